@@ -1,0 +1,96 @@
+"""Context policies: pure arithmetic from a raw round to the prefix that will exist.
+
+Per session the replay context ``C`` is the tokens that exist in the
+conversation (and so in the server's cache): the last prompt plus the model's
+output. For a raw round ``(P, I, O)`` the prompt length to reach is
+``T = P + I``; every policy keeps ``p + i = T`` and afterwards ``C = p + i + O``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from workbench.records import Round
+from workbench.registry import Registry
+
+MAJOR_COMPACTION_MIN_DROP_TOKENS = 64000
+MAJOR_COMPACTION_MIN_DROP_RATIO = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRound:
+    """The prefix/input split a policy chose for one round."""
+
+    prefix_len: int
+    input_len: int
+    folded_prefix_tokens: int = 0
+    major_compaction: bool = False
+
+
+class ContextPolicy(Protocol):
+    name: str
+
+    def plan(self, context_len: int, prefix_len: int, input_len: int) -> PlannedRound: ...
+
+
+POLICIES: Registry[ContextPolicy] = Registry("context policy")
+
+
+class TraceReported:
+    """Reuse what the trace reports, but never a prefix that does not exist.
+
+    ``p = min(P, C)``; the missing part ``f = P - p`` is folded into fresh input.
+    """
+
+    name = "trace-reported"
+
+    def plan(self, context_len: int, prefix_len: int, input_len: int) -> PlannedRound:
+        p = min(prefix_len, context_len)
+        folded = prefix_len - p
+        return PlannedRound(p, input_len + folded, folded_prefix_tokens=folded)
+
+
+class PrefixPreserving:
+    """Keep the conversation growing; truncate to the trace target; reset on major compaction.
+
+    ``drop = max(C - T, 0)``; a drop of at least 64000 tokens *and* half the
+    context is a major compaction (``p = 0``); otherwise ``p = min(C, T)``.
+    """
+
+    name = "prefix-preserving"
+
+    def __init__(
+        self,
+        min_drop_tokens: int = MAJOR_COMPACTION_MIN_DROP_TOKENS,
+        min_drop_ratio: float = MAJOR_COMPACTION_MIN_DROP_RATIO,
+    ) -> None:
+        self.min_drop_tokens = min_drop_tokens
+        self.min_drop_ratio = min_drop_ratio
+
+    def plan(self, context_len: int, prefix_len: int, input_len: int) -> PlannedRound:
+        target = prefix_len + input_len
+        drop = max(context_len - target, 0)
+        ratio = drop / context_len if context_len else 0.0
+        if drop >= self.min_drop_tokens and ratio >= self.min_drop_ratio:
+            return PlannedRound(0, target, major_compaction=True)
+        p = min(context_len, target)
+        return PlannedRound(p, target - p)
+
+
+POLICIES.add("trace-reported", TraceReported())
+POLICIES.add("prefix-preserving", PrefixPreserving(), "monotonic")
+
+
+def plan_rounds(rounds: Iterable[Round], policy: ContextPolicy) -> list[PlannedRound]:
+    """Apply ``policy`` to one session's rounds in order (``reset_before`` empties C)."""
+    context = 0
+    out: list[PlannedRound] = []
+    for r in rounds:
+        if r.reset_before:
+            context = 0
+        planned = policy.plan(context, r.prefix_len, r.input_len)
+        out.append(planned)
+        context = planned.prefix_len + planned.input_len + r.output_len
+    return out

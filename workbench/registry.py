@@ -1,0 +1,58 @@
+"""One small registry type shared by the four axes.
+
+Adding a trace format, a context policy, an arrival schedule or a backend is one
+module with one ``@REGISTRY.register("name")`` line; nothing else dispatches on names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from workbench.errors import ConfigError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Name → object, with aliases. ``get`` errors list the valid names."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._items: dict[str, T] = {}
+        self._aliases: dict[str, str] = {}
+
+    def register(self, name: str, *aliases: str) -> Callable[[T], T]:
+        def deco(obj: T) -> T:
+            self.add(name, obj, *aliases)
+            return obj
+
+        return deco
+
+    def add(self, name: str, obj: T, *aliases: str) -> None:
+        if name in self._items or name in self._aliases:
+            raise ValueError(f"{self.kind} {name!r} registered twice")
+        self._items[name] = obj
+        for alias in aliases:
+            self._aliases[alias] = name
+
+    def canonical(self, name: str) -> str:
+        """The registered name for ``name`` or one of its aliases."""
+        if name in self._items:
+            return name
+        if name in self._aliases:
+            return self._aliases[name]
+        valid = ", ".join(self.names())
+        raise ConfigError(f"unknown {self.kind} {name!r}; valid: {valid}")
+
+    def get(self, name: str) -> T:
+        return self._items[self.canonical(name)]
+
+    def names(self) -> list[str]:
+        return list(self._items)
+
+    def aliases(self) -> dict[str, str]:
+        return dict(self._aliases)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items or name in self._aliases

@@ -1,0 +1,1 @@
+"""Axis 1: trace formats. One module per format, registered in ``FORMATS``."""

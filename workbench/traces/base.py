@@ -1,0 +1,106 @@
+"""The trace-format registry and ``load_trace``.
+
+A format is a ``TraceFormat``: a ``sniff`` that looks at the first lines of a
+file and says whether they are its own, and a ``read`` that turns the whole file
+into a ``Workload`` or raises one ``TraceFormatError`` naming path, line and rule.
+Readers load nothing partial.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import TraceFormatError
+from workbench.records import Workload
+from workbench.registry import Registry
+
+Reader = Callable[..., Workload]
+Sniffer = Callable[[list[str]], bool]
+
+
+@dataclass(frozen=True)
+class TraceFormat:
+    name: str
+    read: Reader
+    sniff: Sniffer
+    description: str = ""
+
+
+FORMATS: Registry[TraceFormat] = Registry("trace format")
+SNIFF_LINES = 5
+
+
+def register_format(
+    name: str, *, sniff: Sniffer, description: str = "", aliases: tuple[str, ...] = ()
+) -> Callable[[Reader], Reader]:
+    """Decorator for a reader function ``read(path: Path, **options) -> Workload``."""
+
+    def deco(read: Reader) -> Reader:
+        FORMATS.add(name, TraceFormat(name, read, sniff, description), *aliases)
+        return read
+
+    return deco
+
+
+def head_lines(path: Path, n: int = SNIFF_LINES) -> list[str]:
+    """The first ``n`` non-empty lines, decoded leniently (sniffing must never raise)."""
+    out: list[str] = []
+    with open(path, "rb") as fh:
+        for raw in fh:
+            line = raw.decode("utf-8", errors="replace").strip()
+            if line:
+                out.append(line)
+                if len(out) >= n:
+                    break
+    return out
+
+
+def detect_format(path: str | Path) -> str:
+    """Name of the first registered format whose sniffer accepts the file's head."""
+    path = Path(path)
+    _load_builtin_formats()
+    lines = head_lines(path)
+    if not lines:
+        raise TraceFormatError(path, 0, "file is empty")
+    for name in FORMATS.names():
+        if FORMATS.get(name).sniff(lines):
+            return name
+    raise TraceFormatError(
+        path, 1, f"cannot tell the trace format; pass fmt= one of {', '.join(FORMATS.names())}"
+    )
+
+
+def load_trace(path: str | Path, fmt: str = "auto", **options: Any) -> Workload:
+    """Load any supported trace into a ``Workload``.
+
+    ``fmt="auto"`` detects the format from content; the choice is recorded in
+    ``workload.meta["detected_format"]``. ``options`` go to the reader (for
+    example ``block_size`` and ``hash_rounding`` for Mooncake, ``tool_wait`` for
+    TraceLab).
+    """
+    path = Path(path)
+    _load_builtin_formats()
+    if not path.is_file():
+        raise TraceFormatError(path, 0, "no such file")
+    detected = fmt == "auto"
+    name = detect_format(path) if detected else FORMATS.canonical(fmt)
+    workload = FORMATS.get(name).read(path, **options)
+    meta = dict(workload.meta)
+    meta["format"] = name
+    if detected:
+        meta["detected_format"] = name
+    return dataclasses.replace(workload, meta=meta, fmt=name, source=str(path))
+
+
+def available_formats() -> list[str]:
+    _load_builtin_formats()
+    return FORMATS.names()
+
+
+def _load_builtin_formats() -> None:
+    """Import the reader modules so they register (kept lazy: importing is cheap)."""
+    from workbench.traces import _builtin  # noqa: F401
