@@ -4,4 +4,8 @@ Most specific first: canonical (exact header), dynamo, abench, trajectory,
 tracelab, mooncake, independent, session (the loosest CSV).
 """
 
+# ruff: noqa: I001  (import order is sniffing order, not alphabetical)
 # reader imports (one line each, keep the order above):
+from workbench.traces import canonical  # noqa: F401
+from workbench.traces import tracelab  # noqa: F401
+from workbench.traces import session  # noqa: F401

@@ -1,0 +1,247 @@
+"""Canonical ``session-execution-v2`` CSV: a materialized, replay-ready session trace.
+
+This is what ``tracegen`` writes and what a replay can run without a context
+policy: every ``prefix_len`` is a prefix that *will exist* when its round runs.
+The format (request-factory's, SPEC §1.2) is strict because a simulator and a
+live runner are compared on it row by row.
+
+Header, exactly and in this order::
+
+    request_id,session_id,round_idx,arrival_time_ms,prefix_len,input_len,output_len,tool_wait_after_ms
+
+Rules (each broken rule is one ``TraceFormatError`` with path and line):
+
+- ``request_id`` = ``session_{session_id}_round_{round_idx:06d}`` and unique;
+- the rows of a session are contiguous and ``round_idx`` runs 0, 1, 2, ...;
+- ``arrival_time_ms`` is the same on every row of a session, session blocks
+  come in non-decreasing arrival, and the first row arrives at 0 (the file is
+  rebased to its own origin);
+- ``prefix_len`` is 0 on round 0; ``input_len`` > 0 when ``prefix_len`` is 0;
+  ``output_len`` > 0; ``tool_wait_after_ms`` finite and >= 0;
+- both millisecond columns are written with exactly 6 decimals (a simulator
+  converts ms to ticks by truncation, so the spelling matters).
+
+Sidecars ``<stem>.manifest.json`` (an object) and ``<stem>.plan.json`` (an
+array, one object per round) are read into ``workload.meta`` when present.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from workbench.errors import TraceFormatError
+from workbench.records import Round, Unit, Workload
+from workbench.traces._io import as_float, as_int, read_csv
+from workbench.traces.base import register_format
+
+FORMAT_NAME = "session-execution-v2"
+HEADER = (
+    "request_id",
+    "session_id",
+    "round_idx",
+    "arrival_time_ms",
+    "prefix_len",
+    "input_len",
+    "output_len",
+    "tool_wait_after_ms",
+)
+HEADER_LINE = ",".join(HEADER)
+MS_DECIMALS = 6
+_MS_RE = re.compile(r"[+-]?[0-9]+\.[0-9]{6}")
+_NEEDS_QUOTES = re.compile(r'[",\r\n]')
+
+
+def request_id(session_id: str, round_idx: int) -> str:
+    """The canonical request id; also the ``x-request-id`` join key with server logs."""
+    return f"session_{session_id}_round_{round_idx:06d}"
+
+
+def sidecar_paths(path: str | Path) -> tuple[Path, Path]:
+    """``(<stem>.manifest.json, <stem>.plan.json)`` beside a canonical CSV."""
+    path = Path(path)
+    stem = path.with_suffix("") if path.suffix.lower() == ".csv" else path
+    return stem.with_name(stem.name + ".manifest.json"), stem.with_name(stem.name + ".plan.json")
+
+
+def sniff(lines: list[str]) -> bool:
+    """Only the exact canonical header (a leading BOM tolerated)."""
+    return bool(lines) and lines[0].lstrip("\ufeff").strip() == HEADER_LINE
+
+
+@dataclass
+class _State:
+    """What the row checks need to remember while walking the file."""
+
+    request_ids: set[str] = field(default_factory=set)
+    session_lines: dict[str, int] = field(default_factory=dict)
+    session: str | None = None
+    next_idx: int = 0
+    arrival: float = 0.0
+    blocks: list[tuple[str, float, list[Round]]] = field(default_factory=list)
+
+
+@register_format(
+    FORMAT_NAME,
+    sniff=sniff,
+    description="canonical materialized session CSV (tracegen output)",
+    aliases=("canonical",),
+)
+def read_session_execution_v2(path: Path, **options: Any) -> Workload:
+    """Read and fully validate a canonical CSV (and its sidecars); nothing partial."""
+    if options:
+        raise TypeError(f"{FORMAT_NAME} reader takes no options, got {sorted(options)}")
+    path = Path(path)
+    header, rows = read_csv(path, HEADER)
+    if tuple(header) != HEADER:
+        raise TraceFormatError(path, 1, f"header must be exactly {HEADER_LINE!r}")
+    state = _State()
+    for line, row in rows:
+        _take_row(path, line, row, state)
+    units = tuple(
+        Unit(sid, "session", arrival, tuple(rounds)) for sid, arrival, rounds in state.blocks
+    )
+    meta: dict[str, Any] = {"needs_context_policy": False}
+    meta.update(_read_sidecars(path))
+    return Workload(units, FORMAT_NAME, source=str(path), meta=meta)
+
+
+def _ms(path: Path, line: int, name: str, text: str) -> float:
+    value = as_float(path, line, name, text)
+    if not _MS_RE.fullmatch(text):
+        raise TraceFormatError(
+            path, line, f"{name} must be written with exactly {MS_DECIMALS} decimals, got {text!r}"
+        )
+    return value
+
+
+def _take_row(path: Path, line: int, row: dict[str, str], state: _State) -> None:
+    """Check one row against every rule of the format and append it to its session."""
+    sid = row["session_id"]
+    if not sid:
+        raise TraceFormatError(path, line, "session_id must not be empty")
+    idx = as_int(path, line, "round_idx", row["round_idx"])
+    arrival = _ms(path, line, "arrival_time_ms", row["arrival_time_ms"])
+    prefix = as_int(path, line, "prefix_len", row["prefix_len"])
+    inp = as_int(path, line, "input_len", row["input_len"])
+    out = as_int(path, line, "output_len", row["output_len"], minimum=1)
+    wait = _ms(path, line, "tool_wait_after_ms", row["tool_wait_after_ms"])
+    rid = row["request_id"]
+    if rid != request_id(sid, idx):
+        raise TraceFormatError(
+            path, line, f"request_id must be {request_id(sid, idx)!r}, got {rid!r}"
+        )
+    if rid in state.request_ids:
+        raise TraceFormatError(path, line, f"duplicate request_id {rid!r}")
+    state.request_ids.add(rid)
+    _check_order(path, line, sid, idx, arrival, state)
+    if idx == 0 and prefix != 0:
+        raise TraceFormatError(path, line, f"prefix_len must be 0 on round 0, got {prefix}")
+    if prefix == 0 and inp == 0:
+        raise TraceFormatError(path, line, "input_len must be > 0 when prefix_len is 0")
+    rnd = Round(rid, sid, idx, arrival, prefix, inp, out, wait)
+    state.blocks[-1][2].append(rnd)
+
+
+def _check_order(
+    path: Path, line: int, sid: str, idx: int, arrival: float, state: _State
+) -> None:
+    """Session contiguity, round numbering and arrival rules (open a block on a new session)."""
+    if sid == state.session:
+        if idx != state.next_idx:
+            raise TraceFormatError(
+                path, line, f"round_idx of session {sid!r} must be {state.next_idx}, got {idx}"
+            )
+        if arrival != state.arrival:
+            raise TraceFormatError(
+                path,
+                line,
+                f"arrival_time_ms must be the same on every row of session {sid!r} "
+                f"({state.arrival:.6f}), got {arrival:.6f}",
+            )
+        state.next_idx += 1
+        return
+    if sid in state.session_lines:
+        raise TraceFormatError(
+            path,
+            line,
+            f"rows of session {sid!r} are not contiguous (its block ended before; "
+            f"first row at line {state.session_lines[sid]})",
+        )
+    if idx != 0:
+        raise TraceFormatError(
+            path, line, f"round_idx of session {sid!r} must start at 0, got {idx}"
+        )
+    if state.session is None and arrival != 0.0:
+        raise TraceFormatError(
+            path, line, f"the first row must arrive at 0 (file rebased), got {arrival:.6f}"
+        )
+    if state.session is not None and arrival < state.arrival:
+        raise TraceFormatError(
+            path,
+            line,
+            f"session blocks must be in non-decreasing arrival: {arrival:.6f} "
+            f"after {state.arrival:.6f}",
+        )
+    state.session_lines[sid] = line
+    state.session, state.next_idx, state.arrival = sid, 1, arrival
+    state.blocks.append((sid, arrival, []))
+
+
+def _read_sidecars(path: Path) -> dict[str, Any]:
+    """Manifest (object) and plan (array) beside the CSV, when present."""
+    out: dict[str, Any] = {}
+    manifest_path, plan_path = sidecar_paths(path)
+    for key, side, kind in (("manifest", manifest_path, dict), ("plan", plan_path, list)):
+        if not side.is_file():
+            continue
+        try:
+            value = orjson.loads(side.read_bytes())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            raise TraceFormatError(side, 0, f"cannot read {key} sidecar ({exc})") from None
+        if not isinstance(value, kind):
+            raise TraceFormatError(side, 0, f"{key} sidecar must be a JSON {kind.__name__}")
+        out[key] = value
+        out[f"{key}_path"] = str(side)
+    return out
+
+
+def _csv_field(text: str) -> str:
+    if _NEEDS_QUOTES.search(text):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def format_rows(units: Iterable[Unit]) -> list[str]:
+    """Canonical CSV lines (with newline) for already-planned session units, header first."""
+    lines = [HEADER_LINE + "\n"]
+    for unit in units:
+        sid = _csv_field(unit.unit_id)
+        arrival = f"{unit.arrival_ms:.6f}"
+        lines.extend(
+            f"{_csv_field(request_id(unit.unit_id, r.round_idx))},{sid},{r.round_idx},{arrival},"
+            f"{r.prefix_len},{r.input_len},{r.output_len},{r.tool_wait_after_ms:.6f}\n"
+            for r in unit.rounds
+        )
+    return lines
+
+
+def write_session_execution_v2(path: str | Path, units: Sequence[Unit]) -> Path:
+    """Write planned units as a canonical CSV, atomically (temp file, then rename).
+
+    Request ids and round numbers are taken from ``unit_id`` and ``round_idx``;
+    the caller guarantees the rules (``tracegen`` re-reads the file to prove it).
+    """
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8", newline="") as fh:
+        fh.writelines(format_rows(units))
+    os.replace(tmp, path)
+    return path
+

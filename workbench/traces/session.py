@@ -1,0 +1,138 @@
+"""Raw session CSV (``session``): recorded rounds as a trace reports them (SPEC §1.1).
+
+This is TraceLab's export and the older replay examples. A header is required;
+columns may come in any order:
+
+- ``session_id`` (alias ``id``): an opaque, non-empty string;
+- ``round_idx``: integer; after ordering a session's rows by it the indices
+  must be exactly 0..n-1 (rows of a session may be interleaved with others);
+- ``prefix_len``, ``input_len``: integers >= 0 with ``prefix_len + input_len``
+  > 0 (a round must send something);
+- ``output_len``: integer > 0;
+- ``tool_wait_after_ms``: finite number >= 0;
+- ``arrival_time`` (optional, ms, default 0): finite >= 0 and the same on
+  every row of a session.
+
+Unknown columns are an error, so a canonical file or a typo never parses
+silently as something else. Sessions keep first-appearance order.
+
+The prefixes are kept *as reported*: a first round may claim a prefix (the
+agent's cached system prompt is not in the trace) and prefixes may shrink
+(compaction, rewind, provider cache miss). Such a workload needs a context
+policy before it runs (``meta["needs_context_policy"]``); ``tracegen``
+materializes one into the canonical format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import TraceFormatError
+from workbench.records import Round, Unit, Workload
+from workbench.traces._io import as_float, as_int, read_csv
+from workbench.traces.base import register_format
+from workbench.traces.canonical import request_id
+
+FORMAT_NAME = "session"
+REQUIRED = ("round_idx", "prefix_len", "input_len", "output_len", "tool_wait_after_ms")
+ID_COLUMNS = ("session_id", "id")
+OPTIONAL = ("arrival_time",)
+KNOWN = frozenset(REQUIRED + ID_COLUMNS + OPTIONAL)
+
+
+def sniff(lines: list[str]) -> bool:
+    """A header naming the round columns and one session id column, nothing canonical."""
+    if not lines:
+        return False
+    cols = {c.strip().strip('"') for c in lines[0].lstrip("\ufeff").split(",")}
+    return set(REQUIRED) <= cols and bool(cols & set(ID_COLUMNS)) and "request_id" not in cols
+
+
+@dataclass
+class _Session:
+    """One session being assembled: its arrival (and where it was first said) and rows."""
+
+    first_line: int
+    arrival: float
+    rows: list[tuple[int, int, int, int, int, float]] = field(default_factory=list)
+
+
+@register_format(FORMAT_NAME, sniff=sniff, description="raw session CSV (TraceLab export)")
+def read_session_csv(path: Path, **options: Any) -> Workload:
+    """Read a raw session CSV into session units; one ``TraceFormatError`` on a bad file."""
+    if options:
+        raise TypeError(f"{FORMAT_NAME} reader takes no options, got {sorted(options)}")
+    path = Path(path)
+    header, rows = read_csv(path, REQUIRED)
+    id_col = _id_column(path, header)
+    has_arrival = "arrival_time" in header
+    sessions: dict[str, _Session] = {}
+    for line, row in rows:
+        sid = row[id_col]
+        if not sid.strip():
+            raise TraceFormatError(path, line, f"{id_col} must not be empty")
+        parsed = _parse_round(path, line, row)
+        arrival = as_float(path, line, "arrival_time", row["arrival_time"]) if has_arrival else 0.0
+        sess = sessions.get(sid)
+        if sess is None:
+            sess = sessions[sid] = _Session(line, arrival)
+        elif arrival != sess.arrival:
+            raise TraceFormatError(
+                path,
+                line,
+                f"arrival_time must be the same on every row of session {sid!r} "
+                f"({sess.arrival:g} at line {sess.first_line}), got {arrival:g}",
+            )
+        sess.rows.append(parsed)
+    units = tuple(_build_unit(path, sid, sess) for sid, sess in sessions.items())
+    meta = {"needs_context_policy": True, "id_column": id_col, "has_arrival_time": has_arrival}
+    return Workload(units, FORMAT_NAME, source=str(path), meta=meta)
+
+
+def _id_column(path: Path, header: list[str]) -> str:
+    present = [c for c in ID_COLUMNS if c in header]
+    if not present:
+        raise TraceFormatError(path, 1, "missing column(s): session_id (or its alias id)")
+    if len(present) == 2:
+        raise TraceFormatError(path, 1, "both session_id and its alias id given; keep one")
+    unknown = [c for c in header if c not in KNOWN]
+    if unknown:
+        raise TraceFormatError(
+            path, 1, f"unknown column(s): {', '.join(unknown)} (known: {', '.join(sorted(KNOWN))})"
+        )
+    return present[0]
+
+
+def _parse_round(
+    path: Path, line: int, row: dict[str, str]
+) -> tuple[int, int, int, int, int, float]:
+    """``(round_idx, line, prefix, input, output, tool_wait)`` of one row, types checked."""
+    idx = as_int(path, line, "round_idx", row["round_idx"])
+    prefix = as_int(path, line, "prefix_len", row["prefix_len"])
+    inp = as_int(path, line, "input_len", row["input_len"])
+    out = as_int(path, line, "output_len", row["output_len"], minimum=1)
+    wait = as_float(path, line, "tool_wait_after_ms", row["tool_wait_after_ms"])
+    if prefix + inp == 0:
+        raise TraceFormatError(path, line, "prefix_len + input_len must be > 0 (empty prompt)")
+    return idx, line, prefix, inp, out, wait
+
+
+def _build_unit(path: Path, sid: str, sess: _Session) -> Unit:
+    """Order a session's rows by ``round_idx`` (stable) and demand exactly 0..n-1."""
+    ordered = sorted(sess.rows, key=lambda r: (r[0], r[1]))
+    rounds = []
+    for expected, (idx, line, prefix, inp, out, wait) in enumerate(ordered):
+        if idx != expected:
+            if idx == expected - 1:
+                first = ordered[expected - 1][1]
+                rule = f"duplicate round_idx {idx} in session {sid!r} (also at line {first})"
+            else:
+                rule = (
+                    f"round_idx of session {sid!r} must be contiguous from 0: "
+                    f"expected {expected}, found {idx}"
+                )
+            raise TraceFormatError(path, line, rule)
+        rounds.append(Round(request_id(sid, idx), sid, idx, sess.arrival, prefix, inp, out, wait))
+    return Unit(sid, "session", sess.arrival, tuple(rounds))

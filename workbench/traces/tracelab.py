@@ -1,0 +1,265 @@
+"""TraceLab normalized round JSONL (``tracelab``): one recorded LLM round a line (SPEC §1.5).
+
+Fields read (others are ignored):
+
+- ``provider`` (string), ``project`` (string, optional/null: Codex rows have
+  none), ``session_id`` (non-empty string), ``model`` (optional string);
+- ``round_index`` (integer >= 0);
+- ``prefix_tokens``, ``newly_append_tokens``, ``output_tokens`` (integers);
+  ``input_tokens_total``, when present, must equal prefix + newly appended;
+- ``timing_events[]`` with ISO-8601 ``timestamp`` (optional list);
+- ``tools[]`` with ``emitted_at``/``result_at`` (ISO-8601) and/or
+  ``tool_wall_latency_ms`` (optional list).
+
+Mapping (TraceLab's own CSV export): ``input_len = max(newly_append_tokens, 1)``,
+``prefix_len = max(prefix_tokens, 0)``, ``output_len = max(output_tokens, 1)``.
+
+Decisions, recorded in ``workload.meta``:
+
+- a session is ``(provider, project, session_id)``: ``session_id`` alone is not
+  unique in the public corpus, and merging would fabricate a prefix chain. When
+  two sessions share a ``session_id`` the later ones get ``~2``, ``~3``... so
+  request ids stay unique;
+- rounds are ordered by ``(round_index, file order)`` and renumbered 0..n-1;
+- ``tool_wait_after_ms`` is the *union* of the round's tool intervals
+  (``emitted_at``..``result_at``; parallel calls overlap) or, with
+  ``tool_wait="sum"``, the sum of the tools' wall latencies; a tool with only a
+  latency counts as its own interval. It is 0 on a session's last round;
+- a session arrives at the earliest timing event of its first round (or of
+  its first round's tools), rebased so the earliest session arrives at 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import TraceFormatError
+from workbench.records import Round, Unit, Workload
+from workbench.traces._io import as_float, as_int, iter_jsonl
+from workbench.traces.base import register_format
+from workbench.traces.canonical import request_id
+
+FORMAT_NAME = "tracelab"
+TOOL_WAIT_MODES = ("union", "sum")
+Interval = tuple[float, float]
+
+
+def sniff(lines: list[str]) -> bool:
+    """A JSON object line carrying TraceLab's round keys."""
+    head = lines[0] if lines else ""
+    return head.startswith("{") and '"round_index"' in head and '"newly_append_tokens"' in head
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One parsed line: identity, order keys, mapped lengths and tool intervals."""
+
+    line: int
+    identity: tuple[str, str | None, str]
+    round_index: int
+    model: str | None
+    prefix_len: int
+    input_len: int
+    output_len: int
+    start_ms: float | None
+    intervals: tuple[Interval, ...]
+    loose_ms: float
+    latency_sum_ms: float
+
+
+@register_format(FORMAT_NAME, sniff=sniff, description="TraceLab normalized round JSONL")
+def read_tracelab(path: Path, *, tool_wait: str = "union", **options: Any) -> Workload:
+    """Read TraceLab rounds into sessions; ``tool_wait`` is ``"union"`` or ``"sum"``."""
+    if options:
+        raise TypeError(f"{FORMAT_NAME} reader options: tool_wait; got {sorted(options)}")
+    if tool_wait not in TOOL_WAIT_MODES:
+        raise ValueError(f"tool_wait must be one of {TOOL_WAIT_MODES}, got {tool_wait!r}")
+    path = Path(path)
+    sessions: dict[tuple[str, str | None, str], list[_Row]] = {}
+    for line, obj in iter_jsonl(path):
+        row = _parse_row(path, line, obj)
+        sessions.setdefault(row.identity, []).append(row)
+    starts = [_session_start(path, rows) for rows in sessions.values()]
+    origin = min(starts)
+    names = _unit_ids(list(sessions))
+    units = tuple(
+        _build_unit(names[key], rows, start - origin, tool_wait)
+        for (key, rows), start in zip(sessions.items(), starts, strict=True)
+    )
+    meta = {
+        "needs_context_policy": True,
+        "tool_wait": tool_wait,
+        "tool_latency_source": "wall",
+        "session_identity": ["provider", "project", "session_id"],
+        "round_order": ["round_index", "file_order"],
+        "arrival_origin_ms": origin,
+        "arrival_origin": datetime.fromtimestamp(origin / 1000, UTC).isoformat(),
+    }
+    return Workload(units, FORMAT_NAME, source=str(path), meta=meta)
+
+
+def _str(path: Path, line: int, obj: dict[str, Any], key: str, *, optional: bool) -> str | None:
+    value = obj.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise TraceFormatError(path, line, f"{key} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _parse_row(path: Path, line: int, obj: dict[str, Any]) -> _Row:
+    """Types, the token invariant and the timing of one round line."""
+    provider = _str(path, line, obj, "provider", optional=False)
+    project = _str(path, line, obj, "project", optional=True)
+    sid = _str(path, line, obj, "session_id", optional=False)
+    model = _str(path, line, obj, "model", optional=True)
+    lengths = {
+        k: as_int(path, line, k, obj.get(k), minimum=None)
+        for k in ("round_index", "prefix_tokens", "newly_append_tokens", "output_tokens")
+    }
+    if lengths["round_index"] < 0:
+        raise TraceFormatError(path, line, f"round_index must be >= 0, got {obj['round_index']!r}")
+    total = obj.get("input_tokens_total")
+    expected = lengths["prefix_tokens"] + lengths["newly_append_tokens"]
+    if total is not None and as_int(path, line, "input_tokens", total, minimum=None) != expected:
+        raise TraceFormatError(
+            path, line, f"input_tokens_total {total!r} != prefix_tokens + newly_append_tokens"
+        )
+    events = _list(path, line, obj, "timing_events")
+    stamps = [_stamp(path, line, "timing_events[].timestamp", e.get("timestamp")) for e in events]
+    intervals, loose, latency_sum = _tools(path, line, _list(path, line, obj, "tools"))
+    starts = [s for s in stamps if s is not None] + [a for a, _ in intervals]
+    assert provider is not None and sid is not None  # non-optional above
+    return _Row(
+        line=line,
+        identity=(provider, project, sid),
+        round_index=lengths["round_index"],
+        model=model,
+        prefix_len=max(lengths["prefix_tokens"], 0),
+        input_len=max(lengths["newly_append_tokens"], 1),
+        output_len=max(lengths["output_tokens"], 1),
+        start_ms=min(starts) if starts else None,
+        intervals=tuple(intervals),
+        loose_ms=loose,
+        latency_sum_ms=latency_sum,
+    )
+
+
+def _list(path: Path, line: int, obj: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    value = obj.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise TraceFormatError(path, line, f"{key} must be a list of objects")
+    return value
+
+
+def _stamp(path: Path, line: int, name: str, value: Any) -> float | None:
+    """An ISO-8601 timestamp as epoch ms (naive means UTC); ``None`` when absent."""
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return moment.timestamp() * 1000.0
+    except (TypeError, ValueError, OverflowError):
+        rule = f"{name} must be an ISO-8601 time, got {value!r}"
+        raise TraceFormatError(path, line, rule) from None
+
+
+def _tools(
+    path: Path, line: int, tools: list[dict[str, Any]]
+) -> tuple[list[Interval], float, float]:
+    """Tool intervals, the latency of tools with no start time, and the sum of all latencies."""
+    intervals: list[Interval] = []
+    loose = total = 0.0
+    for tool in tools:
+        start = _stamp(path, line, "tools[].emitted_at", tool.get("emitted_at"))
+        end = _stamp(path, line, "tools[].result_at", tool.get("result_at"))
+        wall = tool.get("tool_wall_latency_ms")
+        latency = None if wall is None else as_float(path, line, "tool_wall_latency_ms", wall)
+        if start is not None and end is not None:
+            if end < start:
+                raise TraceFormatError(path, line, "a tool's result_at is before its emitted_at")
+            latency = end - start if latency is None else latency
+            intervals.append((start, end))
+        elif start is not None and latency is not None:
+            intervals.append((start, start + latency))
+        elif latency is not None:
+            loose += latency
+        total += latency or 0.0
+    return intervals, loose, total
+
+
+def union_length(intervals: Sequence[Interval]) -> float:
+    """Total length covered by possibly overlapping intervals (parallel tool calls)."""
+    total = 0.0
+    end = -math.inf
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def _tool_wait(row: _Row, mode: str) -> float:
+    if mode == "sum":
+        return row.latency_sum_ms
+    # a tool with a latency but no start time cannot be placed: it overlaps nothing
+    return union_length(row.intervals) + row.loose_ms
+
+
+def _session_start(path: Path, rows: list[_Row]) -> float:
+    first = min(rows, key=lambda r: (r.round_index, r.line))
+    if first.start_ms is None:
+        raise TraceFormatError(
+            path, first.line, "first round of a session has no timestamp (timing_events or tools)"
+        )
+    return first.start_ms
+
+
+def _unit_ids(keys: list[tuple[str, str | None, str]]) -> dict[tuple[str, str | None, str], str]:
+    """Unique unit ids: the session_id, suffixed ``~k`` when several sessions share it."""
+    seen: dict[str, int] = {}
+    out = {}
+    for key in keys:
+        sid = key[2]
+        seen[sid] = seen.get(sid, 0) + 1
+        out[key] = sid if seen[sid] == 1 else f"{sid}~{seen[sid]}"
+    return out
+
+
+def _build_unit(uid: str, rows: list[_Row], arrival: float, mode: str) -> Unit:
+    ordered = sorted(rows, key=lambda r: (r.round_index, r.line))
+    last = len(ordered) - 1
+    rounds = tuple(
+        Round(
+            request_id(uid, k),
+            uid,
+            k,
+            arrival,
+            r.prefix_len,
+            r.input_len,
+            r.output_len,
+            0.0 if k == last else _tool_wait(r, mode),
+        )
+        for k, r in enumerate(ordered)
+    )
+    first = ordered[0]
+    models = sorted({r.model for r in ordered if r.model})
+    meta = {
+        "provider": first.identity[0],
+        "project": first.identity[1],
+        "source_session_id": first.identity[2],
+        "model": first.model,
+        "models": models,
+        "source_lines": [r.line for r in ordered],
+    }
+    return Unit(uid, "session", arrival, rounds, meta)
