@@ -7,5 +7,10 @@ tracelab, mooncake, independent, session (the loosest CSV).
 # ruff: noqa: I001  (import order is sniffing order, not alphabetical)
 # reader imports (one line each, keep the order above):
 from workbench.traces import canonical  # noqa: F401
+from workbench.traces import dynamo  # noqa: F401
+from workbench.traces import abench  # noqa: F401
+from workbench.traces import trajectory  # noqa: F401
 from workbench.traces import tracelab  # noqa: F401
+from workbench.traces import mooncake  # noqa: F401
+from workbench.traces import independent  # noqa: F401
 from workbench.traces import session  # noqa: F401

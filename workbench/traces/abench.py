@@ -1,0 +1,109 @@
+"""agentic-bench ("Abench") session JSONL → sessions.
+
+The format (PyPI ``agentic-bench`` 0.2.0, ``abench/core/dataset.py``; SPEC §1.7)
+is one session a line::
+
+    {"session_id": "s1", "source": {...}, "system_prompt": "You are ...",
+     "turns": [{"index": 0, "input_tokens": 9000, "output_tokens": 120,
+                "cached_tokens": 0, "pre_gap_ms": 0, "input_delta": [...], ...}, ...]}
+
+- ``session_id``: non-empty string (or integer), unique in the file.
+- ``system_prompt``: optional string; only its length is kept
+  (``unit.meta["system_prompt_chars"]``): the replay synthesizes tokens, and the
+  recorded token counts already include it.
+- ``turns[]`` in strictly increasing ``index``: ``input_tokens`` (the whole
+  prompt, ≥ 1), ``output_tokens`` (≥ 1), ``cached_tokens`` (≥ 0, ≤ input_tokens),
+  ``pre_gap_ms`` (recorded wait before the turn, ≥ 0). Other fields
+  (``input_delta``, ``assistant_text``, ``tool_calls``, ``source`` ...) are ignored.
+
+Token counts are the recorded truth: ``prefix_len = cached_tokens``,
+``input_len = input_tokens − cached_tokens``, and the tool wait after round i is
+the ``pre_gap_ms`` of turn i+1. The first turn's gap has no round before it:
+it is kept in ``unit.meta["first_pre_gap_ms"]`` and sessions arrive at 0
+(abench drives sessions closed-loop). Request ids are ``{session_id}_turn_{index}``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import TraceFormatError
+from workbench.records import Round, Unit, Workload
+from workbench.traces._io import iter_jsonl
+from workbench.traces.base import register_format
+from workbench.traces.mooncake import (
+    check_options,
+    first_json_object,
+    json_id,
+    json_int,
+    json_number,
+)
+
+_TURN_FIELDS = ("index", "input_tokens", "output_tokens", "cached_tokens", "pre_gap_ms")
+
+
+def _turn(path: Path, line: int, k: int, turn: Any) -> tuple[int, int, int, int, float]:
+    """``(index, input_tokens, output_tokens, cached_tokens, pre_gap_ms)`` of ``turns[k]``."""
+    if not isinstance(turn, dict):
+        raise TraceFormatError(path, line, f"turns[{k}] must be an object")
+    missing = [f for f in _TURN_FIELDS if f not in turn]
+    if missing:
+        raise TraceFormatError(path, line, f"missing field(s) {', '.join(missing)} in turns[{k}]")
+    name = f"turns[{k}]."
+    index = json_int(path, line, name + "index", turn["index"])
+    inp = json_int(path, line, name + "input_tokens", turn["input_tokens"], minimum=1)
+    out = json_int(path, line, name + "output_tokens", turn["output_tokens"], minimum=1)
+    cached = json_int(path, line, name + "cached_tokens", turn["cached_tokens"])
+    if cached > inp:
+        raise TraceFormatError(path, line, f"{name}cached_tokens {cached} > input_tokens {inp}")
+    gap = json_number(path, line, name + "pre_gap_ms", turn["pre_gap_ms"])
+    return index, inp, out, cached, gap
+
+
+def _session(path: Path, line: int, obj: dict[str, Any]) -> Unit:
+    for key in ("session_id", "turns"):
+        if key not in obj:
+            raise TraceFormatError(path, line, f"missing field {key!r}")
+    sid = json_id(path, line, "session_id", obj["session_id"])
+    system_prompt = obj.get("system_prompt")
+    if system_prompt is not None and not isinstance(system_prompt, str):
+        raise TraceFormatError(path, line, "system_prompt must be a string")
+    turns = obj["turns"]
+    if not isinstance(turns, list) or not turns:
+        raise TraceFormatError(path, line, "turns must be a non-empty list")
+    parsed = [_turn(path, line, k, t) for k, t in enumerate(turns)]
+    for k in range(1, len(parsed)):
+        if parsed[k][0] <= parsed[k - 1][0]:
+            raise TraceFormatError(path, line, f"turns[{k}].index {parsed[k][0]} does not increase")
+    rounds = []
+    for k, (index, inp, out, cached, _gap) in enumerate(parsed):
+        wait = parsed[k + 1][4] if k + 1 < len(parsed) else 0.0
+        rounds.append(Round(f"{sid}_turn_{index}", sid, k, 0.0, cached, inp - cached, out, wait))
+    meta = {"system_prompt_chars": len(system_prompt or ""), "first_pre_gap_ms": parsed[0][4]}
+    return Unit(sid, "session", 0.0, tuple(rounds), meta)
+
+
+def _sniff(lines: list[str]) -> bool:
+    obj = first_json_object(lines)
+    return obj is not None and "session_id" in obj and isinstance(obj.get("turns"), list)
+
+
+@register_format(
+    "abench",
+    sniff=_sniff,
+    description="agentic-bench session JSONL: one session with recorded turns a line",
+)
+def read_abench(path: Path, **unknown: Any) -> Workload:
+    """Load an abench session file: each line one session, all arriving at 0."""
+    check_options("abench", unknown, ())
+    path = Path(path)
+    units: list[Unit] = []
+    seen: set[str] = set()
+    for line, obj in iter_jsonl(path):
+        unit = _session(path, line, obj)
+        if unit.unit_id in seen:
+            raise TraceFormatError(path, line, f"duplicate session_id {unit.unit_id!r}")
+        seen.add(unit.unit_id)
+        units.append(unit)
+    return Workload(tuple(units), "abench", str(path))

@@ -1,0 +1,397 @@
+"""NVIDIA Dynamo request traces (``dynamo.request.trace.v1`` JSONL) → sessions.
+
+The format (Dynamo "Request Replay Tracing" / "Agent Tracing" docs; SPEC §1.8)
+is one event a line, each with ``schema: "dynamo.request.trace.v1"`` and an
+``event_type``. What this reader uses::
+
+    {"schema": "dynamo.request.trace.v1", "event_type": "request_end",
+     "agent_context": {"session_id": "run-42", "parent_session_id": null},
+     "request": {"request_id": "r1", "output_tokens": 96, "request_received_ms": 1700000000000,
+                 "total_time_ms": 850.0,
+                 "finish_reason_metadata": {"tool_calls": [{"id": "call-1", ...}]},
+                 "replay": {"trace_block_size": 64, "input_length": 130,
+                            "input_sequence_hashes": [11, 12, 13]}}}
+    {"schema": "dynamo.request.trace.v1", "event_type": "tool_end",
+     "agent_context": {"session_id": "run-42"},
+     "tool": {"tool_call_id": "call-1", "started_at_unix_ms": 1700000000900,
+              "ended_at_unix_ms": 1700000001400, "duration_ms": 500}}
+
+- ``request_end``: ``replay.input_length`` (≥ 1) is the prompt;
+  ``input_sequence_hashes`` has exactly ``ceil(input_length / trace_block_size)``
+  entries (a trailing partial block has its own hash); one ``trace_block_size``
+  for the whole file; ``output_tokens`` ≥ 0 (a dropped stream may report 0: it
+  is replayed as 1 token and counted in ``meta["clamped_output_tokens"]``).
+- ``tool_end`` / ``tool_error``: a tool span; ``ended_at_unix_ms`` plus
+  ``started_at_unix_ms`` or ``duration_ms``. It belongs to the session of its
+  own ``agent_context``, else to the session of the request whose
+  ``finish_reason_metadata.tool_calls[].id`` equals its ``tool_call_id``.
+- Tolerated as seen in the wild: a row wrapped as ``{"timestamp": ..., "event":
+  {...}}``; numbers written as strings (``"1000.0"``); unknown extra fields
+  (ignored); hashes wider than 64 bits (kept exact: orjson would turn them into
+  floats, so such a line is re-parsed with the stdlib); ``request_payload`` rows
+  and any other event type (skipped, counted in ``meta["skipped_events"]``).
+
+Decisions:
+
+- Either every ``request_end`` has ``agent_context.session_id`` or none has
+  (Dynamo's replay rejects mixed traces too). Without sessions each request is
+  an independent unit.
+- Times are rebased to the earliest ``request_received_ms``. A session's
+  requests run closed-loop in ``request_received_ms`` order (ties: file order);
+  the session arrives at its first request. Units are ordered by arrival (ties:
+  file order), since the file is written in completion order.
+- ``prefix_len``: the leading hashes a request shares with any request received
+  before it (a hash stands for its block and everything before it), times the
+  block size, capped at ``input_length``; ``input_len`` is the rest.
+- Tool wait between requests k and k+1 of a session: the union of the session's
+  tool spans that ended in ``(received_k, received_{k+1}]`` (clipped to start at
+  ``received_k``; parallel tools overlap); with no such tool, the idle gap
+  ``received_{k+1} − (received_k + total_time_ms_k)`` (≥ 0) when ``total_time_ms``
+  is known, else 0. ``meta["tool_wait_sources"]`` counts which rule applied.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import orjson
+
+from workbench.errors import TraceFormatError
+from workbench.records import Round, Unit, Workload
+from workbench.traces._io import as_float, as_int
+from workbench.traces.base import register_format
+from workbench.traces.mooncake import (
+    check_options,
+    json_id,
+    json_lines,
+    leading_seen_blocks,
+    loads_exact,
+)
+
+SCHEMA = "dynamo.request.trace.v1"
+_TOOL_EVENTS = ("tool_end", "tool_error")
+_INT_TEXT = re.compile(r"-?[0-9]+")
+
+
+class _Request(NamedTuple):
+    line: int
+    request_id: str
+    session_id: str | None
+    parent_session_id: str | None
+    received_ms: float
+    total_ms: float | None
+    input_length: int
+    output_tokens: int
+    block_size: int
+    hashes: tuple[int, ...]
+    tool_call_ids: tuple[str, ...]
+
+
+class _Tool(NamedTuple):
+    line: int
+    session_id: str | None
+    tool_call_id: str | None
+    start_ms: float
+    end_ms: float
+
+
+def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
+    """The event of an ``{"timestamp": ..., "event": {...}}`` envelope, or the row itself."""
+    inner = obj.get("event")
+    if isinstance(inner, dict) and "event_type" not in obj and "schema" not in obj:
+        return inner
+    return obj
+
+
+def _object(path: Path, line: int, parent: dict[str, Any], key: str) -> dict[str, Any]:
+    value = parent.get(key)
+    if not isinstance(value, dict):
+        raise TraceFormatError(path, line, f"{key} must be an object, got {value!r:.40}")
+    return value
+
+
+def _hashes(path: Path, line: int, value: Any, raw: str) -> tuple[int, ...]:
+    """Sequence hashes as exact ints (JSON integers or decimal strings, any width)."""
+    if not isinstance(value, list):
+        raise TraceFormatError(path, line, "input_sequence_hashes must be a list")
+    if any(type(h) is float for h in value):  # orjson's rendering of a >64-bit int
+        exact = _unwrap(loads_exact(path, line, raw))
+        value = exact.get("request", {}).get("replay", {}).get("input_sequence_hashes")
+        if not isinstance(value, list):
+            raise TraceFormatError(path, line, "input_sequence_hashes must be a list")
+    out: list[int] = []
+    for h in value:
+        if type(h) is int:
+            out.append(h)
+        elif isinstance(h, str) and _INT_TEXT.fullmatch(h.strip()):
+            out.append(int(h.strip()))
+        else:
+            raise TraceFormatError(path, line, f"sequence hash must be an integer, got {h!r}")
+    return tuple(out)
+
+
+def _tool_call_ids(req: dict[str, Any]) -> tuple[str, ...]:
+    """Tool-call ids the response emitted (used only to link tool rows; lenient)."""
+    meta = req.get("finish_reason_metadata")
+    calls = meta.get("tool_calls") if isinstance(meta, dict) else None
+    if not isinstance(calls, list):
+        return ()
+    return tuple(str(c["id"]) for c in calls if isinstance(c, dict) and c.get("id") is not None)
+
+
+def _session(path: Path, line: int, ev: dict[str, Any]) -> tuple[str | None, str | None]:
+    ctx = ev.get("agent_context")
+    if ctx is None:
+        return None, None
+    if not isinstance(ctx, dict) or ctx.get("session_id") is None:
+        raise TraceFormatError(path, line, "agent_context must be an object with a session_id")
+    parent = ctx.get("parent_session_id")
+    return (
+        json_id(path, line, "agent_context.session_id", ctx["session_id"]),
+        None if parent is None else json_id(path, line, "parent_session_id", parent),
+    )
+
+
+def _request(path: Path, line: int, ev: dict[str, Any], raw: str) -> _Request:
+    req = _object(path, line, ev, "request")
+    replay = _object(path, line, req, "replay")
+    for key, where in (
+        ("request_id", req),
+        ("output_tokens", req),
+        ("request_received_ms", req),
+        ("trace_block_size", replay),
+        ("input_length", replay),
+        ("input_sequence_hashes", replay),
+    ):
+        if where.get(key) is None:
+            raise TraceFormatError(path, line, f"missing field {key!r}")
+    block = as_int(path, line, "trace_block_size", replay["trace_block_size"], minimum=1)
+    length = as_int(path, line, "input_length", replay["input_length"], minimum=1)
+    hashes = _hashes(path, line, replay["input_sequence_hashes"], raw)
+    want = -(-length // block)
+    if len(hashes) != want:
+        raise TraceFormatError(
+            path,
+            line,
+            f"{len(hashes)} input_sequence_hashes for input_length {length}: "
+            f"expected ceil({length}/{block}) = {want}",
+        )
+    total = req.get("total_time_ms")
+    session, parent = _session(path, line, ev)
+    return _Request(
+        line,
+        json_id(path, line, "request_id", req["request_id"]),
+        session,
+        parent,
+        as_float(path, line, "request_received_ms", req["request_received_ms"]),
+        None if total is None else as_float(path, line, "total_time_ms", total),
+        length,
+        as_int(path, line, "output_tokens", req["output_tokens"]),
+        block,
+        hashes,
+        _tool_call_ids(req),
+    )
+
+
+def _tool(path: Path, line: int, ev: dict[str, Any]) -> _Tool:
+    tool = _object(path, line, ev, "tool")
+    if tool.get("ended_at_unix_ms") is None:
+        raise TraceFormatError(path, line, "missing field 'ended_at_unix_ms'")
+    end = as_float(path, line, "ended_at_unix_ms", tool["ended_at_unix_ms"])
+    if tool.get("started_at_unix_ms") is not None:
+        start = as_float(path, line, "started_at_unix_ms", tool["started_at_unix_ms"])
+    elif tool.get("duration_ms") is not None:
+        start = end - as_float(path, line, "duration_ms", tool["duration_ms"])
+    else:
+        raise TraceFormatError(path, line, "tool needs started_at_unix_ms or duration_ms")
+    if start > end:
+        raise TraceFormatError(path, line, "tool started_at_unix_ms is after ended_at_unix_ms")
+    call = tool.get("tool_call_id")
+    session, _ = _session(path, line, ev)
+    return _Tool(line, session, None if call is None else str(call), start, end)
+
+
+def _read_events(path: Path) -> tuple[list[_Request], list[_Tool], Counter[str]]:
+    requests: list[_Request] = []
+    tools: list[_Tool] = []
+    skipped: Counter[str] = Counter()
+    for line, obj, raw in json_lines(path):
+        ev = _unwrap(obj)
+        if ev.get("schema") != SCHEMA:
+            got = ev.get("schema")
+            raise TraceFormatError(path, line, f"schema must be {SCHEMA!r}, got {got!r:.60}")
+        kind = ev.get("event_type")
+        if not isinstance(kind, str):
+            raise TraceFormatError(path, line, "missing field 'event_type'")
+        if kind == "request_end":
+            requests.append(_request(path, line, ev, raw))
+        elif kind in _TOOL_EVENTS:
+            tools.append(_tool(path, line, ev))
+        else:
+            skipped[kind] += 1
+    if not requests:
+        raise TraceFormatError(path, 0, "no request_end rows")
+    return requests, tools, skipped
+
+
+def _check(path: Path, requests: list[_Request]) -> None:
+    """One block size, unique request ids, sessions on all requests or none."""
+    first = requests[0]
+    ids: set[str] = set()
+    for r in requests:
+        if r.block_size != first.block_size:
+            raise TraceFormatError(
+                path,
+                r.line,
+                f"trace_block_size {r.block_size} differs from {first.block_size} "
+                f"(line {first.line})",
+            )
+        if (r.session_id is None) != (first.session_id is None):
+            raise TraceFormatError(
+                path,
+                r.line,
+                "mixed trace: some request_end rows have agent_context.session_id and some do not",
+            )
+        if r.request_id in ids:
+            raise TraceFormatError(path, r.line, f"duplicate request_id {r.request_id!r}")
+        ids.add(r.request_id)
+
+
+def _prefixes(ordered: list[_Request]) -> dict[int, int]:
+    """Ideal cached prefix per request (keyed by line), walking requests in received order."""
+    seen: set[int] = set()
+    out: dict[int, int] = {}
+    for r in ordered:
+        shared = leading_seen_blocks(r.hashes, seen)
+        out[r.line] = min(shared * r.block_size, r.input_length)
+        seen.update(r.hashes)
+    return out
+
+
+def _union_ms(spans: list[tuple[float, float]]) -> float:
+    total = 0.0
+    cur: tuple[float, float] | None = None
+    for start, end in sorted(spans):
+        if cur is None or start > cur[1]:
+            total += 0.0 if cur is None else cur[1] - cur[0]
+            cur = (start, end)
+        else:
+            cur = (cur[0], max(cur[1], end))
+    return total + (0.0 if cur is None else cur[1] - cur[0])
+
+
+def _tool_wait(a: _Request, b: _Request, tools: list[_Tool], sources: Counter[str]) -> float:
+    """Wait between consecutive requests ``a`` → ``b`` of one session (see module doc)."""
+    lo, hi = a.received_ms, b.received_ms
+    spans = [(max(t.start_ms, lo), t.end_ms) for t in tools if lo < t.end_ms <= hi]
+    if spans:
+        sources["tools"] += 1
+        return _union_ms(spans)
+    if a.total_ms is not None:
+        sources["gap"] += 1
+        return max(0.0, hi - (lo + a.total_ms))
+    sources["none"] += 1
+    return 0.0
+
+
+def _tools_by_session(requests: list[_Request], tools: list[_Tool]) -> dict[str, list[_Tool]]:
+    owner = {call: r.session_id for r in requests if r.session_id for call in r.tool_call_ids}
+    out: dict[str, list[_Tool]] = {}
+    for t in tools:
+        sid = t.session_id or (owner.get(t.tool_call_id) if t.tool_call_id else None)
+        if sid is not None:
+            out.setdefault(sid, []).append(t)
+    return out
+
+
+def _session_units(
+    ordered: list[_Request],
+    tools: list[_Tool],
+    prefix: dict[int, int],
+    origin: float,
+    sources: Counter[str],
+) -> list[Unit]:
+    sessions: dict[str, list[_Request]] = {}
+    for r in ordered:
+        sessions.setdefault(r.session_id or "", []).append(r)
+    spans = _tools_by_session(ordered, tools)
+    units: list[Unit] = []
+    for sid, reqs in sessions.items():
+        arrival = reqs[0].received_ms - origin
+        rounds = []
+        for k, r in enumerate(reqs):
+            wait = (
+                _tool_wait(r, reqs[k + 1], spans.get(sid, []), sources)
+                if k + 1 < len(reqs)
+                else 0.0
+            )
+            rounds.append(_round(r, sid, k, arrival, prefix[r.line], wait))
+        meta = {"parent_session_id": reqs[0].parent_session_id} if reqs[0].parent_session_id else {}
+        units.append(Unit(sid, "session", arrival, tuple(rounds), meta))
+    return units
+
+
+def _round(r: _Request, sid: str, k: int, arrival: float, prefix: int, wait: float) -> Round:
+    return Round(
+        r.request_id,
+        sid,
+        k,
+        arrival,
+        prefix,
+        r.input_length - prefix,
+        max(r.output_tokens, 1),
+        wait,
+        r.hashes,
+    )
+
+
+def _sniff(lines: list[str]) -> bool:
+    for text in lines:
+        if SCHEMA not in text:
+            continue
+        try:
+            obj = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            return False
+        return isinstance(obj, dict) and _unwrap(obj).get("schema") == SCHEMA
+    return False
+
+
+@register_format(
+    "dynamo",
+    sniff=_sniff,
+    description="NVIDIA Dynamo request trace JSONL (dynamo.request.trace.v1)",
+)
+def read_dynamo(path: Path, **unknown: Any) -> Workload:
+    """Load a Dynamo request trace: sessions from agent_context, else independent requests."""
+    check_options("dynamo", unknown, ())
+    path = Path(path)
+    requests, tools, skipped = _read_events(path)
+    _check(path, requests)
+    ordered = sorted(requests, key=lambda r: (r.received_ms, r.line))
+    prefix = _prefixes(ordered)
+    origin = ordered[0].received_ms
+    sources: Counter[str] = Counter()
+    if ordered[0].session_id is None:
+        units = [
+            Unit(
+                r.request_id,
+                "independent",
+                r.received_ms - origin,
+                (_round(r, r.request_id, 0, r.received_ms - origin, prefix[r.line], 0.0),),
+            )
+            for r in ordered
+        ]
+    else:
+        # sessions are created in received order, so units come out ordered by arrival
+        units = _session_units(ordered, tools, prefix, origin, sources)
+    meta = {
+        "time_origin_unix_ms": origin,
+        "skipped_events": dict(skipped),
+        "tool_wait_sources": dict(sources),
+        "clamped_output_tokens": sum(r.output_tokens < 1 for r in requests),
+    }
+    return Workload(tuple(units), "dynamo", str(path), ordered[0].block_size, meta)

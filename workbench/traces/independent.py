@@ -1,0 +1,81 @@
+"""Independent-request CSV → one-round units that never share context.
+
+The format (request-factory ``text-generation-independent``, TraceLab VibeSim
+L7; SPEC §1.3) is a CSV with a header of exactly these columns, in any order::
+
+    id,arrival_time,input_len,output_len
+    a,0,812,64
+    b,12.5,2048,128
+
+- ``id``: non-empty, unique; the request id is ``independent_{id}``.
+- ``arrival_time``: ms offset from the start of the trace (finite, ≥ 0).
+- ``input_len``: the *whole* prompt (≥ 1); there is no prefix to reuse.
+- ``output_len``: tokens to generate (≥ 1).
+
+Any other column is an error: a ``round_idx`` or ``prefix_len`` column means a
+session file, which must not be coerced into independent requests (nor the
+reverse). Rows keep file order (release order), never re-sorted by arrival or id.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import TraceFormatError
+from workbench.records import Round, Unit, Workload
+from workbench.traces._io import as_float, as_int, read_csv
+from workbench.traces.base import register_format
+from workbench.traces.mooncake import check_options
+
+COLUMNS = ("id", "arrival_time", "input_len", "output_len")
+
+
+def _unit(path: Path, line: int, row: dict[str, str]) -> Unit:
+    rid = row["id"].strip()
+    if not rid:
+        raise TraceFormatError(path, line, "id must not be empty")
+    arrival = as_float(path, line, "arrival_time", row["arrival_time"].strip())
+    inp = as_int(path, line, "input_len", row["input_len"].strip(), minimum=1)
+    out = as_int(path, line, "output_len", row["output_len"].strip(), minimum=1)
+    request_id = f"independent_{rid}"
+    rnd = Round(request_id, request_id, 0, arrival, 0, inp, out)
+    return Unit(request_id, "independent", arrival, (rnd,))
+
+
+def _sniff(lines: list[str]) -> bool:
+    if not lines:
+        return False
+    try:
+        header = next(csv.reader([lines[0]]))
+    except (csv.Error, StopIteration):
+        return False
+    names = [h.strip() for h in header]
+    return len(names) == len(COLUMNS) and set(names) == set(COLUMNS)
+
+
+@register_format(
+    "independent",
+    sniff=_sniff,
+    description="independent-request CSV: id,arrival_time,input_len,output_len",
+)
+def read_independent(path: Path, **unknown: Any) -> Workload:
+    """Load an independent-request CSV: one unit per row, in file order."""
+    check_options("independent", unknown, ())
+    path = Path(path)
+    header, rows = read_csv(path, COLUMNS)
+    extra = [c for c in header if c not in COLUMNS]
+    if extra:
+        raise TraceFormatError(
+            path, 1, f"unknown column(s) {', '.join(extra)}; expected exactly {','.join(COLUMNS)}"
+        )
+    units: list[Unit] = []
+    seen: set[str] = set()
+    for line, row in rows:
+        unit = _unit(path, line, row)
+        if unit.unit_id in seen:
+            raise TraceFormatError(path, line, f"duplicate id {row['id'].strip()!r}")
+        seen.add(unit.unit_id)
+        units.append(unit)
+    return Workload(tuple(units), "independent", str(path))

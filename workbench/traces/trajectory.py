@@ -1,0 +1,146 @@
+"""batchbench v1 replay manifests (JSONL) → sessions.
+
+The format (doublewordai/batchbench ``docs/manifest.md``; SPEC §1.6) is one
+trajectory a line, in admission order::
+
+    {"schema_version": 1, "trajectory_id": "fixer-a",
+     "requests": [{"prompt_tokens": 3072, "output_tokens": 96},
+                  {"prompt_tokens": 3600, "output_tokens": 160, "delay_after_ms": 40},
+                  {"prompt_tokens": 900, "output_tokens": 32, "reset_before": true}]}
+
+- ``schema_version``: must be the integer 1 (v2 adds seeded text blocks that
+  this reader does not model, so a v2 line is refused rather than half-read).
+- ``trajectory_id``: non-empty string, unique in the file.
+- ``requests[]``: ``prompt_tokens`` (the whole prompt, ≥ 1), ``output_tokens``
+  (≥ 1), optional ``delay_after_ms`` (wait after the request, default 0) and
+  ``reset_before`` (boolean, default false).
+- Unknown fields, at the top level or in a request, are an error (as in batchbench).
+
+Growth rule: request k+1 appends to the conversation of request k, so its
+prefix is ``prompt_k + output_k`` and its fresh input
+``prompt_{k+1} − prompt_k − output_k``. A negative growth is only legal when
+request k+1 says ``reset_before`` (a fresh conversation: prefix 0, the whole
+prompt fresh, ``Round.reset_before`` set); otherwise it is an error naming the
+line. Each trajectory is a session unit (``unit_id`` = ``trajectory_id``)
+arriving at 0; request ids are ``{trajectory_id}_request_{k}``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import TraceFormatError
+from workbench.records import Round, Unit, Workload
+from workbench.traces._io import iter_jsonl
+from workbench.traces.base import register_format
+from workbench.traces.mooncake import check_options, first_json_object, json_int, json_number
+
+_TOP_FIELDS = frozenset(("schema_version", "trajectory_id", "requests"))
+_REQUEST_FIELDS = frozenset(("prompt_tokens", "output_tokens", "delay_after_ms", "reset_before"))
+_REQUIRED_REQUEST = frozenset(("prompt_tokens", "output_tokens"))
+
+
+def _check_fields(
+    path: Path,
+    line: int,
+    obj: dict[str, Any],
+    allowed: frozenset[str],
+    required: frozenset[str],
+    where: str,
+) -> None:
+    unknown = sorted(set(obj) - allowed)
+    if unknown:
+        raise TraceFormatError(path, line, f"unknown field(s) {', '.join(unknown)} {where}")
+    missing = sorted(required - obj.keys())
+    if missing:
+        raise TraceFormatError(path, line, f"missing field(s) {', '.join(missing)} {where}")
+
+
+def _request(path: Path, line: int, k: int, req: Any) -> tuple[int, int, float, bool]:
+    """``(prompt, output, delay_after_ms, reset_before)`` of request ``k``."""
+    where = f"in requests[{k}]"
+    if not isinstance(req, dict):
+        raise TraceFormatError(path, line, f"requests[{k}] must be an object")
+    _check_fields(path, line, req, _REQUEST_FIELDS, _REQUIRED_REQUEST, where)
+    prompt = json_int(path, line, f"requests[{k}].prompt_tokens", req["prompt_tokens"], minimum=1)
+    output = json_int(path, line, f"requests[{k}].output_tokens", req["output_tokens"], minimum=1)
+    delay = req.get("delay_after_ms", 0)
+    delay_ms = json_number(path, line, f"requests[{k}].delay_after_ms", delay)
+    reset = req.get("reset_before", False)
+    if not isinstance(reset, bool):
+        raise TraceFormatError(
+            path, line, f"requests[{k}].reset_before must be true or false, got {reset!r}"
+        )
+    return prompt, output, delay_ms, reset
+
+
+def _trajectory(path: Path, line: int, obj: dict[str, Any]) -> Unit:
+    _check_fields(path, line, obj, _TOP_FIELDS, _TOP_FIELDS, "in trajectory")
+    version = obj["schema_version"]
+    if type(version) is not int or version != 1:
+        raise TraceFormatError(
+            path, line, f"schema_version must be 1 (only v1 is supported), got {version!r}"
+        )
+    tid = obj["trajectory_id"]
+    if not isinstance(tid, str) or not tid.strip():
+        raise TraceFormatError(path, line, f"trajectory_id must be a non-empty string, got {tid!r}")
+    requests = obj["requests"]
+    if not isinstance(requests, list) or not requests:
+        raise TraceFormatError(path, line, "requests must be a non-empty list")
+    rounds: list[Round] = []
+    prev: tuple[int, int] | None = None
+    for k, req in enumerate(requests):
+        prompt, output, delay, reset = _request(path, line, k, req)
+        if prev is None or reset:
+            prefix = 0
+        else:
+            prefix = prev[0] + prev[1]
+            if prompt < prefix:
+                raise TraceFormatError(
+                    path,
+                    line,
+                    f"requests[{k}].prompt_tokens {prompt} < previous prompt + output {prefix} "
+                    "(negative growth) without reset_before",
+                )
+        rounds.append(
+            Round(
+                f"{tid}_request_{k}",
+                tid,
+                k,
+                0.0,
+                prefix,
+                prompt - prefix,
+                output,
+                delay,
+                None,
+                reset,
+            )
+        )
+        prev = (prompt, output)
+    return Unit(tid, "session", 0.0, tuple(rounds))
+
+
+def _sniff(lines: list[str]) -> bool:
+    obj = first_json_object(lines)
+    return obj is not None and "schema_version" in obj and "trajectory_id" in obj
+
+
+@register_format(
+    "trajectory",
+    sniff=_sniff,
+    description="batchbench v1 replay manifest JSONL: one trajectory of requests a line",
+)
+def read_trajectory(path: Path, **unknown: Any) -> Workload:
+    """Load a batchbench v1 manifest: each trajectory a session, all arriving at 0."""
+    check_options("trajectory", unknown, ())
+    path = Path(path)
+    units: list[Unit] = []
+    seen: set[str] = set()
+    for line, obj in iter_jsonl(path):
+        unit = _trajectory(path, line, obj)
+        if unit.unit_id in seen:
+            raise TraceFormatError(path, line, f"duplicate trajectory_id {unit.unit_id!r}")
+        seen.add(unit.unit_id)
+        units.append(unit)
+    return Workload(tuple(units), "trajectory", str(path))
