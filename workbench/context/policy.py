@@ -8,7 +8,7 @@ output. For a raw round ``(P, I, O)`` the prompt length to reach is
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -83,14 +83,21 @@ POLICIES.add("trace-reported", TraceReported())
 POLICIES.add("prefix-preserving", PrefixPreserving(), "monotonic")
 
 
-def plan_rounds(rounds: Iterable[Round], policy: ContextPolicy) -> list[PlannedRound]:
-    """Apply ``policy`` to one session's rounds in order (``reset_before`` empties C)."""
+def plan_rounds(
+    rounds: Sequence[Round], policy: ContextPolicy, outputs: Sequence[int] | None = None
+) -> list[PlannedRound]:
+    """Apply ``policy`` to one session's rounds in order (``reset_before`` empties C).
+
+    ``outputs`` overrides the trace's output lengths (an output-length policy):
+    the context grows by what the model will really generate.
+    """
     context = 0
     out: list[PlannedRound] = []
-    for r in rounds:
+    for k, r in enumerate(rounds):
         if r.reset_before:
             context = 0
         planned = policy.plan(context, r.prefix_len, r.input_len)
         out.append(planned)
-        context = planned.prefix_len + planned.input_len + r.output_len
+        produced = r.output_len if outputs is None else outputs[k]
+        context = planned.prefix_len + planned.input_len + produced
     return out

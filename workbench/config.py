@@ -1,0 +1,272 @@
+"""``RunConfig``: one replay = trace + context + arrival + backend + target (+ seed, SLO).
+
+The four axes are independent: nothing in one implies a value in another. The
+cross-axis rules of SPEC §0 are checked here, before any request is sent, each
+with a message that says what to change. Configs come from dicts (a notebook's
+parameters cell), YAML/JSON files (``--config``) and go back to dicts for the
+run manifest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import ConfigError
+from workbench.records import Workload
+
+ARRIVAL_MODES = ("trace-timed", "saturated", "closed-loop")
+TOKEN_ID_BACKENDS = ("openai", "vllm-tokens", "sglang-tokens")
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    """Axis 1: which file, read how, and how much of it (``max_items``: first N units)."""
+
+    path: str = ""
+    format: str = "auto"
+    max_items: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ContextSpec:
+    """Axis 2: ``policy`` None means ``trace-reported`` for sessions, nothing otherwise."""
+
+    policy: str | None = None
+    shared_prefix: bool = False
+    max_model_len: int | None = None
+    major_compaction_min_drop_tokens: int = 64000
+    major_compaction_min_drop_ratio: float = 0.5
+
+
+@dataclass(frozen=True)
+class ArrivalSpec:
+    """Axis 3: when a unit may start and how many run at once."""
+
+    mode: str = "trace-timed"
+    rate: float | None = None
+    max_concurrency: int | None = None
+    duration_s: float | None = None
+    drain: str = "finish"  # closed-loop at the deadline: "finish" or "truncate" sessions
+    fuse_s: float | None = None  # runaway fuse: hard cap on the run's wall time
+    warmup: int = 0
+    tool_wait_scale: float = 1.0
+    output_len: str = "trace"  # trace | fixed:K | budget:T
+    stop_session_on_error: bool = True
+    request_timeout_s: float | None = None
+    stream_idle_timeout_s: float | None = 60.0
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """Axis 4: the wire protocol and its client-side options."""
+
+    name: str = "openai"
+    api_key_env: str | None = "OPENAI_API_KEY"
+    preflight: bool | None = None  # None: on for real servers, off for the embedded engine
+    scrape_interval_s: float | None = 1.0
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """Where requests go: ``"sim"`` (the embedded engine, started for the run) or a URL."""
+
+    url: str = "sim"
+    engine: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_sim(self) -> bool:
+        return self.url == "sim"
+
+
+_SECTIONS: dict[str, tuple[type, str]] = {
+    "trace": (TraceSpec, "path"),
+    "context": (ContextSpec, "policy"),
+    "arrival": (ArrivalSpec, "mode"),
+    "backend": (BackendSpec, "name"),
+    "target": (TargetSpec, "url"),
+}
+_TOP_LEVEL = ("seed", "slo", "dry_run", "run_id", "out_dir", "label")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    trace: TraceSpec = field(default_factory=TraceSpec)
+    context: ContextSpec = field(default_factory=ContextSpec)
+    arrival: ArrivalSpec = field(default_factory=ArrivalSpec)
+    backend: BackendSpec = field(default_factory=BackendSpec)
+    target: TargetSpec = field(default_factory=TargetSpec)
+    seed: int = 0
+    slo: dict[str, float] | None = None
+    dry_run: bool = False
+    run_id: str | None = None
+    out_dir: str | None = None
+    label: str | None = None
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunConfig:
+        """Build from a dict; each axis may be a dict or a bare string (its main field)."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"a run config is a mapping, got {type(d).__name__}")
+        unknown = sorted(set(d) - set(_SECTIONS) - set(_TOP_LEVEL))
+        if unknown:
+            valid = ", ".join([*_SECTIONS, *_TOP_LEVEL])
+            raise ConfigError(f"unknown config key(s) {unknown}; valid: {valid}")
+        kwargs: dict[str, Any] = {k: d[k] for k in _TOP_LEVEL if k in d and d[k] is not None}
+        for key, (spec_cls, main) in _SECTIONS.items():
+            if key in d and d[key] is not None:
+                kwargs[key] = _section(key, spec_cls, main, d[key])
+        cfg = cls(**kwargs)
+        cfg.check()
+        return cfg
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> RunConfig:
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            try:
+                data = yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+        else:
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+        return cls.from_dict(data or {})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> RunConfig:
+        """A copy with top-level or dotted changes: ``cfg.replace(**{"arrival.rate": 2})``."""
+        d = self.to_dict()
+        for key, value in changes.items():
+            section, _, name = key.partition(".")
+            if name:
+                d[section][name] = value
+            else:
+                d[section] = value
+        return RunConfig.from_dict(d)
+
+    # -- validation ---------------------------------------------------------------------
+    def check(self) -> None:
+        """Rules that need no trace: names exist, numbers in range, axis combinations."""
+        from workbench.backends import BACKENDS
+        from workbench.context import POLICIES
+
+        a = self.arrival
+        if a.mode not in ARRIVAL_MODES:
+            raise ConfigError(
+                f"arrival.mode {a.mode!r} is unknown; valid: {', '.join(ARRIVAL_MODES)}"
+            )
+        if a.rate is not None and a.mode != "trace-timed":
+            raise ConfigError(
+                f"arrival.rate rescales trace arrivals and cannot be used with mode "
+                f"{a.mode!r}; drop rate or use mode 'trace-timed'"
+            )
+        if a.rate is not None and a.rate <= 0:
+            raise ConfigError(f"arrival.rate must be > 0, got {a.rate}")
+        if a.max_concurrency is not None and a.max_concurrency <= 0:
+            raise ConfigError(
+                f"arrival.max_concurrency must be >= 1 (got {a.max_concurrency}); "
+                "leave it unset for no cap"
+            )
+        if a.mode == "closed-loop" and not a.max_concurrency:
+            raise ConfigError("arrival.mode 'closed-loop' needs max_concurrency (sessions active)")
+        if a.duration_s is not None and a.mode != "closed-loop":
+            raise ConfigError("arrival.duration_s only applies to mode 'closed-loop'")
+        if a.drain not in ("finish", "truncate"):
+            raise ConfigError(f"arrival.drain must be 'finish' or 'truncate', got {a.drain!r}")
+        if a.tool_wait_scale < 0 or a.warmup < 0:
+            raise ConfigError("arrival.tool_wait_scale and arrival.warmup must be >= 0")
+        parse_output_policy(a.output_len)
+        BACKENDS.canonical(self.backend.name)
+        if self.context.policy is not None:
+            POLICIES.canonical(self.context.policy)
+            if self.policy_name == "prefix-preserving" and not self.backend_returns_ids:
+                raise ConfigError(
+                    f"context.policy 'prefix-preserving' carries the server's exact output "
+                    f"token ids, which backend {self.backend.name!r} cannot return; use one of "
+                    f"{', '.join(TOKEN_ID_BACKENDS)} or policy 'trace-reported'"
+                )
+        if self.trace.max_items is not None and self.trace.max_items <= 0:
+            raise ConfigError(f"trace.max_items must be >= 1, got {self.trace.max_items}")
+
+    def check_workload(self, workload: Workload) -> None:
+        """Rules that depend on what the trace holds."""
+        if self.context.policy is not None and not workload.has_sessions:
+            raise ConfigError(
+                f"context.policy {self.context.policy!r} applies to sessions, but trace format "
+                f"{workload.fmt!r} holds only independent requests; unset context.policy"
+            )
+        if self.context.policy is not None and workload.has_hash_ids:
+            raise ConfigError(
+                f"context.policy {self.context.policy!r} cannot apply to {workload.fmt!r}: its "
+                "prompts come from block hash ids, not a conversation; unset context.policy"
+            )
+
+    @property
+    def policy_name(self) -> str | None:
+        from workbench.context import POLICIES
+
+        return None if self.context.policy is None else POLICIES.canonical(self.context.policy)
+
+    @property
+    def backend_returns_ids(self) -> bool:
+        from workbench.backends import BACKENDS
+
+        codec = BACKENDS.get(self.backend.name)
+        return bool(getattr(codec, "returns_token_ids", False))
+
+
+def _section(key: str, spec_cls: type, main: str, value: Any) -> Any:
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        return spec_cls(**{main: value})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key} must be a mapping or a string, got {type(value).__name__}")
+    names = {f.name for f in dataclasses.fields(spec_cls)}
+    unknown = sorted(set(value) - names)
+    if unknown:
+        raise ConfigError(
+            f"unknown {key} option(s) {unknown}; valid: {', '.join(sorted(names))}"
+        )
+    return spec_cls(**value)
+
+
+def parse_output_policy(spec: str) -> tuple[str, int]:
+    """``trace`` → ("trace", 0); ``fixed:K`` → ("fixed", K); ``budget:T`` → ("budget", T)."""
+    kind, _, num = spec.partition(":")
+    if kind == "trace" and not num:
+        return "trace", 0
+    if kind in ("fixed", "budget") and num.isdigit() and int(num) > 0:
+        return kind, int(num)
+    raise ConfigError(
+        f"arrival.output_len {spec!r} is invalid; use 'trace', 'fixed:K' or 'budget:T' (K, T > 0)"
+    )
+
+
+def available() -> dict[str, list[str]]:
+    """The registered names of every axis (what widgets and ``--help`` offer)."""
+    from workbench.backends import BACKENDS
+    from workbench.context import POLICIES
+    from workbench.traces.base import available_formats
+
+    return {
+        "trace_formats": ["auto", *available_formats()],
+        "context_policies": [*POLICIES.names(), *POLICIES.aliases()],
+        "arrival_modes": list(ARRIVAL_MODES),
+        "backends": BACKENDS.names(),
+    }

@@ -1,0 +1,111 @@
+"""The replay plan (pure): what every unit will send, before anything is sent.
+
+Applies axis 2 (context policy) and the output-length policy to each unit's
+rounds and axis 3's schedule to its release time. ``dry_run`` prints this; the
+runner and ``simulate`` execute it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.arrival.schedule import release_offsets_ms
+from workbench.config import RunConfig, parse_output_policy
+from workbench.context.policy import POLICIES, PrefixPreserving, plan_rounds
+from workbench.records import Round, Unit, Workload
+
+
+@dataclass(frozen=True, slots=True)
+class RoundPlan:
+    round: Round
+    prefix_len: int
+    input_len: int
+    output_len: int
+    folded_prefix_tokens: int = 0
+    major_compaction: bool = False
+
+    @property
+    def prompt_len(self) -> int:
+        return self.prefix_len + self.input_len
+
+
+@dataclass(frozen=True, slots=True)
+class UnitPlan:
+    ordinal: int
+    unit: Unit
+    offset_ms: float
+    rounds: tuple[RoundPlan, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    units: tuple[UnitPlan, ...]
+    policy: str | None
+    block_size: int | None = None  # token size of one hash id block (Mooncake/Dynamo traces)
+
+    @property
+    def n_rounds(self) -> int:
+        return sum(len(u.rounds) for u in self.units)
+
+    def totals(self) -> dict[str, float]:
+        rounds = [r for u in self.units for r in u.rounds]
+        prefix = sum(r.prefix_len for r in rounds)
+        prompt = sum(r.prompt_len for r in rounds)
+        return {
+            "units": len(self.units),
+            "rounds": len(rounds),
+            "total_prompt_tokens": prompt,
+            "total_prefix_tokens": prefix,
+            "total_output_tokens": sum(r.output_len for r in rounds),
+            "folded_prefix_tokens": sum(r.folded_prefix_tokens for r in rounds),
+            "planned_prefix_hit_rate": prefix / prompt if prompt else 0.0,
+        }
+
+
+def effective_policy(cfg: RunConfig, workload: Workload) -> str | None:
+    """The policy that applies: the configured one, else trace-reported for conversations."""
+    if cfg.policy_name is not None:
+        return cfg.policy_name
+    if workload.has_sessions and not workload.has_hash_ids:
+        return "trace-reported"
+    return None
+
+
+def build_plan(cfg: RunConfig, workload: Workload) -> Plan:
+    policy_name = effective_policy(cfg, workload)
+    if policy_name == "prefix-preserving":
+        policy = PrefixPreserving(
+            cfg.context.major_compaction_min_drop_tokens,
+            cfg.context.major_compaction_min_drop_ratio,
+        )
+    else:
+        policy = POLICIES.get(policy_name or "trace-reported")
+    kind, amount = parse_output_policy(cfg.arrival.output_len)
+    offsets = release_offsets_ms(workload.units, cfg.arrival.mode, cfg.arrival.rate)
+    units = []
+    for ordinal, (unit, offset) in enumerate(zip(workload.units, offsets, strict=True)):
+        rounds = unit.rounds
+        outputs = _output_lengths(rounds, kind, amount)
+        if policy_name is None:
+            plans = tuple(
+                RoundPlan(r, r.prefix_len, r.input_len, o)
+                for r, o in zip(rounds, outputs, strict=True)
+            )
+        else:
+            planned = plan_rounds(rounds, policy, outputs)
+            plans = tuple(
+                RoundPlan(r, p.prefix_len, p.input_len, o, p.folded_prefix_tokens,
+                          p.major_compaction)
+                for r, p, o in zip(rounds, planned, outputs, strict=True)
+            )
+        units.append(UnitPlan(ordinal, unit, offset, plans))
+    return Plan(tuple(units), policy_name, workload.block_size)
+
+
+def _output_lengths(rounds: tuple[Round, ...], kind: str, amount: int) -> list[int]:
+    if kind == "fixed":
+        return [amount] * len(rounds)
+    if kind == "budget":
+        per = max(amount // max(len(rounds), 1), 1)
+        return [per] * len(rounds)
+    return [max(r.output_len, 1) for r in rounds]

@@ -1,0 +1,145 @@
+"""``run`` / ``run_async``: one replay from a ``RunConfig`` to a saved ``RunResult``.
+
+Orchestration only: load and check the trace, build the plan, open the target
+(the embedded engine or a URL), open one transport, run the preflight and the
+``/metrics`` scraper, hand the plan to the ``Runner``, and write the run
+directory as it goes (records are on disk the moment each request ends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import hashlib
+import logging
+import platform
+import socket
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from workbench.config import RunConfig
+from workbench.errors import ConfigError
+from workbench.plan import Plan, build_plan
+from workbench.records import RequestRecord, RunResult, Workload
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[int, int], None]
+
+
+def coerce_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
+    return cfg if isinstance(cfg, RunConfig) else RunConfig.from_dict(cfg)
+
+
+def load_workload(cfg: RunConfig) -> Workload:
+    from workbench.traces.base import load_trace
+
+    if not cfg.trace.path:
+        raise ConfigError("trace.path is empty: say which trace file to replay")
+    workload = load_trace(cfg.trace.path, cfg.trace.format, **cfg.trace.options)
+    if cfg.trace.max_items is not None:
+        workload = workload.head(cfg.trace.max_items)
+    cfg.check_workload(workload)
+    return workload
+
+
+def new_run_id(cfg: RunConfig) -> str:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{cfg.backend.name}-{uuid.uuid4().hex[:6]}"
+
+
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -> dict[str, Any]:
+    """Everything needed to know what ran: config, trace identity, versions, host."""
+    import aiohttp
+    import numpy
+    import pandas
+
+    from workbench import __version__
+    from workbench.traces.stats import trace_stats
+
+    stats = trace_stats(workload)
+    return {
+        "run_id": run_id,
+        "label": cfg.label,
+        "config": cfg.to_dict(),
+        "trace": {
+            "path": workload.source,
+            "format": workload.fmt,
+            "sha256": file_sha256(workload.source) if workload.source else None,
+            "units": len(workload.units),
+            "rounds": workload.n_rounds,
+        },
+        "policy": plan.policy,
+        "plan": plan.totals(),
+        "ideal_prefix_hit_rate": float(stats.summary["ideal_prefix_hit_rate"]),
+        "versions": {
+            "workbench": __version__,
+            "python": sys.version.split()[0],
+            "aiohttp": aiohttp.__version__,
+            "pandas": pandas.__version__,
+            "numpy": numpy.__version__,
+        },
+        "host": {"hostname": socket.gethostname(), "platform": platform.platform()},
+        "started_at": dt.datetime.now(dt.UTC).isoformat(),
+        "status": "running",
+    }
+
+
+def dry_run_result(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -> RunResult:
+    manifest = base_manifest(cfg, workload, plan, run_id)
+    manifest["status"] = "dry_run"
+    return RunResult(run_id, [], manifest=manifest)
+
+
+async def run_async(
+    cfg: RunConfig | dict[str, Any],
+    *,
+    progress: Progress | None = None,
+    stop: asyncio.Event | None = None,
+    workload: Workload | None = None,
+) -> RunResult:
+    """Replay ``cfg`` and return its result (saved under ``cfg.out_dir/<run_id>`` if set).
+
+    ``stop`` (e.g. a notebook's Stop button) ends the run cleanly: in-flight
+    requests are recorded as cancelled and the result says ``cancelled``.
+    Cancelling the task itself does the same bookkeeping, then re-raises.
+    """
+    from workbench.replay_session import ReplaySession
+
+    cfg = coerce_config(cfg)
+    workload = workload if workload is not None else load_workload(cfg)
+    cfg.check_workload(workload)
+    plan = build_plan(cfg, workload)
+    run_id = cfg.run_id or new_run_id(cfg)
+    if cfg.dry_run:
+        return dry_run_result(cfg, workload, plan, run_id)
+    manifest = base_manifest(cfg, workload, plan, run_id)
+    session = ReplaySession(cfg, plan, run_id, manifest, progress=progress)
+    return await session.run(stop)
+
+
+def run(cfg: RunConfig | dict[str, Any], *, progress: Progress | None = None) -> RunResult:
+    """Synchronous ``run_async``; inside a running loop (a notebook) it uses nest_asyncio."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(run_async(cfg, progress=progress))
+    import nest_asyncio
+
+    nest_asyncio.apply()
+    return asyncio.get_event_loop().run_until_complete(run_async(cfg, progress=progress))
+
+
+def count_progress(records: list[RequestRecord]) -> int:
+    return sum(1 for r in records if not r.warmup)

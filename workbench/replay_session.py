@@ -1,0 +1,231 @@
+"""One live replay's resources, opened and closed in order.
+
+Target (the embedded engine is started here when ``target.url == "sim"``) →
+run directory writers → transport → preflight → ``/metrics`` scraper → runner.
+Whatever ends the run (completion, ``stop``, task cancellation, Ctrl-C), the
+records already written stay on disk and the manifest and summary say how it
+ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from workbench.backends import BACKENDS
+from workbench.backends.transport import Transport, TransportOptions
+from workbench.clock import WallClock
+from workbench.config import RunConfig
+from workbench.context.tokens import TokenPool
+from workbench.errors import WorkbenchError
+from workbench.plan import Plan
+from workbench.records import RequestRecord, RunResult
+from workbench.runner import Runner
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.asynccontextmanager
+async def open_target(cfg: RunConfig) -> AsyncIterator[dict[str, Any]]:
+    """Yield ``{"base_url": ..., "kind": "sim"|"url", "engine": {...}}``."""
+    if cfg.target.is_sim:
+        from workbench.sim.server import serve_sim
+
+        async with serve_sim(**cfg.target.engine) as handle:
+            yield {
+                "base_url": handle.base_url,
+                "kind": "sim",
+                "engine": _engine_info(handle),
+            }
+    else:
+        yield {"base_url": cfg.target.url.rstrip("/"), "kind": "url", "engine": None}
+
+
+def _engine_info(handle: Any) -> dict[str, Any]:
+    import dataclasses
+
+    config = getattr(handle, "config", None)
+    if config is not None and dataclasses.is_dataclass(config):
+        return {k: v for k, v in dataclasses.asdict(config).items() if _jsonable(v)}
+    return {}
+
+
+def _jsonable(v: Any) -> bool:
+    return isinstance(v, str | int | float | bool | type(None) | list | dict)
+
+
+class ReplaySession:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        plan: Plan,
+        run_id: str,
+        manifest: dict[str, Any],
+        *,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.plan = plan
+        self.run_id = run_id
+        self.manifest = manifest
+        self.progress = progress
+        self.records: list[RequestRecord] = []
+        self.lifecycle: list[dict[str, Any]] = []
+        self.timeline: list[dict[str, Any]] = []
+        self.run_dir = Path(cfg.out_dir) / run_id if cfg.out_dir else None
+        self._writers: dict[str, Any] = {}
+        self._done = 0
+        self._total = plan.n_rounds
+
+    # -- sinks --------------------------------------------------------------------------
+    def _open_writers(self) -> None:
+        if self.run_dir is None:
+            return
+        from workbench.report.store import RecordWriter, write_json
+
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        for name in ("records", "lifecycle"):
+            self._writers[name] = RecordWriter(self.run_dir / f"{name}.jsonl")
+        write_json(self.run_dir / "manifest.json", self.manifest)
+
+    def _on_record(self, rec: RequestRecord) -> None:
+        self.records.append(rec)
+        if "records" in self._writers:
+            self._writers["records"].write(rec)
+        if not rec.warmup:
+            self._done += 1
+            if self.progress is not None:
+                self.progress(self._done, self._total)
+
+    def _on_lifecycle(self, row: dict[str, Any]) -> None:
+        self.lifecycle.append(row)
+        if "lifecycle" in self._writers:
+            self._writers["lifecycle"].write(row)
+
+    # -- the run ------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event | None) -> RunResult:
+        self._open_writers()
+        status = "failed"
+        try:
+            async with open_target(self.cfg) as target:
+                self.manifest["target"] = target
+                await self._run_against(target, stop)
+            status = "cancelled" if self._cancelled else "completed"
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            status = "cancelled"
+            raise
+        finally:
+            self._finalize(status)
+        return self.result
+
+    _cancelled = False
+
+    async def _run_against(self, target: dict[str, Any], stop: asyncio.Event | None) -> None:
+        b = self.cfg.backend
+        a = self.cfg.arrival
+        codec = BACKENDS.get(b.name)
+        if b.options and hasattr(codec, "with_options"):
+            codec = codec.with_options(**b.options)
+        clock = WallClock()
+        pool = TokenPool(seed=self.cfg.seed)
+        options = TransportOptions(
+            base_url=target["base_url"],
+            api_key_env=b.api_key_env,
+            request_timeout_s=a.request_timeout_s,
+            stream_idle_timeout_s=a.stream_idle_timeout_s,
+        )
+        async with Transport(options, clock) as transport:
+            await self._preflight(transport, codec, pool, target)
+            block_size = await self._block_size(target)
+            runner = Runner(
+                self.cfg, self.plan, run_id=self.run_id, codec=codec, sender=transport,
+                clock=clock, pool=pool, sink=self._on_record,
+                lifecycle_sink=self._on_lifecycle, block_size=block_size,
+            )
+            self.manifest["block_size"] = block_size
+            scraper = self._scraper(target, clock)
+            watcher = asyncio.ensure_future(_watch(stop, runner)) if stop else None
+            try:
+                if scraper is not None:
+                    await scraper.start()
+                await runner.execute()
+            finally:
+                if watcher is not None:
+                    watcher.cancel()
+                if scraper is not None:
+                    await scraper.stop()
+                    self.timeline = list(scraper.timeline)
+            self._cancelled = runner.stop_reason is not None
+            self.manifest["stop_reason"] = runner.stop_reason
+            self.manifest["peak_active_units"] = runner.gate.peak_active
+
+    async def _preflight(self, transport: Any, codec: Any, pool: TokenPool, target: dict) -> None:
+        enabled = self.cfg.backend.preflight
+        if enabled is None:
+            enabled = target["kind"] != "sim"
+        if not enabled:
+            return
+        from workbench.backends.preflight import preflight_prefix_cache
+
+        result = await preflight_prefix_cache(transport, codec, pool.tail(8192))
+        self.manifest["preflight"] = getattr(result, "__dict__", str(result))
+
+    async def _block_size(self, target: dict[str, Any]) -> int | None:
+        if self.plan.block_size:
+            return self.plan.block_size
+        engine = target.get("engine") or {}
+        if engine.get("block_size"):
+            return int(engine["block_size"])
+        try:
+            from workbench.backends.scrape import detect_block_size
+
+            return await detect_block_size(target["base_url"])
+        except (WorkbenchError, OSError, asyncio.TimeoutError) as exc:
+            log.info("block size not detected: %s", exc)
+            return None
+
+    def _scraper(self, target: dict[str, Any], clock: WallClock) -> Any:
+        interval = self.cfg.backend.scrape_interval_s
+        if not interval:
+            return None
+        from workbench.backends.scrape import MetricsScraper
+
+        return MetricsScraper(target["base_url"], interval, clock)
+
+    # -- closing ------------------------------------------------------------------------
+    @property
+    def result(self) -> RunResult:
+        return RunResult(
+            self.run_id, self.records, manifest=self.manifest, lifecycle=self.lifecycle,
+            metrics_timeline=self.timeline,
+            run_dir=str(self.run_dir) if self.run_dir else None,
+            cancelled=self.manifest.get("status") == "cancelled",
+        )
+
+    def _finalize(self, status: str) -> None:
+        from workbench.metrics import summarize
+
+        self.manifest["status"] = status
+        self.manifest["finished_at"] = dt.datetime.now(dt.UTC).isoformat()
+        for w in self._writers.values():
+            w.close()
+        if self.run_dir is None:
+            return
+        from workbench.report.store import RecordWriter, write_json
+
+        if self.timeline:
+            with RecordWriter(self.run_dir / "metrics_timeline.jsonl") as tw:
+                for row in self.timeline:
+                    tw.write(row)
+        write_json(self.run_dir / "manifest.json", self.manifest)
+        write_json(self.run_dir / "summary.json", summarize(self.result, self.cfg.slo))
+
+
+async def _watch(stop: asyncio.Event, runner: Runner) -> None:
+    await stop.wait()
+    runner.stop("stopped")

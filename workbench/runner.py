@@ -1,0 +1,330 @@
+"""The runner: arrival → admission → per round: context → codec via a sender → record → tool wait.
+
+It executes a ``Plan`` against anything with a ``send(codec, request, record)``
+coroutine (the HTTP ``Transport`` of a live replay, or the in-process engine
+sender of ``simulate``) on any ``Clock``. No metric math, no printing, no files:
+finished records go to a ``sink`` callback the moment they end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from workbench.arrival.admission import AdmissionGate
+from workbench.backends.base import Codec, WireRequest
+from workbench.clock import Clock
+from workbench.config import RunConfig
+from workbench.context.tokens import TokenPool
+from workbench.plan import Plan, RoundPlan, UnitPlan
+from workbench.records import RequestRecord
+
+log = logging.getLogger(__name__)
+
+NS_PER_MS = 1_000_000
+WARMUP_MAX_ROUNDS = 3
+
+
+class Sender(Protocol):
+    async def send(
+        self, codec: Codec, req: WireRequest, rec: RequestRecord
+    ) -> list[int] | None: ...
+
+
+RecordSink = Callable[[RequestRecord], None]
+LifecycleSink = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class UnitRun:
+    """Mutable state of one unit while it runs (becomes a lifecycle record)."""
+
+    plan: UnitPlan
+    loop_idx: int
+    routing_slot: int
+    released_ns: int
+    admitted_ns: int
+    warmup: bool = False
+    rounds_done: int = 0
+    reason: str = "completed"
+    context: list[int] = field(default_factory=list)
+
+    @property
+    def stream(self) -> str:
+        tag = "warmup:" if self.warmup else ""
+        loop = f"~{self.loop_idx}" if self.loop_idx else ""
+        return f"{tag}{self.plan.ordinal}:{self.plan.unit.unit_id}{loop}"
+
+
+class Runner:
+    """Executes one plan. ``stop()`` ends it cleanly: in-flight requests are cancelled
+    (recorded as such), finished ones are already in the sink."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        plan: Plan,
+        *,
+        run_id: str,
+        codec: Codec,
+        sender: Sender,
+        clock: Clock,
+        pool: TokenPool,
+        sink: RecordSink,
+        lifecycle_sink: LifecycleSink | None = None,
+        block_size: int | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.plan = plan
+        self.run_id = run_id
+        self.codec = codec
+        self.sender = sender
+        self.clock = clock
+        self.pool = pool
+        self.sink = sink
+        self.lifecycle_sink = lifecycle_sink or (lambda _d: None)
+        self.block_size = block_size or 512
+        self.gate = AdmissionGate(cfg.arrival.max_concurrency)
+        self.stopped = asyncio.Event()
+        self.stop_reason: str | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._deadline_ns: int | None = None
+        self.t0_ns = 0
+
+    # -- control ------------------------------------------------------------------------
+    def stop(self, reason: str = "stopped") -> None:
+        if not self.stopped.is_set():
+            self.stop_reason = reason
+            self.stopped.set()
+
+    async def execute(self) -> None:
+        """Warm-up (excluded from results), then the measured run."""
+        if self.cfg.arrival.warmup:
+            await self._warmup()
+        self.t0_ns = self.clock.now_ns()
+        a = self.cfg.arrival
+        if a.mode == "closed-loop" and a.duration_s is not None:
+            self._deadline_ns = self.t0_ns + int(a.duration_s * 1e9)
+        fuse = asyncio.ensure_future(self._fuse()) if a.fuse_s else None
+        dispatcher = asyncio.ensure_future(self._dispatch())
+        stop_wait = asyncio.ensure_future(self.stopped.wait())
+        try:
+            await asyncio.wait({dispatcher, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+            if not self.stopped.is_set():
+                await self._drain()
+        finally:
+            await self._cancel_all([dispatcher, stop_wait, *([fuse] if fuse else [])])
+
+    async def _drain(self) -> None:
+        """Wait for running units, but give up at once if someone calls ``stop``."""
+        while self._tasks and not self.stopped.is_set():
+            stop_wait = asyncio.ensure_future(self.stopped.wait())
+            await asyncio.wait({*self._tasks, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+            stop_wait.cancel()
+
+    async def _cancel_all(self, extra: list[asyncio.Future[Any]]) -> None:
+        pending = [*extra, *self._tasks]
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _fuse(self) -> None:
+        assert self.cfg.arrival.fuse_s is not None
+        await self.clock.sleep_until(self.t0_ns + int(self.cfg.arrival.fuse_s * 1e9))
+        log.warning("runaway fuse: stopping the run after %.1f s", self.cfg.arrival.fuse_s)
+        self.stop("fuse")
+
+    # -- dispatch -----------------------------------------------------------------------
+    async def _dispatch(self) -> None:
+        """Release units in file order; the gate hands out slots strictly in that order."""
+        units = self.plan.units
+        if self.cfg.arrival.mode == "closed-loop":
+            await self._dispatch_closed_loop()
+            return
+        for up in units:
+            scheduled = self.t0_ns + round(up.offset_ms * NS_PER_MS)
+            await self.clock.sleep_until(scheduled)
+            released = self.clock.now_ns()
+            slot = await self.gate.acquire()
+            self._spawn(up, 0, slot, scheduled, released)
+
+    async def _dispatch_closed_loop(self) -> None:
+        """Exactly ``max_concurrency`` sessions active; with ``duration_s`` the pool loops."""
+        loop_idx = 0
+        while True:
+            for up in self.plan.units:
+                slot = await self.gate.acquire()
+                now = self.clock.now_ns()
+                if self._deadline_ns is not None and now >= self._deadline_ns:
+                    self.gate.release(slot)
+                    return
+                self._spawn(up, loop_idx, slot, now, now)
+            if self._deadline_ns is None:
+                return
+            loop_idx += 1
+
+    def _spawn(self, up: UnitPlan, loop_idx: int, slot: int, scheduled: int, released: int) -> None:
+        run = UnitRun(up, loop_idx, slot, released, self.clock.now_ns())
+        task = asyncio.ensure_future(self._unit(run, scheduled))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _warmup(self) -> None:
+        n = self.cfg.arrival.warmup
+        runs = []
+        for up in self.plan.units[:n]:
+            now = self.clock.now_ns()
+            short = UnitPlan(up.ordinal, up.unit, 0.0, up.rounds[:WARMUP_MAX_ROUNDS])
+            runs.append(self._unit(UnitRun(short, 0, up.ordinal, now, now, warmup=True), now))
+        await asyncio.gather(*runs)
+
+    # -- one unit -----------------------------------------------------------------------
+    async def _unit(self, run: UnitRun, scheduled_ns: int) -> None:
+        try:
+            for k, rp in enumerate(run.plan.rounds):
+                if self._past_deadline():
+                    run.reason = "truncated"
+                    break
+                rec = await self._round(run, k, rp, scheduled_ns if k == 0 else None)
+                if rec.status == "skipped":
+                    run.reason = "context_guard"
+                    break
+                if rec.status != "ok" and self.cfg.arrival.stop_session_on_error:
+                    run.reason = "error"
+                    break
+                run.rounds_done += 1
+                if k + 1 < len(run.plan.rounds):
+                    await self._tool_wait(rp)
+        except asyncio.CancelledError:
+            run.reason = "cancelled"
+            raise
+        finally:
+            if not run.warmup:
+                self.gate.release(run.routing_slot)
+            self._emit_lifecycle(run)
+
+    def _past_deadline(self) -> bool:
+        return (
+            self._deadline_ns is not None
+            and self.cfg.arrival.drain == "truncate"
+            and self.clock.now_ns() >= self._deadline_ns
+        )
+
+    async def _tool_wait(self, rp: RoundPlan) -> None:
+        wait_ms = rp.round.tool_wait_after_ms * self.cfg.arrival.tool_wait_scale
+        if wait_ms > 0:
+            await self.clock.sleep_until(self.clock.now_ns() + round(wait_ms * NS_PER_MS))
+
+    def _emit_lifecycle(self, run: UnitRun) -> None:
+        self.lifecycle_sink(
+            {
+                "run_id": self.run_id,
+                "unit_ordinal": run.plan.ordinal,
+                "unit_id": run.plan.unit.unit_id,
+                "kind": run.plan.unit.kind,
+                "loop": run.loop_idx,
+                "warmup": run.warmup,
+                "routing_slot": run.routing_slot,
+                "released_ns": run.released_ns,
+                "admitted_ns": run.admitted_ns,
+                "end_ns": self.clock.now_ns(),
+                "rounds_total": len(run.plan.rounds),
+                "rounds_done": run.rounds_done,
+                "truncated": run.rounds_done < len(run.plan.rounds),
+                "reason": run.reason,
+            }
+        )
+
+    # -- one round ----------------------------------------------------------------------
+    async def _round(
+        self, run: UnitRun, k: int, rp: RoundPlan, scheduled_ns: int | None
+    ) -> RequestRecord:
+        rec = self._new_record(run, rp, scheduled_ns)
+        prompt = self._build_prompt(run, k, rp, rec)
+        rec.sent_prompt_tokens = len(prompt)
+        if self._guarded(rec, len(prompt), rp.output_len):
+            self._finish(rec)
+            return rec
+        req = WireRequest(
+            rec.request_id, prompt, rp.output_len, session_id=run.plan.unit.unit_id,
+            routing_slot=run.routing_slot, new_conversation=k == 0 or rp.round.reset_before,
+        )
+        rec.extra["input_sequence_hashes"] = self._hashes(prompt)
+        rec.extra["tool_wait_ms"] = rp.round.tool_wait_after_ms * self.cfg.arrival.tool_wait_scale
+        try:
+            out_ids = await self.sender.send(self.codec, req, rec)
+        except asyncio.CancelledError:
+            rec.status = "cancelled"
+            rec.error = rec.error or "run cancelled"
+            self._finish(rec)
+            raise
+        except Exception as exc:  # a bug in a sender must not end the run
+            log.exception("sender failed on %s", rec.request_id)
+            rec.status, rec.error = "error", f"{type(exc).__name__}: {exc}"
+            out_ids = None
+        run.context = prompt + out_ids if out_ids is not None else prompt
+        self._finish(rec)
+        return rec
+
+    def _new_record(self, run: UnitRun, rp: RoundPlan, scheduled_ns: int | None) -> RequestRecord:
+        rid = rp.round.request_id + (f"~{run.loop_idx}" if run.loop_idx else "")
+        if run.warmup:
+            rid = "warmup:" + rid
+        return RequestRecord(
+            run_id=self.run_id, request_id=rid, unit_ordinal=run.plan.ordinal,
+            session_id=run.plan.unit.unit_id, round_idx=rp.round.round_idx,
+            backend=self.codec.name, policy=self.plan.policy,
+            planned_prefix_tokens=rp.prefix_len, planned_input_tokens=rp.input_len,
+            planned_output_tokens=rp.output_len, folded_prefix_tokens=rp.folded_prefix_tokens,
+            scheduled_ns=scheduled_ns if scheduled_ns is not None else self.clock.now_ns(),
+            released_ns=run.released_ns if scheduled_ns is not None else self.clock.now_ns(),
+            admitted_ns=run.admitted_ns, routing_slot=run.routing_slot, warmup=run.warmup,
+        )
+
+    def _build_prompt(self, run: UnitRun, k: int, rp: RoundPlan, rec: RequestRecord) -> list[int]:
+        """``context[:p] + fresh(i)``; a short context becomes extra fresh input (shortfall)."""
+        r = rp.round
+        if r.hash_ids is not None:
+            rec.derived_prefix = rp.prefix_len
+            return self.pool.prompt_from_hash_ids(list(r.hash_ids), rp.prompt_len, self.block_size)
+        if r.reset_before:
+            run.context = []
+        derived = min(rp.prefix_len, len(run.context))
+        rec.derived_prefix = derived
+        rec.prefix_shortfall_tokens = rp.prefix_len - derived
+        fresh_n = rp.input_len + rec.prefix_shortfall_tokens
+        if k == 0 and self.cfg.context.shared_prefix and rp.folded_prefix_tokens:
+            key = _shared_key(run)
+            head = self.pool.shared_prefix(key, rp.folded_prefix_tokens)
+            return head + self.pool.fresh(run.stream, fresh_n - len(head))
+        return run.context[:derived] + self.pool.fresh(run.stream, fresh_n)
+
+    def _guarded(self, rec: RequestRecord, prompt_len: int, output_len: int) -> bool:
+        """Context guard: ``prompt + output >= max_model_len`` is skipped (one token headroom)."""
+        limit = self.cfg.context.max_model_len
+        if limit is not None and prompt_len + output_len >= limit:
+            rec.status = "skipped"
+            rec.error = (
+                f"context guard: prompt {prompt_len} + output {output_len} >= "
+                f"max_model_len {limit}; session ended"
+            )
+            return True
+        return False
+
+    def _hashes(self, prompt: list[int]) -> list[int]:
+        from workbench.context.hashing import block_hashes
+
+        return block_hashes(prompt, self.block_size)
+
+    def _finish(self, rec: RequestRecord) -> None:
+        if rec.end_ns is None:
+            rec.end_ns = self.clock.now_ns()
+        self.sink(rec)
+
+
+def _shared_key(run: UnitRun) -> str:
+    meta = run.plan.unit.meta
+    return "|".join(str(meta.get(k, "")) for k in ("provider", "model", "project"))
