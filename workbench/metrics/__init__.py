@@ -1,0 +1,75 @@
+"""Metrics: pure functions from request records to DataFrames and summaries.
+
+``to_frame`` derives the per-request metrics of SPEC §5 (see ``frame``),
+``summarize`` the run-level figures that go into ``summary.json`` (see
+``summary``), and the breakdown/timeline helpers feed tables and plots. Nothing
+here does I/O; ``workbench.report.store`` persists what these compute.
+"""
+
+from __future__ import annotations
+
+from workbench.metrics.breakdown import (
+    BAND_LABELS,
+    by_input_band,
+    by_round_index,
+    cap_from_manifest,
+    input_band,
+    per_session,
+    percentiles,
+    steady_window,
+)
+from workbench.metrics.frame import (
+    COLUMNS,
+    DERIVED_COLUMNS,
+    as_records,
+    output_tokens,
+    request_metrics,
+    run_rows,
+    to_frame,
+    token_events,
+)
+from workbench.metrics.summary import (
+    LATENCY_METRICS,
+    SLO_METRICS,
+    describe,
+    prefix_hit_rates,
+    server_window_hit_rate,
+    slo_attainment,
+    summarize,
+    throughput,
+)
+from workbench.metrics.timeline import (
+    active_units_timeline,
+    in_flight_timeline,
+    throughput_timeline,
+)
+
+__all__ = [
+    "BAND_LABELS",
+    "COLUMNS",
+    "DERIVED_COLUMNS",
+    "LATENCY_METRICS",
+    "SLO_METRICS",
+    "active_units_timeline",
+    "as_records",
+    "by_input_band",
+    "by_round_index",
+    "cap_from_manifest",
+    "describe",
+    "in_flight_timeline",
+    "input_band",
+    "output_tokens",
+    "per_session",
+    "percentiles",
+    "prefix_hit_rates",
+    "request_metrics",
+    "run_rows",
+    "server_window_hit_rate",
+    "slo_attainment",
+    "steady_window",
+    "summarize",
+    "throughput",
+    "throughput_timeline",
+    "to_frame",
+    "token_events",
+]

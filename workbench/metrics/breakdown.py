@@ -1,0 +1,157 @@
+"""Breakdowns of one run (each returns a DataFrame).
+
+- ``by_round_index``: round 0 vs later rounds, then each index. Later rounds are
+  where prefix caching shows (their prompt repeats the conversation so far).
+- ``by_input_band``: prompt-length bands 0–2K, 2–8K, 8–16K, 16–32K, 32K+ with
+  K = 1024 tokens, lower bound inclusive; every band is listed, even empty.
+- ``per_session``: per unit, output tokens/s *excluding tool waits*: Σ output
+  tokens of ok rounds / Σ e2e of every attempted round (time the client spent
+  waiting on the server, not on tools).
+- ``steady_window``: requests dispatched while the units holding a slot were
+  ≥ ceil(90 % of the cap), which drops ramp-up and drain. Active units come from
+  the records themselves (admitted → last end per ``unit_ordinal``); the cap is
+  the argument, else the manifest's ``max_concurrency``/``concurrency``, else
+  the largest number of units ever active together.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from workbench.metrics.frame import Data, run_rows
+from workbench.metrics.summary import metric_values
+from workbench.metrics.timeline import active_units_at
+from workbench.records import RunResult
+
+K = 1024
+BAND_EDGES: tuple[float, ...] = (0, 2 * K, 8 * K, 16 * K, 32 * K, math.inf)
+BAND_LABELS: tuple[str, ...] = ("0-2K", "2-8K", "8-16K", "16-32K", "32K+")
+BREAKDOWN_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "e2e_ms")
+QS: tuple[float, ...] = (50, 90, 99)
+
+
+def percentiles(
+    df: pd.DataFrame, col: str, qs: Sequence[float] = QS, *, by: str | None = None
+) -> pd.DataFrame:
+    """Linear-interpolated percentiles of ``col`` (columns ``p50``…), one row per ``by`` group."""
+    groups = df.groupby(by, sort=True, observed=False) if by else [("all", df)]
+    rows = {}
+    for key, part in groups:
+        vals = np.asarray([v for v in metric_values(part, col) if math.isfinite(v)], dtype=float)
+        pcts = np.percentile(vals, list(qs)) if vals.size else [math.nan] * len(qs)
+        rows[key] = {f"p{q:g}": float(p) for q, p in zip(qs, pcts, strict=True)}
+    return pd.DataFrame.from_dict(rows, orient="index", columns=[f"p{q:g}" for q in qs])
+
+
+def _group_row(part: pd.DataFrame) -> dict[str, Any]:
+    """Counts, latency percentiles over ok rows, and token-weighted hit rates."""
+    ok = part[part["status"] == "ok"]
+    row: dict[str, Any] = {
+        "requests": len(part),
+        "ok": len(ok),
+        "errors": int((part["status"] == "error").sum()),
+        "output_tokens": int(ok["output_tokens"].sum()),
+    }
+    for col in BREAKDOWN_METRICS:
+        vals = np.asarray([v for v in metric_values(ok, col) if math.isfinite(v)], dtype=float)
+        row[f"{col}_mean"] = float(vals.mean()) if vals.size else math.nan
+        for q, p in zip(QS, np.percentile(vals, QS) if vals.size else [math.nan] * 3, strict=True):
+            row[f"{col}_p{q:g}"] = float(p)
+    meas = ok[ok["cached_tokens"].notna() & (ok["prompt_tokens"].fillna(0) > 0)]
+    den = float(meas["prompt_tokens"].sum())
+    row["actual_prefix_hit_rate"] = float(meas["cached_tokens"].sum()) / den if den else math.nan
+    pden = float(part["planned_prompt_tokens"].sum())
+    row["planned_prefix_hit_rate"] = (
+        float(part["planned_prefix_tokens"].sum()) / pden if pden else math.nan
+    )
+    return row
+
+
+def _table(parts: Sequence[tuple[str, pd.DataFrame]], label: str) -> pd.DataFrame:
+    rows = [{label: name, **_group_row(part)} for name, part in parts]
+    return pd.DataFrame(rows)
+
+
+def by_round_index(data: Data, *, warmup: bool = False) -> pd.DataFrame:
+    """Rows ``first`` (round 0), ``later`` (rounds ≥ 1), then ``0``, ``1``, … per index."""
+    df = run_rows(data, warmup=warmup)
+    parts = [("first", df[df["round_idx"] == 0]), ("later", df[df["round_idx"] >= 1])]
+    parts += [(str(i), g) for i, g in df.groupby("round_idx", sort=True)]
+    return _table(parts, "group")
+
+
+def input_band(prompt_tokens: pd.Series) -> pd.Series:
+    """The band label of each prompt length (categorical, in band order)."""
+    return pd.cut(prompt_tokens, list(BAND_EDGES), right=False, labels=list(BAND_LABELS))
+
+
+def by_input_band(data: Data, *, warmup: bool = False) -> pd.DataFrame:
+    """One row per prompt-length band (``prompt_len``: server count, else as sent/planned)."""
+    df = run_rows(data, warmup=warmup)
+    bands = input_band(df["prompt_len"].astype(float))
+    return _table([(b, df[bands == b]) for b in BAND_LABELS], "band")
+
+
+def per_session(data: Data, *, warmup: bool = False) -> pd.DataFrame:
+    """Per unit: rounds, errors, output tokens, busy time, output tokens/s without tool waits."""
+    df = run_rows(data, warmup=warmup)
+    rows = []
+    for ordinal, part in df.groupby("unit_ordinal", sort=True):
+        ok = part[part["status"] == "ok"]
+        busy_s = float(part["e2e_ms"].sum(skipna=True)) / 1000
+        out = int(ok["output_tokens"].sum())
+        rows.append(
+            {
+                "unit_ordinal": ordinal,
+                "session_id": part["session_id"].iloc[0],
+                "rounds": len(part),
+                "ok": len(ok),
+                "errors": int((part["status"] == "error").sum()),
+                "output_tokens": out,
+                "busy_s": busy_s,
+                "output_tps": out / busy_s if busy_s > 0 else math.nan,
+            }
+        )
+    cols = [
+        "unit_ordinal",
+        "session_id",
+        "rounds",
+        "ok",
+        "errors",
+        "output_tokens",
+        "busy_s",
+        "output_tps",
+    ]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def cap_from_manifest(manifest: Mapping[str, Any]) -> int | None:
+    """The admission cap a run was configured with, when its manifest records one."""
+    config = manifest.get("config", manifest)
+    arrival = config.get("arrival", {}) if isinstance(config, Mapping) else {}
+    for src in (arrival, config):
+        if not isinstance(src, Mapping):
+            continue
+        for key in ("max_concurrency", "concurrency"):
+            if isinstance(src.get(key), int) and src[key] > 0:
+                return int(src[key])
+    return None
+
+
+def steady_window(
+    data: Data, cap: int | None = None, *, frac: float = 0.9, warmup: bool = False
+) -> pd.DataFrame:
+    """Requests dispatched while active units ≥ ceil(frac·cap), with an ``active_units`` column."""
+    df = run_rows(data, warmup=warmup)
+    sent = df[df["dispatch_ns"].notna()].copy()
+    sent["active_units"] = active_units_at(df, sent["dispatch_ns"].astype("int64").to_numpy())
+    if cap is None and isinstance(data, RunResult):
+        cap = cap_from_manifest(data.manifest)
+    if cap is None:
+        cap = int(sent["active_units"].max()) if len(sent) else 0
+    return sent[sent["active_units"] >= math.ceil(frac * cap)]

@@ -1,0 +1,244 @@
+"""Run-level summary: counts, latency percentiles, throughput, hit rates, SLO.
+
+``summarize`` returns a JSON-ready dict (plain floats/ints/None) whose keys are
+the names ``summary.json`` promises (SPEC §8). Run-level conventions (SPEC §5,
+research notes M.2/M.3/M.5):
+
+- percentiles interpolate linearly at ``q·(n−1)`` over **ok** requests;
+  ``itl_ms`` pools every gap of every ok request (token-weighted);
+- the throughput window spans every *attempted* request, first dispatch to
+  last end, so failures stretch the window, while numerators count successes
+  only — a run that fails fast cannot look fast;
+- ``actual_prefix_hit_rate`` = Σcached/Σprompt_tokens over ok requests whose
+  server reported a cached count; ``planned_prefix_hit_rate`` = Σp/Σ(p+i) over
+  every request of the plan; ``planned_prefix_hit_rate_measured`` re-accumulates
+  the plan over the same requests as the actual rate so the delta compares like
+  with like;
+- SLO attainment: a request attains a bound when it is ok *and* its metric is
+  measured and ≤ the bound; failed requests and unmeasured metrics (e.g. TPOT of
+  a 1-token output) count against, as in request-factory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from workbench.metrics.frame import Data, run_rows
+from workbench.records import RunResult
+
+LATENCY_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+AUDIT_METRICS: tuple[str, ...] = ("terminal_tail_ms", "completion_amortized_tpot_ms")
+SLO_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "e2e_ms")
+STAT_KEYS: tuple[str, ...] = ("mean", "p50", "p90", "p99", "min", "max", "count")
+STATUSES: dict[str, str] = {
+    "ok": "ok",
+    "errors": "error",
+    "skipped": "skipped",
+    "cancelled": "cancelled",
+}
+
+# (hits counter, queries counter) per engine; both count tokens.
+SERVER_HIT_COUNTERS: tuple[tuple[str, str], ...] = (
+    ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
+    ("sglang:cached_tokens_total", "sglang:prompt_tokens_total"),
+)
+
+
+def _num(x: Any) -> float | None:
+    """A plain float, or None for NaN/None (JSON has no NaN)."""
+    if x is None:
+        return None
+    f = float(x)
+    return None if math.isnan(f) else f
+
+
+def describe(values: Iterable[float]) -> dict[str, float | int | None]:
+    """mean/p50/p90/p99/min/max/count of the finite values; None when there are none."""
+    arr = np.asarray([v for v in values if v is not None], dtype=float)
+    arr = arr[np.isfinite(arr)]
+    if arr.size == 0:
+        return {**dict.fromkeys(STAT_KEYS[:-1]), "count": 0}
+    p50, p90, p99 = np.percentile(arr, [50, 90, 99])
+    return {
+        "mean": float(arr.mean()),
+        "p50": float(p50),
+        "p90": float(p90),
+        "p99": float(p99),
+        "min": float(arr.min()),
+        "max": float(arr.max()),
+        "count": int(arr.size),
+    }
+
+
+def metric_values(df: pd.DataFrame, col: str) -> list[float]:
+    """A metric's values; list-valued columns (``itl_ms``) are flattened."""
+    if col == "itl_ms":
+        return [g for gaps in df[col] for g in gaps]
+    return [float(v) for v in df[col]]
+
+
+def counts(df: pd.DataFrame) -> dict[str, int]:
+    """Requests by status (``requests`` is all of them)."""
+    out = {"requests": len(df)}
+    for key, status in STATUSES.items():
+        out[key] = int((df["status"] == status).sum())
+    return out
+
+
+def run_window_ns(df: pd.DataFrame) -> tuple[int, int] | None:
+    """First dispatch → last end over every attempted (dispatched) request."""
+    sent = df[df["dispatch_ns"].notna()]
+    if sent.empty:
+        return None
+    ends = sent["end_ns"].fillna(sent["last_token_ns"]).fillna(sent["dispatch_ns"])
+    return int(sent["dispatch_ns"].min()), int(ends.max())
+
+
+def throughput(df: pd.DataFrame) -> dict[str, float | int | None]:
+    """Success counts over the all-attempts window (see module docstring)."""
+    ok = df[df["status"] == "ok"]
+    out_tok = int(ok["output_tokens"].sum())
+    prompt_tok = int(ok["prompt_len"].sum())
+    window = run_window_ns(df)
+    dur = (window[1] - window[0]) / 1e9 if window else 0.0
+    rate = (lambda n: n / dur) if dur > 0 else (lambda n: None)
+    return {
+        "duration_s": dur if window else None,
+        "output_tokens": out_tok,
+        "prompt_tokens": prompt_tok,
+        "request_throughput_rps": rate(len(ok)),
+        "output_token_throughput_tps": rate(out_tok),
+        "total_token_throughput_tps": rate(out_tok + prompt_tok),
+    }
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return float(num / den) if den > 0 else None
+
+
+def prefix_hit_rates(df: pd.DataFrame) -> dict[str, float | int | None]:
+    """Token-weighted client-side hit rates (see module docstring)."""
+    ok = df[df["status"] == "ok"]
+    meas = ok[ok["cached_tokens"].notna() & (ok["prompt_tokens"].fillna(0) > 0)]
+    actual = _ratio(meas["cached_tokens"].sum(), meas["prompt_tokens"].sum())
+    planned = _ratio(df["planned_prefix_tokens"].sum(), df["planned_prompt_tokens"].sum())
+    plan_meas = _ratio(meas["planned_prefix_tokens"].sum(), meas["planned_prompt_tokens"].sum())
+    delta = actual - plan_meas if actual is not None and plan_meas is not None else None
+    return {
+        "actual_prefix_hit_rate": actual,
+        "planned_prefix_hit_rate": planned,
+        "planned_prefix_hit_rate_measured": plan_meas,
+        "prefix_hit_rate_delta": delta,
+        "measured_cache_requests": len(meas),
+        "cached_tokens": int(meas["cached_tokens"].sum()),
+    }
+
+
+def _sample_value(sample: Mapping[str, Any], name: str) -> float | None:
+    """A counter's value in one timeline sample, summed over label sets.
+
+    Accepted sample shapes: wide ``{"vllm:x_total": v, 'vllm:x_total{a="b"}': v}``,
+    nested ``{"metrics": {...wide...}}``, or long ``{"name": ..., "value": ...}``.
+    """
+    if "name" in sample and "value" in sample:
+        return float(sample["value"]) if sample["name"] == name else None
+    src = sample["metrics"] if isinstance(sample.get("metrics"), Mapping) else sample
+    vals = [float(v) for k, v in src.items() if k == name or k.startswith(name + "{")]
+    return sum(vals) if vals else None
+
+
+def _delta(timeline: Sequence[Mapping[str, Any]], name: str) -> float | None:
+    vals = [v for s in timeline if (v := _sample_value(s, name)) is not None]
+    return vals[-1] - vals[0] if len(vals) >= 2 else None
+
+
+def server_window_hit_rate(timeline: Sequence[Mapping[str, Any]]) -> float | None:
+    """Δhits/Δqueries between the first and last scrape (vLLM; SGLang Δcached/Δprompt).
+
+    The server counts whole cached blocks only, so this can sit slightly below
+    the client's token-exact figure; it also sees traffic from other clients.
+    """
+    for hits, queries in SERVER_HIT_COUNTERS:
+        d_hits, d_queries = _delta(timeline, hits), _delta(timeline, queries)
+        if d_hits is not None and d_queries is not None:
+            return _ratio(d_hits, d_queries)
+    return None
+
+
+def slo_attainment(
+    df: pd.DataFrame, slo: Mapping[str, float], duration_s: float | None
+) -> dict[str, Any]:
+    """Per-metric and joint attainment over every request; goodput = attained/window."""
+    unknown = sorted(set(slo) - set(SLO_METRICS))
+    if unknown:
+        raise ValueError(f"unknown SLO metric(s) {unknown}; valid: {', '.join(SLO_METRICS)}")
+    ok = df["status"] == "ok"
+    joint = ok.copy()
+    per: dict[str, float | None] = {}
+    for metric, bound in slo.items():
+        meets = ok & df[metric].notna() & (df[metric] <= float(bound))
+        per[metric] = float(meets.mean()) if len(df) else None
+        joint &= meets
+    attained = int(joint.sum())
+    return {
+        "bounds": {k: float(v) for k, v in slo.items()},
+        "requests": len(df),
+        "attained": attained,
+        "attainment": per,
+        "joint_attainment": float(joint.mean()) if len(df) else None,
+        "goodput_rps": attained / duration_s if duration_s else None,
+    }
+
+
+def _manifest_get(manifest: Mapping[str, Any], key: str) -> Any:
+    """``manifest[key]``, else the same key under ``config`` or ``trace_stats``."""
+    if key in manifest:
+        return manifest[key]
+    for section in ("config", "trace_stats"):
+        sub = manifest.get(section)
+        if isinstance(sub, Mapping) and key in sub:
+            return sub[key]
+    return None
+
+
+def summarize(
+    result: Data,
+    slo: Mapping[str, float] | None = None,
+    *,
+    warmup: bool = False,
+    ideal: float | None = None,
+) -> dict[str, Any]:
+    """The run's summary as a JSON-ready dict (the content of ``summary.json``).
+
+    ``slo`` and ``ideal`` default to the manifest's ``slo`` / ``ideal_prefix_hit_rate``
+    when ``result`` is a RunResult that carries them. Warmup records are excluded
+    unless ``warmup=True``.
+    """
+    manifest = result.manifest if isinstance(result, RunResult) else {}
+    timeline = result.metrics_timeline if isinstance(result, RunResult) else []
+    df = run_rows(result, warmup=warmup)
+    ok = df[df["status"] == "ok"]
+    out: dict[str, Any] = {"run_id": _run_id(result, df), "warmup_included": warmup, **counts(df)}
+    for col in (*LATENCY_METRICS, *AUDIT_METRICS):
+        out[col] = describe(metric_values(ok, col))
+    out.update(throughput(df))
+    out.update(prefix_hit_rates(df))
+    ideal = ideal if ideal is not None else _manifest_get(manifest, "ideal_prefix_hit_rate")
+    out["ideal_prefix_hit_rate"] = _num(ideal)
+    out["server_prefix_hit_rate"] = server_window_hit_rate(timeline)
+    slo = slo if slo is not None else _manifest_get(manifest, "slo")
+    out["slo"] = slo_attainment(df, slo, out["duration_s"]) if slo else None
+    if isinstance(result, RunResult):
+        out["cancelled"] = bool(result.cancelled)
+    return out
+
+
+def _run_id(result: Data, df: pd.DataFrame) -> str | None:
+    if isinstance(result, RunResult):
+        return result.run_id
+    return str(df["run_id"].iloc[0]) if len(df) else None
