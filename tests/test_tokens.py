@@ -1,0 +1,137 @@
+"""Synthetic tokens: deterministic, per-stream, in range, shared only when asked."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from workbench.context.tokens import DEFAULT_VOCAB_HI, DEFAULT_VOCAB_LO, TokenPool
+
+_DUMP = (
+    "from workbench.context.tokens import TokenPool; p = TokenPool(seed=3); "
+    "print(p.fresh('session-1', 40), p.fresh('session-1', 5), p.shared_prefix('k', 7), "
+    "p.block(42, 9), p.tail(6))"
+)
+
+
+def test_deterministic_across_processes():
+    outs = [
+        subprocess.run(
+            [sys.executable, "-c", _DUMP],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": str(hs)},
+        ).stdout
+        for hs in (0, 12345)
+    ]
+    assert outs[0] == outs[1]
+    p = TokenPool(seed=3)
+    local = (
+        p.fresh("session-1", 40),
+        p.fresh("session-1", 5),
+        p.shared_prefix("k", 7),
+        p.block(42, 9),
+        p.tail(6),
+    )
+    assert outs[0].strip() == " ".join(str(x) for x in local)
+
+
+def test_cursor_continues_and_is_split_invariant():
+    a, b = TokenPool(), TokenPool()
+    first = a.fresh("s", 10)
+    assert a.fresh("s", 10) != first  # the cursor moved on
+    assert (
+        b.fresh("s", 3) + b.fresh("s", 7) + b.fresh("s", 10)
+        == first + TokenPool().fresh("s", 20)[10:]
+    )
+    assert a.position("s") == 20 and a.position("other") == 0
+
+
+def test_streams_are_independent():
+    p = TokenPool()
+    s1, s2 = np.array(p.fresh("session-1", 5000)), np.array(p.fresh("session-2", 5000))
+    assert not np.array_equal(s1[:16], s2[:16])
+    # no more agreement than chance (1 / 30000 per position)
+    assert np.mean(s1 == s2) < 0.002
+    # the other stream's cursor is untouched
+    assert p.fresh("session-1", 3) == TokenPool().fresh("session-1", 5003)[5000:]
+
+
+def test_seed_changes_everything():
+    assert TokenPool(seed=0).fresh("s", 32) != TokenPool(seed=1).fresh("s", 32)
+
+
+@pytest.mark.parametrize("lo,hi", [(DEFAULT_VOCAB_LO, DEFAULT_VOCAB_HI), (5, 9), (0, 2**32)])
+def test_range(lo, hi):
+    toks = np.array(TokenPool(lo, hi).fresh("s", 20000))
+    assert toks.min() >= lo and toks.max() < hi
+    if hi - lo < 100:
+        assert set(toks.tolist()) == set(range(lo, hi))  # every id is reachable
+
+
+def test_default_range_fits_a_32k_vocab():
+    assert 0 < DEFAULT_VOCAB_LO < DEFAULT_VOCAB_HI <= 32000
+
+
+def test_bad_range_and_count():
+    with pytest.raises(ValueError):
+        TokenPool(10, 10)
+    with pytest.raises(ValueError):
+        TokenPool().fresh("s", -1)
+
+
+def test_shared_prefix_same_key_same_tokens():
+    a, b = TokenPool(), TokenPool()
+    assert a.shared_prefix("anthropic/claude/proj", 100) == b.shared_prefix(
+        "anthropic/claude/proj", 100
+    )
+    assert a.shared_prefix("k", 50) == a.shared_prefix("k", 100)[:50]  # no cursor
+    assert a.shared_prefix("k", 50) != a.shared_prefix("other", 50)
+    assert a.shared_prefix("k", 50) != a.fresh("k", 50)  # namespaces differ
+
+
+def test_same_hash_id_same_block():
+    a, b = TokenPool(), TokenPool()
+    assert a.block(7, 512) == b.block(7, 512)
+    assert a.block(7, 512) != a.block(8, 512)
+    assert a.block(2**70 + 1, 16) == b.block(2**70 + 1, 16)  # Dynamo hashes > 64 bits
+    assert len(a.block(7, 512)) == 512
+
+
+def test_prompt_from_hash_ids_concatenates_and_cuts():
+    p = TokenPool()
+    prompt = p.prompt_from_hash_ids([3, 4, 5], 1100, 512)
+    assert len(prompt) == 1100
+    assert prompt == p.block(3, 512) + p.block(4, 512) + p.block(5, 512)[:76]
+    # two requests sharing leading ids share leading tokens
+    other = p.prompt_from_hash_ids([3, 4, 9], 1300, 512)
+    assert other[:1024] == prompt[:1024] and other[1024:1100] != prompt[1024:]
+
+
+def test_prompt_from_hash_ids_floor_rounded_needs_fill_stream():
+    p = TokenPool()
+    with pytest.raises(ValueError, match="fill_stream"):
+        p.prompt_from_hash_ids([1, 2], 1100, 512)
+    prompt = p.prompt_from_hash_ids([1, 2], 1100, 512, fill_stream="req-1")
+    assert prompt[:1024] == p.block(1, 512) + p.block(2, 512)
+    assert prompt[1024:] == TokenPool().fresh("req-1", 76)
+
+
+def test_tail_never_equals_unit_streams():
+    p = TokenPool()
+    tail = p.tail(64)
+    assert tail == TokenPool().tail(64)  # a probe sent twice must be identical
+    assert p.tail(64, nonce="x") != tail
+    for stream in ["", "t", "tail", "0", "session-1", "\x1ft\x1f"]:
+        assert TokenPool().fresh(stream, 64) != tail
+        assert TokenPool().shared_prefix(stream, 64) != tail
+    assert p.block(0, 64) != tail
+
+
+def test_returns_plain_python_ints():
+    toks = TokenPool().fresh("big", 100_000)
+    assert len(toks) == 100_000 and type(toks[0]) is int
+    assert type(TokenPool().prompt_from_hash_ids([1], 10, 16)[0]) is int

@@ -1,0 +1,74 @@
+"""Stable hashes: 32-bit FNV-1a for stream seeds, chained block sequence hashes for prompts.
+
+Everything here must give the same answer in every process, on every run and on
+every machine, because hashes end up in records (``request_end`` rows in the
+Dynamo schema) and are compared across runs. So: never Python's ``hash()``
+(salted per process), token ids packed as explicit little-endian ``uint32``.
+
+Block sequence hashes (SPEC §2, the Dynamo ``sequence_hashes_for_tokens``
+shape): the prompt is cut into ``block_size`` blocks; each full block's hash is
+chained to the previous block's hash, so a block's hash stands for the block
+*and everything before it* (like a Mooncake hash id). A trailing partial block
+gets one more chained hash, so ``len(hashes) == ceil(n / block_size)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+
+FNV32_OFFSET = 0x811C9DC5
+FNV32_PRIME = 0x01000193
+_MASK32 = 0xFFFFFFFF
+_ROOT = b"\x00" * 8  # the "previous hash" of the first block
+
+
+def fnv1a_32(data: str | bytes) -> int:
+    """32-bit FNV-1a of ``data`` (a ``str`` is hashed as UTF-8).
+
+    Used for synthetic-token stream seeds (the Dynamo primitive); stream ids are
+    short, so a plain loop is fast enough.
+    """
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    h = FNV32_OFFSET
+    for byte in raw:
+        h = ((h ^ byte) * FNV32_PRIME) & _MASK32
+    return h
+
+
+def _chain(prev: bytes, block: bytes) -> bytes:
+    """One chained 64-bit block hash: blake2b over previous digest + block bytes.
+
+    blake2b is in the standard library, fast (C), keyless-stable, and 8 bytes
+    make accidental collisions between distinct prefixes negligible.
+    """
+    return hashlib.blake2b(prev + block, digest_size=8).digest()
+
+
+def block_hashes(token_ids: Sequence[int] | np.ndarray, block_size: int) -> list[int]:
+    """Chained 64-bit hashes of ``token_ids`` cut into ``block_size`` blocks.
+
+    Equal leading blocks give equal leading hashes; changing one token changes
+    the hash of its block and of every block after it. The trailing partial
+    block (if any) gets one more hash chained to the last full one, so the
+    result has ``ceil(len(token_ids) / block_size)`` entries (0 for no tokens).
+    Token ids must fit in ``uint32`` (every real vocabulary does).
+    """
+    if block_size <= 0:
+        raise ValueError(f"block_size must be > 0, got {block_size}")
+    arr = np.asarray(token_ids, dtype=np.int64)
+    if arr.size and (arr.min() < 0 or arr.max() > _MASK32):
+        raise ValueError("token ids must be in [0, 2**32)")
+    raw = arr.astype("<u4").tobytes()
+    step = 4 * block_size
+    out: list[int] = []
+    prev = _ROOT
+    for start in range(0, len(raw), step):
+        prev = _chain(prev, raw[start : start + step])
+        out.append(int.from_bytes(prev, "little"))
+    return out
+
+
+__all__ = ["FNV32_OFFSET", "FNV32_PRIME", "block_hashes", "fnv1a_32"]
