@@ -83,9 +83,9 @@ def simulate(
     cfg.check_workload(workload)
     plan = build_plan(cfg, workload)
     if engine is None:
-        engine = EngineConfig(**cfg.target.engine)
+        engine = EngineConfig.from_knobs(**cfg.target.engine)
     elif isinstance(engine, dict):
-        engine = EngineConfig(**engine)
+        engine = EngineConfig.from_knobs(**engine)
     run_id = cfg.run_id or new_run_id(cfg)
     manifest = base_manifest(cfg, workload, plan, run_id)
     manifest["mode"] = "virtual"
