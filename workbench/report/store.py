@@ -1,0 +1,307 @@
+"""Run directories: write them while a run goes, save and load them whole.
+
+Layout (SPEC §8), one directory per run::
+
+    records.jsonl            one RequestRecord per line, appended as each request ends
+    manifest.json            what ran (config of the four axes, trace identity, versions)
+    summary.json             ``workbench.metrics.summarize`` of the records
+    lifecycle.jsonl          one line per unit (admitted, routing slot, rounds done, reason)
+    metrics_timeline.jsonl   server ``/metrics`` samples, when the run scraped them
+
+JSONL files are crash-safe: ``RecordWriter`` issues each line as one unbuffered
+write, so a line is on disk (in the OS) as soon as ``write`` returns and a crash
+can at worst leave the *last* line cut short — which ``load`` skips with a
+warning. Integers wider than 64 bits (Dynamo sequence hashes) fall back to the
+stdlib ``json`` on both sides, since orjson would refuse or round them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import orjson
+import pandas as pd
+
+from workbench.records import RequestRecord, RunResult
+
+log = logging.getLogger(__name__)
+
+RECORDS = "records.jsonl"
+MANIFEST = "manifest.json"
+SUMMARY = "summary.json"
+LIFECYCLE = "lifecycle.jsonl"
+TIMELINE = "metrics_timeline.jsonl"
+
+_WIDE_INT = re.compile(rb"\d{20}")  # ≥ 20 digits may exceed 64 bits
+
+
+def _default(obj: Any) -> Any:
+    """orjson/json fallback for numpy scalars, sets and paths."""
+    if hasattr(obj, "item"):
+        return obj.item()
+    if isinstance(obj, set | frozenset | tuple):
+        return list(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, RequestRecord):
+        return obj.to_dict()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    return obj
+
+
+def dumps_line(obj: Any) -> bytes:
+    """One compact JSON line (with trailing newline); NaN becomes null."""
+    obj = _plain(obj)
+    try:
+        data = orjson.dumps(obj, default=_default, option=orjson.OPT_SERIALIZE_NUMPY)
+    except TypeError:  # e.g. an int wider than 64 bits
+        text = json.dumps(_nan_to_none(obj), default=_default, separators=(",", ":"))
+        data = text.encode()
+    return data + b"\n"
+
+
+def _nan_to_none(obj: Any) -> Any:
+    if isinstance(obj, float) and obj != obj:
+        return None
+    if isinstance(obj, dict):
+        return {k: _nan_to_none(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_nan_to_none(v) for v in obj]
+    return obj
+
+
+def loads_line(line: bytes) -> Any:
+    """Parse one JSON line, keeping integers of any width exact."""
+    if _WIDE_INT.search(line):
+        return json.loads(line)
+    return orjson.loads(line)
+
+
+class RecordWriter:
+    """Append one JSON line per ``write`` and have it on disk when ``write`` returns.
+
+    Takes a ``RequestRecord``, a dataclass or a plain dict (lifecycle rows,
+    timeline samples). ``mode="w"`` starts the file afresh (a new run), ``"a"``
+    continues it. ``fsync=True`` also survives a power cut, at a cost per line.
+    """
+
+    def __init__(self, path: str | Path, mode: Literal["w", "a"] = "w", *, fsync: bool = False):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.path, mode + "b", buffering=0)  # noqa: SIM115 - closed in close()
+        self._fsync = fsync
+        self.count = 0
+
+    def write(self, obj: Any) -> None:
+        data = memoryview(dumps_line(obj))
+        while data:
+            written = self._fh.write(data)
+            data = data[written or 0 :]
+        if self._fsync:
+            os.fsync(self._fh.fileno())
+        self.count += 1
+
+    def write_all(self, objs: Iterable[Any]) -> None:
+        for obj in objs:
+            self.write(obj)
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._fh.closed
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    """Write a JSON document atomically (temp file + rename): readers never see half of it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        data = orjson.dumps(
+            obj, default=_default, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+        )
+    except TypeError:
+        data = json.dumps(_nan_to_none(obj), default=_default, indent=2).encode()
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data + b"\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_json(path: str | Path) -> Any:
+    return loads_line(Path(path).read_bytes())
+
+
+def read_jsonl(path: str | Path) -> list[Any]:
+    """Every line of a JSONL file; a cut-short *last* line (a crash) is skipped with a warning.
+
+    A bad line anywhere else means the file was damaged some other way, and
+    silently dropping it would hide lost data, so that raises ``ValueError``.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
+    out = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            obj = loads_line(line)
+        except ValueError as exc:
+            if i == last and not data.endswith(b"\n"):
+                log.warning("%s: skipping truncated last line %d (%s)", path, i + 1, exc)
+                continue
+            raise ValueError(f"{path}:{i + 1}: invalid JSON line ({exc})") from None
+        out.append(obj)
+    return out
+
+
+def _trim_partial_tail(path: Path) -> None:
+    """Cut a crash's unfinished last line so appending continues on a clean line."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        os.truncate(path, data.rfind(b"\n") + 1)
+
+
+def _rewrite(path: Path, rows: Iterable[Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with RecordWriter(tmp) as w:
+        w.write_all(rows)
+    os.replace(tmp, path)
+
+
+def _record_key(d: dict[str, Any]) -> tuple[Any, ...]:
+    return (d.get("request_id"), d.get("unit_ordinal"), d.get("round_idx"), d.get("warmup"))
+
+
+def _sync_records(path: Path, records: list[RequestRecord]) -> None:
+    """Make ``path`` hold exactly ``records``, appending only what was not streamed yet."""
+    _trim_partial_tail(path)
+    disk_keys = [_record_key(d) for d in read_jsonl(path)]
+    on_disk = set(disk_keys)
+    mine = [(_record_key(r.to_dict()), r) for r in records]
+    if on_disk <= {k for k, _ in mine} and len(on_disk) == len(disk_keys):
+        with RecordWriter(path, "a") as w:
+            w.write_all(r for k, r in mine if k not in on_disk)
+    else:  # the file holds something else (another run, duplicates): start over
+        _rewrite(path, records)
+
+
+def _sync_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Same for plain rows: keep the streamed prefix when it matches, append the rest."""
+    _trim_partial_tail(path)
+    on_disk = read_jsonl(path)
+    normal = [loads_line(dumps_line(r)) for r in rows]
+    if on_disk == normal[: len(on_disk)]:
+        with RecordWriter(path, "a") as w:
+            w.write_all(rows[len(on_disk) :])
+    else:
+        _rewrite(path, rows)
+
+
+def save(result: RunResult, directory: str | Path) -> Path:
+    """Write every run file into ``directory`` (created) and return it.
+
+    Safe to call after ``RecordWriter``s streamed records/lifecycle there: lines
+    already on disk are kept and only the missing ones are appended. The
+    summary is recomputed from the records (SLO from the manifest's config).
+    """
+    from workbench.metrics import summarize
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    _sync_records(d / RECORDS, result.records)
+    _sync_rows(d / LIFECYCLE, result.lifecycle)
+    if result.metrics_timeline or (d / TIMELINE).exists():
+        _sync_rows(d / TIMELINE, result.metrics_timeline)
+    manifest = {**result.manifest, "run_id": result.run_id, "cancelled": result.cancelled}
+    write_json(d / MANIFEST, manifest)
+    write_json(d / SUMMARY, summarize(result))
+    result.run_dir = str(d)
+    return d
+
+
+def _is_run_dir(d: Path) -> bool:
+    return (d / RECORDS).exists() or (d / MANIFEST).exists()
+
+
+def resolve_run_dir(directory: str | Path) -> Path:
+    """``directory`` itself, or its only run subdirectory (``out_dir/<run_id>``)."""
+    d = Path(directory)
+    if _is_run_dir(d):
+        return d
+    subs = sorted(p for p in d.iterdir() if p.is_dir() and _is_run_dir(p)) if d.is_dir() else []
+    if len(subs) == 1:
+        return subs[0]
+    hint = f"; it holds {len(subs)} runs: {', '.join(p.name for p in subs)}" if subs else ""
+    raise FileNotFoundError(f"{d} is not a run directory (no {RECORDS} or {MANIFEST}){hint}")
+
+
+def load(directory: str | Path) -> RunResult:
+    """Read a run directory back into a ``RunResult`` (see ``read_jsonl`` on crashes)."""
+    d = resolve_run_dir(directory)
+    manifest = read_json(d / MANIFEST) if (d / MANIFEST).exists() else {}
+    records = [RequestRecord.from_dict(x) for x in read_jsonl(d / RECORDS)]
+    run_id = manifest.get("run_id") or (records[0].run_id if records else d.name)
+    cancelled = bool(manifest.get("cancelled")) or manifest.get("status") == "cancelled"
+    return RunResult(
+        run_id=run_id,
+        records=records,
+        manifest=manifest,
+        lifecycle=read_jsonl(d / LIFECYCLE),
+        metrics_timeline=read_jsonl(d / TIMELINE),
+        run_dir=str(d),
+        cancelled=cancelled,
+    )
+
+
+def load_frames(directory: str | Path) -> dict[str, pd.DataFrame]:
+    """Everything of a run as DataFrames: ``records`` (with metrics), ``lifecycle``,
+    ``timeline`` and ``summary`` (one row, nested keys joined with dots)."""
+    from workbench.metrics import summarize, to_frame
+
+    result = load(directory)
+    d = Path(result.run_dir or directory)
+    summary = read_json(d / SUMMARY) if (d / SUMMARY).exists() else summarize(result)
+    return {
+        "records": to_frame(result),
+        "lifecycle": pd.DataFrame(result.lifecycle),
+        "timeline": pd.DataFrame(result.metrics_timeline),
+        "summary": pd.json_normalize(summary),
+    }
+
+
+def iter_run_dirs(root: str | Path) -> Iterator[Path]:
+    """Run directories directly under ``root`` (for comparing several runs)."""
+    root = Path(root)
+    for p in sorted(root.iterdir()):
+        if p.is_dir() and _is_run_dir(p):
+            yield p
