@@ -212,8 +212,8 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any], raw: str, block: int,
     if ts is None:
         if session is None:
             raise TraceFormatError(path, line, "missing field 'timestamp' (row has no session_id)")
-    elif type(ts) is not int or ts < 0:
-        ts = json_number(path, line, "timestamp", ts)
+    else:
+        ts = float(ts) if type(ts) is int and ts >= 0 else json_number(path, line, "timestamp", ts)
     delay = obj.get("delay")
     delay = 0.0 if delay is None else json_number(path, line, "delay", delay)
     rid = obj.get("request_id")
