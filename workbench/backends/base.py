@@ -1,0 +1,204 @@
+"""Axis 4 interfaces: what a wire protocol (a *codec*) must provide.
+
+A codec only builds request bodies and parses stream payloads; it never touches
+the network or the clock. ``transport.Transport`` owns both, so the timing
+bookkeeping (TTFT, token events) is written once for every protocol.
+
+The shared helpers below (``loads``, ``parse_openai_usage``, ``finish_reason_of``,
+``check_output_count``) exist so that the three OpenAI-shaped codecs read usage
+and finish reasons the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+
+from workbench.errors import ConfigError, WorkbenchError
+from workbench.registry import Registry
+
+
+class BackendError(WorkbenchError):
+    """The server broke its wire protocol, or a guard found a server misconfiguration.
+
+    The message names the cause and, where one exists, the server flag that fixes it.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class WireRequest:
+    """One request as the wire sees it: the whole prompt as token ids plus pinned output.
+
+    ``max_tokens`` is sent as the exact output length (``min_tokens`` too where the
+    API has it, and ``ignore_eos``) so output lengths follow the plan, not the model.
+    ``new_conversation`` marks the first round of a conversation; only the chat codec
+    uses it (chat-template overhead accounting).
+    """
+
+    request_id: str
+    prompt_ids: Sequence[int]
+    max_tokens: int
+    session_id: str = ""
+    routing_slot: int | None = None
+    new_conversation: bool = True
+
+
+@dataclass(slots=True)
+class StreamOutcome:
+    """What a finished stream told us, after the codec's validation.
+
+    ``cached_tokens`` is 0 with ``cached_tokens_reported`` False when the server sent
+    usage without cache detail (telemetry missing, not a measured zero).
+    ``output_ids`` are the exact output ids (prompt echo trimmed), or ``None`` when
+    the protocol cannot return them.
+    """
+
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cached_tokens: int | None
+    cached_tokens_reported: bool
+    finish_reason: str | None
+    server_request_id: str | None
+    echoed_prompt_tokens: int = 0
+    output_ids: list[int] | None = None
+
+
+class StreamParser(Protocol):
+    """Parses one request's stream; a fresh one per request."""
+
+    def feed(self, payload: bytes) -> list[int] | None:
+        """One SSE ``data:`` payload → the output token ids it carried (None/[] if none).
+
+        Raises ``BackendError`` on a protocol violation.
+        """
+        ...
+
+    def finish(self) -> StreamOutcome:
+        """After ``[DONE]`` or end of stream: validate and summarise."""
+        ...
+
+
+class Codec(Protocol):
+    """One wire protocol: URL, request body, stream parser."""
+
+    @property
+    def name(self) -> str:
+        """The registry name (``openai``, ``openai-chat``, ...)."""
+        ...
+
+    @property
+    def returns_token_ids(self) -> bool:
+        """True when the parser yields the server's exact output token ids."""
+        ...
+
+    def url(self, base_url: str) -> str: ...
+
+    def body(self, req: WireRequest) -> dict[str, Any]: ...
+
+    def parser(self, req: WireRequest) -> StreamParser: ...
+
+
+BACKENDS: Registry[Codec] = Registry("backend")
+
+
+def make_codec(name: str, **options: Any) -> Codec:
+    """A fresh codec of backend ``name`` configured with ``options``.
+
+    ``BACKENDS.get(name)`` returns a shared default instance; use this for options
+    (``model``, ``temperature``, chat overheads) or for per-run state (the chat
+    codec remembers conversations). Unknown options raise ``ConfigError``.
+    """
+    cls = type(BACKENDS.get(name))
+    if dataclasses.is_dataclass(cls):
+        valid = {f.name for f in dataclasses.fields(cls) if f.init}
+    else:
+        valid = set(getattr(cls, "OPTIONS", ()))
+    unknown = sorted(set(options) - valid)
+    if unknown:
+        raise ConfigError(
+            f"backend {name!r} has no option(s) {', '.join(unknown)}; "
+            f"valid: {', '.join(sorted(valid)) or '(none)'}"
+        )
+    codec: Codec = cls(**options)
+    return codec
+
+
+# ----------------------------------------------------------------- shared parsing
+
+
+def loads(payload: bytes) -> dict[str, Any]:
+    """Decode one JSON payload; a bad payload or a server error object is a BackendError."""
+    try:
+        obj = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise BackendError(f"bad JSON in stream ({exc}): {payload[:200]!r}") from None
+    if not isinstance(obj, dict):
+        raise BackendError(f"stream payload is not a JSON object: {payload[:200]!r}")
+    if "error" in obj or obj.get("object") == "error":
+        err = obj.get("error", obj)
+        msg = err.get("message", err) if isinstance(err, dict) else err
+        raise BackendError(f"server error in stream: {msg}")
+    return obj
+
+
+_CACHED_FALLBACKS = (
+    "cached_tokens",
+    "cached_input_tokens",
+    "cache_read_input_tokens",
+    "prompt_cached_tokens",
+    "num_cached_tokens",
+)
+
+
+def parse_openai_usage(usage: Mapping[str, Any]) -> tuple[int | None, int | None, int, bool]:
+    """``(prompt_tokens, completion_tokens, cached_tokens, cached_reported)`` of a usage block.
+
+    Cached tokens come from ``prompt_tokens_details.cached_tokens`` (vLLM needs
+    ``--enable-prompt-tokens-details``), else from the top-level spellings other
+    servers use. Absent everywhere → 0 and ``cached_reported`` False.
+    """
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if cached is None:
+        for key in _CACHED_FALLBACKS:
+            cached = usage.get(key)
+            if cached is not None:
+                break
+    return (
+        usage.get("prompt_tokens"),
+        usage.get("completion_tokens"),
+        int(cached or 0),
+        cached is not None,
+    )
+
+
+def finish_reason_of(value: Any) -> str | None:
+    """A finish reason given as a string or as an object with ``type`` (SGLang)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        kind = value.get("type")
+        return None if kind is None else str(kind)
+    return str(value)
+
+
+def check_output_count(ids: list[int], completion_tokens: int | None) -> None:
+    """Output ids the runner will carry forward must match the server's own count.
+
+    A mismatch means the ids do not describe what the server generated, so feeding
+    them into the next prompt would silently break the prefix plan.
+    """
+    if completion_tokens is not None and len(ids) != completion_tokens:
+        raise BackendError(
+            f"stream carried {len(ids)} output token ids but usage reports "
+            f"completion_tokens={completion_tokens}"
+        )
+
+
+def as_id_list(ids: Sequence[int]) -> list[int] | tuple[int, ...]:
+    """The prompt in a form orjson serialises without copying lists twice."""
+    return ids if isinstance(ids, list | tuple) else list(ids)

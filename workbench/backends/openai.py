@@ -1,0 +1,134 @@
+"""``openai``: ``POST {root}/v1/completions`` with the prompt as a token-id list.
+
+Wire facts (vLLM 0.32, see ``real-engines.md`` §3.1): with ``return_token_ids``
+the first chunk carries ``choices[0].prompt_token_ids`` and every chunk its
+output delta in ``choices[0].token_ids``; the last chunk has ``choices: []`` and
+``usage`` (``prompt_tokens_details.cached_tokens`` with
+``--enable-prompt-tokens-details``). Servers without ``return_token_ids`` (SGLang's
+OpenAI layer, llama.cpp) stream text only: each non-empty text chunk then counts
+as one token event and the exact output ids are unknown.
+
+``ChoicesParser`` is shared with ``vllm-tokens``, whose stream has the same shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.backends.base import (
+    BACKENDS,
+    BackendError,
+    StreamOutcome,
+    WireRequest,
+    as_id_list,
+    check_output_count,
+    finish_reason_of,
+    loads,
+    parse_openai_usage,
+)
+
+#: Stands in for a token whose id the server did not return (text-only streams).
+UNKNOWN_TOKEN = -1
+
+
+class ChoicesParser:
+    """Parser for streams of ``{choices:[{token_ids, finish_reason}], usage}`` chunks.
+
+    Per chunk it reads only ``choices[0]`` and, when present, ``usage``; usage is
+    interpreted once, in ``finish``.
+    """
+
+    __slots__ = ("_finish", "_id_key", "_ids", "_missing", "_rid", "_usage")
+
+    def __init__(self, id_key: str) -> None:
+        self._id_key = id_key
+        self._ids: list[int] = []
+        self._missing = False
+        self._usage: dict[str, Any] | None = None
+        self._finish: Any = None
+        self._rid: Any = None
+
+    def feed(self, payload: bytes) -> list[int] | None:
+        obj = loads(payload)
+        if self._rid is None:
+            self._rid = obj.get(self._id_key)
+        usage = obj.get("usage")
+        if usage:
+            self._usage = usage
+        choices = obj.get("choices")
+        if not choices:
+            return None
+        choice = choices[0]
+        reason = choice.get("finish_reason")
+        if reason is not None:
+            self._finish = reason
+        ids = choice.get("token_ids")
+        if ids:
+            self._ids.extend(ids)
+            return ids
+        if ids is None and choice.get("text"):
+            self._missing = True
+            return [UNKNOWN_TOKEN]
+        return None
+
+    def finish(self) -> StreamOutcome:
+        if self._usage is None:
+            raise BackendError(
+                "stream ended without a usage block (the server ignored "
+                "stream_options.include_usage)"
+            )
+        prompt, completion, cached, reported = parse_openai_usage(self._usage)
+        output: list[int] | None = None
+        if not self._missing:
+            if not self._ids and completion:
+                raise BackendError(
+                    f"usage reports completion_tokens={completion} but the stream carried "
+                    "no output token ids (does the server support return_token_ids?)"
+                )
+            check_output_count(self._ids, completion)
+            output = self._ids
+        return StreamOutcome(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            cached_tokens=cached,
+            cached_tokens_reported=reported,
+            finish_reason=finish_reason_of(self._finish),
+            server_request_id=None if self._rid is None else str(self._rid),
+            output_ids=output,
+        )
+
+
+@dataclass(frozen=True)
+class OpenAICompletionsCodec:
+    """OpenAI-compatible completions with a token-id prompt (vLLM, SGLang, llama.cpp)."""
+
+    model: str | None = None
+    temperature: float = 0.0
+    name: str = field(default="openai", init=False)
+    returns_token_ids: bool = field(default=True, init=False)
+
+    def url(self, base_url: str) -> str:
+        return f"{base_url}/v1/completions"
+
+    def body(self, req: WireRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "prompt": as_id_list(req.prompt_ids),
+            "max_tokens": req.max_tokens,
+            "min_tokens": req.max_tokens,
+            "ignore_eos": True,
+            "temperature": self.temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "return_token_ids": True,
+            "rid": req.request_id,
+        }
+        if self.model is not None:
+            body["model"] = self.model
+        return body
+
+    def parser(self, req: WireRequest) -> ChoicesParser:
+        return ChoicesParser("id")
+
+
+BACKENDS.add("openai", OpenAICompletionsCodec(), "openai-completions")

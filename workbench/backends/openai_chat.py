@@ -1,0 +1,234 @@
+"""``openai-chat``: ``POST {root}/v1/chat/completions`` with synthetic text messages.
+
+For servers that only take text. Token ids are rendered to text with the shared
+deterministic tokenizer (``workbench.sim.tokenizer``), one word per id, so N ids
+become N tokens on a server using that tokenizer.
+
+Chat templates add tokens the client cannot see. ``initial_overhead_tokens``
+(the template around the first message) and ``turn_overhead_tokens`` (around
+each appended assistant reply + user turn) are taken off the generated content
+so the server's ``prompt_tokens`` lands on the plan; the server's count stays
+the truth and its difference from ``sent_prompt_tokens`` is in the record.
+
+Conversations: when a round's prompt ids extend the previous round's prompt plus
+the reply ids this codec returned, the request resends the earlier messages
+verbatim, appends the reply as an ``assistant`` message and the new ids as a
+``user`` message — the shape a real agent sends, and the one a server's prefix
+cache sees. Anything else (first round, a policy that cut the prefix, a failed
+round) becomes one fresh ``user`` message. Output ids are the reply text
+re-encoded, not the server's ids, hence ``returns_token_ids = False``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
+
+from workbench.backends.base import (
+    BACKENDS,
+    BackendError,
+    StreamOutcome,
+    WireRequest,
+    finish_reason_of,
+    loads,
+    parse_openai_usage,
+)
+from workbench.backends.openai import UNKNOWN_TOKEN
+
+Message = dict[str, str]
+
+
+class TextTokenizer(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+
+def default_tokenizer() -> TextTokenizer:
+    """The shared deterministic tokenizer, imported late so backends stay light."""
+    from workbench.sim import tokenizer as module
+
+    get = getattr(module, "get_tokenizer", None)
+    return cast(TextTokenizer, get() if get is not None else module)
+
+
+@dataclass(slots=True)
+class _Conversation:
+    messages: list[Message]
+    covered: int  # prompt ids the messages stand for (prompt + reply ids)
+    key: int  # hash of those ids
+
+
+class OpenAIChatCodec:
+    """Chat completions; remembers each session's messages to build the next round."""
+
+    name = "openai-chat"
+    returns_token_ids = False
+    OPTIONS = (
+        "model",
+        "temperature",
+        "initial_overhead_tokens",
+        "turn_overhead_tokens",
+        "tokenizer",
+        "max_sessions",
+    )
+
+    def __init__(
+        self,
+        model: str | None = None,
+        temperature: float = 0.0,
+        initial_overhead_tokens: int = 0,
+        turn_overhead_tokens: int = 0,
+        tokenizer: TextTokenizer | None = None,
+        max_sessions: int = 4096,
+    ) -> None:
+        self.model = model
+        self.temperature = temperature
+        self.initial_overhead_tokens = initial_overhead_tokens
+        self.turn_overhead_tokens = turn_overhead_tokens
+        self.max_sessions = max_sessions
+        self._tokenizer = tokenizer
+        self._sessions: OrderedDict[str, _Conversation] = OrderedDict()
+        self._pending: dict[str, list[Message]] = {}
+
+    @property
+    def tokenizer(self) -> TextTokenizer:
+        if self._tokenizer is None:
+            self._tokenizer = default_tokenizer()
+        return self._tokenizer
+
+    def url(self, base_url: str) -> str:
+        return f"{base_url}/v1/chat/completions"
+
+    def body(self, req: WireRequest) -> dict[str, Any]:
+        messages = self.messages(req)
+        self._pending[req.request_id] = messages
+        body: dict[str, Any] = {
+            "messages": messages,
+            "max_tokens": req.max_tokens,
+            "min_tokens": req.max_tokens,
+            "ignore_eos": True,
+            "temperature": self.temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "rid": req.request_id,
+        }
+        if self.model is not None:
+            body["model"] = self.model
+        return body
+
+    def parser(self, req: WireRequest) -> ChatParser:
+        messages = self._pending.pop(req.request_id, None)
+        if messages is None:
+            messages = self.messages(req)
+        return ChatParser(self, req, messages)
+
+    def messages(self, req: WireRequest) -> list[Message]:
+        """The messages for ``req`` (pure with respect to the stored conversations)."""
+        ids = list(req.prompt_ids)
+        conv = None
+        if not req.new_conversation and req.session_id:
+            conv = self._sessions.get(req.session_id)
+        if (
+            conv is not None
+            and conv.covered < len(ids)
+            and hash(tuple(ids[: conv.covered])) == conv.key
+        ):
+            fresh = ids[conv.covered :]
+            keep = max(0, len(fresh) - self.turn_overhead_tokens)
+            return [*conv.messages, self._user(fresh[:keep])]
+        keep = max(0, len(ids) - self.initial_overhead_tokens)
+        return [self._user(ids[:keep])]
+
+    def remember(
+        self, req: WireRequest, messages: list[Message], reply: str, reply_ids: list[int]
+    ) -> None:
+        """Store a finished round so the next one can append to it."""
+        if not req.session_id:
+            return
+        ids = [*req.prompt_ids, *reply_ids]
+        conv = _Conversation(
+            messages=[*messages, {"role": "assistant", "content": reply}],
+            covered=len(ids),
+            key=hash(tuple(ids)),
+        )
+        sessions = self._sessions
+        sessions[req.session_id] = conv
+        sessions.move_to_end(req.session_id)
+        while len(sessions) > self.max_sessions:
+            sessions.popitem(last=False)
+
+    def forget(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+    def _user(self, ids: list[int]) -> Message:
+        return {"role": "user", "content": self.tokenizer.decode(ids)}
+
+
+class ChatParser:
+    """Chat deltas: every chunk with non-empty content (or reasoning) is a token event.
+
+    Its ids are the delta re-encoded (at least one, since the server sent a token
+    even when it renders as whitespace); the reply's ids are the whole text re-encoded.
+    """
+
+    __slots__ = ("_codec", "_finish", "_messages", "_parts", "_req", "_rid", "_usage")
+
+    def __init__(self, codec: OpenAIChatCodec, req: WireRequest, messages: list[Message]):
+        self._codec = codec
+        self._req = req
+        self._messages = messages
+        self._parts: list[str] = []
+        self._usage: dict[str, Any] | None = None
+        self._finish: Any = None
+        self._rid: Any = None
+
+    def feed(self, payload: bytes) -> list[int] | None:
+        obj = loads(payload)
+        if self._rid is None:
+            self._rid = obj.get("id")
+        usage = obj.get("usage")
+        if usage:
+            self._usage = usage
+        choices = obj.get("choices")
+        if not choices:
+            return None
+        choice = choices[0]
+        reason = choice.get("finish_reason")
+        if reason is not None:
+            self._finish = reason
+        delta = choice.get("delta")
+        if not delta:
+            return None
+        content = delta.get("content")
+        if content:
+            self._parts.append(content)
+        else:
+            content = delta.get("reasoning_content") or delta.get("reasoning")
+            if not content:
+                return None
+        return self._codec.tokenizer.encode(content) or [UNKNOWN_TOKEN]
+
+    def finish(self) -> StreamOutcome:
+        if self._usage is None:
+            raise BackendError(
+                "stream ended without a usage block (the server ignored "
+                "stream_options.include_usage)"
+            )
+        prompt, completion, cached, reported = parse_openai_usage(self._usage)
+        reply = "".join(self._parts)
+        reply_ids = self._codec.tokenizer.encode(reply)
+        self._codec.remember(self._req, self._messages, reply, reply_ids)
+        return StreamOutcome(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            cached_tokens=cached,
+            cached_tokens_reported=reported,
+            finish_reason=finish_reason_of(self._finish),
+            server_request_id=None if self._rid is None else str(self._rid),
+            output_ids=reply_ids,
+        )
+
+
+BACKENDS.add("openai-chat", OpenAIChatCodec())

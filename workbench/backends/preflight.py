@@ -1,0 +1,115 @@
+"""Prefix-cache preflight: prove the server caches prefixes before measuring it.
+
+A replay against a server without prefix caching (or without cached-token
+telemetry) runs to the end and reports a hit rate of zero that looks like a
+finding. Two identical probes settle it up front (SPEC §4): the second must
+report ``cached_tokens > 0``, else the run stops with the server flag to add.
+
+The probe comes from the *tail* of the token pool (the caller slices it), so it
+cannot warm the cache for unit 0, which starts at pool offset 0. It is 8192
+tokens by default because a hybrid model's cache block can exceed 1000 tokens;
+if the server rejects it as too long (HTTP 400), it is halved and retried.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from workbench.backends.base import BackendError, Codec, WireRequest
+from workbench.backends.transport import Transport
+from workbench.records import RequestRecord
+
+__all__ = ["PreflightResult", "preflight_prefix_cache"]
+
+DEFAULT_PROBE_TOKENS = 8192
+
+
+@dataclass(frozen=True)
+class PreflightResult:
+    """The two probe requests as records (for the manifest) and the verdict inputs."""
+
+    probe_tokens: int
+    first: RequestRecord
+    second: RequestRecord
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.second.cached_tokens or 0
+
+
+def _hints(codec: Codec) -> tuple[str, str]:
+    """(missing telemetry, cache off) advice for the server behind ``codec``."""
+    if codec.name == "sglang-tokens":
+        return (
+            "SGLang sent no meta_info.cached_tokens; use a build that reports it",
+            "prefix caching looks off: start SGLang without --disable-radix-cache",
+        )
+    return (
+        "the server did not report usage.prompt_tokens_details.cached_tokens: start vLLM "
+        "with --enable-prompt-tokens-details (SGLang's OpenAI layer: --enable-cache-report)",
+        "prefix caching looks off: start vLLM with --enable-prefix-caching "
+        "(SGLang: do not pass --disable-radix-cache)",
+    )
+
+
+def _probe_record(codec: Codec, request_id: str, n: int) -> RequestRecord:
+    return RequestRecord(
+        run_id="preflight",
+        request_id=request_id,
+        unit_ordinal=-1,
+        session_id=request_id,
+        round_idx=0,
+        backend=codec.name,
+        policy=None,
+        planned_prefix_tokens=0,
+        planned_input_tokens=n,
+        planned_output_tokens=1,
+    )
+
+
+async def _probe(
+    transport: Transport, codec: Codec, ids: Sequence[int], request_id: str
+) -> RequestRecord:
+    rec = _probe_record(codec, request_id, len(ids))
+    req = WireRequest(request_id=request_id, prompt_ids=ids, max_tokens=1, session_id=request_id)
+    await transport.send(codec, req, rec)
+    return rec
+
+
+async def preflight_prefix_cache(
+    transport: Transport,
+    codec: Codec,
+    pool_tail_ids: Sequence[int],
+    *,
+    probe_tokens: int = DEFAULT_PROBE_TOKENS,
+    min_probe_tokens: int = 256,
+    request_id: str = "req-frontend-preflight",
+) -> PreflightResult:
+    """Send the probe twice with ``max_tokens=1``; raise ``BackendError`` unless cached.
+
+    ``pool_tail_ids`` is the end of the token pool; its last ``probe_tokens`` ids
+    are the probe.
+    """
+    ids = list(pool_tail_ids[-probe_tokens:]) if probe_tokens > 0 else []
+    if not ids:
+        raise BackendError("prefix-cache preflight needs a non-empty probe prompt")
+    while True:
+        first = await _probe(transport, codec, ids, f"{request_id}-{len(ids)}-a")
+        if first.http_status == 400 and len(ids) // 2 >= min_probe_tokens:
+            ids = ids[len(ids) // 2 :]  # the server's context is shorter than the probe
+            continue
+        break
+    if first.status != "ok":
+        raise BackendError(f"prefix-cache preflight: the probe failed: {first.error}")
+    second = await _probe(transport, codec, ids, f"{request_id}-{len(ids)}-b")
+    if second.status != "ok":
+        raise BackendError(f"prefix-cache preflight: the repeated probe failed: {second.error}")
+    missing, off = _hints(codec)
+    if not second.cached_tokens_reported:
+        raise BackendError(f"prefix-cache preflight: {missing}")
+    if not second.cached_tokens:
+        raise BackendError(
+            f"prefix-cache preflight: a repeated {len(ids)}-token prompt had 0 cached tokens; {off}"
+        )
+    return PreflightResult(probe_tokens=len(ids), first=first, second=second)

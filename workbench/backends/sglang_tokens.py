@@ -1,0 +1,160 @@
+"""``sglang-tokens``: SGLang's native ``POST {root}/generate`` with token ids in and out.
+
+Server flags: ``--skip-tokenizer-init`` (accept ``input_ids``, return
+``output_ids``) and ``--stream-output`` (newer name
+``--incremental-streaming-output``) so each chunk carries only its new ids.
+Body: ``{rid, input_ids, sampling_params:{max_new_tokens, min_new_tokens,
+temperature, ignore_eos}, stream}``. Each chunk: ``{output_ids:[...], meta_info:
+{id, prompt_tokens, completion_tokens, cached_tokens, finish_reason}}`` where the
+``meta_info`` counts are running totals and ``finish_reason`` is a string or
+``{"type": ...}``.
+
+Two guards (SPEC §4), both failing the round with a message naming the cause:
+
+* cumulative streaming: without the incremental flag every chunk repeats all ids
+  so far. Detected when a chunk starts with everything received and is longer,
+  and the running ``completion_tokens`` confirms it is not a multi-token delta.
+* prompt echo (sgl-project/sglang#10896): more output ids than
+  ``completion_tokens``. The surplus at the front is trimmed only if it equals the
+  prompt's tail; it is then reported as ``echoed_prompt_tokens``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.backends.base import (
+    BACKENDS,
+    BackendError,
+    StreamOutcome,
+    WireRequest,
+    as_id_list,
+    finish_reason_of,
+    loads,
+)
+
+CUMULATIVE_HINT = (
+    "SGLang streamed cumulative output_ids (each chunk repeats every id so far): "
+    "start the server with --stream-output (newer name: --incremental-streaming-output)"
+)
+
+
+def _done_count(meta: dict[str, Any]) -> int | None:
+    done = meta.get("completion_tokens")
+    return meta.get("output_tokens") if done is None else done
+
+
+class SGLangParser:
+    """Incremental ``output_ids`` with both SGLang guards applied as chunks arrive.
+
+    Echoed ids are withheld from the returned per-chunk ids as soon as the running
+    ``completion_tokens`` shows a surplus, so they never count as token events.
+    """
+
+    __slots__ = ("_echo", "_ids", "_meta", "_prompt")
+
+    def __init__(self, prompt_ids: Sequence[int]) -> None:
+        self._prompt = prompt_ids
+        self._ids: list[int] = []
+        self._meta: dict[str, Any] | None = None
+        self._echo = 0
+
+    def feed(self, payload: bytes) -> list[int] | None:
+        obj = loads(payload)
+        meta = obj.get("meta_info")
+        done = None
+        if meta:
+            self._meta = meta
+            done = _done_count(meta)
+        ids = obj.get("output_ids")
+        if not ids:
+            return None
+        got = self._ids
+        n = len(got)
+        if (
+            n
+            and len(ids) > n
+            and ids[:n] == got
+            and (done is None or n + len(ids) - self._echo > done)
+        ):
+            raise BackendError(CUMULATIVE_HINT)
+        got.extend(ids)
+        if done is not None:
+            surplus = len(got) - done
+            if surplus > self._echo:
+                grown = surplus - self._echo
+                self._echo = surplus
+                return ids[grown:]
+        return ids
+
+    def finish(self) -> StreamOutcome:
+        meta = self._meta
+        if meta is None:
+            raise BackendError("stream ended without meta_info (no usage from SGLang)")
+        completion = _done_count(meta)
+        output, echoed = self._trim_echo(completion)
+        cached = meta.get("cached_tokens")
+        rid = meta.get("id")
+        return StreamOutcome(
+            prompt_tokens=meta.get("prompt_tokens"),
+            completion_tokens=completion,
+            cached_tokens=int(cached or 0),
+            cached_tokens_reported=cached is not None,
+            finish_reason=finish_reason_of(meta.get("finish_reason")),
+            server_request_id=None if rid is None else str(rid),
+            echoed_prompt_tokens=echoed,
+            output_ids=output,
+        )
+
+    def _trim_echo(self, completion: int | None) -> tuple[list[int], int]:
+        ids = self._ids
+        if completion is None:
+            raise BackendError("SGLang meta_info has no completion_tokens")
+        surplus = len(ids) - completion
+        if surplus < 0:
+            raise BackendError(
+                f"stream carried {len(ids)} output ids but meta_info reports "
+                f"completion_tokens={completion}"
+            )
+        if surplus == 0:
+            return ids, 0
+        prompt = self._prompt
+        if surplus <= len(prompt) and list(prompt[len(prompt) - surplus :]) == ids[:surplus]:
+            return ids[surplus:], surplus
+        raise BackendError(
+            f"stream carried {len(ids)} output ids but completion_tokens={completion}, "
+            f"and the {surplus} surplus ids are not the prompt's tail (not a prompt echo)"
+        )
+
+
+@dataclass(frozen=True)
+class SGLangTokensCodec:
+    """Exact output ids from SGLang's native endpoint."""
+
+    temperature: float = 0.0
+    name: str = field(default="sglang-tokens", init=False)
+    returns_token_ids: bool = field(default=True, init=False)
+
+    def url(self, base_url: str) -> str:
+        return f"{base_url}/generate"
+
+    def body(self, req: WireRequest) -> dict[str, Any]:
+        return {
+            "rid": req.request_id,
+            "input_ids": as_id_list(req.prompt_ids),
+            "sampling_params": {
+                "max_new_tokens": req.max_tokens,
+                "min_new_tokens": req.max_tokens,
+                "temperature": self.temperature,
+                "ignore_eos": True,
+            },
+            "stream": True,
+        }
+
+    def parser(self, req: WireRequest) -> SGLangParser:
+        return SGLangParser(req.prompt_ids)
+
+
+BACKENDS.add("sglang-tokens", SGLangTokensCodec())

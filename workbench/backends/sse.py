@@ -1,0 +1,69 @@
+"""Server-sent-events framing: bytes off the socket → ``data:`` payloads.
+
+Network reads split events anywhere (inside a line, inside ``\\r\\n``), so the
+decoder keeps the unfinished line between reads. Per the SSE spec a line ends in
+``\\n``, ``\\r\\n`` or ``\\r``; a blank line ends an event; lines starting with
+``:`` are comments; several ``data:`` lines of one event join with ``\\n``; other
+fields (``event:``, ``id:``, ``retry:``) are ignored because no backend we speak
+needs them. ``[DONE]`` is returned as an ordinary payload; the transport decides
+what it means.
+
+It is on the hot path of every request, so it does one ``split`` per read and
+touches each line once; JSON decoding is left to the codec.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DONE", "SSEDecoder"]
+
+DONE = b"[DONE]"
+
+
+class SSEDecoder:
+    """Incremental SSE decoder; ``feed`` each read, ``close`` at end of stream."""
+
+    __slots__ = ("_data", "_tail")
+
+    def __init__(self) -> None:
+        self._tail = b""
+        self._data: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """Payloads of every event completed by ``chunk``."""
+        buf = self._tail + chunk if self._tail else chunk
+        held = b""
+        if b"\r" in buf:
+            if buf.endswith(b"\r"):  # may be half of a \r\n split across reads
+                buf, held = buf[:-1], b"\r"
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = buf.split(b"\n")
+        self._tail = lines.pop() + held
+        return self._lines(lines)
+
+    def close(self) -> list[bytes]:
+        """Flush at end of stream: an event missing its final blank line still counts.
+
+        The spec would drop it; servers that forget the last newline are common
+        enough that losing their final usage chunk is the worse choice.
+        """
+        tail, self._tail = self._tail, b""
+        lines = tail.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n") if tail else []
+        lines.append(b"")
+        return self._lines(lines)
+
+    def _lines(self, lines: list[bytes]) -> list[bytes]:
+        events: list[bytes] = []
+        data = self._data
+        for line in lines:
+            if not line:
+                if data:
+                    events.append(data[0] if len(data) == 1 else b"\n".join(data))
+                    data = []
+            elif line.startswith(b"data:"):
+                value = line[5:]
+                data.append(value[1:] if value.startswith(b" ") else value)
+            elif line == b"data":
+                data.append(b"")
+            # comments (":...") and other fields are ignored
+        self._data = data
+        return events

@@ -1,0 +1,235 @@
+"""The one place that talks HTTP and reads the clock for requests.
+
+Codecs build bodies and parse payloads; this module dispatches, frames the SSE
+stream and stamps time, so TTFT and token-event bookkeeping exist exactly once.
+
+Timing rules (SPEC §5): ``dispatch_ns`` is read just before the POST; each
+network read is stamped once on arrival and every event it completes shares that
+stamp; an event counts as a *token event* only if the codec found at least one
+output token id in it (role-only, empty and usage chunks do not); ``end_ns`` is
+the read that carried ``[DONE]``, or the end of the body when a server omits it.
+
+Failures never raise out of ``send``: an HTTP error (with the body text), a
+refused connection, a disconnect mid-stream (token events so far are kept), an
+idle stream, a request timeout, bad JSON or missing usage all end as a record
+with ``status="error"`` and a clear ``error``. Only cancellation propagates,
+after the record is marked ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass
+from types import TracebackType
+
+import aiohttp
+import orjson
+
+from workbench.backends.base import BackendError, Codec, StreamParser, WireRequest
+from workbench.backends.sse import DONE, SSEDecoder
+from workbench.clock import Clock, WallClock
+from workbench.records import RequestRecord, Status
+
+__all__ = ["HTTPStatusError", "Transport", "TransportOptions", "normalize_base_url"]
+
+logger = logging.getLogger(__name__)
+
+_ERROR_BODY_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class TransportOptions:
+    """Where to send and how long to wait.
+
+    ``api_key_env`` names an environment variable holding a bearer token; the
+    token itself is never stored. ``stream_idle_timeout_s`` bounds the silence
+    between two reads (including the wait for response headers);
+    ``request_timeout_s`` bounds the whole request. ``max_connections`` 0 means
+    the connector is unlimited (admission is the runner's job, not the pool's).
+    """
+
+    base_url: str
+    api_key_env: str | None = "OPENAI_API_KEY"
+    request_timeout_s: float | None = None
+    stream_idle_timeout_s: float | None = 60.0
+    max_connections: int = 0
+
+
+class HTTPStatusError(BackendError):
+    """The server answered with a non-200 status."""
+
+    def __init__(self, status: int, body: str) -> None:
+        self.status = status
+        self.body = body
+        text = body.strip()[:_ERROR_BODY_CHARS] or "(empty body)"
+        super().__init__(f"HTTP {status}: {text}")
+
+
+def normalize_base_url(url: str) -> str:
+    """The server root: scheme added if missing, trailing ``/`` and ``/v1`` dropped.
+
+    Codecs append their own paths, and the native token routes live outside
+    ``/v1``, so a user-supplied ``.../v1`` must not leak into them.
+    """
+    url = url.strip()
+    if "://" not in url:
+        url = f"http://{url}"
+    url = url.rstrip("/")
+    if url.endswith("/v1"):
+        url = url[:-3].rstrip("/")
+    return url
+
+
+class Transport:
+    """One ``aiohttp.ClientSession`` per run; ``send`` one request at a time per call."""
+
+    def __init__(self, options: TransportOptions, clock: Clock | None = None) -> None:
+        self.options = options
+        self.clock: Clock = clock if clock is not None else WallClock()
+        self.root = normalize_base_url(options.base_url)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> Transport:
+        opts = self.options
+        headers: dict[str, str] = {}
+        key = os.environ.get(opts.api_key_env) if opts.api_key_env else None
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=max(0, opts.max_connections)),
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(
+                total=opts.request_timeout_s, sock_read=opts.stream_idle_timeout_s
+            ),
+        )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("Transport is not open: use 'async with Transport(...)'")
+        return self._session
+
+    async def send(self, codec: Codec, req: WireRequest, rec: RequestRecord) -> list[int] | None:
+        """Dispatch ``req``, stream the answer into ``rec``; output ids or ``None``.
+
+        Returns the codec's output ids (exact when ``codec.returns_token_ids``)
+        only when the request succeeded.
+        """
+        session = self.session
+        rec.sent_prompt_tokens = len(req.prompt_ids)
+        try:
+            ids = await self._exchange(session, codec, req, rec)
+        except asyncio.CancelledError:
+            self._close_record(rec, "cancelled", "cancelled")
+            raise
+        except Exception as exc:
+            self._close_record(rec, "error", self._describe(exc, rec))
+            return None
+        self._close_record(rec, "ok", None)
+        return ids
+
+    async def _exchange(
+        self, session: aiohttp.ClientSession, codec: Codec, req: WireRequest, rec: RequestRecord
+    ) -> list[int] | None:
+        payload = orjson.dumps(codec.body(req))
+        parser = codec.parser(req)
+        headers = {"Content-Type": "application/json", "x-request-id": req.request_id}
+        rec.dispatch_ns = self.clock.now_ns()
+        async with session.post(codec.url(self.root), data=payload, headers=headers) as resp:
+            rec.http_status = resp.status
+            if resp.status != 200:
+                raise HTTPStatusError(resp.status, await resp.text(errors="replace"))
+            await self._stream(resp, parser, rec)
+        out = parser.finish()
+        rec.prompt_tokens = out.prompt_tokens
+        rec.completion_tokens = out.completion_tokens
+        rec.cached_tokens = out.cached_tokens
+        rec.cached_tokens_reported = out.cached_tokens_reported
+        rec.echoed_prompt_tokens = out.echoed_prompt_tokens
+        rec.finish_reason = out.finish_reason
+        rec.server_request_id = out.server_request_id
+        return out.output_ids
+
+    async def _stream(
+        self, resp: aiohttp.ClientResponse, parser: StreamParser, rec: RequestRecord
+    ) -> None:
+        """Read to the end of the body, feeding events to ``parser`` until ``[DONE]``.
+
+        Reading on past ``[DONE]`` lets the connection return to the pool; a
+        failure after ``[DONE]`` changes nothing that was measured.
+        """
+        now = self.clock.now_ns
+        decoder = SSEDecoder()
+        times, counts = rec.token_times_ns, rec.token_counts
+        done = False
+        try:
+            async for chunk in resp.content.iter_any():
+                if done:
+                    continue
+                t = now()
+                for data in decoder.feed(chunk):
+                    if data == DONE:
+                        done = True
+                        rec.end_ns = t
+                        break
+                    ids = parser.feed(data)
+                    if ids:
+                        times.append(t)
+                        counts.append(len(ids))
+        except (aiohttp.ClientError, TimeoutError):
+            if not done:
+                raise
+        if not done:
+            t = now()
+            for data in decoder.close():
+                if data == DONE:
+                    break
+                ids = parser.feed(data)
+                if ids:
+                    times.append(t)
+                    counts.append(len(ids))
+            rec.end_ns = t
+
+    def _close_record(self, rec: RequestRecord, status: Status, error: str | None) -> None:
+        if rec.end_ns is None:
+            rec.end_ns = self.clock.now_ns()
+        rec.status = status
+        rec.error = error
+        if rec.token_times_ns:
+            rec.first_token_ns = rec.token_times_ns[0]
+            rec.last_token_ns = rec.token_times_ns[-1]
+
+    def _describe(self, exc: BaseException, rec: RequestRecord) -> str:
+        """One line saying what failed, in the user's terms, with the progress made."""
+        opts = self.options
+        events = len(rec.token_times_ns)
+        where = f" after {events} token events" if rec.http_status is not None else ""
+        if isinstance(exc, BackendError):
+            return str(exc) + (where if events else "")
+        if isinstance(exc, aiohttp.SocketTimeoutError):
+            return f"stream idle for more than {opts.stream_idle_timeout_s}s{where}"
+        if isinstance(exc, aiohttp.ConnectionTimeoutError):
+            return f"timed out connecting to {self.root}"
+        if isinstance(exc, TimeoutError):
+            return f"request timed out after {opts.request_timeout_s}s{where}"
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            return f"cannot connect to {self.root}: {exc}"
+        if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+            return f"server disconnected mid-stream{where}: {exc}"
+        if isinstance(exc, aiohttp.ClientError):
+            return f"{type(exc).__name__}{where}: {exc}"
+        logger.debug("request %s failed unexpectedly", rec.request_id, exc_info=exc)
+        return f"unexpected {type(exc).__name__}{where}: {exc}"

@@ -1,0 +1,54 @@
+"""``vllm-tokens``: vLLM's native token-in/token-out ``POST {root}/inference/v1/generate``.
+
+Registered by vLLM only with ``--tokens-only`` (or ``--enable-scale-out`` in
+0.32); the path has no ``/v1`` prefix. Body: ``{token_ids, sampling_params:
+{max_tokens, min_tokens, temperature, ignore_eos}, stream, stream_options:
+{include_usage}, request_id}``. Stream: ``{request_id, choices:[{token_ids:[delta],
+finish_reason}]}`` per token, then ``{choices: [], usage}``, then ``[DONE]``
+(``real-engines.md`` §3.3). Same chunk shape as completions, so the parser is shared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.backends.base import BACKENDS, WireRequest, as_id_list
+from workbench.backends.openai import ChoicesParser
+
+
+@dataclass(frozen=True)
+class VLLMTokensCodec:
+    """Exact output ids with no detokenisation on the server."""
+
+    model: str | None = None
+    temperature: float = 0.0
+    name: str = field(default="vllm-tokens", init=False)
+    returns_token_ids: bool = field(default=True, init=False)
+
+    def url(self, base_url: str) -> str:
+        return f"{base_url}/inference/v1/generate"
+
+    def body(self, req: WireRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "token_ids": as_id_list(req.prompt_ids),
+            "sampling_params": {
+                "max_tokens": req.max_tokens,
+                "min_tokens": req.max_tokens,
+                "temperature": self.temperature,
+                "ignore_eos": True,
+            },
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "request_id": req.request_id,
+            "rid": req.request_id,
+        }
+        if self.model is not None:
+            body["model"] = self.model
+        return body
+
+    def parser(self, req: WireRequest) -> ChoicesParser:
+        return ChoicesParser("request_id")
+
+
+BACKENDS.add("vllm-tokens", VLLMTokensCodec())
