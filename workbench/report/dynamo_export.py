@@ -1,0 +1,196 @@
+"""Write a run's requests as a Dynamo request trace (``dynamo.request.trace.v1``).
+
+So Dynamo's replay tools (and workbench's own ``dynamo`` reader) can consume a
+workbench run. One ``request_end`` row per exported request, carrying the block
+sequence hashes of the prompt that was *actually sent* (the runner stores them
+in ``rec.extra["input_sequence_hashes"]``), plus one ``tool_end`` row per tool
+wait between two rounds of a session (``rec.extra["tool_wait_ms"]``)::
+
+    {"schema": "dynamo.request.trace.v1", "event_type": "request_end",
+     "event_time_unix_ms": ..., "event_source": "workbench",
+     "agent_context": {"session_id": "s1"},
+     "request": {"request_id": "r1", "input_tokens": 130, "output_tokens": 96,
+                 "cached_tokens": 64, "request_received_ms": ..., "total_time_ms": 850.0,
+                 "ttft_ms": 40.0,
+                 "finish_reason_metadata": {"finish_reason": "length",
+                                            "tool_calls": [{"id": "r1:tool"}]},
+                 "replay": {"trace_block_size": 64, "input_length": 130,
+                            "input_sequence_hashes": [...]}}}
+    {"schema": "dynamo.request.trace.v1", "event_type": "tool_end",
+     "agent_context": {"session_id": "s1"},
+     "tool": {"tool_call_id": "r1:tool", "tool_class": "workbench.tool_wait", "status": "ok",
+              "started_at_unix_ms": ..., "ended_at_unix_ms": ..., "duration_ms": 500.0}}
+
+Times: the run clock is not wall time, so ``request_received_ms`` is the
+request's dispatch rebased onto ``t0_unix_ms`` (default: the manifest's
+``started_at``, else 0). A tool span starts when its request ended and is
+clipped to end no later than the next round's dispatch, so a reader assigns it
+to the right gap. Closed-loop repeats of a unit (request ids ending ``~N``) get
+session id ``<session>~N`` so each repeat stays its own session. Only ok,
+non-warmup requests are exported unless ``include_failed``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from workbench.metrics.frame import output_tokens
+from workbench.records import RequestRecord, RunResult
+from workbench.report.store import RecordWriter
+
+SCHEMA = "dynamo.request.trace.v1"
+ToUnixMs = Callable[[int], float]
+TOOL_CLASS = "workbench.tool_wait"
+
+
+def _t0_unix_ms(manifest: Mapping[str, Any]) -> float:
+    started = manifest.get("started_at")
+    if isinstance(started, str):
+        try:
+            return dt.datetime.fromisoformat(started).timestamp() * 1000
+        except ValueError:
+            return 0.0
+    return 0.0
+
+
+def session_key(rec: RequestRecord) -> str:
+    """The session id, made unique per closed-loop repeat (``~N`` request-id suffix)."""
+    stem, sep, loop = rec.request_id.rpartition("~")
+    return f"{rec.session_id}~{loop}" if sep and stem and loop.isdigit() else rec.session_id
+
+
+def _hashes(rec: RequestRecord, block_size: int) -> tuple[int, list[int]]:
+    """(input_length, hashes), checked against ``ceil(input_length / block_size)``."""
+    hashes = rec.extra.get("input_sequence_hashes")
+    if not isinstance(hashes, list):
+        raise ValueError(f"{rec.request_id}: no extra['input_sequence_hashes'] to export")
+    length = rec.sent_prompt_tokens or rec.prompt_tokens or 0
+    if length < 1 or len(hashes) != math.ceil(length / block_size):
+        raise ValueError(
+            f"{rec.request_id}: {len(hashes)} hashes for a {length}-token prompt do not fit "
+            f"block_size {block_size} (want ceil({length}/{block_size})); pass the run's block size"
+        )
+    return length, [int(h) for h in hashes]
+
+
+def _request_row(
+    rec: RequestRecord, sent_ns: int, block_size: int, at: ToUnixMs, tool_id: str | None
+) -> dict[str, Any]:
+    length, hashes = _hashes(rec, block_size)
+    end_ns = rec.end_ns if rec.end_ns is not None else sent_ns
+    req: dict[str, Any] = {
+        "request_id": rec.request_id,
+        "input_tokens": rec.prompt_tokens if rec.prompt_tokens is not None else length,
+        "output_tokens": output_tokens(rec),
+        "request_received_ms": at(sent_ns),
+    }
+    if rec.cached_tokens is not None:
+        req["cached_tokens"] = rec.cached_tokens
+    if rec.end_ns is not None:
+        req["total_time_ms"] = (rec.end_ns - sent_ns) / 1e6
+    calls = [{"id": tool_id}] if tool_id else []
+    req["finish_reason_metadata"] = {"finish_reason": rec.finish_reason, "tool_calls": calls}
+    req["replay"] = {
+        "trace_block_size": block_size,
+        "input_length": length,
+        "input_sequence_hashes": hashes,
+    }
+    return {
+        "schema": SCHEMA,
+        "event_type": "request_end",
+        "event_time_unix_ms": at(end_ns),
+        "event_source": "workbench",
+        "agent_context": {"session_id": session_key(rec)},
+        "request": req,
+    }
+
+
+def _tool_row(
+    rec: RequestRecord, ended_ns: int, next_ns: int, tool_id: str, at: ToUnixMs
+) -> dict[str, Any]:
+    start = at(ended_ns)
+    end = min(start + float(rec.extra["tool_wait_ms"]), at(next_ns))
+    end = max(end, start)
+    return {
+        "schema": SCHEMA,
+        "event_type": "tool_end",
+        "event_time_unix_ms": end,
+        "event_source": "workbench",
+        "agent_context": {"session_id": session_key(rec)},
+        "tool": {
+            "tool_call_id": tool_id,
+            "tool_class": TOOL_CLASS,
+            "status": "ok",
+            "started_at_unix_ms": start,
+            "ended_at_unix_ms": end,
+            "duration_ms": end - start,
+        },
+    }
+
+
+def _exported(result: RunResult, include_failed: bool) -> list[RequestRecord]:
+    keep = [
+        r
+        for r in result.records
+        if not r.warmup and r.dispatch_ns is not None and (include_failed or r.status == "ok")
+    ]
+    return sorted(keep, key=lambda r: (r.dispatch_ns or 0, r.round_idx))
+
+
+def dynamo_rows(
+    result: RunResult,
+    block_size: int,
+    *,
+    t0_unix_ms: float | None = None,
+    include_failed: bool = False,
+) -> list[dict[str, Any]]:
+    """The trace rows, ordered by event time (request_end at its end, tool_end at its end)."""
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    recs = _exported(result, include_failed)
+    if not recs:
+        return []
+    origin = min(r.dispatch_ns for r in recs if r.dispatch_ns is not None)
+    base = _t0_unix_ms(result.manifest) if t0_unix_ms is None else t0_unix_ms
+
+    def at(ns: int) -> float:
+        return base + (ns - origin) / 1e6
+
+    nexts: dict[int, RequestRecord] = {}
+    last_by_session: dict[str, RequestRecord] = {}
+    for r in recs:  # in dispatch order: the previous round of r's session precedes it
+        prev = last_by_session.get(session_key(r))
+        if prev is not None:
+            nexts[id(prev)] = r
+        last_by_session[session_key(r)] = r
+    rows = []
+    for r in recs:
+        nxt = nexts.get(id(r))
+        wait = float(r.extra.get("tool_wait_ms") or 0.0)
+        tool = nxt is not None and wait > 0 and r.end_ns is not None
+        tool_id = f"{r.request_id}:tool" if tool else None
+        rows.append(_request_row(r, r.dispatch_ns or 0, block_size, at, tool_id))
+        if tool_id is not None and nxt is not None and r.end_ns is not None:
+            rows.append(_tool_row(r, r.end_ns, nxt.dispatch_ns or 0, tool_id, at))
+    return sorted(rows, key=lambda row: row["event_time_unix_ms"])
+
+
+def export_dynamo(
+    result: RunResult,
+    path: str | Path,
+    block_size: int,
+    *,
+    t0_unix_ms: float | None = None,
+    include_failed: bool = False,
+) -> Path:
+    """Write ``dynamo_rows`` as JSONL to ``path`` and return it."""
+    path = Path(path)
+    with RecordWriter(path) as w:
+        w.write_all(
+            dynamo_rows(result, block_size, t0_unix_ms=t0_unix_ms, include_failed=include_failed)
+        )
+    return path
