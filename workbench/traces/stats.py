@@ -1,0 +1,390 @@
+"""Trace statistics: what a workload asks of a server, before anything is replayed.
+
+``trace_stats(workload)`` answers "how big, how bursty and how cacheable is
+this trace?" with a dict of plain numbers (``TraceStats.summary``; a
+``TraceStats`` also reads like that dict) plus DataFrames a notebook can plot.
+
+Definitions (the names are the SPEC §8 contract; read them here, not by guess):
+
+- ``mean_input_tokens`` is the mean **full prompt** (prefix + fresh input) of a
+  round. That is what trace papers call "input": for the Mooncake conversation
+  trace it is the mean ``input_length`` (12,035). ``total_input_tokens``, by
+  contrast, sums only the *fresh* (uncached) input after the context policy, so
+  ``total_prompt_tokens == total_prefix_tokens + total_input_tokens``.
+- ``planned_prefix_hit_rate`` = Σ planned prefix / Σ prompt, after the context
+  policy (sessions) or as the reader computed it (hash-id traces, independent).
+- ``ideal_prefix_hit_rate``: token-weighted hit rate of an infinite prefix cache.
+  Hash-id rounds (Mooncake, Dynamo): a block hits when its id was seen before
+  *and* every block before it hit (an id stands for its whole prefix, and a
+  real prefix cache stops at the first miss); the trailing partial block counts
+  with its real length. Session rounds: the policy-planned prefix hits.
+- ``hit_vs_capacity``: the same hit rate under an LRU cache of N blocks. Accesses
+  go in estimated request order (unit arrival + earlier tool waits; service time
+  is unknown here and ignored). Session blocks are keyed ``(unit, block index,
+  version)``: a round reads the blocks of its planned prefix, then writes new
+  versions from the first block it changes through the end of its prompt and
+  output (the next round's context). Hash-id rounds read their ids. All
+  capacities come from one pass of LRU stack distances, so the curve is
+  monotone and reaches ``ideal_prefix_hit_rate`` at the working set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from workbench.context.policy import POLICIES, ContextPolicy, PlannedRound, plan_rounds
+from workbench.records import Workload
+
+DEFAULT_BLOCK_SIZE = 512
+CURVE_POINTS = 25
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True, eq=False)
+class TraceStats(Mapping[str, Any]):
+    """Summary numbers (also readable as ``stats["name"]``) plus plot-ready frames.
+
+    ``rounds``: one row per round, release order. ``sessions``: one row per unit.
+    ``hit_vs_capacity``: ``capacity_blocks``/``capacity_tokens`` → ``hit_rate``.
+    ``policy`` is the context policy applied (``None`` when the trace's own
+    prefixes were used: hash-id traces and workloads without sessions).
+    """
+
+    summary: dict[str, Any]
+    rounds: pd.DataFrame
+    sessions: pd.DataFrame
+    hit_vs_capacity: pd.DataFrame
+    fmt: str
+    policy: str | None
+    block_size: int
+
+    def __getitem__(self, key: str) -> Any:
+        return self.summary[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.summary)
+
+    def __len__(self) -> int:
+        return len(self.summary)
+
+
+def trace_stats(
+    workload: Workload,
+    *,
+    cache_capacities: Iterable[int] | None = None,
+    block_size: int | None = None,
+    policy: str | ContextPolicy = "trace-reported",
+) -> TraceStats:
+    """Statistics of ``workload`` (see the module docstring for every definition).
+
+    ``block_size`` is the cache block in tokens (default: the trace's own, else
+    512); ``cache_capacities`` the LRU sizes in blocks (default: a log grid up
+    to the working set); ``policy`` the context policy applied to sessions
+    (ignored, like in the runner, when rounds carry hash ids).
+    """
+    bs = int(block_size or workload.block_size or DEFAULT_BLOCK_SIZE)
+    if bs <= 0:
+        raise ValueError(f"block_size must be > 0, got {bs}")
+    pol = _effective_policy(workload, policy)
+    table, hash_ids = _round_table(workload, pol)
+    rounds = pd.DataFrame(table)
+    acc = _block_accesses(rounds, hash_ids, bs)
+    rounds["ideal_hit_tokens"] = np.bincount(
+        acc.rows[acc.eff < acc.never],
+        weights=acc.weights[acc.eff < acc.never],
+        minlength=len(rounds),
+    ).astype(np.int64)
+    curve = _hit_curve(acc, cache_capacities, bs, int(rounds["prompt_len"].sum()))
+    summary = _summary(workload, rounds, acc, bs)
+    return TraceStats(
+        summary, rounds, _per_unit(rounds), curve, workload.fmt, getattr(pol, "name", None), bs
+    )
+
+
+# ------------------------------------------------------------------ rounds table
+
+
+def _effective_policy(workload: Workload, policy: str | ContextPolicy) -> ContextPolicy | None:
+    """The policy applied, mirroring the runner: none for hash-id or session-less traces."""
+    if not workload.has_sessions or workload.has_hash_ids:
+        return None
+    return POLICIES.get(policy) if isinstance(policy, str) else policy
+
+
+def _round_table(
+    workload: Workload, policy: ContextPolicy | None
+) -> tuple[dict[str, list[Any]], list[tuple[int, ...] | None]]:
+    """Columns of the rounds frame (release order) and each round's hash ids."""
+    cols: dict[str, list[Any]] = {c: [] for c in _ROUND_COLUMNS}
+    hashes: list[tuple[int, ...] | None] = []
+    for ui, unit in enumerate(workload.units):
+        if policy is not None and unit.is_session:
+            plans = plan_rounds(unit.rounds, policy)
+        else:
+            plans = [PlannedRound(r.prefix_len, r.input_len) for r in unit.rounds]
+        start = unit.arrival_ms
+        for k, (r, pl) in enumerate(zip(unit.rounds, plans, strict=True)):
+            row = (
+                ui, unit.unit_id, unit.kind, r.request_id, r.round_idx, unit.arrival_ms, start,
+                r.prefix_len, r.input_len, pl.prefix_len, pl.input_len,
+                pl.prefix_len + pl.input_len, r.output_len, r.tool_wait_after_ms,
+                k == len(unit.rounds) - 1, pl.folded_prefix_tokens, pl.major_compaction,
+                -1 if r.hash_ids is None else len(r.hash_ids),
+            )  # fmt: skip
+            for name, value in zip(_ROUND_COLUMNS, row, strict=True):
+                cols[name].append(value)
+            hashes.append(r.hash_ids)
+            start += r.tool_wait_after_ms
+    return cols, hashes
+
+
+_ROUND_COLUMNS = (
+    "unit_idx", "unit_id", "kind", "request_id", "round_idx", "arrival_ms", "est_start_ms",
+    "raw_prefix_len", "raw_input_len", "prefix_len", "input_len", "prompt_len", "output_len",
+    "tool_wait_after_ms", "last_round", "folded_prefix_tokens", "major_compaction", "n_hash_ids",
+)  # fmt: skip
+
+
+# ------------------------------------------------------------------ block accesses
+
+
+@dataclass(frozen=True)
+class _Accesses:
+    """Block accesses in request order. ``eff``: prefix-closed LRU stack distance."""
+
+    keys: np.ndarray  # dense block key
+    weights: np.ndarray  # tokens a hit on this access saves (0 for writes)
+    rows: np.ndarray  # round (row of the rounds frame)
+    reads: np.ndarray  # bool: part of a planned prefix (counts toward hits)
+    eff: np.ndarray  # stack distance, max over the round's earlier reads; `never` if unseen
+    never: int
+    working_set: int
+
+
+def _block_accesses(
+    rounds: pd.DataFrame, hashes: Sequence[tuple[int, ...] | None], bs: int
+) -> _Accesses:
+    hk, hw, hr = _hash_accesses(rounds, hashes, bs)
+    n_hash_keys = int(hk.max()) + 1 if hk.size else 0
+    sk, sw, sr, sread = _session_accesses(rounds, hashes, bs, n_hash_keys)
+    keys = np.concatenate([hk, sk])
+    weights = np.concatenate([hw, sw])
+    rows = np.concatenate([hr, sr])
+    reads = np.concatenate([np.ones(hk.size, bool), sread])
+    rank = np.empty(len(rounds), np.int64)
+    rank[np.lexsort((np.arange(len(rounds)), rounds["est_start_ms"].to_numpy()))] = np.arange(
+        len(rounds)
+    )
+    rounds["request_order"] = rank
+    order = np.argsort(rank[rows], kind="stable")
+    keys, weights, rows, reads = keys[order], weights[order], rows[order], reads[order]
+    never = len(keys)
+    dist = _stack_distances(keys)
+    dist[~reads] = 0  # writes never break a round's prefix chain (they follow its reads)
+    seg = rank[rows]  # non-decreasing: running max restarted at each round
+    eff = np.maximum.accumulate(dist + seg * (never + 1)) - seg * (never + 1)
+    working_set = int(keys.max()) + 1 if keys.size else 0  # keys are dense and all accessed
+    return _Accesses(keys, weights, rows, reads, eff, never, working_set)
+
+
+def _hash_accesses(
+    rounds: pd.DataFrame, hashes: Sequence[tuple[int, ...] | None], bs: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Dense keys, token weights and rows of every hash-id block (vectorized)."""
+    rows = [i for i, h in enumerate(hashes) if h is not None]
+    lens = np.array([len(hashes[i] or ()) for i in rows], np.int64)
+    flat: list[int] = [x for i in rows for x in hashes[i] or ()]
+    if not flat:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
+    try:
+        _, keys = np.unique(np.asarray(flat, np.int64), return_inverse=True)
+    except OverflowError:  # Dynamo hashes wider than 64 bits
+        dense: dict[int, int] = {}
+        keys = np.array([dense.setdefault(x, len(dense)) for x in flat], np.int64)
+    row_of = np.repeat(np.asarray(rows, np.int64), lens)
+    starts = np.repeat(np.cumsum(lens) - lens, lens)
+    j = np.arange(len(flat), dtype=np.int64) - starts
+    prompt = rounds["prompt_len"].to_numpy(np.int64)[row_of]
+    weights = np.clip(prompt - j * bs, 0, bs)
+    return keys.astype(np.int64).ravel(), weights, row_of
+
+
+def _session_accesses(
+    rounds: pd.DataFrame, hashes: Sequence[tuple[int, ...] | None], bs: int, first_key: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Conversation blocks of rounds without hash ids: prefix reads, then new versions."""
+    keys: list[int] = []
+    weights: list[int] = []
+    rows: list[int] = []
+    nread: list[int] = []
+    current: dict[int, list[int]] = {}  # unit -> key of each block of its context
+    next_key = first_key
+    todo = [i for i, h in enumerate(hashes) if h is None]
+    cols = rounds[["unit_idx", "prefix_len", "prompt_len", "output_len"]].to_numpy(np.int64)
+    for i, (unit, p, prompt, out) in zip(todo, cols[todo].tolist(), strict=True):
+        ctx = current.setdefault(unit, [])
+        n_read = -(-p // bs)
+        missing = n_read - len(ctx)
+        if missing > 0:  # a claimed prefix beyond the context: unseen blocks, misses
+            ctx.extend(range(next_key, next_key + missing))
+            next_key += missing
+        keys.extend(ctx[:n_read])
+        weights.extend([bs] * (p // bs) + ([p % bs] if p % bs else []))
+        first_new, end = p // bs, -(-(prompt + out) // bs)
+        new = list(range(next_key, next_key + max(end - first_new, 0)))
+        next_key += len(new)
+        ctx[first_new:] = new
+        keys.extend(new)
+        weights.extend([0] * len(new))
+        rows.extend([i] * (n_read + len(new)))
+        nread.extend([1] * n_read + [0] * len(new))
+    return (
+        np.asarray(keys, np.int64),
+        np.asarray(weights, np.int64),
+        np.asarray(rows, np.int64),
+        np.asarray(nread, bool),
+    )
+
+
+def _stack_distances(keys: np.ndarray) -> np.ndarray:
+    """LRU stack distance of each access: distinct other keys since its last access.
+
+    An access hits an LRU cache of ``c`` blocks iff its distance is ``< c``.
+    First accesses get ``len(keys)`` (never a hit). With ``p`` the previous
+    access of the same key, ``distance(t) = t - p - 1 - #{s < t : prev(s) > p}``
+    (accesses in the window whose key already appeared in it); the count is an
+    offline dominance query answered for all ``t`` at once (``_count_dominated``).
+    """
+    n = len(keys)
+    dist = np.full(n, n, np.int64)
+    if n < 2:
+        return dist
+    order = np.argsort(keys, kind="stable")
+    same = keys[order[1:]] == keys[order[:-1]]
+    prev = np.full(n, -1, np.int64)
+    prev[order[1:][same]] = order[:-1][same]
+    t = np.flatnonzero(prev >= 0)
+    p = prev[t]
+    dist[t] = t - p - 1 - _count_dominated(t, p, n)
+    return dist
+
+
+def _count_dominated(s: np.ndarray, prev: np.ndarray, n: int) -> np.ndarray:
+    """For each i: ``#{j : s[j] < s[i] and prev[j] > prev[i]}``, vectorized.
+
+    ``[0, s_i)`` splits into dyadic blocks (one per set bit of ``s_i``); per bit
+    level, points sorted by ``(block, prev)`` answer every query in that level
+    with two binary searches. O(n log² n) in numpy instead of a Python loop.
+    """
+    w = n + 1
+    counts = np.zeros(len(s), np.int64)
+    for level in range(int(n).bit_length()):
+        sel = ((s >> level) & 1).astype(bool)
+        if not sel.any():
+            continue
+        packed = np.sort((s >> level) * w + prev)
+        block = (s[sel] >> level) - 1
+        hi = np.searchsorted(packed, (block + 1) * w, "left")
+        lo = np.searchsorted(packed, block * w + prev[sel], "right")
+        counts[sel] += hi - lo
+    return counts
+
+
+# ------------------------------------------------------------------ results
+
+
+def _hit_curve(
+    acc: _Accesses, capacities: Iterable[int] | None, bs: int, total_prompt: int
+) -> pd.DataFrame:
+    """Token-weighted hit rate per LRU capacity (blocks), from the stack distances."""
+    if capacities is None:
+        top = max(acc.working_set, 1)
+        grid = np.unique(np.round(np.geomspace(1, top, CURVE_POINTS)).astype(np.int64))
+        caps = np.union1d(grid, [top])
+    else:
+        caps = np.asarray(sorted({int(c) for c in capacities}), np.int64)
+        if caps.size and caps[0] < 0:
+            raise ValueError("cache capacities must be >= 0 blocks")
+    read = acc.reads & (acc.weights > 0) & (acc.eff < acc.never)  # `never` is no distance
+    eff, w = acc.eff[read], acc.weights[read]
+    order = np.argsort(eff, kind="stable")
+    cum = np.concatenate([[0], np.cumsum(w[order])])
+    hit = cum[np.searchsorted(eff[order], caps, "left")]
+    rate = hit / total_prompt if total_prompt else np.zeros(len(caps))
+    return pd.DataFrame(
+        {"capacity_blocks": caps, "capacity_tokens": caps * bs, "hit_tokens": hit, "hit_rate": rate}
+    )
+
+
+def _pct(values: np.ndarray, name: str, out: dict[str, Any]) -> None:
+    for q in PERCENTILES:
+        out[f"p{q}_{name}"] = float(np.percentile(values, q)) if values.size else None
+
+
+def _summary(workload: Workload, rounds: pd.DataFrame, acc: _Accesses, bs: int) -> dict[str, Any]:
+    prompt = rounds["prompt_len"].to_numpy(np.int64)
+    output = rounds["output_len"].to_numpy(np.int64)
+    total_prompt, total_prefix = int(prompt.sum()), int(rounds["prefix_len"].sum())
+    n = len(rounds)
+    waits = rounds.loc[~rounds["last_round"] & (rounds["kind"] == "session"), "tool_wait_after_ms"]
+    arrivals = [u.arrival_ms for u in workload.units]
+    out: dict[str, Any] = {
+        "units": len(workload.units),
+        "sessions": sum(u.is_session for u in workload.units),
+        "independent": sum(not u.is_session for u in workload.units),
+        "rounds": n,
+        "total_prompt_tokens": total_prompt,
+        "total_prefix_tokens": total_prefix,
+        "total_input_tokens": int(rounds["input_len"].sum()),
+        "total_output_tokens": int(output.sum()),
+        "folded_prefix_tokens": int(rounds["folded_prefix_tokens"].sum()),
+        "major_compaction_rounds": int(rounds["major_compaction"].sum()),
+        "mean_input_tokens": float(prompt.mean()) if n else None,
+        "mean_output_tokens": float(output.mean()) if n else None,
+        "mean_rounds_per_unit": n / len(workload.units) if workload.units else None,
+        "planned_prefix_hit_rate": total_prefix / total_prompt if total_prompt else 0.0,
+        "ideal_prefix_hit_rate": (
+            int(rounds["ideal_hit_tokens"].sum()) / total_prompt if total_prompt else 0.0
+        ),
+        "block_size": bs,
+        "working_set_blocks": acc.working_set,
+        "working_set_tokens": acc.working_set * bs,
+        "arrival_span_ms": float(max(arrivals) - min(arrivals)) if arrivals else 0.0,
+        "total_tool_wait_ms": float(waits.sum()),
+    }
+    _pct(prompt, "prompt_tokens", out)
+    _pct(output, "output_tokens", out)
+    _pct(waits.to_numpy(float), "tool_wait_ms", out)
+    return out
+
+
+def _per_unit(rounds: pd.DataFrame) -> pd.DataFrame:
+    """One row per unit: sizes, planned and ideal hit rates, time spent in tools."""
+    g = rounds.groupby("unit_idx", sort=True)
+    df = g.agg(
+        unit_id=("unit_id", "first"),
+        kind=("kind", "first"),
+        arrival_ms=("arrival_ms", "first"),
+        rounds=("round_idx", "size"),
+        prompt_tokens=("prompt_len", "sum"),
+        prefix_tokens=("prefix_len", "sum"),
+        input_tokens=("input_len", "sum"),
+        output_tokens=("output_len", "sum"),
+        max_prompt_tokens=("prompt_len", "max"),
+        tool_wait_ms=("tool_wait_after_ms", "sum"),
+        folded_prefix_tokens=("folded_prefix_tokens", "sum"),
+        ideal_hit_tokens=("ideal_hit_tokens", "sum"),
+    )
+    denom = df["prompt_tokens"].where(df["prompt_tokens"] > 0)
+    df["planned_prefix_hit_rate"] = (df["prefix_tokens"] / denom).fillna(0.0)
+    df["ideal_prefix_hit_rate"] = (df["ideal_hit_tokens"] / denom).fillna(0.0)
+    return df.reset_index()
+
+
+__all__ = ["TraceStats", "trace_stats"]
