@@ -107,6 +107,14 @@ def test_failed_records_only_on_request_and_hash_mismatch_raises() -> None:
         dynamo_rows(res, BS)
 
 
+def test_block_size_defaults_to_the_manifest(tmp_path: Path) -> None:
+    res = _result()
+    with pytest.raises(ValueError, match="no block_size"):
+        export_dynamo(res, tmp_path / "t.jsonl")
+    res.manifest["engine"] = {"block_size": BS}
+    assert len(read_jsonl(export_dynamo(res, tmp_path / "t.jsonl"))) == 4
+
+
 def test_closed_loop_repeats_are_separate_sessions() -> None:
     p = list(range(16))
     recs = [_rec("a~1", "s0", 0, p, 0, 10, 0), _rec("a~2", "s0", 0, p, 50, 10, 0)]

@@ -217,13 +217,14 @@ def summarize(
 
     ``slo`` and ``ideal`` default to the manifest's ``slo`` / ``ideal_prefix_hit_rate``
     when ``result`` is a RunResult that carries them. Warmup records are excluded
-    unless ``warmup=True``.
+    unless ``warmup=True``. No run id or wall-clock field goes in, so a virtual-time
+    run summarizes byte-identically every time.
     """
     manifest = result.manifest if isinstance(result, RunResult) else {}
     timeline = result.metrics_timeline if isinstance(result, RunResult) else []
     df = run_rows(result, warmup=warmup)
     ok = df[df["status"] == "ok"]
-    out: dict[str, Any] = {"run_id": _run_id(result, df), "warmup_included": warmup, **counts(df)}
+    out: dict[str, Any] = {"warmup_included": warmup, **counts(df)}
     for col in (*LATENCY_METRICS, *AUDIT_METRICS):
         out[col] = describe(metric_values(ok, col))
     out.update(throughput(df))
@@ -236,9 +237,3 @@ def summarize(
     if isinstance(result, RunResult):
         out["cancelled"] = bool(result.cancelled)
     return out
-
-
-def _run_id(result: Data, df: pd.DataFrame) -> str | None:
-    if isinstance(result, RunResult):
-        return result.run_id
-    return str(df["run_id"].iloc[0]) if len(df) else None

@@ -179,16 +179,33 @@ def dynamo_rows(
     return sorted(rows, key=lambda row: row["event_time_unix_ms"])
 
 
+def block_size_of(result: RunResult) -> int:
+    """The block size the runner hashed prompts with, as the manifest records it."""
+    engine = result.manifest.get("engine")
+    for value in (
+        result.manifest.get("block_size"),
+        engine.get("block_size") if isinstance(engine, Mapping) else None,
+    ):
+        if isinstance(value, int) and value > 0:
+            return value
+    raise ValueError("the manifest records no block_size; pass block_size=")
+
+
 def export_dynamo(
     result: RunResult,
     path: str | Path,
-    block_size: int,
+    block_size: int | None = None,
     *,
     t0_unix_ms: float | None = None,
     include_failed: bool = False,
 ) -> Path:
-    """Write ``dynamo_rows`` as JSONL to ``path`` and return it."""
+    """Write ``dynamo_rows`` as JSONL to ``path`` and return it.
+
+    ``block_size`` defaults to the one the manifest records (``block_size``, or
+    the embedded engine's).
+    """
     path = Path(path)
+    block_size = block_size if block_size is not None else block_size_of(result)
     with RecordWriter(path) as w:
         w.write_all(
             dynamo_rows(result, block_size, t0_unix_ms=t0_unix_ms, include_failed=include_failed)
