@@ -1,0 +1,326 @@
+"""Transport against scripted aiohttp servers on 127.0.0.1 port 0.
+
+Each server plays a script: bytes to write, floats to sleep, ``CUT`` to drop the
+connection. Assertions are on invariants (counts, order, text), never on
+wall-clock windows; every await runs under ``asyncio.timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+from multidict import CIMultiDict
+
+from workbench.backends import BACKENDS, WireRequest
+from workbench.backends.transport import Transport, TransportOptions, normalize_base_url
+from workbench.records import RequestRecord
+
+CUT = object()
+LIMIT = 10.0
+
+
+def sse(obj: Any) -> bytes:
+    return b"data: " + (obj if isinstance(obj, bytes) else orjson.dumps(obj)) + b"\n\n"
+
+
+def tok(ids: list[int], finish: str | None = None) -> bytes:
+    return sse(
+        {"id": "cmpl-1", "choices": [{"index": 0, "token_ids": ids, "finish_reason": finish}]}
+    )
+
+
+def usage(completion: int, cached: int = 0) -> bytes:
+    u = {
+        "prompt_tokens": 4,
+        "completion_tokens": completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+    return sse({"id": "cmpl-1", "choices": [], "usage": u})
+
+
+GOOD = [tok([11]), 0.01, tok([12, 13]), 0.01, tok([14], "length"), usage(4, 3), sse(b"[DONE]")]
+
+
+class Script:
+    """A route that records each request and plays ``steps`` back as a stream."""
+
+    def __init__(self, steps: list[Any], status: int = 200) -> None:
+        self.steps = steps
+        self.status = status
+        self.requests: list[tuple[CIMultiDict[str], Any]] = []
+        self.arrived = asyncio.Event()
+
+    async def __call__(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append((request.headers.copy(), await request.json()))
+        self.arrived.set()
+        if self.status != 200:
+            return web.Response(status=self.status, text="engine exploded: CUDA OOM")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for step in self.steps:
+            if step is CUT:
+                assert request.transport is not None
+                request.transport.abort()
+                return resp
+            if isinstance(step, float):
+                await asyncio.sleep(step)
+            else:
+                await resp.write(step)
+        await resp.write_eof()
+        return resp
+
+
+@contextlib.asynccontextmanager
+async def serve(script: Script, path: str = "/v1/completions") -> AsyncIterator[str]:
+    app = web.Application()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return await script(request)
+
+    app.router.add_post(path, handler)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
+
+
+def record(rid: str = "r-1") -> RequestRecord:
+    return RequestRecord(
+        run_id="t",
+        request_id=rid,
+        unit_ordinal=0,
+        session_id="s",
+        round_idx=0,
+        backend="openai",
+        policy=None,
+        planned_prefix_tokens=0,
+        planned_input_tokens=4,
+        planned_output_tokens=4,
+    )
+
+
+REQ = WireRequest(request_id="r-1", prompt_ids=[1, 2, 3, 4], max_tokens=4)
+
+
+async def send(
+    script: Script, backend: str = "openai", path: str = "/v1/completions", **opts: Any
+) -> tuple[RequestRecord, list[int] | None]:
+    rec = record()
+    async with (
+        asyncio.timeout(LIMIT),
+        serve(script, path) as url,
+        Transport(TransportOptions(base_url=url + "/v1/", **opts)) as transport,
+    ):
+        ids = await transport.send(BACKENDS.get(backend), REQ, rec)
+    return rec, ids
+
+
+async def test_success_fills_record_with_consistent_times():
+    script = Script(GOOD)
+    rec, ids = await send(script)
+    assert rec.status == "ok", rec.error
+    assert ids == [11, 12, 13, 14]
+    assert rec.token_counts == [1, 2, 1]
+    assert rec.first_token_ns == rec.token_times_ns[0]
+    assert rec.last_token_ns == rec.token_times_ns[-1]
+    assert rec.token_times_ns == sorted(rec.token_times_ns)
+    assert rec.dispatch_ns is not None and rec.end_ns is not None
+    assert rec.dispatch_ns < rec.first_token_ns <= rec.last_token_ns <= rec.end_ns
+    assert (rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens) == (4, 4, 3)
+    assert rec.cached_tokens_reported
+    assert (rec.http_status, rec.finish_reason, rec.server_request_id) == (200, "length", "cmpl-1")
+    assert rec.sent_prompt_tokens == 4 and rec.error is None
+
+
+async def test_request_id_in_header_and_body():
+    script = Script(GOOD)
+    await send(script)
+    headers, body = script.requests[0]
+    assert headers["x-request-id"] == "r-1"
+    assert body["rid"] == "r-1"
+
+
+async def test_vllm_tokens_route_has_no_v1_and_body_request_id():
+    steps = [
+        sse({"request_id": "g-r-1", "choices": [{"token_ids": [5], "finish_reason": "length"}]}),
+        sse(
+            {
+                "request_id": "g-r-1",
+                "choices": [],
+                "usage": {"prompt_tokens": 4, "completion_tokens": 1},
+            }
+        ),
+        sse(b"[DONE]"),
+    ]
+    script = Script(steps)
+    rec, ids = await send(script, "vllm-tokens", "/inference/v1/generate")
+    assert ids == [5] and rec.status == "ok"
+    assert script.requests[0][1]["request_id"] == "r-1"
+    assert (rec.cached_tokens, rec.cached_tokens_reported) == (0, False)
+
+
+async def test_api_key_from_env_is_sent_but_never_recorded(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("WB_TEST_KEY", "sk-secret-123")
+    script = Script(GOOD)
+    rec, _ = await send(script, api_key_env="WB_TEST_KEY")
+    assert script.requests[0][0]["Authorization"] == "Bearer sk-secret-123"
+    assert "sk-secret" not in orjson.dumps(rec.to_dict()).decode()
+
+
+async def test_no_authorization_header_without_key(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("WB_TEST_KEY", raising=False)
+    script = Script(GOOD)
+    await send(script, api_key_env="WB_TEST_KEY")
+    assert "Authorization" not in script.requests[0][0]
+
+
+async def test_ttft_counts_only_events_with_token_ids():
+    role_only = sse({"id": "c", "choices": [{"index": 0, "token_ids": [], "text": ""}]})
+    script = Script([role_only, 0.2, *GOOD])
+    rec, _ = await send(script)
+    assert rec.status == "ok"
+    assert rec.token_counts == [1, 2, 1]
+    assert rec.first_token_ns is not None and rec.dispatch_ns is not None
+    assert rec.first_token_ns - rec.dispatch_ns >= 200_000_000  # the role chunk came earlier
+
+
+async def test_http_500_records_status_and_body():
+    rec, ids = await send(Script([], status=500))
+    assert ids is None
+    assert rec.status == "error" and rec.http_status == 500
+    assert rec.error is not None and "HTTP 500" in rec.error and "CUDA OOM" in rec.error
+    assert rec.end_ns is not None
+
+
+async def test_connection_refused():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rec = record()
+    async with (
+        asyncio.timeout(LIMIT),
+        Transport(TransportOptions(base_url=f"127.0.0.1:{port}")) as transport,
+    ):
+        ids = await transport.send(BACKENDS.get("openai"), REQ, rec)
+    assert ids is None and rec.status == "error"
+    assert rec.error is not None and "cannot connect" in rec.error
+    assert rec.http_status is None and rec.end_ns is not None
+
+
+async def test_disconnect_mid_stream_keeps_partial_tokens():
+    rec, ids = await send(Script([tok([11]), 0.05, tok([12]), 0.05, CUT]))
+    assert ids is None and rec.status == "error"
+    assert rec.error is not None and "disconnected" in rec.error
+    assert rec.token_counts == [1, 1]
+    assert rec.first_token_ns == rec.token_times_ns[0]
+
+
+async def test_stall_hits_the_idle_timeout():
+    rec, _ = await send(Script([tok([11]), 30.0, tok([12])]), stream_idle_timeout_s=0.3)
+    assert rec.status == "error"
+    assert rec.error is not None and "idle" in rec.error and "0.3" in rec.error
+    assert rec.token_counts == [1]
+
+
+async def test_request_timeout():
+    steps: list[Any] = [x for _ in range(200) for x in (tok([1]), 0.05)]
+    rec, _ = await send(Script(steps), request_timeout_s=0.4)
+    assert rec.status == "error"
+    assert rec.error is not None and "timed out after 0.4" in rec.error
+    assert len(rec.token_counts) >= 1
+
+
+async def test_missing_usage_is_an_error():
+    rec, ids = await send(Script([tok([11]), tok([12], "length"), sse(b"[DONE]")]))
+    assert ids is None and rec.status == "error"
+    assert rec.error is not None and "usage" in rec.error
+    assert rec.token_counts == [1, 1]
+
+
+async def test_missing_done_is_tolerated_when_usage_arrived():
+    rec, ids = await send(Script([tok([11, 12, 13, 14], "length"), usage(4)]))
+    assert rec.status == "ok" and ids == [11, 12, 13, 14]
+
+
+async def test_cumulative_sglang_stream_fails_naming_the_flag():
+    def c(ids: list[int]) -> bytes:
+        meta = {"id": "x", "prompt_tokens": 4, "completion_tokens": len(ids), "cached_tokens": 0}
+        return sse({"output_ids": ids, "meta_info": meta})
+
+    rec, ids = await send(Script([c([7]), c([7, 8]), c([7, 8, 9])]), "sglang-tokens", "/generate")
+    assert ids is None and rec.status == "error"
+    assert rec.error is not None and "--stream-output" in rec.error
+
+
+async def test_sglang_prompt_echo_trimmed_and_counted():
+    def c(ids: list[int], done: int) -> bytes:
+        meta = {"id": "x", "prompt_tokens": 4, "completion_tokens": done, "cached_tokens": 1}
+        return sse({"output_ids": ids, "meta_info": meta})
+
+    steps = [c([3, 4], 0), c([7], 1), c([8], 2), c([9], 3), c([10], 4), sse(b"[DONE]")]
+    rec, ids = await send(Script(steps), "sglang-tokens", "/generate")
+    assert rec.status == "ok", rec.error
+    assert ids == [7, 8, 9, 10]
+    assert rec.echoed_prompt_tokens == 2
+    assert rec.token_counts == [1, 1, 1, 1]
+
+
+async def test_cancel_marks_record_and_propagates():
+    script = Script([tok([11]), 30.0])
+    rec = record()
+    async with (
+        asyncio.timeout(LIMIT),
+        serve(script) as url,
+        Transport(TransportOptions(base_url=url)) as transport,
+    ):
+        task = asyncio.create_task(transport.send(BACKENDS.get("openai"), REQ, rec))
+        await script.arrived.wait()
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert rec.status == "cancelled" and rec.end_ns is not None
+
+
+async def test_one_session_serves_concurrent_requests():
+    script = Script(GOOD)
+    recs = [record(f"r-{i}") for i in range(8)]
+    async with (
+        asyncio.timeout(LIMIT),
+        serve(script) as url,
+        Transport(TransportOptions(base_url=url, max_connections=4)) as transport,
+    ):
+        codec = BACKENDS.get("openai")
+        async with asyncio.TaskGroup() as tg:
+            for i, rec in enumerate(recs):
+                req = WireRequest(f"r-{i}", [1, 2, 3, 4], 4)
+                tg.create_task(transport.send(codec, req, rec))
+    assert all(r.status == "ok" for r in recs)
+    assert sorted(h["x-request-id"] for h, _ in script.requests) == sorted(
+        r.request_id for r in recs
+    )
+
+
+def test_normalize_base_url():
+    assert normalize_base_url("http://h:8000/v1/") == "http://h:8000"
+    assert normalize_base_url("h:8000") == "http://h:8000"
+    assert normalize_base_url("https://x/api/") == "https://x/api"
+
+
+async def test_send_outside_context_is_a_programming_error():
+    with pytest.raises(RuntimeError, match="async with"):
+        await Transport(TransportOptions(base_url="h:1")).send(
+            BACKENDS.get("openai"), REQ, record()
+        )
