@@ -221,3 +221,31 @@ def test_mooncake_full_trace():
     assert round(s["mean_output_tokens"]) == 343
     assert 0 < s["ideal_prefix_hit_rate"] < 1
     assert not math.isnan(s["p99_prompt_tokens"])
+
+
+def test_cli_table_names_detected_format(capsys):
+    from workbench.cli import main
+
+    assert main(["stats", str(data.path("mooncake/conversation_trace_head600.jsonl"))]) == 0
+    out = capsys.readouterr().out
+    assert "format  mooncake (detected)" in out
+    assert "ideal_prefix_hit_rate" in out and "LRU prefix cache" in out
+
+
+def test_cli_json_summary(capsys):
+    from workbench.cli import main
+
+    path = data.path("tracelab/multi_session_example.csv")
+    assert main(["stats", str(path), "--json", "--format", "session", "--block-size", "16"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["format"] == "session" and doc["policy"] == "trace-reported"
+    assert doc["block_size"] == 16
+    assert doc["rounds"] == trace_stats(workbench.load_trace(path))["rounds"]
+
+
+def test_cli_unknown_format_is_a_clean_error(capsys):
+    from workbench.cli import main
+
+    path = data.path("tracelab/multi_session_example.csv")
+    assert main(["stats", str(path), "--format", "nope"]) == 2
+    assert "valid:" in capsys.readouterr().err

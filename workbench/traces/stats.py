@@ -284,11 +284,13 @@ def _count_dominated(s: np.ndarray, prev: np.ndarray, n: int) -> np.ndarray:
     """
     w = n + 1
     counts = np.zeros(len(s), np.int64)
+    packed = np.sort(s * w + prev)
     for level in range(int(n).bit_length()):
+        if level:  # coarsen the previous level: each block is now two sorted runs (timsort merges)
+            packed = np.sort(((packed // w) >> 1) * w + packed % w, kind="stable")
         sel = ((s >> level) & 1).astype(bool)
         if not sel.any():
             continue
-        packed = np.sort((s >> level) * w + prev)
         block = (s[sel] >> level) - 1
         hi = np.searchsorted(packed, (block + 1) * w, "left")
         lo = np.searchsorted(packed, block * w + prev[sel], "right")

@@ -1,0 +1,112 @@
+"""``workbench stats``: what a trace asks of a server (sizes, waits, cacheability).
+
+Thin: load the trace, call ``trace_stats``, print a table or the summary as
+JSON. Heavy imports (pandas) happen in ``run`` so ``workbench --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+from typing import Any
+
+NAME = "stats"
+HELP = "summarize a trace: units, rounds, token sizes, tool waits, planned and ideal prefix hits"
+
+_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("shape", ("units", "sessions", "independent", "rounds", "mean_rounds_per_unit",
+               "arrival_span_ms")),
+    ("tokens", ("total_prompt_tokens", "total_prefix_tokens", "total_input_tokens",
+                "total_output_tokens", "folded_prefix_tokens", "major_compaction_rounds",
+                "mean_input_tokens", "mean_output_tokens", "p50_prompt_tokens",
+                "p90_prompt_tokens", "p99_prompt_tokens", "p50_output_tokens",
+                "p90_output_tokens", "p99_output_tokens")),
+    ("tool waits", ("total_tool_wait_ms", "p50_tool_wait_ms", "p90_tool_wait_ms",
+                    "p99_tool_wait_ms")),
+    ("prefix cache", ("planned_prefix_hit_rate", "ideal_prefix_hit_rate", "block_size",
+                      "working_set_blocks", "working_set_tokens")),
+)  # fmt: skip
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("trace", metavar="TRACE", help="trace file (any supported format)")
+    parser.add_argument(
+        "--format", default="auto", metavar="FMT", help="trace format (default: detect)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument(
+        "--block-size",
+        type=int,
+        metavar="N",
+        help="cache block in tokens (default: the trace's own, else 512); also the tokens "
+        "per hash id for readers that take it (Mooncake)",
+    )
+    parser.add_argument(
+        "--policy",
+        default="trace-reported",
+        choices=["trace-reported", "prefix-preserving", "monotonic"],
+        help="context policy for session traces (default trace-reported)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from workbench.traces.base import FORMATS, available_formats, detect_format, load_trace
+    from workbench.traces.stats import trace_stats
+
+    available_formats()  # registers the built-in readers before names are resolved
+    fmt = detect_format(args.trace) if args.format == "auto" else FORMATS.canonical(args.format)
+    options: dict[str, Any] = {}
+    reader = FORMATS.get(fmt).read
+    if args.block_size and "block_size" in inspect.signature(reader).parameters:
+        options["block_size"] = args.block_size
+    workload = load_trace(args.trace, fmt, **options)
+    stats = trace_stats(workload, block_size=args.block_size, policy=args.policy)
+    if args.json:
+        print(json.dumps({"format": fmt, "policy": stats.policy, **stats.summary}, indent=2))
+        return 0
+    how = "detected" if args.format == "auto" else "given"
+    print(f"trace   {args.trace}")
+    print(f"format  {fmt} ({how})")
+    print(f"policy  {stats.policy or 'none (prefixes as the trace gives them)'}")
+    for line in _table(stats.summary):
+        print(line)
+    print("\nLRU prefix cache: capacity → hit rate (token-weighted)")
+    for line in _curve(stats.hit_vs_capacity):
+        print(line)
+    return 0
+
+
+def _fmt(key: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if key.endswith("_rate"):
+        return f"{value:.4f}  ({value:.1%})"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.1f}"
+
+
+def _table(summary: dict[str, Any]) -> list[str]:
+    width = max(len(k) for _, keys in _SECTIONS for k in keys)
+    out: list[str] = []
+    for title, keys in _SECTIONS:
+        out.append(f"\n{title}")
+        out.extend(f"  {k:<{width}}  {_fmt(k, summary.get(k))}" for k in keys if k in summary)
+    return out
+
+
+def _curve(curve: Any, rows: int = 10) -> list[str]:
+    """At most ``rows`` points of the curve, evenly spread, always keeping the last."""
+    n = len(curve)
+    if n == 0:
+        return ["  (no cacheable blocks)"]
+    picks = sorted({round(i * (n - 1) / max(rows - 1, 1)) for i in range(min(rows, n))})
+    out = [f"  {'blocks':>10}  {'tokens':>13}  hit rate"]
+    for i in picks:
+        row = curve.iloc[i]
+        out.append(
+            f"  {int(row['capacity_blocks']):>10,}  {int(row['capacity_tokens']):>13,}  "
+            f"{row['hit_rate']:.4f}"
+        )
+    return out
