@@ -249,3 +249,14 @@ def test_cli_unknown_format_is_a_clean_error(capsys):
     path = data.path("tracelab/multi_session_example.csv")
     assert main(["stats", str(path), "--format", "nope"]) == 2
     assert "valid:" in capsys.readouterr().err
+
+
+def test_bundled_data_helper():
+    names = data.files()
+    assert "mooncake/conversation_trace_head600.jsonl" in names
+    assert data.path("trajectories_v1.jsonl") == data.path("batchbench/trajectories_v1.jsonl")
+    assert (data.path("multi_session_example.csv").parent / "../PROVENANCE.md").resolve().is_file()
+    with pytest.raises(FileNotFoundError, match="bundled:"):
+        data.path("nope.csv")
+    head = data.path("mooncake/conversation_trace_head600.jsonl").read_text().splitlines()
+    assert len(head) == 600
