@@ -126,3 +126,10 @@ def test_shared_tokenizer_round_trips_prompt_text():
     c = make_codec("openai-chat")
     content = c.body(WireRequest("r", ids, 1))["messages"][0]["content"]
     assert tok.encode(content) == ids
+
+
+def test_with_options_keeps_tokenizer_and_changes_overheads():
+    c = codec(initial_overhead_tokens=1)
+    tuned = c.with_options(initial_overhead_tokens=2)
+    assert tuned.body(WireRequest("r", [1, 2, 3], 1))["messages"][0]["content"] == "w1"
+    assert c.initial_overhead_tokens == 1

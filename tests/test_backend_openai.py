@@ -187,3 +187,13 @@ def test_vllm_tokens_stream():
     assert out.output_ids == [6408, 25663, 6408]
     assert out.server_request_id == "generate-tokens-r-1"
     assert (out.cached_tokens, out.cached_tokens_reported, out.finish_reason) == (2, True, "length")
+
+
+def test_with_options_returns_a_fresh_configured_codec():
+    base = BACKENDS.get("vllm-tokens")
+    tuned = base.with_options(model="m", temperature=0.5)  # type: ignore[attr-defined]
+    assert tuned is not base and tuned.body(REQ)["model"] == "m"
+    assert tuned.body(REQ)["sampling_params"]["temperature"] == 0.5
+    assert "model" not in base.body(REQ)
+    with pytest.raises(ConfigError, match="valid: model, temperature"):
+        base.with_options(bogus=1)  # type: ignore[attr-defined]

@@ -324,3 +324,32 @@ async def test_send_outside_context_is_a_programming_error():
         await Transport(TransportOptions(base_url="h:1")).send(
             BACKENDS.get("openai"), REQ, record()
         )
+
+
+async def test_connection_is_reused_after_done():
+    """Reading past [DONE] to the end of the body keeps the connection pooled."""
+    peers: list[object] = []
+    script = Script(GOOD)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        peers.append(request.transport.get_extra_info("peername") if request.transport else None)
+        return await script(request)
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", handler)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    try:
+        async with (
+            asyncio.timeout(LIMIT),
+            Transport(TransportOptions(base_url=f"http://{host}:{port}")) as transport,
+        ):
+            for i in range(3):
+                rec = record(f"r-{i}")
+                await transport.send(BACKENDS.get("openai"), REQ, rec)
+                assert rec.status == "ok"
+    finally:
+        await runner.cleanup()
+    assert len(peers) == 3 and len(set(peers)) == 1

@@ -72,9 +72,11 @@ async def test_preflight_passes_and_uses_the_pool_tail():
         result = await preflight_prefix_cache(t, BACKENDS.get("openai"), POOL)
     assert result.probe_tokens == 8192
     assert server.prompts[0] == POOL[-8192:] == server.prompts[1]
-    assert result.first.cached_tokens == 0
+    assert result.first["cached_tokens"] == 0
     assert result.cached_tokens == 8160
-    assert result.second.completion_tokens == 1
+    assert result.prompt_tokens == 8192
+    assert result.second["completion_tokens"] == 1
+    assert orjson.loads(orjson.dumps(result.__dict__))["cached_tokens"] == 8160
 
 
 async def test_preflight_fails_naming_prefix_caching_flag():

@@ -108,23 +108,32 @@ BACKENDS: Registry[Codec] = Registry("backend")
 def make_codec(name: str, **options: Any) -> Codec:
     """A fresh codec of backend ``name`` configured with ``options``.
 
-    ``BACKENDS.get(name)`` returns a shared default instance; use this for options
-    (``model``, ``temperature``, chat overheads) or for per-run state (the chat
-    codec remembers conversations). Unknown options raise ``ConfigError``.
+    ``BACKENDS.get(name)`` returns a shared default instance; use this (or the
+    codec's ``with_options``) for options (``model``, ``temperature``, chat
+    overheads) or for per-run state (the chat codec remembers conversations).
+    Unknown options raise ``ConfigError``.
     """
-    cls = type(BACKENDS.get(name))
+    return reconfigure(BACKENDS.get(name), options)
+
+
+def reconfigure(codec: Any, options: Mapping[str, Any]) -> Any:
+    """A new instance of ``codec``'s class: its current options updated by ``options``.
+
+    Options are the dataclass init fields, or the names in a class-level ``OPTIONS``.
+    """
+    cls = type(codec)
     if dataclasses.is_dataclass(cls):
-        valid = {f.name for f in dataclasses.fields(cls) if f.init}
+        valid = [f.name for f in dataclasses.fields(cls) if f.init]
     else:
-        valid = set(getattr(cls, "OPTIONS", ()))
-    unknown = sorted(set(options) - valid)
+        valid = list(getattr(cls, "OPTIONS", ()))
+    unknown = sorted(set(options) - set(valid))
     if unknown:
         raise ConfigError(
-            f"backend {name!r} has no option(s) {', '.join(unknown)}; "
+            f"backend {codec.name!r} has no option(s) {', '.join(unknown)}; "
             f"valid: {', '.join(sorted(valid)) or '(none)'}"
         )
-    codec: Codec = cls(**options)
-    return codec
+    current = {k: getattr(codec, k) for k in valid}
+    return cls(**{**current, **options})
 
 
 # ----------------------------------------------------------------- shared parsing

@@ -26,6 +26,7 @@ from workbench.backends.base import (
     finish_reason_of,
     loads,
     parse_openai_usage,
+    reconfigure,
 )
 
 #: Stands in for a token whose id the server did not return (text-only streams).
@@ -107,6 +108,11 @@ class OpenAICompletionsCodec:
     temperature: float = 0.0
     name: str = field(default="openai", init=False)
     returns_token_ids: bool = field(default=True, init=False)
+
+    def with_options(self, **options: Any) -> OpenAICompletionsCodec:
+        """A fresh codec with these options changed (``ConfigError`` on unknown ones)."""
+        codec: OpenAICompletionsCodec = reconfigure(self, options)
+        return codec
 
     def url(self, base_url: str) -> str:
         return f"{base_url}/v1/completions"

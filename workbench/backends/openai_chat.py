@@ -33,6 +33,7 @@ from workbench.backends.base import (
     finish_reason_of,
     loads,
     parse_openai_usage,
+    reconfigure,
 )
 from workbench.backends.openai import UNKNOWN_TOKEN
 
@@ -97,6 +98,11 @@ class OpenAIChatCodec:
         if self._tokenizer is None:
             self._tokenizer = default_tokenizer()
         return self._tokenizer
+
+    def with_options(self, **options: Any) -> OpenAIChatCodec:
+        """A fresh codec with these options changed (``ConfigError`` on unknown ones)."""
+        codec: OpenAIChatCodec = reconfigure(self, options)
+        return codec
 
     def url(self, base_url: str) -> str:
         return f"{base_url}/v1/chat/completions"

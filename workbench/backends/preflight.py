@@ -13,8 +13,10 @@ if the server rejects it as too long (HTTP 400), it is halved and retried.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from workbench.backends.base import BackendError, Codec, WireRequest
 from workbench.backends.transport import Transport
@@ -27,15 +29,19 @@ DEFAULT_PROBE_TOKENS = 8192
 
 @dataclass(frozen=True)
 class PreflightResult:
-    """The two probe requests as records (for the manifest) and the verdict inputs."""
+    """What the probes showed, in plain values so it drops straight into a manifest.
+
+    ``first``/``second`` are the probe records as dicts (``RequestRecord.to_dict``).
+    """
 
     probe_tokens: int
-    first: RequestRecord
-    second: RequestRecord
+    prompt_tokens: int | None
+    cached_tokens: int
+    first: dict[str, Any]
+    second: dict[str, Any]
 
-    @property
-    def cached_tokens(self) -> int:
-        return self.second.cached_tokens or 0
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 def _hints(codec: Codec) -> tuple[str, str]:
@@ -112,4 +118,10 @@ async def preflight_prefix_cache(
         raise BackendError(
             f"prefix-cache preflight: a repeated {len(ids)}-token prompt had 0 cached tokens; {off}"
         )
-    return PreflightResult(probe_tokens=len(ids), first=first, second=second)
+    return PreflightResult(
+        probe_tokens=len(ids),
+        prompt_tokens=second.prompt_tokens,
+        cached_tokens=second.cached_tokens or 0,
+        first=first.to_dict(),
+        second=second.to_dict(),
+    )

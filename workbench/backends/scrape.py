@@ -161,8 +161,8 @@ class MetricsScraper:
             row["cache_config"] = config
         return row
 
-    def start(self) -> None:
-        """Begin scraping in a background task on the running loop."""
+    async def start(self) -> None:
+        """Begin scraping in a background task on the running loop (first row at once)."""
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -180,7 +180,7 @@ class MetricsScraper:
             self._session = None
 
     async def __aenter__(self) -> MetricsScraper:
-        self.start()
+        await self.start()
         return self
 
     async def __aexit__(

@@ -33,6 +33,7 @@ from workbench.backends.base import (
     as_id_list,
     finish_reason_of,
     loads,
+    reconfigure,
 )
 
 CUMULATIVE_HINT = (
@@ -136,6 +137,11 @@ class SGLangTokensCodec:
     temperature: float = 0.0
     name: str = field(default="sglang-tokens", init=False)
     returns_token_ids: bool = field(default=True, init=False)
+
+    def with_options(self, **options: Any) -> SGLangTokensCodec:
+        """A fresh codec with these options changed (``ConfigError`` on unknown ones)."""
+        codec: SGLangTokensCodec = reconfigure(self, options)
+        return codec
 
     def url(self, base_url: str) -> str:
         return f"{base_url}/generate"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.backends.base import BACKENDS, WireRequest, as_id_list
+from workbench.backends.base import BACKENDS, WireRequest, as_id_list, reconfigure
 from workbench.backends.openai import ChoicesParser
 
 
@@ -25,6 +25,11 @@ class VLLMTokensCodec:
     temperature: float = 0.0
     name: str = field(default="vllm-tokens", init=False)
     returns_token_ids: bool = field(default=True, init=False)
+
+    def with_options(self, **options: Any) -> VLLMTokensCodec:
+        """A fresh codec with these options changed (``ConfigError`` on unknown ones)."""
+        codec: VLLMTokensCodec = reconfigure(self, options)
+        return codec
 
     def url(self, base_url: str) -> str:
         return f"{base_url}/inference/v1/generate"
