@@ -289,7 +289,9 @@ class Runner:
         r = rp.round
         if r.hash_ids is not None:
             rec.derived_prefix = rp.prefix_len
-            return self.pool.prompt_from_hash_ids(list(r.hash_ids), rp.prompt_len, self.block_size)
+            return self.pool.prompt_from_hash_ids(
+                list(r.hash_ids), rp.prompt_len, self.block_size, fill_stream=run.stream
+            )
         if r.reset_before:
             run.context = []
         derived = min(rp.prefix_len, len(run.context))

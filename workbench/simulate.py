@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -94,7 +95,7 @@ def simulate(
     if cfg.out_dir:
         from workbench.report.store import save
 
-        save(result, cfg.out_dir)
+        result.run_dir = str(save(result, Path(cfg.out_dir) / run_id))
     return result
 
 
