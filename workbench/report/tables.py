@@ -28,12 +28,12 @@ HIT_RATES: tuple[tuple[str, str], ...] = (
     ("server window", "server_prefix_hit_rate"),
     ("ideal (infinite cache)", "ideal_prefix_hit_rate"),
 )
-COUNT_KEYS = frozenset(("requests", "ok", "errors", "cancelled"))
+COUNT_KEYS = frozenset(("requests", "ok", "errors", "skipped"))
 RUN_FIELDS: tuple[tuple[str, str], ...] = (
     ("requests", "requests"),
     ("ok", "ok"),
     ("errors", "errors"),
-    ("cancelled", "cancelled"),
+    ("skipped", "skipped"),
     ("duration (s)", "duration_s"),
     ("requests/s", "request_throughput_rps"),
     ("output tokens/s", "output_token_throughput_tps"),
@@ -97,6 +97,13 @@ def round_table(data: Any) -> pd.DataFrame:
     df = full[cols].set_index("group")
     df.index.name = "round"
     return _named(df, "by_round")
+
+
+def mapping_table(d: Mapping[str, Any], name: str, *, key: str = "name") -> pd.DataFrame:
+    """A two-column view of a flat mapping (e.g. ``trace_stats(...).summary``)."""
+    df = pd.DataFrame({"value": pd.Series(list(d.values()), dtype=object)})
+    df.index = pd.Index([str(k) for k in d], name=key)
+    return _named(df, name)
 
 
 def _count(v: Any) -> int:
@@ -171,6 +178,8 @@ class Table:
 
     def html(self) -> str:
         styler = self.frame.style.format(self.cell)
+        if isinstance(self.frame.index, pd.RangeIndex):
+            styler = styler.hide(axis="index")
         if self.caption:
             styler = styler.set_caption(self.caption)
         styler = styler.set_table_attributes('class="wb-table"')

@@ -1,0 +1,185 @@
+"""Side-by-side comparison of stored runs: percentiles with bootstrap CIs, hit rates, config diff.
+
+Everything here reads stored runs (``workbench.report.store.load``); nothing
+re-runs traffic. Percentile confidence intervals use the plain percentile
+bootstrap: resample a run's ok requests with replacement ``n_boot`` times
+(seeded, so a report renders the same twice), take the percentile of each
+resample, and report the ``(1 − level)/2`` and ``(1 + level)/2`` quantiles of
+those. With a handful of requests the interval is wide, which is the point: it
+tells the reader how much a p99 of 12 requests is worth.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from workbench.records import RunResult
+
+AXES: tuple[str, ...] = ("trace", "context", "arrival", "backend", "target")
+CI_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "e2e_ms")
+QS: tuple[float, ...] = (50, 90, 99)
+BATCH = 256  # resamples drawn at once (bounds memory at BATCH × n floats)
+
+
+def load_runs(run_dirs: Iterable[str | Path], labels: Sequence[str] | None = None
+              ) -> dict[str, RunResult]:
+    """``{label: RunResult}`` in the given order; labels default to the run's label or id."""
+    from workbench.report.store import load
+
+    runs: dict[str, RunResult] = {}
+    dirs = list(run_dirs)
+    if labels and len(labels) != len(dirs):
+        raise ValueError(f"{len(labels)} labels for {len(dirs)} run directories")
+    for i, d in enumerate(dirs):
+        run = load(Path(d))
+        label = labels[i] if labels else str(run.manifest.get("label") or run.run_id)
+        while label in runs:
+            label += "'"
+        runs[label] = run
+    return runs
+
+
+def bootstrap_ci(values: Sequence[float] | np.ndarray, q: float, *, n_boot: int = 2000,
+                 level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """Percentile-bootstrap interval of the ``q``-th percentile (linear interpolation)."""
+    arr = np.asarray(values, dtype=float)
+    arr = arr[np.isfinite(arr)]
+    if arr.size == 0:
+        return math.nan, math.nan
+    if arr.size == 1:
+        return float(arr[0]), float(arr[0])
+    rng = np.random.default_rng(seed)
+    stats = []
+    for start in range(0, n_boot, BATCH):
+        idx = rng.integers(0, arr.size, size=(min(BATCH, n_boot - start), arr.size))
+        stats.append(np.percentile(arr[idx], q, axis=1))
+    lo, hi = np.quantile(np.concatenate(stats), [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def _ok_values(run: Any, metric: str) -> np.ndarray:
+    from workbench.metrics import run_rows
+
+    df = run_rows(run)
+    col = df.loc[df["status"] == "ok", metric]
+    flat = [g for gaps in col for g in gaps] if metric == "itl_ms" else col.tolist()
+    arr = np.asarray(flat, dtype=float)
+    return arr[np.isfinite(arr)]
+
+
+def percentile_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
+                     qs: Sequence[float] = QS, *, n_boot: int = 2000, level: float = 0.95,
+                     seed: int = 0) -> pd.DataFrame:
+    """One row per (metric, run): n, and each percentile with its bootstrap CI (ms)."""
+    rows = []
+    for metric in metrics:
+        for label, run in runs.items():
+            vals = _ok_values(run, metric)
+            row: dict[str, Any] = {"metric": metric, "run": label, "n": int(vals.size)}
+            for q in qs:
+                lo, hi = bootstrap_ci(vals, q, n_boot=n_boot, level=level, seed=seed)
+                row[f"p{q:g}"] = float(np.percentile(vals, q)) if vals.size else math.nan
+                row[f"p{q:g} lo"], row[f"p{q:g} hi"] = lo, hi
+            rows.append(row)
+    df = pd.DataFrame(rows)
+    df.attrs["name"] = "percentiles_ci"
+    return df
+
+
+def hit_rate_table(runs: Mapping[str, Any], baseline: str | None = None) -> pd.DataFrame:
+    """Per run: planned/actual/server/ideal hit rates, actual − planned, Δ actual vs baseline."""
+    from workbench.report.tables import HIT_RATES, as_summary
+
+    rows: dict[str, dict[str, float]] = {}
+    for label, run in runs.items():
+        s = as_summary(run)
+        rows[label] = {name: _num(s.get(key)) for name, key in HIT_RATES}
+        rows[label]["actual − planned"] = rows[label]["actual (client)"] - rows[label]["planned"]
+    df = pd.DataFrame.from_dict(rows, orient="index")
+    base = baseline or next(iter(runs), None)
+    if base is not None and base in df.index:
+        base_actual = rows[base]["actual (client)"]
+        df[f"Δ actual vs {base}"] = df["actual (client)"] - base_actual
+    df.index.name = "run"
+    df.attrs["name"] = "hit_rates"
+    return df
+
+
+def _num(v: Any) -> float:
+    return math.nan if v is None else float(v)
+
+
+def _flatten(d: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}"
+        if isinstance(v, Mapping) and v:
+            out.update(_flatten(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+def config_keys(run: Any) -> dict[str, Any]:
+    """The four axes + target of a run's config as dotted keys (plus the trace's sha256)."""
+    manifest = getattr(run, "manifest", None) or {}
+    config = manifest.get("config", {})
+    flat: dict[str, Any] = {}
+    for axis in AXES:
+        section = config.get(axis)
+        flat.update(_flatten(section, axis) if isinstance(section, Mapping) else {axis: section})
+    flat["trace.sha256"] = (manifest.get("trace") or {}).get("sha256")
+    flat["seed"] = config.get("seed")
+    return flat
+
+
+def config_diff(runs: Mapping[str, Any], *, all_keys: bool = False) -> pd.DataFrame:
+    """Rows ``axis``, ``key`` and one column per run, for keys whose values differ."""
+    flats = {label: config_keys(run) for label, run in runs.items()}
+    keys = sorted({k for f in flats.values() for k in f})
+    rows = []
+    for key in keys:
+        values = [flats[label].get(key) for label in flats]
+        if all_keys or len({repr(v) for v in values}) > 1:
+            cells = {label: _cell(v) for label, v in zip(flats, values, strict=True)}
+            rows.append({"axis": key.split(".", 1)[0], "key": key, **cells})
+    df = pd.DataFrame(rows, columns=["axis", "key", *flats])
+    df.attrs["name"] = "config_diff"
+    return df
+
+
+def _cell(v: Any) -> str:
+    return "–" if v is None else str(v)
+
+
+def runs_table(runs: Mapping[str, Any]) -> pd.DataFrame:
+    """What each run was: id, trace, the four axes, target, counts and duration."""
+    from workbench.report.tables import as_summary
+
+    rows = []
+    for label, run in runs.items():
+        m, s = run.manifest, as_summary(run)
+        cfg = m.get("config", {})
+        rows.append({
+            "run": label,
+            "run_id": run.run_id,
+            "trace": Path(str((m.get("trace") or {}).get("path") or "")).name,
+            "format": (m.get("trace") or {}).get("format"),
+            "policy": m.get("policy"),
+            "arrival": (cfg.get("arrival") or {}).get("mode"),
+            "backend": (cfg.get("backend") or {}).get("name"),
+            "target": (cfg.get("target") or {}).get("url"),
+            "requests": s.get("requests"),
+            "ok": s.get("ok"),
+            "duration_s": _num(s.get("duration_s")),
+            "status": m.get("status"),
+        })
+    df = pd.DataFrame(rows).set_index("run") if rows else pd.DataFrame()
+    df.attrs["name"] = "runs"
+    return df

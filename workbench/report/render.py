@@ -1,0 +1,303 @@
+"""``render_report``: execute a notebook headlessly (papermill) and publish it (nbconvert).
+
+One report is one directory ``out/<run_id>/``::
+
+    report.html          the executed notebook, code hidden unless ``show_code``,
+                         figures embedded as base64 PNG (the file stands alone)
+    <notebook>.ipynb     the executed notebook (papermill records the parameters
+                         in ``metadata.papermill.parameters``)
+    figures/NN-<kind>.png  every figure the notebook displayed
+    tables/<name>.csv|json every table shown with ``workbench.report.tables.show``
+    report.json          what was rendered: notebook, parameters, title, files
+
+and ``out/index.html`` is rewritten to list every report under ``out``. A
+replay notebook saves its run under ``out_dir/run_id``, which ``render_report``
+points at the same directory, so the run's data sits beside its report.
+
+Notebooks are found by path or by bundled name: ``"replay"``, ``"compare"``,
+``"trace_explorer"`` are package data under ``workbench/notebooks/`` (the
+repository's ``notebooks/`` holds identical copies for Jupyter users; a test
+keeps them in step), so rendering works from an installed wheel.
+
+The kernel is ``python3``. jupyter_client resolves it to the interpreter that
+runs this code (``sys.executable``) as long as ipykernel is installed beside
+it, which the package's dependencies guarantee; ``check_kernel`` says so
+loudly when some other kernelspec shadows it.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import json
+import logging
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+from workbench.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+NOTEBOOK_PACKAGE_DIR = "notebooks"
+AUTO_PARAMS = ("run_id", "out_dir")
+REPORT_CSS = """
+<style>
+  .wb-table { border-collapse: collapse; font-variant-numeric: tabular-nums; margin: 0.5em 0; }
+  .wb-table th, .wb-table td { padding: 0.25em 0.8em; border-bottom: 1px solid #ddd; }
+  .wb-table td { text-align: right; }
+  .wb-table caption { caption-side: top; text-align: left; font-weight: 600; }
+  .jp-OutputArea-output img { max-width: 100%; height: auto; }
+  .wb-params { font-size: 0.9em; color: #444; }
+</style>
+"""
+
+
+@dataclass
+class Artifacts:
+    """Files exported from one executed notebook (paths relative to the report dir)."""
+
+    figures: list[str] = field(default_factory=list)
+    tables: list[str] = field(default_factory=list)
+
+
+# -- notebooks --------------------------------------------------------------------------
+def bundled_notebooks() -> list[str]:
+    """Names of the notebooks shipped inside the package."""
+    root = resources.files("workbench") / NOTEBOOK_PACKAGE_DIR
+    return sorted(p.name[: -len(".ipynb")] for p in root.iterdir() if p.name.endswith(".ipynb"))
+
+
+def notebook_path(notebook: str | Path) -> Path:
+    """An existing ``.ipynb`` path, or a bundled notebook by name (``"replay"``)."""
+    p = Path(notebook)
+    if p.suffix == ".ipynb" and p.exists():
+        return p
+    name = p.name[: -len(".ipynb")] if p.name.endswith(".ipynb") else p.name
+    bundled = resources.files("workbench") / NOTEBOOK_PACKAGE_DIR / f"{name}.ipynb"
+    if str(notebook) in (name, f"{name}.ipynb") and bundled.is_file():
+        return Path(str(bundled))
+    raise ConfigError(
+        f"notebook {str(notebook)!r} not found; give a .ipynb path or one of the bundled "
+        f"notebooks: {', '.join(bundled_notebooks())}"
+    )
+
+
+def check_parameters(nb: Path, params: Mapping[str, Any] | None, out: Path) -> dict[str, Any]:
+    """Reject names the parameters cell does not declare; fill ``run_id``/``out_dir``."""
+    import papermill
+
+    declared = papermill.inspect_notebook(str(nb))
+    given = dict(params or {})
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        raise ConfigError(
+            f"{nb.name} has no parameter(s) {unknown}; its parameters: {', '.join(declared)}"
+        )
+    if given.get("interactive"):
+        raise ConfigError("interactive=True needs a live kernel with widgets; papermill has none")
+    if "interactive" in declared:
+        given["interactive"] = False
+    if "run_id" in declared and not given.get("run_id"):
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        given["run_id"] = f"{stamp}-{nb.stem}"
+    if "out_dir" in declared and not given.get("out_dir"):
+        given["out_dir"] = str(out)
+    return given
+
+
+def check_kernel(kernel_name: str = "python3") -> None:
+    """Warn when ``kernel_name`` would start an interpreter other than this one."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    try:
+        spec = KernelSpecManager().get_kernel_spec(kernel_name)
+    except NoSuchKernel:
+        raise ConfigError(
+            f"no Jupyter kernel {kernel_name!r}; install one into this environment with "
+            f"`{sys.executable} -m ipykernel install --sys-prefix`"
+        ) from None
+    exe = spec.argv[0] if spec.argv else ""
+    if exe not in ("python", "python3", sys.executable):
+        log.warning(
+            "kernel %r runs %s, not %s (a user-level kernelspec shadows this environment's); "
+            "it may not import workbench", kernel_name, exe, sys.executable,
+        )
+
+
+# -- exports ------------------------------------------------------------------------------
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "item"
+
+
+def _unique(name: str, seen: dict[str, int]) -> str:
+    seen[name] = seen.get(name, 0) + 1
+    return name if seen[name] == 1 else f"{name}-{seen[name]}"
+
+
+def export_artifacts(nb: Any, report_dir: Path) -> Artifacts:
+    """Write every displayed PNG to ``figures/`` and every shown table to ``tables/``."""
+    from workbench.report.plots import FIGURE_META
+    from workbench.report.tables import TABLE_MIME, frame_from_payload
+
+    arts = Artifacts()
+    seen: dict[str, int] = {}
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if "image/png" in data:
+                kind = output.get("metadata", {}).get(FIGURE_META, {}).get("figure") or "figure"
+                rel = f"figures/{len(arts.figures) + 1:02d}-{_slug(kind)}.png"
+                (report_dir / "figures").mkdir(parents=True, exist_ok=True)
+                (report_dir / rel).write_bytes(base64.b64decode(data["image/png"]))
+                arts.figures.append(rel)
+            if TABLE_MIME in data:
+                payload = data[TABLE_MIME]
+                stem = "tables/" + _unique(_slug(payload.get("name", "table")), seen)
+                (report_dir / "tables").mkdir(parents=True, exist_ok=True)
+                frame_from_payload(payload).to_csv(report_dir / f"{stem}.csv")
+                (report_dir / f"{stem}.json").write_text(json.dumps(payload, indent=1))
+                arts.tables += [f"{stem}.csv", f"{stem}.json"]
+    return arts
+
+
+def notebook_title(nb: Any, default: str) -> str:
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("# "):
+                    return line[2:].strip()
+    return default
+
+
+def _params_cell(params: Mapping[str, Any]) -> Any:
+    items = "".join(
+        f"<li><code>{html.escape(k)}</code> = <code>{html.escape(repr(v))}</code></li>"
+        for k, v in params.items()
+    )
+    return nbformat.v4.new_markdown_cell(
+        f'<details class="wb-params"><summary>Report parameters</summary><ul>{items}</ul>'
+        "</details>"
+    )
+
+
+def export_html(nb: Any, path: Path, *, show_code: bool, params: Mapping[str, Any]) -> Path:
+    """``report.html`` (lab template): code hidden unless ``show_code``; PNGs inline."""
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.from_dict(json.loads(json.dumps(nb)))  # a copy to annotate
+    at = 1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0
+    nb.cells.insert(at, _params_cell(params))
+    exporter = HTMLExporter(
+        template_name="lab",
+        exclude_input=not show_code,
+        exclude_input_prompt=not show_code,
+        exclude_output_prompt=True,
+        embed_images=True,
+    )
+    body, _ = exporter.from_notebook_node(nb)
+    path.write_text(body.replace("</head>", REPORT_CSS + "</head>", 1), encoding="utf-8")
+    return path
+
+
+# -- index ----------------------------------------------------------------------------------
+INDEX_ROW = (
+    '<tr><td><a href="{href}">{title}</a></td><td>{run_id}</td><td>{notebook}</td>'
+    "<td>{created}</td><td>{status}</td></tr>"
+)
+
+
+def write_index(out: Path) -> Path:
+    """(Re)write ``out/index.html``: one row per ``*/report.json``, newest first."""
+    metas = []
+    for meta_path in out.glob("*/report.json"):
+        try:
+            metas.append(json.loads(meta_path.read_text()))
+        except (OSError, ValueError) as exc:
+            log.warning("skipping %s in the index: %s", meta_path, exc)
+    metas.sort(key=lambda m: str(m.get("created", "")), reverse=True)
+    rows = "\n".join(
+        INDEX_ROW.format(
+            href=html.escape(f"{m['run_id']}/report.html"),
+            **{k: html.escape(str(m.get(k, ""))) for k in
+               ("title", "run_id", "notebook", "created", "status")},
+        )
+        for m in metas
+    )
+    page = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>workbench reports</title>"
+        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+        "td,th{padding:.3em .8em;border-bottom:1px solid #ddd;text-align:left}</style>"
+        "</head><body><h1>workbench reports</h1>"
+        f"<p>{len(metas)} report(s) in <code>{html.escape(str(out.resolve()))}</code></p>"
+        "<table><tr><th>report</th><th>run id</th><th>notebook</th><th>created (UTC)</th>"
+        f"<th>status</th></tr>\n{rows}\n</table></body></html>\n"
+    )
+    index = out / "index.html"
+    index.write_text(page, encoding="utf-8")
+    return index
+
+
+# -- the verb -------------------------------------------------------------------------------
+def render_report(
+    notebook: str | Path,
+    params: Mapping[str, Any] | None = None,
+    out: str | Path = "reports",
+    *,
+    show_code: bool = False,
+    kernel_name: str = "python3",
+    timeout_s: float | None = 1800,
+) -> Path:
+    """Execute ``notebook`` with ``params`` and publish it under ``out/<run_id>/``.
+
+    Returns the path of ``report.html``. If a cell fails, the HTML is still
+    written (with code shown, so the traceback has context) and papermill's
+    ``PapermillExecutionError`` is re-raised.
+    """
+    import papermill
+
+    out = Path(out)
+    nb_path = notebook_path(notebook)
+    given = check_parameters(nb_path, params, out)
+    run_id = str(given.get("run_id") or given.get("label") or f"report-{nb_path.stem}")
+    report_dir = out / run_id
+    report_dir.mkdir(parents=True, exist_ok=True)
+    check_kernel(kernel_name)
+    executed = report_dir / f"{nb_path.stem}.ipynb"
+    status = "failed"
+    try:
+        papermill.execute_notebook(
+            str(nb_path), str(executed), parameters=given, kernel_name=kernel_name,
+            progress_bar=False, request_save_on_cell_execute=False, execution_timeout=timeout_s,
+        )
+        status = "ok"
+    finally:
+        if executed.exists():
+            _publish(executed, report_dir, given, show_code or status != "ok", status, nb_path)
+            write_index(out)
+    return report_dir / "report.html"
+
+
+def _publish(executed: Path, report_dir: Path, params: Mapping[str, Any], show_code: bool,
+             status: str, source: Path) -> None:
+    nb = nbformat.read(executed, as_version=4)
+    arts = export_artifacts(nb, report_dir)
+    export_html(nb, report_dir / "report.html", show_code=show_code, params=params)
+    meta = {
+        "run_id": report_dir.name,
+        "title": notebook_title(nb, source.stem),
+        "notebook": source.name,
+        "parameters": dict(params),
+        "created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
+        "status": status,
+        "show_code": show_code,
+        "files": {"html": "report.html", "notebook": executed.name, **vars(arts)},
+    }
+    (report_dir / "report.json").write_text(json.dumps(meta, indent=2, default=str))
