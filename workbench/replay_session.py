@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from workbench.backends import BACKENDS
+from workbench.backends.base import make_codec
 from workbench.backends.transport import Transport, TransportOptions
 from workbench.clock import WallClock
 from workbench.config import RunConfig
@@ -128,9 +128,7 @@ class ReplaySession:
     async def _run_against(self, target: dict[str, Any], stop: asyncio.Event | None) -> None:
         b = self.cfg.backend
         a = self.cfg.arrival
-        codec = BACKENDS.get(b.name)
-        if b.options and hasattr(codec, "with_options"):
-            codec = codec.with_options(**b.options)
+        codec = make_codec(b.name, **b.options)  # fresh per run (the chat codec keeps state)
         clock = WallClock()
         pool = TokenPool(seed=self.cfg.seed)
         options = TransportOptions(
@@ -140,6 +138,7 @@ class ReplaySession:
             stream_idle_timeout_s=a.stream_idle_timeout_s,
         )
         async with Transport(options, clock) as transport:
+            await transport.check_reachable()
             await self._preflight(transport, codec, pool, target)
             block_size = await self._block_size(target)
             runner = Runner(

@@ -16,8 +16,7 @@ from typing import Any
 
 import orjson
 
-from workbench.backends import BACKENDS
-from workbench.backends.base import Codec, WireRequest
+from workbench.backends.base import Codec, WireRequest, make_codec
 from workbench.clock import Clock, VirtualClock, run_virtual
 from workbench.config import RunConfig
 from workbench.context.tokens import TokenPool
@@ -110,7 +109,7 @@ async def _simulate(
     try:
         stats_before = engine.stats()
         runner = Runner(
-            cfg, plan, run_id=run_id, codec=BACKENDS.get(cfg.backend.name),
+            cfg, plan, run_id=run_id, codec=make_codec(cfg.backend.name, **cfg.backend.options),
             sender=EngineSender(engine, clock), clock=clock, pool=TokenPool(seed=cfg.seed),
             sink=records.append, lifecycle_sink=lifecycle.append,
             block_size=plan.block_size or engine_cfg.block_size,

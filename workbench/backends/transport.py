@@ -122,6 +122,24 @@ class Transport:
             raise RuntimeError("Transport is not open: use 'async with Transport(...)'")
         return self._session
 
+    async def check_reachable(self, timeout_s: float = 10.0) -> None:
+        """Fail fast, with one clear message, when nothing answers at the target.
+
+        Any HTTP answer (even 404) proves a server is there; only a refused,
+        unresolvable or silent address raises.
+        """
+        url = f"{self.root}/v1/models"
+        try:
+            async with self.session.get(
+                url, timeout=aiohttp.ClientTimeout(total=timeout_s)
+            ) as resp:
+                await resp.read()
+        except (aiohttp.ClientConnectionError, OSError, asyncio.TimeoutError) as exc:
+            raise BackendError(
+                f"cannot reach the target {self.root} ({type(exc).__name__}: {exc}); "
+                "is the server running, and is the URL its root (http://HOST:PORT)?"
+            ) from None
+
     async def send(self, codec: Codec, req: WireRequest, rec: RequestRecord) -> list[int] | None:
         """Dispatch ``req``, stream the answer into ``rec``; output ids or ``None``.
 
