@@ -114,3 +114,16 @@ def test_bad_input_is_one_trace_format_error(tmp_path, text, line, words):
         load_trace(p, fmt="abench")
     assert exc.value.line == line
     assert words in exc.value.rule
+
+
+def test_raw_line_separators_inside_strings_do_not_split_lines(tmp_path):
+    # json.dumps(ensure_ascii=False) writes U+2028 / U+0085 raw; they are not line breaks
+    text = _line([_turn(assistant_text="a\u2028b\x85c")], sid="x").replace("\\u2028", "\u2028")
+    text = text.replace("\\u0085", "\x85")
+    assert "\u2028" in text
+    bad = _line([_turn(out=0)], sid="y")
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(_write(tmp_path, text + bad), fmt="abench")
+    assert exc.value.line == 2  # line numbers count "\n" only
+    w = load_trace(_write(tmp_path, text), fmt="abench")
+    assert w.units[0].unit_id == "x"

@@ -30,13 +30,13 @@ from typing import Any
 
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
-from workbench.traces._io import iter_jsonl
 from workbench.traces.base import register_format
 from workbench.traces.mooncake import (
     check_options,
     first_json_object,
     json_id,
     json_int,
+    json_lines,
     json_number,
 )
 
@@ -100,7 +100,7 @@ def read_abench(path: Path, **unknown: Any) -> Workload:
     path = Path(path)
     units: list[Unit] = []
     seen: set[str] = set()
-    for line, obj in iter_jsonl(path):
+    for line, obj, _raw in json_lines(path):
         unit = _session(path, line, obj)
         if unit.unit_id in seen:
             raise TraceFormatError(path, line, f"duplicate session_id {unit.unit_id!r}")

@@ -74,8 +74,13 @@ def loads_exact(path: Path, lineno: int, raw: str) -> Any:
 
 
 def json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any], str]]:
-    """``(line_number, object, raw_line)`` for every non-blank line (each a JSON object)."""
-    for lineno, raw in enumerate(read_text(path).splitlines(), start=1):
+    """``(line_number, object, raw_line)`` for every non-blank line (each a JSON object).
+
+    Lines are split on ``\n`` only: ``str.splitlines`` also splits on U+2028,
+    U+0085, ``\x1c`` ... which JSON strings may hold raw (``ensure_ascii=False``
+    writers emit them), and would break valid lines and shift line numbers.
+    """
+    for lineno, raw in enumerate(read_text(path).split("\n"), start=1):
         if not raw.strip():
             continue
         try:

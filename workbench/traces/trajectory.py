@@ -32,9 +32,14 @@ from typing import Any
 
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
-from workbench.traces._io import iter_jsonl
 from workbench.traces.base import register_format
-from workbench.traces.mooncake import check_options, first_json_object, json_int, json_number
+from workbench.traces.mooncake import (
+    check_options,
+    first_json_object,
+    json_int,
+    json_lines,
+    json_number,
+)
 
 _TOP_FIELDS = frozenset(("schema_version", "trajectory_id", "requests"))
 _REQUEST_FIELDS = frozenset(("prompt_tokens", "output_tokens", "delay_after_ms", "reset_before"))
@@ -137,7 +142,7 @@ def read_trajectory(path: Path, **unknown: Any) -> Workload:
     path = Path(path)
     units: list[Unit] = []
     seen: set[str] = set()
-    for line, obj in iter_jsonl(path):
+    for line, obj, _raw in json_lines(path):
         unit = _trajectory(path, line, obj)
         if unit.unit_id in seen:
             raise TraceFormatError(path, line, f"duplicate trajectory_id {unit.unit_id!r}")
