@@ -28,6 +28,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from workbench.records import RunResult
+
 FIGURE_META = "workbench"
 LATENCY_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E latency", "itl_ms": "ITL"}
 HIT_FRACTION = "hit rate (fraction of prompt tokens)"
@@ -54,8 +56,11 @@ class ReportFigure(Figure):
 
 # -- inputs -------------------------------------------------------------------------------
 def _label(src: Any, default: str = "run") -> str:
-    manifest = getattr(src, "manifest", None) or {}
-    return str(manifest.get("label") or getattr(src, "run_id", None) or default)
+    if isinstance(src, RunResult):
+        return str(src.manifest.get("label") or src.run_id)
+    if isinstance(src, pd.DataFrame) and "run_id" in src and len(src):
+        return str(src["run_id"].iloc[0])
+    return default
 
 
 def _load(src: Any) -> Any:
@@ -155,7 +160,7 @@ def _prefix_hits(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
                        ha="center", va="bottom", fontsize="small", xytext=(0, 2),
                        textcoords="offset points")
     a.set_xticks(x, cats)
-    a.set(ylabel=HIT_FRACTION, ylim=(0, 1.12),
+    a.set(xlabel="hit rate (token-weighted over the run)", ylabel=HIT_FRACTION, ylim=(0, 1.12),
           title=f"Prefix-cache hits, planned vs actual vs server vs ideal: {_vs(runs)}")
     a.grid(axis="y", alpha=0.3)
     if len(runs) > 1:

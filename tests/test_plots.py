@@ -1,0 +1,272 @@
+"""Report figures, tables and run comparison on hand-built records (no sockets, no kernel)."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+
+from workbench.metrics import summarize
+from workbench.records import RequestRecord, Round, RunResult, Unit, Workload
+from workbench.report import compare, tables
+from workbench.report.plots import KINDS, RUN_KINDS, ReportFigure, plot
+
+MS = 1_000_000
+
+
+def rec(session: int, rnd: int, t0_ms: float, ttft_ms: float, *, n: int = 4, gap_ms: float = 2.0,
+        prefix: int = 0, fresh: int = 100, cached: int | None = 0, status: str = "ok",
+        run_id: str = "r1") -> RequestRecord:
+    """One request: ``n`` one-token events, ``gap_ms`` apart, after ``ttft_ms``."""
+    d = int(t0_ms * MS)
+    times = [d + int((ttft_ms + k * gap_ms) * MS) for k in range(n)]
+    return RequestRecord(
+        run_id=run_id, request_id=f"s{session}r{rnd}", unit_ordinal=session,
+        session_id=str(session), round_idx=rnd, backend="openai", policy="trace-reported",
+        planned_prefix_tokens=prefix, planned_input_tokens=fresh, planned_output_tokens=n,
+        sent_prompt_tokens=prefix + fresh, scheduled_ns=d, released_ns=d, admitted_ns=d,
+        dispatch_ns=d, first_token_ns=times[0], last_token_ns=times[-1], end_ns=times[-1] + MS,
+        token_times_ns=times, token_counts=[1] * n, http_status=200,
+        prompt_tokens=prefix + fresh, completion_tokens=n, cached_tokens=cached,
+        cached_tokens_reported=cached is not None, status=status,  # type: ignore[arg-type]
+    )
+
+
+def make_run(run_id: str = "r1", slow: float = 1.0, timeline: list | None = None) -> RunResult:
+    records = [
+        rec(0, 0, 0, 50 * slow, run_id=run_id),
+        rec(0, 1, 100, 20 * slow, prefix=100, fresh=50, cached=96, run_id=run_id),
+        rec(1, 0, 10, 60 * slow, run_id=run_id),
+        rec(1, 1, 120, 25 * slow, prefix=100, fresh=100, cached=80, run_id=run_id),
+        rec(1, 2, 200, 30 * slow, prefix=200, fresh=100, cached=192, run_id=run_id),
+    ]
+    manifest = {
+        "run_id": run_id,
+        "ideal_prefix_hit_rate": 0.5,
+        "config": {"trace": {"path": "t.csv", "format": "session"}, "context": {"policy": None},
+                   "arrival": {"mode": "trace-timed", "max_concurrency": None},
+                   "backend": {"name": "openai"}, "target": {"url": "sim", "engine": {}},
+                   "seed": 0},
+        "trace": {"path": "t.csv", "format": "session", "sha256": "abc"},
+    }
+    return RunResult(run_id, records, manifest=manifest, metrics_timeline=timeline or [])
+
+
+GAUGE_TIMELINE = [
+    {"t_ns": 0, "vllm:kv_cache_usage_perc": 0.10, "vllm:num_requests_running": 1,
+     "vllm:num_requests_waiting": 0, "vllm:prefix_cache_queries_total": 0,
+     "vllm:prefix_cache_hits_total": 0},
+    {"t_ns": 150 * MS, "vllm:kv_cache_usage_perc": 0.25, "vllm:num_requests_running": 2,
+     'vllm:num_requests_waiting{engine="0"}': 1, "vllm:prefix_cache_queries_total": 600,
+     "vllm:prefix_cache_hits_total": 300},
+]
+
+
+def _labelled(fig: Figure) -> None:
+    """Every axes that holds data says what its axes measure, and has a title."""
+    for ax in fig.axes:
+        assert ax.get_title(), "untitled axes"
+        assert ax.get_ylabel(), f"no y unit on {ax.get_title()!r}"
+    assert any(ax.get_xlabel() for ax in fig.axes)
+
+
+@pytest.mark.parametrize("kind", list(RUN_KINDS))
+def test_every_run_kind_renders_a_labelled_png(kind: str) -> None:
+    fig = plot(make_run(timeline=GAUGE_TIMELINE), kind)
+    assert isinstance(fig, ReportFigure)
+    assert fig.get_label() == kind
+    _labelled(fig)
+    assert fig.png().startswith(b"\x89PNG")
+
+
+def test_cdf_steps_through_the_sorted_ok_ttfts() -> None:
+    run = make_run()
+    run.records.append(rec(2, 0, 300, 999, status="error"))
+    fig = plot(run, "cdf")
+    ttft_ax = fig.axes[0]
+    (line,) = ttft_ax.lines
+    assert list(line.get_xdata()) == pytest.approx([20, 25, 30, 50, 60])
+    assert list(line.get_ydata()) == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
+    assert ttft_ax.get_xlabel() == "TTFT (ttft_ms, ms)"
+    assert [a.get_title() for a in fig.axes] == ["TTFT CDF", "TPOT CDF", "E2E latency CDF"]
+
+
+def test_cdf_overlays_runs_of_a_mapping_with_counts_in_the_legend() -> None:
+    fig = plot({"fast": make_run("a"), "slow": make_run("b", slow=3)}, "cdf")
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["fast (n=5)", "slow (n=5)"]
+    assert "fast vs slow" in fig.get_suptitle()
+
+
+def test_prefix_hits_bars_are_the_summary_rates_and_missing_ones_say_na() -> None:
+    run = make_run()
+    s = summarize(run)
+    fig = plot(run, "prefix_hits")
+    ax = fig.axes[0]
+    heights = [p.get_height() for p in ax.patches]
+    expected = [s["planned_prefix_hit_rate"], s["actual_prefix_hit_rate"], 0.0, 0.5]
+    assert heights == pytest.approx(expected)
+    notes = [t.get_text() for t in ax.texts]
+    assert notes[2] == "n/a"  # no /metrics timeline: no server window rate
+    assert notes[1] == f"{s['actual_prefix_hit_rate']:.3f}"
+
+
+def test_hit_by_round_plots_actual_and_planned_per_round_index() -> None:
+    fig = plot(make_run(), "hit_by_round")
+    actual, planned = fig.axes[0].lines
+    assert list(actual.get_xdata()) == [0, 1, 2]
+    # round 1: (96 + 80) / (150 + 200); round 2: 192 / 300
+    assert list(actual.get_ydata()) == pytest.approx([0.0, 176 / 350, 0.64])
+    assert list(planned.get_ydata()) == pytest.approx([0.0, 200 / 350, 200 / 300])
+
+
+def test_ttft_by_round_shows_p50_and_p90_in_ms() -> None:
+    fig = plot(make_run(), "ttft_by_round")
+    p50, p90 = fig.axes[0].lines
+    assert list(p50.get_ydata()) == pytest.approx([55.0, 22.5, 30.0])
+    assert list(p90.get_ydata()) == pytest.approx([59.0, 24.5, 30.0])
+    assert fig.axes[0].get_ylabel() == "TTFT (ms)"
+
+
+def test_timeline_draws_server_gauges_when_scraped() -> None:
+    fig = plot(make_run(timeline=GAUGE_TIMELINE), "timeline")
+    _, queue_ax, kv_ax = fig.axes
+    labels = [ln.get_label() for ln in queue_ax.lines]
+    assert labels == ["r1: in flight", "r1: server running", "r1: server waiting"]
+    assert list(kv_ax.lines[0].get_ydata()) == pytest.approx([10.0, 25.0])
+    assert kv_ax.get_ylabel() == "KV cache usage (%)"
+
+
+def test_timeline_without_gauges_says_so() -> None:
+    fig = plot(make_run(), "timeline")
+    assert "not scraped" in fig.axes[2].texts[0].get_text()
+
+
+def test_plot_draws_into_a_given_axes_and_accepts_a_frame() -> None:
+    from workbench.metrics import to_frame
+
+    host = Figure()
+    ax = host.add_subplot()
+    assert plot(to_frame(make_run()), "cdf", ax=ax) is host
+    assert ax.get_title() == "TTFT CDF"
+
+
+def test_unknown_kind_lists_the_valid_ones() -> None:
+    with pytest.raises(ValueError, match="valid: cdf, prefix_hits"):
+        plot(make_run(), "pie")
+    assert set(KINDS) >= {"cdf", "prefix_hits", "hit_by_round", "timeline", "ttft_by_round"}
+
+
+def test_figure_displays_as_tagged_png() -> None:
+    data, meta = plot(make_run(), "cdf")._repr_mimebundle_()
+    assert data["image/png"].startswith("iVBOR")  # base64 of the PNG magic
+    assert meta == {"workbench": {"figure": "cdf"}}
+
+
+def _workload() -> Workload:
+    def session(sid: str, arrival: float) -> Unit:
+        rounds = tuple(
+            Round(f"{sid}-{k}", sid, k, arrival, 300 * k, 300, 50 + k, 100.0 * (k + 1))
+            for k in range(3)
+        )
+        return Unit(sid, "session", arrival, rounds)
+
+    return Workload((session("a", 0), session("b", 50), session("c", 90)), fmt="session")
+
+
+@pytest.mark.parametrize("kind", ["lengths", "tool_waits", "sessions_over_time", "hit_vs_capacity"])
+def test_trace_kinds_render_from_trace_stats(kind: str) -> None:
+    from workbench.traces.stats import trace_stats
+
+    stats = trace_stats(_workload(), block_size=16)
+    fig = plot(stats, kind)
+    _labelled(fig)
+    assert fig.png().startswith(b"\x89PNG")
+
+
+def test_sessions_over_time_counts_overlapping_sessions() -> None:
+    fig = plot(_workload(), "sessions_over_time")
+    active, started = fig.axes[0].lines
+    assert max(active.get_ydata()) == 3
+    assert list(started.get_ydata())[-1] == 3
+
+
+# -- tables ---------------------------------------------------------------------------------
+def test_summary_table_holds_the_summary_numbers() -> None:
+    run = make_run()
+    s = summarize(run)
+    df = tables.summary_table(run)
+    assert list(df.index) == ["ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"]
+    assert df.loc["ttft_ms", "p50"] == s["ttft_ms"]["p50"]
+    assert df.loc["itl_ms", "count"] == 15
+    html = tables.show(df).html()
+    assert f"{s['ttft_ms']['p50']:.3f}" in html and f"{s['e2e_ms']['p99']:.3f}" in html
+
+
+def test_prefix_table_and_missing_values() -> None:
+    df = tables.prefix_table(make_run())
+    assert df.loc["ideal (infinite cache)", "hit rate"] == 0.5
+    assert math.isnan(df.loc["server window", "hit rate"])
+    assert "–" in tables.show(df).html()
+
+
+def test_table_payload_roundtrips_to_the_same_frame() -> None:
+    df = tables.round_table(make_run())
+    t = tables.show(df)
+    bundle = t._repr_mimebundle_()
+    back = tables.frame_from_payload(bundle[tables.TABLE_MIME])
+    pd.testing.assert_frame_equal(back, df, check_dtype=False)
+    assert bundle[tables.TABLE_MIME]["name"] == "by_round"
+
+
+def test_server_gauges_reads_wide_and_labelled_samples() -> None:
+    g = tables.server_gauges(GAUGE_TIMELINE, t0_ns=0)
+    assert list(g["t_s"]) == [0.0, 0.15]
+    assert list(g["waiting"]) == [0.0, 1.0]
+    assert list(g["kv_usage"]) == [0.10, 0.25]
+
+
+# -- compare --------------------------------------------------------------------------------
+def test_bootstrap_ci_brackets_the_estimate_and_is_seeded() -> None:
+    rng = np.random.default_rng(1)
+    vals = rng.lognormal(3, 0.5, 400)
+    lo, hi = compare.bootstrap_ci(vals, 50, n_boot=500, seed=3)
+    assert lo < np.percentile(vals, 50) < hi
+    assert (lo, hi) == compare.bootstrap_ci(vals, 50, n_boot=500, seed=3)
+    small = compare.bootstrap_ci(vals[:20], 50, n_boot=500, seed=3)
+    assert small[1] - small[0] > hi - lo  # fewer requests, wider interval
+    assert all(math.isnan(x) for x in compare.bootstrap_ci([], 50))
+
+
+def test_percentile_table_rows_per_metric_and_run() -> None:
+    runs = {"a": make_run("a"), "b": make_run("b", slow=2)}
+    df = compare.percentile_table(runs, n_boot=200)
+    pairs = list(zip(df["metric"], df["run"], strict=True))
+    assert pairs[:3] == [("ttft_ms", "a"), ("ttft_ms", "b"), ("tpot_ms", "a")]
+    row = df.iloc[1]
+    assert row["p50"] == pytest.approx(60.0) and row["p50 lo"] <= 60 <= row["p50 hi"]
+
+
+def test_hit_rate_table_differences_against_the_baseline() -> None:
+    a, b = make_run("a"), make_run("b")
+    b.records[1].cached_tokens = 0
+    df = compare.hit_rate_table({"a": a, "b": b})
+    delta = df.loc["b", "Δ actual vs a"]
+    assert delta == pytest.approx(df.loc["b", "actual (client)"] - df.loc["a", "actual (client)"])
+    assert delta < 0 and df.loc["a", "Δ actual vs a"] == 0
+
+
+def test_config_diff_lists_only_keys_that_differ() -> None:
+    a, b = make_run("a"), make_run("b")
+    b.manifest["config"]["arrival"] = {"mode": "saturated", "max_concurrency": 4}
+    df = compare.config_diff({"a": a, "b": b})
+    assert list(df["key"]) == ["arrival.max_concurrency", "arrival.mode"]
+    assert list(df.loc[df["key"] == "arrival.mode", "b"]) == ["saturated"]
+    assert list(df["axis"]) == ["arrival", "arrival"]
