@@ -34,7 +34,8 @@ def read_text(path: Path) -> str:
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line_number, object)`` for each non-blank line; each line must be a JSON object."""
-    for lineno, line in enumerate(read_text(path).splitlines(), start=1):
+    # split on "\n" only: JSON strings may hold raw U+2028/U+0085, which splitlines() breaks on
+    for lineno, line in enumerate(read_text(path).split("\n"), start=1):
         if not line.strip():
             continue
         try:
@@ -50,7 +51,7 @@ def read_csv(
     path: Path, required: tuple[str, ...], optional: tuple[str, ...] = ()
 ) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
     """Header and ``(line_number, row)`` pairs; checks required columns and row widths."""
-    text = read_text(path)
+    text = read_text(path).removeprefix("\ufeff")  # spreadsheet exports start with a BOM
     reader = csv.reader(io.StringIO(text))
     try:
         header = [h.strip() for h in next(reader)]
