@@ -115,7 +115,7 @@ def _vs(runs: Mapping[str, Any]) -> str:
 # -- run kinds ----------------------------------------------------------------------------
 def _cdf(runs: Mapping[str, Any], ax: Axes | None, metrics: Any = None) -> Figure:
     metrics = list(metrics or ("ttft_ms", "tpot_ms", "e2e_ms"))
-    fig, axes = _target(ax, len(metrics) if ax is None else 1)
+    fig, axes = _target(ax, len(metrics) if ax is None else 1, size=(4.0, 3.4))
     for a, metric in zip(axes, metrics, strict=False):
         name = LATENCY_NAMES.get(metric, metric)
         for label, run in runs.items():
@@ -223,8 +223,8 @@ def _timeline(runs: Mapping[str, Any], ax: Axes | None, bin_s: float | None = No
     from workbench.metrics import in_flight_timeline, throughput_timeline
 
     fig, axes = _target(ax, 3, ncols=1, size=(10.0, 2.6), sharex=True)
+    b = bin_s or max(_auto_bin(run) for run in runs.values())
     for label, run in runs.items():
-        b = bin_s or _auto_bin(run)
         tp = throughput_timeline(run, b)
         axes[0].step(tp["t_s"], tp["output_tps"], where="post", label=f"{label} ({b:g} s bins)")
         if len(axes) == 1:
