@@ -23,22 +23,30 @@ Rules (each broken rule is one ``TraceFormatError`` with path and line):
 
 Sidecars ``<stem>.manifest.json`` (an object) and ``<stem>.plan.json`` (an
 array, one object per round) are read into ``workload.meta`` when present.
+
+Speed: a large, plainly written file is checked column-wise with pandas and
+numpy (``_fast_units``); anything unusual, and every broken rule, goes through
+the row-by-row strict path, which alone produces errors. So the error for a
+file is the same whichever path looked at it first.
 """
 
 from __future__ import annotations
 
+import io
+import itertools
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
-from workbench.traces._io import as_float, as_int, read_csv
+from workbench.traces._io import as_float, as_int, read_csv, read_text
 from workbench.traces.base import register_format
 
 FORMAT_NAME = "session-execution-v2"
@@ -54,7 +62,13 @@ HEADER = (
 )
 HEADER_LINE = ",".join(HEADER)
 MS_DECIMALS = 6
+FAST_PATH_MIN_ROWS = 2000  # below this the strict row-by-row path is fast enough
 _MS_RE = re.compile(r"[+-]?[0-9]+\.[0-9]{6}")
+_MS_PLAIN = re.compile(r"[0-9]+\.[0-9]{6}")  # what the fast path accepts without a second look
+CanonicalRow = tuple[str, str, int, float, int, int, int, float]
+"""One canonical row in ``HEADER`` order: request_id, session_id, round_idx,
+arrival_time_ms, prefix_len, input_len, output_len, tool_wait_after_ms."""
+_KINDS = ("str", "str", "int", "str", "int", "int", "int", "str")
 _NEEDS_QUOTES = re.compile(r'[",\r\n]')
 
 
@@ -93,23 +107,32 @@ class _State:
     description="canonical materialized session CSV (tracegen output)",
     aliases=("canonical",),
 )
-def read_session_execution_v2(path: Path, **options: Any) -> Workload:
-    """Read and fully validate a canonical CSV (and its sidecars); nothing partial."""
+def read_session_execution_v2(path: Path, *, sidecars: bool = True, **options: Any) -> Workload:
+    """Read and fully validate a canonical CSV (and, unless ``sidecars=False``, its sidecars)."""
     if options:
-        raise TypeError(f"{FORMAT_NAME} reader takes no options, got {sorted(options)}")
+        raise TypeError(f"{FORMAT_NAME} reader options: sidecars; got {sorted(options)}")
     path = Path(path)
+    text = read_text(path)
+    units = _fast_units(text) if text.count("\n") >= FAST_PATH_MIN_ROWS else None
+    if units is None:
+        units = _strict_units(path)
+    meta: dict[str, Any] = {"needs_context_policy": False}
+    if sidecars:
+        meta.update(_read_sidecars(path))
+    return Workload(units, FORMAT_NAME, source=str(path), meta=meta)
+
+
+def _strict_units(path: Path) -> tuple[Unit, ...]:
+    """Row by row, every rule in file order; the first broken one raises."""
     header, rows = read_csv(path, HEADER)
     if tuple(header) != HEADER:
         raise TraceFormatError(path, 1, f"header must be exactly {HEADER_LINE!r}")
     state = _State()
     for line, row in rows:
         _take_row(path, line, row, state)
-    units = tuple(
+    return tuple(
         Unit(sid, "session", arrival, tuple(rounds)) for sid, arrival, rounds in state.blocks
     )
-    meta: dict[str, Any] = {"needs_context_policy": False}
-    meta.update(_read_sidecars(path))
-    return Workload(units, FORMAT_NAME, source=str(path), meta=meta)
 
 
 def _ms(path: Path, line: int, name: str, text: str) -> float:
@@ -218,30 +241,129 @@ def _csv_field(text: str) -> str:
     return text
 
 
-def format_rows(units: Iterable[Unit]) -> list[str]:
-    """Canonical CSV lines (with newline) for already-planned session units, header first."""
-    lines = [HEADER_LINE + "\n"]
+def rows_of(units: Iterable[Unit]) -> Iterator[CanonicalRow]:
+    """Canonical rows of planned session units (round ``arrival_ms`` is ignored: the unit's)."""
     for unit in units:
-        sid = _csv_field(unit.unit_id)
-        arrival = f"{unit.arrival_ms:.6f}"
-        lines.extend(
-            f"{_csv_field(request_id(unit.unit_id, r.round_idx))},{sid},{r.round_idx},{arrival},"
-            f"{r.prefix_len},{r.input_len},{r.output_len},{r.tool_wait_after_ms:.6f}\n"
-            for r in unit.rounds
-        )
-    return lines
+        for r in unit.rounds:
+            yield (r.request_id, unit.unit_id, r.round_idx, unit.arrival_ms, r.prefix_len,
+                   r.input_len, r.output_len, r.tool_wait_after_ms)
 
 
-def write_session_execution_v2(path: str | Path, units: Sequence[Unit]) -> Path:
-    """Write planned units as a canonical CSV, atomically (temp file, then rename).
+def format_rows(rows: Iterable[CanonicalRow]) -> Iterator[str]:
+    """CSV lines (with newline) for canonical rows, header first; ms with 6 decimals."""
+    yield HEADER_LINE + "\n"
+    quoted: dict[str, bool] = {}
+    for rid, sid, idx, arrival, prefix, inp, out, wait in rows:
+        needs = quoted.get(sid)
+        if needs is None:
+            needs = quoted[sid] = bool(_NEEDS_QUOTES.search(sid) or _NEEDS_QUOTES.search(rid))
+        if needs:
+            rid, sid = _csv_field(rid), _csv_field(sid)
+        yield f"{rid},{sid},{idx},{arrival:.6f},{prefix},{inp},{out},{wait:.6f}\n"
 
-    Request ids and round numbers are taken from ``unit_id`` and ``round_idx``;
-    the caller guarantees the rules (``tracegen`` re-reads the file to prove it).
+
+def write_session_execution_v2(path: str | Path, rows: Iterable[CanonicalRow]) -> Path:
+    """Write canonical rows (``HEADER`` order) as a CSV, atomically (temp file, then rename).
+
+    The caller guarantees the rules: canonical request ids, planned lengths,
+    session blocks in arrival order (``tracegen`` re-reads the file with the
+    reader to prove it). ``rows_of(units)`` turns planned units into rows.
     """
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8", newline="") as fh:
-        fh.writelines(format_rows(units))
+        fh.writelines(format_rows(rows))
     os.replace(tmp, path)
     return path
 
+
+
+def fast_frame(text: str, kinds: dict[str, str]) -> Any:
+    """pandas' C parser over plainly written CSV text, or ``None`` when in doubt.
+
+    ``kinds`` maps each expected column, in header order, to ``"int"`` (parsed
+    as int64) or ``"str"``. ``None`` (quotes, BOM, stray carriage returns, a
+    different header, anything pandas dislikes) sends the caller to its strict
+    path, which is the only one that reports errors.
+    """
+    if '"' in text or text.startswith("\ufeff") or "\r" in text.replace("\r\n", "\n"):
+        return None
+    import pandas as pd
+
+    dtypes = {name: ("int64" if kind == "int" else str) for name, kind in kinds.items()}
+    try:
+        frame = pd.read_csv(
+            io.StringIO(text), dtype=dtypes, keep_default_na=False, na_filter=False, engine="c"
+        )
+    except Exception:  # any parser complaint: let the strict path name it
+        return None
+    if list(frame.columns) != list(kinds) or frame.empty:
+        return None
+    return frame
+
+
+def fast_strings(frame: Any, name: str) -> list[str]:
+    """A text column as Python strings."""
+    return list(frame[name].to_numpy(dtype=object))
+
+
+def fast_ms(frame: Any, name: str, pattern: re.Pattern[str] = _MS_RE) -> np.ndarray | None:
+    """A millisecond column as float64 when every value matches ``pattern``, else ``None``.
+
+    One regex pass over the joined column (values cannot contain a newline:
+    the CSV had no quotes), instead of one match per value.
+    """
+    values = frame[name].to_numpy(dtype=object)
+    joined = "\n".join(values)
+    if re.fullmatch(f"(?:(?:{pattern.pattern})\n)*(?:{pattern.pattern})", joined) is None:
+        return None
+    return np.asarray(values).astype(np.float64)
+
+
+def _fast_units(text: str) -> tuple[Unit, ...] | None:
+    """Column-wise check of every rule; ``None`` if any value or rule looks off."""
+    frame = fast_frame(text, dict(zip(HEADER, _KINDS, strict=True)))
+    if frame is None:
+        return None
+    arrival = fast_ms(frame, "arrival_time_ms", _MS_PLAIN)
+    wait = fast_ms(frame, "tool_wait_after_ms", _MS_PLAIN)
+    sids = fast_strings(frame, "session_id")
+    idx, prefix, inp, out = (frame[c].to_numpy(dtype=np.int64) for c in HEADER[2:3] + HEADER[4:7])
+    if arrival is None or wait is None or not all(sids):
+        return None
+    if (idx < 0).any() or (prefix < 0).any() or (inp < 0).any() or (out < 1).any():
+        return None
+    if ((prefix == 0) & (inp == 0)).any() or ((idx == 0) & (prefix != 0)).any():
+        return None
+    starts = _block_starts(sids, idx, arrival)
+    ids = fast_strings(frame, "request_id")
+    if starts is None or ids != [request_id(s, i) for s, i in zip(sids, idx.tolist(), strict=True)]:
+        return None
+    if len(set(ids)) != len(ids):
+        return None
+    rows = list(
+        zip(ids, sids, idx.tolist(), arrival.tolist(), prefix.tolist(), inp.tolist(),
+            out.tolist(), wait.tolist(), strict=True)
+    )
+    bounds = [*starts.tolist(), len(rows)]
+    return tuple(
+        Unit(rows[a][1], "session", rows[a][3], tuple(Round(*r) for r in rows[a:b]))
+        for a, b in itertools.pairwise(bounds)
+    )
+
+
+def _block_starts(sids: list[str], idx: np.ndarray, arrival: np.ndarray) -> np.ndarray | None:
+    """Row index where each session block starts, if blocks, numbering and arrivals obey."""
+    import pandas as pd
+
+    codes = pd.factorize(np.asarray(sids, dtype=object))[0]
+    change = np.flatnonzero(codes[1:] != codes[:-1]) + 1
+    starts = np.concatenate(([0], change))
+    if len(starts) != codes.max() + 1:  # a session reappears after its block ended
+        return None
+    block = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(sids))))
+    if not np.array_equal(idx, np.arange(len(sids)) - starts[block]):
+        return None
+    if arrival[0] != 0.0 or (arrival != arrival[starts][block]).any():
+        return None
+    return starts if bool((np.diff(arrival[starts]) >= 0).all()) else None

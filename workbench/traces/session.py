@@ -16,6 +16,10 @@ columns may come in any order:
 Unknown columns are an error, so a canonical file or a typo never parses
 silently as something else. Sessions keep first-appearance order.
 
+A large, plainly written file is checked column-wise first (pandas/numpy);
+anything unusual and every error goes through the strict row-by-row path,
+which alone reports errors (path, line, rule).
+
 The prefixes are kept *as reported*: a first round may claim a prefix (the
 agent's cached system prompt is not in the trace) and prefixes may shrink
 (compaction, rewind, provider cache miss). Such a workload needs a context
@@ -25,13 +29,17 @@ materializes one into the canonical format.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
-from workbench.traces._io import as_float, as_int, read_csv
+from workbench.traces import canonical
+from workbench.traces._io import as_float, as_int, read_csv, read_text
 from workbench.traces.base import register_format
 from workbench.traces.canonical import request_id
 
@@ -40,6 +48,7 @@ REQUIRED = ("round_idx", "prefix_len", "input_len", "output_len", "tool_wait_aft
 ID_COLUMNS = ("session_id", "id")
 OPTIONAL = ("arrival_time",)
 KNOWN = frozenset(REQUIRED + ID_COLUMNS + OPTIONAL)
+_PLAIN_NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?")
 
 
 def sniff(lines: list[str]) -> bool:
@@ -65,6 +74,15 @@ def read_session_csv(path: Path, **options: Any) -> Workload:
     if options:
         raise TypeError(f"{FORMAT_NAME} reader takes no options, got {sorted(options)}")
     path = Path(path)
+    text = read_text(path)
+    fast = _fast_units(text) if text.count("\n") >= canonical.FAST_PATH_MIN_ROWS else None
+    units, id_col, has_arrival = fast or _strict_units(path)
+    meta = {"needs_context_policy": True, "id_column": id_col, "has_arrival_time": has_arrival}
+    return Workload(units, FORMAT_NAME, source=str(path), meta=meta)
+
+
+def _strict_units(path: Path) -> tuple[tuple[Unit, ...], str, bool]:
+    """Row by row, in file order; the first broken rule raises."""
     header, rows = read_csv(path, REQUIRED)
     id_col = _id_column(path, header)
     has_arrival = "arrival_time" in header
@@ -87,8 +105,7 @@ def read_session_csv(path: Path, **options: Any) -> Workload:
             )
         sess.rows.append(parsed)
     units = tuple(_build_unit(path, sid, sess) for sid, sess in sessions.items())
-    meta = {"needs_context_policy": True, "id_column": id_col, "has_arrival_time": has_arrival}
-    return Workload(units, FORMAT_NAME, source=str(path), meta=meta)
+    return units, id_col, has_arrival
 
 
 def _id_column(path: Path, header: list[str]) -> str:
@@ -136,3 +153,67 @@ def _build_unit(path: Path, sid: str, sess: _Session) -> Unit:
             raise TraceFormatError(path, line, rule)
         rounds.append(Round(request_id(sid, idx), sid, idx, sess.arrival, prefix, inp, out, wait))
     return Unit(sid, "session", sess.arrival, tuple(rounds))
+
+
+def _fast_units(text: str) -> tuple[tuple[Unit, ...], str, bool] | None:
+    """Column-wise check of every rule; ``None`` (strict path decides) if anything looks off."""
+    header = text.split("\n", 1)[0].rstrip("\r").split(",")
+    ids = [c for c in header if c in ID_COLUMNS]
+    if len(ids) != 1 or set(header) - KNOWN or not set(REQUIRED) <= set(header):
+        return None
+    text_cols = (*ID_COLUMNS, *OPTIONAL, "tool_wait_after_ms")
+    kinds = {c: "str" if c in text_cols else "int" for c in header}
+    frame = canonical.fast_frame(text, kinds) if len(set(header)) == len(header) else None
+    if frame is None:
+        return None
+    sids = canonical.fast_strings(frame, ids[0])
+    wait = canonical.fast_ms(frame, "tool_wait_after_ms", _PLAIN_NUMBER)
+    has_arrival = "arrival_time" in header
+    arrival = (
+        canonical.fast_ms(frame, "arrival_time", _PLAIN_NUMBER)
+        if has_arrival
+        else np.zeros(len(sids))
+    )
+    cols = {c: frame[c].to_numpy(dtype=np.int64) for c in REQUIRED[:4]}
+    if wait is None or arrival is None or not all(s.strip() for s in sids):
+        return None
+    if min(int(cols[c].min()) for c in REQUIRED[:3]) < 0 or int(cols["output_len"].min()) < 1:
+        return None
+    if ((cols["prefix_len"] + cols["input_len"]) == 0).any():
+        return None
+    cols["tool_wait_after_ms"], cols["arrival_time"] = wait, arrival
+    units = _fast_build(sids, cols)
+    return None if units is None else (units, ids[0], has_arrival)
+
+
+def _fast_build(sids: list[str], cols: dict[str, np.ndarray]) -> tuple[Unit, ...] | None:
+    """Group by session (first appearance), order by round_idx, demand 0..n-1 and one arrival."""
+    import pandas as pd
+
+    codes, uniques = pd.factorize(np.asarray(sids, dtype=object))
+    n = len(sids)
+    first = np.full(len(uniques), n)
+    np.minimum.at(first, codes, np.arange(n))
+    arrival = cols["arrival_time"]
+    if (arrival != arrival[first][codes]).any():
+        return None
+    order = np.lexsort((np.arange(n), cols["round_idx"], codes))
+    counts = np.bincount(codes)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    idx = cols["round_idx"][order]
+    if not np.array_equal(idx, np.arange(n) - np.repeat(starts, counts)):
+        return None
+    idx_l, arr_l = idx.tolist(), arrival[order].tolist()
+    p_l, i_l, o_l, w_l = (
+        cols[c][order].tolist()
+        for c in ("prefix_len", "input_len", "output_len", "tool_wait_after_ms")
+    )
+    units = []
+    for sid, a, m in zip(uniques.tolist(), starts.tolist(), counts.tolist(), strict=True):
+        rounds = tuple(
+            Round(request_id(sid, idx_l[k]), sid, idx_l[k], arr_l[k], p_l[k], i_l[k], o_l[k],
+                  w_l[k])
+            for k in range(a, a + m)
+        )
+        units.append(Unit(sid, "session", arr_l[a], rounds))
+    return tuple(units)

@@ -129,14 +129,18 @@ def tracegen(
     src = _load_source(source, spec, rng)
     units = _select(src.workload.units, spec, rng)
     units, arrivals, origin, pattern = _arrivals(units, spec, src, rng)
-    planned, stats = _plan(units, arrivals, _policy(spec))
-    csv_path = canonical.write_session_execution_v2(out, planned)
+    rows, stats = _plan(units, arrivals, _policy(spec))
+    csv_path = canonical.write_session_execution_v2(out, rows)
     manifest_path, plan_path = canonical.sidecar_paths(csv_path)
     parameters = _parameters(spec, src, pattern, origin, stats)
-    manifest = _manifest(planned, src, parameters)
+    manifest = _manifest(rows, len(units), src, parameters)
     manifest_path.write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
-    plan_path.write_bytes(orjson.dumps(_plan_rows(planned)) + b"\n")
-    workload = load_trace(csv_path, fmt=canonical.FORMAT_NAME)
+    plan_path.write_bytes(orjson.dumps(_plan_rows(rows)) + b"\n")
+    # prove the file obeys the format with the reader itself (the sidecars we just wrote)
+    workload = load_trace(csv_path, fmt=canonical.FORMAT_NAME, sidecars=False)
+    workload = dataclasses.replace(workload, meta={
+        **workload.meta, "manifest": manifest, "manifest_path": str(manifest_path),
+        "plan_path": str(plan_path)})
     log.info("tracegen wrote %d rounds to %s in %.2fs", workload.n_rounds, csv_path,
              time.perf_counter() - started)
     return TracegenResult(csv_path, manifest_path, plan_path, manifest, workload)
@@ -212,27 +216,31 @@ def _policy(spec: TracegenSpec) -> ContextPolicy:
 
 def _plan(
     units: list[Unit], arrivals: list[float], policy: ContextPolicy
-) -> tuple[list[Unit], dict[str, int]]:
-    """Apply the policy per session; count folded prefix tokens and major compactions."""
-    out: list[Unit] = []
+) -> tuple[list[canonical.CanonicalRow], dict[str, int]]:
+    """Apply the policy per session (``plan_rounds``) into canonical rows; count folds.
+
+    ``folded`` is the reported prefix the plan does not reuse, ``max(P - p, 0)``
+    (request-factory's count for both policies).
+    """
+    rows: list[canonical.CanonicalRow] = []
     folded = folded_rounds = folded_first = major = 0
     for unit, arrival in zip(units, arrivals, strict=True):
         sid = unit.unit_id
         plans = plan_rounds(unit.rounds, policy)
-        rounds = []
         for k, (raw, pl) in enumerate(zip(unit.rounds, plans, strict=True)):
-            f = max(raw.prefix_len - pl.prefix_len, 0)
-            if f:
+            f = raw.prefix_len - pl.prefix_len
+            if f > 0:
                 folded += f
                 folded_rounds += 1
                 folded_first += k == 0
             major += pl.major_compaction
-            rounds.append(Round(canonical.request_id(sid, k), sid, k, arrival, pl.prefix_len,
-                                pl.input_len, raw.output_len, raw.tool_wait_after_ms))
-        out.append(Unit(sid, "session", arrival, tuple(rounds), unit.meta))
+            same = raw.round_idx == k and raw.session_id == sid  # readers emit canonical ids
+            rid = raw.request_id if same else canonical.request_id(sid, k)
+            rows.append((rid, sid, k, arrival, pl.prefix_len, pl.input_len, raw.output_len,
+                         raw.tool_wait_after_ms))
     stats = {"folded_prefix_tokens": folded, "folded_rounds": folded_rounds,
              "folded_first_rounds": folded_first, "major_compaction_rounds": major}
-    return out, stats
+    return rows, stats
 
 
 def _parameters(
@@ -257,20 +265,19 @@ def _parameters(
     }
 
 
-def _manifest(units: list[Unit], src: _Source, parameters: dict[str, Any]) -> dict[str, Any]:
+def _manifest(
+    rows: list[canonical.CanonicalRow], sessions: int, src: _Source, parameters: dict[str, Any]
+) -> dict[str, Any]:
     """Totals recomputed from the emitted rows (vectorized) plus the parameters."""
-    cols = np.array(
-        [(r.prefix_len, r.input_len, r.output_len) for u in units for r in u.rounds],
-        dtype=np.int64,
-    ).reshape(-1, 3)
+    cols = np.array([r[4:7] for r in rows], dtype=np.int64).reshape(-1, 3)
     prefix, prompt = int(cols[:, 0].sum()), int(cols[:, :2].sum())
     return {
         "schema": canonical.FORMAT_NAME,
         "generator": src.info["generator"],
         "generator_version": f"workbench {__version__}",
         "millisecond_decimals": canonical.MS_DECIMALS,
-        "sessions": len(units),
-        "rounds": int(cols.shape[0]),
+        "sessions": sessions,
+        "rounds": len(rows),
         "total_prompt_tokens": prompt,
         "total_prefix_tokens": prefix,
         "total_output_tokens": int(cols[:, 2].sum()),
@@ -279,22 +286,19 @@ def _manifest(units: list[Unit], src: _Source, parameters: dict[str, Any]) -> di
     }
 
 
-def _plan_rows(units: list[Unit]) -> list[dict[str, Any]]:
+def _plan_rows(rows: list[canonical.CanonicalRow]) -> list[dict[str, Any]]:
     """The per-round plan sidecar; ms fields as 6-decimal strings, like the CSV."""
-    rows: list[dict[str, Any]] = []
-    for u in units:
-        arrival = f"{u.arrival_ms:.6f}"
-        prev: str | None = None
-        for r in u.rounds:
-            rows.append({
-                "request_id": r.request_id, "session_id": r.session_id,
-                "round_idx": r.round_idx, "session_arrival_time_ms": arrival,
-                "predecessor_request_id": prev, "prefix_len": r.prefix_len,
-                "input_len": r.input_len, "output_len": r.output_len,
-                "tool_wait_after_ms": f"{r.tool_wait_after_ms:.6f}",
-            })
-            prev = r.request_id
-    return rows
+    out: list[dict[str, Any]] = []
+    prev: str | None = None
+    for rid, sid, idx, arrival, prefix, inp, outp, wait in rows:
+        out.append({
+            "request_id": rid, "session_id": sid, "round_idx": idx,
+            "session_arrival_time_ms": f"{arrival:.6f}",
+            "predecessor_request_id": prev if idx else None, "prefix_len": prefix,
+            "input_len": inp, "output_len": outp, "tool_wait_after_ms": f"{wait:.6f}",
+        })
+        prev = rid
+    return out
 
 
 # --- synthetic sources --------------------------------------------------------------
