@@ -1,0 +1,40 @@
+"""Step-time model of the embedded engine (pure arithmetic).
+
+Dynamo mocker / aisimulate polynomial model. One engine step runs a batch that
+may mix prefill chunks and decode tokens; its duration is the **sum** of a
+prefill part (driven by T, the new uncached prompt tokens computed in the step)
+and a decode part (driven by u, the share of the KV capacity the batch
+attends to), as Dynamo's mocker does. Summing keeps the two effects separable:
+a lone request's TTFT is exactly its prefill time, and a prefill chunk slows
+every decode in the same step, as chunked prefill does on a real GPU.
+"""
+
+from __future__ import annotations
+
+from workbench.sim.config import EngineConfig
+
+
+def prefill_ms(config: EngineConfig, new_tokens: int) -> float:
+    """``a·T² + b·T + c`` milliseconds for T new tokens; 0 when nothing is new."""
+    if new_tokens <= 0:
+        return 0.0
+    a, b, c = config.prefill_coeffs
+    t = float(new_tokens)
+    return a * t * t + b * t + c
+
+
+def decode_ms(config: EngineConfig, kv_tokens: int) -> float:
+    """``max(floor, a·u² + b·u + c)`` with u = attended KV tokens / capacity (≤ 1)."""
+    a, b, c = config.decode_coeffs
+    u = min(1.0, kv_tokens / config.capacity_tokens)
+    return max(config.decode_floor_ms, a * u * u + b * u + c)
+
+
+def step_ns(config: EngineConfig, prefill_tokens: int, decode_seqs: int, kv_tokens: int) -> int:
+    """Integer nanoseconds of one step: (prefill + decode-if-any) / speed-up."""
+    if config.zero_cost:
+        return 0
+    ms = prefill_ms(config, prefill_tokens)
+    if decode_seqs > 0:
+        ms += decode_ms(config, kv_tokens)
+    return round(ms * 1e6 / config.speedup)

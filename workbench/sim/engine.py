@@ -1,0 +1,242 @@
+"""The embedded engine core: a step loop on an injected ``Clock``.
+
+The same code runs behind the HTTP server (``WallClock``) and inside
+``run_virtual`` (``VirtualClock``): each step plans a batch, sleeps until the
+cost model says the step is over, then applies it and stamps every emitted
+token with the step's end time. Nothing here wakes per token: the scheduler
+appends a token to each sequence, and only a request whose consumer is
+actually waiting gets its future resolved, once per step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from workbench.clock import Clock
+from workbench.sim import cost
+from workbench.sim import scheduler as sched
+from workbench.sim.config import EngineConfig
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOutput:
+    """Tokens one engine step produced for one request."""
+
+    token_ids: list[int]
+    t_ns: int
+    finished: bool
+    finish_reason: str | None
+
+
+class EngineRequest:
+    """Handle of a submitted request: its truth (timestamps, usage) and its stream."""
+
+    def __init__(self, engine: Engine, seq: sched.Sequence) -> None:
+        self._engine = engine
+        self._seq = seq
+        self._waiter: asyncio.Future[None] | None = None
+        self._done: asyncio.Future[None] | None = None
+        seq.handle = self
+
+    request_id = property(lambda self: self._seq.request_id)
+    prompt_tokens = property(lambda self: self._seq.prompt_len)
+    max_tokens = property(lambda self: self._seq.max_tokens)
+    arrival_ns = property(lambda self: self._seq.arrival_ns)
+    finish_ns = property(lambda self: self._seq.finish_ns)
+    finish_reason = property(lambda self: self._seq.finish_reason)
+    finished = property(lambda self: self._seq.finished)
+
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens served from the prefix cache at first admission (0 before)."""
+        return max(0, self._seq.cached_tokens)
+
+    @property
+    def first_token_ns(self) -> int | None:
+        times = self._seq.token_ns
+        return times[0] if times else None
+
+    @property
+    def output_ids(self) -> list[int]:
+        return list(self._seq.output)
+
+    @property
+    def token_ns(self) -> list[int]:
+        """Emission time of every output token (the engine's own truth)."""
+        return list(self._seq.token_ns)
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self._seq.token_ns)
+
+    def abort(self) -> None:
+        """The client went away: free the request's blocks and end its stream."""
+        self._engine._abort(self)
+
+    def _notify(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+        if self._seq.finished and self._done is not None and not self._done.done():
+            self._done.set_result(None)
+
+    async def _progress(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._waiter = loop.create_future()
+        await self._waiter
+
+    async def wait(self) -> EngineRequest:
+        """Wait until the request finished: a single wakeup, none per step or token."""
+        if not self._seq.finished:
+            if self._done is None:
+                self._done = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._done)
+        return self
+
+    async def batches(self) -> AsyncIterator[list[RequestOutput]]:
+        """Every output not yet seen, as a list per wakeup (consumers that write in bulk)."""
+        seq, i = self._seq, 0
+        while True:
+            n = len(seq.token_ns)
+            if i < n:
+                yield [self._output(k) for k in range(i, n)]
+                i = n
+            elif seq.finished:
+                if seq.finish_reason != "length":
+                    yield [RequestOutput([], seq.finish_ns or 0, True, seq.finish_reason)]
+                return
+            else:
+                await self._progress()
+
+    async def stream(self) -> AsyncIterator[RequestOutput]:
+        """One item per engine step that produced tokens; a final empty item if aborted."""
+        async for batch in self.batches():
+            for out in batch:
+                yield out
+
+    def _output(self, k: int) -> RequestOutput:
+        seq = self._seq
+        last = seq.finished and seq.finish_reason == "length" and k == len(seq.token_ns) - 1
+        return RequestOutput(
+            [seq.output[k]],
+            seq.token_ns[k],
+            last,
+            "length" if last else None,
+        )
+
+
+class Engine:
+    """Waiting/running scheduler + KV cache + cost model, stepping on ``clock``."""
+
+    def __init__(self, config: EngineConfig, clock: Clock) -> None:
+        self.config = config
+        self.clock = clock
+        self._sched = sched.Scheduler(config)
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="workbench-sim-engine")
+
+    async def stop(self) -> None:
+        """Stop stepping; every unfinished request ends with finish_reason 'abort'."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        now = self.clock.now_ns()
+        for seq in [*self._sched.running, *self._sched.waiting]:
+            self._sched.abort(seq, now)
+            _handle(seq)._notify()
+
+    def submit(self, request_id: str, prompt_ids: Sequence[int], max_tokens: int) -> EngineRequest:
+        """Queue a request; it always generates exactly ``max_tokens`` tokens.
+
+        Like vLLM, ``max_tokens`` is clamped to ``max_model_len − prompt``; a
+        prompt of ``max_model_len`` or more, or one that could never fit in the
+        KV cache, raises ``ValueError``.
+        """
+        prompt = list(prompt_ids)  # the caller's ids, copied (the sequence grows)
+        max_tokens = self._check(prompt, int(max_tokens))
+        seq = self._sched.new_sequence(request_id, prompt, max_tokens, self.clock.now_ns())
+        req = EngineRequest(self, seq)
+        self._sched.add(seq)
+        self._wake.set()
+        return req
+
+    def _check(self, prompt: list[int], max_tokens: int) -> int:
+        cfg = self.config
+        if not prompt:
+            raise ValueError("prompt must contain at least one token")
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        if len(prompt) >= cfg.max_model_len:
+            raise ValueError(
+                f"This model's maximum context length is {cfg.max_model_len} tokens. "
+                f"However, your prompt contains {len(prompt)} input tokens."
+            )
+        max_tokens = min(max_tokens, cfg.max_model_len - len(prompt))
+        if len(prompt) + max_tokens > cfg.capacity_tokens:
+            raise ValueError(
+                f"request needs {len(prompt) + max_tokens} KV tokens but the cache holds "
+                f"{cfg.capacity_tokens} ({cfg.num_blocks} blocks of {cfg.block_size})"
+            )
+        return max_tokens
+
+    def _abort(self, req: EngineRequest) -> None:
+        if self._sched.abort(req._seq, self.clock.now_ns()):
+            req._notify()
+
+    async def _run(self) -> None:
+        sched_ = self._sched
+        while True:
+            if not sched_.has_work():
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            t0 = self.clock.now_ns()
+            plan = sched_.schedule()
+            if not plan.scheduled:
+                if plan.preempted:  # a lone request preempted itself: re-admit it
+                    continue
+                self._wake.clear()  # nothing fits yet: wait for a submit or an abort
+                await self._wake.wait()
+                continue
+            dur = cost.step_ns(self.config, plan.prefill_tokens, plan.decode_seqs, plan.kv_tokens)
+            await self.clock.sleep_until(t0 + dur)
+            for seq in sched_.complete(plan, t0 + dur):
+                _handle(seq)._notify()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters (monotonic, tokens) and gauges, as plain numbers."""
+        s = self._sched
+        out: dict[str, Any] = {
+            k: getattr(s.counters, k) for k in sched.Counters.__dataclass_fields__
+        }
+        out.update(
+            running=len(s.running),
+            waiting=len(s.waiting),
+            kv_usage=s.kv.usage,
+            kv_blocks_active=s.kv.num_active,
+            kv_blocks_cached=s.kv.cached_blocks(),
+            kv_evictions=s.kv.evictions,
+        )
+        return out
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget the prefix cache; False (nothing done) while requests hold blocks."""
+        return self._sched.kv.reset()
+
+
+def _handle(seq: sched.Sequence) -> EngineRequest:
+    handle = seq.handle
+    assert isinstance(handle, EngineRequest)
+    return handle

@@ -1,0 +1,67 @@
+"""Fault switches of the embedded engine's HTTP server.
+
+Each switch reproduces one failure a real serving stack shows, so the client's
+guards (error records, stream timeouts, missing-usage flags, SGLang integrity
+checks) can be tested against something that misbehaves on purpose. All are
+off by default; the engine core never sees them (they live at the wire).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Faults:
+    """What the server does wrong, and when.
+
+    ``error_rate``: fraction of generation requests answered with HTTP 500 and a
+    JSON error body before reaching the engine (drawn from a ``random.Random``
+    seeded with the engine seed, one draw per request in arrival order).
+    ``disconnect_after_tokens``: close the connection abruptly once this many
+    output tokens were sent (the engine request is aborted).
+    ``stall_after_tokens`` / ``stall_s``: after that many tokens, send nothing
+    for ``stall_s`` seconds, then carry on.
+    ``omit_usage``: no ``usage`` block (OpenAI/vLLM shapes) and no
+    ``cached_tokens`` in SGLang ``meta_info``.
+    ``sglang_cumulative``: SGLang ``output_ids`` repeat everything so far (a
+    server started without ``--stream-output``).
+    ``sglang_prompt_echo``: this many prompt-tail ids prepended to the first
+    SGLang ``output_ids`` (sgl-project/sglang#10896).
+    """
+
+    error_rate: float = 0.0
+    disconnect_after_tokens: int | None = None
+    stall_after_tokens: int | None = None
+    stall_s: float = 0.0
+    omit_usage: bool = False
+    sglang_cumulative: bool = False
+    sglang_prompt_echo: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.error_rate <= 1.0:
+            raise ValueError(f"error_rate must be in [0, 1], got {self.error_rate}")
+        for name in ("disconnect_after_tokens", "stall_after_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+        if self.stall_s < 0 or self.sglang_prompt_echo < 0:
+            raise ValueError("stall_s and sglang_prompt_echo must be >= 0")
+
+    @property
+    def active(self) -> bool:
+        return self != Faults()
+
+
+class FaultDice:
+    """The seeded draw behind ``error_rate``: deterministic per server start."""
+
+    def __init__(self, faults: Faults, seed: int) -> None:
+        self._rate = faults.error_rate
+        self._rng = random.Random(seed)
+
+    def should_fail(self) -> bool:
+        if self._rate <= 0.0:
+            return False
+        return self._rng.random() < self._rate

@@ -1,0 +1,262 @@
+"""The vLLM-style scheduler of the embedded engine (pure: no clock, no asyncio).
+
+One ``schedule()`` call plans a step, one ``complete()`` call applies it after
+the step's time has passed. Following vLLM v1: running requests first (decode
+tokens and the rest of chunked prefills), then waiting requests in FCFS order
+while the token budget (``max_num_batched_tokens``) and ``max_num_seqs`` allow;
+no admission in a step that had to preempt. When a running request needs a
+block and none is free, the most recently admitted running request is
+preempted (recompute: its blocks are freed and it re-enters the head of the
+waiting queue with its generated tokens, to be prefilled again, mostly from
+the prefix cache).
+
+Accounting decision: prefix-cache queries/hits and prompt tokens are counted
+once per request, at its first admission, so the counters always equal the sum
+of the per-request usage the server reports (vLLM re-counts on re-admission).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from workbench.sim.config import EngineConfig
+from workbench.sim.kvcache import ROOT_HASH, BlockManager, block_hashes
+from workbench.sim.tokenizer import output_token, request_base
+
+
+@dataclass(eq=False, slots=True)
+class Sequence:
+    """Scheduler state of one request: its tokens, blocks and progress."""
+
+    request_id: str
+    tokens: list[int]
+    prompt_len: int
+    max_tokens: int
+    arrival_ns: int
+    base: int
+    num_computed: int = 0
+    blocks: list[int] = field(default_factory=list)
+    hashes: list[int] = field(default_factory=list)
+    committed: int = 0
+    prefilling: bool = True
+    cached_tokens: int = -1
+    output: list[int] = field(default_factory=list)
+    token_ns: list[int] = field(default_factory=list)
+    finished: bool = False
+    finish_reason: str | None = None
+    finish_ns: int | None = None
+    handle: object = None
+
+    def ensure_hashes(self, block_size: int) -> None:
+        """Extend the chained block hashes to every full block of ``tokens``."""
+        have = len(self.hashes)
+        if (have + 1) * block_size <= len(self.tokens):
+            parent = self.hashes[-1] if have else ROOT_HASH
+            self.hashes.extend(block_hashes(self.tokens, block_size, have, parent))
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """What one step computes: (sequence, new tokens) pairs and the cost inputs."""
+
+    scheduled: list[tuple[Sequence, int]] = field(default_factory=list)
+    prefill_tokens: int = 0
+    decode_seqs: int = 0
+    kv_tokens: int = 0
+    preempted: int = 0
+
+    def add(self, seq: Sequence, n: int) -> None:
+        self.scheduled.append((seq, n))
+        self.kv_tokens += seq.num_computed + n
+        if seq.prefilling:
+            self.prefill_tokens += n
+        else:
+            self.decode_seqs += 1
+
+
+@dataclass(slots=True)
+class Counters:
+    """Monotonic engine counters (tokens unless named otherwise)."""
+
+    prefix_cache_queries_tokens: int = 0
+    prefix_cache_hits_tokens: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    requests: int = 0
+    requests_submitted: int = 0
+    requests_aborted: int = 0
+    preemptions: int = 0
+    steps: int = 0
+
+
+class Scheduler:
+    """Waiting + running queues over a ``BlockManager``."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.bs = config.block_size
+        self.kv = BlockManager(config.block_size, config.num_blocks, config.enable_prefix_caching)
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.counters = Counters()
+        self._memo: tuple[Sequence, list[int], int] | None = None  # blocked head's hit
+
+    def new_sequence(
+        self, request_id: str, prompt: list[int], max_tokens: int, now_ns: int
+    ) -> Sequence:
+        base = request_base(request_id, self.config.seed)
+        seq = Sequence(request_id, prompt, len(prompt), max_tokens, now_ns, base)
+        seq.ensure_hashes(self.bs)
+        return seq
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+        self.counters.requests_submitted += 1
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def schedule(self) -> StepPlan:
+        plan = StepPlan()
+        budget = self._schedule_running(plan, self.config.max_num_batched_tokens)
+        if not plan.preempted:
+            self._admit_waiting(plan, budget)
+        self.counters.steps += 1
+        return plan
+
+    def _schedule_running(self, plan: StepPlan, budget: int) -> int:
+        running, i, bs = self.running, 0, self.bs
+        scheduled = plan.scheduled
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            n = min(len(seq.tokens) - seq.num_computed, budget)
+            if seq.num_computed + n > len(seq.blocks) * bs:
+                while not self._grow(seq, n):
+                    victim = running.pop()
+                    self._preempt(victim)
+                    plan.preempted += 1
+                    if victim is seq:
+                        return budget
+            if seq.prefilling:
+                plan.add(seq, n)
+            else:  # decode: the common case, inlined
+                scheduled.append((seq, n))
+                plan.kv_tokens += seq.num_computed + n
+                plan.decode_seqs += 1
+            budget -= n
+            i += 1
+        return budget
+
+    def _grow(self, seq: Sequence, n: int) -> bool:
+        need = -(-(seq.num_computed + n) // self.bs) - len(seq.blocks)
+        if need <= 0:
+            return True
+        got = self.kv.allocate(need)
+        if got is None:
+            return False
+        seq.blocks.extend(got)
+        return True
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.kv.release(seq.blocks)
+        seq.blocks = []
+        seq.num_computed = 0
+        seq.committed = 0
+        seq.prefilling = True
+        self.waiting.appendleft(seq)
+        self.counters.preemptions += 1
+
+    def _admit_waiting(self, plan: StepPlan, budget: int) -> None:
+        waiting, kv, bs = self.waiting, self.kv, self.bs
+        while waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            seq = waiting[0]
+            hit = self._head_hit(seq)
+            cached = len(hit) * bs
+            n = min(len(seq.tokens) - cached, budget)
+            need = -(-(cached + n) // bs) - len(hit)
+            if not kv.can_allocate(need, hit):
+                self._memo = (seq, hit, kv.epoch)
+                break
+            self._memo = None
+            kv.acquire(hit)
+            seq.blocks = hit + (kv.allocate(need) or [])
+            seq.num_computed = cached
+            seq.committed = len(hit)
+            if seq.cached_tokens < 0:
+                self._count_admission(seq, cached)
+            waiting.popleft()
+            self.running.append(seq)
+            plan.add(seq, n)
+            budget -= n
+
+    def _head_hit(self, seq: Sequence) -> list[int]:
+        """Prefix hit of the waiting head, reusing last step's if no block of it was evicted."""
+        kv = self.kv
+        seq.ensure_hashes(self.bs)
+        known: list[int] | None = None
+        memo, self._memo = self._memo, None
+        if memo is not None and memo[0] is seq and memo[2] == kv.epoch:
+            hit = memo[1]
+            if not kv.evicted_log or not set(kv.evicted_log).intersection(seq.hashes[: len(hit)]):
+                known = hit
+        kv.evicted_log.clear()
+        return kv.longest_hit(seq.hashes, (len(seq.tokens) - 1) // self.bs, known)
+
+    def _count_admission(self, seq: Sequence, cached: int) -> None:
+        seq.cached_tokens = cached
+        c = self.counters
+        c.prefix_cache_queries_tokens += seq.prompt_len
+        c.prefix_cache_hits_tokens += cached
+        c.prompt_tokens += seq.prompt_len
+
+    def complete(self, plan: StepPlan, t_ns: int) -> list[Sequence]:
+        """Apply a planned step that ended at ``t_ns``; returns sequences that got a token."""
+        emitted: list[Sequence] = []
+        bs, kv = self.bs, self.kv
+        for seq, n in plan.scheduled:
+            if seq.finished:  # aborted while the step ran
+                continue
+            computed = seq.num_computed = seq.num_computed + n
+            full = computed // bs
+            if seq.committed < full:
+                seq.ensure_hashes(bs)
+                kv.commit(seq.blocks, seq.hashes, seq.committed, full)
+                seq.committed = full
+            if computed >= len(seq.tokens):
+                out = seq.output
+                tok = output_token(seq.base, len(out))
+                seq.tokens.append(tok)
+                out.append(tok)
+                seq.token_ns.append(t_ns)
+                seq.prefilling = False
+                emitted.append(seq)
+                if len(out) >= seq.max_tokens:
+                    self._finish(seq, "length", t_ns)
+        self.counters.generation_tokens += len(emitted)
+        return emitted
+
+    def _finish(self, seq: Sequence, reason: str, t_ns: int) -> None:
+        seq.finished = True
+        seq.finish_reason = reason
+        seq.finish_ns = t_ns
+        self.running.remove(seq)
+        self.kv.release(seq.blocks)
+        seq.blocks = []
+        seq.tokens = []  # a finished request keeps only its output (memory of long replays)
+        seq.hashes = []
+        if reason == "length":
+            self.counters.requests += 1
+
+    def abort(self, seq: Sequence, t_ns: int) -> bool:
+        """Drop a request wherever it is; False if it had already finished."""
+        if seq.finished:
+            return False
+        if seq in self.running:
+            self._finish(seq, "abort", t_ns)
+        else:
+            self.waiting.remove(seq)
+            seq.finished, seq.finish_reason, seq.finish_ns = True, "abort", t_ns
+            seq.tokens, seq.hashes = [], []
+        self.counters.requests_aborted += 1
+        return True
