@@ -47,6 +47,7 @@ from workbench.traces.canonical import request_id
 FORMAT_NAME = "tracelab"
 TOOL_WAIT_MODES = ("union", "sum")
 Interval = tuple[float, float]
+_INT_FIELDS = ("round_index", "prefix_tokens", "newly_append_tokens", "output_tokens")
 
 
 def sniff(lines: list[str]) -> bool:
@@ -118,15 +119,12 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any]) -> _Row:
     project = _str(path, line, obj, "project", optional=True)
     sid = _str(path, line, obj, "session_id", optional=False)
     model = _str(path, line, obj, "model", optional=True)
-    lengths = {
-        k: as_int(path, line, k, obj.get(k), minimum=None)
-        for k in ("round_index", "prefix_tokens", "newly_append_tokens", "output_tokens")
-    }
+    lengths = {k: _int(path, line, obj, k) for k in _INT_FIELDS}
     if lengths["round_index"] < 0:
         raise TraceFormatError(path, line, f"round_index must be >= 0, got {obj['round_index']!r}")
     total = obj.get("input_tokens_total")
     expected = lengths["prefix_tokens"] + lengths["newly_append_tokens"]
-    if total is not None and as_int(path, line, "input_tokens", total, minimum=None) != expected:
+    if total is not None and _int(path, line, obj, "input_tokens_total") != expected:
         raise TraceFormatError(
             path, line, f"input_tokens_total {total!r} != prefix_tokens + newly_append_tokens"
         )
@@ -148,6 +146,12 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any]) -> _Row:
         loose_ms=loose,
         latency_sum_ms=latency_sum,
     )
+
+
+def _int(path: Path, line: int, obj: dict[str, Any], key: str) -> int:
+    if key not in obj:
+        raise TraceFormatError(path, line, f"missing field {key}")
+    return as_int(path, line, key, obj[key], minimum=None)
 
 
 def _list(path: Path, line: int, obj: dict[str, Any], key: str) -> list[dict[str, Any]]:
