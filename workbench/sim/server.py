@@ -1,0 +1,328 @@
+"""HTTP face of the embedded engine: an aiohttp app and ``serve_sim``.
+
+Speaks the four wire protocols of SPEC §4 (``/v1/completions``,
+``/v1/chat/completions``, vLLM ``/inference/v1/generate``, SGLang
+``/generate``) plus ``/v1/models``, ``/health``, ``/metrics``,
+``/reset_prefix_cache`` (SGLang: ``/flush_cache``) and ``/debug/requests``:
+the server's own per-request truth (engine arrival, token emission times,
+and when each token's bytes were handed to the socket) for fidelity checks.
+
+Streams are written per engine wakeup, not per token: if the client reads
+slower than the engine steps, several SSE events go out in one write.
+A client that disconnects cancels its handler (``handler_cancellation``),
+which aborts the engine request and frees its KV blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from workbench.clock import Clock, WallClock
+from workbench.sim.codecs import CODECS, Codec
+from workbench.sim.config import EngineConfig
+from workbench.sim.engine import Engine, EngineRequest
+from workbench.sim.faults import FaultDice
+from workbench.sim.metrics import exposition, make_registry
+from workbench.sim.tokenizer import get_tokenizer
+from workbench.sim.wire import PARSERS, GenRequest, Json, WireError, now_s
+
+log = logging.getLogger(__name__)
+
+DEBUG_LOG_SIZE = 10_000
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+DONE = b"data: [DONE]\n\n"
+
+
+def _sse(chunk: Json) -> bytes:
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+
+def _json(obj: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json")
+
+
+class SimServer:
+    """Route handlers over one ``Engine``; ``app`` is the aiohttp application."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.config = engine.config
+        self.faults = engine.config.faults
+        self.tok = get_tokenizer()
+        self._dice = FaultDice(self.faults, engine.config.seed)
+        self._ids = itertools.count()
+        self._registry = make_registry(self.config, engine.stats)
+        self.debug_log: deque[Json] = deque(maxlen=DEBUG_LOG_SIZE)
+        self.app = web.Application()
+        self.app.add_routes(self._routes())
+
+    def _routes(self) -> list[web.RouteDef]:
+        def gen(protocol: str) -> Any:
+            async def handler(request: web.Request) -> web.StreamResponse:
+                return await self._generate(request, protocol)
+
+            return handler
+
+        return [
+            web.post("/v1/completions", gen("completions")),
+            web.post("/v1/chat/completions", gen("chat")),
+            web.post("/inference/v1/generate", gen("generate")),
+            web.post("/generate", gen("sglang")),
+            web.get("/v1/models", self._models),
+            web.get("/health", self._health),
+            web.get("/metrics", self._metrics),
+            web.post("/reset_prefix_cache", self._reset),
+            web.post("/flush_cache", self._reset),
+            web.get("/debug/requests", self._debug),
+        ]
+
+    async def _models(self, request: web.Request) -> web.Response:
+        cfg = self.config
+        card = {
+            "id": cfg.model, "object": "model", "created": now_s(), "owned_by": "workbench",
+            "root": cfg.model, "parent": None, "max_model_len": cfg.max_model_len,
+        }  # fmt: skip
+        return _json({"object": "list", "data": [card]})
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body = exposition(self._registry)
+        return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
+
+    async def _reset(self, request: web.Request) -> web.Response:
+        ok = self.engine.reset_prefix_cache()
+        return _json({"success": ok}, status=200 if ok else 409)
+
+    async def _debug(self, request: web.Request) -> web.Response:
+        rid = request.query.get("request_id")
+        rows = [r for r in self.debug_log if rid is None or r["request_id"] == rid]
+        return _json(rows)
+
+    def _request_id(self, request: web.Request, body: Json) -> str:
+        rid = request.headers.get("x-request-id") or body.get("request_id") or body.get("rid")
+        return str(rid) if rid else f"sim-{next(self._ids)}"
+
+    async def _parse(self, request: web.Request, protocol: str) -> GenRequest:
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as exc:
+            raise WireError(400, f"body is not JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise WireError(400, "body must be a JSON object")
+        rid = self._request_id(request, body)
+        return PARSERS[protocol](body, rid, self.tok, self.config.model)
+
+    async def _generate(self, request: web.Request, protocol: str) -> web.StreamResponse:
+        try:
+            gen = await self._parse(request, protocol)
+            if self._dice.should_fail():
+                raise WireError(500, "injected fault: error_rate", "InternalServerError")
+            try:
+                ereq = self.engine.submit(gen.request_id, gen.prompt_ids, gen.max_tokens)
+            except ValueError as exc:
+                raise WireError(400, str(exc)) from None
+        except WireError as err:
+            return _json(err.body(), status=err.status)
+        codec = CODECS[protocol](gen, self.config.model, self.tok, self.faults)
+        entry = _entry(protocol, ereq)
+        try:
+            if gen.stream:
+                return await self._stream(request, codec, ereq, entry)
+            return await self._unary(request, codec, ereq, entry)
+        finally:
+            if not ereq.finished:
+                ereq.abort()  # client gone (handler cancelled) or fault: free the blocks
+            self.debug_log.append(_finish_entry(entry, ereq))
+
+    async def _stream(
+        self, request: web.Request, codec: Codec, ereq: EngineRequest, entry: Json
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(headers=SSE_HEADERS)
+        await resp.prepare(request)
+        buf = [_sse(c) for c in codec.head_chunks()]
+        writer = _Writer(resp, entry, self)
+        if writer.due_disconnect():
+            return await writer.drop(request, buf)
+        async for batch in ereq.batches():
+            for out in batch:
+                if not out.token_ids:
+                    continue  # engine stopped: end the stream without usage
+                buf.append(
+                    _sse(codec.token_chunk(out.token_ids, out.finish_reason, ereq.cached_tokens))
+                )
+                writer.pending += len(out.token_ids)
+                if writer.due_disconnect():
+                    return await writer.drop(request, buf)
+                if writer.due_stall():
+                    await writer.flush(buf)
+                    await self.sleep(self.faults.stall_s)
+            await writer.flush(buf)
+        tail = codec.usage_chunk(ereq.cached_tokens) if ereq.finish_reason == "length" else None
+        await resp.write((_sse(tail) if tail else b"") + DONE)
+        await resp.write_eof()
+        return resp
+
+    async def _unary(
+        self, request: web.Request, codec: Codec, ereq: EngineRequest, entry: Json
+    ) -> web.StreamResponse:
+        limit = self.faults.disconnect_after_tokens
+        if limit is not None:
+            async for _ in ereq.batches():
+                if ereq.completion_tokens >= limit:
+                    return _drop_connection(request)
+        await ereq.wait()
+        if self.faults.stall_after_tokens is not None:
+            await self.sleep(self.faults.stall_s)
+        body = codec.final_body(ereq.output_ids, ereq.finish_reason, ereq.cached_tokens)
+        entry["sent_ns"] = [self.engine.clock.now_ns()] * ereq.completion_tokens
+        return _json(body)
+
+    async def sleep(self, seconds: float) -> None:
+        clock = self.engine.clock
+        await clock.sleep_until(clock.now_ns() + round(seconds * 1e9))
+
+
+class _Writer:
+    """Flushes buffered SSE events and tracks sent tokens for the fault switches."""
+
+    def __init__(self, resp: web.StreamResponse, entry: Json, server: SimServer) -> None:
+        self.resp, self.entry, self.server = resp, entry, server
+        self.sent = 0
+        self.pending = 0
+        self.stalled = False
+
+    async def flush(self, buf: list[bytes]) -> None:
+        if not buf:
+            return
+        data = b"".join(buf)
+        buf.clear()
+        await self.resp.write(data)
+        now = self.server.engine.clock.now_ns()
+        self.entry["sent_ns"].extend([now] * self.pending)
+        self.sent += self.pending
+        self.pending = 0
+
+    def due_disconnect(self) -> bool:
+        limit = self.server.faults.disconnect_after_tokens
+        return limit is not None and self.sent + self.pending >= limit
+
+    def due_stall(self) -> bool:
+        limit = self.server.faults.stall_after_tokens
+        if limit is None or self.stalled or self.sent + self.pending < limit:
+            return False
+        self.stalled = True
+        return True
+
+    async def drop(self, request: web.Request, buf: list[bytes]) -> web.StreamResponse:
+        await self.flush(buf)
+        _drop_connection(request)
+        return self.resp
+
+
+def _drop_connection(request: web.Request) -> web.Response:
+    """Close the socket under the client (``disconnect_after_tokens`` fault)."""
+    transport = request.transport
+    if transport is not None:
+        transport.close()
+    return web.Response(status=499)
+
+
+def _entry(protocol: str, ereq: EngineRequest) -> Json:
+    return {
+        "request_id": ereq.request_id,
+        "protocol": protocol,
+        "arrival_ns": ereq.arrival_ns,
+        "prompt_tokens": ereq.prompt_tokens,
+        "max_tokens": ereq.max_tokens,
+        "sent_ns": [],
+    }
+
+
+def _finish_entry(entry: Json, ereq: EngineRequest) -> Json:
+    entry.update(
+        cached_tokens=ereq.cached_tokens,
+        completion_tokens=ereq.completion_tokens,
+        first_token_ns=ereq.first_token_ns,
+        finish_ns=ereq.finish_ns,
+        finish_reason=ereq.finish_reason,
+        token_ns=ereq.token_ns,
+    )
+    return entry
+
+
+def create_app(engine: Engine) -> web.Application:
+    """The aiohttp application serving ``engine`` (the caller starts/stops the engine)."""
+    server = SimServer(engine)
+    server.app["sim_server"] = server
+    return server.app
+
+
+@dataclass(frozen=True, slots=True)
+class SimHandle:
+    """A running embedded engine: where it listens and what it runs."""
+
+    base_url: str
+    host: str
+    port: int
+    engine: Engine
+    config: EngineConfig
+    app: web.Application
+
+    def debug_requests(self) -> list[Json]:
+        """The server's per-request truth (same rows as ``GET /debug/requests``)."""
+        server: SimServer = self.app["sim_server"]
+        return list(server.debug_log)
+
+
+@asynccontextmanager
+async def serve_sim(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    config: EngineConfig | None = None,
+    clock: Clock | None = None,
+    **engine_knobs: Any,
+) -> AsyncIterator[SimHandle]:
+    """Run the embedded engine behind HTTP on ``host:port`` (port 0: any free port).
+
+    ``engine_knobs`` are ``EngineConfig`` fields and fault switch names
+    (``serve_sim(block_size=32, error_rate=0.1)``); or pass a whole ``config``.
+    """
+    if config is not None and engine_knobs:
+        raise ValueError("pass either config= or engine knobs, not both")
+    cfg = config or EngineConfig.from_knobs(**engine_knobs)
+    engine = Engine(cfg, clock or WallClock())
+    await engine.start()
+    app = create_app(engine)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = runner.addresses[0][1]
+        url_host = f"[{host}]" if ":" in host else host
+        log.info("embedded engine listening on http://%s:%d", url_host, bound)
+        yield SimHandle(f"http://{url_host}:{bound}", host, bound, engine, cfg, app)
+    finally:
+        await engine.stop()
+        await runner.cleanup()
+
+
+async def serve_forever(host: str, port: int, config: EngineConfig, ready: Any = None) -> None:
+    """Serve until cancelled; ``ready(handle)`` is called once listening (the CLI prints)."""
+    async with serve_sim(host, port, config=config) as handle:
+        if ready is not None:
+            ready(handle)
+        await asyncio.Event().wait()

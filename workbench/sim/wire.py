@@ -1,0 +1,173 @@
+"""Wire shapes of the four protocols the embedded engine speaks (pure dicts).
+
+Field names and nesting follow what vLLM 0.32 and SGLang actually send
+(SPEC §4, real-engines.md §3): ``parse_*`` turn a request body into a
+``GenRequest``; a ``Codec`` turns engine outputs into stream chunks, the
+final usage chunk and the non-streaming body. No aiohttp here, so the shapes
+are testable as plain data.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from workbench.sim.tokenizer import WordTokenizer
+
+Json = dict[str, Any]
+
+
+class WireError(Exception):
+    """A request the server rejects: HTTP ``status`` with an OpenAI-style error body."""
+
+    def __init__(self, status: int, message: str, kind: str = "BadRequestError") -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+    def body(self) -> Json:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": None,
+                "code": self.status,
+            }
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GenRequest:
+    """A generation request, whatever protocol it came in."""
+
+    protocol: str
+    request_id: str
+    prompt_ids: list[int]
+    max_tokens: int
+    stream: bool
+    include_usage: bool
+    return_token_ids: bool
+    text_input: bool
+    model: str
+
+
+def _ids(value: Any, what: str) -> list[int]:
+    if not isinstance(value, list) or not value:
+        raise WireError(400, f"{what} must be a non-empty list of token ids")
+    if not all(type(t) is int and t >= 0 for t in value):
+        raise WireError(400, f"{what} must hold non-negative integers only")
+    return value
+
+
+def _positive(value: Any, what: str, default: int) -> int:
+    if value is None:
+        return default
+    if type(value) is not int or value < 1:
+        raise WireError(400, f"{what} must be a positive integer, got {value!r}")
+    return value
+
+
+def _stream_opts(body: Mapping[str, Any]) -> bool:
+    opts = body.get("stream_options") or {}
+    return bool(opts.get("include_usage")) if isinstance(opts, dict) else False
+
+
+def _prompt(value: Any, tok: WordTokenizer) -> tuple[list[int], bool]:
+    """vLLM's accepted ``prompt`` forms: ids, text, or a one-element list of either."""
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (list, str)):
+        value = value[0]
+    if isinstance(value, str):
+        ids = tok.encode(value)
+        if not ids:
+            raise WireError(400, "prompt text encodes to zero tokens")
+        return ids, True
+    return _ids(value, "prompt"), False
+
+
+def parse_completions(
+    body: Mapping[str, Any], rid: str, tok: WordTokenizer, model: str
+) -> GenRequest:
+    ids, text = _prompt(body.get("prompt"), tok)
+    return GenRequest(
+        "completions", rid, ids, _positive(body.get("max_tokens"), "max_tokens", 16),
+        bool(body.get("stream")), _stream_opts(body), bool(body.get("return_token_ids")),
+        text, model,
+    )  # fmt: skip
+
+
+ROLE_IDS = {"system": 3, "user": 4, "assistant": 5, "tool": 6}
+END_OF_TURN = 7
+
+
+def chat_prompt(messages: Any, tok: WordTokenizer) -> list[int]:
+    """The built-in chat template: ``<|role|> content <|end|>`` per message, then
+    ``<|assistant|>``. So a conversation costs 2 tokens per message plus 1 more
+    than its content: the hidden template overhead real chat servers add."""
+    if not isinstance(messages, list) or not messages:
+        raise WireError(400, "messages must be a non-empty list")
+    ids: list[int] = []
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") not in ROLE_IDS:
+            raise WireError(400, f"bad message {m!r}: role must be one of {sorted(ROLE_IDS)}")
+        content = m.get("content") or ""
+        if isinstance(content, list):
+            content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+        ids += [ROLE_IDS[m["role"]], *tok.encode(str(content)), END_OF_TURN]
+    ids.append(ROLE_IDS["assistant"])
+    return ids
+
+
+def parse_chat(body: Mapping[str, Any], rid: str, tok: WordTokenizer, model: str) -> GenRequest:
+    limit = body.get("max_completion_tokens", body.get("max_tokens"))
+    return GenRequest(
+        "chat", rid, chat_prompt(body.get("messages"), tok), _positive(limit, "max_tokens", 16),
+        bool(body.get("stream")), _stream_opts(body), False, True, model,
+    )  # fmt: skip
+
+
+def parse_generate(body: Mapping[str, Any], rid: str, tok: WordTokenizer, model: str) -> GenRequest:
+    params = body.get("sampling_params")
+    if not isinstance(params, dict):
+        raise WireError(400, "sampling_params is required (an object with max_tokens)")
+    return GenRequest(
+        "generate", rid, _ids(body.get("token_ids"), "token_ids"),
+        _positive(params.get("max_tokens"), "sampling_params.max_tokens", 16),
+        bool(body.get("stream")), _stream_opts(body), bool(body.get("return_token_ids")),
+        False, model,
+    )  # fmt: skip
+
+
+def parse_sglang(body: Mapping[str, Any], rid: str, tok: WordTokenizer, model: str) -> GenRequest:
+    params = body.get("sampling_params") or {}
+    if not isinstance(params, dict):
+        raise WireError(400, "sampling_params must be an object")
+    text = body.get("input_ids") is None and isinstance(body.get("text"), str)
+    ids = tok.encode(body["text"]) if text else _ids(body.get("input_ids"), "input_ids")
+    if not ids:
+        raise WireError(400, "text encodes to zero tokens")
+    return GenRequest(
+        "sglang", rid, ids, _positive(params.get("max_new_tokens"), "max_new_tokens", 128),
+        bool(body.get("stream")), True, False, text, model,
+    )  # fmt: skip
+
+
+PARSERS: dict[str, Callable[[Mapping[str, Any], str, WordTokenizer, str], GenRequest]] = {
+    "completions": parse_completions,
+    "chat": parse_chat,
+    "generate": parse_generate,
+    "sglang": parse_sglang,
+}
+
+
+def usage(prompt: int, completion: int, cached: int) -> Json:
+    return {
+        "prompt_tokens": prompt,
+        "total_tokens": prompt + completion,
+        "completion_tokens": completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+
+
+def now_s() -> int:
+    return int(time.time())
