@@ -178,6 +178,7 @@ class Panel:
         except RuntimeError:
             self.status.value = "no running event loop: use the panel in Jupyter or await run()"
             return
+        self._busy(True)  # at once: a second click before the task starts is a no-op
         self.task = loop.create_task(self.run())
 
     def _on_stop(self, _button: Any = None) -> None:
@@ -200,6 +201,7 @@ class Panel:
         except WorkbenchError as exc:
             self.status.value = f"config error: {exc}"
             self.error = exc
+            self._busy(False)
             return None
         self._stop = asyncio.Event()
         self._busy(True)
