@@ -1,0 +1,106 @@
+"""KV block manager and cost model: pure, exact."""
+
+from workbench.sim import cost
+from workbench.sim.config import EngineConfig
+from workbench.sim.kvcache import BlockManager, block_hashes, reported_cached_tokens
+
+
+def test_reported_cached_tokens_matches_vllm_rounding():
+    # real-engines.md §3.2 (block 32): 1000 again -> 992, shared 992 of 1192 -> 992, 100 -> 96
+    assert reported_cached_tokens(1000, 1000, 32) == 992
+    assert reported_cached_tokens(992, 1192, 32) == 992
+    assert reported_cached_tokens(100, 100, 32) == 96
+    assert reported_cached_tokens(5, 1, 16) == 0
+
+
+def test_block_hashes_chain_the_prefix():
+    a = block_hashes(list(range(48)), 16)
+    assert len(a) == 3
+    b = block_hashes([*range(16), *range(100, 116), *range(32, 48)], 16)
+    assert a[0] == b[0] and a[1] != b[1] and a[2] != b[2]  # same block 2, other parent
+    assert block_hashes(list(range(47)), 16) == a[:2]  # only full blocks
+    assert block_hashes(list(range(48)), 16, start=1, parent=a[0]) == a[1:]
+
+
+def _fill(bm: BlockManager, tokens: list[int]) -> list[int]:
+    hashes = block_hashes(tokens, bm.block_size)
+    blocks = bm.allocate(len(hashes))
+    assert blocks is not None
+    bm.commit(blocks, hashes, 0, len(hashes))
+    return blocks
+
+
+def test_lru_evicts_least_recently_freed_tail_first():
+    bm = BlockManager(16, 6)
+    a_tokens, b_tokens = list(range(48)), list(range(1000, 1048))
+    a = _fill(bm, a_tokens)
+    bm.release(a)
+    b = _fill(bm, b_tokens)
+    bm.release(b)
+    assert bm.lru_order() == [a[2], a[1], a[0], b[2], b[1], b[0]]
+    assert bm.usage == 0.0 and bm.num_free == 6
+    assert bm.allocate(2) is not None  # no never-used block left: evicts a[2], a[1]
+    assert bm.evictions == 2
+    assert bm.longest_hit(block_hashes(a_tokens, 16), 3) == [a[0]]
+    assert bm.longest_hit(block_hashes(b_tokens, 16), 3) == b
+
+
+def test_hits_are_reference_counted_and_reclaimed_from_lru():
+    bm = BlockManager(16, 4)
+    tokens = list(range(32))
+    blocks = _fill(bm, tokens)
+    bm.release(blocks)
+    hit = bm.longest_hit(block_hashes(tokens, 16), 2)
+    assert hit == blocks
+    assert bm.can_allocate(2, hit) and not bm.can_allocate(3, hit)
+    bm.acquire(hit)
+    bm.acquire(hit)  # a second request shares them
+    assert bm.num_active == 2 and bm.lru_order() == []
+    bm.release(hit)
+    assert bm.lru_order() == []  # still referenced once
+    assert not bm.reset()  # refused while in use
+    bm.release(hit)
+    assert bm.reset() and bm.cached_blocks() == 0 and bm.num_free == 4
+
+
+def test_allocation_fails_cleanly_when_full():
+    bm = BlockManager(16, 2)
+    assert bm.allocate(2) is not None
+    assert bm.allocate(1) is None
+    assert bm.usage == 1.0
+
+
+def test_duplicate_block_stays_private():
+    bm = BlockManager(16, 4)
+    tokens = list(range(16))
+    first = _fill(bm, tokens)
+    second = _fill(bm, tokens)  # computed concurrently: not registered twice
+    bm.release(second)
+    assert bm.lru_order() == [] and bm.num_free == 3
+    bm.release(first)
+    assert bm.lru_order() == first
+
+
+def test_cost_model_polynomials():
+    cfg = EngineConfig()
+    assert cost.prefill_ms(cfg, 0) == 0.0
+    assert cost.prefill_ms(cfg, 1000) == 4.209989e-7 * 1e6 + 1.518344e-2 * 1000 + 16.50142
+    assert cost.decode_ms(cfg, 0) == 5.74
+    assert cost.decode_ms(cfg, cfg.capacity_tokens * 10) == max(1.0, -25.74 + 54.01 + 5.74)
+    both = cost.step_ns(cfg, 1000, 3, 0)
+    assert both == round((cost.prefill_ms(cfg, 1000) + 5.74) * 1e6)
+    assert cost.step_ns(EngineConfig(speedup=2.0), 1000, 0, 0) == round(
+        cost.prefill_ms(cfg, 1000) * 1e6 / 2
+    )
+    assert cost.step_ns(EngineConfig(zero_cost=True), 1000, 3, 0) == 0
+
+
+def test_config_from_knobs_routes_faults_and_rejects_unknown():
+    cfg = EngineConfig.from_knobs(block_size=32, error_rate=0.5, omit_usage=True)
+    assert cfg.block_size == 32 and cfg.faults.error_rate == 0.5 and cfg.faults.omit_usage
+    try:
+        EngineConfig.from_knobs(blok_size=3)
+    except ValueError as exc:
+        assert "blok_size" in str(exc) and "block_size" in str(exc)
+    else:  # pragma: no cover
+        raise AssertionError("unknown knob accepted")
