@@ -1,0 +1,176 @@
+"""The bundled notebooks: thin by construction, and executed end to end through papermill.
+
+Each notebook runs on a real kernel with tiny parameters (bundled traces, the
+embedded engine sped up) into ``tmp_path``; the checks read what a reader
+reads — the HTML — and compare its numbers with the run's ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import ast
+import html as html_mod
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+from workbench.report.render import bundled_notebooks, notebook_path, render_report
+
+pytestmark = pytest.mark.slow
+SECTIONS = ("TTFT / TPOT", "Prefix-cache hits")
+
+
+def text_of(page: str) -> str:
+    return html_mod.unescape(re.sub(r"<[^>]+>", "", page))
+
+
+def headings(page: str) -> list[str]:
+    found = re.findall(r"<h[1-3][^>]*>(.*?)</h[1-3]>", page, re.S)
+    return [text_of(h).rstrip("¶").strip() for h in found]
+
+
+def code_cells(name: str) -> list[Any]:
+    nb = nbformat.read(notebook_path(name), as_version=4)
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+# -- thin ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["replay", "compare", "trace_explorer"])
+def test_notebook_cells_define_nothing(name: str) -> None:
+    for cell in code_cells(name):
+        flags = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+        tree = compile(cell.source, f"<{name}>", "exec", flags=flags)
+        banned = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+        found = [type(n).__name__ for n in ast.walk(tree) if isinstance(n, banned)]
+        assert not found, f"{name}: {found} in cell:\n{cell.source}"
+
+
+@pytest.mark.parametrize("name", ["replay", "compare", "trace_explorer"])
+def test_one_parameters_cell_of_literals(name: str) -> None:
+    tagged = [c for c in code_cells(name) if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1
+    for node in ast.parse(tagged[0].source).body:
+        assert isinstance(node, ast.Assign) and len(node.targets) == 1
+        ast.literal_eval(node.value)  # raises if not a literal
+
+
+def test_bundled_notebooks_are_the_three() -> None:
+    assert bundled_notebooks() == ["compare", "replay", "trace_explorer"]
+
+
+# -- executed -----------------------------------------------------------------------------
+TINY = {"max_items": 2, "engine": {"speedup": 50.0}}
+
+
+def fmt(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def assert_shows_summary(page: str, summary: dict[str, Any]) -> None:
+    """The HTML shows the run's percentiles and hit rates as summary.json has them."""
+    text = text_of(page)
+    for metric in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        for stat in ("p50", "p90", "p99", "mean"):
+            assert fmt(summary[metric][stat]) in text, f"{metric} {stat} not shown"
+    for key in ("actual_prefix_hit_rate", "planned_prefix_hit_rate"):
+        assert fmt(summary[key]) in text, f"{key} not shown"
+
+
+@pytest.fixture(scope="module")
+def replay_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("reports")
+    return render_report("replay", {**TINY, "run_id": "nb-replay"}, out)
+
+
+def test_replay_report_shows_the_sections_and_the_run_summary(replay_report: Path) -> None:
+    page = replay_report.read_text()
+    for section in SECTIONS:
+        assert section in headings(page), f"section {section!r} missing"
+    run_dir = replay_report.parent  # the run is saved beside its report
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["requests"] == 5 and summary["ok"] == 5
+    assert_shows_summary(page, summary)
+    figures = sorted(p.name for p in (run_dir / "figures").iterdir())
+    assert figures == ["01-cdf.png", "02-prefix_hits.png", "03-hit_by_round.png",
+                       "04-ttft_by_round.png", "05-timeline.png"]
+    latency = (run_dir / "tables" / "latency.csv").read_text().splitlines()
+    assert latency[1].startswith("ttft_ms,")
+
+
+def test_replay_parameters_build_the_config_the_panel_builds(replay_report: Path) -> None:
+    from test_widgets import config_from_params, notebook_params
+
+    run_dir = replay_report.parent
+    executed = nbformat.read(run_dir / "replay.ipynb", as_version=4)
+    injected = executed.metadata.papermill.parameters
+    assert injected["max_items"] == 2 and injected["interactive"] is False
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    params = notebook_params(**{k: v for k, v in injected.items() if k in notebook_params()})
+    expected = config_from_params(params).to_dict()
+    assert manifest["config"] == json.loads(json.dumps(expected))
+
+
+def test_report_cli_rerenders_a_stored_run_without_replaying(
+    replay_report: Path, tmp_path: Path
+) -> None:
+    from workbench.cli import main
+
+    run_dir = replay_report.parent
+    records_before = (run_dir / "records.jsonl").read_bytes()
+    assert main(["report", str(run_dir), "-o", str(tmp_path)]) == 0
+    page = (tmp_path / "nb-replay" / "report.html").read_text()
+    assert_shows_summary(page, json.loads((run_dir / "summary.json").read_text()))
+    assert (run_dir / "records.jsonl").read_bytes() == records_before
+    assert 'href="nb-replay/report.html"' in (tmp_path / "index.html").read_text()
+
+
+def test_compare_report_puts_stored_runs_side_by_side(tmp_path: Path) -> None:
+    import numpy as np
+
+    from workbench import RunConfig, simulate
+    from workbench.data import path as data_path
+    from workbench.metrics import to_frame
+
+    dirs = []
+    for blocks in (80, 65536):
+        cfg = RunConfig.from_dict({
+            "trace": {"path": str(data_path("tracelab/multi_session_example.csv"))},
+            "target": {"url": "sim", "engine": {"num_blocks": blocks}},
+            "out_dir": str(tmp_path / "runs"), "run_id": f"blocks{blocks}",
+        })
+        dirs.append(simulate(cfg).run_dir)
+    page = render_report("compare", {"run_dirs": dirs, "n_boot": 200},
+                         tmp_path / "out").read_text()
+    for section in (*SECTIONS, "Configuration differences"):
+        assert section in headings(page)
+    text = text_of(page)
+    for d in dirs:
+        summary = json.loads((Path(d) / "summary.json").read_text())
+        assert fmt(summary["ttft_ms"]["p50"]) in text
+        assert fmt(summary["actual_prefix_hit_rate"]) in text
+        ttft = to_frame(__import__("workbench").load(d))["ttft_ms"].dropna()
+        assert fmt(float(np.percentile(ttft, 99))) in text
+    assert "target.engine.num_blocks" in text
+
+
+def test_trace_explorer_report_with_a_what_if(tmp_path: Path) -> None:
+    from workbench import RunConfig, simulate, summarize
+    from workbench.data import path as data_path
+
+    params = {"bundled_trace": "tracelab/multi_session_example.csv", "max_items": 3,
+              "num_blocks": 64, "block_size": 16}
+    page = render_report("trace_explorer", params, tmp_path).read_text()
+    assert "Ideal hit rate vs cache capacity" in headings(page)
+    cfg = RunConfig.from_dict({
+        "trace": {"path": str(data_path(params["bundled_trace"])), "max_items": 3},
+        "target": {"url": "sim", "engine": {"num_blocks": 64, "block_size": 16}},
+    })
+    summary = summarize(simulate(cfg))  # virtual time: the notebook saw the same numbers
+    assert_shows_summary(page, summary)
+    report_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
+    figures = sorted(p.name for p in (report_dir / "figures").iterdir())
+    assert figures[:4] == ["01-lengths.png", "02-tool_waits.png", "03-sessions_over_time.png",
+                           "04-hit_vs_capacity.png"]
