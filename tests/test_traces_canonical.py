@@ -119,6 +119,8 @@ BAD = [
     ("wrong decimals arrival", VALID + _row("2", 0, "300.00000"), 6, "exactly 6 decimals"),
     ("wrong decimals tool wait", VALID + _row("2", 0, wait="7"), 6, "exactly 6 decimals"),
     ("empty session id", VALID + _row("", 0), 6, "session_id must not be empty"),
+    ("every row too wide", H + "\n" + "".join(f"x,{line}" for line in VALID.splitlines(True)[1:]),
+     2, "expected 8 fields, found 9"),
 ]
 
 
@@ -194,7 +196,7 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS, fast=st.booleans())
 def test_corrupted_files_load_or_raise_trace_format_error(ops, fast) -> None:
     data = _corrupt(VALID.encode(), ops)

@@ -124,6 +124,8 @@ BAD = [
     ("duplicate round", VALID + "0,0,1,0,4,5,0\n", 6, "duplicate round_idx 1"),
     ("arrival differs", VALID + "1,300,2,0,4,5,0\n", 6, "arrival_time must be the same"),
     ("short row", VALID + "2,0,0,0,4\n", 6, "expected 7 fields, found 5"),
+    ("every row too wide", HEADER + "\n" + "".join(
+        f"x,{k},0,{k},0,4,5,0\n" for k in range(3)), 2, "expected 7 fields, found 8"),
 ]
 
 
@@ -195,7 +197,7 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS, fast=st.booleans())
 def test_corrupted_files_load_or_raise_trace_format_error(ops, fast) -> None:
     data = _corrupt(VALID.encode(), ops)

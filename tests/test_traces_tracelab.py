@@ -205,7 +205,7 @@ OPS = st.lists(
 SAMPLE = b"\n".join(PUBLIC.read_bytes().splitlines()[:4] + PUBLIC.read_bytes().splitlines()[-3:])
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS, mode=st.sampled_from(["union", "sum"]))
 def test_corrupted_files_load_or_raise_trace_format_error(ops, mode) -> None:
     data = _corrupt(SAMPLE, ops)

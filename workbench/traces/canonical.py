@@ -288,6 +288,11 @@ def fast_frame(text: str, kinds: dict[str, str]) -> Any:
     """
     if '"' in text or text.startswith("\ufeff") or "\r" in text.replace("\r\n", "\n"):
         return None
+    # every line exactly as wide as the header: pandas would otherwise silently take
+    # surplus leading fields as an index (the strict path calls that an error)
+    commas = len(kinds) - 1
+    if any(line.count(",") != commas for line in text.splitlines() if line):
+        return None
     import pandas as pd
 
     dtypes = {name: ("int64" if kind == "int" else str) for name, kind in kinds.items()}
