@@ -39,6 +39,7 @@ from workbench.sim.wire import PARSERS, GenRequest, Json, WireError, now_s
 log = logging.getLogger(__name__)
 
 DEBUG_LOG_SIZE = 10_000
+SERVER_KEY: web.AppKey[SimServer] = web.AppKey("sim_server")
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 DONE = b"data: [DONE]\n\n"
 
@@ -265,7 +266,7 @@ def _finish_entry(entry: Json, ereq: EngineRequest) -> Json:
 def create_app(engine: Engine) -> web.Application:
     """The aiohttp application serving ``engine`` (the caller starts/stops the engine)."""
     server = SimServer(engine)
-    server.app["sim_server"] = server
+    server.app[SERVER_KEY] = server
     return server.app
 
 
@@ -282,7 +283,7 @@ class SimHandle:
 
     def debug_requests(self) -> list[Json]:
         """The server's per-request truth (same rows as ``GET /debug/requests``)."""
-        server: SimServer = self.app["sim_server"]
+        server = self.app[SERVER_KEY]
         return list(server.debug_log)
 
 
