@@ -1,6 +1,7 @@
 """Engine core on the virtual clock: exact times, determinism, preemption, aborts."""
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -35,7 +36,7 @@ def test_lone_request_ttft_is_prefill_time_exactly():
     assert req.arrival_ns == 0
     assert req.first_token_ns - req.arrival_ns == round(cost.prefill_ms(cfg, 1000) * 1e6)
     # each later token is one decode step with u = attended KV tokens / capacity
-    gaps = [b.t_ns - a.t_ns for a, b in zip(outs, outs[1:], strict=False)]
+    gaps = [b.t_ns - a.t_ns for a, b in itertools.pairwise(outs)]
     assert gaps[0] == round(cost.decode_ms(cfg, 1001) * 1e6)
     assert [len(o.token_ids) for o in outs] == [1, 1, 1, 1]
     assert [o.finished for o in outs] == [False, False, False, True]

@@ -21,8 +21,9 @@ async def events(resp):
 
 
 def body(n=5, **extra):
+    opts = {"include_usage": True}
     return {"prompt": list(range(10, 50)), "max_tokens": n, "stream": True,
-            "stream_options": {"include_usage": True}, "return_token_ids": True, **extra}  # fmt: skip
+            "stream_options": opts, "return_token_ids": True, **extra}  # fmt: skip
 
 
 async def test_error_rate_answers_500_with_json_and_is_seeded():
@@ -65,37 +66,42 @@ async def test_disconnect_mid_stream_after_n_tokens():
 
 async def test_stall_stops_sending_for_the_configured_time():
     knobs = {"zero_cost": True, "stall_after_tokens": 2, "stall_s": 0.3}
-    async with asyncio.timeout(TIMEOUT), serve_sim(**knobs) as sim:
-        async with aiohttp.ClientSession() as s:
-            async with s.post(sim.base_url + "/v1/completions", json=body(4, rid="st")) as r:
-                chunks = await events(r)
+    async with asyncio.timeout(TIMEOUT), serve_sim(**knobs) as sim, aiohttp.ClientSession() as s:
+        async with s.post(sim.base_url + "/v1/completions", json=body(4, rid="st")) as r:
+            chunks = await events(r)
         (row,) = sim.debug_requests()
     assert len(chunks) == 5  # 4 tokens + usage: the stream resumes after the stall
     assert row["sent_ns"][2] - row["sent_ns"][1] >= 300_000_000
 
 
 async def test_omit_usage():
-    async with asyncio.timeout(TIMEOUT), serve_sim(zero_cost=True, omit_usage=True) as sim:
-        async with aiohttp.ClientSession() as s:
-            async with s.post(sim.base_url + "/v1/completions", json=body(3)) as r:
-                chunks = await events(r)
-            unary = {"prompt": [1, 2, 3], "max_tokens": 2}
-            async with s.post(sim.base_url + "/v1/completions", json=unary) as r:
-                full = await r.json()
-            sg = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}
-            async with s.post(sim.base_url + "/generate", json=sg) as r:
-                sglang = await r.json()
+    async with (
+        asyncio.timeout(TIMEOUT),
+        serve_sim(zero_cost=True, omit_usage=True) as sim,
+        aiohttp.ClientSession() as s,
+    ):
+        async with s.post(sim.base_url + "/v1/completions", json=body(3)) as r:
+            chunks = await events(r)
+        unary = {"prompt": [1, 2, 3], "max_tokens": 2}
+        async with s.post(sim.base_url + "/v1/completions", json=unary) as r:
+            full = await r.json()
+        sg = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}
+        async with s.post(sim.base_url + "/generate", json=sg) as r:
+            sglang = await r.json()
     assert len(chunks) == 3 and all("usage" not in c for c in chunks)
     assert "usage" not in full and "cached_tokens" not in sglang["meta_info"]
 
 
 async def test_sglang_cumulative_streaming():
-    async with asyncio.timeout(TIMEOUT), serve_sim(zero_cost=True, sglang_cumulative=True) as sim:
-        async with aiohttp.ClientSession() as s:
-            sg = {"input_ids": list(range(30)), "stream": True,
-                  "sampling_params": {"max_new_tokens": 4}}  # fmt: skip
-            async with s.post(sim.base_url + "/generate", json=sg) as r:
-                chunks = await events(r)
+    async with (
+        asyncio.timeout(TIMEOUT),
+        serve_sim(zero_cost=True, sglang_cumulative=True) as sim,
+        aiohttp.ClientSession() as s,
+    ):
+        sg = {"input_ids": list(range(30)), "stream": True,
+              "sampling_params": {"max_new_tokens": 4}}  # fmt: skip
+        async with s.post(sim.base_url + "/generate", json=sg) as r:
+            chunks = await events(r)
     ids = [c["output_ids"] for c in chunks]
     assert [len(x) for x in ids] == [1, 2, 3, 4]
     assert all(ids[k][:k] == ids[k - 1] for k in range(1, 4))
@@ -104,11 +110,14 @@ async def test_sglang_cumulative_streaming():
 
 async def test_sglang_prompt_echo():
     prompt = list(range(100, 130))
-    async with asyncio.timeout(TIMEOUT), serve_sim(zero_cost=True, sglang_prompt_echo=5) as sim:
-        async with aiohttp.ClientSession() as s:
-            sg = {"input_ids": prompt, "stream": True, "sampling_params": {"max_new_tokens": 3}}
-            async with s.post(sim.base_url + "/generate", json=sg) as r:
-                chunks = await events(r)
+    async with (
+        asyncio.timeout(TIMEOUT),
+        serve_sim(zero_cost=True, sglang_prompt_echo=5) as sim,
+        aiohttp.ClientSession() as s,
+    ):
+        sg = {"input_ids": prompt, "stream": True, "sampling_params": {"max_new_tokens": 3}}
+        async with s.post(sim.base_url + "/generate", json=sg) as r:
+            chunks = await events(r)
     first = chunks[0]["output_ids"]
     assert first[:5] == prompt[-5:] and len(first) == 6
     assert [len(c["output_ids"]) for c in chunks[1:]] == [1, 1]

@@ -44,13 +44,16 @@ def completions_body(prompt, n, **extra):
 
 
 async def test_completions_stream_shape():
-    async with asyncio.timeout(TIMEOUT), serve_sim(zero_cost=True) as sim:
-        async with aiohttp.ClientSession() as s:
-            prompt = list(range(100, 140))
-            chunks, done = await sse(
-                s, sim.base_url + "/v1/completions", completions_body(prompt, 3),
-                headers={"x-request-id": "rid-1"},
-            )  # fmt: skip
+    async with (
+        asyncio.timeout(TIMEOUT),
+        serve_sim(zero_cost=True) as sim,
+        aiohttp.ClientSession() as s,
+    ):
+        prompt = list(range(100, 140))
+        chunks, done = await sse(
+            s, sim.base_url + "/v1/completions", completions_body(prompt, 3),
+            headers={"x-request-id": "rid-1"},
+        )  # fmt: skip
     assert done and len(chunks) == 4
     for i, c in enumerate(chunks[:3]):
         assert set(c) == {"id", "object", "created", "model", "choices"}
@@ -69,14 +72,17 @@ async def test_completions_stream_shape():
 
 
 async def test_completions_unary_text_prompt_and_body_request_id():
-    async with asyncio.timeout(TIMEOUT), serve_sim(zero_cost=True) as sim:
-        async with aiohttp.ClientSession() as s:
-            body = {"prompt": "ba be bi bo", "max_tokens": 2, "request_id": "body-7"}
-            status, out = await post_json(s, sim.base_url + "/v1/completions", body)
-            status2, out2 = await post_json(
-                s, sim.base_url + "/v1/completions",
-                {"prompt": [[1, 2, 3]], "max_tokens": 2, "return_token_ids": True, "rid": "r"},
-            )  # fmt: skip
+    async with (
+        asyncio.timeout(TIMEOUT),
+        serve_sim(zero_cost=True) as sim,
+        aiohttp.ClientSession() as s,
+    ):
+        body = {"prompt": "ba be bi bo", "max_tokens": 2, "request_id": "body-7"}
+        status, out = await post_json(s, sim.base_url + "/v1/completions", body)
+        status2, out2 = await post_json(
+            s, sim.base_url + "/v1/completions",
+            {"prompt": [[1, 2, 3]], "max_tokens": 2, "return_token_ids": True, "rid": "r"},
+        )  # fmt: skip
     assert status == 200 and out["id"] == "cmpl-body-7" and out["object"] == "text_completion"
     assert out["usage"]["prompt_tokens"] == 4 and out["usage"]["completion_tokens"] == 2
     assert len(out["choices"][0]["text"].split()) == 2
@@ -88,13 +94,16 @@ async def test_completions_unary_text_prompt_and_body_request_id():
 
 async def test_chat_stream_and_unary_shapes():
     msgs = [{"role": "system", "content": "ba be"}, {"role": "user", "content": "bi bo bu"}]
-    async with asyncio.timeout(TIMEOUT), serve_sim(zero_cost=True) as sim:
-        async with aiohttp.ClientSession() as s:
-            url = sim.base_url + "/v1/chat/completions"
-            body = {"messages": msgs, "max_tokens": 2, "stream": True,
-                    "stream_options": {"include_usage": True}}  # fmt: skip
-            chunks, done = await sse(s, url, body, headers={"x-request-id": "c1"})
-            status, out = await post_json(s, url, {"messages": msgs, "max_completion_tokens": 3})
+    async with (
+        asyncio.timeout(TIMEOUT),
+        serve_sim(zero_cost=True) as sim,
+        aiohttp.ClientSession() as s,
+    ):
+        url = sim.base_url + "/v1/chat/completions"
+        body = {"messages": msgs, "max_tokens": 2, "stream": True,
+                "stream_options": {"include_usage": True}}  # fmt: skip
+        chunks, done = await sse(s, url, body, headers={"x-request-id": "c1"})
+        status, out = await post_json(s, url, {"messages": msgs, "max_completion_tokens": 3})
     assert done and [c["object"] for c in chunks] == ["chat.completion.chunk"] * 4
     assert chunks[0]["id"] == "chatcmpl-c1"
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
@@ -110,17 +119,20 @@ async def test_chat_stream_and_unary_shapes():
 
 async def test_vllm_generate_stream_and_unary_shapes():
     ids = list(range(1, 51))
-    async with asyncio.timeout(TIMEOUT), serve_sim(zero_cost=True) as sim:
-        async with aiohttp.ClientSession() as s:
-            url = sim.base_url + "/inference/v1/generate"
-            body = {"token_ids": ids, "stream": True, "request_id": "g1",
-                    "sampling_params": {"max_tokens": 2, "temperature": 0, "ignore_eos": True},
-                    "stream_options": {"include_usage": True}}  # fmt: skip
-            chunks, done = await sse(s, url, body)
-            status, out = await post_json(
-                s, url, {"token_ids": ids, "sampling_params": {"max_tokens": 3}},
-                headers={"x-request-id": "g2"},
-            )  # fmt: skip
+    async with (
+        asyncio.timeout(TIMEOUT),
+        serve_sim(zero_cost=True) as sim,
+        aiohttp.ClientSession() as s,
+    ):
+        url = sim.base_url + "/inference/v1/generate"
+        body = {"token_ids": ids, "stream": True, "request_id": "g1",
+                "sampling_params": {"max_tokens": 2, "temperature": 0, "ignore_eos": True},
+                "stream_options": {"include_usage": True}}  # fmt: skip
+        chunks, done = await sse(s, url, body)
+        status, out = await post_json(
+            s, url, {"token_ids": ids, "sampling_params": {"max_tokens": 3}},
+            headers={"x-request-id": "g2"},
+        )  # fmt: skip
     assert done and len(chunks) == 3
     for c in chunks[:2]:
         assert set(c) == {"request_id", "usage", "output_mode", "choices"}
@@ -138,15 +150,18 @@ async def test_vllm_generate_stream_and_unary_shapes():
 
 async def test_sglang_generate_stream_and_unary_shapes():
     ids = list(range(7, 47))
-    async with asyncio.timeout(TIMEOUT), serve_sim(zero_cost=True, mode="sglang") as sim:
-        async with aiohttp.ClientSession() as s:
-            body = {"rid": "s1", "input_ids": ids, "stream": True,
-                    "sampling_params": {"max_new_tokens": 3, "temperature": 0, "ignore_eos": True}}  # fmt: skip
-            chunks, done = await sse(s, sim.base_url + "/generate", body)
-            status, out = await post_json(
-                s, sim.base_url + "/generate",
-                {"rid": "s2", "input_ids": ids, "sampling_params": {"max_new_tokens": 2}},
-            )  # fmt: skip
+    async with (
+        asyncio.timeout(TIMEOUT),
+        serve_sim(zero_cost=True, mode="sglang") as sim,
+        aiohttp.ClientSession() as s,
+    ):
+        body = {"rid": "s1", "input_ids": ids, "stream": True,
+                "sampling_params": {"max_new_tokens": 3, "ignore_eos": True}}  # fmt: skip
+        chunks, done = await sse(s, sim.base_url + "/generate", body)
+        status, out = await post_json(
+            s, sim.base_url + "/generate",
+            {"rid": "s2", "input_ids": ids, "sampling_params": {"max_new_tokens": 2}},
+        )  # fmt: skip
     assert done and len(chunks) == 3
     for k, c in enumerate(chunks, start=1):
         assert set(c) == {"output_ids", "meta_info"} and len(c["output_ids"]) == 1
@@ -162,17 +177,20 @@ async def test_sglang_generate_stream_and_unary_shapes():
 
 
 async def test_models_health_reset_and_bad_requests():
-    async with asyncio.timeout(TIMEOUT), serve_sim(zero_cost=True, model="m1") as sim:
-        async with aiohttp.ClientSession() as s:
-            async with s.get(sim.base_url + "/v1/models") as r:
-                models = await r.json()
-            async with s.get(sim.base_url + "/health") as r:
-                health = r.status
-            async with s.post(sim.base_url + "/reset_prefix_cache") as r:
-                reset = (r.status, await r.json())
-            bad = await post_json(s, sim.base_url + "/v1/completions", {"prompt": [-1]})
-            long = await post_json(s, sim.base_url + "/v1/completions",
-                                   {"prompt": [1] * 200_000, "max_tokens": 1})  # fmt: skip
+    async with (
+        asyncio.timeout(TIMEOUT),
+        serve_sim(zero_cost=True, model="m1") as sim,
+        aiohttp.ClientSession() as s,
+    ):
+        async with s.get(sim.base_url + "/v1/models") as r:
+            models = await r.json()
+        async with s.get(sim.base_url + "/health") as r:
+            health = r.status
+        async with s.post(sim.base_url + "/reset_prefix_cache") as r:
+            reset = (r.status, await r.json())
+        bad = await post_json(s, sim.base_url + "/v1/completions", {"prompt": [-1]})
+        long = await post_json(s, sim.base_url + "/v1/completions",
+                               {"prompt": [1] * 200_000, "max_tokens": 1})  # fmt: skip
     assert models["object"] == "list" and models["data"][0]["id"] == "m1"
     assert health == 200 and reset == (200, {"success": True})
     assert bad[0] == 400 and bad[1]["error"]["type"] == "BadRequestError"
@@ -180,46 +198,55 @@ async def test_models_health_reset_and_bad_requests():
 
 
 async def test_second_request_reports_shared_full_blocks_cached():
-    async with asyncio.timeout(TIMEOUT), serve_sim(zero_cost=True, block_size=16) as sim:
-        async with aiohttp.ClientSession() as s:
-            url = sim.base_url + "/v1/completions"
-            base = list(range(1000, 1100))
-            _, a = await post_json(s, url, {"prompt": base, "max_tokens": 1})
-            k = 4  # share 4 full blocks (+ 3 tokens of the 5th) then diverge
-            other = [*base[: k * 16 + 3], *range(5000, 5040)]
-            _, b = await post_json(s, url, {"prompt": other, "max_tokens": 1})
-            _, again = await post_json(s, url, {"prompt": base, "max_tokens": 1})
+    async with (
+        asyncio.timeout(TIMEOUT),
+        serve_sim(zero_cost=True, block_size=16) as sim,
+        aiohttp.ClientSession() as s,
+    ):
+        url = sim.base_url + "/v1/completions"
+        base = list(range(1000, 1100))
+        _, a = await post_json(s, url, {"prompt": base, "max_tokens": 1})
+        k = 4  # share 4 full blocks (+ 3 tokens of the 5th) then diverge
+        other = [*base[: k * 16 + 3], *range(5000, 5040)]
+        _, b = await post_json(s, url, {"prompt": other, "max_tokens": 1})
+        _, again = await post_json(s, url, {"prompt": base, "max_tokens": 1})
     cached = [r["usage"]["prompt_tokens_details"]["cached_tokens"] for r in (a, b, again)]
     assert cached == [0, k * 16, 96]  # the same 100 tokens again: min(100, 99) -> 96
 
 
 async def test_lru_eviction_order_then_a_later_miss():
     # 8 blocks of 16: A and B (3 blocks each) fill 6; C needs 4 and evicts A's tail first.
-    async with asyncio.timeout(TIMEOUT), serve_sim(zero_cost=True, num_blocks=8) as sim:
-        async with aiohttp.ClientSession() as s:
-            url = sim.base_url + "/inference/v1/generate"
+    async with (
+        asyncio.timeout(TIMEOUT),
+        serve_sim(zero_cost=True, num_blocks=8) as sim,
+        aiohttp.ClientSession() as s,
+    ):
+        url = sim.base_url + "/inference/v1/generate"
 
-            async def run(ids):
-                body = {"token_ids": ids, "sampling_params": {"max_tokens": 1}}
-                status, out = await post_json(s, url, body)
-                assert status == 200
-                return out["usage"]["prompt_tokens_details"]["cached_tokens"]
+        async def run(ids):
+            body = {"token_ids": ids, "sampling_params": {"max_tokens": 1}}
+            status, out = await post_json(s, url, body)
+            assert status == 200
+            return out["usage"]["prompt_tokens_details"]["cached_tokens"]
 
-            a, b, c = list(range(48)), list(range(100, 148)), list(range(200, 264))
-            first = [await run(a), await run(b), await run(c)]
-            evictions = sim.engine.stats()["kv_evictions"]
-            a_again = await run(a)
+        a, b, c = list(range(48)), list(range(100, 148)), list(range(200, 264))
+        first = [await run(a), await run(b), await run(c)]
+        evictions = sim.engine.stats()["kv_evictions"]
+        a_again = await run(a)
     assert first == [0, 0, 0] and evictions == 2
     assert a_again == 16  # A's head block survived; its two tail blocks were evicted
 
 
 async def test_preemption_under_small_capacity_still_completes_every_request():
-    async with asyncio.timeout(TIMEOUT), serve_sim(zero_cost=True, num_blocks=24) as sim:
-        async with aiohttp.ClientSession() as s:
-            url = sim.base_url + "/v1/completions"
-            bodies = [completions_body([i + 1] * 40, 60) for i in range(6)]
-            results = await asyncio.gather(*(sse(s, url, b) for b in bodies))
-            stats = sim.engine.stats()
+    async with (
+        asyncio.timeout(TIMEOUT),
+        serve_sim(zero_cost=True, num_blocks=24) as sim,
+        aiohttp.ClientSession() as s,
+    ):
+        url = sim.base_url + "/v1/completions"
+        bodies = [completions_body([i + 1] * 40, 60) for i in range(6)]
+        results = await asyncio.gather(*(sse(s, url, b) for b in bodies))
+        stats = sim.engine.stats()
     assert stats["preemptions"] > 0
     for chunks, done in results:
         tokens = [t for c in chunks if c["choices"] for t in c["choices"][0]["token_ids"]]
@@ -237,18 +264,21 @@ def _metrics(text):
 
 
 async def test_metrics_counters_equal_the_sum_of_usage():
-    async with asyncio.timeout(TIMEOUT), serve_sim(zero_cost=True, num_blocks=40) as sim:
-        async with aiohttp.ClientSession() as s:
-            url = sim.base_url + "/v1/completions"
-            shared = list(range(300, 364))
-            bodies = [completions_body([*shared, *range(900 + 50 * i, 930 + 50 * i)], 5 + i)
-                      for i in range(8)]  # fmt: skip
-            usages = []
-            for i in range(0, 8, 2):  # pairs in flight: sharing, preemption, cache reuse
-                pair = await asyncio.gather(*(sse(s, url, b) for b in bodies[i : i + 2]))
-                usages += [chunks[-1]["usage"] for chunks, _ in pair]
-            async with s.get(sim.base_url + "/metrics") as r:
-                m = _metrics(await r.text())
+    async with (
+        asyncio.timeout(TIMEOUT),
+        serve_sim(zero_cost=True, num_blocks=40) as sim,
+        aiohttp.ClientSession() as s,
+    ):
+        url = sim.base_url + "/v1/completions"
+        shared = list(range(300, 364))
+        bodies = [completions_body([*shared, *range(900 + 50 * i, 930 + 50 * i)], 5 + i)
+                  for i in range(8)]  # fmt: skip
+        usages = []
+        for i in range(0, 8, 2):  # pairs in flight: sharing, preemption, cache reuse
+            pair = await asyncio.gather(*(sse(s, url, b) for b in bodies[i : i + 2]))
+            usages += [chunks[-1]["usage"] for chunks, _ in pair]
+        async with s.get(sim.base_url + "/metrics") as r:
+            m = _metrics(await r.text())
     assert m["vllm:prefix_cache_queries_total"] == sum(u["prompt_tokens"] for u in usages)
     assert m["vllm:prompt_tokens_total"] == sum(u["prompt_tokens"] for u in usages)
     hits = sum(u["prompt_tokens_details"]["cached_tokens"] for u in usages)
@@ -260,13 +290,16 @@ async def test_metrics_counters_equal_the_sum_of_usage():
 
 
 async def test_sglang_mode_metric_names():
-    async with asyncio.timeout(TIMEOUT), serve_sim(zero_cost=True, mode="sglang") as sim:
-        async with aiohttp.ClientSession() as s:
-            body = {"input_ids": list(range(40)), "sampling_params": {"max_new_tokens": 2}}
-            for _ in range(2):
-                await post_json(s, sim.base_url + "/generate", body)
-            async with s.get(sim.base_url + "/metrics") as r:
-                m = _metrics(await r.text())
+    async with (
+        asyncio.timeout(TIMEOUT),
+        serve_sim(zero_cost=True, mode="sglang") as sim,
+        aiohttp.ClientSession() as s,
+    ):
+        body = {"input_ids": list(range(40)), "sampling_params": {"max_new_tokens": 2}}
+        for _ in range(2):
+            await post_json(s, sim.base_url + "/generate", body)
+        async with s.get(sim.base_url + "/metrics") as r:
+            m = _metrics(await r.text())
     assert m["sglang:prompt_tokens_total"] == 80 and m["sglang:cached_tokens_total"] == 32
     assert m["sglang:generation_tokens_total"] == 4 and m["sglang:num_requests_total"] == 2
     assert {"sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"} <= set(m)
@@ -274,12 +307,15 @@ async def test_sglang_mode_metric_names():
 
 
 async def test_debug_requests_hold_the_servers_truth():
-    async with asyncio.timeout(TIMEOUT), serve_sim(speedup=50.0) as sim:
-        async with aiohttp.ClientSession() as s:
-            await sse(s, sim.base_url + "/v1/completions", completions_body(list(range(64)), 4),
-                      headers={"x-request-id": "truth"})  # fmt: skip
-            async with s.get(sim.base_url + "/debug/requests?request_id=truth") as r:
-                (row,) = await r.json()
+    async with (
+        asyncio.timeout(TIMEOUT),
+        serve_sim(speedup=50.0) as sim,
+        aiohttp.ClientSession() as s,
+    ):
+        await sse(s, sim.base_url + "/v1/completions", completions_body(list(range(64)), 4),
+                  headers={"x-request-id": "truth"})  # fmt: skip
+        async with s.get(sim.base_url + "/debug/requests?request_id=truth") as r:
+            (row,) = await r.json()
     assert row["completion_tokens"] == 4 and len(row["token_ns"]) == 4 == len(row["sent_ns"])
     assert row["arrival_ns"] < row["first_token_ns"] == row["token_ns"][0]
     assert row["token_ns"] == sorted(row["token_ns"]) and row["finish_ns"] == row["token_ns"][-1]
@@ -287,13 +323,16 @@ async def test_debug_requests_hold_the_servers_truth():
 
 
 async def test_client_disconnect_aborts_the_engine_request():
-    async with asyncio.timeout(TIMEOUT), serve_sim(speedup=20.0) as sim:
-        async with aiohttp.ClientSession() as s:
-            body = completions_body(list(range(64)), 100_000)
-            async with s.post(sim.base_url + "/v1/completions", json=body) as resp:
-                await resp.content.readline()  # first event arrived: request is running
-            while sim.engine.stats()["requests_aborted"] < 1:
-                await asyncio.sleep(0.01)
+    async with (
+        asyncio.timeout(TIMEOUT),
+        serve_sim(speedup=20.0) as sim,
+        aiohttp.ClientSession() as s,
+    ):
+        body = completions_body(list(range(64)), 100_000)
+        async with s.post(sim.base_url + "/v1/completions", json=body) as resp:
+            await resp.content.readline()  # first event arrived: request is running
+        while sim.engine.stats()["requests_aborted"] < 1:
+            await asyncio.sleep(0.01)
     stats = sim.engine.stats()
     assert stats["running"] == 0 and stats["kv_usage"] == 0.0
 
