@@ -139,7 +139,8 @@ def test_timeline_draws_server_gauges_when_scraped() -> None:
     fig = plot(make_run(timeline=GAUGE_TIMELINE), "timeline")
     _, queue_ax, kv_ax = fig.axes
     labels = [ln.get_label() for ln in queue_ax.lines]
-    assert labels == ["r1: in flight", "r1: server running", "r1: server waiting"]
+    assert labels == ["r1: in flight", "r1: server running (2 scrapes)",
+                      "r1: server waiting (2 scrapes)"]
     assert list(kv_ax.lines[0].get_ydata()) == pytest.approx([10.0, 25.0])
     assert kv_ax.get_ylabel() == "KV cache usage (%)"
 

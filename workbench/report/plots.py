@@ -205,7 +205,7 @@ def _ttft_by_round(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
         _no_data(a)
     a.set(xlabel="round index within a session (0 = first round)", ylabel="TTFT (ms)",
           title=f"TTFT p50/p90 by round (later rounds reuse the prefix): {_vs(runs)}")
-    a.set_ylim(bottom=0)
+    a.set_ylim(0, a.get_ylim()[1] * 1.08)
     a.xaxis.set_major_locator(MaxNLocator(integer=True))
     a.grid(alpha=0.3)
     a.legend(fontsize="small")
@@ -236,7 +236,7 @@ def _timeline(runs: Mapping[str, Any], ax: Axes | None, bin_s: float | None = No
     for a in axes:
         a.grid(alpha=0.3)
         if a.lines:
-            a.legend(fontsize="small", loc="upper right")
+            a.legend(fontsize="small", loc="best", framealpha=0.8)
     axes[-1].set_xlabel("time since the first request (s)")
     if len(axes) == 3:
         axes[1].set(ylabel="requests", title="Requests in flight (client) and at the server")
@@ -254,11 +254,14 @@ def _server_panels(queue_ax: Axes, kv_ax: Axes, run: Any, label: str) -> None:
     sent = df["dispatch_ns"].dropna()
     t0 = int(sent.min()) if len(sent) else None
     g = server_gauges(getattr(run, "metrics_timeline", None) or [], t0)
-    for col, style in (("running", "-"), ("waiting", "--")):
+    # markers show where the scrapes were: between two samples the value is unknown
+    for col, style in (("running", "o-"), ("waiting", "x--")):
         if g[col].notna().any():
-            queue_ax.step(g["t_s"], g[col], style, where="post", label=f"{label}: server {col}")
+            queue_ax.step(g["t_s"], g[col], style, where="post", ms=4,
+                          label=f"{label}: server {col} ({len(g)} scrapes)")
     if g["kv_usage"].notna().any():
-        kv_ax.plot(g["t_s"], 100 * g["kv_usage"], ".-", label=label)
+        kv_ax.step(g["t_s"], 100 * g["kv_usage"], "o-", where="post", ms=4,
+                   label=f"{label} ({len(g)} scrapes)")
     elif not kv_ax.lines:
         _no_data(kv_ax, "no KV usage samples (server /metrics not scraped)")
 

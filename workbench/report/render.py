@@ -193,6 +193,8 @@ def export_html(nb: Any, path: Path, *, show_code: bool, params: Mapping[str, An
     from nbconvert import HTMLExporter
 
     nb = nbformat.from_dict(json.loads(json.dumps(nb)))  # a copy to annotate
+    if not show_code:  # a hidden cell without output would only leave a gap
+        nb.cells = [c for c in nb.cells if c.cell_type != "code" or c.get("outputs")]
     at = 1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0
     nb.cells.insert(at, _params_cell(params))
     exporter = HTMLExporter(

@@ -180,6 +180,8 @@ class Table:
         styler = self.frame.style.format(self.cell)
         if isinstance(self.frame.index, pd.RangeIndex):
             styler = styler.hide(axis="index")
+        else:  # the index name would take a header row of its own
+            styler = styler.hide(axis="index", names=True)
         if self.caption:
             styler = styler.set_caption(self.caption)
         styler = styler.set_table_attributes('class="wb-table"')
