@@ -54,7 +54,9 @@ class StreamOutcome:
     ``cached_tokens`` is 0 with ``cached_tokens_reported`` False when the server sent
     usage without cache detail (telemetry missing, not a measured zero).
     ``output_ids`` are the exact output ids (prompt echo trimmed), or ``None`` when
-    the protocol cannot return them.
+    the protocol cannot return them. ``server_metrics`` is the server's own view of
+    the request when it sends one (vLLM ``--enable-per-request-metrics``: ``metrics``
+    beside the final usage, e.g. ``time_to_first_token_ms``, ``mean_itl_ms``).
     """
 
     prompt_tokens: int | None
@@ -65,6 +67,7 @@ class StreamOutcome:
     server_request_id: str | None
     echoed_prompt_tokens: int = 0
     output_ids: list[int] | None = None
+    server_metrics: dict[str, Any] | None = None
 
 
 class StreamParser(Protocol):

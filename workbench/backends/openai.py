@@ -40,7 +40,7 @@ class ChoicesParser:
     interpreted once, in ``finish``.
     """
 
-    __slots__ = ("_finish", "_id_key", "_ids", "_missing", "_rid", "_usage")
+    __slots__ = ("_finish", "_id_key", "_ids", "_metrics", "_missing", "_rid", "_usage")
 
     def __init__(self, id_key: str) -> None:
         self._id_key = id_key
@@ -49,6 +49,7 @@ class ChoicesParser:
         self._usage: dict[str, Any] | None = None
         self._finish: Any = None
         self._rid: Any = None
+        self._metrics: dict[str, Any] | None = None
 
     def feed(self, payload: bytes) -> list[int] | None:
         obj = loads(payload)
@@ -57,6 +58,9 @@ class ChoicesParser:
         usage = obj.get("usage")
         if usage:
             self._usage = usage
+            metrics = obj.get("metrics")  # vLLM --enable-per-request-metrics, beside usage
+            if isinstance(metrics, dict):
+                self._metrics = metrics
         choices = obj.get("choices")
         if not choices:
             return None
@@ -97,6 +101,7 @@ class ChoicesParser:
             finish_reason=finish_reason_of(self._finish),
             server_request_id=None if self._rid is None else str(self._rid),
             output_ids=output,
+            server_metrics=self._metrics,
         )
 
 

@@ -8,12 +8,17 @@ report ``cached_tokens > 0``, else the run stops with the server flag to add.
 The probe comes from the *tail* of the token pool (the caller slices it), so it
 cannot warm the cache for unit 0, which starts at pool offset 0. It is 8192
 tokens by default because a hybrid model's cache block can exceed 1000 tokens;
-if the server rejects it as too long (HTTP 400), it is halved and retried.
+if the server rejects it as too long, it is halved and retried. "Too long" is an
+HTTP 400 (vLLM's ``/v1/completions``) or an error *inside* an HTTP 200 stream that
+names the model length (vLLM 0.32's streaming ``/inference/v1/generate`` answers
+200, then sends ``{"error": "The decoder prompt (length 8192) plus ... longer than
+the maximum model length of 8192"}``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +30,15 @@ from workbench.records import RequestRecord
 __all__ = ["PreflightResult", "preflight_prefix_cache"]
 
 DEFAULT_PROBE_TOKENS = 8192
+
+_TOO_LONG = re.compile(r"max(imum)?[ _-]*(model|context)[ _-]*len", re.IGNORECASE)
+
+
+def _too_long(rec: RequestRecord) -> bool:
+    """The server refused the probe for its length (HTTP 400, or an in-stream error)."""
+    if rec.http_status == 400:
+        return True
+    return rec.status == "error" and bool(_TOO_LONG.search(rec.error or ""))
 
 
 @dataclass(frozen=True)
@@ -102,7 +116,7 @@ async def preflight_prefix_cache(
         raise BackendError("prefix-cache preflight needs a non-empty probe prompt")
     while True:
         first = await _probe(transport, codec, ids, f"{request_id}-{len(ids)}-a")
-        if first.http_status == 400 and len(ids) // 2 >= min_probe_tokens:
+        if _too_long(first) and len(ids) // 2 >= min_probe_tokens:
             ids = ids[len(ids) // 2 :]  # the server's context is shorter than the probe
             continue
         break

@@ -57,6 +57,13 @@ class TransportOptions:
     max_connections: int = 0
 
 
+_CLAMP_HINT = (
+    "vLLM clamps max_tokens to max_model_len − prompt when prompt + max_tokens exceeds "
+    "the context; set context.max_model_len to the server's so the context guard skips "
+    "such rounds before they are sent"
+)
+
+
 class HTTPStatusError(BackendError):
     """The server answered with a non-200 status."""
 
@@ -64,7 +71,21 @@ class HTTPStatusError(BackendError):
         self.status = status
         self.body = body
         text = body.strip()[:_ERROR_BODY_CHARS] or "(empty body)"
-        super().__init__(f"HTTP {status}: {text}")
+        # vLLM's /v1/completions clamps max_tokens first, then rejects our min_tokens
+        # ("min_tokens must be less than or equal to max_tokens=8, got 32"): say why.
+        hint = f" ({_CLAMP_HINT})" if status == 400 and "min_tokens must be" in text else ""
+        super().__init__(f"HTTP {status}: {text}{hint}")
+
+
+def _clamped(req: WireRequest, completion: int | None, finish: str | None) -> bool:
+    """Fewer output tokens than pinned, ended for length: the server cut ``max_tokens``.
+
+    vLLM does this silently (HTTP 200, ``finish_reason`` "length") on its native
+    ``/inference/v1/generate`` even when ``min_tokens`` is sent. The record stays
+    ``ok`` (the tokens did stream) but carries ``extra["output_clamped"]`` and a
+    warning is logged, because the output no longer follows the plan.
+    """
+    return completion is not None and completion < req.max_tokens and finish == "length"
 
 
 def normalize_base_url(url: str) -> str:
@@ -134,7 +155,7 @@ class Transport:
                 url, timeout=aiohttp.ClientTimeout(total=timeout_s)
             ) as resp:
                 await resp.read()
-        except (aiohttp.ClientConnectionError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientConnectionError, OSError) as exc:
             raise BackendError(
                 f"cannot reach the target {self.root} ({type(exc).__name__}: {exc}); "
                 "is the server running, and is the URL its root (http://HOST:PORT)?"
@@ -179,6 +200,16 @@ class Transport:
         rec.echoed_prompt_tokens = out.echoed_prompt_tokens
         rec.finish_reason = out.finish_reason
         rec.server_request_id = out.server_request_id
+        if out.server_metrics:
+            rec.extra["server_metrics"] = out.server_metrics
+        if _clamped(req, out.completion_tokens, out.finish_reason):
+            rec.extra["output_clamped"] = {
+                "planned": req.max_tokens, "generated": out.completion_tokens
+            }
+            logger.warning(
+                "%s: the server generated %s of %s output tokens and ended for length: %s",
+                req.request_id, out.completion_tokens, req.max_tokens, _CLAMP_HINT,
+            )
         return out.output_ids
 
     async def _stream(
