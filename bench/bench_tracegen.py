@@ -9,7 +9,10 @@ best of ``--repeat`` runs in this process:
 1. reading the raw CSV (``load_trace``, format auto-detected);
 2. ``tracegen`` with each policy (read raw, select, plan, write CSV + manifest +
    plan sidecars, read the output back with the canonical reader);
-3. reading the canonical output alone.
+3. reading the canonical output alone, with its sidecars (the plan sidecar is
+   one JSON object per round) and without;
+4. for reference, both CSV readers with the column-wise fast path switched off
+   (the strict row-by-row path that owns every error message).
 
 Run: ``.venv/bin/python bench/bench_tracegen.py [--rounds N] [--repeat K]``.
 Results go in ``bench/README.md`` (section "tracegen").
@@ -27,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from workbench import load_trace, tracegen
+from workbench.traces import canonical
 
 ROUNDS = 357_161
 
@@ -65,13 +69,15 @@ def write_raw_csv(path: Path, total_rounds: int, seed: int = 0) -> int:
     return n
 
 
-def best_of(repeat: int, fn: Callable[[], object]) -> float:
-    times = []
+def best_of(repeat: int, fn: Callable[[], object]) -> str:
+    """Best wall time and best CPU time of this process (robust to a shared machine)."""
+    wall, cpu = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return f"{min(wall):6.2f} s wall {min(cpu):6.2f} s CPU"
 
 
 def main() -> None:
@@ -87,13 +93,20 @@ def main() -> None:
               f"{platform.processor() or platform.platform()}")
         print(f"raw CSV: {args.rounds} rounds, {sessions} sessions, {size_mb:.1f} MB")
         t = best_of(args.repeat, lambda: load_trace(raw))
-        print(f"read raw session CSV          {t:6.2f} s")
+        print(f"read raw session CSV          {t}")
         out = Path(tmp) / "out.csv"
         for policy in ("trace-reported", "prefix-preserving"):
             t = best_of(args.repeat, lambda p=policy: tracegen(raw, out, policy=p))  # type: ignore[misc]
-            print(f"tracegen {policy:<20} {t:6.2f} s")
+            print(f"tracegen {policy:<20} {t}")
         t = best_of(args.repeat, lambda: load_trace(out))
-        print(f"read canonical output         {t:6.2f} s")
+        print(f"read canonical + sidecars     {t}")
+        t = best_of(args.repeat, lambda: load_trace(out, sidecars=False))
+        print(f"read canonical CSV only       {t}")
+        canonical.FAST_PATH_MIN_ROWS = 10**12
+        t = best_of(args.repeat, lambda: load_trace(raw))
+        print(f"read raw, strict path only    {t}")
+        t = best_of(args.repeat, lambda: load_trace(out, sidecars=False))
+        print(f"read canonical, strict only   {t}")
 
 
 if __name__ == "__main__":
