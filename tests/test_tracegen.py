@@ -11,7 +11,7 @@ import pytest
 import workbench
 from workbench import load_trace
 from workbench.cli import main as cli_main
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import tracegen as tg
 from workbench.traces.tracegen import Distribution, TracegenSpec, parse_synthetic, tracegen
@@ -182,7 +182,7 @@ def test_non_session_input_is_refused(tmp_path: Path, monkeypatch: pytest.Monkey
     ("overrides", "message"),
     [({"policy": "nope"}, "unknown context policy"), ({"rate": 0.0}, "rate"),
      ({"max_sessions": 0}, "max_sessions"), ({"session_order": "random"}, "session_order"),
-     ({"arrival": "bursty"}, "arrival")],
+     ({"arrival": "bursty"}, "arrival"), ({"tool_wait": "max"}, "tool_wait")],
 )
 def test_bad_options_are_config_errors(tmp_path: Path, overrides, message) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -222,6 +222,14 @@ def test_synthetic_syntax_and_generation(tmp_path: Path) -> None:
 def test_bad_synthetic_descriptions(tmp_path: Path, text: str) -> None:
     with pytest.raises(ConfigError, match="synthetic"):
         tracegen(text, tmp_path / "x.csv")
+
+
+def test_missing_input_and_nested_output_dir(tmp_path: Path) -> None:
+    with pytest.raises(TraceFormatError, match="no such file") as info:
+        tracegen(tmp_path / "nope.csv", tmp_path / "o.csv")
+    assert info.value.line == 0
+    res = tracegen(MULTI, tmp_path / "a" / "b" / "o.csv")
+    assert res.csv_path.exists() and res.plan_path.parent == tmp_path / "a" / "b"
 
 
 def test_spec_object_and_overrides(tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ from workbench.context.policy import (
     PrefixPreserving,
     plan_rounds,
 )
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import canonical
 from workbench.traces.base import FORMATS, detect_format, load_trace
@@ -93,6 +93,8 @@ class TracegenSpec:
             raise ConfigError(f"rate must be a finite number > 0, got {self.rate}")
         if self.seed < 0:
             raise ConfigError(f"seed must be >= 0, got {self.seed}")
+        if self.tool_wait not in ("union", "sum"):
+            raise ConfigError(f"tool_wait must be 'union' or 'sum', got {self.tool_wait!r}")
         return dataclasses.replace(self, policy=policy)
 
 
@@ -130,6 +132,7 @@ def tracegen(
     units = _select(src.workload.units, spec, rng)
     units, arrivals, origin, pattern = _arrivals(units, spec, src, rng)
     rows, stats = _plan(units, arrivals, _policy(spec))
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
     csv_path = canonical.write_session_execution_v2(out, rows)
     manifest_path, plan_path = canonical.sidecar_paths(csv_path)
     parameters = _parameters(spec, src, pattern, origin, stats)
@@ -159,6 +162,8 @@ def _load_source(source: str | Path, spec: TracegenSpec, rng: np.random.Generato
                 "synthetic": described}
         return _Source(workload, info)
     path = Path(source)
+    if not path.is_file():
+        raise TraceFormatError(path, 0, "no such file (nor a synthetic: description)")
     fmt = spec.fmt
     options = {"tool_wait": spec.tool_wait} if _is_tracelab(path, fmt) else {}
     workload = load_trace(path, fmt=fmt, **options)
