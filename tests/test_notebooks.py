@@ -130,9 +130,11 @@ def test_report_cli_rerenders_a_stored_run_without_replaying(
 def test_compare_report_puts_stored_runs_side_by_side(tmp_path: Path) -> None:
     import numpy as np
 
-    from workbench import RunConfig, simulate
+    from workbench import RunConfig
     from workbench.data import path as data_path
     from workbench.metrics import to_frame
+    from workbench.report.store import load
+    from workbench.simulate import simulate
 
     dirs = []
     for blocks in (80, 65536):
@@ -151,14 +153,15 @@ def test_compare_report_puts_stored_runs_side_by_side(tmp_path: Path) -> None:
         summary = json.loads((Path(d) / "summary.json").read_text())
         assert fmt(summary["ttft_ms"]["p50"]) in text
         assert fmt(summary["actual_prefix_hit_rate"]) in text
-        ttft = to_frame(__import__("workbench").load(d))["ttft_ms"].dropna()
+        ttft = to_frame(load(d))["ttft_ms"].dropna()
         assert fmt(float(np.percentile(ttft, 99))) in text
     assert "target.engine.num_blocks" in text
 
 
 def test_trace_explorer_report_with_a_what_if(tmp_path: Path) -> None:
-    from workbench import RunConfig, simulate, summarize
+    from workbench import RunConfig, summarize
     from workbench.data import path as data_path
+    from workbench.simulate import simulate
 
     params = {"bundled_trace": "tracelab/multi_session_example.csv", "max_items": 3,
               "num_blocks": 64, "block_size": 16}

@@ -145,7 +145,7 @@ async def test_what_if_runs_simulate_off_the_loop(blocks: int) -> None:
     async with asyncio.timeout(60):
         result = await ui.run()
     assert len(result.records) == 8
-    assert "prefix hit rate" in ui.output.outputs[0]["data"]["text/html"]
+    assert "actual_prefix_hit_rate" in ui.output.outputs[0]["data"]["text/html"]
 
 
 async def test_a_bad_config_is_reported_in_the_panel_and_run_stays_enabled() -> None:
