@@ -1,6 +1,7 @@
 """The runner against the embedded engine over loopback (real HTTP, real engine code)."""
 
 import asyncio
+import itertools
 from pathlib import Path
 
 import orjson
@@ -47,7 +48,7 @@ async def test_every_backend_sends_the_planned_lengths(sim, backend):
     async with asyncio.timeout(60):
         result = await run_async(cfg)
     recs = [r for r in result.records if not r.warmup]
-    assert len(recs) == sum(1 for _ in open(SESSIONS)) - 1
+    assert len(recs) == len(Path(SESSIONS).read_text().splitlines()) - 1
     block = sim.config.block_size
     for r in recs:
         assert r.status == "ok", r.error
@@ -73,12 +74,12 @@ class Recording:
 
 @pytest.mark.parametrize("backend", ["openai", "vllm-tokens", "sglang-tokens"])
 async def test_prefix_preserving_carries_exact_prompt_plus_output_ids(sim, backend):
+    from workbench.backends import BACKENDS as REG
+    from workbench.clock import WallClock
     from workbench.context.tokens import TokenPool
     from workbench.plan import build_plan
     from workbench.replay import load_workload
     from workbench.runner import Runner
-    from workbench.backends import BACKENDS as REG
-    from workbench.clock import WallClock
 
     cfg = _cfg(sim.base_url, backend=backend, context="prefix-preserving")
     plan = build_plan(cfg, load_workload(cfg))
@@ -94,7 +95,7 @@ async def test_prefix_preserving_carries_exact_prompt_plus_output_ids(sim, backe
         by_session.setdefault(r.session_id, []).append(r)
     checked = 0
     for rounds in by_session.values():
-        for prev, nxt in zip(rounds, rounds[1:]):
+        for prev, nxt in itertools.pairwise(rounds):
             prompt, out = rec.sent[prev.request_id]
             next_prompt, _ = rec.sent[nxt.request_id]
             p = nxt.planned_prefix_tokens
@@ -118,7 +119,7 @@ def test_ordered_admission_20_runs_and_slots_held_through_tool_waits():
             by_slot.setdefault(d["routing_slot"], []).append((d["admitted_ns"], d["end_ns"]))
         for spans in by_slot.values():
             spans.sort()
-            for (_, end), (start, _) in zip(spans, spans[1:]):
+            for (_, end), (start, _) in itertools.pairwise(spans):
                 assert start >= end
         assert set(by_slot) <= {0, 1}
         for rec in result.records:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from workbench.arrival.schedule import release_offsets_ms
 from workbench.config import RunConfig, parse_output_policy
-from workbench.context.policy import POLICIES, PrefixPreserving, plan_rounds
+from workbench.context.policy import POLICIES, ContextPolicy, PrefixPreserving, plan_rounds
 from workbench.records import Round, Unit, Workload
 
 
@@ -73,6 +73,7 @@ def effective_policy(cfg: RunConfig, workload: Workload) -> str | None:
 
 def build_plan(cfg: RunConfig, workload: Workload) -> Plan:
     policy_name = effective_policy(cfg, workload)
+    policy: ContextPolicy
     if policy_name == "prefix-preserving":
         policy = PrefixPreserving(
             cfg.context.major_compaction_min_drop_tokens,

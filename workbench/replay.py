@@ -17,7 +17,6 @@ import socket
 import sys
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from workbench.config import RunConfig

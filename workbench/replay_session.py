@@ -50,7 +50,7 @@ def _engine_info(handle: Any) -> dict[str, Any]:
     import dataclasses
 
     config = getattr(handle, "config", None)
-    if config is not None and dataclasses.is_dataclass(config):
+    if config is not None and dataclasses.is_dataclass(config) and not isinstance(config, type):
         return {k: v for k, v in dataclasses.asdict(config).items() if _jsonable(v)}
     return {}
 
@@ -184,7 +184,7 @@ class ReplaySession:
             from workbench.backends.scrape import detect_block_size
 
             return await detect_block_size(target["base_url"])
-        except (WorkbenchError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, WorkbenchError, OSError) as exc:
             log.info("block size not detected: %s", exc)
             return None
 
