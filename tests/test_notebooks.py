@@ -134,7 +134,7 @@ def test_compare_report_puts_stored_runs_side_by_side(tmp_path: Path) -> None:
     from workbench.data import path as data_path
     from workbench.metrics import to_frame
     from workbench.report.store import load
-    from workbench.simulate import simulate
+    from workbench.virtual import simulate
 
     dirs = []
     for blocks in (80, 65536):
@@ -161,7 +161,7 @@ def test_compare_report_puts_stored_runs_side_by_side(tmp_path: Path) -> None:
 def test_trace_explorer_report_with_a_what_if(tmp_path: Path) -> None:
     from workbench import RunConfig, summarize
     from workbench.data import path as data_path
-    from workbench.simulate import simulate
+    from workbench.virtual import simulate
 
     params = {"bundled_trace": "tracelab/multi_session_example.csv", "max_items": 3,
               "num_blocks": 64, "block_size": 16}

@@ -12,7 +12,7 @@ from workbench.config import RunConfig
 from workbench.data import path as data_path
 from workbench.replay import run_async
 from workbench.sim.server import serve_sim
-from workbench.simulate import simulate
+from workbench.virtual import simulate
 
 FAST = {"speedup": 50.0}
 SESSIONS = str(data_path("tracelab/multi_session_example.csv"))

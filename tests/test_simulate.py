@@ -6,7 +6,7 @@ import sys
 from workbench.data import path as data_path
 from workbench.sim.config import EngineConfig
 from workbench.sim.cost import prefill_ms
-from workbench.simulate import canonical_report, report_digest, simulate
+from workbench.virtual import canonical_report, report_digest, simulate
 
 
 def test_lone_request_ttft_equals_prefill_time(tmp_path):
@@ -41,3 +41,13 @@ def test_same_input_same_digest_in_two_processes():
     assert digests[0] == digests[1]
     again = simulate({"trace": {"path": trace, "max_items": 80}})
     assert "digest: " + report_digest(canonical_report(again)) == digests[0]
+
+
+async def test_simulate_works_inside_a_running_loop():
+    """A notebook cell runs inside the kernel's loop; simulate must still work there."""
+    import workbench as wb
+    import workbench.virtual
+
+    assert callable(wb.simulate)
+    result = wb.simulate({"trace": str(data_path("tracelab/multi_session_example.csv"))})
+    assert result.records and all(r.status == "ok" for r in result.records)

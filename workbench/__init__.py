@@ -21,7 +21,7 @@ _PUBLIC = {
     "tracegen": "workbench.traces.tracegen",
     "serve_sim": "workbench.sim.server",
     "EngineConfig": "workbench.sim.config",
-    "simulate": "workbench.simulate",
+    "simulate": "workbench.virtual",
     "run": "workbench.replay",
     "run_async": "workbench.replay",
     "to_frame": "workbench.metrics",

@@ -162,8 +162,13 @@ class MetricsScraper:
         return row
 
     async def start(self) -> None:
-        """Begin scraping in a background task on the running loop (first row at once)."""
+        """Take the baseline row now, then keep scraping in a background task.
+
+        The baseline is awaited so the first request of a run cannot slip in
+        before it (its misses would fall outside the server-side window).
+        """
         if self._task is None:
+            self._append(await self.scrape_once())
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self, *, final_scrape: bool = True) -> None:
@@ -198,9 +203,9 @@ class MetricsScraper:
     async def _run(self) -> None:
         next_ns = self.clock.now_ns()
         while True:
-            self._append(await self.scrape_once())
             next_ns += self.interval_ns
             now = self.clock.now_ns()
             if next_ns < now:  # a slow scrape: skip missed ticks rather than burst
                 next_ns = now + self.interval_ns - (now - next_ns) % self.interval_ns
             await self.clock.sleep_until(next_ns)
+            self._append(await self.scrape_once())

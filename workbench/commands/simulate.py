@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from workbench.metrics import summarize
-    from workbench.simulate import canonical_report, report_digest, simulate
+    from workbench.virtual import canonical_report, report_digest, simulate
 
     cfg = config_from_args(args)
     knobs = dict(cfg.target.engine)

@@ -235,5 +235,5 @@ def summarize(
     slo = slo if slo is not None else _manifest_get(manifest, "slo")
     out["slo"] = slo_attainment(df, slo, out["duration_s"]) if slo else None
     if isinstance(result, RunResult):
-        out["cancelled"] = bool(result.cancelled)
+        out["run_cancelled"] = bool(result.cancelled)  # "cancelled" is the request count
     return out

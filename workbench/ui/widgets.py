@@ -303,7 +303,7 @@ class WhatIf:
     async def run(self) -> RunResult:
         from workbench.metrics import summarize
         from workbench.report import tables
-        from workbench.simulate import simulate
+        from workbench.virtual import simulate
 
         cfg = self.config()
         capacity = self.num_blocks.value * self.block_size.value

@@ -9,8 +9,10 @@ virtual timestamps, so ``canonical_report`` has a stable sha256 digest.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import hashlib
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -90,12 +92,23 @@ def simulate(
     manifest = base_manifest(cfg, workload, plan, run_id)
     manifest["mode"] = "virtual"
     manifest["engine"] = dataclasses.asdict(engine)
-    result = run_virtual(_simulate(cfg, plan, engine, run_id, manifest))
+    result = _run_virtual_anywhere(_simulate(cfg, plan, engine, run_id, manifest))
     if cfg.out_dir:
         from workbench.report.store import save
 
         result.run_dir = str(save(result, Path(cfg.out_dir) / run_id))
     return result
+
+
+def _run_virtual_anywhere(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
+    """``run_virtual``, also from inside a running loop (a notebook cell): then the
+    virtual loop runs in a worker thread and this call waits for it."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run_virtual(coro)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="simulate") as pool:
+        return pool.submit(run_virtual, coro).result()
 
 
 async def _simulate(
