@@ -41,31 +41,33 @@ class EngineSender:
         self.clock = clock
 
     async def send(self, codec: Codec, req: WireRequest, rec: RequestRecord) -> list[int] | None:
+        """Submit, wait once for the end (no wakeup per step), then copy the engine's
+        per-token emission times: each step emits one token per request, so each
+        token is one stream event, as the HTTP server would send it."""
         rec.dispatch_ns = self.clock.now_ns()
         rec.sent_prompt_tokens = len(req.prompt_ids)
         ereq = self.engine.submit(req.request_id, req.prompt_ids, req.max_tokens)
-        ids: list[int] = []
         try:
-            async for out in ereq.stream():
-                if out.token_ids:
-                    if rec.first_token_ns is None:
-                        rec.first_token_ns = out.t_ns
-                    rec.last_token_ns = out.t_ns
-                    rec.token_times_ns.append(out.t_ns)
-                    rec.token_counts.append(len(out.token_ids))
-                    ids.extend(out.token_ids)
-                if out.finished:
-                    rec.finish_reason = out.finish_reason
+            await ereq.wait()
         except asyncio.CancelledError:
             ereq.abort()
             rec.status = "cancelled"
             raise
+        times = ereq.token_ns
+        ids = ereq.output_ids
+        rec.token_times_ns = times
+        rec.token_counts = [1] * len(times)
+        rec.first_token_ns = times[0] if times else None
+        rec.last_token_ns = times[-1] if times else None
         rec.end_ns = self.clock.now_ns()
         rec.http_status = 200
+        rec.finish_reason = ereq.finish_reason
         rec.prompt_tokens = ereq.prompt_tokens
         rec.completion_tokens = len(ids)
         rec.cached_tokens = ereq.cached_tokens
         rec.cached_tokens_reported = True
+        if ereq.finish_reason not in (None, "length", "stop"):
+            rec.status, rec.error = "error", f"engine finished with {ereq.finish_reason}"
         return ids
 
 
