@@ -28,9 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.report.render import render_report
-
     from pathlib import Path
+
+    from workbench.report.render import render_report
 
     trace = {"trace_path": args.trace} if Path(args.trace).is_file() else {
         "bundled_trace": args.trace}
