@@ -84,12 +84,32 @@ class TargetSpec:
         return self.url == "sim"
 
 
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """How the client executes (not what it sends): processes, record batching, hashes.
+
+    ``workers``: shard units over this many processes on this host (a unit is
+    never split; ``max_concurrency`` is divided between shards; records merge
+    into one run directory). ``record_flush_ms``: records reach the OS at most
+    this long after their request ends (``None``: one write per record).
+    ``block_hashes``: compute each prompt's chained block hashes (kept in records
+    for the Dynamo export; incremental per session, but off saves O(prompt) work
+    per request). ``uvloop``: use uvloop for ``run``/the CLI when installed.
+    """
+
+    workers: int = 1
+    record_flush_ms: float | None = 50.0
+    block_hashes: bool = True
+    uvloop: bool = True
+
+
 _SECTIONS: dict[str, tuple[type, str]] = {
     "trace": (TraceSpec, "path"),
     "context": (ContextSpec, "policy"),
     "arrival": (ArrivalSpec, "mode"),
     "backend": (BackendSpec, "name"),
     "target": (TargetSpec, "url"),
+    "executor": (ExecutorSpec, "workers"),
 }
 _TOP_LEVEL = ("seed", "slo", "dry_run", "run_id", "out_dir", "label")
 
@@ -101,6 +121,7 @@ class RunConfig:
     arrival: ArrivalSpec = field(default_factory=ArrivalSpec)
     backend: BackendSpec = field(default_factory=BackendSpec)
     target: TargetSpec = field(default_factory=TargetSpec)
+    executor: ExecutorSpec = field(default_factory=ExecutorSpec)
     seed: int = 0
     slo: dict[str, float] | None = None
     dry_run: bool = False
@@ -202,8 +223,21 @@ class RunConfig:
                     f"token ids, which backend {self.backend.name!r} cannot return; use one of "
                     f"{', '.join(TOKEN_ID_BACKENDS)} or policy 'trace-reported'"
                 )
+        self._check_executor()
         if self.trace.max_items is not None and self.trace.max_items <= 0:
             raise ConfigError(f"trace.max_items must be >= 1, got {self.trace.max_items}")
+
+    def _check_executor(self) -> None:
+        e, a = self.executor, self.arrival
+        if not isinstance(e.workers, int) or e.workers < 1:
+            raise ConfigError(f"executor.workers must be an integer >= 1, got {e.workers!r}")
+        if e.workers > 1 and a.max_concurrency is not None and a.max_concurrency < e.workers:
+            raise ConfigError(
+                f"executor.workers {e.workers} > arrival.max_concurrency {a.max_concurrency}: "
+                "every worker needs at least one slot; lower workers or raise max_concurrency"
+            )
+        if e.record_flush_ms is not None and e.record_flush_ms < 0:
+            raise ConfigError(f"executor.record_flush_ms must be >= 0, got {e.record_flush_ms}")
 
     def check_workload(self, workload: Workload) -> None:
         """Rules that depend on what the trace holds."""

@@ -81,6 +81,8 @@ class ReplaySession:
         self._writers: dict[str, Any] = {}
         self._done = 0
         self._total = plan.n_rounds
+        self.t0_ns: int | None = None  # a shard's common epoch (workbench.shard)
+        self.client_raw: dict[str, Any] | None = None
 
     # -- sinks --------------------------------------------------------------------------
     def _open_writers(self) -> None:
@@ -89,8 +91,11 @@ class ReplaySession:
         from workbench.report.store import RecordWriter, write_json
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        flush_ms = self.cfg.executor.record_flush_ms
         for name in ("records", "lifecycle"):
-            self._writers[name] = RecordWriter(self.run_dir / f"{name}.jsonl")
+            self._writers[name] = RecordWriter(
+                self.run_dir / f"{name}.jsonl", max_delay_ms=flush_ms or None
+            )
         write_json(self.run_dir / "manifest.json", self.manifest)
 
     def _on_record(self, rec: RequestRecord) -> None:
@@ -146,14 +151,17 @@ class ReplaySession:
                 clock=clock, pool=pool, sink=self._on_record,
                 lifecycle_sink=self._on_lifecycle, block_size=block_size,
             )
+            runner.record_hashes = self.cfg.executor.block_hashes
             self.manifest["block_size"] = block_size
             scraper = self._scraper(target, clock)
             watcher = asyncio.ensure_future(_watch(stop, runner)) if stop else None
             try:
                 if scraper is not None:
                     await scraper.start()
-                await runner.execute()
+                await runner.execute(self.t0_ns)
             finally:
+                self.client_raw = runner.measure.raw()
+                self.manifest["client"] = self._client_stats([self.client_raw])
                 if watcher is not None:
                     watcher.cancel()
                 if scraper is not None:
@@ -162,6 +170,11 @@ class ReplaySession:
             self._cancelled = runner.stop_reason is not None
             self.manifest["stop_reason"] = runner.stop_reason
             self.manifest["peak_active_units"] = runner.gate.peak_active
+
+    def _client_stats(self, raws: list[dict[str, Any]]) -> dict[str, Any]:
+        from workbench.metrics.summary import client_stats
+
+        return client_stats(raws, self.cfg.arrival.max_concurrency)
 
     async def _preflight(self, transport: Any, codec: Any, pool: TokenPool, target: dict) -> None:
         enabled = self.cfg.backend.preflight

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -51,12 +53,84 @@ class UnitRun:
     rounds_done: int = 0
     reason: str = "completed"
     context: list[int] = field(default_factory=list)
+    ready_ns: int = 0  # when the next round became due (self-measured release lag)
+    last_prompt: list[int] = field(default_factory=list)  # with last_hashes: incremental hashing
+    last_hashes: list[int] = field(default_factory=list)
 
     @property
     def stream(self) -> str:
         tag = "warmup:" if self.warmup else ""
         loop = f"~{self.loop_idx}" if self.loop_idx else ""
         return f"{tag}{self.plan.ordinal}:{self.plan.unit.unit_id}{loop}"
+
+
+class SelfMeasure:
+    """The client watching itself: requests in flight, release lag, CPU (SPEC-free, cheap).
+
+    *Release lag* of a request = its HTTP dispatch − the moment it became due: its
+    scheduled arrival, or the release of the slot it waited for (whichever is
+    later), or the end of the previous round's tool wait. It is the client's own
+    lateness (timer wakeup, task start, prompt building, body encoding), never
+    the server's. In-flight is the number of requests between dispatch and end,
+    integrated over time (a few additions per request).
+    """
+
+    __slots__ = ("_area", "_cpu0", "_last", "_t0", "at_dispatch", "cpu_s", "inflight", "lags_ns",
+                 "peak", "wall_s")  # fmt: skip
+
+    def __init__(self) -> None:
+        self.inflight = 0
+        self.peak = 0
+        self._area = 0
+        self._last = 0
+        self._t0: int | None = None
+        self._cpu0 = 0.0
+        self.cpu_s = 0.0
+        self.wall_s = 0.0
+        self.lags_ns = array("q")
+        self.at_dispatch = array("i")
+
+    def start(self) -> None:
+        self._cpu0 = time.process_time()
+        self.wall_s = time.perf_counter()
+
+    def stop(self) -> None:
+        self.cpu_s = time.process_time() - self._cpu0
+        self.wall_s = time.perf_counter() - self.wall_s
+
+    def _move(self, now: int, delta: int) -> None:
+        if self._t0 is None:
+            self._t0 = self._last = now
+        self._area += self.inflight * (now - self._last)
+        self._last = now
+        self.inflight += delta
+        if self.inflight > self.peak:
+            self.peak = self.inflight
+
+    def dispatched(self, now: int, ready_ns: int) -> None:
+        self.at_dispatch.append(self.inflight)
+        self._move(now, 1)
+        self.lags_ns.append(max(0, now - ready_ns))
+
+    def ended(self, now: int) -> None:
+        self._move(now, -1)
+
+    def mean_inflight(self) -> float | None:
+        if self._t0 is None or self._last <= self._t0:
+            return None
+        return self._area / (self._last - self._t0)
+
+    def raw(self) -> dict[str, Any]:
+        """Plain data (mergeable across shards); ``metrics.summary.client_stats`` reads it."""
+        return {
+            "requests": len(self.lags_ns),
+            "release_lag_ns": self.lags_ns.tolist(),
+            "in_flight_at_dispatch": self.at_dispatch.tolist(),
+            "in_flight_mean": self.mean_inflight(),
+            "in_flight_peak": self.peak,
+            "cpu_s": self.cpu_s,
+            "wall_s": self.wall_s,
+        }
 
 
 class Runner:
@@ -93,6 +167,11 @@ class Runner:
         self._tasks: set[asyncio.Task[None]] = set()
         self._deadline_ns: int | None = None
         self.t0_ns = 0
+        self.measure = SelfMeasure()
+        self._slot_freed_ns = 0
+        self.record_hashes = True
+        self.slot_offset = 0  # a shard's first routing slot (slots stay unique across shards)
+        self.warmed_up = False
 
     # -- control ------------------------------------------------------------------------
     def stop(self, reason: str = "stopped") -> None:
@@ -100,11 +179,22 @@ class Runner:
             self.stop_reason = reason
             self.stopped.set()
 
-    async def execute(self) -> None:
-        """Warm-up (excluded from results), then the measured run."""
-        if self.cfg.arrival.warmup:
+    async def execute(self, t0_ns: int | None = None) -> None:
+        """Warm-up (excluded from results), then the measured run.
+
+        ``t0_ns`` pins the run's time origin (shards of one run share one epoch,
+        so timed arrivals and lags stay comparable across processes).
+        """
+        if self.cfg.arrival.warmup and not self.warmed_up:
             await self._warmup()
-        self.t0_ns = self.clock.now_ns()
+        self.measure.start()
+        try:
+            await self._measured(t0_ns)
+        finally:
+            self.measure.stop()
+
+    async def _measured(self, t0_ns: int | None) -> None:
+        self.t0_ns = t0_ns if t0_ns is not None else self.clock.now_ns()
         a = self.cfg.arrival
         if a.mode == "closed-loop" and a.duration_s is not None:
             self._deadline_ns = self.t0_ns + int(a.duration_s * 1e9)
@@ -146,10 +236,13 @@ class Runner:
             return
         for up in units:
             scheduled = self.t0_ns + round(up.offset_ms * NS_PER_MS)
-            await self.clock.sleep_until(scheduled)
+            if scheduled > self.clock.now_ns():
+                await self.clock.sleep_until(scheduled)
+            # else: due already: no yield, so a burst of due units is released in one go
+            # (a sleep(0) per unit let a busy loop pace releases at one per iteration)
             released = self.clock.now_ns()
             slot = await self.gate.acquire()
-            self._spawn(up, 0, slot, scheduled, released)
+            self._spawn(up, 0, slot, scheduled, released, max(scheduled, self._slot_freed_ns))
 
     async def _dispatch_closed_loop(self) -> None:
         """Exactly ``max_concurrency`` sessions active; with ``duration_s`` the pool loops."""
@@ -161,16 +254,26 @@ class Runner:
                 if self._deadline_ns is not None and now >= self._deadline_ns:
                     self.gate.release(slot)
                     return
-                self._spawn(up, loop_idx, slot, now, now)
+                self._spawn(up, loop_idx, slot, now, now, self._slot_freed_ns or now)
             if self._deadline_ns is None:
                 return
             loop_idx += 1
 
-    def _spawn(self, up: UnitPlan, loop_idx: int, slot: int, scheduled: int, released: int) -> None:
-        run = UnitRun(up, loop_idx, slot, released, self.clock.now_ns())
+    def _spawn(
+        self, up: UnitPlan, loop_idx: int, slot: int, scheduled: int, released: int, ready: int
+    ) -> None:
+        run = UnitRun(
+            up, loop_idx, slot + self.slot_offset, released, self.clock.now_ns(), ready_ns=ready
+        )
         task = asyncio.ensure_future(self._unit(run, scheduled))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def warmup(self) -> None:
+        """Play the warm-up now (a shard does it before the start barrier)."""
+        if self.cfg.arrival.warmup and not self.warmed_up:
+            await self._warmup()
+        self.warmed_up = True
 
     async def _warmup(self) -> None:
         n = self.cfg.arrival.warmup
@@ -197,13 +300,14 @@ class Runner:
                     break
                 run.rounds_done += 1
                 if k + 1 < len(run.plan.rounds):
-                    await self._tool_wait(rp)
+                    await self._tool_wait(run, rp)
         except asyncio.CancelledError:
             run.reason = "cancelled"
             raise
         finally:
             if not run.warmup:
-                self.gate.release(run.routing_slot)
+                self._slot_freed_ns = self.clock.now_ns()
+                self.gate.release(run.routing_slot - self.slot_offset)
             self._emit_lifecycle(run)
 
     def _past_deadline(self) -> bool:
@@ -213,10 +317,13 @@ class Runner:
             and self.clock.now_ns() >= self._deadline_ns
         )
 
-    async def _tool_wait(self, rp: RoundPlan) -> None:
+    async def _tool_wait(self, run: UnitRun, rp: RoundPlan) -> None:
         wait_ms = rp.round.tool_wait_after_ms * self.cfg.arrival.tool_wait_scale
+        due = self.clock.now_ns()
         if wait_ms > 0:
-            await self.clock.sleep_until(self.clock.now_ns() + round(wait_ms * NS_PER_MS))
+            due += round(wait_ms * NS_PER_MS)
+            await self.clock.sleep_until(due)
+        run.ready_ns = due
 
     def _emit_lifecycle(self, run: UnitRun) -> None:
         self.lifecycle_sink(
@@ -252,19 +359,28 @@ class Runner:
             rec.request_id, prompt, rp.output_len, session_id=run.plan.unit.unit_id,
             routing_slot=run.routing_slot, new_conversation=k == 0 or rp.round.reset_before,
         )
-        rec.extra["input_sequence_hashes"] = self._hashes(prompt)
+        if self.record_hashes:
+            rec.extra["input_sequence_hashes"] = self._hashes(run, prompt)
         rec.extra["tool_wait_ms"] = rp.round.tool_wait_after_ms * self.cfg.arrival.tool_wait_scale
+        measure = None if run.warmup else self.measure
+        if measure is not None:
+            now = self.clock.now_ns()
+            measure.dispatched(now, run.ready_ns or now)
         try:
             out_ids = await self.sender.send(self.codec, req, rec)
         except asyncio.CancelledError:
             rec.status = "cancelled"
             rec.error = rec.error or "run cancelled"
+            if measure is not None:
+                measure.ended(self.clock.now_ns())
             self._finish(rec)
             raise
         except Exception as exc:  # a bug in a sender must not end the run
             log.exception("sender failed on %s", rec.request_id)
             rec.status, rec.error = "error", f"{type(exc).__name__}: {exc}"
             out_ids = None
+        if measure is not None:
+            measure.ended(self.clock.now_ns())
         run.context = prompt + out_ids if out_ids is not None else prompt
         self._finish(rec)
         return rec
@@ -316,10 +432,21 @@ class Runner:
             return True
         return False
 
-    def _hashes(self, prompt: list[int]) -> list[int]:
+    def _hashes(self, run: UnitRun, prompt: list[int]) -> list[int]:
+        """Block hashes of ``prompt``, reusing the unit's last prompt's hashes for the
+        full blocks the two share (a carried conversation prefix): O(new tokens)."""
         from workbench.context.hashing import block_hashes
 
-        return block_hashes(prompt, self.block_size)
+        bs = self.block_size
+        known: list[int] = []
+        if run.last_hashes:
+            k = min(len(prompt), len(run.last_prompt)) // bs
+            n = k * bs
+            if k and prompt[:n] == run.last_prompt[:n]:
+                known = run.last_hashes[:k]
+        hashes = block_hashes(prompt, bs, known=known)
+        run.last_prompt, run.last_hashes = prompt, hashes
+        return hashes
 
     def _finish(self, rec: RequestRecord) -> None:
         if rec.end_ns is None:

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from workbench.backends.base import (
     BACKENDS,
     BackendError,
@@ -76,6 +78,64 @@ class ChoicesParser:
             self._missing = True
             return [UNKNOWN_TOKEN]
         return None
+
+    def feed_all(self, payloads: list[bytes]) -> list[int]:
+        """Every payload of one network read → the id count of each token event, in order.
+
+        Same result as ``feed`` on each payload (which it falls back to for anything
+        unusual, so errors read the same), but one ``orjson.loads`` per read and no
+        per-event call: the per-chunk work is the few dict lookups that are needed.
+        """
+        if len(payloads) == 1:
+            ids = self.feed(payloads[0])
+            return [len(ids)] if ids else []
+        try:
+            objs = orjson.loads(b"[" + b",".join(payloads) + b"]")
+        except orjson.JSONDecodeError:
+            objs = None
+        counts: list[int] = []
+        if objs is None or len(objs) != len(payloads):
+            for p in payloads:
+                ids = self.feed(p)
+                if ids:
+                    counts.append(len(ids))
+            return counts
+        id_key, out = self._id_key, self._ids
+        for i, obj in enumerate(objs):
+            if type(obj) is not dict or "error" in obj or obj.get("object") == "error":
+                counts.extend(self._each(payloads[i:]))  # feed raises the precise error
+                return counts
+            if self._rid is None:
+                self._rid = obj.get(id_key)
+            usage = obj.get("usage")
+            if usage:
+                self._usage = usage
+                metrics = obj.get("metrics")
+                if isinstance(metrics, dict):
+                    self._metrics = metrics
+            choices = obj.get("choices")
+            if not choices:
+                continue
+            choice = choices[0]
+            reason = choice.get("finish_reason")
+            if reason is not None:
+                self._finish = reason
+            ids = choice.get("token_ids")
+            if ids:
+                out.extend(ids)
+                counts.append(len(ids))
+            elif ids is None and choice.get("text"):
+                self._missing = True
+                counts.append(1)
+        return counts
+
+    def _each(self, payloads: list[bytes]) -> list[int]:
+        counts = []
+        for p in payloads:
+            ids = self.feed(p)
+            if ids:
+                counts.append(len(ids))
+        return counts
 
     def finish(self) -> StreamOutcome:
         if self._usage is None:

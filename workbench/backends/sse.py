@@ -8,8 +8,10 @@ fields (``event:``, ``id:``, ``retry:``) are ignored because no backend we speak
 needs them. ``[DONE]`` is returned as an ordinary payload; the transport decides
 what it means.
 
-It is on the hot path of every request, so it does one ``split`` per read and
-touches each line once; JSON decoding is left to the codec.
+It is on the hot path of every request: with ``\n``-only framing (every LLM
+server) it does one ``split`` on blank lines per read and slices each one-line
+``data:`` event directly; other framing goes line by line. JSON decoding is
+left to the codec.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ class SSEDecoder:
     def feed(self, chunk: bytes) -> list[bytes]:
         """Payloads of every event completed by ``chunk``."""
         buf = self._tail + chunk if self._tail else chunk
+        if not self._data and b"\r" not in buf:
+            return self._fast(buf)
         held = b""
         if b"\r" in buf:
             if buf.endswith(b"\r"):  # may be half of a \r\n split across reads
@@ -39,6 +43,20 @@ class SSEDecoder:
         lines = buf.split(b"\n")
         self._tail = lines.pop() + held
         return self._lines(lines)
+
+    def _fast(self, buf: bytes) -> list[bytes]:
+        """``\n``-only framing: split on blank lines; one-line ``data: `` events need no
+        line loop (what every LLM server sends). Anything else goes through ``_lines``.
+        The unfinished event stays in ``_tail`` (possibly several lines)."""
+        parts = buf.split(b"\n\n")
+        self._tail = parts.pop()
+        events: list[bytes] = []
+        for ev in parts:
+            if ev.startswith(b"data: ") and b"\n" not in ev:
+                events.append(ev[6:])
+            elif ev:
+                events.extend(self._lines([*ev.split(b"\n"), b""]))
+        return events
 
     def close(self) -> list[bytes]:
         """Flush at end of stream: an event missing its final blank line still counts.

@@ -22,6 +22,7 @@ import asyncio
 import logging
 import os
 from dataclasses import dataclass
+from functools import partial
 from types import TracebackType
 
 import aiohttp
@@ -86,6 +87,16 @@ def _clamped(req: WireRequest, completion: int | None, finish: str | None) -> bo
     warning is logged, because the output no longer follows the plan.
     """
     return completion is not None and completion < req.max_tokens and finish == "length"
+
+
+def _feed_each(parser: StreamParser, payloads: list[bytes]) -> list[int]:
+    """``feed_all`` for parsers without one: the id count of each token event."""
+    counts = []
+    for data in payloads:
+        ids = parser.feed(data)
+        if ids:
+            counts.append(len(ids))
+    return counts
 
 
 def normalize_base_url(url: str) -> str:
@@ -222,6 +233,8 @@ class Transport:
         """
         now = self.clock.now_ns
         decoder = SSEDecoder()
+        decode = decoder.feed
+        feed_all = getattr(parser, "feed_all", None) or partial(_feed_each, parser)
         times, counts = rec.token_times_ns, rec.token_counts
         done = False
         try:
@@ -229,27 +242,28 @@ class Transport:
                 if done:
                     continue
                 t = now()
-                for data in decoder.feed(chunk):
-                    if data == DONE:
-                        done = True
-                        rec.end_ns = t
-                        break
-                    ids = parser.feed(data)
-                    if ids:
+                payloads = decode(chunk)
+                if not payloads:
+                    continue
+                if DONE in payloads:
+                    payloads = payloads[: payloads.index(DONE)]
+                    done = True
+                    rec.end_ns = t
+                if payloads:
+                    for n in feed_all(payloads):
                         times.append(t)
-                        counts.append(len(ids))
+                        counts.append(n)
         except (aiohttp.ClientError, TimeoutError):
             if not done:
                 raise
         if not done:
             t = now()
-            for data in decoder.close():
-                if data == DONE:
-                    break
-                ids = parser.feed(data)
-                if ids:
-                    times.append(t)
-                    counts.append(len(ids))
+            payloads = decoder.close()
+            if DONE in payloads:
+                payloads = payloads[: payloads.index(DONE)]
+            for n in feed_all(payloads) if payloads else ():
+                times.append(t)
+                counts.append(n)
             rec.end_ns = t
 
     def _close_record(self, rec: RequestRecord, status: Status, error: str | None) -> None:

@@ -15,6 +15,8 @@ gets one more chained hash, so ``len(hashes) == ceil(n / block_size)``.
 from __future__ import annotations
 
 import hashlib
+import sys
+from array import array
 from collections.abc import Sequence
 
 import numpy as np
@@ -47,7 +49,28 @@ def _chain(prev: bytes, block: bytes) -> bytes:
     return hashlib.blake2b(prev + block, digest_size=8).digest()
 
 
-def block_hashes(token_ids: Sequence[int] | np.ndarray, block_size: int) -> list[int]:
+#: ``array("I")`` packs little-endian uint32 here: a C loop, ~10× faster than numpy from a list
+_ARRAY_U32 = array("I").itemsize == 4 and sys.byteorder == "little"
+
+
+def _u32_bytes(token_ids: Sequence[int] | np.ndarray) -> bytes:
+    """Token ids as little-endian uint32 bytes; ``ValueError`` outside ``[0, 2**32)``."""
+    if _ARRAY_U32 and not isinstance(token_ids, np.ndarray):
+        try:
+            return array("I", token_ids).tobytes()
+        except OverflowError:
+            raise ValueError("token ids must be in [0, 2**32)") from None
+        except TypeError:
+            pass  # not plain ints (floats, numpy scalars of odd kinds): the numpy path decides
+    arr = np.asarray(token_ids, dtype=np.int64)
+    if arr.size and (arr.min() < 0 or arr.max() > _MASK32):
+        raise ValueError("token ids must be in [0, 2**32)")
+    return arr.astype("<u4").tobytes()
+
+
+def block_hashes(
+    token_ids: Sequence[int] | np.ndarray, block_size: int, *, known: Sequence[int] = ()
+) -> list[int]:
     """Chained 64-bit hashes of ``token_ids`` cut into ``block_size`` blocks.
 
     Equal leading blocks give equal leading hashes; changing one token changes
@@ -55,16 +78,22 @@ def block_hashes(token_ids: Sequence[int] | np.ndarray, block_size: int) -> list
     block (if any) gets one more hash chained to the last full one, so the
     result has ``ceil(len(token_ids) / block_size)`` entries (0 for no tokens).
     Token ids must fit in ``uint32`` (every real vocabulary does).
+
+    ``known`` are already-computed hashes of the leading *full* blocks (the caller
+    guarantees those blocks are unchanged, e.g. a session's carried prefix):
+    only the blocks after them are hashed, so a growing conversation costs
+    O(new tokens) per round instead of O(prompt).
     """
     if block_size <= 0:
         raise ValueError(f"block_size must be > 0, got {block_size}")
-    arr = np.asarray(token_ids, dtype=np.int64)
-    if arr.size and (arr.min() < 0 or arr.max() > _MASK32):
-        raise ValueError("token ids must be in [0, 2**32)")
-    raw = arr.astype("<u4").tobytes()
     step = 4 * block_size
-    out: list[int] = []
-    prev = _ROOT
+    k = len(known)
+    if k and k * block_size > len(token_ids):
+        raise ValueError(f"{k} known full blocks exceed {len(token_ids)} tokens")
+    tail = token_ids[k * block_size :] if k else token_ids
+    raw = _u32_bytes(tail)
+    out: list[int] = list(known)
+    prev = int(known[-1]).to_bytes(8, "little") if k else _ROOT
     for start in range(0, len(raw), step):
         prev = _chain(prev, raw[start : start + step])
         out.append(int.from_bytes(prev, "little"))

@@ -195,6 +195,61 @@ def slo_attainment(
     }
 
 
+#: the client, not the server, limited the run when either bound is crossed
+CLIENT_CPU_BOUND = 0.9  # CPU seconds per wall second of one process (one core)
+CLIENT_LAG_P99_MS = 10.0
+
+
+def client_stats(
+    raws: Sequence[Mapping[str, Any]], requested_concurrency: int | None
+) -> dict[str, Any]:
+    """The client's self-measurement (``summary.json["client"]``) from each process's raw data.
+
+    ``raws`` are ``Runner.measure.raw()`` dicts, one per process (one unless the
+    run was sharded). Release lag and in-flight-at-dispatch pool every request;
+    mean in-flight adds the processes' time-weighted means; CPU is reported in
+    total and as the busiest process's share of one core (``cpu_util``), since a
+    single-threaded event loop saturates at one core.
+    """
+    lags = [v / 1e6 for r in raws for v in r.get("release_lag_ns", ())]
+    at_dispatch = [float(v) for r in raws for v in r.get("in_flight_at_dispatch", ())]
+    means = [r["in_flight_mean"] for r in raws if r.get("in_flight_mean") is not None]
+    utils = [r["cpu_s"] / r["wall_s"] for r in raws if r.get("wall_s")]
+    lag = describe(lags)
+    out: dict[str, Any] = {
+        "processes": len(raws),
+        "requested_concurrency": requested_concurrency,
+        "in_flight": {
+            "mean": float(sum(means)) if means else None,
+            "peak": int(sum(r.get("in_flight_peak", 0) for r in raws)),
+            "at_dispatch_p50": describe(at_dispatch)["p50"],
+        },
+        "release_lag_ms": {k: lag[k] for k in ("mean", "p50", "p99", "max", "count")},
+        "cpu_s": float(sum(r.get("cpu_s", 0.0) for r in raws)),
+        "wall_s": max((float(r.get("wall_s", 0.0)) for r in raws), default=0.0),
+        "cpu_util": max(utils) if utils else None,
+    }
+    out.update(client_bottleneck(out))
+    return out
+
+
+def client_bottleneck(stats: Mapping[str, Any]) -> dict[str, Any]:
+    """``client_bottleneck`` flag and its reasons, from a ``client_stats`` dict.
+
+    The client was the bottleneck when its busiest process used ≥ 90 % of a core
+    (the event loop had no idle time, so requests waited on the client), or when
+    the release lag p99 exceeded 10 ms (requests went out late).
+    """
+    reasons = []
+    util = stats.get("cpu_util")
+    if util is not None and util >= CLIENT_CPU_BOUND:
+        reasons.append(f"client CPU {util:.0%} of a core (>= {CLIENT_CPU_BOUND:.0%})")
+    p99 = (stats.get("release_lag_ms") or {}).get("p99")
+    if p99 is not None and p99 > CLIENT_LAG_P99_MS:
+        reasons.append(f"release lag p99 {p99:.1f} ms (> {CLIENT_LAG_P99_MS:g} ms)")
+    return {"client_bottleneck": bool(reasons), "client_bottleneck_reasons": reasons}
+
+
 def _manifest_get(manifest: Mapping[str, Any], key: str) -> Any:
     """``manifest[key]``, else the same key under ``config`` or ``trace_stats``."""
     if key in manifest:
@@ -236,4 +291,8 @@ def summarize(
     out["slo"] = slo_attainment(df, slo, out["duration_s"]) if slo else None
     if isinstance(result, RunResult):
         out["run_cancelled"] = bool(result.cancelled)  # "cancelled" is the request count
+    client = manifest.get("client")
+    if isinstance(client, Mapping):  # self-measurement of a live run (absent in simulate)
+        out["client"] = {**client, **client_bottleneck(client)}
+        out["client_bottleneck"] = out["client"]["client_bottleneck"]
     return out

@@ -8,20 +8,28 @@ Layout (SPEC §8), one directory per run::
     lifecycle.jsonl          one line per unit (admitted, routing slot, rounds done, reason)
     metrics_timeline.jsonl   server ``/metrics`` samples, when the run scraped them
 
-JSONL files are crash-safe: ``RecordWriter`` issues each line as one unbuffered
-write, so a line is on disk (in the OS) as soon as ``write`` returns and a crash
-can at worst leave the *last* line cut short — which ``load`` skips with a
-warning. Integers wider than 64 bits (Dynamo sequence hashes) fall back to the
-stdlib ``json`` on both sides, since orjson would refuse or round them.
+JSONL files are crash-safe: by default ``RecordWriter`` issues each line as one
+unbuffered write, so a line is on disk (in the OS) as soon as ``write`` returns
+and a crash can at worst leave the *last* line cut short — which ``load`` skips
+with a warning. A live replay batches instead (``max_delay_ms``): lines are
+gathered and written in one ``write`` when ``max_batch`` lines are pending, when
+the oldest pending line is ``max_delay_ms`` old (a loop timer fires even if no
+further record comes), and on ``flush``/``close``; so a hard crash (SIGKILL,
+power) loses at most the records of the last ``max_delay_ms``, and a cancel,
+Ctrl-C or error that closes the writer loses nothing. Integers wider than 64
+bits (Dynamo sequence hashes) fall back to the stdlib ``json`` on both sides,
+since orjson would refuse or round them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
 import os
 import re
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
@@ -64,6 +72,13 @@ def _plain(obj: Any) -> Any:
 
 def dumps_line(obj: Any) -> bytes:
     """One compact JSON line (with trailing newline); NaN becomes null."""
+    if isinstance(obj, RequestRecord):  # orjson serialises the slots dataclass in C
+        try:
+            return orjson.dumps(
+                obj, default=_default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
+            )
+        except TypeError:
+            pass
     obj = _plain(obj)
     try:
         data = orjson.dumps(obj, default=_default, option=orjson.OPT_SERIALIZE_NUMPY)
@@ -98,21 +113,72 @@ class RecordWriter:
     continues it. ``fsync=True`` also survives a power cut, at a cost per line.
     """
 
-    def __init__(self, path: str | Path, mode: Literal["w", "a"] = "w", *, fsync: bool = False):
+    def __init__(
+        self,
+        path: str | Path,
+        mode: Literal["w", "a"] = "w",
+        *,
+        fsync: bool = False,
+        max_delay_ms: float | None = None,
+        max_batch: int = 512,
+    ):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.path, mode + "b", buffering=0)  # noqa: SIM115 - closed in close()
         self._fsync = fsync
+        self._max_delay_s = None if max_delay_ms is None else max_delay_ms / 1000
+        self._max_batch = max_batch
+        self._pending: list[bytes] = []
+        self._first_pending = 0.0
+        self._timer: asyncio.TimerHandle | None = None
         self.count = 0
 
     def write(self, obj: Any) -> None:
-        data = memoryview(dumps_line(obj))
-        while data:
-            written = self._fh.write(data)
-            data = data[written or 0 :]
+        line = dumps_line(obj)
+        self.count += 1
+        if self._max_delay_s is None:
+            self._write_out(line)
+            return
+        pending = self._pending
+        pending.append(line)
+        if len(pending) == 1:
+            self._first_pending = time.monotonic()
+            self._arm_timer()
+        if len(pending) >= self._max_batch or (
+            time.monotonic() - self._first_pending >= self._max_delay_s
+        ):
+            self.flush()
+
+    def _arm_timer(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop to wake us later: do not hold the line
+            self.flush()
+            return
+        if self._timer is None and self._max_delay_s is not None:
+            self._timer = loop.call_later(self._max_delay_s, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self.flush()
+
+    def flush(self) -> None:
+        """Write every pending line now (one ``write`` call)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._pending and not self._fh.closed:
+            data = b"".join(self._pending)
+            self._pending.clear()
+            self._write_out(data)
+
+    def _write_out(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = self._fh.write(view)
+            view = view[written or 0 :]
         if self._fsync:
             os.fsync(self._fh.fileno())
-        self.count += 1
 
     def write_all(self, objs: Iterable[Any]) -> None:
         for obj in objs:
@@ -120,6 +186,7 @@ class RecordWriter:
 
     def close(self) -> None:
         if not self._fh.closed:
+            self.flush()
             self._fh.close()
 
     @property

@@ -1,0 +1,106 @@
+"""workbench as a load client: one replay of independent requests against a URL.
+
+The workload is the one of issue 7: N independent requests (``--requests``),
+``--prompt`` tokens in, ``--output`` tokens out, all released at t=0
+(``saturated``) under ``--concurrency``. It writes an ``independent`` trace,
+replays it with ``workbench.replay.run`` (records, lifecycle, summary written to
+a run directory, exactly as a user's run), and prints one JSON line::
+
+    {"client": "workbench", "run_dir": ..., "requests_ok": ..., "req_per_s": ...,
+     "tokens_per_s": ..., "ttft_ms_mean": ..., "client": {...summary["client"]...}}
+
+``req_per_s`` / ``tokens_per_s`` use the summary's throughput window (first
+dispatch → last end, successes only). ``bench/peers/run_peers.py`` drives this
+script and agentic-bench side by side; ``--profile out.txt`` wraps the run in
+pyinstrument (if installed) for hot-path work.
+
+Memory check (``--memory``): replays ``--requests`` (e.g. 100,000) queued
+requests against the instant fake server and reports the peak RSS
+(``ru_maxrss``) of this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def write_trace(path: Path, n: int, prompt: int, output: int) -> Path:
+    with open(path, "w") as fh:
+        fh.write("id,arrival_time,input_len,output_len\n")
+        for i in range(n):
+            fh.write(f"r{i},0,{prompt},{output}\n")
+    return path
+
+
+def config(args: argparse.Namespace, trace: Path, out_dir: Path) -> dict[str, Any]:
+    return {
+        "trace": {"path": str(trace), "format": "independent"},
+        "arrival": {"mode": "saturated", "max_concurrency": args.concurrency},
+        "backend": {"name": "openai", "preflight": False, "scrape_interval_s": None},
+        "target": {"url": args.url},
+        "out_dir": str(out_dir),
+        "label": "bench_client",
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--url", required=True, help="server root, e.g. http://127.0.0.1:8000")
+    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--output", type=int, default=64)
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--out-dir", default=None, help="run directories go here (default: a temp dir)")
+    ap.add_argument("--profile", default=None, help="write a pyinstrument text profile here")
+    ap.add_argument("--memory", action="store_true", help="report peak RSS (MB)")
+    args = ap.parse_args(argv)
+
+    from workbench.replay import run
+
+    tmp = Path(args.out_dir or tempfile.mkdtemp(prefix="wb-bench-"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    trace = write_trace(tmp / "trace.csv", args.requests, args.prompt, args.output)
+    cfg = config(args, trace, tmp)
+    if args.workers != 1:
+        cfg["executor"] = {"workers": args.workers}
+    profiler = None
+    if args.profile:
+        from pyinstrument import Profiler
+
+        profiler = Profiler(interval=0.0005, async_mode="disabled")
+        profiler.start()
+    t0 = time.perf_counter()
+    result = run(cfg)
+    wall = time.perf_counter() - t0
+    if profiler is not None:
+        profiler.stop()
+        Path(args.profile).write_text(profiler.output_text(unicode=False, show_all=False))
+    summary = json.loads((Path(result.run_dir or "") / "summary.json").read_text())
+    out = {
+        "client": "workbench",
+        "run_dir": result.run_dir,
+        "requests_ok": summary["ok"],
+        "requests": summary["requests"],
+        "req_per_s": summary["request_throughput_rps"],
+        "tokens_per_s": summary["output_token_throughput_tps"],
+        "ttft_ms_mean": summary["ttft_ms"]["mean"],
+        "itl_ms_mean": summary["itl_ms"]["mean"],
+        "wall_s_total": wall,
+        "self": summary.get("client"),
+    }
+    if args.memory:
+        out["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,383 @@
+"""Process sharding: one run's units spread over N worker processes on this host.
+
+A single asyncio loop saturates one core; ``executor.workers = N`` runs N loops.
+
+- **Units are never split.** Unit ``i`` (file order) goes to shard ``i mod N``,
+  so each shard keeps file-order admission among its own units and timed
+  arrivals interleave evenly across shards.
+- **Concurrency is divided**: shard ``k`` gets ``C // N`` slots (+1 for the
+  first ``C mod N``), and its routing slots are offset so they stay unique run-wide.
+- **Start barrier, common epoch.** The parent opens the target (it starts the
+  embedded engine itself; workers only get its URL), runs the preflight and the
+  ``/metrics`` scraper, and spawns the workers. Each worker loads nothing: it
+  receives its sub-plan, opens its own transport, plays its warm-up, reports
+  ready, and waits. Then the parent sends every worker one epoch ``t0`` (a few
+  ms ahead) on ``time.perf_counter_ns`` — CLOCK_MONOTONIC, the same clock in
+  every process of the host — so arrival offsets, lags and every record's
+  timestamps are on one time base.
+- **Records merge into one run directory.** Workers stream records and
+  lifecycle rows to ``shards/<name>-<k>.jsonl`` inside the run directory (crash
+  safe as in a 1-process run); at the end the parent merges them into
+  ``records.jsonl`` / ``lifecycle.jsonl`` (ordered by end time), removes the
+  shard files, and writes one manifest and summary, whose ``client`` key pools
+  every worker's self-measurement.
+- Stopping: ``stop`` (or cancelling the parent) sends ``stop`` to every worker;
+  each records its in-flight requests as cancelled and exits. A worker that
+  does not answer within the timeouts is terminated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing as mp
+import shutil
+import tempfile
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from workbench.config import RunConfig
+from workbench.errors import WorkbenchError
+from workbench.plan import Plan
+from workbench.records import RequestRecord
+from workbench.replay_session import ReplaySession
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 120.0
+EPOCH_LEAD_NS = 20_000_000  # t0 this far after the barrier: every worker is waiting by then
+STOP_GRACE_S = 30.0
+PROGRESS_EVERY_S = 0.2
+
+
+def split_plan(plan: Plan, n: int) -> list[Plan]:
+    """Round-robin by file order: unit ``i`` → shard ``i mod n`` (units stay whole)."""
+    return [Plan(plan.units[k::n], plan.policy, plan.block_size) for k in range(n)]
+
+
+def split_concurrency(c: int | None, n: int) -> list[int | None]:
+    """``c`` slots over ``n`` shards (the first ``c mod n`` get one more); None stays None."""
+    if c is None:
+        return [None] * n
+    return [c // n + (1 if k < c % n else 0) for k in range(n)]
+
+
+def slot_offsets(shares: list[int | None], plan_sizes: list[int]) -> list[int]:
+    """First routing slot of each shard: shares stacked (uncapped: unit counts stacked)."""
+    out, acc = [], 0
+    for share, size in zip(shares, plan_sizes, strict=True):
+        out.append(acc)
+        acc += share if share is not None else size
+    return out
+
+
+class ShardedSession(ReplaySession):
+    """A ``ReplaySession`` whose runner is N worker processes."""
+
+    def _open_writers(self) -> None:
+        from workbench.report.store import write_json
+
+        if self.run_dir is None:
+            self._tmp = Path(tempfile.mkdtemp(prefix="workbench-shards-"))
+            self.shard_dir = self._tmp
+        else:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            write_json(self.run_dir / "manifest.json", self.manifest)
+            self.shard_dir = self.run_dir / "shards"
+        self.shard_dir.mkdir(parents=True, exist_ok=True)
+
+    _tmp: Path | None = None
+
+    async def _run_against(self, target: dict[str, Any], stop: asyncio.Event | None) -> None:
+        from workbench.backends.base import make_codec
+        from workbench.backends.transport import Transport, TransportOptions
+        from workbench.clock import WallClock
+        from workbench.context.tokens import TokenPool
+
+        b, a = self.cfg.backend, self.cfg.arrival
+        clock = WallClock()
+        options = TransportOptions(
+            base_url=target["base_url"], api_key_env=b.api_key_env,
+            request_timeout_s=a.request_timeout_s, stream_idle_timeout_s=a.stream_idle_timeout_s,
+        )  # fmt: skip
+        async with Transport(options, clock) as transport:
+            await transport.check_reachable()
+            pool = TokenPool(seed=self.cfg.seed)
+            await self._preflight(transport, make_codec(b.name, **b.options), pool, target)
+        block_size = await self._block_size(target)
+        self.manifest["block_size"] = block_size
+        scraper = self._scraper(target, clock)
+        if scraper is not None:
+            await scraper.start()
+        try:
+            await self._run_workers(target["base_url"], block_size, stop)
+        finally:
+            if scraper is not None:
+                await scraper.stop()
+                self.timeline = list(scraper.timeline)
+            self._merge()
+
+    async def _run_workers(
+        self, base_url: str, block_size: int | None, stop: asyncio.Event | None
+    ) -> None:
+        n = self.cfg.executor.workers
+        plans = split_plan(self.plan, n)
+        shares = split_concurrency(self.cfg.arrival.max_concurrency, n)
+        offsets = slot_offsets(shares, [len(p.units) for p in plans])
+        ctx = mp.get_context("spawn")
+        pool = _Workers()
+        try:
+            for k in range(n):
+                spec = {
+                    "cfg": self._worker_cfg(shares[k]), "plan": plans[k], "run_id": self.run_id,
+                    "base_url": base_url, "block_size": block_size, "slot_offset": offsets[k],
+                    "shard": k, "shard_dir": str(self.shard_dir),
+                }  # fmt: skip
+                pool.start(ctx, spec)
+            await pool.gather("ready", READY_TIMEOUT_S)
+            t0 = time.perf_counter_ns() + EPOCH_LEAD_NS
+            pool.send(("start", t0))
+            self.manifest["executor"] = {
+                "workers": n, "shard_concurrency": shares, "epoch_ns": t0,
+                "shard_units": [len(p.units) for p in plans],
+            }  # fmt: skip
+            results = await pool.until_done(stop, self._on_progress)
+        finally:
+            await pool.close()
+        self._cancelled = any(r.get("stop_reason") for r in results.values()) or pool.stopped
+        reasons = {r.get("stop_reason") for r in results.values()} - {None}
+        self.manifest["stop_reason"] = (
+            sorted(reasons)[0] if reasons else ("stopped" if pool.stopped else None)
+        )
+        self.manifest["peak_active_units"] = sum(r["peak_active"] for r in results.values())
+        raws = [results[k]["client"] for k in sorted(results)]
+        self.manifest["client"] = self._client_stats(raws)
+        if len(results) < n:
+            raise WorkbenchError(f"{n - len(results)} of {n} worker processes failed (see log)")
+
+    def _worker_cfg(self, share: int | None) -> dict[str, Any]:
+        d = self.cfg.to_dict()
+        d["arrival"]["max_concurrency"] = share
+        d["executor"]["workers"] = 1
+        d["out_dir"] = None
+        d["target"] = {"url": "http://placeholder"}  # workers get the parent's URL
+        return d
+
+    def _on_progress(self, done: int) -> None:
+        if self.progress is not None:
+            self.progress(done, self._total)
+
+    def _merge(self) -> None:
+        """Shard files → ``records`` / ``lifecycle`` in memory and in the run directory."""
+        from workbench.report.store import dumps_line, read_jsonl
+
+        recs: list[RequestRecord] = []
+        rows: list[dict[str, Any]] = []
+        for f in sorted(self.shard_dir.glob("records-*.jsonl")):
+            recs.extend(RequestRecord.from_dict(d) for d in read_jsonl(f))
+        for f in sorted(self.shard_dir.glob("lifecycle-*.jsonl")):
+            rows.extend(read_jsonl(f))
+        recs.sort(key=lambda r: (r.end_ns or 0, r.unit_ordinal, r.round_idx))
+        rows.sort(key=lambda r: (r.get("end_ns") or 0, r.get("unit_ordinal", 0)))
+        self.records, self.lifecycle = recs, rows
+        self._done = sum(1 for r in recs if not r.warmup)
+        if self.run_dir is not None:
+            for name, items in (("records", recs), ("lifecycle", rows)):
+                tmp = self.run_dir / f"{name}.jsonl.tmp"
+                with open(tmp, "wb") as fh:
+                    fh.write(b"".join(dumps_line(x) for x in items))
+                tmp.replace(self.run_dir / f"{name}.jsonl")
+            shutil.rmtree(self.shard_dir, ignore_errors=True)
+        elif self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+class _Workers:
+    """The worker processes and their pipes, read on the event loop (no threads)."""
+
+    def __init__(self) -> None:
+        self.procs: dict[int, Any] = {}
+        self.conns: dict[int, Connection] = {}
+        self.stopped = False
+
+    def start(self, ctx: Any, spec: dict[str, Any]) -> None:
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=worker_main, args=(child, spec), daemon=True)
+        proc.start()
+        child.close()
+        self.procs[spec["shard"]] = proc
+        self.conns[spec["shard"]] = parent
+
+    def send(self, msg: Any) -> None:
+        for conn in self.conns.values():
+            with contextlib.suppress(OSError):
+                conn.send(msg)
+
+    async def _messages(self, timeout_s: float) -> list[tuple[int, Any]]:
+        """Every message ready now, waiting up to ``timeout_s`` for the first."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline:
+            got = []
+            for k, conn in list(self.conns.items()):
+                try:
+                    while conn.poll():
+                        got.append((k, conn.recv()))
+                except (EOFError, OSError):
+                    got.append((k, ("died", None)))
+                    del self.conns[k]
+            if got:
+                return got
+            await asyncio.sleep(0.005)
+        return []
+
+    async def gather(self, kind: str, timeout_s: float) -> None:
+        waiting = set(self.conns)
+        deadline = time.monotonic() + timeout_s
+        while waiting:
+            left = deadline - time.monotonic()
+            msgs = await self._messages(max(0.0, left)) if left > 0 else []
+            if not msgs:
+                raise WorkbenchError(f"worker processes {sorted(waiting)} not {kind} in time")
+            for k, (what, payload) in msgs:
+                if what == kind:
+                    waiting.discard(k)
+                elif what in ("error", "died"):
+                    raise WorkbenchError(f"worker {k} failed before the start: {payload}")
+
+    async def until_done(self, stop: asyncio.Event | None, progress: Any) -> dict[int, Any]:
+        results: dict[int, Any] = {}
+        done_counts = dict.fromkeys(self.conns, 0)
+        while len(results) + self._lost(results) < len(self.procs):
+            if stop is not None and stop.is_set() and not self.stopped:
+                self.stopped = True
+                self.send(("stop", None))
+            try:
+                msgs = await self._messages(0.5)
+            except asyncio.CancelledError:
+                self.stopped = True
+                self.send(("stop", None))
+                raise
+            for k, (what, payload) in msgs:
+                if what == "progress":
+                    done_counts[k] = payload
+                    progress(sum(done_counts.values()))
+                elif what == "done":
+                    results[k] = payload
+                elif what in ("error", "died") and k not in results:
+                    log.error("worker %d failed: %s", k, payload or "process ended")
+                    self.procs[k].join(timeout=0)
+        return results
+
+    def _lost(self, results: dict[int, Any]) -> int:
+        return sum(1 for k in self.procs if k not in results and k not in self.conns)
+
+    async def close(self) -> None:
+        deadline = time.monotonic() + STOP_GRACE_S
+        for proc in self.procs.values():
+            while proc.is_alive() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            if proc.is_alive():
+                self.send(("stop", None))
+                proc.terminate()
+            proc.join(timeout=5)
+        for conn in self.conns.values():
+            conn.close()
+
+
+# ----------------------------------------------------------------- the worker side
+def worker_main(conn: Connection, spec: dict[str, Any]) -> None:
+    """Entry point of a worker process (spawned: nothing inherited but ``spec``)."""
+    from workbench.replay import run_on_fast_loop
+
+    cfg = RunConfig.from_dict(spec["cfg"])
+    try:
+        run_on_fast_loop(_worker(conn, spec, cfg), cfg.executor.uvloop)
+    except BaseException as exc:  # report, never hang the parent
+        with contextlib.suppress(OSError):
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        raise
+    finally:
+        conn.close()
+
+
+async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> None:
+    from workbench.backends.base import make_codec
+    from workbench.backends.transport import Transport, TransportOptions
+    from workbench.clock import WallClock
+    from workbench.context.tokens import TokenPool
+    from workbench.report.store import RecordWriter
+    from workbench.runner import Runner
+
+    k, shard_dir = spec["shard"], Path(spec["shard_dir"])
+    b, a = cfg.backend, cfg.arrival
+    clock = WallClock()
+    options = TransportOptions(
+        base_url=spec["base_url"], api_key_env=b.api_key_env,
+        request_timeout_s=a.request_timeout_s, stream_idle_timeout_s=a.stream_idle_timeout_s,
+    )  # fmt: skip
+    flush = cfg.executor.record_flush_ms or None
+    recs = RecordWriter(shard_dir / f"records-{k}.jsonl", max_delay_ms=flush)
+    life = RecordWriter(shard_dir / f"lifecycle-{k}.jsonl", max_delay_ms=flush)
+    done = 0
+
+    def on_record(rec: RequestRecord) -> None:
+        nonlocal done
+        recs.write(rec)
+        done += 0 if rec.warmup else 1
+
+    try:
+        async with Transport(options, clock) as transport:
+            runner = Runner(
+                cfg, spec["plan"], run_id=spec["run_id"], codec=make_codec(b.name, **b.options),
+                sender=transport, clock=clock, pool=TokenPool(seed=cfg.seed), sink=on_record,
+                lifecycle_sink=life.write, block_size=spec["block_size"],
+            )  # fmt: skip
+            runner.record_hashes = cfg.executor.block_hashes
+            runner.slot_offset = spec["slot_offset"]
+            await runner.warmup()
+            conn.send(("ready", None))
+            t0 = await _wait_start(conn)
+            if t0 is None:
+                return
+            watcher = asyncio.ensure_future(_watch_pipe(conn, runner, lambda: done))
+            try:
+                await runner.execute(t0)
+            finally:
+                watcher.cancel()
+            conn.send(("done", {
+                "client": runner.measure.raw(), "stop_reason": runner.stop_reason,
+                "peak_active": runner.gate.peak_active,
+            }))  # fmt: skip
+    finally:
+        recs.close()
+        life.close()
+
+
+async def _wait_start(conn: Connection) -> int | None:
+    """Block (politely) until the parent's ``start`` (the epoch) or ``stop``."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if conn.poll():
+            what, payload = conn.recv()
+            return int(payload) if what == "start" else None
+        await asyncio.sleep(0.001)
+    return None
+
+
+async def _watch_pipe(conn: Connection, runner: Any, done: Any) -> None:
+    """Forward ``stop`` to the runner; report progress every ``PROGRESS_EVERY_S``."""
+    last = -1
+    while True:
+        await asyncio.sleep(PROGRESS_EVERY_S)
+        n = done()
+        if n != last:
+            conn.send(("progress", n))
+            last = n
+        if conn.poll():
+            what, _ = conn.recv()
+            if what == "stop":
+                runner.stop("stopped")
