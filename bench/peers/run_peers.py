@@ -4,12 +4,13 @@ What it does (method in ``bench/README.md``, "client speed and fidelity vs a pee
 
 1. Makes (once) a venv outside the repo, ``$HOME/.cache/workbench/peers/agentic-bench``
    (``--venv``), with ``agentic-bench==0.2.0`` from PyPI.
-2. Starts ``bench/fake_server.py`` on 127.0.0.1 (pinned to core 0 with ``taskset``
-   when there is more than one core) in ``instant`` mode, then in ``timed`` mode
-   (``--ttft-ms`` 50, ``--itl-ms`` 10).
+2. Starts ``bench/fake_server.py`` on 127.0.0.1 in ``instant`` mode, then in
+   ``timed`` mode (``--ttft-ms`` 50, ``--itl-ms`` 10). With ``--pin`` the server
+   runs on core 0 and each client on core 1 (``taskset``); only do that on a
+   quiet machine — a core shared with other jobs delays whoever is pinned to it.
 3. For each mode and concurrency (32 and 256) and ``--repeat`` rounds, runs
    agentic-bench and then workbench (order alternates per round), each as its own
-   process pinned to core 1, with the same workload: independent requests,
+   process, with the same workload: independent requests,
    512-token prompts, 64 output tokens, no warm-up, no gaps, no ``/metrics``.
    Requests: ``--requests`` (200) at c=32; ``max(--requests, 4·c)`` at c=256 so
    the cap is held for more than one wave.
@@ -34,6 +35,7 @@ Every loop is bounded: fixed counts, a timeout on every subprocess, loopback onl
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -69,9 +71,12 @@ def ensure_venv(venv: Path) -> Path:
     return py
 
 
+PIN = False  # --pin: server on core 0, clients on core 1
+
+
 def pin(core: int) -> list[str]:
-    """``taskset -c core`` when the machine has more than one core and taskset exists."""
-    if (os.cpu_count() or 1) > 1 and shutil.which("taskset"):
+    """``taskset -c core`` with ``--pin``, more than one core and taskset present."""
+    if PIN and (os.cpu_count() or 1) > 1 and shutil.which("taskset"):
         return ["taskset", "-c", str(core)]
     return []
 
@@ -174,7 +179,7 @@ def run_workbench(url: str, n: int, c: int, prompt: int, output: int, tmp: Path,
         "tokens_per_s": res["tokens_per_s"],
         "ttft_ms": [v["ttft_ms"] for v in per_req.values()],
         "itl_ms": [(b - a) / 1e6 for v in per_req.values()
-                   for a, b in zip(v["token_times_ns"], v["token_times_ns"][1:], strict=False)],
+                   for a, b in itertools.pairwise(v["token_times_ns"])],
         "per_request": per_req,
         "self": res.get("self"),
         "process_cpu_s": cpu,
@@ -186,8 +191,7 @@ def server_view(truth: list[dict[str, Any]]) -> dict[str, Any]:
     rows = [t for t in truth if t.get("first_token_ns")]
     return {
         "ttft_ms": [(t["first_token_ns"] - t["arrival_ns"]) / 1e6 for t in rows],
-        "itl_ms": [(b - a) / 1e6 for t in rows for a, b in zip(t["token_ns"], t["token_ns"][1:],
-                                                               strict=False)],  # fmt: skip
+        "itl_ms": [(b - a) / 1e6 for t in rows for a, b in itertools.pairwise(t["token_ns"])],
         "by_id": {t["request_id"]: t for t in rows},
     }
 
@@ -270,8 +274,10 @@ def report(mode: str, rows: list[dict[str, Any]], concurrencies: list[int]) -> l
                 "ttft_bias_ms_p50", "ttft_bias_ms_p99", "itl_bias_ms_mean")}  # fmt: skip
             selfm = [r["self"] for r in sel if r.get("self")]
             lag = statistics.median([s["release_lag_ms"]["p99"] for s in selfm]) if selfm else None
-            inflight = (f"{statistics.median([s['in_flight']['mean'] for s in selfm]):.1f}/"
-                        f"{max(s['in_flight']['peak'] for s in selfm)}") if selfm else "–"  # fmt: skip
+            inflight = "–"
+            if selfm:
+                mean_in = statistics.median([s["in_flight"]["mean"] for s in selfm])
+                inflight = f"{mean_in:.1f}/{max(s['in_flight']['peak'] for s in selfm)}"
             meds[name] = med
             lines.append(
                 f"| {c} | {name} | {_f(med['req_per_s'], 0)} | {_f(med['tokens_per_s'], 0)} | "
@@ -305,7 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--itl-ms", type=float, default=10.0)
     ap.add_argument("--workers", type=int, default=1, help="workbench worker processes")
     ap.add_argument("--json-out", default=None)
+    ap.add_argument("--pin", action="store_true",
+                    help="pin the server to core 0 and each client to core 1 (only on a quiet box)")
     args = ap.parse_args(argv)
+    global PIN
+    PIN = args.pin
 
     py = ensure_venv(args.venv)
     all_rows: dict[str, list[dict[str, Any]]] = {}
@@ -322,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 server.close()
             all_rows[mode] = rows
-            label = mode if mode == "instant" else f"timed ({args.ttft_ms} ms TTFT, {args.itl_ms} ms ITL)"
+            label = f"timed ({args.ttft_ms} ms TTFT, {args.itl_ms} ms ITL)"
+            label = mode if mode == "instant" else label
             lines += report(label, rows, args.concurrency)
     lines.append(f"\nload avg at end {os.getloadavg()[0]:.1f}")
     print("\n".join(lines))

@@ -1,0 +1,265 @@
+"""The client's fast paths and self-measurement (issue 7).
+
+Fast paths must give exactly what the plain paths give (SSE framing, batched
+chunk parsing, incremental block hashes, batched record writes); the
+self-measurement and its ``client_bottleneck`` flag are checked on hand-built
+numbers; sharding over two processes must replay the same requests as one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import orjson
+import pytest
+
+from workbench.backends.openai import ChoicesParser
+from workbench.backends.sse import SSEDecoder
+from workbench.config import RunConfig
+from workbench.context.hashing import block_hashes
+from workbench.data import path as data_path
+from workbench.errors import ConfigError
+from workbench.metrics.summary import client_bottleneck, client_stats, summarize
+from workbench.records import RunResult
+from workbench.replay import run_async
+from workbench.report.store import RecordWriter, read_jsonl
+from workbench.runner import SelfMeasure
+from workbench.shard import slot_offsets, split_concurrency, split_plan
+from workbench.sim.server import serve_sim
+
+# ----------------------------------------------------------------- SSE fast path
+
+
+def _decode(chunks: list[bytes]) -> list[bytes]:
+    dec = SSEDecoder()
+    out = [p for c in chunks for p in dec.feed(c)]
+    return out + dec.close()
+
+
+def _stream(rng: random.Random) -> tuple[bytes, list[bytes]]:
+    """A stream mixing the common framing with the unusual kinds, and its payloads."""
+    parts, want = [], []
+    for i in range(40):
+        kind = rng.randrange(6)
+        if kind == 0:
+            parts.append(b": ping\n\n")
+        elif kind == 1:
+            parts.append(b"event: x\ndata: a%d\ndata: b\n\n" % i)
+            want.append(b"a%d\nb" % i)
+        elif kind == 2:
+            parts.append(b"data: r%d\r\n\r\n" % i)
+            want.append(b"r%d" % i)
+        else:
+            parts.append(b'data: {"i":%d}\n\n' % i)
+            want.append(b'{"i":%d}' % i)
+    return b"".join(parts), want
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_sse_any_split_of_mixed_framing_gives_the_same_events(seed: int) -> None:
+    rng = random.Random(seed)
+    data, want = _stream(rng)
+    cuts = sorted(rng.sample(range(1, len(data)), 12))
+    chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+    assert _decode([data]) == want
+    assert _decode(chunks) == want
+    assert _decode([data[i : i + 1] for i in range(len(data))]) == want
+
+
+def test_sse_partial_event_kept_across_reads_then_crlf() -> None:
+    dec = SSEDecoder()
+    assert dec.feed(b"data: 1\n") == []
+    assert dec.feed(b"\r\n") == [b"1"]
+    assert dec.feed(b"data: 2\n\ndata: 3") == [b"2"]
+    assert dec.close() == [b"3"]
+
+
+# ----------------------------------------------------------------- batched chunk parsing
+
+
+def _chunk(ids: list[int] | None, finish: str | None = None, usage: dict | None = None) -> bytes:
+    obj: dict = {"id": "cmpl-1", "choices": []}
+    if ids is not None:
+        obj["choices"] = [{"index": 0, "text": "x", "token_ids": ids, "finish_reason": finish}]
+    if usage:
+        obj["usage"] = usage
+    return orjson.dumps(obj)
+
+
+def test_feed_all_equals_feed_per_payload() -> None:
+    usage = {"prompt_tokens": 5, "completion_tokens": 4,
+             "prompt_tokens_details": {"cached_tokens": 2}}  # fmt: skip
+    payloads = [_chunk([]), _chunk([7]), _chunk([8, 9]), _chunk([10], "length"),
+                _chunk(None, usage=usage)]  # fmt: skip
+    one, many = ChoicesParser("id"), ChoicesParser("id")
+    counts = [len(ids) for p in payloads if (ids := one.feed(p))]
+    assert many.feed_all(payloads[:2]) + many.feed_all(payloads[2:]) == counts == [1, 2, 1]
+    assert one.finish() == many.finish()
+
+
+def test_feed_all_raises_like_feed_on_a_server_error_midway() -> None:
+    from workbench.backends.base import BackendError
+
+    bad = orjson.dumps({"error": {"message": "boom"}})
+    with pytest.raises(BackendError, match="boom"):
+        ChoicesParser("id").feed_all([_chunk([1]), bad, _chunk([2])])
+    with pytest.raises(BackendError, match="bad JSON"):
+        ChoicesParser("id").feed_all([_chunk([1]), b"{nope"])
+
+
+# ----------------------------------------------------------------- incremental hashes
+
+
+def test_block_hashes_with_known_prefix_equal_full_hashing() -> None:
+    rng = random.Random(1)
+    first = [rng.randrange(1000, 31000) for _ in range(100)]
+    grown = first + [rng.randrange(1000, 31000) for _ in range(37)]
+    h1 = block_hashes(first, 16)
+    assert block_hashes(grown, 16, known=h1[: 100 // 16]) == block_hashes(grown, 16)
+    with pytest.raises(ValueError):
+        block_hashes(first[:10], 16, known=h1[:1])
+    with pytest.raises(ValueError):
+        block_hashes([1, -2], 16)
+
+
+# ----------------------------------------------------------------- batched record writes
+
+
+def test_batched_writer_holds_lines_until_flush_or_close(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    w = RecordWriter(path, max_delay_ms=60_000, max_batch=3)
+
+    async def write_two() -> None:  # inside a loop: lines wait for the batch or the timer
+        w.write({"n": 1})
+        w.write({"n": 2})
+
+    asyncio.run(write_two())
+    assert path.read_bytes() == b""
+    w.write({"n": 3})  # third line fills the batch
+    assert [d["n"] for d in read_jsonl(path)] == [1, 2, 3]
+    w.write({"n": 4})  # no running loop: never held
+    assert len(read_jsonl(path)) == 4
+    w.close()
+
+
+async def test_batched_writer_timer_flushes_a_quiet_tail(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    w = RecordWriter(path, max_delay_ms=5)
+    w.write({"n": 1})
+    assert path.read_bytes() == b""
+    async with asyncio.timeout(10):
+        while not path.read_bytes():
+            await asyncio.sleep(0.005)
+    assert read_jsonl(path) == [{"n": 1}]
+    w.close()
+
+
+# ----------------------------------------------------------------- self-measurement
+
+
+def test_self_measure_integrates_in_flight_over_time() -> None:
+    m = SelfMeasure()
+    m.dispatched(0, 0)  # 1 in flight on [0, 10)
+    m.dispatched(10, 4)  # 2 on [10, 20), lag 6
+    m.ended(20)
+    m.ended(40)  # 1 on [20, 40)
+    raw = m.raw()
+    assert raw["in_flight_mean"] == pytest.approx((10 + 20 + 20) / 40)
+    assert raw["in_flight_peak"] == 2
+    assert raw["release_lag_ns"] == [0, 6]
+    assert raw["in_flight_at_dispatch"] == [0, 1]
+
+
+def _raw(lags_ms: list[float], cpu_s: float, wall_s: float, mean: float, peak: int) -> dict:
+    return {"release_lag_ns": [round(x * 1e6) for x in lags_ms], "cpu_s": cpu_s,
+            "wall_s": wall_s, "in_flight_mean": mean, "in_flight_peak": peak,
+            "in_flight_at_dispatch": [peak] * len(lags_ms)}  # fmt: skip
+
+
+def test_client_stats_pool_processes_and_flag_cpu() -> None:
+    a = _raw([0.1] * 99 + [2.0], cpu_s=9.5, wall_s=10.0, mean=15.0, peak=16)
+    b = _raw([0.2] * 100, cpu_s=4.0, wall_s=10.0, mean=14.0, peak=16)
+    s = client_stats([a, b], requested_concurrency=32)
+    assert s["processes"] == 2 and s["requested_concurrency"] == 32
+    assert s["in_flight"]["mean"] == pytest.approx(29.0) and s["in_flight"]["peak"] == 32
+    assert s["release_lag_ms"]["count"] == 200 and s["release_lag_ms"]["max"] == pytest.approx(2)
+    assert s["cpu_s"] == pytest.approx(13.5) and s["cpu_util"] == pytest.approx(0.95)
+    assert s["client_bottleneck"] is True
+    assert s["client_bottleneck_reasons"] == ["client CPU 95% of a core (>= 90%)"]
+
+
+def test_client_bottleneck_flag_bounds() -> None:
+    ok = {"cpu_util": 0.89, "release_lag_ms": {"p99": 10.0}}
+    assert client_bottleneck(ok) == {"client_bottleneck": False, "client_bottleneck_reasons": []}
+    late = {"cpu_util": 0.2, "release_lag_ms": {"p99": 10.5}}
+    flag = client_bottleneck(late)
+    assert flag["client_bottleneck"]
+    assert "release lag p99 10.5 ms" in flag["client_bottleneck_reasons"][0]
+    assert client_bottleneck({"cpu_util": None, "release_lag_ms": {"p99": None}})[
+        "client_bottleneck"] is False  # fmt: skip
+
+
+def test_summarize_carries_the_client_block_from_the_manifest() -> None:
+    stats = client_stats([_raw([30.0], 1.0, 10.0, 1.0, 1)], 4)
+    out = summarize(RunResult("r", [], manifest={"client": stats}))
+    assert out["client"]["release_lag_ms"]["p99"] == pytest.approx(30.0)
+    assert out["client_bottleneck"] is True
+    assert "client" not in summarize(RunResult("r", []))
+
+
+# ----------------------------------------------------------------- sharding
+
+
+def test_shard_split_keeps_units_whole_and_file_order() -> None:
+    from workbench.plan import build_plan
+    from workbench.traces.base import load_trace
+
+    cfg = RunConfig.from_dict({"trace": str(data_path("tracelab/multi_session_example.csv"))})
+    plan = build_plan(cfg, load_trace(cfg.trace.path))
+    shards = split_plan(plan, 2)
+    ords = [[u.ordinal for u in p.units] for p in shards]
+    assert sorted(o for s in ords for o in s) == [u.ordinal for u in plan.units]
+    assert all(s == sorted(s) for s in ords)
+    assert split_concurrency(5, 2) == [3, 2] and split_concurrency(None, 3) == [None] * 3
+    assert slot_offsets([3, 2], [10, 10]) == [0, 3]
+
+
+def test_workers_need_a_slot_each() -> None:
+    with pytest.raises(ConfigError, match=r"executor\.workers"):
+        RunConfig.from_dict({"executor": {"workers": 3}, "arrival": {"max_concurrency": 2}})
+    with pytest.raises(ConfigError, match=r"executor\.workers"):
+        RunConfig.from_dict({"executor": {"workers": 0}})
+
+
+def _key(r) -> tuple:
+    return (r.request_id, r.unit_ordinal, r.round_idx, r.planned_prefix_tokens,
+            r.planned_input_tokens, r.planned_output_tokens, r.sent_prompt_tokens)  # fmt: skip
+
+
+@pytest.mark.slow
+async def test_two_processes_replay_the_same_requests_as_one(tmp_path: Path) -> None:
+    trace = str(data_path("tracelab/multi_session_example.csv"))
+    async with serve_sim(speedup=50.0) as sim:
+        results = {}
+        for workers in (1, 2):
+            cfg = RunConfig.from_dict({
+                "trace": trace, "target": sim.base_url, "out_dir": str(tmp_path / str(workers)),
+                "arrival": {"mode": "saturated", "max_concurrency": 4, "tool_wait_scale": 0.01},
+                "executor": {"workers": workers},
+            })  # fmt: skip
+            async with asyncio.timeout(120):
+                results[workers] = await run_async(cfg)
+    one, two = results[1], results[2]
+    assert all(r.status == "ok" for r in two.records), [r.error for r in two.records]
+    assert sorted(map(_key, one.records)) == sorted(map(_key, two.records))
+    assert two.manifest["executor"]["workers"] == 2
+    assert two.manifest["client"]["processes"] == 2
+    assert two.manifest["client"]["in_flight"]["peak"] <= 4
+    run_dir = Path(two.run_dir or "")
+    assert not (run_dir / "shards").exists()
+    assert len(read_jsonl(run_dir / "records.jsonl")) == len(two.records)
+    assert len(read_jsonl(run_dir / "lifecycle.jsonl")) == len(two.lifecycle) > 0
+    slots = {row["routing_slot"] for row in two.lifecycle}
+    assert slots <= set(range(4))  # shard slot ranges stacked, unique run-wide
