@@ -7,6 +7,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from corruption import OPS, corrupt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -166,40 +167,10 @@ def test_fast_path_agrees_with_strict_path_on_a_large_file(
     assert load_trace(out) == fast
 
 
-def _corrupt(data: bytes, ops: list[tuple[str, int, int]]) -> bytes:
-    """Byte flips, truncation, line deletion and duplication at drawn positions."""
-    for op, pos, value in ops:
-        if not data:
-            break
-        pos %= len(data)
-        lines = data.split(b"\n")
-        k = pos % len(lines)
-        if op == "flip":
-            data = data[:pos] + bytes([value]) + data[pos + 1 :]
-        elif op == "truncate":
-            data = data[:pos]
-        elif op == "delete":
-            data = b"\n".join(lines[:k] + lines[k + 1 :])
-        else:
-            data = b"\n".join(lines[: k + 1] + lines[k:])
-    return data
-
-
-OPS = st.lists(
-    st.tuples(
-        st.sampled_from(["flip", "truncate", "delete", "duplicate"]),
-        st.integers(0, 10**6),
-        st.integers(0, 255),
-    ),
-    min_size=1,
-    max_size=4,
-)
-
-
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS, fast=st.booleans())
 def test_corrupted_files_load_or_raise_trace_format_error(ops, fast) -> None:
-    data = _corrupt(VALID.encode(), ops)
+    data = corrupt(VALID.encode(), ops)
     saved = canonical.FAST_PATH_MIN_ROWS
     canonical.FAST_PATH_MIN_ROWS = 0 if fast else 10**9
     try:

@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 import pytest
+from corruption import OPS, corrupt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -174,41 +175,13 @@ def test_bad_option_values(tmp_path: Path) -> None:
         load_trace(PUBLIC, block_size=4)
 
 
-def _corrupt(data: bytes, ops: list[tuple[str, int, int]]) -> bytes:
-    """Byte flips, truncation, line deletion and duplication at drawn positions."""
-    for op, pos, value in ops:
-        if not data:
-            break
-        pos %= len(data)
-        lines = data.split(b"\n")
-        k = pos % len(lines)
-        if op == "flip":
-            data = data[:pos] + bytes([value]) + data[pos + 1 :]
-        elif op == "truncate":
-            data = data[:pos]
-        elif op == "delete":
-            data = b"\n".join(lines[:k] + lines[k + 1 :])
-        else:
-            data = b"\n".join(lines[: k + 1] + lines[k:])
-    return data
-
-
-OPS = st.lists(
-    st.tuples(
-        st.sampled_from(["flip", "truncate", "delete", "duplicate"]),
-        st.integers(0, 10**6),
-        st.integers(0, 255),
-    ),
-    min_size=1,
-    max_size=4,
-)
 SAMPLE = b"\n".join(PUBLIC.read_bytes().splitlines()[:4] + PUBLIC.read_bytes().splitlines()[-3:])
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS, mode=st.sampled_from(["union", "sum"]))
 def test_corrupted_files_load_or_raise_trace_format_error(ops, mode) -> None:
-    data = _corrupt(SAMPLE, ops)
+    data = corrupt(SAMPLE, ops)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "c.jsonl"
         path.write_bytes(data)

@@ -1,0 +1,32 @@
+"""Shared hypothesis strategy for the readers' corruption property tests."""
+
+from hypothesis import strategies as st
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["flip", "truncate", "delete", "duplicate"]),
+        st.integers(0, 10**6),
+        st.integers(0, 255),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+def corrupt(data: bytes, ops: list[tuple[str, int, int]]) -> bytes:
+    """Byte flips, truncation, line deletion and duplication at drawn positions."""
+    for op, pos, value in ops:
+        if not data:
+            break
+        pos %= len(data)
+        lines = data.split(b"\n")
+        k = pos % len(lines)
+        if op == "flip":
+            data = data[:pos] + bytes([value]) + data[pos + 1 :]
+        elif op == "truncate":
+            data = data[:pos]
+        elif op == "delete":
+            data = b"\n".join(lines[:k] + lines[k + 1 :])
+        else:
+            data = b"\n".join(lines[: k + 1] + lines[k:])
+    return data
