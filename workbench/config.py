@@ -10,6 +10,7 @@ run manifest.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,13 +96,25 @@ class ExecutorSpec:
     ``block_hashes``: compute each prompt's chained block hashes (kept in records
     for the Dynamo export; incremental per session, but off saves O(prompt) work
     per request). ``uvloop``: use uvloop for ``run``/the CLI when installed.
+    ``kind``: ``local`` (one process, or ``workers`` processes when > 1),
+    ``processes`` (``workers`` processes on this host) or ``ray`` (``workers``
+    Ray actors, see ``workbench.ray_executor``); ``address``: the Ray cluster
+    to join (``ray://host:10001``, ``host:6379`` or ``auto``; None = a
+    ``ray.init`` already made in this process, else a local one).
+    ``gc_freeze``: ``gc.freeze()`` what exists when the measured run starts, so
+    no full garbage collection over it pauses the loop mid-run (restored after).
     """
 
     workers: int = 1
     record_flush_ms: float | None = 50.0
     block_hashes: bool = True
     uvloop: bool = True
+    kind: str = "local"
+    address: str | None = None
+    gc_freeze: bool = True
 
+
+EXECUTOR_KINDS: tuple[str, ...] = ("local", "processes", "ray")
 
 _SECTIONS: dict[str, tuple[type, str]] = {
     "trace": (TraceSpec, "path"),
@@ -238,6 +251,16 @@ class RunConfig:
             )
         if e.record_flush_ms is not None and e.record_flush_ms < 0:
             raise ConfigError(f"executor.record_flush_ms must be >= 0, got {e.record_flush_ms}")
+        if e.kind not in EXECUTOR_KINDS:
+            raise ConfigError(
+                f"executor.kind {e.kind!r} unknown; valid: {', '.join(EXECUTOR_KINDS)}"
+            )
+        if e.address is not None and e.kind != "ray":
+            raise ConfigError("executor.address is a Ray cluster address: set executor.kind 'ray'")
+        if e.kind == "ray" and importlib.util.find_spec("ray") is None:
+            raise ConfigError(
+                "executor.kind 'ray' needs Ray: pip install 'workbench[ray]' (or 'ray>=2.9')"
+            )
 
     def check_workload(self, workload: Workload) -> None:
         """Rules that depend on what the trace holds."""

@@ -152,6 +152,7 @@ class ReplaySession:
                 lifecycle_sink=self._on_lifecycle, block_size=block_size,
             )
             runner.record_hashes = self.cfg.executor.block_hashes
+            runner.freeze_gc = self.cfg.executor.gc_freeze
             self.manifest["block_size"] = block_size
             scraper = self._scraper(target, clock)
             watcher = asyncio.ensure_future(_watch(stop, runner)) if stop else None

@@ -337,6 +337,7 @@ async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> Non
                 lifecycle_sink=life.write, block_size=spec["block_size"],
             )  # fmt: skip
             runner.record_hashes = cfg.executor.block_hashes
+            runner.freeze_gc = cfg.executor.gc_freeze
             runner.slot_offset = spec["slot_offset"]
             await runner.warmup()
             conn.send(("ready", None))

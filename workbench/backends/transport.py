@@ -19,6 +19,7 @@ after the record is marked ``cancelled``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
@@ -87,6 +88,50 @@ def _clamped(req: WireRequest, completion: int | None, finish: str | None) -> bo
     warning is logged, because the output no longer follows the plan.
     """
     return completion is not None and completion < req.max_tokens and finish == "length"
+
+
+#: parse kept reads once this many bytes are pending (bounds memory per stream)
+PARSE_BATCH_BYTES = 64 * 1024
+
+
+class _StreamState:
+    """SSE decoding and parsing of one response, fed (stamp, bytes) reads in order."""
+
+    __slots__ = ("counts", "decoder", "done", "feed_all", "rec", "times")
+
+    def __init__(self, parser: StreamParser, rec: RequestRecord) -> None:
+        self.decoder = SSEDecoder()
+        self.feed_all = getattr(parser, "feed_all", None) or partial(_feed_each, parser)
+        self.rec = rec
+        self.times, self.counts = rec.token_times_ns, rec.token_counts
+        self.done = False
+
+    def parse(self, reads: list[tuple[int, bytes]]) -> None:
+        decode, feed_all, times, counts = self.decoder.feed, self.feed_all, self.times, self.counts
+        for t, chunk in reads:
+            if self.done:
+                return
+            payloads = decode(chunk)
+            if not payloads:
+                continue
+            if DONE in payloads:
+                payloads = payloads[: payloads.index(DONE)]
+                self.done = True
+                self.rec.end_ns = t
+            if payloads:
+                for n in feed_all(payloads):
+                    times.append(t)
+                    counts.append(n)
+
+    def close(self, t: int) -> None:
+        """End of body without ``[DONE]``: flush the decoder (a last unterminated event)."""
+        payloads = self.decoder.close()
+        if DONE in payloads:
+            payloads = payloads[: payloads.index(DONE)]
+        for n in self.feed_all(payloads) if payloads else ():
+            self.times.append(t)
+            self.counts.append(n)
+        self.rec.end_ns = t
 
 
 def _feed_each(parser: StreamParser, payloads: list[bytes]) -> list[int]:
@@ -228,43 +273,39 @@ class Transport:
     ) -> None:
         """Read to the end of the body, feeding events to ``parser`` until ``[DONE]``.
 
-        Reading on past ``[DONE]`` lets the connection return to the pool; a
-        failure after ``[DONE]`` changes nothing that was measured.
+        *Stamp now, parse later*: each read is only stamped and kept; its events
+        are decoded and parsed in batches (every ``PARSE_BATCH_BYTES``, at the end of
+        the body, or when the stream fails). When hundreds of streams get a token in
+        the same loop iteration, the k-th stream's stamp then waits only for the
+        k−1 stamps before it, not for k−1 JSON parses; every event still gets the
+        stamp of the read that completed it. Reading on past ``[DONE]`` lets the
+        connection return to the pool; a failure after ``[DONE]`` changes nothing
+        that was measured.
         """
         now = self.clock.now_ns
-        decoder = SSEDecoder()
-        decode = decoder.feed
-        feed_all = getattr(parser, "feed_all", None) or partial(_feed_each, parser)
-        times, counts = rec.token_times_ns, rec.token_counts
-        done = False
+        state = _StreamState(parser, rec)
+        pending: list[tuple[int, bytes]] = []
+        size = 0
         try:
             async for chunk in resp.content.iter_any():
-                if done:
+                if state.done:
                     continue
-                t = now()
-                payloads = decode(chunk)
-                if not payloads:
-                    continue
-                if DONE in payloads:
-                    payloads = payloads[: payloads.index(DONE)]
-                    done = True
-                    rec.end_ns = t
-                if payloads:
-                    for n in feed_all(payloads):
-                        times.append(t)
-                        counts.append(n)
+                pending.append((now(), chunk))
+                size += len(chunk)
+                if size >= PARSE_BATCH_BYTES:
+                    state.parse(pending)
+                    pending, size = [], 0
         except (aiohttp.ClientError, TimeoutError):
-            if not done:
+            state.parse(pending)  # keep the token events that did arrive
+            if not state.done:
                 raise
-        if not done:
-            t = now()
-            payloads = decoder.close()
-            if DONE in payloads:
-                payloads = payloads[: payloads.index(DONE)]
-            for n in feed_all(payloads) if payloads else ():
-                times.append(t)
-                counts.append(n)
-            rec.end_ns = t
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                state.parse(pending)
+            raise
+        state.parse(pending)
+        if not state.done:
+            state.close(now())
 
     def _close_record(self, rec: RequestRecord, status: Status, error: str | None) -> None:
         if rec.end_ns is None:
