@@ -5,7 +5,8 @@ The same code runs behind the HTTP server (``WallClock``) and inside
 cost model says the step is over, then applies it and stamps every emitted
 token with the step's end time. Nothing here wakes per token: the scheduler
 appends a token to each sequence, and only a request whose consumer is
-actually waiting gets its future resolved, once per step.
+actually waiting gets its future resolved, once per step (a request only
+awaited with ``wait()`` is woken once, when it finishes).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class EngineRequest:
 
     @property
     def output_ids(self) -> list[int]:
-        return list(self._seq.output)
+        return self._seq.output  # a fresh list
 
     @property
     def token_ns(self) -> list[int]:
@@ -88,6 +89,7 @@ class EngineRequest:
 
     async def _progress(self) -> None:
         loop = asyncio.get_running_loop()
+        self._seq.watched = True  # from now on the engine wakes this request every step
         self._waiter = loop.create_future()
         await self._waiter
 
@@ -124,7 +126,7 @@ class EngineRequest:
         seq = self._seq
         last = seq.finished and seq.finish_reason == "length" and k == len(seq.token_ns) - 1
         return RequestOutput(
-            [seq.output[k]],
+            [seq.outputs[k]],
             seq.token_ns[k],
             last,
             "length" if last else None,

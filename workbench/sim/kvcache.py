@@ -7,31 +7,59 @@ full blocks are cacheable. Blocks are reference counted; a cached block whose
 count drops to 0 stays findable in an LRU list until a new allocation evicts it
 (least recently freed first; a request frees its blocks tail first, so a
 prefix's tail goes before its head).
+
+Cost: every per-block operation (hash, look-up, allocate/evict, commit,
+acquire, release) runs as C-level ``map``/``zip``/``islice`` over the block
+list instead of a Python loop per block: a prompt of 12k tokens is 750 blocks,
+and a whole-trace replay moves tens of millions of them.
 """
 
 from __future__ import annotations
 
 import operator
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
+from functools import partial
+from itertools import compress, islice, repeat, takewhile
+
+_is_not_none = partial(operator.is_not, None)
+
+
+def _drain(it: object) -> None:
+    """Run a C-level iterator (``map`` of a setter) for its side effects only."""
+    deque(it, maxlen=0)  # type: ignore[call-overload]
 
 ROOT_HASH = 0x51F15EED
 
 
 def block_hashes(
-    token_ids: Sequence[int], block_size: int, start: int = 0, parent: int = ROOT_HASH
+    token_ids: Sequence[int],
+    block_size: int,
+    start: int = 0,
+    parent: int = ROOT_HASH,
+    stop: int | None = None,
 ) -> list[int]:
     """Chained hashes of the full blocks from block index ``start`` on.
 
-    ``parent`` is the hash of block ``start - 1`` (``ROOT_HASH`` for block 0).
-    Python's hash of a tuple of ints is not salted, so keys are stable across
-    processes and runs.
+    ``parent`` is the hash of block ``start - 1`` (``ROOT_HASH`` for block 0);
+    only the first ``stop`` tokens count (all by default). Block ``i`` is
+    ``hash((hash_{i-1}, hash(tuple(block_i))))``: the block tuples are cut and
+    hashed in C (``zip`` over one iterator), only the chaining is a Python
+    loop. Python's hash of a tuple of ints is not salted, so keys are stable
+    across processes and runs.
     """
+    end = len(token_ids) if stop is None else min(stop, len(token_ids))
+    end -= end % block_size
+    lo = start * block_size
+    if end <= lo:
+        return []
+    it = iter(token_ids[lo:end])
     out: list[int] = []
+    append = out.append
     h = parent
-    for lo in range(start * block_size, len(token_ids) - block_size + 1, block_size):
-        h = hash((h, tuple(token_ids[lo : lo + block_size])))
-        out.append(h)
+    for c in map(hash, zip(*[it] * block_size, strict=False)):  # one iterator: blocks
+        h = hash((h, c))
+        append(h)
     return out
 
 
@@ -80,12 +108,10 @@ class BlockManager:
         if not self.enable_caching:
             return []
         hit: list[int] = list(known) if known else []
-        get = self._by_hash.get
-        for i in range(len(hit), min(max_blocks, len(hashes))):
-            bid = get(hashes[i])
-            if bid is None:
-                break
-            hit.append(bid)
+        stop = min(max_blocks, len(hashes))
+        if len(hit) < stop:
+            found = map(self._by_hash.get, hashes[len(hit) : stop])
+            hit.extend(takewhile(_is_not_none, found))  # type: ignore[arg-type]
         return hit
 
     def can_allocate(self, new_blocks: int, hit: Sequence[int]) -> bool:
@@ -100,12 +126,14 @@ class BlockManager:
 
     def acquire(self, blocks: Sequence[int]) -> None:
         """Take a reference on cached blocks (a prefix hit)."""
+        if not blocks:
+            return
         ref, lru = self._ref, self._lru
-        for bid in blocks:
-            if ref[bid] == 0:
-                del lru[bid]
-                self.num_active += 1
-            ref[bid] += 1
+        refs = list(map(ref.__getitem__, blocks))
+        idle = list(compress(blocks, map(operator.not_, refs)))  # evictable: leave the LRU
+        _drain(map(lru.__delitem__, idle))
+        self.num_active += len(idle)
+        _drain(map(ref.__setitem__, blocks, map(operator.add, refs, repeat(1))))
 
     def allocate(self, n: int) -> list[int] | None:
         """``n`` fresh blocks (evicting LRU cached blocks as needed), or None if no room."""
@@ -117,32 +145,37 @@ class BlockManager:
         del free[len(free) - take :]
         if take < n:
             out.extend(self._evict(n - take))
-        ref = self._ref
-        for bid in out:
-            ref[bid] = 1
+        _drain(map(self._ref.__setitem__, out, repeat(1)))
         self.num_active += n
         return out
 
     def _evict(self, n: int) -> list[int]:
         """Take the ``n`` least recently freed cached blocks, forgetting their hashes."""
-        lru, hashes, by_hash = self._lru, self._hash, self._by_hash
-        out: list[int] = []
-        for _ in range(n):
-            bid = lru.popitem(last=False)[0]
-            h = hashes[bid]
-            del by_hash[h]  # type: ignore[arg-type]
-            self.evicted_log.append(h)  # type: ignore[arg-type]
-            hashes[bid] = None
-            out.append(bid)
+        lru, hashes = self._lru, self._hash
+        out = list(islice(lru, n))
+        _drain(map(lru.__delitem__, out))
+        gone: list[int] = list(map(hashes.__getitem__, out))  # type: ignore[arg-type]
+        _drain(map(self._by_hash.__delitem__, gone))
+        self.evicted_log.extend(gone)
+        _drain(map(hashes.__setitem__, out, repeat(None)))
         self.evictions += n
         return out
 
     def release(self, blocks: Sequence[int]) -> None:
         """Drop one reference per block, tail first; unreferenced cached blocks stay findable."""
         ref, hashes, lru, free = self._ref, self._hash, self._lru, self._free
+        tail_first = blocks[::-1]
+        refs = list(map(ref.__getitem__, tail_first))
+        if refs.count(1) == len(refs):  # the common case: no block shared with another request
+            _drain(map(ref.__setitem__, tail_first, repeat(0)))
+            named = list(map(_is_not_none, map(hashes.__getitem__, tail_first)))
+            lru.update(dict.fromkeys(compress(tail_first, named)))
+            free.extend(compress(tail_first, map(operator.not_, named)))
+            self.num_active -= len(refs)
+            return
         freed = 0
-        for bid in reversed(blocks):
-            r = ref[bid] - 1
+        for bid, r in zip(tail_first, refs, strict=True):
+            r -= 1
             ref[bid] = r
             if not r:
                 freed += 1
@@ -158,6 +191,12 @@ class BlockManager:
         if not self.enable_caching:
             return
         own, by_hash = self._hash, self._by_hash
+        bids, keys = blocks[lo:hi], hashes[lo:hi]
+        fresh = not any(map(_is_not_none, map(own.__getitem__, bids)))
+        if fresh and by_hash.keys().isdisjoint(keys):  # the common case: new blocks, new hashes
+            by_hash.update(zip(keys, bids, strict=True))
+            _drain(map(own.__setitem__, bids, keys))
+            return
         for i in range(lo, hi):
             bid, h = blocks[i], hashes[i]
             if own[bid] is None and h not in by_hash:

@@ -10,6 +10,14 @@ preempted (recompute: its blocks are freed and it re-enters the head of the
 waiting queue with its generated tokens, to be prefilled again, mostly from
 the prefix cache).
 
+Cost: the work per step is one short pass over the running requests (a
+decode request costs a few attribute updates and one timestamp append) plus
+work proportional to what changed: new blocks (hashed, allocated, committed in
+C-level bulk operations by ``kvcache``), admissions, preemptions and finishes.
+A request's output ids are drawn up front (their count is pinned to
+``max_tokens``), so nothing is generated or appended per token beyond its
+timestamp.
+
 Accounting decision: prefix-cache queries/hits and prompt tokens are counted
 once per request, at its first admission, so the counters always equal the sum
 of the per-request usage the server reports (vLLM re-counts on re-admission).
@@ -22,12 +30,18 @@ from dataclasses import dataclass, field
 
 from workbench.sim.config import EngineConfig
 from workbench.sim.kvcache import ROOT_HASH, BlockManager, block_hashes
-from workbench.sim.tokenizer import output_token, request_base
+from workbench.sim.tokenizer import output_tokens, request_base
 
 
 @dataclass(eq=False, slots=True)
 class Sequence:
-    """Scheduler state of one request: its tokens, blocks and progress."""
+    """Scheduler state of one request: its tokens, blocks and progress.
+
+    ``tokens`` is the prompt followed by the request's whole (pre-drawn)
+    output; only its first ``length`` tokens exist so far (the prompt plus the
+    ``num_out`` generated ones). ``capacity`` is ``len(blocks) * block_size``
+    and ``next_full`` the token count at which the next block fills (commit).
+    """
 
     request_id: str
     tokens: list[int]
@@ -35,39 +49,51 @@ class Sequence:
     max_tokens: int
     arrival_ns: int
     base: int
+    outputs: list[int] = field(default_factory=list)
+    length: int = 0
+    num_out: int = 0
     num_computed: int = 0
+    capacity: int = 0
+    next_full: int = 0
+    step_tokens: int = 0
     blocks: list[int] = field(default_factory=list)
     hashes: list[int] = field(default_factory=list)
     committed: int = 0
     prefilling: bool = True
     cached_tokens: int = -1
-    output: list[int] = field(default_factory=list)
     token_ns: list[int] = field(default_factory=list)
     finished: bool = False
     finish_reason: str | None = None
     finish_ns: int | None = None
+    watched: bool = False
     handle: object = None
 
+    @property
+    def output(self) -> list[int]:
+        """Output ids generated so far."""
+        return self.outputs[: self.num_out]
+
     def ensure_hashes(self, block_size: int) -> None:
-        """Extend the chained block hashes to every full block of ``tokens``."""
+        """Extend the chained block hashes to every full block of the first ``length`` tokens."""
         have = len(self.hashes)
-        if (have + 1) * block_size <= len(self.tokens):
+        if (have + 1) * block_size <= self.length:
             parent = self.hashes[-1] if have else ROOT_HASH
-            self.hashes.extend(block_hashes(self.tokens, block_size, have, parent))
+            self.hashes.extend(block_hashes(self.tokens, block_size, have, parent, self.length))
 
 
 @dataclass(slots=True)
 class StepPlan:
     """What one step computes: (sequence, new tokens) pairs and the cost inputs."""
 
-    scheduled: list[tuple[Sequence, int]] = field(default_factory=list)
+    scheduled: list[Sequence] = field(default_factory=list)  # n is ``seq.step_tokens``
     prefill_tokens: int = 0
     decode_seqs: int = 0
     kv_tokens: int = 0
     preempted: int = 0
 
     def add(self, seq: Sequence, n: int) -> None:
-        self.scheduled.append((seq, n))
+        seq.step_tokens = n
+        self.scheduled.append(seq)
         self.kv_tokens += seq.num_computed + n
         if seq.prefilling:
             self.prefill_tokens += n
@@ -106,7 +132,10 @@ class Scheduler:
         self, request_id: str, prompt: list[int], max_tokens: int, now_ns: int
     ) -> Sequence:
         base = request_base(request_id, self.config.seed)
-        seq = Sequence(request_id, prompt, len(prompt), max_tokens, now_ns, base)
+        outputs = output_tokens(base, max_tokens)
+        seq = Sequence(request_id, prompt + outputs, len(prompt), max_tokens, now_ns, base, outputs)
+        seq.length = len(prompt)
+        seq.next_full = self.bs
         seq.ensure_hashes(self.bs)
         return seq
 
@@ -126,26 +155,35 @@ class Scheduler:
         return plan
 
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:
-        running, i, bs = self.running, 0, self.bs
+        running, i = self.running, 0
         scheduled = plan.scheduled
+        kv_tokens = decodes = 0
         while i < len(running) and budget > 0:
             seq = running[i]
-            n = min(len(seq.tokens) - seq.num_computed, budget)
-            if seq.num_computed + n > len(seq.blocks) * bs:
+            c = seq.num_computed
+            n = seq.length - c
+            if n > budget:
+                n = budget
+            if c + n > seq.capacity:
                 while not self._grow(seq, n):
                     victim = running.pop()
                     self._preempt(victim)
                     plan.preempted += 1
                     if victim is seq:
+                        plan.kv_tokens += kv_tokens
+                        plan.decode_seqs += decodes
                         return budget
             if seq.prefilling:
                 plan.add(seq, n)
-            else:  # decode: the common case, inlined
-                scheduled.append((seq, n))
-                plan.kv_tokens += seq.num_computed + n
-                plan.decode_seqs += 1
+            else:  # decode (n == 1): the common case, inlined
+                seq.step_tokens = n
+                scheduled.append(seq)
+                kv_tokens += c + n
+                decodes += 1
             budget -= n
             i += 1
+        plan.kv_tokens += kv_tokens
+        plan.decode_seqs += decodes
         return budget
 
     def _grow(self, seq: Sequence, n: int) -> bool:
@@ -156,13 +194,16 @@ class Scheduler:
         if got is None:
             return False
         seq.blocks.extend(got)
+        seq.capacity = len(seq.blocks) * self.bs
         return True
 
     def _preempt(self, seq: Sequence) -> None:
         self.kv.release(seq.blocks)
         seq.blocks = []
+        seq.capacity = 0
         seq.num_computed = 0
         seq.committed = 0
+        seq.next_full = self.bs
         seq.prefilling = True
         self.waiting.appendleft(seq)
         self.counters.preemptions += 1
@@ -173,7 +214,7 @@ class Scheduler:
             seq = waiting[0]
             hit = self._head_hit(seq)
             cached = len(hit) * bs
-            n = min(len(seq.tokens) - cached, budget)
+            n = min(seq.length - cached, budget)
             need = -(-(cached + n) // bs) - len(hit)
             if not kv.can_allocate(need, hit):
                 self._memo = (seq, hit, kv.epoch)
@@ -181,8 +222,10 @@ class Scheduler:
             self._memo = None
             kv.acquire(hit)
             seq.blocks = hit + (kv.allocate(need) or [])
+            seq.capacity = len(seq.blocks) * bs
             seq.num_computed = cached
             seq.committed = len(hit)
+            seq.next_full = (len(hit) + 1) * bs
             if seq.cached_tokens < 0:
                 self._count_admission(seq, cached)
             waiting.popleft()
@@ -201,7 +244,7 @@ class Scheduler:
             if not kv.evicted_log or not set(kv.evicted_log).intersection(seq.hashes[: len(hit)]):
                 known = hit
         kv.evicted_log.clear()
-        return kv.longest_hit(seq.hashes, (len(seq.tokens) - 1) // self.bs, known)
+        return kv.longest_hit(seq.hashes, (seq.length - 1) // self.bs, known)
 
     def _count_admission(self, seq: Sequence, cached: int) -> None:
         seq.cached_tokens = cached
@@ -211,30 +254,38 @@ class Scheduler:
         c.prompt_tokens += seq.prompt_len
 
     def complete(self, plan: StepPlan, t_ns: int) -> list[Sequence]:
-        """Apply a planned step that ended at ``t_ns``; returns sequences that got a token."""
-        emitted: list[Sequence] = []
+        """Apply a planned step that ended at ``t_ns``.
+
+        Every sequence that got a token has ``t_ns`` appended to its
+        ``token_ns``; returned are only those a consumer must hear about:
+        the ones that finished and the ``watched`` ones (a stream is waiting).
+        """
+        wake: list[Sequence] = []
         bs, kv = self.bs, self.kv
-        for seq, n in plan.scheduled:
+        emitted = 0
+        for seq in plan.scheduled:
             if seq.finished:  # aborted while the step ran
                 continue
-            computed = seq.num_computed = seq.num_computed + n
-            full = computed // bs
-            if seq.committed < full:
+            computed = seq.num_computed = seq.num_computed + seq.step_tokens
+            if computed >= seq.next_full:
+                full = computed // bs
                 seq.ensure_hashes(bs)
                 kv.commit(seq.blocks, seq.hashes, seq.committed, full)
                 seq.committed = full
-            if computed >= len(seq.tokens):
-                out = seq.output
-                tok = output_token(seq.base, len(out))
-                seq.tokens.append(tok)
-                out.append(tok)
+                seq.next_full = (full + 1) * bs
+            if computed >= seq.length:
+                k = seq.num_out = seq.num_out + 1
+                seq.length = computed + 1
                 seq.token_ns.append(t_ns)
                 seq.prefilling = False
-                emitted.append(seq)
-                if len(out) >= seq.max_tokens:
+                emitted += 1
+                if k >= seq.max_tokens:
                     self._finish(seq, "length", t_ns)
-        self.counters.generation_tokens += len(emitted)
-        return emitted
+                    wake.append(seq)
+                elif seq.watched:
+                    wake.append(seq)
+        self.counters.generation_tokens += emitted
+        return wake
 
     def _finish(self, seq: Sequence, reason: str, t_ns: int) -> None:
         seq.finished = True
@@ -245,6 +296,7 @@ class Scheduler:
         seq.blocks = []
         seq.tokens = []  # a finished request keeps only its output (memory of long replays)
         seq.hashes = []
+        del seq.outputs[seq.num_out :]
         if reason == "length":
             self.counters.requests += 1
 
@@ -258,5 +310,6 @@ class Scheduler:
             self.waiting.remove(seq)
             seq.finished, seq.finish_reason, seq.finish_ns = True, "abort", t_ns
             seq.tokens, seq.hashes = [], []
+            del seq.outputs[seq.num_out :]
         self.counters.requests_aborted += 1
         return True
