@@ -125,10 +125,15 @@ async def run_async(
     if cfg.dry_run:
         return dry_run_result(cfg, workload, plan, run_id)
     manifest = base_manifest(cfg, workload, plan, run_id)
-    if cfg.executor.workers > 1:
+    kind = getattr(cfg.executor, "kind", "local")
+    if kind == "ray":
+        from workbench.ray_executor import RaySession
+
+        session: ReplaySession = RaySession(cfg, plan, run_id, manifest, progress=progress)
+    elif cfg.executor.workers > 1 or kind == "processes":
         from workbench.shard import ShardedSession
 
-        session: ReplaySession = ShardedSession(cfg, plan, run_id, manifest, progress=progress)
+        session = ShardedSession(cfg, plan, run_id, manifest, progress=progress)
     else:
         session = ReplaySession(cfg, plan, run_id, manifest, progress=progress)
     return await session.run(stop)

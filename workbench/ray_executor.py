@@ -1,0 +1,341 @@
+"""The Ray executor: shards of units on Ray actors, records streamed back to the driver.
+
+``executor: {kind: ray, workers: N, address: ...}`` runs the process-sharding
+design of ``workbench.shard`` on a Ray cluster instead of local processes:
+
+- **Same split.** ``split_plan`` (unit ``i`` → shard ``i mod N``, a unit never
+  split, file order kept within a shard), ``split_concurrency`` and the routing
+  slot offsets are ``ShardedSession``'s; actor ``k`` replays shard ``k`` with an
+  ordinary ``Runner``, so admission order within a shard is a local run's.
+- **The driver owns the target.** As in a sharded run, the driver (this
+  process) starts the embedded engine or checks the URL, runs the preflight and
+  the ``/metrics`` scraper, and gives actors only the base URL — which must be
+  reachable from every node (a ``127.0.0.1`` engine only serves a one-host
+  cluster).
+- **Clock offsets, one epoch.** Before the start the driver measures each
+  actor's clock NTP-style: ``K`` round trips of ``time.time_ns``, keeping the
+  sample with the smallest round trip (offset = actor − midpoint of the round
+  trip, error ≤ RTT/2). An actor on the driver's host (same kernel boot id)
+  shares ``time.perf_counter_ns`` (CLOCK_MONOTONIC) with it and gets the
+  driver's epoch ``t0`` verbatim; an actor on another host gets it as a wall
+  time corrected by its offset and converts it to its own monotonic clock, and
+  its record timestamps are shifted back onto the driver's clock when they
+  arrive. Offsets, RTTs and shifts go into ``manifest["executor"]["clocks"]``.
+- **Barrier.** Every actor opens its transport and plays its warm-up
+  (``prepare``), then the driver picks ``t0`` ``EPOCH_LEAD_NS`` ahead and starts
+  them all; timed arrivals are offsets from that one epoch.
+- **Streaming back.** Actors buffer finished records and lifecycle rows;
+  the driver drains them every ``POLL_S`` (one actor call returning a batch) and
+  appends them to ``shards/*.jsonl`` in the run directory (crash-safe as in a
+  sharded run), then ``ShardedSession._merge`` merges them into one run
+  directory. ``records.parquet`` is written beside ``records.jsonl`` at the end
+  when pyarrow is installed.
+
+Ray is optional (``pip install 'workbench[ray]'``). With no ``address`` the
+driver joins a running ``ray.init`` of this process, else starts a local
+cluster and shuts it down at the end; with an ``address`` it connects to that
+cluster and leaves it running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import ConfigError, WorkbenchError
+from workbench.records import RequestRecord
+from workbench.shard import ShardedSession, slot_offsets, split_concurrency, split_plan
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = "pip install 'workbench[ray]'  (or: pip install 'ray>=2.9')"
+ACTOR_CPUS = 1.0  # logical CPUs each actor asks Ray for (placement, not a limit)
+CLOCK_SAMPLES = 8
+READY_TIMEOUT_S = 180.0
+EPOCH_LEAD_NS = 100_000_000  # start this far after the barrier (Ray call latency ≪ this)
+POLL_S = 0.05
+STOP_GRACE_S = 30.0
+
+
+def require_ray() -> Any:
+    """The ``ray`` module, or a ConfigError naming the pip command."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(f"executor.kind 'ray' needs Ray: {INSTALL_HINT}") from None
+    return ray
+
+
+def host_id() -> str:
+    """Hostname + kernel boot id: equal ids share one CLOCK_MONOTONIC."""
+    boot = ""
+    with contextlib.suppress(OSError):
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    return f"{socket.gethostname()}/{boot}"
+
+
+def shift_ns(row: dict[str, Any], shift: int) -> dict[str, Any]:
+    """Every ``*_ns`` integer (and the token-time list) of a row moved by ``shift`` ns."""
+    if not shift:
+        return row
+    for key, value in row.items():
+        if key.endswith("_ns") and isinstance(value, int) and not isinstance(value, bool):
+            row[key] = value + shift
+    if isinstance(row.get("token_times_ns"), list):
+        row["token_times_ns"] = [t + shift for t in row["token_times_ns"]]
+    return row
+
+
+class ShardActor:
+    """One shard's runner inside a Ray actor (an async actor: one asyncio loop)."""
+
+    def __init__(self) -> None:
+        self._records: list[dict[str, Any]] = []
+        self._lifecycle: list[dict[str, Any]] = []
+        self._done = 0
+        self._runner: Any = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._task: asyncio.Future[Any] | None = None
+
+    def clock(self) -> tuple[int, str]:
+        return time.time_ns(), host_id()
+
+    async def prepare(self, spec: dict[str, Any]) -> bool:
+        """Open the transport, build the runner, play the warm-up; then wait for ``run``."""
+        from workbench.backends.base import make_codec
+        from workbench.backends.transport import Transport, TransportOptions
+        from workbench.clock import WallClock
+        from workbench.config import RunConfig
+        from workbench.context.tokens import TokenPool
+        from workbench.runner import Runner
+
+        cfg = RunConfig.from_dict(spec["cfg"])
+        b, a = cfg.backend, cfg.arrival
+        clock = WallClock()
+        options = TransportOptions(
+            base_url=spec["base_url"], api_key_env=b.api_key_env,
+            request_timeout_s=a.request_timeout_s, stream_idle_timeout_s=a.stream_idle_timeout_s,
+        )  # fmt: skip
+        self._stack = contextlib.AsyncExitStack()
+        transport = await self._stack.enter_async_context(Transport(options, clock))
+        runner = Runner(
+            cfg, spec["plan"], run_id=spec["run_id"], codec=make_codec(b.name, **b.options),
+            sender=transport, clock=clock, pool=TokenPool(seed=cfg.seed), sink=self._on_record,
+            lifecycle_sink=self._on_lifecycle, block_size=spec["block_size"],
+        )  # fmt: skip
+        runner.record_hashes = cfg.executor.block_hashes
+        runner.freeze_gc = getattr(cfg.executor, "gc_freeze", False)
+        runner.slot_offset = spec["slot_offset"]
+        self._runner = runner
+        await runner.warmup()
+        return True
+
+    def _on_lifecycle(self, row: dict[str, Any]) -> None:
+        self._lifecycle.append(row)
+
+    def _on_record(self, rec: RequestRecord) -> None:
+        self._records.append(rec.to_dict())
+        self._done += 0 if rec.warmup else 1
+
+    async def begin(self, t0_perf_ns: int | None, t0_wall_ns: int) -> int:
+        """Start replaying from the epoch and return it on this actor's ``perf_counter``.
+
+        The epoch is the driver's ``perf_counter`` ns (same host) or a wall time
+        already corrected to this actor's clock (another host).
+        """
+        t0 = t0_perf_ns
+        if t0 is None:
+            t0 = time.perf_counter_ns() + (t0_wall_ns - time.time_ns())
+        self._task = asyncio.ensure_future(self._runner.execute(t0))
+        return t0
+
+    async def finish(self) -> dict[str, Any]:
+        """Wait for the shard to end; its client self-measurement and stop reason."""
+        try:
+            if self._task is not None:
+                await self._task
+        finally:
+            if self._stack is not None:
+                await self._stack.aclose()
+        r = self._runner
+        return {"client": r.measure.raw(), "stop_reason": r.stop_reason,
+                "peak_active": r.gate.peak_active}  # fmt: skip
+
+    def drain(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+        """Records and lifecycle rows finished since the last call, and the done count."""
+        recs, rows = self._records, self._lifecycle
+        self._records, self._lifecycle = [], []
+        return recs, rows, self._done
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            self._runner.stop("stopped")
+
+
+class RaySession(ShardedSession):
+    """A ``ShardedSession`` whose shards run on Ray actors (see the module docstring)."""
+
+    _started_ray = False
+
+    async def _run_workers(
+        self, base_url: str, block_size: int | None, stop: asyncio.Event | None
+    ) -> None:
+        ray = require_ray()
+        self._connect(ray)
+        n = self.cfg.executor.workers
+        plans = split_plan(self.plan, n)
+        shares = split_concurrency(self.cfg.arrival.max_concurrency, n)
+        offsets = slot_offsets(shares, [len(p.units) for p in plans])
+        remote = ray.remote(max_concurrency=64)(ShardActor)
+        actors = [
+            remote.options(num_cpus=ACTOR_CPUS, scheduling_strategy="SPREAD").remote()
+            for _ in range(n)
+        ]
+        try:
+            clocks = [await _measure_clock(a) for a in actors]
+            specs = [
+                {"cfg": self._worker_cfg(shares[k]), "plan": plans[k], "run_id": self.run_id,
+                 "base_url": base_url, "block_size": block_size, "slot_offset": offsets[k]}
+                for k in range(n)
+            ]  # fmt: skip
+            ready = [_aw(a.prepare.remote(s)) for a, s in zip(actors, specs, strict=True)]
+            await asyncio.wait_for(asyncio.gather(*ready), READY_TIMEOUT_S)
+            results = await self._play(actors, clocks, stop)
+        finally:
+            for a in actors:
+                with contextlib.suppress(Exception):
+                    ray.kill(a)
+            if self._started_ray:
+                ray.shutdown()
+        self._conclude(results, n, shares, plans, clocks)
+
+    def _connect(self, ray: Any) -> None:
+        address = getattr(self.cfg.executor, "address", None)
+        if address:
+            if not ray.is_initialized():
+                ray.init(address=address, log_to_driver=False)
+        elif not ray.is_initialized():
+            ray.init(include_dashboard=False, log_to_driver=False)
+            self._started_ray = True
+
+    def _worker_cfg(self, share: int | None) -> dict[str, Any]:
+        d = super()._worker_cfg(share)
+        d["executor"].update(kind="local", address=None)
+        return d
+
+    async def _play(
+        self, actors: list[Any], clocks: list[dict[str, Any]], stop: asyncio.Event | None
+    ) -> list[dict[str, Any]]:
+        """Start every actor on one epoch, stream their records to shard files until done."""
+        from workbench.report.store import RecordWriter
+
+        flush = self.cfg.executor.record_flush_ms or None
+        writers = [
+            (RecordWriter(self.shard_dir / f"records-{k}.jsonl", max_delay_ms=flush),
+             RecordWriter(self.shard_dir / f"lifecycle-{k}.jsonl", max_delay_ms=flush))
+            for k in range(len(actors))
+        ]  # fmt: skip
+        t0_perf, t0_wall = time.perf_counter_ns() + EPOCH_LEAD_NS, time.time_ns() + EPOCH_LEAD_NS
+        self.t0_ns = t0_perf
+        starts = [
+            _aw(a.begin.remote(t0_perf if c["same_host"] else None, t0_wall + c["offset_ns"]))
+            for a, c in zip(actors, clocks, strict=True)
+        ]
+        for c, t0_local in zip(clocks, await asyncio.gather(*starts), strict=True):
+            c["shift_ns"] = t0_perf - t0_local  # 0 on the driver's host
+        runs = [_aw(a.finish.remote()) for a in actors]
+        pending, stopped = set(runs), False
+        try:
+            while pending:
+                _, pending = await asyncio.wait(pending, timeout=POLL_S)
+                if stop is not None and stop.is_set() and not stopped:
+                    stopped = True
+                    for a in actors:
+                        a.stop.remote()
+                await self._drain(actors, clocks, writers)
+            results = [r.result() for r in runs]
+        except asyncio.CancelledError:
+            for a in actors:
+                a.stop.remote()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.gather(*runs), STOP_GRACE_S)
+            await self._drain(actors, clocks, writers)
+            raise
+        finally:
+            for rw, lw in writers:
+                rw.close()
+                lw.close()
+        self._stopped = stopped
+        return results
+
+    async def _drain(
+        self, actors: list[Any], clocks: list[dict[str, Any]], writers: list[tuple[Any, Any]]
+    ) -> None:
+        batches = await asyncio.gather(*(_aw(a.drain.remote()) for a in actors))
+        done = 0
+        for (recs, rows, n), c, (rw, lw) in zip(batches, clocks, writers, strict=True):
+            shift = c["shift_ns"]
+            for rec in recs:
+                rw.write(shift_ns(rec, shift))
+            for row in rows:
+                lw.write(shift_ns(row, shift))
+            done += n
+        self._on_progress(done)
+
+    _stopped = False
+
+    def _conclude(
+        self, results: list[dict[str, Any]], n: int, shares: list[int | None], plans: list[Any],
+        clocks: list[dict[str, Any]],
+    ) -> None:  # fmt: skip
+        self.manifest["executor"] = {
+            "kind": "ray", "workers": n, "address": getattr(self.cfg.executor, "address", None),
+            "shard_concurrency": shares, "shard_units": [len(p.units) for p in plans],
+            "epoch_ns": self.t0_ns, "clocks": clocks,
+        }  # fmt: skip
+        reasons = {str(r["stop_reason"]) for r in results if r.get("stop_reason")}
+        self._cancelled = bool(reasons) or self._stopped
+        self.manifest["stop_reason"] = (
+            sorted(reasons)[0] if reasons else ("stopped" if self._stopped else None)
+        )
+        self.manifest["peak_active_units"] = sum(r["peak_active"] for r in results)
+        self.manifest["client"] = self._client_stats([r["client"] for r in results])
+
+    def _finalize(self, status: str) -> None:
+        super()._finalize(status)
+        if self.run_dir is None or not (self.run_dir / "records.jsonl").exists():
+            return
+        try:
+            from workbench.report import columnar
+
+            columnar.convert(self.run_dir)
+        except (ConfigError, ImportError) as exc:  # pyarrow not installed: JSONL only
+            log.info("records.parquet not written: %s", exc)
+
+
+def _aw(ref: Any) -> asyncio.Future[Any]:
+    """A Ray ObjectRef as an asyncio future."""
+    return asyncio.wrap_future(ref.future())
+
+
+async def _measure_clock(actor: Any) -> dict[str, Any]:
+    """Min-RTT estimate of ``actor wall clock − driver wall clock`` (error ≤ RTT/2)."""
+    best: tuple[int, int, str] | None = None
+    for _ in range(CLOCK_SAMPLES):
+        t1 = time.time_ns()
+        actor_ns, host = await _aw(actor.clock.remote())
+        t2 = time.time_ns()
+        rtt, offset = t2 - t1, actor_ns - (t1 + t2) // 2
+        if best is None or rtt < best[0]:
+            best = (rtt, offset, host)
+    if best is None:
+        raise WorkbenchError("no clock sample from a Ray actor")
+    rtt, offset, host = best
+    same = host == host_id()
+    return {"host": host, "same_host": same, "offset_ns": 0 if same else offset,
+            "measured_offset_ns": offset, "rtt_ns": rtt}  # fmt: skip
