@@ -334,3 +334,75 @@ def sample_frame(
 
 
 _LIST_COLUMNS = frozenset(("token_times_ns", "token_counts", "itl_ms"))
+
+
+def by_input_band(run_dir: str | Path, *, warmup: bool = False) -> pd.DataFrame:
+    """``breakdown.by_input_band``: one row per prompt-length band, every band listed."""
+    from workbench.metrics.breakdown import BAND_EDGES, BAND_LABELS
+
+    if not available():
+        from workbench.metrics.breakdown import by_input_band as in_memory
+        from workbench.report.store import load
+
+        return in_memory(load(run_dir), warmup=warmup)
+    with Scan(run_dir, warmup=warmup) as scan:
+        rows = []
+        for label, lo, hi in zip(BAND_LABELS, BAND_EDGES, BAND_EDGES[1:], strict=False):
+            upper = "" if math.isinf(hi) else f" AND prompt_len < {int(hi)}"
+            rows.append({"band": label, **_group_row(scan, f" AND prompt_len >= {int(lo)}{upper}")})
+        return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- report notebooks
+MAX_REPORT_RECORDS = 200_000
+
+
+def report_source(run_dir: str | Path, max_records: int = MAX_REPORT_RECORDS) -> Any:
+    """What a report notebook plots for a stored run.
+
+    A run of at most ``max_records`` records is loaded whole (``store.load``,
+    exact as ever). A larger one is never loaded: this returns a seeded sample
+    of ``max_records`` rows (``sample_frame``) whose ``attrs["run_dir"]`` tells
+    ``report_summary``/``report_by_round``/``report_by_band`` to scan the
+    whole run instead. Plots of distributions drawn from the sample are
+    faithful; totals (a throughput timeline) are scaled by the sampled fraction.
+    """
+    from workbench.report.store import load
+
+    if available():
+        import pyarrow.parquet as pq
+
+        from workbench.report import columnar
+
+        n = pq.read_metadata(columnar.parquet_path(run_dir)).num_rows
+        if n > max_records:
+            df = sample_frame(run_dir, max_records)
+            df.attrs["run_dir"] = str(run_dir)
+            return df
+    return load(run_dir)
+
+
+def _scanned(source: Any) -> str | None:
+    return source.attrs.get("run_dir") if isinstance(source, pd.DataFrame) else None
+
+
+def report_summary(source: Any) -> dict[str, Any]:
+    """``summarize`` of a ``report_source`` (a scan of the whole run when it was sampled)."""
+    from workbench.metrics.summary import summarize as in_memory
+
+    run_dir = _scanned(source)
+    return summarize(run_dir) if run_dir else in_memory(source)
+
+
+def report_by_round(source: Any) -> pd.DataFrame:
+    from workbench.metrics.breakdown import by_round_index as in_memory
+
+    run_dir = _scanned(source)
+    return by_round_index(run_dir) if run_dir else in_memory(source)
+
+
+def report_by_band(source: Any) -> pd.DataFrame:
+    from workbench.metrics.breakdown import by_input_band as in_memory
+
+    run_dir = _scanned(source)
+    return by_input_band(run_dir) if run_dir else in_memory(source)

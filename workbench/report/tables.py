@@ -86,10 +86,15 @@ def run_table(data: Any) -> pd.DataFrame:
 
 
 def round_table(data: Any) -> pd.DataFrame:
-    """Per round index: requests, TTFT p50/p90 (ms), planned vs actual hit rate."""
+    """Per round index: requests, TTFT p50/p90 (ms), planned vs actual hit rate.
+
+    ``data`` is a run, or an already computed ``by_round_index`` frame (e.g. from
+    ``workbench.metrics.scan`` for a run too large to load).
+    """
     from workbench.metrics import by_round_index
 
-    full = by_round_index(data)
+    is_table = isinstance(data, pd.DataFrame) and "group" in data.columns
+    full = data if is_table else by_round_index(data)
     cols = [
         "group", "requests", "ok", "ttft_ms_p50", "ttft_ms_p90", "tpot_ms_p50",
         "planned_prefix_hit_rate", "actual_prefix_hit_rate",
