@@ -31,6 +31,16 @@ from pathlib import Path
 from typing import Any
 
 
+def rss_mb() -> float:
+    """Resident set size now (Linux ``/proc/self/statm``), in MB."""
+    try:
+        with open("/proc/self/statm") as fh:
+            pages = int(fh.read().split()[1])
+    except OSError:
+        return float("nan")
+    return pages * resource.getpagesize() / 2**20
+
+
 def write_trace(path: Path, n: int, prompt: int, output: int) -> Path:
     with open(path, "w") as fh:
         fh.write("id,arrival_time,input_len,output_len\n")
@@ -78,7 +88,15 @@ def main(argv: list[str] | None = None) -> int:
         profiler = Profiler(interval=0.0005, async_mode="disabled")
         profiler.start()
     t0 = time.perf_counter()
-    result = run(cfg)
+    peak_run = [rss_mb()]
+    if args.memory:  # RSS while requests are queued and in flight (before the summary)
+        def progress(done: int, total: int) -> None:
+            if done % 2000 == 0 or done == total:
+                peak_run[0] = max(peak_run[0], rss_mb())
+
+        result = run(cfg, progress=progress)
+    else:
+        result = run(cfg)
     wall = time.perf_counter() - t0
     if profiler is not None:
         profiler.stop()
@@ -97,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         "self": summary.get("client"),
     }
     if args.memory:
-        out["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        out["rss_mb_during_run_peak"] = peak_run[0]
+        out["max_rss_mb_incl_summary"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(out))
     return 0
 
