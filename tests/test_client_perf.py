@@ -263,3 +263,22 @@ async def test_two_processes_replay_the_same_requests_as_one(tmp_path: Path) -> 
     assert len(read_jsonl(run_dir / "lifecycle.jsonl")) == len(two.lifecycle) > 0
     slots = {row["routing_slot"] for row in two.lifecycle}
     assert slots <= set(range(4))  # shard slot ranges stacked, unique run-wide
+
+
+async def test_keep_records_off_leaves_records_on_disk_only(tmp_path: Path) -> None:
+    trace = str(data_path("tracelab/multi_session_example.csv"))
+    async with serve_sim(speedup=50.0) as sim:
+        cfg = RunConfig.from_dict({
+            "trace": trace, "target": sim.base_url, "out_dir": str(tmp_path),
+            "arrival": {"mode": "saturated", "tool_wait_scale": 0.01},
+            "executor": {"keep_records": False},
+        })  # fmt: skip
+        async with asyncio.timeout(60):
+            result = await run_async(cfg)
+    assert result.records == [] and result.lifecycle == []
+    run_dir = Path(result.run_dir or "")
+    on_disk = read_jsonl(run_dir / "records.jsonl")
+    n_rounds = len(Path(trace).read_text().splitlines()) - 1
+    assert len(on_disk) == n_rounds and all(d["status"] == "ok" for d in on_disk)
+    summary = orjson.loads((run_dir / "summary.json").read_bytes())
+    assert summary["ok"] == n_rounds and summary["client"]["release_lag_ms"]["count"] == n_rounds

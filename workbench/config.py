@@ -101,8 +101,12 @@ class ExecutorSpec:
     Ray actors, see ``workbench.ray_executor``); ``address``: the Ray cluster
     to join (``ray://host:10001``, ``host:6379`` or ``auto``; None = a
     ``ray.init`` already made in this process, else a local one).
-    ``gc_freeze``: ``gc.freeze()`` what exists when the measured run starts, so
-    no full garbage collection over it pauses the loop mid-run (restored after).
+    ``gc_freeze``: ``gc.freeze()`` what exists when the measured run starts (and
+    the finished records as they pile up), so no full garbage collection over
+    them pauses the loop mid-run (restored after). ``keep_records`` False (with an
+    ``out_dir``): records and lifecycle rows stay on disk only, the summary is
+    scanned from there, and ``RunResult.records`` is empty (``load(run_dir)``
+    reads them back): memory stays flat in the number of requests.
     """
 
     workers: int = 1
@@ -112,6 +116,7 @@ class ExecutorSpec:
     kind: str = "local"
     address: str | None = None
     gc_freeze: bool = True
+    keep_records: bool = True
 
 
 EXECUTOR_KINDS: tuple[str, ...] = ("local", "processes", "ray")

@@ -83,6 +83,8 @@ class ReplaySession:
         self._total = plan.n_rounds
         self.t0_ns: int | None = None  # a shard's common epoch (workbench.shard)
         self.client_raw: dict[str, Any] | None = None
+        # executor.keep_records False: records live on disk only (memory flat in the run's size)
+        self._keep = cfg.executor.keep_records or self.run_dir is None
 
     # -- sinks --------------------------------------------------------------------------
     def _open_writers(self) -> None:
@@ -99,7 +101,8 @@ class ReplaySession:
         write_json(self.run_dir / "manifest.json", self.manifest)
 
     def _on_record(self, rec: RequestRecord) -> None:
-        self.records.append(rec)
+        if self._keep:
+            self.records.append(rec)
         if "records" in self._writers:
             self._writers["records"].write(rec)
         if not rec.warmup:
@@ -108,7 +111,8 @@ class ReplaySession:
                 self.progress(self._done, self._total)
 
     def _on_lifecycle(self, row: dict[str, Any]) -> None:
-        self.lifecycle.append(row)
+        if self._keep:
+            self.lifecycle.append(row)
         if "lifecycle" in self._writers:
             self._writers["lifecycle"].write(row)
 
@@ -236,7 +240,13 @@ class ReplaySession:
                 for row in self.timeline:
                     tw.write(row)
         write_json(self.run_dir / "manifest.json", self.manifest)
-        write_json(self.run_dir / "summary.json", summarize(self.result, self.cfg.slo))
+        if self._keep:
+            summary = summarize(self.result, self.cfg.slo)
+        else:  # scanned from disk (DuckDB over records.parquet when installed)
+            from workbench.metrics.scan import summarize as scan_summarize
+
+            summary = scan_summarize(self.run_dir, self.cfg.slo)
+        write_json(self.run_dir / "summary.json", summary)
 
 
 async def _watch(stop: asyncio.Event, runner: Runner) -> None:

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 NS_PER_MS = 1_000_000
 WARMUP_MAX_ROUNDS = 3
+GC_REFREEZE_EVERY = 1000
 
 
 class Sender(Protocol):
@@ -174,6 +175,7 @@ class Runner:
         self.slot_offset = 0  # a shard's first routing slot (slots stay unique across shards)
         self.warmed_up = False
         self.freeze_gc = False  # live replays: gc.freeze() for the measured run
+        self._finished = 0
 
     # -- control ------------------------------------------------------------------------
     def stop(self, reason: str = "stopped") -> None:
@@ -462,6 +464,9 @@ class Runner:
         if rec.end_ns is None:
             rec.end_ns = self.clock.now_ns()
         self.sink(rec)
+        self._finished += 1
+        if self.freeze_gc and self._finished % GC_REFREEZE_EVERY == 0:
+            gc.freeze()  # finished records are long-lived: keep full collections off them
 
 
 def _shared_key(run: UnitRun) -> str:
