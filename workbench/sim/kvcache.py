@@ -8,26 +8,18 @@ count drops to 0 stays findable in an LRU list until a new allocation evicts it
 (least recently freed first; a request frees its blocks tail first, so a
 prefix's tail goes before its head).
 
-Cost: every per-block operation (hash, look-up, allocate/evict, commit,
-acquire, release) runs as C-level ``map``/``zip``/``islice`` over the block
-list instead of a Python loop per block: a prompt of 12k tokens is 750 blocks,
-and a whole-trace replay moves tens of millions of them.
+Cost: a whole-trace replay moves tens of millions of blocks, and per block the
+time is mostly memory latency (a ref count, a hash object, a dict slot, an LRU
+node), not bytecode: C-level bulk variants (``map`` over setters, ``islice``
+of the LRU) measured no faster than these plain loops, so only the block
+hashing cuts and hashes the block tuples in C.
 """
 
 from __future__ import annotations
 
 import operator
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Sequence
-from functools import partial
-from itertools import compress, islice, repeat, takewhile
-
-_is_not_none = partial(operator.is_not, None)
-
-
-def _drain(it: object) -> None:
-    """Run a C-level iterator (``map`` of a setter) for its side effects only."""
-    deque(it, maxlen=0)  # type: ignore[call-overload]
 
 ROOT_HASH = 0x51F15EED
 
@@ -108,10 +100,12 @@ class BlockManager:
         if not self.enable_caching:
             return []
         hit: list[int] = list(known) if known else []
-        stop = min(max_blocks, len(hashes))
-        if len(hit) < stop:
-            found = map(self._by_hash.get, hashes[len(hit) : stop])
-            hit.extend(takewhile(_is_not_none, found))  # type: ignore[arg-type]
+        get = self._by_hash.get
+        for i in range(len(hit), min(max_blocks, len(hashes))):
+            bid = get(hashes[i])
+            if bid is None:
+                break
+            hit.append(bid)
         return hit
 
     def can_allocate(self, new_blocks: int, hit: Sequence[int]) -> bool:
@@ -126,14 +120,12 @@ class BlockManager:
 
     def acquire(self, blocks: Sequence[int]) -> None:
         """Take a reference on cached blocks (a prefix hit)."""
-        if not blocks:
-            return
         ref, lru = self._ref, self._lru
-        refs = list(map(ref.__getitem__, blocks))
-        idle = list(compress(blocks, map(operator.not_, refs)))  # evictable: leave the LRU
-        _drain(map(lru.__delitem__, idle))
-        self.num_active += len(idle)
-        _drain(map(ref.__setitem__, blocks, map(operator.add, refs, repeat(1))))
+        for bid in blocks:
+            if ref[bid] == 0:
+                del lru[bid]
+                self.num_active += 1
+            ref[bid] += 1
 
     def allocate(self, n: int) -> list[int] | None:
         """``n`` fresh blocks (evicting LRU cached blocks as needed), or None if no room."""
@@ -145,37 +137,32 @@ class BlockManager:
         del free[len(free) - take :]
         if take < n:
             out.extend(self._evict(n - take))
-        _drain(map(self._ref.__setitem__, out, repeat(1)))
+        ref = self._ref
+        for bid in out:
+            ref[bid] = 1
         self.num_active += n
         return out
 
     def _evict(self, n: int) -> list[int]:
         """Take the ``n`` least recently freed cached blocks, forgetting their hashes."""
-        lru, hashes = self._lru, self._hash
-        out = list(islice(lru, n))
-        _drain(map(lru.__delitem__, out))
-        gone: list[int] = list(map(hashes.__getitem__, out))  # type: ignore[arg-type]
-        _drain(map(self._by_hash.__delitem__, gone))
-        self.evicted_log.extend(gone)
-        _drain(map(hashes.__setitem__, out, repeat(None)))
+        lru, hashes, by_hash = self._lru, self._hash, self._by_hash
+        out: list[int] = []
+        for _ in range(n):
+            bid = lru.popitem(last=False)[0]
+            h = hashes[bid]
+            del by_hash[h]  # type: ignore[arg-type]
+            self.evicted_log.append(h)  # type: ignore[arg-type]
+            hashes[bid] = None
+            out.append(bid)
         self.evictions += n
         return out
 
     def release(self, blocks: Sequence[int]) -> None:
         """Drop one reference per block, tail first; unreferenced cached blocks stay findable."""
         ref, hashes, lru, free = self._ref, self._hash, self._lru, self._free
-        tail_first = blocks[::-1]
-        refs = list(map(ref.__getitem__, tail_first))
-        if refs.count(1) == len(refs):  # the common case: no block shared with another request
-            _drain(map(ref.__setitem__, tail_first, repeat(0)))
-            named = list(map(_is_not_none, map(hashes.__getitem__, tail_first)))
-            lru.update(dict.fromkeys(compress(tail_first, named)))
-            free.extend(compress(tail_first, map(operator.not_, named)))
-            self.num_active -= len(refs)
-            return
         freed = 0
-        for bid, r in zip(tail_first, refs, strict=True):
-            r -= 1
+        for bid in reversed(blocks):
+            r = ref[bid] - 1
             ref[bid] = r
             if not r:
                 freed += 1
@@ -191,12 +178,6 @@ class BlockManager:
         if not self.enable_caching:
             return
         own, by_hash = self._hash, self._by_hash
-        bids, keys = blocks[lo:hi], hashes[lo:hi]
-        fresh = not any(map(_is_not_none, map(own.__getitem__, bids)))
-        if fresh and by_hash.keys().isdisjoint(keys):  # the common case: new blocks, new hashes
-            by_hash.update(zip(keys, bids, strict=True))
-            _drain(map(own.__setitem__, bids, keys))
-            return
         for i in range(lo, hi):
             bid, h = blocks[i], hashes[i]
             if own[bid] is None and h not in by_hash:
