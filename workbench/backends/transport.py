@@ -90,7 +90,10 @@ def _clamped(req: WireRequest, completion: int | None, finish: str | None) -> bo
     return completion is not None and completion < req.max_tokens and finish == "length"
 
 
-#: parse kept reads once this many bytes are pending (bounds memory per stream)
+#: parse kept reads once this many are pending, or this many bytes (bounds memory per
+#: stream). Small batches keep the parsing spread over the stream: deferring it all to
+#: the end piled it up exactly when a wave of streams ended and new requests went out.
+PARSE_BATCH_READS = 8
 PARSE_BATCH_BYTES = 64 * 1024
 
 
@@ -274,8 +277,8 @@ class Transport:
         """Read to the end of the body, feeding events to ``parser`` until ``[DONE]``.
 
         *Stamp now, parse later*: each read is only stamped and kept; its events
-        are decoded and parsed in batches (every ``PARSE_BATCH_BYTES``, at the end of
-        the body, or when the stream fails). When hundreds of streams get a token in
+        are decoded and parsed in batches (every ``PARSE_BATCH_READS`` reads, at the
+        end of the body, or when the stream fails). When hundreds of streams get a token in
         the same loop iteration, the k-th stream's stamp then waits only for the
         k−1 stamps before it, not for k−1 JSON parses; every event still gets the
         stamp of the read that completed it. Reading on past ``[DONE]`` lets the
@@ -292,7 +295,7 @@ class Transport:
                     continue
                 pending.append((now(), chunk))
                 size += len(chunk)
-                if size >= PARSE_BATCH_BYTES:
+                if len(pending) >= PARSE_BATCH_READS or size >= PARSE_BATCH_BYTES:
                     state.parse(pending)
                     pending, size = [], 0
         except (aiohttp.ClientError, TimeoutError):
