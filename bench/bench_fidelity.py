@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +48,17 @@ from workbench.replay import run_async
 REQUESTS = {1: 40, 32: 256, 256: 768}
 
 
+Truth = Callable[[], dict[str, dict[str, Any]]]
+
+
 @contextlib.asynccontextmanager
-async def engine(in_process: bool, speedup: float) -> AsyncIterator[str]:
-    if in_process:
+async def engine(in_process: bool, speedup: float) -> AsyncIterator[tuple[str, Truth]]:
+    """``(base_url, truth)``: the engine's URL and a function returning its truth by id."""
+    if in_process:  # on this loop: read the log directly (a blocking GET would deadlock)
         from workbench.sim.server import serve_sim
 
         async with serve_sim(speedup=speedup) as handle:
-            yield handle.base_url
+            yield handle.base_url, lambda: {r["request_id"]: r for r in handle.debug_requests()}
         return
     cmd = [sys.executable, "-m", "workbench", "sim", "serve", "--port", "0",
            "--speedup", str(speedup)]  # fmt: skip
@@ -64,7 +68,8 @@ async def engine(in_process: bool, speedup: float) -> AsyncIterator[str]:
         line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 60)
         if "embedded engine on " not in line:
             raise RuntimeError(f"engine did not start: {line!r}")
-        yield line.split("embedded engine on ")[1].strip()
+        url = line.split("embedded engine on ")[1].strip()
+        yield url, lambda: fetch_truth(url)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -90,7 +95,9 @@ def stats(xs: list[float]) -> dict[str, float | None]:
     return {"p50": float(p50), "p99": float(p99), "mean": float(np.mean(xs))}
 
 
-async def one(base_url: str, c: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+async def one(
+    base_url: str, truth_of: Truth, c: int, args: argparse.Namespace, tmp: Path
+) -> dict[str, Any]:
     n = args.requests or REQUESTS.get(c, 4 * c)
     trace = write_trace(tmp / f"c{c}.csv", n, args.prompt, args.output, f"c{c}")
     cfg = {
@@ -101,7 +108,7 @@ async def one(base_url: str, c: int, args: argparse.Namespace, tmp: Path) -> dic
         "out_dir": str(tmp),
     }
     result = await run_async(cfg)
-    truth = fetch_truth(base_url)
+    truth = truth_of()
     names = ("ttft_bias_ms", "ttft_bias_vs_write_ms", "request_path_ms", "response_path_ms")
     cols: dict[str, list[float]] = {k: [] for k in names}
     for r in result.records:
@@ -146,9 +153,9 @@ def table(rows: list[dict[str, Any]]) -> str:
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="wb-fidelity-") as d:
-        async with engine(args.in_process, args.speedup) as url:
+        async with engine(args.in_process, args.speedup) as (url, truth_of):
             for c in args.concurrency:
-                rows.append(await asyncio.wait_for(one(url, c, args, Path(d)), 600))
+                rows.append(await asyncio.wait_for(one(url, truth_of, c, args, Path(d)), 600))
     return rows
 
 
