@@ -107,6 +107,9 @@ class ExecutorSpec:
     ``out_dir``): records and lifecycle rows stay on disk only, the summary is
     scanned from there, and ``RunResult.records`` is empty (``load(run_dir)``
     reads them back): memory stays flat in the number of requests.
+    ``warm_connections``: open ``max_concurrency`` keep-alive connections (at
+    most ``WARM_MAX``) before the run, so the first wave does not pay TCP setup
+    inside its TTFT.
     """
 
     workers: int = 1
@@ -117,6 +120,7 @@ class ExecutorSpec:
     address: str | None = None
     gc_freeze: bool = True
     keep_records: bool = True
+    warm_connections: bool = True
 
 
 EXECUTOR_KINDS: tuple[str, ...] = ("local", "processes", "ray")

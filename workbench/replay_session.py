@@ -29,6 +29,8 @@ from workbench.runner import Runner
 
 log = logging.getLogger(__name__)
 
+WARM_MAX = 1024  # keep-alive connections opened before a run (executor.warm_connections)
+
 
 @contextlib.asynccontextmanager
 async def open_target(cfg: RunConfig) -> AsyncIterator[dict[str, Any]]:
@@ -149,6 +151,8 @@ class ReplaySession:
         async with Transport(options, clock) as transport:
             await transport.check_reachable()
             await self._preflight(transport, codec, pool, target)
+            if self.cfg.executor.warm_connections:
+                await transport.warm(min(a.max_concurrency or 0, WARM_MAX))
             block_size = await self._block_size(target)
             runner = Runner(
                 self.cfg, self.plan, run_id=self.run_id, codec=codec, sender=transport,

@@ -340,6 +340,10 @@ async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> Non
             runner.freeze_gc = cfg.executor.gc_freeze
             runner.slot_offset = spec["slot_offset"]
             await runner.warmup()
+            if cfg.executor.warm_connections:
+                from workbench.replay_session import WARM_MAX
+
+                await transport.warm(min(a.max_concurrency or 0, WARM_MAX))
             conn.send(("ready", None))
             t0 = await _wait_start(conn)
             if t0 is None:
