@@ -7,6 +7,12 @@ preemptions). Only the series named in SPEC §4 are kept, summed over label sets
 pre-filtered to those series before ``prometheus_client``'s parser sees it: a
 vLLM page is mostly histograms we do not need.
 
+llama.cpp's ``llama-server --metrics`` counts prompt tokens *excluding* cached ones
+(``llamacpp:prompt_tokens_total``) beside the cached ones
+(``llamacpp:prompt_tokens_cached_total``); their sum is kept as the derived series
+``llamacpp:prompt_tokens_with_cached_total`` (a workbench name, not the server's), so
+its window hit rate is Δcached / Δwith_cached like the other engines' Δhits / Δqueries.
+
 ``vllm:cache_config_info`` is a constant-1 gauge whose *labels* carry the cache
 configuration (``block_size``, ``num_gpu_blocks``, ...); it is how the block size
 is detected. A failed scrape is logged and recorded as a timeline row with an
@@ -51,7 +57,17 @@ SGLANG_SERIES = (
     "sglang:token_usage",
     "sglang:cache_hit_rate",
 )
-SERIES = frozenset((*VLLM_SERIES, *SGLANG_SERIES, CACHE_CONFIG))
+LLAMACPP_PROMPT = "llamacpp:prompt_tokens_total"  # processed, cached ones excluded
+LLAMACPP_CACHED = "llamacpp:prompt_tokens_cached_total"
+LLAMACPP_WITH_CACHED = "llamacpp:prompt_tokens_with_cached_total"  # derived: the sum of both
+LLAMACPP_SERIES = (
+    LLAMACPP_PROMPT,
+    LLAMACPP_CACHED,
+    "llamacpp:tokens_predicted_total",
+    "llamacpp:requests_processing",
+    "llamacpp:requests_deferred",
+)
+SERIES = frozenset((*VLLM_SERIES, *SGLANG_SERIES, *LLAMACPP_SERIES, CACHE_CONFIG))
 AVERAGED = frozenset(("vllm:kv_cache_usage_perc", "sglang:token_usage", "sglang:cache_hit_rate"))
 
 
@@ -81,6 +97,8 @@ def parse_metrics(text: str) -> tuple[dict[str, float], dict[str, str] | None]:
             counts[sample.name] = counts.get(sample.name, 0) + 1
     for name in AVERAGED.intersection(sums):
         sums[name] /= counts[name]
+    if LLAMACPP_PROMPT in sums and LLAMACPP_CACHED in sums:
+        sums[LLAMACPP_WITH_CACHED] = sums[LLAMACPP_PROMPT] + sums[LLAMACPP_CACHED]
     return sums, cache_config
 
 
