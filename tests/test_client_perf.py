@@ -282,3 +282,63 @@ async def test_keep_records_off_leaves_records_on_disk_only(tmp_path: Path) -> N
     assert len(on_disk) == n_rounds and all(d["status"] == "ok" for d in on_disk)
     summary = orjson.loads((run_dir / "summary.json").read_bytes())
     assert summary["ok"] == n_rounds and summary["client"]["release_lag_ms"]["count"] == n_rounds
+
+
+# ----------------------------------------------------------------- the raw HTTP client
+
+BACKENDS = ["openai", "openai-chat", "vllm-tokens", "sglang-tokens"]
+
+
+async def _raw_replay(knobs: dict, backend: str | dict = "openai", **arrival) -> RunResult:
+    backend = {"name": backend} if isinstance(backend, str) else backend
+    backend = {**backend, "preflight": False}
+    async with serve_sim(speedup=50.0, **knobs) as sim:
+        cfg = RunConfig.from_dict({
+            "trace": str(data_path("tracelab/multi_session_example.csv")),
+            "arrival": {"mode": "saturated", "tool_wait_scale": 0.0, **arrival},
+            "backend": backend, "target": sim.base_url, "executor": {"http": "raw"},
+        })  # fmt: skip
+        async with asyncio.timeout(60):
+            return await run_async(cfg)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_raw_client_sends_the_planned_lengths(backend: str) -> None:
+    spec: str | dict = backend
+    if backend == "openai-chat":
+        spec = {"name": backend,
+                "options": {"initial_overhead_tokens": 3, "turn_overhead_tokens": 4}}  # fmt: skip
+    result = await _raw_replay({}, spec)
+    assert result.records
+    for r in result.records:
+        assert r.status == "ok", r.error
+        assert r.prompt_tokens == r.planned_prefix_tokens + r.planned_input_tokens
+        assert r.completion_tokens == r.planned_output_tokens == sum(r.token_counts)
+        assert r.dispatch_ns < r.token_times_ns[0] <= r.token_times_ns[-1] <= r.end_ns
+
+
+async def test_raw_client_faults_read_like_aiohttps() -> None:
+    r500 = await _raw_replay({"error_rate": 1.0})
+    assert all(r.http_status == 500 and "HTTP 500" in (r.error or "") for r in r500.records)
+    cut = (await _raw_replay({"disconnect_after_tokens": 5})).records[0]
+    assert cut.status == "error" and "disconnected mid-stream" in (cut.error or "")
+    assert 0 < sum(cut.token_counts) <= 5
+    stall = await _raw_replay({"stall_after_tokens": 2, "stall_s": 5.0},
+                              stream_idle_timeout_s=0.3, max_concurrency=1)  # fmt: skip
+    assert "idle" in (stall.records[0].error or "").lower()
+
+
+def test_raw_dechunking_any_split() -> None:
+    from workbench.backends.rawhttp import _Conn
+
+    body = [b"data: a\n\n", b"data: bb\n\n", b"x" * 300]
+    chunks = b"".join(b"%x;ext=1\r\n%b\r\n" % (len(c), c) for c in body)
+    wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
+    rng = random.Random(7)
+    for _ in range(50):
+        conn = _Conn()
+        cuts = sorted(rng.sample(range(1, len(wire)), 6))
+        for a, b in zip([0, *cuts], [*cuts, len(wire)], strict=True):
+            conn.data_received(wire[a:b])
+        assert conn.status == 200 and conn.complete
+        assert b"".join(p for _, p in conn.reads) == b"".join(body)
