@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-dir", default=None, help="run directories go here (default: a temp dir)")
     ap.add_argument("--profile", default=None, help="write a pyinstrument text profile here")
     ap.add_argument("--memory", action="store_true", help="report peak RSS (MB)")
-    ap.add_argument("--http", choices=("aiohttp", "raw"), default="aiohttp",
+    ap.add_argument("--http", choices=("aiohttp", "raw"), default="raw",
                     help="executor.http: aiohttp or workbench's raw HTTP/1.1 client")
     ap.add_argument("--no-keep-records", action="store_true",
                     help="executor.keep_records false: records on disk only")

@@ -109,9 +109,10 @@ class ExecutorSpec:
     reads them back): memory stays flat in the number of requests.
     ``warm_connections``: open ``max_concurrency`` keep-alive connections (at
     most ``WARM_MAX``) before the run, so the first wave does not pay TCP setup
-    inside its TTFT. ``http``: ``aiohttp`` (default) or ``raw``, workbench's own
-    minimal HTTP/1.1 streaming client for plain ``http://`` targets (one write per
-    request, token events stamped at the socket read; ``backends/rawhttp.py``).
+    inside its TTFT. ``http``: ``raw`` (default), workbench's own minimal HTTP/1.1
+    streaming client for plain ``http://`` targets (one write per request, token
+    events stamped at the socket read; ``backends/rawhttp.py``; ``https://`` still
+    goes through aiohttp), or ``aiohttp`` for every request.
     """
 
     workers: int = 1
@@ -123,7 +124,7 @@ class ExecutorSpec:
     gc_freeze: bool = True
     keep_records: bool = True
     warm_connections: bool = True
-    http: str = "aiohttp"
+    http: str = "raw"
 
 
 EXECUTOR_KINDS: tuple[str, ...] = ("local", "processes", "ray")

@@ -151,7 +151,7 @@ def run_abench(py: Path, url: str, n: int, c: int, prompt: int, output: int, tmp
 
 
 def run_workbench(url: str, n: int, c: int, prompt: int, output: int, tmp: Path,
-                  workers: int = 1, http: str = "aiohttp") -> dict:  # fmt: skip
+                  workers: int = 1, http: str = "raw") -> dict:  # fmt: skip
     cmd = [*pin(1), sys.executable, str(ROOT / "bench" / "bench_client.py"), "--url", url,
            "--requests", str(n), "--concurrency", str(c), "--prompt", str(prompt),
            "--output", str(output), "--out-dir", str(tmp / f"wb-{time.monotonic_ns()}"),
@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ttft-ms", type=float, default=50.0)
     ap.add_argument("--itl-ms", type=float, default=10.0)
     ap.add_argument("--workers", type=int, default=1, help="workbench worker processes")
-    ap.add_argument("--http", choices=("aiohttp", "raw"), default="aiohttp",
+    ap.add_argument("--http", choices=("aiohttp", "raw"), default="raw",
                     help="workbench's HTTP client (executor.http)")
     ap.add_argument("--json-out", default=None)
     ap.add_argument("--pin", action="store_true",

@@ -1,4 +1,5 @@
-"""A minimal HTTP/1.1 streaming client for plain ``http://`` targets (``executor.http: raw``).
+"""A minimal HTTP/1.1 streaming client for plain ``http://`` targets (``executor.http: raw``,
+the default; ``aiohttp`` keeps aiohttp for everything).
 
 Why: with aiohttp (3.14) a server that sends every SSE event as its own HTTP
 chunk costs one ``resume_reading()`` → ``data_received(b"")`` per event when
