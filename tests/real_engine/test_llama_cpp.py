@@ -1,0 +1,322 @@
+"""Replays against llama.cpp's ``llama-server`` (CPU, tiny random-weight Llama): counts only.
+
+llama.cpp is the second real engine (after vLLM). What it must confirm about workbench:
+
+* every ok request's ``prompt_tokens`` is the number of token ids sent (a token-id prompt
+  gets no BOS added);
+* ``cached_tokens`` (``usage.prompt_tokens_details.cached_tokens``) is at *token*
+  granularity and follows the slot rule: the common prefix of the new prompt and what
+  the slot holds (the previous request's prompt plus its output but the last token),
+  capped at ``prompt − 1`` (llama.cpp always evaluates at least one prompt token);
+* ``/metrics``: ``Δllamacpp:prompt_tokens_cached_total`` equals Σ ``cached_tokens`` and
+  ``Δllamacpp:prompt_tokens_total`` equals Σ (``prompt_tokens − cached_tokens``):
+  llama.cpp's prompt counter *excludes* cached tokens (preflight probes included);
+* ``/v1/completions`` streams text without output token ids, so the ``openai`` backend
+  cannot carry the exact output into the next round: only ``trace-reported`` is exact.
+
+The server runs with one slot (``-np 1``: the KV cache is per slot) and
+``--cache-ram 0`` (no host-memory prompt cache), and the replay sends one request at a
+time, so "the previous request on the slot" is the previous request dispatched.
+
+Set-up: ``scripts/llama_cpp.sh setup`` (cold: ~7 min, mostly the C++ build; the build is
+kept under ``~/.cache/workbench/llama-cpp``). Without it these tests are skipped, unless
+``WORKBENCH_REAL_ENGINE=1`` and ``WORKBENCH_LLAMA_CPP=1``, which run the set-up first and
+turn every problem into a failure. Each test module run starts its own server (~1 s) on
+127.0.0.1 and stops it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import socket
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workbench import data
+from workbench.backends.base import BackendError
+from workbench.backends.scrape import (
+    LLAMACPP_CACHED,
+    LLAMACPP_PROMPT,
+    LLAMACPP_WITH_CACHED,
+    parse_metrics,
+)
+from workbench.records import RequestRecord, RunResult
+from workbench.replay import run_async
+from workbench.traces.base import load_trace
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "llama_cpp.sh"
+HOME = Path(os.environ.get("LLAMA_CPP_HOME") or Path.home() / ".cache/workbench/llama-cpp")
+INSTANCE = "pytest-llama"
+SETUP_TIMEOUT_S = 1800
+START_TIMEOUT_S = 120
+CTX = 8192
+SESSION_TRACE = "tracelab/multi_session_example.csv"
+OUTPUT_LEN = 8
+
+
+def _set_up_present() -> bool:
+    return (HOME / ".workbench-stamp").exists() and (HOME / "build/bin/llama-server").exists()
+
+
+REQUIRED = (
+    os.environ.get("WORKBENCH_REAL_ENGINE") == "1" and os.environ.get("WORKBENCH_LLAMA_CPP") == "1"
+)
+# The set-up (a ~7 min C++ build) runs inside the first test's fixture when required.
+pytestmark = [
+    pytest.mark.real_engine,
+    pytest.mark.timeout(SETUP_TIMEOUT_S + 300 if REQUIRED and not _set_up_present() else 300),
+]
+
+# One random base per test session: prompts never repeat across sessions on a reused server.
+SEED_BASE = random.SystemRandom().randrange(1, 1 << 30)
+_seeds = iter(range(SEED_BASE, SEED_BASE + 1000))
+
+
+@dataclass(frozen=True)
+class LlamaServer:
+    url: str
+    model: str
+    ctx: int
+
+
+def _script(*args: str, timeout: float, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def get_metrics(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+        values, _ = parse_metrics(resp.read().decode())
+    return values
+
+
+@pytest.fixture(scope="module")
+def llama_server() -> Iterator[LlamaServer]:
+    env = {**os.environ, "LLAMA_CPP_NAME": INSTANCE, "LLAMA_CPP_CTX": str(CTX),
+           "LLAMA_CPP_PARALLEL": "1", "LLAMA_CPP_CACHE_RAM": "0"}
+    if not _set_up_present():
+        if not REQUIRED:
+            pytest.skip(
+                f"llama.cpp not built ({HOME} has no set-up): run `scripts/llama_cpp.sh setup` "
+                "(~7 min on 2 cores, outside the repo), or set WORKBENCH_REAL_ENGINE=1 and "
+                "WORKBENCH_LLAMA_CPP=1 to build and run"
+            )
+        done = _script("setup", timeout=SETUP_TIMEOUT_S, env=env)
+        if done.returncode != 0:
+            pytest.fail(f"scripts/llama_cpp.sh setup failed:\n{done.stderr[-3000:]}")
+    started = _script("start", timeout=START_TIMEOUT_S, env=env)
+    if started.returncode != 0:
+        pytest.fail(f"scripts/llama_cpp.sh start failed:\n{started.stderr[-3000:]}")
+    url = started.stdout.strip().splitlines()[-1]
+    try:
+        with urllib.request.urlopen(f"{url}/v1/models", timeout=10) as resp:
+            model = str(json.load(resp)["data"][0]["id"])
+        yield LlamaServer(url=url, model=model, ctx=CTX)
+    finally:
+        _script("stop", timeout=60, env=env)
+
+
+async def replay(server: LlamaServer, tmp_path: Any, **cfg: Any) -> tuple[RunResult, dict]:
+    """One replay through ``run_async``; returns the result and the /metrics deltas."""
+    config = {
+        "target": server.url,
+        "backend": {"name": "openai", "options": {"model": server.model}},
+        "seed": next(_seeds),
+        "out_dir": str(tmp_path),
+        **cfg,
+    }
+    before = get_metrics(server.url)
+    result = await run_async(config)
+    after = get_metrics(server.url)
+    names = (LLAMACPP_CACHED, LLAMACPP_PROMPT, LLAMACPP_WITH_CACHED)
+    return result, {k: after[k] - before[k] for k in names}
+
+
+def measured(result: RunResult) -> list[RequestRecord]:
+    return [r for r in result.records if not r.warmup]
+
+
+def preflight_probes(result: RunResult) -> list[dict]:
+    pf = result.manifest.get("preflight") or {}
+    return [p for p in (pf.get("first"), pf.get("second")) if p and p.get("status") == "ok"]
+
+
+class KeepAliveRace(Exception):
+    """A request failed on a pooled connection llama-server had already closed."""
+
+
+#: what workbench's transports report for a request written to a connection the server
+#: closed right after the previous streamed response (raw client / aiohttp); nothing of
+#: the request reached the server.
+STALE_SIGNATURES = ("server disconnected mid-stream", "Can not write request body")
+
+
+def stale(error: str | None) -> bool:
+    return any(sig in (error or "") for sig in STALE_SIGNATURES)
+
+
+async def replay_or_race(server: LlamaServer, tmp_path: Any, **cfg: Any) -> tuple[RunResult, dict]:
+    try:
+        return await replay(server, tmp_path, **cfg)
+    except BackendError as exc:  # the preflight's second probe goes out right after the first
+        if stale(str(exc)):
+            raise KeepAliveRace(str(exc)) from exc
+        raise
+
+
+KEEP_ALIVE_XFAIL = pytest.mark.xfail(
+    raises=KeepAliveRace,
+    strict=False,
+    reason=(
+        "llama-server closes the connection after every streamed response while advertising "
+        "keep-alive; workbench's transports reuse the pooled connection and the next request "
+        "fails before it reaches the server (no retry on a stale connection yet)"
+    ),
+)
+
+
+def test_server_closes_the_connection_after_a_stream(llama_server: LlamaServer) -> None:
+    """The server-side fact behind KEEP_ALIVE_XFAIL, on a bare socket (deterministic)."""
+    port = int(llama_server.url.rsplit(":", 1)[1])
+    body = json.dumps({"prompt": [1000, 1001, 1002], "max_tokens": 2, "stream": True}).encode()
+    head = (
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(head.encode() + body)
+        buf = b""
+        for _ in range(1000):  # bounded: a few reads carry the whole response
+            if buf.endswith(b"\r\n0\r\n\r\n"):
+                break
+            chunk = sock.recv(65536)
+            assert chunk, f"closed before the end of the stream: {buf[-200:]!r}"
+            buf += chunk
+        headers = buf.split(b"\r\n\r\n", 1)[0].decode("latin-1").lower()
+        assert "transfer-encoding: chunked" in headers
+        assert "keep-alive: timeout=" in headers  # advertised ...
+        assert "connection: close" not in headers
+        assert b"data: [DONE]" in buf
+        sock.settimeout(5)
+        assert sock.recv(1) == b""  # ... but the server closes right after the last chunk
+
+
+@KEEP_ALIVE_XFAIL
+async def test_session_trace_trace_reported(llama_server: LlamaServer, tmp_path: Any) -> None:
+    result, delta = await replay_or_race(
+        llama_server, tmp_path,
+        trace={"path": str(data.path(SESSION_TRACE))},
+        context={"policy": "trace-reported", "max_model_len": llama_server.ctx},
+        arrival={"max_concurrency": 1, "output_len": f"fixed:{OUTPUT_LEN}", "tool_wait_scale": 0},
+    )
+    assert result.manifest["status"] == "completed", result.manifest.get("stop_reason")
+    recs = measured(result)
+    raced = [r for r in recs if r.status == "error" and stale(r.error)]
+    assert all(r.http_status is None and not r.token_counts for r in raced)
+    bad = [(r.request_id, r.status, r.error) for r in recs if r.status != "ok" and r not in raced]
+    # after a raced round its session stops (stop_session_on_error): later rounds are skipped
+    assert all(s == "skipped" for _, s, _ in bad) if raced else not bad, bad
+    workload = load_trace(str(data.path(SESSION_TRACE)))
+    assert len(recs) == workload.n_rounds or raced
+    ok = [r for r in recs if r.status == "ok"]
+    for r in ok:
+        assert r.prompt_tokens == r.sent_prompt_tokens, (r.request_id, r.prompt_tokens)
+        assert r.sent_prompt_tokens == r.planned_prefix_tokens + r.planned_input_tokens
+        assert r.completion_tokens == OUTPUT_LEN, r.request_id
+        assert r.finish_reason == "length", r.request_id
+        assert r.cached_tokens_reported, r.request_id  # present even when 0
+        # text-only stream: each non-empty text chunk is one token event, ids unknown;
+        # a token that decodes to no text (a control token) is no event
+        assert 0 < sum(r.token_counts) <= OUTPUT_LEN, r.request_id
+        assert r.server_request_id and r.server_request_id.startswith("chatcmpl-")
+        assert r.request_id not in r.server_request_id  # x-request-id is not adopted
+    probes = preflight_probes(result)
+    assert len(probes) == 2, result.manifest.get("preflight")
+    first, second = probes
+    assert first["cached_tokens"] == 0 and first["cached_tokens_reported"]
+    assert second["cached_tokens"] == second["prompt_tokens"] - 1  # a repeat: all but one
+    # -np 1, --cache-ram 0, one request at a time: the slot holds the last ok request's
+    # prompt + output (but its last token). A failed request never reached the slot.
+    slot: RequestRecord | None = None
+    later = 0
+    for cur in sorted(recs, key=lambda r: r.dispatch_ns or 0):
+        if cur.status != "ok":
+            continue
+        prompt = cur.prompt_tokens or 0
+        if slot is not None and (slot.session_id, slot.round_idx + 1) == (
+            cur.session_id, cur.round_idx
+        ):
+            # cur = slot's prompt[:derived] + fresh ids; the output the slot also holds is
+            # never in cur (the openai backend cannot carry unknown ids), so the match ends
+            # at derived; llama.cpp always evaluates at least the last prompt token
+            want = min(cur.derived_prefix, prompt - 1)
+            later += 1
+        else:
+            want = 0  # another session's tokens (or the preflight probe's)
+        assert cur.cached_tokens == want, (cur.request_id, cur.cached_tokens, want)
+        slot = cur
+    assert later > 0
+    # the server's counters moved by exactly what the records say (probes included);
+    # llamacpp:prompt_tokens_total counts only the tokens it evaluated
+    cached = sum(r.cached_tokens or 0 for r in ok) + sum(p["cached_tokens"] for p in probes)
+    prompt = sum(r.prompt_tokens or 0 for r in ok) + sum(p["prompt_tokens"] for p in probes)
+    assert delta[LLAMACPP_CACHED] == cached, (delta, cached)
+    assert delta[LLAMACPP_WITH_CACHED] == prompt, (delta, prompt)
+    assert delta[LLAMACPP_PROMPT] == prompt - cached, (delta, prompt, cached)
+    # the scraper kept the llamacpp: series (and the derived sum) in the run's timeline
+    rows = [row for row in result.metrics_timeline if "error" not in row]
+    assert rows and all(LLAMACPP_WITH_CACHED in row for row in rows)
+    if raced:
+        raise KeepAliveRace(f"{len(raced)} request(s): {raced[0].request_id}: {raced[0].error}")
+
+
+@KEEP_ALIVE_XFAIL
+async def test_prefix_preserving_falls_short_by_the_output(
+    llama_server: LlamaServer, tmp_path: Any
+) -> None:
+    """``/v1/completions`` returns no output ids: ``prefix-preserving`` cannot carry them.
+
+    The config accepts the policy (the ``openai`` codec declares ``returns_token_ids``
+    because vLLM returns them); against llama.cpp each later round's prefix then falls
+    short by the previous round's output, sent as extra fresh input and recorded as
+    ``prefix_shortfall_tokens``: the prompt keeps its planned length, not its content.
+    """
+    result, _ = await replay_or_race(
+        llama_server, tmp_path,
+        trace={"path": str(data.path(SESSION_TRACE))},
+        context={"policy": "prefix-preserving", "max_model_len": llama_server.ctx},
+        arrival={"max_concurrency": 1, "output_len": f"fixed:{OUTPUT_LEN}", "tool_wait_scale": 0},
+        backend={"name": "openai", "options": {"model": llama_server.model}, "preflight": False},
+    )
+    recs = measured(result)
+    raced = [r for r in recs if r.status == "error" and stale(r.error)]
+    by_session: dict[str, list[RequestRecord]] = {}
+    for r in recs:
+        if r.status == "ok":
+            by_session.setdefault(r.session_id, []).append(r)
+    checked = 0
+    for rounds in by_session.values():
+        rounds.sort(key=lambda r: r.round_idx)
+        for prev, cur in itertools.pairwise(rounds):
+            if cur.round_idx != prev.round_idx + 1:
+                continue
+            assert cur.derived_prefix == min(cur.planned_prefix_tokens, prev.sent_prompt_tokens)
+            assert cur.prefix_shortfall_tokens == cur.planned_prefix_tokens - cur.derived_prefix
+            if cur.planned_prefix_tokens > prev.sent_prompt_tokens:
+                assert cur.prefix_shortfall_tokens > 0, cur.request_id
+                checked += 1
+            assert cur.prompt_tokens == cur.planned_prefix_tokens + cur.planned_input_tokens
+    assert checked > 0 or raced
+    if raced:
+        raise KeepAliveRace(f"{len(raced)} request(s): {raced[0].request_id}: {raced[0].error}")
