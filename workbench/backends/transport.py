@@ -363,11 +363,11 @@ class Transport:
         """One request on the raw client: one write, stamps taken at the socket read."""
         pool, idle = self._raw, self.options.stream_idle_timeout_s
         data = pool.request_bytes(codec.url(self.root)[len(self.root) :], req.request_id, payload)
+        rec.dispatch_ns = self.clock.now_ns()  # before the connection, as with aiohttp
         conn = await pool.acquire()
         ok = False
         state: _StreamState | None = None
         try:
-            rec.dispatch_ns = self.clock.now_ns()
             conn.transport.write(data)
             rec.http_status = await conn.response_head(idle)
             if rec.http_status != 200:
