@@ -71,8 +71,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-dir", default=None, help="run directories go here (default: a temp dir)")
     ap.add_argument("--profile", default=None, help="write a pyinstrument text profile here")
     ap.add_argument("--memory", action="store_true", help="report peak RSS (MB)")
-    ap.add_argument("--http", choices=("aiohttp", "raw"), default="raw",
-                    help="executor.http: aiohttp or workbench's raw HTTP/1.1 client")
     ap.add_argument("--no-keep-records", action="store_true",
                     help="executor.keep_records false: records on disk only")
     args = ap.parse_args(argv)
@@ -83,8 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp.mkdir(parents=True, exist_ok=True)
     trace = write_trace(tmp / "trace.csv", args.requests, args.prompt, args.output)
     cfg = config(args, trace, tmp)
-    cfg["executor"] = {"workers": args.workers, "keep_records": not args.no_keep_records,
-                       "http": args.http}
+    cfg["executor"] = {"workers": args.workers, "keep_records": not args.no_keep_records}
     profiler = None
     if args.profile:
         from pyinstrument import Profiler

@@ -105,7 +105,6 @@ async def one(
         "arrival": {"mode": "saturated", "max_concurrency": c},
         "backend": {"name": "openai", "scrape_interval_s": None},
         "target": base_url,
-        "executor": {"http": args.http},
         "out_dir": str(tmp),
     }
     result = await run_async(cfg)
@@ -168,14 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output", type=int, default=32)
     ap.add_argument("--speedup", type=float, default=1.0, help="engine speed-up factor")
     ap.add_argument("--in-process", action="store_true", help="engine on the client's loop")
-    ap.add_argument("--http", choices=("aiohttp", "raw"), default="raw",
-                    help="workbench's HTTP client (executor.http)")
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args(argv)
     from workbench.replay import run_on_fast_loop
 
     rows = run_on_fast_loop(main_async(args))
-    print(f"engine {'in-process' if args.in_process else 'subprocess'}, http {args.http}, "
+    print(f"engine {'in-process' if args.in_process else 'subprocess'}, "
           f"load avg {os.getloadavg()[0]:.1f}")  # fmt: skip
     print(table(rows))
     if args.json_out:

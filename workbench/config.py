@@ -109,10 +109,7 @@ class ExecutorSpec:
     reads them back): memory stays flat in the number of requests.
     ``warm_connections``: open ``max_concurrency`` keep-alive connections (at
     most ``WARM_MAX``) before the run, so the first wave does not pay TCP setup
-    inside its TTFT. ``http``: ``raw`` (default), workbench's own minimal HTTP/1.1
-    streaming client for plain ``http://`` targets (one write per request, token
-    events stamped at the socket read; ``backends/rawhttp.py``; ``https://`` still
-    goes through aiohttp), or ``aiohttp`` for every request.
+    inside its TTFT.
     """
 
     workers: int = 1
@@ -124,7 +121,6 @@ class ExecutorSpec:
     gc_freeze: bool = True
     keep_records: bool = True
     warm_connections: bool = True
-    http: str = "raw"
 
 
 EXECUTOR_KINDS: tuple[str, ...] = ("local", "processes", "ray")
@@ -262,8 +258,6 @@ class RunConfig:
                 f"executor.workers {e.workers} > arrival.max_concurrency {a.max_concurrency}: "
                 "every worker needs at least one slot; lower workers or raise max_concurrency"
             )
-        if e.http not in ("aiohttp", "raw"):
-            raise ConfigError(f"executor.http must be 'aiohttp' or 'raw', got {e.http!r}")
         if e.record_flush_ms is not None and e.record_flush_ms < 0:
             raise ConfigError(f"executor.record_flush_ms must be >= 0, got {e.record_flush_ms}")
         if e.kind not in EXECUTOR_KINDS:

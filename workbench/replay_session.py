@@ -147,7 +147,6 @@ class ReplaySession:
             api_key_env=b.api_key_env,
             request_timeout_s=a.request_timeout_s,
             stream_idle_timeout_s=a.stream_idle_timeout_s,
-            http=self.cfg.executor.http,
         )
         async with Transport(options, clock) as transport:
             await transport.check_reachable()

@@ -318,7 +318,6 @@ async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> Non
     options = TransportOptions(
         base_url=spec["base_url"], api_key_env=b.api_key_env,
         request_timeout_s=a.request_timeout_s, stream_idle_timeout_s=a.stream_idle_timeout_s,
-        http=cfg.executor.http,
     )  # fmt: skip
     flush = cfg.executor.record_flush_ms or None
     recs = RecordWriter(shard_dir / f"records-{k}.jsonl", max_delay_ms=flush)

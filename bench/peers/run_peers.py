@@ -151,11 +151,11 @@ def run_abench(py: Path, url: str, n: int, c: int, prompt: int, output: int, tmp
 
 
 def run_workbench(url: str, n: int, c: int, prompt: int, output: int, tmp: Path,
-                  workers: int = 1, http: str = "raw") -> dict:  # fmt: skip
+                  workers: int = 1) -> dict:  # fmt: skip
     cmd = [*pin(1), sys.executable, str(ROOT / "bench" / "bench_client.py"), "--url", url,
            "--requests", str(n), "--concurrency", str(c), "--prompt", str(prompt),
            "--output", str(output), "--out-dir", str(tmp / f"wb-{time.monotonic_ns()}"),
-           "--workers", str(workers), "--http", http]  # fmt: skip
+           "--workers", str(workers)]  # fmt: skip
     cpu0 = cpu_of_children()
     done = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     cpu = cpu_of_children() - cpu0
@@ -244,8 +244,7 @@ def one_point(server: FakeServer, py: Path, args: argparse.Namespace, c: int, re
         if name == "agentic-bench":
             res = run_abench(py, server.url, n, c, args.prompt, args.output, tmp)
         else:
-            res = run_workbench(server.url, n, c, args.prompt, args.output, tmp, args.workers,
-                                args.http)
+            res = run_workbench(server.url, n, c, args.prompt, args.output, tmp, args.workers)
         sv = server_view(server.truth())
         b = bias(res, sv)
         rows.append({
@@ -311,8 +310,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ttft-ms", type=float, default=50.0)
     ap.add_argument("--itl-ms", type=float, default=10.0)
     ap.add_argument("--workers", type=int, default=1, help="workbench worker processes")
-    ap.add_argument("--http", choices=("aiohttp", "raw"), default="raw",
-                    help="workbench's HTTP client (executor.http)")
     ap.add_argument("--json-out", default=None)
     ap.add_argument("--pin", action="store_true",
                     help="pin the server to core 0 and each client to core 1 (only on a quiet box)")

@@ -25,18 +25,11 @@ import os
 from dataclasses import dataclass
 from functools import partial
 from types import TracebackType
-from typing import Any
 
 import aiohttp
 import orjson
 
 from workbench.backends.base import BackendError, Codec, StreamParser, WireRequest
-from workbench.backends.rawhttp import (
-    RawConnectError,
-    RawDisconnected,
-    RawHTTPError,
-    RawIdleTimeout,
-)
 from workbench.backends.sse import DONE, SSEDecoder
 from workbench.clock import Clock, WallClock
 from workbench.records import RequestRecord, Status
@@ -64,7 +57,6 @@ class TransportOptions:
     request_timeout_s: float | None = None
     stream_idle_timeout_s: float | None = 60.0
     max_connections: int = 0
-    http: str = "aiohttp"  # "raw": workbench.backends.rawhttp for plain http:// targets
 
 
 _CLAMP_HINT = (
@@ -178,7 +170,6 @@ class Transport:
         self.clock: Clock = clock if clock is not None else WallClock()
         self.root = normalize_base_url(options.base_url)
         self._session: aiohttp.ClientSession | None = None
-        self._raw: Any = None  # RawPool when options.http == "raw"
 
     async def __aenter__(self) -> Transport:
         opts = self.options
@@ -186,10 +177,6 @@ class Transport:
         key = os.environ.get(opts.api_key_env) if opts.api_key_env else None
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        if opts.http == "raw" and self.root.startswith("http://"):
-            from workbench.backends.rawhttp import RawPool
-
-            self._raw = RawPool(self.root, headers)
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=max(0, opts.max_connections)),
             headers=headers,
@@ -205,8 +192,6 @@ class Transport:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._raw is not None:
-            self._raw.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -246,8 +231,6 @@ class Transport:
         """
         if n <= 0:
             return 0
-        if self._raw is not None:
-            return int(await self._raw.warm(n))
         url = f"{self.root}/v1/models"
         timeout = aiohttp.ClientTimeout(total=timeout_s)
 
@@ -285,18 +268,13 @@ class Transport:
     ) -> list[int] | None:
         payload = orjson.dumps(codec.body(req))
         parser = codec.parser(req)
-        if self._raw is not None:
-            timeout = self.options.request_timeout_s
-            async with asyncio.timeout(timeout):
-                await self._exchange_raw(codec, req, rec, payload, parser)
-        else:
-            headers = {"Content-Type": "application/json", "x-request-id": req.request_id}
-            rec.dispatch_ns = self.clock.now_ns()
-            async with session.post(codec.url(self.root), data=payload, headers=headers) as resp:
-                rec.http_status = resp.status
-                if resp.status != 200:
-                    raise HTTPStatusError(resp.status, await resp.text(errors="replace"))
-                await self._stream(resp, parser, rec)
+        headers = {"Content-Type": "application/json", "x-request-id": req.request_id}
+        rec.dispatch_ns = self.clock.now_ns()
+        async with session.post(codec.url(self.root), data=payload, headers=headers) as resp:
+            rec.http_status = resp.status
+            if resp.status != 200:
+                raise HTTPStatusError(resp.status, await resp.text(errors="replace"))
+            await self._stream(resp, parser, rec)
         out = parser.finish()
         rec.prompt_tokens = out.prompt_tokens
         rec.completion_tokens = out.completion_tokens
@@ -356,40 +334,6 @@ class Transport:
         if not state.done:
             state.close(now())
 
-    async def _exchange_raw(
-        self, codec: Codec, req: WireRequest, rec: RequestRecord, payload: bytes,
-        parser: StreamParser,
-    ) -> None:  # fmt: skip
-        """One request on the raw client: one write, stamps taken at the socket read."""
-        pool, idle = self._raw, self.options.stream_idle_timeout_s
-        data = pool.request_bytes(codec.url(self.root)[len(self.root) :], req.request_id, payload)
-        rec.dispatch_ns = self.clock.now_ns()  # before the connection, as with aiohttp
-        conn = await pool.acquire()
-        ok = False
-        state: _StreamState | None = None
-        try:
-            conn.transport.write(data)
-            rec.http_status = await conn.response_head(idle)
-            if rec.http_status != 200:
-                body = await conn.read_all(idle)
-                ok = True
-                raise HTTPStatusError(rec.http_status, body.decode("utf-8", "replace"))
-            state = _StreamState(parser, rec)
-            while (reads := await conn.next_reads(idle)) is not None:
-                state.parse(reads)
-            if not state.done:
-                state.close(self.clock.now_ns())
-            ok = True
-        except RawHTTPError:
-            if state is not None and state.done:
-                return  # [DONE] was in: all measured; the connection is dropped below
-            raise
-        finally:
-            if ok:
-                pool.release(conn)
-            else:
-                pool.discard(conn)
-
     def _close_record(self, rec: RequestRecord, status: Status, error: str | None) -> None:
         if rec.end_ns is None:
             rec.end_ns = self.clock.now_ns()
@@ -406,12 +350,6 @@ class Transport:
         where = f" after {events} token events" if rec.http_status is not None else ""
         if isinstance(exc, BackendError):
             return str(exc) + (where if events else "")
-        if isinstance(exc, RawIdleTimeout):
-            return f"stream idle for more than {opts.stream_idle_timeout_s}s{where}"
-        if isinstance(exc, RawConnectError):
-            return f"cannot connect to {self.root}: {exc}"
-        if isinstance(exc, RawDisconnected):
-            return f"server disconnected mid-stream{where}: {exc}"
         if isinstance(exc, aiohttp.SocketTimeoutError):
             return f"stream idle for more than {opts.stream_idle_timeout_s}s{where}"
         if isinstance(exc, aiohttp.ConnectionTimeoutError):
