@@ -306,17 +306,6 @@ class RaySession(ShardedSession):
         self.manifest["peak_active_units"] = sum(r["peak_active"] for r in results)
         self.manifest["client"] = self._client_stats([r["client"] for r in results])
 
-    def _finalize(self, status: str) -> None:
-        super()._finalize(status)
-        if self.run_dir is None or not (self.run_dir / "records.jsonl").exists():
-            return
-        try:
-            from workbench.report import columnar
-
-            columnar.convert(self.run_dir)
-        except (ConfigError, ImportError) as exc:  # pyarrow not installed: JSONL only
-            log.info("records.parquet not written: %s", exc)
-
 
 def _aw(ref: Any) -> asyncio.Future[Any]:
     """A Ray ObjectRef as an asyncio future."""

@@ -22,7 +22,7 @@ from workbench.backends.transport import Transport, TransportOptions
 from workbench.clock import WallClock
 from workbench.config import RunConfig
 from workbench.context.tokens import TokenPool
-from workbench.errors import WorkbenchError
+from workbench.errors import ConfigError, WorkbenchError
 from workbench.plan import Plan
 from workbench.records import RequestRecord, RunResult
 from workbench.runner import Runner
@@ -251,6 +251,19 @@ class ReplaySession:
 
             summary = scan_summarize(self.run_dir, self.cfg.slo)
         write_json(self.run_dir / "summary.json", summary)
+        _write_parquet(self.run_dir)
+
+
+def _write_parquet(run_dir: Path) -> None:
+    """``records.parquet`` beside ``records.jsonl`` (large-run analysis scans it)."""
+    if not (run_dir / "records.jsonl").exists():
+        return
+    try:
+        from workbench.report import columnar
+
+        columnar.convert(run_dir)
+    except (ConfigError, ImportError) as exc:  # pyarrow not installed: JSONL only
+        log.info("records.parquet not written: %s", exc)
 
 
 async def _watch(stop: asyncio.Event, runner: Runner) -> None:
