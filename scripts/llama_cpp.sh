@@ -99,7 +99,7 @@ build_server() {
     cmake -S "$SRC" -B "$BUILD" "${CMAKE_FLAGS[@]}" >"$HOME_DIR/configure.log" 2>&1 \
       || { tail -n 30 "$HOME_DIR/configure.log" >&2; die "cmake configure failed"; }
   fi
-  log "building llama-server with -j$JOBS (cold: ~6.5 min on 2 cores; log: $HOME_DIR/build.log)"
+  log "building llama-server with -j$JOBS (cold: 7-12 min on 2 cores; log: $HOME_DIR/build.log)"
   cmake --build "$BUILD" --target llama-server -j"$JOBS" >"$HOME_DIR/build.log" 2>&1 \
     || { tail -n 30 "$HOME_DIR/build.log" >&2; die "build failed"; }
   binary_ok || die "$BIN does not run"

@@ -6,7 +6,10 @@ output delta in ``choices[0].token_ids``; the last chunk has ``choices: []`` and
 ``usage`` (``prompt_tokens_details.cached_tokens`` with
 ``--enable-prompt-tokens-details``). Servers without ``return_token_ids`` (SGLang's
 OpenAI layer, llama.cpp) stream text only: each non-empty text chunk then counts
-as one token event and the exact output ids are unknown.
+as one token event and the exact output ids are unknown. A chunk whose text is empty
+(llama.cpp: a token that decodes to no text, e.g. a control token) still marks the
+stream text-only, so a 1-token answer made of such a token is not mistaken for a
+server that dropped ``return_token_ids``.
 
 ``ChoicesParser`` is shared with ``vllm-tokens``, whose stream has the same shape.
 """
@@ -74,9 +77,10 @@ class ChoicesParser:
         if ids:
             self._ids.extend(ids)
             return ids
-        if ids is None and choice.get("text"):
+        if ids is None and "text" in choice:  # a text-only stream (llama.cpp, SGLang)
             self._missing = True
-            return [UNKNOWN_TOKEN]
+            if choice["text"]:
+                return [UNKNOWN_TOKEN]
         return None
 
     def feed_all(self, payloads: list[bytes]) -> list[int]:
@@ -124,9 +128,10 @@ class ChoicesParser:
             if ids:
                 out.extend(ids)
                 counts.append(len(ids))
-            elif ids is None and choice.get("text"):
+            elif ids is None and "text" in choice:
                 self._missing = True
-                counts.append(1)
+                if choice["text"]:
+                    counts.append(1)
         return counts
 
     def _each(self, payloads: list[bytes]) -> list[int]:
