@@ -128,6 +128,18 @@ def test_text_only_server_counts_events_but_has_no_ids():
     assert out.completion_tokens == 1
 
 
+def test_a_text_only_answer_of_one_empty_text_token_is_not_a_missing_ids_error():
+    """llama.cpp: a 1-token answer whose token decodes to no text streams text "" only."""
+    parser = BACKENDS.get("openai").parser(REQ)
+    assert parser.feed(cmpl_chunk(None, text="", finish="length")) is None
+    parser.feed(usage_chunk(completion=1))
+    out = parser.finish()
+    assert out.output_ids is None and out.completion_tokens == 1
+    batched = BACKENDS.get("openai").parser(REQ)
+    assert batched.feed_all([cmpl_chunk(None, text=""), usage_chunk(completion=1)]) == []
+    assert batched.finish().output_ids is None
+
+
 @pytest.mark.parametrize(
     "payload",
     [b'{"error": {"message": "boom"}}', b'{"object": "error", "message": "boom"}'],

@@ -408,9 +408,22 @@ class Runner:
             out_ids = None
         if measure is not None:
             measure.ended(self.clock.now_ns())
+        if out_ids is None and rec.status == "ok" and self._needs_output_ids(rp):
+            # SPEC §2: a round whose output ids cannot be trusted fails; it never
+            # continues from a context that lacks what the model really said
+            rec.status = "error"
+            rec.error = (
+                "the server streamed no output token ids (a text-only stream), which "
+                "prefix-preserving needs to carry the conversation; use policy "
+                "'trace-reported', or a server/backend that returns token ids "
+                "(vLLM: return_token_ids; vllm-tokens; sglang-tokens)"
+            )
         run.context = prompt + out_ids if out_ids is not None else prompt
         self._finish(rec)
         return rec
+
+    def _needs_output_ids(self, rp: RoundPlan) -> bool:
+        return self.plan.policy == "prefix-preserving" and rp.round.hash_ids is None
 
     def _new_record(self, run: UnitRun, rp: RoundPlan, scheduled_ns: int | None) -> RequestRecord:
         rid = rp.round.request_id + (f"~{run.loop_idx}" if run.loop_idx else "")

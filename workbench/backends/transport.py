@@ -253,7 +253,7 @@ class Transport:
         session = self.session
         rec.sent_prompt_tokens = len(req.prompt_ids)
         try:
-            ids = await self._exchange(session, codec, req, rec)
+            ids = await self._exchange_once_more_if_stale(session, codec, req, rec)
         except asyncio.CancelledError:
             self._close_record(rec, "cancelled", "cancelled")
             raise
@@ -262,6 +262,26 @@ class Transport:
             return None
         self._close_record(rec, "ok", None)
         return ids
+
+    async def _exchange_once_more_if_stale(
+        self, session: aiohttp.ClientSession, codec: Codec, req: WireRequest, rec: RequestRecord
+    ) -> list[int] | None:
+        """``_exchange``, sent once more when a pooled connection turns out to be dead.
+
+        Some servers (llama.cpp's ``llama-server``) close the connection after every
+        stream while their headers say keep-alive; the next request on it fails
+        before any response byte. Only that case is retried, once, and flagged in
+        ``rec.extra``; a refused connection or any failure after the status line is not.
+        """
+        try:
+            return await self._exchange(session, codec, req, rec)
+        except aiohttp.ClientConnectorError:
+            raise
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            if rec.http_status is not None:
+                raise
+            rec.extra["stale_connection_retry"] = True
+            return await self._exchange(session, codec, req, rec)
 
     async def _exchange(
         self, session: aiohttp.ClientSession, codec: Codec, req: WireRequest, rec: RequestRecord

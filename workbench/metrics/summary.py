@@ -46,6 +46,7 @@ STATUSES: dict[str, str] = {
 SERVER_HIT_COUNTERS: tuple[tuple[str, str], ...] = (
     ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
     ("sglang:cached_tokens_total", "sglang:prompt_tokens_total"),
+    ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_with_cached_total"),
 )
 
 
