@@ -1,5 +1,8 @@
 """Shared hypothesis strategy for the readers' corruption property tests."""
 
+import tempfile
+from pathlib import Path
+
 from hypothesis import strategies as st
 
 OPS = st.lists(
@@ -30,3 +33,20 @@ def corrupt(data: bytes, ops: list[tuple[str, int, int]]) -> bytes:
         else:
             data = b"\n".join(lines[: k + 1] + lines[k:])
     return data
+
+
+def loads_or_format_error(data: bytes, suffix: str, *fmts: str, **options: object) -> None:
+    """Write ``data`` to a temp file and load it as each of ``fmts``: a Workload or one
+    TraceFormatError naming a line and a rule, never anything else."""
+    from workbench.errors import TraceFormatError
+    from workbench.records import Workload
+    from workbench.traces.base import load_trace
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"c{suffix}"
+        path.write_bytes(data)
+        for fmt in fmts:
+            try:
+                assert isinstance(load_trace(path, fmt=fmt, **options), Workload)
+            except TraceFormatError as exc:
+                assert exc.line >= 0 and exc.rule

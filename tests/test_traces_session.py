@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import pytest
-from corruption import OPS, corrupt
+from corruption import OPS, corrupt, loads_or_format_error
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workbench import load_trace
 from workbench.errors import TraceFormatError
-from workbench.records import Workload
 from workbench.traces import canonical
 
 DATA = Path(__file__).parents[2] / "shared" / "data"
@@ -175,13 +173,6 @@ def test_corrupted_files_load_or_raise_trace_format_error(ops, fast) -> None:
     saved = canonical.FAST_PATH_MIN_ROWS
     canonical.FAST_PATH_MIN_ROWS = 0 if fast else 10**9
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "c.csv"
-            path.write_bytes(data)
-            for fmt in ("session", "auto"):
-                try:
-                    assert isinstance(load_trace(path, fmt=fmt), Workload)
-                except TraceFormatError as exc:
-                    assert exc.line >= 0 and exc.rule
+        loads_or_format_error(data, ".csv", "session", "auto")
     finally:
         canonical.FAST_PATH_MIN_ROWS = saved

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from corruption import OPS, corrupt
+from corruption import OPS, corrupt, loads_or_format_error
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workbench import load_trace
 from workbench.errors import TraceFormatError
-from workbench.records import Workload
 from workbench.traces.tracelab import union_length
 
 DATA = Path(__file__).parents[2] / "shared" / "data"
@@ -182,10 +180,4 @@ SAMPLE = b"\n".join(PUBLIC.read_bytes().splitlines()[:4] + PUBLIC.read_bytes().s
 @given(ops=OPS, mode=st.sampled_from(["union", "sum"]))
 def test_corrupted_files_load_or_raise_trace_format_error(ops, mode) -> None:
     data = corrupt(SAMPLE, ops)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "c.jsonl"
-        path.write_bytes(data)
-        try:
-            assert isinstance(load_trace(path, fmt="tracelab", tool_wait=mode), Workload)
-        except TraceFormatError as exc:
-            assert exc.line >= 0 and exc.rule
+    loads_or_format_error(data, ".jsonl", "tracelab", tool_wait=mode)
