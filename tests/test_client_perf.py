@@ -21,11 +21,11 @@ from workbench.config import RunConfig
 from workbench.context.hashing import block_hashes
 from workbench.data import path as data_path
 from workbench.errors import ConfigError
+from workbench.measure import SelfMeasure
 from workbench.metrics.summary import client_bottleneck, client_stats, summarize
 from workbench.records import RunResult
 from workbench.replay import run_async
 from workbench.report.store import RecordWriter, read_jsonl
-from workbench.runner import SelfMeasure
 from workbench.shard import slot_offsets, split_concurrency, split_plan
 from workbench.sim.server import serve_sim
 

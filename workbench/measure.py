@@ -1,0 +1,81 @@
+"""The client measuring itself while it runs (in flight, release lag, CPU).
+
+Kept apart from the runner, which only calls ``dispatched``/``ended``: a few
+integer operations per request on the hot path, summarized later by
+``metrics.summary.client_stats``.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from typing import Any
+
+
+class SelfMeasure:
+    """The client watching itself: requests in flight, release lag, CPU (SPEC-free, cheap).
+
+    *Release lag* of a request = its HTTP dispatch − the moment it became due: its
+    scheduled arrival, or the release of the slot it waited for (whichever is
+    later), or the end of the previous round's tool wait. It is the client's own
+    lateness (timer wakeup, task start, prompt building, body encoding), never
+    the server's. In-flight is the number of requests between dispatch and end,
+    integrated over time (a few additions per request).
+    """
+
+    __slots__ = ("_area", "_cpu0", "_last", "_t0", "at_dispatch", "cpu_s", "inflight", "lags_ns",
+                 "peak", "wall_s")  # fmt: skip
+
+    def __init__(self) -> None:
+        self.inflight = 0
+        self.peak = 0
+        self._area = 0
+        self._last = 0
+        self._t0: int | None = None
+        self._cpu0 = 0.0
+        self.cpu_s = 0.0
+        self.wall_s = 0.0
+        self.lags_ns = array("q")
+        self.at_dispatch = array("i")
+
+    def start(self) -> None:
+        self._cpu0 = time.process_time()
+        self.wall_s = time.perf_counter()
+
+    def stop(self) -> None:
+        self.cpu_s = time.process_time() - self._cpu0
+        self.wall_s = time.perf_counter() - self.wall_s
+
+    def _move(self, now: int, delta: int) -> None:
+        if self._t0 is None:
+            self._t0 = self._last = now
+        self._area += self.inflight * (now - self._last)
+        self._last = now
+        self.inflight += delta
+        if self.inflight > self.peak:
+            self.peak = self.inflight
+
+    def dispatched(self, now: int, ready_ns: int) -> None:
+        self.at_dispatch.append(self.inflight)
+        self._move(now, 1)
+        self.lags_ns.append(max(0, now - ready_ns))
+
+    def ended(self, now: int) -> None:
+        self._move(now, -1)
+
+    def mean_inflight(self) -> float | None:
+        if self._t0 is None or self._last <= self._t0:
+            return None
+        return self._area / (self._last - self._t0)
+
+    def raw(self) -> dict[str, Any]:
+        """Plain data (mergeable across shards); ``metrics.summary.client_stats`` reads it."""
+        return {
+            "requests": len(self.lags_ns),
+            "release_lag_ns": self.lags_ns.tolist(),
+            "in_flight_at_dispatch": self.at_dispatch.tolist(),
+            "in_flight_mean": self.mean_inflight(),
+            "in_flight_peak": self.peak,
+            "cpu_s": self.cpu_s,
+            "wall_s": self.wall_s,
+        }
