@@ -110,3 +110,13 @@ def test_shared_prefix_pool_makes_first_rounds_share_tokens(tmp_path):
     second = shared.records[1]
     assert second.folded_prefix_tokens == 1000
     assert second.cached_tokens == 1000 - 1000 % 16  # the shared head, in whole blocks
+
+
+@pytest.mark.parametrize("policy", ["trace-reported", "prefix-preserving"])
+def test_ideal_hit_rate_follows_the_runs_policy(policy):
+    """Infinite cache: every planned prefix hits, so ideal = planned under either policy."""
+    result = simulate({"trace": str(data_path("tracelab/session_workload_example.csv")),
+                       "context": policy})
+    manifest = result.manifest
+    assert manifest["ideal_prefix_hit_rate"] == pytest.approx(
+        manifest["plan"]["planned_prefix_hit_rate"])

@@ -68,7 +68,7 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
     from workbench import __version__
     from workbench.traces.stats import trace_stats
 
-    stats = trace_stats(workload)
+    stats = trace_stats(workload, policy=plan.policy or "trace-reported")
     return {
         "run_id": run_id,
         "label": cfg.label,
