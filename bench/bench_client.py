@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     tmp.mkdir(parents=True, exist_ok=True)
     trace = write_trace(tmp / "trace.csv", args.requests, args.prompt, args.output)
     cfg = config(args, trace, tmp)
-    cfg["executor"] = {"workers": args.workers, "keep_records": not args.no_keep_records}
+    cfg["executor"] = {"workers": args.workers, "keep_records": not args.no_keep_records,
+                       "record_flush_ms": 50.0}  # batched writes, as in bench/README.md
     profiler = None
     if args.profile:
         from pyinstrument import Profiler

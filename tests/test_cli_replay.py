@@ -63,3 +63,23 @@ def test_a_finished_run_also_writes_records_parquet(tmp_path):
     lines = (tmp_path / "r3" / "records.jsonl").read_text().splitlines()
     assert table.num_rows == len(lines) > 0
     assert "ttft_ms" in table.column_names
+
+
+def test_a_hard_kill_loses_no_finished_record(tmp_path):
+    """SPEC §6: each record is on disk when its request ends (default: no write batching)."""
+    proc = _cli("replay", "--trace", LARGE, "--target", "sim", "--no-progress",
+                "-o", str(tmp_path), "--run-id", "r4")
+    records = Path(tmp_path, "r4", "records.jsonl")
+    deadline = time.monotonic() + 60
+    seen = 0
+    while time.monotonic() < deadline:
+        if records.exists():
+            seen = records.read_text().count("\n")
+            if seen >= 3:
+                break
+        time.sleep(0.02)
+    proc.kill()
+    proc.communicate(timeout=30)
+    lines = records.read_text().splitlines()
+    assert len(lines) >= seen >= 3
+    assert all(json.loads(line)["status"] == "ok" for line in lines)

@@ -91,8 +91,11 @@ class ExecutorSpec:
 
     ``workers``: shard units over this many processes on this host (a unit is
     never split; ``max_concurrency`` is divided between shards; records merge
-    into one run directory). ``record_flush_ms``: records reach the OS at most
-    this long after their request ends (``None``: one write per record).
+    into one run directory). ``record_flush_ms``: ``None`` (default) writes each
+    record the moment its request ends, so even a hard crash loses nothing
+    finished (SPEC §6); a number batches writes, records then reach the OS at most
+    this long after their request ends (faster at high request rates; a SIGKILL
+    can lose that window, a cancel or Ctrl-C still loses nothing).
     ``block_hashes``: compute each prompt's chained block hashes (kept in records
     for the Dynamo export; incremental per session, but off saves O(prompt) work
     per request). ``uvloop``: use uvloop for ``run``/the CLI when installed.
@@ -113,7 +116,7 @@ class ExecutorSpec:
     """
 
     workers: int = 1
-    record_flush_ms: float | None = 50.0
+    record_flush_ms: float | None = None
     block_hashes: bool = True
     uvloop: bool = True
     kind: str = "local"
