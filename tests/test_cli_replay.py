@@ -66,7 +66,7 @@ def test_a_finished_run_also_writes_records_parquet(tmp_path):
 
 
 def test_a_hard_kill_loses_no_finished_record(tmp_path):
-    """SPEC §6: each record is on disk when its request ends (default: no write batching)."""
+    """A SIGKILL mid-run leaves only complete JSON lines, every one seen before the kill."""
     proc = _cli("replay", "--trace", LARGE, "--target", "sim", "--no-progress",
                 "-o", str(tmp_path), "--run-id", "r4")
     records = Path(tmp_path, "r4", "records.jsonl")

@@ -76,3 +76,8 @@ def test_available_lists_every_axis():
 def test_replace_dotted():
     cfg = _cfg().replace(**{"arrival.rate": 2.0})
     assert cfg.arrival.rate == 2.0
+
+
+def test_records_are_not_batched_by_default():
+    """SPEC §6: a record is flushed when its request ends; batching is an opt-in speed knob."""
+    assert RunConfig.from_dict({"trace": "x"}).executor.record_flush_ms is None
