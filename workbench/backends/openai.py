@@ -57,7 +57,11 @@ class ChoicesParser:
         self._metrics: dict[str, Any] | None = None
 
     def feed(self, payload: bytes) -> list[int] | None:
-        obj = loads(payload)
+        return self._take(loads(payload))
+
+    def _take(self, obj: dict[str, Any]) -> list[int] | None:
+        """One parsed chunk → the output ids it carried (one unknown id per non-empty
+        text chunk of a text-only stream; None when it carried none)."""
         if self._rid is None:
             self._rid = obj.get(self._id_key)
         usage = obj.get("usage")
@@ -87,8 +91,7 @@ class ChoicesParser:
         """Every payload of one network read → the id count of each token event, in order.
 
         Same result as ``feed`` on each payload (which it falls back to for anything
-        unusual, so errors read the same), but one ``orjson.loads`` per read and no
-        per-event call: the per-chunk work is the few dict lookups that are needed.
+        unusual, so errors read the same), but one ``orjson.loads`` per read.
         """
         if len(payloads) == 1:
             ids = self.feed(payloads[0])
@@ -97,41 +100,16 @@ class ChoicesParser:
             objs = orjson.loads(b"[" + b",".join(payloads) + b"]")
         except orjson.JSONDecodeError:
             objs = None
-        counts: list[int] = []
         if objs is None or len(objs) != len(payloads):
-            for p in payloads:
-                ids = self.feed(p)
-                if ids:
-                    counts.append(len(ids))
-            return counts
-        id_key, out = self._id_key, self._ids
+            return self._each(payloads)
+        counts: list[int] = []
         for i, obj in enumerate(objs):
             if type(obj) is not dict or "error" in obj or obj.get("object") == "error":
                 counts.extend(self._each(payloads[i:]))  # feed raises the precise error
                 return counts
-            if self._rid is None:
-                self._rid = obj.get(id_key)
-            usage = obj.get("usage")
-            if usage:
-                self._usage = usage
-                metrics = obj.get("metrics")
-                if isinstance(metrics, dict):
-                    self._metrics = metrics
-            choices = obj.get("choices")
-            if not choices:
-                continue
-            choice = choices[0]
-            reason = choice.get("finish_reason")
-            if reason is not None:
-                self._finish = reason
-            ids = choice.get("token_ids")
+            ids = self._take(obj)
             if ids:
-                out.extend(ids)
                 counts.append(len(ids))
-            elif ids is None and "text" in choice:
-                self._missing = True
-                if choice["text"]:
-                    counts.append(1)
         return counts
 
     def _each(self, payloads: list[bytes]) -> list[int]:
