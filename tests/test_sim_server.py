@@ -1,6 +1,7 @@
 """The embedded engine over loopback: wire shapes (SPEC §4), cache, metrics."""
 
 import asyncio
+import logging
 
 import aiohttp
 import orjson
@@ -335,6 +336,36 @@ async def test_client_disconnect_aborts_the_engine_request():
             await asyncio.sleep(0.01)
     stats = sim.engine.stats()
     assert stats["running"] == 0 and stats["kv_usage"] == 0.0
+
+
+async def test_clients_vanishing_mid_stream_are_aborts_not_server_errors(caplog):
+    """Cancelled clients close sockets while handlers still write: no traceback, no leak.
+
+    A write can reach the closing transport before aiohttp cancels the handler; that
+    is the same client abort, so the server must neither log an error nor keep blocks.
+    """
+
+    async def reader(s, url, events):
+        body = completions_body(list(range(64)), 100_000)
+        async with s.post(url + "/v1/completions", json=body) as resp:
+            for _ in range(events):
+                await resp.content.readline()
+
+    async with asyncio.timeout(TIMEOUT * 3), serve_sim(speedup=200.0) as sim:
+        for round_ in range(6):
+            async with aiohttp.ClientSession() as s:
+                tasks = [asyncio.create_task(reader(s, sim.base_url, 1 + (i + round_) % 20))
+                         for i in range(32)]  # fmt: skip
+                await asyncio.sleep(0.005 * (round_ + 1))
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+        while sim.engine.stats()["running"]:
+            await asyncio.sleep(0.01)
+        assert sim.engine.stats()["kv_usage"] == 0.0
+        assert sim.engine.stats()["requests_aborted"] >= 6
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, errors[0].getMessage()
 
 
 @pytest.mark.parametrize("knobs", [{"bogus": 1}, {"mode": "tgi"}])

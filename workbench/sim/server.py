@@ -10,7 +10,8 @@ and when each token's bytes were handed to the socket) for fidelity checks.
 Streams are written per engine wakeup, not per token: if the client reads
 slower than the engine steps, several SSE events go out in one write.
 A client that disconnects cancels its handler (``handler_cancellation``),
-which aborts the engine request and frees its KV blocks.
+or makes its next write fail, which aborts the engine request and frees
+its KV blocks; neither is logged as a server error.
 """
 
 from __future__ import annotations
@@ -142,6 +143,11 @@ class SimServer:
             if gen.stream:
                 return await self._stream(request, codec, ereq, entry)
             return await self._unary(request, codec, ereq, entry)
+        except ConnectionResetError:
+            # The client closed its socket and a write hit the closing transport
+            # before aiohttp cancelled this handler: the same abort, not a server error.
+            log.debug("client of %s went away mid-response", ereq.request_id)
+            return _drop_connection(request)
         finally:
             if not ereq.finished:
                 ereq.abort()  # client gone (handler cancelled) or fault: free the blocks
