@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from workbench.arrival.admission import AdmissionGate
+from workbench.arrival.queue import AdmissionQueue, Waiting
 from workbench.backends.base import Codec, WireRequest
 from workbench.clock import Clock
 from workbench.config import RunConfig
@@ -50,6 +51,7 @@ class UnitRun:
     routing_slot: int
     released_ns: int
     admitted_ns: int
+    scheduled_ns: int = 0
     warmup: bool = False
     rounds_done: int = 0
     reason: str = "completed"
@@ -103,6 +105,7 @@ class Runner:
         self.t0_ns = 0
         self.measure = SelfMeasure()
         self._slot_freed_ns = 0
+        self._queue: AdmissionQueue | None = None
         self.record_hashes = True
         self.slot_offset = 0  # a shard's first routing slot (slots stay unique across shards)
         self.warmed_up = False
@@ -180,43 +183,69 @@ class Runner:
 
     # -- dispatch -----------------------------------------------------------------------
     async def _dispatch(self) -> None:
-        """Release units in file order; the gate hands out slots strictly in that order."""
-        units = self.plan.units
-        if self.cfg.arrival.mode == "closed-loop":
-            await self._dispatch_closed_loop()
-            return
-        for up in units:
-            scheduled = self.t0_ns + round(up.offset_ms * NS_PER_MS)
-            if scheduled > self.clock.now_ns():
-                await self.clock.sleep_until(scheduled)
-            # else: due already: no yield, so a burst of due units is released in one go
-            # (a sleep(0) per unit let a busy loop pace releases at one per iteration)
-            released = self.clock.now_ns()
-            slot = await self.gate.acquire()
-            self._spawn(up, 0, slot, scheduled, released, max(scheduled, self._slot_freed_ns))
+        """Admit units in file order; the gate hands out slots strictly in that order.
 
-    async def _dispatch_closed_loop(self) -> None:
-        """Exactly ``max_concurrency`` sessions active; with ``duration_s`` the pool loops."""
-        loop_idx = 0
-        while True:
-            for up in self.plan.units:
-                slot = await self.gate.acquire()
-                now = self.clock.now_ns()
-                if self._deadline_ns is not None and now >= self._deadline_ns:
-                    self.gate.release(slot)
-                    return
-                self._spawn(up, loop_idx, slot, now, now, self._slot_freed_ns or now)
-            if self._deadline_ns is None:
-                return
-            loop_idx += 1
-
-    def _spawn(
-        self, up: UnitPlan, loop_idx: int, slot: int, scheduled: int, released: int, ready: int
-    ) -> None:
-        run = UnitRun(
-            up, loop_idx, slot + self.slot_offset, released, self.clock.now_ns(), ready_ns=ready
+        The dispatcher never holds a unit across an ``await``: after every wait it
+        looks at the queue's head again, since a finishing unit may have taken it
+        (``_hand_off``). A burst of due units is admitted without yielding (a
+        ``sleep(0)`` per unit let a busy loop pace releases at one per iteration).
+        """
+        a = self.cfg.arrival
+        closed = a.mode == "closed-loop"
+        q = self._queue = AdmissionQueue(
+            self.plan.units, self.t0_ns, closed_loop=closed, loops=self._deadline_ns is not None
         )
-        task = asyncio.ensure_future(self._unit(run, scheduled))
+        while (w := q.peek()) is not None:
+            if w.scheduled_ns is not None and w.scheduled_ns > self.clock.now_ns():
+                await self.clock.sleep_until(w.scheduled_ns)
+                continue
+            if self._closed_loop_over():
+                return
+            slot = self.gate.try_acquire()
+            if slot is None:
+                await self.gate.changed()
+                continue
+            self._spawn(self._admit(w, slot))
+
+    def _closed_loop_over(self) -> bool:
+        return self._deadline_ns is not None and self.clock.now_ns() >= self._deadline_ns
+
+    def _admit(self, w: Waiting, slot: int) -> UnitRun:
+        """Pop the queue's head ``w`` into ``slot``; the caller runs it (new task or hand-off)."""
+        assert self._queue is not None
+        now = self.clock.now_ns()
+        released = self._queue.pop(now)
+        scheduled = w.scheduled_ns if w.scheduled_ns is not None else now
+        ready = max(scheduled, self._slot_freed_ns) if w.scheduled_ns is not None else (
+            self._slot_freed_ns or now
+        )
+        return UnitRun(
+            w.plan, w.loop_idx, slot + self.slot_offset, released, now,
+            scheduled_ns=scheduled, ready_ns=ready,
+        )  # fmt: skip
+
+    def _hand_off(self, slot: int) -> UnitRun | None:
+        """A unit ended holding ``slot``: give it straight to the next due unit, if any.
+
+        Only when the gate is full (so ``slot`` is the lowest free index and the
+        dispatcher is waiting for exactly this release) and the run goes on. The
+        next unit then starts in the finishing unit's task, in the same loop
+        iteration, instead of two iterations later (release → dispatcher → new
+        task): under load, that is what kept release lag and in-flight count off
+        target. Otherwise the slot goes back to the gate.
+        """
+        q = self._queue
+        now = self.clock.now_ns()
+        self._slot_freed_ns = now
+        if q is not None and self.gate.full and not self.stopped.is_set():
+            w = q.peek()
+            if w is not None and q.due(w, now) and not self._closed_loop_over():
+                return self._admit(w, slot)
+        self.gate.release(slot)
+        return None
+
+    def _spawn(self, run: UnitRun) -> None:
+        task = asyncio.ensure_future(self._unit(run))
         self._tasks.add(task)
         self._idle.clear()
         task.add_done_callback(self._task_done)
@@ -238,17 +267,34 @@ class Runner:
         for up in self.plan.units[:n]:
             now = self.clock.now_ns()
             short = UnitPlan(up.ordinal, up.unit, 0.0, up.rounds[:WARMUP_MAX_ROUNDS])
-            runs.append(self._unit(UnitRun(short, 0, up.ordinal, now, now, warmup=True), now))
+            runs.append(self._unit(UnitRun(short, 0, up.ordinal, now, now, now, warmup=True)))
         await asyncio.gather(*runs)
 
     # -- one unit -----------------------------------------------------------------------
-    async def _unit(self, run: UnitRun, scheduled_ns: int) -> None:
+    async def _unit(self, run: UnitRun) -> None:
+        """Play ``run``, then whatever unit its slot is handed to, in this one task."""
+        nxt: UnitRun | None = run
+        while nxt is not None:
+            run, nxt = nxt, None
+            try:
+                await self._play(run)
+            except BaseException:
+                if not run.warmup:
+                    self._slot_freed_ns = self.clock.now_ns()
+                    self.gate.release(run.routing_slot - self.slot_offset)
+                self._emit_lifecycle(run)
+                raise
+            self._emit_lifecycle(run)
+            if not run.warmup:
+                nxt = self._hand_off(run.routing_slot - self.slot_offset)
+
+    async def _play(self, run: UnitRun) -> None:
         try:
             for k, rp in enumerate(run.plan.rounds):
                 if self._past_deadline():
                     run.reason = "truncated"
                     break
-                rec = await self._round(run, k, rp, scheduled_ns if k == 0 else None)
+                rec = await self._round(run, k, rp, run.scheduled_ns if k == 0 else None)
                 if rec.status == "skipped":
                     run.reason = "context_guard"
                     break
@@ -261,11 +307,6 @@ class Runner:
         except asyncio.CancelledError:
             run.reason = "cancelled"
             raise
-        finally:
-            if not run.warmup:
-                self._slot_freed_ns = self.clock.now_ns()
-                self.gate.release(run.routing_slot - self.slot_offset)
-            self._emit_lifecycle(run)
 
     def _past_deadline(self) -> bool:
         return (
@@ -322,13 +363,15 @@ class Runner:
         measure = None if run.warmup else self.measure
         if measure is not None:
             now = self.clock.now_ns()
-            measure.dispatched(now, run.ready_ns or now)
+            ready = run.ready_ns or now
+            measure.dispatched(now)
         try:
             out_ids = await self.sender.send(self.codec, req, rec)
         except asyncio.CancelledError:
             rec.status = "cancelled"
             rec.error = rec.error or "run cancelled"
             if measure is not None:
+                measure.lag(rec.dispatch_ns or now, ready)
                 measure.ended(self.clock.now_ns())
             self._finish(rec)
             raise
@@ -337,6 +380,7 @@ class Runner:
             rec.status, rec.error = "error", f"{type(exc).__name__}: {exc}"
             out_ids = None
         if measure is not None:
+            measure.lag(rec.dispatch_ns or now, ready)
             measure.ended(self.clock.now_ns())
         if out_ids is None and rec.status == "ok" and self._needs_output_ids(rp):
             # SPEC §2: a round whose output ids cannot be trusted fails; it never

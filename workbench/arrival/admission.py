@@ -5,6 +5,9 @@ each slot has a stable ``routing_slot`` index that the next unit inherits (the
 lowest free index), usable as a routing key for DP-rank balance. Because one
 dispatcher asks for slots unit by unit in file order, unit k+1 can never be
 admitted before unit k, so two runs of one trace admit the same units.
+A unit that ends while the gate is full may hand its slot straight to the next
+due unit instead of releasing it (the runner's hand-off): that slot is the
+lowest free index anyway, and file order is kept.
 """
 
 from __future__ import annotations
@@ -26,17 +29,32 @@ class AdmissionGate:
 
     async def acquire(self) -> int:
         """Wait for a slot and return its routing index (call from one dispatcher only)."""
+        while (slot := self.try_acquire()) is None:
+            await self.changed()
+        return slot
+
+    def try_acquire(self) -> int | None:
+        """The lowest free slot now, or ``None`` when all are taken."""
         if self.capacity is None:
             slot = self._next_unbounded
             self._next_unbounded += 1
-        else:
-            while not self._free:
-                self._changed.clear()
-                await self._changed.wait()
+        elif self._free:
             slot = heapq.heappop(self._free)
+        else:
+            return None
         self.active += 1
         self.peak_active = max(self.peak_active, self.active)
         return slot
+
+    @property
+    def full(self) -> bool:
+        """No free slot: a slot being given up would be the lowest free one."""
+        return self.capacity is not None and not self._free
+
+    async def changed(self) -> None:
+        """Wait for the next ``release``."""
+        self._changed.clear()
+        await self._changed.wait()
 
     def release(self, slot: int) -> None:
         self.active -= 1
@@ -46,5 +64,4 @@ class AdmissionGate:
 
     async def wait_all_free(self) -> None:
         while self.active:
-            self._changed.clear()
-            await self._changed.wait()
+            await self.changed()
