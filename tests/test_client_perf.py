@@ -161,8 +161,10 @@ async def test_batched_writer_timer_flushes_a_quiet_tail(tmp_path: Path) -> None
 
 def test_self_measure_integrates_in_flight_over_time() -> None:
     m = SelfMeasure()
-    m.dispatched(0, 0)  # 1 in flight on [0, 10)
-    m.dispatched(10, 4)  # 2 on [10, 20), lag 6
+    m.dispatched(0)  # 1 in flight on [0, 10)
+    m.lag(0, 0)
+    m.dispatched(10)  # 2 on [10, 20)
+    m.lag(10, 4)  # on the wire at 10, due at 4: lag 6
     m.ended(20)
     m.ended(40)  # 1 on [20, 40)
     raw = m.raw()

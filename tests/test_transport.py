@@ -403,3 +403,34 @@ async def test_a_request_lost_on_a_stale_pooled_connection_is_sent_once_more():
     assert len(answered) == 3
     assert "stale_connection_retry" not in recs[0].extra
     assert all(r.extra.get("stale_connection_retry") for r in recs[1:])
+
+
+
+async def test_dispatch_is_stamped_when_the_request_bytes_go_out():
+    """``dispatch_ns`` is read as the body goes to the socket, not before the POST.
+
+    A callback queued right behind the send blocks the loop for 50 ms; the body is
+    written after it, so a wire stamp is >= 50 ms after the send began, a stamp
+    taken before the POST is not.
+    """
+    import time
+
+    from workbench.backends import BACKENDS
+    from workbench.backends.base import WireRequest
+    from workbench.clock import WallClock
+    from workbench.records import RequestRecord
+    from workbench.sim.server import serve_sim
+
+    clock = WallClock()
+    async with serve_sim(speedup=50.0) as sim, Transport(TransportOptions(sim.base_url)) as t:
+        await t.warm(1)
+        rec = RequestRecord("x", "stamp-1", 0, "s", 0, "openai", None, 0, 32, 2)
+        req = WireRequest("stamp-1", list(range(32)), 2)
+        before = clock.now_ns()
+        task = asyncio.ensure_future(t.send(BACKENDS.get("openai"), req, rec))
+        asyncio.get_running_loop().call_soon(time.sleep, 0.05)
+        await task
+        (row,) = [r for r in sim.debug_requests() if r["request_id"] == "stamp-1"]
+    assert rec.status == "ok"
+    assert before + 50_000_000 <= rec.dispatch_ns <= row["arrival_ns"]
+    assert t._stamps == {}  # nothing left behind

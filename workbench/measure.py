@@ -15,7 +15,7 @@ from typing import Any
 class SelfMeasure:
     """The client watching itself: requests in flight, release lag, CPU (SPEC-free, cheap).
 
-    *Release lag* of a request = its HTTP dispatch − the moment it became due: its
+    *Release lag* of a request = when its bytes went to the socket − the moment it became due: its
     scheduled arrival, or the release of the slot it waited for (whichever is
     later), or the end of the previous round's tool wait. It is the client's own
     lateness (timer wakeup, task start, prompt building, body encoding), never
@@ -55,10 +55,13 @@ class SelfMeasure:
         if self.inflight > self.peak:
             self.peak = self.inflight
 
-    def dispatched(self, now: int, ready_ns: int) -> None:
+    def dispatched(self, now: int) -> None:
         self.at_dispatch.append(self.inflight)
         self._move(now, 1)
-        self.lags_ns.append(max(0, now - ready_ns))
+
+    def lag(self, sent_ns: int, ready_ns: int) -> None:
+        """One request's release lag: on the wire at ``sent_ns``, due at ``ready_ns``."""
+        self.lags_ns.append(max(0, sent_ns - ready_ns))
 
     def ended(self, now: int) -> None:
         self._move(now, -1)

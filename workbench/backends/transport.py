@@ -3,7 +3,10 @@
 Codecs build bodies and parse payloads; this module dispatches, frames the SSE
 stream and stamps time, so TTFT and token-event bookkeeping exist exactly once.
 
-Timing rules (SPEC §5): ``dispatch_ns`` is read just before the POST; each
+Timing rules (SPEC §5): ``dispatch_ns`` is read when the request's bytes are
+handed to the socket (``_StampedRequest``; before the POST if they never are), so
+TTFT starts when the server can first see the request and the client's own
+preparation shows up as release lag, not as server latency; each
 network read is stamped once on arrival and every event it completes shares that
 stamp; an event counts as a *token event* only if the codec found at least one
 output token id in it (role-only, empty and usage chunks do not); ``end_ns`` is
@@ -25,6 +28,7 @@ import os
 from dataclasses import dataclass
 from functools import partial
 from types import TracebackType
+from typing import Any, ClassVar
 
 import aiohttp
 import orjson
@@ -162,6 +166,26 @@ def normalize_base_url(url: str) -> str:
     return url
 
 
+class _StampedRequest(aiohttp.ClientRequest):
+    """aiohttp's request, stamping ``dispatch_ns`` as its body goes to the socket.
+
+    On Python 3.11 aiohttp writes the (buffered) headers and the body from a task
+    that runs one loop iteration after ``session.post`` returned control; when a
+    wave of streams ends together, every new request's bytes wait for all the
+    others' preparation. Stamping here keeps that client-side wait out of TTFT.
+    ``stamps`` maps ``x-request-id`` to the record being sent (set by ``_exchange``).
+    """
+
+    stamps: ClassVar[dict[str, RequestRecord]] = {}
+    clock: ClassVar[Clock] = WallClock()
+
+    async def write_bytes(self, *args: Any, **kwargs: Any) -> None:
+        rec = self.stamps.get(self.headers.get("x-request-id", ""))
+        if rec is not None:
+            rec.dispatch_ns = self.clock.now_ns()
+        await super().write_bytes(*args, **kwargs)
+
+
 class Transport:
     """One ``aiohttp.ClientSession`` per run; ``send`` one request at a time per call."""
 
@@ -170,6 +194,11 @@ class Transport:
         self.clock: Clock = clock if clock is not None else WallClock()
         self.root = normalize_base_url(options.base_url)
         self._session: aiohttp.ClientSession | None = None
+        # one request class per transport: its stamps and clock are this run's
+        self._stamps: dict[str, RequestRecord] = {}
+        self._request_class = type(
+            "StampedRequest", (_StampedRequest,), {"stamps": self._stamps, "clock": self.clock}
+        )
 
     async def __aenter__(self) -> Transport:
         opts = self.options
@@ -180,6 +209,7 @@ class Transport:
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=max(0, opts.max_connections)),
             headers=headers,
+            request_class=self._request_class,
             timeout=aiohttp.ClientTimeout(
                 total=opts.request_timeout_s, sock_read=opts.stream_idle_timeout_s
             ),
@@ -289,12 +319,16 @@ class Transport:
         payload = orjson.dumps(codec.body(req))
         parser = codec.parser(req)
         headers = {"Content-Type": "application/json", "x-request-id": req.request_id}
-        rec.dispatch_ns = self.clock.now_ns()
-        async with session.post(codec.url(self.root), data=payload, headers=headers) as resp:
-            rec.http_status = resp.status
-            if resp.status != 200:
-                raise HTTPStatusError(resp.status, await resp.text(errors="replace"))
-            await self._stream(resp, parser, rec)
+        rec.dispatch_ns = self.clock.now_ns()  # replaced when the bytes go out
+        self._stamps[req.request_id] = rec
+        try:
+            async with session.post(codec.url(self.root), data=payload, headers=headers) as resp:
+                rec.http_status = resp.status
+                if resp.status != 200:
+                    raise HTTPStatusError(resp.status, await resp.text(errors="replace"))
+                await self._stream(resp, parser, rec)
+        finally:
+            self._stamps.pop(req.request_id, None)
         out = parser.finish()
         rec.prompt_tokens = out.prompt_tokens
         rec.completion_tokens = out.completion_tokens
