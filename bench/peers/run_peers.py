@@ -18,9 +18,12 @@ What it does (method in ``bench/README.md``, "client speed and fidelity vs a pee
    per request ``arrival_ns`` (handler start), the write time of every token
    event, all ``perf_counter_ns`` (CLOCK_MONOTONIC, same base as the clients).
 
-Reported per client: requests/s and streamed output tokens/s over the client's
-own window (first dispatch → last completion, successes only, the same formula
-for both); the TTFT bias = client TTFT − server TTFT (``first_token_ns −
+Reported per client: requests/s and streamed output tokens/s, successes only,
+over a window that ends at the last completion and starts, for agentic-bench,
+at its first request's start stamp and, for workbench, at the run's start
+(before any request was prepared: wider, so never in workbench's favour —
+workbench stamps dispatch when the bytes go out, later than a pre-POST stamp);
+the TTFT bias = client TTFT − server TTFT (``first_token_ns −
 arrival_ns``) and the ITL bias = client ITL − server gap between token writes.
 workbench's records carry the request id the server logged, so its bias is per
 request (mean, p50, p99); agentic-bench sends no id, so its bias is the
