@@ -11,7 +11,7 @@ import pytest
 import workbench
 from workbench import data
 from workbench.records import Round, Unit, Workload
-from workbench.traces.stats import _stack_distances, trace_stats
+from workbench.traces.stats import _stack_distances, ideal_prefix_hit_rate, trace_stats
 
 MOONCAKE = Path(__file__).resolve().parents[2] / "shared/data/mooncake/conversation_trace.jsonl"
 
@@ -260,3 +260,17 @@ def test_bundled_data_helper():
         data.path("nope.csv")
     head = data.path("mooncake/conversation_trace_head600.jsonl").read_text().splitlines()
     assert len(head) == 600
+
+
+@pytest.mark.parametrize("name", [*data.files(), "one-shot"])
+def test_ideal_hit_rate_shortcut_equals_the_full_statistics(name):
+    """One-shot units without hash ids are answered without tables: the same number."""
+    if name == "one-shot":  # claimed prefixes, but every unit has a single round
+        rounds = [Round(f"r{n}", f"r{n}", 0, float(n), 8 * n, 16, 4) for n in range(6)]
+        w = Workload(tuple(Unit(r.request_id, "independent", r.arrival_ms, (r,)) for r in rounds),
+                     "independent")  # fmt: skip
+    else:
+        w = workbench.load_trace(data.path(name))
+    for policy in ("trace-reported", "prefix-preserving"):
+        full = trace_stats(w, policy=policy)["ideal_prefix_hit_rate"]
+        assert ideal_prefix_hit_rate(w, policy) == pytest.approx(full)

@@ -66,9 +66,8 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
     import pandas
 
     from workbench import __version__
-    from workbench.traces.stats import trace_stats
+    from workbench.traces.stats import ideal_prefix_hit_rate
 
-    stats = trace_stats(workload, policy=plan.policy or "trace-reported")
     return {
         "run_id": run_id,
         "label": cfg.label,
@@ -82,7 +81,7 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
         },
         "policy": plan.policy,
         "plan": plan.totals(),
-        "ideal_prefix_hit_rate": float(stats.summary["ideal_prefix_hit_rate"]),
+        "ideal_prefix_hit_rate": ideal_prefix_hit_rate(workload, plan.policy or "trace-reported"),
         "versions": {
             "workbench": __version__,
             "python": sys.version.split()[0],

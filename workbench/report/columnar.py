@@ -47,7 +47,7 @@ from workbench.errors import ConfigError
 log = logging.getLogger(__name__)
 
 PARQUET = "records.parquet"
-BATCH_ROWS = 50_000
+BATCH_ROWS = 8_192
 NS_PER_MS = 1_000_000
 
 INSTALL_HINT = "pip install 'workbench[large]'  (pyarrow and duckdb)"
