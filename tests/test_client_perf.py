@@ -174,6 +174,39 @@ def test_self_measure_integrates_in_flight_over_time() -> None:
     assert raw["in_flight_at_dispatch"] == [0, 1]
 
 
+def test_steady_release_lag_leaves_out_the_ramp_up() -> None:
+    """A lag counts as steady once the run has held its cap and the request was due after."""
+    m = SelfMeasure()
+    m.cap = 2
+    m.dispatched(0)
+    m.lag(1, 0)  # first wave, due at 0: ramp
+    m.dispatched(5)  # cap reached at 5
+    m.lag(9, 0)  # due at 0, sent at 9: ramp (and the worst)
+    m.ended(10)
+    m.dispatched(12)
+    m.lag(13, 10)  # due when a slot freed at 10 (after 5): steady
+    raw = m.raw()
+    assert raw["release_lag_ns"] == [1, 9, 3]
+    assert raw["steady_release_lag_ns"] == [3]
+    uncapped = SelfMeasure()
+    uncapped.dispatched(0)
+    uncapped.lag(4, 0)
+    assert uncapped.raw()["steady_release_lag_ns"] == [4]
+    stats = client_stats([raw], requested_concurrency=2)
+    assert stats["steady_release_lag_ms"]["count"] == 1
+    assert stats["release_lag_ms"]["max"] == pytest.approx(9e-6)
+
+
+def test_bottleneck_flag_reads_the_steady_lag_when_there_is_one() -> None:
+    ramp_only = {"cpu_util": 0.5, "release_lag_ms": {"p99": 80.0},
+                 "steady_release_lag_ms": {"p99": 2.0, "count": 500}}  # fmt: skip
+    assert client_bottleneck(ramp_only)["client_bottleneck"] is False
+    late = {"cpu_util": 0.5, "release_lag_ms": {"p99": 80.0},
+            "steady_release_lag_ms": {"p99": 30.0, "count": 500}}  # fmt: skip
+    (reason,) = client_bottleneck(late)["client_bottleneck_reasons"]
+    assert "steady release lag p99 30.0 ms" in reason
+
+
 def _raw(lags_ms: list[float], cpu_s: float, wall_s: float, mean: float, peak: int) -> dict:
     return {"release_lag_ns": [round(x * 1e6) for x in lags_ms], "cpu_s": cpu_s,
             "wall_s": wall_s, "in_flight_mean": mean, "in_flight_peak": peak,

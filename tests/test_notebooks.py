@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
+import pandas as pd
 import pytest
 
 from workbench.report.render import bundled_notebooks, notebook_path, render_report
@@ -98,6 +99,13 @@ def test_replay_report_shows_the_sections_and_the_run_summary(replay_report: Pat
                        "04-ttft_by_round.png", "05-timeline.png"]
     latency = (run_dir / "tables" / "latency.csv").read_text().splitlines()
     assert latency[1].startswith("ttft_ms,")
+    # the client's self-measurement, with its verdict, as summary.json has it
+    client = summary["client"]
+    rows = pd.read_csv(run_dir / "tables" / "client.csv", index_col=0)["value"]
+    assert rows["in flight, peak"] == client["in_flight"]["peak"]
+    assert rows["release lag p99 (ms)"] == pytest.approx(client["release_lag_ms"]["p99"])
+    verdict = "WARNING: the client, not the server" if client["client_bottleneck"] else "kept up"
+    assert verdict in text_of(page)
 
 
 def test_replay_parameters_build_the_config_the_panel_builds(replay_report: Path) -> None:

@@ -23,8 +23,8 @@ class SelfMeasure:
     integrated over time (a few additions per request).
     """
 
-    __slots__ = ("_area", "_cpu0", "_last", "_t0", "at_dispatch", "cpu_s", "inflight", "lags_ns",
-                 "peak", "wall_s")  # fmt: skip
+    __slots__ = ("_area", "_cpu0", "_last", "_t0", "at_dispatch", "cap", "cpu_s", "full_ns",
+                 "inflight", "lags_ns", "peak", "steady_lags_ns", "wall_s")  # fmt: skip
 
     def __init__(self) -> None:
         self.inflight = 0
@@ -37,6 +37,9 @@ class SelfMeasure:
         self.wall_s = 0.0
         self.lags_ns = array("q")
         self.at_dispatch = array("i")
+        self.cap: int | None = None  # requested concurrency (None: uncapped)
+        self.full_ns: int | None = None  # when in-flight first reached ``cap``
+        self.steady_lags_ns = array("q")
 
     def start(self) -> None:
         self._cpu0 = time.process_time()
@@ -54,14 +57,24 @@ class SelfMeasure:
         self.inflight += delta
         if self.inflight > self.peak:
             self.peak = self.inflight
+            if self.full_ns is None and self.cap is not None and self.inflight >= self.cap:
+                self.full_ns = now
 
     def dispatched(self, now: int) -> None:
         self.at_dispatch.append(self.inflight)
         self._move(now, 1)
 
     def lag(self, sent_ns: int, ready_ns: int) -> None:
-        """One request's release lag: on the wire at ``sent_ns``, due at ``ready_ns``."""
-        self.lags_ns.append(max(0, sent_ns - ready_ns))
+        """One request's release lag: on the wire at ``sent_ns``, due at ``ready_ns``.
+
+        It also counts as *steady* when it became due after the run first held its
+        full concurrency (or always, uncapped): the ramp-up — a whole first wave due
+        at one instant, sent one after the other — is then kept apart.
+        """
+        lag = max(0, sent_ns - ready_ns)
+        self.lags_ns.append(lag)
+        if self.cap is None or (self.full_ns is not None and ready_ns >= self.full_ns):
+            self.steady_lags_ns.append(lag)
 
     def ended(self, now: int) -> None:
         self._move(now, -1)
@@ -76,6 +89,7 @@ class SelfMeasure:
         return {
             "requests": len(self.lags_ns),
             "release_lag_ns": self.lags_ns.tolist(),
+            "steady_release_lag_ns": self.steady_lags_ns.tolist(),
             "in_flight_at_dispatch": self.at_dispatch.tolist(),
             "in_flight_mean": self.mean_inflight(),
             "in_flight_peak": self.peak,

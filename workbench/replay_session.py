@@ -244,6 +244,7 @@ class ReplaySession:
                 for row in self.timeline:
                     tw.write(row)
         write_json(self.run_dir / "manifest.json", self.manifest)
+        _write_parquet(self.run_dir)  # first: the scan below reads it instead of converting again
         if self._keep:
             summary = summarize(self.result, self.cfg.slo)
         else:  # scanned from disk (DuckDB over records.parquet when installed)
@@ -251,7 +252,6 @@ class ReplaySession:
 
             summary = scan_summarize(self.run_dir, self.cfg.slo)
         write_json(self.run_dir / "summary.json", summary)
-        _write_parquet(self.run_dir)
 
 
 def _write_parquet(run_dir: Path) -> None:

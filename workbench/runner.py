@@ -104,6 +104,7 @@ class Runner:
         self._deadline_ns: int | None = None
         self.t0_ns = 0
         self.measure = SelfMeasure()
+        self.measure.cap = cfg.arrival.max_concurrency
         self._slot_freed_ns = 0
         self._queue: AdmissionQueue | None = None
         self.record_hashes = True

@@ -104,6 +104,54 @@ def round_table(data: Any) -> pd.DataFrame:
     return _named(df, "by_round")
 
 
+CLIENT_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("requested concurrency", ("requested_concurrency",)),
+    ("in flight, mean", ("in_flight", "mean")),
+    ("in flight, peak", ("in_flight", "peak")),
+    ("release lag p50 (ms)", ("release_lag_ms", "p50")),
+    ("release lag p99 (ms)", ("release_lag_ms", "p99")),
+    ("release lag max (ms)", ("release_lag_ms", "max")),
+    ("steady release lag p99 (ms)", ("steady_release_lag_ms", "p99")),
+    ("client CPU (s)", ("cpu_s",)),
+    ("client CPU, share of one core", ("cpu_util",)),
+    ("client processes", ("processes",)),
+)
+
+
+def client_table(data: Any) -> pd.DataFrame:
+    """The client's self-measurement (``summary["client"]``): in flight vs requested,
+    release lag (all requests, and *steady*: after the run first held its cap), CPU.
+    Empty for a run without one (``simulate``)."""
+    s = as_summary(data)
+    client = s.get("client") or {}
+    values: list[float] = []
+    for _, path in CLIENT_FIELDS:
+        v: Any = client
+        for key in path:
+            v = v.get(key) if isinstance(v, Mapping) else None
+        values.append(_float(v))
+    df = pd.DataFrame({"value": values}, index=pd.Index([k for k, _ in CLIENT_FIELDS]))
+    if not client:
+        df = df.iloc[0:0]
+    df.index.name = "client"
+    return _named(df, "client")
+
+
+def client_caption(data: Any) -> str:
+    """Caption of ``client_table``, with the warning when the client limited the run."""
+    client = as_summary(data).get("client") or {}
+    if not client:
+        return "No client self-measurement (a virtual-time run)"
+    if client.get("client_bottleneck"):
+        why = "; ".join(client.get("client_bottleneck_reasons") or [])
+        return (
+            "Client self-measurement. WARNING: the client, not the server, was the "
+            f"bottleneck of this run ({why}): its latencies include the client's own "
+            "queueing; use more executor.workers or a lower max_concurrency"
+        )
+    return "Client self-measurement (the client kept up: not the bottleneck)"
+
+
 def mapping_table(d: Mapping[str, Any], name: str, *, key: str = "name") -> pd.DataFrame:
     """A two-column view of a flat mapping (e.g. ``trace_stats(...).summary``)."""
     df = pd.DataFrame({"value": pd.Series(list(d.values()), dtype=object)})
