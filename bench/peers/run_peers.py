@@ -266,7 +266,7 @@ def median_of(rows: list[dict[str, Any]], key: str) -> float | None:
 def report(mode: str, rows: list[dict[str, Any]], concurrencies: list[int]) -> list[str]:
     lines = [f"\n## {mode}", "",
              "| c | client | req/s | tokens/s | client CPU s | TTFT bias mean ms | p50 | p99 "
-             "| ITL bias mean ms | release lag p99 ms | in-flight mean/peak |",
+             "| ITL bias mean ms | release lag p99 ms (all / steady) | in-flight mean/peak |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for c in concurrencies:
         meds = {}
@@ -277,6 +277,9 @@ def report(mode: str, rows: list[dict[str, Any]], concurrencies: list[int]) -> l
                 "ttft_bias_ms_p50", "ttft_bias_ms_p99", "itl_bias_ms_mean")}  # fmt: skip
             selfm = [r["self"] for r in sel if r.get("self")]
             lag = statistics.median([s["release_lag_ms"]["p99"] for s in selfm]) if selfm else None
+            steady = [s["steady_release_lag_ms"]["p99"] for s in selfm
+                      if (s.get("steady_release_lag_ms") or {}).get("p99") is not None]  # fmt: skip
+            lags = f"{_f(lag, 2)} / {_f(statistics.median(steady), 2)}" if steady else _f(lag, 2)
             inflight = "–"
             if selfm:
                 mean_in = statistics.median([s["in_flight"]["mean"] for s in selfm])
@@ -286,7 +289,7 @@ def report(mode: str, rows: list[dict[str, Any]], concurrencies: list[int]) -> l
                 f"| {c} | {name} | {_f(med['req_per_s'], 0)} | {_f(med['tokens_per_s'], 0)} | "
                 f"{_f(med['process_cpu_s'], 2)} | {_f(med['ttft_bias_ms_mean'], 2)} | "
                 f"{_f(med['ttft_bias_ms_p50'], 2)} | {_f(med['ttft_bias_ms_p99'], 2)} | "
-                f"{_f(med['itl_bias_ms_mean'], 3)} | {_f(lag, 2)} | {inflight} |"
+                f"{_f(med['itl_bias_ms_mean'], 3)} | {lags} | {inflight} |"
             )
         a, w = meds["agentic-bench"], meds["workbench"]
         if a["req_per_s"] and w["req_per_s"]:
