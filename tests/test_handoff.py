@@ -126,3 +126,38 @@ async def test_no_hand_off_while_slots_are_free(tmp_path, concurrency):
     assert len(records) == 6
     assert len(set(spy.task_of.values())) == 6  # each unit admitted by the dispatcher
     assert sorted(d["routing_slot"] for d in life) == list(range(6))
+
+
+def test_a_fast_server_sees_no_more_connections_than_the_concurrency(tmp_path):
+    """Against a zero-cost engine in its own process (answers come back while the client
+    is still busy), a slot's next request reuses the slot's connection: the server
+    sees ``max_concurrency`` client connections (plus the warm-up ones, which the
+    run reuses), not one more per wave."""
+    import json
+    import subprocess
+    import sys
+    import urllib.request
+
+    from workbench.replay import run
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,arrival_time,input_len,output_len\n"
+                     + "".join(f"r{i},0,256,8\n" for i in range(256)))  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "workbench", "sim", "serve", "--zero-cost"],
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        url = proc.stdout.readline().split()[-1]
+        result = run({
+            "trace": {"path": str(trace), "format": "independent"},
+            "arrival": {"mode": "saturated", "max_concurrency": 32},
+            "backend": {"name": "openai", "preflight": False, "scrape_interval_s": None},
+            "target": url,
+        })  # fmt: skip
+        with urllib.request.urlopen(url + "/debug/requests", timeout=10) as resp:
+            rows = json.loads(resp.read())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert sum(r.status == "ok" for r in result.records) == 256
+    peers = {r["peer"] for r in rows}
+    assert len(rows) == 256 and len(peers) <= 32

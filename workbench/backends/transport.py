@@ -25,6 +25,8 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from functools import partial
 from types import TracebackType
@@ -34,6 +36,7 @@ import aiohttp
 import orjson
 
 from workbench.backends.base import BackendError, Codec, StreamParser, WireRequest
+from workbench.backends.eager import start_now
 from workbench.backends.sse import DONE, SSEDecoder
 from workbench.clock import Clock, WallClock
 from workbench.records import RequestRecord, Status
@@ -166,24 +169,47 @@ def normalize_base_url(url: str) -> str:
     return url
 
 
-class _StampedRequest(aiohttp.ClientRequest):
-    """aiohttp's request, stamping ``dispatch_ns`` as its body goes to the socket.
+#: Python >= 3.12: aiohttp already starts its body writer eagerly
+_AIOHTTP_EAGER = sys.version_info >= (3, 12)
 
-    On Python 3.11 aiohttp writes the (buffered) headers and the body from a task
-    that runs one loop iteration after ``session.post`` returned control; when a
-    wave of streams ends together, every new request's bytes wait for all the
-    others' preparation. Stamping here keeps that client-side wait out of TTFT.
-    ``stamps`` maps ``x-request-id`` to the record being sent (set by ``_exchange``).
+
+class _StampedRequest(aiohttp.ClientRequest):
+    """aiohttp's request, stamping ``dispatch_ns`` as its body goes to the socket,
+    and sending it at once.
+
+    aiohttp writes the (buffered) headers and the body from a task; on Python
+    3.11 that task first runs one loop iteration after ``session.post`` — when a
+    wave of streams ends together, behind every other stream's next request. Its
+    coroutine is started here instead (``eager.start_now``, what aiohttp asks of
+    3.12+), so the bytes leave inside ``session.post``, and the stamp is taken
+    as they do. ``stamps`` maps ``x-request-id`` to the record being sent (set
+    by ``_exchange``).
     """
 
     stamps: ClassVar[dict[str, RequestRecord]] = {}
     clock: ClassVar[Clock] = WallClock()
+    _body_out = False
 
-    async def write_bytes(self, *args: Any, **kwargs: Any) -> None:
+    def write_bytes(self, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, None]:
         rec = self.stamps.get(self.headers.get("x-request-id", ""))
         if rec is not None:
             rec.dispatch_ns = self.clock.now_ns()
-        await super().write_bytes(*args, **kwargs)
+        coro = super().write_bytes(*args, **kwargs)
+        if _AIOHTTP_EAGER:
+            return coro
+        coro, self._body_out = start_now(coro)
+        return coro
+
+    async def send(self, conn: Any) -> aiohttp.ClientResponse:
+        resp = await super().send(conn)
+        if self._body_out:
+            # The body is out already; aiohttp still holds the connection until the
+            # (trivial) writer task has run, one loop iteration on. Against a fast
+            # server the response can end first, and the next request on this slot
+            # then opened a new connection (2x max_concurrency of them). The
+            # response's ``_writer`` is the hook aiohttp keeps for subclasses.
+            resp._writer = None
+        return resp
 
 
 class Transport:

@@ -5,7 +5,8 @@ Speaks the four wire protocols of SPEC §4 (``/v1/completions``,
 ``/generate``) plus ``/v1/models``, ``/health``, ``/metrics``,
 ``/reset_prefix_cache`` (SGLang: ``/flush_cache``) and ``/debug/requests``:
 the server's own per-request truth (engine arrival, token emission times,
-and when each token's bytes were handed to the socket) for fidelity checks.
+when each token's bytes were handed to the socket, and the client connection
+it came on) for fidelity checks.
 
 Streams are written per engine wakeup, not per token: if the client reads
 slower than the engine steps, several SSE events go out in one write.
@@ -40,6 +41,7 @@ from workbench.sim.wire import PARSERS, GenRequest, Json, WireError, now_s
 log = logging.getLogger(__name__)
 
 DEBUG_LOG_SIZE = 10_000
+MAX_BODY_BYTES = 64 * 2**20
 SERVER_KEY: web.AppKey[SimServer] = web.AppKey("sim_server")
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 DONE = b"data: [DONE]\n\n"
@@ -65,7 +67,8 @@ class SimServer:
         self._ids = itertools.count()
         self._registry = make_registry(self.config, engine.stats)
         self.debug_log: deque[Json] = deque(maxlen=DEBUG_LOG_SIZE)
-        self.app = web.Application()
+        # long contexts: 131k token ids as JSON pass 1 MiB, aiohttp's default body limit
+        self.app = web.Application(client_max_size=MAX_BODY_BYTES)
         self.app.add_routes(self._routes())
 
     def _routes(self) -> list[web.RouteDef]:
@@ -139,6 +142,8 @@ class SimServer:
             return _json(err.body(), status=err.status)
         codec = CODECS[protocol](gen, self.config.model, self.tok, self.faults)
         entry = _entry(protocol, ereq)
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        entry["peer"] = f"{peer[0]}:{peer[1]}" if peer else None  # which client connection
         try:
             if gen.stream:
                 return await self._stream(request, codec, ereq, entry)
