@@ -5,7 +5,10 @@ by pure arithmetic, so a stored run can be re-measured with newer definitions.
 The metric names are SPEC §5's and must not drift: reports and ``summary.json``
 use them verbatim.
 
-Definitions (times in ms, from the client clock):
+Definitions (times in ms, from the client clock). *Dispatch* (``dispatch_ns``) is
+when the request's bytes were handed to the socket (the live transport stamps it
+as it writes them), so the client's own preparation of a request counts as its
+release lag (``summary["client"]``), not as server latency:
 
 - ``ttft_ms``: dispatch → first stream event carrying ≥ 1 output token id. An
   event with a count of 0 (role-only or empty chunk) does not count. When a
