@@ -117,6 +117,7 @@ async def test_a_freed_slot_goes_to_the_next_unit_in_the_same_task(tmp_path):
         for (_, end), (start, _) in itertools.pairwise(sorted(spans)):
             assert start >= end
     assert runner.gate.peak_active == 2 and runner.gate.active == 0
+    assert runner.pool._cursors == {}  # every ended unit's token cursor was dropped
     assert len(runner.measure.lags_ns) == 12
 
 

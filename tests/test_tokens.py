@@ -135,3 +135,13 @@ def test_returns_plain_python_ints():
     toks = TokenPool().fresh("big", 100_000)
     assert len(toks) == 100_000 and type(toks[0]) is int
     assert type(TokenPool().prompt_from_hash_ids([1], 10, 16)[0]) is int
+
+
+def test_forget_drops_a_streams_cursor():
+    pool = TokenPool(seed=3)
+    first = pool.fresh("u1", 8)
+    pool.fresh("u2", 4)
+    pool.forget("u1")
+    pool.forget("never-used")  # no error
+    assert pool.position("u1") == 0 and pool.position("u2") == 4
+    assert pool.fresh("u1", 8) == first  # a forgotten stream starts over, same tokens

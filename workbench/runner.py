@@ -286,6 +286,7 @@ class Runner:
                 self._emit_lifecycle(run)
                 raise
             self._emit_lifecycle(run)
+            self.pool.forget(run.stream)
             if not run.warmup:
                 nxt = self._hand_off(run.routing_slot - self.slot_offset)
 

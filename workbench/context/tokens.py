@@ -51,12 +51,16 @@ _MIX2 = np.uint64(0x94D049BB133111EB)
 _NS_UNIT, _NS_PREFIX, _NS_BLOCK, _NS_TAIL = "u", "p", "b", "t"
 
 
-@lru_cache(maxsize=65536)
-def _stream_keys(seed: int, namespace: str, name: str) -> tuple[int, int]:
-    """``(fnv_seed, finalizer_key)`` of one stream; memoized (hash ids repeat a lot)."""
+def _stream_keys_once(seed: int, namespace: str, name: str) -> tuple[int, int]:
+    """``(fnv_seed, finalizer_key)`` of one stream."""
     ident = f"{seed}\x1f{namespace}\x1f{name}"
     key = int.from_bytes(hashlib.blake2b(ident.encode(), digest_size=4).digest(), "little")
     return fnv1a_32(ident), key
+
+
+#: memoized for hash-id blocks and shared prefixes, which repeat a lot; a unit's own
+#: stream is looked up once per round, so caching those only filled the cache
+_stream_keys = lru_cache(maxsize=65536)(_stream_keys_once)
 
 
 def _generate(
@@ -98,7 +102,8 @@ class TokenPool:
     def _span(self, namespace: str, name: str, start: int, n: int) -> np.ndarray:
         if n < 0:
             raise ValueError(f"token count must be >= 0, got {n}")
-        fnv, key = _stream_keys(self.seed, namespace, name)
+        keys = _stream_keys_once if namespace == _NS_UNIT else _stream_keys
+        fnv, key = keys(self.seed, namespace, name)
         positions = np.arange(start, start + n, dtype=np.uint64)
         return _generate(
             np.uint64(fnv), np.uint64(key), positions, self.vocab_lo, self.vocab_hi - self.vocab_lo
@@ -114,6 +119,11 @@ class TokenPool:
         out = self._span(_NS_UNIT, stream, start, n)
         self._cursors[stream] = start + n
         return out.tolist()
+
+    def forget(self, stream: str) -> None:
+        """Drop ``stream``'s cursor (its unit has ended; a run of 100k units otherwise
+        kept 100k cursors). A later ``fresh`` on it would start over at token 0."""
+        self._cursors.pop(stream, None)
 
     def position(self, stream: str) -> int:
         """How many tokens ``fresh`` has handed out for ``stream`` so far."""
