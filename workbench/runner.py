@@ -12,7 +12,6 @@ import asyncio
 import gc
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from workbench.arrival.admission import AdmissionGate
@@ -24,6 +23,7 @@ from workbench.context.tokens import TokenPool
 from workbench.measure import SelfMeasure
 from workbench.plan import Plan, RoundPlan, UnitPlan
 from workbench.records import RequestRecord
+from workbench.rounds import RoundMaker, UnitRun
 
 log = logging.getLogger(__name__)
 
@@ -40,31 +40,6 @@ class Sender(Protocol):
 
 RecordSink = Callable[[RequestRecord], None]
 LifecycleSink = Callable[[dict[str, Any]], None]
-
-
-@dataclass
-class UnitRun:
-    """Mutable state of one unit while it runs (becomes a lifecycle record)."""
-
-    plan: UnitPlan
-    loop_idx: int
-    routing_slot: int
-    released_ns: int
-    admitted_ns: int
-    scheduled_ns: int = 0
-    warmup: bool = False
-    rounds_done: int = 0
-    reason: str = "completed"
-    context: list[int] = field(default_factory=list)
-    ready_ns: int = 0  # when the next round became due (self-measured release lag)
-    last_prompt: list[int] = field(default_factory=list)  # with last_hashes: incremental hashing
-    last_hashes: list[int] = field(default_factory=list)
-
-    @property
-    def stream(self) -> str:
-        tag = "warmup:" if self.warmup else ""
-        loop = f"~{self.loop_idx}" if self.loop_idx else ""
-        return f"{tag}{self.plan.ordinal}:{self.plan.unit.unit_id}{loop}"
 
 
 class Runner:
@@ -95,6 +70,11 @@ class Runner:
         self.sink = sink
         self.lifecycle_sink = lifecycle_sink or (lambda _d: None)
         self.block_size = block_size or 512
+        self.rounds = RoundMaker(
+            run_id=run_id, backend=codec.name, policy=plan.policy, pool=pool,
+            block_size=self.block_size, shared_prefix=cfg.context.shared_prefix,
+            max_model_len=cfg.context.max_model_len,
+        )  # fmt: skip
         self.gate = AdmissionGate(cfg.arrival.max_concurrency)
         self.stopped = asyncio.Event()
         self.stop_reason: str | None = None
@@ -349,10 +329,11 @@ class Runner:
     async def _round(
         self, run: UnitRun, k: int, rp: RoundPlan, scheduled_ns: int | None
     ) -> RequestRecord:
-        rec = self._new_record(run, rp, scheduled_ns)
-        prompt = self._build_prompt(run, k, rp, rec)
+        make = self.rounds
+        rec = make.record(run, rp, scheduled_ns, self.clock.now_ns())
+        prompt = make.prompt(run, k, rp, rec)
         rec.sent_prompt_tokens = len(prompt)
-        if self._guarded(rec, len(prompt), rp.output_len):
+        if make.guarded(rec, len(prompt), rp.output_len):
             self._finish(rec)
             return rec
         req = WireRequest(
@@ -360,7 +341,7 @@ class Runner:
             routing_slot=run.routing_slot, new_conversation=k == 0 or rp.round.reset_before,
         )
         if self.record_hashes:
-            rec.extra["input_sequence_hashes"] = self._hashes(run, prompt)
+            rec.extra["input_sequence_hashes"] = make.hashes(run, prompt)
         rec.extra["tool_wait_ms"] = rp.round.tool_wait_after_ms * self.cfg.arrival.tool_wait_scale
         measure = None if run.warmup else self.measure
         if measure is not None:
@@ -384,7 +365,7 @@ class Runner:
         if measure is not None:
             measure.lag(rec.dispatch_ns or now, ready)
             measure.ended(self.clock.now_ns())
-        if out_ids is None and rec.status == "ok" and self._needs_output_ids(rp):
+        if out_ids is None and rec.status == "ok" and make.needs_output_ids(rp):
             # SPEC §2: a round whose output ids cannot be trusted fails; it never
             # continues from a context that lacks what the model really said
             rec.status = "error"
@@ -398,72 +379,6 @@ class Runner:
         self._finish(rec)
         return rec
 
-    def _needs_output_ids(self, rp: RoundPlan) -> bool:
-        return self.plan.policy == "prefix-preserving" and rp.round.hash_ids is None
-
-    def _new_record(self, run: UnitRun, rp: RoundPlan, scheduled_ns: int | None) -> RequestRecord:
-        rid = rp.round.request_id + (f"~{run.loop_idx}" if run.loop_idx else "")
-        if run.warmup:
-            rid = "warmup:" + rid
-        return RequestRecord(
-            run_id=self.run_id, request_id=rid, unit_ordinal=run.plan.ordinal,
-            session_id=run.plan.unit.unit_id, round_idx=rp.round.round_idx,
-            backend=self.codec.name, policy=self.plan.policy,
-            planned_prefix_tokens=rp.prefix_len, planned_input_tokens=rp.input_len,
-            planned_output_tokens=rp.output_len, folded_prefix_tokens=rp.folded_prefix_tokens,
-            scheduled_ns=scheduled_ns if scheduled_ns is not None else self.clock.now_ns(),
-            released_ns=run.released_ns if scheduled_ns is not None else self.clock.now_ns(),
-            admitted_ns=run.admitted_ns, routing_slot=run.routing_slot, warmup=run.warmup,
-        )
-
-    def _build_prompt(self, run: UnitRun, k: int, rp: RoundPlan, rec: RequestRecord) -> list[int]:
-        """``context[:p] + fresh(i)``; a short context becomes extra fresh input (shortfall)."""
-        r = rp.round
-        if r.hash_ids is not None:
-            rec.derived_prefix = rp.prefix_len
-            return self.pool.prompt_from_hash_ids(
-                list(r.hash_ids), rp.prompt_len, self.block_size, fill_stream=run.stream
-            )
-        if r.reset_before:
-            run.context = []
-        derived = min(rp.prefix_len, len(run.context))
-        rec.derived_prefix = derived
-        rec.prefix_shortfall_tokens = rp.prefix_len - derived
-        fresh_n = rp.input_len + rec.prefix_shortfall_tokens
-        if k == 0 and self.cfg.context.shared_prefix and rp.folded_prefix_tokens:
-            key = _shared_key(run)
-            head = self.pool.shared_prefix(key, rp.folded_prefix_tokens)
-            return head + self.pool.fresh(run.stream, fresh_n - len(head))
-        return run.context[:derived] + self.pool.fresh(run.stream, fresh_n)
-
-    def _guarded(self, rec: RequestRecord, prompt_len: int, output_len: int) -> bool:
-        """Context guard: ``prompt + output >= max_model_len`` is skipped (one token headroom)."""
-        limit = self.cfg.context.max_model_len
-        if limit is not None and prompt_len + output_len >= limit:
-            rec.status = "skipped"
-            rec.error = (
-                f"context guard: prompt {prompt_len} + output {output_len} >= "
-                f"max_model_len {limit}; session ended"
-            )
-            return True
-        return False
-
-    def _hashes(self, run: UnitRun, prompt: list[int]) -> list[int]:
-        """Block hashes of ``prompt``, reusing the unit's last prompt's hashes for the
-        full blocks the two share (a carried conversation prefix): O(new tokens)."""
-        from workbench.context.hashing import block_hashes
-
-        bs = self.block_size
-        known: list[int] = []
-        if run.last_hashes:
-            k = min(len(prompt), len(run.last_prompt)) // bs
-            n = k * bs
-            if k and prompt[:n] == run.last_prompt[:n]:
-                known = run.last_hashes[:k]
-        hashes = block_hashes(prompt, bs, known=known)
-        run.last_prompt, run.last_hashes = prompt, hashes
-        return hashes
-
     def _finish(self, rec: RequestRecord) -> None:
         if rec.end_ns is None:
             rec.end_ns = self.clock.now_ns()
@@ -472,7 +387,3 @@ class Runner:
         if self.freeze_gc and self._finished % GC_REFREEZE_EVERY == 0:
             gc.freeze()  # finished records are long-lived: keep full collections off them
 
-
-def _shared_key(run: UnitRun) -> str:
-    meta = run.plan.unit.meta
-    return "|".join(str(meta.get(k, "")) for k in ("provider", "model", "project"))

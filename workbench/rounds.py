@@ -1,0 +1,147 @@
+"""What one round sends: its record, its prompt, the context guard, its block hashes.
+
+A ``UnitRun`` is one unit's live state (its conversation so far, the slot it
+holds); ``RoundMaker`` turns a planned round into the record and the prompt the
+runner sends, applying axis 2 to the live conversation: ``context[:p] + fresh(i)``,
+a shortfall when the context is shorter than the planned prefix, the shared
+prefix pool, prompts from hash ids. Pure bookkeeping: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from workbench.context.tokens import TokenPool
+from workbench.plan import RoundPlan, UnitPlan
+from workbench.records import RequestRecord
+
+
+@dataclass
+class UnitRun:
+    """Mutable state of one unit while it runs (becomes a lifecycle record)."""
+
+    plan: UnitPlan
+    loop_idx: int
+    routing_slot: int
+    released_ns: int
+    admitted_ns: int
+    scheduled_ns: int = 0
+    warmup: bool = False
+    rounds_done: int = 0
+    reason: str = "completed"
+    context: list[int] = field(default_factory=list)
+    ready_ns: int = 0  # when the next round became due (self-measured release lag)
+    last_prompt: list[int] = field(default_factory=list)  # with last_hashes: incremental hashing
+    last_hashes: list[int] = field(default_factory=list)
+
+    @property
+    def stream(self) -> str:
+        tag = "warmup:" if self.warmup else ""
+        loop = f"~{self.loop_idx}" if self.loop_idx else ""
+        return f"{tag}{self.plan.ordinal}:{self.plan.unit.unit_id}{loop}"
+
+
+class RoundMaker:
+    """Records and prompts for one run's rounds (``Runner`` holds one)."""
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        backend: str,
+        policy: str | None,
+        pool: TokenPool,
+        block_size: int,
+        shared_prefix: bool,
+        max_model_len: int | None,
+    ) -> None:
+        self.run_id = run_id
+        self.backend = backend
+        self.policy = policy
+        self.pool = pool
+        self.block_size = block_size
+        self.shared_prefix = shared_prefix
+        self.max_model_len = max_model_len
+
+    def needs_output_ids(self, rp: RoundPlan) -> bool:
+        """SPEC §2: a session round carried by ``prefix-preserving`` needs the real output ids."""
+        return self.policy == "prefix-preserving" and rp.round.hash_ids is None
+
+    def record(
+        self, run: UnitRun, rp: RoundPlan, scheduled_ns: int | None, now_ns: int
+    ) -> RequestRecord:
+        """The round's record before it is sent (later rounds are scheduled when due)."""
+        rid = rp.round.request_id + (f"~{run.loop_idx}" if run.loop_idx else "")
+        if run.warmup:
+            rid = "warmup:" + rid
+        return RequestRecord(
+            run_id=self.run_id,
+            request_id=rid,
+            unit_ordinal=run.plan.ordinal,
+            session_id=run.plan.unit.unit_id,
+            round_idx=rp.round.round_idx,
+            backend=self.backend,
+            policy=self.policy,
+            planned_prefix_tokens=rp.prefix_len,
+            planned_input_tokens=rp.input_len,
+            planned_output_tokens=rp.output_len,
+            folded_prefix_tokens=rp.folded_prefix_tokens,
+            scheduled_ns=scheduled_ns if scheduled_ns is not None else now_ns,
+            released_ns=run.released_ns if scheduled_ns is not None else now_ns,
+            admitted_ns=run.admitted_ns,
+            routing_slot=run.routing_slot,
+            warmup=run.warmup,
+        )
+
+    def prompt(self, run: UnitRun, k: int, rp: RoundPlan, rec: RequestRecord) -> list[int]:
+        """``context[:p] + fresh(i)``; a short context becomes extra fresh input (shortfall)."""
+        r = rp.round
+        if r.hash_ids is not None:
+            rec.derived_prefix = rp.prefix_len
+            return self.pool.prompt_from_hash_ids(
+                list(r.hash_ids), rp.prompt_len, self.block_size, fill_stream=run.stream
+            )
+        if r.reset_before:
+            run.context = []
+        derived = min(rp.prefix_len, len(run.context))
+        rec.derived_prefix = derived
+        rec.prefix_shortfall_tokens = rp.prefix_len - derived
+        fresh_n = rp.input_len + rec.prefix_shortfall_tokens
+        if k == 0 and self.shared_prefix and rp.folded_prefix_tokens:
+            key = _shared_key(run)
+            head = self.pool.shared_prefix(key, rp.folded_prefix_tokens)
+            return head + self.pool.fresh(run.stream, fresh_n - len(head))
+        return run.context[:derived] + self.pool.fresh(run.stream, fresh_n)
+
+    def guarded(self, rec: RequestRecord, prompt_len: int, output_len: int) -> bool:
+        """Context guard: ``prompt + output >= max_model_len`` is skipped (one token headroom)."""
+        limit = self.max_model_len
+        if limit is not None and prompt_len + output_len >= limit:
+            rec.status = "skipped"
+            rec.error = (
+                f"context guard: prompt {prompt_len} + output {output_len} >= "
+                f"max_model_len {limit}; session ended"
+            )
+            return True
+        return False
+
+    def hashes(self, run: UnitRun, prompt: list[int]) -> list[int]:
+        """Block hashes of ``prompt``, reusing the unit's last prompt's hashes for the
+        full blocks the two share (a carried conversation prefix): O(new tokens)."""
+        from workbench.context.hashing import block_hashes
+
+        bs = self.block_size
+        known: list[int] = []
+        if run.last_hashes:
+            k = min(len(prompt), len(run.last_prompt)) // bs
+            n = k * bs
+            if k and prompt[:n] == run.last_prompt[:n]:
+                known = run.last_hashes[:k]
+        hashes = block_hashes(prompt, bs, known=known)
+        run.last_prompt, run.last_hashes = prompt, hashes
+        return hashes
+
+
+def _shared_key(run: UnitRun) -> str:
+    meta = run.plan.unit.meta
+    return "|".join(str(meta.get(k, "")) for k in ("provider", "model", "project"))
