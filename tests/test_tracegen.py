@@ -14,7 +14,8 @@ from workbench.cli import main as cli_main
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import tracegen as tg
-from workbench.traces.tracegen import Distribution, TracegenSpec, parse_synthetic, tracegen
+from workbench.traces.synthetic import Distribution, parse_synthetic
+from workbench.traces.tracegen import TracegenSpec, tracegen
 
 DATA = Path(__file__).parents[2] / "shared" / "data"
 V2 = DATA / "request-factory" / "session_rounds_v2_example.csv"

@@ -17,7 +17,7 @@ HELP = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from workbench.traces.tracegen import SYNTHETIC_HELP
+    from workbench.traces.synthetic import SYNTHETIC_HELP
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.description = (
