@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from workbench import data as bundled
 from workbench.errors import TraceFormatError
 from workbench.records import Workload
 from workbench.traces.base import FORMATS, available_formats, detect_format, head_lines, load_trace
@@ -178,3 +179,16 @@ def test_corrupted_files_load_or_raise_trace_format_error(scratch, fmt, data):
             assert isinstance(w, Workload)
             for r in w.rounds():
                 assert r.prefix_len >= 0 and r.input_len >= 0 and r.output_len >= 1
+
+
+@pytest.mark.parametrize(
+    "path", [*(bundled.path(n) for n in bundled.files()), *sorted(FIXTURES.iterdir())],
+    ids=lambda p: Path(p).name,
+)
+def test_every_reader_refuses_an_unknown_option_the_same_way(path):
+    """One ConfigError naming the format and the option, whatever the reader."""
+    from workbench.errors import ConfigError
+
+    fmt = detect_format(path)
+    with pytest.raises(ConfigError, match=rf"{fmt} reader got unknown option.* bogus; valid: "):
+        load_trace(path, bogus=1)

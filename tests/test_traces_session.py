@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workbench import load_trace
-from workbench.errors import TraceFormatError
+from workbench.errors import ConfigError, TraceFormatError
 from workbench.traces import canonical
 
 DATA = Path(__file__).parents[2] / "shared" / "data"
@@ -162,7 +162,7 @@ def test_empty_and_binary_files(tmp_path: Path, data: bytes, line: int, rule: st
 
 
 def test_unknown_reader_option_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(TypeError, match="takes no options"):
+    with pytest.raises(ConfigError, match=r"session.* unknown option.* tool_wait; valid: none"):
         load_trace(_write(tmp_path, VALID), fmt="session", tool_wait="sum")
 
 

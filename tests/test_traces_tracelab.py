@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workbench import load_trace
-from workbench.errors import TraceFormatError
+from workbench.errors import ConfigError, TraceFormatError
 from workbench.traces.tracelab import union_length
 
 DATA = Path(__file__).parents[2] / "shared" / "data"
@@ -167,9 +167,9 @@ def test_empty_and_binary_files(tmp_path: Path, data: bytes, line: int, rule: st
 
 
 def test_bad_option_values(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="tool_wait"):
+    with pytest.raises(ConfigError, match="tool_wait"):
         load_trace(PUBLIC, tool_wait="max")
-    with pytest.raises(TypeError):
+    with pytest.raises(ConfigError, match=r"unknown option.* block_size; valid: tool_wait"):
         load_trace(PUBLIC, block_size=4)
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from workbench.errors import TraceFormatError
+from workbench.errors import ConfigError, TraceFormatError
 
 
 def read_text(path: Path) -> str:
@@ -116,3 +116,16 @@ def as_float(
     if minimum is not None and f < minimum:
         raise TraceFormatError(path, line, f"{name} must be >= {minimum}, got {value!r}")
     return f
+
+
+def check_options(fmt: str, unknown: Mapping[str, Any], valid: tuple[str, ...]) -> None:
+    """Reject reader options this format does not take (a silent ignore hides typos).
+
+    Every reader refuses the same way: one ``ConfigError`` naming the format, the
+    unknown option(s) and the valid ones.
+    """
+    if unknown:
+        names = ", ".join(sorted(unknown))
+        raise ConfigError(
+            f"{fmt} reader got unknown option(s) {names}; valid: {', '.join(valid) or 'none'}"
+        )

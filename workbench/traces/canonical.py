@@ -46,7 +46,7 @@ import orjson
 
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
-from workbench.traces._io import as_float, as_int, read_csv, read_text
+from workbench.traces._io import as_float, as_int, check_options, read_csv, read_text
 from workbench.traces.base import register_format
 
 FORMAT_NAME = "session-execution-v2"
@@ -109,8 +109,7 @@ class _State:
 )
 def read_session_execution_v2(path: Path, *, sidecars: bool = True, **options: Any) -> Workload:
     """Read and fully validate a canonical CSV (and, unless ``sidecars=False``, its sidecars)."""
-    if options:
-        raise TypeError(f"{FORMAT_NAME} reader options: sidecars; got {sorted(options)}")
+    check_options(FORMAT_NAME, options, ("sidecars",))
     path = Path(path)
     text = read_text(path)
     units = _fast_units(text) if text.count("\n") >= FAST_PATH_MIN_ROWS else None

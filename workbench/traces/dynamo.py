@@ -61,10 +61,9 @@ import orjson
 
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
-from workbench.traces._io import as_float, as_int
+from workbench.traces._io import as_float, as_int, check_options
 from workbench.traces.base import register_format
 from workbench.traces.mooncake import (
-    check_options,
     json_id,
     json_lines,
     leading_seen_blocks,

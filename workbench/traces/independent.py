@@ -25,9 +25,8 @@ from typing import Any
 
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
-from workbench.traces._io import as_float, as_int, read_csv
+from workbench.traces._io import as_float, as_int, check_options, read_csv
 from workbench.traces.base import register_format
-from workbench.traces.mooncake import check_options
 
 COLUMNS = ("id", "arrival_time", "input_len", "output_len")
 

@@ -43,7 +43,7 @@ This module also holds the JSON-lines helpers the other JSON readers share
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -51,7 +51,7 @@ import orjson
 
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Unit, Workload
-from workbench.traces._io import as_float, as_int, read_text
+from workbench.traces._io import as_float, as_int, check_options, read_text
 from workbench.traces.base import register_format
 
 # ---------------------------------------------------------------- shared JSON helpers
@@ -143,15 +143,6 @@ def expected_blocks(input_length: int, block_size: int, rounding: str) -> int:
     if rounding == "floor":
         return input_length // block_size
     return -(-input_length // block_size)
-
-
-def check_options(fmt: str, unknown: Mapping[str, Any], valid: tuple[str, ...]) -> None:
-    """Reject reader options this format does not take (a silent ignore hides typos)."""
-    if unknown:
-        names = ", ".join(sorted(unknown))
-        raise ConfigError(
-            f"{fmt} reader got unknown option(s) {names}; valid: {', '.join(valid) or 'none'}"
-        )
 
 
 # ---------------------------------------------------------------- the Mooncake reader

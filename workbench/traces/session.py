@@ -39,7 +39,7 @@ import numpy as np
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import canonical
-from workbench.traces._io import as_float, as_int, read_csv, read_text
+from workbench.traces._io import as_float, as_int, check_options, read_csv, read_text
 from workbench.traces.base import register_format
 from workbench.traces.canonical import request_id
 
@@ -71,8 +71,7 @@ class _Session:
 @register_format(FORMAT_NAME, sniff=sniff, description="raw session CSV (TraceLab export)")
 def read_session_csv(path: Path, **options: Any) -> Workload:
     """Read a raw session CSV into session units; one ``TraceFormatError`` on a bad file."""
-    if options:
-        raise TypeError(f"{FORMAT_NAME} reader takes no options, got {sorted(options)}")
+    check_options(FORMAT_NAME, options, ())
     path = Path(path)
     text = read_text(path)
     fast = _fast_units(text) if text.count("\n") >= canonical.FAST_PATH_MIN_ROWS else None

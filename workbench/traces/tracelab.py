@@ -38,9 +38,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import TraceFormatError
+from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Unit, Workload
-from workbench.traces._io import as_float, as_int, iter_jsonl
+from workbench.traces._io import as_float, as_int, check_options, iter_jsonl
 from workbench.traces.base import register_format
 from workbench.traces.canonical import request_id
 
@@ -76,10 +76,9 @@ class _Row:
 @register_format(FORMAT_NAME, sniff=sniff, description="TraceLab normalized round JSONL")
 def read_tracelab(path: Path, *, tool_wait: str = "union", **options: Any) -> Workload:
     """Read TraceLab rounds into sessions; ``tool_wait`` is ``"union"`` or ``"sum"``."""
-    if options:
-        raise TypeError(f"{FORMAT_NAME} reader options: tool_wait; got {sorted(options)}")
+    check_options(FORMAT_NAME, options, ("tool_wait",))
     if tool_wait not in TOOL_WAIT_MODES:
-        raise ValueError(f"tool_wait must be one of {TOOL_WAIT_MODES}, got {tool_wait!r}")
+        raise ConfigError(f"tool_wait must be one of {TOOL_WAIT_MODES}, got {tool_wait!r}")
     path = Path(path)
     sessions: dict[tuple[str, str | None, str], list[_Row]] = {}
     for line, obj in iter_jsonl(path):

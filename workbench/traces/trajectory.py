@@ -32,9 +32,9 @@ from typing import Any
 
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
+from workbench.traces._io import check_options
 from workbench.traces.base import register_format
 from workbench.traces.mooncake import (
-    check_options,
     first_json_object,
     json_int,
     json_lines,
