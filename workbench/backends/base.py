@@ -198,6 +198,67 @@ def finish_reason_of(value: Any) -> str | None:
     return str(value)
 
 
+class OpenAIChunks:
+    """What every OpenAI-style stream chunk shares, for the parsers that read them.
+
+    ``_head`` takes one parsed chunk: the server's request id (first seen), the
+    ``usage`` block (and vLLM's per-request ``metrics`` beside it), and the
+    ``finish_reason`` of ``choices[0]``, which it returns (``None`` when the chunk
+    has no choice). ``_usage_counts`` and ``_outcome`` build the end result.
+    """
+
+    __slots__ = ("_finish", "_id_key", "_metrics", "_rid", "_usage")
+
+    def __init__(self, id_key: str = "id") -> None:
+        self._id_key = id_key
+        self._usage: dict[str, Any] | None = None
+        self._finish: Any = None
+        self._rid: Any = None
+        self._metrics: dict[str, Any] | None = None
+
+    def _head(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        if self._rid is None:
+            self._rid = obj.get(self._id_key)
+        usage = obj.get("usage")
+        if usage:
+            self._usage = usage
+            metrics = obj.get("metrics")  # vLLM --enable-per-request-metrics, beside usage
+            if isinstance(metrics, dict):
+                self._metrics = metrics
+        choices = obj.get("choices")
+        if not choices:
+            return None
+        choice: dict[str, Any] = choices[0]
+        reason = choice.get("finish_reason")
+        if reason is not None:
+            self._finish = reason
+        return choice
+
+    def _usage_counts(self) -> tuple[int | None, int | None, int, bool]:
+        """``parse_openai_usage`` of the stream's usage block (an error when none came)."""
+        if self._usage is None:
+            raise BackendError(
+                "stream ended without a usage block (the server ignored "
+                "stream_options.include_usage)"
+            )
+        return parse_openai_usage(self._usage)
+
+    def _outcome(
+        self, counts: tuple[int | None, int | None, int, bool], output_ids: list[int] | None
+    ) -> StreamOutcome:
+        prompt, completion, cached, reported = counts
+        return StreamOutcome(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            cached_tokens=cached,
+            cached_tokens_reported=reported,
+            finish_reason=finish_reason_of(self._finish),
+            server_request_id=None if self._rid is None else str(self._rid),
+            output_ids=output_ids,
+            server_metrics=self._metrics,
+        )
+
+
 def check_output_count(ids: list[int], completion_tokens: int | None) -> None:
     """Output ids the runner will carry forward must match the server's own count.
 

@@ -24,13 +24,12 @@ import orjson
 from workbench.backends.base import (
     BACKENDS,
     BackendError,
+    OpenAIChunks,
     StreamOutcome,
     WireRequest,
     as_id_list,
     check_output_count,
-    finish_reason_of,
     loads,
-    parse_openai_usage,
     reconfigure,
 )
 
@@ -38,23 +37,19 @@ from workbench.backends.base import (
 UNKNOWN_TOKEN = -1
 
 
-class ChoicesParser:
+class ChoicesParser(OpenAIChunks):
     """Parser for streams of ``{choices:[{token_ids, finish_reason}], usage}`` chunks.
 
     Per chunk it reads only ``choices[0]`` and, when present, ``usage``; usage is
     interpreted once, in ``finish``.
     """
 
-    __slots__ = ("_finish", "_id_key", "_ids", "_metrics", "_missing", "_rid", "_usage")
+    __slots__ = ("_ids", "_missing")
 
     def __init__(self, id_key: str) -> None:
-        self._id_key = id_key
+        super().__init__(id_key)
         self._ids: list[int] = []
         self._missing = False
-        self._usage: dict[str, Any] | None = None
-        self._finish: Any = None
-        self._rid: Any = None
-        self._metrics: dict[str, Any] | None = None
 
     def feed(self, payload: bytes) -> list[int] | None:
         return self._take(loads(payload))
@@ -62,21 +57,9 @@ class ChoicesParser:
     def _take(self, obj: dict[str, Any]) -> list[int] | None:
         """One parsed chunk → the output ids it carried (one unknown id per non-empty
         text chunk of a text-only stream; None when it carried none)."""
-        if self._rid is None:
-            self._rid = obj.get(self._id_key)
-        usage = obj.get("usage")
-        if usage:
-            self._usage = usage
-            metrics = obj.get("metrics")  # vLLM --enable-per-request-metrics, beside usage
-            if isinstance(metrics, dict):
-                self._metrics = metrics
-        choices = obj.get("choices")
-        if not choices:
+        choice = self._head(obj)
+        if choice is None:
             return None
-        choice = choices[0]
-        reason = choice.get("finish_reason")
-        if reason is not None:
-            self._finish = reason
         ids = choice.get("token_ids")
         if ids:
             self._ids.extend(ids)
@@ -121,12 +104,8 @@ class ChoicesParser:
         return counts
 
     def finish(self) -> StreamOutcome:
-        if self._usage is None:
-            raise BackendError(
-                "stream ended without a usage block (the server ignored "
-                "stream_options.include_usage)"
-            )
-        prompt, completion, cached, reported = parse_openai_usage(self._usage)
+        counts = self._usage_counts()
+        completion = counts[1]
         output: list[int] | None = None
         if not self._missing:
             if not self._ids and completion:
@@ -136,16 +115,7 @@ class ChoicesParser:
                 )
             check_output_count(self._ids, completion)
             output = self._ids
-        return StreamOutcome(
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-            cached_tokens=cached,
-            cached_tokens_reported=reported,
-            finish_reason=finish_reason_of(self._finish),
-            server_request_id=None if self._rid is None else str(self._rid),
-            output_ids=output,
-            server_metrics=self._metrics,
-        )
+        return self._outcome(counts, output)
 
 
 @dataclass(frozen=True)

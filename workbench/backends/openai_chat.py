@@ -27,12 +27,10 @@ from typing import Any, Protocol, cast
 
 from workbench.backends.base import (
     BACKENDS,
-    BackendError,
+    OpenAIChunks,
     StreamOutcome,
     WireRequest,
-    finish_reason_of,
     loads,
-    parse_openai_usage,
     reconfigure,
 )
 from workbench.backends.openai import UNKNOWN_TOKEN
@@ -172,38 +170,26 @@ class OpenAIChatCodec:
         return {"role": "user", "content": self.tokenizer.decode(ids)}
 
 
-class ChatParser:
+class ChatParser(OpenAIChunks):
     """Chat deltas: every chunk with non-empty content (or reasoning) is a token event.
 
     Its ids are the delta re-encoded (at least one, since the server sent a token
     even when it renders as whitespace); the reply's ids are the whole text re-encoded.
     """
 
-    __slots__ = ("_codec", "_finish", "_messages", "_parts", "_req", "_rid", "_usage")
+    __slots__ = ("_codec", "_messages", "_parts", "_req")
 
     def __init__(self, codec: OpenAIChatCodec, req: WireRequest, messages: list[Message]):
+        super().__init__("id")
         self._codec = codec
         self._req = req
         self._messages = messages
         self._parts: list[str] = []
-        self._usage: dict[str, Any] | None = None
-        self._finish: Any = None
-        self._rid: Any = None
 
     def feed(self, payload: bytes) -> list[int] | None:
-        obj = loads(payload)
-        if self._rid is None:
-            self._rid = obj.get("id")
-        usage = obj.get("usage")
-        if usage:
-            self._usage = usage
-        choices = obj.get("choices")
-        if not choices:
+        choice = self._head(loads(payload))
+        if choice is None:
             return None
-        choice = choices[0]
-        reason = choice.get("finish_reason")
-        if reason is not None:
-            self._finish = reason
         delta = choice.get("delta")
         if not delta:
             return None
@@ -217,24 +203,11 @@ class ChatParser:
         return self._codec.tokenizer.encode(content) or [UNKNOWN_TOKEN]
 
     def finish(self) -> StreamOutcome:
-        if self._usage is None:
-            raise BackendError(
-                "stream ended without a usage block (the server ignored "
-                "stream_options.include_usage)"
-            )
-        prompt, completion, cached, reported = parse_openai_usage(self._usage)
+        counts = self._usage_counts()
         reply = "".join(self._parts)
         reply_ids = self._codec.tokenizer.encode(reply)
         self._codec.remember(self._req, self._messages, reply, reply_ids)
-        return StreamOutcome(
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-            cached_tokens=cached,
-            cached_tokens_reported=reported,
-            finish_reason=finish_reason_of(self._finish),
-            server_request_id=None if self._rid is None else str(self._rid),
-            output_ids=reply_ids,
-        )
+        return self._outcome(counts, reply_ids)
 
 
 BACKENDS.add("openai-chat", OpenAIChatCodec())
