@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 
 import aiohttp
 import orjson
+import yarl
 
 from workbench.backends.base import BackendError, Codec, StreamParser, WireRequest
 from workbench.backends.eager import start_now
@@ -220,6 +221,7 @@ class Transport:
         self.clock: Clock = clock if clock is not None else WallClock()
         self.root = normalize_base_url(options.base_url)
         self._session: aiohttp.ClientSession | None = None
+        self._urls: dict[str, yarl.URL] = {}
         # one request class per transport: its stamps and clock are this run's
         self._stamps: dict[str, RequestRecord] = {}
         self._request_class = type(
@@ -233,6 +235,9 @@ class Transport:
         if key:
             headers["Authorization"] = f"Bearer {key}"
         self._session = aiohttp.ClientSession(
+            # a load generator keeps no cookies: one jar shared by every unit would
+            # pin them all to one backend of a sticky balancer (and it filtered cookies per request)
+            cookie_jar=aiohttp.DummyCookieJar(),
             connector=aiohttp.TCPConnector(limit=max(0, opts.max_connections)),
             headers=headers,
             request_class=self._request_class,
@@ -257,6 +262,13 @@ class Transport:
         if self._session is None:
             raise RuntimeError("Transport is not open: use 'async with Transport(...)'")
         return self._session
+
+    def _url(self, codec: Codec) -> yarl.URL:
+        """The codec's endpoint, parsed once (aiohttp parsed the string per request)."""
+        url = self._urls.get(codec.name)
+        if url is None:
+            url = self._urls[codec.name] = yarl.URL(codec.url(self.root))
+        return url
 
     async def check_reachable(self, timeout_s: float = 10.0) -> None:
         """Fail fast, with one clear message, when nothing answers at the target.
@@ -348,7 +360,7 @@ class Transport:
         rec.dispatch_ns = self.clock.now_ns()  # replaced when the bytes go out
         self._stamps[req.request_id] = rec
         try:
-            async with session.post(codec.url(self.root), data=payload, headers=headers) as resp:
+            async with session.post(self._url(codec), data=payload, headers=headers) as resp:
                 rec.http_status = resp.status
                 if resp.status != 200:
                     raise HTTPStatusError(resp.status, await resp.text(errors="replace"))
