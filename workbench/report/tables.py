@@ -118,19 +118,23 @@ CLIENT_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+CLIENT_COUNTS = frozenset(("requested concurrency", "in flight, peak", "client processes"))
+
+
 def client_table(data: Any) -> pd.DataFrame:
     """The client's self-measurement (``summary["client"]``): in flight vs requested,
     release lag (all requests, and *steady*: after the run first held its cap), CPU.
     Empty for a run without one (``simulate``)."""
     s = as_summary(data)
     client = s.get("client") or {}
-    values: list[float] = []
-    for _, path in CLIENT_FIELDS:
+    values: list[Any] = []
+    for label, path in CLIENT_FIELDS:
         v: Any = client
         for key in path:
             v = v.get(key) if isinstance(v, Mapping) else None
-        values.append(_float(v))
-    df = pd.DataFrame({"value": values}, index=pd.Index([k for k, _ in CLIENT_FIELDS]))
+        values.append(int(v) if label in CLIENT_COUNTS and v is not None else _float(v))
+    labels = pd.Index([k for k, _ in CLIENT_FIELDS])
+    df = pd.DataFrame({"value": pd.Series(values, index=labels, dtype=object)})
     if not client:
         df = df.iloc[0:0]
     df.index.name = "client"
