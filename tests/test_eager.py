@@ -112,3 +112,32 @@ async def test_a_large_body_that_fills_the_socket_still_arrives_whole(monkeypatc
     assert rec.status == "ok", rec.error
     assert rec.prompt_tokens == n and rec.completion_tokens == 2
     assert len(resumed) == 1 and isinstance(resumed[0], asyncio.Future)  # it did wait
+
+
+async def test_cancelling_a_request_mid_body_leaves_the_transport_usable():
+    """Cancelled while its ~20 MB body waits on a paused socket: the record says
+    cancelled, the half-written connection is dropped, and the next request works."""
+    from workbench.backends import BACKENDS
+    from workbench.backends.base import WireRequest
+    from workbench.backends.transport import Transport, TransportOptions
+    from workbench.records import RequestRecord
+    from workbench.sim.server import serve_sim
+
+    n = 3_000_000
+    codec = BACKENDS.get("openai")
+    async with (
+        asyncio.timeout(60),
+        serve_sim(speedup=1000.0, max_model_len=n + 16, num_blocks=n // 16 + 64) as sim,
+        Transport(TransportOptions(sim.base_url)) as t,
+    ):
+        big = RequestRecord("x", "big", 0, "s", 0, "openai", None, 0, n, 2)
+        task = asyncio.ensure_future(t.send(codec, WireRequest("big", [7] * n, 2), big))
+        await asyncio.sleep(0)  # the body is partly out, the rest waits on the socket
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        small = RequestRecord("x", "small", 0, "s", 0, "openai", None, 0, 16, 2)
+        await t.send(codec, WireRequest("small", list(range(16)), 2), small)
+    assert big.status == "cancelled"
+    assert small.status == "ok", small.error
+    assert small.completion_tokens == 2
