@@ -69,6 +69,11 @@ MODEL_NAME="tiny-llama"
 log() { echo "[llama_cpp] $*" >&2; }
 die() { echo "[llama_cpp] error: $*" >&2; exit 1; }
 
+HEALTH_PATH="/health"  # GET answering 200 once the server is ready
+HELPER_PY="python3"
+# shellcheck source=scripts/_server.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_server.sh"
+
 stamp_value() {
   { echo "llama-cpp-python=$LCP_VERSION rev=$SETUP_REV"; echo "${CMAKE_FLAGS[*]}"; cat "$GGUF_WRITER"; } \
     | sha256sum | cut -d' ' -f1
@@ -128,29 +133,6 @@ cmd_setup() {
   log "set up in $((SECONDS - t0)) s: $BIN"
 }
 
-state_field() {  # state_field KEY -> value from the state file (empty if absent)
-  [[ -f "$STATE" ]] || return 0
-  python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], ""))' \
-    "$STATE" "$1" 2>/dev/null || true
-}
-
-answers() {  # answers URL -> 0 if GET URL/health returns 200 within 3 s (503 while loading)
-  python3 - "$1" <<'PY' 2>/dev/null
-import sys, urllib.request
-try:
-    with urllib.request.urlopen(sys.argv[1] + "/health", timeout=3) as r:
-        sys.exit(0 if r.status == 200 else 1)
-except Exception:
-    sys.exit(1)
-PY
-}
-
-alive() { [[ -n "${1:-}" ]] && kill -0 "$1" 2>/dev/null; }
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
-
 cmd_start() {
   [[ "${1:-}" == "--" ]] && shift
   [[ -f "$STAMP" && -f "$MODEL" ]] && binary_ok || die "not set up; run: $0 setup"
@@ -203,42 +185,11 @@ PY
   die "server not ready after $START_TIMEOUT s (log: $LOG)"
 }
 
-cmd_stop() {
-  local pid; pid="$(state_field pid)"
-  if ! alive "$pid"; then
-    rm -f "$STATE"
-    log "no server running (${NAME})"
-    return 0
-  fi
-  log "stopping pid $pid"
-  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-  local i
-  for i in $(seq 1 20); do
-    alive "$pid" || break
-    sleep 0.5
-  done
-  if alive "$pid"; then
-    log "still alive after 10 s; SIGKILL"
-    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$STATE"
-  log "stopped"
-}
-
-cmd_status() {
+setup_status() {
   if [[ -f "$STAMP" ]] && binary_ok; then log "set up: $BIN"; else log "not set up ($HOME_DIR)"; fi
-  [[ -f "$STATE" ]] || { log "no server state ($STATE)"; return 1; }
-  cat "$STATE"; echo
-  local pid url; pid="$(state_field pid)"; url="$(state_field url)"
-  if alive "$pid" && answers "$url"; then log "running: $url"; return 0; fi
-  log "not answering (pid $pid)"; return 1
 }
 
-cmd_url() {
-  local pid url; pid="$(state_field pid)"; url="$(state_field url)"
-  alive "$pid" && answers "$url" || return 1
-  echo "$url"
-}
+cmd_stop() { stop_server 10; }
 
 cmd_env() {
   cat <<TXT

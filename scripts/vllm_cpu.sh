@@ -56,6 +56,11 @@ MODEL_NAME="tiny-llama"
 log() { echo "[vllm_cpu] $*" >&2; }
 die() { echo "[vllm_cpu] error: $*" >&2; exit 1; }
 
+HEALTH_PATH="/v1/models"  # GET answering 200 once the server is ready
+HELPER_PY="$PYTHON"
+# shellcheck source=scripts/_server.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_server.sh"
+
 stamp_value() {
   # The stamp changes when the pins, the set-up revision or the interpreter change.
   { cat "$PINS"; echo "rev=$SETUP_REV"; "$PYTHON" -c 'import sys; print(sys.version)'; } \
@@ -153,29 +158,6 @@ cmd_setup() {
   log "set up in $((SECONDS - t0)) s: $VENV"
 }
 
-state_field() {  # state_field KEY -> value from the state file (empty if absent)
-  [[ -f "$STATE" ]] || return 0
-  "$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], ""))' \
-    "$STATE" "$1" 2>/dev/null || true
-}
-
-answers() {  # answers URL -> 0 if GET URL/v1/models returns 200 within 3 s
-  "$PYTHON" - "$1" <<'PY' 2>/dev/null
-import sys, urllib.request
-try:
-    with urllib.request.urlopen(sys.argv[1] + "/v1/models", timeout=3) as r:
-        sys.exit(0 if r.status == 200 else 1)
-except Exception:
-    sys.exit(1)
-PY
-}
-
-alive() { [[ -n "${1:-}" ]] && kill -0 "$1" 2>/dev/null; }
-
-free_port() {
-  "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
-
 cmd_start() {
   [[ "${1:-}" == "--" ]] && shift
   [[ -x "$VENV/bin/vllm" && -f "$VENV/.workbench-stamp" ]] || die "not set up; run: $0 setup"
@@ -239,43 +221,11 @@ PY
   die "server not ready after $START_TIMEOUT s (log: $LOG)"
 }
 
-cmd_stop() {
-  local pid; pid="$(state_field pid)"
-  if ! alive "$pid"; then
-    rm -f "$STATE"
-    log "no server running (${NAME})"
-    return 0
-  fi
-  log "stopping pid $pid"
-  # setsid made the server a process-group leader: TERM the group (API server, EngineCore, Worker).
-  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-  local i
-  for i in $(seq 1 40); do
-    alive "$pid" || break
-    sleep 0.5
-  done
-  if alive "$pid"; then
-    log "still alive after 20 s; SIGKILL"
-    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$STATE"
-  log "stopped"
-}
-
-cmd_status() {
+setup_status() {
   if [[ -f "$VENV/.workbench-stamp" ]]; then log "set up: $VENV"; else log "not set up ($VENV)"; fi
-  [[ -f "$STATE" ]] || { log "no server state ($STATE)"; return 1; }
-  cat "$STATE"; echo
-  local pid url; pid="$(state_field pid)"; url="$(state_field url)"
-  if alive "$pid" && answers "$url"; then log "running: $url"; return 0; fi
-  log "not answering (pid $pid)"; return 1
 }
 
-cmd_url() {
-  local pid url; pid="$(state_field pid)"; url="$(state_field url)"
-  alive "$pid" && answers "$url" || return 1
-  echo "$url"
-}
+cmd_stop() { stop_server 20; }
 
 cmd_env() {
   cat <<TXT
