@@ -50,3 +50,18 @@ def loads_or_format_error(data: bytes, suffix: str, *fmts: str, **options: objec
                 assert isinstance(load_trace(path, fmt=fmt, **options), Workload)
             except TraceFormatError as exc:
                 assert exc.line >= 0 and exc.rule
+
+
+def loads_or_format_error_both_paths(
+    data: bytes, suffix: str, fast: bool, *fmts: str, **options: object
+) -> None:
+    """``loads_or_format_error`` with the canonical CSV reader's vectorized fast path
+    forced on (``fast``) or off, restored afterwards (the session reader shares it)."""
+    from workbench.traces import canonical
+
+    saved = canonical.FAST_PATH_MIN_ROWS
+    canonical.FAST_PATH_MIN_ROWS = 0 if fast else 10**9
+    try:
+        loads_or_format_error(data, suffix, *fmts, **options)
+    finally:
+        canonical.FAST_PATH_MIN_ROWS = saved

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from corruption import OPS, corrupt, loads_or_format_error
+from corruption import OPS, corrupt, loads_or_format_error_both_paths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -170,12 +170,7 @@ def test_fast_path_agrees_with_strict_path_on_a_large_file(
 @given(ops=OPS, fast=st.booleans())
 def test_corrupted_files_load_or_raise_trace_format_error(ops, fast) -> None:
     data = corrupt(VALID.encode(), ops)
-    saved = canonical.FAST_PATH_MIN_ROWS
-    canonical.FAST_PATH_MIN_ROWS = 0 if fast else 10**9
-    try:
-        loads_or_format_error(data, ".csv", "session-execution-v2", "auto")
-    finally:
-        canonical.FAST_PATH_MIN_ROWS = saved
+    loads_or_format_error_both_paths(data, ".csv", fast, "session-execution-v2", "auto")
 
 
 def test_plan_sidecar_is_json_array_of_rounds(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from corruption import OPS, corrupt, loads_or_format_error
+from corruption import OPS, corrupt, loads_or_format_error_both_paths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -169,10 +169,4 @@ def test_unknown_reader_option_is_refused(tmp_path: Path) -> None:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS, fast=st.booleans())
 def test_corrupted_files_load_or_raise_trace_format_error(ops, fast) -> None:
-    data = corrupt(VALID.encode(), ops)
-    saved = canonical.FAST_PATH_MIN_ROWS
-    canonical.FAST_PATH_MIN_ROWS = 0 if fast else 10**9
-    try:
-        loads_or_format_error(data, ".csv", "session", "auto")
-    finally:
-        canonical.FAST_PATH_MIN_ROWS = saved
+    loads_or_format_error_both_paths(corrupt(VALID.encode(), ops), ".csv", fast, "session", "auto")
