@@ -65,3 +65,36 @@ cmd_url() {
   alive "$pid" && answers "$url" || return 1
   echo "$url"
 }
+
+wait_ready() {  # wait_ready PID URL POLL_S: returns once URL answers (READY_S = seconds taken);
+  # dies, stopping PID's group, if the server exits or START_TIMEOUT passes first
+  local pid="$1" url="$2" poll="$3" t0=$SECONDS
+  while (( SECONDS - t0 < START_TIMEOUT )); do
+    if ! alive "$pid"; then
+      tail -n 30 "$LOG" >&2 || true
+      die "server exited during start-up (log: $LOG)"
+    fi
+    if answers "$url"; then
+      READY_S=$((SECONDS - t0))
+      return 0
+    fi
+    sleep "$poll"
+  done
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  tail -n 30 "$LOG" >&2 || true
+  die "server not ready after $START_TIMEOUT s (log: $LOG)"
+}
+
+write_state() {  # write_state URL PID PORT [KEY=INT ...] -- ARGS...: the state file of a ready server
+  "$HELPER_PY" - "$STATE" "$LOG" "$MODEL_NAME" "$READY_S" "$@" <<'PY'
+import json, sys
+path, log, model, ready, url, pid, port, *rest = sys.argv[1:]
+cut = rest.index("--")
+state = {"url": url, "pid": int(pid), "port": int(port), "log": log, "model": model,
+         "start_seconds": int(ready)}
+state.update((k, int(v)) for k, v in (kv.split("=", 1) for kv in rest[:cut]))
+state["args"] = rest[cut + 1 :]
+json.dump(state, open(path, "w"), indent=1)
+PY
+  log "ready in $READY_S s: $1 (pid $2)"
+}

@@ -159,30 +159,9 @@ cmd_start() {
     exec setsid "$BIN" "${flags[@]}" </dev/null >"$LOG" 2>&1
   ) &
   local pid=$!
-  local t0=$SECONDS
-  while (( SECONDS - t0 < START_TIMEOUT )); do
-    if ! alive "$pid"; then
-      tail -n 30 "$LOG" >&2 || true
-      die "server exited during start-up (log: $LOG)"
-    fi
-    if answers "$url"; then
-      python3 - "$STATE" "$url" "$pid" "$port" "$LOG" "$CTX" "$PARALLEL" "$MODEL_NAME" \
-        "$((SECONDS - t0))" "${flags[@]}" <<'PY'
-import json, sys
-a = sys.argv
-json.dump({"url": a[2], "pid": int(a[3]), "port": int(a[4]), "log": a[5], "ctx": int(a[6]),
-           "parallel": int(a[7]), "model": a[8], "start_seconds": int(a[9]), "args": a[10:]},
-          open(a[1], "w"), indent=1)
-PY
-      log "ready in $((SECONDS - t0)) s: $url (pid $pid)"
-      echo "$url"
-      return 0
-    fi
-    sleep 0.5
-  done
-  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-  tail -n 30 "$LOG" >&2 || true
-  die "server not ready after $START_TIMEOUT s (log: $LOG)"
+  wait_ready "$pid" "$url" 0.5
+  write_state "$url" "$pid" "$port" ctx="$CTX" parallel="$PARALLEL" -- "${flags[@]}"
+  echo "$url"
 }
 
 setup_status() {

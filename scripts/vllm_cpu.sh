@@ -195,30 +195,9 @@ cmd_start() {
     exec setsid "$VENV/bin/vllm" serve "$MODEL_DIR" "${kept[@]}" </dev/null >"$LOG" 2>&1
   ) &
   local pid=$!
-  local t0=$SECONDS
-  while (( SECONDS - t0 < START_TIMEOUT )); do
-    if ! alive "$pid"; then
-      tail -n 30 "$LOG" >&2 || true
-      die "server exited during start-up (log: $LOG)"
-    fi
-    if answers "$url"; then
-      "$PYTHON" - "$STATE" "$url" "$pid" "$port" "$LOG" "$BLOCK_SIZE" "$MAX_MODEL_LEN" \
-        "$MODEL_NAME" "$((SECONDS - t0))" "${kept[@]}" <<'PY'
-import json, sys
-a = sys.argv
-json.dump({"url": a[2], "pid": int(a[3]), "port": int(a[4]), "log": a[5],
-           "block_size": int(a[6]), "max_model_len": int(a[7]), "model": a[8],
-           "start_seconds": int(a[9]), "args": a[10:]}, open(a[1], "w"), indent=1)
-PY
-      log "ready in $((SECONDS - t0)) s: $url (pid $pid)"
-      echo "$url"
-      return 0
-    fi
-    sleep 1
-  done
-  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-  tail -n 30 "$LOG" >&2 || true
-  die "server not ready after $START_TIMEOUT s (log: $LOG)"
+  wait_ready "$pid" "$url" 1
+  write_state "$url" "$pid" "$port" block_size="$BLOCK_SIZE" max_model_len="$MAX_MODEL_LEN" -- "${kept[@]}"
+  echo "$url"
 }
 
 setup_status() {
