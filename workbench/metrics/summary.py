@@ -199,6 +199,7 @@ def slo_attainment(
 #: the client, not the server, limited the run when either bound is crossed
 CLIENT_CPU_BOUND = 0.9  # CPU seconds per wall second of one process (one core)
 CLIENT_LAG_P99_MS = 10.0
+LAG_STATS = ("mean", "p50", "p99", "max", "count")
 
 
 def client_stats(
@@ -226,8 +227,8 @@ def client_stats(
             "peak": int(sum(r.get("in_flight_peak", 0) for r in raws)),
             "at_dispatch_p50": describe(at_dispatch)["p50"],
         },
-        "release_lag_ms": {k: lag[k] for k in ("mean", "p50", "p99", "max", "count")},
-        "steady_release_lag_ms": {k: steady_lag[k] for k in ("mean", "p50", "p99", "max", "count")},
+        "release_lag_ms": {k: lag[k] for k in LAG_STATS},
+        "steady_release_lag_ms": {k: steady_lag[k] for k in LAG_STATS},
         "cpu_s": float(sum(r.get("cpu_s", 0.0) for r in raws)),
         "wall_s": max((float(r.get("wall_s", 0.0)) for r in raws), default=0.0),
         "cpu_util": max(utils) if utils else None,
