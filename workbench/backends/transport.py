@@ -6,10 +6,11 @@ stream and stamps time, so TTFT and token-event bookkeeping exist exactly once.
 Timing rules (SPEC §5): ``dispatch_ns`` is read when the request's bytes are
 handed to the socket (``_StampedRequest``; before the POST if they never are), so
 TTFT starts when the server can first see the request and the client's own
-preparation shows up as release lag, not as server latency; each
-network read is stamped once on arrival and every event it completes shares that
-stamp; an event counts as a *token event* only if the codec found at least one
-output token id in it (role-only, empty and usage chunks do not); ``end_ns`` is
+preparation shows up as release lag, not as server latency; each network read
+is stamped once, as the event loop hands it to aiohttp's protocol
+(``_RxStampedHandler``), and every event it completes shares that stamp; an
+event counts as a *token event* only if the codec found at least one output
+token id in it (role-only, empty and usage chunks do not); ``end_ns`` is
 the read that carried ``[DONE]``, or the end of the body when a server omits it.
 
 Failures never raise out of ``send``: an HTTP error (with the body text), a
@@ -26,6 +27,7 @@ import contextlib
 import logging
 import os
 import sys
+from collections import deque
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from functools import partial
@@ -35,6 +37,7 @@ from typing import Any, ClassVar
 import aiohttp
 import orjson
 import yarl
+from aiohttp.client_proto import ResponseHandler
 
 from workbench.backends.base import BackendError, Codec, StreamParser, WireRequest
 from workbench.backends.eager import start_now
@@ -213,6 +216,78 @@ class _StampedRequest(aiohttp.ClientRequest):
         return resp
 
 
+#: one stamp per read the protocol received: (the body's byte count after it, ns)
+RxLog = deque[tuple[int, int]]
+
+
+class _RxStampedHandler(ResponseHandler):
+    """aiohttp's connection protocol, stamping each read as the event loop delivers it.
+
+    When hundreds of streams get a token in the same loop iteration, every
+    ``data_received`` runs before any stream's task wakes; a stamp taken in the
+    task is late by the work of every task ahead of it (~0.15 ms each), a stamp
+    taken here only by the (C-parsed) reads ahead of it. ``rx`` logs, for the
+    current response body, the body's size after each read with that read's
+    time; ``_stream`` maps the bytes it consumes back to these stamps
+    (``_stamped_reads``). The connector builds its protocols through its
+    ``_factory``, which ``Transport`` points at this class.
+    """
+
+    clock: ClassVar[Clock] = WallClock()
+    rx: RxLog | None = None
+    rx_body: Any = None
+
+    def data_received(self, data: bytes) -> None:
+        t = self.clock.now_ns()
+        super().data_received(data)
+        body = self._payload
+        if body is None:
+            return
+        rx = self.rx
+        if body is not self.rx_body or rx is None:
+            self.rx_body = body
+            rx = self.rx = deque()
+        size = body.total_bytes
+        if size and (not rx or rx[-1][0] != size):
+            rx.append((size, t))
+
+
+def _rx_log(resp: aiohttp.ClientResponse) -> RxLog | None:
+    """The protocol's read log for ``resp``'s body (None: not our protocol, stamp on read)."""
+    conn = resp.connection
+    proto = conn.protocol if conn is not None else None
+    if isinstance(proto, _RxStampedHandler) and proto.rx_body is resp.content:
+        return proto.rx
+    return None
+
+
+def _stamped_reads(rx: RxLog, pos: int, chunk: bytes, now: int) -> list[tuple[int, bytes]]:
+    """``chunk`` (body bytes ``pos`` onwards) cut where the protocol's reads ended,
+    each piece with its read's stamp. Usually one read made the whole chunk; a
+    stream whose task fell behind gets several. Bytes no read logged (none should
+    be) take ``now``."""
+    end = pos + len(chunk)
+    while rx and rx[0][0] <= pos:  # consumed already
+        rx.popleft()
+    if rx and rx[0][0] >= end:
+        size, t = rx[0]
+        if size == end:
+            rx.popleft()
+        return [(t, chunk)]
+    out: list[tuple[int, bytes]] = []
+    start = pos
+    while rx and start < end:
+        size, t = rx[0]
+        stop = min(size, end)
+        out.append((t, chunk[start - pos : stop - pos]))
+        start = stop
+        if size <= end:
+            rx.popleft()
+    if start < end:
+        out.append((now, chunk[start - pos :]))
+    return out
+
+
 class Transport:
     """One ``aiohttp.ClientSession`` per run; ``send`` one request at a time per call."""
 
@@ -227,6 +302,7 @@ class Transport:
         self._request_class = type(
             "StampedRequest", (_StampedRequest,), {"stamps": self._stamps, "clock": self.clock}
         )
+        self._handler_class = type("RxStampedHandler", (_RxStampedHandler,), {"clock": self.clock})
 
     async def __aenter__(self) -> Transport:
         opts = self.options
@@ -234,11 +310,14 @@ class Transport:
         key = os.environ.get(opts.api_key_env) if opts.api_key_env else None
         if key:
             headers["Authorization"] = f"Bearer {key}"
+        connector = aiohttp.TCPConnector(limit=max(0, opts.max_connections))
+        # aiohttp builds every connection's protocol through the connector's factory
+        connector._factory = partial(self._handler_class, loop=asyncio.get_running_loop())
         self._session = aiohttp.ClientSession(
             # a load generator keeps no cookies: one jar shared by every unit would
             # pin them all to one backend of a sticky balancer (and it filtered cookies per request)
             cookie_jar=aiohttp.DummyCookieJar(),
-            connector=aiohttp.TCPConnector(limit=max(0, opts.max_connections)),
+            connector=connector,
             headers=headers,
             request_class=self._request_class,
             timeout=aiohttp.ClientTimeout(
@@ -392,6 +471,8 @@ class Transport:
     ) -> None:
         """Read to the end of the body, feeding events to ``parser`` until ``[DONE]``.
 
+        Reads carry the protocol's stamps (``_RxStampedHandler``; a stamp taken
+        here when the connection's protocol is not ours).
         *Stamp now, parse later*: each read is only stamped and kept; its events
         are decoded and parsed in batches (every ``PARSE_BATCH_READS`` reads, at the
         end of the body, or when the stream fails). When hundreds of streams get a token in
@@ -403,13 +484,18 @@ class Transport:
         """
         now = self.clock.now_ns
         state = _StreamState(parser, rec)
+        rx = _rx_log(resp)
         pending: list[tuple[int, bytes]] = []
-        size = 0
+        pos = size = 0
         try:
             async for chunk in resp.content.iter_any():
                 if state.done:
                     continue
-                pending.append((now(), chunk))
+                if rx is None:
+                    pending.append((now(), chunk))
+                else:
+                    pending.extend(_stamped_reads(rx, pos, chunk, now()))
+                    pos += len(chunk)
                 size += len(chunk)
                 if len(pending) >= PARSE_BATCH_READS or size >= PARSE_BATCH_BYTES:
                     state.parse(pending)
