@@ -14,7 +14,7 @@ import importlib.util
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from workbench.errors import ConfigError
 from workbench.records import Workload
@@ -106,10 +106,15 @@ class ExecutorSpec:
     ``ray.init`` already made in this process, else a local one).
     ``gc_freeze``: ``gc.freeze()`` what exists when the measured run starts (and
     the finished records as they pile up), so no full garbage collection over
-    them pauses the loop mid-run (restored after). ``keep_records`` False (with an
-    ``out_dir``): records and lifecycle rows stay on disk only, the summary is
-    scanned from there, and ``RunResult.records`` is empty (``load(run_dir)``
-    reads them back): memory stays flat in the number of requests.
+    them pauses the loop mid-run (restored after). ``keep_records``: ``True``,
+    ``False`` or ``"auto"`` (default). False (with an ``out_dir``): records and
+    lifecycle rows stay on disk only, the summary is scanned from there, and
+    ``RunResult.records`` is empty (``to_frame``, ``summarize``, ``plot`` and
+    ``load(run_dir)`` read them back from disk): memory stays flat in the number
+    of requests. ``"auto"``: keep them when the plan has at most
+    ``KEEP_RECORDS_AUTO_MAX`` requests, else as False (``RunConfig.keeps_records``;
+    the manifest's ``records_kept`` and ``records_kept_reason`` say what a run did).
+    Without an ``out_dir`` records are always kept: they have nowhere else to live.
     ``warm_connections``: open ``max_concurrency`` keep-alive connections (at
     most ``WARM_MAX``) before the run, so the first wave does not pay TCP setup
     inside its TTFT.
@@ -122,11 +127,18 @@ class ExecutorSpec:
     kind: str = "local"
     address: str | None = None
     gc_freeze: bool = True
-    keep_records: bool = True
+    keep_records: bool | Literal["auto"] = "auto"
     warm_connections: bool = True
 
 
 EXECUTOR_KINDS: tuple[str, ...] = ("local", "processes", "ray")
+# executor.keep_records "auto": the largest plan (requests) whose records stay in memory.
+# A kept request costs 2.6 KB with short independent requests (bench/README.md: 530 vs
+# 268 MB RSS at 100k) and ~10 KB on agentic traces (the Mooncake slice, ~360 output
+# tokens: one token time per stream event, plus the prompt's hashes; tracemalloc, kept vs
+# not). 10k requests is then ~100 MB at most on top of the run, and still far above every
+# bundled trace (<= 600 rounds) and a notebook's interactive runs.
+KEEP_RECORDS_AUTO_MAX = 10_000
 
 _SECTIONS: dict[str, tuple[type, str]] = {
     "trace": (TraceSpec, "path"),
@@ -267,6 +279,11 @@ class RunConfig:
             raise ConfigError(
                 f"executor.kind {e.kind!r} unknown; valid: {', '.join(EXECUTOR_KINDS)}"
             )
+        if not (isinstance(e.keep_records, bool) or e.keep_records == "auto"):
+            raise ConfigError(
+                f"executor.keep_records {e.keep_records!r} is invalid; valid: true, false, "
+                f"'auto' (keep in memory up to {KEEP_RECORDS_AUTO_MAX} requests)"
+            )
         if e.address is not None and e.kind != "ray":
             raise ConfigError("executor.address is a Ray cluster address: set executor.kind 'ray'")
         if e.kind == "ray" and importlib.util.find_spec("ray") is None:
@@ -286,6 +303,33 @@ class RunConfig:
                 f"context.policy {self.context.policy!r} cannot apply to {workload.fmt!r}: its "
                 "prompts come from block hash ids, not a conversation; unset context.policy"
             )
+
+    def keeps_records(self, n_requests: int) -> tuple[bool, str]:
+        """Whether a live run of ``n_requests`` holds its records in memory, and why.
+
+        Without an ``out_dir`` they have nowhere else to live. ``"auto"`` keeps them
+        up to ``KEEP_RECORDS_AUTO_MAX`` planned requests. A closed-loop run with a
+        ``duration_s`` loops over its units until the deadline, so its request
+        count is not known up front: ``"auto"`` keeps its records on disk only.
+        """
+        keep = self.executor.keep_records
+        if not self.out_dir:
+            return True, "no out_dir: records are kept in memory (nowhere else to live)"
+        if keep != "auto":
+            return bool(keep), f"executor.keep_records {str(keep).lower()}"
+        a = self.arrival
+        if a.mode == "closed-loop" and a.duration_s is not None:
+            return False, (
+                "executor.keep_records 'auto': closed-loop with duration_s has no request "
+                "count up front; records are on disk only"
+            )
+        limit = KEEP_RECORDS_AUTO_MAX
+        if n_requests <= limit:
+            return True, f"executor.keep_records 'auto': {n_requests} requests <= {limit}"
+        return False, (
+            f"executor.keep_records 'auto': {n_requests} requests > {limit} "
+            "(KEEP_RECORDS_AUTO_MAX); records are on disk only"
+        )
 
     @property
     def policy_name(self) -> str | None:

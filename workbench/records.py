@@ -187,3 +187,13 @@ class RunResult:
     metrics_timeline: list[dict[str, Any]] = field(default_factory=list)
     run_dir: str | None = None
     cancelled: bool = False
+
+    @property
+    def records_on_disk(self) -> bool:
+        """True when the run kept its records on disk only (``executor.keep_records``):
+        ``records`` and ``lifecycle`` are empty and readers go to ``run_dir`` instead."""
+        return (
+            self.manifest.get("records_kept") is False
+            and self.run_dir is not None
+            and not self.records
+        )

@@ -85,8 +85,10 @@ class ReplaySession:
         self._total = plan.n_rounds
         self.t0_ns: int | None = None  # a shard's common epoch (workbench.shard)
         self.client_raw: dict[str, Any] | None = None
-        # executor.keep_records False: records live on disk only (memory flat in the run's size)
-        self._keep = cfg.executor.keep_records or self.run_dir is None
+        # executor.keep_records False, or "auto" over a large plan: records live on disk
+        # only (memory flat in the run's size); the manifest says which and why
+        self._keep, why = cfg.keeps_records(plan.n_rounds)
+        manifest["records_kept"], manifest["records_kept_reason"] = self._keep, why
 
     # -- sinks --------------------------------------------------------------------------
     def _open_writers(self) -> None:
@@ -245,13 +247,8 @@ class ReplaySession:
                     tw.write(row)
         write_json(self.run_dir / "manifest.json", self.manifest)
         _write_parquet(self.run_dir)  # first: the scan below reads it instead of converting again
-        if self._keep:
-            summary = summarize(self.result, self.cfg.slo)
-        else:  # scanned from disk (DuckDB over records.parquet when installed)
-            from workbench.metrics.scan import summarize as scan_summarize
-
-            summary = scan_summarize(self.run_dir, self.cfg.slo)
-        write_json(self.run_dir / "summary.json", summary)
+        # records not kept: summarize scans them from disk (DuckDB over records.parquet)
+        write_json(self.run_dir / "summary.json", summarize(self.result, self.cfg.slo))
 
 
 def _write_parquet(run_dir: Path) -> None:

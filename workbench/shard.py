@@ -191,6 +191,8 @@ class ShardedSession(ReplaySession):
                     fh.write(b"".join(dumps_line(x) for x in items))
                 tmp.replace(self.run_dir / f"{name}.jsonl")
             shutil.rmtree(self.shard_dir, ignore_errors=True)
+            if not self._keep:  # executor.keep_records: the merged files are the records
+                self.records, self.lifecycle = [], []
         elif self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
 

@@ -3,7 +3,9 @@
 ``to_frame`` derives the per-request metrics of SPEC §5 (see ``frame``),
 ``summarize`` the run-level figures that go into ``summary.json`` (see
 ``summary``), and the breakdown/timeline helpers feed tables and plots. Nothing
-here does I/O; ``workbench.report.store`` persists what these compute.
+here writes; ``workbench.report.store`` persists what these compute. Reads happen
+only for a run whose records stayed on disk (``RunResult.records_on_disk``):
+``as_records`` reads them back, ``summarize`` scans them (``scan``).
 """
 
 from __future__ import annotations

@@ -75,7 +75,15 @@ Data = RunResult | Iterable[RequestRecord | Mapping[str, Any]] | pd.DataFrame
 def as_records(
     data: RunResult | Iterable[RequestRecord | Mapping[str, Any]],
 ) -> list[RequestRecord]:
-    """Records from a RunResult, a list of records, or a list of record dicts."""
+    """Records from a RunResult, a list of records, or a list of record dicts.
+
+    A run that kept its records on disk only (``RunResult.records_on_disk``) is
+    read back from its ``records.jsonl`` here, on demand: nothing is held by the result.
+    """
+    if isinstance(data, RunResult) and data.records_on_disk:
+        from workbench.report.store import load_records
+
+        return load_records(data.run_dir or "")
     items = data.records if isinstance(data, RunResult) else data
     return [r if isinstance(r, RequestRecord) else RequestRecord.from_dict(r) for r in items]
 

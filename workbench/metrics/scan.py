@@ -383,6 +383,12 @@ def report_source(run_dir: str | Path, max_records: int = MAX_REPORT_RECORDS) ->
 
 
 def _scanned(source: Any) -> str | None:
+    """The run directory to scan: a sampled ``report_source``, or a run whose records
+    stayed on disk (``RunResult.records_on_disk``); None means compute in memory."""
+    from workbench.records import RunResult
+
+    if isinstance(source, RunResult) and source.records_on_disk:
+        return source.run_dir
     return source.attrs.get("run_dir") if isinstance(source, pd.DataFrame) else None
 
 

@@ -281,8 +281,13 @@ def summarize(
     ``slo`` and ``ideal`` default to the manifest's ``slo`` / ``ideal_prefix_hit_rate``
     when ``result`` is a RunResult that carries them. Warmup records are excluded
     unless ``warmup=True``. No run id or wall-clock field goes in, so a virtual-time
-    run summarizes byte-identically every time.
+    run summarizes byte-identically every time. A run that kept its records on disk
+    only (``RunResult.records_on_disk``) is scanned there (``metrics.scan.summarize``).
     """
+    if isinstance(result, RunResult) and result.records_on_disk:
+        from workbench.metrics.scan import summarize as scan_summarize
+
+        return scan_summarize(result.run_dir or "", slo, warmup=warmup, ideal=ideal)
     manifest = result.manifest if isinstance(result, RunResult) else {}
     timeline = result.metrics_timeline if isinstance(result, RunResult) else []
     df = run_rows(result, warmup=warmup)

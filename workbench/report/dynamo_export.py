@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from workbench.metrics.frame import output_tokens
+from workbench.metrics.frame import as_records, output_tokens
 from workbench.records import RequestRecord, RunResult
 from workbench.report.store import RecordWriter
 
@@ -135,7 +135,7 @@ def _tool_row(
 def _exported(result: RunResult, include_failed: bool) -> list[RequestRecord]:
     keep = [
         r
-        for r in result.records
+        for r in as_records(result)  # read back from disk when not kept in memory
         if not r.warmup and r.dispatch_ns is not None and (include_failed or r.status == "ok")
     ]
     return sorted(keep, key=lambda r: (r.dispatch_ns or 0, r.round_idx))

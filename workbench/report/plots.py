@@ -64,6 +64,12 @@ def _label(src: Any, default: str = "run") -> str:
 
 
 def _load(src: Any) -> Any:
+    """A run to plot: paths and runs whose records stayed on disk are read back
+    (sampled beyond ``scan.MAX_REPORT_RECORDS``, as the report notebook does)."""
+    if isinstance(src, RunResult) and src.records_on_disk:
+        from workbench.metrics.scan import report_source
+
+        return report_source(src.run_dir or "")
     if isinstance(src, str | PathLike):
         from workbench.report.store import load
 

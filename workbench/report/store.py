@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -299,14 +300,19 @@ def save(result: RunResult, directory: str | Path) -> Path:
 
     Safe to call after ``RecordWriter``s streamed records/lifecycle there: lines
     already on disk are kept and only the missing ones are appended. The
-    summary is recomputed from the records (SLO from the manifest's config).
+    summary is recomputed from the records (SLO from the manifest's config). A
+    run that kept its records on disk only (``RunResult.records_on_disk``) has
+    nothing to sync from memory: its files are copied, never overwritten.
     """
     from workbench.metrics import summarize
 
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    _sync_records(d / RECORDS, result.records)
-    _sync_rows(d / LIFECYCLE, result.lifecycle)
+    if result.records_on_disk:
+        _copy_run_files(Path(result.run_dir or d), d)
+    else:
+        _sync_records(d / RECORDS, result.records)
+        _sync_rows(d / LIFECYCLE, result.lifecycle)
     if result.metrics_timeline or (d / TIMELINE).exists():
         _sync_rows(d / TIMELINE, result.metrics_timeline)
     manifest = {**result.manifest, "run_id": result.run_id, "cancelled": result.cancelled}
@@ -314,6 +320,15 @@ def save(result: RunResult, directory: str | Path) -> Path:
     write_json(d / SUMMARY, summarize(result))
     result.run_dir = str(d)
     return d
+
+
+def _copy_run_files(src: Path, dst: Path) -> None:
+    """Records and lifecycle rows of a run kept on disk only, into ``dst`` (if elsewhere)."""
+    if src.resolve() == dst.resolve():
+        return
+    for name in (RECORDS, LIFECYCLE):
+        if (src / name).exists():
+            shutil.copyfile(src / name, dst / name)
 
 
 def _is_run_dir(d: Path) -> bool:
@@ -336,7 +351,7 @@ def load(directory: str | Path) -> RunResult:
     """Read a run directory back into a ``RunResult`` (see ``read_jsonl`` on crashes)."""
     d = resolve_run_dir(directory)
     manifest = read_json(d / MANIFEST) if (d / MANIFEST).exists() else {}
-    records = [RequestRecord.from_dict(x) for x in read_jsonl(d / RECORDS)]
+    records = load_records(d)
     run_id = manifest.get("run_id") or (records[0].run_id if records else d.name)
     cancelled = bool(manifest.get("cancelled")) or manifest.get("status") == "cancelled"
     return RunResult(
@@ -348,6 +363,11 @@ def load(directory: str | Path) -> RunResult:
         run_dir=str(d),
         cancelled=cancelled,
     )
+
+
+def load_records(directory: str | Path) -> list[RequestRecord]:
+    """The ``RequestRecord``s of a run directory (its ``records.jsonl``)."""
+    return [RequestRecord.from_dict(x) for x in read_jsonl(Path(directory) / RECORDS)]
 
 
 def load_frames(directory: str | Path) -> dict[str, pd.DataFrame]:

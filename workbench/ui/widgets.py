@@ -226,7 +226,11 @@ class Panel:
                 child.disabled = busy
 
     def show(self, result: RunResult) -> None:
-        """Summary table and latency CDFs of ``result`` in the output area."""
+        """Summary table and latency CDFs of ``result`` in the output area.
+
+        A run that kept its records on disk only is summarized (scanned) and
+        plotted from there by ``summarize`` and ``plot`` themselves.
+        """
         from workbench.metrics import summarize
         from workbench.report import tables
         from workbench.report.plots import plot
@@ -240,10 +244,9 @@ class Panel:
         self.output.outputs = tuple(_output_entry(e) for e in entries)
         state = "stopped" if result.cancelled else "done"
         where = f" → {result.run_dir}" if result.run_dir else ""
-        cancelled = sum(r.status == "cancelled" for r in result.records)
         self.status.value = (
             f"{state}: {summary['ok']} ok, {summary['errors']} errors, "
-            f"{cancelled} cancelled of {summary['requests']} requests{where}"
+            f"{summary['cancelled']} cancelled of {summary['requests']} requests{where}"
         )
 
 
