@@ -117,7 +117,12 @@ class ExecutorSpec:
     Without an ``out_dir`` records are always kept: they have nowhere else to live.
     ``warm_connections``: open ``max_concurrency`` keep-alive connections (at
     most ``WARM_MAX``) before the run, so the first wave does not pay TCP setup
-    inside its TTFT.
+    inside its TTFT. ``pace_ms`` (0 = off): when streams end in lockstep, at most
+    about this much loop time per iteration goes to finishing streams and sending
+    the next requests; the rest wait their turn (FIFO) so the loop keeps reading
+    sockets and token stamps stay exact. Deferred sends show as release lag. For
+    a server that answers in waves at high concurrency; a client busy all the
+    time should add ``workers`` instead (``workbench.backends.pace``).
     """
 
     workers: int = 1
@@ -129,6 +134,7 @@ class ExecutorSpec:
     gc_freeze: bool = True
     keep_records: bool | Literal["auto"] = "auto"
     warm_connections: bool = True
+    pace_ms: float = 0.0
 
 
 EXECUTOR_KINDS: tuple[str, ...] = ("local", "processes", "ray")
@@ -283,6 +289,11 @@ class RunConfig:
             raise ConfigError(
                 f"executor.keep_records {e.keep_records!r} is invalid; valid: true, false, "
                 f"'auto' (keep in memory up to {KEEP_RECORDS_AUTO_MAX} requests)"
+            )
+        if not isinstance(e.pace_ms, int | float) or isinstance(e.pace_ms, bool) or e.pace_ms < 0:
+            raise ConfigError(
+                f"executor.pace_ms must be a number >= 0 (0 = off; 1 is a good start), "
+                f"got {e.pace_ms!r}"
             )
         if e.address is not None and e.kind != "ray":
             raise ConfigError("executor.address is a Ray cluster address: set executor.kind 'ray'")

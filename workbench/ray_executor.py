@@ -115,12 +115,9 @@ class ShardActor:
         from workbench.runner import Runner
 
         cfg = RunConfig.from_dict(spec["cfg"])
-        b, a = cfg.backend, cfg.arrival
+        b = cfg.backend
         clock = WallClock()
-        options = TransportOptions(
-            base_url=spec["base_url"], api_key_env=b.api_key_env,
-            request_timeout_s=a.request_timeout_s, stream_idle_timeout_s=a.stream_idle_timeout_s,
-        )  # fmt: skip
+        options = TransportOptions.of_run(cfg, spec["base_url"])
         self._stack = contextlib.AsyncExitStack()
         transport = await self._stack.enter_async_context(Transport(options, clock))
         runner = Runner(

@@ -144,12 +144,7 @@ class ReplaySession:
         codec = make_codec(b.name, **b.options)  # fresh per run (the chat codec keeps state)
         clock = WallClock()
         pool = TokenPool(seed=self.cfg.seed)
-        options = TransportOptions(
-            base_url=target["base_url"],
-            api_key_env=b.api_key_env,
-            request_timeout_s=a.request_timeout_s,
-            stream_idle_timeout_s=a.stream_idle_timeout_s,
-        )
+        options = TransportOptions.of_run(self.cfg, target["base_url"])
         async with Transport(options, clock) as transport:
             await transport.check_reachable()
             await self._preflight(transport, codec, pool, target)

@@ -97,12 +97,9 @@ class ShardedSession(ReplaySession):
         from workbench.clock import WallClock
         from workbench.context.tokens import TokenPool
 
-        b, a = self.cfg.backend, self.cfg.arrival
+        b = self.cfg.backend
         clock = WallClock()
-        options = TransportOptions(
-            base_url=target["base_url"], api_key_env=b.api_key_env,
-            request_timeout_s=a.request_timeout_s, stream_idle_timeout_s=a.stream_idle_timeout_s,
-        )  # fmt: skip
+        options = TransportOptions.of_run(self.cfg, target["base_url"])
         async with Transport(options, clock) as transport:
             await transport.check_reachable()
             pool = TokenPool(seed=self.cfg.seed)
@@ -317,10 +314,7 @@ async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> Non
     k, shard_dir = spec["shard"], Path(spec["shard_dir"])
     b, a = cfg.backend, cfg.arrival
     clock = WallClock()
-    options = TransportOptions(
-        base_url=spec["base_url"], api_key_env=b.api_key_env,
-        request_timeout_s=a.request_timeout_s, stream_idle_timeout_s=a.stream_idle_timeout_s,
-    )  # fmt: skip
+    options = TransportOptions.of_run(cfg, spec["base_url"])
     flush = cfg.executor.record_flush_ms or None
     recs = RecordWriter(shard_dir / f"records-{k}.jsonl", max_delay_ms=flush)
     life = RecordWriter(shard_dir / f"lifecycle-{k}.jsonl", max_delay_ms=flush)

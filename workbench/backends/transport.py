@@ -32,7 +32,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from functools import partial
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import aiohttp
 import orjson
@@ -41,9 +41,13 @@ from aiohttp.client_proto import ResponseHandler
 
 from workbench.backends.base import BackendError, Codec, StreamParser, WireRequest
 from workbench.backends.eager import start_now
+from workbench.backends.pace import Pacer
 from workbench.backends.sse import DONE, SSEDecoder
 from workbench.clock import Clock, WallClock
 from workbench.records import RequestRecord, Status
+
+if TYPE_CHECKING:
+    from workbench.config import RunConfig
 
 __all__ = ["HTTPStatusError", "Transport", "TransportOptions", "normalize_base_url"]
 
@@ -61,6 +65,7 @@ class TransportOptions:
     between two reads (including the wait for response headers);
     ``request_timeout_s`` bounds the whole request. ``max_connections`` 0 means
     the connector is unlimited (admission is the runner's job, not the pool's).
+    ``pace_ms`` > 0 turns the pacer on (``backends/pace.py``; ``executor.pace_ms``).
     """
 
     base_url: str
@@ -68,6 +73,19 @@ class TransportOptions:
     request_timeout_s: float | None = None
     stream_idle_timeout_s: float | None = 60.0
     max_connections: int = 0
+    pace_ms: float = 0.0
+
+    @classmethod
+    def of_run(cls, cfg: RunConfig, base_url: str) -> TransportOptions:
+        """A run's options: its backend's key, its arrival timeouts, its executor's pacing."""
+        a = cfg.arrival
+        return cls(
+            base_url=base_url,
+            api_key_env=cfg.backend.api_key_env,
+            request_timeout_s=a.request_timeout_s,
+            stream_idle_timeout_s=a.stream_idle_timeout_s,
+            pace_ms=cfg.executor.pace_ms,
+        )
 
 
 _CLAMP_HINT = (
@@ -302,6 +320,8 @@ class Transport:
         self._request_class = type(
             "StampedRequest", (_StampedRequest,), {"stamps": self._stamps, "clock": self.clock}
         )
+        # executor.pace_ms: end-of-stream work and sends wait their turn (backends/pace.py)
+        self._pacer = Pacer(options.pace_ms) if options.pace_ms > 0 else None
         self._handler_class = type("RxStampedHandler", (_RxStampedHandler,), {"clock": self.clock})
 
     async def __aenter__(self) -> Transport:
@@ -400,6 +420,8 @@ class Transport:
         session = self.session
         rec.sent_prompt_tokens = len(req.prompt_ids)
         try:
+            if self._pacer is not None and (turn := self._pacer.turn()) is not None:
+                await self._pacer.wait(turn)
             ids = await self._exchange_once_more_if_stale(session, codec, req, rec)
         except asyncio.CancelledError:
             self._close_record(rec, "cancelled", "cancelled")
@@ -511,6 +533,8 @@ class Transport:
         state.parse(pending)
         if not state.done:
             state.close(now())
+        if self._pacer is not None and (turn := self._pacer.turn()) is not None:
+            await self._pacer.wait(turn)  # the stamps are taken: the rest may wait its turn
 
     def _close_record(self, rec: RequestRecord, status: Status, error: str | None) -> None:
         if rec.end_ns is None:
