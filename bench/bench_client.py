@@ -94,8 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-dir", default=None, help="run directories go here (default: a temp dir)")
     ap.add_argument("--profile", default=None, help="write a pyinstrument text profile here")
     ap.add_argument("--memory", action="store_true", help="report peak RSS (MB)")
-    ap.add_argument("--no-keep-records", action="store_true",
-                    help="executor.keep_records false: records on disk only")
+    keep = ap.add_mutually_exclusive_group()
+    keep.add_argument("--no-keep-records", dest="keep_records", action="store_const",
+                      const=False, help="executor.keep_records false: records on disk only")
+    keep.add_argument("--keep-records", dest="keep_records", action="store_const", const=True,
+                      help="executor.keep_records true (default: auto, the run's default)")
+    ap.add_argument("--pace-ms", type=float, default=0.0, help="executor.pace_ms (0: off)")
     args = ap.parse_args(argv)
 
     from workbench.replay import run
@@ -104,8 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     tmp.mkdir(parents=True, exist_ok=True)
     trace = write_trace(tmp / "trace.csv", args.requests, args.prompt, args.output)
     cfg = config(args, trace, tmp)
-    cfg["executor"] = {"workers": args.workers, "keep_records": not args.no_keep_records,
+    cfg["executor"] = {"workers": args.workers, "pace_ms": args.pace_ms,
                        "record_flush_ms": 50.0}  # batched writes, as in bench/README.md
+    if args.keep_records is not None:
+        cfg["executor"]["keep_records"] = args.keep_records
     profiler = None
     if args.profile:
         from pyinstrument import Profiler

@@ -154,11 +154,11 @@ def run_abench(py: Path, url: str, n: int, c: int, prompt: int, output: int, tmp
 
 
 def run_workbench(url: str, n: int, c: int, prompt: int, output: int, tmp: Path,
-                  workers: int = 1) -> dict:  # fmt: skip
+                  workers: int = 1, pace_ms: float = 0.0) -> dict:  # fmt: skip
     cmd = [*pin(1), sys.executable, str(ROOT / "bench" / "bench_client.py"), "--url", url,
            "--requests", str(n), "--concurrency", str(c), "--prompt", str(prompt),
            "--output", str(output), "--out-dir", str(tmp / f"wb-{time.monotonic_ns()}"),
-           "--workers", str(workers)]  # fmt: skip
+           "--workers", str(workers), "--pace-ms", str(pace_ms)]  # fmt: skip
     cpu0 = cpu_of_children()
     done = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     cpu = cpu_of_children() - cpu0
@@ -247,7 +247,8 @@ def one_point(server: FakeServer, py: Path, args: argparse.Namespace, c: int, re
         if name == "agentic-bench":
             res = run_abench(py, server.url, n, c, args.prompt, args.output, tmp)
         else:
-            res = run_workbench(server.url, n, c, args.prompt, args.output, tmp, args.workers)
+            res = run_workbench(server.url, n, c, args.prompt, args.output, tmp, args.workers,
+                                args.pace_ms)  # fmt: skip
         sv = server_view(server.truth())
         b = bias(res, sv)
         rows.append({
@@ -316,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ttft-ms", type=float, default=50.0)
     ap.add_argument("--itl-ms", type=float, default=10.0)
     ap.add_argument("--workers", type=int, default=1, help="workbench worker processes")
+    ap.add_argument("--pace-ms", type=float, default=0.0, help="workbench executor.pace_ms")
     ap.add_argument("--json-out", default=None)
     ap.add_argument("--pin", action="store_true",
                     help="pin the server to core 0 and each client to core 1 (only on a quiet box)")
@@ -326,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     py = ensure_venv(args.venv)
     all_rows: dict[str, list[dict[str, Any]]] = {}
     lines = [f"machine: {os.cpu_count()} cores, {os.uname().machine}, "
-             f"load avg {os.getloadavg()[0]:.1f} at start"]  # fmt: skip
+             f"load avg {os.getloadavg()[0]:.1f} at start; workbench: executor.workers "
+             f"{args.workers}, executor.pace_ms {args.pace_ms}"]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="wb-peers-") as d:
         for mode in args.modes:
             server = FakeServer(mode, args.ttft_ms, args.itl_ms)
