@@ -64,11 +64,14 @@ class ChoicesParser(OpenAIChunks):
         if ids:
             self._ids.extend(ids)
             return ids
-        if ids is None and "text" in choice:  # a text-only stream (llama.cpp, SGLang)
-            self._missing = True
-            if choice["text"]:
-                return [UNKNOWN_TOKEN]
+        if ids is None and "text" in choice:
+            return self._text_only(choice)
         return None
+
+    def _text_only(self, choice: dict[str, Any]) -> list[int] | None:
+        """A chunk of a text-only stream (llama.cpp, SGLang): one unknown id if it has text."""
+        self._missing = True
+        return [UNKNOWN_TOKEN] if choice["text"] else None
 
     def feed_all(self, payloads: list[bytes]) -> list[int]:
         """Every payload of one network read → the id count of each token event, in order.
@@ -86,11 +89,26 @@ class ChoicesParser(OpenAIChunks):
         if objs is None or len(objs) != len(payloads):
             return self._each(payloads)
         counts: list[int] = []
+        out = self._ids
         for i, obj in enumerate(objs):
             if type(obj) is not dict or "error" in obj or obj.get("object") == "error":
                 counts.extend(self._each(payloads[i:]))  # feed raises the precise error
                 return counts
-            ids = self._take(obj)
+            if self._rid is None or obj.get("usage"):
+                ids = self._take(obj)
+            else:  # a plain token chunk: _take without the calls (the hot loop of a stream)
+                choices = obj.get("choices")
+                if not choices:
+                    continue
+                choice = choices[0]
+                reason = choice.get("finish_reason")
+                if reason is not None:
+                    self._finish = reason
+                ids = choice.get("token_ids")
+                if ids:
+                    out.extend(ids)
+                elif ids is None and "text" in choice:
+                    ids = self._text_only(choice)
             if ids:
                 counts.append(len(ids))
         return counts

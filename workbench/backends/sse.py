@@ -50,6 +50,11 @@ class SSEDecoder:
         The unfinished event stays in ``_tail`` (possibly several lines)."""
         parts = buf.split(b"\n\n")
         self._tail = parts.pop()
+        # the usual read: only one-line "data: " events (newlines = 2 per separator)
+        if buf.count(b"\n") - self._tail.count(b"\n") == 2 * len(parts) and all(
+            [ev[:6] == b"data: " for ev in parts]
+        ):
+            return [ev[6:] for ev in parts]
         events: list[bytes] = []
         for ev in parts:
             if ev.startswith(b"data: ") and b"\n" not in ev:
