@@ -186,13 +186,49 @@ async def test_pace_ms_from_the_config_reaches_the_transport_and_the_run_is_whol
     )
 
 
-def test_pace_ms_must_be_a_non_negative_number():
+def test_pace_ms_is_auto_or_a_non_negative_number():
     import pytest
 
     from workbench.config import RunConfig
     from workbench.errors import ConfigError
 
-    assert RunConfig.from_dict({"trace": "x.csv"}).executor.pace_ms == 0.0
-    for bad in (-1, "1", True):
-        with pytest.raises(ConfigError, match=r"executor\.pace_ms must be a number >= 0"):
+    assert RunConfig.from_dict({"trace": "x.csv"}).executor.pace_ms == "auto"
+    for good in (0, 0.5, 2, "auto"):
+        assert (
+            RunConfig.from_dict({"trace": "x", "executor": {"pace_ms": good}}).executor.pace_ms
+            == good
+        )
+    for bad in (-1, "1", True, "on"):
+        with pytest.raises(ConfigError, match=r"executor\.pace_ms must be 'auto' or a number >= 0"):
             RunConfig.from_dict({"trace": "x.csv", "executor": {"pace_ms": bad}})
+
+
+async def test_auto_stands_aside_while_responses_arrive_whole_and_lets_waiters_go():
+    ticks = Ticks()
+    pacer = Pacer(1.0, now=lambda: ticks.t, auto=True)
+    assert pacer.active  # LLM servers stream: on until shown otherwise
+    assert pacer.turn() is None
+    ticks.t = 5_000_000
+    waiting = pacer.turn()
+    assert waiting is not None
+    for _ in range(64):  # responses of one read each (an instant server)
+        pacer.observe(1)
+    assert not pacer.active
+    await asyncio.wait_for(pacer.wait(waiting), 5.0)  # released at once, no budget check
+    assert all(pacer.turn() is None for _ in range(100))  # nothing deferred any more
+    for _ in range(64):  # streamed responses again
+        pacer.observe(65)
+    assert pacer.active
+    ticks.t = 50_000_000
+    assert pacer.turn() is None  # a fresh iteration's budget
+    ticks.t = 52_000_000
+    assert pacer.turn() is not None
+    ticks.stop()
+
+
+def test_a_fixed_budget_ignores_what_responses_look_like():
+    pacer = Pacer(1.0)
+    for _ in range(100):
+        pacer.observe(1)
+    assert pacer.active
+    assert not Pacer(0.0).active

@@ -117,12 +117,14 @@ class ExecutorSpec:
     Without an ``out_dir`` records are always kept: they have nowhere else to live.
     ``warm_connections``: open ``max_concurrency`` keep-alive connections (at
     most ``WARM_MAX``) before the run, so the first wave does not pay TCP setup
-    inside its TTFT. ``pace_ms`` (0 = off): when streams end in lockstep, at most
-    about this much loop time per iteration goes to finishing streams and sending
-    the next requests; the rest wait their turn (FIFO) so the loop keeps reading
-    sockets and token stamps stay exact. Deferred sends show as release lag. For
-    a server that answers in waves at high concurrency; a client busy all the
-    time should add ``workers`` instead (``workbench.backends.pace``).
+    inside its TTFT. ``pace_ms``: when streams end in lockstep, at most about this
+    much loop time per iteration goes to finishing streams and sending the next
+    requests; the rest wait their turn (FIFO) so the loop keeps reading sockets and
+    token stamps stay exact. Deferred sends show as release lag. ``"auto"``
+    (default): 1 ms while responses stream (several reads each), off while they
+    arrive whole (nothing to protect, and holding sends would only keep requests
+    waiting in the client); 0: off; a number: always, with that budget
+    (``workbench.backends.pace``).
     """
 
     workers: int = 1
@@ -134,7 +136,7 @@ class ExecutorSpec:
     gc_freeze: bool = True
     keep_records: bool | Literal["auto"] = "auto"
     warm_connections: bool = True
-    pace_ms: float = 0.0
+    pace_ms: float | Literal["auto"] = "auto"
 
 
 EXECUTOR_KINDS: tuple[str, ...] = ("local", "processes", "ray")
@@ -290,10 +292,11 @@ class RunConfig:
                 f"executor.keep_records {e.keep_records!r} is invalid; valid: true, false, "
                 f"'auto' (keep in memory up to {KEEP_RECORDS_AUTO_MAX} requests)"
             )
-        if not isinstance(e.pace_ms, int | float) or isinstance(e.pace_ms, bool) or e.pace_ms < 0:
+        if e.pace_ms != "auto" and (
+            not isinstance(e.pace_ms, int | float) or isinstance(e.pace_ms, bool) or e.pace_ms < 0
+        ):
             raise ConfigError(
-                f"executor.pace_ms must be a number >= 0 (0 = off; 1 is a good start), "
-                f"got {e.pace_ms!r}"
+                f"executor.pace_ms must be 'auto' or a number >= 0 (0 = off), got {e.pace_ms!r}"
             )
         if e.address is not None and e.kind != "ray":
             raise ConfigError("executor.address is a Ray cluster address: set executor.kind 'ray'")

@@ -31,6 +31,9 @@ __all__ = ["DEFAULT_BUDGET_MS", "Pacer"]
 
 #: loop time per iteration that paced work may use, when pacing is on
 DEFAULT_BUDGET_MS = 1.0
+#: ``auto``: responses of at least this many reads on average count as streamed
+STREAMING_READS = 4.0
+_EWMA = 1 / 16
 
 
 class Pacer:
@@ -44,15 +47,22 @@ class Pacer:
     """
 
     __slots__ = (
-        "_armed", "_budget_ns", "_fit", "_front", "_loop", "_now", "_opened",
-        "_over", "_ran", "_waiting", "deferred",
+        "_armed", "_auto", "_budget_ns", "_fit", "_front", "_loop", "_now", "_opened",
+        "_over", "_ran", "_reads", "_waiting", "active", "deferred",
     )  # fmt: skip
 
     def __init__(
-        self, budget_ms: float = DEFAULT_BUDGET_MS, now: Callable[[], int] = time.perf_counter_ns
+        self,
+        budget_ms: float = DEFAULT_BUDGET_MS,
+        now: Callable[[], int] = time.perf_counter_ns,
+        *,
+        auto: bool = False,
     ) -> None:
         self._budget_ns = int(budget_ms * 1e6)
         self._now = now
+        self._auto = auto
+        self.active = self._budget_ns > 0  # auto: until responses turn out not to stream
+        self._reads = float(STREAMING_READS * 2)  # auto: mean reads per response (EWMA)
         self._waiting: deque[asyncio.Future[None]] = deque()
         self._front: list[asyncio.Future[None]] = []  # released too late: first in line
         self._opened: int | None = None  # when this iteration's budget opened
@@ -66,9 +76,23 @@ class Pacer:
     def waiting(self) -> int:
         return len(self._waiting) + len(self._front)
 
+    def observe(self, reads: int) -> None:
+        """A response ended after ``reads`` network reads. With ``auto``, pacing stays on
+        while responses stream (a mean of ``STREAMING_READS`` reads or more) and stands
+        aside while they arrive whole: then there are no token stamps to protect, and
+        holding sends back would only keep a line of requests inside the client."""
+        if not self._auto:
+            return
+        self._reads += (reads - self._reads) * _EWMA
+        active = self._reads >= STREAMING_READS
+        if active != self.active:
+            self.active = active
+            if not active:
+                self._arm()  # let everyone waiting go, next iteration
+
     def turn(self) -> asyncio.Future[None] | None:
         """``None``: go on now. Else a future to pass to ``wait``."""
-        if self._budget_ns <= 0 or (not self._waiting and not self._front and self._inside()):
+        if not self.active or (not self._waiting and not self._front and self._inside()):
             return None
         self.deferred += 1
         return self._enqueue(self._waiting)
@@ -76,7 +100,7 @@ class Pacer:
     async def wait(self, fut: asyncio.Future[None]) -> None:
         """Wait for the turn ``turn`` handed out (FIFO, one batch per iteration)."""
         await fut
-        while not self._inside():
+        while self.active and not self._inside():
             self._over += 1
             await self._enqueue(self._front)
         self._ran += 1
@@ -120,7 +144,8 @@ class Pacer:
             self._waiting.extendleft(reversed(self._front))
             self._front.clear()
         waiting, released = self._waiting, 0
-        while waiting and released < self._fit:
+        fit = self._fit if self.active else len(waiting)
+        while waiting and released < fit:
             fut = waiting.popleft()
             if not fut.done():  # a cancelled waiter gives its turn away
                 fut.set_result(None)

@@ -33,7 +33,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from functools import partial
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import aiohttp
 import orjson
@@ -42,7 +42,7 @@ from aiohttp.client_proto import ResponseHandler
 
 from workbench.backends.base import BackendError, Codec, StreamParser, WireRequest
 from workbench.backends.eager import start_now
-from workbench.backends.pace import Pacer
+from workbench.backends.pace import DEFAULT_BUDGET_MS, Pacer
 from workbench.backends.sse import DONE, SSEDecoder
 from workbench.clock import Clock, WallClock
 from workbench.records import RequestRecord, Status
@@ -66,7 +66,8 @@ class TransportOptions:
     between two reads (including the wait for response headers);
     ``request_timeout_s`` bounds the whole request. ``max_connections`` 0 means
     the connector is unlimited (admission is the runner's job, not the pool's).
-    ``pace_ms`` > 0 turns the pacer on (``backends/pace.py``; ``executor.pace_ms``).
+    ``pace_ms``: the pacer's budget (``backends/pace.py``; ``executor.pace_ms``): 0
+    off, ``"auto"`` 1 ms while responses stream.
     """
 
     base_url: str
@@ -74,7 +75,7 @@ class TransportOptions:
     request_timeout_s: float | None = None
     stream_idle_timeout_s: float | None = 60.0
     max_connections: int = 0
-    pace_ms: float = 0.0
+    pace_ms: float | Literal["auto"] = 0.0
 
     @classmethod
     def of_run(cls, cfg: RunConfig, base_url: str) -> TransportOptions:
@@ -322,7 +323,12 @@ class Transport:
             "StampedRequest", (_StampedRequest,), {"stamps": self._stamps, "clock": self.clock}
         )
         # executor.pace_ms: end-of-stream work and sends wait their turn (backends/pace.py)
-        self._pacer = Pacer(options.pace_ms) if options.pace_ms > 0 else None
+        pace = options.pace_ms
+        self._pacer: Pacer | None = (
+            Pacer(DEFAULT_BUDGET_MS, auto=True) if pace == "auto"
+            else Pacer(float(pace)) if pace > 0
+            else None
+        )  # fmt: skip
         # a wall clock is time.perf_counter_ns itself: one C call per read
         stamp = time.perf_counter_ns if type(self.clock) is WallClock else self.clock.now_ns
         self._handler_class = type("RxStampedHandler", (_RxStampedHandler,), {"now": stamp})
@@ -511,9 +517,10 @@ class Transport:
         state = _StreamState(parser, rec)
         rx = _rx_log(resp)
         pending: list[tuple[int, bytes]] = []
-        pos = size = 0
+        pos = size = reads = 0
         try:
             async for chunk in resp.content.iter_any():
+                reads += 1
                 if state.done:
                     continue
                 if rx is None:
@@ -540,8 +547,11 @@ class Transport:
         state.parse(pending)
         if not state.done:
             state.close(now())
-        if self._pacer is not None and (turn := self._pacer.turn()) is not None:
-            await self._pacer.wait(turn)  # the stamps are taken: the rest may wait its turn
+        pacer = self._pacer
+        if pacer is not None:
+            pacer.observe(reads)
+            if (turn := pacer.turn()) is not None:
+                await pacer.wait(turn)  # the stamps are taken: the rest may wait its turn
 
     def _close_record(self, rec: RequestRecord, status: Status, error: str | None) -> None:
         if rec.end_ns is None:
