@@ -154,7 +154,7 @@ def run_abench(py: Path, url: str, n: int, c: int, prompt: int, output: int, tmp
 
 
 def run_workbench(url: str, n: int, c: int, prompt: int, output: int, tmp: Path,
-                  workers: int = 1, pace_ms: float = 0.0) -> dict:  # fmt: skip
+                  workers: int = 1, pace_ms: str = "auto") -> dict:  # fmt: skip
     cmd = [*pin(1), sys.executable, str(ROOT / "bench" / "bench_client.py"), "--url", url,
            "--requests", str(n), "--concurrency", str(c), "--prompt", str(prompt),
            "--output", str(output), "--out-dir", str(tmp / f"wb-{time.monotonic_ns()}"),
@@ -317,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ttft-ms", type=float, default=50.0)
     ap.add_argument("--itl-ms", type=float, default=10.0)
     ap.add_argument("--workers", type=int, default=1, help="workbench worker processes")
-    ap.add_argument("--pace-ms", type=float, default=0.0, help="workbench executor.pace_ms")
+    ap.add_argument("--pace-ms", default="auto",
+                    help="workbench executor.pace_ms: auto (default), 0 (off) or ms")
     ap.add_argument("--json-out", default=None)
     ap.add_argument("--pin", action="store_true",
                     help="pin the server to core 0 and each client to core 1 (only on a quiet box)")

@@ -13,11 +13,14 @@ FIFO order and are let go a batch per iteration, with a poll between batches.
 Nothing is dropped or reordered, and every stamp is exact; what moves is the
 send: a deferred request goes out later, which the run measures as release lag.
 
-That is a trade, so it is opt-in. A client that is busy all the time (an
-instant server at high concurrency) gains nothing from it: any limit on its
-work per iteration then keeps a standing line of requests inside the client
-instead of at the server (measured: release lag p99 ~120 ms at c=256, against
-0.3 ms unpaced). Worker processes (``executor.workers``) are the other remedy.
+That is a trade: a deferred send is a late send. It pays off when responses
+stream, because then the loop has token stamps to protect. When responses
+arrive whole (an instant server) there is nothing to protect, and a client that
+is busy all the time would only keep a standing line of requests inside itself
+instead of at the server (measured with pacing forced on: release lag p99
+~120 ms at c=256, against 0.3 ms without). So ``auto`` (the default) watches
+the responses: on while they take several reads each, off while they take one
+or two. Worker processes (``executor.workers``) are the other remedy.
 """
 
 from __future__ import annotations
