@@ -145,3 +145,21 @@ def test_forget_drops_a_streams_cursor():
     pool.forget("never-used")  # no error
     assert pool.position("u1") == 0 and pool.position("u2") == 4
     assert pool.fresh("u1", 8) == first  # a forgotten stream starts over, same tokens
+
+
+def test_the_in_place_run_generator_equals_the_general_one():
+    """``_generate_run`` (one turn, in place) must give exactly ``_generate``'s tokens,
+    including positions past 2**32 (turn > 0) and odd vocab ranges."""
+    from workbench.context.tokens import _generate, _generate_run
+
+    rng = np.random.default_rng(7)
+    for _ in range(500):
+        seed, key = (int(v) for v in rng.integers(0, 2**32, size=2))
+        start = int(rng.integers(0, 2**32 - 4096))
+        if rng.random() < 0.3:
+            start += int(rng.integers(1, 2**20)) << 32
+        n = int(rng.integers(0, 4096))
+        lo, span = int(rng.integers(0, 5000)), int(rng.integers(1, 2**31))
+        positions = np.arange(start, start + n, dtype=np.uint64)
+        want = _generate(np.uint64(seed), np.uint64(key), positions, lo, span)
+        assert np.array_equal(_generate_run(seed, key, start, n, lo, span), want)

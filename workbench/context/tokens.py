@@ -82,6 +82,31 @@ def _generate(
     return tokens.astype(np.int64)  # int64 → .tolist() is faster than from uint64
 
 
+_LOW32 = 0xFFFFFFFF
+
+
+def _generate_run(seed: int, key: int, start: int, n: int, lo: int, span: int) -> np.ndarray:
+    """``_generate`` for positions ``start .. start+n-1`` of one turn (``start >> 32``
+    the same for all): the turn's part is folded into one scalar and every step
+    runs in place on one array, a third faster for a prompt of a few hundred tokens."""
+    a = ((seed ^ (start >> 32)) * FNV32_PRIME) & _LOW32
+    z = np.arange(start & _LOW32, (start & _LOW32) + n, dtype=np.uint64)
+    z ^= np.uint64(a)
+    z *= _P
+    z &= _M32
+    z |= np.uint64(key << 32)
+    z ^= z >> _S30
+    z *= _MIX1
+    z ^= z >> _S27
+    z *= _MIX2
+    z ^= z >> _S31
+    z >>= _S32
+    z *= np.uint64(span)
+    z >>= _S32
+    z += np.uint64(lo)
+    return z.astype(np.int64)
+
+
 class TokenPool:
     """Synthetic token source for one run. Keeps one cursor per unit stream.
 
@@ -104,10 +129,11 @@ class TokenPool:
             raise ValueError(f"token count must be >= 0, got {n}")
         keys = _stream_keys_once if namespace == _NS_UNIT else _stream_keys
         fnv, key = keys(self.seed, namespace, name)
+        span = self.vocab_hi - self.vocab_lo
+        if (start & _LOW32) + n <= 1 << 32:  # one turn: the usual case, done in place
+            return _generate_run(fnv, key, start, n, self.vocab_lo, span)
         positions = np.arange(start, start + n, dtype=np.uint64)
-        return _generate(
-            np.uint64(fnv), np.uint64(key), positions, self.vocab_lo, self.vocab_hi - self.vocab_lo
-        )
+        return _generate(np.uint64(fnv), np.uint64(key), positions, self.vocab_lo, span)
 
     def fresh(self, stream: str, n: int) -> list[int]:
         """The next ``n`` tokens of unit stream ``stream``; advances its cursor.
