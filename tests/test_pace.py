@@ -5,6 +5,9 @@ by a callback that re-arms itself each loop iteration."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
+
+import orjson
 
 from workbench.backends.pace import Pacer
 
@@ -181,6 +184,12 @@ async def test_pace_ms_from_the_config_reaches_the_transport_and_the_run_is_whol
         paced = await run_async(cfg(0.001, sim.base_url))
     assert [r.status for r in plain.records] == ["ok"] * len(plain.records)
     assert [r.status for r in paced.records] == ["ok"] * len(plain.records)
+
+    def client(result) -> dict:
+        return orjson.loads((Path(result.run_dir) / "summary.json").read_bytes())["client"]
+
+    assert client(plain)["paced_turns"] == 0  # pace_ms 0: no pacer at all
+    assert client(paced)["paced_turns"] > 0  # the run says how often sends waited
     assert sorted(r.request_id for r in paced.records) == sorted(
         r.request_id for r in plain.records
     )

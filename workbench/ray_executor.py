@@ -160,7 +160,7 @@ class ShardActor:
             if self._stack is not None:
                 await self._stack.aclose()
         r = self._runner
-        return {"client": r.measure.raw(), "stop_reason": r.stop_reason,
+        return {"client": r.client_raw(), "stop_reason": r.stop_reason,
                 "peak_active": r.gate.peak_active}  # fmt: skip
 
     def drain(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:

@@ -166,7 +166,7 @@ class ReplaySession:
                     await scraper.start()
                 await runner.execute(self.t0_ns)
             finally:
-                self.client_raw = runner.measure.raw()
+                self.client_raw = runner.client_raw()
                 self.manifest["client"] = self._client_stats([self.client_raw])
                 if watcher is not None:
                     watcher.cancel()

@@ -350,7 +350,7 @@ async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> Non
             finally:
                 watcher.cancel()
             conn.send(("done", {
-                "client": runner.measure.raw(), "stop_reason": runner.stop_reason,
+                "client": runner.client_raw(), "stop_reason": runner.stop_reason,
                 "peak_active": runner.gate.peak_active,
             }))  # fmt: skip
     finally:

@@ -366,6 +366,11 @@ class Transport:
             self._session = None
 
     @property
+    def paced_turns(self) -> int:
+        """Stream ends and sends that waited for their turn (``executor.pace_ms``)."""
+        return self._pacer.deferred if self._pacer is not None else 0
+
+    @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
             raise RuntimeError("Transport is not open: use 'async with Transport(...)'")
