@@ -14,7 +14,7 @@ from collections import deque
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_transport import GOOD, LIMIT, REQ, Script, record, serve
+from test_transport import GOOD, LIMIT, REQ, Script, record, serve, sse, tok, usage
 
 from workbench.backends import BACKENDS
 from workbench.backends.transport import (
@@ -115,3 +115,68 @@ async def test_token_stamps_are_taken_by_the_protocol_on_receipt():
     assert {clock.readers[t] for t in rec.token_times_ns} == {"data_received"}
     assert clock.readers[rec.end_ns] == "data_received"  # [DONE]'s read
     assert clock.readers[rec.dispatch_ns] == "write_bytes"
+
+
+async def test_a_body_past_aiohttps_buffer_limit_pauses_resumes_and_arrives_whole(monkeypatch):
+    """4,000 token events written at once (~350 KB) into a reader whose buffer holds
+    2 KiB (``read_bufsize`` 1 KiB): aiohttp pauses the protocol and its parser on
+    every read and resumes them as the stream drains. The protocol's
+    ``resume_reading`` shortcut (nothing paused: nothing to do) must not lose that
+    path: every token arrives, in order, each with a stamp."""
+    import functools
+
+    import aiohttp
+
+    small = functools.partial(aiohttp.ClientSession, read_bufsize=1024)
+    monkeypatch.setattr(aiohttp, "ClientSession", small)
+
+    n = 4000
+    steps: list = [tok([10_000 + i], "length" if i == n - 1 else None) for i in range(n)]
+    steps = [b"".join(steps), usage(n), b"data: [DONE]\n\n"]
+    pauses = []
+    real_pause = _RxStampedHandler.pause_reading
+
+    def counting_pause(self):
+        pauses.append(1)
+        return real_pause(self)
+
+    monkeypatch.setattr(_RxStampedHandler, "pause_reading", counting_pause)
+    req = REQ.__class__(request_id="big", prompt_ids=[1, 2, 3, 4], max_tokens=n)
+    async with (
+        asyncio.timeout(LIMIT),
+        serve(Script(steps), "/v1/completions") as url,
+        Transport(TransportOptions(base_url=url)) as transport,
+    ):
+        rec = record("big")
+        ids = await transport.send(BACKENDS.get("openai"), req, rec)
+    assert rec.status == "ok", rec.error
+    assert pauses, "the body never filled aiohttp's buffer: the test lost its point"
+    assert ids == [10_000 + i for i in range(n)]
+    assert sum(rec.token_counts) == n and len(rec.token_times_ns) == len(rec.token_counts)
+    assert rec.token_times_ns == sorted(rec.token_times_ns)
+    assert rec.dispatch_ns < rec.token_times_ns[0]
+
+
+async def test_draining_a_stream_does_not_rerun_the_parser_on_nothing(monkeypatch):
+    """With nothing paused, consuming a piece must not call ``data_received(b"")``
+    (aiohttp's resume-the-parser call, once per consumed piece: a fifth of the
+    client's CPU per request against a fast server before the shortcut)."""
+    calls: list[int] = []
+    real = _RxStampedHandler.data_received
+
+    def counting(self, data):
+        calls.append(len(data))
+        return real(self, data)
+
+    monkeypatch.setattr(_RxStampedHandler, "data_received", counting)
+    many = [tok([100 + i]) for i in range(64)] + [usage(64), sse(b"[DONE]")]
+    req = REQ.__class__(request_id="r-64", prompt_ids=[1, 2, 3, 4], max_tokens=64)
+    async with (
+        asyncio.timeout(LIMIT),
+        serve(Script([b"".join(many)]), "/v1/completions") as url,
+        Transport(TransportOptions(base_url=url)) as transport,
+    ):
+        rec = record("r-64")
+        await transport.send(BACKENDS.get("openai"), req, rec)
+    assert rec.status == "ok" and sum(rec.token_counts) == 64, rec.error
+    assert calls and 0 not in calls
