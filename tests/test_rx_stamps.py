@@ -1,6 +1,6 @@
 """Reads are stamped where aiohttp's protocol receives them, not when the stream's task wakes.
 
-``_stamped_reads`` maps the bytes a stream consumes back to the protocol's read
+``stamped_reads`` maps the bytes a stream consumes back to the protocol's read
 log; it is exact arithmetic, so it is checked against a brute-force model over
 random splits. The loopback test checks that, end to end, every token event's
 stamp is one the protocol took in ``data_received``.
@@ -17,40 +17,36 @@ from hypothesis import strategies as st
 from test_transport import GOOD, LIMIT, REQ, Script, record, serve, sse, tok, usage
 
 from workbench.backends import BACKENDS
-from workbench.backends.transport import (
-    Transport,
-    TransportOptions,
-    _RxStampedHandler,
-    _stamped_reads,
-)
+from workbench.backends.stamps import RxStampedHandler, stamped_reads
+from workbench.backends.transport import Transport, TransportOptions
 from workbench.clock import WallClock
 
 
 def test_one_read_one_piece_with_its_stamp():
     rx = deque([(10, 111)])
-    assert _stamped_reads(rx, 0, b"0123456789", now=999) == [(111, b"0123456789")]
+    assert stamped_reads(rx, 0, b"0123456789", now=999) == [(111, b"0123456789")]
     assert not rx
 
 
 def test_a_lagging_reader_gets_each_read_back_with_its_own_stamp():
     rx = deque([(3, 1), (7, 2), (10, 3)])
-    out = _stamped_reads(rx, 0, b"abcdefghij", now=999)
+    out = stamped_reads(rx, 0, b"abcdefghij", now=999)
     assert out == [(1, b"abc"), (2, b"defg"), (3, b"hij")]
     assert not rx
 
 
 def test_a_read_split_across_two_consumes_keeps_its_stamp():
     rx = deque([(6, 1)])
-    assert _stamped_reads(rx, 0, b"abcd", now=999) == [(1, b"abcd")]
+    assert stamped_reads(rx, 0, b"abcd", now=999) == [(1, b"abcd")]
     assert rx == deque([(6, 1)])  # the rest of that read is still to come
-    assert _stamped_reads(rx, 4, b"ef", now=999) == [(1, b"ef")]
+    assert stamped_reads(rx, 4, b"ef", now=999) == [(1, b"ef")]
     assert not rx
 
 
 def test_bytes_no_read_logged_take_now():
     rx: deque[tuple[int, int]] = deque([(2, 1)])
-    assert _stamped_reads(rx, 0, b"abcd", now=999) == [(1, b"ab"), (999, b"cd")]
-    assert _stamped_reads(deque(), 4, b"ef", now=5) == [(5, b"ef")]
+    assert stamped_reads(rx, 0, b"abcd", now=999) == [(1, b"ab"), (999, b"cd")]
+    assert stamped_reads(deque(), 4, b"ef", now=5) == [(5, b"ef")]
 
 
 @settings(max_examples=300, deadline=None)
@@ -74,7 +70,7 @@ def test_every_byte_gets_the_stamp_of_the_read_that_brought_it(reads, cuts):
     cut_iter = iter(cuts * (len(body) + 1))
     while pos < len(body):
         n = min(next(cut_iter), len(body) - pos)
-        pieces = _stamped_reads(rx, pos, body[pos : pos + n], now=-1)
+        pieces = stamped_reads(rx, pos, body[pos : pos + n], now=-1)
         for stamp, piece in pieces:
             got.extend([stamp] * len(piece))
             out_bytes += piece
@@ -111,7 +107,7 @@ async def test_token_stamps_are_taken_by_the_protocol_on_receipt():
         ]
     assert rec.status == "ok", rec.error
     assert len(rec.token_times_ns) == 3
-    assert all(isinstance(p, _RxStampedHandler) for p in protocols) and protocols
+    assert all(isinstance(p, RxStampedHandler) for p in protocols) and protocols
     assert {clock.readers[t] for t in rec.token_times_ns} == {"data_received"}
     assert clock.readers[rec.end_ns] == "data_received"  # [DONE]'s read
     assert clock.readers[rec.dispatch_ns] == "write_bytes"
@@ -134,13 +130,13 @@ async def test_a_body_past_aiohttps_buffer_limit_pauses_resumes_and_arrives_whol
     steps: list = [tok([10_000 + i], "length" if i == n - 1 else None) for i in range(n)]
     steps = [b"".join(steps), usage(n), b"data: [DONE]\n\n"]
     pauses = []
-    real_pause = _RxStampedHandler.pause_reading
+    real_pause = RxStampedHandler.pause_reading
 
     def counting_pause(self):
         pauses.append(1)
         return real_pause(self)
 
-    monkeypatch.setattr(_RxStampedHandler, "pause_reading", counting_pause)
+    monkeypatch.setattr(RxStampedHandler, "pause_reading", counting_pause)
     req = REQ.__class__(request_id="big", prompt_ids=[1, 2, 3, 4], max_tokens=n)
     async with (
         asyncio.timeout(LIMIT),
@@ -162,13 +158,13 @@ async def test_draining_a_stream_does_not_rerun_the_parser_on_nothing(monkeypatc
     (aiohttp's resume-the-parser call, once per consumed piece: a fifth of the
     client's CPU per request against a fast server before the shortcut)."""
     calls: list[int] = []
-    real = _RxStampedHandler.data_received
+    real = RxStampedHandler.data_received
 
     def counting(self, data):
         calls.append(len(data))
         return real(self, data)
 
-    monkeypatch.setattr(_RxStampedHandler, "data_received", counting)
+    monkeypatch.setattr(RxStampedHandler, "data_received", counting)
     many = [tok([100 + i]) for i in range(64)] + [usage(64), sse(b"[DONE]")]
     req = REQ.__class__(request_id="r-64", prompt_ids=[1, 2, 3, 4], max_tokens=64)
     async with (
