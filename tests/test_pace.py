@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 
 import orjson
+import pytest
 
 from workbench.backends.pace import Pacer
 
@@ -241,3 +242,45 @@ def test_a_fixed_budget_ignores_what_responses_look_like():
         pacer.observe(1)
     assert pacer.active
     assert not Pacer(0.0).active
+
+
+async def test_a_request_cancelled_while_waiting_its_end_turn_stays_ok():
+    """The end-of-request turn comes after the record is whole: cancelling the run
+    while a finished request waits there must not relabel it as cancelled."""
+    from test_transport import GOOD, LIMIT, REQ, Script, record, serve
+
+    from workbench.backends import BACKENDS
+    from workbench.backends.transport import Transport, TransportOptions
+
+    class HoldTheEndTurn:
+        """A pacer that lets the send go and holds the end-of-request turn forever."""
+
+        def __init__(self) -> None:
+            self.turns = 0
+            self.held = asyncio.Event()
+
+        def observe(self, reads: int) -> None:
+            pass
+
+        def turn(self):
+            self.turns += 1
+            return None if self.turns == 1 else asyncio.get_running_loop().create_future()
+
+        async def wait(self, fut):
+            self.held.set()
+            await fut
+
+    async with (
+        asyncio.timeout(LIMIT),
+        serve(Script(GOOD), "/v1/completions") as url,
+        Transport(TransportOptions(base_url=url)) as transport,
+    ):
+        pacer = transport._pacer = HoldTheEndTurn()
+        rec = record()
+        task = asyncio.ensure_future(transport.send(BACKENDS.get("openai"), REQ, rec))
+        await pacer.held.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert rec.status == "ok" and rec.error is None
+    assert rec.completion_tokens == 4 and sum(rec.token_counts) == 4

@@ -358,8 +358,10 @@ class Runner:
         try:
             out_ids = await self.sender.send(self.codec, req, rec)
         except asyncio.CancelledError:
-            rec.status = "cancelled"
-            rec.error = rec.error or "run cancelled"
+            if rec.status == "ok" and rec.end_ns is None:  # the sender did not close it
+                rec.status = "cancelled"
+            if rec.status == "cancelled":  # (a response that had ended stays ok)
+                rec.error = rec.error or "run cancelled"
             if measure is not None:
                 measure.lag(rec.dispatch_ns or now, ready)
                 measure.ended(self.clock.now_ns())

@@ -325,6 +325,10 @@ class Transport:
             self._close_record(rec, "error", self._describe(exc, rec))
             return None
         self._close_record(rec, "ok", None)
+        if self._pacer is not None and (turn := self._pacer.turn()) is not None:
+            # the record is whole (a cancel from here on leaves it ok): what follows,
+            # the runner's bookkeeping and the unit's next request, may wait its turn
+            await self._pacer.wait(turn)
         return ids
 
     async def _exchange_once_more_if_stale(
@@ -433,11 +437,8 @@ class Transport:
         state.parse(pending)
         if not state.done:
             state.close(now())
-        pacer = self._pacer
-        if pacer is not None:
-            pacer.observe(reads)
-            if (turn := pacer.turn()) is not None:
-                await pacer.wait(turn)  # the stamps are taken: the rest may wait its turn
+        if self._pacer is not None:
+            self._pacer.observe(reads)
 
     def _close_record(self, rec: RequestRecord, status: Status, error: str | None) -> None:
         if rec.end_ns is None:
