@@ -7,7 +7,9 @@ bookkeeping and next request then run back to back: ~0.4 ms each, so a wave of
 256 kept the loop from polling for ~100 ms. Tokens that arrived meanwhile sat
 in the kernel, and their stamps (taken as the protocol receives them) came late.
 
-A ``Pacer`` bounds that: the first turn taken in an iteration opens a time
+A ``Pacer`` bounds that. The transport takes a turn before each send and once
+a request's record is closed (so a cancel while it waits leaves that record
+ok). The first turn taken in an iteration opens a time
 budget; turns taken while it is still open go on at once; later ones wait in
 FIFO order and are let go a batch per iteration, with a poll between batches.
 Nothing is dropped or reordered, and every stamp is exact; what moves is the
