@@ -118,7 +118,8 @@ class RxStampedHandler(ResponseHandler):
         data (``data_received(b"")``), ~a fifth of the client's CPU per request
         against a fast server. Only a paused protocol (flow control, or a tail held
         for a full buffer) has anything to resume."""
-        if self._reading_paused or getattr(self, "_buffer_paused", False):
+        # (read by getattr: should aiohttp rename its flags, resume as it would)
+        if getattr(self, "_reading_paused", True) or getattr(self, "_buffer_paused", False):
             super().resume_reading(resume_parser)
 
 
