@@ -122,9 +122,7 @@ class Pacer:
     def _enqueue(
         self, line: deque[asyncio.Future[None]] | list[asyncio.Future[None]]
     ) -> asyncio.Future[None]:
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-        fut = self._loop.create_future()
+        fut = self._running_loop().create_future()
         line.append(fut)
         self._arm()
         return fut
@@ -132,9 +130,12 @@ class Pacer:
     def _arm(self) -> None:
         if not self._armed:
             self._armed = True
-            if self._loop is None:
-                self._loop = asyncio.get_running_loop()
-            self._loop.call_soon(self._next_iteration)
+            self._running_loop().call_soon(self._next_iteration)
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
 
     def _next_iteration(self) -> None:
         """Runs one iteration after it was armed (the loop has polled since)."""

@@ -203,7 +203,7 @@ class Transport:
         self._request_class = type(
             "StampedRequest", (StampedRequest,), {"stamps": self._stamps, "clock": self.clock}
         )
-        # executor.pace_ms: end-of-stream work and sends wait their turn (backends/pace.py)
+        # executor.pace_ms: sends, and what follows a closed record, wait their turn (pace.py)
         pace = options.pace_ms
         self._pacer: Pacer | None = (
             Pacer(DEFAULT_BUDGET_MS, auto=True) if pace == "auto"
@@ -416,12 +416,8 @@ class Transport:
                 if rx is None:
                     pending.append((now(), chunk))
                 else:
-                    end = pos + len(chunk)
-                    if rx and rx[0][0] == end:  # the usual case: one read made this chunk
-                        pending.append((rx.popleft()[1], chunk))
-                    else:
-                        pending.extend(stamped_reads(rx, pos, chunk, now()))
-                    pos = end
+                    pending.extend(stamped_reads(rx, pos, chunk, now()))
+                    pos += len(chunk)
                 size += len(chunk)
                 if len(pending) >= PARSE_BATCH_READS or size >= PARSE_BATCH_BYTES:
                     state.parse(pending)
