@@ -171,7 +171,8 @@ class Runner:
 
     # -- dispatch -----------------------------------------------------------------------
     async def _dispatch(self) -> None:
-        """Admit units in file order; the gate hands out slots strictly in that order.
+        """Admit units in release order, (arrival, file order) (``arrival.queue``); the
+        gate hands out slots strictly in that order.
 
         The dispatcher never holds a unit across an ``await``: after every wait it
         looks at the queue's head again, since a finishing unit may have taken it
