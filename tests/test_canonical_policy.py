@@ -52,7 +52,7 @@ def test_without_a_policy_it_replays_as_written(canonical):
     from workbench.traces.base import load_trace
 
     wl = load_trace(canonical)
-    expected = sorted(((r.request_id, r.prefix_len, r.input_len) for r in wl.rounds()))
+    expected = sorted((r.request_id, r.prefix_len, r.input_len) for r in wl.rounds())
     assert planned == [(p, i) for _, p, i in expected]
 
 

@@ -36,9 +36,10 @@ class UnitRun:
 
     @property
     def stream(self) -> str:
-        tag = "warmup:" if self.warmup else ""
+        """The unit's token stream: the same for its warm-up and its measured run, so
+        the warm-up sends the tokens the measured run will send (docs/arrival.md)."""
         loop = f"~{self.loop_idx}" if self.loop_idx else ""
-        return f"{tag}{self.plan.ordinal}:{self.plan.unit.unit_id}{loop}"
+        return f"{self.plan.ordinal}:{self.plan.unit.unit_id}{loop}"
 
 
 class RoundMaker:

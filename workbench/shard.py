@@ -44,6 +44,7 @@ from workbench.errors import WorkbenchError
 from workbench.plan import Plan
 from workbench.records import RequestRecord
 from workbench.replay_session import ReplaySession
+from workbench.runner import merge_warmup
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,9 @@ class ShardedSession(ReplaySession):
             sorted(reasons)[0] if reasons else ("stopped" if pool.stopped else None)
         )
         self.manifest["peak_active_units"] = sum(r["peak_active"] for r in results.values())
+        warm = merge_warmup([results[k].get("warmup") for k in sorted(results)])
+        if warm is not None:
+            self.manifest["warmup"] = warm
         raws = [results[k]["client"] for k in sorted(results)]
         self.manifest["client"] = self._client_stats(raws)
         if len(results) < n:
@@ -351,7 +355,7 @@ async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> Non
                 watcher.cancel()
             conn.send(("done", {
                 "client": runner.client_raw(), "stop_reason": runner.stop_reason,
-                "peak_active": runner.gate.peak_active,
+                "peak_active": runner.gate.peak_active, "warmup": runner.warmup_report,
             }))  # fmt: skip
     finally:
         recs.close()

@@ -53,5 +53,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _brief(summary: dict) -> dict:
     keys = ("requests", "ok", "errors", "ttft_ms", "tpot_ms", "e2e_ms",
-            "actual_prefix_hit_rate", "planned_prefix_hit_rate", "request_throughput_rps")
+            "actual_prefix_hit_rate", "planned_prefix_hit_rate", "request_throughput_rps",
+            "warmup")
     return {k: summary[k] for k in keys if k in summary}
