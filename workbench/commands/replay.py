@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
-    if cfg.dry_run:
+    if cfg.dry_run:  # the plan, its arrival span included (warned about on stderr past a day)
         print(json.dumps(result.manifest["plan"], indent=2))
         return 0
     print(json.dumps(_brief(summarize(result, cfg.slo)), indent=2))
