@@ -111,3 +111,15 @@ def test_simulate_follows_the_same_order(cap_trace):
     life = {d["unit_id"]: d["admitted_ns"] for d in result.lifecycle}
     admitted = [life[u] for u in ["u1", "u4", "u5", "u2", "u3", "u0", "u6"]]
     assert admitted == sorted(admitted) and admitted[2] >= 60 * MS
+
+
+def test_shards_are_dealt_in_release_order():
+    from workbench.plan import Plan
+    from workbench.shard import split_plan
+
+    units = tuple(
+        UnitPlan(i, Unit(str(i), "independent", off, ()), off, ())
+        for i, off in enumerate([30.0, 0.0, 10.0, 10.0, 0.0])
+    )
+    shards = split_plan(Plan(units, None), 2)
+    assert [[u.ordinal for u in s.units] for s in shards] == [[1, 2, 0], [4, 3]]

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from workbench.arrival.admission import AdmissionGate
-from workbench.arrival.queue import AdmissionQueue, Waiting
+from workbench.arrival.queue import AdmissionQueue, Waiting, release_order
 from workbench.backends.base import Codec, WireRequest
 from workbench.clock import Clock
 from workbench.config import RunConfig
@@ -276,8 +276,7 @@ class Runner:
         (docs/arrival.md)."""
         n = self.cfg.arrival.warmup
         started = self.clock.now_ns()
-        queue = AdmissionQueue(self.plan.units, started, closed_loop=False, loops=False)
-        units = queue.units[:n]
+        units = release_order(self.plan.units)[:n]
         runs = []
         for up in units:
             short = UnitPlan(up.ordinal, up.unit, 0.0, up.rounds[:WARMUP_MAX_ROUNDS])

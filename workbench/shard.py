@@ -39,6 +39,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from workbench.arrival.queue import release_order
 from workbench.config import RunConfig
 from workbench.errors import WorkbenchError
 from workbench.plan import Plan
@@ -55,8 +56,11 @@ PROGRESS_EVERY_S = 0.2
 
 
 def split_plan(plan: Plan, n: int) -> list[Plan]:
-    """Round-robin by file order: unit ``i`` → shard ``i mod n`` (units stay whole)."""
-    return [Plan(plan.units[k::n], plan.policy, plan.block_size) for k in range(n)]
+    """Round-robin in release order, (arrival, file order): the i-th unit released goes
+    to shard ``i mod n`` (units stay whole), so shards share the load over time. For
+    untimed modes and traces in arrival order that is unit ``i`` → shard ``i mod n``."""
+    units = release_order(plan.units)
+    return [Plan(units[k::n], plan.policy, plan.block_size) for k in range(n)]
 
 
 def split_concurrency(c: int | None, n: int) -> list[int | None]:

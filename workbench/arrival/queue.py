@@ -31,6 +31,11 @@ class Waiting:
     scheduled_ns: int | None
 
 
+def release_order(units: tuple[UnitPlan, ...]) -> tuple[UnitPlan, ...]:
+    """``units`` in (scheduled arrival, file order): a stable sort on the offset alone."""
+    return tuple(sorted(units, key=_offset))
+
+
 def _offset(up: UnitPlan) -> float:
     return up.offset_ms
 
@@ -44,9 +49,8 @@ class AdmissionQueue:
     def __init__(
         self, units: tuple[UnitPlan, ...], t0_ns: int, *, closed_loop: bool, loops: bool
     ) -> None:
-        # a stable sort on the offset alone keeps file order among equal arrivals;
         # closed loop has no arrivals: file order
-        self.units = units if closed_loop else tuple(sorted(units, key=_offset))
+        self.units = units if closed_loop else release_order(units)
         self.t0_ns = t0_ns
         self.closed_loop = closed_loop
         self.loops = loops  # closed loop with a duration: the unit list starts over
