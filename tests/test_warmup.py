@@ -37,9 +37,12 @@ async def test_warmup_primes_the_cache_the_measured_first_rounds_hit():
     warmed = {(r.unit_ordinal, r.round_idx): r for r in warm.records if r.warmup}
     for k in (0, 1):
         assert measured[(k, 0)].cached_tokens > 0, measured[(k, 0)]
-        # the very tokens: every block hash of the prompt is the same
-        assert (warmed[(k, 0)].extra["input_sequence_hashes"]
-                == measured[(k, 0)].extra["input_sequence_hashes"])
+    # the very tokens, round after round: every block hash of every warmed prompt is the
+    # measured one's (later rounds carry the server's output, the same for the same request)
+    assert warmed and all(
+        warmed[key].extra["input_sequence_hashes"] == measured[key].extra["input_sequence_hashes"]
+        and warmed[key].sent_prompt_tokens == measured[key].sent_prompt_tokens
+        for key in warmed)
     # units past the first N were not warmed: their first rounds start cold
     assert all(r.cached_tokens == 0 for r in warm.records
                if not r.warmup and r.round_idx == 0 and r.unit_ordinal >= 2)

@@ -15,6 +15,16 @@ from workbench.context.tokens import TokenPool
 from workbench.plan import RoundPlan, UnitPlan
 from workbench.records import RequestRecord
 
+#: a warm-up record's request id is the measured one's with this prefix
+WARMUP_PREFIX = "warmup:"
+
+
+def wire_request_id(rec: RequestRecord) -> str:
+    """The id a request goes out with: a warm-up request is the measured run's request,
+    sent early, so it carries the measured id (a server that derives anything from the
+    id, as the embedded engine derives its output ids, answers both alike)."""
+    return rec.request_id.removeprefix(WARMUP_PREFIX) if rec.warmup else rec.request_id
+
 
 @dataclass
 class UnitRun:
@@ -74,7 +84,7 @@ class RoundMaker:
         """The round's record before it is sent (later rounds are scheduled when due)."""
         rid = rp.round.request_id + (f"~{run.loop_idx}" if run.loop_idx else "")
         if run.warmup:
-            rid = "warmup:" + rid
+            rid = WARMUP_PREFIX + rid
         return RequestRecord(
             run_id=self.run_id,
             request_id=rid,

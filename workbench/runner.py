@@ -23,7 +23,7 @@ from workbench.context.tokens import TokenPool
 from workbench.measure import SelfMeasure
 from workbench.plan import Plan, RoundPlan, UnitPlan
 from workbench.records import RequestRecord
-from workbench.rounds import RoundMaker, UnitRun
+from workbench.rounds import RoundMaker, UnitRun, wire_request_id
 
 log = logging.getLogger(__name__)
 
@@ -395,7 +395,7 @@ class Runner:
             self._finish(rec)
             return rec
         req = WireRequest(
-            rec.request_id, prompt, rp.output_len, session_id=run.plan.unit.unit_id,
+            wire_request_id(rec), prompt, rp.output_len, session_id=run.plan.unit.unit_id,
             routing_slot=run.routing_slot, new_conversation=k == 0 or rp.round.reset_before,
         )
         if self.record_hashes:
