@@ -2,9 +2,9 @@
 
 A single asyncio loop saturates one core; ``executor.workers = N`` runs N loops.
 
-- **Units are never split.** Unit ``i`` (file order) goes to shard ``i mod N``,
-  so each shard keeps file-order admission among its own units and timed
-  arrivals interleave evenly across shards.
+- **Units are never split.** The ``i``-th unit in release order, (arrival, file
+  order), goes to shard ``i mod N``, so each shard keeps release-order admission
+  among its own units and timed arrivals interleave evenly across shards.
 - **Concurrency is divided**: shard ``k`` gets ``C // N`` slots (+1 for the
   first ``C mod N``), and its routing slots are offset so they stay unique run-wide.
 - **Start barrier, common epoch.** The parent opens the target (it starts the
