@@ -301,10 +301,10 @@ class Runner:
                 self.pool.forget(run.stream)
         self.warmup_report = {
             "units": len(runs),
+            "rounds_per_unit_max": WARMUP_MAX_ROUNDS,
             "rounds": sum(len(r.plan.rounds) for r in runs),
             **self._warm,
             "duration_s": (self.clock.now_ns() - started) / 1e9,
-            "same_tokens_as_measured": True,
             "stopped": None if completed else self.stop_reason or "cancelled",
         }
         self._warm = None
