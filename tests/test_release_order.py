@@ -123,3 +123,17 @@ def test_shards_are_dealt_in_release_order():
     )
     shards = split_plan(Plan(units, None), 2)
     assert [[u.ordinal for u in s.units] for s in shards] == [[1, 2, 0], [4, 3]]
+
+
+def test_max_items_counts_file_order_and_ties_keep_it(tmp_path):
+    from workbench.plan import build_plan
+    from workbench.replay import load_workload
+
+    trace = _raw_trace(tmp_path, [("late", 900, []), ("b", 0, []), ("c", 0, []), ("d", 5, [])])
+    cfg = RunConfig.from_dict({"trace": {"path": trace, "max_items": 3}})
+    plan = build_plan(cfg, load_workload(cfg))
+    # the first three in the file, whatever their arrivals; offsets from the earliest of them
+    assert [(u.unit.unit_id, u.offset_ms) for u in plan.units] == [
+        ("late", 900.0), ("b", 0.0), ("c", 0.0)]
+    q = AdmissionQueue(plan.units, t0_ns=0, closed_loop=False, loops=False)
+    assert [u.unit.unit_id for u in q.units] == ["b", "c", "late"]  # equal arrivals: file order
