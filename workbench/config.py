@@ -307,6 +307,8 @@ class RunConfig:
 
     def check_workload(self, workload: Workload) -> None:
         """Rules that depend on what the trace holds."""
+        if self.context.policy is not None and workload.meta.get("needs_context_policy") is False:
+            raise ConfigError(planned_file_message(self.context.policy, workload))
         if self.context.policy is not None and not workload.has_sessions:
             raise ConfigError(
                 f"context.policy {self.context.policy!r} applies to sessions, but trace format "
@@ -371,6 +373,21 @@ def _section(key: str, spec_cls: type, main: str, value: Any) -> Any:
             f"unknown {key} option(s) {unknown}; valid: {', '.join(sorted(names))}"
         )
     return spec_cls(**value)
+
+
+def planned_file_message(policy: str, workload: Workload) -> str:
+    """Why a context policy cannot apply to an already planned trace (``session-execution-v2``):
+    its prefixes are the plan, and re-planning them changes the workload (docs/arrival.md)."""
+    manifest = workload.meta.get("manifest")
+    params = manifest.get("parameters") if isinstance(manifest, dict) else None
+    made = params.get("context_policy") if isinstance(params, dict) else None
+    how = f" by policy {made!r}" if made else ""
+    return (
+        f"context.policy {policy!r} cannot apply to {workload.source or 'this trace'} "
+        f"({workload.fmt}): its prefixes were already planned{how} and are replayed as "
+        "written; unset context.policy (drop --policy), or run tracegen on the raw source "
+        f"with --policy {policy} to plan it another way"
+    )
 
 
 def parse_output_policy(spec: str) -> tuple[str, int]:

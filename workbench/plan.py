@@ -8,8 +8,9 @@ runner and ``simulate`` execute it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from workbench.arrival.schedule import release_offsets_ms
+from workbench.arrival.schedule import arrival_span, release_offsets_ms
 from workbench.config import RunConfig, parse_output_policy
 from workbench.context.policy import POLICIES, ContextPolicy, PrefixPreserving, plan_rounds
 from workbench.records import Round, Unit, Workload
@@ -47,7 +48,7 @@ class Plan:
     def n_rounds(self) -> int:
         return sum(len(u.rounds) for u in self.units)
 
-    def totals(self) -> dict[str, float]:
+    def totals(self) -> dict[str, Any]:
         rounds = [r for u in self.units for r in u.rounds]
         prefix = sum(r.prefix_len for r in rounds)
         prompt = sum(r.prompt_len for r in rounds)
@@ -59,7 +60,12 @@ class Plan:
             "total_output_tokens": sum(r.output_len for r in rounds),
             "folded_prefix_tokens": sum(r.folded_prefix_tokens for r in rounds),
             "planned_prefix_hit_rate": prefix / prompt if prompt else 0.0,
+            **self.arrival(),
         }
+
+    def arrival(self) -> dict[str, Any]:
+        """The span of release times (after mode and rate), warned about past a day."""
+        return arrival_span([u.offset_ms for u in self.units])
 
 
 def effective_policy(cfg: RunConfig, workload: Workload) -> str | None:

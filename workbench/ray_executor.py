@@ -49,6 +49,7 @@ from typing import Any
 
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.records import RequestRecord
+from workbench.runner import merge_warmup
 from workbench.shard import ShardedSession, slot_offsets, split_concurrency, split_plan
 
 log = logging.getLogger(__name__)
@@ -161,7 +162,7 @@ class ShardActor:
                 await self._stack.aclose()
         r = self._runner
         return {"client": r.client_raw(), "stop_reason": r.stop_reason,
-                "peak_active": r.gate.peak_active}  # fmt: skip
+                "peak_active": r.gate.peak_active, "warmup": r.warmup_report}  # fmt: skip
 
     def drain(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
         """Records and lifecycle rows finished since the last call, and the done count."""
@@ -301,6 +302,9 @@ class RaySession(ShardedSession):
             sorted(reasons)[0] if reasons else ("stopped" if self._stopped else None)
         )
         self.manifest["peak_active_units"] = sum(r["peak_active"] for r in results)
+        warm = merge_warmup([r.get("warmup") for r in results])
+        if warm is not None:
+            self.manifest["warmup"] = warm
         self.manifest["client"] = self._client_stats([r["client"] for r in results])
 
 

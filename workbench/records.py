@@ -1,8 +1,9 @@
 """The typed model everything else speaks.
 
 ``Round``/``Unit``/``Workload`` are what a trace becomes (axis 1). They are
-immutable and keep file order: unit order *is* release order and the tie-break
-under equal arrivals; nothing ever re-sorts units by id.
+immutable and keep file order: units are released in (arrival, file order), so
+file order is the tie-break under equal arrivals (and what ``max_items`` counts);
+nothing ever re-sorts units by id.
 
 ``RequestRecord`` is what one replayed request becomes: raw integer-ns
 timestamps and server usage, never derived metrics (``metrics.py`` derives those
@@ -78,7 +79,7 @@ class Workload:
     meta: Mapping[str, Any] = field(default_factory=dict)
 
     def rounds(self) -> Iterator[Round]:
-        """Every round, in release order (unit file order, then round order)."""
+        """Every round, in file order (unit file order, then round order)."""
         for unit in self.units:
             yield from unit.rounds
 

@@ -121,6 +121,8 @@ async def run_async(
     cfg.check_workload(workload)
     plan = build_plan(cfg, workload)
     run_id = cfg.run_id or new_run_id(cfg)
+    if warning := plan.arrival()["arrival_span_warning"]:
+        log.warning("%s", warning)
     if cfg.dry_run:
         return dry_run_result(cfg, workload, plan, run_id)
     manifest = base_manifest(cfg, workload, plan, run_id)

@@ -176,6 +176,8 @@ class ReplaySession:
             self._cancelled = runner.stop_reason is not None
             self.manifest["stop_reason"] = runner.stop_reason
             self.manifest["peak_active_units"] = runner.gate.peak_active
+            if runner.warmup_report is not None:
+                self.manifest["warmup"] = runner.warmup_report
 
     def _client_stats(self, raws: list[dict[str, Any]]) -> dict[str, Any]:
         from workbench.metrics.summary import client_stats

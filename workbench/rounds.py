@@ -15,6 +15,16 @@ from workbench.context.tokens import TokenPool
 from workbench.plan import RoundPlan, UnitPlan
 from workbench.records import RequestRecord
 
+#: a warm-up record's request id is the measured one's with this prefix
+WARMUP_PREFIX = "warmup:"
+
+
+def wire_request_id(rec: RequestRecord) -> str:
+    """The id a request goes out with: a warm-up request is the measured run's request,
+    sent early, so it carries the measured id (a server that derives anything from the
+    id, as the embedded engine derives its output ids, answers both alike)."""
+    return rec.request_id.removeprefix(WARMUP_PREFIX) if rec.warmup else rec.request_id
+
 
 @dataclass
 class UnitRun:
@@ -36,9 +46,10 @@ class UnitRun:
 
     @property
     def stream(self) -> str:
-        tag = "warmup:" if self.warmup else ""
+        """The unit's token stream: the same for its warm-up and its measured run, so
+        the warm-up sends the tokens the measured run will send (docs/arrival.md)."""
         loop = f"~{self.loop_idx}" if self.loop_idx else ""
-        return f"{tag}{self.plan.ordinal}:{self.plan.unit.unit_id}{loop}"
+        return f"{self.plan.ordinal}:{self.plan.unit.unit_id}{loop}"
 
 
 class RoundMaker:
@@ -73,7 +84,7 @@ class RoundMaker:
         """The round's record before it is sent (later rounds are scheduled when due)."""
         rid = rp.round.request_id + (f"~{run.loop_idx}" if run.loop_idx else "")
         if run.warmup:
-            rid = "warmup:" + rid
+            rid = WARMUP_PREFIX + rid
         return RequestRecord(
             run_id=self.run_id,
             request_id=rid,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from workbench.arrival.admission import AdmissionGate
-from workbench.arrival.queue import AdmissionQueue, Waiting
+from workbench.arrival.queue import AdmissionQueue, Waiting, release_order
 from workbench.backends.base import Codec, WireRequest
 from workbench.clock import Clock
 from workbench.config import RunConfig
@@ -23,7 +23,7 @@ from workbench.context.tokens import TokenPool
 from workbench.measure import SelfMeasure
 from workbench.plan import Plan, RoundPlan, UnitPlan
 from workbench.records import RequestRecord
-from workbench.rounds import RoundMaker, UnitRun
+from workbench.rounds import RoundMaker, UnitRun, wire_request_id
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,20 @@ class Sender(Protocol):
 
 RecordSink = Callable[[RequestRecord], None]
 LifecycleSink = Callable[[dict[str, Any]], None]
+
+
+def merge_warmup(reports: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """One warm-up report from the shards' (counts summed, the longest duration)."""
+    got = [r for r in reports if r]
+    if not got:
+        return None
+    out = dict(got[0])
+    for r in got[1:]:
+        for key in ("units", "rounds", "requests", "ok", "failed"):
+            out[key] += r[key]
+        out["duration_s"] = max(out["duration_s"], r["duration_s"])
+        out["stopped"] = out["stopped"] or r["stopped"]
+    return out
 
 
 class Runner:
@@ -90,6 +104,8 @@ class Runner:
         self.record_hashes = True
         self.slot_offset = 0  # a shard's first routing slot (slots stay unique across shards)
         self.warmed_up = False
+        self.warmup_report: dict[str, Any] | None = None  # what the warm-up did
+        self._warm: dict[str, int] | None = None  # its counts while it plays
         self.freeze_gc = False  # live replays: gc.freeze() for the measured run
         self._finished = 0
 
@@ -122,7 +138,8 @@ class Runner:
             gc.freeze()
         self.measure.start()
         try:
-            await self._measured(t0_ns)
+            if not self.stopped.is_set():  # a stop or the fuse during the warm-up: no run
+                await self._measured(t0_ns)
         finally:
             self.measure.stop()
             if self.freeze_gc:
@@ -171,7 +188,8 @@ class Runner:
 
     # -- dispatch -----------------------------------------------------------------------
     async def _dispatch(self) -> None:
-        """Admit units in file order; the gate hands out slots strictly in that order.
+        """Admit units in release order, (arrival, file order) (``arrival.queue``); the
+        gate hands out slots strictly in that order.
 
         The dispatcher never holds a unit across an ``await``: after every wait it
         looks at the queue's head again, since a finishing unit may have taken it
@@ -250,13 +268,46 @@ class Runner:
         self.warmed_up = True
 
     async def _warmup(self) -> None:
+        """The first <= 3 rounds of the first ``warmup`` units in release order, with the
+        very tokens the measured run will send (a unit's token stream is the same in both,
+        and its cursor starts over when the warm-up unit ends), all units at once, out of
+        the metrics (``warmup`` records). The run's fuse bounds it as it bounds the
+        measured run, and ``stop`` ends it; ``warmup_report`` says what it did
+        (docs/arrival.md)."""
         n = self.cfg.arrival.warmup
+        started = self.clock.now_ns()
+        units = release_order(self.plan.units)[:n]
         runs = []
-        for up in self.plan.units[:n]:
-            now = self.clock.now_ns()
+        for up in units:
             short = UnitPlan(up.ordinal, up.unit, 0.0, up.rounds[:WARMUP_MAX_ROUNDS])
-            runs.append(self._unit(UnitRun(short, 0, up.ordinal, now, now, now, warmup=True)))
-        await asyncio.gather(*runs)
+            runs.append(UnitRun(short, 0, up.ordinal, started, started, started, warmup=True))
+        self._warm = {"requests": 0, "ok": 0, "failed": 0}
+        played = asyncio.gather(*(self._unit(run) for run in runs))
+        waits: list[asyncio.Future[Any]] = [played, asyncio.ensure_future(self.stopped.wait())]
+        fuse_s = self.cfg.arrival.fuse_s
+        if fuse_s:
+            waits.append(asyncio.ensure_future(
+                self.clock.sleep_until(started + int(fuse_s * 1e9))))
+        completed = False
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            completed = played.done()
+            if not completed and not self.stopped.is_set():
+                log.warning("runaway fuse: the warm-up ran %.1f s; stopping the run", fuse_s)
+                self.stop("fuse")
+        finally:
+            await self._cancel_all(waits)
+            for run in runs:  # the measured run starts each stream over, at its token 0
+                self.pool.forget(run.stream)
+        self.warmup_report = {
+            "units": len(runs),
+            "rounds_per_unit_max": WARMUP_MAX_ROUNDS,
+            "rounds": sum(len(r.plan.rounds) for r in runs),
+            **self._warm,
+            "duration_s": (self.clock.now_ns() - started) / 1e9,
+            "stopped": None if completed else self.stop_reason or "cancelled",
+        }
+        self._warm = None
 
     # -- one unit -----------------------------------------------------------------------
     async def _unit(self, run: UnitRun) -> None:
@@ -344,7 +395,7 @@ class Runner:
             self._finish(rec)
             return rec
         req = WireRequest(
-            rec.request_id, prompt, rp.output_len, session_id=run.plan.unit.unit_id,
+            wire_request_id(rec), prompt, rp.output_len, session_id=run.plan.unit.unit_id,
             routing_slot=run.routing_slot, new_conversation=k == 0 or rp.round.reset_before,
         )
         if self.record_hashes:
@@ -391,6 +442,9 @@ class Runner:
     def _finish(self, rec: RequestRecord) -> None:
         if rec.end_ns is None:
             rec.end_ns = self.clock.now_ns()
+        if rec.warmup and self._warm is not None:
+            self._warm["requests"] += 1
+            self._warm["ok" if rec.status == "ok" else "failed"] += 1
         self.sink(rec)
         self._finished += 1
         if self.freeze_gc and self._finished % GC_REFREEZE_EVERY == 0:

@@ -2,9 +2,9 @@
 
 A single asyncio loop saturates one core; ``executor.workers = N`` runs N loops.
 
-- **Units are never split.** Unit ``i`` (file order) goes to shard ``i mod N``,
-  so each shard keeps file-order admission among its own units and timed
-  arrivals interleave evenly across shards.
+- **Units are never split.** The ``i``-th unit in release order, (arrival, file
+  order), goes to shard ``i mod N``, so each shard keeps release-order admission
+  among its own units and timed arrivals interleave evenly across shards.
 - **Concurrency is divided**: shard ``k`` gets ``C // N`` slots (+1 for the
   first ``C mod N``), and its routing slots are offset so they stay unique run-wide.
 - **Start barrier, common epoch.** The parent opens the target (it starts the
@@ -39,11 +39,13 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from workbench.arrival.queue import release_order
 from workbench.config import RunConfig
 from workbench.errors import WorkbenchError
 from workbench.plan import Plan
 from workbench.records import RequestRecord
 from workbench.replay_session import ReplaySession
+from workbench.runner import merge_warmup
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +56,11 @@ PROGRESS_EVERY_S = 0.2
 
 
 def split_plan(plan: Plan, n: int) -> list[Plan]:
-    """Round-robin by file order: unit ``i`` → shard ``i mod n`` (units stay whole)."""
-    return [Plan(plan.units[k::n], plan.policy, plan.block_size) for k in range(n)]
+    """Round-robin in release order, (arrival, file order): the i-th unit released goes
+    to shard ``i mod n`` (units stay whole), so shards share the load over time. For
+    untimed modes and traces in arrival order that is unit ``i`` → shard ``i mod n``."""
+    units = release_order(plan.units)
+    return [Plan(units[k::n], plan.policy, plan.block_size) for k in range(n)]
 
 
 def split_concurrency(c: int | None, n: int) -> list[int | None]:
@@ -150,6 +155,9 @@ class ShardedSession(ReplaySession):
             sorted(reasons)[0] if reasons else ("stopped" if pool.stopped else None)
         )
         self.manifest["peak_active_units"] = sum(r["peak_active"] for r in results.values())
+        warm = merge_warmup([results[k].get("warmup") for k in sorted(results)])
+        if warm is not None:
+            self.manifest["warmup"] = warm
         raws = [results[k]["client"] for k in sorted(results)]
         self.manifest["client"] = self._client_stats(raws)
         if len(results) < n:
@@ -351,7 +359,7 @@ async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> Non
                 watcher.cancel()
             conn.send(("done", {
                 "client": runner.client_raw(), "stop_reason": runner.stop_reason,
-                "peak_active": runner.gate.peak_active,
+                "peak_active": runner.gate.peak_active, "warmup": runner.warmup_report,
             }))  # fmt: skip
     finally:
         recs.close()

@@ -137,6 +137,8 @@ async def _simulate(
     manifest["status"] = "completed"
     manifest["virtual_duration_s"] = (clock.now_ns() - t0) / 1e9
     manifest["peak_active_units"] = runner.gate.peak_active
+    if runner.warmup_report is not None:
+        manifest["warmup"] = runner.warmup_report
     timeline = [_engine_sample(t0, stats_before), _engine_sample(clock.now_ns(), stats_after)]
     return RunResult(run_id, records, manifest=manifest, lifecycle=lifecycle,
                      metrics_timeline=timeline)

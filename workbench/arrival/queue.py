@@ -1,5 +1,11 @@
-"""Units waiting for admission, in file order: the one cursor that both the
+"""Units waiting for admission, in release order: the one cursor that both the
 dispatcher and a finishing unit (slot hand-off) read.
+
+Release order is (scheduled arrival, file order): without a concurrency cap every
+unit therefore starts at its own arrival, whatever its place in the file, and under
+a cap a free slot goes to the earliest-arriving due unit, file order breaking ties
+(docs/arrival.md). Untimed modes (saturated, closed loop) schedule every unit at 0,
+so their order is file order.
 
 A unit is *due* once its scheduled release time has passed (closed-loop units
 are always due: they wait only for a slot). Its ``released_ns`` is when it was
@@ -25,15 +31,26 @@ class Waiting:
     scheduled_ns: int | None
 
 
+def release_order(units: tuple[UnitPlan, ...]) -> tuple[UnitPlan, ...]:
+    """``units`` in (scheduled arrival, file order): a stable sort on the offset alone."""
+    return tuple(sorted(units, key=_offset))
+
+
+def _offset(up: UnitPlan) -> float:
+    return up.offset_ms
+
+
 class AdmissionQueue:
-    """File-order units; closed loop repeats the list (``loop_idx``) until told to stop."""
+    """Units in (arrival, file order); closed loop repeats the list (``loop_idx``) until
+    told to stop."""
 
     __slots__ = ("_i", "_n", "closed_loop", "last_admit_ns", "loops", "t0_ns", "units")
 
     def __init__(
         self, units: tuple[UnitPlan, ...], t0_ns: int, *, closed_loop: bool, loops: bool
     ) -> None:
-        self.units = units
+        # closed loop has no arrivals: file order
+        self.units = units if closed_loop else release_order(units)
         self.t0_ns = t0_ns
         self.closed_loop = closed_loop
         self.loops = loops  # closed loop with a duration: the unit list starts over

@@ -37,6 +37,7 @@ import orjson
 import yarl
 
 from workbench.backends.base import BackendError, Codec, StreamParser, WireRequest
+from workbench.backends.overrun import OverrunGuard
 from workbench.backends.pace import DEFAULT_BUDGET_MS, Pacer
 from workbench.backends.sse import DONE, SSEDecoder
 from workbench.backends.stamps import RxStampedHandler, StampedRequest, read_log, stamped_reads
@@ -127,14 +128,15 @@ PARSE_BATCH_BYTES = 64 * 1024
 class _StreamState:
     """SSE decoding and parsing of one response, fed (stamp, bytes) reads in order."""
 
-    __slots__ = ("counts", "decoder", "done", "feed_all", "rec", "times")
+    __slots__ = ("counts", "decoder", "done", "feed_all", "guard", "rec", "times")
 
-    def __init__(self, parser: StreamParser, rec: RequestRecord) -> None:
+    def __init__(self, parser: StreamParser, rec: RequestRecord, guard: OverrunGuard) -> None:
         self.decoder = SSEDecoder()
         self.feed_all = getattr(parser, "feed_all", None) or partial(_feed_each, parser)
         self.rec = rec
         self.times, self.counts = rec.token_times_ns, rec.token_counts
         self.done = False
+        self.guard = guard  # output overrun: cuts a stream past max_tokens + margin
 
     def parse(self, reads: list[tuple[int, bytes]]) -> None:
         decode, feed_all, times, counts = self.decoder.feed, self.feed_all, self.times, self.counts
@@ -152,6 +154,7 @@ class _StreamState:
                 for n in feed_all(payloads):
                     times.append(t)
                     counts.append(n)
+        self.guard.check(counts)
 
     def close(self, t: int) -> None:
         """End of body without ``[DONE]``: flush the decoder (a last unterminated event)."""
@@ -356,6 +359,7 @@ class Transport:
     ) -> list[int] | None:
         payload = orjson.dumps(codec.body(req))
         parser = codec.parser(req)
+        guard = OverrunGuard(rec, req.max_tokens, by_events=not codec.returns_token_ids)
         headers = {"Content-Type": "application/json", "x-request-id": req.request_id}
         rec.dispatch_ns = self.clock.now_ns()  # replaced when the bytes go out
         self._stamps[req.request_id] = rec
@@ -364,7 +368,7 @@ class Transport:
                 rec.http_status = resp.status
                 if resp.status != 200:
                     raise HTTPStatusError(resp.status, await resp.text(errors="replace"))
-                await self._stream(resp, parser, rec)
+                await self._stream(resp, parser, rec, guard)
         finally:
             self._stamps.pop(req.request_id, None)
         out = parser.finish()
@@ -375,6 +379,7 @@ class Transport:
         rec.echoed_prompt_tokens = out.echoed_prompt_tokens
         rec.finish_reason = out.finish_reason
         rec.server_request_id = out.server_request_id
+        guard.flag(out.completion_tokens)
         if out.server_metrics:
             rec.extra["server_metrics"] = out.server_metrics
         if _clamped(req, out.completion_tokens, out.finish_reason):
@@ -388,7 +393,11 @@ class Transport:
         return out.output_ids
 
     async def _stream(
-        self, resp: aiohttp.ClientResponse, parser: StreamParser, rec: RequestRecord
+        self,
+        resp: aiohttp.ClientResponse,
+        parser: StreamParser,
+        rec: RequestRecord,
+        guard: OverrunGuard,
     ) -> None:
         """Read to the end of the body, feeding events to ``parser`` until ``[DONE]``.
 
@@ -404,7 +413,7 @@ class Transport:
         that was measured.
         """
         now = self.clock.now_ns
-        state = _StreamState(parser, rec)
+        state = _StreamState(parser, rec, guard)
         rx = read_log(resp)
         pending: list[tuple[int, bytes]] = []
         pos = size = reads = 0

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
-    if cfg.dry_run:
+    if cfg.dry_run:  # the plan, its arrival span included (warned about on stderr past a day)
         print(json.dumps(result.manifest["plan"], indent=2))
         return 0
     print(json.dumps(_brief(summarize(result, cfg.slo)), indent=2))
@@ -53,5 +53,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _brief(summary: dict) -> dict:
     keys = ("requests", "ok", "errors", "ttft_ms", "tpot_ms", "e2e_ms",
-            "actual_prefix_hit_rate", "planned_prefix_hit_rate", "request_throughput_rps")
+            "actual_prefix_hit_rate", "planned_prefix_hit_rate", "request_throughput_rps",
+            "warmup")
     return {k: summary[k] for k in keys if k in summary}

@@ -71,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"policy  {stats.policy or 'none (prefixes as the trace gives them)'}")
     for line in _table(stats.summary):
         print(line)
+    if warning := stats.summary.get("arrival_span_warning"):
+        print(f"\nwarning: {warning}")
     print("\nLRU prefix cache: capacity → hit rate (token-weighted)")
     for line in _curve(stats.hit_vs_capacity):
         print(line)

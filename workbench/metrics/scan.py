@@ -263,6 +263,8 @@ def summarize(
         slo = slo if slo is not None else _manifest_get(manifest, "slo")
         out["slo"] = slo_attainment(scan, slo, out["duration_s"]) if slo else None
     out["run_cancelled"] = bool(manifest.get("cancelled")) or manifest.get("status") == "cancelled"
+    if isinstance(manifest.get("warmup"), Mapping):  # what the warm-up did (out of the metrics)
+        out["warmup"] = dict(manifest["warmup"])
     client = manifest.get("client")
     if isinstance(client, Mapping):
         out["client"] = {**client, **client_bottleneck(client)}

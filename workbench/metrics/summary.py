@@ -305,6 +305,8 @@ def summarize(
     out["slo"] = slo_attainment(df, slo, out["duration_s"]) if slo else None
     if isinstance(result, RunResult):
         out["run_cancelled"] = bool(result.cancelled)  # "cancelled" is the request count
+    if isinstance(manifest.get("warmup"), Mapping):  # what the warm-up did (out of the metrics)
+        out["warmup"] = dict(manifest["warmup"])
     client = manifest.get("client")
     if isinstance(client, Mapping):  # self-measurement of a live run (absent in simulate)
         out["client"] = {**client, **client_bottleneck(client)}

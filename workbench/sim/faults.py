@@ -11,6 +11,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+#: ``never_stop``'s bound: far past any cut a client makes, still a finite loop
+NEVER_STOP_MAX_TOKENS = 10_000_000
+
 
 @dataclass(frozen=True, slots=True)
 class Faults:
@@ -29,6 +32,12 @@ class Faults:
     server started without ``--stream-output``).
     ``sglang_prompt_echo``: this many prompt-tail ids prepended to the first
     SGLang ``output_ids`` (sgl-project/sglang#10896).
+    ``overrun_tokens``: a server that ignores ``max_tokens``: after the engine's
+    last token, stream this many more output tokens (the finish reason moves to
+    the last of them, usage counts them) before ending the stream.
+    ``never_stop``: a server that never ends the stream: after the engine's last
+    token, keep streaming output tokens until the client goes away (bounded at
+    ``NEVER_STOP_MAX_TOKENS`` so a server nobody reads from still ends).
     """
 
     error_rate: float = 0.0
@@ -38,11 +47,13 @@ class Faults:
     omit_usage: bool = False
     sglang_cumulative: bool = False
     sglang_prompt_echo: int = 0
+    overrun_tokens: int | None = None
+    never_stop: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.error_rate <= 1.0:
             raise ValueError(f"error_rate must be in [0, 1], got {self.error_rate}")
-        for name in ("disconnect_after_tokens", "stall_after_tokens"):
+        for name in ("disconnect_after_tokens", "stall_after_tokens", "overrun_tokens"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
@@ -52,6 +63,13 @@ class Faults:
     @property
     def active(self) -> bool:
         return self != Faults()
+
+    @property
+    def extra_tokens(self) -> int:
+        """Output tokens streamed past the engine's last one (0: none)."""
+        if self.never_stop:
+            return NEVER_STOP_MAX_TOKENS
+        return self.overrun_tokens or 0
 
 
 class FaultDice:

@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 DEBUG_LOG_SIZE = 10_000
 MAX_BODY_BYTES = 64 * 2**20
+OVERRUN_FLUSH_EVENTS = 16  # overrun faults: events per write
 SERVER_KEY: web.AppKey[SimServer] = web.AppKey("sim_server")
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 DONE = b"data: [DONE]\n\n"
@@ -167,13 +168,13 @@ class SimServer:
         writer = _Writer(resp, entry, self)
         if writer.due_disconnect():
             return await writer.drop(request, buf)
+        extra = self.faults.extra_tokens  # overrun faults: the finish reason moves past them
         async for batch in ereq.batches():
             for out in batch:
                 if not out.token_ids:
                     continue  # engine stopped: end the stream without usage
-                buf.append(
-                    _sse(codec.token_chunk(out.token_ids, out.finish_reason, ereq.cached_tokens))
-                )
+                reason = None if extra else out.finish_reason
+                buf.append(_sse(codec.token_chunk(out.token_ids, reason, ereq.cached_tokens)))
                 writer.pending += len(out.token_ids)
                 if writer.due_disconnect():
                     return await writer.drop(request, buf)
@@ -181,10 +182,29 @@ class SimServer:
                     await writer.flush(buf)
                     await self.sleep(self.faults.stall_s)
             await writer.flush(buf)
+        if extra and ereq.output_ids:
+            await self._overrun(writer, codec, ereq, extra)
         tail = codec.usage_chunk(ereq.cached_tokens) if ereq.finish_reason == "length" else None
         await resp.write((_sse(tail) if tail else b"") + DONE)
         await resp.write_eof()
         return resp
+
+    async def _overrun(
+        self, writer: _Writer, codec: Codec, ereq: EngineRequest, extra: int
+    ) -> None:
+        """Stream ``extra`` output tokens past the engine's last one (``overrun_tokens``,
+        ``never_stop``), one per event, flushed in small batches; the last carries the
+        finish reason. A client that cuts the stream ends it (the write fails)."""
+        token = ereq.output_ids[-1]
+        buf: list[bytes] = []
+        for k in range(extra):
+            last = k == extra - 1
+            reason = ereq.finish_reason if last else None
+            buf.append(_sse(codec.token_chunk([token], reason, ereq.cached_tokens)))
+            writer.pending += 1
+            if len(buf) >= OVERRUN_FLUSH_EVENTS or last:
+                await writer.flush(buf)
+                await asyncio.sleep(0)  # let the loop serve the other streams
 
     async def _unary(
         self, request: web.Request, codec: Codec, ereq: EngineRequest, entry: Json

@@ -14,7 +14,8 @@ L7; SPEC §1.3) is a CSV with a header of exactly these columns, in any order::
 
 Any other column is an error: a ``round_idx`` or ``prefix_len`` column means a
 session file, which must not be coerced into independent requests (nor the
-reverse). Rows keep file order (release order), never re-sorted by arrival or id.
+reverse). Rows keep file order, never re-sorted by arrival or id (the replay releases
+units in (arrival, file order): docs/arrival.md).
 """
 
 from __future__ import annotations

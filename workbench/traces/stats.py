@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workbench.arrival.schedule import arrival_span
 from workbench.context.policy import POLICIES, ContextPolicy, PlannedRound, plan_rounds
 from workbench.records import Workload
 
@@ -371,7 +372,7 @@ def _summary(workload: Workload, rounds: pd.DataFrame, acc: _Accesses, bs: int) 
         "block_size": bs,
         "working_set_blocks": acc.working_set,
         "working_set_tokens": acc.working_set * bs,
-        "arrival_span_ms": float(max(arrivals) - min(arrivals)) if arrivals else 0.0,
+        **arrival_span(arrivals),  # arrival_span_ms, and a warning past a day
         "total_tool_wait_ms": float(waits.sum()),
     }
     _pct(prompt, "prompt_tokens", out)

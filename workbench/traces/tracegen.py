@@ -17,7 +17,8 @@ or ``shuffle``), keep the first ``max_sessions``, *then* draw arrivals, so a
 capped trace keeps the offered rate. Without an arrival pattern the source
 arrivals are kept and the selected sessions are emitted in (stable) arrival
 order, as the canonical format requires. Arrivals are rebased so the first
-session arrives at 0 (``arrival_origin_ms`` is what was subtracted).
+session arrives at 0 (``arrival_origin_ms`` is what was subtracted, on the source's
+own clock: for TraceLab JSONL, the reader's epoch origin plus the first selected arrival).
 
 All randomness comes from one ``numpy.random.default_rng(seed)``, consumed in
 a fixed order: synthetic draws, then the shuffle, then the arrival gaps.
@@ -211,8 +212,12 @@ def _arrivals(
     else:
         gaps = rng.exponential(1000.0 / spec.rate, size=max(n - 1, 0))
         raw = np.concatenate(([0.0], np.cumsum(gaps)))
-    origin = float(raw.min())
-    return units, (raw - origin).tolist(), origin, pattern
+    shift = float(raw.min()) if n else 0.0
+    # what was subtracted from the source's own clock: a reader that already rebased its
+    # arrivals (TraceLab JSONL: epoch ms) says by how much in its meta
+    origin = shift + (float(src.workload.meta.get("arrival_origin_ms", 0.0))
+                      if pattern == "source" else 0.0)
+    return units, (raw - shift).tolist(), origin, pattern
 
 
 def _policy(spec: TracegenSpec) -> ContextPolicy:

@@ -1,0 +1,90 @@
+"""Output overrun: a server that streams more output tokens than ``max_tokens``, or never stops.
+
+Every request pins its output length (``max_tokens``, with ``min_tokens`` and
+``ignore_eos`` where the API has them), so a stream that carries more output
+tokens than that broke the request. Such a request is flagged on its record
+(``extra["output_overrun"]``: ``max_tokens``, ``received``, ``limit``, ``cut``);
+a stream still going at ``cut_limit(max_tokens)`` tokens is cut there — the
+response is dropped, the connection closed, and the record ends as an error of
+class ``output_overrun`` — so a server that never stops cannot hang a run with
+default settings (docs/output-overrun.md). A server that stops sending
+altogether is the stream idle timeout's case (``arrival.stream_idle_timeout_s``).
+
+Counting: codecs that return token ids count the ids; a text-only stream
+(``openai-chat``) counts its token events, each at least one token on the
+server, so the count never runs ahead of the server's.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from workbench.backends.base import BackendError
+from workbench.records import RequestRecord
+
+log = logging.getLogger(__name__)
+
+#: the error class an overrun record's ``error`` starts with
+ERROR_CLASS = "output_overrun"
+#: a stream is cut once it carried ``max_tokens`` plus this margin
+MARGIN_TOKENS = 64
+MARGIN_RATIO = 0.25
+
+
+def cut_limit(max_tokens: int) -> int:
+    """The output tokens at which a stream is cut: ``max_tokens + max(64, max_tokens / 4)``."""
+    return max_tokens + max(MARGIN_TOKENS, int(max_tokens * MARGIN_RATIO))
+
+
+class OutputOverrun(BackendError):
+    """The stream passed its cut limit; the request is cut there."""
+
+
+class OverrunGuard:
+    """Counts one stream's output tokens as its events are parsed.
+
+    ``check(counts)`` after each parsed batch (``counts``: the record's
+    ``token_counts``, ids per token event) raises ``OutputOverrun`` past the cut
+    limit; ``flag(completion_tokens)`` at the end of a stream that ended by itself
+    marks a smaller overrun (streamed, or reported in usage) without failing it.
+    """
+
+    __slots__ = ("by_events", "limit", "max_tokens", "rec", "seen", "total")
+
+    def __init__(self, rec: RequestRecord, max_tokens: int, *, by_events: bool) -> None:
+        self.rec = rec
+        self.max_tokens = max_tokens
+        self.limit = cut_limit(max_tokens)
+        self.by_events = by_events
+        self.seen = 0
+        self.total = 0
+
+    def check(self, counts: list[int]) -> None:
+        n = len(counts)
+        if n == self.seen:
+            return
+        self.total += n - self.seen if self.by_events else sum(counts[self.seen :])
+        self.seen = n
+        if self.total > self.limit:
+            self._mark(self.total, cut=True)
+            raise OutputOverrun(
+                f"{ERROR_CLASS}: the server streamed {self.total} output tokens against "
+                f"max_tokens {self.max_tokens} and did not stop; cut at {self.limit} "
+                "(max_tokens + margin). The server ignores max_tokens: check its "
+                "generation limits (vLLM/SGLang honour max_tokens; a proxy may drop it)"
+            )
+
+    def flag(self, completion_tokens: int | None) -> None:
+        """A finished stream that carried (or reported) more than ``max_tokens``."""
+        received = max(self.total, completion_tokens or 0)
+        if received > self.max_tokens:
+            self._mark(received, cut=False)
+            log.warning(
+                "%s: %s: the server sent %d output tokens against max_tokens %d",
+                self.rec.request_id, ERROR_CLASS, received, self.max_tokens,
+            )
+
+    def _mark(self, received: int, *, cut: bool) -> None:
+        self.rec.extra["output_overrun"] = {
+            "max_tokens": self.max_tokens, "received": received, "limit": self.limit, "cut": cut,
+        }  # fmt: skip
