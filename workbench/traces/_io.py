@@ -27,7 +27,7 @@ from workbench.errors import ConfigError, TraceFormatError
 from workbench.traces import bounds
 
 BOM = "\ufeff"
-_INT_TEXT = re.compile(r"[ \t]*[+-]?[0-9]+(?:\.[0-9]+)?[ \t]*")
+_INT_TEXT = re.compile(r"[ \t]*[+-]?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?[ \t]*")
 _FLOAT_TEXT = re.compile(
     r"[ \t]*[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
     r"|(?i:inf|infinity|nan))[ \t]*"
