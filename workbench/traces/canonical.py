@@ -16,8 +16,11 @@ Rules (each broken rule is one ``TraceFormatError`` with path and line):
 - ``arrival_time_ms`` is the same on every row of a session, session blocks
   come in non-decreasing arrival, and the first row arrives at 0 (the file is
   rebased to its own origin);
-- ``prefix_len`` is 0 on round 0; ``input_len`` > 0 when ``prefix_len`` is 0;
-  ``output_len`` > 0; ``tool_wait_after_ms`` finite and >= 0;
+- ``prefix_len`` is 0 on round 0 and at most the previous round's
+  ``prefix_len + input_len + output_len`` (the conversation so far: a prefix
+  that exists); ``input_len`` > 0 when ``prefix_len`` is 0; ``output_len`` > 0;
+  ``tool_wait_after_ms`` finite and >= 0;
+- every value inside the documented bounds (docs/trace-bounds.md);
 - both millisecond columns are written with exactly 6 decimals (a simulator
   converts ms to ticks by truncation, so the spelling matters).
 

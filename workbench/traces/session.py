@@ -13,6 +13,7 @@ columns may come in any order:
 - ``arrival_time`` (optional, ms, default 0): finite >= 0 and the same on
   every row of a session.
 
+Every value stays inside the documented bounds (docs/trace-bounds.md).
 Unknown columns are an error, so a canonical file or a typo never parses
 silently as something else. Sessions keep first-appearance order.
 
