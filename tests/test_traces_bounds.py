@@ -333,3 +333,30 @@ def test_tracegen_output_always_obeys_the_prefix_rule(tmp_path):
         res = tracegen(BUNDLED / "request-factory" / "session_rounds_v2_example.csv",
                        tmp_path / f"{policy}.csv", policy=policy)
         assert res.workload.n_rounds == 211
+
+
+# ---------------------------------------------------------------- through the CLI
+
+
+def test_cli_refuses_absurd_values_in_one_line_before_any_request(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    trace = tmp_path / "t.csv"
+    trace.write_text(f"{SESSION_H}\ns,0,0,{BIG},1,0,0\n")
+    wait = tmp_path / "w.jsonl"
+    wait.write_text(_jsonl(TRAJ % (5, 1, "1e30", 9)))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    runs = tmp_path / "runs"
+    for args in (("stats", str(trace)), ("stats", str(wait), "--json"),
+                 ("replay", "--trace", str(trace), "--target", "sim", "-o", str(runs)),
+                 ("replay", "--trace", str(wait), "--target", "sim", "-o", str(runs)),
+                 ("tracegen", str(trace), "-o", str(tmp_path / "o.csv")),
+                 ("stats", str(trace), "--block-size", "0")):
+        proc = subprocess.run([sys.executable, "-m", "workbench", *args], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        last = proc.stderr.strip().splitlines()[-1]
+        assert "exceeds the bound" in last or "--block-size: must be" in last, proc.stderr
+    assert not runs.exists() and not (tmp_path / "o.csv").exists()
