@@ -17,7 +17,8 @@ from typing import Any
 from workbench.errors import TraceFormatError
 from workbench.records import Workload
 from workbench.registry import Registry
-from workbench.traces.bounds import check_workload
+from workbench.traces._io import BOM, open_trace
+from workbench.traces.bounds import MAX_HEAD_BYTES, check_workload
 
 Reader = Callable[..., Workload]
 Sniffer = Callable[[list[str]], bool]
@@ -54,9 +55,6 @@ def head_lines(path: Path, n: int = SNIFF_LINES) -> list[str]:
     (``_io.open_trace``: a directory, FIFO or device is one ``TraceFormatError``),
     and at most ``bounds.MAX_HEAD_BYTES`` of it is read.
     """
-    from workbench.traces._io import BOM, open_trace
-    from workbench.traces.bounds import MAX_HEAD_BYTES
-
     out: list[str] = []
     for raw in open_trace(path, MAX_HEAD_BYTES).split(b"\n"):
         line = raw.decode("utf-8", errors="replace").strip()

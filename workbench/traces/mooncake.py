@@ -107,11 +107,14 @@ def first_json_object(lines: list[str]) -> dict[str, Any] | None:
     return obj if isinstance(obj, dict) else None
 
 
-def json_int(path: Path, line: int, name: str, value: Any, *, minimum: int | None = 0) -> int:
+def json_int(
+    path: Path, line: int, name: str, value: Any, *, minimum: int | None = 0,
+    maximum: int | None = None,
+) -> int:
     """An integer written as a JSON number (strings are a wrong type here)."""
     if isinstance(value, str) or value is None:
         raise TraceFormatError(path, line, f"{name} must be an integer, got {value!r}")
-    return as_int(path, line, name, value, minimum=minimum)
+    return as_int(path, line, name, value, minimum=minimum, maximum=maximum)
 
 
 def json_number(
@@ -131,9 +134,7 @@ def json_number(
 
 def json_tokens(path: Path, line: int, name: str, value: Any, *, minimum: int = 0) -> int:
     """A token count written as a JSON integer, in ``[minimum, bounds.MAX_ROUND_TOKENS]``."""
-    if isinstance(value, str) or value is None:
-        raise TraceFormatError(path, line, f"{name} must be an integer, got {value!r}")
-    return as_int(path, line, name, value, minimum=minimum, maximum=bounds.MAX_ROUND_TOKENS)
+    return json_int(path, line, name, value, minimum=minimum, maximum=bounds.MAX_ROUND_TOKENS)
 
 
 def json_id(path: Path, line: int, name: str, value: Any) -> str:
