@@ -360,3 +360,28 @@ def test_cli_refuses_absurd_values_in_one_line_before_any_request(tmp_path):
         last = proc.stderr.strip().splitlines()[-1]
         assert "exceeds the bound" in last or "--block-size: must be" in last, proc.stderr
     assert not runs.exists() and not (tmp_path / "o.csv").exists()
+
+
+def test_the_last_check_names_unit_and_round_of_what_a_reader_derived():
+    from workbench.records import Round, Unit
+
+    def wl(*units: Unit) -> Workload:
+        return Workload(tuple(units), "x")
+
+    ok = Unit("u", "session", 0.0, (Round("r0", "u", 0, 0.0, 0, 5, 1, 10.0),))
+    bounds.check_workload("p", wl(ok))
+    cases = {
+        "tool wait": Unit("u", "session", 0.0, (Round("r0", "u", 0, 0.0, 0, 5, 1, 1e30),)),
+        "arrival": Unit("u", "session", float("nan"), ok.rounds),
+        "prompt 10,000,000 + output 1": Unit(
+            "u", "session", 0.0, (Round("r0", "u", 0, 0.0, 9_999_999, 1, 1),)),
+    }
+    for words, unit in cases.items():
+        with pytest.raises(TraceFormatError, match=re.escape(words)) as exc:
+            bounds.check_workload("p", wl(unit))
+        assert exc.value.line == 0 and "unit 'u'" in exc.value.rule
+    with pytest.raises(TraceFormatError, match="two units share the id 'u'"):
+        bounds.check_workload("p", wl(ok, ok))
+    twin = Unit("v", "session", 0.0, ok.rounds)
+    with pytest.raises(TraceFormatError, match="two rounds share the request id 'r0'"):
+        bounds.check_workload("p", wl(ok, twin))
