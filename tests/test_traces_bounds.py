@@ -385,3 +385,21 @@ def test_the_last_check_names_unit_and_round_of_what_a_reader_derived():
     twin = Unit("v", "session", 0.0, ok.rounds)
     with pytest.raises(TraceFormatError, match="two rounds share the request id 'r0'"):
         bounds.check_workload("p", wl(ok, twin))
+
+
+@pytest.mark.parametrize(("source", "words"), [
+    ("synthetic:sessions=100000000000", "want an integer in 1..1,000,000"),
+    ("synthetic:sessions=2,rounds=fixed:1000000000", "past the bound of 100,000"),
+    ("synthetic:sessions=2,input=fixed:1e30", "past the bound of 10,000,000"),
+    ("synthetic:sessions=2,tool_wait=fixed:1e30", "past the bound of 604,800,000"),
+    ("synthetic:sessions=2,input=lognormal:2000,9", "sigma is at most 4"),
+    ("synthetic:sessions=200,rounds=fixed:100000", "draws 20,000,000 rounds"),
+    ("synthetic:sessions=1,rounds=fixed:300,input=fixed:50000",
+     "unit '0' round 199: prompt 10,039,800 + output 200"),
+])
+def test_synthetic_sources_stay_inside_the_bounds(tmp_path, source, words):
+    from workbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        tracegen(source, tmp_path / "s.csv")
+    assert not (tmp_path / "s.csv").exists()

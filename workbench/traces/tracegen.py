@@ -52,6 +52,7 @@ from workbench.records import Unit, Workload
 from workbench.traces import canonical
 from workbench.traces._io import open_trace
 from workbench.traces.base import FORMATS, detect_format, load_trace
+from workbench.traces.bounds import check_workload
 from workbench.traces.synthetic import (
     SYNTHETIC_PREFIX,
     parse_synthetic,
@@ -172,6 +173,10 @@ def _load_source(source: str | Path, spec: TracegenSpec, rng: np.random.Generato
     if text.startswith(SYNTHETIC_PREFIX):
         synth = parse_synthetic(text)
         workload = synthetic_workload(synth, rng)
+        try:
+            check_workload(text, workload)  # a conversation that grew past the bounds
+        except TraceFormatError as exc:
+            raise ConfigError(f"synthetic source: {exc.rule}") from None
         described = {**synth.describe(), "compaction_rounds": workload.meta["compaction_rounds"]}
         raw = text.encode()
         info = {"source_path": text, "source_schema": "synthetic", "generator": "synthetic",
