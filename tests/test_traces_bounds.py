@@ -20,7 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workbench import load_trace, tracegen
+from workbench.config import RunConfig
 from workbench.errors import TraceFormatError
+from workbench.plan import build_plan
 from workbench.records import Workload
 from workbench.traces import bounds, canonical
 from workbench.traces.stats import trace_stats
@@ -78,7 +80,8 @@ def load_or_error(data: bytes, suffix: str, fmt: str) -> None:
                 assert exc.path == str(path) and exc.line >= 0 and exc.rule
             else:
                 assert_within_bounds(w)
-                trace_stats(w)  # and the statistics of what loads never overflow
+                trace_stats(w)  # and the statistics of what loads never overflow,
+                build_plan(RunConfig.from_dict({"trace": str(path)}), w)  # nor its plan
 
 
 def test_every_valid_sample_loads_inside_the_bounds():
