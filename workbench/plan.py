@@ -48,6 +48,17 @@ class Plan:
     def n_rounds(self) -> int:
         return sum(len(u.rounds) for u in self.units)
 
+    def completion(self, recorded: int, skipped: int, *, looped: bool) -> dict[str, Any]:
+        """How much of the plan ran: ``status`` ``completed`` only when every planned round
+        has a record and none was skipped, else ``partial`` (a context-guard skip, a
+        session ended by an error, a unit that never ran). ``looped`` (closed-loop with
+        a duration) replays rounds more or fewer times than planned: only skips count.
+        """
+        missing = 0 if looped else max(self.n_rounds - recorded, 0)
+        status = "partial" if skipped or missing else "completed"
+        return {"status": status, "planned_rounds": self.n_rounds, "recorded_rounds": recorded,
+                "skipped_rounds": skipped, "not_sent_rounds": missing}
+
     def totals(self) -> dict[str, Any]:
         rounds = [r for u in self.units for r in u.rounds]
         prefix = sum(r.prefix_len for r in rounds)

@@ -111,6 +111,7 @@ class ReplaySession:
             self._writers["records"].write(rec)
         if not rec.warmup:
             self._done += 1
+            self._skipped += rec.status == "skipped"
             if self.progress is not None:
                 self.progress(self._done, self._total)
 
@@ -128,7 +129,7 @@ class ReplaySession:
             async with open_target(self.cfg) as target:
                 self.manifest["target"] = target
                 await self._run_against(target, stop)
-            status = "cancelled" if self._cancelled else "completed"
+            status = "cancelled" if self._cancelled else self._completion()
         except (asyncio.CancelledError, KeyboardInterrupt):
             status = "cancelled"
             raise
@@ -137,6 +138,17 @@ class ReplaySession:
         return self.result
 
     _cancelled = False
+    _skipped = 0
+
+    def _completion(self) -> str:
+        """``completed`` or ``partial`` (planned rounds skipped or never sent), recorded."""
+        a = self.cfg.arrival
+        looped = a.mode == "closed-loop" and a.duration_s is not None
+        done = self.plan.completion(self._done, self._skipped, looped=looped)
+        self.manifest["completion"] = done
+        if done["status"] != "completed":
+            log.warning("run %s is partial: %s", self.run_id, done)
+        return str(done["status"])
 
     async def _run_against(self, target: dict[str, Any], stop: asyncio.Event | None) -> None:
         b = self.cfg.backend

@@ -334,7 +334,12 @@ class Runner:
                 if self._past_deadline():
                     run.reason = "truncated"
                     break
-                rec = await self._round(run, k, rp, run.scheduled_ns if k == 0 else None)
+                scheduled = run.scheduled_ns if k == 0 else None
+                try:
+                    rec = await self._round(run, k, rp, scheduled)
+                except Exception as exc:  # building the request failed (memory, a bug)
+                    self._unbuilt(run, rp, scheduled, exc)
+                    break
                 if rec.status == "skipped":
                     run.reason = "context_guard"
                     break
@@ -347,6 +352,17 @@ class Runner:
         except asyncio.CancelledError:
             run.reason = "cancelled"
             raise
+
+    def _unbuilt(
+        self, run: UnitRun, rp: RoundPlan, scheduled: int | None, exc: Exception
+    ) -> None:
+        """A round that could not even be built is recorded as an error, never lost."""
+        log.exception("round %s of unit %s could not be built", rp.round.request_id,
+                      run.plan.unit.unit_id)
+        rec = self.rounds.record(run, rp, scheduled, self.clock.now_ns())
+        rec.status, rec.error = "error", f"request not built: {type(exc).__name__}: {exc}"
+        run.reason = "error"
+        self._finish(rec)
 
     def _past_deadline(self) -> bool:
         return (

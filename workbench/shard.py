@@ -189,6 +189,7 @@ class ShardedSession(ReplaySession):
         rows.sort(key=lambda r: (r.get("end_ns") or 0, r.get("unit_ordinal", 0)))
         self.records, self.lifecycle = recs, rows
         self._done = sum(1 for r in recs if not r.warmup)
+        self._skipped = sum(1 for r in recs if not r.warmup and r.status == "skipped")
         if self.run_dir is not None:
             for name, items in (("records", recs), ("lifecycle", rows)):
                 tmp = self.run_dir / f"{name}.jsonl.tmp"

@@ -134,7 +134,12 @@ async def _simulate(
         stats_after = engine.stats()
     finally:
         await engine.stop()
-    manifest["status"] = "completed"
+    a = cfg.arrival
+    measured = [r for r in records if not r.warmup]
+    manifest["completion"] = plan.completion(
+        len(measured), sum(r.status == "skipped" for r in measured),
+        looped=a.mode == "closed-loop" and a.duration_s is not None)
+    manifest["status"] = manifest["completion"]["status"]
     manifest["virtual_duration_s"] = (clock.now_ns() - t0) / 1e9
     manifest["peak_active_units"] = runner.gate.peak_active
     if runner.warmup_report is not None:

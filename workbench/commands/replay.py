@@ -29,9 +29,13 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args, extra)
     if args.dry_run:
         cfg = cfg.replace(dry_run=True)
-    bar = None if args.no_progress or cfg.dry_run else tqdm(unit="req", file=sys.stderr)
+    show = not (args.no_progress or cfg.dry_run)
+    bar = None  # opened at the first request: a trace error stays one line on stderr
 
     def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None and show:
+            bar = tqdm(unit="req", file=sys.stderr)
         if bar is not None:
             bar.total = total
             bar.n = done

@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument(
         "--block-size",
-        type=int,
+        type=_block_size,
         metavar="N",
         help="cache block in tokens (default: the trace's own, else 512); also the tokens "
         "per hash id for readers that take it (Mooncake)",
@@ -48,6 +48,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["trace-reported", "prefix-preserving", "monotonic"],
         help="context policy for session traces (default trace-reported)",
     )
+
+
+def _block_size(text: str) -> int:
+    """A block size in tokens: an integer in 1..MAX_ROUND_TOKENS (docs/trace-bounds.md)."""
+    from workbench.traces.bounds import MAX_ROUND_TOKENS
+
+    value = int(text) if text.isascii() and text.strip().isdigit() else 0
+    if not 1 <= value <= MAX_ROUND_TOKENS:
+        raise argparse.ArgumentTypeError(f"must be an integer in 1..{MAX_ROUND_TOKENS}: {text!r}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:

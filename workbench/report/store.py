@@ -30,6 +30,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -39,6 +40,7 @@ from typing import Any, Literal
 import orjson
 import pandas as pd
 
+from workbench.errors import WorkbenchError
 from workbench.records import RequestRecord, RunResult
 
 log = logging.getLogger(__name__)
@@ -331,20 +333,50 @@ def _copy_run_files(src: Path, dst: Path) -> None:
             shutil.copyfile(src / name, dst / name)
 
 
+class RunDirError(WorkbenchError, FileNotFoundError):
+    """A run directory is missing, unreadable or not a run (one line, no traceback)."""
+
+
 def _is_run_dir(d: Path) -> bool:
-    return (d / RECORDS).exists() or (d / MANIFEST).exists()
+    """``d`` holds records or a manifest; one that is not a regular file is an error
+    (reading a FIFO would hang, a device would not end)."""
+    found = False
+    for name in (RECORDS, MANIFEST):
+        try:
+            mode = (d / name).stat().st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise RunDirError(f"{d / name}: cannot read ({exc.strerror or exc})") from None
+        if not stat.S_ISREG(mode):
+            raise RunDirError(f"{d / name} is not a regular file")
+        found = True
+    return found
 
 
 def resolve_run_dir(directory: str | Path) -> Path:
-    """``directory`` itself, or its only run subdirectory (``out_dir/<run_id>``)."""
+    """``directory`` itself, or its only run subdirectory (``out_dir/<run_id>``).
+
+    Anything else (missing, a file, unreadable, no run or several) is one
+    ``RunDirError`` saying which.
+    """
     d = Path(directory)
-    if _is_run_dir(d):
-        return d
-    subs = sorted(p for p in d.iterdir() if p.is_dir() and _is_run_dir(p)) if d.is_dir() else []
+    try:
+        if not d.is_dir():
+            missing = not d.exists() and not d.is_symlink()
+            what = "no such directory" if missing else "not a directory"
+            raise RunDirError(f"{d} is not a run directory ({what}; give out_dir/<run_id>)")
+        if _is_run_dir(d):
+            return d
+        subs = sorted(p for p in d.iterdir() if p.is_dir() and _is_run_dir(p))
+    except RunDirError:
+        raise
+    except OSError as exc:
+        raise RunDirError(f"{d}: cannot read ({exc.strerror or exc})") from None
     if len(subs) == 1:
         return subs[0]
     hint = f"; it holds {len(subs)} runs: {', '.join(p.name for p in subs)}" if subs else ""
-    raise FileNotFoundError(f"{d} is not a run directory (no {RECORDS} or {MANIFEST}){hint}")
+    raise RunDirError(f"{d} is not a run directory (no {RECORDS} or {MANIFEST}){hint}")
 
 
 def load(directory: str | Path) -> RunResult:

@@ -1,10 +1,22 @@
-"""Shared, strict file reading for the readers: every problem becomes a TraceFormatError."""
+"""Shared, strict file reading for the readers: every problem becomes a TraceFormatError.
+
+Files are opened the same way by every entry point (``open_trace``): refused
+before any read when they are not a regular file (a directory, a FIFO, a
+device such as ``/dev/zero``), and read up to ``bounds.MAX_TRACE_BYTES``. Numbers
+written as text are parsed against ASCII patterns: Python's ``int()`` and
+``float()`` also take ``1_28``, full-width digits and surrounding Unicode
+spaces, which no trace format means (docs/trace-bounds.md).
+"""
 
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import math
+import os
+import re
+import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -12,13 +24,67 @@ from typing import Any
 import orjson
 
 from workbench.errors import ConfigError, TraceFormatError
+from workbench.traces import bounds
+
+BOM = "\ufeff"
+_INT_TEXT = re.compile(r"[ \t]*[+-]?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?[ \t]*")
+_FLOAT_TEXT = re.compile(
+    r"[ \t]*[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+    r"|(?i:inf|infinity|nan))[ \t]*"
+)
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def _os_rule(exc: OSError) -> str:
+    if exc.errno == errno.ENOENT:
+        return "no such file"
+    if exc.errno == errno.ELOOP:
+        return "cannot open file: a symlink loop (too many levels of symbolic links)"
+    return f"cannot open file: {exc.strerror or exc}"
+
+
+def open_trace(path: Path, limit: int | None = None) -> bytes:
+    """The first ``limit`` bytes of a regular file (all of it when ``limit`` is None).
+
+    Opened non-blocking (a FIFO would otherwise block the open itself) and
+    checked with ``fstat`` on the open descriptor, so what is read is what was
+    checked. Past ``bounds.MAX_TRACE_BYTES`` a whole-file read is refused.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise TraceFormatError(path, 0, _os_rule(exc)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+            raise TraceFormatError(path, 0, f"not a regular file: {kind}")
+        cap = bounds.MAX_TRACE_BYTES
+        if limit is None and st.st_size > cap:
+            raise TraceFormatError(path, 0, _too_big(st.st_size))
+        want = cap + 1 if limit is None else limit
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(want)
+    except OSError as exc:
+        raise TraceFormatError(path, 0, f"cannot read file: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if limit is None and len(data) > cap:  # grew past its size, or a size-0 special file
+        raise TraceFormatError(path, 0, _too_big(len(data)))
+    return data
+
+
+def _too_big(size: int) -> str:
+    return (f"file is larger than the bound of {bounds.MAX_TRACE_BYTES:,} bytes "
+            f"({size:,} bytes or more; {bounds.DOC})")
 
 
 def read_text(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise TraceFormatError(path, 0, f"cannot read file: {exc.strerror}") from None
+    """The whole file as text: regular, bounded, no NUL, UTF-8, not blank; a BOM dropped."""
+    data = open_trace(path)
     if b"\x00" in data:
         line = data[: data.index(b"\x00")].count(b"\n") + 1
         raise TraceFormatError(path, line, "binary data (NUL byte): not a text trace")
@@ -27,6 +93,7 @@ def read_text(path: Path) -> str:
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise TraceFormatError(path, line, "not UTF-8 text") from None
+    text = text.removeprefix(BOM)  # spreadsheet exports start with one; it is never content
     if not text.strip():
         raise TraceFormatError(path, 0, "file is empty")
     return text
@@ -51,7 +118,7 @@ def read_csv(
     path: Path, required: tuple[str, ...], optional: tuple[str, ...] = ()
 ) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
     """Header and ``(line_number, row)`` pairs; checks required columns and row widths."""
-    text = read_text(path).removeprefix("\ufeff")  # spreadsheet exports start with a BOM
+    text = read_text(path)
     reader = csv.reader(io.StringIO(text))
     try:
         header = [h.strip() for h in next(reader)]
@@ -80,13 +147,34 @@ def read_csv(
     return header, rows
 
 
-def as_int(path: Path, line: int, name: str, value: Any, *, minimum: int | None = 0) -> int:
-    """An integer field (``12`` or ``12.0``); rejects NaN, fractions, bools, below-minimum."""
+def _number_text(path: Path, line: int, name: str, value: Any, kind: str) -> Any:
+    """``value`` itself, unless it is text not spelled as a plain ASCII number."""
+    if isinstance(value, str):
+        pattern = _INT_TEXT if kind == "an integer" else _FLOAT_TEXT
+        if not pattern.fullmatch(value):
+            raise TraceFormatError(path, line, f"{name} must be {kind}, got {value!r}")
+    return value
+
+
+def as_int(
+    path: Path,
+    line: int,
+    name: str,
+    value: Any,
+    *,
+    minimum: int | None = 0,
+    maximum: int | None = None,
+) -> int:
+    """An integer field (``12`` or ``12.0``); rejects NaN, fractions, bools, out-of-range.
+
+    Text must be ASCII digits (``1_28`` and full-width digits are refused).
+    """
     if isinstance(value, bool):
         raise TraceFormatError(path, line, f"{name} must be an integer, got {value!r}")
     if isinstance(value, int):
         i = value  # exact, however large
     else:
+        value = _number_text(path, line, name, value, "an integer")
         try:
             f = float(value)
         except (TypeError, ValueError):
@@ -98,24 +186,58 @@ def as_int(path: Path, line: int, name: str, value: Any, *, minimum: int | None 
         i = int(f)
     if minimum is not None and i < minimum:
         raise TraceFormatError(path, line, f"{name} must be >= {minimum}, got {value!r}")
+    if maximum is not None and i > maximum:
+        raise TraceFormatError(path, line, bounds.over(name, value, maximum, "tokens"))
     return i
 
 
 def as_float(
-    path: Path, line: int, name: str, value: Any, *, minimum: float | None = 0.0
+    path: Path,
+    line: int,
+    name: str,
+    value: Any,
+    *,
+    minimum: float | None = 0.0,
+    maximum: float | None = None,
 ) -> float:
-    """A finite number field; rejects NaN/inf, bools and values below ``minimum``."""
+    """A finite number field; rejects NaN/inf, bools and values outside the range.
+
+    Text must be an ASCII decimal number (optionally with an exponent).
+    """
     if isinstance(value, bool):
         raise TraceFormatError(path, line, f"{name} must be a number, got {value!r}")
+    value = _number_text(path, line, name, value, "a number")
     try:
         f = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise TraceFormatError(path, line, f"{name} must be a number, got {value!r}") from None
     if not math.isfinite(f):
         raise TraceFormatError(path, line, f"{name} must be finite, got {value!r}")
     if minimum is not None and f < minimum:
         raise TraceFormatError(path, line, f"{name} must be >= {minimum}, got {value!r}")
+    if maximum is not None and f > maximum:
+        raise TraceFormatError(path, line, bounds.over(name, value, maximum, "ms"))
     return f
+
+
+def token_count(path: Path, line: int, name: str, value: Any, *, minimum: int = 0) -> int:
+    """A token count: an integer in ``[minimum, bounds.MAX_ROUND_TOKENS]``."""
+    return as_int(path, line, name, value, minimum=minimum, maximum=bounds.MAX_ROUND_TOKENS)
+
+
+def wait_ms(path: Path, line: int, name: str, value: Any) -> float:
+    """A wait between rounds in ms: finite, in ``[0, bounds.MAX_WAIT_MS]``."""
+    return as_float(path, line, name, value, maximum=bounds.MAX_WAIT_MS)
+
+
+def offset_ms(path: Path, line: int, name: str, value: Any) -> float:
+    """An arrival offset from the trace start in ms: finite, in ``[0, bounds.MAX_ARRIVAL_MS]``."""
+    return as_float(path, line, name, value, maximum=bounds.MAX_ARRIVAL_MS)
+
+
+def epoch_ms(path: Path, line: int, name: str, value: Any) -> float:
+    """An absolute time in Unix ms: finite, in ``[0, bounds.MAX_EPOCH_MS]``."""
+    return as_float(path, line, name, value, maximum=bounds.MAX_EPOCH_MS)
 
 
 def check_options(fmt: str, unknown: Mapping[str, Any], valid: tuple[str, ...]) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
+from workbench.traces import bounds
 from workbench.traces._io import check_options
 from workbench.traces.base import register_format
 from workbench.traces.mooncake import (
@@ -38,6 +39,7 @@ from workbench.traces.mooncake import (
     json_int,
     json_lines,
     json_number,
+    json_tokens,
 )
 
 _TURN_FIELDS = ("index", "input_tokens", "output_tokens", "cached_tokens", "pre_gap_ms")
@@ -52,12 +54,14 @@ def _turn(path: Path, line: int, k: int, turn: Any) -> tuple[int, int, int, int,
         raise TraceFormatError(path, line, f"missing field(s) {', '.join(missing)} in turns[{k}]")
     name = f"turns[{k}]."
     index = json_int(path, line, name + "index", turn["index"])
-    inp = json_int(path, line, name + "input_tokens", turn["input_tokens"], minimum=1)
-    out = json_int(path, line, name + "output_tokens", turn["output_tokens"], minimum=1)
-    cached = json_int(path, line, name + "cached_tokens", turn["cached_tokens"])
+    inp = json_tokens(path, line, name + "input_tokens", turn["input_tokens"], minimum=1)
+    out = json_tokens(path, line, name + "output_tokens", turn["output_tokens"], minimum=1)
+    bounds.check_round(path, line, inp, out, f"turns[{k}]")
+    cached = json_tokens(path, line, name + "cached_tokens", turn["cached_tokens"])
     if cached > inp:
         raise TraceFormatError(path, line, f"{name}cached_tokens {cached} > input_tokens {inp}")
-    gap = json_number(path, line, name + "pre_gap_ms", turn["pre_gap_ms"])
+    gap = json_number(path, line, name + "pre_gap_ms", turn["pre_gap_ms"],
+                      maximum=bounds.MAX_WAIT_MS)
     return index, inp, out, cached, gap
 
 

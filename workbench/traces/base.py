@@ -17,6 +17,8 @@ from typing import Any
 from workbench.errors import TraceFormatError
 from workbench.records import Workload
 from workbench.registry import Registry
+from workbench.traces._io import BOM, open_trace
+from workbench.traces.bounds import MAX_HEAD_BYTES, check_workload
 
 Reader = Callable[..., Workload]
 Sniffer = Callable[[list[str]], bool]
@@ -47,15 +49,21 @@ def register_format(
 
 
 def head_lines(path: Path, n: int = SNIFF_LINES) -> list[str]:
-    """The first ``n`` non-empty lines, decoded leniently (sniffing must never raise)."""
+    """The first ``n`` non-empty lines, decoded leniently, a leading BOM dropped.
+
+    Sniffers never raise; the file itself is opened as every reader opens it
+    (``_io.open_trace``: a directory, FIFO or device is one ``TraceFormatError``),
+    and at most ``bounds.MAX_HEAD_BYTES`` of it is read.
+    """
     out: list[str] = []
-    with open(path, "rb") as fh:
-        for raw in fh:
-            line = raw.decode("utf-8", errors="replace").strip()
-            if line:
-                out.append(line)
-                if len(out) >= n:
-                    break
+    for raw in open_trace(path, MAX_HEAD_BYTES).split(b"\n"):
+        line = raw.decode("utf-8", errors="replace").strip()
+        if not out:
+            line = line.removeprefix(BOM).strip()
+        if line:
+            out.append(line)
+            if len(out) >= n:
+                break
     return out
 
 
@@ -84,11 +92,10 @@ def load_trace(path: str | Path, fmt: str = "auto", **options: Any) -> Workload:
     """
     path = Path(path)
     _load_builtin_formats()
-    if not path.is_file():
-        raise TraceFormatError(path, 0, "no such file")
     detected = fmt == "auto"
     name = detect_format(path) if detected else FORMATS.canonical(fmt)
     workload = FORMATS.get(name).read(path, **options)
+    check_workload(path, workload)  # the documented bounds, whatever the reader
     meta = dict(workload.meta)
     meta["format"] = name
     if detected:

@@ -16,8 +16,11 @@ Rules (each broken rule is one ``TraceFormatError`` with path and line):
 - ``arrival_time_ms`` is the same on every row of a session, session blocks
   come in non-decreasing arrival, and the first row arrives at 0 (the file is
   rebased to its own origin);
-- ``prefix_len`` is 0 on round 0; ``input_len`` > 0 when ``prefix_len`` is 0;
-  ``output_len`` > 0; ``tool_wait_after_ms`` finite and >= 0;
+- ``prefix_len`` is 0 on round 0 and at most the previous round's
+  ``prefix_len + input_len + output_len`` (the conversation so far: a prefix
+  that exists); ``input_len`` > 0 when ``prefix_len`` is 0; ``output_len`` > 0;
+  ``tool_wait_after_ms`` finite and >= 0;
+- every value inside the documented bounds (docs/trace-bounds.md);
 - both millisecond columns are written with exactly 6 decimals (a simulator
   converts ms to ticks by truncation, so the spelling matters).
 
@@ -46,7 +49,17 @@ import orjson
 
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
-from workbench.traces._io import as_float, as_int, check_options, read_csv, read_text
+from workbench.traces import bounds
+from workbench.traces._io import (
+    as_int,
+    check_options,
+    offset_ms,
+    open_trace,
+    read_csv,
+    read_text,
+    token_count,
+    wait_ms,
+)
 from workbench.traces.base import register_format
 
 FORMAT_NAME = "session-execution-v2"
@@ -135,7 +148,8 @@ def _strict_units(path: Path) -> tuple[Unit, ...]:
 
 
 def _ms(path: Path, line: int, name: str, text: str) -> float:
-    value = as_float(path, line, name, text)
+    read = offset_ms if name == "arrival_time_ms" else wait_ms
+    value = read(path, line, name, text)
     if not _MS_RE.fullmatch(text):
         raise TraceFormatError(
             path, line, f"{name} must be written with exactly {MS_DECIMALS} decimals, got {text!r}"
@@ -150,9 +164,9 @@ def _take_row(path: Path, line: int, row: dict[str, str], state: _State) -> None
         raise TraceFormatError(path, line, "session_id must not be empty")
     idx = as_int(path, line, "round_idx", row["round_idx"])
     arrival = _ms(path, line, "arrival_time_ms", row["arrival_time_ms"])
-    prefix = as_int(path, line, "prefix_len", row["prefix_len"])
-    inp = as_int(path, line, "input_len", row["input_len"])
-    out = as_int(path, line, "output_len", row["output_len"], minimum=1)
+    prefix = token_count(path, line, "prefix_len", row["prefix_len"])
+    inp = token_count(path, line, "input_len", row["input_len"])
+    out = token_count(path, line, "output_len", row["output_len"], minimum=1)
     wait = _ms(path, line, "tool_wait_after_ms", row["tool_wait_after_ms"])
     rid = row["request_id"]
     if rid != request_id(sid, idx):
@@ -167,8 +181,20 @@ def _take_row(path: Path, line: int, row: dict[str, str], state: _State) -> None
         raise TraceFormatError(path, line, f"prefix_len must be 0 on round 0, got {prefix}")
     if prefix == 0 and inp == 0:
         raise TraceFormatError(path, line, "input_len must be > 0 when prefix_len is 0")
+    bounds.check_round(path, line, prefix + inp, out)
+    rounds = state.blocks[-1][2]
+    if rounds:
+        prev = rounds[-1]
+        context = prev.prefix_len + prev.input_len + prev.output_len
+        if prefix > context:
+            raise TraceFormatError(
+                path,
+                line,
+                f"prefix_len {prefix} is longer than the conversation so far ({context} = "
+                f"prefix + input + output of round {prev.round_idx}): that prefix cannot exist",
+            )
     rnd = Round(rid, sid, idx, arrival, prefix, inp, out, wait)
-    state.blocks[-1][2].append(rnd)
+    rounds.append(rnd)
 
 
 def _check_order(
@@ -221,11 +247,11 @@ def _read_sidecars(path: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     manifest_path, plan_path = sidecar_paths(path)
     for key, side, kind in (("manifest", manifest_path, dict), ("plan", plan_path, list)):
-        if not side.is_file():
+        if not side.exists():
             continue
         try:
-            value = orjson.loads(side.read_bytes())
-        except (OSError, orjson.JSONDecodeError) as exc:
+            value = orjson.loads(open_trace(side))
+        except orjson.JSONDecodeError as exc:
             raise TraceFormatError(side, 0, f"cannot read {key} sidecar ({exc})") from None
         if not isinstance(value, kind):
             raise TraceFormatError(side, 0, f"{key} sidecar must be a JSON {kind.__name__}")
@@ -339,6 +365,12 @@ def _fast_units(text: str) -> tuple[Unit, ...] | None:
         return None
     if ((prefix == 0) & (inp == 0)).any() or ((idx == 0) & (prefix != 0)).any():
         return None
+    if not fast_within_bounds(prefix + inp, out, wait, arrival):
+        return None
+    # a round's prefix exists: at most the previous round's prompt + output (round 0: 0)
+    context = np.concatenate(([0], (prefix + inp + out)[:-1]))
+    if ((idx > 0) & (prefix > context)).any():
+        return None
     starts = _block_starts(sids, idx, arrival)
     ids = fast_strings(frame, "request_id")
     if starts is None or ids != [request_id(s, i) for s, i in zip(sids, idx.tolist(), strict=True)]:
@@ -353,6 +385,17 @@ def _fast_units(text: str) -> tuple[Unit, ...] | None:
     return tuple(
         Unit(rows[a][1], "session", rows[a][3], tuple(Round(*r) for r in rows[a:b]))
         for a, b in itertools.pairwise(bounds)
+    )
+
+
+def fast_within_bounds(
+    prompt: np.ndarray, output: np.ndarray, wait: np.ndarray, arrival: np.ndarray
+) -> bool:
+    """Every round inside ``bounds`` (the strict path names the first one that is not)."""
+    return bool(
+        (prompt + output <= bounds.MAX_ROUND_TOKENS).all()
+        and (wait <= bounds.MAX_WAIT_MS).all()
+        and (arrival <= bounds.MAX_ARRIVAL_MS).all()
     )
 
 

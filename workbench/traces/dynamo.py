@@ -61,7 +61,8 @@ import orjson
 
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
-from workbench.traces._io import as_float, as_int, check_options
+from workbench.traces import bounds
+from workbench.traces._io import as_int, check_options, epoch_ms, token_count, wait_ms
 from workbench.traces.base import register_format
 from workbench.traces.mooncake import (
     json_id,
@@ -167,8 +168,11 @@ def _request(path: Path, line: int, ev: dict[str, Any], raw: str) -> _Request:
     ):
         if where.get(key) is None:
             raise TraceFormatError(path, line, f"missing field {key!r}")
-    block = as_int(path, line, "trace_block_size", replay["trace_block_size"], minimum=1)
-    length = as_int(path, line, "input_length", replay["input_length"], minimum=1)
+    block = as_int(path, line, "trace_block_size", replay["trace_block_size"], minimum=1,
+                   maximum=bounds.MAX_ROUND_TOKENS)
+    length = token_count(path, line, "input_length", replay["input_length"], minimum=1)
+    output = token_count(path, line, "output_tokens", req["output_tokens"])
+    bounds.check_round(path, line, length, max(output, 1))
     hashes = _hashes(path, line, replay["input_sequence_hashes"], raw)
     want = -(-length // block)
     if len(hashes) != want:
@@ -185,10 +189,10 @@ def _request(path: Path, line: int, ev: dict[str, Any], raw: str) -> _Request:
         json_id(path, line, "request_id", req["request_id"]),
         session,
         parent,
-        as_float(path, line, "request_received_ms", req["request_received_ms"]),
-        None if total is None else as_float(path, line, "total_time_ms", total),
+        epoch_ms(path, line, "request_received_ms", req["request_received_ms"]),
+        None if total is None else wait_ms(path, line, "total_time_ms", total),
         length,
-        as_int(path, line, "output_tokens", req["output_tokens"]),
+        output,
         block,
         hashes,
         _tool_call_ids(req),
@@ -199,11 +203,11 @@ def _tool(path: Path, line: int, ev: dict[str, Any]) -> _Tool:
     tool = _object(path, line, ev, "tool")
     if tool.get("ended_at_unix_ms") is None:
         raise TraceFormatError(path, line, "missing field 'ended_at_unix_ms'")
-    end = as_float(path, line, "ended_at_unix_ms", tool["ended_at_unix_ms"])
+    end = epoch_ms(path, line, "ended_at_unix_ms", tool["ended_at_unix_ms"])
     if tool.get("started_at_unix_ms") is not None:
-        start = as_float(path, line, "started_at_unix_ms", tool["started_at_unix_ms"])
+        start = epoch_ms(path, line, "started_at_unix_ms", tool["started_at_unix_ms"])
     elif tool.get("duration_ms") is not None:
-        start = end - as_float(path, line, "duration_ms", tool["duration_ms"])
+        start = end - wait_ms(path, line, "duration_ms", tool["duration_ms"])
     else:
         raise TraceFormatError(path, line, "tool needs started_at_unix_ms or duration_ms")
     if start > end:
@@ -307,6 +311,7 @@ def _tools_by_session(requests: list[_Request], tools: list[_Tool]) -> dict[str,
 
 
 def _session_units(
+    path: Path,
     ordered: list[_Request],
     tools: list[_Tool],
     prefix: dict[int, int],
@@ -319,7 +324,7 @@ def _session_units(
     spans = _tools_by_session(ordered, tools)
     units: list[Unit] = []
     for sid, reqs in sessions.items():
-        arrival = reqs[0].received_ms - origin
+        arrival = _arrival(path, reqs[0], origin)
         rounds = []
         for k, r in enumerate(reqs):
             wait = (
@@ -327,10 +332,24 @@ def _session_units(
                 if k + 1 < len(reqs)
                 else 0.0
             )
+            if wait > bounds.MAX_WAIT_MS:
+                rule = bounds.over(f"wait after request {r.request_id!r}", wait,
+                                   bounds.MAX_WAIT_MS, "ms")
+                raise TraceFormatError(path, r.line, rule)
             rounds.append(_round(r, sid, k, arrival, prefix[r.line], wait))
         meta = {"parent_session_id": reqs[0].parent_session_id} if reqs[0].parent_session_id else {}
         units.append(Unit(sid, "session", arrival, tuple(rounds), meta))
     return units
+
+
+def _arrival(path: Path, r: _Request, origin: float) -> float:
+    """``received_ms`` rebased to the trace's first request, inside the arrival bound."""
+    arrival = r.received_ms - origin
+    if arrival > bounds.MAX_ARRIVAL_MS:
+        rule = bounds.over("request_received_ms after the first request", arrival,
+                           bounds.MAX_ARRIVAL_MS, "ms")
+        raise TraceFormatError(path, r.line, rule)
+    return arrival
 
 
 def _round(r: _Request, sid: str, k: int, arrival: float, prefix: int, wait: float) -> Round:
@@ -376,17 +395,14 @@ def read_dynamo(path: Path, **unknown: Any) -> Workload:
     sources: Counter[str] = Counter()
     if ordered[0].session_id is None:
         units = [
-            Unit(
-                r.request_id,
-                "independent",
-                r.received_ms - origin,
-                (_round(r, r.request_id, 0, r.received_ms - origin, prefix[r.line], 0.0),),
-            )
+            Unit(r.request_id, "independent", at, (_round(r, r.request_id, 0, at, prefix[r.line],
+                                                          0.0),))
             for r in ordered
+            for at in (_arrival(path, r, origin),)
         ]
     else:
         # sessions are created in received order, so units come out ordered by arrival
-        units = _session_units(ordered, tools, prefix, origin, sources)
+        units = _session_units(path, ordered, tools, prefix, origin, sources)
     meta = {
         "time_origin_unix_ms": origin,
         "skipped_events": dict(skipped),

@@ -26,7 +26,8 @@ from typing import Any
 
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
-from workbench.traces._io import as_float, as_int, check_options, read_csv
+from workbench.traces import bounds
+from workbench.traces._io import check_options, offset_ms, read_csv, token_count
 from workbench.traces.base import register_format
 
 COLUMNS = ("id", "arrival_time", "input_len", "output_len")
@@ -36,9 +37,10 @@ def _unit(path: Path, line: int, row: dict[str, str]) -> Unit:
     rid = row["id"].strip()
     if not rid:
         raise TraceFormatError(path, line, "id must not be empty")
-    arrival = as_float(path, line, "arrival_time", row["arrival_time"].strip())
-    inp = as_int(path, line, "input_len", row["input_len"].strip(), minimum=1)
-    out = as_int(path, line, "output_len", row["output_len"].strip(), minimum=1)
+    arrival = offset_ms(path, line, "arrival_time", row["arrival_time"])
+    inp = token_count(path, line, "input_len", row["input_len"], minimum=1)
+    out = token_count(path, line, "output_len", row["output_len"], minimum=1)
+    bounds.check_round(path, line, inp, out)
     request_id = f"independent_{rid}"
     rnd = Round(request_id, request_id, 0, arrival, 0, inp, out)
     return Unit(request_id, "independent", arrival, (rnd,))

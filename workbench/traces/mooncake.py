@@ -34,7 +34,10 @@ Decisions, so the numbers are reproducible:
   ``delay``; the tool wait after turn k is the ``delay`` of turn k+1 (0 if
   absent). Later turns' timestamps are ignored: the run is closed-loop.
 - request ids: ``request_id`` when given (must be unique), else ``mooncake_{n}``
-  with ``n`` the 0-based row number.
+  with ``n`` the 0-based row number, suffixed ``~2``, ``~3`` ... when the file
+  uses that id itself (as a request id or a session id).
+- bounds (docs/trace-bounds.md): lengths at most 10M tokens per round,
+  ``timestamp`` (and ``timestamp + delay``) at most 366 days, ``delay`` 7 days.
 
 This module also holds the JSON-lines helpers the other JSON readers share
 (``json_lines``, ``first_json_object``, ``json_int``, ``leading_seen_blocks``).
@@ -51,6 +54,7 @@ import orjson
 
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Unit, Workload
+from workbench.traces import bounds
 from workbench.traces._io import as_float, as_int, check_options, read_text
 from workbench.traces.base import register_format
 
@@ -103,20 +107,34 @@ def first_json_object(lines: list[str]) -> dict[str, Any] | None:
     return obj if isinstance(obj, dict) else None
 
 
-def json_int(path: Path, line: int, name: str, value: Any, *, minimum: int | None = 0) -> int:
+def json_int(
+    path: Path, line: int, name: str, value: Any, *, minimum: int | None = 0,
+    maximum: int | None = None,
+) -> int:
     """An integer written as a JSON number (strings are a wrong type here)."""
     if isinstance(value, str) or value is None:
         raise TraceFormatError(path, line, f"{name} must be an integer, got {value!r}")
-    return as_int(path, line, name, value, minimum=minimum)
+    return as_int(path, line, name, value, minimum=minimum, maximum=maximum)
 
 
 def json_number(
-    path: Path, line: int, name: str, value: Any, *, minimum: float | None = 0.0
+    path: Path,
+    line: int,
+    name: str,
+    value: Any,
+    *,
+    minimum: float | None = 0.0,
+    maximum: float | None = None,
 ) -> float:
     """A finite number written as a JSON number (strings are a wrong type here)."""
     if isinstance(value, str) or value is None:
         raise TraceFormatError(path, line, f"{name} must be a number, got {value!r}")
-    return as_float(path, line, name, value, minimum=minimum)
+    return as_float(path, line, name, value, minimum=minimum, maximum=maximum)
+
+
+def json_tokens(path: Path, line: int, name: str, value: Any, *, minimum: int = 0) -> int:
+    """A token count written as a JSON integer, in ``[minimum, bounds.MAX_ROUND_TOKENS]``."""
+    return json_int(path, line, name, value, minimum=minimum, maximum=bounds.MAX_ROUND_TOKENS)
 
 
 def json_id(path: Path, line: int, name: str, value: Any) -> str:
@@ -182,10 +200,17 @@ _REQUIRED = frozenset(("input_length", "output_length", "hash_ids"))
 
 
 def _count(path: Path, line: int, name: str, value: Any) -> int:
-    """A count ≥ 1; the common case (a plain int) skips the strict helper for speed."""
-    if type(value) is int and value >= 1:
+    """A token count in [1, MAX_ROUND_TOKENS]; a plain in-range int skips the helper (speed)."""
+    if type(value) is int and 1 <= value <= bounds.MAX_ROUND_TOKENS:
         return value
-    return json_int(path, line, name, value, minimum=1)
+    return json_tokens(path, line, name, value, minimum=1)
+
+
+def _ms(path: Path, line: int, name: str, value: Any, bound: float) -> float:
+    """A time in ms in [0, bound]; a plain in-range int skips the helper (speed)."""
+    if type(value) is int and 0 <= value <= bound:
+        return float(value)
+    return json_number(path, line, name, value, maximum=bound)
 
 
 def _parse_row(path: Path, line: int, obj: dict[str, Any], raw: str, block: int, rnd: str) -> _Row:
@@ -194,6 +219,7 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any], raw: str, block: int,
         raise TraceFormatError(path, line, f"missing field(s) {missing}")
     inp = _count(path, line, "input_length", obj["input_length"])
     out = _count(path, line, "output_length", obj["output_length"])
+    bounds.check_round(path, line, inp, out)
     ids = _hash_ids(path, line, obj["hash_ids"], raw)
     want = expected_blocks(inp, block, rnd)
     if len(ids) != want:
@@ -209,24 +235,58 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any], raw: str, block: int,
         if session is None:
             raise TraceFormatError(path, line, "missing field 'timestamp' (row has no session_id)")
     else:
-        ts = float(ts) if type(ts) is int and ts >= 0 else json_number(path, line, "timestamp", ts)
+        ts = _ms(path, line, "timestamp", ts, bounds.MAX_ARRIVAL_MS)
     delay = obj.get("delay")
-    delay = 0.0 if delay is None else json_number(path, line, "delay", delay)
+    delay = 0.0 if delay is None else _ms(path, line, "delay", delay, bounds.MAX_WAIT_MS)
+    if (ts or 0.0) + delay > bounds.MAX_ARRIVAL_MS:
+        rule = bounds.over("timestamp + delay", (ts or 0.0) + delay, bounds.MAX_ARRIVAL_MS, "ms")
+        raise TraceFormatError(path, line, rule)
     rid = obj.get("request_id")
     request_id = None if rid is None else json_id(path, line, "request_id", rid)
     return _Row(line, ts, inp, out, ids, session, delay, request_id)
 
 
+def _request_ids(path: Path, rows: list[_Row]) -> list[str]:
+    """One unique id per row: ``request_id`` when given, else ``mooncake_{n}``.
+
+    A generated id steps aside (``mooncake_{n}~2``, ``~3``, ...) for an id the file
+    itself uses, as a request id or a session id, so no two rounds (nor a
+    one-round unit and a session) ever share an id. Given ids must be unique,
+    and an independent row's given id must not be a session's id.
+    """
+    sessions = {r.session_id for r in rows if r.session_id is not None}
+    given: dict[str, int] = {}
+    for row in rows:
+        rid = row.request_id
+        if rid is None:
+            continue
+        if rid in given:
+            rule = f"duplicate request id {rid!r} (also at line {given[rid]})"
+            raise TraceFormatError(path, row.line, rule)
+        if row.session_id is None and rid in sessions:
+            rule = f"request_id {rid!r} of a row without session_id is also a session_id"
+            raise TraceFormatError(path, row.line, rule)
+        given[rid] = row.line
+    taken = set(given) | sessions
+    out: list[str] = []
+    for n, row in enumerate(rows):
+        rid = row.request_id
+        if rid is None:
+            rid = base = f"mooncake_{n}"
+            k = 1
+            while rid in taken:
+                k += 1
+                rid = f"{base}~{k}"
+            taken.add(rid)
+        out.append(rid)
+    return out
+
+
 def _rounds(path: Path, rows: list[_Row], block: int) -> list[Round]:
     """One Round per row in file order, with the ideal cached prefix from the block ids."""
     seen: set[int] = set()
-    used: set[str] = set()
     rounds: list[Round] = []
-    for n, row in enumerate(rows):
-        rid = row.request_id if row.request_id is not None else f"mooncake_{n}"
-        if rid in used:
-            raise TraceFormatError(path, row.line, f"duplicate request id {rid!r}")
-        used.add(rid)
+    for rid, row in zip(_request_ids(path, rows), rows, strict=True):
         prefix = min(leading_seen_blocks(row.hash_ids, seen) * block, row.input_length)
         seen.update(row.hash_ids)
         arrival = row.timestamp if row.timestamp is not None else 0.0
@@ -310,8 +370,10 @@ def read_mooncake(
 ) -> Workload:
     """Load a Mooncake trace; ``block_size`` is the tokens per hash id (512 in the public files)."""
     check_options("mooncake", unknown, ("block_size", "hash_rounding"))
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ConfigError(f"block_size must be a positive integer, got {block_size!r}")
+    if (isinstance(block_size, bool) or not isinstance(block_size, int)
+            or not 1 <= block_size <= bounds.MAX_ROUND_TOKENS):
+        raise ConfigError(
+            f"block_size must be an integer in 1..{bounds.MAX_ROUND_TOKENS}, got {block_size!r}")
     if hash_rounding not in ("ceil", "floor"):
         raise ConfigError(f"hash_rounding must be 'ceil' or 'floor', got {hash_rounding!r}")
     path = Path(path)

@@ -13,6 +13,7 @@ columns may come in any order:
 - ``arrival_time`` (optional, ms, default 0): finite >= 0 and the same on
   every row of a session.
 
+Every value stays inside the documented bounds (docs/trace-bounds.md).
 Unknown columns are an error, so a canonical file or a typo never parses
 silently as something else. Sessions keep first-appearance order.
 
@@ -38,8 +39,16 @@ import numpy as np
 
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
-from workbench.traces import canonical
-from workbench.traces._io import as_float, as_int, check_options, read_csv, read_text
+from workbench.traces import bounds, canonical
+from workbench.traces._io import (
+    as_int,
+    check_options,
+    offset_ms,
+    read_csv,
+    read_text,
+    token_count,
+    wait_ms,
+)
 from workbench.traces.base import register_format
 from workbench.traces.canonical import request_id
 
@@ -91,7 +100,7 @@ def _strict_units(path: Path) -> tuple[tuple[Unit, ...], str, bool]:
         if not sid.strip():
             raise TraceFormatError(path, line, f"{id_col} must not be empty")
         parsed = _parse_round(path, line, row)
-        arrival = as_float(path, line, "arrival_time", row["arrival_time"]) if has_arrival else 0.0
+        arrival = offset_ms(path, line, "arrival_time", row["arrival_time"]) if has_arrival else 0.0
         sess = sessions.get(sid)
         if sess is None:
             sess = sessions[sid] = _Session(line, arrival)
@@ -126,12 +135,13 @@ def _parse_round(
 ) -> tuple[int, int, int, int, int, float]:
     """``(round_idx, line, prefix, input, output, tool_wait)`` of one row, types checked."""
     idx = as_int(path, line, "round_idx", row["round_idx"])
-    prefix = as_int(path, line, "prefix_len", row["prefix_len"])
-    inp = as_int(path, line, "input_len", row["input_len"])
-    out = as_int(path, line, "output_len", row["output_len"], minimum=1)
-    wait = as_float(path, line, "tool_wait_after_ms", row["tool_wait_after_ms"])
+    prefix = token_count(path, line, "prefix_len", row["prefix_len"])
+    inp = token_count(path, line, "input_len", row["input_len"])
+    out = token_count(path, line, "output_len", row["output_len"], minimum=1)
+    wait = wait_ms(path, line, "tool_wait_after_ms", row["tool_wait_after_ms"])
     if prefix + inp == 0:
         raise TraceFormatError(path, line, "prefix_len + input_len must be > 0 (empty prompt)")
+    bounds.check_round(path, line, prefix + inp, out)
     return idx, line, prefix, inp, out, wait
 
 
@@ -179,6 +189,9 @@ def _fast_units(text: str) -> tuple[tuple[Unit, ...], str, bool] | None:
     if min(int(cols[c].min()) for c in REQUIRED[:3]) < 0 or int(cols["output_len"].min()) < 1:
         return None
     if ((cols["prefix_len"] + cols["input_len"]) == 0).any():
+        return None
+    if not canonical.fast_within_bounds(cols["prefix_len"] + cols["input_len"],
+                                        cols["output_len"], wait, arrival):
         return None
     cols["tool_wait_after_ms"], cols["arrival_time"] = wait, arrival
     units = _fast_build(sids, cols)

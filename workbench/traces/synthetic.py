@@ -16,7 +16,7 @@ import numpy as np
 
 from workbench.errors import ConfigError
 from workbench.records import Round, Unit, Workload
-from workbench.traces import canonical
+from workbench.traces import bounds, canonical
 
 SYNTHETIC_PREFIX = "synthetic:"
 SYNTHETIC_HELP = """\
@@ -34,6 +34,9 @@ Keys (all optional):
 DIST is fixed:N | uniform:LO..HI (integers inclusive for token counts) |
 lognormal:MEDIAN,SIGMA (rounded for token counts). A round reuses its whole
 conversation so far: prefix = previous prefix + input + output.
+Bounds (docs/trace-bounds.md): sessions <= 1,000,000, rounds <= 100,000 a
+session (drawn counts are clipped there) and 10,000,000 in all, token counts
+<= 10,000,000 (prompt + output of a round too), tool_wait <= 7 days.
 Example: synthetic:sessions=100,rounds=uniform:2..20,input=lognormal:2000,1.0,
 output=fixed:200,tool_wait=uniform:100..5000,compaction=0.02
 Synthetic traces default to --arrival poisson at --rate."""
@@ -64,7 +67,10 @@ class Distribution:
         else:
             values = rng.lognormal(math.log(self.a), self.b, size=n)
         values = np.maximum(values, low)
-        return np.rint(values).astype(np.int64) if integer else values
+        if not integer:
+            return values
+        # past the bound the workload check refuses it; clipping first keeps int64 exact
+        return np.rint(np.minimum(values, bounds.MAX_ROUND_TOKENS + 1)).astype(np.int64)
 
 
 def parse_distribution(key: str, text: str) -> Distribution:
@@ -88,7 +94,17 @@ def parse_distribution(key: str, text: str) -> Distribution:
     bad = not (math.isfinite(dist.a) and math.isfinite(dist.b) and dist.a >= 0 and dist.b >= 0)
     if bad or (kind == "uniform" and dist.b < dist.a) or (kind == "lognormal" and dist.a <= 0):
         raise ConfigError(f"synthetic {key}={text!r}: parameters out of range")
+    cap = _CAPS.get(key, bounds.MAX_ROUND_TOKENS)
+    if (dist.b if kind == "uniform" else dist.a) > cap or (kind == "lognormal" and dist.b > 4):
+        raise ConfigError(f"synthetic {key}={text!r}: past the bound of {cap:,.0f} "
+                          f"({bounds.DOC}; a lognormal sigma is at most 4)")
     return dist
+
+
+MAX_SESSIONS = 1_000_000
+MAX_ROUNDS_PER_SESSION = 100_000
+MAX_ROUNDS = 10_000_000
+_CAPS = {"rounds": MAX_ROUNDS_PER_SESSION, "tool_wait": bounds.MAX_WAIT_MS}
 
 
 @dataclass(frozen=True)
@@ -135,8 +151,8 @@ def parse_synthetic(text: str) -> SyntheticSpec:
 def _synthetic_value(key: str, value: str) -> Any:
     try:
         if key == "sessions":
-            n = int(value)
-            if n < 1:
+            n = int(value) if value.isascii() else 0
+            if not 1 <= n <= MAX_SESSIONS:
                 raise ValueError
             return n
         if key == "compaction":
@@ -145,14 +161,19 @@ def _synthetic_value(key: str, value: str) -> Any:
                 raise ValueError
             return p
     except ValueError:
-        raise ConfigError(f"synthetic source: bad {key}={value!r}") from None
+        want = f"an integer in 1..{MAX_SESSIONS:,}" if key == "sessions" else "a number in 0..1"
+        raise ConfigError(f"synthetic source: bad {key}={value!r} (want {want})") from None
     return parse_distribution(key, value)
 
 
 def synthetic_workload(spec: SyntheticSpec, rng: np.random.Generator) -> Workload:
     """Draw the sessions (vectorized; all arrive at 0 — ``tracegen`` draws arrivals)."""
-    counts = spec.rounds.draw(rng, spec.sessions, integer=True, low=1)
+    counts = np.minimum(spec.rounds.draw(rng, spec.sessions, integer=True, low=1),
+                        MAX_ROUNDS_PER_SESSION)
     total = int(counts.sum())
+    if total > MAX_ROUNDS:
+        raise ConfigError(f"synthetic source draws {total:,} rounds, past the bound of "
+                          f"{MAX_ROUNDS:,} ({bounds.DOC}); ask for fewer sessions or rounds")
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     inputs = spec.input.draw(rng, total, integer=True, low=1)
     if spec.first_input is not None:

@@ -51,7 +51,9 @@ from workbench.context.policy import (
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Unit, Workload
 from workbench.traces import canonical
+from workbench.traces._io import open_trace
 from workbench.traces.base import FORMATS, detect_format, load_trace
+from workbench.traces.bounds import check_workload
 from workbench.traces.synthetic import (
     SYNTHETIC_PREFIX,
     parse_synthetic,
@@ -137,13 +139,9 @@ def tracegen(
     units = _select(src.workload.units, spec, rng)
     units, arrivals, origin, pattern = _arrivals(units, spec, src, rng)
     rows, stats = _plan(units, arrivals, _policy(spec))
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    csv_path = canonical.write_session_execution_v2(out, rows)
-    manifest_path, plan_path = canonical.sidecar_paths(csv_path)
     parameters = _parameters(spec, src, pattern, origin, stats)
     manifest = _manifest(rows, len(units), src, parameters)
-    manifest_path.write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
-    plan_path.write_bytes(orjson.dumps(_plan_rows(rows)) + b"\n")
+    csv_path, manifest_path, plan_path = _write(Path(out), rows, manifest)
     # prove the file obeys the format with the reader itself (the sidecars we just wrote)
     workload = load_trace(csv_path, fmt=canonical.FORMAT_NAME, sidecars=False)
     workload = dataclasses.replace(workload, meta={
@@ -154,12 +152,32 @@ def tracegen(
     return TracegenResult(csv_path, manifest_path, plan_path, manifest, workload)
 
 
+def _write(
+    out: Path, rows: list[canonical.CanonicalRow], manifest: dict[str, Any]
+) -> tuple[Path, Path, Path]:
+    """CSV, manifest and plan sidecar; an output that cannot be written is one ConfigError."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        csv_path = canonical.write_session_execution_v2(out, rows)
+        manifest_path, plan_path = canonical.sidecar_paths(csv_path)
+        manifest_path.write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
+        plan_path.write_bytes(orjson.dumps(_plan_rows(rows)) + b"\n")
+    except OSError as exc:
+        where = exc.filename or out
+        raise ConfigError(f"tracegen cannot write {where}: {exc.strerror or exc}") from None
+    return csv_path, manifest_path, plan_path
+
+
 def _load_source(source: str | Path, spec: TracegenSpec, rng: np.random.Generator) -> _Source:
     """A session workload and the provenance fields of the manifest."""
     text = str(source)
     if text.startswith(SYNTHETIC_PREFIX):
         synth = parse_synthetic(text)
         workload = synthetic_workload(synth, rng)
+        try:
+            check_workload(text, workload)  # a conversation that grew past the bounds
+        except TraceFormatError as exc:
+            raise ConfigError(f"synthetic source: {exc.rule}") from None
         described = {**synth.describe(), "compaction_rounds": workload.meta["compaction_rounds"]}
         raw = text.encode()
         info = {"source_path": text, "source_schema": "synthetic", "generator": "synthetic",
@@ -167,14 +185,14 @@ def _load_source(source: str | Path, spec: TracegenSpec, rng: np.random.Generato
                 "synthetic": described}
         return _Source(workload, info)
     path = Path(source)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise TraceFormatError(path, 0, "no such file (nor a synthetic: description)")
     fmt = spec.fmt
     options = {"tool_wait": spec.tool_wait} if _is_tracelab(path, fmt) else {}
     workload = load_trace(path, fmt=fmt, **options)
     if not workload.units or not all(u.is_session for u in workload.units):
         raise ConfigError(f"tracegen needs session units; {path} ({workload.fmt}) has others")
-    data = path.read_bytes()
+    data = open_trace(path)  # checked like the reader's read (regular, bounded)
     info = {"source_path": str(path), "source_schema": workload.fmt, "generator": "coding-session",
             "source_sha256": hashlib.sha256(data).hexdigest(), "source_bytes": len(data)}
     if "tool_wait" in workload.meta:

@@ -18,8 +18,8 @@ Decisions, recorded in ``workload.meta``:
 
 - a session is ``(provider, project, session_id)``: ``session_id`` alone is not
   unique in the public corpus, and merging would fabricate a prefix chain. When
-  two sessions share a ``session_id`` the later ones get ``~2``, ``~3``... so
-  request ids stay unique;
+  two sessions share a ``session_id`` the later ones get ``~2``, ``~3``... (skipping
+  any suffix that is itself a ``session_id`` in the file) so request ids stay unique;
 - rounds are ordered by ``(round_index, file order)`` and renumbered 0..n-1;
 - ``tool_wait_after_ms`` is the *union* of the round's tool intervals
   (``emitted_at``..``result_at``; parallel calls overlap) or, with
@@ -40,7 +40,8 @@ from typing import Any
 
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Unit, Workload
-from workbench.traces._io import as_float, as_int, check_options, iter_jsonl
+from workbench.traces import bounds
+from workbench.traces._io import as_int, check_options, iter_jsonl, wait_ms
 from workbench.traces.base import register_format
 from workbench.traces.canonical import request_id
 
@@ -86,6 +87,11 @@ def read_tracelab(path: Path, *, tool_wait: str = "union", **options: Any) -> Wo
         sessions.setdefault(row.identity, []).append(row)
     starts = [_session_start(path, rows) for rows in sessions.values()]
     origin = min(starts)
+    for rows, start in zip(sessions.values(), starts, strict=True):
+        if start - origin > bounds.MAX_ARRIVAL_MS:
+            rule = bounds.over("session arrival after the first session", start - origin,
+                               bounds.MAX_ARRIVAL_MS, "ms")
+            raise TraceFormatError(path, _first(rows).line, rule)
     names = _unit_ids(list(sessions))
     units = tuple(
         _build_unit(names[key], rows, start - origin, tool_wait)
@@ -132,6 +138,13 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any]) -> _Row:
     intervals, loose, latency_sum = _tools(path, line, _list(path, line, obj, "tools"))
     starts = [s for s in stamps if s is not None] + [a for a, _ in intervals]
     assert provider is not None and sid is not None  # non-optional above
+    prompt = max(lengths["prefix_tokens"], 0) + max(lengths["newly_append_tokens"], 1)
+    bounds.check_round(path, line, prompt, max(lengths["output_tokens"], 1))
+    for mode, wait in (("union", union_length(intervals) + loose), ("sum", latency_sum)):
+        if wait > bounds.MAX_WAIT_MS:
+            rule = bounds.over(f"tool wait ({mode} of the round's tools)", wait,
+                               bounds.MAX_WAIT_MS, "ms")
+            raise TraceFormatError(path, line, rule)
     return _Row(
         line=line,
         identity=(provider, project, sid),
@@ -150,7 +163,8 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any]) -> _Row:
 def _int(path: Path, line: int, obj: dict[str, Any], key: str) -> int:
     if key not in obj:
         raise TraceFormatError(path, line, f"missing field {key}")
-    return as_int(path, line, key, obj[key], minimum=None)
+    limit = bounds.MAX_ROUND_TOKENS
+    return as_int(path, line, key, obj[key], minimum=-limit, maximum=limit)
 
 
 def _list(path: Path, line: int, obj: dict[str, Any], key: str) -> list[dict[str, Any]]:
@@ -186,7 +200,7 @@ def _tools(
         start = _stamp(path, line, "tools[].emitted_at", tool.get("emitted_at"))
         end = _stamp(path, line, "tools[].result_at", tool.get("result_at"))
         wall = tool.get("tool_wall_latency_ms")
-        latency = None if wall is None else as_float(path, line, "tool_wall_latency_ms", wall)
+        latency = None if wall is None else wait_ms(path, line, "tool_wall_latency_ms", wall)
         if start is not None and end is not None:
             if end < start:
                 raise TraceFormatError(path, line, "a tool's result_at is before its emitted_at")
@@ -219,8 +233,12 @@ def _tool_wait(row: _Row, mode: str) -> float:
     return union_length(row.intervals) + row.loose_ms
 
 
+def _first(rows: list[_Row]) -> _Row:
+    return min(rows, key=lambda r: (r.round_index, r.line))
+
+
 def _session_start(path: Path, rows: list[_Row]) -> float:
-    first = min(rows, key=lambda r: (r.round_index, r.line))
+    first = _first(rows)
     if first.start_ms is None:
         raise TraceFormatError(
             path, first.line, "first round of a session has no timestamp (timing_events or tools)"
@@ -229,13 +247,23 @@ def _session_start(path: Path, rows: list[_Row]) -> float:
 
 
 def _unit_ids(keys: list[tuple[str, str | None, str]]) -> dict[tuple[str, str | None, str], str]:
-    """Unique unit ids: the session_id, suffixed ``~k`` when several sessions share it."""
-    seen: dict[str, int] = {}
+    """Unique unit ids: the session_id, suffixed ``~k`` when several sessions share it.
+
+    The first session (file order) keeps its ``session_id``; a later one takes the
+    lowest ``~k`` (k >= 2) that is neither taken nor the real ``session_id`` of any
+    session in the file, so a recorded ``s~2`` never collides with a renamed ``s``.
+    """
+    real = {key[2] for key in keys}
+    taken: set[str] = set()
     out = {}
     for key in keys:
-        sid = key[2]
-        seen[sid] = seen.get(sid, 0) + 1
-        out[key] = sid if seen[sid] == 1 else f"{sid}~{seen[sid]}"
+        sid = uid = key[2]
+        k = 1
+        while uid in taken or (k > 1 and uid in real):
+            k += 1
+            uid = f"{sid}~{k}"
+        taken.add(uid)
+        out[key] = uid
     return out
 
 

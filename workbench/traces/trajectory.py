@@ -32,13 +32,14 @@ from typing import Any
 
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
+from workbench.traces import bounds
 from workbench.traces._io import check_options
 from workbench.traces.base import register_format
 from workbench.traces.mooncake import (
     first_json_object,
-    json_int,
     json_lines,
     json_number,
+    json_tokens,
 )
 
 _TOP_FIELDS = frozenset(("schema_version", "trajectory_id", "requests"))
@@ -68,10 +69,14 @@ def _request(path: Path, line: int, k: int, req: Any) -> tuple[int, int, float, 
     if not isinstance(req, dict):
         raise TraceFormatError(path, line, f"requests[{k}] must be an object")
     _check_fields(path, line, req, _REQUEST_FIELDS, _REQUIRED_REQUEST, where)
-    prompt = json_int(path, line, f"requests[{k}].prompt_tokens", req["prompt_tokens"], minimum=1)
-    output = json_int(path, line, f"requests[{k}].output_tokens", req["output_tokens"], minimum=1)
+    prompt = json_tokens(path, line, f"requests[{k}].prompt_tokens", req["prompt_tokens"],
+                         minimum=1)
+    output = json_tokens(path, line, f"requests[{k}].output_tokens", req["output_tokens"],
+                         minimum=1)
+    bounds.check_round(path, line, prompt, output, f"requests[{k}]")
     delay = req.get("delay_after_ms", 0)
-    delay_ms = json_number(path, line, f"requests[{k}].delay_after_ms", delay)
+    delay_ms = json_number(path, line, f"requests[{k}].delay_after_ms", delay,
+                           maximum=bounds.MAX_WAIT_MS)
     reset = req.get("reset_before", False)
     if not isinstance(reset, bool):
         raise TraceFormatError(

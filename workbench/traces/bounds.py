@@ -1,0 +1,101 @@
+"""The documented bounds every trace reader enforces (docs/trace-bounds.md).
+
+A value can obey a format's own rules and still be absurd: a round of two
+billion tokens, a tool wait of 1e30 ms. Such a value is refused while reading,
+with a ``TraceFormatError`` naming path, line and the bound, so nothing past
+these limits ever reaches a plan, the statistics or a server.
+
+The readers check each field as they parse it (``_io.token_count``,
+``_io.wait_ms``, ``_io.offset_ms``, ``check_round``); ``check_workload`` runs on
+every loaded workload as the last word (derived values, unique ids), so what
+``load_trace`` returns is always inside these bounds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from workbench.errors import TraceFormatError
+from workbench.records import Workload
+
+MAX_ROUND_TOKENS = 10_000_000
+"""Tokens one round may ask an engine to hold: prompt + output (and so each length).
+The longest context windows served today are 10M tokens."""
+
+MAX_WAIT_MS = 7 * 24 * 3600 * 1000.0
+"""A tool wait (or any wait between two rounds): at most 7 days."""
+
+MAX_ARRIVAL_MS = 366 * 24 * 3600 * 1000.0
+"""A unit's arrival offset from the start of the trace: at most 366 days."""
+
+MAX_EPOCH_MS = float(2**53)
+"""Absolute times (Unix ms in Dynamo/TraceLab traces): below 2**53, exact in a float."""
+
+MAX_TRACE_BYTES = 1 << 30
+"""A trace file is read whole: at most 1 GiB (a million canonical rows is ~70 MB)."""
+
+MAX_HEAD_BYTES = 16 << 20
+"""Format detection reads at most this much of a file's head."""
+
+DOC = "docs/trace-bounds.md"
+
+
+def over(name: str, value: object, bound: float, unit: str) -> str:
+    """The rule text of a value past its bound."""
+    shown = f"{bound:,.0f}" if float(bound).is_integer() else f"{bound:,}"
+    return f"{name} {value!r} exceeds the bound of {shown} {unit} ({DOC})"
+
+
+def check_round(path: Path, line: int, prompt: int, output: int, where: str = "round") -> None:
+    """A round's prompt + output must fit ``MAX_ROUND_TOKENS``."""
+    if prompt + output > MAX_ROUND_TOKENS:
+        rule = over(f"{where}: prompt {prompt:,} + output {output:,} =", prompt + output,
+                    MAX_ROUND_TOKENS, "tokens per round")
+        raise TraceFormatError(path, line, rule)
+
+
+def check_workload(path: str | Path, workload: Workload) -> None:
+    """Every round inside the bounds; unit ids and request ids unique.
+
+    Readers check fields where they read them, with the line; this pass sees
+    what they derived (arrivals after rebasing, waits after merging tool spans)
+    and names the unit and round when a reader let something through. The
+    common case (nothing wrong) is a few C-level passes; only a failing
+    workload is walked round by round to name the culprit.
+    """
+    units = workload.units
+    rounds = [r for u in units for r in u.rounds]
+    fine = (
+        len({u.unit_id for u in units}) == len(units)
+        and len({r.request_id for r in rounds}) == len(rounds)
+        and all(0 <= u.arrival_ms <= MAX_ARRIVAL_MS for u in units)
+        and all(0 <= r.tool_wait_after_ms <= MAX_WAIT_MS for r in rounds)
+        and all(r.prefix_len >= 0 and r.input_len >= 0 and r.output_len >= 1 for r in rounds)
+        and all(r.prefix_len + r.input_len + r.output_len <= MAX_ROUND_TOKENS for r in rounds)
+    )
+    if not fine:
+        _name_the_culprit(Path(path), workload)
+
+
+def _name_the_culprit(path: Path, workload: Workload) -> None:
+    unit_ids: set[str] = set()
+    requests: set[str] = set()
+    for unit in workload.units:
+        if unit.unit_id in unit_ids:
+            raise TraceFormatError(path, 0, f"two units share the id {unit.unit_id!r}")
+        unit_ids.add(unit.unit_id)
+        if not 0 <= unit.arrival_ms <= MAX_ARRIVAL_MS:  # also refuses NaN
+            raise TraceFormatError(path, 0, over(
+                f"unit {unit.unit_id!r}: arrival", unit.arrival_ms, MAX_ARRIVAL_MS, "ms"))
+        for r in unit.rounds:
+            if r.request_id in requests:
+                raise TraceFormatError(path, 0, f"two rounds share the request id {r.request_id!r}")
+            requests.add(r.request_id)
+            where = f"unit {unit.unit_id!r} round {r.round_idx}"
+            if min(r.prefix_len, r.input_len) < 0 or r.output_len < 1:
+                raise TraceFormatError(path, 0, f"{where}: negative length or no output")
+            check_round(path, 0, r.prompt_len, r.output_len, where)
+            if not 0 <= r.tool_wait_after_ms <= MAX_WAIT_MS:
+                raise TraceFormatError(path, 0, over(
+                    f"{where}: tool wait", r.tool_wait_after_ms, MAX_WAIT_MS, "ms"))
+    raise TraceFormatError(path, 0, f"workload outside the bounds of {DOC}")
