@@ -173,7 +173,9 @@ def throughput(scan: Scan) -> dict[str, Any]:
     }
 
 
-_MEASURED = "status = 'ok' AND cached_tokens IS NOT NULL AND coalesce(prompt_tokens, 0) > 0"
+# metrics.frame.cache_reported / cache_measured, in SQL (docs/measurement-rules.md)
+_REPORTED = "cached_tokens_reported AND cached_tokens IS NOT NULL"
+_MEASURED = f"status = 'ok' AND {_REPORTED} AND coalesce(prompt_tokens, 0) > 0"
 
 
 def _ratio(num: Any, den: Any) -> float | None:
@@ -186,8 +188,10 @@ def prefix_hit_rates(scan: Scan, where: str = "") -> dict[str, Any]:
         "SELECT sum(cached_tokens), sum(prompt_tokens), sum(planned_prefix_tokens), "
         f"sum(planned_prompt_tokens), count(*) FROM r WHERE {_MEASURED}{where}"
     )
-    pre, pp = scan.one(
-        f"SELECT sum(planned_prefix_tokens), sum(planned_prompt_tokens) FROM r WHERE TRUE{where}"
+    pre, pp, n_rep, n_ok = scan.one(
+        "SELECT sum(planned_prefix_tokens), sum(planned_prompt_tokens), "
+        f"count(*) FILTER (WHERE status = 'ok' AND {_REPORTED}), "
+        f"count(*) FILTER (WHERE status = 'ok') FROM r WHERE TRUE{where}"
     )
     actual, plan_meas = _ratio(cached, prompt), _ratio(m_pre, m_pp)
     return {
@@ -198,6 +202,8 @@ def prefix_hit_rates(scan: Scan, where: str = "") -> dict[str, Any]:
             actual - plan_meas if actual is not None and plan_meas is not None else None
         ),
         "measured_cache_requests": int(n_meas),
+        "cache_reported_requests": int(n_rep),
+        "cache_unreported_requests": int(n_ok) - int(n_rep),
         "cached_tokens": int(cached or 0),
     }
 

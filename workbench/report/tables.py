@@ -66,12 +66,48 @@ def summary_table(data: Any) -> pd.DataFrame:
 
 
 def prefix_table(data: Any) -> pd.DataFrame:
-    """Prefix-cache hit rates (fraction of prompt tokens, 0–1): planned, actual, server, ideal."""
+    """Prefix-cache hit rates (fraction of prompt tokens, 0–1): planned, actual, server, ideal.
+
+    ``over requests``: how many ok requests the actual rate is taken over (those
+    whose server reported a cached count; the rest are left out, not zero hits).
+    """
     s = as_summary(data)
-    rows = {label: {"key": key, "hit rate": _float(s.get(key))} for label, key in HIT_RATES}
-    df = pd.DataFrame.from_dict(rows, orient="index", columns=["key", "hit rate"])
+    rows = {label: {"key": key, "hit rate": _float(s.get(key)), "over requests": math.nan}
+            for label, key in HIT_RATES}  # fmt: skip
+    rows["actual (client)"]["over requests"] = _float(s.get("cache_reported_requests"))
+    df = pd.DataFrame.from_dict(rows, orient="index", columns=["key", "hit rate", "over requests"])
     df.index.name = "prefix hit rate"
     return _named(df, "prefix_hits")
+
+
+def prefix_caption(data: Any) -> str:
+    """Caption of ``prefix_table``: what the actual rate is over, the cache flush before
+    the run, and the warm-cache warning (docs/measurement-rules.md)."""
+    s = as_summary(data)
+    parts = ["Prefix-cache hit rates (fraction of prompt tokens, 0-1)."]
+    ok = _count(s.get("ok"))
+    reported, unreported = _count(s.get("cache_reported_requests")), _count(
+        s.get("cache_unreported_requests"))
+    if ok and not reported:
+        parts.append(
+            f"The server reported no cached-token count for any of the {ok} ok requests: the "
+            "actual hit rate is unknown (null), not 0 (vLLM reports it with "
+            "--enable-prompt-tokens-details)."
+        )
+    elif unreported:
+        parts.append(
+            f"Actual rate over the {reported} of {ok} ok requests that reported a cached count; "
+            f"the other {unreported} are left out, not counted as misses."
+        )
+    flush = s.get("cache_flush") or {}
+    if flush.get("ok"):
+        parts.append(f"Prefix cache reset before the run ({flush.get('endpoint')}).")
+    elif flush.get("attempted"):
+        parts.append(f"Prefix cache NOT reset before the run: {flush.get('detail')}.")
+    warning = (s.get("warm_cache") or {}).get("warning")
+    if warning:
+        parts.append(f"WARNING: {warning}")
+    return " ".join(parts)
 
 
 def run_table(data: Any) -> pd.DataFrame:
