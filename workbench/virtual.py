@@ -21,7 +21,7 @@ import orjson
 from workbench.backends.base import Codec, WireRequest, make_codec
 from workbench.clock import Clock, VirtualClock, run_virtual
 from workbench.config import RunConfig
-from workbench.context.tokens import TokenPool
+from workbench.context.tokens import run_pool
 from workbench.plan import Plan, build_plan
 from workbench.records import RequestRecord, RunResult, Workload
 from workbench.replay import base_manifest, coerce_config, load_workload, new_run_id
@@ -122,10 +122,12 @@ async def _simulate(
     lifecycle: list[dict[str, Any]] = []
     await engine.start()
     try:
+        manifest["cache_flush"] = _flush(engine, cfg.backend.flush_cache)
         stats_before = engine.stats()
         runner = Runner(
             cfg, plan, run_id=run_id, codec=make_codec(cfg.backend.name, **cfg.backend.options),
-            sender=EngineSender(engine, clock), clock=clock, pool=TokenPool(seed=cfg.seed),
+            sender=EngineSender(engine, clock), clock=clock,
+            pool=run_pool(cfg.seed, cfg.backend.token_salt, run_id),
             sink=records.append, lifecycle_sink=lifecycle.append,
             block_size=plan.block_size or engine_cfg.block_size,
         )
@@ -140,6 +142,17 @@ async def _simulate(
     timeline = [_engine_sample(t0, stats_before), _engine_sample(clock.now_ns(), stats_after)]
     return RunResult(run_id, records, manifest=manifest, lifecycle=lifecycle,
                      metrics_timeline=timeline)
+
+
+def _flush(engine: Engine, mode: bool | str) -> dict[str, Any]:
+    """``backend.flush_cache`` in virtual time: the engine core's own reset (it is fresh,
+    so this only records, like a live run's manifest, what was done)."""
+    if mode is False:
+        return {"mode": False, "attempted": False, "ok": False, "endpoint": None,
+                "status": None, "detail": "backend.flush_cache false", "tries": []}  # fmt: skip
+    ok = engine.reset_prefix_cache()
+    return {"mode": mode, "attempted": True, "ok": ok, "endpoint": "engine.reset_prefix_cache()",
+            "status": None, "detail": None if ok else "engine busy", "tries": []}  # fmt: skip
 
 
 def _engine_sample(t_ns: int, stats: dict[str, Any]) -> dict[str, Any]:

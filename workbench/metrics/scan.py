@@ -208,6 +208,25 @@ def prefix_hit_rates(scan: Scan, where: str = "") -> dict[str, Any]:
     }
 
 
+def warm_cache(scan: Scan, flush: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``metrics.isolation.warm_cache`` in SQL: over every row, warm-ups included (the
+    units they primed are left out), whatever ``warmup`` the scan was opened with."""
+    from workbench.metrics.isolation import verdict
+
+    src = str(scan.path).replace("'", "''")
+    allowed = "(planned_prefix_tokens + folded_prefix_tokens)"
+    checked, beyond, excess = scan.one(
+        f"WITH a AS (SELECT * FROM read_parquet('{src}')), "
+        "firsts AS (SELECT *, row_number() OVER (PARTITION BY unit_ordinal, round_idx "
+        "ORDER BY dispatch_ns NULLS LAST, request_id) AS k FROM a "
+        f"WHERE NOT warmup AND status = 'ok' AND {_REPORTED}) "
+        f"SELECT count(*), count(*) FILTER (WHERE cached_tokens > {allowed}), "
+        f"coalesce(sum(greatest(cached_tokens - {allowed}, 0)), 0) FROM firsts WHERE k = 1 "
+        "AND unit_ordinal NOT IN (SELECT unit_ordinal FROM a WHERE warmup)"
+    )
+    return verdict(int(checked), int(beyond), int(excess), flush)
+
+
 def slo_attainment(
     scan: Scan, slo: Mapping[str, float], duration_s: float | None
 ) -> dict[str, Any]:
@@ -252,7 +271,12 @@ def summarize(
         from workbench.report.store import load
 
         return in_memory(load(run_dir), slo, warmup=warmup, ideal=ideal)
-    from workbench.metrics.summary import _manifest_get, client_bottleneck, server_window_hit_rate
+    from workbench.metrics.summary import (
+        _manifest_get,
+        client_bottleneck,
+        isolation_fields,
+        server_window_hit_rate,
+    )
     from workbench.report.store import MANIFEST, TIMELINE, read_json, read_jsonl
 
     with Scan(run_dir, warmup=warmup) as scan:
@@ -266,6 +290,7 @@ def summarize(
         ideal = ideal if ideal is not None else _manifest_get(manifest, "ideal_prefix_hit_rate")
         out["ideal_prefix_hit_rate"] = _num(ideal)
         out["server_prefix_hit_rate"] = server_window_hit_rate(read_jsonl(d / TIMELINE))
+        out.update(isolation_fields(manifest, warm_cache(scan, manifest.get("cache_flush"))))
         slo = slo if slo is not None else _manifest_get(manifest, "slo")
         out["slo"] = slo_attainment(scan, slo, out["duration_s"]) if slo else None
     out["run_cancelled"] = bool(manifest.get("cancelled")) or manifest.get("status") == "cancelled"

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.metrics.frame import Data, cache_measured, cache_reported, run_rows
+from workbench.metrics.frame import Data, cache_measured, cache_reported, to_frame
+from workbench.metrics.isolation import warm_cache
 from workbench.records import RunResult
 
 LATENCY_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
@@ -265,6 +266,12 @@ def client_bottleneck(stats: Mapping[str, Any]) -> dict[str, Any]:
     return {"client_bottleneck": bool(reasons), "client_bottleneck_reasons": reasons}
 
 
+def isolation_fields(manifest: Mapping[str, Any], warm: dict[str, Any]) -> dict[str, Any]:
+    """``cache_flush`` (what was done before the run, from the manifest) and ``warm_cache``."""
+    flush = manifest.get("cache_flush")
+    return {"cache_flush": dict(flush) if isinstance(flush, Mapping) else None, "warm_cache": warm}
+
+
 def _manifest_get(manifest: Mapping[str, Any], key: str) -> Any:
     """``manifest[key]``, else the same key under ``config`` or ``trace_stats``."""
     if key in manifest:
@@ -297,7 +304,8 @@ def summarize(
         return scan_summarize(result.run_dir or "", slo, warmup=warmup, ideal=ideal)
     manifest = result.manifest if isinstance(result, RunResult) else {}
     timeline = result.metrics_timeline if isinstance(result, RunResult) else []
-    df = run_rows(result, warmup=warmup)
+    full = to_frame(result)
+    df = full if warmup else full[~full["warmup"]]
     ok = df[df["status"] == "ok"]
     out: dict[str, Any] = {"warmup_included": warmup, **counts(df)}
     for col in (*LATENCY_METRICS, *AUDIT_METRICS):
@@ -307,6 +315,7 @@ def summarize(
     ideal = ideal if ideal is not None else _manifest_get(manifest, "ideal_prefix_hit_rate")
     out["ideal_prefix_hit_rate"] = _num(ideal)
     out["server_prefix_hit_rate"] = server_window_hit_rate(timeline)
+    out.update(isolation_fields(manifest, warm_cache(full, manifest.get("cache_flush"))))
     slo = slo if slo is not None else _manifest_get(manifest, "slo")
     out["slo"] = slo_attainment(df, slo, out["duration_s"]) if slo else None
     if isinstance(result, RunResult):
