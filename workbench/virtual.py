@@ -29,8 +29,31 @@ from workbench.runner import Runner
 from workbench.sim.config import EngineConfig
 from workbench.sim.engine import Engine
 
-# Fields that depend on the host or the wall clock, left out of the canonical report.
-WALL_FIELDS = ("started_at", "finished_at", "host", "versions", "run_id", "run_dir")
+# The canonical report's one closed exclusion list (docs/measurement-rules.md): every
+# other field of the manifest, the summary, each record, each lifecycle row and each
+# timeline sample is in. Paths are dotted; "records[]." applies to every record.
+CANONICAL_EXCLUDED: dict[str, str] = {
+    "manifest.run_id": "wall clock: a UTC stamp plus a random suffix",
+    "manifest.started_at": "wall clock",
+    "manifest.finished_at": "wall clock",
+    "manifest.host": "host name and platform",
+    "manifest.versions.python": "the host's interpreter",
+    "manifest.versions.aiohttp": "the host's installed library",
+    "manifest.versions.pandas": "the host's installed library",
+    "manifest.versions.numpy": "the host's installed library",
+    "manifest.config.run_id": "the run's name (a folder name)",
+    "manifest.config.out_dir": "path: the output folder",
+    "manifest.config.trace.path": "path: where the trace is (its content is in: trace.sha256)",
+    "manifest.trace.path": "path: where the trace is",
+    "manifest.run_dir": "path: the run directory",
+    "manifest.records_kept": "storage: whether records are held in memory (out_dir decides)",
+    "manifest.records_kept_reason": "storage: why (names the out_dir case)",
+    "manifest.client": "wall clock: a live client's CPU per wall second and release lags",
+    "summary.client": "wall clock: a live client's CPU per wall second and release lags",
+    "summary.client_bottleneck": "wall clock: derived from summary.client",
+    "records[].run_id": "the same as manifest.run_id",
+    "lifecycle[].run_id": "the same as manifest.run_id",
+}
 
 
 class EngineSender:
@@ -165,18 +188,53 @@ def _engine_sample(t_ns: int, stats: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def canonical_report(result: RunResult, slo: dict[str, float] | None = None) -> dict[str, Any]:
-    """Summary + per-request timings, without wall-clock or host fields (digest-stable)."""
-    from workbench.metrics import summarize
+def _drop(doc: dict[str, Any], dotted: str) -> None:
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        nxt = doc.get(key)
+        if not isinstance(nxt, dict):
+            return
+        doc = nxt
+    doc.pop(leaf, None)
 
-    manifest = {k: v for k, v in result.manifest.items() if k not in WALL_FIELDS}
-    manifest.get("config", {}).pop("run_id", None)
-    requests = [
-        [r.request_id, r.status, r.dispatch_ns, r.first_token_ns, r.end_ns,
-         r.prompt_tokens, r.cached_tokens, r.completion_tokens]
-        for r in result.records
-    ]
-    return {"manifest": manifest, "summary": summarize(result, slo), "requests": requests}
+
+def _excluded(section: str) -> list[str]:
+    prefix = section + "."
+    return [k[len(prefix) :] for k in CANONICAL_EXCLUDED if k.startswith(prefix)]
+
+
+def canonical_report(result: RunResult, slo: dict[str, float] | None = None) -> dict[str, Any]:
+    """Manifest, summary, every record, lifecycle row and timeline sample, less exactly
+    ``CANONICAL_EXCLUDED``: the same trace content and engine config give the same
+    report whatever the output folder, the trace's path, the host and the time."""
+    import copy
+
+    from workbench.metrics import summarize
+    from workbench.metrics.frame import as_records
+
+    doc: dict[str, Any] = {
+        "manifest": copy.deepcopy(result.manifest),
+        "summary": summarize(result, slo),
+        "records": [r.to_dict() for r in as_records(result)],
+        "lifecycle": [dict(row) for row in _lifecycle(result)],
+        "metrics_timeline": [dict(row) for row in result.metrics_timeline],
+    }
+    for section in ("manifest", "summary"):
+        for dotted in _excluded(section):
+            _drop(doc[section], dotted)
+    for section in ("records", "lifecycle"):
+        for dotted in _excluded(section + "[]"):
+            for row in doc[section]:
+                _drop(row, dotted)
+    return doc
+
+
+def _lifecycle(result: RunResult) -> list[dict[str, Any]]:
+    if result.lifecycle or not result.records_on_disk:
+        return result.lifecycle
+    from workbench.report.store import LIFECYCLE, read_jsonl
+
+    return read_jsonl(Path(result.run_dir or "") / LIFECYCLE)
 
 
 def report_digest(report: dict[str, Any]) -> str:

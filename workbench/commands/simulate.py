@@ -29,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
         key, _, value = item.partition("=")
         knobs[key] = json.loads(value) if value[:1].isdigit() or value in ("true", "false") \
             else value
-    result = simulate(cfg, engine=knobs)
+    # the knobs go into the config, so the manifest's config says which engine ran
+    result = simulate(cfg.replace(**{"target.engine": knobs}))
     summary = summarize(result, cfg.slo)
     print(json.dumps(_brief(summary), indent=2))
     print_cache_notes(summary)
