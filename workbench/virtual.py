@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import hashlib
 from collections.abc import Coroutine
@@ -89,6 +90,7 @@ class EngineSender:
         rec.completion_tokens = len(ids)
         rec.cached_tokens = ereq.cached_tokens
         rec.cached_tokens_reported = True
+        rec.extra["preemptions"] = ereq.preemptions  # the engine's own count (no wire has it)
         if ereq.finish_reason not in (None, "length", "stop"):
             rec.status, rec.error = "error", f"engine finished with {ereq.finish_reason}"
         return ids
@@ -139,32 +141,124 @@ def _run_virtual_anywhere(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
 async def _simulate(
     cfg: RunConfig, plan: Plan, engine_cfg: EngineConfig, run_id: str, manifest: dict[str, Any]
 ) -> RunResult:
+    """One engine, one virtual clock; the plan played by one runner, or by one runner per
+    shard as ``executor.workers`` splits a live run (units round-robin, concurrency
+    divided, routing slots stacked): the executor options act as in a live run."""
+    from workbench.shard import slot_offsets, split_concurrency, split_plan
+
     clock = VirtualClock()
     engine = Engine(engine_cfg, clock)
-    records: list[RequestRecord] = []
-    lifecycle: list[dict[str, Any]] = []
+    sinks = _Sinks(cfg, run_id, plan.n_rounds, manifest)
+    ex = cfg.executor
+    n = ex.workers if ex.workers > 1 or ex.kind != "local" else 1
+    plans = split_plan(plan, n) if n > 1 else [plan]
+    shares = split_concurrency(cfg.arrival.max_concurrency, n)
+    offsets = slot_offsets(shares, [len(p.units) for p in plans])
+    manifest["virtual_executor"] = {
+        "shards": n, "block_hashes": ex.block_hashes, "gc_freeze": ex.gc_freeze,
+        "not_applicable": list(VIRTUAL_NOT_APPLICABLE),
+    }  # fmt: skip
+    runners = []
+    for part, share, offset in zip(plans, shares, offsets, strict=True):
+        shard_cfg = cfg if n == 1 else cfg.replace(**{"arrival.max_concurrency": share})
+        runner = Runner(
+            shard_cfg, part, run_id=run_id,
+            codec=make_codec(cfg.backend.name, **cfg.backend.options),
+            sender=EngineSender(engine, clock), clock=clock,
+            pool=run_pool(cfg.seed, cfg.backend.token_salt, run_id),
+            sink=sinks.record, lifecycle_sink=sinks.lifecycle,
+            block_size=plan.block_size or engine_cfg.block_size,
+        )  # fmt: skip
+        runner.record_hashes = ex.block_hashes
+        runner.freeze_gc = ex.gc_freeze
+        runner.slot_offset = offset
+        runners.append(runner)
+    timeline: list[dict[str, Any]] = []
     await engine.start()
     try:
         manifest["cache_flush"] = _flush(engine, cfg.backend.flush_cache)
-        stats_before = engine.stats()
-        runner = Runner(
-            cfg, plan, run_id=run_id, codec=make_codec(cfg.backend.name, **cfg.backend.options),
-            sender=EngineSender(engine, clock), clock=clock,
-            pool=run_pool(cfg.seed, cfg.backend.token_salt, run_id),
-            sink=records.append, lifecycle_sink=lifecycle.append,
-            block_size=plan.block_size or engine_cfg.block_size,
-        )
         t0 = clock.now_ns()
-        await runner.execute()
-        stats_after = engine.stats()
+        timeline.append(_engine_sample(t0, engine.stats()))
+        sampler = asyncio.ensure_future(
+            _sample(engine, clock, cfg.backend.scrape_interval_s, timeline)
+        )
+        try:
+            if n == 1:  # warm-up inside, then the run's origin (as a live run)
+                await runners[0].execute()
+            else:  # shards: every warm-up first, then one epoch (as workbench.shard)
+                await asyncio.gather(*(r.warmup() for r in runners))
+                epoch = clock.now_ns()
+                await asyncio.gather(*(r.execute(epoch) for r in runners))
+        finally:
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
+        timeline.append(_engine_sample(clock.now_ns(), engine.stats()))
     finally:
         await engine.stop()
+        sinks.close()
     manifest["status"] = "completed"
     manifest["virtual_duration_s"] = (clock.now_ns() - t0) / 1e9
-    manifest["peak_active_units"] = runner.gate.peak_active
-    timeline = [_engine_sample(t0, stats_before), _engine_sample(clock.now_ns(), stats_after)]
-    return RunResult(run_id, records, manifest=manifest, lifecycle=lifecycle,
-                     metrics_timeline=timeline)
+    manifest["peak_active_units"] = sum(r.gate.peak_active for r in runners)
+    return RunResult(run_id, sinks.records, manifest=manifest, lifecycle=sinks.rows,
+                     metrics_timeline=timeline, run_dir=sinks.run_dir)  # fmt: skip
+
+
+# Executor options that act on sockets or the loop, which virtual time has none of
+VIRTUAL_NOT_APPLICABLE = ("uvloop", "pace_ms", "warm_connections", "address")
+
+
+class _Sinks:
+    """Where records go: memory, or (``executor.keep_records`` false with an ``out_dir``)
+    straight to ``records.jsonl``/``lifecycle.jsonl``, as in a live run."""
+
+    def __init__(self, cfg: RunConfig, run_id: str, n_requests: int, manifest: dict) -> None:
+        self.keep, why = cfg.keeps_records(n_requests)
+        manifest["records_kept"], manifest["records_kept_reason"] = self.keep, why
+        self.records: list[RequestRecord] = []
+        self.rows: list[dict[str, Any]] = []
+        self.run_dir: str | None = None
+        self._writers: dict[str, Any] = {}
+        if not self.keep and cfg.out_dir:
+            from workbench.report.store import RecordWriter
+
+            d = Path(cfg.out_dir) / run_id
+            d.mkdir(parents=True, exist_ok=True)
+            self.run_dir = str(d)
+            flush_ms = cfg.executor.record_flush_ms or None
+            for name in ("records", "lifecycle"):
+                self._writers[name] = RecordWriter(d / f"{name}.jsonl", max_delay_ms=flush_ms)
+
+    def record(self, rec: RequestRecord) -> None:
+        if self.keep:
+            self.records.append(rec)
+        else:
+            self._writers["records"].write(rec)
+
+    def lifecycle(self, row: dict[str, Any]) -> None:
+        if self.keep:
+            self.rows.append(row)
+        else:
+            self._writers["lifecycle"].write(row)
+
+    def close(self) -> None:
+        for w in self._writers.values():
+            w.close()
+
+
+async def _sample(
+    engine: Engine, clock: Clock, interval_s: float | None, timeline: list[dict[str, Any]]
+) -> None:
+    """``backend.scrape_interval_s`` in virtual time: the engine's counters and gauges
+    every interval, as the live scraper takes them from ``/metrics``."""
+    if not interval_s:
+        return
+    step = max(1, round(interval_s * 1e9))
+    due = clock.now_ns()
+    while True:
+        due += step
+        await clock.sleep_until(due)
+        timeline.append(_engine_sample(clock.now_ns(), engine.stats()))
 
 
 def _flush(engine: Engine, mode: bool | str) -> dict[str, Any]:
@@ -179,13 +273,15 @@ def _flush(engine: Engine, mode: bool | str) -> dict[str, Any]:
 
 
 def _engine_sample(t_ns: int, stats: dict[str, Any]) -> dict[str, Any]:
-    """An engine counter snapshot under the vLLM metric names the scraper uses."""
-    return {
-        "t_ns": t_ns,
-        "vllm:prefix_cache_queries_total": stats.get("prefix_cache_queries_tokens", 0),
-        "vllm:prefix_cache_hits_total": stats.get("prefix_cache_hits_tokens", 0),
-        "vllm:num_preemptions_total": stats.get("preemptions", 0),
-    }
+    """An engine snapshot under the vLLM metric names the scraper keeps (``sim.metrics``)."""
+    from workbench.sim.metrics import VLLM_COUNTERS, VLLM_GAUGES
+
+    row: dict[str, Any] = {"t_ns": t_ns}
+    for name, _, key in VLLM_COUNTERS:
+        row[name + "_total"] = stats.get(key, 0)
+    for name, _, key in VLLM_GAUGES:
+        row[name] = stats.get(key, 0)
+    return row
 
 
 def _drop(doc: dict[str, Any], dotted: str) -> None:
@@ -212,11 +308,16 @@ def canonical_report(result: RunResult, slo: dict[str, float] | None = None) -> 
     from workbench.metrics import summarize
     from workbench.metrics.frame import as_records
 
+    records, lifecycle = as_records(result), _lifecycle(result)
+    # summarized in memory even when the records stayed on disk: a DuckDB scan sums
+    # floats in another order, which would change the digest by a last bit
+    in_memory = RunResult(result.run_id, records, manifest=result.manifest, lifecycle=lifecycle,
+                          metrics_timeline=result.metrics_timeline, cancelled=result.cancelled)
     doc: dict[str, Any] = {
         "manifest": copy.deepcopy(result.manifest),
-        "summary": summarize(result, slo),
-        "records": [r.to_dict() for r in as_records(result)],
-        "lifecycle": [dict(row) for row in _lifecycle(result)],
+        "summary": summarize(in_memory, slo),
+        "records": [r.to_dict() for r in records],
+        "lifecycle": [dict(row) for row in lifecycle],
         "metrics_timeline": [dict(row) for row in result.metrics_timeline],
     }
     for section in ("manifest", "summary"):

@@ -271,6 +271,7 @@ def summarize(
         from workbench.report.store import load
 
         return in_memory(load(run_dir), slo, warmup=warmup, ideal=ideal)
+    from workbench.metrics.server_side import server_evidence
     from workbench.metrics.summary import (
         _manifest_get,
         client_bottleneck,
@@ -289,7 +290,9 @@ def summarize(
         out.update(prefix_hit_rates(scan))
         ideal = ideal if ideal is not None else _manifest_get(manifest, "ideal_prefix_hit_rate")
         out["ideal_prefix_hit_rate"] = _num(ideal)
-        out["server_prefix_hit_rate"] = server_window_hit_rate(read_jsonl(d / TIMELINE))
+        timeline = read_jsonl(d / TIMELINE)
+        out["server_prefix_hit_rate"] = server_window_hit_rate(timeline)
+        out["server"] = server_evidence(timeline)
         out.update(isolation_fields(manifest, warm_cache(scan, manifest.get("cache_flush"))))
         slo = slo if slo is not None else _manifest_get(manifest, "slo")
         out["slo"] = slo_attainment(scan, slo, out["duration_s"]) if slo else None

@@ -33,6 +33,7 @@ import pandas as pd
 
 from workbench.metrics.frame import Data, cache_measured, cache_reported, to_frame
 from workbench.metrics.isolation import warm_cache
+from workbench.metrics.server_side import server_evidence
 from workbench.records import RunResult
 
 LATENCY_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
@@ -315,6 +316,7 @@ def summarize(
     ideal = ideal if ideal is not None else _manifest_get(manifest, "ideal_prefix_hit_rate")
     out["ideal_prefix_hit_rate"] = _num(ideal)
     out["server_prefix_hit_rate"] = server_window_hit_rate(timeline)
+    out["server"] = server_evidence(timeline)
     out.update(isolation_fields(manifest, warm_cache(full, manifest.get("cache_flush"))))
     slo = slo if slo is not None else _manifest_get(manifest, "slo")
     out["slo"] = slo_attainment(df, slo, out["duration_s"]) if slo else None

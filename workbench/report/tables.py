@@ -195,6 +195,42 @@ def client_caption(data: Any) -> str:
     return "Client self-measurement (the client kept up: not the bottleneck)"
 
 
+SERVER_FIELDS: tuple[tuple[str, str], ...] = (
+    ("engine (metric names)", "engine"),
+    ("preemptions", "preemptions"),
+    ("peak KV-cache usage (0-1)", "peak_kv_cache_usage"),
+    ("peak running requests", "peak_running_requests"),
+    ("peak waiting requests", "peak_waiting_requests"),
+    ("/metrics samples", "samples"),
+    ("failed scrapes", "scrape_errors"),
+)
+
+
+def server_table(data: Any) -> pd.DataFrame:
+    """The server's own evidence from its ``/metrics`` timeline (``summary["server"]``):
+    preemptions over the run, peak KV-cache usage and peak running/waiting requests."""
+    server = as_summary(data).get("server") or {}
+    values = [server.get(key) for _, key in SERVER_FIELDS]
+    df = pd.DataFrame({"value": pd.Series(values, dtype=object)})
+    df.index = pd.Index([label for label, _ in SERVER_FIELDS])
+    df.index.name = "server"
+    return _named(df, "server")
+
+
+def server_caption(data: Any) -> str:
+    """Caption of ``server_table``: where the numbers come from, or why there are none."""
+    server = as_summary(data).get("server") or {}
+    if not server.get("engine"):
+        return (
+            "No server-side evidence: the server exported no known /metrics series "
+            "(or backend.scrape_interval_s was off)"
+        )
+    return (
+        f"Server-side evidence from {server.get('samples')} /metrics samples "
+        f"({server['engine']} names); peaks are over the samples, preemptions over the run"
+    )
+
+
 def mapping_table(d: Mapping[str, Any], name: str, *, key: str = "name") -> pd.DataFrame:
     """A two-column view of a flat mapping (e.g. ``trace_stats(...).summary``)."""
     df = pd.DataFrame({"value": pd.Series(list(d.values()), dtype=object)})
