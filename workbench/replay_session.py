@@ -198,14 +198,13 @@ class ReplaySession:
         """``backend.flush_cache``: reset the server's prefix cache after the preflight
         (which fills it) and before the warm-up and the measured requests; the
         manifest's ``cache_flush`` says what was done (docs/cache-isolation.md)."""
+        from workbench.backends.flush import NOT_ASKED, FlushOutcome, flush_prefix_cache
+
         mode = self.cfg.backend.flush_cache
         if mode is False:
-            self.manifest["cache_flush"] = {
-                "mode": False, "attempted": False, "ok": False, "endpoint": None,
-                "status": None, "detail": "backend.flush_cache false", "tries": [],
-            }  # fmt: skip
+            skipped = FlushOutcome(detail=NOT_ASKED).to_dict()
+            self.manifest["cache_flush"] = {"mode": False, **skipped}
             return
-        from workbench.backends.flush import flush_prefix_cache
 
         outcome = await flush_prefix_cache(
             target["base_url"], backend=self.cfg.backend.name, session=transport.session

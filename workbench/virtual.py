@@ -264,12 +264,13 @@ async def _sample(
 def _flush(engine: Engine, mode: bool | str) -> dict[str, Any]:
     """``backend.flush_cache`` in virtual time: the engine core's own reset (it is fresh,
     so this only records, like a live run's manifest, what was done)."""
+    from workbench.backends.flush import NOT_ASKED, FlushOutcome
+
     if mode is False:
-        return {"mode": False, "attempted": False, "ok": False, "endpoint": None,
-                "status": None, "detail": "backend.flush_cache false", "tries": []}  # fmt: skip
+        return {"mode": False, **FlushOutcome(detail=NOT_ASKED).to_dict()}
     ok = engine.reset_prefix_cache()
-    return {"mode": mode, "attempted": True, "ok": ok, "endpoint": "engine.reset_prefix_cache()",
-            "status": None, "detail": None if ok else "engine busy", "tries": []}  # fmt: skip
+    out = FlushOutcome(True, ok, "engine.reset_prefix_cache()", None, None if ok else "busy")
+    return {"mode": mode, **out.to_dict()}
 
 
 def _engine_sample(t_ns: int, stats: dict[str, Any]) -> dict[str, Any]:

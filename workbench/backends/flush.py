@@ -31,7 +31,7 @@ import aiohttp
 
 from workbench.backends.transport import normalize_base_url
 
-__all__ = ["FlushOutcome", "flush_prefix_cache"]
+__all__ = ["NOT_ASKED", "FlushOutcome", "flush_prefix_cache"]
 
 VLLM_RESET = "/reset_prefix_cache"
 SGLANG_FLUSH = "/flush_cache"
@@ -39,6 +39,7 @@ ABSENT = frozenset((404, 405))  # the route is not served: try the next one
 BUSY_RETRIES = 5
 BUSY_RETRY_S = 0.5
 BODY_EXCERPT = 200
+NOT_ASKED = "backend.flush_cache false"  # the detail of a run that did not try
 
 
 @dataclass
