@@ -213,3 +213,17 @@ def test_simulate_records_the_flush_and_honours_the_salt(tmp_path: Path) -> None
         capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
     assert json.loads(out.stdout.split("\n}\n")[0] + "}")["requests"] > 0
+
+
+async def test_a_sharded_run_flushes_once_and_salts_every_shard_alike() -> None:
+    """executor.workers: the parent resets the cache before the shards start; each
+    worker builds the run's salted pool from the same run id."""
+    async with serve_sim(speedup=50.0, block_size=BLOCK, num_blocks=4096) as sim:
+        base = cfg(sim.base_url, flush_cache=False, token_salt="run")
+        base["executor"] = {"workers": 2}
+        async with asyncio.timeout(180):
+            first = await run_async(base)
+            second = await run_async({**base, "backend": {**base["backend"], "flush_cache": True}})
+    assert second.manifest["cache_flush"]["ok"] and not first.manifest["cache_flush"]["attempted"]
+    check_cold(first)
+    check_cold(second)

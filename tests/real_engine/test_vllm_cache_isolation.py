@@ -37,7 +37,8 @@ async def runs(server: VLLMServer, tmp_path: Any, **backend: Any) -> list[RunRes
     for name in ("openai", "vllm-tokens"):
         cfg: dict[str, Any] = {
             "target": server.url, "seed": seed, "out_dir": str(tmp_path),
-            "backend": {"name": name, "options": {"model": server.model}, **backend},
+            "backend": {"name": name, "options": {"model": server.model},
+                        "scrape_interval_s": 0.1, **backend},
             "trace": {"path": str(data.path(SESSION_TRACE))},
             "context": {"policy": "prefix-preserving", "max_model_len": server.max_model_len},
             "arrival": {"mode": "saturated", "tool_wait_scale": 0.0, "max_concurrency": 4},
@@ -80,6 +81,11 @@ async def test_flush_on_every_round_is_the_plan_rounded_down(
         s = summarize(result)
         assert not s["warm_cache"]["warm"], s["warm_cache"]
         assert s["cache_unreported_requests"] == 0
+        # the server's own evidence, from its /metrics timeline (vLLM names)
+        server = s["server"]
+        assert server["engine"] == "vllm" and server["samples"] >= 2, server
+        assert server["preemptions"] == 0  # a 1 GiB cache: nothing to preempt
+        assert server["peak_running_requests"] >= 1 and server["peak_kv_cache_usage"] > 0
 
 
 async def test_flush_off_no_salt_the_warm_cache_warning_fires(
