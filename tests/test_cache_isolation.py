@@ -27,7 +27,7 @@ from workbench.config import RunConfig
 from workbench.context.tokens import TokenPool
 from workbench.data import path as data_path
 from workbench.errors import ConfigError
-from workbench.records import RequestRecord
+from workbench.records import RequestRecord, RunResult
 from workbench.replay import run_async
 from workbench.sim.server import serve_sim
 
@@ -45,7 +45,7 @@ def cfg(url: str, **backend: Any) -> dict[str, Any]:
     }
 
 
-async def two_runs(**backend: Any) -> tuple[wb.RunResult, wb.RunResult]:
+async def two_runs(**backend: Any) -> tuple[RunResult, RunResult]:
     """The same trace twice on one server (as two backends would, one after the other)."""
     async with serve_sim(speedup=50.0, block_size=BLOCK, num_blocks=4096) as sim:
         async with asyncio.timeout(120):
@@ -65,7 +65,7 @@ def expected_cached(rounds: list[RequestRecord]) -> dict[str, int]:
     return want
 
 
-def check_cold(result: wb.RunResult) -> None:
+def check_cold(result: RunResult) -> None:
     by_session: dict[str, list[RequestRecord]] = {}
     for r in result.records:
         assert r.status == "ok", (r.request_id, r.error)
@@ -227,3 +227,54 @@ async def test_a_sharded_run_flushes_once_and_salts_every_shard_alike() -> None:
     assert second.manifest["cache_flush"]["ok"] and not first.manifest["cache_flush"]["attempted"]
     check_cold(first)
     check_cold(second)
+
+
+@pytest.mark.parametrize("flush", [True, False])
+async def test_chat_template_tokens_are_not_mistaken_for_a_warm_cache(flush: bool) -> None:
+    """openai-chat: the server counts a template's tokens beyond the planned prompt, the
+    same in every prompt; only what goes beyond those and the plan is a warm cache."""
+    async with serve_sim(speedup=50.0, block_size=BLOCK, num_blocks=4096) as sim:
+        c = cfg(sim.base_url, name="openai-chat", flush_cache=flush, preflight=False)
+        c["context"] = "trace-reported"  # chat carries no output ids
+        async with asyncio.timeout(120):
+            first = await run_async(c)
+            second = await run_async(c)
+    assert any(r.prompt_tokens > r.planned_prefix_tokens + r.planned_input_tokens
+               for r in second.records)  # fmt: skip
+    assert not wb.summarize(first)["warm_cache"]["warm"]
+    assert wb.summarize(second)["warm_cache"]["warm"] is (not flush)
+
+
+def _rec(rid: str, unit: int, rnd: int, cached: int, t: int, **kw: Any) -> RequestRecord:
+    kw.setdefault("cached_tokens_reported", True)
+    return RequestRecord(
+        run_id="r", request_id=rid, unit_ordinal=unit, session_id=f"s{unit}", round_idx=rnd,
+        backend="openai", policy="prefix-preserving", planned_prefix_tokens=32 * rnd,
+        planned_input_tokens=64, planned_output_tokens=1, dispatch_ns=t, end_ns=t + 5,
+        token_times_ns=[t + 1], token_counts=[1], prompt_tokens=32 * rnd + 64,
+        completion_tokens=1, cached_tokens=cached, **kw,
+    )  # fmt: skip
+
+
+def test_warm_check_skips_warmed_units_and_repeated_passes(tmp_path: Path) -> None:
+    from workbench.metrics.frame import to_frame
+    from workbench.metrics.isolation import warm_cache
+
+    records = [
+        _rec("warmup:a0", 0, 0, 0, 1, warmup=True),
+        _rec("a0", 0, 0, 64, 10),  # primed by its warm-up on purpose: not checked
+        _rec("b0", 1, 0, 0, 11),
+        _rec("b1", 1, 1, 32, 20),  # = the plan
+        _rec("b0~1", 1, 0, 64, 30),  # a second closed-loop pass: not first-seen
+        _rec("c0", 2, 0, 48, 12),  # beyond the plan: the cache knew it
+        _rec("d0", 3, 0, 0, 13, cached_tokens_reported=False),  # unreported: not checked
+    ]
+    got = warm_cache(to_frame(records))
+    assert (got["checked_requests"], got["beyond_plan_requests"]) == (3, 1)
+    assert got["excess_cached_tokens"] == 48 and got["warm"]
+    pytest.importorskip("duckdb")
+    from workbench.metrics import scan
+    from workbench.report.store import save
+
+    d = save(RunResult("r", records), tmp_path / "run")
+    assert scan.summarize(d)["warm_cache"] == got

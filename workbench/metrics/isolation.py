@@ -4,8 +4,10 @@ A run's synthetic tokens are new to the server unless an earlier run on the same
 server sent the same ones (same trace, seed and salt). The plan says, for every
 request, how many leading tokens this run itself can have put in the cache
 (``planned_prefix_tokens``, plus ``folded_prefix_tokens``: a claimed prefix
-sent as fresh input, which the shared-prefix pool may still have cached). A
-server can never serve more than that from this run alone: a request that
+sent as fresh input, which the shared-prefix pool may still have cached, plus
+the tokens the server counted beyond the planned prompt: a chat template's
+header, the same in every prompt). A server can never serve more than that
+from this run alone: a request that
 *first* sends a (unit, round) and is served more cached tokens than that proves
 the cache held this workload's blocks before the run started.
 
@@ -75,6 +77,7 @@ def first_seen(full: pd.DataFrame) -> pd.DataFrame:
 def warm_cache(full: pd.DataFrame, flush: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``summary["warm_cache"]`` of a frame that still has its warm-up rows."""
     rows = first_seen(full)
-    allowed = rows["planned_prefix_tokens"] + rows["folded_prefix_tokens"]
+    template = (rows["prompt_tokens"].fillna(0).astype(float) - rows["planned_prompt_tokens"])
+    allowed = rows["planned_prefix_tokens"] + rows["folded_prefix_tokens"] + template.clip(lower=0)
     over = (rows["cached_tokens"].astype(float) - allowed).clip(lower=0)
     return verdict(len(rows), int((over > 0).sum()), int(over.sum()), flush)

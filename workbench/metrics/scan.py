@@ -214,7 +214,10 @@ def warm_cache(scan: Scan, flush: Mapping[str, Any] | None = None) -> dict[str, 
     from workbench.metrics.isolation import verdict
 
     src = str(scan.path).replace("'", "''")
-    allowed = "(planned_prefix_tokens + folded_prefix_tokens)"
+    allowed = (
+        "(planned_prefix_tokens + folded_prefix_tokens "
+        "+ greatest(coalesce(prompt_tokens, 0) - planned_prompt_tokens, 0))"
+    )
     checked, beyond, excess = scan.one(
         f"WITH a AS (SELECT * FROM read_parquet('{src}')), "
         "firsts AS (SELECT *, row_number() OVER (PARTITION BY unit_ordinal, round_idx "
