@@ -69,7 +69,8 @@ class BackendSpec:
     ``flush_cache``: reset the server's prefix cache before the measured run
     (``workbench.backends.flush``): ``"auto"`` (default) tries and records what
     happened, ``True`` fails the run before any measured request when the server
-    cannot reset, ``False`` never tries. ``token_salt``: mixed into every synthetic
+    cannot reset, ``False`` never tries (a reset empties the cache for every client of
+    a shared server). ``token_salt``: mixed into every synthetic
     token stream, so runs under different salts share no cacheable token — the
     isolation for servers that cannot flush; ``"run"`` salts with the run id.
     docs/cache-isolation.md.
