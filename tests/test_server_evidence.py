@@ -117,7 +117,8 @@ def test_simulate_keep_records_false_stays_on_disk(tmp_path: Path) -> None:
 
 
 def test_sampling_the_engine_does_not_change_what_it_did() -> None:
-    base = {"trace": {"path": SESSIONS, "max_items": 8}, "target": {"url": "sim", "engine": TIGHT}}
+    base = {"trace": {"path": SESSIONS, "max_items": 8}, "run_id": "same",
+            "target": {"url": "sim", "engine": TIGHT}}
     quiet = wb.simulate({**base, "backend": {"name": "openai", "scrape_interval_s": None}})
     busy = wb.simulate({**base, "backend": {"name": "openai", "scrape_interval_s": 0.01}})
     assert len(quiet.metrics_timeline) == 2 < len(busy.metrics_timeline)
