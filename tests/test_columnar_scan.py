@@ -34,6 +34,7 @@ def rec(i: int, events: list[tuple[float, int]], end_ms: float | None, **kw: Any
         "planned_output_tokens": 4, "scheduled_ns": BASE, "released_ns": BASE + MS,
         "admitted_ns": BASE + 2 * MS, "dispatch_ns": BASE + 3 * MS,
         "prompt_tokens": 100 + 50 * (i % 2), "cached_tokens": 48 * (i % 2),
+        "cached_tokens_reported": True,
         "completion_tokens": sum(c for _, c in events) or None,
     }  # fmt: skip
     fields.update(kw)
@@ -50,6 +51,8 @@ def edge_records() -> list[RequestRecord]:
     return [
         rec(0, [(5, 0), (10, 1), (12, 1), (15, 2)], 16),  # role-only first chunk
         rec(1, [(8, 3), (9, 1)], 9.5, cached_tokens=None),  # server gave no cached count
+        rec(9, [(8, 1), (9, 1)], 9.5, cached_tokens=0, cached_tokens_reported=False),  # usage
+        # without cache detail: recorded as 0 but not reported, so not a zero hit
         rec(2, [(7, 1)], 7.2),  # one token: tpot undefined
         rec(3, [], 20, first_token_ns=BASE + 6 * MS, completion_tokens=5),  # no event trace
         rec(4, [(6, 1)], None, status="error", error="boom", completion_tokens=None),

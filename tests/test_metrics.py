@@ -46,6 +46,7 @@ def rec(
         "planned_prefix_tokens": 0,
         "planned_input_tokens": 100,
         "planned_output_tokens": 4,
+        "cached_tokens_reported": True,  # the count is None unless a test sets it
     }
     defaults.update(kw)
     return RequestRecord(

@@ -40,6 +40,7 @@ def _rec(
         prompt_tokens=len(prompt),
         completion_tokens=5,
         cached_tokens=0 if k == 0 else BS * (len(prompt) // BS // 2),
+        cached_tokens_reported=True,
         extra={"input_sequence_hashes": block_hashes(prompt, BS), "tool_wait_ms": wait_ms},
     )
     for key, v in kw.items():
@@ -143,3 +144,12 @@ def test_round_trip_through_dynamo_reader(tmp_path: Path) -> None:
     assert units["s1"].arrival_ms == pytest.approx(20.0)
     assert units["s1"].rounds[0].hash_ids is not None
     assert units["s1"].rounds[0].hash_ids[0] == 2**70
+
+
+def test_an_unreported_cached_count_is_left_out_not_written_as_zero() -> None:
+    result = _result()
+    result.records[0].cached_tokens_reported = False  # usage came without cache detail
+    ends = [r for r in dynamo_rows(result, BS) if r["event_type"] == "request_end"]
+    by_id = {r["request"]["request_id"]: r["request"] for r in ends}
+    assert "cached_tokens" not in by_id["s0-r0"]
+    assert by_id["s0-r1"]["cached_tokens"] == result.records[2].cached_tokens  # reported

@@ -64,13 +64,25 @@ class ArrivalSpec:
 
 @dataclass(frozen=True)
 class BackendSpec:
-    """Axis 4: the wire protocol and its client-side options."""
+    """Axis 4: the wire protocol and its client-side options.
+
+    ``flush_cache``: reset the server's prefix cache before the measured run
+    (``workbench.backends.flush``): ``"auto"`` (default) tries and records what
+    happened, ``True`` fails the run before any measured request when the server
+    cannot reset, ``False`` never tries (a reset empties the cache for every client of
+    a shared server). ``token_salt``: mixed into every synthetic
+    token stream, so runs under different salts share no cacheable token — the
+    isolation for servers that cannot flush; ``"run"`` salts with the run id.
+    docs/cache-isolation.md.
+    """
 
     name: str = "openai"
     api_key_env: str | None = "OPENAI_API_KEY"
     preflight: bool | None = None  # None: on for real servers, off for the embedded engine
     scrape_interval_s: float | None = 1.0
     options: dict[str, Any] = field(default_factory=dict)
+    flush_cache: bool | Literal["auto"] = "auto"
+    token_salt: str | None = None
 
 
 @dataclass(frozen=True)
@@ -260,6 +272,16 @@ class RunConfig:
             raise ConfigError("arrival.tool_wait_scale and arrival.warmup must be >= 0")
         parse_output_policy(a.output_len)
         BACKENDS.canonical(self.backend.name)
+        if not (isinstance(self.backend.flush_cache, bool) or self.backend.flush_cache == "auto"):
+            raise ConfigError(
+                f"backend.flush_cache {self.backend.flush_cache!r} is invalid; valid: 'auto', "
+                "true (fail when the server cannot reset its prefix cache), false"
+            )
+        if self.backend.token_salt is not None and not isinstance(self.backend.token_salt, str):
+            raise ConfigError(
+                f"backend.token_salt must be a string ('run': the run id), got "
+                f"{self.backend.token_salt!r}"
+            )
         if self.context.policy is not None:
             POLICIES.canonical(self.context.policy)
             if self.policy_name == "prefix-preserving" and not self.backend_returns_ids:

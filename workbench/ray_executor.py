@@ -112,7 +112,7 @@ class ShardActor:
         from workbench.backends.transport import Transport, TransportOptions
         from workbench.clock import WallClock
         from workbench.config import RunConfig
-        from workbench.context.tokens import TokenPool
+        from workbench.context.tokens import run_pool
         from workbench.runner import Runner
 
         cfg = RunConfig.from_dict(spec["cfg"])
@@ -123,7 +123,8 @@ class ShardActor:
         transport = await self._stack.enter_async_context(Transport(options, clock))
         runner = Runner(
             cfg, spec["plan"], run_id=spec["run_id"], codec=make_codec(b.name, **b.options),
-            sender=transport, clock=clock, pool=TokenPool(seed=cfg.seed), sink=self._on_record,
+            sender=transport, clock=clock, sink=self._on_record,
+            pool=run_pool(cfg.seed, b.token_salt, spec["run_id"]),
             lifecycle_sink=self._on_lifecycle, block_size=spec["block_size"],
         )  # fmt: skip
         runner.record_hashes = cfg.executor.block_hashes

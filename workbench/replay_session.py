@@ -21,7 +21,7 @@ from workbench.backends.base import make_codec
 from workbench.backends.transport import Transport, TransportOptions
 from workbench.clock import WallClock
 from workbench.config import RunConfig
-from workbench.context.tokens import TokenPool
+from workbench.context.tokens import TokenPool, run_pool
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.plan import Plan
 from workbench.records import RequestRecord, RunResult
@@ -155,11 +155,12 @@ class ReplaySession:
         a = self.cfg.arrival
         codec = make_codec(b.name, **b.options)  # fresh per run (the chat codec keeps state)
         clock = WallClock()
-        pool = TokenPool(seed=self.cfg.seed)
+        pool = run_pool(self.cfg.seed, b.token_salt, self.run_id)
         options = TransportOptions.of_run(self.cfg, target["base_url"])
         async with Transport(options, clock) as transport:
             await transport.check_reachable()
             await self._preflight(transport, codec, pool, target)
+            await self._flush(transport, target)
             if self.cfg.executor.warm_connections:
                 await transport.warm(min(a.max_concurrency or 0, WARM_MAX))
             block_size = await self._block_size(target)
@@ -206,6 +207,34 @@ class ReplaySession:
 
         result = await preflight_prefix_cache(transport, codec, pool.tail(8192))
         self.manifest["preflight"] = getattr(result, "__dict__", str(result))
+
+    async def _flush(self, transport: Transport, target: dict[str, Any]) -> None:
+        """``backend.flush_cache``: reset the server's prefix cache after the preflight
+        (which fills it) and before the warm-up and the measured requests; the
+        manifest's ``cache_flush`` says what was done (docs/cache-isolation.md)."""
+        from workbench.backends.flush import NOT_ASKED, FlushOutcome, flush_prefix_cache
+
+        mode = self.cfg.backend.flush_cache
+        if mode is False:
+            skipped = FlushOutcome(detail=NOT_ASKED).to_dict()
+            self.manifest["cache_flush"] = {"mode": False, **skipped}
+            return
+
+        outcome = await flush_prefix_cache(
+            target["base_url"], backend=self.cfg.backend.name, session=transport.session
+        )
+        self.manifest["cache_flush"] = {"mode": mode, **outcome.to_dict()}
+        if outcome.ok:
+            log.info("prefix cache reset (%s)", outcome.endpoint)
+        elif mode is True:
+            raise ConfigError(
+                f"backend.flush_cache true, but the server's prefix cache was not reset: "
+                f"{outcome.detail}. Start vLLM with VLLM_SERVER_DEV_MODE=1 (SGLang serves "
+                "/flush_cache), or set backend.flush_cache 'auto' and backend.token_salt "
+                "'run' to isolate this run by its tokens instead"
+            )
+        else:
+            log.warning("prefix cache not reset before the run: %s", outcome.detail)
 
     async def _block_size(self, target: dict[str, Any]) -> int | None:
         if self.plan.block_size:

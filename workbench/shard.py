@@ -100,15 +100,16 @@ class ShardedSession(ReplaySession):
         from workbench.backends.base import make_codec
         from workbench.backends.transport import Transport, TransportOptions
         from workbench.clock import WallClock
-        from workbench.context.tokens import TokenPool
+        from workbench.context.tokens import run_pool
 
         b = self.cfg.backend
         clock = WallClock()
         options = TransportOptions.of_run(self.cfg, target["base_url"])
         async with Transport(options, clock) as transport:
             await transport.check_reachable()
-            pool = TokenPool(seed=self.cfg.seed)
+            pool = run_pool(self.cfg.seed, b.token_salt, self.run_id)
             await self._preflight(transport, make_codec(b.name, **b.options), pool, target)
+            await self._flush(transport, target)
         block_size = await self._block_size(target)
         self.manifest["block_size"] = block_size
         scraper = self._scraper(target, clock)
@@ -316,7 +317,7 @@ async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> Non
     from workbench.backends.base import make_codec
     from workbench.backends.transport import Transport, TransportOptions
     from workbench.clock import WallClock
-    from workbench.context.tokens import TokenPool
+    from workbench.context.tokens import run_pool
     from workbench.report.store import RecordWriter
     from workbench.runner import Runner
 
@@ -338,7 +339,8 @@ async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> Non
         async with Transport(options, clock) as transport:
             runner = Runner(
                 cfg, spec["plan"], run_id=spec["run_id"], codec=make_codec(b.name, **b.options),
-                sender=transport, clock=clock, pool=TokenPool(seed=cfg.seed), sink=on_record,
+                sender=transport, clock=clock, sink=on_record,
+                pool=run_pool(cfg.seed, b.token_salt, spec["run_id"]),
                 lifecycle_sink=life.write, block_size=spec["block_size"],
             )  # fmt: skip
             runner.record_hashes = cfg.executor.block_hashes

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import hashlib
 from collections.abc import Coroutine
@@ -21,16 +22,39 @@ import orjson
 from workbench.backends.base import Codec, WireRequest, make_codec
 from workbench.clock import Clock, VirtualClock, run_virtual
 from workbench.config import RunConfig
-from workbench.context.tokens import TokenPool
+from workbench.context.tokens import run_pool
 from workbench.plan import Plan, build_plan
 from workbench.records import RequestRecord, RunResult, Workload
 from workbench.replay import base_manifest, coerce_config, load_workload, new_run_id
-from workbench.runner import Runner
+from workbench.runner import Runner, merge_warmup
 from workbench.sim.config import EngineConfig
 from workbench.sim.engine import Engine
 
-# Fields that depend on the host or the wall clock, left out of the canonical report.
-WALL_FIELDS = ("started_at", "finished_at", "host", "versions", "run_id", "run_dir")
+# The canonical report's one closed exclusion list (docs/measurement-rules.md): every
+# other field of the manifest, the summary, each record, each lifecycle row and each
+# timeline sample is in. Paths are dotted; "records[]." applies to every record.
+CANONICAL_EXCLUDED: dict[str, str] = {
+    "manifest.run_id": "wall clock: a UTC stamp plus a random suffix",
+    "manifest.started_at": "wall clock",
+    "manifest.finished_at": "wall clock",
+    "manifest.host": "host name and platform",
+    "manifest.versions.python": "the host's interpreter",
+    "manifest.versions.aiohttp": "the host's installed library",
+    "manifest.versions.pandas": "the host's installed library",
+    "manifest.versions.numpy": "the host's installed library",
+    "manifest.config.run_id": "the run's name (a folder name)",
+    "manifest.config.out_dir": "path: the output folder",
+    "manifest.config.trace.path": "path: where the trace is (its content is in: trace.sha256)",
+    "manifest.trace.path": "path: where the trace is",
+    "manifest.run_dir": "path: the run directory",
+    "manifest.records_kept": "storage: whether records are held in memory (out_dir decides)",
+    "manifest.records_kept_reason": "storage: why (names the out_dir case)",
+    "manifest.client": "wall clock: a live client's CPU per wall second and release lags",
+    "summary.client": "wall clock: a live client's CPU per wall second and release lags",
+    "summary.client_bottleneck": "wall clock: derived from summary.client",
+    "records[].run_id": "the same as manifest.run_id",
+    "lifecycle[].run_id": "the same as manifest.run_id",
+}
 
 
 class EngineSender:
@@ -66,6 +90,7 @@ class EngineSender:
         rec.completion_tokens = len(ids)
         rec.cached_tokens = ereq.cached_tokens
         rec.cached_tokens_reported = True
+        rec.extra["preemptions"] = ereq.preemptions  # the engine's own count (no wire has it)
         if ereq.finish_reason not in (None, "length", "stop"):
             rec.status, rec.error = "error", f"engine finished with {ereq.finish_reason}"
         return ids
@@ -116,61 +141,213 @@ def _run_virtual_anywhere(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
 async def _simulate(
     cfg: RunConfig, plan: Plan, engine_cfg: EngineConfig, run_id: str, manifest: dict[str, Any]
 ) -> RunResult:
+    """One engine, one virtual clock; the plan played by one runner, or by one runner per
+    shard as ``executor.workers`` splits a live run (units round-robin, concurrency
+    divided, routing slots stacked): the executor options act as in a live run."""
+    from workbench.shard import slot_offsets, split_concurrency, split_plan
+
     clock = VirtualClock()
     engine = Engine(engine_cfg, clock)
-    records: list[RequestRecord] = []
-    lifecycle: list[dict[str, Any]] = []
+    sinks = _Sinks(cfg, run_id, plan.n_rounds, manifest)
+    ex = cfg.executor
+    n = ex.workers if ex.workers > 1 or ex.kind != "local" else 1
+    plans = split_plan(plan, n) if n > 1 else [plan]
+    shares = split_concurrency(cfg.arrival.max_concurrency, n)
+    offsets = slot_offsets(shares, [len(p.units) for p in plans])
+    manifest["virtual_executor"] = {
+        "shards": n, "block_hashes": ex.block_hashes, "gc_freeze": ex.gc_freeze,
+        "not_applicable": list(VIRTUAL_NOT_APPLICABLE),
+    }  # fmt: skip
+    runners = []
+    for part, share, offset in zip(plans, shares, offsets, strict=True):
+        shard_cfg = cfg if n == 1 else cfg.replace(**{"arrival.max_concurrency": share})
+        runner = Runner(
+            shard_cfg, part, run_id=run_id,
+            codec=make_codec(cfg.backend.name, **cfg.backend.options),
+            sender=EngineSender(engine, clock), clock=clock,
+            pool=run_pool(cfg.seed, cfg.backend.token_salt, run_id),
+            sink=sinks.record, lifecycle_sink=sinks.lifecycle,
+            block_size=plan.block_size or engine_cfg.block_size,
+        )  # fmt: skip
+        runner.record_hashes = ex.block_hashes
+        runner.freeze_gc = ex.gc_freeze
+        runner.slot_offset = offset
+        runners.append(runner)
+    timeline: list[dict[str, Any]] = []
     await engine.start()
     try:
-        stats_before = engine.stats()
-        runner = Runner(
-            cfg, plan, run_id=run_id, codec=make_codec(cfg.backend.name, **cfg.backend.options),
-            sender=EngineSender(engine, clock), clock=clock, pool=TokenPool(seed=cfg.seed),
-            sink=records.append, lifecycle_sink=lifecycle.append,
-            block_size=plan.block_size or engine_cfg.block_size,
-        )
+        manifest["cache_flush"] = _flush(engine, cfg.backend.flush_cache)
         t0 = clock.now_ns()
-        await runner.execute()
-        stats_after = engine.stats()
+        timeline.append(_engine_sample(t0, engine.stats()))
+        sampler = asyncio.ensure_future(
+            _sample(engine, clock, cfg.backend.scrape_interval_s, timeline)
+        )
+        try:
+            if n == 1:  # warm-up inside, then the run's origin (as a live run)
+                await runners[0].execute()
+            else:  # shards: every warm-up first, then one epoch (as workbench.shard)
+                await asyncio.gather(*(r.warmup() for r in runners))
+                epoch = clock.now_ns()
+                await asyncio.gather(*(r.execute(epoch) for r in runners))
+        finally:
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
+        timeline.append(_engine_sample(clock.now_ns(), engine.stats()))
     finally:
         await engine.stop()
+        sinks.close()
     a = cfg.arrival
-    measured = [r for r in records if not r.warmup]
     manifest["completion"] = plan.completion(
-        len(measured), sum(r.status == "skipped" for r in measured),
-        looped=a.mode == "closed-loop" and a.duration_s is not None)
+        sinks.measured, sinks.skipped, looped=a.mode == "closed-loop" and a.duration_s is not None)
     manifest["status"] = manifest["completion"]["status"]
     manifest["virtual_duration_s"] = (clock.now_ns() - t0) / 1e9
-    manifest["peak_active_units"] = runner.gate.peak_active
-    if runner.warmup_report is not None:
-        manifest["warmup"] = runner.warmup_report
-    timeline = [_engine_sample(t0, stats_before), _engine_sample(clock.now_ns(), stats_after)]
-    return RunResult(run_id, records, manifest=manifest, lifecycle=lifecycle,
-                     metrics_timeline=timeline)
+    manifest["peak_active_units"] = sum(r.gate.peak_active for r in runners)
+    warm = merge_warmup([r.warmup_report for r in runners])
+    if warm is not None:
+        manifest["warmup"] = warm
+    return RunResult(run_id, sinks.records, manifest=manifest, lifecycle=sinks.rows,
+                     metrics_timeline=timeline, run_dir=sinks.run_dir)  # fmt: skip
+
+
+# Executor options that act on sockets or the loop, which virtual time has none of
+VIRTUAL_NOT_APPLICABLE = ("uvloop", "pace_ms", "warm_connections", "address")
+
+
+class _Sinks:
+    """Where records go: memory, or (``executor.keep_records`` false with an ``out_dir``)
+    straight to ``records.jsonl``/``lifecycle.jsonl``, as in a live run."""
+
+    def __init__(self, cfg: RunConfig, run_id: str, n_requests: int, manifest: dict) -> None:
+        self.keep, why = cfg.keeps_records(n_requests)
+        manifest["records_kept"], manifest["records_kept_reason"] = self.keep, why
+        self.records: list[RequestRecord] = []
+        self.rows: list[dict[str, Any]] = []
+        self.run_dir: str | None = None
+        self._writers: dict[str, Any] = {}
+        self.measured = 0  # records of the measured run (warm-up left out), for completion
+        self.skipped = 0
+        if not self.keep and cfg.out_dir:
+            from workbench.report.store import RecordWriter
+
+            d = Path(cfg.out_dir) / run_id
+            d.mkdir(parents=True, exist_ok=True)
+            self.run_dir = str(d)
+            flush_ms = cfg.executor.record_flush_ms or None
+            for name in ("records", "lifecycle"):
+                self._writers[name] = RecordWriter(d / f"{name}.jsonl", max_delay_ms=flush_ms)
+
+    def record(self, rec: RequestRecord) -> None:
+        if not rec.warmup:
+            self.measured += 1
+            self.skipped += rec.status == "skipped"
+        if self.keep:
+            self.records.append(rec)
+        else:
+            self._writers["records"].write(rec)
+
+    def lifecycle(self, row: dict[str, Any]) -> None:
+        if self.keep:
+            self.rows.append(row)
+        else:
+            self._writers["lifecycle"].write(row)
+
+    def close(self) -> None:
+        for w in self._writers.values():
+            w.close()
+
+
+async def _sample(
+    engine: Engine, clock: Clock, interval_s: float | None, timeline: list[dict[str, Any]]
+) -> None:
+    """``backend.scrape_interval_s`` in virtual time: the engine's counters and gauges
+    every interval, as the live scraper takes them from ``/metrics``."""
+    if not interval_s:
+        return
+    step = max(1, round(interval_s * 1e9))
+    due = clock.now_ns()
+    while True:
+        due += step
+        await clock.sleep_until(due)
+        timeline.append(_engine_sample(clock.now_ns(), engine.stats()))
+
+
+def _flush(engine: Engine, mode: bool | str) -> dict[str, Any]:
+    """``backend.flush_cache`` in virtual time: the engine core's own reset (it is fresh,
+    so this only records, like a live run's manifest, what was done)."""
+    from workbench.backends.flush import NOT_ASKED, FlushOutcome
+
+    if mode is False:
+        return {"mode": False, **FlushOutcome(detail=NOT_ASKED).to_dict()}
+    ok = engine.reset_prefix_cache()
+    out = FlushOutcome(True, ok, "engine.reset_prefix_cache()", None, None if ok else "busy")
+    return {"mode": mode, **out.to_dict()}
 
 
 def _engine_sample(t_ns: int, stats: dict[str, Any]) -> dict[str, Any]:
-    """An engine counter snapshot under the vLLM metric names the scraper uses."""
-    return {
-        "t_ns": t_ns,
-        "vllm:prefix_cache_queries_total": stats.get("prefix_cache_queries_tokens", 0),
-        "vllm:prefix_cache_hits_total": stats.get("prefix_cache_hits_tokens", 0),
-        "vllm:num_preemptions_total": stats.get("preemptions", 0),
-    }
+    """An engine snapshot under the vLLM metric names the scraper keeps (``sim.metrics``)."""
+    from workbench.sim.metrics import VLLM_COUNTERS, VLLM_GAUGES
+
+    row: dict[str, Any] = {"t_ns": t_ns}
+    for name, _, key in VLLM_COUNTERS:
+        row[name + "_total"] = stats.get(key, 0)
+    for name, _, key in VLLM_GAUGES:
+        row[name] = stats.get(key, 0)
+    return row
+
+
+def _drop(doc: dict[str, Any], dotted: str) -> None:
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        nxt = doc.get(key)
+        if not isinstance(nxt, dict):
+            return
+        doc = nxt
+    doc.pop(leaf, None)
+
+
+def _excluded(section: str) -> list[str]:
+    prefix = section + "."
+    return [k[len(prefix) :] for k in CANONICAL_EXCLUDED if k.startswith(prefix)]
 
 
 def canonical_report(result: RunResult, slo: dict[str, float] | None = None) -> dict[str, Any]:
-    """Summary + per-request timings, without wall-clock or host fields (digest-stable)."""
-    from workbench.metrics import summarize
+    """Manifest, summary, every record, lifecycle row and timeline sample, less exactly
+    ``CANONICAL_EXCLUDED``: the same trace content and engine config give the same
+    report whatever the output folder, the trace's path, the host and the time."""
+    import copy
 
-    manifest = {k: v for k, v in result.manifest.items() if k not in WALL_FIELDS}
-    manifest.get("config", {}).pop("run_id", None)
-    requests = [
-        [r.request_id, r.status, r.dispatch_ns, r.first_token_ns, r.end_ns,
-         r.prompt_tokens, r.cached_tokens, r.completion_tokens]
-        for r in result.records
-    ]
-    return {"manifest": manifest, "summary": summarize(result, slo), "requests": requests}
+    from workbench.metrics import summarize
+    from workbench.metrics.frame import as_records
+
+    records, lifecycle = as_records(result), _lifecycle(result)
+    # summarized in memory even when the records stayed on disk: a DuckDB scan sums
+    # floats in another order, which would change the digest by a last bit
+    in_memory = RunResult(result.run_id, records, manifest=result.manifest, lifecycle=lifecycle,
+                          metrics_timeline=result.metrics_timeline, cancelled=result.cancelled)
+    doc: dict[str, Any] = {
+        "manifest": copy.deepcopy(result.manifest),
+        "summary": summarize(in_memory, slo),
+        "records": [r.to_dict() for r in records],
+        "lifecycle": [dict(row) for row in lifecycle],
+        "metrics_timeline": [dict(row) for row in result.metrics_timeline],
+    }
+    for section in ("manifest", "summary"):
+        for dotted in _excluded(section):
+            _drop(doc[section], dotted)
+    for section in ("records", "lifecycle"):
+        for dotted in _excluded(section + "[]"):
+            for row in doc[section]:
+                _drop(row, dotted)
+    return doc
+
+
+def _lifecycle(result: RunResult) -> list[dict[str, Any]]:
+    if result.lifecycle or not result.records_on_disk:
+        return result.lifecycle
+    from workbench.report.store import LIFECYCLE, read_jsonl
+
+    return read_jsonl(Path(result.run_dir or "") / LIFECYCLE)
 
 
 def report_digest(report: dict[str, Any]) -> str:

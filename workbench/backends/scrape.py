@@ -56,6 +56,7 @@ SGLANG_SERIES = (
     "sglang:num_queue_reqs",
     "sglang:token_usage",
     "sglang:cache_hit_rate",
+    "sglang:num_retracted_requests_total",
 )
 LLAMACPP_PROMPT = "llamacpp:prompt_tokens_total"  # processed, cached ones excluded
 LLAMACPP_CACHED = "llamacpp:prompt_tokens_cached_total"
@@ -66,9 +67,13 @@ LLAMACPP_SERIES = (
     "llamacpp:tokens_predicted_total",
     "llamacpp:requests_processing",
     "llamacpp:requests_deferred",
+    "llamacpp:kv_cache_usage_ratio",
 )
 SERIES = frozenset((*VLLM_SERIES, *SGLANG_SERIES, *LLAMACPP_SERIES, CACHE_CONFIG))
-AVERAGED = frozenset(("vllm:kv_cache_usage_perc", "sglang:token_usage", "sglang:cache_hit_rate"))
+AVERAGED = frozenset((
+    "vllm:kv_cache_usage_perc", "sglang:token_usage", "sglang:cache_hit_rate",
+    "llamacpp:kv_cache_usage_ratio",
+))  # fmt: skip
 
 
 def _wanted_lines(text: str) -> str:

@@ -29,6 +29,12 @@ def add_axis_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stream-idle-timeout", type=float, help="stream idle timeout (s)")
     p.add_argument("--backend", help="openai | openai-chat | vllm-tokens | sglang-tokens")
     p.add_argument("--seed", type=int, help="seed of the synthetic token pool")
+    p.add_argument("--flush-cache", action=argparse.BooleanOptionalAction, default=None,
+                   help="reset the server's prefix cache before the run (default: try, "
+                        "record what happened; --flush-cache fails if it cannot)")
+    p.add_argument("--token-salt", help="salt every synthetic token ('run': the run id) so "
+                                        "runs share no cached prefix on a server that "
+                                        "cannot flush")
     p.add_argument("--config", help="YAML/JSON RunConfig file; flags override it")
     p.add_argument("-o", "--out", dest="out_dir", help="parent folder of the run directory")
     p.add_argument("--run-id", help="name of the run directory (default: timestamped)")
@@ -44,7 +50,7 @@ _AXIS_FLAGS = {
         "output_len": "output_len", "request_timeout": "request_timeout_s",
         "stream_idle_timeout": "stream_idle_timeout_s",
     },
-    "backend": {"backend": "name"},
+    "backend": {"backend": "name", "flush_cache": "flush_cache", "token_salt": "token_salt"},
 }
 
 

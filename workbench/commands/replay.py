@@ -49,14 +49,30 @@ def run(args: argparse.Namespace) -> int:
     if cfg.dry_run:  # the plan, its arrival span included (warned about on stderr past a day)
         print(json.dumps(result.manifest["plan"], indent=2))
         return 0
-    print(json.dumps(_brief(summarize(result, cfg.slo)), indent=2))
+    summary = summarize(result, cfg.slo)
+    print(json.dumps(_brief(summary), indent=2))
+    print_cache_notes(summary)
     if result.run_dir:
         print(f"run directory: {result.run_dir}")
     return 1 if result.cancelled else 0
 
 
+def print_cache_notes(summary: dict) -> None:
+    """The cache flush and the warm-cache warning, on stderr (docs/cache-isolation.md)."""
+    flush = summary.get("cache_flush") or {}
+    if flush.get("attempted") and not flush.get("ok"):
+        print(f"note: prefix cache not reset before the run: {flush.get('detail')}",
+              file=sys.stderr)  # fmt: skip
+    warning = (summary.get("warm_cache") or {}).get("warning")
+    if warning:
+        print(f"WARNING: {warning}", file=sys.stderr)
+    if summary.get("ok") and not summary.get("cache_reported_requests"):
+        print("note: the server reported no cached-token counts: actual_prefix_hit_rate is "
+              "unknown (null), not 0", file=sys.stderr)  # fmt: skip
+
+
 def _brief(summary: dict) -> dict:
     keys = ("requests", "ok", "errors", "ttft_ms", "tpot_ms", "e2e_ms",
-            "actual_prefix_hit_rate", "planned_prefix_hit_rate", "request_throughput_rps",
-            "warmup")
+            "actual_prefix_hit_rate", "cache_reported_requests", "cache_unreported_requests",
+            "planned_prefix_hit_rate", "request_throughput_rps", "warmup")
     return {k: summary[k] for k in keys if k in summary}

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from workbench.commands._axes import add_axis_arguments, config_from_args
-from workbench.commands.replay import _brief
+from workbench.commands.replay import _brief, print_cache_notes
 
 NAME = "simulate"
 HELP = "replay a trace through the embedded engine in virtual time (no sockets, no waiting)"
@@ -29,8 +29,11 @@ def run(args: argparse.Namespace) -> int:
         key, _, value = item.partition("=")
         knobs[key] = json.loads(value) if value[:1].isdigit() or value in ("true", "false") \
             else value
-    result = simulate(cfg, engine=knobs)
-    print(json.dumps(_brief(summarize(result, cfg.slo)), indent=2))
+    # the knobs go into the config, so the manifest's config says which engine ran
+    result = simulate(cfg.replace(**{"target.engine": knobs}))
+    summary = summarize(result, cfg.slo)
+    print(json.dumps(_brief(summary), indent=2))
+    print_cache_notes(summary)
     if args.digest:
         print("digest:", report_digest(canonical_report(result, cfg.slo)))
     if result.run_dir:

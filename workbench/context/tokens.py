@@ -10,6 +10,11 @@ built from synthetic ids sent as token-id prompts. Three rules shape this module
 * **Determinism.** Token ``k`` of a stream depends only on ``(seed, stream, k)``:
   the same in every run and process, and independent of how calls are split
   (``fresh(s, 3) + fresh(s, 4) == `` the first 7 tokens of ``s``).
+* **A salt isolates runs.** A non-empty ``salt`` (``backend.token_salt``) enters
+  every stream's key, so a salted run shares no token with a run under another
+  salt (or none): on a server whose prefix cache cannot be reset, a per-run salt
+  (``token_salt: run``, the run id) keeps one run's cached blocks from serving
+  the next one (docs/cache-isolation.md). No salt gives the unsalted streams.
 * **Ordinary ids only.** Tokens fall in ``[vocab_lo, vocab_hi)``. The default
   ``[1000, 31000)`` fits any tokenizer with at least 32,000 ids (Llama-2,
   Mistral, Qwen, GPT-2/NeoX, ...) and skips the low ids where special, control
@@ -51,9 +56,11 @@ _MIX2 = np.uint64(0x94D049BB133111EB)
 _NS_UNIT, _NS_PREFIX, _NS_BLOCK, _NS_TAIL = "u", "p", "b", "t"
 
 
-def _stream_keys_once(seed: int, namespace: str, name: str) -> tuple[int, int]:
-    """``(fnv_seed, finalizer_key)`` of one stream."""
-    ident = f"{seed}\x1f{namespace}\x1f{name}"
+def _stream_keys_once(seed: int, salt: str, namespace: str, name: str) -> tuple[int, int]:
+    """``(fnv_seed, finalizer_key)`` of one stream (no salt: the unsalted key)."""
+    ident = (
+        f"{seed}\x1f{salt}\x1f{namespace}\x1f{name}" if salt else f"{seed}\x1f{namespace}\x1f{name}"
+    )
     key = int.from_bytes(hashlib.blake2b(ident.encode(), digest_size=4).digest(), "little")
     return fnv1a_32(ident), key
 
@@ -115,20 +122,25 @@ class TokenPool:
     """
 
     def __init__(
-        self, vocab_lo: int = DEFAULT_VOCAB_LO, vocab_hi: int = DEFAULT_VOCAB_HI, seed: int = 0
+        self,
+        vocab_lo: int = DEFAULT_VOCAB_LO,
+        vocab_hi: int = DEFAULT_VOCAB_HI,
+        seed: int = 0,
+        salt: str = "",
     ) -> None:
         if not 0 <= vocab_lo < vocab_hi <= 2**32:
             raise ValueError(f"need 0 <= vocab_lo < vocab_hi <= 2**32, got {vocab_lo}, {vocab_hi}")
         self.vocab_lo = vocab_lo
         self.vocab_hi = vocab_hi
         self.seed = seed
+        self.salt = salt
         self._cursors: dict[str, int] = {}
 
     def _span(self, namespace: str, name: str, start: int, n: int) -> np.ndarray:
         if n < 0:
             raise ValueError(f"token count must be >= 0, got {n}")
         keys = _stream_keys_once if namespace == _NS_UNIT else _stream_keys
-        fnv, key = keys(self.seed, namespace, name)
+        fnv, key = keys(self.seed, self.salt, namespace, name)
         span = self.vocab_hi - self.vocab_lo
         if (start & _LOW32) + n <= 1 << 32:  # one turn: the usual case, done in place
             return _generate_run(fnv, key, start, n, self.vocab_lo, span)
@@ -191,7 +203,7 @@ class TokenPool:
             raise ValueError(f"bad input_len={input_len} / block_size={block_size}")
         n_blocks = min(len(hash_ids), -(-input_len // block_size))
         covered = min(n_blocks * block_size, input_len)
-        keys = [_stream_keys(self.seed, _NS_BLOCK, str(h)) for h in hash_ids[:n_blocks]]
+        keys = [_stream_keys(self.seed, self.salt, _NS_BLOCK, str(h)) for h in hash_ids[:n_blocks]]
         table = np.asarray(keys, dtype=np.uint64).reshape(-1, 2)
         grid = _generate(  # (n_blocks, block_size) by broadcasting, then cut to length
             table[:, :1],
@@ -221,4 +233,26 @@ class TokenPool:
         return self._span(_NS_TAIL, nonce, 0, n).tolist()
 
 
-__all__ = ["DEFAULT_VOCAB_HI", "DEFAULT_VOCAB_LO", "TokenPool"]
+RUN_SALT = "run"  # backend.token_salt value meaning "this run's id"
+
+
+def resolve_salt(token_salt: str | None, run_id: str) -> str:
+    """The salt a run's pool uses: none, the run id (``"run"``), or the given string."""
+    if not token_salt:
+        return ""
+    return run_id if token_salt == RUN_SALT else token_salt
+
+
+def run_pool(seed: int, token_salt: str | None, run_id: str) -> TokenPool:
+    """The token pool of run ``run_id`` (every process of a sharded run builds the same)."""
+    return TokenPool(seed=seed, salt=resolve_salt(token_salt, run_id))
+
+
+__all__ = [
+    "DEFAULT_VOCAB_HI",
+    "DEFAULT_VOCAB_LO",
+    "RUN_SALT",
+    "TokenPool",
+    "resolve_salt",
+    "run_pool",
+]

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.metrics.frame import Data, run_rows
+from workbench.metrics.frame import Data, cache_measured, run_rows
 from workbench.metrics.summary import metric_values
 from workbench.metrics.timeline import active_units_at
 from workbench.records import RunResult
@@ -62,7 +62,7 @@ def _group_row(part: pd.DataFrame) -> dict[str, Any]:
         row[f"{col}_mean"] = float(vals.mean()) if vals.size else math.nan
         for q, p in zip(QS, np.percentile(vals, QS) if vals.size else [math.nan] * 3, strict=True):
             row[f"{col}_p{q:g}"] = float(p)
-    meas = ok[ok["cached_tokens"].notna() & (ok["prompt_tokens"].fillna(0) > 0)]
+    meas = cache_measured(ok)
     den = float(meas["prompt_tokens"].sum())
     row["actual_prefix_hit_rate"] = float(meas["cached_tokens"].sum()) / den if den else math.nan
     pden = float(part["planned_prompt_tokens"].sum())

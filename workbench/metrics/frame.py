@@ -26,8 +26,9 @@ release lag (``summary["client"]``), not as server latency:
   *includes* the release lag (SPEC §3 "arrival → slot granted"). A session is
   admitted once, so later rounds repeat their unit's admission time.
 - ``output_tokens``: server ``completion_tokens`` when reported, else Σ token_counts.
-- ``actual_hit`` = cached/prompt_tokens (NaN when the server reported no cached
-  count), ``planned_hit`` = p/(p+i), ``hit_delta`` = actual − planned.
+- ``actual_hit`` = cached/prompt_tokens, NaN when the server did not report a
+  cached count (``cached_tokens_reported`` False: not a zero hit, see
+  ``cache_reported``), ``planned_hit`` = p/(p+i), ``hit_delta`` = actual − planned.
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ def _prefix(rec: RequestRecord) -> dict[str, Any]:
     planned_prompt = rec.planned_prefix_tokens + rec.planned_input_tokens
     planned = rec.planned_prefix_tokens / planned_prompt if planned_prompt > 0 else NAN
     actual = NAN
-    if rec.cached_tokens is not None and rec.prompt_tokens:
+    if rec.cached_tokens_reported and rec.cached_tokens is not None and rec.prompt_tokens:
         actual = rec.cached_tokens / rec.prompt_tokens
     return {
         "planned_prompt_tokens": planned_prompt,
@@ -180,6 +181,21 @@ def to_frame(data: Data) -> pd.DataFrame:
     for col in ("warmup", "cached_tokens_reported"):
         df[col] = df[col].astype(bool)
     return df
+
+
+def cache_reported(df: pd.DataFrame) -> pd.Series:
+    """Rows whose server reported a cached-token count (docs/measurement-rules.md).
+
+    A request whose server sent no cached count (vLLM without
+    ``--enable-prompt-tokens-details``, a usage block without details) is *not* a
+    zero hit: it is left out of every actual hit rate and counted as unreported.
+    """
+    return df["cached_tokens_reported"].astype(bool) & df["cached_tokens"].notna()
+
+
+def cache_measured(ok: pd.DataFrame) -> pd.DataFrame:
+    """The ok rows an actual hit rate is taken over: reported, with a prompt count > 0."""
+    return ok[cache_reported(ok) & (ok["prompt_tokens"].fillna(0) > 0)]
 
 
 def run_rows(data: Data, *, warmup: bool = False) -> pd.DataFrame:

@@ -173,7 +173,9 @@ def throughput(scan: Scan) -> dict[str, Any]:
     }
 
 
-_MEASURED = "status = 'ok' AND cached_tokens IS NOT NULL AND coalesce(prompt_tokens, 0) > 0"
+# metrics.frame.cache_reported / cache_measured, in SQL (docs/measurement-rules.md)
+_REPORTED = "cached_tokens_reported AND cached_tokens IS NOT NULL"
+_MEASURED = f"status = 'ok' AND {_REPORTED} AND coalesce(prompt_tokens, 0) > 0"
 
 
 def _ratio(num: Any, den: Any) -> float | None:
@@ -186,8 +188,10 @@ def prefix_hit_rates(scan: Scan, where: str = "") -> dict[str, Any]:
         "SELECT sum(cached_tokens), sum(prompt_tokens), sum(planned_prefix_tokens), "
         f"sum(planned_prompt_tokens), count(*) FROM r WHERE {_MEASURED}{where}"
     )
-    pre, pp = scan.one(
-        f"SELECT sum(planned_prefix_tokens), sum(planned_prompt_tokens) FROM r WHERE TRUE{where}"
+    pre, pp, n_rep, n_ok = scan.one(
+        "SELECT sum(planned_prefix_tokens), sum(planned_prompt_tokens), "
+        f"count(*) FILTER (WHERE status = 'ok' AND {_REPORTED}), "
+        f"count(*) FILTER (WHERE status = 'ok') FROM r WHERE TRUE{where}"
     )
     actual, plan_meas = _ratio(cached, prompt), _ratio(m_pre, m_pp)
     return {
@@ -198,8 +202,32 @@ def prefix_hit_rates(scan: Scan, where: str = "") -> dict[str, Any]:
             actual - plan_meas if actual is not None and plan_meas is not None else None
         ),
         "measured_cache_requests": int(n_meas),
+        "cache_reported_requests": int(n_rep),
+        "cache_unreported_requests": int(n_ok) - int(n_rep),
         "cached_tokens": int(cached or 0),
     }
+
+
+def warm_cache(scan: Scan, flush: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``metrics.isolation.warm_cache`` in SQL: over every row, warm-ups included (the
+    units they primed are left out), whatever ``warmup`` the scan was opened with."""
+    from workbench.metrics.isolation import verdict
+
+    src = str(scan.path).replace("'", "''")
+    allowed = (
+        "(planned_prefix_tokens + folded_prefix_tokens "
+        "+ greatest(coalesce(prompt_tokens, 0) - planned_prompt_tokens, 0))"
+    )
+    checked, beyond, excess = scan.one(
+        f"WITH a AS (SELECT * FROM read_parquet('{src}')), "
+        "firsts AS (SELECT *, row_number() OVER (PARTITION BY unit_ordinal, round_idx "
+        "ORDER BY dispatch_ns NULLS LAST, request_id) AS k FROM a "
+        f"WHERE NOT warmup AND status = 'ok' AND {_REPORTED}) "
+        f"SELECT count(*), count(*) FILTER (WHERE cached_tokens > {allowed}), "
+        f"coalesce(sum(greatest(cached_tokens - {allowed}, 0)), 0) FROM firsts WHERE k = 1 "
+        "AND unit_ordinal NOT IN (SELECT unit_ordinal FROM a WHERE warmup)"
+    )
+    return verdict(int(checked), int(beyond), int(excess), flush)
 
 
 def slo_attainment(
@@ -246,7 +274,13 @@ def summarize(
         from workbench.report.store import load
 
         return in_memory(load(run_dir), slo, warmup=warmup, ideal=ideal)
-    from workbench.metrics.summary import _manifest_get, client_bottleneck, server_window_hit_rate
+    from workbench.metrics.server_side import server_evidence
+    from workbench.metrics.summary import (
+        _manifest_get,
+        client_bottleneck,
+        isolation_fields,
+        server_window_hit_rate,
+    )
     from workbench.report.store import MANIFEST, TIMELINE, read_json, read_jsonl
 
     with Scan(run_dir, warmup=warmup) as scan:
@@ -259,7 +293,10 @@ def summarize(
         out.update(prefix_hit_rates(scan))
         ideal = ideal if ideal is not None else _manifest_get(manifest, "ideal_prefix_hit_rate")
         out["ideal_prefix_hit_rate"] = _num(ideal)
-        out["server_prefix_hit_rate"] = server_window_hit_rate(read_jsonl(d / TIMELINE))
+        timeline = read_jsonl(d / TIMELINE)
+        out["server_prefix_hit_rate"] = server_window_hit_rate(timeline)
+        out["server"] = server_evidence(timeline)
+        out.update(isolation_fields(manifest, warm_cache(scan, manifest.get("cache_flush"))))
         slo = slo if slo is not None else _manifest_get(manifest, "slo")
         out["slo"] = slo_attainment(scan, slo, out["duration_s"]) if slo else None
     out["run_cancelled"] = bool(manifest.get("cancelled")) or manifest.get("status") == "cancelled"

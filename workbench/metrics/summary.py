@@ -10,7 +10,10 @@ research notes M.2/M.3/M.5):
   last end, so failures stretch the window, while numerators count successes
   only — a run that fails fast cannot look fast;
 - ``actual_prefix_hit_rate`` = Σcached/Σprompt_tokens over ok requests whose
-  server reported a cached count; ``planned_prefix_hit_rate`` = Σp/Σ(p+i) over
+  server reported a cached count (``cached_tokens_reported``); a request without
+  one is not a zero hit. ``cache_reported_requests`` / ``cache_unreported_requests``
+  count the ok requests each way; with none reported the rate is None (null);
+  ``planned_prefix_hit_rate`` = Σp/Σ(p+i) over
   every request of the plan; ``planned_prefix_hit_rate_measured`` re-accumulates
   the plan over the same requests as the actual rate so the delta compares like
   with like;
@@ -28,7 +31,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.metrics.frame import Data, run_rows
+from workbench.metrics.frame import Data, cache_measured, cache_reported, to_frame
+from workbench.metrics.isolation import warm_cache
+from workbench.metrics.server_side import server_evidence
 from workbench.records import RunResult
 
 LATENCY_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
@@ -125,7 +130,8 @@ def _ratio(num: float, den: float) -> float | None:
 def prefix_hit_rates(df: pd.DataFrame) -> dict[str, float | int | None]:
     """Token-weighted client-side hit rates (see module docstring)."""
     ok = df[df["status"] == "ok"]
-    meas = ok[ok["cached_tokens"].notna() & (ok["prompt_tokens"].fillna(0) > 0)]
+    meas = cache_measured(ok)
+    reported = int(cache_reported(ok).sum())
     actual = _ratio(meas["cached_tokens"].sum(), meas["prompt_tokens"].sum())
     planned = _ratio(df["planned_prefix_tokens"].sum(), df["planned_prompt_tokens"].sum())
     plan_meas = _ratio(meas["planned_prefix_tokens"].sum(), meas["planned_prompt_tokens"].sum())
@@ -136,6 +142,8 @@ def prefix_hit_rates(df: pd.DataFrame) -> dict[str, float | int | None]:
         "planned_prefix_hit_rate_measured": plan_meas,
         "prefix_hit_rate_delta": delta,
         "measured_cache_requests": len(meas),
+        "cache_reported_requests": reported,
+        "cache_unreported_requests": len(ok) - reported,
         "cached_tokens": int(meas["cached_tokens"].sum()),
     }
 
@@ -259,6 +267,12 @@ def client_bottleneck(stats: Mapping[str, Any]) -> dict[str, Any]:
     return {"client_bottleneck": bool(reasons), "client_bottleneck_reasons": reasons}
 
 
+def isolation_fields(manifest: Mapping[str, Any], warm: dict[str, Any]) -> dict[str, Any]:
+    """``cache_flush`` (what was done before the run, from the manifest) and ``warm_cache``."""
+    flush = manifest.get("cache_flush")
+    return {"cache_flush": dict(flush) if isinstance(flush, Mapping) else None, "warm_cache": warm}
+
+
 def _manifest_get(manifest: Mapping[str, Any], key: str) -> Any:
     """``manifest[key]``, else the same key under ``config`` or ``trace_stats``."""
     if key in manifest:
@@ -291,7 +305,8 @@ def summarize(
         return scan_summarize(result.run_dir or "", slo, warmup=warmup, ideal=ideal)
     manifest = result.manifest if isinstance(result, RunResult) else {}
     timeline = result.metrics_timeline if isinstance(result, RunResult) else []
-    df = run_rows(result, warmup=warmup)
+    full = to_frame(result)
+    df = full if warmup else full[~full["warmup"]]
     ok = df[df["status"] == "ok"]
     out: dict[str, Any] = {"warmup_included": warmup, **counts(df)}
     for col in (*LATENCY_METRICS, *AUDIT_METRICS):
@@ -301,6 +316,8 @@ def summarize(
     ideal = ideal if ideal is not None else _manifest_get(manifest, "ideal_prefix_hit_rate")
     out["ideal_prefix_hit_rate"] = _num(ideal)
     out["server_prefix_hit_rate"] = server_window_hit_rate(timeline)
+    out["server"] = server_evidence(timeline)
+    out.update(isolation_fields(manifest, warm_cache(full, manifest.get("cache_flush"))))
     slo = slo if slo is not None else _manifest_get(manifest, "slo")
     out["slo"] = slo_attainment(df, slo, out["duration_s"]) if slo else None
     if isinstance(result, RunResult):

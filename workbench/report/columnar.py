@@ -191,7 +191,8 @@ def _derive(rows: list[Mapping[str, Any]], cols: dict[str, list[Any]]) -> dict[s
         amort = np.where(n_out >= 2, (e2e - ttft) / (n_out - 1), np.nan)
         planned_hit = np.where(planned_prompt > 0, pre / planned_prompt, np.nan)
         cached, cached_ok = opt["cached_tokens"]
-        actual = np.where(cached_ok & prompt_ok & (prompt != 0), cached / prompt, np.nan)
+        reported = np.asarray(cols["cached_tokens_reported"], dtype=bool) & cached_ok
+        actual = np.where(reported & prompt_ok & (prompt != 0), cached / prompt, np.nan)
     itl_sum = np.where(tok["itl_count"] > 0, (tok["last_t"] - tok["first_t"]) / NS_PER_MS, 0.0)
     return {
         "output_tokens": n_out, "planned_prompt_tokens": planned_prompt, "prompt_len": prompt_len,

@@ -88,7 +88,7 @@ def _request_row(
         "output_tokens": output_tokens(rec),
         "request_received_ms": at(sent_ns),
     }
-    if rec.cached_tokens is not None:
+    if rec.cached_tokens_reported and rec.cached_tokens is not None:  # unreported: not 0
         req["cached_tokens"] = rec.cached_tokens
     if rec.end_ns is not None:
         req["total_time_ms"] = (rec.end_ns - sent_ns) / 1e6

@@ -66,12 +66,48 @@ def summary_table(data: Any) -> pd.DataFrame:
 
 
 def prefix_table(data: Any) -> pd.DataFrame:
-    """Prefix-cache hit rates (fraction of prompt tokens, 0–1): planned, actual, server, ideal."""
+    """Prefix-cache hit rates (fraction of prompt tokens, 0–1): planned, actual, server, ideal.
+
+    ``over requests``: how many ok requests the actual rate is taken over (those
+    whose server reported a cached count; the rest are left out, not zero hits).
+    """
     s = as_summary(data)
-    rows = {label: {"key": key, "hit rate": _float(s.get(key))} for label, key in HIT_RATES}
-    df = pd.DataFrame.from_dict(rows, orient="index", columns=["key", "hit rate"])
+    rows = {label: {"key": key, "hit rate": _float(s.get(key)), "over requests": math.nan}
+            for label, key in HIT_RATES}  # fmt: skip
+    rows["actual (client)"]["over requests"] = _float(s.get("cache_reported_requests"))
+    df = pd.DataFrame.from_dict(rows, orient="index", columns=["key", "hit rate", "over requests"])
     df.index.name = "prefix hit rate"
     return _named(df, "prefix_hits")
+
+
+def prefix_caption(data: Any) -> str:
+    """Caption of ``prefix_table``: what the actual rate is over, the cache flush before
+    the run, and the warm-cache warning (docs/measurement-rules.md)."""
+    s = as_summary(data)
+    parts = ["Prefix-cache hit rates (fraction of prompt tokens, 0-1)."]
+    ok = _count(s.get("ok"))
+    reported, unreported = _count(s.get("cache_reported_requests")), _count(
+        s.get("cache_unreported_requests"))
+    if ok and not reported:
+        parts.append(
+            f"The server reported no cached-token count for any of the {ok} ok requests: the "
+            "actual hit rate is unknown (null), not 0 (vLLM reports it with "
+            "--enable-prompt-tokens-details)."
+        )
+    elif unreported:
+        parts.append(
+            f"Actual rate over the {reported} of {ok} ok requests that reported a cached count; "
+            f"the other {unreported} are left out, not counted as misses."
+        )
+    flush = s.get("cache_flush") or {}
+    if flush.get("ok"):
+        parts.append(f"Prefix cache reset before the run ({flush.get('endpoint')}).")
+    elif flush.get("attempted"):
+        parts.append(f"Prefix cache NOT reset before the run: {flush.get('detail')}.")
+    warning = (s.get("warm_cache") or {}).get("warning")
+    if warning:
+        parts.append(f"WARNING: {warning}")
+    return " ".join(parts)
 
 
 def run_table(data: Any) -> pd.DataFrame:
@@ -157,6 +193,42 @@ def client_caption(data: Any) -> str:
             "queueing; use more executor.workers or a lower max_concurrency"
         )
     return "Client self-measurement (the client kept up: not the bottleneck)"
+
+
+SERVER_FIELDS: tuple[tuple[str, str], ...] = (
+    ("engine (metric names)", "engine"),
+    ("preemptions", "preemptions"),
+    ("peak KV-cache usage (0-1)", "peak_kv_cache_usage"),
+    ("peak running requests", "peak_running_requests"),
+    ("peak waiting requests", "peak_waiting_requests"),
+    ("/metrics samples", "samples"),
+    ("failed scrapes", "scrape_errors"),
+)
+
+
+def server_table(data: Any) -> pd.DataFrame:
+    """The server's own evidence from its ``/metrics`` timeline (``summary["server"]``):
+    preemptions over the run, peak KV-cache usage and peak running/waiting requests."""
+    server = as_summary(data).get("server") or {}
+    values = [server.get(key) for _, key in SERVER_FIELDS]
+    df = pd.DataFrame({"value": pd.Series(values, dtype=object)})
+    df.index = pd.Index([label for label, _ in SERVER_FIELDS])
+    df.index.name = "server"
+    return _named(df, "server")
+
+
+def server_caption(data: Any) -> str:
+    """Caption of ``server_table``: where the numbers come from, or why there are none."""
+    server = as_summary(data).get("server") or {}
+    if not server.get("engine"):
+        return (
+            "No server-side evidence: the server exported no known /metrics series "
+            "(or backend.scrape_interval_s was off)"
+        )
+    return (
+        f"Server-side evidence from {server.get('samples')} /metrics samples "
+        f"({server['engine']} names); peaks are over the samples, preemptions over the run"
+    )
 
 
 def mapping_table(d: Mapping[str, Any], name: str, *, key: str = "name") -> pd.DataFrame:

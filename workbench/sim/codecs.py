@@ -38,7 +38,10 @@ class Codec:
         raise NotImplementedError
 
     def _usage(self, cached: int) -> Json:
-        return usage(len(self.gen.prompt_ids), self.completion, cached)
+        out = usage(len(self.gen.prompt_ids), self.completion, cached)
+        if self.faults.omit_cached_tokens:
+            del out["prompt_tokens_details"]
+        return out
 
 
 class CompletionsCodec(Codec):
@@ -179,7 +182,7 @@ class SglangCodec(Codec):
             "prompt_tokens": len(self.gen.prompt_ids),
             "completion_tokens": self.completion,
         }
-        if not self.faults.omit_usage:
+        if not (self.faults.omit_usage or self.faults.omit_cached_tokens):
             meta["cached_tokens"] = cached
         reason: Any = None
         if finish_reason == "length":

@@ -50,6 +50,7 @@ class EngineRequest:
     finish_ns = property(lambda self: self._seq.finish_ns)
     finish_reason = property(lambda self: self._seq.finish_reason)
     finished = property(lambda self: self._seq.finished)
+    preemptions = property(lambda self: self._seq.preemptions)
 
     @property
     def cached_tokens(self) -> int:

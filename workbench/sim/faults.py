@@ -28,6 +28,9 @@ class Faults:
     for ``stall_s`` seconds, then carry on.
     ``omit_usage``: no ``usage`` block (OpenAI/vLLM shapes) and no
     ``cached_tokens`` in SGLang ``meta_info``.
+    ``omit_cached_tokens``: usage without a cached-token count (no
+    ``prompt_tokens_details``; SGLang ``meta_info`` without ``cached_tokens``), as
+    vLLM sends it without ``--enable-prompt-tokens-details``.
     ``sglang_cumulative``: SGLang ``output_ids`` repeat everything so far (a
     server started without ``--stream-output``).
     ``sglang_prompt_echo``: this many prompt-tail ids prepended to the first
@@ -45,6 +48,7 @@ class Faults:
     stall_after_tokens: int | None = None
     stall_s: float = 0.0
     omit_usage: bool = False
+    omit_cached_tokens: bool = False
     sglang_cumulative: bool = False
     sglang_prompt_echo: int = 0
     overrun_tokens: int | None = None

@@ -37,6 +37,7 @@ SGLANG_COUNTERS = (
     ("sglang:generation_tokens", "Number of generation tokens processed.", "generation_tokens"),
     ("sglang:cached_tokens", "Number of cached prompt tokens.", "prefix_cache_hits_tokens"),
     ("sglang:num_requests", "Number of requests processed.", "requests"),
+    ("sglang:num_retracted_requests", "Total number of retracted requests.", "preemptions"),
 )
 SGLANG_GAUGES = (
     ("sglang:num_running_reqs", "The number of running requests.", "running"),

@@ -66,6 +66,7 @@ class Sequence:
     finish_reason: str | None = None
     finish_ns: int | None = None
     watched: bool = False
+    preemptions: int = 0  # times this request was preempted (recomputed from scratch)
     handle: object = None
 
     @property
@@ -206,6 +207,7 @@ class Scheduler:
         seq.next_full = self.bs
         seq.prefilling = True
         self.waiting.appendleft(seq)
+        seq.preemptions += 1
         self.counters.preemptions += 1
 
     def _admit_waiting(self, plan: StepPlan, budget: int) -> None:

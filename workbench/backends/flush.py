@@ -1,0 +1,153 @@
+"""Cache isolation between runs: reset a server's prefix cache before a measured run.
+
+A run replayed right after another one on the same server finds the first
+run's blocks still cached and reports hit rates the trace never planned (a
+real vLLM: 0.996 actual against 0.816 planned on a second run). The one public
+function here, ``flush_prefix_cache``, asks the server to forget its prefix
+cache; a live replay calls it before its measured requests
+(``backend.flush_cache``), and a sweep can call it between its points.
+
+Endpoints (docs/cache-isolation.md has the sources):
+
+- vLLM: ``POST /reset_prefix_cache``, registered only when the server runs with
+  ``VLLM_SERVER_DEV_MODE=1`` (404 otherwise); answers 200 with
+  ``{"success": bool}`` and ``success`` false while running requests hold blocks;
+- SGLang: ``POST /flush_cache``; 200 when flushed, 400 while requests run;
+- the embedded engine: both routes; 200 ``{"success": true}``, 409 while busy.
+
+The route that fits the backend is tried first (``/flush_cache`` for
+``sglang-tokens``, ``/reset_prefix_cache`` otherwise), the other one when the
+first is absent (404/405). A busy answer is retried a bounded number of times
+(the previous run's last requests may still be finishing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import aiohttp
+
+from workbench.backends.transport import normalize_base_url
+
+__all__ = ["NOT_ASKED", "FlushOutcome", "flush_prefix_cache"]
+
+VLLM_RESET = "/reset_prefix_cache"
+SGLANG_FLUSH = "/flush_cache"
+ABSENT = frozenset((404, 405))  # the route is not served: try the next one
+BUSY_RETRIES = 5
+BUSY_RETRY_S = 0.5
+BODY_EXCERPT = 200
+NOT_ASKED = "backend.flush_cache false"  # the detail of a run that did not try
+
+
+@dataclass
+class FlushOutcome:
+    """What ``flush_prefix_cache`` did (the run manifest's ``cache_flush``).
+
+    ``attempted``: a request was sent; ``ok``: the server confirmed the reset;
+    ``endpoint``: the route that answered last (``POST /reset_prefix_cache``);
+    ``status``: its HTTP status; ``detail``: why not, in words; ``tries``: every
+    request sent, in order (route, status, body excerpt).
+    """
+
+    attempted: bool = False
+    ok: bool = False
+    endpoint: str | None = None
+    status: int | None = None
+    detail: str | None = None
+    tries: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _routes(backend: str) -> tuple[str, ...]:
+    return (
+        (SGLANG_FLUSH, VLLM_RESET) if backend.startswith("sglang") else (VLLM_RESET, SGLANG_FLUSH)
+    )
+
+
+def _confirmed(status: int, body: str) -> bool | None:
+    """True: reset; False: refused (busy); None: this route is not served."""
+    if status in ABSENT:
+        return None
+    if status != 200:
+        return False
+    stripped = body.strip()
+    if stripped.startswith("{"):  # vLLM and the embedded engine: {"success": bool}
+        import orjson
+
+        try:
+            doc = orjson.loads(stripped)
+        except orjson.JSONDecodeError:
+            return False
+        return not (isinstance(doc, dict) and doc.get("success") is False)
+    return True  # SGLang: 200 means flushed
+
+
+async def flush_prefix_cache(
+    base_url: str,
+    *,
+    backend: str = "openai",
+    session: aiohttp.ClientSession | None = None,
+    api_key: str | None = None,
+    timeout_s: float = 30.0,
+    retries: int = BUSY_RETRIES,
+    retry_s: float = BUSY_RETRY_S,
+) -> FlushOutcome:
+    """Reset the prefix cache of the server at ``base_url``; never raises for HTTP answers.
+
+    ``backend`` picks which route to try first; ``session`` reuses a client
+    session (e.g. the run's transport, which carries its API key); ``api_key``
+    is sent as a bearer token otherwise (never recorded). A server that is
+    unreachable, or answers neither route, gives ``ok=False`` with a ``detail``
+    saying so. A refusal because requests are running is retried ``retries``
+    times, ``retry_s`` apart.
+    """
+    root = normalize_base_url(base_url)
+    out = FlushOutcome()
+    own = session is None
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    sess = session if session is not None else aiohttp.ClientSession(headers=headers)
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    try:
+        for route in _routes(backend):
+            for attempt in range(retries + 1):
+                try:
+                    async with sess.post(root + route, timeout=timeout) as resp:
+                        status, body = resp.status, await resp.text(errors="replace")
+                except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                    out.attempted = True
+                    out.detail = f"POST {route} failed: {type(exc).__name__}: {exc}"
+                    out.tries.append({"endpoint": f"POST {route}", "status": None,
+                                      "body": str(exc)[:BODY_EXCERPT]})  # fmt: skip
+                    return out
+                out.attempted = True
+                out.endpoint, out.status = f"POST {route}", status
+                out.tries.append({"endpoint": out.endpoint, "status": status,
+                                  "body": body.strip()[:BODY_EXCERPT]})  # fmt: skip
+                verdict = _confirmed(status, body)
+                if verdict is None:
+                    break  # not served here: next route
+                if verdict:
+                    out.ok, out.detail = True, None
+                    return out
+                out.detail = (
+                    f"the server refused the reset (HTTP {status}: "
+                    f"{body.strip()[:BODY_EXCERPT]!r}); requests still hold cache blocks"
+                )
+                if attempt < retries:
+                    await asyncio.sleep(retry_s)
+            else:
+                return out  # refused every time
+        out.endpoint = out.status = None
+        out.detail = (
+            f"the server serves neither POST {VLLM_RESET} nor POST {SGLANG_FLUSH} "
+            "(vLLM serves the reset only when started with VLLM_SERVER_DEV_MODE=1)"
+        )
+        return out
+    finally:
+        if own:
+            await sess.close()
