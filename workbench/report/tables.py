@@ -115,12 +115,11 @@ CLIENT_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("client CPU (s)", ("cpu_s",)),
     ("client CPU, share of one core", ("cpu_util",)),
     ("client processes", ("processes",)),
-    ("turns that waited (pacing)", ("paced_turns",)),
 )
 
 
 CLIENT_COUNTS = frozenset(
-    ("requested concurrency", "in flight, peak", "client processes", "turns that waited (pacing)")
+    ("requested concurrency", "in flight, peak", "client processes")
 )
 
 
