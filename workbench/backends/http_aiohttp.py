@@ -60,7 +60,8 @@ class AiohttpClient:
         trace.on_request_chunk_sent.append(self._body_sent)
         connector = aiohttp.TCPConnector(
             limit=max(0, self.max_connections),
-            ssl=self.ssl_context if self.ssl_context is not None else True,
+            # an explicit context: aiohttp 3.9.0 did not verify with ``ssl=True``
+            ssl=self.ssl_context if self.ssl_context is not None else ssl.create_default_context(),
         )
         self._session = aiohttp.ClientSession(
             # a load generator keeps no cookies: one jar shared by every unit would
