@@ -79,11 +79,11 @@ class ChoicesParser(OpenAIChunks):
         Same result as ``feed`` on each payload (which it falls back to for anything
         unusual, so errors read the same), but one ``orjson.loads`` per read.
         """
-        if len(payloads) == 1:
-            ids = self.feed(payloads[0])
-            return [len(ids)] if ids else []
         try:
-            objs = orjson.loads(b"[" + b",".join(payloads) + b"]")
+            if len(payloads) == 1:  # one event per read: what a streamed answer mostly is
+                objs = [orjson.loads(payloads[0])]
+            else:
+                objs = orjson.loads(b"[" + b",".join(payloads) + b"]")
         except orjson.JSONDecodeError:
             objs = None
         if objs is None or len(objs) != len(payloads):

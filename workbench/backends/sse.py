@@ -8,9 +8,10 @@ fields (``event:``, ``id:``, ``retry:``) are ignored because no backend we speak
 needs them. ``[DONE]`` is returned as an ordinary payload; the transport decides
 what it means.
 
-It is on the hot path of every request: with ``\n``-only framing (every LLM
-server) it does one ``split`` on blank lines per read and slices each one-line
-``data:`` event directly; other framing goes line by line. JSON decoding is
+It is on the hot path of every request: a read that is exactly one one-line
+``data:`` event (a streamed token) is sliced without a split; with ``\n``-only
+framing (every LLM server) it does one ``split`` on blank lines per read and
+slices each one-line ``data:`` event directly; other framing goes line by line. JSON decoding is
 left to the codec.
 """
 
@@ -32,6 +33,15 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """Payloads of every event completed by ``chunk``."""
+        if (
+            not self._tail
+            and chunk[:6] == b"data: "
+            and chunk.find(b"\n") == len(chunk) - 2
+            and chunk[-1:] == b"\n"
+            and b"\r" not in chunk
+            and not self._data
+        ):  # exactly one one-line event: the read of a streamed token
+            return [chunk[6:-2]]
         buf = self._tail + chunk if self._tail else chunk
         if not self._data and b"\r" not in buf:
             return self._fast(buf)
