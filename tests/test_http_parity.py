@@ -66,7 +66,7 @@ def _view(rec: RequestRecord) -> dict[str, Any]:
         ("sglang-tokens", {"sglang_prompt_echo": 4}),
     ],
     ids=["openai", "vllm-tokens", "sglang-tokens", "openai-chat", "http-500", "disconnect",
-         "no-usage", "sglang-echo"],  # fmt: skip
+         "no-usage", "sglang-echo"],
 )
 async def test_both_clients_make_the_same_records(backend: str, knobs: dict[str, Any]):
     runs = {http: await _records(http, backend, knobs) for http in HTTP_CLIENTS}

@@ -9,9 +9,10 @@ asyncio and httptools (llhttp, the parser uvicorn uses) API:
 * **send**: the request's bytes (head and body, one buffer) are handed to
   ``transport.write``; ``dispatch_ns`` is read just before, so TTFT starts when
   the server can first see the request;
-* **receive**: every ``data_received`` is stamped once, fed to the parser (C),
-  and the body bytes it completed are decoded (SSE) and counted (the codec's
-  parser) right there: every token event of that read gets that read's stamp;
+* **receive**: every ``data_received`` is stamped once and fed to the parser
+  (C); the body bytes it completed are decoded (SSE) and counted (the codec's
+  parser) in one callback right after the loop's poll (``_ParseQueue``): every
+  token event of that read gets that read's stamp;
 * **wake**: the task that sent the request waits on one future, set when the
   response ends or fails: one wake-up per request, not per token.
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 import httptools
@@ -148,12 +150,15 @@ class _Connection(asyncio.Protocol):
             chunk = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             pieces.clear()
             if self.streaming:
-                self.state.feed(t, chunk)  # type: ignore[union-attr]
+                self.pool.parsing.add(self, t, chunk)
             elif self.body_size < ERROR_BODY_MAX:
                 self.body.append(chunk)
                 self.body_size += len(chunk)
         if self.complete:
-            self._finish(self.keep)
+            if self.streaming:
+                self.pool.parsing.add(self, 0, None)  # finish after this read's parse
+            else:
+                self._finish(self.keep)
 
     def eof_received(self) -> bool | None:
         return None  # close the transport; connection_lost follows
@@ -162,6 +167,7 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         self.transport = None
         self.pool.live.discard(self)
+        self.pool.parsing.run()  # what came before the close is parsed first
         if self.waiter is None or self.waiter.done():
             return
         if self.status and not self.delimited and not self.complete:
@@ -212,7 +218,11 @@ class _Connection(asyncio.Protocol):
             waiter.set_result((status, body))
 
     def _fail(self, exc: BaseException) -> None:
+        self.pool.parsing.run()  # reads that came before the failure count
         waiter = self.waiter
+        if waiter is None or waiter.done():
+            self.abort()
+            return
         if self.streaming and self.state is not None and self.state.done:
             # the failure came after [DONE]: what was measured stands
             self._stop_timer()
@@ -228,6 +238,7 @@ class _Connection(asyncio.Protocol):
 
     def _check_idle(self) -> None:
         self.timer = None
+        self.pool.parsing.run()
         if self.waiter is None or self.waiter.done():
             return
         idle = self.pool.idle_s
@@ -244,6 +255,48 @@ class _Connection(asyncio.Protocol):
             self.timer = None
 
 
+class _ParseQueue:
+    """Reads stamped in ``data_received``, parsed once the loop has taken every read of
+    the poll: *stamp now, parse after the poll*.
+
+    When hundreds of streams get a token in the same poll, the loop calls their
+    ``data_received`` back to back; parsing each read there would make the k-th
+    stamp wait for k−1 SSE and JSON parses, stamping it only after the (C) HTTP
+    parse of the reads ahead of it. One ``call_soon`` per poll runs the parses,
+    in arrival order, and the endings queued behind them (``None`` entries).
+    Anything that ends a response otherwise (close, idle check) runs the queue
+    first, so no read is lost or reordered; reads of a request given up
+    meanwhile (its waiter done) are dropped.
+    """
+
+    __slots__ = ("armed", "items", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.items: list[tuple[_Connection, asyncio.Future[Any], int, bytes | None]] = []
+        self.armed = False
+
+    def add(self, conn: _Connection, t: int, chunk: bytes | None) -> None:
+        self.items.append((conn, conn.waiter, t, chunk))  # type: ignore[arg-type]
+        if not self.armed:
+            self.armed = True
+            self.loop.call_soon(self.run)
+
+    def run(self) -> None:
+        self.armed = False
+        items = self.items
+        if not items:
+            return
+        self.items = []
+        for conn, waiter, t, chunk in items:
+            if conn.waiter is not waiter or waiter.done():
+                continue  # given up (timeout, cancel, failure) since the read
+            if chunk is not None:
+                conn.state.feed(t, chunk)  # type: ignore[union-attr]
+            else:
+                conn._finish(conn.keep)
+
+
 class _Pool:
     """Kept-alive connections to one host (scheme, host, port)."""
 
@@ -254,8 +307,10 @@ class _Pool:
         now: Callable[[], int],
         idle_s: float | None,
         ssl_context: ssl.SSLContext | None,
+        parsing: _ParseQueue,
     ) -> None:
         self.ep, self.loop, self.now, self.idle_s = ep, loop, now, idle_s
+        self.parsing = parsing
         self.ssl = (ssl_context or ssl.create_default_context()) if ep.ssl else None
         self.idle: list[_Connection] = []
         self.live: set[_Connection] = set()
@@ -318,6 +373,7 @@ class HttpToolsClient:
 
     async def open(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._parsing = _ParseQueue(self._loop)
 
     async def close(self) -> None:
         for pool in self._pools.values():
@@ -338,7 +394,7 @@ class HttpToolsClient:
         pool = self._pools.get(ep.key)
         if pool is None:
             pool = self._pools[ep.key] = _Pool(ep, self._loop, self.now, self.idle_s,
-                                               self.ssl_context)  # fmt: skip
+                                               self.ssl_context, self._parsing)  # fmt: skip
         head = b"%b %b HTTP/1.1\r\nHost: %b\r\nUser-Agent: %b\r\nAccept: */*\r\n%b" % (
             method, ep.target, ep.host_header, USER_AGENT, self._extra
         )
