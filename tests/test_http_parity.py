@@ -80,3 +80,15 @@ async def test_both_clients_make_the_same_records(backend: str, knobs: dict[str,
     if knobs:  # the fault did show (the comparison is not of two empty successes)
         assert any(r.status == "error" or r.echoed_prompt_tokens or not r.cached_tokens_reported
                    for r in base)  # fmt: skip
+
+
+def test_executor_http_names_a_client_and_the_removed_pace_ms_warns():
+    from workbench.errors import ConfigError
+
+    assert RunConfig.from_dict({}).executor.http == "httptools"
+    assert RunConfig.from_dict({"executor": {"http": "aiohttp"}}).executor.http == "aiohttp"
+    with pytest.raises(ConfigError, match=r"executor\.http 'curl' is unknown; valid: httptools"):
+        RunConfig.from_dict({"executor": {"http": "curl"}})
+    with pytest.warns(FutureWarning, match=r"executor\.pace_ms is gone and ignored.*executor\.http"):
+        cfg = RunConfig.from_dict({"executor": {"pace_ms": "auto", "workers": 1}})
+    assert "pace_ms" not in cfg.to_dict()["executor"]
