@@ -99,6 +99,34 @@ def test_feed_all_equals_feed_per_payload() -> None:
     assert one.finish() == many.finish()
 
 
+def test_feed_one_equals_feed_per_payload() -> None:
+    """The one-event-per-read path gives feed's counts, ids, outcome and errors."""
+    from workbench.backends.base import BackendError
+
+    usage = {"prompt_tokens": 5, "completion_tokens": 4,
+             "prompt_tokens_details": {"cached_tokens": 2}}  # fmt: skip
+    text_only = orjson.dumps({"id": "c", "choices": [{"index": 0, "text": "hi"}]})
+    payloads = [_chunk([]), _chunk([7]), _chunk([8, 9]), text_only, _chunk([10], "length"),
+                _chunk(None, usage=usage)]  # fmt: skip
+    one, fast = ChoicesParser("id"), ChoicesParser("id")
+    assert [len(ids) if (ids := one.feed(p)) else 0 for p in payloads] == [
+        fast.feed_one(p) for p in payloads] == [0, 1, 2, 1, 1, 0]  # fmt: skip
+    assert one.finish() == fast.finish()
+    with pytest.raises(BackendError, match="boom"):
+        fast.feed_one(orjson.dumps({"error": {"message": "boom"}}))
+    with pytest.raises(BackendError, match="bad JSON"):
+        fast.feed_one(b"{nope")
+
+
+def test_sse_one_is_only_taken_for_a_lone_one_line_event() -> None:
+    dec = SSEDecoder()
+    assert dec.one(b"data: {}\n\n") == b"{}"
+    assert dec.one(b"data: a\n\ndata: b\n\n") is None
+    assert dec.one(b"data: a\r\n\r\n") is None and dec.one(b"event: x\ndata: a\n\n") is None
+    assert dec.feed(b"data: par") == [] and dec.one(b"tial\n\n") is None  # a tail is pending
+    assert dec.feed(b"tial\n\n") == [b"partial"]
+
+
 def test_feed_all_raises_like_feed_on_a_server_error_midway() -> None:
     from workbench.backends.base import BackendError
 

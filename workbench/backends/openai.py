@@ -113,6 +113,36 @@ class ChoicesParser(OpenAIChunks):
                 counts.append(len(ids))
         return counts
 
+    def feed_one(self, payload: bytes) -> int:
+        """One payload (a read of exactly one event) → its token id count (0: none).
+
+        ``feed_all([payload])`` without the lists: a streamed answer is mostly this.
+        """
+        try:
+            obj = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            obj = None
+        if (
+            type(obj) is not dict or self._rid is None or "error" in obj or "usage" in obj
+            or obj.get("object") == "error"
+        ):  # fmt: skip
+            ids = self.feed(payload)  # the general path (and its precise errors)
+            return len(ids) if ids else 0
+        choices = obj.get("choices")
+        if not choices:
+            return 0
+        choice = choices[0]
+        reason = choice.get("finish_reason")
+        if reason is not None:
+            self._finish = reason
+        ids = choice.get("token_ids")
+        if ids:
+            self._ids.extend(ids)
+            return len(ids)
+        if ids is None and "text" in choice:
+            return 1 if self._text_only(choice) else 0
+        return 0
+
     def _each(self, payloads: list[bytes]) -> list[int]:
         counts = []
         for p in payloads:

@@ -31,8 +31,9 @@ class SSEDecoder:
         self._tail = b""
         self._data: list[bytes] = []
 
-    def feed(self, chunk: bytes) -> list[bytes]:
-        """Payloads of every event completed by ``chunk``."""
+    def one(self, chunk: bytes) -> bytes | None:
+        """The payload when ``chunk`` is exactly one one-line ``data:`` event and nothing
+        is pending (the read of a streamed token); else None (use ``feed``)."""
         if (
             not self._tail
             and chunk[:6] == b"data: "
@@ -40,8 +41,15 @@ class SSEDecoder:
             and chunk[-1:] == b"\n"
             and b"\r" not in chunk
             and not self._data
-        ):  # exactly one one-line event: the read of a streamed token
-            return [chunk[6:-2]]
+        ):
+            return chunk[6:-2]
+        return None
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """Payloads of every event completed by ``chunk``."""
+        one = self.one(chunk)
+        if one is not None:
+            return [one]
         buf = self._tail + chunk if self._tail else chunk
         if not self._data and b"\r" not in buf:
             return self._fast(buf)

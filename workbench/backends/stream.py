@@ -58,12 +58,17 @@ class StaleConnectionError(DisconnectedError):
 class StreamState:
     """SSE decoding and token accounting of one response, fed ``(stamp, bytes)`` reads."""
 
-    __slots__ = ("counts", "decode", "decoder", "done", "error", "feed_all", "rec", "times")
+    __slots__ = (
+        "counts", "decode", "decoder", "done", "error", "feed_all", "feed_one", "one", "rec",
+        "times",
+    )  # fmt: skip
 
     def __init__(self, parser: StreamParser, rec: RequestRecord) -> None:
         self.decoder = SSEDecoder()
         self.decode = self.decoder.feed
+        self.one = self.decoder.one
         self.feed_all = getattr(parser, "feed_all", None) or partial(_feed_each, parser)
+        self.feed_one = getattr(parser, "feed_one", None)
         self.rec = rec
         self.times, self.counts = rec.token_times_ns, rec.token_counts
         self.done = False  # [DONE] seen: later bytes are not parsed
@@ -78,6 +83,19 @@ class StreamState:
         """
         if self.done:
             return
+        feed_one = self.feed_one
+        if feed_one is not None:
+            one = self.one(chunk)
+            if one is not None and one != DONE:  # one event in the read: no lists
+                try:
+                    n = feed_one(one)
+                except BackendError as exc:
+                    self.error, self.done = exc, True
+                    return
+                if n:
+                    self.times.append(t)
+                    self.counts.append(n)
+                return
         payloads = self.decode(chunk)
         if not payloads:
             return
