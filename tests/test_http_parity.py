@@ -89,6 +89,6 @@ def test_executor_http_names_a_client_and_the_removed_pace_ms_warns():
     assert RunConfig.from_dict({"executor": {"http": "aiohttp"}}).executor.http == "aiohttp"
     with pytest.raises(ConfigError, match=r"executor\.http 'curl' is unknown; valid: httptools"):
         RunConfig.from_dict({"executor": {"http": "curl"}})
-    with pytest.warns(FutureWarning, match=r"executor\.pace_ms is gone and ignored.*executor\.http"):
+    with pytest.warns(FutureWarning, match=r"executor\.pace_ms is gone.*executor\.http"):
         cfg = RunConfig.from_dict({"executor": {"pace_ms": "auto", "workers": 1}})
     assert "pace_ms" not in cfg.to_dict()["executor"]
