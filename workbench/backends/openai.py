@@ -79,39 +79,57 @@ class ChoicesParser(OpenAIChunks):
         Same result as ``feed`` on each payload (which it falls back to for anything
         unusual, so errors read the same), but one ``orjson.loads`` per read.
         """
+        if len(payloads) == 1:
+            n = self.feed_one(payloads[0])
+            return [n] if n else []
+        joined = b"[" + b",".join(payloads) + b"]"
         try:
-            if len(payloads) == 1:  # one event per read: what a streamed answer mostly is
-                objs = [orjson.loads(payloads[0])]
-            else:
-                objs = orjson.loads(b"[" + b",".join(payloads) + b"]")
+            objs = orjson.loads(joined)
         except orjson.JSONDecodeError:
             objs = None
-        if objs is None or len(objs) != len(payloads):
-            return self._each(payloads)
+        if objs is None or len(objs) != len(payloads) or b'"error"' in joined:
+            return self._each(payloads)  # feed raises the precise error
         counts: list[int] = []
-        out = self._ids
+        append, out, text, start = counts.append, self._ids, False, len(self._ids)
         for i, obj in enumerate(objs):
-            if type(obj) is not dict or "error" in obj or obj.get("object") == "error":
-                counts.extend(self._each(payloads[i:]))  # feed raises the precise error
+            if type(obj) is not dict:
+                counts.extend(self._each(payloads[i:]))
                 return counts
-            if self._rid is None or obj.get("usage"):
+            if self._rid is None or "usage" in obj:
                 ids = self._take(obj)
-            else:  # a plain token chunk: _take without the calls (the hot loop of a stream)
-                choices = obj.get("choices")
-                if not choices:
-                    continue
-                choice = choices[0]
-                reason = choice.get("finish_reason")
-                if reason is not None:
-                    self._finish = reason
-                ids = choice.get("token_ids")
                 if ids:
-                    out.extend(ids)
-                elif ids is None and "text" in choice:
-                    ids = self._text_only(choice)
+                    append(len(ids))
+                continue
+            # a plain token chunk: _take without the calls (the hot loop of a stream);
+            # its finish_reason is read once per read, below
+            choices = obj.get("choices")
+            if not choices:
+                continue
+            ids = choices[0].get("token_ids")
             if ids:
-                counts.append(len(ids))
+                out.extend(ids)
+                append(len(ids))
+            elif ids is None:
+                text = True
+        if text:  # text-only chunks (llama.cpp, SGLang): the careful path for this read
+            del out[start:]
+            return self._take_each(objs)
+        for obj in reversed(objs):  # the last finish_reason of the read wins, as in feed
+            choices = obj.get("choices") if type(obj) is dict else None
+            reason = choices[0].get("finish_reason") if choices else None
+            if reason is not None:
+                self._finish = reason
+                break
         return counts
+
+    def _take_each(self, objs: list[Any]) -> list[int]:
+        """``_take`` of every parsed chunk of a read: the id count of each token event."""
+        out: list[int] = []
+        for obj in objs:
+            ids = self._take(obj)
+            if ids:
+                out.append(len(ids))
+        return out
 
     def feed_one(self, payload: bytes) -> int:
         """One payload (a read of exactly one event) → its token id count (0: none).
