@@ -81,6 +81,9 @@ class _Connection(asyncio.Protocol):
     def __init__(self, pool: _Pool) -> None:
         self.pool = pool
         self.now = pool.now
+        self.pieces: list[bytes] = []  # body bytes of the read being parsed
+        # httptools calls ``on_body`` once per HTTP chunk: the list's own append, no frame
+        self.on_body = self.pieces.append
         self.parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
         self.closed = False
@@ -94,7 +97,7 @@ class _Connection(asyncio.Protocol):
         self.rec: RequestRecord | None = None
         self.status = 0
         self.streaming = False  # status 200 with a StreamState: body goes to it
-        self.pieces: list[bytes] = []
+        self.pieces.clear()
         self.body: list[bytes] = []  # a non-streamed body (errors, GETs)
         self.body_size = 0
         self.complete = False
@@ -192,9 +195,6 @@ class _Connection(asyncio.Protocol):
         if self.rec is not None:
             self.rec.http_status = status
         self.streaming = status == 200 and self.state is not None
-
-    def on_body(self, body: bytes) -> None:
-        self.pieces.append(body)
 
     def on_message_complete(self) -> None:
         self.complete = True

@@ -16,6 +16,7 @@ server that dropped ``return_token_ids``.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,47 +90,33 @@ class ChoicesParser(OpenAIChunks):
             objs = None
         if objs is None or len(objs) != len(payloads) or b'"error"' in joined:
             return self._each(payloads)  # feed raises the precise error
-        counts: list[int] = []
-        append, out, text, start = counts.append, self._ids, False, len(self._ids)
-        for i, obj in enumerate(objs):
-            if type(obj) is not dict:
-                counts.extend(self._each(payloads[i:]))
-                return counts
-            if self._rid is None or "usage" in obj:
-                ids = self._take(obj)
-                if ids:
-                    append(len(ids))
-                continue
-            # a plain token chunk: _take without the calls (the hot loop of a stream);
-            # its finish_reason is read once per read, below
-            choices = obj.get("choices")
-            if not choices:
-                continue
-            ids = choices[0].get("token_ids")
-            if ids:
-                out.extend(ids)
-                append(len(ids))
-            elif ids is None:
-                text = True
-        if text:  # text-only chunks (llama.cpp, SGLang): the careful path for this read
-            del out[start:]
-            return self._take_each(objs)
-        for obj in reversed(objs):  # the last finish_reason of the read wins, as in feed
-            choices = obj.get("choices") if type(obj) is dict else None
-            reason = choices[0].get("finish_reason") if choices else None
+        out, start = self._ids, len(self._ids)
+        lo, hi = 0, len(objs)
+        head: list[int] = []
+        if self._rid is None:  # the stream's first chunk: the careful path
+            if type(objs[0]) is not dict:
+                return self._each(payloads)  # feed raises the precise error
+            ids = self._take(objs[0])
+            head, lo = ([len(ids)] if ids else []), 1
+        while hi > lo and type(objs[hi - 1]) is dict and "usage" in objs[hi - 1]:
+            hi -= 1  # the usage chunk(s) at the end: the careful path, after the tokens
+        try:  # plain token chunks: one comprehension, no calls per chunk
+            idss = [obj["choices"][0]["token_ids"] for obj in objs[lo:hi]]
+            out.extend(itertools.chain.from_iterable(idss))
+        except (KeyError, IndexError, TypeError):  # unusual chunks, text-only streams
+            del out[start:]  # (the head's ids too: feed takes every payload again)
+            return self._each(payloads)
+        counts = head + [len(ids) for ids in idss if ids]
+        for obj in reversed(objs[lo:hi]):  # the last finish_reason of the read wins
+            reason = obj["choices"][0].get("finish_reason")
             if reason is not None:
                 self._finish = reason
                 break
-        return counts
-
-    def _take_each(self, objs: list[Any]) -> list[int]:
-        """``_take`` of every parsed chunk of a read: the id count of each token event."""
-        out: list[int] = []
-        for obj in objs:
+        for obj in objs[hi:]:
             ids = self._take(obj)
             if ids:
-                out.append(len(ids))
-        return out
+                counts.append(len(ids))
+        return counts
 
     def feed_one(self, payload: bytes) -> int:
         """One payload (a read of exactly one event) → its token id count (0: none).

@@ -110,10 +110,9 @@ class StreamState:
         except BackendError as exc:
             self.error, self.done = exc, True
             return
-        times, cs = self.times, self.counts
-        for n in counts:
-            times.append(t)
-            cs.append(n)
+        if counts:
+            self.times.extend([t] * len(counts))
+            self.counts.extend(counts)
 
     def close(self, t: int) -> None:
         """End of body without ``[DONE]``: flush the decoder (a last unterminated event)."""
