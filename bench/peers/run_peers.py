@@ -162,8 +162,11 @@ def run_floor(url: str, n: int, c: int, prompt: int, output: int) -> dict:
            "--output", str(output)]  # fmt: skip
     done = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     res = json.loads(done.stdout.strip().splitlines()[-1])
+    per_req = {rid: {"dispatch_ns": w, "ttft_ms": (r - w) / 1e6, "token_times_ns": [r]}
+               for rid, (w, r) in res["per_request"].items() if r}  # fmt: skip
     return {"client": "floor", "ok": n, "requests": n, "req_per_s": n / res["wall_s"],
-            "tokens_per_s": n * output / res["wall_s"], "ttft_ms": [], "itl_ms": [],
+            "tokens_per_s": n * output / res["wall_s"], "itl_ms": [],
+            "ttft_ms": [v["ttft_ms"] for v in per_req.values()], "per_request": per_req,
             "run_cpu_s": res["cpu_s"], "process_cpu_s": res["cpu_s"], "reads": res["reads"]}
 
 
