@@ -82,13 +82,12 @@ async def test_both_clients_make_the_same_records(backend: str, knobs: dict[str,
                    for r in base)  # fmt: skip
 
 
-def test_executor_http_names_a_client_and_the_removed_pace_ms_warns():
+def test_executor_http_names_a_client():
+    from workbench.backends.transport import TransportOptions
     from workbench.errors import ConfigError
 
     assert RunConfig.from_dict({}).executor.http == "httptools"
-    assert RunConfig.from_dict({"executor": {"http": "aiohttp"}}).executor.http == "aiohttp"
+    cfg = RunConfig.from_dict({"executor": {"http": "aiohttp"}})
+    assert TransportOptions.of_run(cfg, "http://x").http == "aiohttp"
     with pytest.raises(ConfigError, match=r"executor\.http 'curl' is unknown; valid: httptools"):
         RunConfig.from_dict({"executor": {"http": "curl"}})
-    with pytest.warns(FutureWarning, match=r"executor\.pace_ms is gone.*executor\.http"):
-        cfg = RunConfig.from_dict({"executor": {"pace_ms": "auto", "workers": 1}})
-    assert "pace_ms" not in cfg.to_dict()["executor"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -121,6 +120,14 @@ class ExecutorSpec:
     inside its TTFT. ``http``: the HTTP client on the measured path: ``httptools``
     (default; ``workbench.backends.http1``) or ``aiohttp`` (the portable fallback,
     public API only, coarser stamps; ``workbench.backends.http_aiohttp``).
+    ``pace_ms``: when streams end in lockstep, at most about this
+    much loop time per iteration goes to finishing streams and sending the next
+    requests; the rest wait their turn (FIFO) so the loop keeps reading sockets and
+    token stamps stay exact. Deferred sends show as release lag. ``"auto"``
+    (default): 1 ms while responses stream (several reads each), off while they
+    arrive whole (nothing to protect, and holding sends would only keep requests
+    waiting in the client); 0: off; a number: always, with that budget
+    (``workbench.backends.pace``).
     """
 
     workers: int = 1
@@ -133,6 +140,7 @@ class ExecutorSpec:
     keep_records: bool | Literal["auto"] = "auto"
     warm_connections: bool = True
     http: str = "httptools"
+    pace_ms: float | Literal["auto"] = "auto"
 
 
 EXECUTOR_KINDS: tuple[str, ...] = ("local", "processes", "ray")
@@ -294,6 +302,12 @@ class RunConfig:
             raise ConfigError(
                 f"executor.http {e.http!r} is unknown; valid: {', '.join(HTTP_CLIENTS)}"
             )
+        if e.pace_ms != "auto" and (
+            not isinstance(e.pace_ms, int | float) or isinstance(e.pace_ms, bool) or e.pace_ms < 0
+        ):
+            raise ConfigError(
+                f"executor.pace_ms must be 'auto' or a number >= 0 (0 = off), got {e.pace_ms!r}"
+            )
         if e.address is not None and e.kind != "ray":
             raise ConfigError("executor.address is a Ray cluster address: set executor.kind 'ray'")
         if e.kind == "ray" and importlib.util.find_spec("ray") is None:
@@ -361,30 +375,12 @@ def _section(key: str, spec_cls: type, main: str, value: Any) -> Any:
     if not isinstance(value, dict):
         raise ConfigError(f"{key} must be a mapping or a string, got {type(value).__name__}")
     names = {f.name for f in dataclasses.fields(spec_cls)}
-    value = _drop_removed(key, value)
     unknown = sorted(set(value) - names)
     if unknown:
         raise ConfigError(
             f"unknown {key} option(s) {unknown}; valid: {', '.join(sorted(names))}"
         )
     return spec_cls(**value)
-
-
-#: options that no longer exist: accepted with a warning that says what replaced them
-_REMOVED: dict[tuple[str, str], str] = {
-    ("executor", "pace_ms"): (
-        "executor.pace_ms is gone and ignored: the httptools client (executor.http, the "
-        "default) reads and parses every stream in its protocol's callbacks, so there is "
-        "no send to hold back; remove the key"
-    ),
-}
-
-
-def _drop_removed(key: str, value: dict[str, Any]) -> dict[str, Any]:
-    gone = [name for name in value if (key, name) in _REMOVED]
-    for name in gone:
-        warnings.warn(_REMOVED[key, name], FutureWarning, stacklevel=4)
-    return {k: v for k, v in value.items() if k not in gone} if gone else value
 
 
 def parse_output_policy(spec: str) -> tuple[str, int]:

@@ -100,8 +100,11 @@ class Runner:
             self.stopped.set()
 
     def client_raw(self) -> dict[str, Any]:
-        """The self-measurement's plain data."""
-        return self.measure.raw()
+        """The self-measurement's plain data, with the sends and stream ends that had to
+        wait their turn (``backends/pace.py``; 0 for a sender without a pacer)."""
+        raw = self.measure.raw()
+        raw["paced_turns"] = int(getattr(self.sender, "paced_turns", 0))
+        return raw
 
     async def execute(self, t0_ns: int | None = None) -> None:
         """Warm-up (excluded from results), then the measured run.

@@ -171,11 +171,12 @@ def run_floor(url: str, n: int, c: int, prompt: int, output: int) -> dict:
 
 
 def run_workbench(url: str, n: int, c: int, prompt: int, output: int, tmp: Path,
-                  workers: int = 1, http: str = "httptools") -> dict:  # fmt: skip
+                  workers: int = 1, http: str = "httptools",
+                  pace_ms: str = "auto") -> dict:  # fmt: skip
     cmd = [*pin(1), sys.executable, str(ROOT / "bench" / "bench_client.py"), "--url", url,
            "--requests", str(n), "--concurrency", str(c), "--prompt", str(prompt),
            "--output", str(output), "--out-dir", str(tmp / f"wb-{time.monotonic_ns()}"),
-           "--workers", str(workers), "--http", http]  # fmt: skip
+           "--workers", str(workers), "--http", http, "--pace-ms", str(pace_ms)]  # fmt: skip
     cpu0 = cpu_of_children()
     done = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     cpu = cpu_of_children() - cpu0
@@ -268,7 +269,7 @@ def one_point(server: FakeServer, py: Path, args: argparse.Namespace, c: int, re
             res = run_floor(server.url, n, c, args.prompt, args.output)
         else:
             res = run_workbench(server.url, n, c, args.prompt, args.output, tmp, args.workers,
-                                args.http)  # fmt: skip
+                                args.http, args.pace_ms)  # fmt: skip
         sv = server_view(server.truth())
         b = bias(res, sv)
         rows.append({
@@ -367,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=1, help="workbench worker processes")
     ap.add_argument("--http", default="httptools", choices=("httptools", "aiohttp"),
                     help="workbench executor.http (default httptools)")
+    ap.add_argument("--pace-ms", default="auto",
+                    help="workbench executor.pace_ms: auto (default), 0 (off) or ms")
     ap.add_argument("--json-out", default=None)
     ap.add_argument("--pin", action="store_true",
                     help="pin the server to core 0 and each client to core 1 (only on a quiet box)")
@@ -378,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     all_rows: dict[str, list[dict[str, Any]]] = {}
     lines = [f"machine: {os.cpu_count()} cores, {os.uname().machine}, "
              f"load avg {os.getloadavg()[0]:.1f} at start; workbench: executor.workers "
-             f"{args.workers}, executor.http {args.http}"]  # fmt: skip
+             f"{args.workers}, executor.http {args.http}, "
+             f"executor.pace_ms {args.pace_ms}"]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="wb-peers-") as d:
         for mode in args.modes:
             server = FakeServer(mode, args.ttft_ms, args.itl_ms)

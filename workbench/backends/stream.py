@@ -59,8 +59,8 @@ class StreamState:
     """SSE decoding and token accounting of one response, fed ``(stamp, bytes)`` reads."""
 
     __slots__ = (
-        "counts", "decode", "decoder", "done", "error", "feed_all", "feed_one", "one", "rec",
-        "times",
+        "counts", "decode", "decoder", "done", "error", "feed_all", "feed_one", "one", "reads",
+        "rec", "times",
     )  # fmt: skip
 
     def __init__(self, parser: StreamParser, rec: RequestRecord) -> None:
@@ -73,6 +73,7 @@ class StreamState:
         self.times, self.counts = rec.token_times_ns, rec.token_counts
         self.done = False  # [DONE] seen: later bytes are not parsed
         self.error: BackendError | None = None  # the codec rejected a payload
+        self.reads = 0  # network reads of the body (pacing tells streamed from whole answers)
 
     def feed(self, t: int, chunk: bytes) -> None:
         """One network read of the body, received at ``t``.
@@ -81,6 +82,7 @@ class StreamState:
         parsing) rather than raised, so a client can call this from its protocol's
         callbacks and still read the body to its end.
         """
+        self.reads += 1
         if self.done:
             return
         feed_one = self.feed_one

@@ -30,11 +30,12 @@ import ssl
 import time
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import orjson
 
 from workbench.backends.base import BackendError, Codec, WireRequest
+from workbench.backends.pace import DEFAULT_BUDGET_MS, Pacer
 from workbench.backends.stream import (
     ConnectError,
     ConnectTimeoutError,
@@ -87,6 +88,7 @@ class TransportOptions:
     max_connections: int = 0
     http: str = HTTP_CLIENTS[0]
     ssl_context: ssl.SSLContext | None = None
+    pace_ms: float | Literal["auto"] = 0.0
 
     @classmethod
     def of_run(cls, cfg: RunConfig, base_url: str) -> TransportOptions:
@@ -98,6 +100,7 @@ class TransportOptions:
             request_timeout_s=a.request_timeout_s,
             stream_idle_timeout_s=a.stream_idle_timeout_s,
             http=cfg.executor.http,
+            pace_ms=cfg.executor.pace_ms,
         )
 
 
@@ -193,6 +196,18 @@ class Transport:
         # a wall clock is time.perf_counter_ns itself: one C call per read
         self._now = time.perf_counter_ns if type(self.clock) is WallClock else self.clock.now_ns
         self._client: HTTPClient | None = None
+        # executor.pace_ms: sends, and what follows a closed record, wait their turn (pace.py)
+        pace = options.pace_ms
+        self._pacer: Pacer | None = (
+            Pacer(DEFAULT_BUDGET_MS, auto=True) if pace == "auto"
+            else Pacer(float(pace)) if pace > 0
+            else None
+        )  # fmt: skip
+
+    @property
+    def paced_turns(self) -> int:
+        """Stream ends and sends that waited for their turn (``executor.pace_ms``)."""
+        return self._pacer.deferred if self._pacer is not None else 0
 
     async def __aenter__(self) -> Transport:
         opts = self.options
@@ -270,7 +285,10 @@ class Transport:
         """
         client = self.client
         rec.sent_prompt_tokens = len(req.prompt_ids)
+        pacer = self._pacer
         try:
+            if pacer is not None and (turn := pacer.turn()) is not None:
+                await pacer.wait(turn)
             ids = await self._exchange_once_more_if_stale(client, codec, req, rec)
         except asyncio.CancelledError:
             self._close_record(rec, "cancelled", "cancelled")
@@ -279,6 +297,10 @@ class Transport:
             self._close_record(rec, "error", self._describe(exc, rec))
             return None
         self._close_record(rec, "ok", None)
+        if pacer is not None and (turn := pacer.turn()) is not None:
+            # the record is whole (a cancel from here on leaves it ok): what follows,
+            # the runner's bookkeeping and the unit's next request, may wait its turn
+            await pacer.wait(turn)
         return ids
 
     async def _exchange_once_more_if_stale(
@@ -308,6 +330,8 @@ class Transport:
             raise HTTPStatusError(status, body.decode("utf-8", errors="replace"))
         if state.error is not None:
             raise state.error
+        if self._pacer is not None:
+            self._pacer.observe(state.reads)
         out = parser.finish()
         rec.prompt_tokens = out.prompt_tokens
         rec.completion_tokens = out.completion_tokens

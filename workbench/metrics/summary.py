@@ -232,6 +232,7 @@ def client_stats(
         "cpu_s": float(sum(r.get("cpu_s", 0.0) for r in raws)),
         "wall_s": max((float(r.get("wall_s", 0.0)) for r in raws), default=0.0),
         "cpu_util": max(utils) if utils else None,
+        "paced_turns": int(sum(r.get("paced_turns", 0) for r in raws)),
     }
     out.update(client_bottleneck(out))
     return out

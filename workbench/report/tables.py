@@ -115,11 +115,12 @@ CLIENT_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("client CPU (s)", ("cpu_s",)),
     ("client CPU, share of one core", ("cpu_util",)),
     ("client processes", ("processes",)),
+    ("turns that waited (pacing)", ("paced_turns",)),
 )
 
 
 CLIENT_COUNTS = frozenset(
-    ("requested concurrency", "in flight, peak", "client processes")
+    ("requested concurrency", "in flight, peak", "client processes", "turns that waited (pacing)")
 )
 
 
