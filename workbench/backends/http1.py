@@ -112,7 +112,9 @@ class _Connection(asyncio.Protocol):
     ) -> asyncio.Future[tuple[int, bytes]]:
         """Write one request; the future ends with ``(status, body)`` (body empty when
         it went to ``state``) or with the failure."""
-        assert self.transport is not None
+        if self.transport is None or self.closed:  # closed while the sender waited to run
+            cls = StaleConnectionError if self.served else DisconnectedError
+            raise cls("the connection closed before the request was written")
         waiter = self.waiter = self.pool.loop.create_future()
         self.state, self.rec = state, rec
         t = self.last_ns = self.now()
