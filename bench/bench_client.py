@@ -99,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                       const=False, help="executor.keep_records false: records on disk only")
     keep.add_argument("--keep-records", dest="keep_records", action="store_const", const=True,
                       help="executor.keep_records true (default: auto, the run's default)")
+    ap.add_argument("--http", default="httptools", choices=("httptools", "aiohttp"),
+                    help="executor.http: the HTTP client (default httptools)")
     ap.add_argument("--pace-ms", default="auto",
                     help="executor.pace_ms: auto (the run's default), 0 (off) or a budget in ms")
     args = ap.parse_args(argv)
@@ -110,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     trace = write_trace(tmp / "trace.csv", args.requests, args.prompt, args.output)
     cfg = config(args, trace, tmp)
     pace = args.pace_ms if args.pace_ms == "auto" else float(args.pace_ms)
-    cfg["executor"] = {"workers": args.workers, "pace_ms": pace,
+    cfg["executor"] = {"workers": args.workers, "http": args.http, "pace_ms": pace,
                        "record_flush_ms": 50.0}  # batched writes, as in bench/README.md
     if args.keep_records is not None:
         cfg["executor"]["keep_records"] = args.keep_records

@@ -99,6 +99,62 @@ def test_feed_all_equals_feed_per_payload() -> None:
     assert one.finish() == many.finish()
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_feed_all_over_any_grouping_equals_feed(seed: int) -> None:
+    """Random streams (token chunks with 0-3 ids, text-only chunks, finish reasons, a
+    usage chunk) grouped into random reads: same counts, ids and outcome as feed."""
+    rng = random.Random(seed)
+    text_only = rng.random() < 0.3
+    payloads = []
+    for i in range(rng.randrange(1, 30)):
+        fin = rng.choice([None, None, "length", "stop"])
+        if text_only:
+            choice = {"index": 0, "text": rng.choice(["", "a", "bc"]), "finish_reason": fin}
+            payloads.append(orjson.dumps({"id": "c", "choices": [choice]}))
+        else:
+            payloads.append(_chunk([rng.randrange(100) for _ in range(rng.randrange(4))], fin))
+        if i == 0 and rng.random() < 0.5:
+            payloads.append(_chunk(None, usage={"prompt_tokens": 1, "completion_tokens": 2}))
+    payloads.append(_chunk(None, usage={"prompt_tokens": 5, "completion_tokens": 9}))
+    one, many = ChoicesParser("id"), ChoicesParser("id")
+    want = [len(ids) for p in payloads if (ids := one.feed(p))]
+    got, i = [], 0
+    while i < len(payloads):
+        n = rng.randrange(1, 6)
+        got += many.feed_all(payloads[i : i + n])
+        i += n
+    assert got == want
+    assert many._ids == one._ids and many._finish == one._finish and many._missing == one._missing
+
+
+def test_feed_one_equals_feed_per_payload() -> None:
+    """The one-event-per-read path gives feed's counts, ids, outcome and errors."""
+    from workbench.backends.base import BackendError
+
+    usage = {"prompt_tokens": 5, "completion_tokens": 4,
+             "prompt_tokens_details": {"cached_tokens": 2}}  # fmt: skip
+    text_only = orjson.dumps({"id": "c", "choices": [{"index": 0, "text": "hi"}]})
+    payloads = [_chunk([]), _chunk([7]), _chunk([8, 9]), text_only, _chunk([10], "length"),
+                _chunk(None, usage=usage)]  # fmt: skip
+    one, fast = ChoicesParser("id"), ChoicesParser("id")
+    assert [len(ids) if (ids := one.feed(p)) else 0 for p in payloads] == [
+        fast.feed_one(p) for p in payloads] == [0, 1, 2, 1, 1, 0]  # fmt: skip
+    assert one.finish() == fast.finish()
+    with pytest.raises(BackendError, match="boom"):
+        fast.feed_one(orjson.dumps({"error": {"message": "boom"}}))
+    with pytest.raises(BackendError, match="bad JSON"):
+        fast.feed_one(b"{nope")
+
+
+def test_sse_one_is_only_taken_for_a_lone_one_line_event() -> None:
+    dec = SSEDecoder()
+    assert dec.one(b"data: {}\n\n") == b"{}"
+    assert dec.one(b"data: a\n\ndata: b\n\n") is None
+    assert dec.one(b"data: a\r\n\r\n") is None and dec.one(b"event: x\ndata: a\n\n") is None
+    assert dec.feed(b"data: par") == [] and dec.one(b"tial\n\n") is None  # a tail is pending
+    assert dec.feed(b"tial\n\n") == [b"partial"]
+
+
 def test_feed_all_raises_like_feed_on_a_server_error_midway() -> None:
     from workbench.backends.base import BackendError
 

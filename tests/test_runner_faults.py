@@ -1,16 +1,27 @@
-"""Faults end as records with errors while the run goes on (embedded engine switches)."""
+"""Faults end as records with errors while the run goes on (embedded engine switches).
+
+Every test runs once per HTTP client (``executor.http``)."""
 
 import asyncio
 from pathlib import Path
 
 import pytest
 
+from workbench.backends.transport import HTTP_CLIENTS
 from workbench.config import RunConfig
 from workbench.data import path as data_path
 from workbench.replay import run_async
 from workbench.sim.server import serve_sim
 
 SESSIONS = str(data_path("tracelab/multi_session_example.csv"))
+CLIENT = {"http": HTTP_CLIENTS[0]}
+
+
+@pytest.fixture(autouse=True, params=HTTP_CLIENTS)
+def http_client(request):
+    CLIENT["http"] = request.param
+    yield request.param
+    CLIENT["http"] = HTTP_CLIENTS[0]
 
 
 async def _replay(knobs, backend="openai", **arrival):
@@ -20,6 +31,7 @@ async def _replay(knobs, backend="openai", **arrival):
             "arrival": {"mode": "saturated", "tool_wait_scale": 0.0, **arrival},
             "backend": {"name": backend, "preflight": False},
             "target": sim.base_url,
+            "executor": {"http": CLIENT["http"]},
         })
         async with asyncio.timeout(60):
             return await run_async(cfg)

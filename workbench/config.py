@@ -129,7 +129,10 @@ class ExecutorSpec:
     Without an ``out_dir`` records are always kept: they have nowhere else to live.
     ``warm_connections``: open ``max_concurrency`` keep-alive connections (at
     most ``WARM_MAX``) before the run, so the first wave does not pay TCP setup
-    inside its TTFT. ``pace_ms``: when streams end in lockstep, at most about this
+    inside its TTFT. ``http``: the HTTP client on the measured path: ``httptools``
+    (default; ``workbench.backends.http1``) or ``aiohttp`` (the portable fallback,
+    public API only, coarser stamps; ``workbench.backends.http_aiohttp``).
+    ``pace_ms``: when streams end in lockstep, at most about this
     much loop time per iteration goes to finishing streams and sending the next
     requests; the rest wait their turn (FIFO) so the loop keeps reading sockets and
     token stamps stay exact. Deferred sends show as release lag. ``"auto"``
@@ -148,6 +151,7 @@ class ExecutorSpec:
     gc_freeze: bool = True
     keep_records: bool | Literal["auto"] = "auto"
     warm_connections: bool = True
+    http: str = "httptools"
     pace_ms: float | Literal["auto"] = "auto"
 
 
@@ -313,6 +317,12 @@ class RunConfig:
             raise ConfigError(
                 f"executor.keep_records {e.keep_records!r} is invalid; valid: true, false, "
                 f"'auto' (keep in memory up to {KEEP_RECORDS_AUTO_MAX} requests)"
+            )
+        from workbench.backends.transport import HTTP_CLIENTS
+
+        if e.http not in HTTP_CLIENTS:
+            raise ConfigError(
+                f"executor.http {e.http!r} is unknown; valid: {', '.join(HTTP_CLIENTS)}"
             )
         if e.pace_ms != "auto" and (
             not isinstance(e.pace_ms, int | float) or isinstance(e.pace_ms, bool) or e.pace_ms < 0

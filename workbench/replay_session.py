@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -220,9 +221,11 @@ class ReplaySession:
             self.manifest["cache_flush"] = {"mode": False, **skipped}
             return
 
+        env = self.cfg.backend.api_key_env
         outcome = await flush_prefix_cache(
-            target["base_url"], backend=self.cfg.backend.name, session=transport.session
-        )
+            target["base_url"], backend=self.cfg.backend.name,
+            api_key=os.environ.get(env) if env else None,
+        )  # fmt: skip
         self.manifest["cache_flush"] = {"mode": mode, **outcome.to_dict()}
         if outcome.ok:
             log.info("prefix cache reset (%s)", outcome.endpoint)

@@ -75,6 +75,8 @@ def ensure_venv(venv: Path) -> Path:
 
 
 PIN = False  # --pin: server on core 0, clients on core 1
+#: the clients of one round, in this order on even rounds and reversed on odd ones
+CLIENTS = ("agentic-bench", "floor", "workbench")
 
 
 def pin(core: int) -> list[str]:
@@ -153,12 +155,28 @@ def run_abench(py: Path, url: str, n: int, c: int, prompt: int, output: int, tmp
     }
 
 
+def run_floor(url: str, n: int, c: int, prompt: int, output: int) -> dict:
+    """``bench/floor_client.py``: sends and counts bytes, nothing else."""
+    cmd = [*pin(1), sys.executable, str(ROOT / "bench" / "floor_client.py"), "--url", url,
+           "--requests", str(n), "--concurrency", str(c), "--prompt", str(prompt),
+           "--output", str(output)]  # fmt: skip
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    res = json.loads(done.stdout.strip().splitlines()[-1])
+    per_req = {rid: {"dispatch_ns": w, "ttft_ms": (r - w) / 1e6, "token_times_ns": [r]}
+               for rid, (w, r) in res["per_request"].items() if r}  # fmt: skip
+    return {"client": "floor", "ok": n, "requests": n, "req_per_s": n / res["wall_s"],
+            "tokens_per_s": n * output / res["wall_s"], "itl_ms": [],
+            "ttft_ms": [v["ttft_ms"] for v in per_req.values()], "per_request": per_req,
+            "run_cpu_s": res["cpu_s"], "process_cpu_s": res["cpu_s"], "reads": res["reads"]}
+
+
 def run_workbench(url: str, n: int, c: int, prompt: int, output: int, tmp: Path,
-                  workers: int = 1, pace_ms: str = "auto") -> dict:  # fmt: skip
+                  workers: int = 1, http: str = "httptools",
+                  pace_ms: str = "auto") -> dict:  # fmt: skip
     cmd = [*pin(1), sys.executable, str(ROOT / "bench" / "bench_client.py"), "--url", url,
            "--requests", str(n), "--concurrency", str(c), "--prompt", str(prompt),
            "--output", str(output), "--out-dir", str(tmp / f"wb-{time.monotonic_ns()}"),
-           "--workers", str(workers), "--pace-ms", str(pace_ms)]  # fmt: skip
+           "--workers", str(workers), "--http", http, "--pace-ms", str(pace_ms)]  # fmt: skip
     cpu0 = cpu_of_children()
     done = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     cpu = cpu_of_children() - cpu0
@@ -185,6 +203,7 @@ def run_workbench(url: str, n: int, c: int, prompt: int, output: int, tmp: Path,
                    for a, b in itertools.pairwise(v["token_times_ns"])],
         "per_request": per_req,
         "self": res.get("self"),
+        "run_cpu_s": (res.get("self") or {}).get("cpu_s"),  # the measured run only
         "process_cpu_s": cpu,
     }  # fmt: skip
 
@@ -240,21 +259,27 @@ def _mean(xs: list[float]) -> float:
 def one_point(server: FakeServer, py: Path, args: argparse.Namespace, c: int, rep: int,
               tmp: Path) -> list[dict[str, Any]]:  # fmt: skip
     n = args.requests if c <= 32 else max(args.requests, 4 * c)
-    order = ("agentic-bench", "workbench") if rep % 2 == 0 else ("workbench", "agentic-bench")
+    order = CLIENTS if rep % 2 == 0 else CLIENTS[::-1]
     rows = []
     for name in order:
         server.reset()
         if name == "agentic-bench":
             res = run_abench(py, server.url, n, c, args.prompt, args.output, tmp)
+        elif name == "floor":
+            res = run_floor(server.url, n, c, args.prompt, args.output)
         else:
             res = run_workbench(server.url, n, c, args.prompt, args.output, tmp, args.workers,
-                                args.pace_ms)  # fmt: skip
+                                args.http, args.pace_ms)  # fmt: skip
         sv = server_view(server.truth())
         b = bias(res, sv)
         rows.append({
             "client": name, "concurrency": c, "rep": rep, "requests": n, "ok": res["ok"],
             "req_per_s": res["req_per_s"], "tokens_per_s": res["tokens_per_s"],
             "process_cpu_s": res["process_cpu_s"], "self": res.get("self"), **b,
+            "run_cpu_s": res.get("run_cpu_s"),
+            # CPU of the measured requests per token event (one event per output token)
+            "cpu_us_per_event": (res["run_cpu_s"] / (res["ok"] * args.output) * 1e6)
+            if res.get("run_cpu_s") is not None and res["ok"] else None,
         })  # fmt: skip
     return rows
 
@@ -266,16 +291,26 @@ def median_of(rows: list[dict[str, Any]], key: str) -> float | None:
 
 def report(mode: str, rows: list[dict[str, Any]], concurrencies: list[int]) -> list[str]:
     lines = [f"\n## {mode}", "",
-             "| c | client | req/s | tokens/s | client CPU s | TTFT bias mean ms | p50 | p99 "
-             "| ITL bias mean ms | release lag p99 ms (all / steady) | in-flight mean/peak |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+             "| c | client | req/s | tokens/s | client CPU s (process / run) | CPU µs per token "
+             "event | TTFT bias mean ms | p50 | p99 | ITL bias mean ms "
+             "| release lag p99 ms (all / steady) | in-flight mean/peak | cpu_util |",
+             "|" + " --- |" * 13]  # fmt: skip
     for c in concurrencies:
         meds = {}
-        for name in ("agentic-bench", "workbench"):
+        for name in CLIENTS:
             sel = [r for r in rows if r["client"] == name and r["concurrency"] == c]
             med = {k: median_of(sel, k) for k in (
                 "req_per_s", "tokens_per_s", "process_cpu_s", "ttft_bias_ms_mean",
-                "ttft_bias_ms_p50", "ttft_bias_ms_p99", "itl_bias_ms_mean")}  # fmt: skip
+                "ttft_bias_ms_p50", "ttft_bias_ms_p99", "itl_bias_ms_mean", "run_cpu_s",
+                "cpu_us_per_event")}  # fmt: skip
+            # the per-round ratio to the floor, measured within one round, then its median
+            ratios = []
+            for r in sel:
+                fl = [f for f in rows if f["client"] == "floor" and f["concurrency"] == c
+                      and f["rep"] == r["rep"]]  # fmt: skip
+                if fl and fl[0].get("cpu_us_per_event") and r.get("cpu_us_per_event"):
+                    ratios.append(r["cpu_us_per_event"] / fl[0]["cpu_us_per_event"])
+            med["floor_ratio"] = statistics.median(ratios) if ratios else None
             selfm = [r["self"] for r in sel if r.get("self")]
             lag = statistics.median([s["release_lag_ms"]["p99"] for s in selfm]) if selfm else None
             steady = [s["steady_release_lag_ms"]["p99"] for s in selfm
@@ -286,17 +321,31 @@ def report(mode: str, rows: list[dict[str, Any]], concurrencies: list[int]) -> l
                 mean_in = statistics.median([s["in_flight"]["mean"] for s in selfm])
                 inflight = f"{mean_in:.1f}/{max(s['in_flight']['peak'] for s in selfm)}"
             meds[name] = med
+            util = statistics.median([s["cpu_util"] for s in selfm if s.get("cpu_util")]) \
+                if selfm else None  # fmt: skip
+            per_event = _f(med["cpu_us_per_event"], 1)
+            if name != "floor" and med["floor_ratio"] is not None:
+                per_event += f" ({med['floor_ratio']:.2f}× floor)"
             lines.append(
                 f"| {c} | {name} | {_f(med['req_per_s'], 0)} | {_f(med['tokens_per_s'], 0)} | "
-                f"{_f(med['process_cpu_s'], 2)} | {_f(med['ttft_bias_ms_mean'], 2)} | "
+                f"{_f(med['process_cpu_s'], 2)} / {_f(med['run_cpu_s'], 2)} | {per_event} | "
+                f"{_f(med['ttft_bias_ms_mean'], 2)} | "
                 f"{_f(med['ttft_bias_ms_p50'], 2)} | {_f(med['ttft_bias_ms_p99'], 2)} | "
-                f"{_f(med['itl_bias_ms_mean'], 3)} | {lags} | {inflight} |"
+                f"{_f(med['itl_bias_ms_mean'], 3)} | {lags} | {inflight} | {_f(util, 2)} |"
             )
         a, w = meds["agentic-bench"], meds["workbench"]
         if a["req_per_s"] and w["req_per_s"]:
+            per_round = []
+            for rep in {r["rep"] for r in rows}:
+                pair = {r["client"]: r["req_per_s"] for r in rows
+                        if r["concurrency"] == c and r["rep"] == rep}  # fmt: skip
+                if pair.get("agentic-bench") and pair.get("workbench"):
+                    per_round.append(pair["workbench"] / pair["agentic-bench"])
+            rounds = ", ".join(f"{x:.2f}" for x in sorted(per_round))
             lines.append(
-                f"| {c} | **ratio wb/ab** | **{w['req_per_s'] / a['req_per_s']:.2f}×** | "
-                f"**{w['tokens_per_s'] / a['tokens_per_s']:.2f}×** | | | | | | | |"
+                f"| {c} | **ratio wb/ab** | **{w['req_per_s'] / a['req_per_s']:.2f}×** "
+                f"(rounds: {rounds}) | **{w['tokens_per_s'] / a['tokens_per_s']:.2f}×** "
+                "| | | | | | | | | |"
             )
     return lines
 
@@ -317,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ttft-ms", type=float, default=50.0)
     ap.add_argument("--itl-ms", type=float, default=10.0)
     ap.add_argument("--workers", type=int, default=1, help="workbench worker processes")
+    ap.add_argument("--http", default="httptools", choices=("httptools", "aiohttp"),
+                    help="workbench executor.http (default httptools)")
     ap.add_argument("--pace-ms", default="auto",
                     help="workbench executor.pace_ms: auto (default), 0 (off) or ms")
     ap.add_argument("--json-out", default=None)
@@ -330,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     all_rows: dict[str, list[dict[str, Any]]] = {}
     lines = [f"machine: {os.cpu_count()} cores, {os.uname().machine}, "
              f"load avg {os.getloadavg()[0]:.1f} at start; workbench: executor.workers "
-             f"{args.workers}, executor.pace_ms {args.pace_ms}"]  # fmt: skip
+             f"{args.workers}, executor.http {args.http}, "
+             f"executor.pace_ms {args.pace_ms}"]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="wb-peers-") as d:
         for mode in args.modes:
             server = FakeServer(mode, args.ttft_ms, args.itl_ms)

@@ -16,6 +16,7 @@ server that dropped ``return_token_ids``.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,38 +81,72 @@ class ChoicesParser(OpenAIChunks):
         unusual, so errors read the same), but one ``orjson.loads`` per read.
         """
         if len(payloads) == 1:
-            ids = self.feed(payloads[0])
-            return [len(ids)] if ids else []
+            n = self.feed_one(payloads[0])
+            return [n] if n else []
+        joined = b"[" + b",".join(payloads) + b"]"
         try:
-            objs = orjson.loads(b"[" + b",".join(payloads) + b"]")
+            objs = orjson.loads(joined)
         except orjson.JSONDecodeError:
             objs = None
-        if objs is None or len(objs) != len(payloads):
+        if objs is None or len(objs) != len(payloads) or b'"error"' in joined:
+            return self._each(payloads)  # feed raises the precise error
+        out, start = self._ids, len(self._ids)
+        lo, hi = 0, len(objs)
+        head: list[int] = []
+        if self._rid is None:  # the stream's first chunk: the careful path
+            if type(objs[0]) is not dict:
+                return self._each(payloads)  # feed raises the precise error
+            ids = self._take(objs[0])
+            head, lo = ([len(ids)] if ids else []), 1
+        while hi > lo and type(objs[hi - 1]) is dict and "usage" in objs[hi - 1]:
+            hi -= 1  # the usage chunk(s) at the end: the careful path, after the tokens
+        try:  # plain token chunks: one comprehension, no calls per chunk
+            idss = [obj["choices"][0]["token_ids"] for obj in objs[lo:hi]]
+            out.extend(itertools.chain.from_iterable(idss))
+        except (KeyError, IndexError, TypeError):  # unusual chunks, text-only streams
+            del out[start:]  # (the head's ids too: feed takes every payload again)
             return self._each(payloads)
-        counts: list[int] = []
-        out = self._ids
-        for i, obj in enumerate(objs):
-            if type(obj) is not dict or "error" in obj or obj.get("object") == "error":
-                counts.extend(self._each(payloads[i:]))  # feed raises the precise error
-                return counts
-            if self._rid is None or obj.get("usage"):
-                ids = self._take(obj)
-            else:  # a plain token chunk: _take without the calls (the hot loop of a stream)
-                choices = obj.get("choices")
-                if not choices:
-                    continue
-                choice = choices[0]
-                reason = choice.get("finish_reason")
-                if reason is not None:
-                    self._finish = reason
-                ids = choice.get("token_ids")
-                if ids:
-                    out.extend(ids)
-                elif ids is None and "text" in choice:
-                    ids = self._text_only(choice)
+        counts = head + [len(ids) for ids in idss if ids]
+        for obj in reversed(objs[lo:hi]):  # the last finish_reason of the read wins
+            reason = obj["choices"][0].get("finish_reason")
+            if reason is not None:
+                self._finish = reason
+                break
+        for obj in objs[hi:]:
+            ids = self._take(obj)
             if ids:
                 counts.append(len(ids))
         return counts
+
+    def feed_one(self, payload: bytes) -> int:
+        """One payload (a read of exactly one event) → its token id count (0: none).
+
+        ``feed_all([payload])`` without the lists: a streamed answer is mostly this.
+        """
+        try:
+            obj = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            obj = None
+        if (
+            type(obj) is not dict or self._rid is None or "error" in obj or "usage" in obj
+            or obj.get("object") == "error"
+        ):  # fmt: skip
+            ids = self.feed(payload)  # the general path (and its precise errors)
+            return len(ids) if ids else 0
+        choices = obj.get("choices")
+        if not choices:
+            return 0
+        choice = choices[0]
+        reason = choice.get("finish_reason")
+        if reason is not None:
+            self._finish = reason
+        ids = choice.get("token_ids")
+        if ids:
+            self._ids.extend(ids)
+            return len(ids)
+        if ids is None and "text" in choice:
+            return 1 if self._text_only(choice) else 0
+        return 0
 
     def _each(self, payloads: list[bytes]) -> list[int]:
         counts = []

@@ -6,6 +6,10 @@ together), hundreds of streams end in one loop iteration, and each one's
 bookkeeping and next request then run back to back: ~0.4 ms each, so a wave of
 256 kept the loop from polling for ~100 ms. Tokens that arrived meanwhile sat
 in the kernel, and their stamps (taken as the protocol receives them) came late.
+The httptools client (``http1.py``) made each stream's own work smaller but not
+the wave: against a lockstep server at 256 streams, alternating runs without and
+with pacing still gave a TTFT bias of 27–39 ms against 7–11 ms (``bench/README.md``,
+"the streaming client").
 
 A ``Pacer`` bounds that. The transport takes a turn before each send and once
 a request's record is closed (so a cancel while it waits leaves that record

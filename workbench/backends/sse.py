@@ -8,9 +8,10 @@ fields (``event:``, ``id:``, ``retry:``) are ignored because no backend we speak
 needs them. ``[DONE]`` is returned as an ordinary payload; the transport decides
 what it means.
 
-It is on the hot path of every request: with ``\n``-only framing (every LLM
-server) it does one ``split`` on blank lines per read and slices each one-line
-``data:`` event directly; other framing goes line by line. JSON decoding is
+It is on the hot path of every request: a read that is exactly one one-line
+``data:`` event (a streamed token) is sliced without a split; with ``\n``-only
+framing (every LLM server) it does one ``split`` on blank lines per read and
+slices each one-line ``data:`` event directly; other framing goes line by line. JSON decoding is
 left to the codec.
 """
 
@@ -30,8 +31,25 @@ class SSEDecoder:
         self._tail = b""
         self._data: list[bytes] = []
 
+    def one(self, chunk: bytes) -> bytes | None:
+        """The payload when ``chunk`` is exactly one one-line ``data:`` event and nothing
+        is pending (the read of a streamed token); else None (use ``feed``)."""
+        if (
+            not self._tail
+            and chunk[:6] == b"data: "
+            and chunk.find(b"\n") == len(chunk) - 2
+            and chunk[-1:] == b"\n"
+            and b"\r" not in chunk
+            and not self._data
+        ):
+            return chunk[6:-2]
+        return None
+
     def feed(self, chunk: bytes) -> list[bytes]:
         """Payloads of every event completed by ``chunk``."""
+        one = self.one(chunk)
+        if one is not None:
+            return [one]
         buf = self._tail + chunk if self._tail else chunk
         if not self._data and b"\r" not in buf:
             return self._fast(buf)

@@ -1,17 +1,18 @@
-"""The one place that talks HTTP and reads the clock for requests.
+"""The one place that talks HTTP for a replay and reads the clock for requests.
 
-Codecs build bodies and parse payloads; this module dispatches, frames the SSE
-stream and stamps time, so TTFT and token-event bookkeeping exist exactly once.
+Codecs build bodies and parse payloads; the HTTP client (``executor.http``)
+moves bytes and stamps time; this module puts them together, so TTFT and
+token-event bookkeeping exist exactly once.
 
-Timing rules (SPEC §5): ``dispatch_ns`` is read when the request's bytes are
-handed to the socket (``stamps.StampedRequest``; before the POST if they never are), so
-TTFT starts when the server can first see the request and the client's own
-preparation shows up as release lag, not as server latency; each network read
-is stamped once, as the event loop hands it to aiohttp's protocol
-(``stamps.RxStampedHandler``), and every event it completes shares that stamp; an
-event counts as a *token event* only if the codec found at least one output
-token id in it (role-only, empty and usage chunks do not); ``end_ns`` is
-the read that carried ``[DONE]``, or the end of the body when a server omits it.
+Two clients with one contract (``post``/``get``, the errors of ``stream.py``):
+``httptools`` (default, ``http1.HttpToolsClient``: an ``asyncio.Protocol`` over
+httptools, every read stamped and parsed in ``data_received``) and ``aiohttp``
+(``http_aiohttp.AiohttpClient``: aiohttp's public API, the portable fallback,
+coarser stamps). Timing rules: ``dispatch_ns`` is read when the request's bytes
+are handed to the transport, so TTFT starts when the server can first see the
+request and the client's own preparation shows up as release lag, not as server
+latency; each network read is stamped once and every event it completes shares
+that stamp (``stream.StreamState``).
 
 Failures never raise out of ``send``: an HTTP error (with the body text), a
 refused connection, a disconnect mid-stream (token events so far are kept), an
@@ -23,33 +24,47 @@ after the record is marked ``cancelled``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
+import ssl
 import time
 from dataclasses import dataclass
-from functools import partial
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
-import aiohttp
 import orjson
-import yarl
 
-from workbench.backends.base import BackendError, Codec, StreamParser, WireRequest
+from workbench.backends.base import BackendError, Codec, WireRequest
 from workbench.backends.overrun import OverrunGuard
 from workbench.backends.pace import DEFAULT_BUDGET_MS, Pacer
-from workbench.backends.sse import DONE, SSEDecoder
-from workbench.backends.stamps import RxStampedHandler, StampedRequest, read_log, stamped_reads
+from workbench.backends.stream import (
+    ConnectError,
+    ConnectTimeoutError,
+    DisconnectedError,
+    IdleTimeoutError,
+    StaleConnectionError,
+    StreamState,
+)
 from workbench.clock import Clock, WallClock
 from workbench.records import RequestRecord, Status
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from workbench.config import RunConfig
 
-__all__ = ["HTTPStatusError", "Transport", "TransportOptions", "normalize_base_url"]
+__all__ = [
+    "HTTP_CLIENTS",
+    "HTTPStatusError",
+    "Transport",
+    "TransportOptions",
+    "normalize_base_url",
+]
 
 logger = logging.getLogger(__name__)
+
+#: ``executor.http``: the client on the measured path (the first is the default)
+HTTP_CLIENTS = ("httptools", "aiohttp")
 
 _ERROR_BODY_CHARS = 2000
 
@@ -59,12 +74,12 @@ class TransportOptions:
     """Where to send and how long to wait.
 
     ``api_key_env`` names an environment variable holding a bearer token; the
-    token itself is never stored. ``stream_idle_timeout_s`` bounds the silence
-    between two reads (including the wait for response headers);
+    token itself is never stored. ``stream_idle_timeout_s`` bounds connecting and
+    the silence between two reads (including the wait for response headers);
     ``request_timeout_s`` bounds the whole request. ``max_connections`` 0 means
-    the connector is unlimited (admission is the runner's job, not the pool's).
-    ``pace_ms``: the pacer's budget (``backends/pace.py``; ``executor.pace_ms``): 0
-    off, ``"auto"`` 1 ms while responses stream.
+    the pool is unlimited (admission is the runner's job, not the pool's).
+    ``http``: which client (``HTTP_CLIENTS``; ``executor.http``). ``ssl_context``:
+    for ``https`` targets (None: ``ssl.create_default_context()``).
     """
 
     base_url: str
@@ -72,19 +87,57 @@ class TransportOptions:
     request_timeout_s: float | None = None
     stream_idle_timeout_s: float | None = 60.0
     max_connections: int = 0
+    http: str = HTTP_CLIENTS[0]
+    ssl_context: ssl.SSLContext | None = None
     pace_ms: float | Literal["auto"] = 0.0
 
     @classmethod
     def of_run(cls, cfg: RunConfig, base_url: str) -> TransportOptions:
-        """A run's options: its backend's key, its arrival timeouts, its executor's pacing."""
+        """A run's options: its backend's key, its arrival timeouts, its executor's client."""
         a = cfg.arrival
         return cls(
             base_url=base_url,
             api_key_env=cfg.backend.api_key_env,
             request_timeout_s=a.request_timeout_s,
             stream_idle_timeout_s=a.stream_idle_timeout_s,
+            http=cfg.executor.http,
             pace_ms=cfg.executor.pace_ms,
         )
+
+
+class HTTPClient(Protocol):
+    """What ``Transport`` needs of an HTTP client (``http1``, ``http_aiohttp``)."""
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def post(
+        self, url: str, payload: bytes, request_id: str, rec: RequestRecord, state: StreamState
+    ) -> tuple[int, bytes]: ...
+
+    async def get(self, url: str, timeout_s: float) -> tuple[int, bytes]: ...
+
+
+def _client(
+    options: TransportOptions, now: Callable[[], int], headers: dict[str, str]
+) -> HTTPClient:
+    kwargs = {
+        "headers": headers,
+        "request_timeout_s": options.request_timeout_s,
+        "stream_idle_timeout_s": options.stream_idle_timeout_s,
+        "max_connections": options.max_connections,
+        "ssl_context": options.ssl_context,
+    }
+    if options.http == "httptools":
+        from workbench.backends.http1 import HttpToolsClient
+
+        return HttpToolsClient(now, **kwargs)  # type: ignore[arg-type]
+    if options.http == "aiohttp":
+        from workbench.backends.http_aiohttp import AiohttpClient
+
+        return AiohttpClient(now, **kwargs)  # type: ignore[arg-type]
+    raise ValueError(f"unknown HTTP client {options.http!r}; valid: {', '.join(HTTP_CLIENTS)}")
 
 
 _CLAMP_HINT = (
@@ -118,65 +171,6 @@ def _clamped(req: WireRequest, completion: int | None, finish: str | None) -> bo
     return completion is not None and completion < req.max_tokens and finish == "length"
 
 
-#: parse kept reads once this many are pending, or this many bytes (bounds memory per
-#: stream). Small batches keep the parsing spread over the stream: deferring it all to
-#: the end piled it up exactly when a wave of streams ended and new requests went out.
-PARSE_BATCH_READS = 8
-PARSE_BATCH_BYTES = 64 * 1024
-
-
-class _StreamState:
-    """SSE decoding and parsing of one response, fed (stamp, bytes) reads in order."""
-
-    __slots__ = ("counts", "decoder", "done", "feed_all", "guard", "rec", "times")
-
-    def __init__(self, parser: StreamParser, rec: RequestRecord, guard: OverrunGuard) -> None:
-        self.decoder = SSEDecoder()
-        self.feed_all = getattr(parser, "feed_all", None) or partial(_feed_each, parser)
-        self.rec = rec
-        self.times, self.counts = rec.token_times_ns, rec.token_counts
-        self.done = False
-        self.guard = guard  # output overrun: cuts a stream past max_tokens + margin
-
-    def parse(self, reads: list[tuple[int, bytes]]) -> None:
-        decode, feed_all, times, counts = self.decoder.feed, self.feed_all, self.times, self.counts
-        for t, chunk in reads:
-            if self.done:
-                return
-            payloads = decode(chunk)
-            if not payloads:
-                continue
-            if DONE in payloads:
-                payloads = payloads[: payloads.index(DONE)]
-                self.done = True
-                self.rec.end_ns = t
-            if payloads:
-                for n in feed_all(payloads):
-                    times.append(t)
-                    counts.append(n)
-        self.guard.check(counts)
-
-    def close(self, t: int) -> None:
-        """End of body without ``[DONE]``: flush the decoder (a last unterminated event)."""
-        payloads = self.decoder.close()
-        if DONE in payloads:
-            payloads = payloads[: payloads.index(DONE)]
-        for n in self.feed_all(payloads) if payloads else ():
-            self.times.append(t)
-            self.counts.append(n)
-        self.rec.end_ns = t
-
-
-def _feed_each(parser: StreamParser, payloads: list[bytes]) -> list[int]:
-    """``feed_all`` for parsers without one: the id count of each token event."""
-    counts = []
-    for data in payloads:
-        ids = parser.feed(data)
-        if ids:
-            counts.append(len(ids))
-    return counts
-
-
 def normalize_base_url(url: str) -> str:
     """The server root: scheme added if missing, trailing ``/`` and ``/v1`` dropped.
 
@@ -193,19 +187,16 @@ def normalize_base_url(url: str) -> str:
 
 
 class Transport:
-    """One ``aiohttp.ClientSession`` per run; ``send`` one request at a time per call."""
+    """One HTTP client per run (``executor.http``); ``send`` one request per call."""
 
     def __init__(self, options: TransportOptions, clock: Clock | None = None) -> None:
         self.options = options
         self.clock: Clock = clock if clock is not None else WallClock()
         self.root = normalize_base_url(options.base_url)
-        self._session: aiohttp.ClientSession | None = None
-        self._urls: dict[str, yarl.URL] = {}
-        # one request class per transport: its stamps and clock are this run's
-        self._stamps: dict[str, RequestRecord] = {}
-        self._request_class = type(
-            "StampedRequest", (StampedRequest,), {"stamps": self._stamps, "clock": self.clock}
-        )
+        self._urls: dict[str, str] = {}
+        # a wall clock is time.perf_counter_ns itself: one C call per read
+        self._now = time.perf_counter_ns if type(self.clock) is WallClock else self.clock.now_ns
+        self._client: HTTPClient | None = None
         # executor.pace_ms: sends, and what follows a closed record, wait their turn (pace.py)
         pace = options.pace_ms
         self._pacer: Pacer | None = (
@@ -213,9 +204,11 @@ class Transport:
             else Pacer(float(pace)) if pace > 0
             else None
         )  # fmt: skip
-        # a wall clock is time.perf_counter_ns itself: one C call per read
-        stamp = time.perf_counter_ns if type(self.clock) is WallClock else self.clock.now_ns
-        self._handler_class = type("RxStampedHandler", (RxStampedHandler,), {"now": stamp})
+
+    @property
+    def paced_turns(self) -> int:
+        """Stream ends and sends that waited for their turn (``executor.pace_ms``)."""
+        return self._pacer.deferred if self._pacer is not None else 0
 
     async def __aenter__(self) -> Transport:
         opts = self.options
@@ -223,20 +216,9 @@ class Transport:
         key = os.environ.get(opts.api_key_env) if opts.api_key_env else None
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        connector = aiohttp.TCPConnector(limit=max(0, opts.max_connections))
-        # aiohttp builds every connection's protocol through the connector's factory
-        connector._factory = partial(self._handler_class, loop=asyncio.get_running_loop())
-        self._session = aiohttp.ClientSession(
-            # a load generator keeps no cookies: one jar shared by every unit would
-            # pin them all to one backend of a sticky balancer (and it filtered cookies per request)
-            cookie_jar=aiohttp.DummyCookieJar(),
-            connector=connector,
-            headers=headers,
-            request_class=self._request_class,
-            timeout=aiohttp.ClientTimeout(
-                total=opts.request_timeout_s, sock_read=opts.stream_idle_timeout_s
-            ),
-        )
+        client = _client(opts, self._now, headers)
+        await client.open()
+        self._client = client
         return self
 
     async def __aexit__(
@@ -245,26 +227,20 @@ class Transport:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
 
     @property
-    def paced_turns(self) -> int:
-        """Stream ends and sends that waited for their turn (``executor.pace_ms``)."""
-        return self._pacer.deferred if self._pacer is not None else 0
-
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
+    def client(self) -> HTTPClient:
+        if self._client is None:
             raise RuntimeError("Transport is not open: use 'async with Transport(...)'")
-        return self._session
+        return self._client
 
-    def _url(self, codec: Codec) -> yarl.URL:
-        """The codec's endpoint, parsed once (aiohttp parsed the string per request)."""
+    def _url(self, codec: Codec) -> str:
         url = self._urls.get(codec.name)
         if url is None:
-            url = self._urls[codec.name] = yarl.URL(codec.url(self.root))
+            url = self._urls[codec.name] = codec.url(self.root)
         return url
 
     async def check_reachable(self, timeout_s: float = 10.0) -> None:
@@ -273,13 +249,9 @@ class Transport:
         Any HTTP answer (even 404) proves a server is there; only a refused,
         unresolvable or silent address raises.
         """
-        url = f"{self.root}/v1/models"
         try:
-            async with self.session.get(
-                url, timeout=aiohttp.ClientTimeout(total=timeout_s)
-            ) as resp:
-                await resp.read()
-        except (TimeoutError, aiohttp.ClientConnectionError, OSError) as exc:
+            await self.client.get(f"{self.root}/v1/models", timeout_s)
+        except (TimeoutError, OSError, BackendError) as exc:
             raise BackendError(
                 f"cannot reach the target {self.root} ({type(exc).__name__}: {exc}); "
                 "is the server running, and is the URL its root (http://HOST:PORT)?"
@@ -289,22 +261,19 @@ class Transport:
         """Open up to ``n`` keep-alive connections now (``n`` concurrent ``GET /v1/models``).
 
         Otherwise the first wave of a run pays TCP connection setup inside its
-        measured TTFT, and in a burst: 32 new connections at once put ~9 ms
-        between dispatch and the server seeing the request, against ~2 ms on a
-        pooled connection. Failures are ignored (the run reports its own).
-        Returns how many answered.
+        measured TTFT, and in a burst. Failures are ignored (the run reports its
+        own). Returns how many answered.
         """
         if n <= 0:
             return 0
         url = f"{self.root}/v1/models"
-        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        client = self.client
 
         async def one() -> bool:
             try:
-                async with self.session.get(url, timeout=timeout) as resp:
-                    await resp.read()
-                    return True
-            except (TimeoutError, aiohttp.ClientError, OSError):
+                await client.get(url, timeout_s)
+                return True
+            except (TimeoutError, OSError, BackendError):
                 return False
 
         return sum(await asyncio.gather(*(one() for _ in range(n))))
@@ -315,12 +284,13 @@ class Transport:
         Returns the codec's output ids (exact when ``codec.returns_token_ids``)
         only when the request succeeded.
         """
-        session = self.session
+        client = self.client
         rec.sent_prompt_tokens = len(req.prompt_ids)
+        pacer = self._pacer
         try:
-            if self._pacer is not None and (turn := self._pacer.turn()) is not None:
-                await self._pacer.wait(turn)
-            ids = await self._exchange_once_more_if_stale(session, codec, req, rec)
+            if pacer is not None and (turn := pacer.turn()) is not None:
+                await pacer.wait(turn)
+            ids = await self._exchange_once_more_if_stale(client, codec, req, rec)
         except asyncio.CancelledError:
             self._close_record(rec, "cancelled", "cancelled")
             raise
@@ -328,14 +298,14 @@ class Transport:
             self._close_record(rec, "error", self._describe(exc, rec))
             return None
         self._close_record(rec, "ok", None)
-        if self._pacer is not None and (turn := self._pacer.turn()) is not None:
+        if pacer is not None and (turn := pacer.turn()) is not None:
             # the record is whole (a cancel from here on leaves it ok): what follows,
             # the runner's bookkeeping and the unit's next request, may wait its turn
-            await self._pacer.wait(turn)
+            await pacer.wait(turn)
         return ids
 
     async def _exchange_once_more_if_stale(
-        self, session: aiohttp.ClientSession, codec: Codec, req: WireRequest, rec: RequestRecord
+        self, client: HTTPClient, codec: Codec, req: WireRequest, rec: RequestRecord
     ) -> list[int] | None:
         """``_exchange``, sent once more when a pooled connection turns out to be dead.
 
@@ -345,32 +315,25 @@ class Transport:
         ``rec.extra``; a refused connection or any failure after the status line is not.
         """
         try:
-            return await self._exchange(session, codec, req, rec)
-        except aiohttp.ClientConnectorError:
-            raise
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-            if rec.http_status is not None:
-                raise
+            return await self._exchange(client, codec, req, rec)
+        except StaleConnectionError:
             rec.extra["stale_connection_retry"] = True
-            return await self._exchange(session, codec, req, rec)
+            return await self._exchange(client, codec, req, rec)
 
     async def _exchange(
-        self, session: aiohttp.ClientSession, codec: Codec, req: WireRequest, rec: RequestRecord
+        self, client: HTTPClient, codec: Codec, req: WireRequest, rec: RequestRecord
     ) -> list[int] | None:
         payload = orjson.dumps(codec.body(req))
         parser = codec.parser(req)
         guard = OverrunGuard(rec, req.max_tokens, by_events=not codec.returns_token_ids)
-        headers = {"Content-Type": "application/json", "x-request-id": req.request_id}
-        rec.dispatch_ns = self.clock.now_ns()  # replaced when the bytes go out
-        self._stamps[req.request_id] = rec
-        try:
-            async with session.post(self._url(codec), data=payload, headers=headers) as resp:
-                rec.http_status = resp.status
-                if resp.status != 200:
-                    raise HTTPStatusError(resp.status, await resp.text(errors="replace"))
-                await self._stream(resp, parser, rec, guard)
-        finally:
-            self._stamps.pop(req.request_id, None)
+        state = StreamState(parser, rec, guard)
+        status, body = await client.post(self._url(codec), payload, req.request_id, rec, state)
+        if status != 200:
+            raise HTTPStatusError(status, body.decode("utf-8", errors="replace"))
+        if state.error is not None:
+            raise state.error
+        if self._pacer is not None:
+            self._pacer.observe(state.reads)
         out = parser.finish()
         rec.prompt_tokens = out.prompt_tokens
         rec.completion_tokens = out.completion_tokens
@@ -392,59 +355,6 @@ class Transport:
             )
         return out.output_ids
 
-    async def _stream(
-        self,
-        resp: aiohttp.ClientResponse,
-        parser: StreamParser,
-        rec: RequestRecord,
-        guard: OverrunGuard,
-    ) -> None:
-        """Read to the end of the body, feeding events to ``parser`` until ``[DONE]``.
-
-        Reads carry the protocol's stamps (``stamps.RxStampedHandler``; a stamp taken
-        here when the connection's protocol is not ours).
-        *Stamp now, parse later*: each read is only stamped and kept; its events
-        are decoded and parsed in batches (every ``PARSE_BATCH_READS`` reads, at the
-        end of the body, or when the stream fails). When hundreds of streams get a token in
-        the same loop iteration, the k-th stream's stamp then waits only for the
-        k−1 stamps before it, not for k−1 JSON parses; every event still gets the
-        stamp of the read that completed it. Reading on past ``[DONE]`` lets the
-        connection return to the pool; a failure after ``[DONE]`` changes nothing
-        that was measured.
-        """
-        now = self.clock.now_ns
-        state = _StreamState(parser, rec, guard)
-        rx = read_log(resp)
-        pending: list[tuple[int, bytes]] = []
-        pos = size = reads = 0
-        try:
-            async for chunk in resp.content.iter_any():
-                reads += 1
-                if state.done:
-                    continue
-                if rx is None:
-                    pending.append((now(), chunk))
-                else:
-                    pending.extend(stamped_reads(rx, pos, chunk, now()))
-                    pos += len(chunk)
-                size += len(chunk)
-                if len(pending) >= PARSE_BATCH_READS or size >= PARSE_BATCH_BYTES:
-                    state.parse(pending)
-                    pending, size = [], 0
-        except (aiohttp.ClientError, TimeoutError):
-            state.parse(pending)  # keep the token events that did arrive
-            if not state.done:
-                raise
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                state.parse(pending)
-            raise
-        state.parse(pending)
-        if not state.done:
-            state.close(now())
-        if self._pacer is not None:
-            self._pacer.observe(reads)
-
     def _close_record(self, rec: RequestRecord, status: Status, error: str | None) -> None:
         if rec.end_ns is None:
             rec.end_ns = self.clock.now_ns()
@@ -461,17 +371,17 @@ class Transport:
         where = f" after {events} token events" if rec.http_status is not None else ""
         if isinstance(exc, BackendError):
             return str(exc) + (where if events else "")
-        if isinstance(exc, aiohttp.SocketTimeoutError):
+        if isinstance(exc, IdleTimeoutError):
             return f"stream idle for more than {opts.stream_idle_timeout_s}s{where}"
-        if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        if isinstance(exc, ConnectTimeoutError):
             return f"timed out connecting to {self.root}"
         if isinstance(exc, TimeoutError):
             return f"request timed out after {opts.request_timeout_s}s{where}"
-        if isinstance(exc, aiohttp.ClientConnectorError):
+        if isinstance(exc, ConnectError):
             return f"cannot connect to {self.root}: {exc}"
-        if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        if isinstance(exc, DisconnectedError):
             return f"server disconnected mid-stream{where}: {exc}"
-        if isinstance(exc, aiohttp.ClientError):
+        if isinstance(exc, OSError):
             return f"{type(exc).__name__}{where}: {exc}"
         logger.debug("request %s failed unexpectedly", rec.request_id, exc_info=exc)
         return f"unexpected {type(exc).__name__}{where}: {exc}"

@@ -1,0 +1,454 @@
+"""The measured request path: a small HTTP/1.1 client on ``asyncio.Protocol`` over httptools.
+
+Why its own client: the time a replay measures is taken on the wire, and at
+hundreds of concurrent streams the client's own cost per token event decides
+how late every stamp is (``bench/README.md``, "the streaming client"). Here the
+whole response is handled in the connection's callbacks, with only public
+asyncio and httptools (llhttp, the parser uvicorn uses) API:
+
+* **send**: the request's bytes (head and body, one buffer) are handed to
+  ``transport.write``; ``dispatch_ns`` is read just before, so TTFT starts when
+  the server can first see the request;
+* **receive**: every ``data_received`` is stamped once and fed to the parser
+  (C); the body bytes it completed are decoded (SSE) and counted (the codec's
+  parser) in one callback right after the loop's poll (``_ParseQueue``): every
+  token event of that read gets that read's stamp;
+* **wake**: the task that sent the request waits on one future, set when the
+  response ends or fails: one wake-up per request, not per token.
+
+Connections are kept alive and pooled per host (LIFO: the most recently used
+one first); a connection goes back to the pool the moment its response ends,
+before the waiting task runs. Bodies may be ``Content-Length``, chunked or (on
+a ``Connection: close`` answer) delimited by the close. ``https`` goes through
+asyncio's TLS (``ssl.create_default_context()`` unless the options give a
+context). Timeouts: ``stream_idle_timeout_s`` bounds connecting and every
+silence between reads (headers included; one timer per idle period, not per
+read), ``request_timeout_s`` the whole request. Failures are raised as the
+errors of ``backends/stream.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import httptools
+
+from workbench.backends.base import BackendError
+from workbench.backends.stream import (
+    ConnectError,
+    ConnectTimeoutError,
+    DisconnectedError,
+    IdleTimeoutError,
+    StaleConnectionError,
+    StreamState,
+)
+from workbench.records import RequestRecord
+
+__all__ = ["HttpToolsClient"]
+
+#: a non-200 answer's body is kept up to this size (for the error message)
+ERROR_BODY_MAX = 64 * 1024
+USER_AGENT = b"workbench"
+
+
+class Endpoint:
+    """One URL, parsed once: where to connect and the request line's target."""
+
+    __slots__ = ("host", "host_header", "key", "port", "ssl", "target")
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise BackendError(f"not an http(s) URL: {url!r}")
+        self.ssl = parts.scheme == "https"
+        self.host = parts.hostname
+        self.port = parts.port or (443 if self.ssl else 80)
+        default = self.port == (443 if self.ssl else 80)
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self.host_header = (host if default else f"{host}:{self.port}").encode("idna")
+        path = quote(parts.path or "/", safe="/%:@!$&'()*+,;=-._~")
+        self.target = (path + (f"?{parts.query}" if parts.query else "")).encode("ascii")
+        self.key = (parts.scheme, self.host, self.port)
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection; at most one request in flight on it."""
+
+    def __init__(self, pool: _Pool) -> None:
+        self.pool = pool
+        self.now = pool.now
+        self.pieces: list[bytes] = []  # body bytes of the read being parsed
+        # httptools calls ``on_body`` once per HTTP chunk: the list's own append, no frame
+        self.on_body = self.pieces.append
+        self.parser = httptools.HttpResponseParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.served = 0  # responses completed on this connection
+        self.timer: asyncio.TimerHandle | None = None
+        self._clear()
+
+    def _clear(self) -> None:
+        self.waiter: asyncio.Future[tuple[int, bytes]] | None = None
+        self.state: StreamState | None = None
+        self.rec: RequestRecord | None = None
+        self.status = 0
+        self.streaming = False  # status 200 with a StreamState: body goes to it
+        self.pieces.clear()
+        self.body: list[bytes] = []  # a non-streamed body (errors, GETs)
+        self.body_size = 0
+        self.complete = False
+        self.keep = False
+        self.delimited = False  # Content-Length or Transfer-Encoding seen
+        self.got = False  # any byte of this response came
+        self.last_ns = 0
+
+    # -- the request ---------------------------------------------------------------
+    def start(
+        self, data: bytes, state: StreamState | None, rec: RequestRecord | None
+    ) -> asyncio.Future[tuple[int, bytes]]:
+        """Write one request; the future ends with ``(status, body)`` (body empty when
+        it went to ``state``) or with the failure."""
+        if self.transport is None or self.closed:  # closed while the sender waited to run
+            cls = StaleConnectionError if self.served else DisconnectedError
+            raise cls("the connection closed before the request was written")
+        waiter = self.waiter = self.pool.loop.create_future()
+        self.state, self.rec = state, rec
+        t = self.last_ns = self.now()
+        if rec is not None:
+            rec.dispatch_ns = t
+        self.transport.write(data)
+        idle = self.pool.idle_s
+        if idle is not None:
+            self.timer = self.pool.loop.call_later(idle, self._check_idle)
+        return waiter
+
+    def abort(self) -> None:
+        """Drop the connection (a request given up mid-way cannot share it any more)."""
+        self._stop_timer()
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    # -- asyncio.Protocol ----------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+        self.pool.live.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        t = self.now()
+        if self.waiter is None:  # bytes nobody asked for: the connection is unusable
+            self.abort()
+            return
+        self.last_ns = t
+        self.got = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(BackendError(f"malformed HTTP response from the server: {exc}"))
+            return
+        pieces = self.pieces
+        if pieces:
+            chunk = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            pieces.clear()
+            if self.streaming:
+                self.pool.parsing.add(self, t, chunk)
+            elif self.body_size < ERROR_BODY_MAX:
+                self.body.append(chunk)
+                self.body_size += len(chunk)
+        if self.complete:
+            if self.streaming:
+                self.pool.parsing.add(self, 0, None)  # finish after this read's parse
+            else:
+                self._finish(self.keep)
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.transport = None
+        self.pool.live.discard(self)
+        self.pool.parsing.run()  # what came before the close is parsed first
+        if self.waiter is None or self.waiter.done():
+            return
+        if self.status and not self.delimited and not self.complete:
+            self._finish(False)  # a body delimited by the close has ended
+            return
+        why = f": {exc}" if exc else ""
+        if not self.got and self.served:
+            self._fail(StaleConnectionError(f"a kept-alive connection was closed{why}"))
+        elif not self.got:
+            self._fail(DisconnectedError(f"connection closed before any response{why}"))
+        else:
+            self._fail(DisconnectedError(f"connection closed mid-response{why}"))
+
+    # -- httptools callbacks -------------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        if name == b"content-length" or name == b"transfer-encoding":
+            self.delimited = True
+
+    def on_headers_complete(self) -> None:
+        status = self.status = self.parser.get_status_code()
+        if self.rec is not None:
+            self.rec.http_status = status
+        self.streaming = status == 200 and self.state is not None
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self.keep = self.parser.should_keep_alive()  # (only valid inside the callback)
+
+    # -- endings -------------------------------------------------------------------
+    def _finish(self, keep: bool) -> None:
+        waiter = self.waiter
+        status = self.status
+        body = b"".join(self.body) if self.body else b""
+        if self.streaming and self.state is not None:
+            self.state.close(self.last_ns)  # no-op after [DONE]
+        self._stop_timer()
+        self._clear()
+        self.served += 1
+        if keep and not self.closed:
+            self.pool.release(self)
+        elif not self.closed:
+            self.abort()
+        if waiter is not None and not waiter.done():
+            waiter.set_result((status, body))
+
+    def _fail(self, exc: BaseException) -> None:
+        self.pool.parsing.run()  # reads that came before the failure count
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            self.abort()
+            return
+        if self.streaming and self.state is not None and self.state.done:
+            # the failure came after [DONE]: what was measured stands
+            self._stop_timer()
+            self._clear()
+            self.abort()
+            if waiter is not None and not waiter.done():
+                waiter.set_result((200, b""))
+            return
+        self._clear()
+        self.abort()
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+
+    def _check_idle(self) -> None:
+        self.timer = None
+        self.pool.parsing.run()
+        if self.waiter is None or self.waiter.done():
+            return
+        idle = self.pool.idle_s
+        assert idle is not None
+        quiet = (self.now() - self.last_ns) / 1e9
+        if quiet >= idle:
+            self._fail(IdleTimeoutError(f"no data for {idle}s"))
+        else:
+            self.timer = self.pool.loop.call_later(idle - quiet, self._check_idle)
+
+    def _stop_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+class _ParseQueue:
+    """Reads stamped in ``data_received``, parsed once the loop has taken every read of
+    the poll: *stamp now, parse after the poll*.
+
+    When hundreds of streams get a token in the same poll, the loop calls their
+    ``data_received`` back to back; parsing each read there would make the k-th
+    stamp wait for k−1 SSE and JSON parses, stamping it only after the (C) HTTP
+    parse of the reads ahead of it. One ``call_soon`` per poll runs the parses,
+    in arrival order, and the endings queued behind them (``None`` entries).
+    Anything that ends a response otherwise (close, idle check) runs the queue
+    first, so no read is lost or reordered; reads of a request given up
+    meanwhile (its waiter done) are dropped.
+    """
+
+    __slots__ = ("armed", "items", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.items: list[tuple[_Connection, asyncio.Future[Any], int, bytes | None]] = []
+        self.armed = False
+
+    def add(self, conn: _Connection, t: int, chunk: bytes | None) -> None:
+        self.items.append((conn, conn.waiter, t, chunk))  # type: ignore[arg-type]
+        if not self.armed:
+            self.armed = True
+            self.loop.call_soon(self.run)
+
+    def run(self) -> None:
+        self.armed = False
+        items = self.items
+        if not items:
+            return
+        self.items = []
+        for conn, waiter, t, chunk in items:
+            if conn.waiter is not waiter or waiter.done():
+                continue  # given up (timeout, cancel, failure) since the read
+            if chunk is not None:
+                state = conn.state
+                state.feed(t, chunk)  # type: ignore[union-attr]
+                if state.cut:  # type: ignore[union-attr]
+                    conn._fail(state.error)  # type: ignore[union-attr,arg-type]
+            else:
+                conn._finish(conn.keep)
+
+
+class _Pool:
+    """Kept-alive connections to one host (scheme, host, port)."""
+
+    def __init__(
+        self,
+        ep: Endpoint,
+        loop: asyncio.AbstractEventLoop,
+        now: Callable[[], int],
+        idle_s: float | None,
+        ssl_context: ssl.SSLContext | None,
+        parsing: _ParseQueue,
+    ) -> None:
+        self.ep, self.loop, self.now, self.idle_s = ep, loop, now, idle_s
+        self.parsing = parsing
+        self.ssl = (ssl_context or ssl.create_default_context()) if ep.ssl else None
+        self.idle: list[_Connection] = []
+        self.live: set[_Connection] = set()
+
+    async def connection(self) -> _Connection:
+        idle = self.idle
+        while idle:
+            conn = idle.pop()
+            if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
+                return conn
+        return await self._connect()
+
+    async def _connect(self) -> _Connection:
+        ep = self.ep
+        try:
+            async with asyncio.timeout(self.idle_s):
+                _, conn = await self.loop.create_connection(
+                    lambda: _Connection(self), ep.host, ep.port,
+                    ssl=self.ssl, server_hostname=ep.host if self.ssl else None,
+                )  # fmt: skip
+        except TimeoutError:
+            raise ConnectTimeoutError(f"no connection within {self.idle_s}s") from None
+        except OSError as exc:  # refused, unreachable, unresolvable, ssl.SSLError
+            raise ConnectError(str(exc) or type(exc).__name__) from None
+        return conn
+
+    def release(self, conn: _Connection) -> None:
+        self.idle.append(conn)
+
+    def close(self) -> None:
+        for conn in list(self.live):
+            if conn.transport is not None:
+                conn.transport.close()
+        self.idle.clear()
+
+
+class HttpToolsClient:
+    """The pooled client ``Transport`` uses by default (``executor.http: httptools``)."""
+
+    def __init__(
+        self,
+        now: Callable[[], int],
+        *,
+        headers: dict[str, str],
+        request_timeout_s: float | None,
+        stream_idle_timeout_s: float | None,
+        max_connections: int = 0,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.now = now
+        self.request_timeout_s = request_timeout_s
+        self.idle_s = stream_idle_timeout_s
+        self.ssl_context = ssl_context
+        extra = b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in headers.items())
+        self._extra = extra
+        self._pools: dict[tuple[str, str, int], _Pool] = {}
+        self._heads: dict[str, tuple[_Pool, bytes]] = {}
+        self._limit = asyncio.Semaphore(max_connections) if max_connections > 0 else None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def open(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._parsing = _ParseQueue(self._loop)
+
+    async def close(self) -> None:
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
+        self._heads.clear()
+        await asyncio.sleep(0)  # let the transports run their connection_lost
+
+    def _pool(self, url: str, method: bytes, content_type: bool) -> tuple[_Pool, bytes]:
+        """The host's pool and the fixed part of this URL's request head, built once."""
+        key = f"{method.decode()} {url}"
+        hit = self._heads.get(key)
+        if hit is not None:
+            return hit
+        if self._loop is None:
+            raise RuntimeError("the HTTP client is not open")
+        ep = Endpoint(url)
+        pool = self._pools.get(ep.key)
+        if pool is None:
+            pool = self._pools[ep.key] = _Pool(ep, self._loop, self.now, self.idle_s,
+                                               self.ssl_context, self._parsing)  # fmt: skip
+        head = b"%b %b HTTP/1.1\r\nHost: %b\r\nUser-Agent: %b\r\nAccept: */*\r\n%b" % (
+            method, ep.target, ep.host_header, USER_AGENT, self._extra
+        )
+        if content_type:
+            head += b"Content-Type: application/json\r\n"
+        hit = self._heads[key] = (pool, head)
+        return hit
+
+    async def post(
+        self, url: str, payload: bytes, request_id: str, rec: RequestRecord, state: StreamState
+    ) -> tuple[int, bytes]:
+        """POST ``payload``, the body streamed into ``state``; ``(status, non-200 body)``."""
+        pool, head = self._pool(url, b"POST", True)
+        rid = request_id.encode()
+        if b"\r" in rid or b"\n" in rid:
+            raise BackendError(f"request id {request_id!r} cannot go into an HTTP header")
+        data = b"%bx-request-id: %b\r\nContent-Length: %d\r\n\r\n%b" % (
+            head, rid, len(payload), payload
+        )
+        return await self._exchange(pool, data, state, rec, self.request_timeout_s)
+
+    async def get(self, url: str, timeout_s: float) -> tuple[int, bytes]:
+        """GET ``url`` (reachability, warming connections): ``(status, body)``."""
+        pool, head = self._pool(url, b"GET", False)
+        return await self._exchange(pool, head + b"\r\n", None, None, timeout_s)
+
+    async def _exchange(
+        self,
+        pool: _Pool,
+        data: bytes,
+        state: StreamState | None,
+        rec: RequestRecord | None,
+        timeout_s: float | None,
+    ) -> tuple[int, bytes]:
+        limit = self._limit
+        if limit is not None:
+            await limit.acquire()
+        conn: _Connection | None = None
+        try:
+            if timeout_s is None:
+                conn = await pool.connection()
+                return await conn.start(data, state, rec)
+            async with asyncio.timeout(timeout_s):
+                conn = await pool.connection()
+                return await conn.start(data, state, rec)
+        except BaseException:
+            if conn is not None and conn.waiter is not None:
+                conn.abort()  # given up mid-exchange (timeout, cancel): not reusable
+            raise
+        finally:
+            if limit is not None:
+                limit.release()

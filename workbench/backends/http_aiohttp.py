@@ -1,0 +1,156 @@
+"""The portable fallback client (``executor.http: aiohttp``), on aiohttp's public API only.
+
+Same contract as ``http1.HttpToolsClient`` (``post`` streams a body into a
+``StreamState``, ``get`` reads a small answer, failures raised as the errors of
+``backends/stream.py``), so ``Transport`` produces the same records with either.
+Its timing is coarser: ``dispatch_ns`` is read when aiohttp reports the request
+body sent (the public ``TraceConfig.on_request_chunk_sent`` signal), and each
+read is stamped when the stream's task gets it (``iter_any``), which under load
+is later than the socket read the default client stamps.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+
+from workbench.backends.stream import (
+    ConnectError,
+    ConnectTimeoutError,
+    DisconnectedError,
+    IdleTimeoutError,
+    StaleConnectionError,
+    StreamState,
+)
+from workbench.records import RequestRecord
+
+__all__ = ["AiohttpClient"]
+
+# aiohttp >= 3.10 names the two read/connect timeouts; 3.9 raises ServerTimeoutError for both
+_SOCK_READ_TIMEOUT = getattr(aiohttp, "SocketTimeoutError", aiohttp.ServerTimeoutError)
+_CONNECT_TIMEOUT = getattr(aiohttp, "ConnectionTimeoutError", None)
+ERROR_BODY_MAX = 64 * 1024
+
+
+class AiohttpClient:
+    def __init__(
+        self,
+        now: Callable[[], int],
+        *,
+        headers: dict[str, str],
+        request_timeout_s: float | None,
+        stream_idle_timeout_s: float | None,
+        max_connections: int = 0,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.now = now
+        self.headers = headers
+        self.request_timeout_s = request_timeout_s
+        self.idle_s = stream_idle_timeout_s
+        self.max_connections = max_connections
+        self.ssl_context = ssl_context
+        self._session: aiohttp.ClientSession | None = None
+
+    async def open(self) -> None:
+        trace = aiohttp.TraceConfig()
+        trace.on_request_chunk_sent.append(self._body_sent)
+        connector = aiohttp.TCPConnector(
+            limit=max(0, self.max_connections),
+            # an explicit context: aiohttp 3.9.0 did not verify with ``ssl=True``
+            ssl=self.ssl_context if self.ssl_context is not None else ssl.create_default_context(),
+        )
+        self._session = aiohttp.ClientSession(
+            # a load generator keeps no cookies: one jar shared by every unit would
+            # pin them all to one backend of a sticky balancer
+            cookie_jar=aiohttp.DummyCookieJar(),
+            connector=connector,
+            headers=self.headers,
+            trace_configs=[trace],
+            timeout=aiohttp.ClientTimeout(
+                total=self.request_timeout_s, sock_connect=self.idle_s, sock_read=self.idle_s
+            ),
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("the HTTP client is not open")
+        return self._session
+
+    async def _body_sent(
+        self, session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any
+    ) -> None:
+        unsent = ctx.trace_request_ctx  # [record] until its body's first chunk is out
+        if isinstance(unsent, list) and unsent:
+            unsent.pop().dispatch_ns = self.now()
+
+    async def post(
+        self, url: str, payload: bytes, request_id: str, rec: RequestRecord, state: StreamState
+    ) -> tuple[int, bytes]:
+        headers = {"Content-Type": "application/json", "x-request-id": request_id}
+        now = self.now
+        rec.dispatch_ns = now()  # replaced when aiohttp reports the body sent
+        try:
+            async with self.session.post(
+                url, data=payload, headers=headers, trace_request_ctx=[rec]
+            ) as resp:
+                rec.http_status = resp.status
+                if resp.status != 200:
+                    return resp.status, (await resp.content.read(ERROR_BODY_MAX))
+                try:
+                    async for chunk in resp.content.iter_any():
+                        state.feed(now(), chunk)
+                        if state.cut:  # output overrun: drop the connection, read no more
+                            resp.close()
+                            return 200, b""
+                except (aiohttp.ClientError, TimeoutError):
+                    if not state.done or state.error is not None:
+                        raise
+                    return 200, b""  # failed after [DONE]: what was measured stands
+                state.close(now())
+                return 200, b""
+        except Exception as exc:
+            out = _translate(exc, rec)
+            if out is exc:
+                raise
+            raise out from exc
+
+    async def get(self, url: str, timeout_s: float) -> tuple[int, bytes]:
+        try:
+            async with self.session.get(
+                url, timeout=aiohttp.ClientTimeout(total=timeout_s)
+            ) as resp:
+                return resp.status, await resp.read()
+        except Exception as exc:
+            out = _translate(exc, None)
+            if out is exc:
+                raise
+            raise out from exc
+
+
+def _translate(exc: BaseException, rec: RequestRecord | None) -> BaseException:
+    """aiohttp's failure as the common errors of ``backends/stream.py`` (others unchanged)."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return ConnectError(str(exc))
+    if _CONNECT_TIMEOUT is not None and isinstance(exc, _CONNECT_TIMEOUT):
+        return ConnectTimeoutError(str(exc))
+    if isinstance(exc, _SOCK_READ_TIMEOUT):
+        return IdleTimeoutError(str(exc))
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError) and (
+        rec is not None and rec.http_status is None
+    ):
+        # before the status line: aiohttp does not say whether the connection was a
+        # pooled one, so any such loss may be sent once more (Transport does, once)
+        return StaleConnectionError(str(exc) or type(exc).__name__)
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        return DisconnectedError(str(exc) or type(exc).__name__)
+    return exc

@@ -1,0 +1,164 @@
+"""What both HTTP clients share: one response's token accounting, and the failures they raise.
+
+``StreamState`` is fed the response body one network read at a time, each read
+with its receive stamp: it frames SSE events (``sse.SSEDecoder``), hands the
+payloads to the codec's parser and appends one ``(stamp, id count)`` per token
+event to the record. An event counts as a *token event* only if the codec found
+at least one output token id in it (role-only, empty and usage chunks do not);
+``end_ns`` is the read that carried ``[DONE]``, or the end of the body when a
+server omits it. Bytes after ``[DONE]`` are read (so the connection can be
+reused) but not parsed. With an ``overrun.OverrunGuard`` a stream that passes
+``max_tokens`` plus the margin is *cut*: ``error`` holds the ``OutputOverrun`` and
+``cut`` tells the client to drop the connection instead of reading on (a server that
+never stops would otherwise never end the body).
+
+The errors are the clients' common vocabulary, so ``transport.Transport`` words a
+failure the same way whichever client met it (``executor.http``).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from workbench.backends.base import BackendError, StreamParser
+from workbench.backends.overrun import OutputOverrun, OverrunGuard
+from workbench.backends.sse import DONE, SSEDecoder
+from workbench.records import RequestRecord
+
+__all__ = [
+    "ConnectError",
+    "ConnectTimeoutError",
+    "DisconnectedError",
+    "IdleTimeoutError",
+    "StaleConnectionError",
+    "StreamState",
+]
+
+
+class ConnectError(OSError):
+    """No connection could be made (refused, unresolvable, TLS handshake failed)."""
+
+
+class ConnectTimeoutError(TimeoutError):
+    """The connection was not made within the idle timeout."""
+
+
+class IdleTimeoutError(TimeoutError):
+    """No byte came for longer than ``stream_idle_timeout_s`` (headers included)."""
+
+
+class DisconnectedError(ConnectionError):
+    """The server closed the connection before the response ended."""
+
+
+class StaleConnectionError(DisconnectedError):
+    """A pooled keep-alive connection died before any byte of the response came.
+
+    The request may be sent once more on a fresh connection (llama.cpp's
+    ``llama-server`` closes after every stream while its headers say keep-alive).
+    """
+
+
+class StreamState:
+    """SSE decoding and token accounting of one response, fed ``(stamp, bytes)`` reads."""
+
+    __slots__ = (
+        "counts", "cut", "decode", "decoder", "done", "error", "feed_all", "feed_one", "guard",
+        "one", "reads", "rec", "times",
+    )  # fmt: skip
+
+    def __init__(
+        self, parser: StreamParser, rec: RequestRecord, guard: OverrunGuard | None = None
+    ) -> None:
+        self.decoder = SSEDecoder()
+        self.decode = self.decoder.feed
+        self.one = self.decoder.one
+        self.feed_all = getattr(parser, "feed_all", None) or partial(_feed_each, parser)
+        self.feed_one = getattr(parser, "feed_one", None)
+        self.rec = rec
+        self.times, self.counts = rec.token_times_ns, rec.token_counts
+        self.done = False  # [DONE] seen: later bytes are not parsed
+        self.error: BackendError | None = None  # the codec rejected a payload
+        self.reads = 0  # network reads of the body (pacing tells streamed from whole answers)
+        self.guard = guard  # output overrun (docs/output-overrun.md)
+        self.cut = False  # the guard cut the stream: drop the connection, do not read on
+
+    def feed(self, t: int, chunk: bytes) -> None:
+        """One network read of the body, received at ``t``.
+
+        A protocol violation found by the codec is kept in ``error`` (and ends the
+        parsing) rather than raised, so a client can call this from its protocol's
+        callbacks and still read the body to its end.
+        """
+        self.reads += 1
+        if self.done:
+            return
+        feed_one = self.feed_one
+        if feed_one is not None:
+            one = self.one(chunk)
+            if one is not None and one != DONE:  # one event in the read: no lists
+                try:
+                    n = feed_one(one)
+                except BackendError as exc:
+                    self.error, self.done = exc, True
+                    return
+                if n:
+                    self.times.append(t)
+                    self.counts.append(n)
+                    if self.guard is not None:
+                        self._check()
+                return
+        payloads = self.decode(chunk)
+        if not payloads:
+            return
+        if DONE in payloads:
+            payloads = payloads[: payloads.index(DONE)]
+            self.done = True
+            self.rec.end_ns = t
+            if not payloads:
+                return
+        try:
+            counts = self.feed_all(payloads)
+        except BackendError as exc:
+            self.error, self.done = exc, True
+            return
+        if counts:
+            self.times.extend([t] * len(counts))
+            self.counts.extend(counts)
+            if self.guard is not None:
+                self._check()
+
+    def _check(self) -> None:
+        try:
+            self.guard.check(self.counts)  # type: ignore[union-attr]
+        except OutputOverrun as exc:
+            self.error, self.done, self.cut = exc, True, True
+
+    def close(self, t: int) -> None:
+        """End of body without ``[DONE]``: flush the decoder (a last unterminated event)."""
+        if self.done:
+            return
+        payloads = self.decoder.close()
+        if DONE in payloads:
+            payloads = payloads[: payloads.index(DONE)]
+        self.done = True
+        self.rec.end_ns = t
+        if payloads:
+            try:
+                counts = self.feed_all(payloads)
+            except BackendError as exc:
+                self.error = exc
+                return
+            for n in counts:
+                self.times.append(t)
+                self.counts.append(n)
+
+
+def _feed_each(parser: StreamParser, payloads: list[bytes]) -> list[int]:
+    """``feed_all`` for parsers without one: the id count of each token event."""
+    counts = []
+    for data in payloads:
+        ids = parser.feed(data)
+        if ids:
+            counts.append(len(ids))
+    return counts
