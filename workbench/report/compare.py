@@ -28,7 +28,7 @@ BATCH = 256  # resamples drawn at once (bounds memory at BATCH × n floats)
 
 
 EXAMPLE_TRACE = "tracelab/multi_session_large.csv"
-EXAMPLE_BLOCKS = (256, 65536)  # a KV cache that evicts (4,096 tokens) vs one that never does
+EXAMPLE_BLOCKS = (8192, 65536)  # a KV cache that evicts (131,072 tokens) vs one that never does
 
 
 def example_runs(out_dir: str | Path, trace: str = EXAMPLE_TRACE,
