@@ -5,8 +5,9 @@ rounds with prefix reuse and tool waits, trace-timed) against the embedded
 engine, started in a process of its own, with a progress bar; then renders the
 replay report over the stored run (``reports/<run_id>/report.html``, indexed
 in ``reports/index.html``) with a bar over the notebook's cells. ``--trace``
-picks another bundled trace or a path; the Mooncake slice is sized by
-``MOONCAKE_EXAMPLE`` in the README (``--max-items 120 --rate 1``).
+picks another bundled trace or a path; the README's Mooncake example is
+``--trace mooncake/conversation_trace_head600.jsonl --max-items 120 --rate 1``
+(``MOONCAKE_EXAMPLE``: two minutes the default engine holds).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ NAME = "demo"
 HELP = "replay the bundled real trace against the embedded engine and render the report"
 
 DEMO_TRACE = "tracelab/multi_session_large.csv"
+MOONCAKE_EXAMPLE = ("--trace", "mooncake/conversation_trace_head600.jsonl",
+                    "--max-items", "120", "--rate", "1")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
