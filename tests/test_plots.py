@@ -304,7 +304,7 @@ def to_frame_ok(run: RunResult) -> pd.DataFrame:
 
 def test_ttft_vs_uncached_puts_each_request_at_prompt_minus_cached() -> None:
     fig = plot(make_run(), "ttft_vs_uncached")
-    x, y = fig.axes[0].lines[0].get_data()
+    x, _y = fig.axes[0].lines[0].get_data()
     assert sorted(x) == [54, 100, 100, 108, 120]  # 150-96, round 0s, 300-192, 200-80
     assert fig.axes[0].get_ylim()[0] == 0.0
 

@@ -33,6 +33,7 @@ from workbench.records import RunResult
 FIGURE_META = "workbench"
 LATENCY_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E latency", "itl_ms": "ITL"}
 HIT_FRACTION = "hit rate (fraction of prompt tokens)"
+LEGEND_WIDTH = 26  # characters per legend line (beside the axes, so it stays narrow)
 BIN_LADDER = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
@@ -128,9 +129,14 @@ def _no_data(ax: Axes, text: str = "no data") -> None:
 
 def _legend(a: Axes, **kw: Any) -> None:
     """A legend beside the axes, never over the data (constrained layout makes room)."""
-    if a.get_legend_handles_labels()[0]:
-        a.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                 borderaxespad=0.0, framealpha=0.9, **kw)
+    handles, labels = a.get_legend_handles_labels()
+    if not handles:
+        return
+    import textwrap
+
+    labels = [textwrap.fill(t, LEGEND_WIDTH) for t in labels]  # long run ids wrap
+    a.legend(handles, labels, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+             borderaxespad=0.0, framealpha=0.9, **kw)
 
 
 def _ticks(a: Axes, axis: str = "x", nbins: int = 5) -> None:
