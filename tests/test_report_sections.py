@@ -91,3 +91,10 @@ def test_demo_shows_progress_while_it_replays_and_renders_and_nothing_else(
                      "engine (its own process)…", "replay", "Executing",
                      f"rendering the report of {tmp_path}/demo…"}, err
     assert (tmp_path / "demo" / "report.html").exists()
+
+
+def test_editable_install_uses_a_plain_pth_so_setuptools_stays_quiet() -> None:
+    """With the project root as the package dir, setuptools' editable install writes a
+    plain .pth instead of a meta-path finder and its 'Editable installation' notice."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["tool"]["setuptools"]["package-dir"] == {"": "."}
