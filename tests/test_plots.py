@@ -435,3 +435,16 @@ def test_config_diff_treats_relative_and_absolute_trace_paths_as_one(
                             "trace": {"path": str(tmp_path / "t.csv"), "format": "session"}}
     diff = compare.config_diff({"a": a, "b": b})
     assert "trace.path" not in diff["key"].tolist()
+
+
+def test_late_sends_with_an_idle_client_blame_the_machine_not_the_client() -> None:
+    late = {"cpu_util": 0.04, "release_lag_ms": {"p99": 23.4},
+            "steady_release_lag_ms": {"p99": 23.4, "count": 50}, "client_bottleneck": True,
+            "client_bottleneck_reasons": ["steady release lag p99 23.4 ms (> 10 ms)"]}
+    caption = tables.client_caption({**summarize(make_run()), "client": late})
+    assert "requests went out late" in caption and "only 4% of a core" in caption
+    assert "the client, not the server" not in caption
+    busy = {**late, "cpu_util": 0.95,
+            "client_bottleneck_reasons": ["client CPU 95% of a core (>= 90%)"]}
+    assert "the client, not the server" in tables.client_caption(
+        {**summarize(make_run()), "client": busy})

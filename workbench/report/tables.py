@@ -144,6 +144,9 @@ def client_table(data: Any) -> pd.DataFrame:
     return _named(df, "client")
 
 
+CLIENT_CPU_IDLE = 0.5  # below this share of a core, late sends are not the client's own work
+
+
 def client_evidence(client: Mapping[str, Any]) -> str:
     """What the bottleneck verdict looked at: the busiest process's CPU share and the
     (steady, when there is one) release lag p99, each against its bound."""
@@ -173,6 +176,17 @@ def client_caption(data: Any, manifest: Mapping[str, Any] | None = None) -> str:
               "so its steps count as client lag." if proc and not proc.get("own_process")
               else "")
     evidence = client_evidence(client)
+    util = client.get("cpu_util")
+    reasons = client.get("client_bottleneck_reasons") or []
+    if client.get("client_bottleneck") and util is not None and util < CLIENT_CPU_IDLE and not any(
+            r.startswith("client CPU") for r in reasons):
+        return (
+            "Client self-measurement. WARNING: requests went out late "
+            f"({'; '.join(reasons)}) although the client used only {util:.0%} of a core: "
+            "its process was waiting for a CPU, not working (a busy machine: other "
+            "processes, or the engine, sharing few cores), so latencies include that wait. "
+            f"Evidence: {evidence}.{shared}"
+        )
     if client.get("client_bottleneck"):
         why = "; ".join(client.get("client_bottleneck_reasons") or [])
         return (
