@@ -168,6 +168,7 @@ def test_compare_notebook_as_shipped_compares_two_runs_it_makes(tmp_path: Path) 
     for label in ("KV cache 8192 blocks", "KV cache 65536 blocks"):
         assert label in text
     assert "target.engine.num_blocks" in text and "Traceback" not in text
+    assert "Errors" in headings(page) and "every request ended ok" in text
     small, large = (json.loads((tmp_path / f"compare-example-kv{n}" / "summary.json").read_text())
                     for n in (8192, 65536))
     assert small["actual_prefix_hit_rate"] < large["actual_prefix_hit_rate"]  # a real difference

@@ -448,3 +448,11 @@ def test_late_sends_with_an_idle_client_blame_the_machine_not_the_client() -> No
             "client_bottleneck_reasons": ["client CPU 95% of a core (>= 90%)"]}
     assert "the client, not the server" in tables.client_caption(
         {**summarize(make_run()), "client": busy})
+
+
+def test_compare_error_table_lists_each_runs_classes() -> None:
+    bad = make_run("b")
+    bad.records[0].status, bad.records[0].error = "error", "HTTPError: 500 boom"  # type: ignore[assignment]
+    t = compare.error_table({"a": make_run("a"), "b": bad})
+    assert t[["run", "error class", "requests"]].values.tolist() == [
+        ["a", "none", 0], ["b", "error: HTTPError", 1]]

@@ -224,3 +224,21 @@ def runs_table(runs: Mapping[str, Any]) -> pd.DataFrame:
     df = pd.DataFrame(rows).set_index("run") if rows else pd.DataFrame()
     df.attrs["name"] = "runs"
     return df
+
+
+def error_table(runs: Mapping[str, Any]) -> pd.DataFrame:
+    """Per run, the requests that did not end ok by class (count, one sample message);
+    a run without errors has one row saying so."""
+    from workbench.metrics import run_rows
+    from workbench.report.tables import error_table as one_run
+
+    rows = []
+    for label, run in runs.items():
+        t = one_run(run_rows(run))
+        if not len(t):
+            rows.append({"run": label, "error class": "none", "requests": 0,
+                         "sample message": "every request ended ok"})
+        rows += [{"run": label, "error class": k, **t.loc[k].to_dict()} for k in t.index]
+    df = pd.DataFrame(rows, columns=["run", "error class", "requests", "sample message"])
+    df.attrs["name"] = "errors"
+    return df
