@@ -398,11 +398,11 @@ def test_config_table_says_what_was_run() -> None:
     v = tables.config_table(manifest)["value"]
     assert v["1 format"] == "session (detected)"
     assert v["2 context policy"] == "trace-reported"
-    assert (v["3 arrival"], v["  rate (units/s)"], v["  max concurrency"]) == (
+    assert (v["3 arrival"], v["3 rate (units/s)"], v["3 max concurrency"]) == (
         "trace-timed", "2.0", "8")
     assert v["4 backend"] == "openai" and v["target"] == "sim"
-    assert v["trace sha256"] == "abc" and v["  engine num_blocks"] == "80"
-    assert v["  engine runs in"] == "its own process"
+    assert v["trace sha256"] == "abc" and v["target engine num_blocks"] == "80"
+    assert v["target engine runs in"] == "its own process"
 
 
 def test_client_caption_names_its_evidence() -> None:

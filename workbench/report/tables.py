@@ -332,14 +332,14 @@ def config_table(manifest: Mapping[str, Any]) -> pd.DataFrame:
         ("trace sha256", trace.get("sha256")),
         ("trace units / rounds", f"{trace.get('units')} / {trace.get('rounds')}"),
         ("1 format", f"{fmt} (detected)" if given_fmt in (None, "auto") else fmt),
-        ("  max items", (cfg.get("trace") or {}).get("max_items") or "all"),
+        ("1 max items", (cfg.get("trace") or {}).get("max_items") or "all"),
         ("2 context policy", manifest.get("policy") or "none (prefixes as the trace gives)"),
         ("3 arrival", arrival.get("mode")),
-        ("  rate (units/s)", arrival.get("rate") or "as the trace times it"),
-        ("  max concurrency", arrival.get("max_concurrency") or "no cap"),
-        ("  warm-up / tool-wait scale", f"{arrival.get('warmup', 0)} / "
+        ("3 rate (units/s)", arrival.get("rate") or "as the trace times it"),
+        ("3 max concurrency", arrival.get("max_concurrency") or "no cap"),
+        ("3 warm-up / tool-wait scale", f"{arrival.get('warmup', 0)} / "
                                         f"{arrival.get('tool_wait_scale', 1.0)}"),
-        ("  output length", arrival.get("output_len")),
+        ("3 output length", arrival.get("output_len")),
         ("4 backend", (cfg.get("backend") or {}).get("name")),
         ("target", (cfg.get("target") or {}).get("url")),
     ]
@@ -348,8 +348,8 @@ def config_table(manifest: Mapping[str, Any]) -> pd.DataFrame:
         proc = target.get("engine_process") or {}
         where = ("its own process" if proc.get("own_process")
                  else "the client's event loop" if proc else "?")
-        rows.append(("  engine runs in", where))
-        rows += [(f"  engine {k}", engine[k]) for k in ENGINE_SHOWN if k in engine]
+        rows.append(("target engine runs in", where))
+        rows += [(f"target engine {k}", engine[k]) for k in ENGINE_SHOWN if k in engine]
     rows.append(("seed", cfg.get("seed")))
     df = pd.DataFrame({"value": pd.Series([_text(v) for _, v in rows], dtype=object)})
     df.index = pd.Index([k for k, _ in rows], name="setting")
