@@ -109,3 +109,10 @@ def test_the_engine_exits_when_its_parent_closes_stdin() -> None:
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+async def test_the_start_error_quotes_the_childs_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "executable", "/bin/sh")  # sh refuses `-m`, on stderr
+    with pytest.raises(SimProcessError, match="did not start: .*-m"):
+        async with serve_sim_process():
+            pass

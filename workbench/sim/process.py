@@ -54,10 +54,10 @@ class SimProcess:
     config: dict[str, Any] = field(default_factory=dict)
 
 
-def _stderr_tail(path: str, limit: int = 2000) -> str:
+def _stderr_tail(fh: Any, limit: int = 2000) -> str:
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()[-limit:].strip()
+        fh.seek(0)
+        return fh.read().decode("utf-8", "replace")[-limit:].strip()
     except OSError:
         return ""
 
@@ -108,36 +108,32 @@ async def serve_sim_process(
     from workbench.sim.config import EngineConfig
 
     EngineConfig.from_knobs(**engine_knobs)
-    fd, err_path = tempfile.mkstemp(prefix="workbench-sim-", suffix=".stderr")
-    os.close(fd)
-    proc: asyncio.subprocess.Process | None = None
-    try:
-        with open(err_path, "wb") as err_fh:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "workbench.sim.process", json.dumps(engine_knobs),
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err_fh,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-        deadline = time.monotonic() + ready_timeout_s
-        assert proc.stdout is not None
+    # the child's stderr: a file with no name (gone with its last descriptor, however
+    # this process ends), read back only to say why a child did not start
+    with tempfile.TemporaryFile(prefix="workbench-sim-") as err_fh:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "workbench.sim.process", json.dumps(engine_knobs),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err_fh,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         try:
-            line = await asyncio.wait_for(proc.stdout.readline(), ready_timeout_s)
-        except TimeoutError:
-            line = b""
-        if not line:
-            raise SimProcessError("the embedded engine's process did not start: "
-                                  f"{_stderr_tail(err_path) or 'no output'}")
-        ready = json.loads(line)
-        await _wait_health(ready["base_url"], proc, deadline)
-        log.info("embedded engine (pid %d) on %s", proc.pid, ready["base_url"])
-        yield SimProcess(ready["base_url"], proc.pid, ready.get("config") or {})
-    finally:
-        if proc is not None:
+            deadline = time.monotonic() + ready_timeout_s
+            assert proc.stdout is not None
+            try:
+                line = await asyncio.wait_for(proc.stdout.readline(), ready_timeout_s)
+            except TimeoutError:
+                line = b""
+            if not line:
+                raise SimProcessError("the embedded engine's process did not start: "
+                                      f"{_stderr_tail(err_fh) or 'no output'}")
+            ready = json.loads(line)
+            await _wait_health(ready["base_url"], proc, deadline)
+            log.info("embedded engine (pid %d) on %s", proc.pid, ready["base_url"])
+            yield SimProcess(ready["base_url"], proc.pid, ready.get("config") or {})
+        finally:
             if proc.stdin is not None:
                 proc.stdin.close()
             await asyncio.shield(_stop(proc))
-        with contextlib.suppress(OSError):
-            os.unlink(err_path)
 
 
 # -- the child --------------------------------------------------------------------------------
