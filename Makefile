@@ -12,7 +12,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint vllm llama lab clean
+.PHONY: setup demo test test-fast lint vllm llama lab browser clean
 
 setup: $(STAMP)
 
@@ -35,15 +35,24 @@ vllm:
 llama: setup
 	LLAMA_CPP_PYTHON=$(abspath $(PY)) scripts/llama_cpp.sh setup
 
-test: lint vllm llama
+# the browser tests drive JupyterLab with Debian's chromium (installed here, as root, when
+# missing) through Playwright's Python client (extra [browser]; never `playwright install`)
+browser: setup
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	  else echo "install chromium and chromium-driver (apt-get, as root)"; exit 1; fi; }
+	$(PY) -m pip install --quiet -e '.[test,browser]'
+
+test: lint vllm llama browser
 	WORKBENCH_REAL_ENGINE=1 WORKBENCH_LLAMA_CPP=1 $(PY) -m pytest -q
 
 test-fast: lint
-	$(PY) -m pytest -q -m "not real_engine"
+	$(PY) -m pytest -q -m "not real_engine and not browser"
 
 lab: setup
 	$(PY) -m pip install --quiet -e '.[test,notebook]'
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab --ip=127.0.0.1 $$([ "$$(id -u)" = 0 ] && echo --allow-root) notebooks/
 
 clean:
 	rm -rf $(VENV) build *.egg-info

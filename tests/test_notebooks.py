@@ -95,8 +95,9 @@ def test_replay_report_shows_the_sections_and_the_run_summary(replay_report: Pat
     assert summary["requests"] == 5 and summary["ok"] == 5
     assert_shows_summary(page, summary)
     figures = sorted(p.name for p in (run_dir / "figures").iterdir())
-    assert figures == ["01-cdf.png", "02-prefix_hits.png", "03-hit_by_round.png",
-                       "04-ttft_by_round.png", "05-timeline.png"]
+    assert figures == ["01-cdf.png", "02-over_time.png", "03-ttft_vs_uncached.png",
+                       "04-prefix_hits.png", "05-hit_by_round.png", "06-ttft_by_round.png",
+                       "07-sessions.png", "08-timeline.png"]
     latency = (run_dir / "tables" / "latency.csv").read_text().splitlines()
     assert latency[1].startswith("ttft_ms,")
     # the client's self-measurement, with its verdict, as summary.json has it
@@ -104,8 +105,34 @@ def test_replay_report_shows_the_sections_and_the_run_summary(replay_report: Pat
     rows = pd.read_csv(run_dir / "tables" / "client.csv", index_col=0)["value"]
     assert rows["in flight, peak"] == client["in_flight"]["peak"]
     assert rows["release lag p99 (ms)"] == pytest.approx(client["release_lag_ms"]["p99"])
-    verdict = "WARNING: the client, not the server" if client["client_bottleneck"] else "kept up"
+    verdict = "WARNING: " if client["client_bottleneck"] else "kept up"
     assert verdict in text_of(page)
+    assert "client CPU" in text_of(page) and "(bound 90%)" in text_of(page)  # its evidence
+
+
+def test_replay_report_says_what_was_run_and_what_failed(replay_report: Path) -> None:
+    from workbench.replay import file_sha256
+
+    run_dir = replay_report.parent
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    config = pd.read_csv(run_dir / "tables" / "config.csv", index_col=0)["value"]
+    assert config["1 format"] == f"{manifest['trace']['format']} (detected)"
+    assert config["2 context policy"] == manifest["policy"] == "trace-reported"
+    assert config["3 arrival"] == "trace-timed" and config["4 backend"] == "openai"
+    assert config["trace sha256"] == file_sha256(manifest["trace"]["path"])
+    assert config["target engine runs in"] == "its own process"
+    assert config["target engine speedup"] == "50.0"
+    page = text_of(replay_report.read_text())
+    assert "What was run" in headings(replay_report.read_text())
+    assert "Errors: none (all 5 requests ended ok)" in page
+
+
+def test_the_html_report_gives_every_image_its_own_alt_text(replay_report: Path) -> None:
+    page = replay_report.read_text()
+    alts = re.findall(r'<img alt="([^"]*)"', page)
+    assert len(alts) == 8 and len(re.findall(r"<img ", page)) == 8
+    assert all(a and "No description" not in a for a in alts)
+    assert any(html_mod.unescape(a).startswith("Latency CDFs of ok requests") for a in alts)
 
 
 def test_replay_parameters_build_the_config_the_panel_builds(replay_report: Path) -> None:
@@ -133,6 +160,56 @@ def test_report_cli_rerenders_a_stored_run_without_replaying(
     assert_shows_summary(page, json.loads((run_dir / "summary.json").read_text()))
     assert (run_dir / "records.jsonl").read_bytes() == records_before
     assert 'href="nb-replay/report.html"' in (tmp_path / "index.html").read_text()
+
+
+def test_compare_notebook_as_shipped_compares_two_runs_it_makes(tmp_path: Path) -> None:
+    page = render_report("compare", {"n_boot": 100}, tmp_path).read_text()
+    text = text_of(page)
+    for label in ("KV cache 8192 blocks", "KV cache 65536 blocks"):
+        assert label in text
+    assert "target.engine.num_blocks" in text and "Traceback" not in text
+    assert "Errors" in headings(page) and "every request ended ok" in text
+    small, large = (json.loads((tmp_path / f"compare-example-kv{n}" / "summary.json").read_text())
+                    for n in (8192, 65536))
+    assert small["actual_prefix_hit_rate"] < large["actual_prefix_hit_rate"]  # a real difference
+    assert fmt(large["actual_prefix_hit_rate"]) in text
+
+
+def test_replay_notebook_run_all_in_interactive_mode_never_raises(tmp_path: Path) -> None:
+    """What *Run All* does in JupyterLab with the shipped ``interactive = True``: the
+    panel is built, nothing has run yet, and every section says to press Run."""
+    import papermill
+
+    out = tmp_path / "replay.ipynb"
+    papermill.execute_notebook(str(notebook_path("replay")), str(out), kernel_name="python3",
+                               parameters={"out_dir": str(tmp_path)}, progress_bar=False)
+    nb = nbformat.read(out, as_version=4)
+    assert nb.metadata.papermill.parameters == {"out_dir": str(tmp_path)}  # interactive as shipped
+    texts = [o.get("data", {}).get("text/plain", "") for c in nb.cells if c.cell_type == "code"
+             for o in c.get("outputs", [])]
+    assert not [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    widgets = [o for c in nb.cells for o in c.get("outputs", [])
+               if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert len(widgets) >= 15  # the panel and one live section per table and figure
+    assert not list(tmp_path.glob("*/records.jsonl"))  # nothing ran before Run is pressed
+    assert texts  # text fallbacks of the widgets
+    assert "interactive = True" in "".join(c.source for c in code_cells("replay"))
+
+
+def test_rendering_prints_no_transport_or_alt_text_warnings(
+    replay_report: Path, tmp_path: Path
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    run_dir = replay_report.parent
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, "-m", "workbench", "report", str(run_dir), "-o",
+                           str(tmp_path)], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    for noise in ("without encryption", "Alternative text is missing", "Traceback"):
+        assert noise not in proc.stderr
 
 
 def test_compare_report_puts_stored_runs_side_by_side(tmp_path: Path) -> None:

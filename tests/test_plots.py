@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import matplotlib
 
@@ -100,7 +101,7 @@ def test_cdf_steps_through_the_sorted_ok_ttfts() -> None:
 
 def test_cdf_overlays_runs_of_a_mapping_with_counts_in_the_legend() -> None:
     fig = plot({"fast": make_run("a"), "slow": make_run("b", slow=3)}, "cdf")
-    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert labels == ["fast (n=5)", "slow (n=5)"]
     assert "fast vs slow" in fig.get_suptitle()
 
@@ -168,7 +169,11 @@ def test_unknown_kind_lists_the_valid_ones() -> None:
 def test_figure_displays_as_tagged_png() -> None:
     data, meta = plot(make_run(), "cdf")._repr_mimebundle_()
     assert data["image/png"].startswith("iVBOR")  # base64 of the PNG magic
-    assert meta == {"workbench": {"figure": "cdf"}}
+    assert meta["workbench"]["figure"] == "cdf"
+    # the alt text describes the figure: its title and each panel's title and axes
+    alt = meta["workbench"]["alt"]
+    assert alt.startswith("Latency CDFs of ok requests")
+    assert "x: TTFT (ttft_ms, ms)" in alt and "E2E latency CDF" in alt
 
 
 def _workload() -> Workload:
@@ -271,3 +276,183 @@ def test_config_diff_lists_only_keys_that_differ() -> None:
     assert list(df["key"]) == ["arrival.max_concurrency", "arrival.mode"]
     assert list(df.loc[df["key"] == "arrival.mode", "b"]) == ["saturated"]
     assert list(df["axis"]) == ["arrival", "arrival"]
+
+
+# -- issue 14: pictures of agent traffic, and what breaks on long or flat data -------------
+def _drawn(fig: Figure) -> Figure:
+    fig.canvas.draw()  # lay out (constrained layout, legends) as the PNG would
+    return fig
+
+
+def test_over_time_shows_in_flight_and_each_requests_ttft_at_send_time() -> None:
+    run = make_run()
+    fig = plot(run, "over_time")
+    in_flight, ttft = fig.axes
+    assert max(in_flight.lines[0].get_ydata()) == 2  # two sessions overlap at most
+    x, y = ttft.lines[0].get_data()
+    df = to_frame_ok(run)
+    assert sorted(np.round(y, 6)) == sorted(np.round(df["ttft_ms"], 6))
+    assert min(x) == 0.0 and max(x) == pytest.approx(0.2)  # seconds since the first send
+
+
+def to_frame_ok(run: RunResult) -> pd.DataFrame:
+    from workbench.metrics import to_frame
+
+    df = to_frame(run)
+    return df[df["status"] == "ok"]
+
+
+def test_ttft_vs_uncached_puts_each_request_at_prompt_minus_cached() -> None:
+    fig = plot(make_run(), "ttft_vs_uncached")
+    x, _y = fig.axes[0].lines[0].get_data()
+    assert sorted(x) == [54, 100, 100, 108, 120]  # 150-96, round 0s, 300-192, 200-80
+    assert fig.axes[0].get_ylim()[0] == 0.0
+
+
+def test_session_swimlane_has_a_lane_per_session_and_the_tool_waits() -> None:
+    fig = plot(make_run(), "sessions")
+    a = fig.axes[0]
+    bars = [c for c in a.collections if type(c).__name__ == "PolyCollection"]
+    assert len(bars) == 2  # one broken_barh per session
+    assert [len(b.get_paths()) for b in bars] == [2, 3]  # its rounds
+    waits = [c for c in a.collections if type(c).__name__ == "LineCollection"]
+    assert [len(w.get_segments()) for w in waits] == [1, 2]  # gaps between rounds
+    assert [t.get_text() for t in a.get_yticklabels()] == ["0", "1"]
+
+
+def independent_run() -> RunResult:
+    records = [rec(k, 0, 10 * k, 40 + k) for k in range(4)]
+    return RunResult("ind", records, manifest=make_run().manifest)
+
+
+@pytest.mark.parametrize("kind", ["hit_by_round", "ttft_by_round", "sessions"])
+def test_one_request_units_get_a_note_not_a_single_point(kind: str) -> None:
+    fig = plot(independent_run(), kind)
+    a = fig.axes[0]
+    assert not a.lines
+    note = " ".join(t.get_text() for t in a.texts)
+    assert "one request" in note
+    if kind != "sessions":
+        assert a.get_xlim() == (-0.5, 0.5)
+
+
+def test_flat_series_get_an_axis_from_zero_not_a_degenerate_one() -> None:
+    timeline = [{"t_ns": k * 10 * MS, "vllm:num_requests_running": 0.0,
+                 "vllm:num_requests_waiting": 0.0, "vllm:kv_cache_usage_perc": 0.0}
+                for k in range(5)]
+    fig = plot(make_run(timeline=timeline), "timeline")
+    for a in fig.axes:
+        lo, hi = a.get_ylim()
+        assert lo == 0.0 and hi >= 1.0, a.get_title()
+
+
+def test_long_latency_axes_keep_few_compact_ticks() -> None:
+    fig = _drawn(plot(make_run(slow=2000.0), "cdf"))  # TTFT up to 120 000 ms
+    for a in fig.axes:
+        lo, hi = a.get_xlim()
+        ticks = [t for t in a.get_xticks() if lo <= t <= hi]
+        assert len(ticks) <= 6
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels() if t.get_text()]
+    assert any(lab.endswith("k") for lab in labels), labels
+
+
+def test_legends_sit_beside_the_data() -> None:
+    fig = _drawn(plot({"a": make_run("a"), "b": make_run("b", slow=2)}, "ttft_by_round"))
+    a = fig.axes[0]
+    legend = a.get_legend().get_window_extent()
+    assert legend.x0 >= a.get_window_extent().x1  # right of the axes, not over the lines
+
+
+def test_prefix_hits_of_no_runs_draws_no_bars_instead_of_dividing_by_zero() -> None:
+    fig = plot({}, "prefix_hits")
+    assert not fig.axes[0].patches
+
+
+def test_error_table_counts_classes_with_one_sample_each() -> None:
+    from workbench.metrics import to_frame
+
+    run = make_run()
+    idle = "stream idle for more than 60.0s after 3 tokens"
+    for r, msg in zip(run.records[:3], [f"TimeoutError: {idle}", f"TimeoutError: {idle}",
+                                        "ClientConnectorError: connection refused"],
+                      strict=True):
+        r.status, r.error = "error", msg  # type: ignore[assignment]
+    t = tables.error_table(to_frame(run))
+    assert t.index.tolist() == ["error: TimeoutError", "error: ClientConnectorError"]
+    assert t["requests"].tolist() == [2, 1]
+    assert "idle" in t.loc["error: TimeoutError", "sample message"]
+    assert tables.error_caption(t, 5).startswith("Errors: 3 of 5 requests")
+    empty = tables.error_table(to_frame(make_run()))
+    assert len(empty) == 0 and "none" in tables.error_caption(empty, 5)
+
+
+def test_config_table_says_what_was_run() -> None:
+    manifest = {**make_run().manifest, "policy": "trace-reported",
+                "trace": {"path": "t.csv", "format": "session", "sha256": "abc",
+                          "units": 2, "rounds": 5},
+                "target": {"kind": "sim", "engine": {"num_blocks": 80, "block_size": 16},
+                           "engine_process": {"own_process": True, "pid": 1}}}
+    manifest["config"] = {**manifest["config"], "trace": {"path": "t.csv", "format": "auto"},
+                          "arrival": {"mode": "trace-timed", "rate": 2.0,
+                                      "max_concurrency": 8}}
+    v = tables.config_table(manifest)["value"]
+    assert v["1 format"] == "session (detected)"
+    assert v["2 context policy"] == "trace-reported"
+    assert (v["3 arrival"], v["3 rate (units/s)"], v["3 max concurrency"]) == (
+        "trace-timed", "2.0", "8")
+    assert v["4 backend"] == "openai" and v["target"] == "sim"
+    assert v["trace sha256"] == "abc" and v["target engine num_blocks"] == "80"
+    assert v["target engine runs in"] == "its own process"
+
+
+def test_client_caption_names_its_evidence() -> None:
+    client = {"cpu_util": 0.19, "release_lag_ms": {"p99": 3.0},
+              "steady_release_lag_ms": {"p99": 1.25, "count": 10},
+              "client_bottleneck": False, "client_bottleneck_reasons": []}
+    s = {**summarize(make_run()), "client": client}
+    caption = tables.client_caption(s)
+    assert "kept up" in caption
+    assert "client CPU 19% of a core (bound 90%)" in caption
+    assert "steady release lag p99 1.2 ms (bound 10 ms)" in caption
+    shared = {"target": {"engine_process": {"own_process": False}}}
+    assert "client's event loop" in tables.client_caption(s, shared)
+
+
+def test_band_table_fits_a_page() -> None:
+    from workbench.metrics.breakdown import by_input_band
+
+    t = tables.band_table(by_input_band(make_run()))
+    assert len(t.columns) <= 9 and "TTFT p50" in t.columns and t.index.name == "prompt tokens"
+
+
+def test_config_diff_treats_relative_and_absolute_trace_paths_as_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "t.csv").write_text("x\n")
+    monkeypatch.chdir(tmp_path)
+    a, b = make_run("a"), make_run("b")
+    b.manifest["config"] = {**b.manifest["config"],
+                            "trace": {"path": str(tmp_path / "t.csv"), "format": "session"}}
+    diff = compare.config_diff({"a": a, "b": b})
+    assert "trace.path" not in diff["key"].tolist()
+
+
+def test_late_sends_with_an_idle_client_blame_the_machine_not_the_client() -> None:
+    late = {"cpu_util": 0.04, "release_lag_ms": {"p99": 23.4},
+            "steady_release_lag_ms": {"p99": 23.4, "count": 50}, "client_bottleneck": True,
+            "client_bottleneck_reasons": ["steady release lag p99 23.4 ms (> 10 ms)"]}
+    caption = tables.client_caption({**summarize(make_run()), "client": late})
+    assert "requests went out late" in caption and "only 4% of a core" in caption
+    assert "the client, not the server" not in caption
+    busy = {**late, "cpu_util": 0.95,
+            "client_bottleneck_reasons": ["client CPU 95% of a core (>= 90%)"]}
+    assert "the client, not the server" in tables.client_caption(
+        {**summarize(make_run()), "client": busy})
+
+
+def test_compare_error_table_lists_each_runs_classes() -> None:
+    bad = make_run("b")
+    bad.records[0].status, bad.records[0].error = "error", "HTTPError: 500 boom"  # type: ignore[assignment]
+    t = compare.error_table({"a": make_run("a"), "b": bad})
+    assert t[["run", "error class", "requests"]].values.tolist() == [
+        ["a", "none", 0], ["b", "error: HTTPError", 1]]

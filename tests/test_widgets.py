@@ -157,3 +157,61 @@ async def test_a_bad_config_is_reported_in_the_panel_and_run_stays_enabled() -> 
         assert await p.task is None
     assert p.status.value.startswith("config error: target 'url' needs a server URL")
     assert not p.run_button.disabled
+
+
+# -- issue 14: the report sections follow the panel (Run All never raises) ------------------
+def test_sections_over_a_panel_say_press_run_until_it_has_a_result() -> None:
+    from workbench.ui.live import LiveReport, report_view
+
+    view = report_view(panel())
+    assert isinstance(view, LiveReport)
+    out = view.table("latency")
+    assert "Press Run in the panel above" in out.outputs[0]["data"]["text/plain"]
+    assert "Press Run" in view.plot("cdf").outputs[0]["data"]["text/plain"]
+
+
+async def test_sections_fill_in_while_the_run_goes_and_show_its_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import workbench.ui.widgets as widgets_mod
+    from workbench.ui.live import report_view
+
+    monkeypatch.setattr(widgets_mod, "LIVE_MIN_S", 0.05)  # redraw often, for the test
+    cfg = config_from_params(notebook_params(out_dir=str(tmp_path), max_items=2,
+                                             engine={"speedup": 2.0}))
+    p = panel(cfg)
+    view = report_view(p)
+    latency, figure = view.table("latency"), view.plot("cdf")
+    live = asyncio.Event()
+    refresh = view.refresh
+
+    def spy(report: Any, note: str = "") -> None:
+        refresh(report, note)
+        if note.startswith("live:"):
+            live.set()
+
+    view.refresh = spy  # type: ignore[method-assign]
+    p.run_button.click()
+    async with asyncio.timeout(120):
+        await live.wait()  # drawn from the records on disk while the run went on
+        assert p.running
+        assert "live:" in latency.outputs[0]["data"]["text/plain"]
+        result = await p.task  # type: ignore[misc]
+    assert result is not None and p.latest is result
+    assert "ttft_ms" in latency.outputs[0]["data"]["text/html"]  # the final run, no note
+    assert "image/png" in figure.outputs[0]["data"]
+    later = report_view(p).table("errors")  # a section made after the run shows it at once
+    assert "none (all 5 requests ended ok)" in later.outputs[0]["data"]["text/html"]
+
+
+def test_report_view_of_a_stored_run_is_the_tables_themselves(tmp_path: Path) -> None:
+    from workbench.report.tables import Table
+    from workbench.ui.live import report_view
+    from workbench.virtual import simulate
+
+    result = simulate(config_from_params(notebook_params(out_dir=str(tmp_path), max_items=2)))
+    view = report_view(result)
+    table = view.table("config")
+    assert isinstance(table, Table)
+    assert table.frame.loc["1 format", "value"] == "session (detected)"
+    assert view.plot("sessions").get_label() == "sessions"

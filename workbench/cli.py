@@ -32,13 +32,16 @@ def build_parser() -> argparse.ArgumentParser:
         mod = importlib.import_module(f"workbench.commands.{info.name}")
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
-        p.set_defaults(_run=mod.run)
+        p.set_defaults(_run=mod.run, _parser=p)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the subcommand, with its own usage, not the top level's
+        (getattr(args, "_parser", None) or parser).error(
+            f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
@@ -48,7 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         return int(args._run(args) or 0)
-    except WorkbenchError as exc:
+    except (WorkbenchError, OSError) as exc:  # one line a person can act on, no traceback
+        if args.verbose:
+            logging.getLogger("workbench").exception("%s failed", args.command)
         print(f"workbench {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

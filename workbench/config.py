@@ -91,6 +91,9 @@ class TargetSpec:
 
     url: str = "sim"
     engine: dict[str, Any] = field(default_factory=dict)
+    # "sim" only: True runs the engine on the client's own event loop (its steps then
+    # count as client lag); False (default) gives it a process of its own
+    in_process: bool = False
 
     @property
     def is_sim(self) -> bool:

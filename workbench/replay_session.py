@@ -36,7 +36,13 @@ WARM_MAX = 1024  # keep-alive connections opened before a run (executor.warm_con
 @contextlib.asynccontextmanager
 async def open_target(cfg: RunConfig) -> AsyncIterator[dict[str, Any]]:
     """Yield ``{"base_url": ..., "kind": "sim"|"url", "engine": {...}}``."""
-    if cfg.target.is_sim:
+    if cfg.target.is_sim and not cfg.target.in_process:
+        from workbench.sim.process import serve_sim_process
+
+        async with serve_sim_process(**cfg.target.engine) as proc:
+            yield {"base_url": proc.base_url, "kind": "sim", "engine": proc.config,
+                   "engine_process": {"pid": proc.pid, "own_process": True}}
+    elif cfg.target.is_sim:
         from workbench.sim.server import serve_sim
 
         async with serve_sim(**cfg.target.engine) as handle:
@@ -44,6 +50,7 @@ async def open_target(cfg: RunConfig) -> AsyncIterator[dict[str, Any]]:
                 "base_url": handle.base_url,
                 "kind": "sim",
                 "engine": _engine_info(handle),
+                "engine_process": {"pid": None, "own_process": False},
             }
     else:
         yield {"base_url": cfg.target.url.rstrip("/"), "kind": "url", "engine": None}

@@ -1,10 +1,13 @@
 """``workbench demo``: the README's main job, end to end on a laptop.
 
-Starts the embedded engine, replays a bundled public agent trace against it
-(TraceLab's 48-session example: 303 rounds with prefix reuse and tool waits,
-trace-timed), and renders the replay report (``reports/<run_id>/report.html``,
-indexed in ``reports/index.html``). ``--trace`` picks another bundled trace
-(e.g. ``mooncake/conversation_trace_head600.jsonl`` with ``--rate 2``) or a path.
+Replays a bundled public agent trace (TraceLab's 48-session example: 303
+rounds with prefix reuse and tool waits, trace-timed) against the embedded
+engine, started in a process of its own, with a progress bar; then renders the
+replay report over the stored run (``reports/<run_id>/report.html``, indexed
+in ``reports/index.html``) with a bar over the notebook's cells. ``--trace``
+picks another bundled trace or a path; the README's Mooncake example is
+``--trace mooncake/conversation_trace_head600.jsonl --max-items 120 --rate 1``
+(``MOONCAKE_EXAMPLE``: two minutes the default engine holds).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ NAME = "demo"
 HELP = "replay the bundled real trace against the embedded engine and render the report"
 
 DEMO_TRACE = "tracelab/multi_session_large.csv"
+MOONCAKE_EXAMPLE = ("--trace", "mooncake/conversation_trace_head600.jsonl",
+                    "--max-items", "120", "--rate", "1")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,27 +30,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, default=None, help="rescale arrivals to R units/s")
     p.add_argument("--run-id", default="demo", help="report folder name (default demo)")
     p.add_argument("--show-code", action="store_true", help="show code cells in the HTML")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
     from pathlib import Path
 
+    from workbench import data
+    from workbench.commands.replay import replay_with_progress
+    from workbench.config import RunConfig
     from workbench.report.render import render_report
 
-    trace = {"trace_path": args.trace} if Path(args.trace).is_file() else {
-        "bundled_trace": args.trace}
-    params = {
-        **trace,
-        "max_items": args.max_items,
-        "arrival": "trace-timed",
-        "rate": args.rate,
+    path = args.trace if Path(args.trace).is_file() else str(data.path(args.trace))
+    cfg = RunConfig.from_dict({
+        "trace": {"path": path, "max_items": args.max_items},
+        "arrival": {"mode": "trace-timed", "rate": args.rate},
         "backend": "openai",
         "target": "sim",
-        "engine": {},
         "out_dir": args.out,
         "run_id": args.run_id,
-    }
-    html = render_report("replay", params, args.out, show_code=args.show_code)
+    })
+    print(f"replaying {args.trace} against the embedded engine (its own process)…",
+          file=sys.stderr)
+    result = replay_with_progress(cfg, progress=not args.no_progress)
+    print(f"rendering the report of {result.run_dir}…", file=sys.stderr)
+    params = {"run_dir": str(result.run_dir), "run_id": args.run_id, "out_dir": args.out}
+    html = render_report("replay", params, args.out, show_code=args.show_code,
+                         progress=not args.no_progress)
     print(f"report: {html}")
     print(f"index:  {html.parent.parent / 'index.html'}")
-    return 0
+    return 1 if result.cancelled else 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from workbench.commands._axes import add_axis_arguments, config_from_args
 
@@ -20,32 +21,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from workbench.metrics import summarize
-    from workbench.replay import run as run_replay
 
     extra = {"target.url": args.target} if args.target else {}
     cfg = config_from_args(args, extra)
     if args.dry_run:
         cfg = cfg.replace(dry_run=True)
-    show = not (args.no_progress or cfg.dry_run)
-    bar = None  # opened at the first request: a trace error stays one line on stderr
-
-    def progress(done: int, total: int) -> None:
-        nonlocal bar
-        if bar is None and show:
-            bar = tqdm(unit="req", file=sys.stderr)
-        if bar is not None:
-            bar.total = total
-            bar.n = done
-            bar.refresh()
-
-    try:
-        result = run_replay(cfg, progress=progress)
-    finally:
-        if bar is not None:
-            bar.close()
+    result = replay_with_progress(cfg, progress=not (args.no_progress or cfg.dry_run))
     if cfg.dry_run:  # the plan, its arrival span included (warned about on stderr past a day)
         print(json.dumps(result.manifest["plan"], indent=2))
         return 0
@@ -69,6 +51,30 @@ def print_cache_notes(summary: dict) -> None:
     if summary.get("ok") and not summary.get("cache_reported_requests"):
         print("note: the server reported no cached-token counts: actual_prefix_hit_rate is "
               "unknown (null), not 0", file=sys.stderr)  # fmt: skip
+
+
+def replay_with_progress(cfg: Any, *, progress: bool = True) -> Any:
+    """Load and check the trace first (a bad trace fails before any bar or request),
+    then replay with a progress bar on stderr."""
+    from tqdm import tqdm
+
+    from workbench.replay import load_workload, run_async, run_on_fast_loop
+
+    workload = load_workload(cfg)
+    bar = tqdm(unit="req", file=sys.stderr, desc="replay") if progress else None
+
+    def on_progress(done: int, total: int) -> None:
+        if bar is not None:
+            bar.total = total
+            bar.n = done
+            bar.refresh()
+
+    try:
+        return run_on_fast_loop(run_async(cfg, progress=on_progress, workload=workload),
+                                cfg.executor.uvloop)
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def _brief(summary: dict) -> dict:

@@ -27,13 +27,44 @@ QS: tuple[float, ...] = (50, 90, 99)
 BATCH = 256  # resamples drawn at once (bounds memory at BATCH × n floats)
 
 
+EXAMPLE_TRACE = "tracelab/multi_session_large.csv"
+EXAMPLE_BLOCKS = (8192, 65536)  # a KV cache that evicts (131,072 tokens) vs one that never does
+
+
+def example_runs(out_dir: str | Path, trace: str = EXAMPLE_TRACE,
+                 num_blocks: Sequence[int] = EXAMPLE_BLOCKS) -> list[str]:
+    """Two runs to compare when none are given: ``trace`` (a bundled name or a path)
+    through the embedded engine in virtual time, once per KV cache size in
+    ``num_blocks`` (same trace, same seed: only the cache differs). Saved under
+    ``out_dir/compare-example-kv<N>``; returns their directories."""
+    from workbench import data
+    from workbench.config import RunConfig
+    from workbench.virtual import simulate
+
+    path = str(data.path(trace)) if trace in data.files() else trace
+    dirs = []
+    for blocks in num_blocks:
+        cfg = RunConfig.from_dict({
+            "trace": {"path": path},
+            "target": {"url": "sim", "engine": {"num_blocks": int(blocks)}},
+            "out_dir": str(out_dir), "run_id": f"compare-example-kv{blocks}",
+            "label": f"KV cache {blocks} blocks",
+        })
+        dirs.append(str(simulate(cfg).run_dir))
+    return dirs
+
+
 def load_runs(run_dirs: Iterable[str | Path], labels: Sequence[str] | None = None
               ) -> dict[str, RunResult]:
     """``{label: RunResult}`` in the given order; labels default to the run's label or id."""
+    from workbench.errors import ConfigError
     from workbench.report.store import load
 
     runs: dict[str, RunResult] = {}
     dirs = list(run_dirs)
+    if not dirs:
+        raise ConfigError("run_dirs is empty: give the run directories to compare "
+                          "(or compare.example_runs(out_dir) for two made on the spot)")
     if labels and len(labels) != len(dirs):
         raise ValueError(f"{len(labels)} labels for {len(dirs)} run directories")
     for i, d in enumerate(dirs):
@@ -134,9 +165,19 @@ def config_keys(run: Any) -> dict[str, Any]:
     for axis in AXES:
         section = config.get(axis)
         flat.update(_flatten(section, axis) if isinstance(section, Mapping) else {axis: section})
+    for key in ("trace.path", "trace.source"):
+        if isinstance(flat.get(key), str) and flat[key]:
+            flat[key] = _same_path(flat[key])
     flat["trace.sha256"] = (manifest.get("trace") or {}).get("sha256")
     flat["seed"] = config.get("seed")
     return flat
+
+
+def _same_path(path: str) -> str:
+    """One spelling per file: absolute and relative paths to the same trace compare
+    equal (resolved from here; a path that does not exist here is kept as given)."""
+    p = Path(path)
+    return str(p.resolve()) if p.exists() else path
 
 
 def config_diff(runs: Mapping[str, Any], *, all_keys: bool = False) -> pd.DataFrame:
@@ -182,4 +223,22 @@ def runs_table(runs: Mapping[str, Any]) -> pd.DataFrame:
         })
     df = pd.DataFrame(rows).set_index("run") if rows else pd.DataFrame()
     df.attrs["name"] = "runs"
+    return df
+
+
+def error_table(runs: Mapping[str, Any]) -> pd.DataFrame:
+    """Per run, the requests that did not end ok by class (count, one sample message);
+    a run without errors has one row saying so."""
+    from workbench.metrics import run_rows
+    from workbench.report.tables import error_table as one_run
+
+    rows = []
+    for label, run in runs.items():
+        t = one_run(run_rows(run))
+        if not len(t):
+            rows.append({"run": label, "error class": "none", "requests": 0,
+                         "sample message": "every request ended ok"})
+        rows += [{"run": label, "error class": k, **t.loc[k].to_dict()} for k in t.index]
+    df = pd.DataFrame(rows, columns=["run", "error class", "requests", "sample message"])
+    df.attrs["name"] = "errors"
     return df

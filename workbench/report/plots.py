@@ -33,6 +33,7 @@ from workbench.records import RunResult
 FIGURE_META = "workbench"
 LATENCY_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E latency", "itl_ms": "ITL"}
 HIT_FRACTION = "hit rate (fraction of prompt tokens)"
+LEGEND_WIDTH = 26  # characters per legend line (beside the axes, so it stays narrow)
 BIN_LADDER = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
@@ -51,7 +52,20 @@ class ReportFigure(Figure):
             "image/png": base64.b64encode(self.png()).decode("ascii"),
             "text/plain": f"<Figure: {self.get_label() or 'workbench'}>",
         }
-        return data, {FIGURE_META: {"figure": self.get_label()}}
+        return data, {FIGURE_META: {"figure": self.get_label(), "alt": self.alt_text()}}
+
+    def alt_text(self) -> str:
+        """A description of the figure for readers who cannot see it: its title and,
+        per panel, the title and what the axes show (``render_report`` puts it in alt)."""
+        sup = self.get_suptitle() if hasattr(self, "get_suptitle") else ""
+        parts = [sup] if sup else []
+        for a in self.axes:
+            bits = [a.get_title(), f"x: {a.get_xlabel()}" if a.get_xlabel() else "",
+                    f"y: {a.get_ylabel()}" if a.get_ylabel() else ""]
+            empty = [t.get_text() for t in a.texts if t.get_text() and not a.lines
+                     and not a.patches and not a.collections]
+            parts.append(", ".join(b for b in (*bits, *empty) if b))
+        return ". ".join(p for p in parts if p) or f"figure {self.get_label()}"
 
 
 # -- inputs -------------------------------------------------------------------------------
@@ -113,6 +127,42 @@ def _no_data(ax: Axes, text: str = "no data") -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
 
 
+def _legend(a: Axes, **kw: Any) -> None:
+    """A legend beside the axes, never over the data (constrained layout makes room)."""
+    handles, labels = a.get_legend_handles_labels()
+    if not handles:
+        return
+    import textwrap
+
+    labels = [textwrap.fill(t, LEGEND_WIDTH) for t in labels]  # long run ids wrap
+    a.legend(handles, labels, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+             borderaxespad=0.0, framealpha=0.9, **kw)
+
+
+def _ticks(a: Axes, axis: str = "x", nbins: int = 5) -> None:
+    """At most ``nbins`` ticks with compact labels (12k, 1.5M): long axes never overlap."""
+    from matplotlib.ticker import FuncFormatter
+
+    target = a.xaxis if axis == "x" else a.yaxis
+    if (a.get_xscale() if axis == "x" else a.get_yscale()) == "linear":
+        target.set_major_locator(MaxNLocator(nbins=nbins))
+    target.set_major_formatter(FuncFormatter(lambda v, _pos: _compact(v)))
+
+
+def _compact(v: float) -> str:
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= div:
+            return f"{v / div:.3g}{suffix}"
+    return f"{v:.3g}"
+
+
+def _y_from_zero(a: Axes, at_least: float = 1.0) -> None:
+    """y from 0 up to the data (at least ``at_least``): an all-zero series gets an axis
+    0..1, not a degenerate −0.04..0.04 around its line."""
+    hi = a.dataLim.y1 if a.has_data() and math.isfinite(a.dataLim.y1) else 0.0
+    a.set_ylim(0.0, max(hi * 1.08, at_least))
+
+
 def _vs(runs: Mapping[str, Any]) -> str:
     names = list(runs)
     return names[0] if len(names) == 1 else " vs ".join(names)
@@ -133,8 +183,13 @@ def _cdf(runs: Mapping[str, Any], ax: Axes | None, metrics: Any = None) -> Figur
             _no_data(a)
         a.set(xlabel=f"{name} ({metric}, ms)", ylabel="fraction of ok requests ≤ x",
               title=f"{name} CDF", ylim=(0, 1.02))
+        _ticks(a, "x", nbins=4)
         a.grid(alpha=0.3)
-    if axes[0].lines:
+    if axes[0].lines and ax is None:
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4),
+                   fontsize="small")
+    elif axes[0].lines:
         axes[0].legend(fontsize="small", loc="lower right")
     if ax is None:
         fig.suptitle(f"Latency CDFs of ok requests: {_vs(runs)}")
@@ -153,7 +208,7 @@ def _prefix_hits(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
 
     fig, (a,) = _target(ax, 1, size=(7.5, 4.0))
     cats = [label for label, _ in HIT_RATES]
-    width = 0.8 / len(runs)
+    width = 0.8 / max(len(runs), 1)
     x = np.arange(len(cats))
     for k, (label, run) in enumerate(runs.items()):
         s = as_summary(run)
@@ -170,7 +225,7 @@ def _prefix_hits(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
           title=f"Prefix-cache hits, planned vs actual vs server vs ideal: {_vs(runs)}")
     a.grid(axis="y", alpha=0.3)
     if len(runs) > 1:
-        a.legend(fontsize="small")
+        _legend(a)
     return fig
 
 
@@ -183,38 +238,60 @@ def _per_round(run: Any) -> pd.DataFrame:
     return df.sort_values("round")
 
 
+ONE_ROUND = "every unit is one request (no later rounds): nothing to compare by round"
+
+
+def _round_axes(a: Axes, frames: list[pd.DataFrame]) -> bool:
+    """x over the rounds that exist; False (and a note) when no run has a round > 0."""
+    top = max((int(df["round"].max()) for df in frames if len(df)), default=0)
+    if top == 0:
+        for line in list(a.lines):
+            line.remove()
+        _no_data(a, ONE_ROUND)
+        a.set_xlim(-0.5, 0.5)
+        return False
+    a.set_xlim(-0.5, top + 0.5)
+    return True
+
+
 def _hit_by_round(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
     fig, (a,) = _target(ax, 1, size=(7.0, 4.0))
+    frames = []
     for label, run in runs.items():
         df = _per_round(run)
+        frames.append(df)
         line = a.plot(df["round"], df["actual_prefix_hit_rate"], "o-", label=f"{label}: actual")
         a.plot(df["round"], df["planned_prefix_hit_rate"], "s--", color=line[0].get_color(),
                alpha=0.6, label=f"{label}: planned")
     if not a.lines:
         _no_data(a)
+    elif _round_axes(a, frames):
+        _legend(a)
     a.set(xlabel="round index within a session (0 = first round)", ylabel=HIT_FRACTION,
           ylim=(-0.02, 1.05), title=f"Prefix hit rate by round, planned vs actual: {_vs(runs)}")
-    a.xaxis.set_major_locator(MaxNLocator(integer=True))
+    a.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=8))
     a.grid(alpha=0.3)
-    a.legend(fontsize="small")
     return fig
 
 
 def _ttft_by_round(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
     fig, (a,) = _target(ax, 1, size=(7.0, 4.0))
+    frames = []
     for label, run in runs.items():
         df = _per_round(run)
+        frames.append(df)
         line = a.plot(df["round"], df["ttft_ms_p50"], "o-", label=f"{label}: p50")
         a.plot(df["round"], df["ttft_ms_p90"], "^:", color=line[0].get_color(),
                label=f"{label}: p90")
     if not a.lines:
         _no_data(a)
+    elif _round_axes(a, frames):
+        _legend(a)
+        _y_from_zero(a)
     a.set(xlabel="round index within a session (0 = first round)", ylabel="TTFT (ms)",
           title=f"TTFT p50/p90 by round (later rounds reuse the prefix): {_vs(runs)}")
-    a.set_ylim(0, a.get_ylim()[1] * 1.08)
-    a.xaxis.set_major_locator(MaxNLocator(integer=True))
+    a.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=8))
     a.grid(alpha=0.3)
-    a.legend(fontsize="small")
     return fig
 
 
@@ -242,7 +319,8 @@ def _timeline(runs: Mapping[str, Any], ax: Axes | None, bin_s: float | None = No
     for a in axes:
         a.grid(alpha=0.3)
         if a.lines:
-            a.legend(fontsize="small", loc="best", framealpha=0.8)
+            _legend(a)
+            _y_from_zero(a, 1.0)
     axes[-1].set_xlabel("time since the first request (s)")
     if len(axes) == 3:
         axes[1].set(ylabel="requests", title="Requests in flight (client) and at the server")
@@ -270,6 +348,120 @@ def _server_panels(queue_ax: Axes, kv_ax: Axes, run: Any, label: str) -> None:
                    label=f"{label} ({len(g)} scrapes)")
     elif not kv_ax.lines:
         _no_data(kv_ax, "no KV usage samples (server /metrics not scraped)")
+
+
+def _t0_ns(df: pd.DataFrame) -> int:
+    sent = df["dispatch_ns"].dropna()
+    return int(sent.min()) if len(sent) else 0
+
+
+def _over_time(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
+    """Requests in flight (client) and each request's TTFT at the moment it was sent:
+    where the queue builds up, TTFT climbs; errors are marked where they were sent."""
+    from workbench.metrics import in_flight_timeline, run_rows
+
+    fig, axes = _target(ax, 2, ncols=1, size=(10.0, 2.8), sharex=True)
+    for k, (label, run) in enumerate(runs.items()):
+        color = f"C{k % 10}"
+        df = run_rows(run)
+        t0 = _t0_ns(df)
+        fl = in_flight_timeline(run)
+        axes[0].step(fl["t_s"], fl["in_flight"], where="post", color=color, label=label)
+        if len(axes) == 1:
+            continue
+        ok = df[(df["status"] == "ok") & df["ttft_ms"].notna()]
+        axes[1].plot((ok["dispatch_ns"] - t0) / 1e9, ok["ttft_ms"], ".", ms=3, color=color,
+                     alpha=0.6, label=f"{label}: TTFT of ok requests (n={len(ok)})")
+        bad = df[(df["status"] == "error") & df["dispatch_ns"].notna()]
+        if len(bad):
+            axes[1].plot((bad["dispatch_ns"] - t0) / 1e9, np.zeros(len(bad)), "x", color="red",
+                         label=f"{label}: errors (n={len(bad)}), at send time")
+    axes[0].set(ylabel="requests in flight", title="Requests in flight (client: sent, not ended)")
+    axes[0].yaxis.set_major_locator(MaxNLocator(integer=True))
+    if len(axes) > 1:
+        axes[1].set(ylabel="TTFT (ms)", title="TTFT of each request, at the time it was sent")
+        if not axes[1].lines:
+            _no_data(axes[1], "no request got a first token")
+    for a in axes:
+        a.grid(alpha=0.3)
+        if a.lines:
+            _y_from_zero(a)
+            _legend(a)
+    _ticks(axes[-1], "y")
+    axes[-1].set_xlabel("time since the first request (s)")
+    if ax is None:
+        fig.suptitle(f"Load and TTFT over the run: {_vs(runs)}")
+    return fig
+
+
+def _ttft_vs_uncached(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
+    """TTFT against the prompt tokens the server had to compute (prompt − cached):
+    prefill cost, so a cache hit shows as a point moved left."""
+    fig, (a,) = _target(ax, 1, size=(7.0, 4.2))
+    for label, run in runs.items():
+        df = _ok_frame(run)
+        df = df[df["ttft_ms"].notna() & df["prompt_tokens"].notna()]
+        cached = df["cached_tokens"].fillna(0)
+        x = (df["prompt_tokens"] - cached).clip(lower=0)
+        a.plot(x, df["ttft_ms"], ".", ms=4, alpha=0.6, label=f"{label} (n={len(df)})")
+    if not a.lines:
+        _no_data(a, "no ok request with a first token")
+    else:
+        _y_from_zero(a)
+        _legend(a)
+    a.set(xlabel="uncached prompt tokens (prompt − cached, as the server reported)",
+          ylabel="TTFT (ms)", title=f"TTFT vs uncached prompt tokens: {_vs(runs)}")
+    _ticks(a, "x")
+    _ticks(a, "y")
+    a.grid(alpha=0.3)
+    return fig
+
+
+SWIM_MAX = 40  # sessions drawn in a swimlane (the first ones, by unit order)
+
+
+def _sessions(runs: Mapping[str, Any], ax: Axes | None, max_sessions: int = SWIM_MAX) -> Figure:
+    """One lane per session (first run only): each round a bar from send to end of
+    stream, the gap to the next round its tool wait (the agent thinking or a tool
+    running), errors in red."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    from workbench.metrics import run_rows
+
+    label, run = next(iter(runs.items()))
+    df = run_rows(run)
+    df = df[df["dispatch_ns"].notna() & df["end_ns"].notna()]
+    units = sorted(df["unit_ordinal"].unique())
+    multi = df.groupby("unit_ordinal")["round_idx"].max()
+    shown = units[:max_sessions]
+    height = max(2.5, min(0.22 * len(shown) + 1.2, 10.0))
+    fig, (a,) = _target(ax, 1, size=(10.0, height))
+    if not len(df) or int(multi.max() if len(multi) else 0) == 0:
+        _no_data(a, "no sessions: every unit is one request (an independent trace)")
+    else:
+        t0 = _t0_ns(df)
+        for lane, unit in enumerate(shown):
+            part = df[df["unit_ordinal"] == unit].sort_values("round_idx")
+            start = (part["dispatch_ns"].to_numpy() - t0) / 1e9
+            end = (part["end_ns"].to_numpy() - t0) / 1e9
+            colors = ["C3" if st != "ok" else "C0" for st in part["status"]]
+            a.broken_barh(list(zip(start, end - start, strict=True)), (lane - 0.35, 0.7),
+                          facecolors=colors)
+            if len(start) > 1:  # tool waits: from a round's end to the next round's send
+                a.hlines([lane] * (len(start) - 1), end[:-1], start[1:], colors="0.6",
+                         linestyles=":", lw=1)
+        a.set_yticks(range(len(shown)), [str(u) for u in shown], fontsize="x-small")
+        a.set_ylim(len(shown) - 0.5, -0.5)
+        a.legend(handles=[Patch(color="C0", label="round (send → end of stream)"),
+                          Patch(color="C3", label="round that failed"),
+                          Line2D([], [], color="0.6", ls=":", label="tool wait")],
+                 fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    more = f", first {len(shown)} of {len(units)}" if len(units) > len(shown) else ""
+    a.set(xlabel="time since the first request (s)", ylabel=f"session (unit{more})",
+          title=f"Sessions: rounds and tool waits ({label})")
+    a.grid(axis="x", alpha=0.3)
+    return fig
 
 
 # -- trace kinds ---------------------------------------------------------------------------
@@ -371,6 +563,9 @@ RUN_KINDS: dict[str, KindFn] = {
     "hit_by_round": _hit_by_round,
     "ttft_by_round": _ttft_by_round,
     "timeline": _timeline,
+    "over_time": _over_time,
+    "ttft_vs_uncached": _ttft_vs_uncached,
+    "sessions": _sessions,
 }
 TRACE_KINDS: dict[str, KindFn] = {
     "lengths": _lengths,
@@ -385,7 +580,9 @@ def plot(data: Any, kind: str, ax: Axes | None = None, **options: Any) -> Figure
     """Draw ``kind`` for ``data`` and return the Figure (into ``ax`` when given).
 
     Run kinds: ``cdf`` (TTFT/TPOT/E2E; ``metrics=[...]``), ``prefix_hits``,
-    ``hit_by_round``, ``ttft_by_round``, ``timeline`` (``bin_s=``). Trace kinds:
+    ``hit_by_round``, ``ttft_by_round``, ``timeline`` (``bin_s=``), ``over_time``
+    (requests in flight and TTFT over the run), ``ttft_vs_uncached``, ``sessions``
+    (a swimlane of rounds and tool waits; ``max_sessions=``). Trace kinds:
     ``lengths``, ``tool_waits``, ``sessions_over_time``, ``hit_vs_capacity``.
     """
     if kind in RUN_KINDS:

@@ -188,11 +188,28 @@ def _params_cell(params: Mapping[str, Any]) -> Any:
     )
 
 
+def _alt_text(nb: Any) -> None:
+    """Each PNG output becomes an ``<img>`` with alt text (the figure's own description,
+    ``ReportFigure.alt_text``), so the HTML report is readable without the pictures."""
+    from workbench.report.plots import FIGURE_META
+
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if "image/png" not in data or "text/html" in data:
+                continue
+            meta = output.get("metadata", {}).get(FIGURE_META, {})
+            alt = meta.get("alt") or f"figure: {meta.get('figure') or 'untitled'}"
+            data["text/html"] = (f'<img alt="{html.escape(alt)}" '
+                                 f'src="data:image/png;base64,{data.pop("image/png")}">')
+
+
 def export_html(nb: Any, path: Path, *, show_code: bool, params: Mapping[str, Any]) -> Path:
     """``report.html`` (lab template): code hidden unless ``show_code``; PNGs inline."""
     from nbconvert import HTMLExporter
 
     nb = nbformat.from_dict(json.loads(json.dumps(nb)))  # a copy to annotate
+    _alt_text(nb)
     if not show_code:  # a hidden cell without output would only leave a gap
         nb.cells = [c for c in nb.cells if c.cell_type != "code" or c.get("outputs")]
     at = 1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0
@@ -256,14 +273,21 @@ def render_report(
     show_code: bool = False,
     kernel_name: str = "python3",
     timeout_s: float | None = 1800,
+    progress: bool = False,
 ) -> Path:
     """Execute ``notebook`` with ``params`` and publish it under ``out/<run_id>/``.
 
     Returns the path of ``report.html``. If a cell fails, the HTML is still
     written (with code shown, so the traceback has context) and papermill's
-    ``PapermillExecutionError`` is re-raised.
+    ``PapermillExecutionError`` is re-raised. ``progress``: a bar over the cells
+    on stderr while the notebook executes (``workbench demo`` shows it).
+
+    The kernel talks to papermill over IPC sockets (files in the Jupyter runtime
+    directory), not TCP: nothing listens on a port, and ipykernel has no reason
+    to warn that TCP traffic is unencrypted.
     """
     import papermill
+    from traitlets.config import Config
 
     out = Path(out)
     nb_path = notebook_path(notebook)
@@ -277,7 +301,8 @@ def render_report(
     try:
         papermill.execute_notebook(
             str(nb_path), str(executed), parameters=given, kernel_name=kernel_name,
-            progress_bar=False, request_save_on_cell_execute=False, execution_timeout=timeout_s,
+            progress_bar=progress, request_save_on_cell_execute=False,
+            execution_timeout=timeout_s, config=Config({"KernelManager": {"transport": "ipc"}}),
         )
         status = "ok"
     finally:

@@ -180,19 +180,59 @@ def client_table(data: Any) -> pd.DataFrame:
     return _named(df, "client")
 
 
-def client_caption(data: Any) -> str:
-    """Caption of ``client_table``, with the warning when the client limited the run."""
+CLIENT_CPU_IDLE = 0.5  # below this share of a core, late sends are not the client's own work
+
+
+def client_evidence(client: Mapping[str, Any]) -> str:
+    """What the bottleneck verdict looked at: the busiest process's CPU share and the
+    (steady, when there is one) release lag p99, each against its bound."""
+    from workbench.metrics.summary import CLIENT_CPU_BOUND, CLIENT_LAG_P99_MS
+
+    parts = []
+    util = client.get("cpu_util")
+    if util is not None:
+        parts.append(f"client CPU {util:.0%} of a core (bound {CLIENT_CPU_BOUND:.0%})")
+    steady = client.get("steady_release_lag_ms") or {}
+    which = "steady release lag" if steady.get("count") else "release lag"
+    p99 = (steady if steady.get("count") else client.get("release_lag_ms") or {}).get("p99")
+    if p99 is not None:
+        parts.append(f"{which} p99 {p99:.1f} ms (bound {CLIENT_LAG_P99_MS:g} ms)")
+    return "; ".join(parts) or "no CPU or lag samples"
+
+
+def client_caption(data: Any, manifest: Mapping[str, Any] | None = None) -> str:
+    """Caption of ``client_table``: the verdict and the evidence it used; with the
+    run's ``manifest``, also where the embedded engine ran (on the client's own loop
+    its steps count as client lag)."""
     client = as_summary(data).get("client") or {}
     if not client:
         return "No client self-measurement (a virtual-time run)"
+    proc = ((manifest or {}).get("target") or {}).get("engine_process") or {}
+    shared = (" The embedded engine ran on the client's event loop (target.in_process), "
+              "so its steps count as client lag." if proc and not proc.get("own_process")
+              else "")
+    evidence = client_evidence(client)
+    util = client.get("cpu_util")
+    reasons = client.get("client_bottleneck_reasons") or []
+    if client.get("client_bottleneck") and util is not None and util < CLIENT_CPU_IDLE and not any(
+            r.startswith("client CPU") for r in reasons):
+        return (
+            "Client self-measurement. WARNING: requests went out late "
+            f"({'; '.join(reasons)}) although the client used only {util:.0%} of a core: "
+            "its process was waiting for a CPU, not working (a busy machine: other "
+            "processes, or the engine, sharing few cores), so latencies include that wait. "
+            f"Evidence: {evidence}.{shared}"
+        )
     if client.get("client_bottleneck"):
         why = "; ".join(client.get("client_bottleneck_reasons") or [])
         return (
             "Client self-measurement. WARNING: the client, not the server, was the "
             f"bottleneck of this run ({why}): its latencies include the client's own "
-            "queueing; use more executor.workers or a lower max_concurrency"
+            f"queueing; use more executor.workers or a lower max_concurrency. Evidence: "
+            f"{evidence}.{shared}"
         )
-    return "Client self-measurement (the client kept up: not the bottleneck)"
+    return (f"Client self-measurement: the client kept up, not the bottleneck ({evidence})."
+            f"{shared}")
 
 
 SERVER_FIELDS: tuple[tuple[str, str], ...] = (
@@ -343,3 +383,110 @@ def frame_from_payload(payload: Mapping[str, Any]) -> pd.DataFrame:
     df = pd.DataFrame(payload["data"], index=payload["index"], columns=payload["columns"])
     df.index.name = payload.get("index_name")
     return df
+
+
+# -- what was run, what went wrong (the replay report's first and last word) ----------------
+ENGINE_SHOWN = ("block_size", "num_blocks", "max_num_batched_tokens", "max_num_seqs",
+                "max_model_len", "enable_prefix_caching", "speedup", "mode")
+
+
+def config_table(manifest: Mapping[str, Any]) -> pd.DataFrame:
+    """The four axes as resolved (detected format, policy, arrival, rate and cap,
+    backend), the target and its engine config, and the trace's identity (sha256)."""
+    cfg = manifest.get("config") or {}
+    trace = manifest.get("trace") or {}
+    arrival = cfg.get("arrival") or {}
+    target = manifest.get("target") or {}
+    given_fmt = (cfg.get("trace") or {}).get("format")
+    fmt = trace.get("format")
+    rows: list[tuple[str, Any]] = [
+        ("trace", trace.get("path")),
+        ("trace sha256", trace.get("sha256")),
+        ("trace units / rounds", f"{trace.get('units')} / {trace.get('rounds')}"),
+        ("1 format", f"{fmt} (detected)" if given_fmt in (None, "auto") else fmt),
+        ("1 max items", (cfg.get("trace") or {}).get("max_items") or "all"),
+        ("2 context policy", manifest.get("policy") or "none (prefixes as the trace gives)"),
+        ("3 arrival", arrival.get("mode")),
+        ("3 rate (units/s)", arrival.get("rate") or "as the trace times it"),
+        ("3 max concurrency", arrival.get("max_concurrency") or "no cap"),
+        ("3 warm-up / tool-wait scale", f"{arrival.get('warmup', 0)} / "
+                                        f"{arrival.get('tool_wait_scale', 1.0)}"),
+        ("3 output length", arrival.get("output_len")),
+        ("4 backend", (cfg.get("backend") or {}).get("name")),
+        ("target", (cfg.get("target") or {}).get("url")),
+    ]
+    engine = target.get("engine") or {}
+    if target.get("kind") == "sim" or engine:
+        proc = target.get("engine_process") or {}
+        where = ("its own process" if proc.get("own_process")
+                 else "the client's event loop" if proc else "?")
+        rows.append(("target engine runs in", where))
+        rows += [(f"target engine {k}", engine[k]) for k in ENGINE_SHOWN if k in engine]
+    rows.append(("seed", cfg.get("seed")))
+    df = pd.DataFrame({"value": pd.Series([_text(v) for _, v in rows], dtype=object)})
+    df.index = pd.Index([k for k, _ in rows], name="setting")
+    return _named(df, "config")
+
+
+def _text(v: Any) -> str:
+    return "–" if v is None else str(v)
+
+
+SAMPLE_CHARS = 160
+
+
+def error_class(status: str, error: Any, http_status: Any) -> str:
+    """A record's error class: the exception name or rule before the first colon."""
+    text = str(error or "").strip()
+    head = text.split(":", 1)[0].strip() if text else ""
+    if not head or len(head) > 60:
+        head = " ".join(text.split()[:4]) or "(no message)"
+    code = f"HTTP {int(http_status)} " if isinstance(http_status, int | float) and not (
+        isinstance(http_status, float) and math.isnan(http_status)) and http_status != 200 else ""
+    return f"{status}: {code}{head}"
+
+
+def error_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Requests that did not end ok, by class: count and one sample message each."""
+    cols = ["requests", "sample message"]
+    bad = frame[frame["status"] != "ok"] if len(frame) else frame
+    rows: dict[str, dict[str, Any]] = {}
+    for status, error, code in zip(bad["status"], bad["error"],
+                                   bad.get("http_status", [None] * len(bad)), strict=False):
+        key = error_class(str(status), error, code)
+        row = rows.setdefault(key, {"requests": 0, "sample message": _sample(error)})
+        row["requests"] += 1
+    df = pd.DataFrame.from_dict(rows, orient="index", columns=cols)
+    df = df.sort_values("requests", ascending=False) if len(df) else df
+    df["requests"] = df["requests"].astype(int)
+    df.index.name = "error class"
+    return _named(df, "errors")
+
+
+def _sample(error: Any) -> str:
+    text = " ".join(str(error or "(no message)").split())
+    return text if len(text) <= SAMPLE_CHARS else text[: SAMPLE_CHARS - 1] + "…"
+
+
+def error_caption(table: pd.DataFrame, requests: int) -> str:
+    if not len(table):
+        return f"Errors: none (all {requests} requests ended ok)"
+    bad = int(table["requests"].sum())
+    return f"Errors: {bad} of {requests} requests did not end ok, by class (one sample each)"
+
+
+BAND_SHOWN: tuple[tuple[str, str], ...] = (
+    ("requests", "requests"), ("errors", "errors"), ("ttft_ms_p50", "TTFT p50"),
+    ("ttft_ms_p90", "TTFT p90"), ("ttft_ms_p99", "TTFT p99"), ("tpot_ms_p50", "TPOT p50"),
+    ("e2e_ms_p50", "E2E p50"), ("actual_prefix_hit_rate", "hit actual"),
+    ("planned_prefix_hit_rate", "hit planned"),
+)
+
+
+def band_table(by_band: pd.DataFrame) -> pd.DataFrame:
+    """``by_input_band`` narrowed to what fits a page: counts, TTFT/TPOT/E2E, hit rates."""
+    keep = [(c, label) for c, label in BAND_SHOWN if c in by_band.columns]
+    df = by_band.set_index("band")[[c for c, _ in keep]] if "band" in by_band else by_band
+    df = df.rename(columns=dict(keep))
+    df.index.name = "prompt tokens"
+    return _named(df, "by_band")

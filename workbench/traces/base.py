@@ -78,7 +78,8 @@ def detect_format(path: str | Path) -> str:
         if FORMATS.get(name).sniff(lines):
             return name
     raise TraceFormatError(
-        path, 1, f"cannot tell the trace format; pass fmt= one of {', '.join(FORMATS.names())}"
+        path, 1, f"cannot tell the trace format; name it (--format on the command line, fmt= in "
+        f"Python, trace.format in a config): one of {', '.join(FORMATS.names())}"
     )
 
 

@@ -24,6 +24,8 @@ import ipywidgets as w
 from workbench.config import RunConfig, available
 from workbench.errors import WorkbenchError
 from workbench.records import RunResult
+from workbench.ui.live import LIVE_DUTY, LIVE_MIN_S
+from workbench.ui.live import output_entry as _output_entry
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +36,6 @@ WIDE = w.Layout(width="420px")
 STYLE = {"description_width": "120px"}
 
 
-def _output_entry(obj: Any) -> dict[str, Any]:
-    """A display_data output for ``obj`` (no IPython shell needed)."""
-    bundle = obj._repr_mimebundle_()
-    data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
-    return {"output_type": "display_data", "data": data, "metadata": meta}
 
 
 def resolve_trace(value: str) -> str:
@@ -129,7 +126,7 @@ class Controls:
             if knob in engine or value != defaults[knob]:
                 engine[knob] = value
         if self.target.value == "sim":
-            return {"url": "sim", "engine": engine}
+            return {"url": "sim", "engine": engine, "in_process": base.target.in_process}
         if not self.url.value.strip():
             raise WorkbenchError("target 'url' needs a server URL (e.g. http://127.0.0.1:8000)")
         return {"url": self.url.value.strip(), "engine": engine}
@@ -150,6 +147,8 @@ class Panel:
         self.status = w.Label(value="ready")
         self.output = w.Output()
         self.result: RunResult | None = None
+        self.latest: RunResult | None = None  # the finished result, or the running one so far
+        self.views: list[Any] = []  # workbench.ui.live.LiveReport objects that follow runs
         self.error: BaseException | None = None
         self.task: asyncio.Task[RunResult | None] | None = None
         self._stop: asyncio.Event | None = None
@@ -203,11 +202,18 @@ class Panel:
             self.error = exc
             self._busy(False)
             return None
+        if cfg.out_dir and not cfg.run_id:  # known up front: the live view reads its records
+            from workbench.replay import new_run_id
+
+            cfg = cfg.replace(run_id=new_run_id(cfg))
         self._stop = asyncio.Event()
         self._busy(True)
         self.error = None
+        replay = asyncio.ensure_future(
+            run_async(cfg, progress=self._on_progress, stop=self._stop))
+        live = asyncio.ensure_future(self._follow(cfg, replay))
         try:
-            self.result = await run_async(cfg, progress=self._on_progress, stop=self._stop)
+            self.result = await replay
         except Exception as exc:  # shown in the panel; the kernel must stay usable
             log.exception("panel run failed")
             self.error = exc
@@ -215,8 +221,40 @@ class Panel:
         else:
             self.show(self.result)
         finally:
+            live.cancel()
             self._busy(False)
         return self.result
+
+    async def _follow(self, cfg: RunConfig, replay: asyncio.Future[Any]) -> None:
+        """While ``replay`` runs, redraw the views from the records on disk so far."""
+        import time
+
+        from workbench.report.store import load
+
+        if not (cfg.out_dir and cfg.run_id and self.views):
+            return
+        run_dir = Path(cfg.out_dir) / cfg.run_id
+        wait, seen = LIVE_MIN_S, -1
+        for _ in range(100_000):  # bounded; ends with the run in practice
+            await asyncio.wait([replay], timeout=wait)
+            if replay.done():
+                return
+            if not (run_dir / "records.jsonl").exists():
+                continue
+            t = time.perf_counter()
+            partial = load(run_dir)
+            if len(partial.records) != seen:
+                seen = len(partial.records)
+                self._publish(partial, f"live: {seen} requests finished so far (run going)")
+            wait = max(LIVE_MIN_S, (time.perf_counter() - t) / LIVE_DUTY)
+
+    def _publish(self, result: RunResult, note: str = "") -> None:
+        from workbench.report.sections import RunReport
+
+        self.latest = result
+        report = RunReport(result)
+        for view in self.views:
+            view.refresh(report, note)
 
     def _busy(self, busy: bool) -> None:
         self.run_button.disabled = busy
@@ -242,6 +280,7 @@ class Panel:
             plot(result, "cdf"),
         ]
         self.output.outputs = tuple(_output_entry(e) for e in entries)
+        self._publish(result)
         state = "stopped" if result.cancelled else "done"
         where = f" → {result.run_dir}" if result.run_dir else ""
         self.status.value = (

@@ -1,0 +1,107 @@
+"""The replay report's sections by name, over one run: ``RunReport(source).table("errors")``.
+
+One place decides what each section of the replay report shows, so the
+headless report (papermill), the notebook run by hand and the panel's live
+view (``workbench.ui.live``) show the same tables and figures. ``source`` is
+what ``workbench.metrics.scan.report_source`` returns (a ``RunResult``, or a
+sample of a very large run) or any ``RunResult``; summaries are computed once
+per ``RunReport`` and reused by every section.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from workbench.report import tables
+
+TABLE_NAMES = (
+    "run", "config", "client", "latency", "prefix", "server", "by_round", "by_band", "errors",
+)  # fmt: skip
+
+
+class RunReport:
+    """Tables (``table(name)``) and figures (``plot(kind)``) of one run's report."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+
+    @cached_property
+    def summary(self) -> dict[str, Any]:
+        from workbench.metrics import scan
+
+        return scan.report_summary(self.source)
+
+    @cached_property
+    def manifest(self) -> Mapping[str, Any]:
+        manifest = getattr(self.source, "manifest", None)
+        if manifest:
+            return manifest
+        run_dir = getattr(self.source, "attrs", {}).get("run_dir")
+        if run_dir and (Path(run_dir) / "manifest.json").exists():
+            from workbench.report.store import read_json
+
+            return read_json(Path(run_dir) / "manifest.json")
+        return {}
+
+    @property
+    def run_id(self) -> str:
+        return str(getattr(self.source, "run_id", "") or self.manifest.get("run_id") or "")
+
+    def _frame(self) -> pd.DataFrame:
+        from workbench.metrics import run_rows
+
+        return run_rows(self.source)
+
+    # -- tables --------------------------------------------------------------------------
+    def table(self, name: str) -> tables.Table:
+        """The section ``name`` (one of ``TABLE_NAMES``) as a displayable table."""
+        builders: dict[str, Callable[[], tables.Table]] = {
+            "run": lambda: tables.show(tables.run_table(self.summary),
+                                       caption=f"Run {self.run_id}"),
+            "config": lambda: tables.show(
+                tables.config_table(self.manifest),
+                caption="What was run: the four axes as resolved, the target, the trace"),
+            "client": lambda: tables.show(
+                tables.client_table(self.summary),
+                caption=tables.client_caption(self.summary, self.manifest)),
+            "latency": lambda: tables.show(tables.summary_table(self.summary),
+                                           caption="Latency of ok requests (ms)"),
+            "prefix": lambda: tables.show(tables.prefix_table(self.summary),
+                                          caption=tables.prefix_caption(self.summary)),
+            "server": lambda: tables.show(tables.server_table(self.summary),
+                                          caption=tables.server_caption(self.summary)),
+            "by_round": self._by_round,
+            "by_band": self._by_band,
+            "errors": self._errors,
+        }
+        if name not in builders:
+            raise ValueError(f"unknown report table {name!r}; valid: {', '.join(TABLE_NAMES)}")
+        return builders[name]()
+
+    def _by_round(self) -> tables.Table:
+        from workbench.metrics import scan
+
+        return tables.show(tables.round_table(scan.report_by_round(self.source)),
+                           caption="By round index (ms; hit rates 0-1)")
+
+    def _by_band(self) -> tables.Table:
+        from workbench.metrics import scan
+
+        return tables.show(tables.band_table(scan.report_by_band(self.source)),
+                           caption="By prompt-length band (ms; hit rates 0-1)")
+
+    def _errors(self) -> tables.Table:
+        table = tables.error_table(self._frame())
+        requests = int(self.summary.get("requests") or 0)
+        return tables.show(table, caption=tables.error_caption(table, requests))
+
+    # -- figures -------------------------------------------------------------------------
+    def plot(self, kind: str, **options: Any) -> Any:
+        from workbench.report.plots import plot
+
+        return plot(self.source, kind, **options)
