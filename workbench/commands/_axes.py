@@ -65,3 +65,15 @@ def config_from_args(args: argparse.Namespace, extra: dict[str, Any] | None = No
         section, _, name = key.partition(".")
         base.setdefault(section, {})[name] = value
     return RunConfig.from_dict(base)
+
+
+def engine_knobs(items: list[str]) -> dict[str, Any]:
+    """``--engine KEY=VALUE`` items as engine knobs (numbers and booleans read as JSON)."""
+    import json
+
+    knobs: dict[str, Any] = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        knobs[key] = json.loads(value) if value[:1].isdigit() or value in ("true", "false") \
+            else value
+    return knobs

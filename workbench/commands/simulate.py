@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from workbench.commands._axes import add_axis_arguments, config_from_args
+from workbench.commands._axes import add_axis_arguments, config_from_args, engine_knobs
 from workbench.commands.replay import _brief
 
 NAME = "simulate"
@@ -24,11 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from workbench.virtual import canonical_report, report_digest, simulate
 
     cfg = config_from_args(args)
-    knobs = dict(cfg.target.engine)
-    for item in args.engine:
-        key, _, value = item.partition("=")
-        knobs[key] = json.loads(value) if value[:1].isdigit() or value in ("true", "false") \
-            else value
+    knobs = {**cfg.target.engine, **engine_knobs(args.engine)}
     result = simulate(cfg, engine=knobs)
     print(json.dumps(_brief(summarize(result, cfg.slo)), indent=2))
     if args.digest:

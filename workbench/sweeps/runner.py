@@ -6,7 +6,7 @@ time), reusing every repeat already complete on disk, and pools them. Live
 points run one after another with the target's prefix cache flushed before
 each run; virtual-time points may run in ``parallel`` worker processes (they
 share nothing). The grid (``sweep``) and the capacity search
-(``workbench.sweep.capacity``) are both sequences of ``measure`` calls.
+(``workbench.sweeps.capacity``) are both sequences of ``measure`` calls.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from typing import Any
 
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
-from workbench.sweep import spec as spec_mod
-from workbench.sweep.flush import flush_between_points
-from workbench.sweep.points import point_metrics, pool, run_and_measure, run_complete
-from workbench.sweep.slo import SLO
-from workbench.sweep.store import RUNS, SWEEP_MANIFEST, Sweep, load_sweep, write_sweep
+from workbench.sweeps import spec as spec_mod
+from workbench.sweeps.flush import flush_between_points
+from workbench.sweeps.points import point_metrics, pool, run_and_measure, run_complete
+from workbench.sweeps.slo import SLO
+from workbench.sweeps.store import RUNS, SWEEP_MANIFEST, Sweep, load_sweep, write_sweep
 
 log = logging.getLogger(__name__)
 

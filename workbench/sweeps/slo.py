@@ -29,7 +29,7 @@ LATENCY_COLUMNS: tuple[str, ...] = (
     "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "terminal_tail_ms",
     "completion_amortized_tpot_ms", "arrival_release_lag_ms", "admission_lag_ms",
 )  # fmt: skip
-_TEXT = re.compile(r"^\s*([a-z_]+)\s*:\s*p(\d+(?:\.\d+)?)\s*<=\s*([0-9.eE+-]+)\s*$")
+_TEXT = re.compile(r"^\s*([a-z0-9_]+)\s*:\s*p(\d+(?:\.\d+)?)\s*<=\s*([0-9.eE+-]+)\s*$")
 _OK = re.compile(r"^\s*ok\s*>=\s*([0-9.eE+-]+)\s*$")
 DEFAULT_MIN_OK = 0.99
 

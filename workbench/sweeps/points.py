@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from workbench.config import RunConfig
-from workbench.sweep.slo import SLO
+from workbench.sweeps.slo import SLO
 
 #: summary stats copied per latency metric
 LATENCY = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")

@@ -21,11 +21,11 @@ from typing import Any
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
 from workbench.replay import coerce_config
-from workbench.sweep import spec as spec_mod
-from workbench.sweep.grid import SloSpec, run_sync
-from workbench.sweep.runner import Progress, SweepRunner
-from workbench.sweep.slo import SLO
-from workbench.sweep.store import Sweep
+from workbench.sweeps import spec as spec_mod
+from workbench.sweeps.grid import SloSpec, run_sync
+from workbench.sweeps.runner import Progress, SweepRunner
+from workbench.sweeps.slo import SLO
+from workbench.sweeps.store import Sweep
 
 INTEGER_AXES = ("arrival.max_concurrency", "arrival.warmup", "trace.max_items")
 
