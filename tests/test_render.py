@@ -111,7 +111,7 @@ def test_a_failing_cell_still_writes_the_report_with_code(tmp_path: Path) -> Non
 
 
 def test_bundled_notebooks_resolve_by_name_and_match_the_repo_copies() -> None:
-    assert render.bundled_notebooks() == ["compare", "replay", "trace_explorer"]
+    assert render.bundled_notebooks() == ["compare", "replay", "sweep", "trace_explorer"]
     for name in render.bundled_notebooks():
         packaged = render.notebook_path(name)
         assert packaged.read_bytes() == (REPO / "notebooks" / f"{name}.ipynb").read_bytes(), (

@@ -29,6 +29,7 @@ _PUBLIC = {
     "load_sweep": "workbench.sweeps",
     "SLO": "workbench.sweeps",
     "sweep_plot": "workbench.report.sweep_plots",
+    "sweep_panel": "workbench.ui.sweep_panel",
     "run": "workbench.replay",
     "run_async": "workbench.replay",
     "to_frame": "workbench.metrics",
