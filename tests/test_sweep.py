@@ -230,3 +230,64 @@ async def test_live_sweep_flushes_the_servers_prefix_cache_between_points(tmp_pa
         # the server's own counters agree: after the last point only its blocks are cached
         stats = handle.engine.stats()
         assert stats["prefix_cache_hits_tokens"] > 0 and stats["running"] == 0
+
+
+# -- pictures and report ------------------------------------------------------------------
+def test_knee_of_a_hockey_stick_and_none_for_a_line() -> None:
+    from workbench.report.sweep_plots import knee
+
+    x = [1, 2, 3, 4, 5, 6]
+    y = [10, 11, 12, 14, 40, 200]
+    # scaled: x - y = 0, .195, .389, .579, .642, 0 -> the point at 40 ms, where the curve bends
+    assert knee(x, y) == 4
+    assert knee([1, 2, 3], [1, 2, 3]) is None
+    assert knee([1, 2], [1, 5]) is None
+
+
+@pytest.fixture(scope="module")
+def two_sweeps(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    root = tmp_path_factory.mktemp("sweeps")
+    a = wb.sweep(BASE, {"arrival.rate": [1, 4, 8]}, slo=SLO_TEXT, repeats=2, virtual=True,
+                 out_dir=root, sweep_id="default", label="default engine")
+    b = wb.sweep({**BASE, "target": {"url": "sim", "engine": {"speedup": 2.0}}},
+                 {"arrival.rate": [1, 4, 8]}, slo=SLO_TEXT, virtual=True, out_dir=root,
+                 sweep_id="fast", label="2x engine")
+    return [str(a.sweep_dir), str(b.sweep_dir)]
+
+
+def test_sweep_plots_draw_each_sweep_with_slo_line_and_knee(two_sweeps: list[str]) -> None:
+    fig = wb.sweep_plot(two_sweeps, "latency")
+    ttft_ax = fig.axes[0]
+    labels = ttft_ax.get_legend_handles_labels()[1]
+    assert any(lab.startswith("default engine (ttft ms:p90)") for lab in labels)
+    assert any(lab.startswith("2x engine") for lab in labels)
+    assert "SLO p90 ≤ 8000 ms" in [lab.replace("ttft_ms:", "") for lab in labels]
+    hlines = [ln for ln in ttft_ax.get_lines() if list(ln.get_ydata()) == [8000, 8000]]
+    assert hlines
+    goodput = wb.sweep_plot(two_sweeps, "goodput")
+    assert goodput.axes[0].get_xlabel() == "offered load (arrival.rate)"
+    cache = wb.sweep_plot(two_sweeps, "cache")
+    assert [a.get_title() for a in cache.axes] == ["Prefix-cache hits against load",
+                                                   "Preemptions against load"]
+    with pytest.raises(ValueError, match="valid: latency, goodput, cache"):
+        wb.sweep_plot(two_sweeps, "pareto")
+
+
+@pytest.mark.slow
+def test_report_renders_two_sweeps_side_by_side(two_sweeps: list[str], tmp_path: Path) -> None:
+    import glob
+    import html as html_mod
+    import re
+
+    from workbench.cli import main
+
+    assert main(["report", *two_sweeps, "-o", str(tmp_path), "--run-id", "sw"]) == 0
+    page = (tmp_path / "sw" / "report.html").read_text()
+    text = html_mod.unescape(re.sub(r"<[^>]+>", "", page))
+    for heading in ("Sweep report", "Throughput against latency", "Goodput against offered load",
+                    "Prefix cache and preemptions against load"):
+        assert heading in text
+    assert "default engine" in text and "2x engine" in text
+    assert len(glob.glob(str(tmp_path / "sw" / "figures" / "*.png"))) == 3
+    points = glob.glob(str(tmp_path / "sw" / "tables" / "sweep_points*.csv"))
+    assert points and len(Path(points[0]).read_text().splitlines()) == 1 + 6
