@@ -117,7 +117,7 @@ def test_bundled_notebooks_resolve_by_name_and_match_the_repo_copies() -> None:
         assert packaged.read_bytes() == (REPO / "notebooks" / f"{name}.ipynb").read_bytes(), (
             f"notebooks/{name}.ipynb and workbench/notebooks/{name}.ipynb differ: copy one over"
         )
-    with pytest.raises(ConfigError, match="compare, replay, trace_explorer"):
+    with pytest.raises(ConfigError, match="compare, replay, sweep, trace_explorer"):
         render.notebook_path("nope")
 
 
