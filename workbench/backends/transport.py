@@ -357,6 +357,9 @@ class Transport:
         payload = orjson.dumps(codec.body(req))
         parser = codec.parser(req)
         headers = {"Content-Type": "application/json", "x-request-id": req.request_id}
+        extra = getattr(codec, "request_headers", None)  # backends/extras.py
+        if extra is not None and (more := extra(req)):
+            headers.update(more)
         rec.dispatch_ns = self.clock.now_ns()  # replaced when the bytes go out
         self._stamps[req.request_id] = rec
         try:

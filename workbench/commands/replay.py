@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from workbench.commands._axes import add_axis_arguments, config_from_args
 
@@ -45,13 +46,36 @@ def run(args: argparse.Namespace) -> int:
     if cfg.dry_run:
         print(json.dumps(result.manifest["plan"], indent=2))
         return 0
-    print(json.dumps(_brief(summarize(result, cfg.slo)), indent=2))
+    print(json.dumps(_brief(summarize(result, cfg.slo), result, args.percentiles), indent=2))
     if result.run_dir:
         print(f"run directory: {result.run_dir}")
     return 1 if result.cancelled else 0
 
 
-def _brief(summary: dict) -> dict:
+def _brief(summary: dict, result: Any = None, percentiles: str | None = None) -> dict:
     keys = ("requests", "ok", "errors", "ttft_ms", "tpot_ms", "e2e_ms",
             "actual_prefix_hit_rate", "planned_prefix_hit_rate", "request_throughput_rps")
-    return {k: summary[k] for k in keys if k in summary}
+    out = {k: summary[k] for k in keys if k in summary}
+    if percentiles and result is not None:
+        out["percentiles"] = percentile_table(result, percentiles)
+    if summary.get("slo"):
+        out["slo"] = summary["slo"]
+    return out
+
+
+def percentile_table(result: Any, spec: str) -> dict[str, dict[str, float | None]]:
+    """``--percentiles 50,99.9``: each latency metric's percentiles over ok requests (ms)."""
+    from workbench.errors import ConfigError
+    from workbench.metrics import to_frame
+    from workbench.sweeps.slo import percentile
+
+    try:
+        qs = [float(q) for q in spec.split(",") if q.strip()]
+    except ValueError:
+        raise ConfigError(f"--percentiles {spec!r}: expected numbers, e.g. 50,90,99.9") from None
+    if not qs or not all(0 <= q <= 100 for q in qs):
+        raise ConfigError(f"--percentiles {spec!r}: each must be in [0, 100]")
+    df = to_frame(result)
+    ok = df[df["status"] == "ok"]
+    return {m: {f"p{q:g}": percentile(ok, m, q) for q in qs}
+            for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")}

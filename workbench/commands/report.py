@@ -42,7 +42,6 @@ def build_params(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     """The notebook to render and its parameters, from the command line."""
     from workbench.errors import ConfigError
     from workbench.report.store import resolve_run_dir
-
     from workbench.sweeps.store import is_sweep_dir
 
     sweeps = [d for d in args.run_dirs if is_sweep_dir(d)]

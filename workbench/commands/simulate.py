@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     knobs = {**cfg.target.engine, **engine_knobs(args.engine)}
     result = simulate(cfg, engine=knobs)
-    print(json.dumps(_brief(summarize(result, cfg.slo)), indent=2))
+    print(json.dumps(_brief(summarize(result, cfg.slo), result, args.percentiles), indent=2))
     if args.digest:
         print("digest:", report_digest(canonical_report(result, cfg.slo)))
     if result.run_dir:

@@ -12,7 +12,12 @@ import json
 import sys
 from typing import Any
 
-from workbench.commands._axes import add_axis_arguments, config_from_args, engine_knobs
+from workbench.commands._axes import (
+    add_axis_arguments,
+    config_from_args,
+    engine_knobs,
+    is_sweep_bound,
+)
 
 NAME = "sweep"
 HELP = "run a trace at every point of a grid (rate, concurrency, any field) or search the " \
@@ -30,6 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EPILOG
     add_axis_arguments(p)
+    p.set_defaults(sweep_bounds_ok=True)
     p.add_argument("--target", help="server root URL, or 'sim' for the embedded engine")
     p.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE",
                    help="embedded-engine knob for every point (repeatable)")
@@ -48,9 +54,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--grow", type=float, default=2.0, help="capacity search: bracket growth")
     g.add_argument("--max-probes", type=int, default=24, help="capacity search: probe budget")
     s = p.add_argument_group("how")
-    s.add_argument("--slo", action="append", default=[], metavar="METRIC:pQ<=MS",
-                   help="a percentile bound (repeatable): ttft_ms:p90<=2000; ok>=0.99 sets "
-                        "the share of requests that must finish ok (default 0.99)")
     s.add_argument("--repeats", type=int, default=1, help="runs per point (default 1)")
     s.add_argument("--stop-margin", type=float,
                    help="stop once points break the SLO by more than this fraction (0.5: 50 %%)")
@@ -94,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     common = {"repeats": args.repeats, "virtual": args.virtual, "out_dir": cfg.out_dir or "sweeps",
               "sweep_id": args.sweep_id, "label": args.label,
               "progress": lambda text: print(text, file=sys.stderr, flush=True)}
-    slo = args.slo or None
+    slo = [b for b in args.slo if is_sweep_bound(b)] or None
     if args.capacity:
         if args.lo is None or args.hi is None or args.tolerance is None:
             raise ConfigError("--capacity needs --lo, --hi and --tolerance")

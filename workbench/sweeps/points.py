@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from workbench.config import RunConfig
+from workbench.records import RunResult
 from workbench.sweeps.slo import SLO
 
 #: summary stats copied per latency metric
@@ -41,8 +42,10 @@ def run_complete(run_dir: Path) -> bool:
     return status == "completed"
 
 
-def point_metrics(run_dir: str | Path, slo: SLO | None) -> dict[str, Any]:
-    """The flat numbers of one stored run (summary percentiles, throughput, hits, SLO)."""
+def point_metrics(run_dir: str | Path, slo: SLO | None,
+                  result: RunResult | None = None) -> dict[str, Any]:
+    """The flat numbers of one stored run (summary percentiles, throughput, hits, SLO);
+    ``result``: the same run still in memory (spares reading its records back)."""
     from workbench.metrics import to_frame
     from workbench.metrics.summary import _delta
     from workbench.report.store import SUMMARY, load, read_json
@@ -54,7 +57,8 @@ def point_metrics(run_dir: str | Path, slo: SLO | None) -> dict[str, Any]:
         block = summary.get(metric) or {}
         for stat in STATS:
             out[f"{metric}_{stat}"] = block.get(stat)
-    result = load(d)
+    if result is None or result.records_on_disk:
+        result = load(d)
     out["preemptions"] = _delta(result.metrics_timeline, PREEMPTIONS)
     if result.manifest.get("virtual_duration_s") is not None:
         out["virtual_duration_s"] = result.manifest["virtual_duration_s"]
@@ -91,21 +95,12 @@ def pool(repeats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def run_point(cfg: RunConfig, virtual: bool) -> str:
-    """Run one repeat to its run directory and return the directory (sync; any thread)."""
-    if virtual:
-        from workbench.virtual import simulate
+def simulate_and_measure(cfg_dict: dict[str, Any],
+                         slo: dict[str, float] | None) -> tuple[str, dict[str, Any]]:
+    """``simulate`` one repeat into its run directory, then ``point_metrics`` of it, from
+    plain data (what a worker process is given; any thread)."""
+    from workbench.virtual import simulate
 
-        result = simulate(cfg)
-    else:
-        from workbench.replay import run
-
-        result = run(cfg)
-    return str(result.run_dir)
-
-
-def run_and_measure(cfg_dict: dict[str, Any], virtual: bool,
-                    slo: dict[str, float] | None) -> tuple[str, dict[str, Any]]:
-    """``run_point`` + ``point_metrics`` from plain data (what a worker process is given)."""
-    run_dir = run_point(RunConfig.from_dict(cfg_dict), virtual)
-    return run_dir, point_metrics(run_dir, SLO.parse(slo))
+    result = simulate(RunConfig.from_dict(cfg_dict))
+    run_dir = str(result.run_dir)
+    return run_dir, point_metrics(run_dir, SLO.parse(slo), result)

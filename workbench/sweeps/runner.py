@@ -26,7 +26,7 @@ from workbench.config import RunConfig
 from workbench.errors import ConfigError
 from workbench.sweeps import spec as spec_mod
 from workbench.sweeps.flush import flush_between_points
-from workbench.sweeps.points import point_metrics, pool, run_and_measure, run_complete
+from workbench.sweeps.points import point_metrics, pool, run_complete, simulate_and_measure
 from workbench.sweeps.slo import SLO
 from workbench.sweeps.store import RUNS, SWEEP_MANIFEST, Sweep, load_sweep, write_sweep
 
@@ -215,7 +215,7 @@ class SweepRunner:
                         flushed.get("reason"))
         self._say(f"{e['label']} #{rep}: running")
         result = await run_async(cfg)
-        metrics = point_metrics(str(result.run_dir), self.slo)
+        metrics = point_metrics(str(result.run_dir), self.slo, result)
         self._record(e, rep, cfg, flushed, metrics)
         self.save()
 
@@ -229,7 +229,7 @@ class SweepRunner:
         futures = []
         for e, rep, cfg in jobs:
             self._say(f"{e['label']} #{rep}: simulating")
-            futures.append(loop.run_in_executor(executor, run_and_measure, cfg.to_dict(), True,
+            futures.append(loop.run_in_executor(executor, simulate_and_measure, cfg.to_dict(),
                                                 slo))
         flushed = {"action": "none", "ok": True,
                    "reason": "virtual time: every run starts a fresh engine core"}
