@@ -71,6 +71,7 @@ async def sweep_async(
     )
     entries = [runner.entry(p) for p in points]
     runner.check(entries)
+    runner.save()  # every point is listed (pending) before the first run
     status = "running"
     try:
         broken = 0
