@@ -291,3 +291,13 @@ def test_report_renders_two_sweeps_side_by_side(two_sweeps: list[str], tmp_path:
     assert len(glob.glob(str(tmp_path / "sw" / "figures" / "*.png"))) == 3
     points = glob.glob(str(tmp_path / "sw" / "tables" / "sweep_points*.csv"))
     assert points and len(Path(points[0]).read_text().splitlines()) == 1 + 6
+
+
+def test_sweep_panel_redraws_the_chosen_figure(two_sweeps: list[str]) -> None:
+    panel = wb.sweep_panel(two_sweeps)
+    assert panel.figure().get_label() == "sweep_latency"
+    panel.kind.value = "goodput"
+    assert panel.figure().get_label() == "sweep_goodput"
+    panel.kind.value, panel.stat.value = "latency", "p99"
+    labels = panel.figure().axes[0].get_legend_handles_labels()[1]
+    assert any("ttft ms p99" in lab for lab in labels)
