@@ -8,31 +8,18 @@ count drops to 0 stays findable in an LRU list until a new allocation evicts it
 (least recently freed first; a request frees its blocks tail first, so a
 prefix's tail goes before its head).
 
-Cost: a whole-trace replay moves tens of millions of blocks. Eviction, the
-release of a request's unshared blocks and the commit of freshly filled blocks
-run as C-level bulk operations (``map`` over setters, ``dict.update``), each with
-the per-block loop kept for the rare case it cannot cover (shared blocks, a
-duplicate of a cached block); the block hashing cuts and hashes the block
-tuples in C. Same operations in the same order as the loops, so results are
-identical; measured in bench/README.md ("virtual-time sweeps").
+Cost: a whole-trace replay moves tens of millions of blocks, and per block the
+time is mostly memory latency (a ref count, a hash object, a dict slot, an LRU
+node), not bytecode: C-level bulk variants (``map`` over setters, ``islice``
+of the LRU) measured no faster than these plain loops, so only the block
+hashing cuts and hashes the block tuples in C.
 """
 
 from __future__ import annotations
 
 import operator
-from collections import OrderedDict, deque
-from collections.abc import Iterator, Sequence
-from itertools import compress
-from itertools import repeat as _repeat
-from operator import itemgetter
-from typing import cast
-
-_first = itemgetter(0)
-
-
-def _drain(it: Iterator[object]) -> None:
-    """Run a ``map`` of setters to its end in C (a zero-length deque keeps nothing)."""
-    deque(it, maxlen=0)
+from collections import OrderedDict
+from collections.abc import Sequence
 
 ROOT_HASH = 0x51F15EED
 
@@ -150,40 +137,29 @@ class BlockManager:
         del free[len(free) - take :]
         if take < n:
             out.extend(self._evict(n - take))
-        _drain(map(self._ref.__setitem__, out, _repeat(1, n)))
+        ref = self._ref
+        for bid in out:
+            ref[bid] = 1
         self.num_active += n
         return out
 
     def _evict(self, n: int) -> list[int]:
-        """Take the ``n`` least recently freed cached blocks, forgetting their hashes.
-
-        In bulk: ``n`` pops of the LRU's head, then the hashes and the index are
-        updated by C-level ``map``s (a whole-trace replay evicts millions of
-        blocks; measured in bench/README.md, "virtual-time sweeps").
-        """
-        hashes, by_hash = self._hash, self._by_hash
-        out = list(map(_first, map(self._lru.popitem, _repeat(False, n))))
-        evicted = cast(list[int], list(map(hashes.__getitem__, out)))  # cached: hashed
-        _drain(map(by_hash.__delitem__, evicted))
-        self.evicted_log.extend(evicted)
-        _drain(map(hashes.__setitem__, out, _repeat(None, n)))
+        """Take the ``n`` least recently freed cached blocks, forgetting their hashes."""
+        lru, hashes, by_hash = self._lru, self._hash, self._by_hash
+        out: list[int] = []
+        for _ in range(n):
+            bid = lru.popitem(last=False)[0]
+            h = hashes[bid]
+            del by_hash[h]  # type: ignore[arg-type]
+            self.evicted_log.append(h)  # type: ignore[arg-type]
+            hashes[bid] = None
+            out.append(bid)
         self.evictions += n
         return out
 
     def release(self, blocks: Sequence[int]) -> None:
         """Drop one reference per block, tail first; unreferenced cached blocks stay findable."""
         ref, hashes, lru, free = self._ref, self._hash, self._lru, self._free
-        n = len(blocks)
-        if n and operator.countOf(map(ref.__getitem__, blocks), 1) == n:
-            # the common case, in C: no block is shared, every one is freed (same order:
-            # the cached ones join the LRU tail first, the unhashed go back to the free list)
-            rev = blocks[::-1]
-            _drain(map(ref.__setitem__, rev, _repeat(0, n)))
-            cached = list(map(operator.is_not, map(hashes.__getitem__, rev), _repeat(None, n)))
-            lru.update(dict.fromkeys(compress(rev, cached)))
-            free.extend(compress(rev, map(operator.not_, cached)))
-            self.num_active -= n
-            return
         freed = 0
         for bid in reversed(blocks):
             r = ref[bid] - 1
@@ -202,13 +178,6 @@ class BlockManager:
         if not self.enable_caching:
             return
         own, by_hash = self._hash, self._by_hash
-        new = dict(zip(hashes[lo:hi], blocks[lo:hi], strict=True))
-        if (len(new) == hi - lo and by_hash.keys().isdisjoint(new)
-                and operator.countOf(map(own.__getitem__, new.values()), None) == hi - lo):
-            # the common case, in C: fresh blocks (allocated, so unhashed) of new content
-            by_hash.update(new)
-            _drain(map(own.__setitem__, new.values(), new.keys()))
-            return
         for i in range(lo, hi):
             bid, h = blocks[i], hashes[i]
             if own[bid] is None and h not in by_hash:
