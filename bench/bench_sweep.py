@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -37,10 +38,13 @@ def main() -> None:
                  out_dir=out, sweep_id="mooncake-10")
     wall = time.perf_counter() - t0
     cols = ["arrival.rate", "requests", "ttft_ms_p90", "tpot_ms_p90",
-            "request_throughput_rps", "actual_prefix_hit_rate", "preemptions", "slo_held"]
+            "request_throughput_rps", "actual_prefix_hit_rate", "preemptions", "slo_held",
+            "simulate_wall_s", "simulate_cpu_s"]
     print(s.frame[cols].to_string(index=False))
     print(json.dumps({"points": len(s.frame), "parallel": args.parallel,
-                      "sweep_wall_s": round(wall, 1)}))
+                      "sweep_wall_s": round(wall, 1),
+                      "point_cpu_s_mean": round(float(s.frame["simulate_cpu_s"].mean()), 1),
+                      "load_average": os.getloadavg()}))
     if args.out is None:
         shutil.rmtree(out, ignore_errors=True)
 

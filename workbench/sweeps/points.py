@@ -99,8 +99,15 @@ def simulate_and_measure(cfg_dict: dict[str, Any],
                          slo: dict[str, float] | None) -> tuple[str, dict[str, Any]]:
     """``simulate`` one repeat into its run directory, then ``point_metrics`` of it, from
     plain data (what a worker process is given; any thread)."""
+    import time
+
     from workbench.virtual import simulate
 
+    wall, cpu = time.perf_counter(), time.process_time()
     result = simulate(RunConfig.from_dict(cfg_dict))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     run_dir = str(result.run_dir)
-    return run_dir, point_metrics(run_dir, SLO.parse(slo), result)
+    metrics = point_metrics(run_dir, SLO.parse(slo), result)
+    # what the point cost this host (simulate incl. saving the run directory)
+    metrics.update(simulate_wall_s=round(wall, 3), simulate_cpu_s=round(cpu, 3))
+    return run_dir, metrics
