@@ -200,7 +200,7 @@ def test_sweep_command_grid_and_capacity(tmp_path: Path, capsys: pytest.CaptureF
                  "--slo", SLO_TEXT, "--sweep-id", "c"]) == 0
     out = capsys.readouterr().out
     assert "capacity: arrival.rate = " in out and "(found" in out
-    assert main([*args, "--over", "rate=1", "--slo", "ttft<1"]) == 2
+    assert main([*args, "--over", "rate=1", "--slo", "ttft_ms:p90<1"]) == 2
     assert "METRIC:pQ<=LIMIT_MS" in capsys.readouterr().err
 
 
