@@ -301,3 +301,14 @@ def test_sweep_panel_redraws_the_chosen_figure(two_sweeps: list[str]) -> None:
     panel.kind.value, panel.stat.value = "latency", "p99"
     labels = panel.figure().axes[0].get_legend_handles_labels()[1]
     assert any("ttft ms p99" in lab for lab in labels)
+
+
+@pytest.mark.slow
+def test_sweep_notebook_runs_a_new_sweep_from_its_parameters(tmp_path: Path) -> None:
+    from workbench.report.render import render_report
+
+    html = render_report("sweep", {"out_dir": str(tmp_path / "sweeps"), "values": [1, 8],
+                                   "sweep_id": "nb", "max_items": 20}, tmp_path / "reports")
+    s = load_sweep(tmp_path / "sweeps" / "nb")
+    assert s.manifest["status"] == "completed" and len(s.run_dirs) == 2
+    assert "Throughput against latency" in Path(html).read_text()
