@@ -103,9 +103,9 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--capacity needs --lo, --hi and --tolerance")
         if not slo:
             raise ConfigError("--capacity needs at least one --slo bound")
-        lo, hi, tol = (int(x) if float(x).is_integer() else x
-                       for x in (args.lo, args.hi, args.tolerance))
-        result = wb.capacity_search(cfg, args.capacity, lo, hi, slo, tolerance=tol,
+        # floats: an integer axis (max_concurrency) is searched on integers all the same
+        result = wb.capacity_search(cfg, args.capacity, args.lo, args.hi, slo,
+                                    tolerance=args.tolerance,
                                     grow=args.grow, max_probes=args.max_probes, **common)
     else:
         if bool(args.over) == bool(args.points):
