@@ -312,3 +312,18 @@ def test_sweep_notebook_runs_a_new_sweep_from_its_parameters(tmp_path: Path) -> 
     s = load_sweep(tmp_path / "sweeps" / "nb")
     assert s.manifest["status"] == "completed" and len(s.run_dirs) == 2
     assert "Throughput against latency" in Path(html).read_text()
+
+
+def test_capacity_search_on_concurrency_is_on_integers(tmp_path: Path) -> None:
+    # saturated, first 40 Mooncake requests: TTFT p90 ~0.6 s up to 4 sessions, 0.96 s at 8,
+    # 4.7 s at 16 — the 2 s bound breaks between 8 and 16
+    base = {**BASE, "trace": {"path": MOONCAKE, "max_items": 40},
+            "arrival": {"mode": "saturated"}}
+    s = wb.capacity_search(base, "max_concurrency", 1.0, 32.0, "ttft_ms:p90<=2000",
+                           tolerance=1, virtual=True, out_dir=tmp_path, sweep_id="c")
+    cap = s.capacity
+    assert cap["status"] == "found" and cap["axis"] == "arrival.max_concurrency"
+    good, bad = cap["bracket"]
+    assert isinstance(good, int) and bad == good + 1 and 8 <= good < 16
+    values = [p["params"]["arrival.max_concurrency"] for p in s.points]
+    assert all(isinstance(v, int) for v in values) and len(set(values)) == len(values)
