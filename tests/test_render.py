@@ -111,13 +111,13 @@ def test_a_failing_cell_still_writes_the_report_with_code(tmp_path: Path) -> Non
 
 
 def test_bundled_notebooks_resolve_by_name_and_match_the_repo_copies() -> None:
-    assert render.bundled_notebooks() == ["compare", "replay", "trace_explorer"]
+    assert render.bundled_notebooks() == ["compare", "replay", "sweep", "trace_explorer"]
     for name in render.bundled_notebooks():
         packaged = render.notebook_path(name)
         assert packaged.read_bytes() == (REPO / "notebooks" / f"{name}.ipynb").read_bytes(), (
             f"notebooks/{name}.ipynb and workbench/notebooks/{name}.ipynb differ: copy one over"
         )
-    with pytest.raises(ConfigError, match="compare, replay, trace_explorer"):
+    with pytest.raises(ConfigError, match="compare, replay, sweep, trace_explorer"):
         render.notebook_path("nope")
 
 

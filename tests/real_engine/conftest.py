@@ -110,7 +110,8 @@ def vllm_server() -> Iterator[VLLMServer]:
         yield _describe(external, started_here=False)
         return
     required = os.environ.get("WORKBENCH_REAL_ENGINE") == "1"
-    env = {**os.environ, "VLLM_CPU_NAME": INSTANCE}
+    # dev mode mounts /reset_prefix_cache (sweeps reset the cache between points)
+    env = {**os.environ, "VLLM_CPU_NAME": INSTANCE, "VLLM_SERVER_DEV_MODE": "1"}
     _set_up(env, required)
     started = _script("start", timeout=START_TIMEOUT_S, env=env)
     if started.returncode != 0:

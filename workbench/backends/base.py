@@ -114,9 +114,15 @@ def make_codec(name: str, **options: Any) -> Codec:
     ``BACKENDS.get(name)`` returns a shared default instance; use this (or the
     codec's ``with_options``) for options (``model``, ``temperature``, chat
     overheads) or for per-run state (the chat codec remembers conversations).
-    Unknown options raise ``ConfigError``.
+    Unknown options raise ``ConfigError``. ``headers``, ``extra_body``,
+    ``routing_header`` and ``routing_field`` apply to any protocol
+    (``workbench.backends.extras``).
     """
-    return reconfigure(BACKENDS.get(name), options)
+    from workbench.backends.extras import EXTRA_KEYS, RequestExtras
+
+    extras = {k: options[k] for k in EXTRA_KEYS if options.get(k)}
+    own = {k: v for k, v in options.items() if k not in EXTRA_KEYS}
+    return RequestExtras.wrap(reconfigure(BACKENDS.get(name), own), extras)
 
 
 def reconfigure(codec: Any, options: Mapping[str, Any]) -> Any:

@@ -257,6 +257,14 @@ class _Connection(asyncio.Protocol):
             self.timer = None
 
 
+def _header_line(name: str, value: str) -> bytes:
+    """One ``Name: value`` request header line; CR/LF in either would split the request."""
+    line = f"{name}: {value}"
+    if "\r" in line or "\n" in line or ":" in name:
+        raise BackendError(f"request header {name!r} cannot carry CR, LF or ':' in its name")
+    return line.encode("latin-1") + b"\r\n"
+
+
 class _ParseQueue:
     """Reads stamped in ``data_received``, parsed once the loop has taken every read of
     the poll: *stamp now, parse after the poll*.
@@ -409,13 +417,22 @@ class HttpToolsClient:
         return hit
 
     async def post(
-        self, url: str, payload: bytes, request_id: str, rec: RequestRecord, state: StreamState
+        self,
+        url: str,
+        payload: bytes,
+        request_id: str,
+        rec: RequestRecord,
+        state: StreamState,
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, bytes]:
-        """POST ``payload``, the body streamed into ``state``; ``(status, non-200 body)``."""
+        """POST ``payload``, the body streamed into ``state``; ``(status, non-200 body)``.
+        ``headers``: extra request headers (``backend.options`` headers, routing slot)."""
         pool, head = self._pool(url, b"POST", True)
         rid = request_id.encode()
         if b"\r" in rid or b"\n" in rid:
             raise BackendError(f"request id {request_id!r} cannot go into an HTTP header")
+        if headers:
+            head += b"".join(_header_line(k, v) for k, v in headers.items())
         data = b"%bx-request-id: %b\r\nContent-Length: %d\r\n\r\n%b" % (
             head, rid, len(payload), payload
         )

@@ -94,9 +94,17 @@ class AiohttpClient:
             unsent.pop().dispatch_ns = self.now()
 
     async def post(
-        self, url: str, payload: bytes, request_id: str, rec: RequestRecord, state: StreamState
+        self,
+        url: str,
+        payload: bytes,
+        request_id: str,
+        rec: RequestRecord,
+        state: StreamState,
+        extra_headers: dict[str, str] | None = None,
     ) -> tuple[int, bytes]:
         headers = {"Content-Type": "application/json", "x-request-id": request_id}
+        if extra_headers:
+            headers.update(extra_headers)
         now = self.now
         rec.dispatch_ns = now()  # replaced when aiohttp reports the body sent
         try:

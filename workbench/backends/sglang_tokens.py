@@ -98,6 +98,7 @@ class SGLangParser:
         output, echoed = self._trim_echo(completion)
         cached = meta.get("cached_tokens")
         rid = meta.get("id")
+        details = meta.get("cached_tokens_details")  # asked for: device/host/storage split
         return StreamOutcome(
             prompt_tokens=meta.get("prompt_tokens"),
             completion_tokens=completion,
@@ -107,6 +108,7 @@ class SGLangParser:
             server_request_id=None if rid is None else str(rid),
             echoed_prompt_tokens=echoed,
             output_ids=output,
+            server_metrics={"cached_tokens_details": details} if details else None,
         )
 
     def _trim_echo(self, completion: int | None) -> tuple[list[int], int]:
@@ -135,6 +137,9 @@ class SGLangTokensCodec:
     """Exact output ids from SGLang's native endpoint."""
 
     temperature: float = 0.0
+    # ask for SGLang's split of cached tokens by tier (device, host, storage); recorded
+    # per request in ``extra.server_metrics.cached_tokens_details`` (docs/sweeps.md)
+    return_cached_tokens_details: bool = False
     name: str = field(default="sglang-tokens", init=False)
     returns_token_ids: bool = field(default=True, init=False)
 
@@ -147,7 +152,7 @@ class SGLangTokensCodec:
         return f"{base_url}/generate"
 
     def body(self, req: WireRequest) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "rid": req.request_id,
             "input_ids": as_id_list(req.prompt_ids),
             "sampling_params": {
@@ -158,6 +163,9 @@ class SGLangTokensCodec:
             },
             "stream": True,
         }
+        if self.return_cached_tokens_details:
+            body["return_cached_tokens_details"] = True
+        return body
 
     def parser(self, req: WireRequest) -> SGLangParser:
         return SGLangParser(req.prompt_ids)

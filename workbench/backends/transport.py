@@ -113,7 +113,13 @@ class HTTPClient(Protocol):
     async def close(self) -> None: ...
 
     async def post(
-        self, url: str, payload: bytes, request_id: str, rec: RequestRecord, state: StreamState
+        self,
+        url: str,
+        payload: bytes,
+        request_id: str,
+        rec: RequestRecord,
+        state: StreamState,
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, bytes]: ...
 
     async def get(self, url: str, timeout_s: float) -> tuple[int, bytes]: ...
@@ -327,7 +333,11 @@ class Transport:
         parser = codec.parser(req)
         guard = OverrunGuard(rec, req.max_tokens, by_events=not codec.returns_token_ids)
         state = StreamState(parser, rec, guard)
-        status, body = await client.post(self._url(codec), payload, req.request_id, rec, state)
+        extra = getattr(codec, "request_headers", None)  # backends/extras.py
+        headers = extra(req) if extra is not None else None
+        status, body = await client.post(
+            self._url(codec), payload, req.request_id, rec, state, headers or None
+        )
         if status != 200:
             raise HTTPStatusError(status, body.decode("utf-8", errors="replace"))
         if state.error is not None:

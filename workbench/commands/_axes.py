@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from workbench.config import RunConfig
+from workbench.errors import ConfigError
 
 
 def add_axis_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,6 +39,39 @@ def add_axis_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML/JSON RunConfig file; flags override it")
     p.add_argument("-o", "--out", dest="out_dir", help="parent folder of the run directory")
     p.add_argument("--run-id", help="name of the run directory (default: timestamped)")
+    add_run_knobs(p)
+
+
+def add_run_knobs(p: argparse.ArgumentParser) -> None:
+    """The per-run knobs of the config file, as flags (docs/sweeps.md, "command line")."""
+    g = p.add_argument_group("run knobs (config-file fields as flags)")
+    g.add_argument("--slo", action="append", default=[], metavar="BOUND",
+                   help="SLO bound (repeatable). METRIC<=MS (ttft_ms, tpot_ms, e2e_ms): "
+                        "per request, the summary's attainment and goodput; workbench sweep "
+                        "also takes percentile bounds METRIC:pQ<=MS (ttft_ms:p90<=2000) and "
+                        "ok>=F (share of requests that must finish ok)")
+    g.add_argument("--workers", type=int, help="executor processes (units are sharded)")
+    g.add_argument("--executor", choices=["local", "processes", "ray"], help="executor kind")
+    g.add_argument("--ray-address", help="Ray cluster to join (executor ray)")
+    g.add_argument("--fuse", type=float, dest="fuse_s", help="hard cap on the run's wall time (s)")
+    g.add_argument("--drain", choices=["finish", "truncate"],
+                   help="closed-loop at the deadline: finish or truncate sessions")
+    g.add_argument("--model", help="model name sent in every request")
+    g.add_argument("--preflight", action=argparse.BooleanOptionalAction, default=None,
+                   help="probe the server before the run (default: on for URLs)")
+    g.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
+                   help="extra request header (repeatable); VALUE $ENV reads ENV at start")
+    g.add_argument("--body-field", action="append", default=[], metavar="KEY=JSON",
+                   help="extra request body field (repeatable; dotted KEY nests)")
+    g.add_argument("--routing-header", metavar="NAME",
+                   help="send the unit's routing slot as this header")
+    g.add_argument("--routing-field", metavar="KEY",
+                   help="send the unit's routing slot as this body field (dotted KEY nests)")
+    g.add_argument("--cached-tokens-details", action="store_true", default=None,
+                   help="sglang-tokens: ask for and record the device/host split of cached "
+                        "tokens (return_cached_tokens_details)")
+    g.add_argument("--percentiles", metavar="Q,Q,...",
+                   help="latency percentiles to print, e.g. 50,90,99,99.9")
 
 
 _AXIS_FLAGS = {
@@ -67,7 +101,101 @@ def config_from_args(args: argparse.Namespace, extra: dict[str, Any] | None = No
     for key in ("seed", "out_dir", "run_id"):
         if getattr(args, key, None) is not None:
             base[key] = getattr(args, key)
+    _knobs_into(args, base)
     for key, value in (extra or {}).items():
         section, _, name = key.partition(".")
         base.setdefault(section, {})[name] = value
     return RunConfig.from_dict(base)
+
+
+def _kv(item: str, flag: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"{flag} {item!r}: expected KEY=VALUE")
+    return key.strip(), value
+
+
+def is_sweep_bound(item: str) -> bool:
+    """A percentile bound or the ok share: the SLO of a sweep, not of a run."""
+    return ":p" in item or item.strip().startswith("ok")
+
+
+def per_request_slo(items: list[str], allow_sweep_bounds: bool = False) -> dict[str, float]:
+    """``--slo`` items without a percentile (``ttft_ms<=2000``): the run config's ``slo``."""
+    out: dict[str, float] = {}
+    for item in items:
+        if is_sweep_bound(item):
+            if not allow_sweep_bounds:
+                raise ConfigError(f"--slo {item!r}: percentile bounds and ok>=F are the SLO "
+                                  "of a sweep (workbench sweep); a run takes METRIC<=MS")
+            continue
+        key, sep, value = item.replace("<=", "=").partition("=")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            raise ConfigError(f"--slo {item!r}: expected METRIC<=MS, e.g. ttft_ms<=2000") \
+                from None
+        if not sep:
+            raise ConfigError(f"--slo {item!r}: expected METRIC<=MS, e.g. ttft_ms<=2000")
+    return out
+
+
+def _knobs_into(args: argparse.Namespace, base: dict[str, Any]) -> None:
+    import json
+
+    def put(section: str, key: str, value: Any) -> None:
+        if value is not None:
+            base.setdefault(section, {})[key] = value
+
+    slo = per_request_slo(getattr(args, "slo", None) or [],
+                          bool(getattr(args, "sweep_bounds_ok", False)))
+    if slo:
+        base["slo"] = {**(base.get("slo") or {}), **slo}
+    put("executor", "workers", getattr(args, "workers", None))
+    put("executor", "kind", getattr(args, "executor", None))
+    put("executor", "address", getattr(args, "ray_address", None))
+    put("arrival", "fuse_s", getattr(args, "fuse_s", None))
+    put("arrival", "drain", getattr(args, "drain", None))
+    put("backend", "preflight", getattr(args, "preflight", None))
+    opts: dict[str, Any] = {}
+    if getattr(args, "model", None):
+        opts["model"] = args.model
+    if getattr(args, "header", None):
+        opts["headers"] = dict(_kv(h, "--header") for h in args.header)
+    body: dict[str, Any] = {}
+    for item in getattr(args, "body_field", None) or []:
+        key, value = _kv(item, "--body-field")
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = value
+        *parents, leaf = key.split(".")
+        node = body
+        for k in parents:
+            node = node.setdefault(k, {})
+        node[leaf] = parsed
+    if body:
+        opts["extra_body"] = body
+    if getattr(args, "routing_header", None):
+        opts["routing_header"] = args.routing_header
+    if getattr(args, "routing_field", None):
+        opts["routing_field"] = args.routing_field
+    if getattr(args, "cached_tokens_details", None):
+        opts["return_cached_tokens_details"] = True
+    if opts:
+        backend = base.setdefault("backend", {})
+        if isinstance(backend, str):
+            backend = base["backend"] = {"name": backend}
+        backend["options"] = {**(backend.get("options") or {}), **opts}
+
+
+def engine_knobs(items: list[str]) -> dict[str, Any]:
+    """``--engine KEY=VALUE`` items as engine knobs (numbers and booleans read as JSON)."""
+    import json
+
+    knobs: dict[str, Any] = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        knobs[key] = json.loads(value) if value[:1].isdigit() or value in ("true", "false") \
+            else value
+    return knobs

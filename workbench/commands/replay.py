@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result.manifest["plan"], indent=2))
         return 0
     summary = summarize(result, cfg.slo)
-    print(json.dumps(_brief(summary), indent=2))
+    print(json.dumps(_brief(summary, result, args.percentiles), indent=2))
     print_cache_notes(summary)
     if result.run_dir:
         print(f"run directory: {result.run_dir}")
@@ -77,8 +77,31 @@ def replay_with_progress(cfg: Any, *, progress: bool = True) -> Any:
             bar.close()
 
 
-def _brief(summary: dict) -> dict:
+def _brief(summary: dict, result: Any = None, percentiles: str | None = None) -> dict:
     keys = ("requests", "ok", "errors", "ttft_ms", "tpot_ms", "e2e_ms",
             "actual_prefix_hit_rate", "cache_reported_requests", "cache_unreported_requests",
             "planned_prefix_hit_rate", "request_throughput_rps", "warmup")
-    return {k: summary[k] for k in keys if k in summary}
+    out = {k: summary[k] for k in keys if k in summary}
+    if percentiles and result is not None:
+        out["percentiles"] = percentile_table(result, percentiles)
+    if summary.get("slo"):
+        out["slo"] = summary["slo"]
+    return out
+
+
+def percentile_table(result: Any, spec: str) -> dict[str, dict[str, float | None]]:
+    """``--percentiles 50,99.9``: each latency metric's percentiles over ok requests (ms)."""
+    from workbench.errors import ConfigError
+    from workbench.metrics import to_frame
+    from workbench.sweeps.slo import percentile
+
+    try:
+        qs = [float(q) for q in spec.split(",") if q.strip()]
+    except ValueError:
+        raise ConfigError(f"--percentiles {spec!r}: expected numbers, e.g. 50,90,99.9") from None
+    if not qs or not all(0 <= q <= 100 for q in qs):
+        raise ConfigError(f"--percentiles {spec!r}: each must be in [0, 100]")
+    df = to_frame(result)
+    ok = df[df["status"] == "ok"]
+    return {m: {f"p{q:g}": percentile(ok, m, q) for q in qs}
+            for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")}

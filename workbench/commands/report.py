@@ -1,7 +1,8 @@
 """``workbench report``: render stored runs into HTML reports (no traffic is replayed).
 
 One run directory renders the ``replay`` notebook over the stored run (its
-``run_dir`` parameter); several render ``compare``. ``--notebook`` picks another
+``run_dir`` parameter); several render ``compare``; sweep directories (with a
+``sweep.json``) render ``sweep``, several of them side by side. ``--notebook`` picks another
 bundled notebook or a ``.ipynb`` path; ``--param KEY=VALUE`` sets any other
 parameter the notebook declares (VALUE is read as JSON when it parses).
 """
@@ -18,7 +19,8 @@ HELP = "render stored run directories into an HTML report (papermill + nbconvert
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="stored run directories")
+    p.add_argument("run_dirs", nargs="*", metavar="RUN_DIR",
+                   help="stored run directories, or sweep directories (sweep.json)")
     p.add_argument("--notebook", help="bundled notebook name (replay, compare, trace_explorer) "
                    "or a .ipynb path (default: replay for one run, compare for several)")
     p.add_argument("--show-code", action="store_true", help="show code cells in the HTML")
@@ -40,11 +42,17 @@ def build_params(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     """The notebook to render and its parameters, from the command line."""
     from workbench.errors import ConfigError
     from workbench.report.store import resolve_run_dir
+    from workbench.sweeps.store import is_sweep_dir
 
-    dirs = [str(resolve_run_dir(d)) for d in args.run_dirs]
-    notebook = args.notebook or ("replay" if len(dirs) == 1 else "compare")
+    sweeps = [d for d in args.run_dirs if is_sweep_dir(d)]
+    if sweeps and len(sweeps) != len(args.run_dirs):
+        raise ConfigError("give sweep directories or run directories, not both")
+    dirs = [str(Path(d).resolve() if sweeps else resolve_run_dir(d)) for d in args.run_dirs]
+    notebook = args.notebook or ("sweep" if sweeps else "replay" if len(dirs) == 1 else "compare")
     params: dict[str, Any] = {}
-    if Path(notebook).stem == "replay" and dirs:
+    if Path(notebook).stem == "sweep" and dirs:
+        params["sweep_dirs"] = dirs
+    elif Path(notebook).stem == "replay" and dirs:
         if len(dirs) > 1:
             raise ConfigError("the replay notebook renders one run; use compare for several")
         params["run_dir"] = dirs[0]

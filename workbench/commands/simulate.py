@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from workbench.commands._axes import add_axis_arguments, config_from_args
+from workbench.commands._axes import add_axis_arguments, config_from_args, engine_knobs
 from workbench.commands.replay import _brief, print_cache_notes
 
 NAME = "simulate"
@@ -24,15 +24,11 @@ def run(args: argparse.Namespace) -> int:
     from workbench.virtual import canonical_report, report_digest, simulate
 
     cfg = config_from_args(args)
-    knobs = dict(cfg.target.engine)
-    for item in args.engine:
-        key, _, value = item.partition("=")
-        knobs[key] = json.loads(value) if value[:1].isdigit() or value in ("true", "false") \
-            else value
+    knobs = {**cfg.target.engine, **engine_knobs(args.engine)}
     # the knobs go into the config, so the manifest's config says which engine ran
     result = simulate(cfg.replace(**{"target.engine": knobs}))
     summary = summarize(result, cfg.slo)
-    print(json.dumps(_brief(summary), indent=2))
+    print(json.dumps(_brief(summary, result, args.percentiles), indent=2))
     print_cache_notes(summary)
     if args.digest:
         print("digest:", report_digest(canonical_report(result, cfg.slo)))

@@ -184,6 +184,8 @@ class SglangCodec(Codec):
         }
         if not (self.faults.omit_usage or self.faults.omit_cached_tokens):
             meta["cached_tokens"] = cached
+            if self.gen.cached_tokens_details:  # one tier here: every cached token on device
+                meta["cached_tokens_details"] = {"device": cached, "host": 0}
         reason: Any = None
         if finish_reason == "length":
             reason = {"type": "length", "length": self.completion}

@@ -50,6 +50,7 @@ class GenRequest:
     return_token_ids: bool
     text_input: bool
     model: str
+    cached_tokens_details: bool = False  # SGLang return_cached_tokens_details
 
 
 def _ids(value: Any, what: str) -> list[int]:
@@ -149,6 +150,7 @@ def parse_sglang(body: Mapping[str, Any], rid: str, tok: WordTokenizer, model: s
     return GenRequest(
         "sglang", rid, ids, _positive(params.get("max_new_tokens"), "max_new_tokens", 128),
         bool(body.get("stream")), True, False, text, model,
+        bool(body.get("return_cached_tokens_details")),
     )  # fmt: skip
 
 

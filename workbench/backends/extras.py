@@ -1,0 +1,105 @@
+"""What a user adds to every request: headers, body fields, and the unit's routing slot.
+
+``backend.options`` keys ``headers`` (name → value; a value ``$NAME`` is read
+from the environment variable NAME when the run starts, so a secret never lands
+in the run's config), ``extra_body`` (merged into the codec's JSON body, nested
+mappings merged key by key), ``routing_header`` / ``routing_field`` (the
+routing slot the unit holds — its admission slot, stable across a session's
+rounds — sent as that header or that body field, dotted for nesting:
+DP-rank or session-affinity routing). ``make_codec`` wraps the protocol codec
+in ``RequestExtras`` when any is set (docs/sweeps.md).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.backends.base import Codec, StreamParser, WireRequest
+from workbench.errors import ConfigError
+
+EXTRA_KEYS = ("headers", "extra_body", "routing_header", "routing_field")
+
+
+def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
+    for k, v in extra.items():
+        if isinstance(v, Mapping) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        else:
+            into[k] = v
+
+
+def resolve_headers(headers: Mapping[str, Any]) -> dict[str, str]:
+    """Header values as sent: ``$NAME`` from the environment (an unset one is an error)."""
+    out: dict[str, str] = {}
+    for name, value in headers.items():
+        text = str(value)
+        if text.startswith("$"):
+            env = os.environ.get(text[1:])
+            if env is None:
+                raise ConfigError(f"backend.options.headers[{name!r}] reads ${text[1:]}, "
+                                  "which is not set in the environment")
+            text = env
+        out[str(name)] = text
+    return out
+
+
+@dataclass(frozen=True)
+class RequestExtras:
+    """A protocol codec plus fixed headers, body fields and the routing slot."""
+
+    inner: Codec
+    headers: dict[str, str] = field(default_factory=dict)
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    routing_header: str | None = None
+    routing_field: str | None = None
+
+    @classmethod
+    def wrap(cls, inner: Codec, extras: Mapping[str, Any]) -> Codec:
+        if not extras:
+            return inner
+        headers = extras.get("headers") or {}
+        body = extras.get("extra_body") or {}
+        if not isinstance(headers, Mapping) or not isinstance(body, Mapping):
+            raise ConfigError("backend.options.headers and extra_body must be mappings")
+        return cls(inner, resolve_headers(headers), dict(body), extras.get("routing_header"),
+                   extras.get("routing_field"))
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def returns_token_ids(self) -> bool:
+        return self.inner.returns_token_ids
+
+    def url(self, base_url: str) -> str:
+        return self.inner.url(base_url)
+
+    def body(self, req: WireRequest) -> dict[str, Any]:
+        body = self.inner.body(req)
+        if self.extra_body:
+            _merge(body, self.extra_body)
+        if self.routing_field and req.routing_slot is not None:
+            *parents, leaf = self.routing_field.split(".")
+            node = body
+            for key in parents:
+                node = node.setdefault(key, {})
+            node[leaf] = req.routing_slot
+        return body
+
+    def parser(self, req: WireRequest) -> StreamParser:
+        return self.inner.parser(req)
+
+    def request_headers(self, req: WireRequest) -> dict[str, str] | None:
+        """Headers of this request beyond the transport's own (None: none)."""
+        if self.routing_header and req.routing_slot is not None:
+            return {**self.headers, self.routing_header: str(req.routing_slot)}
+        return self.headers or None
+
+    def __getattr__(self, name: str) -> Any:  # codec state (e.g. the chat codec's)
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)

@@ -1,0 +1,135 @@
+"""``workbench sweep``: one run per point of a grid, or an SLO capacity search.
+
+Every point is an ordinary run directory under ``OUT/SWEEP_ID/runs/``, with
+``OUT/SWEEP_ID/sweep.json`` the sweep manifest. Running the same command again
+with the same ``--sweep-id`` resumes from the runs on disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from workbench.commands._axes import (
+    add_axis_arguments,
+    config_from_args,
+    engine_knobs,
+    is_sweep_bound,
+)
+
+NAME = "sweep"
+HELP = "run a trace at every point of a grid (rate, concurrency, any field) or search the " \
+       "highest load that holds an SLO"
+
+EPILOG = """examples:
+  workbench sweep --trace T --virtual --over arrival.rate=0.5,1,2,4 \\
+      --slo 'ttft_ms:p90<=2000' --slo 'tpot_ms:p90<=50' --repeats 3 -o sweeps
+  workbench sweep --trace T --target http://127.0.0.1:8000 --backend vllm-tokens \\
+      --capacity arrival.max_concurrency --lo 1 --hi 64 --tolerance 2 --slo 'ttft_ms:p90<=2000'
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EPILOG
+    add_axis_arguments(p)
+    p.set_defaults(sweep_bounds_ok=True)
+    p.add_argument("--target", help="server root URL, or 'sim' for the embedded engine")
+    p.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE",
+                   help="embedded-engine knob for every point (repeatable)")
+    g = p.add_argument_group("what varies")
+    g.add_argument("--over", action="append", default=[], metavar="PATH=V1,V2,...",
+                   help="an axis and its values (repeatable: the grid of every combination); "
+                        "PATH is a RunConfig field: arrival.rate, max_concurrency, "
+                        "tool_wait_scale, engine.num_blocks, ...")
+    g.add_argument("--points", metavar="JSON",
+                   help='an explicit list of points, e.g. \'[{"rate": 1}, {"rate": 2}]\'')
+    g.add_argument("--capacity", metavar="PATH",
+                   help="search PATH for the highest value at which the SLO holds")
+    g.add_argument("--lo", type=float, help="capacity search: lower end of the range")
+    g.add_argument("--hi", type=float, help="capacity search: upper end of the range")
+    g.add_argument("--tolerance", type=float, help="capacity search: bracket width to stop at")
+    g.add_argument("--grow", type=float, default=2.0, help="capacity search: bracket growth")
+    g.add_argument("--max-probes", type=int, default=24, help="capacity search: probe budget")
+    s = p.add_argument_group("how")
+    s.add_argument("--repeats", type=int, default=1, help="runs per point (default 1)")
+    s.add_argument("--stop-margin", type=float,
+                   help="stop once points break the SLO by more than this fraction (0.5: 50 %%)")
+    s.add_argument("--stop-after", type=int, default=1,
+                   help="... this many points in a row (default 1)")
+    s.add_argument("--virtual", action="store_true",
+                   help="run every point through the embedded engine in virtual time")
+    s.add_argument("--parallel", type=int, default=1,
+                   help="virtual time: points run in this many processes at once")
+    s.add_argument("--sweep-id", help="sweep directory name (same name again: resume)")
+    s.add_argument("--label", help="label of the sweep in plots and reports")
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def parse_over(items: list[str]) -> dict[str, list[Any]]:
+    from workbench.errors import ConfigError
+
+    over: dict[str, list[Any]] = {}
+    for item in items:
+        path, sep, values = item.partition("=")
+        if not sep or not values:
+            raise ConfigError(f"--over {item!r}: expected PATH=V1,V2,... (e.g. arrival.rate=1,2)")
+        over[path.strip()] = [_value(v.strip()) for v in values.split(",") if v.strip()]
+    return over
+
+
+def run(args: argparse.Namespace) -> int:
+    import workbench as wb
+    from workbench.errors import ConfigError
+
+    extra: dict[str, Any] = {"target.url": args.target} if args.target else {}
+    if args.engine:
+        extra["target.engine"] = engine_knobs(args.engine)
+    cfg = config_from_args(args, extra)
+    common = {"repeats": args.repeats, "virtual": args.virtual, "out_dir": cfg.out_dir or "sweeps",
+              "sweep_id": args.sweep_id, "label": args.label,
+              "progress": lambda text: print(text, file=sys.stderr, flush=True)}
+    slo = [b for b in args.slo if is_sweep_bound(b)] or None
+    if args.capacity:
+        if args.lo is None or args.hi is None or args.tolerance is None:
+            raise ConfigError("--capacity needs --lo, --hi and --tolerance")
+        if not slo:
+            raise ConfigError("--capacity needs at least one --slo bound")
+        # floats: an integer axis (max_concurrency) is searched on integers all the same
+        result = wb.capacity_search(cfg, args.capacity, args.lo, args.hi, slo,
+                                    tolerance=args.tolerance,
+                                    grow=args.grow, max_probes=args.max_probes, **common)
+    else:
+        if bool(args.over) == bool(args.points):
+            raise ConfigError("give the points: --over PATH=V1,V2 (repeatable) or --points JSON")
+        over = parse_over(args.over) if args.over else json.loads(args.points)
+        result = wb.sweep(cfg, over, slo=slo, stop_margin=args.stop_margin,
+                          stop_after=args.stop_after, parallel=args.parallel, **common)
+    print(_table(result))
+    if result.manifest.get("stopped_early"):
+        print(f"stopped early: {result.manifest['stopped_early']['reason']}")
+    if result.capacity:
+        c = result.capacity
+        print(f"capacity: {c['axis']} = {c['value']} ({c['status']}, bracket {c['bracket']}, "
+              f"tolerance {c['tolerance']})")
+    print(f"sweep directory: {result.sweep_dir}")
+    return 0
+
+
+def _table(result: Any) -> str:
+    df = result.frame
+    if df.empty:
+        return "(no point finished)"
+    cols = [*result.axes, "ttft_ms_p90", "tpot_ms_p90", "e2e_ms_p90", "request_throughput_rps",
+            "actual_prefix_hit_rate"]
+    if result.slo:
+        cols += ["goodput_rps", "slo_held"]
+    return str(df[[c for c in cols if c in df]].to_string(index=False, float_format="%.4g"))

@@ -1,0 +1,126 @@
+"""``sweep``: every point of a grid or list, in order, with early stop on a broken SLO.
+
+Early stop (``stop_margin``): once ``stop_after`` points in a row break the SLO by
+more than the margin (a bound's observed value above ``limit × (1 + margin)``, or
+too few requests ok), the remaining points are skipped and the manifest says
+why. It assumes the points are in increasing load, as a rate or concurrency
+list usually is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from workbench.config import RunConfig
+from workbench.errors import ConfigError
+from workbench.replay import coerce_config
+from workbench.sweeps import spec as spec_mod
+from workbench.sweeps.runner import Progress, SweepRunner
+from workbench.sweeps.slo import SLO
+from workbench.sweeps.store import Sweep
+
+SloSpec = SLO | Mapping[str, Any] | Sequence[str] | str | None
+
+
+def broken_by_margin(verdict: Mapping[str, Any] | None, margin: float) -> bool:
+    if not verdict or verdict.get("held"):
+        return False
+    return bool(verdict["worst_ratio"] > 1.0 + margin or not verdict.get("ok_held"))
+
+
+async def sweep_async(
+    cfg: RunConfig | dict[str, Any],
+    over: spec_mod.Over,
+    *,
+    repeats: int = 1,
+    slo: SloSpec = None,
+    stop_margin: float | None = None,
+    stop_after: int = 1,
+    virtual: bool = False,
+    parallel: int = 1,
+    out_dir: str | Path | None = None,
+    sweep_id: str | None = None,
+    label: str | None = None,
+    progress: Progress | None = None,
+) -> Sweep:
+    """Run ``cfg`` at every point of ``over`` into ``out_dir/sweep_id`` and return the sweep.
+
+    ``over``: ``{"arrival.rate": [1, 2, 4]}`` (a grid; several keys: every
+    combination) or ``[{"arrival.rate": 1}, ...]`` (a list). ``repeats``: runs per
+    point (seeds ``seed``, ``seed+1``, ...) pooled into means with 95 % intervals.
+    ``slo``: percentile bounds (``"ttft_ms:p90<=2000,tpot_ms:p90<=50,ok>=0.99"``).
+    ``virtual``: run each point through ``simulate`` (``parallel`` worker
+    processes). Calling again with the same ``sweep_id`` resumes: repeats on disk
+    are kept, the rest run.
+    """
+    base = coerce_config(cfg)
+    slo_obj = SLO.parse(slo)
+    if stop_margin is not None and (slo_obj is None or stop_margin < 0):
+        raise ConfigError("stop_margin needs an slo and must be >= 0")
+    if stop_after < 1:
+        raise ConfigError(f"stop_after must be >= 1, got {stop_after}")
+    points = spec_mod.expand(over)
+    runner = SweepRunner(
+        base, kind="grid",
+        spec={"points": points, "stop_margin": stop_margin, "stop_after": stop_after},
+        axes=list(points[0]), repeats=repeats, slo=slo_obj, virtual=virtual, parallel=parallel,
+        out_dir=out_dir, sweep_id=sweep_id, label=label, progress=progress,
+    )
+    entries = [runner.entry(p) for p in points]
+    runner.check(entries)
+    runner.save()  # every point is listed (pending) before the first run
+    status = "running"
+    try:
+        broken = 0
+        step = parallel if virtual else 1
+        for start in range(0, len(entries), step):
+            window = entries[start:start + step]
+            await runner.measure_many(window)
+            for i, e in enumerate(window):
+                if stop_margin is None:
+                    continue
+                broken = broken + 1 if broken_by_margin(e.get("slo"), stop_margin) else 0
+                if broken >= stop_after:
+                    skipped = entries[start + i + 1:]
+                    for s in skipped:
+                        if s["status"] != "done":
+                            s["status"] = "skipped"
+                    runner.sweep.manifest["stopped_early"] = {
+                        "after_point": e["index"],
+                        "reason": f"{broken} point(s) in a row broke the SLO by more than "
+                                  f"{stop_margin:.0%}",
+                        "skipped": [s["index"] for s in skipped],
+                    }
+                    status = "stopped_early"
+                    break
+            if status == "stopped_early":
+                break
+        if status == "running":
+            status = "completed"
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        runner.finish("interrupted")
+        raise
+    except BaseException:
+        runner.finish("failed")
+        raise
+    return runner.finish(status)
+
+
+def run_sync(coro: Any) -> Any:
+    """Run a sweep coroutine from sync code, also inside a running loop (a notebook)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    import nest_asyncio
+
+    nest_asyncio.apply()
+    return asyncio.get_event_loop().run_until_complete(coro)
+
+
+def sweep(cfg: RunConfig | dict[str, Any], over: spec_mod.Over, **kwargs: Any) -> Sweep:
+    """Synchronous ``sweep_async`` (same arguments)."""
+    return run_sync(sweep_async(cfg, over, **kwargs))

@@ -1,0 +1,113 @@
+"""One sweep point: run it (live or in virtual time), read its numbers, pool its repeats.
+
+Each repeat of a point is an ordinary run directory (``runs/<run_id>``) written by
+``wb.run_async`` or ``wb.simulate``; ``point_metrics`` reads it back into the flat
+numbers a sweep manifest keeps, and ``pool`` turns a point's repeats into means
+with 95 % Student-t intervals (docs/sweeps.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workbench.config import RunConfig
+from workbench.records import RunResult
+from workbench.sweeps.slo import SLO
+
+#: summary stats copied per latency metric
+LATENCY = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+STATS = ("mean", "p50", "p90", "p99")
+SCALARS = ("requests", "ok", "errors", "cancelled", "duration_s", "request_throughput_rps",
+           "output_token_throughput_tps", "total_token_throughput_tps",
+           "actual_prefix_hit_rate", "planned_prefix_hit_rate", "server_prefix_hit_rate")
+PREEMPTIONS = "vllm:num_preemptions_total"
+# two-sided 95 % Student-t quantiles t(0.975, df) for df = 1..30; normal beyond
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def run_complete(run_dir: Path) -> bool:
+    """A repeat finished and was saved (its summary is the last file a run writes)."""
+    from workbench.report.store import MANIFEST, SUMMARY, read_json
+
+    if not (run_dir / SUMMARY).is_file() or not (run_dir / MANIFEST).is_file():
+        return False
+    status = read_json(run_dir / MANIFEST).get("status")
+    return status == "completed"
+
+
+def point_metrics(run_dir: str | Path, slo: SLO | None,
+                  result: RunResult | None = None) -> dict[str, Any]:
+    """The flat numbers of one stored run (summary percentiles, throughput, hits, SLO);
+    ``result``: the same run still in memory (spares reading its records back)."""
+    from workbench.metrics import to_frame
+    from workbench.metrics.summary import _delta
+    from workbench.report.store import SUMMARY, load, read_json
+
+    d = Path(run_dir)
+    summary = read_json(d / SUMMARY)
+    out: dict[str, Any] = {k: summary.get(k) for k in SCALARS}
+    for metric in LATENCY:
+        block = summary.get(metric) or {}
+        for stat in STATS:
+            out[f"{metric}_{stat}"] = block.get(stat)
+    if result is None or result.records_on_disk:
+        result = load(d)
+    out["preemptions"] = _delta(result.metrics_timeline, PREEMPTIONS)
+    if result.manifest.get("virtual_duration_s") is not None:
+        out["virtual_duration_s"] = result.manifest["virtual_duration_s"]
+    if slo is not None:
+        ev = slo.evaluate(to_frame(result))
+        out.update({f"slo:{k}": v for k, v in ev["values"].items()})
+        out["ok_rate"] = ev["ok_rate"]
+        dur = out.get("duration_s")
+        out["goodput_rps"] = ev["good_requests"] / dur if dur else None
+    return out
+
+
+def t975(df: int) -> float:
+    return _T975[df - 1] if 1 <= df <= len(_T975) else 1.96
+
+
+def pool(repeats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Mean of every numeric field over repeats, with ``KEY_lo``/``KEY_hi`` 95 % t-intervals."""
+    out: dict[str, Any] = {"repeats": len(repeats)}
+    keys = [k for k in (repeats[0] if repeats else {}) if k != "repeats"]
+    for k in keys:
+        vals = [r.get(k) for r in repeats]
+        nums = np.asarray([v for v in vals if isinstance(v, int | float) and v is not None],
+                          dtype=float)
+        nums = nums[np.isfinite(nums)]
+        if nums.size == 0:
+            out[k] = None
+            continue
+        mean = float(nums.mean())
+        out[k] = mean
+        if nums.size >= 2:
+            half = t975(nums.size - 1) * float(nums.std(ddof=1)) / math.sqrt(nums.size)
+            out[f"{k}_lo"], out[f"{k}_hi"] = mean - half, mean + half
+    return out
+
+
+def simulate_and_measure(cfg_dict: dict[str, Any],
+                         slo: dict[str, float] | None) -> tuple[str, dict[str, Any]]:
+    """``simulate`` one repeat into its run directory, then ``point_metrics`` of it, from
+    plain data (what a worker process is given; any thread)."""
+    import time
+
+    from workbench.virtual import simulate
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = simulate(RunConfig.from_dict(cfg_dict))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    run_dir = str(result.run_dir)
+    metrics = point_metrics(run_dir, SLO.parse(slo), result)
+    # what the point cost this host (simulate incl. saving the run directory)
+    metrics.update(simulate_wall_s=round(wall, 3), simulate_cpu_s=round(cpu, 3))
+    return run_dir, metrics

@@ -1,0 +1,260 @@
+"""Run a sweep's points in order: repeats, flush between points, early stop, resume.
+
+``SweepRunner`` owns one sweep directory. ``measure(point)`` runs a point's
+repeats (each an ordinary run: ``wb.run_async`` live, ``wb.simulate`` in virtual
+time), reusing every repeat already complete on disk, and pools them. Live
+points run one after another, each run resetting the target's prefix cache
+before its measured requests (``backend.flush_cache``, ``auto`` unless the base config
+says otherwise: docs/cache-isolation.md); virtual-time points may run in ``parallel`` worker processes (they
+share nothing). The grid (``sweep``) and the capacity search
+(``workbench.sweeps.capacity``) are both sequences of ``measure`` calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import datetime as dt
+import json
+import logging
+import multiprocessing
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from workbench.config import RunConfig
+from workbench.errors import ConfigError
+from workbench.sweeps import spec as spec_mod
+from workbench.sweeps.points import point_metrics, pool, run_complete, simulate_and_measure
+from workbench.sweeps.slo import SLO
+from workbench.sweeps.store import RUNS, SWEEP_MANIFEST, Sweep, load_sweep, write_sweep
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+# config keys that name where a run goes, not what it does (free to differ on resume)
+_PLACE_KEYS = ("out_dir", "run_id", "label")
+
+
+def new_sweep_id(kind: str) -> str:
+    return f"{dt.datetime.now(dt.UTC).strftime('%Y%m%dT%H%M%SZ')}-{kind}"
+
+
+def _comparable(cfg: RunConfig) -> dict[str, Any]:
+    d = cfg.to_dict()
+    for k in _PLACE_KEYS:
+        d.pop(k, None)
+    return json.loads(json.dumps(d, default=str))
+
+
+class SweepRunner:
+    """One sweep directory being filled (see module docstring)."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        *,
+        kind: str,
+        spec: Mapping[str, Any],
+        axes: Sequence[str],
+        repeats: int = 1,
+        slo: SLO | None = None,
+        virtual: bool = False,
+        parallel: int = 1,
+        out_dir: str | Path | None = None,
+        sweep_id: str | None = None,
+        label: str | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        if repeats < 1:
+            raise ConfigError(f"sweep repeats must be >= 1, got {repeats}")
+        if parallel < 1:
+            raise ConfigError(f"sweep parallel must be >= 1, got {parallel}")
+        if parallel > 1 and not virtual:
+            raise ConfigError("parallel > 1 runs virtual-time points only: live points share "
+                              "one server and run one at a time (drop parallel or use virtual)")
+        self.cfg = cfg
+        self.repeats = repeats
+        self.slo = slo
+        self.virtual = virtual
+        self.parallel = parallel
+        self.progress = progress
+        root = Path(out_dir or cfg.out_dir or "sweeps")
+        self.dir = root / (sweep_id or new_sweep_id(kind))
+        spec_doc = json.loads(json.dumps(
+            {**spec, "repeats": repeats, "slo": slo.to_dict() if slo else None,
+             "mode": "virtual" if virtual else "live"}, default=str))
+        self.sweep = self._open(kind, spec_doc, list(axes), label)
+        self._pool: concurrent.futures.Executor | None = None
+
+    # -- the sweep manifest --------------------------------------------------------------
+    def _open(self, kind: str, spec_doc: dict[str, Any], axes: list[str],
+              label: str | None) -> Sweep:
+        base = _comparable(self.cfg)
+        if (self.dir / SWEEP_MANIFEST).is_file():
+            sweep = load_sweep(self.dir)
+            m = sweep.manifest
+            diffs = [k for k, a, b in (("kind", m.get("kind"), kind),
+                                       ("spec", m.get("spec"), spec_doc),
+                                       ("base_config", m.get("base_config"), base)) if a != b]
+            if diffs:
+                raise ConfigError(
+                    f"{self.dir / SWEEP_MANIFEST} holds a different sweep ({', '.join(diffs)} "
+                    "differ): resume it with the same settings, or give a new sweep id"
+                )
+            m["status"] = "running"
+            m.setdefault("resumed", []).append(dt.datetime.now(dt.UTC).isoformat())
+            log.info("resuming sweep %s", self.dir)
+            return sweep
+        self.dir.mkdir(parents=True, exist_ok=True)
+        manifest = {
+            "sweep_id": self.dir.name,
+            "kind": kind,
+            "label": label or self.cfg.label,
+            "mode": "virtual" if self.virtual else "live",
+            "target": self.cfg.target.url,
+            "axes": axes,
+            "spec": spec_doc,
+            "base_config": base,
+            "slo": self.slo.to_dict() if self.slo else None,
+            "slo_text": str(self.slo) if self.slo else None,
+            "created_at": dt.datetime.now(dt.UTC).isoformat(),
+            "status": "running",
+            "points": [],
+            "stopped_early": None,
+        }
+        sweep = Sweep(self.dir, manifest)
+        write_sweep(sweep)
+        return sweep
+
+    def save(self) -> None:
+        write_sweep(self.sweep)
+
+    def entry(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The manifest entry of ``params`` (created, pending, when new)."""
+        key = json.loads(json.dumps(dict(params), default=str))
+        for p in self.sweep.manifest["points"]:
+            if p["params"] == key:
+                return p
+        entry = {"index": len(self.sweep.manifest["points"]), "params": key,
+                 "label": spec_mod.label(key), "status": "pending", "runs": []}
+        self.sweep.manifest["points"].append(entry)
+        return entry
+
+    def finish(self, status: str) -> Sweep:
+        self.sweep.manifest["status"] = status
+        self.sweep.manifest["finished_at"] = dt.datetime.now(dt.UTC).isoformat()
+        self.save()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        return self.sweep
+
+    # -- running points ------------------------------------------------------------------
+    def _repeat_cfg(self, entry: Mapping[str, Any], rep: int) -> RunConfig:
+        cfg = spec_mod.apply(self.cfg, entry["params"])
+        return cfg.replace(out_dir=str(self.dir / RUNS), run_id=f"p{entry['index']:03d}-r{rep}",
+                           seed=self.cfg.seed + rep, label=f"{entry['label']} #{rep}")
+
+    def check(self, entries: Sequence[Mapping[str, Any]]) -> None:
+        """Every point's config is valid, before the first request is sent."""
+        for e in entries:
+            self._repeat_cfg(e, 0)
+
+    def _reuse(self, run_dir: Path) -> bool:
+        """True when the repeat is complete on disk; an incomplete one is set aside."""
+        if run_complete(run_dir):
+            return True
+        if run_dir.exists():
+            n = 0
+            while (aside := run_dir.with_name(f"{run_dir.name}.interrupted-{n}")).exists():
+                n += 1
+            shutil.move(str(run_dir), aside)
+            log.warning("sweep: %s was incomplete; kept as %s and run again", run_dir, aside)
+        return False
+
+    async def measure_many(self, entries: Sequence[dict[str, Any]]) -> None:
+        """Run every missing repeat of ``entries`` (concurrently in virtual time when
+        ``parallel`` > 1), then pool each point."""
+        jobs: list[tuple[dict[str, Any], int, RunConfig]] = []
+        for e in entries:
+            have = {r["repeat"] for r in e["runs"]}
+            for rep in range(self.repeats):
+                cfg = self._repeat_cfg(e, rep)
+                run_dir = self.dir / RUNS / str(cfg.run_id)
+                if rep in have and run_complete(run_dir):
+                    continue
+                e["runs"] = [r for r in e["runs"] if r["repeat"] != rep]
+                if self._reuse(run_dir):
+                    self._record(e, rep, cfg, {"action": "none", "ok": True,
+                                               "reason": "resumed: the run was already on disk"},
+                                 point_metrics(run_dir, self.slo))
+                    continue
+                jobs.append((e, rep, cfg))
+        if self.virtual:
+            await self._run_virtual(jobs)
+        else:
+            for e, rep, cfg in jobs:
+                await self._run_live(e, rep, cfg)
+        for e in entries:
+            self._pool_point(e)
+        self.save()
+
+    async def measure(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        entry = self.entry(params)
+        await self.measure_many([entry])
+        return entry
+
+    async def _run_live(self, e: dict[str, Any], rep: int, cfg: RunConfig) -> None:
+        from workbench.replay import run_async
+
+        self._say(f"{e['label']} #{rep}: running")
+        result = await run_async(cfg)
+        flushed = result.manifest.get("cache_flush") or {}  # the run's own reset
+        if not flushed.get("ok"):
+            log.warning("sweep: prefix cache not reset before %s: %s", cfg.run_id,
+                        flushed.get("detail"))
+        metrics = point_metrics(str(result.run_dir), self.slo, result)
+        self._record(e, rep, cfg, flushed, metrics)
+        self.save()
+
+    async def _run_virtual(self, jobs: Sequence[tuple[dict[str, Any], int, RunConfig]]) -> None:
+        loop = asyncio.get_running_loop()
+        slo = self.slo.to_dict() if self.slo else None
+        if self.parallel > 1 and len(jobs) > 1 and self._pool is None:
+            ctx = multiprocessing.get_context("spawn")
+            self._pool = concurrent.futures.ProcessPoolExecutor(self.parallel, mp_context=ctx)
+        executor = self._pool if self.parallel > 1 and len(jobs) > 1 else None
+        futures = []
+        for e, rep, cfg in jobs:
+            self._say(f"{e['label']} #{rep}: simulating")
+            futures.append(loop.run_in_executor(executor, simulate_and_measure, cfg.to_dict(),
+                                                slo))
+        flushed = {"action": "none", "ok": True,
+                   "reason": "virtual time: every run starts a fresh engine core"}
+        for (e, rep, cfg), fut in zip(jobs, futures, strict=True):
+            _, metrics = await fut
+            self._record(e, rep, cfg, flushed, metrics)
+            self.save()
+
+    def _record(self, e: dict[str, Any], rep: int, cfg: RunConfig, flushed: Mapping[str, Any],
+                metrics: Mapping[str, Any]) -> None:
+        e["runs"].append({"repeat": rep, "run_id": cfg.run_id, "run_dir": f"{RUNS}/{cfg.run_id}",
+                          "seed": cfg.seed, "flush": dict(flushed), "metrics": dict(metrics)})
+        e["runs"].sort(key=lambda r: r["repeat"])
+
+    def _pool_point(self, e: dict[str, Any]) -> None:
+        pooled = pool([r["metrics"] for r in e["runs"]])
+        e["metrics"] = pooled
+        e["status"] = "done"
+        if self.slo is not None:
+            values = {b.key: pooled.get(f"slo:{b.key}") for b in self.slo.bounds}
+            e["slo"] = self.slo.verdict(values, pooled.get("ok_rate"))
+        self._say(f"{e['label']}: " + (("SLO held" if e["slo"]["held"] else "SLO broken")
+                                       if self.slo else "done"))
+
+    def _say(self, text: str) -> None:
+        log.info("sweep %s: %s", self.dir.name, text)
+        if self.progress is not None:
+            self.progress(text)

@@ -1,0 +1,108 @@
+"""What a sweep varies: ``over`` (a grid or a list of points) as dotted RunConfig paths.
+
+``over`` is either a mapping ``{path: [values]}`` — the grid, every combination,
+the first path varying slowest — or a list of mappings ``[{path: value, ...}]``,
+one per point, in that order. A path is a dotted RunConfig field
+(``arrival.rate``, ``arrival.max_concurrency``, ``arrival.tool_wait_scale``,
+``target.engine.num_blocks``) or a short name: a field name that exists in
+exactly one section (``rate``, ``max_concurrency``), or ``engine.KNOB`` for an
+embedded-engine knob. Every point is checked as a whole ``RunConfig`` before
+the first request of the sweep is sent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from workbench.config import RunConfig
+from workbench.errors import ConfigError
+
+Point = dict[str, Any]
+Over = Mapping[str, Sequence[Any]] | Sequence[Mapping[str, Any]]
+
+
+def _sections() -> dict[str, set[str]]:
+    fields = {f.name: f for f in dataclasses.fields(RunConfig)}
+    out: dict[str, set[str]] = {}
+    for name, f in fields.items():
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+        if dataclasses.is_dataclass(default):
+            out[name] = {g.name for g in dataclasses.fields(default)}
+    return out
+
+
+def resolve_path(path: str) -> str:
+    """The full dotted path of ``path`` (``rate`` → ``arrival.rate``); errors list choices."""
+    sections = _sections()
+    top = {f.name for f in dataclasses.fields(RunConfig)} - set(sections)
+    parts = path.split(".")
+    if parts[0] == "engine" and len(parts) == 2:
+        return f"target.engine.{parts[1]}"
+    if len(parts) == 1:
+        if path in top:
+            return path
+        owners = [s for s, names in sections.items() if path in names]
+        if len(owners) == 1:
+            return f"{owners[0]}.{path}"
+        if len(owners) > 1:
+            raise ConfigError(f"sweep axis {path!r} is ambiguous: say one of "
+                              + ", ".join(f"{s}.{path}" for s in owners))
+        raise ConfigError(f"sweep axis {path!r} is not a RunConfig field; use SECTION.FIELD "
+                          f"(sections: {', '.join(sections)}) or engine.KNOB")
+    section, name = parts[0], parts[1]
+    if section not in sections or name not in sections[section]:
+        valid = ", ".join(sorted(sections.get(section, ()))) or ", ".join(sections)
+        raise ConfigError(f"sweep axis {path!r} is not a RunConfig field (valid here: {valid})")
+    if len(parts) > 2 and not (section == "target" and name == "engine" and len(parts) == 3):
+        raise ConfigError(f"sweep axis {path!r}: only target.engine.KNOB nests deeper")
+    return path
+
+
+def expand(over: Over) -> list[Point]:
+    """The sweep's points, each ``{full.path: value}``, in run order."""
+    if isinstance(over, Mapping):
+        if not over:
+            raise ConfigError("sweep 'over' is empty: give at least one axis and its values")
+        paths = [resolve_path(p) for p in over]
+        values = []
+        for p, vals in over.items():
+            if isinstance(vals, str | bytes) or not isinstance(vals, Sequence) or not vals:
+                raise ConfigError(f"sweep axis {p!r}: give a non-empty list of values")
+            values.append(list(vals))
+        return [dict(zip(paths, combo, strict=True)) for combo in itertools.product(*values)]
+    points = []
+    for i, point in enumerate(over):
+        if not isinstance(point, Mapping) or not point:
+            raise ConfigError(f"sweep point {i}: expected a non-empty mapping of axis: value")
+        points.append({resolve_path(p): v for p, v in point.items()})
+    if not points:
+        raise ConfigError("sweep 'over' is empty: give at least one point")
+    return points
+
+
+def apply(cfg: RunConfig, point: Mapping[str, Any]) -> RunConfig:
+    """``cfg`` with the point's values set (checked as a whole RunConfig)."""
+    d = cfg.to_dict()
+    for path, value in point.items():
+        parts = path.split(".")
+        node = d
+        for key in parts[:-1]:
+            child = node.get(key)
+            if not isinstance(child, dict):
+                child = node[key] = {}
+            node = child
+        node[parts[-1]] = value
+    try:
+        return RunConfig.from_dict(d)
+    except ConfigError as exc:
+        raise ConfigError(f"sweep point {dict(point)}: {exc}") from None
+    except TypeError as exc:
+        raise ConfigError(f"sweep point {dict(point)}: {exc}") from None
+
+
+def label(point: Mapping[str, Any]) -> str:
+    """Short text of a point: ``rate=2, max_concurrency=8``."""
+    return ", ".join(f"{p.rsplit('.', 1)[-1]}={v}" for p, v in point.items())
