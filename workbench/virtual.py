@@ -26,8 +26,10 @@ from workbench.plan import Plan, build_plan
 from workbench.records import RequestRecord, RunResult, Workload
 from workbench.replay import base_manifest, coerce_config, load_workload, new_run_id
 from workbench.runner import Runner
+from workbench.sim.cluster import Cluster, ClusterConfig, split_knobs
 from workbench.sim.config import EngineConfig
 from workbench.sim.engine import Engine
+from workbench.sim.wire import placement_extra
 
 # Fields that depend on the host or the wall clock, left out of the canonical report.
 WALL_FIELDS = ("started_at", "finished_at", "host", "versions", "run_id", "run_dir")
@@ -46,7 +48,7 @@ class EngineSender:
         token is one stream event, as the HTTP server would send it."""
         rec.dispatch_ns = self.clock.now_ns()
         rec.sent_prompt_tokens = len(req.prompt_ids)
-        ereq = self.engine.submit(req.request_id, req.prompt_ids, req.max_tokens)
+        ereq = self._submit(req, rec)
         try:
             await ereq.wait()
         except asyncio.CancelledError:
@@ -71,6 +73,26 @@ class EngineSender:
         return ids
 
 
+    def _submit(self, req: WireRequest, rec: RequestRecord) -> Any:
+        return self.engine.submit(req.request_id, req.prompt_ids, req.max_tokens)
+
+
+class ClusterSender(EngineSender):
+    """``EngineSender`` for a simulated cluster: the router places each request by
+    its session, and the record names the serving worker (as the HTTP header does)."""
+
+    def __init__(self, cluster: Cluster, clock: Clock) -> None:
+        self.cluster = cluster
+        self.clock = clock
+
+    def _submit(self, req: WireRequest, rec: RequestRecord) -> Any:
+        where, ereq = self.cluster.submit(
+            req.request_id, req.prompt_ids, req.max_tokens, session=req.session_id
+        )
+        rec.extra.update(placement_extra(where.headers()))
+        return ereq
+
+
 def simulate(
     cfg: RunConfig | dict[str, Any],
     *,
@@ -86,15 +108,17 @@ def simulate(
     workload = workload if workload is not None else load_workload(cfg)
     cfg.check_workload(workload)
     plan = build_plan(cfg, workload)
-    if engine is None:
-        engine = EngineConfig.from_knobs(**cfg.target.engine)
-    elif isinstance(engine, dict):
-        engine = EngineConfig.from_knobs(**engine)
+    cluster = None
+    if engine is None or isinstance(engine, dict):
+        knobs, cluster = split_knobs(cfg.target.engine if engine is None else engine)
+        engine = EngineConfig.from_knobs(**knobs)
     run_id = cfg.run_id or new_run_id(cfg)
     manifest = base_manifest(cfg, workload, plan, run_id)
     manifest["mode"] = "virtual"
     manifest["engine"] = dataclasses.asdict(engine)
-    result = _run_virtual_anywhere(_simulate(cfg, plan, engine, run_id, manifest))
+    if cluster is not None:
+        manifest["cluster"] = cluster.to_dict()
+    result = _run_virtual_anywhere(_simulate(cfg, plan, engine, run_id, manifest, cluster))
     if cfg.out_dir:
         from workbench.report.store import save
 
@@ -114,10 +138,18 @@ def _run_virtual_anywhere(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
 
 
 async def _simulate(
-    cfg: RunConfig, plan: Plan, engine_cfg: EngineConfig, run_id: str, manifest: dict[str, Any]
-) -> RunResult:
+    cfg: RunConfig, plan: Plan, engine_cfg: EngineConfig, run_id: str, manifest: dict[str, Any],
+    cluster_cfg: ClusterConfig | None = None,
+) -> RunResult:  # fmt: skip
     clock = VirtualClock()
-    engine = Engine(engine_cfg, clock)
+    engine: Engine | Cluster
+    sender: EngineSender
+    if cluster_cfg is None:
+        engine = Engine(engine_cfg, clock)
+        sender = EngineSender(engine, clock)
+    else:
+        engine = Cluster(engine_cfg, cluster_cfg, clock)
+        sender = ClusterSender(engine, clock)
     records: list[RequestRecord] = []
     lifecycle: list[dict[str, Any]] = []
     await engine.start()
@@ -125,7 +157,7 @@ async def _simulate(
         stats_before = engine.stats()
         runner = Runner(
             cfg, plan, run_id=run_id, codec=make_codec(cfg.backend.name, **cfg.backend.options),
-            sender=EngineSender(engine, clock), clock=clock, pool=TokenPool(seed=cfg.seed),
+            sender=sender, clock=clock, pool=TokenPool(seed=cfg.seed),
             sink=records.append, lifecycle_sink=lifecycle.append,
             block_size=plan.block_size or engine_cfg.block_size,
         )

@@ -42,6 +42,7 @@ from workbench.backends.sse import DONE, SSEDecoder
 from workbench.backends.stamps import RxStampedHandler, StampedRequest, read_log, stamped_reads
 from workbench.clock import Clock, WallClock
 from workbench.records import RequestRecord, Status
+from workbench.sim.wire import placement_extra
 
 if TYPE_CHECKING:
     from workbench.config import RunConfig
@@ -357,11 +358,14 @@ class Transport:
         payload = orjson.dumps(codec.body(req))
         parser = codec.parser(req)
         headers = {"Content-Type": "application/json", "x-request-id": req.request_id}
+        if req.session_id:  # routers key session affinity on it (docs/cluster.md)
+            headers["x-session-id"] = req.session_id
         rec.dispatch_ns = self.clock.now_ns()  # replaced when the bytes go out
         self._stamps[req.request_id] = rec
         try:
             async with session.post(self._url(codec), data=payload, headers=headers) as resp:
                 rec.http_status = resp.status
+                rec.extra.update(placement_extra(resp.headers))  # a simulated cluster's worker
                 if resp.status != 200:
                     raise HTTPStatusError(resp.status, await resp.text(errors="replace"))
                 await self._stream(resp, parser, rec)

@@ -47,6 +47,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         serve.add_argument(f"--{name}", type=kind, default=None, help=text)
     for name, text in _FLAGS:
         serve.add_argument(f"--{name}", action="store_true", help=text)
+    cluster = serve.add_argument_group("simulated cluster (docs/cluster.md)")
+    cluster.add_argument("--workers", type=int, default=None,
+                         help="serve N engine workers behind one endpoint (default: one engine)")
+    cluster.add_argument("--router", default=None,
+                         help="round-robin | least-loaded | session-affinity | prefix-aware")
+    cluster.add_argument("--overload-threshold", type=int, default=None,
+                         help="prefix-aware: requests above the least-loaded worker (default 4)")
+    cluster.add_argument("--disagg", default=None, metavar="P:D",
+                         help="prefill/decode disaggregation: P prefill and D decode workers")
+    cluster.add_argument("--bandwidth-gbps", type=float, default=None,
+                         help="disaggregation: KV transfer bandwidth in GB/s (default 50)")
+    serve.add_argument("--engine-config", default=None, metavar="FILE",
+                       help="engine knobs from a JSON/YAML file (e.g. from `sim calibrate`); "
+                            "flags override it")
 
 
 def knobs_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -66,13 +80,60 @@ def knobs_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return knobs
 
 
+def cluster_knobs_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The cluster knobs (``workers``, ``router``, ...) the user set."""
+    knobs: dict[str, Any] = {}
+    if args.workers is not None:
+        knobs["workers"] = args.workers
+    if args.router is not None:
+        knobs["router"] = args.router
+    if args.overload_threshold is not None:
+        knobs["router_options"] = {"overload_threshold": args.overload_threshold}
+    if args.disagg is not None:
+        p, sep, d = args.disagg.partition(":")
+        if not (sep and p.isdigit() and d.isdigit()):
+            raise ValueError(f"--disagg must be P:D (two integers), got {args.disagg!r}")
+        knobs["disagg"] = {"prefill": int(p), "decode": int(d)}
+        if args.bandwidth_gbps is not None:
+            knobs["disagg"]["bandwidth_gbps"] = args.bandwidth_gbps
+    elif args.bandwidth_gbps is not None:
+        raise ValueError("--bandwidth-gbps needs --disagg P:D")
+    return knobs
+
+
+def load_engine_file(path: str) -> dict[str, Any]:
+    """Engine knobs from a JSON or YAML mapping (``sim calibrate`` writes JSON)."""
+    import yaml
+
+    from workbench.errors import ConfigError
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read engine config: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not JSON/YAML: {exc}") from None
+    if isinstance(data, dict) and isinstance(data.get("engine"), dict):
+        data = data["engine"]  # a calibration file: the knobs under "engine"
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: an engine config must be a mapping of knobs")
+    return data
+
+
 def run(args: argparse.Namespace) -> int:
+    from workbench.errors import ConfigError
+    from workbench.sim.cluster import split_knobs
     from workbench.sim.config import EngineConfig
     from workbench.sim.server import serve_forever
 
     try:
-        config = EngineConfig.from_knobs(**knobs_from_args(args))
-    except (TypeError, ValueError) as exc:
+        knobs = load_engine_file(args.engine_config) if args.engine_config else {}
+        knobs.update(knobs_from_args(args))
+        knobs.update(cluster_knobs_from_args(args))
+        engine_knobs, cluster = split_knobs(knobs)
+        config = EngineConfig.from_knobs(**engine_knobs)
+    except (TypeError, ValueError, ConfigError) as exc:
         print(f"workbench sim serve: error: {exc}", file=sys.stderr)
         return 2
 
@@ -82,9 +143,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"config: {knobs}", flush=True)
         if config.faults.active:
             print(f"faults: {dataclasses.asdict(config.faults)}", flush=True)
+        if cluster is not None:
+            print(f"cluster: {cluster.to_dict()}", flush=True)
 
     try:
-        asyncio.run(serve_forever(args.host, args.port, config, ready))
+        asyncio.run(serve_forever(args.host, args.port, config, ready, cluster))
     except KeyboardInterrupt:
         return 0
     return 0
