@@ -27,8 +27,10 @@ def run(args: argparse.Namespace) -> int:
     knobs = dict(cfg.target.engine)
     for item in args.engine:
         key, _, value = item.partition("=")
-        knobs[key] = json.loads(value) if value[:1].isdigit() or value in ("true", "false") \
-            else value
+        try:  # numbers, booleans, objects ({"prefill": 2, "decode": 2}); else a string
+            knobs[key] = json.loads(value)
+        except ValueError:
+            knobs[key] = value
     result = simulate(cfg, engine=knobs)
     print(json.dumps(_brief(summarize(result, cfg.slo)), indent=2))
     if args.digest:

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.metrics.frame import Data, run_rows
+from workbench.metrics.workers import worker_breakdown
 from workbench.records import RunResult
 
 LATENCY_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
@@ -305,6 +306,9 @@ def summarize(
     out["slo"] = slo_attainment(df, slo, out["duration_s"]) if slo else None
     if isinstance(result, RunResult):
         out["run_cancelled"] = bool(result.cancelled)  # "cancelled" is the request count
+    workers = worker_breakdown(df)
+    if workers is not None:  # a simulated cluster: load, hit rate and queueing per worker
+        out["workers"] = workers
     client = manifest.get("client")
     if isinstance(client, Mapping):  # self-measurement of a live run (absent in simulate)
         out["client"] = {**client, **client_bottleneck(client)}
