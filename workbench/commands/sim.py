@@ -61,6 +61,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--engine-config", default=None, metavar="FILE",
                        help="engine knobs from a JSON/YAML file (e.g. from `sim calibrate`); "
                             "flags override it")
+    cal = sub.add_parser("calibrate", help="fit the cost model from a real engine's runs "
+                                           "(docs/calibration.md)")
+    cal.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="runs against a real server")
+    cal.add_argument("-o", "--output", default="engine.json",
+                     help="engine config to write (default engine.json)")
+    cal.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE",
+                     help="a knob of the real server that is not fitted, e.g. num_blocks=16384 "
+                          "(repeatable)")
+    cal.add_argument("--no-replay", action="store_true",
+                     help="skip replaying the runs in virtual time to check the fit")
 
 
 def knobs_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -101,34 +111,33 @@ def cluster_knobs_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return knobs
 
 
-def load_engine_file(path: str) -> dict[str, Any]:
-    """Engine knobs from a JSON or YAML mapping (``sim calibrate`` writes JSON)."""
-    import yaml
+def parse_knobs(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` items; values are JSON when they parse, else strings."""
+    import json
 
-    from workbench.errors import ConfigError
-
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read engine config: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not JSON/YAML: {exc}") from None
-    if isinstance(data, dict) and isinstance(data.get("engine"), dict):
-        data = data["engine"]  # a calibration file: the knobs under "engine"
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: an engine config must be a mapping of knobs")
-    return data
+    knobs: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"expected KEY=VALUE, got {item!r}")
+        try:
+            knobs[key] = json.loads(value)
+        except ValueError:
+            knobs[key] = value
+    return knobs
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.sim_command == "calibrate":
+        return run_calibrate(args)
     from workbench.errors import ConfigError
+    from workbench.sim.calibrate import read_engine_file
     from workbench.sim.cluster import split_knobs
     from workbench.sim.config import EngineConfig
     from workbench.sim.server import serve_forever
 
     try:
-        knobs = load_engine_file(args.engine_config) if args.engine_config else {}
+        knobs = read_engine_file(args.engine_config) if args.engine_config else {}
         knobs.update(knobs_from_args(args))
         knobs.update(cluster_knobs_from_args(args))
         engine_knobs, cluster = split_knobs(knobs)
@@ -150,4 +159,30 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(serve_forever(args.host, args.port, config, ready, cluster))
     except KeyboardInterrupt:
         return 0
+    return 0
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    import json
+
+    from workbench.errors import WorkbenchError
+    from workbench.sim.calibrate import calibrate
+
+    try:
+        cal = calibrate(args.run_dirs, base=parse_knobs(args.engine),
+                        self_check=not args.no_replay)  # fmt: skip
+    except (WorkbenchError, ValueError) as exc:
+        print(f"workbench sim calibrate: error: {exc}", file=sys.stderr)
+        return 2
+    path = cal.write(args.output)
+    fit = cal.fit
+    brief = {
+        "prefill": {k: fit["prefill"][k] for k in ("form", "coeffs", "samples",
+                                                     "median_abs_pct_error")},
+        "decode": {k: fit["decode"][k] for k in ("coeffs", "floor_ms", "samples",
+                                                   "median_abs_pct_error")},
+        "replay": fit.get("replay"),
+    }  # fmt: skip
+    print(json.dumps(brief, indent=2))
+    print(f"engine config: {path}")
     return 0

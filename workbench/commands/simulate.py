@@ -16,6 +16,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_axis_arguments(p)
     p.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE",
                    help="engine knob, e.g. --engine num_blocks=4096 (repeatable)")
+    p.add_argument("--engine-config", default=None, metavar="FILE",
+                   help="engine knobs from a JSON/YAML file (e.g. from `sim calibrate`); "
+                        "--engine overrides it")
     p.add_argument("--digest", action="store_true", help="print the canonical report digest")
 
 
@@ -25,6 +28,10 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args)
     knobs = dict(cfg.target.engine)
+    if args.engine_config:
+        from workbench.sim.calibrate import read_engine_file
+
+        knobs.update(read_engine_file(args.engine_config))
     for item in args.engine:
         key, _, value = item.partition("=")
         try:  # numbers, booleans, objects ({"prefill": 2, "decode": 2}); else a string

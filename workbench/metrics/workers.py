@@ -33,14 +33,14 @@ def worker_breakdown(df: pd.DataFrame) -> list[dict[str, Any]] | None:
     ok = df[df["status"] == "ok"]
     total_prompt = float(ok["prompt_tokens"].fillna(0).sum())
     rows: list[dict[str, Any]] = []
-    for worker, part in df[df["_worker"].notna()].groupby("_worker", sort=True):
+    for _, part in df[df["_worker"].notna()].groupby("_worker", sort=True):
         good = part[part["status"] == "ok"]
         meas = good[good["cached_tokens"].notna() & (good["prompt_tokens"].fillna(0) > 0)]
         prompt = float(meas["prompt_tokens"].sum())
         ttft = describe(metric_values(good, "ttft_ms"))
         waiting = [float(w) for w in part["_waiting"] if w is not None and not pd.isna(w)]
         rows.append({
-            "worker": int(worker),
+            "worker": int(part["_worker"].iloc[0]),
             "requests": len(part),
             "ok": len(good),
             "prompt_tokens": int(prompt),

@@ -159,6 +159,22 @@ def client_caption(data: Any) -> str:
     return "Client self-measurement (the client kept up: not the bottleneck)"
 
 
+WORKER_COLUMNS: tuple[str, ...] = (
+    "requests", "prompt_share", "hit_rate", "ttft_ms_p50", "ttft_ms_p90",
+    "waiting_at_arrival_mean", "waiting_at_arrival_max",
+)  # fmt: skip
+
+
+def worker_table(data: Any) -> pd.DataFrame:
+    """Per worker of a simulated cluster (``summary["workers"]``, docs/cluster.md):
+    load (requests, share of prompt tokens), hit rate, TTFT and the waiting queue at
+    arrival. Empty for a run against one engine."""
+    rows = as_summary(data).get("workers") or []
+    df = pd.DataFrame(rows, columns=["worker", *WORKER_COLUMNS])
+    df = df.set_index("worker")
+    return _named(df, "workers")
+
+
 def mapping_table(d: Mapping[str, Any], name: str, *, key: str = "name") -> pd.DataFrame:
     """A two-column view of a flat mapping (e.g. ``trace_stats(...).summary``)."""
     df = pd.DataFrame({"value": pd.Series(list(d.values()), dtype=object)})
