@@ -161,11 +161,11 @@ def test_disaggregated_cluster_in_virtual_time_and_bad_configs():
     assert wb.summarize(result)["ok"] == len(result.records)
     assert {r.extra["worker"] for r in result.records} <= {0, 1}
     assert {r.extra["decode_worker"] for r in result.records} == {2}
-    with pytest.raises(ValueError, match="engine.disagg.prefill"):
+    with pytest.raises(ValueError, match=r"engine\.disagg\.prefill"):
         split_knobs({"disagg": {"prefill": 0, "decode": 1}})
     with pytest.raises(ValueError, match="unknown key"):
         split_knobs({"disagg": {"prefil": 1}})
-    with pytest.raises(ValueError, match="engine.workers"):
+    with pytest.raises(ValueError, match=r"engine\.workers"):
         split_knobs({"workers": 0})
     with pytest.raises(ValueError, match="unknown router 'nope'"):
         split_knobs({"router": "nope"})
