@@ -3,18 +3,27 @@
 ``calibrate(run_dirs)`` reads the records of one or more runs against a real
 server and fits the three parts of the step-time model (``docs/calibration.md``):
 
-- **prefill**: ``a·T² + b·T + c`` ms for T uncached prompt tokens, by least squares
-  on the TTFT of requests whose prefill ran alone (no other request in flight
-  from their dispatch to their first token). The same requests also get a fit with
-  a cached-token term (``+ d·C``) that is reported, not used: the engine's model
+- **prefill**: ``a·T² + b·T + c`` ms for T uncached prompt tokens, fitted to the
+  TTFT of requests whose prefill ran alone (no other request in flight from their
+  dispatch to their first token). The same requests also get a fit with a
+  cached-token term (``+ d·C``) that is reported, not used: the engine's model
   charges nothing for cached tokens;
 - **decode**: ``max(floor, a·u² + b·u + c)`` ms with u = KV tokens attended by the
-  step / KV capacity, on every inter-token gap that no other request's prefill
-  overlapped (a step that mixed in a prefill chunk is not a decode step), the
-  batch's KV rebuilt from the records (each in-flight request attends its prompt
-  plus the tokens it had received). A fit on (batch size, KV tokens) is reported
-  beside it;
-- **floor**: the 5th percentile of those decode gaps.
+  step / KV capacity. Only inter-token gaps that no other request's prefill
+  overlapped count (a step that mixed in a prefill chunk is not a decode step);
+  the batch's KV is rebuilt from the records (each in-flight request attends its
+  prompt plus the tokens it had received). One observation per request: its mean
+  clean gap against the means of u² and u over those gaps (the mean of the model
+  is linear in its coefficients, so this is exact for the model and aims at the
+  TPOT the request reports). ``a`` is fitted only when the runs' u spans more
+  than ``QUADRATIC_SPAN`` of the capacity, else 0. A fit on (batch size, KV
+  tokens) is reported beside it;
+- **floor**: the 5th percentile of the requests' mean clean gaps.
+
+Fits minimise absolute, not squared, error (least absolute deviations by
+iteratively reweighted least squares): they aim at the median, which is what a
+p50 prediction needs, and one stalled request on a busy machine does not drag a
+coefficient.
 
 Each part reports its own error (median and mean absolute percentage error on the
 samples it was fitted to). ``Calibration.engine`` is a knob mapping that
@@ -38,6 +47,8 @@ from workbench.sim.config import EngineConfig
 
 NS_PER_MS = 1e6
 MIN_SAMPLES = 3
+QUADRATIC_SPAN = 0.1  # u range (share of KV capacity) below which a·u² is not fitted
+LAD_ITERATIONS = 100
 
 
 @dataclass
@@ -93,8 +104,20 @@ def _errors(pred: np.ndarray, meas: np.ndarray) -> dict[str, float | int]:
 
 
 def _lstsq(cols: list[np.ndarray], y: np.ndarray) -> np.ndarray:
-    coef, *_ = np.linalg.lstsq(np.column_stack(cols), y, rcond=None)
-    return np.asarray(coef, dtype=float)
+    """Least absolute deviations: IRLS from the least-squares start, bounded in rounds."""
+    x = np.column_stack(cols)
+    scale = np.maximum(np.abs(x).max(axis=0), 1e-300)  # columns of very different size
+    xs = x / scale
+    coef, *_ = np.linalg.lstsq(xs, y, rcond=None)
+    eps = 1e-9 * max(float(np.abs(y).max()), 1e-300)
+    for _ in range(LAD_ITERATIONS):
+        w = 1.0 / np.sqrt(np.maximum(np.abs(y - xs @ coef), eps))
+        new, *_ = np.linalg.lstsq(xs * w[:, None], y * w, rcond=None)
+        if np.allclose(new, coef, rtol=1e-12, atol=0):
+            coef = new
+            break
+        coef = new
+    return np.asarray(coef / scale, dtype=float)
 
 
 def fit_prefill(samples: list[Sample]) -> tuple[tuple[float, float, float], dict[str, Any]]:
@@ -138,8 +161,11 @@ def fit_prefill(samples: list[Sample]) -> tuple[tuple[float, float, float], dict
     return (float(a), float(b), float(k)), report
 
 
-def _decode_gaps(samples: list[Sample]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per clean decode gap: (gap ms per token, batch size, KV tokens) at its midpoint."""
+def _decode_gaps(
+    samples: list[Sample],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per clean decode gap: (gap ms per token, batch size, KV tokens) at its midpoint,
+    and the index of the request it belongs to."""
     prefill = np.array([(s.dispatch, s.first) for s in samples], dtype=np.int64)
     mids, gaps, owner = [], [], []
     for i, s in enumerate(samples):
@@ -151,12 +177,12 @@ def _decode_gaps(samples: list[Sample]) -> tuple[np.ndarray, np.ndarray, np.ndar
         for j, (p0, p1) in enumerate(prefill):
             if j != i:
                 clean &= ~((lo < p1) & (hi > p0))
-        keep = clean & (step > 0)
+        keep = clean  # zero gaps too: tokens that arrived together
         mids.append((lo[keep] + hi[keep]) // 2)
         gaps.append(step[keep])
         owner.append(np.full(int(keep.sum()), i))
     if not mids:
-        return np.array([]), np.array([]), np.array([])
+        return np.array([]), np.array([]), np.array([]), np.array([], dtype=int)
     mid = np.concatenate(mids)
     gap = np.concatenate(gaps)
     batch = np.zeros(mid.size)
@@ -166,37 +192,51 @@ def _decode_gaps(samples: list[Sample]) -> tuple[np.ndarray, np.ndarray, np.ndar
         got = np.cumsum(s.counts)[np.clip(np.searchsorted(s.times, mid, "right") - 1, 0, None)]
         batch += inside
         kv += np.where(inside, s.prompt + got, 0)
-    return gap, batch, kv
+    return gap, batch, kv, np.concatenate(owner)
 
 
 def fit_decode(
     samples: list[Sample], capacity_tokens: int
 ) -> tuple[tuple[float, float, float], float, dict[str, Any]]:
     """``(a, b, c)`` of the decode polynomial in u, the floor, and the error report."""
-    gap, batch, kv = _decode_gaps(samples)
-    if gap.size < MIN_SAMPLES:
+    gap, batch, kv, owner = _decode_gaps(samples)
+    reqs = np.unique(owner)
+    if reqs.size < MIN_SAMPLES:
         raise ConfigError(
-            f"calibration needs >= {MIN_SAMPLES} decode gaps no prefill overlapped, found "
-            f"{gap.size}: use outputs of more than one token"
+            f"calibration needs >= {MIN_SAMPLES} requests with decode gaps no prefill "
+            f"overlapped, found {reqs.size}: use outputs of more than one token"
         )
     u = np.minimum(kv / capacity_tokens, 1.0)
-    one = np.ones_like(u)
-    a, b, c = _lstsq([u * u, u, one], gap)
-    floor = float(np.percentile(gap, 5))
-    pred = np.maximum(floor, a * u * u + b * u + c)
-    bk = _lstsq([batch, kv, one], gap)
+
+    def per_request(v: np.ndarray) -> np.ndarray:
+        return np.bincount(owner, weights=v)[reqs] / np.bincount(owner)[reqs]
+
+    y, mu, mu2 = per_request(gap), per_request(u), per_request(u * u)
+    mb, mkv = per_request(batch), per_request(kv)
+    one = np.ones_like(y)
+    quadratic = float(u.max() - u.min()) > QUADRATIC_SPAN
+    if quadratic:
+        a, b, c = _lstsq([mu2, mu, one], y)
+    else:
+        a, (b, c) = 0.0, _lstsq([mu, one], y)
+    floor = float(np.percentile(y, 5))
+    per_gap = np.maximum(floor, a * u * u + b * u + c)
+    pred = per_request(per_gap)
+    bk = _lstsq([mb, mkv, one], y)
     report = {
-        "form": "max(floor, a*u^2 + b*u + c), u = KV tokens / capacity",
+        "form": "max(floor, a*u^2 + b*u + c), u = KV tokens / capacity"
+        + ("" if quadratic else f" (a = 0: u spans <= {QUADRATIC_SPAN})"),
         "coeffs": [float(a), float(b), float(c)],
         "floor_ms": floor,
         "capacity_tokens": int(capacity_tokens),
+        "gaps": int(gap.size),
         "batch_range": [float(batch.min()), float(batch.max())],
         "kv_tokens_range": [float(kv.min()), float(kv.max())],
-        **_errors(pred, gap),
+        **_errors(pred, y),
         "batch_and_context": {
-            "form": "p*batch + q*kv_tokens + r",
+            "form": "p*batch + q*kv_tokens + r (per request means)",
             "coeffs_batch_kv_1": [float(x) for x in bk],
-            **_errors(np.column_stack([batch, kv, one]) @ bk, gap),
+            **_errors(np.column_stack([mb, mkv, one]) @ bk, y),
             "note": "reported only: the engine's model sees the batch through its KV tokens",
         },
     }
