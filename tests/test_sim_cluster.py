@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import workbench as wb
 from workbench.clock import VirtualClock, run_virtual
 from workbench.data import path as data_path
+from workbench.report import tables
 from workbench.sim import cost
 from workbench.sim.cluster import Cluster, ClusterConfig, DisaggConfig, split_knobs
 from workbench.sim.config import EngineConfig
@@ -198,7 +199,14 @@ def test_one_engine_without_cluster_knobs_is_unchanged():
     assert "workers" not in wb.summarize(plain)
     clustered = simulate({"trace": SESSIONS}, engine={"workers": 2})
     assert clustered.manifest["cluster"]["workers"] == 2
-    assert [w["worker"] for w in wb.summarize(clustered)["workers"]] == [0, 1]
+    summary = wb.summarize(clustered)
+    assert [w["worker"] for w in summary["workers"]] == [0, 1]
+    assert sum(w["requests"] for w in summary["workers"]) == len(clustered.records)
+    assert sum(w["prompt_share"] for w in summary["workers"]) == pytest.approx(1.0)
+    assert sum(w["cached_tokens"] for w in summary["workers"]) == summary["cached_tokens"]
+    table = tables.worker_table(summary)
+    assert list(table.index) == [0, 1] and "hit_rate" in table.columns
+    assert tables.worker_table(wb.summarize(plain)).empty
 
 
 # -- one HTTP endpoint ------------------------------------------------------------------

@@ -22,6 +22,7 @@ from workbench.backends.base import Codec, WireRequest, make_codec
 from workbench.clock import Clock, VirtualClock, run_virtual
 from workbench.config import RunConfig
 from workbench.context.tokens import TokenPool
+from workbench.errors import ConfigError
 from workbench.plan import Plan, build_plan
 from workbench.records import RequestRecord, RunResult, Workload
 from workbench.replay import base_manifest, coerce_config, load_workload, new_run_id
@@ -110,8 +111,11 @@ def simulate(
     plan = build_plan(cfg, workload)
     cluster = None
     if engine is None or isinstance(engine, dict):
-        knobs, cluster = split_knobs(cfg.target.engine if engine is None else engine)
-        engine = EngineConfig.from_knobs(**knobs)
+        try:  # before anything runs: a bad knob names itself
+            knobs, cluster = split_knobs(cfg.target.engine if engine is None else engine)
+            engine = EngineConfig.from_knobs(**knobs)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"target.engine: {exc}") from None
     run_id = cfg.run_id or new_run_id(cfg)
     manifest = base_manifest(cfg, workload, plan, run_id)
     manifest["mode"] = "virtual"

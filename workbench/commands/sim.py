@@ -171,7 +171,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     try:
         cal = calibrate(args.run_dirs, base=parse_knobs(args.engine),
                         self_check=not args.no_replay)  # fmt: skip
-    except (WorkbenchError, ValueError) as exc:
+    except (WorkbenchError, ValueError, OSError) as exc:
         print(f"workbench sim calibrate: error: {exc}", file=sys.stderr)
         return 2
     path = cal.write(args.output)
