@@ -291,3 +291,34 @@ async def test_http_disaggregated_stream_carries_every_token():
         finals = [ch["finish_reason"] for c in chunks for ch in c["choices"]]
         assert finals[-1] == "length" and finals.count("length") == 1
         assert chunks[-1]["usage"]["completion_tokens"] == 6
+
+
+def test_disaggregated_request_aborted_during_the_transfer_never_reaches_decode():
+    disagg = DisaggConfig(prefill=1, decode=1, bandwidth_gbps=1.0, kv_bytes_per_token=1_000_000)
+    cfg = EngineConfig.from_knobs(block_size=16)
+
+    async def main():
+        clock = VirtualClock()
+        c = Cluster(cfg, ClusterConfig(disagg=disagg), clock)
+        await c.start()
+        try:
+            _, req = c.submit("d2", _prompt(9, 100), 5)
+            # 10 ms after the prefill's first token: the 100 ms transfer is under way
+            await clock.sleep_until(cost.step_ns(cfg, 100, 0, 0) + 10_000_000)
+            assert req.transfer_start_ns is not None and req.decode is None
+            req.abort()
+            await req.wait()
+            pending_transfer = req.decode
+            _, other = c.submit("d3", _prompt(10, 50), 3)  # still serving afterwards
+            await other.wait()
+            _, left = c.submit("d4", _prompt(11, 50), 3)  # stopped mid-request
+        finally:
+            await c.stop()
+        return req, pending_transfer, other, left, c.workers[1].stats()
+
+    req, pending_transfer, other, left, decode_stats = run_virtual(main())
+    assert pending_transfer is None and req.finished and req.finish_reason == "abort"
+    assert len(req.token_ns) == 1  # the prefill's first token only
+    assert other.finish_reason == "length" and len(other.token_ns) == 3
+    assert left.finished and left.finish_reason == "abort"
+    assert decode_stats["requests_submitted"] == 1  # only d3 reached the decode worker
