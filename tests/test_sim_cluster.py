@@ -4,6 +4,7 @@ import asyncio
 import collections
 import subprocess
 import sys
+import urllib.request
 
 import aiohttp
 import pytest
@@ -322,3 +323,44 @@ def test_disaggregated_request_aborted_during_the_transfer_never_reaches_decode(
     assert other.finish_reason == "length" and len(other.token_ns) == 3
     assert left.finished and left.finish_reason == "abort"
     assert decode_stats["requests_submitted"] == 1  # only d3 reached the decode worker
+
+
+def test_cli_cluster_flags_and_a_served_cluster(tmp_path):
+    from workbench.cli import build_parser
+    from workbench.commands.sim import cluster_knobs_from_args
+
+    args = build_parser().parse_args(
+        ["sim", "serve", "--workers", "3", "--router", "prefix-aware",
+         "--overload-threshold", "1", "--disagg", "1:2", "--bandwidth-gbps", "25"]
+    )  # fmt: skip
+    knobs = cluster_knobs_from_args(args)
+    _, cluster = split_knobs(knobs)
+    assert cluster is not None and cluster.size == 3 and cluster.router == "prefix-aware"
+    assert cluster.router_options == {"overload_threshold": 1}
+    assert cluster.disagg == DisaggConfig(prefill=1, decode=2, bandwidth_gbps=25.0)
+
+    engine_file = tmp_path / "engine.yaml"
+    engine_file.write_text("engine:\n  zero_cost: true\n  block_size: 32\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workbench", "sim", "serve", "--workers", "2",
+         "--router", "round-robin", "--engine-config", str(engine_file)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        url = proc.stdout.readline().split()[-1]
+        assert url.startswith("http://127.0.0.1:")
+        workers = []
+        for _ in range(3):
+            req = urllib.request.Request(
+                url + "/v1/completions", method="POST",
+                data=b'{"prompt": [11, 12, 13], "max_tokens": 2}',
+                headers={"Content-Type": "application/json"},
+            )  # fmt: skip
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                workers.append(resp.headers["x-workbench-worker"])
+        assert workers == ["0", "1", "0"]
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+            assert 'block_size="32"' in resp.read().decode()  # from the engine file
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
