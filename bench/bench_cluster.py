@@ -8,7 +8,7 @@ process, the virtual duration, the actual hit rate against the trace's ideal
 (planned) one, TTFT p50/p90, and the spread of load over the workers (requests
 per worker min/max, waiting queue at arrival max). Run from the repo root:
 
-    .venv/bin/python bench/bench_cluster.py [--workers 16] [--routers prefix-aware ...]
+    .venv/bin/python bench/bench_cluster.py [--workers 4 8 16] [--routers prefix-aware ...]
         [--max-items N] [--engine JSON] [--json-out FILE]
 """
 
@@ -60,7 +60,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--trace", default=str(DEFAULT))
     ap.add_argument("--max-items", type=int, default=None)
-    ap.add_argument("--workers", type=int, default=16)
+    ap.add_argument("--workers", type=int, nargs="*", default=[16],
+                    help="worker counts to sweep (default 16)")
     ap.add_argument("--routers", nargs="*", default=sorted(ROUTERS))
     ap.add_argument("--engine", default="{}", help="further engine knobs as JSON")
     ap.add_argument("--json-out", default=None)
@@ -68,10 +69,11 @@ def main() -> None:
     cfg = coerce_config({"trace": {"path": args.trace, "max_items": args.max_items}})
     workload = load_workload(cfg)
     rows = []
-    for router in args.routers:
-        engine = {**json.loads(args.engine), "workers": args.workers, "router": router}
-        rows.append(one(cfg, workload, engine))  # type: ignore[arg-type]
-        print(json.dumps(rows[-1]), flush=True)
+    for workers in args.workers:
+        for router in args.routers:
+            engine = {**json.loads(args.engine), "workers": workers, "router": router}
+            rows.append(one(cfg, workload, engine))  # type: ignore[arg-type]
+            print(json.dumps(rows[-1]), flush=True)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(rows, indent=2))
 
