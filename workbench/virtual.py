@@ -23,12 +23,15 @@ from workbench.backends.base import Codec, WireRequest, make_codec
 from workbench.clock import Clock, VirtualClock, run_virtual
 from workbench.config import RunConfig
 from workbench.context.tokens import run_pool
+from workbench.errors import ConfigError
 from workbench.plan import Plan, build_plan
 from workbench.records import RequestRecord, RunResult, Workload
 from workbench.replay import base_manifest, coerce_config, load_workload, new_run_id
 from workbench.runner import Runner, merge_warmup
+from workbench.sim.cluster import Cluster, ClusterConfig, split_knobs
 from workbench.sim.config import EngineConfig
 from workbench.sim.engine import Engine
+from workbench.sim.wire import placement_extra
 
 # The canonical report's one closed exclusion list (docs/measurement-rules.md): every
 # other field of the manifest, the summary, each record, each lifecycle row and each
@@ -70,7 +73,7 @@ class EngineSender:
         token is one stream event, as the HTTP server would send it."""
         rec.dispatch_ns = self.clock.now_ns()
         rec.sent_prompt_tokens = len(req.prompt_ids)
-        ereq = self.engine.submit(req.request_id, req.prompt_ids, req.max_tokens)
+        ereq = self._submit(req, rec)
         try:
             await ereq.wait()
         except asyncio.CancelledError:
@@ -96,6 +99,26 @@ class EngineSender:
         return ids
 
 
+    def _submit(self, req: WireRequest, rec: RequestRecord) -> Any:
+        return self.engine.submit(req.request_id, req.prompt_ids, req.max_tokens)
+
+
+class ClusterSender(EngineSender):
+    """``EngineSender`` for a simulated cluster: the router places each request by
+    its session, and the record names the serving worker (as the HTTP header does)."""
+
+    def __init__(self, cluster: Cluster, clock: Clock) -> None:
+        self.cluster = cluster
+        self.clock = clock
+
+    def _submit(self, req: WireRequest, rec: RequestRecord) -> Any:
+        where, ereq = self.cluster.submit(
+            req.request_id, req.prompt_ids, req.max_tokens, session=req.session_id
+        )
+        rec.extra.update(placement_extra(where.headers()))
+        return ereq
+
+
 def simulate(
     cfg: RunConfig | dict[str, Any],
     *,
@@ -108,18 +131,26 @@ def simulate(
     same records a live replay produces, on virtual nanoseconds.
     """
     cfg = coerce_config(cfg)
+    if isinstance(engine, dict):  # the config says which engine ran (and so the digest)
+        cfg = cfg.replace(**{"target.engine": {**cfg.target.engine, **engine}})
+        engine = None
     workload = workload if workload is not None else load_workload(cfg)
     cfg.check_workload(workload)
     plan = build_plan(cfg, workload)
-    if engine is None:
-        engine = EngineConfig.from_knobs(**cfg.target.engine)
-    elif isinstance(engine, dict):
-        engine = EngineConfig.from_knobs(**engine)
+    cluster = None
+    if engine is None or isinstance(engine, dict):
+        try:  # before anything runs: a bad knob names itself
+            knobs, cluster = split_knobs(cfg.target.engine if engine is None else engine)
+            engine = EngineConfig.from_knobs(**knobs)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"target.engine: {exc}") from None
     run_id = cfg.run_id or new_run_id(cfg)
     manifest = base_manifest(cfg, workload, plan, run_id)
     manifest["mode"] = "virtual"
     manifest["engine"] = dataclasses.asdict(engine)
-    result = _run_virtual_anywhere(_simulate(cfg, plan, engine, run_id, manifest))
+    if cluster is not None:
+        manifest["cluster"] = cluster.to_dict()
+    result = _run_virtual_anywhere(_simulate(cfg, plan, engine, run_id, manifest, cluster))
     if cfg.out_dir:
         from workbench.report.store import save
 
@@ -139,15 +170,24 @@ def _run_virtual_anywhere(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
 
 
 async def _simulate(
-    cfg: RunConfig, plan: Plan, engine_cfg: EngineConfig, run_id: str, manifest: dict[str, Any]
-) -> RunResult:
-    """One engine, one virtual clock; the plan played by one runner, or by one runner per
-    shard as ``executor.workers`` splits a live run (units round-robin, concurrency
-    divided, routing slots stacked): the executor options act as in a live run."""
+    cfg: RunConfig, plan: Plan, engine_cfg: EngineConfig, run_id: str, manifest: dict[str, Any],
+    cluster_cfg: ClusterConfig | None = None,
+) -> RunResult:  # fmt: skip
+    """One engine (or a simulated cluster, ``cluster_cfg``), one virtual clock; the plan
+    played by one runner, or by one runner per shard as ``executor.workers`` splits a
+    live run (units round-robin, concurrency divided, routing slots stacked): the
+    executor options act as in a live run."""
     from workbench.shard import slot_offsets, split_concurrency, split_plan
 
     clock = VirtualClock()
-    engine = Engine(engine_cfg, clock)
+    engine: Engine | Cluster
+    sender: EngineSender
+    if cluster_cfg is None:
+        engine = Engine(engine_cfg, clock)
+        sender = EngineSender(engine, clock)
+    else:
+        engine = Cluster(engine_cfg, cluster_cfg, clock)
+        sender = ClusterSender(engine, clock)
     sinks = _Sinks(cfg, run_id, plan.n_rounds, manifest)
     ex = cfg.executor
     n = ex.workers if ex.workers > 1 or ex.kind != "local" else 1
@@ -164,7 +204,7 @@ async def _simulate(
         runner = Runner(
             shard_cfg, part, run_id=run_id,
             codec=make_codec(cfg.backend.name, **cfg.backend.options),
-            sender=EngineSender(engine, clock), clock=clock,
+            sender=sender, clock=clock,
             pool=run_pool(cfg.seed, cfg.backend.token_salt, run_id),
             sink=sinks.record, lifecycle_sink=sinks.lifecycle,
             block_size=plan.block_size or engine_cfg.block_size,
@@ -258,7 +298,7 @@ class _Sinks:
 
 
 async def _sample(
-    engine: Engine, clock: Clock, interval_s: float | None, timeline: list[dict[str, Any]]
+    engine: Engine | Cluster, clock: Clock, interval_s: float | None, timeline: list[dict[str, Any]]
 ) -> None:
     """``backend.scrape_interval_s`` in virtual time: the engine's counters and gauges
     every interval, as the live scraper takes them from ``/metrics``."""
@@ -272,7 +312,7 @@ async def _sample(
         timeline.append(_engine_sample(clock.now_ns(), engine.stats()))
 
 
-def _flush(engine: Engine, mode: bool | str) -> dict[str, Any]:
+def _flush(engine: Engine | Cluster, mode: bool | str) -> dict[str, Any]:
     """``backend.flush_cache`` in virtual time: the engine core's own reset (it is fresh,
     so this only records, like a live run's manifest, what was done)."""
     from workbench.backends.flush import NOT_ASKED, FlushOutcome

@@ -39,6 +39,7 @@ import httptools
 
 from workbench.backends.base import BackendError
 from workbench.backends.stream import (
+    KEPT_HEADER_PREFIX,
     ConnectError,
     ConnectTimeoutError,
     DisconnectedError,
@@ -191,6 +192,8 @@ class _Connection(asyncio.Protocol):
         name = name.lower()
         if name == b"content-length" or name == b"transfer-encoding":
             self.delimited = True
+        elif name.startswith(KEPT_PREFIX) and self.state is not None:
+            self.state.headers[name.decode("latin-1")] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
         status = self.status = self.parser.get_status_code()
@@ -262,7 +265,13 @@ def _header_line(name: str, value: str) -> bytes:
     line = f"{name}: {value}"
     if "\r" in line or "\n" in line or ":" in name:
         raise BackendError(f"request header {name!r} cannot carry CR, LF or ':' in its name")
-    return line.encode("latin-1") + b"\r\n"
+    try:
+        return line.encode("latin-1") + b"\r\n"
+    except UnicodeEncodeError:
+        raise BackendError(f"request header {name!r}: not latin-1 text") from None
+
+
+KEPT_PREFIX = KEPT_HEADER_PREFIX.encode()
 
 
 class _ParseQueue:

@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 
 from workbench.backends.stream import (
+    KEPT_HEADER_PREFIX,
     ConnectError,
     ConnectTimeoutError,
     DisconnectedError,
@@ -112,6 +113,10 @@ class AiohttpClient:
                 url, data=payload, headers=headers, trace_request_ctx=[rec]
             ) as resp:
                 rec.http_status = resp.status
+                state.headers.update(
+                    (k.lower(), v) for k, v in resp.headers.items()
+                    if k.lower().startswith(KEPT_HEADER_PREFIX)
+                )
                 if resp.status != 200:
                     return resp.status, (await resp.content.read(ERROR_BODY_MAX))
                 try:

@@ -59,12 +59,16 @@ class StaleConnectionError(DisconnectedError):
     """
 
 
+#: response headers a client keeps for the record (lower case): ``x-workbench-*``
+KEPT_HEADER_PREFIX = "x-workbench-"
+
+
 class StreamState:
     """SSE decoding and token accounting of one response, fed ``(stamp, bytes)`` reads."""
 
     __slots__ = (
         "counts", "cut", "decode", "decoder", "done", "error", "feed_all", "feed_one", "guard",
-        "one", "reads", "rec", "times",
+        "headers", "one", "reads", "rec", "times",
     )  # fmt: skip
 
     def __init__(
@@ -82,6 +86,8 @@ class StreamState:
         self.reads = 0  # network reads of the body (pacing tells streamed from whole answers)
         self.guard = guard  # output overrun (docs/output-overrun.md)
         self.cut = False  # the guard cut the stream: drop the connection, do not read on
+        #: the response's ``x-workbench-*`` headers (a simulated cluster names its worker)
+        self.headers: dict[str, str] = {}
 
     def feed(self, t: int, chunk: bytes) -> None:
         """One network read of the body, received at ``t``.

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal, Protocol
+from urllib.parse import quote
 
 import orjson
 
@@ -47,6 +48,7 @@ from workbench.backends.stream import (
 )
 from workbench.clock import Clock, WallClock
 from workbench.records import RequestRecord, Status
+from workbench.sim.wire import placement_extra
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -62,6 +64,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+#: characters of a session id sent as they are in ``x-session-id``; others %-encoded
+SESSION_SAFE = "-_.~:/@+=,;!$&'()*"
 
 #: ``executor.http``: the client on the measured path (the first is the default)
 HTTP_CLIENTS = ("httptools", "aiohttp")
@@ -334,10 +339,14 @@ class Transport:
         guard = OverrunGuard(rec, req.max_tokens, by_events=not codec.returns_token_ids)
         state = StreamState(parser, rec, guard)
         extra = getattr(codec, "request_headers", None)  # backends/extras.py
-        headers = extra(req) if extra is not None else None
+        headers = dict(extra(req) or {}) if extra is not None else {}
+        if req.session_id:  # routers key session affinity on it (docs/cluster.md)
+            headers.setdefault("x-session-id", quote(req.session_id, safe=SESSION_SAFE))
         status, body = await client.post(
             self._url(codec), payload, req.request_id, rec, state, headers or None
         )
+        if state.headers:  # a simulated cluster's worker (docs/cluster.md)
+            rec.extra.update(placement_extra(state.headers))
         if status != 200:
             raise HTTPStatusError(status, body.decode("utf-8", errors="replace"))
         if state.error is not None:

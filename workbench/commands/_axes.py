@@ -190,12 +190,16 @@ def _knobs_into(args: argparse.Namespace, base: dict[str, Any]) -> None:
 
 
 def engine_knobs(items: list[str]) -> dict[str, Any]:
-    """``--engine KEY=VALUE`` items as engine knobs (numbers and booleans read as JSON)."""
+    """``--engine KEY=VALUE`` items as engine knobs: a value that reads as JSON (numbers,
+    booleans, objects such as ``{"prefill": 2, "decode": 2}``) is taken as JSON, anything
+    else as a string."""
     import json
 
     knobs: dict[str, Any] = {}
     for item in items:
         key, _, value = item.partition("=")
-        knobs[key] = json.loads(value) if value[:1].isdigit() or value in ("true", "false") \
-            else value
+        try:
+            knobs[key] = json.loads(value)
+        except ValueError:
+            knobs[key] = value
     return knobs

@@ -47,6 +47,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         serve.add_argument(f"--{name}", type=kind, default=None, help=text)
     for name, text in _FLAGS:
         serve.add_argument(f"--{name}", action="store_true", help=text)
+    cluster = serve.add_argument_group("simulated cluster (docs/cluster.md)")
+    cluster.add_argument("--workers", type=int, default=None,
+                         help="serve N engine workers behind one endpoint (default: one engine)")
+    cluster.add_argument("--router", default=None,
+                         help="round-robin | least-loaded | session-affinity | prefix-aware")
+    cluster.add_argument("--overload-threshold", type=int, default=None,
+                         help="prefix-aware: requests above the least-loaded worker (default 4)")
+    cluster.add_argument("--disagg", default=None, metavar="P:D",
+                         help="prefill/decode disaggregation: P prefill and D decode workers")
+    cluster.add_argument("--bandwidth-gbps", type=float, default=None,
+                         help="disaggregation: KV transfer bandwidth in GB/s (default 50)")
+    serve.add_argument("--engine-config", default=None, metavar="FILE",
+                       help="engine knobs from a JSON/YAML file (e.g. from `sim calibrate`); "
+                            "flags override it")
+    cal = sub.add_parser("calibrate", help="fit the cost model from a real engine's runs "
+                                           "(docs/calibration.md)")
+    cal.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="runs against a real server")
+    cal.add_argument("-o", "--output", default="engine.json",
+                     help="engine config to write (default engine.json)")
+    cal.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE",
+                     help="a knob of the real server that is not fitted, e.g. num_blocks=16384 "
+                          "(repeatable)")
+    cal.add_argument("--no-replay", action="store_true",
+                     help="skip replaying the runs in virtual time to check the fit")
 
 
 def knobs_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -66,13 +90,59 @@ def knobs_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return knobs
 
 
+def cluster_knobs_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The cluster knobs (``workers``, ``router``, ...) the user set."""
+    knobs: dict[str, Any] = {}
+    if args.workers is not None:
+        knobs["workers"] = args.workers
+    if args.router is not None:
+        knobs["router"] = args.router
+    if args.overload_threshold is not None:
+        knobs["router_options"] = {"overload_threshold": args.overload_threshold}
+    if args.disagg is not None:
+        p, sep, d = args.disagg.partition(":")
+        if not (sep and p.isdigit() and d.isdigit()):
+            raise ValueError(f"--disagg must be P:D (two integers), got {args.disagg!r}")
+        knobs["disagg"] = {"prefill": int(p), "decode": int(d)}
+        if args.bandwidth_gbps is not None:
+            knobs["disagg"]["bandwidth_gbps"] = args.bandwidth_gbps
+    elif args.bandwidth_gbps is not None:
+        raise ValueError("--bandwidth-gbps needs --disagg P:D")
+    return knobs
+
+
+def parse_knobs(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` items; values are JSON when they parse, else strings."""
+    import json
+
+    knobs: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"expected KEY=VALUE, got {item!r}")
+        try:
+            knobs[key] = json.loads(value)
+        except ValueError:
+            knobs[key] = value
+    return knobs
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.sim_command == "calibrate":
+        return run_calibrate(args)
+    from workbench.errors import ConfigError
+    from workbench.sim.calibrate import read_engine_file
+    from workbench.sim.cluster import split_knobs
     from workbench.sim.config import EngineConfig
     from workbench.sim.server import serve_forever
 
     try:
-        config = EngineConfig.from_knobs(**knobs_from_args(args))
-    except (TypeError, ValueError) as exc:
+        knobs = read_engine_file(args.engine_config) if args.engine_config else {}
+        knobs.update(knobs_from_args(args))
+        knobs.update(cluster_knobs_from_args(args))
+        engine_knobs, cluster = split_knobs(knobs)
+        config = EngineConfig.from_knobs(**engine_knobs)
+    except (TypeError, ValueError, ConfigError) as exc:
         print(f"workbench sim serve: error: {exc}", file=sys.stderr)
         return 2
 
@@ -82,9 +152,37 @@ def run(args: argparse.Namespace) -> int:
         print(f"config: {knobs}", flush=True)
         if config.faults.active:
             print(f"faults: {dataclasses.asdict(config.faults)}", flush=True)
+        if cluster is not None:
+            print(f"cluster: {cluster.to_dict()}", flush=True)
 
     try:
-        asyncio.run(serve_forever(args.host, args.port, config, ready))
+        asyncio.run(serve_forever(args.host, args.port, config, ready, cluster))
     except KeyboardInterrupt:
         return 0
+    return 0
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    import json
+
+    from workbench.errors import WorkbenchError
+    from workbench.sim.calibrate import calibrate
+
+    try:
+        cal = calibrate(args.run_dirs, base=parse_knobs(args.engine),
+                        self_check=not args.no_replay)  # fmt: skip
+    except (WorkbenchError, ValueError, OSError) as exc:
+        print(f"workbench sim calibrate: error: {exc}", file=sys.stderr)
+        return 2
+    path = cal.write(args.output)
+    fit = cal.fit
+    brief = {
+        "prefill": {k: fit["prefill"][k] for k in ("form", "coeffs", "samples",
+                                                     "median_abs_pct_error")},
+        "decode": {k: fit["decode"][k] for k in ("coeffs", "floor_ms", "samples",
+                                                   "median_abs_pct_error")},
+        "replay": fit.get("replay"),
+    }  # fmt: skip
+    print(json.dumps(brief, indent=2))
+    print(f"engine config: {path}")
     return 0

@@ -16,6 +16,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_axis_arguments(p)
     p.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE",
                    help="engine knob, e.g. --engine num_blocks=4096 (repeatable)")
+    p.add_argument("--engine-config", default=None, metavar="FILE",
+                   help="engine knobs from a JSON/YAML file (e.g. from `sim calibrate`); "
+                        "--engine overrides it")
     p.add_argument("--digest", action="store_true", help="print the canonical report digest")
 
 
@@ -24,7 +27,12 @@ def run(args: argparse.Namespace) -> int:
     from workbench.virtual import canonical_report, report_digest, simulate
 
     cfg = config_from_args(args)
-    knobs = {**cfg.target.engine, **engine_knobs(args.engine)}
+    knobs = dict(cfg.target.engine)
+    if args.engine_config:
+        from workbench.sim.calibrate import read_engine_file
+
+        knobs.update(read_engine_file(args.engine_config))
+    knobs.update(engine_knobs(args.engine))
     # the knobs go into the config, so the manifest's config says which engine ran
     result = simulate(cfg.replace(**{"target.engine": knobs}))
     summary = summarize(result, cfg.slo)

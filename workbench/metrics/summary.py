@@ -34,6 +34,7 @@ import pandas as pd
 from workbench.metrics.frame import Data, cache_measured, cache_reported, to_frame
 from workbench.metrics.isolation import warm_cache
 from workbench.metrics.server_side import server_evidence
+from workbench.metrics.workers import worker_breakdown
 from workbench.records import RunResult
 
 LATENCY_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
@@ -324,6 +325,9 @@ def summarize(
         out["run_cancelled"] = bool(result.cancelled)  # "cancelled" is the request count
     if isinstance(manifest.get("warmup"), Mapping):  # what the warm-up did (out of the metrics)
         out["warmup"] = dict(manifest["warmup"])
+    workers = worker_breakdown(df)
+    if workers is not None:  # a simulated cluster: load, hit rate and queueing per worker
+        out["workers"] = workers
     client = manifest.get("client")
     if isinstance(client, Mapping):  # self-measurement of a live run (absent in simulate)
         out["client"] = {**client, **client_bottleneck(client)}

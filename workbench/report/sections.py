@@ -20,7 +20,8 @@ import pandas as pd
 from workbench.report import tables
 
 TABLE_NAMES = (
-    "run", "config", "client", "latency", "prefix", "server", "by_round", "by_band", "errors",
+    "run", "config", "client", "latency", "prefix", "server", "workers", "by_round", "by_band",
+    "errors",
 )  # fmt: skip
 
 
@@ -75,6 +76,11 @@ class RunReport:
                                           caption=tables.prefix_caption(self.summary)),
             "server": lambda: tables.show(tables.server_table(self.summary),
                                           caption=tables.server_caption(self.summary)),
+            "workers": lambda: tables.show(
+                tables.worker_table(self.summary),
+                caption="Per worker of a simulated cluster (hit rate 0-1, TTFT ms)"
+                if self.summary.get("workers")
+                else "One engine served every request (not a simulated cluster)"),
             "by_round": self._by_round,
             "by_band": self._by_band,
             "errors": self._errors,

@@ -271,6 +271,43 @@ def server_caption(data: Any) -> str:
     )
 
 
+WORKER_COLUMNS: tuple[str, ...] = (
+    "requests", "prompt_share", "hit_rate", "ttft_ms_p50", "ttft_ms_p90",
+    "waiting_at_arrival_mean", "waiting_at_arrival_max",
+)  # fmt: skip
+
+
+def worker_table(data: Any) -> pd.DataFrame:
+    """Per worker of a simulated cluster (``summary["workers"]``, docs/cluster.md):
+    load (requests, share of prompt tokens), hit rate, TTFT and the waiting queue at
+    arrival. Empty for a run against one engine."""
+    rows = as_summary(data).get("workers") or []
+    df = pd.DataFrame(rows, columns=["worker", *WORKER_COLUMNS])
+    df = df.set_index("worker")
+    return _named(df, "workers")
+
+
+def router_table(summaries: Mapping[str, Any]) -> pd.DataFrame:
+    """Runs of one trace on a simulated cluster side by side, one row per label (e.g.
+    the router): hit rate against the plan's, TTFT p50/p90 and the per-worker spread."""
+    rows = []
+    for label, data in summaries.items():
+        s = as_summary(data)
+        workers = s.get("workers") or []
+        reqs = [w["requests"] for w in workers]
+        planned = s.get("planned_prefix_hit_rate")
+        actual = s.get("actual_prefix_hit_rate")
+        rows.append({
+            "run": label, "actual_hit": actual, "planned_hit": planned,
+            "recovered": actual / planned if actual is not None and planned else None,
+            "ttft_ms_p50": s["ttft_ms"]["p50"], "ttft_ms_p90": s["ttft_ms"]["p90"],
+            "workers": len(workers),
+            "requests_per_worker_min": min(reqs) if reqs else None,
+            "requests_per_worker_max": max(reqs) if reqs else None,
+        })  # fmt: skip
+    return _named(pd.DataFrame(rows).set_index("run"), "routers")
+
+
 def mapping_table(d: Mapping[str, Any], name: str, *, key: str = "name") -> pd.DataFrame:
     """A two-column view of a flat mapping (e.g. ``trace_stats(...).summary``)."""
     df = pd.DataFrame({"value": pd.Series(list(d.values()), dtype=object)})

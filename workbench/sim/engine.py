@@ -175,6 +175,30 @@ class Engine:
         self._wake.set()
         return req
 
+    def submit_transferred(
+        self, request_id: str, prompt_ids: Sequence[int], max_tokens: int, kv_tokens: int
+    ) -> EngineRequest:
+        """``submit`` for a request whose first ``kv_tokens`` prompt tokens arrive with
+        their KV already computed (prefill/decode disaggregation, ``sim.cluster``):
+        they are allocated at admission but not computed again."""
+        req = self.submit(request_id, prompt_ids, max_tokens)
+        req._seq.preloaded = max(0, min(int(kv_tokens), req._seq.prompt_len))
+        return req
+
+    def validate(self, prompt_ids: Sequence[int], max_tokens: int) -> int:
+        """The ``ValueError`` ``submit`` would raise, without queueing; else the
+        clamped ``max_tokens``."""
+        return self._check(list(prompt_ids), int(max_tokens))
+
+    def load(self) -> tuple[int, int, float]:
+        """(running requests, waiting requests, KV usage): what a router balances on."""
+        s = self._sched
+        return len(s.running), len(s.waiting), s.kv.usage
+
+    def cached_prefix_blocks(self, hashes: Sequence[int]) -> int:
+        """How many leading blocks of ``hashes`` this engine's prefix cache holds."""
+        return len(self._sched.kv.longest_hit(hashes, len(hashes)))
+
     def _check(self, prompt: list[int], max_tokens: int) -> int:
         cfg = self.config
         if not prompt:

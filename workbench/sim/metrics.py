@@ -4,6 +4,10 @@ A custom collector on its own ``CollectorRegistry`` reads the engine's
 counters at scrape time, so the exposition can never drift from the numbers
 the engine reports per request. Names follow vLLM 0.32 (``mode="vllm"``) or
 SGLang (``mode="sglang"``), per SPEC §4 and real-engines.md §3.5.
+
+A simulated cluster exposes one series per worker, labelled ``engine="<index>"``
+as vLLM labels its data-parallel engines (SGLang mode gains the same label), so
+a scraper that sums over label sets reads the cluster's aggregate.
 """
 
 from __future__ import annotations
@@ -47,36 +51,48 @@ SGLANG_GAUGES = (
 
 
 class EngineCollector:
-    """Yields the metric families of one engine at scrape time."""
+    """Yields the metric families of one engine, or of a cluster's workers (one label
+    set per worker), at scrape time."""
 
-    def __init__(self, config: EngineConfig, stats: Any) -> None:
+    def __init__(self, config: EngineConfig, stats: Any, engines: list[int] | None = None) -> None:
         self.config = config
-        self.stats = stats  # () -> dict, usually Engine.stats
+        self.stats = stats if isinstance(stats, list) else [stats]  # () -> dict (Engine.stats)
+        self.engines = engines or list(range(len(self.stats)))
+        self.cluster = engines is not None
 
     def collect(self) -> Iterator[Metric]:
-        stats = self.stats()
+        model = self.config.model
         if self.config.mode == "sglang":
-            yield from self._sglang(stats)
+            names = ["model_name", "engine"] if self.cluster else ["model_name"]
+            rows = [([model, str(i)] if self.cluster else [model], f()) for i, f in self._each()]
+            yield from self._sglang(names, rows)
         else:
-            yield from self._vllm(stats)
+            rows = [([str(i), model], f()) for i, f in self._each()]
+            yield from self._vllm(["engine", "model_name"], rows)
 
-    def _vllm(self, stats: dict[str, Any]) -> Iterator[Metric]:
-        names, values = ["engine", "model_name"], ["0", self.config.model]
+    def _each(self) -> list[tuple[int, Any]]:
+        return list(zip(self.engines, self.stats, strict=True))
+
+    def _vllm(
+        self, names: list[str], rows: list[tuple[list[str], dict[str, Any]]]
+    ) -> Iterator[Metric]:
         for name, doc, key in VLLM_COUNTERS:
             fam = CounterMetricFamily(name, doc, labels=names)
-            fam.add_metric(values, stats[key])
+            for values, stats in rows:
+                fam.add_metric(values, stats[key])
             yield fam
         success = CounterMetricFamily(
             "vllm:request_success", "Count of successfully processed requests.",
             labels=[*names, "finished_reason"],
         )  # fmt: skip
-        success.add_metric([*values, "length"], stats["requests"])
+        for values, stats in rows:
+            success.add_metric([*values, "length"], stats["requests"])
         yield success
         for name, doc, key in VLLM_GAUGES:
-            yield _gauge(name, doc, names, values, stats[key])
-        yield self._cache_info(names, values)
+            yield _gauge(name, doc, names, [(v, s[key]) for v, s in rows])
+        yield self._cache_info(names, [v for v, _ in rows])
 
-    def _cache_info(self, names: list[str], values: list[str]) -> Metric:
+    def _cache_info(self, names: list[str], label_rows: list[list[str]]) -> Metric:
         cfg = self.config
         info = {
             "block_size": str(cfg.block_size),
@@ -86,31 +102,40 @@ class EngineCollector:
         }
         return _gauge(
             "vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
-            [*names, *info], [*values, *info.values()], 1,
+            [*names, *info], [([*v, *info.values()], 1) for v in label_rows],
         )  # fmt: skip
 
-    def _sglang(self, stats: dict[str, Any]) -> Iterator[Metric]:
-        names, values = ["model_name"], [self.config.model]
+    def _sglang(
+        self, names: list[str], rows: list[tuple[list[str], dict[str, Any]]]
+    ) -> Iterator[Metric]:
         for name, doc, key in SGLANG_COUNTERS:
             fam = CounterMetricFamily(name, doc, labels=names)
-            fam.add_metric(values, stats[key])
+            for values, stats in rows:
+                fam.add_metric(values, stats[key])
             yield fam
         for name, doc, key in SGLANG_GAUGES:
-            yield _gauge(name, doc, names, values, stats[key])
-        queries = stats["prefix_cache_queries_tokens"]
-        rate = stats["prefix_cache_hits_tokens"] / queries if queries else 0.0
-        yield _gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", names, values, rate)
+            yield _gauge(name, doc, names, [(v, s[key]) for v, s in rows])
+        rates = []
+        for values, stats in rows:
+            queries = stats["prefix_cache_queries_tokens"]
+            rates.append((values, stats["prefix_cache_hits_tokens"] / queries if queries else 0.0))
+        yield _gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", names, rates)
 
 
-def _gauge(name: str, doc: str, names: list[str], values: list[str], value: float) -> Metric:
+def _gauge(name: str, doc: str, names: list[str], rows: list[tuple[list[str], float]]) -> Metric:
     fam = GaugeMetricFamily(name, doc, labels=names)
-    fam.add_metric(values, value)
+    for values, value in rows:
+        fam.add_metric(values, value)
     return fam
 
 
-def make_registry(config: EngineConfig, stats: Any) -> CollectorRegistry:
+def make_registry(
+    config: EngineConfig, stats: Any, engines: list[int] | None = None
+) -> CollectorRegistry:
+    """``stats``: one engine's ``() -> dict``; or a cluster's, one per worker index in
+    ``engines``."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(EngineCollector(config, stats))
+    registry.register(EngineCollector(config, stats, engines))
     return registry
 
 

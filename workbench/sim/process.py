@@ -105,9 +105,11 @@ async def serve_sim_process(
     Knobs are validated here first (``EngineConfig.from_knobs``), so a bad one
     fails before any process starts, with the same message as in-process.
     """
+    from workbench.sim.cluster import split_knobs
     from workbench.sim.config import EngineConfig
 
-    EngineConfig.from_knobs(**engine_knobs)
+    engine_only, _cluster = split_knobs(engine_knobs)  # a simulated cluster's knobs too
+    EngineConfig.from_knobs(**engine_only)
     # the child's stderr: a file with no name (gone with its last descriptor, however
     # this process ends), read back only to say why a child did not start
     with tempfile.TemporaryFile(prefix="workbench-sim-") as err_fh:

@@ -68,6 +68,7 @@ class Sequence:
     watched: bool = False
     preemptions: int = 0  # times this request was preempted (recomputed from scratch)
     handle: object = None
+    preloaded: int = 0  # prompt tokens whose KV came with the request (disaggregation)
 
     @property
     def output(self) -> list[int]:
@@ -203,6 +204,7 @@ class Scheduler:
         seq.blocks = []
         seq.capacity = 0
         seq.num_computed = 0
+        seq.preloaded = 0  # its transferred KV is gone: recompute from here on
         seq.committed = 0
         seq.next_full = self.bs
         seq.prefilling = True
@@ -216,8 +218,9 @@ class Scheduler:
             seq = waiting[0]
             hit = self._head_hit(seq)
             cached = len(hit) * bs
-            n = min(seq.length - cached, budget)
-            need = -(-(cached + n) // bs) - len(hit)
+            start = max(cached, seq.preloaded)  # transferred KV is not computed again
+            n = min(seq.length - start, budget)
+            need = -(-(start + n) // bs) - len(hit)
             if not kv.can_allocate(need, hit):
                 self._memo = (seq, hit, kv.epoch)
                 break
@@ -225,7 +228,9 @@ class Scheduler:
             kv.acquire(hit)
             seq.blocks = hit + (kv.allocate(need) or [])
             seq.capacity = len(seq.blocks) * bs
-            seq.num_computed = cached
+            seq.num_computed = start
+            if seq.preloaded:  # the one token left to compute is its first decode
+                seq.prefilling = False
             seq.committed = len(hit)
             seq.next_full = (len(hit) + 1) * bs
             if seq.cached_tokens < 0:

@@ -30,13 +30,14 @@ import orjson
 from aiohttp import web
 
 from workbench.clock import Clock, WallClock
+from workbench.sim.cluster import AnyRequest, Cluster, ClusterConfig, split_knobs
 from workbench.sim.codecs import CODECS, Codec
 from workbench.sim.config import EngineConfig
-from workbench.sim.engine import Engine, EngineRequest
+from workbench.sim.engine import Engine
 from workbench.sim.faults import FaultDice
 from workbench.sim.metrics import exposition, make_registry
 from workbench.sim.tokenizer import get_tokenizer
-from workbench.sim.wire import PARSERS, GenRequest, Json, WireError, now_s
+from workbench.sim.wire import PARSERS, GenRequest, Json, WireError, now_s, placement_extra
 
 log = logging.getLogger(__name__)
 
@@ -52,21 +53,32 @@ def _sse(chunk: Json) -> bytes:
     return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
 
-def _json(obj: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json")
+def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(obj), status=status, content_type="application/json", headers=headers
+    )
 
 
 class SimServer:
-    """Route handlers over one ``Engine``; ``app`` is the aiohttp application."""
+    """Route handlers over one ``Engine`` or a ``Cluster`` of them (then every response
+    names its worker in ``x-workbench-worker``); ``app`` is the aiohttp application."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine | Cluster) -> None:
         self.engine = engine
         self.config = engine.config
         self.faults = engine.config.faults
         self.tok = get_tokenizer()
         self._dice = FaultDice(self.faults, engine.config.seed)
         self._ids = itertools.count()
-        self._registry = make_registry(self.config, engine.stats)
+        if isinstance(engine, Cluster):  # one series per worker, labelled engine="<index>"
+            stats = [w.stats for w in engine.workers]
+            self._registry = make_registry(self.config, stats, list(range(len(stats))))
+            self._worker_registries = [
+                make_registry(self.config, [f], [i]) for i, f in enumerate(stats)
+            ]
+        else:
+            self._registry = make_registry(self.config, engine.stats)
+            self._worker_registries = []
         self.debug_log: deque[Json] = deque(maxlen=DEBUG_LOG_SIZE)
         # long contexts: 131k token ids as JSON pass 1 MiB, aiohttp's default body limit
         self.app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -104,7 +116,14 @@ class SimServer:
         return web.Response(status=200)
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        body = exposition(self._registry)
+        registry = self._registry
+        worker = request.query.get("worker")
+        if worker is not None:  # one worker of a cluster: /metrics?worker=<index>
+            n = len(self._worker_registries)
+            if not worker.isdigit() or int(worker) >= n:
+                return _json(WireError(404, f"no worker {worker!r} (workers: {n})").body(), 404)
+            registry = self._worker_registries[int(worker)]
+        body = exposition(registry)
         return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
 
     async def _reset(self, request: web.Request) -> web.Response:
@@ -135,20 +154,29 @@ class SimServer:
             gen = await self._parse(request, protocol)
             if self._dice.should_fail():
                 raise WireError(500, "injected fault: error_rate", "InternalServerError")
+            headers: dict[str, str] = {}
             try:
-                ereq = self.engine.submit(gen.request_id, gen.prompt_ids, gen.max_tokens)
+                if isinstance(self.engine, Cluster):
+                    session = request.headers.get("x-session-id") or gen.request_id
+                    where, ereq = self.engine.submit(
+                        gen.request_id, gen.prompt_ids, gen.max_tokens, session=session
+                    )
+                    headers = where.headers()
+                else:
+                    ereq = self.engine.submit(gen.request_id, gen.prompt_ids, gen.max_tokens)
             except ValueError as exc:
                 raise WireError(400, str(exc)) from None
         except WireError as err:
             return _json(err.body(), status=err.status)
         codec = CODECS[protocol](gen, self.config.model, self.tok, self.faults)
         entry = _entry(protocol, ereq)
+        entry.update(placement_extra(headers))
         peer = request.transport.get_extra_info("peername") if request.transport else None
         entry["peer"] = f"{peer[0]}:{peer[1]}" if peer else None  # which client connection
         try:
             if gen.stream:
-                return await self._stream(request, codec, ereq, entry)
-            return await self._unary(request, codec, ereq, entry)
+                return await self._stream(request, codec, ereq, entry, headers)
+            return await self._unary(request, codec, ereq, entry, headers)
         except ConnectionResetError:
             # The client closed its socket and a write hit the closing transport
             # before aiohttp cancelled this handler: the same abort, not a server error.
@@ -160,9 +188,10 @@ class SimServer:
             self.debug_log.append(_finish_entry(entry, ereq))
 
     async def _stream(
-        self, request: web.Request, codec: Codec, ereq: EngineRequest, entry: Json
-    ) -> web.StreamResponse:
-        resp = web.StreamResponse(headers=SSE_HEADERS)
+        self, request: web.Request, codec: Codec, ereq: AnyRequest, entry: Json,
+        headers: dict[str, str],
+    ) -> web.StreamResponse:  # fmt: skip
+        resp = web.StreamResponse(headers={**SSE_HEADERS, **headers})
         await resp.prepare(request)
         buf = [_sse(c) for c in codec.head_chunks()]
         writer = _Writer(resp, entry, self)
@@ -190,7 +219,7 @@ class SimServer:
         return resp
 
     async def _overrun(
-        self, writer: _Writer, codec: Codec, ereq: EngineRequest, extra: int
+        self, writer: _Writer, codec: Codec, ereq: AnyRequest, extra: int
     ) -> None:
         """Stream ``extra`` output tokens past the engine's last one (``overrun_tokens``,
         ``never_stop``), one per event, flushed in small batches; the last carries the
@@ -207,8 +236,9 @@ class SimServer:
                 await asyncio.sleep(0)  # let the loop serve the other streams
 
     async def _unary(
-        self, request: web.Request, codec: Codec, ereq: EngineRequest, entry: Json
-    ) -> web.StreamResponse:
+        self, request: web.Request, codec: Codec, ereq: AnyRequest, entry: Json,
+        headers: dict[str, str],
+    ) -> web.StreamResponse:  # fmt: skip
         limit = self.faults.disconnect_after_tokens
         if limit is not None:
             async for _ in ereq.batches():
@@ -219,7 +249,7 @@ class SimServer:
             await self.sleep(self.faults.stall_s)
         body = codec.final_body(ereq.output_ids, ereq.finish_reason, ereq.cached_tokens)
         entry["sent_ns"] = [self.engine.clock.now_ns()] * ereq.completion_tokens
-        return _json(body)
+        return _json(body, headers=headers)
 
     async def sleep(self, seconds: float) -> None:
         clock = self.engine.clock
@@ -271,7 +301,7 @@ def _drop_connection(request: web.Request) -> web.Response:
     return web.Response(status=499)
 
 
-def _entry(protocol: str, ereq: EngineRequest) -> Json:
+def _entry(protocol: str, ereq: AnyRequest) -> Json:
     return {
         "request_id": ereq.request_id,
         "protocol": protocol,
@@ -282,7 +312,7 @@ def _entry(protocol: str, ereq: EngineRequest) -> Json:
     }
 
 
-def _finish_entry(entry: Json, ereq: EngineRequest) -> Json:
+def _finish_entry(entry: Json, ereq: AnyRequest) -> Json:
     entry.update(
         cached_tokens=ereq.cached_tokens,
         completion_tokens=ereq.completion_tokens,
@@ -294,7 +324,7 @@ def _finish_entry(entry: Json, ereq: EngineRequest) -> Json:
     return entry
 
 
-def create_app(engine: Engine) -> web.Application:
+def create_app(engine: Engine | Cluster) -> web.Application:
     """The aiohttp application serving ``engine`` (the caller starts/stops the engine)."""
     server = SimServer(engine)
     server.app[SERVER_KEY] = server
@@ -308,7 +338,7 @@ class SimHandle:
     base_url: str
     host: str
     port: int
-    engine: Engine
+    engine: Engine | Cluster
     config: EngineConfig
     app: web.Application
 
@@ -325,17 +355,26 @@ async def serve_sim(
     *,
     config: EngineConfig | None = None,
     clock: Clock | None = None,
+    cluster: ClusterConfig | None = None,
     **engine_knobs: Any,
 ) -> AsyncIterator[SimHandle]:
     """Run the embedded engine behind HTTP on ``host:port`` (port 0: any free port).
 
     ``engine_knobs`` are ``EngineConfig`` fields and fault switch names
     (``serve_sim(block_size=32, error_rate=0.1)``); or pass a whole ``config``.
+    The cluster knobs (``workers``, ``router``, ``router_options``, ``disagg``) or a
+    ``cluster`` serve a simulated cluster behind the one endpoint instead.
     """
-    if config is not None and engine_knobs:
+    knobs, asked = split_knobs(engine_knobs)
+    if config is not None and knobs:
         raise ValueError("pass either config= or engine knobs, not both")
-    cfg = config or EngineConfig.from_knobs(**engine_knobs)
-    engine = Engine(cfg, clock or WallClock())
+    cluster = cluster or asked
+    cfg = config or EngineConfig.from_knobs(**knobs)
+    engine: Engine | Cluster
+    if cluster is None:
+        engine = Engine(cfg, clock or WallClock())
+    else:
+        engine = Cluster(cfg, cluster, clock or WallClock())
     await engine.start()
     app = create_app(engine)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
@@ -352,9 +391,12 @@ async def serve_sim(
         await runner.cleanup()
 
 
-async def serve_forever(host: str, port: int, config: EngineConfig, ready: Any = None) -> None:
+async def serve_forever(
+    host: str, port: int, config: EngineConfig, ready: Any = None,
+    cluster: ClusterConfig | None = None,
+) -> None:  # fmt: skip
     """Serve until cancelled; ``ready(handle)`` is called once listening (the CLI prints)."""
-    async with serve_sim(host, port, config=config) as handle:
+    async with serve_sim(host, port, config=config, cluster=cluster) as handle:
         if ready is not None:
             ready(handle)
         await asyncio.Event().wait()

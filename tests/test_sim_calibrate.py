@@ -1,0 +1,91 @@
+"""Calibration: the cost model fitted back from records whose truth is known.
+
+Records of a virtual-time run carry exact engine step times, so fitting them must
+give back the coefficients that produced them; then the fitted engine predicts the
+run it came from. The same fit on a real vLLM is in tests/real_engine.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from workbench.errors import ConfigError
+from workbench.sim.calibrate import calibrate, predict, read_engine_file
+from workbench.virtual import simulate
+
+TRUE = {"prefill_coeffs": [2e-6, 0.02, 5.0], "decode_coeffs": [3.0, 20.0, 4.0],
+        "decode_floor_ms": 0.5, "block_size": 16, "num_blocks": 512}  # fmt: skip
+BASE = {"block_size": 16, "num_blocks": 512}
+
+
+def _trace(path):
+    rows = ["id,arrival_time,input_len,output_len"]
+    for i in range(12):  # one at a time: every prefill alone
+        rows.append(f"s{i},{i * 2000.0},{64 + 250 * i},{6 + i}")
+    for i in range(10):  # then a burst: decode batches of 1..10, KV up to ~0.9 of capacity
+        rows.append(f"b{i},30000,{200 + 90 * i},{10 + 8 * i}")
+    path.write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cal")
+    cfg = {"trace": _trace(tmp / "t.csv"), "out_dir": str(tmp / "runs"), "run_id": "truth"}
+    return simulate(cfg, engine=TRUE).run_dir
+
+
+def test_fit_gives_back_the_coefficients_that_made_the_records(run_dir):
+    cal = calibrate([run_dir], base=BASE, self_check=False)
+    assert cal.engine["prefill_coeffs"] == pytest.approx(TRUE["prefill_coeffs"], rel=1e-3)
+    assert cal.engine["decode_coeffs"] == pytest.approx(TRUE["decode_coeffs"], rel=1e-3)
+    assert cal.fit["prefill"]["samples"] == 12  # the burst's prefills did not run alone
+    assert cal.fit["prefill"]["median_abs_pct_error"] < 1e-3
+    assert cal.fit["decode"]["median_abs_pct_error"] < 1e-3
+    assert cal.fit["decode"]["batch_range"] == [1.0, 10.0]
+    assert TRUE["decode_floor_ms"] < cal.engine["decode_floor_ms"] < 25.0
+    # nothing was cached, so the reported cached-token term has nothing to say
+    assert cal.fit["prefill"]["cached_tokens_range"] == [0.0, 0.0]
+
+
+def test_the_fitted_engine_predicts_its_own_run(run_dir):
+    cal = calibrate([run_dir], base=BASE)
+    (check,) = cal.fit["replay"]
+    assert abs(check["ttft_ms"]["error_pct"]) < 0.1
+    assert abs(check["tpot_ms"]["error_pct"]) < 0.1
+    assert predict(run_dir, cal.engine) == check
+
+
+def test_cli_writes_an_engine_config_simulate_and_serve_take(run_dir, tmp_path):
+    out = tmp_path / "engine.json"
+    cmd = [sys.executable, "-m", "workbench", "sim", "calibrate", run_dir, "-o", str(out),
+           "--engine", "num_blocks=512", "--no-replay"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "engine config:" in done.stdout
+    written = json.loads(out.read_text())
+    assert written["engine"]["num_blocks"] == 512
+    assert set(written["fit"]) >= {"prefill", "decode", "requests"}
+    knobs = read_engine_file(out)
+    assert knobs["prefill_coeffs"] == pytest.approx(TRUE["prefill_coeffs"], rel=1e-3)
+    trace = str(tmp_path / "t.csv")
+    _trace(tmp_path / "t.csv")
+    sim = subprocess.run([sys.executable, "-m", "workbench", "simulate", "--trace", trace,
+                          "--engine-config", str(out)], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert sim.returncode == 0, sim.stderr
+
+
+def test_bad_inputs_name_the_problem(tmp_path, run_dir):
+    with pytest.raises(ConfigError, match="at least one run directory"):
+        calibrate([])
+    bad = tmp_path / "e.yaml"
+    bad.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="mapping of engine knobs"):
+        read_engine_file(bad)
+    with pytest.raises(ConfigError, match="cannot read"):
+        read_engine_file(tmp_path / "missing.json")
+    with pytest.raises(ValueError, match="unknown engine knob"):
+        calibrate([run_dir], base={"num_blockz": 3}, self_check=False)

@@ -1,0 +1,349 @@
+"""A simulated cluster: N embedded engines behind a router, optionally disaggregated.
+
+Each worker is a whole ``Engine`` (its own KV cache, scheduler and step loop) on
+one shared ``Clock``, so the same cluster runs behind one HTTP endpoint (wall
+clock, ``sim.server``) and in virtual time (``workbench.virtual``). A router from
+``sim.router.ROUTERS`` picks the worker of every request.
+
+Prefill/decode disaggregation (``disagg``): workers ``0..P-1`` only prefill,
+workers ``P..P+D-1`` only decode. The router picks a prefill worker, which
+computes the prompt and the first token; the request's KV (``kv_bytes_per_token``
+× prompt tokens) then travels to the least-loaded decode worker at
+``bandwidth_gbps``, and the decode worker admits it with that KV in place
+(``Engine.submit_transferred``): its first step is a decode step. Transfers do not
+contend for the link. Formulas and defaults: ``docs/cluster.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.clock import Clock
+from workbench.sim.config import EngineConfig
+from workbench.sim.engine import Engine, EngineRequest, RequestOutput
+from workbench.sim.kvcache import block_hashes
+from workbench.sim.router import Router, RouteRequest, make_router
+from workbench.sim.wire import DECODE_WORKER_HEADER, WAITING_HEADER, WORKER_HEADER
+
+CLUSTER_KNOBS = ("workers", "router", "router_options", "disagg")
+# Llama-3-8B in fp16: 2 (K and V) x 32 layers x 8 KV heads x 128 dims x 2 bytes
+DEFAULT_KV_BYTES_PER_TOKEN = 131_072
+DEFAULT_BANDWIDTH_GBPS = 50.0  # GB/s: one 400 Gb/s RDMA NIC
+
+
+@dataclass(frozen=True, slots=True)
+class DisaggConfig:
+    """``prefill`` + ``decode`` workers; KV moves at ``bandwidth_gbps`` (GB/s, 1e9 B/s)."""
+
+    prefill: int = 1
+    decode: int = 1
+    bandwidth_gbps: float = DEFAULT_BANDWIDTH_GBPS
+    kv_bytes_per_token: int = DEFAULT_KV_BYTES_PER_TOKEN
+
+    def __post_init__(self) -> None:
+        for name in ("prefill", "decode", "kv_bytes_per_token"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"engine.disagg.{name} must be an integer >= 1, got {value!r}")
+        if not float(self.bandwidth_gbps) > 0:
+            raise ValueError(f"engine.disagg.bandwidth_gbps must be > 0, got {self.bandwidth_gbps}")
+
+    def transfer_ns(self, tokens: int) -> int:
+        """Nanoseconds to move ``tokens`` tokens of KV: bytes / bandwidth."""
+        return round(tokens * self.kv_bytes_per_token / self.bandwidth_gbps)  # B / (GB/s) = ns
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """How many workers, which router, and whether prefill and decode are split."""
+
+    workers: int = 1
+    router: str = "round-robin"
+    router_options: Mapping[str, Any] = field(default_factory=dict)
+    disagg: DisaggConfig | None = None
+
+    def __post_init__(self) -> None:
+        if type(self.workers) is not int or self.workers < 1:
+            raise ValueError(f"engine.workers must be an integer >= 1, got {self.workers!r}")
+        if not isinstance(self.router_options, Mapping):
+            raise ValueError("engine.router_options must be a mapping of router keywords")
+        make_router(self.router, dict(self.router_options))  # validates name and options
+        if self.disagg is not None and self.workers not in (1, self.size):
+            raise ValueError(
+                f"engine.workers ({self.workers}) must equal disagg.prefill + disagg.decode "
+                f"({self.size}) or be left out"
+            )
+
+    @property
+    def size(self) -> int:
+        """Total workers (prefill + decode when disaggregated)."""
+        d = self.disagg
+        return d.prefill + d.decode if d is not None else self.workers
+
+    @classmethod
+    def from_knobs(cls, knobs: Mapping[str, Any]) -> ClusterConfig:
+        disagg = knobs.get("disagg")
+        if isinstance(disagg, Mapping):
+            names = {f.name for f in dataclasses.fields(DisaggConfig)}
+            unknown = set(disagg) - names
+            if unknown:
+                raise ValueError(
+                    f"engine.disagg: unknown key(s) {sorted(unknown)}; valid: {sorted(names)}"
+                )
+            disagg = DisaggConfig(**disagg)
+        elif disagg is not None and not isinstance(disagg, DisaggConfig):
+            raise ValueError(
+                "engine.disagg must be a mapping (prefill, decode, bandwidth_gbps, "
+                "kv_bytes_per_token) or null"
+            )
+        return cls(
+            workers=knobs.get("workers", 1),
+            router=str(knobs.get("router", "round-robin")),
+            router_options=dict(knobs.get("router_options") or {}),
+            disagg=disagg,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workers": self.size,
+            "router": self.router,
+            "router_options": dict(self.router_options),
+            "disagg": None if self.disagg is None else dataclasses.asdict(self.disagg),
+        }
+
+
+def split_knobs(knobs: Mapping[str, Any]) -> tuple[dict[str, Any], ClusterConfig | None]:
+    """Engine knobs and the cluster they ask for (None: one engine, no cluster key given)."""
+    engine = {k: v for k, v in knobs.items() if k not in CLUSTER_KNOBS}
+    if not any(k in knobs for k in CLUSTER_KNOBS):
+        return engine, None
+    return engine, ClusterConfig.from_knobs(knobs)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a request went: its worker (the prefill worker when disaggregated), the
+    decode worker, and that worker's waiting queue when it arrived."""
+
+    worker: int
+    decode_worker: int | None
+    waiting: int
+
+    def headers(self) -> dict[str, str]:
+        out = {WORKER_HEADER: str(self.worker), WAITING_HEADER: str(self.waiting)}
+        if self.decode_worker is not None:
+            out[DECODE_WORKER_HEADER] = str(self.decode_worker)
+        return out
+
+
+class Cluster:
+    """Engines behind a router, with ``Engine``'s face: start/stop/submit/stats."""
+
+    def __init__(self, config: EngineConfig, cluster: ClusterConfig, clock: Clock) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.clock = clock
+        self.workers = [Engine(config, clock) for _ in range(cluster.size)]
+        self.router: Router = make_router(cluster.router, dict(cluster.router_options))
+        d = cluster.disagg
+        self._front = self.workers[: d.prefill] if d is not None else self.workers
+        self._decode = self.workers[d.prefill :] if d is not None else []
+        self._pending: set[DisaggRequest] = set()  # between prefill and decode admission
+
+    async def start(self) -> None:
+        for w in self.workers:
+            await w.start()
+
+    async def stop(self) -> None:
+        for dreq in list(self._pending):
+            dreq.abort()
+            dreq.cancel()
+        for w in self.workers:
+            await w.stop()
+
+    def place(self, request_id: str, prompt_ids: Sequence[int], session: str) -> Placement:
+        """Ask the router for a worker (and a decode worker when disaggregated)."""
+        hashes: Sequence[int] = ()
+        if self.router.needs_hashes:
+            bs = self.config.block_size
+            hashes = block_hashes(prompt_ids, bs, stop=len(prompt_ids) - 1)  # as admission
+        i = self.router.choose(RouteRequest(request_id, session, hashes), self._front)
+        if not 0 <= i < len(self._front):
+            raise RuntimeError(f"router {self.router.name} chose worker {i} of {len(self._front)}")
+        dec = None
+        if self._decode:
+            loads = [(r + q, u) for r, q, u in (w.load() for w in self._decode)]
+            dec = len(self._front) + loads.index(min(loads))
+        return Placement(i, dec, self.workers[i].load()[1])
+
+    def submit(
+        self,
+        request_id: str,
+        prompt_ids: Sequence[int],
+        max_tokens: int,
+        session: str = "",
+        placement: Placement | None = None,
+    ) -> tuple[Placement, AnyRequest]:
+        """Route and queue one request; ``ValueError`` as ``Engine.submit`` raises it."""
+        where = placement or self.place(request_id, prompt_ids, session or request_id)
+        engine = self.workers[where.worker]
+        if where.decode_worker is None:
+            return where, engine.submit(request_id, prompt_ids, max_tokens)
+        prompt = list(prompt_ids)
+        max_tokens = engine.validate(prompt, max_tokens)  # the limits, before anything runs
+        first = engine.submit(request_id, prompt, 1)
+        dreq = DisaggRequest(self, first, self.workers[where.decode_worker], prompt, max_tokens)
+        self._pending.add(dreq)
+        return where, dreq
+
+    def stats(self) -> dict[str, Any]:
+        """Counters and gauges summed over the workers (KV usage: the mean)."""
+        per = [w.stats() for w in self.workers]
+        out = {k: sum(s[k] for s in per) for k in per[0]}
+        out["kv_usage"] = out["kv_usage"] / len(per)
+        return out
+
+    def worker_stats(self) -> list[dict[str, Any]]:
+        return [w.stats() for w in self.workers]
+
+    def reset_prefix_cache(self) -> bool:
+        """Reset every worker's cache; False if any worker still holds blocks (none reset)."""
+        if any(w.load()[0] or w.load()[1] for w in self.workers):
+            return False
+        return all([w.reset_prefix_cache() for w in self.workers])
+
+
+class DisaggRequest:
+    """A request served in two phases: prefill (+ first token) on one worker, the KV
+    transfer, then decode on another; ``EngineRequest``'s face over both."""
+
+    def __init__(
+        self, cluster: Cluster, first: EngineRequest, decode: Engine,
+        prompt: list[int], max_tokens: int,
+    ) -> None:  # fmt: skip
+        self._cluster, self._first, self._decode_engine = cluster, first, decode
+        self._prompt, self.max_tokens = prompt, max_tokens
+        self.decode: EngineRequest | None = None
+        self.transfer_start_ns: int | None = None
+        self.transfer_end_ns: int | None = None
+        self._ready = asyncio.Event()  # the decode phase exists, or never will
+        self._abort_ns: int | None = None
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    request_id = property(lambda self: self._first.request_id)
+    prompt_tokens = property(lambda self: self._first.prompt_tokens)
+    arrival_ns = property(lambda self: self._first.arrival_ns)
+    cached_tokens = property(lambda self: self._first.cached_tokens)
+    first_token_ns = property(lambda self: self._first.first_token_ns)
+
+    def _prefill_only(self) -> bool:
+        """True when the first phase is the whole request (one token, or it failed)."""
+        first = self._first
+        return self.max_tokens == 1 or (first.finished and first.finish_reason != "length")
+
+    @property
+    def finished(self) -> bool:
+        if self.decode is not None:
+            return bool(self.decode.finished)
+        return self._abort_ns is not None or (self._first.finished and self._prefill_only())
+
+    @property
+    def finish_reason(self) -> str | None:
+        if self.decode is not None:
+            return self.decode.finish_reason
+        if self._first.finished and self._prefill_only():
+            return self._first.finish_reason
+        return "abort" if self._abort_ns is not None else None
+
+    @property
+    def finish_ns(self) -> int | None:
+        if self.decode is not None:
+            return self.decode.finish_ns
+        if self._first.finished and self._prefill_only():
+            return self._first.finish_ns
+        return self._abort_ns
+
+    @property
+    def token_ns(self) -> list[int]:
+        return self._first.token_ns + (self.decode.token_ns if self.decode is not None else [])
+
+    @property
+    def output_ids(self) -> list[int]:
+        rest = self.decode.output_ids if self.decode is not None else []
+        return self._first.output_ids + rest
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.token_ns)
+
+    @property
+    def preemptions(self) -> int:
+        """Times either phase was preempted (recomputed from scratch on its worker)."""
+        return self._first.preemptions + (self.decode.preemptions if self.decode else 0)
+
+    async def _run(self) -> None:
+        try:
+            await self._first.wait()
+            if self._prefill_only() or self._abort_ns is not None:
+                return
+            disagg = self._cluster.cluster.disagg
+            assert disagg is not None
+            clock = self._cluster.clock
+            self.transfer_start_ns = start = clock.now_ns()
+            await clock.sleep_until(start + disagg.transfer_ns(len(self._prompt)))
+            self.transfer_end_ns = clock.now_ns()
+            if self._abort_ns is not None:
+                return
+            ids = [*self._prompt, *self._first.output_ids]
+            self.decode = self._decode_engine.submit_transferred(
+                self._first.request_id + "/decode", ids, self.max_tokens - 1, len(self._prompt)
+            )
+        finally:
+            self._ready.set()
+            self._cluster._pending.discard(self)
+
+    def abort(self) -> None:
+        if self.finished:
+            return
+        self._abort_ns = self._cluster.clock.now_ns()
+        self._first.abort()
+        if self.decode is not None:
+            self.decode.abort()
+        self._ready.set()
+
+    async def wait(self) -> DisaggRequest:
+        await self._first.wait()
+        await self._ready.wait()
+        if self.decode is not None:
+            await self.decode.wait()
+        return self
+
+    async def batches(self) -> AsyncIterator[list[RequestOutput]]:
+        """The first token (final only when ``max_tokens`` is 1), then the decode's."""
+        whole = self.max_tokens == 1
+        async for batch in self._first.batches():
+            if whole or not batch[-1].token_ids:
+                yield batch  # the request's end (or the prefill's abort item)
+                if not whole:
+                    return
+                continue
+            yield [RequestOutput(o.token_ids, o.t_ns, False, None) for o in batch]
+        if whole:
+            return
+        await self._ready.wait()
+        if self.decode is None:
+            yield [RequestOutput([], self.finish_ns or 0, True, self.finish_reason or "abort")]
+            return
+        async for batch in self.decode.batches():
+            yield batch
+
+    def cancel(self) -> None:
+        """Stop the phase task (the cluster is stopping)."""
+        self._task.cancel()
+
+
+AnyRequest = EngineRequest | DisaggRequest

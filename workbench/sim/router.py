@@ -1,0 +1,166 @@
+"""Routers of the simulated cluster: which worker serves a request (pure policy).
+
+A router sees the request (its id, its session key, its prompt's chained block
+hashes when it asks for them) and every worker's load and cache through two
+public ``Engine`` methods, ``load()`` and ``cached_prefix_blocks(hashes)``. It
+returns a worker index. Routers are picked by name from ``ROUTERS``:
+
+- ``round-robin``: worker ``k mod N`` for the k-th request;
+- ``least-loaded``: fewest running + waiting requests, then lowest KV usage;
+- ``session-affinity``: a session's first request goes to the least-loaded
+  worker, every later one to the same worker (sticky);
+- ``prefix-aware``: the worker whose prefix cache holds the longest prefix of
+  the prompt, unless that worker is overloaded (``overload_threshold``), the
+  policy of Dynamo's KV router and SGLang's cache-aware router.
+
+Ties always go to the lowest worker index, so a replay is deterministic. The
+rules and their defaults are in ``docs/cluster.md``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class Worker(Protocol):
+    """What a router reads of a worker (``workbench.sim.engine.Engine`` has both)."""
+
+    def load(self) -> tuple[int, int, float]: ...
+
+    def cached_prefix_blocks(self, hashes: Sequence[int]) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRequest:
+    """One routing decision's input. ``hashes`` is filled only for routers that
+    set ``needs_hashes`` (hashing a long prompt is not free)."""
+
+    request_id: str
+    session: str
+    hashes: Sequence[int] = ()
+
+
+class Router(Protocol):
+    name: str
+    needs_hashes: bool
+
+    def choose(self, req: RouteRequest, workers: Sequence[Worker]) -> int: ...
+
+
+def _least_loaded(workers: Sequence[Worker], among: Sequence[int] | None = None) -> int:
+    best, best_key = 0, None
+    for i in range(len(workers)) if among is None else among:
+        running, waiting, usage = workers[i].load()
+        key = (running + waiting, usage)
+        if best_key is None or key < best_key:
+            best, best_key = i, key
+    return best
+
+
+class RoundRobin:
+    name = "round-robin"
+    needs_hashes = False
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def choose(self, req: RouteRequest, workers: Sequence[Worker]) -> int:
+        i = self._next % len(workers)
+        self._next += 1
+        return i
+
+
+class LeastLoaded:
+    name = "least-loaded"
+    needs_hashes = False
+
+    def choose(self, req: RouteRequest, workers: Sequence[Worker]) -> int:
+        return _least_loaded(workers)
+
+
+class SessionAffinity:
+    """Sticky by session key; remembers at most ``max_sessions`` sessions (LRU)."""
+
+    name = "session-affinity"
+    needs_hashes = False
+
+    def __init__(self, max_sessions: int = 1_000_000) -> None:
+        if int(max_sessions) < 1:
+            raise ValueError(f"router_options.max_sessions must be >= 1, got {max_sessions}")
+        self.max_sessions = int(max_sessions)
+        self._home: OrderedDict[str, int] = OrderedDict()
+
+    def choose(self, req: RouteRequest, workers: Sequence[Worker]) -> int:
+        home = self._home.get(req.session)
+        if home is not None and home < len(workers):
+            self._home.move_to_end(req.session)
+            return home
+        home = _least_loaded(workers)
+        self._home[req.session] = home
+        if len(self._home) > self.max_sessions:
+            self._home.popitem(last=False)
+        return home
+
+
+class PrefixAware:
+    """Longest cached prefix among the workers that are not overloaded.
+
+    A worker is overloaded when its running + waiting requests exceed the
+    least-loaded worker's by more than ``overload_threshold`` (default 4), or
+    its KV usage is above ``max_kv_usage`` (default 0.95). Among the others the
+    longest cached prefix wins (ties: lower load, then lower index); when no
+    worker holds any of the prompt, the least-loaded worker gets it.
+    """
+
+    name = "prefix-aware"
+    needs_hashes = True
+
+    def __init__(self, overload_threshold: int = 4, max_kv_usage: float = 0.95) -> None:
+        if int(overload_threshold) < 0:
+            raise ValueError(
+                f"router_options.overload_threshold must be >= 0, got {overload_threshold}"
+            )
+        if not 0 < float(max_kv_usage) <= 1:
+            raise ValueError(f"router_options.max_kv_usage must be in (0, 1], got {max_kv_usage}")
+        self.overload_threshold = int(overload_threshold)
+        self.max_kv_usage = float(max_kv_usage)
+
+    def choose(self, req: RouteRequest, workers: Sequence[Worker]) -> int:
+        loads = [w.load() for w in workers]
+        queued = [r + q for r, q, _ in loads]
+        floor = min(queued)
+        open_ = [
+            i for i, (n, (_, _, usage)) in enumerate(zip(queued, loads, strict=True))
+            if n - floor <= self.overload_threshold and usage <= self.max_kv_usage
+        ]  # fmt: skip
+        if not open_:
+            return _least_loaded(workers)
+        best, best_key = open_[0], None
+        for i in open_:
+            hit = workers[i].cached_prefix_blocks(req.hashes) if req.hashes else 0
+            key = (-hit, queued[i], loads[i][2])
+            if best_key is None or key < best_key:
+                best, best_key = i, key
+        return best
+
+
+ROUTERS: dict[str, Callable[..., Router]] = {
+    RoundRobin.name: RoundRobin,
+    LeastLoaded.name: LeastLoaded,
+    SessionAffinity.name: SessionAffinity,
+    PrefixAware.name: PrefixAware,
+}
+
+
+def make_router(name: str, options: dict[str, Any] | None = None) -> Router:
+    """The router registered as ``name``; ``options`` are its keyword arguments."""
+    factory = ROUTERS.get(name)
+    if factory is None:
+        raise ValueError(f"engine.router: unknown router {name!r}; one of {sorted(ROUTERS)}")
+    try:
+        return factory(**(options or {}))
+    except TypeError as exc:
+        raise ValueError(f"engine.router_options for {name!r}: {exc}") from None
