@@ -36,7 +36,7 @@ def test_from_file_json_and_yaml(tmp_path):
         ({"arrival": {"mode": "saturated", "rate": 2}}, "cannot be used with mode 'saturated'"),
         ({"arrival": {"mode": "closed-loop", "rate": 2, "max_concurrency": 2}},
          "cannot be used with mode 'closed-loop'"),
-        ({"arrival": {"max_concurrency": 0}}, "max_concurrency must be >= 1"),
+        ({"arrival": {"max_concurrency": 0}}, r"arrival.max_concurrency: expected an integer in \[1, "),
         ({"context": "prefix-preserving", "backend": "openai-chat"},
          "cannot return"),
         ({"arrival": "warp"}, "arrival.mode 'warp' is unknown"),

@@ -13,10 +13,12 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from workbench import redact
 from workbench.backends.base import make_codec
 from workbench.backends.transport import Transport, TransportOptions
 from workbench.clock import WallClock
@@ -25,6 +27,7 @@ from workbench.context.tokens import TokenPool
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.plan import Plan
 from workbench.records import RequestRecord, RunResult
+from workbench.redact import strip_url_credentials
 from workbench.runner import Runner
 
 log = logging.getLogger(__name__)
@@ -45,7 +48,10 @@ async def open_target(cfg: RunConfig) -> AsyncIterator[dict[str, Any]]:
                 "engine": _engine_info(handle),
             }
     else:
-        yield {"base_url": cfg.target.url.rstrip("/"), "kind": "url", "engine": None}
+        # user:password@ goes into an Authorization header (TransportOptions.of_run), never
+        # into the URL that is stored, logged and used for requests
+        url = strip_url_credentials(cfg.target.url)
+        yield {"base_url": url.rstrip("/"), "kind": "url", "engine": None}
 
 
 def _engine_info(handle: Any) -> dict[str, Any]:
@@ -76,6 +82,11 @@ class ReplaySession:
         self.run_id = run_id
         self.manifest = manifest
         self.progress = progress
+        # the run's secrets are redacted from every file and log record from now on
+        key_env = cfg.backend.api_key_env
+        redact.register(os.environ.get(key_env) if key_env else None)
+        redact.basic_authorization(cfg.target.url)  # registers the URL's password
+        redact.install_log_redaction()
         self.records: list[RequestRecord] = []
         self.lifecycle: list[dict[str, Any]] = []
         self.timeline: list[dict[str, Any]] = []

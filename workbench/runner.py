@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from workbench import redact
 from workbench.arrival.admission import AdmissionGate
 from workbench.arrival.queue import AdmissionQueue, Waiting
 from workbench.backends.base import Codec, WireRequest
@@ -391,6 +392,8 @@ class Runner:
     def _finish(self, rec: RequestRecord) -> None:
         if rec.end_ns is None:
             rec.end_ns = self.clock.now_ns()
+        if rec.error:  # server text can echo a key: never kept, shown or written (redact.py)
+            rec.error = redact.text(rec.error)
         self.sink(rec)
         self._finished += 1
         if self.freeze_gc and self._finished % GC_REFREEZE_EVERY == 0:

@@ -41,6 +41,8 @@ from workbench.backends.pace import DEFAULT_BUDGET_MS, Pacer
 from workbench.backends.sse import DONE, SSEDecoder
 from workbench.backends.stamps import RxStampedHandler, StampedRequest, read_log, stamped_reads
 from workbench.clock import Clock, WallClock
+from workbench.redact import basic_authorization
+from workbench.redact import register as register_secret
 from workbench.records import RequestRecord, Status
 
 if TYPE_CHECKING:
@@ -72,6 +74,7 @@ class TransportOptions:
     stream_idle_timeout_s: float | None = 60.0
     max_connections: int = 0
     pace_ms: float | Literal["auto"] = 0.0
+    authorization: str | None = None  # from the target URL's user:password (redact.py)
 
     @classmethod
     def of_run(cls, cfg: RunConfig, base_url: str) -> TransportOptions:
@@ -83,6 +86,7 @@ class TransportOptions:
             request_timeout_s=a.request_timeout_s,
             stream_idle_timeout_s=a.stream_idle_timeout_s,
             pace_ms=cfg.executor.pace_ms,
+            authorization=basic_authorization(cfg.target.url),
         )
 
 
@@ -218,7 +222,10 @@ class Transport:
         opts = self.options
         headers: dict[str, str] = {}
         key = os.environ.get(opts.api_key_env) if opts.api_key_env else None
-        if key:
+        if opts.authorization:  # the target URL's own credentials win over the env key
+            headers["Authorization"] = opts.authorization
+        elif key:
+            register_secret(key)
             headers["Authorization"] = f"Bearer {key}"
         connector = aiohttp.TCPConnector(limit=max(0, opts.max_connections))
         # aiohttp builds every connection's protocol through the connector's factory

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from workbench.commands._axes import add_axis_arguments, config_from_args
+from workbench.commands._axes import add_axis_arguments, config_from_args, exit_status
 
 NAME = "replay"
 HELP = "replay a trace against a serving endpoint (--target URL) or the embedded engine"
@@ -45,10 +45,11 @@ def run(args: argparse.Namespace) -> int:
     if cfg.dry_run:
         print(json.dumps(result.manifest["plan"], indent=2))
         return 0
-    print(json.dumps(_brief(summarize(result, cfg.slo)), indent=2))
+    summary = summarize(result, cfg.slo)
+    print(json.dumps(_brief(summary), indent=2))
     if result.run_dir:
         print(f"run directory: {result.run_dir}")
-    return 1 if result.cancelled else 0
+    return exit_status(summary, result.cancelled, args.max_error_rate)
 
 
 def _brief(summary: dict) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from workbench.commands._axes import add_axis_arguments, config_from_args
+from workbench.commands._axes import add_axis_arguments, config_from_args, exit_status
 from workbench.commands.replay import _brief
 
 NAME = "simulate"
@@ -29,10 +29,12 @@ def run(args: argparse.Namespace) -> int:
         key, _, value = item.partition("=")
         knobs[key] = json.loads(value) if value[:1].isdigit() or value in ("true", "false") \
             else value
-    result = simulate(cfg, engine=knobs)
-    print(json.dumps(_brief(summarize(result, cfg.slo)), indent=2))
+    cfg = cfg.replace(**{"target.engine": knobs})  # type- and range-checked like --config
+    result = simulate(cfg)
+    summary = summarize(result, cfg.slo)
+    print(json.dumps(_brief(summary), indent=2))
     if args.digest:
         print("digest:", report_digest(canonical_report(result, cfg.slo)))
     if result.run_dir:
         print(f"run directory: {result.run_dir}")
-    return 0
+    return exit_status(summary, result.cancelled, args.max_error_rate)

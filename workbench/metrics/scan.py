@@ -263,6 +263,7 @@ def summarize(
         slo = slo if slo is not None else _manifest_get(manifest, "slo")
         out["slo"] = slo_attainment(scan, slo, out["duration_s"]) if slo else None
     out["run_cancelled"] = bool(manifest.get("cancelled")) or manifest.get("status") == "cancelled"
+    out["run_status"] = manifest.get("status")  # "running" on disk: the run was killed
     client = manifest.get("client")
     if isinstance(client, Mapping):
         out["client"] = {**client, **client_bottleneck(client)}

@@ -305,6 +305,7 @@ def summarize(
     out["slo"] = slo_attainment(df, slo, out["duration_s"]) if slo else None
     if isinstance(result, RunResult):
         out["run_cancelled"] = bool(result.cancelled)  # "cancelled" is the request count
+        out["run_status"] = manifest.get("status")  # "running" on disk: the run was killed
     client = manifest.get("client")
     if isinstance(client, Mapping):  # self-measurement of a live run (absent in simulate)
         out["client"] = {**client, **client_bottleneck(client)}

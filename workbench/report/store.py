@@ -39,6 +39,7 @@ from typing import Any, Literal
 import orjson
 import pandas as pd
 
+from workbench import redact
 from workbench.records import RequestRecord, RunResult
 
 log = logging.getLogger(__name__)
@@ -135,7 +136,7 @@ class RecordWriter:
         self.count = 0
 
     def write(self, obj: Any) -> None:
-        line = dumps_line(obj)
+        line = redact.line(dumps_line(obj))  # no secret reaches a file (workbench.redact)
         self.count += 1
         if self._max_delay_s is None:
             self._write_out(line)
@@ -207,6 +208,7 @@ def write_json(path: str | Path, obj: Any) -> Path:
     """Write a JSON document atomically (temp file + rename): readers never see half of it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    obj = redact.obj(obj)  # no secret reaches a file (workbench.redact)
     try:
         data = orjson.dumps(
             obj, default=_default, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
