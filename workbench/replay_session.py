@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from workbench import redact
+from workbench import heap, redact
 from workbench.backends.base import make_codec
 from workbench.backends.transport import Transport, TransportOptions
 from workbench.clock import WallClock
@@ -100,6 +100,8 @@ class ReplaySession:
         # only (memory flat in the run's size); the manifest says which and why
         self._keep, why = cfg.keeps_records(plan.n_rounds)
         manifest["records_kept"], manifest["records_kept_reason"] = self._keep, why
+        if not self._keep:  # memory flat in the run's size: see workbench/heap.py
+            heap.prepare()
 
     # -- sinks --------------------------------------------------------------------------
     def _open_writers(self) -> None:
@@ -122,6 +124,8 @@ class ReplaySession:
             self._writers["records"].write(rec)
         if not rec.warmup:
             self._done += 1
+            if not self._keep and self._done % heap.TRIM_EVERY == 0:
+                heap.trim()
             if self.progress is not None:
                 self.progress(self._done, self._total)
 

@@ -36,14 +36,20 @@ import aiohttp
 import orjson
 import yarl
 
-from workbench.backends.base import BackendError, Codec, StreamParser, WireRequest
+from workbench.backends.base import (
+    BackendError,
+    Codec,
+    StreamParser,
+    WireRequest,
+    json_body_error,
+)
 from workbench.backends.pace import DEFAULT_BUDGET_MS, Pacer
 from workbench.backends.sse import DONE, SSEDecoder
 from workbench.backends.stamps import RxStampedHandler, StampedRequest, read_log, stamped_reads
 from workbench.clock import Clock, WallClock
+from workbench.records import RequestRecord, Status
 from workbench.redact import basic_authorization
 from workbench.redact import register as register_secret
-from workbench.records import RequestRecord, Status
 
 if TYPE_CHECKING:
     from workbench.config import RunConfig
@@ -371,6 +377,8 @@ class Transport:
                 rec.http_status = resp.status
                 if resp.status != 200:
                     raise HTTPStatusError(resp.status, await resp.text(errors="replace"))
+                if resp.content_type == "application/json":  # not a stream: an error body
+                    raise json_body_error(await resp.content.read(_ERROR_BODY_CHARS))
                 await self._stream(resp, parser, rec)
         finally:
             self._stamps.pop(req.request_id, None)

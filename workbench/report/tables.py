@@ -96,8 +96,8 @@ def run_table(data: Any) -> pd.DataFrame:
     """Counts and throughput of the run (success numerators over the all-attempts window);
     first, when the summary knows it, the run's status (incomplete runs say so)."""
     s = as_summary(data)
-    values = [_count(s.get(key)) if key in COUNT_KEYS else _float(s.get(key))
-              for _, key in RUN_FIELDS]
+    values: list[Any] = [_count(s.get(key)) if key in COUNT_KEYS else _float(s.get(key))
+                         for _, key in RUN_FIELDS]
     labels = [label for label, _ in RUN_FIELDS]
     note = run_status_note(s.get("run_status"))
     if note is not None:

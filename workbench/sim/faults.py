@@ -11,6 +11,21 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+USAGE_FAULTS = (None, "string", "huge", "negative")
+
+
+def broken_usage(kind: str | None, counts: dict) -> dict:
+    """``counts`` (a usage block or SGLang ``meta_info``) with the ``usage_fault`` applied."""
+    if kind == "string":
+        return {**counts, "prompt_tokens": "many"}
+    if kind == "huge":
+        if isinstance(counts.get("prompt_tokens_details"), dict):
+            return {**counts, "prompt_tokens_details": {"cached_tokens": 10**30}}
+        return {**counts, "cached_tokens": 10**30}
+    if kind == "negative":
+        return {**counts, "prompt_tokens": -5}
+    return counts
+
 
 @dataclass(frozen=True, slots=True)
 class Faults:
@@ -29,6 +44,15 @@ class Faults:
     server started without ``--stream-output``).
     ``sglang_prompt_echo``: this many prompt-tail ids prepended to the first
     SGLang ``output_ids`` (sgl-project/sglang#10896).
+    ``error_status``: the HTTP status of an ``error_rate`` fault (200: a gateway that
+    answers a failed stream with 200 and a JSON error body).
+    ``error_echo_auth``: the ``error_rate`` fault's message repeats the request's
+    ``Authorization`` header (servers and proxies that echo headers in errors).
+    ``usage_fault``: the usage counts are broken: ``"string"`` (``prompt_tokens:
+    "many"``), ``"huge"`` (``cached_tokens: 10**30``), ``"negative"``
+    (``prompt_tokens: -5``); in every protocol's usage (and SGLang's ``meta_info``).
+    ``text_cumulative``: chat ``delta.content`` and completions ``text`` repeat all
+    the text so far (a server or proxy that does not stream deltas).
     """
 
     error_rate: float = 0.0
@@ -38,8 +62,16 @@ class Faults:
     omit_usage: bool = False
     sglang_cumulative: bool = False
     sglang_prompt_echo: int = 0
+    error_status: int = 500
+    error_echo_auth: bool = False
+    usage_fault: str | None = None
+    text_cumulative: bool = False
 
     def __post_init__(self) -> None:
+        if self.usage_fault not in USAGE_FAULTS:
+            raise ValueError(f"usage_fault must be one of {USAGE_FAULTS}, got {self.usage_fault!r}")
+        if not 200 <= self.error_status <= 599:
+            raise ValueError(f"error_status must be an HTTP status, got {self.error_status}")
         if not 0.0 <= self.error_rate <= 1.0:
             raise ValueError(f"error_rate must be in [0, 1], got {self.error_rate}")
         for name in ("disconnect_after_tokens", "stall_after_tokens"):
