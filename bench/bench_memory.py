@@ -15,8 +15,9 @@ first waves done), at the end of the traffic (before the summary), the peak RSS
 of the whole process (``ru_maxrss``, including the summary scan), and the
 **slope** from 10 % to 100 % in bytes per request (least squares over the
 samples): what each further request costs while the run goes on. A flat
-client has a slope near zero; what stays is the trace and the plan, held from the start (their cost per request is the
-10 % point minus the baseline, divided by the requests).
+client has a slope near zero; what stays is the trace and the plan, held from
+the start (their cost per request is the 10 % point minus the baseline, divided
+by the requests).
 
 Run: ``.venv/bin/python bench/bench_memory.py --requests 100000 [--server sim]``
 (``nice -n 19`` for the 1M point). Results: ``bench/README.md``, "memory flat in
