@@ -91,6 +91,7 @@ RANGES: dict[str, Range] = {
     "target.engine.stall_after_tokens": Range(0, MAX_TOKENS),
     "target.engine.stall_s": Range(0, MAX_SECONDS),
     "target.engine.sglang_prompt_echo": Range(0, MAX_TOKENS),
+    "target.engine.error_status": Range(200, 599),
 }
 
 
