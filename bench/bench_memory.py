@@ -45,6 +45,18 @@ from bench_client import rss_mb, write_trace
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def write_sessions(path: Path, n: int, rounds: int, output: int) -> Path:
+    """``n`` requests as sessions of ``rounds`` rounds (256 fresh tokens a round, the
+    conversation so far as prefix, no tool waits): prompts grow round by round."""
+    with open(path, "w") as fh:
+        fh.write("session_id,arrival_time,round_idx,prefix_len,input_len,output_len,"
+                 "tool_wait_after_ms\n")
+        for i in range(n):
+            s, k = divmod(i, rounds)
+            fh.write(f"{s},0,{k},{k * (256 + output)},256,{output},0\n")
+    return path
+
+
 def start_server(kind: str) -> tuple[subprocess.Popen, str]:
     """The server process and its root URL, once it listens (bounded wait on its stdout)."""
     if kind == "fake":
@@ -75,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server", choices=("fake", "sim"), default="fake")
     ap.add_argument("--url", default=None, help="use a running server instead")
     ap.add_argument("--out-dir", default=None)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="rounds per session (1: independent requests; >1: agentic sessions "
+                    "whose prompts grow by the conversation so far)")
     ap.add_argument("--no-uvloop", action="store_true", help="executor.uvloop false (asyncio)")
     ap.add_argument("--no-gc-freeze", action="store_true", help="executor.gc_freeze false")
     args = ap.parse_args(argv)
@@ -84,10 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     baseline = rss_mb()
     tmp = Path(args.out_dir or tempfile.mkdtemp(prefix="wb-mem-"))
     tmp.mkdir(parents=True, exist_ok=True)
-    trace = write_trace(tmp / "trace.csv", args.requests, 512, args.output)
+    if args.rounds > 1:
+        trace, fmt = write_sessions(tmp / "sessions.csv", args.requests, args.rounds,
+                                    args.output), "session"
+    else:
+        trace, fmt = write_trace(tmp / "trace.csv", args.requests, 512, args.output), "independent"
     server, url = (None, args.url) if args.url else start_server(args.server)
     cfg = {
-        "trace": {"path": str(trace), "format": "independent"},
+        "trace": {"path": str(trace), "format": fmt},
         "arrival": {"mode": "saturated", "max_concurrency": args.concurrency},
         "backend": {"name": "openai", "preflight": False, "scrape_interval_s": None},
         "target": {"url": url},
@@ -119,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     fit = [s for s in samples if s[0] >= first[0]]
     slope = float(np.polyfit([d for d, _ in fit], [m * 2**20 for _, m in fit], 1)[0])
     out = {
-        "requests": args.requests, "ok": summary["ok"], "server": args.url or args.server,
+        "requests": args.requests, "rounds": args.rounds, "ok": summary["ok"], "server": args.url or args.server,
         "concurrency": args.concurrency, "wall_s": round(wall, 1),
         "req_per_s": round(args.requests / wall, 1),
         "rss_mb_baseline": round(baseline, 1), "rss_mb_at_10pct": round(first[1], 1),
