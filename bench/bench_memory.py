@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     fit = [s for s in samples if s[0] >= first[0]]
     slope = float(np.polyfit([d for d, _ in fit], [m * 2**20 for _, m in fit], 1)[0])
     out = {
-        "requests": args.requests, "rounds": args.rounds, "ok": summary["ok"], "server": args.url or args.server,
+        "requests": args.requests, "rounds": args.rounds, "ok": summary["ok"],
+        "server": args.url or args.server,
         "concurrency": args.concurrency, "wall_s": round(wall, 1),
         "req_per_s": round(args.requests / wall, 1),
         "rss_mb_baseline": round(baseline, 1), "rss_mb_at_10pct": round(first[1], 1),
