@@ -138,6 +138,7 @@ def test_report_of_a_killed_run_says_incomplete_and_escapes_its_id(tmp_path):
          str(tmp_path / "reports")], capture_output=True, text=True, timeout=600,
     )
     assert rep.returncode == 0, rep.stderr
+    assert "INCOMPLETE: the run was killed" in rep.stderr
     html = (tmp_path / "reports" / run_id / "report.html").read_text()
     assert "INCOMPLETE: the run was killed" in html
     assert "<img src=x onerror" not in html
