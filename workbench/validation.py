@@ -174,7 +174,10 @@ def _matches(value: Any, alt: Any, rng: Range | None) -> bool:
             and all(_matches(v, a, rng) for v, a in zip(value, args, strict=True))
         )  # fmt: skip
     if isinstance(alt, type):
-        return isinstance(value, alt)
+        try:
+            return isinstance(value, alt)
+        except TypeError:  # a Protocol that is not runtime-checkable: the consumer checks it
+            return True
     return True  # a type this checker does not know (a Protocol): the consumer checks it
 
 
