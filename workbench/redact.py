@@ -84,7 +84,12 @@ def obj(value: Any) -> Any:
 
 # ------------------------------------------------------------------------- URLs
 def url_credentials(url: str) -> tuple[str, str | None, str | None]:
-    """``(url without user:password@, user, password)``; unparsable URLs come back as-is."""
+    """``(url without user:password@, user, password)``; unparsable URLs come back as-is.
+
+    ``user:pw@host:port`` without a scheme is read as ``http://...`` (as the transport does).
+    """
+    if "://" not in url and "@" in url:
+        url = f"http://{url.strip()}"
     try:
         parts = urlsplit(url)
         user, password = parts.username, parts.password

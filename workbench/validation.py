@@ -218,11 +218,17 @@ def check_mapping(path: str, values: Mapping[str, Any], hints: Mapping[str, Any]
 
 # ------------------------------------------------------------------ values with a grammar
 def check_url(path: str, url: str) -> None:
-    """``sim`` or ``http(s)://HOST[:PORT][/PATH]`` with a port in 1..65535."""
+    """``sim`` or ``http(s)://HOST[:PORT][/PATH]`` with a port in 1..65535.
+
+    ``HOST:PORT`` without a scheme is read as ``http://HOST:PORT``, as the transport
+    does (``normalize_base_url``).
+    """
     from workbench.redact import strip_url_credentials
 
     if url == "sim":
         return
+    if "://" not in url:
+        url = f"http://{url.strip()}"
     shown = strip_url_credentials(url)
     hint = "use 'sim' (the embedded engine) or a server root such as http://127.0.0.1:8000"
     try:
