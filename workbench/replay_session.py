@@ -258,7 +258,12 @@ class ReplaySession:
         write_json(self.run_dir / "manifest.json", self.manifest)
         _write_parquet(self.run_dir)  # first: the scan below reads it instead of converting again
         # records not kept: summarize scans them from disk (DuckDB over records.parquet)
-        write_json(self.run_dir / "summary.json", summarize(self.result, self.cfg.slo))
+        try:
+            summary = summarize(self.result, self.cfg.slo)
+        except Exception as exc:  # a summary that cannot be computed must not lose the run
+            log.error("summary of %s failed; records are on disk", self.run_dir, exc_info=True)
+            summary = {"summary_error": f"{type(exc).__name__}: {exc}"}
+        write_json(self.run_dir / "summary.json", summary)
 
 
 def _write_parquet(run_dir: Path) -> None:
@@ -271,6 +276,8 @@ def _write_parquet(run_dir: Path) -> None:
         columnar.convert(run_dir)
     except (ConfigError, ImportError) as exc:  # pyarrow not installed: JSONL only
         log.info("records.parquet not written: %s", exc)
+    except (OSError, ValueError) as exc:  # disk full, a damaged line: the JSONL stays the truth
+        log.error("records.parquet not written (%s); records.jsonl is complete", exc)
 
 
 async def _watch(stop: asyncio.Event, runner: Runner) -> None:
