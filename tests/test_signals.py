@@ -67,3 +67,31 @@ def test_sigint_and_sigterm_end_the_same_way(tmp_path):
         files = sorted(p.name for p in (tmp_path / name).iterdir())
         seen.append((proc.returncode, manifest["status"], files))
     assert seen[0] == seen[1], seen
+
+
+def test_sigterm_stops_a_sharded_run_the_same_way(tmp_path):
+    """``executor.workers: 2``: the shards' records merge, in-flight ones cancelled."""
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({
+        "trace": LARGE, "target": "sim", "executor": {"workers": 2},
+        "arrival": {"mode": "saturated", "max_concurrency": 8, "tool_wait_scale": 0.0},
+    }))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workbench", "replay", "--config", str(cfg), "--no-progress",
+         "-o", str(tmp_path), "--run-id", "sharded"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    run = tmp_path / "sharded"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        shards = list((run / "shards").glob("records-*.jsonl")) if (run / "shards").exists() else []
+        if sum(p.read_bytes().count(b"\n") for p in shards) >= 5:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.CANCELLED, err
+    assert json.loads((run / "manifest.json").read_text())["status"] == "cancelled"
+    statuses = {json.loads(x)["status"] for x in (run / "records.jsonl").read_text().splitlines()}
+    assert {"ok", "cancelled"} <= statuses
+    assert (run / "summary.json").exists() and (run / "records.parquet").exists()
