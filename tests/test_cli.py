@@ -26,7 +26,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 def test_stats_on_a_missing_file_is_one_line_not_a_traceback(tmp_path):
     proc = cli("stats", str(tmp_path / "nope.jsonl"))
-    assert proc.returncode == 2
+    assert proc.returncode == 3  # ExitCode.TRACE_ERROR
     assert proc.stderr.strip().splitlines() == [
         f"workbench stats: error: {tmp_path / 'nope.jsonl'}:0: no such file"]
 
@@ -49,7 +49,7 @@ def test_an_undetectable_format_names_the_command_line_flag(tmp_path):
     bad = tmp_path / "x.csv"
     bad.write_text("a,b\n1,2\n")
     proc = cli("replay", "--trace", str(bad), "--target", "sim")
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr  # ExitCode.TRACE_ERROR
     assert "--format on the command line" in proc.stderr
     # the trace is checked before the progress bar starts: no bar was drawn
     assert "req" not in proc.stderr.replace("--format", "")

@@ -359,7 +359,8 @@ def test_cli_refuses_absurd_values_in_one_line_before_any_request(tmp_path):
                  ("stats", str(trace), "--block-size", "0")):
         proc = subprocess.run([sys.executable, "-m", "workbench", *args], env=env, cwd=tmp_path,
                               capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        code = 2 if "--block-size" in args else 3  # ExitCode: CONFIG_ERROR, TRACE_ERROR
+        assert proc.returncode == code and "Traceback" not in proc.stderr, proc.stderr
         last = proc.stderr.strip().splitlines()[-1]
         assert "exceeds the bound" in last or "--block-size: must be" in last, proc.stderr
     assert not runs.exists() and not (tmp_path / "o.csv").exists()

@@ -109,8 +109,9 @@ def _cli(*args: str, cwd: Path, prefix: list[str] | None = None) -> subprocess.C
     )
 
 
-def _one_line_error(proc: subprocess.CompletedProcess, words: str) -> None:
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+def _one_line_error(proc: subprocess.CompletedProcess, words: str, code: int = 3) -> None:
+    """One line on stderr, no traceback; ``code``: ExitCode.TRACE_ERROR unless told."""
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
     assert "Traceback" not in proc.stderr, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and words in lines[0], proc.stderr
@@ -165,7 +166,7 @@ def test_tracegen_output_that_cannot_be_written_is_one_config_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     proc = _cli("tracegen", str(src), "-o", str(blocker / "out.csv"), cwd=tmp_path)
-    _one_line_error(proc, "tracegen cannot write")
+    _one_line_error(proc, "tracegen cannot write", code=2)  # ExitCode.CONFIG_ERROR
 
 
 @pytest.mark.timeout(60)
@@ -186,5 +187,5 @@ def test_report_on_a_path_that_is_not_a_run_is_one_error(tmp_path):
         with pytest.raises(FileNotFoundError, match=words):  # still what callers caught
             load(path)
         proc = _cli("report", str(path), "-o", str(tmp_path / "reports"), cwd=tmp_path)
-        _one_line_error(proc, words)
+        _one_line_error(proc, words, code=2)  # a command-line error: ExitCode.CONFIG_ERROR
         assert name and not (tmp_path / "reports").exists()

@@ -13,8 +13,9 @@ import pkgutil
 import sys
 from collections.abc import Sequence
 
-from workbench import __version__, commands
-from workbench.errors import WorkbenchError
+from workbench import __version__, commands, redact
+from workbench.errors import ExitCode, WorkbenchError
+from workbench.signals import interrupt_on_sigterm
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,13 +50,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 0
+    redact.install_log_redaction()
+    interrupt_on_sigterm()  # SIGTERM (timeout, Docker, Kubernetes, Slurm) = Ctrl-C
     try:
         return int(args._run(args) or 0)
     except (WorkbenchError, OSError) as exc:  # one line a person can act on, no traceback
         if args.verbose:
             logging.getLogger("workbench").exception("%s failed", args.command)
-        print(f"workbench {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
+        print(f"workbench {args.command}: error: {redact.text(str(exc))}", file=sys.stderr)
+        return ExitCode.of_error(exc)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (workbench.signals): the run is saved
         print(f"workbench {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return ExitCode.CANCELLED

@@ -58,7 +58,9 @@ class ArrivalSpec:
     tool_wait_scale: float = 1.0
     output_len: str = "trace"  # trace | fixed:K | budget:T
     stop_session_on_error: bool = True
-    request_timeout_s: float | None = None
+    # a request may take at most 10 min end to end and stay silent at most 60 s (null: no
+    # bound); a hung server then ends as error records, never as a run that never ends
+    request_timeout_s: float | None = 600.0
     stream_idle_timeout_s: float | None = 60.0
 
 
@@ -252,6 +254,7 @@ class RunConfig:
         from workbench.backends import BACKENDS
         from workbench.context import POLICIES
 
+        self._check_types()
         a = self.arrival
         if a.mode not in ARRIVAL_MODES:
             raise ConfigError(
@@ -300,6 +303,70 @@ class RunConfig:
         self._check_executor()
         if self.trace.max_items is not None and self.trace.max_items <= 0:
             raise ConfigError(f"trace.max_items must be >= 1, got {self.trace.max_items}")
+
+    def _check_types(self) -> None:
+        """Every field's type (its annotation) and range (``validation.RANGES``), first.
+
+        The other rules below can then compare and combine values safely.
+        """
+        from workbench import validation as v
+
+        for key in _SECTIONS:
+            v.check_dataclass(getattr(self, key), key)
+        hints = v.hints_of(RunConfig)
+        for key in _TOP_LEVEL:
+            v.check_value(key, getattr(self, key), hints[key])
+        v.check_url("target.url", self.target.url)
+        if self.run_id is not None:
+            v.check_run_id("run_id", self.run_id)
+        if self.slo:
+            from workbench.metrics.summary import SLO_METRICS
+
+            unknown = sorted(set(self.slo) - set(SLO_METRICS))
+            if unknown:
+                raise ConfigError(
+                    f"slo: unknown metric(s) {unknown}; valid: {', '.join(SLO_METRICS)}"
+                )
+        self._check_engine(v)
+        self._check_backend_options(v)
+
+    def _check_engine(self, v: Any) -> None:
+        """``target.engine`` knobs: ``EngineConfig`` and fault-switch fields, typed."""
+        if not self.target.engine:
+            return
+        from workbench.sim.cluster import split_knobs
+        from workbench.sim.config import EngineConfig
+        from workbench.sim.faults import Faults
+
+        try:  # a simulated cluster's knobs (workers, router, ...) are checked by the cluster
+            engine_knobs, _cluster = split_knobs(self.target.engine)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"target.engine: {exc}") from None
+        knobs = {k: val for k, val in engine_knobs.items() if k != "faults"}
+        hints = {**v.hints_of(Faults), **v.hints_of(EngineConfig)}
+        v.check_mapping("target.engine", knobs, hints)
+        try:
+            EngineConfig.from_knobs(**engine_knobs)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"target.engine: {exc}") from None
+
+    def _check_backend_options(self, v: Any) -> None:
+        """``backend.options``: names the codec takes, each of the type it declares."""
+        if not self.backend.options:
+            return
+        from workbench.backends import BACKENDS
+        from workbench.backends.base import reconfigure
+
+        codec = BACKENDS.get(self.backend.name)
+        v.check_mapping("backend.options", self.backend.options, v.hints_of(type(codec)))
+        reconfigure(codec, self.backend.options)  # unknown names: ConfigError
+
+    def check_out_dir(self) -> None:
+        """``out_dir`` is a writable directory, or can be created as one (before a run)."""
+        if self.out_dir:
+            from workbench.validation import check_out_dir
+
+            check_out_dir("out_dir", self.out_dir)
 
     def _check_executor(self) -> None:
         e, a = self.executor, self.arrival

@@ -23,3 +23,33 @@ class TraceFormatError(WorkbenchError):
 
 class ConfigError(WorkbenchError):
     """A run configuration is invalid; the message says which key to change."""
+
+
+class ExitCode:
+    """The exit status of every ``workbench`` command (README "Exit codes").
+
+    ``COMPLETED``: the run ended as planned and its error rate is at most
+    ``--max-error-rate``; ``FAILED``: a runtime error outside the run's records (the
+    target cannot be reached, a server broke its protocol in the preflight);
+    ``CONFIG_ERROR``: a configuration or command-line error (also argparse's usage
+    errors); ``TRACE_ERROR``: the trace file broke a rule of its format or cannot be
+    read; ``ERROR_RATE``: the run completed but more than ``--max-error-rate`` of its
+    requests failed; ``CANCELLED``: the run was stopped (Ctrl-C, SIGTERM, a stop
+    event) — its directory is complete and says ``cancelled``.
+    """
+
+    COMPLETED = 0
+    FAILED = 1
+    CONFIG_ERROR = 2
+    TRACE_ERROR = 3
+    ERROR_RATE = 4
+    CANCELLED = 130
+
+    @staticmethod
+    def of_error(exc: BaseException) -> int:
+        """The exit status for an error raised out of a command."""
+        if isinstance(exc, TraceFormatError):
+            return ExitCode.TRACE_ERROR
+        if isinstance(exc, ConfigError):
+            return ExitCode.CONFIG_ERROR
+        return ExitCode.FAILED

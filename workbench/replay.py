@@ -23,6 +23,7 @@ from workbench.config import RunConfig
 from workbench.errors import ConfigError
 from workbench.plan import Plan, build_plan
 from workbench.records import RequestRecord, RunResult, Workload
+from workbench.redact import strip_url_credentials
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,12 @@ T = TypeVar("T")
 
 
 def coerce_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
-    return cfg if isinstance(cfg, RunConfig) else RunConfig.from_dict(cfg)
+    """A checked ``RunConfig`` (a dict is parsed; a hand-built one is checked too), with an
+    ``out_dir`` that can hold the run: every config error surfaces before any request."""
+    cfg = cfg if isinstance(cfg, RunConfig) else RunConfig.from_dict(cfg)
+    cfg.check()
+    cfg.check_out_dir()
+    return cfg
 
 
 def load_workload(cfg: RunConfig) -> Workload:
@@ -68,10 +74,12 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
     from workbench import __version__
     from workbench.traces.stats import ideal_prefix_hit_rate
 
+    config = cfg.to_dict()
+    config["target"]["url"] = strip_url_credentials(cfg.target.url)  # never the password
     return {
         "run_id": run_id,
         "label": cfg.label,
-        "config": cfg.to_dict(),
+        "config": config,
         "trace": {
             "path": workload.source,
             "format": workload.fmt,
@@ -158,16 +166,23 @@ def run(cfg: RunConfig | dict[str, Any], *, progress: Progress | None = None) ->
 
 
 def run_on_fast_loop(coro: Coroutine[Any, Any, T], use_uvloop: bool = True) -> T:
-    """``asyncio.run(coro)``, on uvloop when installed and wanted (no global policy change)."""
+    """``asyncio.run(coro)``, on uvloop when installed and wanted (no global policy change).
+
+    SIGTERM stops it as SIGINT does (``workbench.signals``): the run is saved as
+    ``cancelled`` and ``KeyboardInterrupt`` is raised.
+    """
+    from workbench.signals import run_with_sigterm
+
+    factory = None
     if use_uvloop:
         try:
             import uvloop
         except ImportError:
             pass
         else:
-            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                return runner.run(coro)
-    return asyncio.run(coro)
+            factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return run_with_sigterm(runner, coro)
 
 
 def count_progress(records: list[RequestRecord]) -> int:

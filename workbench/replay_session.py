@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from workbench import heap, redact
 from workbench.backends.base import make_codec
 from workbench.backends.transport import Transport, TransportOptions
 from workbench.clock import WallClock
@@ -26,6 +27,7 @@ from workbench.context.tokens import TokenPool, run_pool
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.plan import Plan
 from workbench.records import RequestRecord, RunResult
+from workbench.redact import strip_url_credentials
 from workbench.runner import Runner
 
 log = logging.getLogger(__name__)
@@ -53,7 +55,10 @@ async def open_target(cfg: RunConfig) -> AsyncIterator[dict[str, Any]]:
                 "engine_process": {"pid": None, "own_process": False},
             }
     else:
-        yield {"base_url": cfg.target.url.rstrip("/"), "kind": "url", "engine": None}
+        # user:password@ goes into an Authorization header (TransportOptions.of_run), never
+        # into the URL that is stored, logged and used for requests
+        url = strip_url_credentials(cfg.target.url)
+        yield {"base_url": url.rstrip("/"), "kind": "url", "engine": None}
 
 
 def _engine_info(handle: Any) -> dict[str, Any]:
@@ -84,6 +89,11 @@ class ReplaySession:
         self.run_id = run_id
         self.manifest = manifest
         self.progress = progress
+        # the run's secrets are redacted from every file and log record from now on
+        key_env = cfg.backend.api_key_env
+        redact.register(os.environ.get(key_env) if key_env else None)
+        redact.basic_authorization(cfg.target.url)  # registers the URL's password
+        redact.install_log_redaction()
         self.records: list[RequestRecord] = []
         self.lifecycle: list[dict[str, Any]] = []
         self.timeline: list[dict[str, Any]] = []
@@ -97,6 +107,8 @@ class ReplaySession:
         # only (memory flat in the run's size); the manifest says which and why
         self._keep, why = cfg.keeps_records(plan.n_rounds)
         manifest["records_kept"], manifest["records_kept_reason"] = self._keep, why
+        if not self._keep:  # memory flat in the run's size: see workbench/heap.py
+            heap.prepare()
 
     # -- sinks --------------------------------------------------------------------------
     def _open_writers(self) -> None:
@@ -120,6 +132,8 @@ class ReplaySession:
         if not rec.warmup:
             self._done += 1
             self._skipped += rec.status == "skipped"
+            if not self._keep and self._done % heap.TRIM_EVERY == 0:
+                heap.trim()
             if self.progress is not None:
                 self.progress(self._done, self._total)
 
@@ -296,7 +310,12 @@ class ReplaySession:
         write_json(self.run_dir / "manifest.json", self.manifest)
         _write_parquet(self.run_dir)  # first: the scan below reads it instead of converting again
         # records not kept: summarize scans them from disk (DuckDB over records.parquet)
-        write_json(self.run_dir / "summary.json", summarize(self.result, self.cfg.slo))
+        try:
+            summary = summarize(self.result, self.cfg.slo)
+        except Exception as exc:  # a summary that cannot be computed must not lose the run
+            log.error("summary of %s failed; records are on disk", self.run_dir, exc_info=True)
+            summary = {"summary_error": f"{type(exc).__name__}: {exc}"}
+        write_json(self.run_dir / "summary.json", summary)
 
 
 def _write_parquet(run_dir: Path) -> None:
@@ -309,6 +328,8 @@ def _write_parquet(run_dir: Path) -> None:
         columnar.convert(run_dir)
     except (ConfigError, ImportError) as exc:  # pyarrow not installed: JSONL only
         log.info("records.parquet not written: %s", exc)
+    except (OSError, ValueError) as exc:  # disk full, a damaged line: the JSONL stays the truth
+        log.error("records.parquet not written (%s); records.jsonl is complete", exc)
 
 
 async def _watch(stop: asyncio.Event, runner: Runner) -> None:

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from workbench import redact
 from workbench.arrival.admission import AdmissionGate
 from workbench.arrival.queue import AdmissionQueue, Waiting, release_order
 from workbench.backends.base import Codec, WireRequest
@@ -461,6 +462,8 @@ class Runner:
         if rec.warmup and self._warm is not None:
             self._warm["requests"] += 1
             self._warm["ok" if rec.status == "ok" else "failed"] += 1
+        if rec.error:  # server text can echo a key: never kept, shown or written (redact.py)
+            rec.error = redact.text(rec.error)
         self.sink(rec)
         self._finished += 1
         if self.freeze_gc and self._finished % GC_REFREEZE_EVERY == 0:

@@ -172,6 +172,48 @@ _CACHED_FALLBACKS = (
 )
 
 
+#: the largest token count a usage field may report (no context is near 2**31 tokens)
+USAGE_MAX = 2**31 - 1
+
+
+def usage_count(name: str, value: Any) -> int | None:
+    """A server-reported token count: an integer in [0, ``USAGE_MAX``], or absent (None).
+
+    Anything else (``"many"``, ``-3``, ``10**30``, ``1.5``, ``true``) is the server
+    breaking its protocol: a ``BackendError`` that fails this request with the value
+    named, instead of a number no later step can trust (or store in an int64 column).
+    """
+    if value is None:
+        return None
+    if type(value) is int and 0 <= value <= USAGE_MAX:
+        return value
+    if type(value) is float and value.is_integer() and 0 <= value <= USAGE_MAX:
+        return int(value)  # 12.0: JSON from some servers; the count itself is sound
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    raise BackendError(
+        f"server reported usage {name}={shown}, which is not a token count "
+        f"(an integer in [0, {USAGE_MAX}])"
+    )
+
+
+def json_body_error(body: bytes) -> BackendError:
+    """A 200 answer whose body is JSON, not an event stream: keep the server's message.
+
+    Some servers (proxies, gateways) answer a failed streaming request with HTTP 200
+    and ``{"error": {...}}``; the stream parser would only see a stream without usage.
+    """
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        obj = None
+    if isinstance(obj, dict) and ("error" in obj or obj.get("object") == "error"):
+        err = obj.get("error", obj)
+        msg = err.get("message", err) if isinstance(err, dict) else err
+        return BackendError(f"server error (HTTP 200, JSON body): {msg}")
+    text = body[:200].decode("utf-8", "replace")
+    return BackendError(f"HTTP 200 with a JSON body instead of an event stream: {text}")
+
+
 def parse_openai_usage(usage: Mapping[str, Any]) -> tuple[int | None, int | None, int, bool]:
     """``(prompt_tokens, completion_tokens, cached_tokens, cached_reported)`` of a usage block.
 
@@ -186,10 +228,13 @@ def parse_openai_usage(usage: Mapping[str, Any]) -> tuple[int | None, int | None
             cached = usage.get(key)
             if cached is not None:
                 break
+    if not isinstance(usage, Mapping):
+        raise BackendError(f"server sent a usage block that is not an object: {usage!r:.80}")
+    cached = usage_count("cached_tokens", cached)
     return (
-        usage.get("prompt_tokens"),
-        usage.get("completion_tokens"),
-        int(cached or 0),
+        usage_count("prompt_tokens", usage.get("prompt_tokens")),
+        usage_count("completion_tokens", usage.get("completion_tokens")),
+        cached or 0,
         cached is not None,
     )
 

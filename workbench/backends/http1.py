@@ -192,6 +192,8 @@ class _Connection(asyncio.Protocol):
         name = name.lower()
         if name == b"content-length" or name == b"transfer-encoding":
             self.delimited = True
+        elif name == b"content-type" and self.state is not None:
+            self.state.json_body = value.split(b";", 1)[0].strip().lower() == JSON_TYPE
         elif name.startswith(KEPT_PREFIX) and self.state is not None:
             self.state.headers[name.decode("latin-1")] = value.decode("latin-1")
 
@@ -199,7 +201,7 @@ class _Connection(asyncio.Protocol):
         status = self.status = self.parser.get_status_code()
         if self.rec is not None:
             self.rec.http_status = status
-        self.streaming = status == 200 and self.state is not None
+        self.streaming = status == 200 and self.state is not None and not self.state.json_body
 
     def on_message_complete(self) -> None:
         self.complete = True
@@ -272,6 +274,7 @@ def _header_line(name: str, value: str) -> bytes:
 
 
 KEPT_PREFIX = KEPT_HEADER_PREFIX.encode()
+JSON_TYPE = b"application/json"
 
 
 class _ParseQueue:

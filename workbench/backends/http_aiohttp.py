@@ -119,6 +119,9 @@ class AiohttpClient:
                 )
                 if resp.status != 200:
                     return resp.status, (await resp.content.read(ERROR_BODY_MAX))
+                if resp.content_type == "application/json":  # not a stream: an error body
+                    state.json_body = True
+                    return 200, (await resp.content.read(ERROR_BODY_MAX))
                 try:
                     async for chunk in resp.content.iter_any():
                         state.feed(now(), chunk)

@@ -27,6 +27,7 @@ from typing import Any, Protocol, cast
 
 from workbench.backends.base import (
     BACKENDS,
+    BackendError,
     OpenAIChunks,
     StreamOutcome,
     WireRequest,
@@ -170,14 +171,24 @@ class OpenAIChatCodec:
         return {"role": "user", "content": self.tokenizer.decode(ids)}
 
 
+CUMULATIVE_TEXT_HINT = (
+    "the chat stream's content is cumulative (each chunk repeats all the text so far, "
+    "and the text holds more tokens than usage.completion_tokens): the server does not "
+    "stream deltas; use a server or proxy that streams OpenAI deltas"
+)
+
+
 class ChatParser(OpenAIChunks):
     """Chat deltas: every chunk with non-empty content (or reasoning) is a token event.
 
     Its ids are the delta re-encoded (at least one, since the server sent a token
     even when it renders as whitespace); the reply's ids are the whole text re-encoded.
+    Cumulative content (every chunk starts with the one before and is longer, at
+    least three chunks, and the joined text re-encodes to more tokens than the
+    server's ``completion_tokens``) fails the request, as the token backends do.
     """
 
-    __slots__ = ("_codec", "_messages", "_parts", "_req")
+    __slots__ = ("_codec", "_grown", "_messages", "_parts", "_req")
 
     def __init__(self, codec: OpenAIChatCodec, req: WireRequest, messages: list[Message]):
         super().__init__("id")
@@ -185,6 +196,7 @@ class ChatParser(OpenAIChunks):
         self._req = req
         self._messages = messages
         self._parts: list[str] = []
+        self._grown = 0  # chunks that repeated the previous chunk's text and added to it
 
     def feed(self, payload: bytes) -> list[int] | None:
         choice = self._head(loads(payload))
@@ -195,7 +207,10 @@ class ChatParser(OpenAIChunks):
             return None
         content = delta.get("content")
         if content:
-            self._parts.append(content)
+            parts = self._parts
+            if parts and len(content) > len(parts[-1]) and content.startswith(parts[-1]):
+                self._grown += 1
+            parts.append(content)
         else:
             content = delta.get("reasoning_content") or delta.get("reasoning")
             if not content:
@@ -206,6 +221,12 @@ class ChatParser(OpenAIChunks):
         counts = self._usage_counts()
         reply = "".join(self._parts)
         reply_ids = self._codec.tokenizer.encode(reply)
+        completion = counts[1]
+        if (
+            self._grown >= 2 and self._grown == len(self._parts) - 1
+            and completion is not None and len(reply_ids) > completion
+        ):  # fmt: skip
+            raise BackendError(CUMULATIVE_TEXT_HINT)
         self._codec.remember(self._req, self._messages, reply, reply_ids)
         return self._outcome(counts, reply_ids)
 

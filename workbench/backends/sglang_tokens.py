@@ -34,6 +34,7 @@ from workbench.backends.base import (
     finish_reason_of,
     loads,
     reconfigure,
+    usage_count,
 )
 
 CUMULATIVE_HINT = (
@@ -68,7 +69,7 @@ class SGLangParser:
         done = None
         if meta:
             self._meta = meta
-            done = _done_count(meta)
+            done = usage_count("completion_tokens", _done_count(meta))
         ids = obj.get("output_ids")
         if not ids:
             return None
@@ -94,15 +95,15 @@ class SGLangParser:
         meta = self._meta
         if meta is None:
             raise BackendError("stream ended without meta_info (no usage from SGLang)")
-        completion = _done_count(meta)
+        completion = usage_count("completion_tokens", _done_count(meta))
         output, echoed = self._trim_echo(completion)
-        cached = meta.get("cached_tokens")
+        cached = usage_count("cached_tokens", meta.get("cached_tokens"))
         rid = meta.get("id")
         details = meta.get("cached_tokens_details")  # asked for: device/host/storage split
         return StreamOutcome(
-            prompt_tokens=meta.get("prompt_tokens"),
+            prompt_tokens=usage_count("prompt_tokens", meta.get("prompt_tokens")),
             completion_tokens=completion,
-            cached_tokens=int(cached or 0),
+            cached_tokens=cached or 0,
             cached_tokens_reported=cached is not None,
             finish_reason=finish_reason_of(meta.get("finish_reason")),
             server_request_id=None if rid is None else str(rid),

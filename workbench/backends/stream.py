@@ -68,7 +68,7 @@ class StreamState:
 
     __slots__ = (
         "counts", "cut", "decode", "decoder", "done", "error", "feed_all", "feed_one", "guard",
-        "headers", "one", "reads", "rec", "times",
+        "headers", "json_body", "one", "reads", "rec", "times",
     )  # fmt: skip
 
     def __init__(
@@ -88,6 +88,9 @@ class StreamState:
         self.cut = False  # the guard cut the stream: drop the connection, do not read on
         #: the response's ``x-workbench-*`` headers (a simulated cluster names its worker)
         self.headers: dict[str, str] = {}
+        #: a 200 answered with ``Content-Type: application/json``: not a stream but (from
+        #: proxies and gateways) an error body, which the client returns unparsed
+        self.json_body = False
 
     def feed(self, t: int, chunk: bytes) -> None:
         """One network read of the body, received at ``t``.

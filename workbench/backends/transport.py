@@ -35,7 +35,7 @@ from urllib.parse import quote
 
 import orjson
 
-from workbench.backends.base import BackendError, Codec, WireRequest
+from workbench.backends.base import BackendError, Codec, WireRequest, json_body_error
 from workbench.backends.overrun import OverrunGuard
 from workbench.backends.pace import DEFAULT_BUDGET_MS, Pacer
 from workbench.backends.stream import (
@@ -48,6 +48,8 @@ from workbench.backends.stream import (
 )
 from workbench.clock import Clock, WallClock
 from workbench.records import RequestRecord, Status
+from workbench.redact import basic_authorization
+from workbench.redact import register as register_secret
 from workbench.sim.wire import placement_extra
 
 if TYPE_CHECKING:
@@ -95,6 +97,7 @@ class TransportOptions:
     http: str = HTTP_CLIENTS[0]
     ssl_context: ssl.SSLContext | None = None
     pace_ms: float | Literal["auto"] = 0.0
+    authorization: str | None = None  # from the target URL's user:password (redact.py)
 
     @classmethod
     def of_run(cls, cfg: RunConfig, base_url: str) -> TransportOptions:
@@ -107,6 +110,7 @@ class TransportOptions:
             stream_idle_timeout_s=a.stream_idle_timeout_s,
             http=cfg.executor.http,
             pace_ms=cfg.executor.pace_ms,
+            authorization=basic_authorization(cfg.target.url),
         )
 
 
@@ -225,7 +229,10 @@ class Transport:
         opts = self.options
         headers: dict[str, str] = {}
         key = os.environ.get(opts.api_key_env) if opts.api_key_env else None
-        if key:
+        if opts.authorization:  # the target URL's own credentials win over the env key
+            headers["Authorization"] = opts.authorization
+        elif key:
+            register_secret(key)
             headers["Authorization"] = f"Bearer {key}"
         client = _client(opts, self._now, headers)
         await client.open()
@@ -349,6 +356,8 @@ class Transport:
             rec.extra.update(placement_extra(state.headers))
         if status != 200:
             raise HTTPStatusError(status, body.decode("utf-8", errors="replace"))
+        if state.json_body:  # a 200 whose body is JSON, not a stream: an error body
+            raise json_body_error(body[:_ERROR_BODY_CHARS])
         if state.error is not None:
             raise state.error
         if self._pacer is not None:

@@ -39,7 +39,28 @@ def add_axis_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML/JSON RunConfig file; flags override it")
     p.add_argument("-o", "--out", dest="out_dir", help="parent folder of the run directory")
     p.add_argument("--run-id", help="name of the run directory (default: timestamped)")
+    p.add_argument("--max-error-rate", type=float, default=0.0, metavar="FRACTION",
+                   help="exit with status 4 when more than this fraction of the requests "
+                   "failed (default 0: any failed request; 1: never)")
     add_run_knobs(p)
+
+
+def exit_status(summary: dict[str, Any], cancelled: bool, max_error_rate: float) -> int:
+    """The command's exit status for a finished run (``workbench.errors.ExitCode``).
+
+    The error rate is failed / (ok + failed) requests: skipped rounds (context guard)
+    and cancelled requests are neither.
+    """
+    from workbench.errors import ConfigError, ExitCode
+
+    if not 0.0 <= max_error_rate <= 1.0:  # NaN fails both comparisons
+        raise ConfigError(f"--max-error-rate: expected a fraction in [0, 1], got {max_error_rate}")
+    if cancelled:
+        return ExitCode.CANCELLED
+    errors, ok = int(summary.get("errors") or 0), int(summary.get("ok") or 0)
+    if errors and errors / (errors + ok) > max_error_rate:
+        return ExitCode.ERROR_RATE
+    return ExitCode.COMPLETED
 
 
 def add_run_knobs(p: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from workbench.commands._axes import add_axis_arguments, config_from_args
+from workbench.commands._axes import add_axis_arguments, config_from_args, exit_status
 
 NAME = "replay"
 HELP = "replay a trace against a serving endpoint (--target URL) or the embedded engine"
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     print_cache_notes(summary)
     if result.run_dir:
         print(f"run directory: {result.run_dir}")
-    return 1 if result.cancelled else 0
+    return exit_status(summary, result.cancelled, args.max_error_rate)
 
 
 def print_cache_notes(summary: dict) -> None:

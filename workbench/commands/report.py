@@ -71,6 +71,23 @@ def build_params(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     return notebook, params
 
 
+def _warn_incomplete(run_dirs: list[str]) -> None:
+    """Say on stderr, too, when a run did not complete (the report's status row says so)."""
+    import sys
+
+    from workbench.report.store import read_json
+    from workbench.report.tables import run_status_note
+
+    for d in run_dirs:
+        try:
+            status = read_json(Path(d) / "manifest.json").get("status")
+        except (OSError, ValueError, AttributeError):
+            continue
+        note = run_status_note(status)
+        if note and status != "completed":
+            print(f"workbench report: {d}: {note}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     import sys
 
@@ -79,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     from workbench.report.render import render_report
 
     notebook, params = build_params(args)
+    _warn_incomplete([params["run_dir"]] if "run_dir" in params else params.get("run_dirs", []))
     try:
         html = render_report(notebook, params, args.out_dir, show_code=args.show_code)
     except PapermillExecutionError as exc:

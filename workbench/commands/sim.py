@@ -29,12 +29,16 @@ _KNOBS: list[tuple[str, type, str]] = [
     ("stall-after-tokens", int, "fault: stop sending after N tokens for --stall-s"),
     ("stall-s", float, "fault: stall length in seconds"),
     ("sglang-prompt-echo", int, "fault: prepend N prompt-tail ids to SGLang output_ids"),
+    ("error-status", int, "fault: HTTP status of --error-rate answers (200: JSON error body)"),
+    ("usage-fault", str, "fault: broken usage counts: string | huge | negative"),
 ]
 _FLAGS = [
     ("zero-cost", "every step takes no time (throughput tests)"),
     ("no-prefix-caching", "disable prefix caching"),
     ("omit-usage", "fault: send no usage block"),
     ("sglang-cumulative", "fault: SGLang output_ids repeat everything so far"),
+    ("text-cumulative", "fault: chat/completions text repeats everything so far"),
+    ("error-echo-auth", "fault: --error-rate messages repeat the Authorization header"),
 ]
 
 

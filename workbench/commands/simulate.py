@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from workbench.commands._axes import add_axis_arguments, config_from_args, engine_knobs
+from workbench.commands._axes import (
+    add_axis_arguments,
+    config_from_args,
+    engine_knobs,
+    exit_status,
+)
 from workbench.commands.replay import _brief, print_cache_notes
 
 NAME = "simulate"
@@ -33,8 +38,10 @@ def run(args: argparse.Namespace) -> int:
 
         knobs.update(read_engine_file(args.engine_config))
     knobs.update(engine_knobs(args.engine))
-    # the knobs go into the config, so the manifest's config says which engine ran
-    result = simulate(cfg.replace(**{"target.engine": knobs}))
+    # the knobs go into the config, so the manifest's config says which engine ran (and
+    # they are type- and range-checked like --config)
+    cfg = cfg.replace(**{"target.engine": knobs})
+    result = simulate(cfg)
     summary = summarize(result, cfg.slo)
     print(json.dumps(_brief(summary, result, args.percentiles), indent=2))
     print_cache_notes(summary)
@@ -42,4 +49,4 @@ def run(args: argparse.Namespace) -> int:
         print("digest:", report_digest(canonical_report(result, cfg.slo)))
     if result.run_dir:
         print(f"run directory: {result.run_dir}")
-    return 0
+    return exit_status(summary, result.cancelled, args.max_error_rate)

@@ -302,6 +302,7 @@ def summarize(
     out["run_cancelled"] = bool(manifest.get("cancelled")) or manifest.get("status") == "cancelled"
     if isinstance(manifest.get("warmup"), Mapping):  # what the warm-up did (out of the metrics)
         out["warmup"] = dict(manifest["warmup"])
+    out["run_status"] = manifest.get("status")  # "running" on disk: the run was killed
     client = manifest.get("client")
     if isinstance(client, Mapping):
         out["client"] = {**client, **client_bottleneck(client)}

@@ -66,7 +66,10 @@ def _num(x: Any) -> float | None:
 
 def describe(values: Iterable[float]) -> dict[str, float | int | None]:
     """mean/p50/p90/p99/min/max/count of the finite values; None when there are none."""
-    arr = np.asarray([v for v in values if v is not None], dtype=float)
+    if isinstance(values, np.ndarray):
+        arr = values.astype(float, copy=False)
+    else:
+        arr = np.asarray([v for v in values if v is not None], dtype=float)
     arr = arr[np.isfinite(arr)]
     if arr.size == 0:
         return {**dict.fromkeys(STAT_KEYS[:-1]), "count": 0}
@@ -211,6 +214,12 @@ CLIENT_LAG_P99_MS = 10.0
 LAG_STATS = ("mean", "p50", "p99", "max", "count")
 
 
+def _pooled(raws: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
+    """One float array of every process's ``key`` series (``array``s or lists)."""
+    parts = [np.asarray(r.get(key) or (), dtype=np.float64) for r in raws]
+    return np.concatenate(parts) if parts else np.empty(0)
+
+
 def client_stats(
     raws: Sequence[Mapping[str, Any]], requested_concurrency: int | None
 ) -> dict[str, Any]:
@@ -222,9 +231,9 @@ def client_stats(
     total and as the busiest process's share of one core (``cpu_util``), since a
     single-threaded event loop saturates at one core.
     """
-    lags = [v / 1e6 for r in raws for v in r.get("release_lag_ns", ())]
-    steady = [v / 1e6 for r in raws for v in r.get("steady_release_lag_ns", ())]
-    at_dispatch = [float(v) for r in raws for v in r.get("in_flight_at_dispatch", ())]
+    lags = _pooled(raws, "release_lag_ns") / 1e6
+    steady = _pooled(raws, "steady_release_lag_ns") / 1e6
+    at_dispatch = _pooled(raws, "in_flight_at_dispatch")
     means = [r["in_flight_mean"] for r in raws if r.get("in_flight_mean") is not None]
     utils = [r["cpu_s"] / r["wall_s"] for r in raws if r.get("wall_s")]
     lag, steady_lag = describe(lags), describe(steady)
@@ -323,6 +332,7 @@ def summarize(
     out["slo"] = slo_attainment(df, slo, out["duration_s"]) if slo else None
     if isinstance(result, RunResult):
         out["run_cancelled"] = bool(result.cancelled)  # "cancelled" is the request count
+        out["run_status"] = manifest.get("status")  # "running" on disk: the run was killed
     if isinstance(manifest.get("warmup"), Mapping):  # what the warm-up did (out of the metrics)
         out["warmup"] = dict(manifest["warmup"])
     workers = worker_breakdown(df)

@@ -208,9 +208,56 @@ def _derive(rows: list[Mapping[str, Any]], cols: dict[str, list[Any]]) -> dict[s
     }  # fmt: skip
 
 
+INT64_MAX = 2**63 - 1
+
+
+def _sound_int(v: Any) -> bool:
+    return v is None or (type(v) is int and -INT64_MAX <= v <= INT64_MAX)
+
+
+def _sanitized(rows: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Rows whose integer fields are all ints in int64 range (others become null).
+
+    Records written by this version never hold such values (``backends.base.usage_count``
+    fails the request instead), but a file from an older version or another tool may:
+    the conversion keeps going, nulls the bad value and says which row had it.
+    """
+    out: list[Mapping[str, Any]] = []
+    for i, r in enumerate(rows):
+        bad = [k for k in INT_FIELDS if not _sound_int(r.get(k))]
+        bad += [k for k in ("token_times_ns", "token_counts")
+                if not all(_sound_int(x) and x is not None for x in r.get(k) or ())]
+        texts = [k for k in STR_FIELDS if not isinstance(r.get(k), str | None)]
+        flags = [k for k in BOOL_FIELDS if not isinstance(r.get(k), bool | None)]
+        if not (bad or texts or flags):
+            out.append(r)
+            continue
+        log.warning("record %s (batch row %d): %s of the wrong type or range; stored as "
+                    "null (text: as its string)", r.get("request_id"), i,
+                    ", ".join([*bad, *texts, *flags]))
+        fixed = dict(r)
+        fixed.update({k: str(r[k]) for k in texts})
+        fixed.update({k: None for k in flags})
+        for k in bad:
+            fixed[k] = [] if k in ("token_times_ns", "token_counts") else None
+        out.append(fixed)
+    return out
+
+
 def batch_table(rows: list[Mapping[str, Any]], *, token_times: bool = False) -> Any:
-    """One Arrow table (schema ``schema(token_times)``) from record dicts."""
+    """One Arrow table (schema ``schema(token_times)``) from record dicts.
+
+    A batch with a value that cannot be an int64 (``"many"``, ``10**30``) is
+    converted again with such values nulled (``_sanitized``), never dropped.
+    """
     pa = require()
+    try:
+        return _batch_table(pa, rows, token_times)
+    except (OverflowError, TypeError, ValueError, pa.ArrowException):
+        return _batch_table(pa, _sanitized(rows), token_times)
+
+
+def _batch_table(pa: Any, rows: list[Mapping[str, Any]], token_times: bool) -> Any:
     sch = schema(token_times)
     cols: dict[str, list[Any]] = {
         name: [r.get(name, DEFAULTS.get(name)) for r in rows]

@@ -43,6 +43,7 @@ from typing import Any
 import nbformat
 
 from workbench.errors import ConfigError
+from workbench.validation import check_run_id
 
 log = logging.getLogger(__name__)
 
@@ -293,6 +294,7 @@ def render_report(
     nb_path = notebook_path(notebook)
     given = check_parameters(nb_path, params, out)
     run_id = str(given.get("run_id") or given.get("label") or f"report-{nb_path.stem}")
+    check_run_id("run_id", run_id)  # one directory under out, never a path out of it
     report_dir = out / run_id
     report_dir.mkdir(parents=True, exist_ok=True)
     check_kernel(kernel_name)

@@ -40,7 +40,8 @@ from typing import Any, Literal
 import orjson
 import pandas as pd
 
-from workbench.errors import WorkbenchError
+from workbench import redact
+from workbench.errors import ConfigError
 from workbench.records import RequestRecord, RunResult
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ class RecordWriter:
         self.count = 0
 
     def write(self, obj: Any) -> None:
-        line = dumps_line(obj)
+        line = redact.line(dumps_line(obj))  # no secret reaches a file (workbench.redact)
         self.count += 1
         if self._max_delay_s is None:
             self._write_out(line)
@@ -209,6 +210,7 @@ def write_json(path: str | Path, obj: Any) -> Path:
     """Write a JSON document atomically (temp file + rename): readers never see half of it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    obj = redact.obj(obj)  # no secret reaches a file (workbench.redact)
     try:
         data = orjson.dumps(
             obj, default=_default, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
@@ -333,8 +335,9 @@ def _copy_run_files(src: Path, dst: Path) -> None:
             shutil.copyfile(src / name, dst / name)
 
 
-class RunDirError(WorkbenchError, FileNotFoundError):
-    """A run directory is missing, unreadable or not a run (one line, no traceback)."""
+class RunDirError(ConfigError, FileNotFoundError):
+    """A run directory is missing, unreadable or not a run (one line, no traceback; a
+    command-line error: exit code 2)."""
 
 
 def _is_run_dir(d: Path) -> bool:

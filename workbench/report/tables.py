@@ -10,6 +10,7 @@ out as CSV and JSON next to the HTML report.
 
 from __future__ import annotations
 
+import html
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -108,15 +109,37 @@ def prefix_caption(data: Any) -> str:
     if warning:
         parts.append(f"WARNING: {warning}")
     return " ".join(parts)
+#: what the report says of a run by its manifest status (anything but "completed" is
+#: incomplete: "running" in a stored run means its process was killed mid-run)
+RUN_STATUS_NOTES: dict[str, str] = {
+    "completed": "completed",
+    "cancelled": "INCOMPLETE: cancelled (stopped before the plan finished)",
+    "running": "INCOMPLETE: the run was killed (its manifest still says 'running')",
+    "failed": "INCOMPLETE: the run failed before the plan finished",
+    "partial": "INCOMPLETE: partial (planned rounds were skipped or never sent; the "
+               "manifest's completion block counts them)",
+}
+
+
+def run_status_note(status: Any) -> str | None:
+    """The report's line for a manifest status (None when there is no manifest status)."""
+    if status is None:
+        return None
+    return RUN_STATUS_NOTES.get(str(status), f"INCOMPLETE: status {status!r}")
 
 
 def run_table(data: Any) -> pd.DataFrame:
-    """Counts and throughput of the run (success numerators over the all-attempts window)."""
+    """Counts and throughput of the run (success numerators over the all-attempts window);
+    first, when the summary knows it, the run's status (incomplete runs say so)."""
     s = as_summary(data)
-    values = [_count(s.get(key)) if key in COUNT_KEYS else _float(s.get(key))
-              for _, key in RUN_FIELDS]
+    values: list[Any] = [_count(s.get(key)) if key in COUNT_KEYS else _float(s.get(key))
+                         for _, key in RUN_FIELDS]
+    labels = [label for label, _ in RUN_FIELDS]
+    note = run_status_note(s.get("run_status"))
+    if note is not None:
+        values, labels = [note, *values], ["status", *labels]
     df = pd.DataFrame({"value": pd.Series(values, dtype=object)})
-    df.index = pd.Index([label for label, _ in RUN_FIELDS])
+    df.index = pd.Index(labels)
     df.index.name = "run"
     return _named(df, "run")
 
@@ -386,13 +409,16 @@ class Table:
         return str(v)
 
     def html(self) -> str:
-        styler = self.frame.style.format(self.cell)
+        """Every cell, label and the caption HTML-escaped: they can hold trace ids, run ids,
+        server text (a run id ``<img onerror=...>`` must stay text)."""
+        styler = self.frame.style.format(lambda v: html.escape(self.cell(v)))
+        styler = styler.format_index(escape="html", axis=0).format_index(escape="html", axis=1)
         if isinstance(self.frame.index, pd.RangeIndex):
             styler = styler.hide(axis="index")
         else:  # the index name would take a header row of its own
             styler = styler.hide(axis="index", names=True)
         if self.caption:
-            styler = styler.set_caption(self.caption)
+            styler = styler.set_caption(html.escape(self.caption))
         styler = styler.set_table_attributes('class="wb-table"')
         return styler.to_html()
 

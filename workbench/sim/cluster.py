@@ -230,7 +230,7 @@ class DisaggRequest:
         self.decode: EngineRequest | None = None
         self.transfer_start_ns: int | None = None
         self.transfer_end_ns: int | None = None
-        self._ready = asyncio.Event()  # the decode phase exists, or never will
+        self._phase_ready = asyncio.Event()  # the decode phase exists, or never will
         self._abort_ns: int | None = None
         self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -303,7 +303,7 @@ class DisaggRequest:
                 self._first.request_id + "/decode", ids, self.max_tokens - 1, len(self._prompt)
             )
         finally:
-            self._ready.set()
+            self._phase_ready.set()
             self._cluster._pending.discard(self)
 
     def abort(self) -> None:
@@ -313,11 +313,11 @@ class DisaggRequest:
         self._first.abort()
         if self.decode is not None:
             self.decode.abort()
-        self._ready.set()
+        self._phase_ready.set()
 
     async def wait(self) -> DisaggRequest:
         await self._first.wait()
-        await self._ready.wait()
+        await self._phase_ready.wait()
         if self.decode is not None:
             await self.decode.wait()
         return self
@@ -334,7 +334,7 @@ class DisaggRequest:
             yield [RequestOutput(o.token_ids, o.t_ns, False, None) for o in batch]
         if whole:
             return
-        await self._ready.wait()
+        await self._phase_ready.wait()
         if self.decode is None:
             yield [RequestOutput([], self.finish_ns or 0, True, self.finish_reason or "abort")]
             return

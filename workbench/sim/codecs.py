@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.sim.faults import Faults
+from workbench.sim.faults import Faults, broken_usage
 from workbench.sim.tokenizer import WordTokenizer
 from workbench.sim.wire import GenRequest, Json, now_s, usage
 
@@ -24,6 +24,7 @@ class Codec:
         self.created = now_s()
         self.first = True
         self.completion = 0
+        self.text_so_far = ""  # fault text_cumulative
 
     def head_chunks(self) -> list[Json]:
         return []
@@ -38,10 +39,19 @@ class Codec:
         raise NotImplementedError
 
     def _usage(self, cached: int) -> Json:
-        out = usage(len(self.gen.prompt_ids), self.completion, cached)
-        if self.faults.omit_cached_tokens:
+        out = broken_usage(self.faults.usage_fault,
+                           usage(len(self.gen.prompt_ids), self.completion, cached))
+        if self.faults.omit_cached_tokens and isinstance(out.get("prompt_tokens_details"), dict):
             del out["prompt_tokens_details"]
         return out
+
+    def _text(self, ids: list[int]) -> str:
+        """A stream chunk's text: the delta, or all text so far (fault text_cumulative)."""
+        piece = self.tok.decode_delta(ids)
+        if not self.faults.text_cumulative:
+            return piece
+        self.text_so_far += piece
+        return self.text_so_far
 
 
 class CompletionsCodec(Codec):
@@ -73,7 +83,7 @@ class CompletionsCodec(Codec):
 
     def token_chunk(self, ids: list[int], finish_reason: str | None, cached: int) -> Json:
         self.completion += len(ids)
-        chunk = self._envelope([self._choice(ids, finish_reason, self.tok.decode_delta(ids))])
+        chunk = self._envelope([self._choice(ids, finish_reason, self._text(ids))])
         self.first = False
         return chunk
 
@@ -107,7 +117,7 @@ class ChatCodec(CompletionsCodec):
 
     def token_chunk(self, ids: list[int], finish_reason: str | None, cached: int) -> Json:
         self.completion += len(ids)
-        delta = {"content": self.tok.decode_delta(ids)}
+        delta = {"content": self._text(ids)}
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
         return self._envelope([choice])
 
@@ -192,7 +202,7 @@ class SglangCodec(Codec):
         elif finish_reason is not None:
             reason = {"type": finish_reason}
         meta["finish_reason"] = reason
-        return meta
+        return broken_usage(self.faults.usage_fault, meta)
 
     def _body(self, out_ids: list[int], finish_reason: str | None, cached: int) -> Json:
         body: Json = {"output_ids": out_ids}

@@ -13,6 +13,20 @@ from dataclasses import dataclass
 
 #: ``never_stop``'s bound: far past any cut a client makes, still a finite loop
 NEVER_STOP_MAX_TOKENS = 10_000_000
+USAGE_FAULTS = (None, "string", "huge", "negative")
+
+
+def broken_usage(kind: str | None, counts: dict) -> dict:
+    """``counts`` (a usage block or SGLang ``meta_info``) with the ``usage_fault`` applied."""
+    if kind == "string":
+        return {**counts, "prompt_tokens": "many"}
+    if kind == "huge":
+        if isinstance(counts.get("prompt_tokens_details"), dict):
+            return {**counts, "prompt_tokens_details": {"cached_tokens": 10**30}}
+        return {**counts, "cached_tokens": 10**30}
+    if kind == "negative":
+        return {**counts, "prompt_tokens": -5}
+    return counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +55,15 @@ class Faults:
     ``never_stop``: a server that never ends the stream: after the engine's last
     token, keep streaming output tokens until the client goes away (bounded at
     ``NEVER_STOP_MAX_TOKENS`` so a server nobody reads from still ends).
+    ``error_status``: the HTTP status of an ``error_rate`` fault (200: a gateway that
+    answers a failed stream with 200 and a JSON error body).
+    ``error_echo_auth``: the ``error_rate`` fault's message repeats the request's
+    ``Authorization`` header (servers and proxies that echo headers in errors).
+    ``usage_fault``: the usage counts are broken: ``"string"`` (``prompt_tokens:
+    "many"``), ``"huge"`` (``cached_tokens: 10**30``), ``"negative"``
+    (``prompt_tokens: -5``); in every protocol's usage (and SGLang's ``meta_info``).
+    ``text_cumulative``: chat ``delta.content`` and completions ``text`` repeat all
+    the text so far (a server or proxy that does not stream deltas).
     """
 
     error_rate: float = 0.0
@@ -53,8 +76,16 @@ class Faults:
     sglang_prompt_echo: int = 0
     overrun_tokens: int | None = None
     never_stop: bool = False
+    error_status: int = 500
+    error_echo_auth: bool = False
+    usage_fault: str | None = None
+    text_cumulative: bool = False
 
     def __post_init__(self) -> None:
+        if self.usage_fault not in USAGE_FAULTS:
+            raise ValueError(f"usage_fault must be one of {USAGE_FAULTS}, got {self.usage_fault!r}")
+        if not 200 <= self.error_status <= 599:
+            raise ValueError(f"error_status must be an HTTP status, got {self.error_status}")
         if not 0.0 <= self.error_rate <= 1.0:
             raise ValueError(f"error_rate must be in [0, 1], got {self.error_rate}")
         for name in ("disconnect_after_tokens", "stall_after_tokens", "overrun_tokens"):

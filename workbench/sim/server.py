@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 from collections import deque
 from collections.abc import AsyncIterator
@@ -44,18 +45,26 @@ log = logging.getLogger(__name__)
 DEBUG_LOG_SIZE = 10_000
 MAX_BODY_BYTES = 64 * 2**20
 OVERRUN_FLUSH_EVENTS = 16  # overrun faults: events per write
+MAX_REQUEST_ID = 512  # characters; a longer id is refused with a 400
 SERVER_KEY: web.AppKey[SimServer] = web.AppKey("sim_server")
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 DONE = b"data: [DONE]\n\n"
 
 
+def _dumps(obj: Any) -> bytes:
+    try:
+        return orjson.dumps(obj)
+    except TypeError:  # an integer past 64 bits (fault usage_fault "huge"): stdlib json
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+
 def _sse(chunk: Json) -> bytes:
-    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+    return b"data: " + _dumps(chunk) + b"\n\n"
 
 
 def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(
-        body=orjson.dumps(obj), status=status, content_type="application/json", headers=headers
+        body=_dumps(obj), status=status, content_type="application/json", headers=headers
     )
 
 
@@ -137,7 +146,18 @@ class SimServer:
 
     def _request_id(self, request: web.Request, body: Json) -> str:
         rid = request.headers.get("x-request-id") or body.get("request_id") or body.get("rid")
-        return str(rid) if rid else f"sim-{next(self._ids)}"
+        if rid is not None and not isinstance(rid, str | int):
+            raise WireError(400, f"request id must be a string, got {type(rid).__name__}")
+        rid = str(rid) if rid else f"sim-{next(self._ids)}"
+        if len(rid) > MAX_REQUEST_ID:
+            raise WireError(400, f"request id is {len(rid)} characters; at most {MAX_REQUEST_ID}")
+        return rid
+
+    def _fault_message(self, request: web.Request) -> str:
+        msg = "injected fault: error_rate"
+        if self.faults.error_echo_auth:  # what a header-echoing proxy puts in its errors
+            msg += f" (Authorization: {request.headers.get('Authorization', '')})"
+        return msg
 
     async def _parse(self, request: web.Request, protocol: str) -> GenRequest:
         try:
@@ -153,7 +173,8 @@ class SimServer:
         try:
             gen = await self._parse(request, protocol)
             if self._dice.should_fail():
-                raise WireError(500, "injected fault: error_rate", "InternalServerError")
+                raise WireError(self.faults.error_status, self._fault_message(request),
+                                "InternalServerError")
             headers: dict[str, str] = {}
             try:
                 if isinstance(self.engine, Cluster):
@@ -324,10 +345,30 @@ def _finish_entry(entry: Json, ereq: AnyRequest) -> Json:
     return entry
 
 
+class _BadRequestLog(logging.Filter):
+    """aiohttp answers a malformed request (a 100k-character header line, a broken
+    request line) with a 400 itself, then logs it at ERROR with a traceback. For a
+    server under test that is the client's mistake, not the server's: one warning line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiohttp.http_exceptions import BadHttpMessage
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, BadHttpMessage):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg, record.args = f"bad request answered 400: {exc.message:.200}", None
+            record.exc_info = record.exc_text = None
+        return True
+
+
+_BAD_REQUEST_LOG = _BadRequestLog()
+
+
 def create_app(engine: Engine | Cluster) -> web.Application:
     """The aiohttp application serving ``engine`` (the caller starts/stops the engine)."""
     server = SimServer(engine)
     server.app[SERVER_KEY] = server
+    logging.getLogger("aiohttp.server").addFilter(_BAD_REQUEST_LOG)  # idempotent
     return server.app
 
 

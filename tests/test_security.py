@@ -1,0 +1,147 @@
+"""No secret in any file or log a run writes; no run id escapes out_dir or into live HTML."""
+
+import asyncio
+import base64
+import json
+import logging
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from workbench import redact
+from workbench.config import RunConfig
+from workbench.data import path as data_path
+from workbench.errors import ConfigError, ExitCode
+from workbench.replay import run_async
+from workbench.report import tables
+from workbench.report.render import render_report
+from workbench.sim.server import serve_sim
+
+SESSIONS = str(data_path("tracelab/multi_session_example.csv"))
+LARGE = str(data_path("tracelab/multi_session_large.csv"))
+KEY = "sk-test-0123456789abcdefSECRET"
+URL_PASSWORD = "urlpass-S3CRET-987"
+
+
+def _every_text(run_dir: Path) -> dict[str, str]:
+    """Every file of the run directory as text (Parquet: every value of every row)."""
+    out = {}
+    for p in sorted(run_dir.rglob("*")):
+        if p.is_file() and p.suffix == ".parquet":
+            out[p.name] = json.dumps(pq.read_table(p).to_pylist(), default=str)
+        elif p.is_file():
+            out[p.name] = p.read_bytes().decode("utf-8", "replace")
+    return out
+
+
+async def _run_with_echoing_errors(tmp_path, target_of, run_id):
+    async with serve_sim(speedup=50.0, error_rate=0.5, error_echo_auth=True) as sim:
+        cfg = RunConfig.from_dict({
+            "trace": {"path": SESSIONS, "max_items": 6},
+            "arrival": {"mode": "saturated", "tool_wait_scale": 0.0,
+                        "stop_session_on_error": False},
+            "backend": {"name": "openai", "preflight": True, "scrape_interval_s": 0.05},
+            "target": target_of(sim.base_url), "out_dir": str(tmp_path), "run_id": run_id,
+        })
+        async with asyncio.timeout(60):
+            return await run_async(cfg)
+
+
+@pytest.mark.parametrize("with_url_credentials", [False, True])
+async def test_no_secret_in_any_file_or_log(tmp_path, monkeypatch, caplog, with_url_credentials):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)  # also set with URL credentials: no crash
+
+    def target_of(base):
+        return base.replace("http://", f"http://bench:{URL_PASSWORD}@") if with_url_credentials \
+            else base
+
+    with caplog.at_level(logging.DEBUG):
+        result = await _run_with_echoing_errors(tmp_path, target_of, "sec")
+    errors = [r.error for r in result.records if r.status == "error"]
+    assert errors and all(redact.MARK in e for e in errors), errors[:2]  # the echo happened
+    basic = base64.b64encode(f"bench:{URL_PASSWORD}".encode()).decode()
+    files = _every_text(tmp_path / "sec")
+    assert {"records.jsonl", "records.parquet", "manifest.json", "summary.json",
+            "lifecycle.jsonl", "metrics_timeline.jsonl"} <= set(files)
+    for name, text in files.items():
+        for secret in (KEY, URL_PASSWORD, basic):
+            assert secret not in text, (name, secret)
+    for secret in (KEY, URL_PASSWORD, basic):
+        assert secret not in caplog.text
+        assert all(secret not in (r.error or "") for r in result.records)
+    manifest = json.loads(files["manifest.json"])
+    assert "@" not in manifest["config"]["target"]["url"]
+    assert "@" not in manifest["target"]["base_url"]
+
+
+def test_redaction_patterns():
+    text = ("echo Authorization: Bearer abc.DEF-123_xyz and sk-proj-ABCDEF123456 "
+            "at http://alice:pw1234@h:8/x and basic QWxhZGRpbjpPcGVu")
+    clean = redact.text(text)
+    for secret in ("abc.DEF-123_xyz", "sk-proj-ABCDEF123456", "pw1234", "QWxhZGRpbjpPcGVu"):
+        assert secret not in clean
+    assert "http://[REDACTED]@h:8/x" in clean
+    assert redact.strip_url_credentials("http://u:p@[::1]:8000/v1") == "http://[::1]:8000/v1"
+
+
+def test_run_id_cannot_leave_out_dir(tmp_path):
+    out = tmp_path / "runs"
+    for bad in ("../../../../x", "../x", "a/../../x", "..", "/abs", "a\\b"):
+        with pytest.raises(ConfigError, match="run_id"):
+            RunConfig.from_dict({"trace": SESSIONS, "out_dir": str(out), "run_id": bad})
+        with pytest.raises(ConfigError, match="run_id"):
+            render_report("replay", {"run_id": bad}, tmp_path / "reports")
+    proc = subprocess.run(
+        [sys.executable, "-m", "workbench", "replay", "--trace", SESSIONS, "--target", "sim",
+         "-o", str(out), "--run-id", "../../escaped", "--no-progress"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == ExitCode.CONFIG_ERROR, proc.stderr
+    assert "run_id" in proc.stderr and "Traceback" not in proc.stderr
+    assert not list(tmp_path.rglob("escaped*"))
+
+
+def test_table_html_escapes_cells_labels_and_caption():
+    evil = "<img src=x onerror=alert(1)>"
+    df = pd.DataFrame({evil: [evil, 1.5]}, index=[evil, "b"])
+    html = tables.show(df, caption=f"Run {evil}").html()
+    assert evil not in html
+    assert html.count("&lt;img src=x onerror=alert(1)&gt;") == 4
+
+
+def test_report_of_a_killed_run_says_incomplete_and_escapes_its_id(tmp_path):
+    """A real replay killed with SIGKILL, then ``workbench report`` on what it left."""
+    run_id = "<img src=x onerror=alert(1)>"
+    out = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workbench", "replay", "--trace", LARGE, "--target", "sim",
+         "--no-progress", "-o", str(out), "--run-id", run_id],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    records = out / run_id / "records.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if records.exists() and records.read_bytes().count(b"\n") >= 3:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)
+    assert json.loads((out / run_id / "manifest.json").read_text())["status"] == "running"
+    rep = subprocess.run(
+        [sys.executable, "-m", "workbench", "report", str(out / run_id), "-o",
+         str(tmp_path / "reports")], capture_output=True, text=True, timeout=600,
+    )
+    assert rep.returncode == 0, rep.stderr
+    assert "INCOMPLETE: the run was killed" in rep.stderr
+    html = (tmp_path / "reports" / run_id / "report.html").read_text()
+    assert "INCOMPLETE: the run was killed" in html
+    assert "<img src=x onerror" not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html
+    index = (tmp_path / "reports" / "index.html").read_text()
+    assert "<img src=x onerror" not in index

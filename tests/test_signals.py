@@ -1,0 +1,97 @@
+"""SIGTERM stops a real ``workbench replay`` subprocess exactly as Ctrl-C does."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from workbench.data import path as data_path
+from workbench.errors import ExitCode
+
+LARGE = str(data_path("tracelab/multi_session_large.csv"))
+
+
+def _wait_for_lines(path: Path, n: int, proc: subprocess.Popen, timeout_s: float = 60) -> None:
+    """Until ``path`` has ``n`` complete lines (bounded in time; fails if the run ended)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if path.exists() and path.read_bytes().count(b"\n") >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never had {n} lines")
+
+
+def _replay(out: Path, run_id: str) -> subprocess.Popen:
+    # sessions with tool waits and a slowed engine: requests are in flight at any moment
+    return subprocess.Popen(
+        [sys.executable, "-m", "workbench", "replay", "--trace", LARGE, "--target", "sim",
+         "--arrival", "saturated", "--max-concurrency", "8", "--tool-wait-scale", "0",
+         "--no-progress", "-o", str(out), "--run-id", run_id],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def test_sigterm_saves_the_run_as_cancelled(tmp_path):
+    proc = _replay(tmp_path, "term")
+    run = tmp_path / "term"
+    _wait_for_lines(run / "records.jsonl", 5, proc)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.CANCELLED, err
+    assert "Traceback" not in err, err
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "cancelled"
+    records = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
+    statuses = {r["status"] for r in records}
+    assert "ok" in statuses and "cancelled" in statuses, statuses  # in-flight ones are kept
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["run_cancelled"] is True
+    assert summary["requests"] == len(records)
+    assert pq.read_metadata(run / "records.parquet").num_rows == len(records)
+
+
+def test_sigint_and_sigterm_end_the_same_way(tmp_path):
+    """Same exit status, same manifest status, same set of files."""
+    seen = []
+    for sig, name in ((signal.SIGINT, "int"), (signal.SIGTERM, "term")):
+        proc = _replay(tmp_path, name)
+        _wait_for_lines(tmp_path / name / "records.jsonl", 3, proc)
+        proc.send_signal(sig)
+        proc.communicate(timeout=60)
+        manifest = json.loads((tmp_path / name / "manifest.json").read_text())
+        files = sorted(p.name for p in (tmp_path / name).iterdir())
+        seen.append((proc.returncode, manifest["status"], files))
+    assert seen[0] == seen[1], seen
+
+
+def test_sigterm_stops_a_sharded_run_the_same_way(tmp_path):
+    """``executor.workers: 2``: the shards' records merge, in-flight ones cancelled."""
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({
+        "trace": LARGE, "target": "sim", "executor": {"workers": 2},
+        "arrival": {"mode": "saturated", "max_concurrency": 8, "tool_wait_scale": 0.0},
+    }))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workbench", "replay", "--config", str(cfg), "--no-progress",
+         "-o", str(tmp_path), "--run-id", "sharded"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    run = tmp_path / "sharded"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        shards = list((run / "shards").glob("records-*.jsonl")) if (run / "shards").exists() else []
+        if sum(p.read_bytes().count(b"\n") for p in shards) >= 5:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.CANCELLED, err
+    assert json.loads((run / "manifest.json").read_text())["status"] == "cancelled"
+    statuses = {json.loads(x)["status"] for x in (run / "records.jsonl").read_text().splitlines()}
+    assert {"ok", "cancelled"} <= statuses
+    assert (run / "summary.json").exists() and (run / "records.parquet").exists()
