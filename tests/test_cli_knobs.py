@@ -23,7 +23,7 @@ def args_of(*argv: str) -> argparse.Namespace:
 def test_every_knob_lands_in_its_config_field(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = config_from_args(args_of(
         "--slo", "ttft_ms<=2000", "--slo", "tpot_ms=50", "--workers", "2",
-        "--executor", "processes", "--fuse", "30", "--drain", "truncate", "--model", "m",
+        "--executor", "processes", "--fuse", "30", "--drain", "truncate",
         "--no-preflight", "--header", "X-Team=infra", "--header", "X-Key=$WB_TEST_KEY",
         "--body-field", "priority=3", "--body-field", "sampling_params.top_k=5",
         "--routing-header", "X-DP-Rank", "--routing-field", "routed_dp_rank",
@@ -34,12 +34,17 @@ def test_every_knob_lands_in_its_config_field(monkeypatch: pytest.MonkeyPatch) -
     assert (cfg.arrival.fuse_s, cfg.arrival.drain) == (30.0, "truncate")
     assert cfg.backend.preflight is False
     assert cfg.backend.options == {
-        "model": "m", "headers": {"X-Team": "infra", "X-Key": "$WB_TEST_KEY"},
+        "headers": {"X-Team": "infra", "X-Key": "$WB_TEST_KEY"},
         "extra_body": {"priority": 3, "sampling_params": {"top_k": 5}},
         "routing_header": "X-DP-Rank", "routing_field": "routed_dp_rank",
         "return_cached_tokens_details": True,
     }
     assert "secret" not in orjson.dumps(cfg.to_dict()).decode()  # only the variable's name
+    # --model goes to the backends whose body has a model field (not SGLang's /generate)
+    assert config_from_args(args_of("--model", "m", "--backend", "vllm-tokens")
+                            ).backend.options == {"model": "m"}
+    with pytest.raises(ConfigError, match=r"no option.*model"):
+        config_from_args(args_of("--model", "m", "--backend", "sglang-tokens"))
 
 
 def test_ray_executor_and_percentile_bounds_are_checked() -> None:

@@ -209,7 +209,8 @@ def test_pace_ms_is_auto_or_a_non_negative_number():
             == good
         )
     for bad in (-1, "1", True, "on"):
-        with pytest.raises(ConfigError, match=r"executor\.pace_ms must be 'auto' or a number >= 0"):
+        msg = r"executor\.pace_ms: expected a finite number in \[0, 1000\] or 'auto'"
+        with pytest.raises(ConfigError, match=msg):
             RunConfig.from_dict({"trace": "x.csv", "executor": {"pace_ms": bad}})
 
 

@@ -261,5 +261,5 @@ def test_cli_reports_bad_input_as_error(tmp_path: Path, capsys: pytest.CaptureFi
     bad = tmp_path / "bad.csv"
     bad.write_text("session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms\n"
                    "0,0,0,x,1,0\n")
-    assert cli_main(["tracegen", str(bad), "-o", str(tmp_path / "o.csv")]) == 2
+    assert cli_main(["tracegen", str(bad), "-o", str(tmp_path / "o.csv")]) == 3  # trace error
     assert f"{bad}:2: input_len must be an integer" in capsys.readouterr().err

@@ -356,10 +356,28 @@ class RunConfig:
             return
         from workbench.backends import BACKENDS
         from workbench.backends.base import reconfigure
+        from workbench.backends.extras import EXTRA_KEYS
 
         codec = BACKENDS.get(self.backend.name)
-        v.check_mapping("backend.options", self.backend.options, v.hints_of(type(codec)))
-        reconfigure(codec, self.backend.options)  # unknown names: ConfigError
+        opts = self.backend.options
+        # headers, extra_body and the routing slot apply to every protocol (extras.py);
+        # a header's $ENV value is read when the run starts, not here
+        own = {k: val for k, val in opts.items() if k not in EXTRA_KEYS}
+        v.check_mapping("backend.options", own, v.hints_of(type(codec)))
+        reconfigure(codec, own)  # unknown names: ConfigError
+        for key in ("headers", "extra_body"):
+            if opts.get(key) is not None and not isinstance(opts[key], dict):
+                raise ConfigError(f"backend.options.{key}: expected a mapping, "
+                                  f"got {opts[key]!r} ({type(opts[key]).__name__})")
+        for name, value in (opts.get("headers") or {}).items():
+            text = f"{name}{value}"
+            if not isinstance(value, str | int | float) or any(c in text for c in "\r\n"):
+                raise ConfigError(f"backend.options.headers[{name!r}]: expected one line of "
+                                  f"text, got {value!r}")
+        for key in ("routing_header", "routing_field"):
+            if opts.get(key) is not None and not isinstance(opts[key], str):
+                raise ConfigError(f"backend.options.{key}: expected a name (string), "
+                                  f"got {opts[key]!r}")
 
     def check_out_dir(self) -> None:
         """``out_dir`` is a writable directory, or can be created as one (before a run)."""
