@@ -46,7 +46,13 @@ class EngineSender:
         token is one stream event, as the HTTP server would send it."""
         rec.dispatch_ns = self.clock.now_ns()
         rec.sent_prompt_tokens = len(req.prompt_ids)
-        ereq = self.engine.submit(req.request_id, req.prompt_ids, req.max_tokens)
+        try:
+            ereq = self.engine.submit(req.request_id, req.prompt_ids, req.max_tokens)
+        except ValueError as exc:  # what the HTTP server answers with a 400 (sim/server.py)
+            rec.end_ns = self.clock.now_ns()
+            rec.http_status = 400
+            rec.status, rec.error = "error", f"HTTP 400: {exc}"
+            return None
         try:
             await ereq.wait()
         except asyncio.CancelledError:
