@@ -59,3 +59,20 @@ def test_trace_stats_api_refuses_replanning_a_canonical_workload(canonical):
         trace_stats(w, policy="prefix-preserving")
     as_written = trace_stats(w)
     assert as_written["total_prefix_tokens"] == sum(r.prefix_len for u in w.units for r in u.rounds)
+
+
+def test_tracegen_refuses_to_replan_a_canonical_file(canonical, tmp_path):
+    """``tracegen --policy prefix-preserving canonical.csv`` re-planned an already planned
+    file (planned hit 0.874 -> 0.937) and wrote it as if planned from the raw source."""
+    with pytest.raises(ConfigError, match="cannot apply to"):
+        tracegen(canonical, tmp_path / "again.csv", policy="prefix-preserving")
+    assert not (tmp_path / "again.csv").exists()
+    out = subprocess.run([sys.executable, "-m", "workbench", "tracegen", str(canonical), "-o",
+                          str(tmp_path / "again.csv"), "--policy", "monotonic"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "cannot apply to" in out.stderr
+    # the identity (trace-reported, the default) still copies it as written
+    copy = tracegen(canonical, tmp_path / "copy.csv")
+    assert [r.prefix_len for u in copy.workload.units for r in u.rounds] == [
+        r.prefix_len for u in load_trace(canonical).units for r in u.rounds]
