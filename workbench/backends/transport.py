@@ -37,7 +37,7 @@ import orjson
 import yarl
 
 from workbench.backends.base import BackendError, Codec, StreamParser, WireRequest
-from workbench.backends.overrun import OverrunGuard
+from workbench.backends.overrun import AFTER_DONE_MAX_BYTES, OverrunGuard
 from workbench.backends.pace import DEFAULT_BUDGET_MS, Pacer
 from workbench.backends.sse import DONE, SSEDecoder
 from workbench.backends.stamps import RxStampedHandler, StampedRequest, read_log, stamped_reads
@@ -155,6 +155,7 @@ class _StreamState:
                     times.append(t)
                     counts.append(n)
         self.guard.check(counts)
+        self.guard.check_unfinished(self.decoder.pending)
 
     def close(self, t: int) -> None:
         """End of body without ``[DONE]``: flush the decoder (a last unterminated event)."""
@@ -359,7 +360,8 @@ class Transport:
     ) -> list[int] | None:
         payload = orjson.dumps(codec.body(req))
         parser = codec.parser(req)
-        guard = OverrunGuard(rec, req.max_tokens, by_events=not codec.returns_token_ids)
+        guard = OverrunGuard(rec, req.max_tokens, by_events=not codec.returns_token_ids,
+                             prompt_tokens=len(req.prompt_ids))
         headers = {"Content-Type": "application/json", "x-request-id": req.request_id}
         rec.dispatch_ns = self.clock.now_ns()  # replaced when the bytes go out
         self._stamps[req.request_id] = rec
@@ -416,11 +418,14 @@ class Transport:
         state = _StreamState(parser, rec, guard)
         rx = read_log(resp)
         pending: list[tuple[int, bytes]] = []
-        pos = size = reads = 0
+        pos = size = reads = after_done = 0
         try:
             async for chunk in resp.content.iter_any():
                 reads += 1
                 if state.done:
+                    after_done += len(chunk)
+                    if after_done > AFTER_DONE_MAX_BYTES:
+                        break  # a server still sending after [DONE]: it never stops
                     continue
                 if rx is None:
                     pending.append((now(), chunk))
