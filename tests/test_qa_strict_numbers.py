@@ -31,3 +31,31 @@ def test_integral_spellings_still_load(tmp_path, text, value):
     w = load_trace(path)
     got = w.units[0].rounds[0].input_len if value else w.units[-1].arrival_ms
     assert got == value
+
+
+TRACELAB = "tracelab/round_trace.sanitized.jsonl"
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("output_tokens", "-0"), ("prefix_tokens", "+5"), ("newly_append_tokens", "12"),
+    ("tool_wall_latency_ms", "5"),
+])
+def test_tracelab_numbers_are_json_numbers(tmp_path, field, value):
+    """docs/trace-bounds.md: JSON formats take JSON numbers, only Dynamo tolerates strings;
+    the TraceLab reader took ``"output_tokens": "-0"`` and ``"tool_wall_latency_ms": "5"``."""
+    import json
+
+    from workbench.data import path as data_path
+
+    rows = [json.loads(x) for x in data_path(TRACELAB).read_text().splitlines() if x.strip()]
+    row = rows[2]
+    if field == "tool_wall_latency_ms":
+        row["tools"] = [{"tool_wall_latency_ms": value}]
+    else:
+        row[field] = value
+        row.pop("input_tokens_total", None)
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(TraceFormatError, match=f"{field} must be") as err:
+        load_trace(path)
+    assert err.value.line == 3
