@@ -157,6 +157,11 @@ def _write(
     out: Path, rows: list[canonical.CanonicalRow], manifest: dict[str, Any]
 ) -> tuple[Path, Path, Path]:
     """CSV, manifest and plan sidecar; an output that cannot be written is one ConfigError."""
+    for target in (out, *canonical.sidecar_paths(out)):
+        # each is written as <name>.tmp and renamed over <name>: a FIFO, a device or a
+        # directory there would be replaced (or the rename fail half-way), so refuse first
+        if target.exists() and not target.is_file():
+            raise ConfigError(f"tracegen will not write over {target}: not a regular file")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         csv_path = canonical.write_session_execution_v2(out, rows)
