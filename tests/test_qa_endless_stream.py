@@ -39,20 +39,24 @@ async def _hostile(mode: str):
         await request.read()
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        chunk = CHUNK
         if mode == "endless-event":
             await resp.write(b'data: {"choices":[{"text":"')
+        elif mode in TOKENLESS:
+            chunk = TOKENLESS[mode] * (len(CHUNK) // len(TOKENLESS[mode]))
         else:  # a correct response, then bytes forever after [DONE]
             await resp.write(_ok_event() + b"data: [DONE]\n\n")
         try:
             for _ in range(100_000):  # bounded: 6.5 GB at most, the client cuts far earlier
-                await resp.write(CHUNK)
-                sent["bytes"] += len(CHUNK)
+                await resp.write(chunk)
+                sent["bytes"] += len(chunk)
         except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
             pass
         return resp
 
     app = web.Application()
     app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", completions)
     runner = web.AppRunner(app)
     await runner.setup()
     sock = socket.socket()
@@ -65,12 +69,20 @@ async def _hostile(mode: str):
         await runner.cleanup()
 
 
-def _cfg(tmp_path, url):
+TOKENLESS = {
+    "no-choices": b'data: {"id":"c","object":"text_completion","choices":[]}\n\n',
+    "empty-delta": (b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,'
+                    b'"delta":{"content":""}}]}\n\n'),
+    "keepalive": b": keepalive\n\n",
+}
+
+
+def _cfg(tmp_path, url, backend="openai"):
     trace = tmp_path / "t.csv"
     trace.write_text(TRACE_HEADER + "a,0,8,1\n")
     return RunConfig.from_dict({
         "trace": str(trace), "target": url,
-        "backend": {"name": "openai", "preflight": False},
+        "backend": {"name": backend, "preflight": False},
         "arrival": {"mode": "saturated"},
     })  # fmt: skip
 
@@ -99,4 +111,20 @@ async def test_bytes_after_done_do_not_keep_the_client_reading(tmp_path, mode):
     (rec,) = result.records
     assert rec.status == "ok", rec.error  # the response had ended; what follows is ignored
     assert rec.completion_tokens == 1
+    assert sent["bytes"] < 100_000 * len(CHUNK)
+
+
+@pytest.mark.parametrize(("mode", "backend"), [
+    ("no-choices", "openai"), ("empty-delta", "openai-chat"), ("keepalive", "openai"),
+    ("keepalive", "openai-chat"),
+])
+async def test_events_that_never_carry_a_token_are_cut(tmp_path, mode, backend):
+    """Events (or SSE comments) that carry no token keep the idle timeout from firing and
+    the token count from moving: without a request timeout (the default) the run hung."""
+    async with _hostile(mode) as (url, sent):
+        async with asyncio.timeout(60):
+            result = await run_async(_cfg(tmp_path, url, backend))
+    (rec,) = result.records
+    assert rec.status == "error" and rec.error.startswith(ERROR_CLASS), rec.error
+    assert "without a token" in rec.error
     assert sent["bytes"] < 100_000 * len(CHUNK)

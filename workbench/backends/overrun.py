@@ -63,7 +63,8 @@ class OverrunGuard:
     marks a smaller overrun (streamed, or reported in usage) without failing it.
     """
 
-    __slots__ = ("by_events", "event_limit", "limit", "max_tokens", "rec", "seen", "total")
+    __slots__ = ("by_events", "event_limit", "limit", "max_tokens", "rec", "seen", "stale",
+                 "total")
 
     def __init__(
         self, rec: RequestRecord, max_tokens: int, *, by_events: bool, prompt_tokens: int = 0
@@ -75,10 +76,24 @@ class OverrunGuard:
         self.by_events = by_events
         self.seen = 0
         self.total = 0
+        self.stale = 0  # bytes of parse batches that brought no token
 
-    def check(self, counts: list[int]) -> None:
+    def check(self, counts: list[int], nbytes: int = 0) -> None:
+        """After a parse batch of ``nbytes`` bytes: cut past the token limit, or once the
+        batches that brought no token (token-less events, SSE comments, keep-alives: they
+        keep the idle timeout from firing) add up to more than ``event_limit`` bytes."""
         n = len(counts)
         if n == self.seen:
+            self.stale += nbytes
+            if self.stale > self.event_limit:
+                self._mark(self.total, cut=True)
+                self.rec.extra["output_overrun"]["bytes_without_tokens"] = self.stale
+                raise OutputOverrun(
+                    f"{ERROR_CLASS}: the server sent {self.stale} bytes without a token "
+                    f"(limit {self.event_limit} bytes for this request) after {self.total} "
+                    "output tokens; cut. It streams events or comments that carry no "
+                    "token and never ends"
+                )
             return
         self.total += n - self.seen if self.by_events else sum(counts[self.seen :])
         self.seen = n

@@ -140,7 +140,9 @@ class _StreamState:
 
     def parse(self, reads: list[tuple[int, bytes]]) -> None:
         decode, feed_all, times, counts = self.decoder.feed, self.feed_all, self.times, self.counts
+        nbytes = 0
         for t, chunk in reads:
+            nbytes += len(chunk)
             if self.done:
                 return
             payloads = decode(chunk)
@@ -154,8 +156,8 @@ class _StreamState:
                 for n in feed_all(payloads):
                     times.append(t)
                     counts.append(n)
-        self.guard.check(counts)
         self.guard.check_unfinished(self.decoder.pending)
+        self.guard.check(counts, nbytes)
 
     def close(self, t: int) -> None:
         """End of body without ``[DONE]``: flush the decoder (a last unterminated event)."""

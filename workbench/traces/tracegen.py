@@ -161,7 +161,8 @@ def _write(
         # each is written as <name>.tmp and renamed over <name>: a FIFO, a device or a
         # directory there would be replaced (or the rename fail half-way), so refuse first
         if target.exists() and not target.is_file():
-            raise ConfigError(f"tracegen will not write over {target}: not a regular file")
+            raise ConfigError(f"tracegen cannot write {target}: it exists and is not a "
+                              "regular file (tracegen would replace it)")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         csv_path = canonical.write_session_execution_v2(out, rows)
