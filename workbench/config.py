@@ -23,6 +23,10 @@ ARRIVAL_MODES = ("trace-timed", "saturated", "closed-loop")
 TOKEN_ID_BACKENDS = ("openai", "vllm-tokens", "sglang-tokens")
 
 
+CONFIG_MAX_BYTES = 16 << 20
+"""A ``--config`` file is YAML or JSON of a few KB; past 16 MiB it is not a config."""
+
+
 @dataclass(frozen=True)
 class TraceSpec:
     """Axis 1: which file, read how, and how much of it (``max_items``: first N units)."""
@@ -215,11 +219,20 @@ class RunConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> RunConfig:
+        from workbench.errors import TraceFormatError
+        from workbench.traces._io import open_trace
+
         path = Path(path)
+        try:  # opened like a trace: a FIFO or a device is refused, not read (no blocking)
+            raw = open_trace(path, CONFIG_MAX_BYTES + 1)
+        except TraceFormatError as exc:
+            raise ConfigError(f"cannot read config {path}: {exc.rule}") from None
+        if len(raw) > CONFIG_MAX_BYTES:
+            raise ConfigError(f"config {path} is larger than {CONFIG_MAX_BYTES:,} bytes")
         try:
-            text = path.read_text()
-        except OSError as exc:
-            raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(f"config {path} is not UTF-8 text (YAML or JSON)") from None
         if path.suffix in (".yaml", ".yml"):
             import yaml
 

@@ -50,7 +50,13 @@ from typing import Any
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.records import RequestRecord
 from workbench.runner import merge_warmup
-from workbench.shard import ShardedSession, slot_offsets, split_concurrency, split_plan
+from workbench.shard import (
+    ShardedSession,
+    slot_offsets,
+    split_concurrency,
+    split_plan,
+    warmup_shares,
+)
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +196,7 @@ class RaySession(ShardedSession):
         plans = split_plan(self.plan, n)
         shares = split_concurrency(self.cfg.arrival.max_concurrency, n)
         offsets = slot_offsets(shares, [len(p.units) for p in plans])
+        warm_n = warmup_shares(self.cfg.arrival.warmup, n)
         remote = ray.remote(max_concurrency=64)(ShardActor)
         actors = [
             remote.options(num_cpus=ACTOR_CPUS, scheduling_strategy="SPREAD").remote()
@@ -198,8 +205,9 @@ class RaySession(ShardedSession):
         try:
             clocks = [await _measure_clock(a) for a in actors]
             specs = [
-                {"cfg": self._worker_cfg(shares[k]), "plan": plans[k], "run_id": self.run_id,
-                 "base_url": base_url, "block_size": block_size, "slot_offset": offsets[k]}
+                {"cfg": self._worker_cfg(shares[k], warm_n[k]), "plan": plans[k],
+                 "run_id": self.run_id, "base_url": base_url, "block_size": block_size,
+                 "slot_offset": offsets[k]}
                 for k in range(n)
             ]  # fmt: skip
             ready = [_aw(a.prepare.remote(s)) for a, s in zip(actors, specs, strict=True)]
@@ -222,8 +230,8 @@ class RaySession(ShardedSession):
             ray.init(include_dashboard=False, log_to_driver=False)
             self._started_ray = True
 
-    def _worker_cfg(self, share: int | None) -> dict[str, Any]:
-        d = super()._worker_cfg(share)
+    def _worker_cfg(self, share: int | None, warmup: int) -> dict[str, Any]:
+        d = super()._worker_cfg(share, warmup)
         d["executor"].update(kind="local", address=None)
         return d
 

@@ -70,6 +70,15 @@ def split_concurrency(c: int | None, n: int) -> list[int | None]:
     return [c // n + (1 if k < c % n else 0) for k in range(n)]
 
 
+def warmup_shares(n_warm: int, n: int) -> list[int]:
+    """How many of the run's first ``n_warm`` units (release order) each of ``n`` shards
+    holds: ``split_plan`` deals the unit at release position i to shard ``i mod n``, and a
+    shard's own release order keeps that order, so shard k warms its first
+    ``ceil((n_warm - k) / n)`` units and the shards together warm exactly the first
+    ``n_warm`` (docs/arrival.md)."""
+    return [max(0, -(-(n_warm - k) // n)) for k in range(n)]
+
+
 def slot_offsets(shares: list[int | None], plan_sizes: list[int]) -> list[int]:
     """First routing slot of each shard: shares stacked (uncapped: unit counts stacked)."""
     out, acc = [], 0
@@ -130,14 +139,15 @@ class ShardedSession(ReplaySession):
         plans = split_plan(self.plan, n)
         shares = split_concurrency(self.cfg.arrival.max_concurrency, n)
         offsets = slot_offsets(shares, [len(p.units) for p in plans])
+        warm_n = warmup_shares(self.cfg.arrival.warmup, n)
         ctx = mp.get_context("spawn")
         pool = _Workers()
         try:
             for k in range(n):
                 spec = {
-                    "cfg": self._worker_cfg(shares[k]), "plan": plans[k], "run_id": self.run_id,
-                    "base_url": base_url, "block_size": block_size, "slot_offset": offsets[k],
-                    "shard": k, "shard_dir": str(self.shard_dir),
+                    "cfg": self._worker_cfg(shares[k], warm_n[k]), "plan": plans[k],
+                    "run_id": self.run_id, "base_url": base_url, "block_size": block_size,
+                    "slot_offset": offsets[k], "shard": k, "shard_dir": str(self.shard_dir),
                 }  # fmt: skip
                 pool.start(ctx, spec)
             await pool.gather("ready", READY_TIMEOUT_S)
@@ -164,9 +174,10 @@ class ShardedSession(ReplaySession):
         if len(results) < n:
             raise WorkbenchError(f"{n - len(results)} of {n} worker processes failed (see log)")
 
-    def _worker_cfg(self, share: int | None) -> dict[str, Any]:
+    def _worker_cfg(self, share: int | None, warmup: int) -> dict[str, Any]:
         d = self.cfg.to_dict()
         d["arrival"]["max_concurrency"] = share
+        d["arrival"]["warmup"] = warmup
         d["executor"]["workers"] = 1
         d["out_dir"] = None
         d["target"] = {"url": "http://placeholder"}  # workers get the parent's URL

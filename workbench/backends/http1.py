@@ -317,7 +317,9 @@ class _ParseQueue:
                 state = conn.state
                 state.feed(t, chunk)  # type: ignore[union-attr]
                 if state.cut:  # type: ignore[union-attr]
-                    conn._fail(state.error)  # type: ignore[union-attr,arg-type]
+                    # overrun (error set), or bytes on and on after [DONE] (no error):
+                    # either way the stream is done and the connection dropped
+                    conn._fail(state.error or DisconnectedError("cut after [DONE]"))  # type: ignore[union-attr]
             else:
                 conn._finish(conn.keep)
 

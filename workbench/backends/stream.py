@@ -7,10 +7,13 @@ event to the record. An event counts as a *token event* only if the codec found
 at least one output token id in it (role-only, empty and usage chunks do not);
 ``end_ns`` is the read that carried ``[DONE]``, or the end of the body when a
 server omits it. Bytes after ``[DONE]`` are read (so the connection can be
-reused) but not parsed. With an ``overrun.OverrunGuard`` a stream that passes
-``max_tokens`` plus the margin is *cut*: ``error`` holds the ``OutputOverrun`` and
-``cut`` tells the client to drop the connection instead of reading on (a server that
-never stops would otherwise never end the body).
+reused) but not parsed, up to ``overrun.AFTER_DONE_MAX_BYTES``. With an
+``overrun.OverrunGuard`` a stream that passes ``max_tokens`` plus the margin, whose
+current event grows past the request's byte bound without ending, or whose
+token-less events and comments pass that bound, is *cut*: ``error`` holds the
+``OutputOverrun``. ``cut`` tells the client to drop the connection instead of reading
+on (a server that never stops would otherwise never end the body); a cut after
+``[DONE]`` has no error, what was measured stands.
 
 The errors are the clients' common vocabulary, so ``transport.Transport`` words a
 failure the same way whichever client met it (``executor.http``).
@@ -21,7 +24,7 @@ from __future__ import annotations
 from functools import partial
 
 from workbench.backends.base import BackendError, StreamParser
-from workbench.backends.overrun import OutputOverrun, OverrunGuard
+from workbench.backends.overrun import AFTER_DONE_MAX_BYTES, OutputOverrun, OverrunGuard
 from workbench.backends.sse import DONE, SSEDecoder
 from workbench.records import RequestRecord
 
@@ -67,8 +70,22 @@ class StreamState:
     """SSE decoding and token accounting of one response, fed ``(stamp, bytes)`` reads."""
 
     __slots__ = (
-        "counts", "cut", "decode", "decoder", "done", "error", "feed_all", "feed_one", "guard",
-        "headers", "json_body", "one", "reads", "rec", "times",
+        "after_done",
+        "counts",
+        "cut",
+        "decode",
+        "decoder",
+        "done",
+        "error",
+        "feed_all",
+        "feed_one",
+        "guard",
+        "headers",
+        "json_body",
+        "one",
+        "reads",
+        "rec",
+        "times",
     )  # fmt: skip
 
     def __init__(
@@ -86,6 +103,7 @@ class StreamState:
         self.reads = 0  # network reads of the body (pacing tells streamed from whole answers)
         self.guard = guard  # output overrun (docs/output-overrun.md)
         self.cut = False  # the guard cut the stream: drop the connection, do not read on
+        self.after_done = 0  # bytes read after [DONE]
         #: the response's ``x-workbench-*`` headers (a simulated cluster names its worker)
         self.headers: dict[str, str] = {}
         #: a 200 answered with ``Content-Type: application/json``: not a stream but (from
@@ -101,6 +119,9 @@ class StreamState:
         """
         self.reads += 1
         if self.done:
+            self.after_done += len(chunk)
+            if self.after_done > AFTER_DONE_MAX_BYTES:  # still sending after [DONE]
+                self.cut = True
             return
         feed_one = self.feed_one
         if feed_one is not None:
@@ -114,11 +135,13 @@ class StreamState:
                 if n:
                     self.times.append(t)
                     self.counts.append(n)
-                    if self.guard is not None:
-                        self._check()
+                if self.guard is not None:
+                    self._check(len(chunk))
                 return
         payloads = self.decode(chunk)
         if not payloads:
+            if self.guard is not None:  # an unfinished event, or token-less bytes
+                self._check(len(chunk))
             return
         if DONE in payloads:
             payloads = payloads[: payloads.index(DONE)]
@@ -134,12 +157,16 @@ class StreamState:
         if counts:
             self.times.extend([t] * len(counts))
             self.counts.extend(counts)
-            if self.guard is not None:
-                self._check()
+        if self.guard is not None and not self.done:
+            self._check(len(chunk))
 
-    def _check(self) -> None:
+    def _check(self, nbytes: int) -> None:
+        """The overrun guard after one read of ``nbytes``: output past the cut limit, an
+        event that never ends, or token-less bytes past the bound cut the stream."""
+        guard = self.guard
         try:
-            self.guard.check(self.counts)  # type: ignore[union-attr]
+            guard.check_unfinished(self.decoder.pending)  # type: ignore[union-attr]
+            guard.check(self.counts, nbytes)  # type: ignore[union-attr]
         except OutputOverrun as exc:
             self.error, self.done, self.cut = exc, True, True
 

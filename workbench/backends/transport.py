@@ -343,7 +343,8 @@ class Transport:
     ) -> list[int] | None:
         payload = orjson.dumps(codec.body(req))
         parser = codec.parser(req)
-        guard = OverrunGuard(rec, req.max_tokens, by_events=not codec.returns_token_ids)
+        guard = OverrunGuard(rec, req.max_tokens, by_events=not codec.returns_token_ids,
+                             prompt_tokens=len(req.prompt_ids))
         state = StreamState(parser, rec, guard)
         extra = getattr(codec, "request_headers", None)  # backends/extras.py
         headers = dict(extra(req) or {}) if extra is not None else {}
