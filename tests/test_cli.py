@@ -1,7 +1,10 @@
 import subprocess
 import sys
+from pathlib import Path
 
 import workbench
+
+ROOT_DATA = Path(workbench.__file__).parent / "data"
 
 
 def test_python_m_help_lists_commands():
@@ -54,3 +57,13 @@ def test_an_undetectable_format_names_the_command_line_flag(tmp_path):
     # the trace is checked before the progress bar starts: no bar was drawn
     assert "req" not in proc.stderr.replace("--format", "")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_an_out_dir_that_is_not_a_directory_is_one_line_before_any_bar(tmp_path):
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    proc = cli("replay", "--trace", str(ROOT_DATA / "tracelab/multi_session_example.csv"),
+               "--target", "sim", "-o", str(blocker))
+    assert proc.returncode == 2  # ExitCode.CONFIG_ERROR
+    assert proc.stderr.strip().splitlines() == [
+        f"workbench replay: error: out_dir: '{blocker}' exists and is not a directory"]
