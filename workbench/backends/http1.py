@@ -19,7 +19,11 @@ asyncio and httptools (llhttp, the parser uvicorn uses) API:
 Connections are kept alive and pooled per host (LIFO: the most recently used
 one first); a connection goes back to the pool the moment its response ends,
 before the waiting task runs. Bodies may be ``Content-Length``, chunked or (on
-a ``Connection: close`` answer) delimited by the close. ``https`` goes through
+a ``Connection: close`` answer) delimited by the close; interim ``1xx`` answers
+before the real one are skipped; a ``gzip``/``deflate`` body is inflated (no
+``Accept-Encoding`` is sent, but a server may compress anyway); bytes after the
+end of the answer (a response to a request never sent) do not touch it, but the
+connection is dropped (docs/wire-protocols.md, "HTTP framing"). ``https`` goes through
 asyncio's TLS (``ssl.create_default_context()`` unless the options give a
 context). Timeouts: ``stream_idle_timeout_s`` bounds connecting and every
 silence between reads (headers included; one timer per idle period, not per
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import zlib
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -105,6 +110,10 @@ class _Connection(asyncio.Protocol):
         self.delimited = False  # Content-Length or Transfer-Encoding seen
         self.got = False  # any byte of this response came
         self.last_ns = 0
+        self.interim = False  # a 1xx answer is being parsed (skipped)
+        self.encoding = b""  # Content-Encoding of the answer
+        self.inflate: Any = None  # zlib decompressor of a gzip/deflate body
+        self.refused: BackendError | None = None  # why a callback stopped the parser
 
     # -- the request ---------------------------------------------------------------
     def start(
@@ -148,12 +157,24 @@ class _Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(BackendError(f"malformed HTTP response from the server: {exc}"))
-            return
+            if not self.complete:
+                self._fail(self.refused or BackendError(
+                    f"malformed HTTP response from the server: {exc}"))  # fmt: skip
+                return
+            # bytes after the answer's end (on_message_begin refused them): the answer
+            # stands, the connection cannot be trusted any more
+            self.keep = False
         pieces = self.pieces
         if pieces:
             chunk = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             pieces.clear()
+            if self.inflate is not None:
+                try:
+                    chunk = self.inflate.decompress(chunk)
+                except zlib.error as exc:
+                    self._fail(BackendError(f"a {self.encoding.decode()} body that does "
+                                            f"not inflate: {exc}"))  # fmt: skip
+                    return
             if self.streaming:
                 self.pool.parsing.add(self, t, chunk)
             elif self.body_size < ERROR_BODY_MAX:
@@ -187,18 +208,42 @@ class _Connection(asyncio.Protocol):
             self._fail(DisconnectedError(f"connection closed mid-response{why}"))
 
     # -- httptools callbacks -------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self.complete:  # a second answer in the read: nobody asked for it
+            raise BackendError("a response to no request")  # stops the parser here
+
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
         if name == b"content-length" or name == b"transfer-encoding":
             self.delimited = True
+        elif name == b"content-encoding":
+            self.encoding = value.strip().lower()
 
     def on_headers_complete(self) -> None:
-        status = self.status = self.parser.get_status_code()
+        status = self.parser.get_status_code()
+        if 100 <= status < 200 and status != 101:  # interim (100 Continue, 103 ...)
+            self.interim = True
+            return
+        self.status = status
         if self.rec is not None:
             self.rec.http_status = status
         self.streaming = status == 200 and self.state is not None
+        enc = self.encoding
+        if enc and enc != b"identity":
+            if enc not in (b"gzip", b"x-gzip", b"deflate"):
+                self.refused = BackendError(
+                    f"the server sent content-encoding {enc.decode()!r}, which this client "
+                    "cannot decode (it sends no Accept-Encoding; supported: gzip, deflate)"
+                )
+                raise self.refused
+            self.inflate = zlib.decompressobj(wbits=47)  # zlib or gzip header
 
     def on_message_complete(self) -> None:
+        if self.interim:  # the real answer follows on the same connection
+            self.interim = False
+            self.delimited = False
+            self.encoding = b""
+            return
         self.complete = True
         self.keep = self.parser.should_keep_alive()  # (only valid inside the callback)
 
@@ -401,7 +446,11 @@ class HttpToolsClient:
             pool = self._pools[ep.key] = _Pool(ep, self._loop, self.now, self.idle_s,
                                                self.ssl_context, self._parsing)  # fmt: skip
         head = b"%b %b HTTP/1.1\r\nHost: %b\r\nUser-Agent: %b\r\nAccept: */*\r\n%b" % (
-            method, ep.target, ep.host_header, USER_AGENT, self._extra
+            method,
+            ep.target,
+            ep.host_header,
+            USER_AGENT,
+            self._extra,
         )
         if content_type:
             head += b"Content-Type: application/json\r\n"
@@ -417,7 +466,10 @@ class HttpToolsClient:
         if b"\r" in rid or b"\n" in rid:
             raise BackendError(f"request id {request_id!r} cannot go into an HTTP header")
         data = b"%bx-request-id: %b\r\nContent-Length: %d\r\n\r\n%b" % (
-            head, rid, len(payload), payload
+            head,
+            rid,
+            len(payload),
+            payload,
         )
         return await self._exchange(pool, data, state, rec, self.request_timeout_s)
 

@@ -96,7 +96,11 @@ class AiohttpClient:
     async def post(
         self, url: str, payload: bytes, request_id: str, rec: RequestRecord, state: StreamState
     ) -> tuple[int, bytes]:
-        headers = {"Content-Type": "application/json", "x-request-id": request_id}
+        # identity: a compressed stream would reach us in compressor-sized bursts
+        headers = {
+            "Content-Type": "application/json", "Accept-Encoding": "identity",
+            "x-request-id": request_id,
+        }  # fmt: skip
         now = self.now
         rec.dispatch_ns = now()  # replaced when aiohttp reports the body sent
         try:

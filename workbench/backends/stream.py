@@ -25,6 +25,9 @@ from workbench.backends.overrun import OutputOverrun, OverrunGuard
 from workbench.backends.sse import DONE, SSEDecoder
 from workbench.records import RequestRecord
 
+#: a body that is no event stream is quoted up to this many bytes in the error
+RAW_MAX = 2000
+
 __all__ = [
     "ConnectError",
     "ConnectTimeoutError",
@@ -64,7 +67,7 @@ class StreamState:
 
     __slots__ = (
         "counts", "cut", "decode", "decoder", "done", "error", "feed_all", "feed_one", "guard",
-        "one", "reads", "rec", "times",
+        "one", "raw", "reads", "rec", "times",
     )  # fmt: skip
 
     def __init__(
@@ -82,6 +85,9 @@ class StreamState:
         self.reads = 0  # network reads of the body (pacing tells streamed from whole answers)
         self.guard = guard  # output overrun (docs/output-overrun.md)
         self.cut = False  # the guard cut the stream: drop the connection, do not read on
+        # the body's first bytes while no SSE event came: a 200 whose body is no event
+        # stream (a JSON error) is reported with what the server said (``not_a_stream``)
+        self.raw: bytes | None = b""
 
     def feed(self, t: int, chunk: bytes) -> None:
         """One network read of the body, received at ``t``.
@@ -97,6 +103,7 @@ class StreamState:
         if feed_one is not None:
             one = self.one(chunk)
             if one is not None and one != DONE:  # one event in the read: no lists
+                self.raw = None
                 try:
                     n = feed_one(one)
                 except BackendError as exc:
@@ -110,7 +117,10 @@ class StreamState:
                 return
         payloads = self.decode(chunk)
         if not payloads:
+            if self.raw is not None and len(self.raw) < RAW_MAX:
+                self.raw += chunk[: RAW_MAX - len(self.raw)]
             return
+        self.raw = None
         if DONE in payloads:
             payloads = payloads[: payloads.index(DONE)]
             self.done = True
@@ -139,6 +149,8 @@ class StreamState:
         if self.done:
             return
         payloads = self.decoder.close()
+        if payloads:
+            self.raw = None
         if DONE in payloads:
             payloads = payloads[: payloads.index(DONE)]
         self.done = True
@@ -152,6 +164,15 @@ class StreamState:
             for n in counts:
                 self.times.append(t)
                 self.counts.append(n)
+
+    def not_a_stream(self) -> BackendError | None:
+        """The error of a body that carried no SSE event at all (None if it did)."""
+        if self.raw is None:
+            return None
+        text = self.raw.decode("utf-8", errors="replace").strip()
+        if not text:
+            return BackendError("HTTP 200 with an empty body (no event stream)")
+        return BackendError(f"HTTP 200 but the body is no event stream: {text[:RAW_MAX]}")
 
 
 def _feed_each(parser: StreamParser, payloads: list[bytes]) -> list[int]:

@@ -332,6 +332,8 @@ class Transport:
             raise HTTPStatusError(status, body.decode("utf-8", errors="replace"))
         if state.error is not None:
             raise state.error
+        if (not_a_stream := state.not_a_stream()) is not None:
+            raise not_a_stream
         if self._pacer is not None:
             self._pacer.observe(state.reads)
         out = parser.finish()
@@ -347,11 +349,15 @@ class Transport:
             rec.extra["server_metrics"] = out.server_metrics
         if _clamped(req, out.completion_tokens, out.finish_reason):
             rec.extra["output_clamped"] = {
-                "planned": req.max_tokens, "generated": out.completion_tokens
+                "planned": req.max_tokens,
+                "generated": out.completion_tokens,
             }
             logger.warning(
                 "%s: the server generated %s of %s output tokens and ended for length: %s",
-                req.request_id, out.completion_tokens, req.max_tokens, _CLAMP_HINT,
+                req.request_id,
+                out.completion_tokens,
+                req.max_tokens,
+                _CLAMP_HINT,
             )
         return out.output_ids
 

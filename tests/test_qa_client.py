@@ -1,0 +1,416 @@
+"""Independent checks of the two HTTP clients (``executor.http``) against a hostile server.
+
+A raw ``asyncio`` server on 127.0.0.1 plays one fault per test: how it writes the
+response (tiny writes, odd chunked framing, 1xx, HTTP/1.0, close-delimited bodies,
+SSE line ends, gzip, resets, silence...). Every fault runs once per client and the
+two records must agree on what is not a time: status, HTTP status, error class,
+token events and their id counts, usage. Every await is bounded by
+``asyncio.timeout``; the server's own pauses are part of the fault, never a wait of
+the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+import pytest
+from test_transport import LIMIT, REQ, record, sse, tok, usage
+
+from workbench.backends import BACKENDS, WireRequest
+from workbench.backends.transport import HTTP_CLIENTS, Transport, TransportOptions
+from workbench.records import RequestRecord
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
+GOOD = [tok([11]), tok([12, 13]), tok([14], "length"), usage(4, 3), sse(b"[DONE]")]
+BODY = b"".join(GOOD)
+SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    """One request (head + Content-Length body); its head."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length"):
+            length = int(line.split(b":")[1])
+    await reader.readexactly(length)
+    return head
+
+
+def chunked(
+    parts: list[bytes], fmt: bytes = b"%x", ext: bytes = b"", trailer: bytes = b""
+) -> bytes:
+    out = b"".join((fmt % len(p)) + ext + b"\r\n" + p + b"\r\n" for p in parts)
+    return out + b"0" + ext + b"\r\n" + trailer + b"\r\n"
+
+
+def cl(body: bytes, head: bytes = SSE_HEAD) -> bytes:
+    return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+async def run(
+    handler: Handler, http: str, n: int = 1, reqs: list[WireRequest] | None = None, **opts: Any
+) -> list[RequestRecord]:
+    """Send ``n`` requests one after another to a server running ``handler`` per
+    connection (its third argument: the connection's ordinal)."""
+    conns = [0]
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conns[0] += 1
+        try:
+            await handler(reader, writer, conns[0])
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    recs = []
+    try:
+        async with (
+            asyncio.timeout(LIMIT),
+            Transport(TransportOptions(f"http://127.0.0.1:{port}", http=http, **opts)) as t,
+        ):
+            for i in range(n):
+                rec = record(f"r-{i}")
+                req = reqs[i] if reqs else REQ
+                await t.send(BACKENDS.get("openai"), req, rec)
+                recs.append(rec)
+    finally:
+        server.close()
+    return recs
+
+
+def answer(data: bytes, *, keep: bool = True) -> Handler:
+    """Reply ``data`` to every request on the connection (then wait for the client)."""
+
+    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        while True:
+            await read_request(reader)
+            writer.write(data)
+            await writer.drain()
+            if not keep:
+                return
+
+    return h
+
+
+def view(rec: RequestRecord) -> dict[str, Any]:
+    err = rec.error
+    return {
+        "status": rec.status,
+        "http_status": rec.http_status,
+        "error": err.split(":")[0] if err else None,
+        "token_counts": rec.token_counts,
+        "usage": (rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens),
+        "cached_reported": rec.cached_tokens_reported,
+        "finish": rec.finish_reason,
+        "stale_retry": rec.extra.get("stale_connection_retry", False),
+    }
+
+
+async def both(handler: Handler, n: int = 1, **kw: Any) -> list[RequestRecord]:
+    """The records of each client; asserts they agree; returns the httptools ones."""
+    out = {http: await run(handler, http, n, **kw) for http in HTTP_CLIENTS}
+    a, b = (out[h] for h in HTTP_CLIENTS)
+    assert [view(r) for r in a] == [view(r) for r in b], (
+        [r.error for r in a],
+        [r.error for r in b],
+    )
+    return a
+
+
+def ok4(rec: RequestRecord) -> None:
+    assert rec.status == "ok", rec.error
+    assert rec.token_counts == [1, 2, 1]
+    assert (rec.completion_tokens, rec.cached_tokens) == (4, 3)
+
+
+# -- framing ------------------------------------------------------------------------------
+
+
+async def test_headers_split_across_many_tiny_writes():
+    data = cl(BODY)
+
+    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        await read_request(reader)
+        writer.transport.get_extra_info("socket").setsockopt(
+            socket.IPPROTO_TCP, socket.TCP_NODELAY, 1
+        )
+        for i in range(0, len(data), 3):
+            writer.write(data[i : i + 3])
+            await writer.drain()
+            await asyncio.sleep(0)
+        await reader.read()
+
+    (rec,) = await both(h)
+    ok4(rec)
+
+
+@pytest.mark.parametrize("fmt", [b"%x", b"%X", b"%08X"], ids=["lower", "upper", "zero-padded"])
+async def test_chunked_with_extensions_trailers_and_any_hex_case(fmt: bytes):
+    parts = [BODY[i : i + 200] for i in range(0, len(BODY), 200)]  # sizes > 9: hex letters
+    assert any(b"%x" % len(p) != b"%X" % len(p) for p in parts)
+    body = chunked(parts, fmt, ext=b';name="v";x=1', trailer=b"X-Trailer: done\r\n")
+    for rec in await both(answer(SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + body), n=2):
+        ok4(rec)
+
+
+async def test_body_without_length_closed_by_the_server_each_time():
+    data = SSE_HEAD + b"Connection: close\r\n\r\n" + BODY
+    recs = await both(answer(data, keep=False), n=3)
+    for rec in recs:
+        ok4(rec)
+        assert "stale_connection_retry" not in rec.extra
+
+
+async def test_connection_close_header_after_each_response_with_a_length():
+    recs = await both(answer(cl(BODY, SSE_HEAD + b"Connection: close\r\n"), keep=False), n=3)
+    for rec in recs:
+        ok4(rec)
+        assert "stale_connection_retry" not in rec.extra
+
+
+async def test_http10_response():
+    data = b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + BODY
+    recs = await both(answer(data, keep=False), n=2)
+    for rec in recs:
+        ok4(rec)
+        assert rec.http_status == 200
+
+
+@pytest.mark.parametrize("interim", [b"100 Continue", b"102 Processing", b"103 Early Hints"])
+async def test_interim_1xx_responses_before_the_answer(interim: bytes):
+    data = b"HTTP/1.1 " + interim + b"\r\n\r\n" + cl(BODY)
+    recs = await both(answer(data), n=2)
+    for rec in recs:
+        ok4(rec)
+        assert rec.http_status == 200
+
+
+@pytest.mark.parametrize("interim", [b"100 Continue", b"103 Early Hints"])
+async def test_an_interim_1xx_response_in_its_own_read(interim: bytes):
+    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        while True:
+            await read_request(reader)
+            writer.write(b"HTTP/1.1 " + interim + b"\r\n\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.05)  # the fault: the answer comes in a later read
+            writer.write(cl(BODY))
+            await writer.drain()
+
+    for rec in await both(h, n=2):
+        ok4(rec)
+        assert rec.http_status == 200
+
+
+@pytest.mark.parametrize("status", [b"204 No Content", b"304 Not Modified"])
+async def test_no_body_statuses_are_http_errors_and_the_connection_stays_usable(status: bytes):
+    recs = await both(answer(b"HTTP/1.1 " + status + b"\r\n\r\n"), n=2)
+    for rec in recs:
+        assert rec.status == "error" and rec.error is not None
+        assert rec.error.startswith("HTTP " + status[:3].decode()), rec.error
+
+
+async def test_a_200_with_a_json_error_body_says_what_the_server_said():
+    body = orjson.dumps({"error": {"message": "model 'x' not found", "code": 404}})
+    data = cl(body, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+    (rec,) = await both(answer(data))
+    assert rec.status == "error" and rec.error is not None
+    assert "model 'x' not found" in rec.error, rec.error
+
+
+async def test_a_response_nobody_asked_for_does_not_land_on_the_next_request():
+    """Pipelining garbage: the answer is followed in the same write by a second response
+    for a request that was never sent; the next request must get its own answer."""
+    junk = b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 5\r\n\r\njunk!"
+    recs = await both(answer(cl(BODY) + junk), n=2)
+    for rec in recs:
+        ok4(rec)
+        assert rec.http_status == 200
+
+
+async def test_an_unsolicited_response_while_idle_drops_the_connection():
+    junk = b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 5\r\n\r\njunk!"
+
+    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await read_request(reader)
+        writer.write(cl(BODY))
+        await writer.drain()
+        if n == 1:
+            writer.write(junk)
+            await writer.drain()
+        while True:
+            await read_request(reader)
+            writer.write(cl(BODY))
+            await writer.drain()
+
+    recs = await both(h, n=2)
+    for rec in recs:
+        ok4(rec)
+
+
+# -- SSE ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("eol", [b"\r\n", b"\r", b"\n"], ids=["crlf", "cr", "lf"])
+async def test_sse_line_ends_comments_and_multiline_data(eol: bytes):
+    events = []
+    for ev in GOOD:
+        payload = ev[len(b"data: ") : -2]
+        if payload.startswith(b"{") and b"," in payload:  # JSON split over two data lines
+            cut = payload.index(b",") + 1
+            lines = [b"data: " + payload[:cut], b"data:" + payload[cut:]]
+        else:
+            lines = [b"data: " + payload]
+        events.append(eol.join([b": keep-alive comment", b"event: message", *lines, b"id: 7"])
+                      + eol + eol)  # fmt: skip
+    body = b": hello" + eol + eol + b"".join(events)
+    (rec,) = await both(answer(cl(body)))
+    ok4(rec)
+
+
+async def test_events_split_mid_utf8_and_mid_json_across_reads():
+    text_tok = sse({"id": "c", "choices": [{"index": 0, "token_ids": [11], "text": "héllo — ✓"}]})
+    body = text_tok + b"".join(GOOD[1:])
+    cuts = [text_tok.index("é".encode()) + 1, text_tok.index(b"token_ids") + 4, len(text_tok) - 1]
+    cuts = sorted([*cuts, len(text_tok) + 5, len(body) - 3])
+
+    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        await read_request(reader)
+        writer.transport.get_extra_info("socket").setsockopt(
+            socket.IPPROTO_TCP, socket.TCP_NODELAY, 1
+        )
+        writer.write(SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n")
+        prev = 0
+        for c in [*cuts, len(body)]:
+            writer.write(b"%x\r\n%b\r\n" % (c - prev, body[prev:c]))
+            await writer.drain()
+            await asyncio.sleep(0.01)  # separate reads (the fault, not a test wait)
+            prev = c
+        writer.write(b"0\r\n\r\n")
+        await reader.read()
+
+    (rec,) = await both(h)
+    ok4(rec)
+
+
+async def test_a_huge_single_event():
+    big = sse({"id": "c", "choices": [{"index": 0, "token_ids": [11], "text": "x" * 6_000_000}]})
+    body = big + b"".join(GOOD[1:])
+    (rec,) = await both(answer(cl(body)))
+    ok4(rec)
+
+
+async def test_gzip_content_encoding():
+    data = cl(gzip.compress(BODY), SSE_HEAD + b"Content-Encoding: gzip\r\n")
+    (rec,) = await both(answer(data))
+    ok4(rec)
+
+
+# -- failures -----------------------------------------------------------------------------
+
+
+async def test_slowloris_hits_the_idle_timeout():
+    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        await read_request(reader)
+        for b in cl(BODY)[:40]:
+            writer.write(bytes([b]))
+            await writer.drain()
+            await asyncio.sleep(1.0)
+
+    (rec,) = await both(h, stream_idle_timeout_s=0.4)
+    assert rec.status == "error" and rec.error is not None
+    assert rec.error.startswith("stream idle for more than 0.4s"), rec.error
+
+
+async def test_slowloris_within_the_idle_timeout_ends_at_the_request_timeout():
+    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        await read_request(reader)
+        for b in cl(BODY):
+            writer.write(bytes([b]))
+            await writer.drain()
+            await asyncio.sleep(0.05)
+
+    (rec,) = await both(h, stream_idle_timeout_s=2.0, request_timeout_s=0.5)
+    assert rec.status == "error" and rec.error is not None
+    assert rec.error.startswith("request timed out after 0.5s"), rec.error
+
+
+async def test_reset_mid_stream_keeps_the_tokens_so_far():
+    async def h2(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        await read_request(reader)
+        writer.write(SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n")
+        writer.write(b"%x\r\n%b\r\n" % (len(GOOD[0]), GOOD[0]))
+        await writer.drain()
+        await asyncio.sleep(0.05)  # the fault: a token, a pause, then RST
+        sock = writer.transport.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+
+    (rec,) = await both(h2)
+    assert rec.status == "error" and rec.error is not None
+    assert rec.error.startswith("server disconnected mid-stream after 1 token events"), rec.error
+    assert rec.token_counts == [1]
+
+
+async def test_accepts_then_never_answers():
+    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        await read_request(reader)
+        await reader.read()
+
+    (rec,) = await both(h, stream_idle_timeout_s=0.3)
+    assert rec.status == "error" and rec.error is not None
+    assert rec.error.startswith("stream idle for more than 0.3s"), rec.error
+
+
+async def test_keep_alive_closed_by_the_server_while_idle_between_requests():
+    """The server keeps the first connection alive, then closes it when the next
+    request arrives, without answering: sent once more on a new connection."""
+
+    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await read_request(reader)
+        writer.write(cl(BODY))
+        await writer.drain()
+        if n == 1:
+            await reader.read(1)  # the next request's first byte: close, unanswered
+            return
+        while True:
+            await read_request(reader)
+            writer.write(cl(BODY))
+            await writer.drain()
+
+    recs = await both(h, n=2)
+    for rec in recs:
+        ok4(rec)
+    assert recs[1].extra.get("stale_connection_retry") is True
+
+
+async def test_an_encoding_the_client_cannot_decode_is_named():
+    data = cl(b"\x0b\x02\x80hello\x03", SSE_HEAD + b"Content-Encoding: br\r\n")
+    (rec,) = await run(answer(data), "httptools")
+    assert rec.status == "error" and rec.error is not None
+    assert "content-encoding 'br'" in rec.error, rec.error
+
+
+@pytest.mark.parametrize("http", HTTP_CLIENTS)
+async def test_neither_client_asks_for_a_compressed_stream(http: str):
+    heads: list[bytes] = []
+
+    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        heads.append(await read_request(reader))
+        writer.write(cl(BODY))
+        await writer.drain()
+        await reader.read()
+
+    (rec,) = await run(h, http)
+    ok4(rec)
+    enc = [line for line in heads[0].lower().split(b"\r\n") if line.startswith(b"accept-encoding")]
+    assert enc in ([], [b"accept-encoding: identity"])
