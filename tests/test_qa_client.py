@@ -414,3 +414,27 @@ async def test_neither_client_asks_for_a_compressed_stream(http: str):
     ok4(rec)
     enc = [line for line in heads[0].lower().split(b"\r\n") if line.startswith(b"accept-encoding")]
     assert enc in ([], [b"accept-encoding: identity"])
+
+
+@pytest.mark.parametrize("framing", ["chunked", "close"])
+async def test_a_server_that_never_stops_is_cut_in_both_clients(framing: str):
+    """Token events forever, no [DONE]: cut at max_tokens + margin, same record."""
+
+    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        await read_request(reader)
+        chunked_body = framing == "chunked"
+        writer.write(SSE_HEAD + (b"Transfer-Encoding: chunked\r\n\r\n" if chunked_body
+                                 else b"Connection: close\r\n\r\n"))  # fmt: skip
+        for i in range(100_000):  # bounded: the client cuts long before
+            ev = tok([100 + i % 50])
+            writer.write(b"%x\r\n%b\r\n" % (len(ev), ev) if chunked_body else ev)
+            await writer.drain()
+
+    (rec,) = await both(h)
+    assert rec.status == "error" and rec.error is not None
+    assert rec.error.startswith("output_overrun"), rec.error
+    over = rec.extra["output_overrun"]
+    assert over["cut"] is True
+    # the record ends at the event that crossed the limit, however the reads fell
+    assert sum(rec.token_counts) == over["received"] == over["limit"] + 1
+    assert len(rec.token_times_ns) == len(rec.token_counts)
