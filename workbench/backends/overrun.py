@@ -45,8 +45,9 @@ class OverrunGuard:
 
     ``check(counts)`` after each parsed batch (``counts``: the record's
     ``token_counts``, ids per token event) raises ``OutputOverrun`` past the cut
-    limit, the record trimmed to end at the event that crossed it; ``flag(completion_tokens)`` at the end of a stream that ended by itself
-    marks a smaller overrun (streamed, or reported in usage) without failing it.
+    limit, the record trimmed to end at the event that crossed it;
+    ``flag(completion_tokens)`` at the end of a stream that ended by itself marks a
+    smaller overrun (streamed, or reported in usage) without failing it.
     """
 
     __slots__ = ("by_events", "limit", "max_tokens", "rec", "seen", "total")
