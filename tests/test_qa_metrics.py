@@ -116,3 +116,37 @@ def test_pandas_numpy_and_duckdb_agree_exactly(recs: list[RequestRecord]) -> Non
                 by_round_index(result, warmup=warm), scan.by_round_index(d, warmup=warm),
                 check_dtype=False, check_exact=False, rtol=1e-12, atol=1e-15,
             )  # fmt: skip
+
+
+def test_server_preemptions_survive_a_counter_reset_and_nan_gauges() -> None:
+    """A server restarted mid-run starts its counters at 0 again: the preemptions are
+    the counter's increases (Prometheus' reset rule), never negative; a NaN gauge
+    (Prometheus text allows it) does not poison a peak."""
+    from workbench.metrics.server_side import server_evidence
+
+    nan = float("nan")
+    rows = [
+        {"t": 0, "metrics": {"vllm:num_preemptions_total": 10.0, "vllm:kv_cache_usage_perc": nan,
+                             "vllm:num_requests_running": 1.0}},
+        {"t": 1, "metrics": {"vllm:num_preemptions_total": 14.0, "vllm:kv_cache_usage_perc": 0.5,
+                             "vllm:num_requests_running": 3.0}},
+        {"t": 2, "error": "connection refused"},
+        {"t": 3, "metrics": {"vllm:num_preemptions_total": 2.0, "vllm:kv_cache_usage_perc": 0.25,
+                             "vllm:num_requests_running": nan}},
+        {"t": 4, "metrics": {"vllm:num_preemptions_total": 5.0, "vllm:kv_cache_usage_perc": 0.75,
+                             "vllm:num_requests_running": 2.0}},
+    ]  # fmt: skip
+    ev = server_evidence(rows)
+    assert ev["engine"] == "vllm" and ev["samples"] == 4 and ev["scrape_errors"] == 1
+    assert ev["preemptions"] == 4 + 2 + 3  # 10→14, reset to 2 (2 since the restart), →5
+    assert ev["peak_kv_cache_usage"] == 0.75
+    assert ev["peak_running_requests"] == 3
+
+
+def test_the_server_window_hit_rate_survives_a_counter_reset() -> None:
+    from workbench.metrics.summary import server_window_hit_rate
+
+    hits, queries = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
+    rows = [{"metrics": {hits: h, queries: q}} for h, q in [(100.0, 200.0), (150.0, 300.0),
+                                                            (30.0, 100.0)]]  # fmt: skip
+    assert server_window_hit_rate(rows) == (50 + 30) / (100 + 100)  # was (30-100)/(100-200)
