@@ -438,3 +438,56 @@ async def test_a_server_that_never_stops_is_cut_in_both_clients(framing: str):
     # the record ends at the event that crossed the limit, however the reads fell
     assert sum(rec.token_counts) == over["received"] == over["limit"] + 1
     assert len(rec.token_times_ns) == len(rec.token_counts)
+
+
+# -- more framings ------------------------------------------------------------------------
+
+
+async def test_sse_without_the_space_after_the_colon():
+    (rec,) = await both(answer(cl(BODY.replace(b"data: ", b"data:"))))
+    ok4(rec)
+
+
+async def test_sse_stream_starting_with_a_byte_order_mark():
+    """The SSE spec ignores a leading U+FEFF; it must not cost the first event."""
+    (rec,) = await both(answer(cl("\ufeff".encode() + BODY)))
+    ok4(rec)
+
+
+async def test_a_status_line_without_a_reason_phrase():
+    (rec,) = await both(answer(cl(BODY, b"HTTP/1.1 200\r\nContent-Type: text/event-stream\r\n")))
+    ok4(rec)
+
+
+async def test_large_response_headers():
+    head = SSE_HEAD + b"".join(b"X-Pad-%d: %b\r\n" % (i, b"v" * 200) for i in range(100))
+    (rec,) = await both(answer(cl(BODY, head)))
+    ok4(rec)
+
+
+@pytest.mark.parametrize("cut", ["content-length", "chunked"])
+async def test_a_body_cut_short_by_the_close(cut: str):
+    part = b"".join(GOOD[:2])
+    if cut == "content-length":
+        data = SSE_HEAD + b"Content-Length: %d\r\n\r\n" % (len(BODY) + 100) + part
+    else:
+        data = SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%b" % (len(BODY), part)
+    (rec,) = await both(answer(data, keep=False))
+    assert rec.status == "error" and rec.error is not None
+    assert rec.error.startswith("server disconnected mid-stream after 2 token events"), rec.error
+    assert rec.token_counts == [1, 2]
+
+
+async def test_a_close_delimited_body_without_done_and_without_final_newline():
+    body = b"".join(GOOD[:-1]).rstrip(b"\n")
+    (rec,) = await both(answer(SSE_HEAD + b"Connection: close\r\n\r\n" + body, keep=False))
+    ok4(rec)
+
+
+@pytest.mark.parametrize("status", [b"201 Created", b"429 Too Many Requests", b"503 Busy"])
+async def test_other_statuses_are_http_errors_with_the_body(status: bytes):
+    data = cl(b'{"error": "slow down"}', b"HTTP/1.1 " + status + b"\r\nRetry-After: 1\r\n")
+    recs = await both(answer(data), n=2)
+    for rec in recs:
+        assert rec.status == "error" and rec.error is not None
+        assert rec.error.startswith("HTTP " + status[:3].decode()) and "slow down" in rec.error

@@ -25,6 +25,7 @@ from workbench.backends.overrun import OutputOverrun, OverrunGuard
 from workbench.backends.sse import DONE, SSEDecoder
 from workbench.records import RequestRecord
 
+BOM = "\ufeff".encode()
 #: a body that is no event stream is quoted up to this many bytes in the error
 RAW_MAX = 2000
 
@@ -99,6 +100,8 @@ class StreamState:
         self.reads += 1
         if self.done:
             return
+        if self.reads == 1 and chunk[:3] == BOM:  # the SSE spec ignores a leading BOM
+            chunk = chunk[3:]
         feed_one = self.feed_one
         if feed_one is not None:
             one = self.one(chunk)
