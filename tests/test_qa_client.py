@@ -491,3 +491,19 @@ async def test_other_statuses_are_http_errors_with_the_body(status: bytes):
     for rec in recs:
         assert rec.status == "error" and rec.error is not None
         assert rec.error.startswith("HTTP " + status[:3].decode()) and "slow down" in rec.error
+
+
+async def test_a_close_delimited_stream_ends_at_done_when_the_server_never_closes():
+    """``Connection: close`` and no length, then [DONE], then the server holds the
+    connection open: the answer is whole at [DONE] (nothing after it is read), so
+    the request ends there; with no timeouts set it would otherwise never end."""
+
+    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        await read_request(reader)
+        writer.write(SSE_HEAD + b"Connection: close\r\n\r\n" + BODY)
+        await writer.drain()
+        await reader.read()  # until the client goes away
+
+    recs = await both(h, n=2, stream_idle_timeout_s=None, request_timeout_s=None)
+    for rec in recs:
+        ok4(rec)

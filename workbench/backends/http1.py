@@ -343,6 +343,10 @@ class _ParseQueue:
                 state.feed(t, chunk)  # type: ignore[union-attr]
                 if state.cut:  # type: ignore[union-attr]
                     conn._fail(state.error)  # type: ignore[union-attr,arg-type]
+                elif state.done and not conn.delimited:  # type: ignore[union-attr]
+                    # a body delimited by the close is whole at [DONE]: a server that
+                    # holds the connection open after it must not hold the request
+                    conn._finish(False)
             else:
                 conn._finish(conn.keep)
 

@@ -110,10 +110,15 @@ class AiohttpClient:
                 rec.http_status = resp.status
                 if resp.status != 200:
                     return resp.status, (await resp.content.read(ERROR_BODY_MAX))
+                # a body delimited by the close is whole at [DONE] (see http1)
+                by_close = "Content-Length" not in resp.headers and not resp.headers.get(
+                    "Transfer-Encoding"
+                )
                 try:
                     async for chunk in resp.content.iter_any():
                         state.feed(now(), chunk)
-                        if state.cut:  # output overrun: drop the connection, read no more
+                        if state.cut or (by_close and state.done):
+                            # output overrun, or the end: drop the connection, read no more
                             resp.close()
                             return 200, b""
                 except (aiohttp.ClientError, TimeoutError):
