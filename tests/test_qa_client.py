@@ -507,3 +507,26 @@ async def test_a_close_delimited_stream_ends_at_done_when_the_server_never_close
     recs = await both(h, n=2, stream_idle_timeout_s=None, request_timeout_s=None)
     for rec in recs:
         ok4(rec)
+
+
+@pytest.mark.parametrize("ping", [b": ping\n\n", sse({"id": "c", "choices": [{"index": 0,
+                                                      "token_ids": [], "text": ""}]})],
+                         ids=["comments", "empty-events"])  # fmt: skip
+async def test_keep_alive_without_tokens_forever_hits_the_idle_timeout(ping: bytes):
+    """A server that sends keep-alive comments or token-less events and never a token:
+    the idle timeout bounds the time without a token event, not between any bytes
+    (else the run never ends with default settings)."""
+
+    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        await read_request(reader)
+        writer.write(SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n")
+        writer.write(b"%x\r\n%b\r\n" % (len(GOOD[0]), GOOD[0]))  # one token, then pings
+        for _ in range(2000):  # bounded; the client gives up long before
+            writer.write(b"%x\r\n%b\r\n" % (len(ping), ping))
+            await writer.drain()
+            await asyncio.sleep(0.02)  # the fault's pace (faster than the idle timeout)
+
+    (rec,) = await both(h, stream_idle_timeout_s=0.3)
+    assert rec.status == "error" and rec.error is not None
+    assert rec.error.startswith("stream idle for more than 0.3s"), rec.error
+    assert rec.token_counts == [1]

@@ -68,11 +68,15 @@ class StreamState:
 
     __slots__ = (
         "counts", "cut", "decode", "decoder", "done", "error", "feed_all", "feed_one", "guard",
-        "one", "raw", "reads", "rec", "times",
+        "idle_ns", "one", "raw", "reads", "rec", "times",
     )  # fmt: skip
 
     def __init__(
-        self, parser: StreamParser, rec: RequestRecord, guard: OverrunGuard | None = None
+        self,
+        parser: StreamParser,
+        rec: RequestRecord,
+        guard: OverrunGuard | None = None,
+        idle_s: float | None = None,
     ) -> None:
         self.decoder = SSEDecoder()
         self.decode = self.decoder.feed
@@ -82,13 +86,17 @@ class StreamState:
         self.rec = rec
         self.times, self.counts = rec.token_times_ns, rec.token_counts
         self.done = False  # [DONE] seen: later bytes are not parsed
-        self.error: BackendError | None = None  # the codec rejected a payload
+        # the codec rejected a payload, the guard cut the stream, or no token came
+        self.error: BackendError | IdleTimeoutError | None = None
         self.reads = 0  # network reads of the body (pacing tells streamed from whole answers)
         self.guard = guard  # output overrun (docs/output-overrun.md)
         self.cut = False  # the guard cut the stream: drop the connection, do not read on
         # the body's first bytes while no SSE event came: a 200 whose body is no event
         # stream (a JSON error) is reported with what the server said (``not_a_stream``)
         self.raw: bytes | None = b""
+        # ``stream_idle_timeout_s`` counts from the last token event (or the dispatch),
+        # so keep-alive comments and token-less events cannot hold a request forever
+        self.idle_ns = None if idle_s is None else int(idle_s * 1e9)
 
     def feed(self, t: int, chunk: bytes) -> None:
         """One network read of the body, received at ``t``.
@@ -117,11 +125,15 @@ class StreamState:
                     self.counts.append(n)
                     if self.guard is not None:
                         self._check()
+                elif self.idle_ns is not None:
+                    self._stalled(t)
                 return
         payloads = self.decode(chunk)
         if not payloads:
             if self.raw is not None and len(self.raw) < RAW_MAX:
                 self.raw += chunk[: RAW_MAX - len(self.raw)]
+            if self.idle_ns is not None:
+                self._stalled(t)
             return
         self.raw = None
         if DONE in payloads:
@@ -140,6 +152,18 @@ class StreamState:
             self.counts.extend(counts)
             if self.guard is not None:
                 self._check()
+        elif self.idle_ns is not None and not self.done:
+            self._stalled(t)
+
+    def _stalled(self, t: int) -> None:
+        """A read without a token event: cut the stream once no token came for the idle
+        timeout (bytes alone, keep-alive comments or empty events, are no progress)."""
+        since = self.times[-1] if self.times else self.rec.dispatch_ns
+        if since is not None and t - since > self.idle_ns:  # type: ignore[operator]
+            self.error = IdleTimeoutError(
+                f"no token event for {self.idle_ns / 1e9:g}s (only keep-alive bytes came)"  # type: ignore[operator]
+            )
+            self.done = self.cut = True
 
     def _check(self) -> None:
         try:

@@ -74,8 +74,10 @@ class TransportOptions:
     """Where to send and how long to wait.
 
     ``api_key_env`` names an environment variable holding a bearer token; the
-    token itself is never stored. ``stream_idle_timeout_s`` bounds connecting and
-    the silence between two reads (including the wait for response headers);
+    token itself is never stored. ``stream_idle_timeout_s`` bounds connecting, the
+    silence between two reads (including the wait for response headers) and, once
+    the body streams, the time without a token event (keep-alive bytes are no
+    progress: ``stream.StreamState``);
     ``request_timeout_s`` bounds the whole request. ``max_connections`` 0 means
     the pool is unlimited (admission is the runner's job, not the pool's).
     ``http``: which client (``HTTP_CLIENTS``; ``executor.http``). ``ssl_context``:
@@ -326,7 +328,7 @@ class Transport:
         payload = orjson.dumps(codec.body(req))
         parser = codec.parser(req)
         guard = OverrunGuard(rec, req.max_tokens, by_events=not codec.returns_token_ids)
-        state = StreamState(parser, rec, guard)
+        state = StreamState(parser, rec, guard, self.options.stream_idle_timeout_s)
         status, body = await client.post(self._url(codec), payload, req.request_id, rec, state)
         if status != 200:
             raise HTTPStatusError(status, body.decode("utf-8", errors="replace"))
