@@ -530,3 +530,34 @@ async def test_keep_alive_without_tokens_forever_hits_the_idle_timeout(ping: byt
     assert rec.status == "error" and rec.error is not None
     assert rec.error.startswith("stream idle for more than 0.3s"), rec.error
     assert rec.token_counts == [1]
+
+
+async def test_a_response_head_trickled_forever_hits_the_idle_timeout():
+    """Slowloris on the head: a header line that never ends, one byte at a time, each
+    well within the idle timeout; the head must be whole within the idle timeout of
+    the request's dispatch."""
+
+    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        await read_request(reader)
+        writer.write(SSE_HEAD + b"X-Slow: ")
+        for _ in range(2000):  # bounded; the client gives up long before
+            writer.write(b"a")
+            await writer.drain()
+            await asyncio.sleep(0.02)
+
+    (rec,) = await both(h, stream_idle_timeout_s=0.4)
+    assert rec.status == "error" and rec.error is not None
+    assert rec.error.startswith("stream idle for more than 0.4s"), rec.error
+
+
+async def test_a_response_head_that_never_ends_is_refused_at_64_kb():
+    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        await read_request(reader)
+        writer.write(SSE_HEAD)
+        for i in range(100_000):  # bounded; the client gives up long before
+            writer.write(b"X-Pad-%d: %b\r\n" % (i, b"v" * 100))
+            await writer.drain()
+
+    (rec,) = await run(h, "httptools")
+    assert rec.status == "error" and rec.error is not None
+    assert "response head" in rec.error, rec.error

@@ -57,6 +57,8 @@ __all__ = ["HttpToolsClient"]
 
 #: a non-200 answer's body is kept up to this size (for the error message)
 ERROR_BODY_MAX = 64 * 1024
+#: a response head (status line and headers, 1xx included) larger than this is refused
+HEAD_MAX = 64 * 1024
 USER_AGENT = b"workbench"
 
 
@@ -110,6 +112,8 @@ class _Connection(asyncio.Protocol):
         self.delimited = False  # Content-Length or Transfer-Encoding seen
         self.got = False  # any byte of this response came
         self.last_ns = 0
+        self.sent_ns = 0  # when the request was written (the head is due within idle_s)
+        self.head_bytes = 0  # bytes read before the head was whole
         self.interim = False  # a 1xx answer is being parsed (skipped)
         self.encoding = b""  # Content-Encoding of the answer
         self.inflate: Any = None  # zlib decompressor of a gzip/deflate body
@@ -126,7 +130,7 @@ class _Connection(asyncio.Protocol):
             raise cls("the connection closed before the request was written")
         waiter = self.waiter = self.pool.loop.create_future()
         self.state, self.rec = state, rec
-        t = self.last_ns = self.now()
+        t = self.last_ns = self.sent_ns = self.now()
         if rec is not None:
             rec.dispatch_ns = t
         self.transport.write(data)
@@ -164,6 +168,8 @@ class _Connection(asyncio.Protocol):
             # bytes after the answer's end (on_message_begin refused them): the answer
             # stands, the connection cannot be trusted any more
             self.keep = False
+        if not self.status and self._head_overdue(t, len(data)):
+            return
         pieces = self.pieces
         if pieces:
             chunk = pieces[0] if len(pieces) == 1 else b"".join(pieces)
@@ -282,6 +288,21 @@ class _Connection(asyncio.Protocol):
         self.abort()
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
+
+    def _head_overdue(self, t: int, n: int) -> bool:
+        """The head is still not whole after this read: fail it past ``HEAD_MAX`` bytes,
+        or past the idle timeout since the request was written (a head trickled a byte
+        at a time would otherwise keep every silence short and never end)."""
+        self.head_bytes += n
+        if self.head_bytes > HEAD_MAX:
+            self._fail(BackendError(f"malformed HTTP response from the server: the response "
+                                    f"head passed {HEAD_MAX} bytes without ending"))  # fmt: skip
+            return True
+        idle = self.pool.idle_s
+        if idle is not None and t - self.sent_ns > idle * 1e9:
+            self._fail(IdleTimeoutError(f"no whole response head within {idle}s"))
+            return True
+        return False
 
     def _check_idle(self) -> None:
         self.timer = None

@@ -11,6 +11,7 @@ is later than the socket read the default client stamps.
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -103,10 +104,19 @@ class AiohttpClient:
         }  # fmt: skip
         now = self.now
         rec.dispatch_ns = now()  # replaced when aiohttp reports the body sent
+        head_due = asyncio.timeout(self.idle_s)
         try:
-            async with self.session.post(
-                url, data=payload, headers=headers, trace_request_ctx=[rec]
-            ) as resp:
+            try:
+                # the head is due within the idle timeout of sending (as in http1)
+                async with head_due:
+                    resp = await self.session.post(
+                        url, data=payload, headers=headers, trace_request_ctx=[rec]
+                    )
+            except TimeoutError:
+                if not head_due.expired():
+                    raise
+                raise IdleTimeoutError(f"no whole response head within {self.idle_s}s") from None
+            async with resp:
                 rec.http_status = resp.status
                 if resp.status != 200:
                     return resp.status, (await resp.content.read(ERROR_BODY_MAX))
