@@ -561,3 +561,21 @@ async def test_a_response_head_that_never_ends_is_refused_at_64_kb():
     (rec,) = await run(h, "httptools")
     assert rec.status == "error" and rec.error is not None
     assert "response head" in rec.error, rec.error
+
+
+@pytest.mark.parametrize(
+    "head",
+    [b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
+     b"Content-Length: 10\r\nContent-Length: 12\r\n"],
+    ids=["te-and-cl", "two-lengths"],
+)  # fmt: skip
+async def test_ambiguous_framing_is_refused_by_both(head: bytes):
+    data = SSE_HEAD + head + b"\r\n" + chunked([BODY])
+    (rec,) = await both(answer(data))
+    assert rec.status == "error"
+
+
+async def test_a_garbled_status_line_is_malformed_in_both():
+    (rec,) = await both(answer(b"HTTP/1.1 2x0 WHAT\r\n\r\n"))
+    assert rec.status == "error" and rec.error is not None
+    assert rec.error.startswith("malformed HTTP response from the server"), rec.error

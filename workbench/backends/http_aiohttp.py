@@ -19,6 +19,7 @@ from typing import Any
 
 import aiohttp
 
+from workbench.backends.base import BackendError
 from workbench.backends.stream import (
     ConnectError,
     ConnectTimeoutError,
@@ -160,6 +161,12 @@ def _translate(exc: BaseException, rec: RequestRecord | None) -> BaseException:
     """aiohttp's failure as the common errors of ``backends/stream.py`` (others unchanged)."""
     if isinstance(exc, aiohttp.ClientConnectorError):
         return ConnectError(str(exc))
+    if isinstance(exc, aiohttp.ClientResponseError) and not isinstance(
+        exc, aiohttp.ClientPayloadError | aiohttp.ContentTypeError
+    ):
+        # aiohttp's parser refused the response (we never call raise_for_status)
+        first = str(exc.message).splitlines()[0] if exc.message else type(exc).__name__
+        return BackendError(f"malformed HTTP response from the server: {first}")
     if _CONNECT_TIMEOUT is not None and isinstance(exc, _CONNECT_TIMEOUT):
         return ConnectTimeoutError(str(exc))
     if isinstance(exc, _SOCK_READ_TIMEOUT):
