@@ -579,3 +579,22 @@ async def test_a_garbled_status_line_is_malformed_in_both():
     (rec,) = await both(answer(b"HTTP/1.1 2x0 WHAT\r\n\r\n"))
     assert rec.status == "error" and rec.error is not None
     assert rec.error.startswith("malformed HTTP response from the server"), rec.error
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("prompt_tokens", "4"), ("completion_tokens", 4.5), ("cached_tokens", "n/a"),
+     ("cached_tokens", -3), ("prompt_tokens", True)],
+)  # fmt: skip
+async def test_a_usage_count_that_is_not_a_count_is_a_clear_error(field: str, value: Any):
+    """A server's usage with a string, negative, fractional or boolean count: the record
+    says which field, rather than storing it (the summary would crash on it later)."""
+    u = {"prompt_tokens": 4, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 3}}
+    if field == "cached_tokens":
+        u["prompt_tokens_details"] = {"cached_tokens": value}
+    else:
+        u[field] = value
+    body = b"".join(GOOD[:3]) + sse({"id": "cmpl-1", "choices": [], "usage": u}) + GOOD[-1]
+    (rec,) = await both(answer(cl(body)))
+    assert rec.status == "error" and rec.error is not None
+    assert f"usage {field}" in rec.error and repr(value) in rec.error, rec.error

@@ -166,6 +166,21 @@ _CACHED_FALLBACKS = (
 )
 
 
+def usage_count(name: str, value: Any) -> int | None:
+    """A usage count as the server sent it: None, or a non-negative integer (an
+    integral float is taken); anything else is a ``BackendError`` naming the field,
+    so no string or negative count reaches a record (and the summary)."""
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if type(value) is not int or value < 0:
+        raise BackendError(
+            f"usage {name} {value!r} is not a token count (a non-negative integer)"
+        )
+    return value
+
+
 def parse_openai_usage(usage: Mapping[str, Any]) -> tuple[int | None, int | None, int, bool]:
     """``(prompt_tokens, completion_tokens, cached_tokens, cached_reported)`` of a usage block.
 
@@ -181,9 +196,9 @@ def parse_openai_usage(usage: Mapping[str, Any]) -> tuple[int | None, int | None
             if cached is not None:
                 break
     return (
-        usage.get("prompt_tokens"),
-        usage.get("completion_tokens"),
-        int(cached or 0),
+        usage_count("prompt_tokens", usage.get("prompt_tokens")),
+        usage_count("completion_tokens", usage.get("completion_tokens")),
+        usage_count("cached_tokens", cached) or 0,
         cached is not None,
     )
 

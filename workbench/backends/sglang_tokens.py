@@ -34,6 +34,7 @@ from workbench.backends.base import (
     finish_reason_of,
     loads,
     reconfigure,
+    usage_count,
 )
 
 CUMULATIVE_HINT = (
@@ -44,7 +45,9 @@ CUMULATIVE_HINT = (
 
 def _done_count(meta: dict[str, Any]) -> int | None:
     done = meta.get("completion_tokens")
-    return meta.get("output_tokens") if done is None else done
+    if done is None:
+        return usage_count("output_tokens", meta.get("output_tokens"))
+    return usage_count("completion_tokens", done)
 
 
 class SGLangParser:
@@ -99,9 +102,9 @@ class SGLangParser:
         cached = meta.get("cached_tokens")
         rid = meta.get("id")
         return StreamOutcome(
-            prompt_tokens=meta.get("prompt_tokens"),
+            prompt_tokens=usage_count("prompt_tokens", meta.get("prompt_tokens")),
             completion_tokens=completion,
-            cached_tokens=int(cached or 0),
+            cached_tokens=usage_count("cached_tokens", cached) or 0,
             cached_tokens_reported=cached is not None,
             finish_reason=finish_reason_of(meta.get("finish_reason")),
             server_request_id=None if rid is None else str(rid),
