@@ -55,7 +55,12 @@ def cl(body: bytes, head: bytes = SSE_HEAD) -> bytes:
 
 
 async def run(
-    handler: Handler, http: str, n: int = 1, reqs: list[WireRequest] | None = None, **opts: Any
+    handler: Handler,
+    http: str,
+    n: int = 1,
+    reqs: list[WireRequest] | None = None,
+    backend: str = "openai",
+    **opts: Any,
 ) -> list[RequestRecord]:
     """Send ``n`` requests one after another to a server running ``handler`` per
     connection (its third argument: the connection's ordinal)."""
@@ -81,7 +86,7 @@ async def run(
             for i in range(n):
                 rec = record(f"r-{i}")
                 req = reqs[i] if reqs else REQ
-                await t.send(BACKENDS.get("openai"), req, rec)
+                await t.send(BACKENDS.get(backend), req, rec)
                 recs.append(rec)
     finally:
         server.close()
@@ -598,3 +603,30 @@ async def test_a_usage_count_that_is_not_a_count_is_a_clear_error(field: str, va
     (rec,) = await both(answer(cl(body)))
     assert rec.status == "error" and rec.error is not None
     assert f"usage {field}" in rec.error and repr(value) in rec.error, rec.error
+
+
+async def test_a_text_only_chat_stream_one_byte_per_write_counts_the_same_events():
+    def chat(content: str | None, finish: str | None = None) -> bytes:
+        delta = {"role": "assistant"} if content is None else {"content": content}
+        return sse({"id": "c", "choices": [{"index": 0, "delta": delta,
+                                            "finish_reason": finish}]})  # fmt: skip
+
+    u = {"prompt_tokens": 4, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 3}}
+    events = [chat(None), chat("hé"), chat(""), chat("llo"), chat(" wö"), chat("rld", "length")]
+    body = b"".join([*events, sse({"id": "c", "choices": [], "usage": u}), sse(b"[DONE]")])
+
+    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        await read_request(reader)
+        writer.transport.get_extra_info("socket").setsockopt(
+            socket.IPPROTO_TCP, socket.TCP_NODELAY, 1
+        )
+        data = cl(body)
+        for i in range(len(data)):
+            writer.write(data[i : i + 1])
+            await writer.drain()
+            await asyncio.sleep(0)
+        await reader.read()
+
+    (rec,) = await both(h, backend="openai-chat")
+    assert rec.status == "ok", rec.error
+    assert len(rec.token_counts) == 4 and (rec.completion_tokens, rec.cached_tokens) == (4, 3)
