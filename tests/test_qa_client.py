@@ -20,9 +20,12 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_transport import LIMIT, REQ, record, sse, tok, usage
 
 from workbench.backends import BACKENDS, WireRequest
+from workbench.backends.sse import SSEDecoder
 from workbench.backends.transport import HTTP_CLIENTS, Transport, TransportOptions
 from workbench.records import RequestRecord
 
@@ -630,3 +633,55 @@ async def test_a_text_only_chat_stream_one_byte_per_write_counts_the_same_events
     (rec,) = await both(h, backend="openai-chat")
     assert rec.status == "ok", rec.error
     assert len(rec.token_counts) == 4 and (rec.completion_tokens, rec.cached_tokens) == (4, 3)
+
+
+# -- the SSE decoder under any split ------------------------------------------------------
+
+_value = st.binary(max_size=12).filter(lambda b: not set(b) & {10, 13})
+_line = st.one_of(
+    st.builds(lambda v: b"data: " + v, _value),
+    st.builds(lambda v: b"data:" + v, _value),
+    st.just(b"data"), st.just(b": comment"), st.just(b"event: x"), st.just(b"id: 1"), st.just(b""),
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(_line, max_size=25),
+    eol=st.sampled_from([b"\n", b"\r\n", b"\r"]),
+    cuts=st.lists(st.integers(0, 400), max_size=12),
+)
+def test_sse_payloads_do_not_depend_on_how_reads_split_the_stream(
+    lines: list[bytes], eol: bytes, cuts: list[int]
+) -> None:
+    stream = b"".join(line + eol for line in lines)
+    whole = SSEDecoder()
+    expected = whole.feed(stream) + whole.close()
+    split = SSEDecoder()
+    got: list[bytes] = []
+    prev = 0
+    for c in sorted({min(c, len(stream)) for c in cuts}):
+        got += split.feed(stream[prev:c])
+        prev = c
+    got += split.feed(stream[prev:]) + split.close()
+    assert got == expected
+    assert expected == _reference(stream)
+
+
+def _reference(stream: bytes) -> list[bytes]:
+    """The SSE spec's event stream interpretation (data fields only), line by line; a
+    last event without its blank line is kept (the decoder's documented choice)."""
+    import re
+
+    events, data = [], []
+    for line in re.split(rb"\r\n|\r|\n", stream):
+        if not line:
+            if data:
+                events.append(b"\n".join(data))
+            data = []
+        elif line == b"data" or line.startswith(b"data:"):
+            value = line[5:]
+            data.append(value[1:] if value.startswith(b" ") else value)
+    if data:
+        events.append(b"\n".join(data))
+    return events
