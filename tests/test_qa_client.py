@@ -685,3 +685,9 @@ def _reference(stream: bytes) -> list[bytes]:
     if data:
         events.append(b"\n".join(data))
     return events
+
+
+async def test_a_stray_crlf_after_the_answer_is_harmless():
+    recs = await both(answer(cl(BODY) + b"\r\n"), n=3)
+    for rec in recs:
+        ok4(rec)
