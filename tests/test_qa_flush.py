@@ -57,3 +57,12 @@ async def test_a_busy_refusal_is_retried(status: int, body: str):
         out = await flush_prefix_cache(url, retries=2, retry_s=0.01)
     assert not out.ok and len(seen) == 3
     assert out.detail is not None and "requests still hold cache blocks" in out.detail
+
+
+@pytest.mark.parametrize("salt", [""])
+def test_an_empty_token_salt_is_refused_not_silently_unsalted(salt: str):
+    from workbench.config import RunConfig
+    from workbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"backend\.token_salt .* empty"):
+        RunConfig.from_dict({"backend": {"token_salt": salt}})
