@@ -691,3 +691,20 @@ async def test_a_stray_crlf_after_the_answer_is_harmless():
     recs = await both(answer(cl(BODY) + b"\r\n"), n=3)
     for rec in recs:
         ok4(rec)
+
+
+async def test_a_fresh_connection_reset_before_any_answer_is_not_retried():
+    """Only a *kept-alive* connection found dead may be sent once more; a new one
+    that the server resets on the request is the server's answer."""
+    got = [0]
+
+    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        await read_request(reader)
+        got[0] += 1
+        sock = writer.transport.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+
+    (rec,) = await both(h)
+    assert rec.status == "error" and "stale_connection_retry" not in rec.extra
+    assert got[0] == 2  # one request per client

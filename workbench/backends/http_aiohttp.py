@@ -60,6 +60,7 @@ class AiohttpClient:
     async def open(self) -> None:
         trace = aiohttp.TraceConfig()
         trace.on_request_chunk_sent.append(self._body_sent)
+        trace.on_connection_reuseconn.append(self._reused)
         connector = aiohttp.TCPConnector(
             limit=max(0, self.max_connections),
             # an explicit context: aiohttp 3.9.0 did not verify with ``ssl=True``
@@ -88,12 +89,20 @@ class AiohttpClient:
             raise RuntimeError("the HTTP client is not open")
         return self._session
 
+    async def _reused(
+        self, session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any
+    ) -> None:
+        req = ctx.trace_request_ctx  # a kept-alive connection carries this request
+        if isinstance(req, _Sent):
+            req.reused = True
+
     async def _body_sent(
         self, session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any
     ) -> None:
-        unsent = ctx.trace_request_ctx  # [record] until its body's first chunk is out
-        if isinstance(unsent, list) and unsent:
-            unsent.pop().dispatch_ns = self.now()
+        req = ctx.trace_request_ctx  # the record's dispatch is when its body is first out
+        if isinstance(req, _Sent) and not req.sent:
+            req.sent = True
+            req.rec.dispatch_ns = self.now()
 
     async def post(
         self, url: str, payload: bytes, request_id: str, rec: RequestRecord, state: StreamState
@@ -106,12 +115,13 @@ class AiohttpClient:
         now = self.now
         rec.dispatch_ns = now()  # replaced when aiohttp reports the body sent
         head_due = asyncio.timeout(self.idle_s)
+        sent = _Sent(rec)
         try:
             try:
                 # the head is due within the idle timeout of sending (as in http1)
                 async with head_due:
                     resp = await self.session.post(
-                        url, data=payload, headers=headers, trace_request_ctx=[rec]
+                        url, data=payload, headers=headers, trace_request_ctx=sent
                     )
             except TimeoutError:
                 if not head_due.expired():
@@ -139,7 +149,7 @@ class AiohttpClient:
                 state.close(now())
                 return 200, b""
         except Exception as exc:
-            out = _translate(exc, rec)
+            out = _translate(exc, rec, reused=sent.reused)
             if out is exc:
                 raise
             raise out from exc
@@ -151,13 +161,23 @@ class AiohttpClient:
             ) as resp:
                 return resp.status, await resp.read()
         except Exception as exc:
-            out = _translate(exc, None)
+            out = _translate(exc, None, reused=False)
             if out is exc:
                 raise
             raise out from exc
 
 
-def _translate(exc: BaseException, rec: RequestRecord | None) -> BaseException:
+class _Sent:
+    """One POST's trace context: its record, whether its body went out, and whether it
+    rode a kept-alive connection (only then may a loss before the answer be retried)."""
+
+    __slots__ = ("rec", "reused", "sent")
+
+    def __init__(self, rec: RequestRecord) -> None:
+        self.rec, self.sent, self.reused = rec, False, False
+
+
+def _translate(exc: BaseException, rec: RequestRecord | None, *, reused: bool) -> BaseException:
     """aiohttp's failure as the common errors of ``backends/stream.py`` (others unchanged)."""
     if isinstance(exc, aiohttp.ClientConnectorError):
         return ConnectError(str(exc))
@@ -172,11 +192,13 @@ def _translate(exc: BaseException, rec: RequestRecord | None) -> BaseException:
     if isinstance(exc, _SOCK_READ_TIMEOUT):
         return IdleTimeoutError(str(exc))
     if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError) and (
-        rec is not None and rec.http_status is None
+        rec is not None and rec.http_status is None and reused
     ):
-        # before the status line: aiohttp does not say whether the connection was a
-        # pooled one, so any such loss may be sent once more (Transport does, once)
+        # before the status line on a kept-alive connection (aiohttp's public
+        # on_connection_reuseconn signal said so): sent once more, as in http1
         return StaleConnectionError(str(exc) or type(exc).__name__)
-    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError) or (
+        isinstance(exc, aiohttp.ClientOSError) and rec is not None
+    ):
         return DisconnectedError(str(exc) or type(exc).__name__)
     return exc
