@@ -305,6 +305,11 @@ class RunConfig:
                 f"backend.token_salt must be a string ('run': the run id), got "
                 f"{self.backend.token_salt!r}"
             )
+        if self.backend.token_salt == "":
+            raise ConfigError(  # an empty salt would salt nothing: the run is not isolated
+                f"backend.token_salt {self.backend.token_salt!r} is empty, which salts "
+                "nothing; give a word ('run': the run id) or leave it unset"
+            )
         if self.context.policy is not None:
             POLICIES.canonical(self.context.policy)
             if self.policy_name == "prefix-preserving" and not self.backend_returns_ids:

@@ -59,8 +59,9 @@ class OverrunGuard:
 
     ``check(counts)`` after each parsed batch (``counts``: the record's
     ``token_counts``, ids per token event) raises ``OutputOverrun`` past the cut
-    limit; ``flag(completion_tokens)`` at the end of a stream that ended by itself
-    marks a smaller overrun (streamed, or reported in usage) without failing it.
+    limit, the record trimmed to end at the event that crossed it;
+    ``flag(completion_tokens)`` at the end of a stream that ended by itself marks a
+    smaller overrun (streamed, or reported in usage) without failing it.
     """
 
     __slots__ = ("by_events", "event_limit", "limit", "max_tokens", "rec", "seen", "stale",
@@ -95,9 +96,18 @@ class OverrunGuard:
                     "token and never ends"
                 )
             return
-        self.total += n - self.seen if self.by_events else sum(counts[self.seen :])
-        self.seen = n
-        if self.total > self.limit:
+        total = self.total + (n - self.seen if self.by_events else sum(counts[self.seen :]))
+        if total > self.limit:
+            # cut at the event that crossed the limit: a read carries any number of
+            # events, and what the record keeps must not depend on how reads fell
+            total = self.total
+            for k in range(self.seen, n):
+                total += 1 if self.by_events else counts[k]
+                if total > self.limit:
+                    break
+            del counts[k + 1 :]
+            del self.rec.token_times_ns[k + 1 :]
+            self.total, self.seen = total, k + 1
             self._mark(self.total, cut=True)
             raise OutputOverrun(
                 f"{ERROR_CLASS}: the server streamed {self.total} output tokens against "
@@ -105,6 +115,7 @@ class OverrunGuard:
                 "(max_tokens + margin). The server ignores max_tokens: check its "
                 "generation limits (vLLM/SGLang honour max_tokens; a proxy may drop it)"
             )
+        self.total, self.seen = total, n
 
     def check_unfinished(self, nbytes: int) -> None:
         """Cut a stream whose current event has grown past ``event_limit`` bytes without
