@@ -66,11 +66,12 @@ def build_params(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    notebook, params = build_params(args)  # bad run dirs fail before papermill is imported
+
     from papermill import PapermillExecutionError
 
     from workbench.report.render import render_report
 
-    notebook, params = build_params(args)
     try:
         html = render_report(notebook, params, args.out_dir, show_code=args.show_code)
     except PapermillExecutionError as exc:
