@@ -11,10 +11,8 @@ from workbench.backends.transport import Transport, TransportOptions
 from workbench.config import RunConfig
 from workbench.data import path as data_path
 from workbench.replay import run_async
-from workbench.sim.server import serve_sim
 from workbench.virtual import simulate
 
-FAST = {"speedup": 50.0}
 SESSIONS = str(data_path("tracelab/multi_session_example.csv"))
 BACKENDS = ["openai", "openai-chat", "vllm-tokens", "sglang-tokens"]
 
@@ -30,12 +28,6 @@ def _cfg(target, **over):
         base = d.get(k)
         d[k] = {**base, **v} if isinstance(v, dict) and isinstance(base, dict) else v
     return RunConfig.from_dict(d)
-
-
-@pytest.fixture
-async def sim():
-    async with serve_sim(**FAST) as handle:
-        yield handle
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from public_data import SHARED, needs, public, require
+from public_data import SHARED, needs, public
 
 from workbench import data as bundled
 from workbench.errors import TraceFormatError
@@ -64,8 +64,8 @@ def test_every_public_file_is_listed():
 
 
 @pytest.mark.parametrize(("name", "fmt"), _public_cases())
-def test_public_file_detected_and_loaded(name, fmt):
-    w = load_trace(require(name))
+def test_public_file_detected_and_loaded(name, fmt, public_file):
+    w = load_trace(public_file(name))
     assert isinstance(w, Workload)
     assert w.fmt == fmt and w.meta["detected_format"] == fmt
     assert w.n_rounds > 0
