@@ -16,6 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "workbench" / "data"
 SHARED = REPO.parent / "shared" / "data"
+FIXTURES = REPO / "tests" / "fixtures"  # small hand-written traces
 
 
 def public(name: str) -> Path:

@@ -3,13 +3,12 @@
 from pathlib import Path
 
 import pytest
-from public_data import needs, public
+from public_data import FIXTURES, needs, public
 
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.traces.base import load_trace
 
 PUBLIC = public("mooncake/conversation_trace.jsonl")  # the full trace: not bundled
-FIXTURES = Path(__file__).parent / "fixtures"
 
 needs_public = needs(PUBLIC)
 

@@ -10,14 +10,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from public_data import SHARED, needs, public
+from public_data import FIXTURES, SHARED, needs, public
 
 from workbench import data as bundled
 from workbench.errors import TraceFormatError
 from workbench.records import Workload
 from workbench.traces.base import FORMATS, available_formats, detect_format, head_lines, load_trace
-
-FIXTURES = Path(__file__).parent / "fixtures"
 
 # every public file, with the format it must be detected as
 PUBLIC = {
