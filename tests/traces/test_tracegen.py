@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from public_data import public
 
 import workbench
 from workbench import load_trace
@@ -17,12 +18,11 @@ from workbench.traces import tracegen as tg
 from workbench.traces.synthetic import Distribution, parse_synthetic
 from workbench.traces.tracegen import TracegenSpec, tracegen
 
-DATA = Path(__file__).parents[2] / "shared" / "data"
-V2 = DATA / "request-factory" / "session_rounds_v2_example.csv"
-WORKLOAD = DATA / "tracelab" / "session_workload_example.csv"
-MULTI = DATA / "tracelab" / "multi_session_example.csv"
-LARGE = DATA / "tracelab" / "multi_session_large.csv"
-TRACELAB = DATA / "tracelab" / "round_trace.sanitized.jsonl"
+V2 = public("request-factory/session_rounds_v2_example.csv")
+WORKLOAD = public("tracelab/session_workload_example.csv")
+MULTI = public("tracelab/multi_session_example.csv")
+LARGE = public("tracelab/multi_session_large.csv")
+TRACELAB = public("tracelab/round_trace.sanitized.jsonl")
 MANIFEST_FIELDS = {
     "schema", "generator", "sessions", "rounds", "total_prompt_tokens", "total_prefix_tokens",
     "total_output_tokens", "planned_prefix_hit_rate", "parameters",

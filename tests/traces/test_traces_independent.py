@@ -3,11 +3,12 @@
 from pathlib import Path
 
 import pytest
+from public_data import FIXTURES
 
 from workbench.errors import TraceFormatError
 from workbench.traces.base import load_trace
 
-FIXTURE = Path(__file__).parent / "fixtures" / "independent_requests.csv"
+FIXTURE = FIXTURES / "independent_requests.csv"
 HEADER = "id,arrival_time,input_len,output_len\n"
 
 

@@ -87,7 +87,8 @@ def test_parquet_columns_equal_to_frame(tmp_path: Path, token_times: bool) -> No
     assert table["request_id"].tolist() == ref["request_id"].tolist()
     for col in (*columnar.FLOAT_COLUMNS, *columnar.DERIVED_INT_COLUMNS, "end_ns", "dispatch_ns"):
         if col in ref:
-            np.testing.assert_allclose(table[col].to_numpy(float), ref[col].to_numpy(float),
+            np.testing.assert_allclose(table[col].to_numpy(float, na_value=np.nan),
+                                       ref[col].to_numpy(float, na_value=np.nan),
                                        rtol=1e-12, equal_nan=True, err_msg=col)  # fmt: skip
     itl = ref["itl_ms"]
     assert table["itl_count"].tolist() == itl.map(len).tolist()

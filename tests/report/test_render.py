@@ -9,11 +9,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from public_data import REPO
 
 from workbench.errors import ConfigError
 from workbench.report import render
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def tiny_notebook(path: Path, body: str = "") -> Path:

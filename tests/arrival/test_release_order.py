@@ -68,8 +68,12 @@ async def test_without_a_cap_every_session_starts_at_its_own_arrival(tmp_path):
     for sid, rec in firsts.items():
         # due at its own arrival (offset from the earliest), not after the units filed before it
         assert rec.scheduled_ns - origin == arrivals[sid] * MS
-        assert 0 <= rec.dispatch_ns - rec.scheduled_ns <= 50 * MS, (
-            sid, (rec.dispatch_ns - rec.scheduled_ns) / MS)
+        assert rec.dispatch_ns >= rec.scheduled_ns
+    # sent in arrival order however late a loaded machine wakes up (how late it wakes is
+    # self-measured, summary "client", not asserted here)
+    for a, b in itertools.permutations(arrivals, 2):
+        if arrivals[a] < arrivals[b]:
+            assert firsts[a].dispatch_ns < firsts[b].dispatch_ns, (a, b)
     admitted = sorted(result.lifecycle, key=lambda d: d["admitted_ns"])
     assert [d["unit_id"] for d in admitted][-1] == "s0"
 

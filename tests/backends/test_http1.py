@@ -20,13 +20,14 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from public_data import REPO
 from test_transport import GOOD, LIMIT, REQ, Script, record, serve, sse, tok, usage
 
 from workbench.backends import BACKENDS, WireRequest
 from workbench.backends.transport import HTTP_CLIENTS, Transport, TransportOptions
 from workbench.clock import WallClock
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 BODY = b"".join(s for s in GOOD if isinstance(s, bytes))
 
 

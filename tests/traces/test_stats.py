@@ -3,17 +3,17 @@
 import json
 import math
 from collections import OrderedDict
-from pathlib import Path
 
 import numpy as np
 import pytest
+from public_data import needs, public
 
 import workbench
 from workbench import data
 from workbench.records import Round, Unit, Workload
 from workbench.traces.stats import _stack_distances, ideal_prefix_hit_rate, trace_stats
 
-MOONCAKE = Path(__file__).resolve().parents[2] / "shared/data/mooncake/conversation_trace.jsonl"
+MOONCAKE = public("mooncake/conversation_trace.jsonl")  # the full trace: not bundled
 
 
 def _independent(reqs, block_size=4):
@@ -212,7 +212,7 @@ def test_bundled_traces(name):
     assert curve[-1] == pytest.approx(s["ideal_prefix_hit_rate"])
 
 
-@pytest.mark.skipif(not MOONCAKE.is_file(), reason="shared Mooncake trace not present")
+@needs(MOONCAKE)
 def test_mooncake_full_trace():
     pytest.importorskip("workbench.traces.mooncake")
     s = trace_stats(workbench.load_trace(MOONCAKE))

@@ -12,15 +12,27 @@ from workbench.data import path as data_path
 LARGE = str(data_path("tracelab/multi_session_large.csv"))
 
 
+# the embedded engine 50x faster than its cost model: the same requests and records,
+# a fraction of the wall time (the trace's arrivals and tool waits are not scaled)
+FAST_SIM = "target:\n  url: sim\n  engine:\n    speedup: 50\n"
+
+
 def _cli(*args, **kw):
     return subprocess.Popen([sys.executable, "-m", "workbench", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
+def _replay(out: Path, *args: str) -> subprocess.Popen:
+    """``workbench replay`` on the large bundled trace against a fast embedded engine."""
+    config = out / "fast-sim.yaml"
+    config.write_text(FAST_SIM)
+    return _cli("replay", "--trace", LARGE, "--config", str(config), "--target", "sim",
+                "--no-progress", "-o", str(out), *args)
+
+
 def test_replay_cli_writes_a_run_directory(tmp_path):
-    proc = _cli("replay", "--trace", LARGE, "--max-items", "3", "--target", "sim",
-                "--arrival", "saturated", "--tool-wait-scale", "0", "--no-progress",
-                "-o", str(tmp_path), "--run-id", "r1")
+    proc = _replay(tmp_path, "--max-items", "3", "--arrival", "saturated",
+                   "--tool-wait-scale", "0", "--run-id", "r1")
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     run = tmp_path / "r1"
@@ -32,8 +44,7 @@ def test_replay_cli_writes_a_run_directory(tmp_path):
 
 
 def test_ctrl_c_keeps_finished_records_and_says_cancelled(tmp_path):
-    proc = _cli("replay", "--trace", LARGE, "--target", "sim", "--no-progress",
-                "-o", str(tmp_path), "--run-id", "r2")
+    proc = _replay(tmp_path, "--run-id", "r2")
     records = Path(tmp_path, "r2", "records.jsonl")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -54,9 +65,8 @@ def test_ctrl_c_keeps_finished_records_and_says_cancelled(tmp_path):
 def test_a_finished_run_also_writes_records_parquet(tmp_path):
     import pyarrow.parquet as pq
 
-    proc = _cli("replay", "--trace", LARGE, "--max-items", "2", "--target", "sim",
-                "--arrival", "saturated", "--tool-wait-scale", "0", "--no-progress",
-                "-o", str(tmp_path), "--run-id", "r3")
+    proc = _replay(tmp_path, "--max-items", "2", "--arrival", "saturated",
+                   "--tool-wait-scale", "0", "--run-id", "r3")
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     table = pq.read_table(tmp_path / "r3" / "records.parquet")
@@ -67,8 +77,7 @@ def test_a_finished_run_also_writes_records_parquet(tmp_path):
 
 def test_a_hard_kill_loses_no_finished_record(tmp_path):
     """A SIGKILL mid-run leaves only complete JSON lines, every one seen before the kill."""
-    proc = _cli("replay", "--trace", LARGE, "--target", "sim", "--no-progress",
-                "-o", str(tmp_path), "--run-id", "r4")
+    proc = _replay(tmp_path, "--run-id", "r4")
     records = Path(tmp_path, "r4", "records.jsonl")
     deadline = time.monotonic() + 60
     seen = 0

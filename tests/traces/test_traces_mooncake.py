@@ -1,18 +1,16 @@
 """Mooncake JSONL reader (SPEC §1.4): the public trace, sessions, options, bad input."""
 
-import time
 from pathlib import Path
 
 import pytest
+from public_data import FIXTURES, needs, public
 
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.traces.base import load_trace
 
-DATA = Path(__file__).parents[2] / "shared" / "data"
-PUBLIC = DATA / "mooncake" / "conversation_trace.jsonl"
-FIXTURES = Path(__file__).parent / "fixtures"
+PUBLIC = public("mooncake/conversation_trace.jsonl")  # the full trace: not bundled
 
-needs_public = pytest.mark.skipif(not PUBLIC.is_file(), reason=f"{PUBLIC} not present")
+needs_public = needs(PUBLIC)
 
 
 def _write(tmp_path: Path, text: str | bytes, name: str = "t.jsonl") -> Path:
@@ -56,15 +54,8 @@ def test_public_trace_prefix_is_leading_seen_blocks():
     assert all(r.prefix_len % 512 == 0 or r.input_len == 0 for r in rounds)
 
 
-@needs_public
-def test_public_trace_loads_fast():
-    load_trace(PUBLIC, fmt="mooncake")  # warm imports and page cache
-    times = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        load_trace(PUBLIC, fmt="mooncake")
-        times.append(time.perf_counter() - t0)
-    assert min(times) < 1.0
+# how fast the public trace loads is measured in bench/bench_load.py (bench/README.md,
+# "trace loading"), not asserted here: a wall-time bound fails on a loaded machine.
 
 
 def test_sessions_delay_and_request_ids():

@@ -18,6 +18,7 @@ import pytest
 from corruption import OPS, corrupt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from public_data import BUNDLED, FIXTURES, REPO
 
 from workbench import load_trace, tracegen
 from workbench.config import RunConfig
@@ -27,8 +28,6 @@ from workbench.records import Workload
 from workbench.traces import bounds, canonical
 from workbench.traces.stats import trace_stats
 
-FIXTURES = Path(__file__).parent / "fixtures"
-BUNDLED = Path(__file__).parents[1] / "workbench" / "data"
 H = canonical.HEADER_LINE
 BIG = 2_000_000_000
 
@@ -350,7 +349,7 @@ def test_cli_refuses_absurd_values_in_one_line_before_any_request(tmp_path):
     trace.write_text(f"{SESSION_H}\ns,0,0,{BIG},1,0,0\n")
     wait = tmp_path / "w.jsonl"
     wait.write_text(_jsonl(TRAJ % (5, 1, "1e30", 9)))
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     runs = tmp_path / "runs"
     for args in (("stats", str(trace)), ("stats", str(wait), "--json"),
                  ("replay", "--trace", str(trace), "--target", "sim", "-o", str(runs)),

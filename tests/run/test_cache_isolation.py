@@ -175,9 +175,10 @@ async def test_a_server_without_the_route_is_recorded_and_true_stops_the_run() -
 
 
 async def test_a_busy_engine_is_retried_then_reported_refused() -> None:
-    # speedup < 1: one request runs for a long while
-    async with serve_sim(speedup=0.001) as sim, aiohttp.ClientSession() as s:
-        body = {"model": "sim", "prompt": [5] * 64, "max_tokens": 50, "stream": True}
+    # a long output: once its first token is out, the request runs (holding blocks) for
+    # far longer than the test; closing the response aborts it
+    async with serve_sim() as sim, aiohttp.ClientSession() as s:
+        body = {"model": "sim", "prompt": [5] * 64, "max_tokens": 100_000, "stream": True}
         resp = await s.post(sim.base_url + "/v1/completions", json=body)
         try:
             await resp.content.readline()  # the request is running: it holds blocks

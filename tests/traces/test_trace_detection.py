@@ -10,14 +10,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from public_data import FIXTURES, SHARED, needs, public
 
 from workbench import data as bundled
 from workbench.errors import TraceFormatError
 from workbench.records import Workload
 from workbench.traces.base import FORMATS, available_formats, detect_format, head_lines, load_trace
-
-DATA = Path(__file__).parents[2] / "shared" / "data"
-FIXTURES = Path(__file__).parent / "fixtures"
 
 # every public file, with the format it must be detected as
 PUBLIC = {
@@ -42,7 +40,7 @@ CANONICAL = (
     "session_0_round_000001,0,1,0.000000,110,20,10,0.000000\n"
 )
 
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"public data not found at {DATA}")
+needs_shared = needs(SHARED)
 
 
 def _needs(fmt: str) -> pytest.MarkDecorator:
@@ -53,28 +51,27 @@ def _public_cases() -> list:
     return [pytest.param(name, fmt, marks=_needs(fmt), id=name) for name, fmt in PUBLIC.items()]
 
 
-@needs_data
+@needs_shared
 def test_every_public_file_is_listed():
     found = {
-        p.relative_to(DATA).as_posix()
-        for p in DATA.rglob("*")
+        p.relative_to(SHARED).as_posix()
+        for p in SHARED.rglob("*")
         if p.is_file() and p.name != "README.md"
     }
     assert found == set(PUBLIC), "a new public file needs an expected format here"
 
 
-@needs_data
 @pytest.mark.parametrize(("name", "fmt"), _public_cases())
-def test_public_file_detected_and_loaded(name, fmt):
-    w = load_trace(DATA / name)
+def test_public_file_detected_and_loaded(name, fmt, public_file):
+    w = load_trace(public_file(name))
     assert isinstance(w, Workload)
     assert w.fmt == fmt and w.meta["detected_format"] == fmt
     assert w.n_rounds > 0
 
 
-@needs_data
+@needs(public("mooncake/conversation_trace.jsonl"))
 def test_mooncake_public_trace_stats():
-    w = load_trace(DATA / "mooncake" / "conversation_trace.jsonl")
+    w = load_trace(public("mooncake/conversation_trace.jsonl"))
     rounds = list(w.rounds())
     assert w.fmt == "mooncake" and len(rounds) == 12031
     assert round(sum(r.prompt_len for r in rounds) / len(rounds)) == 12035
@@ -99,8 +96,7 @@ def _samples(tmp_dir: Path) -> list[tuple[Path, str]]:
     canonical = tmp_dir / "canonical.csv"
     canonical.write_text(CANONICAL)
     out.append((canonical, "session-execution-v2"))
-    if DATA.is_dir():
-        out += [(DATA / n, f) for n, f in PUBLIC.items()]
+    out += [(public(n), f) for n, f in PUBLIC.items() if public(n).is_file()]
     return out
 
 

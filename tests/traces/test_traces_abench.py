@@ -4,11 +4,12 @@ import json
 from pathlib import Path
 
 import pytest
+from public_data import FIXTURES
 
 from workbench.errors import TraceFormatError
 from workbench.traces.base import load_trace
 
-FIXTURE = Path(__file__).parent / "fixtures" / "abench_sessions.jsonl"
+FIXTURE = FIXTURES / "abench_sessions.jsonl"
 
 
 def _turn(index=0, inp=100, out=10, cached=0, gap=0, **extra):

@@ -10,13 +10,13 @@ import pytest
 from corruption import OPS, corrupt, loads_or_format_error
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from public_data import public
 
 from workbench import load_trace
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.traces.tracelab import union_length
 
-DATA = Path(__file__).parents[2] / "shared" / "data"
-PUBLIC = DATA / "tracelab" / "round_trace.sanitized.jsonl"
+PUBLIC = public("tracelab/round_trace.sanitized.jsonl")
 
 
 def _round(sid: str = "s1", idx: int = 0, *, project: str | None = "p", prefix: int = 0,

@@ -1,9 +1,10 @@
 """Transport against scripted aiohttp servers on 127.0.0.1 port 0, with both HTTP clients.
 
 Each server plays a script: bytes to write, floats to sleep, ``CUT`` to drop the
-connection. Assertions are on invariants (counts, order, text), never on
-wall-clock windows; every await runs under ``asyncio.timeout``. Every test runs
-once per ``executor.http`` client (``httptools``, ``aiohttp``): same records.
+connection, an async callable to wait on (e.g. until the client has read an event).
+Assertions are on invariants (counts, order, text), never on wall-clock windows;
+every await runs under ``asyncio.timeout``. Every test runs once per
+``executor.http`` client (``httptools``, ``aiohttp``): same records.
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ class Script:
                 return resp
             if isinstance(step, float):
                 await asyncio.sleep(step)
+            elif callable(step):
+                await step()
             else:
                 await resp.write(step)
         await resp.write_eof()
@@ -115,6 +118,17 @@ async def serve(script: Script, path: str = "/v1/completions") -> AsyncIterator[
         await runner.cleanup()
 
 
+def read_events(rec: RequestRecord, n: int) -> Any:
+    """A script step: wait (bounded by the test's timeout) until the client has read ``n``
+    token events into ``rec`` (the record's lists fill as events are decoded)."""
+
+    async def wait() -> None:
+        while len(rec.token_counts) < n:
+            await asyncio.sleep(0.001)
+
+    return wait
+
+
 def record(rid: str = "r-1") -> RequestRecord:
     return RequestRecord(
         run_id="t",
@@ -134,9 +148,10 @@ REQ = WireRequest(request_id="r-1", prompt_ids=[1, 2, 3, 4], max_tokens=4)
 
 
 async def send(
-    script: Script, backend: str = "openai", path: str = "/v1/completions", **opts: Any
+    script: Script, backend: str = "openai", path: str = "/v1/completions",
+    rec: RequestRecord | None = None, **opts: Any
 ) -> tuple[RequestRecord, list[int] | None]:
-    rec = record()
+    rec = rec or record()
     async with (
         asyncio.timeout(LIMIT),
         serve(script, path) as url,
@@ -239,7 +254,10 @@ async def test_connection_refused():
 
 
 async def test_disconnect_mid_stream_keeps_partial_tokens():
-    rec, ids = await send(Script([tok([11]), 0.05, tok([12]), 0.05, CUT]))
+    # cut only once both events are read: a reset that overtakes unread bytes drops them
+    # from the receive queue, which under load made this fail whenever the client lagged
+    rec = record()
+    rec, ids = await send(Script([tok([11]), tok([12]), read_events(rec, 2), CUT]), rec=rec)
     assert ids is None and rec.status == "error"
     assert rec.error is not None and "disconnected" in rec.error
     assert rec.token_counts == [1, 1]
@@ -297,16 +315,15 @@ async def test_sglang_prompt_echo_trimmed_and_counted():
 
 
 async def test_cancel_marks_record_and_propagates():
-    script = Script([tok([11]), 30.0])
     rec = record()
+    script = Script([tok([11]), 30.0])
     async with (
         asyncio.timeout(LIMIT),
         serve(script) as url,
         Transport(options(url)) as transport,
     ):
         task = asyncio.create_task(transport.send(BACKENDS.get("openai"), REQ, rec))
-        await script.arrived.wait()
-        await asyncio.sleep(0.05)
+        await read_events(rec, 1)()  # mid-stream: the first event is in
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

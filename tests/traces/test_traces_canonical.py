@@ -9,13 +9,13 @@ import pytest
 from corruption import OPS, corrupt, loads_or_format_error_both_paths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from public_data import public
 
 from workbench import load_trace, tracegen
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit
 from workbench.traces import canonical
 
-DATA = Path(__file__).parents[2] / "shared" / "data"
 H = canonical.HEADER_LINE
 VALID = (
     f"{H}\n"
@@ -65,7 +65,7 @@ def test_writer_round_trips_units_and_quotes_odd_session_ids(tmp_path: Path, fas
 
 
 def test_sidecars_are_read_into_meta(tmp_path: Path) -> None:
-    out = tracegen(DATA / "tracelab" / "multi_session_example.csv", tmp_path / "g.csv").csv_path
+    out = tracegen(public("tracelab/multi_session_example.csv"), tmp_path / "g.csv").csv_path
     w = load_trace(out)
     assert w.meta["manifest"]["schema"] == "session-execution-v2"
     assert len(w.meta["plan"]) == w.n_rounds == 8
@@ -174,7 +174,7 @@ def test_corrupted_files_load_or_raise_trace_format_error(ops, fast) -> None:
 
 
 def test_plan_sidecar_is_json_array_of_rounds(tmp_path: Path) -> None:
-    res = tracegen(DATA / "tracelab" / "multi_session_example.csv", tmp_path / "p.csv")
+    res = tracegen(public("tracelab/multi_session_example.csv"), tmp_path / "p.csv")
     plan = orjson.loads(res.plan_path.read_bytes())
     assert [p["predecessor_request_id"] for p in plan[:3]] == [
         None, "session_0_round_000000", "session_0_round_000001"]

@@ -11,10 +11,8 @@ from workbench.backends.transport import Transport, TransportOptions
 from workbench.config import RunConfig
 from workbench.data import path as data_path
 from workbench.replay import run_async
-from workbench.sim.server import serve_sim
 from workbench.virtual import simulate
 
-FAST = {"speedup": 50.0}
 SESSIONS = str(data_path("tracelab/multi_session_example.csv"))
 BACKENDS = ["openai", "openai-chat", "vllm-tokens", "sglang-tokens"]
 
@@ -30,12 +28,6 @@ def _cfg(target, **over):
         base = d.get(k)
         d[k] = {**base, **v} if isinstance(v, dict) and isinstance(base, dict) else v
     return RunConfig.from_dict(d)
-
-
-@pytest.fixture
-async def sim():
-    async with serve_sim(**FAST) as handle:
-        yield handle
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -132,11 +124,11 @@ def test_ordered_admission_20_runs_and_slots_held_through_tool_waits():
 async def test_cancel_midway_keeps_finished_records(sim, tmp_path):
     cfg = _cfg(sim.base_url, out_dir=str(tmp_path), run_id="cancelled",
                arrival={"tool_wait_scale": 1.0})
-    task = asyncio.ensure_future(run_async(cfg))
+    first = asyncio.Event()  # set when the first finished record has been written
+    task = asyncio.ensure_future(run_async(cfg, progress=lambda done, total: first.set()))
     records = tmp_path / "cancelled" / "records.jsonl"
     async with asyncio.timeout(30):
-        while not records.exists() or not records.read_text().strip():
-            await asyncio.sleep(0.01)
+        await first.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -151,11 +143,15 @@ async def test_stop_event_ends_run_cleanly(sim, tmp_path):
     cfg = _cfg(sim.base_url, out_dir=str(tmp_path), run_id="stopped",
                arrival={"tool_wait_scale": 1.0})
     stop = asyncio.Event()
-    task = asyncio.ensure_future(run_async(cfg, stop=stop))
-    await asyncio.sleep(0.3)
-    stop.set()
+    seen: list[tuple[int, int]] = []
+
+    def on_progress(done: int, total: int) -> None:  # stop once the first record is in
+        seen.append((done, total))
+        stop.set()
+
     async with asyncio.timeout(30):
-        result = await task
+        result = await run_async(cfg, stop=stop, progress=on_progress)
+    assert seen[0][0] < seen[0][1]  # stopped with requests still to go
     assert result.cancelled
     assert Path(result.run_dir, "summary.json").exists()
 

@@ -4,11 +4,12 @@ import json
 from pathlib import Path
 
 import pytest
+from public_data import FIXTURES
 
 from workbench.errors import TraceFormatError
 from workbench.traces.base import load_trace
 
-FIXTURE = Path(__file__).parent / "fixtures" / "dynamo_trace.jsonl"
+FIXTURE = FIXTURES / "dynamo_trace.jsonl"
 SCHEMA = "dynamo.request.trace.v1"
 T0 = 1_700_000_000_000
 

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from public_data import REPO
 
 from workbench import load_trace, tracegen
 from workbench.errors import TraceFormatError, WorkbenchError
@@ -23,7 +24,7 @@ from workbench.report.store import RunDirError, load, resolve_run_dir
 from workbench.traces import bounds
 from workbench.traces.base import detect_format
 
-ROOT = Path(__file__).parents[1]
+ROOT = REPO
 VALID = "id,arrival_time,input_len,output_len\na,0,5,1\n"
 SESSION = "session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms\ns,0,0,5,1,0\n"
 # root reads a mode-000 file anyway: drop the two capabilities that let it

@@ -4,12 +4,12 @@ import json
 from pathlib import Path
 
 import pytest
+from public_data import needs, public
 
 from workbench.errors import TraceFormatError
 from workbench.traces.base import load_trace
 
-DATA = Path(__file__).parents[2] / "shared" / "data"
-PUBLIC = DATA / "batchbench" / "trajectories_v1.jsonl"
+PUBLIC = public("batchbench/trajectories_v1.jsonl")
 
 
 def _line(requests, **top):
@@ -30,7 +30,7 @@ def _write(tmp_path: Path, text: str | bytes) -> Path:
     return p
 
 
-@pytest.mark.skipif(not PUBLIC.is_file(), reason=f"{PUBLIC} not present")
+@needs(PUBLIC)
 def test_public_example_growth_and_reset():
     w = load_trace(PUBLIC)
     assert w.fmt == "trajectory"

@@ -8,14 +8,14 @@ import pytest
 from corruption import OPS, corrupt, loads_or_format_error_both_paths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from public_data import BUNDLED, public
 
 from workbench import load_trace
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.traces import canonical
 
-DATA = Path(__file__).parents[2] / "shared" / "data"
-SESSION_CSVS = sorted((DATA / "tracelab").glob("*.csv")) + sorted(
-    (DATA / "request-factory").glob("*.csv")
+SESSION_CSVS = sorted((BUNDLED / "tracelab").glob("*.csv")) + sorted(
+    (BUNDLED / "request-factory").glob("*.csv")
 )
 HEADER = "session_id,arrival_time,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms"
 VALID = (
@@ -45,7 +45,7 @@ def fast_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
 
 @pytest.mark.parametrize("path", SESSION_CSVS, ids=lambda p: p.name)
 def test_public_session_csvs_are_detected_and_load(path: Path, fast_path: bool) -> None:
-    assert SESSION_CSVS, "shared/data is missing"
+    assert SESSION_CSVS, f"no session CSVs under {BUNDLED}"
     workload = load_trace(path)
     assert workload.meta["detected_format"] == "session"
     assert workload.meta["needs_context_policy"] is True
@@ -64,7 +64,7 @@ def test_fast_and_strict_paths_agree(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_multi_session_example_shape() -> None:
-    w = load_trace(DATA / "tracelab" / "multi_session_example.csv")
+    w = load_trace(public("tracelab/multi_session_example.csv"))
     assert [u.unit_id for u in w.units] == ["0", "1", "2"]
     assert [u.arrival_ms for u in w.units] == [0.0, 200.0, 500.0]
     r = w.units[0].rounds[1]
@@ -74,7 +74,7 @@ def test_multi_session_example_shape() -> None:
 
 
 def test_raw_prefixes_are_kept_as_reported() -> None:
-    w = load_trace(DATA / "tracelab" / "session_workload_example.csv")
+    w = load_trace(public("tracelab/session_workload_example.csv"))
     rounds = w.units[0].rounds
     assert rounds[0].prefix_len == 12461  # first-round prefix: not folded by the reader
     assert rounds[10].prefix_len == 48060 < rounds[9].prefix_len  # compaction kept
