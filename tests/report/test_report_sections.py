@@ -17,7 +17,7 @@ from workbench.replay import run_async
 from workbench.report.sections import TABLE_NAMES, RunReport
 from workbench.virtual import simulate
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def test_the_error_table_explains_an_idle_timeout_with_a_sample(tmp_path: Path) -> None:

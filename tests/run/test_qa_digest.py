@@ -20,7 +20,7 @@ import pytest
 from workbench.data import path as data_path
 
 TRACE = Path(data_path("tracelab/multi_session_example.csv"))
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def digest(trace: str, cwd: Path, *args: str, **env: str) -> str:

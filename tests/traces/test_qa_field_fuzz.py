@@ -23,7 +23,7 @@ from workbench.errors import ConfigError, TraceFormatError
 from workbench.traces.base import load_trace
 from workbench.traces.bounds import MAX_ARRIVAL_MS, MAX_ROUND_TOKENS, MAX_WAIT_MS
 
-R = Path(__file__).resolve().parents[1]
+R = Path(__file__).resolve().parents[2]
 SAMPLES = {
     "session": R / "workbench/data/tracelab/multi_session_example.csv",
     "session-rounds": R / "workbench/data/request-factory/session_rounds_v2_example.csv",

@@ -127,6 +127,6 @@ def test_random_values_raise_config_error_or_are_valid(field, value):
 
 
 def test_the_bounds_are_documented():
-    doc = (Path(__file__).parent.parent / "docs" / "config-bounds.md").read_text()
+    doc = (Path(__file__).parents[2] / "docs" / "config-bounds.md").read_text()
     for path in RANGES:
         assert f"`{path}`" in doc, path
