@@ -204,11 +204,12 @@ def test_rendering_prints_no_transport_or_alt_text_warnings(
     import sys
 
     run_dir = replay_report.parent
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     proc = subprocess.run([sys.executable, "-m", "workbench", "report", str(run_dir), "-o",
                            str(tmp_path)], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    for noise in ("without encryption", "Alternative text is missing", "Traceback"):
+    for noise in ("without encryption", "Alternative text is missing", "Traceback",
+                  "KeyboardInterrupt caught"):
         assert noise not in proc.stderr
 
 

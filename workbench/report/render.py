@@ -305,6 +305,9 @@ def render_report(
             str(nb_path), str(executed), parameters=given, kernel_name=kernel_name,
             progress_bar=progress, request_save_on_cell_execute=False,
             execution_timeout=timeout_s, config=Config({"KernelManager": {"transport": "ipc"}}),
+            # a graceful shutdown interrupts the kernel first, which logs a spurious
+            # "KeyboardInterrupt caught in kernel" ERROR on the console
+            shutdown_kernel="immediate",
         )
         status = "ok"
     finally:
