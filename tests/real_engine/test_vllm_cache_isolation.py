@@ -85,7 +85,10 @@ async def test_flush_on_every_round_is_the_plan_rounded_down(
         server = s["server"]
         assert server["engine"] == "vllm" and server["samples"] >= 2, server
         assert server["preemptions"] == 0  # a 1 GiB cache: nothing to preempt
-        assert server["peak_running_requests"] >= 1 and server["peak_kv_cache_usage"] > 0
+        # the gauges were found under vLLM's names; their peaks depend on a scrape landing
+        # while requests run (exact values: tests/metrics/test_server_evidence.py, embedded engine)
+        assert server["peak_running_requests"] is not None, server
+        assert server["peak_kv_cache_usage"] is not None, server
 
 
 async def test_flush_off_no_salt_the_warm_cache_warning_fires(
