@@ -1,4 +1,4 @@
-"""prefix-preserving against a text-only server: the round fails, naming the cause (SPEC §2)."""
+"""prefix-preserving against a text-only server: the round fails, naming the cause (docs/context-policy.md)."""
 
 import asyncio
 

@@ -1,4 +1,4 @@
-"""tracegen (SPEC §1.2, §2, §3.2): canonical output, manifest, golden policy vectors, arrivals."""
+"""tracegen (docs/trace-formats.md, docs/context-policy.md, docs/arrival.md): canonical output, manifest, golden policy vectors, arrivals."""
 
 from __future__ import annotations
 

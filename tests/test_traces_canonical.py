@@ -1,4 +1,4 @@
-"""Canonical session-execution-v2 reader and writer (SPEC §1.2): every rule, both paths."""
+"""Canonical session-execution-v2 reader and writer (docs/trace-formats.md): every rule, both paths."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Dynamo request-trace reader (SPEC §1.8): sessions, prefixes, tool waits, tolerance, bad input."""
+"""Dynamo request-trace reader (docs/trace-formats.md): sessions, prefixes, tool waits, tolerance, bad input."""
 
 import json
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""Independent-request CSV reader (SPEC §1.3): one whole prompt per row, never a session."""
+"""Independent-request CSV reader (docs/trace-formats.md): one whole prompt per row, never a session."""
 
 from pathlib import Path
 

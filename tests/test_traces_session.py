@@ -1,4 +1,4 @@
-"""Raw session CSV reader (SPEC §1.1): public files, ordering rules, every bad-input rule."""
+"""Raw session CSV reader (docs/trace-formats.md): public files, ordering rules, every bad-input rule."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TraceLab round JSONL reader (SPEC §1.5): mapping, identity, tool waits, arrivals, bad input."""
+"""TraceLab round JSONL reader (docs/trace-formats.md): mapping, identity, tool waits, arrivals, bad input."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""batchbench v1 trajectory manifest reader (SPEC §1.6): growth rule, resets, strictness."""
+"""batchbench v1 trajectory manifest reader (docs/trace-formats.md): growth rule, resets, strictness."""
 
 import json
 from pathlib import Path

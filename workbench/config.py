@@ -1,7 +1,7 @@
 """``RunConfig``: one replay = trace + context + arrival + backend + target (+ seed, SLO).
 
 The four axes are independent: nothing in one implies a value in another. The
-cross-axis rules of SPEC §0 are checked here, before any request is sent, each
+cross-axis rules of docs/axes.md are checked here, before any request is sent, each
 with a message that says what to change. Configs come from dicts (a notebook's
 parameters cell), YAML/JSON files (``--config``) and go back to dicts for the
 run manifest.
@@ -110,7 +110,7 @@ class ExecutorSpec:
     never split; ``max_concurrency`` is divided between shards; records merge
     into one run directory). ``record_flush_ms``: ``None`` (default) writes each
     record the moment its request ends, so even a hard crash loses nothing
-    finished (SPEC §6); a number batches writes, records then reach the OS at most
+    finished (docs/run-directory.md); a number batches writes, records then reach the OS at most
     this long after their request ends (faster at high request rates; a SIGKILL
     can lose that window, a cancel or Ctrl-C still loses nothing).
     ``block_hashes``: compute each prompt's chained block hashes (kept in records

@@ -75,7 +75,7 @@ class RoundMaker:
         self.max_model_len = max_model_len
 
     def needs_output_ids(self, rp: RoundPlan) -> bool:
-        """SPEC §2: a session round carried by ``prefix-preserving`` needs the real output ids."""
+        """docs/context-policy.md: a session round carried by ``prefix-preserving`` needs the real output ids."""
         return self.policy == "prefix-preserving" and rp.round.hash_ids is None
 
     def record(

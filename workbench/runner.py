@@ -443,7 +443,7 @@ class Runner:
             measure.lag(rec.dispatch_ns or now, ready)
             measure.ended(self.clock.now_ns())
         if out_ids is None and rec.status == "ok" and make.needs_output_ids(rp):
-            # SPEC §2: a round whose output ids cannot be trusted fails; it never
+            # docs/context-policy.md: a round whose output ids cannot be trusted fails; it never
             # continues from a context that lacks what the model really said
             rec.status = "error"
             rec.error = (

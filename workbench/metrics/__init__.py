@@ -1,6 +1,6 @@
 """Metrics: pure functions from request records to DataFrames and summaries.
 
-``to_frame`` derives the per-request metrics of SPEC §5 (see ``frame``),
+``to_frame`` derives the per-request metrics of docs/metrics.md (see ``frame``),
 ``summarize`` the run-level figures that go into ``summary.json`` (see
 ``summary``), and the breakdown/timeline helpers feed tables and plots. Nothing
 here writes; ``workbench.report.store`` persists what these compute. Reads happen

@@ -3,7 +3,7 @@
 ``records.jsonl`` stays the source of truth (crash-safe, appended line by line,
 every field). For a run of millions of requests a report must not parse it into
 ``RequestRecord`` objects and a pandas frame at once, so the same records are
-also written as Parquet, flattened, with the per-request metrics of SPEC §5
+also written as Parquet, flattened, with the per-request metrics of docs/metrics.md
 already derived:
 
 - every scalar field of ``RequestRecord`` (ids, plan, raw ``*_ns`` timestamps as

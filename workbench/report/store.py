@@ -1,6 +1,6 @@
 """Run directories: write them while a run goes, save and load them whole.
 
-Layout (SPEC §8), one directory per run::
+Layout (docs/interface.md), one directory per run::
 
     records.jsonl            one RequestRecord per line, appended as each request ends
     manifest.json            what ran (config of the four axes, trace identity, versions)

@@ -2,8 +2,8 @@
 
 One ``Codec`` instance serves one request and keeps what its stream needs
 (the creation time, whether the first chunk went out, SGLang's running ids).
-Shapes are vLLM 0.32's and SGLang's as recorded in real-engines.md §3 and
-SPEC §4; fault switches that change a shape (omitted usage, cumulative or
+Shapes are vLLM 0.32's and SGLang's as recorded in
+docs/wire-protocols.md; fault switches that change a shape (omitted usage, cumulative or
 prompt-echoing SGLang ids) are applied here.
 """
 

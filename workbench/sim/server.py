@@ -1,6 +1,6 @@
 """HTTP face of the embedded engine: an aiohttp app and ``serve_sim``.
 
-Speaks the four wire protocols of SPEC §4 (``/v1/completions``,
+Speaks the four wire protocols of docs/wire-protocols.md (``/v1/completions``,
 ``/v1/chat/completions``, vLLM ``/inference/v1/generate``, SGLang
 ``/generate``) plus ``/v1/models``, ``/health``, ``/metrics``,
 ``/reset_prefix_cache`` (SGLang: ``/flush_cache``) and ``/debug/requests``:

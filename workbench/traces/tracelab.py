@@ -1,4 +1,4 @@
-"""TraceLab normalized round JSONL (``tracelab``): one recorded LLM round a line (SPEC §1.5).
+"""TraceLab normalized round JSONL (``tracelab``): one recorded LLM round a line (docs/trace-formats.md).
 
 Fields read (others are ignored):
 
