@@ -15,8 +15,8 @@ import json
 import time
 from pathlib import Path
 
+from workbench.executors.virtual import simulate
 from workbench.metrics import summarize
-from workbench.virtual import simulate
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared/data/mooncake/conversation_trace.jsonl"
 

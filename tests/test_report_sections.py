@@ -12,10 +12,10 @@ import pytest
 
 from workbench.commands.demo import MOONCAKE_EXAMPLE
 from workbench.data import path as data_path
+from workbench.executors.dispatch import run_async
+from workbench.executors.virtual import simulate
 from workbench.metrics import summarize
-from workbench.replay import run_async
 from workbench.report.sections import TABLE_NAMES, RunReport
-from workbench.virtual import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 

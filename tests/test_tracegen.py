@@ -1,4 +1,7 @@
-"""tracegen (docs/trace-formats.md, docs/context-policy.md, docs/arrival.md): canonical output, manifest, golden policy vectors, arrivals."""
+"""tracegen: canonical output, manifest, golden policy vectors, arrivals.
+
+Rules: docs/trace-formats.md, docs/context-policy.md, docs/arrival.md.
+"""
 
 from __future__ import annotations
 

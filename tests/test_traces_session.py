@@ -1,4 +1,7 @@
-"""Raw session CSV reader (docs/trace-formats.md): public files, ordering rules, every bad-input rule."""
+"""Raw session CSV reader: public files, ordering rules, every bad-input rule.
+
+Rules: docs/trace-formats.md.
+"""
 
 from __future__ import annotations
 

@@ -82,7 +82,7 @@ def as_records(
     read back from its ``records.jsonl`` here, on demand: nothing is held by the result.
     """
     if isinstance(data, RunResult) and data.records_on_disk:
-        from workbench.report.store import load_records
+        from workbench.storage.rundir import load_records
 
         return load_records(data.run_dir or "")
     items = data.records if isinstance(data, RunResult) else data

@@ -42,8 +42,8 @@ from typing import Any
 
 import nbformat
 
+from workbench.config.validation import check_run_id
 from workbench.errors import ConfigError
-from workbench.validation import check_run_id
 
 log = logging.getLogger(__name__)
 

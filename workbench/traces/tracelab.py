@@ -1,4 +1,6 @@
-"""TraceLab normalized round JSONL (``tracelab``): one recorded LLM round a line (docs/trace-formats.md).
+"""TraceLab normalized round JSONL (``tracelab``): one recorded LLM round a line.
+
+The format: docs/trace-formats.md.
 
 Fields read (others are ignored):
 

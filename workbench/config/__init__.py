@@ -118,7 +118,7 @@ class ExecutorSpec:
     per request). ``uvloop``: use uvloop for ``run``/the CLI when installed.
     ``kind``: ``local`` (one process, or ``workers`` processes when > 1),
     ``processes`` (``workers`` processes on this host) or ``ray`` (``workers``
-    Ray actors, see ``workbench.ray_executor``); ``address``: the Ray cluster
+    Ray actors, see ``workbench.executors.ray``); ``address``: the Ray cluster
     to join (``ray://host:10001``, ``host:6379`` or ``auto``; None = a
     ``ray.init`` already made in this process, else a local one).
     ``gc_freeze``: ``gc.freeze()`` what exists when the measured run starts (and
@@ -309,7 +309,7 @@ class RunConfig:
 
         The other rules below can then compare and combine values safely.
         """
-        from workbench import validation as v
+        from workbench.config import validation as v
 
         for key in _SECTIONS:
             v.check_dataclass(getattr(self, key), key)
@@ -364,7 +364,7 @@ class RunConfig:
     def check_out_dir(self) -> None:
         """``out_dir`` is a writable directory, or can be created as one (before a run)."""
         if self.out_dir:
-            from workbench.validation import check_out_dir
+            from workbench.config.validation import check_out_dir
 
             check_out_dir("out_dir", self.out_dir)
 
