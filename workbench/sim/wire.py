@@ -2,7 +2,7 @@
 
 Field names and nesting follow what vLLM 0.32 and SGLang actually send
 (docs/wire-protocols.md): ``parse_*`` turn a request body into a
-``GenRequest``; a ``Codec`` turns engine outputs into stream chunks, the
+``GenRequest``; a ``WireEncoder`` turns engine outputs into stream chunks, the
 final usage chunk and the non-streaming body. No aiohttp here, so the shapes
 are testable as plain data.
 """
