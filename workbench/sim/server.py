@@ -32,8 +32,8 @@ from aiohttp import web
 
 from workbench.clock import Clock, WallClock
 from workbench.sim.cluster import AnyRequest, Cluster, ClusterConfig, split_knobs
-from workbench.sim.encoders import ENCODERS, WireEncoder
 from workbench.sim.config import EngineConfig
+from workbench.sim.encoders import ENCODERS, WireEncoder
 from workbench.sim.engine import Engine
 from workbench.sim.faults import FaultDice
 from workbench.sim.metrics import exposition, make_registry
