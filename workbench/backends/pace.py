@@ -23,8 +23,8 @@ That is a trade: a deferred send is a late send. It pays off when responses
 stream, because then the loop has token stamps to protect. When responses
 arrive whole (an instant server) there is nothing to protect, and a client that
 is busy all the time would only keep a standing line of requests inside itself
-instead of at the server (measured with pacing forced on: release lag p99
-~120 ms at c=256, against 0.3 ms without). So ``auto`` (the default) watches
+instead of at the server (bench/README.md, "Design notes moved from docstrings").
+So ``auto`` (the default) watches
 the responses: on while they take several reads each, off while they take one
 or two. Worker processes (``executor.workers``) are the other remedy.
 """
