@@ -39,3 +39,21 @@ def test_every_package_of_workbench_is_in_a_layer() -> None:
                  if p.stem not in {"__init__", "__main__"}}
     children -= {"workbench.data"}  # bundled traces: data, no code that imports workbench
     assert children - named == set(), f"not in any layer: {sorted(children - named)}"
+
+
+def test_the_readme_layout_names_every_room() -> None:
+    """README's "Layout" lists every package and top-level module of workbench/, and
+    nothing that is not there."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Layout", 1)[1].split("```", 2)[1]
+    pkg = ROOT / "workbench"
+    rooms = {p.name + "/" for p in pkg.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    modules = {p.name for p in pkg.glob("*.py") if p.stem != "__init__"}
+    listed_dirs = set(re.findall(r"^  ([a-z_]+/)", block, re.M))
+    assert listed_dirs == rooms, (sorted(rooms - listed_dirs), sorted(listed_dirs - rooms))
+    missing = {m for m in modules if m not in block}
+    assert not missing, f"README Layout does not mention {sorted(missing)}"
+    for name in re.findall(r"\b([a-z_0-9]+\.py)\b", block):
+        assert list(pkg.rglob(name)), f"README Layout names {name}, which is not in workbench/"
