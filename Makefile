@@ -3,7 +3,8 @@
 #               engine, render the report under reports/ (reports/demo/report.html)
 #   make test   set up .venv, a real vLLM (CPU build) and llama.cpp's llama-server (built
 #               from source), both outside the repo, then run ruff, mypy and the whole
-#               test suite, real-engine tests included (what .ci/run calls)
+#               test suite, real-engine tests included (what .ci/run calls); the fast part
+#               on two pytest workers, the real engines after it in one process
 # Extra:
 #   make test-fast   the same without the real engines (no vLLM/llama.cpp set-up)
 #   make lab         JupyterLab on notebooks/
@@ -45,11 +46,17 @@ browser: setup
 	  else echo "install chromium and chromium-driver (apt-get, as root)"; exit 1; fi; }
 	$(PY) -m pip install --quiet -e '.[test,browser]'
 
+# two pytest workers, one test file per worker (module fixtures such as the Ray cluster
+# start once); most tests wait on a server or a subprocess, so two overlap well on 2 cores.
+# The real-engine tests run after, in one process: one vLLM at a time fits this machine.
+XDIST := -n 2 --dist loadfile
+
 test: lint vllm llama browser
-	WORKBENCH_REAL_ENGINE=1 WORKBENCH_LLAMA_CPP=1 $(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST) --ignore=tests/real_engine
+	WORKBENCH_REAL_ENGINE=1 WORKBENCH_LLAMA_CPP=1 $(PY) -m pytest -q tests/real_engine
 
 test-fast: lint
-	$(PY) -m pytest -q -m "not real_engine and not browser"
+	$(PY) -m pytest -q -m "not real_engine and not browser" $(XDIST)
 
 lab: setup
 	$(PY) -m pip install --quiet -e '.[test,notebook]'

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -55,6 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args._run(args) or 0)
     except (WorkbenchError, OSError) as exc:  # one line a person can act on, no traceback
+        if isinstance(exc, BrokenPipeError):  # stdout's reader went away (``| head``)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot fail
+            return 141  # 128 + SIGPIPE, as a shell reports a writer killed by the signal
         if args.verbose:
             logging.getLogger("workbench").exception("%s failed", args.command)
         print(f"workbench {args.command}: error: {redact.text(str(exc))}", file=sys.stderr)

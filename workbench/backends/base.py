@@ -221,6 +221,8 @@ def parse_openai_usage(usage: Mapping[str, Any]) -> tuple[int | None, int | None
     ``--enable-prompt-tokens-details``), else from the top-level spellings other
     servers use. Absent everywhere → 0 and ``cached_reported`` False.
     """
+    if not isinstance(usage, Mapping):
+        raise BackendError(f"server sent a usage block that is not an object: {usage!r:.80}")
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     if cached is None:
@@ -228,8 +230,6 @@ def parse_openai_usage(usage: Mapping[str, Any]) -> tuple[int | None, int | None
             cached = usage.get(key)
             if cached is not None:
                 break
-    if not isinstance(usage, Mapping):
-        raise BackendError(f"server sent a usage block that is not an object: {usage!r:.80}")
     cached = usage_count("cached_tokens", cached)
     return (
         usage_count("prompt_tokens", usage.get("prompt_tokens")),

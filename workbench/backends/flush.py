@@ -17,8 +17,10 @@ Endpoints (docs/cache-isolation.md has the sources):
 
 The route that fits the backend is tried first (``/flush_cache`` for
 ``sglang-tokens``, ``/reset_prefix_cache`` otherwise), the other one when the
-first is absent (404/405). A busy answer is retried a bounded number of times
-(the previous run's last requests may still be finishing).
+first is absent (404/405). A busy answer (vLLM's ``success: false``, SGLang's
+400, the embedded engine's 409, a 503) is retried a bounded number of times (the
+previous run's last requests may still be finishing); any other answer (a wrong
+key's 401, a proxy's 403, a 500) ends the attempt at once, in its own words.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ __all__ = ["NOT_ASKED", "FlushOutcome", "flush_prefix_cache"]
 VLLM_RESET = "/reset_prefix_cache"
 SGLANG_FLUSH = "/flush_cache"
 ABSENT = frozenset((404, 405))  # the route is not served: try the next one
+BUSY = frozenset((400, 409, 503))  # SGLang, the embedded engine, a server not ready yet
 BUSY_RETRIES = 5
 BUSY_RETRY_S = 0.5
 BODY_EXCERPT = 200
@@ -69,12 +72,15 @@ def _routes(backend: str) -> tuple[str, ...]:
     )
 
 
-def _confirmed(status: int, body: str) -> bool | None:
-    """True: reset; False: refused (busy); None: this route is not served."""
+def _confirmed(status: int, body: str) -> str:
+    """``ok``: reset; ``busy``: refused while requests run (worth retrying);
+    ``absent``: this route is not served; ``failed``: any other answer."""
     if status in ABSENT:
-        return None
+        return "absent"
+    if status in BUSY:
+        return "busy"
     if status != 200:
-        return False
+        return "failed"
     stripped = body.strip()
     if stripped.startswith("{"):  # vLLM and the embedded engine: {"success": bool}
         import orjson
@@ -82,9 +88,9 @@ def _confirmed(status: int, body: str) -> bool | None:
         try:
             doc = orjson.loads(stripped)
         except orjson.JSONDecodeError:
-            return False
-        return not (isinstance(doc, dict) and doc.get("success") is False)
-    return True  # SGLang: 200 means flushed
+            return "failed"
+        return "busy" if isinstance(doc, dict) and doc.get("success") is False else "ok"
+    return "ok"  # SGLang: 200 means flushed
 
 
 async def flush_prefix_cache(
@@ -129,10 +135,18 @@ async def flush_prefix_cache(
                 out.tries.append({"endpoint": out.endpoint, "status": status,
                                   "body": body.strip()[:BODY_EXCERPT]})  # fmt: skip
                 verdict = _confirmed(status, body)
-                if verdict is None:
+                if verdict == "absent":
                     break  # not served here: next route
-                if verdict:
+                if verdict == "ok":
                     out.ok, out.detail = True, None
+                    return out
+                if verdict == "failed":
+                    out.detail = (
+                        f"the server answered the reset with HTTP {status}: "
+                        f"{body.strip()[:BODY_EXCERPT]!r}"
+                        + (" (is backend.api_key_env set to the server's key?)"
+                           if status in (401, 403) else "")
+                    )  # fmt: skip
                     return out
                 out.detail = (
                     f"the server refused the reset (HTTP {status}: "

@@ -19,7 +19,11 @@ asyncio and httptools (llhttp, the parser uvicorn uses) API:
 Connections are kept alive and pooled per host (LIFO: the most recently used
 one first); a connection goes back to the pool the moment its response ends,
 before the waiting task runs. Bodies may be ``Content-Length``, chunked or (on
-a ``Connection: close`` answer) delimited by the close. ``https`` goes through
+a ``Connection: close`` answer) delimited by the close; interim ``1xx`` answers
+before the real one are skipped; a ``gzip``/``deflate`` body is inflated (no
+``Accept-Encoding`` is sent, but a server may compress anyway); bytes after the
+end of the answer (a response to a request never sent) do not touch it, but the
+connection is dropped (docs/wire-protocols.md, "HTTP framing"). ``https`` goes through
 asyncio's TLS (``ssl.create_default_context()`` unless the options give a
 context). Timeouts: ``stream_idle_timeout_s`` bounds connecting and every
 silence between reads (headers included; one timer per idle period, not per
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import zlib
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -53,6 +58,8 @@ __all__ = ["HttpToolsClient"]
 
 #: a non-200 answer's body is kept up to this size (for the error message)
 ERROR_BODY_MAX = 64 * 1024
+#: a response head (status line and headers, 1xx included) larger than this is refused
+HEAD_MAX = 64 * 1024
 USER_AGENT = b"workbench"
 
 
@@ -106,6 +113,12 @@ class _Connection(asyncio.Protocol):
         self.delimited = False  # Content-Length or Transfer-Encoding seen
         self.got = False  # any byte of this response came
         self.last_ns = 0
+        self.sent_ns = 0  # when the request was written (the head is due within idle_s)
+        self.head_bytes = 0  # bytes read before the head was whole
+        self.interim = False  # a 1xx answer is being parsed (skipped)
+        self.encoding = b""  # Content-Encoding of the answer
+        self.inflate: Any = None  # zlib decompressor of a gzip/deflate body
+        self.refused: BackendError | None = None  # why a callback stopped the parser
 
     # -- the request ---------------------------------------------------------------
     def start(
@@ -118,7 +131,7 @@ class _Connection(asyncio.Protocol):
             raise cls("the connection closed before the request was written")
         waiter = self.waiter = self.pool.loop.create_future()
         self.state, self.rec = state, rec
-        t = self.last_ns = self.now()
+        t = self.last_ns = self.sent_ns = self.now()
         if rec is not None:
             rec.dispatch_ns = t
         self.transport.write(data)
@@ -149,12 +162,26 @@ class _Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(BackendError(f"malformed HTTP response from the server: {exc}"))
+            if not self.complete:
+                self._fail(self.refused or BackendError(
+                    f"malformed HTTP response from the server: {exc}"))  # fmt: skip
+                return
+            # bytes after the answer's end (on_message_begin refused them): the answer
+            # stands, the connection cannot be trusted any more
+            self.keep = False
+        if not self.status and self._head_overdue(t, len(data)):
             return
         pieces = self.pieces
         if pieces:
             chunk = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             pieces.clear()
+            if self.inflate is not None:
+                try:
+                    chunk = self.inflate.decompress(chunk)
+                except zlib.error as exc:
+                    self._fail(BackendError(f"a {self.encoding.decode()} body that does "
+                                            f"not inflate: {exc}"))  # fmt: skip
+                    return
             if self.streaming:
                 self.pool.parsing.add(self, t, chunk)
             elif self.body_size < ERROR_BODY_MAX:
@@ -188,22 +215,46 @@ class _Connection(asyncio.Protocol):
             self._fail(DisconnectedError(f"connection closed mid-response{why}"))
 
     # -- httptools callbacks -------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self.complete:  # a second answer in the read: nobody asked for it
+            raise BackendError("a response to no request")  # stops the parser here
+
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
         if name == b"content-length" or name == b"transfer-encoding":
             self.delimited = True
+        elif name == b"content-encoding":
+            self.encoding = value.strip().lower()
         elif name == b"content-type" and self.state is not None:
             self.state.json_body = value.split(b";", 1)[0].strip().lower() == JSON_TYPE
         elif name.startswith(KEPT_PREFIX) and self.state is not None:
             self.state.headers[name.decode("latin-1")] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
-        status = self.status = self.parser.get_status_code()
+        status = self.parser.get_status_code()
+        if 100 <= status < 200 and status != 101:  # interim (100 Continue, 103 ...)
+            self.interim = True
+            return
+        self.status = status
         if self.rec is not None:
             self.rec.http_status = status
         self.streaming = status == 200 and self.state is not None and not self.state.json_body
+        enc = self.encoding
+        if enc and enc != b"identity":
+            if enc not in (b"gzip", b"x-gzip", b"deflate"):
+                self.refused = BackendError(
+                    f"the server sent content-encoding {enc.decode()!r}, which this client "
+                    "cannot decode (it sends no Accept-Encoding; supported: gzip, deflate)"
+                )
+                raise self.refused
+            self.inflate = zlib.decompressobj(wbits=47)  # zlib or gzip header
 
     def on_message_complete(self) -> None:
+        if self.interim:  # the real answer follows on the same connection
+            self.interim = False
+            self.delimited = False
+            self.encoding = b""
+            return
         self.complete = True
         self.keep = self.parser.should_keep_alive()  # (only valid inside the callback)
 
@@ -242,6 +293,21 @@ class _Connection(asyncio.Protocol):
         self.abort()
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
+
+    def _head_overdue(self, t: int, n: int) -> bool:
+        """The head is still not whole after this read: fail it past ``HEAD_MAX`` bytes,
+        or past the idle timeout since the request was written (a head trickled a byte
+        at a time would otherwise keep every silence short and never end)."""
+        self.head_bytes += n
+        if self.head_bytes > HEAD_MAX:
+            self._fail(BackendError(f"malformed HTTP response from the server: the response "
+                                    f"head passed {HEAD_MAX} bytes without ending"))  # fmt: skip
+            return True
+        idle = self.pool.idle_s
+        if idle is not None and t - self.sent_ns > idle * 1e9:
+            self._fail(IdleTimeoutError(f"no whole response head within {idle}s"))
+            return True
+        return False
 
     def _check_idle(self) -> None:
         self.timer = None
@@ -317,7 +383,13 @@ class _ParseQueue:
                 state = conn.state
                 state.feed(t, chunk)  # type: ignore[union-attr]
                 if state.cut:  # type: ignore[union-attr]
-                    conn._fail(state.error)  # type: ignore[union-attr,arg-type]
+                    # overrun (error set), or bytes on and on after [DONE] (no error):
+                    # either way the stream is done and the connection dropped
+                    conn._fail(state.error or DisconnectedError("cut after [DONE]"))  # type: ignore[union-attr]
+                elif state.done and not conn.delimited:  # type: ignore[union-attr]
+                    # a body delimited by the close is whole at [DONE]: a server that
+                    # holds the connection open after it must not hold the request
+                    conn._finish(False)
             else:
                 conn._finish(conn.keep)
 
@@ -421,7 +493,11 @@ class HttpToolsClient:
             pool = self._pools[ep.key] = _Pool(ep, self._loop, self.now, self.idle_s,
                                                self.ssl_context, self._parsing)  # fmt: skip
         head = b"%b %b HTTP/1.1\r\nHost: %b\r\nUser-Agent: %b\r\nAccept: */*\r\n%b" % (
-            method, ep.target, ep.host_header, USER_AGENT, self._extra
+            method,
+            ep.target,
+            ep.host_header,
+            USER_AGENT,
+            self._extra,
         )
         if content_type:
             head += b"Content-Type: application/json\r\n"
@@ -446,7 +522,10 @@ class HttpToolsClient:
         if headers:
             head += b"".join(_header_line(k, v) for k, v in headers.items())
         data = b"%bx-request-id: %b\r\nContent-Length: %d\r\n\r\n%b" % (
-            head, rid, len(payload), payload
+            head,
+            rid,
+            len(payload),
+            payload,
         )
         return await self._exchange(pool, data, state, rec, self.request_timeout_s)
 

@@ -11,6 +11,7 @@ is later than the socket read the default client stamps.
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -18,6 +19,7 @@ from typing import Any
 
 import aiohttp
 
+from workbench.backends.base import BackendError
 from workbench.backends.stream import (
     KEPT_HEADER_PREFIX,
     ConnectError,
@@ -59,6 +61,7 @@ class AiohttpClient:
     async def open(self) -> None:
         trace = aiohttp.TraceConfig()
         trace.on_request_chunk_sent.append(self._body_sent)
+        trace.on_connection_reuseconn.append(self._reused)
         connector = aiohttp.TCPConnector(
             limit=max(0, self.max_connections),
             # an explicit context: aiohttp 3.9.0 did not verify with ``ssl=True``
@@ -87,12 +90,20 @@ class AiohttpClient:
             raise RuntimeError("the HTTP client is not open")
         return self._session
 
+    async def _reused(
+        self, session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any
+    ) -> None:
+        req = ctx.trace_request_ctx  # a kept-alive connection carries this request
+        if isinstance(req, _Sent):
+            req.reused = True
+
     async def _body_sent(
         self, session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any
     ) -> None:
-        unsent = ctx.trace_request_ctx  # [record] until its body's first chunk is out
-        if isinstance(unsent, list) and unsent:
-            unsent.pop().dispatch_ns = self.now()
+        req = ctx.trace_request_ctx  # the record's dispatch is when its body is first out
+        if isinstance(req, _Sent) and not req.sent:
+            req.sent = True
+            req.rec.dispatch_ns = self.now()
 
     async def post(
         self,
@@ -103,15 +114,29 @@ class AiohttpClient:
         state: StreamState,
         extra_headers: dict[str, str] | None = None,
     ) -> tuple[int, bytes]:
-        headers = {"Content-Type": "application/json", "x-request-id": request_id}
+        # identity: a compressed stream would reach us in compressor-sized bursts
+        headers = {
+            "Content-Type": "application/json", "Accept-Encoding": "identity",
+            "x-request-id": request_id,
+        }  # fmt: skip
         if extra_headers:
             headers.update(extra_headers)
         now = self.now
         rec.dispatch_ns = now()  # replaced when aiohttp reports the body sent
+        head_due = asyncio.timeout(self.idle_s)
+        sent = _Sent(rec)
         try:
-            async with self.session.post(
-                url, data=payload, headers=headers, trace_request_ctx=[rec]
-            ) as resp:
+            try:
+                # the head is due within the idle timeout of sending (as in http1)
+                async with head_due:
+                    resp = await self.session.post(
+                        url, data=payload, headers=headers, trace_request_ctx=sent
+                    )
+            except TimeoutError:
+                if not head_due.expired():
+                    raise
+                raise IdleTimeoutError(f"no whole response head within {self.idle_s}s") from None
+            async with resp:
                 rec.http_status = resp.status
                 state.headers.update(
                     (k.lower(), v) for k, v in resp.headers.items()
@@ -122,10 +147,15 @@ class AiohttpClient:
                 if resp.content_type == "application/json":  # not a stream: an error body
                     state.json_body = True
                     return 200, (await resp.content.read(ERROR_BODY_MAX))
+                # a body delimited by the close is whole at [DONE] (see http1)
+                by_close = "Content-Length" not in resp.headers and not resp.headers.get(
+                    "Transfer-Encoding"
+                )
                 try:
                     async for chunk in resp.content.iter_any():
                         state.feed(now(), chunk)
-                        if state.cut:  # output overrun: drop the connection, read no more
+                        if state.cut or (by_close and state.done):
+                            # output overrun, or the end: drop the connection, read no more
                             resp.close()
                             return 200, b""
                 except (aiohttp.ClientError, TimeoutError):
@@ -135,7 +165,7 @@ class AiohttpClient:
                 state.close(now())
                 return 200, b""
         except Exception as exc:
-            out = _translate(exc, rec)
+            out = _translate(exc, rec, reused=sent.reused)
             if out is exc:
                 raise
             raise out from exc
@@ -147,26 +177,44 @@ class AiohttpClient:
             ) as resp:
                 return resp.status, await resp.read()
         except Exception as exc:
-            out = _translate(exc, None)
+            out = _translate(exc, None, reused=False)
             if out is exc:
                 raise
             raise out from exc
 
 
-def _translate(exc: BaseException, rec: RequestRecord | None) -> BaseException:
+class _Sent:
+    """One POST's trace context: its record, whether its body went out, and whether it
+    rode a kept-alive connection (only then may a loss before the answer be retried)."""
+
+    __slots__ = ("rec", "reused", "sent")
+
+    def __init__(self, rec: RequestRecord) -> None:
+        self.rec, self.sent, self.reused = rec, False, False
+
+
+def _translate(exc: BaseException, rec: RequestRecord | None, *, reused: bool) -> BaseException:
     """aiohttp's failure as the common errors of ``backends/stream.py`` (others unchanged)."""
     if isinstance(exc, aiohttp.ClientConnectorError):
         return ConnectError(str(exc))
+    if isinstance(exc, aiohttp.ClientResponseError) and not isinstance(
+        exc, aiohttp.ClientPayloadError | aiohttp.ContentTypeError
+    ):
+        # aiohttp's parser refused the response (we never call raise_for_status)
+        first = str(exc.message).splitlines()[0] if exc.message else type(exc).__name__
+        return BackendError(f"malformed HTTP response from the server: {first}")
     if _CONNECT_TIMEOUT is not None and isinstance(exc, _CONNECT_TIMEOUT):
         return ConnectTimeoutError(str(exc))
     if isinstance(exc, _SOCK_READ_TIMEOUT):
         return IdleTimeoutError(str(exc))
     if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError) and (
-        rec is not None and rec.http_status is None
+        rec is not None and rec.http_status is None and reused
     ):
-        # before the status line: aiohttp does not say whether the connection was a
-        # pooled one, so any such loss may be sent once more (Transport does, once)
+        # before the status line on a kept-alive connection (aiohttp's public
+        # on_connection_reuseconn signal said so): sent once more, as in http1
         return StaleConnectionError(str(exc) or type(exc).__name__)
-    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError) or (
+        isinstance(exc, aiohttp.ClientOSError) and rec is not None
+    ):
         return DisconnectedError(str(exc) or type(exc).__name__)
     return exc

@@ -31,6 +31,20 @@ MARGIN_TOKENS = 64
 MARGIN_RATIO = 0.25
 
 
+#: bytes one unfinished SSE event may hold: a floor, plus room per token of the prompt
+#: (SGLang echoes the prompt's ids) and of the output up to the cut limit
+EVENT_BYTES_FLOOR = 1 << 20
+EVENT_BYTES_PER_TOKEN = 32
+#: bytes read on after ``[DONE]`` (so the connection can go back to the pool) at most
+AFTER_DONE_MAX_BYTES = 64 * 1024
+
+
+def event_bytes_limit(prompt_tokens: int, max_tokens: int) -> int:
+    """Bytes at which a stream that has not ended its current event is cut."""
+    per_token = EVENT_BYTES_PER_TOKEN * (prompt_tokens + cut_limit(max_tokens))
+    return max(EVENT_BYTES_FLOOR, per_token)
+
+
 def cut_limit(max_tokens: int) -> int:
     """The output tokens at which a stream is cut: ``max_tokens + max(64, max_tokens / 4)``."""
     return max_tokens + max(MARGIN_TOKENS, int(max_tokens * MARGIN_RATIO))
@@ -45,33 +59,75 @@ class OverrunGuard:
 
     ``check(counts)`` after each parsed batch (``counts``: the record's
     ``token_counts``, ids per token event) raises ``OutputOverrun`` past the cut
-    limit; ``flag(completion_tokens)`` at the end of a stream that ended by itself
-    marks a smaller overrun (streamed, or reported in usage) without failing it.
+    limit, the record trimmed to end at the event that crossed it;
+    ``flag(completion_tokens)`` at the end of a stream that ended by itself marks a
+    smaller overrun (streamed, or reported in usage) without failing it.
     """
 
-    __slots__ = ("by_events", "limit", "max_tokens", "rec", "seen", "total")
+    __slots__ = ("by_events", "event_limit", "limit", "max_tokens", "rec", "seen", "stale",
+                 "total")
 
-    def __init__(self, rec: RequestRecord, max_tokens: int, *, by_events: bool) -> None:
+    def __init__(
+        self, rec: RequestRecord, max_tokens: int, *, by_events: bool, prompt_tokens: int = 0
+    ) -> None:
         self.rec = rec
         self.max_tokens = max_tokens
         self.limit = cut_limit(max_tokens)
+        self.event_limit = event_bytes_limit(prompt_tokens, max_tokens)
         self.by_events = by_events
         self.seen = 0
         self.total = 0
+        self.stale = 0  # bytes of parse batches that brought no token
 
-    def check(self, counts: list[int]) -> None:
+    def check(self, counts: list[int], nbytes: int = 0) -> None:
+        """After a parse batch of ``nbytes`` bytes: cut past the token limit, or once the
+        batches that brought no token (token-less events, SSE comments, keep-alives: they
+        keep the idle timeout from firing) add up to more than ``event_limit`` bytes."""
         n = len(counts)
         if n == self.seen:
+            self.stale += nbytes
+            if self.stale > self.event_limit:
+                self._mark(self.total, cut=True)
+                self.rec.extra["output_overrun"]["bytes_without_tokens"] = self.stale
+                raise OutputOverrun(
+                    f"{ERROR_CLASS}: the server sent {self.stale} bytes without a token "
+                    f"(limit {self.event_limit} bytes for this request) after {self.total} "
+                    "output tokens; cut. It streams events or comments that carry no "
+                    "token and never ends"
+                )
             return
-        self.total += n - self.seen if self.by_events else sum(counts[self.seen :])
-        self.seen = n
-        if self.total > self.limit:
+        total = self.total + (n - self.seen if self.by_events else sum(counts[self.seen :]))
+        if total > self.limit:
+            # cut at the event that crossed the limit: a read carries any number of
+            # events, and what the record keeps must not depend on how reads fell
+            total = self.total
+            for k in range(self.seen, n):
+                total += 1 if self.by_events else counts[k]
+                if total > self.limit:
+                    break
+            del counts[k + 1 :]
+            del self.rec.token_times_ns[k + 1 :]
+            self.total, self.seen = total, k + 1
             self._mark(self.total, cut=True)
             raise OutputOverrun(
                 f"{ERROR_CLASS}: the server streamed {self.total} output tokens against "
                 f"max_tokens {self.max_tokens} and did not stop; cut at {self.limit} "
                 "(max_tokens + margin). The server ignores max_tokens: check its "
                 "generation limits (vLLM/SGLang honour max_tokens; a proxy may drop it)"
+            )
+        self.total, self.seen = total, n
+
+    def check_unfinished(self, nbytes: int) -> None:
+        """Cut a stream whose current event has grown past ``event_limit`` bytes without
+        ending: no token is parsed from it, so ``check`` alone would never fire, and the
+        bytes keep the idle timeout from firing too."""
+        if nbytes > self.event_limit:
+            self._mark(self.total, cut=True)
+            self.rec.extra["output_overrun"]["unfinished_event_bytes"] = nbytes
+            raise OutputOverrun(
+                f"{ERROR_CLASS}: the server sent {nbytes} bytes without ending an event "
+                f"(limit {self.event_limit} bytes for this request); cut. The server's "
+                "stream is not server-sent events, or it never stops"
             )
 
     def flag(self, completion_tokens: int | None) -> None:

@@ -45,7 +45,9 @@ CUMULATIVE_HINT = (
 
 def _done_count(meta: dict[str, Any]) -> int | None:
     done = meta.get("completion_tokens")
-    return meta.get("output_tokens") if done is None else done
+    if done is None:
+        return usage_count("output_tokens", meta.get("output_tokens"))
+    return usage_count("completion_tokens", done)
 
 
 class SGLangParser:

@@ -81,6 +81,11 @@ class SSEDecoder:
                 events.extend(self._lines([*ev.split(b"\n"), b""]))
         return events
 
+    @property
+    def pending(self) -> int:
+        """Bytes held for the event not yet ended (the output-overrun guard bounds it)."""
+        return len(self._tail) + sum(len(d) for d in self._data)
+
     def close(self) -> list[bytes]:
         """Flush at end of stream: an event missing its final blank line still counts.
 

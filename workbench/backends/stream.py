@@ -7,10 +7,13 @@ event to the record. An event counts as a *token event* only if the codec found
 at least one output token id in it (role-only, empty and usage chunks do not);
 ``end_ns`` is the read that carried ``[DONE]``, or the end of the body when a
 server omits it. Bytes after ``[DONE]`` are read (so the connection can be
-reused) but not parsed. With an ``overrun.OverrunGuard`` a stream that passes
-``max_tokens`` plus the margin is *cut*: ``error`` holds the ``OutputOverrun`` and
-``cut`` tells the client to drop the connection instead of reading on (a server that
-never stops would otherwise never end the body).
+reused) but not parsed, up to ``overrun.AFTER_DONE_MAX_BYTES``. With an
+``overrun.OverrunGuard`` a stream that passes ``max_tokens`` plus the margin, whose
+current event grows past the request's byte bound without ending, or whose
+token-less events and comments pass that bound, is *cut*: ``error`` holds the
+``OutputOverrun``. ``cut`` tells the client to drop the connection instead of reading
+on (a server that never stops would otherwise never end the body); a cut after
+``[DONE]`` has no error, what was measured stands.
 
 The errors are the clients' common vocabulary, so ``transport.Transport`` words a
 failure the same way whichever client met it (``executor.http``).
@@ -21,9 +24,13 @@ from __future__ import annotations
 from functools import partial
 
 from workbench.backends.base import BackendError, StreamParser
-from workbench.backends.overrun import OutputOverrun, OverrunGuard
+from workbench.backends.overrun import AFTER_DONE_MAX_BYTES, OutputOverrun, OverrunGuard
 from workbench.backends.sse import DONE, SSEDecoder
 from workbench.records import RequestRecord
+
+BOM = "\ufeff".encode()
+#: a body that is no event stream is quoted up to this many bytes in the error
+RAW_MAX = 2000
 
 __all__ = [
     "ConnectError",
@@ -67,12 +74,17 @@ class StreamState:
     """SSE decoding and token accounting of one response, fed ``(stamp, bytes)`` reads."""
 
     __slots__ = (
-        "counts", "cut", "decode", "decoder", "done", "error", "feed_all", "feed_one", "guard",
-        "headers", "json_body", "one", "reads", "rec", "times",
+        "after_done", "counts", "cut", "decode", "decoder", "done", "error", "feed_all",
+        "feed_one", "guard", "headers", "idle_ns", "json_body", "one", "raw", "reads", "rec",
+        "times",
     )  # fmt: skip
 
     def __init__(
-        self, parser: StreamParser, rec: RequestRecord, guard: OverrunGuard | None = None
+        self,
+        parser: StreamParser,
+        rec: RequestRecord,
+        guard: OverrunGuard | None = None,
+        idle_s: float | None = None,
     ) -> None:
         self.decoder = SSEDecoder()
         self.decode = self.decoder.feed
@@ -82,15 +94,24 @@ class StreamState:
         self.rec = rec
         self.times, self.counts = rec.token_times_ns, rec.token_counts
         self.done = False  # [DONE] seen: later bytes are not parsed
-        self.error: BackendError | None = None  # the codec rejected a payload
+        # the codec rejected a payload, the guard cut the stream, or no token came
+        self.error: BackendError | IdleTimeoutError | None = None
         self.reads = 0  # network reads of the body (pacing tells streamed from whole answers)
         self.guard = guard  # output overrun (docs/output-overrun.md)
         self.cut = False  # the guard cut the stream: drop the connection, do not read on
+        self.after_done = 0  # bytes read after [DONE]
         #: the response's ``x-workbench-*`` headers (a simulated cluster names its worker)
         self.headers: dict[str, str] = {}
         #: a 200 answered with ``Content-Type: application/json``: not a stream but (from
         #: proxies and gateways) an error body, which the client returns unparsed
         self.json_body = False
+        # the body's first bytes while no SSE event came: a 200 whose body is no event
+        # stream (whatever its content type) is reported with what the server said
+        # (``not_a_stream``)
+        self.raw: bytes | None = b""
+        # ``stream_idle_timeout_s`` counts from the last token event (or the dispatch),
+        # so keep-alive comments and token-less events cannot hold a request forever
+        self.idle_ns = None if idle_s is None else int(idle_s * 1e9)
 
     def feed(self, t: int, chunk: bytes) -> None:
         """One network read of the body, received at ``t``.
@@ -101,11 +122,17 @@ class StreamState:
         """
         self.reads += 1
         if self.done:
+            self.after_done += len(chunk)
+            if self.after_done > AFTER_DONE_MAX_BYTES:  # still sending after [DONE]
+                self.cut = True
             return
+        if self.reads == 1 and chunk[:3] == BOM:  # the SSE spec ignores a leading BOM
+            chunk = chunk[3:]
         feed_one = self.feed_one
         if feed_one is not None:
             one = self.one(chunk)
             if one is not None and one != DONE:  # one event in the read: no lists
+                self.raw = None
                 try:
                     n = feed_one(one)
                 except BackendError as exc:
@@ -114,12 +141,21 @@ class StreamState:
                 if n:
                     self.times.append(t)
                     self.counts.append(n)
-                    if self.guard is not None:
-                        self._check()
+                elif self.idle_ns is not None:
+                    self._stalled(t)
+                if self.guard is not None:
+                    self._check(len(chunk))
                 return
         payloads = self.decode(chunk)
         if not payloads:
+            if self.raw is not None and len(self.raw) < RAW_MAX:
+                self.raw += chunk[: RAW_MAX - len(self.raw)]
+            if self.idle_ns is not None:
+                self._stalled(t)
+            if self.guard is not None and not self.done:  # an unfinished event, token-less
+                self._check(len(chunk))
             return
+        self.raw = None
         if DONE in payloads:
             payloads = payloads[: payloads.index(DONE)]
             self.done = True
@@ -134,12 +170,28 @@ class StreamState:
         if counts:
             self.times.extend([t] * len(counts))
             self.counts.extend(counts)
-            if self.guard is not None:
-                self._check()
+        elif self.idle_ns is not None and not self.done:
+            self._stalled(t)
+        if self.guard is not None and not self.done:
+            self._check(len(chunk))
 
-    def _check(self) -> None:
+    def _stalled(self, t: int) -> None:
+        """A read without a token event: cut the stream once no token came for the idle
+        timeout (bytes alone, keep-alive comments or empty events, are no progress)."""
+        since = self.times[-1] if self.times else self.rec.dispatch_ns
+        if since is not None and t - since > self.idle_ns:  # type: ignore[operator]
+            self.error = IdleTimeoutError(
+                f"no token event for {self.idle_ns / 1e9:g}s (only keep-alive bytes came)"  # type: ignore[operator]
+            )
+            self.done = self.cut = True
+
+    def _check(self, nbytes: int) -> None:
+        """The overrun guard after one read of ``nbytes``: output past the cut limit, an
+        event that never ends, or token-less bytes past the bound cut the stream."""
+        guard = self.guard
         try:
-            self.guard.check(self.counts)  # type: ignore[union-attr]
+            guard.check_unfinished(self.decoder.pending)  # type: ignore[union-attr]
+            guard.check(self.counts, nbytes)  # type: ignore[union-attr]
         except OutputOverrun as exc:
             self.error, self.done, self.cut = exc, True, True
 
@@ -148,6 +200,8 @@ class StreamState:
         if self.done:
             return
         payloads = self.decoder.close()
+        if payloads:
+            self.raw = None
         if DONE in payloads:
             payloads = payloads[: payloads.index(DONE)]
         self.done = True
@@ -161,6 +215,15 @@ class StreamState:
             for n in counts:
                 self.times.append(t)
                 self.counts.append(n)
+
+    def not_a_stream(self) -> BackendError | None:
+        """The error of a body that carried no SSE event at all (None if it did)."""
+        if self.raw is None:
+            return None
+        text = self.raw.decode("utf-8", errors="replace").strip()
+        if not text:
+            return BackendError("HTTP 200 with an empty body (no event stream)")
+        return BackendError(f"HTTP 200 but the body is no event stream: {text[:RAW_MAX]}")
 
 
 def _feed_each(parser: StreamParser, payloads: list[bytes]) -> list[int]:

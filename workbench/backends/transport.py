@@ -81,8 +81,10 @@ class TransportOptions:
     """Where to send and how long to wait.
 
     ``api_key_env`` names an environment variable holding a bearer token; the
-    token itself is never stored. ``stream_idle_timeout_s`` bounds connecting and
-    the silence between two reads (including the wait for response headers);
+    token itself is never stored. ``stream_idle_timeout_s`` bounds connecting, the
+    silence between two reads (including the wait for response headers) and, once
+    the body streams, the time without a token event (keep-alive bytes are no
+    progress: ``stream.StreamState``);
     ``request_timeout_s`` bounds the whole request. ``max_connections`` 0 means
     the pool is unlimited (admission is the runner's job, not the pool's).
     ``http``: which client (``HTTP_CLIENTS``; ``executor.http``). ``ssl_context``:
@@ -343,8 +345,9 @@ class Transport:
     ) -> list[int] | None:
         payload = orjson.dumps(codec.body(req))
         parser = codec.parser(req)
-        guard = OverrunGuard(rec, req.max_tokens, by_events=not codec.returns_token_ids)
-        state = StreamState(parser, rec, guard)
+        guard = OverrunGuard(rec, req.max_tokens, by_events=not codec.returns_token_ids,
+                             prompt_tokens=len(req.prompt_ids))
+        state = StreamState(parser, rec, guard, self.options.stream_idle_timeout_s)
         extra = getattr(codec, "request_headers", None)  # backends/extras.py
         headers = dict(extra(req) or {}) if extra is not None else {}
         if req.session_id:  # routers key session affinity on it (docs/cluster.md)
@@ -360,6 +363,8 @@ class Transport:
             raise json_body_error(body[:_ERROR_BODY_CHARS])
         if state.error is not None:
             raise state.error
+        if (not_a_stream := state.not_a_stream()) is not None:
+            raise not_a_stream
         if self._pacer is not None:
             self._pacer.observe(state.reads)
         out = parser.finish()
@@ -375,11 +380,15 @@ class Transport:
             rec.extra["server_metrics"] = out.server_metrics
         if _clamped(req, out.completion_tokens, out.finish_reason):
             rec.extra["output_clamped"] = {
-                "planned": req.max_tokens, "generated": out.completion_tokens
+                "planned": req.max_tokens,
+                "generated": out.completion_tokens,
             }
             logger.warning(
                 "%s: the server generated %s of %s output tokens and ended for length: %s",
-                req.request_id, out.completion_tokens, req.max_tokens, _CLAMP_HINT,
+                req.request_id,
+                out.completion_tokens,
+                req.max_tokens,
+                _CLAMP_HINT,
             )
         return out.output_ids
 

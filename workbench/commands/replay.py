@@ -54,13 +54,14 @@ def print_cache_notes(summary: dict) -> None:
 
 
 def replay_with_progress(cfg: Any, *, progress: bool = True) -> Any:
-    """Load and check the trace first (a bad trace fails before any bar or request),
-    then replay with a progress bar on stderr."""
+    """Check the output folder and load and check the trace first (a bad trace or
+    out_dir fails before any bar or request), then replay with a progress bar on stderr."""
     from tqdm import tqdm
 
     from workbench.executors.dispatch import run_async
     from workbench.replay.prepare import load_workload, run_on_fast_loop
 
+    cfg.check_out_dir()
     workload = load_workload(cfg)
     bar = tqdm(unit="req", file=sys.stderr, desc="replay") if progress else None
 

@@ -91,11 +91,12 @@ def _warn_incomplete(run_dirs: list[str]) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    notebook, params = build_params(args)  # bad run dirs fail before papermill is imported
+
     from papermill import PapermillExecutionError
 
     from workbench.report.render import render_report
 
-    notebook, params = build_params(args)
     _warn_incomplete([params["run_dir"]] if "run_dir" in params else params.get("run_dirs", []))
     try:
         html = render_report(notebook, params, args.out_dir, show_code=args.show_code)

@@ -44,9 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--policy",
-        default="trace-reported",
+        default=None,
         choices=["trace-reported", "prefix-preserving", "monotonic"],
-        help="context policy for session traces (default trace-reported)",
+        help="context policy for raw session traces (default trace-reported); refused with "
+        "an already planned session-execution-v2 file, whose prefixes are taken as written",
     )
 
 
@@ -71,7 +72,13 @@ def run(args: argparse.Namespace) -> int:
     if args.block_size and "block_size" in inspect.signature(reader).parameters:
         options["block_size"] = args.block_size
     workload = load_trace(args.trace, fmt, **options)
-    stats = trace_stats(workload, block_size=args.block_size, policy=args.policy)
+    if args.policy is not None and workload.meta.get("needs_context_policy") is False:
+        from workbench.context.policy import planned_file_message
+        from workbench.errors import ConfigError
+
+        raise ConfigError(planned_file_message(args.policy, workload))
+    policy = args.policy or "trace-reported"
+    stats = trace_stats(workload, block_size=args.block_size, policy=policy)
     if args.json:
         print(json.dumps({"format": fmt, "policy": stats.policy, **stats.summary}, indent=2))
         return 0

@@ -23,6 +23,10 @@ ARRIVAL_MODES = ("trace-timed", "saturated", "closed-loop")
 TOKEN_ID_BACKENDS = ("openai", "vllm-tokens", "sglang-tokens")
 
 
+CONFIG_MAX_BYTES = 16 << 20
+"""A ``--config`` file is YAML or JSON of a few KB; past 16 MiB it is not a config."""
+
+
 @dataclass(frozen=True)
 class TraceSpec:
     """Axis 1: which file, read how, and how much of it (``max_items``: first N units)."""
@@ -215,11 +219,20 @@ class RunConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> RunConfig:
+        from workbench.errors import TraceFormatError
+        from workbench.traces._io import open_trace
+
         path = Path(path)
+        try:  # opened like a trace: a FIFO or a device is refused, not read (no blocking)
+            raw = open_trace(path, CONFIG_MAX_BYTES + 1)
+        except TraceFormatError as exc:
+            raise ConfigError(f"cannot read config {path}: {exc.rule}") from None
+        if len(raw) > CONFIG_MAX_BYTES:
+            raise ConfigError(f"config {path} is larger than {CONFIG_MAX_BYTES:,} bytes")
         try:
-            text = path.read_text()
-        except OSError as exc:
-            raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(f"config {path} is not UTF-8 text (YAML or JSON)") from None
         if path.suffix in (".yaml", ".yml"):
             import yaml
 
@@ -292,6 +305,11 @@ class RunConfig:
                 f"backend.token_salt must be a string ('run': the run id), got "
                 f"{self.backend.token_salt!r}"
             )
+        if self.backend.token_salt == "":
+            raise ConfigError(  # an empty salt would salt nothing: the run is not isolated
+                f"backend.token_salt {self.backend.token_salt!r} is empty, which salts "
+                "nothing; give a word ('run': the run id) or leave it unset"
+            )
         if self.context.policy is not None:
             POLICIES.canonical(self.context.policy)
             if self.policy_name == "prefix-preserving" and not self.backend_returns_ids:
@@ -356,10 +374,28 @@ class RunConfig:
             return
         from workbench.backends import BACKENDS
         from workbench.backends.base import reconfigure
+        from workbench.backends.extras import EXTRA_KEYS
 
         codec = BACKENDS.get(self.backend.name)
-        v.check_mapping("backend.options", self.backend.options, v.hints_of(type(codec)))
-        reconfigure(codec, self.backend.options)  # unknown names: ConfigError
+        opts = self.backend.options
+        # headers, extra_body and the routing slot apply to every protocol (extras.py);
+        # a header's $ENV value is read when the run starts, not here
+        own = {k: val for k, val in opts.items() if k not in EXTRA_KEYS}
+        v.check_mapping("backend.options", own, v.hints_of(type(codec)))
+        reconfigure(codec, own)  # unknown names: ConfigError
+        for key in ("headers", "extra_body"):
+            if opts.get(key) is not None and not isinstance(opts[key], dict):
+                raise ConfigError(f"backend.options.{key}: expected a mapping, "
+                                  f"got {opts[key]!r} ({type(opts[key]).__name__})")
+        for name, value in (opts.get("headers") or {}).items():
+            text = f"{name}{value}"
+            if not isinstance(value, str | int | float) or any(c in text for c in "\r\n"):
+                raise ConfigError(f"backend.options.headers[{name!r}]: expected one line of "
+                                  f"text, got {value!r}")
+        for key in ("routing_header", "routing_field"):
+            if opts.get(key) is not None and not isinstance(opts[key], str):
+                raise ConfigError(f"backend.options.{key}: expected a name (string), "
+                                  f"got {opts[key]!r}")
 
     def check_out_dir(self) -> None:
         """``out_dir`` is a writable directory, or can be created as one (before a run)."""
@@ -410,6 +446,8 @@ class RunConfig:
     def check_workload(self, workload: Workload) -> None:
         """Rules that depend on what the trace holds."""
         if self.context.policy is not None and workload.meta.get("needs_context_policy") is False:
+            from workbench.context.policy import planned_file_message
+
             raise ConfigError(planned_file_message(self.context.policy, workload))
         if self.context.policy is not None and not workload.has_sessions:
             raise ConfigError(
@@ -475,21 +513,6 @@ def _section(key: str, spec_cls: type, main: str, value: Any) -> Any:
             f"unknown {key} option(s) {unknown}; valid: {', '.join(sorted(names))}"
         )
     return spec_cls(**value)
-
-
-def planned_file_message(policy: str, workload: Workload) -> str:
-    """Why a context policy cannot apply to an already planned trace (``session-execution-v2``):
-    its prefixes are the plan, and re-planning them changes the workload (docs/arrival.md)."""
-    manifest = workload.meta.get("manifest")
-    params = manifest.get("parameters") if isinstance(manifest, dict) else None
-    made = params.get("context_policy") if isinstance(params, dict) else None
-    how = f" by policy {made!r}" if made else ""
-    return (
-        f"context.policy {policy!r} cannot apply to {workload.source or 'this trace'} "
-        f"({workload.fmt}): its prefixes were already planned{how} and are replayed as "
-        "written; unset context.policy (drop --policy), or run tracegen on the raw source "
-        f"with --policy {policy} to plan it another way"
-    )
 
 
 def parse_output_policy(spec: str) -> tuple[str, int]:

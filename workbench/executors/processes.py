@@ -44,7 +44,7 @@ from workbench.errors import WorkbenchError
 from workbench.records import RequestRecord
 from workbench.replay.runner import build_runner, merge_warmup
 from workbench.replay.session import ReplaySession
-from workbench.replay.shards import slot_offsets, split_concurrency, split_plan
+from workbench.replay.shards import slot_offsets, split_concurrency, split_plan, warmup_shares
 
 log = logging.getLogger(__name__)
 
@@ -145,11 +145,12 @@ class ShardedExecutor:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
 
-def worker_cfg(cfg: RunConfig, share: int | None) -> dict[str, Any]:
-    """A shard's config: its share of the concurrency, one worker, no run directory (the
-    parent writes it), the parent's URL given separately."""
+def worker_cfg(cfg: RunConfig, share: int | None, warmup: int) -> dict[str, Any]:
+    """A shard's config: its share of the concurrency and of the warm-up units, one worker,
+    no run directory (the parent writes it), the parent's URL given separately."""
     d = cfg.to_dict()
     d["arrival"]["max_concurrency"] = share
+    d["arrival"]["warmup"] = warmup
     d["executor"]["workers"] = 1
     d["out_dir"] = None
     d["target"] = {"url": "http://placeholder"}  # workers get the parent's URL
@@ -168,14 +169,15 @@ class ProcessLauncher:
         plans = split_plan(s.plan, n)
         shares = split_concurrency(s.cfg.arrival.max_concurrency, n)
         offsets = slot_offsets(shares, [len(p.units) for p in plans])
+        warm_n = warmup_shares(s.cfg.arrival.warmup, n)
         ctx = mp.get_context("spawn")
         pool = _Workers()
         try:
             for k in range(n):
                 spec = {
-                    "cfg": worker_cfg(s.cfg, shares[k]), "plan": plans[k], "run_id": s.run_id,
-                    "base_url": base_url, "block_size": block_size, "slot_offset": offsets[k],
-                    "shard": k, "shard_dir": str(shard_dir),
+                    "cfg": worker_cfg(s.cfg, shares[k], warm_n[k]), "plan": plans[k],
+                    "run_id": s.run_id, "base_url": base_url, "block_size": block_size,
+                    "slot_offset": offsets[k], "shard": k, "shard_dir": str(shard_dir),
                 }  # fmt: skip
                 pool.start(ctx, spec)
             await pool.gather("ready", READY_TIMEOUT_S)

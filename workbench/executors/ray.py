@@ -54,7 +54,7 @@ from workbench.executors.processes import worker_cfg
 from workbench.records import RequestRecord
 from workbench.replay.runner import build_runner, merge_warmup
 from workbench.replay.session import ReplaySession
-from workbench.replay.shards import slot_offsets, split_concurrency, split_plan
+from workbench.replay.shards import slot_offsets, split_concurrency, split_plan, warmup_shares
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +190,7 @@ class RayLauncher:
         plans = split_plan(s.plan, n)
         shares = split_concurrency(s.cfg.arrival.max_concurrency, n)
         offsets = slot_offsets(shares, [len(p.units) for p in plans])
+        warm_n = warmup_shares(s.cfg.arrival.warmup, n)
         remote = ray.remote(max_concurrency=64)(ShardActor)
         actors = [
             remote.options(num_cpus=ACTOR_CPUS, scheduling_strategy="SPREAD").remote()
@@ -198,8 +199,9 @@ class RayLauncher:
         try:
             clocks = [await _measure_clock(a) for a in actors]
             specs = [
-                {"cfg": actor_cfg(s.cfg, shares[k]), "plan": plans[k], "run_id": s.run_id,
-                 "base_url": base_url, "block_size": block_size, "slot_offset": offsets[k]}
+                {"cfg": actor_cfg(s.cfg, shares[k], warm_n[k]), "plan": plans[k],
+                 "run_id": s.run_id, "base_url": base_url, "block_size": block_size,
+                 "slot_offset": offsets[k]}
                 for k in range(n)
             ]  # fmt: skip
             ready = [_aw(a.prepare.remote(spec)) for a, spec in zip(actors, specs, strict=True)]
@@ -306,9 +308,9 @@ class RayLauncher:
         s.manifest["client"] = s.client_stats([r["client"] for r in results])
 
 
-def actor_cfg(cfg: RunConfig, share: int | None) -> dict[str, Any]:
+def actor_cfg(cfg: RunConfig, share: int | None, warmup: int) -> dict[str, Any]:
     """A shard's config on an actor: a worker's (``processes.worker_cfg``), run locally."""
-    d = worker_cfg(cfg, share)
+    d = worker_cfg(cfg, share, warmup)
     d["executor"].update(kind="local", address=None)
     return d
 

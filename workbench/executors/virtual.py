@@ -73,7 +73,13 @@ class EngineSender:
         token is one stream event, as the HTTP server would send it."""
         rec.dispatch_ns = self.clock.now_ns()
         rec.sent_prompt_tokens = len(req.prompt_ids)
-        ereq = self._submit(req, rec)
+        try:
+            ereq = self._submit(req, rec)
+        except ValueError as exc:  # what the HTTP server answers with a 400 (sim/server.py)
+            rec.end_ns = self.clock.now_ns()
+            rec.http_status = 400
+            rec.status, rec.error = "error", f"HTTP 400: {exc}"
+            return None
         try:
             await ereq.wait()
         except asyncio.CancelledError:

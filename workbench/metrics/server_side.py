@@ -8,11 +8,15 @@ has the sources); the embedded engine exports the vLLM names (or SGLang's in
 
 Peaks are over the scraped samples (``backend.scrape_interval_s`` apart), so a
 peak shorter than one interval can be missed; preemptions are the counter's
-change between the first and the last sample (the whole run).
+increase from the first to the last sample (the whole run), with Prometheus' reset
+rule: a value below the one before means the server restarted and counts from 0
+(``counter_increase``). A NaN sample (the text format allows it) is left out.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -47,7 +51,19 @@ def _values(rows: Sequence[Mapping[str, Any]], name: str | None) -> list[float]:
     if name is None:
         return []
     src = (r["metrics"] if isinstance(r.get("metrics"), Mapping) else r for r in rows)
-    return [float(s[name]) for s in src if name in s]
+    vals = [float(s[name]) for s in src if name in s]
+    return [v for v in vals if not math.isnan(v)]
+
+
+def counter_increase(vals: Sequence[float]) -> float | None:
+    """A counter's increase over its samples (None with fewer than two): a drop is a
+    reset (the server restarted), after which the new value is the increase so far."""
+    if len(vals) < 2:
+        return None
+    total = 0.0
+    for before, after in itertools.pairwise(vals):
+        total += after - before if after >= before else after
+    return total
 
 
 def server_evidence(timeline: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -61,7 +77,7 @@ def server_evidence(timeline: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         run, wait = _values(rows, running), _values(rows, waiting)
         out.update(
             engine=engine,
-            preemptions=int(pre[-1] - pre[0]) if len(pre) >= 2 else None,
+            preemptions=None if (inc := counter_increase(pre)) is None else int(inc),
             peak_kv_cache_usage=max(kvs) if kvs else None,
             peak_running_requests=int(max(run)) if run else None,
             peak_waiting_requests=int(max(wait)) if wait else None,

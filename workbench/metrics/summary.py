@@ -33,7 +33,7 @@ import pandas as pd
 
 from workbench.metrics.frame import Data, cache_measured, cache_reported, to_frame
 from workbench.metrics.isolation import warm_cache
-from workbench.metrics.server_side import server_evidence
+from workbench.metrics.server_side import counter_increase, server_evidence
 from workbench.metrics.workers import worker_breakdown
 from workbench.records import RunResult
 
@@ -166,8 +166,8 @@ def _sample_value(sample: Mapping[str, Any], name: str) -> float | None:
 
 
 def _delta(timeline: Sequence[Mapping[str, Any]], name: str) -> float | None:
-    vals = [v for s in timeline if (v := _sample_value(s, name)) is not None]
-    return vals[-1] - vals[0] if len(vals) >= 2 else None
+    vals = [v for s in timeline if (v := _sample_value(s, name)) is not None and not math.isnan(v)]
+    return counter_increase(vals)
 
 
 def server_window_hit_rate(timeline: Sequence[Mapping[str, Any]]) -> float | None:

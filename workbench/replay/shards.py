@@ -29,3 +29,12 @@ def slot_offsets(shares: list[int | None], plan_sizes: list[int]) -> list[int]:
         out.append(acc)
         acc += share if share is not None else size
     return out
+
+
+def warmup_shares(n_warm: int, n: int) -> list[int]:
+    """How many of the run's first ``n_warm`` units (release order) each of ``n`` shards
+    holds: ``split_plan`` deals the unit at release position i to shard ``i mod n``, and a
+    shard's own release order keeps that order, so shard k warms its first
+    ``ceil((n_warm - k) / n)`` units and the shards together warm exactly the first
+    ``n_warm`` (docs/arrival.md)."""
+    return [max(0, -(-(n_warm - k) // n)) for k in range(n)]

@@ -39,7 +39,8 @@ class RunReport:
 
     @cached_property
     def manifest(self) -> Mapping[str, Any]:
-        manifest = getattr(self.source, "manifest", None)
+        manifest = None if isinstance(self.source, pd.DataFrame) else getattr(
+            self.source, "manifest", None)
         if manifest:
             return manifest
         run_dir = getattr(self.source, "attrs", {}).get("run_dir")
@@ -51,7 +52,10 @@ class RunReport:
 
     @property
     def run_id(self) -> str:
-        return str(getattr(self.source, "run_id", "") or self.manifest.get("run_id") or "")
+        # a scanned run is a DataFrame: its run_id column is not the run's id attribute
+        src = self.source
+        own = None if isinstance(src, pd.DataFrame) else getattr(src, "run_id", None)
+        return str(own or self.manifest.get("run_id") or "")
 
     def _frame(self) -> pd.DataFrame:
         from workbench.metrics import run_rows

@@ -11,6 +11,7 @@ spaces, which no trace format means (docs/trace-bounds.md).
 from __future__ import annotations
 
 import csv
+import decimal
 import errno
 import io
 import math
@@ -181,7 +182,7 @@ def as_int(
             raise TraceFormatError(
                 path, line, f"{name} must be an integer, got {value!r}"
             ) from None
-        if not math.isfinite(f) or f != int(f):
+        if not math.isfinite(f) or f != int(f) or not _integral_text(value):
             raise TraceFormatError(path, line, f"{name} must be an integer, got {value!r}")
         i = int(f)
     if minimum is not None and i < minimum:
@@ -189,6 +190,16 @@ def as_int(
     if maximum is not None and i > maximum:
         raise TraceFormatError(path, line, bounds.over(name, value, maximum, "tokens"))
     return i
+
+
+def _integral_text(value: Any) -> bool:
+    """Text with a fraction or an exponent is integral in decimal, not only once rounded
+    to a float (``4.9999999999999999`` is not 5). The text already matched ``_INT_TEXT``
+    and its float is finite, so the ``Decimal`` is small enough to test cheaply."""
+    if not isinstance(value, str) or not any(c in value for c in ".eE"):
+        return True
+    d = decimal.Decimal(value.strip())
+    return d == d.to_integral_value()
 
 
 def as_float(

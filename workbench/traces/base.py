@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from workbench.errors import TraceFormatError
 from workbench.records import Workload
 from workbench.registry import Registry
@@ -77,10 +79,29 @@ def detect_format(path: str | Path) -> str:
     for name in FORMATS.names():
         if FORMATS.get(name).sniff(lines):
             return name
+    _refuse_broken_json_head(path, lines[0])
     raise TraceFormatError(
         path, 1, f"cannot tell the trace format; name it (--format on the command line, fmt= in "
         f"Python, trace.format in a config): one of {', '.join(FORMATS.names())}"
     )
+
+
+def _refuse_broken_json_head(path: Path, first: str) -> None:
+    """A head that opens like JSON but does not parse is that line's JSON error, not an
+    unknown format: the readers say ``line N: invalid JSON`` for the same damage later on."""
+    if not first.startswith(("{", "[")):
+        return
+    head = open_trace(path, MAX_HEAD_BYTES + 1)
+    lines = head.removeprefix(BOM.encode()).split(b"\n")
+    lineno = next((n for n, raw in enumerate(lines, start=1) if raw.strip()), 1)
+    if len(head) > MAX_HEAD_BYTES and lineno == len(lines):
+        return  # a first line longer than the sniffed head: it was cut, not broken
+    try:
+        orjson.loads(first)
+    except orjson.JSONDecodeError as exc:
+        raise TraceFormatError(
+            path, lineno, f"invalid JSON ({exc}), so no JSON trace format can be recognised"
+        ) from None
 
 
 def load_trace(path: str | Path, fmt: str = "auto", **options: Any) -> Workload:

@@ -38,7 +38,14 @@ import numpy as np
 import pandas as pd
 
 from workbench.arrival.schedule import arrival_span
-from workbench.context.policy import POLICIES, ContextPolicy, PlannedRound, plan_rounds
+from workbench.context.policy import (
+    POLICIES,
+    ContextPolicy,
+    PlannedRound,
+    plan_rounds,
+    planned_file_message,
+)
+from workbench.errors import ConfigError
 from workbench.records import Workload
 
 DEFAULT_BLOCK_SIZE = 512
@@ -125,10 +132,21 @@ def ideal_prefix_hit_rate(
 
 
 def _effective_policy(workload: Workload, policy: str | ContextPolicy) -> ContextPolicy | None:
-    """The policy applied, mirroring the runner: none for hash-id or session-less traces."""
+    """The policy applied, mirroring the runner: none for hash-id or session-less traces.
+
+    An already planned file (``session-execution-v2``) is never re-planned
+    (docs/arrival.md): its prefixes are taken as written, and a policy other than
+    ``trace-reported`` (the identity on such a file, whose prefixes never exceed
+    the conversation) is a ``ConfigError``, as it is for a replay.
+    """
     if not workload.has_sessions or workload.has_hash_ids:
         return None
-    return POLICIES.get(policy) if isinstance(policy, str) else policy
+    pol = POLICIES.get(policy) if isinstance(policy, str) else policy
+    if workload.meta.get("needs_context_policy") is False:
+        if pol.name != "trace-reported":
+            raise ConfigError(planned_file_message(pol.name, workload))
+        return None
+    return pol
 
 
 def _round_table(

@@ -47,6 +47,7 @@ from workbench.context.policy import (
     ContextPolicy,
     PrefixPreserving,
     plan_rounds,
+    planned_file_message,
 )
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Unit, Workload
@@ -156,6 +157,12 @@ def _write(
     out: Path, rows: list[canonical.CanonicalRow], manifest: dict[str, Any]
 ) -> tuple[Path, Path, Path]:
     """CSV, manifest and plan sidecar; an output that cannot be written is one ConfigError."""
+    for target in (out, *canonical.sidecar_paths(out)):
+        # each is written as <name>.tmp and renamed over <name>: a FIFO, a device or a
+        # directory there would be replaced (or the rename fail half-way), so refuse first
+        if target.exists() and not target.is_file():
+            raise ConfigError(f"tracegen cannot write {target}: it exists and is not a "
+                              "regular file (tracegen would replace it)")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         csv_path = canonical.write_session_execution_v2(out, rows)
@@ -192,6 +199,10 @@ def _load_source(source: str | Path, spec: TracegenSpec, rng: np.random.Generato
     workload = load_trace(path, fmt=fmt, **options)
     if not workload.units or not all(u.is_session for u in workload.units):
         raise ConfigError(f"tracegen needs session units; {path} ({workload.fmt}) has others")
+    if workload.meta.get("needs_context_policy") is False and spec.policy != "trace-reported":
+        # already planned: a second policy would plan the plan, not the source (docs/arrival.md);
+        # trace-reported is the identity on such a file and copies it as written
+        raise ConfigError(planned_file_message(spec.policy, workload))
     data = open_trace(path)  # checked like the reader's read (regular, bounded)
     info = {"source_path": str(path), "source_schema": workload.fmt, "generator": "coding-session",
             "source_sha256": hashlib.sha256(data).hexdigest(), "source_bytes": len(data)}

@@ -43,9 +43,10 @@ from typing import Any
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
-from workbench.traces._io import as_int, check_options, iter_jsonl, wait_ms
+from workbench.traces._io import check_options, iter_jsonl
 from workbench.traces.base import register_format
 from workbench.traces.canonical import request_id
+from workbench.traces.mooncake import json_int, json_number
 
 FORMAT_NAME = "tracelab"
 TOOL_WAIT_MODES = ("union", "sum")
@@ -166,7 +167,7 @@ def _int(path: Path, line: int, obj: dict[str, Any], key: str) -> int:
     if key not in obj:
         raise TraceFormatError(path, line, f"missing field {key}")
     limit = bounds.MAX_ROUND_TOKENS
-    return as_int(path, line, key, obj[key], minimum=-limit, maximum=limit)
+    return json_int(path, line, key, obj[key], minimum=-limit, maximum=limit)
 
 
 def _list(path: Path, line: int, obj: dict[str, Any], key: str) -> list[dict[str, Any]]:
@@ -202,7 +203,8 @@ def _tools(
         start = _stamp(path, line, "tools[].emitted_at", tool.get("emitted_at"))
         end = _stamp(path, line, "tools[].result_at", tool.get("result_at"))
         wall = tool.get("tool_wall_latency_ms")
-        latency = None if wall is None else wait_ms(path, line, "tool_wall_latency_ms", wall)
+        latency = None if wall is None else json_number(
+            path, line, "tool_wall_latency_ms", wall, maximum=bounds.MAX_WAIT_MS)
         if start is not None and end is not None:
             if end < start:
                 raise TraceFormatError(path, line, "a tool's result_at is before its emitted_at")

@@ -1,0 +1,302 @@
+"""The httptools client (``backends/http1.py``): where it stamps, how often it wakes the
+sender, the body framings, TLS, the pool; and that ``workbench/`` uses no private
+aiohttp/asyncio name.
+
+Servers are real (aiohttp's on 127.0.0.1, or a raw ``asyncio`` server for exact
+framings); every await is bounded by ``asyncio.timeout``; nothing sleeps to wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections.abc
+import re
+import shutil
+import ssl
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from public_data import REPO
+from test_transport import GOOD, LIMIT, REQ, Script, record, serve, sse, tok, usage
+
+from workbench.backends import BACKENDS, WireRequest
+from workbench.backends.transport import HTTP_CLIENTS, Transport, TransportOptions
+from workbench.clock import WallClock
+
+ROOT = REPO
+BODY = b"".join(s for s in GOOD if isinstance(s, bytes))
+
+
+class CallerClock(WallClock):
+    """A wall clock that remembers which function read each stamp."""
+
+    def __init__(self) -> None:
+        self.readers: dict[int, str] = {}
+
+    def now_ns(self) -> int:
+        t = super().now_ns()
+        self.readers[t] = sys._getframe(1).f_code.co_name
+        return t
+
+
+async def test_reads_are_stamped_in_data_received_and_dispatch_where_bytes_are_written():
+    clock = CallerClock()
+    async with (
+        asyncio.timeout(LIMIT),
+        serve(Script(GOOD)) as url,
+        Transport(TransportOptions(url), clock=clock) as transport,
+    ):
+        rec = record()
+        await transport.send(BACKENDS.get("openai"), REQ, rec)
+    assert rec.status == "ok", rec.error
+    assert len(rec.token_times_ns) == 3
+    assert {clock.readers[t] for t in rec.token_times_ns} == {"data_received"}
+    assert clock.readers[rec.end_ns] == "data_received"  # [DONE]'s read
+    assert clock.readers[rec.dispatch_ns] == "start"  # just before transport.write
+
+
+class CountingCoroutine(collections.abc.Coroutine):
+    """Wraps a coroutine and counts how often its task resumed it."""
+
+    def __init__(self, coro: collections.abc.Coroutine, steps: list[int]) -> None:
+        self.coro, self.steps = coro, steps
+
+    def send(self, value: Any) -> Any:
+        self.steps[0] += 1
+        return self.coro.send(value)
+
+    def throw(self, *args: Any) -> Any:
+        self.steps[0] += 1
+        return self.coro.throw(*args)
+
+    def close(self) -> None:
+        self.coro.close()
+
+    def __await__(self) -> Any:
+        return self.coro.__await__()
+
+
+@pytest.mark.parametrize("http", HTTP_CLIENTS)
+async def test_the_sender_is_woken_once_per_request_not_per_token(http: str):
+    """A streamed answer of 4 or of 40 token events (each its own read, 5 ms apart):
+    the httptools client's sending task runs the same number of steps for both.
+    The aiohttp fallback wakes per read (shown for contrast)."""
+
+    def script(n: int) -> Script:
+        steps: list[Any] = []
+        for i in range(n):
+            steps += [tok([100 + i], "length" if i == n - 1 else None), 0.005]
+        return Script([*steps, usage(n), sse(b"[DONE]")])
+
+    steps_of: dict[int, int] = {}
+    loop = asyncio.get_running_loop()
+    for n in (4, 40):
+        async with (
+            asyncio.timeout(LIMIT),
+            serve(script(n)) as url,
+            Transport(TransportOptions(url, http=http)) as transport,
+        ):
+            await transport.warm(1)
+            steps = [0]
+            rec = record(f"n{n}")
+            req = WireRequest(f"n{n}", [1, 2, 3, 4], n)
+            coro = CountingCoroutine(transport.send(BACKENDS.get("openai"), req, rec), steps)
+            await loop.create_task(coro)
+        assert rec.status == "ok" and len(rec.token_counts) == n, rec.error
+        steps_of[n] = steps[0]
+    if http == "httptools":
+        assert steps_of[4] == steps_of[40] <= 3
+    else:
+        assert steps_of[40] > steps_of[4]
+
+
+async def _raw_server(answer: bytes, close_after: bool = False):
+    """A server that reads one request (head + Content-Length body) and writes ``answer``."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length"))  # fmt: skip
+            await reader.readexactly(length)
+            writer.write(answer)
+            await writer.drain()
+            if not close_after:
+                await reader.read()  # until the client closes
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+def _chunked(parts: list[bytes]) -> bytes:
+    return b"".join(b"%x\r\n%b\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+
+
+@pytest.mark.parametrize("http", HTTP_CLIENTS)
+@pytest.mark.parametrize("framing", ["content-length", "chunked", "close"])
+async def test_body_framings_give_the_same_record(framing: str, http: str):
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    if framing == "content-length":
+        answer = head + b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY
+    elif framing == "chunked":
+        parts = [BODY[i : i + 7] for i in range(0, len(BODY), 7)]  # events split anywhere
+        answer = head + b"Transfer-Encoding: chunked\r\n\r\n" + _chunked(parts)
+    else:
+        answer = head + b"Connection: close\r\n\r\n" + BODY
+    server = await _raw_server(answer, close_after=framing == "close")
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with (
+            asyncio.timeout(LIMIT),
+            Transport(TransportOptions(f"http://127.0.0.1:{port}", http=http)) as transport,
+        ):
+            rec = record()
+            ids = await transport.send(BACKENDS.get("openai"), REQ, rec)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert rec.status == "ok", rec.error
+    assert ids == [11, 12, 13, 14]
+    assert sum(rec.token_counts) == 4 and (rec.completion_tokens, rec.cached_tokens) == (4, 3)
+
+
+async def test_a_malformed_response_is_a_clear_error():
+    server = await _raw_server(b"HTTP/1.1 2x0 WHAT\r\n\r\n")
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with (
+            asyncio.timeout(LIMIT),
+            Transport(TransportOptions(f"http://127.0.0.1:{port}")) as transport,
+        ):
+            rec = record()
+            await transport.send(BACKENDS.get("openai"), REQ, rec)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert rec.status == "error"
+    assert rec.error is not None and "malformed HTTP response" in rec.error
+
+
+async def test_a_large_body_in_one_write_arrives_whole():
+    """4,000 token events (~350 KB) written at once: many reads, every token in order."""
+    n = 4000
+    steps: list[Any] = [tok([10_000 + i], "length" if i == n - 1 else None) for i in range(n)]
+    steps = [b"".join(steps), usage(n), b"data: [DONE]\n\n"]
+    req = WireRequest(request_id="big", prompt_ids=[1, 2, 3, 4], max_tokens=n)
+    async with (
+        asyncio.timeout(LIMIT),
+        serve(Script(steps)) as url,
+        Transport(TransportOptions(url)) as transport,
+    ):
+        rec = record("big")
+        ids = await transport.send(BACKENDS.get("openai"), req, rec)
+    assert rec.status == "ok", rec.error
+    assert ids == [10_000 + i for i in range(n)]
+    assert sum(rec.token_counts) == n and rec.token_times_ns == sorted(rec.token_times_ns)
+    assert rec.dispatch_ns is not None and rec.dispatch_ns < rec.token_times_ns[0]
+
+
+async def test_concurrent_requests_share_a_pool_of_at_most_that_many_connections():
+    peers: list[Any] = []
+    script = Script(GOOD)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        peers.append(request.transport.get_extra_info("peername") if request.transport else None)
+        return await script(request)
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", handler)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    codec = BACKENDS.get("openai")
+    try:
+        async with (
+            asyncio.timeout(LIMIT),
+            Transport(TransportOptions(f"http://{host}:{port}")) as transport,
+        ):
+            for wave in range(3):
+                recs = [record(f"w{wave}-{i}") for i in range(4)]
+                await asyncio.gather(*(
+                    transport.send(codec, WireRequest(r.request_id, [1, 2, 3, 4], 4), r)
+                    for r in recs
+                ))  # fmt: skip
+                assert all(r.status == "ok" for r in recs), [r.error for r in recs]
+    finally:
+        await runner.cleanup()
+    assert len(peers) == 12 and len(set(peers)) == 4
+
+
+def _self_signed(tmp: Path) -> tuple[Path, Path]:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    key, cert = tmp / "key.pem", tmp / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return key, cert
+
+
+@pytest.mark.parametrize("http", HTTP_CLIENTS)
+async def test_tls_through_asyncio_ssl(tmp_path: Path, http: str):
+    key, cert = _self_signed(tmp_path)
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    client_ctx = ssl.create_default_context(cafile=str(cert))
+    script = Script(GOOD)
+    app = web.Application()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return await script(request)
+
+    app.router.add_post("/v1/completions", handler)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ctx).start()
+    port = runner.addresses[0][1]
+    try:
+        async with asyncio.timeout(LIMIT):
+            async with Transport(
+                TransportOptions(f"https://127.0.0.1:{port}", http=http, ssl_context=client_ctx)
+            ) as transport:
+                rec = record()
+                ids = await transport.send(BACKENDS.get("openai"), REQ, rec)
+            # without trusting the certificate: a clear connection error, no record lost
+            async with Transport(TransportOptions(f"https://127.0.0.1:{port}", http=http)) as t2:
+                bad = record("r-2")
+                await t2.send(BACKENDS.get("openai"), REQ, bad)
+    finally:
+        await runner.cleanup()
+    assert rec.status == "ok" and ids == [11, 12, 13, 14], rec.error
+    assert bad.status == "error" and bad.error is not None and "cannot connect" in bad.error
+    assert "CERTIFICATE_VERIFY_FAILED" in bad.error or "certificate" in bad.error.lower()
+
+
+#: private aiohttp / asyncio names the measured path used to reach into (issue 15)
+PRIVATE = re.compile(
+    r"\._run_once\b|\._ready\b|\._scheduled\b|_asyncio_future_blocking|\._factory\b"
+    r"|\._payload\b|\._writer\b|_reading_paused|_buffer_paused|client_proto|ResponseHandler"
+    r"|ClientRequest\b|\.write_bytes\(\*|\._when\b|_timer_cancelled_count"
+    r"|from asyncio\.(base_events|selector_events|events) import"
+)
+
+
+def test_workbench_uses_no_private_aiohttp_or_asyncio_name():
+    hits = [
+        f"{path.relative_to(ROOT)}:{i}: {line.strip()}"
+        for path in sorted((ROOT / "workbench").rglob("*.py"))
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if PRIVATE.search(line)
+    ]
+    assert hits == []

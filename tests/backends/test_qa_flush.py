@@ -1,0 +1,68 @@
+"""Independent checks of ``backends/flush.py`` against servers nobody showed the authors.
+
+A refusal that is not "busy" (wrong key, a proxy's 403, a 500) is not retried and
+is not worded as running requests holding blocks; busy answers (vLLM's 200
+``success: false``, SGLang's 400, the embedded engine's 409) are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+
+from workbench.backends.flush import flush_prefix_cache
+
+
+@contextlib.asynccontextmanager
+async def server(status: int, body: str) -> AsyncIterator[tuple[str, list[str]]]:
+    seen: list[str] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        seen.append(request.path)
+        return web.Response(status=status, text=body)
+
+    app = web.Application()
+    app.router.add_post("/reset_prefix_cache", handle)
+    app.router.add_post("/flush_cache", handle)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}", seen
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize(("status", "body"), [(401, '{"error": "invalid api key"}'),
+                                              (403, "Forbidden"), (500, "boom")])  # fmt: skip
+async def test_a_refusal_that_is_not_busy_is_said_as_such_and_not_retried(status: int, body: str):
+    async with asyncio.timeout(10), server(status, body) as (url, seen):
+        out = await flush_prefix_cache(url, retry_s=0.01)
+    assert not out.ok and out.status == status
+    assert len(seen) == 1, seen
+    assert out.detail is not None and f"HTTP {status}" in out.detail
+    assert "requests still hold cache blocks" not in out.detail, out.detail
+
+
+@pytest.mark.parametrize(("status", "body"), [(200, '{"success": false}'), (400, "busy"),
+                                              (409, '{"success": false}')])  # fmt: skip
+async def test_a_busy_refusal_is_retried(status: int, body: str):
+    async with asyncio.timeout(10), server(status, body) as (url, seen):
+        out = await flush_prefix_cache(url, retries=2, retry_s=0.01)
+    assert not out.ok and len(seen) == 3
+    assert out.detail is not None and "requests still hold cache blocks" in out.detail
+
+
+@pytest.mark.parametrize("salt", [""])
+def test_an_empty_token_salt_is_refused_not_silently_unsalted(salt: str):
+    from workbench.config import RunConfig
+    from workbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"backend\.token_salt .* empty"):
+        RunConfig.from_dict({"backend": {"token_salt": salt}})

@@ -1,0 +1,69 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import workbench
+
+ROOT_DATA = Path(workbench.__file__).parent / "data"
+
+
+def test_python_m_help_lists_commands():
+    out = subprocess.run(
+        [sys.executable, "-m", "workbench", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "usage: workbench" in out
+
+
+def test_import_is_lazy():
+    code = "import sys, workbench; print('aiohttp' in sys.modules, 'pandas' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+    assert "load_trace" in dir(workbench)
+
+
+# -- issue 14 item 8: errors a person can act on --------------------------------------------
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_stats_on_a_missing_file_is_one_line_not_a_traceback(tmp_path):
+    proc = cli("stats", str(tmp_path / "nope.jsonl"))
+    assert proc.returncode == 3  # ExitCode.TRACE_ERROR
+    assert proc.stderr.strip().splitlines() == [
+        f"workbench stats: error: {tmp_path / 'nope.jsonl'}:0: no such file"]
+
+
+def test_report_on_a_folder_that_is_not_a_run_says_so(tmp_path):
+    proc = cli("report", str(tmp_path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == (f"workbench report: error: {tmp_path} is not a run "
+                                   "directory (no records.jsonl or manifest.json)")
+
+
+def test_an_unknown_replay_flag_prints_the_replay_usage(tmp_path):
+    proc = cli("replay", "--no-such-flag")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: workbench replay ")
+    assert "unrecognized arguments: --no-such-flag" in proc.stderr
+
+
+def test_an_undetectable_format_names_the_command_line_flag(tmp_path):
+    bad = tmp_path / "x.csv"
+    bad.write_text("a,b\n1,2\n")
+    proc = cli("replay", "--trace", str(bad), "--target", "sim")
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr  # ExitCode.TRACE_ERROR
+    assert "--format on the command line" in proc.stderr
+    # the trace is checked before the progress bar starts: no bar was drawn
+    assert "req" not in proc.stderr.replace("--format", "")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_an_out_dir_that_is_not_a_directory_is_one_line_before_any_bar(tmp_path):
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    proc = cli("replay", "--trace", str(ROOT_DATA / "tracelab/multi_session_example.csv"),
+               "--target", "sim", "-o", str(blocker))
+    assert proc.returncode == 2  # ExitCode.CONFIG_ERROR
+    assert proc.stderr.strip().splitlines() == [
+        f"workbench replay: error: out_dir: '{blocker}' exists and is not a directory"]

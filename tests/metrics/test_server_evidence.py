@@ -1,0 +1,126 @@
+"""Server-side evidence (preemptions, peak KV usage, peak running/waiting) from /metrics,
+live against the embedded engine (vLLM and SGLang names) and in ``simulate``; and
+``simulate`` honours the executor options a live run does."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import workbench as wb
+from workbench.config import RunConfig
+from workbench.data import path as data_path
+from workbench.executors.dispatch import run_async
+from workbench.metrics.server_side import server_evidence
+from workbench.report import tables
+from workbench.sim.server import serve_sim
+
+SESSIONS = str(data_path("tracelab/multi_session_large.csv"))
+# a KV cache too small for the load: the engine must preempt and queue
+TIGHT = {"block_size": 16, "num_blocks": 400, "max_num_seqs": 64}
+
+
+def _cfg(target: Any, **extra: Any) -> dict[str, Any]:
+    return {
+        "trace": {"path": SESSIONS, "max_items": 24},
+        "arrival": {"mode": "saturated", "tool_wait_scale": 0.0, "output_len": "fixed:64"},
+        "backend": {"name": "vllm-tokens", "preflight": False, "scrape_interval_s": 0.05},
+        "target": target,
+        **extra,
+    }
+
+
+@pytest.mark.parametrize("mode", ["vllm", "sglang"])
+async def test_live_run_reports_the_engines_own_preemptions_and_peaks(
+    mode: str, tmp_path: Path
+) -> None:
+    # preemptions come from the tight KV cache, not from time: a fast engine shows them too
+    async with serve_sim(speedup=2000.0, mode=mode, **TIGHT) as sim:
+        async with asyncio.timeout(120):
+            result = await run_async(_cfg(sim.base_url, out_dir=str(tmp_path)))
+        stats = sim.engine.stats()
+    s = wb.summarize(result)
+    server = s["server"]
+    assert server["engine"] == mode
+    assert server["preemptions"] == stats["preemptions"] > 0  # the run was the only load
+    assert 0 < server["peak_kv_cache_usage"] <= 1
+    assert server["peak_running_requests"] >= 1 and server["peak_waiting_requests"] >= 1
+    assert server["samples"] >= 2 and server["scrape_errors"] == 0
+    pytest.importorskip("duckdb")
+    from workbench.metrics import scan
+
+    assert scan.summarize(result.run_dir)["server"] == server
+    table = tables.server_table(s)
+    assert table.loc["preemptions", "value"] == stats["preemptions"]
+    assert mode in tables.server_caption(s)
+
+
+def test_no_timeline_says_so() -> None:
+    assert server_evidence([])["engine"] is None
+    assert server_evidence([{"t_ns": 1, "error": "boom"}])["scrape_errors"] == 1
+    assert "No server-side evidence" in tables.server_caption({"ttft_ms": {}, "server": None})
+
+
+def test_simulate_samples_the_engine_like_a_scraper() -> None:
+    result = wb.simulate(_cfg({"url": "sim", "engine": TIGHT}))
+    s = wb.summarize(result)
+    server = s["server"]
+    per_request = sum(r.extra.get("preemptions", 0) for r in result.records)
+    assert server["engine"] == "vllm" and server["preemptions"] == per_request > 0
+    assert server["peak_running_requests"] >= 1 and server["peak_waiting_requests"] >= 1
+    # one sample per scrape interval of virtual time, plus the first and the last
+    span_s = (result.metrics_timeline[-1]["t_ns"] - result.metrics_timeline[0]["t_ns"]) / 1e9
+    assert len(result.metrics_timeline) >= int(span_s / 0.05)
+
+
+def test_simulate_honours_block_hashes_and_gc_freeze() -> None:
+    base = {"trace": {"path": SESSIONS, "max_items": 4}}
+    on = wb.simulate(base)
+    off = wb.simulate({**base, "executor": {"block_hashes": False, "gc_freeze": False}})
+    assert all("input_sequence_hashes" in r.extra for r in on.records)
+    assert not any("input_sequence_hashes" in r.extra for r in off.records)
+    assert off.manifest["virtual_executor"]["block_hashes"] is False
+    assert off.manifest["virtual_executor"]["gc_freeze"] is False
+    assert [r.end_ns for r in on.records] == [r.end_ns for r in off.records]
+
+
+def test_simulate_shards_like_a_live_run_with_workers() -> None:
+    base = {"trace": {"path": SESSIONS, "max_items": 12},
+            "arrival": {"mode": "saturated", "max_concurrency": 4, "tool_wait_scale": 0.0}}
+    sharded = wb.simulate({**base, "executor": {"workers": 2}})
+    assert sharded.manifest["virtual_executor"]["shards"] == 2
+    assert len(sharded.records) == len(wb.simulate(base).records)
+    slots = {r.routing_slot for r in sharded.records}
+    assert slots <= set(range(4)) and len(slots) == 4  # 2 + 2 slots, stacked, unique
+    assert sharded.manifest["peak_active_units"] <= 4
+
+
+def test_simulate_keep_records_false_stays_on_disk(tmp_path: Path) -> None:
+    base = {"trace": {"path": SESSIONS, "max_items": 6}, "run_id": "r"}
+    kept = wb.simulate({**base, "out_dir": str(tmp_path / "a")})
+    disk = wb.simulate({**base, "out_dir": str(tmp_path / "b"),
+                        "executor": {"keep_records": False}})  # fmt: skip
+    assert disk.records == [] and disk.records_on_disk
+    assert (Path(disk.run_dir or "") / "records.jsonl").exists()
+    a, b = wb.summarize(kept), wb.summarize(disk)  # b: a DuckDB scan of the files
+    for key in ("requests", "ok", "server", "warm_cache", "cache_reported_requests"):
+        assert a[key] == b[key], key
+    assert b["ttft_ms"] == pytest.approx(a["ttft_ms"], rel=1e-12)
+    from workbench.executors.virtual import canonical_report
+
+    ra, rb = canonical_report(kept), canonical_report(disk)
+    for part in ("summary", "records", "lifecycle", "metrics_timeline"):
+        assert ra[part] == rb[part], part  # only the config (keep_records) differs
+    RunConfig.from_dict(base)  # the config itself stays valid
+
+
+def test_sampling_the_engine_does_not_change_what_it_did() -> None:
+    base = {"trace": {"path": SESSIONS, "max_items": 8}, "run_id": "same",
+            "target": {"url": "sim", "engine": TIGHT}}
+    quiet = wb.simulate({**base, "backend": {"name": "openai", "scrape_interval_s": None}})
+    busy = wb.simulate({**base, "backend": {"name": "openai", "scrape_interval_s": 0.01}})
+    assert len(quiet.metrics_timeline) == 2 < len(busy.metrics_timeline)
+    assert [r.to_dict() for r in quiet.records] == [r.to_dict() for r in busy.records]

@@ -1,0 +1,39 @@
+"""QA: tracegen never replaces something that is not a regular file with its output.
+
+Found by the independent check: ``tracegen -o`` writes ``OUT.tmp`` and renames it
+over ``OUT``, so ``-o fifo.csv`` replaced a named pipe with a CSV, and as root
+``-o /dev/full`` replaced the device node itself (exit 0).
+"""
+
+import os
+
+import pytest
+
+from workbench.data import path as data_path
+from workbench.errors import ConfigError
+from workbench.traces.tracegen import tracegen
+
+RAW = data_path("tracelab/multi_session_example.csv")
+
+
+def test_an_output_that_is_a_fifo_is_refused_and_left_alone(tmp_path):
+    fifo = tmp_path / "out.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        tracegen(RAW, fifo)
+    assert fifo.is_fifo()
+    assert not (tmp_path / "out.manifest.json").exists()
+
+
+def test_a_sidecar_that_is_not_a_regular_file_is_refused_before_anything_is_written(tmp_path):
+    (tmp_path / "out.plan.json").mkdir()
+    with pytest.raises(ConfigError, match="not a regular file"):
+        tracegen(RAW, tmp_path / "out.csv")
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_an_existing_regular_output_is_still_replaced(tmp_path):
+    out = tmp_path / "out.csv"
+    out.write_text("old\n")
+    tracegen(RAW, out)
+    assert out.read_text().startswith("request_id,")

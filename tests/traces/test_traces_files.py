@@ -1,0 +1,192 @@
+"""Files that are not a readable trace: one clear error at every entry point, never a hang.
+
+Missing, a directory, a symlink loop, a FIFO, a link to /dev/zero, an unreadable
+file, one past the size bound: ``load_trace`` (and ``detect_format``,
+``tracegen``) raise one ``TraceFormatError`` naming the path; the CLI
+(``stats``, ``replay``, ``tracegen``) prints one line and exits 2 without a
+traceback; ``report`` does the same for run directories (docs/trace-bounds.md).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from public_data import REPO
+
+from workbench import load_trace, tracegen
+from workbench.errors import TraceFormatError, WorkbenchError
+from workbench.storage.rundir import RunDirError, load, resolve_run_dir
+from workbench.traces import bounds
+from workbench.traces.base import detect_format
+
+ROOT = REPO
+VALID = "id,arrival_time,input_len,output_len\na,0,5,1\n"
+SESSION = "session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms\ns,0,0,5,1,0\n"
+# root reads a mode-000 file anyway: drop the two capabilities that let it
+SETPRIV = shutil.which("setpriv")
+AS_USER = (
+    [SETPRIV, "--bounding-set=-dac_override,-dac_read_search"]
+    if os.geteuid() == 0 and SETPRIV else []
+)
+
+
+def _make(kind: str, tmp: Path) -> tuple[Path, str]:
+    """A path of the given kind and the words its error must contain."""
+    p = tmp / kind
+    if kind == "missing":
+        return p, "no such file"
+    if kind == "directory":
+        p.mkdir()
+        return p, "not a regular file: a directory"
+    if kind == "symlink-loop":
+        (tmp / "loop-b").symlink_to(p)
+        p.symlink_to(tmp / "loop-b")
+        return p, "symlink loop"
+    if kind == "fifo":
+        os.mkfifo(p)
+        return p, "not a regular file: a FIFO"
+    if kind == "dev-zero":
+        p.symlink_to("/dev/zero")
+        return p, "not a regular file: a character device"
+    if kind == "unreadable":
+        p.write_text(VALID)
+        p.chmod(0)
+        return p, "Permission denied"
+    raise AssertionError(kind)
+
+
+KINDS = ["missing", "directory", "symlink-loop", "fifo", "dev-zero"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("fmt", ["auto", "independent", "mooncake", "session-execution-v2"])
+def test_load_trace_gives_one_trace_format_error(tmp_path, kind, fmt):
+    path, words = _make(kind, tmp_path)
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(path, fmt=fmt)
+    assert exc.value.path == str(path) and exc.value.line == 0
+    assert words in exc.value.rule
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", KINDS)
+def test_detect_format_and_tracegen_give_the_same_error(tmp_path, kind):
+    path, words = _make(kind, tmp_path)
+    with pytest.raises(TraceFormatError, match=words):
+        detect_format(path)
+    with pytest.raises(TraceFormatError, match=words):
+        tracegen(path, tmp_path / "out.csv")
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_a_file_past_the_size_bound_is_refused_before_parsing(tmp_path, monkeypatch):
+    path = tmp_path / "big.csv"
+    path.write_text(VALID + "".join(f"b{i},0,5,1\n" for i in range(100)))
+    monkeypatch.setattr(bounds, "MAX_TRACE_BYTES", 256)
+    with pytest.raises(TraceFormatError, match="larger than the bound of 256 bytes"):
+        load_trace(path)
+    monkeypatch.setattr(bounds, "MAX_TRACE_BYTES", 1 << 20)
+    assert len(load_trace(path).units) == 101
+
+
+def test_a_special_file_reporting_size_zero_is_read_only_up_to_the_bound(monkeypatch):
+    """/proc files say size 0 and may be endless: the read stops at the bound."""
+    monkeypatch.setattr(bounds, "MAX_TRACE_BYTES", 64)
+    with pytest.raises(TraceFormatError, match="larger than the bound"):
+        load_trace("/proc/self/maps", fmt="independent")
+
+
+def _cli(*args: str, cwd: Path, prefix: list[str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [*(prefix or []), sys.executable, "-m", "workbench", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
+    )
+
+
+def _one_line_error(proc: subprocess.CompletedProcess, words: str, code: int = 3) -> None:
+    """One line on stderr, no traceback; ``code``: ExitCode.TRACE_ERROR unless told."""
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and words in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_cli_stats_replay_tracegen_print_one_line(tmp_path, kind):
+    path, words = _make(kind, tmp_path)
+    for args in (
+        ("stats", str(path)),
+        ("stats", str(path), "--format", "mooncake"),
+        ("replay", "--trace", str(path), "--target", "sim", "-o", str(tmp_path / "runs")),
+        ("replay", "--trace", str(path), "--dry-run"),
+        ("tracegen", str(path), "-o", str(tmp_path / "out.csv")),
+    ):
+        _one_line_error(_cli(*args, cwd=tmp_path), words)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and not SETPRIV, reason="root without setpriv reads all")
+def test_an_unreadable_file_is_one_error_via_api_and_cli(tmp_path):
+    path, words = _make("unreadable", tmp_path)
+    api = (
+        "import sys\nfrom workbench import load_trace\nfrom workbench.errors import "
+        "TraceFormatError\ntry:\n    load_trace(sys.argv[1])\nexcept TraceFormatError as e:\n"
+        "    print(e.line, e.rule)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([*AS_USER, sys.executable, "-c", api, str(path)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "0 cannot open file: Permission denied", proc.stderr
+    for args in (("stats", str(path)), ("tracegen", str(path), "-o", "o.csv"),
+                 ("replay", "--trace", str(path), "--dry-run")):
+        _one_line_error(_cli(*args, cwd=tmp_path, prefix=AS_USER), words)
+
+
+def test_a_bom_and_crlf_csv_is_detected(tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + VALID.replace("\n", "\r\n").encode())
+    w = load_trace(path)
+    assert w.fmt == "independent" and w.units[0].unit_id == "independent_a"
+    path.write_bytes(b"\xef\xbb\xbf" + SESSION.encode())
+    assert load_trace(path).fmt == "session"
+
+
+def test_tracegen_output_that_cannot_be_written_is_one_config_error(tmp_path):
+    src = tmp_path / "s.csv"
+    src.write_text(SESSION)
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(WorkbenchError, match="tracegen cannot write"):
+        tracegen(src, tmp_path / "taken")
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    proc = _cli("tracegen", str(src), "-o", str(blocker / "out.csv"), cwd=tmp_path)
+    _one_line_error(proc, "tracegen cannot write", code=2)  # ExitCode.CONFIG_ERROR
+
+
+@pytest.mark.timeout(60)
+def test_report_on_a_path_that_is_not_a_run_is_one_error(tmp_path):
+    cases = {}
+    cases["missing"] = (tmp_path / "nope", "no such directory")
+    (tmp_path / "afile").write_text("x")
+    cases["file"] = (tmp_path / "afile", "not a directory")
+    (tmp_path / "empty").mkdir()
+    cases["empty"] = (tmp_path / "empty", "is not a run directory")
+    fifo_run = tmp_path / "fiforun"
+    fifo_run.mkdir()
+    os.mkfifo(fifo_run / "records.jsonl")
+    cases["fifo-records"] = (fifo_run, "is not a regular file")
+    for name, (path, words) in cases.items():
+        with pytest.raises(RunDirError, match=words):
+            resolve_run_dir(path)
+        with pytest.raises(FileNotFoundError, match=words):  # still what callers caught
+            load(path)
+        proc = _cli("report", str(path), "-o", str(tmp_path / "reports"), cwd=tmp_path)
+        _one_line_error(proc, words, code=2)  # a command-line error: ExitCode.CONFIG_ERROR
+        assert name and not (tmp_path / "reports").exists()
