@@ -93,7 +93,7 @@ def same(a: Any, b: Any, where: str) -> None:
 @given(records())
 def test_pandas_numpy_and_duckdb_agree_exactly(recs: list[RequestRecord]) -> None:
     from workbench.metrics import scan
-    from workbench.report import columnar
+    from workbench.storage import columnar
 
     result = RunResult("r", recs)
     with tempfile.TemporaryDirectory() as tmp:
