@@ -29,6 +29,7 @@ demo: setup
 lint: setup
 	$(PY) -m ruff check workbench tests bench
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 
 vllm:
 	scripts/vllm_cpu.sh setup

@@ -3,7 +3,7 @@
 The workload is the one of issue 7: N independent requests (``--requests``),
 ``--prompt`` tokens in, ``--output`` tokens out, all released at t=0
 (``saturated``) under ``--concurrency``. It writes an ``independent`` trace,
-replays it with ``workbench.replay.run`` (records, lifecycle, summary written to
+replays it with ``workbench.executors.dispatch.run`` (records, lifecycle, summary written to
 a run directory, exactly as a user's run), and prints one JSON line::
 
     {"client": "workbench", "run_dir": ..., "requests_ok": ..., "req_per_s": ...,
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="executor.pace_ms: auto (the run's default), 0 (off) or a budget in ms")
     args = ap.parse_args(argv)
 
-    from workbench.replay import run
+    from workbench.executors.dispatch import run
 
     tmp = Path(args.out_dir or tempfile.mkdtemp(prefix="wb-bench-"))
     tmp.mkdir(parents=True, exist_ok=True)

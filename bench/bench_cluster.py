@@ -20,10 +20,10 @@ import json
 import time
 from pathlib import Path
 
+from workbench.executors.virtual import simulate
 from workbench.metrics import summarize
-from workbench.replay import coerce_config, load_workload
+from workbench.replay.prepare import coerce_config, load_workload
 from workbench.sim.router import ROUTERS
-from workbench.virtual import simulate
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared/data/mooncake/conversation_trace.jsonl"
 

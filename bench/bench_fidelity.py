@@ -2,7 +2,7 @@
 
 For each concurrency (default 1, 32, 256) it replays independent requests
 (``--prompt`` tokens in, ``--output`` out, all due at t=0, ``max_concurrency`` =
-c) with ``workbench.replay.run_async`` against the embedded engine, then reads
+c) with ``workbench.executors.dispatch.run_async`` against the embedded engine, then reads
 the engine's own per-request truth (``GET /debug/requests``: ``arrival_ns`` when
 the engine accepted the request, ``first_token_ns`` when it emitted the first
 token, ``sent_ns`` when each token's bytes were written to the socket) and
@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.replay import run_async
+from workbench.executors.dispatch import run_async
 
 REQUESTS = {1: 40, 32: 256, 256: 768}
 
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--in-process", action="store_true", help="engine on the client's loop")
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args(argv)
-    from workbench.replay import run_on_fast_loop
+    from workbench.replay.prepare import run_on_fast_loop
 
     rows = run_on_fast_loop(main_async(args))
     print(f"engine {'in-process' if args.in_process else 'subprocess'}, "

@@ -116,7 +116,7 @@ def generate(run_dir: Path, n: int, seed: int = 0) -> dict:
 
 def analyse(run_dir: Path, token_times: bool) -> dict:
     from workbench.metrics import scan
-    from workbench.report import columnar
+    from workbench.storage import columnar
 
     t0 = time.perf_counter()
     pq_file = columnar.convert(run_dir, token_times=token_times)

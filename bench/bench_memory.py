@@ -1,6 +1,6 @@
 """Benchmark: the client's memory is flat in the number of requests (``keep_records: false``).
 
-Method: one live replay (``workbench.replay.run``, the CLI's path) of ``--requests``
+Method: one live replay (``workbench.executors.dispatch.run``, the CLI's path) of ``--requests``
 independent requests (512 tokens in, ``--output`` out), all due at t=0
 (``saturated``) under ``--concurrency``, with ``executor.keep_records: false``,
 against an HTTP server started for the run in its own process: the instant fake
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-gc-freeze", action="store_true", help="executor.gc_freeze false")
     args = ap.parse_args(argv)
 
-    from workbench.replay import run
+    from workbench.executors.dispatch import run
 
     baseline = rss_mb()
     tmp = Path(args.out_dir or tempfile.mkdtemp(prefix="wb-mem-"))

@@ -58,7 +58,7 @@ def write_trace(path: Path, n: int, prompt: int, output: int) -> Path:
 
 
 def one_run(url: str, trace: Path, out: Path, args: argparse.Namespace, executor: dict) -> dict:
-    from workbench.replay import run_async
+    from workbench.executors.dispatch import run_async
 
     cfg = {
         "trace": {"path": str(trace), "format": "independent"},

@@ -2,7 +2,7 @@
 
 Method: load the public trace (12,031 requests, trace-timed, one hour of
 arrivals), run ``workbench.simulate`` with the default engine (block size 16,
-65,536 blocks, the SPEC §7 polynomial), and report wall time, CPU time, the
+65,536 blocks, the docs/embedded-engine.md polynomial), and report wall time, CPU time, the
 virtual duration and the hit rates. Run from the repo root:
 
     .venv/bin/python bench/bench_simulate.py [--trace PATH] [--max-items N]
@@ -15,8 +15,8 @@ import json
 import time
 from pathlib import Path
 
+from workbench.executors.virtual import simulate
 from workbench.metrics import summarize
-from workbench.virtual import simulate
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared/data/mooncake/conversation_trace.jsonl"
 

@@ -2,11 +2,11 @@
 
 import asyncio
 
-from workbench.arrival.admission import AdmissionGate
 from workbench.arrival.schedule import release_offsets_ms
 from workbench.config import RunConfig
-from workbench.plan import build_plan
 from workbench.records import Round, Unit, Workload
+from workbench.replay.admission import AdmissionGate
+from workbench.replay.plan import build_plan
 
 
 async def test_gate_hands_lowest_free_slot_and_blocks_at_capacity():

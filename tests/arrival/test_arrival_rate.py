@@ -1,4 +1,4 @@
-"""Golden vector of SPEC §3 (rate rescaling)."""
+"""Golden vector of docs/arrival.md (rate rescaling)."""
 
 import pytest
 

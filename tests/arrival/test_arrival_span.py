@@ -11,7 +11,7 @@ from workbench.arrival.schedule import ARRIVAL_SPAN_WARN_MS, arrival_span
 from workbench.cli import main as cli_main
 from workbench.config import RunConfig
 from workbench.data import path as data_path
-from workbench.replay import run
+from workbench.executors.dispatch import run
 from workbench.traces.base import load_trace
 from workbench.traces.tracegen import tracegen
 

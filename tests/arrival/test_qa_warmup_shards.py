@@ -13,9 +13,9 @@ import pytest
 
 from workbench.config import RunConfig
 from workbench.data import path as data_path
+from workbench.executors.dispatch import run_async
 from workbench.metrics import summarize
-from workbench.replay import run_async
-from workbench.shard import warmup_shares
+from workbench.replay.shards import warmup_shares
 from workbench.sim.server import serve_sim
 
 SESSIONS = str(data_path("tracelab/multi_session_large.csv"))  # 48 sessions, trace-timed

@@ -6,11 +6,11 @@ import itertools
 
 import pytest
 
-from workbench.arrival.queue import AdmissionQueue
 from workbench.config import RunConfig
-from workbench.plan import UnitPlan
+from workbench.executors.dispatch import run_async
 from workbench.records import Unit
-from workbench.replay import run_async
+from workbench.replay.plan import UnitPlan
+from workbench.replay.queue import AdmissionQueue
 from workbench.sim.server import serve_sim
 
 MS = 1_000_000
@@ -113,7 +113,7 @@ async def test_under_a_cap_admission_is_arrival_then_file_order_20_runs(cap_trac
 
 
 def test_simulate_follows_the_same_order(cap_trace):
-    from workbench.virtual import simulate
+    from workbench.executors.virtual import simulate
 
     result = simulate(_cfg(cap_trace, "sim", max_concurrency=2), engine={"zero_cost": True})
     life = {d["unit_id"]: d["admitted_ns"] for d in result.lifecycle}
@@ -122,8 +122,8 @@ def test_simulate_follows_the_same_order(cap_trace):
 
 
 def test_shards_are_dealt_in_release_order():
-    from workbench.plan import Plan
-    from workbench.shard import split_plan
+    from workbench.replay.plan import Plan
+    from workbench.replay.shards import split_plan
 
     units = tuple(
         UnitPlan(i, Unit(str(i), "independent", off, ()), off, ())
@@ -134,8 +134,8 @@ def test_shards_are_dealt_in_release_order():
 
 
 def test_max_items_counts_file_order_and_ties_keep_it(tmp_path):
-    from workbench.plan import build_plan
-    from workbench.replay import load_workload
+    from workbench.replay.plan import build_plan
+    from workbench.replay.prepare import load_workload
 
     trace = _raw_trace(tmp_path, [("late", 900, []), ("b", 0, []), ("c", 0, []), ("d", 5, [])])
     cfg = RunConfig.from_dict({"trace": {"path": trace, "max_items": 3}})

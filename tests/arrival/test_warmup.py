@@ -7,8 +7,8 @@ import asyncio
 
 from workbench.config import RunConfig
 from workbench.data import path as data_path
+from workbench.executors.dispatch import run_async
 from workbench.metrics import summarize
-from workbench.replay import run_async
 from workbench.sim.server import serve_sim
 
 SESSIONS = str(data_path("tracelab/multi_session_example.csv"))

@@ -1,4 +1,4 @@
-"""``sglang-tokens``: body, incremental stream, and the two guards of SPEC §4."""
+"""``sglang-tokens``: body, incremental stream, and the two guards of docs/wire-protocols.md."""
 
 from __future__ import annotations
 

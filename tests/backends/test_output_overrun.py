@@ -11,8 +11,8 @@ import pytest
 
 from workbench.backends.overrun import ERROR_CLASS, OutputOverrun, OverrunGuard, cut_limit
 from workbench.config import RunConfig
+from workbench.executors.dispatch import run_async
 from workbench.records import RequestRecord
-from workbench.replay import run_async
 from workbench.sim.faults import Faults
 from workbench.sim.server import serve_sim
 

@@ -167,7 +167,7 @@ async def test_pace_ms_from_the_config_reaches_the_transport_and_the_run_is_whol
     from workbench.backends.transport import TransportOptions
     from workbench.config import RunConfig
     from workbench.data import path as data_path
-    from workbench.replay import run_async
+    from workbench.executors.dispatch import run_async
     from workbench.sim.server import serve_sim
 
     trace = str(data_path("tracelab/multi_session_example.csv"))

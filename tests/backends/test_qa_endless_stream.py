@@ -20,7 +20,7 @@ from aiohttp import web
 
 from workbench.backends.overrun import ERROR_CLASS, event_bytes_limit
 from workbench.config import RunConfig
-from workbench.replay import run_async
+from workbench.executors.dispatch import run_async
 
 TRACE_HEADER = "id,arrival_time,input_len,output_len\n"
 CHUNK = b"x" * 65536

@@ -12,9 +12,9 @@ import pytest
 
 from workbench.config import ArrivalSpec, RunConfig
 from workbench.data import path as data_path
-from workbench.replay import run_async
-from workbench.report import columnar
+from workbench.executors.dispatch import run_async
 from workbench.sim.server import MAX_REQUEST_ID, serve_sim
+from workbench.storage import columnar
 
 SESSIONS = str(data_path("tracelab/multi_session_example.csv"))
 

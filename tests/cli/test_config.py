@@ -1,4 +1,4 @@
-"""RunConfig construction and every cross-axis rejection of SPEC §0."""
+"""RunConfig construction and every cross-axis rejection of docs/axes.md."""
 
 import json
 
@@ -80,5 +80,6 @@ def test_replace_dotted():
 
 
 def test_records_are_not_batched_by_default():
-    """SPEC §6: a record is flushed when its request ends; batching is an opt-in speed knob."""
+    """docs/run-directory.md: a record is flushed when its request ends; batching is an opt-in
+    speed knob."""
     assert RunConfig.from_dict({"trace": "x"}).executor.record_flush_ms is None

@@ -11,10 +11,10 @@ from workbench.cli import main as cli_main
 from workbench.config import RunConfig
 from workbench.data import path as data_path
 from workbench.errors import ConfigError
-from workbench.replay import run_async
+from workbench.executors.dispatch import run_async
+from workbench.executors.virtual import simulate
 from workbench.sim.server import serve_sim
 from workbench.traces.tracegen import tracegen
-from workbench.virtual import simulate
 
 RAW = data_path("tracelab/multi_session_example.csv")
 

@@ -1,4 +1,4 @@
-"""Golden vectors of SPEC §2 (context policy arithmetic)."""
+"""Golden vectors of docs/context-policy.md (context policy arithmetic)."""
 
 import pytest
 

@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 import workbench as wb
 from workbench import data
 from workbench.metrics import by_round_index, scan, summarize, to_frame
+from workbench.metrics.files import save
 from workbench.records import RequestRecord, RunResult
-from workbench.report import columnar
-from workbench.report.store import save
+from workbench.storage import columnar
 
 MS = 1_000_000
 BASE = 10_000_000_000

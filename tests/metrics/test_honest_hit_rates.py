@@ -3,7 +3,7 @@
 The actual hit rate is taken over the requests that reported; the reported and
 unreported counts stand beside it; with none reported it is None and the report
 says so. The three implementations (``metrics.frame``/``summary`` in pandas,
-``report.columnar`` in numpy, ``metrics.scan`` in DuckDB) must agree.
+``storage.columnar`` in numpy, ``metrics.scan`` in DuckDB) must agree.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import pytest
 import workbench as wb
 from workbench.config import RunConfig
 from workbench.data import path as data_path
+from workbench.executors.dispatch import run_async
 from workbench.metrics import by_round_index, summarize, to_frame
+from workbench.metrics.files import save
 from workbench.records import RequestRecord, RunResult
-from workbench.replay import run_async
 from workbench.report import tables
-from workbench.report.store import save
 from workbench.sim.server import serve_sim
 
 SESSIONS = str(data_path("tracelab/multi_session_example.csv"))
@@ -57,7 +57,7 @@ def mixed() -> list[RequestRecord]:
 def _three_ways(tmp_path: Path, records: list[RequestRecord]) -> list[dict[str, Any]]:
     pytest.importorskip("duckdb")
     from workbench.metrics import scan
-    from workbench.report import columnar
+    from workbench.storage import columnar
 
     result = RunResult("r", records)
     d = save(result, tmp_path / "run")

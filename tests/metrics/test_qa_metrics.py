@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workbench.metrics import by_round_index, summarize, to_frame
+from workbench.metrics.files import save
 from workbench.records import RequestRecord, RunResult
-from workbench.report.store import save
 
 pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
@@ -93,7 +93,7 @@ def same(a: Any, b: Any, where: str) -> None:
 @given(records())
 def test_pandas_numpy_and_duckdb_agree_exactly(recs: list[RequestRecord]) -> None:
     from workbench.metrics import scan
-    from workbench.report import columnar
+    from workbench.storage import columnar
 
     result = RunResult("r", recs)
     with tempfile.TemporaryDirectory() as tmp:

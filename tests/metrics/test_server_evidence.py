@@ -13,8 +13,8 @@ import pytest
 import workbench as wb
 from workbench.config import RunConfig
 from workbench.data import path as data_path
+from workbench.executors.dispatch import run_async
 from workbench.metrics.server_side import server_evidence
-from workbench.replay import run_async
 from workbench.report import tables
 from workbench.sim.server import serve_sim
 
@@ -109,7 +109,7 @@ def test_simulate_keep_records_false_stays_on_disk(tmp_path: Path) -> None:
     for key in ("requests", "ok", "server", "warm_cache", "cache_reported_requests"):
         assert a[key] == b[key], key
     assert b["ttft_ms"] == pytest.approx(a["ttft_ms"], rel=1e-12)
-    from workbench.virtual import canonical_report
+    from workbench.executors.virtual import canonical_report
 
     ra, rb = canonical_report(kept), canonical_report(disk)
     for part in ("summary", "records", "lifecycle", "metrics_timeline"):

@@ -54,8 +54,8 @@ from workbench.backends.scrape import (
     LLAMACPP_WITH_CACHED,
     parse_metrics,
 )
+from workbench.executors.dispatch import run_async
 from workbench.records import RequestRecord, RunResult
-from workbench.replay import run_async
 from workbench.traces.base import load_trace
 
 REPO = Path(__file__).resolve().parents[2]
@@ -363,7 +363,8 @@ async def test_prefix_preserving_fails_the_round_without_output_ids(
     llama_server: LlamaServer, tmp_path: Any
 ) -> None:
     """``/v1/completions`` on llama.cpp returns no output ids, so ``prefix-preserving``
-    cannot carry the conversation: SPEC §2 says such a round fails rather than continue
+    cannot carry the conversation: docs/context-policy.md says such a round fails rather than
+    continue
     from a context that lacks the model's output. The config accepts the policy (the
     ``openai`` codec returns ids on vLLM); the run finds out on the first round, records
     it with the cause, and each session stops there (``stop_session_on_error``).

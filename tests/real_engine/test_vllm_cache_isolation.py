@@ -19,9 +19,9 @@ import pytest
 
 from workbench import data
 from workbench.backends.flush import flush_prefix_cache
+from workbench.executors.dispatch import run_async
 from workbench.metrics import summarize
 from workbench.records import RequestRecord, RunResult
-from workbench.replay import run_async
 
 from .conftest import VLLMServer
 from .test_vllm_replay import SESSION_TRACE, floor_to, measured

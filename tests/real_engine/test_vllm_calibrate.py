@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from workbench.backends.scrape import parse_metrics
-from workbench.replay import run_async
-from workbench.sim.calibrate import calibrate, predict
+from workbench.calibration.fit import calibrate, predict
+from workbench.executors.dispatch import run_async
 
 from .conftest import VLLMServer
 

@@ -21,8 +21,8 @@ from workbench import data
 from workbench.backends import BackendError
 from workbench.backends.scrape import detect_block_size
 from workbench.errors import ConfigError
+from workbench.executors.dispatch import run_async
 from workbench.metrics import summarize
-from workbench.replay import run_async
 
 from .conftest import START_TIMEOUT_S, VLLMServer, _describe, _script, _set_up, get_metrics
 

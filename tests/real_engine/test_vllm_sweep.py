@@ -17,7 +17,7 @@ import pytest
 
 import workbench as wb
 from workbench import data
-from workbench.report.store import load
+from workbench.storage.rundir import load
 
 from .conftest import VLLMServer, get_metrics
 

@@ -9,7 +9,7 @@ import random
 from typing import Any
 
 from workbench import data
-from workbench.replay import run_async
+from workbench.executors.dispatch import run_async
 
 from .conftest import VLLMServer
 

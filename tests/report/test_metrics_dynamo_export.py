@@ -11,7 +11,7 @@ import pytest
 from workbench.context.hashing import block_hashes
 from workbench.records import RequestRecord, RunResult
 from workbench.report.dynamo_export import SCHEMA, dynamo_rows, export_dynamo
-from workbench.report.store import read_jsonl
+from workbench.storage.rundir import read_jsonl
 
 MS = 1_000_000
 BS = 16

@@ -12,10 +12,10 @@ import pytest
 
 from workbench.commands.demo import MOONCAKE_EXAMPLE
 from workbench.data import path as data_path
+from workbench.executors.dispatch import run_async
+from workbench.executors.virtual import simulate
 from workbench.metrics import summarize
-from workbench.replay import run_async
 from workbench.report.sections import TABLE_NAMES, RunReport
-from workbench.virtual import simulate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,8 +66,9 @@ def test_make_lab_allows_root_and_binds_loopback() -> None:
     assert "--ip=127.0.0.1" in lab and "--allow-root" in lab
 
 
-@pytest.mark.parametrize("path", ["notebooks/reports/run/records.jsonl",
-                                  "notebooks/.ipynb_checkpoints/replay-checkpoint.ipynb"])
+@pytest.mark.parametrize("path", ["workbench/notebooks/reports/run/records.jsonl",
+                                  "workbench/notebooks/sweeps/s/sweep.json",
+                                  "workbench/notebooks/.ipynb_checkpoints/replay-checkpoint.ipynb"])
 def test_what_the_notebooks_leave_behind_is_ignored(path: str) -> None:
     proc = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=ROOT)
     assert proc.returncode == 0, f"{path} would show as untracked"

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from workbench.metrics.files import load_frames, save
 from workbench.records import RequestRecord, RunResult
-from workbench.report.store import (
+from workbench.storage.rundir import (
     LIFECYCLE,
     MANIFEST,
     RECORDS,
@@ -17,9 +18,7 @@ from workbench.report.store import (
     TIMELINE,
     RecordWriter,
     load,
-    load_frames,
     read_jsonl,
-    save,
 )
 
 S = 1_000_000_000
@@ -131,7 +130,7 @@ def test_truncated_last_line_is_skipped_with_warning(
     run = save(make_result(), tmp_path / "run")
     data = (run / RECORDS).read_bytes()
     (run / RECORDS).write_bytes(data[: len(data) - 40])  # crash mid-line
-    with caplog.at_level(logging.WARNING, logger="workbench.report.store"):
+    with caplog.at_level(logging.WARNING, logger="workbench.storage.rundir"):
         back = load(run)
     assert [r.request_id for r in back.records] == ["req-0", "req-1", "req-2"]
     assert "truncated last line" in caplog.text

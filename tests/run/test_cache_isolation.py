@@ -27,8 +27,8 @@ from workbench.config import RunConfig
 from workbench.context.tokens import TokenPool
 from workbench.data import path as data_path
 from workbench.errors import ConfigError
+from workbench.executors.dispatch import run_async
 from workbench.records import RequestRecord, RunResult
-from workbench.replay import run_async
 from workbench.sim.server import serve_sim
 
 SESSIONS = str(data_path("tracelab/multi_session_example.csv"))
@@ -116,7 +116,7 @@ async def test_flush_off_no_salt_the_warm_cache_warning_fires(
     # the DuckDB scan of the stored run says the same
     pytest.importorskip("duckdb")
     from workbench.metrics import scan
-    from workbench.report.store import save
+    from workbench.metrics.files import save
 
     d = save(second, tmp_path / "second")
     assert scan.summarize(d)["warm_cache"] == warm
@@ -275,7 +275,7 @@ def test_warm_check_skips_warmed_units_and_repeated_passes(tmp_path: Path) -> No
     assert got["excess_cached_tokens"] == 48 and got["warm"]
     pytest.importorskip("duckdb")
     from workbench.metrics import scan
-    from workbench.report.store import save
+    from workbench.metrics.files import save
 
     d = save(RunResult("r", records), tmp_path / "run")
     assert scan.summarize(d)["warm_cache"] == got

@@ -21,13 +21,13 @@ from workbench.config import RunConfig
 from workbench.context.hashing import block_hashes
 from workbench.data import path as data_path
 from workbench.errors import ConfigError
-from workbench.measure import SelfMeasure
+from workbench.executors.dispatch import run_async
 from workbench.metrics.summary import client_bottleneck, client_stats, summarize
 from workbench.records import RunResult
-from workbench.replay import run_async
-from workbench.report.store import RecordWriter, read_jsonl
-from workbench.shard import slot_offsets, split_concurrency, split_plan
+from workbench.replay.measure import SelfMeasure
+from workbench.replay.shards import slot_offsets, split_concurrency, split_plan
 from workbench.sim.server import serve_sim
+from workbench.storage.rundir import RecordWriter, read_jsonl
 
 # ----------------------------------------------------------------- SSE fast path
 
@@ -304,7 +304,7 @@ def test_summarize_carries_the_client_block_from_the_manifest() -> None:
 
 
 def test_shard_split_keeps_units_whole_and_file_order() -> None:
-    from workbench.plan import build_plan
+    from workbench.replay.plan import build_plan
     from workbench.traces.base import load_trace
 
     cfg = RunConfig.from_dict({"trace": str(data_path("tracelab/multi_session_example.csv"))})

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workbench.config import _SECTIONS, RunConfig
+from workbench.config.validation import RANGES
 from workbench.errors import ConfigError
-from workbench.replay import coerce_config
-from workbench.validation import RANGES
+from workbench.replay.prepare import coerce_config
 
 
 @pytest.mark.parametrize(("d", "message"), [

@@ -5,17 +5,17 @@ import itertools
 
 import pytest
 
-from workbench.arrival.admission import AdmissionGate
-from workbench.arrival.queue import AdmissionQueue
 from workbench.backends import BACKENDS
 from workbench.backends.transport import Transport, TransportOptions
 from workbench.clock import WallClock
 from workbench.config import RunConfig
 from workbench.context.tokens import TokenPool
-from workbench.plan import UnitPlan, build_plan
 from workbench.records import Unit
-from workbench.replay import load_workload
-from workbench.runner import Runner
+from workbench.replay.admission import AdmissionGate
+from workbench.replay.plan import UnitPlan, build_plan
+from workbench.replay.prepare import load_workload
+from workbench.replay.queue import AdmissionQueue
+from workbench.replay.runner import Runner
 from workbench.sim.server import serve_sim
 
 MS = 1_000_000
@@ -139,7 +139,7 @@ def test_a_fast_server_sees_no_more_connections_than_the_concurrency(tmp_path):
     import sys
     import urllib.request
 
-    from workbench.replay import run
+    from workbench.executors.dispatch import run
 
     trace = tmp_path / "t.csv"
     trace.write_text("id,arrival_time,input_len,output_len\n"

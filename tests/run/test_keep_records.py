@@ -19,12 +19,13 @@ import workbench.config as config_mod
 from workbench.config import KEEP_RECORDS_AUTO_MAX, RunConfig
 from workbench.data import path as data_path
 from workbench.errors import ConfigError
+from workbench.executors.dispatch import run_async
 from workbench.metrics import scan, summarize, to_frame
+from workbench.metrics.files import save
 from workbench.records import RunResult
-from workbench.replay import run_async
 from workbench.report.plots import plot
-from workbench.report.store import load, read_jsonl, save
 from workbench.sim.server import serve_sim
+from workbench.storage.rundir import load, read_jsonl
 
 SESSIONS = str(data_path("tracelab/multi_session_example.csv"))
 N_ROUNDS = len(Path(SESSIONS).read_text().splitlines()) - 1

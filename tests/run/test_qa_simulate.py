@@ -8,7 +8,7 @@ while the same trace against the live embedded engine records an HTTP 400.
 
 import logging
 
-from workbench.virtual import simulate
+from workbench.executors.virtual import simulate
 
 
 def _long_prompt_trace(tmp_path):

@@ -39,7 +39,7 @@ def test_executor_kind_and_address_are_checked() -> None:
 
 
 def test_shift_moves_every_ns_field_onto_the_driver_clock() -> None:
-    from workbench.ray_executor import shift_ns
+    from workbench.executors.ray import shift_ns
 
     row = {"dispatch_ns": 10, "end_ns": None, "token_times_ns": [11, 12], "round_idx": 3,
            "warmup": False}  # fmt: skip
@@ -88,7 +88,7 @@ def _by_unit(records: list[Any]) -> dict[int, list[tuple[Any, ...]]]:
 
 @pytest.fixture(scope="module")
 def runs(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from workbench.replay import run_async
+    from workbench.executors.dispatch import run_async
     from workbench.sim.server import serve_sim
 
     out = tmp_path_factory.mktemp("runs")

@@ -12,9 +12,9 @@ import orjson
 import pytest
 
 from workbench.data import path as data_path
-from workbench.replay import run
-from workbench.rounds import RoundMaker
-from workbench.virtual import simulate
+from workbench.executors.dispatch import run
+from workbench.executors.virtual import simulate
+from workbench.replay.rounds import RoundMaker
 
 SMALL = str(data_path("tracelab/multi_session_example.csv"))  # 3 sessions, 8 rounds
 

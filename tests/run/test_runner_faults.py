@@ -10,7 +10,7 @@ import pytest
 from workbench.backends.transport import HTTP_CLIENTS
 from workbench.config import RunConfig
 from workbench.data import path as data_path
-from workbench.replay import run_async
+from workbench.executors.dispatch import run_async
 from workbench.sim.server import serve_sim
 
 SESSIONS = str(data_path("tracelab/multi_session_example.csv"))

@@ -3,8 +3,8 @@
 import pytest
 
 from workbench.data import path as data_path
-from workbench.replay import run
-from workbench.virtual import simulate
+from workbench.executors.dispatch import run
+from workbench.executors.virtual import simulate
 
 SMALL = str(data_path("tracelab/multi_session_example.csv"))
 LARGE = str(data_path("tracelab/multi_session_large.csv"))

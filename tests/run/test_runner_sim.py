@@ -10,8 +10,8 @@ import pytest
 from workbench.backends.transport import Transport, TransportOptions
 from workbench.config import RunConfig
 from workbench.data import path as data_path
-from workbench.replay import run_async
-from workbench.virtual import simulate
+from workbench.executors.dispatch import run_async
+from workbench.executors.virtual import simulate
 
 SESSIONS = str(data_path("tracelab/multi_session_example.csv"))
 BACKENDS = ["openai", "openai-chat", "vllm-tokens", "sglang-tokens"]
@@ -69,9 +69,9 @@ async def test_prefix_preserving_carries_exact_prompt_plus_output_ids(sim, backe
     from workbench.backends import BACKENDS as REG
     from workbench.clock import WallClock
     from workbench.context.tokens import TokenPool
-    from workbench.plan import build_plan
-    from workbench.replay import load_workload
-    from workbench.runner import Runner
+    from workbench.replay.plan import build_plan
+    from workbench.replay.prepare import load_workload
+    from workbench.replay.runner import Runner
 
     cfg = _cfg(sim.base_url, backend=backend, context="prefix-preserving")
     plan = build_plan(cfg, load_workload(cfg))

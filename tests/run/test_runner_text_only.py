@@ -1,4 +1,7 @@
-"""prefix-preserving against a text-only server: the round fails, naming the cause (SPEC §2)."""
+"""prefix-preserving against a text-only server: the round fails, naming the cause.
+
+The rule: docs/context-policy.md.
+"""
 
 import asyncio
 
@@ -6,7 +9,7 @@ import orjson
 from aiohttp import web
 
 from workbench.data import path as data_path
-from workbench.replay import run_async
+from workbench.executors.dispatch import run_async
 
 
 async def _text_only(request: web.Request) -> web.StreamResponse:

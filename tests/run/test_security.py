@@ -18,7 +18,7 @@ from workbench import redact
 from workbench.config import RunConfig
 from workbench.data import path as data_path
 from workbench.errors import ConfigError, ExitCode
-from workbench.replay import run_async
+from workbench.executors.dispatch import run_async
 from workbench.report import tables
 from workbench.report.render import render_report
 from workbench.sim.server import serve_sim

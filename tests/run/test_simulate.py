@@ -4,9 +4,9 @@ import subprocess
 import sys
 
 from workbench.data import path as data_path
+from workbench.executors.virtual import canonical_report, report_digest, simulate
 from workbench.sim.config import EngineConfig
 from workbench.sim.cost import prefill_ms
-from workbench.virtual import canonical_report, report_digest, simulate
 
 
 def test_lone_request_ttft_equals_prefill_time(tmp_path):
@@ -46,7 +46,7 @@ def test_same_input_same_digest_in_two_processes():
 async def test_simulate_works_inside_a_running_loop():
     """A notebook cell runs inside the kernel's loop; simulate must still work there."""
     import workbench as wb
-    import workbench.virtual
+    import workbench.executors.virtual
 
     assert callable(wb.simulate)
     result = wb.simulate({"trace": str(data_path("tracelab/multi_session_example.csv"))})

@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
+from workbench.calibration.fit import calibrate, predict, read_engine_file
 from workbench.errors import ConfigError
-from workbench.sim.calibrate import calibrate, predict, read_engine_file
-from workbench.virtual import simulate
+from workbench.executors.virtual import simulate
 
 TRUE = {"prefill_coeffs": [2e-6, 0.02, 5.0], "decode_coeffs": [3.0, 20.0, 4.0],
         "decode_floor_ms": 0.5, "block_size": 16, "num_blocks": 512}  # fmt: skip

@@ -13,13 +13,13 @@ from prometheus_client.parser import text_string_to_metric_families
 import workbench as wb
 from workbench.clock import VirtualClock, run_virtual
 from workbench.data import path as data_path
+from workbench.executors.virtual import canonical_report, report_digest, simulate
 from workbench.report import tables
 from workbench.sim import cost
 from workbench.sim.cluster import Cluster, ClusterConfig, DisaggConfig, split_knobs
 from workbench.sim.config import EngineConfig
 from workbench.sim.router import ROUTERS, make_router
 from workbench.sim.server import serve_sim
-from workbench.virtual import canonical_report, report_digest, simulate
 
 TIMEOUT = 30
 SESSIONS = str(data_path("tracelab/multi_session_example.csv"))

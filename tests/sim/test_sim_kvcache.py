@@ -6,7 +6,8 @@ from workbench.sim.kvcache import BlockManager, block_hashes, reported_cached_to
 
 
 def test_reported_cached_tokens_matches_vllm_rounding():
-    # real-engines.md §3.2 (block 32): 1000 again -> 992, shared 992 of 1192 -> 992, 100 -> 96
+    # docs/embedded-engine.md "Cached tokens" (block 32): 1000 again -> 992,
+    # shared 992 of 1192 -> 992, 100 -> 96
     assert reported_cached_tokens(1000, 1000, 32) == 992
     assert reported_cached_tokens(992, 1192, 32) == 992
     assert reported_cached_tokens(100, 100, 32) == 96

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from workbench.data import path as data_path
-from workbench.replay import run_async
+from workbench.executors.dispatch import run_async
 from workbench.sim.process import SimProcessError, serve_sim_process
 
 TRACE = str(data_path("tracelab/multi_session_example.csv"))

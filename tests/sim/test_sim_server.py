@@ -1,4 +1,4 @@
-"""The embedded engine over loopback: wire shapes (SPEC §4), cache, metrics."""
+"""The embedded engine over loopback: wire shapes (docs/wire-protocols.md), cache, metrics."""
 
 import asyncio
 import logging

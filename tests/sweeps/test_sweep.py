@@ -13,7 +13,7 @@ import pytest
 
 import workbench as wb
 from workbench.errors import ConfigError
-from workbench.report.store import load, read_json
+from workbench.storage.rundir import load, read_json
 from workbench.sweeps import SLO, load_sweep, spec
 from workbench.sweeps.points import pool
 

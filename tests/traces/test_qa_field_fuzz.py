@@ -58,7 +58,7 @@ WEIRD_JSON = [-0.0, 0, -1, 5.5, 1e308, 1e30, 10**19, 10**30, 2**63, -(2**63), 2*
 
 def check_loaded(path, w, fmt):
     from workbench.config import RunConfig
-    from workbench.plan import build_plan
+    from workbench.replay.plan import build_plan
     from workbench.traces.stats import trace_stats
     for u in w.units:
         assert 0 <= u.arrival_ms <= MAX_ARRIVAL_MS, ("arrival", u.arrival_ms)

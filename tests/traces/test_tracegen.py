@@ -1,4 +1,7 @@
-"""tracegen (SPEC §1.2, §2, §3.2): canonical output, manifest, golden policy vectors, arrivals."""
+"""tracegen: canonical output, manifest, golden policy vectors, arrivals.
+
+Rules: docs/trace-formats.md, docs/context-policy.md, docs/arrival.md.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""agentic-bench session JSONL reader (SPEC §1.7): mapping to rounds and bad input."""
+"""agentic-bench session JSONL reader (docs/trace-formats.md): mapping to rounds and bad input."""
 
 import json
 from pathlib import Path

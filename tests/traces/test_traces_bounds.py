@@ -23,8 +23,8 @@ from public_data import BUNDLED, FIXTURES, REPO
 from workbench import load_trace, tracegen
 from workbench.config import RunConfig
 from workbench.errors import TraceFormatError
-from workbench.plan import build_plan
 from workbench.records import Workload
+from workbench.replay.plan import build_plan
 from workbench.traces import bounds, canonical
 from workbench.traces.stats import trace_stats
 

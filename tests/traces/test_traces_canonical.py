@@ -1,4 +1,7 @@
-"""Canonical session-execution-v2 reader and writer (SPEC §1.2): every rule, both paths."""
+"""Canonical session-execution-v2 reader and writer: every rule, both paths.
+
+Rules: docs/trace-formats.md.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Dynamo request-trace reader (SPEC §1.8): sessions, prefixes, tool waits, tolerance, bad input."""
+"""Dynamo request-trace reader: sessions, prefixes, tool waits, tolerance, bad input.
+
+Rules: docs/trace-formats.md.
+"""
 
 import json
 from pathlib import Path

@@ -20,7 +20,7 @@ from public_data import REPO
 
 from workbench import load_trace, tracegen
 from workbench.errors import TraceFormatError, WorkbenchError
-from workbench.report.store import RunDirError, load, resolve_run_dir
+from workbench.storage.rundir import RunDirError, load, resolve_run_dir
 from workbench.traces import bounds
 from workbench.traces.base import detect_format
 

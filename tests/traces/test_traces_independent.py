@@ -1,4 +1,7 @@
-"""Independent-request CSV reader (SPEC §1.3): one whole prompt per row, never a session."""
+"""Independent-request CSV reader: one whole prompt per row, never a session.
+
+Rules: docs/trace-formats.md.
+"""
 
 from pathlib import Path
 

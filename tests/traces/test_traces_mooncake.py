@@ -1,4 +1,4 @@
-"""Mooncake JSONL reader (SPEC §1.4): the public trace, sessions, options, bad input."""
+"""Mooncake JSONL reader (docs/trace-formats.md): the public trace, sessions, options, bad input."""
 
 from pathlib import Path
 

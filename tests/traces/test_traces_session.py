@@ -1,4 +1,7 @@
-"""Raw session CSV reader (SPEC §1.1): public files, ordering rules, every bad-input rule."""
+"""Raw session CSV reader: public files, ordering rules, every bad-input rule.
+
+Rules: docs/trace-formats.md.
+"""
 
 from __future__ import annotations
 

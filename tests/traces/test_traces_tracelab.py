@@ -1,4 +1,7 @@
-"""TraceLab round JSONL reader (SPEC §1.5): mapping, identity, tool waits, arrivals, bad input."""
+"""TraceLab round JSONL reader: mapping, identity, tool waits, arrivals, bad input.
+
+Rules: docs/trace-formats.md.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""batchbench v1 trajectory manifest reader (SPEC §1.6): growth rule, resets, strictness."""
+"""batchbench v1 trajectory manifest reader: growth rule, resets, strictness.
+
+Rules: docs/trace-formats.md.
+"""
 
 import json
 from pathlib import Path

@@ -111,7 +111,7 @@ def test_replay_report_shows_the_sections_and_the_run_summary(replay_report: Pat
 
 
 def test_replay_report_says_what_was_run_and_what_failed(replay_report: Path) -> None:
-    from workbench.replay import file_sha256
+    from workbench.replay.prepare import file_sha256
 
     run_dir = replay_report.parent
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -218,9 +218,9 @@ def test_compare_report_puts_stored_runs_side_by_side(tmp_path: Path) -> None:
 
     from workbench import RunConfig
     from workbench.data import path as data_path
+    from workbench.executors.virtual import simulate
     from workbench.metrics import to_frame
-    from workbench.report.store import load
-    from workbench.virtual import simulate
+    from workbench.storage.rundir import load
 
     dirs = []
     for blocks in (80, 65536):
@@ -247,7 +247,7 @@ def test_compare_report_puts_stored_runs_side_by_side(tmp_path: Path) -> None:
 def test_trace_explorer_report_with_a_what_if(tmp_path: Path) -> None:
     from workbench import RunConfig, summarize
     from workbench.data import path as data_path
-    from workbench.virtual import simulate
+    from workbench.executors.virtual import simulate
 
     params = {"bundled_trace": "tracelab/multi_session_example.csv", "max_items": 3,
               "num_blocks": 64, "block_size": 16}

@@ -128,7 +128,7 @@ async def test_stop_cancels_in_flight_requests_and_keeps_finished_ones(tmp_path:
     assert statuses.count("ok") >= 1
     assert statuses.count("ok") < 8  # stopped before the whole trace ran
     assert p.status.value.startswith("stopped:")
-    from workbench.report.store import load
+    from workbench.storage.rundir import load
 
     stored = load(result.run_dir or "")
     assert [r.request_id for r in stored.records if r.status == "ok"] == [
@@ -205,9 +205,9 @@ async def test_sections_fill_in_while_the_run_goes_and_show_its_end(
 
 
 def test_report_view_of_a_stored_run_is_the_tables_themselves(tmp_path: Path) -> None:
+    from workbench.executors.virtual import simulate
     from workbench.report.tables import Table
     from workbench.ui.live import report_view
-    from workbench.virtual import simulate
 
     result = simulate(config_from_params(notebook_params(out_dir=str(tmp_path), max_items=2)))
     view = report_view(result)

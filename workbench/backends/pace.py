@@ -3,13 +3,11 @@
 asyncio (and uvloop) run every callback that is ready, then poll the sockets.
 When a server answers in lockstep (a deterministic engine, a batch that ends
 together), hundreds of streams end in one loop iteration, and each one's
-bookkeeping and next request then run back to back: ~0.4 ms each, so a wave of
-256 kept the loop from polling for ~100 ms. Tokens that arrived meanwhile sat
-in the kernel, and their stamps (taken as the protocol receives them) came late.
-The httptools client (``http1.py``) made each stream's own work smaller but not
-the wave: against a lockstep server at 256 streams, alternating runs without and
-with pacing still gave a TTFT bias of 27–39 ms against 7–11 ms (``bench/README.md``,
-"the streaming client").
+bookkeeping and next request then run back to back, and the loop does not poll
+until the whole wave is done. Tokens that arrive meanwhile sit in the kernel, and
+their stamps (taken as the protocol receives them) come late. A smaller per-stream
+cost (``http1.py``) shortens each stream's work but not the wave (the numbers:
+``bench/README.md``, "Design notes moved from docstrings").
 
 A ``Pacer`` bounds that. The transport takes a turn before each send and once
 a request's record is closed (so a cancel while it waits leaves that record
@@ -23,8 +21,8 @@ That is a trade: a deferred send is a late send. It pays off when responses
 stream, because then the loop has token stamps to protect. When responses
 arrive whole (an instant server) there is nothing to protect, and a client that
 is busy all the time would only keep a standing line of requests inside itself
-instead of at the server (measured with pacing forced on: release lag p99
-~120 ms at c=256, against 0.3 ms without). So ``auto`` (the default) watches
+instead of at the server (bench/README.md, "Design notes moved from docstrings").
+So ``auto`` (the default) watches
 the responses: on while they take several reads each, off while they take one
 or two. Worker processes (``executor.workers``) are the other remedy.
 """

@@ -2,7 +2,7 @@
 
 A replay against a server without prefix caching (or without cached-token
 telemetry) runs to the end and reports a hit rate of zero that looks like a
-finding. Two identical probes settle it up front (SPEC §4): the second must
+finding. Two identical probes settle it up front (docs/wire-protocols.md): the second must
 report ``cached_tokens > 0``, else the run stops with the server flag to add.
 
 The probe comes from the *tail* of the token pool (the caller slices it), so it

@@ -2,7 +2,7 @@
 
 The client sees per-request ``cached_tokens``; the server's counters show the
 whole picture (window hit rate = Δhits / Δqueries, KV usage, queue depth,
-preemptions). Only the series named in SPEC §4 are kept, summed over label sets
+preemptions). Only the series named in docs/wire-protocols.md are kept, summed over label sets
 (engines, cache sources) except for ratios, which are averaged. The text is
 pre-filtered to those series before ``prometheus_client``'s parser sees it: a
 vLLM page is mostly histograms we do not need.

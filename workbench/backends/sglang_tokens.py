@@ -9,7 +9,7 @@ temperature, ignore_eos}, stream}``. Each chunk: ``{output_ids:[...], meta_info:
 ``meta_info`` counts are running totals and ``finish_reason`` is a string or
 ``{"type": ...}``.
 
-Two guards (SPEC §4), both failing the round with a message naming the cause:
+Two guards (docs/wire-protocols.md), both failing the round with a message naming the cause:
 
 * cumulative streaming: without the incremental flag every chunk repeats all ids
   so far. Detected when a chunk starts with everything received and is longer,

@@ -58,7 +58,8 @@ def replay_with_progress(cfg: Any, *, progress: bool = True) -> Any:
     out_dir fails before any bar or request), then replay with a progress bar on stderr."""
     from tqdm import tqdm
 
-    from workbench.replay import load_workload, run_async, run_on_fast_loop
+    from workbench.executors.dispatch import run_async
+    from workbench.replay.prepare import load_workload, run_on_fast_loop
 
     cfg.check_out_dir()
     workload = load_workload(cfg)

@@ -41,7 +41,7 @@ def _value(text: str) -> Any:
 def build_params(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     """The notebook to render and its parameters, from the command line."""
     from workbench.errors import ConfigError
-    from workbench.report.store import resolve_run_dir
+    from workbench.storage.rundir import resolve_run_dir
     from workbench.sweeps.store import is_sweep_dir
 
     sweeps = [d for d in args.run_dirs if is_sweep_dir(d)]
@@ -75,8 +75,8 @@ def _warn_incomplete(run_dirs: list[str]) -> None:
     """Say on stderr, too, when a run did not complete (the report's status row says so)."""
     import sys
 
-    from workbench.report.store import read_json
     from workbench.report.tables import run_status_note
+    from workbench.storage.rundir import read_json
 
     for d in run_dirs:
         try:

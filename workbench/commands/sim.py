@@ -134,8 +134,8 @@ def parse_knobs(items: list[str]) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     if args.sim_command == "calibrate":
         return run_calibrate(args)
+    from workbench.calibration.fit import read_engine_file
     from workbench.errors import ConfigError
-    from workbench.sim.calibrate import read_engine_file
     from workbench.sim.cluster import split_knobs
     from workbench.sim.config import EngineConfig
     from workbench.sim.server import serve_forever
@@ -169,8 +169,8 @@ def run(args: argparse.Namespace) -> int:
 def run_calibrate(args: argparse.Namespace) -> int:
     import json
 
+    from workbench.calibration.fit import calibrate
     from workbench.errors import WorkbenchError
-    from workbench.sim.calibrate import calibrate
 
     try:
         cal = calibrate(args.run_dirs, base=parse_knobs(args.engine),

@@ -28,13 +28,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from workbench.executors.virtual import canonical_report, report_digest, simulate
     from workbench.metrics import summarize
-    from workbench.virtual import canonical_report, report_digest, simulate
 
     cfg = config_from_args(args)
     knobs = dict(cfg.target.engine)
     if args.engine_config:
-        from workbench.sim.calibrate import read_engine_file
+        from workbench.calibration.fit import read_engine_file
 
         knobs.update(read_engine_file(args.engine_config))
     knobs.update(engine_knobs(args.engine))

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         options["block_size"] = args.block_size
     workload = load_trace(args.trace, fmt, **options)
     if args.policy is not None and workload.meta.get("needs_context_policy") is False:
-        from workbench.config import planned_file_message
+        from workbench.context.policy import planned_file_message
         from workbench.errors import ConfigError
 
         raise ConfigError(planned_file_message(args.policy, workload))

@@ -5,7 +5,7 @@ every machine, because hashes end up in records (``request_end`` rows in the
 Dynamo schema) and are compared across runs. So: never Python's ``hash()``
 (salted per process), token ids packed as explicit little-endian ``uint32``.
 
-Block sequence hashes (SPEC §2, the Dynamo ``sequence_hashes_for_tokens``
+Block sequence hashes (docs/context-policy.md, the Dynamo ``sequence_hashes_for_tokens``
 shape): the prompt is cut into ``block_size`` blocks; each full block's hash is
 chained to the previous block's hash, so a block's hash stands for the block
 *and everything before it* (like a Mooncake hash id). A trailing partial block
@@ -49,7 +49,7 @@ def _chain(prev: bytes, block: bytes) -> bytes:
     return hashlib.blake2b(prev + block, digest_size=8).digest()
 
 
-#: ``array("I")`` packs little-endian uint32 here: a C loop, ~10× faster than numpy from a list
+#: ``array("I")`` packs little-endian uint32 here in a C loop (bench/README.md, design notes)
 _ARRAY_U32 = array("I").itemsize == 4 and sys.byteorder == "little"
 
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from workbench.records import Round
+from workbench.records import Round, Workload
 from workbench.registry import Registry
 
 MAJOR_COMPACTION_MIN_DROP_TOKENS = 64000
@@ -101,3 +101,18 @@ def plan_rounds(
         produced = r.output_len if outputs is None else outputs[k]
         context = planned.prefix_len + planned.input_len + produced
     return out
+
+
+def planned_file_message(policy: str, workload: Workload) -> str:
+    """Why a context policy cannot apply to an already planned trace (``session-execution-v2``):
+    its prefixes are the plan, and re-planning them changes the workload (docs/arrival.md)."""
+    manifest = workload.meta.get("manifest")
+    params = manifest.get("parameters") if isinstance(manifest, dict) else None
+    made = params.get("context_policy") if isinstance(params, dict) else None
+    how = f" by policy {made!r}" if made else ""
+    return (
+        f"context.policy {policy!r} cannot apply to {workload.source or 'this trace'} "
+        f"({workload.fmt}): its prefixes were already planned{how} and are replayed as "
+        "written; unset context.policy (drop --policy), or run tracegen on the raw source "
+        f"with --policy {policy} to plan it another way"
+    )

@@ -1,4 +1,4 @@
-"""Deterministic synthetic prompt tokens (SPEC §2 "Synthetic tokens").
+"""Deterministic synthetic prompt tokens (docs/context-policy.md "Synthetic tokens").
 
 The workbench replays a workload's token *shape*, not its text, so prompts are
 built from synthetic ids sent as token-id prompts. Three rules shape this module:

@@ -1,9 +1,9 @@
 """Metrics: pure functions from request records to DataFrames and summaries.
 
-``to_frame`` derives the per-request metrics of SPEC §5 (see ``frame``),
+``to_frame`` derives the per-request metrics of docs/metrics.md (see ``frame``),
 ``summarize`` the run-level figures that go into ``summary.json`` (see
 ``summary``), and the breakdown/timeline helpers feed tables and plots. Nothing
-here writes; ``workbench.report.store`` persists what these compute. Reads happen
+here writes; ``workbench.storage.rundir`` persists what these compute. Reads happen
 only for a run whose records stayed on disk (``RunResult.records_on_disk``):
 ``as_records`` reads them back, ``summarize`` scans them (``scan``).
 """

@@ -2,7 +2,7 @@
 
 Records keep raw integer-ns timestamps; every number here is derived from them
 by pure arithmetic, so a stored run can be re-measured with newer definitions.
-The metric names are SPEC §5's and must not drift: reports and ``summary.json``
+The metric names are docs/metrics.md's and must not drift: reports and ``summary.json``
 use them verbatim.
 
 Definitions (times in ms, from the client clock). *Dispatch* (``dispatch_ns``) is
@@ -23,7 +23,7 @@ release lag (``summary["client"]``), not as server latency:
 - ``completion_amortized_tpot_ms``: (e2e − ttft)/(n − 1), an audit figure only.
 - ``arrival_release_lag_ms``: scheduled arrival → released (task running).
 - ``admission_lag_ms``: scheduled arrival → admitted (slot granted), so it
-  *includes* the release lag (SPEC §3 "arrival → slot granted"). A session is
+  *includes* the release lag (docs/arrival.md "arrival → slot granted"). A session is
   admitted once, so later rounds repeat their unit's admission time.
 - ``output_tokens``: server ``completion_tokens`` when reported, else Σ token_counts.
 - ``actual_hit`` = cached/prompt_tokens, NaN when the server did not report a
@@ -82,7 +82,7 @@ def as_records(
     read back from its ``records.jsonl`` here, on demand: nothing is held by the result.
     """
     if isinstance(data, RunResult) and data.records_on_disk:
-        from workbench.report.store import load_records
+        from workbench.storage.rundir import load_records
 
         return load_records(data.run_dir or "")
     items = data.records if isinstance(data, RunResult) else data
@@ -155,7 +155,7 @@ def _prefix(rec: RequestRecord) -> dict[str, Any]:
 
 
 def request_metrics(rec: RequestRecord) -> dict[str, Any]:
-    """Every derived per-request metric of one record (SPEC §5 names)."""
+    """Every derived per-request metric of one record (docs/metrics.md names)."""
     n_out = output_tokens(rec)
     return {
         "output_tokens": n_out,

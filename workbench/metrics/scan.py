@@ -3,7 +3,7 @@
 ``workbench.metrics.summarize`` parses every record into a pandas frame, which
 for a run of millions of requests costs gigabytes. The functions here compute
 the same numbers as SQL aggregates over the columnar copy of the records
-(``workbench.report.columnar``; built from ``records.jsonl`` on first use, in
+(``workbench.storage.columnar``; built from ``records.jsonl`` on first use, in
 streaming batches): DuckDB reads the Parquet file column by column and holds
 only what an aggregate needs (``quantile_cont`` keeps one float per ok request
 of the one metric it is computing, 8 MB per million requests).
@@ -32,11 +32,10 @@ from typing import Any
 
 import pandas as pd
 
-from workbench.errors import ConfigError
+from workbench.storage.scan import Scan, available
 
 log = logging.getLogger(__name__)
 
-MEMORY_LIMIT = "1GB"
 PLAIN_METRICS: tuple[str, ...] = (
     "ttft_ms", "tpot_ms", "e2e_ms", "terminal_tail_ms", "completion_amortized_tpot_ms",
 )  # fmt: skip
@@ -45,55 +44,6 @@ SUMMARY_ORDER: tuple[str, ...] = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms",
 BREAKDOWN_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "e2e_ms")
 STATUS_KEYS: dict[str, str] = {"ok": "ok", "errors": "error", "skipped": "skipped",
                                "cancelled": "cancelled"}  # fmt: skip
-
-
-def available() -> bool:
-    """True when duckdb and pyarrow are importable (``pip install 'workbench[large]'``)."""
-    try:
-        import duckdb  # noqa: F401
-        import pyarrow  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-class Scan:
-    """A DuckDB connection with a view ``r`` over one run's records (warmup excluded)."""
-
-    def __init__(self, run_dir: str | Path, *, warmup: bool = False, token_times: bool = False):
-        try:
-            import duckdb
-        except ImportError:
-            from workbench.report.columnar import INSTALL_HINT
-
-            raise ConfigError(f"scanning large runs needs duckdb: {INSTALL_HINT}") from None
-        from workbench.report import columnar
-        from workbench.report.store import resolve_run_dir
-
-        self.run_dir = resolve_run_dir(run_dir)
-        self.path = columnar.parquet_path(self.run_dir, token_times=token_times or None)
-        self.columns = set(columnar.parquet_columns(self.path))
-        self.con = duckdb.connect(config={"memory_limit": MEMORY_LIMIT})
-        src = str(self.path).replace("'", "''")
-        where = "" if warmup else " WHERE NOT warmup"
-        self.con.execute(f"CREATE VIEW r AS SELECT * FROM read_parquet('{src}'){where}")
-
-    def one(self, sql: str) -> tuple[Any, ...]:
-        row = self.con.execute(sql).fetchone()
-        assert row is not None
-        return row
-
-    def df(self, sql: str) -> pd.DataFrame:
-        return self.con.execute(sql).df()
-
-    def close(self) -> None:
-        self.con.close()
-
-    def __enter__(self) -> Scan:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _finite(col: str) -> str:
@@ -271,7 +221,7 @@ def summarize(
     if not available():
         log.info("duckdb/pyarrow not installed: summarizing %s in memory", run_dir)
         from workbench.metrics.summary import summarize as in_memory
-        from workbench.report.store import load
+        from workbench.storage.rundir import load
 
         return in_memory(load(run_dir), slo, warmup=warmup, ideal=ideal)
     from workbench.metrics.server_side import server_evidence
@@ -281,7 +231,7 @@ def summarize(
         isolation_fields,
         server_window_hit_rate,
     )
-    from workbench.report.store import MANIFEST, TIMELINE, read_json, read_jsonl
+    from workbench.storage.rundir import MANIFEST, TIMELINE, read_json, read_jsonl
 
     with Scan(run_dir, warmup=warmup) as scan:
         d = scan.run_dir
@@ -334,7 +284,7 @@ def by_round_index(run_dir: str | Path, *, warmup: bool = False) -> pd.DataFrame
     """``breakdown.by_round_index``: ``first``, ``later``, then one row per round index."""
     if not available():
         from workbench.metrics.breakdown import by_round_index as in_memory
-        from workbench.report.store import load
+        from workbench.storage.rundir import load
 
         return in_memory(load(run_dir), warmup=warmup)
     with Scan(run_dir, warmup=warmup) as scan:
@@ -382,7 +332,7 @@ def by_input_band(run_dir: str | Path, *, warmup: bool = False) -> pd.DataFrame:
 
     if not available():
         from workbench.metrics.breakdown import by_input_band as in_memory
-        from workbench.report.store import load
+        from workbench.storage.rundir import load
 
         return in_memory(load(run_dir), warmup=warmup)
     with Scan(run_dir, warmup=warmup) as scan:
@@ -407,12 +357,12 @@ def report_source(run_dir: str | Path, max_records: int = MAX_REPORT_RECORDS) ->
     whole run instead. Plots of distributions drawn from the sample are
     faithful; totals (a throughput timeline) are scaled by the sampled fraction.
     """
-    from workbench.report.store import load
+    from workbench.storage.rundir import load
 
     if available():
         import pyarrow.parquet as pq
 
-        from workbench.report import columnar
+        from workbench.storage import columnar
 
         n = pq.read_metadata(columnar.parquet_path(run_dir)).num_rows
         if n > max_records:

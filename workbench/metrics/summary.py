@@ -1,7 +1,7 @@
 """Run-level summary: counts, latency percentiles, throughput, hit rates, SLO.
 
 ``summarize`` returns a JSON-ready dict (plain floats/ints/None) whose keys are
-the names ``summary.json`` promises (SPEC §8). Run-level conventions (SPEC §5,
+the names ``summary.json`` promises (docs/interface.md). Run-level conventions (docs/metrics.md,
 research notes M.2/M.3/M.5):
 
 - percentiles interpolate linearly at ``q·(n−1)`` over **ok** requests;

@@ -89,7 +89,7 @@ def in_flight_timeline(
 def unit_intervals(df: pd.DataFrame) -> pd.DataFrame:
     """Per ``unit_ordinal``: [admitted, last end) — the span a unit holds its slot.
 
-    A session holds its slot across rounds and tool waits (SPEC §3), so the span
+    A session holds its slot across rounds and tool waits (docs/arrival.md), so the span
     runs from its admission (else its first dispatch) to its last round's end.
     """
     start = df["admitted_ns"].fillna(df["dispatch_ns"])

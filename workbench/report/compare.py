@@ -1,6 +1,6 @@
 """Side-by-side comparison of stored runs: percentiles with bootstrap CIs, hit rates, config diff.
 
-Everything here reads stored runs (``workbench.report.store.load``); nothing
+Everything here reads stored runs (``workbench.storage.rundir.load``); nothing
 re-runs traffic. Percentile confidence intervals use the plain percentile
 bootstrap: resample a run's ok requests with replacement ``n_boot`` times
 (seeded, so a report renders the same twice), take the percentile of each
@@ -39,7 +39,7 @@ def example_runs(out_dir: str | Path, trace: str = EXAMPLE_TRACE,
     ``out_dir/compare-example-kv<N>``; returns their directories."""
     from workbench import data
     from workbench.config import RunConfig
-    from workbench.virtual import simulate
+    from workbench.executors.virtual import simulate
 
     path = str(data.path(trace)) if trace in data.files() else trace
     dirs = []
@@ -58,7 +58,7 @@ def load_runs(run_dirs: Iterable[str | Path], labels: Sequence[str] | None = Non
               ) -> dict[str, RunResult]:
     """``{label: RunResult}`` in the given order; labels default to the run's label or id."""
     from workbench.errors import ConfigError
-    from workbench.report.store import load
+    from workbench.storage.rundir import load
 
     runs: dict[str, RunResult] = {}
     dirs = list(run_dirs)

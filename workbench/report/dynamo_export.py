@@ -40,7 +40,7 @@ from typing import Any
 
 from workbench.metrics.frame import as_records, output_tokens
 from workbench.records import RequestRecord, RunResult
-from workbench.report.store import RecordWriter
+from workbench.storage.rundir import RecordWriter
 
 SCHEMA = "dynamo.request.trace.v1"
 ToUnixMs = Callable[[int], float]

@@ -85,7 +85,7 @@ def _load(src: Any) -> Any:
 
         return report_source(src.run_dir or "")
     if isinstance(src, str | PathLike):
-        from workbench.report.store import load
+        from workbench.storage.rundir import load
 
         return load(Path(src))
     return src

@@ -16,8 +16,8 @@ points at the same directory, so the run's data sits beside its report.
 
 Notebooks are found by path or by bundled name: ``"replay"``, ``"compare"``,
 ``"trace_explorer"`` are package data under ``workbench/notebooks/`` (the
-repository's ``notebooks/`` holds identical copies for Jupyter users; a test
-keeps them in step), so rendering works from an installed wheel.
+repository's ``notebooks`` is a symlink to that directory for Jupyter users), so
+rendering works from an installed wheel.
 
 The kernel is ``python3``. jupyter_client resolves it to the interpreter that
 runs this code (``sys.executable``) as long as ipykernel is installed beside
@@ -42,8 +42,8 @@ from typing import Any
 
 import nbformat
 
+from workbench.config.validation import check_run_id
 from workbench.errors import ConfigError
-from workbench.validation import check_run_id
 
 log = logging.getLogger(__name__)
 

@@ -45,7 +45,7 @@ class RunReport:
             return manifest
         run_dir = getattr(self.source, "attrs", {}).get("run_dir")
         if run_dir and (Path(run_dir) / "manifest.json").exists():
-            from workbench.report.store import read_json
+            from workbench.storage.rundir import read_json
 
             return read_json(Path(run_dir) / "manifest.json")
         return {}

@@ -1,7 +1,7 @@
 """Report tables: DataFrame in, DataFrame out, plus ``show`` to display and export them.
 
 Every builder returns a plain numeric DataFrame (full precision, metric names
-of SPEC §5 verbatim) with ``attrs["name"]`` set. ``show`` wraps one for a
+of docs/metrics.md verbatim) with ``attrs["name"]`` set. ``show`` wraps one for a
 notebook: it renders as an HTML table with a fixed number of decimals (3 by
 default, so a reader and a test see ``12.346`` for a p50 of 12.3456 ms), and it
 carries the raw numbers in a private MIME type that ``render_report`` writes

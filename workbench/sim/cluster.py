@@ -2,7 +2,7 @@
 
 Each worker is a whole ``Engine`` (its own KV cache, scheduler and step loop) on
 one shared ``Clock``, so the same cluster runs behind one HTTP endpoint (wall
-clock, ``sim.server``) and in virtual time (``workbench.virtual``). A router from
+clock, ``sim.server``) and in virtual time (``workbench.executors.virtual``). A router from
 ``sim.router.ROUTERS`` picks the worker of every request.
 
 Prefill/decode disaggregation (``disagg``): workers ``0..P-1`` only prefill,

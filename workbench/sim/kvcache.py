@@ -10,9 +10,8 @@ prefix's tail goes before its head).
 
 Cost: a whole-trace replay moves tens of millions of blocks, and per block the
 time is mostly memory latency (a ref count, a hash object, a dict slot, an LRU
-node), not bytecode: C-level bulk variants (``map`` over setters, ``islice``
-of the LRU) measured no faster than these plain loops, so only the block
-hashing cuts and hashes the block tuples in C.
+node), not bytecode, so plain loops are used and only the block hashing cuts and
+hashes the block tuples in C (bench/README.md, "Design notes moved from docstrings").
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A custom collector on its own ``CollectorRegistry`` reads the engine's
 counters at scrape time, so the exposition can never drift from the numbers
 the engine reports per request. Names follow vLLM 0.32 (``mode="vllm"``) or
-SGLang (``mode="sglang"``), per SPEC §4 and real-engines.md §3.5.
+SGLang (``mode="sglang"``), per docs/wire-protocols.md ("Server metrics").
 
 A simulated cluster exposes one series per worker, labelled ``engine="<index>"``
 as vLLM labels its data-parallel engines (SGLang mode gains the same label), so

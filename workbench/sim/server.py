@@ -1,6 +1,6 @@
 """HTTP face of the embedded engine: an aiohttp app and ``serve_sim``.
 
-Speaks the four wire protocols of SPEC §4 (``/v1/completions``,
+Speaks the four wire protocols of docs/wire-protocols.md (``/v1/completions``,
 ``/v1/chat/completions``, vLLM ``/inference/v1/generate``, SGLang
 ``/generate``) plus ``/v1/models``, ``/health``, ``/metrics``,
 ``/reset_prefix_cache`` (SGLang: ``/flush_cache``) and ``/debug/requests``:
@@ -32,8 +32,8 @@ from aiohttp import web
 
 from workbench.clock import Clock, WallClock
 from workbench.sim.cluster import AnyRequest, Cluster, ClusterConfig, split_knobs
-from workbench.sim.codecs import CODECS, Codec
 from workbench.sim.config import EngineConfig
+from workbench.sim.encoders import ENCODERS, WireEncoder
 from workbench.sim.engine import Engine
 from workbench.sim.faults import FaultDice
 from workbench.sim.metrics import exposition, make_registry
@@ -189,15 +189,15 @@ class SimServer:
                 raise WireError(400, str(exc)) from None
         except WireError as err:
             return _json(err.body(), status=err.status)
-        codec = CODECS[protocol](gen, self.config.model, self.tok, self.faults)
+        encoder = ENCODERS[protocol](gen, self.config.model, self.tok, self.faults)
         entry = _entry(protocol, ereq)
         entry.update(placement_extra(headers))
         peer = request.transport.get_extra_info("peername") if request.transport else None
         entry["peer"] = f"{peer[0]}:{peer[1]}" if peer else None  # which client connection
         try:
             if gen.stream:
-                return await self._stream(request, codec, ereq, entry, headers)
-            return await self._unary(request, codec, ereq, entry, headers)
+                return await self._stream(request, encoder, ereq, entry, headers)
+            return await self._unary(request, encoder, ereq, entry, headers)
         except ConnectionResetError:
             # The client closed its socket and a write hit the closing transport
             # before aiohttp cancelled this handler: the same abort, not a server error.
@@ -209,12 +209,12 @@ class SimServer:
             self.debug_log.append(_finish_entry(entry, ereq))
 
     async def _stream(
-        self, request: web.Request, codec: Codec, ereq: AnyRequest, entry: Json,
+        self, request: web.Request, encoder: WireEncoder, ereq: AnyRequest, entry: Json,
         headers: dict[str, str],
     ) -> web.StreamResponse:  # fmt: skip
         resp = web.StreamResponse(headers={**SSE_HEADERS, **headers})
         await resp.prepare(request)
-        buf = [_sse(c) for c in codec.head_chunks()]
+        buf = [_sse(c) for c in encoder.head_chunks()]
         writer = _Writer(resp, entry, self)
         if writer.due_disconnect():
             return await writer.drop(request, buf)
@@ -224,7 +224,7 @@ class SimServer:
                 if not out.token_ids:
                     continue  # engine stopped: end the stream without usage
                 reason = None if extra else out.finish_reason
-                buf.append(_sse(codec.token_chunk(out.token_ids, reason, ereq.cached_tokens)))
+                buf.append(_sse(encoder.token_chunk(out.token_ids, reason, ereq.cached_tokens)))
                 writer.pending += len(out.token_ids)
                 if writer.due_disconnect():
                     return await writer.drop(request, buf)
@@ -233,14 +233,14 @@ class SimServer:
                     await self.sleep(self.faults.stall_s)
             await writer.flush(buf)
         if extra and ereq.output_ids:
-            await self._overrun(writer, codec, ereq, extra)
-        tail = codec.usage_chunk(ereq.cached_tokens) if ereq.finish_reason == "length" else None
+            await self._overrun(writer, encoder, ereq, extra)
+        tail = encoder.usage_chunk(ereq.cached_tokens) if ereq.finish_reason == "length" else None
         await resp.write((_sse(tail) if tail else b"") + DONE)
         await resp.write_eof()
         return resp
 
     async def _overrun(
-        self, writer: _Writer, codec: Codec, ereq: AnyRequest, extra: int
+        self, writer: _Writer, encoder: WireEncoder, ereq: AnyRequest, extra: int
     ) -> None:
         """Stream ``extra`` output tokens past the engine's last one (``overrun_tokens``,
         ``never_stop``), one per event, flushed in small batches; the last carries the
@@ -250,14 +250,14 @@ class SimServer:
         for k in range(extra):
             last = k == extra - 1
             reason = ereq.finish_reason if last else None
-            buf.append(_sse(codec.token_chunk([token], reason, ereq.cached_tokens)))
+            buf.append(_sse(encoder.token_chunk([token], reason, ereq.cached_tokens)))
             writer.pending += 1
             if len(buf) >= OVERRUN_FLUSH_EVENTS or last:
                 await writer.flush(buf)
                 await asyncio.sleep(0)  # let the loop serve the other streams
 
     async def _unary(
-        self, request: web.Request, codec: Codec, ereq: AnyRequest, entry: Json,
+        self, request: web.Request, encoder: WireEncoder, ereq: AnyRequest, entry: Json,
         headers: dict[str, str],
     ) -> web.StreamResponse:  # fmt: skip
         limit = self.faults.disconnect_after_tokens
@@ -268,7 +268,7 @@ class SimServer:
         await ereq.wait()
         if self.faults.stall_after_tokens is not None:
             await self.sleep(self.faults.stall_s)
-        body = codec.final_body(ereq.output_ids, ereq.finish_reason, ereq.cached_tokens)
+        body = encoder.final_body(ereq.output_ids, ereq.finish_reason, ereq.cached_tokens)
         entry["sent_ns"] = [self.engine.clock.now_ns()] * ereq.completion_tokens
         return _json(body, headers=headers)
 

@@ -1,8 +1,8 @@
 """Wire shapes of the four protocols the embedded engine speaks (pure dicts).
 
 Field names and nesting follow what vLLM 0.32 and SGLang actually send
-(SPEC §4, real-engines.md §3): ``parse_*`` turn a request body into a
-``GenRequest``; a ``Codec`` turns engine outputs into stream chunks, the
+(docs/wire-protocols.md): ``parse_*`` turn a request body into a
+``GenRequest``; a ``WireEncoder`` turns engine outputs into stream chunks, the
 final usage chunk and the non-streaming body. No aiohttp here, so the shapes
 are testable as plain data.
 """

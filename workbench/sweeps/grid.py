@@ -16,7 +16,7 @@ from typing import Any
 
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
-from workbench.replay import coerce_config
+from workbench.replay.prepare import coerce_config
 from workbench.sweeps import spec as spec_mod
 from workbench.sweeps.runner import Progress, SweepRunner
 from workbench.sweeps.slo import SLO

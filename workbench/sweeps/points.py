@@ -34,7 +34,7 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
 
 def run_complete(run_dir: Path) -> bool:
     """A repeat finished and was saved (its summary is the last file a run writes)."""
-    from workbench.report.store import MANIFEST, SUMMARY, read_json
+    from workbench.storage.rundir import MANIFEST, SUMMARY, read_json
 
     if not (run_dir / SUMMARY).is_file() or not (run_dir / MANIFEST).is_file():
         return False
@@ -48,7 +48,7 @@ def point_metrics(run_dir: str | Path, slo: SLO | None,
     ``result``: the same run still in memory (spares reading its records back)."""
     from workbench.metrics import to_frame
     from workbench.metrics.summary import _delta
-    from workbench.report.store import SUMMARY, load, read_json
+    from workbench.storage.rundir import SUMMARY, load, read_json
 
     d = Path(run_dir)
     summary = read_json(d / SUMMARY)
@@ -101,7 +101,7 @@ def simulate_and_measure(cfg_dict: dict[str, Any],
     plain data (what a worker process is given; any thread)."""
     import time
 
-    from workbench.virtual import simulate
+    from workbench.executors.virtual import simulate
 
     wall, cpu = time.perf_counter(), time.process_time()
     result = simulate(RunConfig.from_dict(cfg_dict))

@@ -207,7 +207,7 @@ class SweepRunner:
         return entry
 
     async def _run_live(self, e: dict[str, Any], rep: int, cfg: RunConfig) -> None:
-        from workbench.replay import run_async
+        from workbench.executors.dispatch import run_async
 
         self._say(f"{e['label']} #{rep}: running")
         result = await run_async(cfg)

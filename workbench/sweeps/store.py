@@ -85,7 +85,7 @@ def is_sweep_dir(path: str | Path) -> bool:
 
 def load_sweep(sweep_dir: str | Path) -> Sweep:
     """A stored sweep (``sweep_dir/sweep.json``)."""
-    from workbench.report.store import read_json
+    from workbench.storage.rundir import read_json
 
     d = Path(sweep_dir)
     if not is_sweep_dir(d):
@@ -94,6 +94,6 @@ def load_sweep(sweep_dir: str | Path) -> Sweep:
 
 
 def write_sweep(sweep: Sweep) -> None:
-    from workbench.report.store import write_json
+    from workbench.storage.rundir import write_json
 
     write_json(sweep.sweep_dir / SWEEP_MANIFEST, sweep.manifest)

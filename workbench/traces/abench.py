@@ -1,6 +1,6 @@
 """agentic-bench ("Abench") session JSONL → sessions.
 
-The format (PyPI ``agentic-bench`` 0.2.0, ``abench/core/dataset.py``; SPEC §1.7)
+The format (PyPI ``agentic-bench`` 0.2.0, ``abench/core/dataset.py``; docs/trace-formats.md)
 is one session a line::
 
     {"session_id": "s1", "source": {...}, "system_prompt": "You are ...",

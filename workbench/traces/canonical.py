@@ -2,7 +2,7 @@
 
 This is what ``tracegen`` writes and what a replay can run without a context
 policy: every ``prefix_len`` is a prefix that *will exist* when its round runs.
-The format (request-factory's, SPEC §1.2) is strict because a simulator and a
+The format (request-factory's, docs/trace-formats.md) is strict because a simulator and a
 live runner are compared on it row by row.
 
 Header, exactly and in this order::

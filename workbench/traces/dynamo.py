@@ -1,6 +1,6 @@
 """NVIDIA Dynamo request traces (``dynamo.request.trace.v1`` JSONL) → sessions.
 
-The format (Dynamo "Request Replay Tracing" / "Agent Tracing" docs; SPEC §1.8)
+The format (Dynamo "Request Replay Tracing" / "Agent Tracing" docs; docs/trace-formats.md)
 is one event a line, each with ``schema: "dynamo.request.trace.v1"`` and an
 ``event_type``. What this reader uses::
 

@@ -1,7 +1,7 @@
 """Independent-request CSV → one-round units that never share context.
 
 The format (request-factory ``text-generation-independent``, TraceLab VibeSim
-L7; SPEC §1.3) is a CSV with a header of exactly these columns, in any order::
+L7; docs/trace-formats.md) is a CSV with a header of exactly these columns, in any order::
 
     id,arrival_time,input_len,output_len
     a,0,812,64

@@ -1,13 +1,13 @@
 """Mooncake request traces (JSONL): independent requests, or closed-loop sessions.
 
-The format (kvcache-ai/Mooncake ``FAST25-release/traces``; SPEC §1.4) is one JSON
+The format (kvcache-ai/Mooncake ``FAST25-release/traces``; docs/trace-formats.md) is one JSON
 object a line::
 
     {"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1, 2, ...]}
 
 - ``timestamp``: arrival, ms from the start of the trace (≥ 0).
 - ``input_length``: the *full* prompt of the request in tokens (≥ 1), also on
-  later turns of a session (SPEC decision; aiperf's "delta" reading is not used).
+  later turns of a session (docs/trace-formats.md; aiperf's "delta" reading is not used).
 - ``output_length``: tokens to generate (≥ 1).
 - ``hash_ids``: one non-negative integer id per ``block_size``-token block of the
   prompt. The id of a block stands for that block *and everything before it*,

@@ -1,4 +1,4 @@
-"""Raw session CSV (``session``): recorded rounds as a trace reports them (SPEC §1.1).
+"""Raw session CSV (``session``): recorded rounds as a trace reports them (docs/trace-formats.md).
 
 This is TraceLab's export and the older replay examples. A header is required;
 columns may come in any order:

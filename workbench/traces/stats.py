@@ -4,7 +4,7 @@
 this trace?" with a dict of plain numbers (``TraceStats.summary``; a
 ``TraceStats`` also reads like that dict) plus DataFrames a notebook can plot.
 
-Definitions (the names are the SPEC §8 contract; read them here, not by guess):
+Definitions (the names are the docs/interface.md contract; read them here, not by guess):
 
 - ``mean_input_tokens`` is the mean **full prompt** (prefix + fresh input) of a
   round. That is what trace papers call "input": for the Mooncake conversation
@@ -38,8 +38,13 @@ import numpy as np
 import pandas as pd
 
 from workbench.arrival.schedule import arrival_span
-from workbench.config import planned_file_message
-from workbench.context.policy import POLICIES, ContextPolicy, PlannedRound, plan_rounds
+from workbench.context.policy import (
+    POLICIES,
+    ContextPolicy,
+    PlannedRound,
+    plan_rounds,
+    planned_file_message,
+)
 from workbench.errors import ConfigError
 from workbench.records import Workload
 

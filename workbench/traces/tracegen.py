@@ -40,7 +40,6 @@ import numpy as np
 import orjson
 
 from workbench import __version__
-from workbench.config import planned_file_message
 from workbench.context.policy import (
     MAJOR_COMPACTION_MIN_DROP_RATIO,
     MAJOR_COMPACTION_MIN_DROP_TOKENS,
@@ -48,6 +47,7 @@ from workbench.context.policy import (
     ContextPolicy,
     PrefixPreserving,
     plan_rounds,
+    planned_file_message,
 )
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Unit, Workload

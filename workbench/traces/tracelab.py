@@ -1,4 +1,6 @@
-"""TraceLab normalized round JSONL (``tracelab``): one recorded LLM round a line (SPEC §1.5).
+"""TraceLab normalized round JSONL (``tracelab``): one recorded LLM round a line.
+
+The format: docs/trace-formats.md.
 
 Fields read (others are ignored):
 

@@ -1,6 +1,6 @@
 """batchbench v1 replay manifests (JSONL) → sessions.
 
-The format (doublewordai/batchbench ``docs/manifest.md``; SPEC §1.6) is one
+The format (doublewordai/batchbench ``docs/manifest.md``; docs/trace-formats.md) is one
 trajectory a line, in admission order::
 
     {"schema_version": 1, "trajectory_id": "fixer-a",

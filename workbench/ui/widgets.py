@@ -193,7 +193,7 @@ class Panel:
     # -- the run ----------------------------------------------------------------------------
     async def run(self) -> RunResult | None:
         """Build the config, await ``run_async`` with progress and stop, show the result."""
-        from workbench.replay import run_async
+        from workbench.executors.dispatch import run_async
 
         try:
             cfg = self.config()
@@ -203,7 +203,7 @@ class Panel:
             self._busy(False)
             return None
         if cfg.out_dir and not cfg.run_id:  # known up front: the live view reads its records
-            from workbench.replay import new_run_id
+            from workbench.replay.prepare import new_run_id
 
             cfg = cfg.replace(run_id=new_run_id(cfg))
         self._stop = asyncio.Event()
@@ -229,7 +229,7 @@ class Panel:
         """While ``replay`` runs, redraw the views from the records on disk so far."""
         import time
 
-        from workbench.report.store import load
+        from workbench.storage.rundir import load
 
         if not (cfg.out_dir and cfg.run_id and self.views):
             return
@@ -343,9 +343,9 @@ class WhatIf:
             self.task = asyncio.get_running_loop().create_task(self.run())
 
     async def run(self) -> RunResult:
+        from workbench.executors.virtual import simulate
         from workbench.metrics import summarize
         from workbench.report import tables
-        from workbench.virtual import simulate
 
         cfg = self.config()
         capacity = self.num_blocks.value * self.block_size.value

@@ -3,7 +3,7 @@
 ``records.jsonl`` stays the source of truth (crash-safe, appended line by line,
 every field). For a run of millions of requests a report must not parse it into
 ``RequestRecord`` objects and a pandas frame at once, so the same records are
-also written as Parquet, flattened, with the per-request metrics of SPEC §5
+also written as Parquet, flattened, with the per-request metrics of docs/metrics.md
 already derived:
 
 - every scalar field of ``RequestRecord`` (ids, plan, raw ``*_ns`` timestamps as
@@ -281,7 +281,7 @@ def _batch_table(pa: Any, rows: list[Mapping[str, Any]], token_times: bool) -> A
 # ------------------------------------------------------------------ files
 def iter_jsonl_batches(path: str | Path, batch_rows: int = BATCH_ROWS) -> Iterator[list[Any]]:
     """Parsed lines of a JSONL file in lists of ``batch_rows``; a cut last line is skipped."""
-    from workbench.report.store import loads_line
+    from workbench.storage.rundir import loads_line
 
     batch: list[Any] = []
     with open(path, "rb") as fh:
@@ -333,7 +333,7 @@ def convert(
     out: str | Path | None = None,
 ) -> Path:
     """``run_dir/records.jsonl`` → ``run_dir/records.parquet`` in streaming batches."""
-    from workbench.report.store import RECORDS, resolve_run_dir
+    from workbench.storage.rundir import RECORDS, resolve_run_dir
 
     d = resolve_run_dir(run_dir)
     target = Path(out) if out is not None else d / PARQUET
@@ -359,7 +359,7 @@ def parquet_path(run_dir: str | Path, *, token_times: bool | None = None) -> Pat
 
     ``token_times=True`` also rebuilds a file written without the token lists.
     """
-    from workbench.report.store import RECORDS, resolve_run_dir
+    from workbench.storage.rundir import RECORDS, resolve_run_dir
 
     d = resolve_run_dir(run_dir)
     pq_file, js = d / PARQUET, d / RECORDS

@@ -1,7 +1,7 @@
 """``RunConfig``: one replay = trace + context + arrival + backend + target (+ seed, SLO).
 
 The four axes are independent: nothing in one implies a value in another. The
-cross-axis rules of SPEC §0 are checked here, before any request is sent, each
+cross-axis rules of docs/axes.md are checked here, before any request is sent, each
 with a message that says what to change. Configs come from dicts (a notebook's
 parameters cell), YAML/JSON files (``--config``) and go back to dicts for the
 run manifest.
@@ -114,7 +114,7 @@ class ExecutorSpec:
     never split; ``max_concurrency`` is divided between shards; records merge
     into one run directory). ``record_flush_ms``: ``None`` (default) writes each
     record the moment its request ends, so even a hard crash loses nothing
-    finished (SPEC §6); a number batches writes, records then reach the OS at most
+    finished (docs/run-directory.md); a number batches writes, records then reach the OS at most
     this long after their request ends (faster at high request rates; a SIGKILL
     can lose that window, a cancel or Ctrl-C still loses nothing).
     ``block_hashes``: compute each prompt's chained block hashes (kept in records
@@ -122,7 +122,7 @@ class ExecutorSpec:
     per request). ``uvloop``: use uvloop for ``run``/the CLI when installed.
     ``kind``: ``local`` (one process, or ``workers`` processes when > 1),
     ``processes`` (``workers`` processes on this host) or ``ray`` (``workers``
-    Ray actors, see ``workbench.ray_executor``); ``address``: the Ray cluster
+    Ray actors, see ``workbench.executors.ray``); ``address``: the Ray cluster
     to join (``ray://host:10001``, ``host:6379`` or ``auto``; None = a
     ``ray.init`` already made in this process, else a local one).
     ``gc_freeze``: ``gc.freeze()`` what exists when the measured run starts (and
@@ -327,7 +327,7 @@ class RunConfig:
 
         The other rules below can then compare and combine values safely.
         """
-        from workbench import validation as v
+        from workbench.config import validation as v
 
         for key in _SECTIONS:
             v.check_dataclass(getattr(self, key), key)
@@ -400,7 +400,7 @@ class RunConfig:
     def check_out_dir(self) -> None:
         """``out_dir`` is a writable directory, or can be created as one (before a run)."""
         if self.out_dir:
-            from workbench.validation import check_out_dir
+            from workbench.config.validation import check_out_dir
 
             check_out_dir("out_dir", self.out_dir)
 
@@ -446,6 +446,8 @@ class RunConfig:
     def check_workload(self, workload: Workload) -> None:
         """Rules that depend on what the trace holds."""
         if self.context.policy is not None and workload.meta.get("needs_context_policy") is False:
+            from workbench.context.policy import planned_file_message
+
             raise ConfigError(planned_file_message(self.context.policy, workload))
         if self.context.policy is not None and not workload.has_sessions:
             raise ConfigError(
@@ -511,21 +513,6 @@ def _section(key: str, spec_cls: type, main: str, value: Any) -> Any:
             f"unknown {key} option(s) {unknown}; valid: {', '.join(sorted(names))}"
         )
     return spec_cls(**value)
-
-
-def planned_file_message(policy: str, workload: Workload) -> str:
-    """Why a context policy cannot apply to an already planned trace (``session-execution-v2``):
-    its prefixes are the plan, and re-planning them changes the workload (docs/arrival.md)."""
-    manifest = workload.meta.get("manifest")
-    params = manifest.get("parameters") if isinstance(manifest, dict) else None
-    made = params.get("context_policy") if isinstance(params, dict) else None
-    how = f" by policy {made!r}" if made else ""
-    return (
-        f"context.policy {policy!r} cannot apply to {workload.source or 'this trace'} "
-        f"({workload.fmt}): its prefixes were already planned{how} and are replayed as "
-        "written; unset context.policy (drop --policy), or run tracegen on the raw source "
-        f"with --policy {policy} to plan it another way"
-    )
 
 
 def parse_output_policy(spec: str) -> tuple[str, int]:

@@ -15,16 +15,16 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from workbench import redact
-from workbench.arrival.admission import AdmissionGate
-from workbench.arrival.queue import AdmissionQueue, Waiting, release_order
-from workbench.backends.base import Codec, WireRequest
+from workbench.backends.base import Codec, WireRequest, make_codec
 from workbench.clock import Clock
 from workbench.config import RunConfig
-from workbench.context.tokens import TokenPool
-from workbench.measure import SelfMeasure
-from workbench.plan import Plan, RoundPlan, UnitPlan
+from workbench.context.tokens import TokenPool, run_pool
 from workbench.records import RequestRecord
-from workbench.rounds import RoundMaker, UnitRun, wire_request_id
+from workbench.replay.admission import AdmissionGate
+from workbench.replay.measure import SelfMeasure
+from workbench.replay.plan import Plan, RoundPlan, UnitPlan
+from workbench.replay.queue import AdmissionQueue, Waiting, release_order
+from workbench.replay.rounds import RoundMaker, UnitRun, wire_request_id
 
 log = logging.getLogger(__name__)
 
@@ -157,11 +157,11 @@ class Runner:
         try:
             await asyncio.wait({dispatcher, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
             if not self.stopped.is_set():
-                await self._drain()
+                await self._wait_running_units()
         finally:
             await self._cancel_all([dispatcher, stop_wait, *([fuse] if fuse else [])])
 
-    async def _drain(self) -> None:
+    async def _wait_running_units(self) -> None:
         """Wait for running units, but give up at once if someone calls ``stop``."""
         if self._idle.is_set() or self.stopped.is_set():
             return
@@ -189,7 +189,7 @@ class Runner:
 
     # -- dispatch -----------------------------------------------------------------------
     async def _dispatch(self) -> None:
-        """Admit units in release order, (arrival, file order) (``arrival.queue``); the
+        """Admit units in release order, (arrival, file order) (``replay.queue``); the
         gate hands out slots strictly in that order.
 
         The dispatcher never holds a unit across an ``await``: after every wait it
@@ -317,7 +317,7 @@ class Runner:
         while nxt is not None:
             run, nxt = nxt, None
             try:
-                await self._play(run)
+                await self._play_unit(run)
             except BaseException:
                 if not run.warmup:
                     self._slot_freed_ns = self.clock.now_ns()
@@ -329,7 +329,7 @@ class Runner:
             if not run.warmup:
                 nxt = self._hand_off(run.routing_slot - self.slot_offset)
 
-    async def _play(self, run: UnitRun) -> None:
+    async def _play_unit(self, run: UnitRun) -> None:
         try:
             for k, rp in enumerate(run.plan.rounds):
                 if self._past_deadline():
@@ -443,7 +443,7 @@ class Runner:
             measure.lag(rec.dispatch_ns or now, ready)
             measure.ended(self.clock.now_ns())
         if out_ids is None and rec.status == "ok" and make.needs_output_ids(rp):
-            # SPEC §2: a round whose output ids cannot be trusted fails; it never
+            # docs/context-policy.md: a round whose output ids cannot be trusted fails; it never
             # continues from a context that lacks what the model really said
             rec.status = "error"
             rec.error = (
@@ -469,3 +469,39 @@ class Runner:
         if self.freeze_gc and self._finished % GC_REFREEZE_EVERY == 0:
             gc.freeze()  # finished records are long-lived: keep full collections off them
 
+
+
+def build_runner(
+    cfg: RunConfig,
+    plan: Plan,
+    *,
+    run_id: str,
+    sender: Sender,
+    clock: Clock,
+    sink: RecordSink,
+    lifecycle_sink: LifecycleSink | None = None,
+    block_size: int | None = None,
+    slot_offset: int = 0,
+    codec: Codec | None = None,
+    pool: TokenPool | None = None,
+) -> Runner:
+    """The one place a run's ``Runner`` is built, for every executor (in-process session,
+    worker process, Ray actor, virtual time).
+
+    The codec (fresh per runner: the chat codec keeps state) and the token pool come from
+    ``cfg.backend`` unless given (a session that already used them for its preflight passes
+    its own); the executor knobs (``block_hashes``, ``gc_freeze``) come from
+    ``cfg.executor``; ``slot_offset`` is a shard's first routing slot.
+    """
+    b = cfg.backend
+    runner = Runner(
+        cfg, plan, run_id=run_id,
+        codec=codec if codec is not None else make_codec(b.name, **b.options),
+        sender=sender, clock=clock,
+        pool=pool if pool is not None else run_pool(cfg.seed, b.token_salt, run_id),
+        sink=sink, lifecycle_sink=lifecycle_sink, block_size=block_size,
+    )  # fmt: skip
+    runner.record_hashes = cfg.executor.block_hashes
+    runner.freeze_gc = cfg.executor.gc_freeze
+    runner.slot_offset = slot_offset
+    return runner

@@ -37,15 +37,14 @@ import tempfile
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from workbench.arrival.queue import release_order
 from workbench.config import RunConfig
 from workbench.errors import WorkbenchError
-from workbench.plan import Plan
 from workbench.records import RequestRecord
-from workbench.replay_session import ReplaySession
-from workbench.runner import merge_warmup
+from workbench.replay.runner import build_runner, merge_warmup
+from workbench.replay.session import ReplaySession
+from workbench.replay.shards import slot_offsets, split_concurrency, split_plan, warmup_shares
 
 log = logging.getLogger(__name__)
 
@@ -55,141 +54,72 @@ STOP_GRACE_S = 30.0
 PROGRESS_EVERY_S = 0.2
 
 
-def split_plan(plan: Plan, n: int) -> list[Plan]:
-    """Round-robin in release order, (arrival, file order): the i-th unit released goes
-    to shard ``i mod n`` (units stay whole), so shards share the load over time. For
-    untimed modes and traces in arrival order that is unit ``i`` → shard ``i mod n``."""
-    units = release_order(plan.units)
-    return [Plan(units[k::n], plan.policy, plan.block_size) for k in range(n)]
+class Launcher(Protocol):
+    """Starts a sharded run's shards (worker processes, Ray actors) and waits for them."""
+
+    async def launch(
+        self, session: ReplaySession, shard_dir: Path, base_url: str, block_size: int | None,
+        stop: asyncio.Event | None,
+    ) -> None:  # fmt: skip
+        """Play ``session.plan`` split over the shards; every shard writes
+        ``records-<k>.jsonl`` and ``lifecycle-<k>.jsonl`` into ``shard_dir``."""
 
 
-def split_concurrency(c: int | None, n: int) -> list[int | None]:
-    """``c`` slots over ``n`` shards (the first ``c mod n`` get one more); None stays None."""
-    if c is None:
-        return [None] * n
-    return [c // n + (1 if k < c % n else 0) for k in range(n)]
+class ShardedExecutor:
+    """The plan over N shards: this process owns the target, the preflight, the cache
+    flush and the ``/metrics`` scraper; the ``launcher`` runs the shards, whose files are
+    merged into one run directory at the end."""
 
+    def __init__(self, launcher: Launcher) -> None:
+        self.launcher = launcher
+        self.shard_dir = Path()
+        self._tmp: Path | None = None
 
-def warmup_shares(n_warm: int, n: int) -> list[int]:
-    """How many of the run's first ``n_warm`` units (release order) each of ``n`` shards
-    holds: ``split_plan`` deals the unit at release position i to shard ``i mod n``, and a
-    shard's own release order keeps that order, so shard k warms its first
-    ``ceil((n_warm - k) / n)`` units and the shards together warm exactly the first
-    ``n_warm`` (docs/arrival.md)."""
-    return [max(0, -(-(n_warm - k) // n)) for k in range(n)]
+    def open_files(self, session: ReplaySession) -> None:
+        from workbench.storage.rundir import write_json
 
-
-def slot_offsets(shares: list[int | None], plan_sizes: list[int]) -> list[int]:
-    """First routing slot of each shard: shares stacked (uncapped: unit counts stacked)."""
-    out, acc = [], 0
-    for share, size in zip(shares, plan_sizes, strict=True):
-        out.append(acc)
-        acc += share if share is not None else size
-    return out
-
-
-class ShardedSession(ReplaySession):
-    """A ``ReplaySession`` whose runner is N worker processes."""
-
-    def _open_writers(self) -> None:
-        from workbench.report.store import write_json
-
-        if self.run_dir is None:
+        if session.run_dir is None:
             self._tmp = Path(tempfile.mkdtemp(prefix="workbench-shards-"))
             self.shard_dir = self._tmp
         else:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            write_json(self.run_dir / "manifest.json", self.manifest)
-            self.shard_dir = self.run_dir / "shards"
+            session.run_dir.mkdir(parents=True, exist_ok=True)
+            write_json(session.run_dir / "manifest.json", session.manifest)
+            self.shard_dir = session.run_dir / "shards"
         self.shard_dir.mkdir(parents=True, exist_ok=True)
 
-    _tmp: Path | None = None
-
-    async def _run_against(self, target: dict[str, Any], stop: asyncio.Event | None) -> None:
+    async def play(
+        self, session: ReplaySession, target: dict[str, Any], stop: asyncio.Event | None
+    ) -> None:
         from workbench.backends.base import make_codec
         from workbench.backends.transport import Transport, TransportOptions
         from workbench.clock import WallClock
         from workbench.context.tokens import run_pool
 
-        b = self.cfg.backend
+        s = session
+        b = s.cfg.backend
         clock = WallClock()
-        options = TransportOptions.of_run(self.cfg, target["base_url"])
+        options = TransportOptions.of_run(s.cfg, target["base_url"])
         async with Transport(options, clock) as transport:
             await transport.check_reachable()
-            pool = run_pool(self.cfg.seed, b.token_salt, self.run_id)
-            await self._preflight(transport, make_codec(b.name, **b.options), pool, target)
-            await self._flush(transport, target)
-        block_size = await self._block_size(target)
-        self.manifest["block_size"] = block_size
-        scraper = self._scraper(target, clock)
+            pool = run_pool(s.cfg.seed, b.token_salt, s.run_id)
+            await s.preflight(transport, make_codec(b.name, **b.options), pool, target)
+            await s.flush_cache(transport, target)
+        block_size = await s.block_size(target)
+        s.manifest["block_size"] = block_size
+        scraper = s.scraper(target, clock)
         if scraper is not None:
             await scraper.start()
         try:
-            await self._run_workers(target["base_url"], block_size, stop)
+            await self.launcher.launch(s, self.shard_dir, target["base_url"], block_size, stop)
         finally:
             if scraper is not None:
                 await scraper.stop()
-                self.timeline = list(scraper.timeline)
-            self._merge()
+                s.timeline = list(scraper.timeline)
+            self._merge(s)
 
-    async def _run_workers(
-        self, base_url: str, block_size: int | None, stop: asyncio.Event | None
-    ) -> None:
-        n = self.cfg.executor.workers
-        plans = split_plan(self.plan, n)
-        shares = split_concurrency(self.cfg.arrival.max_concurrency, n)
-        offsets = slot_offsets(shares, [len(p.units) for p in plans])
-        warm_n = warmup_shares(self.cfg.arrival.warmup, n)
-        ctx = mp.get_context("spawn")
-        pool = _Workers()
-        try:
-            for k in range(n):
-                spec = {
-                    "cfg": self._worker_cfg(shares[k], warm_n[k]), "plan": plans[k],
-                    "run_id": self.run_id, "base_url": base_url, "block_size": block_size,
-                    "slot_offset": offsets[k], "shard": k, "shard_dir": str(self.shard_dir),
-                }  # fmt: skip
-                pool.start(ctx, spec)
-            await pool.gather("ready", READY_TIMEOUT_S)
-            t0 = time.perf_counter_ns() + EPOCH_LEAD_NS
-            pool.send(("start", t0))
-            self.manifest["executor"] = {
-                "workers": n, "shard_concurrency": shares, "epoch_ns": t0,
-                "shard_units": [len(p.units) for p in plans],
-            }  # fmt: skip
-            results = await pool.until_done(stop, self._on_progress)
-        finally:
-            await pool.close()
-        self._cancelled = any(r.get("stop_reason") for r in results.values()) or pool.stopped
-        reasons = {r.get("stop_reason") for r in results.values()} - {None}
-        self.manifest["stop_reason"] = (
-            sorted(reasons)[0] if reasons else ("stopped" if pool.stopped else None)
-        )
-        self.manifest["peak_active_units"] = sum(r["peak_active"] for r in results.values())
-        warm = merge_warmup([results[k].get("warmup") for k in sorted(results)])
-        if warm is not None:
-            self.manifest["warmup"] = warm
-        raws = [results[k]["client"] for k in sorted(results)]
-        self.manifest["client"] = self._client_stats(raws)
-        if len(results) < n:
-            raise WorkbenchError(f"{n - len(results)} of {n} worker processes failed (see log)")
-
-    def _worker_cfg(self, share: int | None, warmup: int) -> dict[str, Any]:
-        d = self.cfg.to_dict()
-        d["arrival"]["max_concurrency"] = share
-        d["arrival"]["warmup"] = warmup
-        d["executor"]["workers"] = 1
-        d["out_dir"] = None
-        d["target"] = {"url": "http://placeholder"}  # workers get the parent's URL
-        return d
-
-    def _on_progress(self, done: int) -> None:
-        if self.progress is not None:
-            self.progress(done, self._total)
-
-    def _merge(self) -> None:
+    def _merge(self, s: ReplaySession) -> None:
         """Shard files → ``records`` / ``lifecycle`` in memory and in the run directory."""
-        from workbench.report.store import dumps_line, read_jsonl
+        from workbench.storage.rundir import dumps_line, read_jsonl
 
         recs: list[RequestRecord] = []
         rows: list[dict[str, Any]] = []
@@ -199,20 +129,80 @@ class ShardedSession(ReplaySession):
             rows.extend(read_jsonl(f))
         recs.sort(key=lambda r: (r.end_ns or 0, r.unit_ordinal, r.round_idx))
         rows.sort(key=lambda r: (r.get("end_ns") or 0, r.get("unit_ordinal", 0)))
-        self.records, self.lifecycle = recs, rows
-        self._done = sum(1 for r in recs if not r.warmup)
-        self._skipped = sum(1 for r in recs if not r.warmup and r.status == "skipped")
-        if self.run_dir is not None:
+        s.records, s.lifecycle = recs, rows
+        s.done = sum(1 for r in recs if not r.warmup)
+        s.skipped = sum(1 for r in recs if not r.warmup and r.status == "skipped")
+        if s.run_dir is not None:
             for name, items in (("records", recs), ("lifecycle", rows)):
-                tmp = self.run_dir / f"{name}.jsonl.tmp"
+                tmp = s.run_dir / f"{name}.jsonl.tmp"
                 with open(tmp, "wb") as fh:
                     fh.write(b"".join(dumps_line(x) for x in items))
-                tmp.replace(self.run_dir / f"{name}.jsonl")
+                tmp.replace(s.run_dir / f"{name}.jsonl")
             shutil.rmtree(self.shard_dir, ignore_errors=True)
-            if not self._keep:  # executor.keep_records: the merged files are the records
-                self.records, self.lifecycle = [], []
+            if not s.keep:  # executor.keep_records: the merged files are the records
+                s.records, s.lifecycle = [], []
         elif self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def worker_cfg(cfg: RunConfig, share: int | None, warmup: int) -> dict[str, Any]:
+    """A shard's config: its share of the concurrency and of the warm-up units, one worker,
+    no run directory (the parent writes it), the parent's URL given separately."""
+    d = cfg.to_dict()
+    d["arrival"]["max_concurrency"] = share
+    d["arrival"]["warmup"] = warmup
+    d["executor"]["workers"] = 1
+    d["out_dir"] = None
+    d["target"] = {"url": "http://placeholder"}  # workers get the parent's URL
+    return d
+
+
+class ProcessLauncher:
+    """Shards as worker processes on this host (``executor.kind = "processes"``)."""
+
+    async def launch(
+        self, session: ReplaySession, shard_dir: Path, base_url: str, block_size: int | None,
+        stop: asyncio.Event | None,
+    ) -> None:  # fmt: skip
+        s = session
+        n = s.cfg.executor.workers
+        plans = split_plan(s.plan, n)
+        shares = split_concurrency(s.cfg.arrival.max_concurrency, n)
+        offsets = slot_offsets(shares, [len(p.units) for p in plans])
+        warm_n = warmup_shares(s.cfg.arrival.warmup, n)
+        ctx = mp.get_context("spawn")
+        pool = _Workers()
+        try:
+            for k in range(n):
+                spec = {
+                    "cfg": worker_cfg(s.cfg, shares[k], warm_n[k]), "plan": plans[k],
+                    "run_id": s.run_id, "base_url": base_url, "block_size": block_size,
+                    "slot_offset": offsets[k], "shard": k, "shard_dir": str(shard_dir),
+                }  # fmt: skip
+                pool.start(ctx, spec)
+            await pool.gather("ready", READY_TIMEOUT_S)
+            t0 = time.perf_counter_ns() + EPOCH_LEAD_NS
+            pool.send(("start", t0))
+            s.manifest["executor"] = {
+                "workers": n, "shard_concurrency": shares, "epoch_ns": t0,
+                "shard_units": [len(p.units) for p in plans],
+            }  # fmt: skip
+            results = await pool.until_done(stop, s.report_progress)
+        finally:
+            await pool.close()
+        s.cancelled = any(r.get("stop_reason") for r in results.values()) or pool.stopped
+        reasons = {r.get("stop_reason") for r in results.values()} - {None}
+        s.manifest["stop_reason"] = (
+            sorted(reasons)[0] if reasons else ("stopped" if pool.stopped else None)
+        )
+        s.manifest["peak_active_units"] = sum(r["peak_active"] for r in results.values())
+        warm = merge_warmup([results[k].get("warmup") for k in sorted(results)])
+        if warm is not None:
+            s.manifest["warmup"] = warm
+        raws = [results[k]["client"] for k in sorted(results)]
+        s.manifest["client"] = s.client_stats(raws)
+        if len(results) < n:
+            raise WorkbenchError(f"{n - len(results)} of {n} worker processes failed (see log)")
 
 
 class _Workers:
@@ -311,7 +301,7 @@ class _Workers:
 # ----------------------------------------------------------------- the worker side
 def worker_main(conn: Connection, spec: dict[str, Any]) -> None:
     """Entry point of a worker process (spawned: nothing inherited but ``spec``)."""
-    from workbench.replay import run_on_fast_loop
+    from workbench.replay.prepare import run_on_fast_loop
 
     cfg = RunConfig.from_dict(spec["cfg"])
     try:
@@ -325,15 +315,12 @@ def worker_main(conn: Connection, spec: dict[str, Any]) -> None:
 
 
 async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> None:
-    from workbench.backends.base import make_codec
     from workbench.backends.transport import Transport, TransportOptions
     from workbench.clock import WallClock
-    from workbench.context.tokens import run_pool
-    from workbench.report.store import RecordWriter
-    from workbench.runner import Runner
+    from workbench.storage.rundir import RecordWriter
 
     k, shard_dir = spec["shard"], Path(spec["shard_dir"])
-    b, a = cfg.backend, cfg.arrival
+    a = cfg.arrival
     clock = WallClock()
     options = TransportOptions.of_run(cfg, spec["base_url"])
     flush = cfg.executor.record_flush_ms or None
@@ -348,18 +335,14 @@ async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> Non
 
     try:
         async with Transport(options, clock) as transport:
-            runner = Runner(
-                cfg, spec["plan"], run_id=spec["run_id"], codec=make_codec(b.name, **b.options),
-                sender=transport, clock=clock, sink=on_record,
-                pool=run_pool(cfg.seed, b.token_salt, spec["run_id"]),
-                lifecycle_sink=life.write, block_size=spec["block_size"],
-            )  # fmt: skip
-            runner.record_hashes = cfg.executor.block_hashes
-            runner.freeze_gc = cfg.executor.gc_freeze
-            runner.slot_offset = spec["slot_offset"]
+            runner = build_runner(
+                cfg, spec["plan"], run_id=spec["run_id"], sender=transport, clock=clock,
+                sink=on_record, lifecycle_sink=life.write, block_size=spec["block_size"],
+                slot_offset=spec["slot_offset"],
+            )
             await runner.warmup()
             if cfg.executor.warm_connections:
-                from workbench.replay_session import WARM_MAX
+                from workbench.replay.session import WARM_MAX
 
                 await transport.warm(min(a.max_concurrency or 0, WARM_MAX))
             conn.send(("ready", None))

@@ -1,12 +1,13 @@
 """The Ray executor: shards of units on Ray actors, records streamed back to the driver.
 
 ``executor: {kind: ray, workers: N, address: ...}`` runs the process-sharding
-design of ``workbench.shard`` on a Ray cluster instead of local processes:
+design of ``workbench.executors.processes`` on a Ray cluster instead of local processes:
 
 - **Same split.** ``split_plan`` (unit ``i`` → shard ``i mod N``, a unit never
   split, file order kept within a shard), ``split_concurrency`` and the routing
-  slot offsets are ``ShardedSession``'s; actor ``k`` replays shard ``k`` with an
-  ordinary ``Runner``, so admission order within a shard is a local run's.
+  slot offsets are a sharded run's (``workbench.replay.shards``); actor ``k``
+  replays shard ``k`` with an ordinary ``Runner``, so admission order within a shard
+  is a local run's.
 - **The driver owns the target.** As in a sharded run, the driver (this
   process) starts the embedded engine or checks the URL, runs the preflight and
   the ``/metrics`` scraper, and gives actors only the base URL — which must be
@@ -27,7 +28,7 @@ design of ``workbench.shard`` on a Ray cluster instead of local processes:
 - **Streaming back.** Actors buffer finished records and lifecycle rows;
   the driver drains them every ``POLL_S`` (one actor call returning a batch) and
   appends them to ``shards/*.jsonl`` in the run directory (crash-safe as in a
-  sharded run), then ``ShardedSession._merge`` merges them into one run
+  sharded run), then ``ShardedExecutor`` merges them into one run
   directory. ``records.parquet`` is written beside ``records.jsonl`` at the end
   when pyarrow is installed.
 
@@ -47,16 +48,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from workbench.config import RunConfig
 from workbench.errors import ConfigError, WorkbenchError
+from workbench.executors.processes import worker_cfg
 from workbench.records import RequestRecord
-from workbench.runner import merge_warmup
-from workbench.shard import (
-    ShardedSession,
-    slot_offsets,
-    split_concurrency,
-    split_plan,
-    warmup_shares,
-)
+from workbench.replay.runner import build_runner, merge_warmup
+from workbench.replay.session import ReplaySession
+from workbench.replay.shards import slot_offsets, split_concurrency, split_plan, warmup_shares
 
 log = logging.getLogger(__name__)
 
@@ -114,28 +112,19 @@ class ShardActor:
 
     async def prepare(self, spec: dict[str, Any]) -> bool:
         """Open the transport, build the runner, play the warm-up; then wait for ``run``."""
-        from workbench.backends.base import make_codec
         from workbench.backends.transport import Transport, TransportOptions
         from workbench.clock import WallClock
-        from workbench.config import RunConfig
-        from workbench.context.tokens import run_pool
-        from workbench.runner import Runner
 
         cfg = RunConfig.from_dict(spec["cfg"])
-        b = cfg.backend
         clock = WallClock()
         options = TransportOptions.of_run(cfg, spec["base_url"])
         self._stack = contextlib.AsyncExitStack()
         transport = await self._stack.enter_async_context(Transport(options, clock))
-        runner = Runner(
-            cfg, spec["plan"], run_id=spec["run_id"], codec=make_codec(b.name, **b.options),
-            sender=transport, clock=clock, sink=self._on_record,
-            pool=run_pool(cfg.seed, b.token_salt, spec["run_id"]),
-            lifecycle_sink=self._on_lifecycle, block_size=spec["block_size"],
-        )  # fmt: skip
-        runner.record_hashes = cfg.executor.block_hashes
-        runner.freeze_gc = getattr(cfg.executor, "gc_freeze", False)
-        runner.slot_offset = spec["slot_offset"]
+        runner = build_runner(
+            cfg, spec["plan"], run_id=spec["run_id"], sender=transport, clock=clock,
+            sink=self._on_record, lifecycle_sink=self._on_lifecycle,
+            block_size=spec["block_size"], slot_offset=spec["slot_offset"],
+        )
         self._runner = runner
         await runner.warmup()
         return True
@@ -171,7 +160,7 @@ class ShardActor:
         return {"client": r.client_raw(), "stop_reason": r.stop_reason,
                 "peak_active": r.gate.peak_active, "warmup": r.warmup_report}  # fmt: skip
 
-    def drain(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    def take_finished(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
         """Records and lifecycle rows finished since the last call, and the done count."""
         recs, rows = self._records, self._lifecycle
         self._records, self._lifecycle = [], []
@@ -182,21 +171,26 @@ class ShardActor:
             self._runner.stop("stopped")
 
 
-class RaySession(ShardedSession):
-    """A ``ShardedSession`` whose shards run on Ray actors (see the module docstring)."""
+class RayLauncher:
+    """Shards on Ray actors (``executor.kind = "ray"``; see the module docstring), launched
+    by a ``ShardedExecutor`` like worker processes are."""
 
-    _started_ray = False
+    def __init__(self) -> None:
+        self._started_ray = False
+        self._stopped = False
 
-    async def _run_workers(
-        self, base_url: str, block_size: int | None, stop: asyncio.Event | None
-    ) -> None:
+    async def launch(
+        self, session: ReplaySession, shard_dir: Path, base_url: str, block_size: int | None,
+        stop: asyncio.Event | None,
+    ) -> None:  # fmt: skip
+        s = session
         ray = require_ray()
-        self._connect(ray)
-        n = self.cfg.executor.workers
-        plans = split_plan(self.plan, n)
-        shares = split_concurrency(self.cfg.arrival.max_concurrency, n)
+        self._connect(ray, s.cfg)
+        n = s.cfg.executor.workers
+        plans = split_plan(s.plan, n)
+        shares = split_concurrency(s.cfg.arrival.max_concurrency, n)
         offsets = slot_offsets(shares, [len(p.units) for p in plans])
-        warm_n = warmup_shares(self.cfg.arrival.warmup, n)
+        warm_n = warmup_shares(s.cfg.arrival.warmup, n)
         remote = ray.remote(max_concurrency=64)(ShardActor)
         actors = [
             remote.options(num_cpus=ACTOR_CPUS, scheduling_strategy="SPREAD").remote()
@@ -205,24 +199,24 @@ class RaySession(ShardedSession):
         try:
             clocks = [await _measure_clock(a) for a in actors]
             specs = [
-                {"cfg": self._worker_cfg(shares[k], warm_n[k]), "plan": plans[k],
-                 "run_id": self.run_id, "base_url": base_url, "block_size": block_size,
+                {"cfg": actor_cfg(s.cfg, shares[k], warm_n[k]), "plan": plans[k],
+                 "run_id": s.run_id, "base_url": base_url, "block_size": block_size,
                  "slot_offset": offsets[k]}
                 for k in range(n)
             ]  # fmt: skip
-            ready = [_aw(a.prepare.remote(s)) for a, s in zip(actors, specs, strict=True)]
+            ready = [_aw(a.prepare.remote(spec)) for a, spec in zip(actors, specs, strict=True)]
             await asyncio.wait_for(asyncio.gather(*ready), READY_TIMEOUT_S)
-            results = await self._play(actors, clocks, stop)
+            results = await self._run_shards(s, shard_dir, actors, clocks, stop)
         finally:
             for a in actors:
                 with contextlib.suppress(Exception):
                     ray.kill(a)
             if self._started_ray:
                 ray.shutdown()
-        self._conclude(results, n, shares, plans, clocks)
+        self._conclude(s, results, n, shares, plans, clocks)
 
-    def _connect(self, ray: Any) -> None:
-        address = getattr(self.cfg.executor, "address", None)
+    def _connect(self, ray: Any, cfg: RunConfig) -> None:
+        address = getattr(cfg.executor, "address", None)
         if address:
             if not ray.is_initialized():
                 ray.init(address=address, log_to_driver=False)
@@ -230,25 +224,21 @@ class RaySession(ShardedSession):
             ray.init(include_dashboard=False, log_to_driver=False)
             self._started_ray = True
 
-    def _worker_cfg(self, share: int | None, warmup: int) -> dict[str, Any]:
-        d = super()._worker_cfg(share, warmup)
-        d["executor"].update(kind="local", address=None)
-        return d
-
-    async def _play(
-        self, actors: list[Any], clocks: list[dict[str, Any]], stop: asyncio.Event | None
-    ) -> list[dict[str, Any]]:
+    async def _run_shards(
+        self, s: ReplaySession, shard_dir: Path, actors: list[Any], clocks: list[dict[str, Any]],
+        stop: asyncio.Event | None,
+    ) -> list[dict[str, Any]]:  # fmt: skip
         """Start every actor on one epoch, stream their records to shard files until done."""
-        from workbench.report.store import RecordWriter
+        from workbench.storage.rundir import RecordWriter
 
-        flush = self.cfg.executor.record_flush_ms or None
+        flush = s.cfg.executor.record_flush_ms or None
         writers = [
-            (RecordWriter(self.shard_dir / f"records-{k}.jsonl", max_delay_ms=flush),
-             RecordWriter(self.shard_dir / f"lifecycle-{k}.jsonl", max_delay_ms=flush))
+            (RecordWriter(shard_dir / f"records-{k}.jsonl", max_delay_ms=flush),
+             RecordWriter(shard_dir / f"lifecycle-{k}.jsonl", max_delay_ms=flush))
             for k in range(len(actors))
         ]  # fmt: skip
         t0_perf, t0_wall = time.perf_counter_ns() + EPOCH_LEAD_NS, time.time_ns() + EPOCH_LEAD_NS
-        self.t0_ns = t0_perf
+        s.t0_ns = t0_perf
         starts = [
             _aw(a.begin.remote(t0_perf if c["same_host"] else None, t0_wall + c["offset_ns"]))
             for a, c in zip(actors, clocks, strict=True)
@@ -264,14 +254,14 @@ class RaySession(ShardedSession):
                     stopped = True
                     for a in actors:
                         a.stop.remote()
-                await self._drain(actors, clocks, writers)
+                await self._collect(s, actors, clocks, writers)
             results = [r.result() for r in runs]
         except asyncio.CancelledError:
             for a in actors:
                 a.stop.remote()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.gather(*runs), STOP_GRACE_S)
-            await self._drain(actors, clocks, writers)
+            await self._collect(s, actors, clocks, writers)
             raise
         finally:
             for rw, lw in writers:
@@ -280,10 +270,13 @@ class RaySession(ShardedSession):
         self._stopped = stopped
         return results
 
-    async def _drain(
-        self, actors: list[Any], clocks: list[dict[str, Any]], writers: list[tuple[Any, Any]]
-    ) -> None:
-        batches = await asyncio.gather(*(_aw(a.drain.remote()) for a in actors))
+    async def _collect(
+        self, s: ReplaySession, actors: list[Any], clocks: list[dict[str, Any]],
+        writers: list[tuple[Any, Any]],
+    ) -> None:  # fmt: skip
+        """The actors' finished records and lifecycle rows since the last call, shifted onto
+        the driver's clock, into the shard files."""
+        batches = await asyncio.gather(*(_aw(a.take_finished.remote()) for a in actors))
         done = 0
         for (recs, rows, n), c, (rw, lw) in zip(batches, clocks, writers, strict=True):
             shift = c["shift_ns"]
@@ -292,29 +285,34 @@ class RaySession(ShardedSession):
             for row in rows:
                 lw.write(shift_ns(row, shift))
             done += n
-        self._on_progress(done)
-
-    _stopped = False
+        s.report_progress(done)
 
     def _conclude(
-        self, results: list[dict[str, Any]], n: int, shares: list[int | None], plans: list[Any],
-        clocks: list[dict[str, Any]],
+        self, s: ReplaySession, results: list[dict[str, Any]], n: int,
+        shares: list[int | None], plans: list[Any], clocks: list[dict[str, Any]],
     ) -> None:  # fmt: skip
-        self.manifest["executor"] = {
-            "kind": "ray", "workers": n, "address": getattr(self.cfg.executor, "address", None),
+        s.manifest["executor"] = {
+            "kind": "ray", "workers": n, "address": getattr(s.cfg.executor, "address", None),
             "shard_concurrency": shares, "shard_units": [len(p.units) for p in plans],
-            "epoch_ns": self.t0_ns, "clocks": clocks,
+            "epoch_ns": s.t0_ns, "clocks": clocks,
         }  # fmt: skip
         reasons = {str(r["stop_reason"]) for r in results if r.get("stop_reason")}
-        self._cancelled = bool(reasons) or self._stopped
-        self.manifest["stop_reason"] = (
+        s.cancelled = bool(reasons) or self._stopped
+        s.manifest["stop_reason"] = (
             sorted(reasons)[0] if reasons else ("stopped" if self._stopped else None)
         )
-        self.manifest["peak_active_units"] = sum(r["peak_active"] for r in results)
+        s.manifest["peak_active_units"] = sum(r["peak_active"] for r in results)
         warm = merge_warmup([r.get("warmup") for r in results])
         if warm is not None:
-            self.manifest["warmup"] = warm
-        self.manifest["client"] = self._client_stats([r["client"] for r in results])
+            s.manifest["warmup"] = warm
+        s.manifest["client"] = s.client_stats([r["client"] for r in results])
+
+
+def actor_cfg(cfg: RunConfig, share: int | None, warmup: int) -> dict[str, Any]:
+    """A shard's config on an actor: a worker's (``processes.worker_cfg``), run locally."""
+    d = worker_cfg(cfg, share, warmup)
+    d["executor"].update(kind="local", address=None)
+    return d
 
 
 def _aw(ref: Any) -> asyncio.Future[Any]:

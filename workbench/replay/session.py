@@ -1,10 +1,15 @@
-"""One live replay's resources, opened and closed in order.
+"""One live replay's resources, opened and closed in order, and the executor interface.
 
 Target (the embedded engine is started here when ``target.url == "sim"``) →
-run directory writers → transport → preflight → ``/metrics`` scraper → runner.
-Whatever ends the run (completion, ``stop``, task cancellation, Ctrl-C), the
-records already written stay on disk and the manifest and summary say how it
-ended.
+run directory → the executor plays the plan (``Executor.play``: transport, preflight,
+``/metrics`` scraper, runner or runners) → manifest and summary. Whatever ends the run
+(completion, ``stop``, task cancellation, Ctrl-C), the records already written stay on
+disk and the manifest and summary say how it ended.
+
+A ``ReplaySession`` is composed with one ``Executor`` (``workbench.executors``: in this
+process, worker processes, Ray actors); the session owns the target, the run directory,
+the manifest and the summary, and offers the steps every executor shares (preflight,
+cache flush, block size, scraper, record sinks).
 """
 
 from __future__ import annotations
@@ -16,19 +21,18 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from workbench import heap, redact
-from workbench.backends.base import make_codec
-from workbench.backends.transport import Transport, TransportOptions
+from workbench.backends.transport import Transport
 from workbench.clock import WallClock
 from workbench.config import RunConfig
-from workbench.context.tokens import TokenPool, run_pool
+from workbench.context.tokens import TokenPool
 from workbench.errors import ConfigError, WorkbenchError
-from workbench.plan import Plan
 from workbench.records import RequestRecord, RunResult
 from workbench.redact import strip_url_credentials
-from workbench.runner import Runner
+from workbench.replay.plan import Plan
+from workbench.replay.runner import Runner
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +78,20 @@ def _jsonable(v: Any) -> bool:
     return isinstance(v, str | int | float | bool | type(None) | list | dict)
 
 
+class Executor(Protocol):
+    """Where a session's plan is played (``workbench.executors``)."""
+
+    def open_files(self, session: ReplaySession) -> None:
+        """Prepare where records and lifecycle rows go before the target opens."""
+
+    async def play(
+        self, session: ReplaySession, target: dict[str, Any], stop: asyncio.Event | None
+    ) -> None:
+        """Play ``session.plan`` against the opened ``target``; records reach the run
+        directory, and the manifest gets ``client``, ``stop_reason``, ``peak_active_units``
+        (and ``warmup``); ``session.cancelled`` says whether the run was stopped."""
+
+
 class ReplaySession:
     def __init__(
         self,
@@ -81,9 +99,11 @@ class ReplaySession:
         plan: Plan,
         run_id: str,
         manifest: dict[str, Any],
+        executor: Executor,
         *,
         progress: Callable[[int, int], None] | None = None,
     ) -> None:
+        self.executor = executor
         self.cfg = cfg
         self.plan = plan
         self.run_id = run_id
@@ -99,22 +119,25 @@ class ReplaySession:
         self.timeline: list[dict[str, Any]] = []
         self.run_dir = Path(cfg.out_dir) / run_id if cfg.out_dir else None
         self._writers: dict[str, Any] = {}
-        self._done = 0
+        self.done = 0  # measured requests ended (warm-up excluded)
+        self.skipped = 0
+        self.cancelled = False
         self._total = plan.n_rounds
-        self.t0_ns: int | None = None  # a shard's common epoch (workbench.shard)
+        self.t0_ns: int | None = None  # a shard's common epoch (workbench.executors.processes)
         self.client_raw: dict[str, Any] | None = None
         # executor.keep_records False, or "auto" over a large plan: records live on disk
         # only (memory flat in the run's size); the manifest says which and why
-        self._keep, why = cfg.keeps_records(plan.n_rounds)
-        manifest["records_kept"], manifest["records_kept_reason"] = self._keep, why
-        if not self._keep:  # memory flat in the run's size: see workbench/heap.py
+        self.keep, why = cfg.keeps_records(plan.n_rounds)
+        manifest["records_kept"], manifest["records_kept_reason"] = self.keep, why
+        if not self.keep:  # memory flat in the run's size: see workbench/heap.py
             heap.prepare()
 
     # -- sinks --------------------------------------------------------------------------
-    def _open_writers(self) -> None:
+    def open_writers(self) -> None:
+        """``records.jsonl`` and ``lifecycle.jsonl`` written as the run goes (in-process)."""
         if self.run_dir is None:
             return
-        from workbench.report.store import RecordWriter, write_json
+        from workbench.storage.rundir import RecordWriter, write_json
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         flush_ms = self.cfg.executor.record_flush_ms
@@ -124,34 +147,37 @@ class ReplaySession:
             )
         write_json(self.run_dir / "manifest.json", self.manifest)
 
-    def _on_record(self, rec: RequestRecord) -> None:
-        if self._keep:
+    def on_record(self, rec: RequestRecord) -> None:
+        if self.keep:
             self.records.append(rec)
         if "records" in self._writers:
             self._writers["records"].write(rec)
         if not rec.warmup:
-            self._done += 1
-            self._skipped += rec.status == "skipped"
-            if not self._keep and self._done % heap.TRIM_EVERY == 0:
+            self.done += 1
+            self.skipped += rec.status == "skipped"
+            if not self.keep and self.done % heap.TRIM_EVERY == 0:
                 heap.trim()
-            if self.progress is not None:
-                self.progress(self._done, self._total)
+            self.report_progress(self.done)
 
-    def _on_lifecycle(self, row: dict[str, Any]) -> None:
-        if self._keep:
+    def report_progress(self, done: int) -> None:
+        if self.progress is not None:
+            self.progress(done, self._total)
+
+    def on_lifecycle(self, row: dict[str, Any]) -> None:
+        if self.keep:
             self.lifecycle.append(row)
         if "lifecycle" in self._writers:
             self._writers["lifecycle"].write(row)
 
     # -- the run ------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event | None) -> RunResult:
-        self._open_writers()
+        self.executor.open_files(self)
         status = "failed"
         try:
             async with open_target(self.cfg) as target:
                 self.manifest["target"] = target
-                await self._run_against(target, stop)
-            status = "cancelled" if self._cancelled else self._completion()
+                await self.executor.play(self, target, stop)
+            status = "cancelled" if self.cancelled else self._completion()
         except (asyncio.CancelledError, KeyboardInterrupt):
             status = "cancelled"
             raise
@@ -159,67 +185,22 @@ class ReplaySession:
             self._finalize(status)
         return self.result
 
-    _cancelled = False
-    _skipped = 0
-
     def _completion(self) -> str:
         """``completed`` or ``partial`` (planned rounds skipped or never sent), recorded."""
         a = self.cfg.arrival
         looped = a.mode == "closed-loop" and a.duration_s is not None
-        done = self.plan.completion(self._done, self._skipped, looped=looped)
+        done = self.plan.completion(self.done, self.skipped, looped=looped)
         self.manifest["completion"] = done
         if done["status"] != "completed":
             log.warning("run %s is partial: %s", self.run_id, done)
         return str(done["status"])
 
-    async def _run_against(self, target: dict[str, Any], stop: asyncio.Event | None) -> None:
-        b = self.cfg.backend
-        a = self.cfg.arrival
-        codec = make_codec(b.name, **b.options)  # fresh per run (the chat codec keeps state)
-        clock = WallClock()
-        pool = run_pool(self.cfg.seed, b.token_salt, self.run_id)
-        options = TransportOptions.of_run(self.cfg, target["base_url"])
-        async with Transport(options, clock) as transport:
-            await transport.check_reachable()
-            await self._preflight(transport, codec, pool, target)
-            await self._flush(transport, target)
-            if self.cfg.executor.warm_connections:
-                await transport.warm(min(a.max_concurrency or 0, WARM_MAX))
-            block_size = await self._block_size(target)
-            runner = Runner(
-                self.cfg, self.plan, run_id=self.run_id, codec=codec, sender=transport,
-                clock=clock, pool=pool, sink=self._on_record,
-                lifecycle_sink=self._on_lifecycle, block_size=block_size,
-            )
-            runner.record_hashes = self.cfg.executor.block_hashes
-            runner.freeze_gc = self.cfg.executor.gc_freeze
-            self.manifest["block_size"] = block_size
-            scraper = self._scraper(target, clock)
-            watcher = asyncio.ensure_future(_watch(stop, runner)) if stop else None
-            try:
-                if scraper is not None:
-                    await scraper.start()
-                await runner.execute(self.t0_ns)
-            finally:
-                self.client_raw = runner.client_raw()
-                self.manifest["client"] = self._client_stats([self.client_raw])
-                if watcher is not None:
-                    watcher.cancel()
-                if scraper is not None:
-                    await scraper.stop()
-                    self.timeline = list(scraper.timeline)
-            self._cancelled = runner.stop_reason is not None
-            self.manifest["stop_reason"] = runner.stop_reason
-            self.manifest["peak_active_units"] = runner.gate.peak_active
-            if runner.warmup_report is not None:
-                self.manifest["warmup"] = runner.warmup_report
-
-    def _client_stats(self, raws: list[dict[str, Any]]) -> dict[str, Any]:
+    def client_stats(self, raws: list[dict[str, Any]]) -> dict[str, Any]:
         from workbench.metrics.summary import client_stats
 
         return client_stats(raws, self.cfg.arrival.max_concurrency)
 
-    async def _preflight(self, transport: Any, codec: Any, pool: TokenPool, target: dict) -> None:
+    async def preflight(self, transport: Any, codec: Any, pool: TokenPool, target: dict) -> None:
         enabled = self.cfg.backend.preflight
         if enabled is None:
             enabled = target["kind"] != "sim"
@@ -230,7 +211,7 @@ class ReplaySession:
         result = await preflight_prefix_cache(transport, codec, pool.tail(8192))
         self.manifest["preflight"] = getattr(result, "__dict__", str(result))
 
-    async def _flush(self, transport: Transport, target: dict[str, Any]) -> None:
+    async def flush_cache(self, transport: Transport, target: dict[str, Any]) -> None:
         """``backend.flush_cache``: reset the server's prefix cache after the preflight
         (which fills it) and before the warm-up and the measured requests; the
         manifest's ``cache_flush`` says what was done (docs/cache-isolation.md)."""
@@ -260,7 +241,7 @@ class ReplaySession:
         else:
             log.warning("prefix cache not reset before the run: %s", outcome.detail)
 
-    async def _block_size(self, target: dict[str, Any]) -> int | None:
+    async def block_size(self, target: dict[str, Any]) -> int | None:
         if self.plan.block_size:
             return self.plan.block_size
         engine = target.get("engine") or {}
@@ -274,7 +255,7 @@ class ReplaySession:
             log.info("block size not detected: %s", exc)
             return None
 
-    def _scraper(self, target: dict[str, Any], clock: WallClock) -> Any:
+    def scraper(self, target: dict[str, Any], clock: WallClock) -> Any:
         interval = self.cfg.backend.scrape_interval_s
         if not interval:
             return None
@@ -301,7 +282,7 @@ class ReplaySession:
             w.close()
         if self.run_dir is None:
             return
-        from workbench.report.store import RecordWriter, write_json
+        from workbench.storage.rundir import RecordWriter, write_json
 
         if self.timeline:
             with RecordWriter(self.run_dir / "metrics_timeline.jsonl") as tw:
@@ -323,7 +304,7 @@ def _write_parquet(run_dir: Path) -> None:
     if not (run_dir / "records.jsonl").exists():
         return
     try:
-        from workbench.report import columnar
+        from workbench.storage import columnar
 
         columnar.convert(run_dir)
     except (ConfigError, ImportError) as exc:  # pyarrow not installed: JSONL only
@@ -332,6 +313,7 @@ def _write_parquet(run_dir: Path) -> None:
         log.error("records.parquet not written (%s); records.jsonl is complete", exc)
 
 
-async def _watch(stop: asyncio.Event, runner: Runner) -> None:
+async def watch_stop(stop: asyncio.Event, runner: Runner) -> None:
+    """``runner.stop("stopped")`` once ``stop`` is set."""
     await stop.wait()
     runner.stop("stopped")

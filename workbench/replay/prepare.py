@@ -1,9 +1,7 @@
-"""``run`` / ``run_async``: one replay from a ``RunConfig`` to a saved ``RunResult``.
+"""Before a replay sends anything: the checked config, the workload, the run id, the manifest.
 
-Orchestration only: load and check the trace, build the plan, open the target
-(the embedded engine or a URL), open one transport, run the preflight and the
-``/metrics`` scraper, hand the plan to the ``Runner``, and write the run
-directory as it goes (records are on disk the moment each request ends).
+Every executor (in-process, worker processes, Ray, virtual time) starts a run from these,
+so a config error or a bad trace surfaces before any request.
 """
 
 from __future__ import annotations
@@ -11,23 +9,19 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import hashlib
-import logging
 import platform
 import socket
 import sys
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
-from workbench.plan import Plan, build_plan
 from workbench.records import RequestRecord, RunResult, Workload
 from workbench.redact import strip_url_credentials
+from workbench.replay.plan import Plan
 
-log = logging.getLogger(__name__)
-
-Progress = Callable[[int, int], None]
 T = TypeVar("T")
 
 
@@ -107,62 +101,6 @@ def dry_run_result(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) 
     manifest = base_manifest(cfg, workload, plan, run_id)
     manifest["status"] = "dry_run"
     return RunResult(run_id, [], manifest=manifest)
-
-
-async def run_async(
-    cfg: RunConfig | dict[str, Any],
-    *,
-    progress: Progress | None = None,
-    stop: asyncio.Event | None = None,
-    workload: Workload | None = None,
-) -> RunResult:
-    """Replay ``cfg`` and return its result (saved under ``cfg.out_dir/<run_id>`` if set).
-
-    ``stop`` (e.g. a notebook's Stop button) ends the run cleanly: in-flight
-    requests are recorded as cancelled and the result says ``cancelled``.
-    Cancelling the task itself does the same bookkeeping, then re-raises.
-    """
-    from workbench.replay_session import ReplaySession
-
-    cfg = coerce_config(cfg)
-    workload = workload if workload is not None else load_workload(cfg)
-    cfg.check_workload(workload)
-    plan = build_plan(cfg, workload)
-    run_id = cfg.run_id or new_run_id(cfg)
-    if warning := plan.arrival()["arrival_span_warning"]:
-        log.warning("%s", warning)
-    if cfg.dry_run:
-        return dry_run_result(cfg, workload, plan, run_id)
-    manifest = base_manifest(cfg, workload, plan, run_id)
-    kind = getattr(cfg.executor, "kind", "local")
-    if kind == "ray":
-        from workbench.ray_executor import RaySession
-
-        session: ReplaySession = RaySession(cfg, plan, run_id, manifest, progress=progress)
-    elif cfg.executor.workers > 1 or kind == "processes":
-        from workbench.shard import ShardedSession
-
-        session = ShardedSession(cfg, plan, run_id, manifest, progress=progress)
-    else:
-        session = ReplaySession(cfg, plan, run_id, manifest, progress=progress)
-    return await session.run(stop)
-
-
-def run(cfg: RunConfig | dict[str, Any], *, progress: Progress | None = None) -> RunResult:
-    """Synchronous ``run_async``; inside a running loop (a notebook) it uses nest_asyncio.
-
-    Outside a loop it runs on uvloop when installed (``executor.uvloop``, default on):
-    its I/O path costs the client less CPU per request than asyncio's.
-    """
-    cfg = coerce_config(cfg)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return run_on_fast_loop(run_async(cfg, progress=progress), cfg.executor.uvloop)
-    import nest_asyncio
-
-    nest_asyncio.apply()
-    return asyncio.get_event_loop().run_until_complete(run_async(cfg, progress=progress))
 
 
 def run_on_fast_loop(coro: Coroutine[Any, Any, T], use_uvloop: bool = True) -> T:

@@ -1,9 +1,10 @@
-"""Per-protocol response shapes: stream chunks, the usage chunk, the full body.
+"""The engine's wire encoders: per-protocol response shapes (stream chunks, the usage chunk,
+the full body). The client side's request codecs are ``workbench.backends``'.
 
-One ``Codec`` instance serves one request and keeps what its stream needs
+One ``WireEncoder`` instance serves one request and keeps what its stream needs
 (the creation time, whether the first chunk went out, SGLang's running ids).
-Shapes are vLLM 0.32's and SGLang's as recorded in real-engines.md §3 and
-SPEC §4; fault switches that change a shape (omitted usage, cumulative or
+Shapes are vLLM 0.32's and SGLang's as recorded in
+docs/wire-protocols.md; fault switches that change a shape (omitted usage, cumulative or
 prompt-echoing SGLang ids) are applied here.
 """
 
@@ -16,7 +17,7 @@ from workbench.sim.tokenizer import WordTokenizer
 from workbench.sim.wire import GenRequest, Json, now_s, usage
 
 
-class Codec:
+class WireEncoder:
     """Base: what every protocol shares; subclasses fill in the shapes."""
 
     def __init__(self, gen: GenRequest, model: str, tok: WordTokenizer, faults: Faults) -> None:
@@ -54,7 +55,7 @@ class Codec:
         return self.text_so_far
 
 
-class CompletionsCodec(Codec):
+class CompletionsEncoder(WireEncoder):
     """``/v1/completions``: ``cmpl-<id>`` chunks, ``return_token_ids`` fields."""
 
     object_name = "text_completion"
@@ -100,7 +101,7 @@ class CompletionsCodec(Codec):
         return body
 
 
-class ChatCodec(CompletionsCodec):
+class ChatEncoder(CompletionsEncoder):
     """``/v1/chat/completions``: a role-only first chunk, then ``delta.content``."""
 
     def _envelope(self, choices: list[Json]) -> Json:
@@ -131,7 +132,7 @@ class ChatCodec(CompletionsCodec):
         return body
 
 
-class GenerateCodec(Codec):
+class GenerateEncoder(WireEncoder):
     """vLLM ``/inference/v1/generate`` (tokens in, tokens out)."""
 
     def _choice(self, ids: list[int], finish_reason: str | None) -> Json:
@@ -177,7 +178,7 @@ class GenerateCodec(Codec):
         return body
 
 
-class SglangCodec(Codec):
+class SglangEncoder(WireEncoder):
     """SGLang ``/generate``: ``output_ids`` + running ``meta_info`` on every chunk."""
 
     def __init__(self, gen: GenRequest, model: str, tok: WordTokenizer, faults: Faults) -> None:
@@ -226,9 +227,9 @@ class SglangCodec(Codec):
         return self._body(self.echo + ids, finish_reason, cached)
 
 
-CODECS: dict[str, type[Codec]] = {
-    "completions": CompletionsCodec,
-    "chat": ChatCodec,
-    "generate": GenerateCodec,
-    "sglang": SglangCodec,
+ENCODERS: dict[str, type[WireEncoder]] = {
+    "completions": CompletionsEncoder,
+    "chat": ChatEncoder,
+    "generate": GenerateEncoder,
+    "sglang": SglangEncoder,
 }

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from workbench.context.tokens import TokenPool
-from workbench.plan import RoundPlan, UnitPlan
 from workbench.records import RequestRecord
+from workbench.replay.plan import RoundPlan, UnitPlan
 
 #: a warm-up record's request id is the measured one's with this prefix
 WARMUP_PREFIX = "warmup:"
@@ -75,7 +75,8 @@ class RoundMaker:
         self.max_model_len = max_model_len
 
     def needs_output_ids(self, rp: RoundPlan) -> bool:
-        """SPEC §2: a session round carried by ``prefix-preserving`` needs the real output ids."""
+        """A session round carried by ``prefix-preserving`` needs the real output ids
+        (docs/context-policy.md)."""
         return self.policy == "prefix-preserving" and rp.round.hash_ids is None
 
     def record(

@@ -1,10 +1,11 @@
-"""Run directories: write them while a run goes, save and load them whole.
+"""Run directories: write them while a run goes, write and load them whole.
 
-Layout (SPEC §8), one directory per run::
+Layout (docs/interface.md), one directory per run::
 
     records.jsonl            one RequestRecord per line, appended as each request ends
     manifest.json            what ran (config of the four axes, trace identity, versions)
-    summary.json             ``workbench.metrics.summarize`` of the records
+    summary.json             ``workbench.metrics.summarize`` of the records (written by
+                             ``workbench.metrics.files.save``)
     lifecycle.jsonl          one line per unit (admitted, routing slot, rounds done, reason)
     metrics_timeline.jsonl   server ``/metrics`` samples, when the run scraped them
 
@@ -38,7 +39,6 @@ from types import TracebackType
 from typing import Any, Literal
 
 import orjson
-import pandas as pd
 
 from workbench import redact
 from workbench.errors import ConfigError
@@ -299,17 +299,15 @@ def _sync_rows(path: Path, rows: list[dict[str, Any]]) -> None:
         _rewrite(path, rows)
 
 
-def save(result: RunResult, directory: str | Path) -> Path:
-    """Write every run file into ``directory`` (created) and return it.
+def write_run(result: RunResult, directory: str | Path, summary: dict[str, Any]) -> Path:
+    """Write every run file into ``directory`` (created), ``summary`` as ``summary.json``.
 
     Safe to call after ``RecordWriter``s streamed records/lifecycle there: lines
-    already on disk are kept and only the missing ones are appended. The
-    summary is recomputed from the records (SLO from the manifest's config). A
-    run that kept its records on disk only (``RunResult.records_on_disk``) has
-    nothing to sync from memory: its files are copied, never overwritten.
+    already on disk are kept and only the missing ones are appended. A run that kept
+    its records on disk only (``RunResult.records_on_disk``) has nothing to sync from
+    memory: its files are copied, never overwritten. ``workbench.metrics.files.save``
+    computes the summary and calls this.
     """
-    from workbench.metrics import summarize
-
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     if result.records_on_disk:
@@ -321,7 +319,7 @@ def save(result: RunResult, directory: str | Path) -> Path:
         _sync_rows(d / TIMELINE, result.metrics_timeline)
     manifest = {**result.manifest, "run_id": result.run_id, "cancelled": result.cancelled}
     write_json(d / MANIFEST, manifest)
-    write_json(d / SUMMARY, summarize(result))
+    write_json(d / SUMMARY, summary)
     result.run_dir = str(d)
     return d
 
@@ -403,22 +401,6 @@ def load(directory: str | Path) -> RunResult:
 def load_records(directory: str | Path) -> list[RequestRecord]:
     """The ``RequestRecord``s of a run directory (its ``records.jsonl``)."""
     return [RequestRecord.from_dict(x) for x in read_jsonl(Path(directory) / RECORDS)]
-
-
-def load_frames(directory: str | Path) -> dict[str, pd.DataFrame]:
-    """Everything of a run as DataFrames: ``records`` (with metrics), ``lifecycle``,
-    ``timeline`` and ``summary`` (one row, nested keys joined with dots)."""
-    from workbench.metrics import summarize, to_frame
-
-    result = load(directory)
-    d = Path(result.run_dir or directory)
-    summary = read_json(d / SUMMARY) if (d / SUMMARY).exists() else summarize(result)
-    return {
-        "records": to_frame(result),
-        "lifecycle": pd.DataFrame(result.lifecycle),
-        "timeline": pd.DataFrame(result.metrics_timeline),
-        "summary": pd.json_normalize(summary),
-    }
 
 
 def iter_run_dirs(root: str | Path) -> Iterator[Path]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.plan import UnitPlan
+from workbench.replay.plan import UnitPlan
 
 NS_PER_MS = 1_000_000
 

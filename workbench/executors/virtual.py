@@ -19,15 +19,15 @@ from typing import Any
 
 import orjson
 
-from workbench.backends.base import Codec, WireRequest, make_codec
+from workbench.backends.base import Codec, WireRequest
 from workbench.clock import Clock, VirtualClock, run_virtual
 from workbench.config import RunConfig
-from workbench.context.tokens import run_pool
 from workbench.errors import ConfigError
-from workbench.plan import Plan, build_plan
 from workbench.records import RequestRecord, RunResult, Workload
-from workbench.replay import base_manifest, coerce_config, load_workload, new_run_id
-from workbench.runner import Runner, merge_warmup
+from workbench.replay.plan import Plan, build_plan
+from workbench.replay.prepare import base_manifest, coerce_config, load_workload, new_run_id
+from workbench.replay.runner import build_runner, merge_warmup
+from workbench.replay.shards import slot_offsets, split_concurrency, split_plan
 from workbench.sim.cluster import Cluster, ClusterConfig, split_knobs
 from workbench.sim.config import EngineConfig
 from workbench.sim.engine import Engine
@@ -158,7 +158,7 @@ def simulate(
         manifest["cluster"] = cluster.to_dict()
     result = _run_virtual_anywhere(_simulate(cfg, plan, engine, run_id, manifest, cluster))
     if cfg.out_dir:
-        from workbench.report.store import save
+        from workbench.metrics.files import save
 
         result.run_dir = str(save(result, Path(cfg.out_dir) / run_id))
     return result
@@ -183,8 +183,6 @@ async def _simulate(
     played by one runner, or by one runner per shard as ``executor.workers`` splits a
     live run (units round-robin, concurrency divided, routing slots stacked): the
     executor options act as in a live run."""
-    from workbench.shard import slot_offsets, split_concurrency, split_plan
-
     clock = VirtualClock()
     engine: Engine | Cluster
     sender: EngineSender
@@ -207,17 +205,11 @@ async def _simulate(
     runners = []
     for part, share, offset in zip(plans, shares, offsets, strict=True):
         shard_cfg = cfg if n == 1 else cfg.replace(**{"arrival.max_concurrency": share})
-        runner = Runner(
-            shard_cfg, part, run_id=run_id,
-            codec=make_codec(cfg.backend.name, **cfg.backend.options),
-            sender=sender, clock=clock,
-            pool=run_pool(cfg.seed, cfg.backend.token_salt, run_id),
+        runner = build_runner(
+            shard_cfg, part, run_id=run_id, sender=sender, clock=clock,
             sink=sinks.record, lifecycle_sink=sinks.lifecycle,
-            block_size=plan.block_size or engine_cfg.block_size,
-        )  # fmt: skip
-        runner.record_hashes = ex.block_hashes
-        runner.freeze_gc = ex.gc_freeze
-        runner.slot_offset = offset
+            block_size=plan.block_size or engine_cfg.block_size, slot_offset=offset,
+        )
         runners.append(runner)
     timeline: list[dict[str, Any]] = []
     await engine.start()
@@ -231,7 +223,7 @@ async def _simulate(
         try:
             if n == 1:  # warm-up inside, then the run's origin (as a live run)
                 await runners[0].execute()
-            else:  # shards: every warm-up first, then one epoch (as workbench.shard)
+            else:  # shards: every warm-up first, then one epoch (as workbench.executors.processes)
                 await asyncio.gather(*(r.warmup() for r in runners))
                 epoch = clock.now_ns()
                 await asyncio.gather(*(r.execute(epoch) for r in runners))
@@ -274,7 +266,7 @@ class _Sinks:
         self.measured = 0  # records of the measured run (warm-up left out), for completion
         self.skipped = 0
         if not self.keep and cfg.out_dir:
-            from workbench.report.store import RecordWriter
+            from workbench.storage.rundir import RecordWriter
 
             d = Path(cfg.out_dir) / run_id
             d.mkdir(parents=True, exist_ok=True)
@@ -391,7 +383,7 @@ def canonical_report(result: RunResult, slo: dict[str, float] | None = None) -> 
 def _lifecycle(result: RunResult) -> list[dict[str, Any]]:
     if result.lifecycle or not result.records_on_disk:
         return result.lifecycle
-    from workbench.report.store import LIFECYCLE, read_jsonl
+    from workbench.storage.rundir import LIFECYCLE, read_jsonl
 
     return read_jsonl(Path(result.run_dir or "") / LIFECYCLE)
 

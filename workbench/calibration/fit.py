@@ -252,7 +252,7 @@ def calibrate(
     """Fit the cost model from the runs in ``run_dirs``; ``base`` holds the engine knobs
     that are not fitted (``block_size``, ``num_blocks``, ``max_num_seqs`` ... of the real
     server; the block size defaults to the runs' detected one)."""
-    from workbench.report.store import load
+    from workbench.storage.rundir import load
 
     if not run_dirs:
         raise ConfigError("calibrate needs at least one run directory")
@@ -285,9 +285,9 @@ def predict(run_dir: str | Path, engine: dict[str, Any]) -> dict[str, Any]:
     """Replay a measured run's config in virtual time against ``engine`` and compare
     p50 TTFT and p50 TPOT with what was measured: ``{measured, predicted, error_pct}``."""
     from workbench.config import RunConfig
+    from workbench.executors.virtual import simulate
     from workbench.metrics import summarize
-    from workbench.report.store import load
-    from workbench.virtual import simulate
+    from workbench.storage.rundir import load
 
     measured = load(run_dir)
     conf = dict(measured.manifest.get("config") or {})

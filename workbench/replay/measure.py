@@ -13,7 +13,7 @@ from typing import Any
 
 
 class SelfMeasure:
-    """The client watching itself: requests in flight, release lag, CPU (SPEC-free, cheap).
+    """The client watching itself: requests in flight, release lag, CPU (cheap).
 
     *Release lag* of a request = when its bytes went to the socket − the moment it became due: its
     scheduled arrival, or the release of the slot it waited for (whichever is

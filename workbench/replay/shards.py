@@ -1,0 +1,40 @@
+"""One plan over N shards (worker processes, Ray actors, virtual-time runners): units
+round-robin in release order, concurrency divided, routing slots stacked."""
+
+from __future__ import annotations
+
+from workbench.replay.plan import Plan
+from workbench.replay.queue import release_order
+
+
+def split_plan(plan: Plan, n: int) -> list[Plan]:
+    """Round-robin in release order, (arrival, file order): the i-th unit released goes
+    to shard ``i mod n`` (units stay whole), so shards share the load over time. For
+    untimed modes and traces in arrival order that is unit ``i`` → shard ``i mod n``."""
+    units = release_order(plan.units)
+    return [Plan(units[k::n], plan.policy, plan.block_size) for k in range(n)]
+
+
+def split_concurrency(c: int | None, n: int) -> list[int | None]:
+    """``c`` slots over ``n`` shards (the first ``c mod n`` get one more); None stays None."""
+    if c is None:
+        return [None] * n
+    return [c // n + (1 if k < c % n else 0) for k in range(n)]
+
+
+def slot_offsets(shares: list[int | None], plan_sizes: list[int]) -> list[int]:
+    """First routing slot of each shard: shares stacked (uncapped: unit counts stacked)."""
+    out, acc = [], 0
+    for share, size in zip(shares, plan_sizes, strict=True):
+        out.append(acc)
+        acc += share if share is not None else size
+    return out
+
+
+def warmup_shares(n_warm: int, n: int) -> list[int]:
+    """How many of the run's first ``n_warm`` units (release order) each of ``n`` shards
+    holds: ``split_plan`` deals the unit at release position i to shard ``i mod n``, and a
+    shard's own release order keeps that order, so shard k warms its first
+    ``ceil((n_warm - k) / n)`` units and the shards together warm exactly the first
+    ``n_warm`` (docs/arrival.md)."""
+    return [max(0, -(-(n_warm - k) // n)) for k in range(n)]
