@@ -461,8 +461,7 @@ class HttpToolsClient:
         self.request_timeout_s = request_timeout_s
         self.idle_s = stream_idle_timeout_s
         self.ssl_context = ssl_context
-        extra = b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in headers.items())
-        self._extra = extra
+        self._extra = b"".join(_header_line(k, v) for k, v in headers.items())
         self._pools: dict[tuple[str, str, int], _Pool] = {}
         self._heads: dict[str, tuple[_Pool, bytes]] = {}
         self._limit = asyncio.Semaphore(max_connections) if max_connections > 0 else None

@@ -213,12 +213,16 @@ def _knobs_into(args: argparse.Namespace, base: dict[str, Any]) -> None:
 def engine_knobs(items: list[str]) -> dict[str, Any]:
     """``--engine KEY=VALUE`` items as engine knobs: a value that reads as JSON (numbers,
     booleans, objects such as ``{"prefill": 2, "decode": 2}``) is taken as JSON, anything
-    else as a string."""
+    else as a string. An item without ``KEY=`` is a ``ConfigError``."""
     import json
+
+    from workbench.errors import ConfigError
 
     knobs: dict[str, Any] = {}
     for item in items:
-        key, _, value = item.partition("=")
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--engine: expected KEY=VALUE, got {item!r}")
         try:
             knobs[key] = json.loads(value)
         except ValueError:

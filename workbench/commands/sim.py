@@ -115,22 +115,6 @@ def cluster_knobs_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return knobs
 
 
-def parse_knobs(items: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` items; values are JSON when they parse, else strings."""
-    import json
-
-    knobs: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"expected KEY=VALUE, got {item!r}")
-        try:
-            knobs[key] = json.loads(value)
-        except ValueError:
-            knobs[key] = value
-    return knobs
-
-
 def run(args: argparse.Namespace) -> int:
     if args.sim_command == "calibrate":
         return run_calibrate(args)
@@ -170,10 +154,11 @@ def run_calibrate(args: argparse.Namespace) -> int:
     import json
 
     from workbench.calibration.fit import calibrate
+    from workbench.commands._axes import engine_knobs
     from workbench.errors import WorkbenchError
 
     try:
-        cal = calibrate(args.run_dirs, base=parse_knobs(args.engine),
+        cal = calibrate(args.run_dirs, base=engine_knobs(args.engine),
                         self_check=not args.no_replay)  # fmt: skip
     except (WorkbenchError, ValueError, OSError) as exc:
         print(f"workbench sim calibrate: error: {exc}", file=sys.stderr)
