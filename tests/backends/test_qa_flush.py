@@ -66,3 +66,38 @@ def test_an_empty_token_salt_is_refused_not_silently_unsalted(salt: str):
 
     with pytest.raises(ConfigError, match=r"backend\.token_salt .* empty"):
         RunConfig.from_dict({"backend": {"token_salt": salt}})
+
+
+async def test_a_run_flushes_with_its_own_credentials_from_the_target_url(tmp_path) -> None:
+    """The reset goes out with the run's Authorization (the URL's user:password as Basic,
+    as every request of the run), not only with an environment key."""
+    import base64
+
+    import workbench as wb
+
+    auth: list[str | None] = []
+
+    async def reset(request: web.Request) -> web.Response:
+        auth.append(request.headers.get("Authorization"))
+        return web.json_response({"success": True})
+
+    app = web.Application()
+    app.router.add_post("/reset_prefix_cache", reset)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,arrival_time,input_len,output_len\n0,0,8,1\n")
+    try:
+        result = await wb.run_async({
+            "trace": {"path": str(trace), "format": "independent"},
+            "target": f"http://user:s3cret@{host}:{port}",
+            "backend": {"name": "openai", "preflight": False, "flush_cache": True,
+                        "scrape_interval_s": None},
+        })  # fmt: skip
+    finally:
+        await runner.cleanup()
+    assert auth == ["Basic " + base64.b64encode(b"user:s3cret").decode()]
+    assert result.manifest["cache_flush"]["ok"] is True

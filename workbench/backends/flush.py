@@ -26,6 +26,7 @@ key's 401, a proxy's 403, a 500) ends the attempt at once, in its own words.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -99,6 +100,7 @@ async def flush_prefix_cache(
     backend: str = "openai",
     session: aiohttp.ClientSession | None = None,
     api_key: str | None = None,
+    headers: Mapping[str, str] | None = None,
     timeout_s: float = 30.0,
     retries: int = BUSY_RETRIES,
     retry_s: float = BUSY_RETRY_S,
@@ -106,7 +108,8 @@ async def flush_prefix_cache(
     """Reset the prefix cache of the server at ``base_url``; never raises for HTTP answers.
 
     ``backend`` picks which route to try first; ``session`` reuses a client
-    session (e.g. the run's transport, which carries its API key); ``api_key``
+    session; ``headers`` are sent as they are (a run passes its transport's
+    ``auth_headers()``: the target URL's credentials or the bearer key); ``api_key``
     is sent as a bearer token otherwise (never recorded). A server that is
     unreachable, or answers neither route, gives ``ok=False`` with a ``detail``
     saying so. A refusal because requests are running is retried ``retries``
@@ -115,7 +118,8 @@ async def flush_prefix_cache(
     root = normalize_base_url(base_url)
     out = FlushOutcome()
     own = session is None
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    if headers is None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     sess = session if session is not None else aiohttp.ClientSession(headers=headers)
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:

@@ -227,16 +227,20 @@ class Transport:
         """Stream ends and sends that waited for their turn (``executor.pace_ms``)."""
         return self._pacer.deferred if self._pacer is not None else 0
 
-    async def __aenter__(self) -> Transport:
+    def auth_headers(self) -> dict[str, str]:
+        """The run's ``Authorization`` header: the target URL's own credentials, else the
+        bearer key from ``api_key_env`` (registered for redaction), else none."""
         opts = self.options
-        headers: dict[str, str] = {}
-        key = os.environ.get(opts.api_key_env) if opts.api_key_env else None
         if opts.authorization:  # the target URL's own credentials win over the env key
-            headers["Authorization"] = opts.authorization
-        elif key:
+            return {"Authorization": opts.authorization}
+        key = os.environ.get(opts.api_key_env) if opts.api_key_env else None
+        if key:
             register_secret(key)
-            headers["Authorization"] = f"Bearer {key}"
-        client = _client(opts, self._now, headers)
+            return {"Authorization": f"Bearer {key}"}
+        return {}
+
+    async def __aenter__(self) -> Transport:
+        client = _client(self.options, self._now, self.auth_headers())
         await client.open()
         self._client = client
         return self

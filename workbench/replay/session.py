@@ -223,10 +223,9 @@ class ReplaySession:
             self.manifest["cache_flush"] = {"mode": False, **skipped}
             return
 
-        env = self.cfg.backend.api_key_env
         outcome = await flush_prefix_cache(
             target["base_url"], backend=self.cfg.backend.name,
-            api_key=os.environ.get(env) if env else None,
+            headers=transport.auth_headers(),  # the run's own credentials (URL or key)
         )  # fmt: skip
         self.manifest["cache_flush"] = {"mode": mode, **outcome.to_dict()}
         if outcome.ok:
