@@ -146,6 +146,64 @@ def test_feed_one_equals_feed_per_payload() -> None:
         fast.feed_one(b"{nope")
 
 
+def _state_after(reads: list[bytes], *, by_events: bool, max_tokens: int = 8):
+    """A ``StreamState`` (with its guard) fed ``reads``, read k stamped k."""
+    from workbench.backends.overrun import OverrunGuard
+    from workbench.backends.stream import StreamState
+    from workbench.records import RequestRecord
+
+    rec = RequestRecord("r", "q", 0, "s", 0, "openai", None, 0, 4, max_tokens)
+    rec.dispatch_ns = 0
+    guard = OverrunGuard(rec, max_tokens, by_events=by_events, prompt_tokens=4)
+    state = StreamState(ChoicesParser("id"), rec, guard, 60.0)
+    for k, chunk in enumerate(reads):
+        if state.cut:
+            break
+        state.feed(k, chunk)
+    return state, rec
+
+
+def _one_event_reads_like_grouped(seed: int) -> bool:
+    """Compare one event per read with a random grouping of the same bytes; True if cut."""
+    rng = random.Random(seed)
+    text_only = seed % 3 == 0
+    events = []
+    for _ in range(rng.randrange(100, 140) if text_only else rng.randrange(20, 45)):
+        # 8 + 64 = 72 tokens (events of a text-only stream) is the cut limit
+        if text_only:
+            choice = {"index": 0, "text": rng.choice(["", "a", "bc"]), "finish_reason": None}
+            events.append(b"data: " + orjson.dumps({"id": "c", "choices": [choice]}) + b"\n\n")
+        else:
+            ids = [rng.randrange(100) for _ in range(rng.randrange(5))]
+            events.append(b"data: " + _chunk(ids) + b"\n\n")
+    events.append(b"data: " + _chunk(None, usage={"prompt_tokens": 4, "completion_tokens": 8})
+                  + b"\n\n")  # fmt: skip
+    one, rec_one = _state_after(events, by_events=text_only)
+    grouped, i = [], 0
+    while i < len(events):
+        n = rng.randrange(1, 6)
+        grouped.append(b"".join(events[i : i + n]))
+        i += n
+    many, rec_many = _state_after(grouped, by_events=text_only)
+    assert rec_one.token_counts == rec_many.token_counts
+    assert len(rec_one.token_times_ns) == len(rec_one.token_counts)
+    assert rec_one.extra == rec_many.extra
+    assert one.cut == many.cut and str(one.error) == str(many.error)
+    assert type(one.error) is type(many.error)
+    assert one.guard.total == many.guard.total and one.guard.seen == many.guard.seen
+    return one.cut
+
+
+def test_one_event_reads_count_and_cut_like_any_grouping() -> None:
+    """The one-event-per-read path (SSE framing, parse and overrun guard inline) keeps the
+    same counts, and cuts a stream that passes the limit at the same event with the same
+    error and flag, as any grouping of the same bytes into reads (ids and text-only
+    streams, some cut, some not)."""
+    cuts = [_one_event_reads_like_grouped(seed) for seed in range(16)]
+    assert any(cuts) and not all(cuts)
+    assert any(cuts[::3]) and not all(cuts[1::3])  # text-only (seed % 3 == 0) cut too
+
+
 def test_sse_one_is_only_taken_for_a_lone_one_line_event() -> None:
     dec = SSEDecoder()
     assert dec.one(b"data: {}\n\n") == b"{}"

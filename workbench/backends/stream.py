@@ -75,7 +75,7 @@ class StreamState:
 
     __slots__ = (
         "after_done", "counts", "cut", "decode", "decoder", "done", "error", "feed_all",
-        "feed_one", "guard", "headers", "idle_ns", "json_body", "one", "raw", "reads", "rec",
+        "feed_one", "guard", "headers", "idle_ns", "json_body", "raw", "reads", "rec",
         "times",
     )  # fmt: skip
 
@@ -88,7 +88,6 @@ class StreamState:
     ) -> None:
         self.decoder = SSEDecoder()
         self.decode = self.decoder.feed
-        self.one = self.decoder.one
         self.feed_all = getattr(parser, "feed_all", None) or partial(_feed_each, parser)
         self.feed_one = getattr(parser, "feed_one", None)
         self.rec = rec
@@ -129,21 +128,42 @@ class StreamState:
         if self.reads == 1 and chunk[:3] == BOM:  # the SSE spec ignores a leading BOM
             chunk = chunk[3:]
         feed_one = self.feed_one
-        if feed_one is not None:
-            one = self.one(chunk)
-            if one is not None and one != DONE:  # one event in the read: no lists
+        decoder = self.decoder
+        if (
+            feed_one is not None
+            and chunk[:6] == b"data: "
+            and chunk.find(b"\n") == len(chunk) - 2
+            and chunk[-1:] == b"\n"
+            and b"\r" not in chunk
+            and not decoder.tail
+            and not decoder.data
+        ):  # SSEDecoder.one, inline: the read is exactly one one-line "data: " event
+            one = chunk[6:-2]
+            if one != DONE:  # one event in the read: no lists
                 self.raw = None
                 try:
                     n = feed_one(one)
                 except BackendError as exc:
                     self.error, self.done = exc, True
                     return
+                guard = self.guard
                 if n:
+                    counts = self.counts
                     self.times.append(t)
-                    self.counts.append(n)
-                elif self.idle_ns is not None:
+                    counts.append(n)
+                    if guard is not None:
+                        # OverrunGuard.check for one token event, inline (the per-event
+                        # hot path); nothing is pending in the decoder after a whole
+                        # one-event read, so check_unfinished has nothing to bound
+                        total = guard.total + (1 if guard.by_events else n)
+                        if total <= guard.limit:
+                            guard.total, guard.seen = total, len(counts)
+                        else:
+                            self._check(len(chunk))
+                    return
+                if self.idle_ns is not None:
                     self._stalled(t)
-                if self.guard is not None:
+                if guard is not None:
                     self._check(len(chunk))
                 return
         payloads = self.decode(chunk)
