@@ -89,7 +89,6 @@ class _Connection(asyncio.Protocol):
     def __init__(self, pool: _Pool) -> None:
         self.pool = pool
         self.now = pool.now
-        self.parsing = pool.parsing
         self.pieces: list[bytes] = []  # body bytes of the read being parsed
         # httptools calls ``on_body`` once per HTTP chunk: the list's own append, no frame
         self.on_body = self.pieces.append
@@ -183,11 +182,8 @@ class _Connection(asyncio.Protocol):
                     self._fail(BackendError(f"a {self.encoding.decode()} body that does "
                                             f"not inflate: {exc}"))  # fmt: skip
                     return
-            if self.streaming:  # _ParseQueue.add, inline (once per read)
-                parsing = self.parsing
-                parsing.items.append((self, self.waiter, t, chunk))
-                if not parsing.armed:
-                    parsing.arm()
+            if self.streaming:
+                self.pool.parsing.add(self, t, chunk)
             elif self.body_size < ERROR_BODY_MAX:
                 self.body.append(chunk)
                 self.body_size += len(chunk)
@@ -365,18 +361,14 @@ class _ParseQueue:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.items: list[tuple[_Connection, asyncio.Future[Any] | None, int, bytes | None]] = []
+        self.items: list[tuple[_Connection, asyncio.Future[Any], int, bytes | None]] = []
         self.armed = False
 
     def add(self, conn: _Connection, t: int, chunk: bytes | None) -> None:
-        self.items.append((conn, conn.waiter, t, chunk))
+        self.items.append((conn, conn.waiter, t, chunk))  # type: ignore[arg-type]
         if not self.armed:
-            self.arm()
-
-    def arm(self) -> None:
-        """Run the queue once the loop has taken this poll's reads."""
-        self.armed = True
-        self.loop.call_soon(self.run)
+            self.armed = True
+            self.loop.call_soon(self.run)
 
     def run(self) -> None:
         self.armed = False
@@ -385,7 +377,7 @@ class _ParseQueue:
             return
         self.items = []
         for conn, waiter, t, chunk in items:
-            if waiter is None or conn.waiter is not waiter or waiter.done():
+            if conn.waiter is not waiter or waiter.done():
                 continue  # given up (timeout, cancel, failure) since the read
             if chunk is not None:
                 state = conn.state

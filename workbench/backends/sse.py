@@ -25,22 +25,22 @@ DONE = b"[DONE]"
 class SSEDecoder:
     """Incremental SSE decoder; ``feed`` each read, ``close`` at end of stream."""
 
-    __slots__ = ("data", "tail")
+    __slots__ = ("_data", "_tail")
 
     def __init__(self) -> None:
-        self.tail = b""  # the unfinished line (bytes after the last line end)
-        self.data: list[bytes] = []  # the ``data:`` values of the event not yet ended
+        self._tail = b""
+        self._data: list[bytes] = []
 
     def one(self, chunk: bytes) -> bytes | None:
         """The payload when ``chunk`` is exactly one one-line ``data:`` event and nothing
         is pending (the read of a streamed token); else None (use ``feed``)."""
         if (
-            not self.tail
+            not self._tail
             and chunk[:6] == b"data: "
             and chunk.find(b"\n") == len(chunk) - 2
             and chunk[-1:] == b"\n"
             and b"\r" not in chunk
-            and not self.data
+            and not self._data
         ):
             return chunk[6:-2]
         return None
@@ -50,8 +50,8 @@ class SSEDecoder:
         one = self.one(chunk)
         if one is not None:
             return [one]
-        buf = self.tail + chunk if self.tail else chunk
-        if not self.data and b"\r" not in buf:
+        buf = self._tail + chunk if self._tail else chunk
+        if not self._data and b"\r" not in buf:
             return self._fast(buf)
         held = b""
         if b"\r" in buf:
@@ -59,7 +59,7 @@ class SSEDecoder:
                 buf, held = buf[:-1], b"\r"
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = buf.split(b"\n")
-        self.tail = lines.pop() + held
+        self._tail = lines.pop() + held
         return self._lines(lines)
 
     def _fast(self, buf: bytes) -> list[bytes]:
@@ -67,9 +67,9 @@ class SSEDecoder:
         line loop (what every LLM server sends). Anything else goes through ``_lines``.
         The unfinished event stays in ``_tail`` (possibly several lines)."""
         parts = buf.split(b"\n\n")
-        self.tail = parts.pop()
+        self._tail = parts.pop()
         # the usual read: only one-line "data: " events (newlines = 2 per separator)
-        if buf.count(b"\n") - self.tail.count(b"\n") == 2 * len(parts) and all(
+        if buf.count(b"\n") - self._tail.count(b"\n") == 2 * len(parts) and all(
             [ev[:6] == b"data: " for ev in parts]
         ):
             return [ev[6:] for ev in parts]
@@ -84,7 +84,7 @@ class SSEDecoder:
     @property
     def pending(self) -> int:
         """Bytes held for the event not yet ended (the output-overrun guard bounds it)."""
-        return len(self.tail) + sum(len(d) for d in self.data)
+        return len(self._tail) + sum(len(d) for d in self._data)
 
     def close(self) -> list[bytes]:
         """Flush at end of stream: an event missing its final blank line still counts.
@@ -92,14 +92,14 @@ class SSEDecoder:
         The spec would drop it; servers that forget the last newline are common
         enough that losing their final usage chunk is the worse choice.
         """
-        tail, self.tail = self.tail, b""
+        tail, self._tail = self._tail, b""
         lines = tail.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n") if tail else []
         lines.append(b"")
         return self._lines(lines)
 
     def _lines(self, lines: list[bytes]) -> list[bytes]:
         events: list[bytes] = []
-        data = self.data
+        data = self._data
         for line in lines:
             if not line:
                 if data:
@@ -111,5 +111,5 @@ class SSEDecoder:
             elif line == b"data":
                 data.append(b"")
             # comments (":...") and other fields are ignored
-        self.data = data
+        self._data = data
         return events

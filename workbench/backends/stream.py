@@ -75,7 +75,7 @@ class StreamState:
 
     __slots__ = (
         "after_done", "counts", "cut", "decode", "decoder", "done", "error", "feed_all",
-        "feed_one", "guard", "headers", "idle_ns", "json_body", "raw", "reads", "rec",
+        "feed_one", "guard", "headers", "idle_ns", "json_body", "one", "raw", "reads", "rec",
         "times",
     )  # fmt: skip
 
@@ -88,6 +88,7 @@ class StreamState:
     ) -> None:
         self.decoder = SSEDecoder()
         self.decode = self.decoder.feed
+        self.one = self.decoder.one
         self.feed_all = getattr(parser, "feed_all", None) or partial(_feed_each, parser)
         self.feed_one = getattr(parser, "feed_one", None)
         self.rec = rec
@@ -128,18 +129,9 @@ class StreamState:
         if self.reads == 1 and chunk[:3] == BOM:  # the SSE spec ignores a leading BOM
             chunk = chunk[3:]
         feed_one = self.feed_one
-        decoder = self.decoder
-        if (
-            feed_one is not None
-            and chunk[:6] == b"data: "
-            and chunk.find(b"\n") == len(chunk) - 2
-            and chunk[-1:] == b"\n"
-            and b"\r" not in chunk
-            and not decoder.tail
-            and not decoder.data
-        ):  # SSEDecoder.one, inline: the read is exactly one one-line "data: " event
-            one = chunk[6:-2]
-            if one != DONE:  # one event in the read: no lists
+        if feed_one is not None:
+            one = self.one(chunk)
+            if one is not None and one != DONE:  # one event in the read: no lists
                 self.raw = None
                 try:
                     n = feed_one(one)
