@@ -204,6 +204,59 @@ def test_one_event_reads_count_and_cut_like_any_grouping() -> None:
     assert any(cuts[::3]) and not all(cuts[1::3])  # text-only (seed % 3 == 0) cut too
 
 
+@pytest.mark.parametrize("seed", range(24))
+def test_small_reads_parsed_event_by_event_equal_feed_all(seed: int, monkeypatch) -> None:
+    """A read of a few events is parsed one event at a time (``feed_one``); the record,
+    the guard and the error are the ones ``feed_all`` gives for the same reads (forced
+    with ``FEED_ONE_MAX = 0``): token chunks, text-only chunks, a usage chunk midway, a
+    server error or bad JSON midway, streams past the cut limit."""
+    from workbench.backends import stream
+
+    rng = random.Random(seed)
+    text_only = seed % 4 == 0
+    events = []
+    for i in range(rng.randrange(5, 60)):
+        if text_only:
+            choice = {"index": 0, "text": rng.choice(["", "a"]), "finish_reason": None}
+            payload = orjson.dumps({"id": "c", "choices": [choice]})
+        else:
+            payload = _chunk([rng.randrange(100) for _ in range(rng.randrange(5))],
+                             rng.choice([None, None, "length"]))  # fmt: skip
+        if i == 3 and seed % 5 == 1:
+            payload = _chunk(None, usage={"prompt_tokens": 1, "completion_tokens": 2})
+        if i == 7 and seed % 6 == 2:
+            payload = orjson.dumps({"error": {"message": "boom"}})
+        if i == 9 and seed % 7 == 3:
+            payload = b"{nope"
+        events.append(b"data: " + payload + b"\n\n")
+    reads, i = [], 0
+    while i < len(events):
+        n = rng.randrange(1, stream.FEED_ONE_MAX + 1)
+        reads.append(b"".join(events[i : i + n]))
+        i += n
+    by_event, rec_a = _state_after(reads, by_events=text_only)
+    monkeypatch.setattr(stream, "FEED_ONE_MAX", 0)
+    joined, rec_b = _state_after(reads, by_events=text_only)
+    assert rec_a.token_counts == rec_b.token_counts
+    assert rec_a.token_times_ns == rec_b.token_times_ns
+    assert rec_a.extra == rec_b.extra
+    assert str(by_event.error) == str(joined.error) and by_event.cut == joined.cut
+    assert (by_event.guard.total, by_event.guard.seen) == (joined.guard.total, joined.guard.seen)
+
+
+def test_a_read_with_tokens_and_an_endless_event_is_cut_on_that_read() -> None:
+    """Token events plus the start of an event past the byte bound, in one read: the
+    guard's fast path does not skip the unfinished event (cut on this very read)."""
+    from workbench.backends.overrun import EVENT_BYTES_FLOOR
+
+    head = b"data: " + _chunk([1]) + b"\n\n" + b"data: " + _chunk([2]) + b"\n\n"
+    endless = b"data: " + b"x" * (EVENT_BYTES_FLOOR + 10)
+    state, rec = _state_after([b"data: " + _chunk([0]) + b"\n\n", head + endless],
+                              by_events=False)  # fmt: skip
+    assert state.cut and rec.token_counts == [1, 1, 1]
+    assert rec.extra["output_overrun"]["unfinished_event_bytes"] > EVENT_BYTES_FLOOR
+
+
 def test_sse_one_is_only_taken_for_a_lone_one_line_event() -> None:
     dec = SSEDecoder()
     assert dec.one(b"data: {}\n\n") == b"{}"

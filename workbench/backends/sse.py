@@ -84,7 +84,8 @@ class SSEDecoder:
     @property
     def pending(self) -> int:
         """Bytes held for the event not yet ended (the output-overrun guard bounds it)."""
-        return len(self._tail) + sum(len(d) for d in self._data)
+        data = self._data  # (empty between events: every read of a streamed answer)
+        return len(self._tail) + sum(map(len, data)) if data else len(self._tail)
 
     def close(self) -> list[bytes]:
         """Flush at end of stream: an event missing its final blank line still counts.
