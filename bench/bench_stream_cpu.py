@@ -59,11 +59,22 @@ class MemTransport(asyncio.Transport):
         self.loop, self.proto = loop, proto
         self.peer: MemTransport | None = None
         self.closing = False
+        self.held: list[bytes] = []
+
+    #: (the server's end) deliver every ``coalesce``-th HTTP chunk together with the ones
+    #: held before it, and the one that ends an answer at once: reads of several token
+    #: events, as the loopback gives under load (bench/README.md, "the streaming client")
+    coalesce = 1
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         peer = self.peer
         if self.closing or peer is None or peer.closing:
             return
+        if self.coalesce > 1 and (self.held or not data.startswith(b"HTTP/")):
+            self.held.append(bytes(data))
+            if len(self.held) < self.coalesce and not data.endswith(b"0\r\n\r\n"):
+                return
+            data, self.held = b"".join(self.held), []
         self.loop.call_soon(peer._deliver, bytes(data))
 
     def _deliver(self, data: bytes) -> None:
@@ -98,6 +109,7 @@ class MemLoop(_BaseLoop):  # type: ignore[misc,valid-type]
     """An event loop whose ``create_connection`` joins the protocol to an in-memory server."""
 
     server_factory: Any = None
+    coalesce = 1
 
     async def create_connection(self, protocol_factory: Any, host: Any = None,  # type: ignore[override]
                                 port: Any = None, **_kw: Any) -> tuple[Any, Any]:  # fmt: skip
@@ -105,6 +117,7 @@ class MemLoop(_BaseLoop):  # type: ignore[misc,valid-type]
         server = self.server_factory()
         ct, st = MemTransport(self, client), MemTransport(self, server)
         ct.peer, st.peer = st, ct
+        st.coalesce = self.coalesce
         server.connection_made(st)
         client.connection_made(ct)
         return ct, client
@@ -190,8 +203,9 @@ async def _run(n: int, c: int, mode: str) -> float:
     return float(summary["client"]["cpu_s"])
 
 
-def worker(scenario: str, mode: str, n: int, c: int) -> dict[str, Any]:
+def worker(scenario: str, mode: str, n: int, c: int, coalesce: int = 1) -> dict[str, Any]:
     loop = MemLoop()
+    loop.coalesce = coalesce
     server = _server(mode)
     loop.server_factory = server.protocol
     asyncio.set_event_loop(loop)
@@ -204,7 +218,8 @@ def worker(scenario: str, mode: str, n: int, c: int) -> dict[str, Any]:
             cpu = loop.run_until_complete(_run(n, c, mode))
     finally:
         loop.close()
-    return {"scenario": scenario, "mode": mode, "requests": n, "concurrency": c, "cpu_s": cpu,
+    return {"scenario": scenario, "mode": mode, "requests": n, "concurrency": c,
+            "coalesce": coalesce, "cpu_s": cpu,
             "us_per_event": cpu / (n * TOKENS) * 1e6, "us_per_request": cpu / n * 1e6}  # fmt: skip
 
 
@@ -218,10 +233,10 @@ def extract(ref: str, dest: Path) -> Path:
     return dest
 
 
-def one(tree: Path, scenario: str, mode: str, n: int, c: int) -> dict[str, Any]:
+def one(tree: Path, scenario: str, mode: str, n: int, c: int, coalesce: int) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", scenario, "--mode", mode,
-           "--requests", str(n), "--concurrency", str(c)]  # fmt: skip
+           "--requests", str(n), "--concurrency", str(c), "--coalesce", str(coalesce)]  # fmt: skip
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
     if done.returncode != 0:
         raise SystemExit(f"worker failed ({tree}, {scenario}):\n{done.stderr[-3000:]}")
@@ -234,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", choices=("timed", "instant"), default="timed")
     ap.add_argument("--requests", type=int, default=400)
     ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--coalesce", type=int, default=1,
+                    help="timed mode: token events per read (the server's writes joined)")
     ap.add_argument("--ref", default=None, help="git revision to compare against (before)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--scenarios", default="floor,events,run")
@@ -241,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(args.worker, args.mode, args.requests, args.concurrency)))
+        print(json.dumps(worker(args.worker, args.mode, args.requests, args.concurrency,
+                                args.coalesce)))  # fmt: skip
         return 0
     trees = {"after": ROOT}
     tmp = tempfile.TemporaryDirectory(prefix="wb-ref-")
@@ -256,11 +274,13 @@ def main(argv: list[str] | None = None) -> int:
                 for name in names:
                     if scenario == "floor" and name != names[0]:
                         continue  # the floor does not depend on workbench's tree
-                    r = one(trees[name], scenario, mode, args.requests, args.concurrency)
+                    r = one(trees[name], scenario, mode, args.requests, args.concurrency,
+                            args.coalesce)  # fmt: skip
                     results.setdefault(f"{mode} {scenario} {name}", []).append(r)
         load.append(os.getloadavg()[0])
     table = {}
-    print(f"requests {args.requests}, concurrency {args.concurrency}, repeat {args.repeat}, "
+    print(f"requests {args.requests}, concurrency {args.concurrency}, coalesce "
+          f"{args.coalesce}, repeat {args.repeat}, "
           f"load average {load[0]:.2f} -> {load[-1]:.2f}")  # fmt: skip
     print(f"{'mode scenario tree':32} {'best us/event':>14} {'median':>8} {'best us/req':>12}")
     for key, rs in results.items():
