@@ -62,6 +62,9 @@ class OverrunGuard:
     limit, the record trimmed to end at the event that crossed it;
     ``flag(completion_tokens)`` at the end of a stream that ended by itself marks a
     smaller overrun (streamed, or reported in usage) without failing it.
+    ``stream.StreamState`` does ``check``'s usual case itself on its per-read path (new
+    tokens, still under the limit: ``total`` and ``seen`` moved on, as ``check`` would)
+    and calls ``check`` for everything else.
     """
 
     __slots__ = ("by_events", "event_limit", "limit", "max_tokens", "rec", "seen", "stale",

@@ -146,7 +146,7 @@ class StreamState:
                     self.times.append(t)
                     counts.append(n)
                     guard = self.guard
-                    if guard is not None:  # _counted(n, len(chunk)), inline: once per event
+                    if guard is not None:  # _counted(n, len(chunk), 1), inline: once per event
                         total = guard.total + (1 if guard.by_events else n)
                         if total <= guard.limit:
                             guard.total, guard.seen = total, len(counts)
@@ -196,7 +196,7 @@ class StreamState:
         if self.guard is not None and not self.done:
             self._check(len(chunk))
 
-    def _counted(self, ids: int, nbytes: int, events: int = 1) -> None:
+    def _counted(self, ids: int, nbytes: int, events: int) -> None:
         """The overrun guard after a read that ended whole (nothing pending in the
         decoder: ``check_unfinished`` has nothing to bound) and brought ``events`` token
         events of ``ids`` ids: ``_check``'s result, with ``OverrunGuard.check``'s usual
