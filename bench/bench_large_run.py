@@ -14,10 +14,11 @@ Method:
 2. ``analyse`` runs in a **fresh process** (so ``ru_maxrss`` is the analysis
    alone): ``columns.convert`` (JSONL → ``records.parquet`` in streaming
    batches), then ``scan.summarize`` (every ``summary.json`` number) and
-   ``scan.by_round_index``, reading the needed columns with pyarrow. Reported: wall time of each step and
-   the process's peak RSS (``resource.getrusage(RUSAGE_SELF).ru_maxrss``),
-   which must stay under 2 GB. ``--token-times`` keeps the token lists in the
-   Parquet file (pooled ITL percentiles) — more bytes, more time.
+   ``scan.by_round_index``, reading the needed columns with pyarrow. Reported:
+   wall time of each step and the process's peak RSS
+   (``resource.getrusage(RUSAGE_SELF).ru_maxrss``), which must stay under 2 GB.
+   ``--token-times`` keeps the token lists in the Parquet file (pooled ITL
+   percentiles) — more bytes, more time.
 
 Run: ``.venv/bin/python bench/bench_large_run.py [--requests N] [--dir DIR] [--token-times]``.
 Results go in ``bench/README.md`` (section "large runs").

@@ -1,4 +1,4 @@
-"""records.parquet and the stored-run metrics agree with to_frame/summarize (small runs, no sockets)."""
+"""records.parquet and the stored-run metrics agree with to_frame/summarize (small runs)."""
 
 from __future__ import annotations
 
