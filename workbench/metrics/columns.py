@@ -165,13 +165,13 @@ class _FrameSource:
     def rank(self, name: str) -> np.ndarray:
         return np.unique(self.df[name].astype(str).to_numpy(), return_inverse=True)[1]
 
-    def gaps(self) -> tuple[np.ndarray, np.ndarray] | None:
-        if "itl_ms" not in self.df.columns:
-            return None
-        lists = self.df["itl_ms"]
-        lens = np.fromiter((len(g) for g in lists), dtype=np.int64, count=len(lists))
-        flat = np.fromiter((x for g in lists for x in g), dtype=float, count=int(lens.sum()))
-        return flat, lens
+    def has_gaps(self) -> bool:
+        return "itl_ms" in self.df.columns
+
+    def gaps(self, rows: np.ndarray | None) -> np.ndarray:
+        lists = self.df["itl_ms"] if rows is None else self.df["itl_ms"].iloc[rows]
+        n = sum(len(g) for g in lists)
+        return np.fromiter((x for g in lists for x in g), dtype=float, count=n)
 
 
 class _ParquetSource:
@@ -225,14 +225,17 @@ class _ParquetSource:
         ranks = pc.rank(self._strings(name), sort_keys="ascending", tiebreaker="dense")
         return ranks.to_numpy().astype(np.int64)
 
-    def gaps(self) -> tuple[np.ndarray, np.ndarray] | None:
+    def has_gaps(self) -> bool:
+        return "itl_ms" in self.names
+
+    def gaps(self, rows: np.ndarray | None) -> np.ndarray:
         import pyarrow.compute as pc
 
-        if "itl_ms" not in self.names:
-            return None
-        arr = self._read("itl_ms")
-        lens = pc.fill_null(pc.list_value_length(arr), 0).to_numpy().astype(np.int64)
-        return pc.list_flatten(arr).to_numpy(zero_copy_only=False), lens
+        arr = self._read("itl_ms")  # not kept: only the pooled gaps of ``rows`` are
+        if rows is not None:
+            arr = arr.take(rows)
+        out = pc.list_flatten(arr).to_numpy(zero_copy_only=False)
+        return out if out.flags.writeable else out.copy()  # a view of Arrow's buffer
 
 
 _Source = _FrameSource | _ParquetSource
@@ -253,7 +256,6 @@ class Columns:
         self._src = source
         self._rows = rows
         self._cache: dict[Any, Any] = {} if cache is None else cache
-        self._picked_gaps: np.ndarray | None = None
 
     @classmethod
     def of(cls, data: Any) -> Columns:
@@ -304,15 +306,9 @@ class Columns:
         return Columns(self._src, rows, self._cache)
 
     def gaps(self) -> np.ndarray | None:
-        got = self._get(("gaps",), self._src.gaps)
-        if got is None or self._rows is None:
-            return None if got is None else got[0]
-        if self._picked_gaps is None:
-            flat, lens = got
-            sel = np.zeros(len(lens), dtype=bool)
-            sel[self._rows] = True
-            self._picked_gaps = flat if sel.all() else flat[np.repeat(sel, lens)]
-        return self._picked_gaps
+        """Every inter-token gap of the selected rows, row after row (a fresh array the
+        caller may reorder), or None when the source did not keep them."""
+        return self._src.gaps(self._rows) if self._src.has_gaps() else None
 
 
 def stored(run_dir: str | Path, *, token_times: bool | None = None) -> Columns:

@@ -18,8 +18,12 @@ from workbench.metrics.columns import Columns
 STAT_KEYS: tuple[str, ...] = ("mean", "p50", "p90", "p99", "min", "max", "count")
 
 
-def describe(values: Iterable[float]) -> dict[str, float | int | None]:
-    """mean/p50/p90/p99/min/max/count of the finite values; None when there are none."""
+def describe(values: Iterable[float], *, scratch: bool = False) -> dict[str, float | int | None]:
+    """mean/p50/p90/p99/min/max/count of the finite values; None when there are none.
+
+    ``scratch``: ``values`` is an array nobody keeps, so the percentiles may reorder it
+    in place instead of copying it (the pooled ITL gaps of a large run).
+    """
     if isinstance(values, np.ndarray):
         arr = values.astype(float, copy=False)
     else:
@@ -29,14 +33,15 @@ def describe(values: Iterable[float]) -> dict[str, float | int | None]:
         arr = arr[finite]
     if arr.size == 0:
         return {**dict.fromkeys(STAT_KEYS[:-1]), "count": 0}
-    p50, p90, p99 = np.percentile(arr, [50, 90, 99])
+    mean, lo, hi = float(arr.mean()), float(arr.min()), float(arr.max())  # before any reorder
+    p50, p90, p99 = np.percentile(arr, [50, 90, 99], overwrite_input=scratch)
     return {
-        "mean": float(arr.mean()),
+        "mean": mean,
         "p50": float(p50),
         "p90": float(p90),
         "p99": float(p99),
-        "min": float(arr.min()),
-        "max": float(arr.max()),
+        "min": lo,
+        "max": hi,
         "count": int(arr.size),
     }
 
@@ -51,7 +56,9 @@ def metric_values(cols: Columns, col: str) -> np.ndarray:
 
 def describe_metric(cols: Columns, col: str) -> dict[str, float | int | None]:
     """``describe`` of a metric over the rows of ``cols`` (see module docstring for ITL)."""
-    if col != "itl_ms" or cols.gaps() is not None:
+    if col == "itl_ms" and (gaps := cols.gaps()) is not None:
+        return describe(gaps, scratch=True)  # the mean, min, max do not depend on order
+    if col != "itl_ms":
         return describe(metric_values(cols, col))
     n, has = cols.ints("itl_count")
     some = has & (n > 0)
