@@ -140,7 +140,8 @@ class _FrameSource:
         self.n = len(df)
 
     def has(self, name: str) -> bool:
-        return name in self.df.columns or name in columnar.EXTRA_INT_FIELDS
+        extra = name in columnar.EXTRA_INT_FIELDS and "extra" in self.df.columns
+        return name in self.df.columns or extra
 
     def load(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         if name in columnar.EXTRA_INT_FIELDS and name not in self.df.columns:
@@ -152,8 +153,12 @@ class _FrameSource:
         if col.dtype == object:
             values = np.where(valid, col.to_numpy(), 0)
             kind = {type(v) for v in values[valid]}
-            if kind <= {int, bool, np.int64, np.bool_}:
-                values = values.astype(np.int64) if kind - {bool, np.bool_} else values.astype(bool)
+            if kind <= {bool, np.bool_}:
+                values = values.astype(bool)
+            elif kind <= {int, bool, np.int64, np.bool_}:
+                values = values.astype(np.int64)
+            elif kind <= {int, float, np.int64, np.float64}:
+                values = values.astype(float)
             return values, valid
         if isinstance(col.dtype, pd.api.extensions.ExtensionDtype):
             return col.to_numpy(dtype=np.int64, na_value=0), valid
@@ -229,13 +234,14 @@ class _ParquetSource:
         return "itl_ms" in self.names
 
     def gaps(self, rows: np.ndarray | None) -> np.ndarray:
-        import pyarrow.compute as pc
-
         arr = self._read("itl_ms")  # not kept: only the pooled gaps of ``rows`` are
-        if rows is not None:
-            arr = arr.take(rows)
-        out = pc.list_flatten(arr).to_numpy(zero_copy_only=False)
-        return out if out.flags.writeable else out.copy()  # a view of Arrow's buffer
+        offsets = arr.offsets.to_numpy()
+        values = arr.values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]]
+        if rows is None:
+            return values.copy()  # Arrow's buffer is read-only; the caller may reorder it
+        sel = np.zeros(len(offsets) - 1, dtype=bool)
+        sel[rows] = True
+        return values[np.repeat(sel, np.diff(offsets))]  # one new array, in row order
 
 
 _Source = _FrameSource | _ParquetSource
@@ -301,6 +307,8 @@ class Columns:
         return self._pick(self._get(("rank", name), lambda: self._src.rank(name)))
 
     def where(self, mask: np.ndarray) -> Columns:
+        if mask.all():  # e.g. no warm-up rows: the same rows, nothing to pick
+            return Columns(self._src, self._rows, self._cache)
         picked = np.flatnonzero(mask)
         rows = picked if self._rows is None else self._rows[picked]
         return Columns(self._src, rows, self._cache)

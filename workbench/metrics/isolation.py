@@ -77,9 +77,13 @@ def first_seen(full: Columns) -> Columns:
     unit = full.ints("unit_ordinal")[0]
     keep = np.flatnonzero(~warm & full.equals("status", "ok") & reported(full))
     dispatch, sent = full.ints("dispatch_ns")
-    # dispatch order (absent dispatch last), request id, then file order: the first of each
-    order = keep[np.lexsort((keep, full.rank("request_id")[keep], dispatch[keep], ~sent[keep]))]
     rnd = full.ints("round_idx")[0]
+    # dispatch order (absent dispatch last), request id, then file order: the first of each
+    keys = (dispatch[keep] * sent[keep], ~sent[keep], rnd[keep], unit[keep])
+    by = np.lexsort(keys)
+    tied = np.all([(k[by][1:] == k[by][:-1]) for k in keys], axis=0) if len(by) > 1 else []
+    ids = full.rank("request_id")[keep] if np.any(tied) else np.zeros(len(keep), np.int64)
+    order = keep[np.lexsort((keep, ids, dispatch[keep], ~sent[keep]))]
     span = int(rnd.max()) - int(rnd.min()) + 1 if len(rnd) else 1
     pair = unit[order] * span + (rnd[order] - (int(rnd.min()) if len(rnd) else 0))
     firsts = order[np.unique(pair, return_index=True)[1]]
