@@ -11,7 +11,7 @@ use them verbatim. The definitions live once, in ``workbench.metrics.derive``
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -62,9 +62,18 @@ def as_records(
     return [r if isinstance(r, RequestRecord) else RequestRecord.from_dict(r) for r in items]
 
 
+def _derived(recs: Sequence[RequestRecord]) -> dict[str, Any]:
+    raw = {k: [getattr(r, k) for r in recs] for k in INPUTS}
+    return derive(raw, [r.token_times_ns for r in recs], [r.token_counts for r in recs])
+
+
 def _one(rec: RequestRecord) -> dict[str, Any]:
-    raw = {k: [getattr(rec, k)] for k in INPUTS}
-    return derive(raw, [rec.token_times_ns], [rec.token_counts])
+    return _derived([rec])
+
+
+def output_token_counts(recs: Sequence[RequestRecord]) -> list[int]:
+    """``output_tokens`` of many records at once (one ``derive`` call, not one per record)."""
+    return [int(n) for n in _derived(recs)["output_tokens"]]
 
 
 def token_events(rec: RequestRecord) -> tuple[list[int], list[int]]:
