@@ -68,9 +68,9 @@ def _close(a: Any, b: Any, path: str = "") -> None:
         assert set(a) == set(b), (path, set(a) ^ set(b))
         for k in a:
             _close(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, float) and b is not None:
-        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), (path, a, b)
-    else:
+    elif isinstance(a, float) and isinstance(b, float) and math.isnan(a):
+        assert math.isnan(b), (path, a, b)
+    else:  # exact: both paths run the same definitions over the same column values
         assert a == b, (path, a, b)
 
 
@@ -107,7 +107,7 @@ def test_scan_summary_equals_summarize_on_edge_cases(tmp_path: Path) -> None:
     _close(summarize(result, slo), scan.summarize(d, slo))
     _close(summarize(result, warmup=True), scan.summarize(d, warmup=True))
     pd.testing.assert_frame_equal(by_round_index(result), scan.by_round_index(d),
-                                  check_dtype=False)  # fmt: skip
+                                  check_exact=True)  # fmt: skip
 
 
 def test_scan_without_token_lists_keeps_exact_itl_mean(tmp_path: Path) -> None:
@@ -130,9 +130,16 @@ def test_simulated_run_summary_and_rounds_agree(tmp_path: Path) -> None:
     columns.convert(d, token_times=True)
     _close(summarize(result), scan.summarize(d))
     pd.testing.assert_frame_equal(by_round_index(result), scan.by_round_index(d),
-                                  check_dtype=False)  # fmt: skip
+                                  check_exact=True)  # fmt: skip
     sample = scan.sample_frame(d, n=10)
     assert len(sample) == 10 and sample.attrs["sampled_from"] == len(result.records)
+    again = scan.sample_frame(d, n=10)  # seeded: the same rows every time
+    assert again["request_id"].tolist() == sample["request_id"].tolist()
+    assert set(sample["request_id"]) <= {r.request_id for r in result.records}
+    by_id = to_frame(result).set_index("request_id")
+    for col in ("ttft_ms", "tpot_ms", "output_tokens"):  # the rows are the records' own
+        np.testing.assert_array_equal(sample[col].to_numpy(float),
+                                      by_id.loc[sample["request_id"], col].to_numpy(float))
     full = scan.sample_frame(d)
     assert sorted(full["request_id"]) == sorted(r.request_id for r in result.records)
     wb.plot(full, "cdf")
@@ -154,7 +161,7 @@ def test_by_input_band_scan_equals_in_memory(tmp_path: Path) -> None:
 
     d = _run_dir(tmp_path, edge_records())
     pd.testing.assert_frame_equal(by_input_band(wb.load(d)), scan.by_input_band(d),
-                                  check_dtype=False, check_categorical=False)  # fmt: skip
+                                  check_exact=True)  # fmt: skip
 
 
 def test_replay_report_scans_a_run_larger_than_max_records(tmp_path: Path) -> None:

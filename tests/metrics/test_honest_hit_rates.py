@@ -66,10 +66,11 @@ def _three_ways(tmp_path: Path, records: list[RequestRecord]) -> list[dict[str, 
     parquet = pq.read_table(d / "records.parquet").to_pandas()
     frame = to_frame(result)
     pd.testing.assert_series_equal(
-        parquet["actual_hit"], frame["actual_hit"].astype(float), check_names=False
+        parquet["actual_hit"], frame["actual_hit"].astype(float), check_names=False,
+        check_exact=True,
     )
     pd.testing.assert_frame_equal(by_round_index(result), scan.by_round_index(d),
-                                  check_dtype=False)  # fmt: skip
+                                  check_exact=True)  # fmt: skip
     return [summarize(result), scan.summarize(d)]
 
 
