@@ -12,12 +12,13 @@ Method:
    0.5 % errors, 0.2 % requests without a cached count — plus a manifest. Rows
    are built 10,000 at a time and written with orjson; nothing accumulates.
 2. ``analyse`` runs in a **fresh process** (so ``ru_maxrss`` is the analysis
-   alone): ``columnar.convert`` (JSONL → ``records.parquet`` in 50,000-row
+   alone): ``columns.convert`` (JSONL → ``records.parquet`` in streaming
    batches), then ``scan.summarize`` (every ``summary.json`` number) and
-   ``scan.by_round_index`` with DuckDB. Reported: wall time of each step and
-   the process's peak RSS (``resource.getrusage(RUSAGE_SELF).ru_maxrss``),
-   which must stay under 2 GB. ``--token-times`` keeps the token lists in the
-   Parquet file (pooled ITL percentiles) — more bytes, more time.
+   ``scan.by_round_index``, reading the needed columns with pyarrow. Reported:
+   wall time of each step and the process's peak RSS
+   (``resource.getrusage(RUSAGE_SELF).ru_maxrss``), which must stay under 2 GB.
+   ``--token-times`` keeps the token lists in the Parquet file (pooled ITL
+   percentiles) — more bytes, more time.
 
 Run: ``.venv/bin/python bench/bench_large_run.py [--requests N] [--dir DIR] [--token-times]``.
 Results go in ``bench/README.md`` (section "large runs").
@@ -115,11 +116,10 @@ def generate(run_dir: Path, n: int, seed: int = 0) -> dict:
 
 
 def analyse(run_dir: Path, token_times: bool) -> dict:
-    from workbench.metrics import scan
-    from workbench.storage import columnar
+    from workbench.metrics import columns, scan
 
     t0 = time.perf_counter()
-    pq_file = columnar.convert(run_dir, token_times=token_times)
+    pq_file = columns.convert(run_dir, token_times=token_times)
     t1 = time.perf_counter()
     summary = scan.summarize(run_dir)
     t2 = time.perf_counter()

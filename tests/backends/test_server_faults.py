@@ -13,8 +13,8 @@ import pytest
 from workbench.config import ArrivalSpec, RunConfig
 from workbench.data import path as data_path
 from workbench.executors.dispatch import run_async
+from workbench.metrics import columns
 from workbench.sim.server import MAX_REQUEST_ID, serve_sim
-from workbench.storage import columnar
 
 SESSIONS = str(data_path("tracelab/multi_session_example.csv"))
 
@@ -89,7 +89,7 @@ def test_columnar_nulls_values_an_older_file_may_hold(tmp_path, caplog):
            "token_times_ns": [1, "x"], "token_counts": [1, 1], "error": {"nested": 1}}
     (tmp_path / "records.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
     with caplog.at_level(logging.WARNING):
-        table = pq.read_table(columnar.convert(tmp_path)).to_pylist()
+        table = pq.read_table(columns.convert(tmp_path)).to_pylist()
     assert [r["request_id"] for r in table] == ["a", "b"]
     assert table[1]["prompt_tokens"] is None and table[1]["cached_tokens"] is None
     assert "record b" in caplog.text

@@ -1,4 +1,4 @@
-"""records.parquet and the DuckDB scans agree with to_frame/summarize (small runs, no sockets)."""
+"""records.parquet and the stored-run metrics agree with to_frame/summarize (small runs)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,15 @@ import pandas as pd
 import pytest
 
 pytest.importorskip("pyarrow")
-pytest.importorskip("duckdb")
+pytest.importorskip("pyarrow")
 
 import pyarrow.parquet as pq
 
 import workbench as wb
 from workbench import data
-from workbench.metrics import by_round_index, scan, summarize, to_frame
+from workbench.metrics import by_round_index, columns, derive, scan, summarize, to_frame
 from workbench.metrics.files import save
 from workbench.records import RequestRecord, RunResult
-from workbench.storage import columnar
 
 MS = 1_000_000
 BASE = 10_000_000_000
@@ -69,9 +68,9 @@ def _close(a: Any, b: Any, path: str = "") -> None:
         assert set(a) == set(b), (path, set(a) ^ set(b))
         for k in a:
             _close(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, float) and b is not None:
-        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), (path, a, b)
-    else:
+    elif isinstance(a, float) and isinstance(b, float) and math.isnan(a):
+        assert math.isnan(b), (path, a, b)
+    else:  # exact: both paths run the same definitions over the same column values
         assert a == b, (path, a, b)
 
 
@@ -82,10 +81,10 @@ def _run_dir(tmp_path: Path, records: list[RequestRecord], **manifest: Any) -> P
 @pytest.mark.parametrize("token_times", [False, True])
 def test_parquet_columns_equal_to_frame(tmp_path: Path, token_times: bool) -> None:
     d = _run_dir(tmp_path, edge_records())
-    table = pq.read_table(columnar.convert(d, token_times=token_times, batch_rows=4)).to_pandas()
+    table = pq.read_table(columns.convert(d, token_times=token_times, batch_rows=4)).to_pandas()
     ref = to_frame(edge_records())
     assert table["request_id"].tolist() == ref["request_id"].tolist()
-    for col in (*columnar.FLOAT_COLUMNS, *columnar.DERIVED_INT_COLUMNS, "end_ns", "dispatch_ns"):
+    for col in (*derive.FLOAT_COLUMNS, *derive.INT_COLUMNS, "end_ns", "dispatch_ns"):
         if col in ref:
             np.testing.assert_allclose(table[col].to_numpy(float, na_value=np.nan),
                                        ref[col].to_numpy(float, na_value=np.nan),
@@ -103,12 +102,12 @@ def test_parquet_columns_equal_to_frame(tmp_path: Path, token_times: bool) -> No
 def test_scan_summary_equals_summarize_on_edge_cases(tmp_path: Path) -> None:
     slo = {"ttft_ms": 5.0, "e2e_ms": 12.0}
     d = _run_dir(tmp_path, edge_records(), ideal_prefix_hit_rate=0.4)
-    columnar.convert(d, token_times=True)
+    columns.convert(d, token_times=True)
     result = wb.load(d)
     _close(summarize(result, slo), scan.summarize(d, slo))
     _close(summarize(result, warmup=True), scan.summarize(d, warmup=True))
     pd.testing.assert_frame_equal(by_round_index(result), scan.by_round_index(d),
-                                  check_dtype=False)  # fmt: skip
+                                  check_exact=True)  # fmt: skip
 
 
 def test_scan_without_token_lists_keeps_exact_itl_mean(tmp_path: Path) -> None:
@@ -128,12 +127,19 @@ def test_simulated_run_summary_and_rounds_agree(tmp_path: Path) -> None:
     })  # fmt: skip
     result = wb.simulate(cfg)
     d = save(result, tmp_path / "sim")
-    columnar.convert(d, token_times=True)
+    columns.convert(d, token_times=True)
     _close(summarize(result), scan.summarize(d))
     pd.testing.assert_frame_equal(by_round_index(result), scan.by_round_index(d),
-                                  check_dtype=False)  # fmt: skip
+                                  check_exact=True)  # fmt: skip
     sample = scan.sample_frame(d, n=10)
     assert len(sample) == 10 and sample.attrs["sampled_from"] == len(result.records)
+    again = scan.sample_frame(d, n=10)  # seeded: the same rows every time
+    assert again["request_id"].tolist() == sample["request_id"].tolist()
+    assert set(sample["request_id"]) <= {r.request_id for r in result.records}
+    by_id = to_frame(result).set_index("request_id")
+    for col in ("ttft_ms", "tpot_ms", "output_tokens"):  # the rows are the records' own
+        np.testing.assert_array_equal(sample[col].to_numpy(float),
+                                      by_id.loc[sample["request_id"], col].to_numpy(float))
     full = scan.sample_frame(d)
     assert sorted(full["request_id"]) == sorted(r.request_id for r in result.records)
     wb.plot(full, "cdf")
@@ -141,13 +147,13 @@ def test_simulated_run_summary_and_rounds_agree(tmp_path: Path) -> None:
 
 def test_parquet_rebuilt_when_jsonl_is_newer(tmp_path: Path) -> None:
     d = _run_dir(tmp_path, edge_records()[:3])
-    first = columnar.parquet_path(d)
+    first = columns.parquet_path(d)
     assert pq.read_metadata(first).num_rows == 3
     save(RunResult("r1", edge_records()), d)
     import os
 
     os.utime(d / "records.jsonl", (first.stat().st_mtime + 5,) * 2)
-    assert pq.read_metadata(columnar.parquet_path(d)).num_rows == len(edge_records())
+    assert pq.read_metadata(columns.parquet_path(d)).num_rows == len(edge_records())
 
 
 def test_by_input_band_scan_equals_in_memory(tmp_path: Path) -> None:
@@ -155,7 +161,7 @@ def test_by_input_band_scan_equals_in_memory(tmp_path: Path) -> None:
 
     d = _run_dir(tmp_path, edge_records())
     pd.testing.assert_frame_equal(by_input_band(wb.load(d)), scan.by_input_band(d),
-                                  check_dtype=False, check_categorical=False)  # fmt: skip
+                                  check_exact=True)  # fmt: skip
 
 
 def test_replay_report_scans_a_run_larger_than_max_records(tmp_path: Path) -> None:
@@ -178,3 +184,21 @@ def test_replay_report_scans_a_run_larger_than_max_records(tmp_path: Path) -> No
     page = render_report("replay", {"run_dir": str(d), "max_records": 5}, tmp_path / "out")
     text = page.read_text()
     assert "Replay report" in text and f"{summary['ttft_ms']['p50']:.3f}" in text
+
+
+def test_cluster_run_workers_are_the_same_from_parquet(tmp_path: Path) -> None:
+    """The per-worker breakdown is defined once: the stored run's ``worker`` columns give
+    the same ``summary["workers"]`` as the in-memory records' ``extra``."""
+    from workbench.executors.virtual import simulate
+
+    trace = str(data.path("tracelab/multi_session_example.csv"))
+    result = simulate({"trace": trace}, engine={"workers": 3, "router": "prefix-aware"})
+    d = save(result, tmp_path / "cluster")
+    columns.convert(d, token_times=True)
+    mem, stored = summarize(result), scan.summarize(d)
+    assert len(mem["workers"]) >= 2  # the router spread the sessions
+    assert stored["workers"] == mem["workers"]
+    assert sum(w["requests"] for w in stored["workers"]) == len(result.records)
+    table = pq.read_table(d / "records.parquet", columns=["worker", "worker_waiting"])
+    assert table.column("worker").to_pylist() == [r.extra["worker"] for r in result.records]
+    _close(mem, stored)

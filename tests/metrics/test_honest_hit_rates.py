@@ -1,9 +1,9 @@
-"""A request whose server reported no cached count is not a zero hit (pandas, numpy, DuckDB).
+"""A request whose server reported no cached count is not a zero hit (in memory and Parquet).
 
 The actual hit rate is taken over the requests that reported; the reported and
 unreported counts stand beside it; with none reported it is None and the report
-says so. The three implementations (``metrics.frame``/``summary`` in pandas,
-``storage.columnar`` in numpy, ``metrics.scan`` in DuckDB) must agree.
+says so. The in-memory path (``summarize`` of records) and the Parquet path
+(``metrics.scan`` over ``records.parquet``) must agree.
 """
 
 from __future__ import annotations
@@ -55,22 +55,22 @@ def mixed() -> list[RequestRecord]:
 
 
 def _three_ways(tmp_path: Path, records: list[RequestRecord]) -> list[dict[str, Any]]:
-    pytest.importorskip("duckdb")
-    from workbench.metrics import scan
-    from workbench.storage import columnar
+    pytest.importorskip("pyarrow")
+    from workbench.metrics import columns, scan
 
     result = RunResult("r", records)
     d = save(result, tmp_path / "run")
-    columnar.convert(d)
+    columns.convert(d)
     import pyarrow.parquet as pq
 
     parquet = pq.read_table(d / "records.parquet").to_pandas()
     frame = to_frame(result)
     pd.testing.assert_series_equal(
-        parquet["actual_hit"], frame["actual_hit"].astype(float), check_names=False
+        parquet["actual_hit"], frame["actual_hit"].astype(float), check_names=False,
+        check_exact=True,
     )
     pd.testing.assert_frame_equal(by_round_index(result), scan.by_round_index(d),
-                                  check_dtype=False)  # fmt: skip
+                                  check_exact=True)  # fmt: skip
     return [summarize(result), scan.summarize(d)]
 
 

@@ -1,13 +1,16 @@
-"""Independent check: the three metric implementations agree exactly on random record sets.
+"""Independent check: the in-memory path and the Parquet path agree exactly on random records.
 
-pandas (``metrics.frame`` / ``metrics.summary`` / ``breakdown``), numpy
-(``report.columnar``, the parquet's derived columns) and DuckDB (``metrics.scan``)
-are given the same random records — failures, cancellations, warm-up records,
-zero-token outputs, servers that did not report cached tokens (``None`` or a 0
-with ``cached_tokens_reported`` false), prompt counts of 0 or missing, cached
-counts above the prompt — and must give the same per-request columns, the same
-summary and the same by-round table: counts, ``None`` and NaN exactly, floats to
-the last few bits (means and quantiles are summed in another order).
+Each metric is defined once (``metrics.derive`` per request, the aggregates over
+``metrics.columns.Columns``); the two paths differ in where the columns come
+from: a ``to_frame`` DataFrame of ``RequestRecord`` objects, or ``records.parquet``
+written from ``records.jsonl`` and read back one column at a time. Given the
+same random records — failures, cancellations, warm-up records, zero-token
+outputs, servers that did not report cached tokens (``None`` or a 0 with
+``cached_tokens_reported`` false), prompt counts of 0 or missing, cached counts
+above the prompt — they must give the same per-request columns, the same summary
+(every key) and the same by-round and by-band tables, bit for bit. The one
+forced difference: a Parquet file written without token lists has no pooled
+``itl_ms`` percentiles (None) and its ITL mean is summed per request.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from workbench.metrics import by_round_index, summarize, to_frame
 from workbench.metrics.files import save
 from workbench.records import RequestRecord, RunResult
 
-pytest.importorskip("duckdb")
+pytest.importorskip("pyarrow")
 pytest.importorskip("pyarrow")
 
 MS = 1_000_000
@@ -67,55 +70,58 @@ def records(draw: st.DrawFn) -> list[RequestRecord]:
     return out
 
 
-#: without token times in the parquet the scan has no ITL list: its quantiles are None
-NO_ITL_QUANTILES = {f"summary(warmup={w}).itl_ms.{q}" for w in (False, True)
-                    for q in ("p50", "p90", "p99")}  # fmt: skip
+#: without token times in the parquet there is no ITL list: quantiles None, mean summed per row
+NO_ITL_LISTS = {f"summary(warmup={w}).itl_ms.{q}" for w in (False, True)
+                for q in ("p50", "p90", "p99", "mean")}  # fmt: skip
 
 
-def same(a: Any, b: Any, where: str) -> None:
-    if where in NO_ITL_QUANTILES and b is None:
+def same(a: Any, b: Any, where: str, token_times: bool) -> None:
+    if not token_times and where in NO_ITL_LISTS:
+        assert b is None or math.isclose(a, b, rel_tol=1e-12), (where, a, b)
         return
     if isinstance(a, dict) and isinstance(b, dict):
-        for k in a.keys() & b.keys():
-            same(a[k], b[k], f"{where}.{k}")
+        assert a.keys() == b.keys(), (where, a.keys() ^ b.keys())
+        for k in a:
+            same(a[k], b[k], f"{where}.{k}", token_times)
         return
-    if isinstance(a, float) and isinstance(b, float):
-        if math.isnan(a) and math.isnan(b):
-            return
-        # quantiles and means are summed in a different order: the last bits may differ
-        assert math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15), f"{where}: {a!r} != {b!r}"
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return
-    assert type(a) is type(b) or {type(a), type(b)} <= {int, float}, (where, a, b)
-    assert a == b, f"{where}: pandas {a!r} != duckdb {b!r}"
+    assert type(a) is type(b), (where, a, b)
+    assert a == b, f"{where}: in memory {a!r} != parquet {b!r}"
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records())
-def test_pandas_numpy_and_duckdb_agree_exactly(recs: list[RequestRecord]) -> None:
-    from workbench.metrics import scan
-    from workbench.storage import columnar
+def test_in_memory_and_parquet_paths_agree_exactly(recs: list[RequestRecord]) -> None:
+    import pyarrow.parquet as pq
+
+    from workbench.metrics import by_input_band, columns, derive, scan
 
     result = RunResult("r", recs)
+    frame = to_frame(result)
     with tempfile.TemporaryDirectory() as tmp:
         d = save(result, Path(tmp) / "run")
-        columnar.convert(d)
-        import pyarrow.parquet as pq
-
-        parquet = pq.read_table(d / "records.parquet").to_pandas()
-        frame = to_frame(result)
-        for col in columnar.FLOAT_COLUMNS[:-3] + columnar.DERIVED_INT_COLUMNS[:-1]:
-            pd.testing.assert_series_equal(
-                parquet[col].astype(float), frame[col].astype(float),
-                check_names=False, obj=col, rtol=0, atol=0, check_exact=True,
-            )  # fmt: skip
-        for warm in (False, True):
-            s_pd, s_db = summarize(result, warmup=warm), scan.summarize(d, warmup=warm)
-            same(s_pd, s_db, f"summary(warmup={warm})")
-            assert s_pd.keys() <= s_db.keys() | {"run_id"}, s_pd.keys() - s_db.keys()
-            pd.testing.assert_frame_equal(
-                by_round_index(result, warmup=warm), scan.by_round_index(d, warmup=warm),
-                check_dtype=False, check_exact=False, rtol=1e-12, atol=1e-15,
-            )  # fmt: skip
+        for token_times in (False, True):
+            columns.convert(d, token_times=token_times)
+            parquet = pq.read_table(d / "records.parquet").to_pandas()
+            for col in derive.FLOAT_COLUMNS[:-3] + derive.INT_COLUMNS[:-1]:
+                pd.testing.assert_series_equal(
+                    parquet[col].astype(float), frame[col].astype(float),
+                    check_names=False, obj=col, rtol=0, atol=0, check_exact=True,
+                )  # fmt: skip
+            if token_times:
+                assert [list(g) for g in parquet["itl_ms"]] == frame["itl_ms"].tolist()
+            for warm in (False, True):
+                s_mem, s_pq = summarize(result, warmup=warm), scan.summarize(d, warmup=warm)
+                same(s_mem, s_pq, f"summary(warmup={warm})", token_times)
+                pd.testing.assert_frame_equal(
+                    by_round_index(result, warmup=warm), scan.by_round_index(d, warmup=warm),
+                    check_exact=True,
+                )  # fmt: skip
+                pd.testing.assert_frame_equal(
+                    by_input_band(result, warmup=warm), scan.by_input_band(d, warmup=warm),
+                    check_exact=True,
+                )  # fmt: skip
 
 
 def test_server_preemptions_survive_a_counter_reset_and_nan_gauges() -> None:

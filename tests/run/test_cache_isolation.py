@@ -113,8 +113,8 @@ async def test_flush_off_no_salt_the_warm_cache_warning_fires(
 
     print_cache_notes(s)
     assert "WARNING: warm cache" in capsys.readouterr().err
-    # the DuckDB scan of the stored run says the same
-    pytest.importorskip("duckdb")
+    # the stored run, read from its records.parquet, says the same
+    pytest.importorskip("pyarrow")
     from workbench.metrics import scan
     from workbench.metrics.files import save
 
@@ -273,9 +273,25 @@ def test_warm_check_skips_warmed_units_and_repeated_passes(tmp_path: Path) -> No
     got = warm_cache(to_frame(records))
     assert (got["checked_requests"], got["beyond_plan_requests"]) == (3, 1)
     assert got["excess_cached_tokens"] == 48 and got["warm"]
-    pytest.importorskip("duckdb")
+    pytest.importorskip("pyarrow")
     from workbench.metrics import scan
     from workbench.metrics.files import save
 
     d = save(RunResult("r", records), tmp_path / "run")
     assert scan.summarize(d)["warm_cache"] == got
+
+
+def test_warm_check_breaks_a_dispatch_tie_by_request_id(tmp_path: Path) -> None:
+    """Two passes of one (unit, round) dispatched at the same instant: the first seen is
+    the lower request id, whatever the file order, in memory and from Parquet alike."""
+    pytest.importorskip("pyarrow")
+    from workbench.metrics import scan
+    from workbench.metrics.files import save
+    from workbench.metrics.isolation import warm_cache
+
+    for beyond, records in ((1, [_rec("b~1", 1, 0, 0, 20), _rec("a", 1, 0, 48, 20)]),
+                            (0, [_rec("b~1", 1, 0, 48, 20), _rec("a", 1, 0, 0, 20)])):  # fmt: skip
+        got = warm_cache(records)
+        assert (got["checked_requests"], got["beyond_plan_requests"]) == (1, beyond)
+        d = save(RunResult("r", records), tmp_path / f"run{beyond}")
+        assert scan.summarize(d)["warm_cache"] == got

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from workbench.backends.extras import EXTRA_KEYS, RequestExtras
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.registry import Registry
 
@@ -118,8 +119,6 @@ def make_codec(name: str, **options: Any) -> Codec:
     ``routing_header`` and ``routing_field`` apply to any protocol
     (``workbench.backends.extras``).
     """
-    from workbench.backends.extras import EXTRA_KEYS, RequestExtras
-
     extras = {k: options[k] for k in EXTRA_KEYS if options.get(k)}
     own = {k: v for k, v in options.items() if k not in EXTRA_KEYS}
     return RequestExtras.wrap(reconfigure(BACKENDS.get(name), own), extras)

@@ -15,10 +15,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from workbench.backends.base import Codec, StreamParser, WireRequest
 from workbench.errors import ConfigError
+
+if TYPE_CHECKING:  # annotations only: base builds codecs with these extras (make_codec)
+    from workbench.backends.base import Codec, StreamParser, WireRequest
 
 EXTRA_KEYS = ("headers", "extra_body", "routing_header", "routing_field")
 

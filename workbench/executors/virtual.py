@@ -359,8 +359,8 @@ def canonical_report(result: RunResult, slo: dict[str, float] | None = None) -> 
     from workbench.metrics.frame import as_records
 
     records, lifecycle = as_records(result), _lifecycle(result)
-    # summarized in memory even when the records stayed on disk: a DuckDB scan sums
-    # floats in another order, which would change the digest by a last bit
+    # summarized in memory from the records, which are in the digest anyway (the
+    # stored-run path gives the same numbers, but needs pyarrow)
     in_memory = RunResult(result.run_id, records, manifest=result.manifest, lifecycle=lifecycle,
                           metrics_timeline=result.metrics_timeline, cancelled=result.cancelled)
     doc: dict[str, Any] = {

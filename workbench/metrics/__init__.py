@@ -1,11 +1,13 @@
 """Metrics: pure functions from request records to DataFrames and summaries.
 
-``to_frame`` derives the per-request metrics of docs/metrics.md (see ``frame``),
-``summarize`` the run-level figures that go into ``summary.json`` (see
-``summary``), and the breakdown/timeline helpers feed tables and plots. Nothing
-here writes; ``workbench.storage.rundir`` persists what these compute. Reads happen
-only for a run whose records stayed on disk (``RunResult.records_on_disk``):
-``as_records`` reads them back, ``summarize`` scans them (``scan``).
+Each metric of docs/metrics.md is defined once: per request in ``derive`` (numpy
+over column arrays; ``to_frame`` and ``records.parquet`` both take their columns
+from it), per run over ``columns.Columns`` (``summary``, ``isolation``,
+``breakdown``, ``workers``), fed by an in-memory frame or by a stored run's
+``records.parquet`` (``scan``). Nothing here writes but ``columns.convert``, which
+hands the derived columns to ``workbench.storage.columnar``; reads happen only for
+a run whose records stayed on disk (``RunResult.records_on_disk``): ``as_records``
+reads them back, ``summarize`` reads the columns of its ``records.parquet``.
 """
 
 from __future__ import annotations

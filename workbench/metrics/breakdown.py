@@ -23,8 +23,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.metrics.frame import Data, cache_measured, run_rows
-from workbench.metrics.summary import metric_values
+from workbench.metrics.columns import Columns
+from workbench.metrics.frame import Data, run_rows
+from workbench.metrics.stats import describe, metric_values
+from workbench.metrics.summary import prefix_hit_rates
 from workbench.metrics.timeline import active_units_at
 from workbench.records import RunResult
 
@@ -42,47 +44,64 @@ def percentiles(
     groups = df.groupby(by, sort=True, observed=False) if by else [("all", df)]
     rows = {}
     for key, part in groups:
-        vals = np.asarray([v for v in metric_values(part, col) if math.isfinite(v)], dtype=float)
+        vals = metric_values(Columns.of(part), col)
+        vals = vals[np.isfinite(vals)]
         pcts = np.percentile(vals, list(qs)) if vals.size else [math.nan] * len(qs)
         rows[key] = {f"p{q:g}": float(p) for q, p in zip(qs, pcts, strict=True)}
     return pd.DataFrame.from_dict(rows, orient="index", columns=[f"p{q:g}" for q in qs])
 
 
-def _group_row(part: pd.DataFrame) -> dict[str, Any]:
-    """Counts, latency percentiles over ok rows, and token-weighted hit rates."""
-    ok = part[part["status"] == "ok"]
+def _nan(x: float | int | None) -> float:
+    return math.nan if x is None else float(x)
+
+
+def group_row(part: Columns) -> dict[str, Any]:
+    """Counts, latency mean and percentiles over ok rows, and token-weighted hit rates."""
+    ok = part.equals("status", "ok")
     row: dict[str, Any] = {
         "requests": len(part),
-        "ok": len(ok),
-        "errors": int((part["status"] == "error").sum()),
-        "output_tokens": int(ok["output_tokens"].sum()),
+        "ok": int(ok.sum()),
+        "errors": int(part.equals("status", "error").sum()),
+        "output_tokens": int(part.ints("output_tokens")[0][ok].sum()),
     }
+    good = part.where(ok)
     for col in BREAKDOWN_METRICS:
-        vals = np.asarray([v for v in metric_values(ok, col) if math.isfinite(v)], dtype=float)
-        row[f"{col}_mean"] = float(vals.mean()) if vals.size else math.nan
-        for q, p in zip(QS, np.percentile(vals, QS) if vals.size else [math.nan] * 3, strict=True):
-            row[f"{col}_p{q:g}"] = float(p)
-    meas = cache_measured(ok)
-    den = float(meas["prompt_tokens"].sum())
-    row["actual_prefix_hit_rate"] = float(meas["cached_tokens"].sum()) / den if den else math.nan
-    pden = float(part["planned_prompt_tokens"].sum())
-    row["planned_prefix_hit_rate"] = (
-        float(part["planned_prefix_tokens"].sum()) / pden if pden else math.nan
-    )
+        s = describe(good.floats(col))
+        row[f"{col}_mean"] = _nan(s["mean"])
+        for q in QS:
+            row[f"{col}_p{q:g}"] = _nan(s[f"p{q:g}"])
+    rates = prefix_hit_rates(part)
+    for key in ("actual_prefix_hit_rate", "planned_prefix_hit_rate"):
+        row[key] = _nan(rates[key])
     return row
 
 
-def _table(parts: Sequence[tuple[str, pd.DataFrame]], label: str) -> pd.DataFrame:
-    rows = [{label: name, **_group_row(part)} for name, part in parts]
+def _rows(cols: Columns, warmup: bool) -> Columns:
+    return cols if warmup else cols.where(~cols.bools("warmup"))
+
+
+def round_table(cols: Columns, *, warmup: bool = False) -> pd.DataFrame:
+    """``by_round_index`` of a run's columns (warm-up rows included in ``cols``)."""
+    df = _rows(cols, warmup)
+    rnd = df.ints("round_idx")[0]
+    parts = [("first", rnd == 0), ("later", rnd >= 1)]
+    parts += [(str(i), rnd == i) for i in np.unique(rnd).tolist()]
+    return pd.DataFrame([{"group": name, **group_row(df.where(m))} for name, m in parts])
+
+
+def band_table(cols: Columns, *, warmup: bool = False) -> pd.DataFrame:
+    """``by_input_band`` of a run's columns (warm-up rows included in ``cols``)."""
+    df = _rows(cols, warmup)
+    length = df.ints("prompt_len")[0]
+    rows = []
+    for label, lo, hi in zip(BAND_LABELS, BAND_EDGES, BAND_EDGES[1:], strict=False):
+        rows.append({"band": label, **group_row(df.where((length >= lo) & (length < hi)))})
     return pd.DataFrame(rows)
 
 
 def by_round_index(data: Data, *, warmup: bool = False) -> pd.DataFrame:
     """Rows ``first`` (round 0), ``later`` (rounds ≥ 1), then ``0``, ``1``, … per index."""
-    df = run_rows(data, warmup=warmup)
-    parts = [("first", df[df["round_idx"] == 0]), ("later", df[df["round_idx"] >= 1])]
-    parts += [(str(i), g) for i, g in df.groupby("round_idx", sort=True)]
-    return _table(parts, "group")
+    return round_table(Columns.of(data), warmup=warmup)
 
 
 def input_band(prompt_tokens: pd.Series) -> pd.Series:
@@ -92,9 +111,7 @@ def input_band(prompt_tokens: pd.Series) -> pd.Series:
 
 def by_input_band(data: Data, *, warmup: bool = False) -> pd.DataFrame:
     """One row per prompt-length band (``prompt_len``: server count, else as sent/planned)."""
-    df = run_rows(data, warmup=warmup)
-    bands = input_band(df["prompt_len"].astype(float))
-    return _table([(b, df[bands == b]) for b in BAND_LABELS], "band")
+    return band_table(Columns.of(data), warmup=warmup)
 
 
 def per_session(data: Data, *, warmup: bool = False) -> pd.DataFrame:

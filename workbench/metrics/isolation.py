@@ -17,9 +17,9 @@ tokens), of units that had no warm-up (a warm-up primes its units on purpose).
 The run is flagged warm when at least ``WARM_MIN_REQUESTS`` and
 ``WARM_MIN_FRACTION`` of the checked requests went beyond the plan: with
 hash-id traces two concurrent requests sharing a block can meet the server in
-the other order than the file's, which makes an isolated excess. The pandas
-(``warm_cache``) and DuckDB (``metrics.scan.warm_cache``) versions share
-``verdict``. docs/cache-isolation.md.
+the other order than the file's, which makes an isolated excess. ``warm_cache``
+is written once, over ``Columns``: an in-memory frame's or a stored run's
+``records.parquet`` columns. docs/cache-isolation.md.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import pandas as pd
+import numpy as np
 
-from workbench.metrics.frame import cache_reported
+from workbench.metrics.columns import Columns
+from workbench.metrics.derive import cache_reported
 
 WARM_MIN_REQUESTS = 1
 WARM_MIN_FRACTION = 0.05
@@ -65,19 +66,39 @@ def verdict(
     }
 
 
-def first_seen(full: pd.DataFrame) -> pd.DataFrame:
-    """The checked rows of a ``to_frame`` frame *with* its warm-up rows (see module doc)."""
-    warmed = set(full.loc[full["warmup"], "unit_ordinal"].tolist())
-    rows = full[~full["warmup"] & (full["status"] == "ok") & cache_reported(full)]
-    rows = rows.sort_values(["dispatch_ns", "request_id"], kind="stable", na_position="last")
-    rows = rows.drop_duplicates(["unit_ordinal", "round_idx"], keep="first")
-    return rows[~rows["unit_ordinal"].isin(warmed)]
+def reported(cols: Columns) -> np.ndarray:
+    """``derive.cache_reported`` of the rows of ``cols``."""
+    return cache_reported(cols.bools("cached_tokens_reported"), cols.ints("cached_tokens")[1])
 
 
-def warm_cache(full: pd.DataFrame, flush: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """``summary["warm_cache"]`` of a frame that still has its warm-up rows."""
-    rows = first_seen(full)
-    template = (rows["prompt_tokens"].fillna(0).astype(float) - rows["planned_prompt_tokens"])
-    allowed = rows["planned_prefix_tokens"] + rows["folded_prefix_tokens"] + template.clip(lower=0)
-    over = (rows["cached_tokens"].astype(float) - allowed).clip(lower=0)
+def first_seen(full: Columns) -> Columns:
+    """The checked rows of a run's columns *with* its warm-up rows (see module doc)."""
+    warm = full.bools("warmup")
+    unit = full.ints("unit_ordinal")[0]
+    keep = np.flatnonzero(~warm & full.equals("status", "ok") & reported(full))
+    dispatch, sent = full.ints("dispatch_ns")
+    rnd = full.ints("round_idx")[0]
+    # dispatch order (absent dispatch last), request id, then file order: the first of each
+    keys = (dispatch[keep] * sent[keep], ~sent[keep], rnd[keep], unit[keep])
+    by = np.lexsort(keys)
+    tied = np.all([(k[by][1:] == k[by][:-1]) for k in keys], axis=0) if len(by) > 1 else []
+    ids = full.rank("request_id")[keep] if np.any(tied) else np.zeros(len(keep), np.int64)
+    order = keep[np.lexsort((keep, ids, dispatch[keep], ~sent[keep]))]
+    span = int(rnd.max()) - int(rnd.min()) + 1 if len(rnd) else 1
+    pair = unit[order] * span + (rnd[order] - (int(rnd.min()) if len(rnd) else 0))
+    firsts = order[np.unique(pair, return_index=True)[1]]
+    firsts = firsts[~np.isin(unit[firsts], unit[warm])]
+    mask = np.zeros(len(full), dtype=bool)
+    mask[firsts] = True
+    return full.where(mask)
+
+
+def warm_cache(full: Any, flush: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``summary["warm_cache"]`` of a run's rows, warm-up rows included (a ``Columns``, or
+    anything ``to_frame`` takes)."""
+    rows = first_seen(Columns.of(full))
+    prompt, pp = rows.ints("prompt_tokens")[0], rows.ints("planned_prompt_tokens")[0]
+    allowed = (rows.ints("planned_prefix_tokens")[0] + rows.ints("folded_prefix_tokens")[0]
+               + np.maximum(prompt - pp, 0))  # fmt: skip
+    over = np.maximum(rows.ints("cached_tokens")[0] - allowed, 0)
     return verdict(len(rows), int((over > 0).sum()), int(over.sum()), flush)

@@ -5,7 +5,7 @@ the names ``summary.json`` promises (docs/interface.md). Run-level conventions (
 research notes M.2/M.3/M.5):
 
 - percentiles interpolate linearly at ``q·(n−1)`` over **ok** requests;
-  ``itl_ms`` pools every gap of every ok request (token-weighted);
+  ``itl_ms`` pools every gap of every ok request (token-weighted; ``stats``);
 - the throughput window spans every *attempted* request, first dispatch to
   last end, so failures stretch the window, while numerators count successes
   only — a run that fails fast cannot look fast;
@@ -20,27 +20,35 @@ research notes M.2/M.3/M.5):
 - SLO attainment: a request attains a bound when it is ok *and* its metric is
   measured and ≤ the bound; failed requests and unmeasured metrics (e.g. TPOT of
   a 1-token output) count against, as in request-factory.
+
+Every aggregate is written once, over ``Columns`` (numpy arrays, ``metrics.columns``):
+``summarize`` gives them the columns of an in-memory frame, ``metrics.scan.summarize``
+(and ``summarize`` of a run whose records stayed on disk) the columns of the
+run's ``records.parquet``, read one at a time.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from workbench.metrics.frame import Data, cache_measured, cache_reported, to_frame
-from workbench.metrics.isolation import warm_cache
+from workbench.metrics.columns import Columns, available, stored
+from workbench.metrics.frame import Data
+from workbench.metrics.isolation import reported, warm_cache
 from workbench.metrics.server_side import counter_increase, server_evidence
+from workbench.metrics.stats import STAT_KEYS, describe, describe_metric
 from workbench.metrics.workers import worker_breakdown
 from workbench.records import RunResult
+
+__all__ = ["STAT_KEYS", "describe"]  # re-exported: ``metrics.describe``
 
 LATENCY_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 AUDIT_METRICS: tuple[str, ...] = ("terminal_tail_ms", "completion_amortized_tpot_ms")
 SLO_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "e2e_ms")
-STAT_KEYS: tuple[str, ...] = ("mean", "p50", "p90", "p99", "min", "max", "count")
 STATUSES: dict[str, str] = {
     "ok": "ok",
     "errors": "error",
@@ -64,64 +72,41 @@ def _num(x: Any) -> float | None:
     return None if math.isnan(f) else f
 
 
-def describe(values: Iterable[float]) -> dict[str, float | int | None]:
-    """mean/p50/p90/p99/min/max/count of the finite values; None when there are none."""
-    if isinstance(values, np.ndarray):
-        arr = values.astype(float, copy=False)
-    else:
-        arr = np.asarray([v for v in values if v is not None], dtype=float)
-    arr = arr[np.isfinite(arr)]
-    if arr.size == 0:
-        return {**dict.fromkeys(STAT_KEYS[:-1]), "count": 0}
-    p50, p90, p99 = np.percentile(arr, [50, 90, 99])
-    return {
-        "mean": float(arr.mean()),
-        "p50": float(p50),
-        "p90": float(p90),
-        "p99": float(p99),
-        "min": float(arr.min()),
-        "max": float(arr.max()),
-        "count": int(arr.size),
-    }
-
-
-def metric_values(df: pd.DataFrame, col: str) -> list[float]:
-    """A metric's values; list-valued columns (``itl_ms``) are flattened."""
-    if col == "itl_ms":
-        return [g for gaps in df[col] for g in gaps]
-    return [float(v) for v in df[col]]
-
-
-def counts(df: pd.DataFrame) -> dict[str, int]:
+def counts(data: Data | Columns) -> dict[str, int]:
     """Requests by status (``requests`` is all of them)."""
-    out = {"requests": len(df)}
+    cols = Columns.of(data)
+    out = {"requests": len(cols)}
     for key, status in STATUSES.items():
-        out[key] = int((df["status"] == status).sum())
+        out[key] = int(cols.equals("status", status).sum())
     return out
 
 
-def run_window_ns(df: pd.DataFrame) -> tuple[int, int] | None:
+def run_window_ns(data: Data | Columns) -> tuple[int, int] | None:
     """First dispatch → last end over every attempted (dispatched) request."""
-    sent = df[df["dispatch_ns"].notna()]
-    if sent.empty:
+    cols = Columns.of(data)
+    dispatch, sent = cols.ints("dispatch_ns")
+    if not sent.any():
         return None
-    ends = sent["end_ns"].fillna(sent["last_token_ns"]).fillna(sent["dispatch_ns"])
-    return int(sent["dispatch_ns"].min()), int(ends.max())
+    end, has_end = cols.ints("end_ns")
+    last, has_last = cols.ints("last_token_ns")
+    ends = np.where(has_end, end, np.where(has_last, last, dispatch))
+    return int(dispatch[sent].min()), int(ends[sent].max())
 
 
-def throughput(df: pd.DataFrame) -> dict[str, float | int | None]:
+def throughput(data: Data | Columns) -> dict[str, float | int | None]:
     """Success counts over the all-attempts window (see module docstring)."""
-    ok = df[df["status"] == "ok"]
-    out_tok = int(ok["output_tokens"].sum())
-    prompt_tok = int(ok["prompt_len"].sum())
-    window = run_window_ns(df)
+    cols = Columns.of(data)
+    ok = cols.equals("status", "ok")
+    out_tok = int(cols.ints("output_tokens")[0][ok].sum())
+    prompt_tok = int(cols.ints("prompt_len")[0][ok].sum())
+    window = run_window_ns(cols)
     dur = (window[1] - window[0]) / 1e9 if window else 0.0
     rate = (lambda n: n / dur) if dur > 0 else (lambda n: None)
     return {
         "duration_s": dur if window else None,
         "output_tokens": out_tok,
         "prompt_tokens": prompt_tok,
-        "request_throughput_rps": rate(len(ok)),
+        "request_throughput_rps": rate(int(ok.sum())),
         "output_token_throughput_tps": rate(out_tok),
         "total_token_throughput_tps": rate(out_tok + prompt_tok),
     }
@@ -131,24 +116,35 @@ def _ratio(num: float, den: float) -> float | None:
     return float(num / den) if den > 0 else None
 
 
-def prefix_hit_rates(df: pd.DataFrame) -> dict[str, float | int | None]:
+def measured(cols: Columns) -> np.ndarray:
+    """The ok rows an actual hit rate is taken over: reported, with a prompt count > 0."""
+    prompt, has_prompt = cols.ints("prompt_tokens")
+    return cols.equals("status", "ok") & reported(cols) & has_prompt & (prompt > 0)
+
+
+def prefix_hit_rates(data: Data | Columns) -> dict[str, float | int | None]:
     """Token-weighted client-side hit rates (see module docstring)."""
-    ok = df[df["status"] == "ok"]
-    meas = cache_measured(ok)
-    reported = int(cache_reported(ok).sum())
-    actual = _ratio(meas["cached_tokens"].sum(), meas["prompt_tokens"].sum())
-    planned = _ratio(df["planned_prefix_tokens"].sum(), df["planned_prompt_tokens"].sum())
-    plan_meas = _ratio(meas["planned_prefix_tokens"].sum(), meas["planned_prompt_tokens"].sum())
+    cols = Columns.of(data)
+    ok = cols.equals("status", "ok")
+    meas = measured(cols)
+    n_reported = int((ok & reported(cols)).sum())
+    cached = int(cols.ints("cached_tokens")[0][meas].sum())
+    prompt = int(cols.ints("prompt_tokens")[0][meas].sum())
+    pre = cols.ints("planned_prefix_tokens")[0]
+    pp = cols.ints("planned_prompt_tokens")[0]
+    actual = _ratio(cached, prompt)
+    planned = _ratio(int(pre.sum()), int(pp.sum()))
+    plan_meas = _ratio(int(pre[meas].sum()), int(pp[meas].sum()))
     delta = actual - plan_meas if actual is not None and plan_meas is not None else None
     return {
         "actual_prefix_hit_rate": actual,
         "planned_prefix_hit_rate": planned,
         "planned_prefix_hit_rate_measured": plan_meas,
         "prefix_hit_rate_delta": delta,
-        "measured_cache_requests": len(meas),
-        "cache_reported_requests": reported,
-        "cache_unreported_requests": len(ok) - reported,
-        "cached_tokens": int(meas["cached_tokens"].sum()),
+        "measured_cache_requests": int(meas.sum()),
+        "cache_reported_requests": n_reported,
+        "cache_unreported_requests": int(ok.sum()) - n_reported,
+        "cached_tokens": cached,
     }
 
 
@@ -184,26 +180,30 @@ def server_window_hit_rate(timeline: Sequence[Mapping[str, Any]]) -> float | Non
 
 
 def slo_attainment(
-    df: pd.DataFrame, slo: Mapping[str, float], duration_s: float | None
+    data: Data | Columns, slo: Mapping[str, float], duration_s: float | None
 ) -> dict[str, Any]:
     """Per-metric and joint attainment over every request; goodput = attained/window."""
     unknown = sorted(set(slo) - set(SLO_METRICS))
     if unknown:
         raise ValueError(f"unknown SLO metric(s) {unknown}; valid: {', '.join(SLO_METRICS)}")
-    ok = df["status"] == "ok"
+    cols = Columns.of(data)
+    n = len(cols)
+    ok = cols.equals("status", "ok")
     joint = ok.copy()
     per: dict[str, float | None] = {}
     for metric, bound in slo.items():
-        meets = ok & df[metric].notna() & (df[metric] <= float(bound))
-        per[metric] = float(meets.mean()) if len(df) else None
+        values = cols.floats(metric)
+        with np.errstate(invalid="ignore"):
+            meets = ok & ~np.isnan(values) & (values <= float(bound))
+        per[metric] = float(meets.mean()) if n else None
         joint &= meets
     attained = int(joint.sum())
     return {
         "bounds": {k: float(v) for k, v in slo.items()},
-        "requests": len(df),
+        "requests": n,
         "attained": attained,
         "attainment": per,
-        "joint_attainment": float(joint.mean()) if len(df) else None,
+        "joint_attainment": float(joint.mean()) if n else None,
         "goodput_rps": attained / duration_s if duration_s else None,
     }
 
@@ -294,6 +294,48 @@ def _manifest_get(manifest: Mapping[str, Any], key: str) -> Any:
     return None
 
 
+def run_summary(
+    full: Columns,
+    manifest: Mapping[str, Any],
+    timeline: Sequence[Mapping[str, Any]],
+    slo: Mapping[str, float] | None = None,
+    *,
+    warmup: bool = False,
+    ideal: float | None = None,
+) -> dict[str, Any]:
+    """Every record-derived ``summary.json`` number of a run's rows (warm-ups included in
+    ``full``), its manifest and its metrics timeline: the one summary both paths give."""
+    df = full if warmup else full.where(~full.bools("warmup"))
+    ok = df.where(df.equals("status", "ok"))
+    out: dict[str, Any] = {"warmup_included": warmup, **counts(df)}
+    for col in (*LATENCY_METRICS, *AUDIT_METRICS):
+        out[col] = describe_metric(ok, col)
+    out.update(throughput(df))
+    out.update(prefix_hit_rates(df))
+    ideal = ideal if ideal is not None else _manifest_get(manifest, "ideal_prefix_hit_rate")
+    out["ideal_prefix_hit_rate"] = _num(ideal)
+    out["server_prefix_hit_rate"] = server_window_hit_rate(timeline)
+    out["server"] = server_evidence(timeline)
+    out.update(isolation_fields(manifest, warm_cache(full, manifest.get("cache_flush"))))
+    slo = slo if slo is not None else _manifest_get(manifest, "slo")
+    out["slo"] = slo_attainment(df, slo, out["duration_s"]) if slo else None
+    return out
+
+
+def _tail(out: dict[str, Any], manifest: Mapping[str, Any], df: Columns) -> dict[str, Any]:
+    """The manifest-derived keys after the metrics: warm-up, workers, client."""
+    if isinstance(manifest.get("warmup"), Mapping):  # what the warm-up did (out of the metrics)
+        out["warmup"] = dict(manifest["warmup"])
+    workers = worker_breakdown(df)
+    if workers is not None:  # a simulated cluster: load, hit rate and queueing per worker
+        out["workers"] = workers
+    client = manifest.get("client")
+    if isinstance(client, Mapping):  # self-measurement of a live run (absent in simulate)
+        out["client"] = {**client, **client_bottleneck(client)}
+        out["client_bottleneck"] = out["client"]["client_bottleneck"]
+    return out
+
+
 def summarize(
     result: Data,
     slo: Mapping[str, float] | None = None,
@@ -307,39 +349,44 @@ def summarize(
     when ``result`` is a RunResult that carries them. Warmup records are excluded
     unless ``warmup=True``. No run id or wall-clock field goes in, so a virtual-time
     run summarizes byte-identically every time. A run that kept its records on disk
-    only (``RunResult.records_on_disk``) is scanned there (``metrics.scan.summarize``).
+    only (``RunResult.records_on_disk``) is read from its ``records.parquet``
+    column by column (``summarize_stored``).
     """
     if isinstance(result, RunResult) and result.records_on_disk:
-        from workbench.metrics.scan import summarize as scan_summarize
-
-        return scan_summarize(result.run_dir or "", slo, warmup=warmup, ideal=ideal)
+        return summarize_stored(result.run_dir or "", slo, warmup=warmup, ideal=ideal)
     manifest = result.manifest if isinstance(result, RunResult) else {}
     timeline = result.metrics_timeline if isinstance(result, RunResult) else []
-    full = to_frame(result)
-    df = full if warmup else full[~full["warmup"]]
-    ok = df[df["status"] == "ok"]
-    out: dict[str, Any] = {"warmup_included": warmup, **counts(df)}
-    for col in (*LATENCY_METRICS, *AUDIT_METRICS):
-        out[col] = describe(metric_values(ok, col))
-    out.update(throughput(df))
-    out.update(prefix_hit_rates(df))
-    ideal = ideal if ideal is not None else _manifest_get(manifest, "ideal_prefix_hit_rate")
-    out["ideal_prefix_hit_rate"] = _num(ideal)
-    out["server_prefix_hit_rate"] = server_window_hit_rate(timeline)
-    out["server"] = server_evidence(timeline)
-    out.update(isolation_fields(manifest, warm_cache(full, manifest.get("cache_flush"))))
-    slo = slo if slo is not None else _manifest_get(manifest, "slo")
-    out["slo"] = slo_attainment(df, slo, out["duration_s"]) if slo else None
+    full = Columns.of(result)
+    out = run_summary(full, manifest, timeline, slo, warmup=warmup, ideal=ideal)
     if isinstance(result, RunResult):
         out["run_cancelled"] = bool(result.cancelled)  # "cancelled" is the request count
         out["run_status"] = manifest.get("status")  # "running" on disk: the run was killed
-    if isinstance(manifest.get("warmup"), Mapping):  # what the warm-up did (out of the metrics)
-        out["warmup"] = dict(manifest["warmup"])
-    workers = worker_breakdown(df)
-    if workers is not None:  # a simulated cluster: load, hit rate and queueing per worker
-        out["workers"] = workers
-    client = manifest.get("client")
-    if isinstance(client, Mapping):  # self-measurement of a live run (absent in simulate)
-        out["client"] = {**client, **client_bottleneck(client)}
-        out["client_bottleneck"] = out["client"]["client_bottleneck"]
-    return out
+    return _tail(out, manifest, full if warmup else full.where(~full.bools("warmup")))
+
+
+def summarize_stored(
+    run_dir: str | Path,
+    slo: Mapping[str, float] | None = None,
+    *,
+    warmup: bool = False,
+    ideal: float | None = None,
+) -> dict[str, Any]:
+    """``summarize`` of a stored run from its ``records.parquet``: no record held in Python."""
+    from workbench.storage.rundir import (
+        MANIFEST,
+        TIMELINE,
+        load,
+        read_json,
+        read_jsonl,
+        resolve_run_dir,
+    )
+
+    if not available():  # pyarrow not installed: the run is read into memory
+        return summarize(load(run_dir), slo, warmup=warmup, ideal=ideal)
+    d = resolve_run_dir(run_dir)
+    manifest = read_json(d / MANIFEST) if (d / MANIFEST).exists() else {}
+    full = stored(d)
+    out = run_summary(full, manifest, read_jsonl(d / TIMELINE), slo, warmup=warmup, ideal=ideal)
+    out["run_cancelled"] = bool(manifest.get("cancelled")) or manifest.get("status") == "cancelled"
+    out["run_status"] = manifest.get("status")  # "running" on disk: the run was killed
+    return _tail(out, manifest, full if warmup else full.where(~full.bools("warmup")))

@@ -13,44 +13,53 @@ from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd
+import numpy as np
+
+from workbench.metrics.columns import Columns
+from workbench.metrics.derive import cache_measured
+from workbench.metrics.stats import describe
 
 
-def _extra(df: pd.DataFrame, key: str) -> pd.Series:
-    return df["extra"].map(lambda e: e.get(key) if isinstance(e, dict) else None)
+def worker_breakdown(data: Any) -> list[dict[str, Any]] | None:
+    """One dict per worker (sorted by index) of the run's rows, or None without workers.
 
-
-def worker_breakdown(df: pd.DataFrame) -> list[dict[str, Any]] | None:
-    """One dict per worker (sorted by index) of the run's rows, or None without workers."""
-    if df.empty or "extra" not in df.columns:
+    ``data`` is a ``Columns`` (an in-memory frame's, whose ``extra`` holds the worker,
+    or a stored run's, whose ``records.parquet`` has ``worker``/``worker_waiting``
+    columns) or anything ``to_frame`` takes. The hit rate is token-weighted over the
+    worker's ok requests whose server reported a cached count (``cache_measured``).
+    """
+    cols = Columns.of(data)
+    if not len(cols) or not cols.has("worker"):
         return None
-    workers = _extra(df, "worker")
-    if workers.isna().all():
+    worker, has_worker = cols.ints("worker")
+    if not has_worker.any():
         return None
-    from workbench.metrics.summary import describe, metric_values
-
-    df = df.assign(_worker=workers, _waiting=_extra(df, "worker_waiting"))
-    ok = df[df["status"] == "ok"]
-    total_prompt = float(ok["prompt_tokens"].fillna(0).sum())
+    waiting, has_waiting = cols.ints("worker_waiting")
+    ok = cols.equals("status", "ok")
+    prompt, has_prompt = cols.ints("prompt_tokens")
+    cached, has_cached = cols.ints("cached_tokens")
+    meas = cache_measured(cols.bools("cached_tokens_reported"), has_cached, prompt, has_prompt)
+    ttft = cols.floats("ttft_ms")
+    total_prompt = float(prompt[ok].sum())
     rows: list[dict[str, Any]] = []
-    for _, part in df[df["_worker"].notna()].groupby("_worker", sort=True):
-        good = part[part["status"] == "ok"]
-        meas = good[good["cached_tokens"].notna() & (good["prompt_tokens"].fillna(0) > 0)]
-        prompt = float(meas["prompt_tokens"].sum())
-        ttft = describe(metric_values(good, "ttft_ms"))
-        waiting = [float(w) for w in part["_waiting"] if w is not None and not pd.isna(w)]
+    for w in np.unique(worker[has_worker]).tolist():
+        part = has_worker & (worker == w)
+        good = part & ok
+        m = good & meas
+        measured_prompt = int(prompt[m].sum())
+        t = describe(ttft[good])
+        wait = waiting[part & has_waiting]
         rows.append({
-            "worker": int(part["_worker"].iloc[0]),
-            "requests": len(part),
-            "ok": len(good),
-            "prompt_tokens": int(prompt),
-            "prompt_share": float(good["prompt_tokens"].fillna(0).sum()) / total_prompt
-            if total_prompt else None,
-            "cached_tokens": int(meas["cached_tokens"].sum()),
-            "hit_rate": float(meas["cached_tokens"].sum()) / prompt if prompt else None,
-            "ttft_ms_p50": ttft["p50"],
-            "ttft_ms_p90": ttft["p90"],
-            "waiting_at_arrival_mean": sum(waiting) / len(waiting) if waiting else None,
-            "waiting_at_arrival_max": max(waiting) if waiting else None,
+            "worker": int(w),
+            "requests": int(part.sum()),
+            "ok": int(good.sum()),
+            "prompt_tokens": measured_prompt,
+            "prompt_share": float(prompt[good].sum()) / total_prompt if total_prompt else None,
+            "cached_tokens": int(cached[m].sum()),
+            "hit_rate": float(cached[m].sum()) / measured_prompt if measured_prompt else None,
+            "ttft_ms_p50": t["p50"],
+            "ttft_ms_p90": t["p90"],
+            "waiting_at_arrival_mean": float(wait.sum()) / len(wait) if len(wait) else None,
+            "waiting_at_arrival_max": float(wait.max()) if len(wait) else None,
         })  # fmt: skip
     return rows

@@ -289,7 +289,7 @@ class ReplaySession:
                     tw.write(row)
         write_json(self.run_dir / "manifest.json", self.manifest)
         _write_parquet(self.run_dir)  # first: the scan below reads it instead of converting again
-        # records not kept: summarize scans them from disk (DuckDB over records.parquet)
+        # records not kept: summarize reads them from disk (the columns of records.parquet)
         try:
             summary = summarize(self.result, self.cfg.slo)
         except Exception as exc:  # a summary that cannot be computed must not lose the run
@@ -303,9 +303,9 @@ def _write_parquet(run_dir: Path) -> None:
     if not (run_dir / "records.jsonl").exists():
         return
     try:
-        from workbench.storage import columnar
+        from workbench.metrics import columns
 
-        columnar.convert(run_dir)
+        columns.convert(run_dir)
     except (ConfigError, ImportError) as exc:  # pyarrow not installed: JSONL only
         log.info("records.parquet not written: %s", exc)
     except (OSError, ValueError) as exc:  # disk full, a damaged line: the JSONL stays the truth

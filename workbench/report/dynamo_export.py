@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from workbench.metrics.frame import as_records, output_tokens
+from workbench.metrics.frame import as_records, output_token_counts
 from workbench.records import RequestRecord, RunResult
 from workbench.storage.rundir import RecordWriter
 
@@ -78,14 +78,15 @@ def _hashes(rec: RequestRecord, block_size: int) -> tuple[int, list[int]]:
 
 
 def _request_row(
-    rec: RequestRecord, sent_ns: int, block_size: int, at: ToUnixMs, tool_id: str | None
+    rec: RequestRecord, sent_ns: int, block_size: int, at: ToUnixMs, tool_id: str | None,
+    n_out: int,
 ) -> dict[str, Any]:
     length, hashes = _hashes(rec, block_size)
     end_ns = rec.end_ns if rec.end_ns is not None else sent_ns
     req: dict[str, Any] = {
         "request_id": rec.request_id,
         "input_tokens": rec.prompt_tokens if rec.prompt_tokens is not None else length,
-        "output_tokens": output_tokens(rec),
+        "output_tokens": n_out,  # metrics.frame.output_tokens, derived for every record
         "request_received_ms": at(sent_ns),
     }
     if rec.cached_tokens_reported and rec.cached_tokens is not None:  # unreported: not 0
@@ -168,12 +169,12 @@ def dynamo_rows(
             nexts[id(prev)] = r
         last_by_session[session_key(r)] = r
     rows = []
-    for r in recs:
+    for r, n_out in zip(recs, output_token_counts(recs), strict=True):
         nxt = nexts.get(id(r))
         wait = float(r.extra.get("tool_wait_ms") or 0.0)
         tool = nxt is not None and wait > 0 and r.end_ns is not None
         tool_id = f"{r.request_id}:tool" if tool else None
-        rows.append(_request_row(r, r.dispatch_ns or 0, block_size, at, tool_id))
+        rows.append(_request_row(r, r.dispatch_ns or 0, block_size, at, tool_id, n_out))
         if tool_id is not None and nxt is not None and r.end_ns is not None:
             rows.append(_tool_row(r, r.end_ns, nxt.dispatch_ns or 0, tool_id, at))
     return sorted(rows, key=lambda row: row["event_time_unix_ms"])

@@ -1,3 +1,3 @@
-"""Storage of runs: run directories (``rundir``: JSONL records, manifest, lifecycle),
-their Parquet copy (``columnar``) and DuckDB views over it (``scan``). Nothing here
-computes a metric from records beyond the per-record columns of the Parquet copy."""
+"""Storage of runs: run directories (``rundir``: JSONL records, manifest, lifecycle) and
+their Parquet copy (``columnar``: schema, batches, atomic writes). Nothing here computes
+a metric: the derived columns of the Parquet copy come from ``workbench.metrics``."""

@@ -18,10 +18,10 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import workbench.sweeps.spec as spec_mod
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
 from workbench.replay.prepare import coerce_config
-from workbench.sweeps import spec as spec_mod
 from workbench.sweeps.grid import SloSpec, run_sync
 from workbench.sweeps.runner import Progress, SweepRunner
 from workbench.sweeps.slo import SLO

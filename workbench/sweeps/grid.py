@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import workbench.sweeps.spec as spec_mod
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
 from workbench.replay.prepare import coerce_config
-from workbench.sweeps import spec as spec_mod
 from workbench.sweeps.runner import Progress, SweepRunner
 from workbench.sweeps.slo import SLO
 from workbench.sweeps.store import Sweep

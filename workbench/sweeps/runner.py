@@ -23,9 +23,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import workbench.sweeps.spec as spec_mod
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
-from workbench.sweeps import spec as spec_mod
 from workbench.sweeps.points import point_metrics, pool, run_complete, simulate_and_measure
 from workbench.sweeps.slo import SLO
 from workbench.sweeps.store import RUNS, SWEEP_MANIFEST, Sweep, load_sweep, write_sweep

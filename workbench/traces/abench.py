@@ -32,7 +32,7 @@ from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces._io import check_options
-from workbench.traces.base import register_format
+from workbench.traces.formats import register_format
 from workbench.traces.mooncake import (
     first_json_object,
     json_id,

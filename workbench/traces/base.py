@@ -1,16 +1,16 @@
-"""The trace-format registry and ``load_trace``.
+"""``load_trace``, ``detect_format`` and ``available_formats`` over every built-in reader.
 
-A format is a ``TraceFormat``: a ``sniff`` that looks at the first lines of a
-file and says whether they are its own, and a ``read`` that turns the whole file
-into a ``Workload`` or raises one ``TraceFormatError`` naming path, line and rule.
-Readers load nothing partial.
+A format is a ``TraceFormat`` (``workbench.traces.formats``, where each reader
+registers itself): a ``sniff`` that looks at the first lines of a file and says
+whether they are its own, and a ``read`` that turns the whole file into a
+``Workload`` or raises one ``TraceFormatError`` naming path, line and rule.
+Readers load nothing partial. Importing this module imports every built-in reader
+(``_builtin``), so ``FORMATS`` is complete here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,36 +18,14 @@ import orjson
 
 from workbench.errors import TraceFormatError
 from workbench.records import Workload
-from workbench.registry import Registry
+from workbench.traces import _builtin  # noqa: F401  (every built-in reader registers)
 from workbench.traces._io import BOM, open_trace
 from workbench.traces.bounds import MAX_HEAD_BYTES, check_workload
+from workbench.traces.formats import FORMATS, Reader, Sniffer, TraceFormat, register_format
 
-Reader = Callable[..., Workload]
-Sniffer = Callable[[list[str]], bool]
+__all__ = ["FORMATS", "Reader", "Sniffer", "TraceFormat", "register_format"]
 
-
-@dataclass(frozen=True)
-class TraceFormat:
-    name: str
-    read: Reader
-    sniff: Sniffer
-    description: str = ""
-
-
-FORMATS: Registry[TraceFormat] = Registry("trace format")
 SNIFF_LINES = 5
-
-
-def register_format(
-    name: str, *, sniff: Sniffer, description: str = "", aliases: tuple[str, ...] = ()
-) -> Callable[[Reader], Reader]:
-    """Decorator for a reader function ``read(path: Path, **options) -> Workload``."""
-
-    def deco(read: Reader) -> Reader:
-        FORMATS.add(name, TraceFormat(name, read, sniff, description), *aliases)
-        return read
-
-    return deco
 
 
 def head_lines(path: Path, n: int = SNIFF_LINES) -> list[str]:
@@ -72,7 +50,6 @@ def head_lines(path: Path, n: int = SNIFF_LINES) -> list[str]:
 def detect_format(path: str | Path) -> str:
     """Name of the first registered format whose sniffer accepts the file's head."""
     path = Path(path)
-    _load_builtin_formats()
     lines = head_lines(path)
     if not lines:
         raise TraceFormatError(path, 0, "file is empty")
@@ -113,7 +90,6 @@ def load_trace(path: str | Path, fmt: str = "auto", **options: Any) -> Workload:
     TraceLab).
     """
     path = Path(path)
-    _load_builtin_formats()
     detected = fmt == "auto"
     name = detect_format(path) if detected else FORMATS.canonical(fmt)
     workload = FORMATS.get(name).read(path, **options)
@@ -126,10 +102,4 @@ def load_trace(path: str | Path, fmt: str = "auto", **options: Any) -> Workload:
 
 
 def available_formats() -> list[str]:
-    _load_builtin_formats()
     return FORMATS.names()
-
-
-def _load_builtin_formats() -> None:
-    """Import the reader modules so they register (kept lazy: importing is cheap)."""
-    from workbench.traces import _builtin  # noqa: F401

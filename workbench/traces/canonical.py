@@ -60,7 +60,7 @@ from workbench.traces._io import (
     token_count,
     wait_ms,
 )
-from workbench.traces.base import register_format
+from workbench.traces.formats import register_format
 
 FORMAT_NAME = "session-execution-v2"
 HEADER = (

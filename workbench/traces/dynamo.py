@@ -63,7 +63,7 @@ from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces._io import as_int, check_options, epoch_ms, token_count, wait_ms
-from workbench.traces.base import register_format
+from workbench.traces.formats import register_format
 from workbench.traces.mooncake import (
     json_id,
     json_lines,

@@ -28,7 +28,7 @@ from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces._io import check_options, offset_ms, read_csv, token_count
-from workbench.traces.base import register_format
+from workbench.traces.formats import register_format
 
 COLUMNS = ("id", "arrival_time", "input_len", "output_len")
 

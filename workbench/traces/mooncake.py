@@ -56,7 +56,7 @@ from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces._io import as_float, as_int, check_options, read_text
-from workbench.traces.base import register_format
+from workbench.traces.formats import register_format
 
 # ---------------------------------------------------------------- shared JSON helpers
 

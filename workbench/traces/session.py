@@ -49,8 +49,8 @@ from workbench.traces._io import (
     token_count,
     wait_ms,
 )
-from workbench.traces.base import register_format
 from workbench.traces.canonical import request_id
+from workbench.traces.formats import register_format
 
 FORMAT_NAME = "session"
 REQUIRED = ("round_idx", "prefix_len", "input_len", "output_len", "tool_wait_after_ms")

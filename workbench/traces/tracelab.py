@@ -44,8 +44,8 @@ from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces._io import check_options, iter_jsonl
-from workbench.traces.base import register_format
 from workbench.traces.canonical import request_id
+from workbench.traces.formats import register_format
 from workbench.traces.mooncake import json_int, json_number
 
 FORMAT_NAME = "tracelab"

@@ -67,10 +67,21 @@ class LiveSection:
         self.output.outputs = tuple(entries)
 
 
+class LiveSource:
+    """What a ``LiveReport`` follows: the run so far (``latest``) and the views to refresh.
+
+    ``workbench.ui.widgets.Panel`` is one; it sets ``latest`` as its run goes and calls
+    ``refresh`` on every view in ``views``.
+    """
+
+    latest: Any = None
+    views: list[LiveReport]
+
+
 class LiveReport:
     """Sections that follow a panel's runs (see the module docstring)."""
 
-    def __init__(self, panel: Any) -> None:
+    def __init__(self, panel: LiveSource) -> None:
         self.panel = panel
         self.sections: list[LiveSection] = []
         panel.views.append(self)
@@ -96,8 +107,6 @@ class LiveReport:
 
 def report_view(source: Any) -> RunReport | LiveReport:
     """Report sections over ``source``: a run (static) or a ``Panel`` (live)."""
-    from workbench.ui.widgets import Panel
-
-    if isinstance(source, Panel):
+    if isinstance(source, LiveSource):
         return LiveReport(source)
     return RunReport(source)

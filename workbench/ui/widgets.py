@@ -24,7 +24,7 @@ import ipywidgets as w
 from workbench.config import RunConfig, available
 from workbench.errors import WorkbenchError
 from workbench.records import RunResult
-from workbench.ui.live import LIVE_DUTY, LIVE_MIN_S
+from workbench.ui.live import LIVE_DUTY, LIVE_MIN_S, LiveReport, LiveSource
 from workbench.ui.live import output_entry as _output_entry
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ class Controls:
         return {"url": self.url.value.strip(), "engine": engine}
 
 
-class Panel:
+class Panel(LiveSource):
     """Controls + Run/Stop + progress + results. ``config()``, ``result``, ``task``."""
 
     def __init__(self, cfg: RunConfig | None = None) -> None:
@@ -148,7 +148,7 @@ class Panel:
         self.output = w.Output()
         self.result: RunResult | None = None
         self.latest: RunResult | None = None  # the finished result, or the running one so far
-        self.views: list[Any] = []  # workbench.ui.live.LiveReport objects that follow runs
+        self.views: list[LiveReport] = []  # the live report views that follow runs
         self.error: BaseException | None = None
         self.task: asyncio.Task[RunResult | None] | None = None
         self._stop: asyncio.Event | None = None

@@ -1,0 +1,324 @@
+"""Column arrays of a run's records: what every run-level aggregate is computed over.
+
+The aggregates of ``summary``, ``breakdown``, ``isolation`` and ``workers`` are
+written once, over a ``Columns``: numpy arrays, one per field, read on demand
+from either source —
+
+- an in-memory ``to_frame`` DataFrame (``Columns.of(df)``), or
+- a stored run's ``records.parquet`` (``stored(run_dir)``), read with pyarrow one
+  column at a time (column projection): only the columns an aggregate touches
+  are ever loaded (a float or int column is 8 MB per million requests), never a
+  record object or a DataFrame.
+
+So the in-memory and the large-run path give the same numbers by construction.
+Pooled ``itl_ms`` needs every inter-token gap: a frame always has them, the
+Parquet file only when written with ``token_times=True``; otherwise ``gaps()`` is
+None and the aggregates fall back to the per-request ITL statistics.
+
+This module is also the metrics side of ``records.parquet``: ``convert`` /
+``save_records`` / ``parquet_path`` derive the per-request columns
+(``metrics.derive``) and hand them to ``workbench.storage.columnar``, which
+writes them without computing anything.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from workbench.metrics.derive import FLOAT_COLUMNS, INT_COLUMNS, derive
+from workbench.metrics.frame import to_frame
+from workbench.storage import columnar
+
+log = logging.getLogger(__name__)
+
+#: the derived columns of ``records.parquet`` with their Arrow types, in file order
+DERIVED_TYPES: dict[str, str] = {
+    **dict.fromkeys(INT_COLUMNS, "int64"),
+    **dict.fromkeys(FLOAT_COLUMNS, "float64"),
+}
+
+
+def available() -> bool:
+    """True when pyarrow is importable (``pip install 'workbench[large]'``)."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- writing records.parquet
+def schema(token_times: bool = False) -> Any:
+    """The Arrow schema of ``records.parquet``."""
+    return columnar.schema(DERIVED_TYPES, token_times)
+
+
+def batch_table(rows: list[Mapping[str, Any]], *, token_times: bool = False) -> Any:
+    """One Arrow table (schema ``schema(token_times)``) from record dicts.
+
+    A batch with a value that cannot be an int64 (``"many"``, ``10**30``) is
+    converted again with such values nulled (``columnar.sanitized``), never dropped.
+    """
+    pa = columnar.require()
+    try:
+        return _batch_table(rows, token_times)
+    except (*columnar.BAD_VALUE_ERRORS, pa.ArrowException):
+        return _batch_table(columnar.sanitized(rows), token_times)
+
+
+def _batch_table(rows: list[Mapping[str, Any]], token_times: bool) -> Any:
+    cols = columnar.raw_columns(rows)
+    d = derive(cols, cols["token_times_ns"], cols["token_counts"])
+    return columnar.table(cols, d, schema(token_times), gaps=d["gaps"])
+
+
+def write_parquet(
+    rows: Iterable[Iterable[Any]], out: str | Path, *, token_times: bool = False
+) -> int:
+    """Write batches of record dicts (or ``RequestRecord``s) as one Parquet file, atomically."""
+
+    def tables() -> Iterator[Any]:
+        for batch in rows:
+            dicts = [r.to_dict() if hasattr(r, "to_dict") else r for r in batch]
+            if dicts:
+                yield batch_table(dicts, token_times=token_times)
+
+    return columnar.write_tables(tables(), out, schema(token_times))
+
+
+def convert(
+    run_dir: str | Path,
+    *,
+    token_times: bool = False,
+    batch_rows: int = columnar.BATCH_ROWS,
+    out: str | Path | None = None,
+) -> Path:
+    """``run_dir/records.jsonl`` → ``run_dir/records.parquet`` in streaming batches."""
+    from workbench.storage.rundir import RECORDS, resolve_run_dir
+
+    d = resolve_run_dir(run_dir)
+    target = Path(out) if out is not None else d / columnar.PARQUET
+    batches = columnar.iter_jsonl_batches(d / RECORDS, batch_rows)
+    n = write_parquet(batches, target, token_times=token_times)
+    log.info("%s: %d records → %s", d, n, target.name)
+    return target
+
+
+def save_records(records: Iterable[Any], run_dir: str | Path, *, token_times: bool = False) -> Path:
+    """Write in-memory records (``RequestRecord`` or dicts) as ``run_dir/records.parquet``."""
+    items = list(records)
+    out = Path(run_dir) / columnar.PARQUET
+    step = columnar.BATCH_ROWS
+    write_parquet((items[i : i + step] for i in range(0, len(items), step)), out,
+                  token_times=token_times)  # fmt: skip
+    return out
+
+
+def parquet_path(run_dir: str | Path, *, token_times: bool | None = None) -> Path:
+    """The run's ``records.parquet``, (re)built first when missing or older than the JSONL.
+
+    ``token_times=True`` also rebuilds a file written without the token lists.
+    """
+    path, old = columnar.stale(run_dir, token_times=token_times)
+    if old:
+        convert(path.parent, token_times=bool(token_times))
+    return path
+
+
+# ---------------------------------------------------------------- reading: Columns
+class _FrameSource:
+    """Columns of a ``to_frame`` DataFrame."""
+
+    def __init__(self, df: pd.DataFrame):
+        self.df = df
+        self.n = len(df)
+
+    def has(self, name: str) -> bool:
+        extra = name in columnar.EXTRA_INT_FIELDS and "extra" in self.df.columns
+        return name in self.df.columns or extra
+
+    def load(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        if name in columnar.EXTRA_INT_FIELDS and name not in self.df.columns:
+            col = pd.Series([e.get(name) if isinstance(e, dict) else None
+                             for e in self.df["extra"]], dtype=object)  # fmt: skip
+        else:
+            col = self.df[name]
+        valid = col.notna().to_numpy(dtype=bool)
+        if col.dtype == object:
+            values = np.where(valid, col.to_numpy(), 0)
+            kind = {type(v) for v in values[valid]}
+            if kind <= {bool, np.bool_}:
+                values = values.astype(bool)
+            elif kind <= {int, bool, np.int64, np.bool_}:
+                values = values.astype(np.int64)
+            elif kind <= {int, float, np.int64, np.float64}:
+                values = values.astype(float)
+            return values, valid
+        if isinstance(col.dtype, pd.api.extensions.ExtensionDtype):
+            return col.to_numpy(dtype=np.int64, na_value=0), valid
+        return col.to_numpy(), valid
+
+    def equals(self, name: str, value: str) -> np.ndarray:
+        return (self.df[name] == value).to_numpy(dtype=bool)
+
+    def rank(self, name: str) -> np.ndarray:
+        return np.unique(self.df[name].astype(str).to_numpy(), return_inverse=True)[1]
+
+    def has_gaps(self) -> bool:
+        return "itl_ms" in self.df.columns
+
+    def gaps(self, rows: np.ndarray | None) -> np.ndarray:
+        lists = self.df["itl_ms"] if rows is None else self.df["itl_ms"].iloc[rows]
+        n = sum(len(g) for g in lists)
+        return np.fromiter((x for g in lists for x in g), dtype=float, count=n)
+
+
+class _ParquetSource:
+    """Columns of a ``records.parquet`` file, one column read at a time."""
+
+    def __init__(self, path: Path):
+        columnar.require()
+        import pyarrow.parquet as pq
+
+        self.file = pq.ParquetFile(path)
+        self.names = set(self.file.schema_arrow.names)
+        self.n = self.file.metadata.num_rows
+        self._text: dict[str, Any] = {}  # string columns stay Arrow arrays, read once
+
+    def _read(self, name: str) -> Any:
+        return self.file.read(columns=[name]).column(name).combine_chunks()
+
+    def _strings(self, name: str) -> Any:
+        if name not in self._text:
+            self._text[name] = self._read(name)
+        return self._text[name]
+
+    def has(self, name: str) -> bool:
+        return name in self.names
+
+    def load(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if name not in self.names:  # a file from before the column existed: all absent
+            return np.zeros(self.n, dtype=np.int64), np.zeros(self.n, dtype=bool)
+        arr = self._read(name)
+        valid = arr.is_valid().to_numpy(zero_copy_only=False)
+        if pa.types.is_floating(arr.type):
+            return arr.to_numpy(zero_copy_only=False), valid
+        fill: Any = False if pa.types.is_boolean(arr.type) else 0
+        if pa.types.is_string(arr.type):
+            fill = ""
+        return pc.fill_null(arr, fill).to_numpy(zero_copy_only=False), valid
+
+    def equals(self, name: str, value: str) -> np.ndarray:
+        import pyarrow.compute as pc
+
+        return pc.fill_null(pc.equal(self._strings(name), value), False).to_numpy(
+            zero_copy_only=False
+        )
+
+    def rank(self, name: str) -> np.ndarray:
+        import pyarrow.compute as pc
+
+        ranks = pc.rank(self._strings(name), sort_keys="ascending", tiebreaker="dense")
+        return ranks.to_numpy().astype(np.int64)
+
+    def has_gaps(self) -> bool:
+        return "itl_ms" in self.names
+
+    def gaps(self, rows: np.ndarray | None) -> np.ndarray:
+        arr = self._read("itl_ms")  # not kept: only the pooled gaps of ``rows`` are
+        offsets = arr.offsets.to_numpy()
+        values = arr.values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]]
+        if rows is None:
+            return values.copy()  # Arrow's buffer is read-only; the caller may reorder it
+        sel = np.zeros(len(offsets) - 1, dtype=bool)
+        sel[rows] = True
+        return values[np.repeat(sel, np.diff(offsets))]  # one new array, in row order
+
+
+_Source = _FrameSource | _ParquetSource
+
+
+class Columns:
+    """The rows of a run (or a selection of them) as numpy arrays, loaded on first use.
+
+    ``ints(name)`` → (int64 values with 0 where absent, validity mask);
+    ``floats(name)`` → float64 with NaN where absent; ``bools(name)`` → absent as
+    False; ``equals(name, value)`` and ``rank(name)`` for string columns;
+    ``where(mask)`` selects rows (sharing the loaded columns); ``gaps()`` pools the
+    inter-token gaps of the selected rows in row order, or None when not kept.
+    """
+
+    def __init__(self, source: _Source, rows: np.ndarray | None = None,
+                 cache: dict[Any, Any] | None = None):  # fmt: skip
+        self._src = source
+        self._rows = rows
+        self._cache: dict[Any, Any] = {} if cache is None else cache
+
+    @classmethod
+    def of(cls, data: Any) -> Columns:
+        """``data`` itself when it is a ``Columns``, else the columns of ``to_frame(data)``."""
+        if isinstance(data, Columns):
+            return data
+        return cls(_FrameSource(to_frame(data)))
+
+    def __len__(self) -> int:
+        return self._src.n if self._rows is None else len(self._rows)
+
+    def has(self, name: str) -> bool:
+        return self._src.has(name)
+
+    def _get(self, key: Any, make: Any) -> Any:
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
+
+    def _pick(self, arr: np.ndarray) -> np.ndarray:
+        return arr if self._rows is None else arr[self._rows]
+
+    def ints(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        values, valid = self._get(("raw", name), lambda: self._src.load(name))
+        if values.dtype.kind == "f":
+            values = np.where(valid, values, 0).astype(np.int64)
+        return self._pick(values.astype(np.int64, copy=False)), self._pick(valid)
+
+    def floats(self, name: str) -> np.ndarray:
+        values, valid = self._get(("raw", name), lambda: self._src.load(name))
+        out = values.astype(float)
+        out[~valid] = np.nan
+        return self._pick(out)
+
+    def bools(self, name: str) -> np.ndarray:
+        values, valid = self._get(("raw", name), lambda: self._src.load(name))
+        return self._pick(values.astype(bool) & valid)
+
+    def equals(self, name: str, value: str) -> np.ndarray:
+        return self._pick(self._get(("eq", name, value), lambda: self._src.equals(name, value)))
+
+    def rank(self, name: str) -> np.ndarray:
+        return self._pick(self._get(("rank", name), lambda: self._src.rank(name)))
+
+    def where(self, mask: np.ndarray) -> Columns:
+        if mask.all():  # e.g. no warm-up rows: the same rows, nothing to pick
+            return Columns(self._src, self._rows, self._cache)
+        picked = np.flatnonzero(mask)
+        rows = picked if self._rows is None else self._rows[picked]
+        return Columns(self._src, rows, self._cache)
+
+    def gaps(self) -> np.ndarray | None:
+        """Every inter-token gap of the selected rows, row after row (a fresh array the
+        caller may reorder), or None when the source did not keep them."""
+        return self._src.gaps(self._rows) if self._src.has_gaps() else None
+
+
+def stored(run_dir: str | Path, *, token_times: bool | None = None) -> Columns:
+    """The columns of a stored run's ``records.parquet`` (built first when stale)."""
+    return Columns(_ParquetSource(parquet_path(run_dir, token_times=token_times)))

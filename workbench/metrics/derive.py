@@ -1,0 +1,204 @@
+"""The per-request metrics of docs/metrics.md, derived once, vectorised over column arrays.
+
+One function, ``derive``, turns the raw fields of many records (one list or array
+per field, ``None`` where a field is absent) and their token-event lists into the
+derived columns. ``metrics.frame.to_frame`` builds its DataFrame from it and
+``metrics.columns.convert`` writes the same arrays into ``records.parquet``, so the
+in-memory and the Parquet path hold the same numbers by construction.
+
+Definitions (times in ms, from the client clock). *Dispatch* (``dispatch_ns``) is
+when the request's bytes were handed to the socket, so the client's own
+preparation of a request counts as its release lag (``summary["client"]``), not
+as server latency:
+
+- a *token event* is a stream event carrying ≥ 1 output token id: an event with
+  a count of 0 (role-only or empty chunk) does not count;
+- ``ttft_ms``: dispatch → first token event. When a record has no token event
+  at all but the server reported output tokens, the runner's ``first_token_ns``
+  is used instead;
+- ``tpot_ms`` (token-delivery cadence): (last token event − first token event) /
+  (output tokens − tokens in the first event). NaN when there is one token event
+  or the denominator is ≤ 0: a single burst has no measurable cadence;
+- ``itl_ms``: the gaps between consecutive token events (``gaps``, grouped by row,
+  ``itl_count`` per row), with ``itl_sum_ms`` (= last − first token event when
+  there is a gap, else 0), ``itl_min_ms``, ``itl_max_ms`` (NaN without a gap);
+- ``terminal_tail_ms``: last token event → end of stream;
+- ``e2e_ms``: dispatch → end of stream;
+- ``completion_amortized_tpot_ms``: (e2e − ttft)/(n − 1), an audit figure only;
+- ``arrival_release_lag_ms``: scheduled arrival → released (task running);
+- ``admission_lag_ms``: scheduled arrival → admitted (slot granted), so it
+  *includes* the release lag (docs/arrival.md "arrival → slot granted"). A session
+  is admitted once, so later rounds repeat their unit's admission time;
+- ``output_tokens``: server ``completion_tokens`` when reported, else Σ positive
+  token counts of the stream; ``prompt_len``: the server's ``prompt_tokens``, else
+  as sent, else as planned; ``planned_prompt_tokens`` = p + i;
+- ``actual_hit`` = cached/prompt_tokens, NaN when the server did not report a
+  cached count (``cached_tokens_reported`` false: not a zero hit,
+  docs/measurement-rules.md) or the prompt count is not > 0 (``cache_measured``);
+  ``planned_hit`` = p/(p+i); ``hit_delta`` = actual − planned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+NS_PER_MS = 1_000_000
+#: a stream event is a token event when it carries at least this many output token ids
+MIN_EVENT_TOKENS = 1
+
+#: the raw record fields ``derive`` reads (besides the token lists)
+INPUTS: tuple[str, ...] = (
+    "completion_tokens", "prompt_tokens", "cached_tokens", "cached_tokens_reported",
+    "first_token_ns", "dispatch_ns", "end_ns", "released_ns", "admitted_ns", "scheduled_ns",
+    "sent_prompt_tokens", "planned_prefix_tokens", "planned_input_tokens",
+)  # fmt: skip
+#: the derived integer and float columns (``to_frame`` has all but the ``itl_*`` ones)
+INT_COLUMNS: tuple[str, ...] = (
+    "output_tokens", "planned_prompt_tokens", "prompt_len", "first_event_tokens",
+    "token_events", "itl_count",
+)  # fmt: skip
+FLOAT_COLUMNS: tuple[str, ...] = (
+    "ttft_ms", "tpot_ms", "terminal_tail_ms", "e2e_ms", "completion_amortized_tpot_ms",
+    "actual_hit", "planned_hit", "hit_delta", "arrival_release_lag_ms", "admission_lag_ms",
+    "itl_sum_ms", "itl_min_ms", "itl_max_ms",
+)  # fmt: skip
+
+Opt = tuple[np.ndarray, np.ndarray]  # (int64 values, 0 where absent; validity mask)
+
+
+def optional_ints(values: Sequence[Any]) -> Opt:
+    """(int64 values with 0 for None, validity mask) of a list that may hold None."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        return values.astype(np.int64, copy=False), np.ones(len(values), dtype=bool)
+    n = len(values)
+    valid = np.fromiter((v is not None for v in values), dtype=bool, count=n)
+    arr = np.fromiter((v or 0 for v in values), dtype=np.int64, count=n)
+    return arr, valid
+
+
+def cache_reported(flag: np.ndarray, cached_valid: np.ndarray) -> np.ndarray:
+    """Rows whose server reported a cached-token count (docs/measurement-rules.md).
+
+    A request whose server sent no cached count (vLLM without
+    ``--enable-prompt-tokens-details``, a usage block without details) is *not* a
+    zero hit: it is left out of every actual hit rate and counted as unreported.
+    """
+    return flag & cached_valid
+
+
+def cache_measured(
+    flag: np.ndarray, cached_valid: np.ndarray, prompt: np.ndarray, prompt_valid: np.ndarray
+) -> np.ndarray:
+    """Rows an actual hit rate is taken over: reported, with a prompt count > 0."""
+    return cache_reported(flag, cached_valid) & prompt_valid & (prompt > 0)
+
+
+def _ms(later: Opt, earlier: Opt) -> np.ndarray:
+    out = (later[0] - earlier[0]) / NS_PER_MS
+    out[~(later[1] & earlier[1])] = np.nan
+    return out
+
+
+def _flat(lists: Sequence[Sequence[int]], lens: np.ndarray) -> np.ndarray:
+    return np.fromiter((x for v, k in zip(lists, lens, strict=True) for x in v[:k]),
+                       dtype=np.int64, count=int(lens.sum()))  # fmt: skip
+
+
+def token_stats(times: Sequence[Sequence[int]], counts: Sequence[Sequence[int]]) -> dict[str, Any]:
+    """Per row: token events, first/last event time, first event's tokens, ITL stats, gaps."""
+    n = len(times)
+    lens = np.fromiter((min(len(t), len(c)) for t, c in zip(times, counts, strict=True)),
+                       dtype=np.int64, count=n)  # fmt: skip
+    flat_t, flat_c = _flat(times, lens), _flat(counts, lens)
+    parent = np.repeat(np.arange(n), lens)
+    keep = flat_c >= MIN_EVENT_TOKENS
+    t, c, p = flat_t[keep], flat_c[keep], parent[keep]
+    events = np.bincount(p, minlength=n)
+    has = events > 0
+    ends = np.cumsum(events)
+    starts = ends - events
+    first_t = np.zeros(n, dtype=np.int64)
+    last_t = np.zeros(n, dtype=np.int64)
+    first_c = np.zeros(n, dtype=np.int64)
+    first_t[has] = t[starts[has]]
+    last_t[has] = t[ends[has] - 1]
+    first_c[has] = c[starts[has]]
+    same = p[1:] == p[:-1]
+    gaps = (np.diff(t) / NS_PER_MS)[same]
+    gp = p[1:][same]
+    itl_min = np.full(n, np.inf)
+    itl_max = np.full(n, -np.inf)
+    np.minimum.at(itl_min, gp, gaps)
+    np.maximum.at(itl_max, gp, gaps)
+    itl_count = np.maximum(events - 1, 0)
+    itl_min[itl_count == 0] = np.nan
+    itl_max[itl_count == 0] = np.nan
+    positive = np.bincount(parent, weights=np.where(flat_c > 0, flat_c, 0), minlength=n)
+    return {
+        "events": events, "has": has, "first_t": first_t, "last_t": last_t, "first_c": first_c,
+        "itl_count": itl_count, "itl_min": itl_min, "itl_max": itl_max,
+        "stream_tokens": positive.astype(np.int64), "gaps": gaps,
+    }  # fmt: skip
+
+
+def derive(
+    raw: Mapping[str, Sequence[Any]],
+    times: Sequence[Sequence[int]],
+    counts: Sequence[Sequence[int]],
+) -> dict[str, np.ndarray]:
+    """The derived columns (``INT_COLUMNS``, ``FLOAT_COLUMNS``) plus ``gaps``: every
+    inter-token gap in ms, row after row (row ``i`` has ``itl_count[i]`` of them).
+
+    ``raw`` maps each name of ``INPUTS`` to one value per row (``None`` = absent);
+    ``times``/``counts`` are the rows' ``token_times_ns``/``token_counts`` lists.
+    """
+    n = len(times)
+    tok = token_stats(times, counts)
+    opt = {k: optional_ints(raw[k]) for k in (
+        "completion_tokens", "prompt_tokens", "cached_tokens", "first_token_ns", "dispatch_ns",
+        "end_ns", "released_ns", "admitted_ns", "scheduled_ns")}  # fmt: skip
+    comp, comp_ok = opt["completion_tokens"]
+    n_out = np.where(comp_ok, comp, tok["stream_tokens"])
+    prompt, prompt_ok = opt["prompt_tokens"]
+    sent = optional_ints(raw["sent_prompt_tokens"])[0]
+    pre = optional_ints(raw["planned_prefix_tokens"])[0]
+    planned_prompt = pre + optional_ints(raw["planned_input_tokens"])[0]
+    prompt_len = np.where(prompt_ok, prompt, np.where(sent != 0, sent, planned_prompt))
+    fallback_first = opt["first_token_ns"][1] & (n_out > 0)
+    first = (np.where(tok["has"], tok["first_t"], opt["first_token_ns"][0]),
+             tok["has"] | fallback_first)  # fmt: skip
+    last = (tok["last_t"], tok["has"])
+    ttft = _ms(first, opt["dispatch_ns"])
+    e2e = _ms(opt["end_ns"], opt["dispatch_ns"])
+    denom = np.where(tok["has"], n_out - tok["first_c"], 0)
+    ok_tpot = (tok["events"] >= 2) & (denom > 0)
+    tpot = np.full(n, np.nan)
+    tpot[ok_tpot] = (tok["last_t"] - tok["first_t"])[ok_tpot] / NS_PER_MS / denom[ok_tpot]
+    flags = np.fromiter((bool(v) for v in raw["cached_tokens_reported"]), dtype=bool, count=n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        amort = np.where(n_out >= 2, (e2e - ttft) / (n_out - 1), np.nan)
+        planned_hit = np.where(planned_prompt > 0, pre / planned_prompt, np.nan)
+        cached, cached_ok = opt["cached_tokens"]
+        measured = cache_measured(flags, cached_ok, prompt, prompt_ok)
+        actual = np.where(measured, cached / prompt, np.nan)
+    itl_sum = np.where(tok["itl_count"] > 0, (tok["last_t"] - tok["first_t"]) / NS_PER_MS, 0.0)
+    return {
+        "output_tokens": n_out, "planned_prompt_tokens": planned_prompt, "prompt_len": prompt_len,
+        "first_event_tokens": tok["first_c"], "token_events": tok["events"],
+        "itl_count": tok["itl_count"], "ttft_ms": ttft, "tpot_ms": tpot,
+        "terminal_tail_ms": _ms(opt["end_ns"], last), "e2e_ms": e2e,
+        "completion_amortized_tpot_ms": amort, "actual_hit": actual, "planned_hit": planned_hit,
+        "hit_delta": actual - planned_hit,
+        "arrival_release_lag_ms": _ms(opt["released_ns"], opt["scheduled_ns"]),
+        "admission_lag_ms": _ms(opt["admitted_ns"], opt["scheduled_ns"]),
+        "itl_sum_ms": itl_sum, "itl_min_ms": tok["itl_min"], "itl_max_ms": tok["itl_max"],
+        "gaps": tok["gaps"],
+    }  # fmt: skip
+
+
+def split_gaps(gaps: np.ndarray, itl_count: np.ndarray) -> list[list[float]]:
+    """``gaps`` back into one list per row (the ``itl_ms`` column of ``to_frame``)."""
+    return [g.tolist() for g in np.split(gaps, np.cumsum(itl_count)[:-1])] if len(itl_count) else []

@@ -1,0 +1,71 @@
+"""Distribution statistics of one metric: mean, linear percentiles, min, max, count.
+
+Percentiles interpolate linearly at ``q·(n−1)`` (numpy's default) over the finite
+values. A metric's values come from ``Columns`` (``metric_values``); ``itl_ms``
+pools every gap of every selected request (token-weighted) and, for a stored run
+written without token lists, has its exact mean, min, max and count from the
+per-request ITL statistics and no percentiles (``describe_metric``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from workbench.metrics.columns import Columns
+
+STAT_KEYS: tuple[str, ...] = ("mean", "p50", "p90", "p99", "min", "max", "count")
+
+
+def describe(values: Iterable[float], *, scratch: bool = False) -> dict[str, float | int | None]:
+    """mean/p50/p90/p99/min/max/count of the finite values; None when there are none.
+
+    ``scratch``: ``values`` is an array nobody keeps, so the percentiles may reorder it
+    in place instead of copying it (the pooled ITL gaps of a large run).
+    """
+    if isinstance(values, np.ndarray):
+        arr = values.astype(float, copy=False)
+    else:
+        arr = np.asarray([v for v in values if v is not None], dtype=float)
+    finite = np.isfinite(arr)
+    if not finite.all():
+        arr = arr[finite]
+    if arr.size == 0:
+        return {**dict.fromkeys(STAT_KEYS[:-1]), "count": 0}
+    mean, lo, hi = float(arr.mean()), float(arr.min()), float(arr.max())  # before any reorder
+    p50, p90, p99 = np.percentile(arr, [50, 90, 99], overwrite_input=scratch)
+    return {
+        "mean": mean,
+        "p50": float(p50),
+        "p90": float(p90),
+        "p99": float(p99),
+        "min": lo,
+        "max": hi,
+        "count": int(arr.size),
+    }
+
+
+def metric_values(cols: Columns, col: str) -> np.ndarray:
+    """A metric's values over the rows of ``cols``; ``itl_ms`` pools every gap."""
+    if col == "itl_ms":
+        gaps = cols.gaps()
+        return gaps if gaps is not None else np.empty(0)
+    return cols.floats(col)
+
+
+def describe_metric(cols: Columns, col: str) -> dict[str, float | int | None]:
+    """``describe`` of a metric over the rows of ``cols`` (see module docstring for ITL)."""
+    if col == "itl_ms" and (gaps := cols.gaps()) is not None:
+        return describe(gaps, scratch=True)  # the mean, min, max do not depend on order
+    if col != "itl_ms":
+        return describe(metric_values(cols, col))
+    n, has = cols.ints("itl_count")
+    some = has & (n > 0)
+    if not some.any():
+        return describe(np.empty(0))
+    total = float(cols.floats("itl_sum_ms")[some].sum())
+    count = int(n[some].sum())
+    return {"mean": total / count, "p50": None, "p90": None, "p99": None,
+            "min": float(np.nanmin(cols.floats("itl_min_ms")[some])),
+            "max": float(np.nanmax(cols.floats("itl_max_ms")[some])), "count": count}  # fmt: skip
