@@ -25,6 +25,10 @@
 #   VLLM_CPU_MAX_MODEL_LEN context length (default 8192)
 #   VLLM_CPU_KV_BYTES      KV cache bytes (default 1 GiB = 524288 tokens of the tiny model)
 #   VLLM_CPU_START_TIMEOUT seconds to wait for readiness (default 240)
+#   VLLM_CPU_NICE          niceness of the server's processes (default 0). A negative value
+#                          (root only; otherwise nice warns and the server runs at 0) keeps
+#                          other load on a small machine from delaying its token delivery
+#                          (docs/calibration.md, "On a shared CPU")
 #   VLLM_CPU_OMIT          space-separated default flags to leave out, e.g.
 #                          "--enable-prompt-tokens-details" (to see preflight fail)
 #   VLLM_CPU_DEV_MODE      1 (default): VLLM_SERVER_DEV_MODE=1, so POST /reset_prefix_cache is
@@ -56,6 +60,7 @@ MAX_MODEL_LEN="${VLLM_CPU_MAX_MODEL_LEN:-8192}"
 KV_BYTES="${VLLM_CPU_KV_BYTES:-1073741824}"
 START_TIMEOUT="${VLLM_CPU_START_TIMEOUT:-240}"
 DEV_MODE="${VLLM_CPU_DEV_MODE:-1}"
+NICE="${VLLM_CPU_NICE:-0}"
 MODEL_NAME="tiny-llama"
 
 log() { echo "[vllm_cpu] $*" >&2; }
@@ -193,6 +198,7 @@ cmd_start() {
   done
   kept+=("$@")
   [[ "$DEV_MODE" == "0" || "$DEV_MODE" == "1" ]] || die "VLLM_CPU_DEV_MODE must be 0 or 1"
+  [[ "$NICE" =~ ^-?[0-9]+$ ]] || die "VLLM_CPU_NICE must be an integer, got '$NICE'"
   log "starting vllm serve on $url (VLLM_SERVER_DEV_MODE=$DEV_MODE; log: $LOG)"
   # Loopback only; no telemetry, no hub. VLLM_CPU_KVCACHE_SPACE would override the KV bytes.
   ( unset VLLM_CPU_KVCACHE_SPACE
@@ -200,7 +206,7 @@ cmd_start() {
            VLLM_HOST_IP=127.0.0.1 VLLM_TARGET_DEVICE=cpu VLLM_LOGGING_LEVEL="${VLLM_LOGGING_LEVEL:-INFO}"
     # dev mode serves /reset_prefix_cache (and other dev routes) on this loopback-only server
     if [[ "$DEV_MODE" == "1" ]]; then export VLLM_SERVER_DEV_MODE=1; else unset VLLM_SERVER_DEV_MODE; fi
-    exec setsid "$VENV/bin/vllm" serve "$MODEL_DIR" "${kept[@]}" </dev/null >"$LOG" 2>&1
+    exec nice -n "$NICE" setsid "$VENV/bin/vllm" serve "$MODEL_DIR" "${kept[@]}" </dev/null >"$LOG" 2>&1
   ) &
   local pid=$!
   wait_ready "$pid" "$url" 1
@@ -227,6 +233,7 @@ BLOCK_SIZE=$BLOCK_SIZE
 MAX_MODEL_LEN=$MAX_MODEL_LEN
 KV_BYTES=$KV_BYTES
 DEV_MODE=$DEV_MODE
+NICE=$NICE
 TXT
 }
 

@@ -1,21 +1,25 @@
 """Calibrate the embedded engine on a real vLLM, then predict a held-out trace.
 
-Two calibration traces (independent requests: one at a time, so every prefill runs
-alone, and a burst of eight, so decode batches grow) and a held-out trace
-(different prompt and output lengths, at concurrency 4) run against the real
-server, alternating A, B, A, B so that both see the same machine. The cost model
-fitted from the A runs then replays the B runs' config in virtual time: p50 TTFT
-and p50 TPOT must be within 15 % of the median of the measured p50s. When the
-identical B runs themselves spread by more than 15 % (a loaded machine: the tiny
-model's compute is far below the OS's scheduling noise), the bound cannot be
-decided and the test is skipped with the numbers (bench/README.md, "calibration",
-states the errors seen).
+Two calibration traces (independent requests one at a time, so every prefill runs
+alone; and sixteen others eight at a time, so decode batches grow and requests
+overlap) and a held-out trace (other prompt and output lengths, twenty requests at
+concurrency 4) run against the real server after one warm-up run, alternating
+A, A', B for ``ROUNDS`` rounds so that all see the same machine. The cost model
+fitted from the A runs (``workbench.calibration.fit``) then replays the B config in
+virtual time: p50 TTFT and p50 TPOT must be within 15 % of the p50 over all B runs'
+records together. The server (conftest) and this client run at niceness -10 where
+allowed, since on a small shared machine other load otherwise delays the server's
+token delivery (docs/calibration.md, "On a shared CPU"; bench/README.md,
+"calibration against the real vLLM", has the errors seen).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +34,8 @@ from .conftest import VLLMServer
 pytestmark = pytest.mark.real_engine
 
 TOLERANCE_PCT = 15.0
-ROUNDS = 6
+ROUNDS = 8
+CLIENT_NICE = -10
 
 
 def _csv(path: Path, rows: list[tuple[str, int, int]]) -> str:
@@ -49,6 +54,20 @@ def traces(tmp: Path) -> dict[str, tuple[str, int]]:
         "burst": (_csv(tmp / "burst.csv", burst), 8),
         "held_out": (_csv(tmp / "held.csv", held), 4),
     }
+
+
+@contextlib.contextmanager
+def client_priority(nice: int) -> Iterator[None]:
+    """Run this thread (the replay's event loop) at ``nice`` where allowed (root), as
+    the conftest's server runs: on a small shared machine the neighbours' load would
+    otherwise delay the client's reads (docs/calibration.md, "On a shared CPU")."""
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    with contextlib.suppress(PermissionError):
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    try:
+        yield
+    finally:
+        os.setpriority(os.PRIO_PROCESS, 0, before)  # back up is always allowed
 
 
 def server_knobs(server: VLLMServer) -> dict[str, Any]:
@@ -83,10 +102,11 @@ async def test_calibrated_engine_predicts_a_held_out_trace(
         assert all(r.status == "ok" for r in result.records), run_id
         return str(result.run_dir)
 
-    await run("burst", "warm-up", 10_000)  # not used: the server's first batches are slow
-    for k in range(ROUNDS):
-        for name in runs:
-            runs[name].append(await run(name, f"{name}-{k}", k))
+    with client_priority(CLIENT_NICE):
+        await run("burst", "warm-up", 10_000)  # not used: the server's first batches are slow
+        for k in range(ROUNDS):
+            for name in runs:
+                runs[name].append(await run(name, f"{name}-{k}", k))
     cal = calibrate(runs["alone"] + runs["burst"], base=server_knobs(vllm_server),
                     self_check=False)  # fmt: skip
     cal.write(tmp_path / "engine.json")

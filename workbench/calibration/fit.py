@@ -183,11 +183,12 @@ def _decode_gaps(
     samples: list[Sample],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per clean decode gap: (gap ms per token, batch size, KV tokens) at its midpoint,
-    and the index of the request it belongs to."""
+    and the index of the request it belongs to. A request whose tokens all came in
+    one burst has no gap of its own (it still counts in the batch of the others)."""
     prefill = np.array([(s.dispatch, s.first) for s in samples], dtype=np.int64)
     mids, gaps, owner = [], [], []
     for i, s in enumerate(samples):
-        if s.times.size < 2:
+        if s.times.size < 2 or s.first_delivered_late:  # no gap of it was measured
             continue
         lo, hi = s.times[:-1], s.times[1:]
         step = (hi - lo) / NS_PER_MS / np.maximum(s.counts[1:], 1)
@@ -233,18 +234,22 @@ def fit_decode(
     mb, mkv = per_request(batch), per_request(kv)
     one = np.ones_like(y)
     quadratic = float(u.max() - u.min()) > QUADRATIC_SPAN
-    if quadratic:
-        a, b, c = _lstsq([mu2, mu, one], y)
-    else:
-        a, (b, c) = 0.0, _lstsq([mu, one], y)
+    cols = [mu2, mu] if quadratic else [mu]
+    seq = 0.0
+    if float(batch.max() - batch.min()) >= 1:  # the batch varied: its own term
+        *coef, seq, c = _lstsq([*cols, mb, one], y)
+    if seq <= 0 or float(batch.max() - batch.min()) < 1:
+        seq, (*coef, c) = 0.0, _lstsq([*cols, one], y)
+    a, b = (coef[0], coef[1]) if quadratic else (0.0, coef[0])
     floor = float(np.percentile(y, 5))
-    per_gap = np.maximum(floor, a * u * u + b * u + c)
+    per_gap = np.maximum(floor, a * u * u + b * u + c + seq * batch)
     pred = per_request(per_gap)
     bk = _lstsq([mb, mkv, one], y)
     report = {
-        "form": "max(floor, a*u^2 + b*u + c), u = KV tokens / capacity"
+        "form": "max(floor, a*u^2 + b*u + c + s*batch), u = KV tokens / capacity"
         + ("" if quadratic else f" (a = 0: u spans <= {QUADRATIC_SPAN})"),
         "coeffs": [float(a), float(b), float(c)],
+        "seq_ms": float(seq),
         "floor_ms": floor,
         "capacity_tokens": int(capacity_tokens),
         "gaps": int(gap.size),
@@ -255,7 +260,7 @@ def fit_decode(
             "form": "p*batch + q*kv_tokens + r (per request means)",
             "coeffs_batch_kv_1": [float(x) for x in bk],
             **_errors(np.column_stack([mb, mkv, one]) @ bk, y),
-            "note": "reported only: the engine's model sees the batch through its KV tokens",
+            "note": "reported only: the engine's model sees the KV through u = kv / capacity",
         },
     }
     return (float(a), float(b), float(c)), floor, report
@@ -285,7 +290,8 @@ def calibrate(
     cfg = EngineConfig.from_knobs(**knobs)
     prefill, prefill_report = fit_prefill(samples)
     decode, floor, decode_report = fit_decode(samples, cfg.capacity_tokens)
-    knobs.update(prefill_coeffs=list(prefill), decode_coeffs=list(decode), decode_floor_ms=floor)
+    knobs.update(prefill_coeffs=list(prefill), decode_coeffs=list(decode), decode_floor_ms=floor,
+                 decode_seq_ms=decode_report["seq_ms"])  # fmt: skip
     EngineConfig.from_knobs(**knobs)  # the result must be a valid engine
     overhead_report = fit_overhead(results, knobs)
     fit: dict[str, Any] = {

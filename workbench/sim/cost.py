@@ -30,11 +30,12 @@ def prefill_ms(config: EngineConfig, new_tokens: int) -> float:
     return a * t * t + b * t + c
 
 
-def decode_ms(config: EngineConfig, kv_tokens: int) -> float:
-    """``max(floor, a·u² + b·u + c)`` with u = attended KV tokens / capacity (≤ 1)."""
+def decode_ms(config: EngineConfig, kv_tokens: int, seqs: int = 0) -> float:
+    """``max(floor, a·u² + b·u + c + s·n)`` with u = attended KV tokens / capacity
+    (≤ 1), n = decoding sequences and s = ``decode_seq_ms`` (0 by default)."""
     a, b, c = config.decode_coeffs
     u = min(1.0, kv_tokens / config.capacity_tokens)
-    return max(config.decode_floor_ms, a * u * u + b * u + c)
+    return max(config.decode_floor_ms, a * u * u + b * u + c + config.decode_seq_ms * seqs)
 
 
 def step_ns(config: EngineConfig, prefill_tokens: int, decode_seqs: int, kv_tokens: int) -> int:
@@ -43,7 +44,7 @@ def step_ns(config: EngineConfig, prefill_tokens: int, decode_seqs: int, kv_toke
         return 0
     ms = prefill_ms(config, prefill_tokens)
     if decode_seqs > 0:
-        ms += decode_ms(config, kv_tokens)
+        ms += decode_ms(config, kv_tokens, decode_seqs)
     return round(ms * 1e6 / config.speedup)
 
 
