@@ -241,6 +241,12 @@ def fit_decode(
     if seq <= 0 or float(batch.max() - batch.min()) < 1:
         seq, (*coef, c) = 0.0, _lstsq([*cols, one], y)
     a, b = (coef[0], coef[1]) if quadratic else (0.0, coef[0])
+    if a < 0 or b < 0:  # a step that gets cheaper with more KV: noise, so no KV term
+        a = b = 0.0
+        if seq > 0:
+            seq, c = _lstsq([mb, one], y)
+        if seq <= 0:
+            seq, c = 0.0, float(np.median(y))
     floor = float(np.percentile(y, 5))
     per_gap = np.maximum(floor, a * u * u + b * u + c + seq * batch)
     pred = per_request(per_gap)
