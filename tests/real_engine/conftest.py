@@ -115,6 +115,7 @@ def vllm_server() -> Iterator[VLLMServer]:
     # ahead of other load on a small shared machine, where it can (root): timings are the
     # server's, not the neighbours' (docs/calibration.md, "On a shared CPU")
     env.setdefault("VLLM_CPU_NICE", "-10")
+    env.setdefault("VLLM_CPU_ENGINE_CORE_NICE", "0")  # the API server first (same doc)
     _set_up(env, required)
     started = _script("start", timeout=START_TIMEOUT_S, env=env)
     if started.returncode != 0:

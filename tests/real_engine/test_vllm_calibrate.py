@@ -34,7 +34,7 @@ from .conftest import VLLMServer
 pytestmark = pytest.mark.real_engine
 
 TOLERANCE_PCT = 15.0
-ROUNDS = 8
+ROUNDS = 6
 CLIENT_NICE = -10
 
 
