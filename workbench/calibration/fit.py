@@ -18,7 +18,15 @@ server and fits the three parts of the step-time model (``docs/calibration.md``)
   TPOT the request reports). ``a`` is fitted only when the runs' u spans more
   than ``QUADRATIC_SPAN`` of the capacity, else 0. A fit on (batch size, KV
   tokens) is reported beside it;
-- **floor**: the 5th percentile of the requests' mean clean gaps.
+  A per-sequence term ``s·batch`` (``decode_seq_ms``) is fitted with them when the
+  batch varied;
+- **floor**: the 5th percentile of the requests' mean clean gaps;
+- **request overhead** (``fit_overhead``): the share of the prefill constant that is
+  a per-request latency beside the engine (``request_overhead_ms``), chosen by
+  replaying the runs whose requests overlapped.
+
+Lone requests whose tokens all came in one burst (a server that delivered the
+stream at its end) give neither a TTFT nor decode gaps (docs/calibration.md).
 
 Fits minimise absolute, not squared, error (least absolute deviations by
 iteratively reweighted least squares): they aim at the median, which is what a
