@@ -25,6 +25,13 @@
 #   VLLM_CPU_MAX_MODEL_LEN context length (default 8192)
 #   VLLM_CPU_KV_BYTES      KV cache bytes (default 1 GiB = 524288 tokens of the tiny model)
 #   VLLM_CPU_START_TIMEOUT seconds to wait for readiness (default 240)
+#   VLLM_CPU_NICE          niceness of the server's processes (default 0). A negative value
+#                          (root only; otherwise nice warns and the server runs at 0) keeps
+#                          other load on a small machine from delaying its token delivery
+#                          (docs/calibration.md, "On a shared CPU")
+#   VLLM_CPU_ENGINE_CORE_NICE  niceness of the engine-core process alone, set once the server
+#                          answers (default: VLLM_CPU_NICE). Above VLLM_CPU_NICE it lets the
+#                          API server run before the engine core's busy loop on a 2-core box
 #   VLLM_CPU_OMIT          space-separated default flags to leave out, e.g.
 #                          "--enable-prompt-tokens-details" (to see preflight fail)
 #   VLLM_CPU_DEV_MODE      1 (default): VLLM_SERVER_DEV_MODE=1, so POST /reset_prefix_cache is
@@ -56,6 +63,8 @@ MAX_MODEL_LEN="${VLLM_CPU_MAX_MODEL_LEN:-8192}"
 KV_BYTES="${VLLM_CPU_KV_BYTES:-1073741824}"
 START_TIMEOUT="${VLLM_CPU_START_TIMEOUT:-240}"
 DEV_MODE="${VLLM_CPU_DEV_MODE:-1}"
+NICE="${VLLM_CPU_NICE:-0}"
+ENGINE_CORE_NICE="${VLLM_CPU_ENGINE_CORE_NICE:-$NICE}"
 MODEL_NAME="tiny-llama"
 
 log() { echo "[vllm_cpu] $*" >&2; }
@@ -193,6 +202,9 @@ cmd_start() {
   done
   kept+=("$@")
   [[ "$DEV_MODE" == "0" || "$DEV_MODE" == "1" ]] || die "VLLM_CPU_DEV_MODE must be 0 or 1"
+  [[ "$NICE" =~ ^-?[0-9]+$ ]] || die "VLLM_CPU_NICE must be an integer, got '$NICE'"
+  [[ "$ENGINE_CORE_NICE" =~ ^-?[0-9]+$ ]] \
+    || die "VLLM_CPU_ENGINE_CORE_NICE must be an integer, got '$ENGINE_CORE_NICE'"
   log "starting vllm serve on $url (VLLM_SERVER_DEV_MODE=$DEV_MODE; log: $LOG)"
   # Loopback only; no telemetry, no hub. VLLM_CPU_KVCACHE_SPACE would override the KV bytes.
   ( unset VLLM_CPU_KVCACHE_SPACE
@@ -200,13 +212,25 @@ cmd_start() {
            VLLM_HOST_IP=127.0.0.1 VLLM_TARGET_DEVICE=cpu VLLM_LOGGING_LEVEL="${VLLM_LOGGING_LEVEL:-INFO}"
     # dev mode serves /reset_prefix_cache (and other dev routes) on this loopback-only server
     if [[ "$DEV_MODE" == "1" ]]; then export VLLM_SERVER_DEV_MODE=1; else unset VLLM_SERVER_DEV_MODE; fi
-    exec setsid "$VENV/bin/vllm" serve "$MODEL_DIR" "${kept[@]}" </dev/null >"$LOG" 2>&1
+    exec nice -n "$NICE" setsid "$VENV/bin/vllm" serve "$MODEL_DIR" "${kept[@]}" </dev/null >"$LOG" 2>&1
   ) &
   local pid=$!
   wait_ready "$pid" "$url" 1
+  [[ "$ENGINE_CORE_NICE" == "$NICE" ]] || renice_engine_core "$pid" "$ENGINE_CORE_NICE"
   write_state "$url" "$pid" "$port" block_size="$BLOCK_SIZE" max_model_len="$MAX_MODEL_LEN" \
     dev_mode="$DEV_MODE" -- "${kept[@]}"
   echo "$url"
+}
+
+renice_engine_core() {
+  # Every thread of the server's engine-core process (setpriority is per thread on Linux);
+  # its worker, forked earlier, keeps the server's niceness.
+  local leader="$1" value="$2" p t
+  for p in $(ps -o pid= -g "$leader"); do
+    [[ "$(cat "/proc/$p/comm" 2>/dev/null)" == VLLM::EngineCor* ]] || continue
+    for t in /proc/"$p"/task/*; do renice -n "$value" -p "${t##*/}" >/dev/null 2>&1 || true; done
+    log "engine core pid $p at niceness $value"
+  done
 }
 
 setup_status() {
@@ -227,6 +251,8 @@ BLOCK_SIZE=$BLOCK_SIZE
 MAX_MODEL_LEN=$MAX_MODEL_LEN
 KV_BYTES=$KV_BYTES
 DEV_MODE=$DEV_MODE
+NICE=$NICE
+ENGINE_CORE_NICE=$ENGINE_CORE_NICE
 TXT
 }
 

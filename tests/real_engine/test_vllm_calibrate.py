@@ -1,29 +1,32 @@
 """Calibrate the embedded engine on a real vLLM, then predict a held-out trace.
 
-Two calibration traces (independent requests: one at a time, so every prefill runs
-alone, and a burst of eight, so decode batches grow) and a held-out trace
-(different prompt and output lengths, at concurrency 4) run against the real
-server, alternating A, B, A, B so that both see the same machine. The cost model
-fitted from the A runs then replays the B runs' config in virtual time: p50 TTFT
-and p50 TPOT must be within 15 % of the median of the measured p50s. When the
-identical B runs themselves spread by more than 15 % (a loaded machine: the tiny
-model's compute is far below the OS's scheduling noise), the bound cannot be
-decided and the test is skipped with the numbers (bench/README.md, "calibration",
-states the errors seen).
+Two calibration traces (independent requests one at a time, so every prefill runs
+alone; and sixteen others eight at a time, so decode batches grow and requests
+overlap) and a held-out trace (other prompt and output lengths, twenty requests at
+concurrency 4) run against the real server after one warm-up run, alternating
+A, A', B for ``ROUNDS`` rounds so that all see the same machine. The cost model
+fitted from the A runs (``workbench.calibration.fit``) then replays the B config in
+virtual time: p50 TTFT and p50 TPOT must be within 15 % of the p50 over all B runs'
+records together. The server (conftest) and this client run at niceness -10 where
+allowed, since on a small shared machine other load otherwise delays the server's
+token delivery (docs/calibration.md, "On a shared CPU"; bench/README.md,
+"calibration against the real vLLM", has the errors seen).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import statistics
+import os
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from workbench.backends.scrape import parse_metrics
-from workbench.calibration.fit import calibrate, predict
+from workbench.calibration.fit import calibrate, predict_repeats
 from workbench.executors.dispatch import run_async
 
 from .conftest import VLLMServer
@@ -31,7 +34,8 @@ from .conftest import VLLMServer
 pytestmark = pytest.mark.real_engine
 
 TOLERANCE_PCT = 15.0
-ROUNDS = 4
+ROUNDS = 6
+CLIENT_NICE = -10
 
 
 def _csv(path: Path, rows: list[tuple[str, int, int]]) -> str:
@@ -50,6 +54,20 @@ def traces(tmp: Path) -> dict[str, tuple[str, int]]:
         "burst": (_csv(tmp / "burst.csv", burst), 8),
         "held_out": (_csv(tmp / "held.csv", held), 4),
     }
+
+
+@contextlib.contextmanager
+def client_priority(nice: int) -> Iterator[None]:
+    """Run this thread (the replay's event loop) at ``nice`` where allowed (root), as
+    the conftest's server runs: on a small shared machine the neighbours' load would
+    otherwise delay the client's reads (docs/calibration.md, "On a shared CPU")."""
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    with contextlib.suppress(PermissionError):
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    try:
+        yield
+    finally:
+        os.setpriority(os.PRIO_PROCESS, 0, before)  # back up is always allowed
 
 
 def server_knobs(server: VLLMServer) -> dict[str, Any]:
@@ -71,42 +89,37 @@ async def test_calibrated_engine_predicts_a_held_out_trace(
     vllm_server: VLLMServer, tmp_path: Path
 ) -> None:
     runs: dict[str, list[str]] = {"alone": [], "burst": [], "held_out": []}
-    for k in range(ROUNDS):
-        for name, (trace, conc) in traces(tmp_path).items():
-            result = await run_async({
-                "trace": trace, "target": vllm_server.url, "out_dir": str(tmp_path / "runs"),
-                "run_id": f"{name}-{k}", "seed": k,
-                "arrival": {"mode": "saturated", "max_concurrency": conc},
-                "backend": {"name": "vllm-tokens", "options": {"model": vllm_server.model}},
-            })  # fmt: skip
-            assert all(r.status == "ok" for r in result.records), name
-            runs[name].append(str(result.run_dir))
+    plan = traces(tmp_path)
+
+    async def run(name: str, run_id: str, seed: int) -> str:
+        trace, conc = plan[name]
+        result = await run_async({
+            "trace": trace, "target": vllm_server.url, "out_dir": str(tmp_path / "runs"),
+            "run_id": run_id, "seed": seed,
+            "arrival": {"mode": "saturated", "max_concurrency": conc},
+            "backend": {"name": "vllm-tokens", "options": {"model": vllm_server.model}},
+        })  # fmt: skip
+        assert all(r.status == "ok" for r in result.records), run_id
+        return str(result.run_dir)
+
+    with client_priority(CLIENT_NICE):
+        await run("burst", "warm-up", 10_000)  # not used: the server's first batches are slow
+        for k in range(ROUNDS):
+            for name in runs:
+                runs[name].append(await run(name, f"{name}-{k}", k))
     cal = calibrate(runs["alone"] + runs["burst"], base=server_knobs(vllm_server),
                     self_check=False)  # fmt: skip
     cal.write(tmp_path / "engine.json")
-    checks = [predict(d, cal.engine) for d in runs["held_out"]]
-    report = {"fit": {k: cal.fit[k] for k in ("prefill", "decode")}, "held_out": checks}
-    (tmp_path / "calibration_report.json").write_text(json.dumps(report, indent=2))
-    print(json.dumps(report["held_out"], indent=1))
-    errors: dict[str, float] = {}
-    for metric in ("tpot_ms", "ttft_ms"):
-        seen = [c[metric]["measured_p50"] for c in checks if c[metric]["measured_p50"]]
-        assert seen, f"no held-out run measured {metric}"
-        spread = (max(seen) - min(seen)) / statistics.median(seen) * 100
-        if spread > TOLERANCE_PCT:  # the engine does not repeat itself within the bound
-            pytest.skip(
-                f"undecidable here: {ROUNDS} identical held-out runs measured p50 {metric} "
-                f"{[round(x, 2) for x in seen]} (spread {spread:.0f}% > {TOLERANCE_PCT}%): "
-                "the server's timing is the machine's load, not its model"
-            )
-        predicted = checks[0][metric]["predicted_p50"]  # virtual time: the same every run
-        err = (predicted - statistics.median(seen)) / statistics.median(seen) * 100
-        errors[metric] = err
-        if metric == "tpot_ms":
-            assert abs(err) <= TOLERANCE_PCT, (metric, predicted, seen)
-    # TTFT: the fit misses the target on the tiny CPU model (seen +25..+44 % on a quiet
-    # machine: 33.7 ms predicted, 23.5-27.0 ms measured). Issue 17 stays open on it; the
-    # test reports the error rather than hide it.
-    if abs(errors["ttft_ms"]) > TOLERANCE_PCT:
-        pytest.xfail(f"p50 TTFT predicted {errors['ttft_ms']:+.0f}% off the measured runs "
-                     f"(target ±{TOLERANCE_PCT:.0f}%, issue 17 open)")
+    check = predict_repeats(runs["held_out"], cal.engine)
+    fit = {k: cal.fit[k] for k in ("prefill", "decode", "request_overhead")}
+    (tmp_path / "calibration_report.json").write_text(
+        json.dumps({"engine": cal.engine, "fit": fit, "held_out": check}, indent=2)
+    )
+    print(json.dumps({"engine": cal.engine, "held_out": check}, indent=1))
+    for metric in ("ttft_ms", "tpot_ms"):
+        c = check[metric]
+        assert abs(c["error_pct"]) <= TOLERANCE_PCT, (
+            f"p50 {metric}: predicted {c['predicted_p50']:.2f} ms, measured "
+            f"{c['measured_p50']:.2f} ms over {ROUNDS} runs ({c['error_pct']:+.1f} %, target "
+            f"±{TOLERANCE_PCT:.0f} %; per run {[round(x, 2) for x in c['measured_p50_per_run']]})"
+        )

@@ -18,7 +18,15 @@ server and fits the three parts of the step-time model (``docs/calibration.md``)
   TPOT the request reports). ``a`` is fitted only when the runs' u spans more
   than ``QUADRATIC_SPAN`` of the capacity, else 0. A fit on (batch size, KV
   tokens) is reported beside it;
-- **floor**: the 5th percentile of the requests' mean clean gaps.
+  A per-sequence term ``s·batch`` (``decode_seq_ms``) is fitted with them when the
+  batch varied;
+- **floor**: the 5th percentile of the requests' mean clean gaps;
+- **request overhead** (``fit_overhead``): the share of the prefill constant that is
+  a per-request latency beside the engine (``request_overhead_ms``), chosen by
+  replaying the runs whose requests overlapped.
+
+Lone requests whose tokens all came in one burst (a server that delivered the
+stream at its end) give neither a TTFT nor decode gaps (docs/calibration.md).
 
 Fits minimise absolute, not squared, error (least absolute deviations by
 iteratively reweighted least squares): they aim at the median, which is what a
@@ -37,18 +45,23 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from workbench.config import RunConfig
+
 from workbench.errors import ConfigError
-from workbench.records import RequestRecord
+from workbench.records import RequestRecord, RunResult
 from workbench.sim.config import EngineConfig
 
 NS_PER_MS = 1e6
 MIN_SAMPLES = 3
 QUADRATIC_SPAN = 0.1  # u range (share of KV capacity) below which a·u² is not fitted
 LAD_ITERATIONS = 100
+LATE_SHARE = 0.01  # a stream whose tokens all came within 1 % of its TTFT came in one burst
+SPLIT_STEPS = 11  # shares of the lone-prefill constant tried as per-request overhead
 
 
 @dataclass
@@ -62,6 +75,14 @@ class Sample:
     counts: np.ndarray  # tokens per event
     prompt: int
     cached: int
+    request_id: str = ""
+
+    @property
+    def first_delivered_late(self) -> bool:
+        """The first token arrived with all the others (a stream of several tokens read
+        in one burst): its time is the response's end, not when the engine made it."""
+        span = int(self.times[-1] - self.first)
+        return self.times.size > 1 and span < LATE_SHARE * (self.first - self.dispatch)
 
 
 @dataclass
@@ -89,7 +110,7 @@ def _samples(records: Sequence[RequestRecord]) -> list[Sample]:
             r.dispatch_ns, r.token_times_ns[0], r.end_ns or r.token_times_ns[-1],
             np.asarray(r.token_times_ns, dtype=np.int64),
             np.asarray(r.token_counts or [1] * len(r.token_times_ns), dtype=np.int64),
-            int(r.prompt_tokens), int(r.cached_tokens or 0),
+            int(r.prompt_tokens), int(r.cached_tokens or 0), r.request_id,
         ))  # fmt: skip
     return out
 
@@ -123,14 +144,18 @@ def _lstsq(cols: list[np.ndarray], y: np.ndarray) -> np.ndarray:
 def fit_prefill(samples: list[Sample]) -> tuple[tuple[float, float, float], dict[str, Any]]:
     """``(a, b, c)`` of the prefill polynomial and its error report."""
     busy = [(s.dispatch, s.end) for s in samples]
-    alone = []
+    alone, late = [], 0
     for i, s in enumerate(samples):
         if not any(j != i and lo < s.first and hi > s.dispatch for j, (lo, hi) in enumerate(busy)):
-            alone.append(s)
+            if s.first_delivered_late:
+                late += 1
+            else:
+                alone.append(s)
     if len(alone) < MIN_SAMPLES:
         raise ConfigError(
             f"calibration needs >= {MIN_SAMPLES} requests whose prefill ran alone (no other "
-            f"request in flight), found {len(alone)}: add a run with max_concurrency 1"
+            f"request in flight) and a first token delivered before the rest, found "
+            f"{len(alone)} ({late} more came in one burst): add a run with max_concurrency 1"
         )
     t = np.array([s.prompt - s.cached for s in alone], dtype=float)
     c = np.array([s.cached for s in alone], dtype=float)
@@ -149,6 +174,7 @@ def fit_prefill(samples: list[Sample]) -> tuple[tuple[float, float, float], dict
     report = {
         "form": form,
         "coeffs": [float(a), float(b), float(k)],
+        "first_token_with_the_rest": late,
         "uncached_tokens_range": [float(t.min()), float(t.max())],
         "cached_tokens_range": [float(c.min()), float(c.max())],
         **_errors(pred, y),
@@ -165,11 +191,12 @@ def _decode_gaps(
     samples: list[Sample],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per clean decode gap: (gap ms per token, batch size, KV tokens) at its midpoint,
-    and the index of the request it belongs to."""
+    and the index of the request it belongs to. A request whose tokens all came in
+    one burst has no gap of its own (it still counts in the batch of the others)."""
     prefill = np.array([(s.dispatch, s.first) for s in samples], dtype=np.int64)
     mids, gaps, owner = [], [], []
     for i, s in enumerate(samples):
-        if s.times.size < 2:
+        if s.times.size < 2 or s.first_delivered_late:  # no gap of it was measured
             continue
         lo, hi = s.times[:-1], s.times[1:]
         step = (hi - lo) / NS_PER_MS / np.maximum(s.counts[1:], 1)
@@ -215,18 +242,28 @@ def fit_decode(
     mb, mkv = per_request(batch), per_request(kv)
     one = np.ones_like(y)
     quadratic = float(u.max() - u.min()) > QUADRATIC_SPAN
-    if quadratic:
-        a, b, c = _lstsq([mu2, mu, one], y)
-    else:
-        a, (b, c) = 0.0, _lstsq([mu, one], y)
+    cols = [mu2, mu] if quadratic else [mu]
+    seq = 0.0
+    if float(batch.max() - batch.min()) >= 1:  # the batch varied: its own term
+        *coef, seq, c = _lstsq([*cols, mb, one], y)
+    if seq <= 0 or float(batch.max() - batch.min()) < 1:
+        seq, (*coef, c) = 0.0, _lstsq([*cols, one], y)
+    a, b = (coef[0], coef[1]) if quadratic else (0.0, coef[0])
+    if a < 0 or b < 0:  # a step that gets cheaper with more KV: noise, so no KV term
+        a = b = 0.0
+        if seq > 0:
+            seq, c = _lstsq([mb, one], y)
+        if seq <= 0:
+            seq, c = 0.0, float(np.median(y))
     floor = float(np.percentile(y, 5))
-    per_gap = np.maximum(floor, a * u * u + b * u + c)
+    per_gap = np.maximum(floor, a * u * u + b * u + c + seq * batch)
     pred = per_request(per_gap)
     bk = _lstsq([mb, mkv, one], y)
     report = {
-        "form": "max(floor, a*u^2 + b*u + c), u = KV tokens / capacity"
+        "form": "max(floor, a*u^2 + b*u + c + s*batch), u = KV tokens / capacity"
         + ("" if quadratic else f" (a = 0: u spans <= {QUADRATIC_SPAN})"),
         "coeffs": [float(a), float(b), float(c)],
+        "seq_ms": float(seq),
         "floor_ms": floor,
         "capacity_tokens": int(capacity_tokens),
         "gaps": int(gap.size),
@@ -237,7 +274,7 @@ def fit_decode(
             "form": "p*batch + q*kv_tokens + r (per request means)",
             "coeffs_batch_kv_1": [float(x) for x in bk],
             **_errors(np.column_stack([mb, mkv, one]) @ bk, y),
-            "note": "reported only: the engine's model sees the batch through its KV tokens",
+            "note": "reported only: the engine's model sees the KV through u = kv / capacity",
         },
     }
     return (float(a), float(b), float(c)), floor, report
@@ -267,13 +304,16 @@ def calibrate(
     cfg = EngineConfig.from_knobs(**knobs)
     prefill, prefill_report = fit_prefill(samples)
     decode, floor, decode_report = fit_decode(samples, cfg.capacity_tokens)
-    knobs.update(prefill_coeffs=list(prefill), decode_coeffs=list(decode), decode_floor_ms=floor)
+    knobs.update(prefill_coeffs=list(prefill), decode_coeffs=list(decode), decode_floor_ms=floor,
+                 decode_seq_ms=decode_report["seq_ms"])  # fmt: skip
     EngineConfig.from_knobs(**knobs)  # the result must be a valid engine
+    overhead_report = fit_overhead(results, knobs)
     fit: dict[str, Any] = {
         "runs": [str(r.run_dir) for r in results],
         "requests": len(samples),
         "prefill": prefill_report,
         "decode": decode_report,
+        "request_overhead": overhead_report,
     }
     cal = Calibration(knobs, fit)
     if self_check:
@@ -281,28 +321,126 @@ def calibrate(
     return cal
 
 
+def _replay_config(measured: RunResult) -> RunConfig:
+    """The measured run's config, aimed at the embedded engine in virtual time."""
+    from workbench.config import RunConfig
+
+    conf = dict(measured.manifest.get("config") or {})
+    if not conf:
+        raise ConfigError(f"{measured.run_dir}: manifest.json has no config to replay")
+    conf.update(target={"url": "sim", "engine": {}}, out_dir=None, run_id=None)
+    conf.pop("executor", None)
+    return RunConfig.from_dict(conf)
+
+
+def _ttft_ms(records: Sequence[RequestRecord]) -> dict[str, float]:
+    return {
+        r.request_id: (r.first_token_ns - r.dispatch_ns) / NS_PER_MS
+        for r in records
+        if r.status == "ok" and r.first_token_ns is not None and r.dispatch_ns is not None
+    }
+
+
+def fit_overhead(results: Sequence[RunResult], knobs: dict[str, Any]) -> dict[str, Any]:
+    """Split the lone-prefill constant ``c`` into engine time and a per-request overhead.
+
+    A lone request's TTFT cannot tell the two apart: ``c`` is whatever its TTFT has
+    beyond ``a·T² + b·T``. Engine time is paid once per step (and delays every
+    request in it); the overhead once per request, beside the engine. Runs where
+    requests overlapped tell them apart: each share of ``c`` in ``SPLIT_STEPS`` steps
+    from 0 to 1 is tried as ``request_overhead_ms`` (the rest staying in ``c``),
+    those runs are replayed in virtual time, and the share whose TTFTs of the
+    overlapped requests are nearest the measured ones (median absolute relative
+    error) is kept; sets ``knobs`` accordingly. Requests whose first token came with
+    the rest are left out (their TTFT is the whole response's time)."""
+    from workbench.executors.virtual import simulate
+
+    a, b, c = knobs["prefill_coeffs"]
+    overlapping = []
+    for r in results:
+        ss = _samples(r.records)
+        measured = {x.request_id: (x.first - x.dispatch) / NS_PER_MS
+                    for i, x in enumerate(ss) if not x.first_delivered_late
+                    and any(j != i and y.dispatch < x.first and y.end > x.dispatch
+                            for j, y in enumerate(ss))}  # fmt: skip
+        if measured:  # the requests whose TTFT another request's steps may have delayed
+            overlapping.append((_replay_config(r), measured))
+    if not overlapping or c <= 0:
+        knobs["request_overhead_ms"] = 0.0
+        note = "no run with overlapping requests (or no constant) to split c by"
+        return {"share_of_c": 0.0, "request_overhead_ms": 0.0, "note": note}
+    tried = []
+    for share in np.linspace(0.0, 1.0, SPLIT_STEPS):
+        engine = {**knobs, "prefill_coeffs": [a, b, c * (1 - share)],
+                  "request_overhead_ms": c * share}  # fmt: skip
+        pct = []
+        for cfg, measured in overlapping:
+            sim = _ttft_ms(simulate(cfg, engine=dict(engine)).records)
+            pct += [abs(sim[k] - m) / m * 100 for k, m in measured.items() if k in sim and m > 0]
+        tried.append((float(np.median(pct)) if pct else float("inf"), float(share)))
+    err, share = min(tried, key=lambda t: t[0])  # the first (smallest share) of equal errors
+    knobs.update(prefill_coeffs=[a, b, c * (1 - share)], request_overhead_ms=c * share)
+    return {
+        "share_of_c": share,
+        "request_overhead_ms": c * share,
+        "prefill_c_ms": c * (1 - share),
+        "runs": len(overlapping),
+        "median_abs_pct_error": err,
+        "tried": [{"share": sh, "median_abs_pct_error": e} for e, sh in tried],
+    }
+
+
 def predict(run_dir: str | Path, engine: dict[str, Any]) -> dict[str, Any]:
     """Replay a measured run's config in virtual time against ``engine`` and compare
     p50 TTFT and p50 TPOT with what was measured: ``{measured, predicted, error_pct}``."""
-    from workbench.config import RunConfig
     from workbench.executors.virtual import simulate
     from workbench.metrics import summarize
     from workbench.storage.rundir import load
 
     measured = load(run_dir)
-    conf = dict(measured.manifest.get("config") or {})
-    if not conf:
-        raise ConfigError(f"{run_dir}: manifest.json has no config to replay")
-    conf.update(target={"url": "sim", "engine": {}}, out_dir=None, run_id=None)
-    conf.pop("executor", None)
-    cfg = RunConfig.from_dict(conf)
-    sim = summarize(simulate(cfg, engine=dict(engine)))
+    sim = summarize(simulate(_replay_config(measured), engine=dict(engine)))
     real = summarize(measured)
     out: dict[str, Any] = {"run": str(run_dir)}
     for metric in ("ttft_ms", "tpot_ms"):
         m, p = real[metric]["p50"], sim[metric]["p50"]
         err = None if not m or p is None else (p - m) / m * 100
         out[metric] = {"measured_p50": m, "predicted_p50": p, "error_pct": err}
+    return out
+
+
+def predict_repeats(run_dirs: Sequence[str | Path], engine: dict[str, Any]) -> dict[str, Any]:
+    """``predict`` for repeated runs of one config: the measured p50s are over all
+    their ok records together (each run's own p50 beside them, and their spread as
+    a share of the pooled p50); the prediction is one virtual replay."""
+    import pandas as pd
+
+    from workbench.executors.virtual import simulate
+    from workbench.metrics.frame import to_frame
+    from workbench.storage.rundir import load
+
+    if not run_dirs:
+        raise ConfigError("predict_repeats needs at least one run directory")
+    measured = [load(d) for d in run_dirs]
+    configs = {json.dumps(_replay_config(m).to_dict() | {"seed": None}, sort_keys=True,
+                          default=str) for m in measured}  # fmt: skip
+    if len(configs) != 1:
+        raise ConfigError("predict_repeats: the runs differ in more than their seed")
+    frames = [to_frame(m) for m in measured]
+    frames = [f[(f["status"] == "ok") & ~f["warmup"]] for f in frames]
+    sim = to_frame(simulate(_replay_config(measured[0]), engine=dict(engine)))
+    sim = sim[(sim["status"] == "ok") & ~sim["warmup"]]
+    out: dict[str, Any] = {"runs": [str(d) for d in run_dirs]}
+    pooled = pd.concat(frames)
+    for metric in ("ttft_ms", "tpot_ms"):
+        per_run = [float(f[metric].median()) for f in frames]
+        m, p = float(pooled[metric].median()), float(sim[metric].median())
+        out[metric] = {
+            "measured_p50": m,
+            "measured_p50_per_run": per_run,
+            "spread_pct": (max(per_run) - min(per_run)) / m * 100 if m else None,
+            "predicted_p50": p,
+            "error_pct": (p - m) / m * 100 if m else None,
+        }
     return out
 
 

@@ -28,6 +28,7 @@ from workbench.replay.plan import Plan, build_plan
 from workbench.replay.prepare import base_manifest, coerce_config, load_workload, new_run_id
 from workbench.replay.runner import build_runner, merge_warmup
 from workbench.replay.shards import slot_offsets, split_concurrency, split_plan
+from workbench.sim.admission import Admission
 from workbench.sim.cluster import Cluster, ClusterConfig, split_knobs
 from workbench.sim.config import EngineConfig
 from workbench.sim.engine import Engine
@@ -65,6 +66,7 @@ class EngineSender:
 
     def __init__(self, engine: Engine, clock: Clock) -> None:
         self.engine = engine
+        self.admission = Admission(engine.config, clock)
         self.clock = clock
 
     async def send(self, codec: Codec, req: WireRequest, rec: RequestRecord) -> list[int] | None:
@@ -73,6 +75,7 @@ class EngineSender:
         token is one stream event, as the HTTP server would send it."""
         rec.dispatch_ns = self.clock.now_ns()
         rec.sent_prompt_tokens = len(req.prompt_ids)
+        await self.admission.wait()  # the per-request overhead (docs/calibration.md)
         try:
             ereq = self._submit(req, rec)
         except ValueError as exc:  # what the HTTP server answers with a 400 (sim/server.py)
@@ -115,6 +118,7 @@ class ClusterSender(EngineSender):
 
     def __init__(self, cluster: Cluster, clock: Clock) -> None:
         self.cluster = cluster
+        self.admission = Admission(cluster.config, clock)
         self.clock = clock
 
     def _submit(self, req: WireRequest, rec: RequestRecord) -> Any:

@@ -28,7 +28,12 @@ class EngineConfig:
     capacity (16 384 blocks of 64). ``mode`` picks the ``/metrics`` dialect
     (vLLM or SGLang names); all four wire protocols are served in both modes.
     ``zero_cost`` makes every step take no time (throughput tests);
-    ``speedup`` divides every step time.
+    ``speedup`` divides every step time. ``decode_seq_ms`` is a decode step's
+    cost per sequence in its batch, beside its KV term (``sim.cost.decode_ms``); 0
+    by default. ``request_overhead_ms`` is a fixed
+    latency every request pays before the engine sees it (a real server's API
+    process, the first token's delivery), outside the engine's steps
+    (``sim.cost.request_overhead_ns``, docs/calibration.md); 0 by default.
     """
 
     model: str = "workbench-sim"
@@ -44,6 +49,8 @@ class EngineConfig:
     prefill_coeffs: tuple[float, float, float] = PREFILL_COEFFS
     decode_coeffs: tuple[float, float, float] = DECODE_COEFFS
     decode_floor_ms: float = 1.0
+    decode_seq_ms: float = 0.0
+    request_overhead_ms: float = 0.0
     seed: int = 0
     faults: Faults = field(default_factory=Faults)
 
@@ -54,6 +61,10 @@ class EngineConfig:
         for name in (*positive, "max_model_len"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.decode_seq_ms >= 0:
+            raise ValueError(f"decode_seq_ms must be >= 0, got {self.decode_seq_ms}")
+        if not self.request_overhead_ms >= 0:
+            raise ValueError(f"request_overhead_ms must be >= 0, got {self.request_overhead_ms}")
         if self.speedup <= 0:
             raise ValueError(f"speedup must be > 0, got {self.speedup}")
         object.__setattr__(self, "prefill_coeffs", tuple(float(x) for x in self.prefill_coeffs))

@@ -7,6 +7,13 @@ and a decode part (driven by u, the share of the KV capacity the batch
 attends to), as Dynamo's mocker does. Summing keeps the two effects separable:
 a lone request's TTFT is exactly its prefill time, and a prefill chunk slows
 every decode in the same step, as chunked prefill does on a real GPU.
+
+Beside the steps, ``request_overhead_ms`` is a fixed latency per request that is
+not engine time: a real server's API process handles a request (and delivers its
+first token) while the engine steps other requests. The senders (the virtual
+replay's and the HTTP server's) wait it before the engine sees the request
+(``sim.admission``), so it adds to that request's TTFT and delays no one else
+(docs/calibration.md).
 """
 
 from __future__ import annotations
@@ -23,11 +30,12 @@ def prefill_ms(config: EngineConfig, new_tokens: int) -> float:
     return a * t * t + b * t + c
 
 
-def decode_ms(config: EngineConfig, kv_tokens: int) -> float:
-    """``max(floor, a·u² + b·u + c)`` with u = attended KV tokens / capacity (≤ 1)."""
+def decode_ms(config: EngineConfig, kv_tokens: int, seqs: int = 0) -> float:
+    """``max(floor, a·u² + b·u + c + s·n)`` with u = attended KV tokens / capacity
+    (≤ 1), n = decoding sequences and s = ``decode_seq_ms`` (0 by default)."""
     a, b, c = config.decode_coeffs
     u = min(1.0, kv_tokens / config.capacity_tokens)
-    return max(config.decode_floor_ms, a * u * u + b * u + c)
+    return max(config.decode_floor_ms, a * u * u + b * u + c + config.decode_seq_ms * seqs)
 
 
 def step_ns(config: EngineConfig, prefill_tokens: int, decode_seqs: int, kv_tokens: int) -> int:
@@ -36,5 +44,13 @@ def step_ns(config: EngineConfig, prefill_tokens: int, decode_seqs: int, kv_toke
         return 0
     ms = prefill_ms(config, prefill_tokens)
     if decode_seqs > 0:
-        ms += decode_ms(config, kv_tokens)
+        ms += decode_ms(config, kv_tokens, decode_seqs)
     return round(ms * 1e6 / config.speedup)
+
+
+def request_overhead_ns(config: EngineConfig) -> int:
+    """Integer nanoseconds a request waits before the engine sees it (/ speed-up)."""
+    if config.zero_cost or config.request_overhead_ms <= 0:
+        return 0
+    return round(config.request_overhead_ms * 1e6 / config.speedup)
+

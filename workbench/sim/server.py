@@ -31,6 +31,7 @@ import orjson
 from aiohttp import web
 
 from workbench.clock import Clock, WallClock
+from workbench.sim.admission import Admission
 from workbench.sim.cluster import AnyRequest, Cluster, ClusterConfig, split_knobs
 from workbench.sim.config import EngineConfig
 from workbench.sim.encoders import ENCODERS, WireEncoder
@@ -75,6 +76,7 @@ class SimServer:
     def __init__(self, engine: Engine | Cluster) -> None:
         self.engine = engine
         self.config = engine.config
+        self.admission = Admission(engine.config, engine.clock)
         self.faults = engine.config.faults
         self.tok = get_tokenizer()
         self._dice = FaultDice(self.faults, engine.config.seed)
@@ -176,6 +178,7 @@ class SimServer:
                 raise WireError(self.faults.error_status, self._fault_message(request),
                                 "InternalServerError")
             headers: dict[str, str] = {}
+            await self.admission.wait()  # the per-request overhead (docs/calibration.md)
             try:
                 if isinstance(self.engine, Cluster):
                     session = request.headers.get("x-session-id") or gen.request_id
