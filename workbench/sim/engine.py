@@ -1,9 +1,13 @@
 """The embedded engine core: a step loop on an injected ``Clock``.
 
 The same code runs behind the HTTP server (``WallClock``) and inside
-``run_virtual`` (``VirtualClock``): each step plans a batch, sleeps until the
+``run_virtual`` (``VirtualClock``): each step plans a batch, waits until the
 cost model says the step is over, then applies it and stamps every emitted
-token with the step's end time. Nothing here wakes per token: the scheduler
+token with the step's end time. On the wall clock a task sleeps per step; in
+virtual time the engine registers each step's end with the loop
+(``VirtualTimeLoop.call_step_at``), which runs it when nothing else can run
+first: no task, timer or future per step (docs/virtual-time.md). Nothing here
+wakes per token: the scheduler
 appends a token to each sequence, and only a request whose consumer is
 actually waiting gets its future resolved, once per step (a request only
 awaited with ``wait()`` is woken once, when it finishes).
@@ -17,7 +21,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.clock import Clock
+from workbench.clock import Clock, StepHandle, VirtualClock, VirtualTimeLoop
 from workbench.sim import cost
 from workbench.sim import scheduler as sched
 from workbench.sim.config import EngineConfig
@@ -79,14 +83,20 @@ class EngineRequest:
         """The client went away: free the request's blocks and end its stream."""
         self._engine._abort(self)
 
-    def _notify(self) -> None:
+    def _notify(self) -> bool:
+        """Resolve whatever a consumer awaits; True if a future was resolved."""
+        woke = False
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
             if not waiter.done():
                 waiter.set_result(None)
-        if self._seq.finished and self._done is not None and not self._done.done():
-            self._done.set_result(None)
+                woke = True
+        done = self._done
+        if self._seq.finished and done is not None and not done.done():
+            done.set_result(None)
+            woke = True
+        return woke
 
     async def _progress(self) -> None:
         loop = asyncio.get_running_loop()
@@ -143,9 +153,22 @@ class Engine:
         self._sched = sched.Scheduler(config)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # virtual time (``_stepping``): the loop that runs the steps, the step in
+        # flight (its plan and the loop's handle) and whether a kick is queued
+        self._loop: VirtualTimeLoop | None = None
+        self._plan: sched.StepPlan | None = None
+        self._step: StepHandle | None = None
+        self._kicked = False
 
     async def start(self) -> None:
-        if self._task is None:
+        if self._task is not None or self._loop is not None:
+            return
+        loop = asyncio.get_running_loop()
+        if isinstance(self.clock, VirtualClock) and isinstance(loop, VirtualTimeLoop):
+            self._loop = loop
+            if self._sched.has_work():
+                self._kick_soon()
+        else:
             self._task = asyncio.create_task(self._run(), name="workbench-sim-engine")
 
     async def stop(self) -> None:
@@ -155,6 +178,10 @@ class Engine:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self._loop = None
+        if self._step is not None:
+            self._step.cancel()
+            self._step = self._plan = None
         now = self.clock.now_ns()
         for seq in [*self._sched.running, *self._sched.waiting]:
             self._sched.abort(seq, now)
@@ -172,7 +199,10 @@ class Engine:
         seq = self._sched.new_sequence(request_id, prompt, max_tokens, self.clock.now_ns())
         req = EngineRequest(self, seq)
         self._sched.add(seq)
-        self._wake.set()
+        if self._loop is None:
+            self._wake.set()
+        elif self._step is None:
+            self._kick_soon()
         return req
 
     def submit_transferred(
@@ -221,6 +251,48 @@ class Engine:
     def _abort(self, req: EngineRequest) -> None:
         if self._sched.abort(req._seq, self.clock.now_ns()):
             req._notify()
+
+    def _kick_soon(self) -> None:
+        """Wake the idle engine one loop iteration later (as the wall-clock task wakes
+        from its event), so submits of the same instant join one step."""
+        if not self._kicked and self._loop is not None:
+            self._kicked = True
+            self._loop.call_soon(self._kick)
+
+    def _kick(self) -> None:
+        self._kicked = False
+        if self._loop is not None and self._step is None:
+            self._plan_step(self.clock.now_ns())
+
+    def _plan_step(self, t0: int) -> None:
+        """Plan the next step at ``t0`` and register its end with the loop (or go
+        idle until a submit), as one pass of ``_run``'s loop does."""
+        sched_ = self._sched
+        while sched_.has_work():
+            plan = sched_.schedule()
+            if not plan.scheduled:
+                if plan.preempted:  # a lone request preempted itself: re-admit it
+                    continue
+                break  # nothing fits yet: wait for a submit
+            self._plan = plan
+            dur = cost.step_ns(self.config, plan.prefill_tokens, plan.decode_seqs, plan.kv_tokens)
+            assert self._loop is not None
+            self._step = self._loop.call_step_at(t0 + dur, self._end_step)
+            return
+        self._plan = self._step = None
+
+    def _end_step(self) -> bool:
+        """The loop reached the step's end: apply it, plan the next; True if a
+        consumer was woken (the loop lets it run before any further step)."""
+        step, plan = self._step, self._plan
+        assert step is not None and plan is not None
+        t_ns = step.when_ns
+        woke = False
+        for seq in self._sched.complete(plan, t_ns):
+            if _handle(seq)._notify():
+                woke = True
+        self._plan_step(t_ns)
+        return woke
 
     async def _run(self) -> None:
         sched_ = self._sched
