@@ -163,7 +163,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         waiter (resolved a future): the loop then runs before the next step. It may
         register its own next step. Docs: docs/virtual-time.md.
         """
-        if when_ns < round(self._virtual_now * 1e9):
+        if when_ns < self._virtual_now * 1e9 - 0.5:  # before now (ns, as ``now_ns`` rounds)
             raise ValueError(f"step deadline {when_ns} ns is in the virtual past")
         handle = StepHandle(when_ns, callback)
         self._step_seq += 1
@@ -189,7 +189,12 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
             if t >= next_timer:
                 break
             self._virtual_now = t
-            due = [pop(steps)[2]]
+            pop(steps)
+            if not steps or steps[0][0] != when_ns:  # the common case: one step now
+                if handle._callback():
+                    return
+                continue
+            due = [handle]
             while steps and steps[0][0] == when_ns:
                 due.append(pop(steps)[2])
             woke = False

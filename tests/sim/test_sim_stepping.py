@@ -184,3 +184,16 @@ def test_deadlock_is_still_reported_after_the_engine_runs_dry():
     with pytest.raises(RuntimeError, match="deadlock"):
         run_virtual(main())
     assert len(finished) == 1 and finished[0] > 0
+
+
+def test_cancelling_one_wait_leaves_the_other_waits_and_the_request():
+    async def body(engine):
+        req = engine.submit("w", list(range(400)), 8)
+        first, second = asyncio.ensure_future(req.wait()), asyncio.ensure_future(req.wait())
+        await asyncio.sleep(0)
+        first.cancel()
+        done = await second
+        return first.cancelled(), done.finished, done.completion_tokens, await req.wait()
+
+    cancelled, finished, tokens, again = _run(body)
+    assert cancelled and finished and tokens == 8 and again.finished

@@ -44,7 +44,7 @@ class EngineRequest:
         self._engine = engine
         self._seq = seq
         self._waiter: asyncio.Future[None] | None = None
-        self._done: asyncio.Future[None] | None = None
+        self._done: list[asyncio.Future[None]] = []  # one per ``wait()`` in progress
         seq.handle = self
 
     request_id = property(lambda self: self._seq.request_id)
@@ -93,9 +93,12 @@ class EngineRequest:
                 waiter.set_result(None)
                 woke = True
         done = self._done
-        if self._seq.finished and done is not None and not done.done():
-            done.set_result(None)
-            woke = True
+        if done and self._seq.finished:
+            self._done = []
+            for fut in done:
+                if not fut.done():
+                    fut.set_result(None)
+                    woke = True
         return woke
 
     async def _progress(self) -> None:
@@ -105,11 +108,12 @@ class EngineRequest:
         await self._waiter
 
     async def wait(self) -> EngineRequest:
-        """Wait until the request finished: a single wakeup, none per step or token."""
+        """Wait until the request finished: a single wakeup, none per step or token.
+        Each call waits on its own future, so cancelling one wait leaves the others."""
         if not self._seq.finished:
-            if self._done is None:
-                self._done = asyncio.get_running_loop().create_future()
-            await asyncio.shield(self._done)
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._done.append(fut)
+            await fut
         return self
 
     async def batches(self) -> AsyncIterator[list[RequestOutput]]:
@@ -159,6 +163,7 @@ class Engine:
         self._plan: sched.StepPlan | None = None
         self._step: StepHandle | None = None
         self._kicked = False
+        self._end_step_cb = self._end_step  # one bound method, not one per step
 
     async def start(self) -> None:
         if self._task is not None or self._loop is not None:
@@ -277,7 +282,7 @@ class Engine:
             self._plan = plan
             dur = cost.step_ns(self.config, plan.prefill_tokens, plan.decode_seqs, plan.kv_tokens)
             assert self._loop is not None
-            self._step = self._loop.call_step_at(t0 + dur, self._end_step)
+            self._step = self._loop.call_step_at(t0 + dur, self._end_step_cb)
             return
         self._plan = self._step = None
 
