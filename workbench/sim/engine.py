@@ -199,9 +199,20 @@ class Engine:
         prompt of ``max_model_len`` or more, or one that could never fit in the
         KV cache, raises ``ValueError``.
         """
+        return self.submit_prepared(self.prepare(request_id, prompt_ids, max_tokens))
+
+    def prepare(
+        self, request_id: str, prompt_ids: Sequence[int], max_tokens: int
+    ) -> sched.Sequence:
+        """The sequence ``submit`` would queue, checked (its ``ValueError``) and with its
+        prompt's block hashes, but not queued: a cluster routes on those hashes, then the
+        chosen worker queues it (``submit_prepared``; the workers share one config)."""
         prompt = list(prompt_ids)  # the caller's ids, copied (the sequence grows)
         max_tokens = self._check(prompt, int(max_tokens))
-        seq = self._sched.new_sequence(request_id, prompt, max_tokens, self.clock.now_ns())
+        return self._sched.new_sequence(request_id, prompt, max_tokens, self.clock.now_ns())
+
+    def submit_prepared(self, seq: sched.Sequence) -> EngineRequest:
+        """Queue a sequence from ``prepare`` (of this engine or one with its config)."""
         req = EngineRequest(self, seq)
         self._sched.add(seq)
         if self._loop is None:
