@@ -157,7 +157,7 @@ class Engine:
         self._sched = sched.Scheduler(config)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        # virtual time (``_stepping``): the loop that runs the steps, the step in
+        # virtual time: the loop that runs the steps, the step in
         # flight (its plan and the loop's handle) and whether a kick is queued
         self._loop: VirtualTimeLoop | None = None
         self._plan: sched.StepPlan | None = None
