@@ -6,15 +6,22 @@ loop whose ``time()`` jumps straight to the next timer whenever nothing is ready
 to run: a discrete-event simulation that still runs ordinary coroutines, with
 no sockets and no real sleeping. It is deterministic: same input, same order of
 callbacks, same virtual timestamps.
+
+Steps: a process that only advances at its own deadlines (the embedded engine's
+step loop) registers each deadline with ``VirtualTimeLoop.call_step_at`` instead
+of awaiting a timer, and the loop runs it synchronously at the moment it would
+have waited anyway (docs/virtual-time.md): no future, no timer, no task wake-up
+per step.
 """
 
 from __future__ import annotations
 
 import asyncio
 import heapq
+import math
 import selectors
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -65,10 +72,10 @@ class _VirtualSelector(selectors.BaseSelector):
 
     asyncio asks its selector to wait exactly until the earliest timer when nothing
     is ready (``timeout`` > 0), forever when there is no timer at all (``None``),
-    and not at all otherwise (0). Here the first case sets virtual time to that
-    timer's deadline (``VirtualTimeLoop`` keeps its own heap of timers, through
-    the public ``call_at``), the second is a deadlock, and the real selector
-    underneath is only ever polled (the loop's own wake-up pipe still works).
+    and not at all otherwise (0). In the first two cases ``VirtualTimeLoop._advance``
+    runs the steps due before that timer and then moves the clock (no timer and no
+    step left is a deadlock); the real selector underneath is only ever polled (the
+    loop's own wake-up pipe still works).
     """
 
     def __init__(self, loop_clock: VirtualTimeLoop) -> None:
@@ -85,10 +92,8 @@ class _VirtualSelector(selectors.BaseSelector):
         return self._real.modify(fileobj, events, data)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        if timeout is None:
-            raise RuntimeError("virtual-time deadlock: no task is ready and no timer is pending")
-        if timeout > 0:
-            self._loop._advance()
+        if timeout is None or timeout > 0:
+            self._loop._advance(timer_pending=timeout is not None)
         return self._real.select(0)
 
     def close(self) -> None:
@@ -96,6 +101,23 @@ class _VirtualSelector(selectors.BaseSelector):
 
     def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
         return self._real.get_map()
+
+
+class StepHandle:
+    """A step registered with ``VirtualTimeLoop.call_step_at``; ``cancel()`` drops it."""
+
+    __slots__ = ("_callback", "_cancelled", "when_ns")
+
+    def __init__(self, when_ns: int, callback: Callable[[], bool]) -> None:
+        self.when_ns = when_ns
+        self._callback = callback
+        self._cancelled = False
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+    def cancelled(self) -> bool:
+        return self._cancelled
 
 
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
@@ -106,13 +128,16 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     time jumps to that timer's deadline instead, so nothing really sleeps. The
     deadlines come from a heap of the timers this loop handed out (``call_at``,
     which ``call_later`` goes through), read with ``TimerHandle.when()`` and
-    ``cancelled()``.
+    ``cancelled()``. Steps (``call_step_at``) sit in a second heap that only
+    ``_advance`` reads.
     """
 
     def __init__(self) -> None:
         self._virtual_now = 0.0
         self._timers: list[tuple[float, int, asyncio.TimerHandle]] = []
         self._timer_seq = 0
+        self._steps: list[tuple[int, int, StepHandle]] = []
+        self._step_seq = 0
         super().__init__(_VirtualSelector(self))
 
     def time(self) -> float:
@@ -126,14 +151,61 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         heapq.heappush(self._timers, (handle.when(), self._timer_seq, handle))
         return handle
 
-    def _advance(self) -> None:
-        """Nothing is ready and a timer is due later: move time to the earliest live one."""
+    def call_step_at(self, when_ns: int, callback: Callable[[], bool]) -> StepHandle:
+        """Run ``callback()`` synchronously at virtual time ``when_ns`` (integer ns).
+
+        Unlike ``call_at``, a step runs only when no callback is ready and no timer
+        is due first: at the moment the loop would otherwise wait. A timer due at
+        the same instant runs first (with everything it wakes), then the step.
+        Steps due at the same instant run together, in the order they were
+        registered (a step registered while they run, even for that instant, runs
+        after the loop had its turn). ``callback`` returns True when it woke a
+        waiter (resolved a future): the loop then runs before the next step. It may
+        register its own next step. Docs: docs/virtual-time.md.
+        """
+        if when_ns < self._virtual_now * 1e9 - 0.5:  # before now (ns, as ``now_ns`` rounds)
+            raise ValueError(f"step deadline {when_ns} ns is in the virtual past")
+        handle = StepHandle(when_ns, callback)
+        self._step_seq += 1
+        heapq.heappush(self._steps, (when_ns, self._step_seq, handle))
+        return handle
+
+    def _advance(self, timer_pending: bool = True) -> None:
+        """Nothing is ready: run the steps due before the earliest timer, stopping
+        after an instant whose steps woke a waiter, else move time to that timer."""
         timers, now = self._timers, self._virtual_now
         while timers and (timers[0][0] <= now or timers[0][2].cancelled()):
             heapq.heappop(timers)  # ran already, or cancelled
-        if not timers:
+        if timer_pending and not timers:
             raise RuntimeError("virtual-time loop: asked to wait for a timer it never handed out")
-        self._virtual_now = timers[0][0]
+        next_timer = timers[0][0] if timers else math.inf
+        steps, pop = self._steps, heapq.heappop
+        while steps:
+            when_ns, _, handle = steps[0]
+            if handle._cancelled:
+                pop(steps)
+                continue
+            t = when_ns / 1e9
+            if t >= next_timer:
+                break
+            self._virtual_now = t
+            pop(steps)
+            if not steps or steps[0][0] != when_ns:  # the common case: one step now
+                if handle._callback():
+                    return
+                continue
+            due = [handle]
+            while steps and steps[0][0] == when_ns:
+                due.append(pop(steps)[2])
+            woke = False
+            for handle in due:
+                if not handle._cancelled and handle._callback():
+                    woke = True
+            if woke:
+                return
+        if not timers:
+            raise RuntimeError("virtual-time deadlock: no task is ready and no timer is pending")
+        self._virtual_now = next_timer
 
 
 def run_virtual(coro: Coroutine[Any, Any, T]) -> T:

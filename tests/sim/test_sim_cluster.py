@@ -364,3 +364,32 @@ def test_cli_cluster_flags_and_a_served_cluster(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_rejected_request_is_routed_nowhere_and_the_router_hashes_the_prompt_once():
+    async def main():
+        c = _cluster(3, "round-robin", max_model_len=100)
+        p = _cluster(2, "prefix-aware", max_model_len=4096)
+        await c.start()
+        await p.start()
+        try:
+            placed = [c.submit("ok0", _prompt(0, 40), 4)[0].worker]
+            with pytest.raises(ValueError, match="maximum context length"):
+                c.submit("too-long", _prompt(1, 100), 4)
+            placed += [c.submit(f"ok{i}", _prompt(i, 40), 4)[0].worker for i in (2, 3)]
+            # prefix-aware: the second request follows the first's prefix to the busier
+            # worker (the router read the sequence's own block hashes), and admission
+            # finds the same blocks cached
+            first = p.submit("a", _prompt(5, 800), 2)[1]
+            await first.wait()
+            p.workers[0].submit("busy", _prompt(7, 50), 10_000)
+            where, second = p.submit("b", [*_prompt(5, 800)[:640], *_prompt(6, 100)], 2)
+            await second.wait()
+            return placed, where.worker, p.workers[0].load()[0], second.cached_tokens
+        finally:
+            await c.stop()
+            await p.stop()
+
+    placed, worker, load, cached = run_virtual(main())
+    assert placed == [0, 1, 2]  # the rejected request took no round-robin turn
+    assert worker == 0 and load == 1 and cached == 640

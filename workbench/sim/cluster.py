@@ -165,10 +165,15 @@ class Cluster:
         for w in self.workers:
             await w.stop()
 
-    def place(self, request_id: str, prompt_ids: Sequence[int], session: str) -> Placement:
-        """Ask the router for a worker (and a decode worker when disaggregated)."""
-        hashes: Sequence[int] = ()
-        if self.router.needs_hashes:
+    def place(
+        self, request_id: str, prompt_ids: Sequence[int], session: str,
+        hashes: Sequence[int] | None = None,
+    ) -> Placement:  # fmt: skip
+        """Ask the router for a worker (and a decode worker when disaggregated);
+        ``hashes``: the prompt's block hashes as admission looks them up, if known."""
+        if not self.router.needs_hashes:
+            hashes = ()
+        elif hashes is None:
             bs = self.config.block_size
             hashes = block_hashes(prompt_ids, bs, stop=len(prompt_ids) - 1)  # as admission
         i = self.router.choose(RouteRequest(request_id, session, hashes), self._front)
@@ -188,17 +193,33 @@ class Cluster:
         session: str = "",
         placement: Placement | None = None,
     ) -> tuple[Placement, AnyRequest]:
-        """Route and queue one request; ``ValueError`` as ``Engine.submit`` raises it."""
-        where = placement or self.place(request_id, prompt_ids, session or request_id)
-        engine = self.workers[where.worker]
-        if where.decode_worker is None:
-            return where, engine.submit(request_id, prompt_ids, max_tokens)
+        """Check, route and queue one request; ``ValueError`` as ``Engine.submit`` raises
+        it, before the router is asked (a rejected request is routed nowhere).
+
+        The sequence is built once (``Engine.prepare``) and the router reads its block
+        hashes: the prompt is hashed once, not once for routing and again on admission.
+        When disaggregated, the prefill worker's sequence is the prompt's first token.
+        """
+        front = self.workers[0]  # any worker: they share one config
         prompt = list(prompt_ids)
-        max_tokens = engine.validate(prompt, max_tokens)  # the limits, before anything runs
-        first = engine.submit(request_id, prompt, 1)
-        dreq = DisaggRequest(self, first, self.workers[where.decode_worker], prompt, max_tokens)
+        split = bool(self._decode)
+        if split:
+            max_tokens = front.validate(prompt, max_tokens)  # the limits, before anything runs
+        seq = front.prepare(request_id, prompt, 1 if split else max_tokens)
+        if placement is None:
+            hashes = None
+            if self.router.needs_hashes:
+                bs = self.config.block_size
+                seq.ensure_hashes(bs)
+                hashes = seq.hashes[: (seq.prompt_len - 1) // bs]  # as admission looks up
+            placement = self.place(request_id, prompt, session or request_id, hashes)
+        first = self.workers[placement.worker].submit_prepared(seq)
+        if placement.decode_worker is None:
+            return placement, first
+        decode = self.workers[placement.decode_worker]
+        dreq = DisaggRequest(self, first, decode, prompt, max_tokens)
         self._pending.add(dreq)
-        return where, dreq
+        return placement, dreq
 
     def stats(self) -> dict[str, Any]:
         """Counters and gauges summed over the workers (KV usage: the mean)."""

@@ -1,9 +1,13 @@
 """The embedded engine core: a step loop on an injected ``Clock``.
 
 The same code runs behind the HTTP server (``WallClock``) and inside
-``run_virtual`` (``VirtualClock``): each step plans a batch, sleeps until the
+``run_virtual`` (``VirtualClock``): each step plans a batch, waits until the
 cost model says the step is over, then applies it and stamps every emitted
-token with the step's end time. Nothing here wakes per token: the scheduler
+token with the step's end time. On the wall clock a task sleeps per step; in
+virtual time the engine registers each step's end with the loop
+(``VirtualTimeLoop.call_step_at``), which runs it when nothing else can run
+first: no task, timer or future per step (docs/virtual-time.md). Nothing here
+wakes per token: the scheduler
 appends a token to each sequence, and only a request whose consumer is
 actually waiting gets its future resolved, once per step (a request only
 awaited with ``wait()`` is woken once, when it finishes).
@@ -17,7 +21,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.clock import Clock
+from workbench.clock import Clock, StepHandle, VirtualClock, VirtualTimeLoop
 from workbench.sim import cost
 from workbench.sim import scheduler as sched
 from workbench.sim.config import EngineConfig
@@ -40,7 +44,7 @@ class EngineRequest:
         self._engine = engine
         self._seq = seq
         self._waiter: asyncio.Future[None] | None = None
-        self._done: asyncio.Future[None] | None = None
+        self._done: list[asyncio.Future[None]] = []  # one per ``wait()`` in progress
         seq.handle = self
 
     request_id = property(lambda self: self._seq.request_id)
@@ -79,14 +83,23 @@ class EngineRequest:
         """The client went away: free the request's blocks and end its stream."""
         self._engine._abort(self)
 
-    def _notify(self) -> None:
+    def _notify(self) -> bool:
+        """Resolve whatever a consumer awaits; True if a future was resolved."""
+        woke = False
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
             if not waiter.done():
                 waiter.set_result(None)
-        if self._seq.finished and self._done is not None and not self._done.done():
-            self._done.set_result(None)
+                woke = True
+        done = self._done
+        if done and self._seq.finished:
+            self._done = []
+            for fut in done:
+                if not fut.done():
+                    fut.set_result(None)
+                    woke = True
+        return woke
 
     async def _progress(self) -> None:
         loop = asyncio.get_running_loop()
@@ -95,11 +108,12 @@ class EngineRequest:
         await self._waiter
 
     async def wait(self) -> EngineRequest:
-        """Wait until the request finished: a single wakeup, none per step or token."""
+        """Wait until the request finished: a single wakeup, none per step or token.
+        Each call waits on its own future, so cancelling one wait leaves the others."""
         if not self._seq.finished:
-            if self._done is None:
-                self._done = asyncio.get_running_loop().create_future()
-            await asyncio.shield(self._done)
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._done.append(fut)
+            await fut
         return self
 
     async def batches(self) -> AsyncIterator[list[RequestOutput]]:
@@ -143,9 +157,23 @@ class Engine:
         self._sched = sched.Scheduler(config)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # virtual time: the loop that runs the steps, the step in
+        # flight (its plan and the loop's handle) and whether a kick is queued
+        self._loop: VirtualTimeLoop | None = None
+        self._plan: sched.StepPlan | None = None
+        self._step: StepHandle | None = None
+        self._kicked = False
+        self._end_step_cb = self._end_step  # one bound method, not one per step
 
     async def start(self) -> None:
-        if self._task is None:
+        if self._task is not None or self._loop is not None:
+            return
+        loop = asyncio.get_running_loop()
+        if isinstance(self.clock, VirtualClock) and isinstance(loop, VirtualTimeLoop):
+            self._loop = loop
+            if self._sched.has_work():
+                self._kick_soon()
+        else:
             self._task = asyncio.create_task(self._run(), name="workbench-sim-engine")
 
     async def stop(self) -> None:
@@ -155,6 +183,10 @@ class Engine:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self._loop = None
+        if self._step is not None:
+            self._step.cancel()
+            self._step = self._plan = None
         now = self.clock.now_ns()
         for seq in [*self._sched.running, *self._sched.waiting]:
             self._sched.abort(seq, now)
@@ -167,12 +199,26 @@ class Engine:
         prompt of ``max_model_len`` or more, or one that could never fit in the
         KV cache, raises ``ValueError``.
         """
+        return self.submit_prepared(self.prepare(request_id, prompt_ids, max_tokens))
+
+    def prepare(
+        self, request_id: str, prompt_ids: Sequence[int], max_tokens: int
+    ) -> sched.Sequence:
+        """The sequence ``submit`` would queue, checked (its ``ValueError``) and with its
+        prompt's block hashes, but not queued: a cluster routes on those hashes, then the
+        chosen worker queues it (``submit_prepared``; the workers share one config)."""
         prompt = list(prompt_ids)  # the caller's ids, copied (the sequence grows)
         max_tokens = self._check(prompt, int(max_tokens))
-        seq = self._sched.new_sequence(request_id, prompt, max_tokens, self.clock.now_ns())
+        return self._sched.new_sequence(request_id, prompt, max_tokens, self.clock.now_ns())
+
+    def submit_prepared(self, seq: sched.Sequence) -> EngineRequest:
+        """Queue a sequence from ``prepare`` (of this engine or one with its config)."""
         req = EngineRequest(self, seq)
         self._sched.add(seq)
-        self._wake.set()
+        if self._loop is None:
+            self._wake.set()
+        elif self._step is None:
+            self._kick_soon()
         return req
 
     def submit_transferred(
@@ -221,6 +267,48 @@ class Engine:
     def _abort(self, req: EngineRequest) -> None:
         if self._sched.abort(req._seq, self.clock.now_ns()):
             req._notify()
+
+    def _kick_soon(self) -> None:
+        """Wake the idle engine one loop iteration later (as the wall-clock task wakes
+        from its event), so submits of the same instant join one step."""
+        if not self._kicked and self._loop is not None:
+            self._kicked = True
+            self._loop.call_soon(self._kick)
+
+    def _kick(self) -> None:
+        self._kicked = False
+        if self._loop is not None and self._step is None:
+            self._plan_step(self.clock.now_ns())
+
+    def _plan_step(self, t0: int) -> None:
+        """Plan the next step at ``t0`` and register its end with the loop (or go
+        idle until a submit), as one pass of ``_run``'s loop does."""
+        sched_ = self._sched
+        while sched_.has_work():
+            plan = sched_.schedule()
+            if not plan.scheduled:
+                if plan.preempted:  # a lone request preempted itself: re-admit it
+                    continue
+                break  # nothing fits yet: wait for a submit
+            self._plan = plan
+            dur = cost.step_ns(self.config, plan.prefill_tokens, plan.decode_seqs, plan.kv_tokens)
+            assert self._loop is not None
+            self._step = self._loop.call_step_at(t0 + dur, self._end_step_cb)
+            return
+        self._plan = self._step = None
+
+    def _end_step(self) -> bool:
+        """The loop reached the step's end: apply it, plan the next; True if a
+        consumer was woken (the loop lets it run before any further step)."""
+        step, plan = self._step, self._plan
+        assert step is not None and plan is not None
+        t_ns = step.when_ns
+        woke = False
+        for seq in self._sched.complete(plan, t_ns):
+            if _handle(seq)._notify():
+                woke = True
+        self._plan_step(t_ns)
+        return woke
 
     async def _run(self) -> None:
         sched_ = self._sched
