@@ -32,15 +32,15 @@ DEFAULT = Path(__file__).resolve().parents[2] / "shared/data/mooncake/conversati
 TRACE_BLOCK = 512
 
 
-def load_at(commit: str) -> ModuleType:
-    """``workbench/sim/kvcache.py`` as it was at ``commit`` (a module of its own)."""
+def load_at(commit: str, source: str = "workbench/sim/kvcache.py") -> ModuleType:
+    """The module at ``source`` as it was at ``commit`` (a module of its own)."""
     src = subprocess.run(
-        ["git", "show", f"{commit}:workbench/sim/kvcache.py"],
-        check=True, capture_output=True, text=True,
+        ["git", "show", f"{commit}:{source}"], check=True, capture_output=True, text=True
     ).stdout
-    path = Path(tempfile.mkdtemp()) / "kvcache_before.py"
+    name = Path(source).stem + "_before"
+    path = Path(tempfile.mkdtemp()) / f"{name}.py"
     path.write_text(src)
-    spec = importlib.util.spec_from_file_location("kvcache_before", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -163,3 +163,17 @@ def test_the_in_place_run_generator_equals_the_general_one():
         positions = np.arange(start, start + n, dtype=np.uint64)
         want = _generate(np.uint64(seed), np.uint64(key), positions, lo, span)
         assert np.array_equal(_generate_run(seed, key, start, n, lo, span), want)
+
+
+def test_prompt_from_hash_ids_memo_keeps_tokens(monkeypatch):
+    """Memoized hash-id keys (and a memo that starts over) give the same tokens as
+    blocks drawn one by one by a fresh pool, salted or not, on any vocabulary range."""
+    import workbench.context.tokens as tokens
+
+    monkeypatch.setattr(tokens, "_BLOCK_KEYS_MAX", 3)  # start over every few ids
+    for kw in ({}, {"salt": "run-7"}, {"vocab_lo": 5, "vocab_hi": 2**32 - 1, "seed": 3}):
+        pool = TokenPool(**kw)
+        for ids in ([1, 2, 3], [1, 2, 9, 2**70 + 1], [9, 1], [4, 5, 6, 7, 8]):
+            got = pool.prompt_from_hash_ids(ids, 16 * len(ids) - 5, 16)
+            want = [t for h in ids for t in TokenPool(**kw).block(h, 16)][: 16 * len(ids) - 5]
+            assert got == want

@@ -90,6 +90,7 @@ def _generate(
 
 
 _LOW32 = 0xFFFFFFFF
+_BLOCK_KEYS_MAX = 1 << 21  # memoized hash-id keys per pool (~200 MB at most), then start over
 
 
 def _generate_run(seed: int, key: int, start: int, n: int, lo: int, span: int) -> np.ndarray:
@@ -135,6 +136,7 @@ class TokenPool:
         self.seed = seed
         self.salt = salt
         self._cursors: dict[str, int] = {}
+        self._block_keys: dict[int, int] = {}  # hash id -> its stream's key << 32 | fnv seed
 
     def _span(self, namespace: str, name: str, start: int, n: int) -> np.ndarray:
         if n < 0:
@@ -203,16 +205,8 @@ class TokenPool:
             raise ValueError(f"bad input_len={input_len} / block_size={block_size}")
         n_blocks = min(len(hash_ids), -(-input_len // block_size))
         covered = min(n_blocks * block_size, input_len)
-        keys = [_stream_keys(self.seed, self.salt, _NS_BLOCK, str(h)) for h in hash_ids[:n_blocks]]
-        table = np.asarray(keys, dtype=np.uint64).reshape(-1, 2)
-        grid = _generate(  # (n_blocks, block_size) by broadcasting, then cut to length
-            table[:, :1],
-            table[:, 1:],
-            np.arange(block_size, dtype=np.uint64)[None, :],
-            self.vocab_lo,
-            self.vocab_hi - self.vocab_lo,
-        )
-        out: list[int] = grid.ravel()[:covered].tolist()
+        grid = self._hash_id_blocks(hash_ids[:n_blocks], block_size)
+        out: list[int] = grid.ravel()[:covered].astype(np.int64).tolist()
         missing = input_len - covered
         if missing:
             if fill_stream is None:
@@ -222,6 +216,41 @@ class TokenPool:
                 )
             out.extend(self.fresh(fill_stream, missing))
         return out
+
+    def _hash_id_blocks(self, hash_ids: Sequence[int], block_size: int) -> np.ndarray:
+        """``(len(hash_ids), block_size)`` uint64 tokens: row i is ``block(hash_ids[i])``.
+
+        The stream keys of hash ids are memoized per pool as one packed int per id
+        (a plain dict: looking up a Mooncake request's ids through ``lru_cache``'s
+        four-argument key cost more than generating the tokens), and the grid is
+        generated in place (``_generate_run``'s steps on a 2-D array).
+        """
+        memo = self._block_keys
+        packed = [memo.get(h) for h in hash_ids]
+        if None in packed:
+            if len(memo) > _BLOCK_KEYS_MAX:
+                memo.clear()
+            for i, h in enumerate(hash_ids):
+                if packed[i] is None:
+                    fnv, key = _stream_keys_once(self.seed, self.salt, _NS_BLOCK, str(h))
+                    packed[i] = memo[h] = key << 32 | fnv
+        kf = np.array(packed, dtype=np.uint64)
+        a = (kf & _M32) * _P & _M32  # turn 0: block positions are < 2**32
+        z = np.empty((len(kf), block_size), dtype=np.uint64)
+        np.bitwise_xor(a[:, None], np.arange(block_size, dtype=np.uint64)[None, :], out=z)
+        z *= _P
+        z &= _M32
+        z |= (kf >> _S32 << _S32)[:, None]
+        z ^= z >> _S30
+        z *= _MIX1
+        z ^= z >> _S27
+        z *= _MIX2
+        z ^= z >> _S31
+        z >>= _S32
+        z *= np.uint64(self.vocab_hi - self.vocab_lo)
+        z >>= _S32
+        z += np.uint64(self.vocab_lo)
+        return z
 
     def tail(self, n: int, *, nonce: str = "") -> list[int]:
         """``n`` tokens from a reserved stream no unit, prefix or block ever uses.
