@@ -151,9 +151,11 @@ class BlockManager:
             i, step = j, step * 2
         return hit
 
-    def holds(self, blocks: np.ndarray, hashes: np.ndarray) -> bool:
-        """Whether each of ``blocks`` still holds the matching one of ``hashes`` (arrays)."""
-        return bool(np.array_equal(self._hash[blocks], hashes))
+    def held_prefix(self, blocks: np.ndarray, hashes: np.ndarray) -> int:
+        """How many leading ``blocks`` still hold the matching ``hashes`` (arrays): that
+        part of an earlier hit is what ``longest_hit`` would find again."""
+        lost = np.flatnonzero(self._hash[blocks] != hashes)
+        return int(lost[0]) if len(lost) else len(blocks)
 
     def can_allocate(self, new_blocks: int, hit: Sequence[int] | np.ndarray) -> bool:
         """Room for ``new_blocks`` after taking ``hit`` (evictable hits leave the pool)."""

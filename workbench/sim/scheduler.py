@@ -296,22 +296,22 @@ class Scheduler:
     def _head_hit(self, seq: Sequence) -> tuple[list[int], _HeadMemo | None]:
         """Prefix hit of the waiting head, and last step's memo when the hit is the same.
 
-        Last step's hit is reused while its blocks still hold its hashes (nothing
-        evicted since, or not those): only the blocks after it are looked up.
+        Last step's hit is reused as far as its blocks still hold its hashes (all of
+        it when nothing was evicted since): only the blocks after that are looked up.
         """
         kv = self.kv
         seq.ensure_hashes(self.bs)
         memo, self._memo = self._memo, None
         limit = (seq.length - 1) // self.bs
-        if (
-            memo is not None
-            and memo.seq is seq
-            and memo.epoch == kv.epoch
-            and (memo.evictions == kv.evictions or kv.holds(memo.blocks, memo.hashes))
-        ):
-            hit = kv.longest_hit(seq.hashes, limit, memo.hit)
-            return (memo.hit, memo) if len(hit) == len(memo.hit) else (hit, None)
-        return kv.longest_hit(seq.hashes, limit), None
+        if memo is None or memo.seq is not seq or memo.epoch != kv.epoch:
+            return kv.longest_hit(seq.hashes, limit), None
+        keep = len(memo.hit)
+        if memo.evictions != kv.evictions:
+            keep = kv.held_prefix(memo.blocks, memo.hashes)
+        hit = kv.longest_hit(seq.hashes, limit, memo.hit[:keep])
+        if len(hit) == len(memo.hit) == keep:
+            return memo.hit, memo
+        return hit, None
 
     def _count_admission(self, seq: Sequence, cached: int) -> None:
         seq.cached_tokens = cached
