@@ -177,3 +177,16 @@ def test_prompt_from_hash_ids_memo_keeps_tokens(monkeypatch):
             got = pool.prompt_from_hash_ids(ids, 16 * len(ids) - 5, 16)
             want = [t for h in ids for t in TokenPool(**kw).block(h, 16)][: 16 * len(ids) - 5]
             assert got == want
+
+
+def test_array_of_the_last_hash_id_prompt_hashes_the_same():
+    from workbench.context.hashing import block_hashes
+
+    pool = TokenPool()
+    prompt = pool.prompt_from_hash_ids([4, 5, 6], 1500, 512)
+    packed = pool.array_of(prompt)
+    assert packed is not None and packed.tolist() == prompt
+    assert block_hashes(packed, 64) == block_hashes(prompt, 64)
+    assert pool.array_of(list(prompt)) is None  # only that very list
+    filled = pool.prompt_from_hash_ids([4], 600, 512, fill_stream="u")  # tail from a stream
+    assert pool.array_of(filled) is None and pool.array_of(prompt) is None

@@ -137,6 +137,7 @@ class TokenPool:
         self.salt = salt
         self._cursors: dict[str, int] = {}
         self._block_keys: dict[int, int] = {}  # hash id -> its stream's key << 32 | fnv seed
+        self._last: tuple[list[int], np.ndarray] | None = None  # see array_of
 
     def _span(self, namespace: str, name: str, start: int, n: int) -> np.ndarray:
         if n < 0:
@@ -206,7 +207,9 @@ class TokenPool:
         n_blocks = min(len(hash_ids), -(-input_len // block_size))
         covered = min(n_blocks * block_size, input_len)
         grid = self._hash_id_blocks(hash_ids[:n_blocks], block_size)
-        out: list[int] = grid.ravel()[:covered].astype(np.int64).tolist()
+        flat = grid.ravel()[:covered].astype(np.int64)
+        out: list[int] = flat.tolist()
+        self._last = (out, flat)
         missing = input_len - covered
         if missing:
             if fill_stream is None:
@@ -216,6 +219,16 @@ class TokenPool:
                 )
             out.extend(self.fresh(fill_stream, missing))
         return out
+
+    def array_of(self, prompt: list[int]) -> np.ndarray | None:
+        """The int64 array of ``prompt`` if it is the list the last
+        ``prompt_from_hash_ids`` call returned (unchanged in length), else None: a
+        caller that packs the prompt's ids again (record block hashes) skips
+        converting 10k Python ints back."""
+        last = self._last
+        if last is not None and last[0] is prompt and len(prompt) == len(last[1]):
+            return last[1]
+        return None
 
     def _hash_id_blocks(self, hash_ids: Sequence[int], block_size: int) -> np.ndarray:
         """``(len(hash_ids), block_size)`` uint64 tokens: row i is ``block(hash_ids[i])``.
