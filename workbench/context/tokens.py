@@ -103,6 +103,11 @@ def _generate_run(seed: int, key: int, start: int, n: int, lo: int, span: int) -
     z *= _P
     z &= _M32
     z |= np.uint64(key << 32)
+    return _finish_in_place(z, lo, span).astype(np.int64)
+
+
+def _finish_in_place(z: np.ndarray, lo: int, span: int) -> np.ndarray:
+    """``_generate``'s keyed finalizer and range reduction on ``key << 32 | x``, in place."""
     z ^= z >> _S30
     z *= _MIX1
     z ^= z >> _S27
@@ -112,7 +117,7 @@ def _generate_run(seed: int, key: int, start: int, n: int, lo: int, span: int) -
     z *= np.uint64(span)
     z >>= _S32
     z += np.uint64(lo)
-    return z.astype(np.int64)
+    return z
 
 
 class TokenPool:
@@ -254,16 +259,7 @@ class TokenPool:
         z *= _P
         z &= _M32
         z |= (kf >> _S32 << _S32)[:, None]
-        z ^= z >> _S30
-        z *= _MIX1
-        z ^= z >> _S27
-        z *= _MIX2
-        z ^= z >> _S31
-        z >>= _S32
-        z *= np.uint64(self.vocab_hi - self.vocab_lo)
-        z >>= _S32
-        z += np.uint64(self.vocab_lo)
-        return z
+        return _finish_in_place(z, self.vocab_lo, self.vocab_hi - self.vocab_lo)
 
     def tail(self, n: int, *, nonce: str = "") -> list[int]:
         """``n`` tokens from a reserved stream no unit, prefix or block ever uses.

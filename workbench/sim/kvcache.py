@@ -9,9 +9,10 @@ count drops to 0 stays findable in an LRU list until a new allocation evicts it
 prefix's tail goes before its head).
 
 Cost: a whole-trace replay moves tens of millions of blocks, and per block the
-time is mostly memory latency (a ref count, a hash object, a dict slot, an LRU
-node), not bytecode, so plain loops are used and only the block hashing cuts and
-hashes the block tuples in C (bench/README.md, "Design notes moved from docstrings").
+time is mostly memory latency, not bytecode, so the manager keeps per-block state
+in numpy arrays and moves a request's blocks with array operations (the class
+docstring; bench/README.md, "KV manager: array representation"); the block
+hashing cuts and hashes the block tuples in C.
 """
 
 from __future__ import annotations
