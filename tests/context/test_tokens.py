@@ -190,3 +190,14 @@ def test_array_of_the_last_hash_id_prompt_hashes_the_same():
     assert pool.array_of(list(prompt)) is None  # only that very list
     filled = pool.prompt_from_hash_ids([4], 600, 512, fill_stream="u")  # tail from a stream
     assert pool.array_of(filled) is None and pool.array_of(prompt) is None
+
+
+def test_token_lists_share_one_int_object_per_id():
+    """Small vocabularies hand out shared int objects (no fresh ints per prompt); wide
+    ones plain ints; the values are the same either way."""
+    small, wide = TokenPool(), TokenPool(vocab_lo=5, vocab_hi=2**32 - 1)
+    a = small.prompt_from_hash_ids([1, 2], 1024, 512)
+    b = small.prompt_from_hash_ids([2, 1], 1024, 512)
+    assert a[0] is b[512] and a[600] is b[88]  # the same objects, not just equal values
+    assert small.fresh("s", 100) == TokenPool().fresh("s", 100)
+    assert all(type(t) is int for t in wide.fresh("s", 100) + a)

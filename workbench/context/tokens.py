@@ -120,6 +120,24 @@ def _finish_in_place(z: np.ndarray, lo: int, span: int) -> np.ndarray:
     return z
 
 
+_POOL_MAX = 1 << 17  # vocabularies up to this share one set of int objects
+_pools: dict[int, np.ndarray] = {}
+
+
+def _as_list(tokens: np.ndarray, vocab_hi: int) -> list[int]:
+    """``tokens.tolist()``, with every id one shared ``int`` object per value when the
+    vocabulary is small: no 10k fresh ints per prompt, and lists the cyclic GC and the
+    engine's hashing read from a few cache-resident objects (bench/README.md)."""
+    if vocab_hi > _POOL_MAX:
+        out: list[int] = tokens.tolist()
+        return out
+    pool = _pools.get(vocab_hi)
+    if pool is None:
+        pool = _pools[vocab_hi] = np.array(list(range(vocab_hi)), dtype=object)
+    shared: list[int] = pool[tokens].tolist()
+    return shared
+
+
 class TokenPool:
     """Synthetic token source for one run. Keeps one cursor per unit stream.
 
@@ -164,7 +182,7 @@ class TokenPool:
         start = self._cursors.get(stream, 0)
         out = self._span(_NS_UNIT, stream, start, n)
         self._cursors[stream] = start + n
-        return out.tolist()
+        return _as_list(out, self.vocab_hi)
 
     def forget(self, stream: str) -> None:
         """Drop ``stream``'s cursor (its unit has ended; a run of 100k units otherwise
@@ -182,14 +200,14 @@ class TokenPool:
         ``(provider, model, project)`` (format the key as one string). No cursor:
         every call starts at token 0, so a longer call extends a shorter one.
         """
-        return self._span(_NS_PREFIX, key, 0, n).tolist()
+        return _as_list(self._span(_NS_PREFIX, key, 0, n), self.vocab_hi)
 
     def block(self, hash_id: int, block_size: int) -> list[int]:
         """One synthetic block for a Mooncake/Dynamo hash id: same id ⇒ same tokens.
 
         Works for ids of any size (Dynamo hashes can exceed 64 bits).
         """
-        return self._span(_NS_BLOCK, str(hash_id), 0, block_size).tolist()
+        return _as_list(self._span(_NS_BLOCK, str(hash_id), 0, block_size), self.vocab_hi)
 
     def prompt_from_hash_ids(
         self,
@@ -213,7 +231,7 @@ class TokenPool:
         covered = min(n_blocks * block_size, input_len)
         grid = self._hash_id_blocks(hash_ids[:n_blocks], block_size)
         flat = grid.ravel()[:covered].astype(np.int64)
-        out: list[int] = flat.tolist()
+        out: list[int] = _as_list(flat, self.vocab_hi)
         self._last = (out, flat)
         missing = input_len - covered
         if missing:
@@ -268,7 +286,7 @@ class TokenPool:
         same tokens, so sending it twice must hit the cache the second time;
         change ``nonce`` to get a prompt the server cannot have seen.
         """
-        return self._span(_NS_TAIL, nonce, 0, n).tolist()
+        return _as_list(self._span(_NS_TAIL, nonce, 0, n), self.vocab_hi)
 
 
 RUN_SALT = "run"  # backend.token_salt value meaning "this run's id"
