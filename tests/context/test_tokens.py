@@ -163,3 +163,41 @@ def test_the_in_place_run_generator_equals_the_general_one():
         positions = np.arange(start, start + n, dtype=np.uint64)
         want = _generate(np.uint64(seed), np.uint64(key), positions, lo, span)
         assert np.array_equal(_generate_run(seed, key, start, n, lo, span), want)
+
+
+def test_prompt_from_hash_ids_memo_keeps_tokens(monkeypatch):
+    """Memoized hash-id keys (and a memo that starts over) give the same tokens as
+    blocks drawn one by one by a fresh pool, salted or not, on any vocabulary range."""
+    import workbench.context.tokens as tokens
+
+    monkeypatch.setattr(tokens, "_BLOCK_KEYS_MAX", 3)  # start over every few ids
+    for kw in ({}, {"salt": "run-7"}, {"vocab_lo": 5, "vocab_hi": 2**32 - 1, "seed": 3}):
+        pool = TokenPool(**kw)
+        for ids in ([1, 2, 3], [1, 2, 9, 2**70 + 1], [9, 1], [4, 5, 6, 7, 8]):
+            got = pool.prompt_from_hash_ids(ids, 16 * len(ids) - 5, 16)
+            want = [t for h in ids for t in TokenPool(**kw).block(h, 16)][: 16 * len(ids) - 5]
+            assert got == want
+
+
+def test_array_of_the_last_hash_id_prompt_hashes_the_same():
+    from workbench.context.hashing import block_hashes
+
+    pool = TokenPool()
+    prompt = pool.prompt_from_hash_ids([4, 5, 6], 1500, 512)
+    packed = pool.array_of(prompt)
+    assert packed is not None and packed.tolist() == prompt
+    assert block_hashes(packed, 64) == block_hashes(prompt, 64)
+    assert pool.array_of(list(prompt)) is None  # only that very list
+    filled = pool.prompt_from_hash_ids([4], 600, 512, fill_stream="u")  # tail from a stream
+    assert pool.array_of(filled) is None and pool.array_of(prompt) is None
+
+
+def test_token_lists_share_one_int_object_per_id():
+    """Small vocabularies hand out shared int objects (no fresh ints per prompt); wide
+    ones plain ints; the values are the same either way."""
+    small, wide = TokenPool(), TokenPool(vocab_lo=5, vocab_hi=2**32 - 1)
+    a = small.prompt_from_hash_ids([1, 2], 1024, 512)
+    b = small.prompt_from_hash_ids([2, 1], 1024, 512)
+    assert a[0] is b[512] and a[600] is b[88]  # the same objects, not just equal values
+    assert small.fresh("s", 100) == TokenPool().fresh("s", 100)
+    assert all(type(t) is int for t in wide.fresh("s", 100) + a)

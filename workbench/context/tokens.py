@@ -90,6 +90,7 @@ def _generate(
 
 
 _LOW32 = 0xFFFFFFFF
+_BLOCK_KEYS_MAX = 1 << 21  # memoized hash-id keys per pool (~200 MB at most), then start over
 
 
 def _generate_run(seed: int, key: int, start: int, n: int, lo: int, span: int) -> np.ndarray:
@@ -102,6 +103,11 @@ def _generate_run(seed: int, key: int, start: int, n: int, lo: int, span: int) -
     z *= _P
     z &= _M32
     z |= np.uint64(key << 32)
+    return _finish_in_place(z, lo, span).astype(np.int64)
+
+
+def _finish_in_place(z: np.ndarray, lo: int, span: int) -> np.ndarray:
+    """``_generate``'s keyed finalizer and range reduction on ``key << 32 | x``, in place."""
     z ^= z >> _S30
     z *= _MIX1
     z ^= z >> _S27
@@ -111,7 +117,25 @@ def _generate_run(seed: int, key: int, start: int, n: int, lo: int, span: int) -
     z *= np.uint64(span)
     z >>= _S32
     z += np.uint64(lo)
-    return z.astype(np.int64)
+    return z
+
+
+_POOL_MAX = 1 << 17  # vocabularies up to this share one set of int objects
+_pools: dict[int, np.ndarray] = {}
+
+
+def _as_list(tokens: np.ndarray, vocab_hi: int) -> list[int]:
+    """``tokens.tolist()``, with every id one shared ``int`` object per value when the
+    vocabulary is small: no 10k fresh ints per prompt, and lists the cyclic GC and the
+    engine's hashing read from a few cache-resident objects (bench/README.md)."""
+    if vocab_hi > _POOL_MAX:
+        out: list[int] = tokens.tolist()
+        return out
+    pool = _pools.get(vocab_hi)
+    if pool is None:
+        pool = _pools[vocab_hi] = np.array(list(range(vocab_hi)), dtype=object)
+    shared: list[int] = pool[tokens].tolist()
+    return shared
 
 
 class TokenPool:
@@ -135,6 +159,8 @@ class TokenPool:
         self.seed = seed
         self.salt = salt
         self._cursors: dict[str, int] = {}
+        self._block_keys: dict[int, int] = {}  # hash id -> its stream's key << 32 | fnv seed
+        self._last: tuple[list[int], np.ndarray] | None = None  # see array_of
 
     def _span(self, namespace: str, name: str, start: int, n: int) -> np.ndarray:
         if n < 0:
@@ -156,7 +182,7 @@ class TokenPool:
         start = self._cursors.get(stream, 0)
         out = self._span(_NS_UNIT, stream, start, n)
         self._cursors[stream] = start + n
-        return out.tolist()
+        return _as_list(out, self.vocab_hi)
 
     def forget(self, stream: str) -> None:
         """Drop ``stream``'s cursor (its unit has ended; a run of 100k units otherwise
@@ -174,14 +200,14 @@ class TokenPool:
         ``(provider, model, project)`` (format the key as one string). No cursor:
         every call starts at token 0, so a longer call extends a shorter one.
         """
-        return self._span(_NS_PREFIX, key, 0, n).tolist()
+        return _as_list(self._span(_NS_PREFIX, key, 0, n), self.vocab_hi)
 
     def block(self, hash_id: int, block_size: int) -> list[int]:
         """One synthetic block for a Mooncake/Dynamo hash id: same id ⇒ same tokens.
 
         Works for ids of any size (Dynamo hashes can exceed 64 bits).
         """
-        return self._span(_NS_BLOCK, str(hash_id), 0, block_size).tolist()
+        return _as_list(self._span(_NS_BLOCK, str(hash_id), 0, block_size), self.vocab_hi)
 
     def prompt_from_hash_ids(
         self,
@@ -203,16 +229,10 @@ class TokenPool:
             raise ValueError(f"bad input_len={input_len} / block_size={block_size}")
         n_blocks = min(len(hash_ids), -(-input_len // block_size))
         covered = min(n_blocks * block_size, input_len)
-        keys = [_stream_keys(self.seed, self.salt, _NS_BLOCK, str(h)) for h in hash_ids[:n_blocks]]
-        table = np.asarray(keys, dtype=np.uint64).reshape(-1, 2)
-        grid = _generate(  # (n_blocks, block_size) by broadcasting, then cut to length
-            table[:, :1],
-            table[:, 1:],
-            np.arange(block_size, dtype=np.uint64)[None, :],
-            self.vocab_lo,
-            self.vocab_hi - self.vocab_lo,
-        )
-        out: list[int] = grid.ravel()[:covered].tolist()
+        grid = self._hash_id_blocks(hash_ids[:n_blocks], block_size)
+        flat = grid.ravel()[:covered].astype(np.int64)
+        out: list[int] = _as_list(flat, self.vocab_hi)
+        self._last = (out, flat)
         missing = input_len - covered
         if missing:
             if fill_stream is None:
@@ -223,6 +243,42 @@ class TokenPool:
             out.extend(self.fresh(fill_stream, missing))
         return out
 
+    def array_of(self, prompt: list[int]) -> np.ndarray | None:
+        """The int64 array of ``prompt`` if it is the list the last
+        ``prompt_from_hash_ids`` call returned (unchanged in length), else None: a
+        caller that packs the prompt's ids again (record block hashes) skips
+        converting 10k Python ints back."""
+        last = self._last
+        if last is not None and last[0] is prompt and len(prompt) == len(last[1]):
+            return last[1]
+        return None
+
+    def _hash_id_blocks(self, hash_ids: Sequence[int], block_size: int) -> np.ndarray:
+        """``(len(hash_ids), block_size)`` uint64 tokens: row i is ``block(hash_ids[i])``.
+
+        The stream keys of hash ids are memoized per pool as one packed int per id
+        (a plain dict: looking up a Mooncake request's ids through ``lru_cache``'s
+        four-argument key cost more than generating the tokens), and the grid is
+        generated in place (``_generate_run``'s steps on a 2-D array).
+        """
+        memo = self._block_keys
+        packed = [memo.get(h) for h in hash_ids]
+        if None in packed:
+            if len(memo) > _BLOCK_KEYS_MAX:
+                memo.clear()
+            for i, h in enumerate(hash_ids):
+                if packed[i] is None:
+                    fnv, key = _stream_keys_once(self.seed, self.salt, _NS_BLOCK, str(h))
+                    packed[i] = memo[h] = key << 32 | fnv
+        kf = np.array(packed, dtype=np.uint64)
+        a = (kf & _M32) * _P & _M32  # turn 0: block positions are < 2**32
+        z = np.empty((len(kf), block_size), dtype=np.uint64)
+        np.bitwise_xor(a[:, None], np.arange(block_size, dtype=np.uint64)[None, :], out=z)
+        z *= _P
+        z &= _M32
+        z |= (kf >> _S32 << _S32)[:, None]
+        return _finish_in_place(z, self.vocab_lo, self.vocab_hi - self.vocab_lo)
+
     def tail(self, n: int, *, nonce: str = "") -> list[int]:
         """``n`` tokens from a reserved stream no unit, prefix or block ever uses.
 
@@ -230,7 +286,7 @@ class TokenPool:
         same tokens, so sending it twice must hit the cache the second time;
         change ``nonce`` to get a prompt the server cannot have seen.
         """
-        return self._span(_NS_TAIL, nonce, 0, n).tolist()
+        return _as_list(self._span(_NS_TAIL, nonce, 0, n), self.vocab_hi)
 
 
 RUN_SALT = "run"  # backend.token_salt value meaning "this run's id"

@@ -149,7 +149,8 @@ class RoundMaker:
             n = k * bs
             if k and prompt[:n] == run.last_prompt[:n]:
                 known = run.last_hashes[:k]
-        hashes = block_hashes(prompt, bs, known=known)
+        packed = self.pool.array_of(prompt)  # a hash-id prompt's ids, still as an array
+        hashes = block_hashes(prompt if packed is None else packed, bs, known=known)
         run.last_prompt, run.last_hashes = prompt, hashes
         return hashes
 

@@ -9,18 +9,23 @@ count drops to 0 stays findable in an LRU list until a new allocation evicts it
 prefix's tail goes before its head).
 
 Cost: a whole-trace replay moves tens of millions of blocks, and per block the
-time is mostly memory latency (a ref count, a hash object, a dict slot, an LRU
-node), not bytecode, so plain loops are used and only the block hashing cuts and
-hashes the block tuples in C (bench/README.md, "Design notes moved from docstrings").
+time is mostly memory latency, not bytecode, so the manager keeps per-block state
+in numpy arrays and moves a request's blocks with array operations (the class
+docstring; bench/README.md, "KV manager: array representation"); the block
+hashing cuts and hashes the block tuples in C.
 """
 
 from __future__ import annotations
 
-import operator
-from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import repeat
+
+import numpy as np
 
 ROOT_HASH = 0x51F15EED
+NO_HASH = -1  # a block holding no hash: Python's hash() never returns -1
+_LOG_FACTOR, _LOG_SLACK = 3, 1024  # LRU log capacity: compaction is amortised O(1) per entry
+_INDEX_FACTOR, _INDEX_MIN = 4, 1 << 16  # hash-index entries (stale ones too) before a rebuild
 
 
 def block_hashes(
@@ -61,26 +66,53 @@ def reported_cached_tokens(shared_prefix: int, prompt_tokens: int, block_size: i
 
 
 class BlockManager:
-    """Reference-counted blocks, a hash index and an LRU of evictable blocks."""
+    """Reference-counted blocks, a hash index and an LRU of evictable blocks.
+
+    Representation (bench/README.md, "KV manager: array representation"):
+    per-block state lives in numpy arrays — the reference count, the hash the
+    block holds (``NO_HASH`` for none) and the position of its live entry in the
+    LRU log — so a request's blocks are acquired, released and evicted by
+    vectorised array operations rather than one Python step and one
+    ``OrderedDict`` node per block.
+
+    * The LRU is an append-only log of block ids with lazy deletion: a block that
+      turns evictable is appended at the tail with its position remembered; a hit
+      that takes it back only forgets the position (the log entry turns stale);
+      eviction scans the log from the head in chunks, skipping stale entries; the
+      log is compacted when it runs full (amortised O(1) per entry).
+    * The hash → block dict is authoritative only where the block still holds
+      that hash (``_hash[block] == h``): eviction clears the block's hash and
+      leaves the dict entry stale instead of deleting it (a dict delete is a
+      cache miss per block); lookups and commits check the entry against
+      ``_hash``, and the dict is rebuilt from the arrays when stale entries
+      outnumber live ones several times over.
+    """
 
     def __init__(self, block_size: int, num_blocks: int, enable_caching: bool = True) -> None:
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
-        self._ref = [0] * num_blocks
-        self._hash: list[int | None] = [None] * num_blocks
-        self._by_hash: dict[int, int] = {}
-        self._lru: OrderedDict[int, None] = OrderedDict()
-        self._free = list(range(num_blocks - 1, -1, -1))
+        self._ref = np.zeros(num_blocks, dtype=np.int64)
+        self._hash = np.full(num_blocks, NO_HASH, dtype=np.int64)
+        self._by_hash: dict[int, int] = {}  # may hold stale entries (see the class doc)
+        self._rebuild_at = max(_INDEX_FACTOR * num_blocks, _INDEX_MIN)
+        self._ncached = 0  # blocks holding a hash
+        # uncached free blocks: a stack, the next ones taken from the top
+        self._free = np.arange(num_blocks - 1, -1, -1, dtype=np.int64)
+        self._nfree = num_blocks
+        # LRU log: entries [head, tail) of _log; entry p is live iff _pos[_log[p]] == p
+        self._log = np.empty(_LOG_FACTOR * num_blocks + _LOG_SLACK, dtype=np.int64)
+        self._pos = np.full(num_blocks, -1, dtype=np.int64)
+        self._head = self._tail = 0
+        self._nlru = 0
         self.num_active = 0
         self.evictions = 0
         self.epoch = 0  # bumped by reset(): every remembered hit is void
-        self.evicted_log: list[int] = []  # hashes evicted since the scheduler last looked
 
     @property
     def num_free(self) -> int:
         """Blocks an allocation may take: never-used plus evictable cached ones."""
-        return len(self._free) + len(self._lru)
+        return self._nfree + self._nlru
 
     @property
     def usage(self) -> float:
@@ -95,109 +127,205 @@ class BlockManager:
         ``known`` is a still-valid earlier hit for the same hashes: only the
         blocks after it are looked up (the blocked head of the waiting queue is
         retried every step; rescanning a 10k-token prompt each time dominated).
+        Lookups go in doubling chunks (a C-level ``map`` over the dict, the
+        entries checked against the arrays at once).
         """
         if not self.enable_caching:
             return []
         hit: list[int] = list(known) if known else []
-        get = self._by_hash.get
-        for i in range(len(hit), min(max_blocks, len(hashes))):
-            bid = get(hashes[i])
-            if bid is None:
+        get, own = self._by_hash.get, self._hash
+        i, end, step = len(hit), min(max_blocks, len(hashes)), 16
+        if i < end:  # the next block alone first: a retried blocked head misses here
+            b = get(hashes[i])
+            if b is None or own[b] != hashes[i]:
+                return hit
+        while i < end:
+            j = min(end, i + step)
+            chunk = hashes[i:j]
+            got = np.fromiter(map(get, chunk, repeat(-1)), dtype=np.int64, count=j - i)
+            ok = own[got] == np.asarray(chunk, dtype=np.int64)  # got -1: _hash[-1] != h or...
+            ok &= got >= 0  # ...the last block's hash by chance: a miss either way
+            if not ok.all():
+                hit.extend(got[: int(ok.argmin())].tolist())
                 break
-            hit.append(bid)
+            hit.extend(got.tolist())
+            i, step = j, step * 2
         return hit
 
-    def can_allocate(self, new_blocks: int, hit: Sequence[int]) -> bool:
+    def held_prefix(self, blocks: np.ndarray, hashes: np.ndarray) -> int:
+        """How many leading ``blocks`` still hold the matching ``hashes`` (arrays): that
+        part of an earlier hit is what ``longest_hit`` would find again."""
+        lost = np.flatnonzero(self._hash[blocks] != hashes)
+        return int(lost[0]) if len(lost) else len(blocks)
+
+    def can_allocate(self, new_blocks: int, hit: Sequence[int] | np.ndarray) -> bool:
         """Room for ``new_blocks`` after taking ``hit`` (evictable hits leave the pool)."""
         free = self.num_free
         if new_blocks > free:
             return False
         if new_blocks <= free - len(hit):
             return True
-        reclaimed = operator.countOf(map(self._ref.__getitem__, hit), 0)
+        reclaimed = int(np.count_nonzero(self._ref[np.asarray(hit, dtype=np.int64)] == 0))
         return new_blocks <= free - reclaimed
 
     def acquire(self, blocks: Sequence[int]) -> None:
-        """Take a reference on cached blocks (a prefix hit)."""
-        ref, lru = self._ref, self._lru
-        for bid in blocks:
-            if ref[bid] == 0:
-                del lru[bid]
-                self.num_active += 1
-            ref[bid] += 1
+        """Take a reference on cached blocks (a prefix hit; distinct block ids)."""
+        if not len(blocks):
+            return
+        b = np.asarray(blocks, dtype=np.int64)
+        r = self._ref[b]
+        idle = b[r == 0]
+        if len(idle):  # they leave the LRU: their log entries turn stale
+            self._pos[idle] = -1
+            self._nlru -= len(idle)
+            self.num_active += len(idle)
+        self._ref[b] = r + 1
 
     def allocate(self, n: int) -> list[int] | None:
         """``n`` fresh blocks (evicting LRU cached blocks as needed), or None if no room."""
-        free = self._free
-        if n > len(free) + len(self._lru):
+        if n > self._nfree + self._nlru:
             return None
-        take = min(n, len(free))
-        out = free[len(free) - take :]
-        del free[len(free) - take :]
+        take = min(n, self._nfree)
+        lo = self._nfree - take
+        out = self._free[lo : self._nfree]
+        self._nfree = lo
         if take < n:
-            out.extend(self._evict(n - take))
-        ref = self._ref
-        for bid in out:
-            ref[bid] = 1
+            out = np.concatenate((out, self._evict(n - take)))
+        self._ref[out] = 1
         self.num_active += n
-        return out
+        got: list[int] = out.tolist()
+        return got
 
-    def _evict(self, n: int) -> list[int]:
+    def _evict(self, n: int) -> np.ndarray:
         """Take the ``n`` least recently freed cached blocks, forgetting their hashes."""
-        lru, hashes, by_hash = self._lru, self._hash, self._by_hash
-        out: list[int] = []
-        for _ in range(n):
-            bid = lru.popitem(last=False)[0]
-            h = hashes[bid]
-            del by_hash[h]  # type: ignore[arg-type]
-            self.evicted_log.append(h)  # type: ignore[arg-type]
-            hashes[bid] = None
-            out.append(bid)
+        log, pos = self._log, self._pos
+        parts: list[np.ndarray] = []
+        need, head, tail = n, self._head, self._tail
+        while need:  # bounded: each pass moves the head, and the log holds >= need live
+            end = min(tail, head + max(2 * need, 64))
+            if end == head:  # pragma: no cover - invariant: allocate checked num_free
+                raise RuntimeError(f"LRU log exhausted with {need} of {n} blocks to evict")
+            chunk = log[head:end]
+            live = np.flatnonzero(pos[chunk] == np.arange(head, end))
+            if len(live) >= need:
+                live = live[:need]
+                end = head + int(live[-1]) + 1
+            parts.append(chunk[live])
+            need -= len(live)
+            head = end
+        self._head = head
+        out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        pos[out] = -1
+        self._hash[out] = NO_HASH  # their dict entries turn stale
+        self._ncached -= n
+        self._nlru -= n
         self.evictions += n
         return out
 
     def release(self, blocks: Sequence[int]) -> None:
-        """Drop one reference per block, tail first; unreferenced cached blocks stay findable."""
-        ref, hashes, lru, free = self._ref, self._hash, self._lru, self._free
-        freed = 0
-        for bid in reversed(blocks):
-            r = ref[bid] - 1
-            ref[bid] = r
-            if not r:
-                freed += 1
-                if hashes[bid] is None:
-                    free.append(bid)
-                else:
-                    lru[bid] = None
-        self.num_active -= freed
+        """Drop one reference per block (distinct ids), tail first; unreferenced cached
+        blocks stay findable (appended to the LRU, the tail block first)."""
+        if not len(blocks):
+            return
+        b = np.asarray(blocks, dtype=np.int64)[::-1]
+        r = self._ref[b] - 1
+        self._ref[b] = r
+        zero = b[r == 0]
+        if not len(zero):
+            return
+        self.num_active -= len(zero)
+        cached = self._hash[zero] != NO_HASH
+        lru = zero[cached]
+        if len(lru) < len(zero):
+            plain = zero[~cached]
+            k = len(plain)
+            self._free[self._nfree : self._nfree + k] = plain
+            self._nfree += k
+        if len(lru):
+            k = len(lru)
+            if self._tail + k > len(self._log):
+                self._compact()
+            t = self._tail
+            self._log[t : t + k] = lru
+            self._pos[lru] = np.arange(t, t + k)
+            self._tail = t + k
+            self._nlru += k
+
+    def _compact(self) -> None:
+        """Move the live LRU entries to the front of the log, in order."""
+        live = self._live()
+        m = len(live)
+        self._log[:m] = live
+        self._pos[live] = np.arange(m)
+        self._head, self._tail = 0, m
+
+    def _live(self) -> np.ndarray:
+        h, t = self._head, self._tail
+        chunk = self._log[h:t]
+        live: np.ndarray = chunk[self._pos[chunk] == np.arange(h, t)]
+        return live
 
     def commit(self, blocks: Sequence[int], hashes: Sequence[int], lo: int, hi: int) -> None:
         """Make just-filled blocks ``lo..hi-1`` findable; a duplicate of a cached block
         stays private (freed, not cached, when released)."""
-        if not self.enable_caching:
+        if not self.enable_caching or hi <= lo:
             return
-        own, by_hash = self._hash, self._by_hash
-        for i in range(lo, hi):
-            bid, h = blocks[i], hashes[i]
-            if own[bid] is None and h not in by_hash:
-                own[bid] = h
-                by_hash[h] = bid
+        bids, hs = blocks[lo:hi], hashes[lo:hi]
+        b = np.asarray(bids, dtype=np.int64)
+        h = np.asarray(hs, dtype=np.int64)
+        own = self._hash[b] == NO_HASH
+        if not own.all():  # blocks that already hold a hash keep it
+            b, h = b[own], h[own]
+            bids, hs = b.tolist(), h.tolist()
+        # setdefault inserts what is new and returns the entry already there otherwise
+        d = self._by_hash
+        got = np.fromiter(map(d.setdefault, hs, bids), dtype=np.int64, count=len(hs))
+        new = got == b
+        if new.all():
+            self._hash[b] = h
+            self._ncached += len(b)
+        else:  # an entry was there: a live duplicate (stays private), or stale
+            self._hash[b[new]] = h[new]
+            self._ncached += int(np.count_nonzero(new))
+            for i in np.flatnonzero(~new).tolist():
+                hv = int(h[i])
+                if self._hash[d[hv]] != hv:  # stale: no block holds hv, this one does now
+                    bi = int(b[i])
+                    d[hv] = bi
+                    self._hash[bi] = hv
+                    self._ncached += 1
+        if len(d) > self._rebuild_at:
+            self._rebuild_index()
+
+    def _rebuild_index(self) -> None:
+        """Drop the stale dict entries: the index again maps exactly the held hashes."""
+        held = np.flatnonzero(self._hash != NO_HASH)
+        self._by_hash = dict(zip(self._hash[held].tolist(), held.tolist(), strict=True))
 
     def cached_blocks(self) -> int:
-        return len(self._by_hash)
+        return self._ncached
+
+    def index(self) -> dict[int, int]:
+        """hash → block of every cached block (for tests and debugging)."""
+        held = np.flatnonzero(self._hash != NO_HASH)
+        return dict(zip(self._hash[held].tolist(), held.tolist(), strict=True))
 
     def lru_order(self) -> list[int]:
         """Evictable block ids, next victim first (for tests and debugging)."""
-        return list(self._lru)
+        order: list[int] = self._live().tolist()
+        return order
 
     def reset(self) -> bool:
         """Forget every cached block; refused (False) while any block is in use, as vLLM does."""
         if self.num_active:
             return False
-        for bid in self._lru:
-            self._hash[bid] = None
-            self._free.append(bid)
-        self._lru.clear()
+        live = self._live()
+        k = len(live)
+        self._hash[live] = NO_HASH
+        self._pos[live] = -1
+        self._free[self._nfree : self._nfree + k] = live
+        self._nfree += k
+        self._head = self._tail = self._nlru = self._ncached = 0
         self._by_hash.clear()
         self.epoch += 1
         return True

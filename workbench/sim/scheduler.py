@@ -12,8 +12,9 @@ the prefix cache).
 
 Cost: the work per step is one short pass over the running requests (a
 decode request costs a few attribute updates and one timestamp append) plus
-work proportional to what changed: new blocks (hashed, allocated, committed in
-C-level bulk operations by ``kvcache``), admissions, preemptions and finishes.
+work proportional to what changed: new blocks (hashed, then allocated and
+committed by ``kvcache`` in array operations, one allocation and one commit per
+step for all running requests), admissions, preemptions and finishes.
 A request's output ids are drawn up front (their count is pinned to
 ``max_tokens``), so nothing is generated or appended per token beyond its
 timestamp.
@@ -27,6 +28,8 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from workbench.sim.config import EngineConfig
 from workbench.sim.kvcache import ROOT_HASH, BlockManager, block_hashes
@@ -84,6 +87,19 @@ class Sequence:
 
 
 @dataclass(slots=True)
+class _HeadMemo:
+    """The blocked waiting head's prefix hit (list and array), its hashes, and the
+    cache's epoch and eviction count when it was found."""
+
+    seq: Sequence
+    hit: list[int]
+    blocks: np.ndarray
+    hashes: np.ndarray
+    epoch: int = -1
+    evictions: int = -1
+
+
+@dataclass(slots=True)
 class StepPlan:
     """What one step computes: (sequence, new tokens) pairs and the cost inputs."""
 
@@ -128,7 +144,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.counters = Counters()
-        self._memo: tuple[Sequence, list[int], int] | None = None  # blocked head's hit
+        self._memo: _HeadMemo | None = None  # the blocked waiting head's hit
 
     def new_sequence(
         self, request_id: str, prompt: list[int], max_tokens: int, now_ns: int
@@ -157,9 +173,21 @@ class Scheduler:
         return plan
 
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:
+        """Running requests first, in order; a request that needs blocks preempts from
+        the tail until it fits (or is itself preempted).
+
+        Growth is batched: while the blocks the requests so far need fit in what is
+        free, they are only counted (``pending``) and taken in one ``allocate`` when
+        the pass ends or before anything is preempted. Nothing is released in
+        between, so one allocation of their sum takes the same blocks (the free
+        ones, then the same LRU victims in the same order) as one per request.
+        """
         running, i = self.running, 0
         scheduled = plan.scheduled
         kv_tokens = decodes = 0
+        bs = self.bs
+        pending: list[tuple[Sequence, int]] = []
+        reserved, free = 0, self.kv.num_free
         while i < len(running) and budget > 0:
             seq = running[i]
             c = seq.num_computed
@@ -167,14 +195,24 @@ class Scheduler:
             if n > budget:
                 n = budget
             if c + n > seq.capacity:
-                while not self._grow(seq, n):
-                    victim = running.pop()
-                    self._preempt(victim)
-                    plan.preempted += 1
-                    if victim is seq:
-                        plan.kv_tokens += kv_tokens
-                        plan.decode_seqs += decodes
-                        return budget
+                need = -(-(c + n) // bs) - len(seq.blocks)
+                if reserved + need <= free:
+                    pending.append((seq, need))
+                    reserved += need
+                    seq.capacity = (len(seq.blocks) + need) * bs
+                else:
+                    if pending:
+                        self._take(pending, reserved)
+                        pending, reserved = [], 0
+                    while not self._grow(seq, n):
+                        victim = running.pop()
+                        self._preempt(victim)
+                        plan.preempted += 1
+                        if victim is seq:
+                            plan.kv_tokens += kv_tokens
+                            plan.decode_seqs += decodes
+                            return budget
+                    free = self.kv.num_free
             if seq.prefilling:
                 plan.add(seq, n)
             else:  # decode (n == 1): the common case, inlined
@@ -184,9 +222,21 @@ class Scheduler:
                 decodes += 1
             budget -= n
             i += 1
+        if pending:
+            self._take(pending, reserved)
         plan.kv_tokens += kv_tokens
         plan.decode_seqs += decodes
         return budget
+
+    def _take(self, pending: list[tuple[Sequence, int]], total: int) -> None:
+        """Allocate the counted growth of ``pending`` requests at once (it fits)."""
+        got = self.kv.allocate(total)
+        if got is None:  # pragma: no cover - invariant: counted against num_free
+            raise RuntimeError(f"{total} counted blocks no longer free")
+        at = 0
+        for seq, need in pending:
+            seq.blocks.extend(got[at : at + need])
+            at += need
 
     def _grow(self, seq: Sequence, n: int) -> bool:
         need = -(-(seq.num_computed + n) // self.bs) - len(seq.blocks)
@@ -216,15 +266,18 @@ class Scheduler:
         waiting, kv, bs = self.waiting, self.kv, self.bs
         while waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = waiting[0]
-            hit = self._head_hit(seq)
+            hit, memo = self._head_hit(seq)
             cached = len(hit) * bs
             start = max(cached, seq.preloaded)  # transferred KV is not computed again
             n = min(seq.length - start, budget)
             need = -(-(start + n) // bs) - len(hit)
-            if not kv.can_allocate(need, hit):
-                self._memo = (seq, hit, kv.epoch)
+            if not kv.can_allocate(need, hit if memo is None else memo.blocks):
+                if memo is None:
+                    memo = _HeadMemo(seq, hit, np.asarray(hit, dtype=np.int64),
+                                     np.asarray(seq.hashes[: len(hit)], dtype=np.int64))
+                memo.epoch, memo.evictions = kv.epoch, kv.evictions
+                self._memo = memo
                 break
-            self._memo = None
             kv.acquire(hit)
             seq.blocks = hit + (kv.allocate(need) or [])
             seq.capacity = len(seq.blocks) * bs
@@ -240,18 +293,25 @@ class Scheduler:
             plan.add(seq, n)
             budget -= n
 
-    def _head_hit(self, seq: Sequence) -> list[int]:
-        """Prefix hit of the waiting head, reusing last step's if no block of it was evicted."""
+    def _head_hit(self, seq: Sequence) -> tuple[list[int], _HeadMemo | None]:
+        """Prefix hit of the waiting head, and last step's memo when the hit is the same.
+
+        Last step's hit is reused as far as its blocks still hold its hashes (all of
+        it when nothing was evicted since): only the blocks after that are looked up.
+        """
         kv = self.kv
         seq.ensure_hashes(self.bs)
-        known: list[int] | None = None
         memo, self._memo = self._memo, None
-        if memo is not None and memo[0] is seq and memo[2] == kv.epoch:
-            hit = memo[1]
-            if not kv.evicted_log or not set(kv.evicted_log).intersection(seq.hashes[: len(hit)]):
-                known = hit
-        kv.evicted_log.clear()
-        return kv.longest_hit(seq.hashes, (seq.length - 1) // self.bs, known)
+        limit = (seq.length - 1) // self.bs
+        if memo is None or memo.seq is not seq or memo.epoch != kv.epoch:
+            return kv.longest_hit(seq.hashes, limit), None
+        keep = len(memo.hit)
+        if memo.evictions != kv.evictions:
+            keep = kv.held_prefix(memo.blocks, memo.hashes)
+        hit = kv.longest_hit(seq.hashes, limit, memo.hit[:keep])
+        if len(hit) == len(memo.hit) == keep:
+            return memo.hit, memo
+        return hit, None
 
     def _count_admission(self, seq: Sequence, cached: int) -> None:
         seq.cached_tokens = cached
@@ -270,6 +330,10 @@ class Scheduler:
         wake: list[Sequence] = []
         bs, kv = self.bs, self.kv
         emitted = 0
+        # the step's filled blocks, committed in one call (in order: of two requests
+        # filling the same block, the first one's stays cached) before any release
+        fill_blocks: list[int] = []
+        fill_hashes: list[int] = []
         for seq in plan.scheduled:
             if seq.finished:  # aborted while the step ran
                 continue
@@ -277,7 +341,8 @@ class Scheduler:
             if computed >= seq.next_full:
                 full = computed // bs
                 seq.ensure_hashes(bs)
-                kv.commit(seq.blocks, seq.hashes, seq.committed, full)
+                fill_blocks += seq.blocks[seq.committed : full]
+                fill_hashes += seq.hashes[seq.committed : full]
                 seq.committed = full
                 seq.next_full = (full + 1) * bs
             if computed >= seq.length:
@@ -287,10 +352,15 @@ class Scheduler:
                 seq.prefilling = False
                 emitted += 1
                 if k >= seq.max_tokens:
+                    if fill_blocks:  # its blocks are cached before they are freed
+                        kv.commit(fill_blocks, fill_hashes, 0, len(fill_blocks))
+                        fill_blocks, fill_hashes = [], []
                     self._finish(seq, "length", t_ns)
                     wake.append(seq)
                 elif seq.watched:
                     wake.append(seq)
+        if fill_blocks:
+            kv.commit(fill_blocks, fill_hashes, 0, len(fill_blocks))
         self.counters.generation_tokens += emitted
         return wake
 
