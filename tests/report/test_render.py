@@ -158,3 +158,34 @@ def test_report_cli_picks_the_notebook_from_the_number_of_runs(tmp_path: Path) -
     nb, params = build_params(two)
     assert nb == "compare"
     assert params == {"run_dirs": [str(tmp_path / "r1"), str(tmp_path / "r2")], "n_boot": 50}
+
+
+def test_two_reports_at_once_from_one_folder_get_their_own_kernel_sockets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """jupyter_client's default IPC sockets are ``kernel-ipc-N`` in the current folder,
+    N the first free number: two kernels starting together there could bind the same
+    sockets ("Invalid Signature", a kernel that never answers). Each report's sockets
+    live in a private folder instead, and nothing is left in the current one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    body = ("import json, ipykernel.connect\n"
+            "info = ipykernel.connect.get_connection_info(unpack=True)\n"
+            "keep = {k: info[k] for k in ('ip', 'transport')}\n"
+            "open(f'{out_dir}/{run_id}.ipc.json', 'w').write(json.dumps(keep))")  # fmt: skip
+    nb = tiny_notebook(tmp_path / "ipc.ipynb", body)
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    out = tmp_path / "out"
+    with ThreadPoolExecutor(2) as pool:
+        done = list(pool.map(lambda rid: render.render_report(nb, {"run_id": rid}, out),
+                             ["a", "b"]))  # fmt: skip
+    assert [p.name for p in done] == ["report.html", "report.html"]
+    infos = [json.loads((out / f"{rid}.ipc.json").read_text()) for rid in ("a", "b")]
+    assert {i["transport"] for i in infos} == {"ipc"}
+    ips = [Path(i["ip"]) for i in infos]
+    assert ips[0].parent != ips[1].parent  # one private folder per report
+    assert all(ip.is_absolute() and work not in ip.parents for ip in ips)
+    assert not any(ip.parent.exists() for ip in ips)  # removed afterwards
+    assert list(work.iterdir()) == []

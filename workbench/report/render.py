@@ -28,13 +28,16 @@ loudly when some other kernelspec shadows it.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import html
 import json
 import logging
 import re
+import shutil
 import sys
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -266,6 +269,16 @@ def write_index(out: Path) -> Path:
 
 
 # -- the verb -------------------------------------------------------------------------------
+@contextlib.contextmanager
+def kernel_ipc_dir() -> Iterator[Path]:
+    """A private folder (mode 0700, removed afterwards) for one kernel's IPC socket files."""
+    path = Path(tempfile.mkdtemp(prefix="wb-kernel-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def render_report(
     notebook: str | Path,
     params: Mapping[str, Any] | None = None,
@@ -283,9 +296,13 @@ def render_report(
     ``PapermillExecutionError`` is re-raised. ``progress``: a bar over the cells
     on stderr while the notebook executes (``workbench demo`` shows it).
 
-    The kernel talks to papermill over IPC sockets (files in the Jupyter runtime
-    directory), not TCP: nothing listens on a port, and ipykernel has no reason
-    to warn that TCP traffic is unencrypted.
+    The kernel talks to papermill over IPC sockets, not TCP: nothing listens on a
+    port, and ipykernel has no reason to warn that TCP traffic is unencrypted. The
+    socket files live in a private temporary folder per report (``kernel_ipc_dir``):
+    jupyter_client's default IPC name is ``kernel-ipc-N`` in the current directory,
+    numbered by the first free N, so two reports starting at once from one folder
+    (parallel tests, a sweep's reports) could bind the same sockets and fail with
+    "Invalid Signature" or a kernel that never answers.
     """
     import papermill
     from traitlets.config import Config
@@ -301,14 +318,16 @@ def render_report(
     executed = report_dir / f"{nb_path.stem}.ipynb"
     status = "failed"
     try:
-        papermill.execute_notebook(
-            str(nb_path), str(executed), parameters=given, kernel_name=kernel_name,
-            progress_bar=progress, request_save_on_cell_execute=False,
-            execution_timeout=timeout_s, config=Config({"KernelManager": {"transport": "ipc"}}),
-            # a graceful shutdown interrupts the kernel first, which logs a spurious
-            # "KeyboardInterrupt caught in kernel" ERROR on the console
-            shutdown_kernel="immediate",
-        )
+        with kernel_ipc_dir() as ipc:
+            papermill.execute_notebook(
+                str(nb_path), str(executed), parameters=given, kernel_name=kernel_name,
+                progress_bar=progress, request_save_on_cell_execute=False,
+                execution_timeout=timeout_s,
+                config=Config({"KernelManager": {"transport": "ipc", "ip": str(ipc / "k")}}),
+                # a graceful shutdown interrupts the kernel first, which logs a spurious
+                # "KeyboardInterrupt caught in kernel" ERROR on the console
+                shutdown_kernel="immediate",
+            )
         status = "ok"
     finally:
         if executed.exists():
