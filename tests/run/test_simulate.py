@@ -51,3 +51,39 @@ async def test_simulate_works_inside_a_running_loop():
     assert callable(wb.simulate)
     result = wb.simulate({"trace": str(data_path("tracelab/multi_session_example.csv"))})
     assert result.records and all(r.status == "ok" for r in result.records)
+
+
+def test_simulate_collects_garbage_in_larger_batches_and_restores_the_threshold(
+    tmp_path, monkeypatch
+):
+    """A virtual replay runs with a wide young generation (GC_GEN0_THRESHOLD) and puts
+    the process's own thresholds back afterwards, also when the run fails."""
+    import gc
+
+    import pytest
+
+    from workbench.executors import virtual
+
+    seen: list[tuple[int, int, int]] = []
+    real = virtual.run_virtual
+
+    def spy(coro):
+        seen.append(gc.get_threshold())
+        return real(coro)
+
+    monkeypatch.setattr(virtual, "run_virtual", spy)
+    before = gc.get_threshold()
+    trace = tmp_path / "one.csv"
+    trace.write_text("id,arrival_time,input_len,output_len\n1,0,40,2\n")
+    simulate({"trace": str(trace)})
+    assert seen == [(virtual.GC_GEN0_THRESHOLD, *before[1:])]
+    assert gc.get_threshold() == before
+
+    def boom(coro):
+        coro.close()
+        raise RuntimeError("engine fault")
+
+    monkeypatch.setattr(virtual, "run_virtual", boom)
+    with pytest.raises(RuntimeError, match="engine fault"):
+        simulate({"trace": str(trace)})
+    assert gc.get_threshold() == before

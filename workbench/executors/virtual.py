@@ -12,8 +12,9 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import gc
 import hashlib
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,8 @@ from workbench.sim.cluster import Cluster, ClusterConfig, split_knobs
 from workbench.sim.config import EngineConfig
 from workbench.sim.engine import Engine
 from workbench.sim.wire import placement_extra
+
+GC_GEN0_THRESHOLD = 100_000  # allocations between young-generation collections
 
 # The canonical report's one closed exclusion list (docs/measurement-rules.md): every
 # other field of the manifest, the summary, each record, each lifecycle row and each
@@ -171,12 +174,33 @@ def simulate(
 def _run_virtual_anywhere(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
     """``run_virtual``, also from inside a running loop (a notebook cell): then the
     virtual loop runs in a worker thread and this call waits for it."""
+    with rare_collections():
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return run_virtual(coro)
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="simulate") as pool:
+            return pool.submit(run_virtual, coro).result()
+
+
+@contextlib.contextmanager
+def rare_collections(gen0: int = GC_GEN0_THRESHOLD) -> Iterator[None]:
+    """Run with the cyclic garbage collector's first generation ``gen0`` allocations
+    wide (CPython's default: 700), restored afterwards.
+
+    A virtual replay allocates millions of short-lived objects (token lists, block
+    hashes, records) that reference counting frees; with the default threshold the
+    collector still walks the young generation every 700 allocations and the older
+    ones as they fill, a sixth of a whole-Mooncake point (bench/README.md, "KV
+    manager: array representation"). Garbage cycles are still collected, only in
+    larger batches.
+    """
+    old = gc.get_threshold()
+    gc.set_threshold(max(gen0, old[0]), *old[1:])
     try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return run_virtual(coro)
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="simulate") as pool:
-        return pool.submit(run_virtual, coro).result()
+        yield
+    finally:
+        gc.set_threshold(*old)
 
 
 async def _simulate(
