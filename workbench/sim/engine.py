@@ -280,22 +280,31 @@ class Engine:
         if self._loop is not None and self._step is None:
             self._plan_step(self.clock.now_ns())
 
-    def _plan_step(self, t0: int) -> None:
-        """Plan the next step at ``t0`` and register its end with the loop (or go
-        idle until a submit), as one pass of ``_run``'s loop does."""
+    def _next_plan(self) -> tuple[sched.StepPlan, int] | None:
+        """The next step's plan and its duration in ns; None when there is no work or
+        nothing fits yet (the engine then waits for a submit)."""
         sched_ = self._sched
         while sched_.has_work():
             plan = sched_.schedule()
-            if not plan.scheduled:
-                if plan.preempted:  # a lone request preempted itself: re-admit it
-                    continue
-                break  # nothing fits yet: wait for a submit
-            self._plan = plan
-            dur = cost.step_ns(self.config, plan.prefill_tokens, plan.decode_seqs, plan.kv_tokens)
-            assert self._loop is not None
-            self._step = self._loop.call_step_at(t0 + dur, self._end_step_cb)
+            if plan.scheduled:
+                cfg = self.config
+                return plan, cost.step_ns(cfg, plan.prefill_tokens, plan.decode_seqs,
+                                          plan.kv_tokens)  # fmt: skip
+            if not plan.preempted:
+                return None
+            # a lone request preempted itself: schedule again to re-admit it
+        return None
+
+    def _plan_step(self, t0: int) -> None:
+        """Plan the next step at ``t0`` and register its end with the loop (or go
+        idle until a submit), as one pass of ``_run``'s loop does."""
+        nxt = self._next_plan()
+        if nxt is None:
+            self._plan = self._step = None
             return
-        self._plan = self._step = None
+        self._plan, dur = nxt
+        assert self._loop is not None
+        self._step = self._loop.call_step_at(t0 + dur, self._end_step_cb)
 
     def _end_step(self) -> bool:
         """The loop reached the step's end: apply it, plan the next; True if a
@@ -311,23 +320,16 @@ class Engine:
         return woke
 
     async def _run(self) -> None:
-        sched_ = self._sched
         while True:
-            if not sched_.has_work():
+            t0 = self.clock.now_ns()
+            nxt = self._next_plan()
+            if nxt is None:  # no work, or nothing fits yet: wait for a submit
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            t0 = self.clock.now_ns()
-            plan = sched_.schedule()
-            if not plan.scheduled:
-                if plan.preempted:  # a lone request preempted itself: re-admit it
-                    continue
-                self._wake.clear()  # nothing fits yet: wait for a submit or an abort
-                await self._wake.wait()
-                continue
-            dur = cost.step_ns(self.config, plan.prefill_tokens, plan.decode_seqs, plan.kv_tokens)
+            plan, dur = nxt
             await self.clock.sleep_until(t0 + dur)
-            for seq in sched_.complete(plan, t0 + dur):
+            for seq in self._sched.complete(plan, t0 + dur):
                 _handle(seq)._notify()
 
     def stats(self) -> dict[str, Any]:
