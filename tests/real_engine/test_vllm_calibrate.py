@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 
 from workbench.backends.scrape import parse_metrics
-from workbench.calibration.fit import calibrate, predict_repeats
+from workbench.calibration.fit import calibrate
+from workbench.calibration.replay import predict_repeats
 from workbench.executors.dispatch import run_async
 
 from .conftest import VLLMServer
@@ -111,7 +112,7 @@ async def test_calibrated_engine_predicts_a_held_out_trace(
                     self_check=False)  # fmt: skip
     cal.write(tmp_path / "engine.json")
     check = predict_repeats(runs["held_out"], cal.engine)
-    fit = {k: cal.fit[k] for k in ("prefill", "decode", "request_overhead")}
+    fit = {k: cal.fit[k] for k in ("prefill", "decode", "lone_constant")}
     (tmp_path / "calibration_report.json").write_text(
         json.dumps({"engine": cal.engine, "fit": fit, "held_out": check}, indent=2)
     )

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from workbench.calibration.fit import calibrate, predict, read_engine_file
+from workbench.calibration.fit import calibrate, read_engine_file
+from workbench.calibration.replay import predict
 from workbench.errors import ConfigError
 from workbench.executors.virtual import simulate
 

@@ -106,7 +106,8 @@ def test_the_fit_splits_a_known_overhead_from_the_step_constant(tmp_path):
     cal = calibrate([run.run_dir], base={"block_size": 16, "num_blocks": 512}, self_check=True)
     assert cal.engine["request_overhead_ms"] == pytest.approx(3.0, rel=1e-3)
     assert cal.engine["prefill_coeffs"] == pytest.approx(truth["prefill_coeffs"], rel=1e-3)
-    assert cal.fit["request_overhead"]["median_abs_pct_error"] < 1e-3
+    assert cal.fit["lone_constant"]["median_abs_pct_error"] < 1e-3
+    assert cal.engine["idle_wake_ms"] == cal.engine["intake_ms"] == 0.0
     (check,) = cal.fit["replay"]
     assert abs(check["ttft_ms"]["error_pct"]) < 0.1
 

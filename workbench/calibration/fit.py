@@ -21,9 +21,10 @@ server and fits the three parts of the step-time model (``docs/calibration.md``)
   A per-sequence term ``s·batch`` (``decode_seq_ms``) is fitted with them when the
   batch varied;
 - **floor**: the 5th percentile of the requests' mean clean gaps;
-- **request overhead** (``fit_overhead``): the share of the prefill constant that is
-  a per-request latency beside the engine (``request_overhead_ms``), chosen by
-  replaying the runs whose requests overlapped.
+- **the lone constant** (``calibration.split``): how much of the prefill constant
+  is the step's own, and how much an idle engine's wake-up (``idle_wake_ms``), the
+  front end's serial intake (``intake_ms``) or a per-request latency
+  (``request_overhead_ms``), chosen by replaying the runs whose requests overlapped.
 
 Lone requests whose tokens all came in one burst (a server that delivered the
 stream at its end) give neither a TTFT nor decode gaps (docs/calibration.md).
@@ -45,44 +46,19 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from workbench.config import RunConfig
-
+from workbench.calibration.replay import predict
+from workbench.calibration.samples import NS_PER_MS, Sample, read_samples
+from workbench.calibration.split import fit_split
 from workbench.errors import ConfigError
-from workbench.records import RequestRecord, RunResult
 from workbench.sim.config import EngineConfig
 
-NS_PER_MS = 1e6
 MIN_SAMPLES = 3
 QUADRATIC_SPAN = 0.1  # u range (share of KV capacity) below which a·u² is not fitted
 LAD_ITERATIONS = 100
-LATE_SHARE = 0.01  # a stream whose tokens all came within 1 % of its TTFT came in one burst
-SPLIT_STEPS = 11  # shares of the lone-prefill constant tried as per-request overhead
-
-
-@dataclass
-class Sample:
-    """What calibration reads of one ok request (times in ns on its run's clock)."""
-
-    dispatch: int
-    first: int
-    end: int
-    times: np.ndarray  # token event times
-    counts: np.ndarray  # tokens per event
-    prompt: int
-    cached: int
-    request_id: str = ""
-
-    @property
-    def first_delivered_late(self) -> bool:
-        """The first token arrived with all the others (a stream of several tokens read
-        in one burst): its time is the response's end, not when the engine made it."""
-        span = int(self.times[-1] - self.first)
-        return self.times.size > 1 and span < LATE_SHARE * (self.first - self.dispatch)
 
 
 @dataclass
@@ -97,22 +73,6 @@ class Calibration:
         p = Path(path)
         p.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
         return p
-
-
-def _samples(records: Sequence[RequestRecord]) -> list[Sample]:
-    out = []
-    for r in records:
-        if r.status != "ok" or r.dispatch_ns is None or not r.token_times_ns:
-            continue
-        if r.prompt_tokens is None:
-            continue
-        out.append(Sample(
-            r.dispatch_ns, r.token_times_ns[0], r.end_ns or r.token_times_ns[-1],
-            np.asarray(r.token_times_ns, dtype=np.int64),
-            np.asarray(r.token_counts or [1] * len(r.token_times_ns), dtype=np.int64),
-            int(r.prompt_tokens), int(r.cached_tokens or 0), r.request_id,
-        ))  # fmt: skip
-    return out
 
 
 def _errors(pred: np.ndarray, meas: np.ndarray) -> dict[str, float | int]:
@@ -294,154 +254,31 @@ def calibrate(
     if not run_dirs:
         raise ConfigError("calibrate needs at least one run directory")
     results = [load(d) for d in run_dirs]
-    samples = [s for r in results for s in _samples(r.records)]
-    if not samples:
+    found = [s for r in results for s in read_samples(r.records)]
+    if not found:
         raise ConfigError(f"no ok request with token times in {', '.join(map(str, run_dirs))}")
     knobs = dict(base or {})
     detected = {int(b) for r in results if (b := r.manifest.get("block_size")) is not None}
     if "block_size" not in knobs and len(detected) == 1:
         knobs["block_size"] = detected.pop()
     cfg = EngineConfig.from_knobs(**knobs)
-    prefill, prefill_report = fit_prefill(samples)
-    decode, floor, decode_report = fit_decode(samples, cfg.capacity_tokens)
+    prefill, prefill_report = fit_prefill(found)
+    decode, floor, decode_report = fit_decode(found, cfg.capacity_tokens)
     knobs.update(prefill_coeffs=list(prefill), decode_coeffs=list(decode), decode_floor_ms=floor,
                  decode_seq_ms=decode_report["seq_ms"])  # fmt: skip
     EngineConfig.from_knobs(**knobs)  # the result must be a valid engine
-    overhead_report = fit_overhead(results, knobs)
+    split_report = fit_split(results, knobs)
     fit: dict[str, Any] = {
         "runs": [str(r.run_dir) for r in results],
-        "requests": len(samples),
+        "requests": len(found),
         "prefill": prefill_report,
         "decode": decode_report,
-        "request_overhead": overhead_report,
+        "lone_constant": split_report,
     }
     cal = Calibration(knobs, fit)
     if self_check:
         fit["replay"] = [predict(r.run_dir or "", cal.engine) for r in results]
     return cal
-
-
-def _replay_config(measured: RunResult) -> RunConfig:
-    """The measured run's config, aimed at the embedded engine in virtual time."""
-    from workbench.config import RunConfig
-
-    conf = dict(measured.manifest.get("config") or {})
-    if not conf:
-        raise ConfigError(f"{measured.run_dir}: manifest.json has no config to replay")
-    conf.update(target={"url": "sim", "engine": {}}, out_dir=None, run_id=None)
-    conf.pop("executor", None)
-    return RunConfig.from_dict(conf)
-
-
-def _ttft_ms(records: Sequence[RequestRecord]) -> dict[str, float]:
-    return {
-        r.request_id: (r.first_token_ns - r.dispatch_ns) / NS_PER_MS
-        for r in records
-        if r.status == "ok" and r.first_token_ns is not None and r.dispatch_ns is not None
-    }
-
-
-def fit_overhead(results: Sequence[RunResult], knobs: dict[str, Any]) -> dict[str, Any]:
-    """Split the lone-prefill constant ``c`` into engine time and a per-request overhead.
-
-    A lone request's TTFT cannot tell the two apart: ``c`` is whatever its TTFT has
-    beyond ``a·T² + b·T``. Engine time is paid once per step (and delays every
-    request in it); the overhead once per request, beside the engine. Runs where
-    requests overlapped tell them apart: each share of ``c`` in ``SPLIT_STEPS`` steps
-    from 0 to 1 is tried as ``request_overhead_ms`` (the rest staying in ``c``),
-    those runs are replayed in virtual time, and the share whose TTFTs of the
-    overlapped requests are nearest the measured ones (median absolute relative
-    error) is kept; sets ``knobs`` accordingly. Requests whose first token came with
-    the rest are left out (their TTFT is the whole response's time)."""
-    from workbench.executors.virtual import simulate
-
-    a, b, c = knobs["prefill_coeffs"]
-    overlapping = []
-    for r in results:
-        ss = _samples(r.records)
-        measured = {x.request_id: (x.first - x.dispatch) / NS_PER_MS
-                    for i, x in enumerate(ss) if not x.first_delivered_late
-                    and any(j != i and y.dispatch < x.first and y.end > x.dispatch
-                            for j, y in enumerate(ss))}  # fmt: skip
-        if measured:  # the requests whose TTFT another request's steps may have delayed
-            overlapping.append((_replay_config(r), measured))
-    if not overlapping or c <= 0:
-        knobs["request_overhead_ms"] = 0.0
-        note = "no run with overlapping requests (or no constant) to split c by"
-        return {"share_of_c": 0.0, "request_overhead_ms": 0.0, "note": note}
-    tried = []
-    for share in np.linspace(0.0, 1.0, SPLIT_STEPS):
-        engine = {**knobs, "prefill_coeffs": [a, b, c * (1 - share)],
-                  "request_overhead_ms": c * share}  # fmt: skip
-        pct = []
-        for cfg, measured in overlapping:
-            sim = _ttft_ms(simulate(cfg, engine=dict(engine)).records)
-            pct += [abs(sim[k] - m) / m * 100 for k, m in measured.items() if k in sim and m > 0]
-        tried.append((float(np.median(pct)) if pct else float("inf"), float(share)))
-    err, share = min(tried, key=lambda t: t[0])  # the first (smallest share) of equal errors
-    knobs.update(prefill_coeffs=[a, b, c * (1 - share)], request_overhead_ms=c * share)
-    return {
-        "share_of_c": share,
-        "request_overhead_ms": c * share,
-        "prefill_c_ms": c * (1 - share),
-        "runs": len(overlapping),
-        "median_abs_pct_error": err,
-        "tried": [{"share": sh, "median_abs_pct_error": e} for e, sh in tried],
-    }
-
-
-def predict(run_dir: str | Path, engine: dict[str, Any]) -> dict[str, Any]:
-    """Replay a measured run's config in virtual time against ``engine`` and compare
-    p50 TTFT and p50 TPOT with what was measured: ``{measured, predicted, error_pct}``."""
-    from workbench.executors.virtual import simulate
-    from workbench.metrics import summarize
-    from workbench.storage.rundir import load
-
-    measured = load(run_dir)
-    sim = summarize(simulate(_replay_config(measured), engine=dict(engine)))
-    real = summarize(measured)
-    out: dict[str, Any] = {"run": str(run_dir)}
-    for metric in ("ttft_ms", "tpot_ms"):
-        m, p = real[metric]["p50"], sim[metric]["p50"]
-        err = None if not m or p is None else (p - m) / m * 100
-        out[metric] = {"measured_p50": m, "predicted_p50": p, "error_pct": err}
-    return out
-
-
-def predict_repeats(run_dirs: Sequence[str | Path], engine: dict[str, Any]) -> dict[str, Any]:
-    """``predict`` for repeated runs of one config: the measured p50s are over all
-    their ok records together (each run's own p50 beside them, and their spread as
-    a share of the pooled p50); the prediction is one virtual replay."""
-    import pandas as pd
-
-    from workbench.executors.virtual import simulate
-    from workbench.metrics.frame import to_frame
-    from workbench.storage.rundir import load
-
-    if not run_dirs:
-        raise ConfigError("predict_repeats needs at least one run directory")
-    measured = [load(d) for d in run_dirs]
-    configs = {json.dumps(_replay_config(m).to_dict() | {"seed": None}, sort_keys=True,
-                          default=str) for m in measured}  # fmt: skip
-    if len(configs) != 1:
-        raise ConfigError("predict_repeats: the runs differ in more than their seed")
-    frames = [to_frame(m) for m in measured]
-    frames = [f[(f["status"] == "ok") & ~f["warmup"]] for f in frames]
-    sim = to_frame(simulate(_replay_config(measured[0]), engine=dict(engine)))
-    sim = sim[(sim["status"] == "ok") & ~sim["warmup"]]
-    out: dict[str, Any] = {"runs": [str(d) for d in run_dirs]}
-    pooled = pd.concat(frames)
-    for metric in ("ttft_ms", "tpot_ms"):
-        per_run = [float(f[metric].median()) for f in frames]
-        m, p = float(pooled[metric].median()), float(sim[metric].median())
-        out[metric] = {
-            "measured_p50": m,
-            "measured_p50_per_run": per_run,
-            "spread_pct": (max(per_run) - min(per_run)) / m * 100 if m else None,
-            "predicted_p50": p,
-            "error_pct": (p - m) / m * 100 if m else None,
-        }
-    return out
 
 
 def read_engine_file(path: str | Path) -> dict[str, Any]:

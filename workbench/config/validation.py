@@ -86,6 +86,8 @@ RANGES: dict[str, Range] = {
     "target.engine.speedup": Range(0, 1e9, open_lo=True),
     "target.engine.decode_floor_ms": Range(0, 1e6),
     "target.engine.request_overhead_ms": Range(0, 1e6),
+    "target.engine.intake_ms": Range(0, 1e6),
+    "target.engine.idle_wake_ms": Range(0, 1e6),
     "target.engine.decode_seq_ms": Range(0, 1e6),
     "target.engine.seed": Range(0, 2**32 - 1),
     "target.engine.error_rate": Range(0, 1),

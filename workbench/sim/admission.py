@@ -1,13 +1,16 @@
-"""``Admission``: the fixed per-request overhead, waited before the engine sees a request.
+"""``Admission``: what a request spends in the server's front end before the engine sees it.
 
-A real server spends a fixed time on each request outside its engine's steps (the
-API process parses it, hands it to the engine core, and delivers the first token),
-while the engine steps other requests. ``EngineConfig.request_overhead_ms``
-models it (docs/calibration.md); both senders of the embedded engine, the virtual
-replay's (``executors.virtual``) and the HTTP server's (``sim.server``), wait it
-here, so ``simulate`` and ``sim serve`` charge it alike. Requests leave in the
-order they came (an event loop wakes equal deadlines in no set order), as a
-server's front end hands them on.
+A real server spends time on each request outside its engine's steps, while the
+engine steps other requests (docs/calibration.md). Two knobs model it:
+
+* ``intake_ms``: the request holds the front end (one API process), one request
+  after another: requests that come together reach the engine ``intake_ms`` apart;
+* ``request_overhead_ms``: then a fixed latency, waited by all at once.
+
+Both senders of the embedded engine, the virtual replay's (``executors.virtual``)
+and the HTTP server's (``sim.server``), wait here, so ``simulate`` and ``sim serve``
+charge it alike. Requests leave in the order they came (an event loop wakes equal
+deadlines in no set order), as a server's front end hands them on.
 """
 
 from __future__ import annotations
@@ -16,24 +19,33 @@ import asyncio
 
 from workbench.clock import Clock
 from workbench.sim.config import EngineConfig
-from workbench.sim.cost import request_overhead_ns
+from workbench.sim.cost import intake_ns, request_overhead_ns
 
 
 class Admission:
-    """FIFO delay of ``request_overhead_ns`` on ``clock``; no wait, no yield, at 0."""
+    """FIFO front end on ``clock``: serial intake, then a fixed delay; no wait, no
+    yield, when both are 0."""
 
     def __init__(self, config: EngineConfig, clock: Clock) -> None:
         self.wait_ns = request_overhead_ns(config)
+        self.intake_ns = intake_ns(config)
         self.clock = clock
+        self._free_ns = 0  # when the front end has taken in every request so far
         self._last: asyncio.Future[None] | None = None  # the latest request still waiting
 
     async def wait(self) -> None:
-        if self.wait_ns <= 0:
+        if self.wait_ns <= 0 and self.intake_ns <= 0:
             return
+        now = self.clock.now_ns()
+        if self.intake_ns > 0:
+            self._free_ns = max(now, self._free_ns) + self.intake_ns
+            due = self._free_ns + self.wait_ns
+        else:
+            due = now + self.wait_ns
         before, mine = self._last, asyncio.get_running_loop().create_future()
         self._last = mine
         try:
-            await self.clock.sleep_until(self.clock.now_ns() + self.wait_ns)
+            await self.clock.sleep_until(due)
             if before is not None:  # came earlier, so due no later: only the order is kept
                 await asyncio.shield(before)
         finally:

@@ -34,6 +34,10 @@ class EngineConfig:
     latency every request pays before the engine sees it (a real server's API
     process, the first token's delivery), outside the engine's steps
     (``sim.cost.request_overhead_ns``, docs/calibration.md); 0 by default.
+    ``intake_ms`` is the time each request holds the server's front end, one
+    request after another, before that overhead; ``idle_wake_ms`` the extra time
+    of a step that starts while the engine was idle (its core and workers wake
+    from their idle wait). Both 0 by default (docs/calibration.md).
     """
 
     model: str = "workbench-sim"
@@ -51,6 +55,8 @@ class EngineConfig:
     decode_floor_ms: float = 1.0
     decode_seq_ms: float = 0.0
     request_overhead_ms: float = 0.0
+    intake_ms: float = 0.0
+    idle_wake_ms: float = 0.0
     seed: int = 0
     faults: Faults = field(default_factory=Faults)
 
@@ -63,8 +69,9 @@ class EngineConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.decode_seq_ms >= 0:
             raise ValueError(f"decode_seq_ms must be >= 0, got {self.decode_seq_ms}")
-        if not self.request_overhead_ms >= 0:
-            raise ValueError(f"request_overhead_ms must be >= 0, got {self.request_overhead_ms}")
+        for name in ("request_overhead_ms", "intake_ms", "idle_wake_ms"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.speedup <= 0:
             raise ValueError(f"speedup must be > 0, got {self.speedup}")
         object.__setattr__(self, "prefill_coeffs", tuple(float(x) for x in self.prefill_coeffs))

@@ -12,7 +12,12 @@ Beside the steps, ``request_overhead_ms`` is a fixed latency per request that is
 not engine time: a real server's API process handles a request (and delivers its
 first token) while the engine steps other requests. The senders (the virtual
 replay's and the HTTP server's) wait it before the engine sees the request
-(``sim.admission``), so it adds to that request's TTFT and delays no one else
+(``sim.admission``), so it adds to that request's TTFT and delays no one else.
+Before it, ``intake_ms`` is the time a request holds the server's front end, one
+request after another (a single API process): requests that come together reach
+the engine spread out. ``idle_wake_ms`` is added to a step that starts while the
+engine was idle: a real engine's core and workers block when they have no work and
+take time to wake, which a request joining a running batch does not pay
 (docs/calibration.md).
 """
 
@@ -48,9 +53,24 @@ def step_ns(config: EngineConfig, prefill_tokens: int, decode_seqs: int, kv_toke
     return round(ms * 1e6 / config.speedup)
 
 
+def _ns(config: EngineConfig, ms: float) -> int:
+    """``ms`` as integer nanoseconds / speed-up; 0 for a zero-cost engine."""
+    if config.zero_cost or ms <= 0:
+        return 0
+    return round(ms * 1e6 / config.speedup)
+
+
 def request_overhead_ns(config: EngineConfig) -> int:
     """Integer nanoseconds a request waits before the engine sees it (/ speed-up)."""
-    if config.zero_cost or config.request_overhead_ms <= 0:
-        return 0
-    return round(config.request_overhead_ms * 1e6 / config.speedup)
+    return _ns(config, config.request_overhead_ms)
+
+
+def intake_ns(config: EngineConfig) -> int:
+    """Integer nanoseconds a request holds the front end, one after another."""
+    return _ns(config, config.intake_ms)
+
+
+def idle_wake_ns(config: EngineConfig) -> int:
+    """Integer nanoseconds added to a step that starts while the engine was idle."""
+    return _ns(config, config.idle_wake_ms)
 

@@ -164,6 +164,8 @@ class Engine:
         self._step: StepHandle | None = None
         self._kicked = False
         self._end_step_cb = self._end_step  # one bound method, not one per step
+        self._idle = True  # no step planned since the engine last ran out of work
+        self._wake_ns = cost.idle_wake_ns(config)
 
     async def start(self) -> None:
         if self._task is not None or self._loop is not None:
@@ -282,17 +284,22 @@ class Engine:
 
     def _next_plan(self) -> tuple[sched.StepPlan, int] | None:
         """The next step's plan and its duration in ns; None when there is no work or
-        nothing fits yet (the engine then waits for a submit)."""
+        nothing fits yet (the engine then waits for a submit). The first step after
+        the engine was idle takes ``idle_wake_ms`` longer (``sim.cost``)."""
         sched_ = self._sched
         while sched_.has_work():
             plan = sched_.schedule()
             if plan.scheduled:
                 cfg = self.config
-                return plan, cost.step_ns(cfg, plan.prefill_tokens, plan.decode_seqs,
-                                          plan.kv_tokens)  # fmt: skip
+                dur = cost.step_ns(cfg, plan.prefill_tokens, plan.decode_seqs, plan.kv_tokens)
+                if self._idle:
+                    self._idle = False
+                    dur += self._wake_ns
+                return plan, dur
             if not plan.preempted:
-                return None
+                break
             # a lone request preempted itself: schedule again to re-admit it
+        self._idle = True
         return None
 
     def _plan_step(self, t0: int) -> None:

@@ -1,0 +1,106 @@
+"""Where a lone request's constant goes: engine step, idle wake, intake or overhead.
+
+A request whose prefill ran alone has TTFT ``a·T² + b·T + c``; its TTFT alone
+cannot tell what ``c`` is. Four things a real server spends on it look the same
+there and differ as soon as requests overlap (``sim.cost``, docs/calibration.md):
+
+- the prefill step's own constant (``prefill_coeffs[2]``): paid once per step, by
+  every request in the step;
+- ``idle_wake_ms``: paid only by a step that starts while the engine was idle,
+  so a request joining a running batch does not pay it;
+- ``intake_ms``: the request's time in the front end, one request after another,
+  so requests that come together reach the engine spread out;
+- ``request_overhead_ms``: a fixed latency per request beside the engine.
+
+``fit_split`` looks for the split of ``c`` into those four, in tenths of ``c``,
+whose virtual replay of the runs where requests overlapped gives the overlapped
+requests' TTFTs nearest the measured ones (median absolute relative error). It
+tries all 286 splits: the error is not smooth in the split (a request joins one
+step or the next), so a coarse grid refined around its best missed the true split
+of records made with a known one. A replay of a small calibration run takes a few
+ms once its workload is loaded (it is loaded once per run). Ties go to the split
+with the fewest parts, then the smallest overhead, idle wake and intake.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from workbench.calibration.replay import replay_config
+from workbench.calibration.samples import NS_PER_MS, overlapped_ttft_ms, read_samples
+from workbench.records import RequestRecord, RunResult
+
+SPLIT_STEPS = 10  # c is split in tenths
+PARTS = ("request_overhead_ms", "idle_wake_ms", "intake_ms")  # the rest stays in the step
+
+
+def _ttft_ms(records: Sequence[RequestRecord]) -> dict[str, float]:
+    return {
+        r.request_id: (r.first_token_ns - r.dispatch_ns) / NS_PER_MS
+        for r in records
+        if r.status == "ok" and r.first_token_ns is not None and r.dispatch_ns is not None
+    }
+
+
+def splits(steps: int = SPLIT_STEPS) -> list[tuple[int, ...]]:
+    """Every (overhead, wake, intake) in tenths (of ``steps``) whose sum is <= ``steps``."""
+    return [p for p in itertools.product(range(steps + 1), repeat=len(PARTS)) if sum(p) <= steps]
+
+
+def search(error: Callable[[tuple[int, ...]], float]) -> list[tuple[float, int, tuple[int, ...]]]:
+    """``(error, parts used, split)`` of every split, best first (ties: fewer parts,
+    then the smaller overhead, idle wake, intake)."""
+    return sorted((error(p), sum(x > 0 for x in p), p) for p in splits())
+
+
+def fit_split(results: Sequence[RunResult], knobs: dict[str, Any]) -> dict[str, Any]:
+    """Choose the split of the lone-prefill constant (above) and set ``knobs`` to it;
+    the report has every split tried and its error."""
+    from workbench.executors.virtual import simulate
+    from workbench.replay.prepare import load_workload
+
+    a, b, c = knobs["prefill_coeffs"]
+    overlapping = []
+    for r in results:
+        measured = overlapped_ttft_ms(read_samples(r.records))
+        if measured:
+            cfg = replay_config(r)
+            overlapping.append((cfg, load_workload(cfg), measured))  # loaded once
+    if not overlapping or c <= 0:
+        knobs.update({k: 0.0 for k in PARTS})
+        note = "no run with overlapping requests (or no constant) to split c by"
+        return {"c_ms": c, "split": dict.fromkeys(PARTS, 0.0), "note": note}
+
+    def error(parts: tuple[int, ...]) -> float:
+        shares = [p / SPLIT_STEPS for p in parts]
+        engine = {**knobs, "prefill_coeffs": [a, b, c * (1 - sum(shares))],
+                  **{k: c * sh for k, sh in zip(PARTS, shares, strict=True)}}  # fmt: skip
+        pct = []
+        for cfg, workload, measured in overlapping:
+            sim = _ttft_ms(simulate(cfg, engine=dict(engine), workload=workload).records)
+            pct += [abs(sim[k] - m) / m * 100 for k, m in measured.items() if k in sim and m > 0]
+        return float(np.median(pct)) if pct else float("inf")
+
+    tried = search(error)
+    err, _, best = tried[0]
+    shares = [p / SPLIT_STEPS for p in best]
+    split = {k: c * sh for k, sh in zip(PARTS, shares, strict=True)}
+    knobs.update(prefill_coeffs=[a, b, c * (1 - sum(shares))], **split)
+    return {
+        "c_ms": c,
+        "split": split,
+        "shares_of_c": dict(zip(PARTS, shares, strict=True)),
+        "prefill_c_ms": c * (1 - sum(shares)),
+        "runs": len(overlapping),
+        "median_abs_pct_error": err,
+        "tried": [_tried_row(e, parts) for e, _, parts in tried],
+    }
+
+
+def _tried_row(err: float, parts: Sequence[int]) -> dict[str, float]:
+    shares = {k.removesuffix("_ms"): p / SPLIT_STEPS for k, p in zip(PARTS, parts, strict=True)}
+    return {**shares, "median_abs_pct_error": err}
