@@ -125,9 +125,4 @@ async def test_calibrated_engine_predicts_a_held_out_trace(
                 f"{[round(x, 2) for x in c['measured_p50_per_run']]})")  # fmt: skip
 
     assert abs(check["tpot_ms"]["error_pct"]) <= TOLERANCE_PCT, verdict("tpot_ms")
-    # TTFT: within the bound on a loaded machine (−4.6..+4.0 % in six runs at load 3.7–8.1),
-    # but +18.6 % on a quiet one (CI, 2026-12-01: 25.0 ms predicted, 21.1 measured): the
-    # model overcharges requests that join a running batch (bench/README.md, "calibration
-    # against the real vLLM"). Issue 17 stays open on it; the miss is reported, not hidden.
-    if abs(check["ttft_ms"]["error_pct"]) > TOLERANCE_PCT:
-        pytest.xfail(verdict("ttft_ms") + " (issue 17 open)")
+    assert abs(check["ttft_ms"]["error_pct"]) <= TOLERANCE_PCT, verdict("ttft_ms")

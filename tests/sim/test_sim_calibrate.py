@@ -68,7 +68,9 @@ def test_cli_writes_an_engine_config_simulate_and_serve_take(run_dir, tmp_path):
     assert "engine config:" in done.stdout
     written = json.loads(out.read_text())
     assert written["engine"]["num_blocks"] == 512
-    assert set(written["fit"]) >= {"prefill", "decode", "requests"}
+    assert set(written["fit"]) >= {"prefill", "decode", "requests", "lone_constant"}
+    assert set(written["engine"]) >= {"idle_wake_ms", "intake_ms", "request_overhead_ms"}
+    assert "\"lone_constant\"" in done.stdout  # the chosen split is printed
     knobs = read_engine_file(out)
     assert knobs["prefill_coeffs"] == pytest.approx(TRUE["prefill_coeffs"], rel=1e-3)
     trace = str(tmp_path / "t.csv")

@@ -170,6 +170,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
                                                      "median_abs_pct_error")},
         "decode": {k: fit["decode"][k] for k in ("coeffs", "floor_ms", "samples",
                                                    "median_abs_pct_error")},
+        "lone_constant": {k: fit["lone_constant"][k] for k in ("c_ms", "split",
+                          "median_abs_pct_error") if k in fit["lone_constant"]},
         "replay": fit.get("replay"),
     }  # fmt: skip
     print(json.dumps(brief, indent=2))
