@@ -1,9 +1,14 @@
-"""``intake_ms`` (the front end takes requests in one after another) and ``idle_wake_ms``
-(the first step after the engine was idle takes longer): exact arithmetic in virtual
-time, the same behind HTTP, 0 changes nothing, and calibration recovers each from
-records it made itself (docs/calibration.md, "the lone constant")."""
+"""What a request spends beside the engine's steps: ``request_overhead_ms`` (a fixed
+latency before the engine sees it), ``intake_ms`` (the front end takes requests in one
+after another) and ``idle_wake_ms`` (the first step after the engine was idle takes
+longer). Exact arithmetic in virtual time, the same behind HTTP (``sim serve``), 0
+changes nothing, and calibration recovers each from records it made itself
+(docs/calibration.md, "the lone constant")."""
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 
 import aiohttp
@@ -126,11 +131,14 @@ def test_a_negative_value_is_refused(name, tmp_path):
         RunConfig.from_dict({"trace": trace, "target": {"url": "sim", "engine": {name: -2}}})
 
 
-async def test_sim_serve_takes_requests_in_one_after_another():
-    body = {"model": "workbench-sim", "prompt": [5] * 40, "max_tokens": 1, "ignore_eos": True}
+async def _served(n: int, **knobs) -> tuple[int, list[dict]]:
+    """Send ``n`` requests at once to ``sim serve`` with these knobs (steps cost
+    nothing): when they were sent (on the server's clock, the same counter) and the
+    server's per-request truth."""
+    body = {"model": "workbench-sim", "prompt": [5] * 40, "max_tokens": 2, "ignore_eos": True}
     zero = {"prefill_coeffs": [0, 0, 0], "decode_coeffs": [0, 0, 0], "decode_floor_ms": 0.0}
     async with (
-        serve_sim(intake_ms=150.0, **zero) as sim,
+        serve_sim(**zero, **knobs) as sim,
         aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s,
     ):
         async def one() -> None:
@@ -138,24 +146,21 @@ async def test_sim_serve_takes_requests_in_one_after_another():
                 assert resp.status == 200
                 await resp.read()
 
-        sent = time.perf_counter_ns()  # the server's WallClock reads the same counter
-        await asyncio.gather(one(), one())
-        first, second = sorted(e["arrival_ns"] for e in sim.debug_requests())
+        sent = time.perf_counter_ns()
+        await asyncio.gather(*(one() for _ in range(n)))
+        return sent, sim.debug_requests()
+
+
+async def test_sim_serve_takes_requests_in_one_after_another():
+    sent, entries = await _served(2, intake_ms=150.0)
+    first, second = sorted(e["arrival_ns"] for e in entries)
     # a sleep never ends early: these lower bounds are not timing races
     assert first - sent >= 150_000_000
     assert second - sent >= 300_000_000
 
 
 async def test_sim_serve_pays_the_wake_on_an_idle_engine():
-    body = {"model": "workbench-sim", "prompt": [5] * 40, "max_tokens": 2, "ignore_eos": True}
-    zero = {"prefill_coeffs": [0, 0, 0], "decode_coeffs": [0, 0, 0], "decode_floor_ms": 0.0}
-    async with (
-        serve_sim(idle_wake_ms=120.0, **zero) as sim,
-        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s,
-    ):
-        async with s.post(sim.base_url + "/v1/completions", json=body) as resp:
-            assert resp.status == 200
-        (entry,) = sim.debug_requests()
+    _, (entry,) = await _served(1, idle_wake_ms=120.0)
     assert entry["first_token_ns"] - entry["arrival_ns"] >= 120_000_000
 
 
@@ -203,3 +208,91 @@ def test_the_fit_recovers_a_known_split(truth, step_c, tmp_path):
     assert cal.fit["lone_constant"]["median_abs_pct_error"] < 1e-3
     (check,) = cal.fit["replay"]
     assert abs(check["ttft_ms"]["error_pct"]) < 0.1
+
+
+def test_a_zero_overhead_changes_nothing(tmp_path):
+    trace = _trace(tmp_path / "t.csv", [(f"r{i}", i * 5.0, 100 + 40 * i, 4) for i in range(8)])
+    plain = simulate({"trace": trace}, engine=ENGINE)
+    zero = simulate({"trace": trace}, engine={**ENGINE, "request_overhead_ms": 0.0})
+    assert [r.token_times_ns for r in plain.records] == [r.token_times_ns for r in zero.records]
+    assert EngineConfig().request_overhead_ms == 0.0
+
+
+def test_a_lone_request_pays_it_once_on_top_of_its_prefill(tmp_path):
+    rows = [(f"s{i}", i * 1000.0, 64 * (i + 1), 3) for i in range(4)]  # one at a time
+    trace = _trace(tmp_path / "t.csv", rows)
+    base = _ttft(simulate({"trace": trace}, engine=ENGINE).records)
+    late = simulate({"trace": trace}, engine={**ENGINE, "request_overhead_ms": 7.0}).records
+    for rid, ttft in _ttft(late).items():
+        assert ttft == pytest.approx(base[rid] + 7.0, abs=1e-6)
+    for r in late:  # the decode steps after it are not slowed
+        gaps = [b - a for a, b in zip(r.token_times_ns, r.token_times_ns[1:], strict=False)]
+        assert gaps == [1_500_000] * len(gaps)
+
+
+def test_it_delays_no_one_else_and_keeps_the_arrival_order(tmp_path):
+    rows = [(f"b{i}", 0.0, 200, 2) for i in range(6)]  # equal arrivals: file order decides
+    trace = _trace(tmp_path / "t.csv", rows)
+    cfg = {"trace": trace, "arrival": {"mode": "trace-timed"}}
+    base = simulate(cfg, engine={**ENGINE, "max_num_batched_tokens": 256}).records
+    late = simulate(cfg, engine={**ENGINE, "max_num_batched_tokens": 256,
+                                 "request_overhead_ms": 3.0}).records  # fmt: skip
+    order = [r.request_id for r in sorted(base, key=lambda r: r.first_token_ns)]
+    assert [r.request_id for r in sorted(late, key=lambda r: r.first_token_ns)] == order
+    shifted = {r.request_id: r.first_token_ns - 3_000_000 for r in late}
+    assert shifted == {r.request_id: r.first_token_ns for r in base}
+
+
+def test_the_virtual_replay_with_an_overhead_stays_deterministic(tmp_path):
+    trace = _trace(tmp_path / "t.csv", [(f"r{i}", i * 2.0, 150, 5) for i in range(10)])
+    cfg = {"trace": trace, "arrival": {"mode": "trace-timed"}}
+    eng = {**ENGINE, "request_overhead_ms": 4.5}
+    one, two = (canonical_report(simulate(cfg, engine=eng)) for _ in range(2))
+    assert one == two
+
+
+def test_a_negative_overhead_is_refused():
+    with pytest.raises(ValueError, match="request_overhead_ms must be >= 0"):
+        EngineConfig(request_overhead_ms=-1.0)
+
+
+async def test_sim_serve_waits_it_before_the_engine_sees_the_request():
+    sent, (entry,) = await _served(1, request_overhead_ms=150.0)
+    # the engine saw the request (its arrival) only after the overhead; a sleep never
+    # ends early, so this lower bound is not a timing race
+    assert entry["arrival_ns"] - sent >= 150_000_000
+
+
+def test_the_fit_splits_a_known_overhead_from_the_step_constant(tmp_path):
+    rows = [(f"s{i}", i * 2000.0, 64 + 250 * i, 6 + i) for i in range(12)]
+    rows += [(f"b{i}", 30000.0, 200 + 90 * i, 10 + 8 * i) for i in range(10)]
+    trace = _trace(tmp_path / "t.csv", rows)
+    truth = {"prefill_coeffs": [2e-6, 0.02, 2.0], "decode_coeffs": [3.0, 20.0, 4.0],
+             "decode_floor_ms": 0.5, "block_size": 16, "num_blocks": 512,
+             "request_overhead_ms": 3.0}  # fmt: skip
+    run = simulate({"trace": trace, "out_dir": str(tmp_path / "runs"), "run_id": "t"},
+                   engine=truth)  # fmt: skip
+    cal = calibrate([run.run_dir], base={"block_size": 16, "num_blocks": 512}, self_check=True)
+    assert cal.engine["request_overhead_ms"] == pytest.approx(3.0, rel=1e-3)
+    assert cal.engine["prefill_coeffs"] == pytest.approx(truth["prefill_coeffs"], rel=1e-3)
+    assert cal.fit["lone_constant"]["median_abs_pct_error"] < 1e-3
+    assert cal.engine["idle_wake_ms"] == cal.engine["intake_ms"] == 0.0
+    (check,) = cal.fit["replay"]
+    assert abs(check["ttft_ms"]["error_pct"]) < 0.1
+
+
+def test_simulate_cli_takes_it_from_an_engine_config_file(tmp_path):
+    trace = _trace(tmp_path / "t.csv", [("a", 0.0, 64, 3)])
+    ttfts = []
+    for overhead in (0.0, 25.0):
+        conf = tmp_path / f"engine-{overhead}.json"
+        conf.write_text(json.dumps({"engine": {**ENGINE, "request_overhead_ms": overhead}}))
+        out = tmp_path / f"out-{overhead}"
+        done = subprocess.run(
+            [sys.executable, "-m", "workbench", "simulate", "--trace", trace, "--engine-config",
+             str(conf), "--out", str(out), "--run-id", "r"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        ttfts.append(json.loads((out / "r" / "summary.json").read_text())["ttft_ms"]["p50"])
+    assert ttfts[1] == pytest.approx(ttfts[0] + 25.0, abs=1e-6)

@@ -5,7 +5,7 @@ may mix prefill chunks and decode tokens; its duration is the **sum** of a
 prefill part (driven by T, the new uncached prompt tokens computed in the step)
 and a decode part (driven by u, the share of the KV capacity the batch
 attends to), as Dynamo's mocker does. Summing keeps the two effects separable:
-a lone request's TTFT is exactly its prefill time, and a prefill chunk slows
+a lone request's TTFT is its prefill time (plus the knobs below), and a prefill chunk slows
 every decode in the same step, as chunked prefill does on a real GPU.
 
 Beside the steps, ``request_overhead_ms`` is a fixed latency per request that is
