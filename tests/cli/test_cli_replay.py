@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from interrupt import default_sigint
+
 from workbench.data import path as data_path
 
 LARGE = str(data_path("tracelab/multi_session_large.csv"))
@@ -27,7 +29,7 @@ def _replay(out: Path, *args: str) -> subprocess.Popen:
     config = out / "fast-sim.yaml"
     config.write_text(FAST_SIM)
     return _cli("replay", "--trace", LARGE, "--config", str(config), "--target", "sim",
-                "--no-progress", "-o", str(out), *args)
+                "--no-progress", "-o", str(out), *args, preexec_fn=default_sigint)
 
 
 def test_replay_cli_writes_a_run_directory(tmp_path):

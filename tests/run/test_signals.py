@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from interrupt import default_sigint
 
 from workbench.data import path as data_path
 from workbench.errors import ExitCode
@@ -32,7 +33,7 @@ def _replay(out: Path, run_id: str) -> subprocess.Popen:
         [sys.executable, "-m", "workbench", "replay", "--trace", LARGE, "--target", "sim",
          "--arrival", "saturated", "--max-concurrency", "8", "--tool-wait-scale", "0",
          "--no-progress", "-o", str(out), "--run-id", run_id],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint,
     )
 
 
