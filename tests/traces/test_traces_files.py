@@ -95,6 +95,32 @@ def test_a_file_past_the_size_bound_is_refused_before_parsing(tmp_path, monkeypa
     assert len(load_trace(path).units) == 101
 
 
+@pytest.mark.parametrize("fmt", ["independent", "mooncake"])
+def test_a_file_past_the_line_bound_is_refused_before_its_rows_are_read(fmt, tmp_path,
+                                                                        monkeypatch):  # fmt: skip
+    if fmt == "independent":
+        text = VALID + "".join(f"b{i},0,5,1\n" for i in range(20))
+    else:
+        text = "".join(f'{{"timestamp": {i}, "input_length": 5, "output_length": 1, '
+                       f'"hash_ids": [{i}]}}\n' for i in range(21))  # fmt: skip
+    path = tmp_path / f"long.{'csv' if fmt == 'independent' else 'jsonl'}"
+    path.write_text(text)
+    lines = text.count("\n")
+    monkeypatch.setattr(bounds, "MAX_TRACE_LINES", lines - 1)
+    with pytest.raises(TraceFormatError) as err:
+        load_trace(path, fmt=fmt)
+    assert str(err.value) == (
+        f"{path}:{lines}: file has {lines:,} lines, past the bound of {lines - 1:,} lines "
+        "per trace (docs/trace-bounds.md): split it and replay the parts"
+    )
+    monkeypatch.setattr(bounds, "MAX_TRACE_LINES", lines)
+    assert len(load_trace(path, fmt=fmt).units) >= 20
+
+
+def test_the_line_bound_is_a_header_and_ten_million_rows():
+    assert bounds.MAX_TRACE_LINES == 10_000_001  # tracegen writes at most 10M rounds
+
+
 def test_a_special_file_reporting_size_zero_is_read_only_up_to_the_bound(monkeypatch):
     """/proc files say size 0 and may be endless: the read stops at the bound."""
     monkeypatch.setattr(bounds, "MAX_TRACE_BYTES", 64)

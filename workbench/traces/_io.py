@@ -84,7 +84,8 @@ def _too_big(size: int) -> str:
 
 
 def read_text(path: Path) -> str:
-    """The whole file as text: regular, bounded, no NUL, UTF-8, not blank; a BOM dropped."""
+    """The whole file as text: regular, bounded in bytes and lines, no NUL, UTF-8, not
+    blank; a BOM dropped."""
     data = open_trace(path)
     if b"\x00" in data:
         line = data[: data.index(b"\x00")].count(b"\n") + 1
@@ -97,6 +98,11 @@ def read_text(path: Path) -> str:
     text = text.removeprefix(BOM)  # spreadsheet exports start with one; it is never content
     if not text.strip():
         raise TraceFormatError(path, 0, "file is empty")
+    lines = text.count("\n") + (not text.endswith("\n"))
+    if lines > bounds.MAX_TRACE_LINES:
+        raise TraceFormatError(path, bounds.MAX_TRACE_LINES + 1, (
+            f"file has {lines:,} lines, past the bound of {bounds.MAX_TRACE_LINES:,} lines "
+            f"per trace ({bounds.DOC}): split it and replay the parts"))  # fmt: skip
     return text
 
 
@@ -117,10 +123,16 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def read_csv(
     path: Path, required: tuple[str, ...], optional: tuple[str, ...] = ()
-) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
-    """Header and ``(line_number, row)`` pairs; checks required columns and row widths."""
+) -> tuple[list[str], Iterator[tuple[int, dict[str, str]]]]:
+    """Header (its columns checked now) and an iterator of ``(line_number, row)`` pairs
+    that checks each row's width as it comes, then that there was a row at all.
+
+    Rows are made one at a time, not listed first: a reader builds its rounds from
+    them as it goes, so a large file never holds a dict per row on top of its rounds
+    (bench/README.md, "trace loading": peak memory per row). Errors keep file order."""
     text = read_text(path)
     reader = csv.reader(io.StringIO(text))
+    del text  # the StringIO holds its own copy
     try:
         header = [h.strip() for h in next(reader)]
     except (StopIteration, csv.Error) as exc:
@@ -130,22 +142,27 @@ def read_csv(
         raise TraceFormatError(path, 1, f"missing column(s): {', '.join(missing)}")
     if len(set(header)) != len(header):
         raise TraceFormatError(path, 1, "duplicate column names in header")
-    rows: list[tuple[int, dict[str, str]]] = []
+    return header, _csv_rows(path, reader, header)
+
+
+def _csv_rows(
+    path: Path, reader: Any, header: list[str]
+) -> Iterator[tuple[int, dict[str, str]]]:
+    width, any_row = len(header), False
     try:
         for fields in reader:
             lineno = reader.line_num
             if not fields or all(not f.strip() for f in fields):
                 continue
-            if len(fields) != len(header):
-                raise TraceFormatError(
-                    path, lineno, f"expected {len(header)} fields, found {len(fields)}"
-                )
-            rows.append((lineno, dict(zip(header, fields, strict=True))))
+            if len(fields) != width:
+                rule = f"expected {width} fields, found {len(fields)}"
+                raise TraceFormatError(path, lineno, rule)
+            any_row = True
+            yield lineno, dict(zip(header, fields, strict=True))
     except csv.Error as exc:
         raise TraceFormatError(path, reader.line_num, f"malformed CSV ({exc})") from None
-    if not rows:
+    if not any_row:
         raise TraceFormatError(path, 2, "no data rows")
-    return header, rows
 
 
 def _number_text(path: Path, line: int, name: str, value: Any, kind: str) -> Any:
