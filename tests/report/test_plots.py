@@ -403,6 +403,22 @@ def test_config_table_says_what_was_run() -> None:
     assert v["4 backend"] == "openai" and v["target"] == "sim"
     assert v["trace sha256"] == "abc" and v["target engine num_blocks"] == "80"
     assert v["target engine runs in"] == "its own process"
+    assert "target engine idle_wake_ms" not in v  # 0 unless a calibration set it
+
+
+def test_config_table_shows_the_cost_model_and_the_calibrated_knobs() -> None:
+    engine = {"block_size": 32, "prefill_coeffs": [2.3485e-06, 0.0122522, 0.0],
+              "decode_coeffs": [0.0, 85.5736646, 2.695275], "decode_floor_ms": 2.77469332,
+              "decode_seq_ms": 0.033, "request_overhead_ms": 0.0, "intake_ms": 1.92300001,
+              "idle_wake_ms": 4.4870001}  # fmt: skip
+    manifest = {**make_run().manifest, "target": {"kind": "sim", "engine": engine}}
+    v = tables.config_table(manifest)["value"]
+    assert v["target engine prefill_coeffs"] == "[2.349e-06, 0.01225, 0]"
+    assert v["target engine decode_floor_ms"] == "2.775"
+    assert (v["target engine intake_ms"], v["target engine idle_wake_ms"]) == ("1.923", "4.487")
+    assert v["target engine decode_seq_ms"] == "0.033"
+    assert "target engine request_overhead_ms" not in v  # 0: not set
+    assert v["target engine block_size"] == "32"
 
 
 def test_client_caption_names_its_evidence() -> None:

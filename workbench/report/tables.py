@@ -450,7 +450,10 @@ def frame_from_payload(payload: Mapping[str, Any]) -> pd.DataFrame:
 
 # -- what was run, what went wrong (the replay report's first and last word) ----------------
 ENGINE_SHOWN = ("block_size", "num_blocks", "max_num_batched_tokens", "max_num_seqs",
-                "max_model_len", "enable_prefix_caching", "speedup", "mode")
+                "max_model_len", "enable_prefix_caching", "speedup", "mode",
+                "prefill_coeffs", "decode_coeffs", "decode_floor_ms")
+# 0 unless an engine config (a calibration) sets them: shown only then (docs/calibration.md)
+ENGINE_SHOWN_IF_SET = ("decode_seq_ms", "request_overhead_ms", "intake_ms", "idle_wake_ms")
 
 
 def config_table(manifest: Mapping[str, Any]) -> pd.DataFrame:
@@ -484,7 +487,9 @@ def config_table(manifest: Mapping[str, Any]) -> pd.DataFrame:
         where = ("its own process" if proc.get("own_process")
                  else "the client's event loop" if proc else "?")
         rows.append(("target engine runs in", where))
-        rows += [(f"target engine {k}", engine[k]) for k in ENGINE_SHOWN if k in engine]
+        rows += [(f"target engine {k}", _knob(engine[k])) for k in ENGINE_SHOWN if k in engine]
+        rows += [(f"target engine {k}", _knob(engine[k])) for k in ENGINE_SHOWN_IF_SET
+                 if engine.get(k)]  # fmt: skip
     rows.append(("seed", cfg.get("seed")))
     df = pd.DataFrame({"value": pd.Series([_text(v) for _, v in rows], dtype=object)})
     df.index = pd.Index([k for k, _ in rows], name="setting")
@@ -493,6 +498,15 @@ def config_table(manifest: Mapping[str, Any]) -> pd.DataFrame:
 
 def _text(v: Any) -> str:
     return "–" if v is None else str(v)
+
+
+def _knob(v: Any) -> Any:
+    """A float knob or coefficient list in 4 significant digits (a fit's 17 are noise)."""
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, list | tuple) and v and all(isinstance(x, float) for x in v):
+        return "[" + ", ".join(f"{x:.4g}" for x in v) + "]"
+    return v
 
 
 SAMPLE_CHARS = 160
