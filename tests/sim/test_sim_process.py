@@ -44,6 +44,7 @@ async def test_a_sim_run_gets_an_engine_process_of_its_own_and_ends_it() -> None
     proc = target["engine_process"]
     assert proc["own_process"] is True and proc["pid"] != os.getpid()
     assert target["engine"]["speedup"] == 50.0  # the child's resolved config
+    assert len(target["engine"]["prefill_coeffs"]) == 3  # the cost model too (a list)
     assert target["base_url"].startswith("http://127.0.0.1:")
     assert gone(proc["pid"])
 

@@ -144,6 +144,8 @@ def _jsonable_config(config: Any) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for k, v in dataclasses.asdict(config).items():
+        if isinstance(v, tuple):  # the cost model's coefficients
+            v = list(v)
         if isinstance(v, str | int | float | bool | type(None) | list | dict):
             out[k] = v
     return out
