@@ -121,7 +121,10 @@ def test_replay_report_says_what_was_run_and_what_failed(replay_report: Path) ->
     assert config["3 arrival"] == "trace-timed" and config["4 backend"] == "openai"
     assert config["trace sha256"] == file_sha256(manifest["trace"]["path"])
     assert config["target engine runs in"] == "its own process"
-    assert config["target engine speedup"] == "50.0"
+    assert config["target engine speedup"] == "50"  # 4 significant digits
+    coeffs = manifest["target"]["engine"]["prefill_coeffs"]
+    assert config["target engine prefill_coeffs"] == "[" + ", ".join(
+        f"{x:.4g}" for x in coeffs) + "]"  # the cost model the engine ran
     page = text_of(replay_report.read_text())
     assert "What was run" in headings(replay_report.read_text())
     assert "Errors: none (all 5 requests ended ok)" in page
