@@ -353,3 +353,28 @@ def test_cancelling_one_wait_leaves_the_other_waits_and_the_request():
 
     cancelled, finished, tokens, again = _run(CFG, body)
     assert cancelled and finished and tokens == 8 and again.finished
+
+
+@pytest.mark.parametrize(
+    ("knobs", "message"),
+    [({"num_blocks": "abc"}, "num_blocks must be an integer, got 'abc'"),
+     ({"block_size": True}, "block_size must be an integer, got True"),
+     ({"speedup": float("nan")}, "speedup must be a finite number, got nan"),
+     ({"decode_floor_ms": float("inf")}, "decode_floor_ms must be a finite number, got inf"),
+     ({"idle_wake_ms": "5"}, "idle_wake_ms must be a finite number, got '5'"),
+     ({"zero_cost": 1}, "zero_cost must be true or false, got 1"),
+     ({"prefill_coeffs": [1.0, 2.0]}, r"prefill_coeffs must be three finite numbers \[a, b, c\]"),
+     ({"decode_coeffs": [0, "x", 1]}, "decode_coeffs must be three finite numbers"),
+     ({"decode_coeffs": [0, float("nan"), 1]}, "decode_coeffs must be three finite numbers")],
+)  # fmt: skip
+def test_a_knob_of_the_wrong_type_is_refused_by_name(knobs, message):
+    """An engine config file or ``serve_sim(**knobs)`` skips the RunConfig checks: the
+    engine's own config names the knob (it used to fail mid-run, or with int()'s text)."""
+    with pytest.raises(ValueError, match=message):
+        EngineConfig.from_knobs(**knobs)
+
+
+def test_integral_floats_and_int_coefficients_are_taken():
+    cfg = EngineConfig(num_blocks=16384.0, prefill_coeffs=[0, 1, 2], speedup=2)
+    assert cfg.num_blocks == 16384 and isinstance(cfg.num_blocks, int)
+    assert cfg.prefill_coeffs == (0.0, 1.0, 2.0) and cfg.speedup == 2.0

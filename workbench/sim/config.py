@@ -8,6 +8,7 @@ fault switches, so a run's manifest can record the whole engine by
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -61,6 +62,7 @@ class EngineConfig:
     faults: Faults = field(default_factory=Faults)
 
     def __post_init__(self) -> None:
+        self._check_types()
         if self.mode not in ("vllm", "sglang"):
             raise ValueError(f"mode must be 'vllm' or 'sglang', got {self.mode!r}")
         positive = ("block_size", "num_blocks", "max_num_batched_tokens", "max_num_seqs")
@@ -74,8 +76,32 @@ class EngineConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.speedup <= 0:
             raise ValueError(f"speedup must be > 0, got {self.speedup}")
-        object.__setattr__(self, "prefill_coeffs", tuple(float(x) for x in self.prefill_coeffs))
-        object.__setattr__(self, "decode_coeffs", tuple(float(x) for x in self.decode_coeffs))
+
+    def _check_types(self) -> None:
+        """Every knob of its type, named when it is not: integers (an integral float is
+        taken), finite numbers, booleans, and three finite coefficients per polynomial,
+        so an engine config file or ``serve_sim(**knobs)`` fails here, not mid-run."""
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.type == "int":
+                if isinstance(v, float) and v.is_integer():
+                    v = int(v)
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise ValueError(f"{f.name} must be an integer, got {v!r}")
+            elif f.type == "float":
+                if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                    raise ValueError(f"{f.name} must be a finite number, got {v!r}")
+                v = float(v)
+            elif f.type == "bool" and not isinstance(v, bool):
+                raise ValueError(f"{f.name} must be true or false, got {v!r}")
+            elif f.name in ("prefill_coeffs", "decode_coeffs"):
+                ok = isinstance(v, list | tuple) and len(v) == 3 and all(
+                    not isinstance(x, bool) and isinstance(x, int | float) and math.isfinite(x)
+                    for x in v)  # fmt: skip
+                if not ok:
+                    raise ValueError(f"{f.name} must be three finite numbers [a, b, c], got {v!r}")
+                v = tuple(float(x) for x in v)
+            object.__setattr__(self, f.name, v)
 
     @property
     def capacity_tokens(self) -> int:
