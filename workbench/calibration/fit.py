@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from workbench.calibration.replay import predict
-from workbench.calibration.samples import NS_PER_MS, Sample, read_samples
+from workbench.calibration.samples import NS_PER_MS, Sample, overlapped, read_samples
 from workbench.calibration.split import fit_split
 from workbench.errors import ConfigError
 from workbench.sim.config import EngineConfig
@@ -103,10 +103,9 @@ def _lstsq(cols: list[np.ndarray], y: np.ndarray) -> np.ndarray:
 
 def fit_prefill(samples: list[Sample]) -> tuple[tuple[float, float, float], dict[str, Any]]:
     """``(a, b, c)`` of the prefill polynomial and its error report."""
-    busy = [(s.dispatch, s.end) for s in samples]
     alone, late = [], 0
-    for i, s in enumerate(samples):
-        if not any(j != i and lo < s.first and hi > s.dispatch for j, (lo, hi) in enumerate(busy)):
+    for s, busy in zip(samples, overlapped(samples), strict=True):
+        if not busy:
             if s.first_delivered_late:
                 late += 1
             else:
@@ -119,7 +118,7 @@ def fit_prefill(samples: list[Sample]) -> tuple[tuple[float, float, float], dict
         )
     t = np.array([s.prompt - s.cached for s in alone], dtype=float)
     c = np.array([s.cached for s in alone], dtype=float)
-    y = np.array([(s.first - s.dispatch) / NS_PER_MS for s in alone])
+    y = np.array([s.ttft_ms for s in alone])
     one = np.ones_like(t)
     a, b, k = _lstsq([t * t, t, one], y)
     form = "a*T^2 + b*T + c"

@@ -60,13 +60,17 @@ def read_samples(records: Sequence[RequestRecord]) -> list[Sample]:
     return out
 
 
-def overlapped_ttft_ms(ss: Sequence[Sample]) -> dict[str, float]:
-    """TTFT (ms) of each request that another request was in flight beside, between
-    its dispatch and its first token (whose TTFT another request's steps may have
-    changed); not those whose first token came with the rest."""
-    return {
-        x.request_id: x.ttft_ms
+def overlapped(ss: Sequence[Sample]) -> list[bool]:
+    """For each request: was another request in flight beside it between its dispatch
+    and its first token (so that other request's steps may have changed its TTFT)?"""
+    return [
+        any(j != i and y.dispatch < x.first and y.end > x.dispatch for j, y in enumerate(ss))
         for i, x in enumerate(ss)
-        if not x.first_delivered_late
-        and any(j != i and y.dispatch < x.first and y.end > x.dispatch for j, y in enumerate(ss))
-    }
+    ]
+
+
+def overlapped_ttft_ms(ss: Sequence[Sample]) -> dict[str, float]:
+    """TTFT (ms) of each request that ``overlapped`` another; not those whose first
+    token came with the rest."""
+    return {x.request_id: x.ttft_ms for x, busy in zip(ss, overlapped(ss), strict=True)
+            if busy and not x.first_delivered_late}  # fmt: skip

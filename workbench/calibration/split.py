@@ -31,19 +31,11 @@ from typing import Any
 import numpy as np
 
 from workbench.calibration.replay import replay_config
-from workbench.calibration.samples import NS_PER_MS, overlapped_ttft_ms, read_samples
-from workbench.records import RequestRecord, RunResult
+from workbench.calibration.samples import overlapped_ttft_ms, read_samples
+from workbench.records import RunResult
 
 SPLIT_STEPS = 10  # c is split in tenths
 PARTS = ("request_overhead_ms", "idle_wake_ms", "intake_ms")  # the rest stays in the step
-
-
-def _ttft_ms(records: Sequence[RequestRecord]) -> dict[str, float]:
-    return {
-        r.request_id: (r.first_token_ns - r.dispatch_ns) / NS_PER_MS
-        for r in records
-        if r.status == "ok" and r.first_token_ns is not None and r.dispatch_ns is not None
-    }
 
 
 def splits(steps: int = SPLIT_STEPS) -> list[tuple[int, ...]]:
@@ -75,26 +67,30 @@ def fit_split(results: Sequence[RunResult], knobs: dict[str, Any]) -> dict[str, 
         note = "no run with overlapping requests (or no constant) to split c by"
         return {"c_ms": c, "split": dict.fromkeys(PARTS, 0.0), "note": note}
 
+    def split_knobs(parts: tuple[int, ...]) -> dict[str, Any]:
+        """The engine knobs of a split: its parts of ``c``, the rest left in the step."""
+        rest = 1 - sum(parts) / SPLIT_STEPS
+        return {"prefill_coeffs": [a, b, c * rest],
+                **{k: c * p / SPLIT_STEPS for k, p in zip(PARTS, parts, strict=True)}}  # fmt: skip
+
     def error(parts: tuple[int, ...]) -> float:
-        shares = [p / SPLIT_STEPS for p in parts]
-        engine = {**knobs, "prefill_coeffs": [a, b, c * (1 - sum(shares))],
-                  **{k: c * sh for k, sh in zip(PARTS, shares, strict=True)}}  # fmt: skip
+        engine = {**knobs, **split_knobs(parts)}
         pct = []
         for cfg, workload, measured in overlapping:
-            sim = _ttft_ms(simulate(cfg, engine=dict(engine), workload=workload).records)
-            pct += [abs(sim[k] - m) / m * 100 for k, m in measured.items() if k in sim and m > 0]
+            sim = simulate(cfg, engine=dict(engine), workload=workload).records
+            got = {x.request_id: x.ttft_ms for x in read_samples(sim)}
+            pct += [abs(got[k] - m) / m * 100 for k, m in measured.items() if k in got and m > 0]
         return float(np.median(pct)) if pct else float("inf")
 
     tried = search(error)
     err, _, best = tried[0]
-    shares = [p / SPLIT_STEPS for p in best]
-    split = {k: c * sh for k, sh in zip(PARTS, shares, strict=True)}
-    knobs.update(prefill_coeffs=[a, b, c * (1 - sum(shares))], **split)
+    chosen = split_knobs(best)
+    knobs.update(chosen)
     return {
         "c_ms": c,
-        "split": split,
-        "shares_of_c": dict(zip(PARTS, shares, strict=True)),
-        "prefill_c_ms": c * (1 - sum(shares)),
+        "split": {k: chosen[k] for k in PARTS},
+        "shares_of_c": {k: p / SPLIT_STEPS for k, p in zip(PARTS, best, strict=True)},
+        "prefill_c_ms": chosen["prefill_coeffs"][2],
         "runs": len(overlapping),
         "median_abs_pct_error": err,
         "tried": [_tried_row(e, parts) for e, _, parts in tried],

@@ -65,13 +65,11 @@ class EngineConfig:
         self._check_types()
         if self.mode not in ("vllm", "sglang"):
             raise ValueError(f"mode must be 'vllm' or 'sglang', got {self.mode!r}")
-        positive = ("block_size", "num_blocks", "max_num_batched_tokens", "max_num_seqs")
-        for name in (*positive, "max_model_len"):
-            if int(getattr(self, name)) < 1:
+        for name in ("block_size", "num_blocks", "max_num_batched_tokens", "max_num_seqs",
+                     "max_model_len"):
+            if getattr(self, name) < 1:  # an integer by now (_check_types)
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not self.decode_seq_ms >= 0:
-            raise ValueError(f"decode_seq_ms must be >= 0, got {self.decode_seq_ms}")
-        for name in ("request_overhead_ms", "intake_ms", "idle_wake_ms"):
+        for name in ("decode_seq_ms", "request_overhead_ms", "intake_ms", "idle_wake_ms"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.speedup <= 0:
