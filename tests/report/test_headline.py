@@ -1,0 +1,159 @@
+"""The headline: one line per run (and a sentence per sweep) that answers at a glance.
+
+Exact strings from constructed summaries and manifests (docs/metrics.md names), so a
+change of wording or number format is a visible, reviewed change.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workbench.report.headline import (
+    capacity_sentence,
+    engine_note,
+    run_headline,
+    sig,
+)
+from workbench.sweeps.store import Sweep
+
+
+def summary(**over: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "requests": 303, "ok": 303, "errors": 0, "run_status": "completed",
+        "ttft_ms": {"p50": 48.21, "p90": 95.04, "p99": 210.4, "mean": 60.0, "count": 303},
+        "tpot_ms": {"p50": 6.113, "p90": 6.279, "p99": 12.51, "mean": 6.0, "count": 303},
+        "actual_prefix_hit_rate": 0.8151, "planned_prefix_hit_rate": 0.8174,
+        "request_throughput_rps": 7.2961,
+        "client": {"client_bottleneck": False, "client_bottleneck_reasons": []},
+        "slo": None,
+    }
+    base.update(over)
+    return base
+
+
+LIVE_SIM = {"mode": "live", "config": {"target": {"url": "sim"}},
+            "target": {"kind": "sim", "engine": {"speedup": 20.0}}}
+REAL = {"mode": "live", "config": {"target": {"url": "http://127.0.0.1:8000"}},
+        "target": {"kind": "url"}}
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (48.21, "48.2"), (6.113, "6.11"), (210.4, "210"), (20771.2, "20771"), (0.05234, "0.0523"),
+    (7.0, "7"), (303, "303"), (None, "–"), (float("nan"), "–"), (0.0, "0"),
+])  # fmt: skip
+def test_numbers_print_with_three_significant_figures_and_integers_whole(value, text):
+    assert sig(value) == text
+
+
+def test_a_clean_run_against_a_real_server():
+    assert run_headline(summary(), REAL) == (
+        "303/303 ok · TTFT p50/p90/p99 48.2/95/210 ms · TPOT p50/p90/p99 6.11/6.28/12.5 ms"
+        " · prefix hit 0.815 of 0.817 planned · 7.3 req/s · client OK"
+    )
+
+
+def test_the_simulated_engines_speedup_and_the_slo_verdict():
+    slo = {"bounds": {"ttft_ms": 2000.0, "tpot_ms": 50.0}, "requests": 303, "attained": 303,
+           "joint_attainment": 1.0}
+    assert run_headline(summary(slo=slo), LIVE_SIM) == (
+        "303/303 ok · TTFT p50/p90/p99 48.2/95/210 ms · TPOT p50/p90/p99 6.11/6.28/12.5 ms"
+        " · prefix hit 0.815 of 0.817 planned · 7.3 req/s · client OK"
+        " · SLO met: 303/303 within TTFT ≤ 2000 ms, TPOT ≤ 50 ms"
+        " · simulated engine, 20× real time"
+    )
+    missed = {**slo, "attained": 250, "joint_attainment": 250 / 303}
+    assert "· SLO missed: 250/303 within TTFT ≤ 2000 ms, TPOT ≤ 50 ms ·" in run_headline(
+        summary(slo=missed), LIVE_SIM)
+
+
+def test_failures_an_incomplete_run_a_busy_client_and_no_cache_counts():
+    s = summary(ok=120, errors=3, requests=125, run_status="cancelled",
+                actual_prefix_hit_rate=None,
+                client={"client_bottleneck": True,
+                        "client_bottleneck_reasons": ["release lag p99 15.2 ms (> 10 ms)"]})
+    assert run_headline(s, REAL) == (
+        "INCOMPLETE (cancelled) · 120/125 ok · TTFT p50/p90/p99 48.2/95/210 ms"
+        " · TPOT p50/p90/p99 6.11/6.28/12.5 ms · prefix hit unknown (no cached counts)"
+        " of 0.817 planned · 7.3 req/s · client LIMITED (release lag p99 15.2 ms (> 10 ms))"
+    )
+
+
+def test_a_virtual_time_run_says_so_instead_of_a_client_verdict():
+    virtual = {"mode": "virtual", "engine": {"speedup": 1.0}, "config": {"target": {"url": "sim"}}}
+    line = run_headline(summary(client=None), virtual)
+    assert line.endswith("· 7.3 req/s · virtual time (simulated engine)")
+    assert engine_note({**virtual, "engine": {"speedup": 4.0}}) == (
+        "virtual time (simulated engine, 4× real time)")
+    assert engine_note(REAL) is None
+
+
+def test_no_ok_request_gives_dashes_not_zeros():
+    s = summary(ok=0, errors=5, requests=5, ttft_ms={}, tpot_ms={}, request_throughput_rps=0.0,
+                actual_prefix_hit_rate=None, planned_prefix_hit_rate=None, client={})
+    assert run_headline(s, REAL) == (
+        "0/5 ok · TTFT p50/p90/p99 –/–/– ms · TPOT p50/p90/p99 –/–/– ms · 0 req/s")
+
+
+# -- sweeps --------------------------------------------------------------------------------
+def point(index: int, rate: float, rps: float, held: bool, p90: float) -> dict[str, Any]:
+    return {"index": index, "status": "done", "params": {"arrival.rate": rate},
+            "metrics": {"request_throughput_rps": rps, "ttft_ms_p90": p90,
+                        "slo:ttft_ms:p90": p90},
+            "slo": {"held": held, "worst_ratio": p90 / 2000}, "runs": []}
+
+
+def sweep(points: list[dict[str, Any]], capacity: dict[str, Any] | None = None,
+          axis: str = "arrival.rate") -> Sweep:
+    manifest = {"sweep_id": "s", "axes": [axis], "slo": {"ttft_ms:p90": 2000.0},
+                "slo_text": "ttft_ms:p90<=2000", "points": points, "capacity": capacity,
+                "mode": "virtual"}
+    return Sweep(Path("/nonexistent"), manifest)
+
+
+def test_capacity_of_a_search_offered_against_delivered_with_a_warning():
+    # probes in search order: 1, 40, 20, 30, 25, 27 (the issue's zig-zag)
+    pts = [point(0, 1, 0.5, True, 900), point(1, 40, 1.7, False, 9000),
+           point(2, 20, 1.7, False, 8000), point(3, 30, 1.7, False, 8500),
+           point(4, 2.75, 1.6, True, 1900), point(5, 4, 1.62, False, 2500)]
+    cap = {"value": 2.75, "status": "found", "axis": "arrival.rate", "bracket": [2.75, 4]}
+    assert capacity_sentence(sweep(pts, cap), rounds_per_unit=1.0) == (
+        "At TTFT p90 ≤ 2 s: 2.75 requests/s offered (arrival.rate, found by search), "
+        "1.6 req/s delivered. WARNING: the engine delivered 58 % of the offered load "
+        "(below 80 %): it did not keep up (or the run was too short for its ramp-up and "
+        "drain); the capacity it sustained is 1.6 req/s, not 2.75."
+    )
+
+
+def test_capacity_of_a_grid_in_sessions_when_units_have_rounds():
+    pts = [point(0, 8, 9.0, False, 6000), point(1, 1, 6.2, True, 500),
+           point(2, 2, 12.1, True, 900), point(3, 4, 20.0, False, 2100)]
+    assert capacity_sentence(sweep(pts), rounds_per_unit=6.2) == (
+        "At TTFT p90 ≤ 2 s: 2 sessions/s offered (12.4 req/s; arrival.rate, the highest "
+        "point that held), 12.1 req/s delivered."
+    )
+
+
+def test_capacity_when_every_point_held_or_none_did():
+    held = [point(0, 1, 1.0, True, 100), point(1, 2, 2.0, True, 200)]
+    assert capacity_sentence(sweep(held), rounds_per_unit=1.0) == (
+        "At TTFT p90 ≤ 2 s: the SLO held at every point, up to 2 requests/s offered "
+        "(arrival.rate), 2 req/s delivered: the capacity is above the range.")
+    broken = [point(0, 1, 1.0, False, 3000), point(1, 2, 2.0, False, 4000)]
+    assert capacity_sentence(sweep(broken), rounds_per_unit=1.0) == (
+        "At TTFT p90 ≤ 2 s: the SLO broke at every point, from 1 requests/s offered "
+        "(arrival.rate): the capacity is below the range.")
+    assert capacity_sentence(Sweep(Path("/x"), {"points": held})) == (
+        "No SLO: the sweep has no capacity to state.")
+
+
+def test_capacity_on_a_concurrency_axis_has_no_offered_rate():
+    pts = [{**point(0, 1, 0.8, True, 500), "params": {"arrival.max_concurrency": 4}},
+           {**point(1, 1, 1.6, True, 1900), "params": {"arrival.max_concurrency": 12}},
+           {**point(2, 1, 1.7, False, 4000), "params": {"arrival.max_concurrency": 16}}]
+    cap = {"value": 12, "status": "found", "axis": "arrival.max_concurrency"}
+    assert capacity_sentence(sweep(pts, cap, axis="arrival.max_concurrency")) == (
+        "At TTFT p90 ≤ 2 s: arrival.max_concurrency = 12 (found by search), "
+        "1.6 req/s delivered.")
