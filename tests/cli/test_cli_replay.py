@@ -42,7 +42,9 @@ def test_replay_cli_writes_a_run_directory(tmp_path):
     records = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
     assert summary["requests"] == len(records) > 0
     assert json.loads((run / "manifest.json").read_text())["status"] == "completed"
-    assert '"ttft_ms"' in out
+    # the headline, not JSON (docs/metrics.md, "Headline")
+    assert out.startswith(f"{summary['ok']}/{summary['requests']} ok · TTFT p50/p90/p99 "), out
+    assert "· client OK" in out or "· client LIMITED" in out
 
 
 def test_ctrl_c_keeps_finished_records_and_says_cancelled(tmp_path):

@@ -157,3 +157,24 @@ def test_capacity_on_a_concurrency_axis_has_no_offered_rate():
     assert capacity_sentence(sweep(pts, cap, axis="arrival.max_concurrency")) == (
         "At TTFT p90 ≤ 2 s: arrival.max_concurrency = 12 (found by search), "
         "1.6 req/s delivered.")
+
+
+# -- where it is printed ------------------------------------------------------------------
+def test_simulate_prints_the_headline_and_json_only_on_request(tmp_path, capsys):
+    import json
+
+    from workbench.cli import main
+    from workbench.data import path as data_path
+
+    trace = str(data_path("tracelab/multi_session_example.csv"))
+    args = ["simulate", "--trace", trace, "-o", str(tmp_path), "--slo", "ttft_ms<=2000"]
+    assert main([*args, "--run-id", "h"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    summary = json.loads((tmp_path / "h" / "summary.json").read_text())
+    manifest = json.loads((tmp_path / "h" / "manifest.json").read_text())
+    assert first == run_headline(summary, manifest)
+    assert first.startswith("8/8 ok · TTFT") and first.endswith(
+        "· SLO met: 8/8 within TTFT ≤ 2000 ms · virtual time (simulated engine)")
+    assert main([*args, "--run-id", "j", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out.split("\n}\n")[0] + "}")["requests"] == 8

@@ -210,7 +210,8 @@ def test_simulate_records_the_flush_and_honours_the_salt(tmp_path: Path) -> None
     salted = wb.simulate({**base, "backend": {"name": "openai", "token_salt": "s"}})
     assert [x.cached_tokens for x in salted.records] == [x.cached_tokens for x in r.records]
     out = subprocess.run(
-        [sys.executable, "-m", "workbench", "simulate", "--trace", SESSIONS, "--no-flush-cache"],
+        [sys.executable, "-m", "workbench", "simulate", "--trace", SESSIONS, "--no-flush-cache",
+         "--json"],
         capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
     assert json.loads(out.stdout.split("\n}\n")[0] + "}")["requests"] > 0

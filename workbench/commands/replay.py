@@ -18,6 +18,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", help="server root URL, or 'sim' for the embedded engine")
     p.add_argument("--dry-run", action="store_true", help="print the plan; send nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_json_flag(p)
+
+
+def add_json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true",
+                   help="print the run's numbers as JSON (the summary's main keys) instead of "
+                        "the headline")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,11 +39,26 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result.manifest["plan"], indent=2))
         return 0
     summary = summarize(result, cfg.slo)
-    print(json.dumps(_brief(summary, result, args.percentiles), indent=2))
-    print_cache_notes(summary)
+    print_result(summary, result, args)
     if result.run_dir:
         print(f"run directory: {result.run_dir}")
     return exit_status(summary, result.cancelled, args.max_error_rate)
+
+
+def print_result(summary: dict, result: Any, args: argparse.Namespace) -> None:
+    """The end-of-run output: the headline (``workbench.report.headline``) and, with
+    ``--percentiles``, a line per latency metric; ``--json``: the summary's main keys
+    as JSON instead. Cache notes go to stderr either way."""
+    if args.json:
+        print(json.dumps(_brief(summary, result, args.percentiles), indent=2))
+    else:
+        from workbench.report.headline import run_headline, sig
+
+        print(run_headline(summary, result.manifest))
+        if args.percentiles:
+            for metric, qs in percentile_table(result, args.percentiles).items():
+                print(f"{metric}: " + ", ".join(f"{q} {sig(v)} ms" for q, v in qs.items()))
+    print_cache_notes(summary)
 
 
 def print_cache_notes(summary: dict) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from workbench.commands._axes import (
     add_axis_arguments,
@@ -11,7 +10,7 @@ from workbench.commands._axes import (
     engine_knobs,
     exit_status,
 )
-from workbench.commands.replay import _brief, print_cache_notes
+from workbench.commands.replay import add_json_flag, print_result
 
 NAME = "simulate"
 HELP = "replay a trace through the embedded engine in virtual time (no sockets, no waiting)"
@@ -25,6 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="engine knobs from a JSON/YAML file (e.g. from `sim calibrate`); "
                         "--engine overrides it")
     p.add_argument("--digest", action="store_true", help="print the canonical report digest")
+    add_json_flag(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,8 +43,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = cfg.replace(**{"target.engine": knobs})
     result = simulate(cfg)
     summary = summarize(result, cfg.slo)
-    print(json.dumps(_brief(summary, result, args.percentiles), indent=2))
-    print_cache_notes(summary)
+    print_result(summary, result, args)
     if args.digest:
         print("digest:", report_digest(canonical_report(result, cfg.slo)))
     if result.run_dir:

@@ -120,6 +120,9 @@ def run(args: argparse.Namespace) -> int:
         c = result.capacity
         print(f"capacity: {c['axis']} = {c['value']} ({c['status']}, bracket {c['bracket']}, "
               f"tolerance {c['tolerance']})")
+    from workbench.report.headline import capacity_sentence
+
+    print(capacity_sentence(result))
     print(f"sweep directory: {result.sweep_dir}")
     return 0
 
@@ -128,8 +131,14 @@ def _table(result: Any) -> str:
     df = result.frame
     if df.empty:
         return "(no point finished)"
+    numeric = [a for a in result.axes if a in df and df[a].map(
+        lambda v: isinstance(v, int | float)).all()]
+    if numeric:  # load order, not the order the points ran in (a search probes 1, 40, 20...)
+        df = df.sort_values([*numeric, "point"], kind="stable")
     cols = [*result.axes, "ttft_ms_p90", "tpot_ms_p90", "e2e_ms_p90", "request_throughput_rps",
             "actual_prefix_hit_rate"]
     if result.slo:
         cols += ["goodput_rps", "slo_held"]
-    return str(df[[c for c in cols if c in df]].to_string(index=False, float_format="%.4g"))
+    from workbench.report.headline import sig
+
+    return str(df[[c for c in cols if c in df]].to_string(index=False, float_format=sig))

@@ -97,7 +97,7 @@ def client_verdict(summary: Mapping[str, Any]) -> str | None:
 
 def _prefix(summary: Mapping[str, Any]) -> str | None:
     actual, planned = summary.get("actual_prefix_hit_rate"), summary.get("planned_prefix_hit_rate")
-    if actual is None and planned is None:
+    if not summary.get("ok") or (actual is None and planned is None):
         return None
     text = "prefix hit " + ("unknown (no cached counts)" if actual is None else f"{actual:.3f}")
     return text + (f" of {planned:.3f} planned" if planned is not None else "")
