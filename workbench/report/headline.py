@@ -30,6 +30,7 @@ SEP = " · "
 SLO_MET_SHARE = DEFAULT_MIN_OK
 #: below this share of the offered request rate, a sweep's capacity sentence warns
 DELIVERED_WARN_SHARE = 0.8
+HEADLINE_MIME = "application/vnd.workbench.headline+json"  # render_report reads it (index)
 METRIC_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E", "itl_ms": "ITL"}
 RATE_AXIS = "arrival.rate"
 
@@ -251,7 +252,9 @@ def sweep_headline(sweep: Sweep) -> str:
 
 # -- display ---------------------------------------------------------------------------------
 class Headline:
-    """Lines shown in bold at the top of a report (``_repr_mimebundle_``), as text too."""
+    """Lines shown in bold at the top of a report (``_repr_mimebundle_``), as text too;
+    ``render_report`` copies them (``HEADLINE_MIME``) into ``report.json`` and the index.
+    A line with ``WARNING`` or ``INCOMPLETE`` in it is drawn in red."""
 
     def __init__(self, lines: Sequence[str]) -> None:
         self.lines = [line for line in lines if line]
@@ -260,8 +263,14 @@ class Headline:
         return "\n".join(self.lines)
 
     def html(self) -> str:
-        items = "".join(f"<p>{html.escape(line)}</p>" for line in self.lines)
+        def para(line: str) -> str:
+            warn = "WARNING" in line or "INCOMPLETE" in line
+            attr = ' class="wb-warning"' if warn else ""
+            return f"<p{attr}>{html.escape(line)}</p>"
+
+        items = "".join(para(line) for line in self.lines)
         return f'<div class="wb-headline">{items}</div>'
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        return {"text/html": self.html(), "text/plain": str(self)}
+        return {"text/html": self.html(), "text/plain": str(self),
+                HEADLINE_MIME: {"lines": self.lines}}

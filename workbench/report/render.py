@@ -8,9 +8,16 @@ One report is one directory ``out/<run_id>/``::
                          in ``metadata.papermill.parameters``)
     figures/NN-<kind>.png  every figure the notebook displayed
     tables/<name>.csv|json every table shown with ``workbench.report.tables.show``
-    report.json          what was rendered: notebook, parameters, title, files
+    report.json          what was rendered: notebook, parameters, title, headline, files
 
-and ``out/index.html`` is rewritten to list every report under ``out``. A
+and ``out/index.html`` is rewritten to list every report under ``out``, one row per
+report with its headline (``workbench.report.headline``).
+
+The HTML stands alone and is static: nbconvert's lab template, with its external
+scripts (require.js, MathJax, mermaid, the widget manager — all from a CDN) left out
+(``REPORT_TEMPLATE``), a ``<title>`` naming the notebook's title and the run id, and
+without the cells tagged ``notebook-only`` (instructions for a reader in JupyterLab,
+such as "press Run in the panel", that mean nothing in a rendered report). A
 replay notebook saves its run under ``out_dir/run_id``, which ``render_report``
 points at the same directory, so the run's data sits beside its report.
 
@@ -51,6 +58,15 @@ from workbench.errors import ConfigError
 log = logging.getLogger(__name__)
 
 NOTEBOOK_PACKAGE_DIR = "notebooks"
+NOTEBOOK_ONLY = "notebook-only"  # cell tag: shown in JupyterLab, left out of report.html
+#: lab's template without the blocks that load scripts from a CDN (no external
+#: <script src>, no module import): the report needs no JavaScript
+REPORT_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js -%}{%- endblock html_head_js -%}
+{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+"""
 AUTO_PARAMS = ("run_id", "out_dir")
 REPORT_CSS = """
 <style>
@@ -60,6 +76,10 @@ REPORT_CSS = """
   .wb-table caption { caption-side: top; text-align: left; font-weight: 600; }
   .jp-OutputArea-output img { max-width: 100%; height: auto; }
   .wb-params { font-size: 0.9em; color: #444; }
+  .wb-headline { font-size: 1.05em; font-weight: 600; border-left: 4px solid #1f77b4;
+                 padding: 0.3em 0.8em; margin: 0.4em 0; background: #f4f8fb; }
+  .wb-headline p { margin: 0.2em 0; }
+  .wb-headline p.wb-warning { color: #a61b1b; }
 </style>
 """
 
@@ -70,6 +90,7 @@ class Artifacts:
 
     figures: list[str] = field(default_factory=list)
     tables: list[str] = field(default_factory=list)
+    headline: list[str] = field(default_factory=list)
 
 
 # -- notebooks --------------------------------------------------------------------------
@@ -147,7 +168,9 @@ def _unique(name: str, seen: dict[str, int]) -> str:
 
 
 def export_artifacts(nb: Any, report_dir: Path) -> Artifacts:
-    """Write every displayed PNG to ``figures/`` and every shown table to ``tables/``."""
+    """Write every displayed PNG to ``figures/`` and every shown table to ``tables/``;
+    collect the headline lines the notebook displayed (``Headline``)."""
+    from workbench.report.headline import HEADLINE_MIME
     from workbench.report.plots import FIGURE_META
     from workbench.report.tables import TABLE_MIME, frame_from_payload
 
@@ -156,6 +179,8 @@ def export_artifacts(nb: Any, report_dir: Path) -> Artifacts:
     for cell in nb.cells:
         for output in cell.get("outputs", []):
             data = output.get("data", {})
+            if HEADLINE_MIME in data:
+                arts.headline += list(data[HEADLINE_MIME].get("lines") or [])
             if "image/png" in data:
                 kind = output.get("metadata", {}).get(FIGURE_META, {}).get("figure") or "figure"
                 rel = f"figures/{len(arts.figures) + 1:02d}-{_slug(kind)}.png"
@@ -208,18 +233,25 @@ def _alt_text(nb: Any) -> None:
                                  f'src="data:image/png;base64,{data.pop("image/png")}">')
 
 
-def export_html(nb: Any, path: Path, *, show_code: bool, params: Mapping[str, Any]) -> Path:
-    """``report.html`` (lab template): code hidden unless ``show_code``; PNGs inline."""
+def export_html(nb: Any, path: Path, *, show_code: bool, params: Mapping[str, Any],
+                title: str = "") -> Path:
+    """``report.html`` (lab template, no external scripts): code hidden unless
+    ``show_code``; PNGs inline; ``notebook-only`` cells left out; ``<title>`` ``title``."""
+    import jinja2
     from nbconvert import HTMLExporter
 
     nb = nbformat.from_dict(json.loads(json.dumps(nb)))  # a copy to annotate
     _alt_text(nb)
+    nb.cells = [c for c in nb.cells if NOTEBOOK_ONLY not in c.get("metadata", {}).get("tags", [])]
     if not show_code:  # a hidden cell without output would only leave a gap
         nb.cells = [c for c in nb.cells if c.cell_type != "code" or c.get("outputs")]
-    at = 1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0
-    nb.cells.insert(at, _params_cell(params))
+    nb.cells.append(_params_cell(params))  # collapsed, below the report: the top is its answer
+    if title:
+        nb.metadata["title"] = title
     exporter = HTMLExporter(
         template_name="lab",
+        template_file="workbench_report.html.j2",
+        extra_loaders=[jinja2.DictLoader({"workbench_report.html.j2": REPORT_TEMPLATE})],
         exclude_input=not show_code,
         exclude_input_prompt=not show_code,
         exclude_output_prompt=True,
@@ -232,8 +264,8 @@ def export_html(nb: Any, path: Path, *, show_code: bool, params: Mapping[str, An
 
 # -- index ----------------------------------------------------------------------------------
 INDEX_ROW = (
-    '<tr><td><a href="{href}">{title}</a></td><td>{run_id}</td><td>{notebook}</td>'
-    "<td>{created}</td><td>{status}</td></tr>"
+    '<tr><td><a href="{href}">{title}</a><div class="hl">{headline}</div></td><td>{run_id}</td>'
+    "<td>{notebook}</td><td>{created}</td><td>{status}</td></tr>"
 )
 
 
@@ -249,6 +281,7 @@ def write_index(out: Path) -> Path:
     rows = "\n".join(
         INDEX_ROW.format(
             href=html.escape(f"{m['run_id']}/report.html"),
+            headline="<br>".join(html.escape(str(line)) for line in m.get("headline") or []),
             **{k: html.escape(str(m.get(k, ""))) for k in
                ("title", "run_id", "notebook", "created", "status")},
         )
@@ -257,7 +290,8 @@ def write_index(out: Path) -> Path:
     page = (
         "<!doctype html><html><head><meta charset='utf-8'><title>workbench reports</title>"
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-        "td,th{padding:.3em .8em;border-bottom:1px solid #ddd;text-align:left}</style>"
+        "td,th{padding:.3em .8em;border-bottom:1px solid #ddd;text-align:left;"
+        "vertical-align:top}.hl{font-size:.85em;color:#333;max-width:60em}</style>"
         "</head><body><h1>workbench reports</h1>"
         f"<p>{len(metas)} report(s) in <code>{html.escape(str(out.resolve()))}</code></p>"
         "<table><tr><th>report</th><th>run id</th><th>notebook</th><th>created (UTC)</th>"
@@ -340,15 +374,19 @@ def _publish(executed: Path, report_dir: Path, params: Mapping[str, Any], show_c
              status: str, source: Path) -> None:
     nb = nbformat.read(executed, as_version=4)
     arts = export_artifacts(nb, report_dir)
-    export_html(nb, report_dir / "report.html", show_code=show_code, params=params)
+    title = notebook_title(nb, source.stem)
+    export_html(nb, report_dir / "report.html", show_code=show_code, params=params,
+                title=f"{title}: {report_dir.name}")
     meta = {
         "run_id": report_dir.name,
-        "title": notebook_title(nb, source.stem),
+        "title": title,
+        "headline": arts.headline,
         "notebook": source.name,
         "parameters": dict(params),
         "created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
         "status": status,
         "show_code": show_code,
-        "files": {"html": "report.html", "notebook": executed.name, **vars(arts)},
+        "files": {"html": "report.html", "notebook": executed.name,
+                  "figures": arts.figures, "tables": arts.tables},
     }
     (report_dir / "report.json").write_text(json.dumps(meta, indent=2, default=str))

@@ -20,8 +20,8 @@ import pandas as pd
 from workbench.report import tables
 
 TABLE_NAMES = (
-    "run", "config", "client", "latency", "prefix", "server", "workers", "by_round", "by_band",
-    "errors",
+    "headline", "run", "config", "client", "latency", "prefix", "server", "workers", "by_round",
+    "by_band", "errors",
 )  # fmt: skip
 
 
@@ -63,9 +63,22 @@ class RunReport:
         return run_rows(self.source)
 
     # -- tables --------------------------------------------------------------------------
-    def table(self, name: str) -> tables.Table:
-        """The section ``name`` (one of ``TABLE_NAMES``) as a displayable table."""
-        builders: dict[str, Callable[[], tables.Table]] = {
+    def headline(self) -> Any:
+        """The run's headline (``workbench.report.headline``) and, on a line of their
+        own, the warnings a reader must not miss (an incomplete run, a warm cache)."""
+        from workbench.report.headline import Headline, run_headline
+
+        status = self.summary.get("run_status")
+        warm = (self.summary.get("warm_cache") or {}).get("warning")
+        return Headline([run_headline(self.summary, self.manifest),
+                         (tables.run_status_note(status) or "") if status != "completed" else "",
+                         f"WARNING: {warm}" if warm else ""])
+
+    def table(self, name: str) -> Any:
+        """The section ``name`` (one of ``TABLE_NAMES``) as a displayable table (the
+        ``headline`` section is a ``Headline``)."""
+        builders: dict[str, Callable[[], Any]] = {
+            "headline": self.headline,
             "run": lambda: tables.show(tables.run_table(self.summary),
                                        caption=f"Run {self.run_id}"),
             "config": lambda: tables.show(

@@ -387,9 +387,30 @@ def server_gauges(timeline: Sequence[Mapping[str, Any]], t0_ns: int | None) -> p
 
 
 # -- display --------------------------------------------------------------------------------
+#: rows or columns whose numbers are rates: printed to 3 significant figures
+#: (``headline.sig``), not to a fixed number of decimals
+RATE_LABELS = frozenset((
+    "requests/s", "output tokens/s", "total tokens/s", "request_throughput_rps",
+    "output_token_throughput_tps", "total_token_throughput_tps", "goodput_rps",
+    "goodput (req/s)", "throughput (req/s)",
+))  # fmt: skip
+#: rows or columns of counts (some stored as float: pooled over repeats, NaN-padded):
+#: whole numbers printed as integers
+COUNT_LABELS = frozenset((
+    "requests", "ok", "errors", "skipped", "cancelled", "count", "n", "repeats",
+    "preemptions", "points done", "points skipped", "workers", "over requests",
+    "peak running requests", "peak waiting requests", "/metrics samples", "failed scrapes",
+    "requests_per_worker_min", "requests_per_worker_max", "in flight, peak",
+))  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Table:
-    """A DataFrame shown with fixed decimals; ``render_report`` exports ``frame`` as CSV/JSON."""
+    """A DataFrame shown with fixed decimals; ``render_report`` exports ``frame`` as CSV/JSON.
+
+    Display rules (docs/metrics.md, "Numbers in reports"): rates (``RATE_LABELS``) to 3
+    significant figures, whole numbers in counts (``COUNT_LABELS``, some stored as
+    float) as integers, other floats with ``digits`` decimals, missing as a dash."""
 
     frame: pd.DataFrame
     name: str
@@ -408,10 +429,30 @@ class Table:
             return f"{float(v):.{self.digits}f}"
         return str(v)
 
+    def formatted(self) -> pd.DataFrame:
+        """Every cell as the text a reader sees (the rules above)."""
+        from workbench.report.headline import sig
+
+        out = pd.DataFrame(index=self.frame.index, columns=self.frame.columns, dtype=object)
+        for j, col in enumerate(self.frame.columns):
+            values = self.frame.iloc[:, j]
+            for i, row in enumerate(self.frame.index):
+                v = values.iloc[i]
+                labels = {str(col), str(row)}
+                is_float = isinstance(v, float | np.floating) and math.isfinite(v)
+                if is_float and labels & RATE_LABELS:
+                    text = sig(float(v))
+                elif is_float and labels & COUNT_LABELS and float(v).is_integer():
+                    text = str(int(v))
+                else:
+                    text = self.cell(v)
+                out.iat[i, j] = text
+        return out
+
     def html(self) -> str:
         """Every cell, label and the caption HTML-escaped: they can hold trace ids, run ids,
         server text (a run id ``<img onerror=...>`` must stay text)."""
-        styler = self.frame.style.format(lambda v: html.escape(self.cell(v)))
+        styler = self.formatted().style.format(lambda v: html.escape(str(v)))
         styler = styler.format_index(escape="html", axis=0).format_index(escape="html", axis=1)
         if isinstance(self.frame.index, pd.RangeIndex):
             styler = styler.hide(axis="index")
