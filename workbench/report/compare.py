@@ -7,6 +7,13 @@ bootstrap: resample a run's ok requests with replacement ``n_boot`` times
 resample, and report the ``(1 − level)/2`` and ``(1 + level)/2`` quantiles of
 those. With a handful of requests the interval is wide, which is the point: it
 tells the reader how much a p99 of 12 requests is worth.
+
+The change of a run against the baseline (the first run) is bootstrapped the same
+way, as a difference: each of the ``n_boot`` resamples draws both runs' ok requests
+with replacement (independently, one seeded generator), and the interval is the
+quantiles of (run's percentile − baseline's percentile). The change is
+*significant* when that interval leaves out 0 (at ``level``, 95 % by default).
+docs/metrics.md, "Compare", states the method.
 """
 
 from __future__ import annotations
@@ -92,6 +99,110 @@ def bootstrap_ci(values: Sequence[float] | np.ndarray, q: float, *, n_boot: int 
         stats.append(np.percentile(arr[idx], q, axis=1))
     lo, hi = np.quantile(np.concatenate(stats), [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)
+
+
+def bootstrap_diff(base: Sequence[float] | np.ndarray, other: Sequence[float] | np.ndarray,
+                   q: float, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0
+                   ) -> tuple[float, float, float]:
+    """(change, lo, hi): ``other``'s ``q``-th percentile minus ``base``'s, and the
+    percentile-bootstrap interval of that difference (both resampled each time)."""
+    a = np.asarray(base, dtype=float)
+    b = np.asarray(other, dtype=float)
+    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    if a.size == 0 or b.size == 0:
+        return math.nan, math.nan, math.nan
+    change = float(np.percentile(b, q) - np.percentile(a, q))
+    rng = np.random.default_rng(seed)
+    diffs = []
+    for start in range(0, n_boot, BATCH):
+        k = min(BATCH, n_boot - start)
+        pa = np.percentile(a[rng.integers(0, a.size, size=(k, a.size))], q, axis=1)
+        pb = np.percentile(b[rng.integers(0, b.size, size=(k, b.size))], q, axis=1)
+        diffs.append(pb - pa)
+    lo, hi = np.quantile(np.concatenate(diffs), [(1 - level) / 2, (1 + level) / 2])
+    return change, float(lo), float(hi)
+
+
+CHANGE_QS: tuple[float, ...] = (50, 90)
+
+
+def change_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
+                 qs: Sequence[float] = CHANGE_QS, *, n_boot: int = 2000, level: float = 0.95,
+                 seed: int = 0) -> pd.DataFrame:
+    """Per run after the first (the baseline), metric and percentile: the baseline's and
+    the run's value (ms), the change with its bootstrap interval, the change in % of
+    the baseline, and whether it is significant (the interval leaves out 0)."""
+    labels = list(runs)
+    rows = []
+    if labels:
+        base_label = labels[0]
+        for metric in metrics:
+            base = _ok_values(runs[base_label], metric)
+            for label in labels[1:]:
+                vals = _ok_values(runs[label], metric)
+                for q in qs:
+                    change, lo, hi = bootstrap_diff(base, vals, q, n_boot=n_boot,
+                                                    level=level, seed=seed)
+                    ref = float(np.percentile(base, q)) if base.size else math.nan
+                    rows.append({
+                        "metric": metric, "run": label, "stat": f"p{q:g}",
+                        "baseline": ref, "value": ref + change, "change": change,
+                        "change lo": lo, "change hi": hi,
+                        "change (%)": 100 * change / ref if ref else math.nan,
+                        "significant": bool(lo > 0 or hi < 0) if math.isfinite(lo) else None,
+                    })  # fmt: skip
+    df = pd.DataFrame(rows, columns=["metric", "run", "stat", "baseline", "value", "change",
+                                     "change lo", "change hi", "change (%)", "significant"])
+    df.attrs["name"] = "latency_change"
+    return df
+
+
+def change_caption(runs: Mapping[str, Any], level: float = 0.95, n_boot: int = 2000) -> str:
+    base = next(iter(runs), "?")
+    return (f"Latency change against the baseline {base} (ms; run − baseline) with its "
+            f"{level * 100:.0f} % bootstrap interval ({n_boot} resamples of both runs, "
+            "seeded); significant: the interval leaves out 0")
+
+
+def _signed(v: float) -> str:
+    from workbench.report.headline import sig
+
+    return ("+" if v > 0 else "−" if v < 0 else "±") + sig(abs(v))
+
+
+HEADLINE_CHANGES = ("ttft_ms", "tpot_ms")
+
+
+def change_line(label: str, changes: pd.DataFrame) -> str:
+    """``"TTFT p50 +12.3 ms [+8.1, +16] significant, p90 ..."`` for one run (TTFT and
+    TPOT, as in the headline)."""
+    from workbench.report.headline import METRIC_NAMES
+
+    parts = []
+    mine = changes[(changes["run"] == label) & changes["metric"].isin(HEADLINE_CHANGES)]
+    for metric, part in mine.groupby("metric", sort=False):
+        stats = [f"{r['stat']} {_signed(r['change'])} ms [{_signed(r['change lo'])}, "
+                 f"{_signed(r['change hi'])}] "
+                 f"{'significant' if r['significant'] else 'not significant'}"
+                 for _, r in part.iterrows()]
+        parts.append(f"{METRIC_NAMES.get(str(metric), metric)} " + ", ".join(stats))
+    return "; ".join(parts)
+
+
+def compare_headline(runs: Mapping[str, Any], changes: pd.DataFrame | None = None) -> Any:
+    """A ``Headline`` for a comparison: each run's headline, and under every run after
+    the first its latency change against the baseline (``change_table``)."""
+    from workbench.report.headline import Headline, run_headline
+    from workbench.report.tables import as_summary
+
+    base = next(iter(runs), None)
+    lines = []
+    for label, run in runs.items():
+        lines.append(f"{label}{' (baseline)' if label == base else ''}: "
+                     f"{run_headline(as_summary(run), getattr(run, 'manifest', None))}")
+        if changes is not None and label != base and len(changes):
+            lines.append(f"  {label} vs {base}: {change_line(label, changes)}")
+    return Headline(lines)
 
 
 def _ok_values(run: Any, metric: str) -> np.ndarray:
@@ -219,11 +330,33 @@ def runs_table(runs: Mapping[str, Any]) -> pd.DataFrame:
             "requests": s.get("requests"),
             "ok": s.get("ok"),
             "duration_s": _num(s.get("duration_s")),
+            "timing": timing(m),
             "status": m.get("status"),
         })
     df = pd.DataFrame(rows).set_index("run") if rows else pd.DataFrame()
     df.attrs["name"] = "runs"
     return df
+
+
+def timing(manifest: Mapping[str, Any]) -> str:
+    """What a run's times are: ``wall clock``, ``wall clock, simulated engine, 20× real
+    time`` or ``virtual time (simulated engine)`` (``headline.engine_note``)."""
+    from workbench.report.headline import engine_note
+
+    note = engine_note(manifest)
+    return note if note and note.startswith("virtual") else (
+        f"wall clock, {note}" if note else "wall clock")
+
+
+def latency_caption(runs: Mapping[str, Any], level: float = 0.95) -> str:
+    """Caption of ``percentile_table``: the unit, and which runs' ms are virtual."""
+    virtual = [label for label, run in runs.items()
+               if (getattr(run, "manifest", None) or {}).get("mode") == "virtual"]
+    which = ("" if not virtual else " Every run is in virtual time (simulated ms)."
+             if len(virtual) == len(runs) else
+             f" In virtual time (simulated ms): {', '.join(virtual)}; the rest wall clock.")
+    return (f"Latency percentiles of ok requests (ms) with {level * 100:.0f} % bootstrap "
+            f"intervals.{which}")
 
 
 def error_table(runs: Mapping[str, Any]) -> pd.DataFrame:

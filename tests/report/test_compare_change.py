@@ -1,0 +1,60 @@
+"""Compare: the latency change of a run against the baseline, with its bootstrap
+interval and significance, on real runs against the embedded engine (HTTP, its own
+process); virtual-time runs labelled as such."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+import workbench as wb
+from workbench.data import path as data_path
+from workbench.report import compare
+
+TRACE = str(data_path("tracelab/multi_session_large.csv"))
+
+
+def _cfg(tmp_path: Path, run_id: str, **engine: float) -> wb.RunConfig:
+    return wb.RunConfig.from_dict({
+        "trace": {"path": TRACE, "max_items": 4},
+        "arrival": {"mode": "saturated", "tool_wait_scale": 0.0},
+        "target": {"url": "sim", "engine": {"speedup": 50.0, **engine}},
+        "out_dir": str(tmp_path), "run_id": run_id,
+    })
+
+
+async def test_a_real_slowdown_is_significant_and_a_run_against_itself_is_not(tmp_path):
+    base = await wb.run_async(_cfg(tmp_path, "base"))
+    # 2.5 s of fixed overhead per request at 50x: every TTFT 50 ms later
+    slow = await wb.run_async(_cfg(tmp_path, "slow", request_overhead_ms=2500.0))
+    runs = compare.load_runs([base.run_dir, slow.run_dir, base.run_dir], ["base", "slow", "same"])
+    changes = compare.change_table(runs, n_boot=500, seed=1)
+    assert set(changes["run"]) == {"slow", "same"} and set(changes["stat"]) == {"p50", "p90"}
+    ttft = changes[(changes["metric"] == "ttft_ms") & (changes["run"] == "slow")]
+    for _, row in ttft.iterrows():
+        assert row["significant"] and 0 < row["change lo"] <= row["change"] <= row["change hi"]
+        assert row["value"] == np.percentile(
+            wb.to_frame(slow).query("status == 'ok'")["ttft_ms"], int(row["stat"][1:]))
+    same = changes[changes["run"] == "same"]
+    assert (same["change"] == 0).all() and not same["significant"].any()
+    assert ((same["change lo"] <= 0) & (same["change hi"] >= 0)).all()
+    # seeded: the same interval twice
+    again = compare.change_table(runs, n_boot=500, seed=1)
+    assert again[["change lo", "change hi"]].equals(changes[["change lo", "change hi"]])
+    lines = compare.compare_headline(runs, changes).lines
+    assert lines[0].startswith("base (baseline): ")
+    assert lines[2].startswith("  slow vs base: TTFT p50 +") and " significant" in lines[2]
+    assert "not significant" in lines[4]  # same vs base
+    assert compare.runs_table(runs)["timing"].tolist() == [
+        "wall clock, simulated engine, 50× real time"] * 3
+
+
+def test_virtual_time_runs_are_labelled(tmp_path):
+    from workbench.executors.virtual import simulate
+
+    run = simulate(_cfg(tmp_path, "v"))
+    runs = compare.load_runs([run.run_dir])
+    assert compare.runs_table(runs)["timing"].tolist() == [
+        "virtual time (simulated engine, 50× real time)"]
+    assert "Every run is in virtual time (simulated ms)" in compare.latency_caption(runs)
