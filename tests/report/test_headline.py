@@ -178,3 +178,37 @@ def test_simulate_prints_the_headline_and_json_only_on_request(tmp_path, capsys)
     assert main([*args, "--run-id", "j", "--json"]) == 0
     out = capsys.readouterr().out
     assert json.loads(out.split("\n}\n")[0] + "}")["requests"] == 8
+
+
+# -- sweep figures and tables in load order ----------------------------------------------------
+def test_sweep_figures_draw_in_load_order_and_mark_the_capacity(tmp_path):
+    """A capacity search probes out of order; every line is drawn sorted by the swept
+    value, the capacity is a vertical line and a sentence under the goodput figure."""
+    import workbench as wb
+    from workbench.data import path as data_path
+    from workbench.report import sweep_plots, sweep_tables
+
+    base = {"trace": {"path": str(data_path("tracelab/multi_session_example.csv"))},
+            "arrival": {"mode": "saturated", "tool_wait_scale": 0.0}}
+    s = wb.capacity_search(base, "max_concurrency", 1, 3, "ttft_ms:p90<=30", tolerance=1,
+                           virtual=True, out_dir=tmp_path, sweep_id="c")
+    probes = [p["params"]["arrival.max_concurrency"] for p in s.points]
+    assert probes != sorted(probes)  # the search did probe out of order
+    fig = wb.sweep_plot(s, "goodput")
+    ax = fig.axes[0]
+    delivered = next(ln for ln in ax.get_lines() if ln.get_label() == "delivered")
+    assert list(delivered.get_xdata()) == sorted(probes)
+    cap = s.capacity["value"]
+    assert s.capacity["status"] == "found"
+    vlines = [ln for ln in ax.get_lines() if ln.get_label() == "capacity (SLO held)"]
+    assert vlines and list(vlines[0].get_xdata()) == [cap, cap]
+    sentence = capacity_sentence(s)
+    assert sentence.startswith(f"At TTFT p90 ≤ 30 ms: arrival.max_concurrency = {cap} (found")
+    assert sentence in [t.get_text().replace("\n", " ") for t in fig.texts]
+    latency = wb.sweep_plot(s, "latency").axes[0]
+    assert any(lab.startswith("capacity: ") for lab in latency.get_legend_handles_labels()[1])
+    cache = wb.sweep_plot(s, "cache").axes[0]
+    assert list(cache.get_lines()[0].get_xdata()) == sorted(probes)
+    table = sweep_tables.points_table(sweep_plots.as_sweeps(s))
+    assert list(table["arrival.max_concurrency"]) == sorted(probes)
+    assert len(table.columns) <= 11  # fits a page

@@ -162,7 +162,7 @@ def _ordered(sweep: Sweep, axis: str) -> list[Mapping[str, Any]]:
     return sorted(done, key=lambda p: (p["params"][axis], p["index"]))
 
 
-def _capacity_point(sweep: Sweep, axis: str) -> tuple[Mapping[str, Any] | None, str]:
+def capacity_point(sweep: Sweep, axis: str) -> tuple[Mapping[str, Any] | None, str]:
     """The point the capacity sits at and how it was found ("found by search", "the
     highest point that held", "above", "below")."""
     pts = _ordered(sweep, axis)
@@ -189,7 +189,7 @@ def capacity_sentence(sweep: Sweep, rounds_per_unit: float | None = None) -> str
     if not any(k.partition(":")[2] for k in (sweep.slo or {})):
         return "No SLO: the sweep has no capacity to state."
     axis = (sweep.capacity or {}).get("axis") or (sweep.axes[0] if sweep.axes else "point")
-    point, how = _capacity_point(sweep, axis)
+    point, how = capacity_point(sweep, axis)
     head = f"At {slo_phrase(sweep.slo)}: "
     if point is None:
         return head + "no point finished: no capacity to state."
@@ -237,7 +237,12 @@ def _delivery_warning(delivered: Any, offered_rps: float | None) -> str:
             f"req/s, not {sig(offered_rps)}.")
 
 
-def sweep_headline(sweep: Sweep) -> str:
+def sweeps_headline(sweeps: Mapping[str, Sweep]) -> Headline:
+    """The sweep report's headline: one ``sweep_headline`` per sweep, by its label."""
+    return Headline([sweep_headline(sweep, label) for label, sweep in sweeps.items()])
+
+
+def sweep_headline(sweep: Sweep, label: str | None = None) -> str:
     """One line for a sweep: what varied over which values, in which mode, then the
     capacity sentence."""
     axis = sweep.axes[0] if sweep.axes else "point"
@@ -246,7 +251,7 @@ def sweep_headline(sweep: Sweep) -> str:
     span = "" if not values else f" {sig(values[0])}" if len(set(values)) == 1 else (
         f" {sig(min(values))}–{sig(max(values))}")
     mode = "virtual time" if sweep.manifest.get("mode") == "virtual" else "live"
-    return (f"{sweep.label}: {done} point(s) of {axis}{span} ({mode}) · "
+    return (f"{label or sweep.label}: {done} point(s) of {axis}{span} ({mode}) · "
             f"{capacity_sentence(sweep)}")
 
 

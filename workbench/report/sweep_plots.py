@@ -6,11 +6,17 @@ the same axes. Kinds:
 
 - ``latency``: achieved request throughput against TTFT, TPOT and E2E
   percentiles (95 % intervals over repeats as error bars), the SLO bound as a
-  dashed line and the knee marked;
-- ``goodput``: goodput (requests/s within every SLO bound) and throughput
-  against the offered load (the swept axis), the capacity marked when the sweep
-  searched for it;
+  dashed line, the knee (★) and the capacity point (◆) marked;
+- ``goodput``: delivered throughput and goodput (requests/s within every SLO
+  bound) against the offered load (the swept axis), with the offered request rate
+  as a grey line when the axis is ``arrival.rate`` — so delivered below offered is
+  seen, not hidden — and the capacity as a dashed vertical line, stated in the
+  title (``headline.capacity_sentence``);
 - ``cache``: prefix-cache hit rate and preemptions against the offered load.
+
+Every line is drawn in load order (sorted by the swept value, not in the order the
+points ran: a capacity search probes 1, 40, 20, 30, 25, 27), and each sweep keeps one
+colour across every panel.
 
 The knee is the Kneedle point of the curve (docs/sweeps.md): x and y scaled to
 [0, 1], the point farthest above the diagonal of a convex increasing curve —
@@ -19,6 +25,7 @@ where latency stops growing slowly with throughput and starts growing fast.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from os import PathLike
 from typing import Any
@@ -26,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from workbench.report.plots import LATENCY_NAMES, _new
 from workbench.sweeps.store import Sweep, load_sweep
@@ -76,6 +84,36 @@ def load_axis(sweep: Sweep) -> tuple[str, pd.Series]:
     return "point", df["point"]
 
 
+def in_load_order(sweep: Sweep) -> pd.DataFrame:
+    """``sweep.frame`` sorted by the offered-load axis (ties: point order)."""
+    df = sweep.frame
+    if df.empty:
+        return df
+    axis, _ = load_axis(sweep)
+    return df.sort_values([axis, "point"] if axis != "point" else ["point"], kind="stable")
+
+
+def capacity_row(sweep: Sweep, df: pd.DataFrame) -> pd.Series | None:
+    """The row of ``df`` (in load order) at the sweep's capacity: the search's found
+    value, or the highest point that held before the first broken one (none when the
+    first point broke or the sweep has no SLO)."""
+    from workbench.report.headline import capacity_point
+
+    if df.empty or not sweep.slo:
+        return None
+    axis, _ = load_axis(sweep)
+    point, how = capacity_point(sweep, axis) if axis != "point" else (None, "")
+    if point is None or how == "below":
+        return None
+    rows = df[df["point"] == point["index"]]
+    return rows.iloc[0] if len(rows) else None
+
+
+def _short(col: str) -> str:
+    """A legend's name of an SLO or stat column: ``slo:ttft_ms:p90`` → ``p90``."""
+    return col.rsplit(":", 1)[-1].rsplit("_", 1)[-1]
+
+
 def _slo_bound(sweep: Sweep, metric: str) -> tuple[str, float] | None:
     """(column, limit) of the SLO's bound on ``metric``, if any."""
     for key, limit in (sweep.slo or {}).items():
@@ -98,7 +136,7 @@ def _latency(sweeps: dict[str, Sweep], stat: str | None = None,
     fig, axes = _new(len(metrics), size=(4.6, 3.6))
     for ax, metric in zip(axes, metrics, strict=True):
         for i, (label, sweep) in enumerate(sweeps.items()):
-            df = sweep.frame
+            df = in_load_order(sweep)
             if df.empty:
                 continue
             bound = _slo_bound(sweep, metric)
@@ -110,45 +148,68 @@ def _latency(sweeps: dict[str, Sweep], stat: str | None = None,
             x = df[THROUGHPUT].to_numpy(dtype=float)
             y = df[col].to_numpy(dtype=float)
             ax.errorbar(x, y, yerr=_errorbars(df, col), marker="o", ms=4, capsize=3,
-                        color=color, label=f"{label} ({col.split(':', 1)[-1].replace('_', ' ')})")
+                        color=color, label=f"{label}: {_short(col)}")
             if np.nanmax(y) > 50 * max(np.nanmin(y), 1e-9):
                 ax.set_yscale("log")
             k = knee(x, y)
             if k is not None:
                 ax.plot([x[k]], [y[k]], marker="*", ms=14, color=color, ls="none",
-                        label=f"knee {label}: {x[k]:.3g} req/s")
+                        label=f"knee: {x[k]:.3g} req/s")
+            cap = capacity_row(sweep, df)
+            if cap is not None and col in cap:
+                ax.plot([cap[THROUGHPUT]], [cap[col]], marker="D", ms=9, mfc="none", mew=2,
+                        color=color, ls="none", label=f"capacity: {cap[THROUGHPUT]:.3g} req/s")
             if bound:
                 ax.axhline(bound[1], color=color, ls="--", lw=1,
-                           label=f"SLO {bound[0].split(':', 1)[1]} ≤ {bound[1]:g} ms")
-        ax.set_xlabel("achieved throughput (requests/s)")
+                           label=f"SLO {_short(bound[0])} ≤ {bound[1]:g} ms")
+        ax.set_xlabel("delivered throughput (requests/s)")
         ax.set_ylabel(f"{LATENCY_NAMES.get(metric, metric)} (ms)")
         ax.set_title(f"{LATENCY_NAMES.get(metric, metric)} against throughput")
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
         ax.legend(fontsize=7)
     return fig
 
 
 def _goodput(sweeps: dict[str, Sweep]) -> Figure:
-    fig, (ax,) = _new(1, size=(6.0, 3.8))
+    from workbench.report.headline import RATE_AXIS, capacity_sentence, sweep_rounds_per_unit
+
+    fig, (ax,) = _new(1, size=(7.0, 4.2))
     xlabel = "point"
+    notes = []
     for i, (label, sweep) in enumerate(sweeps.items()):
-        df = sweep.frame
+        df = in_load_order(sweep)
         if df.empty:
             continue
         xlabel, x = load_axis(sweep)
+        x = df[xlabel]
         color = f"C{i}"
+        name = f"{label}: " if len(sweeps) > 1 else ""
         ax.plot(x, df[THROUGHPUT], marker="o", ms=4, color=color, ls=":",
-                label=f"{label}: throughput")
+                label=f"{name}delivered")
         if "goodput_rps" in df:
             ax.errorbar(x, df["goodput_rps"], yerr=_errorbars(df, "goodput_rps"), marker="s",
-                        ms=4, capsize=3, color=color, label=f"{label}: goodput (within SLO)")
-        cap = sweep.capacity
-        if cap and cap.get("value") is not None and cap.get("axis") == xlabel:
-            ax.axvline(cap["value"], color=color, ls="--", lw=1,
-                       label=f"{label}: capacity {cap['value']:g} ({cap['status']})")
+                        ms=4, capsize=3, color=color, label=f"{name}goodput (within SLO)")
+        rounds = sweep_rounds_per_unit(sweep) if xlabel == RATE_AXIS else None
+        if rounds:
+            ax.plot(x, x * rounds, color="0.55", lw=1, ls="-", zorder=0,
+                    label=f"{name}offered" if len(sweeps) > 1 or not notes else None)
+        cap = capacity_row(sweep, df)
+        if cap is not None:
+            ax.axvline(cap[xlabel], color=color, ls="--", lw=1,
+                       label=f"{name}capacity (SLO held)")
+            ax.annotate(f"{cap[THROUGHPUT]:.3g} req/s delivered",
+                        (cap[xlabel], cap[THROUGHPUT]), xytext=(6, -14),
+                        textcoords="offset points", fontsize=8, color=color)
+        notes.append(f"{name}{capacity_sentence(sweep, rounds)}" if sweep.slo else "")
     ax.set_xlabel(f"offered load ({xlabel})")
     ax.set_ylabel("requests/s")
-    ax.set_title("Goodput and throughput against offered load")
-    ax.legend(fontsize=7)
+    ax.set_title("Delivered throughput and goodput against offered load")
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=6))
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    text = "\n".join(textwrap.fill(n, 120) for n in notes if n)
+    if text:
+        fig.text(0.01, -0.02, text, fontsize=8, va="top", ha="left", wrap=True)
     return fig
 
 
@@ -156,19 +217,21 @@ def _cache(sweeps: dict[str, Sweep]) -> Figure:
     fig, (hit_ax, pre_ax) = _new(2, size=(4.8, 3.6))
     xlabel = "point"
     for i, (label, sweep) in enumerate(sweeps.items()):
-        df = sweep.frame
+        df = in_load_order(sweep)
         if df.empty:
             continue
-        xlabel, x = load_axis(sweep)
+        xlabel, _ = load_axis(sweep)
+        x = df[xlabel]
         color = f"C{i}"
+        name = f"{label}: " if len(sweeps) > 1 else ""
         hit_ax.plot(x, df["actual_prefix_hit_rate"], marker="o", ms=4, color=color,
-                    label=f"{label}: actual (client)")
+                    label=f"{name}actual")
         if df["server_prefix_hit_rate"].notna().any():
             hit_ax.plot(x, df["server_prefix_hit_rate"], marker="x", ls="--", color=color,
-                        label=f"{label}: server")
+                        label=f"{name}server")
         if df["planned_prefix_hit_rate"].notna().any():
             hit_ax.plot(x, df["planned_prefix_hit_rate"], ls=":", color=color,
-                        label=f"{label}: planned")
+                        label=f"{name}planned")
         pre = pd.to_numeric(df["preemptions"], errors="coerce")
         pre_ax.plot(x, pre, marker="o", ms=4, color=color, label=label)
     hit_ax.set_xlabel(f"offered load ({xlabel})")

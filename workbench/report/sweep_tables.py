@@ -1,4 +1,10 @@
-"""Tables of sweeps for the ``sweep`` notebook and reports (pandas frames, ``tables.show``)."""
+"""Tables of sweeps for the ``sweep`` notebook and reports (pandas frames, ``tables.show``).
+
+Sized to fit a page: ``sweeps_table`` has one column per sweep (its fields as rows),
+``points_table`` the columns a reader compares across load (``POINT_SHOWN``, short
+names; every pooled number stays in ``sweep.json`` and each run's summary), in load
+order; ``flush_table`` one row per distinct flush outcome with its count of runs.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,13 @@ POINT_COLUMNS = ("ttft_ms_p90", "tpot_ms_p90", "e2e_ms_p90", "request_throughput
                  "output_token_throughput_tps", "goodput_rps", "actual_prefix_hit_rate",
                  "server_prefix_hit_rate", "preemptions", "ok_rate", "repeats", "slo_held",
                  "slo_worst_ratio")
+#: what ``points_table`` shows, and its column names (units in the caption)
+POINT_SHOWN: tuple[tuple[str, str], ...] = (
+    ("ttft_ms_p90", "TTFT p90"), ("tpot_ms_p90", "TPOT p90"), ("e2e_ms_p90", "E2E p90"),
+    ("request_throughput_rps", "throughput (req/s)"), ("goodput_rps", "goodput (req/s)"),
+    ("actual_prefix_hit_rate", "hit"), ("preemptions", "preemptions"), ("ok_rate", "ok"),
+    ("repeats", "repeats"), ("slo_held", "SLO held"),
+)  # fmt: skip
 
 
 def sweeps_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
@@ -36,39 +49,52 @@ def sweeps_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
             "capacity": cap.get("value") if cap else None,
             "capacity status": cap.get("status") if cap else None,
         }
-    df = pd.DataFrame.from_dict(rows, orient="index")
-    df.index.name = "label"
+    df = pd.DataFrame.from_dict(rows, orient="index").T  # a column per sweep: fits a page
+    df.index.name = "sweep"
     df.attrs["name"] = "sweeps"
     return df
 
 
 def points_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
-    """One row per finished point of every sweep: the axis values and the pooled numbers."""
+    """One row per finished point of every sweep, in load order: the axis values and the
+    pooled numbers of ``POINT_SHOWN`` (latencies in ms, hit and ok as fractions 0-1)."""
+    from workbench.report.sweep_plots import in_load_order
+
     frames = []
     for label, s in sweeps.items():
-        df = s.frame
+        df = in_load_order(s)
         if df.empty:
             continue
-        cols = [c for c in ("point", *s.axes, *POINT_COLUMNS) if c in df]
-        part = df[cols].copy()
-        part.insert(0, "sweep", label)
+        cols = [c for c in (*s.axes, *(k for k, _ in POINT_SHOWN)) if c in df]
+        part = df[cols].rename(columns=dict(POINT_SHOWN))
+        if len(sweeps) > 1:
+            part.insert(0, "sweep", label)
         frames.append(part)
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     out.attrs["name"] = "sweep_points"
     return out
 
 
+FLUSH_KEYS = ("action", "ok", "endpoint", "status", "reason")
+
+
 def flush_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
-    """What was done to the server's prefix cache before every run of every sweep."""
-    rows = []
+    """What was done to the server's prefix cache before the runs of every sweep: one row
+    per distinct outcome (action, ok, endpoint, HTTP status, reason) with how many runs
+    had it and the first and last of them."""
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     for label, s in sweeps.items():
         for p in s.points:
             for r in p.get("runs", []):
                 f = r.get("flush") or {}
-                rows.append({"sweep": label, "point": p["index"], "repeat": r["repeat"],
-                             "run": r["run_id"], "action": f.get("action"),
-                             "ok": f.get("ok"), "endpoint": f.get("endpoint"),
-                             "status": f.get("status"), "reason": f.get("reason")})
-    df = pd.DataFrame(rows)
+                key = (label, *(f.get(k) for k in FLUSH_KEYS))
+                row = groups.setdefault(key, {"sweep": label, **{k: f.get(k) for k in
+                                                                   FLUSH_KEYS},
+                                              "runs": 0, "first": r["run_id"]})
+                row["runs"] += 1
+                row["last"] = r["run_id"]
+    df = pd.DataFrame(list(groups.values()))
+    if len(df):
+        df = df.dropna(axis=1, how="all")  # an endpoint or status no run had
     df.attrs["name"] = "sweep_flushes"
     return df
