@@ -175,7 +175,7 @@ def _goodput(sweeps: dict[str, Sweep]) -> Figure:
 
     fig, (ax,) = _new(1, size=(7.0, 4.2))
     xlabel = "point"
-    notes = []
+    notes: list[str] = []
     for i, (label, sweep) in enumerate(sweeps.items()):
         df = in_load_order(sweep)
         if df.empty:
