@@ -104,9 +104,10 @@ async def test_run_button_replays_in_the_background_and_shows_results(tmp_path: 
     assert result is p.result and result is not None
     assert [r.status for r in result.records] == ["ok"] * 5  # sessions 0 and 1: 3 + 2 rounds
     assert p.progress.value == p.progress.max == 5
-    html = p.output.outputs[0]["data"]["text/html"]
-    assert "ttft_ms" in html
-    assert "image/png" in p.output.outputs[2]["data"]
+    headline = p.output.outputs[0]["data"]["text/plain"]  # the headline on top
+    assert headline.startswith("5/5 ok · TTFT p50/p90/p99 ")
+    assert "ttft_ms" in p.output.outputs[1]["data"]["text/html"]
+    assert "image/png" in p.output.outputs[3]["data"]
     assert p.status.value.startswith("done: 5 ok")
     assert not p.run_button.disabled and p.stop_button.disabled
     assert Path(result.run_dir or "").parent == tmp_path

@@ -272,9 +272,11 @@ class Panel(LiveSource):
         from workbench.metrics import summarize
         from workbench.report import tables
         from workbench.report.plots import plot
+        from workbench.report.sections import RunReport
 
         summary = summarize(result)
         entries = [
+            RunReport(result).headline(),  # the same line as the reports and the CLI
             tables.show(tables.summary_table(summary), caption="Latency of ok requests (ms)"),
             tables.show(tables.prefix_table(summary), caption="Prefix-cache hit rates (0–1)"),
             plot(result, "cdf"),
