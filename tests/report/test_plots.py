@@ -140,10 +140,13 @@ def test_timeline_draws_server_gauges_when_scraped() -> None:
     fig = plot(make_run(timeline=GAUGE_TIMELINE), "timeline")
     _, queue_ax, kv_ax = fig.axes
     labels = [ln.get_label() for ln in queue_ax.lines]
-    assert labels == ["r1: in flight", "r1: server running (2 scrapes)",
-                      "r1: server waiting (2 scrapes)"]
-    assert list(kv_ax.lines[0].get_ydata()) == pytest.approx([10.0, 25.0])
-    assert kv_ax.get_ylabel() == "KV cache usage (%)"
+    # one run: short labels (the title names it), one colour for its lines in every panel
+    assert labels == ["in flight (client)", "server running (2 scrapes)",
+                      "server waiting (2 scrapes)"]
+    assert {ln.get_color() for ax in fig.axes for ln in ax.lines} == {"C0"}
+    # KV usage as a fraction, the unit of the server table (one unit per quantity)
+    assert list(kv_ax.lines[0].get_ydata()) == pytest.approx([0.10, 0.25])
+    assert kv_ax.get_ylabel() == "KV cache usage (fraction, 0-1)"
 
 
 def test_timeline_without_gauges_says_so() -> None:

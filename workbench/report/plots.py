@@ -164,8 +164,25 @@ def _y_from_zero(a: Axes, at_least: float = 1.0) -> None:
 
 
 def _vs(runs: Mapping[str, Any]) -> str:
+    """The runs a title compares; a single run's simulated engine says so (its times are
+    the simulation's: ``headline.engine_note``)."""
+    from workbench.report.headline import engine_note
+
     names = list(runs)
-    return names[0] if len(names) == 1 else " vs ".join(names)
+    if len(names) != 1:
+        return " vs ".join(names)
+    note = engine_note(getattr(runs[names[0]], "manifest", None))
+    return f"{names[0]} ({note})" if note else names[0]
+
+
+def _name(runs: Mapping[str, Any], label: str) -> str:
+    """A legend entry's run prefix: none for one run (the title names it), short
+    otherwise; every run keeps its colour (``_color``) across the panels of a figure."""
+    return "" if len(runs) == 1 else f"{label}: "
+
+
+def _color(k: int) -> str:
+    return f"C{k % 10}"
 
 
 # -- run kinds ----------------------------------------------------------------------------
@@ -174,11 +191,12 @@ def _cdf(runs: Mapping[str, Any], ax: Axes | None, metrics: Any = None) -> Figur
     fig, axes = _target(ax, len(metrics) if ax is None else 1, size=(4.0, 3.4))
     for a, metric in zip(axes, metrics, strict=False):
         name = LATENCY_NAMES.get(metric, metric)
-        for label, run in runs.items():
+        for k, (label, run) in enumerate(runs.items()):
             vals = np.sort(_values(_ok_frame(run), metric))
             if vals.size:
                 y = np.arange(1, vals.size + 1) / vals.size
-                a.step(vals, y, where="post", label=f"{label} (n={vals.size})")
+                a.step(vals, y, where="post", color=_color(k),
+                       label=f"{label} (n={vals.size})")
         if not a.lines:
             _no_data(a)
         a.set(xlabel=f"{name} ({metric}, ms)", ylabel="fraction of ok requests ≤ x",
@@ -214,7 +232,8 @@ def _prefix_hits(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
         s = as_summary(run)
         vals = [s.get(key) for _, key in HIT_RATES]
         pos = x - 0.4 + width * (k + 0.5)
-        bars = a.bar(pos, [v if v is not None else 0.0 for v in vals], width, label=label)
+        bars = a.bar(pos, [v if v is not None else 0.0 for v in vals], width, label=label,
+                     color=_color(k))
         for bar, v in zip(bars, vals, strict=True):
             text = "n/a" if v is None else f"{v:.3f}"
             a.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
@@ -257,12 +276,13 @@ def _round_axes(a: Axes, frames: list[pd.DataFrame]) -> bool:
 def _hit_by_round(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
     fig, (a,) = _target(ax, 1, size=(7.0, 4.0))
     frames = []
-    for label, run in runs.items():
+    for k, (label, run) in enumerate(runs.items()):
         df = _per_round(run)
         frames.append(df)
-        line = a.plot(df["round"], df["actual_prefix_hit_rate"], "o-", label=f"{label}: actual")
-        a.plot(df["round"], df["planned_prefix_hit_rate"], "s--", color=line[0].get_color(),
-               alpha=0.6, label=f"{label}: planned")
+        a.plot(df["round"], df["actual_prefix_hit_rate"], "o-", color=_color(k),
+               label=f"{_name(runs, label)}actual")
+        a.plot(df["round"], df["planned_prefix_hit_rate"], "s--", color=_color(k),
+               alpha=0.6, label=f"{_name(runs, label)}planned")
     if not a.lines:
         _no_data(a)
     elif _round_axes(a, frames):
@@ -277,12 +297,13 @@ def _hit_by_round(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
 def _ttft_by_round(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
     fig, (a,) = _target(ax, 1, size=(7.0, 4.0))
     frames = []
-    for label, run in runs.items():
+    for k, (label, run) in enumerate(runs.items()):
         df = _per_round(run)
         frames.append(df)
-        line = a.plot(df["round"], df["ttft_ms_p50"], "o-", label=f"{label}: p50")
-        a.plot(df["round"], df["ttft_ms_p90"], "^:", color=line[0].get_color(),
-               label=f"{label}: p90")
+        a.plot(df["round"], df["ttft_ms_p50"], "o-", color=_color(k),
+               label=f"{_name(runs, label)}p50")
+        a.plot(df["round"], df["ttft_ms_p90"], "^:", color=_color(k),
+               label=f"{_name(runs, label)}p90")
     if not a.lines:
         _no_data(a)
     elif _round_axes(a, frames):
@@ -307,14 +328,16 @@ def _timeline(runs: Mapping[str, Any], ax: Axes | None, bin_s: float | None = No
 
     fig, axes = _target(ax, 3, ncols=1, size=(10.0, 2.6), sharex=True)
     b = bin_s or max(_auto_bin(run) for run in runs.values())
-    for label, run in runs.items():
+    for k, (label, run) in enumerate(runs.items()):
         tp = throughput_timeline(run, b)
-        axes[0].step(tp["t_s"], tp["output_tps"], where="post", label=f"{label} ({b:g} s bins)")
+        axes[0].step(tp["t_s"], tp["output_tps"], where="post", color=_color(k),
+                     label=f"{_name(runs, label)}{b:g} s bins")
         if len(axes) == 1:
             continue
         fl = in_flight_timeline(run)
-        axes[1].step(fl["t_s"], fl["in_flight"], where="post", label=f"{label}: in flight")
-        _server_panels(axes[1], axes[2], run, label)
+        axes[1].step(fl["t_s"], fl["in_flight"], where="post", color=_color(k),
+                     label=f"{_name(runs, label)}in flight (client)")
+        _server_panels(axes[1], axes[2], run, _name(runs, label), _color(k))
     axes[0].set(ylabel="output tokens/s", title="Output token throughput")
     for a in axes:
         a.grid(alpha=0.3)
@@ -325,12 +348,12 @@ def _timeline(runs: Mapping[str, Any], ax: Axes | None, bin_s: float | None = No
     if len(axes) == 3:
         axes[1].set(ylabel="requests", title="Requests in flight (client) and at the server")
         axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))
-        axes[2].set(ylabel="KV cache usage (%)", title="Server KV cache usage")
+        axes[2].set(ylabel="KV cache usage (fraction, 0-1)", title="Server KV cache usage")
         fig.suptitle(f"Run timeline: {_vs(runs)}")
     return fig
 
 
-def _server_panels(queue_ax: Axes, kv_ax: Axes, run: Any, label: str) -> None:
+def _server_panels(queue_ax: Axes, kv_ax: Axes, run: Any, name: str, color: str) -> None:
     from workbench.metrics import run_rows
     from workbench.report.tables import server_gauges
 
@@ -341,11 +364,11 @@ def _server_panels(queue_ax: Axes, kv_ax: Axes, run: Any, label: str) -> None:
     # markers show where the scrapes were: between two samples the value is unknown
     for col, style in (("running", "o-"), ("waiting", "x--")):
         if g[col].notna().any():
-            queue_ax.step(g["t_s"], g[col], style, where="post", ms=4,
-                          label=f"{label}: server {col} ({len(g)} scrapes)")
-    if g["kv_usage"].notna().any():
-        kv_ax.step(g["t_s"], 100 * g["kv_usage"], "o-", where="post", ms=4,
-                   label=f"{label} ({len(g)} scrapes)")
+            queue_ax.step(g["t_s"], g[col], style, where="post", ms=4, color=color,
+                          label=f"{name}server {col} ({len(g)} scrapes)")
+    if g["kv_usage"].notna().any():  # a fraction, as the server table shows it
+        kv_ax.step(g["t_s"], g["kv_usage"], "o-", where="post", ms=4, color=color,
+                   label=f"{name}{len(g)} scrapes")
     elif not kv_ax.lines:
         _no_data(kv_ax, "no KV usage samples (server /metrics not scraped)")
 
@@ -366,16 +389,17 @@ def _over_time(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
         df = run_rows(run)
         t0 = _t0_ns(df)
         fl = in_flight_timeline(run)
-        axes[0].step(fl["t_s"], fl["in_flight"], where="post", color=color, label=label)
+        axes[0].step(fl["t_s"], fl["in_flight"], where="post", color=color,
+                     label=f"{_name(runs, label)}in flight")
         if len(axes) == 1:
             continue
         ok = df[(df["status"] == "ok") & df["ttft_ms"].notna()]
         axes[1].plot((ok["dispatch_ns"] - t0) / 1e9, ok["ttft_ms"], ".", ms=3, color=color,
-                     alpha=0.6, label=f"{label}: TTFT of ok requests (n={len(ok)})")
+                     alpha=0.6, label=f"{_name(runs, label)}ok (n={len(ok)})")
         bad = df[(df["status"] == "error") & df["dispatch_ns"].notna()]
         if len(bad):
             axes[1].plot((bad["dispatch_ns"] - t0) / 1e9, np.zeros(len(bad)), "x", color="red",
-                         label=f"{label}: errors (n={len(bad)}), at send time")
+                         label=f"{_name(runs, label)}errors (n={len(bad)})")
     axes[0].set(ylabel="requests in flight", title="Requests in flight (client: sent, not ended)")
     axes[0].yaxis.set_major_locator(MaxNLocator(integer=True))
     if len(axes) > 1:
@@ -398,12 +422,13 @@ def _ttft_vs_uncached(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
     """TTFT against the prompt tokens the server had to compute (prompt − cached):
     prefill cost, so a cache hit shows as a point moved left."""
     fig, (a,) = _target(ax, 1, size=(7.0, 4.2))
-    for label, run in runs.items():
+    for k, (label, run) in enumerate(runs.items()):
         df = _ok_frame(run)
         df = df[df["ttft_ms"].notna() & df["prompt_tokens"].notna()]
         cached = df["cached_tokens"].fillna(0)
         x = (df["prompt_tokens"] - cached).clip(lower=0)
-        a.plot(x, df["ttft_ms"], ".", ms=4, alpha=0.6, label=f"{label} (n={len(df)})")
+        a.plot(x, df["ttft_ms"], ".", ms=4, alpha=0.6, color=_color(k),
+               label=f"{_name(runs, label)}n={len(df)}")
     if not a.lines:
         _no_data(a, "no ok request with a first token")
     else:

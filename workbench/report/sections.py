@@ -57,6 +57,15 @@ class RunReport:
         own = None if isinstance(src, pd.DataFrame) else getattr(src, "run_id", None)
         return str(own or self.manifest.get("run_id") or "")
 
+    @property
+    def _times(self) -> str:
+        """What the run's ms are, for a simulated engine (``"; simulated engine, 20× real
+        time"``); empty for a real server."""
+        from workbench.report.headline import engine_note
+
+        note = engine_note(self.manifest)
+        return f"; {note}" if note else ""
+
     def _frame(self) -> pd.DataFrame:
         from workbench.metrics import run_rows
 
@@ -88,7 +97,7 @@ class RunReport:
                 tables.client_table(self.summary),
                 caption=tables.client_caption(self.summary, self.manifest)),
             "latency": lambda: tables.show(tables.summary_table(self.summary),
-                                           caption="Latency of ok requests (ms)"),
+                                           caption=f"Latency of ok requests (ms{self._times})"),
             "prefix": lambda: tables.show(tables.prefix_table(self.summary),
                                           caption=tables.prefix_caption(self.summary)),
             "server": lambda: tables.show(tables.server_table(self.summary),
@@ -110,13 +119,13 @@ class RunReport:
         from workbench.metrics import scan
 
         return tables.show(tables.round_table(scan.report_by_round(self.source)),
-                           caption="By round index (ms; hit rates 0-1)")
+                           caption=f"By round index (ms{self._times}; hit rates 0-1)")
 
     def _by_band(self) -> tables.Table:
         from workbench.metrics import scan
 
         return tables.show(tables.band_table(scan.report_by_band(self.source)),
-                           caption="By prompt-length band (ms; hit rates 0-1)")
+                           caption=f"By prompt-length band (ms{self._times}; hit rates 0-1)")
 
     def _errors(self) -> tables.Table:
         table = tables.error_table(self._frame())

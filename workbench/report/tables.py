@@ -269,13 +269,22 @@ SERVER_FIELDS: tuple[tuple[str, str], ...] = (
 )
 
 
+#: fewer /metrics samples than this and a "peak" is one or two readings, not a peak:
+#: the server table leaves the peaks out and its caption says so
+MIN_PEAK_SAMPLES = 3
+
+
 def server_table(data: Any) -> pd.DataFrame:
     """The server's own evidence from its ``/metrics`` timeline (``summary["server"]``):
-    preemptions over the run, peak KV-cache usage and peak running/waiting requests."""
+    preemptions over the run, peak KV-cache usage and peak running/waiting requests
+    (the peaks only from at least ``MIN_PEAK_SAMPLES`` samples)."""
     server = as_summary(data).get("server") or {}
-    values = [server.get(key) for _, key in SERVER_FIELDS]
+    few = (server.get("samples") or 0) < MIN_PEAK_SAMPLES
+    fields = [(label, key) for label, key in SERVER_FIELDS
+              if not (few and key.startswith("peak_"))]
+    values = [server.get(key) for _, key in fields]
     df = pd.DataFrame({"value": pd.Series(values, dtype=object)})
-    df.index = pd.Index([label for label, _ in SERVER_FIELDS])
+    df.index = pd.Index([label for label, _ in fields])
     df.index.name = "server"
     return _named(df, "server")
 
@@ -288,6 +297,11 @@ def server_caption(data: Any) -> str:
             "No server-side evidence: the server exported no known /metrics series "
             "(or backend.scrape_interval_s was off)"
         )
+    if (server.get("samples") or 0) < MIN_PEAK_SAMPLES:
+        return (f"Server-side evidence from {server.get('samples')} /metrics samples "
+                f"({server['engine']} names): too few for peaks, which are left out "
+                "(a longer run, or a shorter backend.scrape_interval_s, gives them); "
+                "preemptions over the run")
     return (
         f"Server-side evidence from {server.get('samples')} /metrics samples "
         f"({server['engine']} names); peaks are over the samples, preemptions over the run"
@@ -451,7 +465,10 @@ class Table:
 
     def html(self) -> str:
         """Every cell, label and the caption HTML-escaped: they can hold trace ids, run ids,
-        server text (a run id ``<img onerror=...>`` must stay text)."""
+        server text (a run id ``<img onerror=...>`` must stay text). A table without
+        rows is left out: its caption says why, as a sentence."""
+        if self.frame.empty:
+            return f'<p class="wb-empty">{html.escape(self.caption or "No rows.")}</p>'
         styler = self.formatted().style.format(lambda v: html.escape(str(v)))
         styler = styler.format_index(escape="html", axis=0).format_index(escape="html", axis=1)
         if isinstance(self.frame.index, pd.RangeIndex):
