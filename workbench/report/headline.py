@@ -238,8 +238,13 @@ def _delivery_warning(delivered: Any, offered_rps: float | None) -> str:
 
 
 def sweeps_headline(sweeps: Mapping[str, Sweep]) -> Headline:
-    """The sweep report's headline: one ``sweep_headline`` per sweep, by its label."""
-    return Headline([sweep_headline(sweep, label) for label, sweep in sweeps.items()])
+    """The sweep report's headline: one ``sweep_headline`` per sweep, by its label, its
+    warning (delivered far below offered) on a line of its own."""
+    lines = []
+    for label, sweep in sweeps.items():
+        head, warn, rest = sweep_headline(sweep, label).partition(" WARNING: ")
+        lines += [head, f"WARNING: {rest}" if warn else ""]
+    return Headline(lines)
 
 
 def sweep_headline(sweep: Sweep, label: str | None = None) -> str:

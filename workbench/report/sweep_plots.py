@@ -148,7 +148,8 @@ def _latency(sweeps: dict[str, Sweep], stat: str | None = None,
             x = df[THROUGHPUT].to_numpy(dtype=float)
             y = df[col].to_numpy(dtype=float)
             ax.errorbar(x, y, yerr=_errorbars(df, col), marker="o", ms=4, capsize=3,
-                        color=color, label=f"{label}: {_short(col)}")
+                        color=color,
+                        label=f"{label}: {_short(col)}" if len(sweeps) > 1 else _short(col))
             if np.nanmax(y) > 50 * max(np.nanmin(y), 1e-9):
                 ax.set_yscale("log")
             k = knee(x, y)
@@ -233,7 +234,7 @@ def _cache(sweeps: dict[str, Sweep]) -> Figure:
             hit_ax.plot(x, df["planned_prefix_hit_rate"], ls=":", color=color,
                         label=f"{name}planned")
         pre = pd.to_numeric(df["preemptions"], errors="coerce")
-        pre_ax.plot(x, pre, marker="o", ms=4, color=color, label=label)
+        pre_ax.plot(x, pre, marker="o", ms=4, color=color, label=label if len(sweeps) > 1 else None)
     hit_ax.set_xlabel(f"offered load ({xlabel})")
     hit_ax.set_ylabel("hit rate (fraction of prompt tokens)")
     hit_ax.set_ylim(0, 1)
@@ -242,7 +243,11 @@ def _cache(sweeps: dict[str, Sweep]) -> Figure:
     pre_ax.set_xlabel(f"offered load ({xlabel})")
     pre_ax.set_ylabel("preemptions per run (server counter)")
     pre_ax.set_title("Preemptions against load")
-    pre_ax.legend(fontsize=7)
+    top = float(np.nanmax(pre_ax.get_lines()[0].get_ydata())) if pre_ax.get_lines() else 0.0
+    pre_ax.set_ylim(0, max(1.0, (top if np.isfinite(top) else 0.0) * 1.1))  # counts, from 0
+    pre_ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    if len(sweeps) > 1:
+        pre_ax.legend(fontsize=7)
     return fig
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from workbench.report.headline import sig
 from workbench.sweeps.store import Sweep
 
 POINT_COLUMNS = ("ttft_ms_p90", "tpot_ms_p90", "e2e_ms_p90", "request_throughput_rps",
@@ -46,7 +47,7 @@ def sweeps_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
             "status": m.get("status"),
             "points done": sum(1 for p in points if p.get("status") == "done"),
             "points skipped": sum(1 for p in points if p.get("status") == "skipped"),
-            "capacity": cap.get("value") if cap else None,
+            "capacity": sig(cap.get("value")) if cap and cap.get("value") is not None else None,
             "capacity status": cap.get("status") if cap else None,
         }
     df = pd.DataFrame.from_dict(rows, orient="index").T  # a column per sweep: fits a page
