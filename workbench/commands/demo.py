@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from workbench import data
     from workbench.commands.replay import replay_with_progress
     from workbench.config import RunConfig
-    from workbench.report.render import render_report
+    from workbench.report.render import render_report, report_headline
 
     path = args.trace if Path(args.trace).is_file() else str(data.path(args.trace))
     cfg = RunConfig.from_dict({
@@ -58,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     params = {"run_dir": str(result.run_dir), "run_id": args.run_id, "out_dir": args.out}
     html = render_report("replay", params, args.out, show_code=args.show_code,
                          progress=not args.no_progress)
+    for line in report_headline(html):
+        print(line)
     print(f"report: {html}")
     print(f"index:  {html.parent.parent / 'index.html'}")
     return 1 if result.cancelled else 0

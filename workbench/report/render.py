@@ -302,6 +302,15 @@ def write_index(out: Path) -> Path:
     return index
 
 
+def report_headline(html_path: str | Path) -> list[str]:
+    """The headline lines a rendered report displayed (from its ``report.json``)."""
+    try:
+        meta = json.loads((Path(html_path).parent / "report.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return [str(line) for line in meta.get("headline") or []]
+
+
 # -- the verb -------------------------------------------------------------------------------
 @contextlib.contextmanager
 def kernel_ipc_dir() -> Iterator[Path]:
