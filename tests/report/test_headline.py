@@ -212,3 +212,24 @@ def test_sweep_figures_draw_in_load_order_and_mark_the_capacity(tmp_path):
     table = sweep_tables.points_table(sweep_plots.as_sweeps(s))
     assert list(table["arrival.max_concurrency"]) == sorted(probes)
     assert len(table.columns) <= 11  # fits a page
+
+
+def test_a_sweep_headline_names_its_points_engine_and_capacity(tmp_path):
+    import json
+
+    from workbench.report.headline import sweep_headline, sweeps_headline
+
+    pts = [point(0, 1, 1.0, True, 100), point(1, 2, 1.2, True, 200)]
+    pts[0]["runs"] = [{"run_dir": "runs/p000-r0"}]  # its plan: 1 request per unit
+    (tmp_path / "runs" / "p000-r0").mkdir(parents=True)
+    (tmp_path / "runs" / "p000-r0" / "manifest.json").write_text(
+        json.dumps({"plan": {"units": 40, "rounds": 40}}))
+    s = Sweep(tmp_path, sweep(pts).manifest)
+    s.manifest["base_config"] = {"target": {"url": "sim", "engine": {"speedup": 20.0}}}
+    s.manifest["mode"] = "live"
+    line = sweep_headline(s, "fast engine")
+    assert line.startswith("fast engine: 2 point(s) of arrival.rate 1–2 · simulated engine, "
+                           "20× real time · At TTFT p90 ≤ 2 s: the SLO held at every point")
+    head = sweeps_headline({"fast engine": s})
+    assert head.lines[0] == line.split(" WARNING: ")[0]  # the warning on a line of its own
+    assert head.lines[1].startswith("WARNING: the engine delivered 60 % of the offered load")

@@ -200,8 +200,8 @@ def capacity_sentence(sweep: Sweep, rounds_per_unit: float | None = None) -> str
     load = _load_text(axis, value, rounds_per_unit)
     if how == "below":
         where = f" ({axis})" if axis == RATE_AXIS else ""
-        return head + f"the SLO broke at every point, from {load}{where}: the capacity is below " \
-                      "the range."
+        return f"{head}the SLO broke at every point, from {load}{where}: the capacity is " \
+               "below the range."
     if axis == RATE_AXIS:
         load = f"{load} ({_offered_per(value, rounds_per_unit)}{axis}" + (
             f", {how})" if how != "above" else ")")
@@ -255,8 +255,9 @@ def sweep_headline(sweep: Sweep, label: str | None = None) -> str:
     done = len(values)
     span = "" if not values else f" {sig(values[0])}" if len(set(values)) == 1 else (
         f" {sig(min(values))}–{sig(max(values))}")
-    mode = "virtual time" if sweep.manifest.get("mode") == "virtual" else "live"
-    return (f"{label or sweep.label}: {done} point(s) of {axis}{span} ({mode}) · "
+    m = sweep.manifest
+    mode = engine_note({"mode": m.get("mode"), "config": m.get("base_config")}) or "live"
+    return (f"{label or sweep.label}: {done} point(s) of {axis}{span} · {mode} · "
             f"{capacity_sentence(sweep)}")
 
 
