@@ -329,7 +329,7 @@ def runs_table(runs: Mapping[str, Any]) -> pd.DataFrame:
             "target": (cfg.get("target") or {}).get("url"),
             "requests": s.get("requests"),
             "ok": s.get("ok"),
-            "duration_s": _num(s.get("duration_s")),
+            "duration (s)": _num(s.get("duration_s")),
             "timing": timing(m),
             "status": m.get("status"),
         })
