@@ -77,7 +77,7 @@ def test_failures_an_incomplete_run_a_busy_client_and_no_cache_counts():
     assert run_headline(s, REAL) == (
         "INCOMPLETE (cancelled) · 120/125 ok · TTFT p50/p90/p99 48.2/95/210 ms"
         " · TPOT p50/p90/p99 6.11/6.28/12.5 ms · prefix hit unknown (no cached counts)"
-        " of 0.817 planned · 7.3 req/s · client LIMITED (release lag p99 15.2 ms (> 10 ms))"
+        " of 0.817 planned · 7.3 req/s · client LIMITED: release lag p99 15.2 ms > 10 ms"
     )
 
 

@@ -92,7 +92,9 @@ def client_verdict(summary: Mapping[str, Any]) -> str | None:
     if not client:
         return None
     if client.get("client_bottleneck"):
-        return f"client LIMITED ({'; '.join(client.get('client_bottleneck_reasons') or [])})"
+        reasons = [r.replace("(", "").replace(")", "")  # "p99 15.2 ms > 10 ms", flat
+                   for r in client.get("client_bottleneck_reasons") or []]
+        return f"client LIMITED: {'; '.join(reasons)}" if reasons else "client LIMITED"
     return "client OK"
 
 

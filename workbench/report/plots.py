@@ -365,7 +365,7 @@ def _server_panels(queue_ax: Axes, kv_ax: Axes, run: Any, name: str, color: str)
     for col, style in (("running", "o-"), ("waiting", "x--")):
         if g[col].notna().any():
             queue_ax.step(g["t_s"], g[col], style, where="post", ms=4, color=color,
-                          label=f"{name}server {col} ({len(g)} scrapes)")
+                          alpha=0.6, label=f"{name}server {col} ({len(g)} scrapes)")
     if g["kv_usage"].notna().any():  # a fraction, as the server table shows it
         kv_ax.step(g["t_s"], g["kv_usage"], "o-", where="post", ms=4, color=color,
                    label=f"{name}{len(g)} scrapes")
