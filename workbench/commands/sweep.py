@@ -113,6 +113,9 @@ def run(args: argparse.Namespace) -> int:
         over = parse_over(args.over) if args.over else json.loads(args.points)
         result = wb.sweep(cfg, over, slo=slo, stop_margin=args.stop_margin,
                           stop_after=args.stop_after, parallel=args.parallel, **common)
+    from workbench.report.headline import sweeps_headline
+
+    print(sweeps_headline({result.label: result}))  # the capacity sentence, on top
     print(_table(result))
     if result.manifest.get("stopped_early"):
         print(f"stopped early: {result.manifest['stopped_early']['reason']}")
@@ -120,9 +123,6 @@ def run(args: argparse.Namespace) -> int:
         c = result.capacity
         print(f"capacity: {c['axis']} = {c['value']} ({c['status']}, bracket {c['bracket']}, "
               f"tolerance {c['tolerance']})")
-    from workbench.report.headline import capacity_sentence
-
-    print(capacity_sentence(result))
     print(f"sweep directory: {result.sweep_dir}")
     return 0
 
