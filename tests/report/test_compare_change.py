@@ -58,3 +58,6 @@ def test_virtual_time_runs_are_labelled(tmp_path):
     assert compare.runs_table(runs)["timing"].tolist() == [
         "virtual time (simulated engine, 50× real time)"]
     assert "Every run is in virtual time (simulated ms)" in compare.latency_caption(runs)
+    two = compare.load_runs([run.run_dir, run.run_dir], ["a", "b"])
+    assert wb.plot(two, "cdf").get_suptitle() == (
+        "Latency CDFs of ok requests: a vs b · virtual time (simulated engine, 50× real time)")

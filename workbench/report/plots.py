@@ -164,15 +164,16 @@ def _y_from_zero(a: Axes, at_least: float = 1.0) -> None:
 
 
 def _vs(runs: Mapping[str, Any]) -> str:
-    """The runs a title compares; a single run's simulated engine says so (its times are
-    the simulation's: ``headline.engine_note``)."""
+    """The runs a title compares, and what their times are when an engine was simulated
+    (``headline.engine_note``: "virtual time", "simulated engine, 20× real time"): once
+    when every run shares it, else beside each run that has one."""
     from workbench.report.headline import engine_note
 
-    names = list(runs)
-    if len(names) != 1:
-        return " vs ".join(names)
-    note = engine_note(getattr(runs[names[0]], "manifest", None))
-    return f"{names[0]} ({note})" if note else names[0]
+    notes = {label: engine_note(getattr(run, "manifest", None)) for label, run in runs.items()}
+    if len(set(notes.values())) == 1:
+        note = next(iter(notes.values()), None)
+        return " vs ".join(notes) + (f" · {note}" if note else "")
+    return " vs ".join(f"{label} ({note})" if note else label for label, note in notes.items())
 
 
 def _name(runs: Mapping[str, Any], label: str) -> str:
