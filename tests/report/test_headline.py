@@ -209,6 +209,10 @@ def test_sweep_figures_draw_in_load_order_and_mark_the_capacity(tmp_path):
     assert any(lab.startswith("capacity: ") for lab in latency.get_legend_handles_labels()[1])
     cache = wb.sweep_plot(s, "cache").axes[0]
     assert list(cache.get_lines()[0].get_xdata()) == sorted(probes)
+    from test_plots import overlapping_ticks
+
+    for kind in sweep_plots.SWEEP_KINDS:
+        assert not overlapping_ticks(wb.sweep_plot(s, kind)), kind
     table = sweep_tables.points_table(sweep_plots.as_sweeps(s))
     assert list(table["arrival.max_concurrency"]) == sorted(probes)
     assert len(table.columns) <= 11  # fits a page

@@ -477,28 +477,35 @@ def test_compare_error_table_lists_each_runs_classes() -> None:
         ["a", "none", 0], ["b", "error: HTTPError", 1]]
 
 
-@pytest.mark.parametrize("kind", list(RUN_KINDS))
-def test_no_tick_labels_overlap_and_each_run_keeps_its_colour(kind: str) -> None:
-    """Drawn (Agg), no two tick labels of an axis overlap, and a run's lines have one
-    colour in every panel of the figure (issue 22: honest labels)."""
+def overlapping_ticks(fig: Figure) -> list[str]:
+    """Titles of the axes of ``fig`` (drawn with Agg) where two tick labels overlap."""
     import itertools
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    # labels as long as a legend line (LEGEND_WIDTH): the legend narrows the axes
-    runs = {"fast KV cache 8192 blocks": make_run("a", timeline=GAUGE_TIMELINE),
-            "slow KV cache 65536 blocks": make_run("b", slow=3, timeline=GAUGE_TIMELINE)}
-    fig = plot(runs, kind)
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
     renderer = canvas.get_renderer()
+    bad = []
     for ax in fig.axes:
         for ticks, lo, hi in ((ax.get_xticklabels(), "x0", "x1"),
                               (ax.get_yticklabels(), "y0", "y1")):
             boxes = sorted((t.get_window_extent(renderer) for t in ticks
                             if t.get_text() and t.get_visible()), key=lambda b: getattr(b, lo))
-            for a, b in itertools.pairwise(boxes):
-                assert getattr(a, hi) <= getattr(b, lo) + 0.5, (kind, ax.get_title())
+            if any(getattr(a, hi) > getattr(b, lo) + 0.5 for a, b in itertools.pairwise(boxes)):
+                bad.append(f"{ax.get_title()} ({lo[0]})")
+    return bad
+
+
+@pytest.mark.parametrize("kind", list(RUN_KINDS))
+def test_no_tick_labels_overlap_and_each_run_keeps_its_colour(kind: str) -> None:
+    """Drawn (Agg), no two tick labels of an axis overlap, and a run's lines have one
+    colour in every panel of the figure (issue 22: honest labels)."""
+    # labels as long as a legend line (LEGEND_WIDTH): the legend narrows the axes
+    runs = {"fast KV cache 8192 blocks": make_run("a", timeline=GAUGE_TIMELINE),
+            "slow KV cache 65536 blocks": make_run("b", slow=3, timeline=GAUGE_TIMELINE)}
+    fig = plot(runs, kind)
+    assert not overlapping_ticks(fig), kind
     for label, colour in (("fast", "C0"), ("slow", "C1")):
         mine = {ln.get_color() for ax in fig.axes for ln in ax.get_lines()
                 if ln.get_label().startswith(label)}
