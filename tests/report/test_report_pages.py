@@ -58,7 +58,7 @@ def test_a_report_opens_with_its_headline_and_loads_nothing(reports: Path, kind:
     first = meta["headline"][0]
     at = text.find(first)
     assert 0 <= at < FIRST_SCREEN, (at, text[:FIRST_SCREEN])
-    assert '<div class="wb-headline">' in page
+    assert '<div class="wb-headline" ' in page
 
 
 def test_each_kinds_headline_says_what_it_should(reports: Path) -> None:

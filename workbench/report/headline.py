@@ -31,6 +31,8 @@ SLO_MET_SHARE = DEFAULT_MIN_OK
 #: below this share of the offered request rate, a sweep's capacity sentence warns
 DELIVERED_WARN_SHARE = 0.8
 HEADLINE_MIME = "application/vnd.workbench.headline+json"  # render_report reads it (index)
+HEADLINE_STYLE = ("font-size:1.05em;font-weight:600;border-left:4px solid #1f77b4;"
+                  "padding:0.3em 0.8em;margin:0.4em 0;background:#f4f8fb")
 METRIC_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E", "itl_ms": "ITL"}
 RATE_AXIS = "arrival.rate"
 
@@ -276,13 +278,13 @@ class Headline:
         return "\n".join(self.lines)
 
     def html(self) -> str:
-        def para(line: str) -> str:
+        def para(line: str) -> str:  # styled inline: JupyterLab has no report CSS
             warn = "WARNING" in line or "INCOMPLETE" in line
-            attr = ' class="wb-warning"' if warn else ""
-            return f"<p{attr}>{html.escape(line)}</p>"
+            colour = "color:#a61b1b;" if warn else ""
+            return f'<p style="margin:0.2em 0;{colour}">{html.escape(line)}</p>'
 
         items = "".join(para(line) for line in self.lines)
-        return f'<div class="wb-headline">{items}</div>'
+        return f'<div class="wb-headline" style="{HEADLINE_STYLE}">{items}</div>'
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         return {"text/html": self.html(), "text/plain": str(self),

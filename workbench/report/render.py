@@ -76,10 +76,6 @@ REPORT_CSS = """
   .wb-table caption { caption-side: top; text-align: left; font-weight: 600; }
   .jp-OutputArea-output img { max-width: 100%; height: auto; }
   .wb-params { font-size: 0.9em; color: #444; }
-  .wb-headline { font-size: 1.05em; font-weight: 600; border-left: 4px solid #1f77b4;
-                 padding: 0.3em 0.8em; margin: 0.4em 0; background: #f4f8fb; }
-  .wb-headline p { margin: 0.2em 0; }
-  .wb-headline p.wb-warning { color: #a61b1b; }
 </style>
 """
 
