@@ -47,7 +47,8 @@ def sweeps_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
             "status": m.get("status"),
             "points done": sum(1 for p in points if p.get("status") == "done"),
             "points skipped": sum(1 for p in points if p.get("status") == "skipped"),
-            "capacity": sig(cap.get("value")) if cap and cap.get("value") is not None else None,
+            "capacity (axis value)": sig(cap.get("value")) if cap and cap.get("value") is not None
+            else None,
             "capacity status": cap.get("status") if cap else None,
         }
     df = pd.DataFrame.from_dict(rows, orient="index").T  # a column per sweep: fits a page
