@@ -397,6 +397,31 @@ class RunConfig:
                 raise ConfigError(f"backend.options.{key}: expected a name (string), "
                                   f"got {opts[key]!r}")
 
+    def register_secrets(self) -> None:
+        """Register every credential this run sends, however it was given, for redaction
+        (``workbench.redact``): the ``api_key_env`` key, the target URL's user, password
+        and query values, every header value (``$ENV`` ones as read now) and the values
+        of credential-named ``extra_body`` fields. Called before anything of the run is
+        written or printed, and by every process that sends (docs/security.md)."""
+        import os
+
+        from workbench import redact
+        from workbench.backends.extras import resolve_headers
+
+        b = self.backend
+        redact.register(os.environ.get(b.api_key_env) if b.api_key_env else None)
+        if not self.target.is_sim:
+            redact.register_url(self.target.url)
+        opts = b.options or {}
+        headers = opts.get("headers")
+        if isinstance(headers, dict):
+            try:
+                resolve_headers(headers)  # registers every value, $ENV ones as read
+            except ConfigError:  # an unset $ENV: the run's own check says so
+                redact.register_headers(
+                    {k: v for k, v in headers.items() if not str(v).startswith("$")})
+        redact.register_body(opts.get("extra_body"))
+
     def check_out_dir(self) -> None:
         """``out_dir`` is a writable directory, or can be created as one (before a run)."""
         if self.out_dir:
