@@ -105,3 +105,41 @@ async def test_no_credential_from_any_source_in_any_output(tmp_path, source):
     for name, text in outputs.items():
         for secret in secrets:
             assert secret not in text, (name, secret)
+
+
+def test_registration_rules_and_structure_safe_redaction(monkeypatch):
+    """Which sent values are registered (docs/security.md), and a registered secret that
+    occurs inside a number or a key cannot break a JSON line."""
+    from workbench.config import RunConfig
+
+    # this process's registry is restored afterwards (registrations are never removed)
+    monkeypatch.setattr(redact, "_secrets", set(redact._secrets))
+    monkeypatch.setattr(redact, "_secret_bytes", list(redact._secret_bytes))
+    monkeypatch.setenv("REG_TEST_KEY", "abc1")  # short, but read from $ENV: a secret
+    cfg = RunConfig.from_dict({
+        "trace": SESSIONS,
+        "target": {"url": "http://127.0.0.1:9/?key=q7Zt&api-version=2024-10-21&x=1"},
+        "backend": {"options": {
+            "headers": {"X-Api-Key": "k9x2", "x-priority": "high", "X-Tenant": "tenant-0042",
+                        "X-From-Env": "$REG_TEST_KEY", "Cookie": "a=1; sid=cookievalue77"},
+            "extra_body": {"model_hint": "llama-3-8b-instruct",
+                           "auth": {"token": "tok-55e1"}}}},
+    })
+    cfg.register_secrets()
+    text = redact.text("high k9x2 tenant-0042 abc1 cookievalue77 tok-55e1 q7Zt 2024-10-21 "
+                       "llama-3-8b-instruct x=1")
+    for secret in ("k9x2", "tenant-0042", "abc1", "cookievalue77", "tok-55e1", "q7Zt",
+                   "2024-10-21"):
+        assert secret not in text, (secret, text)
+    # a short value under a plain name and body fields not named as credentials stay
+    assert "high" in text and "llama-3-8b-instruct" in text and "x=1" in text
+    assert redact.safe_url(cfg.target.url) == (
+        "http://127.0.0.1:9/?key=[REDACTED]&api-version=[REDACTED]&x=[REDACTED]")
+    # a credential-named query parameter in any echoed URL, registered or not
+    assert "zz9" not in redact.text("GET /v1/models?access_token=zz9&a=b")
+    # JSON-safe: a secret that is also part of a number or of a key leaves valid JSON
+    redact.register("424242")
+    line = b'{"t_ns":9424242000,"k424242":"v 424242","n":[1424242]}\n'
+    out = json.loads(redact.line(line))
+    assert out["t_ns"] == 9424242000 and out["n"] == [1424242]
+    assert out["k[REDACTED]"] == "v [REDACTED]"
