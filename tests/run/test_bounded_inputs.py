@@ -173,7 +173,7 @@ async def test_gzip_body_inflating_to_a_gib_is_cut_at_the_event_bound(tmp_path, 
     cfg.write_text(json.dumps({"executor": {"http": http}}))
     async with _gzip_server(gzip_gib) as url:
         code, out = await _acli(
-            "replay", "--trace", SESSIONS, "--max-items", "16", "--target", url, "--config",
+            "replay", "--trace", LARGE, "--max-items", "16", "--target", url, "--config",
             str(cfg), "--arrival", "saturated", "--max-concurrency", "16",
             "--tool-wait-scale", "0", "--no-preflight", "--no-flush-cache", "--no-progress",
             "--continue-on-error", "-o", str(tmp_path / "runs"), "--run-id", "gz",
