@@ -10,7 +10,6 @@ parameter the notebook declares (VALUE is read as JSON when it parses).
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +31,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _value(text: str) -> Any:
+    """A ``--param`` value: JSON when it parses (bounded in depth: docs/config-bounds.md)."""
+    from workbench.config.validation import parse_json
+
     try:
-        return json.loads(text)
+        return parse_json("--param", text)
     except ValueError:
         return text
 

@@ -208,7 +208,7 @@ class ReplaySession:
         from workbench.backends.preflight import preflight_prefix_cache
 
         result = await preflight_prefix_cache(transport, codec, pool.tail(8192))
-        self.manifest["preflight"] = getattr(result, "__dict__", str(result))
+        self.manifest["preflight"] = redact.obj(getattr(result, "__dict__", str(result)))
 
     async def flush_cache(self, transport: Transport, target: dict[str, Any]) -> None:
         """``backend.flush_cache``: reset the server's prefix cache after the preflight
