@@ -34,6 +34,7 @@ class EchoServer:
     def __init__(self) -> None:
         self.requests = 0
         self.seen: list[str] = []  # the path (and query) of every request, in order
+        self.authorizations: list[str | None] = []  # each completion's Authorization
         self._n = itertools.count()
         self._runner: web.AppRunner | None = None
         self.base_url = ""
@@ -74,6 +75,7 @@ class EchoServer:
     async def _complete(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
         self.requests += 1
+        self.authorizations.append(request.headers.get("Authorization"))
         echo = echo_of(request, body)
         if next(self._n) % 2:
             return web.Response(status=500, text=f"upstream failed for\n{echo}")

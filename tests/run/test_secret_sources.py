@@ -52,17 +52,20 @@ async def _cli(*args: str, env: dict[str, str], timeout: float) -> tuple[int, st
     return proc.returncode, out.decode("utf-8", "replace")
 
 
-@pytest.mark.parametrize("source", ["env-header-query-body", "url-userinfo"])
+@pytest.mark.parametrize("source", ["env-header-query-body", "url-userinfo",
+                                    "url-userinfo-2-workers"])
 async def test_no_credential_from_any_source_in_any_output(tmp_path, source):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
            "GATEWAY_KEY": HEADER_ENV, "OPENAI_API_KEY": ENV_KEY}
     basic = base64.b64encode(f"{URL_USER}:{URL_PASSWORD}".encode()).decode()
     async with echo_server() as server:
-        if source == "url-userinfo":  # the URL's credentials win over $OPENAI_API_KEY
+        if source.startswith("url-userinfo"):  # the URL's credentials win over the env key
             target = server.base_url.replace("http://", f"http://{URL_USER}:{URL_PASSWORD}@")
             target += f"/?api_key={QUERY_KEY}"
             secrets = [URL_PASSWORD, basic, QUERY_KEY]
-            extra: list[str] = []
+            # worker processes send (and so register) the credentials themselves
+            extra: list[str] = (["--workers", "2", "--max-concurrency", "2"]
+                                if source.endswith("workers") else [])
         else:
             target = f"{server.base_url}/v1?api_key={QUERY_KEY}&api-version=2024-10-21"
             secrets = [ENV_KEY, HEADER_ENV, HEADER_LITERAL, QUERY_KEY, BODY_TOKEN]
@@ -78,6 +81,8 @@ async def test_no_credential_from_any_source_in_any_output(tmp_path, source):
         # every source reached the server (so the echo carried it)
         assert server.requests >= 4
         assert all(f"api_key={QUERY_KEY}" in p for p in server.seen if p.startswith("/v1/comp"))
+        expected = f"Basic {basic}" if source.startswith("url") else f"Bearer {ENV_KEY}"
+        assert set(server.authorizations) == {expected}
     run_dir = tmp_path / "runs" / "echo"
     records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
     errors = [r["error"] for r in records if r["status"] == "error"]

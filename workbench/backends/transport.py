@@ -48,7 +48,7 @@ from workbench.backends.stream import (
 )
 from workbench.clock import Clock, WallClock
 from workbench.records import RequestRecord, Status
-from workbench.redact import basic_authorization
+from workbench.redact import basic_authorization, register_url
 from workbench.redact import register as register_secret
 from workbench.sim.wire import placement_extra
 
@@ -107,6 +107,7 @@ class TransportOptions:
         """A run's options: its backend's key, its arrival timeouts, its executor's client."""
         a = cfg.arrival
         cfg.register_secrets()  # every process that sends keeps its credentials out of outputs
+        register_url(base_url)  # the URL as given to this process (its query values)
         return cls(
             base_url=base_url,
             api_key_env=cfg.backend.api_key_env,
