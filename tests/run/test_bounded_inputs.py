@@ -98,7 +98,7 @@ def test_yaml_alias_bomb_is_refused_fast_in_bounded_memory(tmp_path):
 
 
 @pytest.mark.parametrize("how", ["yaml", "json", "body-field-value", "body-field-key",
-                                 "engine-knob"])
+                                 "engine-knob", "sweep-points", "sweep-over", "report-param"])
 def test_deep_nesting_is_a_config_error_not_a_recursion_error(tmp_path, how):
     args = ["replay", "--trace", SESSIONS, "--target", "sim", "--dry-run"]
     if how == "yaml":
@@ -114,8 +114,15 @@ def test_deep_nesting_is_a_config_error_not_a_recursion_error(tmp_path, how):
         args += ["--body-field", f"x={DEEP}"]
     elif how == "body-field-key":
         args += ["--body-field", ".".join(["k"] * 3000) + "=1"]
-    else:
+    elif how == "engine-knob":
         args = ["simulate", "--trace", SESSIONS, "--engine", f"num_blocks={DEEP}"]
+    elif how == "sweep-points":
+        args = ["sweep", "--trace", SESSIONS, "--virtual", "--points", DEEP]
+    elif how == "sweep-over":
+        args = ["sweep", "--trace", SESSIONS, "--virtual", "--over", f"arrival.rate={DEEP}"]
+    else:
+        args = ["report", "--notebook", "trace_explorer", "--param", f"x={DEEP}", "-o",
+                str(tmp_path)]
     _refused(_cli(*args, timeout=60), "nested deeper than 64 levels")
 
 

@@ -209,15 +209,12 @@ def _knobs_into(args: argparse.Namespace, base: dict[str, Any]) -> None:
         opts["model"] = args.model
     if getattr(args, "header", None):
         opts["headers"] = dict(_kv(h, "--header") for h in args.header)
-    from workbench.config.validation import MAX_DEPTH, parse_json
+    from workbench.config.validation import MAX_DEPTH, json_or_text
 
     body: dict[str, Any] = {}
     for item in getattr(args, "body_field", None) or []:
         key, value = _kv(item, "--body-field")
-        try:
-            parsed = parse_json(f"--body-field {key}", value)
-        except ValueError:
-            parsed = value
+        parsed = json_or_text(f"--body-field {key}", value)
         if key.count(".") >= MAX_DEPTH:
             raise ConfigError(f"--body-field {key[:40]}...: nested deeper than {MAX_DEPTH} levels")
         *parents, leaf = key.split(".")
@@ -244,15 +241,12 @@ def engine_knobs(items: list[str]) -> dict[str, Any]:
     """``--engine KEY=VALUE`` items as engine knobs: a value that reads as JSON (numbers,
     booleans, objects such as ``{"prefill": 2, "decode": 2}``) is taken as JSON, anything
     else as a string. An item without ``KEY=`` is a ``ConfigError``."""
-    from workbench.config.validation import parse_json
+    from workbench.config.validation import json_or_text
 
     knobs: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--engine: expected KEY=VALUE, got {item!r}")
-        try:
-            knobs[key] = parse_json(f"--engine {key}", value)
-        except ValueError:
-            knobs[key] = value
+        knobs[key] = json_or_text(f"--engine {key}", value)
     return knobs

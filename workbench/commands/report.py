@@ -32,12 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _value(text: str) -> Any:
     """A ``--param`` value: JSON when it parses (bounded in depth: docs/config-bounds.md)."""
-    from workbench.config.validation import parse_json
+    from workbench.config.validation import json_or_text
 
-    try:
-        return parse_json("--param", text)
-    except ValueError:
-        return text
+    return json_or_text("--param", text)
 
 
 def build_params(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:

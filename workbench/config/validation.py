@@ -347,6 +347,14 @@ def parse_json(path: str, text: str) -> Any:
     return value
 
 
+def json_or_text(path: str, text: str) -> Any:
+    """A command-line value: JSON when it parses (bounded: ``parse_json``), else the text."""
+    try:
+        return parse_json(path, text)
+    except ValueError:
+        return text
+
+
 def load_yaml(path: str, text: str) -> Any:
     """``yaml.safe_load`` bounded before anything is built: nesting past ``MAX_DEPTH`` and a
     document past ``MAX_NODES`` nodes with its aliases expanded (a billion-laughs bomb) are
