@@ -55,9 +55,9 @@ MAX_WIRE_ID_CHARS = 512
 embedded engine's bound on a request id (docs/security.md) and far below the 8 KB
 header lines servers accept."""
 
-_UNSENDABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_UNSENDABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 """Characters no HTTP header can carry as they are: C0 controls (CR, LF, tab, NUL...),
-DEL, C1 controls and the Unicode line separators."""
+DEL, C1 controls, the Unicode line separators and lone surrogates (not encodable)."""
 
 DOC = "docs/trace-bounds.md"
 
@@ -75,8 +75,9 @@ def id_rule(name: str, value: str, limit: int = MAX_ID_CHARS) -> str | None:
                 f"(x-request-id) and may be at most {limit} ({DOC})")
     bad = _UNSENDABLE.search(value)
     if bad is not None:
-        return (f"{name} {value[:60]!r} holds the control character {bad.group()!r}, which "
-                f"an HTTP header cannot carry ({DOC})")
+        what = "a lone surrogate" if "\ud800" <= bad.group() <= "\udfff" else "a control character"
+        return (f"{name} {value[:60]!r} holds {bad.group()!r}, {what}, which an HTTP header "
+                f"cannot carry ({DOC})")
     return None
 
 
