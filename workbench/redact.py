@@ -95,10 +95,11 @@ def register_headers(headers: Mapping[str, Any]) -> None:
 
 
 def register_body(body: Any, name: str = "") -> None:
-    """The values of credential-named fields of ``extra_body`` (nested ones too)."""
+    """The values of credential-named fields of ``extra_body``, nested ones too: a field
+    counts as named when any name on its path does (``auth.value``, ``api_key``)."""
     if isinstance(body, Mapping):
         for key, value in body.items():
-            register_body(value, str(key))
+            register_body(value, f"{name}.{key}" if name else str(key))
     elif isinstance(body, list | tuple):
         for value in body:
             register_body(value, name)
@@ -119,7 +120,6 @@ def register_url(url: str) -> None:
         return
     for name, value in parse_qsl(query, keep_blank_values=True):
         register_sent(name, value)
-        register(value if CREDENTIAL_NAME.search(name) else None)
 
 
 def _sub(m: re.Match[str]) -> str:

@@ -128,7 +128,7 @@ def test_registration_rules_and_structure_safe_redaction(monkeypatch):
             "headers": {"X-Api-Key": "k9x2", "x-priority": "high", "X-Tenant": "tenant-0042",
                         "X-From-Env": "$REG_TEST_KEY", "Cookie": "a=1; sid=cookievalue77"},
             "extra_body": {"model_hint": "llama-3-8b-instruct",
-                           "auth": {"token": "tok-55e1"}}}},
+                           "auth": {"value": "tok-55e1"}}}},
     })
     cfg.register_secrets()
     text = redact.text("high k9x2 tenant-0042 abc1 cookievalue77 tok-55e1 q7Zt 2024-10-21 "
