@@ -197,9 +197,14 @@ async def test_gzip_body_inflating_to_a_gib_is_cut_at_the_event_bound(tmp_path, 
 
 
 # ------------------------------------------------------------------ response head
-async def test_response_head_over_64k_in_one_read_is_refused():
-    head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nX-Big: "
-            + b"a" * (HEAD_MAX + 36 * 1024) + b"\r\nContent-Length: 0\r\n\r\n")
+@pytest.mark.parametrize("http", ["httptools", "aiohttp"])
+@pytest.mark.parametrize("shape", ["one-header", "many-headers"])
+async def test_response_head_over_64k_in_one_read_is_refused(http, shape):
+    big = HEAD_MAX + 36 * 1024  # 100 KB of headers, written at once
+    fields = (b"X-Big: " + b"a" * big + b"\r\n" if shape == "one-header" else
+              b"".join(b"X-H%d: %s\r\n" % (i, b"a" * 5000) for i in range(big // 5000)))
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + fields
+            + b"Content-Length: 0\r\n\r\n")
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
@@ -211,13 +216,15 @@ async def test_response_head_over_64k_in_one_read_is_refused():
 
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    async with server, Transport(TransportOptions(f"http://127.0.0.1:{port}",
-                                                  api_key_env=None)) as t:
+    options = TransportOptions(f"http://127.0.0.1:{port}", api_key_env=None, http=http)
+    async with server, Transport(options) as t:
         rec = RequestRecord("t", "r1", 0, "s", 0, "openai", None, 0, 3, 4)
         req = WireRequest(request_id="r1", prompt_ids=[1, 2, 3], max_tokens=4)
         assert await t.send(OpenAICompletionsCodec(), req, rec) is None
     assert rec.status == "error"
-    assert f"response head passed {HEAD_MAX} bytes" in (rec.error or ""), rec.error
+    assert (rec.error or "").startswith("malformed HTTP response from the server"), rec.error
+    if http == "httptools" or shape == "many-headers":  # (aiohttp bounds a line at 8,190)
+        assert f"response head passed {HEAD_MAX} bytes" in (rec.error or ""), rec.error
 
 
 # ------------------------------------------------------------------ late checks

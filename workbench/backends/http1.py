@@ -43,6 +43,7 @@ import httptools
 
 from workbench.backends.base import BackendError
 from workbench.backends.stream import (
+    HEAD_MAX,
     KEPT_HEADER_PREFIX,
     ConnectError,
     ConnectTimeoutError,
@@ -58,8 +59,6 @@ __all__ = ["HttpToolsClient"]
 
 #: a non-200 answer's body is kept up to this size (for the error message)
 ERROR_BODY_MAX = 64 * 1024
-#: a response head (status line and headers, 1xx included) larger than this is refused
-HEAD_MAX = 64 * 1024
 USER_AGENT = b"workbench"
 
 

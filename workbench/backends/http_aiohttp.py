@@ -21,6 +21,7 @@ import aiohttp
 
 from workbench.backends.base import BackendError
 from workbench.backends.stream import (
+    HEAD_MAX,
     KEPT_HEADER_PREFIX,
     ConnectError,
     ConnectTimeoutError,
@@ -142,6 +143,10 @@ class AiohttpClient:
                 raise IdleTimeoutError(f"no whole response head within {self.idle_s}s") from None
             async with resp:
                 rec.http_status = resp.status
+                head = sum(len(k) + len(v) + 4 for k, v in resp.raw_headers)
+                if head > HEAD_MAX:  # as http1 refuses it (aiohttp bounds only each line)
+                    raise BackendError(f"malformed HTTP response from the server: the "
+                                       f"response head passed {HEAD_MAX} bytes")
                 state.headers.update(
                     (k.lower(), v) for k, v in resp.headers.items()
                     if k.lower().startswith(KEPT_HEADER_PREFIX)

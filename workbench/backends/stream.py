@@ -71,6 +71,10 @@ class StaleConnectionError(DisconnectedError):
     """
 
 
+#: a response head (status line and headers, 1xx included) larger than this is refused,
+#: by both clients (docs/wire-protocols.md)
+HEAD_MAX = 64 * 1024
+
 #: a compressed body is inflated at most this many bytes at a time (``Inflater``)
 INFLATE_PIECE = 64 * 1024
 
