@@ -53,6 +53,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     redact.install_log_redaction()
     interrupt_on_sigterm()  # SIGTERM (timeout, Docker, Kubernetes, Slurm) = Ctrl-C
+    streams = sys.stdout, sys.stderr
+    # every console line goes through the redaction registry, whoever prints it
+    sys.stdout, sys.stderr = redact.RedactingStream(sys.stdout), redact.RedactingStream(sys.stderr)
+    try:
+        return _run(args)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args._run(args) or 0)
     except (WorkbenchError, OSError) as exc:  # one line a person can act on, no traceback

@@ -2,15 +2,22 @@
 
 What is removed (``docs/security.md``):
 
-- every secret *registered* for the run (the API key read from
-  ``backend.api_key_env``, the password of a target URL), wherever it appears;
-- any ``Bearer <token>`` / ``Basic <token>`` value and any ``sk-...`` key,
-  registered or not (an error body that echoes the request's headers);
+- every secret *registered* for the run, wherever it appears:
+  ``RunConfig.register_secrets`` registers every credential a run sends, however
+  it was given (the API key read from ``backend.api_key_env``; the values of
+  ``backend.options.headers``, literal or ``$ENV``; the values of credential-named
+  ``extra_body`` fields; the target URL's user, password and Basic token, and its
+  query values), and the code that builds what is sent registers it again in its
+  own process (worker processes);
+- any ``Bearer <token>`` / ``Basic <token>`` value, any ``sk-...`` key and the
+  value of a credential-named URL query parameter (``?api_key=...``), registered
+  or not (an error body that echoes the request's headers or URL);
 - the ``user:password@`` part of any URL in a text.
 
 ``text`` is the one function every writer applies (records' server-given
-strings, lifecycle rows, manifest, metrics timeline, summary, log records);
-``obj`` applies it to every string of a JSON-like value. Redacted parts read
+strings, lifecycle rows, manifest, metrics timeline, summary, log records, the
+CLI's console streams: ``RedactingStream``); ``obj`` applies it to every string
+of a JSON-like value, ``line`` to a serialized JSON line. Redacted parts read
 ``[REDACTED]``.
 """
 
@@ -18,25 +25,101 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from collections.abc import Iterable, Mapping
+from typing import Any, TextIO
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
+
+import orjson
 
 MARK = "[REDACTED]"
+#: a header, query parameter or body field of this name carries a credential
+CREDENTIAL_NAME = re.compile(
+    r"auth|key|token|secret|passw|pwd|cookie|session|credential|signature|\bsig\b|jwt|"
+    r"bearer|\bcode\b",
+    re.IGNORECASE,
+)
+_QUERY_NAME = (
+    r"[\w.~-]*(?:auth|key|token|secret|passw|pwd|session|credential|signature|sig|jwt|code)"
+    r"[\w.~-]*"
+)
 _PATTERNS = re.compile(
     r"(?P<scheme>\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{4,}"
     r"|\bsk-[A-Za-z0-9_-]{4,}"
-    r"|(?P<url>\b[a-z][a-z0-9+.-]*://)[^/\s@'\"<>]+@",
+    r"|(?P<url>\b[a-z][a-z0-9+.-]*://)[^/\s@'\"<>]+@"
+    rf"|(?P<query>[?&;]{_QUERY_NAME}=)[^&;#\s'\"<>]+",
     re.IGNORECASE,
 )
 _MIN_SECRET = 4  # shorter strings would redact ordinary words
+#: a value sent under a name that does not say "credential" is registered from this length
+#: on (shorter ones, ``x-priority: high``, would blank ordinary words in every record)
+_MIN_UNNAMED = 8
 _secrets: set[str] = set()
+_secret_bytes: list[bytes] = []
 
 
 def register(*secrets: str | None) -> None:
     """Add secrets to redact from now on in this process (they are never removed)."""
     for s in secrets:
-        if s and len(s) >= _MIN_SECRET:
+        if s and len(s) >= _MIN_SECRET and s not in _secrets:
             _secrets.add(s)
+            _secret_bytes.append(s.encode("utf-8", "surrogateescape"))
+
+
+def register_sent(name: str, value: Any, *, named_only: bool = False) -> None:
+    """Register a value sent under ``name`` (a header, a query parameter, a body field).
+
+    A credential-shaped name (``CREDENTIAL_NAME``) registers the value from 4
+    characters on, any other name from 8 (``named_only``: never; body fields, whose
+    other values are prompts and model names). The value's parts are registered too
+    (``Bearer <token>`` → the token; ``a=1; sid=<token>`` → each cookie value), so a
+    server that echoes only a part is redacted as well.
+    """
+    if value is None or isinstance(value, bool) or not isinstance(value, str | int | float):
+        return
+    value = str(value)
+    named = bool(CREDENTIAL_NAME.search(name))
+    if not named and (named_only or len(value) < _MIN_UNNAMED):
+        return
+    register(value)
+    for part in re.split(r"[\s;,=]+", value):
+        if len(part) >= (_MIN_SECRET if named else _MIN_UNNAMED) and part.lower() not in (
+            "bearer", "basic", "token",
+        ):  # fmt: skip
+            register(part)
+
+
+def register_headers(headers: Mapping[str, Any]) -> None:
+    """Every request header value a user gave (``backend.options.headers``, resolved)."""
+    for name, value in headers.items():
+        register_sent(str(name), value)
+
+
+def register_body(body: Any, name: str = "") -> None:
+    """The values of credential-named fields of ``extra_body``, nested ones too: a field
+    counts as named when any name on its path does (``auth.value``, ``api_key``)."""
+    if isinstance(body, Mapping):
+        for key, value in body.items():
+            register_body(value, f"{name}.{key}" if name else str(key))
+    elif isinstance(body, list | tuple):
+        for value in body:
+            register_body(value, name)
+    elif name:
+        register_sent(name, body, named_only=True)
+
+
+def register_url(url: str) -> None:
+    """A target URL's credentials: user and password (and their Basic token, see
+    ``basic_authorization``) and every value of its query string."""
+    basic_authorization(url)
+    _, user, password = url_credentials(url)
+    if password is None:
+        register(user)  # ``https://TOKEN@host``: the user is the token
+    try:
+        query = urlsplit(url if "://" in url else f"http://{url}").query
+    except ValueError:
+        return
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        register_sent(name, value)
 
 
 def _sub(m: re.Match[str]) -> str:
@@ -44,6 +127,8 @@ def _sub(m: re.Match[str]) -> str:
         return m.group("scheme") + MARK
     if m.group("url"):
         return m.group("url") + MARK + "@"
+    if m.group("query"):
+        return m.group("query") + MARK
     return MARK
 
 
@@ -57,17 +142,33 @@ def text(s: str) -> str:
 
 def _may_match(s: str) -> bool:
     low = s.lower()
-    return "sk-" in low or "bearer" in low or "basic" in low or "@" in s
+    return (
+        "sk-" in low or "bearer" in low or "basic" in low or "@" in s
+        or ("=" in s and ("?" in s or "&" in s or ";" in s))
+    )  # fmt: skip
 
 
 def line(data: bytes) -> bytes:
-    """``text`` over one serialized JSON line; a clean line (the usual one) is not copied."""
+    """``text`` over one serialized JSON line; a clean line (the usual one) is not copied.
+
+    A line holding a registered secret is redacted value by value (parsed, ``obj``,
+    serialized again), so a secret that also occurs inside a number or a key's JSON
+    syntax cannot break the line.
+    """
     low = data.lower()
+    registered = any(s in data for s in _secret_bytes)
     if not (
-        b"sk-" in low or b"bearer" in low or b"basic" in low or b"@" in data
-        or any(s.encode() in data for s in _secrets)
+        registered or b"sk-" in low or b"bearer" in low or b"basic" in low or b"@" in data
+        or (b"=" in data and (b"?" in data or b"&" in data or b";" in data))
     ):  # fmt: skip
         return data
+    if registered:
+        try:
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+        else:
+            return orjson.dumps(obj(doc), option=orjson.OPT_APPEND_NEWLINE)
     return text(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
 
 
@@ -109,11 +210,28 @@ def url_credentials(url: str) -> tuple[str, str | None, str | None]:
 
 
 def strip_url_credentials(url: str) -> str:
-    """``url`` without its ``user:password@`` part (what manifests and logs show)."""
+    """``url`` without its ``user:password@`` part."""
     clean, user, password = url_credentials(url)
     if user is None and password is None and "@" in url:
         return _PATTERNS.sub(_sub, url)  # unparsable: redact by pattern
     return clean
+
+
+def safe_url(url: str) -> str:
+    """``url`` as manifests and logs show it: no ``user:password@``, every query value
+    ``[REDACTED]`` (``?api_key=[REDACTED]&api-version=[REDACTED]``)."""
+    clean = strip_url_credentials(url)
+    try:
+        parts = urlsplit(clean)
+    except ValueError:
+        return text(clean)
+    if not parts.query:
+        return clean
+    query = "&".join(
+        f"{name}={MARK}" if sep else name
+        for name, sep, _ in (item.partition("=") for item in parts.query.split("&"))
+    )
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
 
 
 def basic_authorization(url: str) -> str | None:
@@ -127,6 +245,26 @@ def basic_authorization(url: str) -> str | None:
     token = base64.b64encode(f"{user or ''}:{password or ''}".encode()).decode()
     register(token)
     return f"Basic {token}"
+
+
+# ------------------------------------------------------------------------- console
+class RedactingStream:
+    """A text stream that writes ``text(s)`` to the stream it wraps (the CLI's stdout and
+    stderr: every console line, whoever prints it); everything else is delegated."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.wrapped = stream
+
+    def write(self, s: str) -> int:
+        self.wrapped.write(text(s) if isinstance(s, str) else s)
+        return len(s)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for item in lines:
+            self.write(item)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
 
 
 # ------------------------------------------------------------------------- logs

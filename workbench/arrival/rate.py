@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from workbench.errors import ConfigError
+
+#: a rescaled arrival span past this is refused: the bound of a trace's own arrival
+#: offsets (docs/trace-bounds.md), so ``--rate 1e-6`` cannot plan units decades apart
+MAX_SPAN_MS = 366 * 24 * 3600 * 1000.0
+
 
 def measured_rate(arrivals_ms: Sequence[float]) -> float:
     """Units per second over the span of start times: ``(n-1) / span_s``."""
@@ -25,4 +31,11 @@ def rescale_to_rate(arrivals_ms: Sequence[float], rate: float) -> list[float]:
     if r == 0.0 or r == float("inf"):
         return [float(a) for a in arrivals_ms]
     factor = r / rate
+    span = (max(arrivals_ms) - min(arrivals_ms)) * factor
+    if span > MAX_SPAN_MS:
+        raise ConfigError(
+            f"arrival.rate {rate:g}: the {len(arrivals_ms)} units' arrivals would span "
+            f"{span / 86_400_000:,.0f} days, past the 366-day bound of an arrival offset "
+            "(docs/config-bounds.md); raise the rate"
+        )
     return [a * factor for a in arrivals_ms]

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from workbench import redact
 from workbench.errors import ConfigError
 
 if TYPE_CHECKING:  # annotations only: base builds codecs with these extras (make_codec)
@@ -34,7 +35,10 @@ def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
 
 
 def resolve_headers(headers: Mapping[str, Any]) -> dict[str, str]:
-    """Header values as sent: ``$NAME`` from the environment (an unset one is an error)."""
+    """Header values as sent: ``$NAME`` from the environment (an unset one is an error).
+
+    Every value is registered for redaction as it is resolved (``redact.register_sent``):
+    whoever builds the headers a request carries also keeps them out of every output."""
     out: dict[str, str] = {}
     for name, value in headers.items():
         text = str(value)
@@ -44,7 +48,9 @@ def resolve_headers(headers: Mapping[str, Any]) -> dict[str, str]:
                 raise ConfigError(f"backend.options.headers[{name!r}] reads ${text[1:]}, "
                                   "which is not set in the environment")
             text = env
+            redact.register(text)  # read from the environment: a secret by intent
         out[str(name)] = text
+        redact.register_sent(str(name), text)
     return out
 
 
@@ -66,6 +72,7 @@ class RequestExtras:
         body = extras.get("extra_body") or {}
         if not isinstance(headers, Mapping) or not isinstance(body, Mapping):
             raise ConfigError("backend.options.headers and extra_body must be mappings")
+        redact.register_body(body)
         return cls(inner, resolve_headers(headers), dict(body), extras.get("routing_header"),
                    extras.get("routing_field"))
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import aiohttp
 
-from workbench.backends.transport import normalize_base_url
+from workbench.backends.transport import normalize_base_url, with_query
 
 __all__ = ["NOT_ASKED", "FlushOutcome", "flush_prefix_cache"]
 
@@ -126,7 +126,8 @@ async def flush_prefix_cache(
         for route in _routes(backend):
             for attempt in range(retries + 1):
                 try:
-                    async with sess.post(root + route, timeout=timeout) as resp:
+                    async with sess.post(with_query(root + route, base_url),
+                                         timeout=timeout) as resp:
                         status, body = resp.status, await resp.text(errors="replace")
                 except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                     out.attempted = True

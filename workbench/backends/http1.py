@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import zlib
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -44,11 +43,13 @@ import httptools
 
 from workbench.backends.base import BackendError
 from workbench.backends.stream import (
+    HEAD_MAX,
     KEPT_HEADER_PREFIX,
     ConnectError,
     ConnectTimeoutError,
     DisconnectedError,
     IdleTimeoutError,
+    Inflater,
     StaleConnectionError,
     StreamState,
 )
@@ -58,8 +59,6 @@ __all__ = ["HttpToolsClient"]
 
 #: a non-200 answer's body is kept up to this size (for the error message)
 ERROR_BODY_MAX = 64 * 1024
-#: a response head (status line and headers, 1xx included) larger than this is refused
-HEAD_MAX = 64 * 1024
 USER_AGENT = b"workbench"
 
 
@@ -114,10 +113,11 @@ class _Connection(asyncio.Protocol):
         self.got = False  # any byte of this response came
         self.last_ns = 0
         self.sent_ns = 0  # when the request was written (the head is due within idle_s)
-        self.head_bytes = 0  # bytes read before the head was whole
+        self.head_read = 0  # bytes read before the head was whole
+        self.head_bytes = 0  # bytes of the head as parsed (status line and headers)
         self.interim = False  # a 1xx answer is being parsed (skipped)
         self.encoding = b""  # Content-Encoding of the answer
-        self.inflate: Any = None  # zlib decompressor of a gzip/deflate body
+        self.inflate: Inflater | None = None  # a gzip/deflate body, inflated piece by piece
         self.refused: BackendError | None = None  # why a callback stopped the parser
 
     # -- the request ---------------------------------------------------------------
@@ -176,13 +176,9 @@ class _Connection(asyncio.Protocol):
             chunk = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             pieces.clear()
             if self.inflate is not None:
-                try:
-                    chunk = self.inflate.decompress(chunk)
-                except zlib.error as exc:
-                    self._fail(BackendError(f"a {self.encoding.decode()} body that does "
-                                            f"not inflate: {exc}"))  # fmt: skip
+                if not self._inflated(t, chunk):
                     return
-            if self.streaming:
+            elif self.streaming:
                 self.pool.parsing.add(self, t, chunk)
             elif self.body_size < ERROR_BODY_MAX:
                 self.body.append(chunk)
@@ -192,6 +188,29 @@ class _Connection(asyncio.Protocol):
                 self.pool.parsing.add(self, 0, None)  # finish after this read's parse
             else:
                 self._finish(self.keep)
+
+    def _inflated(self, t: int, chunk: bytes) -> bool:
+        """A compressed read, inflated one piece at a time (``stream.Inflater``): a stream's
+        pieces are parsed at once, so its event-size bound cuts a body that inflates
+        without end after one piece past the bound; a kept error body stops at
+        ``ERROR_BODY_MAX``. False when the request ended meanwhile."""
+        waiter = self.waiter
+        try:
+            for piece in self.inflate.pieces(chunk):  # type: ignore[union-attr]
+                if self.streaming:
+                    self.pool.parsing.add(self, t, piece)
+                    self.pool.parsing.run()  # in order: earlier reads were queued first
+                    if self.waiter is not waiter:
+                        return False  # cut by the stream's bounds (or ended)
+                elif self.body_size < ERROR_BODY_MAX:
+                    self.body.append(piece)
+                    self.body_size += len(piece)
+                else:
+                    break  # the error body is kept up to its bound: no more inflating
+        except BackendError as exc:
+            self._fail(exc)
+            return False
+        return True
 
     def eof_received(self) -> bool | None:
         return None  # close the transport; connection_lost follows
@@ -219,7 +238,16 @@ class _Connection(asyncio.Protocol):
         if self.complete:  # a second answer in the read: nobody asked for it
             raise BackendError("a response to no request")  # stops the parser here
 
+    def on_status(self, status: bytes) -> None:
+        self.head_bytes += len(status) + 16  # the status line
+
     def on_header(self, name: bytes, value: bytes) -> None:
+        # the head's size as parsed, so a head that came whole in one read is bounded too
+        self.head_bytes += len(name) + len(value) + 4
+        if self.head_bytes > HEAD_MAX:
+            self.refused = BackendError(f"malformed HTTP response from the server: the "
+                                        f"response head passed {HEAD_MAX} bytes")  # fmt: skip
+            raise self.refused
         name = name.lower()
         if name == b"content-length" or name == b"transfer-encoding":
             self.delimited = True
@@ -247,7 +275,7 @@ class _Connection(asyncio.Protocol):
                     "cannot decode (it sends no Accept-Encoding; supported: gzip, deflate)"
                 )
                 raise self.refused
-            self.inflate = zlib.decompressobj(wbits=47)  # zlib or gzip header
+            self.inflate = Inflater(enc.decode())
 
     def on_message_complete(self) -> None:
         if self.interim:  # the real answer follows on the same connection
@@ -298,8 +326,8 @@ class _Connection(asyncio.Protocol):
         """The head is still not whole after this read: fail it past ``HEAD_MAX`` bytes,
         or past the idle timeout since the request was written (a head trickled a byte
         at a time would otherwise keep every silence short and never end)."""
-        self.head_bytes += n
-        if self.head_bytes > HEAD_MAX:
+        self.head_read += n
+        if self.head_read > HEAD_MAX:
             self._fail(BackendError(f"malformed HTTP response from the server: the response "
                                     f"head passed {HEAD_MAX} bytes without ending"))  # fmt: skip
             return True

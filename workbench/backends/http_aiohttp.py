@@ -21,11 +21,13 @@ import aiohttp
 
 from workbench.backends.base import BackendError
 from workbench.backends.stream import (
+    HEAD_MAX,
     KEPT_HEADER_PREFIX,
     ConnectError,
     ConnectTimeoutError,
     DisconnectedError,
     IdleTimeoutError,
+    Inflater,
     StaleConnectionError,
     StreamState,
 )
@@ -74,6 +76,9 @@ class AiohttpClient:
             connector=connector,
             headers=self.headers,
             trace_configs=[trace],
+            # compressed bodies are inflated by stream.Inflater, piece by piece under the
+            # stream's bounds (aiohttp would inflate a whole read at once)
+            auto_decompress=False,
             timeout=aiohttp.ClientTimeout(
                 total=self.request_timeout_s, sock_connect=self.idle_s, sock_read=self.idle_s
             ),
@@ -138,26 +143,34 @@ class AiohttpClient:
                 raise IdleTimeoutError(f"no whole response head within {self.idle_s}s") from None
             async with resp:
                 rec.http_status = resp.status
+                head = sum(len(k) + len(v) + 4 for k, v in resp.raw_headers)
+                if head > HEAD_MAX:  # as http1 refuses it (aiohttp bounds only each line)
+                    raise BackendError(f"malformed HTTP response from the server: the "
+                                       f"response head passed {HEAD_MAX} bytes")
                 state.headers.update(
                     (k.lower(), v) for k, v in resp.headers.items()
                     if k.lower().startswith(KEPT_HEADER_PREFIX)
                 )
+                inflater = _inflater(resp)
                 if resp.status != 200:
-                    return resp.status, (await resp.content.read(ERROR_BODY_MAX))
+                    return resp.status, (await _bounded_body(resp, inflater))
                 if resp.content_type == "application/json":  # not a stream: an error body
                     state.json_body = True
-                    return 200, (await resp.content.read(ERROR_BODY_MAX))
+                    return 200, (await _bounded_body(resp, inflater))
                 # a body delimited by the close is whole at [DONE] (see http1)
                 by_close = "Content-Length" not in resp.headers and not resp.headers.get(
                     "Transfer-Encoding"
                 )
                 try:
                     async for chunk in resp.content.iter_any():
-                        state.feed(now(), chunk)
-                        if state.cut or (by_close and state.done):
-                            # output overrun, or the end: drop the connection, read no more
-                            resp.close()
-                            return 200, b""
+                        t = now()
+                        for piece in (inflater.pieces(chunk) if inflater else (chunk,)):
+                            state.feed(t, piece)
+                            if state.cut or (by_close and state.done):
+                                # output overrun, or the end: drop the connection, read
+                                # no more (and inflate no more)
+                                resp.close()
+                                return 200, b""
                 except (aiohttp.ClientError, TimeoutError):
                     if not state.done or state.error is not None:
                         raise
@@ -175,12 +188,38 @@ class AiohttpClient:
             async with self.session.get(
                 url, timeout=aiohttp.ClientTimeout(total=timeout_s)
             ) as resp:
-                return resp.status, await resp.read()
+                return resp.status, await _bounded_body(resp, _inflater(resp))
         except Exception as exc:
             out = _translate(exc, None, reused=False)
             if out is exc:
                 raise
             raise out from exc
+
+
+def _inflater(resp: aiohttp.ClientResponse) -> Inflater | None:
+    """The body's ``Inflater`` (gzip, deflate), None for identity; others are refused."""
+    enc = resp.headers.get("Content-Encoding", "").strip().lower()
+    if not enc or enc == "identity":
+        return None
+    if enc in ("gzip", "x-gzip", "deflate"):
+        return Inflater(enc)
+    raise BackendError(
+        f"the server sent content-encoding {enc!r}, which this client cannot decode "
+        "(supported: gzip, deflate)"
+    )
+
+
+async def _bounded_body(resp: aiohttp.ClientResponse, inflater: Inflater | None) -> bytes:
+    """A non-streamed body, at most ``ERROR_BODY_MAX`` bytes (inflated, if compressed)."""
+    raw = await resp.content.read(ERROR_BODY_MAX)
+    if inflater is None:
+        return raw
+    out = bytearray()
+    for piece in inflater.pieces(raw):
+        out += piece
+        if len(out) >= ERROR_BODY_MAX:
+            break
+    return bytes(out[:ERROR_BODY_MAX])
 
 
 class _Sent:

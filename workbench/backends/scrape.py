@@ -30,7 +30,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from workbench.backends.transport import normalize_base_url
+from workbench.backends.transport import normalize_base_url, with_query
 from workbench.clock import Clock, WallClock
 
 __all__ = ["MetricsScraper", "detect_block_size", "parse_metrics"]
@@ -119,7 +119,7 @@ async def detect_block_size(
     base_url: str, *, session: aiohttp.ClientSession | None = None, timeout_s: float = 5.0
 ) -> int | None:
     """The server's KV block size from ``vllm:cache_config_info``; None if unknown."""
-    url = f"{normalize_base_url(base_url)}/metrics"
+    url = with_query(f"{normalize_base_url(base_url)}/metrics", base_url)
     try:
         if session is None:
             async with aiohttp.ClientSession() as own:
@@ -151,7 +151,7 @@ class MetricsScraper:
         session: aiohttp.ClientSession | None = None,
         timeout_s: float = 5.0,
     ) -> None:
-        self.url = f"{normalize_base_url(base_url)}/metrics"
+        self.url = with_query(f"{normalize_base_url(base_url)}/metrics", base_url)
         self.interval_ns = max(1, round(interval_s * 1e9))
         self.clock: Clock = clock if clock is not None else WallClock()
         self.timeout_s = timeout_s

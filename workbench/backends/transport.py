@@ -48,7 +48,7 @@ from workbench.backends.stream import (
 )
 from workbench.clock import Clock, WallClock
 from workbench.records import RequestRecord, Status
-from workbench.redact import basic_authorization
+from workbench.redact import basic_authorization, register_url
 from workbench.redact import register as register_secret
 from workbench.sim.wire import placement_extra
 
@@ -63,6 +63,7 @@ __all__ = [
     "Transport",
     "TransportOptions",
     "normalize_base_url",
+    "with_query",
 ]
 
 logger = logging.getLogger(__name__)
@@ -105,6 +106,8 @@ class TransportOptions:
     def of_run(cls, cfg: RunConfig, base_url: str) -> TransportOptions:
         """A run's options: its backend's key, its arrival timeouts, its executor's client."""
         a = cfg.arrival
+        cfg.register_secrets()  # every process that sends keeps its credentials out of outputs
+        register_url(base_url)  # the URL as given to this process (its query values)
         return cls(
             base_url=base_url,
             api_key_env=cfg.backend.api_key_env,
@@ -189,18 +192,27 @@ def _clamped(req: WireRequest, completion: int | None, finish: str | None) -> bo
 
 
 def normalize_base_url(url: str) -> str:
-    """The server root: scheme added if missing, trailing ``/`` and ``/v1`` dropped.
+    """The server root: scheme added if missing, query, trailing ``/`` and ``/v1`` dropped.
 
     Codecs append their own paths, and the native token routes live outside
-    ``/v1``, so a user-supplied ``.../v1`` must not leak into them.
+    ``/v1``, so a user-supplied ``.../v1`` must not leak into them. The target URL's
+    query (a gateway's ``?api_key=...``) goes on every request URL: ``with_query``.
     """
     url = url.strip()
     if "://" not in url:
         url = f"http://{url}"
-    url = url.rstrip("/")
+    url = url.partition("?")[0].rstrip("/")
     if url.endswith("/v1"):
         url = url[:-3].rstrip("/")
     return url
+
+
+def with_query(url: str, base_url: str) -> str:
+    """``url`` with the query of the target URL ``base_url`` (if any) appended."""
+    query = base_url.partition("?")[2]
+    if not query:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}{query}"
 
 
 class Transport:
@@ -264,7 +276,7 @@ class Transport:
     def _url(self, codec: Codec) -> str:
         url = self._urls.get(codec.name)
         if url is None:
-            url = self._urls[codec.name] = codec.url(self.root)
+            url = self._urls[codec.name] = with_query(codec.url(self.root), self.options.base_url)
         return url
 
     async def check_reachable(self, timeout_s: float = 10.0) -> None:
@@ -274,7 +286,8 @@ class Transport:
         unresolvable or silent address raises.
         """
         try:
-            await self.client.get(f"{self.root}/v1/models", timeout_s)
+            await self.client.get(with_query(f"{self.root}/v1/models", self.options.base_url),
+                                  timeout_s)  # fmt: skip
         except (TimeoutError, OSError, BackendError) as exc:
             raise BackendError(
                 f"cannot reach the target {self.root} ({type(exc).__name__}: {exc}); "
@@ -290,7 +303,7 @@ class Transport:
         """
         if n <= 0:
             return 0
-        url = f"{self.root}/v1/models"
+        url = with_query(f"{self.root}/v1/models", self.options.base_url)
         client = self.client
 
         async def one() -> bool:

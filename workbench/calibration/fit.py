@@ -282,16 +282,13 @@ def calibrate(
 
 def read_engine_file(path: str | Path) -> dict[str, Any]:
     """Engine knobs from a JSON or YAML mapping; a calibration file's ``engine`` block."""
-    import yaml
+    from workbench.config.validation import load_yaml
 
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read engine config: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not JSON or YAML: {exc}") from None
+    data = load_yaml(str(path), text)  # JSON is YAML; aliases and depth bounded
     if isinstance(data, dict) and isinstance(data.get("engine"), dict):
         data = data["engine"]
     if not isinstance(data, dict):

@@ -45,16 +45,40 @@ def add_axis_arguments(p: argparse.ArgumentParser) -> None:
     add_run_knobs(p)
 
 
+def check_output_flags(args: argparse.Namespace) -> None:
+    """``--max-error-rate`` and ``--percentiles``, before the run (not after its traffic)."""
+    rate = getattr(args, "max_error_rate", None)
+    if rate is not None:
+        check_max_error_rate(rate)
+    if getattr(args, "percentiles", None):
+        parse_percentiles(args.percentiles)
+
+
+def check_max_error_rate(max_error_rate: float) -> None:
+    if not 0.0 <= max_error_rate <= 1.0:  # NaN fails both comparisons
+        raise ConfigError(f"--max-error-rate: expected a fraction in [0, 1], got {max_error_rate}")
+
+
+def parse_percentiles(spec: str) -> list[float]:
+    """``--percentiles 50,99.9`` → ``[50.0, 99.9]``: finite numbers in [0, 100], at most 100."""
+    try:
+        qs = [float(q) for q in spec.split(",") if q.strip()]
+    except ValueError:
+        raise ConfigError(f"--percentiles {spec!r}: expected numbers, e.g. 50,90,99.9") from None
+    if not qs or len(qs) > 100 or not all(0 <= q <= 100 for q in qs):
+        raise ConfigError(f"--percentiles {spec!r}: 1 to 100 numbers, each in [0, 100]")
+    return qs
+
+
 def exit_status(summary: dict[str, Any], cancelled: bool, max_error_rate: float) -> int:
     """The command's exit status for a finished run (``workbench.errors.ExitCode``).
 
     The error rate is failed / (ok + failed) requests: skipped rounds (context guard)
     and cancelled requests are neither.
     """
-    from workbench.errors import ConfigError, ExitCode
+    from workbench.errors import ExitCode
 
-    if not 0.0 <= max_error_rate <= 1.0:  # NaN fails both comparisons
-        raise ConfigError(f"--max-error-rate: expected a fraction in [0, 1], got {max_error_rate}")
+    check_max_error_rate(max_error_rate)
     if cancelled:
         return ExitCode.CANCELLED
     errors, ok = int(summary.get("errors") or 0), int(summary.get("ok") or 0)
@@ -110,7 +134,10 @@ _AXIS_FLAGS = {
 
 
 def config_from_args(args: argparse.Namespace, extra: dict[str, Any] | None = None) -> RunConfig:
-    """The ``--config`` file (if any) with every given flag layered on top."""
+    """The ``--config`` file (if any) with every given flag layered on top; the flags that
+    only shape the command's output (``--max-error-rate``, ``--percentiles``) are checked
+    here too, so every setting is checked before the first request."""
+    check_output_flags(args)
     base = RunConfig.from_file(args.config).to_dict() if args.config else {}
     for section, flags in _AXIS_FLAGS.items():
         for flag, key in flags.items():
@@ -162,7 +189,6 @@ def per_request_slo(items: list[str], allow_sweep_bounds: bool = False) -> dict[
 
 
 def _knobs_into(args: argparse.Namespace, base: dict[str, Any]) -> None:
-    import json
 
     def put(section: str, key: str, value: Any) -> None:
         if value is not None:
@@ -183,13 +209,14 @@ def _knobs_into(args: argparse.Namespace, base: dict[str, Any]) -> None:
         opts["model"] = args.model
     if getattr(args, "header", None):
         opts["headers"] = dict(_kv(h, "--header") for h in args.header)
+    from workbench.config.validation import MAX_DEPTH, json_or_text
+
     body: dict[str, Any] = {}
     for item in getattr(args, "body_field", None) or []:
         key, value = _kv(item, "--body-field")
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            parsed = value
+        parsed = json_or_text(f"--body-field {key}", value)
+        if key.count(".") >= MAX_DEPTH:
+            raise ConfigError(f"--body-field {key[:40]}...: nested deeper than {MAX_DEPTH} levels")
         *parents, leaf = key.split(".")
         node = body
         for k in parents:
@@ -214,17 +241,12 @@ def engine_knobs(items: list[str]) -> dict[str, Any]:
     """``--engine KEY=VALUE`` items as engine knobs: a value that reads as JSON (numbers,
     booleans, objects such as ``{"prefill": 2, "decode": 2}``) is taken as JSON, anything
     else as a string. An item without ``KEY=`` is a ``ConfigError``."""
-    import json
-
-    from workbench.errors import ConfigError
+    from workbench.config.validation import json_or_text
 
     knobs: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--engine: expected KEY=VALUE, got {item!r}")
-        try:
-            knobs[key] = json.loads(value)
-        except ValueError:
-            knobs[key] = value
+        knobs[key] = json_or_text(f"--engine {key}", value)
     return knobs

@@ -115,16 +115,11 @@ def _brief(summary: dict, result: Any = None, percentiles: str | None = None) ->
 
 def percentile_table(result: Any, spec: str) -> dict[str, dict[str, float | None]]:
     """``--percentiles 50,99.9``: each latency metric's percentiles over ok requests (ms)."""
-    from workbench.errors import ConfigError
+    from workbench.commands._axes import parse_percentiles
     from workbench.metrics import to_frame
     from workbench.sweeps.slo import percentile
 
-    try:
-        qs = [float(q) for q in spec.split(",") if q.strip()]
-    except ValueError:
-        raise ConfigError(f"--percentiles {spec!r}: expected numbers, e.g. 50,90,99.9") from None
-    if not qs or not all(0 <= q <= 100 for q in qs):
-        raise ConfigError(f"--percentiles {spec!r}: each must be in [0, 100]")
+    qs = parse_percentiles(spec)
     df = to_frame(result)
     ok = df[df["status"] == "ok"]
     return {m: {f"p{q:g}": percentile(ok, m, q) for q in qs}

@@ -10,7 +10,6 @@ parameter the notebook declares (VALUE is read as JSON when it parses).
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +31,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
+    """A ``--param`` value: JSON when it parses (bounded in depth: docs/config-bounds.md)."""
+    from workbench.config.validation import json_or_text
+
+    return json_or_text("--param", text)
 
 
 def build_params(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:

@@ -8,7 +8,6 @@ with the same ``--sweep-id`` resumes from the runs on disk.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -68,10 +67,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _value(text: str) -> Any:
+    from workbench.config.validation import json_or_text
+
+    return json_or_text("--over", text)
+
+
+def _points(text: str) -> Any:
+    """``--points JSON``: parsed and bounded like every config value."""
+    from workbench.config.validation import parse_json
+    from workbench.errors import ConfigError
+
     try:
-        return json.loads(text)
-    except ValueError:
-        return text
+        return parse_json("--points", text)
+    except ValueError as exc:
+        raise ConfigError(f"--points: not JSON ({exc})") from None
 
 
 def parse_over(items: list[str]) -> dict[str, list[Any]]:
@@ -110,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         if bool(args.over) == bool(args.points):
             raise ConfigError("give the points: --over PATH=V1,V2 (repeatable) or --points JSON")
-        over = parse_over(args.over) if args.over else json.loads(args.points)
+        over = parse_over(args.over) if args.over else _points(args.points)
         result = wb.sweep(cfg, over, slo=slo, stop_margin=args.stop_margin,
                           stop_after=args.stop_after, parallel=args.parallel, **common)
     from workbench.report.headline import sweeps_headline

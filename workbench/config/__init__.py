@@ -205,6 +205,9 @@ class RunConfig:
         """Build from a dict; each axis may be a dict or a bare string (its main field)."""
         if not isinstance(d, dict):
             raise ConfigError(f"a run config is a mapping, got {type(d).__name__}")
+        from workbench.config.validation import check_depth
+
+        check_depth("config", d)  # bounded before anything is built or walked
         unknown = sorted(set(d) - set(_SECTIONS) - set(_TOP_LEVEL))
         if unknown:
             valid = ", ".join([*_SECTIONS, *_TOP_LEVEL])
@@ -233,16 +236,13 @@ class RunConfig:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise ConfigError(f"config {path} is not UTF-8 text (YAML or JSON)") from None
-        if path.suffix in (".yaml", ".yml"):
-            import yaml
+        from workbench.config.validation import load_yaml, parse_json
 
-            try:
-                data = yaml.safe_load(text)
-            except yaml.YAMLError as exc:
-                raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+        if path.suffix in (".yaml", ".yml"):
+            data = load_yaml(str(path), text)  # aliases and depth bounded while composing
         else:
             try:
-                data = json.loads(text)
+                data = parse_json(str(path), text)
             except json.JSONDecodeError as exc:
                 raise ConfigError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
         return cls.from_dict(data or {})
@@ -388,14 +388,38 @@ class RunConfig:
                 raise ConfigError(f"backend.options.{key}: expected a mapping, "
                                   f"got {opts[key]!r} ({type(opts[key]).__name__})")
         for name, value in (opts.get("headers") or {}).items():
-            text = f"{name}{value}"
-            if not isinstance(value, str | int | float) or any(c in text for c in "\r\n"):
-                raise ConfigError(f"backend.options.headers[{name!r}]: expected one line of "
-                                  f"text, got {value!r}")
+            v.check_header("backend.options.headers", name, value)
         for key in ("routing_header", "routing_field"):
             if opts.get(key) is not None and not isinstance(opts[key], str):
                 raise ConfigError(f"backend.options.{key}: expected a name (string), "
                                   f"got {opts[key]!r}")
+        if opts.get("routing_header") is not None:
+            v.check_header("backend.options.routing_header", opts["routing_header"], "")
+
+    def register_secrets(self) -> None:
+        """Register every credential this run sends, however it was given, for redaction
+        (``workbench.redact``): the ``api_key_env`` key, the target URL's user, password
+        and query values, every header value (``$ENV`` ones as read now) and the values
+        of credential-named ``extra_body`` fields. Called before anything of the run is
+        written or printed, and by every process that sends (docs/security.md)."""
+        import os
+
+        from workbench import redact
+        from workbench.backends.extras import resolve_headers
+
+        b = self.backend
+        redact.register(os.environ.get(b.api_key_env) if b.api_key_env else None)
+        if not self.target.is_sim:
+            redact.register_url(self.target.url)
+        opts = b.options or {}
+        headers = opts.get("headers")
+        if isinstance(headers, dict):
+            try:
+                resolve_headers(headers)  # registers every value, $ENV ones as read
+            except ConfigError:  # an unset $ENV: the run's own check says so
+                redact.register_headers(
+                    {k: v for k, v in headers.items() if not str(v).startswith("$")})
+        redact.register_body(opts.get("extra_body"))
 
     def check_out_dir(self) -> None:
         """``out_dir`` is a writable directory, or can be created as one (before a run)."""
@@ -516,14 +540,19 @@ def _section(key: str, spec_cls: type, main: str, value: Any) -> Any:
 
 
 def parse_output_policy(spec: str) -> tuple[str, int]:
-    """``trace`` → ("trace", 0); ``fixed:K`` → ("fixed", K); ``budget:T`` → ("budget", T)."""
+    """``trace`` → ("trace", 0); ``fixed:K`` → ("fixed", K); ``budget:T`` → ("budget", T),
+    with K and T integers in 1..``MAX_OUTPUT_TOKENS`` (docs/config-bounds.md)."""
+    from workbench.config.validation import MAX_OUTPUT_TOKENS
+
     kind, _, num = spec.partition(":")
     if kind == "trace" and not num:
         return "trace", 0
-    if kind in ("fixed", "budget") and num.isdigit() and int(num) > 0:
+    digits = num.isascii() and num.isdigit() and len(num) <= 12
+    if kind in ("fixed", "budget") and digits and 0 < int(num) <= MAX_OUTPUT_TOKENS:
         return kind, int(num)
     raise ConfigError(
-        f"arrival.output_len {spec!r} is invalid; use 'trace', 'fixed:K' or 'budget:T' (K, T > 0)"
+        f"arrival.output_len {spec!r} is invalid; use 'trace', 'fixed:K' or 'budget:T' "
+        f"(K, T integers in [1, {MAX_OUTPUT_TOKENS:,}] tokens)"
     )
 
 

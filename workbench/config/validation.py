@@ -53,13 +53,26 @@ MAX_COUNT = 1_000_000
 MAX_TOKENS = 2**24
 #: a timeout, duration or interval longer than a week is a typo, not a setting
 MAX_SECONDS = 7 * 24 * 3600.0
+#: the slowest arrival rate: one unit every ~11.6 days (``--rate 1e-300`` is a typo)
+MIN_RATE = 1e-6
+#: tokens of one round's output (``output_len fixed:K``) and of a session's output budget
+#: (``budget:T``): the per-round bound of docs/trace-bounds.md
+MAX_OUTPUT_TOKENS = 10_000_000
+#: nesting of a configuration value (a config file, ``extra_body``, ``--body-field``):
+#: a config is a few levels deep; 3,000 levels would overflow Python's stack
+MAX_DEPTH = 64
+#: nodes of a configuration document, YAML aliases expanded (a billion-laughs bomb
+#: of 907 bytes expands to ~10^9)
+MAX_NODES = 1_000_000
+#: RFC 9110 ``token``: the characters an HTTP header (field) name may hold
+_TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 RANGES: dict[str, Range] = {
     "trace.max_items": Range(1, 10**9),
     "context.max_model_len": Range(1, MAX_TOKENS),
     "context.major_compaction_min_drop_tokens": Range(0, MAX_TOKENS),
     "context.major_compaction_min_drop_ratio": Range(0, 1),
-    "arrival.rate": Range(0, 1e6, open_lo=True),
+    "arrival.rate": Range(MIN_RATE, 1e6),
     "arrival.max_concurrency": Range(1, MAX_COUNT),
     "arrival.duration_s": Range(0, MAX_SECONDS, open_lo=True),
     "arrival.fuse_s": Range(0, MAX_SECONDS, open_lo=True),
@@ -277,5 +290,146 @@ def check_out_dir(path: str, out_dir: str) -> None:
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
         raise ConfigError(f"{path}: {out_dir!r} cannot be created: {str(probe)!r} is a file")
-    if probe.exists() and not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError(f"{path}: {str(probe)!r} is not writable, so {out_dir!r} cannot be used")
+    if probe.exists():
+        why = _not_writable(probe)
+        if why:
+            raise ConfigError(f"{path}: {str(probe)!r} is not writable ({why}), so "
+                              f"{out_dir!r} cannot be used")
+
+
+def _not_writable(directory: Path) -> str | None:
+    """Why files cannot be created in ``directory`` (None: they can). A real probe: a
+    temporary file made and removed, since ``os.access`` says yes to root even on a
+    read-only mount or a directory root may not write (docs/config-bounds.md)."""
+    import tempfile
+
+    try:
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return "a read-only file system"
+    except OSError:
+        pass
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".workbench-probe-", dir=directory)
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    os.close(fd)
+    os.unlink(tmp)
+    return None
+
+
+# ------------------------------------------------------------------ size, depth, headers
+def check_depth(path: str, value: Any, max_depth: int = MAX_DEPTH) -> None:
+    """``value`` nests at most ``max_depth`` mappings/lists and holds at most ``MAX_NODES``
+    values (checked without recursion, so a 3,000-deep value is one clear error)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    nodes = 0
+    while stack:
+        node, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise ConfigError(f"{path}: more than {MAX_NODES:,} values; not a configuration")
+        if isinstance(node, Mapping | list | tuple):
+            if depth >= max_depth:
+                raise ConfigError(f"{path}: nested deeper than {max_depth} levels")
+            children = node.values() if isinstance(node, Mapping) else node
+            stack.extend((child, depth + 1) for child in children)
+
+
+def parse_json(path: str, text: str) -> Any:
+    """``json.loads`` bounded like every config value: depth and size (``check_depth``)."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ConfigError(f"{path}: nested deeper than {MAX_DEPTH} levels") from None
+    check_depth(path, value)
+    return value
+
+
+def json_or_text(path: str, text: str) -> Any:
+    """A command-line value: JSON when it parses (bounded: ``parse_json``), else the text."""
+    try:
+        return parse_json(path, text)
+    except ValueError:
+        return text
+
+
+def load_yaml(path: str, text: str) -> Any:
+    """``yaml.safe_load`` bounded before anything is built: nesting past ``MAX_DEPTH`` and a
+    document past ``MAX_NODES`` nodes with its aliases expanded (a billion-laughs bomb) are
+    one ``ConfigError`` each, found while composing, in bounded time and memory."""
+    import yaml
+
+    class BoundedLoader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise ConfigError(f"{path}:{mark.line + 1}: nested deeper than {MAX_DEPTH} "
+                                  "levels; not a configuration")
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    loader = BoundedLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expanded(path, node)
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+def _check_expanded(path: str, root: Any) -> None:
+    """The node count of a composed YAML graph with every alias expanded, computed once per
+    shared node (memoized), so a bomb is measured without being expanded."""
+    import yaml
+
+    size: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:  # post-order without recursion (depth is bounded already)
+        node, done = stack.pop()
+        if id(node) in size:
+            continue
+        if isinstance(node, yaml.ScalarNode):
+            size[id(node)] = 1
+            continue
+        children = [c for pair in node.value for c in pair] \
+            if isinstance(node, yaml.MappingNode) else list(node.value)
+        if done:
+            total = 1 + sum(size[id(c)] for c in children)
+            if total > MAX_NODES:
+                mark = node.start_mark
+                raise ConfigError(
+                    f"{path}:{mark.line + 1}: the document expands to more than "
+                    f"{MAX_NODES:,} values (YAML aliases *x repeat what they point to); "
+                    "not a configuration"
+                )
+            size[id(node)] = total
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in size)
+
+
+def check_header(path: str, name: Any, value: Any) -> None:
+    """A request header: an RFC 9110 token as name; one line of text (no control
+    characters but tab) as value, of a string or number."""
+    if not isinstance(name, str) or not name or any(c not in _TCHAR for c in name):
+        raise ConfigError(
+            f"{path}: header name {_show(name)} is not an HTTP token (RFC 9110: letters, "
+            "digits and !#$%&'*+-.^_`|~; no ':', space or control characters)"
+        )
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ConfigError(f"{path}[{name!r}]: expected one line of text, got {_show(value)}")
+    text = str(value)
+    if any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in text):
+        raise ConfigError(f"{path}[{name!r}]: a header value cannot hold CR, LF or other "
+                          "control characters")

@@ -153,7 +153,9 @@ def worker_cfg(cfg: RunConfig, share: int | None, warmup: int) -> dict[str, Any]
     d["arrival"]["warmup"] = warmup
     d["executor"]["workers"] = 1
     d["out_dir"] = None
-    d["target"] = {"url": "http://placeholder"}  # workers get the parent's URL
+    # workers get the parent's URL (base_url: the embedded engine's, or the target's); a
+    # real target's URL stays, so its credentials go out and are registered in the worker
+    d["target"] = {"url": "http://placeholder" if cfg.target.is_sim else cfg.target.url}
     return d
 
 

@@ -65,7 +65,14 @@ CANONICAL_EXCLUDED: dict[str, str] = {
 
 
 class EngineSender:
-    """The runner's sender for virtual time: submits to the engine core directly."""
+    """The runner's sender for virtual time: submits to the engine core directly.
+
+    ``in_flight`` counts the requests sent and not yet ended, ``activity`` (if set) is
+    set whenever one is sent: with none in flight the engine cannot change, so the
+    metrics sampler sleeps until the next send (``_sample``)."""
+
+    in_flight = 0
+    activity: asyncio.Event | None = None
 
     def __init__(self, engine: Engine, clock: Clock) -> None:
         self.engine = engine
@@ -73,6 +80,15 @@ class EngineSender:
         self.clock = clock
 
     async def send(self, codec: Codec, req: WireRequest, rec: RequestRecord) -> list[int] | None:
+        self.in_flight += 1
+        if self.activity is not None:
+            self.activity.set()
+        try:
+            return await self._send(req, rec)
+        finally:
+            self.in_flight -= 1
+
+    async def _send(self, req: WireRequest, rec: RequestRecord) -> list[int] | None:
         """Submit, wait once for the end (no wakeup per step), then copy the engine's
         per-token emission times: each step emits one token per request, so each
         token is one stream event, as the HTTP server would send it."""
@@ -246,7 +262,7 @@ async def _simulate(
         t0 = clock.now_ns()
         timeline.append(_engine_sample(t0, engine.stats()))
         sampler = asyncio.ensure_future(
-            _sample(engine, clock, cfg.backend.scrape_interval_s, timeline)
+            _sample(engine, clock, cfg.backend.scrape_interval_s, timeline, sender)
         )
         try:
             if n == 1:  # warm-up inside, then the run's origin (as a live run)
@@ -324,18 +340,37 @@ class _Sinks:
 
 
 async def _sample(
-    engine: Engine | Cluster, clock: Clock, interval_s: float | None, timeline: list[dict[str, Any]]
-) -> None:
+    engine: Engine | Cluster, clock: Clock, interval_s: float | None,
+    timeline: list[dict[str, Any]], sender: EngineSender | None = None,
+) -> None:  # fmt: skip
     """``backend.scrape_interval_s`` in virtual time: the engine's counters and gauges
-    every interval, as the live scraper takes them from ``/metrics``."""
+    on the interval's grid, as the live scraper takes them from ``/metrics`` — but a
+    sample is kept only when the engine's state changed since the last one kept, and
+    while no request is in flight (``sender.in_flight``: then nothing in the engine can
+    change) the sampler does not wake at all until the next request is sent; it then
+    resumes at the next grid point. Virtual time so costs per event, not per idle
+    second: a 71.8-day trace of 19 rounds used to take 6.2 M samples of an idle engine
+    (1.8 GB, 5 min); docs/virtual-time.md."""
     if not interval_s:
         return
     step = max(1, round(interval_s * 1e9))
-    due = clock.now_ns()
+    t0 = clock.now_ns()
+    k = 0
+    last: dict[str, Any] | None = None
+    woken = asyncio.Event()
+    if sender is not None:
+        sender.activity = woken
     while True:
-        due += step
-        await clock.sleep_until(due)
-        timeline.append(_engine_sample(clock.now_ns(), engine.stats()))
+        k += 1
+        await clock.sleep_until(t0 + k * step)
+        stats = engine.stats()
+        if stats != last:
+            timeline.append(_engine_sample(clock.now_ns(), stats))
+            last = stats
+        if sender is not None and not sender.in_flight:
+            woken.clear()
+            await woken.wait()  # the engine is idle until the next send
+            k = (clock.now_ns() - t0) // step  # then on to the next grid point
 
 
 def _flush(engine: Engine | Cluster, mode: bool | str) -> dict[str, Any]:

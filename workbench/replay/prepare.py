@@ -16,10 +16,10 @@ import uuid
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from workbench import redact
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
 from workbench.records import RequestRecord, RunResult, Workload
-from workbench.redact import strip_url_credentials
 from workbench.replay.plan import Plan
 
 T = TypeVar("T")
@@ -68,8 +68,10 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
     from workbench import __version__
     from workbench.traces.stats import ideal_prefix_hit_rate
 
+    cfg.register_secrets()  # before anything of the run is written or printed
     config = cfg.to_dict()
-    config["target"]["url"] = strip_url_credentials(cfg.target.url)  # never the password
+    config["target"]["url"] = redact.safe_url(cfg.target.url)  # never a password or key
+    config = redact.obj(config)  # literal header values, credential body fields
     return {
         "run_id": run_id,
         "label": cfg.label,

@@ -462,8 +462,11 @@ class Runner:
         if rec.warmup and self._warm is not None:
             self._warm["requests"] += 1
             self._warm["ok" if rec.status == "ok" else "failed"] += 1
-        if rec.error:  # server text can echo a key: never kept, shown or written (redact.py)
+        # server text can echo a key: never kept, shown or written (redact.py)
+        if rec.error:
             rec.error = redact.text(rec.error)
+        if rec.server_request_id:  # (a 200 stream's id, echoed by some gateways)
+            rec.server_request_id = redact.text(rec.server_request_id)
         self.sink(rec)
         self._finished += 1
         if self.freeze_gc and self._finished % GC_REFREEZE_EVERY == 0:

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -110,9 +109,7 @@ class ReplaySession:
         self.manifest = manifest
         self.progress = progress
         # the run's secrets are redacted from every file and log record from now on
-        key_env = cfg.backend.api_key_env
-        redact.register(os.environ.get(key_env) if key_env else None)
-        redact.basic_authorization(cfg.target.url)  # registers the URL's password
+        cfg.register_secrets()
         redact.install_log_redaction()
         self.records: list[RequestRecord] = []
         self.lifecycle: list[dict[str, Any]] = []
@@ -175,7 +172,9 @@ class ReplaySession:
         status = "failed"
         try:
             async with open_target(self.cfg) as target:
-                self.manifest["target"] = target
+                # the URL that is stored: no user:password@, no query value (redact.safe_url)
+                self.manifest["target"] = {**target,
+                                           "base_url": redact.safe_url(target["base_url"])}
                 await self.executor.play(self, target, stop)
             status = "cancelled" if self.cancelled else self._completion()
         except (asyncio.CancelledError, KeyboardInterrupt):
@@ -209,7 +208,7 @@ class ReplaySession:
         from workbench.backends.preflight import preflight_prefix_cache
 
         result = await preflight_prefix_cache(transport, codec, pool.tail(8192))
-        self.manifest["preflight"] = getattr(result, "__dict__", str(result))
+        self.manifest["preflight"] = redact.obj(getattr(result, "__dict__", str(result)))
 
     async def flush_cache(self, transport: Transport, target: dict[str, Any]) -> None:
         """``backend.flush_cache``: reset the server's prefix cache after the preflight
@@ -227,7 +226,8 @@ class ReplaySession:
             target["base_url"], backend=self.cfg.backend.name,
             headers=transport.auth_headers(),  # the run's own credentials (URL or key)
         )  # fmt: skip
-        self.manifest["cache_flush"] = {"mode": mode, **outcome.to_dict()}
+        # the server's answer may echo the request's headers: redacted before it is kept
+        self.manifest["cache_flush"] = redact.obj({"mode": mode, **outcome.to_dict()})
         if outcome.ok:
             log.info("prefix cache reset (%s)", outcome.endpoint)
         elif mode is True:

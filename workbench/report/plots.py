@@ -323,7 +323,112 @@ def _auto_bin(run: Any) -> float:
     from workbench.metrics import summarize
 
     duration = summarize(run).get("duration_s") or 1.0
+    gaps, _ = _idle_gaps({"run": run})
+    if gaps:  # bins sized to the time that is drawn, not to the idle gaps skipped
+        duration = max(1.0, duration - sum(b - a for a, b in gaps))
     return next((b for b in BIN_LADDER if b >= duration / 40), BIN_LADDER[-1])
+
+
+#: an idle stretch (no request in flight in any run) is skipped on time axes when it is
+#: longer than this share of the drawn span, and than ``GAP_MIN_S``
+GAP_MIN_SHARE = 0.1
+GAP_MIN_S = 60.0
+#: a skipped gap is drawn this wide, as a share of the time that is drawn
+GAP_WIDTH_SHARE = 0.04
+
+
+def _idle_gaps(runs: Mapping[str, Any]) -> tuple[list[tuple[float, float]], float]:
+    """The idle stretches of ``runs`` (seconds since each run's first request) that a time
+    axis skips (``_skip_gaps``): no request of any run in flight for longer than
+    ``GAP_MIN_S`` and ``GAP_MIN_SHARE`` of the whole span. A trace-timed replay of
+    sessions weeks apart (TraceLab's example spans 71.8 days with minutes of
+    traffic) would otherwise draw its traffic as two lines at the edges. Also returns
+    the end of the last request."""
+    from workbench.metrics import run_rows
+
+    spans = []
+    for run in runs.values():
+        df = run_rows(run)
+        df = df[df["dispatch_ns"].notna()]
+        if not len(df):
+            continue
+        t0 = int(df["dispatch_ns"].min())
+        end = df["end_ns"].fillna(df["dispatch_ns"])
+        spans += list(zip(((df["dispatch_ns"] - t0) / 1e9).tolist(),
+                          ((end - t0) / 1e9).tolist(), strict=True))
+    if len(spans) < 2:
+        return [], max((b for _, b in spans), default=0.0)
+    spans.sort()
+    total = max(b for _, b in spans) - spans[0][0]
+    gaps, reach = [], spans[0][1]
+    for a, b in spans[1:]:
+        if a - reach > max(GAP_MIN_S, GAP_MIN_SHARE * total):
+            gaps.append((reach, a))
+        reach = max(reach, b)
+    return gaps, reach
+
+
+def _skip_gaps(axes: list[Axes], runs: Mapping[str, Any]) -> None:
+    """Draw ``axes``' time (x) axis with each idle gap squeezed to a narrow shaded band
+    labelled with its length (a piecewise-linear ``function`` scale; ticks placed in the
+    stretches with traffic)."""
+    gaps, end = _idle_gaps(runs)
+    if not gaps:
+        return
+    stretches = _between(gaps, end)
+    xs, ys, shift = [-1e18], [-1e18], 0.0
+    drawn = sum(b - a for a, b in stretches) or 1.0
+    width = max(GAP_WIDTH_SHARE * drawn, 1e-3)
+    for a, b in gaps:
+        xs += [a, b]
+        ys += [a - shift, a - shift + width]
+        shift += (b - a) - width
+    xs.append(1e18)
+    ys.append(1e18 - shift)
+    fx, fy = np.asarray(xs), np.asarray(ys)
+
+    def forward(x: Any) -> Any:
+        return np.interp(x, fx, fy)
+
+    def inverse(y: Any) -> Any:
+        return np.interp(y, fy, fx)
+
+    # ticks in the stretches with traffic, as many as each one's share of the axis
+    # allows, none closer than 1/8 of the axis to the one before
+    full = float(forward(stretches[-1][1]) - forward(0.0)) or 1.0
+    ticks: list[float] = []
+    for a, b in stretches:
+        share = float(forward(b) - forward(a)) / full
+        for t in MaxNLocator(nbins=max(1, int(8 * share))).tick_values(a, b):
+            if a <= t <= b and (not ticks or (forward(t) - forward(ticks[-1])) / full > 0.12):
+                ticks.append(float(t))
+    for ax in axes:
+        ax.set_xscale("function", functions=(forward, inverse))
+        for a, b in gaps:
+            ax.axvspan(a, b, color="0.85", lw=0)
+        ax.set_xticks(ticks)
+        ax.xaxis.set_major_formatter(lambda v, _pos: f"{v:,.0f}" if abs(v) >= 100 else f"{v:g}")
+    top = axes[0]
+    for a, b in gaps:
+        top.text(a + (b - a) / 2, 1.0, f"idle {_duration(b - a)}", fontsize="x-small",
+                 ha="center", va="bottom", transform=top.get_xaxis_transform())
+
+
+def _between(gaps: list[tuple[float, float]], end: float) -> list[tuple[float, float]]:
+    """The stretches with traffic around ``gaps``, from 0 to ``end``."""
+    out, start = [], 0.0
+    for a, b in gaps:
+        out.append((start, a))
+        start = b
+    out.append((start, max(end, start)))
+    return out
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
 
 
 def _timeline(runs: Mapping[str, Any], ax: Axes | None, bin_s: float | None = None) -> Figure:
@@ -348,6 +453,7 @@ def _timeline(runs: Mapping[str, Any], ax: Axes | None, bin_s: float | None = No
             _legend(a)
             _y_from_zero(a, 1.0)
     axes[-1].set_xlabel("time since the first request (s)")
+    _skip_gaps(axes, runs)
     if len(axes) == 3:
         axes[1].set(ylabel="requests", title="Requests in flight (client) and at the server")
         axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -416,6 +522,7 @@ def _over_time(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
             _legend(a)
     _ticks(axes[-1], "y")
     axes[-1].set_xlabel("time since the first request (s)")
+    _skip_gaps(axes, runs)
     if ax is None:
         fig.suptitle(f"Load and TTFT over the run: {_vs(runs)}")
     return fig
@@ -485,6 +592,7 @@ def _sessions(runs: Mapping[str, Any], ax: Axes | None, max_sessions: int = SWIM
                           Patch(color="C3", label="round that failed"),
                           Line2D([], [], color="0.6", ls=":", label="tool wait")],
                  fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        _skip_gaps([a], {label: run})
     more = f", first {len(shown)} of {len(units)}" if len(units) > len(shown) else ""
     a.set(xlabel="time since the first request (s)", ylabel=f"session (unit{more})",
           title=f"Sessions: rounds and tool waits ({label})")

@@ -75,6 +75,7 @@ class SweepRunner:
             raise ConfigError("parallel > 1 runs virtual-time points only: live points share "
                               "one server and run one at a time (drop parallel or use virtual)")
         self.cfg = cfg
+        cfg.register_secrets()  # before sweep.json is written (docs/security.md)
         self.repeats = repeats
         self.slo = slo
         self.virtual = virtual

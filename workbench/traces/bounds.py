@@ -13,6 +13,8 @@ every loaded workload as the last word (derived values, unique ids), so what
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from workbench.errors import TraceFormatError
@@ -43,6 +45,20 @@ so a 1 GiB file of short rows would otherwise need tens of GB before any check."
 MAX_HEAD_BYTES = 16 << 20
 """Format detection reads at most this much of a file's head."""
 
+MAX_ID_CHARS = 256
+"""An id read from a trace (session, request, trajectory id): at most 256 characters.
+Ids are sent in HTTP headers (``x-request-id``, ``x-session-id``) and request bodies;
+a derived request id adds a few dozen characters (``session_{id}_round_000000``)."""
+
+MAX_WIRE_ID_CHARS = 512
+"""A unit or request id as sent (derived ids included): at most 512 characters, the
+embedded engine's bound on a request id (docs/security.md) and far below the 8 KB
+header lines servers accept."""
+
+_UNSENDABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+"""Characters no HTTP header can carry as they are: C0 controls (CR, LF, tab, NUL...),
+DEL, C1 controls, the Unicode line separators and lone surrogates (not encodable)."""
+
 DOC = "docs/trace-bounds.md"
 
 
@@ -50,6 +66,33 @@ def over(name: str, value: object, bound: float, unit: str) -> str:
     """The rule text of a value past its bound."""
     shown = f"{bound:,.0f}" if float(bound).is_integer() else f"{bound:,}"
     return f"{name} {value!r} exceeds the bound of {shown} {unit} ({DOC})"
+
+
+def id_rule(name: str, value: str, limit: int = MAX_ID_CHARS) -> str | None:
+    """Why ``value`` cannot be sent as an id (None: it can)."""
+    if len(value) > limit:
+        return (f"{name} is {len(value):,} characters long; ids are sent in HTTP headers "
+                f"(x-request-id) and may be at most {limit} ({DOC})")
+    bad = _UNSENDABLE.search(value)
+    if bad is not None:
+        what = "a lone surrogate" if "\ud800" <= bad.group() <= "\udfff" else "a control character"
+        return (f"{name} {value[:60]!r} holds {bad.group()!r}, {what}, which an HTTP header "
+                f"cannot carry ({DOC})")
+    return None
+
+
+def check_id(path: Path, line: int, name: str, value: str) -> str:
+    """``value`` if it can be sent as an id; else a ``TraceFormatError`` at ``line``."""
+    rule = id_rule(name, value)
+    if rule is not None:
+        raise TraceFormatError(path, line, rule)
+    return value
+
+
+def ids_sendable(ids: Iterable[str], limit: int = MAX_ID_CHARS) -> bool:
+    """Every id fits ``id_rule`` (one C-level pass; the strict path names the culprit)."""
+    ids = list(ids)
+    return not ids or (max(map(len, ids)) <= limit and _UNSENDABLE.search("".join(ids)) is None)
 
 
 def check_round(path: Path, line: int, prompt: int, output: int, where: str = "round") -> None:
@@ -78,6 +121,8 @@ def check_workload(path: str | Path, workload: Workload) -> None:
         and all(0 <= r.tool_wait_after_ms <= MAX_WAIT_MS for r in rounds)
         and all(r.prefix_len >= 0 and r.input_len >= 0 and r.output_len >= 1 for r in rounds)
         and all(r.prefix_len + r.input_len + r.output_len <= MAX_ROUND_TOKENS for r in rounds)
+        and ids_sendable((u.unit_id for u in units), MAX_WIRE_ID_CHARS)
+        and ids_sendable((r.request_id for r in rounds), MAX_WIRE_ID_CHARS)
     )
     if not fine:
         _name_the_culprit(Path(path), workload)
@@ -87,6 +132,11 @@ def _name_the_culprit(path: Path, workload: Workload) -> None:
     unit_ids: set[str] = set()
     requests: set[str] = set()
     for unit in workload.units:
+        for rid in (unit.unit_id, *(r.request_id for r in unit.rounds)):
+            rule = id_rule(f"unit {unit.unit_id[:60]!r}: id {rid[:60]!r}", rid,
+                           MAX_WIRE_ID_CHARS)
+            if rule is not None:
+                raise TraceFormatError(path, _line_of(path, unit), rule)
         if unit.unit_id in unit_ids:
             raise TraceFormatError(path, 0, f"two units share the id {unit.unit_id!r}")
         unit_ids.add(unit.unit_id)
@@ -105,3 +155,21 @@ def _name_the_culprit(path: Path, workload: Workload) -> None:
                 raise TraceFormatError(path, 0, over(
                     f"{where}: tool wait", r.tool_wait_after_ms, MAX_WAIT_MS, "ms"))
     raise TraceFormatError(path, 0, f"workload outside the bounds of {DOC}")
+
+
+def _line_of(path: Path, unit: object) -> int:
+    """The first line of ``path`` that holds the unit's id as the trace wrote it (0: none
+    found): for ids a reader derived, whose own check had no line to name."""
+    uid = str(getattr(unit, "unit_id", ""))
+    needles = [n for n in {uid, uid.rsplit("~", 1)[0], uid.removeprefix("independent_")} if n]
+    try:
+        with open(path, "rb") as fh:
+            for number, raw in enumerate(fh, 1):
+                if number > MAX_TRACE_LINES:
+                    break
+                text = raw.decode("utf-8", "replace")
+                if any(n in text for n in needles):
+                    return number
+    except OSError:
+        pass
+    return 0

@@ -60,6 +60,7 @@ from workbench.traces._io import (
     token_count,
     wait_ms,
 )
+from workbench.traces.bounds import ids_sendable
 from workbench.traces.formats import register_format
 
 FORMAT_NAME = "session-execution-v2"
@@ -162,6 +163,7 @@ def _take_row(path: Path, line: int, row: dict[str, str], state: _State) -> None
     sid = row["session_id"]
     if not sid:
         raise TraceFormatError(path, line, "session_id must not be empty")
+    bounds.check_id(path, line, "session_id", sid)
     idx = as_int(path, line, "round_idx", row["round_idx"])
     arrival = _ms(path, line, "arrival_time_ms", row["arrival_time_ms"])
     prefix = token_count(path, line, "prefix_len", row["prefix_len"])
@@ -359,7 +361,7 @@ def _fast_units(text: str) -> tuple[Unit, ...] | None:
     wait = fast_ms(frame, "tool_wait_after_ms", _MS_PLAIN)
     sids = fast_strings(frame, "session_id")
     idx, prefix, inp, out = (frame[c].to_numpy(dtype=np.int64) for c in HEADER[2:3] + HEADER[4:7])
-    if arrival is None or wait is None or not all(sids):
+    if arrival is None or wait is None or not all(sids) or not ids_sendable(set(sids)):
         return None
     if (idx < 0).any() or (prefix < 0).any() or (inp < 0).any() or (out < 1).any():
         return None

@@ -37,6 +37,7 @@ def _unit(path: Path, line: int, row: dict[str, str]) -> Unit:
     rid = row["id"].strip()
     if not rid:
         raise TraceFormatError(path, line, "id must not be empty")
+    bounds.check_id(path, line, "id", rid)
     arrival = offset_ms(path, line, "arrival_time", row["arrival_time"])
     inp = token_count(path, line, "input_len", row["input_len"], minimum=1)
     out = token_count(path, line, "output_len", row["output_len"], minimum=1)

@@ -144,7 +144,7 @@ def json_id(path: Path, line: int, name: str, value: Any) -> str:
     text = str(value)
     if not text.strip():
         raise TraceFormatError(path, line, f"{name} must not be empty")
-    return text
+    return bounds.check_id(path, line, name, text)
 
 
 def leading_seen_blocks(hash_ids: tuple[int, ...], seen: set[int]) -> int:

@@ -97,6 +97,7 @@ def _strict_units(path: Path) -> tuple[tuple[Unit, ...], str, bool]:
     sessions: dict[str, _Session] = {}
     for line, row in rows:
         sid = row[id_col]
+        bounds.check_id(path, line, id_col, sid)
         if not sid.strip():
             raise TraceFormatError(path, line, f"{id_col} must not be empty")
         parsed = _parse_round(path, line, row)
@@ -185,6 +186,8 @@ def _fast_units(text: str) -> tuple[tuple[Unit, ...], str, bool] | None:
     )
     cols = {c: frame[c].to_numpy(dtype=np.int64) for c in REQUIRED[:4]}
     if wait is None or arrival is None or not all(s.strip() for s in sids):
+        return None
+    if not bounds.ids_sendable(set(sids)):  # the strict path names the line
         return None
     if min(int(cols[c].min()) for c in REQUIRED[:3]) < 0 or int(cols["output_len"].min()) < 1:
         return None

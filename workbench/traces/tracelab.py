@@ -125,7 +125,8 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any]) -> _Row:
     """Types, the token invariant and the timing of one round line."""
     provider = _str(path, line, obj, "provider", optional=False)
     project = _str(path, line, obj, "project", optional=True)
-    sid = _str(path, line, obj, "session_id", optional=False)
+    sid = bounds.check_id(path, line, "session_id",
+                          _str(path, line, obj, "session_id", optional=False) or "")
     model = _str(path, line, obj, "model", optional=True)
     lengths = {k: _int(path, line, obj, k) for k in _INT_FIELDS}
     if lengths["round_index"] < 0:

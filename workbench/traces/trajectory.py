@@ -95,6 +95,7 @@ def _trajectory(path: Path, line: int, obj: dict[str, Any]) -> Unit:
     tid = obj["trajectory_id"]
     if not isinstance(tid, str) or not tid.strip():
         raise TraceFormatError(path, line, f"trajectory_id must be a non-empty string, got {tid!r}")
+    bounds.check_id(path, line, "trajectory_id", tid)
     requests = obj["requests"]
     if not isinstance(requests, list) or not requests:
         raise TraceFormatError(path, line, "requests must be a non-empty list")

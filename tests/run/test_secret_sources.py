@@ -1,0 +1,150 @@
+"""Every credential a run sends, however it was given, is absent from every output.
+
+A server echoes every request's headers, URL and body fields into its error bodies,
+into the ``id`` of its 200 streams and into its refusal of the prefix-cache reset
+(tests/echo_server.py). ``workbench replay`` (a subprocess: its console captured) and
+then ``workbench report`` (HTML report and executed notebook) run against it; no
+secret may appear in the run directory (records, Parquet, manifest, summary, ...),
+the report directory or either command's console (docs/security.md).
+"""
+
+import asyncio
+import base64
+import json
+import os
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from echo_server import echo_server
+
+from workbench import redact
+from workbench.data import path as data_path
+
+SESSIONS = str(data_path("tracelab/multi_session_example.csv"))
+
+ENV_KEY = "sk-envkey-0123456789abcdefSECRET"  # OPENAI_API_KEY: Authorization: Bearer
+HEADER_ENV = "azkey-FROM-ENV-5d41402abc4b2a76"  # --header api-key=$GATEWAY_KEY
+HEADER_LITERAL = "cookie-literal-7f3a9c2e11"  # --header Cookie=sid=... (on the command line)
+QUERY_KEY = "qkey-IN-URL-QUERY-42aa17c0"  # ?api_key=...
+BODY_TOKEN = "bodytoken-SECRET-991c"  # --body-field auth_token=...
+URL_USER, URL_PASSWORD = "benchuser", "urlpass-S3CRET-987"
+
+
+def _texts(root: Path) -> dict[str, str]:
+    """Every file under ``root`` as text (Parquet: every value of every row)."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and p.suffix == ".parquet":
+            out[str(p.relative_to(root))] = json.dumps(pq.read_table(p).to_pylist(), default=str)
+        elif p.is_file():
+            out[str(p.relative_to(root))] = p.read_bytes().decode("utf-8", "replace")
+    return out
+
+
+async def _cli(*args: str, env: dict[str, str], timeout: float) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "workbench", *args, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+    return proc.returncode, out.decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize("source", ["env-header-query-body", "url-userinfo",
+                                    "url-userinfo-2-workers"])
+async def test_no_credential_from_any_source_in_any_output(tmp_path, source):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+           "GATEWAY_KEY": HEADER_ENV, "OPENAI_API_KEY": ENV_KEY}
+    basic = base64.b64encode(f"{URL_USER}:{URL_PASSWORD}".encode()).decode()
+    async with echo_server() as server:
+        if source.startswith("url-userinfo"):  # the URL's credentials win over the env key
+            target = server.base_url.replace("http://", f"http://{URL_USER}:{URL_PASSWORD}@")
+            target += f"/?api_key={QUERY_KEY}"
+            secrets = [URL_PASSWORD, basic, QUERY_KEY]
+            # worker processes send (and so register) the credentials themselves
+            extra: list[str] = (["--workers", "2", "--max-concurrency", "2"]
+                                if source.endswith("workers") else [])
+        else:
+            target = f"{server.base_url}/v1?api_key={QUERY_KEY}&api-version=2024-10-21"
+            secrets = [ENV_KEY, HEADER_ENV, HEADER_LITERAL, QUERY_KEY, BODY_TOKEN]
+            extra = ["--header", "api-key=$GATEWAY_KEY", "--header", f"Cookie=sid={HEADER_LITERAL}",
+                     "--body-field", f"auth_token={BODY_TOKEN}"]
+        code, console = await _cli(
+            "replay", "--trace", SESSIONS, "--max-items", "4", "--target", target,
+            "--arrival", "saturated", "--tool-wait-scale", "0", "--continue-on-error",
+            "--no-preflight", "--max-error-rate", "1", "-o", str(tmp_path / "runs"),
+            "--run-id", "echo", "--no-progress", *extra, env=env, timeout=120,
+        )
+        assert code == 0, console
+        # every source reached the server (so the echo carried it)
+        assert server.requests >= 4
+        assert all(f"api_key={QUERY_KEY}" in p for p in server.seen if p.startswith("/v1/comp"))
+        expected = f"Basic {basic}" if source.startswith("url") else f"Bearer {ENV_KEY}"
+        assert set(server.authorizations) == {expected}
+    run_dir = tmp_path / "runs" / "echo"
+    records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+    errors = [r["error"] for r in records if r["status"] == "error"]
+    echoed_ids = [r["server_request_id"] for r in records if r["status"] == "ok"]
+    assert errors and echoed_ids, records
+    assert all("x-request-id:" in e.lower() and redact.MARK in e for e in errors), errors[0]
+    assert all(redact.MARK in i for i in echoed_ids), echoed_ids[0]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert redact.MARK in json.dumps(manifest["cache_flush"])  # the reset's 401 echo
+    assert "api_key=[REDACTED]" in manifest["config"]["target"]["url"]
+    assert "api_key=[REDACTED]" in manifest["target"]["base_url"]
+    assert "note: prefix cache not reset" in console  # the note printed the echo, redacted
+
+    rcode, rconsole = await _cli("report", str(run_dir), "-o", str(tmp_path / "reports"),
+                                 env=env, timeout=600)
+    assert rcode == 0, rconsole
+    report_files = _texts(tmp_path / "reports")
+    assert any(name.endswith("report.html") for name in report_files)
+    assert any(name.endswith(".ipynb") for name in report_files), sorted(report_files)
+    outputs = {**{f"run/{k}": v for k, v in _texts(run_dir).items()},
+               **{f"report/{k}": v for k, v in report_files.items()},
+               "replay console": console, "report console": rconsole}
+    assert {"run/records.jsonl", "run/records.parquet", "run/manifest.json",
+            "run/summary.json"} <= set(outputs)
+    for name, text in outputs.items():
+        for secret in secrets:
+            assert secret not in text, (name, secret)
+
+
+def test_registration_rules_and_structure_safe_redaction(monkeypatch):
+    """Which sent values are registered (docs/security.md), and a registered secret that
+    occurs inside a number or a key cannot break a JSON line."""
+    from workbench.config import RunConfig
+
+    # this process's registry is restored afterwards (registrations are never removed)
+    monkeypatch.setattr(redact, "_secrets", set(redact._secrets))
+    monkeypatch.setattr(redact, "_secret_bytes", list(redact._secret_bytes))
+    monkeypatch.setenv("REG_TEST_KEY", "abc1")  # short, but read from $ENV: a secret
+    cfg = RunConfig.from_dict({
+        "trace": SESSIONS,
+        "target": {"url": "http://127.0.0.1:9/?key=q7Zt&api-version=2024-10-21&x=1"},
+        "backend": {"options": {
+            "headers": {"X-Api-Key": "k9x2", "x-priority": "high", "X-Tenant": "tenant-0042",
+                        "X-From-Env": "$REG_TEST_KEY", "Cookie": "a=1; sid=cookievalue77"},
+            "extra_body": {"model_hint": "llama-3-8b-instruct",
+                           "auth": {"value": "tok-55e1"}}}},
+    })
+    cfg.register_secrets()
+    text = redact.text("high k9x2 tenant-0042 abc1 cookievalue77 tok-55e1 q7Zt 2024-10-21 "
+                       "llama-3-8b-instruct x=1")
+    for secret in ("k9x2", "tenant-0042", "abc1", "cookievalue77", "tok-55e1", "q7Zt",
+                   "2024-10-21"):
+        assert secret not in text, (secret, text)
+    # a short value under a plain name and body fields not named as credentials stay
+    assert "high" in text and "llama-3-8b-instruct" in text and "x=1" in text
+    assert redact.safe_url(cfg.target.url) == (
+        "http://127.0.0.1:9/?key=[REDACTED]&api-version=[REDACTED]&x=[REDACTED]")
+    # a credential-named query parameter in any echoed URL, registered or not
+    assert "zz9" not in redact.text("GET /v1/models?access_token=zz9&a=b")
+    # JSON-safe: a secret that is also part of a number or of a key leaves valid JSON
+    redact.register("424242")
+    line = b'{"t_ns":9424242000,"k424242":"v 424242","n":[1424242]}\n'
+    out = json.loads(redact.line(line))
+    assert out["t_ns"] == 9424242000 and out["n"] == [1424242]
+    assert out["k[REDACTED]"] == "v [REDACTED]"
