@@ -86,6 +86,11 @@ class BackendSpec:
     api_key_env: str | None = "OPENAI_API_KEY"
     preflight: bool | None = None  # None: on for real servers, off for the embedded engine
     scrape_interval_s: float | None = 1.0
+    # further Prometheus pages scraped beside the engine's /metrics (a GPU exporter), and
+    # globs of further series to keep (docs/measurement-rules.md, "Further Prometheus
+    # endpoints")
+    metrics_urls: list[str] = field(default_factory=list)
+    metrics_series: list[str] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
     flush_cache: bool | Literal["auto"] = "auto"
     token_salt: str | None = None
@@ -335,6 +340,7 @@ class RunConfig:
         for key in _TOP_LEVEL:
             v.check_value(key, getattr(self, key), hints[key])
         v.check_url("target.url", self.target.url)
+        v.check_metrics_scrape("backend", self.backend.metrics_urls, self.backend.metrics_series)
         if self.run_id is not None:
             v.check_run_id("run_id", self.run_id)
         if self.slo:

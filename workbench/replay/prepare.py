@@ -70,6 +70,7 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
 
     config = cfg.to_dict()
     config["target"]["url"] = strip_url_credentials(cfg.target.url)  # never the password
+    config["backend"]["metrics_urls"] = [strip_url_credentials(u) for u in cfg.backend.metrics_urls]
     return {
         "run_id": run_id,
         "label": cfg.label,

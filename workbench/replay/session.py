@@ -112,7 +112,8 @@ class ReplaySession:
         # the run's secrets are redacted from every file and log record from now on
         key_env = cfg.backend.api_key_env
         redact.register(os.environ.get(key_env) if key_env else None)
-        redact.basic_authorization(cfg.target.url)  # registers the URL's password
+        for url in (cfg.target.url, *cfg.backend.metrics_urls):
+            redact.basic_authorization(url)  # registers the URL's password
         redact.install_log_redaction()
         self.records: list[RequestRecord] = []
         self.lifecycle: list[dict[str, Any]] = []
@@ -260,7 +261,17 @@ class ReplaySession:
             return None
         from workbench.backends.scrape import MetricsScraper
 
-        return MetricsScraper(target["base_url"], interval, clock)
+        b = self.cfg.backend
+        return MetricsScraper(
+            target["base_url"], interval, clock, extra_urls=b.metrics_urls,
+            patterns=b.metrics_series,
+        )
+
+    def keep_scrape(self, scraper: Any) -> None:
+        """After the scraper stopped: its rows become the run's timeline, and what it kept
+        beyond the engine's own series goes in the manifest's ``metrics_scrape``."""
+        self.timeline = list(scraper.timeline)
+        self.manifest["metrics_scrape"] = scraper.describe()
 
     # -- closing ------------------------------------------------------------------------
     @property

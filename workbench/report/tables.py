@@ -273,11 +273,27 @@ def server_table(data: Any) -> pd.DataFrame:
     """The server's own evidence from its ``/metrics`` timeline (``summary["server"]``):
     preemptions over the run, peak KV-cache usage and peak running/waiting requests."""
     server = as_summary(data).get("server") or {}
+    labels = [label for label, _ in SERVER_FIELDS]
     values = [server.get(key) for _, key in SERVER_FIELDS]
+    for name, info in (server.get("series") or {}).items():  # further /metrics series
+        title = series_title(name, info)
+        labels += [f"{title}: peak", f"{title}: mean"]
+        values += [info.get("peak"), info.get("mean")]
     df = pd.DataFrame({"value": pd.Series(values, dtype=object)})
-    df.index = pd.Index([label for label, _ in SERVER_FIELDS])
+    df.index = pd.Index(labels)
     df.index.name = "server"
     return _named(df, "server")
+
+
+def series_title(name: str, info: Mapping[str, Any]) -> str:
+    """A further series as a report names it: its label (or Prometheus name), the unit,
+    and "simulated" when a simulated exporter served it."""
+    title = str(info.get("label") or name)
+    if info.get("unit"):
+        title += f" ({info['unit']})"
+    if info.get("simulated"):
+        title += ", simulated"
+    return title
 
 
 def server_caption(data: Any) -> str:
@@ -288,9 +304,13 @@ def server_caption(data: Any) -> str:
             "No server-side evidence: the server exported no known /metrics series "
             "(or backend.scrape_interval_s was off)"
         )
+    more = ""
+    if server.get("series"):
+        more = f"; {len(server['series'])} further series (backend.metrics_series/metrics_urls)"
     return (
         f"Server-side evidence from {server.get('samples')} /metrics samples "
         f"({server['engine']} names); peaks are over the samples, preemptions over the run"
+        f"{more}"
     )
 
 
