@@ -176,3 +176,18 @@ async def test_a_run_scrapes_a_second_endpoint_by_pattern_into_timeline_summary_
     assert "GPU framebuffer memory used (MiB), simulated: peak" in report
     table = next((tmp_path / "reports").glob("*/tables/server.csv")).read_text()
     assert "GPU utilisation (%), simulated: mean" in table
+
+
+async def test_worker_processes_scrape_the_further_endpoint_too(sim, tmp_path: Path):
+    """executor.workers 2: the parent scrapes (once for all shards), the same way."""
+    cfg = wb.RunConfig.from_dict({
+        "trace": {"path": str(require(TRACE)), "max_items": 4},
+        "arrival": {"mode": "saturated", "max_concurrency": 2},
+        "backend": {"name": "vllm-tokens", "scrape_interval_s": 0.05,
+                    "metrics_urls": [sim.base_url + SIM_GPU_PATH]},
+        "target": sim.base_url, "executor": {"workers": 2}, "out_dir": str(tmp_path),
+    })  # fmt: skip
+    result = await wb.run_async(cfg)
+    assert result.manifest["metrics_scrape"]["series"]["DCGM_FI_DEV_POWER_USAGE"]["unit"] == "W"
+    assert all("DCGM_FI_DEV_POWER_USAGE" in row for row in result.metrics_timeline)
+    assert wb.summarize(result)["server"]["series"]["DCGM_FI_DEV_POWER_USAGE"]["samples"] >= 2

@@ -228,11 +228,11 @@ def check_mapping(path: str, values: Mapping[str, Any], hints: Mapping[str, Any]
 
 
 # ------------------------------------------------------------------ values with a grammar
-def check_url(path: str, url: str) -> None:
+def check_url(path: str, url: str, hint: str | None = None) -> None:
     """``sim`` or ``http(s)://HOST[:PORT][/PATH]`` with a port in 1..65535.
 
     ``HOST:PORT`` without a scheme is read as ``http://HOST:PORT``, as the transport
-    does (``normalize_base_url``).
+    does (``normalize_base_url``). ``hint``: what the message suggests instead.
     """
     from workbench.redact import strip_url_credentials
 
@@ -241,7 +241,7 @@ def check_url(path: str, url: str) -> None:
     if "://" not in url:
         url = f"http://{url.strip()}"
     shown = strip_url_credentials(url)
-    hint = "use 'sim' (the embedded engine) or a server root such as http://127.0.0.1:8000"
+    hint = hint or "use 'sim' (the embedded engine) or a server root such as http://127.0.0.1:8000"
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -272,10 +272,10 @@ def check_metrics_scrape(path: str, urls: Sequence[str], patterns: Sequence[str]
                           f"{METRICS_ENDPOINTS_MAX} are scraped at each tick")
     for i, url in enumerate(urls):
         where = f"{path}.metrics_urls[{i}]"
+        hint = "give a Prometheus page's URL, e.g. http://127.0.0.1:9400/metrics"
         if url.strip() == "sim":
-            raise ConfigError(f"{where}: 'sim' is a target, not a metrics page; give the page's "
-                              "URL, e.g. http://127.0.0.1:9400/metrics")
-        check_url(where, url)
+            raise ConfigError(f"{where}: 'sim' is a target, not a metrics page; {hint}")
+        check_url(where, url, hint)
     for i, pattern in enumerate(patterns):
         if not SERIES_PATTERN.fullmatch(pattern):
             raise ConfigError(
