@@ -73,6 +73,8 @@ HEALTH_PATH="/health"  # GET answering 200 once the server is ready
 HELPER_PY="python3"
 # shellcheck source=scripts/_server.sh
 source "$(dirname "${BASH_SOURCE[0]}")/_server.sh"
+# shellcheck source=scripts/_progress.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_progress.sh"
 
 stamp_value() {
   { echo "llama-cpp-python=$LCP_VERSION rev=$SETUP_REV"; echo "${CMAKE_FLAGS[*]}"; cat "$GGUF_WRITER"; } \
@@ -104,9 +106,9 @@ build_server() {
     cmake -S "$SRC" -B "$BUILD" "${CMAKE_FLAGS[@]}" >"$HOME_DIR/configure.log" 2>&1 \
       || { tail -n 30 "$HOME_DIR/configure.log" >&2; die "cmake configure failed"; }
   fi
-  log "building llama-server with -j$JOBS (cold: 7-12 min on 2 cores; log: $HOME_DIR/build.log)"
-  cmake --build "$BUILD" --target llama-server -j"$JOBS" >"$HOME_DIR/build.log" 2>&1 \
-    || { tail -n 30 "$HOME_DIR/build.log" >&2; die "build failed"; }
+  log "building llama-server with -j$JOBS (cold: 7-25 min on 2 cores; log: $HOME_DIR/build.log)"
+  with_progress "building llama-server" "$HOME_DIR/build.log" cmake_percent -- \
+    cmake --build "$BUILD" --target llama-server -j"$JOBS" || die "build failed"
   binary_ok || die "$BIN does not run"
 }
 

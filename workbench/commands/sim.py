@@ -122,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
     from workbench.errors import ConfigError
     from workbench.sim.cluster import split_knobs
     from workbench.sim.config import EngineConfig
+    from workbench.sim.metrics import SIM_GPU_PATH
     from workbench.sim.server import serve_forever
 
     try:
@@ -136,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
 
     def ready(handle: Any) -> None:
         print(f"embedded engine on {handle.base_url}", flush=True)
+        # a second Prometheus page to scrape (--metrics-url): docs/measurement-rules.md
+        print(f"simulated GPU exporter on {handle.base_url}{SIM_GPU_PATH}", flush=True)
         knobs = {k: v for k, v in dataclasses.asdict(config).items() if k != "faults"}
         print(f"config: {knobs}", flush=True)
         if config.faults.active:

@@ -86,6 +86,11 @@ class BackendSpec:
     api_key_env: str | None = "OPENAI_API_KEY"
     preflight: bool | None = None  # None: on for real servers, off for the embedded engine
     scrape_interval_s: float | None = 1.0
+    # further Prometheus pages scraped beside the engine's /metrics (a GPU exporter), and
+    # globs of further series to keep (docs/measurement-rules.md, "Further Prometheus
+    # endpoints")
+    metrics_urls: list[str] = field(default_factory=list)
+    metrics_series: list[str] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
     flush_cache: bool | Literal["auto"] = "auto"
     token_salt: str | None = None
@@ -335,6 +340,7 @@ class RunConfig:
         for key in _TOP_LEVEL:
             v.check_value(key, getattr(self, key), hints[key])
         v.check_url("target.url", self.target.url)
+        v.check_metrics_scrape("backend", self.backend.metrics_urls, self.backend.metrics_series)
         if self.run_id is not None:
             v.check_run_id("run_id", self.run_id)
         if self.slo:
@@ -398,8 +404,8 @@ class RunConfig:
 
     def register_secrets(self) -> None:
         """Register every credential this run sends, however it was given, for redaction
-        (``workbench.redact``): the ``api_key_env`` key, the target URL's user, password
-        and query values, every header value (``$ENV`` ones as read now) and the values
+        (``workbench.redact``): the ``api_key_env`` key, the target's and every further
+        metrics URL's user, password and query values, every header value (``$ENV`` ones as read now) and the values
         of credential-named ``extra_body`` fields. Called before anything of the run is
         written or printed, and by every process that sends (docs/security.md)."""
         import os
@@ -411,6 +417,8 @@ class RunConfig:
         redact.register(os.environ.get(b.api_key_env) if b.api_key_env else None)
         if not self.target.is_sim:
             redact.register_url(self.target.url)
+        for url in b.metrics_urls:  # further /metrics endpoints (--metrics-url)
+            redact.register_url(url)
         opts = b.options or {}
         headers = opts.get("headers")
         if isinstance(headers, dict):

@@ -19,9 +19,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -145,6 +146,8 @@ def _describe(alt: Any, rng: Range | None) -> str:
     if origin is tuple:
         args = typing.get_args(alt)
         return f"a list of {len(args)} {_describe(args[0], None).removeprefix('a ')}s"
+    if origin is list:
+        return f"a list of {_describe(typing.get_args(alt)[0], None).removeprefix('a ')}s"
     return getattr(alt, "__name__", str(alt))
 
 
@@ -190,6 +193,10 @@ def _matches(value: Any, alt: Any, rng: Range | None) -> bool:
             isinstance(value, list | tuple) and len(value) == len(args)
             and all(_matches(v, a, rng) for v, a in zip(value, args, strict=True))
         )  # fmt: skip
+    if origin is list:
+        return isinstance(value, list | tuple) and all(
+            _matches(v, typing.get_args(alt)[0], rng) for v in value
+        )
     if isinstance(alt, type):
         try:
             return isinstance(value, alt)
@@ -234,11 +241,11 @@ def check_mapping(path: str, values: Mapping[str, Any], hints: Mapping[str, Any]
 
 
 # ------------------------------------------------------------------ values with a grammar
-def check_url(path: str, url: str) -> None:
+def check_url(path: str, url: str, hint: str | None = None) -> None:
     """``sim`` or ``http(s)://HOST[:PORT][/PATH]`` with a port in 1..65535.
 
     ``HOST:PORT`` without a scheme is read as ``http://HOST:PORT``, as the transport
-    does (``normalize_base_url``).
+    does (``normalize_base_url``). ``hint``: what the message suggests instead.
     """
     from workbench.redact import strip_url_credentials
 
@@ -247,7 +254,7 @@ def check_url(path: str, url: str) -> None:
     if "://" not in url:
         url = f"http://{url.strip()}"
     shown = strip_url_credentials(url)
-    hint = "use 'sim' (the embedded engine) or a server root such as http://127.0.0.1:8000"
+    hint = hint or "use 'sim' (the embedded engine) or a server root such as http://127.0.0.1:8000"
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -262,6 +269,33 @@ def check_url(path: str, url: str) -> None:
         raise ConfigError(f"{path}: {shown!r} has an empty or zero port; {hint}")
     if parts.fragment:
         raise ConfigError(f"{path}: {shown!r} has a #fragment; {hint}")
+
+
+METRICS_ENDPOINTS_MAX = 16
+"""Further ``/metrics`` pages a run scrapes at each tick (each one a request per tick)."""
+SERIES_PATTERN = re.compile(r"[A-Za-z_:*?\[\]!-][A-Za-z0-9_:*?\[\]!-]{0,199}")
+"""A series glob: Prometheus name characters and ``* ? [ ] ! -``, at most 200."""
+
+
+def check_metrics_scrape(path: str, urls: Sequence[str], patterns: Sequence[str]) -> None:
+    """``metrics_urls``: http(s) pages, as the target's URL (``check_url``), at most
+    ``METRICS_ENDPOINTS_MAX``; ``metrics_series``: globs of Prometheus names."""
+    if len(urls) > METRICS_ENDPOINTS_MAX:
+        raise ConfigError(f"{path}.metrics_urls: {len(urls)} endpoints, at most "
+                          f"{METRICS_ENDPOINTS_MAX} are scraped at each tick")
+    for i, url in enumerate(urls):
+        where = f"{path}.metrics_urls[{i}]"
+        hint = "give a Prometheus page's URL, e.g. http://127.0.0.1:9400/metrics"
+        if url.strip() == "sim":
+            raise ConfigError(f"{where}: 'sim' is a target, not a metrics page; {hint}")
+        check_url(where, url, hint)
+    for i, pattern in enumerate(patterns):
+        if not SERIES_PATTERN.fullmatch(pattern):
+            raise ConfigError(
+                f"{path}.metrics_series[{i}]: {_show(pattern)} is not a series glob: 1-200 "
+                "characters of a Prometheus name (letters, digits, '_', ':') and '*', '?', "
+                "'[...]', e.g. 'DCGM_FI_DEV_*'"
+            )
 
 
 def check_run_id(path: str, run_id: str) -> None:

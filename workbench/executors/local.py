@@ -55,7 +55,7 @@ class LocalExecutor:
                     watcher.cancel()
                 if scraper is not None:
                     await scraper.stop()
-                    s.timeline = list(scraper.timeline)
+                    s.keep_scrape(scraper)
             s.cancelled = runner.stop_reason is not None
             s.manifest["stop_reason"] = runner.stop_reason
             s.manifest["peak_active_units"] = runner.gate.peak_active

@@ -114,7 +114,7 @@ class ShardedExecutor:
         finally:
             if scraper is not None:
                 await scraper.stop()
-                s.timeline = list(scraper.timeline)
+                s.keep_scrape(scraper)
             self._merge(s)
 
     def _merge(self, s: ReplaySession) -> None:

@@ -66,8 +66,28 @@ def counter_increase(vals: Sequence[float]) -> float | None:
     return total
 
 
-def server_evidence(timeline: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """``summary["server"]``: engine, samples, preemptions, peak KV usage, running, waiting."""
+def series_stats(
+    timeline: Sequence[Mapping[str, Any]], kept: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Peak and mean over the run of each series kept beyond the engine's own list
+    (``kept``: the manifest's ``metrics_scrape.series``: label, unit, endpoints,
+    simulated), over the samples that have it; a series never sampled is left out."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, info in kept.items():
+        vals = _values(timeline, name)
+        if vals:
+            out[name] = {
+                **info, "samples": len(vals), "peak": max(vals), "mean": sum(vals) / len(vals),
+            }  # fmt: skip
+    return out
+
+
+def server_evidence(
+    timeline: Sequence[Mapping[str, Any]], scrape: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """``summary["server"]``: engine, samples, preemptions, peak KV usage, running, waiting;
+    with ``series`` (peak and mean of each further series, ``series_stats``) when the
+    run's scrape (``scrape``: the manifest's ``metrics_scrape``) kept any."""
     rows = [r for r in timeline if "error" not in r]
     out = {**EMPTY, "scrape_errors": len(timeline) - len(rows), "samples": len(rows)}
     for engine, (preempt, kv, running, waiting) in ENGINE_SERIES.items():
@@ -83,4 +103,7 @@ def server_evidence(timeline: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             peak_waiting_requests=int(max(wait)) if wait else None,
         )
         break
+    kept = (scrape or {}).get("series")
+    if isinstance(kept, Mapping) and kept:
+        out["series"] = series_stats(timeline, kept)
     return out

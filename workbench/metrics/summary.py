@@ -315,7 +315,8 @@ def run_summary(
     ideal = ideal if ideal is not None else _manifest_get(manifest, "ideal_prefix_hit_rate")
     out["ideal_prefix_hit_rate"] = _num(ideal)
     out["server_prefix_hit_rate"] = server_window_hit_rate(timeline)
-    out["server"] = server_evidence(timeline)
+    scrape = manifest.get("metrics_scrape")
+    out["server"] = server_evidence(timeline, scrape if isinstance(scrape, Mapping) else None)
     out.update(isolation_fields(manifest, warm_cache(full, manifest.get("cache_flush"))))
     slo = slo if slo is not None else _manifest_get(manifest, "slo")
     out["slo"] = slo_attainment(df, slo, out["duration_s"]) if slo else None

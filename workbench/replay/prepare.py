@@ -71,6 +71,7 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
     cfg.register_secrets()  # before anything of the run is written or printed
     config = cfg.to_dict()
     config["target"]["url"] = redact.safe_url(cfg.target.url)  # never a password or key
+    config["backend"]["metrics_urls"] = [redact.safe_url(u) for u in cfg.backend.metrics_urls]
     config = redact.obj(config)  # literal header values, credential body fields
     return {
         "run_id": run_id,

@@ -260,7 +260,17 @@ class ReplaySession:
             return None
         from workbench.backends.scrape import MetricsScraper
 
-        return MetricsScraper(target["base_url"], interval, clock)
+        b = self.cfg.backend
+        return MetricsScraper(
+            target["base_url"], interval, clock, extra_urls=b.metrics_urls,
+            patterns=b.metrics_series,
+        )
+
+    def keep_scrape(self, scraper: Any) -> None:
+        """After the scraper stopped: its rows become the run's timeline, and what it kept
+        beyond the engine's own series goes in the manifest's ``metrics_scrape``."""
+        self.timeline = list(scraper.timeline)
+        self.manifest["metrics_scrape"] = scraper.describe()
 
     # -- closing ------------------------------------------------------------------------
     @property

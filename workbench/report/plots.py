@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import io
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ LATENCY_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E latency", 
 HIT_FRACTION = "hit rate (fraction of prompt tokens)"
 LEGEND_WIDTH = 26  # characters per legend line (beside the axes, so it stays narrow)
 BIN_LADDER = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+SERIES_PANELS_MAX = 6  # further /metrics series drawn in the timeline (the first ones, by name)
 
 
 class ReportFigure(Figure):
@@ -434,7 +435,8 @@ def _duration(seconds: float) -> str:
 def _timeline(runs: Mapping[str, Any], ax: Axes | None, bin_s: float | None = None) -> Figure:
     from workbench.metrics import in_flight_timeline, throughput_timeline
 
-    fig, axes = _target(ax, 3, ncols=1, size=(10.0, 2.6), sharex=True)
+    further = _further_series(runs)
+    fig, axes = _target(ax, 3 + len(further), ncols=1, size=(10.0, 2.6), sharex=True)
     b = bin_s or max(_auto_bin(run) for run in runs.values())
     for k, (label, run) in enumerate(runs.items()):
         tp = throughput_timeline(run, b)
@@ -446,6 +448,7 @@ def _timeline(runs: Mapping[str, Any], ax: Axes | None, bin_s: float | None = No
         axes[1].step(fl["t_s"], fl["in_flight"], where="post", color=_color(k),
                      label=f"{_name(runs, label)}in flight (client)")
         _server_panels(axes[1], axes[2], run, _name(runs, label), _color(k))
+        _series_panels(axes[3:], further, run, _name(runs, label), _color(k))
     axes[0].set(ylabel="output tokens/s", title="Output token throughput")
     for a in axes:
         a.grid(alpha=0.3)
@@ -454,7 +457,7 @@ def _timeline(runs: Mapping[str, Any], ax: Axes | None, bin_s: float | None = No
             _y_from_zero(a, 1.0)
     axes[-1].set_xlabel("time since the first request (s)")
     _skip_gaps(axes, runs)
-    if len(axes) == 3:
+    if len(axes) >= 3:
         axes[1].set(ylabel="requests", title="Requests in flight (client) and at the server")
         axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))
         axes[2].set(ylabel="KV cache usage (fraction, 0-1)", title="Server KV cache usage")
@@ -480,6 +483,38 @@ def _server_panels(queue_ax: Axes, kv_ax: Axes, run: Any, name: str, color: str)
                    label=f"{name}{len(g)} scrapes")
     elif not kv_ax.lines:
         _no_data(kv_ax, "no KV usage samples (server /metrics not scraped)")
+
+
+def _further_series(runs: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The series the runs scraped beyond the engine's own (``backend.metrics_series``,
+    ``metrics_urls``; the manifest's ``metrics_scrape``), first ``SERIES_PANELS_MAX``."""
+    out: dict[str, dict[str, Any]] = {}
+    for run in runs.values():
+        scrape = (getattr(run, "manifest", None) or {}).get("metrics_scrape") or {}
+        for name, info in (scrape.get("series") or {}).items():
+            out.setdefault(name, dict(info))
+    return dict(list(out.items())[:SERIES_PANELS_MAX])
+
+
+def _series_panels(
+    axes: Sequence[Axes], further: Mapping[str, Mapping[str, Any]], run: Any, name: str,
+    color: str,
+) -> None:
+    """One panel per further series over the run, on the same time axis as the others."""
+    from workbench.metrics import run_rows
+    from workbench.report.tables import series_title
+
+    t0 = _t0_ns(run_rows(run))
+    rows = getattr(run, "metrics_timeline", None) or []
+    for a, (series, info) in zip(axes, further.items(), strict=True):
+        pts = [((int(r["t_ns"]) - t0) / 1e9, float(r[series])) for r in rows
+               if series in r and "t_ns" in r]  # fmt: skip
+        if pts:
+            t, v = zip(*pts, strict=True)
+            a.step(t, v, "o-", where="post", ms=3, color=color,
+                   label=f"{name}{len(pts)} scrapes")
+        unit = info.get("unit")
+        a.set(ylabel=str(unit or "value"), title=f"{series_title(series, info)} [{series}]")
 
 
 def _t0_ns(df: pd.DataFrame) -> int:

@@ -282,11 +282,27 @@ def server_table(data: Any) -> pd.DataFrame:
     few = (server.get("samples") or 0) < MIN_PEAK_SAMPLES
     fields = [(label, key) for label, key in SERVER_FIELDS
               if not (few and key.startswith("peak_"))]
+    labels = [label for label, _ in fields]
     values = [server.get(key) for _, key in fields]
+    for name, info in (server.get("series") or {}).items():  # further /metrics series
+        title = series_title(name, info)
+        labels += [f"{title}: mean"] if few else [f"{title}: peak", f"{title}: mean"]
+        values += [info.get("mean")] if few else [info.get("peak"), info.get("mean")]
     df = pd.DataFrame({"value": pd.Series(values, dtype=object)})
-    df.index = pd.Index([label for label, _ in fields])
+    df.index = pd.Index(labels)
     df.index.name = "server"
     return _named(df, "server")
+
+
+def series_title(name: str, info: Mapping[str, Any]) -> str:
+    """A further series as a report names it: its label (or Prometheus name), the unit,
+    and "simulated" when a simulated exporter served it."""
+    title = str(info.get("label") or name)
+    if info.get("unit"):
+        title += f" ({info['unit']})"
+    if info.get("simulated"):
+        title += ", simulated"
+    return title
 
 
 def server_caption(data: Any) -> str:
@@ -297,14 +313,18 @@ def server_caption(data: Any) -> str:
             "No server-side evidence: the server exported no known /metrics series "
             "(or backend.scrape_interval_s was off)"
         )
+    more = ""
+    if server.get("series"):
+        more = f"; {len(server['series'])} further series (backend.metrics_series/metrics_urls)"
     if (server.get("samples") or 0) < MIN_PEAK_SAMPLES:
         return (f"Server-side evidence from {server.get('samples')} /metrics samples "
                 f"({server['engine']} names): too few for peaks, which are left out "
                 "(a longer run, or a shorter backend.scrape_interval_s, gives them); "
-                "preemptions over the run")
+                f"preemptions over the run{more}")
     return (
         f"Server-side evidence from {server.get('samples')} /metrics samples "
         f"({server['engine']} names); peaks are over the samples, preemptions over the run"
+        f"{more}"
     )
 
 

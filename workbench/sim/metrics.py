@@ -141,3 +141,56 @@ def make_registry(
 
 def exposition(registry: CollectorRegistry) -> bytes:
     return generate_latest(registry)
+
+
+# -- a simulated GPU exporter (DCGM names) ---------------------------------------------------
+SIM_GPU_FB_MIB = 81_920  # an 80 GiB device
+SIM_GPU_WEIGHTS_MIB = 16_384  # what the (simulated) weights hold
+SIM_GPU_KV_MIB = int(0.9 * SIM_GPU_FB_MIB) - SIM_GPU_WEIGHTS_MIB  # the KV cache's share
+SIM_GPU_IDLE_W, SIM_GPU_BUSY_W = 70.0, 400.0
+SIM_GPU_PATH = "/simulated-gpu/metrics"
+
+
+class GpuExporterCollector:
+    """DCGM-exporter-style series derived from the engine's state at scrape time, one GPU
+    per engine (worker), every sample labelled ``simulated="true"``: utilisation 100 %
+    while the engine runs any request, else 0 (DCGM's is the busy share of its sampling
+    period; this is the instantaneous one); framebuffer used = the weights plus the KV
+    cache's share times its usage; power between idle and busy draw by utilisation.
+    docs/measurement-rules.md, "Further Prometheus endpoints"."""
+
+    LABELS = ("gpu", "modelName", "simulated")
+    SERIES = (
+        ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)."),
+        ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)."),
+        ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB)."),
+        ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)."),
+    )
+
+    def __init__(self, stats: Any) -> None:
+        self.stats = stats if isinstance(stats, list) else [stats]
+
+    def collect(self) -> Iterator[Metric]:
+        labels: list[list[str]] = []
+        values: dict[str, list[float]] = {name: [] for name, _ in self.SERIES}
+        for i, f in enumerate(self.stats):
+            s = f()
+            util = 100.0 if s["running"] else 0.0
+            used = SIM_GPU_WEIGHTS_MIB + float(s["kv_usage"]) * SIM_GPU_KV_MIB
+            labels.append([str(i), "workbench simulated GPU", "true"])
+            values["DCGM_FI_DEV_GPU_UTIL"].append(util)
+            values["DCGM_FI_DEV_FB_USED"].append(used)
+            values["DCGM_FI_DEV_FB_FREE"].append(SIM_GPU_FB_MIB - used)
+            values["DCGM_FI_DEV_POWER_USAGE"].append(
+                SIM_GPU_IDLE_W + (SIM_GPU_BUSY_W - SIM_GPU_IDLE_W) * util / 100.0
+            )
+        for name, doc in self.SERIES:
+            doc += " (simulated by workbench's embedded engine, not hardware)"
+            yield _gauge(name, doc, list(self.LABELS), list(zip(labels, values[name], strict=True)))
+
+
+def make_gpu_registry(stats: Any) -> CollectorRegistry:
+    """The simulated GPU exporter's page: ``stats`` one engine's ``() -> dict`` or a list."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(GpuExporterCollector(stats))
+    return registry

@@ -37,7 +37,7 @@ from workbench.sim.config import EngineConfig
 from workbench.sim.encoders import ENCODERS, WireEncoder
 from workbench.sim.engine import Engine
 from workbench.sim.faults import FaultDice
-from workbench.sim.metrics import exposition, make_registry
+from workbench.sim.metrics import SIM_GPU_PATH, exposition, make_gpu_registry, make_registry
 from workbench.sim.tokenizer import get_tokenizer
 from workbench.sim.wire import PARSERS, GenRequest, Json, WireError, now_s, placement_extra
 
@@ -90,6 +90,8 @@ class SimServer:
         else:
             self._registry = make_registry(self.config, engine.stats)
             self._worker_registries = []
+        workers = engine.workers if isinstance(engine, Cluster) else [engine]
+        self._gpu_registry = make_gpu_registry([w.stats for w in workers])
         self.debug_log: deque[Json] = deque(maxlen=DEBUG_LOG_SIZE)
         # long contexts: 131k token ids as JSON pass 1 MiB, aiohttp's default body limit
         self.app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -110,6 +112,7 @@ class SimServer:
             web.get("/v1/models", self._models),
             web.get("/health", self._health),
             web.get("/metrics", self._metrics),
+            web.get(SIM_GPU_PATH, self._gpu_metrics),
             web.post("/reset_prefix_cache", self._reset),
             web.post("/flush_cache", self._reset),
             web.get("/debug/requests", self._debug),
@@ -135,6 +138,12 @@ class SimServer:
                 return _json(WireError(404, f"no worker {worker!r} (workers: {n})").body(), 404)
             registry = self._worker_registries[int(worker)]
         body = exposition(registry)
+        return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
+
+    async def _gpu_metrics(self, request: web.Request) -> web.Response:
+        """A simulated GPU exporter (DCGM names, labelled simulated): a second Prometheus
+        page to scrape beside /metrics (``backend.metrics_urls``)."""
+        body = exposition(self._gpu_registry)
         return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
 
     async def _reset(self, request: web.Request) -> web.Response:

@@ -1,0 +1,55 @@
+"""Known Prometheus series of GPU exporters: a label, a unit and how label sets combine.
+
+A run can scrape endpoints beside the engine's own ``/metrics`` (``backend.metrics_urls``,
+e.g. NVIDIA's DCGM exporter) and keep series by pattern (``backend.metrics_series``);
+docs/measurement-rules.md, "Further Prometheus endpoints". A series is summed over its
+label sets (GPUs, engines) unless this table says to average it: a utilisation of 8 GPUs
+is their mean, their framebuffer memory and power add up. Series not named here keep
+their Prometheus name as label, no unit, and are summed.
+
+Names and units: DCGM's field identifiers (``dcgm_fields.h``; the exporter's
+``default-counters.csv``), as docs/measurement-rules.md lists them.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["GPU_SERIES", "SIMULATED_LABEL", "SeriesInfo", "averaged", "describe"]
+
+
+class SeriesInfo(NamedTuple):
+    """What a report shows for a series: a human label, its unit, mean over label sets."""
+
+    label: str
+    unit: str
+    averaged: bool
+
+
+GPU_SERIES: dict[str, SeriesInfo] = {
+    "DCGM_FI_DEV_GPU_UTIL": SeriesInfo("GPU utilisation", "%", True),
+    "DCGM_FI_DEV_MEM_COPY_UTIL": SeriesInfo("GPU memory-copy utilisation", "%", True),
+    "DCGM_FI_DEV_FB_USED": SeriesInfo("GPU framebuffer memory used", "MiB", False),
+    "DCGM_FI_DEV_FB_FREE": SeriesInfo("GPU framebuffer memory free", "MiB", False),
+    "DCGM_FI_DEV_POWER_USAGE": SeriesInfo("GPU power draw", "W", False),
+    "DCGM_FI_DEV_GPU_TEMP": SeriesInfo("GPU temperature", "°C", True),
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": SeriesInfo("GPU graphics engine active", "ratio", True),
+}
+
+#: a sample carrying this label (value "true") comes from a simulated exporter
+#: (the embedded engine's ``/simulated-gpu/metrics``), never from hardware
+SIMULATED_LABEL = "simulated"
+
+
+def averaged(name: str) -> bool:
+    """True when ``name`` is averaged over its label sets (a known utilisation or ratio)."""
+    info = GPU_SERIES.get(name)
+    return info is not None and info.averaged
+
+
+def describe(name: str) -> dict[str, str | None]:
+    """``{"label", "unit"}`` of a series: the table's for a known one, else its name."""
+    info = GPU_SERIES.get(name)
+    if info is None:
+        return {"label": name, "unit": None}
+    return {"label": info.label, "unit": info.unit}
