@@ -406,8 +406,9 @@ class RunConfig:
         """Register every credential this run sends, however it was given, for redaction
         (``workbench.redact``): the ``api_key_env`` key, the target's and every further
         metrics URL's user, password and query values, every header value (``$ENV`` ones
-        as read now) and the values of credential-named ``extra_body`` fields. Called before anything of the run is
-        written or printed, and by every process that sends (docs/security.md)."""
+        as read now) and the values of credential-named ``extra_body`` fields. Called
+        before anything of the run is written or printed, and by every process that sends
+        (docs/security.md)."""
         import os
 
         from workbench import redact
