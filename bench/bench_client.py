@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config(args, trace, tmp)
     pace = args.pace_ms if args.pace_ms == "auto" else float(args.pace_ms)
     cfg["executor"] = {"workers": args.workers, "http": args.http, "pace_ms": pace,
-                       "record_flush_ms": 50.0}  # batched writes, as in bench/README.md
+                       "record_flush_ms": 50.0}  # batched (docs/design-notes.md)
     if args.keep_records is not None:
         cfg["executor"]["keep_records"] = args.keep_records
     profiler = None

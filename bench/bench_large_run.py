@@ -21,7 +21,7 @@ Method:
    percentiles) — more bytes, more time.
 
 Run: ``.venv/bin/python bench/bench_large_run.py [--requests N] [--dir DIR] [--token-times]``.
-Results go in ``bench/README.md`` (section "large runs").
+Results go in ``bench/README.md`` (area "large runs", ``#large-runs``).
 """
 
 from __future__ import annotations

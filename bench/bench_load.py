@@ -13,7 +13,7 @@ Reports median, min and max wall time (``time.perf_counter``). GC stays on, as
 in real use.
 
 Run: ``.venv/bin/python bench/bench_load.py [--trace PATH] [--repeat K]``.
-Results go in ``bench/README.md`` (section "trace loading").
+Results go in ``bench/README.md`` (area "trace loading", ``#trace-loading``).
 """
 
 from __future__ import annotations

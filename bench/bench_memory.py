@@ -20,8 +20,8 @@ the start (their cost per request is the 10 % point minus the baseline, divided
 by the requests).
 
 Run: ``.venv/bin/python bench/bench_memory.py --requests 100000 [--server sim]``
-(``nice -n 19`` for the 1M point). Results: ``bench/README.md``, "memory flat in
-the number of requests".
+(``nice -n 19`` for the 1M point). Results: ``bench/README.md``, area "memory"
+(``#memory``).
 """
 
 from __future__ import annotations

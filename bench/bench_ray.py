@@ -15,7 +15,7 @@ ratios are against W=1. ``client.cpu_s`` (all actors' CPU) is reported too.
 Each configuration is run ``--repeat`` times and the best is kept.
 
 Run: ``.venv/bin/python bench/bench_ray.py [--requests N] [--workers 1 2 4]``.
-Results go in ``bench/README.md`` (section "scale-out").
+Results go in ``bench/README.md`` (area "scale-out (Ray)", ``#scale-out``).
 """
 
 from __future__ import annotations

@@ -63,7 +63,8 @@ class MemTransport(asyncio.Transport):
 
     #: (the server's end) deliver every ``coalesce``-th HTTP chunk together with the ones
     #: held before it, and the one that ends an answer at once: reads of several token
-    #: events, as the loopback gives under load (bench/README.md, "the streaming client")
+    #: events, as the loopback gives under load (the floor client read 45 times per
+    #: 65-write answer at c=32 and 32 times at c=256 in a check on this 2-core machine)
     coalesce = 1
 
     def write(self, data: bytes | bytearray | memoryview) -> None:

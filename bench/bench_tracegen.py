@@ -15,7 +15,7 @@ best of ``--repeat`` runs in this process:
    (the strict row-by-row path that owns every error message).
 
 Run: ``.venv/bin/python bench/bench_tracegen.py [--rounds N] [--repeat K]``.
-Results go in ``bench/README.md`` (section "tracegen").
+Results go in ``bench/README.md`` (area "tracegen", ``#tracegen``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A run that keeps its records on disk only holds nothing per finished request
 request: every request allocates and frees buffers above the 512-byte small
 object limit (the prompt's id list, the JSON body, orjson's output buffer,
 the response reads), and glibc's heap keeps the freed pages. Two calls bound it
-(measured in ``bench/README.md``, "memory flat in the number of requests"):
+(docs/design-notes.md, "Memory of long runs"; figures: ``bench/README.md#memory``):
 
 - ``prepare``: ``mallopt(M_MMAP_THRESHOLD, 64 KiB)`` fixes the size above
   which an allocation gets its own mapping (returned whole when freed). glibc

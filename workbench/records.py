@@ -159,8 +159,8 @@ class RequestRecord:
         """Field → value, lists and ``extra`` copied one level deep.
 
         Every value here is a plain JSON type, so a one-level copy gives the same dict
-        as ``dataclasses.asdict``, which deep-copies recursively (bench/README.md,
-        "Design notes moved from docstrings").
+        as ``dataclasses.asdict``, which deep-copies recursively (docs/design-notes.md,
+        "Records and block hashes").
         """
         out = {name: getattr(self, name) for name in _RECORD_FIELDS}
         for key in ("token_times_ns", "token_counts"):

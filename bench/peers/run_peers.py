@@ -1,6 +1,6 @@
 """workbench beside agentic-bench 0.2.0, in one run, against one loopback fake server.
 
-What it does (method in ``bench/README.md``, "client speed and fidelity vs a peer"):
+What it does (method in ``bench/README.md``, "Method notes", "Peers"):
 
 1. Makes (once) a venv outside the repo, ``$HOME/.cache/workbench/peers/agentic-bench``
    (``--venv``), with ``agentic-bench==0.2.0`` from PyPI.

@@ -9,8 +9,8 @@ fitted from the A runs (``workbench.calibration.fit``) then replays the B config
 virtual time: p50 TTFT and p50 TPOT must be within 15 % of the p50 over all B runs'
 records together. The server (conftest) and this client run at niceness -10 where
 allowed, since on a small shared machine other load otherwise delays the server's
-token delivery (docs/calibration.md, "On a shared CPU"; bench/README.md,
-"calibration against the real vLLM", has the errors seen).
+token delivery (docs/calibration.md, "On a shared CPU"; bench/README.md#calibration
+has the errors seen).
 """
 
 from __future__ import annotations

@@ -54,8 +54,8 @@ def test_public_trace_prefix_is_leading_seen_blocks():
     assert all(r.prefix_len % 512 == 0 or r.input_len == 0 for r in rounds)
 
 
-# how fast the public trace loads is measured in bench/bench_load.py (bench/README.md,
-# "trace loading"), not asserted here: a wall-time bound fails on a loaded machine.
+# how fast the public trace loads is measured in bench/bench_load.py
+# (bench/README.md#trace-loading), not asserted here: a wall-time bound fails on a loaded machine.
 
 
 def test_sessions_delay_and_request_ids():

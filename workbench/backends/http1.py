@@ -2,7 +2,7 @@
 
 Why its own client: the time a replay measures is taken on the wire, and at
 hundreds of concurrent streams the client's own cost per token event decides
-how late every stamp is (``bench/README.md``, "the streaming client"). Here the
+how late every stamp is (docs/design-notes.md, "The measured request path"). Here the
 whole response is handled in the connection's callbacks, with only public
 asyncio and httptools (llhttp, the parser uvicorn uses) API:
 

@@ -7,7 +7,7 @@ bookkeeping and next request then run back to back, and the loop does not poll
 until the whole wave is done. Tokens that arrive meanwhile sit in the kernel, and
 their stamps (taken as the protocol receives them) come late. A smaller per-stream
 cost (``http1.py``) shortens each stream's work but not the wave (the numbers:
-``bench/README.md``, "Design notes moved from docstrings").
+docs/design-notes.md, "Pacing").
 
 A ``Pacer`` bounds that. The transport takes a turn before each send and once
 a request's record is closed (so a cancel while it waits leaves that record
@@ -21,7 +21,7 @@ That is a trade: a deferred send is a late send. It pays off when responses
 stream, because then the loop has token stamps to protect. When responses
 arrive whole (an instant server) there is nothing to protect, and a client that
 is busy all the time would only keep a standing line of requests inside itself
-instead of at the server (bench/README.md, "Design notes moved from docstrings").
+instead of at the server (docs/design-notes.md, "Pacing").
 So ``auto`` (the default) watches
 the responses: on while they take several reads each, off while they take one
 or two. Worker processes (``executor.workers``) are the other remedy.

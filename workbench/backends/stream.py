@@ -242,8 +242,8 @@ class StreamState:
         """The overrun guard after a read that ended whole (nothing pending in the
         decoder: ``check_unfinished`` has nothing to bound) and brought ``events`` token
         events of ``ids`` ids: ``_check``'s result, with ``OverrunGuard.check``'s usual
-        case (under the limit) done here, the per-read hot path (bench/README.md, "the
-        streaming client")."""
+        case (under the limit) done here, the per-read hot path (docs/design-notes.md,
+        "The measured request path")."""
         guard = self.guard
         total = guard.total + (events if guard.by_events else ids)  # type: ignore[union-attr]
         if total <= guard.limit:  # type: ignore[union-attr]

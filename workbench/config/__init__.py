@@ -171,8 +171,8 @@ class ExecutorSpec:
 
 EXECUTOR_KINDS: tuple[str, ...] = ("local", "processes", "ray")
 # executor.keep_records "auto": the largest plan (requests) whose records stay in memory.
-# A kept request costs 2.6 KB with short independent requests (bench/README.md: 530 vs
-# 268 MB RSS at 100k) and ~10 KB on agentic traces (the Mooncake slice, ~360 output
+# A kept request costs 2.6 KB with short independent requests (bench/README.md#memory:
+# 530 vs 268 MB RSS at 100k) and ~10 KB on agentic traces (the Mooncake slice, ~360 output
 # tokens: one token time per stream event, plus the prompt's hashes; tracemalloc, kept vs
 # not). 10k requests is then ~100 MB at most on top of the run, and still far above every
 # bundled trace (<= 600 rounds) and a notebook's interactive runs.

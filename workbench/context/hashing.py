@@ -49,7 +49,7 @@ def _chain(prev: bytes, block: bytes) -> bytes:
     return hashlib.blake2b(prev + block, digest_size=8).digest()
 
 
-#: ``array("I")`` packs little-endian uint32 here in a C loop (bench/README.md, design notes)
+#: ``array("I")`` packs little-endian uint32 here in a C loop (docs/design-notes.md)
 _ARRAY_U32 = array("I").itemsize == 4 and sys.byteorder == "little"
 
 

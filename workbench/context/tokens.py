@@ -127,7 +127,8 @@ _pools: dict[int, np.ndarray] = {}
 def _as_list(tokens: np.ndarray, vocab_hi: int) -> list[int]:
     """``tokens.tolist()``, with every id one shared ``int`` object per value when the
     vocabulary is small: no 10k fresh ints per prompt, and lists the cyclic GC and the
-    engine's hashing read from a few cache-resident objects (bench/README.md)."""
+    engine's hashing read from a few cache-resident objects (docs/virtual-time.md,
+    "What a virtual replay costs")."""
     if vocab_hi > _POOL_MAX:
         out: list[int] = tokens.tolist()
         return out

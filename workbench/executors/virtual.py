@@ -207,8 +207,8 @@ def rare_collections(gen0: int = GC_GEN0_THRESHOLD) -> Iterator[None]:
     A virtual replay allocates millions of short-lived objects (token lists, block
     hashes, records) that reference counting frees; with the default threshold the
     collector still walks the young generation every 700 allocations and the older
-    ones as they fill, a sixth of a whole-Mooncake point (bench/README.md, "KV
-    manager: array representation"). Garbage cycles are still collected, only in
+    ones as they fill, a sixth of a whole-Mooncake point (docs/virtual-time.md, "What
+    a virtual replay costs"). Garbage cycles are still collected, only in
     larger batches.
     """
     old = gc.get_threshold()

@@ -11,7 +11,7 @@ prefix's tail goes before its head).
 Cost: a whole-trace replay moves tens of millions of blocks, and per block the
 time is mostly memory latency, not bytecode, so the manager keeps per-block state
 in numpy arrays and moves a request's blocks with array operations (the class
-docstring; bench/README.md, "KV manager: array representation"); the block
+docstring; docs/embedded-engine.md, "KV manager representation"); the block
 hashing cuts and hashes the block tuples in C.
 """
 
@@ -68,7 +68,7 @@ def reported_cached_tokens(shared_prefix: int, prompt_tokens: int, block_size: i
 class BlockManager:
     """Reference-counted blocks, a hash index and an LRU of evictable blocks.
 
-    Representation (bench/README.md, "KV manager: array representation"):
+    Representation (docs/embedded-engine.md, "KV manager representation"):
     per-block state lives in numpy arrays — the reference count, the hash the
     block holds (``NO_HASH`` for none) and the position of its live entry in the
     LRU log — so a request's blocks are acquired, released and evicted by

@@ -129,7 +129,7 @@ def read_csv(
 
     Rows are made one at a time, not listed first: a reader builds its rounds from
     them as it goes, so a large file never holds a dict per row on top of its rounds
-    (bench/README.md, "trace loading": peak memory per row). Errors keep file order."""
+    (docs/design-notes.md, "Trace loading": peak memory per row). Errors keep file order."""
     text = read_text(path)
     reader = csv.reader(io.StringIO(text))
     del text  # the StringIO holds its own copy

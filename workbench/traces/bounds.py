@@ -39,7 +39,7 @@ MAX_TRACE_BYTES = 1 << 30
 MAX_TRACE_LINES = 10_000_001
 """A trace file holds at most a header and 10M rows (or 10,000,001 JSON lines), as
 ``tracegen`` writes at most 10M rounds: loading holds every round in memory (about
-0.6 KB a row at its peak for an independent CSV; bench/README.md, "trace loading"),
+0.6 KB a row at its peak for an independent CSV; bench/README.md#trace-loading),
 so a 1 GiB file of short rows would otherwise need tens of GB before any check."""
 
 MAX_HEAD_BYTES = 16 << 20
