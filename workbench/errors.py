@@ -25,6 +25,20 @@ class ConfigError(WorkbenchError):
     """A run configuration is invalid; the message says which key to change."""
 
 
+class OutputWriteError(WorkbenchError):
+    """A file of a run or a report could not be written (disk full, file too large, I/O
+    error): the run stops at the first such write. One line names the path and errno."""
+
+    def __init__(self, path: object, exc: OSError) -> None:
+        import errno as errno_mod
+
+        self.path = str(path)
+        self.errno = exc.errno
+        name = errno_mod.errorcode.get(exc.errno or 0, "")
+        reason = exc.strerror or str(exc)
+        super().__init__(f"cannot write {self.path}: {reason}{f' ({name})' if name else ''}")
+
+
 class ExitCode:
     """The exit status of every ``workbench`` command (README "Exit codes").
 
@@ -35,7 +49,9 @@ class ExitCode:
     errors); ``TRACE_ERROR``: the trace file broke a rule of its format or cannot be
     read; ``ERROR_RATE``: the run completed but more than ``--max-error-rate`` of its
     requests failed; ``CANCELLED``: the run was stopped (Ctrl-C, SIGTERM, a stop
-    event) — its directory is complete and says ``cancelled``.
+    event) — its directory is complete and says ``cancelled``; ``WRITE_FAILED``: a file
+    of the run or report could not be written (disk full, file too large, I/O error): the
+    run stopped sending at the first failed write and its manifest says ``failed``.
     """
 
     COMPLETED = 0
@@ -43,11 +59,14 @@ class ExitCode:
     CONFIG_ERROR = 2
     TRACE_ERROR = 3
     ERROR_RATE = 4
+    WRITE_FAILED = 5
     CANCELLED = 130
 
     @staticmethod
     def of_error(exc: BaseException) -> int:
         """The exit status for an error raised out of a command."""
+        if isinstance(exc, OutputWriteError):
+            return ExitCode.WRITE_FAILED
         if isinstance(exc, TraceFormatError):
             return ExitCode.TRACE_ERROR
         if isinstance(exc, ConfigError):

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
@@ -38,6 +41,56 @@ def interrupt_on_sigterm() -> None:
 
 class _Flag:
     hit = False
+    name = ""
+
+
+@contextlib.contextmanager
+def stop_on_signals(loop: asyncio.AbstractEventLoop, stop: Callable[[], Any]) -> Iterator[_Flag]:
+    """While inside, the first SIGINT or SIGTERM calls ``stop()`` on ``loop`` (a run
+    that stops by itself and saves what finished, as a live replay does); a second one
+    raises ``KeyboardInterrupt`` at once. The flag says whether a signal came (and
+    which). Main thread only (elsewhere a no-op: signals go to the main thread)."""
+    flag = _Flag()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if flag.hit:
+            raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+        flag.hit, flag.name = True, signal.Signals(signum).name
+        loop.call_soon_threadsafe(stop)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield flag
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
+    """In a child process: receive ``sig`` when the parent dies, however it dies (SIGKILL,
+    the OOM killer) — Linux's parent-death signal, set through ``prctl``.
+
+    Called in the child, first thing; the parent's pid is checked right after, so a
+    parent that died before the call is caught too (the signal is then sent at once).
+    Linux fires the signal when the *thread* that started the child ends: workbench
+    starts its children from the thread that waits for them (the event loop's). On
+    other systems this is a no-op; the pipes the children read (EOF = parent gone)
+    still end them (docs/run-directory.md, "Processes").
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        except (OSError, AttributeError):  # no prctl: the pipes are the only guard
+            return
+    if os.getppid() != parent_pid:  # the parent died before the call
+        os.kill(os.getpid(), sig)
 
 
 @contextlib.contextmanager

@@ -32,7 +32,9 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing as mp
+import os
 import shutil
+import signal
 import tempfile
 import time
 from multiprocessing.connection import Connection
@@ -76,14 +78,10 @@ class ShardedExecutor:
         self._tmp: Path | None = None
 
     def open_files(self, session: ReplaySession) -> None:
-        from workbench.storage.rundir import write_json
-
         if session.run_dir is None:
             self._tmp = Path(tempfile.mkdtemp(prefix="workbench-shards-"))
             self.shard_dir = self._tmp
-        else:
-            session.run_dir.mkdir(parents=True, exist_ok=True)
-            write_json(session.run_dir / "manifest.json", session.manifest)
+        else:  # claimed, with its manifest, by the session
             self.shard_dir = session.run_dir / "shards"
         self.shard_dir.mkdir(parents=True, exist_ok=True)
 
@@ -178,6 +176,7 @@ class ProcessLauncher:
                     "cfg": worker_cfg(s.cfg, shares[k], warm_n[k]), "plan": plans[k],
                     "run_id": s.run_id, "base_url": base_url, "block_size": block_size,
                     "slot_offset": offsets[k], "shard": k, "shard_dir": str(shard_dir),
+                    "parent_pid": os.getpid(),
                 }  # fmt: skip
                 pool.start(ctx, spec)
             await pool.gather("ready", READY_TIMEOUT_S)
@@ -300,8 +299,16 @@ class _Workers:
 
 # ----------------------------------------------------------------- the worker side
 def worker_main(conn: Connection, spec: dict[str, Any]) -> None:
-    """Entry point of a worker process (spawned: nothing inherited but ``spec``)."""
+    """Entry point of a worker process (spawned: nothing inherited but ``spec``).
+
+    A worker never outlives the parent: it gets SIGKILL when the parent dies, however
+    it dies (``die_with_parent``; nobody would merge its records), and a pipe that
+    reaches EOF stops its runner too (systems without a parent-death signal).
+    """
     from workbench.replay.prepare import run_on_fast_loop
+    from workbench.signals import die_with_parent
+
+    die_with_parent(spec["parent_pid"], signal.SIGKILL)
 
     cfg = RunConfig.from_dict(spec["cfg"])
     try:
@@ -367,9 +374,12 @@ async def _wait_start(conn: Connection) -> int | None:
     """Block (politely) until the parent's ``start`` (the epoch) or ``stop``."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
-        if conn.poll():
-            what, payload = conn.recv()
-            return int(payload) if what == "start" else None
+        try:
+            if conn.poll():
+                what, payload = conn.recv()
+                return int(payload) if what == "start" else None
+        except (EOFError, OSError):  # the parent is gone
+            return None
         await asyncio.sleep(0.001)
     return None
 
@@ -380,10 +390,14 @@ async def _watch_pipe(conn: Connection, runner: Any, done: Any) -> None:
     while True:
         await asyncio.sleep(PROGRESS_EVERY_S)
         n = done()
-        if n != last:
-            conn.send(("progress", n))
-            last = n
-        if conn.poll():
-            what, _ = conn.recv()
-            if what == "stop":
-                runner.stop("stopped")
+        try:
+            if n != last:
+                conn.send(("progress", n))
+                last = n
+            if conn.poll():
+                what, _ = conn.recv()
+                if what == "stop":
+                    runner.stop("stopped")
+        except (EOFError, OSError):  # EOF: the parent is gone; stop sending its plan
+            runner.stop("parent gone")
+            return

@@ -18,7 +18,9 @@ import datetime as dt
 import json
 import logging
 import multiprocessing
+import os
 import shutil
+import signal
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from typing import Any
 import workbench.sweeps.spec as spec_mod
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
+from workbench.signals import die_with_parent
 from workbench.sweeps.points import point_metrics, pool, run_complete, simulate_and_measure
 from workbench.sweeps.slo import SLO
 from workbench.sweeps.store import RUNS, SWEEP_MANIFEST, Sweep, load_sweep, write_sweep
@@ -224,7 +227,10 @@ class SweepRunner:
         slo = self.slo.to_dict() if self.slo else None
         if self.parallel > 1 and len(jobs) > 1 and self._pool is None:
             ctx = multiprocessing.get_context("spawn")
-            self._pool = concurrent.futures.ProcessPoolExecutor(self.parallel, mp_context=ctx)
+            # each point's process ends with this one, however it ends (die_with_parent)
+            self._pool = concurrent.futures.ProcessPoolExecutor(
+                self.parallel, mp_context=ctx, initializer=die_with_parent,
+                initargs=(os.getpid(), signal.SIGKILL))
         executor = self._pool if self.parallel > 1 and len(jobs) > 1 else None
         futures = []
         for e, rep, cfg in jobs:
