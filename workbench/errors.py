@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import errno as _errno
+
+#: the errnos of a write that failed for want of room or a working disk (not of a path)
+WRITE_ERRNOS = frozenset(
+    getattr(_errno, name) for name in ("ENOSPC", "EFBIG", "EIO", "EDQUOT", "EROFS")
+    if hasattr(_errno, name)
+)
+
 
 class WorkbenchError(Exception):
     """Base class of every error workbench raises on purpose."""
@@ -30,12 +38,10 @@ class OutputWriteError(WorkbenchError):
     error): the run stops at the first such write. One line names the path and errno."""
 
     def __init__(self, path: object, exc: OSError) -> None:
-        import errno as errno_mod
-
         self.path = str(path)
         self.errno = exc.errno
-        name = errno_mod.errorcode.get(exc.errno or 0, "")
-        reason = exc.strerror or str(exc)
+        name = _errno.errorcode.get(exc.errno or 0, "")
+        self.reason = reason = exc.strerror or str(exc)
         super().__init__(f"cannot write {self.path}: {reason}{f' ({name})' if name else ''}")
 
 

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from workbench.config import RunConfig
-from workbench.errors import WorkbenchError
+from workbench.errors import OutputWriteError, WorkbenchError
 from workbench.records import RequestRecord
 from workbench.replay.runner import build_runner, merge_warmup
 from workbench.replay.session import ReplaySession
@@ -131,11 +131,19 @@ class ShardedExecutor:
         s.done = sum(1 for r in recs if not r.warmup)
         s.skipped = sum(1 for r in recs if not r.warmup and r.status == "skipped")
         if s.run_dir is not None:
+            if s.write_error is not None:  # the shard files stay: they hold the records
+                return
             for name, items in (("records", recs), ("lifecycle", rows)):
                 tmp = s.run_dir / f"{name}.jsonl.tmp"
-                with open(tmp, "wb") as fh:
-                    fh.write(b"".join(dumps_line(x) for x in items))
-                tmp.replace(s.run_dir / f"{name}.jsonl")
+                try:
+                    with open(tmp, "wb") as fh:
+                        fh.write(b"".join(dumps_line(x) for x in items))
+                    tmp.replace(s.run_dir / f"{name}.jsonl")
+                except OSError as exc:  # disk full: the shard files stay, the run fails
+                    with contextlib.suppress(OSError):
+                        tmp.unlink()
+                    s.on_write_error(OutputWriteError(tmp, exc))
+                    return
             shutil.rmtree(self.shard_dir, ignore_errors=True)
             if not s.keep:  # executor.keep_records: the merged files are the records
                 s.records, s.lifecycle = [], []
@@ -189,6 +197,9 @@ class ProcessLauncher:
             results = await pool.until_done(stop, s.report_progress)
         finally:
             await pool.close()
+        if pool.write_failed is not None:
+            path, errno, reason = pool.write_failed
+            s.on_write_error(OutputWriteError(path, OSError(errno, reason)))
         s.cancelled = any(r.get("stop_reason") for r in results.values()) or pool.stopped
         reasons = {r.get("stop_reason") for r in results.values()} - {None}
         s.manifest["stop_reason"] = (
@@ -211,6 +222,7 @@ class _Workers:
         self.procs: dict[int, Any] = {}
         self.conns: dict[int, Connection] = {}
         self.stopped = False
+        self.write_failed: tuple[str, int, str] | None = None  # (path, errno, reason)
 
     def start(self, ctx: Any, spec: dict[str, Any]) -> None:
         parent, child = ctx.Pipe()
@@ -276,6 +288,11 @@ class _Workers:
                     progress(sum(done_counts.values()))
                 elif what == "done":
                     results[k] = payload
+                elif what == "write_failed":  # one shard's disk is everyone's: stop all
+                    self.write_failed = self.write_failed or payload
+                    if not self.stopped:
+                        self.stopped = True
+                        self.send(("stop", None))
                 elif what in ("error", "died") and k not in results:
                     log.error("worker %d failed: %s", k, payload or "process ended")
                     self.procs[k].join(timeout=0)
@@ -331,8 +348,16 @@ async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> Non
     clock = WallClock()
     options = TransportOptions.of_run(cfg, spec["base_url"])
     flush = cfg.executor.record_flush_ms or None
-    recs = RecordWriter(shard_dir / f"records-{k}.jsonl", max_delay_ms=flush)
-    life = RecordWriter(shard_dir / f"lifecycle-{k}.jsonl", max_delay_ms=flush)
+    runner: Any = None
+
+    def failed(err: OutputWriteError) -> None:  # the first failed write stops the run
+        if runner is not None:
+            runner.stop("write failed")
+        with contextlib.suppress(OSError):
+            conn.send(("write_failed", (err.path, err.errno, err.reason)))
+
+    recs = RecordWriter(shard_dir / f"records-{k}.jsonl", max_delay_ms=flush, on_error=failed)
+    life = RecordWriter(shard_dir / f"lifecycle-{k}.jsonl", max_delay_ms=flush, on_error=failed)
     done = 0
 
     def on_record(rec: RequestRecord) -> None:

@@ -46,7 +46,7 @@ from typing import Any
 import nbformat
 
 from workbench.config.validation import check_run_id
-from workbench.errors import ConfigError
+from workbench.errors import WRITE_ERRNOS, ConfigError, OutputWriteError
 
 log = logging.getLogger(__name__)
 
@@ -329,10 +329,21 @@ def render_report(
                 shutdown_kernel="immediate",
             )
         status = "ok"
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS:
+            raise
+        status = "unwritten"  # a torn notebook: nothing to publish from it, removed
+        with contextlib.suppress(OSError):
+            executed.unlink()
+        raise OutputWriteError(exc.filename or executed, exc) from None
     finally:
-        if executed.exists():
-            _publish(executed, report_dir, given, show_code or status != "ok", status, nb_path)
-            write_index(out)
+        if executed.exists() and status != "unwritten":
+            try:
+                _publish(executed, report_dir, given, show_code or status != "ok", status,
+                         nb_path)
+                write_index(out)
+            except OSError as exc:  # disk full, file too large: one line, no traceback
+                raise OutputWriteError(exc.filename or report_dir, exc) from None
     return report_dir / "report.html"
 
 

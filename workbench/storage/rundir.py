@@ -524,8 +524,8 @@ def running_note(manifest: Any) -> str | None:
         return None
     if _alive(pid, host.get("pid_start")):
         return f"still running (process {pid})"
-    return (f"left 'running' by process {pid} on {name}, which is no longer alive: the run "
-            "was killed; its records up to then are on disk, it has no summary")
+    return (f"INCOMPLETE: the run was killed (left 'running' by process {pid} on {name}, "
+            "which is no longer alive); its records up to then are on disk, it has no summary")
 
 
 def warn_stale_runs(root: str | Path, skip: str | None = None) -> list[str]:
