@@ -44,24 +44,44 @@ class _Flag:
     name = ""
 
 
+class SignalStop:
+    """What ``stop_on_signals`` caught: ``hit`` (and the signal's ``name``). ``arm(loop,
+    stop)`` names what stops the run once its loop runs; a signal that came earlier
+    stops it at once (during imports, loading the trace, claiming the directory)."""
+
+    def __init__(self) -> None:
+        self.hit = False
+        self.name = ""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: Callable[[], Any] | None = None
+
+    def arm(self, loop: asyncio.AbstractEventLoop, stop: Callable[[], Any]) -> None:
+        self._loop, self._stop = loop, stop
+        if self.hit:
+            stop()
+
+    def disarm(self) -> None:
+        self._loop = self._stop = None
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        if self.hit:  # a second signal: stop now
+            raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+        self.hit, self.name = True, signal.Signals(signum).name
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop)
+
+
 @contextlib.contextmanager
-def stop_on_signals(loop: asyncio.AbstractEventLoop, stop: Callable[[], Any]) -> Iterator[_Flag]:
-    """While inside, the first SIGINT or SIGTERM calls ``stop()`` on ``loop`` (a run
-    that stops by itself and saves what finished, as a live replay does); a second one
-    raises ``KeyboardInterrupt`` at once. The flag says whether a signal came (and
-    which). Main thread only (elsewhere a no-op: signals go to the main thread)."""
-    flag = _Flag()
+def stop_on_signals() -> Iterator[SignalStop]:
+    """While inside, the first SIGINT or SIGTERM stops the run through what was armed
+    (``SignalStop.arm``: a run that stops by itself and saves what finished, as a live
+    replay does); a second one raises ``KeyboardInterrupt`` at once. Main thread only
+    (elsewhere nothing is installed: signals go to the main thread)."""
+    flag = SignalStop()
     if threading.current_thread() is not threading.main_thread():
         yield flag
         return
-
-    def on_signal(signum: int, frame: Any) -> None:
-        if flag.hit:
-            raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
-        flag.hit, flag.name = True, signal.Signals(signum).name
-        loop.call_soon_threadsafe(stop)
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, flag.on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield flag
     finally:

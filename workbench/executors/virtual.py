@@ -30,7 +30,7 @@ from workbench.replay.prepare import base_manifest, coerce_config, load_workload
 from workbench.replay.runner import build_runner, merge_warmup
 from workbench.replay.session import write_parquet
 from workbench.replay.shards import slot_offsets, split_concurrency, split_plan
-from workbench.signals import stop_on_signals
+from workbench.signals import SignalStop, stop_on_signals
 from workbench.sim.admission import Admission
 from workbench.sim.cluster import Cluster, ClusterConfig, split_knobs
 from workbench.sim.config import EngineConfig
@@ -167,23 +167,28 @@ def simulate(
     manifest["engine"] = dataclasses.asdict(engine)
     if cluster is not None:
         manifest["cluster"] = cluster.to_dict()
-    # the run's own directory, claimed as a live run's is (exclusive, never through a
-    # symlink), with a "running" manifest naming this process
-    run_dir = claim_run_dir(cfg.out_dir, run_id, manifest, overwrite=cfg.overwrite) \
-        if cfg.out_dir else None
-    try:
-        result = _run_virtual_anywhere(_simulate(cfg, plan, engine, run_id, manifest, cluster))
-        if run_dir is not None:
-            from workbench.metrics.files import save
+    run_dir = None
+    # SIGINT/SIGTERM (from here on) stop the run as they stop a live one: what finished
+    # is saved, the manifest says cancelled, then KeyboardInterrupt (exit code 130)
+    with stop_on_signals() as signalled:
+        try:
+            # the run's own directory, claimed as a live run's is (exclusive, never through
+            # a symlink), with a "running" manifest naming this process
+            if cfg.out_dir:
+                run_dir = claim_run_dir(cfg.out_dir, run_id, manifest, overwrite=cfg.overwrite)
+            result = _run_virtual_anywhere(
+                _simulate(cfg, plan, engine, run_id, manifest, cluster, signalled))
+            if run_dir is not None:
+                from workbench.metrics.files import save
 
-            result.run_dir = str(save(result, run_dir))
-            write_parquet(run_dir)  # as every live run does
-    except BaseException as exc:  # the manifest says how it ended, if it can be written
-        if run_dir is not None:
-            _mark_ended(run_dir, manifest, exc)
-        raise
-    if result.manifest.get("stop_signal"):  # saved as cancelled; now stop as replay does
-        raise KeyboardInterrupt(f"signal {result.manifest['stop_signal']}")
+                result.run_dir = str(save(result, run_dir))
+                write_parquet(run_dir)  # as every live run does
+        except BaseException as exc:  # the manifest says how it ended, if it can be written
+            if run_dir is not None:
+                _mark_ended(run_dir, manifest, exc)
+            raise
+    if signalled.hit:  # saved as cancelled; now stop as replay does
+        raise KeyboardInterrupt(f"signal {signalled.name}")
     return result
 
 
@@ -191,7 +196,8 @@ def _mark_ended(run_dir: Path, manifest: dict[str, Any], exc: BaseException) -> 
     from workbench.storage.rundir import write_json
 
     if manifest.get("status") in (None, "running"):
-        manifest["status"] = "failed"
+        interrupted = isinstance(exc, KeyboardInterrupt | asyncio.CancelledError)
+        manifest["status"] = "cancelled" if interrupted else "failed"
     if isinstance(exc, OutputWriteError):
         manifest["status"], manifest["failure"] = "failed", str(exc)
     with contextlib.suppress(OutputWriteError):
@@ -232,7 +238,7 @@ def rare_collections(gen0: int = GC_GEN0_THRESHOLD) -> Iterator[None]:
 
 async def _simulate(
     cfg: RunConfig, plan: Plan, engine_cfg: EngineConfig, run_id: str, manifest: dict[str, Any],
-    cluster_cfg: ClusterConfig | None = None,
+    cluster_cfg: ClusterConfig | None = None, signalled: SignalStop | None = None,
 ) -> RunResult:  # fmt: skip
     """One engine (or a simulated cluster, ``cluster_cfg``), one virtual clock; the plan
     played by one runner, or by one runner per shard as ``executor.workers`` splits a
@@ -281,15 +287,17 @@ async def _simulate(
         sampler = asyncio.ensure_future(
             _sample(engine, clock, cfg.backend.scrape_interval_s, timeline)
         )
+        signalled = signalled or SignalStop()
+        signalled.arm(asyncio.get_running_loop(), stop_all)
         try:
-            with stop_on_signals(asyncio.get_running_loop(), stop_all) as signalled:
-                if n == 1:  # warm-up inside, then the run's origin (as a live run)
-                    await runners[0].execute()
-                else:  # shards: every warm-up, then one epoch (as workbench.executors.processes)
-                    await asyncio.gather(*(r.warmup() for r in runners))
-                    epoch = clock.now_ns()
-                    await asyncio.gather(*(r.execute(epoch) for r in runners))
+            if n == 1:  # warm-up inside, then the run's origin (as a live run)
+                await runners[0].execute()
+            else:  # shards: every warm-up first, then one epoch (as workbench.executors.processes)
+                await asyncio.gather(*(r.warmup() for r in runners))
+                epoch = clock.now_ns()
+                await asyncio.gather(*(r.execute(epoch) for r in runners))
         finally:
+            signalled.disarm()
             sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
