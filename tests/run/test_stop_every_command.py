@@ -47,7 +47,8 @@ def test_a_stopped_simulate_saves_what_finished(tmp_path, sig):
     # closed loop over a long virtual span: the run goes on until it is stopped
     proc = subprocess.Popen(
         [sys.executable, "-m", "workbench", "simulate", "--trace", SMALL, "--arrival",
-         "closed-loop", "--max-concurrency", "4", "--duration", "86400", "-o", str(tmp_path), "--run-id", "s"],
+         "closed-loop", "--max-concurrency", "4", "--duration", "86400", "-o", str(tmp_path),
+         "--run-id", "s"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint,
     )
     run = tmp_path / "s"
