@@ -108,7 +108,7 @@ def test_a_symlinked_file_in_a_fresh_directory_is_refused(tmp_path):
     victim.write_text("keep me")
     (tmp_path / "out" / "r").mkdir(parents=True)
     (tmp_path / "out" / "r" / "records.jsonl").symlink_to(victim)
-    with pytest.raises(RunDirTaken, match="records.jsonl"):
+    with pytest.raises(RunDirTaken, match=r"records\.jsonl"):
         claim_run_dir(tmp_path / "out", "r", {"status": "running"})
     assert victim.read_text() == "keep me"
     assert not (tmp_path / "out" / "r" / "manifest.json").exists()
