@@ -35,7 +35,12 @@ def _until(cond, what: str, proc: subprocess.Popen) -> None:
 
 
 def _clean_stop(proc: subprocess.Popen, command: str) -> str:
-    _, err = proc.communicate(timeout=DEADLINE_S)
+    try:
+        _, err = proc.communicate(timeout=DEADLINE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # never left behind
+        proc.communicate()
+        raise
     assert proc.returncode == ExitCode.CANCELLED, err
     assert "Traceback" not in err and "never retrieved" not in err, err
     assert err.strip().splitlines()[-1] == f"workbench {command}: interrupted", err
@@ -121,3 +126,25 @@ def test_a_signal_while_starting_is_one_clean_line(tmp_path, sig, module):
     assert not list(Path(tmp_path).iterdir()) or all(
         json.loads((d / "manifest.json").read_text())["status"] != "running"
         for d in Path(tmp_path).iterdir()), "no run left 'running'"
+
+
+@pytest.mark.parametrize("parallel", ["1", "2"])
+def test_sigterm_stops_a_virtual_sweep_at_once(tmp_path, parallel):
+    """Points that would run for a day of virtual time each: SIGTERM stops the sweep
+    (before: it waited for the running points to finish), their runs saved cancelled."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workbench", "sweep", "--trace", SMALL, "--virtual",
+         "--parallel", parallel, "--over", "arrival.max_concurrency=2,4",
+         "--arrival", "closed-loop", "--max-concurrency", "2", "--duration", "86400",
+         "-o", str(tmp_path), "--sweep-id", "v"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    runs = tmp_path / "v" / "runs"
+    want = int(parallel)
+    _until(lambda: runs.is_dir() and len(list(runs.glob("*/manifest.json"))) >= want,
+           "the points started", proc)
+    proc.send_signal(signal.SIGTERM)
+    _clean_stop(proc, "sweep")
+    statuses = [json.loads(m.read_text())["status"] for m in runs.glob("*/manifest.json")]
+    assert statuses and set(statuses) == {"cancelled"}, statuses
+    assert json.loads((tmp_path / "v" / "sweep.json").read_text())["status"] == "interrupted"

@@ -51,6 +51,11 @@ def _comparable(cfg: RunConfig) -> dict[str, Any]:
     return json.loads(json.dumps(d, default=str))
 
 
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
 class SweepRunner:
     """One sweep directory being filled (see module docstring)."""
 
@@ -150,6 +155,9 @@ class SweepRunner:
         self.sweep.manifest["finished_at"] = dt.datetime.now(dt.UTC).isoformat()
         self.save()
         if self._pool is not None:
+            if status == "interrupted":  # the points' processes stop as a simulate does:
+                for proc in multiprocessing.active_children():  # their runs saved cancelled
+                    proc.terminate()
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
         return self.sweep
@@ -232,13 +240,22 @@ class SweepRunner:
                 self.parallel, mp_context=ctx, initializer=die_with_parent,
                 initargs=(os.getpid(), signal.SIGKILL))
         executor = self._pool if self.parallel > 1 and len(jobs) > 1 else None
+        flushed = {"action": "none", "ok": True,
+                   "reason": "virtual time: every run starts a fresh engine core"}
+        if executor is None:  # one at a time, on this thread: simulate's SIGINT/SIGTERM
+            for e, rep, cfg in jobs:  # handlers save the point's run, then stop the sweep
+                self._say(f"{e['label']} #{rep}: simulating")
+                _, metrics = simulate_and_measure(cfg.to_dict(), slo)
+                self._record(e, rep, cfg, flushed, metrics)
+                self.save()
+            return
         futures = []
         for e, rep, cfg in jobs:
             self._say(f"{e['label']} #{rep}: simulating")
-            futures.append(loop.run_in_executor(executor, simulate_and_measure, cfg.to_dict(),
-                                                slo))
-        flushed = {"action": "none", "ok": True,
-                   "reason": "virtual time: every run starts a fresh engine core"}
+            fut = loop.run_in_executor(executor, simulate_and_measure, cfg.to_dict(), slo)
+            # a point stopped after the sweep was (its KeyboardInterrupt) is nobody's news
+            fut.add_done_callback(_retrieved)
+            futures.append(fut)
         for (e, rep, cfg), fut in zip(jobs, futures, strict=True):
             _, metrics = await fut
             self._record(e, rep, cfg, flushed, metrics)
