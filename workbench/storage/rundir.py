@@ -439,7 +439,12 @@ def claim_run_dir(out_dir: str | Path, run_id: str, manifest: Any, *,
         if present:
             os.unlink(d / MANIFEST)
             raise RunDirTaken(_taken(d, present))
-        _write_fd(fd, data, d / MANIFEST)
+        try:
+            _write_fd(fd, data, d / MANIFEST)
+        except OutputWriteError:  # disk full before the run: no empty manifest left behind
+            with contextlib.suppress(OSError):
+                os.unlink(d / MANIFEST)
+            raise
     finally:
         os.close(fd)
     warn_stale_runs(root, skip=run_id)
