@@ -77,24 +77,36 @@ def test_simulate_writes_records_parquet(tmp_path):
     assert pq.read_metadata(tmp_path / "p" / "records.parquet").num_rows == len(lines) > 0
 
 
-def test_sigterm_stops_a_live_sweep_with_one_line(tmp_path):
-    proc = subprocess.Popen(
-        # a busy client (many streams of a fast engine): the signal lands in a task's step
-        # (before: that task kept the KeyboardInterrupt, "Task exception was never
-        # retrieved")
-        [sys.executable, "-m", "workbench", "sweep", "--trace", LARGE, "--target", "sim",
-         "--over", "arrival.max_concurrency=32,64", "--arrival", "saturated",
-         "--engine", "speedup=50", "--tool-wait-scale", "0", "-o", str(tmp_path),
-         "--sweep-id", "w"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    first = tmp_path / "w" / "runs" / "p000-r0" / "records.jsonl"
-    _until(lambda: first.exists() and first.read_bytes().count(b"\n") >= 50,
-           "the first point sent requests", proc)
-    proc.send_signal(signal.SIGTERM)
+IN_A_TASK = """
+import os, signal, sys
+n = [0]
+def hook(event, args):  # SIGTERM as the N-th connection opens: inside a request's task
+    if event == "socket.connect":
+        n[0] += 1
+        if n[0] == {nth}:
+            os.kill(os.getpid(), signal.SIGTERM)
+sys.addaudithook(hook)
+sys.argv = ["workbench", *{argv!r}]
+import runpy
+runpy.run_module("workbench", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("nth", [10, 14])
+def test_sigterm_stops_a_live_sweep_with_one_line(tmp_path, nth):
+    """The signal lands (deterministically) while a task of the run opens a connection:
+    before, that task kept the KeyboardInterrupt ("Task exception was never retrieved",
+    two tracebacks after the 'interrupted' line)."""
+    argv = ["sweep", "--trace", LARGE, "--target", "sim", "--over",
+            "arrival.max_concurrency=8,16", "--arrival", "saturated", "--tool-wait-scale", "0",
+            "-o", str(tmp_path), "--sweep-id", "w"]
+    proc = subprocess.Popen([sys.executable, "-c", IN_A_TASK.format(nth=nth, argv=argv)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _clean_stop(proc, "sweep")
-    manifest = json.loads((first.parent / "manifest.json").read_text())
-    assert manifest["status"] == "cancelled"
+    runs = sorted((tmp_path / "w" / "runs").glob("*/manifest.json"))
+    statuses = [json.loads(m.read_text())["status"] for m in runs]
+    assert statuses[-1] == "cancelled" and "running" not in statuses, statuses
+    assert json.loads((tmp_path / "w" / "sweep.json").read_text())["status"] == "interrupted"
 
 
 # -- a signal while the command is still starting (imports, argument parsing) ------------
