@@ -107,9 +107,14 @@ def test_sigkill_of_a_sharded_replay_leaves_no_process_and_is_reported(
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     kids: dict[int, int] = {}
+
+    def sending() -> bool:
+        kids.update(_children(proc.pid))  # known even if the wait fails (then killed below)
+        return _shard_lines(run) >= 5
+
     try:
-        _until(lambda: _shard_lines(run) >= 5, "the workers sent requests", proc)
-        kids = _children(proc.pid)
+        _until(sending, "the workers sent requests", proc)
+        kids.update(_children(proc.pid))
         # two workers (and the embedded engine for ``sim``; multiprocessing's resource
         # tracker may be there too)
         assert len(kids) >= (3 if target == "sim" else 2), kids
@@ -151,3 +156,37 @@ def test_a_live_run_is_not_reported_as_killed(tmp_path):
     gone = {"status": "running", "host": {**process_identity(), "pid_start": -1}}  # pid reused
     assert "no longer alive" in (running_note(gone) or "")
     assert running_note({**me, "status": "completed"}) is None
+
+
+def test_sigkill_of_a_parallel_virtual_sweep_leaves_no_process(tmp_path):
+    """Points simulated in a process pool (``--parallel 2``) for a day of virtual time
+    each: they end with the sweep, not when their point is done."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workbench", "sweep", "--trace", SMALL, "--virtual",
+         "--parallel", "2", "--over", "arrival.max_concurrency=2,4", "--arrival",
+         "closed-loop", "--max-concurrency", "2", "--duration", "86400", "-o", str(tmp_path),
+         "--sweep-id", "v"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    runs = tmp_path / "v" / "runs"
+    kids: dict[int, int] = {}
+
+    def started() -> bool:
+        kids.update(_children(proc.pid))  # known even if the wait fails (then killed below)
+        return runs.is_dir() and len(list(runs.glob("*/manifest.json"))) >= 2
+
+    try:
+        _until(started, "both points started", proc)
+        kids.update(_children(proc.pid))
+        assert len(kids) >= 2, kids
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=DEADLINE_S)
+        _until(lambda: not [p for p, s in kids.items() if _alive(p, s)],
+               f"every child of {proc.pid} ended ({kids})")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid, start in kids.items():
+            if _alive(pid, start):
+                os.kill(pid, signal.SIGKILL)
+

@@ -120,3 +120,25 @@ def test_a_report_directory_without_a_run_can_take_one(tmp_path):
     (tmp_path / "r" / "report.html").write_text("<html>")
     d = claim_run_dir(tmp_path, "r", {"status": "running"})
     assert json.loads((d / "manifest.json").read_text())["status"] == "running"
+
+
+@pytest.mark.parametrize("what", ["sweep", "report"])
+def test_a_symlinked_sweep_or_report_directory_is_refused(tmp_path, what):
+    """The same containment for a sweep directory and a report directory."""
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "x").symlink_to(elsewhere, target_is_directory=True)
+    if what == "sweep":
+        args = [sys.executable, "-m", "workbench", "sweep", "--trace", SMALL, "--virtual",
+                "--max-items", "2", "--over", "arrival.rate=1,2", "-o", str(out),
+                "--sweep-id", "x"]
+    else:
+        made = _cli(*_args("simulate", tmp_path, "s"))
+        assert made.returncode == 0, made.stderr
+        args = [sys.executable, "-m", "workbench", "report", str(tmp_path / "s"), "-o",
+                str(out), "--run-id", "x"]
+    done = _cli(*args)
+    assert done.returncode == ExitCode.CONFIG_ERROR, done.stderr
+    assert "is a symlink" in done.stderr and "Traceback" not in done.stderr
+    assert list(elsewhere.iterdir()) == []

@@ -47,6 +47,7 @@ import nbformat
 
 from workbench.config.validation import check_run_id
 from workbench.errors import WRITE_ERRNOS, ConfigError, OutputWriteError
+from workbench.storage.rundir import contained_dir
 
 log = logging.getLogger(__name__)
 
@@ -312,8 +313,8 @@ def render_report(
     given = check_parameters(nb_path, params, out)
     run_id = str(given.get("run_id") or given.get("label") or f"report-{nb_path.stem}")
     check_run_id("run_id", run_id)  # one directory under out, never a path out of it
-    report_dir = out / run_id
-    report_dir.mkdir(parents=True, exist_ok=True)
+    report_dir = contained_dir(out, run_id)  # never a symlink out of ``out``
+    report_dir.mkdir(exist_ok=True)
     check_kernel(kernel_name)
     executed = report_dir / f"{nb_path.stem}.ipynb"
     status = "failed"

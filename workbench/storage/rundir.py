@@ -43,7 +43,7 @@ from typing import Any, Literal
 import orjson
 
 from workbench import redact
-from workbench.errors import ConfigError, OutputWriteError
+from workbench.errors import WRITE_ERRNOS, ConfigError, OutputWriteError
 from workbench.records import RequestRecord, RunResult
 
 log = logging.getLogger(__name__)
@@ -421,11 +421,13 @@ def claim_run_dir(out_dir: str | Path, run_id: str, manifest: Any, *,
     report's, say) may take the run.
     """
     root = Path(out_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    d = root / run_id
-    _refuse_link(d, root)
-    with contextlib.suppress(FileExistsError):
+    d = contained_dir(root, run_id)
+    try:
         d.mkdir()
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise _mkdir_error(d, exc) from None
     _refuse_link(d, root)  # (a symlink planted between the check and the mkdir)
     if overwrite:
         _clear_run(d)
@@ -458,12 +460,34 @@ def _taken(d: Path, present: list[str] | None = None) -> str:
             "--run-id (or none, for a fresh one), or --overwrite to replace a finished run")
 
 
+def contained_dir(root: str | Path, name: str) -> Path:
+    """``root/name`` for a run, a sweep or a report to write in: ``root`` is created, and
+    ``root/name`` must not be a symlink nor resolve outside ``root`` (``RunDirTaken``,
+    exit code 2), so nothing is written through a symlink out of ``root``."""
+    root = Path(root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _mkdir_error(root, exc) from None
+    d = root / name
+    _refuse_link(d, root)
+    return d
+
+
+def _mkdir_error(d: Path, exc: OSError) -> Exception:
+    """A directory that cannot be made: a full or broken disk is a failed write (exit
+    code 5), anything else (permissions, a file in the way) a configuration error (2)."""
+    if exc.errno in WRITE_ERRNOS:
+        return OutputWriteError(d, exc)
+    return RunDirTaken(f"{d}: cannot create the directory ({exc.strerror or exc})")
+
+
 def _refuse_link(d: Path, root: Path) -> None:
     if d.is_symlink():
-        raise RunDirTaken(f"{d} is a symlink (to {os.readlink(d)}): a run writes only inside "
-                          f"{root}; remove it or give another --run-id")
+        raise RunDirTaken(f"{d} is a symlink (to {os.readlink(d)}): workbench writes only "
+                          f"inside {root}; remove it or give another name")
     if d.exists() and Path(os.path.realpath(d)).parent != Path(os.path.realpath(root)):
-        raise RunDirTaken(f"{d} resolves outside {root}: a run writes only inside it")
+        raise RunDirTaken(f"{d} resolves outside {root}: workbench writes only inside it")
 
 
 def _clear_run(d: Path) -> None:

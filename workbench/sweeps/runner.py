@@ -31,6 +31,7 @@ from workbench.errors import ConfigError
 from workbench.signals import die_with_parent
 from workbench.sweeps.points import point_metrics, pool, run_complete, simulate_and_measure
 from workbench.sweeps.slo import SLO
+from workbench.storage.rundir import contained_dir
 from workbench.sweeps.store import RUNS, SWEEP_MANIFEST, Sweep, load_sweep, write_sweep
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,8 @@ class SweepRunner:
         self.parallel = parallel
         self.progress = progress
         root = Path(out_dir or cfg.out_dir or "sweeps")
-        self.dir = root / (sweep_id or new_sweep_id(kind))
+        # never a symlink out of the output folder (workbench.storage.rundir)
+        self.dir = contained_dir(root, sweep_id or new_sweep_id(kind))
         spec_doc = json.loads(json.dumps(
             {**spec, "repeats": repeats, "slo": slo.to_dict() if slo else None,
              "mode": "virtual" if virtual else "live"}, default=str))
