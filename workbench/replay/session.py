@@ -28,7 +28,7 @@ from workbench.backends.transport import Transport
 from workbench.clock import WallClock
 from workbench.config import RunConfig
 from workbench.context.tokens import TokenPool
-from workbench.errors import ConfigError, OutputWriteError, WorkbenchError
+from workbench.errors import WRITE_ERRNOS, ConfigError, OutputWriteError, WorkbenchError
 from workbench.records import RequestRecord, RunResult
 from workbench.redact import strip_url_credentials
 from workbench.replay.plan import Plan
@@ -359,7 +359,11 @@ def write_parquet(run_dir: Path) -> None:
         columns.convert(run_dir)
     except (ConfigError, ImportError) as exc:  # pyarrow not installed: JSONL only
         log.info("records.parquet not written: %s", exc)
-    except (OSError, ValueError) as exc:  # disk full, a damaged line: the JSONL stays the truth
+    except OSError as exc:
+        if exc.errno in WRITE_ERRNOS:  # disk full: the run fails with one line (exit 5)
+            raise OutputWriteError(run_dir / "records.parquet", exc) from None
+        log.error("records.parquet not written (%s); records.jsonl is complete", exc)
+    except ValueError as exc:  # a damaged line: the JSONL stays the truth
         log.error("records.parquet not written (%s); records.jsonl is complete", exc)
 
 
