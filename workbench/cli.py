@@ -10,7 +10,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from workbench.errors import ExitCode, WorkbenchError
+from workbench.errors import WRITE_ERRNOS, ExitCode, OutputWriteError, WorkbenchError
 
 if TYPE_CHECKING:
     import argparse
@@ -100,6 +100,8 @@ def _run(args: argparse.Namespace) -> int:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot fail
             return 141  # 128 + SIGPIPE, as a shell reports a writer killed by the signal
+        if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:  # a full disk, any command
+            exc = OutputWriteError(exc.filename or "an output file", exc)
         if args.verbose:
             logging.getLogger("workbench").exception("%s failed", args.command)
         print(f"workbench {args.command}: error: {redact.text(str(exc))}", file=sys.stderr)

@@ -142,3 +142,17 @@ def test_a_symlinked_sweep_or_report_directory_is_refused(tmp_path, what):
     assert done.returncode == ExitCode.CONFIG_ERROR, done.stderr
     assert "is a symlink" in done.stderr and "Traceback" not in done.stderr
     assert list(elsewhere.iterdir()) == []
+
+
+def test_overwrite_never_replaces_a_live_run(tmp_path):
+    from workbench.storage.rundir import process_identity
+
+    claim_run_dir(tmp_path, "live", {"status": "running", "host": process_identity()})
+    with pytest.raises(RunDirTaken, match="still running"):
+        claim_run_dir(tmp_path, "live", {"status": "running"}, overwrite=True)
+    # a finished one is replaced when asked
+    claim_run_dir(tmp_path, "done", {"status": "completed"})
+    (tmp_path / "done" / "records.jsonl").write_text("{}\n")
+    claim_run_dir(tmp_path, "done", {"status": "running", "new": True}, overwrite=True)
+    assert json.loads((tmp_path / "done" / "manifest.json").read_text())["new"] is True
+    assert not (tmp_path / "done" / "records.jsonl").exists()

@@ -116,3 +116,13 @@ def test_report_on_a_full_disk_is_one_line(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot write" in lines[0] and "EFBIG" in lines[0], lines
     assert str(tmp_path / "reports") in lines[0]
+
+
+def test_any_command_on_a_full_disk_is_one_line(tmp_path):
+    """Not only runs: ``tracegen -o`` past a file-size limit says which file and errno."""
+    proc = _cli(["tracegen", LARGE, "-o", str(tmp_path / "canonical.csv")],
+                _fsize_limit(20_000))
+    assert proc.returncode == ExitCode.WRITE_FAILED, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot write" in lines[0] and "EFBIG" in lines[0], lines
