@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
 # config keys that name where a run goes, not what it does (free to differ on resume)
-_PLACE_KEYS = ("out_dir", "run_id", "label")
+_PLACE_KEYS = ("out_dir", "run_id", "label", "overwrite")
 
 
 def new_sweep_id(kind: str) -> str:
