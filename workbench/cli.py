@@ -22,9 +22,10 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def interrupt_early() -> None:
-    """SIGTERM takes Ctrl-C's path from the command's first line on, while it still
-    imports (``workbench.signals.interrupt_on_sigterm``, before that module is loaded):
-    a stop during start-up is one line and exit code 130, not a traceback or 143."""
+    """SIGTERM (``timeout``, Docker, Kubernetes, Slurm) takes Ctrl-C's path from the
+    command's first line on, while it still imports (what
+    ``workbench.signals.interrupt_on_sigterm`` does, before that module is loaded): a
+    stop during start-up is one line and exit code 130, not a traceback or 143."""
     import threading
 
     if threading.current_thread() is threading.main_thread():
@@ -76,10 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return 0
         from workbench import redact
-        from workbench.signals import interrupt_on_sigterm
 
         redact.install_log_redaction()
-        interrupt_on_sigterm()  # SIGTERM (timeout, Docker, Kubernetes, Slurm) = Ctrl-C
         return _run(args)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (workbench.signals): the run is saved
         print(f"workbench{' ' + command if command else ''}: interrupted", file=sys.stderr)
