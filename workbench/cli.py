@@ -23,9 +23,9 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def interrupt_early() -> None:
     """SIGTERM (``timeout``, Docker, Kubernetes, Slurm) takes Ctrl-C's path from the
-    command's first line on, while it still imports (what
-    ``workbench.signals.interrupt_on_sigterm`` does, before that module is loaded): a
-    stop during start-up is one line and exit code 130, not a traceback or 143."""
+    command's first line on, while it still imports (``workbench.signals`` says how the
+    run itself then stops): a stop during start-up is one line and exit code 130, not a
+    traceback or 143. Main thread only (elsewhere a no-op)."""
     import threading
 
     if threading.current_thread() is threading.main_thread():

@@ -10,8 +10,12 @@ in flight would be lost. Here SIGTERM takes SIGINT's path instead:
   ``records.parquet``, ``summary.json`` and a ``cancelled`` manifest, and the
   call raises ``KeyboardInterrupt`` afterwards (the CLI exits with
   ``ExitCode.CANCELLED``);
-- outside the loop (``interrupt_on_sigterm``, installed by the CLI), SIGTERM
-  raises ``KeyboardInterrupt`` where the program is, as SIGINT would.
+- outside the loop (``workbench.cli.interrupt_early``, the CLI's first line, before
+  this module is even imported), SIGTERM raises ``KeyboardInterrupt`` where the
+  program is, as SIGINT would;
+- ``simulate`` (one thread, virtual time) takes both through ``stop_on_signals``: the
+  run stops itself and saves what finished;
+- child processes end with their parent (``die_with_parent``).
 """
 
 from __future__ import annotations
@@ -27,16 +31,6 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-
-
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
-
-
-def interrupt_on_sigterm() -> None:
-    """SIGTERM raises ``KeyboardInterrupt`` (main thread only; elsewhere a no-op)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise_interrupt)
 
 
 class _Flag:
