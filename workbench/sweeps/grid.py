@@ -113,8 +113,11 @@ def run_sync(coro: Any) -> Any:
     """Run a sweep coroutine from sync code, also inside a running loop (a notebook)."""
     try:
         asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
+    except RuntimeError:  # SIGTERM stops it as Ctrl-C does: the point's run saved as
+        from workbench.signals import run_with_sigterm  # cancelled, then KeyboardInterrupt
+
+        with asyncio.Runner() as runner:
+            return run_with_sigterm(runner, coro)
     import nest_asyncio
 
     nest_asyncio.apply()
