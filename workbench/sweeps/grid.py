@@ -17,6 +17,7 @@ from typing import Any
 import workbench.sweeps.spec as spec_mod
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
+from workbench.replay.loops import run_anywhere
 from workbench.replay.prepare import coerce_config
 from workbench.sweeps.runner import Progress, SweepRunner
 from workbench.sweeps.slo import SLO
@@ -110,15 +111,9 @@ async def sweep_async(
 
 
 def run_sync(coro: Any) -> Any:
-    """Run a sweep coroutine from sync code, also inside a running loop (a notebook)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    import nest_asyncio
-
-    nest_asyncio.apply()
-    return asyncio.get_event_loop().run_until_complete(coro)
+    """Run a sweep coroutine from sync code, also inside a running loop (a notebook cell):
+    then on a fresh loop on a worker thread while the cell waits (``run_anywhere``)."""
+    return run_anywhere(coro)
 
 
 def sweep(cfg: RunConfig | dict[str, Any], over: spec_mod.Over, **kwargs: Any) -> Sweep:
