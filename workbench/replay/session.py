@@ -102,6 +102,7 @@ class ReplaySession:
         executor: Executor,
         *,
         progress: Callable[[int, int], None] | None = None,
+        phase: Callable[[str], None] | None = None,
     ) -> None:
         self.executor = executor
         self.cfg = cfg
@@ -109,6 +110,7 @@ class ReplaySession:
         self.run_id = run_id
         self.manifest = manifest
         self.progress = progress
+        self.phase = phase
         # the run's secrets are redacted from every file and log record from now on
         key_env = cfg.backend.api_key_env
         redact.register(os.environ.get(key_env) if key_env else None)
@@ -163,6 +165,11 @@ class ReplaySession:
         if self.progress is not None:
             self.progress(done, self._total)
 
+    def tell(self, phase: str) -> None:
+        """Where the run is, to whoever asked (``run_async(phase=...)``)."""
+        if self.phase is not None:
+            self.phase(phase)
+
     def on_lifecycle(self, row: dict[str, Any]) -> None:
         if self.keep:
             self.lifecycle.append(row)
@@ -174,14 +181,18 @@ class ReplaySession:
         self.executor.open_files(self)
         status = "failed"
         try:
+            self.tell("starting")
             async with open_target(self.cfg) as target:
                 self.manifest["target"] = target
+                self.tell("running")
+                self.report_progress(0)
                 await self.executor.play(self, target, stop)
             status = "cancelled" if self.cancelled else self._completion()
         except (asyncio.CancelledError, KeyboardInterrupt):
             status = "cancelled"
             raise
         finally:
+            self.tell("finalizing")
             self._finalize(status)
         return self.result
 
