@@ -209,6 +209,7 @@ def test_fields_show_only_where_they_apply() -> None:
     c = panel().controls
     assert shown(c.speedup) and not shown(c.url) and not shown(c.model)
     assert shown(c.rate) and not shown(c.duration) and not shown(c.trace_path)
+    assert shown(c.trace_choice)  # each field hides alone (no layout shared between fields)
     c.target.value = "url"
     assert shown(c.url) and shown(c.model) and shown(c.api_key_env) and not shown(c.num_blocks)
     c.arrival.value = "closed-loop"
@@ -296,13 +297,16 @@ def test_a_section_waits_for_data_instead_of_drawing_empty_axes() -> None:
 
     records = simulate(config_from_params(notebook_params(max_items=2))).records
     first_rounds = [r for r in records if r.round_idx == 0]
-    assert waiting_for("cdf", []) == "no request has finished yet"
+    assert waiting_for("cdf", []) == "fills in from the first finished request"
+    assert waiting_for("cdf", first_rounds[:1]) == "fills in from the second ok request"
+    assert waiting_for("over_time", first_rounds[:1]) is None
     assert waiting_for("cdf", first_rounds) is None
     # a session trace whose second rounds have not finished is not "sessionless"
-    assert waiting_for("sessions", first_rounds) == "waiting for a session's second round"
+    assert waiting_for("sessions", first_rounds) == "fills in when a session's second round ends"
     assert waiting_for("sessions", records) is None
     failed = [dataclasses.replace(r, status="error") for r in first_rounds]
-    assert waiting_for("latency", failed) == "2 finished, none ok yet"
+    assert waiting_for("latency", failed) == (
+        "fills in from the first ok request (2 finished, none ok yet)")
     assert waiting_for("errors", failed) is None
 
 

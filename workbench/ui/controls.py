@@ -32,7 +32,13 @@ POLICY_DEFAULT = "(trace default)"
 OWN_FILE = "a file of my own…"
 ENGINE_KNOBS = ("speedup", "block_size", "num_blocks")
 OUTPUT_LENS = ("trace", "fixed:256", "budget:1024")
-WIDE = w.Layout(width="460px")
+
+
+def wide() -> w.Layout:
+    """A wide field's own layout (a shared Layout would hide every field that shares it)."""
+    return w.Layout(width="460px")
+
+
 STYLE = {"description_width": "130px"}
 
 
@@ -79,10 +85,10 @@ class Controls:
         bundled = bundled_name(t.path)
         self.trace_choice = w.Dropdown(options=[*data.files(), OWN_FILE],
                                        value=bundled or OWN_FILE, description="trace",
-                                       layout=WIDE, style=STYLE)
+                                       layout=wide(), style=STYLE)
         self.trace_path = w.Text(value="" if bundled else t.path, description="trace file",
                                  placeholder="path/to/trace.jsonl (any supported format)",
-                                 layout=WIDE, style=STYLE)
+                                 layout=wide(), style=STYLE)
         self.format = w.Dropdown(options=names["trace_formats"], value=t.format,
                                  description="format", style=STYLE)
         self.max_items = w.IntText(value=t.max_items or 0, description="units (0 = all)",
@@ -122,7 +128,7 @@ class Controls:
                                                 "a running server (vLLM, SGLang, …)"])
         self.url = w.Text(value="" if cfg.target.is_sim else cfg.target.url,
                           placeholder="http://127.0.0.1:8000", description="server URL",
-                          layout=WIDE, style=STYLE)
+                          layout=wide(), style=STYLE)
         self.model = w.Text(value=str(b.options.get("model") or ""), description="model",
                             placeholder="(the server's only model)", style=STYLE)
         self.api_key_env = w.Text(value=b.api_key_env or "", description="API key variable",

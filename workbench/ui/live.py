@@ -31,22 +31,26 @@ log = logging.getLogger(__name__)
 LIVE_MIN_S = 2.0  # redraw at most this often while a run goes (kernel side)
 LIVE_DUTY = 0.3  # and spend at most this share of the kernel's time redrawing
 PRESS_RUN = "Press Run in the panel above: this {what} fills in while the run goes."
-FIRST_REQUEST = "{name}: fills in from the first finished request ({note})"
 ROUNDS = ("sessions", "by_round", "hit_by_round", "ttft_by_round")
 NEED_OK = ("latency", "cdf", "over_time", "ttft_vs_uncached", "prefix", "prefix_hits",
            "by_band", *ROUNDS)
+NEED_TWO = ("cdf",)  # one point draws no visible step
 
 
 def waiting_for(name: str, records: Any) -> str | None:
     """What section ``name`` still waits for in a run's finished ``records`` (None: ready)."""
     measured = [r for r in records if not r.warmup]
+    ok = sum(r.status == "ok" for r in measured)
     if not measured:
-        return "no request has finished yet"
-    if name in NEED_OK and not any(r.status == "ok" for r in measured):
-        return f"{len(measured)} finished, none ok yet"
+        return "fills in from the first finished request"
+    if name in NEED_OK and not ok:
+        return f"fills in from the first ok request ({len(measured)} finished, none ok yet)"
+    if name in NEED_TWO and ok < 2:
+        return "fills in from the second ok request"
     if name in ROUNDS and max(r.round_idx for r in measured) < 1:
-        return "waiting for a session's second round"
+        return "fills in when a session's second round ends"
     return None
+
 
 def output_entry(obj: Any) -> dict[str, Any]:
     """A display_data output for ``obj`` (no IPython shell needed)."""
@@ -78,7 +82,7 @@ class LiveSection:
     def draw(self, report: RunReport, note: str = "", records: Any = None) -> None:
         """Draw from ``report``; mid-run (``records`` given) only once there is data."""
         if records is not None and (missing := waiting_for(self.name, records)):
-            self.say(FIRST_REQUEST.format(name=f"{self.name} {self.label}", note=missing))
+            self.say(f"{self.name} {self.label}: {missing}")
             return
         try:
             obj = (report.table(self.name) if self.what == "table"

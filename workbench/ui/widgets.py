@@ -33,10 +33,10 @@ from workbench.records import RequestRecord, RunResult
 from workbench.ui.controls import (
     POLICY_DEFAULT,
     STYLE,
-    WIDE,
     Controls,
     engine_defaults,
     resolve_trace,
+    wide,
 )
 from workbench.ui.live import LIVE_DUTY, LIVE_MIN_S, LiveReport, LiveSection, LiveSource
 from workbench.ui.live import output_entry as _output_entry
@@ -67,7 +67,9 @@ class Panel(LiveSource):
                                     disabled=True)
         self.progress = w.IntProgress(value=0, min=0, max=1, description="requests")
         self.status = w.HTML(value="<b>ready</b>")
+        self.status.add_class("wb-status")  # found by the browser tests (tests/browser)
         self.check = w.HTML(value="")
+        self.check.add_class("wb-check")
         self.figures = [LiveSection("plot", kind, {}) for kind in LIVE_FIGURES]
         for section in self.figures:
             section.say(f"{section.name} figure: appears here while a run goes")
@@ -85,6 +87,7 @@ class Panel(LiveSource):
         self._on_edit()
         buttons = w.HBox([self.run_button, self.stop_button, self.progress])
         live = w.VBox([s.output for s in self.figures])
+        live.add_class("wb-live")
         self.widget = w.VBox([*self.controls.sections(), self.check, buttons, self.status,
                               live, self.output])
 
@@ -266,9 +269,11 @@ class Panel(LiveSource):
         where = f" → {result.run_dir}" if result.run_dir else ""
         self.progress.max = max(int(summary["requests"]), 1)
         self.progress.value = min(int(summary["ok"]), self.progress.max)
+        planned = (result.manifest.get("plan") or {}).get("rounds")
+        of = f" ({planned} planned)" if planned and planned != summary["requests"] else ""
         self.say(
             f"{state}: {summary['ok']} ok, {summary['errors']} errors, "
-            f"{summary['cancelled']} cancelled of {summary['requests']} requests{where}",
+            f"{summary['cancelled']} cancelled of {summary['requests']} requests{of}{where}",
             "#a60" if result.cancelled else "")
 
 
@@ -309,7 +314,7 @@ class WhatIf:
         self.base = cfg
         self.num_blocks = w.SelectionSlider(
             options=list(NUM_BLOCKS), value=_closest(NUM_BLOCKS, int(knobs["num_blocks"])),
-            description="KV blocks", style=STYLE, layout=WIDE)
+            description="KV blocks", style=STYLE, layout=wide())
         self.block_size = w.Dropdown(
             options=list(BLOCK_SIZES), value=_closest(BLOCK_SIZES, int(knobs["block_size"])),
             description="block size", style=STYLE)
