@@ -9,9 +9,9 @@ once, ``vllm-tokens``, the embedded engine at 20× real time. Each round runs it
 - **panel**: ``wb.panel(cfg)`` driven from a running event loop in this process, as a
   kernel drives it (the Run button's handler, the panel's poll task on this loop), with
   every report section of the replay notebook following it (``report_view(panel)``:
-  10 tables, 8 figures) and redrawn back to back (``LIVE_MIN_S = 0``, ``LIVE_DUTY =
-  1``: far more often than the panel's default of every 2 s at most 30 % of the time),
-  plus the panel's own three live figures;
+  10 tables, 8 figures) redrawn with ``LIVE_MIN_S = 0``, ``LIVE_DUTY = 1`` (a redraw,
+  then a pause as long: far more often than the panel's default of every 2 s at most
+  30 % of the time), plus the panel's own three live figures;
 
 alternately, ``--rounds`` times, and prints each run's release lag (p50, p99, max, ms)
 from its ``summary.json["client"]`` and how many times the sections were redrawn while
