@@ -235,14 +235,26 @@ class BackgroundRun:
         if snap.phase == "failed":
             self.close()
             raise BackgroundRunError(snap.error_kind, snap.error or "failed")
-        from workbench.storage.rundir import load
-
-        result = load(self.run_dir)
+        result = self._load()
         if self.temp_dir:  # no out_dir asked for: the records live in memory only
             result.run_dir = None
         self._result = result
         self.close()
         return result
+
+    def _load(self) -> RunResult:
+        """The run as ``run_async`` would have returned it: records in memory, or, when the
+        run kept them on disk only (``executor.keep_records``), left there."""
+        from workbench.storage.rundir import TIMELINE, load, read_json, read_jsonl
+
+        manifest = read_json(self.run_dir / "manifest.json")
+        if manifest.get("records_kept") is not False or self.temp_dir:
+            return load(self.run_dir)
+        timeline = self.run_dir / TIMELINE
+        return RunResult(
+            str(manifest.get("run_id") or self.cfg.run_id), [], manifest=manifest,
+            metrics_timeline=read_jsonl(timeline) if timeline.exists() else [],
+            run_dir=str(self.run_dir), cancelled=manifest.get("status") == "cancelled")
 
     def close(self) -> None:
         """Forget the temporary run directory and the child's stderr (after the end)."""
@@ -271,13 +283,18 @@ class _Out:
         if now - self.last >= PROGRESS_EVERY_S or done == 0:
             self.last, self.pending = now, None
             self.send({"progress": [done, total]})
-        else:
-            self.pending = (done, total)
+            return
+        if self.pending is None:  # a count held back goes out at most PROGRESS_EVERY_S late
+            asyncio.get_running_loop().call_later(PROGRESS_EVERY_S, self.flush)
+        self.pending = (done, total)
+
+    def flush(self) -> None:
+        if self.pending is not None:
+            self.send({"progress": list(self.pending)})
+            self.last, self.pending = time.perf_counter(), None
 
     def phase(self, phase: str) -> None:
-        if self.pending is not None:  # the last count before the run moves on
-            self.send({"progress": list(self.pending)})
-            self.pending = None
+        self.flush()  # the last count before the run moves on
         self.send({"phase": phase})
 
 

@@ -49,6 +49,7 @@ DEFAULT_TRACE = "tracelab/multi_session_example.csv"
 POLL_S = 0.1  # the kernel reads the run's snapshot this often (a lock and a copy)
 MAX_POLLS = 10_000_000  # bound of the watch loop (~11 days at POLL_S)
 LIVE_FIGURES = ("cdf", "over_time", "sessions")
+LIVE_MAX_RECORDS = 200_000  # live figures from at most this many (the first) records
 NEW_RUN = "a new run is starting; this fills in from its first finished request"
 PHASE_TEXT = {"starting": "starting engine…", "stopping": "stopping…",
               "finalizing": "finalizing…"}
@@ -178,7 +179,8 @@ class Panel(LiveSource):
 
     async def _follow(self, job: Any) -> None:
         """Poll ``job``'s snapshot: status at once, live figures when records arrive."""
-        tail, records = job.records(), []
+        tail = job.records()
+        records: list[RequestRecord] = []
         manifest: dict[str, Any] = {}
         next_draw, seq = 0.0, -1
         for _ in range(MAX_POLLS):
@@ -189,12 +191,12 @@ class Panel(LiveSource):
             if snap.finished:
                 return
             now = time.monotonic()
-            if now >= next_draw:
+            if now >= next_draw and len(records) < LIVE_MAX_RECORDS:  # memory bounded
                 new = tail.read()
                 if new:
-                    records.extend(new)
+                    records.extend(new[:LIVE_MAX_RECORDS - len(records)])
                     manifest = manifest or _manifest(job.run_dir)
-                    self._draw_live(job.cfg, records, manifest, snap)
+                    await self._draw_live(job.cfg, records, manifest, snap)
                     cost = time.monotonic() - now
                     next_draw = time.monotonic() + max(LIVE_MIN_S, cost / LIVE_DUTY)
             await asyncio.sleep(POLL_S)  # a poll of a status, not a wait for an event
@@ -209,18 +211,25 @@ class Panel(LiveSource):
                 snap.phase == "starting" and self.status_text.startswith("connecting")):
             self.say(PHASE_TEXT[snap.phase])
 
-    def _draw_live(self, cfg: RunConfig, records: list[RequestRecord],
-                   manifest: dict[str, Any], snap: Any) -> None:
+    async def _draw_live(self, cfg: RunConfig, records: list[RequestRecord],
+                         manifest: dict[str, Any], snap: Any) -> None:
+        """Redraw the live figures and the sections below, yielding between sections (a
+        Stop click is handled between two of them, not after all)."""
         from workbench.report.sections import RunReport
 
         partial = RunResult(cfg.run_id or "", list(records), manifest=manifest)
         report = RunReport(partial)
         self.latest = partial
         note = f"live: {len(records)} of {snap.total or '?'} requests finished (run going)"
+        if len(records) >= LIVE_MAX_RECORDS:
+            note = (f"live: the first {len(records):,} records (run going; drawn again from "
+                    "all of them when it ends)")
         for section in self.figures:
             section.draw(report, "", records)
+            await asyncio.sleep(0)
         for view in self.views:
             view.refresh(report, note, records)
+            await asyncio.sleep(0)
 
     def _clear(self, text: str) -> None:
         """Old results gone at once: output, live figures and the sections below."""
