@@ -185,7 +185,6 @@ class ReplaySession:
             async with open_target(self.cfg) as target:
                 self.manifest["target"] = target
                 self.tell("running")
-                self.report_progress(0)
                 await self.executor.play(self, target, stop)
             status = "cancelled" if self.cancelled else self._completion()
         except (asyncio.CancelledError, KeyboardInterrupt):

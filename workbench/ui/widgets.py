@@ -206,6 +206,7 @@ class Panel(LiveSource):
             self.progress.max = max(snap.total, 1)
             self.progress.value = min(snap.done, self.progress.max)
         if snap.phase == "running":
+            # before the first request ends: "running…" (progress counts ended requests)
             self.say(f"running {snap.done}/{snap.total}" if snap.total else "running…")
         elif snap.phase in PHASE_TEXT and not (
                 snap.phase == "starting" and self.status_text.startswith("connecting")):
