@@ -62,3 +62,10 @@ def test_the_snapshot_keeps_stopping_until_the_outcome_and_the_outcome_for_good(
     end = box.update(phase="cancelled")
     assert box.update(phase="running").phase == "cancelled" and box.read() is end
     assert end.finished and end.done == 4 and end.seq == 4
+
+
+def test_an_unreachable_url_fails_without_showing_its_password() -> None:
+    job = BackgroundRun(cfg(target={"url": "http://someone:s3cret-pw@127.0.0.1:9"})).start()
+    snap = job.wait(120)
+    assert snap.phase == "failed" and "cannot reach" in (snap.error or "")
+    assert "s3cret-pw" not in (snap.error or "") and "127.0.0.1:9" in (snap.error or "")

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from workbench import redact
 from workbench.config import RunConfig
 from workbench.errors import WorkbenchError
 from workbench.records import RequestRecord, RunResult
@@ -328,7 +329,8 @@ def main() -> int:
         if cancelled:
             out.send({"end": {"cancelled": True, "status": "cancelled"}})
         else:
-            out.send({"error": {"kind": type(exc).__name__, "message": str(exc)}})
+            # the run's secrets (API key, a URL's password) were registered by the run
+            out.send({"error": {"kind": type(exc).__name__, "message": redact.text(str(exc))}})
         return 1
     out.send({"end": {"cancelled": result.cancelled,
                       "status": result.manifest.get("status")}})

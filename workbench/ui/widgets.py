@@ -30,6 +30,7 @@ import ipywidgets as w
 from workbench.config import RunConfig
 from workbench.errors import WorkbenchError
 from workbench.records import RequestRecord, RunResult
+from workbench.redact import strip_url_credentials
 from workbench.ui.controls import (
     POLICY_DEFAULT,
     STYLE,
@@ -155,17 +156,23 @@ class Panel(LiveSource):
             cfg = self.config()
         except WorkbenchError as exc:
             self.say(f"config error: {exc}", "#b00")
+            self._clear(f"not run (config error: {exc})")
             self.error = exc
             self._busy(False)
             return None
         self._busy(True)
         self.error, self.result, self.latest = None, None, None
         self._clear(NEW_RUN)
-        self.say("starting engine…" if cfg.target.is_sim else f"connecting to {cfg.target.url}…")
+        url = strip_url_credentials(cfg.target.url)  # never a password on screen
+        self.say("starting engine…" if cfg.target.is_sim else f"connecting to {url}…")
         try:
             self.job = BackgroundRun(cfg).start()
             await self._follow(self.job)
             self.result = self.job.result()
+        except asyncio.CancelledError:  # the panel's task cancelled: the run stops too
+            if self.job is not None:
+                self.job.stop()
+            raise
         except Exception as exc:  # shown in the panel; the kernel must stay usable
             log.debug("panel run failed", exc_info=True)
             self.error = exc
