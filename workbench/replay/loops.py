@@ -56,7 +56,7 @@ class LoopThread(Generic[T]):
                  name: str = "workbench-loop") -> None:
         self.future: concurrent.futures.Future[T] = concurrent.futures.Future()
         self._coro = coro
-        self._factory = _loop_factory(use_uvloop)
+        self._new_loop = _loop_factory(use_uvloop)
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[T] | None = None
@@ -79,7 +79,7 @@ class LoopThread(Generic[T]):
 
     def _main(self) -> None:
         try:
-            with asyncio.Runner(loop_factory=self._factory) as runner:
+            with asyncio.Runner(loop_factory=self._new_loop) as runner:
                 result: T = runner.run(self._body(), context=self._context)
         except BaseException as exc:  # every outcome goes to the waiting thread
             if not self.future.done():
