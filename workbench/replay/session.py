@@ -101,6 +101,7 @@ class ReplaySession:
         executor: Executor,
         *,
         progress: Callable[[int, int], None] | None = None,
+        phase: Callable[[str], None] | None = None,
     ) -> None:
         self.executor = executor
         self.cfg = cfg
@@ -108,6 +109,7 @@ class ReplaySession:
         self.run_id = run_id
         self.manifest = manifest
         self.progress = progress
+        self.phase = phase
         # the run's secrets are redacted from every file and log record from now on
         cfg.register_secrets()
         redact.install_log_redaction()
@@ -181,6 +183,11 @@ class ReplaySession:
         if self.progress is not None:
             self.progress(done, self._total)
 
+    def tell(self, phase: str) -> None:
+        """Where the run is, to whoever asked (``run_async(phase=...)``)."""
+        if self.phase is not None:
+            self.phase(phase)
+
     def on_lifecycle(self, row: dict[str, Any]) -> None:
         if self.keep:
             self.lifecycle.append(row)
@@ -196,10 +203,12 @@ class ReplaySession:
         self.executor.open_files(self)
         status = "failed"
         try:
+            self.tell("starting")
             async with open_target(self.cfg) as target:
                 # the URL that is stored: no user:password@, no query value (redact.safe_url)
                 self.manifest["target"] = {**target,
                                            "base_url": redact.safe_url(target["base_url"])}
+                self.tell("running")
                 await self.executor.play(self, target, halt)
             status = "cancelled" if self.cancelled else self._completion()
         except (asyncio.CancelledError, KeyboardInterrupt):
@@ -208,6 +217,7 @@ class ReplaySession:
         finally:
             if relay is not None:
                 relay.cancel()
+            self.tell("finalizing")
             self._finalize("failed" if self.write_error else status)
         if self.write_error is not None:
             raise self.write_error
