@@ -4,7 +4,7 @@ What a header-echoing proxy or a debugging gateway does: the echo goes into the
 error body of every other completion (HTTP 500), into the ``id`` of the others
 (HTTP 200 streams, which records keep as ``server_request_id``), and into the
 401 answer to the prefix-cache reset (the cache-flush note). Binds 127.0.0.1 only.
-Used by the redaction tests (tests/run/test_secret_sources.py).
+Used by the redaction tests (tests/cli/test_secret_sources.py).
 """
 
 from __future__ import annotations
