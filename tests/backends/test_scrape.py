@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
+from loopback import serve_app
 
 from workbench.backends.scrape import MetricsScraper, detect_block_size, parse_metrics
 
@@ -76,16 +77,8 @@ class MetricsServer:
 
 @contextlib.asynccontextmanager
 async def serve(server: MetricsServer) -> AsyncIterator[str]:
-    app = web.Application()
-    app.router.add_get("/metrics", server.handle)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}/v1"
-    finally:
-        await runner.cleanup()
+    async with serve_app([web.get("/metrics", server.handle)]) as url:
+        yield f"{url}/v1"
 
 
 async def test_scrape_once_and_block_size():
