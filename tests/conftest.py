@@ -8,10 +8,13 @@ skipping with the missing path when neither has the file.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from loopback import App, serve_app
 from public_data import require
 
 from workbench.sim.server import SimHandle, serve_sim
@@ -32,3 +35,14 @@ async def sim() -> AsyncIterator[SimHandle]:
     """A fresh embedded engine (its own cache) on 127.0.0.1, at ``FAST_ENGINE`` speed."""
     async with serve_sim(**FAST_ENGINE) as handle:
         yield handle
+
+
+@pytest.fixture
+async def loopback() -> AsyncIterator[Callable[..., Awaitable[str]]]:
+    """``url = await loopback(app)``: ``serve_app`` (tests/loopback.py) until the test ends."""
+    async with contextlib.AsyncExitStack() as servers:
+
+        async def start(app: App, **options: Any) -> str:
+            return await servers.enter_async_context(serve_app(app, **options))
+
+        yield start

@@ -4,7 +4,7 @@ What a header-echoing proxy or a debugging gateway does: the echo goes into the
 error body of every other completion (HTTP 500), into the ``id`` of the others
 (HTTP 200 streams, which records keep as ``server_request_id``), and into the
 401 answer to the prefix-cache reset (the cache-flush note). Binds 127.0.0.1 only.
-Used by the redaction tests (tests/run/test_secret_sources.py).
+Used by the redaction tests (tests/cli/test_secret_sources.py).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from loopback import serve_app
 
 
 def echo_of(request: web.Request, body: dict[str, Any] | None = None) -> str:
@@ -36,7 +37,7 @@ class EchoServer:
         self.seen: list[str] = []  # the path (and query) of every request, in order
         self.authorizations: list[str | None] = []  # each completion's Authorization
         self._n = itertools.count()
-        self._runner: web.AppRunner | None = None
+        self._server = contextlib.AsyncExitStack()
         self.base_url = ""
 
     async def __aenter__(self) -> EchoServer:
@@ -46,17 +47,11 @@ class EchoServer:
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/metrics", self._metrics)
         app.middlewares.append(self._log)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = self._runner.addresses[0][1]
-        self.base_url = f"http://127.0.0.1:{port}"
+        self.base_url = await self._server.enter_async_context(serve_app(app))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self._server.aclose()
 
     @web.middleware
     async def _log(self, request: web.Request, handler: Any) -> web.StreamResponse:

@@ -204,35 +204,21 @@ async def test_a_large_body_in_one_write_arrives_whole():
 
 
 async def test_concurrent_requests_share_a_pool_of_at_most_that_many_connections():
-    peers: list[Any] = []
     script = Script(GOOD)
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        peers.append(request.transport.get_extra_info("peername") if request.transport else None)
-        return await script(request)
-
-    app = web.Application()
-    app.router.add_post("/v1/completions", handler)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
     codec = BACKENDS.get("openai")
-    try:
-        async with (
-            asyncio.timeout(LIMIT),
-            Transport(TransportOptions(f"http://{host}:{port}")) as transport,
-        ):
-            for wave in range(3):
-                recs = [record(f"w{wave}-{i}") for i in range(4)]
-                await asyncio.gather(*(
-                    transport.send(codec, WireRequest(r.request_id, [1, 2, 3, 4], 4), r)
-                    for r in recs
-                ))  # fmt: skip
-                assert all(r.status == "ok" for r in recs), [r.error for r in recs]
-    finally:
-        await runner.cleanup()
-    assert len(peers) == 12 and len(set(peers)) == 4
+    async with (
+        asyncio.timeout(LIMIT),
+        serve(script) as url,
+        Transport(TransportOptions(url)) as transport,
+    ):
+        for wave in range(3):
+            recs = [record(f"w{wave}-{i}") for i in range(4)]
+            await asyncio.gather(*(
+                transport.send(codec, WireRequest(r.request_id, [1, 2, 3, 4], 4), r)
+                for r in recs
+            ))  # fmt: skip
+            assert all(r.status == "ok" for r in recs), [r.error for r in recs]
+    assert len(script.peers) == 12 and len(set(script.peers)) == 4
 
 
 def _self_signed(tmp: Path) -> tuple[Path, Path]:
@@ -249,35 +235,27 @@ def _self_signed(tmp: Path) -> tuple[Path, Path]:
 
 
 @pytest.mark.parametrize("http", HTTP_CLIENTS)
-async def test_tls_through_asyncio_ssl(tmp_path: Path, http: str):
+async def test_tls_through_asyncio_ssl(tmp_path: Path, http: str, loopback):
     key, cert = _self_signed(tmp_path)
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_ctx.load_cert_chain(cert, key)
     client_ctx = ssl.create_default_context(cafile=str(cert))
     script = Script(GOOD)
-    app = web.Application()
 
     async def handler(request: web.Request) -> web.StreamResponse:
         return await script(request)
 
-    app.router.add_post("/v1/completions", handler)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ctx).start()
-    port = runner.addresses[0][1]
-    try:
-        async with asyncio.timeout(LIMIT):
-            async with Transport(
-                TransportOptions(f"https://127.0.0.1:{port}", http=http, ssl_context=client_ctx)
-            ) as transport:
-                rec = record()
-                ids = await transport.send(BACKENDS.get("openai"), REQ, rec)
-            # without trusting the certificate: a clear connection error, no record lost
-            async with Transport(TransportOptions(f"https://127.0.0.1:{port}", http=http)) as t2:
-                bad = record("r-2")
-                await t2.send(BACKENDS.get("openai"), REQ, bad)
-    finally:
-        await runner.cleanup()
+    url = await loopback([web.post("/v1/completions", handler)], ssl_context=server_ctx)
+    async with asyncio.timeout(LIMIT):
+        async with Transport(
+            TransportOptions(url, http=http, ssl_context=client_ctx)
+        ) as transport:
+            rec = record()
+            ids = await transport.send(BACKENDS.get("openai"), REQ, rec)
+        # without trusting the certificate: a clear connection error, no record lost
+        async with Transport(TransportOptions(url, http=http)) as t2:
+            bad = record("r-2")
+            await t2.send(BACKENDS.get("openai"), REQ, bad)
     assert rec.status == "ok" and ids == [11, 12, 13, 14], rec.error
     assert bad.status == "error" and bad.error is not None and "cannot connect" in bad.error
     assert "CERTIFICATE_VERIFY_FAILED" in bad.error or "certificate" in bad.error.lower()

@@ -68,7 +68,7 @@ def test_bad_endpoints_and_globs_are_config_errors_naming_the_field(backend, mes
 
 
 @pytest.fixture
-async def guarded_exporter() -> AsyncIterator[tuple[str, list[str | None]]]:
+async def guarded_exporter(loopback) -> AsyncIterator[tuple[str, list[str | None]]]:
     """A Prometheus page behind Basic auth (user ``u``, password ``s3cret-pw-value``)."""
     seen: list[str | None] = []
     want = "Basic " + base64.b64encode(b"u:s3cret-pw-value").decode()
@@ -79,16 +79,8 @@ async def guarded_exporter() -> AsyncIterator[tuple[str, list[str | None]]]:
             return web.Response(status=401, text="unauthorized")
         return web.Response(text=DCGM_PAGE)
 
-    app = web.Application()
-    app.router.add_get("/metrics", page)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"{host}:{port}", seen
-    finally:
-        await runner.cleanup()
+    url = await loopback([web.get("/metrics", page)])
+    yield url.removeprefix("http://"), seen
 
 
 async def test_credentials_go_in_a_header_and_never_into_what_is_kept(sim, guarded_exporter):

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
+from loopback import serve_app
 
 from workbench.backends.scrape import MetricsScraper, detect_block_size, parse_metrics
 
@@ -64,28 +65,33 @@ def test_parse_sglang_page_sums_label_sets():
 
 
 class MetricsServer:
+    """A ``/metrics`` page that counts its scrapes; ``served(n)`` waits for the n-th."""
+
     def __init__(self, page: str) -> None:
         self.page = page
         self.status = 200
         self.hits = 0
+        self._hit = asyncio.Event()
 
     async def handle(self, request: web.Request) -> web.Response:
         self.hits += 1
+        self._hit.set()
         return web.Response(status=self.status, text=self.page.replace("992.0", f"{self.hits}"))
+
+    async def served(self, n: int) -> None:
+        """Return once the ``n``-th scrape came in: each wait is for the next hit's event.
+        The scraper scrapes one after another, so every earlier row is in its timeline."""
+        for _ in range(n):  # at most n hits to wait for
+            if self.hits >= n:
+                return
+            self._hit.clear()
+            await self._hit.wait()
 
 
 @contextlib.asynccontextmanager
 async def serve(server: MetricsServer) -> AsyncIterator[str]:
-    app = web.Application()
-    app.router.add_get("/metrics", server.handle)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}/v1"
-    finally:
-        await runner.cleanup()
+    async with serve_app([web.get("/metrics", server.handle)]) as url:
+        yield f"{url}/v1"
 
 
 async def test_scrape_once_and_block_size():
@@ -112,8 +118,7 @@ async def test_background_timeline_and_final_scrape():
         serve(server) as url,
         MetricsScraper(url, interval_s=0.02) as scraper,
     ):
-        while len(scraper.timeline) < 3:
-            await asyncio.sleep(0.01)
+        await server.served(4)  # three rows in the timeline, the fourth scrape under way
     rows = scraper.timeline
     assert len(rows) >= 4  # at least three ticks plus the final scrape at stop
     times = [r["t_ns"] for r in rows]
@@ -132,11 +137,9 @@ async def test_failing_scrape_is_recorded_not_fatal(caplog: pytest.LogCaptureFix
         serve(server) as url,
         MetricsScraper(url, interval_s=0.02) as scraper,
     ):
-        while len(scraper.timeline) < 2:
-            await asyncio.sleep(0.01)
+        await server.served(2)  # two refused scrapes
         server.status = 200
-        while "error" in scraper.timeline[-1]:
-            await asyncio.sleep(0.01)
+        await server.served(4)  # the third (answered) is in the timeline
     assert "HTTP 503" in scraper.timeline[0]["error"]
     assert "vllm:prefix_cache_hits_total" in scraper.timeline[-1]
     assert scraper.failures >= 2

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp import web
+from loopback import serve_app
 from multidict import CIMultiDict
 
 from workbench.backends import BACKENDS, WireRequest
@@ -69,15 +70,19 @@ GOOD = [tok([11]), 0.01, tok([12, 13]), 0.01, tok([14], "length"), usage(4, 3), 
 
 
 class Script:
-    """A route that records each request and plays ``steps`` back as a stream."""
+    """A route that records each request (and the client's address it came from) and plays
+    ``steps`` back as a stream."""
 
     def __init__(self, steps: list[Any], status: int = 200) -> None:
         self.steps = steps
         self.status = status
         self.requests: list[tuple[CIMultiDict[str], Any]] = []
         self.arrived = asyncio.Event()
+        self.peers: list[Any] = []
 
     async def __call__(self, request: web.Request) -> web.StreamResponse:
+        transport = request.transport
+        self.peers.append(transport.get_extra_info("peername") if transport else None)
         self.requests.append((request.headers.copy(), await request.json()))
         self.arrived.set()
         if self.status != 200:
@@ -101,21 +106,12 @@ class Script:
 
 @contextlib.asynccontextmanager
 async def serve(script: Script, path: str = "/v1/completions") -> AsyncIterator[str]:
-    app = web.Application()
 
     async def handler(request: web.Request) -> web.StreamResponse:
         return await script(request)
 
-    app.router.add_post(path, handler)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        await runner.cleanup()
+    async with serve_app([web.post(path, handler)]) as url:
+        yield url
 
 
 def read_events(rec: RequestRecord, n: int) -> Any:
@@ -364,31 +360,13 @@ async def test_send_outside_context_is_a_programming_error():
 
 async def test_connection_is_reused_after_done():
     """Reading past [DONE] to the end of the body keeps the connection pooled."""
-    peers: list[object] = []
     script = Script(GOOD)
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        peers.append(request.transport.get_extra_info("peername") if request.transport else None)
-        return await script(request)
-
-    app = web.Application()
-    app.router.add_post("/v1/completions", handler)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
-    try:
-        async with (
-            asyncio.timeout(LIMIT),
-            Transport(options(f"http://{host}:{port}")) as transport,
-        ):
-            for i in range(3):
-                rec = record(f"r-{i}")
-                await transport.send(BACKENDS.get("openai"), REQ, rec)
-                assert rec.status == "ok"
-    finally:
-        await runner.cleanup()
-    assert len(peers) == 3 and len(set(peers)) == 1
+    async with asyncio.timeout(LIMIT), serve(script) as url, Transport(options(url)) as transport:
+        for i in range(3):
+            rec = record(f"r-{i}")
+            await transport.send(BACKENDS.get("openai"), REQ, rec)
+            assert rec.status == "ok"
+    assert len(script.peers) == 3 and len(set(script.peers)) == 1
 
 
 async def test_a_request_lost_on_a_stale_pooled_connection_is_sent_once_more():

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp import web
+from loopback import serve_app
 
 from workbench.backends import BACKENDS, BackendError
 from workbench.backends.preflight import preflight_prefix_cache
@@ -50,17 +51,11 @@ class FakeVLLM:
 
 @contextlib.asynccontextmanager
 async def transport_for(server: FakeVLLM) -> AsyncIterator[Transport]:
-    app = web.Application()
-    app.router.add_post("/v1/completions", server.handle)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
-    try:
-        async with Transport(TransportOptions(base_url=f"http://{host}:{port}")) as t:
-            yield t
-    finally:
-        await runner.cleanup()
+    async with (
+        serve_app([web.post("/v1/completions", server.handle)]) as url,
+        Transport(TransportOptions(base_url=url)) as t,
+    ):
+        yield t
 
 
 POOL = list(range(1000, 11000))

@@ -127,11 +127,12 @@ async def test_stop_cancels_in_flight_requests_and_keeps_finished_ones(tmp_path:
     cfg = config_from_params(notebook_params(out_dir=str(tmp_path), max_items=None,
                                              engine={"speedup": 0.2}))
     p = panel(cfg)
+    first_done = asyncio.Event()  # the progress bar's own change event: one request finished
+    p.progress.observe(lambda change: change["new"] >= 1 and first_done.set(), names="value")
     p.run_button.click()
     assert p.task is not None
     async with asyncio.timeout(60):
-        while p.progress.value < 1:
-            await asyncio.sleep(0.01)
+        await first_done.wait()
         p.stop_button.click()
         assert p.stop_button.disabled and p.status_text == "stopping…"
         result = await p.task

@@ -7,6 +7,7 @@ import asyncio
 
 import orjson
 from aiohttp import web
+from loopback import serve_app
 
 from workbench.data import path as data_path
 from workbench.executors.dispatch import run_async
@@ -27,24 +28,14 @@ async def _text_only(request: web.Request) -> web.StreamResponse:
 
 
 async def _replay(policy):
-    app = web.Application()
-    app.router.add_post("/v1/completions", _text_only)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        async with asyncio.timeout(30):
-            return await run_async({
-                "trace": str(data_path("tracelab/multi_session_example.csv")),
-                "context": policy,
-                "arrival": {"mode": "saturated", "tool_wait_scale": 0, "output_len": "fixed:3"},
-                "backend": {"name": "openai", "preflight": False, "scrape_interval_s": None},
-                "target": f"http://127.0.0.1:{port}",
-            })
-    finally:
-        await runner.cleanup()
+    async with asyncio.timeout(30), serve_app([web.post("/v1/completions", _text_only)]) as url:
+        return await run_async({
+            "trace": str(data_path("tracelab/multi_session_example.csv")),
+            "context": policy,
+            "arrival": {"mode": "saturated", "tool_wait_scale": 0, "output_len": "fixed:3"},
+            "backend": {"name": "openai", "preflight": False, "scrape_interval_s": None},
+            "target": url,
+        })
 
 
 async def test_prefix_preserving_fails_rounds_without_output_ids():

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 
 import pytest
 from aiohttp import web
+from loopback import serve_app
 
 from workbench.backends.overrun import ERROR_CLASS, event_bytes_limit
 from workbench.config import RunConfig
@@ -54,19 +54,9 @@ async def _hostile(mode: str):
             pass
         return resp
 
-    app = web.Application()
-    app.router.add_post("/v1/completions", completions)
-    app.router.add_post("/v1/chat/completions", completions)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    site = web.SockSite(runner, sock)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", sent
-    finally:
-        await runner.cleanup()
+    routes = [web.post(path, completions) for path in ("/v1/completions", "/v1/chat/completions")]
+    async with serve_app(routes) as url:
+        yield url, sent
 
 
 TOKENLESS = {

@@ -145,33 +145,20 @@ async def test_flush_picks_the_backend_route_on_the_embedded_engine() -> None:
     assert (sgl.ok, sgl.endpoint, sgl.status) == (True, "POST /flush_cache", 200)
 
 
-async def _routeless_server() -> tuple[web.AppRunner, str]:
-    """A real HTTP server that serves /v1/models and nothing else (vLLM without dev mode)."""
-
-    async def models(request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": "m"}]})
-
-    app = web.Application()
-    app.add_routes([web.get("/v1/models", models)])
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+async def _models(request: web.Request) -> web.Response:
+    return web.json_response({"object": "list", "data": [{"id": "m"}]})
 
 
-async def test_a_server_without_the_route_is_recorded_and_true_stops_the_run() -> None:
-    runner, url = await _routeless_server()
-    try:
-        out = await flush_prefix_cache(url)
-        assert out.attempted and not out.ok and out.endpoint is None
-        assert [t["status"] for t in out.tries] == [404, 404]
-        assert "VLLM_SERVER_DEV_MODE=1" in (out.detail or "")
-        config = cfg(url, flush_cache=True, preflight=False)
-        with pytest.raises(ConfigError, match=r"flush_cache true.*VLLM_SERVER_DEV_MODE=1"):
-            await run_async(config)
-    finally:
-        await runner.cleanup()
+async def test_a_server_without_the_route_is_recorded_and_true_stops_the_run(loopback) -> None:
+    # a real HTTP server that serves /v1/models and nothing else (vLLM without dev mode)
+    url = await loopback([web.get("/v1/models", _models)])
+    out = await flush_prefix_cache(url)
+    assert out.attempted and not out.ok and out.endpoint is None
+    assert [t["status"] for t in out.tries] == [404, 404]
+    assert "VLLM_SERVER_DEV_MODE=1" in (out.detail or "")
+    config = cfg(url, flush_cache=True, preflight=False)
+    with pytest.raises(ConfigError, match=r"flush_cache true.*VLLM_SERVER_DEV_MODE=1"):
+        await run_async(config)
 
 
 async def test_a_busy_engine_is_retried_then_reported_refused() -> None:

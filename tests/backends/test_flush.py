@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
+from loopback import serve_app
 
 from workbench.backends.flush import flush_prefix_cache
 
@@ -25,18 +26,9 @@ async def server(status: int, body: str) -> AsyncIterator[tuple[str, list[str]]]
         seen.append(request.path)
         return web.Response(status=status, text=body)
 
-    app = web.Application()
-    app.router.add_post("/reset_prefix_cache", handle)
-    app.router.add_post("/flush_cache", handle)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}", seen
-    finally:
-        await runner.cleanup()
+    async with serve_app([web.post("/reset_prefix_cache", handle),
+                          web.post("/flush_cache", handle)]) as url:
+        yield url, seen
 
 
 @pytest.mark.parametrize(("status", "body"), [(401, '{"error": "invalid api key"}'),
@@ -68,7 +60,7 @@ def test_an_empty_token_salt_is_refused_not_silently_unsalted(salt: str):
         RunConfig.from_dict({"backend": {"token_salt": salt}})
 
 
-async def test_a_run_flushes_with_its_own_credentials_from_the_target_url(tmp_path) -> None:
+async def test_a_run_flushes_with_its_own_credentials_from_the_target_url(tmp_path, loopback):
     """The reset goes out with the run's Authorization (the URL's user:password as Basic,
     as every request of the run), not only with an environment key."""
     import base64
@@ -81,23 +73,14 @@ async def test_a_run_flushes_with_its_own_credentials_from_the_target_url(tmp_pa
         auth.append(request.headers.get("Authorization"))
         return web.json_response({"success": True})
 
-    app = web.Application()
-    app.router.add_post("/reset_prefix_cache", reset)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
+    url = await loopback([web.post("/reset_prefix_cache", reset)])
     trace = tmp_path / "t.csv"
     trace.write_text("id,arrival_time,input_len,output_len\n0,0,8,1\n")
-    try:
-        result = await wb.run_async({
-            "trace": {"path": str(trace), "format": "independent"},
-            "target": f"http://user:s3cret@{host}:{port}",
-            "backend": {"name": "openai", "preflight": False, "flush_cache": True,
-                        "scrape_interval_s": None},
-        })  # fmt: skip
-    finally:
-        await runner.cleanup()
+    result = await wb.run_async({
+        "trace": {"path": str(trace), "format": "independent"},
+        "target": url.replace("http://", "http://user:s3cret@"),
+        "backend": {"name": "openai", "preflight": False, "flush_cache": True,
+                    "scrape_interval_s": None},
+    })  # fmt: skip
     assert auth == ["Basic " + base64.b64encode(b"user:s3cret").decode()]
     assert result.manifest["cache_flush"]["ok"] is True

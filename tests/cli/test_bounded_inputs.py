@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from echo_server import echo_server
+from loopback import serve_app
 
 from workbench.backends.base import WireRequest
 from workbench.backends.http1 import HEAD_MAX
@@ -162,16 +163,8 @@ async def _gzip_server(body: bytes):
             await resp.write_eof()
         return resp
 
-    app = web.Application()
-    app.router.add_post("/v1/completions", complete)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    async with serve_app([web.post("/v1/completions", complete)]) as url:
+        yield url
 
 
 @pytest.mark.parametrize("http", ["httptools", "aiohttp"])
