@@ -27,7 +27,7 @@ import workbench.sweeps.spec as spec_mod
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
 from workbench.sweeps.points import point_metrics, pool, run_complete, simulate_and_measure
-from workbench.sweeps.slo import SLO
+from workbench.metrics.slo import SLO
 from workbench.sweeps.store import RUNS, SWEEP_MANIFEST, Sweep, load_sweep, write_sweep
 
 log = logging.getLogger(__name__)
