@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.metrics import catalog
+import workbench.metrics.catalog as catalog
 from workbench.metrics.columns import Columns
 from workbench.metrics.frame import Data, run_rows
 from workbench.metrics.stats import QS, describe, quantiles, sample

@@ -65,7 +65,7 @@ CATALOG: tuple[Metric, ...] = (
     Metric("token_events", "count", "token events", "int",
            doc="stream events carrying at least one output token id"),
     Metric("itl_count", "count", "ITL gaps", "int", in_frame=False,
-           doc="gaps between token events (records.parquet)"),
+           doc="gaps between token events"),
     Metric("ttft_ms", _MS, "TTFT", summarised=True, latency=True, slo_able=True,
            doc="dispatch → first token event"),
     Metric("tpot_ms", _MS, "TPOT", summarised=True, latency=True, slo_able=True,
@@ -87,11 +87,11 @@ CATALOG: tuple[Metric, ...] = (
     Metric("admission_lag_ms", _MS, "admission lag", slo_able=True,
            doc="scheduled arrival → admitted (includes the release lag)"),
     Metric("itl_sum_ms", _MS, "ITL sum", in_frame=False,
-           doc="last − first token event when there is a gap, else 0 (records.parquet)"),
+           doc="last − first token event when there is a gap, else 0"),
     Metric("itl_min_ms", _MS, "ITL min", in_frame=False,
-           doc="smallest gap (records.parquet)"),
+           doc="smallest gap"),
     Metric("itl_max_ms", _MS, "ITL max", in_frame=False,
-           doc="largest gap (records.parquet)"),
+           doc="largest gap"),
 )  # fmt: skip
 
 
@@ -124,3 +124,15 @@ AUDIT: tuple[str, ...] = names(summarised=True, latency=False)
 SLO_ABLE: tuple[str, ...] = names(slo_able=True)
 #: the three latency metrics compared and plotted by default (ITL is a list per request)
 SCALAR_LATENCY: tuple[str, ...] = tuple(m.name for m in CATALOG if m.latency and m.kind != "list")
+
+
+def markdown_table(catalog: tuple[Metric, ...] = CATALOG) -> str:
+    """The catalog as docs/metrics.md's table (a test keeps the page equal to it)."""
+    yes = {True: "yes", False: ""}
+    lines = ["| metric | unit | label | summary.json | latency | SLO | definition |",
+             "|---|---|---|---|---|---|---|"]
+    for m in catalog:
+        where = "" if m.in_frame else " (Parquet only)"
+        lines.append(f"| `{m.name}`{where} | {m.unit} | {m.label} | {yes[m.summarised]} | "
+                     f"{yes[m.latency]} | {yes[m.slo_able]} | {m.doc} |")
+    return "\n".join(lines) + "\n"

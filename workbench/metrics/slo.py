@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+import workbench.metrics.catalog as catalog
 from workbench.errors import ConfigError
-from workbench.metrics import catalog
 from workbench.metrics.columns import Columns
 from workbench.metrics.stats import percentile, sample
 

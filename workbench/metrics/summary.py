@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.metrics import catalog
+import workbench.metrics.catalog as catalog
 from workbench.metrics.columns import Columns, available, stored
 from workbench.metrics.frame import Data
 from workbench.metrics.isolation import reported, warm_cache

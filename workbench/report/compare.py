@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.metrics import catalog
+import workbench.metrics.catalog as catalog
 from workbench.metrics.stats import quantiles, sample
 from workbench.records import RunResult
 

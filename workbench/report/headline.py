@@ -21,7 +21,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from workbench.metrics import catalog
+import workbench.metrics.catalog as catalog
 from workbench.metrics.slo import DEFAULT_MIN_OK
 from workbench.sweeps.store import Sweep
 

@@ -28,7 +28,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from workbench.metrics import catalog
+import workbench.metrics.catalog as catalog
 from workbench.metrics.stats import sample
 from workbench.records import RunResult
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from workbench.metrics import catalog
+import workbench.metrics.catalog as catalog
 from workbench.metrics.catalog import SCALAR_LATENCY
 from workbench.report.headline import sig
 from workbench.sweeps.store import Sweep

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from workbench.config import RunConfig
-from workbench.metrics import catalog
+import workbench.metrics.catalog as catalog
 from workbench.metrics.stats import QS
 from workbench.records import RunResult
 from workbench.metrics.slo import SLO
