@@ -32,8 +32,9 @@ def test_docs_metric_table_is_the_catalog() -> None:
     m = re.search(r"<!-- catalog:[^\n]*-->\n(.*?)<!-- /catalog -->", text, re.S)
     assert m, "docs/metrics.md lost its catalog table markers"
     assert m.group(1) == catalog.markdown_table(), (
-        "docs/metrics.md's table differs from workbench.metrics.catalog: paste "
-        "catalog.markdown_table() between the markers")
+        "docs/metrics.md's table differs from workbench.metrics.catalog: put the output of "
+        "python -c 'from workbench.metrics.catalog import markdown_table as t; print(t(), "
+        "end=\"\")' between the markers")
 
 
 def test_every_consumer_list_is_the_catalogs() -> None:
