@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from workbench.errors import ConfigError
 from workbench.metrics import (
     by_input_band,
     by_round_index,
@@ -229,8 +230,12 @@ def test_slo_failure_counts_against_and_goodput() -> None:
     assert slo["attained"] == 1
     assert slo["joint_attainment"] == 0.25
     assert slo["goodput_rps"] == pytest.approx(1 / 4.0)
-    with pytest.raises(ValueError, match="itl_ms"):
-        summarize(RunResult("r1", [fast]), {"itl_ms": 5})
+    # every SLO-able metric of the catalog: itl_ms bounds the request's largest gap (20 ms)
+    itl = summarize(RunResult("r1", [fast, one]), {"itl_ms": 50})["slo"]["attainment"]
+    assert itl == {"itl_ms": 1.0}  # "one" has no gap: nothing in it breaks the bound
+    assert summarize(RunResult("r1", [fast]), {"itl_ms": 5})["slo"]["attainment"] == {"itl_ms": 0}
+    with pytest.raises(ConfigError, match="ttfb_ms"):
+        summarize(RunResult("r1", [fast]), {"ttfb_ms": 5})
 
 
 def test_slo_from_manifest_and_summary_is_strict_json() -> None:

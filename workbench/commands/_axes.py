@@ -178,7 +178,10 @@ def is_sweep_bound(item: str) -> bool:
 
 
 def per_request_slo(items: list[str], allow_sweep_bounds: bool = False) -> dict[str, float]:
-    """``--slo`` items without a percentile (``ttft_ms<=2000``): the run config's ``slo``."""
+    """``--slo`` items without a percentile (``ttft_ms<=2000``): the run config's ``slo``
+    (``metrics.slo``'s grammar)."""
+    from workbench.metrics.slo import SLO
+
     out: dict[str, float] = {}
     for item in items:
         if is_sweep_bound(item):
@@ -186,14 +189,12 @@ def per_request_slo(items: list[str], allow_sweep_bounds: bool = False) -> dict[
                 raise ConfigError(f"--slo {item!r}: percentile bounds and ok>=F are the SLO "
                                   "of a sweep (workbench sweep); a run takes METRIC<=MS")
             continue
-        key, sep, value = item.replace("<=", "=").partition("=")
         try:
-            out[key.strip()] = float(value)
-        except ValueError:
-            raise ConfigError(f"--slo {item!r}: expected METRIC<=MS, e.g. ttft_ms<=2000") \
+            spec = SLO.parse([item])
+        except ConfigError as e:
+            raise ConfigError(f"--slo {item!r}: expected METRIC<=MS, e.g. ttft_ms<=2000 ({e})") \
                 from None
-        if not sep:
-            raise ConfigError(f"--slo {item!r}: expected METRIC<=MS, e.g. ttft_ms<=2000")
+        out.update(spec.per_request_mapping() if spec is not None else {})
     return out
 
 

@@ -102,9 +102,11 @@ def replay_with_progress(cfg: Any, *, progress: bool = True) -> Any:
 
 
 def _brief(summary: dict, result: Any = None, percentiles: str | None = None) -> dict:
-    keys = ("requests", "ok", "errors", "ttft_ms", "tpot_ms", "e2e_ms",
-            "actual_prefix_hit_rate", "cache_reported_requests", "cache_unreported_requests",
-            "planned_prefix_hit_rate", "request_throughput_rps", "warmup")
+    from workbench.metrics.catalog import SCALAR_LATENCY
+
+    keys = ("requests", "ok", "errors", *SCALAR_LATENCY, "actual_prefix_hit_rate",
+            "cache_reported_requests", "cache_unreported_requests", "planned_prefix_hit_rate",
+            "request_throughput_rps", "warmup")
     out = {k: summary[k] for k in keys if k in summary}
     if percentiles and result is not None:
         out["percentiles"] = percentile_table(result, percentiles)
@@ -117,10 +119,10 @@ def percentile_table(result: Any, spec: str) -> dict[str, dict[str, float | None
     """``--percentiles 50,99.9``: each latency metric's percentiles over ok requests (ms)."""
     from workbench.commands._axes import parse_percentiles
     from workbench.metrics import to_frame
-    from workbench.sweeps.slo import percentile
+    from workbench.metrics.catalog import LATENCY
+    from workbench.metrics.slo import ok_percentile
 
     qs = parse_percentiles(spec)
     df = to_frame(result)
     ok = df[df["status"] == "ok"]
-    return {m: {f"p{q:g}": percentile(ok, m, q) for q in qs}
-            for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")}
+    return {m: {f"p{q:g}": ok_percentile(ok, m, q) for q in qs} for m in LATENCY}

@@ -144,8 +144,9 @@ def _table(result: Any) -> str:
         lambda v: isinstance(v, int | float)).all()]
     if numeric:  # load order, not the order the points ran in (a search probes 1, 40, 20...)
         df = df.sort_values([*numeric, "point"], kind="stable")
-    cols = [*result.axes, "ttft_ms_p90", "tpot_ms_p90", "e2e_ms_p90", "request_throughput_rps",
-            "actual_prefix_hit_rate"]
+    from workbench.report.sweep_tables import P90
+
+    cols = [*result.axes, *P90, "request_throughput_rps", "actual_prefix_hit_rate"]
     if result.slo:
         cols += ["goodput_rps", "slo_held"]
     from workbench.report.headline import sig

@@ -23,9 +23,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+import workbench.metrics.catalog as catalog
 from workbench.metrics.columns import Columns
 from workbench.metrics.frame import Data, run_rows
-from workbench.metrics.stats import describe, metric_values
+from workbench.metrics.stats import QS, describe, quantiles, sample
 from workbench.metrics.summary import prefix_hit_rates
 from workbench.metrics.timeline import active_units_at
 from workbench.records import RunResult
@@ -33,8 +34,7 @@ from workbench.records import RunResult
 K = 1024
 BAND_EDGES: tuple[float, ...] = (0, 2 * K, 8 * K, 16 * K, 32 * K, math.inf)
 BAND_LABELS: tuple[str, ...] = ("0-2K", "2-8K", "8-16K", "16-32K", "32K+")
-BREAKDOWN_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "e2e_ms")
-QS: tuple[float, ...] = (50, 90, 99)
+BREAKDOWN_METRICS: tuple[str, ...] = catalog.SCALAR_LATENCY
 
 
 def percentiles(
@@ -44,9 +44,8 @@ def percentiles(
     groups = df.groupby(by, sort=True, observed=False) if by else [("all", df)]
     rows = {}
     for key, part in groups:
-        vals = metric_values(Columns.of(part), col)
-        vals = vals[np.isfinite(vals)]
-        pcts = np.percentile(vals, list(qs)) if vals.size else [math.nan] * len(qs)
+        vals = sample(part, col)
+        pcts = quantiles(vals, qs) if vals.size else [math.nan] * len(qs)
         rows[key] = {f"p{q:g}": float(p) for q, p in zip(qs, pcts, strict=True)}
     return pd.DataFrame.from_dict(rows, orient="index", columns=[f"p{q:g}" for q in qs])
 

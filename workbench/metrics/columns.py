@@ -132,6 +132,15 @@ def parquet_path(run_dir: str | Path, *, token_times: bool | None = None) -> Pat
 
 
 # ---------------------------------------------------------------- reading: Columns
+#: ``records.parquet``'s per-request ITL statistics, reduced from a frame's ``itl_ms`` lists
+_FROM_GAPS: dict[str, Any] = {
+    "itl_count": len,
+    "itl_sum_ms": lambda g: float(sum(g)),
+    "itl_min_ms": lambda g: min(g) if g else None,
+    "itl_max_ms": lambda g: max(g) if g else None,
+}
+
+
 class _FrameSource:
     """Columns of a ``to_frame`` DataFrame."""
 
@@ -141,10 +150,14 @@ class _FrameSource:
 
     def has(self, name: str) -> bool:
         extra = name in columnar.EXTRA_INT_FIELDS and "extra" in self.df.columns
-        return name in self.df.columns or extra
+        gaps = name in _FROM_GAPS and "itl_ms" in self.df.columns
+        return name in self.df.columns or extra or gaps
 
     def load(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        if name in columnar.EXTRA_INT_FIELDS and name not in self.df.columns:
+        if name in _FROM_GAPS and name not in self.df.columns:
+            reduce = _FROM_GAPS[name]
+            col = pd.Series([reduce(g) for g in self.df["itl_ms"]], dtype=object)
+        elif name in columnar.EXTRA_INT_FIELDS and name not in self.df.columns:
             col = pd.Series([e.get(name) if isinstance(e, dict) else None
                              for e in self.df["extra"]], dtype=object)  # fmt: skip
         else:

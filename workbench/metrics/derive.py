@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+import workbench.metrics.catalog as catalog
+
 NS_PER_MS = 1_000_000
 #: a stream event is a token event when it carries at least this many output token ids
 MIN_EVENT_TOKENS = 1
@@ -55,16 +57,10 @@ INPUTS: tuple[str, ...] = (
     "first_token_ns", "dispatch_ns", "end_ns", "released_ns", "admitted_ns", "scheduled_ns",
     "sent_prompt_tokens", "planned_prefix_tokens", "planned_input_tokens",
 )  # fmt: skip
-#: the derived integer and float columns (``to_frame`` has all but the ``itl_*`` ones)
-INT_COLUMNS: tuple[str, ...] = (
-    "output_tokens", "planned_prompt_tokens", "prompt_len", "first_event_tokens",
-    "token_events", "itl_count",
-)  # fmt: skip
-FLOAT_COLUMNS: tuple[str, ...] = (
-    "ttft_ms", "tpot_ms", "terminal_tail_ms", "e2e_ms", "completion_amortized_tpot_ms",
-    "actual_hit", "planned_hit", "hit_delta", "arrival_release_lag_ms", "admission_lag_ms",
-    "itl_sum_ms", "itl_min_ms", "itl_max_ms",
-)  # fmt: skip
+#: the derived integer and float columns, in the catalog's order (``to_frame`` has all but
+#: the ``itl_*`` ones; ``catalog.FRAME_COLUMNS``)
+INT_COLUMNS: tuple[str, ...] = catalog.INT_COLUMNS
+FLOAT_COLUMNS: tuple[str, ...] = catalog.FLOAT_COLUMNS
 
 Opt = tuple[np.ndarray, np.ndarray]  # (int64 values, 0 where absent; validity mask)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+import workbench.metrics.catalog as catalog
 from workbench.metrics.derive import INPUTS, MIN_EVENT_TOKENS, derive, split_gaps
 from workbench.records import RequestRecord, RunResult
 
@@ -23,24 +24,9 @@ RAW_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RequestR
 NS_COLUMNS: tuple[str, ...] = tuple(
     c for c in RAW_COLUMNS if c.endswith("_ns") and c != "token_times_ns"
 )
-DERIVED_COLUMNS: tuple[str, ...] = (
-    "output_tokens",
-    "planned_prompt_tokens",
-    "prompt_len",
-    "first_event_tokens",
-    "token_events",
-    "ttft_ms",
-    "tpot_ms",
-    "itl_ms",
-    "terminal_tail_ms",
-    "e2e_ms",
-    "completion_amortized_tpot_ms",
-    "actual_hit",
-    "planned_hit",
-    "hit_delta",
-    "arrival_release_lag_ms",
-    "admission_lag_ms",
-)
+#: the per-request metrics of a frame: the catalog's ``in_frame`` rows, in its order
+DERIVED_COLUMNS: tuple[str, ...] = catalog.FRAME_COLUMNS
+LIST_COLUMNS: tuple[str, ...] = catalog.names(kind="list")
 COLUMNS: tuple[str, ...] = RAW_COLUMNS + DERIVED_COLUMNS
 
 Data = RunResult | Iterable[RequestRecord | Mapping[str, Any]] | pd.DataFrame
@@ -96,7 +82,7 @@ def prompt_len(rec: RequestRecord) -> int:
 def request_metrics(rec: RequestRecord) -> dict[str, Any]:
     """Every derived per-request metric of one record (docs/metrics.md names)."""
     d = _one(rec)
-    out: dict[str, Any] = {c: d[c][0].item() for c in DERIVED_COLUMNS if c != "itl_ms"}
+    out: dict[str, Any] = {c: d[c][0].item() for c in DERIVED_COLUMNS if c not in LIST_COLUMNS}
     out["itl_ms"] = d["gaps"].tolist()
     return out
 
@@ -117,7 +103,7 @@ def to_frame(data: Data) -> pd.DataFrame:
     raw["token_counts"] = [list(c) for c in raw["token_counts"]]
     d = derive(raw, raw["token_times_ns"], raw["token_counts"])
     cols: dict[str, Any] = {name: raw[name] for name in RAW_COLUMNS}
-    cols.update({name: d[name] for name in DERIVED_COLUMNS if name != "itl_ms"})
+    cols.update({name: d[name] for name in DERIVED_COLUMNS if name not in LIST_COLUMNS})
     cols["itl_ms"] = split_gaps(d["gaps"], d["itl_count"])
     df = pd.DataFrame(cols, columns=list(COLUMNS))
     for col in NS_COLUMNS:

@@ -9,13 +9,37 @@ per-request ITL statistics and no percentiles (``describe_metric``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from workbench.metrics.columns import Columns
 
-STAT_KEYS: tuple[str, ...] = ("mean", "p50", "p90", "p99", "min", "max", "count")
+#: the percentiles ``describe`` gives (``summary.json``'s latency blocks)
+QS: tuple[float, ...] = (50, 90, 99)
+STAT_KEYS: tuple[str, ...] = ("mean", *(f"p{q:g}" for q in QS), "min", "max", "count")
+
+
+def finite(values: Iterable[float | None]) -> np.ndarray:
+    """The finite values as a float array (None, NaN and ±inf dropped)."""
+    if isinstance(values, np.ndarray):
+        arr = values.astype(float, copy=False)
+    else:
+        arr = np.asarray([v for v in values if v is not None], dtype=float)
+    ok = np.isfinite(arr)
+    return arr if ok.all() else arr[ok]
+
+
+def quantiles(arr: np.ndarray, qs: Sequence[float], *, scratch: bool = False) -> list[float]:
+    """The one percentile of the package: linear at ``q·(n−1)`` (numpy's default) over
+    finite ``arr`` (non-empty). ``scratch``: ``arr`` may be reordered in place."""
+    return [float(p) for p in np.percentile(arr, list(qs), overwrite_input=scratch)]
+
+
+def percentile(values: Iterable[float | None], q: float) -> float | None:
+    """The ``q``-th percentile of the finite values (``quantiles``), None when there are none."""
+    arr = finite(values)
+    return quantiles(arr, (q,))[0] if arr.size else None
 
 
 def describe(values: Iterable[float], *, scratch: bool = False) -> dict[str, float | int | None]:
@@ -24,22 +48,14 @@ def describe(values: Iterable[float], *, scratch: bool = False) -> dict[str, flo
     ``scratch``: ``values`` is an array nobody keeps, so the percentiles may reorder it
     in place instead of copying it (the pooled ITL gaps of a large run).
     """
-    if isinstance(values, np.ndarray):
-        arr = values.astype(float, copy=False)
-    else:
-        arr = np.asarray([v for v in values if v is not None], dtype=float)
-    finite = np.isfinite(arr)
-    if not finite.all():
-        arr = arr[finite]
+    arr = finite(values)
     if arr.size == 0:
         return {**dict.fromkeys(STAT_KEYS[:-1]), "count": 0}
     mean, lo, hi = float(arr.mean()), float(arr.min()), float(arr.max())  # before any reorder
-    p50, p90, p99 = np.percentile(arr, [50, 90, 99], overwrite_input=scratch)
+    pcts = quantiles(arr, QS, scratch=scratch)
     return {
         "mean": mean,
-        "p50": float(p50),
-        "p90": float(p90),
-        "p99": float(p99),
+        **{f"p{q:g}": p for q, p in zip(QS, pcts, strict=True)},
         "min": lo,
         "max": hi,
         "count": int(arr.size),
@@ -54,6 +70,12 @@ def metric_values(cols: Columns, col: str) -> np.ndarray:
     return cols.floats(col)
 
 
+def sample(cols: Columns | object, metric: str) -> np.ndarray:
+    """The finite values of ``metric`` over the rows of ``cols`` (a ``Columns`` or anything
+    ``Columns.of`` takes, e.g. a frame of ok rows); ``itl_ms`` pools every gap."""
+    return finite(metric_values(Columns.of(cols), metric))
+
+
 def describe_metric(cols: Columns, col: str) -> dict[str, float | int | None]:
     """``describe`` of a metric over the rows of ``cols`` (see module docstring for ITL)."""
     if col == "itl_ms" and (gaps := cols.gaps()) is not None:
@@ -66,6 +88,6 @@ def describe_metric(cols: Columns, col: str) -> dict[str, float | int | None]:
         return describe(np.empty(0))
     total = float(cols.floats("itl_sum_ms")[some].sum())
     count = int(n[some].sum())
-    return {"mean": total / count, "p50": None, "p90": None, "p99": None,
+    return {"mean": total / count, **{f"p{q:g}": None for q in QS},
             "min": float(np.nanmin(cols.floats("itl_min_ms")[some])),
             "max": float(np.nanmax(cols.floats("itl_max_ms")[some])), "count": count}  # fmt: skip

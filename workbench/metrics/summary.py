@@ -36,19 +36,23 @@ from typing import Any
 
 import numpy as np
 
+import workbench.metrics.catalog as catalog
 from workbench.metrics.columns import Columns, available, stored
 from workbench.metrics.frame import Data
 from workbench.metrics.isolation import reported, warm_cache
 from workbench.metrics.server_side import counter_increase, server_evidence
+from workbench.metrics.slo import SLO, attained
 from workbench.metrics.stats import STAT_KEYS, describe, describe_metric
 from workbench.metrics.workers import worker_breakdown
 from workbench.records import RunResult
 
 __all__ = ["STAT_KEYS", "describe"]  # re-exported: ``metrics.describe``
 
-LATENCY_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
-AUDIT_METRICS: tuple[str, ...] = ("terminal_tail_ms", "completion_amortized_tpot_ms")
-SLO_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "e2e_ms")
+#: the described metrics of ``summary.json`` (the catalog's ``summarised`` rows, latency first)
+LATENCY_METRICS: tuple[str, ...] = catalog.LATENCY
+AUDIT_METRICS: tuple[str, ...] = catalog.AUDIT
+#: the metrics an SLO bound may name (``metrics.slo``)
+SLO_METRICS: tuple[str, ...] = catalog.SLO_ABLE
 STATUSES: dict[str, str] = {
     "ok": "ok",
     "errors": "error",
@@ -182,29 +186,22 @@ def server_window_hit_rate(timeline: Sequence[Mapping[str, Any]]) -> float | Non
 def slo_attainment(
     data: Data | Columns, slo: Mapping[str, float], duration_s: float | None
 ) -> dict[str, Any]:
-    """Per-metric and joint attainment over every request; goodput = attained/window."""
-    unknown = sorted(set(slo) - set(SLO_METRICS))
-    if unknown:
-        raise ValueError(f"unknown SLO metric(s) {unknown}; valid: {', '.join(SLO_METRICS)}")
+    """Per-metric and joint attainment of the per-request bounds ``slo`` (``{metric: ms}``,
+    ``metrics.slo``) over every request; goodput = attained/window."""
+    spec = SLO.parse(slo)
+    if spec is None or spec.percentile_bounds:
+        raise ValueError(f"a run's slo bounds each request ({{metric: ms}}), got {dict(slo)}")
     cols = Columns.of(data)
     n = len(cols)
-    ok = cols.equals("status", "ok")
-    joint = ok.copy()
-    per: dict[str, float | None] = {}
-    for metric, bound in slo.items():
-        values = cols.floats(metric)
-        with np.errstate(invalid="ignore"):
-            meets = ok & ~np.isnan(values) & (values <= float(bound))
-        per[metric] = float(meets.mean()) if n else None
-        joint &= meets
-    attained = int(joint.sum())
+    joint, per = attained(cols, spec.per_request)
+    count = int(joint.sum())
     return {
         "bounds": {k: float(v) for k, v in slo.items()},
         "requests": n,
-        "attained": attained,
-        "attainment": per,
+        "attained": count,
+        "attainment": {k: float(m.mean()) if n else None for k, m in per.items()},
         "joint_attainment": float(joint.mean()) if n else None,
-        "goodput_rps": attained / duration_s if duration_s else None,
+        "goodput_rps": count / duration_s if duration_s else None,
     }
 
 

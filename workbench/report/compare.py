@@ -26,10 +26,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+import workbench.metrics.catalog as catalog
+from workbench.metrics.stats import quantiles, sample
 from workbench.records import RunResult
 
 AXES: tuple[str, ...] = ("trace", "context", "arrival", "backend", "target")
-CI_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "e2e_ms")
+CI_METRICS: tuple[str, ...] = catalog.SCALAR_LATENCY
 QS: tuple[float, ...] = (50, 90, 99)
 BATCH = 256  # resamples drawn at once (bounds memory at BATCH × n floats)
 
@@ -143,7 +145,7 @@ def change_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
                 for q in qs:
                     change, lo, hi = bootstrap_diff(base, vals, q, n_boot=n_boot,
                                                     level=level, seed=seed)
-                    ref = float(np.percentile(base, q)) if base.size else math.nan
+                    ref = quantiles(base, (q,))[0] if base.size else math.nan
                     rows.append({
                         "metric": metric, "run": label, "stat": f"p{q:g}",
                         "baseline": ref, "value": ref + change, "change": change,
@@ -209,10 +211,7 @@ def _ok_values(run: Any, metric: str) -> np.ndarray:
     from workbench.metrics import run_rows
 
     df = run_rows(run)
-    col = df.loc[df["status"] == "ok", metric]
-    flat = [g for gaps in col for g in gaps] if metric == "itl_ms" else col.tolist()
-    arr = np.asarray(flat, dtype=float)
-    return arr[np.isfinite(arr)]
+    return sample(df[df["status"] == "ok"], metric)
 
 
 def percentile_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
@@ -226,7 +225,7 @@ def percentile_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRIC
             row: dict[str, Any] = {"metric": metric, "run": label, "n": int(vals.size)}
             for q in qs:
                 lo, hi = bootstrap_ci(vals, q, n_boot=n_boot, level=level, seed=seed)
-                row[f"p{q:g}"] = float(np.percentile(vals, q)) if vals.size else math.nan
+                row[f"p{q:g}"] = quantiles(vals, (q,))[0] if vals.size else math.nan
                 row[f"p{q:g} lo"], row[f"p{q:g} hi"] = lo, hi
             rows.append(row)
     df = pd.DataFrame(rows)

@@ -21,7 +21,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from workbench.sweeps.slo import DEFAULT_MIN_OK
+import workbench.metrics.catalog as catalog
+from workbench.metrics.slo import DEFAULT_MIN_OK
 from workbench.sweeps.store import Sweep
 
 SEP = " · "
@@ -33,7 +34,7 @@ DELIVERED_WARN_SHARE = 0.8
 HEADLINE_MIME = "application/vnd.workbench.headline+json"  # render_report reads it (index)
 HEADLINE_STYLE = ("font-size:1.05em;font-weight:600;border-left:4px solid #1f77b4;"
                   "padding:0.3em 0.8em;margin:0.4em 0;background:#f4f8fb")
-METRIC_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E", "itl_ms": "ITL"}
+METRIC_NAMES = {m.name: m.label for m in catalog.CATALOG}  # the catalog's labels
 RATE_AXIS = "arrival.rate"
 
 

@@ -28,10 +28,13 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+import workbench.metrics.catalog as catalog
+from workbench.metrics.stats import sample
 from workbench.records import RunResult
 
 FIGURE_META = "workbench"
-LATENCY_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E latency", "itl_ms": "ITL"}
+#: a metric's axis and title name (the catalog's ``title``)
+LATENCY_NAMES = {m.name: m.title for m in catalog.CATALOG}
 HIT_FRACTION = "hit rate (fraction of prompt tokens)"
 LEGEND_WIDTH = 26  # characters per legend line (beside the axes, so it stays narrow)
 BIN_LADDER = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -189,12 +192,12 @@ def _color(k: int) -> str:
 
 # -- run kinds ----------------------------------------------------------------------------
 def _cdf(runs: Mapping[str, Any], ax: Axes | None, metrics: Any = None) -> Figure:
-    metrics = list(metrics or ("ttft_ms", "tpot_ms", "e2e_ms"))
+    metrics = list(metrics or catalog.SCALAR_LATENCY)
     fig, axes = _target(ax, len(metrics) if ax is None else 1, size=(4.0, 3.4))
     for a, metric in zip(axes, metrics, strict=False):
         name = LATENCY_NAMES.get(metric, metric)
         for k, (label, run) in enumerate(runs.items()):
-            vals = np.sort(_values(_ok_frame(run), metric))
+            vals = np.sort(sample(_ok_frame(run), metric))
             if vals.size:
                 y = np.arange(1, vals.size + 1) / vals.size
                 a.step(vals, y, where="post", color=_color(k),
@@ -214,13 +217,6 @@ def _cdf(runs: Mapping[str, Any], ax: Axes | None, metrics: Any = None) -> Figur
     if ax is None:
         fig.suptitle(f"Latency CDFs of ok requests: {_vs(runs)}")
     return fig
-
-
-def _values(df: pd.DataFrame, metric: str) -> np.ndarray:
-    col = df[metric]
-    flat = [g for gaps in col for g in gaps] if metric == "itl_ms" else col.tolist()
-    arr = np.asarray(flat, dtype=float)
-    return arr[np.isfinite(arr)]
 
 
 def _prefix_hits(runs: Mapping[str, Any], ax: Axes | None) -> Figure:

@@ -35,6 +35,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from workbench.metrics.catalog import SCALAR_LATENCY
 from workbench.report.plots import LATENCY_NAMES, _new
 from workbench.sweeps.store import Sweep, load_sweep
 
@@ -132,7 +133,7 @@ def _errorbars(df: pd.DataFrame, col: str) -> np.ndarray | None:
 
 
 def _latency(sweeps: dict[str, Sweep], stat: str | None = None,
-             metrics: Sequence[str] = ("ttft_ms", "tpot_ms", "e2e_ms")) -> Figure:
+             metrics: Sequence[str] = SCALAR_LATENCY) -> Figure:
     fig, axes = _new(len(metrics), size=(4.6, 3.6))
     for ax, metric in zip(axes, metrics, strict=True):
         for i, (label, sweep) in enumerate(sweeps.items()):

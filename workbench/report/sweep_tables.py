@@ -13,16 +13,20 @@ from typing import Any
 
 import pandas as pd
 
+import workbench.metrics.catalog as catalog
+from workbench.metrics.catalog import SCALAR_LATENCY
 from workbench.report.headline import sig
 from workbench.sweeps.store import Sweep
 
-POINT_COLUMNS = ("ttft_ms_p90", "tpot_ms_p90", "e2e_ms_p90", "request_throughput_rps",
+#: the latency columns of a point: p90 of each scalar latency metric of the catalog
+P90 = tuple(f"{m}_p90" for m in SCALAR_LATENCY)
+POINT_COLUMNS = (*P90, "request_throughput_rps",
                  "output_token_throughput_tps", "goodput_rps", "actual_prefix_hit_rate",
                  "server_prefix_hit_rate", "preemptions", "ok_rate", "repeats", "slo_held",
                  "slo_worst_ratio")
 #: what ``points_table`` shows, and its column names (units in the caption)
 POINT_SHOWN: tuple[tuple[str, str], ...] = (
-    ("ttft_ms_p90", "TTFT p90"), ("tpot_ms_p90", "TPOT p90"), ("e2e_ms_p90", "E2E p90"),
+    *((f"{m}_p90", f"{catalog.label(m)} p90") for m in SCALAR_LATENCY),
     ("request_throughput_rps", "throughput (req/s)"), ("goodput_rps", "goodput (req/s)"),
     ("actual_prefix_hit_rate", "hit"), ("preemptions", "preemptions"), ("ok_rate", "ok"),
     ("repeats", "repeats"), ("slo_held", "SLO held"),

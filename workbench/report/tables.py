@@ -20,9 +20,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+import workbench.metrics.catalog as catalog
+from workbench.metrics.stats import QS
+
 TABLE_MIME = "application/vnd.workbench.table+json"
-LATENCY_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
-LATENCY_STATS: tuple[str, ...] = ("mean", "p50", "p90", "p99", "count")
+LATENCY_METRICS: tuple[str, ...] = catalog.LATENCY
+LATENCY_STATS: tuple[str, ...] = ("mean", *(f"p{q:g}" for q in QS), "count")
 HIT_RATES: tuple[tuple[str, str], ...] = (
     ("planned", "planned_prefix_hit_rate"),
     ("actual (client)", "actual_prefix_hit_rate"),
@@ -57,7 +60,7 @@ def _named(df: pd.DataFrame, name: str) -> pd.DataFrame:
 
 
 def summary_table(data: Any) -> pd.DataFrame:
-    """Latency percentiles in ms: one row per metric (ttft_ms, tpot_ms, itl_ms, e2e_ms)."""
+    """Latency percentiles in ms: one row per latency metric of the catalog."""
     s = as_summary(data)
     rows = {m: {k: _float(s.get(m, {}).get(k)) for k in LATENCY_STATS} for m in LATENCY_METRICS}
     df = pd.DataFrame.from_dict(rows, orient="index", columns=list(LATENCY_STATS))

@@ -24,7 +24,7 @@ from workbench.errors import ConfigError
 from workbench.replay.prepare import coerce_config
 from workbench.sweeps.grid import SloSpec, run_sync
 from workbench.sweeps.runner import Progress, SweepRunner
-from workbench.sweeps.slo import SLO
+from workbench.metrics.slo import SLO
 from workbench.sweeps.store import Sweep
 
 INTEGER_AXES = ("arrival.max_concurrency", "arrival.warmup", "trace.max_items")

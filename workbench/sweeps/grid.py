@@ -20,7 +20,7 @@ from workbench.errors import ConfigError
 from workbench.replay.loops import run_anywhere
 from workbench.replay.prepare import coerce_config
 from workbench.sweeps.runner import Progress, SweepRunner
-from workbench.sweeps.slo import SLO
+from workbench.metrics.slo import SLO
 from workbench.sweeps.store import Sweep
 
 SloSpec = SLO | Mapping[str, Any] | Sequence[str] | str | None

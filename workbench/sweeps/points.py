@@ -16,12 +16,14 @@ from typing import Any
 import numpy as np
 
 from workbench.config import RunConfig
+import workbench.metrics.catalog as catalog
+from workbench.metrics.stats import QS
 from workbench.records import RunResult
-from workbench.sweeps.slo import SLO
+from workbench.metrics.slo import SLO
 
-#: summary stats copied per latency metric
-LATENCY = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
-STATS = ("mean", "p50", "p90", "p99")
+#: summary stats copied per latency metric (the catalog's latency rows)
+LATENCY = catalog.LATENCY
+STATS = ("mean", *(f"p{q:g}" for q in QS))
 SCALARS = ("requests", "ok", "errors", "cancelled", "duration_s", "request_throughput_rps",
            "output_token_throughput_tps", "total_token_throughput_tps",
            "actual_prefix_hit_rate", "planned_prefix_hit_rate", "server_prefix_hit_rate")

@@ -30,7 +30,7 @@ from workbench.config import RunConfig
 from workbench.errors import ConfigError
 from workbench.signals import die_with_parent
 from workbench.sweeps.points import point_metrics, pool, run_complete, simulate_and_measure
-from workbench.sweeps.slo import SLO
+from workbench.metrics.slo import SLO
 from workbench.storage.rundir import contained_dir
 from workbench.sweeps.store import RUNS, SWEEP_MANIFEST, Sweep, load_sweep, write_sweep
 

@@ -1,0 +1,248 @@
+"""Service-level objectives: one type and one grammar for runs and sweeps (docs/sweeps.md).
+
+An ``SLO`` is a tuple of ``Bound`` plus ``min_ok``. A bound names an SLO-able metric
+of the catalog (``catalog.SLO_ABLE``) and a limit in ms, in one of two kinds:
+
+- a **per-request** bound, ``ttft_ms<=2000`` (``q`` None): each request attains it
+  when it finished ok and its own value is measured and within the limit (a run's
+  ``summary["slo"]`` attainment; a sweep's goodput numerator). ``itl_ms``'s own
+  value is the request's largest gap; a request with no gap has none to break it;
+- a **percentile** bound, ``ttft_ms:p90<=2000``: the ``q``-th percentile over the ok
+  requests (``stats.percentile``, the summary's) within the limit.
+
+A sweep point holds the SLO when its ok share is at least ``min_ok`` (default 0.99),
+every percentile bound holds and every per-request bound is attained by at least a
+``min_ok`` share of the requests.
+
+Text form (``--slo``, a sweep spec): items ``METRIC<=MS`` (``METRIC=MS`` too),
+``METRIC:pQ<=MS`` and ``ok>=F``, as a list or one string split at ``,``/``;``.
+Mapping form (a config file, a notebook): ``{"ttft_ms": 2000}``,
+``{"ttft_ms:p90": 2000, "ok": 0.99}``. A run config's ``slo`` keeps the mapping of
+its per-request bounds (``per_request_mapping``), as run directories always stored it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import workbench.metrics.catalog as catalog
+from workbench.errors import ConfigError
+from workbench.metrics.columns import Columns
+from workbench.metrics.stats import percentile, sample
+
+#: per-request metrics a bound may name (the catalog's SLO-able rows)
+LATENCY_COLUMNS: tuple[str, ...] = catalog.SLO_ABLE
+_PCT = re.compile(r"^\s*([a-z0-9_]+)\s*:\s*p(\d+(?:\.\d+)?)\s*<=\s*([0-9.eE+-]+)\s*$")
+_REQ = re.compile(r"^\s*([a-z0-9_]+)\s*(?:<=|=)\s*([0-9.eE+-]+)\s*$")
+_OK = re.compile(r"^\s*ok\s*>=\s*([0-9.eE+-]+)\s*$")
+DEFAULT_MIN_OK = 0.99
+GRAMMAR = ("METRIC<=LIMIT_MS (e.g. ttft_ms<=2000), METRIC:pQ<=LIMIT_MS (e.g. ttft_ms:p90<=2000) "
+           "or ok>=FRACTION (e.g. ok>=0.99)")
+
+
+@dataclass(frozen=True)
+class Bound:
+    """``metric`` (at percentile ``q``; None: each request's own value) ``<= limit`` ms."""
+
+    metric: str
+    q: float | None
+    limit: float
+
+    @property
+    def key(self) -> str:
+        return self.metric if self.q is None else f"{self.metric}:p{self.q:g}"
+
+    def __str__(self) -> str:
+        return f"{self.key}<={self.limit:g}"
+
+
+def _items(spec: Mapping[str, Any] | Iterable[str] | str) -> list[tuple[str, Any]]:
+    """(key, value) pairs of any form; a text item that fits no rule raises, naming it."""
+    if isinstance(spec, Mapping):
+        return [(str(k), v) for k, v in spec.items()]
+    if isinstance(spec, str):
+        spec = [s for s in re.split(r"[,;]", spec) if s.strip()]
+    items: list[tuple[str, Any]] = []
+    for text in spec:
+        if m := _OK.match(text):
+            items.append(("ok", m.group(1)))
+        elif m := _PCT.match(text):
+            items.append((f"{m.group(1)}:p{m.group(2)}", m.group(3)))
+        elif m := _REQ.match(text):
+            items.append((m.group(1), m.group(2)))
+        else:
+            raise ConfigError(f"SLO {text!r} is invalid; write {GRAMMAR}")
+    return items
+
+
+def _bound(key: str, number: float) -> Bound:
+    metric, sep, pct = key.partition(":")
+    if sep and not pct.startswith("p"):
+        raise ConfigError(f"SLO key {key!r} is invalid; write METRIC, METRIC:pQ or 'ok'")
+    if metric not in catalog.SLO_ABLE:
+        raise ConfigError(f"SLO metric {metric!r} is unknown; valid: {', '.join(catalog.SLO_ABLE)}")
+    q: float | None = None
+    if sep:
+        try:
+            q = float(pct[1:])
+        except ValueError:
+            raise ConfigError(f"SLO {key!r}: percentile {pct!r} is not pNN") from None
+        if not 0 < q <= 100:
+            raise ConfigError(f"SLO {key!r}: need 0 < percentile <= 100 and limit > 0")
+    if not number > 0:
+        raise ConfigError(f"SLO {key!r}: need 0 < percentile <= 100 and limit > 0")
+    return Bound(metric, q, number)
+
+
+@dataclass(frozen=True)
+class SLO:
+    bounds: tuple[Bound, ...] = ()
+    min_ok: float = DEFAULT_MIN_OK
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def parse(cls, spec: SLO | Mapping[str, Any] | Iterable[str] | str | None) -> SLO | None:
+        """An SLO from its text or mapping form (None stays None); errors name the rule."""
+        if spec is None or isinstance(spec, SLO):
+            return spec
+        bounds: list[Bound] = []
+        min_ok = DEFAULT_MIN_OK
+        for key, value in _items(spec):
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"SLO {key!r}: {value!r} is not a number") from None
+            if key == "ok":
+                if not 0 <= number <= 1:
+                    raise ConfigError(f"SLO ok must be a fraction in [0, 1], got {number}")
+                min_ok = number
+            else:
+                bounds.append(_bound(key, number))
+        if not bounds:
+            raise ConfigError("an SLO needs at least one bound, e.g. ttft_ms:p90<=2000")
+        return cls(tuple(bounds), min_ok)
+
+    @property
+    def per_request(self) -> tuple[Bound, ...]:
+        return tuple(b for b in self.bounds if b.q is None)
+
+    @property
+    def percentile_bounds(self) -> tuple[Bound, ...]:
+        return tuple(b for b in self.bounds if b.q is not None)
+
+    def per_request_mapping(self) -> dict[str, float]:
+        """``{metric: limit}`` of the per-request bounds: a run config's ``slo``."""
+        return {b.metric: b.limit for b in self.per_request}
+
+    def to_dict(self) -> dict[str, float]:
+        return {**{b.key: b.limit for b in self.bounds}, "ok": self.min_ok}
+
+    def __str__(self) -> str:
+        return " and ".join([*map(str, self.bounds), f"ok>={self.min_ok:g}"])
+
+    # -- evaluation ---------------------------------------------------------------------
+    def evaluate(self, frame: pd.DataFrame) -> dict[str, Any]:
+        """Observed value of every bound over one run's requests (``to_frame`` rows): a
+        percentile bound's percentile over the ok requests, a per-request bound's share of
+        all requests that attained it."""
+        n = len(frame)
+        ok = frame[frame["status"] == "ok"] if n else frame
+        cols = Columns.of(frame)
+        values = {b.key: ok_percentile(ok, b.metric, b.q) if b.q is not None
+                  else (float(attained(cols, [b])[0].mean()) if n else None)
+                  for b in self.bounds}  # fmt: skip
+        good = goodput_mask(frame, self) if n else None
+        return {
+            "values": values,
+            "ok_rate": len(ok) / n if n else None,
+            "good_requests": int(good.sum()) if good is not None else 0,
+        }
+
+    def ratio(self, bound: Bound, value: float | None) -> float:
+        """How far ``value`` is from breaking ``bound`` (> 1 breaks it): observed/limit for a
+        percentile bound, ``min_ok``/share attained for a per-request bound."""
+        if value is None or math.isnan(value):
+            return math.inf
+        if bound.q is not None:
+            return value / bound.limit
+        return self.min_ok / value if value > 0 else math.inf
+
+    def verdict(self, values: Mapping[str, float | None], ok_rate: float | None) -> dict[str, Any]:
+        """Held or not, and the worst ratio (> 1 breaks the bound, ``ratio``)."""
+        ratios = {b.key: self.ratio(b, values.get(b.key)) for b in self.bounds}
+        ok_held = ok_rate is not None and ok_rate >= self.min_ok
+        worst = max(ratios.values()) if ratios else 0.0
+        return {
+            "held": bool(ok_held and worst <= 1.0),
+            "worst_ratio": worst,
+            "ratios": ratios,
+            "ok_held": ok_held,
+        }
+
+
+def run_slo(spec: Mapping[str, Any], where: str = "slo") -> dict[str, float]:
+    """A run config's ``slo`` checked against the grammar: ``{metric: ms}`` per-request
+    bounds of SLO-able metrics (percentile bounds and ``ok`` are a sweep's verdict)."""
+    unknown = sorted(set(spec) - set(catalog.SLO_ABLE))
+    if unknown:
+        raise ConfigError(f"{where}: unknown metric(s) {unknown}; valid: "
+                          f"{', '.join(catalog.SLO_ABLE)} (a run bounds each request, "
+                          "METRIC<=MS; percentile bounds and ok>=F are a sweep's)")
+    parsed = SLO.parse(spec)
+    return parsed.per_request_mapping() if parsed is not None else {}
+
+
+def ok_percentile(ok: pd.DataFrame, metric: str, q: float | None) -> float | None:
+    """The ``q``-th percentile of ``metric`` over ok rows (``itl_ms`` pools every gap)."""
+    if ok.empty or metric not in ok or q is None:
+        return None
+    return percentile(sample(ok, metric), q)
+
+
+def request_values(cols: Columns, metric: str) -> np.ndarray:
+    """Each request's own value of ``metric`` (the catalog's ``per_request`` column; a list
+    metric's requests without an element count as 0: nothing in them breaks a bound)."""
+    row = catalog.get(metric)
+    if row is None:
+        raise ConfigError(f"SLO metric {metric!r} is unknown; valid: {', '.join(catalog.SLO_ABLE)}")
+    values = cols.floats(row.per_request)
+    if row.kind == "list":
+        count, has = cols.ints("itl_count")
+        values = np.where(has & (count == 0), 0.0, values)
+    return values
+
+
+def attained(cols: Columns, bounds: Iterable[Bound]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Rows that are ok and within every per-request bound, and each bound's own mask.
+
+    A metric bounded twice is held to its tighter limit; failed requests and unmeasured
+    values (e.g. TPOT of a one-token output) count against.
+    """
+    ok = cols.equals("status", "ok")
+    joint = ok.copy()
+    per: dict[str, np.ndarray] = {}
+    for b in bounds:
+        with np.errstate(invalid="ignore"):
+            meets = ok & ~np.isnan(v := request_values(cols, b.metric)) & (v <= b.limit)
+        per[b.metric] = per[b.metric] & meets if b.metric in per else meets
+        joint &= meets
+    return joint, per
+
+
+def goodput_mask(frame: pd.DataFrame, slo: SLO) -> pd.Series:
+    """Requests that are ok and individually within every bound's limit (goodput's numerator).
+
+    Per request the percentile has no meaning, so the limit applies to the request's
+    own value (its TTFT, its TPOT, its worst inter-token gap), as DistServe's and
+    vLLM's goodput count requests.
+    """
+    per_request = [Bound(b.metric, None, b.limit) for b in slo.bounds]
+    joint, _ = attained(Columns.of(frame), per_request)
+    return pd.Series(joint, index=frame.index)
