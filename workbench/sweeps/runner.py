@@ -45,6 +45,26 @@ def new_sweep_id(kind: str) -> str:
     return f"{dt.datetime.now(dt.UTC).strftime('%Y%m%dT%H%M%SZ')}-{kind}"
 
 
+#: how many ``-N`` suffixes a new sweep id tries when sweeps start within one second
+FRESH_TRIES = 1000
+
+
+def fresh_sweep_dir(root: Path, kind: str) -> Path:
+    """A new directory under ``root`` for a sweep given no id: ``<UTC second>-<kind>``, or
+    ``…-<kind>-2``, ``-3``… when that second's is taken. Claimed by ``mkdir``, so two sweeps
+    started in one second (a notebook running two in a row) never share, and so never
+    resume, one another's directory; resuming takes the id given explicitly."""
+    base = new_sweep_id(kind)
+    for n in range(1, FRESH_TRIES + 1):
+        d = contained_dir(root, base if n == 1 else f"{base}-{n}")
+        try:
+            d.mkdir()
+        except FileExistsError:
+            continue
+        return d
+    raise ConfigError(f"{root}: {FRESH_TRIES} sweeps named {base}-N already; give a sweep id")
+
+
 def _comparable(cfg: RunConfig) -> dict[str, Any]:
     d = cfg.to_dict()
     for k in _PLACE_KEYS:
@@ -92,7 +112,8 @@ class SweepRunner:
         self.progress = progress
         root = Path(out_dir or cfg.out_dir or "sweeps")
         # never a symlink out of the output folder (workbench.storage.rundir)
-        self.dir = contained_dir(root, sweep_id or new_sweep_id(kind))
+        self.dir = (contained_dir(root, sweep_id) if sweep_id
+                    else fresh_sweep_dir(root, kind))
         spec_doc = json.loads(json.dumps(
             {**spec, "repeats": repeats, "slo": slo.to_dict() if slo else None,
              "mode": "virtual" if virtual else "live"}, default=str))
