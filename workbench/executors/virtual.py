@@ -279,9 +279,8 @@ async def _simulate(
     finally:
         await engine.stop()
         sinks.close()
-    a = cfg.arrival
     manifest["completion"] = plan.completion(
-        sinks.measured, sinks.skipped, looped=a.mode == "closed-loop" and a.duration_s is not None)
+        sinks.measured, sinks.skipped, looped=cfg.loops_until_deadline)
     manifest["status"] = manifest["completion"]["status"]
     manifest["virtual_duration_s"] = (clock.now_ns() - t0) / 1e9
     manifest["peak_active_units"] = sum(r.gate.peak_active for r in runners)
