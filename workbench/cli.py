@@ -6,20 +6,39 @@ turns its arguments into one public API call.
 
 from __future__ import annotations
 
-import argparse
-import importlib
-import logging
-import os
-import pkgutil
+import signal
 import sys
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from workbench import __version__, commands, redact
-from workbench.errors import ExitCode, WorkbenchError
-from workbench.signals import interrupt_on_sigterm
+from workbench.errors import WRITE_ERRNOS, ExitCode, OutputWriteError, WorkbenchError
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def interrupt_early() -> None:
+    """SIGTERM (``timeout``, Docker, Kubernetes, Slurm) takes Ctrl-C's path from the
+    command's first line on, while it still imports (``workbench.signals`` says how the
+    run itself then stops): a stop during start-up is one line and exit code 130, not a
+    traceback or 143. Main thread only (elsewhere a no-op)."""
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+    import importlib
+    import pkgutil
+
+    from workbench import __version__, commands
+
     parser = argparse.ArgumentParser(
         prog="workbench",
         description="Replay agentic LLM workloads against serving engines and measure "
@@ -39,41 +58,57 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra:  # said by the subcommand, with its own usage, not the top level's
-        (getattr(args, "_parser", None) or parser).error(
-            f"unrecognized arguments: {' '.join(extra)}")
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
-    if not getattr(args, "_run", None):
-        parser.print_help()
-        return 0
-    redact.install_log_redaction()
-    interrupt_on_sigterm()  # SIGTERM (timeout, Docker, Kubernetes, Slurm) = Ctrl-C
-    streams = sys.stdout, sys.stderr
-    # every console line goes through the redaction registry, whoever prints it
-    sys.stdout, sys.stderr = redact.RedactingStream(sys.stdout), redact.RedactingStream(sys.stderr)
+    interrupt_early()
+    command = ""
     try:
-        return _run(args)
-    finally:
-        sys.stdout, sys.stderr = streams
+        import logging
+
+        parser = build_parser()  # imports every command module
+        args, extra = parser.parse_known_args(argv)
+        command = args.command or ""
+        if extra:  # said by the subcommand, with its own usage, not the top level's
+            (getattr(args, "_parser", None) or parser).error(
+                f"unrecognized arguments: {' '.join(extra)}")
+        logging.basicConfig(
+            level=logging.INFO if args.verbose else logging.WARNING,
+            format="%(levelname)s %(name)s: %(message)s",
+        )
+        if not getattr(args, "_run", None):
+            parser.print_help()
+            return 0
+        from workbench import redact
+
+        redact.install_log_redaction()
+        streams = sys.stdout, sys.stderr
+        # every console line goes through the redaction registry, whoever prints it
+        sys.stdout = redact.RedactingStream(sys.stdout)
+        sys.stderr = redact.RedactingStream(sys.stderr)
+        try:
+            return _run(args)
+        finally:
+            sys.stdout, sys.stderr = streams
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (workbench.signals): the run is saved
+        print(f"workbench{' ' + command if command else ''}: interrupted", file=sys.stderr)
+        return ExitCode.CANCELLED
 
 
 def _run(args: argparse.Namespace) -> int:
+    """The subcommand; an error is one line a person can act on, no traceback."""
+    import logging
+    import os
+
+    from workbench import redact
+
     try:
         return int(args._run(args) or 0)
-    except (WorkbenchError, OSError) as exc:  # one line a person can act on, no traceback
+    except (WorkbenchError, OSError) as exc:
         if isinstance(exc, BrokenPipeError):  # stdout's reader went away (``| head``)
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot fail
             return 141  # 128 + SIGPIPE, as a shell reports a writer killed by the signal
+        if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:  # a full disk, any command
+            exc = OutputWriteError(exc.filename or "an output file", exc)
         if args.verbose:
             logging.getLogger("workbench").exception("%s failed", args.command)
         print(f"workbench {args.command}: error: {redact.text(str(exc))}", file=sys.stderr)
         return ExitCode.of_error(exc)
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (workbench.signals): the run is saved
-        print(f"workbench {args.command}: interrupted", file=sys.stderr)
-        return ExitCode.CANCELLED

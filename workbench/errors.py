@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import errno as _errno
+
+#: the errnos of a write that failed for want of room or a working disk (not of a path)
+WRITE_ERRNOS = frozenset(
+    getattr(_errno, name) for name in ("ENOSPC", "EFBIG", "EIO", "EDQUOT", "EROFS")
+    if hasattr(_errno, name)
+)
+
 
 class WorkbenchError(Exception):
     """Base class of every error workbench raises on purpose."""
@@ -25,6 +33,18 @@ class ConfigError(WorkbenchError):
     """A run configuration is invalid; the message says which key to change."""
 
 
+class OutputWriteError(WorkbenchError):
+    """A file of a run or a report could not be written (disk full, file too large, I/O
+    error): the run stops at the first such write. One line names the path and errno."""
+
+    def __init__(self, path: object, exc: OSError) -> None:
+        self.path = str(path)
+        self.errno = exc.errno
+        name = _errno.errorcode.get(exc.errno or 0, "")
+        self.reason = reason = exc.strerror or str(exc)
+        super().__init__(f"cannot write {self.path}: {reason}{f' ({name})' if name else ''}")
+
+
 class ExitCode:
     """The exit status of every ``workbench`` command (README "Exit codes").
 
@@ -35,7 +55,9 @@ class ExitCode:
     errors); ``TRACE_ERROR``: the trace file broke a rule of its format or cannot be
     read; ``ERROR_RATE``: the run completed but more than ``--max-error-rate`` of its
     requests failed; ``CANCELLED``: the run was stopped (Ctrl-C, SIGTERM, a stop
-    event) — its directory is complete and says ``cancelled``.
+    event) — its directory is complete and says ``cancelled``; ``WRITE_FAILED``: a file
+    of the run or report could not be written (disk full, file too large, I/O error): the
+    run stopped sending at the first failed write and its manifest says ``failed``.
     """
 
     COMPLETED = 0
@@ -43,11 +65,14 @@ class ExitCode:
     CONFIG_ERROR = 2
     TRACE_ERROR = 3
     ERROR_RATE = 4
+    WRITE_FAILED = 5
     CANCELLED = 130
 
     @staticmethod
     def of_error(exc: BaseException) -> int:
         """The exit status for an error raised out of a command."""
+        if isinstance(exc, OutputWriteError):
+            return ExitCode.WRITE_FAILED
         if isinstance(exc, TraceFormatError):
             return ExitCode.TRACE_ERROR
         if isinstance(exc, ConfigError):

@@ -10,15 +10,22 @@ in flight would be lost. Here SIGTERM takes SIGINT's path instead:
   ``records.parquet``, ``summary.json`` and a ``cancelled`` manifest, and the
   call raises ``KeyboardInterrupt`` afterwards (the CLI exits with
   ``ExitCode.CANCELLED``);
-- outside the loop (``interrupt_on_sigterm``, installed by the CLI), SIGTERM
-  raises ``KeyboardInterrupt`` where the program is, as SIGINT would.
+- outside the loop (``workbench.cli.interrupt_early``, the CLI's first line, before
+  this module is even imported), SIGTERM raises ``KeyboardInterrupt`` where the
+  program is, as SIGINT would;
+- ``simulate`` (one thread, virtual time) takes both through ``stop_on_signals``: the
+  run stops itself and saves what finished;
+- child processes end with their parent (``die_with_parent``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
@@ -26,18 +33,78 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
-
-
-def interrupt_on_sigterm() -> None:
-    """SIGTERM raises ``KeyboardInterrupt`` (main thread only; elsewhere a no-op)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise_interrupt)
-
-
 class _Flag:
     hit = False
+    name = ""
+
+
+class SignalStop:
+    """What ``stop_on_signals`` caught: ``hit`` (and the signal's ``name``). ``arm(loop,
+    stop)`` names what stops the run once its loop runs; a signal that came earlier
+    stops it at once (during imports, loading the trace, claiming the directory)."""
+
+    def __init__(self) -> None:
+        self.hit = False
+        self.name = ""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: Callable[[], Any] | None = None
+
+    def arm(self, loop: asyncio.AbstractEventLoop, stop: Callable[[], Any]) -> None:
+        self._loop, self._stop = loop, stop
+        if self.hit:
+            stop()
+
+    def disarm(self) -> None:
+        self._loop = self._stop = None
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        if self.hit:  # a second signal: stop now
+            raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+        self.hit, self.name = True, signal.Signals(signum).name
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[SignalStop]:
+    """While inside, the first SIGINT or SIGTERM stops the run through what was armed
+    (``SignalStop.arm``: a run that stops by itself and saves what finished, as a live
+    replay does); a second one raises ``KeyboardInterrupt`` at once. Main thread only
+    (elsewhere nothing is installed: signals go to the main thread)."""
+    flag = SignalStop()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+    previous = {sig: signal.signal(sig, flag.on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield flag
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
+    """In a child process: receive ``sig`` when the parent dies, however it dies (SIGKILL,
+    the OOM killer) — Linux's parent-death signal, set through ``prctl``.
+
+    Called in the child, first thing; the parent's pid is checked right after, so a
+    parent that died before the call is caught too (the signal is then sent at once).
+    Linux fires the signal when the *thread* that started the child ends: workbench
+    starts its children from the thread that waits for them (the event loop's). On
+    other systems this is a no-op; the pipes the children read (EOF = parent gone)
+    still end them (docs/run-directory.md, "Processes").
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        except (OSError, AttributeError):  # no prctl: the pipes are the only guard
+            return
+    if os.getppid() != parent_pid:  # the parent died before the call
+        os.kill(os.getpid(), sig)
 
 
 @contextlib.contextmanager

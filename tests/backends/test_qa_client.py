@@ -716,3 +716,18 @@ async def test_a_fresh_connection_reset_before_any_answer_is_not_retried():
     (rec,) = await both(h)
     assert rec.status == "error" and "stale_connection_retry" not in rec.extra
     assert got[0] == 2  # one request per client
+
+
+@pytest.mark.parametrize("n", [1, 3])
+async def test_a_101_switching_protocols_answer_is_a_clean_request_error(n: int, caplog):
+    """An upgrade nobody asked for: each request fails with one error class, no traceback
+    from the loop (httptools raises ``HttpParserUpgrade``, which is no ``HttpParserError``:
+    it escaped ``data_received``, one 'Fatal error' traceback per request)."""
+    data = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+    recs = await both(answer(data + b"\x81\x05hello"), n=n)
+    from workbench.report.tables import error_class
+
+    classes = {error_class(r.status, r.error, r.http_status) for r in recs}
+    assert classes == {"error: HTTP 101 HTTP 101"}, [r.error for r in recs]  # as a 404's
+    assert "Traceback" not in caplog.text and "Fatal error" not in caplog.text, caplog.text
+    assert not [r for r in caplog.records if r.exc_info], caplog.text

@@ -66,5 +66,6 @@ def test_trace_error(tmp_path):
 
 def test_every_exit_code_is_documented():
     readme = (Path(__file__).parents[2] / "README.md").read_text()
-    for name in ("COMPLETED", "FAILED", "CONFIG_ERROR", "TRACE_ERROR", "ERROR_RATE", "CANCELLED"):
+    for name in ("COMPLETED", "FAILED", "CONFIG_ERROR", "TRACE_ERROR", "ERROR_RATE", "WRITE_FAILED",
+                 "CANCELLED"):
         assert f"| {getattr(ExitCode, name)} |" in readme, name

@@ -159,9 +159,9 @@ async def test_panel_shows_a_run_whose_records_stayed_on_disk(tmp_path: Path) ->
     async with asyncio.timeout(120):
         result = await p.run()
     assert p.error is None and result is not None and result.records_on_disk
-    assert p.status.value.startswith(f"done: {N_ROUNDS} ok, 0 errors, 0 cancelled")
+    assert p.status_text.startswith(f"done: {N_ROUNDS} ok, 0 errors, 0 cancelled")
     assert p.output.outputs[0]["data"]["text/plain"].startswith(f"{N_ROUNDS}/{N_ROUNDS} ok")
-    assert "image/png" in p.output.outputs[-1]["data"]  # the CDFs, last
+    assert "image/png" in p.figures[0].output.outputs[0]["data"]
 
 
 async def test_sharded_auto_run_above_the_limit_keeps_nothing_in_memory(

@@ -1,8 +1,11 @@
-"""The run panel: controls ↔ RunConfig, Run on the running loop, Stop keeps finished records."""
+"""The run panel: controls ↔ RunConfig, Run in a process of its own followed from the
+running loop, Stop keeps finished records, live sections never drawn empty."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import html
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +13,8 @@ import pytest
 
 from workbench.config import RunConfig, available
 from workbench.data import path as data_path
+from workbench.errors import ConfigError
+from workbench.ui.controls import OWN_FILE
 from workbench.ui.widgets import POLICY_DEFAULT, panel, what_if
 
 DEMO = "tracelab/multi_session_example.csv"
@@ -49,7 +54,7 @@ def test_untouched_controls_give_back_the_config() -> None:
 def test_setting_controls_builds_the_same_config_as_the_parameters() -> None:
     p = panel(config_from_params(notebook_params()))
     c = p.controls
-    c.trace.value = "request-factory/session_rounds_v2_example.csv"  # a bundled name
+    c.trace_choice.value = "request-factory/session_rounds_v2_example.csv"  # a bundled name
     c.max_items.value = 2
     c.policy.value = "prefix-preserving"
     c.arrival.value = "trace-timed"
@@ -78,18 +83,21 @@ def test_zero_means_unset_and_url_targets() -> None:
 
 
 def test_choices_come_from_the_registries() -> None:
+    from workbench.context import POLICIES
+
     c = panel().controls
     names = available()
     assert list(c.backend.options) == names["backends"]
     assert list(c.arrival.options) == names["arrival_modes"]
-    assert list(c.policy.options) == [POLICY_DEFAULT, *names["context_policies"]]
+    assert list(c.policy.options) == [POLICY_DEFAULT, *POLICIES.names()]
+    assert set(names["context_policies"]) - set(c.policy.options) == set(POLICIES.aliases())
     assert list(c.format.options) == names["trace_formats"]
 
 
 def test_click_outside_a_loop_explains_itself() -> None:
     p = panel()
     p.run_button.click()
-    assert p.task is None and "no running event loop" in p.status.value
+    assert p.task is None and "no running event loop" in p.status_text
 
 
 async def test_run_button_replays_in_the_background_and_shows_results(tmp_path: Path) -> None:
@@ -107,10 +115,12 @@ async def test_run_button_replays_in_the_background_and_shows_results(tmp_path: 
     headline = p.output.outputs[0]["data"]["text/plain"]  # the headline on top
     assert headline.startswith("5/5 ok · TTFT p50/p90/p99 ")
     assert "ttft_ms" in p.output.outputs[1]["data"]["text/html"]
-    assert "image/png" in p.output.outputs[3]["data"]
-    assert p.status.value.startswith("done: 5 ok")
+    for section in p.figures:  # latency CDFs, in flight and TTFT over time, the swimlane
+        assert "image/png" in section.output.outputs[0]["data"], section.name
+    assert p.status_text.startswith("done: 5 ok")
     assert not p.run_button.disabled and p.stop_button.disabled
     assert Path(result.run_dir or "").parent == tmp_path
+    assert result.manifest["status"] == "completed"
 
 
 async def test_stop_cancels_in_flight_requests_and_keeps_finished_ones(tmp_path: Path) -> None:
@@ -123,12 +133,13 @@ async def test_stop_cancels_in_flight_requests_and_keeps_finished_ones(tmp_path:
         while p.progress.value < 1:
             await asyncio.sleep(0.01)
         p.stop_button.click()
+        assert p.stop_button.disabled and p.status_text == "stopping…"
         result = await p.task
     assert result is not None and result.cancelled
     statuses = [r.status for r in result.records]
     assert statuses.count("ok") >= 1
     assert statuses.count("ok") < 8  # stopped before the whole trace ran
-    assert p.status.value.startswith("stopped:")
+    assert p.status_text.startswith("cancelled:")
     from workbench.storage.rundir import load
 
     stored = load(result.run_dir or "")
@@ -152,12 +163,86 @@ async def test_what_if_runs_simulate_off_the_loop(blocks: int) -> None:
 async def test_a_bad_config_is_reported_in_the_panel_and_run_stays_enabled() -> None:
     p = panel()
     p.controls.target.value = "url"  # with no URL typed
-    p.run_button.click()
+    assert p.run_button.disabled  # checked as typed
+    p.run_button.click()  # a click that gets through anyway is answered, not run
     assert p.task is not None
     async with asyncio.timeout(10):
         assert await p.task is None
-    assert p.status.value.startswith("config error: target 'url' needs a server URL")
+    assert p.status_text.startswith("config error: target 'url' needs a server URL")
+    p.controls.url.value = "http://127.0.0.1:9"
     assert not p.run_button.disabled
+
+
+def _message(d: dict[str, Any]) -> str:
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_dict(d)
+    return html.escape(str(err.value))
+
+
+def test_input_is_checked_as_typed_with_the_configs_own_messages(tmp_path: Path) -> None:
+    p = panel()
+    c = p.controls
+    assert p.check.value == "" and not p.run_button.disabled
+    c.arrival.value = "closed-loop"  # without a concurrency cap
+    assert _message({"arrival": {"mode": "closed-loop"}}) in p.check.value
+    assert p.run_button.disabled
+    c.max_concurrency.value = 2
+    assert p.check.value == "" and not p.run_button.disabled
+    c.output_len.value = "fixed:x"
+    assert _message({"arrival": {"output_len": "fixed:x"}}) in p.check.value
+    c.output_len.value = "fixed:32"
+    c.trace_choice.value = OWN_FILE
+    c.trace_path.value = str(tmp_path / "missing.csv")
+    assert "no such file" in p.check.value and p.run_button.disabled
+    c.trace_path.value = str(data_path(DEMO))  # any path is accepted
+    assert p.check.value == ""
+    cfg = p.config()
+    assert cfg.trace.path == str(data_path(DEMO))
+    assert (cfg.arrival.mode, cfg.arrival.max_concurrency, cfg.arrival.output_len) == (
+        "closed-loop", 2, "fixed:32")
+
+
+def shown(widget: Any) -> bool:
+    return widget.layout.display != "none"
+
+
+def test_fields_show_only_where_they_apply() -> None:
+    c = panel().controls
+    assert shown(c.speedup) and not shown(c.url) and not shown(c.model)
+    assert shown(c.rate) and not shown(c.duration) and not shown(c.trace_path)
+    assert shown(c.trace_choice)  # each field hides alone (no layout shared between fields)
+    c.target.value = "url"
+    assert shown(c.url) and shown(c.model) and shown(c.api_key_env) and not shown(c.num_blocks)
+    c.arrival.value = "closed-loop"
+    assert shown(c.duration) and not shown(c.rate)
+    c.trace_choice.value = OWN_FILE
+    assert shown(c.trace_path)
+
+
+def test_warmup_tool_waits_output_length_model_and_key_variable_reach_the_config() -> None:
+    p = panel(config_from_params(notebook_params()))
+    c = p.controls
+    c.warmup.value, c.tool_wait_scale.value, c.output_len.value = 1, 0.5, "budget:64"
+    c.target.value, c.url.value = "url", "http://127.0.0.1:9"
+    c.model.value, c.api_key_env.value = "qwen", "MY_KEY"
+    cfg = p.config()
+    assert (cfg.arrival.warmup, cfg.arrival.tool_wait_scale, cfg.arrival.output_len) == (
+        1, 0.5, "budget:64")
+    assert cfg.backend.options["model"] == "qwen" and cfg.backend.api_key_env == "MY_KEY"
+
+
+def test_aliases_are_not_listed_twice_and_show_as_their_name() -> None:
+    from workbench.context import POLICIES
+
+    c = panel(config_from_params(notebook_params(policy="monotonic"))).controls
+    assert "monotonic" not in c.policy.options
+    assert c.policy.value == POLICIES.canonical("monotonic") == "prefix-preserving"
+
+
+def test_the_default_panel_is_the_clis_default_config() -> None:
+    cfg = panel().config()
+    assert cfg == RunConfig.from_dict({"trace": {"path": str(data_path(DEMO))}})
+    assert cfg.target.engine == {} and cfg.out_dir is None  # the CLI's: engine defaults
 
 
 # -- issue 14: the report sections follow the panel (Run All never raises) ------------------
@@ -178,31 +263,128 @@ async def test_sections_fill_in_while_the_run_goes_and_show_its_end(
     from workbench.ui.live import report_view
 
     monkeypatch.setattr(widgets_mod, "LIVE_MIN_S", 0.05)  # redraw often, for the test
-    cfg = config_from_params(notebook_params(out_dir=str(tmp_path), max_items=2,
-                                             engine={"speedup": 2.0}))
+    monkeypatch.setattr(widgets_mod, "LIVE_DUTY", 1.0)
+    cfg = config_from_params(notebook_params(  # 6 sessions, 37 requests over ~15 s
+        out_dir=str(tmp_path), bundled_trace="tracelab/multi_session_large.csv", max_items=6,
+        engine={"speedup": 1.0}))
     p = panel(cfg)
     view = report_view(p)
     latency, figure = view.table("latency"), view.plot("cdf")
     live = asyncio.Event()
     refresh = view.refresh
 
-    def spy(report: Any, note: str = "") -> None:
-        refresh(report, note)
-        if note.startswith("live:"):
+    def spy(report: Any, note: str = "", records: Any = None) -> None:
+        refresh(report, note, records)
+        if note.startswith("live:") and sum(r.status == "ok" for r in records) >= 2:
             live.set()
 
     view.refresh = spy  # type: ignore[method-assign]
     p.run_button.click()
+    assert "a new run is starting" in latency.outputs[0]["data"]["text/plain"]
     async with asyncio.timeout(120):
         await live.wait()  # drawn from the records on disk while the run went on
         assert p.running
         assert "live:" in latency.outputs[0]["data"]["text/plain"]
+        assert "image/png" in figure.outputs[-1]["data"]
         result = await p.task  # type: ignore[misc]
     assert result is not None and p.latest is result
     assert "ttft_ms" in latency.outputs[0]["data"]["text/html"]  # the final run, no note
     assert "image/png" in figure.outputs[0]["data"]
     later = report_view(p).table("errors")  # a section made after the run shows it at once
-    assert "none (all 5 requests ended ok)" in later.outputs[0]["data"]["text/html"]
+    n = len(result.records)
+    assert f"none (all {n} requests ended ok)" in later.outputs[0]["data"]["text/html"]
+
+
+def test_a_section_waits_for_data_instead_of_drawing_empty_axes() -> None:
+    from workbench.executors.virtual import simulate
+    from workbench.ui.live import waiting_for
+
+    records = simulate(config_from_params(notebook_params(max_items=2))).records
+    first_rounds = [r for r in records if r.round_idx == 0]
+    assert waiting_for("cdf", []) == "fills in from the first finished request"
+    assert waiting_for("cdf", first_rounds[:1]) == "fills in from the second ok request"
+    assert waiting_for("over_time", first_rounds[:1]) is None
+    assert waiting_for("cdf", first_rounds) is None
+    # a session trace whose second rounds have not finished is not "sessionless"
+    assert waiting_for("sessions", first_rounds) == "fills in when a session's second round ends"
+    assert waiting_for("sessions", records) is None
+    failed = [dataclasses.replace(r, status="error") for r in first_rounds]
+    assert waiting_for("latency", failed) == (
+        "fills in from the first ok request (2 finished, none ok yet)")
+    assert waiting_for("errors", failed) is None
+
+
+async def test_run_clears_the_last_results_at_once_and_after_a_failed_run(tmp_path: Path) -> None:
+    from workbench.ui.live import report_view
+
+    cfg = config_from_params(notebook_params(out_dir=str(tmp_path), max_items=1,
+                                             engine={"speedup": 50.0}))
+    p = panel(cfg)
+    latency = report_view(p).table("latency")
+    p.run_button.click()
+    async with asyncio.timeout(60):
+        assert await p.task is not None  # type: ignore[misc]
+    assert "ttft_ms" in latency.outputs[0]["data"]["text/html"] and p.output.outputs
+    broken = tmp_path / "broken.csv"
+    broken.write_text("session_id,arrival_time\n0,zero\n")
+    p.controls.trace_choice.value = OWN_FILE
+    p.controls.trace_path.value = str(broken)
+    p.run_button.click()
+    assert p.output.outputs == ()  # gone the moment Run is pressed
+    assert "a new run is starting" in latency.outputs[0]["data"]["text/plain"]
+    async with asyncio.timeout(60):
+        assert await p.task is None  # type: ignore[misc]
+    assert p.status_text.startswith("failed: TraceFormatError: ")
+    assert str(broken) in p.status_text
+    text = latency.outputs[0]["data"]["text/plain"]
+    assert "the run failed" in text and "ttft_ms" not in str(latency.outputs)
+    assert p.latest is None and not p.run_button.disabled
+
+
+async def test_the_panels_measurement_is_not_disturbed_by_its_redraws(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo replay (303 requests, 48 sessions, 4 at once, vllm-tokens) from the panel,
+    every report section redrawing as often as it can on this loop: release lag p99 within
+    the bound of the issue (< 50 ms; the CLI's, side by side: bench/bench_panel.py)."""
+    import workbench.ui.widgets as widgets_mod
+    from workbench.report.sections import TABLE_NAMES
+    from workbench.ui.live import report_view
+
+    monkeypatch.setattr(widgets_mod, "LIVE_MIN_S", 0.0)  # redraw back to back (duty-bound)
+    monkeypatch.setattr(widgets_mod, "LIVE_DUTY", 1.0)
+    cfg = RunConfig.from_dict({
+        "trace": {"path": str(data_path("tracelab/multi_session_large.csv"))},
+        "arrival": {"max_concurrency": 4}, "backend": "vllm-tokens",
+        "target": {"url": "sim", "engine": {"speedup": 20.0}}, "out_dir": str(tmp_path)})
+    p = panel(cfg)
+    view = report_view(p)
+    for name in TABLE_NAMES:
+        view.table(name)
+    for kind in ("cdf", "over_time", "ttft_vs_uncached", "prefix_hits", "hit_by_round",
+                 "ttft_by_round", "sessions", "timeline"):
+        view.plot(kind)
+    redraws = []
+    refresh = view.refresh
+
+    def count(report: Any, note: str = "", records: Any = None) -> None:
+        refresh(report, note, records)
+        redraws.append(len(records or ()))
+
+    view.refresh = count  # type: ignore[method-assign]
+    p.run_button.click()
+    try:
+        async with asyncio.timeout(240):
+            result = await p.task  # type: ignore[misc]
+    except TimeoutError:
+        job = p.job
+        raise AssertionError(f"no result: {p.status_text!r}, {job and job.snapshot()}, "
+                             f"{redraws}, {job and job._stderr_tail()}") from None
+    assert result is not None and p.error is None
+    assert len([r for r in result.records if r.status == "ok"]) == 303
+    assert len(redraws) >= 3 and redraws[0] < 303  # the sections redrew while it ran
+    lag = result.manifest["client"]["release_lag_ms"]
+    assert lag["count"] == 303 and lag["p99"] < 50.0, lag
 
 
 def test_report_view_of_a_stored_run_is_the_tables_themselves(tmp_path: Path) -> None:

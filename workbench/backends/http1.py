@@ -59,6 +59,10 @@ __all__ = ["HttpToolsClient"]
 
 #: a non-200 answer's body is kept up to this size (for the error message)
 ERROR_BODY_MAX = 64 * 1024
+#: the error of a ``101 Switching Protocols`` answer: the client asked for no upgrade, so
+#: the connection now speaks something else (docs/wire-protocols.md, "HTTP framing")
+UPGRADE_REFUSED = ("HTTP 101: Switching Protocols, an upgrade no request asked for "
+                   "(the connection was dropped)")
 USER_AGENT = b"workbench"
 
 
@@ -161,6 +165,9 @@ class _Connection(asyncio.Protocol):
         self.got = True
         try:
             self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:  # not an HttpParserError: it would escape
+            self._fail(BackendError(UPGRADE_REFUSED))  # to the loop, a traceback per request
+            return
         except httptools.HttpParserError as exc:
             if not self.complete:
                 self._fail(self.refused or BackendError(

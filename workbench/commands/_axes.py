@@ -43,6 +43,8 @@ def add_axis_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML/JSON RunConfig file; flags override it")
     p.add_argument("-o", "--out", dest="out_dir", help="parent folder of the run directory")
     p.add_argument("--run-id", help="name of the run directory (default: timestamped)")
+    p.add_argument("--overwrite", action="store_true", default=None,
+                   help="replace an existing finished run of this --run-id (default: refuse)")
     p.add_argument("--max-error-rate", type=float, default=0.0, metavar="FRACTION",
                    help="exit with status 4 when more than this fraction of the requests "
                    "failed (default 0: any failed request; 1: never)")
@@ -157,7 +159,7 @@ def config_from_args(args: argparse.Namespace, extra: dict[str, Any] | None = No
                 base.setdefault(section, {})[key] = value
     if getattr(args, "continue_on_error", None):
         base.setdefault("arrival", {})["stop_session_on_error"] = False
-    for key in ("seed", "out_dir", "run_id"):
+    for key in ("seed", "out_dir", "run_id", "overwrite"):
         if getattr(args, key, None) is not None:
             base[key] = getattr(args, key)
     _knobs_into(args, base)

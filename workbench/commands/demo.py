@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
         "target": "sim",
         "out_dir": args.out,
         "run_id": args.run_id,
+        "overwrite": True,  # the demo's folder is its own: each demo replaces the last
     })
     print(f"replaying {args.trace} against the embedded engine (its own process)…",
           file=sys.stderr)

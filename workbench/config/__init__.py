@@ -212,7 +212,7 @@ _SECTIONS: dict[str, tuple[type, str]] = {
     "target": (TargetSpec, "url"),
     "executor": (ExecutorSpec, "workers"),
 }
-_TOP_LEVEL = ("seed", "slo", "dry_run", "run_id", "out_dir", "label")
+_TOP_LEVEL = ("seed", "slo", "dry_run", "run_id", "out_dir", "label", "overwrite")
 
 
 @dataclass(frozen=True)
@@ -229,6 +229,8 @@ class RunConfig:
     run_id: str | None = None
     out_dir: str | None = None
     label: str | None = None
+    #: replace an existing finished run of the same ``run_id`` (docs/run-directory.md)
+    overwrite: bool = False
 
     # -- construction -------------------------------------------------------------------
     @classmethod

@@ -15,6 +15,7 @@ from typing import Any
 
 from workbench.config import RunConfig
 from workbench.records import RunResult, Workload
+from workbench.replay.loops import run_anywhere
 from workbench.replay.plan import build_plan
 from workbench.replay.prepare import (
     base_manifest,
@@ -22,13 +23,13 @@ from workbench.replay.prepare import (
     dry_run_result,
     load_workload,
     new_run_id,
-    run_on_fast_loop,
 )
 from workbench.replay.session import Executor, ReplaySession
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
+Phase = Callable[[str], None]
 
 
 async def run_async(
@@ -37,12 +38,16 @@ async def run_async(
     progress: Progress | None = None,
     stop: asyncio.Event | None = None,
     workload: Workload | None = None,
+    phase: Phase | None = None,
 ) -> RunResult:
     """Replay ``cfg`` and return its result (saved under ``cfg.out_dir/<run_id>`` if set).
 
     ``stop`` (e.g. a notebook's Stop button) ends the run cleanly: in-flight
     requests are recorded as cancelled and the result says ``cancelled``.
     Cancelling the task itself does the same bookkeeping, then re-raises.
+    ``phase`` is told where the run is: ``"starting"`` (the target opens: the embedded
+    engine starts), ``"running"`` (the target answered), ``"finalizing"`` (the last request
+    ended or was cancelled; files are being written).
     """
     cfg = coerce_config(cfg)
     workload = workload if workload is not None else load_workload(cfg)
@@ -54,7 +59,8 @@ async def run_async(
     if cfg.dry_run:
         return dry_run_result(cfg, workload, plan, run_id)
     manifest = base_manifest(cfg, workload, plan, run_id)
-    session = ReplaySession(cfg, plan, run_id, manifest, executor_for(cfg), progress=progress)
+    session = ReplaySession(cfg, plan, run_id, manifest, executor_for(cfg), progress=progress,
+                            phase=phase)
     return await session.run(stop)
 
 
@@ -76,19 +82,13 @@ def executor_for(cfg: RunConfig) -> Executor:
 
 
 def run(cfg: RunConfig | dict[str, Any], *, progress: Progress | None = None) -> RunResult:
-    """Synchronous ``run_async``; inside a running loop (a notebook) it uses nest_asyncio.
+    """Synchronous ``run_async``, also from a notebook cell (a running loop).
 
     Outside a loop it runs on uvloop when installed (``executor.uvloop``, default on):
-    its I/O path costs the client less CPU per request than asyncio's.
+    its I/O path costs the client less CPU per request than asyncio's. Inside a running
+    loop (a Jupyter kernel) the replay gets a fresh loop on a worker thread and the cell
+    waits for it (``workbench.replay.loops``, docs/notebooks.md): the kernel's own loop is
+    never re-entered, and nothing the kernel does runs on the loop that stamps requests.
     """
     cfg = coerce_config(cfg)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return run_on_fast_loop(run_async(cfg, progress=progress), cfg.executor.uvloop)
-    import nest_asyncio
-
-    nest_asyncio.apply()
-    return asyncio.get_event_loop().run_until_complete(run_async(cfg, progress=progress))
-
-
+    return run_anywhere(run_async(cfg, progress=progress), cfg.executor.uvloop)

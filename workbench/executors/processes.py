@@ -32,7 +32,9 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing as mp
+import os
 import shutil
+import signal
 import tempfile
 import time
 from multiprocessing.connection import Connection
@@ -40,7 +42,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from workbench.config import RunConfig
-from workbench.errors import WorkbenchError
+from workbench.errors import OutputWriteError, WorkbenchError
 from workbench.records import RequestRecord
 from workbench.replay.runner import build_runner, merge_warmup
 from workbench.replay.session import ReplaySession
@@ -76,14 +78,10 @@ class ShardedExecutor:
         self._tmp: Path | None = None
 
     def open_files(self, session: ReplaySession) -> None:
-        from workbench.storage.rundir import write_json
-
         if session.run_dir is None:
             self._tmp = Path(tempfile.mkdtemp(prefix="workbench-shards-"))
             self.shard_dir = self._tmp
-        else:
-            session.run_dir.mkdir(parents=True, exist_ok=True)
-            write_json(session.run_dir / "manifest.json", session.manifest)
+        else:  # claimed, with its manifest, by the session
             self.shard_dir = session.run_dir / "shards"
         self.shard_dir.mkdir(parents=True, exist_ok=True)
 
@@ -133,11 +131,19 @@ class ShardedExecutor:
         s.done = sum(1 for r in recs if not r.warmup)
         s.skipped = sum(1 for r in recs if not r.warmup and r.status == "skipped")
         if s.run_dir is not None:
+            if s.write_error is not None:  # the shard files stay: they hold the records
+                return
             for name, items in (("records", recs), ("lifecycle", rows)):
                 tmp = s.run_dir / f"{name}.jsonl.tmp"
-                with open(tmp, "wb") as fh:
-                    fh.write(b"".join(dumps_line(x) for x in items))
-                tmp.replace(s.run_dir / f"{name}.jsonl")
+                try:
+                    with open(tmp, "wb") as fh:
+                        fh.write(b"".join(dumps_line(x) for x in items))
+                    tmp.replace(s.run_dir / f"{name}.jsonl")
+                except OSError as exc:  # disk full: the shard files stay, the run fails
+                    with contextlib.suppress(OSError):
+                        tmp.unlink()
+                    s.on_write_error(OutputWriteError(tmp, exc))
+                    return
             shutil.rmtree(self.shard_dir, ignore_errors=True)
             if not s.keep:  # executor.keep_records: the merged files are the records
                 s.records, s.lifecycle = [], []
@@ -180,6 +186,7 @@ class ProcessLauncher:
                     "cfg": worker_cfg(s.cfg, shares[k], warm_n[k]), "plan": plans[k],
                     "run_id": s.run_id, "base_url": base_url, "block_size": block_size,
                     "slot_offset": offsets[k], "shard": k, "shard_dir": str(shard_dir),
+                    "parent_pid": os.getpid(),
                 }  # fmt: skip
                 pool.start(ctx, spec)
             await pool.gather("ready", READY_TIMEOUT_S)
@@ -192,6 +199,9 @@ class ProcessLauncher:
             results = await pool.until_done(stop, s.report_progress)
         finally:
             await pool.close()
+        if pool.write_failed is not None:
+            path, errno, reason = pool.write_failed
+            s.on_write_error(OutputWriteError(path, OSError(errno, reason)))
         s.cancelled = any(r.get("stop_reason") for r in results.values()) or pool.stopped
         reasons = {r.get("stop_reason") for r in results.values()} - {None}
         s.manifest["stop_reason"] = (
@@ -214,6 +224,7 @@ class _Workers:
         self.procs: dict[int, Any] = {}
         self.conns: dict[int, Connection] = {}
         self.stopped = False
+        self.write_failed: tuple[str, int, str] | None = None  # (path, errno, reason)
 
     def start(self, ctx: Any, spec: dict[str, Any]) -> None:
         parent, child = ctx.Pipe()
@@ -279,6 +290,11 @@ class _Workers:
                     progress(sum(done_counts.values()))
                 elif what == "done":
                     results[k] = payload
+                elif what == "write_failed":  # one shard's disk is everyone's: stop all
+                    self.write_failed = self.write_failed or payload
+                    if not self.stopped:
+                        self.stopped = True
+                        self.send(("stop", None))
                 elif what in ("error", "died") and k not in results:
                     log.error("worker %d failed: %s", k, payload or "process ended")
                     self.procs[k].join(timeout=0)
@@ -302,8 +318,16 @@ class _Workers:
 
 # ----------------------------------------------------------------- the worker side
 def worker_main(conn: Connection, spec: dict[str, Any]) -> None:
-    """Entry point of a worker process (spawned: nothing inherited but ``spec``)."""
+    """Entry point of a worker process (spawned: nothing inherited but ``spec``).
+
+    A worker never outlives the parent: it gets SIGKILL when the parent dies, however
+    it dies (``die_with_parent``; nobody would merge its records), and a pipe that
+    reaches EOF stops its runner too (systems without a parent-death signal).
+    """
     from workbench.replay.prepare import run_on_fast_loop
+    from workbench.signals import die_with_parent
+
+    die_with_parent(spec["parent_pid"], signal.SIGKILL)
 
     cfg = RunConfig.from_dict(spec["cfg"])
     try:
@@ -326,8 +350,16 @@ async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> Non
     clock = WallClock()
     options = TransportOptions.of_run(cfg, spec["base_url"])
     flush = cfg.executor.record_flush_ms or None
-    recs = RecordWriter(shard_dir / f"records-{k}.jsonl", max_delay_ms=flush)
-    life = RecordWriter(shard_dir / f"lifecycle-{k}.jsonl", max_delay_ms=flush)
+    runner: Any = None
+
+    def failed(err: OutputWriteError) -> None:  # the first failed write stops the run
+        if runner is not None:
+            runner.stop("write failed")
+        with contextlib.suppress(OSError):
+            conn.send(("write_failed", (err.path, err.errno, err.reason)))
+
+    recs = RecordWriter(shard_dir / f"records-{k}.jsonl", max_delay_ms=flush, on_error=failed)
+    life = RecordWriter(shard_dir / f"lifecycle-{k}.jsonl", max_delay_ms=flush, on_error=failed)
     done = 0
 
     def on_record(rec: RequestRecord) -> None:
@@ -369,9 +401,12 @@ async def _wait_start(conn: Connection) -> int | None:
     """Block (politely) until the parent's ``start`` (the epoch) or ``stop``."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
-        if conn.poll():
-            what, payload = conn.recv()
-            return int(payload) if what == "start" else None
+        try:
+            if conn.poll():
+                what, payload = conn.recv()
+                return int(payload) if what == "start" else None
+        except (EOFError, OSError):  # the parent is gone
+            return None
         await asyncio.sleep(0.001)
     return None
 
@@ -382,10 +417,14 @@ async def _watch_pipe(conn: Connection, runner: Any, done: Any) -> None:
     while True:
         await asyncio.sleep(PROGRESS_EVERY_S)
         n = done()
-        if n != last:
-            conn.send(("progress", n))
-            last = n
-        if conn.poll():
-            what, _ = conn.recv()
-            if what == "stop":
-                runner.stop("stopped")
+        try:
+            if n != last:
+                conn.send(("progress", n))
+                last = n
+            if conn.poll():
+                what, _ = conn.recv()
+                if what == "stop":
+                    runner.stop("stopped")
+        except (EOFError, OSError):  # EOF: the parent is gone; stop sending its plan
+            runner.stop("parent gone")
+            return

@@ -23,17 +23,20 @@ import orjson
 from workbench.backends.base import Codec, WireRequest
 from workbench.clock import Clock, VirtualClock, run_virtual
 from workbench.config import RunConfig
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, OutputWriteError
 from workbench.records import RequestRecord, RunResult, Workload
 from workbench.replay.plan import Plan, build_plan
 from workbench.replay.prepare import base_manifest, coerce_config, load_workload, new_run_id
 from workbench.replay.runner import build_runner, merge_warmup
+from workbench.replay.session import write_parquet
 from workbench.replay.shards import slot_offsets, split_concurrency, split_plan
+from workbench.signals import SignalStop, stop_on_signals
 from workbench.sim.admission import Admission
 from workbench.sim.cluster import Cluster, ClusterConfig, split_knobs
 from workbench.sim.config import EngineConfig
 from workbench.sim.engine import Engine
 from workbench.sim.wire import placement_extra
+from workbench.storage.rundir import claim_run_dir
 
 GC_GEN0_THRESHOLD = 100_000  # allocations between young-generation collections
 
@@ -50,6 +53,7 @@ CANONICAL_EXCLUDED: dict[str, str] = {
     "manifest.versions.pandas": "the host's installed library",
     "manifest.versions.numpy": "the host's installed library",
     "manifest.config.run_id": "the run's name (a folder name)",
+    "manifest.config.overwrite": "how the run directory was claimed, not what ran",
     "manifest.config.out_dir": "path: the output folder",
     "manifest.config.trace.path": "path: where the trace is (its content is in: trace.sha256)",
     "manifest.trace.path": "path: where the trace is",
@@ -179,12 +183,41 @@ def simulate(
     manifest["engine"] = dataclasses.asdict(engine)
     if cluster is not None:
         manifest["cluster"] = cluster.to_dict()
-    result = _run_virtual_anywhere(_simulate(cfg, plan, engine, run_id, manifest, cluster))
-    if cfg.out_dir:
-        from workbench.metrics.files import save
+    run_dir = None
+    # SIGINT/SIGTERM (from here on) stop the run as they stop a live one: what finished
+    # is saved, the manifest says cancelled, then KeyboardInterrupt (exit code 130)
+    with stop_on_signals() as signalled:
+        try:
+            # the run's own directory, claimed as a live run's is (exclusive, never through
+            # a symlink), with a "running" manifest naming this process
+            if cfg.out_dir:
+                run_dir = claim_run_dir(cfg.out_dir, run_id, manifest, overwrite=cfg.overwrite)
+            result = _run_virtual_anywhere(
+                _simulate(cfg, plan, engine, run_id, manifest, cluster, signalled))
+            if run_dir is not None:
+                from workbench.metrics.files import save
 
-        result.run_dir = str(save(result, Path(cfg.out_dir) / run_id))
+                result.run_dir = str(save(result, run_dir))
+                write_parquet(run_dir)  # as every live run does
+        except BaseException as exc:  # the manifest says how it ended, if it can be written
+            if run_dir is not None:
+                _mark_ended(run_dir, manifest, exc)
+            raise
+    if signalled.hit:  # saved as cancelled; now stop as replay does
+        raise KeyboardInterrupt(f"signal {signalled.name}")
     return result
+
+
+def _mark_ended(run_dir: Path, manifest: dict[str, Any], exc: BaseException) -> None:
+    from workbench.storage.rundir import write_json
+
+    if manifest.get("status") in (None, "running"):
+        interrupted = isinstance(exc, KeyboardInterrupt | asyncio.CancelledError)
+        manifest["status"] = "cancelled" if interrupted else "failed"
+    if isinstance(exc, OutputWriteError):
+        manifest["status"], manifest["failure"] = "failed", str(exc)
+    with contextlib.suppress(OutputWriteError):
+        write_json(run_dir / "manifest.json", manifest)
 
 
 def _run_virtual_anywhere(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
@@ -221,7 +254,7 @@ def rare_collections(gen0: int = GC_GEN0_THRESHOLD) -> Iterator[None]:
 
 async def _simulate(
     cfg: RunConfig, plan: Plan, engine_cfg: EngineConfig, run_id: str, manifest: dict[str, Any],
-    cluster_cfg: ClusterConfig | None = None,
+    cluster_cfg: ClusterConfig | None = None, signalled: SignalStop | None = None,
 ) -> RunResult:  # fmt: skip
     """One engine (or a simulated cluster, ``cluster_cfg``), one virtual clock; the plan
     played by one runner, or by one runner per shard as ``executor.workers`` splits a
@@ -256,6 +289,12 @@ async def _simulate(
         )
         runners.append(runner)
     timeline: list[dict[str, Any]] = []
+
+    def stop_all() -> None:  # SIGINT/SIGTERM or a failed write: stop as a live run stops
+        for r in runners:
+            r.stop("stopped")
+
+    sinks.on_stop = stop_all
     await engine.start()
     try:
         manifest["cache_flush"] = _flush(engine, cfg.backend.flush_cache)
@@ -264,6 +303,8 @@ async def _simulate(
         sampler = asyncio.ensure_future(
             _sample(engine, clock, cfg.backend.scrape_interval_s, timeline, sender)
         )
+        signalled = signalled or SignalStop()
+        signalled.arm(asyncio.get_running_loop(), stop_all)
         try:
             if n == 1:  # warm-up inside, then the run's origin (as a live run)
                 await runners[0].execute()
@@ -272,6 +313,7 @@ async def _simulate(
                 epoch = clock.now_ns()
                 await asyncio.gather(*(r.execute(epoch) for r in runners))
         finally:
+            signalled.disarm()
             sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
@@ -279,16 +321,23 @@ async def _simulate(
     finally:
         await engine.stop()
         sinks.close()
+    if sinks.error is not None:  # the manifest says failed (simulate writes it), then raise
+        manifest["status"], manifest["failure"] = "failed", str(sinks.error)
+        raise sinks.error
     manifest["completion"] = plan.completion(
         sinks.measured, sinks.skipped, looped=cfg.loops_until_deadline)
     manifest["status"] = manifest["completion"]["status"]
+    if signalled.hit:  # what finished is kept, in-flight requests recorded as cancelled
+        manifest["status"], manifest["stop_reason"] = "cancelled", "stopped"
+        manifest["stop_signal"] = signalled.name
     manifest["virtual_duration_s"] = (clock.now_ns() - t0) / 1e9
     manifest["peak_active_units"] = sum(r.gate.peak_active for r in runners)
     warm = merge_warmup([r.warmup_report for r in runners])
     if warm is not None:
         manifest["warmup"] = warm
     return RunResult(run_id, sinks.records, manifest=manifest, lifecycle=sinks.rows,
-                     metrics_timeline=timeline, run_dir=sinks.run_dir)  # fmt: skip
+                     metrics_timeline=timeline, run_dir=sinks.run_dir,
+                     cancelled=signalled.hit)  # fmt: skip
 
 
 # Executor options that act on sockets or the loop, which virtual time has none of
@@ -308,15 +357,22 @@ class _Sinks:
         self._writers: dict[str, Any] = {}
         self.measured = 0  # records of the measured run (warm-up left out), for completion
         self.skipped = 0
+        self.error: OutputWriteError | None = None  # the first failed write
+        self.on_stop: Any = lambda: None
         if not self.keep and cfg.out_dir:
             from workbench.storage.rundir import RecordWriter
 
-            d = Path(cfg.out_dir) / run_id
-            d.mkdir(parents=True, exist_ok=True)
+            d = Path(cfg.out_dir) / run_id  # claimed by simulate()
             self.run_dir = str(d)
             flush_ms = cfg.executor.record_flush_ms or None
             for name in ("records", "lifecycle"):
-                self._writers[name] = RecordWriter(d / f"{name}.jsonl", max_delay_ms=flush_ms)
+                self._writers[name] = RecordWriter(d / f"{name}.jsonl", max_delay_ms=flush_ms,
+                                                   on_error=self._failed)
+
+    def _failed(self, err: OutputWriteError) -> None:
+        if self.error is None:
+            self.error = err
+            self.on_stop()
 
     def record(self, rec: RequestRecord) -> None:
         if not rec.warmup:

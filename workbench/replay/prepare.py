@@ -10,7 +10,6 @@ import asyncio
 import datetime as dt
 import hashlib
 import platform
-import socket
 import sys
 import uuid
 from collections.abc import Coroutine
@@ -22,6 +21,7 @@ from workbench.context import DEFAULT_POLICY
 from workbench.errors import ConfigError
 from workbench.records import RequestRecord, RunResult, Workload
 from workbench.replay.plan import Plan
+from workbench.storage.rundir import process_identity
 
 T = TypeVar("T")
 
@@ -95,7 +95,9 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
             "pandas": pandas.__version__,
             "numpy": numpy.__version__,
         },
-        "host": {"hostname": socket.gethostname(), "platform": platform.platform()},
+        # pid and its start time: a manifest left "running" by a dead process is told from
+        # a live run (workbench.storage.rundir.running_note)
+        "host": {**process_identity(), "platform": platform.platform()},
         "started_at": dt.datetime.now(dt.UTC).isoformat(),
         "status": "running",
     }

@@ -27,7 +27,7 @@ from workbench.backends.transport import Transport
 from workbench.clock import WallClock
 from workbench.config import RunConfig
 from workbench.context.tokens import TokenPool
-from workbench.errors import ConfigError, WorkbenchError
+from workbench.errors import WRITE_ERRNOS, ConfigError, OutputWriteError, WorkbenchError
 from workbench.records import RequestRecord, RunResult
 from workbench.redact import strip_url_credentials
 from workbench.replay.plan import Plan
@@ -101,6 +101,7 @@ class ReplaySession:
         executor: Executor,
         *,
         progress: Callable[[int, int], None] | None = None,
+        phase: Callable[[str], None] | None = None,
     ) -> None:
         self.executor = executor
         self.cfg = cfg
@@ -108,6 +109,7 @@ class ReplaySession:
         self.run_id = run_id
         self.manifest = manifest
         self.progress = progress
+        self.phase = phase
         # the run's secrets are redacted from every file and log record from now on
         cfg.register_secrets()
         redact.install_log_redaction()
@@ -122,6 +124,8 @@ class ReplaySession:
         self._total = plan.n_rounds
         self.t0_ns: int | None = None  # a shard's common epoch (workbench.executors.processes)
         self.client_raw: dict[str, Any] | None = None
+        self.write_error: OutputWriteError | None = None  # the first failed write
+        self.halt: asyncio.Event | None = None
         # executor.keep_records False, or "auto" over a large plan: records live on disk
         # only (memory flat in the run's size); the manifest says which and why
         self.keep, why = cfg.keeps_records(plan.n_rounds)
@@ -134,15 +138,34 @@ class ReplaySession:
         """``records.jsonl`` and ``lifecycle.jsonl`` written as the run goes (in-process)."""
         if self.run_dir is None:
             return
-        from workbench.storage.rundir import RecordWriter, write_json
+        from workbench.storage.rundir import RecordWriter
 
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         flush_ms = self.cfg.executor.record_flush_ms
         for name in ("records", "lifecycle"):
             self._writers[name] = RecordWriter(
-                self.run_dir / f"{name}.jsonl", max_delay_ms=flush_ms or None
+                self.run_dir / f"{name}.jsonl", max_delay_ms=flush_ms or None,
+                on_error=self.on_write_error,
             )
-        write_json(self.run_dir / "manifest.json", self.manifest)
+
+    def claim_dir(self) -> None:
+        """``out_dir/<run_id>`` made this run's own, with a ``running`` manifest, before
+        anything is sent (``workbench.storage.rundir.claim_run_dir``: exclusive, never
+        through a symlink, an existing run replaced only with ``overwrite``)."""
+        if self.run_dir is None:
+            return
+        from workbench.storage.rundir import claim_run_dir
+
+        self.run_dir = claim_run_dir(self.run_dir.parent, self.run_id, self.manifest,
+                                     overwrite=self.cfg.overwrite)
+
+    def on_write_error(self, err: OutputWriteError) -> None:
+        """The first failed write of the run's files stops the run: no new request is
+        sent, the manifest says ``failed`` (if it can still be written) and the run
+        raises ``err`` (exit code ``WRITE_FAILED``)."""
+        if self.write_error is None:
+            self.write_error = err
+            if self.halt is not None:
+                self.halt.set()
 
     def on_record(self, rec: RequestRecord) -> None:
         if self.keep:
@@ -160,6 +183,11 @@ class ReplaySession:
         if self.progress is not None:
             self.progress(done, self._total)
 
+    def tell(self, phase: str) -> None:
+        """Where the run is, to whoever asked (``run_async(phase=...)``)."""
+        if self.phase is not None:
+            self.phase(phase)
+
     def on_lifecycle(self, row: dict[str, Any]) -> None:
         if self.keep:
             self.lifecycle.append(row)
@@ -168,20 +196,31 @@ class ReplaySession:
 
     # -- the run ------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event | None) -> RunResult:
+        self.claim_dir()
+        # the executors stop on ``halt``: the caller's ``stop``, or a failed write
+        self.halt = halt = asyncio.Event()
+        relay = asyncio.ensure_future(_relay(stop, halt)) if stop is not None else None
         self.executor.open_files(self)
         status = "failed"
         try:
+            self.tell("starting")
             async with open_target(self.cfg) as target:
                 # the URL that is stored: no user:password@, no query value (redact.safe_url)
                 self.manifest["target"] = {**target,
                                            "base_url": redact.safe_url(target["base_url"])}
-                await self.executor.play(self, target, stop)
+                self.tell("running")
+                await self.executor.play(self, target, halt)
             status = "cancelled" if self.cancelled else self._completion()
         except (asyncio.CancelledError, KeyboardInterrupt):
             status = "cancelled"
             raise
         finally:
-            self._finalize(status)
+            if relay is not None:
+                relay.cancel()
+            self.tell("finalizing")
+            self._finalize("failed" if self.write_error else status)
+        if self.write_error is not None:
+            raise self.write_error
         return self.result
 
     def _completion(self) -> str:
@@ -281,22 +320,39 @@ class ReplaySession:
         )
 
     def _finalize(self, status: str) -> None:
-        from workbench.metrics import summarize
-
         self.manifest["status"] = status
         self.manifest["finished_at"] = dt.datetime.now(dt.UTC).isoformat()
         for w in self._writers.values():
             w.close()
         if self.run_dir is None:
             return
+        try:
+            self._write_outputs()
+        except OutputWriteError as exc:
+            self.on_write_error(exc)
+        if self.write_error is not None:  # say so in the manifest, if it can be written
+            self.manifest["status"] = "failed"
+            self.manifest["failure"] = str(self.write_error)
+            from workbench.storage.rundir import write_json
+
+            with contextlib.suppress(OutputWriteError):
+                write_json(self.run_dir / "manifest.json", self.manifest)
+
+    def _write_outputs(self) -> None:
+        """Timeline, manifest, ``records.parquet`` and summary of an ended run (none after
+        a failed write: the records are incomplete and the disk is the problem)."""
+        from workbench.metrics import summarize
         from workbench.storage.rundir import RecordWriter, write_json
 
+        assert self.run_dir is not None
+        if self.write_error is not None:
+            return
         if self.timeline:
             with RecordWriter(self.run_dir / "metrics_timeline.jsonl") as tw:
                 for row in self.timeline:
                     tw.write(row)
         write_json(self.run_dir / "manifest.json", self.manifest)
-        _write_parquet(self.run_dir)  # first: the scan below reads it instead of converting again
+        write_parquet(self.run_dir)  # first: the scan below reads it instead of converting again
         # records not kept: summarize reads them from disk (the columns of records.parquet)
         try:
             summary = summarize(self.result, self.cfg.slo)
@@ -306,7 +362,12 @@ class ReplaySession:
         write_json(self.run_dir / "summary.json", summary)
 
 
-def _write_parquet(run_dir: Path) -> None:
+async def _relay(stop: asyncio.Event, halt: asyncio.Event) -> None:
+    await stop.wait()
+    halt.set()
+
+
+def write_parquet(run_dir: Path) -> None:
     """``records.parquet`` beside ``records.jsonl`` (large-run analysis scans it)."""
     if not (run_dir / "records.jsonl").exists():
         return
@@ -316,7 +377,11 @@ def _write_parquet(run_dir: Path) -> None:
         columns.convert(run_dir)
     except (ConfigError, ImportError) as exc:  # pyarrow not installed: JSONL only
         log.info("records.parquet not written: %s", exc)
-    except (OSError, ValueError) as exc:  # disk full, a damaged line: the JSONL stays the truth
+    except OSError as exc:
+        if exc.errno in WRITE_ERRNOS:  # disk full: the run fails with one line (exit 5)
+            raise OutputWriteError(run_dir / "records.parquet", exc) from None
+        log.error("records.parquet not written (%s); records.jsonl is complete", exc)
+    except ValueError as exc:  # a damaged line: the JSONL stays the truth
         log.error("records.parquet not written (%s); records.jsonl is complete", exc)
 
 

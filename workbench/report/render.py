@@ -53,7 +53,8 @@ from typing import Any
 import nbformat
 
 from workbench.config.validation import check_run_id
-from workbench.errors import ConfigError
+from workbench.errors import WRITE_ERRNOS, ConfigError, OutputWriteError
+from workbench.storage.rundir import contained_dir
 
 log = logging.getLogger(__name__)
 
@@ -351,8 +352,8 @@ def render_report(
     given = check_parameters(nb_path, params, out)
     run_id = str(given.get("run_id") or given.get("label") or f"report-{nb_path.stem}")
     check_run_id("run_id", run_id)  # one directory under out, never a path out of it
-    report_dir = out / run_id
-    report_dir.mkdir(parents=True, exist_ok=True)
+    report_dir = contained_dir(out, run_id)  # never a symlink out of ``out``
+    report_dir.mkdir(exist_ok=True)
     check_kernel(kernel_name)
     executed = report_dir / f"{nb_path.stem}.ipynb"
     status = "failed"
@@ -368,10 +369,21 @@ def render_report(
                 shutdown_kernel="immediate",
             )
         status = "ok"
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS:
+            raise
+        status = "unwritten"  # a torn notebook: nothing to publish from it, removed
+        with contextlib.suppress(OSError):
+            executed.unlink()
+        raise OutputWriteError(exc.filename or executed, exc) from None
     finally:
-        if executed.exists():
-            _publish(executed, report_dir, given, show_code or status != "ok", status, nb_path)
-            write_index(out)
+        if executed.exists() and status != "unwritten":
+            try:
+                _publish(executed, report_dir, given, show_code or status != "ok", status,
+                         nb_path)
+                write_index(out)
+            except OSError as exc:  # disk full, file too large: one line, no traceback
+                raise OutputWriteError(exc.filename or report_dir, exc) from None
     return report_dir / "report.html"
 
 

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 60.0  # a cold interpreter importing aiohttp + numpy on a loaded 2-core box
 STOP_TIMEOUT_S = 5.0
+PARENT_ENV = "WORKBENCH_PARENT_PID"  # the child's parent, for its parent-death signal
 
 
 class SimProcessError(WorkbenchError):
@@ -116,7 +117,7 @@ async def serve_sim_process(
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "workbench.sim.process", json.dumps(engine_knobs),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err_fh,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid())},
         )
         try:
             deadline = time.monotonic() + ready_timeout_s
@@ -173,6 +174,11 @@ async def _child(knobs: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    parent = os.environ.get(PARENT_ENV)
+    if parent:  # SIGTERM (a clean stop) when the parent dies, even before stdin's EOF
+        from workbench.signals import die_with_parent
+
+        die_with_parent(int(parent), signal.SIGTERM)
     args = sys.argv[1:] if argv is None else argv
     knobs = json.loads(args[0]) if args else {}
     try:

@@ -25,15 +25,17 @@ since orjson would refuse or round them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import re
 import shutil
+import socket
 import stat
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -41,7 +43,7 @@ from typing import Any, Literal
 import orjson
 
 from workbench import redact
-from workbench.errors import ConfigError
+from workbench.errors import WRITE_ERRNOS, ConfigError, OutputWriteError
 from workbench.records import RequestRecord, RunResult
 
 log = logging.getLogger(__name__)
@@ -51,8 +53,11 @@ MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
 LIFECYCLE = "lifecycle.jsonl"
 TIMELINE = "metrics_timeline.jsonl"
+PARQUET = "records.parquet"
+SHARDS = "shards"
 
 _WIDE_INT = re.compile(rb"\d{20}")  # ≥ 20 digits may exceed 64 bits
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # never write through a planted symlink
 
 
 def _default(obj: Any) -> Any:
@@ -125,10 +130,21 @@ class RecordWriter:
         fsync: bool = False,
         max_delay_ms: float | None = None,
         max_batch: int = 512,
+        on_error: Callable[[OutputWriteError], None] | None = None,
     ):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, mode + "b", buffering=0)  # noqa: SIM115 - closed in close()
+        flags = os.O_WRONLY | os.O_CREAT | _NOFOLLOW | (os.O_APPEND if mode == "a" else os.O_TRUNC)
+        try:
+            fd = os.open(self.path, flags, 0o644)
+        except OSError as exc:
+            raise OutputWriteError(self.path, exc) from None
+        self._fh = open(fd, mode + "b", buffering=0)  # noqa: SIM115 - closed in close()
+        self._size = os.fstat(fd).st_size  # where the last whole line ends
+        #: the first failed write; later lines are dropped (the run is stopping). Without
+        #: ``on_error`` it is raised; with it, reported there (a timer has nobody to raise to)
+        self.error: OutputWriteError | None = None
+        self._on_error = on_error
         self._fsync = fsync
         self._max_delay_s = None if max_delay_ms is None else max_delay_ms / 1000
         self._max_batch = max_batch
@@ -177,12 +193,26 @@ class RecordWriter:
             self._write_out(data)
 
     def _write_out(self, data: bytes) -> None:
+        """Whole lines or nothing: a write that fails part-way (disk full, file too large)
+        is cut back to the last whole line, and the error goes to ``on_error``."""
+        if self.error is not None:
+            return
         view = memoryview(data)
-        while view:
-            written = self._fh.write(view)
-            view = view[written or 0 :]
-        if self._fsync:
-            os.fsync(self._fh.fileno())
+        try:
+            while view:
+                written = self._fh.write(view)
+                view = view[written or 0 :]
+            if self._fsync:
+                os.fsync(self._fh.fileno())
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fh.fileno(), self._size)
+            self.error = OutputWriteError(self.path, exc)
+            if self._on_error is None:
+                raise self.error from None
+            self._on_error(self.error)
+            return
+        self._size += len(data)
 
     def write_all(self, objs: Iterable[Any]) -> None:
         for obj in objs:
@@ -210,6 +240,29 @@ def write_json(path: str | Path, obj: Any) -> Path:
     """Write a JSON document atomically (temp file + rename): readers never see half of it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    data = _manifest_bytes(obj)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o644)
+    except OSError as exc:
+        raise OutputWriteError(tmp, exc) from None
+    try:
+        _write_fd(fd, data, tmp)
+    except OutputWriteError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    finally:
+        os.close(fd)
+    try:
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise OutputWriteError(path, exc) from None
+    return path
+
+
+def _manifest_bytes(obj: Any) -> bytes:
+    """A JSON document as ``write_json`` stores it: redacted, indented, one final newline."""
     obj = redact.obj(obj)  # no secret reaches a file (workbench.redact)
     try:
         data = orjson.dumps(
@@ -217,10 +270,20 @@ def write_json(path: str | Path, obj: Any) -> Path:
         )
     except TypeError:
         data = json.dumps(_nan_to_none(obj), default=_default, indent=2).encode()
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data + b"\n")
-    os.replace(tmp, path)
-    return path
+    return data + b"\n"
+
+
+def _write_fd(fd: int, data: bytes, path: Path) -> None:
+    """All of ``data`` to ``fd``; a failure (disk full...) empties the file and raises
+    ``OutputWriteError`` naming ``path``."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+        raise OutputWriteError(path, exc) from None
 
 
 def read_json(path: str | Path) -> Any:
@@ -331,6 +394,185 @@ def _copy_run_files(src: Path, dst: Path) -> None:
     for name in (RECORDS, LIFECYCLE):
         if (src / name).exists():
             shutil.copyfile(src / name, dst / name)
+
+
+# -- claiming a run directory (docs/run-directory.md, "One run, one directory") -------------
+#: every name a run writes in its directory: one of them present means a run is (or was) there
+RUN_FILES = (MANIFEST, RECORDS, SUMMARY, LIFECYCLE, TIMELINE, PARQUET, SHARDS,
+             MANIFEST + ".tmp", SUMMARY + ".tmp")
+STALE_SCAN_MAX = 10_000  # sibling run directories a new run looks at for stale ones
+
+
+class RunDirTaken(ConfigError):
+    """``out_dir/<run_id>`` holds a run (or is being written by one), or is a symlink: the
+    run stops before it sends anything (a configuration error: exit code 2)."""
+
+
+def claim_run_dir(out_dir: str | Path, run_id: str, manifest: Any, *,
+                  overwrite: bool = False) -> Path:
+    """Make ``out_dir/<run_id>`` this run's own and write its first ``manifest.json``.
+
+    The claim is atomic: the manifest is created with ``O_CREAT | O_EXCL``, so of two
+    runs with one id started at once exactly one gets it, and the other raises
+    ``RunDirTaken`` before sending anything. An existing run is never replaced unless
+    ``overwrite`` (``--overwrite``), and not even then while its process is alive. A
+    symlink at ``out_dir/<run_id>`` (or a directory resolving outside ``out_dir``) is
+    refused: nothing is written through it. A directory with no run file in it (a
+    report's, say) may take the run.
+    """
+    root = Path(out_dir)
+    d = contained_dir(root, run_id)
+    try:
+        d.mkdir()
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise _mkdir_error(d, exc) from None
+    _refuse_link(d, root)  # (a symlink planted between the check and the mkdir)
+    if overwrite:
+        _clear_run(d)
+    data = _manifest_bytes(manifest)
+    try:
+        fd = os.open(d / MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
+    except FileExistsError:
+        raise RunDirTaken(_taken(d)) from None
+    try:
+        present = [n for n in RUN_FILES if n != MANIFEST and os.path.lexists(d / n)]
+        if present:
+            os.unlink(d / MANIFEST)
+            raise RunDirTaken(_taken(d, present))
+        try:
+            _write_fd(fd, data, d / MANIFEST)
+        except OutputWriteError:  # disk full before the run: no empty manifest left behind
+            with contextlib.suppress(OSError):
+                os.unlink(d / MANIFEST)
+            raise
+    finally:
+        os.close(fd)
+    warn_stale_runs(root, skip=run_id)
+    return d
+
+
+def _taken(d: Path, present: list[str] | None = None) -> str:
+    what = f"holds {', '.join(present)}" if present else "already holds a run"
+    note = running_note(_manifest_of(d)) if present is None else None
+    return (f"{d} {what}{f' ({note})' if note else ''}: a run id names one run; give another "
+            "--run-id (or none, for a fresh one), or --overwrite to replace a finished run")
+
+
+def contained_dir(root: str | Path, name: str) -> Path:
+    """``root/name`` for a run, a sweep or a report to write in: ``root`` is created, and
+    ``root/name`` must not be a symlink nor resolve outside ``root`` (``RunDirTaken``,
+    exit code 2), so nothing is written through a symlink out of ``root``."""
+    root = Path(root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _mkdir_error(root, exc) from None
+    d = root / name
+    _refuse_link(d, root)
+    return d
+
+
+def _mkdir_error(d: Path, exc: OSError) -> Exception:
+    """A directory that cannot be made: a full or broken disk is a failed write (exit
+    code 5), anything else (permissions, a file in the way) a configuration error (2)."""
+    if exc.errno in WRITE_ERRNOS:
+        return OutputWriteError(d, exc)
+    return RunDirTaken(f"{d}: cannot create the directory ({exc.strerror or exc})")
+
+
+def _refuse_link(d: Path, root: Path) -> None:
+    if d.is_symlink():
+        raise RunDirTaken(f"{d} is a symlink (to {os.readlink(d)}): workbench writes only "
+                          f"inside {root}; remove it or give another name")
+    if d.exists() and Path(os.path.realpath(d)).parent != Path(os.path.realpath(root)):
+        raise RunDirTaken(f"{d} resolves outside {root}: workbench writes only inside it")
+
+
+def _clear_run(d: Path) -> None:
+    """``--overwrite``: remove a finished run's files (never a live run's)."""
+    note = running_note(_manifest_of(d))
+    if note and "still running" in note:
+        raise RunDirTaken(f"{d}: {note}; --overwrite replaces finished runs only")
+    for name in RUN_FILES:
+        p = d / name
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+
+
+def _manifest_of(d: Path) -> dict[str, Any]:
+    try:
+        doc = read_json(d / MANIFEST)
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def process_identity() -> dict[str, Any]:
+    """This process as a manifest names it: pid, host and the pid's start time (so a pid
+    reused by another process later is not taken for the run's)."""
+    return {"pid": os.getpid(), "hostname": socket.gethostname(),
+            "pid_start": _pid_start(os.getpid())}
+
+
+def _pid_start(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (Linux ``/proc``), or None."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = stat_line[stat_line.rfind(b")") + 2 :].split()
+    return int(fields[19]) if len(fields) > 19 else None  # field 22 of proc(5)
+
+
+def _alive(pid: int, start: int | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        pass
+    return start is None or _pid_start(pid) in (None, start)
+
+
+def running_note(manifest: Any) -> str | None:
+    """For a manifest that says ``running``: whether its process is still running, or
+    left it so by dying (SIGKILL, the OOM killer, a power cut). None otherwise, and for
+    a run on another host (its process cannot be looked at from here)."""
+    if not isinstance(manifest, dict) or manifest.get("status") != "running":
+        return None
+    host: dict[str, Any] = manifest.get("host") or {}
+    if not isinstance(host, dict):
+        return None
+    pid, name = host.get("pid"), host.get("hostname")
+    if not isinstance(pid, int) or name != socket.gethostname():
+        return None
+    if _alive(pid, host.get("pid_start")):
+        return f"still running (process {pid})"
+    return (f"INCOMPLETE: the run was killed (left 'running' by process {pid} on {name}, "
+            "which is no longer alive); its records up to then are on disk, it has no summary")
+
+
+def warn_stale_runs(root: str | Path, skip: str | None = None) -> list[str]:
+    """Log one warning per run directory under ``root`` left ``running`` by a dead
+    process (at most ``STALE_SCAN_MAX`` entries looked at); returns the warnings."""
+    out: list[str] = []
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)[:STALE_SCAN_MAX]
+    except OSError:
+        return out
+    for e in entries:
+        if e.name == skip or not e.is_dir(follow_symlinks=False):
+            continue
+        note = running_note(_manifest_of(Path(e.path)))
+        if note and not note.startswith("still"):
+            out.append(f"{e.path}: {note}")
+            log.warning("%s", out[-1])
+    return out
 
 
 class RunDirError(ConfigError, FileNotFoundError):

@@ -17,6 +17,7 @@ from typing import Any
 import workbench.sweeps.spec as spec_mod
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
+from workbench.replay.loops import run_anywhere
 from workbench.replay.prepare import coerce_config
 from workbench.sweeps.runner import Progress, SweepRunner
 from workbench.sweeps.slo import SLO
@@ -110,15 +111,18 @@ async def sweep_async(
 
 
 def run_sync(coro: Any) -> Any:
-    """Run a sweep coroutine from sync code, also inside a running loop (a notebook)."""
+    """Run a sweep coroutine from sync code: on this thread when no loop runs here (SIGTERM
+    stops it as Ctrl-C does: the point's run saved as cancelled, then KeyboardInterrupt),
+    inside a running loop (a notebook cell) on a fresh loop on a worker thread while the
+    cell waits (``run_anywhere``)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
-    import nest_asyncio
+        from workbench.signals import run_with_sigterm
 
-    nest_asyncio.apply()
-    return asyncio.get_event_loop().run_until_complete(coro)
+        with asyncio.Runner() as runner:
+            return run_with_sigterm(runner, coro)
+    return run_anywhere(coro)
 
 
 def sweep(cfg: RunConfig | dict[str, Any], over: spec_mod.Over, **kwargs: Any) -> Sweep:

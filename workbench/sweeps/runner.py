@@ -18,7 +18,9 @@ import datetime as dt
 import json
 import logging
 import multiprocessing
+import os
 import shutil
+import signal
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,15 +28,17 @@ from typing import Any
 import workbench.sweeps.spec as spec_mod
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
+from workbench.signals import die_with_parent
 from workbench.sweeps.points import point_metrics, pool, run_complete, simulate_and_measure
 from workbench.sweeps.slo import SLO
+from workbench.storage.rundir import contained_dir
 from workbench.sweeps.store import RUNS, SWEEP_MANIFEST, Sweep, load_sweep, write_sweep
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
 # config keys that name where a run goes, not what it does (free to differ on resume)
-_PLACE_KEYS = ("out_dir", "run_id", "label")
+_PLACE_KEYS = ("out_dir", "run_id", "label", "overwrite")
 
 
 def new_sweep_id(kind: str) -> str:
@@ -46,6 +50,11 @@ def _comparable(cfg: RunConfig) -> dict[str, Any]:
     for k in _PLACE_KEYS:
         d.pop(k, None)
     return json.loads(json.dumps(d, default=str))
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 class SweepRunner:
@@ -82,7 +91,8 @@ class SweepRunner:
         self.parallel = parallel
         self.progress = progress
         root = Path(out_dir or cfg.out_dir or "sweeps")
-        self.dir = root / (sweep_id or new_sweep_id(kind))
+        # never a symlink out of the output folder (workbench.storage.rundir)
+        self.dir = contained_dir(root, sweep_id or new_sweep_id(kind))
         spec_doc = json.loads(json.dumps(
             {**spec, "repeats": repeats, "slo": slo.to_dict() if slo else None,
              "mode": "virtual" if virtual else "live"}, default=str))
@@ -148,6 +158,9 @@ class SweepRunner:
         self.sweep.manifest["finished_at"] = dt.datetime.now(dt.UTC).isoformat()
         self.save()
         if self._pool is not None:
+            if status == "interrupted":  # the points' processes stop as a simulate does:
+                for proc in multiprocessing.active_children():  # their runs saved cancelled
+                    proc.terminate()
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
         return self.sweep
@@ -225,15 +238,27 @@ class SweepRunner:
         slo = self.slo.to_dict() if self.slo else None
         if self.parallel > 1 and len(jobs) > 1 and self._pool is None:
             ctx = multiprocessing.get_context("spawn")
-            self._pool = concurrent.futures.ProcessPoolExecutor(self.parallel, mp_context=ctx)
+            # each point's process ends with this one, however it ends (die_with_parent)
+            self._pool = concurrent.futures.ProcessPoolExecutor(
+                self.parallel, mp_context=ctx, initializer=die_with_parent,
+                initargs=(os.getpid(), signal.SIGKILL))
         executor = self._pool if self.parallel > 1 and len(jobs) > 1 else None
+        flushed = {"action": "none", "ok": True,
+                   "reason": "virtual time: every run starts a fresh engine core"}
+        if executor is None:  # one at a time, on this thread: simulate's SIGINT/SIGTERM
+            for e, rep, cfg in jobs:  # handlers save the point's run, then stop the sweep
+                self._say(f"{e['label']} #{rep}: simulating")
+                _, metrics = simulate_and_measure(cfg.to_dict(), slo)
+                self._record(e, rep, cfg, flushed, metrics)
+                self.save()
+            return
         futures = []
         for e, rep, cfg in jobs:
             self._say(f"{e['label']} #{rep}: simulating")
-            futures.append(loop.run_in_executor(executor, simulate_and_measure, cfg.to_dict(),
-                                                slo))
-        flushed = {"action": "none", "ok": True,
-                   "reason": "virtual time: every run starts a fresh engine core"}
+            fut = loop.run_in_executor(executor, simulate_and_measure, cfg.to_dict(), slo)
+            # a point stopped after the sweep was (its KeyboardInterrupt) is nobody's news
+            fut.add_done_callback(_retrieved)
+            futures.append(fut)
         for (e, rep, cfg), fut in zip(jobs, futures, strict=True):
             _, metrics = await fut
             self._record(e, rep, cfg, flushed, metrics)

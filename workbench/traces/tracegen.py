@@ -50,7 +50,7 @@ from workbench.context.policy import (
     plan_rounds,
     planned_file_message,
 )
-from workbench.errors import ConfigError, TraceFormatError
+from workbench.errors import WRITE_ERRNOS, ConfigError, OutputWriteError, TraceFormatError
 from workbench.records import Unit, Workload
 from workbench.traces import canonical
 from workbench.traces._io import open_trace
@@ -172,6 +172,8 @@ def _write(
         plan_path.write_bytes(orjson.dumps(_plan_rows(rows)) + b"\n")
     except OSError as exc:
         where = exc.filename or out
+        if exc.errno in WRITE_ERRNOS:  # a full disk: a failed write (exit 5), not a config
+            raise OutputWriteError(where, exc) from None
         raise ConfigError(f"tracegen cannot write {where}: {exc.strerror or exc}") from None
     return csv_path, manifest_path, plan_path
 

@@ -5,16 +5,16 @@ Given a run (a ``RunResult`` or what ``scan.report_source`` returns) it is a
 table or figure itself, so a headless (papermill) report holds PNGs and
 tables as before. Given a ``Panel`` (``wb.panel(cfg)``) it is a
 ``LiveReport``: each call returns an ``ipywidgets.Output`` that says "press
-Run" until the panel has a result, fills in while the run goes (the panel
-re-reads the run directory's ``records.jsonl`` every few seconds) and shows
-the final result when it ends. So *Run All* on the notebook never raises, and
-the cells below the panel always show its latest run.
+Run" until the panel has a result, fills in while the run goes and shows the
+final result when it ends. So *Run All* on the notebook never raises, and the
+cells below the panel always show its latest run.
 
-Redrawing runs on the kernel's event loop, which is also the replay client's
-loop: the panel redraws at most every ``LIVE_MIN_S`` seconds and never more
-often than ``LIVE_DUTY`` of the time (a redraw of 200 ms waits at least
-``0.2 / LIVE_DUTY`` s for the next one), and the client's self-measurement
-(release lag) would show any delay it still caused.
+The run itself goes on in a process of its own (``workbench.executors.background``):
+redrawing here, on the kernel, never delays a request. A section is drawn only once it
+has something to show (``waiting_for``): until the first request finishes it says so in
+a sentence, never over empty axes, and a session figure waits for a session's second
+round instead of calling the trace sessionless. Pressing Run clears every section at
+once (``clear``), so no table of the previous run stays up beside a new or failed one.
 """
 
 from __future__ import annotations
@@ -28,9 +28,28 @@ from workbench.report.sections import RunReport
 
 log = logging.getLogger(__name__)
 
-LIVE_MIN_S = 2.0
-LIVE_DUTY = 0.2
+LIVE_MIN_S = 2.0  # redraw at most this often while a run goes (kernel side)
+LIVE_DUTY = 0.3  # and spend at most this share of the kernel's time redrawing
 PRESS_RUN = "Press Run in the panel above: this {what} fills in while the run goes."
+ROUNDS = ("sessions", "by_round", "hit_by_round", "ttft_by_round")
+NEED_OK = ("latency", "cdf", "over_time", "ttft_vs_uncached", "prefix", "prefix_hits",
+           "by_band", *ROUNDS)
+NEED_TWO = ("cdf",)  # one point draws no visible step
+
+
+def waiting_for(name: str, records: Any) -> str | None:
+    """What section ``name`` still waits for in a run's finished ``records`` (None: ready)."""
+    measured = [r for r in records if not r.warmup]
+    ok = sum(r.status == "ok" for r in measured)
+    if not measured:
+        return "fills in from the first finished request"
+    if name in NEED_OK and not ok:
+        return f"fills in from the first ok request ({len(measured)} finished, none ok yet)"
+    if name in NEED_TWO and ok < 2:
+        return "fills in from the second ok request"
+    if name in ROUNDS and max(r.round_idx for r in measured) < 1:
+        return "fills in when a session's second round ends"
+    return None
 
 
 def output_entry(obj: Any) -> dict[str, Any]:
@@ -50,10 +69,21 @@ class LiveSection:
     def __init__(self, what: str, name: str, options: dict[str, Any]) -> None:
         self.what, self.name, self.options = what, name, options
         self.output = w.Output(layout=w.Layout(min_height="2em"))
-        label = "table" if what == "table" else "figure"
-        self.output.outputs = (_text_entry(PRESS_RUN.format(what=f"{name} {label}")),)
+        self.say(PRESS_RUN.format(what=f"{name} {self.label}"))
 
-    def draw(self, report: RunReport, note: str = "") -> None:
+    @property
+    def label(self) -> str:
+        return "table" if self.what == "table" else "figure"
+
+    def say(self, text: str) -> None:
+        """A sentence in place of the section (no axes, no table)."""
+        self.output.outputs = (_text_entry(text),)
+
+    def draw(self, report: RunReport, note: str = "", records: Any = None) -> None:
+        """Draw from ``report``; mid-run (``records`` given) only once there is data."""
+        if records is not None and (missing := waiting_for(self.name, records)):
+            self.say(f"{self.name} {self.label}: {missing}")
+            return
         try:
             obj = (report.table(self.name) if self.what == "table"
                    else report.plot(self.name, **self.options))
@@ -100,9 +130,14 @@ class LiveReport:
     def plot(self, kind: str, **options: Any) -> w.Output:
         return self._add("plot", kind, options)
 
-    def refresh(self, report: RunReport, note: str = "") -> None:
+    def refresh(self, report: RunReport, note: str = "", records: Any = None) -> None:
         for section in self.sections:
-            section.draw(report, note)
+            section.draw(report, note, records)
+
+    def clear(self, text: str) -> None:
+        """Every section replaced by ``text`` (a new run started, or the last one failed)."""
+        for section in self.sections:
+            section.say(f"{section.name} {section.label}: {text}")
 
 
 def report_view(source: Any) -> RunReport | LiveReport:

@@ -1,139 +1,63 @@
 """ipywidgets over ``RunConfig``: ``panel(cfg)`` edits the four axes + target and runs them.
 
 The panel is a view, not a second code path: ``panel.config()`` builds the same
-``RunConfig`` a notebook's parameters cell builds, and Run awaits the same
-``run_async`` in a background task on the kernel's event loop, so the kernel
-stays responsive (Stop is a button click handled while the run goes on). Stop
-sets the ``asyncio.Event`` given to ``run_async(stop=...)``: in-flight requests
-are recorded as cancelled and every finished record is kept.
+``RunConfig`` a notebook's parameters cell builds (``workbench.ui.controls``), and Run
+replays it with the same ``run_async`` the CLI runs — in a process of its own
+(``workbench.executors.background``), so nothing the kernel does (redraws, widget
+messages, reading the run directory, garbage collection) runs where requests are
+stamped (docs/notebooks.md). The kernel polls the run's ``Snapshot`` every
+``POLL_S`` for the status line and progress bar, and redraws the live figures (latency
+CDFs, in-flight and TTFT over time, the session swimlane) and the report sections that
+follow the panel from the records written so far, at most every ``LIVE_MIN_S``.
 
-Choices come from ``workbench.config.available()``; numeric controls use 0 for
-"not set" (no rate rescaling, no concurrency cap, every unit).
+Status line: "starting engine…", "running 120/303", "stopping…", "finalizing…", then
+done, cancelled or failed with the outcome. Run clears the previous run's results at
+once; Stop disables itself, says "stopping…", and the cancelled result follows within a
+poll of the run's end (in-flight requests recorded as cancelled, finished ones kept).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import html
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 import ipywidgets as w
 
-from workbench.config import RunConfig, available
+from workbench.config import RunConfig
 from workbench.errors import WorkbenchError
-from workbench.records import RunResult
-from workbench.ui.live import LIVE_DUTY, LIVE_MIN_S, LiveReport, LiveSource
+from workbench.records import RequestRecord, RunResult
+from workbench.redact import strip_url_credentials
+from workbench.ui.controls import (
+    POLICY_DEFAULT,
+    STYLE,
+    Controls,
+    engine_defaults,
+    resolve_trace,
+    wide,
+)
+from workbench.ui.live import LIVE_DUTY, LIVE_MIN_S, LiveReport, LiveSection, LiveSource
 from workbench.ui.live import output_entry as _output_entry
+
+__all__ = ["POLICY_DEFAULT", "Panel", "WhatIf", "panel", "resolve_trace", "what_if"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TRACE = "tracelab/multi_session_example.csv"
-POLICY_DEFAULT = "(trace default)"
-ENGINE_KNOBS = ("speedup", "block_size", "num_blocks")
-WIDE = w.Layout(width="420px")
-STYLE = {"description_width": "120px"}
-
-
-
-
-def resolve_trace(value: str) -> str:
-    """A path as typed, or the on-disk path of a bundled trace name."""
-    from workbench import data
-
-    if not value or Path(value).exists() or value not in data.files():
-        return value
-    return str(data.path(value))
-
-
-def _engine_defaults() -> dict[str, Any]:
-    from workbench.sim.config import EngineConfig
-
-    return {f.name: f.default for f in dataclasses.fields(EngineConfig) if f.name in ENGINE_KNOBS}
-
-
-class Controls:
-    """The editable fields, initialised from a RunConfig."""
-
-    def __init__(self, cfg: RunConfig) -> None:
-        names = available()
-        from workbench import data
-
-        t, a = cfg.trace, cfg.arrival
-        self.trace = w.Combobox(value=t.path, options=data.files(), description="trace",
-                                ensure_option=False, layout=WIDE, style=STYLE)
-        self.format = w.Dropdown(options=names["trace_formats"], value=t.format,
-                                 description="format", style=STYLE)
-        self.max_items = w.IntText(value=t.max_items or 0, description="max items (0=all)",
-                                   style=STYLE)
-        self.policy = w.Dropdown(options=[POLICY_DEFAULT, *names["context_policies"]],
-                                 value=cfg.context.policy or POLICY_DEFAULT,
-                                 description="context policy", style=STYLE)
-        self.arrival = w.Dropdown(options=names["arrival_modes"], value=a.mode,
-                                  description="arrival", style=STYLE)
-        self.rate = w.FloatText(value=a.rate or 0.0, description="rate /s (0=trace)", style=STYLE)
-        self.max_concurrency = w.IntText(value=a.max_concurrency or 0,
-                                         description="max conc. (0=∞)", style=STYLE)
-        self.backend = w.Dropdown(options=names["backends"], value=cfg.backend.name,
-                                  description="backend", style=STYLE)
-        self._engine(cfg)
-
-    def _engine(self, cfg: RunConfig) -> None:
-        knobs = {**_engine_defaults(), **cfg.target.engine}
-        self.target = w.ToggleButtons(options=["sim", "url"],
-                                      value="sim" if cfg.target.is_sim else "url",
-                                      description="target", style=STYLE)
-        self.url = w.Text(value="" if cfg.target.is_sim else cfg.target.url,
-                          placeholder="http://127.0.0.1:8000", description="server URL",
-                          layout=WIDE, style=STYLE)
-        self.speedup = w.FloatText(value=knobs["speedup"], description="sim speedup",
-                                   style=STYLE)
-        self.block_size = w.IntText(value=knobs["block_size"], description="sim block size",
-                                    style=STYLE)
-        self.num_blocks = w.IntText(value=knobs["num_blocks"], description="sim KV blocks",
-                                    style=STYLE)
-
-    def sections(self) -> list[w.Widget]:
-        row = w.HBox
-        return [
-            w.HTML("<b>1 trace</b>"), row([self.trace, self.format]), self.max_items,
-            w.HTML("<b>2 context</b>"), self.policy,
-            w.HTML("<b>3 arrival &amp; admission</b>"),
-            row([self.arrival, self.rate, self.max_concurrency]),
-            w.HTML("<b>4 backend</b>"), self.backend,
-            w.HTML("<b>target</b>"), row([self.target, self.url]),
-            row([self.speedup, self.block_size, self.num_blocks]),
-        ]
-
-    def apply(self, base: RunConfig) -> RunConfig:
-        """``base`` with every controlled field replaced (others, e.g. seed, kept)."""
-        d = base.to_dict()
-        d["trace"].update(path=resolve_trace(self.trace.value), format=self.format.value,
-                          max_items=self.max_items.value or None)
-        d["context"]["policy"] = None if self.policy.value == POLICY_DEFAULT else self.policy.value
-        d["arrival"].update(mode=self.arrival.value, rate=self.rate.value or None,
-                            max_concurrency=self.max_concurrency.value or None)
-        d["backend"]["name"] = self.backend.value
-        d["target"] = self._target(base)
-        return RunConfig.from_dict(d)
-
-    def _target(self, base: RunConfig) -> dict[str, Any]:
-        engine = dict(base.target.engine)
-        defaults = _engine_defaults()
-        for knob in ENGINE_KNOBS:
-            value = getattr(self, knob).value
-            if knob in engine or value != defaults[knob]:
-                engine[knob] = value
-        if self.target.value == "sim":
-            return {"url": "sim", "engine": engine, "in_process": base.target.in_process}
-        if not self.url.value.strip():
-            raise WorkbenchError("target 'url' needs a server URL (e.g. http://127.0.0.1:8000)")
-        return {"url": self.url.value.strip(), "engine": engine}
+POLL_S = 0.1  # the kernel reads the run's snapshot this often (a lock and a copy)
+MAX_POLLS = 10_000_000  # bound of the watch loop (~11 days at POLL_S)
+LIVE_FIGURES = ("cdf", "over_time", "sessions")
+LIVE_MAX_RECORDS = 200_000  # live figures from at most this many (the first) records
+NEW_RUN = "a new run is starting; this fills in from its first finished request"
+PHASE_TEXT = {"starting": "starting engine…", "stopping": "stopping…",
+              "finalizing": "finalizing…"}
 
 
 class Panel(LiveSource):
-    """Controls + Run/Stop + progress + results. ``config()``, ``result``, ``task``."""
+    """Controls + Run/Stop + status + live figures + results. ``config()``, ``result``, ``task``."""
 
     def __init__(self, cfg: RunConfig | None = None) -> None:
         if cfg is None:
@@ -144,18 +68,30 @@ class Panel(LiveSource):
         self.stop_button = w.Button(description="Stop", button_style="danger", icon="stop",
                                     disabled=True)
         self.progress = w.IntProgress(value=0, min=0, max=1, description="requests")
-        self.status = w.Label(value="ready")
+        self.status = w.HTML(value="<b>ready</b>")
+        self.status.add_class("wb-status")  # found by the browser tests (tests/browser)
+        self.check = w.HTML(value="")
+        self.check.add_class("wb-check")
+        self.figures = [LiveSection("plot", kind, {}) for kind in LIVE_FIGURES]
+        for section in self.figures:
+            section.say(f"{section.name} figure: appears here while a run goes")
         self.output = w.Output()
         self.result: RunResult | None = None
         self.latest: RunResult | None = None  # the finished result, or the running one so far
         self.views: list[LiveReport] = []  # the live report views that follow runs
         self.error: BaseException | None = None
         self.task: asyncio.Task[RunResult | None] | None = None
-        self._stop: asyncio.Event | None = None
+        self.job: Any = None  # the BackgroundRun of the current or last run
         self.run_button.on_click(self._on_run)
         self.stop_button.on_click(self._on_stop)
-        buttons = w.HBox([self.run_button, self.stop_button, self.progress, self.status])
-        self.widget = w.VBox([*self.controls.sections(), buttons, self.output])
+        for field in self.controls.fields():
+            field.observe(self._on_edit, names="value")
+        self._on_edit()
+        buttons = w.HBox([self.run_button, self.stop_button, self.progress])
+        live = w.VBox([s.output for s in self.figures])
+        live.add_class("wb-live")
+        self.widget = w.VBox([*self.controls.sections(), self.check, buttons, self.status,
+                              live, self.output])
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
@@ -168,6 +104,30 @@ class Panel(LiveSource):
     def running(self) -> bool:
         return self.task is not None and not self.task.done()
 
+    def say(self, text: str, colour: str = "") -> None:
+        """The status line."""
+        style = f' style="color:{colour}"' if colour else ""
+        self.status.value = f"<b{style}>{html.escape(text)}</b>"
+
+    @property
+    def status_text(self) -> str:
+        """The status line as plain text."""
+        import re
+
+        return html.unescape(re.sub(r"<[^>]+>", "", self.status.value))
+
+    # -- input ----------------------------------------------------------------------------
+    def _on_edit(self, _change: Any = None) -> None:
+        """Check the fields as they are typed; Run only when they make a config."""
+        problem = self.controls.check(self.base)
+        if problem is None:
+            self.check.value = ""
+        else:
+            self.check.value = (f'<span style="color:#b00">config: {html.escape(problem)}'
+                                "</span>")
+        if not self.running:
+            self.run_button.disabled = problem is not None
+
     # -- buttons --------------------------------------------------------------------------
     def _on_run(self, _button: Any = None) -> None:
         if self.running:
@@ -175,93 +135,136 @@ class Panel(LiveSource):
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            self.status.value = "no running event loop: use the panel in Jupyter or await run()"
+            self.say("no running event loop: use the panel in Jupyter or await run()")
             return
         self._busy(True)  # at once: a second click before the task starts is a no-op
+        self._clear(NEW_RUN)  # and the last run's results are gone at once
         self.task = loop.create_task(self.run())
 
     def _on_stop(self, _button: Any = None) -> None:
-        if self._stop is not None and not self._stop.is_set():
-            self._stop.set()
-            self.status.value = "stopping: cancelling in-flight requests…"
-
-    def _on_progress(self, done: int, total: int) -> None:
-        self.progress.max = max(total, 1)
-        self.progress.value = min(done, self.progress.max)
-        self.status.value = f"running: {done}/{total} requests done"
+        if self.job is not None and self.running:
+            self.stop_button.disabled = True
+            self.say("stopping…")
+            self.job.stop()
 
     # -- the run ----------------------------------------------------------------------------
     async def run(self) -> RunResult | None:
-        """Build the config, await ``run_async`` with progress and stop, show the result."""
-        from workbench.executors.dispatch import run_async
+        """Start the run in its own process, follow it, show its result (or why not)."""
+        from workbench.executors.background import BackgroundRun
 
         try:
             cfg = self.config()
         except WorkbenchError as exc:
-            self.status.value = f"config error: {exc}"
+            self.say(f"config error: {exc}", "#b00")
+            self._clear(f"not run (config error: {exc})")
             self.error = exc
             self._busy(False)
             return None
-        if cfg.out_dir and not cfg.run_id:  # known up front: the live view reads its records
-            from workbench.replay.prepare import new_run_id
-
-            cfg = cfg.replace(run_id=new_run_id(cfg))
-        self._stop = asyncio.Event()
         self._busy(True)
-        self.error = None
-        replay = asyncio.ensure_future(
-            run_async(cfg, progress=self._on_progress, stop=self._stop))
-        live = asyncio.ensure_future(self._follow(cfg, replay))
+        self.error, self.result, self.latest = None, None, None
+        self._clear(NEW_RUN)
+        url = strip_url_credentials(cfg.target.url)  # never a password on screen
+        self.say("starting engine…" if cfg.target.is_sim else f"connecting to {url}…")
         try:
-            self.result = await replay
+            self.job = BackgroundRun(cfg).start()
+            await self._follow(self.job)
+            self.result = self.job.result()
+        except asyncio.CancelledError:  # the panel's task cancelled: the run stops too
+            if self.job is not None:
+                self.job.stop()
+            raise
         except Exception as exc:  # shown in the panel; the kernel must stay usable
-            log.exception("panel run failed")
+            log.debug("panel run failed", exc_info=True)
             self.error = exc
-            self.status.value = f"failed: {type(exc).__name__}: {exc}"
+            self.say(f"failed: {exc}", "#b00")
+            self._clear(f"the run failed ({exc}); nothing to show")
         else:
             self.show(self.result)
         finally:
-            live.cancel()
             self._busy(False)
         return self.result
 
-    async def _follow(self, cfg: RunConfig, replay: asyncio.Future[Any]) -> None:
-        """While ``replay`` runs, redraw the views from the records on disk so far."""
-        import time
-
-        from workbench.storage.rundir import load
-
-        if not (cfg.out_dir and cfg.run_id and self.views):
-            return
-        run_dir = Path(cfg.out_dir) / cfg.run_id
-        wait, seen = LIVE_MIN_S, -1
-        for _ in range(100_000):  # bounded; ends with the run in practice
-            await asyncio.wait([replay], timeout=wait)
-            if replay.done():
+    async def _follow(self, job: Any) -> None:
+        """Poll ``job``'s snapshot: status at once, live figures when records arrive."""
+        tail = job.records()
+        records: list[RequestRecord] = []
+        manifest: dict[str, Any] = {}
+        next_draw, seq = 0.0, -1
+        for _ in range(MAX_POLLS):
+            snap = job.snapshot()
+            if snap.seq != seq:
+                seq = snap.seq
+                self._show_progress(snap)
+            if snap.finished:
                 return
-            if not (run_dir / "records.jsonl").exists():
-                continue
-            t = time.perf_counter()
-            partial = load(run_dir)
-            if len(partial.records) != seen:
-                seen = len(partial.records)
-                self._publish(partial, f"live: {seen} requests finished so far (run going)")
-            wait = max(LIVE_MIN_S, (time.perf_counter() - t) / LIVE_DUTY)
+            now = time.monotonic()
+            if now >= next_draw and len(records) < LIVE_MAX_RECORDS:  # memory bounded
+                new = tail.read()
+                if new:
+                    records.extend(new[:LIVE_MAX_RECORDS - len(records)])
+                    manifest = manifest or _manifest(job.run_dir)
+                    await self._draw_live(job.cfg, records, manifest, snap)
+                    cost = time.monotonic() - now
+                    next_draw = time.monotonic() + max(LIVE_MIN_S, cost / LIVE_DUTY)
+            await asyncio.sleep(POLL_S)  # a poll of a status, not a wait for an event
 
-    def _publish(self, result: RunResult, note: str = "") -> None:
+    def _show_progress(self, snap: Any) -> None:
+        if snap.total:
+            self.progress.max = max(snap.total, 1)
+            self.progress.value = min(snap.done, self.progress.max)
+        if snap.phase == "running":
+            # before the first request ends: "running…" (progress counts ended requests)
+            self.say(f"running {snap.done}/{snap.total}" if snap.total else "running…")
+        elif snap.phase in PHASE_TEXT and not (
+                snap.phase == "starting" and self.status_text.startswith("connecting")):
+            self.say(PHASE_TEXT[snap.phase])
+
+    async def _draw_live(self, cfg: RunConfig, records: list[RequestRecord],
+                         manifest: dict[str, Any], snap: Any) -> None:
+        """Redraw the live figures and the sections below, yielding between sections (a
+        Stop click is handled between two of them, not after all)."""
+        from workbench.report.sections import RunReport
+
+        partial = RunResult(cfg.run_id or "", list(records), manifest=manifest)
+        report = RunReport(partial)
+        self.latest = partial
+        note = f"live: {len(records)} of {snap.total or '?'} requests finished (run going)"
+        if len(records) >= LIVE_MAX_RECORDS:
+            note = (f"live: the first {len(records):,} records (run going; drawn again from "
+                    "all of them when it ends)")
+        for section in self.figures:
+            section.draw(report, "", records)
+            await asyncio.sleep(0)
+        for view in self.views:
+            view.refresh(report, note, records)
+            await asyncio.sleep(0)
+
+    def _clear(self, text: str) -> None:
+        """Old results gone at once: output, live figures and the sections below."""
+        self.output.outputs = ()
+        self.progress.value = 0
+        for section in self.figures:
+            section.say(f"{section.name} figure: {text}")
+        for view in self.views:
+            view.clear(text)
+
+    def _publish(self, result: RunResult) -> None:
         from workbench.report.sections import RunReport
 
         self.latest = result
         report = RunReport(result)
+        for section in self.figures:
+            section.draw(report)
         for view in self.views:
-            view.refresh(report, note)
+            view.refresh(report)
 
     def _busy(self, busy: bool) -> None:
         self.run_button.disabled = busy
         self.stop_button.disabled = not busy
-        for child in self.controls.__dict__.values():
-            if isinstance(child, w.ValueWidget):
-                child.disabled = busy
+        for child in self.controls.fields():
+            child.disabled = busy
+        if not busy:
+            self._on_edit()
 
     def show(self, result: RunResult) -> None:
         """Summary table and latency CDFs of ``result`` in the output area.
@@ -271,7 +274,6 @@ class Panel(LiveSource):
         """
         from workbench.metrics import summarize
         from workbench.report import tables
-        from workbench.report.plots import plot
         from workbench.report.sections import RunReport
 
         summary = summarize(result)
@@ -279,16 +281,28 @@ class Panel(LiveSource):
             RunReport(result).headline(),  # the same line as the reports and the CLI
             tables.show(tables.summary_table(summary), caption="Latency of ok requests (ms)"),
             tables.show(tables.prefix_table(summary), caption="Prefix-cache hit rates (0–1)"),
-            plot(result, "cdf"),
         ]
         self.output.outputs = tuple(_output_entry(e) for e in entries)
         self._publish(result)
-        state = "stopped" if result.cancelled else "done"
+        state = "cancelled" if result.cancelled else "done"
         where = f" → {result.run_dir}" if result.run_dir else ""
-        self.status.value = (
+        self.progress.max = max(int(summary["requests"]), 1)
+        self.progress.value = min(int(summary["ok"]), self.progress.max)
+        planned = (result.manifest.get("plan") or {}).get("rounds")
+        of = f" ({planned} planned)" if planned and planned != summary["requests"] else ""
+        self.say(
             f"{state}: {summary['ok']} ok, {summary['errors']} errors, "
-            f"{summary['cancelled']} cancelled of {summary['requests']} requests{where}"
-        )
+            f"{summary['cancelled']} cancelled of {summary['requests']} requests{of}{where}",
+            "#a60" if result.cancelled else "")
+
+
+def _manifest(run_dir: Path) -> dict[str, Any]:
+    from workbench.storage.rundir import read_json
+
+    try:
+        return dict(read_json(run_dir / "manifest.json"))
+    except (OSError, ValueError):
+        return {}
 
 
 def panel(cfg: RunConfig | dict[str, Any] | None = None) -> Panel:
@@ -315,11 +329,11 @@ class WhatIf:
     """
 
     def __init__(self, cfg: RunConfig) -> None:
-        knobs = {**_engine_defaults(), **cfg.target.engine}
+        knobs = {**engine_defaults(), **cfg.target.engine}
         self.base = cfg
         self.num_blocks = w.SelectionSlider(
             options=list(NUM_BLOCKS), value=_closest(NUM_BLOCKS, int(knobs["num_blocks"])),
-            description="KV blocks", style=STYLE, layout=WIDE)
+            description="KV blocks", style=STYLE, layout=wide())
         self.block_size = w.Dropdown(
             options=list(BLOCK_SIZES), value=_closest(BLOCK_SIZES, int(knobs["block_size"])),
             description="block size", style=STYLE)

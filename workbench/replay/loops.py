@@ -1,0 +1,142 @@
+"""``run_anywhere(coro)``: a coroutine to its result from sync code, inside a running loop too.
+
+The synchronous entry points (``wb.run``, ``wb.sweep``, ``wb.capacity_search``) are
+called from plain scripts and from notebook cells. A Jupyter kernel already runs an
+event loop on its main thread, and a cell that blocks it must neither re-enter it
+(``nest_asyncio`` did, and ipykernel's next queued cell then failed with "cannot enter
+context … already entered") nor share it (a kernel redraw would delay the requests the
+run stamps). So, inside a running loop, the coroutine runs on a *fresh* loop on a worker
+thread of its own while the calling thread waits (docs/notebooks.md):
+
+- its result is returned and its exception raised in the caller, traceback and all;
+- ``KeyboardInterrupt`` in the waiting thread (Jupyter's Interrupt, Ctrl-C) cancels the
+  coroutine's task, waits for it to finish its bookkeeping (a replay records in-flight
+  requests as ``cancelled`` and writes its run directory) and re-raises — what
+  ``asyncio.run`` does with Ctrl-C outside a notebook;
+- the worker's loop is closed before the call returns: nothing of it outlives the call.
+
+Outside a running loop it is ``run_on_fast_loop`` (uvloop when wanted, SIGTERM as Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, Generic, TypeVar
+
+from workbench.replay.prepare import run_on_fast_loop
+
+T = TypeVar("T")
+
+CANCEL_WAIT_S = 120.0  # after an interrupt: how long the cancelled run may take to save itself
+
+
+def _loop_factory(use_uvloop: bool) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    if use_uvloop:
+        try:
+            import uvloop
+        except ImportError:
+            return None
+        return uvloop.new_event_loop
+    return None
+
+
+class LoopThread(Generic[T]):
+    """One coroutine on a fresh event loop on a worker thread; ``future`` gets its outcome.
+
+    ``cancel()`` (any thread) cancels the coroutine's task on its own loop. The thread is a
+    daemon: an interpreter that exits does not wait for it.
+    """
+
+    def __init__(self, coro: Coroutine[Any, Any, T], *, use_uvloop: bool = False,
+                 name: str = "workbench-loop") -> None:
+        self.future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._coro = coro
+        self._new_loop = _loop_factory(use_uvloop)
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[T] | None = None
+        self._cancelled = False
+        # a copy of the creating thread's context: entering the caller's own context
+        # (already entered on its thread) is exactly the error nest_asyncio produced
+        self._context = contextvars.copy_context()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+
+    def start(self) -> LoopThread[T]:
+        try:
+            self._thread.start()
+        except BaseException:  # an interrupt while the thread starts
+            if self._thread.ident is None:  # never started: no "never awaited" warning
+                self._coro.close()
+            else:
+                self.cancel_and_wait()
+            raise
+        return self
+
+    def _main(self) -> None:
+        try:
+            with asyncio.Runner(loop_factory=self._new_loop) as runner:
+                result: T = runner.run(self._body(), context=self._context)
+        except BaseException as exc:  # every outcome goes to the waiting thread
+            if not self.future.done():
+                self.future.set_exception(exc)
+        else:
+            self.future.set_result(result)
+
+    async def _body(self) -> T:
+        task = asyncio.current_task()
+        with self._lock:
+            self._loop, self._task = asyncio.get_running_loop(), task
+            cancel_now = self._cancelled
+        if cancel_now:  # cancelled before it began: it never runs
+            self._coro.close()
+            raise asyncio.CancelledError
+        return await self._coro
+
+    def cancel(self) -> None:
+        """Cancel the coroutine (before it starts, it is cancelled the moment it does)."""
+        with self._lock:
+            self._cancelled = True
+            loop, task = self._loop, self._task
+        if loop is not None and task is not None and not loop.is_closed():
+            # RuntimeError: the loop closed meanwhile (the coroutine has ended)
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(task.cancel)
+
+    def cancel_and_wait(self, timeout: float = CANCEL_WAIT_S) -> None:
+        """Cancel, then give the coroutine ``timeout`` s to finish its clean-up."""
+        self.cancel()
+        with contextlib.suppress(concurrent.futures.TimeoutError):
+            self.future.exception(timeout=timeout)
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+
+def start_thread(coro: Coroutine[Any, Any, T], *, use_uvloop: bool = False,
+                 name: str = "workbench-loop") -> LoopThread[T]:
+    """``coro`` started on a fresh loop on a worker thread, in a copy of this context."""
+    return LoopThread(coro, use_uvloop=use_uvloop, name=name).start()
+
+
+def wait_for(thread: LoopThread[T]) -> T:
+    """``thread``'s result; an interrupt meanwhile cancels it, waits for it, re-raises."""
+    try:
+        return thread.future.result()
+    except KeyboardInterrupt:
+        thread.cancel_and_wait()
+        raise
+
+
+def run_anywhere(coro: Coroutine[Any, Any, T], use_uvloop: bool = False) -> T:
+    """``coro``'s result, from sync code: on this thread when no loop runs here, else on a
+    fresh loop on a worker thread (see the module docstring)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run_on_fast_loop(coro, use_uvloop)
+    return wait_for(start_thread(coro, use_uvloop=use_uvloop, name="workbench-run"))

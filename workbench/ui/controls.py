@@ -1,0 +1,233 @@
+"""The panel's input fields over a ``RunConfig`` (``Controls``), checked as they are typed.
+
+A view, not a second code path: ``Controls.apply(base)`` gives the same ``RunConfig`` a
+notebook's parameters cell builds, and every message shown under the fields is the one
+``RunConfig`` validation itself raises. Rules (docs/notebooks.md):
+
+- the trace is picked from the bundled traces (``workbench.data``) or typed as a path
+  ("a file of my own…"); a path that names no file is reported before Run;
+- fields appear only where they apply: the rate for ``trace-timed`` arrivals, the
+  duration for ``closed-loop``, the engine knobs for ``target: sim``, the server URL,
+  model and API-key variable for a URL;
+- names come from the registries (``workbench.config.available``), aliases left out
+  (``monotonic`` *is* ``prefix-preserving``; a config that uses an alias shows its name);
+- numeric fields use 0 for "not set" (no rate rescaling, no concurrency cap, every unit,
+  no duration), as their labels say. Untouched, the fields give back the config they
+  were made from; the panel's own default config is the CLI's (``RunConfig()`` defaults
+  over the bundled demo trace).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as w
+
+from workbench.arrival import MODES
+from workbench.config import RunConfig, available
+from workbench.errors import WorkbenchError
+
+POLICY_DEFAULT = "(trace default)"
+OWN_FILE = "a file of my own…"
+ENGINE_KNOBS = ("speedup", "block_size", "num_blocks")
+OUTPUT_LENS = ("trace", "fixed:256", "budget:1024")
+
+
+def wide() -> w.Layout:
+    """A wide field's own layout (a shared Layout would hide every field that shares it)."""
+    return w.Layout(width="460px")
+
+
+STYLE = {"description_width": "130px"}
+
+
+def resolve_trace(value: str) -> str:
+    """A path as typed, or the on-disk path of a bundled trace name."""
+    from workbench import data
+
+    if not value or Path(value).exists() or value not in data.files():
+        return value
+    return str(data.path(value))
+
+
+def bundled_name(path: str) -> str | None:
+    """The bundled trace a path (or name) is, if it is one."""
+    from workbench import data
+
+    if path in data.files():
+        return path
+    for name in data.files():
+        if path and Path(path) == data.path(name):
+            return name
+    return None
+
+
+def engine_defaults() -> dict[str, Any]:
+    from workbench.sim.config import EngineConfig
+
+    return {f.name: f.default for f in dataclasses.fields(EngineConfig) if f.name in ENGINE_KNOBS}
+
+
+def _show(widget: w.Widget, visible: bool) -> None:
+    widget.layout.display = None if visible else "none"
+
+
+class Controls:
+    """The editable fields, initialised from a RunConfig (see the module docstring)."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        from workbench import data
+        from workbench.context import POLICIES
+
+        names = available()
+        t, a, b = cfg.trace, cfg.arrival, cfg.backend
+        bundled = bundled_name(t.path)
+        self.trace_choice = w.Dropdown(options=[*data.files(), OWN_FILE],
+                                       value=bundled or OWN_FILE, description="trace",
+                                       layout=wide(), style=STYLE)
+        self.trace_path = w.Text(value="" if bundled else t.path, description="trace file",
+                                 placeholder="path/to/trace.jsonl (any supported format)",
+                                 layout=wide(), style=STYLE)
+        self.format = w.Dropdown(options=names["trace_formats"], value=t.format,
+                                 description="format", style=STYLE)
+        self.max_items = w.IntText(value=t.max_items or 0, description="units (0 = all)",
+                                   style=STYLE)
+        policy = POLICIES.canonical(cfg.context.policy) if cfg.context.policy else None
+        self.policy = w.Dropdown(options=[POLICY_DEFAULT, *POLICIES.names()],
+                                 value=policy or POLICY_DEFAULT, description="context policy",
+                                 style=STYLE)
+        self.arrival = w.Dropdown(options=names["arrival_modes"], value=a.mode,
+                                  description="arrival", style=STYLE)
+        self.rate = w.FloatText(value=a.rate or 0.0, description="rate /s (0 = trace)",
+                                style=STYLE)
+        self.max_concurrency = w.IntText(value=a.max_concurrency or 0,
+                                         description="sessions at once (0 = ∞)", style=STYLE)
+        self.duration = w.FloatText(value=a.duration_s or 0.0, description="duration s (0 = all)",
+                                    style=STYLE)
+        self.warmup = w.IntText(value=a.warmup, description="warm-up sessions", style=STYLE)
+        self.tool_wait_scale = w.FloatText(value=a.tool_wait_scale, description="tool-wait scale",
+                                           style=STYLE)
+        self.output_len = w.Combobox(value=a.output_len, options=list(OUTPUT_LENS),
+                                     description="output length", ensure_option=False,
+                                     placeholder="trace | fixed:K | budget:T", style=STYLE)
+        self.backend = w.Dropdown(options=names["backends"], value=b.name,
+                                  description="backend", style=STYLE)
+        self._target(cfg)
+        for child in self.fields():
+            child.observe(self._layout, names="value")
+        self._layout()
+
+    def _target(self, cfg: RunConfig) -> None:
+        knobs = {**engine_defaults(), **cfg.target.engine}
+        b = cfg.backend
+        self.target = w.ToggleButtons(options=["sim", "url"],
+                                      value="sim" if cfg.target.is_sim else "url",
+                                      description="target", style=STYLE,
+                                      tooltips=["the embedded engine, in a process of its own",
+                                                "a running server (vLLM, SGLang, …)"])
+        self.url = w.Text(value="" if cfg.target.is_sim else cfg.target.url,
+                          placeholder="http://127.0.0.1:8000", description="server URL",
+                          layout=wide(), style=STYLE)
+        self.model = w.Text(value=str(b.options.get("model") or ""), description="model",
+                            placeholder="(the server's only model)", style=STYLE)
+        self.api_key_env = w.Text(value=b.api_key_env or "", description="API key variable",
+                                  placeholder="(none)", style=STYLE)
+        self.speedup = w.FloatText(value=knobs["speedup"], description="sim speed-up ×",
+                                   style=STYLE)
+        self.block_size = w.IntText(value=knobs["block_size"], description="sim block size",
+                                    style=STYLE)
+        self.num_blocks = w.IntText(value=knobs["num_blocks"], description="sim KV blocks",
+                                    style=STYLE)
+
+    def fields(self) -> list[w.ValueWidget]:
+        """Every input field (the panel watches and disables them)."""
+        return [v for v in vars(self).values() if isinstance(v, w.ValueWidget)]
+
+    def _layout(self, _change: Any = None) -> None:
+        """Show the fields that apply to what is chosen now."""
+        _show(self.trace_path, self.trace_choice.value == OWN_FILE)
+        mode = MODES.get(self.arrival.value)  # what the mode declares, not its name
+        _show(self.rate, mode.takes_rate)
+        _show(self.duration, mode.closed_loop)
+        sim = self.target.value == "sim"
+        for knob in (self.speedup, self.block_size, self.num_blocks):
+            _show(knob, sim)
+        for field in (self.url, self.model, self.api_key_env):
+            _show(field, not sim)
+
+    def sections(self) -> list[w.Widget]:
+        row = w.HBox
+        return [
+            w.HTML("<b>1 trace</b>"), row([self.trace_choice, self.format]), self.trace_path,
+            self.max_items,
+            w.HTML("<b>2 context</b>"), self.policy,
+            w.HTML("<b>3 arrival &amp; admission</b>"),
+            row([self.arrival, self.rate, self.duration]),
+            row([self.max_concurrency, self.warmup]),
+            row([self.tool_wait_scale, self.output_len]),
+            w.HTML("<b>4 backend</b>"), self.backend,
+            w.HTML("<b>target</b>"), row([self.target, self.url]),
+            row([self.model, self.api_key_env]),
+            row([self.speedup, self.block_size, self.num_blocks]),
+        ]
+
+    def trace(self) -> str:
+        """The trace file the fields name (a bundled one's path on disk)."""
+        if self.trace_choice.value == OWN_FILE:
+            return self.trace_path.value.strip()
+        return resolve_trace(self.trace_choice.value)
+
+    def apply(self, base: RunConfig) -> RunConfig:
+        """``base`` with every controlled field replaced (others, e.g. seed, kept).
+
+        Raises ``ConfigError`` with ``RunConfig``'s own message when the fields are invalid.
+        """
+        d = base.to_dict()
+        d["trace"].update(path=self.trace(), format=self.format.value,
+                          max_items=self.max_items.value or None)
+        d["context"]["policy"] = None if self.policy.value == POLICY_DEFAULT else self.policy.value
+        arrival = self.arrival.value
+        mode = MODES.get(arrival)
+        d["arrival"].update(
+            mode=arrival, max_concurrency=self.max_concurrency.value or None,
+            rate=(self.rate.value or None) if mode.takes_rate else None,
+            duration_s=(self.duration.value or None) if mode.closed_loop else None,
+            warmup=self.warmup.value, tool_wait_scale=self.tool_wait_scale.value,
+            output_len=self.output_len.value.strip())
+        d["backend"]["name"] = self.backend.value
+        d["target"] = self._target_dict(base)
+        if self.target.value == "url":
+            options = dict(d["backend"]["options"])
+            options.pop("model", None)
+            if self.model.value.strip():
+                options["model"] = self.model.value.strip()
+            d["backend"].update(options=options, api_key_env=self.api_key_env.value.strip() or None)
+        return RunConfig.from_dict(d)
+
+    def _target_dict(self, base: RunConfig) -> dict[str, Any]:
+        engine = dict(base.target.engine)
+        defaults = engine_defaults()
+        for knob in ENGINE_KNOBS:
+            value = getattr(self, knob).value
+            if knob in engine or value != defaults[knob]:
+                engine[knob] = value
+        if self.target.value == "sim":
+            return {"url": "sim", "engine": engine, "in_process": base.target.in_process}
+        if not self.url.value.strip():
+            raise WorkbenchError("target 'url' needs a server URL (e.g. http://127.0.0.1:8000)")
+        return {"url": self.url.value.strip(), "engine": engine}
+
+    def check(self, base: RunConfig) -> str | None:
+        """Why the fields do not make a runnable config (``None``: they do)."""
+        try:
+            self.apply(base)
+        except WorkbenchError as exc:
+            return str(exc)
+        path = self.trace()
+        if not path:
+            return "trace: pick a bundled trace or type the path of a trace file"
+        if not Path(path).is_file():
+            return f"trace.path {path!r}: no such file"
+        return None
