@@ -6,7 +6,8 @@ module with one ``@REGISTRY.register("name")`` line; nothing else dispatches on 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 from workbench.errors import ConfigError
@@ -35,6 +36,21 @@ class Registry(Generic[T]):
         self._items[name] = obj
         for alias in aliases:
             self._aliases[alias] = name
+
+    def remove(self, name: str) -> T:
+        """Unregister ``name`` and its aliases; returns what was registered."""
+        obj = self._items.pop(name)
+        self._aliases = {a: n for a, n in self._aliases.items() if n != name}
+        return obj
+
+    @contextmanager
+    def added(self, name: str, obj: T, *aliases: str) -> Iterator[T]:
+        """``add`` for the duration of a ``with`` block (a test's own axis value)."""
+        self.add(name, obj, *aliases)
+        try:
+            yield obj
+        finally:
+            self.remove(name)
 
     def canonical(self, name: str) -> str:
         """The registered name for ``name`` or one of its aliases."""

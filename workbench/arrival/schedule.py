@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from workbench.arrival.modes import MODES, register_mode
 from workbench.arrival.rate import rescale_to_rate
 from workbench.records import Unit
 
@@ -13,13 +14,31 @@ ARRIVAL_SPAN_WARN_MS = 86_400_000.0
 
 
 def release_offsets_ms(units: tuple[Unit, ...], mode: str, rate: float | None) -> list[float]:
-    """``trace-timed``: the trace's arrivals rebased to the first unit (rescaled to ``rate``);
-    ``saturated`` and ``closed-loop``: every unit eligible at 0 (admission decides)."""
-    if mode != "trace-timed" or not units:
-        return [0.0] * len(units)
+    """The release offset of every unit under arrival mode ``mode`` (``MODES``)."""
+    return MODES.get(mode).release(units, rate)
+
+
+@register_mode("trace-timed", takes_rate=True,
+               description="each unit at its trace arrival (rescaled to arrival.rate)")
+def trace_timed(units: tuple[Unit, ...], rate: float | None) -> list[float]:
+    """The trace's arrivals rebased to the first unit (rescaled to ``rate``)."""
+    if not units:
+        return []
     origin = min(u.arrival_ms for u in units)
     offsets = [u.arrival_ms - origin for u in units]
     return rescale_to_rate(offsets, rate) if rate is not None else offsets
+
+
+def at_once(units: tuple[Unit, ...], rate: float | None) -> list[float]:
+    """Every unit eligible at 0: admission (``max_concurrency``) decides."""
+    return [0.0] * len(units)
+
+
+register_mode("saturated", description="every unit at once, up to max_concurrency")(at_once)
+register_mode(
+    "closed-loop", closed_loop=True,
+    description="max_concurrency units active; a finishing unit admits the next",
+)(at_once)
 
 
 def arrival_span(arrivals_ms: Sequence[float]) -> dict[str, Any]:

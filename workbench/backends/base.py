@@ -72,7 +72,12 @@ class StreamOutcome:
 
 
 class StreamParser(Protocol):
-    """Parses one request's stream; a fresh one per request."""
+    """Parses one request's stream; a fresh one per request.
+
+    ``feed_all`` and ``feed_one`` are the transport's fast paths (one network read
+    of many events, of exactly one event); ``EventParser`` gives every parser both
+    in terms of ``feed``, and a parser overrides them where it can do better.
+    """
 
     def feed(self, payload: bytes) -> list[int] | None:
         """One SSE ``data:`` payload → the output token ids it carried (None/[] if none).
@@ -81,13 +86,79 @@ class StreamParser(Protocol):
         """
         ...
 
+    def feed_all(self, payloads: list[bytes]) -> list[int]:
+        """Every payload of one read → the id count of each token event, in order."""
+        ...
+
+    def feed_one(self, payload: bytes) -> int:
+        """One payload (a read of exactly one event) → its token id count (0: none)."""
+        ...
+
     def finish(self) -> StreamOutcome:
         """After ``[DONE]`` or end of stream: validate and summarise."""
         ...
 
 
+class EventParser:
+    """The fast paths in terms of ``feed``, for parsers with nothing faster."""
+
+    __slots__ = ()
+
+    def feed(self, payload: bytes) -> list[int] | None:
+        raise NotImplementedError
+
+    def feed_all(self, payloads: list[bytes]) -> list[int]:
+        """``feed`` on each payload: the id count of each token event."""
+        counts = []
+        for data in payloads:
+            ids = self.feed(data)
+            if ids:
+                counts.append(len(ids))
+        return counts
+
+    def feed_one(self, payload: bytes) -> int:
+        ids = self.feed(payload)
+        return len(ids) if ids else 0
+
+
+#: the routes that reset a server's prefix cache (docs/cache-isolation.md)
+VLLM_RESET = "/reset_prefix_cache"
+SGLANG_FLUSH = "/flush_cache"
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """What a backend declares about the servers that speak its protocol.
+
+    ``flush_routes``: the prefix-cache reset routes to try, in order
+    (``workbench.backends.flush``); ``no_cached_tokens`` and ``cache_off``: the
+    prefix-cache preflight's advice when the server reports no cached tokens, or
+    reports zero (``workbench.backends.preflight``).
+    """
+
+    flush_routes: tuple[str, ...]
+    no_cached_tokens: str
+    cache_off: str
+
+
+#: vLLM first, then SGLang's OpenAI layer: the servers behind the OpenAI-shaped protocols
+OPENAI_SERVERS = ServerFacts(
+    (VLLM_RESET, SGLANG_FLUSH),
+    "the server did not report usage.prompt_tokens_details.cached_tokens: start vLLM "
+    "with --enable-prompt-tokens-details (SGLang's OpenAI layer: --enable-cache-report)",
+    "prefix caching looks off: start vLLM with --enable-prefix-caching "
+    "(SGLang: do not pass --disable-radix-cache)",
+)
+
+
 class Codec(Protocol):
-    """One wire protocol: URL, request body, stream parser."""
+    """One wire protocol: URL, request body, stream parser, and what it declares.
+
+    Declared, so nothing dispatches on a backend's name: ``returns_token_ids`` (a
+    policy that ``needs_output_ids`` may use it) and ``servers`` (flush routes,
+    preflight advice). A new backend is one module ending in
+    ``BACKENDS.add(name, codec)``, imported in ``workbench.backends``.
+    """
 
     @property
     def name(self) -> str:
@@ -97,6 +168,11 @@ class Codec(Protocol):
     @property
     def returns_token_ids(self) -> bool:
         """True when the parser yields the server's exact output token ids."""
+        ...
+
+    @property
+    def servers(self) -> ServerFacts:
+        """Flush routes and preflight advice for the servers behind this protocol."""
         ...
 
     def url(self, base_url: str) -> str: ...
@@ -248,7 +324,7 @@ def finish_reason_of(value: Any) -> str | None:
     return str(value)
 
 
-class OpenAIChunks:
+class OpenAIChunks(EventParser):
     """What every OpenAI-style stream chunk shares, for the parsers that read them.
 
     ``_head`` takes one parsed chunk: the server's request id (first seen), the

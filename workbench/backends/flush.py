@@ -15,11 +15,12 @@ Endpoints (docs/cache-isolation.md has the sources):
 - SGLang: ``POST /flush_cache``; 200 when flushed, 400 while requests run;
 - the embedded engine: both routes; 200 ``{"success": true}``, 409 while busy.
 
-The route that fits the backend is tried first (``/flush_cache`` for
-``sglang-tokens``, ``/reset_prefix_cache`` otherwise), the other one when the
-first is absent (404/405). A busy answer (vLLM's ``success: false``, SGLang's
-400, the embedded engine's 409, a 503) is retried a bounded number of times (the
-previous run's last requests may still be finishing); any other answer (a wrong
+The backend declares its routes in order (``Codec.servers.flush_routes``:
+``/flush_cache`` first for ``sglang-tokens``, ``/reset_prefix_cache`` first
+otherwise); the next one is tried when one is absent (404/405). A busy answer
+(vLLM's ``success: false``, SGLang's 400, the embedded engine's 409, a 503) is
+retried a bounded number of times (the previous run's last requests may still be
+finishing); any other answer (a wrong
 key's 401, a proxy's 403, a 500) ends the attempt at once, in its own words.
 """
 
@@ -32,12 +33,11 @@ from typing import Any
 
 import aiohttp
 
+from workbench.backends.base import BACKENDS
 from workbench.backends.transport import normalize_base_url, with_query
 
 __all__ = ["NOT_ASKED", "FlushOutcome", "flush_prefix_cache"]
 
-VLLM_RESET = "/reset_prefix_cache"
-SGLANG_FLUSH = "/flush_cache"
 ABSENT = frozenset((404, 405))  # the route is not served: try the next one
 BUSY = frozenset((400, 409, 503))  # SGLang, the embedded engine, a server not ready yet
 BUSY_RETRIES = 5
@@ -65,12 +65,6 @@ class FlushOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _routes(backend: str) -> tuple[str, ...]:
-    return (
-        (SGLANG_FLUSH, VLLM_RESET) if backend.startswith("sglang") else (VLLM_RESET, SGLANG_FLUSH)
-    )
 
 
 def _confirmed(status: int, body: str) -> str:
@@ -107,10 +101,10 @@ async def flush_prefix_cache(
 ) -> FlushOutcome:
     """Reset the prefix cache of the server at ``base_url``; never raises for HTTP answers.
 
-    ``backend`` picks which route to try first; ``session`` reuses a client
-    session; ``headers`` are sent as they are (a run passes its transport's
-    ``auth_headers()``: the target URL's credentials or the bearer key); ``api_key``
-    is sent as a bearer token otherwise (never recorded). A server that is
+    ``backend`` names the registered backend whose routes are tried, in order;
+    ``session`` reuses a client session; ``headers`` are sent as they are (a run
+    passes its transport's ``auth_headers()``: the target URL's credentials or the
+    bearer key); ``api_key`` is sent as a bearer token otherwise (never recorded). A server that is
     unreachable, or answers neither route, gives ``ok=False`` with a ``detail``
     saying so. A refusal because requests are running is retried ``retries``
     times, ``retry_s`` apart.
@@ -123,7 +117,8 @@ async def flush_prefix_cache(
     sess = session if session is not None else aiohttp.ClientSession(headers=headers)
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
-        for route in _routes(backend):
+        routes = BACKENDS.get(backend).servers.flush_routes
+        for route in routes:
             for attempt in range(retries + 1):
                 try:
                     async with sess.post(with_query(root + route, base_url),
@@ -163,7 +158,7 @@ async def flush_prefix_cache(
                 return out  # refused every time
         out.endpoint = out.status = None
         out.detail = (
-            f"the server serves neither POST {VLLM_RESET} nor POST {SGLANG_FLUSH} "
+            f"the server serves neither {' nor '.join(f'POST {r}' for r in routes)} "
             "(vLLM serves the reset only when started with VLLM_SERVER_DEV_MODE=1)"
         )
         return out

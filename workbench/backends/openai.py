@@ -24,8 +24,10 @@ import orjson
 
 from workbench.backends.base import (
     BACKENDS,
+    OPENAI_SERVERS,
     BackendError,
     OpenAIChunks,
+    ServerFacts,
     StreamOutcome,
     WireRequest,
     as_id_list,
@@ -179,6 +181,7 @@ class OpenAICompletionsCodec:
     temperature: float = 0.0
     name: str = field(default="openai", init=False)
     returns_token_ids: bool = field(default=True, init=False)
+    servers: ServerFacts = field(default=OPENAI_SERVERS, init=False)
 
     def with_options(self, **options: Any) -> OpenAICompletionsCodec:
         """A fresh codec with these options changed (``ConfigError`` on unknown ones)."""

@@ -27,6 +27,7 @@ from typing import Any, Protocol, cast
 
 from workbench.backends.base import (
     BACKENDS,
+    OPENAI_SERVERS,
     BackendError,
     OpenAIChunks,
     StreamOutcome,
@@ -65,6 +66,7 @@ class OpenAIChatCodec:
 
     name = "openai-chat"
     returns_token_ids = False
+    servers = OPENAI_SERVERS
     OPTIONS = (
         "model",
         "temperature",

@@ -58,21 +58,6 @@ class PreflightResult:
         return dataclasses.asdict(self)
 
 
-def _hints(codec: Codec) -> tuple[str, str]:
-    """(missing telemetry, cache off) advice for the server behind ``codec``."""
-    if codec.name == "sglang-tokens":
-        return (
-            "SGLang sent no meta_info.cached_tokens; use a build that reports it",
-            "prefix caching looks off: start SGLang without --disable-radix-cache",
-        )
-    return (
-        "the server did not report usage.prompt_tokens_details.cached_tokens: start vLLM "
-        "with --enable-prompt-tokens-details (SGLang's OpenAI layer: --enable-cache-report)",
-        "prefix caching looks off: start vLLM with --enable-prefix-caching "
-        "(SGLang: do not pass --disable-radix-cache)",
-    )
-
-
 def _probe_record(codec: Codec, request_id: str, n: int) -> RequestRecord:
     return RequestRecord(
         run_id="preflight",
@@ -125,7 +110,7 @@ async def preflight_prefix_cache(
     second = await _probe(transport, codec, ids, f"{request_id}-{len(ids)}-b")
     if second.status != "ok":
         raise BackendError(f"prefix-cache preflight: the repeated probe failed: {second.error}")
-    missing, off = _hints(codec)
+    missing, off = codec.servers.no_cached_tokens, codec.servers.cache_off
     if not second.cached_tokens_reported:
         raise BackendError(f"prefix-cache preflight: {missing}")
     if not second.cached_tokens:

@@ -27,7 +27,11 @@ from typing import Any
 
 from workbench.backends.base import (
     BACKENDS,
+    SGLANG_FLUSH,
+    VLLM_RESET,
     BackendError,
+    EventParser,
+    ServerFacts,
     StreamOutcome,
     WireRequest,
     as_id_list,
@@ -50,7 +54,15 @@ def _done_count(meta: dict[str, Any]) -> int | None:
     return usage_count("completion_tokens", done)
 
 
-class SGLangParser:
+#: SGLang's own flush route first; its native endpoint's cache telemetry and switch
+SGLANG_SERVERS = ServerFacts(
+    (SGLANG_FLUSH, VLLM_RESET),
+    "SGLang sent no meta_info.cached_tokens; use a build that reports it",
+    "prefix caching looks off: start SGLang without --disable-radix-cache",
+)
+
+
+class SGLangParser(EventParser):
     """Incremental ``output_ids`` with both SGLang guards applied as chunks arrive.
 
     Echoed ids are withheld from the returned per-chunk ids as soon as the running
@@ -145,6 +157,7 @@ class SGLangTokensCodec:
     return_cached_tokens_details: bool = False
     name: str = field(default="sglang-tokens", init=False)
     returns_token_ids: bool = field(default=True, init=False)
+    servers: ServerFacts = field(default=SGLANG_SERVERS, init=False)
 
     def with_options(self, **options: Any) -> SGLangTokensCodec:
         """A fresh codec with these options changed (``ConfigError`` on unknown ones)."""

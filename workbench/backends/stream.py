@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator
-from functools import partial
 
 from workbench.backends.base import BackendError, StreamParser
 from workbench.backends.overrun import AFTER_DONE_MAX_BYTES, OutputOverrun, OverrunGuard
@@ -134,8 +133,8 @@ class StreamState:
         self.decoder = SSEDecoder()
         self.decode = self.decoder.feed
         self.one = self.decoder.one
-        self.feed_all = getattr(parser, "feed_all", None) or partial(_feed_each, parser)
-        self.feed_one = getattr(parser, "feed_one", None)
+        self.feed_all = parser.feed_all  # the parser's fast paths (``StreamParser``)
+        self.feed_one = parser.feed_one
         self.rec = rec
         self.times, self.counts = rec.token_times_ns, rec.token_counts
         self.done = False  # [DONE] seen: later bytes are not parsed
@@ -174,32 +173,31 @@ class StreamState:
         if self.reads == 1 and chunk[:3] == BOM:  # the SSE spec ignores a leading BOM
             chunk = chunk[3:]
         feed_one = self.feed_one
-        if feed_one is not None:
-            one = self.one(chunk)
-            if one is not None and one != DONE:  # one event in the read: no lists
-                self.raw = None
-                try:
-                    n = feed_one(one)
-                except BackendError as exc:
-                    self.error, self.done = exc, True
-                    return
-                if n:
-                    counts = self.counts
-                    self.times.append(t)
-                    counts.append(n)
-                    guard = self.guard
-                    if guard is not None:  # _counted(n, len(chunk), 1), inline: once per event
-                        total = guard.total + (1 if guard.by_events else n)
-                        if total <= guard.limit:
-                            guard.total, guard.seen = total, len(counts)
-                        else:
-                            self._check(len(chunk))
-                    return
-                if self.idle_ns is not None:
-                    self._stalled(t)
-                if self.guard is not None:
-                    self._check(len(chunk))
+        one = self.one(chunk)
+        if one is not None and one != DONE:  # one event in the read: no lists
+            self.raw = None
+            try:
+                n = feed_one(one)
+            except BackendError as exc:
+                self.error, self.done = exc, True
                 return
+            if n:
+                counts = self.counts
+                self.times.append(t)
+                counts.append(n)
+                guard = self.guard
+                if guard is not None:  # _counted(n, len(chunk), 1), inline: once per event
+                    total = guard.total + (1 if guard.by_events else n)
+                    if total <= guard.limit:
+                        guard.total, guard.seen = total, len(counts)
+                    else:
+                        self._check(len(chunk))
+                return
+            if self.idle_ns is not None:
+                self._stalled(t)
+            if self.guard is not None:
+                self._check(len(chunk))
+            return
         payloads = self.decode(chunk)
         if not payloads:
             if self.raw is not None and len(self.raw) < RAW_MAX:
@@ -217,7 +215,7 @@ class StreamState:
             if not payloads:
                 return
         try:
-            if feed_one is not None and len(payloads) <= FEED_ONE_MAX:
+            if len(payloads) <= FEED_ONE_MAX:
                 counts = [n for p in payloads if (n := feed_one(p))]  # feed_all's counts
             else:
                 counts = self.feed_all(payloads)
@@ -300,13 +298,3 @@ class StreamState:
         if not text:
             return BackendError("HTTP 200 with an empty body (no event stream)")
         return BackendError(f"HTTP 200 but the body is no event stream: {text[:RAW_MAX]}")
-
-
-def _feed_each(parser: StreamParser, payloads: list[bytes]) -> list[int]:
-    """``feed_all`` for parsers without one: the id count of each token event."""
-    counts = []
-    for data in payloads:
-        ids = parser.feed(data)
-        if ids:
-            counts.append(len(ids))
-    return counts

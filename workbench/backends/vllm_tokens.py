@@ -13,7 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.backends.base import BACKENDS, WireRequest, as_id_list, reconfigure
+from workbench.backends.base import (
+    BACKENDS,
+    OPENAI_SERVERS,
+    ServerFacts,
+    WireRequest,
+    as_id_list,
+    reconfigure,
+)
 from workbench.backends.openai import ChoicesParser
 
 
@@ -25,6 +32,7 @@ class VLLMTokensCodec:
     temperature: float = 0.0
     name: str = field(default="vllm-tokens", init=False)
     returns_token_ids: bool = field(default=True, init=False)
+    servers: ServerFacts = field(default=OPENAI_SERVERS, init=False)
 
     def with_options(self, **options: Any) -> VLLMTokensCodec:
         """A fresh codec with these options changed (``ConfigError`` on unknown ones)."""

@@ -10,14 +10,18 @@ from workbench.errors import ConfigError
 
 
 def add_axis_arguments(p: argparse.ArgumentParser) -> None:
+    from workbench.arrival import MODES
+    from workbench.backends import BACKENDS
+    from workbench.context import POLICIES
+
     p.add_argument("--trace", help="trace file (any supported format)")
     p.add_argument("--format", default=None, help="trace format (default: detect)")
     p.add_argument("--max-items", type=int, help="replay only the first N units (file order)")
-    p.add_argument("--policy", help="context policy: trace-reported | prefix-preserving")
+    p.add_argument("--policy", help=f"context policy: {' | '.join(POLICIES.names())}")
     p.add_argument("--shared-prefix", action="store_true", default=None,
                    help="first rounds reuse a shared prefix pool keyed by provider/model/project")
     p.add_argument("--max-model-len", type=int, help="context guard: skip rounds that overflow")
-    p.add_argument("--arrival", help="trace-timed | saturated | closed-loop")
+    p.add_argument("--arrival", help=" | ".join(MODES.names()))
     p.add_argument("--rate", type=float, help="rescale trace arrivals to R units/s")
     p.add_argument("--max-concurrency", type=int, help="units (sessions) active at once")
     p.add_argument("--duration", type=float, dest="duration_s", help="closed-loop duration (s)")
@@ -28,7 +32,7 @@ def add_axis_arguments(p: argparse.ArgumentParser) -> None:
                    help="keep a session going after a failed round")
     p.add_argument("--request-timeout", type=float, help="per-request timeout (s)")
     p.add_argument("--stream-idle-timeout", type=float, help="stream idle timeout (s)")
-    p.add_argument("--backend", help="openai | openai-chat | vllm-tokens | sglang-tokens")
+    p.add_argument("--backend", help=" | ".join(BACKENDS.names()))
     p.add_argument("--seed", type=int, help="seed of the synthetic token pool")
     p.add_argument("--flush-cache", action=argparse.BooleanOptionalAction, default=None,
                    help="reset the server's prefix cache before the run (default: try, "

@@ -30,6 +30,8 @@ _SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from workbench.context import POLICIES
+
     parser.add_argument("trace", metavar="TRACE", help="trace file (any supported format)")
     parser.add_argument(
         "--format", default="auto", metavar="FMT", help="trace format (default: detect)"
@@ -45,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policy",
         default=None,
-        choices=["trace-reported", "prefix-preserving", "monotonic"],
+        choices=[*POLICIES.names(), *POLICIES.aliases()],
         help="context policy for raw session traces (default trace-reported); refused with "
         "an already planned session-execution-v2 file, whose prefixes are taken as written",
     )
@@ -77,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
         from workbench.errors import ConfigError
 
         raise ConfigError(planned_file_message(args.policy, workload))
-    policy = args.policy or "trace-reported"
+    from workbench.context import DEFAULT_POLICY
+
+    policy = args.policy or DEFAULT_POLICY
     stats = trace_stats(workload, block_size=args.block_size, policy=policy)
     if args.json:
         print(json.dumps({"format": fmt, "policy": stats.policy, **stats.summary}, indent=2))

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 
 from workbench.context.policy import (
+    DEFAULT_POLICY,
     MAJOR_COMPACTION_MIN_DROP_RATIO,
     MAJOR_COMPACTION_MIN_DROP_TOKENS,
+    POLICIES,
 )
 
 NAME = "tracegen"
@@ -30,9 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", required=True, metavar="OUT.csv", help="output CSV")
     parser.add_argument(
         "--policy",
-        default="trace-reported",
-        choices=["trace-reported", "prefix-preserving", "monotonic"],
-        help="context policy (default trace-reported; monotonic = prefix-preserving)",
+        default=DEFAULT_POLICY,
+        choices=[*POLICIES.names(), *POLICIES.aliases()],
+        help=f"context policy (default {DEFAULT_POLICY}; "
+        + ", ".join(f"{alias} = {name}" for alias, name in POLICIES.aliases().items()) + ")",
     )
     parser.add_argument("--session-order", default="source", choices=["source", "shuffle"])
     parser.add_argument("--max-sessions", type=int, metavar="N", help="keep the first N sessions")

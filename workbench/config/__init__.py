@@ -16,12 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from workbench.arrival import MODES, ArrivalMode
+from workbench.arrival.modes import modes_with
 from workbench.errors import ConfigError
 from workbench.records import Workload
-
-ARRIVAL_MODES = ("trace-timed", "saturated", "closed-loop")
-TOKEN_ID_BACKENDS = ("openai", "vllm-tokens", "sglang-tokens")
-
 
 CONFIG_MAX_BYTES = 16 << 20
 """A ``--config`` file is YAML or JSON of a few KB; past 16 MiB it is not a config."""
@@ -39,13 +37,41 @@ class TraceSpec:
 
 @dataclass(frozen=True)
 class ContextSpec:
-    """Axis 2: ``policy`` None means ``trace-reported`` for sessions, nothing otherwise."""
+    """Axis 2: ``policy`` None means ``trace-reported`` for sessions, nothing otherwise.
+
+    ``options``: the policies' own options, each declared by its policy
+    (``workbench.context.policy_options``); a config spells them flat beside
+    ``policy`` (``context.major_compaction_min_drop_tokens``), and ``to_dict``
+    writes them back that way, every declared option with its value or default.
+    """
 
     policy: str | None = None
     shared_prefix: bool = False
     max_model_len: int | None = None
-    major_compaction_min_drop_tokens: int = 64000
-    major_compaction_min_drop_ratio: float = 0.5
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from workbench.context import policy_options
+
+        if isinstance(self.options, dict):  # every declared option, given or default
+            object.__setattr__(self, "options", {**policy_options(), **self.options})
+
+    @classmethod
+    def from_flat(cls, value: dict[str, Any]) -> ContextSpec:
+        """From a config's ``context`` mapping: the policy options sit beside the fields."""
+        from workbench.context import policy_options
+
+        declared = policy_options()
+        own = {k: v for k, v in value.items() if k not in declared}
+        nested = own.pop("options", None) or {}
+        if not isinstance(nested, dict):
+            raise ConfigError(f"context.options: expected a mapping, got {nested!r}")
+        return cls(**own, options={**nested, **{k: value[k] for k in value if k in declared}})
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        options = d.pop("options")
+        return {**d, **options}
 
 
 @dataclass(frozen=True)
@@ -255,7 +281,9 @@ class RunConfig:
         return cls.from_dict(data or {})
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        d["context"] = self.context.to_dict()
+        return d
 
     def replace(self, **changes: Any) -> RunConfig:
         """A copy with top-level or dotted changes: ``cfg.replace(**{"arrival.rate": 2})``."""
@@ -276,14 +304,15 @@ class RunConfig:
 
         self._check_types()
         a = self.arrival
-        if a.mode not in ARRIVAL_MODES:
+        if a.mode not in MODES:
             raise ConfigError(
-                f"arrival.mode {a.mode!r} is unknown; valid: {', '.join(ARRIVAL_MODES)}"
+                f"arrival.mode {a.mode!r} is unknown; valid: {', '.join(MODES.names())}"
             )
-        if a.rate is not None and a.mode != "trace-timed":
+        mode = self.arrival_mode
+        if a.rate is not None and not mode.takes_rate:
             raise ConfigError(
                 f"arrival.rate rescales trace arrivals and cannot be used with mode "
-                f"{a.mode!r}; drop rate or use mode 'trace-timed'"
+                f"{a.mode!r}; drop rate or use mode {modes_with('takes_rate')}"
             )
         if a.rate is not None and a.rate <= 0:
             raise ConfigError(f"arrival.rate must be > 0, got {a.rate}")
@@ -292,10 +321,12 @@ class RunConfig:
                 f"arrival.max_concurrency must be >= 1 (got {a.max_concurrency}); "
                 "leave it unset for no cap"
             )
-        if a.mode == "closed-loop" and not a.max_concurrency:
-            raise ConfigError("arrival.mode 'closed-loop' needs max_concurrency (sessions active)")
-        if a.duration_s is not None and a.mode != "closed-loop":
-            raise ConfigError("arrival.duration_s only applies to mode 'closed-loop'")
+        if mode.closed_loop and not a.max_concurrency:
+            raise ConfigError(f"arrival.mode {a.mode!r} needs max_concurrency (sessions active)")
+        if a.duration_s is not None and not mode.closed_loop:
+            raise ConfigError(
+                f"arrival.duration_s only applies to mode {modes_with('closed_loop')}"
+            )
         if a.drain not in ("finish", "truncate"):
             raise ConfigError(f"arrival.drain must be 'finish' or 'truncate', got {a.drain!r}")
         if a.tool_wait_scale < 0 or a.warmup < 0:
@@ -318,12 +349,14 @@ class RunConfig:
                 "nothing; give a word ('run': the run id) or leave it unset"
             )
         if self.context.policy is not None:
-            POLICIES.canonical(self.context.policy)
-            if self.policy_name == "prefix-preserving" and not self.backend_returns_ids:
+            policy = POLICIES.get(self.context.policy)
+            if policy.needs_output_ids and not self.backend_returns_ids:
+                others = [n for n in POLICIES.names() if not POLICIES.get(n).needs_output_ids]
                 raise ConfigError(
-                    f"context.policy 'prefix-preserving' carries the server's exact output "
+                    f"context.policy {policy.name!r} carries the server's exact output "
                     f"token ids, which backend {self.backend.name!r} cannot return; use one of "
-                    f"{', '.join(TOKEN_ID_BACKENDS)} or policy 'trace-reported'"
+                    f"{', '.join(token_id_backends())} or policy "
+                    f"{' or '.join(repr(n) for n in others)}"
                 )
         self._check_executor()
         if self.trace.max_items is not None and self.trace.max_items <= 0:
@@ -338,6 +371,7 @@ class RunConfig:
 
         for key in _SECTIONS:
             v.check_dataclass(getattr(self, key), key)
+        self._check_context_options(v)
         hints = v.hints_of(RunConfig)
         for key in _TOP_LEVEL:
             v.check_value(key, getattr(self, key), hints[key])
@@ -351,6 +385,20 @@ class RunConfig:
             run_slo(self.slo, "slo")  # the one SLO grammar (docs/sweeps.md "SLO")
         self._check_engine(v)
         self._check_backend_options(v)
+
+    def _check_context_options(self, v: Any) -> None:
+        """``context.<option>``: names a registered policy declares, each of its type."""
+        from workbench.context import POLICIES, policy_options
+
+        opts = self.context.options
+        unknown = sorted(set(opts) - set(policy_options()))
+        if unknown:
+            raise ConfigError(f"unknown context option(s) {unknown}; valid: "
+                              f"{', '.join(sorted(_context_keys()))}")  # fmt: skip
+        for name in POLICIES.names():
+            policy = POLICIES.get(name)
+            if dataclasses.is_dataclass(policy):
+                v.check_mapping("context", opts, v.hints_of(type(policy)))
 
     def _check_engine(self, v: Any) -> None:
         """``target.engine`` knobs: ``EngineConfig`` and fault-switch fields, typed."""
@@ -504,8 +552,7 @@ class RunConfig:
             return True, "no out_dir: records are kept in memory (nowhere else to live)"
         if keep != "auto":
             return bool(keep), f"executor.keep_records {str(keep).lower()}"
-        a = self.arrival
-        if a.mode == "closed-loop" and a.duration_s is not None:
+        if self.loops_until_deadline:
             return False, (
                 "executor.keep_records 'auto': closed-loop with duration_s has no request "
                 "count up front; records are on disk only"
@@ -519,6 +566,17 @@ class RunConfig:
         )
 
     @property
+    def arrival_mode(self) -> ArrivalMode:
+        """The registered arrival mode (``workbench.arrival.MODES``) and its capabilities."""
+        return MODES.get(self.arrival.mode)
+
+    @property
+    def loops_until_deadline(self) -> bool:
+        """A closed-loop mode with ``duration_s``: the unit list starts over until the
+        deadline, so the request count is not known up front."""
+        return self.arrival_mode.closed_loop and self.arrival.duration_s is not None
+
+    @property
     def policy_name(self) -> str | None:
         from workbench.context import POLICIES
 
@@ -528,8 +586,20 @@ class RunConfig:
     def backend_returns_ids(self) -> bool:
         from workbench.backends import BACKENDS
 
-        codec = BACKENDS.get(self.backend.name)
-        return bool(getattr(codec, "returns_token_ids", False))
+        return BACKENDS.get(self.backend.name).returns_token_ids
+
+
+def token_id_backends() -> list[str]:
+    """The backends whose codec returns the server's exact output token ids."""
+    from workbench.backends import BACKENDS
+
+    return [n for n in BACKENDS.names() if BACKENDS.get(n).returns_token_ids]
+
+
+def _context_keys() -> set[str]:
+    from workbench.context import policy_options
+
+    return {f.name for f in dataclasses.fields(ContextSpec)} | set(policy_options())
 
 
 def _section(key: str, spec_cls: type, main: str, value: Any) -> Any:
@@ -537,13 +607,14 @@ def _section(key: str, spec_cls: type, main: str, value: Any) -> Any:
         return spec_cls(**{main: value})
     if not isinstance(value, dict):
         raise ConfigError(f"{key} must be a mapping or a string, got {type(value).__name__}")
-    names = {f.name for f in dataclasses.fields(spec_cls)}
+    names = _context_keys() if spec_cls is ContextSpec else {
+        f.name for f in dataclasses.fields(spec_cls)}  # fmt: skip
     unknown = sorted(set(value) - names)
     if unknown:
         raise ConfigError(
             f"unknown {key} option(s) {unknown}; valid: {', '.join(sorted(names))}"
         )
-    return spec_cls(**value)
+    return ContextSpec.from_flat(value) if spec_cls is ContextSpec else spec_cls(**value)
 
 
 def parse_output_policy(spec: str) -> tuple[str, int]:
@@ -572,6 +643,6 @@ def available() -> dict[str, list[str]]:
     return {
         "trace_formats": ["auto", *available_formats()],
         "context_policies": [*POLICIES.names(), *POLICIES.aliases()],
-        "arrival_modes": list(ARRIVAL_MODES),
+        "arrival_modes": MODES.names(),
         "backends": BACKENDS.names(),
     }

@@ -1,19 +1,32 @@
-"""Axis 2: what each round's prompt reuses (policies) and where its tokens come from."""
+"""Axis 2: what each round's prompt reuses (policies) and where its tokens come from.
+
+A policy is one class registered with ``@register_policy(name, *aliases)``; its
+options are its dataclass fields and its capabilities class attributes
+(``needs_output_ids``); nothing outside this package dispatches on its name.
+"""
 
 from workbench.context.policy import (
+    DEFAULT_POLICY,
     MAJOR_COMPACTION_MIN_DROP_RATIO,
     MAJOR_COMPACTION_MIN_DROP_TOKENS,
     POLICIES,
     ContextPolicy,
     PlannedRound,
+    make_policy,
     plan_rounds,
+    policy_options,
+    register_policy,
 )
 
 __all__ = [
+    "DEFAULT_POLICY",
     "MAJOR_COMPACTION_MIN_DROP_RATIO",
     "MAJOR_COMPACTION_MIN_DROP_TOKENS",
     "POLICIES",
     "ContextPolicy",
     "PlannedRound",
+    "make_policy",
     "plan_rounds",
+    "policy_options",
+    "register_policy",
 ]

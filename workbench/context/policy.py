@@ -8,15 +8,17 @@ output. For a raw round ``(P, I, O)`` the prompt length to reach is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from workbench.records import Round, Workload
 from workbench.registry import Registry
 
 MAJOR_COMPACTION_MIN_DROP_TOKENS = 64000
 MAJOR_COMPACTION_MIN_DROP_RATIO = 0.5
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,21 +32,71 @@ class PlannedRound:
 
 
 class ContextPolicy(Protocol):
-    name: str
+    """One context policy: its options are its dataclass fields (``with_options``).
+
+    ``needs_output_ids``: the policy carries the conversation forward with the
+    server's exact output token ids, so it needs a backend that returns them
+    (``Codec.returns_token_ids``) and the runner records them.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def needs_output_ids(self) -> bool: ...
 
     def plan(self, context_len: int, prefix_len: int, input_len: int) -> PlannedRound: ...
 
 
 POLICIES: Registry[ContextPolicy] = Registry("context policy")
+P = TypeVar("P", bound=ContextPolicy)
+
+#: the policy of a conversation when none is configured; the identity on a planned file
+DEFAULT_POLICY = "trace-reported"
 
 
+def register_policy(name: str, *aliases: str) -> Callable[[type[P]], type[P]]:
+    """Class decorator: register the policy class's default instance as ``name``."""
+
+    def deco(cls: type[P]) -> type[P]:
+        POLICIES.add(name, cls(), *aliases)
+        return cls
+
+    return deco
+
+
+def policy_options() -> dict[str, Any]:
+    """Every registered policy's options with their defaults: the ``context.<option>``
+    keys a config may carry (docs/context-policy.md)."""
+    out: dict[str, Any] = {}
+    for name in POLICIES.names():
+        pol = POLICIES.get(name)
+        if dataclasses.is_dataclass(pol):
+            out.update({f.name: getattr(pol, f.name) for f in dataclasses.fields(pol) if f.init})
+    return out
+
+
+def make_policy(name: str, options: Mapping[str, Any] | None = None) -> ContextPolicy:
+    """The policy registered as ``name`` (or an alias) with those of ``options`` it declares
+    (the others belong to other policies and are ignored)."""
+    pol = POLICIES.get(name)
+    if not options or not dataclasses.is_dataclass(pol):
+        return pol
+    own = {f.name for f in dataclasses.fields(pol) if f.init}
+    mine = {k: v for k, v in options.items() if k in own}
+    return dataclasses.replace(pol, **mine) if mine else pol
+
+
+@register_policy(DEFAULT_POLICY)
+@dataclass(frozen=True)
 class TraceReported:
     """Reuse what the trace reports, but never a prefix that does not exist.
 
     ``p = min(P, C)``; the missing part ``f = P - p`` is folded into fresh input.
     """
 
-    name = "trace-reported"
+    name: ClassVar[str] = "trace-reported"
+    needs_output_ids: ClassVar[bool] = False
 
     def plan(self, context_len: int, prefix_len: int, input_len: int) -> PlannedRound:
         p = min(prefix_len, context_len)
@@ -52,35 +104,33 @@ class TraceReported:
         return PlannedRound(p, input_len + folded, folded_prefix_tokens=folded)
 
 
+@register_policy("prefix-preserving", "monotonic")
+@dataclass(frozen=True)
 class PrefixPreserving:
     """Keep the conversation growing; truncate to the trace target; reset on major compaction.
 
-    ``drop = max(C - T, 0)``; a drop of at least 64000 tokens *and* half the
-    context is a major compaction (``p = 0``); otherwise ``p = min(C, T)``.
+    ``drop = max(C - T, 0)``; a drop of at least ``major_compaction_min_drop_tokens``
+    (64000) *and* ``major_compaction_min_drop_ratio`` (half) of the context is a major
+    compaction (``p = 0``); otherwise ``p = min(C, T)``. The conversation carries the
+    server's own output ids (``needs_output_ids``).
     """
 
-    name = "prefix-preserving"
-
-    def __init__(
-        self,
-        min_drop_tokens: int = MAJOR_COMPACTION_MIN_DROP_TOKENS,
-        min_drop_ratio: float = MAJOR_COMPACTION_MIN_DROP_RATIO,
-    ) -> None:
-        self.min_drop_tokens = min_drop_tokens
-        self.min_drop_ratio = min_drop_ratio
+    major_compaction_min_drop_tokens: int = MAJOR_COMPACTION_MIN_DROP_TOKENS
+    major_compaction_min_drop_ratio: float = MAJOR_COMPACTION_MIN_DROP_RATIO
+    name: ClassVar[str] = "prefix-preserving"
+    needs_output_ids: ClassVar[bool] = True
 
     def plan(self, context_len: int, prefix_len: int, input_len: int) -> PlannedRound:
         target = prefix_len + input_len
         drop = max(context_len - target, 0)
         ratio = drop / context_len if context_len else 0.0
-        if drop >= self.min_drop_tokens and ratio >= self.min_drop_ratio:
+        if (
+            drop >= self.major_compaction_min_drop_tokens
+            and ratio >= self.major_compaction_min_drop_ratio
+        ):
             return PlannedRound(0, target, major_compaction=True)
         p = min(context_len, target)
         return PlannedRound(p, target - p)
-
-
-POLICIES.add("trace-reported", TraceReported())
-POLICIES.add("prefix-preserving", PrefixPreserving(), "monotonic")
 
 
 def plan_rounds(

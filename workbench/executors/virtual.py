@@ -324,9 +324,8 @@ async def _simulate(
     if sinks.error is not None:  # the manifest says failed (simulate writes it), then raise
         manifest["status"], manifest["failure"] = "failed", str(sinks.error)
         raise sinks.error
-    a = cfg.arrival
     manifest["completion"] = plan.completion(
-        sinks.measured, sinks.skipped, looped=a.mode == "closed-loop" and a.duration_s is not None)
+        sinks.measured, sinks.skipped, looped=cfg.loops_until_deadline)
     manifest["status"] = manifest["completion"]["status"]
     if signalled.hit:  # what finished is kept, in-flight requests recorded as cancelled
         manifest["status"], manifest["stop_reason"] = "cancelled", "stopped"

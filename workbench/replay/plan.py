@@ -12,7 +12,7 @@ from typing import Any
 
 from workbench.arrival.schedule import arrival_span, release_offsets_ms
 from workbench.config import RunConfig, parse_output_policy
-from workbench.context.policy import POLICIES, ContextPolicy, PrefixPreserving, plan_rounds
+from workbench.context.policy import DEFAULT_POLICY, make_policy, plan_rounds
 from workbench.records import Round, Unit, Workload
 
 
@@ -84,20 +84,13 @@ def effective_policy(cfg: RunConfig, workload: Workload) -> str | None:
     if cfg.policy_name is not None:
         return cfg.policy_name
     if workload.has_sessions and not workload.has_hash_ids:
-        return "trace-reported"
+        return DEFAULT_POLICY
     return None
 
 
 def build_plan(cfg: RunConfig, workload: Workload) -> Plan:
     policy_name = effective_policy(cfg, workload)
-    policy: ContextPolicy
-    if policy_name == "prefix-preserving":
-        policy = PrefixPreserving(
-            cfg.context.major_compaction_min_drop_tokens,
-            cfg.context.major_compaction_min_drop_ratio,
-        )
-    else:
-        policy = POLICIES.get(policy_name or "trace-reported")
+    policy = make_policy(policy_name or DEFAULT_POLICY, cfg.context.options)
     kind, amount = parse_output_policy(cfg.arrival.output_len)
     offsets = release_offsets_ms(workload.units, cfg.arrival.mode, cfg.arrival.rate)
     units = []

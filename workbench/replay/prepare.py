@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from workbench import redact
 from workbench.config import RunConfig
+from workbench.context import DEFAULT_POLICY
 from workbench.errors import ConfigError
 from workbench.records import RequestRecord, RunResult, Workload
 from workbench.replay.plan import Plan
@@ -86,7 +87,7 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
         },
         "policy": plan.policy,
         "plan": plan.totals(),
-        "ideal_prefix_hit_rate": ideal_prefix_hit_rate(workload, plan.policy or "trace-reported"),
+        "ideal_prefix_hit_rate": ideal_prefix_hit_rate(workload, plan.policy or DEFAULT_POLICY),
         "versions": {
             "workbench": __version__,
             "python": sys.version.split()[0],

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from workbench.context.policy import POLICIES
 from workbench.context.tokens import TokenPool
 from workbench.records import RequestRecord
 from workbench.replay.plan import RoundPlan, UnitPlan
@@ -69,15 +70,16 @@ class RoundMaker:
         self.run_id = run_id
         self.backend = backend
         self.policy = policy
+        self.carries_ids = policy is not None and POLICIES.get(policy).needs_output_ids
         self.pool = pool
         self.block_size = block_size
         self.shared_prefix = shared_prefix
         self.max_model_len = max_model_len
 
     def needs_output_ids(self, rp: RoundPlan) -> bool:
-        """A session round carried by ``prefix-preserving`` needs the real output ids
-        (docs/context-policy.md)."""
-        return self.policy == "prefix-preserving" and rp.round.hash_ids is None
+        """A session round carried by a policy that ``needs_output_ids``
+        (``prefix-preserving``) needs the real output ids (docs/context-policy.md)."""
+        return self.carries_ids and rp.round.hash_ids is None
 
     def record(
         self, run: UnitRun, rp: RoundPlan, scheduled_ns: int | None, now_ns: int

@@ -149,7 +149,8 @@ class Runner:
     async def _measured(self, t0_ns: int | None) -> None:
         self.t0_ns = t0_ns if t0_ns is not None else self.clock.now_ns()
         a = self.cfg.arrival
-        if a.mode == "closed-loop" and a.duration_s is not None:
+        if self.cfg.loops_until_deadline:
+            assert a.duration_s is not None
             self._deadline_ns = self.t0_ns + int(a.duration_s * 1e9)
         fuse = asyncio.ensure_future(self._fuse()) if a.fuse_s else None
         dispatcher = asyncio.ensure_future(self._dispatch())
@@ -197,8 +198,7 @@ class Runner:
         (``_hand_off``). A burst of due units is admitted without yielding (a
         ``sleep(0)`` per unit let a busy loop pace releases at one per iteration).
         """
-        a = self.cfg.arrival
-        closed = a.mode == "closed-loop"
+        closed = self.cfg.arrival_mode.closed_loop
         q = self._queue = AdmissionQueue(
             self.plan.units, self.t0_ns, closed_loop=closed, loops=self._deadline_ns is not None
         )

@@ -225,9 +225,7 @@ class ReplaySession:
 
     def _completion(self) -> str:
         """``completed`` or ``partial`` (planned rounds skipped or never sent), recorded."""
-        a = self.cfg.arrival
-        looped = a.mode == "closed-loop" and a.duration_s is not None
-        done = self.plan.completion(self.done, self.skipped, looped=looped)
+        done = self.plan.completion(self.done, self.skipped, looped=self.cfg.loops_until_deadline)
         self.manifest["completion"] = done
         if done["status"] != "completed":
             log.warning("run %s is partial: %s", self.run_id, done)

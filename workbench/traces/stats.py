@@ -39,6 +39,7 @@ import pandas as pd
 
 from workbench.arrival.schedule import arrival_span
 from workbench.context.policy import (
+    DEFAULT_POLICY,
     POLICIES,
     ContextPolicy,
     PlannedRound,
@@ -86,7 +87,7 @@ def trace_stats(
     *,
     cache_capacities: Iterable[int] | None = None,
     block_size: int | None = None,
-    policy: str | ContextPolicy = "trace-reported",
+    policy: str | ContextPolicy = DEFAULT_POLICY,
 ) -> TraceStats:
     """Statistics of ``workload`` (see the module docstring for every definition).
 
@@ -115,7 +116,7 @@ def trace_stats(
 
 
 def ideal_prefix_hit_rate(
-    workload: Workload, policy: str | ContextPolicy = "trace-reported"
+    workload: Workload, policy: str | ContextPolicy = DEFAULT_POLICY
 ) -> float:
     """``trace_stats(...)["ideal_prefix_hit_rate"]`` without building the tables when the
     answer is known: with no hash ids and no unit of more than one round, no block is
@@ -143,7 +144,7 @@ def _effective_policy(workload: Workload, policy: str | ContextPolicy) -> Contex
         return None
     pol = POLICIES.get(policy) if isinstance(policy, str) else policy
     if workload.meta.get("needs_context_policy") is False:
-        if pol.name != "trace-reported":
+        if pol.name != DEFAULT_POLICY:
             raise ConfigError(planned_file_message(pol.name, workload))
         return None
     return pol

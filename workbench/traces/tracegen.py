@@ -41,11 +41,12 @@ import orjson
 
 from workbench import __version__
 from workbench.context.policy import (
+    DEFAULT_POLICY,
     MAJOR_COMPACTION_MIN_DROP_RATIO,
     MAJOR_COMPACTION_MIN_DROP_TOKENS,
     POLICIES,
     ContextPolicy,
-    PrefixPreserving,
+    make_policy,
     plan_rounds,
     planned_file_message,
 )
@@ -201,7 +202,7 @@ def _load_source(source: str | Path, spec: TracegenSpec, rng: np.random.Generato
     workload = load_trace(path, fmt=fmt, **options)
     if not workload.units or not all(u.is_session for u in workload.units):
         raise ConfigError(f"tracegen needs session units; {path} ({workload.fmt}) has others")
-    if workload.meta.get("needs_context_policy") is False and spec.policy != "trace-reported":
+    if workload.meta.get("needs_context_policy") is False and spec.policy != DEFAULT_POLICY:
         # already planned: a second policy would plan the plan, not the source (docs/arrival.md);
         # trace-reported is the identity on such a file and copies it as written
         raise ConfigError(planned_file_message(spec.policy, workload))
@@ -252,11 +253,10 @@ def _arrivals(
 
 
 def _policy(spec: TracegenSpec) -> ContextPolicy:
-    if spec.policy == "prefix-preserving":
-        return PrefixPreserving(
-            spec.major_compaction_min_drop_tokens, spec.major_compaction_min_drop_ratio
-        )
-    return POLICIES.get(spec.policy)
+    return make_policy(spec.policy, {
+        "major_compaction_min_drop_tokens": spec.major_compaction_min_drop_tokens,
+        "major_compaction_min_drop_ratio": spec.major_compaction_min_drop_ratio,
+    })
 
 
 def _plan(

@@ -25,6 +25,7 @@ from typing import Any
 
 import ipywidgets as w
 
+from workbench.arrival import MODES
 from workbench.config import RunConfig, available
 from workbench.errors import WorkbenchError
 
@@ -147,8 +148,9 @@ class Controls:
     def _layout(self, _change: Any = None) -> None:
         """Show the fields that apply to what is chosen now."""
         _show(self.trace_path, self.trace_choice.value == OWN_FILE)
-        _show(self.rate, self.arrival.value == "trace-timed")
-        _show(self.duration, self.arrival.value == "closed-loop")
+        mode = MODES.get(self.arrival.value)  # what the mode declares, not its name
+        _show(self.rate, mode.takes_rate)
+        _show(self.duration, mode.closed_loop)
         sim = self.target.value == "sim"
         for knob in (self.speedup, self.block_size, self.num_blocks):
             _show(knob, sim)
@@ -187,10 +189,11 @@ class Controls:
                           max_items=self.max_items.value or None)
         d["context"]["policy"] = None if self.policy.value == POLICY_DEFAULT else self.policy.value
         arrival = self.arrival.value
+        mode = MODES.get(arrival)
         d["arrival"].update(
             mode=arrival, max_concurrency=self.max_concurrency.value or None,
-            rate=(self.rate.value or None) if arrival == "trace-timed" else None,
-            duration_s=(self.duration.value or None) if arrival == "closed-loop" else None,
+            rate=(self.rate.value or None) if mode.takes_rate else None,
+            duration_s=(self.duration.value or None) if mode.closed_loop else None,
             warmup=self.warmup.value, tool_wait_scale=self.tool_wait_scale.value,
             output_len=self.output_len.value.strip())
         d["backend"]["name"] = self.backend.value

@@ -1,0 +1,59 @@
+"""The arrival-mode registry: ``ArrivalMode``, ``MODES`` and ``register_mode``.
+
+A mode is one object that says everything the rest of the replay asks of it: when
+each unit is released (``release``), whether ``arrival.rate`` rescales those times
+(``takes_rate``), and whether admission runs a closed loop (``closed_loop``: a
+finishing unit's slot admits the next unit, so the mode needs ``max_concurrency``
+and may run for ``duration_s``, starting the unit list over). Config validation,
+the plan, the admission queue and the run's completion read these capabilities;
+nothing dispatches on a mode's name. A new mode is one module with one
+``@register_mode(name, ...)`` line, imported in ``workbench.arrival``
+(docs/arrival.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from workbench.records import Unit
+from workbench.registry import Registry
+
+#: ``release(units, rate)``: each unit's release offset in ms from run start (file order)
+Release = Callable[[tuple[Unit, ...], float | None], list[float]]
+
+
+@dataclass(frozen=True)
+class ArrivalMode:
+    name: str
+    release: Release
+    description: str = ""
+    takes_rate: bool = False
+    closed_loop: bool = False
+
+
+MODES: Registry[ArrivalMode] = Registry("arrival mode")
+
+
+def register_mode(
+    name: str,
+    *,
+    description: str = "",
+    takes_rate: bool = False,
+    closed_loop: bool = False,
+    aliases: tuple[str, ...] = (),
+) -> Callable[[Release], Release]:
+    """Decorator for a release function ``release(units, rate) -> offsets_ms``."""
+
+    def deco(release: Release) -> Release:
+        mode = ArrivalMode(name, release, description, takes_rate, closed_loop)
+        MODES.add(name, mode, *aliases)
+        return release
+
+    return deco
+
+
+def modes_with(capability: str) -> str:
+    """The names of the modes that have ``capability``, for messages: ``'a' or 'b'``."""
+    names = [m for m in MODES.names() if getattr(MODES.get(m), capability)]
+    return " or ".join(repr(m) for m in names) or "(none)"
