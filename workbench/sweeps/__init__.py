@@ -5,9 +5,9 @@ re-exported) and ``load_sweep`` / ``Sweep`` (``store``). Each live point flushes
 cache through its run's own ``backend.flush_cache`` (``workbench.backends.flush``).
 """
 
+from workbench.metrics.slo import SLO, Bound
 from workbench.sweeps.capacity import capacity_search, capacity_search_async
 from workbench.sweeps.grid import sweep, sweep_async
-from workbench.metrics.slo import SLO, Bound
 from workbench.sweeps.store import Sweep, is_sweep_dir, load_sweep
 
 __all__ = ["SLO", "Bound", "Sweep", "capacity_search", "capacity_search_async",

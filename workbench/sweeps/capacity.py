@@ -21,10 +21,10 @@ from typing import Any
 import workbench.sweeps.spec as spec_mod
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
+from workbench.metrics.slo import SLO
 from workbench.replay.prepare import coerce_config
 from workbench.sweeps.grid import SloSpec, run_sync
 from workbench.sweeps.runner import Progress, SweepRunner
-from workbench.metrics.slo import SLO
 from workbench.sweeps.store import Sweep
 
 INTEGER_AXES = ("arrival.max_concurrency", "arrival.warmup", "trace.max_items")

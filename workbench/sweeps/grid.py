@@ -17,10 +17,10 @@ from typing import Any
 import workbench.sweeps.spec as spec_mod
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
+from workbench.metrics.slo import SLO
 from workbench.replay.loops import run_anywhere
 from workbench.replay.prepare import coerce_config
 from workbench.sweeps.runner import Progress, SweepRunner
-from workbench.metrics.slo import SLO
 from workbench.sweeps.store import Sweep
 
 SloSpec = SLO | Mapping[str, Any] | Sequence[str] | str | None

@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from workbench.config import RunConfig
 import workbench.metrics.catalog as catalog
+from workbench.config import RunConfig
+from workbench.metrics.slo import SLO
 from workbench.metrics.stats import QS
 from workbench.records import RunResult
-from workbench.metrics.slo import SLO
 
 #: summary stats copied per latency metric (the catalog's latency rows)
 LATENCY = catalog.LATENCY

@@ -5,8 +5,8 @@ repeats (each an ordinary run: ``wb.run_async`` live, ``wb.simulate`` in virtual
 time), reusing every repeat already complete on disk, and pools them. Live
 points run one after another, each run resetting the target's prefix cache
 before its measured requests (``backend.flush_cache``, ``auto`` unless the base config
-says otherwise: docs/cache-isolation.md); virtual-time points may run in ``parallel`` worker processes (they
-share nothing). The grid (``sweep``) and the capacity search
+says otherwise: docs/cache-isolation.md); virtual-time points may run in ``parallel``
+worker processes (they share nothing). The grid (``sweep``) and the capacity search
 (``workbench.sweeps.capacity``) are both sequences of ``measure`` calls.
 """
 
@@ -28,10 +28,10 @@ from typing import Any
 import workbench.sweeps.spec as spec_mod
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
-from workbench.signals import die_with_parent
-from workbench.sweeps.points import point_metrics, pool, run_complete, simulate_and_measure
 from workbench.metrics.slo import SLO
+from workbench.signals import die_with_parent
 from workbench.storage.rundir import contained_dir
+from workbench.sweeps.points import point_metrics, pool, run_complete, simulate_and_measure
 from workbench.sweeps.store import RUNS, SWEEP_MANIFEST, Sweep, load_sweep, write_sweep
 
 log = logging.getLogger(__name__)
