@@ -1,7 +1,8 @@
 """Bounded before parsing, checked before sending (docs/config-bounds.md, docs/security.md).
 
-Every bomb runs the CLI in a subprocess under a 1.5 GB address-space limit
-(``RLIMIT_AS``), so a failure cannot take the machine down: a YAML alias bomb, a
+Every bomb runs the CLI in a subprocess under a 4 GiB address-space limit
+(``RLIMIT_AS``), so a failure cannot take the machine down; the gzip bomb also bounds
+the child's peak resident memory (``ru_maxrss``, written by the launcher): a YAML alias bomb, a
 3,000-deep config or ``--body-field``, a server's gzip body that inflates to 1 GiB.
 Every setting that used to be checked late (or not at all) is refused with exit 2
 before any request: the server counts what it was sent.
@@ -33,7 +34,19 @@ from workbench.records import RequestRecord
 SESSIONS = str(data_path("tracelab/multi_session_example.csv"))
 LARGE = str(data_path("tracelab/multi_session_large.csv"))  # 48 units
 REPO = Path(__file__).resolve().parents[2]
-MEMORY_LIMIT = 1536 << 20
+#: address space, not memory: the CLI reserves ~1.5 GB of it with ~230 MB resident (glibc
+#: arenas, thread stacks, the libraries' own allocators), so 1.5 GB failed the bounded
+#: client 1 run in 4 with a MemoryError; the resident bound is RSS_BOUND below
+MEMORY_LIMIT = 4 << 30
+#: the CLI's peak resident memory through a 16-stream gzip bomb (measured ~230 MB; the old
+#: client, inflating each 1 GiB body whole, held 2.3 GB)
+RSS_BOUND = 768 << 20
+#: runs the CLI and, as it exits, writes its peak resident memory (KiB) to $MAXRSS_FILE
+LAUNCH = ("import atexit, os, pathlib, resource, runpy, sys; f = os.environ['MAXRSS_FILE']; "
+          "atexit.register(lambda: pathlib.Path(f).write_text("
+          "str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))); "
+          "sys.argv = ['workbench', *sys.argv[1:]]; runpy.run_module('workbench', "
+          "run_name='__main__', alter_sys=True)")
 
 BILLION_LAUGHS = """backend:
   options:
@@ -56,7 +69,12 @@ def _limit_memory() -> None:
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO)}
+    # RLIMIT_AS counts address space, not memory: glibc reserves 64 MB of it per malloc
+    # arena (up to 8 per core, one per thread that allocates), so a child with a few
+    # threads could reach the limit with ~250 MB resident and die in a C library that
+    # does not check malloc (seen: SIGSEGV, 1 run in 4 on a busy machine). Two arenas
+    # keep the limit a bound on what the CLI itself holds.
+    return {**os.environ, "PYTHONPATH": str(REPO), "MALLOC_ARENA_MAX": "2"}
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -66,10 +84,13 @@ def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     )
 
 
-async def _acli(*args: str, timeout: float = 180) -> tuple[int, str]:
-    """The CLI in a subprocess (memory-limited) while this loop serves the test's server."""
+async def _acli(*args: str, timeout: float = 180, rss: Path | None = None) -> tuple[int, str]:
+    """The CLI in a subprocess (memory-limited) while this loop serves the test's server;
+    with ``rss``, through ``LAUNCH``, which writes the child's peak resident KiB there."""
+    head = ["-c", LAUNCH] if rss else ["-m", "workbench"]
+    env = {**_env(), "MAXRSS_FILE": str(rss)} if rss else _env()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "workbench", *args, env=_env(), preexec_fn=_limit_memory,
+        sys.executable, *head, *args, env=env, preexec_fn=_limit_memory,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )
     out, _ = await asyncio.wait_for(proc.communicate(), timeout)
@@ -177,9 +198,11 @@ async def test_gzip_body_inflating_to_a_gib_is_cut_at_the_event_bound(tmp_path, 
             str(cfg), "--arrival", "saturated", "--max-concurrency", "16",
             "--tool-wait-scale", "0", "--no-preflight", "--no-flush-cache", "--no-progress",
             "--continue-on-error", "-o", str(tmp_path / "runs"), "--run-id", "gz",
+            rss=tmp_path / "maxrss",
         )
     assert code == ExitCode.ERROR_RATE, out[-3000:]
     assert "MemoryError" not in out and "Traceback" not in out, out[-3000:]
+    assert int((tmp_path / "maxrss").read_text()) * 1024 < RSS_BOUND
     records = [json.loads(x) for x in
                (tmp_path / "runs" / "gz" / "records.jsonl").read_text().splitlines()]
     errors = [r["error"] for r in records]
