@@ -45,7 +45,9 @@ def example_runs(out_dir: str | Path, trace: str = EXAMPLE_TRACE,
     """Two runs to compare when none are given: ``trace`` (a bundled name or a path)
     through the embedded engine in virtual time, once per KV cache size in
     ``num_blocks`` (same trace, same seed: only the cache differs). Saved under
-    ``out_dir/compare-example-kv<N>``; returns their directories."""
+    ``out_dir/compare-example-kv<N>``, replacing the example runs a previous call made
+    there (``overwrite``: the notebook's Run All twice, a report rendered again); returns
+    their directories."""
     from workbench import data
     from workbench.config import RunConfig
     from workbench.executors.virtual import simulate
@@ -57,7 +59,7 @@ def example_runs(out_dir: str | Path, trace: str = EXAMPLE_TRACE,
             "trace": {"path": path},
             "target": {"url": "sim", "engine": {"num_blocks": int(blocks)}},
             "out_dir": str(out_dir), "run_id": f"compare-example-kv{blocks}",
-            "label": f"KV cache {blocks} blocks",
+            "label": f"KV cache {blocks} blocks", "overwrite": True,
         })
         dirs.append(str(simulate(cfg).run_dir))
     return dirs
