@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from proctree import descendants, kill_left, living
 
 from workbench.data import path as data_path
 
@@ -22,40 +23,6 @@ SMALL = str(data_path("tracelab/multi_session_example.csv"))
 DEADLINE_S = 60.0
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-
-
-def _children(pid: int) -> dict[int, int]:
-    """Every live descendant of ``pid``: {pid: start time} (from /proc)."""
-    parents: dict[int, list[int]] = {}
-    starts: dict[int, int] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_bytes()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if fields[0] == b"Z":
-            continue
-        parents.setdefault(int(fields[1]), []).append(int(entry.name))
-        starts[int(entry.name)] = int(fields[19])
-    out, todo = {}, [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            out[child] = starts[child]
-            todo.append(child)
-    return out
-
-
-def _alive(pid: int, start: int) -> bool:
-    """Alive and the same process (not a zombie, not a reused pid)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return fields[0] != b"Z" and int(fields[19]) == start
 
 
 def _until(cond, what: str, proc: subprocess.Popen | None = None) -> None:
@@ -109,25 +76,23 @@ def test_sigkill_of_a_sharded_replay_leaves_no_process_and_is_reported(
     kids: dict[int, int] = {}
 
     def sending() -> bool:
-        kids.update(_children(proc.pid))  # known even if the wait fails (then killed below)
+        kids.update(descendants(proc.pid))  # known even if the wait fails (then killed below)
         return _shard_lines(run) >= 5
 
     try:
         _until(sending, "the workers sent requests", proc)
-        kids.update(_children(proc.pid))
+        kids.update(descendants(proc.pid))
         # two workers (and the embedded engine for ``sim``; multiprocessing's resource
         # tracker may be there too)
         assert len(kids) >= (3 if target == "sim" else 2), kids
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=DEADLINE_S)
-        _until(lambda: not [p for p, s in kids.items() if _alive(p, s)],
+        _until(lambda: not living(kids),
                f"every child of {proc.pid} ended ({kids})")
     finally:
         if proc.poll() is None:
             proc.kill()
-        for pid, start in kids.items():  # never leave one behind (they are orphans now)
-            if _alive(pid, start):
-                os.kill(pid, signal.SIGKILL)
+        kill_left(kids)  # never leave one behind (they are orphans now)
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "running" and manifest["host"]["pid"] == proc.pid
 
@@ -172,21 +137,19 @@ def test_sigkill_of_a_parallel_virtual_sweep_leaves_no_process(tmp_path):
     kids: dict[int, int] = {}
 
     def started() -> bool:
-        kids.update(_children(proc.pid))  # known even if the wait fails (then killed below)
+        kids.update(descendants(proc.pid))  # known even if the wait fails (then killed below)
         return runs.is_dir() and len(list(runs.glob("*/manifest.json"))) >= 2
 
     try:
         _until(started, "both points started", proc)
-        kids.update(_children(proc.pid))
+        kids.update(descendants(proc.pid))
         assert len(kids) >= 2, kids
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=DEADLINE_S)
-        _until(lambda: not [p for p, s in kids.items() if _alive(p, s)],
+        _until(lambda: not living(kids),
                f"every child of {proc.pid} ended ({kids})")
     finally:
         if proc.poll() is None:
             proc.kill()
-        for pid, start in kids.items():
-            if _alive(pid, start):
-                os.kill(pid, signal.SIGKILL)
+        kill_left(kids)  # never leave one behind (they are orphans now)
 
