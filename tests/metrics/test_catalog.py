@@ -18,7 +18,7 @@ import pytest
 
 from workbench.commands import replay as replay_cmd
 from workbench.errors import ConfigError
-from workbench.metrics import breakdown, catalog, derive, frame, slo, stats, summary
+from workbench.metrics import breakdown, catalog, derive, distribution, frame, slo, summary
 from workbench.metrics.catalog import CATALOG, Metric
 from workbench.records import RequestRecord, RunResult, Status
 from workbench.report import compare, headline, plots, sweep_tables, tables
@@ -133,7 +133,7 @@ def test_one_percentile_everywhere() -> None:
     ok = df[df["status"] == "ok"]
     gaps = np.asarray([1.0, 2.0, 4.0])
     assert slo.ok_percentile(ok, "itl_ms", 90) == pytest.approx(np.percentile(gaps, 90))
-    assert stats.percentile([None, float("nan"), 10.0, 20.0, 30.0], 50) == 20.0
+    assert distribution.percentile([None, float("nan"), 10.0, 20.0, 30.0], 50) == 20.0
     s = summary.summarize(run)
     table = replay_cmd.percentile_table(run, "50,90,99")
     for m in catalog.LATENCY:

@@ -638,7 +638,7 @@ def available() -> dict[str, list[str]]:
     """The registered names of every axis (what widgets and ``--help`` offer)."""
     from workbench.backends import BACKENDS
     from workbench.context import POLICIES
-    from workbench.traces.base import available_formats
+    from workbench.traces.load import available_formats
 
     return {
         "trace_formats": ["auto", *available_formats()],

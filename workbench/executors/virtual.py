@@ -24,6 +24,7 @@ from workbench.backends.base import Codec, WireRequest
 from workbench.clock import Clock, VirtualClock, run_virtual
 from workbench.config import RunConfig
 from workbench.errors import ConfigError, OutputWriteError
+from workbench.placement import placement_extra
 from workbench.records import RequestRecord, RunResult, Workload
 from workbench.replay.plan import Plan, build_plan
 from workbench.replay.prepare import base_manifest, coerce_config, load_workload, new_run_id
@@ -31,11 +32,10 @@ from workbench.replay.runner import build_runner, merge_warmup
 from workbench.replay.session import write_parquet
 from workbench.replay.shards import slot_offsets, split_concurrency, split_plan
 from workbench.signals import SignalStop, stop_on_signals
-from workbench.sim.admission import Admission
 from workbench.sim.cluster import Cluster, ClusterConfig, split_knobs
 from workbench.sim.config import EngineConfig
 from workbench.sim.engine import Engine
-from workbench.sim.wire import placement_extra
+from workbench.sim.front_end import Admission
 from workbench.storage.rundir import claim_run_dir
 
 GC_GEN0_THRESHOLD = 100_000  # allocations between young-generation collections

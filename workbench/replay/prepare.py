@@ -36,7 +36,7 @@ def coerce_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
 
 
 def load_workload(cfg: RunConfig) -> Workload:
-    from workbench.traces.base import load_trace
+    from workbench.traces.load import load_trace
 
     if not cfg.trace.path:
         raise ConfigError("trace.path is empty: say which trace file to replay")
@@ -67,7 +67,7 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
     import pandas
 
     from workbench import __version__
-    from workbench.traces.stats import ideal_prefix_hit_rate
+    from workbench.workloads.trace_stats import ideal_prefix_hit_rate
 
     cfg.register_secrets()  # before anything of the run is written or printed
     config = cfg.to_dict()

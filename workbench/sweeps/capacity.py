@@ -24,8 +24,8 @@ from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO
 from workbench.replay.prepare import coerce_config
 from workbench.sweeps.grid import SloSpec, run_sync
-from workbench.sweeps.runner import Progress, SweepRunner
 from workbench.sweeps.store import Sweep
+from workbench.sweeps.sweep_runner import Progress, SweepRunner
 
 INTEGER_AXES = ("arrival.max_concurrency", "arrival.warmup", "trace.max_items")
 

@@ -20,8 +20,8 @@ from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO
 from workbench.replay.loops import run_anywhere
 from workbench.replay.prepare import coerce_config
-from workbench.sweeps.runner import Progress, SweepRunner
 from workbench.sweeps.store import Sweep
+from workbench.sweeps.sweep_runner import Progress, SweepRunner
 
 SloSpec = SLO | Mapping[str, Any] | Sequence[str] | str | None
 

@@ -11,7 +11,7 @@ import pytest
 
 from workbench.data import path as data_path
 from workbench.errors import ConfigError
-from workbench.traces.tracegen import tracegen
+from workbench.workloads.materialize import tracegen
 
 RAW = data_path("tracelab/multi_session_example.csv")
 
