@@ -37,3 +37,28 @@ def test_an_existing_regular_output_is_still_replaced(tmp_path):
     out.write_text("old\n")
     tracegen(RAW, out)
     assert out.read_text().startswith("request_id,")
+
+
+@pytest.mark.parametrize("name", [
+    "batchbench/trajectories_v1.jsonl",  # ids `{trajectory}_request_{k}`: once written as-is
+    "tracelab/multi_session_example.csv",
+    "tracelab/round_trace.sanitized.jsonl",
+    "request-factory/session_rounds_v2_example.csv",
+])
+def test_what_tracegen_writes_reads_back_round_for_round(tmp_path, name):
+    """Every session trace bundled: tracegen's CSV loads as session-execution-v2 with the
+    rounds the generator planned (canonical request ids, same lengths and waits)."""
+    from workbench.traces.canonical import request_id
+    from workbench.traces.load import load_trace
+
+    src = {u.unit_id: u for u in load_trace(data_path(name)).units}
+    back = load_trace(tracegen(data_path(name), tmp_path / "out.csv").csv_path)
+    assert back.meta["detected_format"] == "session-execution-v2"
+    assert sorted(u.unit_id for u in back.units) == sorted(src)
+    for unit in back.units:
+        orig = src[unit.unit_id].rounds
+        assert [r.request_id for r in unit.rounds] == [
+            request_id(unit.unit_id, k) for k in range(len(orig))]
+        assert [r.output_len for r in unit.rounds] == [r.output_len for r in orig]
+        assert [r.tool_wait_after_ms for r in unit.rounds] == [
+            r.tool_wait_after_ms for r in orig]

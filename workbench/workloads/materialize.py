@@ -279,10 +279,10 @@ def _plan(
                 folded_rounds += 1
                 folded_first += k == 0
             major += pl.major_compaction
-            same = raw.round_idx == k and raw.session_id == sid  # readers emit canonical ids
-            rid = raw.request_id if same else canonical.request_id(sid, k)
-            rows.append((rid, sid, k, arrival, pl.prefix_len, pl.input_len, raw.output_len,
-                         raw.tool_wait_after_ms))
+            # the canonical id whatever the reader named the round (batchbench's
+            # ``{trajectory}_request_{k}`` is not one): the file must read back
+            rows.append((canonical.request_id(sid, k), sid, k, arrival, pl.prefix_len,
+                         pl.input_len, raw.output_len, raw.tool_wait_after_ms))
     stats = {"folded_prefix_tokens": folded, "folded_rounds": folded_rounds,
              "folded_first_rounds": folded_first, "major_compaction_rounds": major}
     return rows, stats
