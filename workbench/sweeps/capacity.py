@@ -14,7 +14,6 @@ is searched on integers.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -82,14 +81,8 @@ async def capacity_search_async(
             probes.append(entry)
         return bool(entry["slo"]["held"])
 
-    try:
+    with runner.ends_on_error():
         result = await _search(held, lo, hi, tolerance, grow, max_probes, integer)
-    except (asyncio.CancelledError, KeyboardInterrupt):
-        runner.finish("interrupted")
-        raise
-    except BaseException:
-        runner.finish("failed")
-        raise
     result.update(axis=path, tolerance=tolerance, probes=[p["index"] for p in probes])
     runner.sweep.manifest["capacity"] = result
     return runner.finish("completed")
