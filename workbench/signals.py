@@ -69,10 +69,16 @@ class SignalStop:
             # the loop runs on this (the main) thread and is somewhere in its own code: stop
             # the run here, directly; a callback queued on the loop waits for the running
             # task to yield, which a task that never waits (a stalled virtual closed loop)
-            # never does. The stop only sets events (Runner.stop).
+            # never does. The stop only sets events (Runner.stop); the loop is then woken,
+            # in case it sleeps in its selector, to run what they wake.
             self._stop()
+            self._loop.call_soon_threadsafe(_nothing)
         else:
             self._loop.call_soon_threadsafe(self._stop)
+
+
+def _nothing() -> None:
+    """A callback that only wakes a loop."""
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ import pytest
 
 from workbench.metrics import summarize
 from workbench.metrics.files import load_frames
+from workbench.records import RunManifest
 from workbench.report.compare import load_runs
 from workbench.report.headline import run_headline
 from workbench.report.tables import client_caption, config_table, run_table, summary_table
@@ -68,4 +69,40 @@ def test_an_old_run_dir_reports(old_dir: Path) -> None:
     assert not config_table(manifest).empty and not summary_table(summary).empty
     (run,) = load_runs([old_dir]).values()
     assert run.run_id == old_dir.name
-    assert not run_table(run).empty and not client_caption(run, manifest) == ""
+    assert not run_table(run).empty and client_caption(run, manifest) != ""
+
+
+def test_an_old_manifest_reads_as_schema_1_with_every_key_a_field() -> None:
+    for name in OLD:
+        stored = read_json(FIXTURES / name / "manifest.json")
+        typed = RunManifest.from_dict(stored)
+        assert typed.schema == 1 and typed.extra == {}  # every fact it holds has a field
+        assert typed.run_id == name and typed.status == "completed"
+        assert typed.ideal_prefix_hit_rate == stored["ideal_prefix_hit_rate"]
+        # written back: the same facts (a None is left out), now with its schema
+        again = typed.to_dict()
+        assert again.pop("schema") == 1
+        assert again == {k: v for k, v in stored.items()
+                         if v is not None or k in RunManifest.ALWAYS}
+
+
+def test_a_manifest_keeps_keys_it_does_not_know_and_round_trips() -> None:
+    d = {"run_id": "r", "status": "completed", "sweep_point": {"x": 1}, "schema": 7,
+         "block_size": 16}
+    typed = RunManifest.from_dict(d)
+    assert typed.extra == {"sweep_point": {"x": 1}} and typed.block_size == 16
+    assert RunManifest.from_dict(typed.to_dict()) == typed
+    assert typed.to_dict()["schema"] == 7
+
+
+def test_a_new_run_writes_the_current_schema(tmp_path: Path) -> None:
+    from workbench.executors.virtual import simulate
+    from workbench.records import MANIFEST_SCHEMA
+
+    cfg = {"trace": str(FIXTURES.parent / "mooncake_sessions.jsonl"), "out_dir": str(tmp_path),
+           "run_id": "new", "target": {"url": "sim", "engine": {"num_blocks": 512}}}
+    simulate(cfg)
+    stored = read_json(tmp_path / "new" / "manifest.json")
+    assert stored["schema"] == MANIFEST_SCHEMA
+    typed = load(tmp_path / "new").typed_manifest
+    assert typed.extra == {} and typed.mode == "virtual" and typed.to_dict() == stored

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from workbench import redact
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
-from workbench.records import RequestRecord, RunResult, Workload
+from workbench.records import RequestRecord, RunManifest, RunResult, Workload
 from workbench.replay.plan import Plan
 from workbench.storage.rundir import process_identity
 
@@ -37,7 +37,7 @@ class Prepared:
     plan: Plan
     run_id: str
 
-    def manifest(self) -> dict[str, Any]:
+    def manifest(self) -> RunManifest:
         return base_manifest(self.cfg, self.workload, self.plan, self.run_id)
 
 
@@ -91,7 +91,7 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -> dict[str, Any]:
+def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -> RunManifest:
     """Everything needed to know what ran: config, trace identity, versions, host."""
     import aiohttp
     import numpy
@@ -104,21 +104,21 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
     config["target"]["url"] = redact.safe_url(cfg.target.url)  # never a password or key
     config["backend"]["metrics_urls"] = [redact.safe_url(u) for u in cfg.backend.metrics_urls]
     config = redact.obj(config)  # literal header values, credential body fields
-    return {
-        "run_id": run_id,
-        "label": cfg.label,
-        "config": config,
-        "trace": {
+    return RunManifest(
+        run_id=run_id,
+        label=cfg.label,
+        config=config,
+        trace={
             "path": workload.source,
             "format": workload.fmt,
             "sha256": file_sha256(workload.source) if workload.source else None,
             "units": len(workload.units),
             "rounds": workload.n_rounds,
         },
-        "policy": plan.policy,
-        "plan": plan.totals(),
-        "ideal_prefix_hit_rate": plan.ideal_prefix_hit_rate,
-        "versions": {
+        policy=plan.policy,
+        plan=plan.totals(),
+        ideal_prefix_hit_rate=plan.ideal_prefix_hit_rate,
+        versions={
             "workbench": __version__,
             "python": sys.version.split()[0],
             "aiohttp": aiohttp.__version__,
@@ -127,16 +127,16 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
         },
         # pid and its start time: a manifest left "running" by a dead process is told from
         # a live run (workbench.storage.rundir.running_note)
-        "host": {**process_identity(), "platform": platform.platform()},
-        "started_at": dt.datetime.now(dt.UTC).isoformat(),
-        "status": "running",
-    }
+        host={**process_identity(), "platform": platform.platform()},
+        started_at=dt.datetime.now(dt.UTC).isoformat(),
+        status="running",
+    )
 
 
 def dry_run_result(run: Prepared) -> RunResult:
     manifest = run.manifest()
-    manifest["status"] = "dry_run"
-    return RunResult(run.run_id, [], manifest=manifest)
+    manifest.status = "dry_run"
+    return RunResult(run.run_id, [], manifest=manifest.to_dict())
 
 
 def run_on_fast_loop(coro: Coroutine[Any, Any, T], use_uvloop: bool = True) -> T:
