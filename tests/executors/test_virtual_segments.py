@@ -138,3 +138,39 @@ def test_block_keys_match_token_hashes_exactly_where_tokens_are_equal() -> None:
     key = a.parts[0][1]  # normal form: a stream continued is one part
     assert a + Segments([(UNIT, key, 40, 10)]) == Segments([(UNIT, key, 0, 50)])
     assert len(b) == 80 and b.common_prefix(a + out) == 50
+
+
+def test_streamed_scale_path_writes_what_a_kept_run_holds(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """bench/bench_scale.py's path at small scale: a synthetic agentic trace on a
+    prefix-aware cluster, prompts as parts, records straight to disk (none in memory):
+    the records on disk are the records a run that keeps them holds, and the
+    conversations hit the cache."""
+    import dataclasses
+
+    import numpy as np
+
+    from workbench.storage.rundir import load_records
+    from workbench.traces.synthetic import parse_synthetic, synthetic_workload
+
+    trace = tmp_path / "synthetic.jsonl"
+    trace.write_text("")
+    spec = parse_synthetic("synthetic:sessions=24,rounds=uniform:2..6,input=lognormal:300,0.8,"
+                           "output=fixed:20,tool_wait=uniform:10..500")
+    workload = dataclasses.replace(
+        synthetic_workload(spec, np.random.default_rng(1)), source=str(trace))
+    engine = {"workers": 4, "router": "prefix-aware"}
+
+    def cfg(keep: bool, name: str) -> dict:
+        return {"trace": {"path": str(trace)}, "out_dir": str(tmp_path), "run_id": name,
+                "arrival": {"mode": "saturated", "max_concurrency": 8},
+                "executor": {"keep_records": keep, "block_hashes": False}}
+
+    streamed = virtual.simulate(cfg(False, "streamed"), engine=engine, workload=workload)
+    kept = virtual.simulate(cfg(True, "kept"), engine=engine, workload=workload)
+    assert streamed.records == [] and streamed.manifest["records_kept"] is False
+    on_disk = load_records(tmp_path / "streamed")
+    assert len(on_disk) == workload.n_rounds == len(kept.records)
+    strip = lambda r: {**r.to_dict(), "run_id": None}  # noqa: E731
+    assert sorted(map(strip, on_disk), key=lambda d: d["request_id"]) == sorted(
+        map(strip, kept.records), key=lambda d: d["request_id"])
+    assert sum(r.cached_tokens or 0 for r in on_disk) > 0
