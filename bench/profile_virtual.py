@@ -3,7 +3,8 @@
 Method: load the trace once, then run ``workbench.simulate`` once (one engine, or
 ``--workers N`` prefix-aware) and print the CPU time (``time.process_time``: the
 machine is shared, wall time is not this process's), the peak resident memory of
-this process (``ru_maxrss``, which includes the loaded trace), and with
+this process (``ru_maxrss``, which includes the loaded trace; taken before and after
+``summarize``, which builds frames of its own), and with
 ``--profile`` the functions with the most own time (cProfile; its overhead inflates
 the total ~1.5-2x, the shares are what count). Run from the repo root:
 
@@ -52,10 +53,12 @@ def main() -> None:
     if prof is not None:
         prof.disable()
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before summarizing
     s = summarize(result)
     print(json.dumps({
         "requests": s["requests"], "workers": args.workers, "cpu_s": round(cpu, 2),
-        "wall_s": round(wall, 2), "peak_rss_mb": round(
+        "wall_s": round(wall, 2), "peak_rss_mb": round(peak),
+        "peak_rss_with_summary_mb": round(
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "rss_after_load_mb": round(rss_loaded),
         "actual_prefix_hit_rate": round(s["actual_prefix_hit_rate"], 4),
