@@ -1,8 +1,8 @@
 """A 10-point virtual-time sweep over the whole Mooncake conversation trace (issue 16).
 
 Method: ``wb.sweep`` over ``arrival.rate`` (10 rates, the trace's timeline
-rescaled) with ``virtual=True`` and ``parallel`` worker processes (default 2,
-this machine's cores); every point is a whole ``simulate`` of the 12,031
+rescaled) with ``virtual=True`` and ``parallel`` worker processes (default: the
+cores there are, ``os.cpu_count()``); every point is a whole ``simulate`` of the 12,031
 requests on the default engine, saved as a run directory. Prints the wall time
 of the sweep and each point's numbers. Run from the repo root:
 
@@ -28,7 +28,8 @@ RATES = [0.5, 1, 1.5, 2, 2.5, 3, 3.5, 4, 5, 6]
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--trace", default=str(DEFAULT))
-    ap.add_argument("--parallel", type=int, default=2)
+    ap.add_argument("--parallel", type=int, default=os.cpu_count() or 1,
+                    help="worker processes (default: the cores there are)")
     ap.add_argument("--out", default=None, help="sweep parent folder (default: a temp dir)")
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="bench-sweep-"))

@@ -101,17 +101,19 @@ def request_base(request_id: str, seed: int) -> int:
     return zlib.crc32(f"{seed}:{request_id}".encode())
 
 
-def output_tokens(base: int, count: int) -> list[int]:
-    """``[output_token(base, i) for i in range(count)]``, vectorised for long outputs.
+def output_tokens(base: int, count: int, start: int = 0) -> list[int]:
+    """``[output_token(base, i) for i in range(start, start + count)]``, vectorised for
+    long outputs.
 
     The engine draws a request's whole output up front (its length is pinned to
     ``max_tokens``), so no Python work is done per generated token.
     """
     if count < 64:
-        return [output_token(base, i) for i in range(count)]
+        return [output_token(base, i) for i in range(start, start + count)]
     import numpy as np  # lazy: importing the engine stays light
 
-    x = (np.arange(count, dtype=np.uint64) * np.uint64(0x9E3779B1) + np.uint64(base)) & np.uint64(
+    pos = np.arange(start, start + count, dtype=np.uint64)
+    x = (pos * np.uint64(0x9E3779B1) + np.uint64(base)) & np.uint64(
         0xFFFFFFFF
     )
     x = ((x ^ (x >> np.uint64(15))) * np.uint64(0x2C1B3C6D)) & np.uint64(0xFFFFFFFF)

@@ -21,6 +21,7 @@ import orjson
 from workbench.backends.extras import EXTRA_KEYS, RequestExtras
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.registry import Registry
+from workbench.segments import Segments
 
 
 class BackendError(WorkbenchError):
@@ -46,6 +47,13 @@ class WireRequest:
     session_id: str = ""
     routing_slot: int | None = None
     new_conversation: bool = True
+    #: the prompt as parts (``workbench.segments``), only for a sender that takes them
+    #: (virtual time); ``prompt_ids`` is then empty and nothing goes on a wire
+    segments: Segments | None = None
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.segments) if self.segments is not None else len(self.prompt_ids)
 
 
 @dataclass(slots=True)

@@ -86,18 +86,30 @@ def block_hashes(
     """
     if block_size <= 0:
         raise ValueError(f"block_size must be > 0, got {block_size}")
-    step = 4 * block_size
     k = len(known)
     if k and k * block_size > len(token_ids):
         raise ValueError(f"{k} known full blocks exceed {len(token_ids)} tokens")
     tail = token_ids[k * block_size :] if k else token_ids
-    raw = _u32_bytes(tail)
     out: list[int] = list(known)
-    prev = int(known[-1]).to_bytes(8, "little") if k else _ROOT
-    for start in range(0, len(raw), step):
-        prev = _chain(prev, raw[start : start + step])
-        out.append(int.from_bytes(prev, "little"))
+    out += chain_hashes(int(known[-1]) if k else None, tail, block_size)
     return out
 
 
-__all__ = ["FNV32_OFFSET", "FNV32_PRIME", "block_hashes", "fnv1a_32"]
+def chain_hashes(
+    prev: int | None, token_ids: Sequence[int] | np.ndarray, block_size: int
+) -> list[int]:
+    """``block_hashes``'s chain continued: the hashes of ``token_ids`` cut into
+    ``block_size`` blocks, the first chained to hash ``prev`` (None: the first block
+    of a prompt). ``block_hashes(a + b, bs) == block_hashes(a, bs) + chain_hashes(
+    block_hashes(a, bs)[-1], b, bs)`` when ``a`` is whole blocks."""
+    raw = _u32_bytes(token_ids)
+    step = 4 * block_size
+    out: list[int] = []
+    p = _ROOT if prev is None else int(prev).to_bytes(8, "little")
+    for start in range(0, len(raw), step):
+        p = _chain(p, raw[start : start + step])
+        out.append(int.from_bytes(p, "little"))
+    return out
+
+
+__all__ = ["FNV32_OFFSET", "FNV32_PRIME", "block_hashes", "chain_hashes", "fnv1a_32"]

@@ -42,6 +42,7 @@ from functools import lru_cache
 import numpy as np
 
 from workbench.context.hashing import FNV32_PRIME, fnv1a_32
+from workbench.segments import BLOCK, PREFIX, UNIT, Part, Segments
 
 DEFAULT_VOCAB_LO = 1000
 DEFAULT_VOCAB_HI = 31000
@@ -279,6 +280,70 @@ class TokenPool:
         z &= _M32
         z |= (kf >> _S32 << _S32)[:, None]
         return _finish_in_place(z, self.vocab_lo, self.vocab_hi - self.vocab_lo)
+
+    # -- the same tokens as parts (workbench.segments): no token materialised ----------
+    def fresh_part(self, stream: str, n: int) -> Part:
+        """``fresh(stream, n)`` as a part: advances the cursor, generates nothing."""
+        if n < 0:
+            raise ValueError(f"token count must be >= 0, got {n}")
+        start = self._cursors.get(stream, 0)
+        self._cursors[stream] = start + n
+        fnv, key = _stream_keys_once(self.seed, self.salt, _NS_UNIT, stream)
+        return (UNIT, key << 32 | fnv, start, n)
+
+    def prefix_part(self, key: str, n: int) -> Part:
+        """``shared_prefix(key, n)`` as a part."""
+        fnv, k = _stream_keys(self.seed, self.salt, _NS_PREFIX, key)
+        return (PREFIX, k << 32 | fnv, 0, n)
+
+    def segments_from_hash_ids(
+        self, hash_ids: Sequence[int], input_len: int, block_size: int,
+        *, fill_stream: str | None = None,
+    ) -> Segments:  # fmt: skip
+        """``prompt_from_hash_ids`` as ``Segments`` (same tokens once resolved, same errors):
+        one part per hash id, the last one cut, then the unhashed fill if any."""
+        if input_len < 0 or block_size <= 0:
+            raise ValueError(f"bad input_len={input_len} / block_size={block_size}")
+        n_blocks = min(len(hash_ids), -(-input_len // block_size))
+        covered = min(n_blocks * block_size, input_len)
+        memo = self._block_keys
+        parts: list[Part] = []
+        left = covered
+        for h in hash_ids[:n_blocks]:
+            packed = memo.get(h)
+            if packed is None:
+                if len(memo) > _BLOCK_KEYS_MAX:
+                    memo.clear()
+                fnv, key = _stream_keys_once(self.seed, self.salt, _NS_BLOCK, str(h))
+                packed = memo[h] = key << 32 | fnv
+            parts.append((BLOCK, packed, 0, min(block_size, left)))
+            left -= block_size
+        missing = input_len - covered
+        if missing:
+            if fill_stream is None:
+                raise ValueError(
+                    f"{len(hash_ids)} hash ids of {block_size} tokens cover {covered} < "
+                    f"input_len {input_len}; pass fill_stream= for the unhashed tail"
+                )
+            parts.append(self.fresh_part(fill_stream, missing))
+        return Segments(parts)
+
+    def resolve(self, kind: int, packed: int, start: int, n: int) -> list[int]:
+        """The token ids of a part of this pool's sources (``Segments.tokens``)."""
+        return _as_list(self.resolve_array(kind, packed, start, n), self.vocab_hi)
+
+    def resolve_array(self, kind: int, packed: int, start: int, n: int) -> np.ndarray:
+        """``resolve`` as an int64 array (for hashing: no Python int per token)."""
+        if kind not in (UNIT, PREFIX, BLOCK):
+            raise ValueError(f"part kind {kind} is not a token pool's source")
+        fnv, key = packed & _LOW32, packed >> 32
+        span = self.vocab_hi - self.vocab_lo
+        if (start & _LOW32) + n <= 1 << 32:
+            arr = _generate_run(fnv, key, start, n, self.vocab_lo, span)
+        else:
+            positions = np.arange(start, start + n, dtype=np.uint64)
+            arr = _generate(np.uint64(fnv), np.uint64(key), positions, self.vocab_lo, span)
+        return arr
 
     def tail(self, n: int, *, nonce: str = "") -> list[int]:
         """``n`` tokens from a reserved stream no unit, prefix or block ever uses.

@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import gc
 import hashlib
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from workbench.replay.prepare import coerce_config, prepare
 from workbench.replay.runner import build_runner
 from workbench.replay.session import RecordSinks
 from workbench.replay.shards import split_run
+from workbench.segments import Segments
 from workbench.signals import SignalStop, stop_on_signals
 from workbench.sim.cluster import Cluster, ClusterConfig, split_knobs
 from workbench.sim.config import EngineConfig
@@ -79,13 +80,18 @@ class EngineSender:
 
     in_flight = 0
     activity: asyncio.Event | None = None
+    #: the runner builds prompts as ``Segments`` (workbench.segments): the engine derives
+    #: its block hashes from their parts and no token id is drawn (docs/virtual-time.md)
+    takes_segments = True
 
     def __init__(self, engine: Engine, clock: Clock) -> None:
         self.engine = engine
         self.admission = Admission(engine.config, clock)
         self.clock = clock
 
-    async def send(self, codec: Codec, req: WireRequest, rec: RequestRecord) -> list[int] | None:
+    async def send(
+        self, codec: Codec, req: WireRequest, rec: RequestRecord
+    ) -> list[int] | Segments | None:
         self.in_flight += 1
         if self.activity is not None:
             self.activity.set()
@@ -94,12 +100,12 @@ class EngineSender:
         finally:
             self.in_flight -= 1
 
-    async def _send(self, req: WireRequest, rec: RequestRecord) -> list[int] | None:
+    async def _send(self, req: WireRequest, rec: RequestRecord) -> list[int] | Segments | None:
         """Submit, wait once for the end (no wakeup per step), then copy the engine's
         per-token emission times: each step emits one token per request, so each
         token is one stream event, as the HTTP server would send it."""
         rec.dispatch_ns = self.clock.now_ns()
-        rec.sent_prompt_tokens = len(req.prompt_ids)
+        rec.sent_prompt_tokens = req.prompt_len
         await self.admission.wait()  # the per-request overhead (docs/calibration.md)
         try:
             ereq = self._submit(req, rec)
@@ -115,7 +121,7 @@ class EngineSender:
             rec.status = "cancelled"
             raise
         times = ereq.token_ns
-        ids = ereq.output_ids
+        ids = ereq.output_segments() if req.segments is not None else ereq.output_ids
         rec.token_times_ns = times
         rec.token_counts = [1] * len(times)
         rec.first_token_ns = times[0] if times else None
@@ -134,7 +140,7 @@ class EngineSender:
 
 
     def _submit(self, req: WireRequest, rec: RequestRecord) -> Any:
-        return self.engine.submit(req.request_id, req.prompt_ids, req.max_tokens)
+        return self.engine.submit(req.request_id, _prompt(req), req.max_tokens)
 
 
 class ClusterSender(EngineSender):
@@ -148,10 +154,14 @@ class ClusterSender(EngineSender):
 
     def _submit(self, req: WireRequest, rec: RequestRecord) -> Any:
         where, ereq = self.cluster.submit(
-            req.request_id, req.prompt_ids, req.max_tokens, session=req.session_id
+            req.request_id, _prompt(req), req.max_tokens, session=req.session_id
         )
         rec.extra.update(placement_extra(where.headers()))
         return ereq
+
+
+def _prompt(req: WireRequest) -> Sequence[int] | Segments:
+    return req.segments if req.segments is not None else req.prompt_ids
 
 
 def simulate(

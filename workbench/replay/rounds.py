@@ -11,10 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from workbench.context.hashing import chain_hashes
 from workbench.context.policy import POLICIES
 from workbench.context.tokens import TokenPool
 from workbench.records import RequestRecord
 from workbench.replay.plan import RoundPlan, UnitPlan
+from workbench.segments import BLOCK, OUTPUT, Part, Segments
+from workbench.sim.tokenizer import output_tokens
+
+Prompt = list[int] | Segments  # Segments only for a sender that takes them (virtual time)
+_MEMO_MAX = 1 << 20  # memoized hash-id block hashes per run, then start over
 
 #: a warm-up record's request id is the measured one's with this prefix
 WARMUP_PREFIX = "warmup:"
@@ -40,9 +48,9 @@ class UnitRun:
     warmup: bool = False
     rounds_done: int = 0
     reason: str = "completed"
-    context: list[int] = field(default_factory=list)
+    context: Prompt = field(default_factory=list)
     ready_ns: int = 0  # when the next round became due (self-measured release lag)
-    last_prompt: list[int] = field(default_factory=list)  # with last_hashes: incremental hashing
+    last_prompt: Prompt = field(default_factory=list)  # with last_hashes: incremental hashing
     last_hashes: list[int] = field(default_factory=list)
 
     @property
@@ -75,6 +83,9 @@ class RoundMaker:
         self.block_size = block_size
         self.shared_prefix = shared_prefix
         self.max_model_len = max_model_len
+        #: build prompts as ``Segments`` (the sender says it takes them: virtual time)
+        self.segments = False
+        self._memo: dict[tuple[int | None, Part], int] = {}  # (prev hash, block part) -> hash
 
     def needs_output_ids(self, rp: RoundPlan) -> bool:
         """A session round carried by a policy that ``needs_output_ids``
@@ -107,11 +118,16 @@ class RoundMaker:
             warmup=run.warmup,
         )
 
-    def prompt(self, run: UnitRun, k: int, rp: RoundPlan, rec: RequestRecord) -> list[int]:
-        """``context[:p] + fresh(i)``; a short context becomes extra fresh input (shortfall)."""
+    def prompt(self, run: UnitRun, k: int, rp: RoundPlan, rec: RequestRecord) -> Prompt:
+        """``context[:p] + fresh(i)``; a short context becomes extra fresh input (shortfall).
+        With ``segments`` the same tokens as ``Segments`` (none generated)."""
         r = rp.round
         if r.hash_ids is not None:
             rec.derived_prefix = rp.prefix_len
+            if self.segments:
+                return self.pool.segments_from_hash_ids(
+                    r.hash_ids, rp.prompt_len, self.block_size, fill_stream=run.stream
+                )
             return self.pool.prompt_from_hash_ids(
                 list(r.hash_ids), rp.prompt_len, self.block_size, fill_stream=run.stream
             )
@@ -121,11 +137,33 @@ class RoundMaker:
         rec.derived_prefix = derived
         rec.prefix_shortfall_tokens = rp.prefix_len - derived
         fresh_n = rp.input_len + rec.prefix_shortfall_tokens
+        if self.segments:
+            return self._segment_prompt(run, k, rp, derived, fresh_n)
         if k == 0 and self.shared_prefix and rp.folded_prefix_tokens:
             key = _shared_key(run)
             head = self.pool.shared_prefix(key, rp.folded_prefix_tokens)
             return head + self.pool.fresh(run.stream, fresh_n - len(head))
+        assert isinstance(run.context, list)
         return run.context[:derived] + self.pool.fresh(run.stream, fresh_n)
+
+    def _segment_prompt(
+        self, run: UnitRun, k: int, rp: RoundPlan, derived: int, fresh_n: int
+    ) -> Segments:
+        """``prompt``'s session branch as ``Segments``: the same parts of the same sources."""
+        pool = self.pool
+        if k == 0 and self.shared_prefix and rp.folded_prefix_tokens:
+            head = pool.prefix_part(_shared_key(run), rp.folded_prefix_tokens)
+            return Segments([head, pool.fresh_part(run.stream, fresh_n - head[3])])
+        ctx = run.context if isinstance(run.context, Segments) else Segments()
+        return ctx.head(derived) + Segments([pool.fresh_part(run.stream, fresh_n)])
+
+    def carry(self, prompt: Prompt, out_ids: list[int] | Segments | None) -> Prompt:
+        """The conversation after a round: its prompt, then what the server returned."""
+        if out_ids is None:
+            return prompt
+        if isinstance(prompt, Segments) and isinstance(out_ids, Segments):
+            return prompt + out_ids
+        return self.resolve(prompt) + self.resolve(out_ids)
 
     def guarded(self, rec: RequestRecord, prompt_len: int, output_len: int) -> bool:
         """Context guard: ``prompt + output >= max_model_len`` is skipped (one token headroom)."""
@@ -139,14 +177,16 @@ class RoundMaker:
             return True
         return False
 
-    def hashes(self, run: UnitRun, prompt: list[int]) -> list[int]:
+    def hashes(self, run: UnitRun, prompt: Prompt) -> list[int]:
         """Block hashes of ``prompt``, reusing the unit's last prompt's hashes for the
         full blocks the two share (a carried conversation prefix): O(new tokens)."""
         from workbench.context.hashing import block_hashes
 
+        if isinstance(prompt, Segments):
+            return self._segment_hashes(run, prompt)
         bs = self.block_size
         known: list[int] = []
-        if run.last_hashes:
+        if run.last_hashes and isinstance(run.last_prompt, list):
             k = min(len(prompt), len(run.last_prompt)) // bs
             n = k * bs
             if k and prompt[:n] == run.last_prompt[:n]:
@@ -155,6 +195,71 @@ class RoundMaker:
         hashes = block_hashes(prompt if packed is None else packed, bs, known=known)
         run.last_prompt, run.last_hashes = prompt, hashes
         return hashes
+
+    def _segment_hashes(self, run: UnitRun, prompt: Segments) -> list[int]:
+        """``hashes`` of a ``Segments`` prompt, the same values: the shared leading
+        blocks from the unit's last prompt, a block that is one whole hash-id part
+        from a memo keyed by (previous hash, part) (a Mooncake row's blocks repeat
+        across rows), the rest from its tokens, drawn for just those blocks."""
+        bs, n = self.block_size, len(prompt)
+        out: list[int] = []
+        last = run.last_prompt
+        if run.last_hashes and isinstance(last, Segments):
+            out = run.last_hashes[: prompt.common_prefix(last) // bs]
+        memo = self._memo
+        if len(memo) > _MEMO_MAX:
+            memo.clear()
+        whole = _whole_block_parts(prompt, bs)
+        j, nb = len(out), -(-n // bs)
+        while j < nb:
+            part = whole.get(j)
+            prev = out[-1] if out else None
+            if part is not None:
+                h = memo.get((prev, part))
+                if h is None:
+                    toks = self.pool.resolve_array(*part)
+                    h = memo[(prev, part)] = chain_hashes(prev, toks, bs)[0]
+                out.append(h)
+                j += 1
+                continue
+            stop = j + 1  # a run of blocks that are not whole parts: drawn at once
+            while stop < nb and stop not in whole:
+                stop += 1
+            out += chain_hashes(prev, self._draw(prompt, j * bs, stop * bs), bs)
+            j = stop
+        run.last_prompt, run.last_hashes = prompt, out
+        return out
+
+    def _draw(self, prompt: Segments, lo: int, hi: int) -> np.ndarray:
+        """Tokens ``lo .. hi-1`` of ``prompt`` as one int64 array."""
+        arrays = [
+            np.asarray(output_tokens(key, n, s), dtype=np.int64) if kind == OUTPUT
+            else self.pool.resolve_array(kind, key, s, n)
+            for kind, key, s, n in prompt.slices(lo, hi)
+        ]  # fmt: skip
+        return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+    def _resolve(self, kind: int, key: int, start: int, n: int) -> list[int]:
+        """Token ids of a part: the pool's sources, or an engine's output (``sim.tokenizer``)."""
+        if kind == OUTPUT:
+            return output_tokens(key, n, start)
+        return self.pool.resolve(kind, key, start, n)
+
+    def resolve(self, prompt: Prompt) -> list[int]:
+        """The token ids of a prompt (a live replay's, for ``Segments`` ones)."""
+        return prompt.tokens(self._resolve) if isinstance(prompt, Segments) else prompt
+
+
+def _whole_block_parts(prompt: Segments, bs: int) -> dict[int, Part]:
+    """Record block index → the hash-id part that is exactly that block."""
+    out: dict[int, Part] = {}
+    off = 0
+    for part in prompt.parts:
+        whole = part[3] == bs or off + part[3] == len(prompt)
+        if part[0] == BLOCK and off % bs == 0 and part[2] == 0 and part[3] <= bs and whole:
+            out[off // bs] = part
+        off += part[3]
+    return out
 
 
 def _shared_key(run: UnitRun) -> str:

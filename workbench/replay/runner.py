@@ -25,6 +25,7 @@ from workbench.replay.measure import SelfMeasure
 from workbench.replay.plan import Plan, RoundPlan, UnitPlan
 from workbench.replay.queue import AdmissionQueue, Waiting, release_order
 from workbench.replay.rounds import RoundMaker, UnitRun, wire_request_id
+from workbench.segments import Segments
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ GC_REFREEZE_EVERY = 1000
 class Sender(Protocol):
     async def send(
         self, codec: Codec, req: WireRequest, rec: RequestRecord
-    ) -> list[int] | None: ...
+    ) -> list[int] | Segments | None: ...
 
 
 RecordSink = Callable[[RequestRecord], None]
@@ -90,6 +91,8 @@ class Runner:
             block_size=self.block_size, shared_prefix=cfg.context.shared_prefix,
             max_model_len=cfg.context.max_model_len,
         )  # fmt: skip
+        # a sender that takes prompts as Segments gets them (virtual time: no token drawn)
+        self.rounds.segments = bool(getattr(sender, "takes_segments", False))
         self.gate = AdmissionGate(cfg.arrival.max_concurrency)
         self.stopped = asyncio.Event()
         self.stop_reason: str | None = None
@@ -433,9 +436,11 @@ class Runner:
         if make.guarded(rec, len(prompt), rp.output_len):
             self._finish(rec)
             return rec
+        ids, parts = ((), prompt) if isinstance(prompt, Segments) else (prompt, None)
         req = WireRequest(
-            wire_request_id(rec), prompt, rp.output_len, session_id=run.plan.unit.unit_id,
+            wire_request_id(rec), ids, rp.output_len, session_id=run.plan.unit.unit_id,
             routing_slot=run.routing_slot, new_conversation=k == 0 or rp.round.reset_before,
+            segments=parts,
         )
         if self.record_hashes:
             rec.extra["input_sequence_hashes"] = make.hashes(run, prompt)
@@ -474,7 +479,7 @@ class Runner:
                 "'trace-reported', or a server/backend that returns token ids "
                 "(vLLM: return_token_ids; vllm-tokens; sglang-tokens)"
             )
-        run.context = prompt + out_ids if out_ids is not None else prompt
+        run.context = make.carry(prompt, out_ids)
         self._finish(rec)
         return rec
 

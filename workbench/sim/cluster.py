@@ -24,6 +24,7 @@ from typing import Any
 
 from workbench.clock import Clock
 from workbench.placement import DECODE_WORKER_HEADER, WAITING_HEADER, WORKER_HEADER
+from workbench.segments import Segments
 from workbench.sim.config import EngineConfig
 from workbench.sim.engine import Engine, EngineRequest, RequestOutput
 from workbench.sim.kvcache import block_hashes
@@ -166,7 +167,7 @@ class Cluster:
             await w.stop()
 
     def place(
-        self, request_id: str, prompt_ids: Sequence[int], session: str,
+        self, request_id: str, prompt_ids: Sequence[int] | Segments, session: str,
         hashes: Sequence[int] | None = None,
     ) -> Placement:  # fmt: skip
         """Ask the router for a worker (and a decode worker when disaggregated);
@@ -175,7 +176,9 @@ class Cluster:
             hashes = ()
         elif hashes is None:
             bs = self.config.block_size
-            hashes = block_hashes(prompt_ids, bs, stop=len(prompt_ids) - 1)  # as admission
+            stop = len(prompt_ids) - 1  # as admission looks up
+            hashes = (prompt_ids.block_keys(bs, 0, stop) if isinstance(prompt_ids, Segments)
+                      else block_hashes(prompt_ids, bs, stop=stop))  # fmt: skip
         i = self.router.choose(RouteRequest(request_id, session, hashes), self._front)
         if not 0 <= i < len(self._front):
             raise RuntimeError(f"router {self.router.name} chose worker {i} of {len(self._front)}")
@@ -188,7 +191,7 @@ class Cluster:
     def submit(
         self,
         request_id: str,
-        prompt_ids: Sequence[int],
+        prompt_ids: Sequence[int] | Segments,
         max_tokens: int,
         session: str = "",
         placement: Placement | None = None,
@@ -201,7 +204,7 @@ class Cluster:
         When disaggregated, the prefill worker's sequence is the prompt's first token.
         """
         front = self.workers[0]  # any worker: they share one config
-        prompt = list(prompt_ids)
+        prompt = prompt_ids if isinstance(prompt_ids, Segments) else list(prompt_ids)
         split = bool(self._decode)
         if split:
             max_tokens = front.validate(prompt, max_tokens)  # the limits, before anything runs
@@ -244,7 +247,7 @@ class DisaggRequest:
 
     def __init__(
         self, cluster: Cluster, first: EngineRequest, decode: Engine,
-        prompt: list[int], max_tokens: int,
+        prompt: list[int] | Segments, max_tokens: int,
     ) -> None:  # fmt: skip
         self._cluster, self._first, self._decode_engine = cluster, first, decode
         self._prompt, self.max_tokens = prompt, max_tokens
@@ -297,6 +300,10 @@ class DisaggRequest:
         rest = self.decode.output_ids if self.decode is not None else []
         return self._first.output_ids + rest
 
+    def output_segments(self) -> Segments:
+        rest = self.decode.output_segments() if self.decode is not None else Segments()
+        return self._first.output_segments() + rest
+
     @property
     def completion_tokens(self) -> int:
         return len(self.token_ns)
@@ -319,7 +326,11 @@ class DisaggRequest:
             self.transfer_end_ns = clock.now_ns()
             if self._abort_ns is not None:
                 return
-            ids = [*self._prompt, *self._first.output_ids]
+            ids: list[int] | Segments
+            if isinstance(self._prompt, Segments):  # virtual time: parts, no ids drawn
+                ids = self._prompt + self._first.output_segments()
+            else:
+                ids = [*self._prompt, *self._first.output_ids]
             self.decode = self._decode_engine.submit_transferred(
                 self._first.request_id + "/decode", ids, self.max_tokens - 1, len(self._prompt)
             )

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.clock import Clock, StepHandle, VirtualClock, VirtualTimeLoop
+from workbench.segments import Segments
 from workbench.sim import cost
 from workbench.sim import scheduler as sched
 from workbench.sim.config import EngineConfig
@@ -69,6 +70,10 @@ class EngineRequest:
     @property
     def output_ids(self) -> list[int]:
         return self._seq.output  # a fresh list
+
+    def output_segments(self) -> Segments:
+        """The output so far as ``Segments`` (no ids drawn; a virtual replay's context)."""
+        return self._seq.output_segments()
 
     @property
     def token_ns(self) -> list[int]:
@@ -194,23 +199,27 @@ class Engine:
             self._sched.abort(seq, now)
             _handle(seq)._notify()
 
-    def submit(self, request_id: str, prompt_ids: Sequence[int], max_tokens: int) -> EngineRequest:
+    def submit(
+        self, request_id: str, prompt_ids: Sequence[int] | Segments, max_tokens: int
+    ) -> EngineRequest:
         """Queue a request; it always generates exactly ``max_tokens`` tokens.
 
         Like vLLM, ``max_tokens`` is clamped to ``max_model_len − prompt``; a
         prompt of ``max_model_len`` or more, or one that could never fit in the
-        KV cache, raises ``ValueError``.
+        KV cache, raises ``ValueError``. A prompt given as ``Segments`` (virtual time)
+        is never materialised: its block hashes come from its parts.
         """
         return self.submit_prepared(self.prepare(request_id, prompt_ids, max_tokens))
 
     def prepare(
-        self, request_id: str, prompt_ids: Sequence[int], max_tokens: int
+        self, request_id: str, prompt_ids: Sequence[int] | Segments, max_tokens: int
     ) -> sched.Sequence:
         """The sequence ``submit`` would queue, checked (its ``ValueError``) and with its
         prompt's block hashes, but not queued: a cluster routes on those hashes, then the
         chosen worker queues it (``submit_prepared``; the workers share one config)."""
-        prompt = list(prompt_ids)  # the caller's ids, copied (the sequence grows)
-        max_tokens = self._check(prompt, int(max_tokens))
+        # the caller's ids, copied (the sequence grows); parts are immutable
+        prompt = prompt_ids if isinstance(prompt_ids, Segments) else list(prompt_ids)
+        max_tokens = self._check(len(prompt), int(max_tokens))
         return self._sched.new_sequence(request_id, prompt, max_tokens, self.clock.now_ns())
 
     def submit_prepared(self, seq: sched.Sequence) -> EngineRequest:
@@ -224,7 +233,8 @@ class Engine:
         return req
 
     def submit_transferred(
-        self, request_id: str, prompt_ids: Sequence[int], max_tokens: int, kv_tokens: int
+        self, request_id: str, prompt_ids: Sequence[int] | Segments, max_tokens: int,
+        kv_tokens: int,
     ) -> EngineRequest:
         """``submit`` for a request whose first ``kv_tokens`` prompt tokens arrive with
         their KV already computed (prefill/decode disaggregation, ``sim.cluster``):
@@ -233,10 +243,10 @@ class Engine:
         req._seq.preloaded = max(0, min(int(kv_tokens), req._seq.prompt_len))
         return req
 
-    def validate(self, prompt_ids: Sequence[int], max_tokens: int) -> int:
+    def validate(self, prompt_ids: Sequence[int] | Segments, max_tokens: int) -> int:
         """The ``ValueError`` ``submit`` would raise, without queueing; else the
         clamped ``max_tokens``."""
-        return self._check(list(prompt_ids), int(max_tokens))
+        return self._check(len(prompt_ids), int(max_tokens))
 
     def load(self) -> tuple[int, int, float]:
         """(running requests, waiting requests, KV usage): what a router balances on."""
@@ -247,21 +257,21 @@ class Engine:
         """How many leading blocks of ``hashes`` this engine's prefix cache holds."""
         return len(self._sched.kv.longest_hit(hashes, len(hashes)))
 
-    def _check(self, prompt: list[int], max_tokens: int) -> int:
+    def _check(self, n_prompt: int, max_tokens: int) -> int:
         cfg = self.config
-        if not prompt:
+        if not n_prompt:
             raise ValueError("prompt must contain at least one token")
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-        if len(prompt) >= cfg.max_model_len:
+        if n_prompt >= cfg.max_model_len:
             raise ValueError(
                 f"This model's maximum context length is {cfg.max_model_len} tokens. "
-                f"However, your prompt contains {len(prompt)} input tokens."
+                f"However, your prompt contains {n_prompt} input tokens."
             )
-        max_tokens = min(max_tokens, cfg.max_model_len - len(prompt))
-        if len(prompt) + max_tokens > cfg.capacity_tokens:
+        max_tokens = min(max_tokens, cfg.max_model_len - n_prompt)
+        if n_prompt + max_tokens > cfg.capacity_tokens:
             raise ValueError(
-                f"request needs {len(prompt) + max_tokens} KV tokens but the cache holds "
+                f"request needs {n_prompt + max_tokens} KV tokens but the cache holds "
                 f"{cfg.capacity_tokens} ({cfg.num_blocks} blocks of {cfg.block_size})"
             )
         return max_tokens

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from workbench.segments import OUTPUT, BlockKeyer, Segments
 from workbench.sim.config import EngineConfig
 from workbench.sim.kvcache import ROOT_HASH, BlockManager, block_hashes
 from workbench.tokenizer import output_tokens, request_base
@@ -44,6 +45,9 @@ class Sequence:
     output; only its first ``length`` tokens exist so far (the prompt plus the
     ``num_out`` generated ones). ``capacity`` is ``len(blocks) * block_size``
     and ``next_full`` the token count at which the next block fills (commit).
+    A prompt given as ``Segments`` (virtual time) keeps no token at all:
+    ``source`` describes prompt and output, the block hashes are its prefix keys
+    (``Segments.block_keys``) and the output ids are drawn only when asked for.
     """
 
     request_id: str
@@ -72,16 +76,27 @@ class Sequence:
     preemptions: int = 0  # times this request was preempted (recomputed from scratch)
     handle: object = None
     preloaded: int = 0  # prompt tokens whose KV came with the request (disaggregation)
+    source: BlockKeyer | None = None  # prompt + output as parts (no tokens held)
+    lazy: bool = False  # built from Segments: output ids drawn when asked for
 
     @property
     def output(self) -> list[int]:
         """Output ids generated so far."""
+        if self.lazy:
+            return output_tokens(self.base, self.num_out)
         return self.outputs[: self.num_out]
+
+    def output_segments(self) -> Segments:
+        """The output generated so far, as one part (drawn by nobody)."""
+        return Segments([(OUTPUT, self.base, 0, self.num_out)], normal=True)
 
     def ensure_hashes(self, block_size: int) -> None:
         """Extend the chained block hashes to every full block of the first ``length`` tokens."""
         have = len(self.hashes)
         if (have + 1) * block_size <= self.length:
+            if self.source is not None:
+                self.hashes.extend(self.source.upto(self.length))
+                return
             parent = self.hashes[-1] if have else ROOT_HASH
             self.hashes.extend(block_hashes(self.tokens, block_size, have, parent, self.length))
 
@@ -147,9 +162,17 @@ class Scheduler:
         self._memo: _HeadMemo | None = None  # the blocked waiting head's hit
 
     def new_sequence(
-        self, request_id: str, prompt: list[int], max_tokens: int, now_ns: int
+        self, request_id: str, prompt: list[int] | Segments, max_tokens: int, now_ns: int
     ) -> Sequence:
         base = request_base(request_id, self.config.seed)
+        if isinstance(prompt, Segments):  # hashed on admission (or by a router), from parts
+            seq = Sequence(request_id, [], len(prompt), max_tokens, now_ns, base, [])
+            whole = prompt + Segments([(OUTPUT, base, 0, max_tokens)], normal=True)
+            seq.source = BlockKeyer(whole, self.bs)
+            seq.lazy = True
+            seq.length = len(prompt)
+            seq.next_full = self.bs
+            return seq
         outputs = output_tokens(base, max_tokens)
         seq = Sequence(request_id, prompt + outputs, len(prompt), max_tokens, now_ns, base, outputs)
         seq.length = len(prompt)
@@ -373,6 +396,7 @@ class Scheduler:
         seq.blocks = []
         seq.tokens = []  # a finished request keeps only its output (memory of long replays)
         seq.hashes = []
+        seq.source = None
         del seq.outputs[seq.num_out :]
         if reason == "length":
             self.counters.requests += 1
@@ -386,7 +410,7 @@ class Scheduler:
         else:
             self.waiting.remove(seq)
             seq.finished, seq.finish_reason, seq.finish_ns = True, "abort", t_ns
-            seq.tokens, seq.hashes = [], []
+            seq.tokens, seq.hashes, seq.source = [], [], None
             del seq.outputs[seq.num_out :]
         self.counters.requests_aborted += 1
         return True

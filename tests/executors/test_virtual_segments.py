@@ -1,0 +1,176 @@
+"""Virtual time sends prompts as ``Segments`` (issue 28, docs/virtual-time.md "Prompts
+as segments"): the same tokens, the same cache hits, the same records as token ids.
+
+Three checks on the bundled traces: (1) every ``Segments`` prompt a virtual run hands
+the engine resolves to exactly the ids a token-id run sends; (2) a virtual run with
+prompts as parts and one with token ids give equal records (the engine's block hashes
+from parts find the same prefixes); (3) a live replay against the embedded engine over
+HTTP and a virtual replay of the same plan have the same planned, sent and cached
+tokens per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import ClassVar
+
+import pytest
+
+import workbench.executors.virtual as virtual
+from workbench.context.hashing import block_hashes
+from workbench.context.tokens import TokenPool
+from workbench.data import path as data_path
+from workbench.executors.dispatch import run_async
+from workbench.replay.rounds import RoundMaker
+from workbench.segments import OUTPUT, UNIT, Segments
+from workbench.sim.server import serve_sim
+
+MOONCAKE = str(data_path("mooncake/conversation_trace_head600.jsonl"))
+SESSIONS = str(data_path("tracelab/multi_session_example.csv"))
+CASES = [  # (trace, max_items, context policy)
+    (MOONCAKE, 120, None),
+    (SESSIONS, None, None),
+    (SESSIONS, None, "prefix-preserving"),
+]
+
+
+def _cfg(trace: str, max_items: int | None, policy: str | None, **extra: object) -> dict:
+    cfg: dict = {"trace": {"path": trace, "max_items": max_items},
+                 "arrival": {"mode": "saturated", "max_concurrency": 1, "tool_wait_scale": 0.01}}
+    if policy:
+        cfg["context"] = policy
+    cfg.update(extra)
+    return cfg
+
+
+class _Recording(virtual.EngineSender):
+    """The virtual sender, keeping each request's prompt (ids, or parts resolved)."""
+
+    sent: ClassVar[dict[str, list[int]]] = {}
+    maker: ClassVar[RoundMaker | None] = None
+
+    async def send(self, codec, req, rec):  # type: ignore[no-untyped-def]
+        if req.segments is not None:
+            assert not req.prompt_ids  # parts go to the engine, no ids are drawn
+            assert self.maker is not None
+            _Recording.sent[req.request_id] = self.maker.resolve(req.segments)
+        else:
+            _Recording.sent[req.request_id] = list(req.prompt_ids)
+        return await super().send(codec, req, rec)
+
+
+def _run(monkeypatch: pytest.MonkeyPatch, cfg: dict, *, parts: bool) -> tuple[dict, list]:
+    monkeypatch.setattr(_Recording, "takes_segments", parts)
+    monkeypatch.setattr(_Recording, "sent", {})
+    monkeypatch.setattr(_Recording, "maker", RoundMaker(
+        run_id="t", backend="openai", policy=None, pool=TokenPool(), block_size=16,
+        shared_prefix=False, max_model_len=None))  # fmt: skip
+    monkeypatch.setattr(virtual, "EngineSender", _Recording)
+    result = virtual.simulate(cfg)
+    return dict(_Recording.sent), result.records
+
+
+@pytest.mark.parametrize(("trace", "max_items", "policy"), CASES)
+def test_parts_resolve_to_the_token_ids_and_give_the_same_records(
+    monkeypatch: pytest.MonkeyPatch, trace: str, max_items: int | None, policy: str | None
+) -> None:
+    cfg = _cfg(trace, max_items, policy, arrival={"mode": "trace-timed"})
+    sent_ids, recs_ids = _run(monkeypatch, cfg, parts=False)
+    sent_parts, recs_parts = _run(monkeypatch, cfg, parts=True)
+    assert sent_parts.keys() == sent_ids.keys() and sent_ids
+    for rid, ids in sent_ids.items():
+        assert sent_parts[rid] == ids, rid
+    # every field of every record, token times and the record block hashes included
+    assert [r.to_dict() for r in recs_parts] == [
+        {**r.to_dict(), "run_id": recs_parts[0].run_id} for r in recs_ids
+    ]
+    assert sum(r.cached_tokens or 0 for r in recs_parts) > 0  # the cache was exercised
+
+
+@pytest.mark.parametrize(("trace", "max_items", "policy"),
+                         [(MOONCAKE, 30, None), *CASES[1:]])  # fmt: skip
+async def test_live_and_virtual_runs_plan_send_and_cache_the_same_tokens(
+    trace: str, max_items: int | None, policy: str | None
+) -> None:
+    """One request at a time (so every earlier request's blocks are committed before the
+    next is admitted, on the wall clock as in virtual time): per request the planned,
+    sent and cached tokens of a live replay through HTTP equal a virtual replay's."""
+    async with serve_sim(speedup=1000.0) as sim:
+        cfg = _cfg(trace, max_items, policy, target=sim.base_url, backend="vllm-tokens")
+        async with asyncio.timeout(300):
+            live = await run_async(cfg)
+    virt = await asyncio.to_thread(virtual.simulate, cfg, engine={"speedup": 1000.0})
+    rows = {}
+    for label, result in (("live", live), ("virtual", virt)):
+        for r in result.records:
+            assert r.status == "ok", (label, r.request_id, r.error)
+            rows.setdefault(r.request_id, {})[label] = (
+                r.planned_prefix_tokens, r.planned_input_tokens, r.planned_output_tokens,
+                r.sent_prompt_tokens, r.prompt_tokens, r.cached_tokens,
+                r.completion_tokens, r.extra.get("input_sequence_hashes"))
+    assert len(rows) == len(live.records) > 0
+    for rid, both in rows.items():
+        assert both["live"] == both["virtual"], (trace, policy, rid)
+    assert sum(r.cached_tokens or 0 for r in virt.records) > 0
+
+
+def test_block_keys_match_token_hashes_exactly_where_tokens_are_equal() -> None:
+    """The engine's keys from parts are equal exactly where chained token hashes are,
+    for prompts built as a conversation grows (carried prefixes, cut outputs)."""
+    pool = TokenPool()
+    resolve = RoundMaker(run_id="t", backend="openai", policy=None, pool=pool, block_size=16,
+                         shared_prefix=False, max_model_len=None).resolve
+    a = Segments([pool.fresh_part("s", 40)])
+    out = Segments([(OUTPUT, 7, 0, 25)])
+    b = (a + out).head(50) + Segments([pool.fresh_part("s", 30)])
+    c = a + Segments([(OUTPUT, 7, 0, 30)]) + Segments([(UNIT, a.parts[0][1], 999, 3)])
+    d = Segments([pool.fresh_part("t", 90)])
+    prompts = [a, b, c, d, a.head(33), b.head(70)]
+    for bs in (1, 4, 16):
+        for x in prompts:
+            for y in prompts:
+                kx, ky = x.block_keys(bs), y.block_keys(bs)
+                hx, hy = block_hashes(resolve(x), bs), block_hashes(resolve(y), bs)
+                n = min(len(kx), len(ky))
+                same_keys = [kx[i] == ky[i] for i in range(n)]
+                same_tokens = [hx[i] == hy[i] for i in range(n)]
+                assert same_keys == same_tokens, (bs, x, y)
+    key = a.parts[0][1]  # normal form: a stream continued is one part
+    assert a + Segments([(UNIT, key, 40, 10)]) == Segments([(UNIT, key, 0, 50)])
+    assert len(b) == 80 and b.common_prefix(a + out) == 50
+
+
+def test_streamed_scale_path_writes_what_a_kept_run_holds(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """bench/bench_scale.py's path at small scale: a synthetic agentic trace on a
+    prefix-aware cluster, prompts as parts, records straight to disk (none in memory):
+    the records on disk are the records a run that keeps them holds, and the
+    conversations hit the cache."""
+    import dataclasses
+
+    import numpy as np
+    from workbench.traces.synthetic import parse_synthetic, synthetic_workload
+
+    from workbench.storage.rundir import load_records
+
+    trace = tmp_path / "synthetic.jsonl"
+    trace.write_text("")
+    spec = parse_synthetic("synthetic:sessions=24,rounds=uniform:2..6,input=lognormal:300,0.8,"
+                           "output=fixed:20,tool_wait=uniform:10..500")
+    workload = dataclasses.replace(
+        synthetic_workload(spec, np.random.default_rng(1)), source=str(trace))
+    engine = {"workers": 4, "router": "prefix-aware"}
+
+    def cfg(keep: bool, name: str) -> dict:
+        return {"trace": {"path": str(trace)}, "out_dir": str(tmp_path), "run_id": name,
+                "arrival": {"mode": "saturated", "max_concurrency": 8},
+                "executor": {"keep_records": keep, "block_hashes": False}}
+
+    streamed = virtual.simulate(cfg(False, "streamed"), engine=engine, workload=workload)
+    kept = virtual.simulate(cfg(True, "kept"), engine=engine, workload=workload)
+    assert streamed.records == [] and streamed.manifest["records_kept"] is False
+    on_disk = load_records(tmp_path / "streamed")
+    assert len(on_disk) == workload.n_rounds == len(kept.records)
+    strip = lambda r: {**r.to_dict(), "run_id": None}  # noqa: E731
+    assert sorted(map(strip, on_disk), key=lambda d: d["request_id"]) == sorted(
+        map(strip, kept.records), key=lambda d: d["request_id"])
+    assert sum(r.cached_tokens or 0 for r in on_disk) > 0

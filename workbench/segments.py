@@ -1,0 +1,231 @@
+"""Token sequences described by where their tokens come from, not by the tokens.
+
+Every token the workbench sends is a pure function of a *source* and a position
+in it (docs/virtual-time.md, "Prompts as segments"): a unit's own stream, a
+shared prefix, a hash-id block (``context.tokens``), or an engine's output for
+one request (``sim.tokenizer``). A ``Segments`` is a list of parts
+``(kind, key, start, n)`` — tokens ``start .. start+n-1`` of source ``(kind,
+key)`` — so a 12k-token prompt of a Mooncake row is 24 parts, not 12k ints. A
+virtual replay hands these to the embedded engine, which derives its block
+hashes from them (``block_keys``); a live replay materialises them to the exact
+token ids (``tokens``), and nothing on the wire changes.
+
+Rules that make the derived hashes faithful (same cache hits as hashing tokens):
+
+* **Sources never share tokens.** Different sources give different tokens
+  (``context.tokens``: separate namespaces and streams), so two descriptions give
+  equal tokens exactly when, part by part, they name the same source positions.
+* **Normal form.** Adjacent parts of one source that continue each other are
+  merged and empty parts dropped, so equal tokens have one description.
+* **Prefix identity.** ``block_keys(bs)[i]`` stands for tokens ``0 .. (i+1)·bs-1``
+  (like a chained block hash): it mixes a running key over the whole parts
+  before the part holding the block's last token, that part's source and start,
+  and the block's end position. Equal keys ⇔ equal prefixes (up to 64-bit
+  collisions, as for chained hashes).
+
+Keys are Python ``hash`` of tuples of ints (not salted: the same in every process)
+and a splitmix finaliser; never ``-1`` (``sim.kvcache.NO_HASH``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+#: source kinds (ints, so part tuples hash the same in every process)
+UNIT, PREFIX, BLOCK, OUTPUT = 1, 2, 3, 4
+KIND_NAMES = {UNIT: "unit stream", PREFIX: "shared prefix", BLOCK: "hash-id block",
+              OUTPUT: "engine output"}  # fmt: skip
+
+Part = tuple[int, int, int, int]  # (kind, key, start, n)
+Resolver = Callable[[int, int, int, int], list[int]]  # (kind, key, start, n) -> token ids
+
+_ROOT = 0x5E65_3E47
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+_GOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _normal(parts: Iterator[Part] | list[Part] | tuple[Part, ...]) -> list[Part]:
+    out: list[Part] = []
+    for p in parts:
+        if p[3] <= 0:
+            continue
+        if out:
+            k, key, start, n = out[-1]
+            if k == p[0] and key == p[1] and start + n == p[2]:
+                out[-1] = (k, key, start, n + p[3])
+                continue
+        out.append(p)
+    return out
+
+
+class Segments:
+    """An immutable token sequence as parts; ``len`` is its token count."""
+
+    __slots__ = ("_len", "parts")
+
+    def __init__(self, parts: list[Part] | tuple[Part, ...] = (), *, normal: bool = False) -> None:
+        self.parts: tuple[Part, ...] = tuple(parts if normal else _normal(parts))
+        self._len = sum(p[3] for p in self.parts)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __repr__(self) -> str:
+        return f"Segments({len(self.parts)} parts, {self._len} tokens)"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Segments) and self.parts == other.parts
+
+    def __hash__(self) -> int:
+        return hash(self.parts)
+
+    def __add__(self, other: Segments) -> Segments:
+        if not isinstance(other, Segments):
+            return NotImplemented
+        if not self.parts or not other.parts:
+            return self if other._len == 0 else other
+        return Segments(_normal([*self.parts, *other.parts]), normal=True)
+
+    def head(self, n: int) -> Segments:
+        """The first ``n`` tokens (all of them if ``n`` is larger)."""
+        if n >= self._len:
+            return self
+        out: list[Part] = []
+        left = n
+        for k, key, start, m in self.parts:
+            if left <= 0:
+                break
+            out.append((k, key, start, min(m, left)))
+            left -= m
+        return Segments(out, normal=True)
+
+    def common_prefix(self, other: Segments) -> int:
+        """How many leading tokens the two sequences share (by description)."""
+        n = 0
+        for a, b in zip(self.parts, other.parts, strict=False):
+            if a == b:
+                n += a[3]
+                continue
+            if a[:3] == b[:3]:
+                n += min(a[3], b[3])
+            break
+        return n
+
+    def tokens(self, resolve: Resolver, start: int = 0, stop: int | None = None) -> list[int]:
+        """Token ids ``start .. stop-1`` (default: all), each part through ``resolve``."""
+        out: list[int] = []
+        for part in self.slices(start, stop):
+            out += resolve(*part)
+        return out
+
+    def slices(self, start: int = 0, stop: int | None = None) -> Iterator[Part]:
+        """The parts of tokens ``start .. stop-1``, cut to that range."""
+        stop = self._len if stop is None else min(stop, self._len)
+        off = 0
+        for k, key, s, m in self.parts:
+            lo, hi = max(start, off), min(stop, off + m)
+            if lo < hi:
+                yield (k, key, s + lo - off, hi - lo)
+            off += m
+            if off >= stop:
+                break
+
+    def block_keys(self, block_size: int, first: int = 0, stop: int | None = None) -> list[int]:
+        """Prefix keys of the full blocks ``first ..`` of the first ``stop`` tokens
+        (default: all): key ``i`` stands for tokens ``0 .. (i+1)·block_size - 1``."""
+        keyer = BlockKeyer(self, block_size)
+        keys = keyer.upto(self._len if stop is None else min(stop, self._len))
+        return keys[first:]
+
+
+class BlockKeyer:
+    """``Segments.block_keys`` in order, resumable: ``upto(n)`` returns the keys of the
+    full blocks of the first ``n`` tokens not returned yet. A sequence that grows a
+    block at a time (an engine's decode) costs per block, not per part walked again."""
+
+    __slots__ = ("_bs", "_e", "_i", "_off", "_parts", "_run")
+
+    def __init__(self, seg: Segments, block_size: int) -> None:
+        self._parts, self._bs = seg.parts, block_size
+        self._i = self._off = 0
+        self._run = _ROOT
+        self._e = block_size  # the end of the next block to key
+
+    def upto(self, stop: int) -> list[int]:
+        bs, parts = self._bs, self._parts
+        last = stop - stop % bs
+        e = e0 = self._e
+        if e > last:
+            return []
+        i, off, run = self._i, self._off, self._run
+        pkeys: list[int] = []
+        counts: list[int] = []
+        while e <= last:
+            k, key, s, m = parts[i]
+            top = off + m
+            if e <= top:
+                c = (min(top, last) - e) // bs + 1
+                pkeys.append(hash((run, k, key, s)))
+                counts.append(c)
+                e += c * bs
+                if e <= top:  # stopped inside this part
+                    break
+            run = hash((run, k, key, s, m))
+            off = top
+            i += 1
+        self._i, self._off, self._run, self._e = i, off, run, e
+        n = (e - e0) // bs
+        if n < 8:
+            out: list[int] = []
+            end = e0
+            for pk, c in zip(pkeys, counts, strict=True):
+                for _ in range(c):
+                    out.append(_mix_one(pk, end))
+                    end += bs
+            return out
+        ends = np.arange(e0, e, bs, dtype=np.uint64)
+        pk_arr = np.array([pk & _M64 for pk in pkeys], dtype=np.uint64)
+        return _mix(np.repeat(pk_arr, counts), ends)
+
+
+_M64 = (1 << 64) - 1
+
+
+def _mix(part_keys: np.ndarray, ends: np.ndarray) -> list[int]:
+    """splitmix64 of ``part_key + end·φ`` per block end, as int64 (never -1)."""
+    z = ends * _GOLD
+    z += part_keys
+    z ^= z >> _S30
+    z *= _MIX1
+    z ^= z >> _S27
+    z *= _MIX2
+    z ^= z >> _S31
+    v = z.view(np.int64)
+    v[v == -1] = -2
+    out: list[int] = v.tolist()
+    return out
+
+
+def _mix_one(part_key: int, end: int) -> int:
+    """``_mix`` of one block, in Python ints (a decode's one new block)."""
+    z = ((part_key & _M64) + end * 0x9E3779B97F4A7C15) & _M64
+    z ^= z >> 30
+    z = z * 0xBF58476D1CE4E5B9 & _M64
+    z ^= z >> 27
+    z = z * 0x94D049BB133111EB & _M64
+    z ^= z >> 31
+    v = z - (1 << 64) if z >> 63 else z
+    return -2 if v == -1 else v
+
+
+def is_segments(obj: Any) -> bool:
+    return isinstance(obj, Segments)
+
+
+__all__ = ["BLOCK", "OUTPUT", "PREFIX", "UNIT", "BlockKeyer", "Part", "Resolver", "Segments",
+           "is_segments"]
