@@ -39,6 +39,11 @@ class EngineConfig:
     request after another, before that overhead; ``idle_wake_ms`` the extra time
     of a step that starts while the engine was idle (its core and workers wake
     from their idle wait). Both 0 by default (docs/calibration.md).
+    ``preset`` (``MODEL/GPU/tpN[/fp8]``) replaces the polynomial step times with a
+    model × accelerator's (``sim.presets``; ``from_knobs`` also derives ``num_blocks``
+    from it); ``host_kv_gb`` per worker keeps evicted KV blocks in host memory, brought
+    back at ``host_kv_gbps`` (0: the preset GPU's PCIe link) before a prefill
+    (docs/hardware.md).
     """
 
     model: str = "workbench-sim"
@@ -58,6 +63,9 @@ class EngineConfig:
     request_overhead_ms: float = 0.0
     intake_ms: float = 0.0
     idle_wake_ms: float = 0.0
+    preset: str = ""
+    host_kv_gb: float = 0.0
+    host_kv_gbps: float = 0.0
     seed: int = 0
     faults: Faults = field(default_factory=Faults)
 
@@ -69,11 +77,19 @@ class EngineConfig:
                      "max_model_len"):
             if getattr(self, name) < 1:  # an integer by now (_check_types)
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("decode_seq_ms", "request_overhead_ms", "intake_ms", "idle_wake_ms"):
+        for name in ("decode_seq_ms", "request_overhead_ms", "intake_ms", "idle_wake_ms",
+                     "host_kv_gb", "host_kv_gbps"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.speedup <= 0:
             raise ValueError(f"speedup must be > 0, got {self.speedup}")
+        if self.preset:
+            from workbench.sim.presets import resolve
+
+            resolve(self.preset)  # ValueError naming the bad part
+        if self.host_kv_gb and not (self.preset or self.host_kv_gbps):
+            raise ValueError("host_kv_gb needs host_kv_gbps (or a preset, whose GPU link "
+                             "sets it)")
 
     def _check_types(self) -> None:
         """Every knob of its type, named when it is not: integers (an integral float is
@@ -118,6 +134,10 @@ class EngineConfig:
         if unknown:
             valid = ", ".join(sorted((own | fault_names) - {"faults"}))
             raise ValueError(f"unknown engine knob(s) {sorted(unknown)}; valid: {valid}")
+        if knobs.get("preset"):  # the preset's KV blocks and request overhead, unless given
+            from workbench.sim.presets import engine_knobs
+
+            knobs = engine_knobs(str(knobs["preset"]), knobs)
         fault_kw = {k: knobs.pop(k) for k in list(knobs) if k in fault_names}
         if fault_kw:
             base = knobs.pop("faults", None) or Faults()
