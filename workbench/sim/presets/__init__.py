@@ -13,8 +13,8 @@ weights and KV cache (BF16 otherwise). From public facts alone it derives:
   all-reduces (two per layer, ring, over the GPU link) and a per-step overhead;
 * the time to bring KV back from host memory (``Preset.load_ms``).
 
-Four efficiency factors (``FACTORS``) are fitted to cited public measurements
-(``presets.fit``; docs/hardware.md has every formula, factor, source and the error left).
+Five efficiency factors (``FACTORS``) are set against cited public measurements
+(docs/hardware.md, "Fit": how, and every formula, source and the error left).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ TP_CHOICES = (1, 2, 4, 8)
 
 @dataclass(frozen=True, slots=True)
 class Factors:
-    """The fitted efficiency factors (docs/hardware.md, "Fit"): the share of dense peak
+    """The efficiency factors (docs/hardware.md, "Fit"): the share of dense peak
     a prefill reaches (``mfu``), of memory bandwidth a decode reaches (``mbu``), the
     fixed time of every step, the fixed latency of every request (HTTP, tokenising,
     scheduling: ``EngineConfig.request_overhead_ms``) and the latency of one

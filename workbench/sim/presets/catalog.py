@@ -39,7 +39,8 @@ class Accelerator:
 @dataclass(frozen=True, slots=True)
 class Model:
     """A transformer's shape (``config.json``); ``experts``/``active_experts`` 0 for a
-    dense model, ``moe_intermediate`` the size of one expert's MLP."""
+    dense model, ``moe_intermediate`` the size of one expert's MLP (a MoE whose every
+    layer is sparse has no dense ``intermediate``: 0)."""
 
     name: str
     layers: int
@@ -151,7 +152,7 @@ MODELS: dict[str, Model] = {
         Model("qwen3-32b", 64, 5120, 64, 8, 128, 25600, 151936, False,
               _HF + "ronnywebdevs1/d-m-1/blob/main/config.json (Qwen3ForCausalLM, the "
               "Qwen3-32B shape)"),
-        Model("qwen3-30b-a3b", 48, 2048, 32, 4, 128, 6144, 151936, False,
+        Model("qwen3-30b-a3b", 48, 2048, 32, 4, 128, 0, 151936, False,
               _HF + "RTP-LLM/Qwen3-Coder-30B-A3B-Instruct-RTPurbo/blob/main/config.json and "
               "https://gitcode.com/Ascend/MindSpeed-RL/blob/master/configs/model/"
               "qwen3_30b_a3b.yaml (48 layers, 128 experts, 8 active, expert size 768)",

@@ -4,9 +4,10 @@ The tables live in ``workbench/data/measurements/*.tsv``, each with its source a
 ``# key: value`` lines above a tab-separated header (docs/hardware.md lists them).
 ``errors`` replays every row on the embedded engine in virtual time
 (``presets.bench``) and returns the relative error of each published number;
-``fit`` searches the efficiency factors (``presets.Factors``) that minimise the
+``fit`` (a tool; the shipped factors were set by hand, docs/hardware.md "Fit") searches
+the efficiency factors (``presets.Factors``) that minimise the
 median absolute error over the ``closed_loop`` (NIM) tables, one factor at a time on a
-multiplicative grid, a few passes. The vLLM batch-latency rows are held out: checked,
+multiplicative grid. The vLLM batch-latency rows are held out: checked,
 never fitted. ``python -m workbench.sim.presets.fit`` prints the fit and every row.
 """
 
@@ -140,9 +141,11 @@ def _loss(rows: list[RowError]) -> float:
     return sum(s[k] / g for k, g in goal.items() if k in s)
 
 
-def fit(tables: list[Table] | None = None, passes: int = 2,
-        steps: tuple[float, ...] = (0.7, 0.85, 1.0, 1.2, 1.4)) -> presets.Factors:
-    """Coordinate search from the current factors over the ``closed_loop`` tables."""
+def fit(tables: list[Table] | None = None, passes: int = 1,
+        steps: tuple[float, ...] = (0.75, 0.9, 1.15, 1.35),
+        log: Any = None) -> presets.Factors:
+    """Coordinate search from the current factors over the ``closed_loop`` tables
+    (``log``: a callable given each improvement)."""
     fitted = [t for t in (tables if tables is not None else load_tables())
               if t.kind == "closed_loop"]
     best = presets.FACTORS
@@ -159,6 +162,8 @@ def fit(tables: list[Table] | None = None, passes: int = 2,
                     loss = _loss(errors(fitted))
                 if loss < best_loss - 1e-9:
                     best, best_loss = trial, loss
+                    if log is not None:
+                        log(f"{loss:.4f} {best}")
     return best
 
 
@@ -168,7 +173,7 @@ def report(rows: list[RowError]) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":  # pragma: no cover - the fit, run by hand (docs/hardware.md)
-    got = fit()
+    got = fit(log=lambda line: print(line, flush=True))
     print(got)
     with using(got):
         rows = errors()
