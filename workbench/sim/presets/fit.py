@@ -5,10 +5,10 @@ The tables live in ``workbench/data/measurements/*.tsv``, each with its source a
 ``errors`` replays every row on the embedded engine in virtual time
 (``presets.bench``) and returns the relative error of each published number;
 ``fit`` (a tool; the shipped factors were set by hand, docs/hardware.md "Fit") searches
-the efficiency factors (``presets.Factors``) that minimise the
-median absolute error over the ``closed_loop`` (NIM) tables, one factor at a time on a
-multiplicative grid. The vLLM batch-latency rows are held out: checked,
-never fitted. ``python -m workbench.sim.presets.fit`` prints the fit and every row.
+the efficiency factors (``presets.Factors``) that minimise the median absolute error
+over the ``closed_loop`` (NIM) tables, one factor at a time on a multiplicative grid.
+The vLLM batch-latency rows are checked, never fitted. ``python -m
+workbench.sim.presets.fit`` prints the fit and every row.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 from workbench.sim.presets import parse
 
 #: median absolute error over every published row: metric -> fraction (the NIM rows'
-#: TTFT, ITL and throughput, fitted; vLLM's batch latency, held out)
+#: TTFT, ITL and throughput, fitted; vLLM's batch latency, not fitted)
 FIT_ERROR = {"ttft_ms": 0.118, "itl_ms": 0.069, "throughput_tok_s": 0.140,
              "mean_latency_ms": 0.040}
 #: (model, gpu) pairs a published table covers
@@ -24,7 +24,7 @@ def stated_error(engine: str) -> str:
     model, gpu, _tp, _fp8 = parse(engine)
     e = FIT_ERROR
     text = (f"preset error on published tables: ITL {e['itl_ms']:.0%}, throughput "
-            f"{e['throughput_tok_s']:.0%}, TTFT {e['ttft_ms']:.0%}, held-out batch latency "
+            f"{e['throughput_tok_s']:.0%}, TTFT {e['ttft_ms']:.0%}, unfitted batch latency "
             f"{e['mean_latency_ms']:.0%} median abs")
     if (model, gpu) not in MEASURED:
         text += f"; no published table for {model} on {gpu}: extrapolated"
