@@ -28,7 +28,7 @@ import pytest
 
 from workbench.backends.scrape import parse_metrics
 from workbench.calibration.fit import calibrate
-from workbench.calibration.replay import predict_repeats
+from workbench.calibration.predict import predict_repeats
 from workbench.executors.dispatch import run_async
 
 from .conftest import VLLMServer
