@@ -101,6 +101,8 @@ RANGES: dict[str, Range] = {
     "target.engine.intake_ms": Range(0, 1e6),
     "target.engine.idle_wake_ms": Range(0, 1e6),
     "target.engine.decode_seq_ms": Range(0, 1e6),
+    "target.engine.host_kv_gb": Range(0, 1e6),  # host KV tier per worker (docs/hardware.md)
+    "target.engine.host_kv_gbps": Range(0, 1e5),
     "target.engine.seed": Range(0, 2**32 - 1),
     "target.engine.error_rate": Range(0, 1),
     "target.engine.disconnect_after_tokens": Range(0, MAX_TOKENS),

@@ -39,7 +39,7 @@ def code_cells(name: str) -> list[Any]:
 
 
 # -- thin ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["replay", "compare", "trace_explorer", "sweep"])
+@pytest.mark.parametrize("name", ["replay", "compare", "trace_explorer", "sweep", "plan"])
 def test_notebook_cells_define_nothing(name: str) -> None:
     for cell in code_cells(name):
         flags = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
@@ -49,7 +49,7 @@ def test_notebook_cells_define_nothing(name: str) -> None:
         assert not found, f"{name}: {found} in cell:\n{cell.source}"
 
 
-@pytest.mark.parametrize("name", ["replay", "compare", "trace_explorer", "sweep"])
+@pytest.mark.parametrize("name", ["replay", "compare", "trace_explorer", "sweep", "plan"])
 def test_one_parameters_cell_of_literals(name: str) -> None:
     tagged = [c for c in code_cells(name) if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1
@@ -59,7 +59,7 @@ def test_one_parameters_cell_of_literals(name: str) -> None:
 
 
 def test_bundled_notebooks_are_the_three() -> None:
-    assert bundled_notebooks() == ["compare", "replay", "sweep", "trace_explorer"]
+    assert bundled_notebooks() == ["compare", "plan", "replay", "sweep", "trace_explorer"]
 
 
 # -- executed -----------------------------------------------------------------------------

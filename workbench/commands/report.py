@@ -2,7 +2,8 @@
 
 One run directory renders the ``replay`` notebook over the stored run (its
 ``run_dir`` parameter); several render ``compare``; sweep directories (with a
-``sweep.json``) render ``sweep``, several of them side by side. ``--notebook`` picks another
+``sweep.json``) render ``sweep``, several of them side by side; a plan directory
+(``plan.json``, from ``workbench plan``) renders ``plan``. ``--notebook`` picks another
 bundled notebook or a ``.ipynb`` path; ``--param KEY=VALUE`` sets any other
 parameter the notebook declares (VALUE is read as JSON when it parses).
 """
@@ -39,10 +40,19 @@ def _value(text: str) -> Any:
 
 def build_params(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     """The notebook to render and its parameters, from the command line."""
+    import json
+
     from workbench.errors import ConfigError
     from workbench.storage.rundir import resolve_run_dir
     from workbench.sweeps.store import is_sweep_dir
 
+    plans = [d for d in args.run_dirs if (Path(d) / "plan.json").is_file()]
+    if plans:  # a capacity plan (workbench plan) renders the plan notebook
+        if len(plans) != 1 or len(args.run_dirs) != 1:
+            raise ConfigError("give one plan directory (plan.json) at a time")
+        args.param = [f"plan_dir={json.dumps(str(Path(plans[0]).resolve()))}", *args.param]
+        args.run_dirs = []
+        args.notebook = args.notebook or "plan"
     sweeps = [d for d in args.run_dirs if is_sweep_dir(d)]
     if sweeps and len(sweeps) != len(args.run_dirs):
         raise ConfigError("give sweep directories or run directories, not both")

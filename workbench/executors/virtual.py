@@ -134,6 +134,8 @@ class EngineSender:
         rec.cached_tokens = ereq.cached_tokens
         rec.cached_tokens_reported = True
         rec.extra["preemptions"] = ereq.preemptions  # the engine's own count (no wire has it)
+        if ereq.host_cached_tokens:  # of cached_tokens, from the host KV tier (SGLang's split)
+            rec.extra["host_cached_tokens"] = ereq.host_cached_tokens
         if ereq.finish_reason not in (None, "length", "stop"):
             rec.status, rec.error = "error", f"engine finished with {ereq.finish_reason}"
         return ids

@@ -262,6 +262,7 @@ class DisaggRequest:
     prompt_tokens = property(lambda self: self._first.prompt_tokens)
     arrival_ns = property(lambda self: self._first.arrival_ns)
     cached_tokens = property(lambda self: self._first.cached_tokens)
+    host_cached_tokens = property(lambda self: self._first.host_cached_tokens)
     first_token_ns = property(lambda self: self._first.first_token_ns)
 
     def _prefill_only(self) -> bool:

@@ -44,6 +44,11 @@ class EngineConfig:
     request after another, before that overhead; ``idle_wake_ms`` the extra time
     of a step that starts while the engine was idle (its core and workers wake
     from their idle wait). Both 0 by default (docs/calibration.md).
+    ``preset`` (``MODEL/GPU/tpN[/fp8]``) replaces the polynomial step times with a
+    model × accelerator's (``sim.presets``; ``from_knobs`` also derives ``num_blocks``
+    from it); ``host_kv_gb`` per worker keeps evicted KV blocks in host memory, brought
+    back at ``host_kv_gbps`` (0: the preset GPU's PCIe link) before a prefill
+    (docs/hardware.md).
     """
 
     model: str = "workbench-sim"
@@ -63,12 +68,22 @@ class EngineConfig:
     request_overhead_ms: float = 0.0
     intake_ms: float = 0.0
     idle_wake_ms: float = 0.0
+    preset: str = ""
+    host_kv_gb: float = 0.0
+    host_kv_gbps: float = 0.0
     seed: int = 0
     faults: Faults = field(default_factory=Faults)
 
     def __post_init__(self) -> None:
         self._coerce()
         check_dataclass(self, KNOBS)  # types and ranges: the run config's own table
+        if self.preset:
+            from workbench.sim.presets import resolve
+
+            resolve(self.preset)  # ValueError naming the bad part
+        if self.host_kv_gb and not (self.preset or self.host_kv_gbps):
+            raise ValueError("host_kv_gb needs host_kv_gbps (or a preset, whose GPU link "
+                             "sets it)")
 
     def _coerce(self) -> None:
         """What a config file spells loosely, in the knob's own type: an integral float
@@ -101,6 +116,10 @@ class EngineConfig:
         if unknown:
             valid = ", ".join(sorted((own | fault_names) - {"faults"}))
             raise ValueError(f"unknown engine knob(s) {sorted(unknown)}; valid: {valid}")
+        if knobs.get("preset"):  # the preset's KV blocks and request overhead, unless given
+            from workbench.sim.presets import engine_knobs
+
+            knobs = engine_knobs(str(knobs["preset"]), knobs)
         fault_kw = {k: knobs.pop(k) for k in list(knobs) if k in fault_names}
         if fault_kw:
             base = knobs.pop("faults", None) or Faults()

@@ -23,6 +23,7 @@ take time to wake, which a request joining a running batch does not pay
 
 from __future__ import annotations
 
+from workbench.sim import hosttier, presets
 from workbench.sim.config import EngineConfig
 
 
@@ -43,13 +44,22 @@ def decode_ms(config: EngineConfig, kv_tokens: int, seqs: int = 0) -> float:
     return max(config.decode_floor_ms, a * u * u + b * u + c + config.decode_seq_ms * seqs)
 
 
-def step_ns(config: EngineConfig, prefill_tokens: int, decode_seqs: int, kv_tokens: int) -> int:
-    """Integer nanoseconds of one step: (prefill + decode-if-any) / speed-up."""
+def step_ns(config: EngineConfig, prefill_tokens: int, decode_seqs: int, kv_tokens: int,
+            prefill_attn: int = 0, host_load_tokens: int = 0) -> int:
+    """Integer nanoseconds of one step: (prefill + decode-if-any) / speed-up, or a
+    preset's step time (``sim.presets``: it also takes the prefill chunks' attention
+    pairs); plus the transfer of KV brought back from host memory (``sim.hosttier``)."""
     if config.zero_cost:
         return 0
-    ms = prefill_ms(config, prefill_tokens)
-    if decode_seqs > 0:
-        ms += decode_ms(config, kv_tokens, decode_seqs)
+    if config.preset:
+        ms = presets.resolve(config.preset).step_ms(
+            prefill_tokens, decode_seqs, kv_tokens, prefill_attn)
+    else:
+        ms = prefill_ms(config, prefill_tokens)
+        if decode_seqs > 0:
+            ms += decode_ms(config, kv_tokens, decode_seqs)
+    if host_load_tokens:
+        ms += hosttier.load_ms(config, host_load_tokens)
     return round(ms * 1e6 / config.speedup)
 
 

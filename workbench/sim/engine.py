@@ -63,6 +63,11 @@ class EngineRequest:
         return max(0, self._seq.cached_tokens)
 
     @property
+    def host_cached_tokens(self) -> int:
+        """Of ``cached_tokens``, those brought back from the host KV tier."""
+        return self._seq.host_tokens
+
+    @property
     def first_token_ns(self) -> int | None:
         times = self._seq.token_ns
         return times[0] if times else None
@@ -301,7 +306,8 @@ class Engine:
             plan = sched_.schedule()
             if plan.scheduled:
                 cfg = self.config
-                dur = cost.step_ns(cfg, plan.prefill_tokens, plan.decode_seqs, plan.kv_tokens)
+                dur = cost.step_ns(cfg, plan.prefill_tokens, plan.decode_seqs, plan.kv_tokens,
+                                   plan.prefill_attn, plan.host_load_tokens)
                 if self._idle:
                     self._idle = False
                     dur += self._wake_ns

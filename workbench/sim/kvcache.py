@@ -19,8 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import repeat
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from workbench.sim.hosttier import HostTier
 
 ROOT_HASH = 0x51F15EED
 NO_HASH = -1  # a block holding no hash: Python's hash() never returns -1
@@ -108,6 +112,7 @@ class BlockManager:
         self.num_active = 0
         self.evictions = 0
         self.epoch = 0  # bumped by reset(): every remembered hit is void
+        self.host: HostTier | None = None  # evicted blocks' hashes go there (sim.hosttier)
 
     @property
     def num_free(self) -> int:
@@ -216,6 +221,8 @@ class BlockManager:
         self._head = head
         out = parts[0] if len(parts) == 1 else np.concatenate(parts)
         pos[out] = -1
+        if self.host is not None:  # offloaded, least recently freed first
+            self.host.put(self._hash[out].tolist())
         self._hash[out] = NO_HASH  # their dict entries turn stale
         self._ncached -= n
         self._nlru -= n
@@ -327,5 +334,7 @@ class BlockManager:
         self._nfree += k
         self._head = self._tail = self._nlru = self._ncached = 0
         self._by_hash.clear()
+        if self.host is not None:
+            self.host.clear()
         self.epoch += 1
         return True

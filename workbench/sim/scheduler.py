@@ -33,6 +33,7 @@ import numpy as np
 
 from workbench.segments import OUTPUT, BlockKeyer, Segments
 from workbench.sim.config import EngineConfig
+from workbench.sim.hosttier import host_tier
 from workbench.sim.kvcache import ROOT_HASH, BlockManager, block_hashes
 from workbench.tokenizer import output_tokens, request_base
 
@@ -78,6 +79,7 @@ class Sequence:
     preloaded: int = 0  # prompt tokens whose KV came with the request (disaggregation)
     source: BlockKeyer | None = None  # prompt + output as parts (no tokens held)
     lazy: bool = False  # built from Segments: output ids drawn when asked for
+    host_tokens: int = 0  # prompt tokens brought back from the host KV tier (first admission)
 
     @property
     def output(self) -> list[int]:
@@ -123,13 +125,17 @@ class StepPlan:
     decode_seqs: int = 0
     kv_tokens: int = 0
     preempted: int = 0
+    prefill_attn: int = 0  # prefill chunks' (query, key) pairs: Σ n·(c + (n+1)/2)
+    host_load_tokens: int = 0  # KV tokens brought back from host memory before this step
 
     def add(self, seq: Sequence, n: int) -> None:
         seq.step_tokens = n
         self.scheduled.append(seq)
-        self.kv_tokens += seq.num_computed + n
+        c = seq.num_computed
+        self.kv_tokens += c + n
         if seq.prefilling:
             self.prefill_tokens += n
+            self.prefill_attn += n * c + n * (n + 1) // 2
         else:
             self.decode_seqs += 1
 
@@ -147,6 +153,7 @@ class Counters:
     requests_aborted: int = 0
     preemptions: int = 0
     steps: int = 0
+    host_cache_hits_tokens: int = 0  # of prefix_cache_hits_tokens, from the host KV tier
 
 
 class Scheduler:
@@ -156,6 +163,8 @@ class Scheduler:
         self.config = config
         self.bs = config.block_size
         self.kv = BlockManager(config.block_size, config.num_blocks, config.enable_prefix_caching)
+        if config.enable_prefix_caching:
+            self.kv.host = host_tier(config)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.counters = Counters()
@@ -290,7 +299,9 @@ class Scheduler:
         while waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = waiting[0]
             hit, memo = self._head_hit(seq)
-            cached = len(hit) * bs
+            on_host = 0 if kv.host is None else kv.host.extend(
+                seq.hashes, len(hit), (seq.length - 1) // bs)
+            cached = (len(hit) + on_host) * bs
             start = max(cached, seq.preloaded)  # transferred KV is not computed again
             n = min(seq.length - start, budget)
             need = -(-(start + n) // bs) - len(hit)
@@ -309,7 +320,13 @@ class Scheduler:
                 seq.prefilling = False
             seq.committed = len(hit)
             seq.next_full = (len(hit) + 1) * bs
+            if on_host:  # the blocks after the device hit come back from host memory
+                assert kv.host is not None
+                kv.host.touch(seq.hashes[len(hit) : len(hit) + on_host])
+                plan.host_load_tokens += on_host * bs
             if seq.cached_tokens < 0:
+                seq.host_tokens = on_host * bs
+                self.counters.host_cache_hits_tokens += on_host * bs
                 self._count_admission(seq, cached)
             waiting.popleft()
             self.running.append(seq)

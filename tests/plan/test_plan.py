@@ -1,0 +1,108 @@
+"""``workbench plan``: the fewest replicas per preset that hold an SLO, its cost and its
+report, on the bundled Mooncake slice (virtual time, the embedded engine's cluster)."""
+
+import json
+import re
+
+import pytest
+
+from workbench import data
+from workbench.cli import main
+from workbench.errors import ConfigError
+from workbench.plan import Option, load_plan, plan
+
+MOONCAKE = str(data.path("mooncake/conversation_trace_head600.jsonl"))
+PRESETS = ["llama-3.1-8b/h100/tp1", "llama-3.1-8b/h200/tp1"]
+SLO = "ttft_ms:p90<=2000"
+
+
+@pytest.fixture(scope="module")
+def mooncake_plan(tmp_path_factory):
+    result = plan(MOONCAKE, PRESETS, SLO, scales=[1.0, 2.0], max_items=40,
+                  price_per_gpu_hour=2.5, max_replicas=16)
+    return result, result.save(tmp_path_factory.mktemp("plans"), "mooncake")
+
+
+def test_the_plan_finds_the_fewest_replicas_that_hold_and_the_one_fewer_that_does_not(
+    mooncake_plan,
+) -> None:
+    result, _ = mooncake_plan
+    assert result.base_rate > 0 and result.scales == [1.0, 2.0]
+    for scale in result.scales:
+        for option in result.options:
+            best = result.fewest(option, scale)
+            assert best is not None and best.held and best.values[f"{SLO.split('<=')[0]}"] <= 2000
+            fewer = [p for p in result.probes if p.option == option and p.scale == scale
+                     and p.replicas == best.replicas - 1]
+            # one replica fewer was probed and broke the SLO (or the answer is 1 replica)
+            assert best.replicas == 1 or (fewer and not fewer[0].held)
+            cost = result.cost(best)
+            gpu_hours = best.gpus * best.span_s / 3600
+            tokens = best.prompt_tokens + best.output_tokens
+            assert cost["usd_per_mtok"] == pytest.approx(2.5 * gpu_hours / tokens * 1e6)
+            assert cost["usd_per_task"] == pytest.approx(2.5 * gpu_hours / best.units)
+            assert best.units == 40
+    # twice the rate never needs fewer replicas
+    for option in result.options:
+        one, two = result.fewest(option, 1.0), result.fewest(option, 2.0)
+        assert one is not None and two is not None and two.replicas >= one.replicas
+    # every answer row says it is simulated, from which preset, with its stated error
+    for row in result.answers():
+        assert row["label"].startswith("simulated · llama-3.1-8b/") and "error" in row["label"]
+
+
+def test_the_plan_answers_in_one_sentence_and_round_trips(mooncake_plan) -> None:
+    result, out = mooncake_plan
+    sentence = result.answer()
+    assert sentence.startswith("Simulated (preset error on published tables")
+    assert "conversation_trace_head600.jsonl" in sentence and "holds ttft_ms:p90<=2000" in sentence
+    assert re.search(r"on \d+ × llama-3\.1-8b/h[12]00/tp1", sentence)
+    assert "per million tokens" in sentence
+    again = load_plan(out)
+    assert again.answer() == sentence and len(again.probes) == len(result.probes)
+
+
+def test_the_mooncake_plan_renders_as_a_report_quoting_its_answer(mooncake_plan, tmp_path,
+                                                                  capsys) -> None:
+    result, out = mooncake_plan
+    assert main(["report", str(out), "-o", str(tmp_path / "reports")]) == 0
+    printed = capsys.readouterr().out
+    assert result.answer() in printed  # the report's headline, as `workbench report` prints
+    meta = json.loads(next((tmp_path / "reports").glob("*/report.json")).read_text())
+    assert meta["headline"][0] == result.answer()
+    report_dir = next((tmp_path / "reports").glob("*/report.json")).parent
+    page = (report_dir / "report.html").read_text()
+    for heading in ("Capacity plan", "Fewest replicas per option and rate",
+                    "The curve behind the answer"):
+        assert heading in page
+    answers = report_dir / "tables" / "plan_answers.csv"
+    assert "simulated · llama-3.1-8b/h100/tp1" in answers.read_text()
+
+
+def test_plan_cli_writes_the_plan_and_prints_its_answer(tmp_path, capsys) -> None:
+    assert main(["plan", "--trace", "mooncake/conversation_trace_head600.jsonl",
+                 "--preset", PRESETS[0], "--slo", SLO, "--scale", "1", "--max-items", "20",
+                 "--max-replicas", "8", "-o", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    (plan_dir,) = list(tmp_path.iterdir())
+    assert load_plan(plan_dir).answer() in printed and "plan directory:" in printed
+
+
+def test_bad_plans_fail_before_any_replay(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="unknown GPU 'h900'"):
+        plan(MOONCAKE, ["llama-3.1-8b/h900/tp1"], SLO)
+    with pytest.raises(ConfigError, match="SLO"):
+        plan(MOONCAKE, PRESETS, "ttft_ms:p90<=")
+    with pytest.raises(ConfigError, match="does not exist"):
+        plan(MOONCAKE, [str(tmp_path / "engine.json")], SLO)
+    with pytest.raises(ConfigError, match="scales"):
+        plan(MOONCAKE, PRESETS, SLO, scales=[0])
+
+
+def test_a_calibrated_engine_stands_in_for_a_preset(tmp_path) -> None:
+    engine = tmp_path / "engine.json"
+    engine.write_text(json.dumps({"engine": {"prefill_coeffs": [0, 0.05, 10]}}))
+    option = Option(str(engine))
+    assert option.gpus_per_replica == 1
+    assert option.knobs(3) == {"prefill_coeffs": [0, 0.05, 10], "workers": 3,
+                               "router": "prefix-aware"}

@@ -1,0 +1,66 @@
+"""Hardware presets: the catalog's arithmetic, the preset grammar and its refusals."""
+
+import pytest
+
+from workbench.sim.config import EngineConfig
+from workbench.sim.presets import GPU_MEMORY_UTILIZATION, RESERVE_GB, resolve
+from workbench.sim.presets.catalog import ACCELERATORS, MODELS
+
+
+def test_parameter_counts_match_the_models_names() -> None:
+    billions = {name: m.params / 1e9 for name, m in MODELS.items()}
+    assert billions["llama-3.1-8b"] == pytest.approx(8.03, abs=0.01)
+    assert billions["llama-3.3-70b"] == pytest.approx(70.55, abs=0.01)
+    assert billions["qwen3-32b"] == pytest.approx(32.76, abs=0.01)
+    assert billions["qwen3-30b-a3b"] == pytest.approx(30.53, abs=0.01)
+    assert billions["mixtral-8x7b"] == pytest.approx(46.70, abs=0.01)
+    assert MODELS["qwen3-30b-a3b"].active_matmul_params / 1e9 == pytest.approx(3.04, abs=0.01)
+    assert all(a.source.count("https://") >= 1 for a in ACCELERATORS.values())
+    assert all("huggingface.co" in m.source or "config" in m.source for m in MODELS.values())
+
+
+def test_kv_blocks_are_memory_left_over_kv_bytes_per_token() -> None:
+    p = resolve("llama-3.3-70b/h100/tp2/fp8")
+    assert p.kv_bytes_per_token_gpu == 80 * 2 * 4 * 128  # 8 KV heads over 2 GPUs, FP8
+    budget = (85.52 * GPU_MEMORY_UTILIZATION - RESERVE_GB) * 1e9 - p.weight_bytes / 2
+    cfg = EngineConfig.from_knobs(preset=p.name)
+    assert cfg.num_blocks == int(budget // (p.kv_bytes_per_token_gpu * 16)) == 30282
+    assert cfg.request_overhead_ms == p.factors.request_overhead_ms
+    # the caller's own knobs win over the preset's
+    assert EngineConfig.from_knobs(preset=p.name, num_blocks=7).num_blocks == 7
+    # block size changes the count, not the tokens
+    big = EngineConfig.from_knobs(preset=p.name, block_size=32)
+    assert abs(big.num_blocks * 32 - cfg.num_blocks * 16) < 32
+
+
+def test_step_time_is_compute_or_memory_bound_and_attention_grows_with_context() -> None:
+    p = resolve("llama-3.1-8b/h100/tp1")
+    alone = p.step_ms(0, 1, 1000)
+    # one decode is memory-bound: the weights once, plus its KV
+    bytes_read = p.weight_bytes + 1000 * p.kv_bytes_per_token_gpu
+    assert alone == pytest.approx(bytes_read / (3350e9 * p.factors.mbu) * 1e3
+                                  + p.factors.step_overhead_ms)
+    fresh = p.step_ms(4096, 0, 4096, 4096 * 4097 // 2)
+    late = p.step_ms(4096, 0, 20000 + 4096, 4096 * 20000 + 4096 * 4097 // 2)
+    assert late > fresh > alone  # the same chunk after 20,000 cached tokens costs more
+    tp2 = resolve("llama-3.1-8b/h100/tp2")
+    assert tp2.allreduce_s(1) > 0 == p.allreduce_s(1)
+
+
+def test_a_moe_reads_only_the_experts_its_tokens_route_to() -> None:
+    p = resolve("qwen3-30b-a3b/h100/tp1")
+    one, many = p.weight_read_bytes(1), p.weight_read_bytes(512)
+    assert one < many <= p.weight_bytes and many == pytest.approx(p.weight_bytes, rel=1e-3)
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("llama-3.1-8b/h100", "expected MODEL/GPU/tpN"),
+    ("llama-9b/h100/tp1", "unknown model 'llama-9b'"),
+    ("llama-3.1-8b/h900/tp1", "unknown GPU 'h900'"),
+    ("llama-3.1-8b/h100/tp3", "tensor parallelism must be one of"),
+    ("llama-3.1-8b/a100/tp1/fp8", "a100 has no FP8 tensor cores"),
+    ("llama-3.1-70b/h100/tp1", "leave no KV cache"),
+])
+def test_bad_presets_name_the_part_that_is_wrong(text: str, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        EngineConfig.from_knobs(preset=text)

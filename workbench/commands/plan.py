@@ -1,0 +1,62 @@
+"""``workbench plan``: the fewest replicas of each hardware option that hold an SLO."""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "plan"
+HELP = ("capacity plan in virtual time: fewest replicas of each preset (or calibrated "
+        "engine) holding an SLO at the trace's rate and scaled rates, with the cost")
+
+
+def _floats(text: str, what: str) -> list[float]:
+    from workbench.errors import ConfigError
+
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--{what}: expected numbers separated by commas, got {text!r}") from None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trace", required=True, help="trace file (or a bundled name, e.g. "
+                   "mooncake/conversation_trace_head600.jsonl)")
+    p.add_argument("--preset", action="append", default=[], metavar="MODEL/GPU/tpN[/fp8]",
+                   help="an option to compare (repeatable); an engine .json from "
+                        "`sim calibrate` stands in for a preset")
+    p.add_argument("--slo", action="append", default=[], required=True,
+                   help="SLO bound, e.g. 'ttft_ms:p90<=2000' (repeatable)")
+    p.add_argument("--scale", default="1,2", help="rate multiples of the trace's own rate "
+                   "(default 1,2)")
+    p.add_argument("--router", default="prefix-aware",
+                   help="routers to try, comma-separated (default prefix-aware)")
+    p.add_argument("--host-kv-gb", default="0", help="host KV tier sizes per replica to try, "
+                   "GB, comma-separated (default 0: none)")
+    p.add_argument("--price", type=float, default=None, metavar="USD",
+                   help="price per GPU-hour: adds cost per million tokens and per task")
+    p.add_argument("--max-items", type=int, default=None, help="first N units of the trace")
+    p.add_argument("--max-replicas", type=int, default=64)
+    p.add_argument("-o", "--out", dest="out_dir", default="plans",
+                   help="parent folder of the plan directory (default: plans)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from workbench import data
+    from workbench.plan import plan
+
+    trace = args.trace
+    if trace in data.files():
+        trace = str(data.path(trace))
+    result = plan(
+        trace, args.preset, args.slo, scales=_floats(args.scale, "scale"),
+        routers=[r.strip() for r in args.router.split(",") if r.strip()],
+        host_kv_gb=_floats(args.host_kv_gb, "host-kv-gb"), price_per_gpu_hour=args.price,
+        max_items=args.max_items, max_replicas=args.max_replicas,
+        progress=lambda p: print(f"  {p.option.label} × {p.replicas} at {p.rate:.2f}/s: "
+                                 f"{'held' if p.held else 'broken'} "
+                                 f"(worst ratio {p.worst_ratio:.2f})", flush=True),
+    )
+    out = result.save(args.out_dir)
+    print(result.answer())
+    print(f"plan directory: {out}  (render: workbench report {out})")
+    return 0

@@ -1,0 +1,79 @@
+"""A capacity plan's report pieces: its headline, tables and the curve behind it.
+
+``plan_curve`` draws, per option and rate scale, the SLO's worst ratio (observed /
+limit; above 1 the SLO is broken) against the replicas probed, the fewest that held
+marked (◆) — every figure titled as simulated, with the option's preset and its stated
+error (docs/plan.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from workbench.plan import PlanResult
+from workbench.report.headline import Headline
+from workbench.report.plots import _new
+from workbench.sim.presets.stated import stated_error
+
+
+def plan_headline(result: PlanResult) -> Headline:
+    """The plan's one-sentence answer, then one line per scaled rate."""
+    lines = [result.answer()]
+    for scale in result.scales[1:]:
+        best = result.best(scale)
+        rate = result.base_rate * scale
+        lines.append(f"At {scale:g}× ({rate:.2f} units/s): " + (
+            f"{best[1].replicas} × {best[0].label} ({best[1].gpus} GPUs)" if best
+            else "no option held the SLO"))
+    return Headline(lines)
+
+
+def answers_frame(result: PlanResult) -> pd.DataFrame:
+    df = pd.DataFrame(result.answers())
+    df.attrs["name"] = "plan_answers"
+    return df
+
+
+def curve_frame(result: PlanResult) -> pd.DataFrame:
+    df = pd.DataFrame(result.curve())
+    if len(df):
+        df = df.sort_values(["option", "scale", "replicas"]).reset_index(drop=True)
+    df.attrs["name"] = "plan_curve"
+    return df
+
+
+def plan_curve(result: PlanResult) -> Figure:
+    """Worst SLO ratio against replicas, one line per option and scale (log y)."""
+    fig, (ax,) = _new(1, size=(7.5, 4.2))
+    df = curve_frame(result)
+    for (label, scale), part in df.groupby(["option", "scale"], sort=False):
+        part = part.drop_duplicates("replicas").sort_values("replicas")
+        line, = ax.plot(part["replicas"], part["worst_ratio"], marker="o",
+                        label=f"{label} at {scale:g}×")
+        held = part[part["held"]]
+        if len(held):
+            first = held.iloc[0]
+            ax.plot([first["replicas"]], [first["worst_ratio"]], marker="D", markersize=10,
+                    color=line.get_color())
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("replicas")
+    ax.set_ylabel(f"worst SLO ratio ({result.slo}); > 1 breaks it")
+    engines = sorted({o.engine for o in result.options})
+    ax.set_title("Simulated: " + "; ".join(f"{e} ({stated_error(e)})" for e in engines),
+                 fontsize=7, wrap=True)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def describe(result: PlanResult) -> dict[str, Any]:
+    """What was planned, as a mapping (the report's first table)."""
+    return {"trace": result.trace, "slo": result.slo,
+            "trace rate (units/s)": round(result.base_rate, 4),
+            "rate scales": ", ".join(f"{s:g}" for s in result.scales),
+            "options": "; ".join(o.label for o in result.options),
+            "price per GPU-hour (USD)": result.price_per_gpu_hour,
+            "probes (virtual replays)": len(result.probes)}

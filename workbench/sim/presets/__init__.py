@@ -1,0 +1,200 @@
+"""Model × accelerator presets: KV capacity and step times from first principles.
+
+``--engine preset=MODEL/GPU/tpN[/fp8]`` (``resolve``) names a model and an accelerator
+of the catalog (``presets.catalog``), the tensor parallelism and, optionally, FP8
+weights and KV cache (BF16 otherwise). From public facts alone it derives:
+
+* the usable KV blocks (``Preset.num_blocks``): per GPU, memory × utilisation − weights
+  / TP − a stated reserve, over the KV bytes one token takes on one GPU;
+* the time of an engine step (``Preset.step_ms``): the larger of its compute time
+  (2 FLOPs per active weight per token, plus attention's 4·layers·heads·head_dim FLOPs
+  per (query, key) pair, which grows with the context) and its memory time (the weights
+  / TP once per step, plus every attended token's KV), plus the tensor-parallel
+  all-reduces (two per layer, ring, over the GPU link) and a per-step overhead;
+* the time to bring KV back from host memory (``Preset.load_ms``).
+
+Five efficiency factors (``FACTORS``) are set against cited public measurements
+(docs/hardware.md, "Fit": how, and every formula, source and the error left).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from workbench.sim.presets.catalog import ACCELERATORS, MODELS, Accelerator, Model
+
+GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default --gpu-memory-utilization
+RESERVE_GB = 2.0  # per GPU: activations at 8,192 batched tokens, CUDA graphs, NCCL buffers
+TP_CHOICES = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True, slots=True)
+class Factors:
+    """The efficiency factors (docs/hardware.md, "Fit"): the share of dense peak
+    a prefill reaches (``mfu``), of memory bandwidth a decode reaches (``mbu``), the
+    fixed time of every step, the fixed latency of every request (HTTP, tokenising,
+    scheduling: ``EngineConfig.request_overhead_ms``) and the latency of one
+    tensor-parallel all-reduce beside its bytes (``allreduce_us``)."""
+
+    mfu: float
+    mbu: float
+    step_overhead_ms: float
+    request_overhead_ms: float
+    allreduce_us: float
+
+
+FACTORS = Factors(mfu=0.5, mbu=0.8, step_overhead_ms=2.0, request_overhead_ms=10.0,
+                  allreduce_us=20.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Preset:
+    """A model on ``tp`` GPUs of one kind, BF16 or FP8 (weights and KV cache)."""
+
+    model: Model
+    gpu: Accelerator
+    tp: int
+    fp8: bool
+    factors: Factors = FACTORS
+
+    @property
+    def name(self) -> str:
+        return f"{self.model.name}/{self.gpu.name}/tp{self.tp}" + ("/fp8" if self.fp8 else "")
+
+    @property
+    def dtype_bytes(self) -> int:
+        return 1 if self.fp8 else 2
+
+    @property
+    def weight_bytes(self) -> int:
+        """All weights, whole model."""
+        return self.model.params * self.dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV of one token, whole model (what host memory holds per token)."""
+        return self.model.kv_bytes_per_token(self.dtype_bytes)
+
+    @property
+    def kv_bytes_per_token_gpu(self) -> int:
+        """KV of one token on one GPU: the KV heads are split over TP (a head is
+        replicated when there are fewer heads than GPUs)."""
+        m = self.model
+        return m.layers * 2 * math.ceil(m.kv_heads / self.tp) * m.head_dim * self.dtype_bytes
+
+    @property
+    def peak_flops(self) -> float:
+        """Dense tensor FLOP/s of one GPU in the preset's dtype."""
+        return (self.gpu.fp8_tflops if self.fp8 else self.gpu.bf16_tflops) * 1e12
+
+    def kv_budget_bytes(self) -> float:
+        """Per GPU: memory × utilisation − weights / TP − reserve."""
+        g = self.gpu
+        usable = (g.usable_gb * GPU_MEMORY_UTILIZATION - RESERVE_GB) * 1e9
+        return usable - self.weight_bytes / self.tp
+
+    def num_blocks(self, block_size: int) -> int:
+        """Usable KV blocks of ``block_size`` tokens (ValueError when nothing is left)."""
+        budget = self.kv_budget_bytes()
+        blocks = int(budget // (self.kv_bytes_per_token_gpu * block_size))
+        if blocks < 1:
+            g = self.gpu
+            raise ValueError(
+                f"preset {self.name}: {self.weight_bytes / self.tp / 1e9:.1f} GB of weights "
+                f"per GPU leave no KV cache in {g.usable_gb:g} GB × "
+                f"{GPU_MEMORY_UTILIZATION} − {RESERVE_GB:g} GB reserve; use a larger tpN"
+                + ("" if self.fp8 or not g.fp8_tflops else " or /fp8"))
+        return blocks
+
+    def weight_read_bytes(self, tokens: int) -> float:
+        """Weight bytes one GPU reads in a step of ``tokens`` tokens: all of its share
+        of a dense model; for a MoE the experts some token routed to (each of E experts
+        is missed by one token with probability 1 − k/E)."""
+        m = self.model
+        if not m.experts:
+            return self.weight_bytes / self.tp
+        expert_total = m.layers * m.experts * m.expert_params
+        touched = 1.0 - (1.0 - m.active_experts / m.experts) ** max(tokens, 1)
+        dense = m.params - expert_total
+        return (dense + expert_total * touched) * self.dtype_bytes / self.tp
+
+    def allreduce_s(self, tokens: int) -> float:
+        """Two ring all-reduces per layer of ``tokens`` × hidden activations (BF16):
+        each a fixed latency plus 2·(TP−1)/TP of its bytes over the GPU link."""
+        if self.tp == 1 or tokens <= 0:
+            return 0.0
+        m = self.model
+        size = tokens * m.hidden * 2
+        one = self.factors.allreduce_us * 1e-6 + 2 * (self.tp - 1) / self.tp * size / (
+            self.gpu.link_gbps * 1e9)
+        return 2 * m.layers * one
+
+    def step_ms(self, prefill_tokens: int, decode_seqs: int, kv_tokens: int,
+                prefill_attn: int = 0) -> float:
+        """One engine step: ``prefill_tokens`` new prompt tokens, ``decode_seqs`` decoding
+        sequences, ``kv_tokens`` attended KV tokens in all, ``prefill_attn`` the prefill
+        chunks' (query, key) pairs (Σ n·(c + (n+1)/2) for a chunk of n after c)."""
+        tokens = prefill_tokens + decode_seqs
+        if tokens <= 0:
+            return 0.0
+        m, f = self.model, self.factors
+        flops = 2.0 * m.active_matmul_params * tokens
+        flops += 4.0 * m.layers * m.heads * m.head_dim * (prefill_attn + kv_tokens)
+        compute = flops / self.tp / (self.peak_flops * f.mfu)
+        traffic = self.weight_read_bytes(tokens) + kv_tokens * self.kv_bytes_per_token_gpu
+        memory = traffic / (self.gpu.bandwidth_gbps * 1e9 * f.mbu)
+        return (max(compute, memory) + self.allreduce_s(tokens)) * 1e3 + f.step_overhead_ms
+
+    def load_ms(self, tokens: int, host_gbps: float) -> float:
+        """Bringing ``tokens`` tokens of KV from host memory: each GPU copies its share
+        over its own host link (``host_gbps`` per direction; 0: the catalog's PCIe)."""
+        gbps = host_gbps or self.gpu.host_link_gbps
+        return tokens * self.kv_bytes_per_token_gpu / (gbps * 1e9) * 1e3
+
+
+def parse(text: str) -> tuple[str, str, int, bool]:
+    """``MODEL/GPU/tpN[/fp8]`` → (model, gpu, tp, fp8); ValueError naming the part."""
+    parts = [p.strip().lower() for p in str(text).split("/")]
+    if len(parts) not in (3, 4) or (len(parts) == 4 and parts[3] != "fp8"):
+        raise ValueError(f"preset {text!r}: expected MODEL/GPU/tpN[/fp8], e.g. "
+                         "llama-3.1-8b/h100/tp1 or llama-3.3-70b/h100/tp2/fp8")
+    model, gpu, tp_text = parts[:3]
+    if model not in MODELS:
+        raise ValueError(f"preset {text!r}: unknown model {model!r}; known: {sorted(MODELS)}")
+    if gpu not in ACCELERATORS:
+        raise ValueError(f"preset {text!r}: unknown GPU {gpu!r}; known: {sorted(ACCELERATORS)}")
+    tp = tp_text.removeprefix("tp")
+    if not tp_text.startswith("tp") or not tp.isdigit() or int(tp) not in TP_CHOICES:
+        raise ValueError(f"preset {text!r}: tensor parallelism must be one of "
+                         f"{[f'tp{t}' for t in TP_CHOICES]}, got {tp_text!r}")
+    return model, gpu, int(tp_text[2:]), len(parts) == 4
+
+
+@functools.lru_cache(maxsize=64)
+def resolve(text: str) -> Preset:
+    """The preset ``text`` names (cached: the engine asks every step); ValueError for a
+    name the catalog lacks, an FP8 preset on a GPU without FP8, or heads TP cannot split."""
+    model, gpu, tp, fp8 = parse(text)
+    p = Preset(MODELS[model], ACCELERATORS[gpu], tp, fp8)
+    if fp8 and not p.gpu.fp8_tflops:
+        raise ValueError(f"preset {text!r}: {gpu} has no FP8 tensor cores; drop /fp8")
+    if p.model.heads % tp:
+        raise ValueError(f"preset {text!r}: {p.model.heads} attention heads do not split "
+                         f"over tp{tp}")
+    return p
+
+
+def engine_knobs(text: str, knobs: dict[str, object]) -> dict[str, object]:
+    """The engine knobs a preset implies, under the caller's own: ``num_blocks`` from
+    the memory left for KV, ``request_overhead_ms`` from the fit."""
+    p = resolve(text)
+    block_size = knobs.get("block_size", 16)
+    if isinstance(block_size, bool) or not isinstance(block_size, int | float) or block_size < 1:
+        raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
+    implied: dict[str, object] = {
+        "num_blocks": p.num_blocks(int(block_size)),
+        "request_overhead_ms": p.factors.request_overhead_ms,
+    }
+    return {**implied, **knobs}

@@ -1,0 +1,119 @@
+"""Published-benchmark set-ups, replayed on the embedded engine in virtual time.
+
+``closed_loop`` is what NVIDIA's NIM tables (AIPerf) and ``vllm bench serve
+--max-concurrency`` measure: ``concurrency`` clients, each sending its next request
+(``isl`` fresh prompt tokens, exactly ``osl`` output tokens) as soon as its previous
+one ends. ``batch_latency`` is vLLM's latency test: one batch submitted at once, timed
+until its last token. Both run the real engine (``sim.engine``) on a virtual clock: no
+sockets, no sleeping. Every request pays the config's ``request_overhead_ms`` before
+the engine sees it, as the embedded server's front end charges it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from statistics import fmean
+
+from workbench.clock import VirtualClock, run_virtual
+from workbench.sim.config import EngineConfig
+from workbench.sim.engine import Engine, EngineRequest
+
+VIRTUAL_TIMEOUT_S = 7 * 24 * 3600  # virtual seconds: only a hang trips it
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPoint:
+    """Means over the measured requests of one closed-loop run, AIPerf's definitions:
+    TTFT from the request's send; ITL = (last token − first token) / (output tokens − 1);
+    throughput = output tokens / (last end − first send), tokens per second. The first
+    ``concurrency`` requests (all sent at once, before the load is steady) are the
+    warm-up the benchmarks run first: sent, not measured."""
+
+    concurrency: int
+    requests: int
+    ttft_ms: float
+    itl_ms: float
+    throughput: float
+
+
+def _prompt(i: int, isl: int) -> list[int]:
+    """A prompt no other request shares a block with (random text in the benchmarks)."""
+    return [i + 1_000_000, *range(isl - 1)]
+
+
+async def _send(engine: Engine, overhead_s: float, rid: str, isl: int, osl: int,
+                i: int) -> tuple[int, EngineRequest]:
+    sent = engine.clock.now_ns()
+    if overhead_s:
+        await asyncio.sleep(overhead_s)
+    req = engine.submit(rid, _prompt(i, isl), osl)
+    await req.wait()
+    return sent, req
+
+
+def closed_loop(config: EngineConfig, concurrency: int, isl: int, osl: int,
+                requests: int | None = None) -> LoadPoint:
+    """``requests`` measured requests (default ``max(3 × concurrency, 16)``) through
+    ``concurrency`` closed-loop clients.
+
+    Client k first sends a warm-up request of ``osl × (k+1) / concurrency`` output
+    tokens, so the clients' requests end spread out as in a benchmark's steady state
+    (a deterministic engine would otherwise keep the first burst in lockstep for the
+    whole run), and the clients keep sending past the measured requests, so the
+    throughput window [first measured send, last measured end] is under full load.
+    """
+    measured = requests or max(3 * concurrency, 16)
+    overhead_s = config.request_overhead_ms / 1e3 / config.speedup
+
+    async def main() -> tuple[list[tuple[int, EngineRequest]], list[EngineRequest]]:
+        engine = Engine(config, VirtualClock())
+        await engine.start()
+        done: list[tuple[int, EngineRequest]] = []
+        every: list[EngineRequest] = []
+        counter = iter(range(measured))
+
+        async def client(k: int) -> None:
+            warm = max(1, osl * (k + 1) // concurrency)
+            every.append((await _send(engine, overhead_s, f"w{k}", isl, warm, -1 - k))[1])
+            for i in counter:  # shared: each request index is taken once
+                sent, req = await _send(engine, overhead_s, f"r{i}", isl, osl, i)
+                done.append((sent, req))
+                every.append(req)
+            # the tail: keep the load on until every measured request has ended
+            sent, req = await _send(engine, overhead_s, f"t{k}", isl, osl, measured + k)
+            every.append(req)
+
+        try:
+            async with asyncio.timeout(VIRTUAL_TIMEOUT_S):
+                await asyncio.gather(*(client(k) for k in range(concurrency)))
+        finally:
+            await engine.stop()
+        return done, every
+
+    done, every = run_virtual(main())
+    ttft = [(r.first_token_ns or 0) - sent for sent, r in done]
+    itl = [((r.finish_ns or 0) - (r.first_token_ns or 0)) / max(1, osl - 1) for _, r in done]
+    t0 = min(sent for sent, _ in done)
+    t1 = max(r.finish_ns or 0 for _, r in done)
+    tokens = sum(t0 <= t <= t1 for r in every for t in r.token_ns)
+    return LoadPoint(concurrency, len(done), fmean(ttft) / 1e6, fmean(itl) / 1e6,
+                     tokens / ((t1 - t0) / 1e9))
+
+
+def batch_latency(config: EngineConfig, batch: int, isl: int, osl: int) -> float:
+    """Milliseconds from submitting ``batch`` requests at once to the last one's end."""
+
+    async def main() -> float:
+        engine = Engine(config, VirtualClock())
+        await engine.start()
+        try:
+            async with asyncio.timeout(VIRTUAL_TIMEOUT_S):
+                done = await asyncio.gather(*(
+                    _send(engine, config.request_overhead_ms / 1e3 / config.speedup,
+                          f"b{i}", isl, osl, i) for i in range(batch)))
+        finally:
+            await engine.stop()
+        return max(r.finish_ns or 0 for _, r in done) / 1e6
+
+    return run_virtual(main())
