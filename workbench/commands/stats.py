@@ -68,11 +68,15 @@ def run(args: argparse.Namespace) -> int:
     from workbench.traces.stats import trace_stats
 
     available_formats()  # registers the built-in readers before names are resolved
-    fmt = detect_format(args.trace) if args.format == "auto" else FORMATS.canonical(args.format)
     options: dict[str, Any] = {}
-    reader = FORMATS.get(fmt).read
-    if args.block_size and "block_size" in inspect.signature(reader).parameters:
-        options["block_size"] = args.block_size
+    if args.trace.startswith("synthetic:"):  # a standard workload, drawn (no format)
+        fmt = "synthetic"
+    else:
+        fmt = detect_format(args.trace) if args.format == "auto" else FORMATS.canonical(
+            args.format)
+        reader = FORMATS.get(fmt).read
+        if args.block_size and "block_size" in inspect.signature(reader).parameters:
+            options["block_size"] = args.block_size
     workload = load_trace(args.trace, fmt, **options)
     if args.policy is not None and workload.meta.get("needs_context_policy") is False:
         from workbench.context.policy import planned_file_message

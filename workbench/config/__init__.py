@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from workbench.arrival import MODES, ArrivalMode
 from workbench.arrival.modes import modes_with
+from workbench.arrival.processes import ArrivalProcess
 from workbench.errors import ConfigError
 from workbench.records import Workload
 
@@ -80,6 +81,13 @@ class ArrivalSpec:
 
     mode: str = "trace-timed"
     rate: float | None = None
+    # arrival processes (modes poisson, gamma, constant; docs/arrival.md "Arrival processes"):
+    # gamma's shape, and a ramp of the rate from start to end over the units (vLLM's
+    # --burstiness, --ramp-up-strategy, --ramp-up-start-rps, --ramp-up-end-rps)
+    burstiness: float = 1.0
+    ramp_up_strategy: str | None = None
+    ramp_up_start_rps: float | None = None
+    ramp_up_end_rps: float | None = None
     max_concurrency: int | None = None
     duration_s: float | None = None
     drain: str = "finish"  # closed-loop at the deadline: "finish" or "truncate" sessions
@@ -316,6 +324,7 @@ class RunConfig:
             )
         if a.rate is not None and a.rate <= 0:
             raise ConfigError(f"arrival.rate must be > 0, got {a.rate}")
+        self._check_process()
         if a.max_concurrency is not None and a.max_concurrency <= 0:
             raise ConfigError(
                 f"arrival.max_concurrency must be >= 1 (got {a.max_concurrency}); "
@@ -564,6 +573,27 @@ class RunConfig:
             f"executor.keep_records 'auto': {n_requests} requests > {limit} "
             "(KEEP_RECORDS_AUTO_MAX); records are on disk only"
         )
+
+    def arrival_process(self) -> ArrivalProcess | None:
+        """The arrival process of a process mode (``poisson``, ``gamma``, ``constant``), else
+        None."""
+        a = self.arrival
+        if not self.arrival_mode.process:
+            return None
+        return ArrivalProcess(a.mode, a.rate, a.burstiness, a.ramp_up_strategy,
+                              a.ramp_up_start_rps, a.ramp_up_end_rps)
+
+    def _check_process(self) -> None:
+        a = self.arrival
+        process = self.arrival_process()
+        if process is not None:
+            process.check()
+        elif (a.burstiness != 1.0 or a.ramp_up_strategy is not None
+              or a.ramp_up_start_rps is not None or a.ramp_up_end_rps is not None):
+            raise ConfigError(
+                f"arrival.burstiness and arrival.ramp_up_* shape an arrival process: use mode "
+                f"{modes_with('process')} (mode {a.mode!r} draws no arrivals)"
+            )
 
     @property
     def arrival_mode(self) -> ArrivalMode:

@@ -60,6 +60,13 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
+def trace_sha256(workload: Workload) -> str | None:
+    """The trace file's sha256; a synthetic workload's is its description's."""
+    if "generator" in workload.meta:
+        return hashlib.sha256(workload.source.encode()).hexdigest()
+    return file_sha256(workload.source) if workload.source else None
+
+
 def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -> dict[str, Any]:
     """Everything needed to know what ran: config, trace identity, versions, host."""
     import aiohttp
@@ -81,9 +88,12 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
         "trace": {
             "path": workload.source,
             "format": workload.fmt,
-            "sha256": file_sha256(workload.source) if workload.source else None,
+            "sha256": trace_sha256(workload),
             "units": len(workload.units),
             "rounds": workload.n_rounds,
+            # a synthetic workload: its kind, parameters, seed and arrival process
+            **({"generator": workload.meta["generator"]}
+               if "generator" in workload.meta else {}),
         },
         "policy": plan.policy,
         "plan": plan.totals(),

@@ -259,9 +259,14 @@ class ReplaySession:
             self.manifest["cache_flush"] = {"mode": False, **skipped}
             return
 
+        from workbench.backends.extras import resolve_headers
+
+        # the user's --header values (a gateway's routing or auth header) and the run's own
+        # credentials (URL or key): the reset reaches the server the requests reach
+        user = resolve_headers(self.cfg.backend.options.get("headers") or {})
         outcome = await flush_prefix_cache(
             target["base_url"], backend=self.cfg.backend.name,
-            headers=transport.auth_headers(),  # the run's own credentials (URL or key)
+            headers={**user, **transport.auth_headers()},
         )  # fmt: skip
         # the server's answer may echo the request's headers: redacted before it is kept
         self.manifest["cache_flush"] = redact.obj({"mode": mode, **outcome.to_dict()})
