@@ -74,6 +74,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="virtual time: points run in this many processes at once")
     s.add_argument("--sweep-id", help="sweep directory name (same name again: resume)")
     s.add_argument("--label", help="label of the sweep in plots and reports")
+    s.add_argument("--gpus", type=int, help="GPUs per server instance: the Pareto plot shows "
+                                            "output tokens/s per GPU")
 
 
 def _value(text: str) -> Any:
@@ -133,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         over = parse_over(args.over) if args.over else _points(args.points)
         result = wb.sweep(cfg, over, slo=slo, stop_margin=args.stop_margin,
                           stop_after=args.stop_after, parallel=args.parallel,
-                          serve=serve, **common)
+                          serve=serve, gpus=args.gpus, **common)
     from workbench.report.headline import sweeps_headline
 
     print(sweeps_headline({result.label: result}))  # the capacity sentence, on top
@@ -144,6 +146,10 @@ def run(args: argparse.Namespace) -> int:
         c = result.capacity
         print(f"capacity: {c['axis']} = {c['value']} ({c['status']}, bracket {c['bracket']}, "
               f"tolerance {c['tolerance']})")
+    if any(p.get("status") == "done" for p in result.points):
+        from workbench.report.pareto import best_sentence
+
+        print(best_sentence(result))
     print(f"sweep directory: {result.sweep_dir}")
     return _failures(result)
 

@@ -48,6 +48,7 @@ async def sweep_async(
     label: str | None = None,
     progress: Progress | None = None,
     serve: ServeSpec | None = None,
+    gpus: int | None = None,
 ) -> Sweep:
     """Run ``cfg`` at every point of ``over`` into ``out_dir/sweep_id`` and return the sweep.
 
@@ -59,7 +60,8 @@ async def sweep_async(
     processes). Calling again with the same ``sweep_id`` resumes: repeats on disk
     are kept, the rest run. ``serve``: start a server per server point and run the
     client points against it (``workbench.sweeps.serve``; ``cfg``'s target URL is
-    where it answers); a point its server could not serve is ``failed``.
+    where it answers); a point its server could not serve is ``failed``. ``gpus``: GPUs
+    per instance, recorded for the Pareto plot's per-GPU throughput.
     """
     base = coerce_config(cfg)
     slo_obj = SLO.parse(slo)
@@ -79,6 +81,10 @@ async def sweep_async(
         axes=list(points[0]), repeats=repeats, slo=slo_obj, virtual=virtual, parallel=parallel,
         out_dir=out_dir, sweep_id=sweep_id, label=label, progress=progress,
     )
+    if gpus is not None:
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+            raise ConfigError(f"gpus must be an integer >= 1, got {gpus!r}")
+        runner.sweep.manifest["gpus"] = gpus
     entries = [runner.entry(p) for p in points]
     runner.check(entries)
     runner.save()  # every point is listed (pending) before the first run
