@@ -47,6 +47,11 @@ def add_axis_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token-salt", help="salt every synthetic token ('run': the run id) so "
                                         "runs share no cached prefix on a server that "
                                         "cannot flush")
+    p.add_argument("--profile", action="store_true", default=None,
+                   help="start the engine's profiler before the measured requests and stop "
+                        "it after (vLLM started with --profiler-config, SGLang)")
+    p.add_argument("--profile-dir", help="--profile: the server's trace directory (vLLM: its "
+                                        "torch_profiler_dir; SGLang: sent as output_dir)")
     p.add_argument("--config", help="YAML/JSON RunConfig file; flags override it")
     p.add_argument("-o", "--out", dest="out_dir", help="parent folder of the run directory")
     p.add_argument("--run-id", help="name of the run directory (default: timestamped)")
@@ -151,6 +156,7 @@ _AXIS_FLAGS = {
         "stream_idle_timeout": "stream_idle_timeout_s",
     },
     "backend": {"backend": "name", "flush_cache": "flush_cache", "token_salt": "token_salt",
+                "profile": "profile", "profile_dir": "profile_dir",
                 "metrics_url": "metrics_urls", "metrics_series": "metrics_series"},
 }
 

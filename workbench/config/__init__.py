@@ -128,6 +128,10 @@ class BackendSpec:
     options: dict[str, Any] = field(default_factory=dict)
     flush_cache: bool | Literal["auto"] = "auto"
     token_salt: str | None = None
+    # start/stop the engine's profiler around the warm-up and measured requests (vLLM,
+    # SGLang: workbench.backends.profile); profile_dir: where the server writes traces
+    profile: bool = False
+    profile_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -342,6 +346,12 @@ class RunConfig:
             raise ConfigError("arrival.tool_wait_scale and arrival.warmup must be >= 0")
         parse_output_policy(a.output_len)
         BACKENDS.canonical(self.backend.name)
+        if self.backend.profile_dir is not None and not self.backend.profile:
+            raise ConfigError("backend.profile_dir is where the profiler's traces go: set "
+                              "backend.profile true (--profile) too")
+        if self.backend.profile and self.executor.kind == "ray":
+            raise ConfigError("backend.profile runs with executor.kind local or processes "
+                              "(the Ray executor has no hook around its measured window)")
         if not (isinstance(self.backend.flush_cache, bool) or self.backend.flush_cache == "auto"):
             raise ConfigError(
                 f"backend.flush_cache {self.backend.flush_cache!r} is invalid; valid: 'auto', "
