@@ -51,5 +51,5 @@ async def test_a_server_without_a_profiler_stops_before_any_measured_request(tmp
 
 
 def test_profile_dir_without_profile_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="set backend.profile true"):
+    with pytest.raises(ConfigError, match=r"set backend\.profile true"):
         wb.RunConfig.from_dict({"trace": TRACE, "backend": {"profile_dir": "/tmp/x"}})
