@@ -186,7 +186,7 @@ def test_sigterm_of_the_sweep_stops_its_server(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("serve", "over", "rule"), [
     ("srv --n {n}", {}, "no --serve-over n=V1,V2"),
     ("srv", {"n": [1]}, "has no {n}"),
-    ("srv {n", {"n": [1]}, "--serve 'srv {n'"),
+    ("srv {n", {"n": [1]}, "has no {n}"),
     ("  ", {}, "give the server command"),
 ])
 def test_bad_serve_specs(serve: str, over: dict, rule: str) -> None:
@@ -198,3 +198,8 @@ def test_serve_needs_a_url_target(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="give --target http"):
         wb.sweep({"trace": TRACE, "out_dir": str(tmp_path)}, {"arrival.max_concurrency": [1]},
                  serve=ServeSpec("srv {n}", {"n": [1]}))
+
+
+def test_json_braces_in_the_command_stay() -> None:
+    spec = ServeSpec("""srv --n {n} --cfg '{"dir": "/t", "k": {"a": 1}}'""", {"n": [3]}).check()
+    assert spec.argv({"n": 3}) == ["srv", "--n", "3", "--cfg", '{"dir": "/t", "k": {"a": 1}}']

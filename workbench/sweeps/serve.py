@@ -19,9 +19,9 @@ import asyncio
 import contextlib
 import itertools
 import os
+import re
 import shlex
 import signal
-import string
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -41,6 +41,8 @@ SERVE_PREFIX = "serve."
 LOG_TAIL_BYTES = 4000
 READY_PATHS = ("/health", "/v1/models")
 SERVERS = "servers"
+#: a server parameter's place in the command: ``{name}``, name an identifier
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 @dataclass(frozen=True)
@@ -55,10 +57,7 @@ class ServeSpec:
     def check(self) -> ServeSpec:
         if not self.command.strip():
             raise ConfigError("--serve: give the server command")
-        try:
-            names = {n for _, n, _, _ in string.Formatter().parse(self.command) if n}
-        except ValueError as exc:
-            raise ConfigError(f"--serve {self.command!r}: {exc}") from None
+        names = set(PLACEHOLDER.findall(self.command))
         missing = sorted(names - set(self.over))
         unused = sorted(set(self.over) - names)
         if missing:
@@ -84,8 +83,10 @@ class ServeSpec:
                 for combo in itertools.product(*(list(v) for v in self.over.values()))]
 
     def argv(self, point: Mapping[str, Any]) -> list[str]:
-        """The command of ``point`` as an argument vector (POSIX shell words)."""
-        return shlex.split(self.command.format(**point))
+        """The command of ``point`` as an argument vector (POSIX shell words): each
+        ``{name}`` replaced; other braces (a JSON argument) left as they are."""
+        text = PLACEHOLDER.sub(lambda m: str(point[m.group(1)]), self.command)
+        return shlex.split(text)
 
     def describe(self) -> dict[str, Any]:
         return {"command": self.command, "over": {k: list(v) for k, v in self.over.items()},
