@@ -291,7 +291,7 @@ def test_report_renders_two_sweeps_side_by_side(two_sweeps: list[str], tmp_path:
                     "Prefix cache and preemptions against load"):
         assert heading in text
     assert "default engine" in text and "2x engine" in text
-    assert len(glob.glob(str(tmp_path / "sw" / "figures" / "*.png"))) == 4  # latency, goodput, pareto, cache
+    assert len(glob.glob(str(tmp_path / "sw" / "figures" / "*.png"))) == 4  # and pareto
     points = glob.glob(str(tmp_path / "sw" / "tables" / "sweep_points*.csv"))
     assert points and len(Path(points[0]).read_text().splitlines()) == 1 + 6
 
