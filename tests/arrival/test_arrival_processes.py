@@ -18,7 +18,7 @@ from workbench.config import RunConfig
 from workbench.data import path as data_path
 from workbench.errors import ConfigError
 from workbench.replay.plan import build_plan
-from workbench.traces.base import load_trace
+from workbench.traces.load import load_trace
 
 N = 20_001
 

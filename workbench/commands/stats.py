@@ -64,8 +64,9 @@ def _block_size(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.traces.base import FORMATS, available_formats, detect_format, load_trace
-    from workbench.traces.stats import trace_stats
+    from workbench.traces.load import FORMATS, available_formats, detect_format
+    from workbench.workloads.standard import load_source
+    from workbench.workloads.trace_stats import trace_stats
 
     available_formats()  # registers the built-in readers before names are resolved
     options: dict[str, Any] = {}
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         reader = FORMATS.get(fmt).read
         if args.block_size and "block_size" in inspect.signature(reader).parameters:
             options["block_size"] = args.block_size
-    workload = load_trace(args.trace, fmt, **options)
+    workload = load_source(args.trace, fmt, **options)
     if args.policy is not None and workload.meta.get("needs_context_policy") is False:
         from workbench.context.policy import planned_file_message
         from workbench.errors import ConfigError

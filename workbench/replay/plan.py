@@ -14,6 +14,7 @@ from workbench.arrival.schedule import arrival_span, release_offsets_ms
 from workbench.config import RunConfig, parse_output_policy
 from workbench.context.policy import DEFAULT_POLICY, make_policy, plan_rounds
 from workbench.records import Round, Unit, Workload
+from workbench.workloads.trace_stats import ideal_prefix_hit_rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,9 @@ class Plan:
     units: tuple[UnitPlan, ...]
     policy: str | None
     block_size: int | None = None  # token size of one hash id block (Mooncake/Dynamo traces)
+    # the prefix hit rate of an infinite cache over this plan's workload, under the policy
+    # as configured (its options too): the manifest's ``ideal_prefix_hit_rate``
+    ideal_prefix_hit_rate: float = 0.0
 
     @property
     def n_rounds(self) -> int:
@@ -111,7 +115,8 @@ def build_plan(cfg: RunConfig, workload: Workload) -> Plan:
                 for r, p, o in zip(rounds, planned, outputs, strict=True)
             )
         units.append(UnitPlan(ordinal, unit, offset, plans))
-    return Plan(tuple(units), policy_name, workload.block_size)
+    ideal = ideal_prefix_hit_rate(workload, policy)
+    return Plan(tuple(units), policy_name, workload.block_size, ideal)
 
 
 def _output_lengths(rounds: tuple[Round, ...], kind: str, amount: int) -> list[int]:

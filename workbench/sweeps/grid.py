@@ -20,9 +20,9 @@ from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO
 from workbench.replay.loops import run_anywhere
 from workbench.replay.prepare import coerce_config
-from workbench.sweeps.runner import Progress, SweepRunner
 from workbench.sweeps.serve import SERVE_PREFIX, ServeSpec, run_server_points
 from workbench.sweeps.store import Sweep
+from workbench.sweeps.sweep_runner import Progress, SweepRunner
 
 SloSpec = SLO | Mapping[str, Any] | Sequence[str] | str | None
 
@@ -91,7 +91,7 @@ async def sweep_async(
     status = "running"
     if serve is not None:
         return await _serve_sweep(runner, entries, serve, base)
-    try:
+    with runner.ends_on_error():
         broken = 0
         step = parallel if virtual else 1
         for start in range(0, len(entries), step):
@@ -118,12 +118,6 @@ async def sweep_async(
                 break
         if status == "running":
             status = "completed"
-    except (asyncio.CancelledError, KeyboardInterrupt):
-        runner.finish("interrupted")
-        raise
-    except BaseException:
-        runner.finish("failed")
-        raise
     return runner.finish(status)
 
 
@@ -146,14 +140,8 @@ async def _serve_sweep(runner: SweepRunner, entries: list[dict[str, Any]], serve
     from workbench.backends.extras import resolve_headers
 
     headers = resolve_headers(base.backend.options.get("headers") or {})
-    try:
+    with runner.ends_on_error():
         failed = await run_server_points(runner, entries, serve, base.target.url, headers)
-    except (asyncio.CancelledError, KeyboardInterrupt):
-        runner.finish("interrupted")
-        raise
-    except BaseException:
-        runner.finish("failed")
-        raise
     runner.sweep.manifest["failed_points"] = failed
     return runner.finish("completed_with_failures" if failed else "completed")
 

@@ -34,7 +34,7 @@ from workbench.errors import ConfigError
 from workbench.signals import die_with_parent
 
 if TYPE_CHECKING:
-    from workbench.sweeps.runner import SweepRunner
+    from workbench.sweeps.sweep_runner import SweepRunner
 
 #: params of a server point are stored under this prefix in a sweep point's params
 SERVE_PREFIX = "serve."

@@ -1,7 +1,7 @@
 """Imports every built-in reader so it registers. Import order = sniffing order.
 
 Most specific first: canonical (exact header), dynamo, abench, trajectory,
-tracelab, mooncake, independent, session (the loosest CSV).
+tracelab, mooncake, independent, session_csv (the loosest CSV).
 """
 
 # ruff: noqa: I001  (import order is sniffing order, not alphabetical)
@@ -13,4 +13,4 @@ from workbench.traces import trajectory  # noqa: F401
 from workbench.traces import tracelab  # noqa: F401
 from workbench.traces import mooncake  # noqa: F401
 from workbench.traces import independent  # noqa: F401
-from workbench.traces import session  # noqa: F401
+from workbench.traces import session_csv  # noqa: F401

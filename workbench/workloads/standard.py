@@ -1,8 +1,8 @@
 """Standard workloads in one argument: ``--trace synthetic:KIND,key=value,...``.
 
 ``generate(text)`` turns the description into a ``Workload`` (no file, no separate
-``tracegen`` step); ``load_trace`` calls it for any path that starts with
-``synthetic:``, so ``replay``, ``simulate``, ``sweep``, ``stats``, ``--dry-run``,
+``tracegen`` step); ``load_source`` calls it for any path that starts with
+``synthetic:`` and ``load_trace`` for the others, so ``replay``, ``simulate``, ``sweep``, ``stats``, ``--dry-run``,
 ``RunConfig(trace.path=...)`` and the panel's trace field all take it. The kinds
 (docs/trace-formats.md, "Synthetic workloads"; ``STANDARD_HELP``):
 
@@ -10,7 +10,7 @@
 - ``shared-prefix``: ``groups`` system prompts, each shared by ``prompts`` requests
   (SGLang's generated-shared-prefix workload), built from block ids so the shared
   part is the same tokens on the wire and a prefix cache can hit it;
-- ``agentic``: sessions of rounds (``workbench.traces.synthetic``'s keys), or a
+- ``agentic``: sessions of rounds (``workbench.workloads.synthetic``'s keys), or a
   ``preset`` fitted to the bundled public coding-agent traces.
 
 Every kind draws its units' start times from an arrival process
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,9 @@ import numpy as np
 from workbench.arrival.processes import ArrivalProcess
 from workbench.errors import ConfigError
 from workbench.records import Round, Unit, Workload
-from workbench.traces.synthetic import (
+from workbench.traces.load import load_trace
+from workbench.traces.bounds import check_workload
+from workbench.workloads.synthetic import (
     SYNTHETIC_PREFIX,
     Distribution,
     SyntheticSpec,
@@ -116,6 +119,16 @@ class SharedPrefixSpec:
 
 def is_synthetic(path: object) -> bool:
     return isinstance(path, str) and path.startswith(SYNTHETIC_PREFIX)
+
+
+def load_source(path: str | Path, fmt: str = "auto", **options: Any) -> Workload:
+    """A ``synthetic:`` description drawn (``generate``, checked against the trace bounds),
+    anything else read by ``load_trace``."""
+    if not is_synthetic(path):
+        return load_trace(path, fmt, **options)
+    workload = generate(str(path))
+    check_workload(str(path), workload)
+    return workload
 
 
 def generate(text: str) -> Workload:

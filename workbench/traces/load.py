@@ -89,12 +89,6 @@ def load_trace(path: str | Path, fmt: str = "auto", **options: Any) -> Workload:
     example ``block_size`` and ``hash_rounding`` for Mooncake, ``tool_wait`` for
     TraceLab).
     """
-    if isinstance(path, str) and path.startswith("synthetic:"):
-        from workbench.traces.standard import generate
-
-        workload = generate(path)  # a standard workload drawn, not read (docs/trace-formats.md)
-        check_workload(path, workload)
-        return workload
     path = Path(path)
     detected = fmt == "auto"
     name = detect_format(path) if detected else FORMATS.canonical(fmt)
