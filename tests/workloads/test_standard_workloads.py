@@ -14,8 +14,8 @@ import pytest
 import workbench as wb
 from workbench.cli import main
 from workbench.errors import ConfigError
-from workbench.workloads.standard import load_source as load_trace
 from workbench.workloads.standard import PRESETS
+from workbench.workloads.standard import load_source as load_trace
 
 
 def lengths(text: str) -> tuple[np.ndarray, np.ndarray]:

@@ -2,8 +2,9 @@
 
 ``generate(text)`` turns the description into a ``Workload`` (no file, no separate
 ``tracegen`` step); ``load_source`` calls it for any path that starts with
-``synthetic:`` and ``load_trace`` for the others, so ``replay``, ``simulate``, ``sweep``, ``stats``, ``--dry-run``,
-``RunConfig(trace.path=...)`` and the panel's trace field all take it. The kinds
+``synthetic:`` and ``load_trace`` for the others, so ``replay``, ``simulate``,
+``sweep``, ``stats``, ``--dry-run``, ``RunConfig(trace.path=...)`` and the panel's
+trace field all take it. The kinds
 (docs/trace-formats.md, "Synthetic workloads"; ``STANDARD_HELP``):
 
 - ``random``: independent requests, input and output lengths from a ``DIST``;
@@ -32,8 +33,8 @@ import numpy as np
 from workbench.arrival.processes import ArrivalProcess
 from workbench.errors import ConfigError
 from workbench.records import Round, Unit, Workload
-from workbench.traces.load import load_trace
 from workbench.traces.bounds import check_workload
+from workbench.traces.load import load_trace
 from workbench.workloads.synthetic import (
     SYNTHETIC_PREFIX,
     Distribution,
