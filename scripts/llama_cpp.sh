@@ -4,6 +4,8 @@
 #   scripts/llama_cpp.sh setup            idempotent: sdist download, cmake build, tiny GGUF
 #   scripts/llama_cpp.sh start [-- ARGS]  start llama-server on 127.0.0.1:<free port>, wait until
 #                                         GET /health answers 200, write the state file
+#   scripts/llama_cpp.sh serve [-- ARGS]  llama-server in the foreground on $LLAMA_CPP_PORT (8080;
+#                                         a later --port in ARGS wins), for sweep --serve
 #   scripts/llama_cpp.sh stop             SIGTERM the server's process group (SIGKILL after 10 s)
 #   scripts/llama_cpp.sh status           print the state file; exit 0 only if the server answers
 #   scripts/llama_cpp.sh url              print the running server's base URL (exit 1 if none)
@@ -149,17 +151,9 @@ cmd_start() {
   rm -f "$STATE"
   local port="${LLAMA_CPP_PORT:-$(free_port)}"
   local url="http://127.0.0.1:$port"
-  local flags=(
-    -m "$MODEL" --alias "$MODEL_NAME" --host 127.0.0.1 --port "$port"
-    -c "$CTX" -np "$PARALLEL" -t "$THREADS" --metrics --slots --no-webui
-  )
-  [[ -n "$CACHE_RAM" ]] && flags+=(--cache-ram "$CACHE_RAM")
-  flags+=("$@")
+  build_flags "$port" "$@"
   log "starting llama-server on $url (log: $LOG)"
-  # LLAMA_ARG_* variables would silently override the flags above.
-  ( while IFS= read -r v; do unset "$v"; done < <(compgen -e | grep '^LLAMA_ARG_' || true)
-    exec setsid "$BIN" "${flags[@]}" </dev/null >"$LOG" 2>&1
-  ) &
+  ( exec_server setsid >"$LOG" 2>&1 ) &
   local pid=$!
   wait_ready "$pid" "$url" 0.5
   write_state "$url" "$pid" "$port" ctx="$CTX" parallel="$PARALLEL" -- "${flags[@]}"
@@ -168,6 +162,33 @@ cmd_start() {
 
 setup_status() {
   if [[ -f "$STAMP" ]] && binary_ok; then log "set up: $BIN"; else log "not set up ($HOME_DIR)"; fi
+}
+
+build_flags() {
+  # the server's flags on port $1, then the caller's: into the global array `flags`
+  local port="$1"; shift
+  flags=(
+    -m "$MODEL" --alias "$MODEL_NAME" --host 127.0.0.1 --port "$port"
+    -c "$CTX" -np "$PARALLEL" -t "$THREADS" --metrics --slots --no-webui
+  )
+  [[ -n "$CACHE_RAM" ]] && flags+=(--cache-ram "$CACHE_RAM")
+  flags+=("$@")
+}
+
+exec_server() {
+  # replace this (sub)shell with llama-server "${flags[@]}"; $1: a prefix command (setsid) or ""
+  # LLAMA_ARG_* variables would silently override the flags above.
+  while IFS= read -r v; do unset "$v"; done < <(compgen -e | grep '^LLAMA_ARG_' || true)
+  exec ${1:+"$1"} "$BIN" "${flags[@]}" </dev/null
+}
+
+cmd_serve() {
+  # llama-server in the foreground on LLAMA_CPP_PORT (8080; a later --port in ARGS wins),
+  # output to stdout/stderr: for a supervisor that owns its process group (sweep --serve)
+  [[ "${1:-}" == "--" ]] && shift
+  [[ -f "$STAMP" && -f "$MODEL" ]] && binary_ok || die "not set up; run: $0 setup"
+  build_flags "${LLAMA_CPP_PORT:-8080}" "$@"
+  exec_server ""
 }
 
 cmd_stop() { stop_server 10; }
@@ -192,9 +213,10 @@ TXT
 case "${1:-}" in
   setup) shift; cmd_setup "$@" ;;
   start) shift; cmd_start "$@" ;;
+  serve) shift; cmd_serve "$@" ;;
   stop) shift; cmd_stop ;;
   status) shift; cmd_status ;;
   url) shift; cmd_url ;;
   env) shift; cmd_env ;;
-  *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

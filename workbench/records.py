@@ -239,6 +239,7 @@ class RunManifest:
     target: dict[str, Any] | None = None
     preflight: Any = None
     cache_flush: dict[str, Any] | None = None
+    profile: dict[str, Any] | None = None  # backend.profile: the answers, the trace files
     block_size: int | None = None
     executor: dict[str, Any] | None = None  # a sharded run's split, epoch, clocks
     virtual_executor: dict[str, Any] | None = None

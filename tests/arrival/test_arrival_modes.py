@@ -38,7 +38,10 @@ def simulate_help(capsys: pytest.CaptureFixture[str]) -> str:
 def test_builtin_modes_declare_their_capabilities() -> None:
     caps = {n: (MODES.get(n).takes_rate, MODES.get(n).closed_loop) for n in MODES.names()}
     assert caps == {"trace-timed": (True, False), "saturated": (False, False),
-                    "closed-loop": (False, True)}  # fmt: skip
+                    "closed-loop": (False, True), "poisson": (True, False),
+                    "gamma": (True, False), "constant": (True, False)}  # fmt: skip
+    assert [n for n in MODES.names() if MODES.get(n).process] == ["poisson", "gamma",
+                                                                   "constant"]
 
 
 def test_a_registered_mode_is_accepted_listed_and_planned(capsys) -> None:

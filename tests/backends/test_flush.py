@@ -84,3 +84,28 @@ async def test_a_run_flushes_with_its_own_credentials_from_the_target_url(tmp_pa
     })  # fmt: skip
     assert auth == ["Basic " + base64.b64encode(b"user:s3cret").decode()]
     assert result.manifest["cache_flush"]["ok"] is True
+
+
+async def test_the_reset_carries_the_users_headers(tmp_path, loopback):
+    """A gateway that routes or authorizes on a header of the user's (``--header``) sees
+    it on the reset too, not only on the requests (the reset reached no server before)."""
+    import workbench as wb
+
+    seen: list[dict[str, str]] = []
+
+    async def reset(request: web.Request) -> web.Response:
+        seen.append(dict(request.headers))
+        return web.json_response({"success": True})
+
+    url = await loopback([web.post("/reset_prefix_cache", reset)])
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,arrival_time,input_len,output_len\n0,0,8,1\n")
+    result = await wb.run_async({
+        "trace": {"path": str(trace), "format": "independent"},
+        "target": url,
+        "backend": {"name": "openai", "preflight": False, "flush_cache": True,
+                    "scrape_interval_s": None,
+                    "options": {"headers": {"x-route-to": "pool-b"}}},
+    })  # fmt: skip
+    assert [h.get("x-route-to") for h in seen] == ["pool-b"]
+    assert result.manifest["cache_flush"]["ok"] is True

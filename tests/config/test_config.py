@@ -71,7 +71,8 @@ def test_policy_rejected_for_independent_and_hash_id_traces():
 def test_available_lists_every_axis():
     names = available()
     assert "prefix-preserving" in names["context_policies"]
-    assert names["arrival_modes"] == ["trace-timed", "saturated", "closed-loop"]
+    assert names["arrival_modes"] == ["trace-timed", "saturated", "closed-loop", "poisson",
+                                      "gamma", "constant"]
 
 
 def test_replace_dotted():

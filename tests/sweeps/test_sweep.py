@@ -272,8 +272,8 @@ def test_sweep_plots_draw_each_sweep_with_slo_line_and_knee(two_sweeps: list[str
     cache = wb.sweep_plot(two_sweeps, "cache")
     assert [a.get_title() for a in cache.axes] == ["Prefix-cache hits against load",
                                                    "Preemptions against load"]
-    with pytest.raises(ValueError, match="valid: latency, goodput, cache"):
-        wb.sweep_plot(two_sweeps, "pareto")
+    with pytest.raises(ValueError, match="valid: latency, goodput, cache, pareto"):
+        wb.sweep_plot(two_sweeps, "violin")
 
 
 @pytest.mark.slow
@@ -291,7 +291,7 @@ def test_report_renders_two_sweeps_side_by_side(two_sweeps: list[str], tmp_path:
                     "Prefix cache and preemptions against load"):
         assert heading in text
     assert "default engine" in text and "2x engine" in text
-    assert len(glob.glob(str(tmp_path / "sw" / "figures" / "*.png"))) == 3
+    assert len(glob.glob(str(tmp_path / "sw" / "figures" / "*.png"))) == 4  # and pareto
     points = glob.glob(str(tmp_path / "sw" / "tables" / "sweep_points*.csv"))
     assert points and len(Path(points[0]).read_text().splitlines()) == 1 + 6
 

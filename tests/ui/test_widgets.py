@@ -195,6 +195,9 @@ def test_input_is_checked_as_typed_with_the_configs_own_messages(tmp_path: Path)
     c.trace_choice.value = OWN_FILE
     c.trace_path.value = str(tmp_path / "missing.csv")
     assert "no such file" in p.check.value and p.run_button.disabled
+    c.trace_path.value = "synthetic:random,requests=8"  # a standard workload, no file
+    assert p.check.value == "" and not p.run_button.disabled
+    assert p.config().trace.path == "synthetic:random,requests=8"
     c.trace_path.value = str(data_path(DEMO))  # any path is accepted
     assert p.check.value == ""
     cfg = p.config()

@@ -30,6 +30,9 @@ class ArrivalMode:
     description: str = ""
     takes_rate: bool = False
     closed_loop: bool = False
+    #: draws the units' starts from an arrival process (``workbench.arrival.processes``):
+    #: the release then reads the process's parameters (burstiness, ramp-up) and the seed
+    process: bool = False
 
 
 MODES: Registry[ArrivalMode] = Registry("arrival mode")
@@ -41,12 +44,13 @@ def register_mode(
     description: str = "",
     takes_rate: bool = False,
     closed_loop: bool = False,
+    process: bool = False,
     aliases: tuple[str, ...] = (),
 ) -> Callable[[Release], Release]:
     """Decorator for a release function ``release(units, rate) -> offsets_ms``."""
 
     def deco(release: Release) -> Release:
-        mode = ArrivalMode(name, release, description, takes_rate, closed_loop)
+        mode = ArrivalMode(name, release, description, takes_rate, closed_loop, process)
         MODES.add(name, mode, *aliases)
         return release
 

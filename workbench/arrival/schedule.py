@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from workbench.arrival.modes import MODES, register_mode
+from workbench.arrival.processes import PROCESSES, ArrivalProcess
 from workbench.arrival.rate import rescale_to_rate
 from workbench.records import Unit
 
@@ -13,8 +14,12 @@ from workbench.records import Unit
 ARRIVAL_SPAN_WARN_MS = 86_400_000.0
 
 
-def release_offsets_ms(units: tuple[Unit, ...], mode: str, rate: float | None) -> list[float]:
-    """The release offset of every unit under arrival mode ``mode`` (``MODES``)."""
+def release_offsets_ms(units: tuple[Unit, ...], mode: str, rate: float | None,
+                       process: ArrivalProcess | None = None, seed: int = 0) -> list[float]:
+    """The release offset of every unit under arrival mode ``mode`` (``MODES``); a process
+    mode draws them from ``process`` (its burstiness and ramp-up) with ``seed``."""
+    if MODES.get(mode).process and process is not None:
+        return process.offsets_ms(len(units), seed)
     return MODES.get(mode).release(units, rate)
 
 
@@ -39,6 +44,21 @@ register_mode(
     "closed-loop", closed_loop=True,
     description="max_concurrency units active; a finishing unit admits the next",
 )(at_once)
+
+
+def _process_release(kind: str) -> None:
+    def release(units: tuple[Unit, ...], rate: float | None) -> list[float]:
+        """The process at ``rate`` with its defaults (burstiness 1, no ramp), seed 0."""
+        return ArrivalProcess(kind, rate).check().offsets_ms(len(units), 0)
+
+    text = {"poisson": "exponential gaps at arrival.rate (replaces the trace's timeline)",
+            "gamma": "gamma gaps at arrival.rate, shape arrival.burstiness (CV 1/sqrt(b))",
+            "constant": "one unit every 1/arrival.rate s"}[kind]
+    register_mode(kind, takes_rate=True, process=True, description=text)(release)
+
+
+for _kind in PROCESSES:
+    _process_release(_kind)
 
 
 def arrival_span(arrivals_ms: Sequence[float]) -> dict[str, Any]:

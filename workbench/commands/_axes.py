@@ -22,7 +22,14 @@ def add_axis_arguments(p: argparse.ArgumentParser) -> None:
                    help="first rounds reuse a shared prefix pool keyed by provider/model/project")
     p.add_argument("--max-model-len", type=int, help="context guard: skip rounds that overflow")
     p.add_argument("--arrival", help=" | ".join(MODES.names()))
-    p.add_argument("--rate", type=float, help="rescale trace arrivals to R units/s")
+    p.add_argument("--rate", type=float, help="rescale trace arrivals to R units/s (modes "
+                   "poisson, gamma, constant: draw arrivals at R units/s)")
+    p.add_argument("--burstiness", type=float,
+                   help="--arrival gamma: shape of the gaps (1: poisson; < 1 burstier)")
+    p.add_argument("--ramp-up-strategy", choices=["linear", "exponential"],
+                   help="arrival processes: ramp the rate over the units (no --rate)")
+    p.add_argument("--ramp-up-start-rps", type=float, help="ramp-up: rate of the first unit")
+    p.add_argument("--ramp-up-end-rps", type=float, help="ramp-up: rate of the last unit")
     p.add_argument("--max-concurrency", type=int, help="units (sessions) active at once")
     p.add_argument("--duration", type=float, dest="duration_s", help="closed-loop duration (s)")
     p.add_argument("--warmup", type=int, help="warm-up sessions (≤3 rounds each, excluded)")
@@ -40,6 +47,11 @@ def add_axis_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token-salt", help="salt every synthetic token ('run': the run id) so "
                                         "runs share no cached prefix on a server that "
                                         "cannot flush")
+    p.add_argument("--profile", action="store_true", default=None,
+                   help="start the engine's profiler before the measured requests and stop "
+                        "it after (vLLM started with --profiler-config, SGLang)")
+    p.add_argument("--profile-dir", help="--profile: the server's trace directory (vLLM: its "
+                                        "torch_profiler_dir; SGLang: sent as output_dir)")
     p.add_argument("--config", help="YAML/JSON RunConfig file; flags override it")
     p.add_argument("-o", "--out", dest="out_dir", help="parent folder of the run directory")
     p.add_argument("--run-id", help="name of the run directory (default: timestamped)")
@@ -137,11 +149,14 @@ _AXIS_FLAGS = {
                 "max_model_len": "max_model_len"},
     "arrival": {
         "arrival": "mode", "rate": "rate", "max_concurrency": "max_concurrency",
+        "burstiness": "burstiness", "ramp_up_strategy": "ramp_up_strategy",
+        "ramp_up_start_rps": "ramp_up_start_rps", "ramp_up_end_rps": "ramp_up_end_rps",
         "duration_s": "duration_s", "warmup": "warmup", "tool_wait_scale": "tool_wait_scale",
         "output_len": "output_len", "request_timeout": "request_timeout_s",
         "stream_idle_timeout": "stream_idle_timeout_s",
     },
     "backend": {"backend": "name", "flush_cache": "flush_cache", "token_salt": "token_salt",
+                "profile": "profile", "profile_dir": "profile_dir",
                 "metrics_url": "metrics_urls", "metrics_series": "metrics_series"},
 }
 

@@ -64,16 +64,21 @@ def _block_size(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.traces.load import FORMATS, available_formats, detect_format, load_trace
+    from workbench.traces.load import FORMATS, available_formats, detect_format
+    from workbench.workloads.standard import load_source
     from workbench.workloads.trace_stats import trace_stats
 
     available_formats()  # registers the built-in readers before names are resolved
-    fmt = detect_format(args.trace) if args.format == "auto" else FORMATS.canonical(args.format)
     options: dict[str, Any] = {}
-    reader = FORMATS.get(fmt).read
-    if args.block_size and "block_size" in inspect.signature(reader).parameters:
-        options["block_size"] = args.block_size
-    workload = load_trace(args.trace, fmt, **options)
+    if args.trace.startswith("synthetic:"):  # a standard workload, drawn (no format)
+        fmt = "synthetic"
+    else:
+        fmt = detect_format(args.trace) if args.format == "auto" else FORMATS.canonical(
+            args.format)
+        reader = FORMATS.get(fmt).read
+        if args.block_size and "block_size" in inspect.signature(reader).parameters:
+            options["block_size"] = args.block_size
+    workload = load_source(args.trace, fmt, **options)
     if args.policy is not None and workload.meta.get("needs_context_policy") is False:
         from workbench.context.policy import planned_file_message
         from workbench.errors import ConfigError

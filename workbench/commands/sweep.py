@@ -52,6 +52,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tolerance", type=float, help="capacity search: bracket width to stop at")
     g.add_argument("--grow", type=float, default=2.0, help="capacity search: bracket growth")
     g.add_argument("--max-probes", type=int, default=24, help="capacity search: probe budget")
+    v = p.add_argument_group("server configurations (docs/sweeps.md, 'Server sweeps')")
+    v.add_argument("--serve", metavar="'CMD ... {param} ...'",
+                   help="start this server per server point (in its own process group, "
+                        "stopped after its client points); it must serve --target")
+    v.add_argument("--serve-over", action="append", default=[], metavar="PARAM=V1,V2,...",
+                   help="a server parameter and its values (repeatable: every combination)")
+    v.add_argument("--serve-ready-timeout", type=float, default=600.0, metavar="S",
+                   help="seconds a server may take to answer /health or /v1/models (600)")
+    v.add_argument("--serve-grace", type=float, default=20.0, metavar="S",
+                   help="seconds between SIGTERM and SIGKILL of a server's group (20)")
     s = p.add_argument_group("how")
     s.add_argument("--repeats", type=int, default=1, help="runs per point (default 1)")
     s.add_argument("--stop-margin", type=float,
@@ -64,6 +74,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="virtual time: points run in this many processes at once")
     s.add_argument("--sweep-id", help="sweep directory name (same name again: resume)")
     s.add_argument("--label", help="label of the sweep in plots and reports")
+    s.add_argument("--gpus", type=int, help="GPUs per server instance: the Pareto plot shows "
+                                            "output tokens/s per GPU")
 
 
 def _value(text: str) -> Any:
@@ -107,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
               "sweep_id": args.sweep_id, "label": args.label,
               "progress": lambda text: print(text, file=sys.stderr, flush=True)}
     slo = [b for b in args.slo if is_sweep_bound(b)] or None
+    serve = _serve(args)
     if args.capacity:
         if args.lo is None or args.hi is None or args.tolerance is None:
             raise ConfigError("--capacity needs --lo, --hi and --tolerance")
@@ -121,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("give the points: --over PATH=V1,V2 (repeatable) or --points JSON")
         over = parse_over(args.over) if args.over else _points(args.points)
         result = wb.sweep(cfg, over, slo=slo, stop_margin=args.stop_margin,
-                          stop_after=args.stop_after, parallel=args.parallel, **common)
+                          stop_after=args.stop_after, parallel=args.parallel,
+                          serve=serve, gpus=args.gpus, **common)
     from workbench.report.headline import sweeps_headline
 
     print(sweeps_headline({result.label: result}))  # the capacity sentence, on top
@@ -132,8 +146,39 @@ def run(args: argparse.Namespace) -> int:
         c = result.capacity
         print(f"capacity: {c['axis']} = {c['value']} ({c['status']}, bracket {c['bracket']}, "
               f"tolerance {c['tolerance']})")
+    if any(p.get("status") == "done" for p in result.points):
+        from workbench.report.pareto import best_sentence
+
+        print(best_sentence(result))
     print(f"sweep directory: {result.sweep_dir}")
-    return 0
+    return _failures(result)
+
+
+def _serve(args: argparse.Namespace) -> Any:
+    from workbench.errors import ConfigError
+    from workbench.sweeps.serve import ServeSpec
+
+    if args.serve is None:
+        if args.serve_over:
+            raise ConfigError("--serve-over needs --serve 'CMD ... {param} ...'")
+        return None
+    if args.capacity:
+        raise ConfigError("--serve runs a grid (--over or --points), not --capacity")
+    over = parse_over(args.serve_over)
+    return ServeSpec(args.serve, over, args.serve_ready_timeout, args.serve_grace).check()
+
+
+def _failures(result: Any) -> int:
+    """Exit 1 (``ExitCode.FAILED``) when a point failed (its server did not serve it)."""
+    from workbench.errors import ExitCode
+
+    failed = [p for p in result.points if p.get("status") == "failed"]
+    for p in failed:
+        f = p.get("failure") or {}
+        print(f"point {p['index']} ({p['label']}) failed: {f.get('reason')}", file=sys.stderr)
+        if f.get("log_tail"):
+            print("  " + f["log_tail"][-1500:].replace("\n", "\n  "), file=sys.stderr)
+    return ExitCode.FAILED if failed else ExitCode.COMPLETED
 
 
 def _table(result: Any) -> str:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from workbench.arrival import MODES, ArrivalMode
 from workbench.arrival.modes import modes_with
+from workbench.arrival.processes import ArrivalProcess
 from workbench.errors import ConfigError
 from workbench.records import Workload
 
@@ -80,6 +81,13 @@ class ArrivalSpec:
 
     mode: str = "trace-timed"
     rate: float | None = None
+    # arrival processes (modes poisson, gamma, constant; docs/arrival.md "Arrival processes"):
+    # gamma's shape, and a ramp of the rate from start to end over the units (vLLM's
+    # --burstiness, --ramp-up-strategy, --ramp-up-start-rps, --ramp-up-end-rps)
+    burstiness: float = 1.0
+    ramp_up_strategy: str | None = None
+    ramp_up_start_rps: float | None = None
+    ramp_up_end_rps: float | None = None
     max_concurrency: int | None = None
     duration_s: float | None = None
     drain: str = "finish"  # closed-loop at the deadline: "finish" or "truncate" sessions
@@ -120,6 +128,10 @@ class BackendSpec:
     options: dict[str, Any] = field(default_factory=dict)
     flush_cache: bool | Literal["auto"] = "auto"
     token_salt: str | None = None
+    # start/stop the engine's profiler around the warm-up and measured requests (vLLM,
+    # SGLang: workbench.backends.profile); profile_dir: where the server writes traces
+    profile: bool = False
+    profile_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -317,6 +329,7 @@ class RunConfig:
                 f"arrival.rate rescales trace arrivals and cannot be used with mode "
                 f"{a.mode!r}; drop rate or use mode {modes_with('takes_rate')}"
             )
+        self._check_process()
         if mode.closed_loop and not a.max_concurrency:
             raise ConfigError(f"arrival.mode {a.mode!r} needs max_concurrency (sessions active)")
         if a.duration_s is not None and not mode.closed_loop:
@@ -327,6 +340,12 @@ class RunConfig:
             raise ConfigError(f"arrival.drain must be 'finish' or 'truncate', got {a.drain!r}")
         parse_output_policy(a.output_len)
         BACKENDS.canonical(self.backend.name)
+        if self.backend.profile_dir is not None and not self.backend.profile:
+            raise ConfigError("backend.profile_dir is where the profiler's traces go: set "
+                              "backend.profile true (--profile) too")
+        if self.backend.profile and self.executor.kind == "ray":
+            raise ConfigError("backend.profile runs with executor.kind local or processes "
+                              "(the Ray executor has no hook around its measured window)")
         if self.backend.token_salt == "":
             raise ConfigError(  # an empty salt would salt nothing: the run is not isolated
                 f"backend.token_salt {self.backend.token_salt!r} is empty, which salts "
@@ -536,6 +555,27 @@ class RunConfig:
             f"executor.keep_records 'auto': {n_requests} requests > {limit} "
             "(KEEP_RECORDS_AUTO_MAX); records are on disk only"
         )
+
+    def arrival_process(self) -> ArrivalProcess | None:
+        """The arrival process of a process mode (``poisson``, ``gamma``, ``constant``), else
+        None."""
+        a = self.arrival
+        if not self.arrival_mode.process:
+            return None
+        return ArrivalProcess(a.mode, a.rate, a.burstiness, a.ramp_up_strategy,
+                              a.ramp_up_start_rps, a.ramp_up_end_rps)
+
+    def _check_process(self) -> None:
+        a = self.arrival
+        process = self.arrival_process()
+        if process is not None:
+            process.check()
+        elif (a.burstiness != 1.0 or a.ramp_up_strategy is not None
+              or a.ramp_up_start_rps is not None or a.ramp_up_end_rps is not None):
+            raise ConfigError(
+                f"arrival.burstiness and arrival.ramp_up_* shape an arrival process: use mode "
+                f"{modes_with('process')} (mode {a.mode!r} draws no arrivals)"
+            )
 
     @property
     def arrival_mode(self) -> ArrivalMode:

@@ -96,7 +96,8 @@ def build_plan(cfg: RunConfig, workload: Workload) -> Plan:
     policy_name = effective_policy(cfg, workload)
     policy = make_policy(policy_name or DEFAULT_POLICY, cfg.context.options)
     kind, amount = parse_output_policy(cfg.arrival.output_len)
-    offsets = release_offsets_ms(workload.units, cfg.arrival.mode, cfg.arrival.rate)
+    offsets = release_offsets_ms(workload.units, cfg.arrival.mode, cfg.arrival.rate,
+                                 cfg.arrival_process(), cfg.seed)
     units = []
     for ordinal, (unit, offset) in enumerate(zip(workload.units, offsets, strict=True)):
         rounds = unit.rounds

@@ -67,11 +67,12 @@ def coerce_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
 
 
 def load_workload(cfg: RunConfig) -> Workload:
-    from workbench.traces.load import load_trace
+    from workbench.workloads.standard import load_source
 
     if not cfg.trace.path:
         raise ConfigError("trace.path is empty: say which trace file to replay")
-    workload = load_trace(cfg.trace.path, cfg.trace.format, **cfg.trace.options)
+    # a file, or a synthetic: description drawn (docs/trace-formats.md)
+    workload = load_source(cfg.trace.path, cfg.trace.format, **cfg.trace.options)
     if cfg.trace.max_items is not None:
         workload = workload.head(cfg.trace.max_items)
     cfg.check_workload(workload)
@@ -89,6 +90,13 @@ def file_sha256(path: str) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def trace_sha256(workload: Workload) -> str | None:
+    """The trace file's sha256; a synthetic workload's is its description's."""
+    if "generator" in workload.meta:
+        return hashlib.sha256(workload.source.encode()).hexdigest()
+    return file_sha256(workload.source) if workload.source else None
 
 
 def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -> RunManifest:
@@ -111,9 +119,12 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
         trace={
             "path": workload.source,
             "format": workload.fmt,
-            "sha256": file_sha256(workload.source) if workload.source else None,
+            "sha256": trace_sha256(workload),
             "units": len(workload.units),
             "rounds": workload.n_rounds,
+            # a synthetic workload: its kind, parameters, seed and arrival process
+            **({"generator": workload.meta["generator"]}
+               if "generator" in workload.meta else {}),
         },
         policy=plan.policy,
         plan=plan.totals(),

@@ -116,6 +116,7 @@ class RecordSinks:
         self.done = 0  # measured requests ended (warm-up excluded)
         self.skipped = 0
         self.write_error: OutputWriteError | None = None  # the first failed write
+        self.profiler: Any = None  # backend.profile: started before the measured requests
         self.on_stop: Callable[[], Any] = lambda: None
         # executor.keep_records False, or "auto" over a large plan: records live on disk
         # only (memory flat in the run's size); the manifest says which and why
@@ -230,7 +231,10 @@ class ReplaySession(RecordSinks):
                 # the URL that is stored: no user:password@, no query value (redact.safe_url)
                 self.manifest.target = {**target, "base_url": redact.safe_url(target["base_url"])}
                 self.tell("running")
-                await self.executor.play(self, target, halt)
+                try:
+                    await self.executor.play(self, target, halt)
+                finally:
+                    await self.stop_profile()
             status = "cancelled" if self.cancelled else self._completion()
         except (asyncio.CancelledError, KeyboardInterrupt):
             status = "cancelled"
@@ -284,7 +288,34 @@ class ReplaySession(RecordSinks):
     async def flush_cache(self, transport: Transport, target: dict[str, Any]) -> None:
         """``backend.flush_cache``: reset the server's prefix cache after the preflight
         (which fills it) and before the warm-up and the measured requests; the
-        manifest's ``cache_flush`` says what was done (docs/cache-isolation.md)."""
+        manifest's ``cache_flush`` says what was done (docs/cache-isolation.md). Then,
+        with ``backend.profile``, start the engine's profiler (``stop_profile`` ends it)."""
+        from workbench.backends.extras import resolve_headers
+
+        # the user's --header values (a gateway's routing or auth header) and the run's own
+        # credentials (URL or key): the reset reaches the server the requests reach
+        user = resolve_headers(self.cfg.backend.options.get("headers") or {})
+        headers = {**user, **transport.auth_headers()}
+        await self._flush(target, headers)
+        if self.cfg.backend.profile:
+            from workbench.backends.profile import Profiler
+
+            self.profiler = Profiler(target["base_url"], self.cfg.backend.name, headers,
+                                     self.cfg.backend.profile_dir)
+            try:
+                await self.profiler.start()
+            finally:
+                self.manifest.profile = redact.obj(self.profiler.info)
+
+    async def stop_profile(self) -> None:
+        """Stop the profiler started before the measured requests; the manifest's ``profile``
+        says what the server answered and where the trace went."""
+        profiler, self.profiler = self.profiler, None
+        if profiler is not None and profiler.started_at is not None:
+            self.manifest.profile = info = redact.obj(await profiler.stop())
+            log.info("profile: %s", info.get("where"))
+
+    async def _flush(self, target: dict[str, Any], headers: dict[str, str]) -> None:
         from workbench.backends.flush import NOT_ASKED, FlushOutcome, flush_prefix_cache
 
         mode = self.cfg.backend.flush_cache
@@ -292,10 +323,8 @@ class ReplaySession(RecordSinks):
             skipped = FlushOutcome(detail=NOT_ASKED).to_dict()
             self.manifest.cache_flush = {"mode": False, **skipped}
             return
-
         outcome = await flush_prefix_cache(
-            target["base_url"], backend=self.cfg.backend.name,
-            headers=transport.auth_headers(),  # the run's own credentials (URL or key)
+            target["base_url"], backend=self.cfg.backend.name, headers=headers,
         )  # fmt: skip
         # the server's answer may echo the request's headers: redacted before it is kept
         self.manifest.cache_flush = redact.obj({"mode": mode, **outcome.to_dict()})

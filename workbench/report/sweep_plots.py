@@ -12,7 +12,10 @@ the same axes. Kinds:
   as a grey line when the axis is ``arrival.rate`` — so delivered below offered is
   seen, not hidden — and the capacity as a dashed vertical line, stated in the
   title (``headline.capacity_sentence``);
-- ``cache``: prefix-cache hit rate and preemptions against the offered load.
+- ``cache``: prefix-cache hit rate and preemptions against the offered load;
+- ``pareto``: output tokens/s per user against per instance (per GPU with
+  ``gpus=``), points labelled by configuration, the frontier drawn
+  (``workbench.report.pareto``).
 
 Every line is drawn in load order (sorted by the swept value, not in the order the
 points ran: a capacity search probes 1, 40, 20, 30, 25, 27), and each sweep keeps one
@@ -39,7 +42,7 @@ from workbench.metrics.catalog import SCALAR_LATENCY
 from workbench.report.plots import LATENCY_NAMES, _new
 from workbench.sweeps.store import Sweep, load_sweep
 
-SWEEP_KINDS = ("latency", "goodput", "cache")
+SWEEP_KINDS = ("latency", "goodput", "cache", "pareto")
 THROUGHPUT = "request_throughput_rps"
 
 
@@ -253,7 +256,8 @@ def _cache(sweeps: dict[str, Sweep]) -> Figure:
 
 
 def sweep_plot(data: Any, kind: str = "latency", **options: Any) -> Figure:
-    """Draw ``kind`` (``latency``, ``goodput``, ``cache``) for one or more sweeps."""
+    """Draw ``kind`` (``latency``, ``goodput``, ``cache``, ``pareto``) for one or more
+    sweeps; ``options``: ``stat`` (latency), ``gpus`` (pareto)."""
     sweeps = as_sweeps(data)
     if kind == "latency":
         fig = _latency(sweeps, **options)
@@ -261,6 +265,10 @@ def sweep_plot(data: Any, kind: str = "latency", **options: Any) -> Figure:
         fig = _goodput(sweeps)
     elif kind == "cache":
         fig = _cache(sweeps)
+    elif kind == "pareto":
+        from workbench.report.pareto import pareto_plot
+
+        fig = pareto_plot(sweeps, **options)
     else:
         raise ValueError(f"unknown sweep plot kind {kind!r}; valid: {', '.join(SWEEP_KINDS)}")
     fig.set_label(f"sweep_{kind}")

@@ -21,10 +21,12 @@ import asyncio
 import itertools
 import json
 import logging
+import os
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -45,6 +47,9 @@ from workbench.tokenizer import get_tokenizer
 log = logging.getLogger(__name__)
 
 DEBUG_LOG_SIZE = 10_000
+#: set to a directory, the engine serves POST /start_profile and /stop_profile and writes the
+#: requests it answered in between there as one JSON file (docs/real-engines.md, "Profiling")
+PROFILE_DIR_ENV = "WORKBENCH_SIM_PROFILE_DIR"
 MAX_BODY_BYTES = 64 * 2**20
 OVERRUN_FLUSH_EVENTS = 16  # overrun faults: events per write
 MAX_REQUEST_ID = 512  # characters; a longer id is refused with a 400
@@ -94,6 +99,12 @@ class SimServer:
         workers = engine.workers if isinstance(engine, Cluster) else [engine]
         self._gpu_registry = make_gpu_registry([w.stats for w in workers])
         self.debug_log: deque[Json] = deque(maxlen=DEBUG_LOG_SIZE)
+        # the engine's "profiler", served as vLLM serves its own: only when a directory is
+        # set (PROFILE_DIR_ENV, as vLLM's VLLM_TORCH_PROFILER_DIR), 404 otherwise
+        self.profile_dir = os.environ.get(PROFILE_DIR_ENV) or None
+        self._profile_from: int | None = None  # requests answered when the profile started
+        self._profile_started = 0.0
+        self._answered = 0
         # long contexts: 131k token ids as JSON pass 1 MiB, aiohttp's default body limit
         self.app = web.Application(client_max_size=MAX_BODY_BYTES)
         self.app.add_routes(self._routes())
@@ -117,7 +128,26 @@ class SimServer:
             web.post("/reset_prefix_cache", self._reset),
             web.post("/flush_cache", self._reset),
             web.get("/debug/requests", self._debug),
+            *([web.post("/start_profile", self._start_profile),
+               web.post("/stop_profile", self._stop_profile)] if self.profile_dir else []),
         ]
+
+    async def _start_profile(self, request: web.Request) -> web.Response:
+        self._profile_from, self._profile_started = self._answered, now_s()
+        return web.Response(status=200)
+
+    async def _stop_profile(self, request: web.Request) -> web.Response:
+        """Write the requests answered since the start as one JSON trace in the directory."""
+        if self._profile_from is None:
+            return _json(WireError(409, "the profiler is not running").body(), 409)
+        n = min(self._answered - self._profile_from, len(self.debug_log))
+        rows = list(self.debug_log)[len(self.debug_log) - n:]
+        self._profile_from = None
+        path = Path(self.profile_dir or ".") / f"sim-profile-{os.getpid()}-{now_s()}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(_dumps({"started_at": self._profile_started, "stopped_at": now_s(),
+                                 "requests": rows}))
+        return web.Response(status=200)
 
     async def _models(self, request: web.Request) -> web.Response:
         cfg = self.config
@@ -220,6 +250,7 @@ class SimServer:
             if not ereq.finished:
                 ereq.abort()  # client gone (handler cancelled) or fault: free the blocks
             self.debug_log.append(_finish_entry(entry, ereq))
+            self._answered += 1
 
     async def _stream(
         self, request: web.Request, encoder: WireEncoder, ereq: AnyRequest, entry: Json,

@@ -20,6 +20,7 @@ from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO
 from workbench.replay.loops import run_anywhere
 from workbench.replay.prepare import coerce_config
+from workbench.sweeps.serve import SERVE_PREFIX, ServeSpec, run_server_points
 from workbench.sweeps.store import Sweep
 from workbench.sweeps.sweep_runner import Progress, SweepRunner
 
@@ -46,6 +47,8 @@ async def sweep_async(
     sweep_id: str | None = None,
     label: str | None = None,
     progress: Progress | None = None,
+    serve: ServeSpec | None = None,
+    gpus: int | None = None,
 ) -> Sweep:
     """Run ``cfg`` at every point of ``over`` into ``out_dir/sweep_id`` and return the sweep.
 
@@ -55,7 +58,10 @@ async def sweep_async(
     ``slo``: percentile bounds (``"ttft_ms:p90<=2000,tpot_ms:p90<=50,ok>=0.99"``).
     ``virtual``: run each point through ``simulate`` (``parallel`` worker
     processes). Calling again with the same ``sweep_id`` resumes: repeats on disk
-    are kept, the rest run.
+    are kept, the rest run. ``serve``: start a server per server point and run the
+    client points against it (``workbench.sweeps.serve``; ``cfg``'s target URL is
+    where it answers); a point its server could not serve is ``failed``. ``gpus``: GPUs
+    per instance, recorded for the Pareto plot's per-GPU throughput.
     """
     base = coerce_config(cfg)
     slo_obj = SLO.parse(slo)
@@ -64,16 +70,27 @@ async def sweep_async(
     if stop_after < 1:
         raise ConfigError(f"stop_after must be >= 1, got {stop_after}")
     points = spec_mod.expand(over)
+    extra: dict[str, Any] = {}
+    if serve is not None:
+        points = _serve_points(base, serve, points, stop_margin, virtual)
+        extra["serve"] = serve.describe()
     runner = SweepRunner(
         base, kind="grid",
-        spec={"points": points, "stop_margin": stop_margin, "stop_after": stop_after},
+        spec={"points": points, "stop_margin": stop_margin, "stop_after": stop_after,
+              **extra},
         axes=list(points[0]), repeats=repeats, slo=slo_obj, virtual=virtual, parallel=parallel,
         out_dir=out_dir, sweep_id=sweep_id, label=label, progress=progress,
     )
+    if gpus is not None:
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+            raise ConfigError(f"gpus must be an integer >= 1, got {gpus!r}")
+        runner.sweep.manifest["gpus"] = gpus
     entries = [runner.entry(p) for p in points]
     runner.check(entries)
     runner.save()  # every point is listed (pending) before the first run
     status = "running"
+    if serve is not None:
+        return await _serve_sweep(runner, entries, serve, base)
     with runner.ends_on_error():
         broken = 0
         step = parallel if virtual else 1
@@ -102,6 +119,31 @@ async def sweep_async(
         if status == "running":
             status = "completed"
     return runner.finish(status)
+
+
+def _serve_points(base: RunConfig, serve: ServeSpec, points: list[spec_mod.Point],
+                  stop_margin: float | None, virtual: bool) -> list[spec_mod.Point]:
+    """Every server point × every client point, the server's values first."""
+    serve.check()
+    if base.target.is_sim or virtual:
+        raise ConfigError("--serve starts a server: give --target http://127.0.0.1:PORT, the "
+                          "URL the command serves on (not 'sim', not --virtual)")
+    if stop_margin is not None:
+        raise ConfigError("--stop-margin does not combine with --serve (a broken SLO on one "
+                          "server says nothing of the next)")
+    return [{**{SERVE_PREFIX + k: v for k, v in s.items()}, **p}
+            for s in serve.points() for p in points]
+
+
+async def _serve_sweep(runner: SweepRunner, entries: list[dict[str, Any]], serve: ServeSpec,
+                       base: RunConfig) -> Sweep:
+    from workbench.backends.extras import resolve_headers
+
+    headers = resolve_headers(base.backend.options.get("headers") or {})
+    with runner.ends_on_error():
+        failed = await run_server_points(runner, entries, serve, base.target.url, headers)
+    runner.sweep.manifest["failed_points"] = failed
+    return runner.finish("completed_with_failures" if failed else "completed")
 
 
 def run_sync(coro: Any) -> Any:

@@ -87,6 +87,8 @@ def apply(cfg: RunConfig, point: Mapping[str, Any]) -> RunConfig:
     """``cfg`` with the point's values set (checked as a whole RunConfig)."""
     d = cfg.to_dict()
     for path, value in point.items():
+        if path.startswith("serve."):  # the server's own parameter (sweeps/serve.py)
+            continue
         parts = path.split(".")
         node = d
         for key in parts[:-1]:

@@ -228,6 +228,8 @@ class Controls:
         path = self.trace()
         if not path:
             return "trace: pick a bundled trace or type the path of a trace file"
+        if path.startswith("synthetic:"):  # a standard workload: drawn, checked on load
+            return None
         if not Path(path).is_file():
             return f"trace.path {path!r}: no such file"
         return None

@@ -32,8 +32,8 @@ Keys (all optional):
   compaction=P      probability that a round (from round 1) starts a fresh,
                     compacted conversation: its prefix is 0 (default 0)
 DIST is fixed:N | uniform:LO..HI (integers inclusive for token counts) |
-lognormal:MEDIAN,SIGMA (rounded for token counts). A round reuses its whole
-conversation so far: prefix = previous prefix + input + output.
+lognormal:MEDIAN,SIGMA | normal:MEAN,SD | exponential:MEAN (rounded for token
+counts). A round reuses its whole conversation so far: prefix = previous prefix + input + output.
 Bounds (docs/trace-bounds.md): sessions <= 1,000,000, rounds <= 100,000 a
 session (drawn counts are clipped there) and 10,000,000 in all, token counts
 <= 10,000,000 (prompt + output of a round too), tool_wait <= 7 days.
@@ -44,15 +44,16 @@ Synthetic traces default to --arrival poisson at --rate."""
 
 @dataclass(frozen=True)
 class Distribution:
-    """``fixed:N``, ``uniform:LO..HI`` or ``lognormal:MEDIAN,SIGMA``."""
+    """``fixed:N``, ``uniform:LO..HI``, ``lognormal:MEDIAN,SIGMA``, ``normal:MEAN,SD`` or
+    ``exponential:MEAN``."""
 
     kind: str
     a: float
     b: float = 0.0
 
     def __str__(self) -> str:
-        if self.kind == "fixed":
-            return f"fixed:{self.a:g}"
+        if self.kind in ("fixed", "exponential"):
+            return f"{self.kind}:{self.a:g}"
         sep = ".." if self.kind == "uniform" else ","
         return f"{self.kind}:{self.a:g}{sep}{self.b:g}"
 
@@ -64,6 +65,10 @@ class Distribution:
             values = rng.integers(int(self.a), int(self.b), size=n, endpoint=True).astype(float)
         elif self.kind == "uniform":
             values = rng.uniform(self.a, self.b, size=n)
+        elif self.kind == "normal":
+            values = rng.normal(self.a, self.b, size=n)
+        elif self.kind == "exponential":
+            values = rng.exponential(self.a, size=n)
         else:
             values = rng.lognormal(math.log(self.a), self.b, size=n)
         values = np.maximum(values, low)
@@ -82,20 +87,25 @@ def parse_distribution(key: str, text: str) -> Distribution:
         elif kind == "uniform":
             lo, hi = arg.split("..")
             dist = Distribution("uniform", float(lo), float(hi))
-        elif kind == "lognormal":
-            median, sigma = arg.split(",")
-            dist = Distribution("lognormal", float(median), float(sigma))
+        elif kind in ("lognormal", "normal"):
+            centre, spread = arg.split(",")
+            dist = Distribution(kind, float(centre), float(spread))
+        elif kind == "exponential":
+            dist = Distribution(kind, float(arg))
         else:
             raise ValueError(kind)
     except ValueError:
         raise ConfigError(
-            f"synthetic {key}={text!r}: expected fixed:N, uniform:LO..HI or lognormal:MEDIAN,SIGMA"
+            f"synthetic {key}={text!r}: expected fixed:N, uniform:LO..HI, lognormal:MEDIAN,SIGMA, "
+            "normal:MEAN,SD or exponential:MEAN"
         ) from None
     bad = not (math.isfinite(dist.a) and math.isfinite(dist.b) and dist.a >= 0 and dist.b >= 0)
-    if bad or (kind == "uniform" and dist.b < dist.a) or (kind == "lognormal" and dist.a <= 0):
+    if bad or (kind == "uniform" and dist.b < dist.a) or (
+            kind in ("lognormal", "exponential") and dist.a <= 0):
         raise ConfigError(f"synthetic {key}={text!r}: parameters out of range")
     cap = _CAPS.get(key, bounds.MAX_ROUND_TOKENS)
-    if (dist.b if kind == "uniform" else dist.a) > cap or (kind == "lognormal" and dist.b > 4):
+    top = dist.b if kind == "uniform" else dist.a + 8 * dist.b if kind == "normal" else dist.a
+    if top > cap or (kind == "lognormal" and dist.b > 4):
         raise ConfigError(f"synthetic {key}={text!r}: past the bound of {cap:,.0f} "
                           f"({bounds.DOC}; a lognormal sigma is at most 4)")
     return dist
@@ -129,26 +139,32 @@ class SyntheticSpec:
         }
 
 
-def parse_synthetic(text: str) -> SyntheticSpec:
-    """Parse ``synthetic:k=v,...``; a comma-piece without ``=`` continues the previous value."""
+def split_pairs(text: str) -> dict[str, str]:
+    """``k=v,k=v,...`` as a dict; a comma-piece without ``=`` continues the previous value
+    (``lognormal:2000,1.0``)."""
     pieces: list[list[str]] = []
-    for piece in text.removeprefix(SYNTHETIC_PREFIX).split(","):
+    for piece in text.split(","):
         if "=" in piece:
             pieces.append(piece.split("=", 1))
         elif pieces and piece:
             pieces[-1][1] += "," + piece
         elif piece:
             raise ConfigError(f"synthetic source: {piece!r} is not KEY=VALUE")
+    return {k.strip(): v.strip() for k, v in pieces}
+
+
+def parse_synthetic(text: str) -> SyntheticSpec:
+    """Parse ``synthetic:k=v,...`` (tracegen's sessions)."""
     fields: dict[str, Any] = {}
     names = {f.name for f in dataclasses.fields(SyntheticSpec)}
-    for key, value in ((k.strip(), v.strip()) for k, v in pieces):
+    for key, value in split_pairs(text.removeprefix(SYNTHETIC_PREFIX)).items():
         if key not in names:
             raise ConfigError(f"synthetic source: unknown key {key!r}; valid: {sorted(names)}")
-        fields[key] = _synthetic_value(key, value)
+        fields[key] = synthetic_value(key, value)
     return SyntheticSpec(**fields)
 
 
-def _synthetic_value(key: str, value: str) -> Any:
+def synthetic_value(key: str, value: str) -> Any:
     try:
         if key == "sessions":
             n = int(value) if value.isascii() else 0

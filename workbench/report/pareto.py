@@ -1,0 +1,148 @@
+"""Throughput–interactivity Pareto of a sweep: per-user against per-instance output tokens/s.
+
+Every point of a sweep (a server configuration × a client configuration) is one
+dot: x is what the instance delivers (output tokens/s over the run, divided by the
+GPU count when it is known), y what one user sees while its answer streams
+(``1000 / mean TPOT``: output tokens per second of one stream). A configuration is
+on the frontier when no other point is at least as good on both and better on one.
+``best_sentence`` names the point with the highest per-instance (per-GPU)
+throughput among those that held the SLO (docs/sweeps.md, "Pareto").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from workbench.report.plots import _new
+from workbench.sweeps.store import Sweep
+
+PER_USER = "output_tps_per_user"
+PER_INSTANCE = "output_tps_per_instance"
+PER_GPU = "output_tps_per_gpu"
+
+
+def gpus_of(sweep: Sweep, gpus: int | None = None) -> int | None:
+    """The GPU count: given, else the sweep's own (``sweep --gpus``), else unknown."""
+    n = gpus if gpus is not None else sweep.manifest.get("gpus")
+    return int(n) if n else None
+
+
+def pareto_frame(sweep: Sweep, gpus: int | None = None) -> pd.DataFrame:
+    """One row per finished point: its label, the two throughputs, on the frontier or not,
+    and its SLO verdict."""
+    df = sweep.frame
+    cols = ["point", "label", PER_USER, PER_INSTANCE, PER_GPU, "on_frontier", "slo_held"]
+    if df.empty or "tpot_ms_mean" not in df:
+        return pd.DataFrame(columns=cols)
+    tpot = pd.to_numeric(df["tpot_ms_mean"], errors="coerce")
+    out = pd.DataFrame({
+        "point": df["point"], "label": df["label"],
+        PER_USER: 1000.0 / tpot.where(tpot > 0),
+        PER_INSTANCE: pd.to_numeric(df["output_token_throughput_tps"], errors="coerce"),
+    })
+    n = gpus_of(sweep, gpus)
+    out[PER_GPU] = out[PER_INSTANCE] / n if n else np.nan
+    out["on_frontier"] = frontier(out[PER_INSTANCE].to_numpy(float), out[PER_USER].to_numpy(float))
+    out["slo_held"] = df["slo_held"] if sweep.slo else None
+    return out[cols].sort_values(PER_INSTANCE, kind="stable").reset_index(drop=True)
+
+
+def frontier(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """True where no other point has x' >= x and y' >= y with one of them greater (NaN:
+    never on it). Both axes: more is better."""
+    ok = np.isfinite(x) & np.isfinite(y)
+    on = np.zeros(len(x), dtype=bool)
+    for i in np.flatnonzero(ok):
+        ge = ok & (x >= x[i]) & (y >= y[i])
+        gt = (x > x[i]) | (y > y[i])
+        on[i] = not (ge & gt).any()
+    return on
+
+
+def best_row(sweep: Sweep, gpus: int | None = None) -> pd.Series | None:
+    """The point with the highest per-instance throughput that held the SLO (every point
+    when the sweep has no SLO); None when none did."""
+    df = pareto_frame(sweep, gpus)
+    if sweep.slo:
+        df = df[df["slo_held"] == True]  # noqa: E712  (None: not evaluated)
+    df = df[np.isfinite(df[PER_INSTANCE].to_numpy(float))]
+    if df.empty:
+        return None
+    return df.loc[df[PER_INSTANCE].idxmax()]
+
+
+def best_sentence(sweep: Sweep, gpus: int | None = None) -> str:
+    """One sentence: the best configuration under the SLO and what it delivers."""
+    n = gpus_of(sweep, gpus)
+    row = best_row(sweep, gpus)
+    slo = sweep.manifest.get("slo_text") or "the SLO"
+    if row is None:
+        if sweep.slo:
+            return f"No configuration held {slo}."
+        return "No point finished."
+    per_gpu = f" ({row[PER_GPU]:.4g} per GPU of {n})" if n else ""
+    under = f"under {slo}" if sweep.slo else "(no SLO given: the highest throughput)"
+    return (f"Best configuration {under}: {row['label']} — {row[PER_INSTANCE]:.4g} output "
+            f"tokens/s per instance{per_gpu} at {row[PER_USER]:.4g} tokens/s per user.")
+
+
+def pareto_plot(sweeps: Mapping[str, Sweep], gpus: int | None = None) -> Figure:
+    """Per-user against per-instance (per-GPU) output tokens/s, every point labelled by its
+    server and client configuration, each sweep's frontier drawn, the best under the SLO
+    ringed and named below."""
+    fig, (ax,) = _new(1, size=(7.5, 4.8))
+    notes = []
+    xlabel = "output tokens/s per instance"
+    for i, (label, sweep) in enumerate(sweeps.items()):
+        df = pareto_frame(sweep, gpus)
+        if df.empty:
+            continue
+        n = gpus_of(sweep, gpus)
+        xcol = PER_GPU if n else PER_INSTANCE
+        if n:
+            xlabel = "output tokens/s per GPU"
+        color = f"C{i}"
+        name = f"{label}: " if len(sweeps) > 1 else ""
+        held = df["slo_held"] == True  # noqa: E712
+        ax.scatter(df[xcol], df[PER_USER], color=color, s=22, zorder=3,
+                   label=f"{name}points")
+        if sweep.slo and held.any():
+            ax.scatter(df.loc[held, xcol], df.loc[held, PER_USER], facecolor="none",
+                       edgecolor="green", s=90, lw=1.2, zorder=2, label=f"{name}SLO held")
+        front = df[df["on_frontier"]].sort_values(xcol)
+        ax.plot(front[xcol], front[PER_USER], color=color, lw=1.5, ls="-", zorder=1,
+                label=f"{name}Pareto frontier")
+        for _, row in df.iterrows():
+            ax.annotate(str(row["label"]), (row[xcol], row[PER_USER]), xytext=(4, 3),
+                        textcoords="offset points", fontsize=6, color="0.25")
+        best = best_row(sweep, gpus)
+        if best is not None:
+            ax.plot([best[xcol]], [best[PER_USER]], marker="*", ms=15, color=color,
+                    ls="none", zorder=4, label=f"{name}best under the SLO"
+                    if sweep.slo else f"{name}highest throughput")
+        notes.append(name + best_sentence(sweep, gpus))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("output tokens/s per user (1000 / mean TPOT)")
+    ax.set_title("Throughput per instance against interactivity per user")
+    ax.set_xlim(left=0, right=max(ax.get_xlim()[1] * 1.12, 1e-9))  # room for the labels
+    ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1] * 1.08, 1e-9))
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    if notes:
+        fig.text(0.01, -0.02, "\n".join(notes), fontsize=8, va="top", ha="left", wrap=True)
+    return fig
+
+
+def pareto_table(sweeps: Mapping[str, Sweep], gpus: int | None = None) -> pd.DataFrame:
+    """Every sweep's pareto frame, one table (a ``sweep`` column when several)."""
+    frames: list[Any] = []
+    for label, sweep in sweeps.items():
+        df = pareto_frame(sweep, gpus)
+        if len(sweeps) > 1:
+            df.insert(0, "sweep", label)
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -1,0 +1,279 @@
+"""Standard workloads in one argument: ``--trace synthetic:KIND,key=value,...``.
+
+``generate(text)`` turns the description into a ``Workload`` (no file, no separate
+``tracegen`` step); ``load_source`` calls it for any path that starts with
+``synthetic:`` and ``load_trace`` for the others, so ``replay``, ``simulate``,
+``sweep``, ``stats``, ``--dry-run``, ``RunConfig(trace.path=...)`` and the panel's
+trace field all take it. The kinds
+(docs/trace-formats.md, "Synthetic workloads"; ``STANDARD_HELP``):
+
+- ``random``: independent requests, input and output lengths from a ``DIST``;
+- ``shared-prefix``: ``groups`` system prompts, each shared by ``prompts`` requests
+  (SGLang's generated-shared-prefix workload), built from block ids so the shared
+  part is the same tokens on the wire and a prefix cache can hit it;
+- ``agentic``: sessions of rounds (``workbench.workloads.synthetic``'s keys), or a
+  ``preset`` fitted to the bundled public coding-agent traces.
+
+Every kind draws its units' start times from an arrival process
+(``workbench.arrival.processes``; keys ``arrival``, ``rate``, ``burstiness``) and
+everything from ``seed``: the same description is the same workload. The
+workload's ``meta["generator"]`` (the kind, every parameter after defaults, the
+seed) goes into the run manifest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workbench.arrival.processes import ArrivalProcess
+from workbench.errors import ConfigError
+from workbench.records import Round, Unit, Workload
+from workbench.traces.bounds import check_workload
+from workbench.traces.load import load_trace
+from workbench.workloads.synthetic import (
+    SYNTHETIC_PREFIX,
+    Distribution,
+    SyntheticSpec,
+    parse_distribution,
+    split_pairs,
+    synthetic_value,
+    synthetic_workload,
+)
+
+KINDS = ("random", "shared-prefix", "agentic")
+MAX_REQUESTS = 1_000_000
+DOC = "docs/trace-formats.md, 'Synthetic workloads'"
+
+#: the ``agentic`` presets; ``coding-agent`` is fitted to the bundled public coding-agent
+#: rounds (request-factory's 3 sessions, 211 rounds; TraceLab's 19 rounds of Claude Code /
+#: Codex): lognormal by the median and the standard deviation of the logs, rounds per
+#: session uniform over the observed range (maximum likelihood: median = exp(mean of the
+#: logs), sigma = their standard deviation). Fit and numbers: docs/trace-formats.md.
+PRESETS: dict[str, dict[str, str]] = {
+    "coding-agent": {
+        "rounds": "uniform:9..119",
+        "first_input": "lognormal:20301,0.54",
+        "input": "lognormal:1254,1.62",
+        "output": "lognormal:356,1.07",
+        "tool_wait": "lognormal:2733,2.99",
+    },
+}
+
+STANDARD_HELP = f"""\
+--trace synthetic:KIND,KEY=VALUE,... draws a standard workload (no file):
+  random         requests=N (1000) input=DIST (fixed:1024) output=DIST (fixed:128)
+  shared-prefix  groups=G (16) prompts=N per group (16) system=DIST (fixed:2048)
+                 question=DIST (fixed:128) output=DIST (fixed:256) block=TOKENS (16)
+  agentic        sessions=N rounds=DIST input=DIST first_input=DIST output=DIST
+                 tool_wait=DIST compaction=P, or preset=coding-agent (keys given
+                 beside a preset override it)
+  every kind     seed=S (0) arrival=poisson|gamma|constant (poisson) rate=R units/s (1)
+                 burstiness=B (gamma's shape, 1)
+DIST: fixed:N | uniform:LO..HI | lognormal:MEDIAN,SIGMA | normal:MEAN,SD |
+exponential:MEAN (token counts rounded, at least 1). {DOC}.
+Example: synthetic:random,requests=200,input=uniform:512..2048,output=fixed:128,rate=4"""
+
+_ARRIVAL_KEYS = ("seed", "arrival", "rate", "burstiness")
+
+
+# the defaults (a frozen, shared value each)
+_FIXED_1024 = Distribution("fixed", 1024)
+_FIXED_128 = Distribution("fixed", 128)
+_FIXED_2048 = Distribution("fixed", 2048)
+_FIXED_256 = Distribution("fixed", 256)
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The keys every kind shares: the seed and the units' arrival process."""
+
+    seed: int = 0
+    arrival: str = "poisson"
+    rate: float = 1.0
+    burstiness: float = 1.0
+
+    def process(self) -> ArrivalProcess:
+        return ArrivalProcess(self.arrival, self.rate, self.burstiness).check("synthetic")
+
+
+@dataclass(frozen=True)
+class RandomSpec:
+    requests: int = 1000
+    input: Distribution = _FIXED_1024
+    output: Distribution = _FIXED_128
+
+
+@dataclass(frozen=True)
+class SharedPrefixSpec:
+    groups: int = 16
+    prompts: int = 16
+    system: Distribution = _FIXED_2048
+    question: Distribution = _FIXED_128
+    output: Distribution = _FIXED_256
+    block: int = 16
+
+
+def is_synthetic(path: object) -> bool:
+    return isinstance(path, str) and path.startswith(SYNTHETIC_PREFIX)
+
+
+def load_source(path: str | Path, fmt: str = "auto", **options: Any) -> Workload:
+    """A ``synthetic:`` description drawn (``generate``, checked against the trace bounds),
+    anything else read by ``load_trace``."""
+    if not is_synthetic(path):
+        return load_trace(path, fmt, **options)
+    workload = generate(str(path))
+    check_workload(str(path), workload)
+    return workload
+
+
+def generate(text: str) -> Workload:
+    """The workload ``text`` describes (``synthetic:KIND,k=v,...``); ``ConfigError`` names the
+    key and the rule. A description without a kind is ``agentic`` (tracegen's keys)."""
+    body = text.removeprefix(SYNTHETIC_PREFIX)
+    head, _, rest = body.partition(",")
+    kind = head.strip() if "=" not in head else "agentic"
+    if "=" in head:
+        rest = body
+    if kind not in KINDS:
+        raise ConfigError(f"synthetic source: unknown kind {kind!r}; valid: {', '.join(KINDS)} "
+                          f"({DOC})")
+    pairs = split_pairs(rest)
+    timeline = _timeline({k: v for k, v in pairs.items() if k in _ARRIVAL_KEYS})
+    own = {k: v for k, v in pairs.items() if k not in _ARRIVAL_KEYS}
+    seeds = np.random.SeedSequence(timeline.seed).spawn(2)
+    rng = np.random.default_rng(seeds[0])
+    if kind == "random":
+        spec: Any = _fields(RandomSpec, own, kind)
+        units = _random(spec, rng)
+    elif kind == "shared-prefix":
+        spec = _fields(SharedPrefixSpec, own, kind)
+        units = _shared_prefix(spec, rng)
+    else:
+        spec = _agentic_spec(own)
+        units = list(synthetic_workload(spec, rng).units)
+    process = timeline.process()
+    offsets = process.offsets_ms(len(units), int(seeds[1].generate_state(1)[0]))
+    units = [dataclasses.replace(u, arrival_ms=a,
+                                 rounds=tuple(dataclasses.replace(r, arrival_ms=a)
+                                              for r in u.rounds))
+             for u, a in zip(units, offsets, strict=True)]
+    described = spec.describe() if isinstance(spec, SyntheticSpec) else {
+        f.name: _text(getattr(spec, f.name)) for f in dataclasses.fields(spec)}
+    generator = {"kind": kind, "description": text, "parameters": described,
+                 "seed": timeline.seed, "arrival": process.describe(),
+                 "rng": "numpy default_rng(SeedSequence(seed).spawn(2)): lengths, arrivals"}
+    block = spec.block if isinstance(spec, SharedPrefixSpec) else None
+    # drawn rounds are already what is sent: no context policy plans them again
+    meta = {"needs_context_policy": False, "generator": generator}
+    return Workload(tuple(units), "synthetic", source=text, block_size=block, meta=meta)
+
+
+def _text(value: Any) -> Any:
+    return str(value) if isinstance(value, Distribution) else value
+
+
+def _timeline(pairs: dict[str, str]) -> Timeline:
+    fields: dict[str, Any] = {}
+    for key, value in pairs.items():
+        try:
+            if key == "seed":
+                fields[key] = int(value)
+                if fields[key] < 0:
+                    raise ValueError
+            elif key == "arrival":
+                fields[key] = value
+            else:
+                fields[key] = float(value)
+        except ValueError:
+            want = "an integer >= 0" if key == "seed" else "a number"
+            raise ConfigError(f"synthetic source: bad {key}={value!r} (want {want})") from None
+    return Timeline(**fields)
+
+
+def _fields(cls: type, pairs: dict[str, str], kind: str) -> Any:
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    out: dict[str, Any] = {}
+    for key, value in pairs.items():
+        if key not in names:
+            valid = sorted([*names, *_ARRIVAL_KEYS])
+            raise ConfigError(f"synthetic {kind}: unknown key {key!r}; valid: {valid} ({DOC})")
+        if isinstance(names[key].default, Distribution):
+            out[key] = parse_distribution(key, value)
+            continue
+        top = MAX_REQUESTS if key != "block" else 4096
+        try:
+            n = int(value)
+            if not 1 <= n <= top:
+                raise ValueError
+        except ValueError:
+            raise ConfigError(f"synthetic {kind}: bad {key}={value!r} "
+                              f"(want an integer in 1..{top:,})") from None
+        out[key] = n
+    spec = cls(**out)
+    if isinstance(spec, SharedPrefixSpec) and spec.groups * spec.prompts > MAX_REQUESTS:
+        raise ConfigError(f"synthetic shared-prefix: groups × prompts past {MAX_REQUESTS:,}")
+    return spec
+
+
+def _agentic_spec(pairs: dict[str, str]) -> SyntheticSpec:
+    preset = pairs.pop("preset", None)
+    base: dict[str, str] = {}
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ConfigError(f"synthetic agentic: unknown preset {preset!r}; valid: "
+                              f"{', '.join(PRESETS)} ({DOC})")
+        base = dict(PRESETS[preset])
+    merged = {**base, **pairs}
+    names = {f.name for f in dataclasses.fields(SyntheticSpec)}
+    unknown = sorted(set(merged) - names)
+    if unknown:
+        raise ConfigError(f"synthetic agentic: unknown key(s) {unknown}; valid: "
+                          f"{sorted([*names, 'preset', *_ARRIVAL_KEYS])} ({DOC})")
+    return SyntheticSpec(**{k: synthetic_value(k, v) for k, v in merged.items()})
+
+
+def _random(spec: RandomSpec, rng: np.random.Generator) -> list[Unit]:
+    n = spec.requests
+    inputs = spec.input.draw(rng, n, integer=True, low=1).tolist()
+    outputs = spec.output.draw(rng, n, integer=True, low=1).tolist()
+    return [_request(f"random_{i:07d}", 0, inp, out, None)
+            for i, (inp, out) in enumerate(zip(inputs, outputs, strict=True))]
+
+
+def _shared_prefix(spec: SharedPrefixSpec, rng: np.random.Generator) -> list[Unit]:
+    """Requests in a seeded random order; a group's system prompt is whole blocks (rounded
+    up) of ids only that group uses, each question blocks of its own: the first request of
+    a group reports prefix 0, the later ones the system prompt's length."""
+    g, m, bs = spec.groups, spec.prompts, spec.block
+    blocks = -(-spec.system.draw(rng, g, integer=True, low=1) // bs)
+    questions = spec.question.draw(rng, g * m, integer=True, low=1).tolist()
+    outputs = spec.output.draw(rng, g * m, integer=True, low=1).tolist()
+    order = rng.permutation(g * m).tolist()
+    starts = np.concatenate(([0], np.cumsum(blocks)))
+    next_id = int(starts[-1])
+    seen: set[int] = set()
+    units = []
+    for k in order:
+        group = k // m
+        system = list(range(int(starts[group]), int(starts[group + 1])))
+        q = questions[k]
+        own = list(range(next_id, next_id + -(-q // bs)))
+        next_id += len(own)
+        sys_len = len(system) * bs
+        prefix = sys_len if group in seen else 0
+        seen.add(group)
+        units.append(_request(f"group{group:04d}_q{k % m:05d}", prefix, sys_len - prefix + q,
+                              outputs[k], (*system, *own)))
+    return units
+
+
+def _request(rid: str, prefix: int, inp: int, out: int,
+             hash_ids: tuple[int, ...] | None) -> Unit:
+    return Unit(rid, "independent", 0.0,
+                (Round(rid, rid, 0, 0.0, prefix, inp, out, 0.0, hash_ids),))
