@@ -27,11 +27,13 @@ CONFIG_MAX_BYTES = 16 << 20
 
 @dataclass(frozen=True)
 class TraceSpec:
-    """Axis 1: which file, read how, and how much of it (``max_items``: first N units)."""
+    """Axis 1: which file, read how, and how much of it (``max_items`` units from unit
+    ``offset``, file order: a contiguous window; ``workbench.traces.graph.window``)."""
 
     path: str = ""
     format: str = "auto"
     max_items: int | None = None
+    offset: int = 0
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -81,6 +83,9 @@ class ArrivalSpec:
     mode: str = "trace-timed"
     rate: float | None = None
     max_concurrency: int | None = None
+    # requests in flight at once (streams), beside max_concurrency's agent tasks
+    # (docs/session-graphs.md); None: no cap
+    max_streams: int | None = None
     duration_s: float | None = None
     drain: str = "finish"  # closed-loop at the deadline: "finish" or "truncate" sessions
     fuse_s: float | None = None  # runaway fuse: hard cap on the run's wall time
@@ -487,6 +492,10 @@ class RunConfig:
         e, a = self.executor, self.arrival
         if not isinstance(e.workers, int) or e.workers < 1:
             raise ConfigError(f"executor.workers must be an integer >= 1, got {e.workers!r}")
+        if e.workers > 1 and a.max_streams is not None:
+            raise ConfigError(
+                "arrival.max_streams is not divided between executor.workers yet: run it with "
+                "workers 1 (a virtual-time simulate plays one shard anyway)")
         if e.workers > 1 and a.max_concurrency is not None and a.max_concurrency < e.workers:
             raise ConfigError(
                 f"executor.workers {e.workers} > arrival.max_concurrency {a.max_concurrency}: "

@@ -70,11 +70,13 @@ _TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHI
 
 RANGES: dict[str, Range] = {
     "trace.max_items": Range(1, 10**9),
+    "trace.offset": Range(0, 10**9),
     "context.max_model_len": Range(1, MAX_TOKENS),
     "context.major_compaction_min_drop_tokens": Range(0, MAX_TOKENS),
     "context.major_compaction_min_drop_ratio": Range(0, 1),
     "arrival.rate": Range(MIN_RATE, 1e6),
     "arrival.max_concurrency": Range(1, MAX_COUNT),
+    "arrival.max_streams": Range(1, MAX_COUNT),
     "arrival.duration_s": Range(0, MAX_SECONDS, open_lo=True),
     "arrival.fuse_s": Range(0, MAX_SECONDS, open_lo=True),
     "arrival.warmup": Range(0, MAX_COUNT),

@@ -41,8 +41,10 @@ def load_workload(cfg: RunConfig) -> Workload:
     if not cfg.trace.path:
         raise ConfigError("trace.path is empty: say which trace file to replay")
     workload = load_trace(cfg.trace.path, cfg.trace.format, **cfg.trace.options)
-    if cfg.trace.max_items is not None:
-        workload = workload.head(cfg.trace.max_items)
+    if cfg.trace.max_items is not None or cfg.trace.offset:
+        from workbench.traces.graph import window
+
+        workload = window(workload, cfg.trace.offset, cfg.trace.max_items)
     cfg.check_workload(workload)
     return workload
 
@@ -84,6 +86,7 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
             "sha256": file_sha256(workload.source) if workload.source else None,
             "units": len(workload.units),
             "rounds": workload.n_rounds,
+            **({"window": workload.meta["window"]} if "window" in workload.meta else {}),
         },
         "policy": plan.policy,
         "plan": plan.totals(),
