@@ -161,3 +161,25 @@ def test_dangling_parent_and_cycle_are_trace_errors(tmp_path):
     bad.write_text(HEADER + "a,0,0,4,2,0,,,,,\nb,0,0,4,2,0,a,3,,,\n")
     with pytest.raises(TraceFormatError, match=r":3: .*spawns at round 3 of 'a', which has 1"):
         load_trace(bad)
+
+
+def test_agent_metrics_and_the_cap_that_never_bound(graph_csv):
+    from workbench.metrics import summarize
+    from workbench.metrics.agents import per_task
+
+    res = simulate(_cfg(graph_csv, max_concurrency=10), engine=ENGINE)
+    s = summarize(res)
+    tasks = s["agent_tasks"]
+    assert tasks["tasks"] == 1 and tasks["units"]["max"] == 6  # p, c1, c2, c3, s, g
+    assert tasks["width"]["max"] == 4 and tasks["depth"]["max"] == 2  # p's 4; p > c1 > g
+    assert set(tasks["ttft_ms_by_depth"]) == {"0", "1", "2"}
+    assert tasks["ttft_ms_by_depth"]["2"]["count"] == 1
+    (task,) = per_task(res.records, res.lifecycle)
+    assert task["engine_ms"] + task["tool_ms"] == pytest.approx(task["makespan_ms"])
+    assert 0 < task["engine_ms"] < task["makespan_ms"]
+    conc = s["concurrency"]
+    assert conc["peak_tasks"] == 2 and conc["peak_streams"] == 4  # p and q; c1..c3 + g
+    assert conc["warnings"] == ["units never reached max_concurrency 10 (at most 2 at "
+                                "once): the cap changed nothing"]
+    bound = summarize(simulate(_cfg(graph_csv, max_concurrency=1), engine=ENGINE))
+    assert bound["concurrency"]["peak_tasks"] == 1 and bound["concurrency"]["warnings"] == []
