@@ -183,3 +183,19 @@ def test_agent_metrics_and_the_cap_that_never_bound(graph_csv):
                                 "once): the cap changed nothing"]
     bound = summarize(simulate(_cfg(graph_csv, max_concurrency=1), engine=ENGINE))
     assert bound["concurrency"]["peak_tasks"] == 1 and bound["concurrency"]["warnings"] == []
+
+
+def test_swimlane_draws_the_tree(graph_csv):
+    from workbench.report.plots import _graph_lanes, plot
+
+    res = simulate(_cfg(graph_csv), engine=ENGINE)
+    ordinal = {row["unit_id"]: row["unit_ordinal"] for row in res.lifecycle}
+    order, labels, parents = _graph_lanes(res, sorted(ordinal.values()))
+    names = [labels[u].strip() for u in order]
+    assert names == ["p", "└ c1", "└ g", "└ c2", "└ c3", "└ s", "q"]
+    assert labels[ordinal["g"]].startswith("    └ ")  # depth 2
+    assert parents[ordinal["g"]] == ordinal["c1"] and parents[ordinal["c1"]] == ordinal["p"]
+    fig = plot(res, "sessions")
+    ax = fig.axes[0]
+    assert [t.get_text().strip() for t in ax.get_yticklabels()] == names
+    assert len(ax.collections) >= 7 + 6  # a bar row per lane, a connector per child
