@@ -199,3 +199,23 @@ def test_swimlane_draws_the_tree(graph_csv):
     ax = fig.axes[0]
     assert [t.get_text().strip() for t in ax.get_yticklabels()] == names
     assert len(ax.collections) >= 7 + 6  # a bar row per lane, a connector per child
+
+
+def test_session_budget_truncates_marks_and_excludes(tmp_path):
+    from workbench.metrics import per_session, summarize
+
+    p = tmp_path / "long.csv"
+    p.write_text("session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms\n"
+                 + "".join(f"long,{k},{k * 40},32,8,400\n" for k in range(6))
+                 + "short,0,0,32,8,0\n")
+    res = simulate(_cfg(p, session_budget_s=1.0), engine=ENGINE)
+    rows = {r["unit_id"]: r for r in res.lifecycle}
+    assert rows["long"]["reason"] == "budget" and rows["long"]["truncated"]
+    assert 1 < rows["long"]["rounds_done"] < 6  # ~400 ms per round and wait: cut at 1 s
+    assert rows["short"]["reason"] == "completed"
+    last = max(r.dispatch_ns for r in res.records if r.session_id == "long")
+    assert last - rows["long"]["admitted_ns"] < 1e9  # no round started past the budget
+    assert list(per_session(res)["session_id"]) == ["short"]
+    assert per_session(res, truncated=True)["budget_truncated"].tolist() == [True, False]
+    assert summarize(res)["session_budget"] == {"budget_s": 1.0, "truncated_units": 1,
+                                                "units": ["long"]}

@@ -29,6 +29,8 @@ def add_axis_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-concurrency", type=int,
                    help="agent tasks active at once (a unit and its sub-agents: one)")
     p.add_argument("--max-streams", type=int, help="requests in flight at once (streams)")
+    p.add_argument("--session-budget", type=float, dest="session_budget_s",
+                   help="per-session time budget (s): no round starts past it (truncated)")
     p.add_argument("--duration", type=float, dest="duration_s", help="closed-loop duration (s)")
     p.add_argument("--warmup", type=int, help="warm-up sessions (≤3 rounds each, excluded)")
     p.add_argument("--tool-wait-scale", type=float, help="multiply every tool wait")
@@ -143,7 +145,7 @@ _AXIS_FLAGS = {
                 "max_model_len": "max_model_len"},
     "arrival": {
         "arrival": "mode", "rate": "rate", "max_concurrency": "max_concurrency",
-        "max_streams": "max_streams",
+        "max_streams": "max_streams", "session_budget_s": "session_budget_s",
         "duration_s": "duration_s", "warmup": "warmup", "tool_wait_scale": "tool_wait_scale",
         "output_len": "output_len", "request_timeout": "request_timeout_s",
         "stream_idle_timeout": "stream_idle_timeout_s",

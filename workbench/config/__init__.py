@@ -93,6 +93,9 @@ class ArrivalSpec:
     tool_wait_scale: float = 1.0
     output_len: str = "trace"  # trace | fixed:K | budget:T
     stop_session_on_error: bool = True
+    # a unit's time budget from its admission: past it, no further round starts (the
+    # unit is truncated, reason "budget", and left out of per-session statistics)
+    session_budget_s: float | None = None
     # a request may take at most 10 min end to end and stay silent at most 60 s (null: no
     # bound); a hung server then ends as error records, never as a run that never ends
     request_timeout_s: float | None = 600.0

@@ -77,6 +77,7 @@ RANGES: dict[str, Range] = {
     "arrival.rate": Range(MIN_RATE, 1e6),
     "arrival.max_concurrency": Range(1, MAX_COUNT),
     "arrival.max_streams": Range(1, MAX_COUNT),
+    "arrival.session_budget_s": Range(0, MAX_SECONDS, open_lo=True),
     "arrival.duration_s": Range(0, MAX_SECONDS, open_lo=True),
     "arrival.fuse_s": Range(0, MAX_SECONDS, open_lo=True),
     "arrival.warmup": Range(0, MAX_COUNT),

@@ -148,3 +148,16 @@ def column_spans(df: Any) -> list[tuple[int, int]]:
 
 def has_tasks(lifecycle: Iterable[Mapping[str, Any]]) -> bool:
     return any(row.get("task_id") is not None for row in lifecycle)
+
+
+def budget_section(
+    manifest: Mapping[str, Any], lifecycle: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """``arrival.session_budget_s`` and the units it truncated (lifecycle reason
+    ``budget``; left out of ``breakdown.per_session``); ``None`` without a budget."""
+    budget = ((manifest.get("config") or {}).get("arrival") or {}).get("session_budget_s")
+    if budget is None:
+        return None
+    cut = sorted(str(r.get("unit_id")) for r in lifecycle
+                 if r.get("reason") == "budget" and not r.get("warmup"))
+    return {"budget_s": budget, "truncated_units": len(cut), "units": cut[:100]}

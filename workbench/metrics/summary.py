@@ -365,6 +365,9 @@ def summarize(
         out["run_status"] = manifest.get("status")  # "running" on disk: the run was killed
         if agents.has_tasks(result.lifecycle):  # a session graph: task-level metrics
             out["agent_tasks"] = agents.agent_summary(as_records(result), result.lifecycle)
+        budget = agents.budget_section(manifest, result.lifecycle)
+        if budget is not None:
+            out["session_budget"] = budget
     return _tail(out, manifest, full if warmup else full.where(~full.bools("warmup")))
 
 
@@ -399,4 +402,7 @@ def summarize_stored(
         from workbench.storage.rundir import load_records
 
         out["agent_tasks"] = agents.agent_summary(load_records(d), lifecycle)
+    budget = agents.budget_section(manifest, lifecycle)
+    if budget is not None:
+        out["session_budget"] = budget
     return _tail(out, manifest, full if warmup else full.where(~full.bools("warmup")))

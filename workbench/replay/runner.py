@@ -342,6 +342,8 @@ class Runner:
                     break
                 if run.offspring and await graph.join(run, k):
                     run.ready_ns = max(run.ready_ns, self.clock.now_ns())
+                if k and self._over_budget(run):
+                    break
                 if children:
                     self._spawn_children(run, k, "round_start")
                 scheduled = run.scheduled_ns if k == 0 else None
@@ -359,7 +361,7 @@ class Runner:
                 run.rounds_done += 1
                 if children:
                     self._spawn_children(run, k, "round_end")
-                if k + 1 < len(run.plan.rounds):
+                if k + 1 < len(run.plan.rounds) and not self._over_budget(run):
                     await self._tool_wait(run, rp)
         except asyncio.CancelledError:
             run.reason = "cancelled"
@@ -406,6 +408,17 @@ class Runner:
         rec.status, rec.error = "error", f"request not built: {type(exc).__name__}: {exc}"
         run.reason = "error"
         self._finish(rec)
+
+    def _over_budget(self, run: UnitRun) -> bool:
+        """``arrival.session_budget_s`` spent since the unit's admission: it is truncated
+        (reason ``budget``); a tool wait is not cut, the next round is not started."""
+        budget = self.cfg.arrival.session_budget_s
+        if budget is None or run.warmup:
+            return False
+        if self.clock.now_ns() - run.admitted_ns < budget * 1e9:
+            return False
+        run.reason = "budget"
+        return True
 
     def _past_deadline(self) -> bool:
         return (
