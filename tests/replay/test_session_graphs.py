@@ -219,3 +219,21 @@ def test_session_budget_truncates_marks_and_excludes(tmp_path):
     assert per_session(res, truncated=True)["budget_truncated"].tolist() == [True, False]
     assert summarize(res)["session_budget"] == {"budget_s": 1.0, "truncated_units": 1,
                                                 "units": ["long"]}
+
+
+def test_shards_keep_trees_whole_and_closed_loop_repeats_them(graph_csv):
+    from workbench.metrics import summarize
+
+    sharded = simulate(RunConfig.from_dict({
+        "trace": {"path": str(graph_csv)},
+        "arrival": {"mode": "saturated", "max_concurrency": 4},
+        "executor": {"workers": 2}}), engine=ENGINE)
+    check_graph_semantics(sharded, tol_ns=1_000_000)
+    looped = simulate(_cfg(graph_csv, mode="closed-loop", max_concurrency=2, duration_s=3),
+                      engine=ENGINE)
+    per_unit: dict[str, int] = defaultdict(int)
+    for r in looped.records:
+        per_unit[r.session_id] += 1
+    loops = per_unit["q"]
+    assert loops > 1 and per_unit["p"] == 3 * loops and per_unit["g"] == loops
+    assert summarize(looped)["agent_tasks"]["tasks"] == loops  # one task per repeat of p
