@@ -150,3 +150,31 @@ def test_dynamo_parent_by_timing_and_refusals(tmp_path):
     bad[1] = _dyn("c", "c0", base + 20, 10, 16, [2], "zz")
     with pytest.raises(TraceFormatError, match=r":2: .*dangling parent"):
         load_trace(_write(tmp_path, bad, "dangling.jsonl"))
+
+
+def test_tracegen_carries_a_graph_in_a_sidecar_and_nothing_else_changes(tmp_path):
+    """The canonical CSV stays request-factory's format; the links go to
+    ``<stem>.graph.json`` (only when there are any) and read back into the same graph."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "replay"))
+    from test_session_graphs import HEADER, ROWS
+
+    from workbench.traces.canonical import graph_sidecar_path
+    from workbench.traces.tracegen import tracegen
+
+    src = tmp_path / "graph.csv"
+    src.write_text(HEADER + ROWS)
+    plain = tmp_path / "plain.csv"
+    plain.write_text(HEADER.rsplit(",parent", 1)[0] + "\n" + "".join(
+        ",".join(line.split(",")[:6]) + "\n" for line in ROWS.splitlines()))
+    with_graph = tracegen(src, tmp_path / "g.csv")
+    without = tracegen(plain, tmp_path / "p.csv")
+    assert with_graph.csv_path.read_bytes() == without.csv_path.read_bytes()
+    assert not graph_sidecar_path(without.csv_path).exists()
+    side = json.loads(graph_sidecar_path(with_graph.csv_path).read_text())
+    assert {row["session_id"] for row in side} == {"c1", "c2", "c3", "s", "g"}
+    again = load_trace(with_graph.csv_path)
+    assert _graph(again) == _graph(load_trace(src))
+    # a consumer that ignores the sidecar sees every session as a root
+    assert all(u.spawn is None for u in load_trace(with_graph.csv_path, sidecars=False).units)

@@ -191,3 +191,43 @@ def attach_spawns(units: list[Unit], spawns: dict[str, tuple[int, tuple[Any, ...
             join = None
         out.append(dataclasses.replace(u, spawn=Spawn(parent, at, trigger, delay, join, line)))
     return out
+
+
+# -- the graph sidecar of a canonical file (``<stem>.graph.json``) ------------------------
+
+def sidecar_rows(units: list[Unit] | tuple[Unit, ...]) -> list[dict[str, Any]]:
+    """One object per child whose parent is among ``units`` (a child whose parent was
+    left out becomes a root): what ``tracegen`` writes beside a canonical CSV."""
+    ids = {u.unit_id for u in units}
+    return [{"session_id": u.unit_id, "parent_session_id": u.spawn.parent_id,
+             "spawn_round": u.spawn.round_idx, "spawn_trigger": u.spawn.trigger,
+             "spawn_delay_ms": u.spawn.delay_ms, "join_round": u.spawn.join_round}
+            for u in units if u.spawn is not None and u.spawn.parent_id in ids]
+
+
+def attach_sidecar(path: Path, units: tuple[Unit, ...], rows: Any) -> tuple[Unit, ...]:
+    """``units`` with the spawns of a graph sidecar (``sidecar_rows``) set; a malformed
+    entry is a ``TraceFormatError`` naming the sidecar and the entry (1-based)."""
+    if not isinstance(rows, list):
+        raise TraceFormatError(path, 0, "graph sidecar must be a JSON array")
+    by_id = {u.unit_id: k for k, u in enumerate(units)}
+    out = list(units)
+    for n, row in enumerate(rows, start=1):
+        try:
+            sid, parent = str(row["session_id"]), str(row["parent_session_id"])
+            trigger = row.get("spawn_trigger", "round_end")
+            join = row.get("join_round")
+            spawn = Spawn(parent, int(row["spawn_round"]), trigger,
+                          float(row.get("spawn_delay_ms", 0.0)),
+                          None if join is None else int(join), n)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TraceFormatError(path, n, f"graph sidecar entry {n} is malformed "
+                                   f"({type(exc).__name__}: {exc})") from None
+        if trigger not in TRIGGERS:
+            raise TraceFormatError(path, n, f"spawn_trigger must be one of "
+                                   f"{', '.join(TRIGGERS)}, got {trigger!r}")
+        if sid not in by_id:
+            raise TraceFormatError(path, n, f"graph sidecar names session {sid!r}, which the "
+                                   "canonical file does not have")
+        out[by_id[sid]] = dataclasses.replace(out[by_id[sid]], spawn=spawn)
+    return tuple(out)
