@@ -237,3 +237,27 @@ def test_shards_keep_trees_whole_and_closed_loop_repeats_them(graph_csv):
     loops = per_unit["q"]
     assert loops > 1 and per_unit["p"] == 3 * loops and per_unit["g"] == loops
     assert summarize(looped)["agent_tasks"]["tasks"] == loops  # one task per repeat of p
+
+
+async def test_stream_cap_is_fifo_and_a_cancelled_waiter_passes_its_turn_on():
+    from workbench.replay.graph import StreamCap
+
+    cap = StreamCap(1)
+    assert await cap.acquire() is False  # free: no wait
+    got: list[str] = []
+
+    async def take(name: str) -> None:
+        await cap.acquire()
+        got.append(name)
+
+    a, b, c = (asyncio.ensure_future(take(n)) for n in "abc")
+    await asyncio.sleep(0)
+    b.cancel()  # b leaves the queue; a and c keep their places
+    await asyncio.sleep(0)
+    cap.release()  # to a
+    await a
+    cap.release()  # to c (b is gone)
+    await c
+    assert got == ["a", "c"] and cap.active == 1 and cap.peak == 1
+    cap.release()
+    assert cap.active == 0

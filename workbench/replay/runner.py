@@ -476,8 +476,13 @@ class Runner:
         if self.record_hashes:
             rec.extra["input_sequence_hashes"] = make.hashes(run, prompt)
         rec.extra["tool_wait_ms"] = rp.round.tool_wait_after_ms * self.cfg.arrival.tool_wait_scale
-        if await self.streams.acquire():  # waited for a stream (arrival.max_streams)
-            run.ready_ns = self.clock.now_ns()
+        try:
+            if await self.streams.acquire():  # waited for a stream (arrival.max_streams)
+                run.ready_ns = self.clock.now_ns()
+        except asyncio.CancelledError:  # stopped while waiting for a stream: never sent
+            rec.status, rec.error = "cancelled", "run cancelled (waiting for a stream)"
+            self._finish(rec)
+            raise
         measure = None if run.warmup else self.measure
         if measure is not None:
             now = self.clock.now_ns()
