@@ -557,6 +557,9 @@ def config_table(manifest: Mapping[str, Any]) -> pd.DataFrame:
         ("3 arrival", arrival.get("mode")),
         ("3 rate (units/s)", arrival.get("rate") or "as the trace times it"),
         ("3 max concurrency", arrival.get("max_concurrency") or "no cap"),
+        *([("3 max streams", arrival["max_streams"])] if arrival.get("max_streams") else []),
+        *([("3 session budget (s)", arrival["session_budget_s"])]
+          if arrival.get("session_budget_s") else []),
         ("3 warm-up / tool-wait scale", f"{arrival.get('warmup', 0)} / "
                                         f"{arrival.get('tool_wait_scale', 1.0)}"),
         ("3 output length", arrival.get("output_len")),
