@@ -27,7 +27,7 @@ from pathlib import Path
 
 import orjson
 
-from workbench.traces.base import load_trace
+from workbench.traces.load import load_trace
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 DEFAULT_TRACE = SHARED_DATA / "mooncake" / "conversation_trace.jsonl"

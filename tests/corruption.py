@@ -40,7 +40,7 @@ def loads_or_format_error(data: bytes, suffix: str, *fmts: str, **options: objec
     TraceFormatError naming a line and a rule, never anything else."""
     from workbench.errors import TraceFormatError
     from workbench.records import Workload
-    from workbench.traces.base import load_trace
+    from workbench.traces.load import load_trace
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"c{suffix}"

@@ -6,13 +6,19 @@ workers cannot collide) and is torn down on exit, in-flight handlers included
 period). ``url`` is ``http://127.0.0.1:PORT`` (``https`` with ``ssl_context``). The
 ``loopback`` fixture (tests/conftest.py) starts as many as a test asks for and stops
 them after it.
+
+``serve_raw(handle)`` is the same for a test that must write the bytes of a response
+itself (a malformed head, a framing, a connection dropped mid-request): a bare TCP
+server running ``handle(reader, writer)`` per connection; ``read_request`` reads one
+request off it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 from aiohttp import web
 
@@ -41,3 +47,47 @@ async def serve_app(app: App, *, ssl_context: ssl.SSLContext | None = None) -> A
         yield f"{'https' if ssl_context else 'http'}://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
+
+
+#: one connection of a raw server: ``handle(reader, writer)``
+RawHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+#: how long a raw server's close may wait for its connections' handlers
+CLOSE_WAIT_S = 5.0
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    """One request (head + Content-Length body) off a raw connection; its head."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length"):
+            length = int(line.split(b":")[1])
+    await reader.readexactly(length)
+    return head
+
+
+@contextlib.asynccontextmanager
+async def serve_raw(handle: RawHandler) -> AsyncIterator[str]:
+    """A bare TCP server on 127.0.0.1 at an ephemeral port; yield ``http://127.0.0.1:PORT``.
+
+    ``handle`` runs once per connection; a client that goes away mid-read
+    (``IncompleteReadError``, ``ConnectionError``) ends it quietly, and the connection
+    is closed after it. On exit the server stops accepting and waits (at most
+    ``CLOSE_WAIT_S``) for its handlers."""
+
+    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await handle(reader, writer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(connection, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CLOSE_WAIT_S):
+                await server.wait_closed()

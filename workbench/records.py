@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 UnitKind = Literal["session", "independent"]
 SpawnTrigger = Literal["round_start", "round_end"]
@@ -215,11 +215,92 @@ class RunResult:
     cancelled: bool = False
 
     @property
+    def typed_manifest(self) -> RunManifest:
+        """``manifest`` as a ``RunManifest`` (whatever schema wrote it)."""
+        return RunManifest.from_dict(self.manifest)
+
+    @property
     def records_on_disk(self) -> bool:
         """True when the run kept its records on disk only (``executor.keep_records``):
         ``records`` and ``lifecycle`` are empty and readers go to ``run_dir`` instead."""
         return (
-            self.manifest.get("records_kept") is False
+            self.typed_manifest.records_kept is False
             and self.run_dir is not None
             and not self.records
         )
+
+
+MANIFEST_SCHEMA = 2  # 1: the manifests written before this definition (no "schema" key)
+
+
+@dataclass
+class RunManifest:
+    """What ran and how it ended: the content of ``manifest.json`` (docs/run-directory.md).
+
+    One field per per-run fact. The first group is written by the prologue
+    (``replay.prepare``) and always present; every later field is set as the run goes
+    and left out of ``to_dict`` while it is None. Keys this version does not know (a
+    newer writer's, a sweep's) are kept in ``extra`` and written back unchanged;
+    ``from_dict`` reads a manifest of any schema, the untyped ones of schema 1 too.
+    """
+
+    run_id: str
+    label: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    trace: dict[str, Any] = field(default_factory=dict)
+    policy: str | None = None
+    plan: dict[str, Any] = field(default_factory=dict)
+    ideal_prefix_hit_rate: float | None = None
+    versions: dict[str, Any] = field(default_factory=dict)
+    host: dict[str, Any] = field(default_factory=dict)
+    started_at: str | None = None
+    status: str = "running"
+    # -- set as the run goes -------------------------------------------------------------
+    mode: str | None = None  # "virtual" for simulate
+    engine: dict[str, Any] | None = None  # simulate: the engine's config
+    cluster: dict[str, Any] | None = None  # simulate: a simulated cluster
+    records_kept: bool | None = None
+    records_kept_reason: str | None = None
+    target: dict[str, Any] | None = None
+    preflight: Any = None
+    cache_flush: dict[str, Any] | None = None
+    block_size: int | None = None
+    executor: dict[str, Any] | None = None  # a sharded run's split, epoch, clocks
+    virtual_executor: dict[str, Any] | None = None
+    metrics_scrape: dict[str, Any] | None = None
+    client: dict[str, Any] | None = None
+    stop_reason: str | None = None
+    stop_signal: str | None = None
+    peak_active_units: int | None = None
+    warmup: dict[str, Any] | None = None
+    completion: dict[str, Any] | None = None
+    virtual_duration_s: float | None = None
+    failure: str | None = None
+    finished_at: str | None = None
+    cancelled: bool | None = None  # written with the saved files (storage.rundir.write_run)
+    extra: dict[str, Any] = field(default_factory=dict)
+    schema: int = MANIFEST_SCHEMA
+
+    ALWAYS: ClassVar[tuple[str, ...]] = (
+        "run_id", "label", "config", "trace", "policy", "plan", "ideal_prefix_hit_rate",
+        "versions", "host", "started_at", "status",
+    )  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in _MANIFEST_FIELDS:
+            value = getattr(self, name)
+            if name in self.ALWAYS or value is not None:
+                out[name] = value
+        return {**out, **self.extra, "schema": self.schema}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RunManifest:
+        known = {k: v for k, v in d.items() if k in _MANIFEST_FIELDS}
+        extra = {k: v for k, v in d.items() if k not in _MANIFEST_FIELDS and k != "schema"}
+        return cls(**{"run_id": "", **known}, extra=extra, schema=int(d.get("schema", 1)))
+
+
+_MANIFEST_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(RunManifest) if f.name not in ("extra", "schema")
+)

@@ -48,21 +48,37 @@ class SignalStop:
         self.name = ""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: Callable[[], Any] | None = None
+        self._thread: int | None = None  # the thread the armed loop runs on
 
     def arm(self, loop: asyncio.AbstractEventLoop, stop: Callable[[], Any]) -> None:
         self._loop, self._stop = loop, stop
+        self._thread = threading.get_ident()
         if self.hit:
             stop()
 
     def disarm(self) -> None:
-        self._loop = self._stop = None
+        self._loop = self._stop = self._thread = None
 
     def on_signal(self, signum: int, frame: Any) -> None:
         if self.hit:  # a second signal: stop now
             raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
         self.hit, self.name = True, signal.Signals(signum).name
-        if self._loop is not None and self._stop is not None:
+        if self._loop is None or self._stop is None:
+            return
+        if self._thread == threading.get_ident():
+            # the loop runs on this (the main) thread and is somewhere in its own code: stop
+            # the run here, directly; a callback queued on the loop waits for the running
+            # task to yield, which a task that never waits (a stalled virtual closed loop)
+            # never does. The stop only sets events (Runner.stop); the loop is then woken,
+            # in case it sleeps in its selector, to run what they wake.
+            self._stop()
+            self._loop.call_soon_threadsafe(_nothing)
+        else:
             self._loop.call_soon_threadsafe(self._stop)
+
+
+def _nothing() -> None:
+    """A callback that only wakes a loop."""
 
 
 @contextlib.contextmanager

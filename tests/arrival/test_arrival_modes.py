@@ -19,7 +19,7 @@ from workbench.errors import ConfigError
 from workbench.executors.virtual import simulate
 from workbench.records import Unit
 from workbench.replay.plan import build_plan
-from workbench.traces.base import load_trace
+from workbench.traces.load import load_trace
 
 TRACE = str(data_path("tracelab/multi_session_example.csv"))
 

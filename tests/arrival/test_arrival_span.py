@@ -12,8 +12,8 @@ from workbench.cli import main as cli_main
 from workbench.config import RunConfig
 from workbench.data import path as data_path
 from workbench.executors.dispatch import run
-from workbench.traces.base import load_trace
-from workbench.traces.tracegen import tracegen
+from workbench.traces.load import load_trace
+from workbench.workloads.materialize import tracegen
 
 TRACELAB = str(data_path("tracelab/round_trace.sanitized.jsonl"))
 SPAN_MS = 6_204_860_823.0  # the bundled TraceLab example: its two sessions 71.8 days apart

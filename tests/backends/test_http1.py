@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from loopback import RawHandler, read_request, serve_raw
 from public_data import REPO
 from test_transport import GOOD, LIMIT, REQ, Script, record, serve, sse, tok, usage
 
@@ -114,25 +115,18 @@ async def test_the_sender_is_woken_once_per_request_not_per_token(http: str):
         assert steps_of[40] > steps_of[4]
 
 
-async def _raw_server(answer: bytes, close_after: bool = False):
-    """A server that reads one request (head + Content-Length body) and writes ``answer``."""
+def _answering(answer: bytes, close_after: bool = False) -> RawHandler:
+    """A connection that reads one request and writes ``answer`` (then waits for the
+    client to close, unless ``close_after``)."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length"))  # fmt: skip
-            await reader.readexactly(length)
-            writer.write(answer)
-            await writer.drain()
-            if not close_after:
-                await reader.read()  # until the client closes
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+        await read_request(reader)
+        writer.write(answer)
+        await writer.drain()
+        if not close_after:
+            await reader.read()  # until the client closes
 
-    return await asyncio.start_server(handle, "127.0.0.1", 0)
+    return handle
 
 
 def _chunked(parts: list[bytes]) -> bytes:
@@ -150,36 +144,26 @@ async def test_body_framings_give_the_same_record(framing: str, http: str):
         answer = head + b"Transfer-Encoding: chunked\r\n\r\n" + _chunked(parts)
     else:
         answer = head + b"Connection: close\r\n\r\n" + BODY
-    server = await _raw_server(answer, close_after=framing == "close")
-    port = server.sockets[0].getsockname()[1]
-    try:
-        async with (
-            asyncio.timeout(LIMIT),
-            Transport(TransportOptions(f"http://127.0.0.1:{port}", http=http)) as transport,
-        ):
-            rec = record()
-            ids = await transport.send(BACKENDS.get("openai"), REQ, rec)
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with (
+        serve_raw(_answering(answer, close_after=framing == "close")) as url,
+        asyncio.timeout(LIMIT),
+        Transport(TransportOptions(url, http=http)) as transport,
+    ):
+        rec = record()
+        ids = await transport.send(BACKENDS.get("openai"), REQ, rec)
     assert rec.status == "ok", rec.error
     assert ids == [11, 12, 13, 14]
     assert sum(rec.token_counts) == 4 and (rec.completion_tokens, rec.cached_tokens) == (4, 3)
 
 
 async def test_a_malformed_response_is_a_clear_error():
-    server = await _raw_server(b"HTTP/1.1 2x0 WHAT\r\n\r\n")
-    port = server.sockets[0].getsockname()[1]
-    try:
-        async with (
-            asyncio.timeout(LIMIT),
-            Transport(TransportOptions(f"http://127.0.0.1:{port}")) as transport,
-        ):
-            rec = record()
-            await transport.send(BACKENDS.get("openai"), REQ, rec)
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with (
+        serve_raw(_answering(b"HTTP/1.1 2x0 WHAT\r\n\r\n")) as url,
+        asyncio.timeout(LIMIT),
+        Transport(TransportOptions(url)) as transport,
+    ):
+        rec = record()
+        await transport.send(BACKENDS.get("openai"), REQ, rec)
     assert rec.status == "error"
     assert rec.error is not None and "malformed HTTP response" in rec.error
 

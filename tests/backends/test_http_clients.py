@@ -22,6 +22,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from loopback import read_request, serve_raw
 from test_transport import LIMIT, REQ, record, sse, tok, usage
 
 from workbench.backends import BACKENDS, WireRequest
@@ -33,17 +34,6 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[
 GOOD = [tok([11]), tok([12, 13]), tok([14], "length"), usage(4, 3), sse(b"[DONE]")]
 BODY = b"".join(GOOD)
 SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-
-
-async def read_request(reader: asyncio.StreamReader) -> bytes:
-    """One request (head + Content-Length body); its head."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length"):
-            length = int(line.split(b":")[1])
-    await reader.readexactly(length)
-    return head
 
 
 def chunked(
@@ -71,28 +61,19 @@ async def run(
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conns[0] += 1
-        try:
-            await handler(reader, writer, conns[0])
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+        await handler(reader, writer, conns[0])
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
     recs = []
-    try:
-        async with (
-            asyncio.timeout(LIMIT),
-            Transport(TransportOptions(f"http://127.0.0.1:{port}", http=http, **opts)) as t,
-        ):
-            for i in range(n):
-                rec = record(f"r-{i}")
-                req = reqs[i] if reqs else REQ
-                await t.send(BACKENDS.get(backend), req, rec)
-                recs.append(rec)
-    finally:
-        server.close()
+    async with (
+        serve_raw(handle) as url,
+        asyncio.timeout(LIMIT),
+        Transport(TransportOptions(url, http=http, **opts)) as t,
+    ):
+        for i in range(n):
+            rec = record(f"r-{i}")
+            req = reqs[i] if reqs else REQ
+            await t.send(BACKENDS.get(backend), req, rec)
+            recs.append(rec)
     return recs
 
 

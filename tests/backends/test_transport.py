@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp import web
-from loopback import serve_app
+from loopback import read_request, serve_app, serve_raw
 from multidict import CIMultiDict
 
 from workbench.backends import BACKENDS, WireRequest
@@ -377,43 +377,22 @@ async def test_a_request_lost_on_a_stale_pooled_connection_is_sent_once_more():
     answered: list[int] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        served_here = 0
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length"))
-                await reader.readexactly(length)
-                if served_here:  # the stale connection: gone without a byte of answer
-                    break
-                served_here += 1
-                answered.append(1)
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                             b"Connection: keep-alive\r\nContent-Length: %d\r\n\r\n" % len(body)
-                             + body)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+        await read_request(reader)
+        answered.append(1)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                     b"Connection: keep-alive\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        await writer.drain()
+        await read_request(reader)  # the stale connection: gone without a byte of answer
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
     codec = BACKENDS.get("openai")
-    try:
-        async with asyncio.timeout(LIMIT), Transport(
-            options(f"http://127.0.0.1:{port}")
-        ) as transport:
-            recs = []
-            for k in range(3):
-                rec = record(f"r{k}")
-                out = await transport.send(codec, WireRequest(f"r{k}", [1, 2, 3, 4], 4), rec)
-                assert rec.status == "ok", rec.error
-                assert out == [11, 12, 13, 14]
-                recs.append(rec)
-    finally:
-        server.close()
-        await server.wait_closed()
+    recs = []
+    async with serve_raw(handle) as url, asyncio.timeout(LIMIT), Transport(options(url)) as t:
+        for k in range(3):
+            rec = record(f"r{k}")
+            out = await t.send(codec, WireRequest(f"r{k}", [1, 2, 3, 4], 4), rec)
+            assert rec.status == "ok", rec.error
+            assert out == [11, 12, 13, 14]
+            recs.append(rec)
     assert len(answered) == 3
     assert "stale_connection_retry" not in recs[0].extra
     assert all(r.extra.get("stale_connection_retry") for r in recs[1:])

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from workbench.calibration.fit import calibrate, read_engine_file
-from workbench.calibration.replay import predict
+from workbench.calibration.predict import predict
 from workbench.errors import ConfigError
 from workbench.executors.virtual import simulate
 

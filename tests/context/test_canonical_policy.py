@@ -14,7 +14,7 @@ from workbench.errors import ConfigError
 from workbench.executors.dispatch import run_async
 from workbench.executors.virtual import simulate
 from workbench.sim.server import serve_sim
-from workbench.traces.tracegen import tracegen
+from workbench.workloads.materialize import tracegen
 
 RAW = data_path("tracelab/multi_session_example.csv")
 
@@ -49,7 +49,7 @@ def test_without_a_policy_it_replays_as_written(canonical):
                       engine={"zero_cost": True})
     planned = [(r.planned_prefix_tokens, r.planned_input_tokens)
                for r in sorted(result.records, key=lambda r: r.request_id)]
-    from workbench.traces.base import load_trace
+    from workbench.traces.load import load_trace
 
     wl = load_trace(canonical)
     expected = sorted((r.request_id, r.prefix_len, r.input_len) for r in wl.rounds())

@@ -20,7 +20,7 @@ from workbench.data import path as data_path
 from workbench.errors import ConfigError
 from workbench.executors.virtual import simulate
 from workbench.replay.plan import build_plan
-from workbench.traces.base import load_trace
+from workbench.traces.load import load_trace
 
 TRACE = str(data_path("tracelab/multi_session_example.csv"))
 

@@ -18,7 +18,7 @@ import pytest
 
 from workbench.commands import replay as replay_cmd
 from workbench.errors import ConfigError
-from workbench.metrics import breakdown, catalog, derive, frame, slo, stats, summary
+from workbench.metrics import breakdown, catalog, derive, distribution, frame, slo, summary
 from workbench.metrics.catalog import CATALOG, Metric
 from workbench.records import RequestRecord, RunResult, Status
 from workbench.report import compare, headline, plots, sweep_tables, tables
@@ -133,7 +133,7 @@ def test_one_percentile_everywhere() -> None:
     ok = df[df["status"] == "ok"]
     gaps = np.asarray([1.0, 2.0, 4.0])
     assert slo.ok_percentile(ok, "itl_ms", 90) == pytest.approx(np.percentile(gaps, 90))
-    assert stats.percentile([None, float("nan"), 10.0, 20.0, 30.0], 50) == 20.0
+    assert distribution.percentile([None, float("nan"), 10.0, 20.0, 30.0], 50) == 20.0
     s = summary.summarize(run)
     table = replay_cmd.percentile_table(run, "50,90,99")
     for m in catalog.LATENCY:
@@ -151,3 +151,16 @@ def test_old_sweep_slo_forms_still_parse() -> None:
                                                     "limit": 8000.0}
     frame_with_none = pd.DataFrame({"status": ["ok"], "ttft_ms": [np.nan], "itl_ms": [[]]})
     assert slo.ok_percentile(frame_with_none, "ttft_ms", 50) is None
+
+
+def test_a_row_with_compute_is_derived_from_the_columns_before_it(monkeypatch) -> None:
+    """A metric of other derived columns is its catalog row alone: ``derive`` calls the
+    row's ``compute`` (``hit_delta`` is one), in row order, for frames and Parquet alike."""
+    recs = [_rec(0, 3, [1, 2]), _rec(1, 5, [4])]
+    d = frame._derived(recs)
+    assert np.array_equal(d["hit_delta"], d["actual_hit"] - d["planned_hit"], equal_nan=True)
+    toy = Metric("decode_ms", "ms", "decode", summarised=True, slo_able=True,
+                 doc="ttft → end of stream", compute=lambda c: c["e2e_ms"] - c["ttft_ms"])
+    monkeypatch.setattr(catalog, "CATALOG", (*CATALOG, toy))
+    d = frame._derived(recs)
+    assert d["decode_ms"].tolist() == (d["e2e_ms"] - d["ttft_ms"]).tolist() == [4.0, 5.0]

@@ -56,7 +56,7 @@ from workbench.backends.scrape import (
 )
 from workbench.executors.dispatch import run_async
 from workbench.records import RequestRecord, RunResult
-from workbench.traces.base import load_trace
+from workbench.traces.load import load_trace
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "llama_cpp.sh"

@@ -26,7 +26,7 @@ from workbench import data
 from workbench.backends.scrape import detect_block_size
 from workbench.executors.dispatch import run_async
 from workbench.records import RequestRecord, RunResult
-from workbench.traces.base import load_trace
+from workbench.traces.load import load_trace
 
 from .conftest import VLLMServer, get_metrics
 

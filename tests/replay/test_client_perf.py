@@ -416,7 +416,7 @@ def test_summarize_carries_the_client_block_from_the_manifest() -> None:
 
 def test_shard_split_keeps_units_whole_and_file_order() -> None:
     from workbench.replay.plan import build_plan
-    from workbench.traces.base import load_trace
+    from workbench.traces.load import load_trace
 
     cfg = RunConfig.from_dict({"trace": str(data_path("tracelab/multi_session_example.csv"))})
     plan = build_plan(cfg, load_trace(cfg.trace.path))

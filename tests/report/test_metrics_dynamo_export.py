@@ -125,7 +125,7 @@ def test_closed_loop_repeats_are_separate_sessions() -> None:
 
 @pytest.mark.skipif(not HAVE_READER, reason="workbench.traces.dynamo (the reader) is not there yet")
 def test_round_trip_through_dynamo_reader(tmp_path: Path) -> None:
-    from workbench.traces.base import load_trace
+    from workbench.traces.load import load_trace
 
     result = _result()
     result.records[1].extra["input_sequence_hashes"][0] = 2**70  # wider than 64 bits

@@ -192,7 +192,7 @@ def _workload() -> Workload:
 
 @pytest.mark.parametrize("kind", ["lengths", "tool_waits", "sessions_over_time", "hit_vs_capacity"])
 def test_trace_kinds_render_from_trace_stats(kind: str) -> None:
-    from workbench.traces.stats import trace_stats
+    from workbench.workloads.trace_stats import trace_stats
 
     stats = trace_stats(_workload(), block_size=16)
     fig = plot(stats, kind)

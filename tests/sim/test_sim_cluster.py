@@ -174,7 +174,8 @@ def test_disaggregated_cluster_in_virtual_time_and_bad_configs():
     with pytest.raises(ValueError, match="overload_threshold"):
         make_router("prefix-aware", {"overload_threshold": -1})
     assert split_knobs({"num_blocks": 8}) == ({"num_blocks": 8}, None)
-    assert sorted(ROUTERS) == ["least-loaded", "prefix-aware", "round-robin", "session-affinity"]
+    assert sorted(ROUTERS.names()) == [
+        "least-loaded", "prefix-aware", "round-robin", "session-affinity"]
 
 
 # -- determinism ---------------------------------------------------------------------

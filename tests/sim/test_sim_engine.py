@@ -7,6 +7,7 @@ import itertools
 import pytest
 
 from workbench.clock import VirtualClock, run_virtual
+from workbench.errors import ConfigError
 from workbench.sim import cost
 from workbench.sim.cluster import Cluster, ClusterConfig
 from workbench.sim.config import EngineConfig
@@ -357,20 +358,25 @@ def test_cancelling_one_wait_leaves_the_other_waits_and_the_request():
 
 @pytest.mark.parametrize(
     ("knobs", "message"),
-    [({"num_blocks": "abc"}, "num_blocks must be an integer, got 'abc'"),
-     ({"block_size": True}, "block_size must be an integer, got True"),
-     ({"speedup": float("nan")}, "speedup must be a finite number, got nan"),
-     ({"decode_floor_ms": float("inf")}, "decode_floor_ms must be a finite number, got inf"),
-     ({"idle_wake_ms": "5"}, "idle_wake_ms must be a finite number, got '5'"),
-     ({"zero_cost": 1}, "zero_cost must be true or false, got 1"),
-     ({"prefill_coeffs": [1.0, 2.0]}, r"prefill_coeffs must be three finite numbers \[a, b, c\]"),
-     ({"decode_coeffs": [0, "x", 1]}, "decode_coeffs must be three finite numbers"),
-     ({"decode_coeffs": [0, float("nan"), 1]}, "decode_coeffs must be three finite numbers")],
+    [({"num_blocks": "abc"}, r"target\.engine\.num_blocks: expected an integer in \[1, 67108864\], "
+                             r"got 'abc' \(str\)"),
+     ({"block_size": True}, r"target\.engine\.block_size: expected an integer .*, got True"),
+     ({"speedup": float("nan")}, r"target\.engine\.speedup: expected a finite number .*got nan"),
+     ({"decode_floor_ms": float("inf")}, r"decode_floor_ms: expected a finite number .*got inf"),
+     ({"idle_wake_ms": "5"}, r"idle_wake_ms: expected a finite number .*got '5'"),
+     ({"zero_cost": 1}, r"target\.engine\.zero_cost: expected true or false, got 1"),
+     ({"prefill_coeffs": [1.0, 2.0]}, r"prefill_coeffs: expected a list of 3 finite numbers"),
+     ({"decode_coeffs": [0, "x", 1]}, r"decode_coeffs: expected a list of 3 finite numbers"),
+     ({"decode_coeffs": [0, float("nan"), 1]}, r"decode_coeffs: expected a list of 3 finite"),
+     ({"block_size": 0}, r"target\.engine\.block_size: expected an integer in \[1, 4096\]"),
+     ({"error_rate": 1.5}, r"target\.engine\.error_rate: expected a finite number in \[0, 1\]"),
+     ({"usage_fault": "odd"}, r"target\.engine\.usage_fault: expected one of")],
 )  # fmt: skip
 def test_a_knob_of_the_wrong_type_is_refused_by_name(knobs, message):
     """An engine config file or ``serve_sim(**knobs)`` skips the RunConfig checks: the
-    engine's own config names the knob (it used to fail mid-run, or with int()'s text)."""
-    with pytest.raises(ValueError, match=message):
+    engine checks its own knobs against the run config's range table (workbench.ranges),
+    so the message names the knob as a run config does (it used to fail mid-run)."""
+    with pytest.raises(ConfigError, match=message):
         EngineConfig.from_knobs(**knobs)
 
 

@@ -8,6 +8,7 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from workbench.errors import ConfigError
 from workbench.sim.server import serve_sim
 
 TIMEOUT = 20
@@ -368,8 +369,11 @@ async def test_clients_vanishing_mid_stream_are_aborts_not_server_errors(caplog)
     assert not errors, errors[0].getMessage()
 
 
-@pytest.mark.parametrize("knobs", [{"bogus": 1}, {"mode": "tgi"}])
-async def test_bad_knobs_raise(knobs):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(("knobs", "error", "message"), [
+    ({"bogus": 1}, ValueError, "unknown engine knob"),
+    ({"mode": "tgi"}, ConfigError, r"target\.engine\.mode: expected 'vllm' or 'sglang'"),
+])
+async def test_bad_knobs_raise(knobs, error, message):
+    with pytest.raises(error, match=message):
         async with serve_sim(**knobs):
             pass

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import workbench as wb
-from workbench.sweeps.runner import fresh_sweep_dir, new_sweep_id
+from workbench.sweeps.sweep_runner import fresh_sweep_dir, new_sweep_id
 
 TRACE = Path(__file__).resolve().parents[2] / "workbench/data/tracelab/multi_session_example.csv"
 

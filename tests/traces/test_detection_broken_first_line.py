@@ -10,7 +10,7 @@ import json
 import pytest
 
 from workbench.errors import TraceFormatError
-from workbench.traces.base import load_trace
+from workbench.traces.load import load_trace
 
 ROW = {"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1]}
 

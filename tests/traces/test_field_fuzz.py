@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from workbench.errors import ConfigError, TraceFormatError
-from workbench.traces.base import load_trace
 from workbench.traces.bounds import MAX_ARRIVAL_MS, MAX_ROUND_TOKENS, MAX_WAIT_MS
+from workbench.traces.load import load_trace
 
 R = Path(__file__).resolve().parents[2]
 SAMPLES = {
@@ -39,7 +39,7 @@ MUTATIONS = 40
 
 @pytest.fixture(scope="module")
 def canonical_sample(tmp_path_factory):
-    from workbench.traces.tracegen import tracegen
+    from workbench.workloads.materialize import tracegen
 
     out = tmp_path_factory.mktemp("canon") / "canonical.csv"
     tracegen(R / "workbench/data/tracelab/session_workload_example.csv", out)
@@ -59,7 +59,7 @@ WEIRD_JSON = [-0.0, 0, -1, 5.5, 1e308, 1e30, 10**19, 10**30, 2**63, -(2**63), 2*
 def check_loaded(path, w, fmt):
     from workbench.config import RunConfig
     from workbench.replay.plan import build_plan
-    from workbench.traces.stats import trace_stats
+    from workbench.workloads.trace_stats import trace_stats
     for u in w.units:
         assert 0 <= u.arrival_ms <= MAX_ARRIVAL_MS, ("arrival", u.arrival_ms)
         for r in u.rounds:

@@ -8,7 +8,7 @@ integral values; docs/trace-bounds.md says an integer has an integral value.
 import pytest
 
 from workbench.errors import TraceFormatError
-from workbench.traces.base import load_trace
+from workbench.traces.load import load_trace
 
 HEADER = "id,arrival_time,input_len,output_len\n"
 

@@ -15,7 +15,7 @@ from public_data import FIXTURES, SHARED, needs, public
 from workbench import data as bundled
 from workbench.errors import TraceFormatError
 from workbench.records import Workload
-from workbench.traces.base import FORMATS, available_formats, detect_format, head_lines, load_trace
+from workbench.traces.load import FORMATS, available_formats, detect_format, head_lines, load_trace
 
 # every public file, with the format it must be detected as
 PUBLIC = {

@@ -7,7 +7,7 @@ import pytest
 from public_data import FIXTURES
 
 from workbench.errors import TraceFormatError
-from workbench.traces.base import load_trace
+from workbench.traces.load import load_trace
 
 FIXTURE = FIXTURES / "abench_sessions.jsonl"
 

@@ -26,7 +26,7 @@ from workbench.errors import TraceFormatError
 from workbench.records import Workload
 from workbench.replay.plan import build_plan
 from workbench.traces import bounds, canonical
-from workbench.traces.stats import trace_stats
+from workbench.workloads.trace_stats import trace_stats
 
 H = canonical.HEADER_LINE
 BIG = 2_000_000_000

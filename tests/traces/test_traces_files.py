@@ -22,7 +22,7 @@ from workbench import load_trace, tracegen
 from workbench.errors import TraceFormatError, WorkbenchError
 from workbench.storage.rundir import RunDirError, load, resolve_run_dir
 from workbench.traces import bounds
-from workbench.traces.base import detect_format
+from workbench.traces.load import detect_format
 
 ROOT = REPO
 VALID = "id,arrival_time,input_len,output_len\na,0,5,1\n"

@@ -9,7 +9,7 @@ import pytest
 from public_data import FIXTURES
 
 from workbench.errors import TraceFormatError
-from workbench.traces.base import load_trace
+from workbench.traces.load import load_trace
 
 FIXTURE = FIXTURES / "independent_requests.csv"
 HEADER = "id,arrival_time,input_len,output_len\n"

@@ -6,7 +6,7 @@ import pytest
 from public_data import FIXTURES, needs, public
 
 from workbench.errors import ConfigError, TraceFormatError
-from workbench.traces.base import load_trace
+from workbench.traces.load import load_trace
 
 PUBLIC = public("mooncake/conversation_trace.jsonl")  # the full trace: not bundled
 

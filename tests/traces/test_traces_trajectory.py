@@ -10,7 +10,7 @@ import pytest
 from public_data import needs, public
 
 from workbench.errors import TraceFormatError
-from workbench.traces.base import load_trace
+from workbench.traces.load import load_trace
 
 PUBLIC = public("batchbench/trajectories_v1.jsonl")
 

@@ -16,7 +16,7 @@ import pytest
 from workbench.data import path as data_path
 from workbench.errors import ExitCode, TraceFormatError
 from workbench.traces import bounds
-from workbench.traces.base import load_trace
+from workbench.traces.load import load_trace
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LONG = "s" * (bounds.MAX_ID_CHARS + 1)

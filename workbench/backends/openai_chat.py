@@ -1,7 +1,7 @@
 """``openai-chat``: ``POST {root}/v1/chat/completions`` with synthetic text messages.
 
 For servers that only take text. Token ids are rendered to text with the shared
-deterministic tokenizer (``workbench.sim.tokenizer``), one word per id, so N ids
+deterministic tokenizer (``workbench.tokenizer``), one word per id, so N ids
 become N tokens on a server using that tokenizer.
 
 Chat templates add tokens the client cannot see. ``initial_overhead_tokens``
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from workbench.backends.base import (
     BACKENDS,
@@ -47,11 +47,11 @@ class TextTokenizer(Protocol):
 
 
 def default_tokenizer() -> TextTokenizer:
-    """The shared deterministic tokenizer, imported late so backends stay light."""
-    from workbench.sim import tokenizer as module
+    """The shared deterministic tokenizer (``workbench.tokenizer``), imported late so
+    backends stay light."""
+    from workbench.tokenizer import get_tokenizer
 
-    get = getattr(module, "get_tokenizer", None)
-    return cast(TextTokenizer, get() if get is not None else module)
+    return get_tokenizer()
 
 
 @dataclass(slots=True)

@@ -47,10 +47,10 @@ from workbench.backends.stream import (
     StreamState,
 )
 from workbench.clock import Clock, WallClock
+from workbench.placement import placement_extra
 from workbench.records import RequestRecord, Status
 from workbench.redact import basic_authorization, register_url
 from workbench.redact import register as register_secret
-from workbench.sim.wire import placement_extra
 
 if TYPE_CHECKING:
     from collections.abc import Callable

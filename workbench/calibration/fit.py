@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.calibration.replay import predict
+from workbench.calibration.predict import predict
 from workbench.calibration.samples import NS_PER_MS, Sample, overlapped, read_samples
 from workbench.calibration.split import fit_split
 from workbench.errors import ConfigError

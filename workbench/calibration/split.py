@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.calibration.replay import replay_config
+from workbench.calibration.predict import replay_config
 from workbench.calibration.samples import overlapped_ttft_ms, read_samples
 from workbench.records import RunResult
 

@@ -54,8 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cluster = serve.add_argument_group("simulated cluster (docs/cluster.md)")
     cluster.add_argument("--workers", type=int, default=None,
                          help="serve N engine workers behind one endpoint (default: one engine)")
-    cluster.add_argument("--router", default=None,
-                         help="round-robin | least-loaded | session-affinity | prefix-aware")
+    from workbench.sim.router import ROUTERS  # stdlib only: --help stays fast
+
+    cluster.add_argument("--router", default=None, help=" | ".join(ROUTERS.names()))
     cluster.add_argument("--overload-threshold", type=int, default=None,
                          help="prefix-aware: requests above the least-loaded worker (default 4)")
     cluster.add_argument("--disagg", default=None, metavar="P:D",

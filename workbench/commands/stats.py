@@ -64,8 +64,8 @@ def _block_size(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.traces.base import FORMATS, available_formats, detect_format, load_trace
-    from workbench.traces.stats import trace_stats
+    from workbench.traces.load import FORMATS, available_formats, detect_format, load_trace
+    from workbench.workloads.trace_stats import trace_stats
 
     available_formats()  # registers the built-in readers before names are resolved
     fmt = detect_format(args.trace) if args.format == "auto" else FORMATS.canonical(args.format)

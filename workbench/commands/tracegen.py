@@ -19,7 +19,7 @@ HELP = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from workbench.traces.synthetic import SYNTHETIC_HELP
+    from workbench.workloads.synthetic import SYNTHETIC_HELP
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.description = (
@@ -72,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.traces.tracegen import TracegenSpec, tracegen
+    from workbench.workloads.materialize import TracegenSpec, tracegen
 
     spec = TracegenSpec(
         policy=args.policy,

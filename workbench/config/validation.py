@@ -1,246 +1,50 @@
-"""Type and range checks of configuration values, from dataclass annotations.
+"""Checks of configuration values that have a grammar, a size or a file behind them.
 
-One mechanism for every configuration value: a field's *type* comes from its
-annotation (``int | None``, ``float | Literal["auto"]``, ``dict[str, float]``,
-``tuple[float, float, float]``, a ``Literal``), its *range* from the small
-``RANGES`` table below, keyed by the field's path. ``check_dataclass`` walks
-the fields of a spec and raises one ``ConfigError`` naming the first bad field::
-
-    arrival.max_concurrency: expected a positive integer, got '16' (str)
-
-Rules: an integer is an ``int`` (never a ``bool``, never ``16.0`` or ``'16'``);
-a number is an ``int`` or ``float`` that is finite (NaN and infinity are
-refused everywhere); ``bool`` is ``true``/``false`` only. The bounds and the
-reasons for them are in ``docs/config-bounds.md``.
+Types and ranges are checked by ``workbench.ranges`` (one checker, one range table,
+shared with the embedded engine's knobs); its names are re-exported here for the
+run config. This module adds what a type cannot say: URLs, run ids, output
+directories, metrics scrape pages, header names and values, and the bounded JSON
+and YAML readers (depth and node count). The bounds and the reasons for them are
+in ``docs/config-bounds.md``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
 import re
-import types
-import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 from workbench.errors import ConfigError
+from workbench.ranges import (  # re-exported: the run config's checks read them here
+    MAX_COUNT,
+    MAX_DEPTH,
+    MAX_NODES,
+    MAX_OUTPUT_TOKENS,
+    MAX_SECONDS,
+    MAX_TOKENS,
+    MIN_RATE,
+    NON_NEGATIVE,
+    POSITIVE,
+    RANGES,
+    Range,
+    check_dataclass,
+    check_mapping,
+    check_value,
+    hints_of,
+    show,
+)
 
+__all__ = [
+    "MAX_COUNT", "MAX_DEPTH", "MAX_NODES", "MAX_OUTPUT_TOKENS", "MAX_SECONDS", "MAX_TOKENS",
+    "MIN_RATE", "NON_NEGATIVE", "POSITIVE", "RANGES", "Range", "check_dataclass",
+    "check_mapping", "check_value", "hints_of", "show",
+]
 
-@dataclass(frozen=True, slots=True)
-class Range:
-    """``lo <= x <= hi`` (``lo < x`` when ``open_lo``); ``None`` leaves a side open."""
-
-    lo: float | None = None
-    hi: float | None = None
-    open_lo: bool = False
-
-    def holds(self, x: float) -> bool:
-        if self.lo is not None and (x <= self.lo if self.open_lo else x < self.lo):
-            return False
-        return self.hi is None or x <= self.hi
-
-
-POSITIVE = Range(0, None, open_lo=True)
-NON_NEGATIVE = Range(0, None)
-#: no count of units, slots, sessions or requests a client on one host can handle is
-#: above a million (docs/config-bounds.md)
-MAX_COUNT = 1_000_000
-#: the longest context any engine serves today is ~10M tokens; 2**24 leaves room
-MAX_TOKENS = 2**24
-#: a timeout, duration or interval longer than a week is a typo, not a setting
-MAX_SECONDS = 7 * 24 * 3600.0
-#: the slowest arrival rate: one unit every ~11.6 days (``--rate 1e-300`` is a typo)
-MIN_RATE = 1e-6
-#: tokens of one round's output (``output_len fixed:K``) and of a session's output budget
-#: (``budget:T``): the per-round bound of docs/trace-bounds.md
-MAX_OUTPUT_TOKENS = 10_000_000
-#: nesting of a configuration value (a config file, ``extra_body``, ``--body-field``):
-#: a config is a few levels deep; 3,000 levels would overflow Python's stack
-MAX_DEPTH = 64
-#: nodes of a configuration document, YAML aliases expanded (a billion-laughs bomb
-#: of 907 bytes expands to ~10^9)
-MAX_NODES = 1_000_000
 #: RFC 9110 ``token``: the characters an HTTP header (field) name may hold
 _TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-
-RANGES: dict[str, Range] = {
-    "trace.max_items": Range(1, 10**9),
-    "trace.offset": Range(0, 10**9),
-    "context.max_model_len": Range(1, MAX_TOKENS),
-    "context.major_compaction_min_drop_tokens": Range(0, MAX_TOKENS),
-    "context.major_compaction_min_drop_ratio": Range(0, 1),
-    "arrival.rate": Range(MIN_RATE, 1e6),
-    "arrival.max_concurrency": Range(1, MAX_COUNT),
-    "arrival.max_streams": Range(1, MAX_COUNT),
-    "arrival.session_budget_s": Range(0, MAX_SECONDS, open_lo=True),
-    "arrival.duration_s": Range(0, MAX_SECONDS, open_lo=True),
-    "arrival.fuse_s": Range(0, MAX_SECONDS, open_lo=True),
-    "arrival.warmup": Range(0, MAX_COUNT),
-    "arrival.tool_wait_scale": Range(0, 1e6),
-    "arrival.request_timeout_s": Range(0, MAX_SECONDS, open_lo=True),
-    "arrival.stream_idle_timeout_s": Range(0, MAX_SECONDS, open_lo=True),
-    "backend.scrape_interval_s": Range(0, 3600.0),
-    "backend.options.temperature": Range(0, 100.0),
-    "backend.options.initial_overhead_tokens": Range(0, MAX_TOKENS),
-    "backend.options.turn_overhead_tokens": Range(0, MAX_TOKENS),
-    "backend.options.max_sessions": Range(1, 10**8),
-    "executor.workers": Range(1, 1024),
-    "executor.record_flush_ms": Range(0, 60_000.0),
-    "executor.pace_ms": Range(0, 1000.0),
-    "seed": Range(0, 2**32 - 1),
-    "slo": POSITIVE,  # every bound, in ms
-    # the embedded engine (target.engine knobs: EngineConfig and Faults fields)
-    "target.engine.block_size": Range(1, 4096),
-    "target.engine.num_blocks": Range(1, 2**26),
-    "target.engine.max_num_batched_tokens": Range(1, MAX_TOKENS),
-    "target.engine.max_num_seqs": Range(1, MAX_COUNT),
-    "target.engine.max_model_len": Range(1, MAX_TOKENS),
-    "target.engine.speedup": Range(0, 1e9, open_lo=True),
-    "target.engine.decode_floor_ms": Range(0, 1e6),
-    "target.engine.request_overhead_ms": Range(0, 1e6),
-    "target.engine.intake_ms": Range(0, 1e6),
-    "target.engine.idle_wake_ms": Range(0, 1e6),
-    "target.engine.decode_seq_ms": Range(0, 1e6),
-    "target.engine.seed": Range(0, 2**32 - 1),
-    "target.engine.error_rate": Range(0, 1),
-    "target.engine.disconnect_after_tokens": Range(0, MAX_TOKENS),
-    "target.engine.stall_after_tokens": Range(0, MAX_TOKENS),
-    "target.engine.stall_s": Range(0, MAX_SECONDS),
-    "target.engine.sglang_prompt_echo": Range(0, MAX_TOKENS),
-    "target.engine.error_status": Range(200, 599),
-}
-
-
-def _fmt(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(x)
-
-
-def _describe(alt: Any, rng: Range | None) -> str:
-    if alt is type(None):
-        return "null"
-    if alt is bool:
-        return "true or false"
-    if alt is str:
-        return "a string"
-    if alt in (int, float):
-        noun = "integer" if alt is int else "finite number"
-        if rng is None:
-            return f"an {noun}" if alt is int else f"a {noun}"
-        if rng.hi is None and rng.lo == 0:
-            return f"a positive {noun}" if rng.open_lo else f"a non-negative {noun}"
-        if rng.hi is None and rng.lo == 1 and alt is int:
-            return "a positive integer"
-        lo = "(" if rng.open_lo else "["
-        article = "an" if alt is int else "a"
-        return f"{article} {noun} in {lo}{_fmt(rng.lo or 0)}, {_fmt(rng.hi or math.inf)}]"
-    origin = typing.get_origin(alt)
-    if origin is Literal:
-        return " or ".join(repr(a) for a in typing.get_args(alt))
-    if origin is dict or alt is dict:
-        args = typing.get_args(alt)
-        if len(args) == 2 and args[1] is not Any:
-            return f"a mapping of names to {_describe(args[1], rng).removeprefix('a ')}s"
-        return "a mapping"
-    if origin is tuple:
-        args = typing.get_args(alt)
-        return f"a list of {len(args)} {_describe(args[0], None).removeprefix('a ')}s"
-    if origin is list:
-        return f"a list of {_describe(typing.get_args(alt)[0], None).removeprefix('a ')}s"
-    return getattr(alt, "__name__", str(alt))
-
-
-def _alternatives(tp: Any) -> tuple[Any, ...]:
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        return typing.get_args(tp)
-    return (tp,)
-
-
-def _matches(value: Any, alt: Any, rng: Range | None) -> bool:
-    """``value`` is of type ``alt`` and, for numbers, inside ``rng``."""
-    if alt is Any:
-        return True
-    if alt is type(None):
-        return value is None
-    if alt is bool:
-        return type(value) is bool
-    if alt is str:
-        return isinstance(value, str)
-    if alt is int:
-        return (
-            isinstance(value, int) and not isinstance(value, bool)
-            and (rng is None or rng.holds(value))
-        )  # fmt: skip
-    if alt is float:
-        return (
-            isinstance(value, int | float) and not isinstance(value, bool)
-            and math.isfinite(value) and (rng is None or rng.holds(value))
-        )  # fmt: skip
-    origin = typing.get_origin(alt)
-    if origin is Literal:
-        return any(type(value) is type(a) and value == a for a in typing.get_args(alt))
-    if origin is dict or alt is dict:
-        if not isinstance(value, Mapping):
-            return False
-        args = typing.get_args(alt) or (Any, Any)
-        return all(
-            _matches(k, args[0], None) and _matches(v, args[1], rng) for k, v in value.items()
-        )
-    if origin is tuple:
-        args = typing.get_args(alt)
-        return (
-            isinstance(value, list | tuple) and len(value) == len(args)
-            and all(_matches(v, a, rng) for v, a in zip(value, args, strict=True))
-        )  # fmt: skip
-    if origin is list:
-        return isinstance(value, list | tuple) and all(
-            _matches(v, typing.get_args(alt)[0], rng) for v in value
-        )
-    if isinstance(alt, type):
-        try:
-            return isinstance(value, alt)
-        except TypeError:  # a Protocol that is not runtime-checkable: the consumer checks it
-            return True
-    return True  # a type this checker does not know (a Protocol): the consumer checks it
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def check_value(path: str, value: Any, tp: Any, rng: Range | None = None) -> None:
-    """Raise ``ConfigError`` unless ``value`` fits the annotation ``tp`` (and ``rng``)."""
-    rng = rng if rng is not None else RANGES.get(path)
-    alts = _alternatives(tp)
-    if any(_matches(value, alt, rng) for alt in alts):
-        return
-    expected = " or ".join(_describe(alt, rng) for alt in alts)
-    raise ConfigError(f"{path}: expected {expected}, got {_show(value)} ({type(value).__name__})")
-
-
-def hints_of(cls: type) -> dict[str, Any]:
-    """The resolved annotations of a dataclass (or of a class's ``__init__``)."""
-    target = cls if dataclasses.is_dataclass(cls) else cls.__init__  # type: ignore[misc]
-    return typing.get_type_hints(target)
-
-
-def check_dataclass(obj: Any, path: str = "") -> None:
-    """Type- and range-check every field of the dataclass instance ``obj``."""
-    hints = hints_of(type(obj))
-    for f in dataclasses.fields(obj):
-        check_value(f"{path}.{f.name}" if path else f.name, getattr(obj, f.name), hints[f.name])
-
-
-def check_mapping(path: str, values: Mapping[str, Any], hints: Mapping[str, Any]) -> None:
-    """Check the known names of ``values`` against ``hints`` (unknown names: the caller's)."""
-    for name, value in values.items():
-        if name in hints:
-            check_value(f"{path}.{name}", value, hints[name])
 
 
 # ------------------------------------------------------------------ values with a grammar
@@ -295,7 +99,7 @@ def check_metrics_scrape(path: str, urls: Sequence[str], patterns: Sequence[str]
     for i, pattern in enumerate(patterns):
         if not SERIES_PATTERN.fullmatch(pattern):
             raise ConfigError(
-                f"{path}.metrics_series[{i}]: {_show(pattern)} is not a series glob: 1-200 "
+                f"{path}.metrics_series[{i}]: {show(pattern)} is not a series glob: 1-200 "
                 "characters of a Prometheus name (letters, digits, '_', ':') and '*', '?', "
                 "'[...]', e.g. 'DCGM_FI_DEV_*'"
             )
@@ -310,7 +114,7 @@ def check_run_id(path: str, run_id: str) -> None:
     )  # fmt: skip
     if bad:
         raise ConfigError(
-            f"{path}: {_show(run_id)} cannot name a run directory: a run id is 1-200 characters "
+            f"{path}: {show(run_id)} cannot name a run directory: a run id is 1-200 characters "
             "without '/', '\\', '..' or control characters"
         )
 
@@ -461,11 +265,11 @@ def check_header(path: str, name: Any, value: Any) -> None:
     characters but tab) as value, of a string or number."""
     if not isinstance(name, str) or not name or any(c not in _TCHAR for c in name):
         raise ConfigError(
-            f"{path}: header name {_show(name)} is not an HTTP token (RFC 9110: letters, "
+            f"{path}: header name {show(name)} is not an HTTP token (RFC 9110: letters, "
             "digits and !#$%&'*+-.^_`|~; no ':', space or control characters)"
         )
     if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise ConfigError(f"{path}[{name!r}]: expected one line of text, got {_show(value)}")
+        raise ConfigError(f"{path}[{name!r}]: expected one line of text, got {show(value)}")
     text = str(value)
     if any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in text):
         raise ConfigError(f"{path}[{name!r}]: a header value cannot hold CR, LF or other "

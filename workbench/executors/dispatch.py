@@ -9,24 +9,14 @@ request ends).
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from typing import Any
 
 from workbench.config import RunConfig
 from workbench.records import RunResult, Workload
 from workbench.replay.loops import run_anywhere
-from workbench.replay.plan import build_plan
-from workbench.replay.prepare import (
-    base_manifest,
-    coerce_config,
-    dry_run_result,
-    load_workload,
-    new_run_id,
-)
+from workbench.replay.prepare import coerce_config, dry_run_result, prepare
 from workbench.replay.session import Executor, ReplaySession
-
-log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
 Phase = Callable[[str], None]
@@ -49,18 +39,11 @@ async def run_async(
     engine starts), ``"running"`` (the target answered), ``"finalizing"`` (the last request
     ended or was cancelled; files are being written).
     """
-    cfg = coerce_config(cfg)
-    workload = workload if workload is not None else load_workload(cfg)
-    cfg.check_workload(workload)
-    plan = build_plan(cfg, workload)
-    run_id = cfg.run_id or new_run_id(cfg)
-    if warning := plan.arrival()["arrival_span_warning"]:
-        log.warning("%s", warning)
-    if cfg.dry_run:
-        return dry_run_result(cfg, workload, plan, run_id)
-    manifest = base_manifest(cfg, workload, plan, run_id)
-    session = ReplaySession(cfg, plan, run_id, manifest, executor_for(cfg), progress=progress,
-                            phase=phase)
+    run = prepare(cfg, workload)
+    if run.cfg.dry_run:
+        return dry_run_result(run)
+    session = ReplaySession(run.cfg, run.plan, run.run_id, run.manifest(), executor_for(run.cfg),
+                            progress=progress, phase=phase)
     return await session.run(stop)
 
 

@@ -9,8 +9,9 @@ from workbench.backends.base import make_codec
 from workbench.backends.transport import Transport, TransportOptions
 from workbench.clock import WallClock
 from workbench.context.tokens import run_pool
+from workbench.replay.outcome import ShardOutcome, play_shard
 from workbench.replay.runner import build_runner
-from workbench.replay.session import WARM_MAX, ReplaySession, watch_stop
+from workbench.replay.session import ReplaySession, connection_warmer, watch_stop
 
 
 class LocalExecutor:
@@ -24,40 +25,30 @@ class LocalExecutor:
     ) -> None:
         s = session
         b = s.cfg.backend
-        a = s.cfg.arrival
         codec = make_codec(b.name, **b.options)  # fresh per run (the chat codec keeps state)
         clock = WallClock()
         pool = run_pool(s.cfg.seed, b.token_salt, s.run_id)
         options = TransportOptions.of_run(s.cfg, target["base_url"])
         async with Transport(options, clock) as transport:
-            await transport.check_reachable()
-            await s.preflight(transport, codec, pool, target)
-            await s.flush_cache(transport, target)
-            if s.cfg.executor.warm_connections:
-                await transport.warm(min(a.max_concurrency or 0, WARM_MAX))
+            await s.check_target(transport, codec, pool, target)
             block_size = await s.block_size(target)
             runner = build_runner(
                 s.cfg, s.plan, run_id=s.run_id, codec=codec, sender=transport,
                 clock=clock, pool=pool, sink=s.on_record,
                 lifecycle_sink=s.on_lifecycle, block_size=block_size,
             )
-            s.manifest["block_size"] = block_size
+            s.manifest.block_size = block_size
             scraper = s.scraper(target, clock)
             watcher = asyncio.ensure_future(watch_stop(stop, runner)) if stop else None
+            outcome = None
             try:
                 if scraper is not None:
                     await scraper.start()
-                await runner.execute(s.t0_ns)
+                outcome = await play_shard(runner, warm=connection_warmer(s.cfg, transport))
             finally:
-                s.client_raw = runner.client_raw()
-                s.manifest["client"] = s.client_stats([s.client_raw])
                 if watcher is not None:
                     watcher.cancel()
                 if scraper is not None:
                     await scraper.stop()
                     s.keep_scrape(scraper)
-            s.cancelled = runner.stop_reason is not None
-            s.manifest["stop_reason"] = runner.stop_reason
-            s.manifest["peak_active_units"] = runner.gate.peak_active
-            if runner.warmup_report is not None:
-                s.manifest["warmup"] = runner.warmup_report
+                s.conclude([outcome or ShardOutcome.of(runner)])

@@ -44,9 +44,10 @@ from typing import Any, Protocol
 from workbench.config import RunConfig
 from workbench.errors import OutputWriteError, WorkbenchError
 from workbench.records import RequestRecord
-from workbench.replay.runner import build_runner, merge_warmup
-from workbench.replay.session import ReplaySession
-from workbench.replay.shards import slot_offsets, split_concurrency, split_plan, warmup_shares
+from workbench.replay.outcome import ShardOutcome, play_shard
+from workbench.replay.runner import build_runner
+from workbench.replay.session import ReplaySession, connection_warmer
+from workbench.replay.shards import ShardPart, split_run
 
 log = logging.getLogger(__name__)
 
@@ -98,12 +99,10 @@ class ShardedExecutor:
         clock = WallClock()
         options = TransportOptions.of_run(s.cfg, target["base_url"])
         async with Transport(options, clock) as transport:
-            await transport.check_reachable()
             pool = run_pool(s.cfg.seed, b.token_salt, s.run_id)
-            await s.preflight(transport, make_codec(b.name, **b.options), pool, target)
-            await s.flush_cache(transport, target)
+            await s.check_target(transport, make_codec(b.name, **b.options), pool, target)
         block_size = await s.block_size(target)
-        s.manifest["block_size"] = block_size
+        s.manifest.block_size = block_size
         scraper = s.scraper(target, clock)
         if scraper is not None:
             await scraper.start()
@@ -151,12 +150,26 @@ class ShardedExecutor:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
 
-def worker_cfg(cfg: RunConfig, share: int | None, warmup: int) -> dict[str, Any]:
+def shard_spec(s: ReplaySession, part: ShardPart, cfg: dict[str, Any], base_url: str,
+               block_size: int | None) -> dict[str, Any]:
+    """What a shard (worker process, Ray actor) is sent: its config, its part of the plan,
+    where the target is."""
+    return {"cfg": cfg, "plan": part.plan, "run_id": s.run_id, "base_url": base_url,
+            "block_size": block_size, "slot_offset": part.slot_offset}  # fmt: skip
+
+
+def shard_facts(parts: list[ShardPart]) -> dict[str, Any]:
+    """The manifest's ``executor`` facts of a split: each shard's concurrency and units."""
+    return {"shard_concurrency": [p.max_concurrency for p in parts],
+            "shard_units": [len(p.plan.units) for p in parts]}  # fmt: skip
+
+
+def worker_cfg(cfg: RunConfig, part: ShardPart) -> dict[str, Any]:
     """A shard's config: its share of the concurrency and of the warm-up units, one worker,
     no run directory (the parent writes it), the parent's URL given separately."""
     d = cfg.to_dict()
-    d["arrival"]["max_concurrency"] = share
-    d["arrival"]["warmup"] = warmup
+    d["arrival"]["max_concurrency"] = part.max_concurrency
+    d["arrival"]["warmup"] = part.warmup
     d["executor"]["workers"] = 1
     d["out_dir"] = None
     # workers get the parent's URL (base_url: the embedded engine's, or the target's); a
@@ -174,45 +187,26 @@ class ProcessLauncher:
     ) -> None:  # fmt: skip
         s = session
         n = s.cfg.executor.workers
-        plans = split_plan(s.plan, n)
-        shares = split_concurrency(s.cfg.arrival.max_concurrency, n)
-        offsets = slot_offsets(shares, [len(p.units) for p in plans])
-        warm_n = warmup_shares(s.cfg.arrival.warmup, n)
+        parts = split_run(s.plan, s.cfg.arrival.max_concurrency, s.cfg.arrival.warmup, n)
         ctx = mp.get_context("spawn")
         pool = _Workers()
         try:
-            for k in range(n):
-                spec = {
-                    "cfg": worker_cfg(s.cfg, shares[k], warm_n[k]), "plan": plans[k],
-                    "run_id": s.run_id, "base_url": base_url, "block_size": block_size,
-                    "slot_offset": offsets[k], "shard": k, "shard_dir": str(shard_dir),
-                    "parent_pid": os.getpid(),
-                }  # fmt: skip
-                pool.start(ctx, spec)
+            for k, part in enumerate(parts):
+                spec = shard_spec(s, part, worker_cfg(s.cfg, part), base_url, block_size)
+                pool.start(ctx, {**spec, "shard": k, "shard_dir": str(shard_dir),
+                                 "parent_pid": os.getpid()})  # fmt: skip
             await pool.gather("ready", READY_TIMEOUT_S)
             t0 = time.perf_counter_ns() + EPOCH_LEAD_NS
             pool.send(("start", t0))
-            s.manifest["executor"] = {
-                "workers": n, "shard_concurrency": shares, "epoch_ns": t0,
-                "shard_units": [len(p.units) for p in plans],
-            }  # fmt: skip
+            s.manifest.executor = {"workers": n, "epoch_ns": t0, **shard_facts(parts)}
             results = await pool.until_done(stop, s.report_progress)
         finally:
             await pool.close()
         if pool.write_failed is not None:
             path, errno, reason = pool.write_failed
             s.on_write_error(OutputWriteError(path, OSError(errno, reason)))
-        s.cancelled = any(r.get("stop_reason") for r in results.values()) or pool.stopped
-        reasons = {r.get("stop_reason") for r in results.values()} - {None}
-        s.manifest["stop_reason"] = (
-            sorted(reasons)[0] if reasons else ("stopped" if pool.stopped else None)
-        )
-        s.manifest["peak_active_units"] = sum(r["peak_active"] for r in results.values())
-        warm = merge_warmup([results[k].get("warmup") for k in sorted(results)])
-        if warm is not None:
-            s.manifest["warmup"] = warm
-        raws = [results[k]["client"] for k in sorted(results)]
-        s.manifest["client"] = s.client_stats(raws)
+        s.conclude([ShardOutcome.from_dict(results[k]) for k in sorted(results)],
+                   stopped=pool.stopped)
         if len(results) < n:
             raise WorkbenchError(f"{n - len(results)} of {n} worker processes failed (see log)")
 
@@ -346,7 +340,6 @@ async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> Non
     from workbench.storage.rundir import RecordWriter
 
     k, shard_dir = spec["shard"], Path(spec["shard_dir"])
-    a = cfg.arrival
     clock = WallClock()
     options = TransportOptions.of_run(cfg, spec["base_url"])
     flush = cfg.executor.record_flush_ms or None
@@ -374,24 +367,24 @@ async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> Non
                 sink=on_record, lifecycle_sink=life.write, block_size=spec["block_size"],
                 slot_offset=spec["slot_offset"],
             )
-            await runner.warmup()
-            if cfg.executor.warm_connections:
-                from workbench.replay.session import WARM_MAX
+            watcher: asyncio.Future[None] | None = None
 
-                await transport.warm(min(a.max_concurrency or 0, WARM_MAX))
-            conn.send(("ready", None))
-            t0 = await _wait_start(conn)
-            if t0 is None:
-                return
-            watcher = asyncio.ensure_future(_watch_pipe(conn, runner, lambda: done))
+            async def ready() -> int | None:  # the barrier: the parent's epoch, or a stop
+                nonlocal watcher
+                conn.send(("ready", None))
+                t0 = await _wait_start(conn)
+                if t0 is not None:  # from now on the pipe is the watcher's
+                    watcher = asyncio.ensure_future(_watch_pipe(conn, runner, lambda: done))
+                return t0
+
             try:
-                await runner.execute(t0)
+                outcome = await play_shard(runner, warm=connection_warmer(cfg, transport),
+                                           ready=ready)
             finally:
-                watcher.cancel()
-            conn.send(("done", {
-                "client": runner.client_raw(), "stop_reason": runner.stop_reason,
-                "peak_active": runner.gate.peak_active, "warmup": runner.warmup_report,
-            }))  # fmt: skip
+                if watcher is not None:
+                    watcher.cancel()
+            if outcome is not None:
+                conn.send(("done", outcome.to_dict()))
     finally:
         recs.close()
         life.close()

@@ -50,11 +50,12 @@ from typing import Any
 
 from workbench.config import RunConfig
 from workbench.errors import ConfigError, WorkbenchError
-from workbench.executors.processes import worker_cfg
+from workbench.executors.processes import shard_facts, shard_spec, worker_cfg
 from workbench.records import RequestRecord
-from workbench.replay.runner import build_runner, merge_warmup
+from workbench.replay.outcome import ShardOutcome, play_shard
+from workbench.replay.runner import build_runner
 from workbench.replay.session import ReplaySession
-from workbench.replay.shards import slot_offsets, split_concurrency, split_plan, warmup_shares
+from workbench.replay.shards import ShardPart, split_run
 
 log = logging.getLogger(__name__)
 
@@ -106,14 +107,18 @@ class ShardActor:
         self._runner: Any = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._task: asyncio.Future[Any] | None = None
+        self._ready: asyncio.Future[bool] | None = None  # the warm-up is done
+        self._barrier: asyncio.Future[int] | None = None  # the epoch, from begin()
 
     def clock(self) -> tuple[int, str]:
         return time.time_ns(), host_id()
 
     async def prepare(self, spec: dict[str, Any]) -> bool:
-        """Open the transport, build the runner, play the warm-up; then wait for ``run``."""
+        """Open the transport, build the runner and start ``play_shard``: the warm-up and
+        the connections; return at its barrier, where it waits for ``begin``."""
         from workbench.backends.transport import Transport, TransportOptions
         from workbench.clock import WallClock
+        from workbench.replay.session import connection_warmer
 
         cfg = RunConfig.from_dict(spec["cfg"])
         clock = WallClock()
@@ -126,8 +131,20 @@ class ShardActor:
             block_size=spec["block_size"], slot_offset=spec["slot_offset"],
         )
         self._runner = runner
-        await runner.warmup()
+        self._barrier = asyncio.get_running_loop().create_future()
+        self._ready = asyncio.get_running_loop().create_future()
+        self._task = asyncio.ensure_future(play_shard(
+            runner, warm=connection_warmer(cfg, transport), ready=self._at_barrier))
+        await asyncio.wait({self._ready, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        if self._task.done():  # the warm-up failed: say so here
+            self._task.result()
         return True
+
+    async def _at_barrier(self) -> int | None:
+        """``play_shard``'s barrier: tell ``prepare`` the warm-up is done, wait for ``begin``."""
+        assert self._ready is not None and self._barrier is not None
+        self._ready.set_result(True)
+        return int(await self._barrier)
 
     def _on_lifecycle(self, row: dict[str, Any]) -> None:
         self._lifecycle.append(row)
@@ -145,20 +162,20 @@ class ShardActor:
         t0 = t0_perf_ns
         if t0 is None:
             t0 = time.perf_counter_ns() + (t0_wall_ns - time.time_ns())
-        self._task = asyncio.ensure_future(self._runner.execute(t0))
+        assert self._barrier is not None
+        self._barrier.set_result(t0)
         return t0
 
     async def finish(self) -> dict[str, Any]:
         """Wait for the shard to end; its client self-measurement and stop reason."""
+        outcome = None
         try:
             if self._task is not None:
-                await self._task
+                outcome = await self._task
         finally:
             if self._stack is not None:
                 await self._stack.aclose()
-        r = self._runner
-        return {"client": r.client_raw(), "stop_reason": r.stop_reason,
-                "peak_active": r.gate.peak_active, "warmup": r.warmup_report}  # fmt: skip
+        return (outcome or ShardOutcome.of(self._runner)).to_dict()
 
     def take_finished(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
         """Records and lifecycle rows finished since the last call, and the done count."""
@@ -187,10 +204,7 @@ class RayLauncher:
         ray = require_ray()
         self._connect(ray, s.cfg)
         n = s.cfg.executor.workers
-        plans = split_plan(s.plan, n)
-        shares = split_concurrency(s.cfg.arrival.max_concurrency, n)
-        offsets = slot_offsets(shares, [len(p.units) for p in plans])
-        warm_n = warmup_shares(s.cfg.arrival.warmup, n)
+        parts = split_run(s.plan, s.cfg.arrival.max_concurrency, s.cfg.arrival.warmup, n)
         remote = ray.remote(max_concurrency=64)(ShardActor)
         actors = [
             remote.options(num_cpus=ACTOR_CPUS, scheduling_strategy="SPREAD").remote()
@@ -198,12 +212,7 @@ class RayLauncher:
         ]
         try:
             clocks = [await _measure_clock(a) for a in actors]
-            specs = [
-                {"cfg": actor_cfg(s.cfg, shares[k], warm_n[k]), "plan": plans[k],
-                 "run_id": s.run_id, "base_url": base_url, "block_size": block_size,
-                 "slot_offset": offsets[k]}
-                for k in range(n)
-            ]  # fmt: skip
+            specs = [shard_spec(s, p, actor_cfg(s.cfg, p), base_url, block_size) for p in parts]
             ready = [_aw(a.prepare.remote(spec)) for a, spec in zip(actors, specs, strict=True)]
             await asyncio.wait_for(asyncio.gather(*ready), READY_TIMEOUT_S)
             results = await self._run_shards(s, shard_dir, actors, clocks, stop)
@@ -213,7 +222,7 @@ class RayLauncher:
                     ray.kill(a)
             if self._started_ray:
                 ray.shutdown()
-        self._conclude(s, results, n, shares, plans, clocks)
+        self._conclude(s, results, n, parts, clocks)
 
     def _connect(self, ray: Any, cfg: RunConfig) -> None:
         address = getattr(cfg.executor, "address", None)
@@ -289,28 +298,18 @@ class RayLauncher:
 
     def _conclude(
         self, s: ReplaySession, results: list[dict[str, Any]], n: int,
-        shares: list[int | None], plans: list[Any], clocks: list[dict[str, Any]],
+        parts: list[ShardPart], clocks: list[dict[str, Any]],
     ) -> None:  # fmt: skip
-        s.manifest["executor"] = {
+        s.manifest.executor = {
             "kind": "ray", "workers": n, "address": getattr(s.cfg.executor, "address", None),
-            "shard_concurrency": shares, "shard_units": [len(p.units) for p in plans],
-            "epoch_ns": s.t0_ns, "clocks": clocks,
+            **shard_facts(parts), "epoch_ns": s.t0_ns, "clocks": clocks,
         }  # fmt: skip
-        reasons = {str(r["stop_reason"]) for r in results if r.get("stop_reason")}
-        s.cancelled = bool(reasons) or self._stopped
-        s.manifest["stop_reason"] = (
-            sorted(reasons)[0] if reasons else ("stopped" if self._stopped else None)
-        )
-        s.manifest["peak_active_units"] = sum(r["peak_active"] for r in results)
-        warm = merge_warmup([r.get("warmup") for r in results])
-        if warm is not None:
-            s.manifest["warmup"] = warm
-        s.manifest["client"] = s.client_stats([r["client"] for r in results])
+        s.conclude([ShardOutcome.from_dict(r) for r in results], stopped=self._stopped)
 
 
-def actor_cfg(cfg: RunConfig, share: int | None, warmup: int) -> dict[str, Any]:
+def actor_cfg(cfg: RunConfig, part: ShardPart) -> dict[str, Any]:
     """A shard's config on an actor: a worker's (``processes.worker_cfg``), run locally."""
-    d = worker_cfg(cfg, share, warmup)
+    d = worker_cfg(cfg, part)
     d["executor"].update(kind="local", address=None)
     return d
 

@@ -24,18 +24,19 @@ from workbench.backends.base import Codec, WireRequest
 from workbench.clock import Clock, VirtualClock, run_virtual
 from workbench.config import RunConfig
 from workbench.errors import ConfigError, OutputWriteError
-from workbench.records import RequestRecord, RunResult, Workload
-from workbench.replay.plan import Plan, build_plan
-from workbench.replay.prepare import base_manifest, coerce_config, load_workload, new_run_id
-from workbench.replay.runner import build_runner, merge_warmup
-from workbench.replay.session import write_parquet
-from workbench.replay.shards import slot_offsets, split_concurrency, split_plan
+from workbench.placement import placement_extra
+from workbench.records import RequestRecord, RunManifest, RunResult, Workload
+from workbench.replay.outcome import RunOutcome, play_shard, play_shards
+from workbench.replay.plan import Plan
+from workbench.replay.prepare import coerce_config, prepare
+from workbench.replay.runner import build_runner
+from workbench.replay.session import RecordSinks
+from workbench.replay.shards import split_run
 from workbench.signals import SignalStop, stop_on_signals
-from workbench.sim.admission import Admission
 from workbench.sim.cluster import Cluster, ClusterConfig, split_knobs
 from workbench.sim.config import EngineConfig
 from workbench.sim.engine import Engine
-from workbench.sim.wire import placement_extra
+from workbench.sim.front_end import Admission
 from workbench.storage.rundir import claim_run_dir
 
 GC_GEN0_THRESHOLD = 100_000  # allocations between young-generation collections
@@ -45,6 +46,7 @@ GC_GEN0_THRESHOLD = 100_000  # allocations between young-generation collections
 # timeline sample is in. Paths are dotted; "records[]." applies to every record.
 CANONICAL_EXCLUDED: dict[str, str] = {
     "manifest.run_id": "wall clock: a UTC stamp plus a random suffix",
+    "manifest.schema": "format: the version of manifest.json's layout (docs/run-directory.md)",
     "manifest.started_at": "wall clock",
     "manifest.finished_at": "wall clock",
     "manifest.host": "host name and platform",
@@ -163,26 +165,24 @@ def simulate(
     No sockets, no sleeping: a one-hour trace takes seconds. The result has the
     same records a live replay produces, on virtual nanoseconds.
     """
-    cfg = coerce_config(cfg)
     if isinstance(engine, dict):  # the config says which engine ran (and so the digest)
+        cfg = coerce_config(cfg)
         cfg = cfg.replace(**{"target.engine": {**cfg.target.engine, **engine}})
         engine = None
-    workload = workload if workload is not None else load_workload(cfg)
-    cfg.check_workload(workload)
-    plan = build_plan(cfg, workload)
+    run = prepare(cfg, workload)
+    cfg, plan, run_id = run.cfg, run.plan, run.run_id
     cluster = None
-    if engine is None or isinstance(engine, dict):
+    if engine is None:
         try:  # before anything runs: a bad knob names itself
-            knobs, cluster = split_knobs(cfg.target.engine if engine is None else engine)
+            knobs, cluster = split_knobs(cfg.target.engine)
             engine = EngineConfig.from_knobs(**knobs)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"target.engine: {exc}") from None
-    run_id = cfg.run_id or new_run_id(cfg)
-    manifest = base_manifest(cfg, workload, plan, run_id)
-    manifest["mode"] = "virtual"
-    manifest["engine"] = dataclasses.asdict(engine)
+    manifest = run.manifest()
+    manifest.mode = "virtual"
+    manifest.engine = dataclasses.asdict(engine)
     if cluster is not None:
-        manifest["cluster"] = cluster.to_dict()
+        manifest.cluster = cluster.to_dict()
     run_dir = None
     # SIGINT/SIGTERM (from here on) stop the run as they stop a live one: what finished
     # is saved, the manifest says cancelled, then KeyboardInterrupt (exit code 130)
@@ -191,14 +191,14 @@ def simulate(
             # the run's own directory, claimed as a live run's is (exclusive, never through
             # a symlink), with a "running" manifest naming this process
             if cfg.out_dir:
-                run_dir = claim_run_dir(cfg.out_dir, run_id, manifest, overwrite=cfg.overwrite)
+                run_dir = claim_run_dir(cfg.out_dir, run_id, manifest.to_dict(),
+                                        overwrite=cfg.overwrite)
             result = _run_virtual_anywhere(
                 _simulate(cfg, plan, engine, run_id, manifest, cluster, signalled))
-            if run_dir is not None:
+            if run_dir is not None:  # as every live run's: records, manifest, parquet, summary
                 from workbench.metrics.files import save
 
                 result.run_dir = str(save(result, run_dir))
-                write_parquet(run_dir)  # as every live run does
         except BaseException as exc:  # the manifest says how it ended, if it can be written
             if run_dir is not None:
                 _mark_ended(run_dir, manifest, exc)
@@ -208,16 +208,16 @@ def simulate(
     return result
 
 
-def _mark_ended(run_dir: Path, manifest: dict[str, Any], exc: BaseException) -> None:
-    from workbench.storage.rundir import write_json
+def _mark_ended(run_dir: Path, manifest: RunManifest, exc: BaseException) -> None:
+    from workbench.storage.rundir import write_manifest
 
-    if manifest.get("status") in (None, "running"):
+    if manifest.status == "running":
         interrupted = isinstance(exc, KeyboardInterrupt | asyncio.CancelledError)
-        manifest["status"] = "cancelled" if interrupted else "failed"
+        manifest.status = "cancelled" if interrupted else "failed"
     if isinstance(exc, OutputWriteError):
-        manifest["status"], manifest["failure"] = "failed", str(exc)
+        manifest.status, manifest.failure = "failed", str(exc)
     with contextlib.suppress(OutputWriteError):
-        write_json(run_dir / "manifest.json", manifest)
+        write_manifest(run_dir, manifest)
 
 
 def _run_virtual_anywhere(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
@@ -253,7 +253,7 @@ def rare_collections(gen0: int = GC_GEN0_THRESHOLD) -> Iterator[None]:
 
 
 async def _simulate(
-    cfg: RunConfig, plan: Plan, engine_cfg: EngineConfig, run_id: str, manifest: dict[str, Any],
+    cfg: RunConfig, plan: Plan, engine_cfg: EngineConfig, run_id: str, manifest: RunManifest,
     cluster_cfg: ClusterConfig | None = None, signalled: SignalStop | None = None,
 ) -> RunResult:  # fmt: skip
     """One engine (or a simulated cluster, ``cluster_cfg``), one virtual clock; the plan
@@ -269,23 +269,25 @@ async def _simulate(
     else:
         engine = Cluster(engine_cfg, cluster_cfg, clock)
         sender = ClusterSender(engine, clock)
-    sinks = _Sinks(cfg, run_id, plan.n_rounds, manifest)
+    sinks = RecordSinks(cfg, Path(cfg.out_dir) / run_id if cfg.out_dir else None, plan.n_rounds,
+                        manifest)  # the run directory is claimed by simulate()
+    if not sinks.keep:  # records on disk only, as in a live run (kept ones: save() at the end)
+        sinks.open_writers()
     ex = cfg.executor
     n = ex.workers if ex.workers > 1 or ex.kind != "local" else 1
-    plans = split_plan(plan, n) if n > 1 else [plan]
-    shares = split_concurrency(cfg.arrival.max_concurrency, n)
-    offsets = slot_offsets(shares, [len(p.units) for p in plans])
-    manifest["virtual_executor"] = {
+    parts = split_run(plan, cfg.arrival.max_concurrency, cfg.arrival.warmup, n)
+    manifest.virtual_executor = {
         "shards": n, "block_hashes": ex.block_hashes, "gc_freeze": ex.gc_freeze,
         "not_applicable": list(VIRTUAL_NOT_APPLICABLE),
     }  # fmt: skip
     runners = []
-    for part, share, offset in zip(plans, shares, offsets, strict=True):
-        shard_cfg = cfg if n == 1 else cfg.replace(**{"arrival.max_concurrency": share})
+    for part in parts:
+        shard_cfg = cfg if n == 1 else cfg.replace(**{"arrival.max_concurrency":
+                                                      part.max_concurrency})
         runner = build_runner(
-            shard_cfg, part, run_id=run_id, sender=sender, clock=clock,
-            sink=sinks.record, lifecycle_sink=sinks.lifecycle,
-            block_size=plan.block_size or engine_cfg.block_size, slot_offset=offset,
+            shard_cfg, part.plan, run_id=run_id, sender=sender, clock=clock,
+            sink=sinks.on_record, lifecycle_sink=sinks.on_lifecycle,
+            block_size=plan.block_size or engine_cfg.block_size, slot_offset=part.slot_offset,
         )
         runners.append(runner)
     timeline: list[dict[str, Any]] = []
@@ -297,7 +299,7 @@ async def _simulate(
     sinks.on_stop = stop_all
     await engine.start()
     try:
-        manifest["cache_flush"] = _flush(engine, cfg.backend.flush_cache)
+        manifest.cache_flush = _flush(engine, cfg.backend.flush_cache)
         t0 = clock.now_ns()
         timeline.append(_engine_sample(t0, engine.stats()))
         sampler = asyncio.ensure_future(
@@ -305,13 +307,10 @@ async def _simulate(
         )
         signalled = signalled or SignalStop()
         signalled.arm(asyncio.get_running_loop(), stop_all)
-        try:
-            if n == 1:  # warm-up inside, then the run's origin (as a live run)
-                await runners[0].execute()
-            else:  # shards: every warm-up first, then one epoch (as workbench.executors.processes)
-                await asyncio.gather(*(r.warmup() for r in runners))
-                epoch = clock.now_ns()
-                await asyncio.gather(*(r.execute(epoch) for r in runners))
+        try:  # one shard: its warm-up, then the run's origin; shards: every warm-up first,
+            # then one epoch (as workbench.executors.processes)
+            shards = [await play_shard(runners[0])] if n == 1 else await play_shards(
+                runners, clock.now_ns)
         finally:
             signalled.disarm()
             sampler.cancel()
@@ -320,78 +319,28 @@ async def _simulate(
         timeline.append(_engine_sample(clock.now_ns(), engine.stats()))
     finally:
         await engine.stop()
-        sinks.close()
-    if sinks.error is not None:  # the manifest says failed (simulate writes it), then raise
-        manifest["status"], manifest["failure"] = "failed", str(sinks.error)
-        raise sinks.error
-    manifest["completion"] = plan.completion(
-        sinks.measured, sinks.skipped, looped=cfg.loops_until_deadline)
-    manifest["status"] = manifest["completion"]["status"]
-    if signalled.hit:  # what finished is kept, in-flight requests recorded as cancelled
-        manifest["status"], manifest["stop_reason"] = "cancelled", "stopped"
-        manifest["stop_signal"] = signalled.name
-    manifest["virtual_duration_s"] = (clock.now_ns() - t0) / 1e9
-    manifest["peak_active_units"] = sum(r.gate.peak_active for r in runners)
-    warm = merge_warmup([r.warmup_report for r in runners])
-    if warm is not None:
-        manifest["warmup"] = warm
-    return RunResult(run_id, sinks.records, manifest=manifest, lifecycle=sinks.rows,
-                     metrics_timeline=timeline, run_dir=sinks.run_dir,
-                     cancelled=signalled.hit)  # fmt: skip
+        sinks.close_writers()
+    if sinks.write_error is not None:  # the manifest says failed (simulate writes it), then raise
+        manifest.status, manifest.failure = "failed", str(sinks.write_error)
+        raise sinks.write_error
+    manifest.completion = plan.completion(
+        sinks.done, sinks.skipped, looped=cfg.loops_until_deadline)
+    manifest.status = manifest.completion["status"]
+    outcome = RunOutcome.of([s for s in shards if s is not None], stopped=signalled.hit)
+    if outcome.cancelled:  # what finished is kept, in-flight requests recorded as cancelled
+        manifest.status = "cancelled"
+    if signalled.hit:
+        manifest.stop_signal = signalled.name
+    manifest.virtual_duration_s = (clock.now_ns() - t0) / 1e9
+    outcome.write(manifest, client=None)  # no wall clock to measure the client by
+    return RunResult(run_id, sinks.records, manifest=manifest.to_dict(), lifecycle=sinks.lifecycle,
+                     metrics_timeline=timeline,
+                     run_dir=None if sinks.keep or sinks.run_dir is None else str(sinks.run_dir),
+                     cancelled=outcome.cancelled)  # fmt: skip
 
 
 # Executor options that act on sockets or the loop, which virtual time has none of
 VIRTUAL_NOT_APPLICABLE = ("uvloop", "pace_ms", "warm_connections", "address")
-
-
-class _Sinks:
-    """Where records go: memory, or (``executor.keep_records`` false with an ``out_dir``)
-    straight to ``records.jsonl``/``lifecycle.jsonl``, as in a live run."""
-
-    def __init__(self, cfg: RunConfig, run_id: str, n_requests: int, manifest: dict) -> None:
-        self.keep, why = cfg.keeps_records(n_requests)
-        manifest["records_kept"], manifest["records_kept_reason"] = self.keep, why
-        self.records: list[RequestRecord] = []
-        self.rows: list[dict[str, Any]] = []
-        self.run_dir: str | None = None
-        self._writers: dict[str, Any] = {}
-        self.measured = 0  # records of the measured run (warm-up left out), for completion
-        self.skipped = 0
-        self.error: OutputWriteError | None = None  # the first failed write
-        self.on_stop: Any = lambda: None
-        if not self.keep and cfg.out_dir:
-            from workbench.storage.rundir import RecordWriter
-
-            d = Path(cfg.out_dir) / run_id  # claimed by simulate()
-            self.run_dir = str(d)
-            flush_ms = cfg.executor.record_flush_ms or None
-            for name in ("records", "lifecycle"):
-                self._writers[name] = RecordWriter(d / f"{name}.jsonl", max_delay_ms=flush_ms,
-                                                   on_error=self._failed)
-
-    def _failed(self, err: OutputWriteError) -> None:
-        if self.error is None:
-            self.error = err
-            self.on_stop()
-
-    def record(self, rec: RequestRecord) -> None:
-        if not rec.warmup:
-            self.measured += 1
-            self.skipped += rec.status == "skipped"
-        if self.keep:
-            self.records.append(rec)
-        else:
-            self._writers["records"].write(rec)
-
-    def lifecycle(self, row: dict[str, Any]) -> None:
-        if self.keep:
-            self.rows.append(row)
-        else:
-            self._writers["lifecycle"].write(row)
-
-    def close(self) -> None:
-        for w in self._writers.values():
-            w.close()
 
 
 async def _sample(

@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from workbench.metrics.stats import describe
+from workbench.metrics.distribution import describe
 from workbench.records import RequestRecord
 
 NS_PER_MS = 1e6

@@ -27,8 +27,8 @@ import pandas as pd
 
 import workbench.metrics.catalog as catalog
 from workbench.metrics.columns import Columns
+from workbench.metrics.distribution import QS, describe, quantiles, sample
 from workbench.metrics.frame import Data, run_rows
-from workbench.metrics.stats import QS, describe, quantiles, sample
 from workbench.metrics.summary import prefix_hit_rates
 from workbench.metrics.timeline import active_units_at
 from workbench.records import RunResult

@@ -5,7 +5,10 @@ package does with it: its unit and label (tables, plots, headlines), its column
 type (``to_frame``, ``records.parquet``), whether ``summary.json`` describes it
 (``summarised``: mean, p50/p90/p99, min, max, count) and whether it is in the
 latency set that reports print (``latency``), and whether an SLO may bound it
-(``slo_able``; ``metrics.slo``). Adding a metric is its ``derive`` code plus one row.
+(``slo_able``; ``metrics.slo``). Adding a metric is its ``derive`` code plus one row;
+a metric computed from other derived columns is its row alone (``compute``: ``derive``
+calls it with the columns so far, in catalog order), and docs/metrics.md's table is
+regenerated from the rows (``markdown_table``).
 
 The rows' order is the column order of ``to_frame`` and ``records.parquet``;
 docs/metrics.md's table is checked against the rows (``tests/metrics/test_catalog.py``).
@@ -13,10 +16,13 @@ docs/metrics.md's table is checked against the rows (``tests/metrics/test_catalo
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Kind = Literal["int", "float", "list"]
+#: a metric of the derived columns before it: name -> one array per column, one value a row
+Compute = Callable[[Mapping[str, Any]], Any]
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,8 @@ class Metric:
     long_label: str = ""
     #: one-line definition (docs/metrics.md's table)
     doc: str = ""
+    #: computed from the columns of earlier rows by ``derive`` (None: ``derive``'s own code)
+    compute: Compute | None = None
 
     @property
     def per_request(self) -> str:
@@ -53,6 +61,12 @@ class Metric:
 
 
 _MS = "ms"
+
+
+def _hit_delta(cols: Mapping[str, Any]) -> Any:
+    return cols["actual_hit"] - cols["planned_hit"]
+
+
 CATALOG: tuple[Metric, ...] = (
     Metric("output_tokens", "tokens", "output tokens", "int",
            doc="server completion_tokens, else the stream's positive token counts"),
@@ -81,7 +95,8 @@ CATALOG: tuple[Metric, ...] = (
     Metric("actual_hit", "ratio", "hit actual",
            doc="cached / prompt_tokens when the server reported a cached count"),
     Metric("planned_hit", "ratio", "hit planned", doc="p / (p + i)"),
-    Metric("hit_delta", "ratio", "hit delta", doc="actual_hit − planned_hit"),
+    Metric("hit_delta", "ratio", "hit delta", doc="actual_hit − planned_hit",
+           compute=_hit_delta),
     Metric("arrival_release_lag_ms", _MS, "release lag", slo_able=True,
            doc="scheduled arrival → released"),
     Metric("admission_lag_ms", _MS, "admission lag", slo_able=True,

@@ -181,18 +181,26 @@ def derive(
         measured = cache_measured(flags, cached_ok, prompt, prompt_ok)
         actual = np.where(measured, cached / prompt, np.nan)
     itl_sum = np.where(tok["itl_count"] > 0, (tok["last_t"] - tok["first_t"]) / NS_PER_MS, 0.0)
-    return {
+    return _computed({
         "output_tokens": n_out, "planned_prompt_tokens": planned_prompt, "prompt_len": prompt_len,
         "first_event_tokens": tok["first_c"], "token_events": tok["events"],
         "itl_count": tok["itl_count"], "ttft_ms": ttft, "tpot_ms": tpot,
         "terminal_tail_ms": _ms(opt["end_ns"], last), "e2e_ms": e2e,
         "completion_amortized_tpot_ms": amort, "actual_hit": actual, "planned_hit": planned_hit,
-        "hit_delta": actual - planned_hit,
         "arrival_release_lag_ms": _ms(opt["released_ns"], opt["scheduled_ns"]),
         "admission_lag_ms": _ms(opt["admitted_ns"], opt["scheduled_ns"]),
         "itl_sum_ms": itl_sum, "itl_min_ms": tok["itl_min"], "itl_max_ms": tok["itl_max"],
         "gaps": tok["gaps"],
-    }  # fmt: skip
+    })  # fmt: skip
+
+
+def _computed(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``cols`` with the catalog's computed metrics added (``Metric.compute``, in row
+    order, so a row may use the ones before it)."""
+    for m in catalog.CATALOG:
+        if m.compute is not None:
+            cols[m.name] = np.asarray(m.compute(cols), dtype=np.int64 if m.kind == "int" else float)
+    return cols
 
 
 def split_gaps(gaps: np.ndarray, itl_count: np.ndarray) -> list[list[float]]:

@@ -7,14 +7,19 @@ metrics, so storage never imports metrics.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
 
+from workbench.errors import WRITE_ERRNOS, ConfigError, OutputWriteError
 from workbench.metrics.frame import to_frame
 from workbench.metrics.summary import summarize
 from workbench.records import RunResult
-from workbench.storage.rundir import SUMMARY, load, read_json, write_run
+from workbench.storage.rundir import RECORDS, SUMMARY, load, read_json, write_json, write_run
+
+log = logging.getLogger(__name__)
 
 
 def save(result: RunResult, directory: str | Path) -> Path:
@@ -26,7 +31,41 @@ def save(result: RunResult, directory: str | Path) -> Path:
     run that kept its records on disk only (``RunResult.records_on_disk``) has
     nothing to sync from memory: its files are copied, never overwritten.
     """
-    return write_run(result, directory, summarize(result))
+    d = write_run(result, directory)
+    finish(result, d)
+    return d
+
+
+def finish(result: RunResult, run_dir: Path, slo: Mapping[str, float] | None = None) -> None:
+    """The end of every saved run, live or virtual, after its records and manifest are on
+    disk: ``records.parquet`` first (the summary of a run that kept its records on disk
+    only scans it instead of converting again), then ``summary.json``. A summary that
+    cannot be computed must not lose the run: ``summary.json`` then says why."""
+    write_parquet(run_dir)
+    try:
+        summary = summarize(result, slo)
+    except Exception as exc:
+        log.error("summary of %s failed; records are on disk", run_dir, exc_info=True)
+        summary = {"summary_error": f"{type(exc).__name__}: {exc}"}
+    write_json(run_dir / SUMMARY, summary)
+
+
+def write_parquet(run_dir: Path) -> None:
+    """``records.parquet`` beside ``records.jsonl`` (large-run analysis scans it)."""
+    if not (run_dir / RECORDS).exists():
+        return
+    try:
+        from workbench.metrics import columns
+
+        columns.convert(run_dir)
+    except (ConfigError, ImportError) as exc:  # pyarrow not installed: JSONL only
+        log.info("records.parquet not written: %s", exc)
+    except OSError as exc:
+        if exc.errno in WRITE_ERRNOS:  # disk full: the run fails with one line (exit 5)
+            raise OutputWriteError(run_dir / "records.parquet", exc) from None
+        log.error("records.parquet not written (%s); records.jsonl is complete", exc)
+    except ValueError as exc:  # a damaged line: the JSONL stays the truth
+        log.error("records.parquet not written (%s); records.jsonl is complete", exc)
 
 
 def load_frames(directory: str | Path) -> dict[str, pd.DataFrame]:

@@ -35,7 +35,7 @@ import pandas as pd
 import workbench.metrics.catalog as catalog
 from workbench.errors import ConfigError
 from workbench.metrics.columns import Columns
-from workbench.metrics.stats import percentile, sample
+from workbench.metrics.distribution import percentile, sample
 
 #: per-request metrics a bound may name (the catalog's SLO-able rows)
 LATENCY_COLUMNS: tuple[str, ...] = catalog.SLO_ABLE

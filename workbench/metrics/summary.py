@@ -39,11 +39,11 @@ import numpy as np
 import workbench.metrics.agents as agents
 import workbench.metrics.catalog as catalog
 from workbench.metrics.columns import Columns, available, stored
+from workbench.metrics.distribution import STAT_KEYS, describe, describe_metric
 from workbench.metrics.frame import Data, as_records
 from workbench.metrics.isolation import reported, warm_cache
 from workbench.metrics.server_side import counter_increase, server_evidence
 from workbench.metrics.slo import SLO, attained
-from workbench.metrics.stats import STAT_KEYS, describe, describe_metric
 from workbench.metrics.workers import worker_breakdown
 from workbench.records import RunResult
 

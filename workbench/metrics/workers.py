@@ -17,7 +17,7 @@ import numpy as np
 
 from workbench.metrics.columns import Columns
 from workbench.metrics.derive import cache_measured
-from workbench.metrics.stats import describe
+from workbench.metrics.distribution import describe
 
 
 def worker_breakdown(data: Any) -> list[dict[str, Any]] | None:

@@ -20,6 +20,7 @@ from workbench.arrival.schedule import arrival_span, release_offsets_ms
 from workbench.config import RunConfig, parse_output_policy
 from workbench.context.policy import DEFAULT_POLICY, make_policy, plan_rounds
 from workbench.records import Round, Spawn, Unit, Workload
+from workbench.workloads.trace_stats import ideal_prefix_hit_rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,9 @@ class Plan:
     units: tuple[UnitPlan, ...]
     policy: str | None
     block_size: int | None = None  # token size of one hash id block (Mooncake/Dynamo traces)
+    # the prefix hit rate of an infinite cache over this plan's workload, under the policy
+    # as configured (its options too): the manifest's ``ideal_prefix_hit_rate``
+    ideal_prefix_hit_rate: float = 0.0
 
     def all_units(self) -> Iterator[UnitPlan]:
         """Every unit: each root, then its descendants (depth first)."""
@@ -145,8 +149,10 @@ def build_plan(cfg: RunConfig, workload: Workload) -> Plan:
         units = [UnitPlan(ordinal, unit, offset, round_plans(unit))
                  for ordinal, (unit, offset) in enumerate(zip(workload.units, offsets,
                                                               strict=True))]
-        return Plan(tuple(units), policy_name, workload.block_size)
-    return Plan(_graph_units(cfg, workload, round_plans), policy_name, workload.block_size)
+    else:
+        units = list(_graph_units(cfg, workload, round_plans))
+    ideal = ideal_prefix_hit_rate(workload, policy)
+    return Plan(tuple(units), policy_name, workload.block_size, ideal)
 
 
 def _graph_units(

@@ -9,21 +9,52 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import hashlib
+import logging
 import platform
 import sys
 import uuid
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from workbench import redact
 from workbench.config import RunConfig
-from workbench.context import DEFAULT_POLICY
 from workbench.errors import ConfigError
-from workbench.records import RequestRecord, RunResult, Workload
+from workbench.records import RequestRecord, RunManifest, RunResult, Workload
 from workbench.replay.plan import Plan
 from workbench.storage.rundir import process_identity
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A run before anything is sent: its checked config, workload, plan and run id."""
+
+    cfg: RunConfig
+    workload: Workload
+    plan: Plan
+    run_id: str
+
+    def manifest(self) -> RunManifest:
+        return base_manifest(self.cfg, self.workload, self.plan, self.run_id)
+
+
+def prepare(cfg: RunConfig | dict[str, Any], workload: Workload | None = None) -> Prepared:
+    """The one prologue of every run, live or virtual: the config coerced and checked, the
+    workload loaded (unless given) and checked against it, the plan, the run id; a
+    release span past a day is warned about. Every error surfaces here, before any
+    request."""
+    from workbench.replay.plan import build_plan
+
+    cfg = coerce_config(cfg)
+    workload = workload if workload is not None else load_workload(cfg)
+    cfg.check_workload(workload)
+    plan = build_plan(cfg, workload)
+    if warning := plan.arrival()["arrival_span_warning"]:
+        log.warning("%s", warning)
+    return Prepared(cfg, workload, plan, cfg.run_id or new_run_id(cfg))
 
 
 def coerce_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
@@ -36,7 +67,7 @@ def coerce_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
 
 
 def load_workload(cfg: RunConfig) -> Workload:
-    from workbench.traces.base import load_trace
+    from workbench.traces.load import load_trace
 
     if not cfg.trace.path:
         raise ConfigError("trace.path is empty: say which trace file to replay")
@@ -62,25 +93,24 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -> dict[str, Any]:
+def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -> RunManifest:
     """Everything needed to know what ran: config, trace identity, versions, host."""
     import aiohttp
     import numpy
     import pandas
 
     from workbench import __version__
-    from workbench.traces.stats import ideal_prefix_hit_rate
 
     cfg.register_secrets()  # before anything of the run is written or printed
     config = cfg.to_dict()
     config["target"]["url"] = redact.safe_url(cfg.target.url)  # never a password or key
     config["backend"]["metrics_urls"] = [redact.safe_url(u) for u in cfg.backend.metrics_urls]
     config = redact.obj(config)  # literal header values, credential body fields
-    return {
-        "run_id": run_id,
-        "label": cfg.label,
-        "config": config,
-        "trace": {
+    return RunManifest(
+        run_id=run_id,
+        label=cfg.label,
+        config=config,
+        trace={
             "path": workload.source,
             "format": workload.fmt,
             "sha256": file_sha256(workload.source) if workload.source else None,
@@ -88,10 +118,10 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
             "rounds": workload.n_rounds,
             **({"window": workload.meta["window"]} if "window" in workload.meta else {}),
         },
-        "policy": plan.policy,
-        "plan": plan.totals(),
-        "ideal_prefix_hit_rate": ideal_prefix_hit_rate(workload, plan.policy or DEFAULT_POLICY),
-        "versions": {
+        policy=plan.policy,
+        plan=plan.totals(),
+        ideal_prefix_hit_rate=plan.ideal_prefix_hit_rate,
+        versions={
             "workbench": __version__,
             "python": sys.version.split()[0],
             "aiohttp": aiohttp.__version__,
@@ -100,16 +130,16 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
         },
         # pid and its start time: a manifest left "running" by a dead process is told from
         # a live run (workbench.storage.rundir.running_note)
-        "host": {**process_identity(), "platform": platform.platform()},
-        "started_at": dt.datetime.now(dt.UTC).isoformat(),
-        "status": "running",
-    }
+        host={**process_identity(), "platform": platform.platform()},
+        started_at=dt.datetime.now(dt.UTC).isoformat(),
+        status="running",
+    )
 
 
-def dry_run_result(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -> RunResult:
-    manifest = base_manifest(cfg, workload, plan, run_id)
-    manifest["status"] = "dry_run"
-    return RunResult(run_id, [], manifest=manifest)
+def dry_run_result(run: Prepared) -> RunResult:
+    manifest = run.manifest()
+    manifest.status = "dry_run"
+    return RunResult(run.run_id, [], manifest=manifest.to_dict())
 
 
 def run_on_fast_loop(coro: Coroutine[Any, Any, T], use_uvloop: bool = True) -> T:

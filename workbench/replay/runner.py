@@ -99,6 +99,7 @@ class Runner:
         self._idle = asyncio.Event()  # set whenever no unit task is running
         self._idle.set()
         self._deadline_ns: int | None = None
+        self._instant_ends = (0, -1)  # consecutive units that ended in no time, and when
         self.t0_ns = 0
         self.measure = SelfMeasure()
         self.measure.cap = cfg.arrival.max_concurrency
@@ -216,6 +217,26 @@ class Runner:
                 continue
             self._spawn(self._admit(w, slot))
 
+    def _check_progress(self, run: UnitRun) -> None:
+        """Stop a looping closed loop (``stop_reason`` ``"stalled"``) once as many units in a
+        row as the plan holds ended in no time at one clock reading: every unit then ends
+        at once (all its rounds skipped by the context guard, every request refused),
+        nothing moves the clock, and in virtual time, where only a wait does, the loop
+        would re-admit them forever and the deadline never come (docs/arrival.md)."""
+        if self._deadline_ns is None:
+            return
+        now = self.clock.now_ns()
+        count, at = self._instant_ends
+        if run.admitted_ns != now:
+            self._instant_ends = (0, now)
+            return
+        count = count + 1 if at == now else 1
+        self._instant_ends = (count, now)
+        if count >= len(self.plan.units) and not self.stopped.is_set():
+            log.warning("closed loop stalled: %d units in a row ended in no time; stopping "
+                        "the run", count)
+            self.stop("stalled")
+
     def _closed_loop_over(self) -> bool:
         return self._deadline_ns is not None and self.clock.now_ns() >= self._deadline_ns
 
@@ -331,6 +352,7 @@ class Runner:
             self._emit_lifecycle(run)
             self.pool.forget(run.stream)
             if not run.warmup:
+                self._check_progress(run)
                 nxt = self._hand_off(run.routing_slot - self.slot_offset)
 
     async def _play_unit(self, run: UnitRun) -> None:

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,9 +27,10 @@ from workbench.backends.transport import Transport
 from workbench.clock import WallClock
 from workbench.config import RunConfig
 from workbench.context.tokens import TokenPool
-from workbench.errors import WRITE_ERRNOS, ConfigError, OutputWriteError, WorkbenchError
-from workbench.records import RequestRecord, RunResult
+from workbench.errors import ConfigError, OutputWriteError, WorkbenchError
+from workbench.records import RequestRecord, RunManifest, RunResult
 from workbench.redact import strip_url_credentials
+from workbench.replay.outcome import RunOutcome, ShardOutcome
 from workbench.replay.plan import Plan
 from workbench.replay.runner import Runner
 
@@ -86,54 +87,43 @@ class Executor(Protocol):
     async def play(
         self, session: ReplaySession, target: dict[str, Any], stop: asyncio.Event | None
     ) -> None:
-        """Play ``session.plan`` against the opened ``target``; records reach the run
-        directory, and the manifest gets ``client``, ``stop_reason``, ``peak_active_units``
-        (and ``warmup``); ``session.cancelled`` says whether the run was stopped."""
+        """Play ``session.plan`` against the opened ``target`` (each shard through
+        ``replay.outcome.play_shard``); records reach the run directory, and the shards'
+        outcomes go to ``session.conclude``, which writes them into the manifest and sets
+        ``session.cancelled``."""
 
 
-class ReplaySession:
+class RecordSinks:
+    """Where a run's records and lifecycle rows go, for a live run (``ReplaySession``) and a
+    virtual one (``executors.virtual``) alike: memory (``records``, ``lifecycle``) unless
+    ``executor.keep_records`` keeps them on disk only (then the manifest says why, and the
+    heap is kept flat: ``workbench.heap``), and ``records.jsonl`` / ``lifecycle.jsonl`` in
+    ``run_dir`` as they end once ``open_writers`` was called. ``done`` and ``skipped``
+    count the measured records (warm-up left out) for the run's completion; the first
+    failed write is ``write_error`` and calls ``on_stop`` (the run stops)."""
+
     def __init__(
-        self,
-        cfg: RunConfig,
-        plan: Plan,
-        run_id: str,
-        manifest: dict[str, Any],
-        executor: Executor,
-        *,
-        progress: Callable[[int, int], None] | None = None,
-        phase: Callable[[str], None] | None = None,
-    ) -> None:
-        self.executor = executor
+        self, cfg: RunConfig, run_dir: Path | None, n_requests: int, manifest: RunManifest,
+        *, progress: Callable[[int, int], None] | None = None,
+    ) -> None:  # fmt: skip
         self.cfg = cfg
-        self.plan = plan
-        self.run_id = run_id
-        self.manifest = manifest
+        self.run_dir = run_dir
         self.progress = progress
-        self.phase = phase
-        # the run's secrets are redacted from every file and log record from now on
-        cfg.register_secrets()
-        redact.install_log_redaction()
         self.records: list[RequestRecord] = []
         self.lifecycle: list[dict[str, Any]] = []
-        self.timeline: list[dict[str, Any]] = []
-        self.run_dir = Path(cfg.out_dir) / run_id if cfg.out_dir else None
         self._writers: dict[str, Any] = {}
+        self._total = n_requests
         self.done = 0  # measured requests ended (warm-up excluded)
         self.skipped = 0
-        self.cancelled = False
-        self._total = plan.n_rounds
-        self.t0_ns: int | None = None  # a shard's common epoch (workbench.executors.processes)
-        self.client_raw: dict[str, Any] | None = None
         self.write_error: OutputWriteError | None = None  # the first failed write
-        self.halt: asyncio.Event | None = None
+        self.on_stop: Callable[[], Any] = lambda: None
         # executor.keep_records False, or "auto" over a large plan: records live on disk
         # only (memory flat in the run's size); the manifest says which and why
-        self.keep, why = cfg.keeps_records(plan.n_rounds)
-        manifest["records_kept"], manifest["records_kept_reason"] = self.keep, why
+        self.keep, why = cfg.keeps_records(n_requests)
+        manifest.records_kept, manifest.records_kept_reason = self.keep, why
         if not self.keep:  # memory flat in the run's size: see workbench/heap.py
             heap.prepare()
 
-    # -- sinks --------------------------------------------------------------------------
     def open_writers(self) -> None:
         """``records.jsonl`` and ``lifecycle.jsonl`` written as the run goes (in-process)."""
         if self.run_dir is None:
@@ -147,16 +137,9 @@ class ReplaySession:
                 on_error=self.on_write_error,
             )
 
-    def claim_dir(self) -> None:
-        """``out_dir/<run_id>`` made this run's own, with a ``running`` manifest, before
-        anything is sent (``workbench.storage.rundir.claim_run_dir``: exclusive, never
-        through a symlink, an existing run replaced only with ``overwrite``)."""
-        if self.run_dir is None:
-            return
-        from workbench.storage.rundir import claim_run_dir
-
-        self.run_dir = claim_run_dir(self.run_dir.parent, self.run_id, self.manifest,
-                                     overwrite=self.cfg.overwrite)
+    def close_writers(self) -> None:
+        for w in self._writers.values():
+            w.close()
 
     def on_write_error(self, err: OutputWriteError) -> None:
         """The first failed write of the run's files stops the run: no new request is
@@ -164,8 +147,7 @@ class ReplaySession:
         raises ``err`` (exit code ``WRITE_FAILED``)."""
         if self.write_error is None:
             self.write_error = err
-            if self.halt is not None:
-                self.halt.set()
+            self.on_stop()
 
     def on_record(self, rec: RequestRecord) -> None:
         if self.keep:
@@ -179,26 +161,66 @@ class ReplaySession:
                 heap.trim()
             self.report_progress(self.done)
 
-    def report_progress(self, done: int) -> None:
-        if self.progress is not None:
-            self.progress(done, self._total)
-
-    def tell(self, phase: str) -> None:
-        """Where the run is, to whoever asked (``run_async(phase=...)``)."""
-        if self.phase is not None:
-            self.phase(phase)
-
     def on_lifecycle(self, row: dict[str, Any]) -> None:
         if self.keep:
             self.lifecycle.append(row)
         if "lifecycle" in self._writers:
             self._writers["lifecycle"].write(row)
 
+    def report_progress(self, done: int) -> None:
+        if self.progress is not None:
+            self.progress(done, self._total)
+
+
+class ReplaySession(RecordSinks):
+    def __init__(
+        self,
+        cfg: RunConfig,
+        plan: Plan,
+        run_id: str,
+        manifest: RunManifest,
+        executor: Executor,
+        *,
+        progress: Callable[[int, int], None] | None = None,
+        phase: Callable[[str], None] | None = None,
+    ) -> None:
+        self.executor = executor
+        self.plan = plan
+        self.run_id = run_id
+        self.manifest = manifest
+        self.phase = phase
+        # the run's secrets are redacted from every file and log record from now on
+        cfg.register_secrets()
+        redact.install_log_redaction()
+        self.timeline: list[dict[str, Any]] = []
+        super().__init__(cfg, Path(cfg.out_dir) / run_id if cfg.out_dir else None, plan.n_rounds,
+                         manifest, progress=progress)
+        self.cancelled = False
+        self.t0_ns: int | None = None  # a shard's common epoch (workbench.executors.processes)
+        self.halt: asyncio.Event | None = None
+
+    def claim_dir(self) -> None:
+        """``out_dir/<run_id>`` made this run's own, with a ``running`` manifest, before
+        anything is sent (``workbench.storage.rundir.claim_run_dir``: exclusive, never
+        through a symlink, an existing run replaced only with ``overwrite``)."""
+        if self.run_dir is None:
+            return
+        from workbench.storage.rundir import claim_run_dir
+
+        self.run_dir = claim_run_dir(self.run_dir.parent, self.run_id, self.manifest.to_dict(),
+                                     overwrite=self.cfg.overwrite)
+
+    def tell(self, phase: str) -> None:
+        """Where the run is, to whoever asked (``run_async(phase=...)``)."""
+        if self.phase is not None:
+            self.phase(phase)
+
     # -- the run ------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event | None) -> RunResult:
         self.claim_dir()
         # the executors stop on ``halt``: the caller's ``stop``, or a failed write
         self.halt = halt = asyncio.Event()
+        self.on_stop = halt.set
         relay = asyncio.ensure_future(_relay(stop, halt)) if stop is not None else None
         self.executor.open_files(self)
         status = "failed"
@@ -206,8 +228,7 @@ class ReplaySession:
             self.tell("starting")
             async with open_target(self.cfg) as target:
                 # the URL that is stored: no user:password@, no query value (redact.safe_url)
-                self.manifest["target"] = {**target,
-                                           "base_url": redact.safe_url(target["base_url"])}
+                self.manifest.target = {**target, "base_url": redact.safe_url(target["base_url"])}
                 self.tell("running")
                 await self.executor.play(self, target, halt)
             status = "cancelled" if self.cancelled else self._completion()
@@ -226,15 +247,28 @@ class ReplaySession:
     def _completion(self) -> str:
         """``completed`` or ``partial`` (planned rounds skipped or never sent), recorded."""
         done = self.plan.completion(self.done, self.skipped, looped=self.cfg.loops_until_deadline)
-        self.manifest["completion"] = done
+        self.manifest.completion = done
         if done["status"] != "completed":
             log.warning("run %s is partial: %s", self.run_id, done)
         return str(done["status"])
 
-    def client_stats(self, raws: list[dict[str, Any]]) -> dict[str, Any]:
+    def conclude(self, shards: list[ShardOutcome], *, stopped: bool = False) -> None:
+        """The shards' outcomes into the manifest (``RunOutcome.write``, with the pooled
+        client self-measurement); ``stopped``: the run was stopped from outside."""
         from workbench.metrics.summary import client_stats
 
-        return client_stats(raws, self.cfg.arrival.max_concurrency)
+        outcome = RunOutcome.of(shards, stopped=stopped)
+        self.cancelled = outcome.cancelled
+        cap = self.cfg.arrival.max_concurrency
+        outcome.write(self.manifest, client_stats(outcome.clients, cap))
+
+    async def check_target(self, transport: Transport, codec: Any, pool: TokenPool,
+                           target: dict[str, Any]) -> None:
+        """Before anything of the plan is sent, in every live executor: the target answers,
+        the prefix-cache preflight, then the cache flush."""
+        await transport.check_reachable()
+        await self.preflight(transport, codec, pool, target)
+        await self.flush_cache(transport, target)
 
     async def preflight(self, transport: Any, codec: Any, pool: TokenPool, target: dict) -> None:
         enabled = self.cfg.backend.preflight
@@ -245,7 +279,7 @@ class ReplaySession:
         from workbench.backends.preflight import preflight_prefix_cache
 
         result = await preflight_prefix_cache(transport, codec, pool.tail(8192))
-        self.manifest["preflight"] = redact.obj(getattr(result, "__dict__", str(result)))
+        self.manifest.preflight = redact.obj(getattr(result, "__dict__", str(result)))
 
     async def flush_cache(self, transport: Transport, target: dict[str, Any]) -> None:
         """``backend.flush_cache``: reset the server's prefix cache after the preflight
@@ -256,7 +290,7 @@ class ReplaySession:
         mode = self.cfg.backend.flush_cache
         if mode is False:
             skipped = FlushOutcome(detail=NOT_ASKED).to_dict()
-            self.manifest["cache_flush"] = {"mode": False, **skipped}
+            self.manifest.cache_flush = {"mode": False, **skipped}
             return
 
         outcome = await flush_prefix_cache(
@@ -264,7 +298,7 @@ class ReplaySession:
             headers=transport.auth_headers(),  # the run's own credentials (URL or key)
         )  # fmt: skip
         # the server's answer may echo the request's headers: redacted before it is kept
-        self.manifest["cache_flush"] = redact.obj({"mode": mode, **outcome.to_dict()})
+        self.manifest.cache_flush = redact.obj({"mode": mode, **outcome.to_dict()})
         if outcome.ok:
             log.info("prefix cache reset (%s)", outcome.endpoint)
         elif mode is True:
@@ -307,23 +341,22 @@ class ReplaySession:
         """After the scraper stopped: its rows become the run's timeline, and what it kept
         beyond the engine's own series goes in the manifest's ``metrics_scrape``."""
         self.timeline = list(scraper.timeline)
-        self.manifest["metrics_scrape"] = scraper.describe()
+        self.manifest.metrics_scrape = scraper.describe()
 
     # -- closing ------------------------------------------------------------------------
     @property
     def result(self) -> RunResult:
         return RunResult(
-            self.run_id, self.records, manifest=self.manifest, lifecycle=self.lifecycle,
+            self.run_id, self.records, manifest=self.manifest.to_dict(), lifecycle=self.lifecycle,
             metrics_timeline=self.timeline,
             run_dir=str(self.run_dir) if self.run_dir else None,
-            cancelled=self.manifest.get("status") == "cancelled",
+            cancelled=self.manifest.status == "cancelled",
         )
 
     def _finalize(self, status: str) -> None:
-        self.manifest["status"] = status
-        self.manifest["finished_at"] = dt.datetime.now(dt.UTC).isoformat()
-        for w in self._writers.values():
-            w.close()
+        self.manifest.status = status
+        self.manifest.finished_at = dt.datetime.now(dt.UTC).isoformat()
+        self.close_writers()
         if self.run_dir is None:
             return
         try:
@@ -331,18 +364,18 @@ class ReplaySession:
         except OutputWriteError as exc:
             self.on_write_error(exc)
         if self.write_error is not None:  # say so in the manifest, if it can be written
-            self.manifest["status"] = "failed"
-            self.manifest["failure"] = str(self.write_error)
-            from workbench.storage.rundir import write_json
+            self.manifest.status = "failed"
+            self.manifest.failure = str(self.write_error)
+            from workbench.storage.rundir import write_manifest
 
             with contextlib.suppress(OutputWriteError):
-                write_json(self.run_dir / "manifest.json", self.manifest)
+                write_manifest(self.run_dir, self.manifest)
 
     def _write_outputs(self) -> None:
         """Timeline, manifest, ``records.parquet`` and summary of an ended run (none after
         a failed write: the records are incomplete and the disk is the problem)."""
-        from workbench.metrics import summarize
-        from workbench.storage.rundir import RecordWriter, write_json
+        from workbench.metrics.files import finish
+        from workbench.storage.rundir import RecordWriter, write_manifest
 
         assert self.run_dir is not None
         if self.write_error is not None:
@@ -351,38 +384,24 @@ class ReplaySession:
             with RecordWriter(self.run_dir / "metrics_timeline.jsonl") as tw:
                 for row in self.timeline:
                     tw.write(row)
-        write_json(self.run_dir / "manifest.json", self.manifest)
-        write_parquet(self.run_dir)  # first: the scan below reads it instead of converting again
-        # records not kept: summarize reads them from disk (the columns of records.parquet)
-        try:
-            summary = summarize(self.result, self.cfg.slo)
-        except Exception as exc:  # a summary that cannot be computed must not lose the run
-            log.error("summary of %s failed; records are on disk", self.run_dir, exc_info=True)
-            summary = {"summary_error": f"{type(exc).__name__}: {exc}"}
-        write_json(self.run_dir / "summary.json", summary)
+        write_manifest(self.run_dir, self.manifest)
+        # records not kept: the summary reads them from disk (the columns of records.parquet)
+        finish(self.result, self.run_dir, self.cfg.slo)
+
+
+def connection_warmer(cfg: RunConfig, transport: Transport) -> Callable[[], Awaitable[Any]] | None:
+    """``executor.warm_connections``: a step that opens the shard's keep-alive connections (up
+    to its concurrency, at most ``WARM_MAX``), played after the warm-up and before the start
+    (``replay.outcome.play_shard``); None when the option is off."""
+    if not cfg.executor.warm_connections:
+        return None
+    n = min(cfg.arrival.max_concurrency or 0, WARM_MAX)
+    return lambda: transport.warm(n)
 
 
 async def _relay(stop: asyncio.Event, halt: asyncio.Event) -> None:
     await stop.wait()
     halt.set()
-
-
-def write_parquet(run_dir: Path) -> None:
-    """``records.parquet`` beside ``records.jsonl`` (large-run analysis scans it)."""
-    if not (run_dir / "records.jsonl").exists():
-        return
-    try:
-        from workbench.metrics import columns
-
-        columns.convert(run_dir)
-    except (ConfigError, ImportError) as exc:  # pyarrow not installed: JSONL only
-        log.info("records.parquet not written: %s", exc)
-    except OSError as exc:
-        if exc.errno in WRITE_ERRNOS:  # disk full: the run fails with one line (exit 5)
-            raise OutputWriteError(run_dir / "records.parquet", exc) from None
-        log.error("records.parquet not written (%s); records.jsonl is complete", exc)
-    except ValueError as exc:  # a damaged line: the JSONL stays the truth
-        log.error("records.parquet not written (%s); records.jsonl is complete", exc)
 
 
 async def watch_stop(stop: asyncio.Event, runner: Runner) -> None:

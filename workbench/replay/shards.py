@@ -3,8 +3,32 @@ round-robin in release order, concurrency divided, routing slots stacked."""
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 from workbench.replay.plan import Plan
 from workbench.replay.queue import release_order
+
+
+@dataclass(frozen=True)
+class ShardPart:
+    """One shard's part of a run: its units, its share of the concurrency, its first
+    routing slot and how many of its units it warms."""
+
+    plan: Plan
+    max_concurrency: int | None
+    slot_offset: int
+    warmup: int
+
+
+def split_run(plan: Plan, max_concurrency: int | None, warmup: int, n: int) -> list[ShardPart]:
+    """The run over ``n`` shards (one shard: the plan as it is), as every sharding executor
+    splits it: ``split_plan``, ``split_concurrency``, ``slot_offsets``, ``warmup_shares``."""
+    plans = split_plan(plan, n) if n > 1 else [plan]
+    shares = split_concurrency(max_concurrency, n)
+    offsets = slot_offsets(shares, [len(p.units) for p in plans])
+    return [ShardPart(*part) for part in
+            zip(plans, shares, offsets, warmup_shares(warmup, n), strict=True)]
 
 
 def split_plan(plan: Plan, n: int) -> list[Plan]:
@@ -12,7 +36,7 @@ def split_plan(plan: Plan, n: int) -> list[Plan]:
     to shard ``i mod n`` (units stay whole), so shards share the load over time. For
     untimed modes and traces in arrival order that is unit ``i`` → shard ``i mod n``."""
     units = release_order(plan.units)
-    return [Plan(units[k::n], plan.policy, plan.block_size) for k in range(n)]
+    return [dataclasses.replace(plan, units=units[k::n]) for k in range(n)]
 
 
 def split_concurrency(c: int | None, n: int) -> list[int | None]:

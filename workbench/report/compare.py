@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 import workbench.metrics.catalog as catalog
-from workbench.metrics.stats import quantiles, sample
+from workbench.metrics.distribution import quantiles, sample
 from workbench.records import RunResult
 
 AXES: tuple[str, ...] = ("trace", "context", "arrival", "backend", "target")

@@ -29,7 +29,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 import workbench.metrics.catalog as catalog
-from workbench.metrics.stats import sample
+from workbench.metrics.distribution import sample
 from workbench.records import RunResult
 
 FIGURE_META = "workbench"
@@ -678,8 +678,8 @@ def as_stats(data: Any) -> Any:
     """A ``TraceStats`` (computed from a Workload or a trace path if needed)."""
     if hasattr(data, "hit_vs_capacity"):
         return data
-    from workbench.traces.base import load_trace
-    from workbench.traces.stats import trace_stats
+    from workbench.traces.load import load_trace
+    from workbench.workloads.trace_stats import trace_stats
 
     return trace_stats(load_trace(Path(data)) if isinstance(data, str | PathLike) else data)
 

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 import workbench.metrics.catalog as catalog
-from workbench.metrics.stats import QS
+from workbench.metrics.distribution import QS
 
 TABLE_MIME = "application/vnd.workbench.table+json"
 LATENCY_METRICS: tuple[str, ...] = catalog.LATENCY

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.clock import Clock
+from workbench.placement import DECODE_WORKER_HEADER, WAITING_HEADER, WORKER_HEADER
 from workbench.sim.config import EngineConfig
 from workbench.sim.engine import Engine, EngineRequest, RequestOutput
 from workbench.sim.kvcache import block_hashes
 from workbench.sim.router import Router, RouteRequest, make_router
-from workbench.sim.wire import DECODE_WORKER_HEADER, WAITING_HEADER, WORKER_HEADER
 
 CLUSTER_KNOBS = ("workers", "router", "router_options", "disagg")
 # Llama-3-8B in fp16: 2 (K and V) x 32 layers x 8 KV heads x 128 dims x 2 bytes

@@ -8,11 +8,11 @@ fault switches, so a run's manifest can record the whole engine by
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from workbench.sim.faults import Faults
+from workbench.ranges import check_dataclass
+from workbench.sim.faults import KNOBS, Faults
 
 Mode = Literal["vllm", "sglang"]
 
@@ -23,6 +23,11 @@ DECODE_COEFFS = (-25.74, 54.01, 5.74)
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     """Knobs of the simulated engine; defaults follow vLLM and Dynamo's mocker.
+
+    Every knob is type- and range-checked on construction by ``workbench.ranges``
+    (the ``target.engine.*`` rows of the run config's table; a ``ConfigError`` naming
+    ``target.engine.<knob>`` and its rule), so a config file, ``serve_sim(**knobs)``
+    and a run config fail alike, before anything runs.
 
     ``block_size`` 16 is vLLM's default on GPUs (real-engines.md saw 32 on the
     CPU build); ``num_blocks`` 65 536 × 16 = 1 Mi tokens is Dynamo's default
@@ -62,44 +67,22 @@ class EngineConfig:
     faults: Faults = field(default_factory=Faults)
 
     def __post_init__(self) -> None:
-        self._check_types()
-        if self.mode not in ("vllm", "sglang"):
-            raise ValueError(f"mode must be 'vllm' or 'sglang', got {self.mode!r}")
-        for name in ("block_size", "num_blocks", "max_num_batched_tokens", "max_num_seqs",
-                     "max_model_len"):
-            if getattr(self, name) < 1:  # an integer by now (_check_types)
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("decode_seq_ms", "request_overhead_ms", "intake_ms", "idle_wake_ms"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.speedup <= 0:
-            raise ValueError(f"speedup must be > 0, got {self.speedup}")
+        self._coerce()
+        check_dataclass(self, KNOBS)  # types and ranges: the run config's own table
 
-    def _check_types(self) -> None:
-        """Every knob of its type, named when it is not: integers (an integral float is
-        taken), finite numbers, booleans, and three finite coefficients per polynomial,
-        so an engine config file or ``serve_sim(**knobs)`` fails here, not mid-run."""
+    def _coerce(self) -> None:
+        """What a config file spells loosely, in the knob's own type: an integral float
+        for an integer (``16.0``), a list for a coefficient triple. Anything else is
+        left as given for ``check_dataclass`` to name."""
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.type == "int":
-                if isinstance(v, float) and v.is_integer():
-                    v = int(v)
-                if isinstance(v, bool) or not isinstance(v, int):
-                    raise ValueError(f"{f.name} must be an integer, got {v!r}")
-            elif f.type == "float":
-                if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                    raise ValueError(f"{f.name} must be a finite number, got {v!r}")
-                v = float(v)
-            elif f.type == "bool" and not isinstance(v, bool):
-                raise ValueError(f"{f.name} must be true or false, got {v!r}")
-            elif f.name in ("prefill_coeffs", "decode_coeffs"):
-                ok = isinstance(v, list | tuple) and len(v) == 3 and all(
-                    not isinstance(x, bool) and isinstance(x, int | float) and math.isfinite(x)
-                    for x in v)  # fmt: skip
-                if not ok:
-                    raise ValueError(f"{f.name} must be three finite numbers [a, b, c], got {v!r}")
-                v = tuple(float(x) for x in v)
-            object.__setattr__(self, f.name, v)
+            if f.type == "int" and isinstance(v, float) and v.is_integer():
+                object.__setattr__(self, f.name, int(v))
+            elif f.type == "float" and type(v) is int:
+                object.__setattr__(self, f.name, float(v))
+            elif f.name.endswith("_coeffs") and isinstance(v, list | tuple) and all(
+                    type(x) in (int, float) for x in v):
+                object.__setattr__(self, f.name, tuple(float(x) for x in v))
 
     @property
     def capacity_tokens(self) -> int:

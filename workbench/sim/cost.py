@@ -12,7 +12,7 @@ Beside the steps, ``request_overhead_ms`` is a fixed latency per request that is
 not engine time: a real server's API process handles a request (and delivers its
 first token) while the engine steps other requests. The senders (the virtual
 replay's and the HTTP server's) wait it before the engine sees the request
-(``sim.admission``), so it adds to that request's TTFT and delays no one else.
+(``sim.front_end``), so it adds to that request's TTFT and delays no one else.
 Before it, ``intake_ms`` is the time a request holds the server's front end, one
 request after another (a single API process): requests that come together reach
 the engine spread out. ``idle_wake_ms`` is added to a step that starts while the

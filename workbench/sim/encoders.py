@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.sim.faults import Faults, broken_usage
-from workbench.sim.tokenizer import WordTokenizer
 from workbench.sim.wire import GenRequest, Json, now_s, usage
+from workbench.tokenizer import WordTokenizer
 
 
 class WireEncoder:

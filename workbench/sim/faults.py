@@ -11,9 +11,14 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from workbench.errors import ConfigError
+from workbench.ranges import check_dataclass
+
 #: ``never_stop``'s bound: far past any cut a client makes, still a finite loop
 NEVER_STOP_MAX_TOKENS = 10_000_000
 USAGE_FAULTS = (None, "string", "huge", "negative")
+#: where the engine's knobs are in a run config, and their rows in ``workbench.ranges.RANGES``
+KNOBS = "target.engine"
 
 
 def broken_usage(kind: str | None, counts: dict) -> dict:
@@ -82,18 +87,10 @@ class Faults:
     text_cumulative: bool = False
 
     def __post_init__(self) -> None:
+        check_dataclass(self, KNOBS)  # types and ranges (workbench.ranges)
         if self.usage_fault not in USAGE_FAULTS:
-            raise ValueError(f"usage_fault must be one of {USAGE_FAULTS}, got {self.usage_fault!r}")
-        if not 200 <= self.error_status <= 599:
-            raise ValueError(f"error_status must be an HTTP status, got {self.error_status}")
-        if not 0.0 <= self.error_rate <= 1.0:
-            raise ValueError(f"error_rate must be in [0, 1], got {self.error_rate}")
-        for name in ("disconnect_after_tokens", "stall_after_tokens", "overrun_tokens"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ValueError(f"{name} must be >= 0, got {value}")
-        if self.stall_s < 0 or self.sglang_prompt_echo < 0:
-            raise ValueError("stall_s and sglang_prompt_echo must be >= 0")
+            raise ConfigError(f"{KNOBS}.usage_fault: expected one of {USAGE_FAULTS}, "
+                              f"got {self.usage_fault!r}")
 
     @property
     def active(self) -> bool:

@@ -3,7 +3,9 @@
 A router sees the request (its id, its session key, its prompt's chained block
 hashes when it asks for them) and every worker's load and cache through two
 public ``Engine`` methods, ``load()`` and ``cached_prefix_blocks(hashes)``. It
-returns a worker index. Routers are picked by name from ``ROUTERS``:
+returns a worker index. Routers are picked by name from ``ROUTERS`` (a
+``workbench.registry.Registry``); adding one is a class here with one
+``@ROUTERS.register(name)`` line (the CLI's ``--router`` help lists the registry):
 
 - ``round-robin``: worker ``k mod N`` for the k-th request;
 - ``least-loaded``: fewest running + waiting requests, then lowest KV usage;
@@ -23,6 +25,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from workbench.errors import ConfigError
+from workbench.registry import Registry
 
 
 class Worker(Protocol):
@@ -50,6 +55,9 @@ class Router(Protocol):
     def choose(self, req: RouteRequest, workers: Sequence[Worker]) -> int: ...
 
 
+ROUTERS: Registry[Callable[..., Router]] = Registry("router")
+
+
 def _least_loaded(workers: Sequence[Worker], among: Sequence[int] | None = None) -> int:
     best, best_key = 0, None
     for i in range(len(workers)) if among is None else among:
@@ -60,6 +68,7 @@ def _least_loaded(workers: Sequence[Worker], among: Sequence[int] | None = None)
     return best
 
 
+@ROUTERS.register("round-robin")
 class RoundRobin:
     name = "round-robin"
     needs_hashes = False
@@ -73,6 +82,7 @@ class RoundRobin:
         return i
 
 
+@ROUTERS.register("least-loaded")
 class LeastLoaded:
     name = "least-loaded"
     needs_hashes = False
@@ -81,6 +91,7 @@ class LeastLoaded:
         return _least_loaded(workers)
 
 
+@ROUTERS.register("session-affinity")
 class SessionAffinity:
     """Sticky by session key; remembers at most ``max_sessions`` sessions (LRU)."""
 
@@ -105,6 +116,7 @@ class SessionAffinity:
         return home
 
 
+@ROUTERS.register("prefix-aware")
 class PrefixAware:
     """Longest cached prefix among the workers that are not overloaded.
 
@@ -147,19 +159,13 @@ class PrefixAware:
         return best
 
 
-ROUTERS: dict[str, Callable[..., Router]] = {
-    RoundRobin.name: RoundRobin,
-    LeastLoaded.name: LeastLoaded,
-    SessionAffinity.name: SessionAffinity,
-    PrefixAware.name: PrefixAware,
-}
-
-
 def make_router(name: str, options: dict[str, Any] | None = None) -> Router:
     """The router registered as ``name``; ``options`` are its keyword arguments."""
-    factory = ROUTERS.get(name)
-    if factory is None:
-        raise ValueError(f"engine.router: unknown router {name!r}; one of {sorted(ROUTERS)}")
+    try:
+        factory = ROUTERS.get(name)
+    except ConfigError:
+        valid = ROUTERS.names()
+        raise ValueError(f"engine.router: unknown router {name!r}; one of {valid}") from None
     try:
         return factory(**(options or {}))
     except TypeError as exc:

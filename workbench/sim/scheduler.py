@@ -33,7 +33,7 @@ import numpy as np
 
 from workbench.sim.config import EngineConfig
 from workbench.sim.kvcache import ROOT_HASH, BlockManager, block_hashes
-from workbench.sim.tokenizer import output_tokens, request_base
+from workbench.tokenizer import output_tokens, request_base
 
 
 @dataclass(eq=False, slots=True)

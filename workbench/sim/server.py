@@ -31,15 +31,16 @@ import orjson
 from aiohttp import web
 
 from workbench.clock import Clock, WallClock
-from workbench.sim.admission import Admission
+from workbench.placement import placement_extra
 from workbench.sim.cluster import AnyRequest, Cluster, ClusterConfig, split_knobs
 from workbench.sim.config import EngineConfig
 from workbench.sim.encoders import ENCODERS, WireEncoder
 from workbench.sim.engine import Engine
 from workbench.sim.faults import FaultDice
+from workbench.sim.front_end import Admission
 from workbench.sim.metrics import SIM_GPU_PATH, exposition, make_gpu_registry, make_registry
-from workbench.sim.tokenizer import get_tokenizer
-from workbench.sim.wire import PARSERS, GenRequest, Json, WireError, now_s, placement_extra
+from workbench.sim.wire import PARSERS, GenRequest, Json, WireError, now_s
+from workbench.tokenizer import get_tokenizer
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.sim.tokenizer import WordTokenizer
+from workbench.tokenizer import WordTokenizer
 
 Json = dict[str, Any]
 
@@ -169,28 +169,6 @@ def usage(prompt: int, completion: int, cached: int) -> Json:
         "completion_tokens": completion,
         "prompt_tokens_details": {"cached_tokens": cached},
     }
-
-
-# A simulated cluster (``sim.cluster``) names the serving worker of every response;
-# records carry them in ``extra`` (docs/cluster.md).
-WORKER_HEADER = "x-workbench-worker"
-DECODE_WORKER_HEADER = "x-workbench-decode-worker"
-WAITING_HEADER = "x-workbench-worker-waiting"
-PLACEMENT_FIELDS = (
-    (WORKER_HEADER, "worker"),
-    (DECODE_WORKER_HEADER, "decode_worker"),
-    (WAITING_HEADER, "worker_waiting"),
-)
-
-
-def placement_extra(headers: Mapping[str, str]) -> dict[str, int]:
-    """Record ``extra`` fields from a response's worker headers (none: not a cluster)."""
-    out: dict[str, int] = {}
-    for header, key in PLACEMENT_FIELDS:
-        value = headers.get(header)
-        if value is not None and value.isdigit():
-            out[key] = int(value)
-    return out
 
 
 def now_s() -> int:

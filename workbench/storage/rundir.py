@@ -44,7 +44,7 @@ import orjson
 
 from workbench import redact
 from workbench.errors import WRITE_ERRNOS, ConfigError, OutputWriteError
-from workbench.records import RequestRecord, RunResult
+from workbench.records import RequestRecord, RunManifest, RunResult
 
 log = logging.getLogger(__name__)
 
@@ -362,14 +362,23 @@ def _sync_rows(path: Path, rows: list[dict[str, Any]]) -> None:
         _rewrite(path, rows)
 
 
-def write_run(result: RunResult, directory: str | Path, summary: dict[str, Any]) -> Path:
-    """Write every run file into ``directory`` (created), ``summary`` as ``summary.json``.
+def write_manifest(run_dir: str | Path, manifest: RunManifest | dict[str, Any]) -> Path:
+    """``run_dir/manifest.json``, the one writer of a run's manifest after its claim
+    (``claim_run_dir`` creates it): atomically replaced, redacted (``write_json``). A
+    dict is a ``RunResult``'s manifest (``RunManifest.to_dict``, or as an older run
+    directory holds it) and is written as it is."""
+    doc = manifest.to_dict() if isinstance(manifest, RunManifest) else manifest
+    return write_json(Path(run_dir) / MANIFEST, doc)
+
+
+def write_run(result: RunResult, directory: str | Path) -> Path:
+    """Write every run file but the summary and ``records.parquet`` into ``directory``
+    (created); ``workbench.metrics.files.save`` calls this, then writes those two.
 
     Safe to call after ``RecordWriter``s streamed records/lifecycle there: lines
     already on disk are kept and only the missing ones are appended. A run that kept
     its records on disk only (``RunResult.records_on_disk``) has nothing to sync from
-    memory: its files are copied, never overwritten. ``workbench.metrics.files.save``
-    computes the summary and calls this.
+    memory: its files are copied, never overwritten.
     """
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
@@ -380,9 +389,7 @@ def write_run(result: RunResult, directory: str | Path, summary: dict[str, Any])
         _sync_rows(d / LIFECYCLE, result.lifecycle)
     if result.metrics_timeline or (d / TIMELINE).exists():
         _sync_rows(d / TIMELINE, result.metrics_timeline)
-    manifest = {**result.manifest, "run_id": result.run_id, "cancelled": result.cancelled}
-    write_json(d / MANIFEST, manifest)
-    write_json(d / SUMMARY, summary)
+    write_manifest(d, {**result.manifest, "run_id": result.run_id, "cancelled": result.cancelled})
     result.run_dir = str(d)
     return d
 
@@ -626,9 +633,10 @@ def load(directory: str | Path) -> RunResult:
     """Read a run directory back into a ``RunResult`` (see ``read_jsonl`` on crashes)."""
     d = resolve_run_dir(directory)
     manifest = read_json(d / MANIFEST) if (d / MANIFEST).exists() else {}
+    typed = RunManifest.from_dict(manifest if isinstance(manifest, dict) else {})  # any schema
     records = load_records(d)
-    run_id = manifest.get("run_id") or (records[0].run_id if records else d.name)
-    cancelled = bool(manifest.get("cancelled")) or manifest.get("status") == "cancelled"
+    run_id = typed.run_id or (records[0].run_id if records else d.name)
+    cancelled = bool(typed.cancelled) or typed.status == "cancelled"
     return RunResult(
         run_id=run_id,
         records=records,

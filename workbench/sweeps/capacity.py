@@ -14,7 +14,6 @@ is searched on integers.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +23,8 @@ from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO
 from workbench.replay.prepare import coerce_config
 from workbench.sweeps.grid import SloSpec, run_sync
-from workbench.sweeps.runner import Progress, SweepRunner
 from workbench.sweeps.store import Sweep
+from workbench.sweeps.sweep_runner import Progress, SweepRunner
 
 INTEGER_AXES = ("arrival.max_concurrency", "arrival.warmup", "trace.max_items")
 
@@ -82,14 +81,8 @@ async def capacity_search_async(
             probes.append(entry)
         return bool(entry["slo"]["held"])
 
-    try:
+    with runner.ends_on_error():
         result = await _search(held, lo, hi, tolerance, grow, max_probes, integer)
-    except (asyncio.CancelledError, KeyboardInterrupt):
-        runner.finish("interrupted")
-        raise
-    except BaseException:
-        runner.finish("failed")
-        raise
     result.update(axis=path, tolerance=tolerance, probes=[p["index"] for p in probes])
     runner.sweep.manifest["capacity"] = result
     return runner.finish("completed")

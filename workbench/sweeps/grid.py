@@ -20,8 +20,8 @@ from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO
 from workbench.replay.loops import run_anywhere
 from workbench.replay.prepare import coerce_config
-from workbench.sweeps.runner import Progress, SweepRunner
 from workbench.sweeps.store import Sweep
+from workbench.sweeps.sweep_runner import Progress, SweepRunner
 
 SloSpec = SLO | Mapping[str, Any] | Sequence[str] | str | None
 
@@ -74,7 +74,7 @@ async def sweep_async(
     runner.check(entries)
     runner.save()  # every point is listed (pending) before the first run
     status = "running"
-    try:
+    with runner.ends_on_error():
         broken = 0
         step = parallel if virtual else 1
         for start in range(0, len(entries), step):
@@ -101,12 +101,6 @@ async def sweep_async(
                 break
         if status == "running":
             status = "completed"
-    except (asyncio.CancelledError, KeyboardInterrupt):
-        runner.finish("interrupted")
-        raise
-    except BaseException:
-        runner.finish("failed")
-        raise
     return runner.finish(status)
 
 

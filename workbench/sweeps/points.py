@@ -17,8 +17,8 @@ import numpy as np
 
 import workbench.metrics.catalog as catalog
 from workbench.config import RunConfig
+from workbench.metrics.distribution import QS
 from workbench.metrics.slo import SLO
-from workbench.metrics.stats import QS
 from workbench.records import RunResult
 
 #: summary stats copied per latency metric (the catalog's latency rows)

@@ -2,7 +2,7 @@
 
 Most specific first: canonical (exact header), dynamo, abench, trajectory,
 tracelab, bailian (chat_id/parent_chat_id: before mooncake), mooncake, independent,
-session (the loosest CSV).
+session_csv (the loosest CSV).
 """
 
 # ruff: noqa: I001  (import order is sniffing order, not alphabetical)
@@ -15,4 +15,4 @@ from workbench.traces import tracelab  # noqa: F401
 from workbench.traces import bailian  # noqa: F401
 from workbench.traces import mooncake  # noqa: F401
 from workbench.traces import independent  # noqa: F401
-from workbench.traces import session  # noqa: F401
+from workbench.traces import session_csv  # noqa: F401

@@ -22,8 +22,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.traces import bounds
 
@@ -104,21 +102,6 @@ def read_text(path: Path) -> str:
             f"file has {lines:,} lines, past the bound of {bounds.MAX_TRACE_LINES:,} lines "
             f"per trace ({bounds.DOC}): split it and replay the parts"))  # fmt: skip
     return text
-
-
-def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(line_number, object)`` for each non-blank line; each line must be a JSON object."""
-    # split on "\n" only: JSON strings may hold raw U+2028/U+0085, which splitlines() breaks on
-    for lineno, line in enumerate(read_text(path).split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise TraceFormatError(path, lineno, f"invalid JSON ({exc})") from None
-        if not isinstance(obj, dict):
-            raise TraceFormatError(path, lineno, "each line must be a JSON object")
-        yield lineno, obj
 
 
 def read_csv(

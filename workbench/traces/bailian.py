@@ -45,16 +45,16 @@ from workbench.records import Round, Unit, UnitKind, Workload
 from workbench.traces import bounds
 from workbench.traces._io import check_options
 from workbench.traces.formats import register_format
-from workbench.traces.mooncake import (
+from workbench.traces.json_io import (
     first_json_object,
     json_id,
     json_lines,
     json_number,
     json_tokens,
-    leading_seen_blocks,
     loads_exact,
     warn_unknown,
 )
+from workbench.traces.mooncake import leading_seen_blocks
 
 log = logging.getLogger(__name__)
 

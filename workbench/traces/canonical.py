@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
@@ -54,7 +53,6 @@ from workbench.traces._io import (
     as_int,
     check_options,
     offset_ms,
-    open_trace,
     read_csv,
     read_text,
     token_count,
@@ -62,6 +60,7 @@ from workbench.traces._io import (
 )
 from workbench.traces.bounds import ids_sendable
 from workbench.traces.formats import register_format
+from workbench.traces.json_io import read_json_document
 
 FORMAT_NAME = "session-execution-v2"
 HEADER = (
@@ -270,13 +269,7 @@ def _read_sidecars(path: Path) -> dict[str, Any]:
     for key, side, kind in (("manifest", manifest_path, dict), ("plan", plan_path, list)):
         if not side.exists():
             continue
-        try:
-            value = orjson.loads(open_trace(side))
-        except orjson.JSONDecodeError as exc:
-            raise TraceFormatError(side, 0, f"cannot read {key} sidecar ({exc})") from None
-        if not isinstance(value, kind):
-            raise TraceFormatError(side, 0, f"{key} sidecar must be a JSON {kind.__name__}")
-        out[key] = value
+        out[key] = read_json_document(side, f"{key} sidecar", kind)
         out[f"{key}_path"] = str(side)
     return out
 

@@ -61,20 +61,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import orjson
-
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces._io import as_int, check_options, epoch_ms, token_count, wait_ms
 from workbench.traces.dynamo_graph import attach
 from workbench.traces.formats import register_format
-from workbench.traces.mooncake import (
-    json_id,
-    json_lines,
-    leading_seen_blocks,
-    loads_exact,
-)
+from workbench.traces.json_io import json_id, json_lines, json_object, loads_exact
+from workbench.traces.mooncake import leading_seen_blocks
 
 SCHEMA = "dynamo.request.trace.v1"
 _TOOL_EVENTS = ("tool_end", "tool_error")
@@ -382,11 +376,8 @@ def _sniff(lines: list[str]) -> bool:
     for text in lines:
         if SCHEMA not in text:
             continue
-        try:
-            obj = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            return False
-        return isinstance(obj, dict) and _unwrap(obj).get("schema") == SCHEMA
+        obj = json_object(text)
+        return obj is not None and _unwrap(obj).get("schema") == SCHEMA
     return False
 
 

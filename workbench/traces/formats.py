@@ -1,7 +1,7 @@
 """The trace-format registry: ``TraceFormat``, ``FORMATS`` and ``register_format``.
 
 Every reader module registers its format here when imported
-(``@register_format(name, sniff=...)``); ``workbench.traces.base`` imports them all
+(``@register_format(name, sniff=...)``); ``workbench.traces.load`` imports them all
 (``_builtin``, in sniffing order) and looks formats up in ``FORMATS``.
 """
 

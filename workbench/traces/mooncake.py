@@ -41,115 +41,31 @@ Decisions, so the numbers are reproducible:
 - bounds (docs/trace-bounds.md): lengths at most 10M tokens per round,
   ``timestamp`` (and ``timestamp + delay``) at most 366 days, ``delay`` 7 days.
 
-This module also holds the JSON-lines helpers the other JSON readers share
-(``json_lines``, ``first_json_object``, ``json_int``, ``leading_seen_blocks``).
+The JSON helpers every JSON reader uses are in ``workbench.traces.json_io``;
+``leading_seen_blocks`` here is shared with the Dynamo reader (hash-id blocks).
 """
 
 from __future__ import annotations
 
-import json
-import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
-
-import orjson
 
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
-from workbench.traces._io import as_float, as_int, check_options, read_text
+from workbench.traces._io import check_options
 from workbench.traces.formats import register_format
+from workbench.traces.json_io import (
+    first_json_object,
+    json_id,
+    json_lines,
+    json_number,
+    json_tokens,
+    loads_exact,
+    warn_unknown,
+)
 
-log = logging.getLogger(__name__)
-
-# ---------------------------------------------------------------- shared JSON helpers
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def loads_exact(path: Path, lineno: int, raw: str) -> Any:
-    """Parse one line with the stdlib, which keeps integers wider than 64 bits exact.
-
-    orjson silently turns such integers into floats, so callers re-parse a line
-    here when a field that must be an integer came back as a float.
-    """
-    try:
-        return json.loads(raw, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as exc:
-        raise TraceFormatError(path, lineno, f"invalid JSON ({exc})") from None
-
-
-def json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any], str]]:
-    """``(line_number, object, raw_line)`` for every non-blank line (each a JSON object).
-
-    Lines are split on ``\n`` only: ``str.splitlines`` also splits on U+2028,
-    U+0085, ``\x1c`` ... which JSON strings may hold raw (``ensure_ascii=False``
-    writers emit them), and would break valid lines and shift line numbers.
-    """
-    for lineno, raw in enumerate(read_text(path).split("\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise TraceFormatError(path, lineno, f"invalid JSON ({exc})") from None
-        if not isinstance(obj, dict):
-            raise TraceFormatError(path, lineno, "each line must be a JSON object")
-        yield lineno, obj, raw
-
-
-def first_json_object(lines: list[str]) -> dict[str, Any] | None:
-    """The first sniffed line as a JSON object, or None (sniffers must never raise)."""
-    if not lines:
-        return None
-    try:
-        obj = orjson.loads(lines[0])
-    except orjson.JSONDecodeError:
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
-def json_int(
-    path: Path, line: int, name: str, value: Any, *, minimum: int | None = 0,
-    maximum: int | None = None,
-) -> int:
-    """An integer written as a JSON number (strings are a wrong type here)."""
-    if isinstance(value, str) or value is None:
-        raise TraceFormatError(path, line, f"{name} must be an integer, got {value!r}")
-    return as_int(path, line, name, value, minimum=minimum, maximum=maximum)
-
-
-def json_number(
-    path: Path,
-    line: int,
-    name: str,
-    value: Any,
-    *,
-    minimum: float | None = 0.0,
-    maximum: float | None = None,
-) -> float:
-    """A finite number written as a JSON number (strings are a wrong type here)."""
-    if isinstance(value, str) or value is None:
-        raise TraceFormatError(path, line, f"{name} must be a number, got {value!r}")
-    return as_float(path, line, name, value, minimum=minimum, maximum=maximum)
-
-
-def json_tokens(path: Path, line: int, name: str, value: Any, *, minimum: int = 0) -> int:
-    """A token count written as a JSON integer, in ``[minimum, bounds.MAX_ROUND_TOKENS]``."""
-    return json_int(path, line, name, value, minimum=minimum, maximum=bounds.MAX_ROUND_TOKENS)
-
-
-def json_id(path: Path, line: int, name: str, value: Any) -> str:
-    """An identifier: a non-empty string or an integer, returned as a string."""
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise TraceFormatError(path, line, f"{name} must be a string or integer, got {value!r}")
-    text = str(value)
-    if not text.strip():
-        raise TraceFormatError(path, line, f"{name} must not be empty")
-    return bounds.check_id(path, line, name, text)
+# ---------------------------------------------------------------- hash-id blocks (dynamo shares)
 
 
 def leading_seen_blocks(hash_ids: tuple[int, ...], seen: set[int]) -> int:
@@ -216,14 +132,6 @@ def unknown_fields(path: Path, line: int, obj: dict[str, Any], seen: dict[str, i
                 path, line, f"field {key!r} belongs to the {_FOREIGN[key]} format, whose "
                 f"timestamp is in seconds, not ms: read this file as {_FOREIGN[key]!r}")
         seen.setdefault(key, line)
-
-
-def warn_unknown(path: Path, seen: dict[str, int], meta: dict[str, Any]) -> None:
-    """One warning naming every unknown field (and its first line), kept in ``meta``."""
-    if seen:
-        meta["unknown_fields"] = sorted(seen)
-        log.warning("%s: unknown field(s) ignored: %s", path,
-                    ", ".join(f"{k} (line {seen[k]})" for k in sorted(seen)))
 
 
 def _count(path: Path, line: int, name: str, value: Any) -> int:

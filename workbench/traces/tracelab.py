@@ -47,10 +47,10 @@ from typing import Any
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
-from workbench.traces._io import check_options, iter_jsonl
+from workbench.traces._io import check_options
 from workbench.traces.canonical import request_id
 from workbench.traces.formats import register_format
-from workbench.traces.mooncake import json_int, json_number
+from workbench.traces.json_io import json_int, json_lines, json_number
 from workbench.traces.tracelab_graph import agent_tool_spans, attach_subagents, parent_of
 
 FORMAT_NAME = "tracelab"
@@ -93,7 +93,7 @@ def read_tracelab(path: Path, *, tool_wait: str = "union", **options: Any) -> Wo
         raise ConfigError(f"tool_wait must be one of {TOOL_WAIT_MODES}, got {tool_wait!r}")
     path = Path(path)
     sessions: dict[tuple[str, str | None, str], list[_Row]] = {}
-    for line, obj in iter_jsonl(path):
+    for line, obj, _raw in json_lines(path):
         row = _parse_row(path, line, obj)
         sessions.setdefault(row.identity, []).append(row)
     starts = [_session_start(path, rows) for rows in sessions.values()]

@@ -35,7 +35,7 @@ from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces._io import check_options
 from workbench.traces.formats import register_format
-from workbench.traces.mooncake import (
+from workbench.traces.json_io import (
     first_json_object,
     json_lines,
     json_number,

@@ -17,9 +17,9 @@ from workbench import load_trace
 from workbench.cli import main as cli_main
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Unit, Workload
-from workbench.traces import tracegen as tg
-from workbench.traces.synthetic import Distribution, parse_synthetic
-from workbench.traces.tracegen import TracegenSpec, tracegen
+from workbench.workloads import materialize as tg
+from workbench.workloads.materialize import TracegenSpec, tracegen
+from workbench.workloads.synthetic import Distribution, parse_synthetic
 
 V2 = public("request-factory/session_rounds_v2_example.csv")
 WORKLOAD = public("tracelab/session_workload_example.csv")

@@ -25,7 +25,7 @@ own clock: for TraceLab JSONL, the reader's epoch origin plus the first selected
 All randomness comes from one ``numpy.random.default_rng(seed)``, consumed in
 a fixed order: synthetic draws, then the shuffle, then the arrival gaps.
 Synthetic sources (``synthetic:key=value,...``) are documented in
-``SYNTHETIC_HELP`` in ``workbench.traces.synthetic``.
+``SYNTHETIC_HELP`` in ``workbench.workloads.synthetic``.
 """
 
 from __future__ import annotations
@@ -56,10 +56,10 @@ from workbench.errors import WRITE_ERRNOS, ConfigError, OutputWriteError, TraceF
 from workbench.records import Unit, Workload
 from workbench.traces import canonical
 from workbench.traces._io import open_trace
-from workbench.traces.base import FORMATS, detect_format, load_trace
 from workbench.traces.bounds import check_workload
 from workbench.traces.graph import sidecar_rows
-from workbench.traces.synthetic import (
+from workbench.traces.load import FORMATS, detect_format, load_trace
+from workbench.workloads.synthetic import (
     SYNTHETIC_PREFIX,
     parse_synthetic,
     synthetic_workload,
@@ -288,10 +288,10 @@ def _plan(
                 folded_rounds += 1
                 folded_first += k == 0
             major += pl.major_compaction
-            same = raw.round_idx == k and raw.session_id == sid  # readers emit canonical ids
-            rid = raw.request_id if same else canonical.request_id(sid, k)
-            rows.append((rid, sid, k, arrival, pl.prefix_len, pl.input_len, raw.output_len,
-                         raw.tool_wait_after_ms))
+            # the canonical id whatever the reader named the round (batchbench's
+            # ``{trajectory}_request_{k}`` is not one): the file must read back
+            rows.append((canonical.request_id(sid, k), sid, k, arrival, pl.prefix_len,
+                         pl.input_len, raw.output_len, raw.tool_wait_after_ms))
     stats = {"folded_prefix_tokens": folded, "folded_rounds": folded_rounds,
              "folded_first_rounds": folded_first, "major_compaction_rounds": major}
     return rows, stats

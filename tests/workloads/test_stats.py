@@ -11,7 +11,7 @@ from public_data import needs, public
 import workbench
 from workbench import data
 from workbench.records import Round, Unit, Workload
-from workbench.traces.stats import _stack_distances, ideal_prefix_hit_rate, trace_stats
+from workbench.workloads.trace_stats import _stack_distances, ideal_prefix_hit_rate, trace_stats
 
 MOONCAKE = public("mooncake/conversation_trace.jsonl")  # the full trace: not bundled
 

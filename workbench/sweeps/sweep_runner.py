@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -21,7 +22,7 @@ import multiprocessing
 import os
 import shutil
 import signal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +174,20 @@ class SweepRunner:
                  "label": spec_mod.label(key), "status": "pending", "runs": []}
         self.sweep.manifest["points"].append(entry)
         return entry
+
+    @contextlib.contextmanager
+    def ends_on_error(self) -> Iterator[None]:
+        """The body of a sweep: an interruption (Ctrl-C, a cancelled task) finishes the
+        sweep ``interrupted``, any other error ``failed``, and re-raises; a body that
+        returns leaves the status to its caller (``finish``)."""
+        try:
+            yield
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            self.finish("interrupted")
+            raise
+        except BaseException:
+            self.finish("failed")
+            raise
 
     def finish(self, status: str) -> Sweep:
         self.sweep.manifest["status"] = status

@@ -14,9 +14,9 @@ import pytest
 
 from workbench.data import path as data_path
 from workbench.errors import ConfigError
-from workbench.traces.base import load_trace
-from workbench.traces.stats import trace_stats
-from workbench.traces.tracegen import tracegen
+from workbench.traces.load import load_trace
+from workbench.workloads.materialize import tracegen
+from workbench.workloads.trace_stats import trace_stats
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 import random
 
-from workbench.sim.tokenizer import (
+from workbench.tokenizer import (
     FIRST_ORDINARY,
     VOCAB_SIZE,
     get_tokenizer,

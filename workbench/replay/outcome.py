@@ -1,0 +1,109 @@
+"""One shard played, the same way by every executor, and what it reports.
+
+``play_shard`` is the one sequence a shard's runner goes through, in this process, a
+worker process, a Ray actor or virtual time (docs/executors.md, "Playing one
+shard"): the warm-up, then the keep-alive connections (``warm``), then the start
+barrier (``ready``: the epoch every shard of the run shares), then the measured run.
+It returns a ``ShardOutcome``; ``RunOutcome.of`` pools a run's shards and
+``RunOutcome.write`` is the one place the manifest gets ``stop_reason``,
+``peak_active_units``, ``warmup`` and ``client``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from workbench.records import RunManifest
+from workbench.replay.runner import Runner, merge_warmup
+
+
+@dataclass(frozen=True)
+class ShardOutcome:
+    """What one shard's runner reports when it ends (sent as ``to_dict`` over a pipe or
+    from a Ray actor)."""
+
+    client: dict[str, Any]  # the self-measurement's raw data (Runner.client_raw)
+    stop_reason: str | None  # why the shard stopped early, None if it ran to its end
+    peak_active: int  # most units active at once
+    warmup: dict[str, Any] | None  # what the warm-up did (Runner.warmup_report)
+
+    @classmethod
+    def of(cls, runner: Runner) -> ShardOutcome:
+        return cls(runner.client_raw(), runner.stop_reason, runner.gate.peak_active,
+                   runner.warmup_report)  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ShardOutcome:
+        return cls(d["client"], d.get("stop_reason"), int(d["peak_active"]), d.get("warmup"))
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """A run's shards pooled: the first stop reason (sorted, so the same whatever the
+    order the shards ended in; ``"stopped"`` if the run was stopped from outside before a
+    shard said why), the peak active units summed, one warm-up report, and the client
+    self-measurements."""
+
+    stop_reason: str | None
+    peak_active_units: int
+    warmup: dict[str, Any] | None
+    clients: list[dict[str, Any]]
+
+    @classmethod
+    def of(cls, shards: list[ShardOutcome], *, stopped: bool = False) -> RunOutcome:
+        reasons = sorted({s.stop_reason for s in shards if s.stop_reason})
+        reason = reasons[0] if reasons else ("stopped" if stopped else None)
+        return cls(reason, sum(s.peak_active for s in shards),
+                   merge_warmup([s.warmup for s in shards]), [s.client for s in shards])
+
+    @property
+    def cancelled(self) -> bool:
+        return self.stop_reason is not None
+
+    def write(self, manifest: RunManifest, client: dict[str, Any] | None) -> None:
+        """The one writer of these manifest keys. ``client`` is the pooled self-measurement
+        (``metrics.summary.client_stats`` over ``clients``) or None (virtual time: no
+        wall clock to measure); a None is left out of the file (``RunManifest.to_dict``)."""
+        manifest.stop_reason = self.stop_reason
+        manifest.peak_active_units = self.peak_active_units
+        manifest.warmup = self.warmup
+        manifest.client = client
+
+
+async def play_shard(
+    runner: Runner,
+    *,
+    warm: Callable[[], Awaitable[Any]] | None = None,
+    ready: Callable[[], Awaitable[int | None]] | None = None,
+) -> ShardOutcome | None:
+    """Warm-up → ``warm()`` (keep-alive connections) → ``ready()`` (the barrier: the run's
+    epoch, or None when the run was called off before it started, then no outcome) →
+    the measured run from that epoch (``ready`` absent: from now)."""
+    await runner.warmup()
+    if warm is not None:
+        await warm()
+    t0 = None
+    if ready is not None:
+        t0 = await ready()
+        if t0 is None:
+            return None
+    await runner.execute(t0)
+    return ShardOutcome.of(runner)
+
+
+async def play_shards(runners: list[Runner], clock_now: Callable[[], int]) -> list[ShardOutcome]:
+    """Shards on one loop (virtual time): every warm-up first, then one epoch for all."""
+    await asyncio.gather(*(r.warmup() for r in runners))
+    epoch = clock_now()
+
+    async def at_epoch() -> int:
+        return epoch
+
+    got = await asyncio.gather(*(play_shard(r, ready=at_epoch) for r in runners))
+    return [o for o in got if o is not None]

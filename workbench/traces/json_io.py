@@ -1,0 +1,139 @@
+"""The JSON helpers every JSON trace reader shares: lines, documents, typed fields.
+
+One place reads JSON for ``workbench.traces``: ``json_lines`` splits a JSON-lines
+file into objects (each a ``TraceFormatError`` with path and line when it is not
+one), ``read_json_document`` reads a whole-file JSON sidecar, ``loads_exact``
+re-parses a line when an integer is wider than orjson keeps, and ``json_int``,
+``json_number``, ``json_tokens``, ``json_id`` check one field written as JSON
+(a number spelled as a string is a wrong type here; the range rules are
+``_io``'s, docs/trace-bounds.md). Files are opened as every reader opens them
+(``_io.open_trace``, ``_io.read_text``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from workbench.errors import TraceFormatError
+from workbench.traces import bounds
+from workbench.traces._io import as_float, as_int, open_trace, read_text
+
+log = logging.getLogger(__name__)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def loads_exact(path: Path, lineno: int, raw: str) -> Any:
+    """Parse one line with the stdlib, which keeps integers wider than 64 bits exact.
+
+    orjson silently turns such integers into floats, so callers re-parse a line
+    here when a field that must be an integer came back as a float.
+    """
+    try:
+        return json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise TraceFormatError(path, lineno, f"invalid JSON ({exc})") from None
+
+
+def json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any], str]]:
+    """``(line_number, object, raw_line)`` for every non-blank line (each a JSON object).
+
+    Lines are split on ``\n`` only: ``str.splitlines`` also splits on U+2028,
+    U+0085, ``\x1c`` ... which JSON strings may hold raw (``ensure_ascii=False``
+    writers emit them), and would break valid lines and shift line numbers.
+    """
+    for lineno, raw in enumerate(read_text(path).split("\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise TraceFormatError(path, lineno, f"invalid JSON ({exc})") from None
+        if not isinstance(obj, dict):
+            raise TraceFormatError(path, lineno, "each line must be a JSON object")
+        yield lineno, obj, raw
+
+
+def json_object(text: str) -> dict[str, Any] | None:
+    """``text`` as a JSON object, or None when it is not one (sniffers must never raise)."""
+    try:
+        obj = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def first_json_object(lines: list[str]) -> dict[str, Any] | None:
+    """The first sniffed line as a JSON object, or None (sniffers must never raise)."""
+    return json_object(lines[0]) if lines else None
+
+
+def json_int(
+    path: Path, line: int, name: str, value: Any, *, minimum: int | None = 0,
+    maximum: int | None = None,
+) -> int:
+    """An integer written as a JSON number (strings are a wrong type here)."""
+    if isinstance(value, str) or value is None:
+        raise TraceFormatError(path, line, f"{name} must be an integer, got {value!r}")
+    return as_int(path, line, name, value, minimum=minimum, maximum=maximum)
+
+
+def json_number(
+    path: Path,
+    line: int,
+    name: str,
+    value: Any,
+    *,
+    minimum: float | None = 0.0,
+    maximum: float | None = None,
+) -> float:
+    """A finite number written as a JSON number (strings are a wrong type here)."""
+    if isinstance(value, str) or value is None:
+        raise TraceFormatError(path, line, f"{name} must be a number, got {value!r}")
+    return as_float(path, line, name, value, minimum=minimum, maximum=maximum)
+
+
+def json_tokens(path: Path, line: int, name: str, value: Any, *, minimum: int = 0) -> int:
+    """A token count written as a JSON integer, in ``[minimum, bounds.MAX_ROUND_TOKENS]``."""
+    return json_int(path, line, name, value, minimum=minimum, maximum=bounds.MAX_ROUND_TOKENS)
+
+
+def json_id(path: Path, line: int, name: str, value: Any) -> str:
+    """An identifier: a non-empty string or an integer, returned as a string."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise TraceFormatError(path, line, f"{name} must be a string or integer, got {value!r}")
+    text = str(value)
+    if not text.strip():
+        raise TraceFormatError(path, line, f"{name} must not be empty")
+    return bounds.check_id(path, line, name, text)
+
+
+def read_json_document(path: Path, what: str, kind: type) -> Any:
+    """A whole-file JSON value of type ``kind`` (``dict`` or ``list``), opened as a trace is.
+
+    ``what`` names the file in errors ("manifest sidecar" ...); its line is 0 (the file).
+    """
+    try:
+        value = orjson.loads(open_trace(path))
+    except orjson.JSONDecodeError as exc:
+        raise TraceFormatError(path, 0, f"cannot read {what} ({exc})") from None
+    if not isinstance(value, kind):
+        raise TraceFormatError(path, 0, f"{what} must be a JSON {kind.__name__}")
+    return value
+
+
+def warn_unknown(path: Path, seen: dict[str, int], meta: dict[str, Any]) -> None:
+    """One warning naming every unknown field (``seen``: field → its first line), also
+    kept in ``meta["unknown_fields"]``: never silently ignored."""
+    if seen:
+        meta["unknown_fields"] = sorted(seen)
+        log.warning("%s: unknown field(s) ignored: %s", path,
+                    ", ".join(f"{k} (line {seen[k]})" for k in sorted(seen)))
