@@ -23,7 +23,7 @@ from workbench.config import RunConfig
 from workbench.executors.dispatch import run_async
 from workbench.executors.virtual import canonical_report, report_digest, simulate
 from workbench.records import RequestRecord, RunResult
-from workbench.traces.base import load_trace
+from workbench.traces.load import load_trace
 
 HEADER = ("session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms,"
           "parent_session_id,spawn_round,spawn_trigger,spawn_delay_ms,join_round\n")

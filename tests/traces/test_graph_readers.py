@@ -13,7 +13,7 @@ from workbench.config import RunConfig
 from workbench.errors import TraceFormatError
 from workbench.executors.virtual import simulate
 from workbench.report.dynamo_export import export_dynamo
-from workbench.traces.base import load_trace
+from workbench.traces.load import load_trace
 
 
 def _tl_row(sid: str, k: int, t0: str, t1: str, tools: list[dict] | None = None,
@@ -161,7 +161,7 @@ def test_tracegen_carries_a_graph_in_a_sidecar_and_nothing_else_changes(tmp_path
     from test_session_graphs import HEADER, ROWS
 
     from workbench.traces.canonical import graph_sidecar_path
-    from workbench.traces.tracegen import tracegen
+    from workbench.workloads.materialize import tracegen
 
     src = tmp_path / "graph.csv"
     src.write_text(HEADER + ROWS)

@@ -7,7 +7,7 @@ import pytest
 from public_data import FIXTURES
 
 from workbench.errors import TraceFormatError
-from workbench.traces.base import detect_format, load_trace
+from workbench.traces.load import detect_format, load_trace
 
 CHAINS = FIXTURES / "bailian_chains.jsonl"
 
