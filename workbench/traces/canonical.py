@@ -144,10 +144,7 @@ def read_session_execution_v2(path: Path, *, sidecars: bool = True, **options: A
         if graph.exists():
             from workbench.traces.graph import attach_sidecar
 
-            try:
-                rows = orjson.loads(open_trace(graph))
-            except orjson.JSONDecodeError as exc:
-                raise TraceFormatError(graph, 0, f"cannot read graph sidecar ({exc})") from None
+            rows = read_json_document(graph, "graph sidecar", list)
             units = attach_sidecar(graph, units, rows)
             meta["graph_path"] = str(graph)
     return Workload(units, FORMAT_NAME, source=str(path), meta=meta)
