@@ -33,7 +33,7 @@ from workbench.replay.prepare import base_manifest, load_workload
 cfg = RunConfig.from_dict({"trace": {"path": sys.argv[1], "offset": 1000, "max_items": 5000}})
 w = load_workload(cfg)
 plan = build_plan(cfg, w)
-m = base_manifest(cfg, w, plan, "run")
+m = base_manifest(cfg, w, plan, "run").to_dict()
 rows = [(r.round.request_id, r.prompt_len, r.output_len, u.offset_ms)
         for u in plan.units for r in u.rounds]
 blob = orjson.dumps({"trace": {k: v for k, v in m["trace"].items() if k != "path"},
@@ -51,7 +51,7 @@ def test_window_is_contiguous_in_file_order_and_recorded():
     whole = load_workload(_cfg(FIXTURES / "mooncake_sessions.jsonl"))
     w = load_workload(cfg)
     assert [u.unit_id for u in w.units] == [u.unit_id for u in whole.units[1:3]]
-    m = base_manifest(cfg, w, build_plan(cfg, w), "r")
+    m = base_manifest(cfg, w, build_plan(cfg, w), "r").to_dict()
     assert m["trace"]["window"] == {"offset": 1, "count": 2, "requested": 2,
                                     "units_in_file": len(whole.units), "rule": WINDOW_RULE}
     assert len(m["trace"]["sha256"]) == 64 and m["config"]["trace"]["offset"] == 1
@@ -92,6 +92,6 @@ def test_offset_1000_max_items_5000_on_the_mooncake_trace_is_rows_1000_to_5999(t
     assert outs[1][3] == digest
     cfg = _cfg(MOONCAKE, offset=1000, max_items=5000)
     w = load_workload(cfg)
-    window_meta = base_manifest(cfg, w, build_plan(cfg, w), "r")["trace"]["window"]
+    window_meta = base_manifest(cfg, w, build_plan(cfg, w), "r").to_dict()["trace"]["window"]
     assert window_meta["offset"] == 1000 and window_meta["count"] == 5000
     assert orjson.loads(orjson.dumps(window_meta))["units_in_file"] == 12031
