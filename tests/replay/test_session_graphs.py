@@ -97,7 +97,8 @@ def check_graph_semantics(result: RunResult, tol_ns: int, streams_free: bool = T
     assert ends["c1"] >= ends["g"]  # a detached grandchild still ends before its parent
     # nested, on request start: g starts with c1's round 0 request, not after it
     assert u["c1"][0].dispatch_ns <= u["g"][0].dispatch_ns
-    assert u["g"][0].dispatch_ns < u["c1"][0].end_ns or not streams_free
+    # (live: c1's 6-token request may end before g's task runs on a loaded host: tol_ns)
+    assert u["g"][0].dispatch_ns < u["c1"][0].end_ns + tol_ns or not streams_free
     # on request start with a 5 ms delay: s is due 5 ms after p's round 1 starts
     assert p1.dispatch_ns + 5_000_000 <= u["s"][0].dispatch_ns <= p1.dispatch_ns + 5_000_000 \
         + tol_ns
