@@ -68,6 +68,7 @@ MAX_NODES = 1_000_000
 
 RANGES: dict[str, Range] = {
     "trace.max_items": Range(1, 10**9),
+    "trace.offset": Range(0, 10**9),
     "context.max_model_len": Range(1, MAX_TOKENS),
     "context.major_compaction_min_drop_tokens": Range(0, MAX_TOKENS),
     "context.major_compaction_min_drop_ratio": Range(0, 1),
@@ -76,6 +77,8 @@ RANGES: dict[str, Range] = {
     "arrival.ramp_up_start_rps": Range(0, 1e6),
     "arrival.ramp_up_end_rps": Range(MIN_RATE, 1e6),
     "arrival.max_concurrency": Range(1, MAX_COUNT),
+    "arrival.max_streams": Range(1, MAX_COUNT),
+    "arrival.session_budget_s": Range(0, MAX_SECONDS, open_lo=True),
     "arrival.duration_s": Range(0, MAX_SECONDS, open_lo=True),
     "arrival.fuse_s": Range(0, MAX_SECONDS, open_lo=True),
     "arrival.warmup": Range(0, MAX_COUNT),

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 UnitKind = Literal["session", "independent"]
+SpawnTrigger = Literal["round_start", "round_end"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +50,38 @@ class Round:
 
 
 @dataclass(frozen=True, slots=True)
+class Spawn:
+    """How a child unit hangs off its parent in a session graph (docs/session-graphs.md).
+
+    The child starts ``delay_ms`` after round ``round_idx`` of unit ``parent_id``
+    starts (``round_start``: its request is sent) or ends (``round_end``); the
+    parent's round ``join_round`` does not start before the child (and its own
+    descendants) ended, ``None``: no round waits (the agent task still does).
+    ``line`` is where the trace said so (errors name it).
+    """
+
+    parent_id: str
+    round_idx: int
+    trigger: SpawnTrigger = "round_end"
+    delay_ms: float = 0.0
+    join_round: int | None = None
+    line: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Unit:
-    """A session (ordered rounds sharing one conversation) or one independent request."""
+    """A session (ordered rounds sharing one conversation) or one independent request.
+
+    ``spawn`` is set on a child of a session graph (a sub-agent): it starts when its
+    parent says, not at ``arrival_ms`` (``workbench.traces.graph``).
+    """
 
     unit_id: str
     kind: UnitKind
     arrival_ms: float
     rounds: tuple[Round, ...]
     meta: Mapping[str, Any] = field(default_factory=dict)
+    spawn: Spawn | None = None
 
     @property
     def is_session(self) -> bool:

@@ -29,6 +29,7 @@ PUBLIC = {
 }
 FIXTURE_FORMATS = {
     "abench_sessions.jsonl": "abench",
+    "bailian_chains.jsonl": "bailian",
     "dynamo_trace.jsonl": "dynamo",
     "independent_requests.csv": "independent",
     "mooncake_sessions.jsonl": "mooncake",

@@ -17,6 +17,9 @@ def add_axis_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", help="trace file (any supported format)")
     p.add_argument("--format", default=None, help="trace format (default: detect)")
     p.add_argument("--max-items", type=int, help="replay only the first N units (file order)")
+    p.add_argument("--offset", type=int,
+                   help="start the window at unit K (file order; with --max-items: units "
+                        "K..K+N-1)")
     p.add_argument("--policy", help=f"context policy: {' | '.join(POLICIES.names())}")
     p.add_argument("--shared-prefix", action="store_true", default=None,
                    help="first rounds reuse a shared prefix pool keyed by provider/model/project")
@@ -30,7 +33,11 @@ def add_axis_arguments(p: argparse.ArgumentParser) -> None:
                    help="arrival processes: ramp the rate over the units (no --rate)")
     p.add_argument("--ramp-up-start-rps", type=float, help="ramp-up: rate of the first unit")
     p.add_argument("--ramp-up-end-rps", type=float, help="ramp-up: rate of the last unit")
-    p.add_argument("--max-concurrency", type=int, help="units (sessions) active at once")
+    p.add_argument("--max-concurrency", type=int,
+                   help="agent tasks active at once (a unit and its sub-agents: one)")
+    p.add_argument("--max-streams", type=int, help="requests in flight at once (streams)")
+    p.add_argument("--session-budget", type=float, dest="session_budget_s",
+                   help="per-session time budget (s): no round starts past it (truncated)")
     p.add_argument("--duration", type=float, dest="duration_s", help="closed-loop duration (s)")
     p.add_argument("--warmup", type=int, help="warm-up sessions (≤3 rounds each, excluded)")
     p.add_argument("--tool-wait-scale", type=float, help="multiply every tool wait")
@@ -144,13 +151,15 @@ def add_run_knobs(p: argparse.ArgumentParser) -> None:
 
 
 _AXIS_FLAGS = {
-    "trace": {"trace": "path", "format": "format", "max_items": "max_items"},
+    "trace": {"trace": "path", "format": "format", "max_items": "max_items",
+              "offset": "offset"},
     "context": {"policy": "policy", "shared_prefix": "shared_prefix",
                 "max_model_len": "max_model_len"},
     "arrival": {
         "arrival": "mode", "rate": "rate", "max_concurrency": "max_concurrency",
         "burstiness": "burstiness", "ramp_up_strategy": "ramp_up_strategy",
         "ramp_up_start_rps": "ramp_up_start_rps", "ramp_up_end_rps": "ramp_up_end_rps",
+        "max_streams": "max_streams", "session_budget_s": "session_budget_s",
         "duration_s": "duration_s", "warmup": "warmup", "tool_wait_scale": "tool_wait_scale",
         "output_len": "output_len", "request_timeout": "request_timeout_s",
         "stream_idle_timeout": "stream_idle_timeout_s",

@@ -28,11 +28,13 @@ CONFIG_MAX_BYTES = 16 << 20
 
 @dataclass(frozen=True)
 class TraceSpec:
-    """Axis 1: which file, read how, and how much of it (``max_items``: first N units)."""
+    """Axis 1: which file, read how, and how much of it (``max_items`` units from unit
+    ``offset``, file order: a contiguous window; ``workbench.traces.graph.window``)."""
 
     path: str = ""
     format: str = "auto"
     max_items: int | None = None
+    offset: int = 0
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -89,6 +91,9 @@ class ArrivalSpec:
     ramp_up_start_rps: float | None = None
     ramp_up_end_rps: float | None = None
     max_concurrency: int | None = None
+    # requests in flight at once (streams), beside max_concurrency's agent tasks
+    # (docs/session-graphs.md); None: no cap
+    max_streams: int | None = None
     duration_s: float | None = None
     drain: str = "finish"  # closed-loop at the deadline: "finish" or "truncate" sessions
     fuse_s: float | None = None  # runaway fuse: hard cap on the run's wall time
@@ -96,6 +101,9 @@ class ArrivalSpec:
     tool_wait_scale: float = 1.0
     output_len: str = "trace"  # trace | fixed:K | budget:T
     stop_session_on_error: bool = True
+    # a unit's time budget from its admission: past it, no further round starts (the
+    # unit is truncated, reason "budget", and left out of per-session statistics)
+    session_budget_s: float | None = None
     # a request may take at most 10 min end to end and stay silent at most 60 s (null: no
     # bound); a hung server then ends as error records, never as a run that never ends
     request_timeout_s: float | None = 600.0
@@ -480,6 +488,10 @@ class RunConfig:
 
     def _check_executor(self) -> None:
         e, a = self.executor, self.arrival
+        if e.workers > 1 and a.max_streams is not None:
+            raise ConfigError(
+                "arrival.max_streams is not divided between executor.workers yet: run it with "
+                "executor.workers 1")
         if e.workers > 1 and a.max_concurrency is not None and a.max_concurrency < e.workers:
             raise ConfigError(
                 f"executor.workers {e.workers} > arrival.max_concurrency {a.max_concurrency}: "

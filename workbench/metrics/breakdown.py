@@ -6,7 +6,9 @@
   K = 1024 tokens, lower bound inclusive; every band is listed, even empty.
 - ``per_session``: per unit, output tokens/s *excluding tool waits*: Σ output
   tokens of ok rounds / Σ e2e of every attempted round (time the client spent
-  waiting on the server, not on tools).
+  waiting on the server, not on tools). A unit its time budget truncated
+  (``arrival.session_budget_s``: lifecycle reason ``budget``) is left out unless
+  ``truncated=True`` (then marked in the ``budget_truncated`` column).
 - ``steady_window``: requests dispatched while the units holding a slot were
   ≥ ceil(90 % of the cap), which drops ramp-up and drain. Active units come from
   the records themselves (admitted → last end per ``unit_ordinal``); the cap is
@@ -113,11 +115,14 @@ def by_input_band(data: Data, *, warmup: bool = False) -> pd.DataFrame:
     return band_table(Columns.of(data), warmup=warmup)
 
 
-def per_session(data: Data, *, warmup: bool = False) -> pd.DataFrame:
+def per_session(data: Data, *, warmup: bool = False, truncated: bool = False) -> pd.DataFrame:
     """Per unit: rounds, errors, output tokens, busy time, output tokens/s without tool waits."""
     df = run_rows(data, warmup=warmup)
+    cut = budget_truncated(data)
     rows = []
     for ordinal, part in df.groupby("unit_ordinal", sort=True):
+        if ordinal in cut and not truncated:
+            continue
         ok = part[part["status"] == "ok"]
         busy_s = float(part["e2e_ms"].sum(skipna=True)) / 1000
         out = int(ok["output_tokens"].sum())
@@ -131,6 +136,7 @@ def per_session(data: Data, *, warmup: bool = False) -> pd.DataFrame:
                 "output_tokens": out,
                 "busy_s": busy_s,
                 "output_tps": out / busy_s if busy_s > 0 else math.nan,
+                "budget_truncated": ordinal in cut,
             }
         )
     cols = [
@@ -142,8 +148,16 @@ def per_session(data: Data, *, warmup: bool = False) -> pd.DataFrame:
         "output_tokens",
         "busy_s",
         "output_tps",
+        "budget_truncated",
     ]
     return pd.DataFrame(rows, columns=cols)
+
+
+def budget_truncated(data: Data) -> set[int]:
+    """Unit ordinals a per-session time budget truncated (lifecycle reason ``budget``)."""
+    rows = data.lifecycle if isinstance(data, RunResult) else []
+    return {int(r["unit_ordinal"]) for r in rows
+            if r.get("reason") == "budget" and not r.get("warmup")}
 
 
 def cap_from_manifest(manifest: Mapping[str, Any]) -> int | None:

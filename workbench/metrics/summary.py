@@ -36,10 +36,11 @@ from typing import Any
 
 import numpy as np
 
+import workbench.metrics.agents as agents
 import workbench.metrics.catalog as catalog
 from workbench.metrics.columns import Columns, available, stored
 from workbench.metrics.distribution import STAT_KEYS, describe, describe_metric
-from workbench.metrics.frame import Data
+from workbench.metrics.frame import Data, as_records
 from workbench.metrics.isolation import reported, warm_cache
 from workbench.metrics.server_side import counter_increase, server_evidence
 from workbench.metrics.slo import SLO, attained
@@ -327,6 +328,9 @@ def _tail(out: dict[str, Any], manifest: Mapping[str, Any], df: Columns) -> dict
     workers = worker_breakdown(df)
     if workers is not None:  # a simulated cluster: load, hit rate and queueing per worker
         out["workers"] = workers
+    conc = agents.concurrency(agents.column_spans(df), manifest)
+    if conc is not None:  # a cap was set: what it did (peak tasks beside peak streams)
+        out["concurrency"] = conc
     client = manifest.get("client")
     if isinstance(client, Mapping):  # self-measurement of a live run (absent in simulate)
         out["client"] = {**client, **client_bottleneck(client)}
@@ -359,6 +363,11 @@ def summarize(
     if isinstance(result, RunResult):
         out["run_cancelled"] = bool(result.cancelled)  # "cancelled" is the request count
         out["run_status"] = manifest.get("status")  # "running" on disk: the run was killed
+        if agents.has_tasks(result.lifecycle):  # a session graph: task-level metrics
+            out["agent_tasks"] = agents.agent_summary(as_records(result), result.lifecycle)
+        budget = agents.budget_section(manifest, result.lifecycle)
+        if budget is not None:
+            out["session_budget"] = budget
     return _tail(out, manifest, full if warmup else full.where(~full.bools("warmup")))
 
 
@@ -371,6 +380,7 @@ def summarize_stored(
 ) -> dict[str, Any]:
     """``summarize`` of a stored run from its ``records.parquet``: no record held in Python."""
     from workbench.storage.rundir import (
+        LIFECYCLE,
         MANIFEST,
         TIMELINE,
         load,
@@ -387,4 +397,12 @@ def summarize_stored(
     out = run_summary(full, manifest, read_jsonl(d / TIMELINE), slo, warmup=warmup, ideal=ideal)
     out["run_cancelled"] = bool(manifest.get("cancelled")) or manifest.get("status") == "cancelled"
     out["run_status"] = manifest.get("status")  # "running" on disk: the run was killed
+    lifecycle = read_jsonl(d / LIFECYCLE) if (d / LIFECYCLE).exists() else []
+    if agents.has_tasks(lifecycle):  # a session graph: task-level metrics
+        from workbench.storage.rundir import load_records
+
+        out["agent_tasks"] = agents.agent_summary(load_records(d), lifecycle)
+    budget = agents.budget_section(manifest, lifecycle)
+    if budget is not None:
+        out["session_budget"] = budget
     return _tail(out, manifest, full if warmup else full.where(~full.bools("warmup")))

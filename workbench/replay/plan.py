@@ -3,17 +3,23 @@
 Applies axis 2 (context policy) and the output-length policy to each unit's
 rounds and axis 3's schedule to its release time. ``dry_run`` prints this; the
 runner and ``simulate`` execute it.
+
+In a session graph (docs/session-graphs.md) ``Plan.units`` are the agent tasks'
+roots only, released by the arrival schedule; each ``UnitPlan`` carries its
+children (``ChildPlan``: the spawn and the child's own plan), which the runner
+starts when their trigger fires. ``Plan.all_units`` walks every unit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from workbench.arrival.schedule import arrival_span, release_offsets_ms
 from workbench.config import RunConfig, parse_output_policy
 from workbench.context.policy import DEFAULT_POLICY, make_policy, plan_rounds
-from workbench.records import Round, Unit, Workload
+from workbench.records import Round, Spawn, Unit, Workload
 from workbench.workloads.trace_stats import ideal_prefix_hit_rate
 
 
@@ -37,6 +43,22 @@ class UnitPlan:
     unit: Unit
     offset_ms: float
     rounds: tuple[RoundPlan, ...]
+    children: tuple[ChildPlan, ...] = ()
+    depth: int = 0  # 0: a root (an agent task); a child is its parent's depth + 1
+
+    def tree(self) -> Iterator[UnitPlan]:
+        """This unit and every descendant, depth first (children in file order)."""
+        yield self
+        for child in self.children:
+            yield from child.plan.tree()
+
+
+@dataclass(frozen=True, slots=True)
+class ChildPlan:
+    """A sub-agent of a unit: when it starts (``spawn``) and what it sends (``plan``)."""
+
+    spawn: Spawn
+    plan: UnitPlan
 
 
 @dataclass(frozen=True)
@@ -48,9 +70,14 @@ class Plan:
     # as configured (its options too): the manifest's ``ideal_prefix_hit_rate``
     ideal_prefix_hit_rate: float = 0.0
 
+    def all_units(self) -> Iterator[UnitPlan]:
+        """Every unit: each root, then its descendants (depth first)."""
+        for u in self.units:
+            yield from u.tree()
+
     @property
     def n_rounds(self) -> int:
-        return sum(len(u.rounds) for u in self.units)
+        return sum(len(u.rounds) for u in self.all_units())
 
     def completion(self, recorded: int, skipped: int, *, looped: bool) -> dict[str, Any]:
         """How much of the plan ran: ``status`` ``completed`` only when every planned round
@@ -64,11 +91,12 @@ class Plan:
                 "skipped_rounds": skipped, "not_sent_rounds": missing}
 
     def totals(self) -> dict[str, Any]:
-        rounds = [r for u in self.units for r in u.rounds]
+        rounds = [r for u in self.all_units() for r in u.rounds]
         prefix = sum(r.prefix_len for r in rounds)
         prompt = sum(r.prompt_len for r in rounds)
         return {
-            "units": len(self.units),
+            "units": sum(1 for _ in self.all_units()),
+            **({"agent_tasks": len(self.units)} if self.is_graph else {}),
             "rounds": len(rounds),
             "total_prompt_tokens": prompt,
             "total_prefix_tokens": prefix,
@@ -77,6 +105,10 @@ class Plan:
             "planned_prefix_hit_rate": prefix / prompt if prompt else 0.0,
             **self.arrival(),
         }
+
+    @property
+    def is_graph(self) -> bool:
+        return any(u.children for u in self.units)
 
     def arrival(self) -> dict[str, Any]:
         """The span of release times (after mode and rate), warned about past a day."""
@@ -96,27 +128,55 @@ def build_plan(cfg: RunConfig, workload: Workload) -> Plan:
     policy_name = effective_policy(cfg, workload)
     policy = make_policy(policy_name or DEFAULT_POLICY, cfg.context.options)
     kind, amount = parse_output_policy(cfg.arrival.output_len)
-    offsets = release_offsets_ms(workload.units, cfg.arrival.mode, cfg.arrival.rate,
-                                 cfg.arrival_process(), cfg.seed)
-    units = []
-    for ordinal, (unit, offset) in enumerate(zip(workload.units, offsets, strict=True)):
+
+    def round_plans(unit: Unit) -> tuple[RoundPlan, ...]:
         rounds = unit.rounds
         outputs = _output_lengths(rounds, kind, amount)
         if policy_name is None:
-            plans = tuple(
+            return tuple(
                 RoundPlan(r, r.prefix_len, r.input_len, o)
                 for r, o in zip(rounds, outputs, strict=True)
             )
-        else:
-            planned = plan_rounds(rounds, policy, outputs)
-            plans = tuple(
-                RoundPlan(r, p.prefix_len, p.input_len, o, p.folded_prefix_tokens,
-                          p.major_compaction)
-                for r, p, o in zip(rounds, planned, outputs, strict=True)
-            )
-        units.append(UnitPlan(ordinal, unit, offset, plans))
+        planned = plan_rounds(rounds, policy, outputs)
+        return tuple(
+            RoundPlan(r, p.prefix_len, p.input_len, o, p.folded_prefix_tokens,
+                      p.major_compaction)
+            for r, p, o in zip(rounds, planned, outputs, strict=True)
+        )
+
+    if not any(u.spawn is not None for u in workload.units):  # no graph: one unit a task
+        offsets = release_offsets_ms(workload.units, cfg.arrival.mode, cfg.arrival.rate,
+                                     cfg.arrival_process(), cfg.seed)
+        units = [UnitPlan(ordinal, unit, offset, round_plans(unit))
+                 for ordinal, (unit, offset) in enumerate(zip(workload.units, offsets,
+                                                              strict=True))]
+    else:
+        units = list(_graph_units(cfg, workload, round_plans))
     ideal = ideal_prefix_hit_rate(workload, policy)
     return Plan(tuple(units), policy_name, workload.block_size, ideal)
+
+
+def _graph_units(
+    cfg: RunConfig, workload: Workload, round_plans: Any
+) -> tuple[UnitPlan, ...]:
+    """Roots released by the schedule, each carrying its descendants (ordinals: file order)."""
+    ordinal = {id(u): k for k, u in enumerate(workload.units)}
+    kids: dict[str, list[Unit]] = {}
+    for u in workload.units:
+        if u.spawn is not None:
+            kids.setdefault(u.spawn.parent_id, []).append(u)
+
+    def plan_of(unit: Unit, offset: float, depth: int) -> UnitPlan:
+        children = tuple(
+            ChildPlan(c.spawn, plan_of(c, 0.0, depth + 1))
+            for c in kids.get(unit.unit_id, ()) if c.spawn is not None
+        )
+        return UnitPlan(ordinal[id(unit)], unit, offset, round_plans(unit), children, depth)
+
+    roots = tuple(u for u in workload.units if u.spawn is None)
+    offsets = release_offsets_ms(roots, cfg.arrival.mode, cfg.arrival.rate,
+                                 cfg.arrival_process(), cfg.seed)
+    return tuple(plan_of(u, off, 0) for u, off in zip(roots, offsets, strict=True))
 
 
 def _output_lengths(rounds: tuple[Round, ...], kind: str, amount: int) -> list[int]:

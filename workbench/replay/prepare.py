@@ -73,8 +73,10 @@ def load_workload(cfg: RunConfig) -> Workload:
         raise ConfigError("trace.path is empty: say which trace file to replay")
     # a file, or a synthetic: description drawn (docs/trace-formats.md)
     workload = load_source(cfg.trace.path, cfg.trace.format, **cfg.trace.options)
-    if cfg.trace.max_items is not None:
-        workload = workload.head(cfg.trace.max_items)
+    if cfg.trace.max_items is not None or cfg.trace.offset:
+        from workbench.traces.graph import window
+
+        workload = window(workload, cfg.trace.offset, cfg.trace.max_items)
     cfg.check_workload(workload)
     return workload
 
@@ -125,6 +127,7 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
             # a synthetic workload: its kind, parameters, seed and arrival process
             **({"generator": workload.meta["generator"]}
                if "generator" in workload.meta else {}),
+            **({"window": workload.meta["window"]} if "window" in workload.meta else {}),
         },
         policy=plan.policy,
         plan=plan.totals(),

@@ -9,6 +9,7 @@ prefix pool, prompts from hash ids. Pure bookkeeping: no clock, no I/O.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,6 +53,12 @@ class UnitRun:
     ready_ns: int = 0  # when the next round became due (self-measured release lag)
     last_prompt: Prompt = field(default_factory=list)  # with last_hashes: incremental hashing
     last_hashes: list[int] = field(default_factory=list)
+    # session graphs (replay.graph): the parent's unit id (None: a root), the root's, and
+    # the children started so far by the parent round that waits for them (None: none)
+    parent_id: str | None = None
+    task_id: str | None = None
+    offspring: dict[int | None, list[asyncio.Future[None]]] = field(default_factory=dict)
+    own_end_ns: int | None = None  # its own last round ended (a task may go on after)
 
     @property
     def stream(self) -> str:

@@ -20,6 +20,7 @@ from workbench.clock import Clock
 from workbench.config import RunConfig
 from workbench.context.tokens import TokenPool, run_pool
 from workbench.records import RequestRecord
+from workbench.replay import graph
 from workbench.replay.admission import AdmissionGate
 from workbench.replay.measure import SelfMeasure
 from workbench.replay.plan import Plan, RoundPlan, UnitPlan
@@ -94,6 +95,7 @@ class Runner:
         # a sender that takes prompts as Segments gets them (virtual time: no token drawn)
         self.rounds.segments = bool(getattr(sender, "takes_segments", False))
         self.gate = AdmissionGate(cfg.arrival.max_concurrency)
+        self.streams = graph.StreamCap(cfg.arrival.max_streams)
         self.stopped = asyncio.Event()
         self.stop_reason: str | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -253,6 +255,7 @@ class Runner:
         return UnitRun(
             w.plan, w.loop_idx, slot + self.slot_offset, released, now,
             scheduled_ns=scheduled, ready_ns=ready,
+            task_id=w.plan.unit.unit_id if w.plan.children else None,
         )  # fmt: skip
 
     def _hand_off(self, slot: int) -> UnitRun | None:
@@ -342,6 +345,7 @@ class Runner:
             run, nxt = nxt, None
             try:
                 await self._play_unit(run)
+                await graph.join_all(run)  # an agent task holds its slot until all end
             except BaseException:
                 if not run.warmup:
                     self._slot_freed_ns = self.clock.now_ns()
@@ -355,11 +359,18 @@ class Runner:
                 nxt = self._hand_off(run.routing_slot - self.slot_offset)
 
     async def _play_unit(self, run: UnitRun) -> None:
+        children = bool(run.plan.children)
         try:
             for k, rp in enumerate(run.plan.rounds):
                 if self._past_deadline():
                     run.reason = "truncated"
                     break
+                if run.offspring and await graph.join(run, k):
+                    run.ready_ns = max(run.ready_ns, self.clock.now_ns())
+                if k and self._over_budget(run):
+                    break
+                if children:
+                    self._spawn_children(run, k, "round_start")
                 scheduled = run.scheduled_ns if k == 0 else None
                 try:
                     rec = await self._round(run, k, rp, scheduled)
@@ -373,11 +384,44 @@ class Runner:
                     run.reason = "error"
                     break
                 run.rounds_done += 1
-                if k + 1 < len(run.plan.rounds):
+                if children:
+                    self._spawn_children(run, k, "round_end")
+                if k + 1 < len(run.plan.rounds) and not self._over_budget(run):
                     await self._tool_wait(run, rp)
         except asyncio.CancelledError:
             run.reason = "cancelled"
             raise
+        finally:
+            run.own_end_ns = self.clock.now_ns()
+
+    def _spawn_children(self, run: UnitRun, k: int, trigger: str) -> None:
+        """Start the children whose trigger is round ``k``'s start or end (replay.graph)."""
+        for cp in run.plan.children:
+            sp = cp.spawn
+            if sp.round_idx != k or sp.trigger != trigger:
+                continue
+            now = self.clock.now_ns()
+            child = graph.child_run(run, cp, now, self.cfg.arrival.tool_wait_scale)
+            task = asyncio.ensure_future(self._child(child))
+            self._tasks.add(task)
+            self._idle.clear()
+            task.add_done_callback(self._task_done)
+            run.offspring.setdefault(sp.join_round, []).append(task)
+
+    async def _child(self, run: UnitRun) -> None:
+        """One sub-agent: its spawn delay, its rounds, then its own children's ends."""
+        try:
+            if run.scheduled_ns > self.clock.now_ns():
+                await self.clock.sleep_until(run.scheduled_ns)
+            run.admitted_ns = self.clock.now_ns()
+            await self._play_unit(run)
+            await graph.join_all(run)
+        except asyncio.CancelledError:
+            run.reason = "cancelled"
+            raise
+        finally:
+            self._emit_lifecycle(run)
+            self.pool.forget(run.stream)
 
     def _unbuilt(
         self, run: UnitRun, rp: RoundPlan, scheduled: int | None, exc: Exception
@@ -389,6 +433,17 @@ class Runner:
         rec.status, rec.error = "error", f"request not built: {type(exc).__name__}: {exc}"
         run.reason = "error"
         self._finish(rec)
+
+    def _over_budget(self, run: UnitRun) -> bool:
+        """``arrival.session_budget_s`` spent since the unit's admission: it is truncated
+        (reason ``budget``); a tool wait is not cut, the next round is not started."""
+        budget = self.cfg.arrival.session_budget_s
+        if budget is None or run.warmup:
+            return False
+        if self.clock.now_ns() - run.admitted_ns < budget * 1e9:
+            return False
+        run.reason = "budget"
+        return True
 
     def _past_deadline(self) -> bool:
         return (
@@ -422,6 +477,7 @@ class Runner:
                 "rounds_done": run.rounds_done,
                 "truncated": run.rounds_done < len(run.plan.rounds),
                 "reason": run.reason,
+                **graph.lifecycle_fields(run),
             }
         )
 
@@ -442,9 +498,18 @@ class Runner:
             routing_slot=run.routing_slot, new_conversation=k == 0 or rp.round.reset_before,
             segments=parts,
         )
+        if run.task_id is not None:
+            rec.extra.update(graph.record_fields(run, k))
         if self.record_hashes:
             rec.extra["input_sequence_hashes"] = make.hashes(run, prompt)
         rec.extra["tool_wait_ms"] = rp.round.tool_wait_after_ms * self.cfg.arrival.tool_wait_scale
+        try:
+            if await self.streams.acquire():  # waited for a stream (arrival.max_streams)
+                run.ready_ns = self.clock.now_ns()
+        except asyncio.CancelledError:  # stopped while waiting for a stream: never sent
+            rec.status, rec.error = "cancelled", "run cancelled (waiting for a stream)"
+            self._finish(rec)
+            raise
         measure = None if run.warmup else self.measure
         if measure is not None:
             now = self.clock.now_ns()
@@ -466,6 +531,8 @@ class Runner:
             log.exception("sender failed on %s", rec.request_id)
             rec.status, rec.error = "error", f"{type(exc).__name__}: {exc}"
             out_ids = None
+        finally:
+            self.streams.release()
         if measure is not None:
             measure.lag(rec.dispatch_ns or now, ready)
             measure.ended(self.clock.now_ns())

@@ -21,6 +21,12 @@ wait between two rounds of a session (``rec.extra["tool_wait_ms"]``)::
      "tool": {"tool_call_id": "r1:tool", "tool_class": "workbench.tool_wait", "status": "ok",
               "started_at_unix_ms": ..., "ended_at_unix_ms": ..., "duration_ms": 500.0}}
 
+A session graph's child (a sub-agent: ``rec.extra["parent_unit_id"]``) carries its
+parent in ``agent_context.parent_session_id`` and, on its requests, the dependency
+edge (``agent_context.dependency``: ``relation`` ``subagent``, the parent's
+``parent_request_id`` and ``trigger``, ``delay_ms``, ``join_request_id``), which the
+``dynamo`` reader reads back into the same graph (``traces.dynamo_graph``).
+
 Times: the run clock is not wall time, so ``request_received_ms`` is the
 request's dispatch rebased onto ``t0_unix_ms`` (default: the manifest's
 ``started_at``, else 0). A tool span starts when its request ended and is
@@ -79,7 +85,7 @@ def _hashes(rec: RequestRecord, block_size: int) -> tuple[int, list[int]]:
 
 def _request_row(
     rec: RequestRecord, sent_ns: int, block_size: int, at: ToUnixMs, tool_id: str | None,
-    n_out: int,
+    n_out: int, context: dict[str, Any],
 ) -> dict[str, Any]:
     length, hashes = _hashes(rec, block_size)
     end_ns = rec.end_ns if rec.end_ns is not None else sent_ns
@@ -105,7 +111,7 @@ def _request_row(
         "event_type": "request_end",
         "event_time_unix_ms": at(end_ns),
         "event_source": "workbench",
-        "agent_context": {"session_id": session_key(rec)},
+        "agent_context": context,
         "request": req,
     }
 
@@ -168,16 +174,59 @@ def dynamo_rows(
         if prev is not None:
             nexts[id(prev)] = r
         last_by_session[session_key(r)] = r
+    contexts = _agent_contexts(recs)
     rows = []
     for r, n_out in zip(recs, output_token_counts(recs), strict=True):
         nxt = nexts.get(id(r))
         wait = float(r.extra.get("tool_wait_ms") or 0.0)
         tool = nxt is not None and wait > 0 and r.end_ns is not None
         tool_id = f"{r.request_id}:tool" if tool else None
-        rows.append(_request_row(r, r.dispatch_ns or 0, block_size, at, tool_id, n_out))
+        rows.append(_request_row(r, r.dispatch_ns or 0, block_size, at, tool_id, n_out,
+                                 contexts[id(r)]))
         if tool_id is not None and nxt is not None and r.end_ns is not None:
             rows.append(_tool_row(r, r.end_ns, nxt.dispatch_ns or 0, tool_id, at))
     return sorted(rows, key=lambda row: row["event_time_unix_ms"])
+
+
+def _agent_contexts(recs: list[RequestRecord]) -> dict[int, dict[str, Any]]:
+    """Each record's ``agent_context``: its session, and for a sub-agent its parent and
+    the dependency edge (the parent's requests named by id; an edge whose parent
+    request was not exported is left out, so a reader falls back to timing)."""
+    by_round: dict[tuple[str, Any], str] = {(session_key(r), r.round_idx): r.request_id
+                                            for r in recs}
+    edges: dict[str, dict[str, Any]] = {}
+    for r in recs:
+        sp = r.extra.get("spawn")
+        parent = r.extra.get("parent_unit_id")
+        if not isinstance(sp, dict) or parent is None:
+            continue
+        pkey = _parent_key(r, str(parent))
+        start = by_round.get((pkey, sp.get("parent_round")))
+        if start is None:
+            continue
+        edge = {"relation": "subagent", "parent_request_id": start,
+                "trigger": "request_start" if sp.get("trigger") == "round_start" else "request_end",
+                "delay_ms": sp.get("delay_ms", 0.0)}
+        join = by_round.get((pkey, sp.get("join_round")))
+        if join is not None:
+            edge["join_request_id"] = join
+        edges[session_key(r)] = edge
+    out: dict[int, dict[str, Any]] = {}
+    for r in recs:
+        ctx: dict[str, Any] = {"session_id": session_key(r)}
+        parent = r.extra.get("parent_unit_id")
+        if parent is not None:
+            ctx["parent_session_id"] = _parent_key(r, str(parent))
+            if session_key(r) in edges:
+                ctx["dependency"] = edges[session_key(r)]
+        out[id(r)] = ctx
+    return out
+
+
+def _parent_key(rec: RequestRecord, parent: str) -> str:
+    """The parent's session key in the same closed-loop repeat as ``rec``."""
+    key = session_key(rec)
+    return parent + key[len(rec.session_id):]
 
 
 def block_size_of(result: RunResult) -> int:

@@ -586,10 +586,47 @@ def _ttft_vs_uncached(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
 SWIM_MAX = 40  # sessions drawn in a swimlane (the first ones, by unit order)
 
 
+def _graph_lanes(run: Any, units: list[Any]) -> tuple[list[Any], dict[Any, str], dict[Any, Any]]:
+    """Lanes in tree order for a session-graph run (each root, then its sub-agents depth
+    first), their labels (indented by depth) and each child's parent lane; plain
+    ordinal order and labels when the run has no graph (lifecycle ``parent_unit_id``)."""
+    rows = getattr(run, "lifecycle", None) or []
+    if not rows and isinstance(run, RunResult) and run.run_dir:
+        from workbench.storage.rundir import LIFECYCLE, read_jsonl
+
+        path = Path(run.run_dir) / LIFECYCLE
+        rows = read_jsonl(path) if path.exists() else []
+    rows = [r for r in rows if not r.get("warmup") and r.get("unit_ordinal") in set(units)]
+    if not any(r.get("task_id") is not None for r in rows):
+        return units, {u: str(u) for u in units}, {}
+    ordinal = {(r["unit_id"], r.get("loop", 0)): r["unit_ordinal"] for r in rows}
+    parent = {r["unit_ordinal"]: ordinal.get((r.get("parent_unit_id"), r.get("loop", 0)))
+              for r in rows}
+    kids: dict[Any, list[Any]] = {}
+    for u in units:
+        kids.setdefault(parent.get(u), []).append(u)
+    names = {r["unit_ordinal"]: (r["unit_id"], int(r.get("depth") or 0)) for r in rows}
+    order: list[Any] = []
+
+    def walk(u: Any) -> None:
+        order.append(u)
+        for c in kids.get(u, []):
+            walk(c)
+
+    for root in kids.get(None, []):
+        walk(root)
+    order += [u for u in units if u not in set(order)]
+    labels = {u: ("  " * names[u][1] + ("└ " if names[u][1] else "") + names[u][0])
+              if u in names else str(u) for u in order}
+    return order, labels, {u: p for u, p in parent.items() if p is not None}
+
+
 def _sessions(runs: Mapping[str, Any], ax: Axes | None, max_sessions: int = SWIM_MAX) -> Figure:
     """One lane per session (first run only): each round a bar from send to end of
     stream, the gap to the next round its tool wait (the agent thinking or a tool
-    running), errors in red."""
+    running), errors in red. A session graph draws the tree: sub-agents below their
+    parent, indented by depth, a dashed connector from the parent's lane to each
+    child's first request."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -598,7 +635,7 @@ def _sessions(runs: Mapping[str, Any], ax: Axes | None, max_sessions: int = SWIM
     label, run = next(iter(runs.items()))
     df = run_rows(run)
     df = df[df["dispatch_ns"].notna() & df["end_ns"].notna()]
-    units = sorted(df["unit_ordinal"].unique())
+    units, labels, parents = _graph_lanes(run, sorted(df["unit_ordinal"].unique()))
     multi = df.groupby("unit_ordinal")["round_idx"].max()
     shown = units[:max_sessions]
     height = max(2.5, min(0.22 * len(shown) + 1.2, 10.0))
@@ -617,11 +654,16 @@ def _sessions(runs: Mapping[str, Any], ax: Axes | None, max_sessions: int = SWIM
             if len(start) > 1:  # tool waits: from a round's end to the next round's send
                 a.hlines([lane] * (len(start) - 1), end[:-1], start[1:], colors="0.6",
                          linestyles=":", lw=1)
-        a.set_yticks(range(len(shown)), [str(u) for u in shown], fontsize="x-small")
+            if parents.get(unit) in shown and len(start):  # spawned: parent lane → child
+                a.vlines(start[0], shown.index(parents[unit]), lane, colors="C2",
+                         linestyles="--", lw=0.8)
+        a.set_yticks(range(len(shown)), [labels[u] for u in shown], fontsize="x-small")
         a.set_ylim(len(shown) - 0.5, -0.5)
         a.legend(handles=[Patch(color="C0", label="round (send → end of stream)"),
                           Patch(color="C3", label="round that failed"),
-                          Line2D([], [], color="0.6", ls=":", label="tool wait")],
+                          Line2D([], [], color="0.6", ls=":", label="tool wait"),
+                          *([Line2D([], [], color="C2", ls="--", label="sub-agent spawned")]
+                            if parents else [])],
                  fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
         _skip_gaps([a], {label: run})
     more = f", first {len(shown)} of {len(units)}" if len(units) > len(shown) else ""

@@ -552,10 +552,14 @@ def config_table(manifest: Mapping[str, Any]) -> pd.DataFrame:
         ("trace units / rounds", f"{trace.get('units')} / {trace.get('rounds')}"),
         ("1 format", f"{fmt} (detected)" if given_fmt in (None, "auto") else fmt),
         ("1 max items", (cfg.get("trace") or {}).get("max_items") or "all"),
+        *([("1 window", _window_text(trace["window"]))] if trace.get("window") else []),
         ("2 context policy", manifest.get("policy") or "none (prefixes as the trace gives)"),
         ("3 arrival", arrival.get("mode")),
         ("3 rate (units/s)", arrival.get("rate") or "as the trace times it"),
         ("3 max concurrency", arrival.get("max_concurrency") or "no cap"),
+        *([("3 max streams", arrival["max_streams"])] if arrival.get("max_streams") else []),
+        *([("3 session budget (s)", arrival["session_budget_s"])]
+          if arrival.get("session_budget_s") else []),
         ("3 warm-up / tool-wait scale", f"{arrival.get('warmup', 0)} / "
                                         f"{arrival.get('tool_wait_scale', 1.0)}"),
         ("3 output length", arrival.get("output_len")),
@@ -648,3 +652,10 @@ def band_table(by_band: pd.DataFrame) -> pd.DataFrame:
     df = df.rename(columns=dict(keep))
     df.index.name = "prompt tokens"
     return _named(df, "by_band")
+
+
+def _window_text(win: dict[str, Any]) -> str:
+    """``trace.offset``/``max_items``: which units of the file ran (traces.graph.window)."""
+    start = int(win.get("offset", 0))
+    return (f"units {start}..{start + int(win.get('count', 0)) - 1} of "
+            f"{win.get('units_in_file')} (file order, contiguous)")

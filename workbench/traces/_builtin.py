@@ -1,7 +1,8 @@
 """Imports every built-in reader so it registers. Import order = sniffing order.
 
 Most specific first: canonical (exact header), dynamo, abench, trajectory,
-tracelab, mooncake, independent, session_csv (the loosest CSV).
+tracelab, bailian (chat_id/parent_chat_id: before mooncake), mooncake, independent,
+session_csv (the loosest CSV).
 """
 
 # ruff: noqa: I001  (import order is sniffing order, not alphabetical)
@@ -11,6 +12,7 @@ from workbench.traces import dynamo  # noqa: F401
 from workbench.traces import abench  # noqa: F401
 from workbench.traces import trajectory  # noqa: F401
 from workbench.traces import tracelab  # noqa: F401
+from workbench.traces import bailian  # noqa: F401
 from workbench.traces import mooncake  # noqa: F401
 from workbench.traces import independent  # noqa: F401
 from workbench.traces import session_csv  # noqa: F401

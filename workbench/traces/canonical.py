@@ -90,6 +90,15 @@ def request_id(session_id: str, round_idx: int) -> str:
     return f"session_{session_id}_round_{round_idx:06d}"
 
 
+def graph_sidecar_path(path: str | Path) -> Path:
+    """``<stem>.graph.json``: a session graph's links (docs/session-graphs.md), written by
+    ``tracegen`` only when the source has sub-agents; a consumer that ignores it replays
+    every session as a root."""
+    path = Path(path)
+    stem = path.with_suffix("") if path.suffix.lower() == ".csv" else path
+    return stem.with_name(stem.name + ".graph.json")
+
+
 def sidecar_paths(path: str | Path) -> tuple[Path, Path]:
     """``(<stem>.manifest.json, <stem>.plan.json)`` beside a canonical CSV."""
     path = Path(path)
@@ -131,6 +140,13 @@ def read_session_execution_v2(path: Path, *, sidecars: bool = True, **options: A
     meta: dict[str, Any] = {"needs_context_policy": False}
     if sidecars:
         meta.update(_read_sidecars(path))
+        graph = graph_sidecar_path(path)
+        if graph.exists():
+            from workbench.traces.graph import attach_sidecar
+
+            rows = read_json_document(graph, "graph sidecar", list)
+            units = attach_sidecar(graph, units, rows)
+            meta["graph_path"] = str(graph)
     return Workload(units, FORMAT_NAME, source=str(path), meta=meta)
 
 

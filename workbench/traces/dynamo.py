@@ -43,6 +43,10 @@ Decisions:
 - ``prefix_len``: the leading hashes a request shares with any request received
   before it (a hash stands for its block and everything before it), times the
   block size, capped at ``input_length``; ``input_len`` is the rest.
+- Sub-agents (docs/session-graphs.md, ``workbench.traces.dynamo_graph``): a session
+  whose ``agent_context.parent_session_id`` names another session is its child; the
+  spawn point and the join come from ``agent_context.dependency`` when given (as
+  workbench's exporter writes it), else from timing.
 - Tool wait between requests k and k+1 of a session: the union of the session's
   tool spans that ended in ``(received_k, received_{k+1}]`` (clipped to start at
   ``received_k``; parallel tools overlap); with no such tool, the idle gap
@@ -61,6 +65,7 @@ from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces._io import as_int, check_options, epoch_ms, token_count, wait_ms
+from workbench.traces.dynamo_graph import attach
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import json_id, json_lines, json_object, loads_exact
 from workbench.traces.mooncake import leading_seen_blocks
@@ -82,6 +87,7 @@ class _Request(NamedTuple):
     block_size: int
     hashes: tuple[int, ...]
     tool_call_ids: tuple[str, ...]
+    dependency: dict[str, Any] | None = None
 
 
 class _Tool(NamedTuple):
@@ -178,6 +184,11 @@ def _request(path: Path, line: int, ev: dict[str, Any], raw: str) -> _Request:
         )
     total = req.get("total_time_ms")
     session, parent = _session(path, line, ev)
+    ctx = ev.get("agent_context")
+    dep = ctx.get("dependency") if isinstance(ctx, dict) else None
+    if dep is not None and not isinstance(dep, dict):
+        raise TraceFormatError(path, line, f"agent_context.dependency must be an object, got "
+                               f"{dep!r:.40}")
     return _Request(
         line,
         json_id(path, line, "request_id", req["request_id"]),
@@ -190,6 +201,7 @@ def _request(path: Path, line: int, ev: dict[str, Any], raw: str) -> _Request:
         block,
         hashes,
         _tool_call_ids(req),
+        dep,
     )
 
 
@@ -333,7 +345,7 @@ def _session_units(
             rounds.append(_round(r, sid, k, arrival, prefix[r.line], wait))
         meta = {"parent_session_id": reqs[0].parent_session_id} if reqs[0].parent_session_id else {}
         units.append(Unit(sid, "session", arrival, tuple(rounds), meta))
-    return units
+    return attach(path, units, sessions)
 
 
 def _arrival(path: Path, r: _Request, origin: float) -> float:

@@ -13,6 +13,7 @@ re-parses a line when an integer is wider than orjson keeps, and ``json_int``,
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ import orjson
 from workbench.errors import TraceFormatError
 from workbench.traces import bounds
 from workbench.traces._io import as_float, as_int, open_trace, read_text
+
+log = logging.getLogger(__name__)
 
 
 def _reject_constant(name: str) -> Any:
@@ -125,3 +128,12 @@ def read_json_document(path: Path, what: str, kind: type) -> Any:
     if not isinstance(value, kind):
         raise TraceFormatError(path, 0, f"{what} must be a JSON {kind.__name__}")
     return value
+
+
+def warn_unknown(path: Path, seen: dict[str, int], meta: dict[str, Any]) -> None:
+    """One warning naming every unknown field (``seen``: field → its first line), also
+    kept in ``meta["unknown_fields"]``: never silently ignored."""
+    if seen:
+        meta["unknown_fields"] = sorted(seen)
+        log.warning("%s: unknown field(s) ignored: %s", path,
+                    ", ".join(f"{k} (line {seen[k]})" for k in sorted(seen)))

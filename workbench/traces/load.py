@@ -22,6 +22,7 @@ from workbench.traces import _builtin  # noqa: F401  (every built-in reader regi
 from workbench.traces._io import BOM, open_trace
 from workbench.traces.bounds import MAX_HEAD_BYTES, check_workload
 from workbench.traces.formats import FORMATS, Reader, Sniffer, TraceFormat, register_format
+from workbench.traces.graph import check_graph
 
 __all__ = ["FORMATS", "Reader", "Sniffer", "TraceFormat", "register_format"]
 
@@ -94,6 +95,7 @@ def load_trace(path: str | Path, fmt: str = "auto", **options: Any) -> Workload:
     name = detect_format(path) if detected else FORMATS.canonical(fmt)
     workload = FORMATS.get(name).read(path, **options)
     check_workload(path, workload)  # the documented bounds, whatever the reader
+    check_graph(path, workload)  # sub-agent links: parents exist, no cycle
     meta = dict(workload.meta)
     meta["format"] = name
     if detected:

@@ -19,7 +19,9 @@ object a line::
 - optional ``session_id``: rows sharing it are the ordered turns of one session,
   run closed-loop; ``delay``: ms to wait before this turn (after the previous turn
   completes); ``request_id``: the request's id. Any other field (aiperf's
-  ``extra``, Dynamo's ``priority`` ...) is ignored.
+  ``extra``, Dynamo's ``priority`` ...) is ignored with a warning naming it
+  (``meta["unknown_fields"]``); Bailian's ``chat_id``/``parent_chat_id`` are refused
+  (that format's ``timestamp`` is in seconds: read it as ``bailian``).
 
 Decisions, so the numbers are reproducible:
 
@@ -60,6 +62,7 @@ from workbench.traces.json_io import (
     json_number,
     json_tokens,
     loads_exact,
+    warn_unknown,
 )
 
 # ---------------------------------------------------------------- hash-id blocks (dynamo shares)
@@ -115,6 +118,20 @@ def _hash_ids(path: Path, line: int, value: Any, raw: str) -> tuple[int, ...]:
 
 
 _REQUIRED = frozenset(("input_length", "output_length", "hash_ids"))
+KNOWN_FIELDS = _REQUIRED | {"timestamp", "session_id", "delay", "request_id"}
+#: fields that change what the others mean: refused, never ignored
+_FOREIGN = {"chat_id": "bailian", "parent_chat_id": "bailian"}
+
+
+def unknown_fields(path: Path, line: int, obj: dict[str, Any], seen: dict[str, int]) -> None:
+    """Note fields this reader does not know (first line each) into ``seen``; a field
+    of another format that changes the meaning of this one's is refused."""
+    for key in obj.keys() - KNOWN_FIELDS:
+        if key in _FOREIGN:
+            raise TraceFormatError(
+                path, line, f"field {key!r} belongs to the {_FOREIGN[key]} format, whose "
+                f"timestamp is in seconds, not ms: read this file as {_FOREIGN[key]!r}")
+        seen.setdefault(key, line)
 
 
 def _count(path: Path, line: int, name: str, value: Any) -> int:
@@ -274,6 +291,7 @@ def _sniff(lines: list[str]) -> bool:
         and "hash_ids" in obj
         and "schema" not in obj
         and "turns" not in obj
+        and not obj.keys() & _FOREIGN.keys()  # a Bailian file (timestamps in seconds)
     )
 
 
@@ -295,10 +313,14 @@ def read_mooncake(
     if hash_rounding not in ("ceil", "floor"):
         raise ConfigError(f"hash_rounding must be 'ceil' or 'floor', got {hash_rounding!r}")
     path = Path(path)
-    rows = [
-        _parse_row(path, line, obj, raw, block_size, hash_rounding)
-        for line, obj, raw in json_lines(path)
-    ]
+    seen: dict[str, int] = {}
+    rows = []
+    for line, obj, raw in json_lines(path):
+        if not obj.keys() <= KNOWN_FIELDS:
+            unknown_fields(path, line, obj, seen)
+        rows.append(_parse_row(path, line, obj, raw, block_size, hash_rounding))
     units = _units(rows, _rounds(path, rows, block_size))
-    meta = {"hash_rounding": hash_rounding, "sessions": sum(u.is_session for u in units)}
+    meta: dict[str, Any] = {"hash_rounding": hash_rounding,
+                            "sessions": sum(u.is_session for u in units)}
+    warn_unknown(path, seen, meta)
     return Workload(tuple(units), "mooncake", str(path), block_size, meta)

@@ -12,6 +12,12 @@ columns may come in any order:
 - ``tool_wait_after_ms``: finite number >= 0;
 - ``arrival_time`` (optional, ms, default 0): finite >= 0 and the same on
   every row of a session.
+- session graphs (optional, docs/session-graphs.md): ``parent_session_id`` and
+  ``spawn_round`` make the session a sub-agent of that parent, started when the
+  parent's round ``spawn_round`` ends (``spawn_trigger`` ``round_end``, default) or
+  starts (``round_start``), ``spawn_delay_ms`` later; the parent's round
+  ``join_round`` waits for it (default: its next round; ``none``: no round waits).
+  Given on the session's first row (later rows may repeat them or leave them empty).
 
 Every value stays inside the documented bounds (docs/trace-bounds.md).
 Unknown columns are an error, so a canonical file or a typo never parses
@@ -51,11 +57,12 @@ from workbench.traces._io import (
 )
 from workbench.traces.canonical import request_id
 from workbench.traces.formats import register_format
+from workbench.traces.graph import CSV_COLUMNS, attach_spawns, csv_spawn
 
 FORMAT_NAME = "session"
 REQUIRED = ("round_idx", "prefix_len", "input_len", "output_len", "tool_wait_after_ms")
 ID_COLUMNS = ("session_id", "id")
-OPTIONAL = ("arrival_time",)
+OPTIONAL = ("arrival_time", *CSV_COLUMNS)
 KNOWN = frozenset(REQUIRED + ID_COLUMNS + OPTIONAL)
 _PLAIN_NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?")
 
@@ -95,6 +102,8 @@ def _strict_units(path: Path) -> tuple[tuple[Unit, ...], str, bool]:
     id_col = _id_column(path, header)
     has_arrival = "arrival_time" in header
     sessions: dict[str, _Session] = {}
+    spawns: dict[str, tuple[int, tuple[Any, ...]]] = {}
+    graph = "parent_session_id" in header
     for line, row in rows:
         sid = row[id_col]
         bounds.check_id(path, line, id_col, sid)
@@ -103,6 +112,15 @@ def _strict_units(path: Path) -> tuple[tuple[Unit, ...], str, bool]:
         parsed = _parse_round(path, line, row)
         arrival = offset_ms(path, line, "arrival_time", row["arrival_time"]) if has_arrival else 0.0
         sess = sessions.get(sid)
+        spawn = csv_spawn(path, line, row) if graph else None
+        if spawn is not None and sid not in spawns:
+            if sess is not None:
+                raise TraceFormatError(path, line, f"parent_session_id of session {sid!r} "
+                                       f"must be on its first row (line {sess.first_line})")
+            spawns[sid] = (line, spawn)
+        elif spawn is not None and spawn != spawns[sid][1]:
+            raise TraceFormatError(path, line, f"graph columns of session {sid!r} differ "
+                                   f"from its first row's (line {spawns[sid][0]})")
         if sess is None:
             sess = sessions[sid] = _Session(line, arrival)
         elif arrival != sess.arrival:
@@ -113,8 +131,8 @@ def _strict_units(path: Path) -> tuple[tuple[Unit, ...], str, bool]:
                 f"({sess.arrival:g} at line {sess.first_line}), got {arrival:g}",
             )
         sess.rows.append(parsed)
-    units = tuple(_build_unit(path, sid, sess) for sid, sess in sessions.items())
-    return units, id_col, has_arrival
+    units = [_build_unit(path, sid, sess) for sid, sess in sessions.items()]
+    return tuple(attach_spawns(units, spawns)), id_col, has_arrival
 
 
 def _id_column(path: Path, header: list[str]) -> str:
@@ -170,6 +188,8 @@ def _fast_units(text: str) -> tuple[tuple[Unit, ...], str, bool] | None:
     header = text.split("\n", 1)[0].rstrip("\r").split(",")
     ids = [c for c in header if c in ID_COLUMNS]
     if len(ids) != 1 or set(header) - KNOWN or not set(REQUIRED) <= set(header):
+        return None
+    if set(header) & set(CSV_COLUMNS):  # a session graph: the strict path reads it
         return None
     text_cols = (*ID_COLUMNS, *OPTIONAL, "tool_wait_after_ms")
     kinds = {c: "str" if c in text_cols else "int" for c in header}

@@ -28,7 +28,11 @@ Decisions, recorded in ``workload.meta``:
   ``tool_wait="sum"``, the sum of the tools' wall latencies; a tool with only a
   latency counts as its own interval. It is 0 on a session's last round;
 - a session arrives at the earliest timing event of its first round (or of
-  its first round's tools), rebased so the earliest session arrives at 0.
+  its first round's tools), rebased so the earliest session arrives at 0;
+- sub-agents (``workbench.traces.tracelab_graph``, docs/session-graphs.md): a
+  session whose rows name a ``parent_session_id``, or whose whole span lies inside
+  a sub-agent tool call (``Task``/``Agent``) of another session of the same provider
+  and project, is that session's child.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from workbench.traces._io import check_options
 from workbench.traces.canonical import request_id
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import json_int, json_lines, json_number
+from workbench.traces.tracelab_graph import agent_tool_spans, attach_subagents, parent_of
 
 FORMAT_NAME = "tracelab"
 TOOL_WAIT_MODES = ("union", "sum")
@@ -75,6 +80,9 @@ class _Row:
     intervals: tuple[Interval, ...]
     loose_ms: float
     latency_sum_ms: float
+    end_ms: float | None = None  # the round's last timing event or tool result
+    agent_tools: tuple[Interval, ...] = ()  # its sub-agent tool calls (tracelab_graph)
+    parent_session_id: str | None = None
 
 
 @register_format(FORMAT_NAME, sniff=sniff, description="TraceLab normalized round JSONL")
@@ -96,10 +104,10 @@ def read_tracelab(path: Path, *, tool_wait: str = "union", **options: Any) -> Wo
                                bounds.MAX_ARRIVAL_MS, "ms")
             raise TraceFormatError(path, _first(rows).line, rule)
     names = _unit_ids(list(sessions))
-    units = tuple(
+    units = attach_subagents(path, [
         _build_unit(names[key], rows, start - origin, tool_wait)
         for (key, rows), start in zip(sessions.items(), starts, strict=True)
-    )
+    ], sessions, names)
     meta = {
         "needs_context_policy": True,
         "tool_wait": tool_wait,
@@ -141,6 +149,7 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any]) -> _Row:
     stamps = [_stamp(path, line, "timing_events[].timestamp", e.get("timestamp")) for e in events]
     intervals, loose, latency_sum = _tools(path, line, _list(path, line, obj, "tools"))
     starts = [s for s in stamps if s is not None] + [a for a, _ in intervals]
+    ends = [s for s in stamps if s is not None] + [b for _, b in intervals]
     assert provider is not None and sid is not None  # non-optional above
     prompt = max(lengths["prefix_tokens"], 0) + max(lengths["newly_append_tokens"], 1)
     bounds.check_round(path, line, prompt, max(lengths["output_tokens"], 1))
@@ -161,6 +170,9 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any]) -> _Row:
         intervals=tuple(intervals),
         loose_ms=loose,
         latency_sum_ms=latency_sum,
+        end_ms=max(ends) if ends else None,
+        agent_tools=agent_tool_spans(path, line, _list(path, line, obj, "tools"), _stamp),
+        parent_session_id=parent_of(path, line, obj),
     )
 
 

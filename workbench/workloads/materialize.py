@@ -7,6 +7,8 @@ replay time; a context policy (axis 2) decides what each round really reuses.
 (simulated or live) runs exactly the same plan:
 
 - ``OUT.csv`` — the canonical rows (``workbench.traces.canonical``);
+- ``OUT.graph.json`` — only when the source has sub-agents (docs/session-graphs.md):
+  the links of the session graph, which the canonical CSV cannot carry;
 - ``OUT.manifest.json`` — totals recomputed from the rows and every parameter
   that shaped them (source hash, policy and thresholds, selection, arrivals,
   seed, folded/compaction counts);
@@ -55,6 +57,7 @@ from workbench.records import Unit, Workload
 from workbench.traces import canonical
 from workbench.traces._io import open_trace
 from workbench.traces.bounds import check_workload
+from workbench.traces.graph import sidecar_rows
 from workbench.traces.load import FORMATS, detect_format, load_trace
 from workbench.workloads.synthetic import (
     SYNTHETIC_PREFIX,
@@ -143,7 +146,7 @@ def tracegen(
     rows, stats = _plan(units, arrivals, _policy(spec))
     parameters = _parameters(spec, src, pattern, origin, stats)
     manifest = _manifest(rows, len(units), src, parameters)
-    csv_path, manifest_path, plan_path = _write(Path(out), rows, manifest)
+    csv_path, manifest_path, plan_path = _write(Path(out), rows, manifest, sidecar_rows(units))
     # prove the file obeys the format with the reader itself (the sidecars we just wrote)
     workload = load_trace(csv_path, fmt=canonical.FORMAT_NAME, sidecars=False)
     workload = dataclasses.replace(workload, meta={
@@ -155,7 +158,8 @@ def tracegen(
 
 
 def _write(
-    out: Path, rows: list[canonical.CanonicalRow], manifest: dict[str, Any]
+    out: Path, rows: list[canonical.CanonicalRow], manifest: dict[str, Any],
+    graph: list[dict[str, Any]] | None = None,
 ) -> tuple[Path, Path, Path]:
     """CSV, manifest and plan sidecar; an output that cannot be written is one ConfigError."""
     for target in (out, *canonical.sidecar_paths(out)):
@@ -170,6 +174,11 @@ def _write(
         manifest_path, plan_path = canonical.sidecar_paths(csv_path)
         manifest_path.write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
         plan_path.write_bytes(orjson.dumps(_plan_rows(rows)) + b"\n")
+        graph_path = canonical.graph_sidecar_path(csv_path)
+        if graph:  # sub-agents (docs/session-graphs.md); none: no file, output unchanged
+            graph_path.write_bytes(orjson.dumps(graph, option=orjson.OPT_INDENT_2) + b"\n")
+        elif graph_path.is_file():  # a stale graph of an earlier output must not apply
+            graph_path.unlink()
     except OSError as exc:
         where = exc.filename or out
         if exc.errno in WRITE_ERRNOS:  # a full disk: a failed write (exit 5), not a config

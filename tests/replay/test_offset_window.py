@@ -1,0 +1,97 @@
+"""``trace.offset`` with ``max_items``: a contiguous window of units, in file order,
+recorded in the manifest (offset, count, rule, the file's sha256)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from public_data import FIXTURES, needs, public
+
+from workbench.config import RunConfig
+from workbench.errors import ConfigError
+from workbench.records import Round, Spawn, Unit, Workload
+from workbench.replay.plan import build_plan
+from workbench.replay.prepare import base_manifest, load_workload
+from workbench.traces.graph import WINDOW_RULE, window
+
+ROOT = Path(__file__).resolve().parents[2]
+# the full public trace (../shared/data; WORKBENCH_MOONCAKE_TRACE names another copy)
+MOONCAKE = Path(os.environ.get("WORKBENCH_MOONCAKE_TRACE")
+                or public("mooncake/conversation_trace.jsonl"))
+
+# the plan of a window, its manifest's trace section and plan totals, as one digest
+DIGEST = """
+import hashlib, sys, orjson
+from workbench.config import RunConfig
+from workbench.replay.plan import build_plan
+from workbench.replay.prepare import base_manifest, load_workload
+cfg = RunConfig.from_dict({"trace": {"path": sys.argv[1], "offset": 1000, "max_items": 5000}})
+w = load_workload(cfg)
+plan = build_plan(cfg, w)
+m = base_manifest(cfg, w, plan, "run").to_dict()
+rows = [(r.round.request_id, r.prompt_len, r.output_len, u.offset_ms)
+        for u in plan.units for r in u.rounds]
+blob = orjson.dumps({"trace": {k: v for k, v in m["trace"].items() if k != "path"},
+                     "plan": m["plan"], "rows": rows}, option=orjson.OPT_SORT_KEYS)
+print(rows[0][0], rows[-1][0], len(rows), hashlib.sha256(blob).hexdigest())
+"""
+
+
+def _cfg(path: Path, **trace: object) -> RunConfig:
+    return RunConfig.from_dict({"trace": {"path": str(path), **trace}})
+
+
+def test_window_is_contiguous_in_file_order_and_recorded():
+    cfg = _cfg(FIXTURES / "mooncake_sessions.jsonl", offset=1, max_items=2)
+    whole = load_workload(_cfg(FIXTURES / "mooncake_sessions.jsonl"))
+    w = load_workload(cfg)
+    assert [u.unit_id for u in w.units] == [u.unit_id for u in whole.units[1:3]]
+    m = base_manifest(cfg, w, build_plan(cfg, w), "r").to_dict()
+    assert m["trace"]["window"] == {"offset": 1, "count": 2, "requested": 2,
+                                    "units_in_file": len(whole.units), "rule": WINDOW_RULE}
+    assert len(m["trace"]["sha256"]) == 64 and m["config"]["trace"]["offset"] == 1
+
+
+def test_offset_past_the_end_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"trace.offset 99 is past the trace's \d+ units"):
+        load_workload(_cfg(FIXTURES / "mooncake_sessions.jsonl", offset=99))
+    with pytest.raises(ConfigError, match=r"trace\.offset"):
+        _cfg(FIXTURES / "mooncake_sessions.jsonl", offset=-1).check()
+
+
+def test_window_counts_tasks_and_keeps_their_children():
+    def unit(uid: str, spawn: Spawn | None = None) -> Unit:
+        return Unit(uid, "session", 0.0, (Round(f"{uid}-0", uid, 0, 0.0, 0, 4, 2),
+                                          Round(f"{uid}-1", uid, 1, 0.0, 0, 4, 2)), spawn=spawn)
+
+    units = (unit("a"), unit("b"), unit("b.1", Spawn("b", 0)), unit("c"),
+             unit("b.1.1", Spawn("b.1", 0)), unit("d"))
+    w = window(Workload(units, "test"), 1, 2)
+    assert [u.unit_id for u in w.units] == ["b", "b.1", "c", "b.1.1"]
+    assert w.meta["window"]["count"] == 2 and w.meta["window"]["units_in_file"] == 4
+
+
+@needs(MOONCAKE)
+def test_offset_1000_max_items_5000_on_the_mooncake_trace_is_rows_1000_to_5999(tmp_path):
+    """Request ids are ``mooncake_{row}``: the window is rows 1000..5999, and two
+    processes (another hash seed, another cwd) plan it to the same digest."""
+    outs = []
+    for seed in ("0", "4242"):
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": seed}
+        done = subprocess.run([sys.executable, "-c", DIGEST, str(MOONCAKE)], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        outs.append(done.stdout.split())
+    first, last, n, digest = outs[0]
+    assert (first, last, n) == ("mooncake_1000", "mooncake_5999", "5000")
+    assert outs[1][3] == digest
+    cfg = _cfg(MOONCAKE, offset=1000, max_items=5000)
+    w = load_workload(cfg)
+    window_meta = base_manifest(cfg, w, build_plan(cfg, w), "r").to_dict()["trace"]["window"]
+    assert window_meta["offset"] == 1000 and window_meta["count"] == 5000
+    assert orjson.loads(orjson.dumps(window_meta))["units_in_file"] == 12031

@@ -1,0 +1,121 @@
+"""Session graphs at replay time: sub-agents started by their trigger, joined by their
+parent, and the stream cap (docs/session-graphs.md).
+
+The runner (``replay.runner``) plays every unit the same way; this module holds what
+a graph adds to it:
+
+- ``child_run``: a child's ``UnitRun`` when its trigger fires (its parent's round
+  ``round_idx`` started or ended). It is due ``delay_ms × tool_wait_scale`` later,
+  inherits the task's routing slot and loop, and starts with an empty conversation
+  (its own token stream; a prefix it claims comes from the shared prefix pool, never
+  from the parent's conversation).
+- ``join`` / ``join_all``: before round k a parent waits for the children whose
+  ``join_round`` is k, after its own tool wait (so the round starts at the later of
+  the two ends); a unit ends only when all its children ended, so an agent task
+  (a root and its descendants) holds its admission slot until the last one ends.
+- ``StreamCap``: ``arrival.max_streams``, a cap on requests in flight (streams), FIFO.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+from workbench.replay.plan import ChildPlan
+from workbench.replay.rounds import UnitRun
+
+NS_PER_MS = 1_000_000
+
+
+def child_run(parent: UnitRun, cp: ChildPlan, now_ns: int, tool_wait_scale: float) -> UnitRun:
+    """The run of child ``cp`` of ``parent``, its trigger having fired at ``now_ns``."""
+    due = now_ns + round(cp.spawn.delay_ms * tool_wait_scale * NS_PER_MS)
+    return UnitRun(
+        cp.plan, parent.loop_idx, parent.routing_slot, now_ns, now_ns,
+        scheduled_ns=due, warmup=parent.warmup, ready_ns=due,
+        parent_id=parent.plan.unit.unit_id, task_id=parent.task_id or parent.plan.unit.unit_id,
+    )  # fmt: skip
+
+
+async def join(run: UnitRun, k: int) -> bool:
+    """Wait for the children round ``k`` of ``run`` joins; True when one had not ended."""
+    pending = [t for t in run.offspring.pop(k, ()) if not t.done()]
+    if pending:
+        await asyncio.wait(pending)
+    return bool(pending)
+
+
+async def join_all(run: UnitRun) -> None:
+    """Wait for every child ``run`` started (joined by a round or not)."""
+    while run.offspring:
+        _, tasks = run.offspring.popitem()
+        pending = [t for t in tasks if not t.done()]
+        if pending:
+            await asyncio.wait(pending)
+
+
+def record_fields(run: UnitRun, k: int | None = None) -> dict[str, Any]:
+    """What a request of a graph unit carries in ``extra`` (metrics.agents reads it); a
+    child's first request (``k == 0``) also says where it hangs (``spawn``: the
+    parent's round, trigger, delay as applied, joining round), which the Dynamo export
+    writes back as the dependency edge."""
+    out: dict[str, Any] = {"task_id": run.task_id, "parent_unit_id": run.parent_id,
+                           "depth": run.plan.depth}
+    sp = run.plan.unit.spawn
+    if k == 0 and sp is not None and run.parent_id is not None:
+        out["spawn"] = {"parent_round": sp.round_idx, "trigger": sp.trigger,
+                        "delay_ms": (run.scheduled_ns - run.released_ns) / NS_PER_MS,
+                        "join_round": sp.join_round}
+    return out
+
+
+def lifecycle_fields(run: UnitRun) -> dict[str, Any]:
+    """A graph unit's lifecycle row adds its task, parent, depth and its own end (its
+    ``end_ns`` is when its last descendant ended)."""
+    if run.task_id is None:
+        return {}
+    return {**record_fields(run), "own_end_ns": run.own_end_ns}
+
+
+class StreamCap:
+    """At most ``cap`` requests in flight (``None``: no cap), granted in FIFO order.
+
+    ``release`` hands a freed stream straight to the longest waiter, so a newcomer can
+    never overtake one that waits. ``peak`` is the most in flight at once.
+    """
+
+    def __init__(self, cap: int | None) -> None:
+        self.cap = cap
+        self.active = 0
+        self.peak = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    async def acquire(self) -> bool:
+        """Take a stream; True when it had to wait for one."""
+        if self.cap is None or (self.active < self.cap and not self._waiters):
+            self._take()
+            return False
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut  # the stream is handed over with the result (``release``)
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release()  # granted as it was cancelled: pass it on
+            else:
+                self._waiters.remove(fut)
+            raise
+        return True
+
+    def _take(self) -> None:
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+
+    def release(self) -> None:
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)  # the stream changes hands; ``active`` stays
+                return
+        self.active -= 1

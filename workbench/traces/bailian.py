@@ -1,0 +1,217 @@
+"""Alibaba Bailian usage traces (``qwen-bailian-usagetraces-anon``, JSONL): chained turns.
+
+The public format (alibaba-edu/qwen-bailian-usagetraces-anon; docs/trace-formats.md) is
+one request a line::
+
+    {"chat_id": 159, "parent_chat_id": -1, "timestamp": 61.114, "input_length": 521,
+     "output_length": 132, "type": "text", "turn": 1, "hash_ids": [1089, 1090, ...]}
+
+- ``chat_id``: the request's unique id (integer or string).
+- ``parent_chat_id``: the previous turn's ``chat_id`` in the same conversation;
+  ``-1`` (or absent/null) on a conversation's first turn.
+- ``timestamp``: arrival in **seconds** (a float) — read as ``timestamp * 1000`` ms.
+  This is what tells the file from a Mooncake one (whose ``timestamp`` is ms): the
+  ``chat_id``/``parent_chat_id`` pair, sniffed before Mooncake.
+- ``input_length`` (≥ 1), ``output_length`` (≥ 1): tokens.
+- ``hash_ids`` (optional): one id per ``block_size``-token block of the prompt
+  (16 in the public files), ``ceil`` or ``floor(input_length / block_size)`` of them.
+- ``type``, ``turn``: kept as unit metadata (``turn`` is not trusted for order).
+
+Decisions:
+
+- A conversation is a chain: every row's session is the session of its root (the
+  row reached by following ``parent_chat_id`` until ``-1``), named by the root's
+  ``chat_id``. Its turns run closed-loop in (``timestamp``, file order) order; the
+  session arrives at its root's ``timestamp``.
+- The tool (think) wait after turn k is ``timestamp_{k+1} − timestamp_k``: the file
+  records arrivals, not response times, so this is the recorded inter-turn gap
+  (an upper bound of the user's think time: it contains turn k's response time).
+- A ``parent_chat_id`` that names no row of the file (a slice of a longer trace)
+  starts its own session; the count and the first line go to ``meta`` and a warning.
+  A chain that loops (a row its own ancestor) is a ``TraceFormatError`` naming the line.
+- ``prefix_len``: leading ``hash_ids`` already seen in an earlier row (file order),
+  times ``block_size``, capped at ``input_length``; without ``hash_ids``, 0.
+- Any field not listed here is a warning naming it (``meta["unknown_fields"]``).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from workbench.errors import ConfigError, TraceFormatError
+from workbench.records import Round, Unit, UnitKind, Workload
+from workbench.traces import bounds
+from workbench.traces._io import check_options
+from workbench.traces.formats import register_format
+from workbench.traces.json_io import (
+    first_json_object,
+    json_id,
+    json_lines,
+    json_number,
+    json_tokens,
+    loads_exact,
+    warn_unknown,
+)
+from workbench.traces.mooncake import leading_seen_blocks
+
+log = logging.getLogger(__name__)
+
+FORMAT_NAME = "bailian"
+DEFAULT_BLOCK_SIZE = 16
+ROOT = "-1"
+KNOWN_FIELDS = frozenset(("chat_id", "parent_chat_id", "timestamp", "input_length",
+                          "output_length", "hash_ids", "type", "turn"))
+_MS_PER_S = 1000.0
+
+
+class _Row(NamedTuple):
+    line: int
+    chat_id: str
+    parent: str | None
+    arrival_ms: float
+    input_length: int
+    output_length: int
+    hash_ids: tuple[int, ...] | None
+    kind: str | None
+
+
+def _sniff(lines: list[str]) -> bool:
+    obj = first_json_object(lines)
+    return obj is not None and "chat_id" in obj and "parent_chat_id" in obj
+
+
+def _hash_ids(path: Path, line: int, value: Any, raw: str, n: int, block: int) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        raise TraceFormatError(path, line, f"hash_ids must be a list, got {value!r:.40}")
+    if not all(type(v) is int for v in value):
+        value = loads_exact(path, line, raw).get("hash_ids")
+        if not isinstance(value, list) or not all(type(v) is int for v in value):
+            raise TraceFormatError(path, line, "hash_ids must be a list of integers")
+    if value and min(value) < 0:
+        raise TraceFormatError(path, line, "hash_ids must be non-negative")
+    ceil, floor = -(-n // block), n // block
+    if len(value) not in (ceil, floor):
+        raise TraceFormatError(
+            path, line, f"{len(value)} hash_ids for input_length {n}: expected {ceil} "
+            f"(ceil({n}/{block})) or {floor} (floor); is block_size {block} right?")
+    return tuple(value)
+
+
+def _parse(path: Path, line: int, obj: dict[str, Any], raw: str, block: int) -> _Row:
+    for key in ("chat_id", "timestamp", "input_length", "output_length"):
+        if obj.get(key) is None:
+            raise TraceFormatError(path, line, f"missing field {key!r}")
+    chat = json_id(path, line, "chat_id", obj["chat_id"])
+    parent_raw = obj.get("parent_chat_id")
+    parent = None if parent_raw is None else json_id(path, line, "parent_chat_id", parent_raw)
+    if parent == ROOT:
+        parent = None
+    seconds = json_number(path, line, "timestamp", obj["timestamp"],
+                          maximum=bounds.MAX_ARRIVAL_MS / _MS_PER_S)
+    inp = json_tokens(path, line, "input_length", obj["input_length"], minimum=1)
+    out = json_tokens(path, line, "output_length", obj["output_length"], minimum=1)
+    bounds.check_round(path, line, inp, out)
+    ids = obj.get("hash_ids")
+    hashes = None if ids is None else _hash_ids(path, line, ids, raw, inp, block)
+    kind = obj.get("type")
+    return _Row(line, chat, parent, seconds * _MS_PER_S, inp, out, hashes,
+                None if kind is None else str(kind))
+
+
+def _roots(path: Path, rows: list[_Row]) -> tuple[dict[str, str], int, int]:
+    """Each chat's root chat id; (roots, dangling parents, the first dangling line)."""
+    by_id: dict[str, _Row] = {}
+    for r in rows:
+        if r.chat_id in by_id:
+            raise TraceFormatError(
+                path, r.line, f"duplicate chat_id {r.chat_id!r} (also at line "
+                f"{by_id[r.chat_id].line})")
+        by_id[r.chat_id] = r
+    root: dict[str, str] = {}
+    dangling, first = 0, 0
+    for r in rows:
+        chain: list[str] = []
+        cur: _Row | None = r
+        while cur is not None and cur.chat_id not in root:
+            if len(chain) > len(rows) or cur.chat_id in chain:
+                raise TraceFormatError(path, r.line, f"parent_chat_id chain of chat "
+                                       f"{r.chat_id!r} loops back to chat {cur.chat_id!r}")
+            chain.append(cur.chat_id)
+            if cur.parent is None:
+                cur = None
+            elif cur.parent not in by_id:
+                dangling += 1
+                first = first or cur.line
+                cur = None
+            else:
+                cur = by_id[str(cur.parent)]
+        top = root[cur.chat_id] if cur is not None else chain[-1]
+        for c in chain:
+            root[c] = top
+    return root, dangling, first
+
+
+@register_format(
+    FORMAT_NAME,
+    sniff=_sniff,
+    description="Alibaba Bailian usage trace JSONL: chat_id, parent_chat_id (chained turns), "
+    "timestamp in seconds, input_length, output_length, hash_ids",
+)
+def read_bailian(path: Path, *, block_size: int = DEFAULT_BLOCK_SIZE, **unknown: Any) -> Workload:
+    """Load a Bailian trace: conversations chained by ``parent_chat_id``, run closed-loop."""
+    check_options(FORMAT_NAME, unknown, ("block_size",))
+    if (isinstance(block_size, bool) or not isinstance(block_size, int)
+            or not 1 <= block_size <= bounds.MAX_ROUND_TOKENS):
+        raise ConfigError(
+            f"block_size must be an integer in 1..{bounds.MAX_ROUND_TOKENS}, got {block_size!r}")
+    path = Path(path)
+    rows: list[_Row] = []
+    extra: dict[str, int] = {}
+    for line, obj, raw in json_lines(path):
+        for key in obj.keys() - KNOWN_FIELDS:
+            extra.setdefault(key, line)
+        rows.append(_parse(path, line, obj, raw, block_size))
+    if not rows:
+        raise TraceFormatError(path, 0, "no rows")
+    root, dangling, first_dangling = _roots(path, rows)
+    units = _units(path, rows, root, block_size)
+    meta: dict[str, Any] = {"sessions": sum(u.is_session for u in units),
+                            "timestamp_unit": "s", "dangling_parents": dangling}
+    if dangling:
+        log.warning("%s: %d row(s) name a parent_chat_id not in the file (first at line %d); "
+                    "each starts its own conversation", path, dangling, first_dangling)
+    warn_unknown(path, extra, meta)
+    has_hashes = any(r.hash_ids is not None for r in rows)
+    return Workload(tuple(units), FORMAT_NAME, str(path), block_size if has_hashes else None,
+                    meta)
+
+
+def _units(path: Path, rows: list[_Row], root: dict[str, str], block: int) -> list[Unit]:
+    seen: set[int] = set()
+    prefix: dict[int, int] = {}
+    for r in rows:  # the ideal cached prefix, in file order
+        if r.hash_ids is not None:
+            prefix[r.line] = min(leading_seen_blocks(r.hash_ids, seen) * block, r.input_length)
+            seen.update(r.hash_ids)
+    sessions: dict[str, list[_Row]] = {}
+    for r in rows:
+        sessions.setdefault(root[r.chat_id], []).append(r)
+    units = []
+    for sid, turns in sessions.items():
+        turns.sort(key=lambda r: (r.arrival_ms, r.line))
+        arrival = turns[0].arrival_ms
+        rounds = []
+        for k, r in enumerate(turns):
+            wait = turns[k + 1].arrival_ms - r.arrival_ms if k + 1 < len(turns) else 0.0
+            if wait > bounds.MAX_WAIT_MS:
+                raise TraceFormatError(path, turns[k + 1].line, bounds.over(
+                    "gap to the previous turn", wait, bounds.MAX_WAIT_MS, "ms"))
+            p = prefix.get(r.line, 0)
+            rounds.append(Round(r.chat_id, sid, k, arrival, p, r.input_length - p,
+                                r.output_length, wait, r.hash_ids))
+        kind: UnitKind = "session" if len(turns) > 1 else "independent"
+        meta = {"type": turns[0].kind} if turns[0].kind else {}
+        units.append(Unit(sid, kind, arrival, tuple(rounds), meta))
+    return units  # in the order of each conversation's first row (file order)

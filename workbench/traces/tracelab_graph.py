@@ -1,0 +1,135 @@
+"""Sub-agent sessions of a TraceLab round trace (docs/session-graphs.md, "TraceLab").
+
+A session becomes a child of another by one of two rules, the first that applies:
+
+1. **fields**: its rows carry ``parent_session_id`` (a string): the session of that
+   ``session_id`` with the same ``provider`` and ``project``. Every row that names
+   one must name the same; a name no such session has is a trace error (that line).
+2. **containment** (AIPerf's rule for recovering nesting): its span — its first
+   round's earliest timing event to its last round's latest event or tool result —
+   lies inside a sub-agent tool call (``tool_name`` in ``SUBAGENT_TOOLS``, with both
+   ``emitted_at`` and ``result_at``) of a round of another session of the same
+   ``provider`` and ``project``; the innermost (shortest) such call wins, so nesting
+   is kept.
+
+Where it hangs: on the parent round that holds the call (rule 2) or, for rule 1,
+the parent's last round started at or before the child's start; trigger
+``round_end``, ``delay_ms`` the child's start minus that call's ``emitted_at``
+(rule 1: minus the round's last event), at least 0; the parent's next round
+joins it (none after the parent's last round).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import TraceFormatError
+from workbench.records import Spawn, Unit
+from workbench.traces import bounds
+
+SUBAGENT_TOOLS = frozenset(("Task", "Agent"))
+Interval = tuple[float, float]
+Key = tuple[str, str | None, str]
+
+
+def parent_of(path: Path, line: int, obj: dict[str, Any]) -> str | None:
+    value = obj.get("parent_session_id")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise TraceFormatError(path, line, f"parent_session_id must be a non-empty string, "
+                               f"got {value!r:.40}")
+    return bounds.check_id(path, line, "parent_session_id", value)
+
+
+def agent_tool_spans(
+    path: Path, line: int, tools: list[dict[str, Any]],
+    stamp: Callable[[Path, int, str, Any], float | None],
+) -> tuple[Interval, ...]:
+    """The round's sub-agent tool calls as ``(emitted_at, result_at)`` in epoch ms."""
+    out = []
+    for tool in tools:
+        if tool.get("tool_name") not in SUBAGENT_TOOLS:
+            continue
+        start = stamp(path, line, "tools[].emitted_at", tool.get("emitted_at"))
+        end = stamp(path, line, "tools[].result_at", tool.get("result_at"))
+        if start is not None and end is not None:
+            out.append((start, end))
+    return tuple(out)
+
+
+def _ordered(rows: list[Any]) -> list[Any]:
+    return sorted(rows, key=lambda r: (r.round_index, r.line))
+
+
+def _span(rows: list[Any]) -> Interval | None:
+    rows = _ordered(rows)
+    start = rows[0].start_ms
+    ends = [r.end_ms for r in rows if r.end_ms is not None]
+    return None if start is None or not ends else (start, max(ends))
+
+
+def attach_subagents(
+    path: Path, units: list[Unit], sessions: dict[Key, list[Any]], names: dict[Key, str]
+) -> tuple[Unit, ...]:
+    """``units`` (one per session, in ``sessions`` order) with ``spawn`` set on children."""
+    keys = list(sessions)
+    spawns: dict[Key, Spawn] = {}
+    for key in keys:
+        got = _by_field(path, key, sessions, names) or _by_containment(key, sessions, names)
+        if got is not None:
+            spawns[key] = got
+    out = []
+    for key, unit in zip(keys, units, strict=True):
+        sp = spawns.get(key)
+        out.append(unit if sp is None else dataclasses.replace(unit, spawn=sp))
+    return tuple(out)
+
+
+def _by_field(path: Path, key: Key, sessions: dict[Key, list[Any]],
+              names: dict[Key, str]) -> Spawn | None:
+    rows = _ordered(sessions[key])
+    named = [(r.line, r.parent_session_id) for r in rows if r.parent_session_id is not None]
+    if not named:
+        return None
+    line, parent_sid = named[0]
+    for other_line, other in named[1:]:
+        if other != parent_sid:
+            raise TraceFormatError(path, other_line, f"parent_session_id {other!r} differs from "
+                                   f"{parent_sid!r} (line {line}) in the same session")
+    pkey = (key[0], key[1], parent_sid)
+    if pkey not in sessions or pkey == key:
+        raise TraceFormatError(path, line, f"parent_session_id {parent_sid!r} names no other "
+                               f"session of provider {key[0]!r}, project {key[1]!r} "
+                               "(dangling parent)")
+    start = rows[0].start_ms or 0.0
+    prow = _ordered(sessions[pkey])
+    k = max((i for i, r in enumerate(prow) if (r.start_ms or 0.0) <= start), default=0)
+    delay = max(start - (prow[k].end_ms or start), 0.0)
+    join = k + 1 if k + 1 < len(prow) else None
+    return Spawn(names[pkey], k, "round_end", delay, join, line)
+
+
+def _by_containment(key: Key, sessions: dict[Key, list[Any]],
+                    names: dict[Key, str]) -> Spawn | None:
+    span = _span(sessions[key])
+    if span is None:
+        return None
+    best: tuple[float, Key, int, float] | None = None
+    for pkey, prows in sessions.items():
+        if pkey == key or pkey[:2] != key[:2]:
+            continue
+        for k, row in enumerate(_ordered(prows)):
+            for a, b in row.agent_tools:
+                if a <= span[0] and span[1] <= b and (best is None or b - a < best[0]):
+                    best = (b - a, pkey, k, a)
+    if best is None:
+        return None
+    _, pkey, k, emitted = best
+    n = len(sessions[pkey])
+    line = _ordered(sessions[key])[0].line
+    return Spawn(names[pkey], k, "round_end", max(span[0] - emitted, 0.0),
+                 k + 1 if k + 1 < n else None, line)
