@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from workbench.traces.synthetic import parse_synthetic, synthetic_workload
+from workbench.workloads.synthetic import parse_synthetic, synthetic_workload
 
 from workbench.executors.virtual import simulate
 

@@ -3,7 +3,7 @@
 Every token the workbench sends is a pure function of a *source* and a position
 in it (docs/virtual-time.md, "Prompts as segments"): a unit's own stream, a
 shared prefix, a hash-id block (``context.tokens``), or an engine's output for
-one request (``sim.tokenizer``). A ``Segments`` is a list of parts
+one request (``workbench.tokenizer``). A ``Segments`` is a list of parts
 ``(kind, key, start, n)`` — tokens ``start .. start+n-1`` of source ``(kind,
 key)`` — so a 12k-token prompt of a Mooncake row is 24 parts, not 12k ints. A
 virtual replay hands these to the embedded engine, which derives its block

@@ -148,7 +148,7 @@ def test_streamed_scale_path_writes_what_a_kept_run_holds(tmp_path) -> None:  # 
     import dataclasses
 
     import numpy as np
-    from workbench.traces.synthetic import parse_synthetic, synthetic_workload
+    from workbench.workloads.synthetic import parse_synthetic, synthetic_workload
 
     from workbench.storage.rundir import load_records
 

@@ -20,7 +20,7 @@ from workbench.context.tokens import TokenPool
 from workbench.records import RequestRecord
 from workbench.replay.plan import RoundPlan, UnitPlan
 from workbench.segments import BLOCK, OUTPUT, Part, Segments
-from workbench.sim.tokenizer import output_tokens
+from workbench.tokenizer import output_tokens
 
 Prompt = list[int] | Segments  # Segments only for a sender that takes them (virtual time)
 _MEMO_MAX = 1 << 20  # memoized hash-id block hashes per run, then start over
@@ -247,7 +247,7 @@ class RoundMaker:
         return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
     def _resolve(self, kind: int, key: int, start: int, n: int) -> list[int]:
-        """Token ids of a part: the pool's sources, or an engine's output (``sim.tokenizer``)."""
+        """Token ids of a part: the pool's sources, or an engine's output (``workbench.tokenizer``)."""
         if kind == OUTPUT:
             return output_tokens(key, n, start)
         return self.pool.resolve(kind, key, start, n)
