@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from workbench.workloads.synthetic import parse_synthetic, synthetic_workload
 
 from workbench.executors.virtual import simulate
+from workbench.workloads.synthetic import parse_synthetic, synthetic_workload
 
 
 def _rss_mb() -> float:

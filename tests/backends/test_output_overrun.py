@@ -11,6 +11,7 @@ import pytest
 
 from workbench.backends.overrun import ERROR_CLASS, OutputOverrun, OverrunGuard, cut_limit
 from workbench.config import RunConfig
+from workbench.errors import ConfigError
 from workbench.executors.dispatch import run_async
 from workbench.records import RequestRecord
 from workbench.sim.faults import Faults
@@ -61,7 +62,8 @@ def test_guard_flags_a_finished_stream_over_max_tokens():
 def test_fault_switches_validate():
     assert Faults(never_stop=True).extra_tokens > 10**6
     assert Faults(overrun_tokens=3).extra_tokens == 3 and Faults().extra_tokens == 0
-    with pytest.raises(ValueError, match="overrun_tokens"):
+    # the engine's knobs are checked by the run config's range table (docs/config-bounds.md)
+    with pytest.raises(ConfigError, match=r"target\.engine\.overrun_tokens: expected an integer"):
         Faults(overrun_tokens=-1)
 
 

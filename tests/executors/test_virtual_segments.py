@@ -148,9 +148,9 @@ def test_streamed_scale_path_writes_what_a_kept_run_holds(tmp_path) -> None:  # 
     import dataclasses
 
     import numpy as np
-    from workbench.workloads.synthetic import parse_synthetic, synthetic_workload
 
     from workbench.storage.rundir import load_records
+    from workbench.workloads.synthetic import parse_synthetic, synthetic_workload
 
     trace = tmp_path / "synthetic.jsonl"
     trace.write_text("")

@@ -41,12 +41,12 @@ def test_the_manifest_ideal_uses_the_configured_policy_options() -> None:
     plan = build_plan(cfg, w)
     assert any(r.major_compaction for u in plan.units for r in u.rounds)
     manifest = base_manifest(cfg, w, plan, "r")
-    assert manifest["ideal_prefix_hit_rate"] == pytest.approx(configured)
+    assert manifest.ideal_prefix_hit_rate == pytest.approx(configured)
 
 
 def test_the_ideal_of_a_default_policy_run_is_unchanged() -> None:
     w = compacting_sessions()
     cfg = RunConfig.from_dict({"trace": "x.csv", "context": "prefix-preserving"})
     plan = build_plan(cfg, w)
-    assert base_manifest(cfg, w, plan, "r")["ideal_prefix_hit_rate"] == pytest.approx(
+    assert base_manifest(cfg, w, plan, "r").ideal_prefix_hit_rate == pytest.approx(
         ideal_prefix_hit_rate(w, "prefix-preserving"))

@@ -107,7 +107,7 @@ class ShardActor:
         self._runner: Any = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._task: asyncio.Future[Any] | None = None
-        self._ready: asyncio.Future[bool] | None = None  # the warm-up is done
+        self._warmed: asyncio.Future[bool] | None = None  # the warm-up is done
         self._barrier: asyncio.Future[int] | None = None  # the epoch, from begin()
 
     def clock(self) -> tuple[int, str]:
@@ -132,18 +132,18 @@ class ShardActor:
         )
         self._runner = runner
         self._barrier = asyncio.get_running_loop().create_future()
-        self._ready = asyncio.get_running_loop().create_future()
+        self._warmed = asyncio.get_running_loop().create_future()
         self._task = asyncio.ensure_future(play_shard(
             runner, warm=connection_warmer(cfg, transport), ready=self._at_barrier))
-        await asyncio.wait({self._ready, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({self._warmed, self._task}, return_when=asyncio.FIRST_COMPLETED)
         if self._task.done():  # the warm-up failed: say so here
             self._task.result()
         return True
 
     async def _at_barrier(self) -> int | None:
         """``play_shard``'s barrier: tell ``prepare`` the warm-up is done, wait for ``begin``."""
-        assert self._ready is not None and self._barrier is not None
-        self._ready.set_result(True)
+        assert self._warmed is not None and self._barrier is not None
+        self._warmed.set_result(True)
         return int(await self._barrier)
 
     def _on_lifecycle(self, row: dict[str, Any]) -> None:

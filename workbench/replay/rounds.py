@@ -247,7 +247,7 @@ class RoundMaker:
         return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
     def _resolve(self, kind: int, key: int, start: int, n: int) -> list[int]:
-        """Token ids of a part: the pool's sources, or an engine's output (``workbench.tokenizer``)."""
+        """Token ids of a part: the pool's sources, or an engine's output (``tokenizer``)."""
         if kind == OUTPUT:
             return output_tokens(key, n, start)
         return self.pool.resolve(kind, key, start, n)
