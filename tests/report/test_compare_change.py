@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import workbench as wb
 from workbench.data import path as data_path
@@ -34,8 +35,10 @@ async def test_a_real_slowdown_is_significant_and_a_run_against_itself_is_not(tm
     ttft = changes[(changes["metric"] == "ttft_ms") & (changes["run"] == "slow")]
     for _, row in ttft.iterrows():
         assert row["significant"] and 0 < row["change lo"] <= row["change"] <= row["change hi"]
-        assert row["value"] == np.percentile(
-            wb.to_frame(slow).query("status == 'ok'")["ttft_ms"], int(row["stat"][1:]))
+        # the one percentile (linear method) may differ from numpy's in the last bit
+        assert row["value"] == pytest.approx(np.percentile(
+            wb.to_frame(slow).query("status == 'ok'")["ttft_ms"], int(row["stat"][1:])),
+            rel=1e-12)
     same = changes[changes["run"] == "same"]
     assert (same["change"] == 0).all() and not same["significant"].any()
     assert ((same["change lo"] <= 0) & (same["change hi"] >= 0)).all()
