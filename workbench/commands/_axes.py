@@ -47,6 +47,10 @@ def add_axis_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--request-timeout", type=float, help="per-request timeout (s)")
     p.add_argument("--stream-idle-timeout", type=float, help="stream idle timeout (s)")
     p.add_argument("--backend", help=" | ".join(BACKENDS.names()))
+    p.add_argument("--stream", action=argparse.BooleanOptionalAction, default=None,
+                   help="--no-stream: non-streaming requests (\"stream\": false), the answer "
+                        "read whole: TTFT = end-to-end latency, no TPOT/ITL (openai, "
+                        "openai-chat; the request timeout applies, not the idle one)")
     p.add_argument("--seed", type=int, help="seed of the synthetic token pool")
     p.add_argument("--flush-cache", action=argparse.BooleanOptionalAction, default=None,
                    help="reset the server's prefix cache before the run (default: try, "
@@ -165,7 +169,7 @@ _AXIS_FLAGS = {
         "stream_idle_timeout": "stream_idle_timeout_s",
     },
     "backend": {"backend": "name", "flush_cache": "flush_cache", "token_salt": "token_salt",
-                "profile": "profile", "profile_dir": "profile_dir",
+                "profile": "profile", "profile_dir": "profile_dir", "stream": "stream",
                 "metrics_url": "metrics_urls", "metrics_series": "metrics_series"},
 }
 
