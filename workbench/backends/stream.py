@@ -369,9 +369,7 @@ class WholeBody:
             self.error = whole_body_error(body) or exc
 
     def not_a_stream(self) -> BackendError | None:
-        """An empty body is no answer (a body that is no JSON fails at ``close``)."""
-        if self.size == 0 and self.error is None:
-            return BackendError("HTTP 200 with an empty body (no JSON answer)")
+        """None: a body that is no JSON answer (empty included) fails at ``close``."""
         return None
 
 
@@ -379,6 +377,8 @@ def whole_body_error(body: bytes) -> BackendError | None:
     """Why a non-streaming body is no JSON object (None when it is one): the server
     streamed anyway, or the JSON is malformed; quoted up to ``RAW_MAX`` bytes."""
     text = body[:RAW_MAX].decode("utf-8", errors="replace").strip()
+    if not text:
+        return BackendError("HTTP 200 with an empty body (no JSON answer)")
     if text.startswith(("data:", "event:", ":")):
         return BackendError("the server streamed server-sent events although the request "
                             f"said \"stream\": false: {text[:200]}")
