@@ -194,8 +194,8 @@ def _request(path: Path, line: int, ev: dict[str, Any], raw: str,
              seen: dict[str, int]) -> _Request:  # fmt: skip
     req = _object(path, line, ev, "request")
     replay = _object(path, line, req, "replay")
-    for where, obj in (("request.", req), ("request.replay.", replay)):
-        note_unknown(path, line, obj, KNOWN_FIELDS[where], seen, where=where)
+    for at, obj in (("request.", req), ("request.replay.", replay)):
+        note_unknown(path, line, obj, KNOWN_FIELDS[at], seen, where=at)
     for key, where in (
         ("request_id", req),
         ("output_tokens", req),
