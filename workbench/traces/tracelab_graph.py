@@ -88,8 +88,7 @@ def attach_subagents(
         got = _by_field(path, key, sessions, names)
         if got is not None:
             named.add(key)
-        else:
-            got = _by_containment(key, sessions, names)
+        got = got or _by_containment(key, sessions, names)
         if got is not None:
             spawns[key] = got
     ends = subtree_ends({k: span[1] for k in keys if (span := _span(sessions[k])) is not None},
