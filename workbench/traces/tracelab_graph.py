@@ -94,9 +94,9 @@ def attach_subagents(
     ends = subtree_ends({k: span[1] for k in keys if (span := _span(sessions[k])) is not None},
                         {k: by_name[sp.parent_id] for k, sp in spawns.items()})
     for key in named:
-        sp = spawns[key]
-        spawns[key] = dataclasses.replace(sp, join_round=_timed_join(
-            sessions[by_name[sp.parent_id]], sp.round_idx, ends.get(key)))
+        edge = spawns[key]
+        spawns[key] = dataclasses.replace(edge, join_round=_timed_join(
+            sessions[by_name[edge.parent_id]], edge.round_idx, ends.get(key)))
     out = []
     for key, unit in zip(keys, units, strict=True):
         sp = spawns.get(key)
