@@ -9,6 +9,7 @@ answers. The rules: docs/wire-protocols.md, "Non-streaming"; docs/metrics.md.
 from __future__ import annotations
 
 import asyncio
+import json
 
 import orjson
 import pytest
@@ -108,6 +109,10 @@ def test_cli_no_stream_prints_the_mode(capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "non-streaming: TTFT = end-to-end latency" in out and "TPOT n/a" in out
+    code = main(["simulate", "--trace", SESSIONS, "--arrival", "saturated", "--output-len",
+                 f"fixed:{OUT}", "--tool-wait-scale", "0", "--no-stream", "--json"])
+    brief = json.loads(capsys.readouterr().out)
+    assert code == 0 and brief["response_mode"]["stream"] is False
 
 
 async def test_virtual_and_live_agree(sim):
