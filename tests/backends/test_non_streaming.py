@@ -185,6 +185,23 @@ async def test_broken_answers_are_per_request_errors(http, status, body, ctype, 
 
 
 @pytest.mark.parametrize("http", HTTP_CLIENTS)
+async def test_an_answer_past_its_byte_bound_is_cut(http):
+    """A body that never ends is bounded like one SSE event (1 MiB for this request):
+    cut there as an output overrun, the connection dropped."""
+    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100000000\r\n\r\n{\"pad\": \"")
+        for _ in range(1000):  # at most 64 MB; the client stops reading after 1 MiB
+            writer.write(b"a" * 65536)
+            await writer.drain()
+
+    rec = await _send_whole(endless, http)
+    assert rec.status == "error" and rec.error.startswith("output_overrun: the non-streaming "
+                                                          "answer passed 1048576 bytes"), rec.error
+
+
+@pytest.mark.parametrize("http", HTTP_CLIENTS)
 async def test_only_the_request_timeout_bounds_a_silent_server(http):
     """No idle timeout applies (the answer comes whole, after the generation); a server
     that never answers ends as a per-request timeout error."""
