@@ -301,8 +301,9 @@ async def _simulate(
     }  # fmt: skip
     runners = []
     for part in parts:
-        shard_cfg = cfg if n == 1 else cfg.replace(**{"arrival.max_concurrency":
-                                                      part.max_concurrency})
+        # a shard is one worker with its share of the slots (as a worker process's config)
+        shard_cfg = cfg if n == 1 else cfg.replace(**{
+            "arrival.max_concurrency": part.max_concurrency, "executor.workers": 1})
         runner = build_runner(
             shard_cfg, part.plan, run_id=run_id, sender=sender, clock=clock,
             sink=sinks.on_record, lifecycle_sink=sinks.on_lifecycle,
