@@ -236,13 +236,13 @@ def loads(payload: bytes) -> dict[str, Any]:
     try:
         obj = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
-        raise BackendError(f"bad JSON in stream ({exc}): {payload[:200]!r}") from None
+        raise BackendError(f"bad JSON in the answer ({exc}): {payload[:200]!r}") from None
     if not isinstance(obj, dict):
-        raise BackendError(f"stream payload is not a JSON object: {payload[:200]!r}")
+        raise BackendError(f"answer payload is not a JSON object: {payload[:200]!r}")
     if "error" in obj or obj.get("object") == "error":
         err = obj.get("error", obj)
         msg = err.get("message", err) if isinstance(err, dict) else err
-        raise BackendError(f"server error in stream: {msg}")
+        raise BackendError(f"server error in the answer: {msg}")
     return obj
 
 
