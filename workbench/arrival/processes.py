@@ -46,7 +46,8 @@ DOC = "docs/arrival.md, 'Arrival processes'"
 @dataclass(frozen=True)
 class ArrivalProcess:
     """A process (``kind``) at ``rate`` units/s, or ramping from ``ramp_up_start_rps`` to
-    ``ramp_up_end_rps`` (``ramp_up_strategy``); ``burstiness`` is gamma's shape."""
+    ``ramp_up_end_rps`` (``ramp_up_strategy``) over the units or over
+    ``ramp_up_duration_s`` seconds; ``burstiness`` is gamma's shape."""
 
     kind: str = "poisson"
     rate: float | None = None
@@ -54,7 +55,7 @@ class ArrivalProcess:
     ramp_up_strategy: str | None = None
     ramp_up_start_rps: float | None = None
     ramp_up_end_rps: float | None = None
-    #: the ramp over a duration (s) instead of over the units (``rate_at``)
+    #: the ramp over this many seconds instead of over the units (``cumulative``)
     ramp_up_duration_s: float | None = None
 
     def check(self, where: str = "arrival") -> ArrivalProcess:
@@ -115,10 +116,8 @@ class ArrivalProcess:
         rates = self.rates(n)[1:]
         if rates.size and not (rates > 0).all():  # a linear ramp from 0: unit 0 alone at 0
             raise ConfigError("a ramp's rate is 0 at a unit after the first; start above 0")
-        if self.kind == "constant":
-            return 1.0 / rates
-        b = self.burstiness if self.kind == "gamma" else 1.0
-        return rng.gamma(shape=b, scale=1.0 / (rates * b))
+        # Gamma(b, 1/b)/λ_i is Gamma(b, 1/(λ_i·b)); the constant gap is 1/λ_i
+        return self.unit_gaps(rates.size, rng) / rates
 
     def offsets_ms(self, n: int, seed: int) -> list[float]:
         """Start offsets (ms from 0) of ``n`` units; the first is 0."""
@@ -143,14 +142,6 @@ class ArrivalProcess:
         """``(r0, r1, S)`` of a ramp over a duration."""
         return (float(self.ramp_up_start_rps or 0.0), float(self.ramp_up_end_rps or 0.0),
                 float(self.ramp_up_duration_s or 0.0))
-
-    def rate_at(self, t_s: np.ndarray) -> np.ndarray:
-        """``r(t)`` (units/s) of the ramp over a duration, at times ``t_s`` (s)."""
-        r0, r1, span = self._ramp()
-        x = np.clip(np.asarray(t_s, dtype=float) / span, 0.0, 1.0)
-        if self.ramp_up_strategy == "linear":
-            return r0 + (r1 - r0) * x
-        return np.asarray(r0 * (r1 / r0) ** x)
 
     def cumulative(self, t_s: np.ndarray) -> np.ndarray:
         """``Λ(t) = ∫₀ᵗ r(s) ds``: the expected number of units after unit 0 by ``t``."""
