@@ -322,6 +322,13 @@ def parse_openai_usage(usage: Mapping[str, Any]) -> tuple[int | None, int | None
     )
 
 
+def stream_fields(stream: bool) -> dict[str, Any]:
+    """The body fields of the response mode: a stream with a final usage chunk, or
+    ``"stream": false`` (one JSON answer whose ``usage`` is the same block)."""
+    return {"stream": True, "stream_options": {"include_usage": True}} if stream \
+        else {"stream": False}
+
+
 def finish_reason_of(value: Any) -> str | None:
     """A finish reason given as a string or as an object with ``type`` (SGLang)."""
     if value is None or isinstance(value, str):
