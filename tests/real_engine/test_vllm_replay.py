@@ -84,8 +84,7 @@ def check_common(result: RunResult, delta: dict, server: VLLMServer, backend: st
     """The invariants every replay against vLLM must satisfy (context-guard skips allowed).
 
     ``stream=False`` (docs/wire-protocols.md, "Non-streaming"): one answer, no token
-    events, TTFT = E2E; vLLM leaves ``prompt_tokens_details`` out of such an answer when
-    nothing was cached, so a first round is *unreported*, not 0."""
+    events, TTFT = E2E; the cached count is reported in every answer, 0 included."""
     every = measured(result)
     # context-guard skips make a run "partial" (docs/trace-bounds.md), and nothing else may
     skipped = sum(r.status == "skipped" for r in every)
@@ -111,8 +110,8 @@ def check_common(result: RunResult, delta: dict, server: VLLMServer, backend: st
         assert r.finish_reason == "length", r.request_id
         if not stream:
             assert not r.token_counts and r.first_token_ns == r.end_ns, r.request_id
-            assert r.cached_tokens_reported or not r.cached_tokens, r.request_id
-            assert (r.cached_tokens or 0) % server.block_size == 0
+            assert r.cached_tokens_reported, (r.request_id, r.cached_tokens)
+            assert r.cached_tokens is not None and r.cached_tokens % server.block_size == 0
             continue
         assert sum(r.token_counts) == r.completion_tokens, r.request_id
         # vLLM 0.32 reports prompt_tokens_details.cached_tokens even when it is 0
