@@ -13,15 +13,19 @@ weights and KV cache (BF16 otherwise). From public facts alone it derives:
   all-reduces (two per layer, ring, over the GPU link) and a per-step overhead;
 * the time to bring KV back from host memory (``Preset.load_ms``).
 
-Five efficiency factors (``FACTORS``) are set against cited public measurements
-(docs/hardware.md, "Fit": how, and every formula, source and the error left).
+Five efficiency factors (``FACTORS``, read from
+``data/measurements/fitted_factors.json``) are fitted to cited public measurements by
+``presets.fit`` (docs/hardware.md, "Fit": how, and every formula, source and the error
+left, in sample and held out).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from workbench.sim.presets.catalog import ACCELERATORS, MODELS, Accelerator, Model
 
@@ -45,8 +49,16 @@ class Factors:
     allreduce_us: float
 
 
-FACTORS = Factors(mfu=0.5, mbu=0.8, step_overhead_ms=2.0, request_overhead_ms=10.0,
-                  allreduce_us=20.0)
+FACTORS_FILE = Path(__file__).resolve().parents[2] / "data" / "measurements" / "fitted_factors.json"
+
+
+def load_factors(path: Path = FACTORS_FILE) -> Factors:
+    """The fitted factors ``python -m workbench.sim.presets.fit --write`` stored, with
+    their provenance beside them (docs/hardware.md, "Fit")."""
+    return Factors(**json.loads(path.read_text(encoding="utf-8"))["factors"])
+
+
+FACTORS = load_factors()
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +69,7 @@ class Preset:
     gpu: Accelerator
     tp: int
     fp8: bool
-    factors: Factors = FACTORS
+    factors: Factors
 
     @property
     def name(self) -> str:
@@ -177,7 +189,7 @@ def resolve(text: str) -> Preset:
     """The preset ``text`` names (cached: the engine asks every step); ValueError for a
     name the catalog lacks, an FP8 preset on a GPU without FP8, or heads TP cannot split."""
     model, gpu, tp, fp8 = parse(text)
-    p = Preset(MODELS[model], ACCELERATORS[gpu], tp, fp8)
+    p = Preset(MODELS[model], ACCELERATORS[gpu], tp, fp8, FACTORS)
     if fp8 and not p.gpu.fp8_tflops:
         raise ValueError(f"preset {text!r}: {gpu} has no FP8 tensor cores; drop /fp8")
     if p.model.heads % tp:
