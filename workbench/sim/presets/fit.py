@@ -21,23 +21,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import dataclasses
 import json
 import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from statistics import median
 from typing import Any
 
 import workbench.sim.presets as presets
 from workbench.sim.config import EngineConfig
 from workbench.sim.presets.bench import burst, closed_loop
+from workbench.sim.presets.tables import TABLES_DIR, Table, load_tables
 
-TABLES_DIR = Path(__file__).resolve().parents[2] / "data" / "measurements"
-KINDS = ("closed_loop", "burst", "batch_latency")
+__all__ = ["TABLES_DIR", "RowError", "Table", "errors", "fit", "load_tables", "loss",
+           "split", "summary", "table_errors"]
+
 #: published column -> the class its goal belongs to (docs/hardware.md: ≤ 20 % for ITL
 #: and throughput, ≤ 30 % for TTFT; a whole request's latency is held to 20 %)
 METRIC_CLASS = {"ttft_ms": "ttft", "itl_ms": "itl", "tpot_ms": "itl",
@@ -45,26 +45,6 @@ METRIC_CLASS = {"ttft_ms": "ttft", "itl_ms": "itl", "tpot_ms": "itl",
                 "latency_ms": "latency", "mean_latency_ms": "latency"}
 GOALS = {"ttft": 0.30, "itl": 0.20, "throughput": 0.20, "latency": 0.20}
 STEPS = (1.5, 1.2, 1.07)
-
-
-@dataclass(frozen=True, slots=True)
-class Table:
-    """One published table: its metadata lines and rows (strings as read)."""
-
-    name: str
-    meta: dict[str, str]
-    rows: list[dict[str, str]]
-
-    @property
-    def kind(self) -> str:
-        return self.meta["kind"]
-
-    @property
-    def presets(self) -> list[str]:
-        """The deployments (presets) the table measured, in row order."""
-        if "preset" in self.meta:
-            return [self.meta["preset"]]
-        return list(dict.fromkeys(r["preset"] for r in self.rows))
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,35 +65,6 @@ class RowError:
     @property
     def log_error(self) -> float:
         return math.log(self.simulated / self.published)
-
-
-def _required(kind: str) -> tuple[str, ...]:
-    return {"closed_loop": ("source", "kind", "preset", "isl", "osl"),
-            "batch_latency": ("source", "kind", "isl", "osl", "batch"),
-            "burst": ("source", "kind")}[kind]
-
-
-def load_tables(folder: Path = TABLES_DIR) -> list[Table]:
-    """Every ``*.tsv`` table of ``folder``, sorted by name (ValueError naming the file
-    and the missing line or unknown kind)."""
-    out = []
-    for path in sorted(folder.glob("*.tsv")):
-        meta: dict[str, str] = {}
-        body: list[str] = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.startswith("#"):
-                key, _, value = line[1:].partition(":")
-                meta[key.strip()] = value.strip()
-            elif line.strip():
-                body.append(line)
-        kind = meta.get("kind", "")
-        if kind not in KINDS:
-            raise ValueError(f"{path}: '# kind:' must be one of {KINDS}, got {kind!r}")
-        for need in _required(kind):
-            if need not in meta:
-                raise ValueError(f"{path}: missing '# {need}: ...' line")
-        out.append(Table(path.stem, meta, list(csv.DictReader(body, delimiter="\t"))))
-    return out
 
 
 @contextlib.contextmanager
@@ -296,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - run by han
     }
     print(json.dumps(record, indent=1))
     if args.write:
+        record["fitted"] = time.strftime("%Y-%m-%d")
         presets.FACTORS_FILE.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     return 0
 
