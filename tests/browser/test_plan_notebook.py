@@ -27,7 +27,8 @@ def test_plan_notebook_runs_all_and_shows_its_answer(page: Any, lab: Any,
     assert errors(page) == []
     headline = page.locator(".wb-headline").first
     answer = headline.locator("p").first.inner_text()
-    assert answer.startswith("Simulated (preset error on published tables:"), answer
+    assert answer.startswith("Simulated (preset error on published tables, median abs held "
+                             "out / fitted: ITL "), answer
     assert " holds ttft_ms:p90<=2000" in answer, answer
     assert "llama-3.1-8b/h100/tp1" in answer and "llama-3.1-8b/h200/tp1" in answer
     assert page.locator(".jp-OutputArea-output table.wb-table").count() >= 3
