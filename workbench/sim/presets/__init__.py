@@ -16,7 +16,7 @@ BF16 otherwise. From public facts alone it derives:
 * the time to bring KV back from host memory (``Preset.load_ms``).
 
 Five efficiency factors (``FACTORS``, read from
-``data/measurements/fitted_factors.json``) are fitted to cited public measurements by
+``sim/presets/fitted_factors.json``) are fitted to cited public measurements by
 ``presets.fit`` (docs/hardware.md, "Fit": how, and every formula, source and the error
 left, in sample and held out).
 """
@@ -51,7 +51,7 @@ class Factors:
     allreduce_us: float
 
 
-FACTORS_FILE = Path(__file__).resolve().parents[2] / "data" / "measurements" / "fitted_factors.json"
+FACTORS_FILE = Path(__file__).with_name("fitted_factors.json")
 
 
 def load_factors(path: Path = FACTORS_FILE) -> Factors:

@@ -14,7 +14,7 @@ FIT subset of the tables, by a deterministic pattern search on a log scale (each
 × and ÷ a step, the step shrinking 1.5 → 1.2 → 1.07). ``python -m
 workbench.sim.presets.fit`` runs the documented procedure (docs/hardware.md, "Fit"):
 the fit on the FIT tables, every table's errors, the held-out ones apart, and writes the
-factors with their provenance to ``data/measurements/fitted_factors.json``, which the presets load.
+factors with their provenance to ``sim/presets/fitted_factors.json``, which the presets load.
 """
 
 from __future__ import annotations

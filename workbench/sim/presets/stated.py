@@ -1,6 +1,6 @@
 """The error each preset states: the fit's median absolute error on published tables.
 
-The numbers are the fit's own record (``data/measurements/fitted_factors.json``, written
+The numbers are the fit's own record (``sim/presets/fitted_factors.json``, written
 by ``python -m workbench.sim.presets.fit --write``): the median absolute error per
 metric class on the tables the factors were fitted on (in sample) and on the tables
 held out of the fit (docs/hardware.md, "Fit"); a test re-derives them from the tables.
