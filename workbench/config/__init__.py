@@ -85,11 +85,13 @@ class ArrivalSpec:
     rate: float | None = None
     # arrival processes (modes poisson, gamma, constant; docs/arrival.md "Arrival processes"):
     # gamma's shape, and a ramp of the rate from start to end over the units (vLLM's
-    # --burstiness, --ramp-up-strategy, --ramp-up-start-rps, --ramp-up-end-rps)
+    # --burstiness, --ramp-up-strategy, --ramp-up-start-rps, --ramp-up-end-rps), or over
+    # ramp_up_duration_s seconds of time
     burstiness: float = 1.0
     ramp_up_strategy: str | None = None
     ramp_up_start_rps: float | None = None
     ramp_up_end_rps: float | None = None
+    ramp_up_duration_s: float | None = None
     max_concurrency: int | None = None
     # requests in flight at once (streams), beside max_concurrency's agent tasks
     # (docs/session-graphs.md); None: no cap
@@ -140,6 +142,13 @@ class BackendSpec:
     # SGLang: workbench.backends.profile); profile_dir: where the server writes traces
     profile: bool = False
     profile_dir: str | None = None
+    # False: non-streaming requests ("stream": false), the answer read whole: TTFT =
+    # end-to-end latency, no TPOT/ITL (docs/wire-protocols.md, "Non-streaming")
+    stream: bool = True
+
+    def codec_options(self) -> dict[str, Any]:
+        """The codec's options: ``options``, plus ``stream: False`` in non-streaming mode."""
+        return dict(self.options) if self.stream else {**self.options, "stream": False}
 
 
 @dataclass(frozen=True)
@@ -348,6 +357,7 @@ class RunConfig:
             raise ConfigError(f"arrival.drain must be 'finish' or 'truncate', got {a.drain!r}")
         parse_output_policy(a.output_len)
         BACKENDS.canonical(self.backend.name)
+        self._check_stream()
         if self.backend.profile_dir is not None and not self.backend.profile:
             raise ConfigError("backend.profile_dir is where the profiler's traces go: set "
                               "backend.profile true (--profile) too")
@@ -422,6 +432,26 @@ class RunConfig:
             EngineConfig.from_knobs(**engine_knobs)
         except (ValueError, TypeError) as exc:  # an unknown knob name, a cluster knob
             raise ConfigError(f"target.engine: {exc}") from None
+
+    def _check_stream(self) -> None:
+        """``backend.stream``: false only for a codec that can ask for a whole answer, and
+        only with a request timeout (the stream idle timeout does not apply to it)."""
+        from workbench.backends import BACKENDS
+
+        if "stream" in self.backend.options:
+            raise ConfigError("backend.options.stream: set backend.stream (--no-stream) instead")
+        if self.backend.stream:
+            return
+        able = [n for n in BACKENDS.names() if hasattr(BACKENDS.get(n), "stream")]
+        if not hasattr(BACKENDS.get(self.backend.name), "stream"):
+            raise ConfigError(
+                f"backend.stream false (non-streaming): backend {self.backend.name!r} only "
+                f"streams; use {' or '.join(able)}")
+        if self.arrival.request_timeout_s is None:
+            raise ConfigError(
+                "backend.stream false (non-streaming) needs arrival.request_timeout_s: the "
+                "stream idle timeout does not apply to a whole answer, so only the request "
+                "timeout bounds a server that never answers")
 
     def _check_backend_options(self, v: Any) -> None:
         """``backend.options``: names the codec takes, each of the type it declares."""
@@ -575,7 +605,7 @@ class RunConfig:
         if not self.arrival_mode.process:
             return None
         return ArrivalProcess(a.mode, a.rate, a.burstiness, a.ramp_up_strategy,
-                              a.ramp_up_start_rps, a.ramp_up_end_rps)
+                              a.ramp_up_start_rps, a.ramp_up_end_rps, a.ramp_up_duration_s)
 
     def _check_process(self) -> None:
         a = self.arrival
@@ -583,7 +613,8 @@ class RunConfig:
         if process is not None:
             process.check()
         elif (a.burstiness != 1.0 or a.ramp_up_strategy is not None
-              or a.ramp_up_start_rps is not None or a.ramp_up_end_rps is not None):
+              or a.ramp_up_start_rps is not None or a.ramp_up_end_rps is not None
+              or a.ramp_up_duration_s is not None):
             raise ConfigError(
                 f"arrival.burstiness and arrival.ramp_up_* shape an arrival process: use mode "
                 f"{modes_with('process')} (mode {a.mode!r} draws no arrivals)"
