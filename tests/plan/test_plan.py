@@ -1,6 +1,7 @@
 """``workbench plan``: the fewest replicas per preset that hold an SLO, its cost and its
 report, on the bundled Mooncake slice (virtual time, the embedded engine's cluster)."""
 
+import html
 import json
 import re
 
@@ -73,8 +74,10 @@ def test_the_mooncake_plan_renders_as_a_report_quoting_its_answer(mooncake_plan,
     report_dir = next((tmp_path / "reports").glob("*/report.json")).parent
     page = (report_dir / "report.html").read_text()
     for heading in ("Capacity plan", "Fewest replicas per option and rate",
-                    "The curve behind the answer"):
+                    "The curve behind the answer", "Closing note"):
         assert heading in page
+    # the closing note quotes the answer in one sentence
+    assert f"<b>In one sentence:</b> {html.escape(result.answer())}" in page
     answers = report_dir / "tables" / "plan_answers.csv"
     assert "simulated · llama-3.1-8b/h100/tp1" in answers.read_text()
 

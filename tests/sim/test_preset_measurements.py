@@ -2,19 +2,60 @@
 
 Each table of ``workbench/data/measurements`` is replayed on the embedded engine in
 virtual time with the preset it names (``presets.fit.table_errors``); the error of every
-row is printed (``pytest -s``) and bounded, and the median absolute errors over all rows
-are the ones the presets state (``presets.stated.FIT_ERROR``), which every plan figure
-quotes."""
+row is printed (``pytest -s``), and each table's median absolute error per metric class
+is held to the bound docs/hardware.md states for that table ("Every table"). The
+medians over the fitted and the held-out tables are the ones the presets state
+(``fitted_factors.json``, quoted on every plan figure); the fit itself is checked to
+find better factors than a bad start.
+"""
 
+import dataclasses
+import json
 from statistics import median
 
 import pytest
 
+import workbench.sim.presets as presets
 from workbench.sim.presets import fit
-from workbench.sim.presets.stated import FIT_ERROR
+from workbench.sim.presets.stated import fit_record, measured, stated_error
+from workbench.sim.presets.tables import KINDS
 
 TABLES = {t.name: t for t in fit.load_tables()}
 ROWS: dict[str, list[fit.RowError]] = {}
+RECORD = json.loads(presets.FACTORS_FILE.read_text(encoding="utf-8"))
+
+#: per table, metric class -> the median absolute error docs/hardware.md states for it
+#: (the fitted factors; "fit" tables set them, "held out" ones did not)
+BOUNDS: dict[str, dict[str, float]] = {
+    "gpustack_qwen3-32b_1xa100-bf16-tp1_vllm-0.11.0-burst":
+        {"itl": 0.19, "throughput": 0.24, "ttft": 0.32},
+    "gpustack_qwen3-32b_1xh100-bf16-tp1_vllm-0.11.0-burst":
+        {"itl": 0.24, "throughput": 0.46, "ttft": 0.32},
+    "nim-1.8.0_llama-3.3-70b_2xh100-fp8-tp2_5000in-500out":
+        {"itl": 0.13, "throughput": 0.18, "ttft": 0.13},
+    "nim-1.8.0_llama-3.3-70b_2xh100-fp8-tp2_500in-2000out":
+        {"itl": 0.1, "throughput": 0.11, "ttft": 0.06},
+    "nim-dli_llama-3-70b_4xa100-fp16-tp4_2000in-200out":
+        {"itl": 0.46, "throughput": 0.17, "ttft": 0.57},
+    "nim-dli_llama-3-70b_4xh100-fp8-tp4_2000in-200out":
+        {"itl": 0.1, "throughput": 0.07, "ttft": 0.66},
+    "nim-dli_llama-3-70b_8xh100-fp16-tp8_7000in-1000out":
+        {"itl": 0.09, "throughput": 0.08, "ttft": 0.61},
+    "nim-dli_llama-3-8b_1xa100-fp16-tp1_2000in-200out":
+        {"itl": 0.25, "throughput": 0.18, "ttft": 0.56},
+    "nim-dli_llama-3-8b_1xh100-fp16-tp1_2000in-200out":
+        {"itl": 0.07, "throughput": 0.08, "ttft": 0.53},
+    "nim-dli_llama-3-8b_1xh100-fp16-tp1_200in-1000out":
+        {"itl": 0.13, "throughput": 0.13, "ttft": 0.28},
+    "nim-dli_llama-3-8b_1xh100-fp8-tp1_2000in-200out":
+        {"itl": 0.15, "throughput": 0.14, "ttft": 0.52},
+    "trtllm-0.9.0-dli_mixtral-8x7b_2xa100-tp2_static-batch":
+        {"latency": 0.77, "ttft": 0.23},
+    "trtllm-0.9.0-dli_mixtral-8x7b_4xl40s-tp4_static-batch":
+        {"latency": 0.89, "ttft": 0.22},
+    "vllm-buildkite-9515_latency_h200_32in-128out-batch8":
+        {"latency": 0.03},
+}
 
 
 def _rows(name: str) -> list[fit.RowError]:
@@ -23,11 +64,25 @@ def _rows(name: str) -> list[fit.RowError]:
     return ROWS[name]
 
 
+def _medians(rows: list[fit.RowError]) -> dict[str, float]:
+    by: dict[str, list[float]] = {}
+    for r in rows:
+        by.setdefault(fit.METRIC_CLASS[r.metric], []).append(abs(r.error))
+    return {k: median(v) for k, v in by.items()}
+
+
 def test_every_table_names_its_source_and_how_to_replay_it() -> None:
-    assert len(TABLES) == 3
+    assert len(TABLES) >= 14
     for t in TABLES.values():
-        assert t.meta["source"].startswith("https://") and t.rows
-        assert t.kind in ("closed_loop", "batch_latency")
+        assert t.meta["source"].startswith("https://") and t.rows, t.name
+        assert t.kind in KINDS and t.meta.get("read"), t.name
+        for preset in t.presets:
+            presets.resolve(preset)  # every table names a valid preset
+    # the catalog's GPUs and models the tables cover (the rest is extrapolated)
+    pairs = measured()
+    assert {g for _, g in pairs} >= {"h100", "h200", "a100", "l40s"}
+    assert {m for m, _ in pairs} >= {"llama-3.1-8b", "llama-3.1-70b", "llama-3.3-70b",
+                                     "qwen3-32b", "mixtral-8x7b"}
 
 
 @pytest.mark.parametrize("name", sorted(TABLES))
@@ -35,15 +90,40 @@ def test_preset_against_published_table(name: str) -> None:
     rows = _rows(name)
     print(f"\n{name} ({TABLES[name].meta['source']})")
     for r in rows:
-        print(f"  {r.preset:28} {r.key:>22} {r.metric:17} published {r.published:10.2f} "
-              f"simulated {r.simulated:10.2f} error {r.error:+.1%}")
+        print(f"  {r.preset:28} {r.key:>14} {r.metric:17} published {r.published:11.2f} "
+              f"simulated {r.simulated:11.2f} error {r.error:+.1%}")
     assert rows and all(r.simulated > 0 for r in rows)
-    # no row is off by more than a factor of two (the table's shape is reproduced)
-    assert all(abs(r.error) < 1.0 for r in rows), [(r.key, r.metric, r.error) for r in rows]
+    got = _medians(rows)
+    print("  median abs:", {k: f"{v:.1%}" for k, v in got.items()})
+    bound = BOUNDS[name]
+    assert set(got) == set(bound), (got, bound)
+    for metric, limit in bound.items():
+        assert got[metric] <= limit + 0.005, (name, metric, got[metric], limit)
 
 
-def test_the_stated_median_errors_are_the_tables() -> None:
-    rows = [r for name in sorted(TABLES) for r in _rows(name)]
-    for metric, stated in FIT_ERROR.items():
-        got = median(abs(r.error) for r in rows if r.metric == metric)
-        assert got == pytest.approx(stated, abs=0.005), metric
+def test_the_stated_errors_are_the_fits_record() -> None:
+    fitted, held = RECORD["fitted_on"], RECORD["held_out"]
+    assert set(fitted) | set(held) == set(TABLES) and not set(fitted) & set(held)
+    assert presets.Factors(**RECORD["factors"]) == presets.FACTORS
+    for names, key in ((fitted, "in_sample"), (held, "held_out_error")):
+        rows = [r for name in names for r in _rows(name)]
+        got = fit.summary(rows)
+        for metric, stated in RECORD[key].items():
+            assert got[metric] == pytest.approx(stated, abs=0.005), (key, metric)
+    assert fit_record()["held_out_error"] == RECORD["held_out_error"]
+    text = stated_error("llama-3.1-8b/h100/tp1")
+    held_itl = RECORD["held_out_error"]["itl"]
+    assert f"ITL {held_itl:.0%} / " in text and "extrapolated" not in text
+    assert stated_error("qwen3-30b-a3b/b200/tp1").endswith("on b200: extrapolated")
+
+
+def test_the_fit_finds_better_factors_than_a_bad_start() -> None:
+    """The search itself, on the vLLM latency table (three fast replays per trial): from
+    a memory efficiency halved, the loss drops and the factor climbs back."""
+    table = [TABLES["vllm-buildkite-9515_latency_h200_32in-128out-batch8"]]
+    bad = dataclasses.replace(presets.FACTORS, mbu=presets.FACTORS.mbu / 2)
+    with fit.using(bad):
+        start = fit.loss(fit.errors(table))
+    got, got_loss, evals = fit.fit(table, start=bad, max_evals=12)
+    assert got_loss < start and got.mbu > bad.mbu and evals <= 12
+    assert bad != presets.FACTORS  # ``using`` restored the shipped factors

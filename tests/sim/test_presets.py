@@ -64,3 +64,24 @@ def test_a_moe_reads_only_the_experts_its_tokens_route_to() -> None:
 def test_bad_presets_name_the_part_that_is_wrong(text: str, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         EngineConfig.from_knobs(preset=text)
+
+
+def test_fp8w_keeps_a_16_bit_kv_cache_under_fp8_weights() -> None:
+    fp8, fp8w = resolve("llama-3.1-8b/h100/tp1/fp8"), resolve("llama-3.1-8b/h100/tp1/fp8w")
+    assert fp8w.name == "llama-3.1-8b/h100/tp1/fp8w"
+    assert fp8w.weight_bytes == fp8.weight_bytes  # one byte a weight, both
+    assert fp8w.kv_bytes_per_token_gpu == 2 * fp8.kv_bytes_per_token_gpu == 32 * 2 * 8 * 128 * 2
+    assert fp8w.peak_flops == fp8.peak_flops
+    # twice the KV bytes: half the blocks, and a decode over a long context reads more
+    assert fp8w.num_blocks(16) == pytest.approx(fp8.num_blocks(16) / 2, abs=1)
+    assert fp8w.step_ms(0, 64, 64 * 4000) > fp8.step_ms(0, 64, 64 * 4000)
+    with pytest.raises(ValueError, match="a100 has no FP8 tensor cores"):
+        resolve("llama-3.1-8b/a100/tp1/fp8w")
+
+
+def test_a_ring_all_reduce_pays_its_latency_per_hop() -> None:
+    one = {tp: resolve(f"llama-3.1-70b/h100/tp{tp}") for tp in (2, 4, 8)}
+    lat = {tp: p.allreduce_s(1) for tp, p in one.items()}  # one token: latency-bound
+    hop = one[2].factors.allreduce_us * 1e-6 * 2 * 80  # two all-reduces × 80 layers
+    for tp in (2, 4, 8):
+        assert lat[tp] == pytest.approx(2 * (tp - 1) * hop, rel=1e-2)

@@ -21,7 +21,7 @@ def _floats(text: str, what: str) -> list[float]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help="trace file (or a bundled name, e.g. "
                    "mooncake/conversation_trace_head600.jsonl)")
-    p.add_argument("--preset", action="append", default=[], metavar="MODEL/GPU/tpN[/fp8]",
+    p.add_argument("--preset", action="append", default=[], metavar="MODEL/GPU/tpN[/fp8|/fp8w]",
                    help="an option to compare (repeatable); an engine .json from "
                         "`sim calibrate` stands in for a preset")
     p.add_argument("--slo", action="append", default=[], required=True,

@@ -1,8 +1,8 @@
 """``plan``: the fewest replicas of each hardware option that hold an SLO, and the cost.
 
 Given a trace (a file, a bundled one, or ``synthetic:...`` made by ``tracegen``), the
-options to compare (a preset ``MODEL/GPU/tpN[/fp8]``, or a calibrated engine's JSON
-from ``sim calibrate``; each with a router and a host KV tier) and an SLO (the sweep
+options to compare (a preset ``MODEL/GPU/tpN[/fp8|/fp8w]``, or a calibrated engine's
+JSON from ``sim calibrate``; each with a router and a host KV tier) and an SLO (the sweep
 grammar, ``metrics.slo``), ``plan`` replays the trace in virtual time on a simulated
 cluster of N replicas at the trace's own rate and at scaled rates, and finds for each
 option and rate the fewest replicas that hold the SLO: doubling N from 1 until it holds,
@@ -212,7 +212,8 @@ def load_plan(path: str | Path) -> PlanResult:
 def _options(engines: Sequence[str], routers: Sequence[str],
              host_kv_gb: Sequence[float]) -> list[Option]:
     if not engines:
-        raise ConfigError("plan: give at least one preset (MODEL/GPU/tpN[/fp8]) or engine.json")
+        raise ConfigError("plan: give at least one preset (MODEL/GPU/tpN[/fp8|/fp8w]) or "
+                          "engine.json")
     out = []
     for e in engines:
         if e.endswith(".json"):

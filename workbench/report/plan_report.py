@@ -8,6 +8,7 @@ error (docs/plan.md).
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 import pandas as pd
@@ -29,6 +30,25 @@ def plan_headline(result: PlanResult) -> Headline:
             f"{best[1].replicas} × {best[0].label} ({best[1].gpus} GPUs)" if best
             else "no option held the SLO"))
     return Headline(lines)
+
+
+class ClosingNote:
+    """The report's last word: the plan's answer in one sentence, as text and HTML."""
+
+    def __init__(self, sentence: str) -> None:
+        self.sentence = sentence
+
+    def __str__(self) -> str:
+        return f"In one sentence: {self.sentence}"
+
+    def _repr_html_(self) -> str:
+        return (f'<p class="wb-closing-note"><b>In one sentence:</b> '
+                f"{html.escape(self.sentence)}</p>")
+
+
+def closing_note(result: PlanResult) -> ClosingNote:
+    """The closing note quoting the answer at the trace's own rate (``answer()``)."""
+    return ClosingNote(result.answer())
 
 
 def answers_frame(result: PlanResult) -> pd.DataFrame:

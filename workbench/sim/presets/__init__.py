@@ -1,8 +1,9 @@
 """Model × accelerator presets: KV capacity and step times from first principles.
 
-``--engine preset=MODEL/GPU/tpN[/fp8]`` (``resolve``) names a model and an accelerator
-of the catalog (``presets.catalog``), the tensor parallelism and, optionally, FP8
-weights and KV cache (BF16 otherwise). From public facts alone it derives:
+``--engine preset=MODEL/GPU/tpN[/fp8|/fp8w]`` (``resolve``) names a model and an
+accelerator of the catalog (``presets.catalog``), the tensor parallelism and, optionally,
+FP8 weights and KV cache (``/fp8``) or FP8 weights with a 16-bit KV cache (``/fp8w``);
+BF16 otherwise. From public facts alone it derives:
 
 * the usable KV blocks (``Preset.num_blocks``): per GPU, memory × utilisation − weights
   / TP − a stated reserve, over the KV bytes one token takes on one GPU;
@@ -10,18 +11,23 @@ weights and KV cache (BF16 otherwise). From public facts alone it derives:
   (2 FLOPs per active weight per token, plus attention's 4·layers·heads·head_dim FLOPs
   per (query, key) pair, which grows with the context) and its memory time (the weights
   / TP once per step, plus every attended token's KV), plus the tensor-parallel
-  all-reduces (two per layer, ring, over the GPU link) and a per-step overhead;
+  all-reduces (two per layer, ring: 2·(TP−1) hops of a fixed latency each, and
+  2·(TP−1)/TP of the bytes over the GPU link) and a per-step overhead;
 * the time to bring KV back from host memory (``Preset.load_ms``).
 
-Five efficiency factors (``FACTORS``) are set against cited public measurements
-(docs/hardware.md, "Fit": how, and every formula, source and the error left).
+Five efficiency factors (``FACTORS``, read from
+``sim/presets/fitted_factors.json``) are fitted to cited public measurements by
+``presets.fit`` (docs/hardware.md, "Fit": how, and every formula, source and the error
+left, in sample and held out).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from workbench.sim.presets.catalog import ACCELERATORS, MODELS, Accelerator, Model
 
@@ -45,27 +51,44 @@ class Factors:
     allreduce_us: float
 
 
-FACTORS = Factors(mfu=0.5, mbu=0.8, step_overhead_ms=2.0, request_overhead_ms=10.0,
-                  allreduce_us=20.0)
+FACTORS_FILE = Path(__file__).with_name("fitted_factors.json")
+
+
+def load_factors(path: Path = FACTORS_FILE) -> Factors:
+    """The fitted factors ``python -m workbench.sim.presets.fit --write`` stored, with
+    their provenance beside them (docs/hardware.md, "Fit")."""
+    return Factors(**json.loads(path.read_text(encoding="utf-8"))["factors"])
+
+
+FACTORS = load_factors()
 
 
 @dataclass(frozen=True, slots=True)
 class Preset:
-    """A model on ``tp`` GPUs of one kind, BF16 or FP8 (weights and KV cache)."""
+    """A model on ``tp`` GPUs of one kind: BF16, FP8 weights and KV cache (``fp8``), or
+    FP8 weights with a 16-bit KV cache (``fp8`` and ``kv16``)."""
 
     model: Model
     gpu: Accelerator
     tp: int
     fp8: bool
-    factors: Factors = FACTORS
+    factors: Factors
+    kv16: bool = False
 
     @property
     def name(self) -> str:
-        return f"{self.model.name}/{self.gpu.name}/tp{self.tp}" + ("/fp8" if self.fp8 else "")
+        suffix = ("/fp8w" if self.kv16 else "/fp8") if self.fp8 else ""
+        return f"{self.model.name}/{self.gpu.name}/tp{self.tp}{suffix}"
 
     @property
     def dtype_bytes(self) -> int:
+        """Bytes of one weight."""
         return 1 if self.fp8 else 2
+
+    @property
+    def kv_dtype_bytes(self) -> int:
+        """Bytes of one K or V element."""
+        return 1 if self.fp8 and not self.kv16 else 2
 
     @property
     def weight_bytes(self) -> int:
@@ -75,14 +98,14 @@ class Preset:
     @property
     def kv_bytes_per_token(self) -> int:
         """KV of one token, whole model (what host memory holds per token)."""
-        return self.model.kv_bytes_per_token(self.dtype_bytes)
+        return self.model.kv_bytes_per_token(self.kv_dtype_bytes)
 
     @property
     def kv_bytes_per_token_gpu(self) -> int:
         """KV of one token on one GPU: the KV heads are split over TP (a head is
         replicated when there are fewer heads than GPUs)."""
         m = self.model
-        return m.layers * 2 * math.ceil(m.kv_heads / self.tp) * m.head_dim * self.dtype_bytes
+        return m.layers * 2 * math.ceil(m.kv_heads / self.tp) * m.head_dim * self.kv_dtype_bytes
 
     @property
     def peak_flops(self) -> float:
@@ -122,12 +145,14 @@ class Preset:
 
     def allreduce_s(self, tokens: int) -> float:
         """Two ring all-reduces per layer of ``tokens`` × hidden activations (BF16):
-        each a fixed latency plus 2·(TP−1)/TP of its bytes over the GPU link."""
+        each 2·(TP−1) hops of a fixed latency (``allreduce_us``) plus 2·(TP−1)/TP of its
+        bytes over the GPU link."""
         if self.tp == 1 or tokens <= 0:
             return 0.0
         m = self.model
         size = tokens * m.hidden * 2
-        one = self.factors.allreduce_us * 1e-6 + 2 * (self.tp - 1) / self.tp * size / (
+        hops = 2 * (self.tp - 1)
+        one = hops * self.factors.allreduce_us * 1e-6 + hops / self.tp * size / (
             self.gpu.link_gbps * 1e9)
         return 2 * m.layers * one
 
@@ -154,11 +179,15 @@ class Preset:
         return tokens * self.kv_bytes_per_token_gpu / (gbps * 1e9) * 1e3
 
 
+PRECISIONS = ("fp8", "fp8w")
+
+
 def parse(text: str) -> tuple[str, str, int, bool]:
-    """``MODEL/GPU/tpN[/fp8]`` → (model, gpu, tp, fp8); ValueError naming the part."""
+    """``MODEL/GPU/tpN[/fp8|/fp8w]`` → (model, gpu, tp, fp8); ValueError naming the
+    part (``kv16`` tells ``/fp8w`` apart)."""
     parts = [p.strip().lower() for p in str(text).split("/")]
-    if len(parts) not in (3, 4) or (len(parts) == 4 and parts[3] != "fp8"):
-        raise ValueError(f"preset {text!r}: expected MODEL/GPU/tpN[/fp8], e.g. "
+    if len(parts) not in (3, 4) or (len(parts) == 4 and parts[3] not in PRECISIONS):
+        raise ValueError(f"preset {text!r}: expected MODEL/GPU/tpN[/fp8|/fp8w], e.g. "
                          "llama-3.1-8b/h100/tp1 or llama-3.3-70b/h100/tp2/fp8")
     model, gpu, tp_text = parts[:3]
     if model not in MODELS:
@@ -172,12 +201,18 @@ def parse(text: str) -> tuple[str, str, int, bool]:
     return model, gpu, int(tp_text[2:]), len(parts) == 4
 
 
+def kv16(text: str) -> bool:
+    """Whether the preset ``text`` keeps a 16-bit KV cache under FP8 weights (``/fp8w``)."""
+    return str(text).strip().lower().endswith("/fp8w")
+
+
 @functools.lru_cache(maxsize=64)
 def resolve(text: str) -> Preset:
     """The preset ``text`` names (cached: the engine asks every step); ValueError for a
     name the catalog lacks, an FP8 preset on a GPU without FP8, or heads TP cannot split."""
     model, gpu, tp, fp8 = parse(text)
-    p = Preset(MODELS[model], ACCELERATORS[gpu], tp, fp8)
+    p = Preset(MODELS[model], ACCELERATORS[gpu], tp, fp8, FACTORS,
+               kv16=kv16(text))
     if fp8 and not p.gpu.fp8_tflops:
         raise ValueError(f"preset {text!r}: {gpu} has no FP8 tensor cores; drop /fp8")
     if p.model.heads % tp:

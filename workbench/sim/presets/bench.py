@@ -1,12 +1,14 @@
 """Published-benchmark set-ups, replayed on the embedded engine in virtual time.
 
-``closed_loop`` is what NVIDIA's NIM tables (AIPerf) and ``vllm bench serve
---max-concurrency`` measure: ``concurrency`` clients, each sending its next request
-(``isl`` fresh prompt tokens, exactly ``osl`` output tokens) as soon as its previous
-one ends. ``batch_latency`` is vLLM's latency test: one batch submitted at once, timed
-until its last token. Both run the real engine (``sim.engine``) on a virtual clock: no
-sockets, no sleeping. Every request pays the config's ``request_overhead_ms`` before
-the engine sees it, as the embedded server's front end charges it.
+``closed_loop`` is what NVIDIA's NIM tables (AIPerf, GenAI-Perf) and ``vllm bench
+serve --max-concurrency`` measure: ``concurrency`` clients, each sending its next
+request (``isl`` fresh prompt tokens, exactly ``osl`` output tokens) as soon as its
+previous one ends. ``burst`` is one batch submitted at once, timed until its last token:
+``vllm bench serve`` without a request rate, TensorRT-LLM's static-batch benchmark and
+(``batch_latency``) vLLM's latency test. Both run the real engine (``sim.engine``) on a
+virtual clock: no sockets, no sleeping. Every request pays the config's
+``request_overhead_ms`` before the engine sees it, as the embedded server's front end
+charges it.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ async def _send(engine: Engine, overhead_s: float, rid: str, isl: int, osl: int,
 
 
 def closed_loop(config: EngineConfig, concurrency: int, isl: int, osl: int,
-                requests: int | None = None) -> LoadPoint:
+                requests: int | None = None, together: bool = False) -> LoadPoint:
     """``requests`` measured requests (default ``max(3 × concurrency, 16)``) through
     ``concurrency`` closed-loop clients.
 
@@ -62,6 +64,9 @@ def closed_loop(config: EngineConfig, concurrency: int, isl: int, osl: int,
     (a deterministic engine would otherwise keep the first burst in lockstep for the
     whole run), and the clients keep sending past the measured requests, so the
     throughput window [first measured send, last measured end] is under full load.
+    ``together``: every client's warm-up asks the full ``osl``, so the clients stay in
+    lockstep, each round's prompts arriving at once (what the GenAI-Perf tables show:
+    TTFT growing with the concurrency at a steady ITL).
     """
     measured = requests or max(3 * concurrency, 16)
     overhead_s = config.request_overhead_ms / 1e3 / config.speedup
@@ -74,7 +79,7 @@ def closed_loop(config: EngineConfig, concurrency: int, isl: int, osl: int,
         counter = iter(range(measured))
 
         async def client(k: int) -> None:
-            warm = max(1, osl * (k + 1) // concurrency)
+            warm = osl if together else max(1, osl * (k + 1) // concurrency)
             every.append((await _send(engine, overhead_s, f"w{k}", isl, warm, -1 - k))[1])
             for i in counter:  # shared: each request index is taken once
                 sent, req = await _send(engine, overhead_s, f"r{i}", isl, osl, i)
@@ -101,19 +106,45 @@ def closed_loop(config: EngineConfig, concurrency: int, isl: int, osl: int,
                      tokens / ((t1 - t0) / 1e9))
 
 
-def batch_latency(config: EngineConfig, batch: int, isl: int, osl: int) -> float:
-    """Milliseconds from submitting ``batch`` requests at once to the last one's end."""
+@dataclass(frozen=True, slots=True)
+class BurstPoint:
+    """``batch`` requests sent at once (time 0), ``vllm bench serve`` without a request
+    rate and TensorRT-LLM's static-batch benchmark alike: mean TTFT, mean TPOT
+    ((end − first token) / (output tokens − 1) per request), the last token's time and
+    the total (prompt + output) token throughput over it."""
 
-    async def main() -> float:
+    batch: int
+    ttft_ms: float
+    tpot_ms: float
+    latency_ms: float
+    total_tok_s: float
+
+
+def burst(config: EngineConfig, batch: int, isl: int, osl: int) -> BurstPoint:
+    """``batch`` requests of ``isl`` fresh prompt tokens and ``osl`` output tokens,
+    submitted at once to an idle engine, timed to the last token."""
+
+    async def main() -> list[tuple[int, EngineRequest]]:
         engine = Engine(config, VirtualClock())
         await engine.start()
         try:
             async with asyncio.timeout(VIRTUAL_TIMEOUT_S):
-                done = await asyncio.gather(*(
+                return await asyncio.gather(*(
                     _send(engine, config.request_overhead_ms / 1e3 / config.speedup,
                           f"b{i}", isl, osl, i) for i in range(batch)))
         finally:
             await engine.stop()
-        return max(r.finish_ns or 0 for _, r in done) / 1e6
 
-    return run_virtual(main())
+    done = run_virtual(main())
+    ttft = [((r.first_token_ns or 0) - sent) / 1e6 for sent, r in done]
+    tpot = [((r.finish_ns or 0) - (r.first_token_ns or 0)) / 1e6 / max(1, osl - 1)
+            for _, r in done]
+    end_ms = max(r.finish_ns or 0 for _, r in done) / 1e6
+    return BurstPoint(batch, fmean(ttft), fmean(tpot), end_ms,
+                      batch * (isl + osl) / (end_ms / 1e3))
+
+
+def batch_latency(config: EngineConfig, batch: int, isl: int, osl: int) -> float:
+    """Milliseconds from submitting ``batch`` requests at once to the last one's end
+    (vLLM's latency test)."""
+    return burst(config, batch, isl, osl).latency_ms

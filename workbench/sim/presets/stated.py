@@ -1,20 +1,32 @@
 """The error each preset states: the fit's median absolute error on published tables.
 
-Numbers from ``python -m workbench.sim.presets.fit`` (docs/hardware.md, "Error left"),
-copied here by hand when the fit changes; a test re-derives them from the tables.
+The numbers are the fit's own record (``sim/presets/fitted_factors.json``, written
+by ``python -m workbench.sim.presets.fit --write``): the median absolute error per
+metric class on the tables the factors were fitted on (in sample) and on the tables
+held out of the fit (docs/hardware.md, "Fit"); a test re-derives them from the tables.
+A (model, GPU) pair no table covers says it is extrapolated.
 """
 
 from __future__ import annotations
 
-from workbench.sim.presets import parse
+import functools
+import json
 
-#: median absolute error over every published row: metric -> fraction (the NIM rows'
-#: TTFT, ITL and throughput, fitted; vLLM's batch latency, not fitted)
-FIT_ERROR = {"ttft_ms": 0.118, "itl_ms": 0.069, "throughput_tok_s": 0.140,
-             "mean_latency_ms": 0.040}
-#: (model, gpu) pairs a published table covers
-MEASURED = {("llama-3.3-70b", "h100"), ("llama-3.1-8b", "h200"), ("llama-3.1-70b", "h200"),
-            ("mixtral-8x7b", "h200")}
+from workbench.sim.presets import FACTORS_FILE, parse
+from workbench.sim.presets.tables import load_tables
+
+
+@functools.cache
+def fit_record() -> dict[str, dict[str, float]]:
+    """``in_sample`` and ``held_out_error``: metric class -> median absolute error."""
+    record = json.loads(FACTORS_FILE.read_text(encoding="utf-8"))
+    return {k: record.get(k, {}) for k in ("in_sample", "held_out_error")}
+
+
+@functools.cache
+def measured() -> frozenset[tuple[str, str]]:
+    """(model, GPU) pairs some published table covers."""
+    return frozenset(parse(p)[:2] for t in load_tables() for p in t.presets)
 
 
 def stated_error(engine: str) -> str:
@@ -22,10 +34,14 @@ def stated_error(engine: str) -> str:
     if engine.endswith(".json"):
         return "calibrated engine: its error is its calibration's (sim calibrate)"
     model, gpu, _tp, _fp8 = parse(engine)
-    e = FIT_ERROR
-    text = (f"preset error on published tables: ITL {e['itl_ms']:.0%}, throughput "
-            f"{e['throughput_tok_s']:.0%}, TTFT {e['ttft_ms']:.0%}, unfitted batch latency "
-            f"{e['mean_latency_ms']:.0%} median abs")
-    if (model, gpu) not in MEASURED:
+    rec = fit_record()
+    held, fitted = rec["held_out_error"], rec["in_sample"]
+
+    def both(key: str) -> str:
+        return f"{held.get(key, float('nan')):.0%} / {fitted.get(key, float('nan')):.0%}"
+
+    text = (f"preset error on published tables, median abs held out / fitted: ITL "
+            f"{both('itl')}, throughput {both('throughput')}, TTFT {both('ttft')}")
+    if (model, gpu) not in measured():
         text += f"; no published table for {model} on {gpu}: extrapolated"
     return text
