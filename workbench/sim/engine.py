@@ -67,27 +67,34 @@ class EngineRequest:
         """Of ``cached_tokens``, those brought back from the host KV tier."""
         return self._seq.host_tokens
 
+    def _current(self) -> sched.Sequence:
+        """The request's state now (an implicit decoder's fields are brought up to date)."""
+        seq = self._seq
+        if seq.tb >= 0:
+            self._engine._sched.sync(seq)
+        return seq
+
     @property
     def first_token_ns(self) -> int | None:
-        times = self._seq.token_ns
+        times = self._current().token_ns
         return times[0] if times else None
 
     @property
     def output_ids(self) -> list[int]:
-        return self._seq.output  # a fresh list
+        return self._current().output  # a fresh list
 
     def output_segments(self) -> Segments:
         """The output so far as ``Segments`` (no ids drawn; a virtual replay's context)."""
-        return self._seq.output_segments()
+        return self._current().output_segments()
 
     @property
     def token_ns(self) -> list[int]:
         """Emission time of every output token (the engine's own truth)."""
-        return list(self._seq.token_ns)
+        return list(self._current().token_ns)
 
     @property
     def completion_tokens(self) -> int:
-        return len(self._seq.token_ns)
+        return len(self._current().token_ns)
 
     def abort(self) -> None:
         """The client went away: free the request's blocks and end its stream."""
@@ -113,7 +120,7 @@ class EngineRequest:
 
     async def _progress(self) -> None:
         loop = asyncio.get_running_loop()
-        self._seq.watched = True  # from now on the engine wakes this request every step
+        self._engine._sched.watch(self._seq)  # from now on the engine wakes it every step
         self._waiter = loop.create_future()
         await self._waiter
 
@@ -130,7 +137,7 @@ class EngineRequest:
         """Every output not yet seen, as a list per wakeup (consumers that write in bulk)."""
         seq, i = self._seq, 0
         while True:
-            n = len(seq.token_ns)
+            n = len(self._current().token_ns)
             if i < n:
                 yield [self._output(k) for k in range(i, n)]
                 i = n
@@ -304,7 +311,7 @@ class Engine:
         sched_ = self._sched
         while sched_.has_work():
             plan = sched_.schedule()
-            if plan.scheduled:
+            if plan.scheduled or plan.implicit:
                 cfg = self.config
                 dur = cost.step_ns(cfg, plan.prefill_tokens, plan.decode_seqs, plan.kv_tokens,
                                    plan.prefill_attn, plan.host_load_tokens)
