@@ -91,3 +91,73 @@ def test_a_watched_or_aborted_request_mid_step_keeps_the_schedule() -> None:
     cfg = EngineConfig(num_blocks=1500)
     for kw in ({"watch_at": 150}, {"abort_at": 150}, {"watch_at": 90, "abort_at": 200}):
         assert _drive(True, cfg, 5, **kw) == _drive(False, cfg, 5, **kw)
+
+
+def _engine_run(spans: bool, implicit: bool, cfg: EngineConfig, seed: int) -> dict[str, Any]:
+    """Requests submitted over virtual time to one engine: most awaited to the end, some
+    streamed, some aborted part way; the engine's stats read on a grid meanwhile."""
+    import asyncio
+    import contextlib
+
+    from workbench.clock import VirtualClock, run_virtual
+    from workbench.sim import engine as engine_mod
+
+    rng = random.Random(seed)
+    plan = [(rng.randrange(0, 3_000_000_000), i, rng.randrange(1, 120), rng.choice("wwwsa"))
+            for i in range(40)]
+
+    async def one(engine: Any, at: int, i: int, n: int, how: str, out: dict) -> None:
+        await asyncio.sleep(at / 1e9)
+        shared = rng.randrange(0, 12) * 16  # token ids (a stream draws output ids)
+        prompt = [*range(shared), *range(10**6 * (i + 1), 10**6 * (i + 1) + rng.randrange(1, 300))]
+        req = engine.submit(f"r{i}", prompt, n)
+        if how == "s":  # a stream: woken every step from its first token on
+            times = [o.t_ns async for o in req.stream()]
+        elif how == "a":  # the client goes away after a while
+            await asyncio.sleep(rng.randrange(1, 400) / 1e3)
+            req.abort()
+            times = req.token_ns
+        else:
+            await req.wait()
+            times = req.token_ns
+        out[i] = (times, req.cached_tokens, req.finish_reason, req.completion_tokens)
+
+    async def main() -> dict[str, Any]:
+        engine = engine_mod.Engine(cfg, VirtualClock())
+        engine._sched.implicit = implicit
+        await engine.start()
+        out: dict[int, Any] = {}
+        samples = []
+
+        async def sample() -> None:
+            for _ in range(400):
+                await asyncio.sleep(0.013)
+                samples.append(engine.stats())
+
+        s = asyncio.ensure_future(sample())
+        await asyncio.gather(*(one(engine, *p, out) for p in plan))
+        s.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await s
+        await engine.stop()
+        return {"requests": out, "samples": samples, "stats": engine.stats()}
+
+    old = engine_mod.SPAN_MAX
+    engine_mod.SPAN_MAX = old if spans else 1
+    try:
+        return run_virtual(main())
+    finally:
+        engine_mod.SPAN_MAX = old
+
+
+@pytest.mark.parametrize("knobs", [{"num_blocks": 3000}, {"num_blocks": 90, "max_num_seqs": 8},
+                                   {"num_blocks": 2000, "decode_seq_ms": 0.3}])
+def test_spans_and_implicit_decode_keep_the_engine_run(knobs: dict[str, Any]) -> None:
+    """One engine in virtual time with submits, streams, aborts and stats reads landing
+    inside spans: every request's token times and outcome and every stats sample equal
+    the step-by-step engine's (``SPAN_MAX`` 1, no implicit decode)."""
+    cfg = EngineConfig(**knobs)
+    base = _engine_run(False, False, cfg, 7)
+    assert _engine_run(True, True, cfg, 7) == base
+    assert _engine_run(False, True, cfg, 7) == base
+    assert any(r[2] == "abort" for r in base["requests"].values())

@@ -16,10 +16,14 @@ awaited with ``wait()`` is woken once, when it finishes).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
+import itertools
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from workbench.clock import Clock, StepHandle, VirtualClock, VirtualTimeLoop
 from workbench.segments import Segments
@@ -71,6 +75,7 @@ class EngineRequest:
         """The request's state now (an implicit decoder's fields are brought up to date)."""
         seq = self._seq
         if seq.tb >= 0:
+            self._engine._catch_up()
             self._engine._sched.sync(seq)
         return seq
 
@@ -120,7 +125,7 @@ class EngineRequest:
 
     async def _progress(self) -> None:
         loop = asyncio.get_running_loop()
-        self._engine._sched.watch(self._seq)  # from now on the engine wakes it every step
+        self._engine._watch(self._seq)  # from now on the engine wakes it every step
         self._waiter = loop.create_future()
         await self._waiter
 
@@ -165,6 +170,9 @@ class EngineRequest:
         )
 
 
+SPAN_MAX = 4096  # steps planned at once at most (a span: ``Engine._plan_step``)
+
+
 class Engine:
     """Waiting/running scheduler + KV cache + cost model, stepping on ``clock``."""
 
@@ -183,6 +191,11 @@ class Engine:
         self._end_step_cb = self._end_step  # one bound method, not one per step
         self._idle = True  # no step planned since the engine last ran out of work
         self._wake_ns = cost.idle_wake_ns(config)
+        # a span (virtual time, ``_plan_step``): the end of each step in flight, the
+        # first of them not yet applied, and the callback ending all but the last
+        self._ends: list[int] | None = None
+        self._done = 0
+        self._span_cb = self._span_tail
 
     async def start(self) -> None:
         if self._task is not None or self._loop is not None:
@@ -202,7 +215,9 @@ class Engine:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self._catch_up()
         self._loop = None
+        self._ends = None
         if self._step is not None:
             self._step.cancel()
             self._step = self._plan = None
@@ -237,6 +252,7 @@ class Engine:
     def submit_prepared(self, seq: sched.Sequence) -> EngineRequest:
         """Queue a sequence from ``prepare`` (of this engine or one with its config)."""
         req = EngineRequest(self, seq)
+        self._cut()  # before it joins: the steps ended so far did not see it
         self._sched.add(seq)
         if self._loop is None:
             self._wake.set()
@@ -262,11 +278,13 @@ class Engine:
 
     def load(self) -> tuple[int, int, float]:
         """(running requests, waiting requests, KV usage): what a router balances on."""
+        self._catch_up()
         s = self._sched
         return len(s.running), len(s.waiting), s.kv.usage
 
     def cached_prefix_blocks(self, hashes: Sequence[int]) -> int:
         """How many leading blocks of ``hashes`` this engine's prefix cache holds."""
+        self._catch_up()
         return len(self._sched.kv.longest_hit(hashes, len(hashes)))
 
     def _check(self, n_prompt: int, max_tokens: int) -> int:
@@ -289,8 +307,15 @@ class Engine:
         return max_tokens
 
     def _abort(self, req: EngineRequest) -> None:
+        self._cut()
         if self._sched.abort(req._seq, self.clock.now_ns()):
             req._notify()
+
+    def _watch(self, seq: sched.Sequence) -> None:
+        """A consumer waits on ``seq`` step by step (``Scheduler.watch``)."""
+        if not seq.watched:
+            self._cut()
+            self._sched.watch(seq)
 
     def _kick_soon(self) -> None:
         """Wake the idle engine one loop iteration later (as the wall-clock task wakes
@@ -327,14 +352,75 @@ class Engine:
 
     def _plan_step(self, t0: int) -> None:
         """Plan the next step at ``t0`` and register its end with the loop (or go
-        idle until a submit), as one pass of ``_run``'s loop does."""
+        idle until a submit), as one pass of ``_run``'s loop does.
+
+        A step that only advances implicit decoders, with nothing waiting, starts a
+        *span*: the steps up to the next one with an event (a block fills or is
+        needed, a request finishes: ``Scheduler.span``) are planned at once, their
+        times by the same cost model, and the loop runs one callback at the end of the
+        last-but-one (it applies them all) and one at the end of the last (a step as
+        any other, registered then, as the step-by-step engine registers it). Anything
+        that could see the engine in between (a submit, an abort, a stream, a read)
+        applies the steps ended so far first (``_catch_up``), and a submit or abort
+        ends the span after the step in flight (``_cut``): docs/virtual-time.md.
+        """
         nxt = self._next_plan()
         if nxt is None:
             self._plan = self._step = None
             return
-        self._plan, dur = nxt
+        plan, dur = nxt
+        self._plan = plan
         assert self._loop is not None
-        self._step = self._loop.call_step_at(t0 + dur, self._end_step_cb)
+        end = t0 + dur
+        if plan.implicit and not plan.scheduled and not self._sched.waiting and dur > 0:
+            k = self._sched.span(SPAN_MAX)
+            if k > 1:
+                ends = self._ends = self._span_ends(end, k)
+                self._done = 0
+                self._step = self._loop.call_step_at(ends[-2], self._span_cb)
+                return
+        self._step = self._loop.call_step_at(end, self._end_step_cb)
+
+    def _span_ends(self, end: int, k: int) -> list[int]:
+        """The end times of a span's ``k`` steps, the first ending at ``end``."""
+        s = self._sched
+        kv = np.arange(1, k, dtype=np.int64) * s.implicit_count + s.implicit_kv_tokens(0)
+        durs = cost.decode_steps_ns(self.config, s.implicit_count, kv)
+        return list(itertools.accumulate(durs, initial=end))
+
+    def _span_tail(self) -> bool:
+        """The loop reached a span's last-but-one step end: apply the steps ended so
+        far and register the last one (now, as the step-by-step engine would)."""
+        ends = self._ends
+        assert ends is not None and self._loop is not None
+        self._sched.advance(ends[self._done : -1])
+        self._ends = None
+        self._step = self._loop.call_step_at(ends[-1], self._end_step_cb)
+        return False
+
+    def _catch_up(self) -> None:
+        """Apply the span's steps that ended before now (one ending now has not run yet:
+        a timer due at a step's end runs first)."""
+        ends = self._ends
+        if ends is None:
+            return
+        j, last = self._done, len(ends) - 1
+        now = self.clock.now_ns()
+        if ends[j] < now:
+            k = bisect.bisect_left(ends, now, j, last)
+            self._sched.advance(ends[j:k])
+            self._done = k
+
+    def _cut(self) -> None:
+        """End the span after the step in flight (the engine changes now)."""
+        if self._ends is None:
+            return
+        self._catch_up()
+        ends, j = self._ends, self._done
+        assert self._step is not None and self._loop is not None
+        self._step.cancel()
+        self._ends = None
+        self._step = self._loop.call_step_at(ends[j], self._end_step_cb)
 
     def _end_step(self) -> bool:
         """The loop reached the step's end: apply it, plan the next; True if a
@@ -364,6 +450,7 @@ class Engine:
 
     def stats(self) -> dict[str, Any]:
         """Counters (monotonic, tokens) and gauges, as plain numbers."""
+        self._catch_up()
         s = self._sched
         out: dict[str, Any] = {
             k: getattr(s.counters, k) for k in sched.Counters.__dataclass_fields__
@@ -380,6 +467,7 @@ class Engine:
 
     def reset_prefix_cache(self) -> bool:
         """Forget the prefix cache; False (nothing done) while requests hold blocks."""
+        self._catch_up()
         return self._sched.kv.reset()
 
 

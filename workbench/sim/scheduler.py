@@ -29,6 +29,7 @@ of the per-request usage the server reports (vLLM re-counts on re-admission).
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -188,6 +189,8 @@ class Scheduler:
         self._kv_off = 0
         self._grow_at: dict[int, list[tuple[Sequence, int]]] = {}
         self._fill_at: dict[int, list[tuple[Sequence, int]]] = {}
+        self._grow_steps: list[int] = []  # heaps of the keys of the two (stale ones too)
+        self._fill_steps: list[int] = []
         self._inflight: StepPlan | None = None  # planned, not yet completed
         self._admitted = 0  # admissions so far (each one's ``rank``)
 
@@ -366,6 +369,7 @@ class Scheduler:
         at = self._fill_at.get(fill)
         if at is None:
             self._fill_at[fill] = [entry]
+            heapq.heappush(self._fill_steps, fill)
         else:
             at.append(entry)
         grow = tb + seq.capacity - c
@@ -373,8 +377,39 @@ class Scheduler:
             at = self._grow_at.get(grow)
             if at is None:
                 self._grow_at[grow] = [entry]
+                heapq.heappush(self._grow_steps, grow)
             else:
                 at.append(entry)
+
+    @property
+    def implicit_count(self) -> int:
+        """How many running requests are implicit decoders."""
+        return self._ns
+
+    def implicit_kv_tokens(self, ahead: int) -> int:
+        """The KV tokens the implicit decoders attend to in the step ``ahead`` steps
+        after the one being planned (none of them joining or leaving in between)."""
+        return self._kv_off + self._ns * (self._tick + ahead + 1)
+
+    def span(self, limit: int) -> int:
+        """How many steps from the one just planned, an implicit-only step with nothing
+        waiting, run with no event (up to ``limit``): every step but the last of them
+        neither fills a block, needs one nor finishes a request, and none but the
+        first needs a block. ``advance`` applies all but the last; ``complete`` the last."""
+        tick = self._tick
+        grow = _next_key(self._grow_at, self._grow_steps)
+        fill = _next_key(self._fill_at, self._fill_steps)
+        return max(1, min(limit, grow - tick, fill - tick + 1))
+
+    def advance(self, ends: list[int]) -> None:
+        """Apply span steps that ended at ``ends`` (no event in them: ``span``); each one
+        is followed by the next one, planned (as ``schedule`` counts it)."""
+        n = len(ends)
+        if n:
+            self._times += ends
+            self._tick += n
+            self.counters.steps += n
+            self.counters.generation_tokens += self._ns * n
 
     def _absorb(self) -> None:
         """After a step: running requests right after the implicit ones that now only
@@ -424,6 +459,8 @@ class Scheduler:
         self._ns = self._kv_off = 0
         self._grow_at.clear()
         self._fill_at.clear()
+        self._grow_steps.clear()
+        self._fill_steps.clear()
         plan = self._inflight
         if plan is not None and plan.implicit:
             for seq in implicit:
@@ -644,3 +681,10 @@ class Scheduler:
 
 def _rank(seq: Sequence) -> int:
     return seq.rank
+
+
+def _next_key(at: dict[int, list[tuple[Sequence, int]]], keys: list[int]) -> int:
+    """The smallest key of ``at`` (its heap ``keys`` may hold keys popped since)."""
+    while keys and keys[0] not in at:
+        heapq.heappop(keys)
+    return keys[0] if keys else 1 << 62
