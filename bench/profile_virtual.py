@@ -82,7 +82,8 @@ def main() -> None:
             stats.dump_stats(args.dump)
         stats.sort_stats(args.sort).print_stats(args.top)
         print(out.getvalue())
-    print(traced)
+    if traced:
+        print(traced)
 
 
 def _traced(top: int) -> str:

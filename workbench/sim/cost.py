@@ -65,13 +65,16 @@ def step_ns(config: EngineConfig, prefill_tokens: int, decode_seqs: int, kv_toke
     return round(ms * 1e6 / config.speedup)
 
 
+_VECTOR_MIN = 24  # fewer steps are cheaper one by one than through numpy's calls
+
+
 def decode_steps_ns(config: EngineConfig, seqs: int, kv_tokens: np.ndarray) -> list[int]:
     """``step_ns`` of decode-only steps (``seqs`` sequences, no prefill, nothing from the
     host tier), one per entry of ``kv_tokens``: the same float operations in the same
     order, element-wise (IEEE doubles, round half to even), so every value equals
     ``step_ns``'s. A preset's step time is taken step by step."""
-    if config.zero_cost or config.preset:
-        return [step_ns(config, 0, seqs, int(kv)) for kv in kv_tokens.tolist()]
+    if config.zero_cost or config.preset or len(kv_tokens) < _VECTOR_MIN:
+        return [step_ns(config, 0, seqs, kv) for kv in kv_tokens.tolist()]
     a, b, c = config.decode_coeffs
     u = np.minimum(1.0, kv_tokens / config.capacity_tokens)
     ms = np.maximum(config.decode_floor_ms, a * u * u + b * u + c + config.decode_seq_ms * seqs)

@@ -384,8 +384,9 @@ class Engine:
     def _span_ends(self, end: int, k: int) -> list[int]:
         """The end times of a span's ``k`` steps, the first ending at ``end``."""
         s = self._sched
-        kv = np.arange(1, k, dtype=np.int64) * s.implicit_count + s.implicit_kv_tokens(0)
-        durs = cost.decode_steps_ns(self.config, s.implicit_count, kv)
+        n = s.implicit_count
+        kv = np.arange(1, k, dtype=np.int64) * n + s.implicit_kv_tokens(0)
+        durs = cost.decode_steps_ns(self.config, n, kv)
         return list(itertools.accumulate(durs, initial=end))
 
     def _span_tail(self) -> bool:
