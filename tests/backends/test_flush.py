@@ -65,30 +65,25 @@ async def test_a_run_flushes_with_its_own_credentials_from_the_target_url(tmp_pa
     as every request of the run), not only with an environment key."""
     import base64
 
-    import workbench as wb
-
-    auth: list[str | None] = []
-
-    async def reset(request: web.Request) -> web.Response:
-        auth.append(request.headers.get("Authorization"))
-        return web.json_response({"success": True})
-
-    url = await loopback([web.post("/reset_prefix_cache", reset)])
-    trace = tmp_path / "t.csv"
-    trace.write_text("id,arrival_time,input_len,output_len\n0,0,8,1\n")
-    result = await wb.run_async({
-        "trace": {"path": str(trace), "format": "independent"},
-        "target": url.replace("http://", "http://user:s3cret@"),
-        "backend": {"name": "openai", "preflight": False, "flush_cache": True,
-                    "scrape_interval_s": None},
-    })  # fmt: skip
-    assert auth == ["Basic " + base64.b64encode(b"user:s3cret").decode()]
+    seen, result = await _run_with_a_reset_server(
+        tmp_path, loopback, userinfo="user:s3cret@", options={})
+    assert [h.get("Authorization") for h in seen] == [
+        "Basic " + base64.b64encode(b"user:s3cret").decode()]
     assert result.manifest["cache_flush"]["ok"] is True
 
 
 async def test_the_reset_carries_the_users_headers(tmp_path, loopback):
     """A gateway that routes or authorizes on a header of the user's (``--header``) sees
     it on the reset too, not only on the requests (the reset reached no server before)."""
+    seen, result = await _run_with_a_reset_server(
+        tmp_path, loopback, options={"headers": {"x-route-to": "pool-b"}})
+    assert [h.get("x-route-to") for h in seen] == ["pool-b"]
+    assert result.manifest["cache_flush"]["ok"] is True
+
+
+async def _run_with_a_reset_server(tmp_path, loopback, *, options, userinfo=""):
+    """A one-request run with ``flush_cache`` against a server that only resets: the
+    headers each reset carried, and the run's result."""
     import workbench as wb
 
     seen: list[dict[str, str]] = []
@@ -102,10 +97,8 @@ async def test_the_reset_carries_the_users_headers(tmp_path, loopback):
     trace.write_text("id,arrival_time,input_len,output_len\n0,0,8,1\n")
     result = await wb.run_async({
         "trace": {"path": str(trace), "format": "independent"},
-        "target": url,
+        "target": url.replace("http://", "http://" + userinfo),
         "backend": {"name": "openai", "preflight": False, "flush_cache": True,
-                    "scrape_interval_s": None,
-                    "options": {"headers": {"x-route-to": "pool-b"}}},
+                    "scrape_interval_s": None, "options": options},
     })  # fmt: skip
-    assert [h.get("x-route-to") for h in seen] == ["pool-b"]
-    assert result.manifest["cache_flush"]["ok"] is True
+    return seen, result

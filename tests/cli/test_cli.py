@@ -67,3 +67,20 @@ def test_an_out_dir_that_is_not_a_directory_is_one_line_before_any_bar(tmp_path)
     assert proc.returncode == 2  # ExitCode.CONFIG_ERROR
     assert proc.stderr.strip().splitlines() == [
         f"workbench replay: error: out_dir: '{blocker}' exists and is not a directory"]
+
+
+def test_the_slo_help_names_every_slo_able_metric(capsys):
+    """``--slo``'s help is written without importing the metrics package (CLI start-up);
+    it must still name every metric the catalog accepts as an SLO."""
+    import pytest
+
+    from workbench.cli import build_parser
+    from workbench.metrics.catalog import SLO_ABLE
+
+    for command in ("replay", "simulate"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        slo = text[text.index("--slo BOUND SLO bound"):]
+        for metric in SLO_ABLE:
+            assert metric in slo[:600], (command, metric)

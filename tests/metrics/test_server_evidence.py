@@ -106,6 +106,17 @@ def test_simulate_shards_like_a_live_run_with_workers() -> None:
     assert sharded.manifest["peak_active_units"] <= 4
 
 
+def test_simulate_shards_when_workers_equal_the_concurrency() -> None:
+    """``workers: 2`` with ``max_concurrency: 2``: each shard is one worker with one slot
+    (it was refused: the shard's config still said two workers for its one slot)."""
+    base = {"trace": {"path": SESSIONS, "max_items": 6},
+            "arrival": {"mode": "saturated", "max_concurrency": 2, "tool_wait_scale": 0.0}}
+    sharded = wb.simulate({**base, "executor": {"workers": 2}})
+    assert sharded.manifest["virtual_executor"]["shards"] == 2
+    assert {r.routing_slot for r in sharded.records} == {0, 1}
+    assert len(sharded.records) == len(wb.simulate(base).records)
+
+
 def test_simulate_keep_records_false_stays_on_disk(tmp_path: Path) -> None:
     base = {"trace": {"path": SESSIONS, "max_items": 6}, "run_id": "r"}
     kept = wb.simulate({**base, "out_dir": str(tmp_path / "a")})

@@ -346,18 +346,26 @@ async def test_clients_vanishing_mid_stream_are_aborts_not_server_errors(caplog)
     is the same client abort, so the server must neither log an error nor keep blocks.
     """
 
-    async def reader(s, url, events):
+    async def reader(s, url, events, streaming):
         body = completions_body(list(range(64)), 100_000)
         async with s.post(url + "/v1/completions", json=body) as resp:
-            for _ in range(events):
+            for i in range(events):
                 await resp.content.readline()
+                if i == 0:
+                    streaming.append(1)
 
     async with asyncio.timeout(TIMEOUT * 3), serve_sim(speedup=200.0) as sim:
         for round_ in range(6):
             async with aiohttp.ClientSession() as s:
-                tasks = [asyncio.create_task(reader(s, sim.base_url, 1 + (i + round_) % 20))
+                streaming: list[int] = []
+                tasks = [asyncio.create_task(reader(s, sim.base_url, 1 + (i + round_) % 20,
+                                                    streaming))
                          for i in range(32)]  # fmt: skip
-                await asyncio.sleep(0.005 * (round_ + 1))
+                # cancel once a few streams run (the rest at every stage: not yet sent,
+                # waiting, mid-write); a fixed sleep let a loaded machine cancel all of
+                # them before any reached the server, so no abort was counted
+                while len(streaming) < 4 + round_:
+                    await asyncio.sleep(0.002)
                 for t in tasks:
                     t.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)

@@ -178,3 +178,60 @@ def test_tracegen_carries_a_graph_in_a_sidecar_and_nothing_else_changes(tmp_path
     assert _graph(again) == _graph(load_trace(src))
     # a consumer that ignores the sidecar sees every session as a root
     assert all(u.spawn is None for u in load_trace(with_graph.csv_path, sidecars=False).units)
+
+
+# -- joins inferred from timing wait for the child's whole subtree ----------------------
+def test_tracelab_nested_contained_subagents_replay_as_a_tree(tmp_path):
+    """main's Task call holds sub, whose own Task call holds subsub: read as main → sub →
+    subsub, and replayed so that main's next round starts only after sub *and* subsub
+    ended (a join waits for the child's whole subtree), in virtual time."""
+    rows = [
+        _tl_row("main", 0, T.format(0), T.format(1), [_task(T.format(2), T.format(30))]),
+        _tl_row("main", 1, T.format(31), T.format(32)),
+        _tl_row("sub", 0, T.format(3), T.format(4), [_task(T.format(5), T.format(15))]),
+        _tl_row("sub", 1, T.format(16), T.format(20)),
+        _tl_row("subsub", 0, T.format(6), T.format(9)),
+        _tl_row("subsub", 1, T.format(10), T.format(14)),
+    ]
+    path = _write(tmp_path, rows)
+    assert _graph(load_trace(path)) == {
+        "main": None, "sub": ("main", 0, "round_end", 1000.0, 1),
+        "subsub": ("sub", 0, "round_end", 1000.0, 1)}
+    res = simulate(RunConfig.from_dict({"trace": str(path), "arrival": {"mode": "saturated"}}),
+                   engine={"num_blocks": 256, "block_size": 16})
+    recs = {(r.session_id, r.round_idx): r for r in res.records}
+    ends = {row["unit_id"]: row["end_ns"] for row in res.lifecycle}
+    assert all(r.status == "ok" for r in res.records)
+    assert recs[("main", 1)].dispatch_ns >= ends["sub"] >= ends["subsub"]
+    assert ends["subsub"] >= recs[("subsub", 1)].end_ns
+    assert recs[("sub", 1)].dispatch_ns >= ends["subsub"]  # sub's own join on subsub
+
+
+def test_tracelab_named_child_is_joined_after_its_grandchild(tmp_path):
+    """Rule 1 (``parent_session_id``): the join is the parent's first round that
+    started after the child's whole subtree ended — here after the grandchild (15 s),
+    so round 2 (20 s), not round 1 (10 s), which began while the grandchild ran."""
+    rows = [_tl_row("main", 0, T.format(0), T.format(1)),
+            _tl_row("main", 1, T.format(10), T.format(11)),
+            _tl_row("main", 2, T.format(20), T.format(21)),
+            _tl_row("kid", 0, T.format(2), T.format(5), parent_session_id="main"),
+            _tl_row("grandkid", 0, T.format(3), T.format(15), parent_session_id="kid")]
+    spawn = {u.unit_id: u.spawn for u in load_trace(_write(tmp_path, rows)).units}
+    assert (spawn["kid"].parent_id, spawn["kid"].round_idx, spawn["kid"].join_round) == \
+        ("main", 0, 2)
+    assert (spawn["grandkid"].parent_id, spawn["grandkid"].join_round) == ("kid", None)
+
+
+def test_dynamo_timed_join_waits_for_the_grandchild(tmp_path):
+    """Without ``dependency``: c (150..250 ms) spawned g (200..800 ms); p's join on c is
+    its first request received after 800 ms (p2 at 900), not after c's own end (p1 at
+    300), since in replay the join waits for c's whole subtree."""
+    base = 1_700_000_000_000
+    rows = [_dyn("p", "p0", base, 100, 16, [1]),
+            _dyn("p", "p1", base + 300, 10, 16, [1]),
+            _dyn("p", "p2", base + 900, 10, 16, [1]),
+            _dyn("c", "c0", base + 150, 100, 16, [2], "p"),
+            _dyn("g", "g0", base + 200, 600, 16, [3], "c")]
+    g = _graph(load_trace(_write(tmp_path, rows)))
+    assert g["c"] == ("p", 0, "round_end", 50.0, 2)
+    assert g["g"] == ("c", 0, "round_start", 50.0, None)

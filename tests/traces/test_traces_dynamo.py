@@ -4,6 +4,7 @@ Rules: docs/trace-formats.md.
 """
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,51 @@ def test_envelope_strings_and_unknown_fields(tmp_path):
     w = load_trace(_write(tmp_path, [{"timestamp": 1.0, "event": row}]))
     r = w.units[0].rounds[0]
     assert (r.output_len, r.hash_ids) == (5, (1, 2))
+    assert w.meta["unknown_fields"] == ["extra_field"]
+
+
+def test_unknown_fields_are_one_warning_naming_each_with_its_first_line(tmp_path, caplog):
+    """Fields the schema does not have, at any level (row, agent_context, request,
+    replay, tool), are ignored and named once: the file, each field, the first line it
+    is on. The schema's own fields that replay does not need are no warning."""
+    a = _req("r1", sid="s", event_source="dynamo", event_time_unix_ms=T0 + 5)
+    a["request"].update(ttft_ms=3.0, x_request_id="x", worker_id="w0", priority=2)
+    a["agent_context"]["trajectory_id"] = "s"
+    b = _req("r2", recv=T0 + 100, hashes=(1, 3), sid="s")
+    b["request"]["priority"] = 1  # again: still its first line (1)
+    b["request"]["replay"]["block_hash_kind"] = "xxh3"
+    b["agent_context"]["tenant"] = "t"
+    t = _tool(T0 + 10, T0 + 20)
+    t["tool"].update(tool_class="bash", status="ok", exit_code=0)
+    p = _write(tmp_path, [a, t, b])
+    with caplog.at_level(logging.WARNING):
+        w = load_trace(p)
+    assert w.meta["unknown_fields"] == [
+        "agent_context.tenant", "request.priority", "request.replay.block_hash_kind",
+        "tool.exit_code"]
+    warnings = [r for r in caplog.records if "unknown field" in r.getMessage()]
+    assert len(warnings) == 1
+    text = warnings[0].getMessage()
+    assert str(p) in text
+    for named in ("agent_context.tenant (line 3)", "request.priority (line 1)",
+                  "request.replay.block_hash_kind (line 3)", "tool.exit_code (line 2)"):
+        assert named in text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert "unknown_fields" not in load_trace(FIXTURE).meta  # the schema's own fields
+    assert "unknown field" not in caplog.text
+
+
+def test_a_dependency_field_it_does_not_know_is_refused_with_its_line(tmp_path):
+    """A sub-agent edge is read whole or not at all: an unknown field in it could move
+    the child's start or join, so it is a refusal naming the line, not a warning."""
+    parent = _req("p1", sid="p")
+    child = _req("c1", recv=T0 + 50, hashes=(1, 5), sid="c")
+    child["agent_context"].update(parent_session_id="p", dependency={
+        "relation": "subagent", "parent_request_id": "p1", "wait_for": "all"})
+    with pytest.raises(TraceFormatError, match=r":2: agent_context\.dependency has field\(s\) "
+                                               r"wait_for this reader does not know"):
+        load_trace(_write(tmp_path, [parent, child]))
 
 
 def _with(row, path, value):

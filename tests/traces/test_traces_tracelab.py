@@ -5,6 +5,7 @@ Rules: docs/trace-formats.md.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,24 @@ def test_public_file_is_detected_and_mapped() -> None:
     assert claude.rounds[-1].tool_wait_after_ms == 0.0 == codex.rounds[-1].tool_wait_after_ms
     assert codex.arrival_ms == 0.0 < claude.arrival_ms  # rebased to the earliest session
     assert w.meta["tool_wait"] == "union"
+
+
+def test_unknown_fields_are_one_warning_the_schema_own_fields_none(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A field the round schema does not have is named once, with its first line; the
+    schema's fields replay does not use (the public file has many) are no warning."""
+    rows = [_round(idx=0, sentiment="ok"), _round(idx=1, prefix=110, sentiment="ok",
+                                                  gpu="h100", reasoning_output_tokens=3)]
+    with caplog.at_level(logging.WARNING):
+        w = load_trace(_write(tmp_path, rows))
+    assert w.meta["unknown_fields"] == ["gpu", "sentiment"]
+    assert caplog.text.count("unknown field") == 1
+    assert "gpu (line 2), sentiment (line 1)" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert "unknown_fields" not in load_trace(PUBLIC).meta
+    assert "unknown field" not in caplog.text
 
 
 def test_sum_mode_adds_parallel_tools() -> None:

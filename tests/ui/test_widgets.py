@@ -233,6 +233,9 @@ def test_warmup_tool_waits_output_length_model_and_key_variable_reach_the_config
     assert (cfg.arrival.warmup, cfg.arrival.tool_wait_scale, cfg.arrival.output_len) == (
         1, 0.5, "budget:64")
     assert cfg.backend.options["model"] == "qwen" and cfg.backend.api_key_env == "MY_KEY"
+    assert cfg.backend.stream is True and c.stream.value is True
+    c.stream.value = False  # non-streaming (docs/wire-protocols.md): the panel's checkbox
+    assert p.config().backend.stream is False
 
 
 def test_aliases_are_not_listed_twice_and_show_as_their_name() -> None:

@@ -236,13 +236,13 @@ def loads(payload: bytes) -> dict[str, Any]:
     try:
         obj = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
-        raise BackendError(f"bad JSON in stream ({exc}): {payload[:200]!r}") from None
+        raise BackendError(f"bad JSON in the answer ({exc}): {payload[:200]!r}") from None
     if not isinstance(obj, dict):
-        raise BackendError(f"stream payload is not a JSON object: {payload[:200]!r}")
+        raise BackendError(f"answer payload is not a JSON object: {payload[:200]!r}")
     if "error" in obj or obj.get("object") == "error":
         err = obj.get("error", obj)
         msg = err.get("message", err) if isinstance(err, dict) else err
-        raise BackendError(f"server error in stream: {msg}")
+        raise BackendError(f"server error in the answer: {msg}")
     return obj
 
 
@@ -320,6 +320,13 @@ def parse_openai_usage(usage: Mapping[str, Any]) -> tuple[int | None, int | None
         cached or 0,
         cached is not None,
     )
+
+
+def stream_fields(stream: bool) -> dict[str, Any]:
+    """The body fields of the response mode: a stream with a final usage chunk, or
+    ``"stream": false`` (one JSON answer whose ``usage`` is the same block)."""
+    return {"stream": True, "stream_options": {"include_usage": True}} if stream \
+        else {"stream": False}
 
 
 def finish_reason_of(value: Any) -> str | None:

@@ -50,8 +50,8 @@ from workbench.backends.stream import (
     DisconnectedError,
     IdleTimeoutError,
     Inflater,
+    ResponseBody,
     StaleConnectionError,
-    StreamState,
 )
 from workbench.records import RequestRecord
 
@@ -104,7 +104,7 @@ class _Connection(asyncio.Protocol):
 
     def _clear(self) -> None:
         self.waiter: asyncio.Future[tuple[int, bytes]] | None = None
-        self.state: StreamState | None = None
+        self.state: ResponseBody | None = None
         self.rec: RequestRecord | None = None
         self.status = 0
         self.streaming = False  # status 200 with a StreamState: body goes to it
@@ -126,7 +126,7 @@ class _Connection(asyncio.Protocol):
 
     # -- the request ---------------------------------------------------------------
     def start(
-        self, data: bytes, state: StreamState | None, rec: RequestRecord | None
+        self, data: bytes, state: ResponseBody | None, rec: RequestRecord | None
     ) -> asyncio.Future[tuple[int, bytes]]:
         """Write one request; the future ends with ``(status, body)`` (body empty when
         it went to ``state``) or with the failure."""
@@ -273,7 +273,9 @@ class _Connection(asyncio.Protocol):
         self.status = status
         if self.rec is not None:
             self.rec.http_status = status
-        self.streaming = status == 200 and self.state is not None and not self.state.json_body
+        state = self.state  # a JSON 200 is an error body, or a whole answer (stream.WholeBody)
+        self.streaming = status == 200 and state is not None and (
+            not state.json_body or state.takes_json)
         enc = self.encoding
         if enc and enc != b"identity":
             if enc not in (b"gzip", b"x-gzip", b"deflate"):
@@ -544,7 +546,7 @@ class HttpToolsClient:
         payload: bytes,
         request_id: str,
         rec: RequestRecord,
-        state: StreamState,
+        state: ResponseBody,
         headers: dict[str, str] | None = None,
     ) -> tuple[int, bytes]:
         """POST ``payload``, the body streamed into ``state``; ``(status, non-200 body)``.
@@ -572,7 +574,7 @@ class HttpToolsClient:
         self,
         pool: _Pool,
         data: bytes,
-        state: StreamState | None,
+        state: ResponseBody | None,
         rec: RequestRecord | None,
         timeout_s: float | None,
     ) -> tuple[int, bytes]:

@@ -28,8 +28,8 @@ from workbench.backends.stream import (
     DisconnectedError,
     IdleTimeoutError,
     Inflater,
+    ResponseBody,
     StaleConnectionError,
-    StreamState,
 )
 from workbench.records import RequestRecord
 
@@ -116,7 +116,7 @@ class AiohttpClient:
         payload: bytes,
         request_id: str,
         rec: RequestRecord,
-        state: StreamState,
+        state: ResponseBody,
         extra_headers: dict[str, str] | None = None,
     ) -> tuple[int, bytes]:
         # identity: a compressed stream would reach us in compressor-sized bursts
@@ -154,7 +154,8 @@ class AiohttpClient:
                 inflater = _inflater(resp)
                 if resp.status != 200:
                     return resp.status, (await _bounded_body(resp, inflater))
-                if resp.content_type == "application/json":  # not a stream: an error body
+                if resp.content_type == "application/json" and not state.takes_json:
+                    # not a stream: an error body (a whole answer is read as such below)
                     state.json_body = True
                     return 200, (await _bounded_body(resp, inflater))
                 # a body delimited by the close is whole at [DONE] (see http1)

@@ -34,6 +34,7 @@ from workbench.backends.base import (
     check_output_count,
     loads,
     reconfigure,
+    stream_fields,
 )
 
 #: Stands in for a token whose id the server did not return (text-only streams).
@@ -179,6 +180,8 @@ class OpenAICompletionsCodec:
 
     model: str | None = None
     temperature: float = 0.0
+    #: False: ``"stream": false``, the answer read whole (``backend.stream``)
+    stream: bool = True
     name: str = field(default="openai", init=False)
     returns_token_ids: bool = field(default=True, init=False)
     servers: ServerFacts = field(default=OPENAI_SERVERS, init=False)
@@ -198,8 +201,7 @@ class OpenAICompletionsCodec:
             "min_tokens": req.max_tokens,
             "ignore_eos": True,
             "temperature": self.temperature,
-            "stream": True,
-            "stream_options": {"include_usage": True},
+            **stream_fields(self.stream),
             "return_token_ids": True,
             "rid": req.request_id,
         }

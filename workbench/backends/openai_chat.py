@@ -34,6 +34,7 @@ from workbench.backends.base import (
     WireRequest,
     loads,
     reconfigure,
+    stream_fields,
 )
 from workbench.backends.openai import UNKNOWN_TOKEN
 
@@ -74,6 +75,7 @@ class OpenAIChatCodec:
         "turn_overhead_tokens",
         "tokenizer",
         "max_sessions",
+        "stream",
     )
 
     def __init__(
@@ -84,8 +86,10 @@ class OpenAIChatCodec:
         turn_overhead_tokens: int = 0,
         tokenizer: TextTokenizer | None = None,
         max_sessions: int = 4096,
+        stream: bool = True,
     ) -> None:
         self.model = model
+        self.stream = stream  # False: "stream": false, the answer read whole
         self.temperature = temperature
         self.initial_overhead_tokens = initial_overhead_tokens
         self.turn_overhead_tokens = turn_overhead_tokens
@@ -117,8 +121,7 @@ class OpenAIChatCodec:
             "min_tokens": req.max_tokens,
             "ignore_eos": True,
             "temperature": self.temperature,
-            "stream": True,
-            "stream_options": {"include_usage": True},
+            **stream_fields(self.stream),
             "rid": req.request_id,
         }
         if self.model is not None:
@@ -181,7 +184,8 @@ CUMULATIVE_TEXT_HINT = (
 
 
 class ChatParser(OpenAIChunks):
-    """Chat deltas: every chunk with non-empty content (or reasoning) is a token event.
+    """Chat deltas: every chunk with non-empty content (or reasoning) is a token event
+    (a non-streaming answer: its one ``message``).
 
     Its ids are the delta re-encoded (at least one, since the server sent a token
     even when it renders as whitespace); the reply's ids are the whole text re-encoded.
@@ -204,7 +208,8 @@ class ChatParser(OpenAIChunks):
         choice = self._head(loads(payload))
         if choice is None:
             return None
-        delta = choice.get("delta")
+        # a stream's chunk has a delta, a whole (non-streaming) answer its message
+        delta = choice.get("delta") or choice.get("message")
         if not delta:
             return None
         content = delta.get("content")

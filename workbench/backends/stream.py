@@ -24,8 +24,15 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterator
 
+import orjson
+
 from workbench.backends.base import BackendError, StreamParser
-from workbench.backends.overrun import AFTER_DONE_MAX_BYTES, OutputOverrun, OverrunGuard
+from workbench.backends.overrun import (
+    AFTER_DONE_MAX_BYTES,
+    ERROR_CLASS,
+    OutputOverrun,
+    OverrunGuard,
+)
 from workbench.backends.sse import DONE, SSEDecoder
 from workbench.records import RequestRecord
 
@@ -41,8 +48,10 @@ __all__ = [
     "ConnectTimeoutError",
     "DisconnectedError",
     "IdleTimeoutError",
+    "ResponseBody",
     "StaleConnectionError",
     "StreamState",
+    "WholeBody",
 ]
 
 
@@ -116,6 +125,9 @@ KEPT_HEADER_PREFIX = "x-workbench-"
 
 class StreamState:
     """SSE decoding and token accounting of one response, fed ``(stamp, bytes)`` reads."""
+
+    #: a 200 with a JSON body is not a stream (an error body); ``WholeBody`` takes it
+    takes_json = False
 
     __slots__ = (
         "after_done", "counts", "cut", "decode", "decoder", "done", "error", "feed_all",
@@ -298,3 +310,86 @@ class StreamState:
         if not text:
             return BackendError("HTTP 200 with an empty body (no event stream)")
         return BackendError(f"HTTP 200 but the body is no event stream: {text[:RAW_MAX]}")
+
+
+class WholeBody:
+    """A non-streaming answer (``backend.stream`` false): one JSON body, read whole and
+    parsed when it ends (docs/wire-protocols.md, "Non-streaming").
+
+    The clients treat it as they treat a ``StreamState`` (``feed`` each read, ``close``
+    at the end of the body), but take a ``200`` with ``Content-Type: application/json``
+    into it (``takes_json``) instead of reading it as an error body. It records no token
+    event: the answer's output ids come at once, when the body ends, so ``end_ns`` is
+    that read and the transport sets the first (and last) token time to it: TTFT =
+    end-to-end latency, no TPOT or ITL. The body is bounded like one SSE event
+    (``overrun.event_bytes_limit``): a body past it is cut as an output overrun.
+    """
+
+    takes_json = True
+
+    __slots__ = ("cut", "done", "error", "headers", "ids", "json_body", "limit", "parser",
+                 "parts", "reads", "rec", "size")
+
+    def __init__(self, parser: StreamParser, rec: RequestRecord, limit: int) -> None:
+        self.parser, self.rec, self.limit = parser, rec, limit
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.done = self.cut = False
+        self.error: BackendError | None = None
+        self.reads = 0
+        self.headers: dict[str, str] = {}
+        self.json_body = False
+        self.ids = 0  # output ids the answer carried (set at ``close``)
+
+    def feed(self, t: int, chunk: bytes) -> None:
+        """One read of the body: kept until the end, cut past ``limit`` bytes."""
+        self.reads += 1
+        if self.done:
+            return
+        self.size += len(chunk)
+        if self.size > self.limit:
+            self.error = OutputOverrun(
+                f"{ERROR_CLASS}: the non-streaming answer passed {self.limit} bytes "
+                "(the bound for this request) without ending; cut")
+            self.done = self.cut = True
+            return
+        self.parts.append(chunk)
+
+    def close(self, t: int) -> None:
+        """End of body: parse the answer (its ids, usage, finish reason) in one piece."""
+        if self.done:
+            return
+        self.done = True
+        self.rec.end_ns = t
+        body = b"".join(self.parts)
+        self.parts.clear()
+        try:
+            self.ids = len(self.parser.feed(body) or ())
+        except BackendError as exc:
+            self.error = whole_body_error(body) or exc
+
+    def not_a_stream(self) -> BackendError | None:
+        """None: a body that is no JSON answer (empty included) fails at ``close``."""
+        return None
+
+
+def whole_body_error(body: bytes) -> BackendError | None:
+    """Why a non-streaming body is no JSON object (None when it is one): the server
+    streamed anyway, or the JSON is malformed; quoted up to ``RAW_MAX`` bytes."""
+    text = body[:RAW_MAX].decode("utf-8", errors="replace").strip()
+    if not text:
+        return BackendError("HTTP 200 with an empty body (no JSON answer)")
+    if text.startswith(("data:", "event:", ":")):
+        return BackendError("the server streamed server-sent events although the request "
+                            f"said \"stream\": false: {text[:200]}")
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        return BackendError(f"malformed JSON body (non-streaming answer): {exc}: {text}")
+    if not isinstance(obj, dict):
+        return BackendError(f"the non-streaming answer is not a JSON object: {text}")
+    return None
+
+
+#: what a client feeds a response's body to: a stream, or a whole answer
+ResponseBody = StreamState | WholeBody

@@ -43,8 +43,10 @@ from workbench.backends.stream import (
     ConnectTimeoutError,
     DisconnectedError,
     IdleTimeoutError,
+    ResponseBody,
     StaleConnectionError,
     StreamState,
+    WholeBody,
 )
 from workbench.clock import Clock, WallClock
 from workbench.placement import placement_extra
@@ -106,13 +108,16 @@ class TransportOptions:
     def of_run(cls, cfg: RunConfig, base_url: str) -> TransportOptions:
         """A run's options: its backend's key, its arrival timeouts, its executor's client."""
         a = cfg.arrival
+        # non-streaming: no byte comes until the whole answer, so only the request timeout
+        # applies (docs/wire-protocols.md, "Non-streaming"; RunConfig requires one)
+        idle = a.stream_idle_timeout_s if cfg.backend.stream else None
         cfg.register_secrets()  # every process that sends keeps its credentials out of outputs
         register_url(base_url)  # the URL as given to this process (its query values)
         return cls(
             base_url=base_url,
             api_key_env=cfg.backend.api_key_env,
             request_timeout_s=a.request_timeout_s,
-            stream_idle_timeout_s=a.stream_idle_timeout_s,
+            stream_idle_timeout_s=idle,
             http=cfg.executor.http,
             pace_ms=cfg.executor.pace_ms,
             authorization=basic_authorization(cfg.target.url),
@@ -132,7 +137,7 @@ class HTTPClient(Protocol):
         payload: bytes,
         request_id: str,
         rec: RequestRecord,
-        state: StreamState,
+        state: ResponseBody,
         headers: dict[str, str] | None = None,
     ) -> tuple[int, bytes]: ...
 
@@ -364,7 +369,11 @@ class Transport:
         parser = codec.parser(req)
         guard = OverrunGuard(rec, req.max_tokens, by_events=not codec.returns_token_ids,
                              prompt_tokens=len(req.prompt_ids))
-        state = StreamState(parser, rec, guard, self.options.stream_idle_timeout_s)
+        whole = not getattr(codec, "stream", True)  # backend.stream false: one JSON answer
+        state: ResponseBody = (
+            WholeBody(parser, rec, guard.event_limit) if whole
+            else StreamState(parser, rec, guard, self.options.stream_idle_timeout_s)
+        )  # fmt: skip
         extra = getattr(codec, "request_headers", None)  # backends/extras.py
         headers = dict(extra(req) or {}) if extra is not None else {}
         if req.session_id:  # routers key session affinity on it (docs/cluster.md)
@@ -376,8 +385,8 @@ class Transport:
             rec.extra.update(placement_extra(state.headers))
         if status != 200:
             raise HTTPStatusError(status, body.decode("utf-8", errors="replace"))
-        if state.json_body:  # a 200 whose body is JSON, not a stream: an error body
-            raise json_body_error(body[:_ERROR_BODY_CHARS])
+        if state.json_body and not whole:  # a 200 whose body is JSON, not a stream: an
+            raise json_body_error(body[:_ERROR_BODY_CHARS])  # error body
         if state.error is not None:
             raise state.error
         if (not_a_stream := state.not_a_stream()) is not None:
@@ -393,6 +402,8 @@ class Transport:
         rec.finish_reason = out.finish_reason
         rec.server_request_id = out.server_request_id
         guard.flag(out.completion_tokens)
+        if whole:  # the output came at once, with the end of the body: TTFT = E2E
+            rec.first_token_ns = rec.last_token_ns = rec.end_ns
         if out.server_metrics:
             rec.extra["server_metrics"] = out.server_metrics
         if _clamped(req, out.completion_tokens, out.finish_reason):

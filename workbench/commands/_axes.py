@@ -47,6 +47,10 @@ def add_axis_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--request-timeout", type=float, help="per-request timeout (s)")
     p.add_argument("--stream-idle-timeout", type=float, help="stream idle timeout (s)")
     p.add_argument("--backend", help=" | ".join(BACKENDS.names()))
+    p.add_argument("--stream", action=argparse.BooleanOptionalAction, default=None,
+                   help="--no-stream: non-streaming requests (\"stream\": false), the answer "
+                        "read whole: TTFT = end-to-end latency, no TPOT/ITL (openai, "
+                        "openai-chat; the request timeout applies, not the idle one)")
     p.add_argument("--seed", type=int, help="seed of the synthetic token pool")
     p.add_argument("--flush-cache", action=argparse.BooleanOptionalAction, default=None,
                    help="reset the server's prefix cache before the run (default: try, "
@@ -112,11 +116,18 @@ def exit_status(summary: dict[str, Any], cancelled: bool, max_error_rate: float)
     return ExitCode.COMPLETED
 
 
+# The SLO-able metrics, as workbench.metrics.catalog.SLO_ABLE names them (not imported here:
+# the metrics package costs ~0.4 s at CLI start); a test keeps the two equal.
+_SLO_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "terminal_tail_ms", "e2e_ms",
+                "completion_amortized_tpot_ms", "arrival_release_lag_ms", "admission_lag_ms")
+
+
 def add_run_knobs(p: argparse.ArgumentParser) -> None:
     """The per-run knobs of the config file, as flags (docs/sweeps.md, "command line")."""
     g = p.add_argument_group("run knobs (config-file fields as flags)")
     g.add_argument("--slo", action="append", default=[], metavar="BOUND",
-                   help="SLO bound (repeatable). METRIC<=MS (ttft_ms, tpot_ms, e2e_ms): "
+                   help="SLO bound (repeatable). METRIC<=MS (METRIC: "
+                        + ", ".join(_SLO_METRICS) + "): "
                         "per request, the summary's attainment and goodput; workbench sweep "
                         "also takes percentile bounds METRIC:pQ<=MS (ttft_ms:p90<=2000) and "
                         "ok>=F (share of requests that must finish ok)")
@@ -165,7 +176,7 @@ _AXIS_FLAGS = {
         "stream_idle_timeout": "stream_idle_timeout_s",
     },
     "backend": {"backend": "name", "flush_cache": "flush_cache", "token_salt": "token_salt",
-                "profile": "profile", "profile_dir": "profile_dir",
+                "profile": "profile", "profile_dir": "profile_dir", "stream": "stream",
                 "metrics_url": "metrics_urls", "metrics_series": "metrics_series"},
 }
 

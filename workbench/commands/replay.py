@@ -106,7 +106,7 @@ def _brief(summary: dict, result: Any = None, percentiles: str | None = None) ->
 
     keys = ("requests", "ok", "errors", *SCALAR_LATENCY, "actual_prefix_hit_rate",
             "cache_reported_requests", "cache_unreported_requests", "planned_prefix_hit_rate",
-            "request_throughput_rps", "warmup")
+            "request_throughput_rps", "warmup", "response_mode")
     out = {k: summary[k] for k in keys if k in summary}
     if percentiles and result is not None:
         out["percentiles"] = percentile_table(result, percentiles)

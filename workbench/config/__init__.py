@@ -140,6 +140,13 @@ class BackendSpec:
     # SGLang: workbench.backends.profile); profile_dir: where the server writes traces
     profile: bool = False
     profile_dir: str | None = None
+    # False: non-streaming requests ("stream": false), the answer read whole: TTFT =
+    # end-to-end latency, no TPOT/ITL (docs/wire-protocols.md, "Non-streaming")
+    stream: bool = True
+
+    def codec_options(self) -> dict[str, Any]:
+        """The codec's options: ``options``, plus ``stream: False`` in non-streaming mode."""
+        return dict(self.options) if self.stream else {**self.options, "stream": False}
 
 
 @dataclass(frozen=True)
@@ -348,6 +355,7 @@ class RunConfig:
             raise ConfigError(f"arrival.drain must be 'finish' or 'truncate', got {a.drain!r}")
         parse_output_policy(a.output_len)
         BACKENDS.canonical(self.backend.name)
+        self._check_stream()
         if self.backend.profile_dir is not None and not self.backend.profile:
             raise ConfigError("backend.profile_dir is where the profiler's traces go: set "
                               "backend.profile true (--profile) too")
@@ -422,6 +430,26 @@ class RunConfig:
             EngineConfig.from_knobs(**engine_knobs)
         except (ValueError, TypeError) as exc:  # an unknown knob name, a cluster knob
             raise ConfigError(f"target.engine: {exc}") from None
+
+    def _check_stream(self) -> None:
+        """``backend.stream``: false only for a codec that can ask for a whole answer, and
+        only with a request timeout (the stream idle timeout does not apply to it)."""
+        from workbench.backends import BACKENDS
+
+        if "stream" in self.backend.options:
+            raise ConfigError("backend.options.stream: set backend.stream (--no-stream) instead")
+        if self.backend.stream:
+            return
+        able = [n for n in BACKENDS.names() if hasattr(BACKENDS.get(n), "stream")]
+        if not hasattr(BACKENDS.get(self.backend.name), "stream"):
+            raise ConfigError(
+                f"backend.stream false (non-streaming): backend {self.backend.name!r} only "
+                f"streams; use {' or '.join(able)}")
+        if self.arrival.request_timeout_s is None:
+            raise ConfigError(
+                "backend.stream false (non-streaming) needs arrival.request_timeout_s: the "
+                "stream idle timeout does not apply to a whole answer, so only the request "
+                "timeout bounds a server that never answers")
 
     def _check_backend_options(self, v: Any) -> None:
         """``backend.options``: names the codec takes, each of the type it declares."""

@@ -25,7 +25,8 @@ class LocalExecutor:
     ) -> None:
         s = session
         b = s.cfg.backend
-        codec = make_codec(b.name, **b.options)  # fresh per run (the chat codec keeps state)
+        # fresh per run (the chat codec keeps state)
+        codec = make_codec(b.name, **b.codec_options())
         clock = WallClock()
         pool = run_pool(s.cfg.seed, b.token_salt, s.run_id)
         options = TransportOptions.of_run(s.cfg, target["base_url"])

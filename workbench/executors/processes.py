@@ -100,7 +100,7 @@ class ShardedExecutor:
         options = TransportOptions.of_run(s.cfg, target["base_url"])
         async with Transport(options, clock) as transport:
             pool = run_pool(s.cfg.seed, b.token_salt, s.run_id)
-            await s.check_target(transport, make_codec(b.name, **b.options), pool, target)
+            await s.check_target(transport, make_codec(b.name, **b.codec_options()), pool, target)
         block_size = await s.block_size(target)
         s.manifest.block_size = block_size
         scraper = s.scraper(target, clock)

@@ -96,14 +96,18 @@ class EngineSender:
         if self.activity is not None:
             self.activity.set()
         try:
-            return await self._send(req, rec)
+            return await self._send(req, rec, getattr(codec, "stream", True))
         finally:
             self.in_flight -= 1
 
-    async def _send(self, req: WireRequest, rec: RequestRecord) -> list[int] | Segments | None:
+    async def _send(
+        self, req: WireRequest, rec: RequestRecord, stream: bool = True
+    ) -> list[int] | Segments | None:
         """Submit, wait once for the end (no wakeup per step), then copy the engine's
         per-token emission times: each step emits one token per request, so each
-        token is one stream event, as the HTTP server would send it."""
+        token is one stream event, as the HTTP server would send it. Non-streaming
+        (``stream`` False, ``backend.stream``): no token event, the output arrives
+        with the end, as the server's one JSON answer does (TTFT = E2E)."""
         rec.dispatch_ns = self.clock.now_ns()
         rec.sent_prompt_tokens = req.prompt_len
         await self.admission.wait()  # the per-request overhead (docs/calibration.md)
@@ -122,11 +126,14 @@ class EngineSender:
             raise
         times = ereq.token_ns
         ids = ereq.output_segments() if req.segments is not None else ereq.output_ids
-        rec.token_times_ns = times
-        rec.token_counts = [1] * len(times)
-        rec.first_token_ns = times[0] if times else None
-        rec.last_token_ns = times[-1] if times else None
         rec.end_ns = self.clock.now_ns()
+        if stream:
+            rec.token_times_ns = times
+            rec.token_counts = [1] * len(times)
+            rec.first_token_ns = times[0] if times else None
+            rec.last_token_ns = times[-1] if times else None
+        elif times:  # the whole answer: its tokens come with its end (docs/wire-protocols.md)
+            rec.first_token_ns = rec.last_token_ns = rec.end_ns
         rec.http_status = 200
         rec.finish_reason = ereq.finish_reason
         rec.prompt_tokens = ereq.prompt_tokens
@@ -294,8 +301,9 @@ async def _simulate(
     }  # fmt: skip
     runners = []
     for part in parts:
-        shard_cfg = cfg if n == 1 else cfg.replace(**{"arrival.max_concurrency":
-                                                      part.max_concurrency})
+        # a shard is one worker with its share of the slots (as a worker process's config)
+        shard_cfg = cfg if n == 1 else cfg.replace(**{
+            "arrival.max_concurrency": part.max_concurrency, "executor.workers": 1})
         runner = build_runner(
             shard_cfg, part.plan, run_id=run_id, sender=sender, clock=clock,
             sink=sinks.on_record, lifecycle_sink=sinks.on_lifecycle,

@@ -24,7 +24,11 @@ as server latency:
   there is a gap, else 0), ``itl_min_ms``, ``itl_max_ms`` (NaN without a gap);
 - ``terminal_tail_ms``: last token event → end of stream;
 - ``e2e_ms``: dispatch → end of stream;
-- ``completion_amortized_tpot_ms``: (e2e − ttft)/(n − 1), an audit figure only;
+- ``completion_amortized_tpot_ms``: (e2e − ttft)/(n − 1), an audit figure only
+  (NaN without a token event);
+- a *non-streaming* answer (``backend.stream`` false) has no token event and its
+  ``first_token_ns`` is its end: ``ttft_ms`` = ``e2e_ms``, ``tpot_ms``, ITL,
+  ``terminal_tail_ms`` and the amortized TPOT are NaN (absent, never 0);
 - ``arrival_release_lag_ms``: scheduled arrival → released (task running);
 - ``admission_lag_ms``: scheduled arrival → admitted (slot granted), so it
   *includes* the release lag (docs/arrival.md "arrival → slot granted"). A session
@@ -175,7 +179,9 @@ def derive(
     tpot[ok_tpot] = (tok["last_t"] - tok["first_t"])[ok_tpot] / NS_PER_MS / denom[ok_tpot]
     flags = np.fromiter((bool(v) for v in raw["cached_tokens_reported"]), dtype=bool, count=n)
     with np.errstate(divide="ignore", invalid="ignore"):
-        amort = np.where(n_out >= 2, (e2e - ttft) / (n_out - 1), np.nan)
+        # a record without a token event (a non-streaming answer: TTFT = E2E) has no
+        # time between its first and last token to amortize: absent, not 0
+        amort = np.where((n_out >= 2) & tok["has"], (e2e - ttft) / (n_out - 1), np.nan)
         planned_hit = np.where(planned_prompt > 0, pre / planned_prompt, np.nan)
         cached, cached_ok = opt["cached_tokens"]
         measured = cache_measured(flags, cached_ok, prompt, prompt_ok)

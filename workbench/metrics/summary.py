@@ -292,6 +292,22 @@ def _manifest_get(manifest: Mapping[str, Any], key: str) -> Any:
     return None
 
 
+#: what a non-streaming run's summary, report and CLI line say (docs/metrics.md)
+NON_STREAMING_NOTE = "non-streaming: TTFT = end-to-end latency"
+#: how a non-streaming run shows TPOT and ITL: undefined, not 0
+NOT_STREAMED = "n/a — non-streaming"
+
+
+def response_mode(manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``{"stream": False, "note": ...}`` for a non-streaming run (``backend.stream``
+    false in the manifest's config), None for a streaming one."""
+    config = manifest.get("config")
+    backend = config.get("backend") if isinstance(config, Mapping) else None
+    if isinstance(backend, Mapping) and backend.get("stream") is False:
+        return {"stream": False, "note": f"{NON_STREAMING_NOTE}; TPOT and ITL: {NOT_STREAMED}"}
+    return None
+
+
 def run_summary(
     full: Columns,
     manifest: Mapping[str, Any],
@@ -306,6 +322,9 @@ def run_summary(
     df = full if warmup else full.where(~full.bools("warmup"))
     ok = df.where(df.equals("status", "ok"))
     out: dict[str, Any] = {"warmup_included": warmup, **counts(df)}
+    mode = response_mode(manifest)
+    if mode is not None:  # said beside the numbers it changes (TTFT = E2E, no TPOT/ITL)
+        out["response_mode"] = mode
     for col in (*LATENCY_METRICS, *AUDIT_METRICS):
         out[col] = describe_metric(ok, col)
     out.update(throughput(df))

@@ -3,7 +3,7 @@
 Times are seconds relative to ``t0_ns`` (default: the run's first dispatch).
 Output tokens are binned by the arrival time of the stream events that carried
 them, so the series shows delivery as it happened rather than lumping a whole
-response at its end.
+response at its end; a non-streaming answer's tokens did arrive at its end.
 """
 
 from __future__ import annotations
@@ -38,8 +38,14 @@ def throughput_timeline(
         return pd.DataFrame(columns=cols)
     ends = df[df["end_ns"].notna()]
     end_s = (ends["end_ns"].astype("int64") - t0) / 1e9
-    tok_t = np.asarray([(t - t0) / 1e9 for ts in df["token_times_ns"] for t in ts], dtype=float)
-    tok_n = np.asarray([c for cs in df["token_counts"] for c in cs], dtype=float)
+    times = [(t - t0) / 1e9 for ts in df["token_times_ns"] for t in ts]
+    counts = [float(c) for cs in df["token_counts"] for c in cs]
+    # a whole (non-streaming) answer has no token event: its tokens arrive at its end
+    whole = df[df["token_times_ns"].map(len).eq(0) & df["first_token_ns"].notna()
+               & df["output_tokens"].gt(0)]
+    times += [(int(t) - t0) / 1e9 for t in whole["first_token_ns"]]
+    counts += [float(n) for n in whole["output_tokens"]]
+    tok_t, tok_n = np.asarray(times, dtype=float), np.asarray(counts, dtype=float)
     horizon = max(
         float(end_s.max()) if len(end_s) else 0.0, float(tok_t.max()) if tok_t.size else 0.0
     )

@@ -593,7 +593,7 @@ def build_runner(
     b = cfg.backend
     runner = Runner(
         cfg, plan, run_id=run_id,
-        codec=codec if codec is not None else make_codec(b.name, **b.options),
+        codec=codec if codec is not None else make_codec(b.name, **b.codec_options()),
         sender=sender, clock=clock,
         pool=pool if pool is not None else run_pool(cfg.seed, b.token_salt, run_id),
         sink=sink, lifecycle_sink=lifecycle_sink, block_size=block_size,

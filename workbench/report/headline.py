@@ -23,6 +23,7 @@ from typing import Any
 
 import workbench.metrics.catalog as catalog
 from workbench.metrics.slo import DEFAULT_MIN_OK
+from workbench.metrics.summary import NON_STREAMING_NOTE, NOT_STREAMED
 from workbench.sweeps.store import Sweep
 
 SEP = " · "
@@ -114,11 +115,14 @@ def run_headline(summary: Mapping[str, Any], manifest: Mapping[str, Any] | None 
     planned prefix hit rate, request throughput, the client's verdict (or virtual
     time), the SLO verdict when the run had an SLO, and the simulated engine's speed."""
     status = summary.get("run_status")
+    whole = summary.get("response_mode") is not None  # non-streaming: TTFT = E2E, no TPOT
     parts: list[str | None] = [
         f"INCOMPLETE ({status})" if status not in (None, "completed") else None,
         f"{summary.get('ok', 0)}/{summary.get('requests', 0)} ok",
-        f"TTFT p50/p90/p99 {_triple(summary.get('ttft_ms'))} ms",
-        f"TPOT p50/p90/p99 {_triple(summary.get('tpot_ms'))} ms",
+        f"TTFT p50/p90/p99 {_triple(summary.get('ttft_ms'))} ms"
+        + (f" ({NON_STREAMING_NOTE})" if whole else ""),
+        f"TPOT {NOT_STREAMED}" if whole
+        else f"TPOT p50/p90/p99 {_triple(summary.get('tpot_ms'))} ms",
         _prefix(summary),
         f"{sig(summary.get('request_throughput_rps'))} req/s",
         client_verdict(summary),

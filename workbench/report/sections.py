@@ -66,6 +66,12 @@ class RunReport:
         note = engine_note(self.manifest)
         return f"; {note}" if note else ""
 
+    @property
+    def _mode(self) -> str:
+        """``" — non-streaming: TTFT = end-to-end latency; ..."`` (empty when streamed)."""
+        mode = self.summary.get("response_mode")
+        return f" — {mode['note']}" if isinstance(mode, dict) and mode.get("note") else ""
+
     def _frame(self) -> pd.DataFrame:
         from workbench.metrics import run_rows
 
@@ -97,7 +103,8 @@ class RunReport:
                 tables.client_table(self.summary),
                 caption=tables.client_caption(self.summary, self.manifest)),
             "latency": lambda: tables.show(tables.summary_table(self.summary),
-                                           caption=f"Latency of ok requests (ms{self._times})"),
+                                           caption=f"Latency of ok requests (ms{self._times})"
+                                           + self._mode),
             "prefix": lambda: tables.show(tables.prefix_table(self.summary),
                                           caption=tables.prefix_caption(self.summary)),
             "server": lambda: tables.show(tables.server_table(self.summary),

@@ -52,6 +52,7 @@ from workbench.traces.json_io import (
     json_number,
     json_tokens,
     loads_exact,
+    note_unknown,
     warn_unknown,
 )
 from workbench.traces.mooncake import leading_seen_blocks
@@ -170,8 +171,7 @@ def read_bailian(path: Path, *, block_size: int = DEFAULT_BLOCK_SIZE, **unknown:
     rows: list[_Row] = []
     extra: dict[str, int] = {}
     for line, obj, raw in json_lines(path):
-        for key in obj.keys() - KNOWN_FIELDS:
-            extra.setdefault(key, line)
+        note_unknown(path, line, obj, KNOWN_FIELDS, extra)
         rows.append(_parse(path, line, obj, raw, block_size))
     if not rows:
         raise TraceFormatError(path, 0, "no rows")

@@ -26,10 +26,12 @@ is one event a line, each with ``schema: "dynamo.request.trace.v1"`` and an
   own ``agent_context``, else to the session of the request whose
   ``finish_reason_metadata.tool_calls[].id`` equals its ``tool_call_id``.
 - Tolerated as seen in the wild: a row wrapped as ``{"timestamp": ..., "event":
-  {...}}``; numbers written as strings (``"1000.0"``); unknown extra fields
-  (ignored); hashes wider than 64 bits (kept exact: orjson would turn them into
-  floats, so such a line is re-parsed with the stdlib); ``request_payload`` rows
-  and any other event type (skipped, counted in ``meta["skipped_events"]``).
+  {...}}``; numbers written as strings (``"1000.0"``); fields the schema does
+  not have (``KNOWN_FIELDS``): ignored, named in one warning with the first line of
+  each (``meta["unknown_fields"]``); hashes wider than 64 bits (kept exact: orjson
+  would turn them into floats, so such a line is re-parsed with the stdlib);
+  ``request_payload`` rows and any other event type (skipped, counted in
+  ``meta["skipped_events"]``).
 
 Decisions:
 
@@ -46,7 +48,8 @@ Decisions:
 - Sub-agents (docs/session-graphs.md, ``workbench.traces.dynamo_graph``): a session
   whose ``agent_context.parent_session_id`` names another session is its child; the
   spawn point and the join come from ``agent_context.dependency`` when given (as
-  workbench's exporter writes it), else from timing.
+  workbench's exporter writes it), else from timing. A dependency with a field not in
+  ``DEPENDENCY_FIELDS`` is refused (it may change the edge's timing).
 - Tool wait between requests k and k+1 of a session: the union of the session's
   tool spans that ended in ``(received_k, received_{k+1}]`` (clipped to start at
   ``received_k``; parallel tools overlap); with no such tool, the idle gap
@@ -67,11 +70,40 @@ from workbench.traces import bounds
 from workbench.traces._io import as_int, check_options, epoch_ms, token_count, wait_ms
 from workbench.traces.dynamo_graph import attach
 from workbench.traces.formats import register_format
-from workbench.traces.json_io import json_id, json_lines, json_object, loads_exact
+from workbench.traces.json_io import (
+    json_id,
+    json_lines,
+    json_object,
+    loads_exact,
+    note_unknown,
+    warn_unknown,
+)
 from workbench.traces.mooncake import leading_seen_blocks
 
 SCHEMA = "dynamo.request.trace.v1"
 _TOOL_EVENTS = ("tool_end", "tool_error")
+#: the fields of the schema, per object (those read and those Dynamo writes that replay
+#: does not need); any other is named in one warning (``json_io.note_unknown``)
+KNOWN_FIELDS: dict[str, frozenset[str]] = {
+    "": frozenset(("schema", "event_type", "event_time_unix_ms", "event_source",
+                   "agent_context", "request", "tool")),
+    "agent_context.": frozenset(("session_id", "parent_session_id", "dependency",
+                                 "trajectory_id", "session_final", "compaction",
+                                 "input_trigger")),
+    "request.": frozenset(("request_id", "x_request_id", "model", "input_tokens",
+                           "output_tokens", "cached_tokens", "request_received_ms",
+                           "total_time_ms", "ttft_ms", "finish_reason_metadata", "replay",
+                           "worker_id")),
+    "request.replay.": frozenset(("trace_block_size", "input_length",
+                                  "input_sequence_hashes")),
+    "tool.": frozenset(("tool_call_id", "tool_class", "claude", "started_at_unix_ms",
+                        "ended_at_unix_ms", "duration_ms", "status", "output_bytes",
+                        "output_tokens", "error_type")),
+}
+#: a sub-agent edge's fields (workbench's exporter, docs/session-graphs.md): another one
+#: could change when the child starts or is joined, so it is refused, not ignored
+DEPENDENCY_FIELDS = frozenset(("relation", "parent_request_id", "trigger", "delay_ms",
+                               "join_request_id"))
 _INT_TEXT = re.compile(r"-?[0-9]+")
 
 
@@ -142,12 +174,15 @@ def _tool_call_ids(req: dict[str, Any]) -> tuple[str, ...]:
     return tuple(str(c["id"]) for c in calls if isinstance(c, dict) and c.get("id") is not None)
 
 
-def _session(path: Path, line: int, ev: dict[str, Any]) -> tuple[str | None, str | None]:
+def _session(
+    path: Path, line: int, ev: dict[str, Any], seen: dict[str, int]
+) -> tuple[str | None, str | None]:
     ctx = ev.get("agent_context")
     if ctx is None:
         return None, None
     if not isinstance(ctx, dict) or ctx.get("session_id") is None:
         raise TraceFormatError(path, line, "agent_context must be an object with a session_id")
+    note_unknown(path, line, ctx, KNOWN_FIELDS["agent_context."], seen, where="agent_context.")
     parent = ctx.get("parent_session_id")
     return (
         json_id(path, line, "agent_context.session_id", ctx["session_id"]),
@@ -155,9 +190,12 @@ def _session(path: Path, line: int, ev: dict[str, Any]) -> tuple[str | None, str
     )
 
 
-def _request(path: Path, line: int, ev: dict[str, Any], raw: str) -> _Request:
+def _request(path: Path, line: int, ev: dict[str, Any], raw: str,
+             seen: dict[str, int]) -> _Request:  # fmt: skip
     req = _object(path, line, ev, "request")
     replay = _object(path, line, req, "replay")
+    for at, obj in (("request.", req), ("request.replay.", replay)):
+        note_unknown(path, line, obj, KNOWN_FIELDS[at], seen, where=at)
     for key, where in (
         ("request_id", req),
         ("output_tokens", req),
@@ -183,12 +221,17 @@ def _request(path: Path, line: int, ev: dict[str, Any], raw: str) -> _Request:
             f"expected ceil({length}/{block}) = {want}",
         )
     total = req.get("total_time_ms")
-    session, parent = _session(path, line, ev)
+    session, parent = _session(path, line, ev, seen)
     ctx = ev.get("agent_context")
     dep = ctx.get("dependency") if isinstance(ctx, dict) else None
     if dep is not None and not isinstance(dep, dict):
         raise TraceFormatError(path, line, f"agent_context.dependency must be an object, got "
                                f"{dep!r:.40}")
+    if dep is not None and (odd := sorted(dep.keys() - DEPENDENCY_FIELDS)):
+        raise TraceFormatError(
+            path, line, f"agent_context.dependency has field(s) {', '.join(odd)} this reader "
+            "does not know; they may change when the sub-agent starts or is joined, so the "
+            f"edge is refused (known: {', '.join(sorted(DEPENDENCY_FIELDS))})")
     return _Request(
         line,
         json_id(path, line, "request_id", req["request_id"]),
@@ -205,8 +248,9 @@ def _request(path: Path, line: int, ev: dict[str, Any], raw: str) -> _Request:
     )
 
 
-def _tool(path: Path, line: int, ev: dict[str, Any]) -> _Tool:
+def _tool(path: Path, line: int, ev: dict[str, Any], seen: dict[str, int]) -> _Tool:
     tool = _object(path, line, ev, "tool")
+    note_unknown(path, line, tool, KNOWN_FIELDS["tool."], seen, where="tool.")
     if tool.get("ended_at_unix_ms") is None:
         raise TraceFormatError(path, line, "missing field 'ended_at_unix_ms'")
     end = epoch_ms(path, line, "ended_at_unix_ms", tool["ended_at_unix_ms"])
@@ -219,11 +263,15 @@ def _tool(path: Path, line: int, ev: dict[str, Any]) -> _Tool:
     if start > end:
         raise TraceFormatError(path, line, "tool started_at_unix_ms is after ended_at_unix_ms")
     call = tool.get("tool_call_id")
-    session, _ = _session(path, line, ev)
+    session, _ = _session(path, line, ev, seen)
     return _Tool(line, session, None if call is None else str(call), start, end)
 
 
-def _read_events(path: Path) -> tuple[list[_Request], list[_Tool], Counter[str]]:
+def _read_events(
+    path: Path, seen: dict[str, int]
+) -> tuple[list[_Request], list[_Tool], Counter[str]]:
+    """The request and tool rows (others counted as skipped); the fields of theirs this
+    reader does not know go into ``seen`` (field → first line)."""
     requests: list[_Request] = []
     tools: list[_Tool] = []
     skipped: Counter[str] = Counter()
@@ -236,9 +284,11 @@ def _read_events(path: Path) -> tuple[list[_Request], list[_Tool], Counter[str]]
         if not isinstance(kind, str):
             raise TraceFormatError(path, line, "missing field 'event_type'")
         if kind == "request_end":
-            requests.append(_request(path, line, ev, raw))
+            note_unknown(path, line, ev, KNOWN_FIELDS[""], seen)
+            requests.append(_request(path, line, ev, raw, seen))
         elif kind in _TOOL_EVENTS:
-            tools.append(_tool(path, line, ev))
+            note_unknown(path, line, ev, KNOWN_FIELDS[""], seen)
+            tools.append(_tool(path, line, ev, seen))
         else:
             skipped[kind] += 1
     if not requests:
@@ -390,7 +440,8 @@ def read_dynamo(path: Path, **unknown: Any) -> Workload:
     """Load a Dynamo request trace: sessions from agent_context, else independent requests."""
     check_options("dynamo", unknown, ())
     path = Path(path)
-    requests, tools, skipped = _read_events(path)
+    unknown_fields: dict[str, int] = {}
+    requests, tools, skipped = _read_events(path, unknown_fields)
     _check(path, requests)
     ordered = sorted(requests, key=lambda r: (r.received_ms, r.line))
     prefix = _prefixes(ordered)
@@ -412,4 +463,5 @@ def read_dynamo(path: Path, **unknown: Any) -> Workload:
         "tool_wait_sources": dict(sources),
         "clamped_output_tokens": sum(r.output_tokens < 1 for r in requests),
     }
+    warn_unknown(path, unknown_fields, meta)
     return Workload(tuple(units), "dynamo", str(path), ordered[0].block_size, meta)

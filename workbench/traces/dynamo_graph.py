@@ -19,7 +19,8 @@ session. Where it hangs:
   received at or before the child's first; ``request_end`` when the child came after
   that request ended (``request_received_ms + total_time_ms``), else
   ``request_start``; the delay is the gap. The join is the parent's first request
-  received at or after the child's own last request ended (none: no round waits).
+  received at or after the child's whole subtree ended (its own and its descendants'
+  last requests: in replay the join waits for all of them; none: no round waits).
 
 A ``parent_session_id`` naming no session of the file is a trace error at the child's
 first request line.
@@ -34,6 +35,7 @@ from typing import Any
 from workbench.errors import TraceFormatError
 from workbench.records import Spawn, SpawnTrigger, Unit
 from workbench.traces._io import wait_ms
+from workbench.traces.graph import subtree_ends
 
 RELATION = "subagent"
 TRIGGERS: dict[str, SpawnTrigger] = {"request_start": "round_start", "request_end": "round_end"}
@@ -43,6 +45,8 @@ WIRE_TRIGGERS = {v: k for k, v in TRIGGERS.items()}
 def attach(path: Path, units: list[Unit], sessions: dict[str, list[Any]]) -> list[Unit]:
     """``units`` with ``spawn`` set on every child session (``sessions``: requests in
     received order, by session id)."""
+    done = subtree_ends({sid: max(_end(r) for r in reqs) for sid, reqs in sessions.items()},
+                        {sid: reqs[0].parent_session_id for sid, reqs in sessions.items()})
     out = []
     for u in units:
         reqs = sessions[u.unit_id]
@@ -56,7 +60,7 @@ def attach(path: Path, units: list[Unit], sessions: dict[str, list[Any]]) -> lis
                                    f"{parent!r} names no session of the trace (dangling parent)")
         dep = next(((r.line, r.dependency) for r in reqs if r.dependency), None)
         spawn = (_explicit(path, dep[0], dep[1], parent, sessions[parent]) if dep
-                 else _timed(first.line, reqs, sessions[parent]))
+                 else _timed(first.line, reqs, sessions[parent], done[u.unit_id]))
         out.append(dataclasses.replace(u, spawn=dataclasses.replace(spawn, line=first.line)))
     return out
 
@@ -95,7 +99,9 @@ def _end(r: Any) -> float:
     return float(r.received_ms + (r.total_ms or 0.0))
 
 
-def _timed(line: int, reqs: list[Any], parent_reqs: list[Any]) -> Spawn:
+def _timed(line: int, reqs: list[Any], parent_reqs: list[Any], done: float) -> Spawn:
+    """The spawn and join of a child without ``dependency`` (module doc); ``done``: when
+    its whole subtree ended (``graph.subtree_ends``)."""
     t = reqs[0].received_ms
     k = max((i for i, r in enumerate(parent_reqs) if r.received_ms <= t), default=0)
     pk = parent_reqs[k]
@@ -104,7 +110,6 @@ def _timed(line: int, reqs: list[Any], parent_reqs: list[Any]) -> Spawn:
         delay = t - _end(pk)
     else:
         trigger, delay = "round_start", max(t - pk.received_ms, 0.0)
-    done = max(_end(r) for r in reqs)
     j = next((i for i in range(k + 1, len(parent_reqs)) if parent_reqs[i].received_ms >= done),
              None)
     return Spawn(reqs[0].parent_session_id, k, trigger, delay, j, line)

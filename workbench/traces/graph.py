@@ -14,9 +14,9 @@ tasks, never children: a child always comes with its root.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Spawn, Unit, Workload
@@ -27,6 +27,7 @@ CSV_COLUMNS = ("parent_session_id", "spawn_round", "spawn_trigger", "spawn_delay
                "join_round")
 TRIGGERS = ("round_start", "round_end")
 DETACHED = "none"
+K = TypeVar("K", bound=Hashable)
 
 WINDOW_RULE = (
     "contiguous: the agent tasks (root units, file order) from index offset to "
@@ -96,6 +97,26 @@ def _no_cycle(path: Path, unit: Unit, by_id: dict[str, Unit]) -> None:
             raise TraceFormatError(path, line, f"unit {unit.unit_id!r} is its own ancestor "
                                    "(a cycle of parent links)")
         seen.add(cur.unit_id)
+
+
+def subtree_ends(own: Mapping[K, float], parent: Mapping[K, K | None]) -> dict[K, float]:
+    """Each node's *subtree end*: the latest ``own`` end of itself and every descendant
+    (``parent``: each node's parent, None for a root).
+
+    In replay a unit ends when its own rounds and all its children have ended, and a
+    join waits for that (docs/session-graphs.md); so a join inferred from timing must
+    come after the child's whole subtree ended, not only its own last request. A parent
+    outside ``own`` and a cycle are skipped here (``check_graph`` reports them).
+    """
+    out = dict(own)
+    for node, end in own.items():
+        seen = {node}
+        up = parent.get(node)
+        while up is not None and up in out and up not in seen:
+            out[up] = max(out[up], end)
+            seen.add(up)
+            up = parent.get(up)
+    return out
 
 
 def roots(workload: Workload) -> list[Unit]:

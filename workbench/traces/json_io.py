@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,30 @@ def read_json_document(path: Path, what: str, kind: type) -> Any:
     if not isinstance(value, kind):
         raise TraceFormatError(path, 0, f"{what} must be a JSON {kind.__name__}")
     return value
+
+
+def note_unknown(
+    path: Path,
+    line: int,
+    obj: Mapping[str, Any],
+    known: AbstractSet[str],
+    seen: dict[str, int],
+    *,
+    where: str = "",
+    refused: Mapping[str, str] | None = None,
+) -> None:
+    """The one rule for fields a JSON reader does not know (docs/trace-formats.md).
+
+    Each key of ``obj`` not in ``known`` goes into ``seen`` with the first line it
+    appears on, named ``where`` + key (``where``: the dotted path of a nested object,
+    e.g. ``"request."``); ``warn_unknown`` then names them all in one warning. A key of
+    ``refused`` changes what the other fields mean: a ``TraceFormatError`` on this line,
+    with ``refused[key]`` saying why, never a warning.
+    """
+    for key in obj.keys() - known:
+        if refused and key in refused:
+            raise TraceFormatError(path, line, f"field {where}{key!r}: {refused[key]}")
+        seen.setdefault(f"{where}{key}", line)
 
 
 def warn_unknown(path: Path, seen: dict[str, int], meta: dict[str, Any]) -> None:

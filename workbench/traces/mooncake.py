@@ -62,6 +62,7 @@ from workbench.traces.json_io import (
     json_number,
     json_tokens,
     loads_exact,
+    note_unknown,
     warn_unknown,
 )
 
@@ -120,18 +121,15 @@ def _hash_ids(path: Path, line: int, value: Any, raw: str) -> tuple[int, ...]:
 _REQUIRED = frozenset(("input_length", "output_length", "hash_ids"))
 KNOWN_FIELDS = _REQUIRED | {"timestamp", "session_id", "delay", "request_id"}
 #: fields that change what the others mean: refused, never ignored
-_FOREIGN = {"chat_id": "bailian", "parent_chat_id": "bailian"}
+_FOREIGN = {key: "belongs to the bailian format, whose timestamp is in seconds, not ms: "
+                 "read this file as 'bailian'" for key in ("chat_id", "parent_chat_id")}
 
 
 def unknown_fields(path: Path, line: int, obj: dict[str, Any], seen: dict[str, int]) -> None:
     """Note fields this reader does not know (first line each) into ``seen``; a field
-    of another format that changes the meaning of this one's is refused."""
-    for key in obj.keys() - KNOWN_FIELDS:
-        if key in _FOREIGN:
-            raise TraceFormatError(
-                path, line, f"field {key!r} belongs to the {_FOREIGN[key]} format, whose "
-                f"timestamp is in seconds, not ms: read this file as {_FOREIGN[key]!r}")
-        seen.setdefault(key, line)
+    of another format that changes the meaning of this one's is refused
+    (``json_io.note_unknown``)."""
+    note_unknown(path, line, obj, KNOWN_FIELDS, seen, refused=_FOREIGN)
 
 
 def _count(path: Path, line: int, name: str, value: Any) -> int:

@@ -2,7 +2,8 @@
 
 The format: docs/trace-formats.md.
 
-Fields read (others are ignored):
+Fields read (the schema's others, ``KNOWN_FIELDS``, are not needed; any field not in
+it is named in one warning, ``meta["unknown_fields"]``):
 
 - ``provider`` (string), ``project`` (string, optional/null: Codex rows have
   none), ``session_id`` (non-empty string), ``model`` (optional string);
@@ -50,13 +51,30 @@ from workbench.traces import bounds
 from workbench.traces._io import check_options
 from workbench.traces.canonical import request_id
 from workbench.traces.formats import register_format
-from workbench.traces.json_io import json_int, json_lines, json_number
+from workbench.traces.json_io import (
+    json_int,
+    json_lines,
+    json_number,
+    note_unknown,
+    warn_unknown,
+)
 from workbench.traces.tracelab_graph import agent_tool_spans, attach_subagents, parent_of
 
 FORMAT_NAME = "tracelab"
 TOOL_WAIT_MODES = ("union", "sum")
 Interval = tuple[float, float]
 _INT_FIELDS = ("round_index", "prefix_tokens", "newly_append_tokens", "output_tokens")
+#: the round schema's fields: those read, and those TraceLab writes that replay does not
+#: need (cache split, reasoning tokens, message counts ...); any other is named in one
+#: warning (``json_io.note_unknown``)
+KNOWN_FIELDS = frozenset((
+    *_INT_FIELDS, "provider", "project", "session_id", "model", "input_tokens_total",
+    "timing_events", "tools", "parent_session_id", "round_id", "turn_id", "trace_key", "store",
+    "claude_uncached_input_tokens", "claude_cache_creation_input_tokens",
+    "claude_cache_read_input_tokens", "reasoning_output_tokens", "current_input_event_count",
+    "current_user_message_count", "current_tool_result_count", "current_user_message_chars",
+    "current_tool_result_chars", "current_input_chars", "first_input_event_type",
+))
 
 
 def sniff(lines: list[str]) -> bool:
@@ -93,7 +111,9 @@ def read_tracelab(path: Path, *, tool_wait: str = "union", **options: Any) -> Wo
         raise ConfigError(f"tool_wait must be one of {TOOL_WAIT_MODES}, got {tool_wait!r}")
     path = Path(path)
     sessions: dict[tuple[str, str | None, str], list[_Row]] = {}
+    unknown: dict[str, int] = {}
     for line, obj, _raw in json_lines(path):
+        note_unknown(path, line, obj, KNOWN_FIELDS, unknown)
         row = _parse_row(path, line, obj)
         sessions.setdefault(row.identity, []).append(row)
     starts = [_session_start(path, rows) for rows in sessions.values()]
@@ -117,6 +137,7 @@ def read_tracelab(path: Path, *, tool_wait: str = "union", **options: Any) -> Wo
         "arrival_origin_ms": origin,
         "arrival_origin": datetime.fromtimestamp(origin / 1000, UTC).isoformat(),
     }
+    warn_unknown(path, unknown, meta)
     return Workload(units, FORMAT_NAME, source=str(path), meta=meta)
 
 

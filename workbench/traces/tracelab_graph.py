@@ -15,8 +15,11 @@ A session becomes a child of another by one of two rules, the first that applies
 Where it hangs: on the parent round that holds the call (rule 2) or, for rule 1,
 the parent's last round started at or before the child's start; trigger
 ``round_end``, ``delay_ms`` the child's start minus that call's ``emitted_at``
-(rule 1: minus the round's last event), at least 0; the parent's next round
-joins it (none after the parent's last round).
+(rule 1: minus the round's last event), at least 0. The join: rule 2, the parent's
+next round (the call's result; the child's whole subtree lies inside the call, since
+a grandchild lies inside the child's own call); rule 1, the parent's first later round
+that started at or after the child's whole subtree ended (``graph.subtree_ends``: in
+replay a join waits for the child's descendants too), none when no round did.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any
 from workbench.errors import TraceFormatError
 from workbench.records import Spawn, Unit
 from workbench.traces import bounds
+from workbench.traces.graph import subtree_ends
 
 SUBAGENT_TOOLS = frozenset(("Task", "Agent"))
 Interval = tuple[float, float]
@@ -78,10 +82,21 @@ def attach_subagents(
     """``units`` (one per session, in ``sessions`` order) with ``spawn`` set on children."""
     keys = list(sessions)
     spawns: dict[Key, Spawn] = {}
+    named: set[Key] = set()  # children by rule 1: their join is inferred from timing
+    by_name = {names[k]: k for k in keys}
     for key in keys:
-        got = _by_field(path, key, sessions, names) or _by_containment(key, sessions, names)
+        got = _by_field(path, key, sessions, names)
+        if got is not None:
+            named.add(key)
+        got = got or _by_containment(key, sessions, names)
         if got is not None:
             spawns[key] = got
+    ends = subtree_ends({k: span[1] for k in keys if (span := _span(sessions[k])) is not None},
+                        {k: by_name[sp.parent_id] for k, sp in spawns.items()})
+    for key in named:
+        edge = spawns[key]
+        spawns[key] = dataclasses.replace(edge, join_round=_timed_join(
+            sessions[by_name[edge.parent_id]], edge.round_idx, ends.get(key)))
     out = []
     for key, unit in zip(keys, units, strict=True):
         sp = spawns.get(key)
@@ -109,8 +124,18 @@ def _by_field(path: Path, key: Key, sessions: dict[Key, list[Any]],
     prow = _ordered(sessions[pkey])
     k = max((i for i, r in enumerate(prow) if (r.start_ms or 0.0) <= start), default=0)
     delay = max(start - (prow[k].end_ms or start), 0.0)
-    join = k + 1 if k + 1 < len(prow) else None
-    return Spawn(names[pkey], k, "round_end", delay, join, line)
+    return Spawn(names[pkey], k, "round_end", delay, None, line)  # join: _timed_join
+
+
+def _timed_join(parent_rows: list[Any], k: int, done: float | None) -> int | None:
+    """Rule 1's join: the parent's first round after ``k`` that started at or after the
+    child's whole subtree ended (``done``; in replay the join waits for all of it),
+    else none; without timing, the parent's next round."""
+    prow = _ordered(parent_rows)
+    if done is None:
+        return k + 1 if k + 1 < len(prow) else None
+    return next((i for i in range(k + 1, len(prow))
+                 if prow[i].start_ms is not None and prow[i].start_ms >= done), None)
 
 
 def _by_containment(key: Key, sessions: dict[Key, list[Any]],

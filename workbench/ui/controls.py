@@ -114,6 +114,8 @@ class Controls:
                                      placeholder="trace | fixed:K | budget:T", style=STYLE)
         self.backend = w.Dropdown(options=names["backends"], value=b.name,
                                   description="backend", style=STYLE)
+        self.stream = w.Checkbox(value=b.stream, description="stream (off: TTFT = E2E)",
+                                 indent=False)
         self._target(cfg)
         for child in self.fields():
             child.observe(self._layout, names="value")
@@ -167,7 +169,7 @@ class Controls:
             row([self.arrival, self.rate, self.duration]),
             row([self.max_concurrency, self.warmup]),
             row([self.tool_wait_scale, self.output_len]),
-            w.HTML("<b>4 backend</b>"), self.backend,
+            w.HTML("<b>4 backend</b>"), row([self.backend, self.stream]),
             w.HTML("<b>target</b>"), row([self.target, self.url]),
             row([self.model, self.api_key_env]),
             row([self.speedup, self.block_size, self.num_blocks]),
@@ -197,6 +199,7 @@ class Controls:
             warmup=self.warmup.value, tool_wait_scale=self.tool_wait_scale.value,
             output_len=self.output_len.value.strip())
         d["backend"]["name"] = self.backend.value
+        d["backend"]["stream"] = self.stream.value
         d["target"] = self._target_dict(base)
         if self.target.value == "url":
             options = dict(d["backend"]["options"])
