@@ -400,13 +400,17 @@ class Engine:
         return False
 
     def _catch_up(self) -> None:
-        """Apply the span's steps that ended before now (one ending now has not run yet:
-        a timer due at a step's end runs first)."""
+        """Apply the span's steps that ended before now, and the one ending now if the
+        loop already ran the steps due now (a timer due at a step's end runs before it;
+        a consumer woken by another engine's step of the same instant runs after it)."""
         ends = self._ends
         if ends is None:
             return
         j, last = self._done, len(ends) - 1
         now = self.clock.now_ns()
+        assert self._loop is not None
+        if self._loop.stepped_at_ns == now:
+            now += 1
         if ends[j] < now:
             k = bisect.bisect_left(ends, now, j, last)
             self._sched.advance(ends[j:k])
