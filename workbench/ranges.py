@@ -76,6 +76,7 @@ RANGES: dict[str, Range] = {
     "arrival.burstiness": Range(0, 1e6, open_lo=True),
     "arrival.ramp_up_start_rps": Range(0, 1e6),
     "arrival.ramp_up_end_rps": Range(MIN_RATE, 1e6),
+    "arrival.ramp_up_duration_s": Range(0, MAX_SECONDS, open_lo=True),
     "arrival.max_concurrency": Range(1, MAX_COUNT),
     "arrival.max_streams": Range(1, MAX_COUNT),
     "arrival.session_budget_s": Range(0, MAX_SECONDS, open_lo=True),

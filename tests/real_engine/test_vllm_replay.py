@@ -25,6 +25,7 @@ import pytest
 from workbench import data
 from workbench.backends.scrape import detect_block_size
 from workbench.executors.dispatch import run_async
+from workbench.metrics import summarize
 from workbench.records import RequestRecord, RunResult
 from workbench.traces.load import load_trace
 
@@ -51,11 +52,13 @@ def floor_to(n: int, block: int) -> int:
     return max(0, n) // block * block
 
 
-async def replay(server: VLLMServer, tmp_path: Any, **cfg: Any) -> tuple[RunResult, dict]:
+async def replay(server: VLLMServer, tmp_path: Any, stream: bool = True,
+                 **cfg: Any) -> tuple[RunResult, dict]:
     """One replay through ``run_async``; returns the result and the /metrics deltas."""
     config = {
         "target": server.url,
-        "backend": {"name": cfg.pop("backend"), "options": {"model": server.model}},
+        "backend": {"name": cfg.pop("backend"), "options": {"model": server.model},
+                    "stream": stream},
         "seed": next(_seeds),
         "out_dir": str(tmp_path),
         **cfg,
@@ -76,8 +79,12 @@ def preflight_probes(result: RunResult) -> list[dict]:
     return [p for p in (pf.get("first"), pf.get("second")) if p and p.get("status") == "ok"]
 
 
-def check_common(result: RunResult, delta: dict, server: VLLMServer, backend: str) -> None:
-    """The invariants every replay against vLLM must satisfy (context-guard skips allowed)."""
+def check_common(result: RunResult, delta: dict, server: VLLMServer, backend: str,
+                 stream: bool = True) -> None:
+    """The invariants every replay against vLLM must satisfy (context-guard skips allowed).
+
+    ``stream=False`` (docs/wire-protocols.md, "Non-streaming"): one answer, no token
+    events, TTFT = E2E; the cached count is reported in every answer, 0 included."""
     every = measured(result)
     # context-guard skips make a run "partial" (docs/trace-bounds.md), and nothing else may
     skipped = sum(r.status == "skipped" for r in every)
@@ -100,8 +107,13 @@ def check_common(result: RunResult, delta: dict, server: VLLMServer, backend: st
         assert r.prompt_tokens == planned, (r.request_id, r.prompt_tokens, planned)
         assert r.derived_prefix + r.planned_input_tokens + r.prefix_shortfall_tokens == planned
         assert r.completion_tokens == r.planned_output_tokens, r.request_id
-        assert sum(r.token_counts) == r.completion_tokens, r.request_id
         assert r.finish_reason == "length", r.request_id
+        if not stream:
+            assert not r.token_counts and r.first_token_ns == r.end_ns, r.request_id
+            assert r.cached_tokens_reported, (r.request_id, r.cached_tokens)
+            assert r.cached_tokens is not None and r.cached_tokens % server.block_size == 0
+            continue
+        assert sum(r.token_counts) == r.completion_tokens, r.request_id
         # vLLM 0.32 reports prompt_tokens_details.cached_tokens even when it is 0
         assert r.cached_tokens_reported, r.request_id
         assert r.cached_tokens is not None and r.cached_tokens % server.block_size == 0
@@ -133,6 +145,24 @@ async def test_session_trace(vllm_server: VLLMServer, tmp_path: Any, backend: st
         context={"policy": policy, "max_model_len": vllm_server.max_model_len},
     )
     check_common(result, delta, vllm_server, backend)
+    check_session_hits(result, vllm_server)
+
+
+async def test_session_trace_non_streaming(vllm_server: VLLMServer, tmp_path: Any) -> None:
+    """``backend.stream: false`` against the real server: the same prompts, the same
+    cache hits, one answer each (TTFT = E2E), the summary saying so."""
+    result, delta = await replay(
+        vllm_server, tmp_path, stream=False, backend="openai",
+        trace={"path": str(data.path(SESSION_TRACE))},
+        context={"policy": "trace-reported", "max_model_len": vllm_server.max_model_len},
+    )
+    check_common(result, delta, vllm_server, "openai", stream=False)
+    check_session_hits(result, vllm_server)
+    assert summarize(result)["response_mode"]["stream"] is False
+
+
+def check_session_hits(result: RunResult, vllm_server: VLLMServer) -> None:
+    """The session trace's cache hits: each later round gets what its predecessor left."""
     recs = measured(result)
     workload = load_trace(str(data.path(SESSION_TRACE)))
     assert len(recs) == workload.n_rounds
@@ -145,13 +175,13 @@ async def test_session_trace(vllm_server: VLLMServer, tmp_path: Any, backend: st
     later = 0
     for rounds in by_session.values():
         rounds.sort(key=lambda r: r.round_idx)
-        assert rounds[0].cached_tokens == 0, rounds[0].request_id  # nothing shared yet
+        assert not rounds[0].cached_tokens, rounds[0].request_id  # nothing shared yet
         for prev, cur in itertools.pairwise(rounds):
             # The KV of the previous request's last output token was never computed, so
             # its prompt + output − 1 tokens are what the cache can hold of that context.
             cacheable = (prev.prompt_tokens or 0) + (prev.completion_tokens or 0) - 1
             want = floor_to(min(cur.derived_prefix, cacheable, (cur.prompt_tokens or 0) - 1), bs)
-            assert cur.cached_tokens == want, (cur.request_id, cur.cached_tokens, want)
+            assert (cur.cached_tokens or 0) == want, (cur.request_id, cur.cached_tokens, want)
             # never a hit the plan did not claim
             assert (cur.cached_tokens or 0) <= cur.planned_prefix_tokens
             later += 1

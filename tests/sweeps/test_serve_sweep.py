@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -203,3 +204,35 @@ def test_serve_needs_a_url_target(tmp_path: Path) -> None:
 def test_json_braces_in_the_command_stay() -> None:
     spec = ServeSpec("""srv --n {n} --cfg '{"dir": "/t", "k": {"a": 1}}'""", {"n": [3]}).check()
     assert spec.argv({"n": 3}) == ["srv", "--n", "3", "--cfg", '{"dir": "/t", "k": {"a": 1}}']
+
+
+def test_stop_waits_for_the_whole_group_not_only_its_leader(tmp_path: Path) -> None:
+    """A child that ignores SIGTERM outlives its leader: the grace runs out, the group is
+    SIGKILLed, and ``stop`` returns only once no process of the group is left."""
+    from workbench.sweeps.serve import ManagedServer, group_members
+
+    child = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+             "print('child ready', flush=True); time.sleep(3600)")
+    leader = (f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+              f"{child!r}]); time.sleep(3600)")
+    server = ManagedServer([PY, "-c", leader], "http://127.0.0.1:9", tmp_path, "g",
+                           ready_timeout_s=5, grace_s=1)
+    server.start()
+    assert server.pid is not None
+    members: dict[int, int] = {}
+    try:
+        for _ in range(600):  # bounded: 30 s for the child to say it ignores SIGTERM
+            if "child ready" in server.stdout_path.read_text():
+                break
+            time.sleep(0.05)
+        members = {p: s for p, s in descendants(os.getpid()).items()
+                   if p in group_members(server.pid)}
+        assert len(members) == 2  # the leader and its child
+        stopped = server.stop()
+        assert stopped["stopped"] == "SIGKILL after 1 s"
+        assert group_members(server.pid) == [] and living(members) == []
+        assert "left_running" not in stopped
+    finally:
+        kill_left(members)
+        if server.exited() is None:
+            server.stop()

@@ -126,7 +126,8 @@ def test_same_description_same_workload_other_seed_another() -> None:
     ("synthetic:random,requests=0", "integer in 1"),
     ("synthetic:random,input=normal:10", "expected fixed:N"),
     ("synthetic:agentic,preset=chat", "unknown preset 'chat'"),
-    ("synthetic:random,arrival=gamma,burstiness=0", "burstiness must be"),
+    ("synthetic:random,arrival=gamma,burstiness=0",
+     r"synthetic\.burstiness: expected a finite number in \(0, 1000000\]"),
     ("synthetic:random,arrival=poisson,burstiness=2", "use mode 'gamma'"),
     ("synthetic:random,seed=-1", "bad seed"),
 ])

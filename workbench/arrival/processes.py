@@ -17,6 +17,13 @@ their formulas in docs/arrival.md ("Arrival processes"):
   and, without a ramp, rescales the sum of gaps to ``n/λ``; workbench does
   neither, so a unit's start is a plain sum of independent gaps).
 
+A ramp over a duration (``ramp_up_duration_s = S``) is a rate in time instead:
+``r(t)`` goes from ``r0`` to ``r1`` over ``S`` seconds (linear ``r0 + (r1 - r0)·t/S``,
+exponential ``r0·(r1/r0)^(t/S)``) and stays at ``r1``; with ``Λ(t) = ∫₀ᵗ r``, unit
+``i`` starts at ``Λ⁻¹(u_i)``, where ``u_i`` is the sum of ``i`` gaps of the
+process at rate 1 (``Exp(1)``, ``Gamma(b, 1/b)``, or exactly 1 for ``constant``):
+a nonhomogeneous process by time rescaling (``cumulative``, ``inverse_cumulative``).
+
 One ``numpy.random.default_rng(seed)`` draws the gaps, so a seed gives the same
 timeline every time.
 """
@@ -29,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from workbench.errors import ConfigError
+from workbench.ranges import RANGES, check_value, hints_of
 
 PROCESSES = ("poisson", "gamma", "constant")
 RAMP_STRATEGIES = ("linear", "exponential")
@@ -38,7 +46,8 @@ DOC = "docs/arrival.md, 'Arrival processes'"
 @dataclass(frozen=True)
 class ArrivalProcess:
     """A process (``kind``) at ``rate`` units/s, or ramping from ``ramp_up_start_rps`` to
-    ``ramp_up_end_rps`` (``ramp_up_strategy``); ``burstiness`` is gamma's shape."""
+    ``ramp_up_end_rps`` (``ramp_up_strategy``) over the units or over
+    ``ramp_up_duration_s`` seconds; ``burstiness`` is gamma's shape."""
 
     kind: str = "poisson"
     rate: float | None = None
@@ -46,26 +55,33 @@ class ArrivalProcess:
     ramp_up_strategy: str | None = None
     ramp_up_start_rps: float | None = None
     ramp_up_end_rps: float | None = None
+    #: the ramp over this many seconds instead of over the units (``cumulative``)
+    ramp_up_duration_s: float | None = None
 
     def check(self, where: str = "arrival") -> ArrivalProcess:
         """Every rule of the definition; the message names ``where``'s field."""
         if self.kind not in PROCESSES:
             raise ConfigError(f"{where}.mode {self.kind!r}: not an arrival process "
                               f"({', '.join(PROCESSES)})")
+        hints = hints_of(ArrivalProcess)
+        for name in ("rate", "burstiness", "ramp_up_start_rps", "ramp_up_end_rps",
+                     "ramp_up_duration_s"):
+            # one range per field, the config's (workbench/ranges.py, docs/config-bounds.md)
+            check_value(f"{where}.{name}", getattr(self, name), hints[name],
+                        RANGES[f"arrival.{name}"])
         b = self.burstiness
-        if not (isinstance(b, int | float) and math.isfinite(b) and b > 0):
-            raise ConfigError(f"{where}.burstiness must be a finite number > 0, got {b!r}")
         if b != 1.0 and self.kind != "gamma":
             raise ConfigError(f"{where}.burstiness {b:g} shapes gamma gaps: use mode 'gamma' "
                               f"(mode {self.kind!r} is burstiness 1 or none; {DOC})")
         if self.ramp_up_strategy is None:
-            if self.ramp_up_start_rps is not None or self.ramp_up_end_rps is not None:
-                raise ConfigError(f"{where}.ramp_up_start_rps/ramp_up_end_rps need "
-                                  f"{where}.ramp_up_strategy (linear or exponential)")
+            if (self.ramp_up_start_rps is not None or self.ramp_up_end_rps is not None
+                    or self.ramp_up_duration_s is not None):
+                raise ConfigError(f"{where}.ramp_up_start_rps/ramp_up_end_rps/"
+                                  f"ramp_up_duration_s need {where}.ramp_up_strategy "
+                                  "(linear or exponential)")
             if self.rate is None:
                 raise ConfigError(f"{where}.mode {self.kind!r} draws arrivals at a rate: give "
                                   f"{where}.rate (units/s), or a ramp-up ({DOC})")
-            _positive(f"{where}.rate", self.rate)
             return self
         if self.ramp_up_strategy not in RAMP_STRATEGIES:
             raise ConfigError(f"{where}.ramp_up_strategy {self.ramp_up_strategy!r}: "
@@ -77,8 +93,7 @@ class ArrivalProcess:
         if lo is None or hi is None:
             raise ConfigError(f"{where}.ramp_up_strategy needs both ramp_up_start_rps and "
                               "ramp_up_end_rps")
-        _positive(f"{where}.ramp_up_end_rps", hi)
-        if not (math.isfinite(lo) and 0 <= lo <= hi):
+        if not lo <= hi:
             raise ConfigError(f"{where}.ramp_up_start_rps must be in [0, ramp_up_end_rps], "
                               f"got {lo!r}")
         if self.ramp_up_strategy == "exponential" and lo == 0:
@@ -87,7 +102,7 @@ class ArrivalProcess:
         return self
 
     def rates(self, n: int) -> np.ndarray:
-        """``λ_i`` for ``i = 0..n-1`` (units/s)."""
+        """``λ_i`` for ``i = 0..n-1`` (units/s), the ramp over the units."""
         if self.ramp_up_strategy is None:
             return np.full(n, float(self.rate or 0.0))
         lo, hi = float(self.ramp_up_start_rps or 0.0), float(self.ramp_up_end_rps or 0.0)
@@ -101,26 +116,71 @@ class ArrivalProcess:
         rates = self.rates(n)[1:]
         if rates.size and not (rates > 0).all():  # a linear ramp from 0: unit 0 alone at 0
             raise ConfigError("a ramp's rate is 0 at a unit after the first; start above 0")
-        if self.kind == "constant":
-            return 1.0 / rates
-        b = self.burstiness if self.kind == "gamma" else 1.0
-        return rng.gamma(shape=b, scale=1.0 / (rates * b))
+        # Gamma(b, 1/b)/λ_i is Gamma(b, 1/(λ_i·b)); the constant gap is 1/λ_i
+        return self.unit_gaps(rates.size, rng) / rates
 
     def offsets_ms(self, n: int, seed: int) -> list[float]:
         """Start offsets (ms from 0) of ``n`` units; the first is 0."""
         if n <= 0:
             return []
-        gaps = self.gaps_s(n, np.random.default_rng(seed))
-        return np.concatenate(([0.0], np.cumsum(gaps) * 1000.0)).tolist()
+        rng = np.random.default_rng(seed)
+        if self.ramp_up_duration_s is not None:
+            starts = self.inverse_cumulative(np.cumsum(self.unit_gaps(n - 1, rng)))
+        else:
+            starts = np.cumsum(self.gaps_s(n, rng))
+        return np.concatenate(([0.0], starts * 1000.0)).tolist()
+
+    def unit_gaps(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` gaps of the process at rate 1: ``Gamma(b, 1/b)`` (mean 1, CV ``1/√b``),
+        ``Exp(1)`` for ``poisson``, exactly 1 for ``constant``."""
+        if self.kind == "constant":
+            return np.ones(n)
+        b = self.burstiness if self.kind == "gamma" else 1.0
+        return rng.gamma(shape=b, scale=1.0 / b, size=n)
+
+    def _ramp(self) -> tuple[float, float, float]:
+        """``(r0, r1, S)`` of a ramp over a duration."""
+        return (float(self.ramp_up_start_rps or 0.0), float(self.ramp_up_end_rps or 0.0),
+                float(self.ramp_up_duration_s or 0.0))
+
+    def cumulative(self, t_s: np.ndarray) -> np.ndarray:
+        """``Λ(t) = ∫₀ᵗ r(s) ds``: the expected number of units after unit 0 by ``t``."""
+        r0, r1, span = self._ramp()
+        t = np.asarray(t_s, dtype=float)
+        x = np.minimum(t, span)
+        if self.ramp_up_strategy == "linear":
+            ramp = r0 * x + (r1 - r0) * x * x / (2 * span)
+        elif r0 == r1:
+            ramp = r0 * x
+        else:
+            ln_k = math.log(r1 / r0)
+            ramp = r0 * span / ln_k * np.expm1(x / span * ln_k)
+        return np.asarray(ramp + r1 * np.maximum(t - span, 0.0))
+
+    def inverse_cumulative(self, u: np.ndarray) -> np.ndarray:
+        """``Λ⁻¹(u)``: the time (s) by which ``u`` units are expected (``cumulative``'s
+        inverse, in closed form)."""
+        r0, r1, span = self._ramp()
+        u = np.asarray(u, dtype=float)
+        total = float(self.cumulative(np.asarray(span)))  # Λ(S)
+        v = np.minimum(u, total)
+        if self.ramp_up_strategy == "linear":
+            # the root of (r1-r0)/(2S)·t² + r0·t = v, in the form that is exact at r0 = r1
+            # and at r0 = 0
+            root = np.sqrt(r0 * r0 + 2.0 * (r1 - r0) * v / span)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                ramp = np.where(v > 0, 2.0 * v / (r0 + root), 0.0)
+        elif r0 == r1:
+            ramp = v / r0
+        else:
+            ln_k = math.log(r1 / r0)
+            ramp = span / ln_k * np.log1p(v * ln_k / (r0 * span))
+        return np.asarray(ramp + np.maximum(u - total, 0.0) / r1)
 
     def describe(self) -> dict[str, object]:
         """What a manifest records of the process."""
         return {"process": self.kind, "rate": self.rate, "burstiness": self.burstiness,
                 "ramp_up_strategy": self.ramp_up_strategy,
                 "ramp_up_start_rps": self.ramp_up_start_rps,
-                "ramp_up_end_rps": self.ramp_up_end_rps}
-
-
-def _positive(name: str, value: float) -> None:
-    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-        raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
+                "ramp_up_end_rps": self.ramp_up_end_rps,
+                "ramp_up_duration_s": self.ramp_up_duration_s}

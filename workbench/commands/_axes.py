@@ -30,9 +30,15 @@ def add_axis_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--burstiness", type=float,
                    help="--arrival gamma: shape of the gaps (1: poisson; < 1 burstier)")
     p.add_argument("--ramp-up-strategy", choices=["linear", "exponential"],
-                   help="arrival processes: ramp the rate over the units (no --rate)")
-    p.add_argument("--ramp-up-start-rps", type=float, help="ramp-up: rate of the first unit")
-    p.add_argument("--ramp-up-end-rps", type=float, help="ramp-up: rate of the last unit")
+                   help="arrival processes: ramp the rate over the units, or over "
+                        "--ramp-up-duration (no --rate)")
+    p.add_argument("--ramp-up-start-rps", type=float,
+                   help="ramp-up: rate of the first unit (at time 0)")
+    p.add_argument("--ramp-up-end-rps", type=float,
+                   help="ramp-up: rate of the last unit (from --ramp-up-duration on)")
+    p.add_argument("--ramp-up-duration", type=float, dest="ramp_up_duration_s", metavar="S",
+                   help="ramp-up: the rate moves from start to end over S seconds, then "
+                        "stays at the end rate (a ramp in time, not over the units)")
     p.add_argument("--max-concurrency", type=int,
                    help="agent tasks active at once (a unit and its sub-agents: one)")
     p.add_argument("--max-streams", type=int, help="requests in flight at once (streams)")
@@ -170,6 +176,7 @@ _AXIS_FLAGS = {
         "arrival": "mode", "rate": "rate", "max_concurrency": "max_concurrency",
         "burstiness": "burstiness", "ramp_up_strategy": "ramp_up_strategy",
         "ramp_up_start_rps": "ramp_up_start_rps", "ramp_up_end_rps": "ramp_up_end_rps",
+        "ramp_up_duration_s": "ramp_up_duration_s",
         "max_streams": "max_streams", "session_budget_s": "session_budget_s",
         "duration_s": "duration_s", "warmup": "warmup", "tool_wait_scale": "tool_wait_scale",
         "output_len": "output_len", "request_timeout": "request_timeout_s",

@@ -85,11 +85,13 @@ class ArrivalSpec:
     rate: float | None = None
     # arrival processes (modes poisson, gamma, constant; docs/arrival.md "Arrival processes"):
     # gamma's shape, and a ramp of the rate from start to end over the units (vLLM's
-    # --burstiness, --ramp-up-strategy, --ramp-up-start-rps, --ramp-up-end-rps)
+    # --burstiness, --ramp-up-strategy, --ramp-up-start-rps, --ramp-up-end-rps), or over
+    # ramp_up_duration_s seconds of time
     burstiness: float = 1.0
     ramp_up_strategy: str | None = None
     ramp_up_start_rps: float | None = None
     ramp_up_end_rps: float | None = None
+    ramp_up_duration_s: float | None = None
     max_concurrency: int | None = None
     # requests in flight at once (streams), beside max_concurrency's agent tasks
     # (docs/session-graphs.md); None: no cap
@@ -603,7 +605,7 @@ class RunConfig:
         if not self.arrival_mode.process:
             return None
         return ArrivalProcess(a.mode, a.rate, a.burstiness, a.ramp_up_strategy,
-                              a.ramp_up_start_rps, a.ramp_up_end_rps)
+                              a.ramp_up_start_rps, a.ramp_up_end_rps, a.ramp_up_duration_s)
 
     def _check_process(self) -> None:
         a = self.arrival
@@ -611,7 +613,8 @@ class RunConfig:
         if process is not None:
             process.check()
         elif (a.burstiness != 1.0 or a.ramp_up_strategy is not None
-              or a.ramp_up_start_rps is not None or a.ramp_up_end_rps is not None):
+              or a.ramp_up_start_rps is not None or a.ramp_up_end_rps is not None
+              or a.ramp_up_duration_s is not None):
             raise ConfigError(
                 f"arrival.burstiness and arrival.ramp_up_* shape an arrival process: use mode "
                 f"{modes_with('process')} (mode {a.mode!r} draws no arrivals)"

@@ -6,7 +6,8 @@ command is formatted with the point's values, started in a process group of its 
 polled until ``GET {url}/health`` or ``GET {url}/v1/models`` answers 200, at most
 ``ready_timeout_s``. The client points then run against it one after another (each
 run resets the prefix cache first: ``backend.flush_cache``), and the server is
-stopped: SIGTERM to its group, SIGKILL to the group after ``grace_s``. Its stdout
+stopped: SIGTERM to its group, SIGKILL to the group unless all of it is gone after
+``grace_s``, and the stop returns once no process of the group runs. Its stdout
 and stderr stay in ``servers/s<NNN>.stdout.log`` / ``.stderr.log`` of the sweep
 directory. A server that exits at start, never answers, or dies during a point
 fails the point(s) it could not serve, with the tail of its log in ``sweep.json``:
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
 #: params of a server point are stored under this prefix in a sweep point's params
 SERVE_PREFIX = "serve."
 LOG_TAIL_BYTES = 4000
+#: after the group's SIGKILL, how long its processes may take to be gone
+GONE_WAIT_S = 30.0
 READY_PATHS = ("/health", "/v1/models")
 SERVERS = "servers"
 #: a server parameter's place in the command: ``{name}``, name an identifier
@@ -192,20 +195,36 @@ class ManagedServer:
                 await asyncio.sleep(0.5)
 
     def stop(self) -> dict[str, Any]:
-        """SIGTERM to the group, SIGKILL to the group after ``grace_s``; what it took."""
+        """SIGTERM to the group, SIGKILL to the group unless every process of it is gone
+        within ``grace_s``; returns once they are (what it took)."""
         proc = self.proc
         if proc is None:
             return {"stopped": "never started"}
         how = "exited by itself" if proc.poll() is not None else "SIGTERM"
         _signal_group(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=self.grace_s)
-        except subprocess.TimeoutExpired:
+        if not self._gone_within(self.grace_s):
             how = f"SIGKILL after {self.grace_s:g} s"
         # the group may hold children the leader left behind: they go too, at once
         _signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
-        return {"stopped": how, "exit_status": proc.returncode}
+        out: dict[str, Any] = {"stopped": how, "exit_status": proc.returncode}
+        # a killed process is gone only once it has freed its memory (a vLLM worker:
+        # GBs): wait for that, so nothing of the server runs once the sweep goes on
+        if not self._gone_within(GONE_WAIT_S):
+            out["left_running"] = group_members(proc.pid)
+        return out
+
+    def _gone_within(self, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until the leader has exited and no process of its
+        group is left; whether that happened."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout_s
+        while True:  # bounded: the deadline
+            if self.proc.poll() is not None and not group_members(self.proc.pid):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
 
     def record(self, sweep_dir: Path) -> dict[str, Any]:
         """The sweep manifest's entry of this server."""
@@ -213,6 +232,32 @@ class ManagedServer:
                 "stdout": str(self.stdout_path.relative_to(sweep_dir)),
                 "stderr": str(self.stderr_path.relative_to(sweep_dir)),
                 "ready_after_s": self.ready_after_s}
+
+
+def group_members(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` still running (zombies, which hold no memory and
+    run nothing, left out): from ``/proc`` on Linux; elsewhere the group answering
+    signal 0 stands for its leader."""
+    proc_dir = Path("/proc")
+    if not (proc_dir / "self" / "stat").exists():
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return []
+        return [pgid]
+    out = []
+    for entry in proc_dir.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_bytes()
+        except OSError:  # gone meanwhile
+            continue
+        # after the command name (in parentheses, may hold spaces): state, ppid, pgrp
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            out.append(int(entry.name))
+    return out
 
 
 def _signal_group(pgid: int, sig: int) -> None:
