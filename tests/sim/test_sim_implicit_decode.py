@@ -161,3 +161,23 @@ def test_spans_and_implicit_decode_keep_the_engine_run(knobs: dict[str, Any]) ->
     assert _engine_run(True, True, cfg, 7) == base
     assert _engine_run(False, True, cfg, 7) == base
     assert any(r[2] == "abort" for r in base["requests"].values())
+
+
+def test_no_finished_request_is_held_by_stale_events() -> None:
+    """Once no request is implicit, no filed event is left (each holds its request: a
+    long replay's memory would grow with every request finished)."""
+    cfg = EngineConfig(num_blocks=4000)
+    rng = random.Random(3)
+    sched = Scheduler(cfg)
+    for i in range(30):
+        sched.add(sched.new_sequence(f"r{i}", _prompt(rng, i), rng.randrange(20, 60), 0))
+    t = 0
+    for _ in range(10_000):
+        if not sched.has_work():
+            break
+        plan = sched.schedule()
+        t += 1000
+        sched.complete(plan, t)
+        if not sched.implicit_count:
+            assert not sched._grow_at and not sched._fill_at
+    assert not sched.has_work() and sched.counters.requests == 30

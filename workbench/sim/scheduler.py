@@ -442,6 +442,8 @@ class Scheduler:
         seq.tb = -1
         seq.gen += 1
         self._ns -= 1
+        if not self._ns:  # every filed event is stale now: drop them (they hold requests)
+            self._clear_events()
 
     def _flush(self) -> None:
         """Every implicit request turns explicit (a step they do not all fit in, or a
@@ -457,16 +459,19 @@ class Scheduler:
             seq.tb = -1
             seq.gen += 1
         self._ns = self._kv_off = 0
-        self._grow_at.clear()
-        self._fill_at.clear()
-        self._grow_steps.clear()
-        self._fill_steps.clear()
+        self._clear_events()
         plan = self._inflight
         if plan is not None and plan.implicit:
             for seq in implicit:
                 seq.step_tokens = 1
             plan.scheduled[:0] = implicit
             plan.implicit = 0
+
+    def _clear_events(self) -> None:
+        self._grow_at.clear()
+        self._fill_at.clear()
+        self._grow_steps.clear()
+        self._fill_steps.clear()
 
     def watch(self, seq: Sequence) -> None:
         """A consumer waits on ``seq`` step by step: it (and so every implicit request,
