@@ -9,7 +9,11 @@ this process (``ru_maxrss``, which includes the loaded trace; taken before and a
 the total ~1.5-2x, the shares are what count). Run from the repo root:
 
     .venv/bin/python bench/profile_virtual.py --trace PATH [--max-items N] [--workers 16]
-        [--profile] [--top 25] [--engine JSON]
+        [--profile] [--top 25] [--sort tottime|cumulative] [--dump FILE] [--engine JSON]
+        [--tracemalloc]
+
+``--tracemalloc`` traces the run's allocations instead (slow: use a slice) and prints
+the source lines holding the most memory at the run's peak of traced memory.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import json
 import pstats
 import resource
 import time
+import tracemalloc
 from pathlib import Path
 
 from workbench.executors.virtual import simulate
@@ -38,6 +43,9 @@ def main() -> None:
     ap.add_argument("--engine", default="{}", help="further engine knobs as JSON")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--sort", default="tottime", help="pstats order (tottime, cumulative)")
+    ap.add_argument("--dump", default=None, help="also write the cProfile stats here")
+    ap.add_argument("--tracemalloc", action="store_true")
     args = ap.parse_args()
     cfg = coerce_config({"trace": {"path": args.trace, "max_items": args.max_items}})
     workload = load_workload(cfg)
@@ -47,12 +55,15 @@ def main() -> None:
         engine = {"workers": args.workers, "router": "prefix-aware", **engine}
     prof = cProfile.Profile() if args.profile else None
     cpu0, wall0 = time.process_time(), time.perf_counter()
+    if args.tracemalloc:
+        tracemalloc.start(1)
     if prof is not None:
         prof.enable()
     result = simulate(cfg, engine=engine, workload=workload)
     if prof is not None:
         prof.disable()
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    traced = _traced(args.top) if args.tracemalloc else ""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before summarizing
     s = summarize(result)
     print(json.dumps({
@@ -66,8 +77,23 @@ def main() -> None:
     }))  # fmt: skip
     if prof is not None:
         out = io.StringIO()
-        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.top)
+        stats = pstats.Stats(prof, stream=out)
+        if args.dump:
+            stats.dump_stats(args.dump)
+        stats.sort_stats(args.sort).print_stats(args.top)
         print(out.getvalue())
+    if traced:
+        print(traced)
+
+
+def _traced(top: int) -> str:
+    """The lines holding the most traced memory now, and the traced peak."""
+    snap = tracemalloc.take_snapshot()
+    cur, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    lines = [f"tracemalloc: {cur / 2**20:.1f} MB traced at the end, peak {peak / 2**20:.1f} MB"]
+    lines += [str(s) for s in snap.statistics("lineno")[:top]]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

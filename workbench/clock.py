@@ -138,6 +138,9 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         self._timer_seq = 0
         self._steps: list[tuple[int, int, StepHandle]] = []
         self._step_seq = 0
+        #: the instant (ns) whose due steps ran last: from then until time moves, every
+        #: step registered for that instant before it began has run (``Engine._catch_up``)
+        self.stepped_at_ns = -1
         super().__init__(_VirtualSelector(self))
 
     def time(self) -> float:
@@ -189,6 +192,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
             if t >= next_timer:
                 break
             self._virtual_now = t
+            self.stepped_at_ns = when_ns
             pop(steps)
             if not steps or steps[0][0] != when_ns:  # the common case: one step now
                 if handle._callback():

@@ -23,6 +23,8 @@ take time to wake, which a request joining a running batch does not pay
 
 from __future__ import annotations
 
+import numpy as np
+
 from workbench.sim import hosttier, presets
 from workbench.sim.config import EngineConfig
 
@@ -61,6 +63,23 @@ def step_ns(config: EngineConfig, prefill_tokens: int, decode_seqs: int, kv_toke
     if host_load_tokens:
         ms += hosttier.load_ms(config, host_load_tokens)
     return round(ms * 1e6 / config.speedup)
+
+
+_VECTOR_MIN = 24  # fewer steps are cheaper one by one than through numpy's calls
+
+
+def decode_steps_ns(config: EngineConfig, seqs: int, kv_tokens: np.ndarray) -> list[int]:
+    """``step_ns`` of decode-only steps (``seqs`` sequences, no prefill, nothing from the
+    host tier), one per entry of ``kv_tokens``: the same float operations in the same
+    order, element-wise (IEEE doubles, round half to even), so every value equals
+    ``step_ns``'s. A preset's step time is taken step by step."""
+    if config.zero_cost or config.preset or len(kv_tokens) < _VECTOR_MIN:
+        return [step_ns(config, 0, seqs, kv) for kv in kv_tokens.tolist()]
+    a, b, c = config.decode_coeffs
+    u = np.minimum(1.0, kv_tokens / config.capacity_tokens)
+    ms = np.maximum(config.decode_floor_ms, a * u * u + b * u + c + config.decode_seq_ms * seqs)
+    out: list[int] = np.rint(ms * 1e6 / config.speedup).astype(np.int64).tolist()
+    return out
 
 
 def _ns(config: EngineConfig, ms: float) -> int:

@@ -16,10 +16,14 @@ awaited with ``wait()`` is woken once, when it finishes).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
+import itertools
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from workbench.clock import Clock, StepHandle, VirtualClock, VirtualTimeLoop
 from workbench.segments import Segments
@@ -67,27 +71,35 @@ class EngineRequest:
         """Of ``cached_tokens``, those brought back from the host KV tier."""
         return self._seq.host_tokens
 
+    def _current(self) -> sched.Sequence:
+        """The request's state now (an implicit decoder's fields are brought up to date)."""
+        seq = self._seq
+        if seq.tb >= 0:
+            self._engine._catch_up()
+            self._engine._sched.sync(seq)
+        return seq
+
     @property
     def first_token_ns(self) -> int | None:
-        times = self._seq.token_ns
+        times = self._current().token_ns
         return times[0] if times else None
 
     @property
     def output_ids(self) -> list[int]:
-        return self._seq.output  # a fresh list
+        return self._current().output  # a fresh list
 
     def output_segments(self) -> Segments:
         """The output so far as ``Segments`` (no ids drawn; a virtual replay's context)."""
-        return self._seq.output_segments()
+        return self._current().output_segments()
 
     @property
     def token_ns(self) -> list[int]:
         """Emission time of every output token (the engine's own truth)."""
-        return list(self._seq.token_ns)
+        return list(self._current().token_ns)
 
     @property
     def completion_tokens(self) -> int:
-        return len(self._seq.token_ns)
+        return len(self._current().token_ns)
 
     def abort(self) -> None:
         """The client went away: free the request's blocks and end its stream."""
@@ -113,7 +125,7 @@ class EngineRequest:
 
     async def _progress(self) -> None:
         loop = asyncio.get_running_loop()
-        self._seq.watched = True  # from now on the engine wakes this request every step
+        self._engine._watch(self._seq)  # from now on the engine wakes it every step
         self._waiter = loop.create_future()
         await self._waiter
 
@@ -130,7 +142,7 @@ class EngineRequest:
         """Every output not yet seen, as a list per wakeup (consumers that write in bulk)."""
         seq, i = self._seq, 0
         while True:
-            n = len(seq.token_ns)
+            n = len(self._current().token_ns)
             if i < n:
                 yield [self._output(k) for k in range(i, n)]
                 i = n
@@ -158,6 +170,9 @@ class EngineRequest:
         )
 
 
+SPAN_MAX = 4096  # steps planned at once at most (a span: ``Engine._plan_step``)
+
+
 class Engine:
     """Waiting/running scheduler + KV cache + cost model, stepping on ``clock``."""
 
@@ -176,6 +191,11 @@ class Engine:
         self._end_step_cb = self._end_step  # one bound method, not one per step
         self._idle = True  # no step planned since the engine last ran out of work
         self._wake_ns = cost.idle_wake_ns(config)
+        # a span (virtual time, ``_plan_step``): the end of each step in flight, the
+        # first of them not yet applied, and the callback ending all but the last
+        self._ends: list[int] | None = None
+        self._done = 0
+        self._span_cb = self._span_tail
 
     async def start(self) -> None:
         if self._task is not None or self._loop is not None:
@@ -195,7 +215,9 @@ class Engine:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self._catch_up()
         self._loop = None
+        self._ends = None
         if self._step is not None:
             self._step.cancel()
             self._step = self._plan = None
@@ -230,6 +252,7 @@ class Engine:
     def submit_prepared(self, seq: sched.Sequence) -> EngineRequest:
         """Queue a sequence from ``prepare`` (of this engine or one with its config)."""
         req = EngineRequest(self, seq)
+        self._cut()  # before it joins: the steps ended so far did not see it
         self._sched.add(seq)
         if self._loop is None:
             self._wake.set()
@@ -255,11 +278,13 @@ class Engine:
 
     def load(self) -> tuple[int, int, float]:
         """(running requests, waiting requests, KV usage): what a router balances on."""
+        self._catch_up()
         s = self._sched
         return len(s.running), len(s.waiting), s.kv.usage
 
     def cached_prefix_blocks(self, hashes: Sequence[int]) -> int:
         """How many leading blocks of ``hashes`` this engine's prefix cache holds."""
+        self._catch_up()
         return len(self._sched.kv.longest_hit(hashes, len(hashes)))
 
     def _check(self, n_prompt: int, max_tokens: int) -> int:
@@ -282,8 +307,15 @@ class Engine:
         return max_tokens
 
     def _abort(self, req: EngineRequest) -> None:
+        self._cut()
         if self._sched.abort(req._seq, self.clock.now_ns()):
             req._notify()
+
+    def _watch(self, seq: sched.Sequence) -> None:
+        """A consumer waits on ``seq`` step by step (``Scheduler.watch``)."""
+        if not seq.watched:
+            self._cut()
+            self._sched.watch(seq)
 
     def _kick_soon(self) -> None:
         """Wake the idle engine one loop iteration later (as the wall-clock task wakes
@@ -304,7 +336,7 @@ class Engine:
         sched_ = self._sched
         while sched_.has_work():
             plan = sched_.schedule()
-            if plan.scheduled:
+            if plan.scheduled or plan.implicit:
                 cfg = self.config
                 dur = cost.step_ns(cfg, plan.prefill_tokens, plan.decode_seqs, plan.kv_tokens,
                                    plan.prefill_attn, plan.host_load_tokens)
@@ -320,14 +352,80 @@ class Engine:
 
     def _plan_step(self, t0: int) -> None:
         """Plan the next step at ``t0`` and register its end with the loop (or go
-        idle until a submit), as one pass of ``_run``'s loop does."""
+        idle until a submit), as one pass of ``_run``'s loop does.
+
+        A step that only advances implicit decoders, with nothing waiting, starts a
+        *span*: the steps up to the next one with an event (a block fills or is
+        needed, a request finishes: ``Scheduler.span``) are planned at once, their
+        times by the same cost model, and the loop runs one callback at the end of the
+        last-but-one (it applies them all) and one at the end of the last (a step as
+        any other, registered then, as the step-by-step engine registers it). Anything
+        that could see the engine in between (a submit, an abort, a stream, a read)
+        applies the steps ended so far first (``_catch_up``), and a submit or abort
+        ends the span after the step in flight (``_cut``): docs/virtual-time.md.
+        """
         nxt = self._next_plan()
         if nxt is None:
             self._plan = self._step = None
             return
-        self._plan, dur = nxt
+        plan, dur = nxt
+        self._plan = plan
         assert self._loop is not None
-        self._step = self._loop.call_step_at(t0 + dur, self._end_step_cb)
+        end = t0 + dur
+        if plan.implicit and not plan.scheduled and not self._sched.waiting and dur > 0:
+            k = self._sched.span(SPAN_MAX)
+            if k > 1:
+                ends = self._ends = self._span_ends(end, k)
+                self._done = 0
+                self._step = self._loop.call_step_at(ends[-2], self._span_cb)
+                return
+        self._step = self._loop.call_step_at(end, self._end_step_cb)
+
+    def _span_ends(self, end: int, k: int) -> list[int]:
+        """The end times of a span's ``k`` steps, the first ending at ``end``."""
+        s = self._sched
+        n = s.implicit_count
+        kv = np.arange(1, k, dtype=np.int64) * n + s.implicit_kv_tokens(0)
+        durs = cost.decode_steps_ns(self.config, n, kv)
+        return list(itertools.accumulate(durs, initial=end))
+
+    def _span_tail(self) -> bool:
+        """The loop reached a span's last-but-one step end: apply the steps ended so
+        far and register the last one (now, as the step-by-step engine would)."""
+        ends = self._ends
+        assert ends is not None and self._loop is not None
+        self._sched.advance(ends[self._done : -1])
+        self._ends = None
+        self._step = self._loop.call_step_at(ends[-1], self._end_step_cb)
+        return False
+
+    def _catch_up(self) -> None:
+        """Apply the span's steps that ended before now, and the one ending now if the
+        loop already ran the steps due now (a timer due at a step's end runs before it;
+        a consumer woken by another engine's step of the same instant runs after it)."""
+        ends = self._ends
+        if ends is None:
+            return
+        j, last = self._done, len(ends) - 1
+        now = self.clock.now_ns()
+        assert self._loop is not None
+        if self._loop.stepped_at_ns == now:
+            now += 1
+        if ends[j] < now:
+            k = bisect.bisect_left(ends, now, j, last)
+            self._sched.advance(ends[j:k])
+            self._done = k
+
+    def _cut(self) -> None:
+        """End the span after the step in flight (the engine changes now)."""
+        if self._ends is None:
+            return
+        self._catch_up()
+        ends, j = self._ends, self._done
+        assert self._step is not None and self._loop is not None
+        self._step.cancel()
+        self._ends = None
+        self._step = self._loop.call_step_at(ends[j], self._end_step_cb)
 
     def _end_step(self) -> bool:
         """The loop reached the step's end: apply it, plan the next; True if a
@@ -357,6 +455,7 @@ class Engine:
 
     def stats(self) -> dict[str, Any]:
         """Counters (monotonic, tokens) and gauges, as plain numbers."""
+        self._catch_up()
         s = self._sched
         out: dict[str, Any] = {
             k: getattr(s.counters, k) for k in sched.Counters.__dataclass_fields__
@@ -373,6 +472,7 @@ class Engine:
 
     def reset_prefix_cache(self) -> bool:
         """Forget the prefix cache; False (nothing done) while requests hold blocks."""
+        self._catch_up()
         return self._sched.kv.reset()
 
 

@@ -10,11 +10,14 @@ preempted (recompute: its blocks are freed and it re-enters the head of the
 waiting queue with its generated tokens, to be prefilled again, mostly from
 the prefix cache).
 
-Cost: the work per step is one short pass over the running requests (a
-decode request costs a few attribute updates and one timestamp append) plus
-work proportional to what changed: new blocks (hashed, then allocated and
-committed by ``kvcache`` in array operations, one allocation and one commit per
-step for all running requests), admissions, preemptions and finishes.
+Cost: per event, not per running request. The steady decoders at the head of the
+running list are *implicit* (``Scheduler``, "implicit decode" below;
+docs/virtual-time.md): a step advances them in aggregate and visits one only when
+its block fills, it needs a new block or it finishes. The rest is a pass over the
+explicit running requests (prefill chunks, watched streams) plus work
+proportional to what changed: new blocks (hashed, then allocated and committed by
+``kvcache`` in array operations, one allocation and one commit per step for all
+running requests), admissions, preemptions and finishes.
 A request's output ids are drawn up front (their count is pinned to
 ``max_tokens``), so nothing is generated or appended per token beyond its
 timestamp.
@@ -26,6 +29,7 @@ of the per-request usage the server reports (vLLM re-counts on re-admission).
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -80,6 +84,9 @@ class Sequence:
     source: BlockKeyer | None = None  # prompt + output as parts (no tokens held)
     lazy: bool = False  # built from Segments: output ids drawn when asked for
     host_tokens: int = 0  # prompt tokens brought back from the host KV tier (first admission)
+    tb: int = -1  # implicit decode: the step its fields stand at (-1: explicit; see Scheduler)
+    gen: int = 0  # implicit decode: the generation of its armed events (stale ones skipped)
+    rank: int = 0  # admission order: ``running`` is sorted by it
 
     @property
     def output(self) -> list[int]:
@@ -127,6 +134,7 @@ class StepPlan:
     preempted: int = 0
     prefill_attn: int = 0  # prefill chunks' (query, key) pairs: Σ n·(c + (n+1)/2)
     host_load_tokens: int = 0  # KV tokens brought back from host memory before this step
+    implicit: int = 0  # the implicit decoders it advances, one token each (``Scheduler``)
 
     def add(self, seq: Sequence, n: int) -> None:
         seq.step_tokens = n
@@ -159,7 +167,7 @@ class Counters:
 class Scheduler:
     """Waiting + running queues over a ``BlockManager``."""
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, implicit: bool = True) -> None:
         self.config = config
         self.bs = config.block_size
         self.kv = BlockManager(config.block_size, config.num_blocks, config.enable_prefix_caching)
@@ -169,6 +177,22 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.counters = Counters()
         self._memo: _HeadMemo | None = None  # the blocked waiting head's hit
+        # implicit decode (class doc): the first ``_ns`` running requests advance one
+        # token a step without being visited; ``_tick`` counts steps, ``_times`` holds
+        # their end times from step ``_t0`` on, ``_kv_off`` is Σ(num_computed − tb) over
+        # them, and their next events wait in ``_grow_at`` / ``_fill_at`` by step
+        self.implicit = implicit
+        self._ns = 0
+        self._tick = 0
+        self._t0 = 0
+        self._times: list[int] = []
+        self._kv_off = 0
+        self._grow_at: dict[int, list[tuple[Sequence, int]]] = {}
+        self._fill_at: dict[int, list[tuple[Sequence, int]]] = {}
+        self._grow_steps: list[int] = []  # heaps of the keys of the two (stale ones too)
+        self._fill_steps: list[int] = []
+        self._inflight: StepPlan | None = None  # planned, not yet completed
+        self._admitted = 0  # admissions so far (each one's ``rank``)
 
     def new_sequence(
         self, request_id: str, prompt: list[int] | Segments, max_tokens: int, now_ns: int
@@ -202,6 +226,7 @@ class Scheduler:
         if not plan.preempted:
             self._admit_waiting(plan, budget)
         self.counters.steps += 1
+        self._inflight = plan
         return plan
 
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:
@@ -213,13 +238,23 @@ class Scheduler:
         the pass ends or before anything is preempted. Nothing is released in
         between, so one allocation of their sum takes the same blocks (the free
         ones, then the same LRU victims in the same order) as one per request.
+
+        The implicit decoders (the first ``_ns``) are not visited: they take one
+        token each, in aggregate, and only those whose block fills this step are
+        counted into ``pending`` (``_implicit_step``); the pass starts after them.
         """
-        running, i = self.running, 0
+        running = self.running
         scheduled = plan.scheduled
         kv_tokens = decodes = 0
         bs = self.bs
         pending: list[tuple[Sequence, int]] = []
-        reserved, free = 0, self.kv.num_free
+        reserved = 0
+        i = self._implicit_step(plan, budget, pending)
+        if i:
+            reserved = len(pending)
+            budget -= i
+            kv_tokens, decodes = self._kv_off + i * (self._tick + 1), i
+        free = self.kv.num_free
         while i < len(running) and budget > 0:
             seq = running[i]
             c = seq.num_computed
@@ -237,7 +272,7 @@ class Scheduler:
                         self._take(pending, reserved)
                         pending, reserved = [], 0
                     while not self._grow(seq, n):
-                        victim = running.pop()
+                        victim = running.pop()  # never an implicit one: they come first
                         self._preempt(victim)
                         plan.preempted += 1
                         if victim is seq:
@@ -259,6 +294,191 @@ class Scheduler:
         plan.kv_tokens += kv_tokens
         plan.decode_seqs += decodes
         return budget
+
+    # -- implicit decode ------------------------------------------------------------
+    #
+    # A running request that only decodes (one token a step, nothing watching it) and
+    # comes before every other running request is *implicit*: its fields stand at step
+    # ``tb`` and it is visited only at its events: the step its block fills (commit),
+    # the step it needs a new block, and the step it finishes. Between them, step
+    # ``T`` gives it ``num_computed + (T − tb)`` computed tokens, and its token times
+    # are ``_times`` of steps ``tb ..``. A step so costs per event, not per running
+    # request, and every allocation, commit, release and step time is the one the
+    # explicit pass makes, in the same order (docs/virtual-time.md, "Implicit decode").
+
+    def _implicit_step(self, plan: StepPlan, budget: int,
+                       pending: list[tuple[Sequence, int]]) -> int:
+        """Account the implicit decoders in the step being planned: the ones needing a
+        block now go to ``pending`` (their capacity counted), in running order; the
+        count of implicit decoders is returned. When they do not all fit (budget, or
+        blocks: the explicit pass would preempt), they turn explicit first and 0 is
+        returned."""
+        ns = self._ns
+        if not ns:
+            return 0
+        tick = self._tick
+        due = self._due(self._grow_at, tick, tick)
+        if ns > budget or len(due) > self.kv.num_free:
+            self._flush()
+            return 0
+        bs = self.bs
+        for seq in due:
+            pending.append((seq, 1))
+            seq.capacity += bs
+            self._arm(seq)
+        plan.implicit = ns
+        return ns
+
+    def _due(self, at: dict[int, list[tuple[Sequence, int]]], tick: int,
+             sync_to: int) -> list[Sequence]:
+        """The implicit requests whose event of ``at`` is ``tick``, synced to step
+        ``sync_to``, in running order."""
+        entries = at.pop(tick, None)
+        if not entries:
+            return []
+        due = [seq for seq, gen in entries if seq.gen == gen and seq.tb >= 0]
+        if len(due) > 1:
+            due.sort(key=_rank)
+        for seq in due:
+            self._sync(seq, sync_to)
+        return due
+
+    def _sync(self, seq: Sequence, tick: int) -> None:
+        """Bring an implicit request's fields to step ``tick`` (it stays implicit)."""
+        d = tick - seq.tb
+        if d:
+            seq.num_computed += d
+            seq.length += d
+            seq.num_out += d
+            t0 = self._t0
+            seq.token_ns += self._times[seq.tb - t0 : tick - t0]
+            seq.tb = tick
+
+    def sync(self, seq: Sequence) -> None:
+        """Make an implicit request's fields current (its handle reads them)."""
+        if seq.tb >= 0:
+            self._sync(seq, self._tick)
+
+    def _arm(self, seq: Sequence) -> None:
+        """File a synced implicit request's next events (older ones turn stale)."""
+        seq.gen += 1
+        entry = (seq, seq.gen)
+        tb, c = seq.tb, seq.num_computed
+        fin = tb + seq.max_tokens - seq.num_out - 1  # the step that emits its last token
+        fill = min(fin, tb + seq.next_full - c - 1)
+        at = self._fill_at.get(fill)
+        if at is None:
+            self._fill_at[fill] = [entry]
+            heapq.heappush(self._fill_steps, fill)
+        else:
+            at.append(entry)
+        grow = tb + seq.capacity - c
+        if grow <= fin:
+            at = self._grow_at.get(grow)
+            if at is None:
+                self._grow_at[grow] = [entry]
+                heapq.heappush(self._grow_steps, grow)
+            else:
+                at.append(entry)
+
+    @property
+    def implicit_count(self) -> int:
+        """How many running requests are implicit decoders."""
+        return self._ns
+
+    def implicit_kv_tokens(self, ahead: int) -> int:
+        """The KV tokens the implicit decoders attend to in the step ``ahead`` steps
+        after the one being planned (none of them joining or leaving in between)."""
+        return self._kv_off + self._ns * (self._tick + ahead + 1)
+
+    def span(self, limit: int) -> int:
+        """How many steps from the one just planned, an implicit-only step with nothing
+        waiting, run with no event (up to ``limit``): every step but the last of them
+        neither fills a block, needs one nor finishes a request, and none but the
+        first needs a block. ``advance`` applies all but the last; ``complete`` the last."""
+        tick = self._tick
+        grow = _next_key(self._grow_at, self._grow_steps)
+        fill = _next_key(self._fill_at, self._fill_steps)
+        return max(1, min(limit, grow - tick, fill - tick + 1))
+
+    def advance(self, ends: list[int]) -> None:
+        """Apply span steps that ended at ``ends`` (no event in them: ``span``); each one
+        is followed by the next one, planned (as ``schedule`` counts it)."""
+        n = len(ends)
+        if n:
+            self._times += ends
+            self._tick += n
+            self.counters.steps += n
+            self.counters.generation_tokens += self._ns * n
+
+    def _absorb(self) -> None:
+        """After a step: running requests right after the implicit ones that now only
+        decode (and nothing watches) turn implicit, from the next step on."""
+        running, ns, tick = self.running, self._ns, self._tick
+        while ns < len(running):
+            seq = running[ns]
+            if seq.prefilling or seq.watched or seq.length - seq.num_computed != 1:
+                break
+            seq.tb = tick
+            self._kv_off += seq.num_computed - tick
+            self._arm(seq)
+            ns += 1
+        self._ns = ns
+        if len(self._times) > 4096:
+            self._trim_times()
+
+    def _trim_times(self) -> None:
+        """Drop the step times no implicit request still needs."""
+        low = min((seq.tb for seq in self.running[: self._ns]), default=self._tick)
+        if low - self._t0 > len(self._times) // 2:
+            del self._times[: low - self._t0]
+            self._t0 = low
+
+    def _leave(self, seq: Sequence) -> None:
+        """An implicit request turns explicit (it finishes, or is aborted): synced, its
+        events stale; the caller removes it from ``running``."""
+        self._sync(seq, self._tick)
+        self._kv_off -= seq.num_computed - seq.tb
+        seq.tb = -1
+        seq.gen += 1
+        self._ns -= 1
+        if not self._ns:  # every filed event is stale now: drop them (they hold requests)
+            self._clear_events()
+
+    def _flush(self) -> None:
+        """Every implicit request turns explicit (a step they do not all fit in, or a
+        stream starts watching one). During a step, they join its plan as the explicit
+        pass would have scheduled them: first, one token each."""
+        ns = self._ns
+        if not ns:
+            return
+        implicit = self.running[:ns]
+        tick = self._tick
+        for seq in implicit:
+            self._sync(seq, tick)
+            seq.tb = -1
+            seq.gen += 1
+        self._ns = self._kv_off = 0
+        self._clear_events()
+        plan = self._inflight
+        if plan is not None and plan.implicit:
+            for seq in implicit:
+                seq.step_tokens = 1
+            plan.scheduled[:0] = implicit
+            plan.implicit = 0
+
+    def _clear_events(self) -> None:
+        self._grow_at.clear()
+        self._fill_at.clear()
+        self._grow_steps.clear()
+        self._fill_steps.clear()
+
+    def watch(self, seq: Sequence) -> None:
+        """A consumer waits on ``seq`` step by step: it (and so every implicit request,
+        which come first) turns explicit and is woken every step."""
+        if seq.tb >= 0:
+            self._flush()
+        seq.watched = True
 
     def _take(self, pending: list[tuple[Sequence, int]], total: int) -> None:
         """Allocate the counted growth of ``pending`` requests at once (it fits)."""
@@ -282,6 +502,7 @@ class Scheduler:
         return True
 
     def _preempt(self, seq: Sequence) -> None:
+        assert seq.tb < 0, "implicit decoders come first: never a preemption victim"
         self.kv.release(seq.blocks)
         seq.blocks = []
         seq.capacity = 0
@@ -329,6 +550,8 @@ class Scheduler:
                 self.counters.host_cache_hits_tokens += on_host * bs
                 self._count_admission(seq, cached)
             waiting.popleft()
+            seq.rank = self._admitted
+            self._admitted += 1
             self.running.append(seq)
             plan.add(seq, n)
             budget -= n
@@ -366,14 +589,38 @@ class Scheduler:
         Every sequence that got a token has ``t_ns`` appended to its
         ``token_ns``; returned are only those a consumer must hear about:
         the ones that finished and the ``watched`` ones (a stream is waiting).
+        The implicit decoders advance in aggregate; only those with an event
+        in this step (a filled block, their last token) are visited, first, in
+        running order, as the explicit pass would (``_implicit_step``).
         """
+        self._inflight = None
         wake: list[Sequence] = []
         bs, kv = self.bs, self.kv
-        emitted = 0
+        tick = self._tick
+        self._times.append(t_ns)
+        self._tick = tick + 1
+        emitted = self._ns if plan.implicit else 0
         # the step's filled blocks, committed in one call (in order: of two requests
         # filling the same block, the first one's stays cached) before any release
         fill_blocks: list[int] = []
         fill_hashes: list[int] = []
+        for seq in self._due(self._fill_at, tick, tick + 1) if emitted else ():
+            computed = seq.num_computed
+            if computed >= seq.next_full:
+                full = computed // bs
+                seq.ensure_hashes(bs)
+                fill_blocks += seq.blocks[seq.committed : full]
+                fill_hashes += seq.hashes[seq.committed : full]
+                seq.committed = full
+                seq.next_full = (full + 1) * bs
+            if seq.num_out >= seq.max_tokens:
+                if fill_blocks:
+                    kv.commit(fill_blocks, fill_hashes, 0, len(fill_blocks))
+                    fill_blocks, fill_hashes = [], []
+                self._finish(seq, "length", t_ns)
+                wake.append(seq)
+            else:
+                self._arm(seq)
         for seq in plan.scheduled:
             if seq.finished:  # aborted while the step ran
                 continue
@@ -402,9 +649,13 @@ class Scheduler:
         if fill_blocks:
             kv.commit(fill_blocks, fill_hashes, 0, len(fill_blocks))
         self.counters.generation_tokens += emitted
+        if self.implicit:
+            self._absorb()
         return wake
 
     def _finish(self, seq: Sequence, reason: str, t_ns: int) -> None:
+        if seq.tb >= 0:
+            self._leave(seq)
         seq.finished = True
         seq.finish_reason = reason
         seq.finish_ns = t_ns
@@ -431,3 +682,14 @@ class Scheduler:
             del seq.outputs[seq.num_out :]
         self.counters.requests_aborted += 1
         return True
+
+
+def _rank(seq: Sequence) -> int:
+    return seq.rank
+
+
+def _next_key(at: dict[int, list[tuple[Sequence, int]]], keys: list[int]) -> int:
+    """The smallest key of ``at`` (its heap ``keys`` may hold keys popped since)."""
+    while keys and keys[0] not in at:
+        heapq.heappop(keys)
+    return keys[0] if keys else 1 << 62

@@ -1,0 +1,183 @@
+"""Implicit decode (issue 28): a scheduler that advances its steady decoders in aggregate
+makes exactly the steps, allocations, commits, evictions and token times of one that
+visits every running request each step (docs/virtual-time.md, "Implicit decode")."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from workbench.segments import BLOCK, UNIT, Segments
+from workbench.sim.config import EngineConfig
+from workbench.sim.scheduler import Scheduler, Sequence
+
+
+def _prompt(rng: random.Random, i: int) -> Segments:
+    """A prompt sharing a leading run of hash-id blocks with others, then its own tokens."""
+    shared = rng.randrange(0, 12)
+    parts = [(BLOCK, k, 0, 16) for k in range(shared)]
+    parts.append((UNIT, i, 0, rng.randrange(1, 300)))
+    return Segments(parts)
+
+
+def _drive(implicit: bool, cfg: EngineConfig, seed: int, *, watch_at: int = -1,
+           abort_at: int = -1, seen: list[int] | None = None) -> dict[str, Any]:
+    """Requests arriving over the first steps, driven to the end as ``Engine`` steps them;
+    every step's cost inputs, every request's outcome and the cache's end state."""
+    rng = random.Random(seed)
+    sched = Scheduler(cfg, implicit=implicit)
+    arrivals = sorted((rng.randrange(0, 400), i) for i in range(60))
+    seqs: list[Sequence] = []
+    steps: list[tuple[int, ...]] = []
+    t, step = 0, 0
+    while (arrivals or sched.has_work()) and step < 100_000:
+        while arrivals and arrivals[0][0] <= step:
+            _, i = arrivals.pop(0)
+            seq = sched.new_sequence(f"r{i}", _prompt(rng, i), rng.randrange(1, 90), t)
+            sched.add(seq)
+            seqs.append(seq)
+        plan = sched.schedule()
+        while not (plan.scheduled or plan.implicit) and plan.preempted and sched.has_work():
+            plan = sched.schedule()
+        if plan.scheduled or plan.implicit:
+            if step == watch_at and sched.running:  # a stream starts mid-step
+                sched.watch(sched.running[len(sched.running) // 2])
+            if step == abort_at and sched.running:  # a client goes away mid-step
+                sched.abort(sched.running[0], t)
+            if seen is not None:
+                seen.append(plan.implicit)
+            steps.append((plan.prefill_tokens, plan.decode_seqs, plan.kv_tokens,
+                          plan.preempted, plan.prefill_attn))
+            t += 1000 + plan.kv_tokens % 97
+            sched.complete(plan, t)
+        step += 1
+    assert not sched.has_work()
+    return {
+        "steps": steps,
+        "requests": [(s.request_id, s.token_ns, s.cached_tokens, s.preemptions, s.finish_ns,
+                      s.finish_reason, s.num_out) for s in seqs],
+        "counters": sched.counters,
+        "kv": (sched.kv.num_free, sched.kv.cached_blocks(), sched.kv.evictions,
+               sorted(sched.kv.index()), sched.kv.lru_order()),
+    }
+
+
+@pytest.mark.parametrize(("knobs", "seed"), [
+    ({"num_blocks": 4000}, 1),  # roomy: hits, no preemption
+    ({"num_blocks": 80, "max_num_seqs": 24, "max_num_batched_tokens": 512}, 2),  # preempts
+    ({"num_blocks": 500, "max_num_seqs": 40, "max_num_batched_tokens": 30}, 3),  # budget < seqs
+    ({"num_blocks": 800, "enable_prefix_caching": False}, 4),
+])
+def test_implicit_decode_makes_the_explicit_schedule(knobs: dict[str, Any], seed: int) -> None:
+    cfg = EngineConfig(**knobs)
+    explicit = _drive(False, cfg, seed)
+    assert _drive(True, cfg, seed) == explicit
+    assert explicit["counters"].generation_tokens == sum(r[6] for r in explicit["requests"])
+
+
+def test_the_cases_reach_preemption_and_implicit_steps() -> None:
+    """The tight case really preempts, and implicit steps really happen (else the
+    comparisons above prove little)."""
+    cfg = EngineConfig(num_blocks=80, max_num_seqs=24, max_num_batched_tokens=512)
+    assert _drive(True, cfg, 2)["counters"].preemptions > 0
+    implicit: list[int] = []
+    _drive(True, EngineConfig(num_blocks=4000), 1, seen=implicit)
+    assert sum(n > 0 for n in implicit) > len(implicit) // 2
+
+
+def test_a_watched_or_aborted_request_mid_step_keeps_the_schedule() -> None:
+    cfg = EngineConfig(num_blocks=1500)
+    for kw in ({"watch_at": 150}, {"abort_at": 150}, {"watch_at": 90, "abort_at": 200}):
+        assert _drive(True, cfg, 5, **kw) == _drive(False, cfg, 5, **kw)
+
+
+def _engine_run(spans: bool, implicit: bool, cfg: EngineConfig, seed: int) -> dict[str, Any]:
+    """Requests submitted over virtual time to one engine: most awaited to the end, some
+    streamed, some aborted part way; the engine's stats read on a grid meanwhile."""
+    import asyncio
+    import contextlib
+
+    from workbench.clock import VirtualClock, run_virtual
+    from workbench.sim import engine as engine_mod
+
+    rng = random.Random(seed)
+    plan = [(rng.randrange(0, 3_000_000_000), i, rng.randrange(1, 120), rng.choice("wwwsa"))
+            for i in range(40)]
+
+    async def one(engine: Any, at: int, i: int, n: int, how: str, out: dict) -> None:
+        await asyncio.sleep(at / 1e9)
+        shared = rng.randrange(0, 12) * 16  # token ids (a stream draws output ids)
+        prompt = [*range(shared), *range(10**6 * (i + 1), 10**6 * (i + 1) + rng.randrange(1, 300))]
+        req = engine.submit(f"r{i}", prompt, n)
+        if how == "s":  # a stream: woken every step from its first token on
+            times = [o.t_ns async for o in req.stream()]
+        elif how == "a":  # the client goes away after a while
+            await asyncio.sleep(rng.randrange(1, 400) / 1e3)
+            req.abort()
+            times = req.token_ns
+        else:
+            await req.wait()
+            times = req.token_ns
+        out[i] = (times, req.cached_tokens, req.finish_reason, req.completion_tokens)
+
+    async def main() -> dict[str, Any]:
+        engine = engine_mod.Engine(cfg, VirtualClock())
+        engine._sched.implicit = implicit
+        await engine.start()
+        out: dict[int, Any] = {}
+        samples = []
+
+        async def sample() -> None:
+            for _ in range(400):
+                await asyncio.sleep(0.013)
+                samples.append(engine.stats())
+
+        s = asyncio.ensure_future(sample())
+        await asyncio.gather(*(one(engine, *p, out) for p in plan))
+        s.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await s
+        await engine.stop()
+        return {"requests": out, "samples": samples, "stats": engine.stats()}
+
+    old = engine_mod.SPAN_MAX
+    engine_mod.SPAN_MAX = old if spans else 1
+    try:
+        return run_virtual(main())
+    finally:
+        engine_mod.SPAN_MAX = old
+
+
+@pytest.mark.parametrize("knobs", [{"num_blocks": 3000}, {"num_blocks": 90, "max_num_seqs": 8},
+                                   {"num_blocks": 2000, "decode_seq_ms": 0.3}])
+def test_spans_and_implicit_decode_keep_the_engine_run(knobs: dict[str, Any]) -> None:
+    """One engine in virtual time with submits, streams, aborts and stats reads landing
+    inside spans: every request's token times and outcome and every stats sample equal
+    the step-by-step engine's (``SPAN_MAX`` 1, no implicit decode)."""
+    cfg = EngineConfig(**knobs)
+    base = _engine_run(False, False, cfg, 7)
+    assert _engine_run(True, True, cfg, 7) == base
+    assert _engine_run(False, True, cfg, 7) == base
+    assert any(r[2] == "abort" for r in base["requests"].values())
+
+
+def test_no_finished_request_is_held_by_stale_events() -> None:
+    """Once no request is implicit, no filed event is left (each holds its request: a
+    long replay's memory would grow with every request finished)."""
+    cfg = EngineConfig(num_blocks=4000)
+    rng = random.Random(3)
+    sched = Scheduler(cfg)
+    for i in range(30):
+        sched.add(sched.new_sequence(f"r{i}", _prompt(rng, i), rng.randrange(20, 60), 0))
+    t = 0
+    for _ in range(10_000):
+        if not sched.has_work():
+            break
+        plan = sched.schedule()
+        t += 1000
+        sched.complete(plan, t)
+        if not sched.implicit_count:
+            assert not sched._grow_at and not sched._fill_at
+    assert not sched.has_work() and sched.counters.requests == 30
