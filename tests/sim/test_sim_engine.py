@@ -46,6 +46,21 @@ def test_lone_request_ttft_is_prefill_time_exactly():
     assert outs[-1].finish_reason == "length" and req.finish_ns == outs[-1].t_ns
 
 
+def test_a_prompt_given_as_parts_streams_the_same_tokens_as_its_ids():
+    """A virtual-time prompt (``Segments``) draws no output list up front; a stream of it
+    still yields the request's output ids (it raised IndexError), at the same times."""
+    from workbench.segments import UNIT, Segments
+
+    async def body(engine, prompt):
+        req = engine.submit("a", prompt, 5)
+        return [(o.token_ids, o.t_ns, o.finished) async for o in req.stream()]
+
+    parts = Segments([(UNIT, 7, 0, 300)])
+    as_parts = _run(EngineConfig(), lambda e: body(e, parts))
+    as_ids = _run(EngineConfig(), lambda e: body(e, list(range(300))))
+    assert as_parts == as_ids and len(as_parts) == 5
+
+
 def test_chunked_prefill_splits_at_the_token_budget():
     cfg = EngineConfig()
 

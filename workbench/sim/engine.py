@@ -30,6 +30,7 @@ from workbench.segments import Segments
 from workbench.sim import cost
 from workbench.sim import scheduler as sched
 from workbench.sim.config import EngineConfig
+from workbench.tokenizer import output_token
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +163,10 @@ class EngineRequest:
     def _output(self, k: int) -> RequestOutput:
         seq = self._seq
         last = seq.finished and seq.finish_reason == "length" and k == len(seq.token_ns) - 1
+        # a prompt given as parts draws no output list: its ids are drawn when read
+        token = output_token(seq.base, k) if seq.lazy else seq.outputs[k]
         return RequestOutput(
-            [seq.outputs[k]],
+            [token],
             seq.token_ns[k],
             last,
             "length" if last else None,
