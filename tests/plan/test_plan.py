@@ -109,3 +109,29 @@ def test_a_calibrated_engine_stands_in_for_a_preset(tmp_path) -> None:
     assert option.gpus_per_replica == 1
     assert option.knobs(3) == {"prefill_coeffs": [0, 0.05, 10], "workers": 3,
                                "router": "prefix-aware"}
+
+
+def test_an_option_that_never_holds_says_how_near_it_came() -> None:
+    """An option that held at no replica count is named with the most replicas tried, its
+    lowest ratio to the bound and where that floor was reached (more replicas did not
+    help), and the count is the plan's own limit, not the default's."""
+    from workbench.plan import PlanResult, Probe
+
+    h100, h200 = Option("llama-3.1-8b/h100/tp1"), Option("llama-3.1-8b/h200/tp1")
+
+    def probe(option, replicas, ratio):
+        return Probe(option, 1.0, 3.0, replicas, ratio <= 1, ratio, {"ttft_ms:p90": 2000 * ratio},
+                     1.0, 10, 1000, 100, 0, 0, 60.0)
+
+    result = PlanResult("t.jsonl", SLO, 3.0, [1.0], [h100, h200], None, [
+        probe(h100, 1, 9.0), probe(h100, 4, 1.2), probe(h100, 8, 1.05), probe(h100, 16, 1.05),
+        probe(h200, 1, 7.0), probe(h200, 4, 1.1), probe(h200, 8, 0.9), probe(h200, 6, 1.01),
+    ])
+    assert result.answer().endswith(
+        "holds ttft_ms:p90<=2000 on 8 × llama-3.1-8b/h200/tp1 · prefix-aware (8 GPUs); "
+        "llama-3.1-8b/h100/tp1 none up to 16 (at best 1.05× the bound, from 8 replicas on).")
+    result.probes = [p for p in result.probes if p.option == h100]
+    assert result.answer() == (
+        "Simulated: no option held ttft_ms:p90<=2000 at 3.00 units/s: llama-3.1-8b/h100/tp1 "
+        "none up to 16 (at best 1.05× the bound, from 8 replicas on); llama-3.1-8b/h200/tp1 "
+        "not tried.")

@@ -139,6 +139,18 @@ class PlanResult:
                 rows.append(row)
         return rows
 
+    def _never_held(self, option: Option, scale: float) -> str:
+        """What an option that never held did: the most replicas tried, its lowest worst
+        ratio to the bound and the fewest replicas that reached it (when more did not
+        lower it, the bound is under the option's floor, not a matter of replicas)."""
+        tried = [p for p in self.probes if p.option == option and p.scale == scale]
+        if not tried:
+            return "not tried"
+        low = min(p.worst_ratio for p in tried)
+        first = min(p.replicas for p in tried if p.worst_ratio <= low * 1.005)
+        return (f"none up to {max(p.replicas for p in tried)} (at best {low:.2f}× the "
+                f"bound, from {first} replicas on)")
+
     def best(self, scale: float) -> tuple[Option, Probe] | None:
         """The cheapest option that held at ``scale``: fewest GPUs (then cost per hour)."""
         found = [(o, p) for o in self.options if (p := self.fewest(o, scale)) is not None]
@@ -150,14 +162,15 @@ class PlanResult:
         rate = f"{self.base_rate * scale:.2f} units/s"
         got = self.best(scale)
         if got is None:
-            return (f"Simulated: no option held {self.slo} at {rate} with up to "
-                    f"{MAX_REPLICAS} replicas.")
+            return (f"Simulated: no option held {self.slo} at {rate}: "
+                    + "; ".join(f"{o.engine} {self._never_held(o, scale)}"
+                                for o in self.options) + ".")
         option, probe = got
         cost = self.cost(probe)
         price = (f", ${cost['usd_per_mtok']:.3f} per million tokens"
                  if cost["usd_per_mtok"] is not None else "")
         others = [f"{o.engine} needs {p.replicas}" if (p := self.fewest(o, scale))
-                  else f"{o.engine} none up to {MAX_REPLICAS}"
+                  else f"{o.engine} {self._never_held(o, scale)}"
                   for o in self.options if o != option]
         return (f"Simulated ({stated_error(option.engine)}): {self.trace} at {rate} holds "
                 f"{self.slo} on {probe.replicas} × {option.label} ({probe.gpus} GPUs{price})"
