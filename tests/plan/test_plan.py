@@ -20,7 +20,7 @@ SLO = "ttft_ms:p90<=2000"
 @pytest.fixture(scope="module")
 def mooncake_plan(tmp_path_factory):
     result = plan(MOONCAKE, PRESETS, SLO, scales=[1.0, 2.0], max_items=40,
-                  price_per_gpu_hour=2.5, max_replicas=16)
+                  price_per_gpu_hour=2.5, max_replicas=16, parallel=1)
     return result, result.save(tmp_path_factory.mktemp("plans"), "mooncake")
 
 
@@ -135,3 +135,20 @@ def test_an_option_that_never_holds_says_how_near_it_came() -> None:
         "Simulated: no option held ttft_ms:p90<=2000 at 3.00 units/s: llama-3.1-8b/h100/tp1 "
         "none up to 16 (at best 1.05× the bound, from 8 replicas on); llama-3.1-8b/h200/tp1 "
         "not tried.")
+
+
+def test_searches_in_processes_of_their_own_give_the_same_plan(mooncake_plan) -> None:
+    """``parallel=2``: the (option, scale) searches run in two processes; the probes, in
+    the same order, and so the answer, are those of the plan run in this process."""
+    result, _ = mooncake_plan
+    seen: list[int] = []
+    again = plan(MOONCAKE, PRESETS, SLO, scales=[1.0, 2.0], max_items=40,
+                 price_per_gpu_hour=2.5, max_replicas=16, parallel=2,
+                 progress=lambda p: seen.append(p.replicas))
+    fields = [(p.option, p.scale, p.replicas, p.held, p.worst_ratio, p.cached_tokens)
+              for p in result.probes]
+    assert [(p.option, p.scale, p.replicas, p.held, p.worst_ratio, p.cached_tokens)
+            for p in again.probes] == fields
+    assert seen == [p.replicas for p in result.probes] and again.answer() == result.answer()
+    with pytest.raises(ConfigError, match="parallel must be >= 1"):
+        plan(MOONCAKE, PRESETS, SLO, max_items=40, parallel=0)

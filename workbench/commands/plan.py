@@ -36,6 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="price per GPU-hour: adds cost per million tokens and per task")
     p.add_argument("--max-items", type=int, default=None, help="first N units of the trace")
     p.add_argument("--max-replicas", type=int, default=64)
+    p.add_argument("--parallel", type=int, default=None, metavar="N",
+                   help="searches (option × scale) run at once, each in a process of its "
+                        "own (default: the cores this process may use; 1: one at a time)")
     p.add_argument("-o", "--out", dest="out_dir", default="plans",
                    help="parent folder of the plan directory (default: plans)")
 
@@ -51,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         trace, args.preset, args.slo, scales=_floats(args.scale, "scale"),
         routers=[r.strip() for r in args.router.split(",") if r.strip()],
         host_kv_gb=_floats(args.host_kv_gb, "host-kv-gb"), price_per_gpu_hour=args.price,
-        max_items=args.max_items, max_replicas=args.max_replicas,
+        max_items=args.max_items, max_replicas=args.max_replicas, parallel=args.parallel,
         progress=lambda p: print(f"  {p.option.label} × {p.replicas} at {p.rate:.2f}/s: "
                                  f"{'held' if p.held else 'broken'} "
                                  f"(worst ratio {p.worst_ratio:.2f})", flush=True),

@@ -6,7 +6,9 @@ JSON from ``sim calibrate``; each with a router and a host KV tier) and an SLO (
 grammar, ``metrics.slo``), ``plan`` replays the trace in virtual time on a simulated
 cluster of N replicas at the trace's own rate and at scaled rates, and finds for each
 option and rate the fewest replicas that hold the SLO: doubling N from 1 until it holds,
-then bisecting. Every probe is a full virtual replay (``executors.virtual.simulate``).
+then bisecting. Every probe is a full virtual replay (``executors.virtual.simulate``);
+the searches of different options and rates run in processes of their own, up to the
+cores there are (``parallel``).
 With a price per GPU-hour it states the cost per million tokens and per agent task
 (a unit of the trace: a session, or one independent request). Every figure is
 simulated and is labelled with its option and that preset's stated error against
@@ -15,10 +17,14 @@ published measurements (docs/hardware.md); docs/plan.md has the rules.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import datetime as dt
 import json
 import math
+import multiprocessing
+import os
+import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +32,7 @@ from typing import Any
 
 from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO
+from workbench.signals import die_with_parent
 from workbench.sim.presets import resolve
 from workbench.sim.presets.stated import stated_error
 
@@ -284,6 +291,30 @@ def _fewest(probe: Callable[[int], Probe], max_replicas: int) -> None:
             bad = mid
 
 
+def _search(cfg: dict[str, Any], option: Option, scale: float, rate: float,
+            max_replicas: int, slo: dict[str, float]) -> list[Probe]:
+    """One option's fewest-replicas search at one rate, in a process of its own: its
+    probes in the order they ran (as ``plan`` one at a time would add them)."""
+    parsed = SLO.parse(slo)
+    assert parsed is not None  # parsed once in plan(); its dict form round-trips
+    probes: list[Probe] = []
+
+    def probe(n: int) -> Probe:
+        probes.append(_measure(cfg, option, scale, rate, n, parsed))
+        return probes[-1]
+
+    _fewest(probe, max_replicas)
+    return probes
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity; the machine's count elsewhere)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def trace_rate(cfg: dict[str, Any]) -> float:
     """The trace's own arrival rate, units per second (docs/arrival.md's measured rate)."""
     from workbench.replay.prepare import coerce_config, load_workload
@@ -301,8 +332,12 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
          host_kv_gb: Sequence[float] = (0.0,), price_per_gpu_hour: float | None = None,
          max_items: int | None = None, max_replicas: int = MAX_REPLICAS,
          context: dict[str, Any] | None = None,
-         progress: Callable[[Probe], None] | None = None) -> PlanResult:
-    """Fewest replicas per option and rate scale (see the module docstring)."""
+         progress: Callable[[Probe], None] | None = None,
+         parallel: int | None = None) -> PlanResult:
+    """Fewest replicas per option and rate scale (see the module docstring).
+
+    ``parallel``: processes running the (option, scale) searches at once; None: as many
+    as the cores this process may use (1: all in this process)."""
     parsed = SLO.parse(slo)
     if parsed is None:
         raise ConfigError("plan: an SLO is required, e.g. 'ttft_ms:p90<=2000'")
@@ -321,14 +356,34 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
     result = PlanResult(Path(trace).name, str(parsed), base, [float(s) for s in scales],
                         options, price_per_gpu_hour,
                         created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
-    for scale in result.scales:
-        for option in options:
-            def probe(n: int, option: Option = option, scale: float = scale) -> Probe:
-                p = _measure(cfg, option, scale, base * scale, n, parsed)
+    searches = [(option, scale) for scale in result.scales for option in options]
+    workers = min(usable_cores() if parallel is None else parallel, len(searches))
+    if workers < 1:
+        raise ConfigError(f"plan: parallel must be >= 1, got {parallel}")
+    args = [(cfg, option, scale, base * scale, max_replicas, parsed.to_dict())
+            for option, scale in searches]
+    if workers == 1:  # one at a time, in this process: each probe reported as it ends
+        for a in args:
+            def probe(n: int, a: tuple[Any, ...] = a) -> Probe:
+                p = _measure(a[0], a[1], a[2], a[3], n, parsed)
                 result.probes.append(p)
                 if progress is not None:
                     progress(p)
                 return p
 
             _fewest(probe, max_replicas)
+        return result
+    # one search per process, up to the cores there are; the probes land in the plan in
+    # the order one process would have run them (the same plan.json either way)
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=ctx, initializer=die_with_parent,
+        initargs=(os.getpid(), signal.SIGKILL),
+    ) as pool:
+        futures = [pool.submit(_search, *a) for a in args]
+        for fut in futures:
+            for p in fut.result():
+                result.probes.append(p)
+                if progress is not None:
+                    progress(p)
     return result
