@@ -95,3 +95,18 @@ def test_offset_1000_max_items_5000_on_the_mooncake_trace_is_rows_1000_to_5999(t
     window_meta = base_manifest(cfg, w, build_plan(cfg, w), "r").to_dict()["trace"]["window"]
     assert window_meta["offset"] == 1000 and window_meta["count"] == 5000
     assert orjson.loads(orjson.dumps(window_meta))["units_in_file"] == 12031
+
+
+@needs(MOONCAKE)
+def test_the_mooncake_window_replays_rows_1000_to_5999_in_virtual_time(tmp_path):
+    """The window replayed (virtual time, the embedded engine): exactly rows 1000..5999 are
+    sent, each once, and the run's manifest records the window and the file's sha256."""
+    import workbench as wb
+
+    result = wb.simulate({"trace": {"path": str(MOONCAKE), "offset": 1000, "max_items": 5000},
+                          "out_dir": str(tmp_path), "executor": {"keep_records": True}})
+    ids = sorted(int(r.request_id.removeprefix("mooncake_")) for r in result.records)
+    assert ids == list(range(1000, 6000))
+    trace = orjson.loads((Path(result.run_dir or "") / "manifest.json").read_bytes())["trace"]
+    assert (trace["window"]["offset"], trace["window"]["count"]) == (1000, 5000)
+    assert len(trace["sha256"]) == 64
