@@ -39,15 +39,21 @@ def _write(tmp_path: Path, rows: list[dict], name: str = "t.jsonl") -> Path:
 T = "2026-06-01T05:40:{:02d}.000Z"
 
 
-def test_tracelab_contained_subagent_is_a_tree(tmp_path):
-    rows = [
+def _nested_rows() -> list:
+    """main's Task call (2 s .. 30 s) holds sub (3 s .. 20 s), whose own Task call holds
+    subsub's first round (the innermost call wins over main's)."""
+    return [
         _tl_row("main", 0, T.format(0), T.format(1), [_task(T.format(2), T.format(30))]),
         _tl_row("main", 1, T.format(31), T.format(32)),
-        # the sub-agent: its whole span (3 s .. 20 s) inside main's Task call
         _tl_row("sub", 0, T.format(3), T.format(4), [_task(T.format(5), T.format(15))]),
         _tl_row("sub", 1, T.format(16), T.format(20)),
-        # nested: inside sub's Task call (the innermost call wins over main's)
         _tl_row("subsub", 0, T.format(6), T.format(9)),
+    ]
+
+
+def test_tracelab_contained_subagent_is_a_tree(tmp_path):
+    rows = [
+        *_nested_rows(),
         # a Bash call holding another session: no sub-agent tool, so no link
         _tl_row("other", 0, T.format(40), T.format(41),
                 [_task(T.format(42), T.format(55), name="Bash")]),
@@ -185,15 +191,7 @@ def test_tracelab_nested_contained_subagents_replay_as_a_tree(tmp_path):
     """main's Task call holds sub, whose own Task call holds subsub: read as main → sub →
     subsub, and replayed so that main's next round starts only after sub *and* subsub
     ended (a join waits for the child's whole subtree), in virtual time."""
-    rows = [
-        _tl_row("main", 0, T.format(0), T.format(1), [_task(T.format(2), T.format(30))]),
-        _tl_row("main", 1, T.format(31), T.format(32)),
-        _tl_row("sub", 0, T.format(3), T.format(4), [_task(T.format(5), T.format(15))]),
-        _tl_row("sub", 1, T.format(16), T.format(20)),
-        _tl_row("subsub", 0, T.format(6), T.format(9)),
-        _tl_row("subsub", 1, T.format(10), T.format(14)),
-    ]
-    path = _write(tmp_path, rows)
+    path = _write(tmp_path, [*_nested_rows(), _tl_row("subsub", 1, T.format(10), T.format(14))])
     assert _graph(load_trace(path)) == {
         "main": None, "sub": ("main", 0, "round_end", 1000.0, 1),
         "subsub": ("sub", 0, "round_end", 1000.0, 1)}
