@@ -309,6 +309,7 @@ async def _simulate(
             sink=sinks.on_record, lifecycle_sink=sinks.on_lifecycle,
             block_size=plan.block_size or engine_cfg.block_size, slot_offset=part.slot_offset,
         )
+        runner.measure.series = False  # no client measurement in virtual time (below)
         runners.append(runner)
     timeline: list[dict[str, Any]] = []
 

@@ -24,7 +24,7 @@ class SelfMeasure:
     """
 
     __slots__ = ("_area", "_cpu0", "_last", "_t0", "at_dispatch", "cap", "cpu_s", "full_ns",
-                 "inflight", "lags_ns", "peak", "steady_lags_ns", "wall_s")  # fmt: skip
+                 "inflight", "lags_ns", "peak", "series", "steady_lags_ns", "wall_s")  # fmt: skip
 
     def __init__(self) -> None:
         self.inflight = 0
@@ -40,6 +40,10 @@ class SelfMeasure:
         self.cap: int | None = None  # requested concurrency (None: uncapped)
         self.full_ns: int | None = None  # when in-flight first reached ``cap``
         self.steady_lags_ns = array("q")
+        # the per-request series (lags, in flight at dispatch); False keeps only the
+        # counts: a virtual run has no wall clock to measure the client by
+        # (executors.virtual), and they would grow with its requests
+        self.series = True
 
     def start(self) -> None:
         self._cpu0 = time.process_time()
@@ -61,7 +65,8 @@ class SelfMeasure:
                 self.full_ns = now
 
     def dispatched(self, now: int) -> None:
-        self.at_dispatch.append(self.inflight)
+        if self.series:
+            self.at_dispatch.append(self.inflight)
         self._move(now, 1)
 
     def lag(self, sent_ns: int, ready_ns: int) -> None:
@@ -71,6 +76,8 @@ class SelfMeasure:
         full concurrency (or always, uncapped): the ramp-up — a whole first wave due
         at one instant, sent one after the other — is then kept apart.
         """
+        if not self.series:
+            return
         lag = max(0, sent_ns - ready_ns)
         self.lags_ns.append(lag)
         if self.cap is None or (self.full_ns is not None and ready_ns >= self.full_ns):

@@ -122,6 +122,11 @@ class EngineRequest:
                 if not fut.done():
                     fut.set_result(None)
                     woke = True
+        if self._seq.finished:
+            # nothing wakes a finished request again: drop the sequence's back reference,
+            # so the pair is freed by reference counting when the caller lets go, not
+            # left to the rare cyclic collections of a virtual run (docs/virtual-time.md)
+            self._seq.handle = None
         return woke
 
     async def _progress(self) -> None:

@@ -29,7 +29,10 @@ if TYPE_CHECKING:
 ROOT_HASH = 0x51F15EED
 NO_HASH = -1  # a block holding no hash: Python's hash() never returns -1
 _LOG_FACTOR, _LOG_SLACK = 3, 1024  # LRU log capacity: compaction is amortised O(1) per entry
-_INDEX_FACTOR, _INDEX_MIN = 4, 1 << 16  # hash-index entries (stale ones too) before a rebuild
+# hash-index entries (stale ones too) before a rebuild: ~140 B each (the dict's slot and
+# two ints), so the index of a worker of 65,536 blocks stays under ~18 MB (factor 4: ~37 MB,
+# 2.4 GB on 64 workers; bench/README.md, "Virtual-time profile")
+_INDEX_FACTOR, _INDEX_MIN = 2, 1 << 16
 
 
 def block_hashes(
@@ -89,7 +92,7 @@ class BlockManager:
       leaves the dict entry stale instead of deleting it (a dict delete is a
       cache miss per block); lookups and commits check the entry against
       ``_hash``, and the dict is rebuilt from the arrays when stale entries
-      outnumber live ones several times over.
+      outnumber the cache's blocks.
     """
 
     def __init__(self, block_size: int, num_blocks: int, enable_caching: bool = True) -> None:
