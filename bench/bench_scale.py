@@ -1,8 +1,11 @@
 """A synthetic agentic trace of N requests on a simulated cluster, records on disk (issue 28).
 
-Method: draw ``--requests`` rounds as agentic sessions in-process (``synthetic:``
+Method: ``--requests`` rounds as agentic sessions drawn in-process (``synthetic:``
 distributions: rounds per session, fresh input per round, fixed output, tool waits;
-each round carries its whole conversation), replay them closed-loop
+each round carries its whole conversation), streamed: ``synthetic_stream`` draws the
+sessions a block at a time as the run admits them and the plan is built per session
+(docs/virtual-time.md, "Streamed runs"; ``--materialised`` draws and plans them all
+up front, as before), replayed closed-loop
 (``--concurrency`` sessions active) in virtual time on ``--workers`` engine workers
 behind the prefix-aware router, with ``executor.keep_records`` false and an
 ``out_dir``: records and lifecycle rows go to disk as they finish, prompts go to the
@@ -32,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from workbench.executors.virtual import simulate
-from workbench.workloads.synthetic import parse_synthetic, synthetic_workload
+from workbench.workloads.synthetic import parse_synthetic, synthetic_stream, synthetic_workload
 
 
 def _rss_mb() -> float:
@@ -51,6 +54,10 @@ def main() -> None:
     ap.add_argument("--tool-wait", default="uniform:100..5000")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="run parent folder (default: a temp dir)")
+    ap.add_argument("--materialised", action="store_true",
+                    help="draw and plan every session up front (the path before streaming)")
+    ap.add_argument("--progress", default=None, metavar="FILE",
+                    help="append one JSON line per RSS sample (t, rss, records on disk)")
     args = ap.parse_args()
     lo, hi = (int(x) for x in args.rounds.removeprefix("uniform:").split(".."))
     sessions = max(1, round(args.requests / ((lo + hi) / 2)))
@@ -62,8 +69,8 @@ def main() -> None:
     out = Path(args.out or tempfile.mkdtemp(prefix="bench-scale-"))
     trace = out / "synthetic.jsonl"  # the config names a trace; the workload is given
     trace.write_text("")
-    workload = dataclasses.replace(
-        synthetic_workload(spec, np.random.default_rng(args.seed)), source=str(trace))
+    draw = synthetic_workload if args.materialised else synthetic_stream
+    workload = dataclasses.replace(draw(spec, np.random.default_rng(args.seed)), source=str(trace))
     cfg = {
         "trace": {"path": str(trace)}, "out_dir": str(out),
         "arrival": {"mode": "saturated", "max_concurrency": args.concurrency},
@@ -76,6 +83,13 @@ def main() -> None:
     def sample() -> None:
         while not done.wait(1.0):
             samples.append(_rss_mb())
+            if args.progress and len(samples) % 10 == 0:
+                size = sum(f.stat().st_size for f in out.glob("*/records.jsonl"))
+                with open(args.progress, "a") as fh:
+                    fh.write(json.dumps({"t_s": round(time.perf_counter() - wall0),
+                                         "cpu_s": round(time.process_time() - cpu0),
+                                         "rss_mb": round(samples[-1]),
+                                         "records_mb": round(size / 2**20, 1)}) + "\n")
 
     t = threading.Thread(target=sample, daemon=True)
     t.start()
@@ -87,8 +101,8 @@ def main() -> None:
     m = result.manifest
     half = samples[len(samples) // 2 :] or [rss_plan]
     print(json.dumps({
-        "requests": workload.n_rounds, "sessions": sessions, "workers": args.workers,
-        "concurrency": args.concurrency, "status": m.get("status"),
+        "requests": workload.n_rounds, "sessions": sessions, "streamed": workload.streamed,
+        "workers": args.workers, "concurrency": args.concurrency, "status": m.get("status"),
         "recorded_rounds": m["completion"]["recorded_rounds"],
         "virtual_duration_s": round(m["virtual_duration_s"], 1),
         "cpu_s": round(cpu, 1), "wall_s": round(wall, 1),

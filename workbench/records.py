@@ -13,7 +13,7 @@ later). ``RunResult`` bundles the records of one run with its manifest.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -88,16 +88,70 @@ class Unit:
         return self.kind == "session"
 
 
+class UnitStream(Sequence[Unit]):
+    """Units produced when asked for, in file order, none held: a streamed workload
+    (``workloads.synthetic.SessionStream``; docs/virtual-time.md, "Streamed runs").
+
+    A subclass gives ``__len__``, ``__iter__`` (a fresh pass each time) and the
+    totals below, known without producing a unit. Indexing walks forward from the
+    last unit asked for (the admission queue asks in order, the same index several
+    times); asking for an earlier one starts a new pass; a slice is a tuple of
+    units (the warm-up's first few).
+    """
+
+    n_rounds: int = 0
+    prefix_tokens: int = 0  # Σ prefix over every round (as the trace says it)
+    prompt_tokens: int = 0  # Σ prefix + input
+    output_tokens: int = 0
+    has_hash_ids: bool = False
+
+    def __init__(self) -> None:
+        self._pass: Iterator[Unit] | None = None
+        self._next = 0
+        self._last: tuple[int, Unit] | None = None
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[Unit]:
+        raise NotImplementedError
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            import itertools
+
+            start, stop, step = i.indices(len(self))
+            if step < 0:
+                return tuple(self)[i]
+            return tuple(itertools.islice(iter(self), start, stop, step))
+        n = len(self)
+        i = i + n if i < 0 else i
+        if not 0 <= i < n:
+            raise IndexError(f"unit {i} of a stream of {n}")
+        if self._last is not None and self._last[0] == i:
+            return self._last[1]
+        if self._pass is None or i < self._next:
+            self._pass, self._next = iter(self), 0
+        while self._next < i:
+            next(self._pass)
+            self._next += 1
+        unit = next(self._pass)
+        self._next = i + 1
+        self._last = (i, unit)
+        return unit
+
+
 @dataclass(frozen=True, slots=True)
 class Workload:
     """An ordered list of units loaded from one trace.
 
     ``fmt`` names the reader that produced it; ``block_size`` is the token size
     of one ``hash_ids`` block when rounds carry them; ``meta`` holds reader
-    specifics (sidecar manifest, detection note, tool-wait mode, ...).
+    specifics (sidecar manifest, detection note, tool-wait mode, ...). ``units`` is
+    a tuple, or a ``UnitStream`` (units drawn when asked for).
     """
 
-    units: tuple[Unit, ...]
+    units: Sequence[Unit]
     fmt: str
     source: str = ""
     block_size: int | None = None
@@ -110,7 +164,14 @@ class Workload:
 
     @property
     def n_rounds(self) -> int:
+        if isinstance(self.units, UnitStream):
+            return self.units.n_rounds
         return sum(len(u.rounds) for u in self.units)
+
+    @property
+    def streamed(self) -> bool:
+        """Its units are drawn when asked for (``UnitStream``), not held."""
+        return isinstance(self.units, UnitStream)
 
     @property
     def has_sessions(self) -> bool:
@@ -118,6 +179,8 @@ class Workload:
 
     @property
     def has_hash_ids(self) -> bool:
+        if isinstance(self.units, UnitStream):
+            return self.units.has_hash_ids
         return any(r.hash_ids is not None for r in self.rounds())
 
     def head(self, n: int) -> Workload:

@@ -13,14 +13,14 @@ nothing dispatches on a mode's name. A new mode is one module with one
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from workbench.records import Unit
 from workbench.registry import Registry
 
 #: ``release(units, rate)``: each unit's release offset in ms from run start (file order)
-Release = Callable[[tuple[Unit, ...], float | None], list[float]]
+Release = Callable[[Sequence[Unit], float | None], list[float]]
 
 
 @dataclass(frozen=True)

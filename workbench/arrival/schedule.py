@@ -14,7 +14,7 @@ from workbench.records import Unit
 ARRIVAL_SPAN_WARN_MS = 86_400_000.0
 
 
-def release_offsets_ms(units: tuple[Unit, ...], mode: str, rate: float | None,
+def release_offsets_ms(units: Sequence[Unit], mode: str, rate: float | None,
                        process: ArrivalProcess | None = None, seed: int = 0) -> list[float]:
     """The release offset of every unit under arrival mode ``mode`` (``MODES``); a process
     mode draws them from ``process`` (its burstiness and ramp-up) with ``seed``."""
@@ -25,7 +25,7 @@ def release_offsets_ms(units: tuple[Unit, ...], mode: str, rate: float | None,
 
 @register_mode("trace-timed", takes_rate=True,
                description="each unit at its trace arrival (rescaled to arrival.rate)")
-def trace_timed(units: tuple[Unit, ...], rate: float | None) -> list[float]:
+def trace_timed(units: Sequence[Unit], rate: float | None) -> list[float]:
     """The trace's arrivals rebased to the first unit (rescaled to ``rate``)."""
     if not units:
         return []
@@ -34,7 +34,7 @@ def trace_timed(units: tuple[Unit, ...], rate: float | None) -> list[float]:
     return rescale_to_rate(offsets, rate) if rate is not None else offsets
 
 
-def at_once(units: tuple[Unit, ...], rate: float | None) -> list[float]:
+def at_once(units: Sequence[Unit], rate: float | None) -> list[float]:
     """Every unit eligible at 0: admission (``max_concurrency``) decides."""
     return [0.0] * len(units)
 
@@ -47,7 +47,7 @@ register_mode(
 
 
 def _process_release(kind: str) -> None:
-    def release(units: tuple[Unit, ...], rate: float | None) -> list[float]:
+    def release(units: Sequence[Unit], rate: float | None) -> list[float]:
         """The process at ``rate`` with its defaults (burstiness 1, no ramp), seed 0."""
         return ArrivalProcess(kind, rate).check().offsets_ms(len(units), 0)
 

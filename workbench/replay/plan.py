@@ -12,14 +12,15 @@ starts when their trigger fires. ``Plan.all_units`` walks every unit.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from workbench.arrival.schedule import arrival_span, release_offsets_ms
 from workbench.config import RunConfig, parse_output_policy
 from workbench.context.policy import DEFAULT_POLICY, make_policy, plan_rounds
-from workbench.records import Round, Spawn, Unit, Workload
+from workbench.records import Round, Spawn, Unit, UnitStream, Workload
 from workbench.workloads.trace_stats import ideal_prefix_hit_rate
 
 
@@ -61,9 +62,53 @@ class ChildPlan:
     plan: UnitPlan
 
 
+RoundPlanner = Callable[[Unit], tuple[RoundPlan, ...]]
+
+
+class PlanStream(Sequence[UnitPlan]):
+    """A streamed workload's plan (docs/virtual-time.md, "Streamed runs"): unit ``i``'s
+    ``UnitPlan`` is built when asked for, from the ``UnitStream``'s unit ``i``, and
+    only the last one asked for is kept (the admission queue asks for the same one
+    until it admits it). The release offsets are held (one float a unit); a slice is
+    a tuple of plans (the warm-up's first few, a shard's share)."""
+
+    def __init__(self, units: UnitStream, offsets: Sequence[float], planner: RoundPlanner) -> None:
+        self.units = units
+        self.offsets = offsets
+        self.planner = planner
+        self.n_rounds = units.n_rounds
+        # (arrival, file order) is file order when the offsets never go down
+        self.in_release_order = all(a <= b for a, b in itertools.pairwise(offsets))
+        self._last: UnitPlan | None = None
+
+    def __len__(self) -> int:
+        return len(self.units)
+
+    @overload
+    def __getitem__(self, i: int) -> UnitPlan: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[UnitPlan, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> UnitPlan | tuple[UnitPlan, ...]:
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            return tuple(self[k] for k in range(start, stop, step))
+        i = i + len(self) if i < 0 else i
+        last = self._last
+        if last is None or last.ordinal != i:
+            unit = self.units[i]
+            last = self._last = UnitPlan(i, unit, self.offsets[i], self.planner(unit))
+        return last
+
+    def __iter__(self) -> Iterator[UnitPlan]:
+        for k, (unit, offset) in enumerate(zip(self.units, self.offsets, strict=True)):
+            yield UnitPlan(k, unit, offset, self.planner(unit))
+
+
 @dataclass(frozen=True)
 class Plan:
-    units: tuple[UnitPlan, ...]
+    units: Sequence[UnitPlan]  # a tuple, or a PlanStream (a streamed workload's)
     policy: str | None
     block_size: int | None = None  # token size of one hash id block (Mooncake/Dynamo traces)
     # the prefix hit rate of an infinite cache over this plan's workload, under the policy
@@ -77,6 +122,8 @@ class Plan:
 
     @property
     def n_rounds(self) -> int:
+        if isinstance(self.units, PlanStream):
+            return self.units.n_rounds
         return sum(len(u.rounds) for u in self.all_units())
 
     def completion(self, recorded: int, skipped: int, *, looped: bool) -> dict[str, Any]:
@@ -91,27 +138,39 @@ class Plan:
                 "skipped_rounds": skipped, "not_sent_rounds": missing}
 
     def totals(self) -> dict[str, Any]:
-        rounds = [r for u in self.all_units() for r in u.rounds]
-        prefix = sum(r.prefix_len for r in rounds)
-        prompt = sum(r.prompt_len for r in rounds)
+        """The plan's sizes, summed in one pass (a streamed plan's units are built for
+        it one at a time and dropped)."""
+        units = rounds = prefix = prompt = output = folded = 0
+        for u in self.all_units():
+            units += 1
+            for r in u.rounds:
+                rounds += 1
+                prefix += r.prefix_len
+                prompt += r.prompt_len
+                output += r.output_len
+                folded += r.folded_prefix_tokens
         return {
-            "units": sum(1 for _ in self.all_units()),
+            "units": units,
             **({"agent_tasks": len(self.units)} if self.is_graph else {}),
-            "rounds": len(rounds),
+            "rounds": rounds,
             "total_prompt_tokens": prompt,
             "total_prefix_tokens": prefix,
-            "total_output_tokens": sum(r.output_len for r in rounds),
-            "folded_prefix_tokens": sum(r.folded_prefix_tokens for r in rounds),
+            "total_output_tokens": output,
+            "folded_prefix_tokens": folded,
             "planned_prefix_hit_rate": prefix / prompt if prompt else 0.0,
             **self.arrival(),
         }
 
     @property
     def is_graph(self) -> bool:
+        if isinstance(self.units, PlanStream):  # streamed workloads have no sub-agents
+            return False
         return any(u.children for u in self.units)
 
     def arrival(self) -> dict[str, Any]:
         """The span of release times (after mode and rate), warned about past a day."""
+        if isinstance(self.units, PlanStream):
+            return arrival_span(self.units.offsets)
         return arrival_span([u.offset_ms for u in self.units])
 
 
@@ -144,6 +203,12 @@ def build_plan(cfg: RunConfig, workload: Workload) -> Plan:
             for r, p, o in zip(rounds, planned, outputs, strict=True)
         )
 
+    if isinstance(workload.units, UnitStream):  # built unit by unit as the run asks
+        offsets = release_offsets_ms(workload.units, cfg.arrival.mode, cfg.arrival.rate,
+                                     cfg.arrival_process(), cfg.seed)
+        stream = PlanStream(workload.units, offsets, round_plans)
+        ideal = ideal_prefix_hit_rate(workload, policy)
+        return Plan(stream, policy_name, workload.block_size, ideal)
     if not any(u.spawn is not None for u in workload.units):  # no graph: one unit a task
         offsets = release_offsets_ms(workload.units, cfg.arrival.mode, cfg.arrival.rate,
                                      cfg.arrival_process(), cfg.seed)

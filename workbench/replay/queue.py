@@ -15,9 +15,10 @@ the same whoever admits it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from workbench.replay.plan import UnitPlan
+from workbench.replay.plan import PlanStream, UnitPlan
 
 NS_PER_MS = 1_000_000
 
@@ -31,8 +32,11 @@ class Waiting:
     scheduled_ns: int | None
 
 
-def release_order(units: tuple[UnitPlan, ...]) -> tuple[UnitPlan, ...]:
-    """``units`` in (scheduled arrival, file order): a stable sort on the offset alone."""
+def release_order(units: Sequence[UnitPlan]) -> Sequence[UnitPlan]:
+    """``units`` in (scheduled arrival, file order): a stable sort on the offset alone (a
+    streamed plan whose offsets never go down is already in that order)."""
+    if isinstance(units, PlanStream) and units.in_release_order:
+        return units
     return tuple(sorted(units, key=_offset))
 
 
@@ -47,7 +51,7 @@ class AdmissionQueue:
     __slots__ = ("_i", "_n", "closed_loop", "last_admit_ns", "loops", "t0_ns", "units")
 
     def __init__(
-        self, units: tuple[UnitPlan, ...], t0_ns: int, *, closed_loop: bool, loops: bool
+        self, units: Sequence[UnitPlan], t0_ns: int, *, closed_loop: bool, loops: bool
     ) -> None:
         # closed loop has no arrivals: file order
         self.units = units if closed_loop else release_order(units)

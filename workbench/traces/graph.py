@@ -14,7 +14,7 @@ tasks, never children: a child always comes with its root.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,7 +39,7 @@ def has_graph(workload: Workload) -> bool:
     return any(u.spawn is not None for u in workload.units)
 
 
-def children_by_parent(units: tuple[Unit, ...]) -> dict[str, list[Unit]]:
+def children_by_parent(units: Sequence[Unit]) -> dict[str, list[Unit]]:
     """Each parent id's children, in file order."""
     out: dict[str, list[Unit]] = {}
     for u in units:

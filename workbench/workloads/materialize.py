@@ -34,6 +34,7 @@ import dataclasses
 import hashlib
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -229,7 +230,7 @@ def _is_tracelab(path: Path, fmt: str) -> bool:
     return name == "tracelab"
 
 
-def _select(units: tuple[Unit, ...], spec: TracegenSpec, rng: np.random.Generator) -> list[Unit]:
+def _select(units: Sequence[Unit], spec: TracegenSpec, rng: np.random.Generator) -> list[Unit]:
     """Session order (source or a seeded permutation), then the first ``max_sessions``."""
     if spec.session_order == "shuffle":
         order = rng.permutation(len(units)).tolist()

@@ -7,15 +7,17 @@ all arriving at 0 (``tracegen`` draws the arrivals).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from workbench.errors import ConfigError
-from workbench.records import Round, Unit, Workload
+from workbench.records import Round, Unit, UnitStream, Workload
 from workbench.traces import bounds, canonical
 
 SYNTHETIC_PREFIX = "synthetic:"
@@ -184,33 +186,197 @@ def synthetic_value(key: str, value: str) -> Any:
 
 def synthetic_workload(spec: SyntheticSpec, rng: np.random.Generator) -> Workload:
     """Draw the sessions (vectorized; all arrive at 0 — ``tracegen`` draws arrivals)."""
-    counts = np.minimum(spec.rounds.draw(rng, spec.sessions, integer=True, low=1),
-                        MAX_ROUNDS_PER_SESSION)
-    total = int(counts.sum())
+    cols = _Columns.shared(spec, rng)
+    block = _draw_block(spec, cols, spec.sessions, check_total=True)
+    meta = {"needs_context_policy": False,
+            "compaction_rounds": block.fresh_rounds - spec.sessions}
+    return Workload(tuple(block.units(0)), "synthetic", source="synthetic", meta=meta)
+
+
+def synthetic_stream(
+    spec: SyntheticSpec, rng: np.random.Generator, arrivals_ms: Sequence[float] | None = None
+) -> Workload:
+    """``synthetic_workload``'s sessions, drawn on demand (``SessionStream``): the same
+    units, round for round, for the same spec and generator, and the generator left
+    where ``synthetic_workload`` leaves it; ``arrivals_ms`` (one a session) sets each
+    unit's and its rounds' arrival, as ``standard.generate`` does."""
+    stream = SessionStream(spec, rng, arrivals_ms)
+    meta = {"needs_context_policy": False,
+            "compaction_rounds": stream.fresh_rounds - spec.sessions}
+    return Workload(stream, "synthetic", source="synthetic", meta=meta)
+
+
+STREAM_BLOCK = 1024  # sessions drawn at once by a stream
+_SKIP_CHUNK = 1 << 16  # values drawn at once while a column's generator is moved on
+
+
+@dataclass
+class _Column:
+    """One drawn column: its distribution (``None``: uniform [0, 1), the compaction
+    flags) on its generator. numpy draws these element by element, so drawing a
+    column in pieces gives the values (and leaves the generator) exactly as one draw
+    does: the streamed path relies on it (tests/workloads/test_synthetic_stream.py)."""
+
+    dist: Distribution | None
+    rng: np.random.Generator
+    integer: bool = True
+    low: int = 1
+
+    def take(self, n: int) -> np.ndarray:
+        if self.dist is None:
+            return self.rng.random(n)
+        return self.dist.draw(self.rng, n, integer=self.integer, low=self.low)
+
+    def skip(self, n: int) -> None:
+        for k in range(0, n, _SKIP_CHUNK):
+            self.take(min(_SKIP_CHUNK, n - k))
+
+    def copy(self) -> _Column:
+        return dataclasses.replace(self, rng=copy.deepcopy(self.rng))
+
+
+@dataclass
+class _Columns:
+    """The six columns ``synthetic_workload`` draws, in its order: rounds per session,
+    fresh input, first input (if set), output, tool wait, compaction flags."""
+
+    rounds: _Column
+    input: _Column
+    first: _Column | None
+    output: _Column
+    wait: _Column
+    fresh: _Column
+
+    @classmethod
+    def shared(cls, spec: SyntheticSpec, rng: np.random.Generator) -> _Columns:
+        """Every column on one generator: drawn whole, one after the other."""
+        return cls(_Column(spec.rounds, rng), _Column(spec.input, rng),
+                   _Column(spec.first_input, rng) if spec.first_input is not None else None,
+                   _Column(spec.output, rng), _Column(spec.tool_wait, rng, False, 0),
+                   _Column(None, rng))
+
+    @classmethod
+    def positioned(cls, spec: SyntheticSpec, rng: np.random.Generator) -> tuple[_Columns, int]:
+        """Each column on its own copy of ``rng``, standing where the one generator
+        stands when ``synthetic_workload`` starts that column (the columns before it
+        are drawn and dropped, in pieces); ``rng`` ends where it ends. Also the
+        rounds in all (the bound checked first, as ``synthetic_workload`` does)."""
+        one = cls.shared(spec, rng)
+        out = one.copies()
+        total = 0
+        for k in range(0, spec.sessions, _SKIP_CHUNK):
+            n = min(_SKIP_CHUNK, spec.sessions - k)
+            total += int(np.minimum(one.rounds.take(n), MAX_ROUNDS_PER_SESSION).sum())
+        _check_rounds(total)
+        out.input.rng = copy.deepcopy(rng)
+        one.input.skip(total)
+        if one.first is not None and out.first is not None:
+            out.first.rng = copy.deepcopy(rng)
+            one.first.skip(spec.sessions)
+        out.output.rng = copy.deepcopy(rng)
+        one.output.skip(total)
+        out.wait.rng = copy.deepcopy(rng)
+        one.wait.skip(total)
+        out.fresh.rng = copy.deepcopy(rng)
+        one.fresh.skip(total)
+        return out, total
+
+    def copies(self) -> _Columns:
+        return _Columns(self.rounds.copy(), self.input.copy(),
+                        self.first.copy() if self.first is not None else None,
+                        self.output.copy(), self.wait.copy(), self.fresh.copy())
+
+
+def _check_rounds(total: int) -> None:
     if total > MAX_ROUNDS:
         raise ConfigError(f"synthetic source draws {total:,} rounds, past the bound of "
                           f"{MAX_ROUNDS:,} ({bounds.DOC}); ask for fewer sessions or rounds")
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    inputs = spec.input.draw(rng, total, integer=True, low=1)
-    if spec.first_input is not None:
-        inputs[starts] = spec.first_input.draw(rng, spec.sessions, integer=True, low=1)
-    outputs = spec.output.draw(rng, total, integer=True, low=1)
-    waits = spec.tool_wait.draw(rng, total, integer=False, low=0)
+
+
+@dataclass
+class _Block:
+    """Consecutive sessions as columns: where each starts, its rounds, and per round
+    prefix, input, output, tool wait (ms)."""
+
+    starts: np.ndarray
+    counts: np.ndarray
+    prefixes: np.ndarray
+    inputs: np.ndarray
+    outputs: np.ndarray
+    waits: np.ndarray
+    fresh_rounds: int
+
+    def units(self, first: int, arrivals_ms: Sequence[float] | None = None) -> Iterator[Unit]:
+        """The sessions as units, numbered from ``first``."""
+        cols = [c.tolist() for c in (self.prefixes, self.inputs, self.outputs, self.waits)]
+        for i, (a, n) in enumerate(zip(self.starts.tolist(), self.counts.tolist(),
+                                       strict=True)):
+            sid = str(first + i)
+            at = 0.0 if arrivals_ms is None else float(arrivals_ms[first + i])
+            rounds = tuple(
+                Round(canonical.request_id(sid, k), sid, k, at, cols[0][a + k], cols[1][a + k],
+                      cols[2][a + k], cols[3][a + k])
+                for k in range(n)
+            )
+            yield Unit(sid, "session", at, rounds)
+
+
+def _draw_block(spec: SyntheticSpec, cols: _Columns, sessions: int, *,
+                check_total: bool = False) -> _Block:
+    """The next ``sessions`` sessions from ``cols`` (vectorized over the block): each
+    round carries its whole conversation, unless a compaction starts it afresh."""
+    counts = np.minimum(cols.rounds.take(sessions), MAX_ROUNDS_PER_SESSION)
+    total = int(counts.sum())
+    if check_total:
+        _check_rounds(total)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+    inputs = cols.input.take(total)
+    if cols.first is not None:
+        inputs[starts] = cols.first.take(sessions)
+    outputs = cols.output.take(total)
+    waits = cols.wait.take(total)
     waits[starts + counts - 1] = 0.0
-    fresh = rng.random(total) < spec.compaction
+    fresh = cols.fresh.take(total) < spec.compaction
     fresh[starts] = True
     seg = np.maximum.accumulate(np.where(fresh, np.arange(total), 0))
     before = np.cumsum(inputs + outputs) - (inputs + outputs)
     prefixes = before - before[seg]
-    cols = [c.tolist() for c in (prefixes, inputs, outputs, waits)]
-    units = []
-    for s, (a, n) in enumerate(zip(starts.tolist(), counts.tolist(), strict=True)):
-        sid = str(s)
-        rounds = tuple(
-            Round(canonical.request_id(sid, k), sid, k, 0.0, cols[0][a + k], cols[1][a + k],
-                  cols[2][a + k], cols[3][a + k])
-            for k in range(n)
-        )
-        units.append(Unit(sid, "session", 0.0, rounds))
-    meta = {"needs_context_policy": False, "compaction_rounds": int(fresh.sum()) - spec.sessions}
-    return Workload(tuple(units), "synthetic", source="synthetic", meta=meta)
+    return _Block(starts, counts, prefixes, inputs, outputs, waits, int(fresh.sum()))
+
+
+class SessionStream(UnitStream):
+    """The sessions of a ``synthetic:`` description, drawn ``STREAM_BLOCK`` at a time
+    when asked for, in order: memory flat in the number of sessions (docs/virtual-time.md,
+    "Streamed runs"). Session ``i`` is ``synthetic_workload``'s unit ``i``: each column
+    has its own generator, started where ``synthetic_workload``'s one generator starts
+    it (``_Columns.positioned``). One pass over the columns at construction counts the
+    rounds and the tokens (``n_rounds``, ``prefix_tokens``, ``prompt_tokens``,
+    ``output_tokens``) without building a unit."""
+
+    def __init__(self, spec: SyntheticSpec, rng: np.random.Generator,
+                 arrivals_ms: Sequence[float] | None = None) -> None:
+        super().__init__()
+        self.spec = spec
+        self.arrivals_ms = arrivals_ms
+        self._start, self.n_rounds = _Columns.positioned(spec, rng)
+        prefix = prompt = output = fresh = 0
+        for _, block in self._blocks():
+            prefix += int(block.prefixes.sum())
+            prompt += int(block.prefixes.sum() + block.inputs.sum())
+            output += int(block.outputs.sum())
+            fresh += block.fresh_rounds
+        self.prefix_tokens, self.prompt_tokens, self.output_tokens = prefix, prompt, output
+        self.fresh_rounds = fresh
+
+    def __len__(self) -> int:
+        return self.spec.sessions
+
+    def _blocks(self) -> Iterator[tuple[int, _Block]]:
+        cols = self._start.copies()
+        for first in range(0, self.spec.sessions, STREAM_BLOCK):
+            n = min(STREAM_BLOCK, self.spec.sessions - first)
+            yield first, _draw_block(self.spec, cols, n)
+
+    def __iter__(self) -> Iterator[Unit]:
+        for first, block in self._blocks():
+            yield from block.units(first, self.arrivals_ms)

@@ -47,7 +47,7 @@ from workbench.context.policy import (
     planned_file_message,
 )
 from workbench.errors import ConfigError
-from workbench.records import Workload
+from workbench.records import UnitStream, Workload
 
 DEFAULT_BLOCK_SIZE = 512
 CURVE_POINTS = 25
@@ -124,6 +124,13 @@ def ideal_prefix_hit_rate(
     A replay's manifest needs only this figure; for 100k queued one-shot requests the
     tables cost ~75 MB of peak memory.
     """
+    units = workload.units
+    if isinstance(units, UnitStream) and not units.has_hash_ids and (
+            workload.meta.get("needs_context_policy") is False):
+        # planned session rounds: the planned prefix hits (the definition above), from the
+        # stream's totals; a planned file takes no other policy (``_effective_policy``)
+        _effective_policy(workload, policy)
+        return units.prefix_tokens / units.prompt_tokens if units.prompt_tokens else 0.0
     if all(len(u.rounds) <= 1 for u in workload.units) and not workload.has_hash_ids:
         return 0.0
     return float(trace_stats(workload, policy=policy).summary["ideal_prefix_hit_rate"])
