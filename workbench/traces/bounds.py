@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from workbench.errors import TraceFormatError
-from workbench.records import Workload
+from workbench.records import Unit, UnitStream, Workload
 
 MAX_ROUND_TOKENS = 10_000_000
 """Tokens one round may ask an engine to hold: prompt + output (and so each length).
@@ -113,6 +113,11 @@ def check_workload(path: str | Path, workload: Workload) -> None:
     workload is walked round by round to name the culprit.
     """
     units = workload.units
+    if isinstance(units, UnitStream):  # one pass, nothing held (ids unique by construction)
+        fine = all(_unit_fine(u) for u in units)
+        if not fine:
+            _name_the_culprit(Path(path), workload)
+        return
     rounds = [r for u in units for r in u.rounds]
     fine = (
         len({u.unit_id for u in units}) == len(units)
@@ -126,6 +131,17 @@ def check_workload(path: str | Path, workload: Workload) -> None:
     )
     if not fine:
         _name_the_culprit(Path(path), workload)
+
+
+def _unit_fine(u: Unit) -> bool:
+    """``check_workload``'s rules for one unit, but the uniqueness of its ids."""
+    return (
+        0 <= u.arrival_ms <= MAX_ARRIVAL_MS
+        and all(0 <= r.tool_wait_after_ms <= MAX_WAIT_MS for r in u.rounds)
+        and all(r.prefix_len >= 0 and r.input_len >= 0 and r.output_len >= 1 for r in u.rounds)
+        and all(r.prefix_len + r.input_len + r.output_len <= MAX_ROUND_TOKENS for r in u.rounds)
+        and ids_sendable([u.unit_id, *(r.request_id for r in u.rounds)], MAX_WIRE_ID_CHARS)
+    )
 
 
 def _name_the_culprit(path: Path, workload: Workload) -> None:

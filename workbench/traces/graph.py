@@ -136,13 +136,14 @@ def window(workload: Workload, offset: int, count: int | None) -> Workload:
     ``meta["window"]`` records offset, count, the rule and how many tasks the file
     has; an ``offset`` past the last task is a ``ConfigError``.
     """
-    tops = roots(workload)
+    # a stream's units are all roots: its window is a slice, drawn without the rest
+    tops = workload.units if workload.streamed else roots(workload)
     if offset and offset >= len(tops):
         raise ConfigError(f"trace.offset {offset} is past the trace's {len(tops)} units "
                           f"({workload.source or 'the trace'})")
     end = len(tops) if count is None else offset + count
     chosen = tops[offset:end]
-    if has_graph(workload):
+    if not workload.streamed and has_graph(workload):
         kids = children_by_parent(workload.units)
         keep = {id(u) for r in chosen for u in (r, *descendants(r, kids))}
         units = tuple(u for u in workload.units if id(u) in keep)

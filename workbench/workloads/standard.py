@@ -24,6 +24,7 @@ seed) goes into the run manifest.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,15 +39,19 @@ from workbench.traces.load import load_trace
 from workbench.workloads.synthetic import (
     SYNTHETIC_PREFIX,
     Distribution,
+    SessionStream,
     SyntheticSpec,
     parse_distribution,
     split_pairs,
     synthetic_value,
-    synthetic_workload,
 )
 
 KINDS = ("random", "shared-prefix", "agentic")
 MAX_REQUESTS = 1_000_000
+#: an ``agentic`` workload of this many rounds or more stays a stream (``SessionStream``:
+#: sessions drawn when the run admits them, docs/virtual-time.md "Streamed runs"); a
+#: smaller one is held (the same units either way)
+STREAM_MIN_ROUNDS = 100_000
 DOC = "docs/trace-formats.md, 'Synthetic workloads'"
 
 #: the ``agentic`` presets; ``coding-agent`` is fitted to the bundled public coding-agent
@@ -156,13 +161,19 @@ def generate(text: str) -> Workload:
         units = _shared_prefix(spec, rng)
     else:
         spec = _agentic_spec(own)
-        units = list(synthetic_workload(spec, rng).units)
+        units = []
     process = timeline.process()
-    offsets = process.offsets_ms(len(units), int(seeds[1].generate_state(1)[0]))
-    units = [dataclasses.replace(u, arrival_ms=a,
-                                 rounds=tuple(dataclasses.replace(r, arrival_ms=a)
-                                              for r in u.rounds))
-             for u, a in zip(units, offsets, strict=True)]
+    arrival_seed = int(seeds[1].generate_state(1)[0])
+    held: Sequence[Unit]
+    if isinstance(spec, SyntheticSpec):  # sessions drawn as a stream; held when small
+        stream = SessionStream(spec, rng, process.offsets_ms(spec.sessions, arrival_seed))
+        held = stream if stream.n_rounds >= STREAM_MIN_ROUNDS else tuple(stream)
+    else:
+        offsets = process.offsets_ms(len(units), arrival_seed)
+        held = tuple(dataclasses.replace(u, arrival_ms=a,
+                                         rounds=tuple(dataclasses.replace(r, arrival_ms=a)
+                                                      for r in u.rounds))
+                     for u, a in zip(units, offsets, strict=True))
     described = spec.describe() if isinstance(spec, SyntheticSpec) else {
         f.name: _text(getattr(spec, f.name)) for f in dataclasses.fields(spec)}
     generator = {"kind": kind, "description": text, "parameters": described,
@@ -171,7 +182,7 @@ def generate(text: str) -> Workload:
     block = spec.block if isinstance(spec, SharedPrefixSpec) else None
     # drawn rounds are already what is sent: no context policy plans them again
     meta = {"needs_context_policy": False, "generator": generator}
-    return Workload(tuple(units), "synthetic", source=text, block_size=block, meta=meta)
+    return Workload(held, "synthetic", source=text, block_size=block, meta=meta)
 
 
 def _text(value: Any) -> Any:
