@@ -54,6 +54,9 @@ def main() -> None:
     ap.add_argument("--tool-wait", default="uniform:100..5000")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="run parent folder (default: a temp dir)")
+    ap.add_argument("--num-blocks", type=int, default=None,
+                    help="KV blocks a worker (default: the engine's, 65,536); a small cache "
+                         "fills early, so the run's steady state shows at fewer requests")
     ap.add_argument("--materialised", action="store_true",
                     help="draw and plan every session up front (the path before streaming)")
     ap.add_argument("--progress", default=None, metavar="FILE",
@@ -93,7 +96,9 @@ def main() -> None:
 
     t = threading.Thread(target=sample, daemon=True)
     t.start()
-    engine = {"workers": args.workers, "router": "prefix-aware"}
+    engine: dict[str, object] = {"workers": args.workers, "router": "prefix-aware"}
+    if args.num_blocks:
+        engine["num_blocks"] = args.num_blocks
     result = simulate(cfg, engine=engine, workload=workload)
     done.set()
     t.join()
@@ -102,7 +107,8 @@ def main() -> None:
     half = samples[len(samples) // 2 :] or [rss_plan]
     print(json.dumps({
         "requests": workload.n_rounds, "sessions": sessions, "streamed": workload.streamed,
-        "workers": args.workers, "concurrency": args.concurrency, "status": m.get("status"),
+        "workers": args.workers, "num_blocks": args.num_blocks or "default",
+        "concurrency": args.concurrency, "status": m.get("status"),
         "recorded_rounds": m["completion"]["recorded_rounds"],
         "virtual_duration_s": round(m["virtual_duration_s"], 1),
         "cpu_s": round(cpu, 1), "wall_s": round(wall, 1),
