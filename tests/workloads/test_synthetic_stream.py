@@ -93,14 +93,15 @@ def _run(tmp_path: Path, name: str, workload: Any, arrival: dict[str, Any],
 @pytest.mark.parametrize("arrival", [
     {"mode": "saturated", "max_concurrency": 6},
     {"mode": "poisson", "rate": 3.0, "max_concurrency": 6},
+    {"mode": "saturated", "max_concurrency": 4, "warmup": 3},  # the warm-up takes a slice
 ])  # fmt: skip
 def test_streamed_run_is_the_materialised_run(
     tmp_path: Path, arrival: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Closed loop and open-loop Poisson, records on disk: the same seed streamed and
-    materialised gives the same canonical report (records, lifecycle, summary,
-    manifest with its plan totals and ideal hit rate), and the streamed run's plan is
-    built unit by unit (a PlanStream)."""
+    """Closed loop (with a warm-up) and open-loop Poisson, records on disk: the same seed
+    streamed and materialised gives the same canonical report (records, lifecycle,
+    summary, manifest with its plan totals and ideal hit rate), and the streamed run's
+    plan is built unit by unit (a PlanStream)."""
     monkeypatch.setattr(synthetic, "STREAM_BLOCK", 5)
     spec = parse_synthetic(SPECS[1].replace("sessions=257", "sessions=40"))
     plans: list[Any] = []
