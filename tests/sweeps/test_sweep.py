@@ -330,3 +330,51 @@ def test_capacity_search_on_concurrency_is_on_integers(tmp_path: Path) -> None:
     assert isinstance(good, int) and bad == good + 1 and 8 <= good < 16
     values = [p["params"]["arrival.max_concurrency"] for p in s.points]
     assert all(isinstance(v, int) for v in values) and len(set(values)) == len(values)
+
+
+# -- parallel points ------------------------------------------------------------------------
+def test_virtual_points_default_to_the_cores_and_give_the_same_outcome_in_processes(
+        tmp_path: Path) -> None:
+    """``parallel`` unset: a virtual sweep runs its points in as many processes as this
+    process may use cores (here pinned to two); each point's outcome is the one it has
+    when the points run one after another in this process."""
+    import os
+
+    from workbench.cores import usable_cores
+    from workbench.sweeps.sweep_runner import SweepRunner
+
+    over = {"arrival.rate": [1, 4, 8]}
+    cfg = wb.RunConfig.from_dict(BASE)
+    runner = SweepRunner(cfg, kind="grid", spec={}, axes=["arrival.rate"], virtual=True,
+                         out_dir=tmp_path, sweep_id="default")
+    assert runner.parallel == usable_cores()
+    live = SweepRunner(cfg, kind="grid", spec={}, axes=["arrival.rate"],
+                       out_dir=tmp_path, sweep_id="live")
+    assert live.parallel == 1
+    old = os.sched_getaffinity(0)
+    if len(old) < 2:
+        pytest.skip("one core: nothing runs in parallel here")
+    os.sched_setaffinity(0, sorted(old)[:2])
+    try:
+        two = wb.sweep(BASE, over, slo=SLO_TEXT, virtual=True, out_dir=tmp_path,
+                       sweep_id="two")
+    finally:
+        os.sched_setaffinity(0, old)
+    one = wb.sweep(BASE, over, slo=SLO_TEXT, virtual=True, parallel=1, out_dir=tmp_path,
+                   sweep_id="one")
+    cols = ["arrival.rate", "ok", "slo_held", "ttft_ms_p50", "ttft_ms_p90", "tpot_ms_p50",
+            "prefix_hit_rate"]
+    cols = [c for c in cols if c in one.frame]
+    assert len(cols) >= 5, list(one.frame.columns)
+    assert two.frame[cols].equals(one.frame[cols])
+    assert list(two.frame["slo_held"]) == [True, True, False]
+
+
+def test_parallel_must_be_a_positive_integer_and_live_points_run_one_at_a_time(
+        tmp_path: Path) -> None:
+    for bad in (0, -1, True, 1.5, "2"):
+        with pytest.raises(ConfigError, match="sweep parallel must be"):
+            wb.sweep(BASE, {"arrival.rate": [1]}, virtual=True, parallel=bad,
+                     out_dir=tmp_path, sweep_id=f"bad{bad}")
+    with pytest.raises(ConfigError, match="live points share one server"):
+        wb.sweep(BASE, {"arrival.rate": [1]}, parallel=2, out_dir=tmp_path, sweep_id="live")

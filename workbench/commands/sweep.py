@@ -70,8 +70,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="... this many points in a row (default 1)")
     s.add_argument("--virtual", action="store_true",
                    help="run every point through the embedded engine in virtual time")
-    s.add_argument("--parallel", type=int, default=1,
-                   help="virtual time: points run in this many processes at once")
+    s.add_argument("--parallel", type=int, default=None, metavar="N",
+                   help="virtual time: points run in this many processes at once (default: "
+                        "the cores this process may use; 1: one at a time, on this process)")
     s.add_argument("--sweep-id", help="sweep directory name (same name again: resume)")
     s.add_argument("--label", help="label of the sweep in plots and reports")
     s.add_argument("--gpus", type=int, help="GPUs per server instance: the Pareto plot shows "
