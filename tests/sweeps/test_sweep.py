@@ -378,3 +378,36 @@ def test_parallel_must_be_a_positive_integer_and_live_points_run_one_at_a_time(
                      out_dir=tmp_path, sweep_id=f"bad{bad}")
     with pytest.raises(ConfigError, match="live points share one server"):
         wb.sweep(BASE, {"arrival.rate": [1]}, parallel=2, out_dir=tmp_path, sweep_id="live")
+
+
+def test_a_trace_error_in_a_points_process_reaches_the_caller_whole(tmp_path: Path) -> None:
+    """A point's process raises the trace's error to the sweep as it is (its path, line
+    and rule), not a broken process pool: workbench's errors pickle whole."""
+    import pickle
+
+    from workbench.errors import OutputWriteError, TraceFormatError
+
+    missing = tmp_path / "gone.jsonl"
+    with pytest.raises(TraceFormatError) as info:
+        wb.sweep({"trace": {"path": str(missing)}}, {"arrival.rate": [1, 2]}, virtual=True,
+                 parallel=2, out_dir=tmp_path, sweep_id="gone")
+    assert (info.value.path, info.value.line) == (str(missing), 0)
+    assert "no such file" in info.value.rule
+    for exc in (TraceFormatError("t.jsonl", 7, "field 'x' must be an int"),
+                OutputWriteError("run/records.jsonl", OSError(28, "No space left on device"))):
+        back = pickle.loads(pickle.dumps(exc))
+        assert type(back) is type(exc) and str(back) == str(exc)
+        assert vars(back) == vars(exc)
+
+
+def test_every_command_takes_a_bundled_traces_name(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``mooncake/conversation_trace_head600.jsonl`` (as the notebooks and ``plan`` list
+    it) is that bundled file from any folder, in a sweep's point processes too."""
+    monkeypatch.chdir(tmp_path)
+    name = "mooncake/conversation_trace_head600.jsonl"
+    s = wb.sweep({"trace": {"path": name, "max_items": 20}}, {"arrival.rate": [1, 2]},
+                 virtual=True, parallel=2, out_dir=tmp_path, sweep_id="named")
+    assert [p["status"] for p in s.points] == ["done", "done"]
+    run = wb.simulate({"trace": {"path": name, "max_items": 20}})
+    assert len(run.records) == 20 and run.manifest["trace"]["path"].endswith(name)

@@ -48,11 +48,9 @@ STYLE = {"description_width": "130px"}
 
 def resolve_trace(value: str) -> str:
     """A path as typed, or the on-disk path of a bundled trace name."""
-    from workbench import data
+    from workbench.workloads.standard import bundled_or_path
 
-    if not value or Path(value).exists() or value not in data.files():
-        return value
-    return str(data.path(value))
+    return str(bundled_or_path(value)) if value else value
 
 
 def bundled_name(path: str) -> str | None:
