@@ -411,3 +411,53 @@ def test_every_command_takes_a_bundled_traces_name(tmp_path: Path,
     assert [p["status"] for p in s.points] == ["done", "done"]
     run = wb.simulate({"trace": {"path": name, "max_items": 20}})
     assert len(run.records) == 20 and run.manifest["trace"]["path"].endswith(name)
+
+
+def test_capacity_search_in_two_processes_probes_two_values_a_round(tmp_path: Path) -> None:
+    """``parallel=2`` in virtual time: lo with hi, then two points cutting the bracket in
+    three a round: the same capacity within the tolerance, in fewer rounds than one probe
+    a round takes; every probe kept."""
+    kw = {"tolerance": 0.5, "virtual": True, "out_dir": tmp_path}
+    one = wb.capacity_search(BASE, "arrival.rate", 1.0, 8.0, SLO_TEXT, parallel=1,
+                             sweep_id="one", **kw)
+    two = wb.capacity_search(BASE, "arrival.rate", 1.0, 8.0, SLO_TEXT, parallel=2,
+                             sweep_id="two", **kw)
+    a, b = one.capacity, two.capacity
+    assert a["status"] == b["status"] == "found"
+    for cap, sweep in ((a, one), (b, two)):
+        good, bad = cap["bracket"]
+        assert bad - good <= 0.5
+        verdicts = {p["params"]["arrival.rate"]: p["slo"]["held"] for p in sweep.points}
+        assert verdicts[good] is True and verdicts[bad] is False
+        assert len(cap["probes"]) == len(sweep.points) == len(sweep.run_dirs)
+    assert abs(a["value"] - b["value"]) <= 0.5  # the same capacity, within the tolerance
+    assert b["rounds"] < a["rounds"] == len(a["probes"])  # one probe a round
+    rates = [p["params"]["arrival.rate"] for p in two.points]
+    assert rates[:2] == [1.0, 8.0]  # lo and hi in the first round
+
+
+@pytest.mark.parametrize("width", [1, 2, 3])
+def test_capacity_rounds_on_a_known_verdict(width: int) -> None:
+    """The search's arithmetic on a verdict known in advance (held up to 37): found
+    within the tolerance; integers stay integers; ``max_probes`` bounds the probes."""
+    import asyncio
+
+    from workbench.sweeps.capacity import _search
+
+    seen: list[float] = []
+
+    async def held(values: list[float]) -> list[bool]:
+        seen.extend(values)
+        return [v <= 37 for v in values]
+
+    res = asyncio.run(_search(held, 1, 8, 1, 2.0, 24, True, width))
+    assert res["status"] == "found" and res["value"] == 37 and res["bracket"] == [37, 38]
+    assert all(isinstance(v, int) for v in seen) and len(set(seen)) == len(seen)
+    seen.clear()
+    res = asyncio.run(_search(held, 1.0, 8.0, 0.25, 2.0, 24, False, width))
+    assert res["status"] == "found" and 37 - 0.25 <= res["value"] <= 37
+    seen.clear()
+    capped = asyncio.run(_search(held, 1, 8, 1, 2.0, 5, True, width))
+    assert len(seen) <= 5 and capped["status"] in ("max_probes", "found")
+    above = asyncio.run(_search(held, 1, 2, 1, 2.0, 3, True, width))
+    assert above["status"] == "above_range" and above["value"] <= 37
