@@ -110,6 +110,10 @@ class UnitStream(Sequence[Unit]):
         self._next = 0
         self._last: tuple[int, Unit] | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (to a worker process) without the pass in progress (a generator)."""
+        return {**self.__dict__, "_pass": None, "_next": 0, "_last": None}
+
     def __len__(self) -> int:
         raise NotImplementedError
 

@@ -221,3 +221,23 @@ def test_a_streamed_trace_past_a_bound_names_the_unit(monkeypatch: pytest.Monkey
     text = "synthetic:agentic,sessions=3,rounds=fixed:40,input=fixed:400000,output=fixed:1"
     with pytest.raises(TraceFormatError, match="unit '0'"):
         standard.load_source(text)
+
+
+def test_a_streamed_plan_pickles_to_a_worker_process() -> None:
+    """A process or Ray shard is sent its plan pickled (``executors.processes``): a
+    streamed plan, even mid-pass, pickles without its pass and gives the same units."""
+    import pickle
+
+    from workbench.config import RunConfig
+    from workbench.replay.plan import build_plan
+
+    spec = parse_synthetic(SPECS[1])
+    wl = synthetic_stream(spec, np.random.default_rng(1))
+    cfg = RunConfig.from_dict({"trace": {"path": "synthetic.jsonl"},
+                               "arrival": {"mode": "saturated", "max_concurrency": 4}})
+    plan = build_plan(cfg, wl)
+    assert isinstance(plan.units, PlanStream)
+    mid = plan.units[100]  # a pass in progress
+    copy = pickle.loads(pickle.dumps(plan))
+    assert copy.units[100] == mid and list(copy.units) == list(plan.units)
+    assert copy.n_rounds == plan.n_rounds == wl.n_rounds

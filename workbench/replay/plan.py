@@ -13,13 +13,13 @@ starts when their trigger fires. ``Plan.all_units`` walks every unit.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
 from workbench.arrival.schedule import arrival_span, release_offsets_ms
 from workbench.config import RunConfig, parse_output_policy
-from workbench.context.policy import DEFAULT_POLICY, make_policy, plan_rounds
+from workbench.context.policy import DEFAULT_POLICY, ContextPolicy, make_policy, plan_rounds
 from workbench.records import Round, Spawn, Unit, UnitStream, Workload
 from workbench.workloads.trace_stats import ideal_prefix_hit_rate
 
@@ -62,9 +62,6 @@ class ChildPlan:
     plan: UnitPlan
 
 
-RoundPlanner = Callable[[Unit], tuple[RoundPlan, ...]]
-
-
 class PlanStream(Sequence[UnitPlan]):
     """A streamed workload's plan (docs/virtual-time.md, "Streamed runs"): unit ``i``'s
     ``UnitPlan`` is built when asked for, from the ``UnitStream``'s unit ``i``, and
@@ -80,6 +77,9 @@ class PlanStream(Sequence[UnitPlan]):
         # (arrival, file order) is file order when the offsets never go down
         self.in_release_order = all(a <= b for a, b in itertools.pairwise(offsets))
         self._last: UnitPlan | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_last": None}  # (to a worker process: what it needs)
 
     def __len__(self) -> int:
         return len(self.units)
@@ -183,25 +183,37 @@ def effective_policy(cfg: RunConfig, workload: Workload) -> str | None:
     return None
 
 
-def build_plan(cfg: RunConfig, workload: Workload) -> Plan:
-    policy_name = effective_policy(cfg, workload)
-    policy = make_policy(policy_name or DEFAULT_POLICY, cfg.context.options)
-    kind, amount = parse_output_policy(cfg.arrival.output_len)
+@dataclass(frozen=True)
+class RoundPlanner:
+    """A unit's rounds as planned: the output-length policy (``kind``, ``amount``), then
+    the context policy unless ``policy_name`` is None (the trace's own prefixes). A
+    class, not a closure, so a streamed plan pickles to a worker process."""
 
-    def round_plans(unit: Unit) -> tuple[RoundPlan, ...]:
+    policy_name: str | None
+    policy: ContextPolicy
+    kind: str
+    amount: int
+
+    def __call__(self, unit: Unit) -> tuple[RoundPlan, ...]:
         rounds = unit.rounds
-        outputs = _output_lengths(rounds, kind, amount)
-        if policy_name is None:
+        outputs = _output_lengths(rounds, self.kind, self.amount)
+        if self.policy_name is None:
             return tuple(
                 RoundPlan(r, r.prefix_len, r.input_len, o)
                 for r, o in zip(rounds, outputs, strict=True)
             )
-        planned = plan_rounds(rounds, policy, outputs)
+        planned = plan_rounds(rounds, self.policy, outputs)
         return tuple(
             RoundPlan(r, p.prefix_len, p.input_len, o, p.folded_prefix_tokens,
                       p.major_compaction)
             for r, p, o in zip(rounds, planned, outputs, strict=True)
         )
+
+
+def build_plan(cfg: RunConfig, workload: Workload) -> Plan:
+    policy_name = effective_policy(cfg, workload)
+    policy = make_policy(policy_name or DEFAULT_POLICY, cfg.context.options)
+    round_plans = RoundPlanner(policy_name, policy, *parse_output_policy(cfg.arrival.output_len))
 
     if isinstance(workload.units, UnitStream):  # built unit by unit as the run asks
         offsets = release_offsets_ms(workload.units, cfg.arrival.mode, cfg.arrival.rate,
