@@ -525,6 +525,10 @@ class Scheduler:
             cached = (len(hit) + on_host) * bs
             start = max(cached, seq.preloaded)  # transferred KV is not computed again
             n = min(seq.length - start, budget)
+            if not self.config.enable_chunked_prefill and n < seq.length - start:
+                if plan.prefill_tokens:  # whole prompts only: it waits for the next step
+                    break
+                n = seq.length - start  # longer than the whole budget: the step's only one
             need = -(-(start + n) // bs) - len(hit)
             if not kv.can_allocate(need, hit if memo is None else memo.blocks):
                 if memo is None:
