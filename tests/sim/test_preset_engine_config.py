@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from workbench.errors import ConfigError
 from workbench.sim.config import EngineConfig
 from workbench.sim.presets import fit
 from workbench.sim.presets.tables import load_tables
@@ -34,6 +35,9 @@ def test_whole_prompts_wait_for_a_step_with_room_instead_of_being_chunked() -> N
     # a prompt longer than the whole budget runs alone, whole, in one step
     assert _first_step(False, [20_000, 100]) == [20_000, 0]
     assert _first_step(True, [20_000, 100]) == [8192, 0]
+    with pytest.raises(ConfigError, match=r"target\.engine\.enable_chunked_prefill: expected "
+                                          r"true or false, got 'no'"):
+        EngineConfig(enable_chunked_prefill="no")  # type: ignore[arg-type]
 
 
 def _table(tmp_path: Path, meta: str, body: str) -> fit.Table:
