@@ -345,6 +345,26 @@ class TokenPool:
             arr = _generate(np.uint64(fnv), np.uint64(key), positions, self.vocab_lo, span)
         return arr
 
+    def resolve_parts_array(self, parts: Sequence[Part]) -> np.ndarray:
+        """``resolve_array`` of each part, concatenated, in one vectorised pass: the
+        record hashes of a Mooncake row's new hash-id blocks draw them at once, not
+        one small array per block (docs/virtual-time.md, "Record hashes")."""
+        if len(parts) == 1:
+            return self.resolve_array(*parts[0])
+        for kind, *_ in parts:
+            if kind not in (UNIT, PREFIX, BLOCK):
+                raise ValueError(f"part kind {kind} is not a token pool's source")
+        packed = np.array([p[1] for p in parts], dtype=np.uint64)
+        counts = np.array([p[3] for p in parts], dtype=np.int64)
+        which = np.repeat(np.arange(len(parts)), counts)
+        # position of each token in its source: the part's start + its offset in the part
+        first = np.cumsum(counts) - counts
+        positions = np.arange(int(counts.sum()), dtype=np.uint64)
+        positions += (np.array([p[2] for p in parts], dtype=np.uint64)
+                      - first.astype(np.uint64))[which]  # fmt: skip
+        return _generate((packed & _M32)[which], (packed >> _S32)[which], positions,
+                         self.vocab_lo, self.vocab_hi - self.vocab_lo)
+
     def tail(self, n: int, *, nonce: str = "") -> list[int]:
         """``n`` tokens from a reserved stream no unit, prefix or block ever uses.
 
