@@ -131,19 +131,21 @@ class BlockManager:
 
         ``known`` is a still-valid earlier hit for the same hashes: only the
         blocks after it are looked up (the blocked head of the waiting queue is
-        retried every step; rescanning a 10k-token prompt each time dominated).
+        retried every step; rescanning a 10k-token prompt each time dominated),
+        and when none is found ``known`` itself is returned (not a copy: the
+        caller must not change it).
         Lookups go in doubling chunks (a C-level ``map`` over the dict, the
         entries checked against the arrays at once).
         """
         if not self.enable_caching:
             return []
-        hit: list[int] = list(known) if known else []
         get, own = self._by_hash.get, self._hash
-        i, end, step = len(hit), min(max_blocks, len(hashes)), 16
+        i, end, step = len(known) if known else 0, min(max_blocks, len(hashes)), 16
         if i < end:  # the next block alone first: a retried blocked head misses here
             b = get(hashes[i])
             if b is None or own[b] != hashes[i]:
-                return hit
+                return known if known else []  # ``known`` itself: no copy of a long hit
+        hit: list[int] = list(known) if known else []
         while i < end:
             j = min(end, i + step)
             chunk = hashes[i:j]

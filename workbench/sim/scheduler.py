@@ -571,7 +571,8 @@ class Scheduler:
         keep = len(memo.hit)
         if memo.evictions != kv.evictions:
             keep = kv.held_prefix(memo.blocks, memo.hashes)
-        hit = kv.longest_hit(seq.hashes, limit, memo.hit[:keep])
+        hit = kv.longest_hit(seq.hashes, limit, memo.hit if keep == len(memo.hit)
+                             else memo.hit[:keep])  # fmt: skip
         if len(hit) == len(memo.hit) == keep:
             return memo.hit, memo
         return hit, None
