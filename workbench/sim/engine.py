@@ -285,10 +285,18 @@ class Engine:
         s = self._sched
         return len(s.running), len(s.waiting), s.kv.usage
 
-    def cached_prefix_blocks(self, hashes: Sequence[int]) -> int:
-        """How many leading blocks of ``hashes`` this engine's prefix cache holds."""
+    def cached_prefix_blocks(self, hashes: Sequence[int], limit: int | None = None) -> int:
+        """How many leading blocks of ``hashes`` this engine's prefix cache holds (at
+        most ``limit``)."""
         self._catch_up()
-        return len(self._sched.kv.longest_hit(hashes, len(hashes)))
+        n = len(hashes) if limit is None else min(limit, len(hashes))
+        return len(self._sched.kv.longest_hit(hashes, n))
+
+    def caches_block(self, block_hash: int) -> bool:
+        """Whether this engine's prefix cache holds the block of chained hash ``block_hash``
+        (a router's bound: a prefix hit longer than ``i`` blocks holds block ``i``)."""
+        self._catch_up()
+        return self._sched.kv.holds(block_hash)
 
     def _check(self, n_prompt: int, max_tokens: int) -> int:
         cfg = self.config

@@ -159,6 +159,13 @@ class BlockManager:
             i, step = j, step * 2
         return hit
 
+    def holds(self, block_hash: int) -> bool:
+        """Whether a cached block holds ``block_hash`` (findable by ``longest_hit``)."""
+        if not self.enable_caching:
+            return False
+        b = self._by_hash.get(block_hash)
+        return b is not None and bool(self._hash[b] == block_hash)
+
     def held_prefix(self, blocks: np.ndarray, hashes: np.ndarray) -> int:
         """How many leading ``blocks`` still hold the matching ``hashes`` (arrays): that
         part of an earlier hit is what ``longest_hit`` would find again."""
