@@ -396,7 +396,9 @@ class Engine:
         """The end times of a span's ``k`` steps, the first ending at ``end``."""
         s = self._sched
         n = s.implicit_count
-        kv = np.arange(1, k, dtype=np.int64) * n + s.implicit_kv_tokens(0)
+        kv0 = s.implicit_kv_tokens(0)
+        # the KV tokens of steps 1 .. k-1 after the first (a range: no array for a short span)
+        kv = range(kv0 + n, kv0 + k * n, n) if n else np.full(k - 1, kv0, dtype=np.int64)
         durs = cost.decode_steps_ns(self.config, n, kv)
         return list(itertools.accumulate(durs, initial=end))
 
