@@ -169,6 +169,7 @@ def test_parts_drawn_at_once_equal_parts_drawn_one_by_one():
     """``resolve_parts_array`` (every part in one vectorised pass: the record hashes of
     new hash-id blocks) gives exactly the concatenated ``resolve_array`` of each part:
     any source kind, starts past 2**32, parts crossing a turn, empty parts."""
+    from workbench.context.hashing import chain_hashes
     from workbench.segments import BLOCK, PREFIX, UNIT
 
     rng = np.random.default_rng(11)
@@ -184,6 +185,9 @@ def test_parts_drawn_at_once_equal_parts_drawn_one_by_one():
             want = np.concatenate([pool.resolve_array(*p) for p in parts])
             got = pool.resolve_parts_array(parts)
             assert got.dtype == want.dtype and np.array_equal(got, want), parts
+            packed = pool.resolve_parts_array(parts, np.uint32)  # as record hashes pack ids
+            assert packed.dtype == np.uint32 and np.array_equal(packed, want)
+            assert chain_hashes(None, packed, 16) == chain_hashes(None, want, 16)
     with pytest.raises(ValueError, match="not a token pool's source"):
         TokenPool().resolve_parts_array([(UNIT, 1, 0, 3), (4, 1, 0, 3)])
 

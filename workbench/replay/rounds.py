@@ -237,11 +237,15 @@ class RoundMaker:
         return out
 
     def _draw(self, prompt: Segments, lo: int, hi: int) -> np.ndarray:
-        """Tokens ``lo .. hi-1`` of ``prompt`` as one int64 array (the pool's parts of
-        each run between engine outputs drawn in one pass)."""
+        """Tokens ``lo .. hi-1`` of ``prompt`` as one array (the pool's parts of each run
+        between engine outputs drawn in one pass): ``uint32``, as record hashing packs
+        them, when they are all the pool's (in range by construction)."""
+        parts = list(prompt.slices(lo, hi))
+        if all(part[0] != OUTPUT for part in parts):
+            return self.pool.resolve_parts_array(parts, np.uint32)
         arrays: list[np.ndarray] = []
         run: list[Part] = []
-        for part in prompt.slices(lo, hi):
+        for part in parts:
             if part[0] != OUTPUT:
                 run.append(part)
                 continue
