@@ -368,19 +368,19 @@ class TokenPool:
             return out.astype(dtype)
         # ``_generate_run`` of every part on one array: each part's turn folded into one
         # scalar, every step in place
-        counts = [p[3] for p in parts]
-        z = np.arange(sum(counts), dtype=np.uint64)
+        sizes = [p[3] for p in parts]
+        z = np.arange(sum(sizes), dtype=np.uint64)
         start = 0
         shift: list[int] = []
-        for (_, _, s, _), n in zip(parts, counts, strict=True):
+        for (_, _, s, _), n in zip(parts, sizes, strict=True):
             shift.append(((s & _LOW32) - start) & _M64_INT)  # position in part → in source
             start += n
-        z += np.repeat(np.array(shift, dtype=np.uint64), counts)
+        z += np.repeat(np.array(shift, dtype=np.uint64), sizes)
         z ^= np.repeat(np.array([((p[1] & _LOW32 ^ p[2] >> 32) * FNV32_PRIME) & _LOW32
-                                 for p in parts], dtype=np.uint64), counts)  # fmt: skip
+                                 for p in parts], dtype=np.uint64), sizes)  # fmt: skip
         z *= _P
         z &= _M32
-        z |= np.repeat(np.array([p[1] >> 32 << 32 for p in parts], dtype=np.uint64), counts)
+        z |= np.repeat(np.array([p[1] >> 32 << 32 for p in parts], dtype=np.uint64), sizes)
         return _finish_in_place(z, self.vocab_lo, span).astype(dtype)
 
     def tail(self, n: int, *, nonce: str = "") -> list[int]:
