@@ -199,6 +199,7 @@ class Engine:
         self._ends: list[int] | None = None
         self._done = 0
         self._span_cb = self._span_tail
+        self._routed: tuple[Sequence[int], list[int]] | None = None  # the last prefix query
 
     async def start(self) -> None:
         if self._task is not None or self._loop is not None:
@@ -252,8 +253,16 @@ class Engine:
         max_tokens = self._check(len(prompt), int(max_tokens))
         return self._sched.new_sequence(request_id, prompt, max_tokens, self.clock.now_ns())
 
-    def submit_prepared(self, seq: sched.Sequence) -> EngineRequest:
-        """Queue a sequence from ``prepare`` (of this engine or one with its config)."""
+    def submit_prepared(
+        self, seq: sched.Sequence, routed: Sequence[int] | None = None
+    ) -> EngineRequest:
+        """Queue a sequence from ``prepare`` (of this engine or one with its config).
+        ``routed``: the hashes a router just asked ``cached_prefix_blocks`` about on this
+        engine, whose hit admission then starts from (re-checked then, not looked up
+        again; the same hit either way)."""
+        last, self._routed = self._routed, None
+        if routed is not None and last is not None and last[0] is routed:
+            self._sched.route_hit(seq, last[1])
         req = EngineRequest(self, seq)
         self._cut()  # before it joins: the steps ended so far did not see it
         self._sched.add(seq)
@@ -290,7 +299,9 @@ class Engine:
         most ``limit``)."""
         self._catch_up()
         n = len(hashes) if limit is None else min(limit, len(hashes))
-        return len(self._sched.kv.longest_hit(hashes, n))
+        hit = self._sched.kv.longest_hit(hashes, n)
+        self._routed = (hashes, hit)  # for ``submit_prepared(routed=hashes)``
+        return len(hit)
 
     def caches_block(self, block_hash: int) -> bool:
         """Whether this engine's prefix cache holds the block of chained hash ``block_hash``

@@ -87,6 +87,7 @@ class Sequence:
     tb: int = -1  # implicit decode: the step its fields stand at (-1: explicit; see Scheduler)
     gen: int = 0  # implicit decode: the generation of its armed events (stale ones skipped)
     rank: int = 0  # admission order: ``running`` is sorted by it
+    routed: tuple[list[int], int, int] | None = None  # a router's hit (hit, epoch, evictions)
 
     @property
     def output(self) -> list[int]:
@@ -567,7 +568,9 @@ class Scheduler:
         memo, self._memo = self._memo, None
         limit = (seq.length - 1) // self.bs
         if memo is None or memo.seq is not seq or memo.epoch != kv.epoch:
-            return kv.longest_hit(seq.hashes, limit), None
+            memo = self._routed_memo(seq)
+            if memo is None:
+                return kv.longest_hit(seq.hashes, limit), None
         keep = len(memo.hit)
         if memo.evictions != kv.evictions:
             keep = kv.held_prefix(memo.blocks, memo.hashes)
@@ -576,6 +579,22 @@ class Scheduler:
         if len(hit) == len(memo.hit) == keep:
             return memo.hit, memo
         return hit, None
+
+    def route_hit(self, seq: Sequence, hit: list[int]) -> None:
+        """A router just found ``hit`` for ``seq``'s prefix on this cache (``Engine.
+        cached_prefix_blocks``): admission starts from it as far as its blocks still
+        hold their hashes then, as from last step's hit of a blocked head."""
+        seq.routed = (hit, self.kv.epoch, self.kv.evictions)
+
+    def _routed_memo(self, seq: Sequence) -> _HeadMemo | None:
+        """``seq``'s router hit as a memo (once: a preempted request looks up afresh)."""
+        routed, seq.routed = seq.routed, None
+        if routed is None or routed[1] != self.kv.epoch:
+            return None
+        hit = routed[0]
+        return _HeadMemo(seq, hit, np.asarray(hit, dtype=np.int64),
+                         np.asarray(seq.hashes[: len(hit)], dtype=np.int64),
+                         routed[1], routed[2])  # fmt: skip
 
     def _count_admission(self, seq: Sequence, cached: int) -> None:
         seq.cached_tokens = cached
@@ -666,6 +685,7 @@ class Scheduler:
         seq.tokens = []  # a finished request keeps only its output (memory of long replays)
         seq.hashes = []
         seq.source = None
+        seq.routed = None
         del seq.outputs[seq.num_out :]
         if reason == "length":
             self.counters.requests += 1
@@ -679,7 +699,7 @@ class Scheduler:
         else:
             self.waiting.remove(seq)
             seq.finished, seq.finish_reason, seq.finish_ns = True, "abort", t_ns
-            seq.tokens, seq.hashes, seq.source = [], [], None
+            seq.tokens, seq.hashes, seq.source, seq.routed = [], [], None, None
             del seq.outputs[seq.num_out :]
         self.counters.requests_aborted += 1
         return True
