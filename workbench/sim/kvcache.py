@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 ROOT_HASH = 0x51F15EED
 NO_HASH = -1  # a block holding no hash: Python's hash() never returns -1
 _LOG_FACTOR, _LOG_SLACK = 3, 1024  # LRU log capacity: compaction is amortised O(1) per entry
-_INDEX_FACTOR, _INDEX_MIN = 4, 1 << 16  # hash-index entries (stale ones too) before a rebuild
+_INDEX_FACTOR, _INDEX_MIN = 2, 1 << 15  # hash-index entries (stale ones too) before a rebuild
 
 
 def block_hashes(
@@ -88,8 +88,8 @@ class BlockManager:
       that hash (``_hash[block] == h``): eviction clears the block's hash and
       leaves the dict entry stale instead of deleting it (a dict delete is a
       cache miss per block); lookups and commits check the entry against
-      ``_hash``, and the dict is rebuilt from the arrays when stale entries
-      outnumber live ones several times over.
+      ``_hash``, and the dict is rebuilt from the arrays past ``_INDEX_FACTOR``
+      entries a block (2: a worker's dict stays ~13 MB; docs/embedded-engine.md).
     """
 
     def __init__(self, block_size: int, num_blocks: int, enable_caching: bool = True) -> None:
