@@ -83,28 +83,3 @@ def test_bounded_lookups_choose_what_whole_lookups_choose() -> None:
             assert got == want, (case, k)
     assert bounded < whole  # the bound saved lookups (the point of it)
 
-
-def test_admission_from_the_routers_hit_is_admission_from_a_fresh_lookup(monkeypatch) -> None:
-    """A routed request's admission starts from the hit the router found on its worker
-    (re-checked against evictions since, then extended): the same run, to the byte, as
-    looking the prefix up again, on a cluster small enough to evict between the two."""
-    from workbench.data import path as data_path
-    from workbench.executors.virtual import canonical_report, report_digest, simulate
-    from workbench.sim import scheduler
-
-    cfg = {"trace": {"path": str(data_path("mooncake/conversation_trace_head600.jsonl")),
-                     "max_items": 120}}  # fmt: skip
-    engine = {"workers": 3, "router": "prefix-aware", "num_blocks": 2500}
-    used = []
-    real = scheduler.Scheduler._routed_memo
-
-    def counted(self, seq):  # type: ignore[no-untyped-def]
-        memo = real(self, seq)
-        used.append(memo is not None and self.kv.evictions != memo.evictions)
-        return memo
-
-    monkeypatch.setattr(scheduler.Scheduler, "_routed_memo", counted)
-    routed = report_digest(canonical_report(simulate(cfg, engine=engine)))
-    assert len(used) > 100 and any(used)  # used, and some after evictions since routing
-    monkeypatch.setattr(scheduler.Scheduler, "_routed_memo", lambda self, seq: None)
-    assert report_digest(canonical_report(simulate(cfg, engine=engine))) == routed

@@ -87,7 +87,9 @@ class Sequence:
     tb: int = -1  # implicit decode: the step its fields stand at (-1: explicit; see Scheduler)
     gen: int = 0  # implicit decode: the generation of its armed events (stale ones skipped)
     rank: int = 0  # admission order: ``running`` is sorted by it
-    routed: tuple[list[int], int, int] | None = None  # a router's hit (hit, epoch, evictions)
+    # an earlier hit admission starts from (hit, epoch, evictions): a router's, or its
+    # own committed blocks when it is preempted (``Scheduler._routed_memo``)
+    routed: tuple[list[int], int, int] | None = None
 
     @property
     def output(self) -> list[int]:
@@ -504,6 +506,11 @@ class Scheduler:
 
     def _preempt(self, seq: Sequence) -> None:
         assert seq.tb < 0, "implicit decoders come first: never a preemption victim"
+        # its committed blocks stay findable until evicted: its re-admission checks which
+        # still hold its hashes (evictions -1: always checked, a private duplicate among
+        # them holds none) instead of looking its whole prefix up again
+        own = seq.blocks[: min(seq.committed, (seq.length - 1) // self.bs)]
+        seq.routed = (own, self.kv.epoch, -1) if own and self.kv.enable_caching else None
         self.kv.release(seq.blocks)
         seq.blocks = []
         seq.capacity = 0
@@ -587,7 +594,7 @@ class Scheduler:
         seq.routed = (hit, self.kv.epoch, self.kv.evictions)
 
     def _routed_memo(self, seq: Sequence) -> _HeadMemo | None:
-        """``seq``'s router hit as a memo (once: a preempted request looks up afresh)."""
+        """``seq``'s earlier hit (``Sequence.routed``) as a memo, once."""
         routed, seq.routed = seq.routed, None
         if routed is None or routed[1] != self.kv.epoch:
             return None
