@@ -28,6 +28,10 @@ class TraceFormatError(WorkbenchError):
         self.rule = rule
         super().__init__(f"{self.path}:{self.line}: {rule}")
 
+    def __reduce__(self) -> tuple[type, tuple[str, int, str]]:
+        # pickled whole: a sweep's or plan's point process raises it to its parent
+        return (type(self), (self.path, self.line, self.rule))
+
 
 class ConfigError(WorkbenchError):
     """A run configuration is invalid; the message says which key to change."""
@@ -43,6 +47,10 @@ class OutputWriteError(WorkbenchError):
         name = _errno.errorcode.get(exc.errno or 0, "")
         self.reason = reason = exc.strerror or str(exc)
         super().__init__(f"cannot write {self.path}: {reason}{f' ({name})' if name else ''}")
+
+    def __reduce__(self) -> tuple[type, tuple[str, OSError]]:
+        # pickled whole: a sweep's or plan's point process raises it to its parent
+        return (type(self), (self.path, OSError(self.errno, self.reason)))
 
 
 class ExitCode:

@@ -237,3 +237,20 @@ def test_a_sweep_headline_names_its_points_engine_and_capacity(tmp_path):
     head = sweeps_headline({"fast engine": s})
     assert head.lines[0] == line.split(" WARNING: ")[0]  # the warning on a line of its own
     assert head.lines[1].startswith("WARNING: the engine delivered 60 % of the offered load")
+
+
+def test_a_preset_runs_headline_says_which_preset_and_its_stated_error() -> None:
+    """A figure simulated from a preset says so and what error the preset states
+    (the fit's held-out medians, docs/hardware.md); a GPU no table covers: extrapolated."""
+    from workbench.report.headline import engine_note
+    from workbench.sim.presets.stated import fit_record
+
+    held = fit_record()["held_out_error"]
+    for preset, extrapolated in (("llama-3.1-8b/h100/tp1", False),
+                                 ("llama-3.1-8b/b200/tp1", True)):
+        note = engine_note({"mode": "virtual", "engine": {"preset": preset}})
+        assert note is not None and note.startswith("virtual time (simulated engine, preset ")
+        assert preset in note and f"ITL {held['itl']:.0%}" in note
+        assert f"TTFT {held['ttft']:.0%}" in note
+        assert ("extrapolated (llama-3.1-8b on b200)" in note) is extrapolated
+    assert "preset" not in (engine_note({"mode": "virtual", "engine": {}}) or "")

@@ -385,3 +385,42 @@ async def test_bad_knobs_raise(knobs, error, message):
     with pytest.raises(error, match=message):
         async with serve_sim(**knobs):
             pass
+
+
+@pytest.mark.parametrize(("path", "body", "named"), [
+    ("/v1/completions", {"prompt": "a b", "n": 2}, "n=2"),
+    ("/v1/completions", {"prompt": "a b", "best_of": 3}, "best_of=3"),
+    ("/v1/completions", {"prompt": "a b", "logprobs": 1}, "logprobs=1"),
+    ("/v1/completions", {"prompt": "a b", "echo": True}, "echo=True"),
+    ("/v1/completions", {"prompt": ["a b", "c d"]}, "a batch of 2 prompts"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "n": 2}, "n=2"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}],
+                              "logprobs": True, "top_logprobs": 2}, "logprobs=True"),
+    ("/inference/v1/generate", {"token_ids": [1, 2], "sampling_params": {
+        "max_tokens": 2, "n": 2}}, "sampling_params.n=2"),
+    ("/generate", {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2, "n": 3}},
+     "sampling_params.n=3"),
+    ("/generate", {"input_ids": [1, 2], "return_logprob": True}, "return_logprob"),
+])
+async def test_options_the_engine_cannot_honour_are_refused_not_ignored(path, body, named):
+    """n > 1, best_of, echo, token probabilities, a batch of prompts: a 400 naming the
+    option, never an answer that quietly leaves it out; their default values pass."""
+    async with (
+        asyncio.timeout(TIMEOUT),
+        serve_sim(zero_cost=True) as sim,
+        aiohttp.ClientSession() as s,
+    ):
+        status, out = await post_json(s, sim.base_url + path, body)
+        fine = {k: v for k, v in body.items() if k in ("prompt", "messages", "token_ids",
+                                                      "input_ids")}
+        if "sampling_params" in body:
+            fine["sampling_params"] = {k: v for k, v in body["sampling_params"].items()
+                                       if k != "n"}
+        if path == "/v1/completions" and isinstance(fine["prompt"], list):
+            fine["prompt"] = fine["prompt"][:1]  # a one-prompt list is one prompt
+        defaults = {"n": 1, "logprobs": None, "echo": False, "best_of": 1}
+        ok_status, _ = await post_json(s, sim.base_url + path, {**fine, **(
+            defaults if path.startswith("/v1/") else {})})
+    assert status == 400 and out["error"]["type"] == "BadRequestError"
+    assert named in out["error"]["message"], out
+    assert ok_status == 200

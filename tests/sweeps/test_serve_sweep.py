@@ -5,6 +5,7 @@ lines, process exits), never on sleeps."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -234,5 +235,38 @@ def test_stop_waits_for_the_whole_group_not_only_its_leader(tmp_path: Path) -> N
         assert "left_running" not in stopped
     finally:
         kill_left(members)
+        if server.exited() is None:
+            server.stop()
+
+
+def test_stopping_a_server_leaves_the_event_loop_free(tmp_path: Path) -> None:
+    """A server that ignores SIGTERM holds ``stop`` for its grace period; awaited through
+    ``stop_async``, that wait is on a thread: a callback the loop was given meanwhile runs
+    before the stop ends (a blocking stop would run it only after)."""
+    from workbench.sweeps.serve import ManagedServer
+
+    ignores = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+               "print('ready', flush=True); time.sleep(3600)")
+    server = ManagedServer([PY, "-c", ignores], "http://127.0.0.1:9", tmp_path, "t",
+                           ready_timeout_s=5, grace_s=2)
+    server.start()
+    try:
+        for _ in range(600):  # bounded: 30 s for it to say it ignores SIGTERM
+            if "ready" in server.stdout_path.read_text():
+                break
+            time.sleep(0.05)
+
+        async def main() -> tuple[bool, dict]:
+            stop = asyncio.ensure_future(server.stop_async())
+            ran = asyncio.Event()
+            asyncio.get_running_loop().call_soon(ran.set)
+            await ran.wait()
+            during = not stop.done()
+            return during, await stop
+
+        during, stopped = asyncio.run(main())
+        assert during, "the loop's callback ran only after the stop had ended"
+        assert stopped["stopped"] == "SIGKILL after 2 s" and server.exited() is not None
+    finally:
         if server.exited() is None:
             server.stop()

@@ -330,3 +330,134 @@ def test_capacity_search_on_concurrency_is_on_integers(tmp_path: Path) -> None:
     assert isinstance(good, int) and bad == good + 1 and 8 <= good < 16
     values = [p["params"]["arrival.max_concurrency"] for p in s.points]
     assert all(isinstance(v, int) for v in values) and len(set(values)) == len(values)
+
+
+# -- parallel points ------------------------------------------------------------------------
+def test_virtual_points_default_to_the_cores_and_give_the_same_outcome_in_processes(
+        tmp_path: Path) -> None:
+    """``parallel`` unset: a virtual sweep runs its points in as many processes as this
+    process may use cores (here pinned to two); each point's outcome is the one it has
+    when the points run one after another in this process."""
+    import os
+
+    from workbench.cores import usable_cores
+    from workbench.sweeps.sweep_runner import SweepRunner
+
+    over = {"arrival.rate": [1, 4, 8]}
+    cfg = wb.RunConfig.from_dict(BASE)
+    runner = SweepRunner(cfg, kind="grid", spec={}, axes=["arrival.rate"], virtual=True,
+                         out_dir=tmp_path, sweep_id="default")
+    assert runner.parallel == usable_cores()
+    live = SweepRunner(cfg, kind="grid", spec={}, axes=["arrival.rate"],
+                       out_dir=tmp_path, sweep_id="live")
+    assert live.parallel == 1
+    old = os.sched_getaffinity(0)
+    if len(old) < 2:
+        pytest.skip("one core: nothing runs in parallel here")
+    os.sched_setaffinity(0, sorted(old)[:2])
+    try:
+        two = wb.sweep(BASE, over, slo=SLO_TEXT, virtual=True, out_dir=tmp_path,
+                       sweep_id="two")
+    finally:
+        os.sched_setaffinity(0, old)
+    one = wb.sweep(BASE, over, slo=SLO_TEXT, virtual=True, parallel=1, out_dir=tmp_path,
+                   sweep_id="one")
+    cols = ["arrival.rate", "ok", "slo_held", "ttft_ms_p50", "ttft_ms_p90", "tpot_ms_p50",
+            "prefix_hit_rate"]
+    cols = [c for c in cols if c in one.frame]
+    assert len(cols) >= 5, list(one.frame.columns)
+    assert two.frame[cols].equals(one.frame[cols])
+    assert list(two.frame["slo_held"]) == [True, True, False]
+
+
+def test_parallel_must_be_a_positive_integer_and_live_points_run_one_at_a_time(
+        tmp_path: Path) -> None:
+    for bad in (0, -1, True, 1.5, "2"):
+        with pytest.raises(ConfigError, match="sweep parallel must be"):
+            wb.sweep(BASE, {"arrival.rate": [1]}, virtual=True, parallel=bad,
+                     out_dir=tmp_path, sweep_id=f"bad{bad}")
+    with pytest.raises(ConfigError, match="live points share one server"):
+        wb.sweep(BASE, {"arrival.rate": [1]}, parallel=2, out_dir=tmp_path, sweep_id="live")
+
+
+def test_a_trace_error_in_a_points_process_reaches_the_caller_whole(tmp_path: Path) -> None:
+    """A point's process raises the trace's error to the sweep as it is (its path, line
+    and rule), not a broken process pool: workbench's errors pickle whole."""
+    import pickle
+
+    from workbench.errors import OutputWriteError, TraceFormatError
+
+    missing = tmp_path / "gone.jsonl"
+    with pytest.raises(TraceFormatError) as info:
+        wb.sweep({"trace": {"path": str(missing)}}, {"arrival.rate": [1, 2]}, virtual=True,
+                 parallel=2, out_dir=tmp_path, sweep_id="gone")
+    assert (info.value.path, info.value.line) == (str(missing), 0)
+    assert "no such file" in info.value.rule
+    for exc in (TraceFormatError("t.jsonl", 7, "field 'x' must be an int"),
+                OutputWriteError("run/records.jsonl", OSError(28, "No space left on device"))):
+        back = pickle.loads(pickle.dumps(exc))
+        assert type(back) is type(exc) and str(back) == str(exc)
+        assert vars(back) == vars(exc)
+
+
+def test_every_command_takes_a_bundled_traces_name(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``mooncake/conversation_trace_head600.jsonl`` (as the notebooks and ``plan`` list
+    it) is that bundled file from any folder, in a sweep's point processes too."""
+    monkeypatch.chdir(tmp_path)
+    name = "mooncake/conversation_trace_head600.jsonl"
+    s = wb.sweep({"trace": {"path": name, "max_items": 20}}, {"arrival.rate": [1, 2]},
+                 virtual=True, parallel=2, out_dir=tmp_path, sweep_id="named")
+    assert [p["status"] for p in s.points] == ["done", "done"]
+    run = wb.simulate({"trace": {"path": name, "max_items": 20}})
+    assert len(run.records) == 20 and run.manifest["trace"]["path"].endswith(name)
+
+
+def test_capacity_search_in_two_processes_probes_two_values_a_round(tmp_path: Path) -> None:
+    """``parallel=2`` in virtual time: lo with hi, then two points cutting the bracket in
+    three a round: the same capacity within the tolerance, in fewer rounds than one probe
+    a round takes; every probe kept."""
+    kw = {"tolerance": 0.5, "virtual": True, "out_dir": tmp_path}
+    one = wb.capacity_search(BASE, "arrival.rate", 1.0, 8.0, SLO_TEXT, parallel=1,
+                             sweep_id="one", **kw)
+    two = wb.capacity_search(BASE, "arrival.rate", 1.0, 8.0, SLO_TEXT, parallel=2,
+                             sweep_id="two", **kw)
+    a, b = one.capacity, two.capacity
+    assert a["status"] == b["status"] == "found"
+    for cap, sweep in ((a, one), (b, two)):
+        good, bad = cap["bracket"]
+        assert bad - good <= 0.5
+        verdicts = {p["params"]["arrival.rate"]: p["slo"]["held"] for p in sweep.points}
+        assert verdicts[good] is True and verdicts[bad] is False
+        assert len(cap["probes"]) == len(sweep.points) == len(sweep.run_dirs)
+    assert abs(a["value"] - b["value"]) <= 0.5  # the same capacity, within the tolerance
+    assert b["rounds"] < a["rounds"] == len(a["probes"])  # one probe a round
+    rates = [p["params"]["arrival.rate"] for p in two.points]
+    assert rates[:2] == [1.0, 8.0]  # lo and hi in the first round
+
+
+@pytest.mark.parametrize("width", [1, 2, 3])
+def test_capacity_rounds_on_a_known_verdict(width: int) -> None:
+    """The search's arithmetic on a verdict known in advance (held up to 37): found
+    within the tolerance; integers stay integers; ``max_probes`` bounds the probes."""
+    import asyncio
+
+    from workbench.sweeps.capacity import _search
+
+    seen: list[float] = []
+
+    async def held(values: list[float]) -> list[bool]:
+        seen.extend(values)
+        return [v <= 37 for v in values]
+
+    res = asyncio.run(_search(held, 1, 8, 1, 2.0, 24, True, width))
+    assert res["status"] == "found" and res["value"] == 37 and res["bracket"] == [37, 38]
+    assert all(isinstance(v, int) for v in seen) and len(set(seen)) == len(seen)
+    seen.clear()
+    res = asyncio.run(_search(held, 1.0, 8.0, 0.25, 2.0, 24, False, width))
+    assert res["status"] == "found" and 37 - 0.25 <= res["value"] <= 37
+    seen.clear()
+    capped = asyncio.run(_search(held, 1, 8, 1, 2.0, 5, True, width))
+    assert len(seen) <= 5 and capped["status"] in ("max_probes", "found")
+    above = asyncio.run(_search(held, 1, 2, 1, 2.0, 3, True, width))
+    assert above["status"] == "above_range" and above["value"] <= 37

@@ -405,3 +405,35 @@ def test_report_view_of_a_stored_run_is_the_tables_themselves(tmp_path: Path) ->
     assert isinstance(table, Table)
     assert table.frame.loc["1 format", "value"] == "session (detected)"
     assert view.plot("sessions").get_label() == "sessions"
+
+
+def test_arrival_process_burstiness_and_ramp_reach_the_config_and_show_where_they_apply(
+) -> None:
+    """gamma's burstiness, a linear or exponential ramp over the units or over seconds
+    (docs/arrival.md): shown for the modes that draw arrivals, in the config as the CLI's
+    flags put them; a mode change leaves none of them behind."""
+    p = panel(config_from_params(notebook_params()))
+    c = p.controls
+    assert not shown(c.burstiness) and not shown(c.ramp) and not shown(c.ramp_start)
+    c.arrival.value, c.rate.value, c.burstiness.value = "gamma", 3.0, 0.5
+    assert shown(c.burstiness) and shown(c.ramp) and not shown(c.ramp_end)
+    a = p.config().arrival
+    assert (a.mode, a.rate, a.burstiness, a.ramp_up_strategy) == ("gamma", 3.0, 0.5, None)
+    c.ramp.value = "linear"
+    assert shown(c.ramp_start) and shown(c.ramp_end) and shown(c.ramp_duration)
+    assert not shown(c.rate)  # the ramp sets the rate
+    c.ramp_start.value, c.ramp_end.value, c.ramp_duration.value = 1.0, 8.0, 30.0
+    a = p.config().arrival
+    assert (a.rate, a.ramp_up_strategy, a.ramp_up_start_rps, a.ramp_up_end_rps,
+            a.ramp_up_duration_s) == (None, "linear", 1.0, 8.0, 30.0)
+    c.ramp_duration.value = 0.0  # 0: the ramp goes over the units (vLLM's form)
+    assert p.config().arrival.ramp_up_duration_s is None
+    assert panel(p.config()).config() == p.config()  # a ramped config shows as itself
+    c.ramp.value, c.ramp_start.value = "exponential", 0.0
+    assert "cannot start at 0" in (c.check(p.base) or "")
+    c.arrival.value = "poisson"
+    assert not shown(c.burstiness)
+    assert "burstiness 0.5 shapes gamma gaps" in (c.check(p.base) or "")
+    c.arrival.value = "trace-timed"  # no process: burstiness and ramp are dropped
+    a = p.config().arrival
+    assert (a.burstiness, a.ramp_up_strategy, a.ramp_up_start_rps) == (1.0, None, None)

@@ -44,12 +44,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench import data
     from workbench.plan import plan
+    from workbench.workloads.standard import bundled_or_path
 
-    trace = args.trace
-    if trace in data.files():
-        trace = str(data.path(trace))
+    trace = str(bundled_or_path(args.trace))
     result = plan(
         trace, args.preset, args.slo, scales=_floats(args.scale, "scale"),
         routers=[r.strip() for r in args.router.split(",") if r.strip()],

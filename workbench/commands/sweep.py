@@ -70,8 +70,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="... this many points in a row (default 1)")
     s.add_argument("--virtual", action="store_true",
                    help="run every point through the embedded engine in virtual time")
-    s.add_argument("--parallel", type=int, default=1,
-                   help="virtual time: points run in this many processes at once")
+    s.add_argument("--parallel", type=int, default=None, metavar="N",
+                   help="virtual time: points (a capacity search: probes a round) run in this "
+                        "many processes at once (default: the cores this process may use; 1: "
+                        "one at a time, on this process)")
     s.add_argument("--sweep-id", help="sweep directory name (same name again: resume)")
     s.add_argument("--label", help="label of the sweep in plots and reports")
     s.add_argument("--gpus", type=int, help="GPUs per server instance: the Pareto plot shows "
@@ -128,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
         # floats: an integer axis (max_concurrency) is searched on integers all the same
         result = wb.capacity_search(cfg, args.capacity, args.lo, args.hi, slo,
                                     tolerance=args.tolerance,
-                                    grow=args.grow, max_probes=args.max_probes, **common)
+                                    grow=args.grow, max_probes=args.max_probes,
+                                    parallel=args.parallel, **common)
     else:
         if bool(args.over) == bool(args.points):
             raise ConfigError("give the points: --over PATH=V1,V2 (repeatable) or --points JSON")

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from workbench.backends.base import Codec, WireRequest
+from workbench.backends.openai_chat import OpenAIChatCodec
 from workbench.clock import Clock, VirtualClock, run_virtual
 from workbench.config import RunConfig
 from workbench.errors import ConfigError, OutputWriteError
@@ -38,7 +39,9 @@ from workbench.sim.cluster import Cluster, ClusterConfig, split_knobs
 from workbench.sim.config import EngineConfig
 from workbench.sim.engine import Engine
 from workbench.sim.front_end import Admission
+from workbench.sim.wire import chat_prompt
 from workbench.storage.rundir import claim_run_dir
+from workbench.tokenizer import get_tokenizer
 
 GC_GEN0_THRESHOLD = 100_000  # allocations between young-generation collections
 
@@ -96,9 +99,34 @@ class EngineSender:
         if self.activity is not None:
             self.activity.set()
         try:
+            if isinstance(codec, OpenAIChatCodec):
+                return await self._send_chat(codec, req, rec)
             return await self._send(req, rec, getattr(codec, "stream", True))
         finally:
             self.in_flight -= 1
+
+    async def _send_chat(
+        self, codec: OpenAIChatCodec, req: WireRequest, rec: RequestRecord
+    ) -> list[int] | None:
+        """``openai-chat`` as the embedded server takes it: the codec's messages (the
+        conversation so far, its overhead options applied), the server's chat template
+        around them (``sim.wire.chat_prompt``), and the reply remembered as the codec
+        remembers a streamed one, its text re-encoded. So the engine sees the prompt a
+        live run's server would, template tokens included (docs/virtual-time.md)."""
+        messages = codec.messages(req)
+        tok = get_tokenizer()
+        templated = dataclasses.replace(req, prompt_ids=chat_prompt(messages, tok),
+                                        segments=None)
+        out = await self._send(templated, rec, codec.stream)
+        rec.sent_prompt_tokens = req.prompt_len  # the ids the client sent, as text
+        if out is None or isinstance(out, Segments):  # (ids in, so ids out)
+            return None
+        if rec.status != "ok":
+            return out
+        reply = tok.decode(out)
+        reply_ids = tok.encode(reply)
+        codec.remember(req, messages, reply, reply_ids)
+        return reply_ids
 
     async def _send(
         self, req: WireRequest, rec: RequestRecord, stream: bool = True

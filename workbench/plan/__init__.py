@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.cores import usable_cores
 from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO
 from workbench.signals import die_with_parent
@@ -305,14 +306,6 @@ def _search(cfg: dict[str, Any], option: Option, scale: float, rate: float,
 
     _fewest(probe, max_replicas)
     return probes
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity; the machine's count elsewhere)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def trace_rate(cfg: dict[str, Any]) -> float:

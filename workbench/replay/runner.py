@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from workbench import redact
 from workbench.backends.base import Codec, WireRequest, make_codec
+from workbench.backends.openai_chat import OpenAIChatCodec
 from workbench.clock import Clock
 from workbench.config import RunConfig
 from workbench.context.tokens import TokenPool, run_pool
@@ -92,8 +93,10 @@ class Runner:
             block_size=self.block_size, shared_prefix=cfg.context.shared_prefix,
             max_model_len=cfg.context.max_model_len,
         )  # fmt: skip
-        # a sender that takes prompts as Segments gets them (virtual time: no token drawn)
-        self.rounds.segments = bool(getattr(sender, "takes_segments", False))
+        # a sender that takes prompts as Segments gets them (virtual time: no token drawn),
+        # unless the codec sends chat messages: their text is built from the ids
+        self.rounds.segments = (bool(getattr(sender, "takes_segments", False))
+                                and not isinstance(codec, OpenAIChatCodec))
         self.gate = AdmissionGate(cfg.arrival.max_concurrency)
         self.streams = graph.StreamCap(cfg.arrival.max_streams)
         self.stopped = asyncio.Event()

@@ -48,11 +48,11 @@ def example_runs(out_dir: str | Path, trace: str = EXAMPLE_TRACE,
     ``out_dir/compare-example-kv<N>``, replacing the example runs a previous call made
     there (``overwrite``: the notebook's Run All twice, a report rendered again); returns
     their directories."""
-    from workbench import data
     from workbench.config import RunConfig
     from workbench.executors.virtual import simulate
+    from workbench.workloads.standard import bundled_or_path
 
-    path = str(data.path(trace)) if trace in data.files() else trace
+    path = str(bundled_or_path(trace))
     dirs = []
     for blocks in num_blocks:
         cfg = RunConfig.from_dict({

@@ -74,10 +74,32 @@ def _stream_opts(body: Mapping[str, Any]) -> bool:
     return bool(opts.get("include_usage")) if isinstance(opts, dict) else False
 
 
+#: options a request may set only to their one-choice, no-probabilities values: the
+#: engine draws one output of pinned length and has no token probabilities, so any other
+#: value is refused, never ignored (docs/embedded-engine.md, "What the engine refuses")
+ONE_CHOICE: dict[str, tuple[Any, ...]] = {
+    "n": (None, 1), "best_of": (None, 1), "echo": (None, False), "logprobs": (None, False),
+    "top_logprobs": (None, 0), "prompt_logprobs": (None,), "use_beam_search": (None, False),
+}
+
+
+def _one_choice(body: Mapping[str, Any], where: str = "") -> None:
+    """``WireError`` (400) for an option the embedded engine cannot honour."""
+    for key, fine in ONE_CHOICE.items():
+        value = body.get(key)
+        if not any(value is f or (type(value) is type(f) and value == f) for f in fine):
+            raise WireError(400, f"{where}{key}={value!r}: the embedded engine answers one "
+                            "choice of pinned length per request, without echo or token "
+                            f"probabilities (allowed: {', '.join(map(repr, fine))})")
+
+
 def _prompt(value: Any, tok: WordTokenizer) -> tuple[list[int], bool]:
     """vLLM's accepted ``prompt`` forms: ids, text, or a one-element list of either."""
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (list, str)):
         value = value[0]
+    if isinstance(value, list) and value and all(isinstance(v, (list, str)) for v in value):
+        raise WireError(400, f"prompt is a batch of {len(value)} prompts: the embedded engine "
+                        "serves one prompt per request (send one request each)")
     if isinstance(value, str):
         ids = tok.encode(value)
         if not ids:
@@ -89,6 +111,7 @@ def _prompt(value: Any, tok: WordTokenizer) -> tuple[list[int], bool]:
 def parse_completions(
     body: Mapping[str, Any], rid: str, tok: WordTokenizer, model: str
 ) -> GenRequest:
+    _one_choice(body)
     ids, text = _prompt(body.get("prompt"), tok)
     return GenRequest(
         "completions", rid, ids, _positive(body.get("max_tokens"), "max_tokens", 16),
@@ -120,6 +143,7 @@ def chat_prompt(messages: Any, tok: WordTokenizer) -> list[int]:
 
 
 def parse_chat(body: Mapping[str, Any], rid: str, tok: WordTokenizer, model: str) -> GenRequest:
+    _one_choice(body)
     limit = body.get("max_completion_tokens", body.get("max_tokens"))
     return GenRequest(
         "chat", rid, chat_prompt(body.get("messages"), tok), _positive(limit, "max_tokens", 16),
@@ -131,6 +155,7 @@ def parse_generate(body: Mapping[str, Any], rid: str, tok: WordTokenizer, model:
     params = body.get("sampling_params")
     if not isinstance(params, dict):
         raise WireError(400, "sampling_params is required (an object with max_tokens)")
+    _one_choice(params, "sampling_params.")
     return GenRequest(
         "generate", rid, _ids(body.get("token_ids"), "token_ids"),
         _positive(params.get("max_tokens"), "sampling_params.max_tokens", 16),
@@ -143,6 +168,9 @@ def parse_sglang(body: Mapping[str, Any], rid: str, tok: WordTokenizer, model: s
     params = body.get("sampling_params") or {}
     if not isinstance(params, dict):
         raise WireError(400, "sampling_params must be an object")
+    _one_choice(params, "sampling_params.")
+    if body.get("return_logprob"):
+        raise WireError(400, "return_logprob: the embedded engine has no token probabilities")
     text = body.get("input_ids") is None and isinstance(body.get("text"), str)
     ids = tok.encode(body["text"]) if text else _ids(body.get("input_ids"), "input_ids")
     if not ids:

@@ -5,6 +5,8 @@ there, the capacity lies below the range (``below_range``). Probe ``hi``: while
 the SLO still holds, move the bracket up (``hi × grow``) at most ``max_probes``
 times (``above_range`` if it never breaks). Then bisect the bracket [held,
 broken] until it is no wider than ``tolerance``; the capacity is its held end.
+In virtual time with ``parallel`` P > 1, each round probes P values at once (``lo``
+with ``hi``, P growth steps, P points cutting the bracket into P + 1 parts).
 Every probe is an ordinary sweep point with its run directories, kept as
 evidence in the sweep manifest. Assumes the SLO verdict is monotone in the
 axis (more load never makes latency better), which is what a capacity means.
@@ -41,6 +43,7 @@ async def capacity_search_async(
     max_probes: int = 24,
     repeats: int = 1,
     virtual: bool = False,
+    parallel: int | None = None,
     out_dir: str | Path | None = None,
     sweep_id: str | None = None,
     label: str | None = None,
@@ -50,7 +53,9 @@ async def capacity_search_async(
 
     ``sweep.capacity`` = ``{"value", "status", "bracket", "tolerance", "probes"}``;
     ``status`` is ``found``, ``below_range`` (broken at ``lo``) or ``above_range``
-    (held at the last bracket probe).
+    (held at the last bracket probe); ``rounds``: how many times it waited for probes.
+    ``parallel``: virtual-time probes at once, each in a process of its own (default:
+    the cores this process may use); live probes run one at a time.
     """
     base = coerce_config(cfg)
     slo_obj = SLO.parse(slo)
@@ -69,55 +74,103 @@ async def capacity_search_async(
         base, kind="capacity",
         spec={"axis": path, "lo": lo, "hi": hi, "tolerance": tolerance, "grow": grow,
               "max_probes": max_probes, "integer": integer},
-        axes=[path], repeats=repeats, slo=slo_obj, virtual=virtual, out_dir=out_dir,
+        axes=[path], repeats=repeats, slo=slo_obj, virtual=virtual, parallel=parallel,
+        out_dir=out_dir,
         sweep_id=sweep_id, label=label, progress=progress,
     )
     runner.check([runner.entry({path: lo})])
     probes: list[dict[str, Any]] = []
 
-    async def held(value: float) -> bool:
-        entry = await runner.measure({path: value})
-        if entry["index"] not in [p["index"] for p in probes]:
-            probes.append(entry)
-        return bool(entry["slo"]["held"])
+    async def held(values: list[float]) -> list[bool]:
+        """Probe ``values`` (at once: in ``runner.parallel`` processes in virtual time)."""
+        entries = [runner.entry({path: v}) for v in values]
+        await runner.measure_many(entries)
+        for entry in entries:
+            if entry["index"] not in [p["index"] for p in probes]:
+                probes.append(entry)
+        return [bool(e["slo"]["held"]) for e in entries]
 
     with runner.ends_on_error():
-        result = await _search(held, lo, hi, tolerance, grow, max_probes, integer)
+        result = await _search(held, lo, hi, tolerance, grow, max_probes, integer,
+                               runner.parallel)
     result.update(axis=path, tolerance=tolerance, probes=[p["index"] for p in probes])
     runner.sweep.manifest["capacity"] = result
     return runner.finish("completed")
 
 
 async def _search(held: Any, lo: float, hi: float, tol: float, grow: float, max_probes: int,
-                  integer: bool) -> dict[str, Any]:
-    n = 1
-    if not await held(lo):
+                  integer: bool, width: int = 1) -> dict[str, Any]:
+    """Bracket, then cut the bracket into ``width + 1`` parts a round (``width`` probes at
+    once; 1: bisection). The verdicts of a round are read in order: the bracket becomes
+    [last held before the first broken, first broken]."""
+    rounds = 1
+    first = [lo, hi] if width > 1 and max_probes >= 2 else [lo]
+    verdicts = await held(first)
+    n = len(first)
+    if not verdicts[0]:
         return {"value": None, "status": "below_range", "bracket": [None, lo],
-                "note": f"the SLO is broken already at {lo}"}
+                "note": f"the SLO is broken already at {lo}", "rounds": rounds}
     good: float = lo
     bad: float | None = None
-    probe: float = hi
+    if len(first) == 2:
+        good, bad = (hi, None) if verdicts[1] else (lo, hi)
+        probe = _grown(hi, grow, integer)
+    else:
+        probe = hi
     while bad is None:
-        n += 1
-        if await held(probe):
-            good = probe
+        if len(first) == 2 and n >= max_probes:  # hi held and no probe is left
+            return _above(good, n, rounds)
+        k = max(1, min(width, max_probes - n))
+        values = [probe]
+        while len(values) < k:
+            values.append(_grown(values[-1], grow, integer))
+        rounds += 1
+        n += len(values)
+        good, bad = _cut(good, None, values, await held(values))
+        if bad is None:
             if n >= max_probes:
-                return {"value": good, "status": "above_range", "bracket": [good, None],
-                        "note": f"the SLO still held at {good} after {n} probes"}
-            probe = int(probe * grow) if integer else probe * grow
-        else:
-            bad = probe
+                return _above(good, n, rounds)
+            probe = _grown(values[-1], grow, integer)
     while bad - good > tol and n < max_probes:
-        mid = (good + bad) // 2 if integer else (good + bad) / 2
-        if mid in (good, bad):
+        k = min(width, max_probes - n)
+        values = _inner(good, bad, k, integer)
+        if not values:
             break
-        n += 1
-        if await held(mid):
-            good = mid
-        else:
-            bad = mid
+        rounds += 1
+        n += len(values)
+        good, cut = _cut(good, bad, values, await held(values))
+        bad = cut if cut is not None else bad
     status = "found" if bad - good <= tol else "max_probes"
-    return {"value": good, "status": status, "bracket": [good, bad]}
+    return {"value": good, "status": status, "bracket": [good, bad], "rounds": rounds}
+
+
+def _grown(value: float, grow: float, integer: bool) -> float:
+    return int(value * grow) if integer else value * grow
+
+
+def _above(good: float, n: int, rounds: int) -> dict[str, Any]:
+    return {"value": good, "status": "above_range", "bracket": [good, None],
+            "note": f"the SLO still held at {good} after {n} probes", "rounds": rounds}
+
+
+def _inner(good: float, bad: float, k: int, integer: bool) -> list[float]:
+    """``k`` points cutting (good, bad) into equal parts (integers: distinct, inside)."""
+    pts: list[float]
+    if integer:
+        pts = sorted({int((good * (k + 1 - i) + bad * i) // (k + 1)) for i in range(1, k + 1)})
+    else:
+        pts = [(good * (k + 1 - i) + bad * i) / (k + 1) for i in range(1, k + 1)]
+    return [p for p in pts if good < p < bad]
+
+
+def _cut(good: float, bad: float | None, values: list[float],
+         verdicts: list[bool]) -> tuple[float, float | None]:
+    """The bracket after probing ``values`` (ascending): held up to the first broken."""
+    for value, ok in zip(values, verdicts, strict=True):
+        if not ok:
+            return good, value
+        good = value
+    return good, bad
 
 
 def capacity_search(cfg: RunConfig | dict[str, Any], axis: str, lo: float, hi: float,

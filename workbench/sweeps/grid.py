@@ -42,7 +42,7 @@ async def sweep_async(
     stop_margin: float | None = None,
     stop_after: int = 1,
     virtual: bool = False,
-    parallel: int = 1,
+    parallel: int | None = None,
     out_dir: str | Path | None = None,
     sweep_id: str | None = None,
     label: str | None = None,
@@ -56,8 +56,9 @@ async def sweep_async(
     combination) or ``[{"arrival.rate": 1}, ...]`` (a list). ``repeats``: runs per
     point (seeds ``seed``, ``seed+1``, ...) pooled into means with 95 % intervals.
     ``slo``: percentile bounds (``"ttft_ms:p90<=2000,tpot_ms:p90<=50,ok>=0.99"``).
-    ``virtual``: run each point through ``simulate`` (``parallel`` worker
-    processes). Calling again with the same ``sweep_id`` resumes: repeats on disk
+    ``virtual``: run each point through ``simulate``, ``parallel`` points at once, each
+    in a process of its own (default: the cores this process may use; live points run
+    one at a time). Calling again with the same ``sweep_id`` resumes: repeats on disk
     are kept, the rest run. ``serve``: start a server per server point and run the
     client points against it (``workbench.sweeps.serve``; ``cfg``'s target URL is
     where it answers); a point its server could not serve is ``failed``. ``gpus``: GPUs
@@ -93,7 +94,7 @@ async def sweep_async(
         return await _serve_sweep(runner, entries, serve, base)
     with runner.ends_on_error():
         broken = 0
-        step = parallel if virtual else 1
+        step = runner.parallel
         for start in range(0, len(entries), step):
             window = entries[start:start + step]
             await runner.measure_many(window)

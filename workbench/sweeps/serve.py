@@ -214,6 +214,11 @@ class ManagedServer:
             out["left_running"] = group_members(proc.pid)
         return out
 
+    async def stop_async(self) -> dict[str, Any]:
+        """``stop`` on a thread of its own: its waits (up to ``grace_s`` and then some) do
+        not hold up the event loop it is awaited on (signals, progress, other tasks)."""
+        return await asyncio.to_thread(self.stop)
+
     def _gone_within(self, timeout_s: float) -> bool:
         """Wait (at most ``timeout_s``) until the leader has exited and no process of its
         group is left; whether that happened."""
@@ -304,7 +309,7 @@ async def run_server_points(runner: SweepRunner, entries: list[dict[str, Any]],
         except ServerFailed as exc:
             failed += _fail(runner, todo, exc, name)
         finally:
-            record.update(server.stop())
+            record.update(await server.stop_async())
             servers[name] = redact.obj(record)  # a key in the command line stays out
             runner.save()
             runner._say(f"server {name}: {record['stopped']}")

@@ -28,6 +28,7 @@ from typing import Any
 
 import workbench.sweeps.spec as spec_mod
 from workbench.config import RunConfig
+from workbench.cores import usable_cores
 from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO
 from workbench.signals import die_with_parent
@@ -91,7 +92,7 @@ class SweepRunner:
         repeats: int = 1,
         slo: SLO | None = None,
         virtual: bool = False,
-        parallel: int = 1,
+        parallel: int | None = None,
         out_dir: str | Path | None = None,
         sweep_id: str | None = None,
         label: str | None = None,
@@ -99,6 +100,10 @@ class SweepRunner:
     ) -> None:
         if repeats < 1:
             raise ConfigError(f"sweep repeats must be >= 1, got {repeats}")
+        if parallel is None:  # virtual points: one process per core; live: one at a time
+            parallel = usable_cores() if virtual else 1
+        if isinstance(parallel, bool) or not isinstance(parallel, int):
+            raise ConfigError(f"sweep parallel must be an integer >= 1, got {parallel!r}")
         if parallel < 1:
             raise ConfigError(f"sweep parallel must be >= 1, got {parallel}")
         if parallel > 1 and not virtual:

@@ -7,8 +7,9 @@ notebook's parameters cell builds, and every message shown under the fields is t
 - the trace is picked from the bundled traces (``workbench.data``) or typed as a path
   ("a file of my own…"); a path that names no file is reported before Run;
 - fields appear only where they apply: the rate for ``trace-timed`` arrivals, the
-  duration for ``closed-loop``, the engine knobs for ``target: sim``, the server URL,
-  model and API-key variable for a URL;
+  duration for ``closed-loop``, burstiness for ``gamma``, the rate ramp for an arrival
+  process (``poisson``, ``gamma``, ``constant``), the engine knobs for ``target: sim``,
+  the server URL, model and API-key variable for a URL;
 - names come from the registries (``workbench.config.available``), aliases left out
   (``monotonic`` *is* ``prefix-preserving``; a config that uses an alias shows its name);
 - numeric fields use 0 for "not set" (no rate rescaling, no concurrency cap, every unit,
@@ -26,6 +27,7 @@ from typing import Any
 import ipywidgets as w
 
 from workbench.arrival import MODES
+from workbench.arrival.processes import RAMP_STRATEGIES
 from workbench.config import RunConfig, available
 from workbench.errors import WorkbenchError
 
@@ -33,6 +35,7 @@ POLICY_DEFAULT = "(trace default)"
 OWN_FILE = "a file of my own…"
 ENGINE_KNOBS = ("speedup", "block_size", "num_blocks")
 OUTPUT_LENS = ("trace", "fixed:256", "budget:1024")
+NO_RAMP = "none"
 
 
 def wide() -> w.Layout:
@@ -45,11 +48,9 @@ STYLE = {"description_width": "130px"}
 
 def resolve_trace(value: str) -> str:
     """A path as typed, or the on-disk path of a bundled trace name."""
-    from workbench import data
+    from workbench.workloads.standard import bundled_or_path
 
-    if not value or Path(value).exists() or value not in data.files():
-        return value
-    return str(data.path(value))
+    return str(bundled_or_path(value)) if value else value
 
 
 def bundled_name(path: str) -> str | None:
@@ -102,6 +103,7 @@ class Controls:
                                   description="arrival", style=STYLE)
         self.rate = w.FloatText(value=a.rate or 0.0, description="rate /s (0 = trace)",
                                 style=STYLE)
+        self._process_fields(cfg)
         self.max_concurrency = w.IntText(value=a.max_concurrency or 0,
                                          description="sessions at once (0 = ∞)", style=STYLE)
         self.duration = w.FloatText(value=a.duration_s or 0.0, description="duration s (0 = all)",
@@ -120,6 +122,22 @@ class Controls:
         for child in self.fields():
             child.observe(self._layout, names="value")
         self._layout()
+
+    def _process_fields(self, cfg: RunConfig) -> None:
+        """An arrival process's shape (docs/arrival.md): gamma's burstiness, and a ramp of
+        the rate over the units or over a duration."""
+        a = cfg.arrival
+        self.burstiness = w.FloatText(value=a.burstiness, description="burstiness (gamma)",
+                                      style=STYLE)
+        self.ramp = w.Dropdown(options=[NO_RAMP, *RAMP_STRATEGIES],
+                               value=a.ramp_up_strategy or NO_RAMP, description="rate ramp",
+                               style=STYLE)
+        self.ramp_start = w.FloatText(value=a.ramp_up_start_rps or 0.0,
+                                      description="ramp from /s", style=STYLE)
+        self.ramp_end = w.FloatText(value=a.ramp_up_end_rps or 0.0, description="ramp to /s",
+                                    style=STYLE)
+        self.ramp_duration = w.FloatText(value=a.ramp_up_duration_s or 0.0,
+                                         description="ramp over s (0 = units)", style=STYLE)
 
     def _target(self, cfg: RunConfig) -> None:
         knobs = {**engine_defaults(), **cfg.target.engine}
@@ -151,8 +169,12 @@ class Controls:
         """Show the fields that apply to what is chosen now."""
         _show(self.trace_path, self.trace_choice.value == OWN_FILE)
         mode = MODES.get(self.arrival.value)  # what the mode declares, not its name
-        _show(self.rate, mode.takes_rate)
+        _show(self.rate, mode.takes_rate and not self._ramped())  # a ramp sets the rate
         _show(self.duration, mode.closed_loop)
+        _show(self.burstiness, mode.process and self.arrival.value == "gamma")
+        _show(self.ramp, mode.process)
+        for field in (self.ramp_start, self.ramp_end, self.ramp_duration):
+            _show(field, self._ramped())
         sim = self.target.value == "sim"
         for knob in (self.speedup, self.block_size, self.num_blocks):
             _show(knob, sim)
@@ -166,7 +188,8 @@ class Controls:
             self.max_items,
             w.HTML("<b>2 context</b>"), self.policy,
             w.HTML("<b>3 arrival &amp; admission</b>"),
-            row([self.arrival, self.rate, self.duration]),
+            row([self.arrival, self.rate, self.duration, self.burstiness]),
+            row([self.ramp, self.ramp_start, self.ramp_end, self.ramp_duration]),
             row([self.max_concurrency, self.warmup]),
             row([self.tool_wait_scale, self.output_len]),
             w.HTML("<b>4 backend</b>"), row([self.backend, self.stream]),
@@ -194,10 +217,10 @@ class Controls:
         mode = MODES.get(arrival)
         d["arrival"].update(
             mode=arrival, max_concurrency=self.max_concurrency.value or None,
-            rate=(self.rate.value or None) if mode.takes_rate else None,
+            rate=(self.rate.value or None) if mode.takes_rate and not self._ramped() else None,
             duration_s=(self.duration.value or None) if mode.closed_loop else None,
             warmup=self.warmup.value, tool_wait_scale=self.tool_wait_scale.value,
-            output_len=self.output_len.value.strip())
+            output_len=self.output_len.value.strip(), **self._process(mode.process))
         d["backend"]["name"] = self.backend.value
         d["backend"]["stream"] = self.stream.value
         d["target"] = self._target_dict(base)
@@ -208,6 +231,22 @@ class Controls:
                 options["model"] = self.model.value.strip()
             d["backend"].update(options=options, api_key_env=self.api_key_env.value.strip() or None)
         return RunConfig.from_dict(d)
+
+    def _ramped(self) -> bool:
+        """Whether the fields ask for a ramp of an arrival process's rate."""
+        return MODES.get(self.arrival.value).process and self.ramp.value != NO_RAMP
+
+    def _process(self, process: bool) -> dict[str, Any]:
+        """The arrival process's fields for ``apply`` (their defaults where no process is
+        drawn, so a mode change leaves none behind)."""
+        ramp = process and self._ramped()
+        return {
+            "burstiness": self.burstiness.value if process else 1.0,
+            "ramp_up_strategy": self.ramp.value if ramp else None,
+            "ramp_up_start_rps": self.ramp_start.value if ramp else None,
+            "ramp_up_end_rps": self.ramp_end.value if ramp else None,
+            "ramp_up_duration_s": (self.ramp_duration.value or None) if ramp else None,
+        }
 
     def _target_dict(self, base: RunConfig) -> dict[str, Any]:
         engine = dict(base.target.engine)

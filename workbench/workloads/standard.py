@@ -126,10 +126,21 @@ def load_source(path: str | Path, fmt: str = "auto", **options: Any) -> Workload
     """A ``synthetic:`` description drawn (``generate``, checked against the trace bounds),
     anything else read by ``load_trace``."""
     if not is_synthetic(path):
-        return load_trace(path, fmt, **options)
+        return load_trace(bundled_or_path(path), fmt, **options)
     workload = generate(str(path))
     check_workload(str(path), workload)
     return workload
+
+
+def bundled_or_path(path: str | Path) -> str | Path:
+    """``path`` as given, unless it names no file but a bundled trace
+    (``mooncake/conversation_trace_head600.jsonl``, ``workbench.data``): then that
+    trace's file. So every command takes the names the notebooks and ``plan`` list."""
+    from workbench import data
+
+    if Path(path).exists() or str(path) not in data.files():
+        return path
+    return str(data.path(str(path)))
 
 
 def generate(text: str) -> Workload:
