@@ -14,6 +14,11 @@ the total ~1.5-2x, the shares are what count). Run from the repo root:
 
 ``--tracemalloc`` traces the run's allocations instead (slow: use a slice) and prints
 the source lines holding the most memory at the run's peak of traced memory.
+
+cProfile's per-call cost inflates many-small-call code; for shares, sample instead
+(bench/README.md, "profile"): ``pip install py-spy`` into the venv, then
+``py-spy record -f raw -r 200 -o prof.raw -- .venv/bin/python bench/profile_virtual.py …``
+and sum the raw stacks by frame.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ in flight would be lost. Here SIGTERM takes SIGINT's path instead:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import ctypes
 import os
@@ -75,6 +76,23 @@ class SignalStop:
             self._loop.call_soon_threadsafe(_nothing)
         else:
             self._loop.call_soon_threadsafe(self._stop)
+
+
+#: how often a main thread waiting for a worker thread wakes to run signal handlers (s)
+SIGNAL_POLL_S = 0.2
+
+
+def wait_result(fut: concurrent.futures.Future[T]) -> T:
+    """``fut.result()`` from the main thread, waking every ``SIGNAL_POLL_S`` so a signal's
+    Python handler runs. The kernel may hand a process's SIGINT/SIGTERM to any thread not
+    blocking it — a busy worker, or a native thread numpy or pyarrow started — and then
+    only marks the handler pending: a main thread blocked in ``result()`` would never run
+    it, and the run it should stop would go on (docs/run-directory.md, "Signals")."""
+    while True:  # bounded: by the future, which its run's own bounds end
+        try:
+            return fut.result(timeout=SIGNAL_POLL_S)
+        except concurrent.futures.TimeoutError:
+            continue
 
 
 def _nothing() -> None:

@@ -165,6 +165,33 @@ def test_the_in_place_run_generator_equals_the_general_one():
         assert np.array_equal(_generate_run(seed, key, start, n, lo, span), want)
 
 
+def test_parts_drawn_at_once_equal_parts_drawn_one_by_one():
+    """``resolve_parts_array`` (every part in one vectorised pass: the record hashes of
+    new hash-id blocks) gives exactly the concatenated ``resolve_array`` of each part:
+    any source kind, starts past 2**32, parts crossing a turn, empty parts."""
+    from workbench.context.hashing import chain_hashes
+    from workbench.segments import BLOCK, PREFIX, UNIT
+
+    rng = np.random.default_rng(11)
+    for kw in ({}, {"salt": "run-7"}, {"vocab_lo": 5, "vocab_hi": 2**32 - 1, "seed": 3}):
+        pool = TokenPool(**kw)
+        for _ in range(100):
+            parts = []
+            for _ in range(int(rng.integers(2, 7))):
+                start = int(rng.choice([0, rng.integers(0, 9000), 2**32 - int(rng.integers(1, 600)),
+                                        (3 << 32) + int(rng.integers(0, 99))]))
+                kind, packed = int(rng.choice([UNIT, PREFIX, BLOCK])), int(rng.integers(0, 2**63))
+                parts.append((kind, packed * 2 + 1, start, int(rng.integers(0, 700))))
+            want = np.concatenate([pool.resolve_array(*p) for p in parts])
+            got = pool.resolve_parts_array(parts)
+            assert got.dtype == want.dtype and np.array_equal(got, want), parts
+            packed = pool.resolve_parts_array(parts, np.uint32)  # as record hashes pack ids
+            assert packed.dtype == np.uint32 and np.array_equal(packed, want)
+            assert chain_hashes(None, packed, 16) == chain_hashes(None, want, 16)
+    with pytest.raises(ValueError, match="not a token pool's source"):
+        TokenPool().resolve_parts_array([(UNIT, 1, 0, 3), (4, 1, 0, 3)])
+
+
 def test_prompt_from_hash_ids_memo_keeps_tokens(monkeypatch):
     """Memoized hash-id keys (and a memo that starts over) give the same tokens as
     blocks drawn one by one by a fresh pool, salted or not, on any vocabulary range."""

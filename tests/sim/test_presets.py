@@ -85,3 +85,15 @@ def test_a_ring_all_reduce_pays_its_latency_per_hop() -> None:
     hop = one[2].factors.allreduce_us * 1e-6 * 2 * 80  # two all-reduces × 80 layers
     for tp in (2, 4, 8):
         assert lat[tp] == pytest.approx(2 * (tp - 1) * hop, rel=1e-2)
+
+
+def test_fp8_matmuls_reach_their_own_share_of_the_doubled_peak() -> None:
+    """``mfu_fp8`` (docs/hardware.md, "Fit"): an FP8 preset's compute-bound step is its
+    16-bit twin's scaled by the peaks and the two efficiencies; same FLOPs."""
+    bf16, fp8 = resolve("llama-3.1-8b/h100/tp1"), resolve("llama-3.1-8b/h100/tp1/fp8")
+    assert bf16.mfu == bf16.factors.mfu
+    assert fp8.mfu == (fp8.factors.mfu_fp8 or fp8.factors.mfu)
+    attn = 8192 * 8193 // 2
+    over = bf16.factors.step_overhead_ms
+    slow, fast = (p.step_ms(8192, 0, 8192, attn) - over for p in (bf16, fp8))
+    assert fast / slow == pytest.approx((989.4 * bf16.mfu) / (1978.9 * fp8.mfu), rel=1e-6)

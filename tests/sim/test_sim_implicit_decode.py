@@ -181,3 +181,22 @@ def test_no_finished_request_is_held_by_stale_events() -> None:
         if not sched.implicit_count:
             assert not sched._grow_at and not sched._fill_at
     assert not sched.has_work() and sched.counters.requests == 30
+
+
+@pytest.mark.parametrize("knobs", [{}, {"decode_seq_ms": 0.05, "speedup": 3.0},
+                                   {"preset": "llama-3.1-8b/h100/tp1"}])  # fmt: skip
+def test_span_step_times_equal_step_ns_for_ranges_and_arrays(knobs: dict[str, Any]) -> None:
+    """A span's step times (``cost.decode_steps_ns``: scalar inlined for short spans, numpy
+    for long ones, a range or an array of KV tokens) are ``step_ns``'s, to the ns."""
+    import numpy as np
+
+    from workbench.sim import cost
+
+    cfg = EngineConfig(**knobs)
+    rng = random.Random(3)
+    for _ in range(400):
+        n, kv0, k = rng.randint(1, 400), rng.randint(0, 3_000_000), rng.randint(2, 80)
+        kv = range(kv0 + n, kv0 + k * n, n)
+        want = [cost.step_ns(cfg, 0, n, v) for v in kv]
+        assert cost.decode_steps_ns(cfg, n, kv) == want
+        assert cost.decode_steps_ns(cfg, n, np.arange(1, k, dtype=np.int64) * n + kv0) == want

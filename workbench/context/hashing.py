@@ -51,6 +51,7 @@ def _chain(prev: bytes, block: bytes) -> bytes:
 
 #: ``array("I")`` packs little-endian uint32 here in a C loop (docs/design-notes.md)
 _ARRAY_U32 = array("I").itemsize == 4 and sys.byteorder == "little"
+_U32 = np.dtype("<u4")
 
 
 def _u32_bytes(token_ids: Sequence[int] | np.ndarray) -> bytes:
@@ -62,6 +63,8 @@ def _u32_bytes(token_ids: Sequence[int] | np.ndarray) -> bytes:
             raise ValueError("token ids must be in [0, 2**32)") from None
         except TypeError:
             pass  # not plain ints (floats, numpy scalars of odd kinds): the numpy path decides
+    if isinstance(token_ids, np.ndarray) and token_ids.dtype == _U32:
+        return token_ids.tobytes()  # in range by its type (a token pool's draw)
     arr = np.asarray(token_ids, dtype=np.int64)
     if arr.size and (arr.min() < 0 or arr.max() > _MASK32):
         raise ValueError("token ids must be in [0, 2**32)")

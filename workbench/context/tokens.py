@@ -91,6 +91,7 @@ def _generate(
 
 
 _LOW32 = 0xFFFFFFFF
+_M64_INT = (1 << 64) - 1
 _BLOCK_KEYS_MAX = 1 << 21  # memoized hash-id keys per pool (~200 MB at most), then start over
 
 
@@ -344,6 +345,43 @@ class TokenPool:
             positions = np.arange(start, start + n, dtype=np.uint64)
             arr = _generate(np.uint64(fnv), np.uint64(key), positions, self.vocab_lo, span)
         return arr
+
+    def resolve_parts_array(self, parts: Sequence[Part], dtype: type = np.int64) -> np.ndarray:
+        """``resolve_array`` of each part, concatenated, in one vectorised pass: the
+        record hashes of a Mooncake row's new hash-id blocks draw them at once, not
+        one small array per block (docs/virtual-time.md, "Record hashes"). ``dtype``
+        ``np.uint32`` gives the ids as record hashing packs them (no range check)."""
+        for kind, *_ in parts:
+            if kind not in (UNIT, PREFIX, BLOCK):
+                raise ValueError(f"part kind {kind} is not a token pool's source")
+        span = self.vocab_hi - self.vocab_lo
+        if any((p[2] & _LOW32) + p[3] > 1 << 32 for p in parts):  # a part crosses a turn
+            counts = np.array([p[3] for p in parts], dtype=np.int64)
+            which = np.repeat(np.arange(len(parts)), counts)
+            packed = np.array([p[1] for p in parts], dtype=np.uint64)
+            first = np.cumsum(counts) - counts
+            positions = np.arange(int(counts.sum()), dtype=np.uint64)
+            positions += (np.array([p[2] for p in parts], dtype=np.uint64)
+                          - first.astype(np.uint64))[which]  # fmt: skip
+            out = _generate((packed & _M32)[which], (packed >> _S32)[which], positions,
+                            self.vocab_lo, span)
+            return out.astype(dtype)
+        # ``_generate_run`` of every part on one array: each part's turn folded into one
+        # scalar, every step in place
+        sizes = [p[3] for p in parts]
+        z = np.arange(sum(sizes), dtype=np.uint64)
+        start = 0
+        shift: list[int] = []
+        for (_, _, s, _), n in zip(parts, sizes, strict=True):
+            shift.append(((s & _LOW32) - start) & _M64_INT)  # position in part → in source
+            start += n
+        z += np.repeat(np.array(shift, dtype=np.uint64), sizes)
+        z ^= np.repeat(np.array([((p[1] & _LOW32 ^ p[2] >> 32) * FNV32_PRIME) & _LOW32
+                                 for p in parts], dtype=np.uint64), sizes)  # fmt: skip
+        z *= _P
+        z &= _M32
+        z |= np.repeat(np.array([p[1] >> 32 << 32 for p in parts], dtype=np.uint64), sizes)
+        return _finish_in_place(z, self.vocab_lo, span).astype(dtype)
 
     def tail(self, n: int, *, nonce: str = "") -> list[int]:
         """``n`` tokens from a reserved stream no unit, prefix or block ever uses.

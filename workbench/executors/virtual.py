@@ -35,7 +35,7 @@ from workbench.replay.runner import build_runner
 from workbench.replay.session import RecordSinks
 from workbench.replay.shards import split_run
 from workbench.segments import Segments
-from workbench.signals import SignalStop, stop_on_signals
+from workbench.signals import SignalStop, stop_on_signals, wait_result
 from workbench.sim.cluster import Cluster, ClusterConfig, split_knobs
 from workbench.sim.config import EngineConfig
 from workbench.sim.engine import Engine
@@ -288,7 +288,7 @@ def _run_virtual_anywhere(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
         except RuntimeError:
             return run_virtual(coro)
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="simulate") as pool:
-            return pool.submit(run_virtual, coro).result()
+            return wait_result(pool.submit(run_virtual, coro))
 
 
 @contextlib.contextmanager

@@ -45,6 +45,7 @@ as server latency:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -103,8 +104,10 @@ def _ms(later: Opt, earlier: Opt) -> np.ndarray:
 
 
 def _flat(lists: Sequence[Sequence[int]], lens: np.ndarray) -> np.ndarray:
-    return np.fromiter((x for v, k in zip(lists, lens, strict=True) for x in v[:k]),
-                       dtype=np.int64, count=int(lens.sum()))  # fmt: skip
+    """The first ``lens[i]`` values of each list, concatenated: chained in C, a list cut
+    only when it is longer (no Python step per token)."""
+    rows = (v if len(v) == k else v[:k] for v, k in zip(lists, lens.tolist(), strict=True))
+    return np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lens.sum()))
 
 
 def token_stats(times: Sequence[Sequence[int]], counts: Sequence[Sequence[int]]) -> dict[str, Any]:
@@ -113,10 +116,13 @@ def token_stats(times: Sequence[Sequence[int]], counts: Sequence[Sequence[int]])
     lens = np.fromiter((min(len(t), len(c)) for t, c in zip(times, counts, strict=True)),
                        dtype=np.int64, count=n)  # fmt: skip
     flat_t, flat_c = _flat(times, lens), _flat(counts, lens)
-    parent = np.repeat(np.arange(n), lens)
     keep = flat_c >= MIN_EVENT_TOKENS
-    t, c, p = flat_t[keep], flat_c[keep], parent[keep]
-    events = np.bincount(p, minlength=n)
+    if keep.all():  # every event counts (a virtual run, most streams): no copies
+        t, c, events = flat_t, flat_c, lens
+    else:
+        p = np.repeat(np.arange(n), lens)[keep]
+        t, c = flat_t[keep], flat_c[keep]
+        events = np.bincount(p, minlength=n)
     has = events > 0
     ends = np.cumsum(events)
     starts = ends - events
@@ -126,17 +132,22 @@ def token_stats(times: Sequence[Sequence[int]], counts: Sequence[Sequence[int]])
     first_t[has] = t[starts[has]]
     last_t[has] = t[ends[has] - 1]
     first_c[has] = c[starts[has]]
-    same = p[1:] == p[:-1]
+    # a row's gaps are its events' differences: every difference but those across rows
+    same = np.ones(max(len(t) - 1, 0), dtype=bool)
+    same[ends[(ends > 0) & (ends < len(t))] - 1] = False
     gaps = (np.diff(t) / NS_PER_MS)[same]
-    gp = p[1:][same]
-    itl_min = np.full(n, np.inf)
-    itl_max = np.full(n, -np.inf)
-    np.minimum.at(itl_min, gp, gaps)
-    np.maximum.at(itl_max, gp, gaps)
     itl_count = np.maximum(events - 1, 0)
-    itl_min[itl_count == 0] = np.nan
-    itl_max[itl_count == 0] = np.nan
-    positive = np.bincount(parent, weights=np.where(flat_c > 0, flat_c, 0), minlength=n)
+    itl_min = np.full(n, np.nan)
+    itl_max = np.full(n, np.nan)
+    rows = np.flatnonzero(itl_count)  # rows' gaps are contiguous: one reduceat each
+    if len(rows):
+        at = (np.cumsum(itl_count) - itl_count)[rows]
+        itl_min[rows] = np.minimum.reduceat(gaps, at)
+        itl_max[rows] = np.maximum.reduceat(gaps, at)
+    # positive counts summed per row (all events, kept or not), exact in int64
+    total = np.concatenate(([0], np.cumsum(np.where(flat_c > 0, flat_c, 0))))
+    row_end = np.cumsum(lens)
+    positive = total[row_end] - total[row_end - lens]
     return {
         "events": events, "has": has, "first_t": first_t, "last_t": last_t, "first_c": first_c,
         "itl_count": itl_count, "itl_min": itl_min, "itl_max": itl_max,

@@ -29,6 +29,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
 from workbench.replay.prepare import run_on_fast_loop
+from workbench.signals import wait_result
 
 T = TypeVar("T")
 
@@ -126,7 +127,7 @@ def start_thread(coro: Coroutine[Any, Any, T], *, use_uvloop: bool = False,
 def wait_for(thread: LoopThread[T]) -> T:
     """``thread``'s result; an interrupt meanwhile cancels it, waits for it, re-raises."""
     try:
-        return thread.future.result()
+        return wait_result(thread.future)
     except KeyboardInterrupt:
         thread.cancel_and_wait()
         raise

@@ -205,9 +205,11 @@ class RoundMaker:
 
     def _segment_hashes(self, run: UnitRun, prompt: Segments) -> list[int]:
         """``hashes`` of a ``Segments`` prompt, the same values: the shared leading
-        blocks from the unit's last prompt, a block that is one whole hash-id part
+        blocks from the unit's last prompt, then blocks that are one whole hash-id part
         from a memo keyed by (previous hash, part) (a Mooncake row's blocks repeat
-        across rows), the rest from its tokens, drawn for just those blocks."""
+        across rows) up to the first block the memo lacks; from there on every hash is
+        new (its chain is), so the rest of the tokens are drawn at once, as one array
+        (``TokenPool.resolve_parts_array``), and hashed in one chain."""
         bs, n = self.block_size, len(prompt)
         out: list[int] = []
         last = run.last_prompt
@@ -220,30 +222,39 @@ class RoundMaker:
         j, nb = len(out), -(-n // bs)
         while j < nb:
             part = whole.get(j)
-            prev = out[-1] if out else None
-            if part is not None:
-                h = memo.get((prev, part))
-                if h is None:
-                    toks = self.pool.resolve_array(*part)
-                    h = memo[(prev, part)] = chain_hashes(prev, toks, bs)[0]
-                out.append(h)
-                j += 1
-                continue
-            stop = j + 1  # a run of blocks that are not whole parts: drawn at once
-            while stop < nb and stop not in whole:
-                stop += 1
-            out += chain_hashes(prev, self._draw(prompt, j * bs, stop * bs), bs)
-            j = stop
+            h = None if part is None else memo.get((out[-1] if out else None, part))
+            if h is None:
+                break
+            out.append(h)
+            j += 1
+        if j < nb:
+            out += chain_hashes(out[-1] if out else None, self._draw(prompt, j * bs, n), bs)
+            for i in range(j, nb):
+                part = whole.get(i)
+                if part is not None:
+                    memo[(out[i - 1] if i else None, part)] = out[i]
         run.last_prompt, run.last_hashes = prompt, out
         return out
 
     def _draw(self, prompt: Segments, lo: int, hi: int) -> np.ndarray:
-        """Tokens ``lo .. hi-1`` of ``prompt`` as one int64 array."""
-        arrays = [
-            np.asarray(output_tokens(key, n, s), dtype=np.int64) if kind == OUTPUT
-            else self.pool.resolve_array(kind, key, s, n)
-            for kind, key, s, n in prompt.slices(lo, hi)
-        ]  # fmt: skip
+        """Tokens ``lo .. hi-1`` of ``prompt`` as one array (the pool's parts of each run
+        between engine outputs drawn in one pass): ``uint32``, as record hashing packs
+        them, when they are all the pool's (in range by construction)."""
+        parts = list(prompt.slices(lo, hi))
+        if all(part[0] != OUTPUT for part in parts):
+            return self.pool.resolve_parts_array(parts, np.uint32)
+        arrays: list[np.ndarray] = []
+        run: list[Part] = []
+        for part in parts:
+            if part[0] != OUTPUT:
+                run.append(part)
+                continue
+            if run:
+                arrays.append(self.pool.resolve_parts_array(run))
+                run = []
+            arrays.append(np.asarray(output_tokens(part[1], part[3], part[2]), dtype=np.int64))
+        if run:
+            arrays.append(self.pool.resolve_parts_array(run))
         return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
     def _resolve(self, kind: int, key: int, start: int, n: int) -> list[int]:

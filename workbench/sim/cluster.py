@@ -209,14 +209,14 @@ class Cluster:
         if split:
             max_tokens = front.validate(prompt, max_tokens)  # the limits, before anything runs
         seq = front.prepare(request_id, prompt, 1 if split else max_tokens)
+        hashes = None
         if placement is None:
-            hashes = None
             if self.router.needs_hashes:
                 bs = self.config.block_size
                 seq.ensure_hashes(bs)
                 hashes = seq.hashes[: (seq.prompt_len - 1) // bs]  # as admission looks up
             placement = self.place(request_id, prompt, session or request_id, hashes)
-        first = self.workers[placement.worker].submit_prepared(seq)
+        first = self.workers[placement.worker].submit_prepared(seq, routed=hashes)
         if placement.decode_worker is None:
             return placement, first
         decode = self.workers[placement.decode_worker]

@@ -48,7 +48,11 @@ class EngineConfig:
     model × accelerator's (``sim.presets``; ``from_knobs`` also derives ``num_blocks``
     from it); ``host_kv_gb`` per worker keeps evicted KV blocks in host memory, brought
     back at ``host_kv_gbps`` (0: the preset GPU's PCIe link) before a prefill
-    (docs/hardware.md).
+    (docs/hardware.md). ``enable_chunked_prefill`` False admits a waiting prompt only
+    whole, when it fits what the step's token budget has left (a prompt longer than the
+    whole budget runs whole, the only prompt of its step): TensorRT-LLM's in-flight
+    batching without chunked context, its default (docs/hardware.md, "The engine a
+    table ran on").
     """
 
     model: str = "workbench-sim"
@@ -56,6 +60,7 @@ class EngineConfig:
     block_size: int = 16
     num_blocks: int = 65_536
     max_num_batched_tokens: int = 8192
+    enable_chunked_prefill: bool = True
     max_num_seqs: int = 256
     max_model_len: int = 131_072
     enable_prefix_caching: bool = True

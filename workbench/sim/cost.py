@@ -68,18 +68,31 @@ def step_ns(config: EngineConfig, prefill_tokens: int, decode_seqs: int, kv_toke
 _VECTOR_MIN = 24  # fewer steps are cheaper one by one than through numpy's calls
 
 
-def decode_steps_ns(config: EngineConfig, seqs: int, kv_tokens: np.ndarray) -> list[int]:
+def decode_steps_ns(config: EngineConfig, seqs: int, kv_tokens: np.ndarray | range) -> list[int]:
     """``step_ns`` of decode-only steps (``seqs`` sequences, no prefill, nothing from the
     host tier), one per entry of ``kv_tokens``: the same float operations in the same
     order, element-wise (IEEE doubles, round half to even), so every value equals
     ``step_ns``'s. A preset's step time is taken step by step."""
-    if config.zero_cost or config.preset or len(kv_tokens) < _VECTOR_MIN:
-        return [step_ns(config, 0, seqs, kv) for kv in kv_tokens.tolist()]
+    if config.zero_cost or config.preset:
+        return [step_ns(config, 0, seqs, kv) for kv in _ints(kv_tokens)]
     a, b, c = config.decode_coeffs
-    u = np.minimum(1.0, kv_tokens / config.capacity_tokens)
-    ms = np.maximum(config.decode_floor_ms, a * u * u + b * u + c + config.decode_seq_ms * seqs)
-    out: list[int] = np.rint(ms * 1e6 / config.speedup).astype(np.int64).tolist()
-    return out
+    cap, floor, sp = config.capacity_tokens, config.decode_floor_ms, config.speedup
+    s = config.decode_seq_ms * seqs
+    if len(kv_tokens) < _VECTOR_MIN:  # ``decode_ms`` then ``step_ns``'s rounding, inlined
+        out = []
+        for kv in _ints(kv_tokens):
+            u = min(1.0, kv / cap)
+            out.append(round(max(floor, a * u * u + b * u + c + s) * 1e6 / sp))
+        return out
+    kv_arr = np.asarray(kv_tokens, dtype=np.int64)
+    u_arr = np.minimum(1.0, kv_arr / cap)
+    ms = np.maximum(floor, a * u_arr * u_arr + b * u_arr + c + s)
+    vec: list[int] = np.rint(ms * 1e6 / sp).astype(np.int64).tolist()
+    return vec
+
+
+def _ints(values: np.ndarray | range) -> list[int] | range:
+    return values if isinstance(values, range) else values.tolist()
 
 
 def _ns(config: EngineConfig, ms: float) -> int:

@@ -204,6 +204,7 @@ class Engine:
         self._ends: list[int] | None = None
         self._done = 0
         self._span_cb = self._span_tail
+        self._routed: tuple[Sequence[int], list[int]] | None = None  # the last prefix query
 
     async def start(self) -> None:
         if self._task is not None or self._loop is not None:
@@ -257,8 +258,16 @@ class Engine:
         max_tokens = self._check(len(prompt), int(max_tokens))
         return self._sched.new_sequence(request_id, prompt, max_tokens, self.clock.now_ns())
 
-    def submit_prepared(self, seq: sched.Sequence) -> EngineRequest:
-        """Queue a sequence from ``prepare`` (of this engine or one with its config)."""
+    def submit_prepared(
+        self, seq: sched.Sequence, routed: Sequence[int] | None = None
+    ) -> EngineRequest:
+        """Queue a sequence from ``prepare`` (of this engine or one with its config).
+        ``routed``: the hashes a router just asked ``cached_prefix_blocks`` about on this
+        engine, whose hit admission then starts from (re-checked then, not looked up
+        again; the same hit either way)."""
+        last, self._routed = self._routed, None
+        if routed is not None and last is not None and last[0] is routed:
+            self._sched.route_hit(seq, last[1])
         req = EngineRequest(self, seq)
         self._cut()  # before it joins: the steps ended so far did not see it
         self._sched.add(seq)
@@ -290,10 +299,20 @@ class Engine:
         s = self._sched
         return len(s.running), len(s.waiting), s.kv.usage
 
-    def cached_prefix_blocks(self, hashes: Sequence[int]) -> int:
-        """How many leading blocks of ``hashes`` this engine's prefix cache holds."""
+    def cached_prefix_blocks(self, hashes: Sequence[int], limit: int | None = None) -> int:
+        """How many leading blocks of ``hashes`` this engine's prefix cache holds (at
+        most ``limit``)."""
         self._catch_up()
-        return len(self._sched.kv.longest_hit(hashes, len(hashes)))
+        n = len(hashes) if limit is None else min(limit, len(hashes))
+        hit = self._sched.kv.longest_hit(hashes, n)
+        self._routed = (hashes, hit)  # for ``submit_prepared(routed=hashes)``
+        return len(hit)
+
+    def caches_block(self, block_hash: int) -> bool:
+        """Whether this engine's prefix cache holds the block of chained hash ``block_hash``
+        (a router's bound: a prefix hit longer than ``i`` blocks holds block ``i``)."""
+        self._catch_up()
+        return self._sched.kv.holds(block_hash)
 
     def _check(self, n_prompt: int, max_tokens: int) -> int:
         cfg = self.config
@@ -393,7 +412,9 @@ class Engine:
         """The end times of a span's ``k`` steps, the first ending at ``end``."""
         s = self._sched
         n = s.implicit_count
-        kv = np.arange(1, k, dtype=np.int64) * n + s.implicit_kv_tokens(0)
+        kv0 = s.implicit_kv_tokens(0)
+        # the KV tokens of steps 1 .. k-1 after the first (a range: no array for a short span)
+        kv = range(kv0 + n, kv0 + k * n, n) if n else np.full(k - 1, kv0, dtype=np.int64)
         durs = cost.decode_steps_ns(self.config, n, kv)
         return list(itertools.accumulate(durs, initial=end))
 

@@ -29,10 +29,7 @@ if TYPE_CHECKING:
 ROOT_HASH = 0x51F15EED
 NO_HASH = -1  # a block holding no hash: Python's hash() never returns -1
 _LOG_FACTOR, _LOG_SLACK = 3, 1024  # LRU log capacity: compaction is amortised O(1) per entry
-# hash-index entries (stale ones too) before a rebuild: ~140 B each (the dict's slot and
-# two ints), so the index of a worker of 65,536 blocks stays under ~18 MB (factor 4: ~37 MB,
-# 2.4 GB on 64 workers; bench/README.md, "Virtual-time profile")
-_INDEX_FACTOR, _INDEX_MIN = 2, 1 << 16
+_INDEX_FACTOR, _INDEX_MIN = 2, 1 << 15  # hash-index entries (stale ones too) before a rebuild
 
 
 def block_hashes(
@@ -91,8 +88,8 @@ class BlockManager:
       that hash (``_hash[block] == h``): eviction clears the block's hash and
       leaves the dict entry stale instead of deleting it (a dict delete is a
       cache miss per block); lookups and commits check the entry against
-      ``_hash``, and the dict is rebuilt from the arrays when stale entries
-      outnumber the cache's blocks.
+      ``_hash``, and the dict is rebuilt from the arrays past ``_INDEX_FACTOR``
+      entries a block (2: a worker's dict stays ~13 MB; docs/embedded-engine.md).
     """
 
     def __init__(self, block_size: int, num_blocks: int, enable_caching: bool = True) -> None:
@@ -134,19 +131,21 @@ class BlockManager:
 
         ``known`` is a still-valid earlier hit for the same hashes: only the
         blocks after it are looked up (the blocked head of the waiting queue is
-        retried every step; rescanning a 10k-token prompt each time dominated).
+        retried every step; rescanning a 10k-token prompt each time dominated),
+        and when none is found ``known`` itself is returned (not a copy: the
+        caller must not change it).
         Lookups go in doubling chunks (a C-level ``map`` over the dict, the
         entries checked against the arrays at once).
         """
         if not self.enable_caching:
             return []
-        hit: list[int] = list(known) if known else []
         get, own = self._by_hash.get, self._hash
-        i, end, step = len(hit), min(max_blocks, len(hashes)), 16
+        i, end, step = len(known) if known else 0, min(max_blocks, len(hashes)), 16
         if i < end:  # the next block alone first: a retried blocked head misses here
             b = get(hashes[i])
             if b is None or own[b] != hashes[i]:
-                return hit
+                return known if known else []  # ``known`` itself: no copy of a long hit
+        hit: list[int] = list(known) if known else []
         while i < end:
             j = min(end, i + step)
             chunk = hashes[i:j]
@@ -159,6 +158,13 @@ class BlockManager:
             hit.extend(got.tolist())
             i, step = j, step * 2
         return hit
+
+    def holds(self, block_hash: int) -> bool:
+        """Whether a cached block holds ``block_hash`` (findable by ``longest_hit``)."""
+        if not self.enable_caching:
+            return False
+        b = self._by_hash.get(block_hash)
+        return b is not None and bool(self._hash[b] == block_hash)
 
     def held_prefix(self, blocks: np.ndarray, hashes: np.ndarray) -> int:
         """How many leading ``blocks`` still hold the matching ``hashes`` (arrays): that

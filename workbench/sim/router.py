@@ -1,8 +1,9 @@
 """Routers of the simulated cluster: which worker serves a request (pure policy).
 
 A router sees the request (its id, its session key, its prompt's chained block
-hashes when it asks for them) and every worker's load and cache through two
-public ``Engine`` methods, ``load()`` and ``cached_prefix_blocks(hashes)``. It
+hashes when it asks for them) and every worker's load and cache through public
+``Engine`` methods, ``load()``, ``cached_prefix_blocks(hashes)`` and
+``caches_block(hash)``. It
 returns a worker index. Routers are picked by name from ``ROUTERS`` (a
 ``workbench.registry.Registry``); adding one is a class here with one
 ``@ROUTERS.register(name)`` line (the CLI's ``--router`` help lists the registry):
@@ -35,7 +36,9 @@ class Worker(Protocol):
 
     def load(self) -> tuple[int, int, float]: ...
 
-    def cached_prefix_blocks(self, hashes: Sequence[int]) -> int: ...
+    def cached_prefix_blocks(self, hashes: Sequence[int], limit: int | None = None) -> int: ...
+
+    def caches_block(self, block_hash: int) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +133,10 @@ class PrefixAware:
     name = "prefix-aware"
     needs_hashes = True
 
+    _HOMES_MAX = 1 << 16  # sessions whose last worker is remembered (an order hint only)
+
     def __init__(self, overload_threshold: int = 4, max_kv_usage: float = 0.95) -> None:
+        self._home: dict[str, int] = {}  # session -> the worker it went to last
         if int(overload_threshold) < 0:
             raise ValueError(
                 f"router_options.overload_threshold must be >= 0, got {overload_threshold}"
@@ -150,12 +156,47 @@ class PrefixAware:
         ]  # fmt: skip
         if not open_:
             return _least_loaded(workers)
-        best, best_key = open_[0], None
-        for i in open_:
-            hit = workers[i].cached_prefix_blocks(req.hashes) if req.hashes else 0
-            key = (-hit, queued[i], loads[i][2])
+        home = self._home.get(req.session)
+        if home in open_:  # likely the longest hit: asked first, it bounds the others
+            open_.remove(home)
+            open_.insert(0, home)
+        best = self._best(req.hashes, open_, workers, queued, loads)
+        if len(self._home) >= self._HOMES_MAX:
+            self._home.clear()
+        self._home[req.session] = best
+        return best
+
+    @staticmethod
+    def _best(hashes: Sequence[int], order: list[int], workers: Sequence[Worker],
+              queued: list[int], loads: list[tuple[int, int, float]]) -> int:
+        """The worker of least ``(-hit, queued, usage, index)`` among ``order``: the
+        longest hit, ties to lower load then lower index (the same one in any order).
+
+        A worker's hit is looked up in full only when it can win: once a best hit
+        ``h`` is known, a worker not holding block ``h`` has at most ``h`` blocks
+        (the hashes are chained: a longer hit holds block ``h``), so it can only tie,
+        and is looked up (up to ``h`` blocks) only when it would win a tie.
+        """
+        best, best_key, best_hit = order[0], None, 0
+        for i in order:
+            rest = (queued[i], loads[i][2], i)
+            w = workers[i]
+            if not hashes:
+                hit = 0
+            elif best_key is None or (best_hit < len(hashes)
+                                      and w.caches_block(hashes[best_hit])):
+                hit = w.cached_prefix_blocks(hashes)
+            elif rest >= best_key[1:]:
+                continue  # at most a tie, and it would lose it
+            elif best_hit and w.caches_block(hashes[best_hit - 1]):
+                hit = w.cached_prefix_blocks(hashes, best_hit)
+            elif best_hit:
+                continue  # fewer than best_hit blocks
+            else:
+                hit = 0
+            key = (-hit, *rest)
             if best_key is None or key < best_key:
-                best, best_key = i, key
+                best, best_key, best_hit = i, key, hit
         return best
 
 

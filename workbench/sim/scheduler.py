@@ -87,6 +87,9 @@ class Sequence:
     tb: int = -1  # implicit decode: the step its fields stand at (-1: explicit; see Scheduler)
     gen: int = 0  # implicit decode: the generation of its armed events (stale ones skipped)
     rank: int = 0  # admission order: ``running`` is sorted by it
+    # an earlier hit admission starts from (hit, epoch, evictions): a router's, or its
+    # own committed blocks when it is preempted (``Scheduler._routed_memo``)
+    routed: tuple[list[int], int, int] | None = None
 
     @property
     def output(self) -> list[int]:
@@ -503,6 +506,11 @@ class Scheduler:
 
     def _preempt(self, seq: Sequence) -> None:
         assert seq.tb < 0, "implicit decoders come first: never a preemption victim"
+        # its committed blocks stay findable until evicted: its re-admission checks which
+        # still hold its hashes (evictions -1: always checked, a private duplicate among
+        # them holds none) instead of looking its whole prefix up again
+        own = seq.blocks[: min(seq.committed, (seq.length - 1) // self.bs)]
+        seq.routed = (own, self.kv.epoch, -1) if own and self.kv.enable_caching else None
         self.kv.release(seq.blocks)
         seq.blocks = []
         seq.capacity = 0
@@ -525,6 +533,10 @@ class Scheduler:
             cached = (len(hit) + on_host) * bs
             start = max(cached, seq.preloaded)  # transferred KV is not computed again
             n = min(seq.length - start, budget)
+            if not self.config.enable_chunked_prefill and n < seq.length - start:
+                if plan.prefill_tokens:  # whole prompts only: it waits for the next step
+                    break
+                n = seq.length - start  # longer than the whole budget: the step's only one
             need = -(-(start + n) // bs) - len(hit)
             if not kv.can_allocate(need, hit if memo is None else memo.blocks):
                 if memo is None:
@@ -567,14 +579,33 @@ class Scheduler:
         memo, self._memo = self._memo, None
         limit = (seq.length - 1) // self.bs
         if memo is None or memo.seq is not seq or memo.epoch != kv.epoch:
-            return kv.longest_hit(seq.hashes, limit), None
+            memo = self._routed_memo(seq)
+            if memo is None:
+                return kv.longest_hit(seq.hashes, limit), None
         keep = len(memo.hit)
         if memo.evictions != kv.evictions:
             keep = kv.held_prefix(memo.blocks, memo.hashes)
-        hit = kv.longest_hit(seq.hashes, limit, memo.hit[:keep])
+        hit = kv.longest_hit(seq.hashes, limit, memo.hit if keep == len(memo.hit)
+                             else memo.hit[:keep])  # fmt: skip
         if len(hit) == len(memo.hit) == keep:
             return memo.hit, memo
         return hit, None
+
+    def route_hit(self, seq: Sequence, hit: list[int]) -> None:
+        """A router just found ``hit`` for ``seq``'s prefix on this cache (``Engine.
+        cached_prefix_blocks``): admission starts from it as far as its blocks still
+        hold their hashes then, as from last step's hit of a blocked head."""
+        seq.routed = (hit, self.kv.epoch, self.kv.evictions)
+
+    def _routed_memo(self, seq: Sequence) -> _HeadMemo | None:
+        """``seq``'s earlier hit (``Sequence.routed``) as a memo, once."""
+        routed, seq.routed = seq.routed, None
+        if routed is None or routed[1] != self.kv.epoch:
+            return None
+        hit = routed[0]
+        return _HeadMemo(seq, hit, np.asarray(hit, dtype=np.int64),
+                         np.asarray(seq.hashes[: len(hit)], dtype=np.int64),
+                         routed[1], routed[2])  # fmt: skip
 
     def _count_admission(self, seq: Sequence, cached: int) -> None:
         seq.cached_tokens = cached
@@ -665,6 +696,7 @@ class Scheduler:
         seq.tokens = []  # a finished request keeps only its output (memory of long replays)
         seq.hashes = []
         seq.source = None
+        seq.routed = None
         del seq.outputs[seq.num_out :]
         if reason == "length":
             self.counters.requests += 1
@@ -678,7 +710,7 @@ class Scheduler:
         else:
             self.waiting.remove(seq)
             seq.finished, seq.finish_reason, seq.finish_ns = True, "abort", t_ns
-            seq.tokens, seq.hashes, seq.source = [], [], None
+            seq.tokens, seq.hashes, seq.source, seq.routed = [], [], None, None
             del seq.outputs[seq.num_out :]
         self.counters.requests_aborted += 1
         return True

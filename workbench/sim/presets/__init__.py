@@ -15,7 +15,7 @@ BF16 otherwise. From public facts alone it derives:
   2·(TP−1)/TP of the bytes over the GPU link) and a per-step overhead;
 * the time to bring KV back from host memory (``Preset.load_ms``).
 
-Five efficiency factors (``FACTORS``, read from
+Six efficiency factors (``FACTORS``, read from
 ``sim/presets/fitted_factors.json``) are fitted to cited public measurements by
 ``presets.fit`` (docs/hardware.md, "Fit": how, and every formula, source and the error
 left, in sample and held out).
@@ -39,7 +39,8 @@ TP_CHOICES = (1, 2, 4, 8)
 @dataclass(frozen=True, slots=True)
 class Factors:
     """The efficiency factors (docs/hardware.md, "Fit"): the share of dense peak
-    a prefill reaches (``mfu``), of memory bandwidth a decode reaches (``mbu``), the
+    a step's matmuls reach (``mfu``; ``mfu_fp8`` for FP8 weights, whose doubled peak
+    is reached less fully), of memory bandwidth a step's reads reach (``mbu``), the
     fixed time of every step, the fixed latency of every request (HTTP, tokenising,
     scheduling: ``EngineConfig.request_overhead_ms``) and the latency of one
     tensor-parallel all-reduce beside its bytes (``allreduce_us``)."""
@@ -49,6 +50,7 @@ class Factors:
     step_overhead_ms: float
     request_overhead_ms: float
     allreduce_us: float
+    mfu_fp8: float = 0.0  # ``mfu`` of FP8 matmuls (0: the same as ``mfu``)
 
 
 FACTORS_FILE = Path(__file__).with_name("fitted_factors.json")
@@ -112,6 +114,12 @@ class Preset:
         """Dense tensor FLOP/s of one GPU in the preset's dtype."""
         return (self.gpu.fp8_tflops if self.fp8 else self.gpu.bf16_tflops) * 1e12
 
+    @property
+    def mfu(self) -> float:
+        """The share of the peak this preset's matmuls reach (FP8's own when fitted)."""
+        f = self.factors
+        return f.mfu_fp8 if self.fp8 and f.mfu_fp8 else f.mfu
+
     def kv_budget_bytes(self) -> float:
         """Per GPU: memory × utilisation − weights / TP − reserve."""
         g = self.gpu
@@ -167,7 +175,7 @@ class Preset:
         m, f = self.model, self.factors
         flops = 2.0 * m.active_matmul_params * tokens
         flops += 4.0 * m.layers * m.heads * m.head_dim * (prefill_attn + kv_tokens)
-        compute = flops / self.tp / (self.peak_flops * f.mfu)
+        compute = flops / self.tp / (self.peak_flops * self.mfu)
         traffic = self.weight_read_bytes(tokens) + kv_tokens * self.kv_bytes_per_token_gpu
         memory = traffic / (self.gpu.bandwidth_gbps * 1e9 * f.mbu)
         return (max(compute, memory) + self.allreduce_s(tokens)) * 1e3 + f.step_overhead_ms

@@ -42,6 +42,7 @@ __all__ = ["TABLES_DIR", "RowError", "Table", "errors", "fit", "load_tables", "l
 #: and throughput, ≤ 30 % for TTFT; a whole request's latency is held to 20 %)
 METRIC_CLASS = {"ttft_ms": "ttft", "itl_ms": "itl", "tpot_ms": "itl",
                 "throughput_tok_s": "throughput", "total_tok_s": "throughput",
+                "output_tok_s": "throughput",
                 "latency_ms": "latency", "mean_latency_ms": "latency"}
 GOALS = {"ttft": 0.30, "itl": 0.20, "throughput": 0.20, "latency": 0.20}
 STEPS = (1.5, 1.2, 1.07)
@@ -80,17 +81,23 @@ def using(factors: presets.Factors) -> Iterator[None]:
         presets.resolve.cache_clear()
 
 
-def _config(preset: str) -> EngineConfig:
-    return EngineConfig.from_knobs(preset=preset)
+def _config(preset: str, table: Table) -> EngineConfig:
+    """The preset's engine, scheduling as the engine the table ran on did (ValueError
+    naming the table for a knob the engine does not have)."""
+    try:
+        return EngineConfig.from_knobs(preset=preset, **table.engine_knobs)
+    except ValueError as exc:
+        raise ValueError(f"{table.name}: '# engine_config:' {exc}") from exc
 
 
 def _burst_rows(table: Table) -> list[RowError]:
     out: list[RowError] = []
     for row in table.rows:
         batch, isl, osl = int(row["batch"]), int(row["isl"]), int(row["osl"])
-        got = burst(_config(row["preset"]), batch, isl, osl)
+        got = burst(_config(row["preset"], table), batch, isl, osl)
         sim = {"ttft_ms": got.ttft_ms, "tpot_ms": got.tpot_ms,
-               "latency_ms": got.latency_ms, "total_tok_s": got.total_tok_s}
+               "latency_ms": got.latency_ms, "total_tok_s": got.total_tok_s,
+               "output_tok_s": batch * osl / (got.latency_ms / 1e3)}
         key = f"{batch}x{isl}/{osl}"
         out += [RowError(table.name, row["preset"], key, k, float(row[k]), sim[k])
                 for k in sim if row.get(k)]
@@ -101,31 +108,45 @@ def table_errors(table: Table, quick: bool = False) -> list[RowError]:
     """The preset's error on every number of ``table`` (current factors). ``quick``
     (the fit's trials): a closed loop measures ``max(concurrency, 16)`` requests, not
     ``max(3 × concurrency, 16)``; rows the table's ``# fit_exclude:`` line names (a
-    metric, with its reason) are left out."""
+    metric, optionally only above a concurrency, with its reason) are left out."""
     out: list[RowError] = []
     if table.kind == "closed_loop":
-        isl, osl = int(table.meta["isl"]), int(table.meta["osl"])
         preset = table.meta["preset"]
-        cfg = _config(preset)
+        cfg = _config(preset, table)
         for row in table.rows:
             c = int(row["concurrency"])
+            # lengths per row where the table sweeps them, else the table's
+            isl, osl = (int(row.get(k) or table.meta[k]) for k in ("isl", "osl"))
             got = closed_loop(cfg, c, isl, osl, requests=max(c, 16) if quick else None,
                               together=table.meta.get("clients") == "together")
             sim = {"ttft_ms": got.ttft_ms, "itl_ms": got.itl_ms,
                    "throughput_tok_s": got.throughput}
-            out += [RowError(table.name, preset, str(c), k, float(row[k]), sim[k]) for k in sim]
+            key = str(c) if "isl" not in row else f"{c}x{isl}/{osl}"
+            out += [RowError(table.name, preset, key, k, float(row[k]), sim[k])
+                    for k in sim if row.get(k)]
     elif table.kind == "burst":
         out = _burst_rows(table)
     else:  # batch_latency
         isl, osl, batch = (int(table.meta[k]) for k in ("isl", "osl", "batch"))
         for row in table.rows:
-            ms = burst(_config(row["preset"]), batch, isl, osl).latency_ms
+            ms = burst(_config(row["preset"], table), batch, isl, osl).latency_ms
             out.append(RowError(table.name, row["preset"], row["test"], "mean_latency_ms",
                                 float(row["mean_latency_ms"]), ms))
     if quick:
-        excluded = table.meta.get("fit_exclude", "").split(" ")[0]
-        out = [r for r in out if r.metric != excluded]
+        out = [r for r in out if not _fit_excluded(table, r)]
     return out
+
+
+def _fit_excluded(table: Table, row: RowError) -> bool:
+    """Whether the table's ``# fit_exclude: METRIC [above N] reason`` line leaves ``row``
+    out of the fit: every row of METRIC, or (``above N``) those measured with more than
+    N clients."""
+    words = table.meta.get("fit_exclude", "").split()
+    if not words or row.metric != words[0]:
+        return False
+    if len(words) > 2 and words[1] == "above" and words[2].isdigit():
+        return int(row.key.split("x")[0]) > int(words[2])
+    return True
 
 
 def errors(tables: list[Table] | None = None, quick: bool = False) -> list[RowError]:
@@ -155,7 +176,8 @@ def loss(rows: list[RowError]) -> float:
 
 
 FACTOR_BOUNDS = {"mfu": (0.05, 1.0), "mbu": (0.05, 1.0), "step_overhead_ms": (0.0, 50.0),
-                 "request_overhead_ms": (0.0, 200.0), "allreduce_us": (0.0, 500.0)}
+                 "request_overhead_ms": (0.0, 200.0), "allreduce_us": (0.0, 500.0),
+                 "mfu_fp8": (0.05, 1.0)}
 
 
 def fit(tables: list[Table], start: presets.Factors | None = None,
@@ -167,6 +189,8 @@ def fit(tables: list[Table], start: presets.Factors | None = None,
     moves, then the next smaller step. Deterministic; at most ``max_evals`` replays of
     the tables. Returns (factors, loss, evaluations)."""
     best = start or presets.FACTORS
+    if not best.mfu_fp8:  # 0 stands for "as mfu": the search starts FP8 there
+        best = dataclasses.replace(best, mfu_fp8=best.mfu)
     seen: dict[presets.Factors, float] = {}
 
     def evaluate(f: presets.Factors) -> float:
@@ -223,12 +247,18 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - run by han
                     help="comma-separated parts of table names kept out of the fit")
     ap.add_argument("--max-evals", type=int, default=80)
     ap.add_argument("--write", action="store_true", help=f"write {presets.FACTORS_FILE.name}")
+    ap.add_argument("--evaluate", action="store_true",
+                    help="no search: the stored factors' errors on the tables as they are now "
+                         "(after a table is added), the fit's own record kept")
     args = ap.parse_args(argv)
     held = tuple(h for h in args.held_out.split(",") if h)
     fit_tables, out_tables = split(load_tables(), held)
     t0 = time.monotonic()
-    got, got_loss, evals = fit(fit_tables, max_evals=args.max_evals,
-                               log=lambda line: print(line, flush=True))
+    if args.evaluate:
+        got, got_loss, evals = presets.FACTORS, 0.0, 0
+    else:
+        got, got_loss, evals = fit(fit_tables, max_evals=args.max_evals,
+                                   log=lambda line: print(line, flush=True))
     with using(got):
         rows_in, rows_out = errors(fit_tables), errors(out_tables)
     for r in rows_in + rows_out:
@@ -245,9 +275,14 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - run by han
         "held_out_error": {k: round(v, 4) for k, v in summary(rows_out).items()},
         "seconds": round(time.monotonic() - t0),
     }
+    if args.evaluate:  # the search's own record stays; the errors are today's
+        old = json.loads(presets.FACTORS_FILE.read_text(encoding="utf-8"))
+        keep = ("procedure", "loss", "evaluations", "seconds", "fitted")
+        record = {**record, **{k: old[k] for k in keep if k in old},
+                  "evaluated": time.strftime("%Y-%m-%d")}
     print(json.dumps(record, indent=1))
     if args.write:
-        record["fitted"] = time.strftime("%Y-%m-%d")
+        record.setdefault("fitted", time.strftime("%Y-%m-%d"))
         presets.FACTORS_FILE.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     return 0
 

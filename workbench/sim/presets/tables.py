@@ -15,7 +15,7 @@ from pathlib import Path
 
 TABLES_DIR = Path(__file__).resolve().parents[2] / "data" / "measurements"
 KINDS = ("closed_loop", "burst", "batch_latency")
-REQUIRED = {"closed_loop": ("source", "kind", "preset", "isl", "osl"),
+REQUIRED = {"closed_loop": ("source", "kind", "preset"),
             "batch_latency": ("source", "kind", "isl", "osl", "batch"),
             "burst": ("source", "kind")}
 
@@ -33,11 +33,39 @@ class Table:
         return self.meta["kind"]
 
     @property
+    def engine_knobs(self) -> dict[str, object]:
+        """The ``# engine_config:`` line's ``knob=value`` pairs: how the engine the table
+        ran on schedules (e.g. ``enable_chunked_prefill=false`` for TensorRT-LLM),
+        applied over the preset's knobs when the table is replayed (ValueError naming
+        the table and the pair it cannot read)."""
+        out: dict[str, object] = {}
+        for pair in self.meta.get("engine_config", "").split():
+            key, sep, text = pair.partition("=")
+            if not sep or not key:
+                raise ValueError(f"{self.name}: '# engine_config:' expects knob=value pairs, "
+                                 f"got {pair!r}")
+            out[key] = _value(text)
+        return out
+
+    @property
     def presets(self) -> list[str]:
         """The deployments (presets) the table measured, in row order."""
         if "preset" in self.meta:
             return [self.meta["preset"]]
         return list(dict.fromkeys(r["preset"] for r in self.rows))
+
+
+def _value(text: str) -> object:
+    """A knob value as written: true/false, an integer, a number, else the text."""
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def load_tables(folder: Path = TABLES_DIR) -> list[Table]:

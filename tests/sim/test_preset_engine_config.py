@@ -1,0 +1,96 @@
+"""Replaying a published table with the engine it ran on (docs/hardware.md, "The engine a
+table ran on"): whole-prompt scheduling (TensorRT-LLM without chunked context), a table's
+``# engine_config:`` knobs, per-row lengths and the fit's partial exclusions."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from workbench.errors import ConfigError
+from workbench.sim.config import EngineConfig
+from workbench.sim.presets import fit
+from workbench.sim.presets.tables import load_tables
+from workbench.sim.scheduler import Scheduler
+
+
+def _first_step(chunked: bool, prompts: list[int]) -> list[int]:
+    """The prompt tokens each request gets in the first step of an idle engine."""
+    sched = Scheduler(EngineConfig(enable_chunked_prefill=chunked))
+    seqs = [sched.new_sequence(f"r{i}", list(range(i * 100_000, i * 100_000 + n)), 4, 0)
+            for i, n in enumerate(prompts)]
+    for seq in seqs:
+        sched.add(seq)
+    plan = sched.schedule()
+    return [seq.step_tokens if seq in plan.scheduled else 0 for seq in seqs]
+
+
+def test_whole_prompts_wait_for_a_step_with_room_instead_of_being_chunked() -> None:
+    # vLLM (the default) fills the 8,192-token budget, chunking the third prompt
+    assert _first_step(True, [3000, 3000, 3000]) == [3000, 3000, 2192]
+    # without chunking the third waits whole for the next step (TensorRT-LLM's default)
+    assert _first_step(False, [3000, 3000, 3000]) == [3000, 3000, 0]
+    # a prompt longer than the whole budget runs alone, whole, in one step
+    assert _first_step(False, [20_000, 100]) == [20_000, 0]
+    assert _first_step(True, [20_000, 100]) == [8192, 0]
+    with pytest.raises(ConfigError, match=r"target\.engine\.enable_chunked_prefill: expected "
+                                          r"true or false, got 'no'"):
+        EngineConfig(enable_chunked_prefill="no")  # type: ignore[arg-type]
+
+
+def _table(tmp_path: Path, meta: str, body: str) -> fit.Table:
+    (tmp_path / "t.tsv").write_text(f"# source: https://example.org/t\n# read: 2026-12-02\n"
+                                    f"{meta}{body}", encoding="utf-8")
+    (table,) = load_tables(tmp_path)
+    return table
+
+
+def test_a_table_replays_with_its_engine_config_and_per_row_lengths(tmp_path: Path) -> None:
+    meta = ("# kind: closed_loop\n# preset: llama-3.1-8b/h100/tp1\n"
+            "# engine_config: enable_chunked_prefill=false max_num_batched_tokens=16384\n"
+            "# fit_exclude: ttft_ms above 1 client: a reason in words\n")
+    body = "concurrency\tisl\tosl\tttft_ms\titl_ms\n1\t128\t64\t20\t8\n2\t2048\t64\t90\t8\n"
+    table = _table(tmp_path, meta, body)
+    assert table.engine_knobs == {"enable_chunked_prefill": False,
+                                  "max_num_batched_tokens": 16384}
+    rows = fit.table_errors(table)
+    # the lengths come from each row; a column the table lacks is not compared
+    assert [(r.key, r.metric) for r in rows] == [
+        ("1x128/64", "ttft_ms"), ("1x128/64", "itl_ms"),
+        ("2x2048/64", "ttft_ms"), ("2x2048/64", "itl_ms")]
+    ttft = {r.key: r.simulated for r in rows if r.metric == "ttft_ms"}
+    assert ttft["2x2048/64"] > ttft["1x128/64"] > 0  # the longer prompts take longer
+    # the fit leaves out only the TTFT measured with more than one client
+    quick = fit.table_errors(table, quick=True)
+    assert [(r.key, r.metric) for r in quick] == [
+        ("1x128/64", "ttft_ms"), ("1x128/64", "itl_ms"), ("2x2048/64", "itl_ms")]
+
+
+def test_a_bad_engine_config_pair_is_refused_by_table_and_pair(tmp_path: Path) -> None:
+    meta = "# kind: closed_loop\n# preset: llama-3.1-8b/h100/tp1\n# engine_config: chunked\n"
+    table = _table(tmp_path, meta, "concurrency\tisl\tosl\titl_ms\n1\t8\t8\t8\n")
+    with pytest.raises(ValueError, match=r"t: '# engine_config:' expects knob=value pairs, "
+                                         r"got 'chunked'"):
+        _ = table.engine_knobs
+    unknown = dataclasses.replace(table, meta={**table.meta, "engine_config": "chunks=1"})
+    with pytest.raises(ValueError,
+                       match=r"t: '# engine_config:' unknown engine knob\(s\) \['chunks'\]"):
+        fit.table_errors(unknown)
+
+
+def test_the_in_flight_tensorrt_llm_tables_replay_whole_prompts() -> None:
+    """Every table measured on TensorRT-LLM's in-flight batching (NIM's TensorRT-LLM
+    backend, ``trtllm-bench``) replays without chunked prefill, its default; every
+    table's knobs make a valid engine with its presets."""
+    trt = 0
+    for table in load_tables():
+        knobs = table.engine_knobs
+        engine = table.meta.get("engine", "")
+        if "backend tensorrtllm" in engine or "trtllm-bench" in engine:
+            trt += 1
+            assert knobs.get("enable_chunked_prefill") is False, table.name
+        for preset in table.presets:
+            EngineConfig.from_knobs(preset=preset, **knobs)
+    assert trt >= 8

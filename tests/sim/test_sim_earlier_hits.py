@@ -1,0 +1,39 @@
+"""Admission from an earlier hit (docs/virtual-time.md, "Per-block costs"): a routed
+request starts from the hit the router found on its worker, a preempted one from its own
+committed blocks; both re-checked against evictions since, then extended. The run must
+be the one a fresh lookup of the whole prefix gives, to the byte."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from workbench.data import path as data_path
+from workbench.executors.virtual import canonical_report, report_digest, simulate
+from workbench.sim import scheduler
+
+MOON = str(data_path("mooncake/conversation_trace_head600.jsonl"))
+
+
+@pytest.mark.parametrize("engine", [
+    {"workers": 3, "router": "prefix-aware", "num_blocks": 2500},  # routed hits
+    {"num_blocks": 3000, "max_num_seqs": 64, "max_num_batched_tokens": 2048},  # preempting
+])  # fmt: skip
+def test_admission_from_an_earlier_hit_is_admission_from_a_fresh_lookup(
+    monkeypatch: pytest.MonkeyPatch, engine: dict[str, Any]
+) -> None:
+    cfg = {"trace": {"path": MOON, "max_items": 150}}
+    used: list[bool] = []
+    real = scheduler.Scheduler._routed_memo
+
+    def counted(self: scheduler.Scheduler, seq: scheduler.Sequence) -> Any:
+        memo = real(self, seq)
+        used.append(memo is not None and self.kv.evictions != memo.evictions)
+        return memo
+
+    monkeypatch.setattr(scheduler.Scheduler, "_routed_memo", counted)
+    earlier = report_digest(canonical_report(simulate(cfg, engine=engine)))
+    assert sum(used) > 20  # used, with evictions since the hit was found
+    monkeypatch.setattr(scheduler.Scheduler, "_routed_memo", lambda self, seq: None)
+    assert report_digest(canonical_report(simulate(cfg, engine=engine))) == earlier
