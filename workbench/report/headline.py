@@ -66,33 +66,18 @@ def engine_note(manifest: Mapping[str, Any] | None) -> str | None:
     engine = target.get("engine") or m.get("engine") or (
         (m.get("config") or {}).get("target") or {}).get("engine") or {}
     speedup = engine.get("speedup", 1.0) if isinstance(engine, Mapping) else 1.0
-    fast = f", {sig(speedup)}× real time" if speedup not in (None, 1, 1.0) else ""
+    about = f", {sig(speedup)}× real time" if speedup not in (None, 1, 1.0) else ""
     preset = engine.get("preset") if isinstance(engine, Mapping) else None
     if preset:  # from what: the preset, and the error it states (docs/hardware.md)
-        fast += f", preset {preset}: {preset_error(str(preset))}"
+        from workbench.sim.presets.stated import stated_error_brief
+
+        about += f", preset {preset}: {stated_error_brief(str(preset))}"
     if m.get("mode") == "virtual":
-        return f"virtual time (simulated engine{fast})"
+        return f"virtual time (simulated engine{about})"
     url = ((m.get("config") or {}).get("target") or {}).get("url")
     if target.get("kind") == "sim" or url == "sim":
-        return f"simulated engine{fast}"
+        return f"simulated engine{about}"
     return None
-
-
-def preset_error(preset: str) -> str:
-    """A preset's stated error, short: the fit's held-out median absolute errors, and
-    "extrapolated" where no published table covers its model on its GPU."""
-    from workbench.sim.presets import parse
-    from workbench.sim.presets.stated import fit_record, measured
-
-    held = fit_record()["held_out_error"]
-    parts = [f"{name} {held[key]:.0%}" for key, name in
-             (("itl", "ITL"), ("throughput", "throughput"), ("ttft", "TTFT")) if key in held]
-    text = "held-out median error " + ", ".join(parts)
-    try:
-        model, gpu = parse(preset)[:2]
-    except ValueError:
-        return text
-    return text if (model, gpu) in measured() else f"{text}; extrapolated ({model} on {gpu})"
 
 
 def _bounds_text(bounds: Mapping[str, Any]) -> str:

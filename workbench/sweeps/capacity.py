@@ -104,7 +104,7 @@ async def _search(held: Any, lo: float, hi: float, tol: float, grow: float, max_
     once; 1: bisection). The verdicts of a round are read in order: the bracket becomes
     [last held before the first broken, first broken]."""
     rounds = 1
-    first = [lo, hi] if width > 1 and max_probes >= 2 else [lo]
+    first = [lo, hi] if width > 1 else [lo]  # (max_probes >= 2: checked by the caller)
     verdicts = await held(first)
     n = len(first)
     if not verdicts[0]:
@@ -118,19 +118,15 @@ async def _search(held: Any, lo: float, hi: float, tol: float, grow: float, max_
     else:
         probe = hi
     while bad is None:
-        if len(first) == 2 and n >= max_probes:  # hi held and no probe is left
+        if n >= max_probes:  # the SLO still held and no probe is left
             return _above(good, n, rounds)
-        k = max(1, min(width, max_probes - n))
         values = [probe]
-        while len(values) < k:
+        while len(values) < min(width, max_probes - n):
             values.append(_grown(values[-1], grow, integer))
         rounds += 1
         n += len(values)
         good, bad = _cut(good, None, values, await held(values))
-        if bad is None:
-            if n >= max_probes:
-                return _above(good, n, rounds)
-            probe = _grown(values[-1], grow, integer)
+        probe = _grown(values[-1], grow, integer)
     while bad - good > tol and n < max_probes:
         k = min(width, max_probes - n)
         values = _inner(good, bad, k, integer)

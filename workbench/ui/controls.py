@@ -50,7 +50,7 @@ def resolve_trace(value: str) -> str:
     """A path as typed, or the on-disk path of a bundled trace name."""
     from workbench.workloads.standard import bundled_or_path
 
-    return str(bundled_or_path(value)) if value else value
+    return str(bundled_or_path(value))
 
 
 def bundled_name(path: str) -> str | None:
@@ -239,7 +239,7 @@ class Controls:
     def _process(self, process: bool) -> dict[str, Any]:
         """The arrival process's fields for ``apply`` (their defaults where no process is
         drawn, so a mode change leaves none behind)."""
-        ramp = process and self._ramped()
+        ramp = self._ramped()  # (a ramp is only ever of a process)
         return {
             "burstiness": self.burstiness.value if process else 1.0,
             "ramp_up_strategy": self.ramp.value if ramp else None,

@@ -42,6 +42,26 @@ def stated_error(engine: str) -> str:
 
     text = (f"preset error on published tables, median abs held out / fitted: ITL "
             f"{both('itl')}, throughput {both('throughput')}, TTFT {both('ttft')}")
-    if (model, gpu) not in measured():
+    if unmeasured(engine):
         text += f"; no published table for {model} on {gpu}: extrapolated"
     return text
+
+
+def stated_error_brief(engine: str) -> str:
+    """``stated_error`` in a headline's few words: the held-out median errors, and
+    "extrapolated" where no published table covers the preset's model on its GPU."""
+    held = fit_record()["held_out_error"]
+    parts = [f"{name} {held[key]:.0%}" for key, name in
+             (("itl", "ITL"), ("throughput", "throughput"), ("ttft", "TTFT")) if key in held]
+    text = "held-out median error " + ", ".join(parts)
+    try:
+        pair = unmeasured(engine)
+    except ValueError:  # not a preset name: the errors alone
+        return text
+    return f"{text}; extrapolated ({pair[0]} on {pair[1]})" if pair else text
+
+
+def unmeasured(engine: str) -> tuple[str, str] | None:
+    """The preset's (model, GPU) when no published table covers them, else None."""
+    model, gpu = parse(engine)[:2]
+    return None if (model, gpu) in measured() else (model, gpu)
