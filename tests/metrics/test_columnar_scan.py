@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from workbench import data
 from workbench.metrics import by_round_index, columns, derive, scan, summarize, to_frame
 from workbench.metrics.files import save
 from workbench.records import RequestRecord, RunResult
+from workbench.storage import columnar
 
 MS = 1_000_000
 BASE = 10_000_000_000
@@ -97,6 +99,29 @@ def test_parquet_columns_equal_to_frame(tmp_path: Path, token_times: bool) -> No
         assert [list(x) for x in table["token_counts"]] == ref["token_counts"].tolist()
     else:
         assert "token_times_ns" not in table
+
+
+def test_jsonl_batches_are_cut_by_bytes_too(tmp_path: Path) -> None:
+    """Large rows (a long stream's token times) make row-count batches large in memory:
+    a batch also ends once it holds ``batch_bytes`` of JSON; every row, in order."""
+    lines = [json.dumps({"i": i, "pad": "x" * (100 * (i % 7))}) + "\n" for i in range(60)]
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(lines))
+    batches = list(columnar.iter_jsonl_batches(path, batch_rows=50, batch_bytes=1500))
+    assert [r["i"] for b in batches for r in b] == list(range(60))
+    sizes = [sum(len(json.dumps(r)) + 1 for r in b) for b in batches]
+    longest = max(len(x) for x in lines)
+    assert len(batches) > 2 and all(s < 1500 + longest for s in sizes)
+    assert all(len(b) <= 50 for b in batches)
+
+
+def test_parquet_the_same_whatever_the_batches(tmp_path: Path) -> None:
+    d = _run_dir(tmp_path, edge_records())
+    whole = pq.read_table(columns.convert(d, token_times=True, out=tmp_path / "a.parquet"))
+    cut = pq.read_table(columns.convert(d, token_times=True, batch_bytes=300,
+                                        out=tmp_path / "b.parquet"))  # fmt: skip
+    assert pq.ParquetFile(tmp_path / "b.parquet").num_row_groups > 2
+    assert cut.equals(whole)
 
 
 def test_scan_summary_equals_summarize_on_edge_cases(tmp_path: Path) -> None:

@@ -97,14 +97,16 @@ def convert(
     *,
     token_times: bool = False,
     batch_rows: int = columnar.BATCH_ROWS,
+    batch_bytes: int = columnar.BATCH_BYTES,
     out: str | Path | None = None,
 ) -> Path:
-    """``run_dir/records.jsonl`` → ``run_dir/records.parquet`` in streaming batches."""
+    """``run_dir/records.jsonl`` → ``run_dir/records.parquet`` in streaming batches (of
+    ``batch_rows`` records or ``batch_bytes`` of JSON, whichever is reached first)."""
     from workbench.storage.rundir import RECORDS, resolve_run_dir
 
     d = resolve_run_dir(run_dir)
     target = Path(out) if out is not None else d / columnar.PARQUET
-    batches = columnar.iter_jsonl_batches(d / RECORDS, batch_rows)
+    batches = columnar.iter_jsonl_batches(d / RECORDS, batch_rows, batch_bytes)
     n = write_parquet(batches, target, token_times=token_times)
     log.info("%s: %d records → %s", d, n, target.name)
     return target
