@@ -2,6 +2,8 @@
 
 import json
 import math
+import subprocess
+import sys
 from collections import OrderedDict
 
 import numpy as np
@@ -262,15 +264,50 @@ def test_bundled_data_helper():
     assert len(head) == 600
 
 
-@pytest.mark.parametrize("name", [*data.files(), "one-shot"])
+_SHORTCUT_CASES = {
+    "hash ids": lambda: _independent(HASH_REQS),
+    "hash ids wider than 64 bits": lambda: _independent(
+        [([2**80, 2**80 + 1], 8, 1), ([2**80, 2**80 + 2], 8, 1)]),
+    "interleaved sessions": lambda: _sessions({
+        "a": (0.0, [(0, 40, 8, 100.0), (48, 16, 8, 100.0), (72, 8, 8, 0.0)]),
+        "b": (10.0, [(0, 30, 6, 5.0), (36, 12, 6, 0.0)]),
+        "c": (20.0, [(500, 10, 2, 0.0)])}),
+    "compaction": lambda: _sessions({"a": (0.0, [(0, 140000, 0, 0.0), (60000, 10000, 1, 0.0)])}),
+    "empty": lambda: Workload((), "session"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", [*data.files(), "one-shot", *_SHORTCUT_CASES])
 def test_ideal_hit_rate_shortcut_equals_the_full_statistics(name):
-    """One-shot units without hash ids are answered without tables: the same number."""
+    """A replay's manifest takes ``ideal_prefix_hit_rate`` without the statistics' frames
+    or LRU distances (one-shot units without hash ids: without any table): the same
+    number, exactly, for every policy."""
     if name == "one-shot":  # claimed prefixes, but every unit has a single round
         rounds = [Round(f"r{n}", f"r{n}", 0, float(n), 8 * n, 16, 4) for n in range(6)]
         w = Workload(tuple(Unit(r.request_id, "independent", r.arrival_ms, (r,)) for r in rounds),
                      "independent")  # fmt: skip
+    elif name in _SHORTCUT_CASES:
+        w = _SHORTCUT_CASES[name]()
     else:
         w = workbench.load_trace(data.path(name))
-    for policy in ("trace-reported", "prefix-preserving"):
+    for policy in ("trace-reported", "prefix-preserving", "monotonic"):
         full = trace_stats(w, policy=policy)["ideal_prefix_hit_rate"]
-        assert ideal_prefix_hit_rate(w, policy) == pytest.approx(full)
+        assert ideal_prefix_hit_rate(w, policy) == full
+
+
+@needs(MOONCAKE)
+def test_ideal_hit_rate_shortcut_on_the_whole_mooncake_trace():
+    w = workbench.load_trace(MOONCAKE)
+    assert ideal_prefix_hit_rate(w) == trace_stats(w)["ideal_prefix_hit_rate"]
+
+
+def test_a_replay_plan_does_not_import_pandas():
+    """The plan (and so a virtual run) needs the ideal hit rate, not pandas' ~75 MB of
+    resident memory: pandas comes in with the first frame (a summary, a report)."""
+    code = ("import sys, workbench; from workbench.replay.prepare import coerce_config, "
+            "prepare; from workbench.executors.virtual import simulate; "
+            f"cfg = coerce_config({{'trace': {{'path': {str(data.path(data.files()[0]))!r}}}}}); "
+            "prepare(cfg); print('pandas' in sys.modules)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout  # fmt: skip
+    assert out.strip() == "False"

@@ -29,7 +29,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from workbench.executors.virtual import canonical_report, report_digest, simulate
-    from workbench.metrics import summarize
 
     cfg = config_from_args(args)
     knobs = dict(cfg.target.engine)
@@ -42,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
     # they are type- and range-checked like --config)
     cfg = cfg.replace(**{"target.engine": knobs})
     result = simulate(cfg)
+    from workbench.metrics import summarize  # pandas: not held through the run
+
     summary = summarize(result, cfg.slo)
     print_result(summary, result, args)
     if args.digest:

@@ -32,10 +32,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from workbench.arrival.schedule import arrival_span
 from workbench.context.policy import (
@@ -48,6 +47,9 @@ from workbench.context.policy import (
 )
 from workbench.errors import ConfigError
 from workbench.records import UnitStream, Workload
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: a replay's plan needs only
+    import pandas as pd  # ``ideal_prefix_hit_rate``, and a run should not hold pandas' ~75 MB
 
 DEFAULT_BLOCK_SIZE = 512
 CURVE_POINTS = 25
@@ -96,6 +98,8 @@ def trace_stats(
     to the working set); ``policy`` the context policy applied to sessions
     (ignored, like in the runner, when rounds carry hash ids).
     """
+    import pandas as pd
+
     bs = int(block_size or workload.block_size or DEFAULT_BLOCK_SIZE)
     if bs <= 0:
         raise ValueError(f"block_size must be > 0, got {bs}")
@@ -103,6 +107,7 @@ def trace_stats(
     table, hash_ids = _round_table(workload, pol)
     rounds = pd.DataFrame(table)
     acc = _block_accesses(rounds, hash_ids, bs)
+    rounds["request_order"] = acc.rank
     rounds["ideal_hit_tokens"] = np.bincount(
         acc.rows[acc.eff < acc.never],
         weights=acc.weights[acc.eff < acc.never],
@@ -133,7 +138,14 @@ def ideal_prefix_hit_rate(
         return units.prefix_tokens / units.prompt_tokens if units.prompt_tokens else 0.0
     if all(len(u.rounds) <= 1 for u in workload.units) and not workload.has_hash_ids:
         return 0.0
-    return float(trace_stats(workload, policy=policy).summary["ideal_prefix_hit_rate"])
+    # the summary's figure without its frames or LRU distances: an infinite cache misses
+    # only first accesses (``_block_accesses(..., distances=False)``)
+    table, hash_ids = _round_table(workload, _effective_policy(workload, policy))
+    cols = {c: np.asarray(table[c], np.int64) for c in _ACCESS_COLUMNS}
+    acc = _block_accesses(cols, hash_ids, int(workload.block_size or DEFAULT_BLOCK_SIZE),
+                          distances=False)  # fmt: skip
+    total_prompt = int(cols["prompt_len"].sum())
+    return int(acc.weights[acc.eff < acc.never].sum()) / total_prompt if total_prompt else 0.0
 
 
 # ------------------------------------------------------------------ rounds table
@@ -205,11 +217,23 @@ class _Accesses:
     eff: np.ndarray  # stack distance, max over the round's earlier reads; `never` if unseen
     never: int
     working_set: int
+    rank: np.ndarray  # each round's place in request order
+
+
+#: the columns of the rounds table the block accesses read
+_ACCESS_COLUMNS = ("unit_idx", "est_start_ms", "prefix_len", "prompt_len", "output_len")
 
 
 def _block_accesses(
-    rounds: pd.DataFrame, hashes: Sequence[tuple[int, ...] | None], bs: int
+    rounds: pd.DataFrame | Mapping[str, np.ndarray],
+    hashes: Sequence[tuple[int, ...] | None],
+    bs: int,
+    *,
+    distances: bool = True,
 ) -> _Accesses:
+    """Every block access of the rounds (a frame, or ``_ACCESS_COLUMNS`` as arrays), in
+    request order. ``distances=False`` gives each access distance 0 or ``never`` (first
+    access of its key) instead of its LRU stack distance: all an infinite cache needs."""
     hk, hw, hr = _hash_accesses(rounds, hashes, bs)
     n_hash_keys = int(hk.max()) + 1 if hk.size else 0
     sk, sw, sr, sread = _session_accesses(rounds, hashes, bs, n_hash_keys)
@@ -217,24 +241,26 @@ def _block_accesses(
     weights = np.concatenate([hw, sw])
     rows = np.concatenate([hr, sr])
     reads = np.concatenate([np.ones(hk.size, bool), sread])
-    rank = np.empty(len(rounds), np.int64)
-    rank[np.lexsort((np.arange(len(rounds)), rounds["est_start_ms"].to_numpy()))] = np.arange(
-        len(rounds)
+    n_rounds = len(hashes)
+    rank = np.empty(n_rounds, np.int64)
+    rank[np.lexsort((np.arange(n_rounds), np.asarray(rounds["est_start_ms"])))] = np.arange(
+        n_rounds
     )
-    rounds["request_order"] = rank
     order = np.argsort(rank[rows], kind="stable")
     keys, weights, rows, reads = keys[order], weights[order], rows[order], reads[order]
     never = len(keys)
-    dist = _stack_distances(keys)
+    dist = _stack_distances(keys) if distances else _first_accesses(keys)
     dist[~reads] = 0  # writes never break a round's prefix chain (they follow its reads)
     seg = rank[rows]  # non-decreasing: running max restarted at each round
     eff = np.maximum.accumulate(dist + seg * (never + 1)) - seg * (never + 1)
     working_set = int(keys.max()) + 1 if keys.size else 0  # keys are dense and all accessed
-    return _Accesses(keys, weights, rows, reads, eff, never, working_set)
+    return _Accesses(keys, weights, rows, reads, eff, never, working_set, rank)
 
 
 def _hash_accesses(
-    rounds: pd.DataFrame, hashes: Sequence[tuple[int, ...] | None], bs: int
+    rounds: pd.DataFrame | Mapping[str, np.ndarray],
+    hashes: Sequence[tuple[int, ...] | None],
+    bs: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Dense keys, token weights and rows of every hash-id block (vectorized)."""
     rows = [i for i, h in enumerate(hashes) if h is not None]
@@ -251,13 +277,16 @@ def _hash_accesses(
     row_of = np.repeat(np.asarray(rows, np.int64), lens)
     starts = np.repeat(np.cumsum(lens) - lens, lens)
     j = np.arange(len(flat), dtype=np.int64) - starts
-    prompt = rounds["prompt_len"].to_numpy(np.int64)[row_of]
+    prompt = np.asarray(rounds["prompt_len"], np.int64)[row_of]
     weights = np.clip(prompt - j * bs, 0, bs)
     return keys.astype(np.int64).ravel(), weights, row_of
 
 
 def _session_accesses(
-    rounds: pd.DataFrame, hashes: Sequence[tuple[int, ...] | None], bs: int, first_key: int
+    rounds: pd.DataFrame | Mapping[str, np.ndarray],
+    hashes: Sequence[tuple[int, ...] | None],
+    bs: int,
+    first_key: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Conversation blocks of rounds without hash ids: prefix reads, then new versions."""
     keys: list[int] = []
@@ -267,7 +296,8 @@ def _session_accesses(
     current: dict[int, list[int]] = {}  # unit -> key of each block of its context
     next_key = first_key
     todo = [i for i, h in enumerate(hashes) if h is None]
-    cols = rounds[["unit_idx", "prefix_len", "prompt_len", "output_len"]].to_numpy(np.int64)
+    cols = np.column_stack([np.asarray(rounds[c], np.int64)
+                            for c in ("unit_idx", "prefix_len", "prompt_len", "output_len")])
     for i, (unit, p, prompt, out) in zip(todo, cols[todo].tolist(), strict=True):
         ctx = current.setdefault(unit, [])
         n_read = -(-p // bs)
@@ -316,6 +346,16 @@ def _stack_distances(keys: np.ndarray) -> np.ndarray:
     return dist
 
 
+def _first_accesses(keys: np.ndarray) -> np.ndarray:
+    """``len(keys)`` where an access is its key's first, else 0 (``_stack_distances``'
+    ``never`` where it has it; any other distance is a hit for an infinite cache)."""
+    n = len(keys)
+    dist = np.zeros(n, np.int64)
+    _, first = np.unique(keys, return_index=True)
+    dist[first] = n
+    return dist
+
+
 def _count_dominated(s: np.ndarray, prev: np.ndarray, n: int) -> np.ndarray:
     """For each i: ``#{j : s[j] < s[i] and prev[j] > prev[i]}``, vectorized.
 
@@ -360,6 +400,8 @@ def _hit_curve(
     cum = np.concatenate([[0], np.cumsum(w[order])])
     hit = cum[np.searchsorted(eff[order], caps, "left")]
     rate = hit / total_prompt if total_prompt else np.zeros(len(caps))
+    import pandas as pd
+
     return pd.DataFrame(
         {"capacity_blocks": caps, "capacity_tokens": caps * bs, "hit_tokens": hit, "hit_rate": rate}
     )
