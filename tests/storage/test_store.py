@@ -17,7 +17,9 @@ from workbench.storage.rundir import (
     SUMMARY,
     TIMELINE,
     RecordWriter,
+    dumps_line,
     load,
+    loads_line,
     read_jsonl,
 )
 
@@ -83,6 +85,22 @@ def test_record_writer_context_manager_append_and_wide_ints(tmp_path: Path) -> N
     with RecordWriter(path, "a") as w:
         w.write({"n": 2})
     assert read_jsonl(path) == [{"h": [2**70, 1], "nan": None}, {"n": 2}]
+
+
+@pytest.mark.parametrize("value", [
+    2**64 - 1, 2**64, 2**64 + 1, 10**19, 10**20, 10**30, -(2**63), -(2**63) - 1, -(10**19),
+    -(10**25), 1234567890123456789, 0, -1])  # fmt: skip
+@pytest.mark.parametrize("compact", [True, False])
+def test_json_lines_keep_integers_of_any_width_exact(value: int, compact: bool) -> None:
+    """orjson reads [-2**63, 2**64) exactly and wider integers as floats: every width
+    comes back as the same int, beside digits in strings and long fractions, in lines
+    written as orjson writes them (compact) or not."""
+    obj = {"h": [value, 7], "id": f"q{10**25}", "x": 0.12345678901234567890123}
+    line = json.dumps(obj, separators=(",", ":") if compact else None) + "\n"
+    got = loads_line(line.encode())
+    assert got == json.loads(line) and type(got["h"][0]) is int and got["h"][0] == value
+    if -(2**63) <= value < 2**64:  # what orjson writes, read back
+        assert loads_line(dumps_line(obj)) == obj
 
 
 def test_save_load_round_trip(tmp_path: Path) -> None:

@@ -56,7 +56,10 @@ TIMELINE = "metrics_timeline.jsonl"
 PARQUET = "records.parquet"
 SHARDS = "shards"
 
-_WIDE_INT = re.compile(rb"\d{20}")  # ≥ 20 digits may exceed 64 bits
+# orjson reads integers in [-2**63, 2**64) exactly and wider ones as floats: a number of 19
+# digits or more is checked (block hashes are 64-bit: most of a record's are 19-20 digits)
+_LONG_DIGITS = re.compile(rb"-?\d{19,}")
+_ORJSON_INTS = range(-(2**63), 2**64)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # never write through a planted symlink
 
 
@@ -108,10 +111,22 @@ def _nan_to_none(obj: Any) -> Any:
 
 
 def loads_line(line: bytes) -> Any:
-    """Parse one JSON line, keeping integers of any width exact."""
-    if _WIDE_INT.search(line):
-        return json.loads(line)
-    return orjson.loads(line)
+    """Parse one JSON line, keeping integers of any width exact.
+
+    orjson reads integers in [-2**63, 2**64) exactly and wider ones as floats. A line
+    that orjson writes back byte for byte had none (a float is never written as bare
+    digits): every line ``dumps_line`` wrote with orjson, i.e. nearly all. Any other
+    line is checked for long digit runs, and parsed by the standard library's parser
+    when one is out of orjson's range.
+    """
+    obj = orjson.loads(line)
+    data = orjson.dumps(obj)
+    if line.startswith(data) and not line[len(data):].strip():
+        return obj
+    for m in _LONG_DIGITS.finditer(line):
+        if int(m[0]) not in _ORJSON_INTS:  # or digits of a string or a fraction: either way
+            return json.loads(line)
+    return obj
 
 
 class RecordWriter:
