@@ -271,7 +271,9 @@ _RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Reque
 
 @dataclass(slots=True)
 class RunResult:
-    """Everything one run produced, in memory. ``run_dir`` is set once saved."""
+    """Everything one run produced, in memory. ``run_dir`` is set once saved, and
+    ``summary`` to what was written to its ``summary.json`` (the manifest's SLO), so a
+    caller of the same run does not summarize it again."""
 
     run_id: str
     records: list[RequestRecord]
@@ -280,6 +282,7 @@ class RunResult:
     metrics_timeline: list[dict[str, Any]] = field(default_factory=list)
     run_dir: str | None = None
     cancelled: bool = False
+    summary: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def typed_manifest(self) -> RunManifest:

@@ -1,7 +1,9 @@
 """Virtual-time replay: exact timings, determinism across processes."""
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 from workbench.data import path as data_path
 from workbench.executors.virtual import canonical_report, report_digest, simulate
@@ -87,3 +89,30 @@ def test_simulate_collects_garbage_in_larger_batches_and_restores_the_threshold(
     with pytest.raises(RuntimeError, match="engine fault"):
         simulate({"trace": str(trace)})
     assert gc.get_threshold() == before
+
+
+
+def test_a_saved_run_carries_the_summary_it_wrote(tmp_path, monkeypatch, capsys):
+    """``simulate`` with an ``out_dir`` keeps the summary it wrote to summary.json on the
+    result (the manifest's SLO), so the CLI prints it without summarizing again; a
+    summary made with another SLO is not kept."""
+    from workbench.cli import main
+    from workbench.metrics import files, summarize
+
+    trace = str(data_path("tracelab/multi_session_large.csv"))
+    result = simulate({"trace": trace, "slo": {"ttft_ms": 500.0},
+                       "out_dir": str(tmp_path / "a"), "executor": {"keep_records": False}})
+    assert result.records_on_disk and result.summary is not None
+    saved = json.loads((Path(result.run_dir) / "summary.json").read_text())
+    assert saved["slo"] is not None and json.loads(json.dumps(result.summary)) == saved
+    assert result.summary == summarize(result)
+    files.finish(result, Path(result.run_dir), slo={"ttft_ms": 1.0})
+    assert result.summary is None
+
+    calls = []
+    monkeypatch.setattr("workbench.metrics.summarize",
+                        lambda *a, **k: calls.append(a) or summarize(*a, **k))  # fmt: skip
+    args = ["simulate", "--trace", trace, "-o", str(tmp_path / "b"), "--json"]
+    assert main(args) == 0 and calls == []
+    printed, _ = json.JSONDecoder().raw_decode(capsys.readouterr().out)
+    assert printed["requests"] == saved["requests"] and printed["ok"] == saved["ok"]

@@ -38,7 +38,9 @@ def run(args: argparse.Namespace) -> int:
     if cfg.dry_run:  # the plan, its arrival span included (warned about on stderr past a day)
         print(json.dumps(result.manifest["plan"], indent=2))
         return 0
-    summary = summarize(result, cfg.slo)
+    summary = result.summary  # saved with the manifest's SLO, which is cfg.slo
+    if summary is None:
+        summary = summarize(result, cfg.slo)
     print_result(summary, result, args)
     if result.run_dir:
         print(f"run directory: {result.run_dir}")

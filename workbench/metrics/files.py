@@ -47,6 +47,8 @@ def finish(result: RunResult, run_dir: Path, slo: Mapping[str, float] | None = N
     except Exception as exc:
         log.error("summary of %s failed; records are on disk", run_dir, exc_info=True)
         summary = {"summary_error": f"{type(exc).__name__}: {exc}"}
+    else:
+        result.summary = summary if slo is None else None  # the manifest's SLO: reusable
     write_json(run_dir / SUMMARY, summary)
 
 
