@@ -30,6 +30,7 @@ of the per-request usage the server reports (vLLM re-counts on re-admission).
 from __future__ import annotations
 
 import heapq
+import operator
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -321,7 +322,7 @@ class Scheduler:
         if not ns:
             return 0
         tick = self._tick
-        due = self._due(self._grow_at, tick, tick, grow=True)
+        due = self._due(tick, grow=True)
         if ns > budget or len(due) > self.kv.num_free:
             self._flush()
             return 0
@@ -333,11 +334,13 @@ class Scheduler:
         plan.implicit = ns
         return ns
 
-    def _due(self, at: dict[int, list[tuple[Sequence, int]]], tick: int,
-             sync_to: int, grow: bool = False) -> list[Sequence]:
-        """The implicit requests whose event of ``at`` (``_grow_at`` if ``grow``, else
-        ``_fill_at``) is ``tick``, synced to step ``sync_to``, in running order."""
-        entries = at.pop(tick, None)
+    def _due(self, tick: int, grow: bool = False) -> list[Sequence]:
+        """The implicit requests whose fill event (``grow``: grow event) is ``tick``, in
+        running order. A fill is synced to the step after it (its block filled, its
+        token emitted); a grow is not synced: it counts a block and re-files its grow
+        step, which reads only what syncing leaves alone (``tb − num_computed``,
+        ``tb − num_out``, ``capacity``)."""
+        entries = (self._grow_at if grow else self._fill_at).pop(tick, None)
         if not entries:
             return []
         if grow:
@@ -346,8 +349,9 @@ class Scheduler:
             due = [seq for seq, gen in entries if seq.gen == gen and seq.tb >= 0]
         if len(due) > 1:
             due.sort(key=_rank)
-        for seq in due:
-            self._sync(seq, sync_to)
+        if not grow:
+            for seq in due:
+                self._sync(seq, tick + 1)
         return due
 
     def _sync(self, seq: Sequence, tick: int) -> None:
@@ -658,7 +662,7 @@ class Scheduler:
         fill_blocks: list[int] = []
         fill_hashes: list[int] = []
         done: list[Sequence] = []
-        for seq in self._due(self._fill_at, tick, tick + 1) if emitted else ():
+        for seq in self._due(tick) if emitted else ():
             computed = seq.num_computed
             if computed >= seq.next_full:
                 full = computed // bs
@@ -735,8 +739,7 @@ class Scheduler:
         return True
 
 
-def _rank(seq: Sequence) -> int:
-    return seq.rank
+_rank = operator.attrgetter("rank")  # running order (a C-level sort key)
 
 
 def _next_key(at: dict[int, list[tuple[Sequence, int]]], keys: list[int]) -> int:
