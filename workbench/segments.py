@@ -148,37 +148,52 @@ class BlockKeyer:
     full blocks of the first ``n`` tokens not returned yet. A sequence that grows a
     block at a time (an engine's decode) costs per block, not per part walked again."""
 
-    __slots__ = ("_bs", "_e", "_i", "_off", "_parts", "_run")
+    __slots__ = ("_bs", "_e", "_i", "_off", "_parts", "_pk", "_run", "_top")
 
     def __init__(self, seg: Segments, block_size: int) -> None:
         self._parts, self._bs = seg.parts, block_size
         self._i = self._off = 0
         self._run = _ROOT
         self._e = block_size  # the end of the next block to key
+        # the part key of the part holding that block end and the part's end, when the
+        # last call stopped inside it (else ``_top`` is 0): a decode's next blocks
+        self._pk = self._top = 0
 
     def upto(self, stop: int) -> list[int]:
-        bs, parts = self._bs, self._parts
+        bs = self._bs
         last = stop - stop % bs
         e = e0 = self._e
         if e > last:
             return []
+        if last <= self._top:  # every new block ends inside the part the last call did
+            self._e = last + bs
+            pk = self._pk
+            if last == e:
+                return [_mix_one(pk, e)]
+            return _mix_ends(pk, e, last + bs, bs)
+        parts = self._parts
         i, off, run = self._i, self._off, self._run
         pkeys: list[int] = []
         counts: list[int] = []
+        self._top = 0
         while e <= last:
             k, key, s, m = parts[i]
             top = off + m
             if e <= top:
                 c = (min(top, last) - e) // bs + 1
-                pkeys.append(hash((run, k, key, s)))
+                pk = hash((run, k, key, s))
+                pkeys.append(pk)
                 counts.append(c)
                 e += c * bs
                 if e <= top:  # stopped inside this part
+                    self._pk, self._top = pk, top
                     break
             run = hash((run, k, key, s, m))
             off = top
             i += 1
         self._i, self._off, self._run, self._e = i, off, run, e
+        if len(pkeys) == 1:
+            return _mix_ends(pkeys[0], e0, e, bs)
         n = (e - e0) // bs
         if n < 8:
             out: list[int] = []
@@ -209,6 +224,14 @@ def _mix(part_keys: np.ndarray, ends: np.ndarray) -> list[int]:
     v[v == -1] = -2
     out: list[int] = v.tolist()
     return out
+
+
+def _mix_ends(part_key: int, lo: int, hi: int, bs: int) -> list[int]:
+    """The keys of the blocks ending at ``lo, lo+bs, .. < hi``, all in one part."""
+    if hi - lo < 8 * bs:
+        return [_mix_one(part_key, end) for end in range(lo, hi, bs)]
+    ends = np.arange(lo, hi, bs, dtype=np.uint64)
+    return _mix(np.full(len(ends), part_key & _M64, dtype=np.uint64), ends)
 
 
 def _mix_one(part_key: int, end: int) -> int:

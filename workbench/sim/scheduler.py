@@ -30,6 +30,7 @@ of the per-request usage the server reports (vLLM re-counts on re-admission).
 from __future__ import annotations
 
 import heapq
+import operator
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -85,7 +86,8 @@ class Sequence:
     lazy: bool = False  # built from Segments: output ids drawn when asked for
     host_tokens: int = 0  # prompt tokens brought back from the host KV tier (first admission)
     tb: int = -1  # implicit decode: the step its fields stand at (-1: explicit; see Scheduler)
-    gen: int = 0  # implicit decode: the generation of its armed events (stale ones skipped)
+    gen: int = 0  # implicit decode: the generation of its armed fill event (stale ones skipped)
+    ggen: int = 0  # implicit decode: the same, of its armed grow event
     rank: int = 0  # admission order: ``running`` is sorted by it
     # an earlier hit admission starts from (hit, epoch, evictions): a router's, or its
     # own committed blocks when it is preempted (``Scheduler._routed_memo``)
@@ -320,7 +322,7 @@ class Scheduler:
         if not ns:
             return 0
         tick = self._tick
-        due = self._due(self._grow_at, tick, tick)
+        due = self._due(tick, grow=True)
         if ns > budget or len(due) > self.kv.num_free:
             self._flush()
             return 0
@@ -328,22 +330,28 @@ class Scheduler:
         for seq in due:
             pending.append((seq, 1))
             seq.capacity += bs
-            self._arm(seq)
+            self._arm_grow(seq)
         plan.implicit = ns
         return ns
 
-    def _due(self, at: dict[int, list[tuple[Sequence, int]]], tick: int,
-             sync_to: int) -> list[Sequence]:
-        """The implicit requests whose event of ``at`` is ``tick``, synced to step
-        ``sync_to``, in running order."""
-        entries = at.pop(tick, None)
+    def _due(self, tick: int, grow: bool = False) -> list[Sequence]:
+        """The implicit requests whose fill event (``grow``: grow event) is ``tick``, in
+        running order. A fill is synced to the step after it (its block filled, its
+        token emitted); a grow is not synced: it counts a block and re-files its grow
+        step, which reads only what syncing leaves alone (``tb − num_computed``,
+        ``tb − num_out``, ``capacity``)."""
+        entries = (self._grow_at if grow else self._fill_at).pop(tick, None)
         if not entries:
             return []
-        due = [seq for seq, gen in entries if seq.gen == gen and seq.tb >= 0]
+        if grow:
+            due = [seq for seq, gen in entries if seq.ggen == gen and seq.tb >= 0]
+        else:
+            due = [seq for seq, gen in entries if seq.gen == gen and seq.tb >= 0]
         if len(due) > 1:
             due.sort(key=_rank)
-        for seq in due:
-            self._sync(seq, sync_to)
+        if not grow:
+            for seq in due:
+                self._sync(seq, tick + 1)
         return due
 
     def _sync(self, seq: Sequence, tick: int) -> None:
@@ -364,25 +372,38 @@ class Scheduler:
 
     def _arm(self, seq: Sequence) -> None:
         """File a synced implicit request's next events (older ones turn stale)."""
+        self._arm_fill(seq)
+        self._arm_grow(seq)
+
+    # Each event is re-filed only when it moved: syncing moves ``tb`` and
+    # ``num_computed`` alike, so the fill step changes only with ``next_full`` (a fill)
+    # and the grow step only with ``capacity`` (a grow); the finish step never.
+
+    def _arm_fill(self, seq: Sequence) -> None:
+        """File the step its block fills or it emits its last token (``gen``)."""
         seq.gen += 1
-        entry = (seq, seq.gen)
-        tb, c = seq.tb, seq.num_computed
+        tb = seq.tb
         fin = tb + seq.max_tokens - seq.num_out - 1  # the step that emits its last token
-        fill = min(fin, tb + seq.next_full - c - 1)
+        fill = min(fin, tb + seq.next_full - seq.num_computed - 1)
         at = self._fill_at.get(fill)
         if at is None:
-            self._fill_at[fill] = [entry]
+            self._fill_at[fill] = [(seq, seq.gen)]
             heapq.heappush(self._fill_steps, fill)
         else:
-            at.append(entry)
-        grow = tb + seq.capacity - c
-        if grow <= fin:
+            at.append((seq, seq.gen))
+
+    def _arm_grow(self, seq: Sequence) -> None:
+        """File the step it needs a new block, if before it finishes (``ggen``)."""
+        seq.ggen += 1
+        tb = seq.tb
+        grow = tb + seq.capacity - seq.num_computed
+        if grow <= tb + seq.max_tokens - seq.num_out - 1:
             at = self._grow_at.get(grow)
             if at is None:
-                self._grow_at[grow] = [entry]
+                self._grow_at[grow] = [(seq, seq.ggen)]
                 heapq.heappush(self._grow_steps, grow)
             else:
-                at.append(entry)
+                at.append((seq, seq.ggen))
 
     @property
     def implicit_count(self) -> int:
@@ -444,6 +465,7 @@ class Scheduler:
         self._kv_off -= seq.num_computed - seq.tb
         seq.tb = -1
         seq.gen += 1
+        seq.ggen += 1
         self._ns -= 1
         if not self._ns:  # every filed event is stale now: drop them (they hold requests)
             self._clear_events()
@@ -461,6 +483,7 @@ class Scheduler:
             self._sync(seq, tick)
             seq.tb = -1
             seq.gen += 1
+            seq.ggen += 1
         self._ns = self._kv_off = 0
         self._clear_events()
         plan = self._inflight
@@ -632,10 +655,14 @@ class Scheduler:
         self._tick = tick + 1
         emitted = self._ns if plan.implicit else 0
         # the step's filled blocks, committed in one call (in order: of two requests
-        # filling the same block, the first one's stays cached) before any release
+        # filling the same block, the first one's stays cached) before any release:
+        # the requests finishing in it are released after the commit, in order (a
+        # request's fresh blocks are its own, so the commit takes no block a release
+        # frees, and a release changes no hash: as committing before each release)
         fill_blocks: list[int] = []
         fill_hashes: list[int] = []
-        for seq in self._due(self._fill_at, tick, tick + 1) if emitted else ():
+        done: list[Sequence] = []
+        for seq in self._due(tick) if emitted else ():
             computed = seq.num_computed
             if computed >= seq.next_full:
                 full = computed // bs
@@ -645,13 +672,10 @@ class Scheduler:
                 seq.committed = full
                 seq.next_full = (full + 1) * bs
             if seq.num_out >= seq.max_tokens:
-                if fill_blocks:
-                    kv.commit(fill_blocks, fill_hashes, 0, len(fill_blocks))
-                    fill_blocks, fill_hashes = [], []
-                self._finish(seq, "length", t_ns)
+                done.append(seq)
                 wake.append(seq)
             else:
-                self._arm(seq)
+                self._arm_fill(seq)
         for seq in plan.scheduled:
             if seq.finished:  # aborted while the step ran
                 continue
@@ -670,15 +694,14 @@ class Scheduler:
                 seq.prefilling = False
                 emitted += 1
                 if k >= seq.max_tokens:
-                    if fill_blocks:  # its blocks are cached before they are freed
-                        kv.commit(fill_blocks, fill_hashes, 0, len(fill_blocks))
-                        fill_blocks, fill_hashes = [], []
-                    self._finish(seq, "length", t_ns)
+                    done.append(seq)
                     wake.append(seq)
                 elif seq.watched:
                     wake.append(seq)
         if fill_blocks:
             kv.commit(fill_blocks, fill_hashes, 0, len(fill_blocks))
+        for seq in done:
+            self._finish(seq, "length", t_ns)
         self.counters.generation_tokens += emitted
         if self.implicit:
             self._absorb()
@@ -716,8 +739,7 @@ class Scheduler:
         return True
 
 
-def _rank(seq: Sequence) -> int:
-    return seq.rank
+_rank = operator.attrgetter("rank")  # running order (a C-level sort key)
 
 
 def _next_key(at: dict[int, list[tuple[Sequence, int]]], keys: list[int]) -> int:
