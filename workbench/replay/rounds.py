@@ -24,7 +24,7 @@ from workbench.tokenizer import output_tokens
 
 Prompt = list[int] | Segments  # Segments only for a sender that takes them (virtual time)
 _MEMO_MAX = 1 << 20  # memoized hash-id block hashes per run, then start over
-_DRAW_BLOCKS = 16  # new blocks drawn and hashed at a time (docs/virtual-time.md, "Record hashes")
+_DRAW_BLOCKS = 32  # new blocks drawn and hashed at a time: bounds the arrays of a long prompt
 
 #: a warm-up record's request id is the measured one's with this prefix
 WARMUP_PREFIX = "warmup:"
