@@ -16,6 +16,9 @@ def test_fnv1a_32_known_values():
     assert fnv1a_32("") == 0x811C9DC5
     assert fnv1a_32("a") == 0xE40C292C
     assert fnv1a_32(b"foobar") == 0xBF9CF968
+    # continued from a state: the hash of the concatenation (stream ids' cached heads)
+    assert fnv1a_32("bar", fnv1a_32("foo")) == fnv1a_32(b"foobar")
+    assert fnv1a_32("", fnv1a_32("a")) == fnv1a_32("a")
 
 
 @pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 32, 100])

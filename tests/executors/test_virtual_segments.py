@@ -174,3 +174,47 @@ def test_streamed_scale_path_writes_what_a_kept_run_holds(tmp_path) -> None:  # 
     assert sorted(map(strip, on_disk), key=lambda d: d["request_id"]) == sorted(
         map(strip, kept.records), key=lambda d: d["request_id"])
     assert sum(r.cached_tokens or 0 for r in on_disk) > 0
+
+
+def test_record_hashes_of_parts_equal_hashes_of_their_tokens(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``RoundMaker.hashes`` of ``Segments`` prompts (the memo of hash-id blocks' chains,
+    new blocks drawn a few at a time as one grid, the general draw for other parts) gives
+    exactly ``block_hashes`` of the resolved tokens: repeated and reordered hash ids
+    (the memo hit, missed on another parent or length, refilled), a cut last block, an
+    unhashed fill, a carried conversation with an engine output, salted or not."""
+    import workbench.replay.rounds as rounds
+    from workbench.replay.rounds import UnitRun
+
+    monkeypatch.setattr(rounds, "_DRAW_BLOCKS", 2)
+    for salt in ("", "run-3"):
+        pool = TokenPool(salt=salt)
+        maker = RoundMaker(run_id="t", backend="openai", policy=None, pool=pool, block_size=16,
+                           shared_prefix=False, max_model_len=None)
+        run = UnitRun(None, 0, 0, 0, 0)  # type: ignore[arg-type]  # (no plan needed)
+        rows = [([1, 2, 3, 4, 5], 80), ([1, 2, 3, 4, 5, 6, 7], 100), ([1, 2, 3], 40),
+                ([9, 2, 3], 48), ([1, 2, 3, 4, 5, 6, 7], 112), ([1, 2], 40), ([8], 16),
+                ([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 150)]
+        for ids, n in rows:
+            seg = pool.segments_from_hash_ids(ids, n, 16, fill_stream="f")
+            assert maker.hashes(run, seg) == block_hashes(maker.resolve(seg), 16), (ids, n)
+        grown = seg + Segments([(OUTPUT, 5, 0, 20)]) + Segments([pool.fresh_part("f", 7)])
+        for prompt in (grown, grown.head(170), Segments([pool.fresh_part("h", 50)])):
+            assert maker.hashes(run, prompt) == block_hashes(maker.resolve(prompt), 16)
+
+
+def test_heads_array_equals_the_parts_drawn_one_by_one() -> None:
+    """``TokenPool.heads_array`` (hash-id blocks as one grid) gives the tokens of each
+    source's first ``width`` positions, cut to ``n``, on any vocabulary range."""
+    import numpy as np
+
+    from workbench.segments import BLOCK
+
+    for kw in ({}, {"salt": "x"}, {"vocab_lo": 5, "vocab_hi": 2**32 - 1, "seed": 3}):
+        pool = TokenPool(**kw)  # type: ignore[arg-type]
+        keys = [2**64 - 1, 0, 12345 << 32 | 99, 2**63 + 7]
+        for width, n in ((16, 64), (16, 50), (1, 3), (512, 1537)):
+            ks = keys[: -(-n // width)]
+            want = np.concatenate([pool.resolve_array(BLOCK, k, 0, width) for k in ks])[:n]
+            for dtype in (np.int64, np.uint32):
+                got = pool.heads_array(ks, width, n, dtype)
+                assert got.dtype == dtype and np.array_equal(got, want)

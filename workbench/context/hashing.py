@@ -27,14 +27,15 @@ _MASK32 = 0xFFFFFFFF
 _ROOT = b"\x00" * 8  # the "previous hash" of the first block
 
 
-def fnv1a_32(data: str | bytes) -> int:
+def fnv1a_32(data: str | bytes, state: int = FNV32_OFFSET) -> int:
     """32-bit FNV-1a of ``data`` (a ``str`` is hashed as UTF-8).
 
     Used for synthetic-token stream seeds (the Dynamo primitive); stream ids are
-    short, so a plain loop is fast enough.
+    short, so a plain loop is fast enough. ``state`` continues a hash:
+    ``fnv1a_32(b, fnv1a_32(a)) == fnv1a_32(a + b)``.
     """
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    h = FNV32_OFFSET
+    h = state
     for byte in raw:
         h = ((h ^ byte) * FNV32_PRIME) & _MASK32
     return h
@@ -107,12 +108,12 @@ def chain_hashes(
     block_hashes(a, bs)[-1], b, bs)`` when ``a`` is whole blocks."""
     raw = _u32_bytes(token_ids)
     step = 4 * block_size
-    out: list[int] = []
+    digests: list[bytes] = []
     p = _ROOT if prev is None else int(prev).to_bytes(8, "little")
     for start in range(0, len(raw), step):
         p = _chain(p, raw[start : start + step])
-        out.append(int.from_bytes(p, "little"))
-    return out
+        digests.append(p)
+    return [int.from_bytes(d, "little") for d in digests]
 
 
 __all__ = ["FNV32_OFFSET", "FNV32_PRIME", "block_hashes", "chain_hashes", "fnv1a_32"]

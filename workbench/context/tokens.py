@@ -49,6 +49,7 @@ DEFAULT_VOCAB_HI = 31000
 
 _M32 = np.uint64(0xFFFFFFFF)
 _P = np.uint64(FNV32_PRIME)
+_P32 = np.uint32(FNV32_PRIME)
 _S30, _S27, _S31, _S32 = (np.uint64(s) for s in (30, 27, 31, 32))
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
@@ -57,13 +58,20 @@ _MIX2 = np.uint64(0x94D049BB133111EB)
 _NS_UNIT, _NS_PREFIX, _NS_BLOCK, _NS_TAIL = "u", "p", "b", "t"
 
 
+@lru_cache(maxsize=256)
+def _ident_head(seed: int, salt: str, namespace: str) -> tuple[str, int]:
+    """A stream id's part before its name, and the FNV-1a state after it."""
+    head = f"{seed}\x1f{salt}\x1f{namespace}\x1f" if salt else f"{seed}\x1f{namespace}\x1f"
+    return head, fnv1a_32(head)
+
+
 def _stream_keys_once(seed: int, salt: str, namespace: str, name: str) -> tuple[int, int]:
-    """``(fnv_seed, finalizer_key)`` of one stream (no salt: the unsalted key)."""
-    ident = (
-        f"{seed}\x1f{salt}\x1f{namespace}\x1f{name}" if salt else f"{seed}\x1f{namespace}\x1f{name}"
-    )
-    key = int.from_bytes(hashlib.blake2b(ident.encode(), digest_size=4).digest(), "little")
-    return fnv1a_32(ident), key
+    """``(fnv_seed, finalizer_key)`` of one stream (no salt: the unsalted key): the FNV-1a
+    of the stream id continued over its name from the head's state (a new hash id's
+    keys, per id of a Mooncake row, hash only its digits)."""
+    head, state = _ident_head(seed, salt, namespace)
+    key = int.from_bytes(hashlib.blake2b((head + name).encode(), digest_size=4).digest(), "little")
+    return fnv1a_32(name, state), key
 
 
 #: memoized for hash-id blocks and shared prefixes, which repeat a lot; a unit's own
@@ -119,6 +127,20 @@ def _finish_in_place(z: np.ndarray, lo: int, span: int) -> np.ndarray:
     z *= np.uint64(span)
     z >>= _S32
     z += np.uint64(lo)
+    return z
+
+
+def _head_grid(packed: Sequence[int], width: int) -> np.ndarray:
+    """``(len(packed), width)`` uint64: row i is ``key << 32 | x`` of tokens ``0 ..
+    width-1`` of source ``packed[i]`` (``key << 32 | fnv``), for ``_finish_in_place``:
+    positions of turn 0 all, one broadcast row of them instead of an index per token."""
+    kf = np.array(packed, dtype=np.uint64)
+    x = np.bitwise_xor.outer(
+        ((kf & _M32) * _P).astype(np.uint32), np.arange(width, dtype=np.uint32)
+    )
+    x *= _P32  # mod 2**32 by its type
+    z = x.astype(np.uint64)
+    z |= (kf >> _S32 << _S32)[:, None]
     return z
 
 
@@ -232,8 +254,7 @@ class TokenPool:
             raise ValueError(f"bad input_len={input_len} / block_size={block_size}")
         n_blocks = min(len(hash_ids), -(-input_len // block_size))
         covered = min(n_blocks * block_size, input_len)
-        grid = self._hash_id_blocks(hash_ids[:n_blocks], block_size)
-        flat = grid.ravel()[:covered].astype(np.int64)
+        flat = self.heads_array(self._hash_id_keys(hash_ids[:n_blocks]), block_size, covered)
         out: list[int] = _as_list(flat, self.vocab_hi)
         self._last = (out, flat)
         missing = input_len - covered
@@ -256,31 +277,35 @@ class TokenPool:
             return last[1]
         return None
 
-    def _hash_id_blocks(self, hash_ids: Sequence[int], block_size: int) -> np.ndarray:
-        """``(len(hash_ids), block_size)`` uint64 tokens: row i is ``block(hash_ids[i])``.
+    def _hash_id_keys(self, hash_ids: Sequence[int]) -> list[int]:
+        """The packed stream keys (``key << 32 | fnv``) of hash ids' blocks.
 
-        The stream keys of hash ids are memoized per pool as one packed int per id
-        (a plain dict: looking up a Mooncake request's ids through ``lru_cache``'s
-        four-argument key cost more than generating the tokens), and the grid is
-        generated in place (``_generate_run``'s steps on a 2-D array).
+        Memoized per pool as one packed int per id (a plain dict: looking up a
+        Mooncake request's ids through ``lru_cache``'s four-argument key cost more
+        than generating the tokens).
         """
         memo = self._block_keys
-        packed = [memo.get(h) for h in hash_ids]
-        if None in packed:
-            if len(memo) > _BLOCK_KEYS_MAX:
-                memo.clear()
-            for i, h in enumerate(hash_ids):
-                if packed[i] is None:
-                    fnv, key = _stream_keys_once(self.seed, self.salt, _NS_BLOCK, str(h))
-                    packed[i] = memo[h] = key << 32 | fnv
-        kf = np.array(packed, dtype=np.uint64)
-        a = (kf & _M32) * _P & _M32  # turn 0: block positions are < 2**32
-        z = np.empty((len(kf), block_size), dtype=np.uint64)
-        np.bitwise_xor(a[:, None], np.arange(block_size, dtype=np.uint64)[None, :], out=z)
-        z *= _P
-        z &= _M32
-        z |= (kf >> _S32 << _S32)[:, None]
-        return _finish_in_place(z, self.vocab_lo, self.vocab_hi - self.vocab_lo)
+        out: list[int] = []
+        for h in hash_ids:
+            packed = memo.get(h)
+            if packed is None:
+                if len(memo) > _BLOCK_KEYS_MAX:
+                    memo.clear()
+                fnv, key = _stream_keys_once(self.seed, self.salt, _NS_BLOCK, str(h))
+                packed = memo[h] = key << 32 | fnv
+            out.append(packed)
+        return out
+
+    def heads_array(
+        self, packed: Sequence[int], width: int, n: int, dtype: type = np.int64
+    ) -> np.ndarray:
+        """The first ``n`` of the tokens ``0 .. width-1`` of each source ``packed[i]``
+        (``key << 32 | fnv``, as in a part) concatenated, as ``dtype`` (``np.uint32``: as
+        record hashing packs them): hash-id blocks, the last one cut, generated as one
+        grid in place (``_generate_run``'s steps on a 2-D array)."""
+        span = self.vocab_hi - self.vocab_lo
+        z = _finish_in_place(_head_grid(packed, width), self.vocab_lo, span)
+        return z.ravel()[:n].astype(dtype)
 
     # -- the same tokens as parts (workbench.segments): no token materialised ----------
     def fresh_part(self, stream: str, n: int) -> Part:
@@ -307,18 +332,10 @@ class TokenPool:
             raise ValueError(f"bad input_len={input_len} / block_size={block_size}")
         n_blocks = min(len(hash_ids), -(-input_len // block_size))
         covered = min(n_blocks * block_size, input_len)
-        memo = self._block_keys
-        parts: list[Part] = []
-        left = covered
-        for h in hash_ids[:n_blocks]:
-            packed = memo.get(h)
-            if packed is None:
-                if len(memo) > _BLOCK_KEYS_MAX:
-                    memo.clear()
-                fnv, key = _stream_keys_once(self.seed, self.salt, _NS_BLOCK, str(h))
-                packed = memo[h] = key << 32 | fnv
-            parts.append((BLOCK, packed, 0, min(block_size, left)))
-            left -= block_size
+        keys = self._hash_id_keys(hash_ids[:n_blocks])
+        parts: list[Part] = [(BLOCK, k, 0, block_size) for k in keys]
+        if parts:  # only the last block can be cut
+            parts[-1] = (BLOCK, parts[-1][1], 0, covered - (n_blocks - 1) * block_size)
         missing = input_len - covered
         if missing:
             if fill_stream is None:

@@ -24,6 +24,7 @@ from workbench.tokenizer import output_tokens
 
 Prompt = list[int] | Segments  # Segments only for a sender that takes them (virtual time)
 _MEMO_MAX = 1 << 20  # memoized hash-id block hashes per run, then start over
+_DRAW_BLOCKS = 32  # new blocks drawn and hashed at a time: bounds the arrays of a long prompt
 
 #: a warm-up record's request id is the measured one's with this prefix
 WARMUP_PREFIX = "warmup:"
@@ -92,7 +93,9 @@ class RoundMaker:
         self.max_model_len = max_model_len
         #: build prompts as ``Segments`` (the sender says it takes them: virtual time)
         self.segments = False
-        self._memo: dict[tuple[int | None, Part], int] = {}  # (prev hash, block part) -> hash
+        #: a hash-id block's packed key -> (previous hash, its length, its hash): the last
+        #: chain it was hashed in (a Mooncake hash id always has the same one)
+        self._memo: dict[int, tuple[int | None, int, int]] = {}
 
     def needs_output_ids(self, rp: RoundPlan) -> bool:
         """A session round carried by a policy that ``needs_output_ids``
@@ -206,10 +209,11 @@ class RoundMaker:
     def _segment_hashes(self, run: UnitRun, prompt: Segments) -> list[int]:
         """``hashes`` of a ``Segments`` prompt, the same values: the shared leading
         blocks from the unit's last prompt, then blocks that are one whole hash-id part
-        from a memo keyed by (previous hash, part) (a Mooncake row's blocks repeat
-        across rows) up to the first block the memo lacks; from there on every hash is
-        new (its chain is), so the rest of the tokens are drawn at once, as one array
-        (``TokenPool.resolve_parts_array``), and hashed in one chain."""
+        from a memo of each such part's last chain (previous hash, length, hash: a
+        Mooncake row's blocks repeat across rows) up to the first block the memo lacks;
+        from there on every hash is new (its chain is), so the rest of the tokens are
+        drawn ``_DRAW_BLOCKS`` blocks at a time (whole hash-id blocks as one grid,
+        ``TokenPool.heads_array``; else ``_draw``) and hashed in one chain."""
         bs, n = self.block_size, len(prompt)
         out: list[int] = []
         last = run.last_prompt
@@ -222,17 +226,25 @@ class RoundMaker:
         j, nb = len(out), -(-n // bs)
         while j < nb:
             part = whole.get(j)
-            h = None if part is None else memo.get((out[-1] if out else None, part))
-            if h is None:
+            if part is None:
                 break
-            out.append(h)
+            seen = memo.get(part[1])
+            if seen is None or seen[0] != (out[-1] if out else None) or seen[1] != part[3]:
+                break
+            out.append(seen[2])
             j += 1
-        if j < nb:
-            out += chain_hashes(out[-1] if out else None, self._draw(prompt, j * bs, n), bs)
-            for i in range(j, nb):
-                part = whole.get(i)
-                if part is not None:
-                    memo[(out[i - 1] if i else None, part)] = out[i]
+        for lo in range(j, nb, _DRAW_BLOCKS):  # a chunk's arrays stay in the CPU's cache
+            hi = min(lo + _DRAW_BLOCKS, nb)
+            keys = [p[1] for i in range(lo, hi) if (p := whole.get(i)) is not None]
+            if len(keys) == hi - lo:  # whole hash-id blocks
+                tokens = self.pool.heads_array(keys, bs, min(hi * bs, n) - lo * bs, np.uint32)
+            else:
+                tokens = self._draw(prompt, lo * bs, min(hi * bs, n))
+            out += chain_hashes(out[-1] if out else None, tokens, bs)
+        for i in range(j, nb):
+            part = whole.get(i)
+            if part is not None:
+                memo[part[1]] = (out[i - 1] if i else None, part[3], out[i])
         run.last_prompt, run.last_hashes = prompt, out
         return out
 
