@@ -75,9 +75,11 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     shutil.copytree(REPO, src, symlinks=True, ignore=ignore)
     _run([sys.executable, "-m", "build", "--outdir", str(out), str(src)], out, dict(os.environ))
     version = workbench.__version__
-    sdist, wheel = out / f"{DIST}-{version}.tar.gz", out / f"{DIST}-{version}-py3-none-any.whl"
-    assert sdist.exists() and wheel.exists(), sorted(p.name for p in out.iterdir())
-    return sdist, wheel
+    # the wheel is this interpreter's and platform's: it carries the compiled KV index
+    wheels = list(out.glob(f"{DIST}-{version}-cp3*-cp3*-linux_*.whl"))
+    sdist = out / f"{DIST}-{version}.tar.gz"
+    assert sdist.exists() and len(wheels) == 1, sorted(p.name for p in out.iterdir())
+    return sdist, wheels[0]
 
 
 @pytest.mark.slow
@@ -88,6 +90,9 @@ def test_the_sdist_and_the_wheel_carry_notebooks_traces_provenance_and_py_typed(
     with tarfile.open(sdist) as tar:
         inside = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     assert set(SHIPPED) <= inside
+    # the KV index's C source (and what builds it) in the sdist, its module in the wheel
+    assert {"setup.py", "workbench/sim/kvindex.c"} <= inside
+    assert any(n.startswith("workbench/sim/_kvindex.") and n.endswith(".so") for n in names)
     meta = zipfile.ZipFile(wheel).read(f"{DIST}-{workbench.__version__}.dist-info/METADATA")
     text = meta.decode()
     assert "Name: workbench-replay" in text and "Requires-Python: <3.14,>=3.11" in text
@@ -119,6 +124,9 @@ def test_the_wheel_in_a_fresh_venv_runs_demo_report_notebooks_and_a_replay_outsi
     where = _run([str(py), "-c", "import workbench; print(workbench.__file__)"], tmp_path, env)
     assert Path(where.strip()).is_relative_to(site), f"imported {where} instead of the wheel"
     assert not Path(where.strip()).is_relative_to(REPO)
+    compiled = _run([str(py), "-c", "from workbench.sim import kvindex; print(kvindex.COMPILED)"],
+                    tmp_path, env)  # fmt: skip
+    assert compiled.strip() == "True"
     before = _files(site)
     cwd, told = tmp_path / "cwd", tmp_path / "told"
     cwd.mkdir()

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from workbench.sim import kvindex
 from workbench.sim.kvcache import BlockManager
 
 
@@ -114,9 +116,11 @@ def _hashes(family: int, n: int) -> list[int]:
 class _Pair:
     """The manager and the reference driven alike, block ids mapped between them."""
 
-    def __init__(self, num_blocks: int) -> None:
+    def __init__(self, num_blocks: int, compiled: bool = True) -> None:
         self.bm = BlockManager(16, num_blocks)
-        self.bm._rebuild_at = 2 * num_blocks  # rebuild the hash index often (stale entries)
+        # either index, rebuilt often (stale entries)
+        self.bm._index = (kvindex.CompiledIndex(2 * num_blocks, num_blocks) if compiled
+                          else kvindex.DictIndex(2 * num_blocks))  # fmt: skip
         self.ref = ReferenceLRU(num_blocks)
         self.to_ref: dict[int, int] = {}
         self.held: dict[int, tuple[list[int], list[int]]] = {}  # slot -> (bm ids, ref ids)
@@ -182,10 +186,11 @@ class _Pair:
             assert bm.longest_hit([h], 1) == [] or h in ref.by_hash
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "dict"])
 @settings(max_examples=300, deadline=None)
 @given(st.integers(4, 40), st.lists(_op, max_size=60))
-def test_block_manager_matches_reference_lru(num_blocks, ops):
-    pair = _Pair(num_blocks)
+def test_block_manager_matches_reference_lru(compiled, num_blocks, ops):
+    pair = _Pair(num_blocks, compiled)
     for kind, slot, size, family in ops:
         size = min(size, num_blocks)
         if kind == "admit":
@@ -205,9 +210,10 @@ def test_block_manager_matches_reference_lru(num_blocks, ops):
     assert pair.bm.num_free == num_blocks
 
 
-def test_lru_log_compacts_and_keeps_order():
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "dict"])
+def test_lru_log_compacts_and_keeps_order(compiled):
     """Many release/hit cycles on a tiny cache run the log past its capacity."""
-    pair = _Pair(4)
+    pair = _Pair(4, compiled)
     for i in range(5000):
         pair.admit(0, 3, i % 2)
         pair.release(0)

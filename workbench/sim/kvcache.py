@@ -18,16 +18,17 @@ hashing cuts and hashes the block tuples in C.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import repeat
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from workbench.sim import kvindex
+from workbench.sim.kvindex import NO_HASH
 
 if TYPE_CHECKING:
     from workbench.sim.hosttier import HostTier
 
 ROOT_HASH = 0x51F15EED
-NO_HASH = -1  # a block holding no hash: Python's hash() never returns -1
 _LOG_FACTOR, _LOG_SLACK = 3, 1024  # LRU log capacity: compaction is amortised O(1) per entry
 _INDEX_FACTOR, _INDEX_MIN = 2, 1 << 15  # hash-index entries (stale ones too) before a rebuild
 
@@ -84,12 +85,12 @@ class BlockManager:
       that takes it back only forgets the position (the log entry turns stale);
       eviction scans the log from the head in chunks, skipping stale entries; the
       log is compacted when it runs full (amortised O(1) per entry).
-    * The hash → block dict is authoritative only where the block still holds
+    * The hash → block index (``kvindex``: a table probed in C, or a dict where the
+      extension is not built) is authoritative only where the block still holds
       that hash (``_hash[block] == h``): eviction clears the block's hash and
-      leaves the dict entry stale instead of deleting it (a dict delete is a
-      cache miss per block); lookups and commits check the entry against
-      ``_hash``, and the dict is rebuilt from the arrays past ``_INDEX_FACTOR``
-      entries a block (2: a worker's dict stays ~13 MB; docs/embedded-engine.md).
+      leaves the index entry stale instead of deleting it; lookups and commits
+      check the entry against ``_hash``, and the index is rebuilt from the arrays
+      past ``_INDEX_FACTOR`` entries a block (docs/embedded-engine.md).
     """
 
     def __init__(self, block_size: int, num_blocks: int, enable_caching: bool = True) -> None:
@@ -98,8 +99,8 @@ class BlockManager:
         self.enable_caching = enable_caching
         self._ref = np.zeros(num_blocks, dtype=np.int64)
         self._hash = np.full(num_blocks, NO_HASH, dtype=np.int64)
-        self._by_hash: dict[int, int] = {}  # may hold stale entries (see the class doc)
-        self._rebuild_at = max(_INDEX_FACTOR * num_blocks, _INDEX_MIN)
+        # hash → block, stale entries too (the class doc)
+        self._index = kvindex.new_index(max(_INDEX_FACTOR * num_blocks, _INDEX_MIN), num_blocks)
         self._ncached = 0  # blocks holding a hash
         # uncached free blocks: a stack, the next ones taken from the top
         self._free = np.arange(num_blocks - 1, -1, -1, dtype=np.int64)
@@ -133,38 +134,25 @@ class BlockManager:
         blocks after it are looked up (the blocked head of the waiting queue is
         retried every step; rescanning a 10k-token prompt each time dominated),
         and when none is found ``known`` itself is returned (not a copy: the
-        caller must not change it).
-        Lookups go in doubling chunks (a C-level ``map`` over the dict, the
-        entries checked against the arrays at once).
+        caller must not change it). The lookups run compiled (``kvindex.prefix``).
         """
         if not self.enable_caching:
             return []
-        get, own = self._by_hash.get, self._hash
-        i, end, step = len(known) if known else 0, min(max_blocks, len(hashes)), 16
-        if i < end:  # the next block alone first: a retried blocked head misses here
-            b = get(hashes[i])
-            if b is None or own[b] != hashes[i]:
-                return known if known else []  # ``known`` itself: no copy of a long hit
-        hit: list[int] = list(known) if known else []
-        while i < end:
-            j = min(end, i + step)
-            chunk = hashes[i:j]
-            got = np.fromiter(map(get, chunk, repeat(-1)), dtype=np.int64, count=j - i)
-            ok = own[got] == np.asarray(chunk, dtype=np.int64)  # got -1: _hash[-1] != h or...
-            ok &= got >= 0  # ...the last block's hash by chance: a miss either way
-            if not ok.all():
-                hit.extend(got[: int(ok.argmin())].tolist())
-                break
-            hit.extend(got.tolist())
-            i, step = j, step * 2
-        return hit
+        i, end = len(known) if known else 0, min(max_blocks, len(hashes))
+        if i >= end:
+            return list(known) if known else []
+        x = self._index
+        # the next block alone first: a retried blocked head misses here
+        if x.get(self._hash, hashes[i]) < 0:
+            return known if known else []  # ``known`` itself: no copy of a long hit
+        hit = x.prefix(self._hash, hashes, i, end)
+        return list(known) + hit if known else hit
 
     def holds(self, block_hash: int) -> bool:
         """Whether a cached block holds ``block_hash`` (findable by ``longest_hit``)."""
         if not self.enable_caching:
             return False
-        b = self._by_hash.get(block_hash)
-        return b is not None and bool(self._hash[b] == block_hash)
+        return self._index.get(self._hash, block_hash) >= 0
 
     def held_prefix(self, blocks: np.ndarray, hashes: np.ndarray) -> int:
         """How many leading ``blocks`` still hold the matching ``hashes`` (arrays): that
@@ -232,7 +220,7 @@ class BlockManager:
         pos[out] = -1
         if self.host is not None:  # offloaded, least recently freed first
             self.host.put(self._hash[out].tolist())
-        self._hash[out] = NO_HASH  # their dict entries turn stale
+        self._hash[out] = NO_HASH  # their index entries turn stale
         self._ncached -= n
         self._nlru -= n
         self.evictions += n
@@ -286,37 +274,7 @@ class BlockManager:
         stays private (freed, not cached, when released)."""
         if not self.enable_caching or hi <= lo:
             return
-        bids, hs = blocks[lo:hi], hashes[lo:hi]
-        b = np.asarray(bids, dtype=np.int64)
-        h = np.asarray(hs, dtype=np.int64)
-        own = self._hash[b] == NO_HASH
-        if not own.all():  # blocks that already hold a hash keep it
-            b, h = b[own], h[own]
-            bids, hs = b.tolist(), h.tolist()
-        # setdefault inserts what is new and returns the entry already there otherwise
-        d = self._by_hash
-        got = np.fromiter(map(d.setdefault, hs, bids), dtype=np.int64, count=len(hs))
-        new = got == b
-        if new.all():
-            self._hash[b] = h
-            self._ncached += len(b)
-        else:  # an entry was there: a live duplicate (stays private), or stale
-            self._hash[b[new]] = h[new]
-            self._ncached += int(np.count_nonzero(new))
-            for i in np.flatnonzero(~new).tolist():
-                hv = int(h[i])
-                if self._hash[d[hv]] != hv:  # stale: no block holds hv, this one does now
-                    bi = int(b[i])
-                    d[hv] = bi
-                    self._hash[bi] = hv
-                    self._ncached += 1
-        if len(d) > self._rebuild_at:
-            self._rebuild_index()
-
-    def _rebuild_index(self) -> None:
-        """Drop the stale dict entries: the index again maps exactly the held hashes."""
-        held = np.flatnonzero(self._hash != NO_HASH)
-        self._by_hash = dict(zip(self._hash[held].tolist(), held.tolist(), strict=True))
+        self._ncached += self._index.commit(self._hash, blocks[lo:hi], hashes[lo:hi])
 
     def cached_blocks(self) -> int:
         return self._ncached
@@ -342,7 +300,7 @@ class BlockManager:
         self._free[self._nfree : self._nfree + k] = live
         self._nfree += k
         self._head = self._tail = self._nlru = self._ncached = 0
-        self._by_hash.clear()
+        self._index.clear()
         if self.host is not None:
             self.host.clear()
         self.epoch += 1

@@ -1,0 +1,139 @@
+"""The KV manager's hash → block index: compiled when it can be, a dict when it cannot.
+
+A whole-trace replay commits and looks up millions of block hashes (~9 M for the
+Mooncake conversation trace). As a Python dict each one costs a boxed int, a
+dict probe and a bytecode round trip, ~300 ns; the compiled table
+(``workbench/sim/kvindex.c``, built into ``workbench.sim._kvindex`` when the
+package is installed with a C compiler at hand) is two int64 arrays probed
+linearly, each step's commit and each prefix lookup one C call
+(docs/embedded-engine.md, "KV manager representation"). Both classes here give
+the same answers for the same calls (tests/sim/test_sim_kvcache_model.py drives
+both against a reference LRU); ``HashIndex`` is the compiled one when the
+extension is there, and ``COMPILED`` says which.
+
+An entry is authoritative only while its block still holds the key
+(``own[block] == key``, ``own`` being the manager's per-block hash array, which
+eviction clears): stale entries are left in place and the index is rebuilt from
+``own`` once it holds ``limit`` entries, stale ones too, so a lookup or commit
+checks the entry against ``own``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+try:
+    from workbench.sim import _kvindex  # type: ignore[attr-defined]
+except ImportError:  # built without a C compiler: the dict below serves
+    _kvindex = None
+
+NO_HASH = -1  # ``own`` of a block holding no hash: Python's hash() never returns -1
+
+
+class DictIndex:
+    """The index as a dict (the reference, and the fallback without the extension)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit  # entries (stale ones too) before a rebuild
+        self._d: dict[int, int] = {}
+
+    def get(self, own: np.ndarray, h: int) -> int:
+        """The block holding ``h``, or -1."""
+        b = self._d.get(h)
+        return -1 if b is None or own[b] != h else b
+
+    def prefix(self, own: np.ndarray, hashes: Sequence[int], start: int, end: int) -> list[int]:
+        """The blocks holding ``hashes[start]``, ``hashes[start + 1]``, … up to the first
+        miss before ``end``."""
+        get, out = self._d.get, []
+        for h in hashes[start:end]:
+            b = get(h)
+            if b is None or own[b] != h:
+                break
+            out.append(b)
+        return out
+
+    def commit(self, own: np.ndarray, blocks: Sequence[int], hashes: Sequence[int]) -> int:
+        """Make ``blocks`` hold ``hashes``, in order: a block already holding a hash keeps
+        it, one whose hash a block already holds stays private. Returns how many blocks
+        now hold their hash."""
+        b = np.asarray(blocks, dtype=np.int64)
+        h = np.asarray(hashes, dtype=np.int64)
+        keep = own[b] == NO_HASH
+        if not keep.all():  # blocks that already hold a hash keep it
+            b, h = b[keep], h[keep]
+            blocks, hashes = b.tolist(), h.tolist()
+        # setdefault inserts what is new and returns the entry already there otherwise
+        d = self._d
+        got = np.fromiter(map(d.setdefault, hashes, blocks), dtype=np.int64, count=len(b))
+        new = got == b
+        own[b[new]] = h[new]
+        cached = int(np.count_nonzero(new))
+        for i in np.flatnonzero(~new).tolist():  # an entry was there: live, or stale
+            hv = int(h[i])
+            if own[d[hv]] != hv:  # stale: no block holds hv, this one does now
+                bi = int(b[i])
+                d[hv] = bi
+                own[bi] = hv
+                cached += 1
+        if len(d) > self.limit:
+            self.rebuild(own)
+        return cached
+
+    def rebuild(self, own: np.ndarray) -> None:
+        """Drop the stale entries: the index again maps exactly the held hashes."""
+        held = np.flatnonzero(own != NO_HASH)
+        self._d = dict(zip(own[held].tolist(), held.tolist(), strict=True))
+
+    def clear(self) -> None:
+        self._d.clear()
+
+
+class CompiledIndex:
+    """The index as an open-addressing table of int64 arrays, probed in C
+    (``workbench/sim/kvindex.c``); at most 3/4 full, rebuilt past ``limit`` entries."""
+
+    def __init__(self, limit: int, num_blocks: int) -> None:
+        self.limit = limit
+        bits = max(4, (2 * max(limit, 2 * num_blocks) - 1).bit_length())
+        self._keys = np.zeros(1 << bits, dtype=np.int64)
+        self._vals = np.full(1 << bits, -1, dtype=np.int64)
+        self._shift = 64 - bits
+        self._room = 3 << (bits - 2)  # entries the table may take
+        self._entries = 0  # occupied slots, stale ones too
+
+    def get(self, own: np.ndarray, h: int) -> int:
+        got: int = _kvindex.get(self._keys, self._vals, own, self._shift, h)
+        return got
+
+    def prefix(self, own: np.ndarray, hashes: Sequence[int], start: int, end: int) -> list[int]:
+        got: list[int] = _kvindex.prefix(self._keys, self._vals, own, self._shift, hashes,
+                                         start, end)  # fmt: skip
+        return got
+
+    def commit(self, own: np.ndarray, blocks: Sequence[int], hashes: Sequence[int]) -> int:
+        if self._entries + len(blocks) > self._room:  # never full: probing always ends
+            self.rebuild(own)
+        cached, added = _kvindex.commit(self._keys, self._vals, own, self._shift, blocks,
+                                        hashes, NO_HASH)  # fmt: skip
+        self._entries += added
+        if self._entries > self.limit:
+            self.rebuild(own)
+        return int(cached)
+
+    def rebuild(self, own: np.ndarray) -> None:
+        self._entries = _kvindex.rebuild(self._keys, self._vals, own, self._shift, NO_HASH)
+
+    def clear(self) -> None:
+        self._vals.fill(-1)
+        self._entries = 0
+
+
+COMPILED = _kvindex is not None
+
+
+def new_index(limit: int, num_blocks: int) -> DictIndex | CompiledIndex:
+    """The compiled index when the extension is built, else the dict."""
+    return CompiledIndex(limit, num_blocks) if COMPILED else DictIndex(limit)
