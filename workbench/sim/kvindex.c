@@ -4,8 +4,8 @@
  * reference, used when this extension is not built); docs/embedded-engine.md, "KV manager
  * representation", says why the index is compiled.
  *
- * The table is two int64 buffers of a power-of-two length, keys and vals (a slot is empty
- * while its vals entry is -1), probed linearly from a Fibonacci hash of the key (the top
+ * The table is one int64 buffer of (key, block) pairs, a power of two of them (a slot is
+ * empty while its block is -1; key and block share a cache line), probed linearly from a Fibonacci hash of the key (the top
  * bits of key * 2^64/phi, `shift` = 64 - log2(length)). An entry is authoritative only
  * while its block still holds the key: own[block] == key, `own` being the manager's
  * per-block hash array. Block ids and hashes come in as Python lists (or any sequence) of
@@ -17,32 +17,35 @@
 #include <stdint.h>
 
 #define MULT 0x9E3779B97F4A7C15ULL
+#define GROUP 16 /* items whose memory is prefetched together */
 
 typedef struct {
-    Py_buffer keys, vals, own;
-    int64_t *k, *v, *o;
+    Py_buffer table, own;
+    int64_t *s, *o; /* slot i: key s[2i], block s[2i + 1] */
     int64_t mask, nblocks;
     int shift;
 } Table;
 
+#define KEY(t, i) ((t)->s[2 * (i)])
+#define VAL(t, i) ((t)->s[2 * (i) + 1])
+
 static void table_release(Table *t) {
-    PyBuffer_Release(&t->keys);
-    PyBuffer_Release(&t->vals);
+    PyBuffer_Release(&t->table);
     PyBuffer_Release(&t->own);
 }
 
-/* Fill in the pointers of buffers PyArg_ParseTuple got ("w*w*w*"), checking their sizes. */
+/* Fill in the pointers of buffers PyArg_ParseTuple got ("w*w*"), checking their sizes. */
 static int table_open(Table *t, int shift) {
-    Py_ssize_t n = t->keys.len / 8;
-    if (t->keys.len % 8 || t->vals.len != t->keys.len || t->own.len % 8 || n < 2 ||
-        (n & (n - 1)) || shift < 1 || shift > 63 || ((int64_t)1 << (64 - shift)) != n) {
+    Py_ssize_t n = t->table.len / 16;
+    if (t->table.len % 16 || t->own.len % 8 || n < 2 || (n & (n - 1)) || shift < 1 ||
+        shift > 63 || ((int64_t)1 << (64 - shift)) != n) {
         PyErr_SetString(PyExc_ValueError,
-                        "kvindex: keys and vals must be int64 tables of 2**(64 - shift) slots");
+                        "kvindex: the table must be int64 (key, block) pairs, 2**(64 - shift) "
+                        "of them");
         table_release(t);
         return -1;
     }
-    t->k = (int64_t *)t->keys.buf;
-    t->v = (int64_t *)t->vals.buf;
+    t->s = (int64_t *)t->table.buf;
     t->o = (int64_t *)t->own.buf;
     t->mask = n - 1;
     t->nblocks = t->own.len / 8;
@@ -50,17 +53,21 @@ static int table_open(Table *t, int shift) {
     return 0;
 }
 
+static inline int64_t home(const Table *t, int64_t h) {
+    return (int64_t)(((uint64_t)h * MULT) >> t->shift);
+}
+
 /* The slot holding h, or the empty slot where it would go (the table is never full). */
 static inline int64_t find(const Table *t, int64_t h) {
-    int64_t i = (int64_t)(((uint64_t)h * MULT) >> t->shift);
-    while (t->v[i] >= 0 && t->k[i] != h)
+    int64_t i = home(t, h);
+    while (VAL(t, i) >= 0 && KEY(t, i) != h)
         i = (i + 1) & t->mask;
     return i;
 }
 
 /* The block holding h, or -1 (an entry whose block no longer holds h counts as none). */
 static inline int64_t lookup(const Table *t, int64_t h) {
-    int64_t b = t->v[find(t, h)];
+    int64_t b = VAL(t, find(t, h));
     if (b < 0 || b >= t->nblocks || t->o[b] != h)
         return -1;
     return b;
@@ -76,13 +83,13 @@ static inline int item(PyObject *seq, Py_ssize_t i, int64_t *out) {
     return 0;
 }
 
-PyDoc_STRVAR(get_doc, "get(keys, vals, own, shift, h) -> the block holding h, or -1");
+PyDoc_STRVAR(get_doc, "get(table, own, shift, h) -> the block holding h, or -1");
 
 static PyObject *kv_get(PyObject *self, PyObject *args) {
     Table t;
     int shift;
     long long h;
-    if (!PyArg_ParseTuple(args, "w*w*w*iL", &t.keys, &t.vals, &t.own, &shift, &h))
+    if (!PyArg_ParseTuple(args, "w*w*iL", &t.table, &t.own, &shift, &h))
         return NULL;
     if (table_open(&t, shift))
         return NULL;
@@ -92,7 +99,7 @@ static PyObject *kv_get(PyObject *self, PyObject *args) {
 }
 
 PyDoc_STRVAR(prefix_doc,
-             "prefix(keys, vals, own, shift, hashes, start, end) -> the blocks holding\n"
+             "prefix(table, own, shift, hashes, start, end) -> the blocks holding\n"
              "hashes[start], hashes[start + 1], ... up to the first miss (before end), a list");
 
 static PyObject *kv_prefix(PyObject *self, PyObject *args) {
@@ -100,7 +107,7 @@ static PyObject *kv_prefix(PyObject *self, PyObject *args) {
     int shift;
     PyObject *hashes, *seq, *out = NULL;
     Py_ssize_t start, end;
-    if (!PyArg_ParseTuple(args, "w*w*w*iOnn", &t.keys, &t.vals, &t.own, &shift, &hashes,
+    if (!PyArg_ParseTuple(args, "w*w*iOnn", &t.table, &t.own, &shift, &hashes,
                           &start, &end))
         return NULL;
     if (table_open(&t, shift))
@@ -139,7 +146,7 @@ done:
 }
 
 PyDoc_STRVAR(commit_doc,
-             "commit(keys, vals, own, shift, blocks, hashes, no_hash) -> (cached, added)\n"
+             "commit(table, own, shift, blocks, hashes, no_hash) -> (cached, added)\n"
              "Make blocks[i] hold hashes[i], in order: a block already holding a hash keeps\n"
              "it, and one whose hash a block already holds stays private. Returns how many\n"
              "blocks now hold their hash and how many table entries were added.");
@@ -150,7 +157,7 @@ static PyObject *kv_commit(PyObject *self, PyObject *args) {
     long long no_hash;
     PyObject *blocks, *hashes, *bs = NULL, *hs = NULL, *ret = NULL;
     Py_ssize_t cached = 0, added = 0;
-    if (!PyArg_ParseTuple(args, "w*w*w*iOOL", &t.keys, &t.vals, &t.own, &shift, &blocks,
+    if (!PyArg_ParseTuple(args, "w*w*iOOL", &t.table, &t.own, &shift, &blocks,
                           &hashes, &no_hash))
         return NULL;
     if (table_open(&t, shift))
@@ -164,28 +171,38 @@ static PyObject *kv_commit(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "kvindex.commit: blocks and hashes differ in length");
         goto done;
     }
-    for (Py_ssize_t j = 0; j < n; j++) {
-        int64_t b, h, i, there;
-        if (item(bs, j, &b) || item(hs, j, &h))
-            goto done;
-        if (b < 0 || b >= t.nblocks) {
-            PyErr_Format(PyExc_IndexError, "kvindex.commit: block %lld out of range",
-                         (long long)b);
-            goto done;
+    /* in groups: the items read and their table slots and blocks prefetched first, so
+     * the cache misses of a group overlap instead of queueing one after the other */
+    for (Py_ssize_t g = 0; g < n; g += GROUP) {
+        int64_t bg[GROUP], hg[GROUP];
+        Py_ssize_t m = n - g < GROUP ? n - g : GROUP;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            if (item(bs, g + j, &bg[j]) || item(hs, g + j, &hg[j]))
+                goto done;
+            if (bg[j] < 0 || bg[j] >= t.nblocks) {
+                PyErr_Format(PyExc_IndexError, "kvindex.commit: block %lld out of range",
+                             (long long)bg[j]);
+                goto done;
+            }
+            __builtin_prefetch(&KEY(&t, home(&t, hg[j])));
+            __builtin_prefetch(&t.o[bg[j]]);
         }
-        if (t.o[b] != (int64_t)no_hash)
-            continue; /* it holds a hash already: it keeps it */
-        i = find(&t, h);
-        there = t.v[i];
-        if (there < 0) {
-            t.k[i] = h;
-            added++;
-        } else if (there < t.nblocks && t.o[there] == h) {
-            continue; /* a live duplicate: this block stays private */
+        for (Py_ssize_t j = 0; j < m; j++) {
+            int64_t b = bg[j], h = hg[j], i, there;
+            if (t.o[b] != (int64_t)no_hash)
+                continue; /* it holds a hash already: it keeps it */
+            i = find(&t, h);
+            there = VAL(&t, i);
+            if (there < 0) {
+                KEY(&t, i) = h;
+                added++;
+            } else if (there < t.nblocks && t.o[there] == h) {
+                continue; /* a live duplicate: this block stays private */
+            }
+            VAL(&t, i) = b; /* a new entry, or a stale one taken over */
+            t.o[b] = h;
+            cached++;
         }
-        t.v[i] = b; /* a new entry, or a stale one taken over */
-        t.o[b] = h;
-        cached++;
     }
     ret = Py_BuildValue("nn", cached, added);
 done:
@@ -196,7 +213,7 @@ done:
 }
 
 PyDoc_STRVAR(rebuild_doc,
-             "rebuild(keys, vals, own, shift, no_hash) -> entries\n"
+             "rebuild(table, own, shift, no_hash) -> entries\n"
              "Empty the table and enter exactly the hashes the blocks hold.");
 
 static PyObject *kv_rebuild(PyObject *self, PyObject *args) {
@@ -204,7 +221,7 @@ static PyObject *kv_rebuild(PyObject *self, PyObject *args) {
     int shift;
     long long no_hash;
     Py_ssize_t n = 0;
-    if (!PyArg_ParseTuple(args, "w*w*w*iL", &t.keys, &t.vals, &t.own, &shift, &no_hash))
+    if (!PyArg_ParseTuple(args, "w*w*iL", &t.table, &t.own, &shift, &no_hash))
         return NULL;
     if (table_open(&t, shift))
         return NULL;
@@ -214,13 +231,13 @@ static PyObject *kv_rebuild(PyObject *self, PyObject *args) {
         return NULL;
     }
     for (int64_t i = 0; i <= t.mask; i++)
-        t.v[i] = -1;
+        VAL(&t, i) = -1;
     for (int64_t b = 0; b < t.nblocks; b++) {
         int64_t h = t.o[b];
         if (h != (int64_t)no_hash) {
             int64_t i = find(&t, h);
-            t.k[i] = h;
-            t.v[i] = b;
+            KEY(&t, i) = h;
+            VAL(&t, i) = b;
             n++;
         }
     }

@@ -4,7 +4,7 @@ A whole-trace replay commits and looks up millions of block hashes (~9 M for the
 Mooncake conversation trace). As a Python dict each one costs a boxed int, a
 dict probe and a bytecode round trip, ~300 ns; the compiled table
 (``workbench/sim/kvindex.c``, built into ``workbench.sim._kvindex`` when the
-package is installed with a C compiler at hand) is two int64 arrays probed
+package is installed with a C compiler at hand) is an int64 array of (key, block) pairs probed
 linearly, each step's commit and each prefix lookup one C call
 (docs/embedded-engine.md, "KV manager representation"). Both classes here give
 the same answers for the same calls (tests/sim/test_sim_kvcache_model.py drives
@@ -92,31 +92,31 @@ class DictIndex:
 
 
 class CompiledIndex:
-    """The index as an open-addressing table of int64 arrays, probed in C
+    """The index as an open-addressing table of int64 (key, block) pairs, probed in C
     (``workbench/sim/kvindex.c``); at most 3/4 full, rebuilt past ``limit`` entries."""
 
     def __init__(self, limit: int, num_blocks: int) -> None:
         self.limit = limit
         bits = max(4, (2 * max(limit, 2 * num_blocks) - 1).bit_length())
-        self._keys = np.zeros(1 << bits, dtype=np.int64)
-        self._vals = np.full(1 << bits, -1, dtype=np.int64)
+        self._table = np.zeros(2 << bits, dtype=np.int64)  # (key, block) pairs
+        self._table[1::2] = -1  # empty
         self._shift = 64 - bits
         self._room = 3 << (bits - 2)  # entries the table may take
         self._entries = 0  # occupied slots, stale ones too
 
     def get(self, own: np.ndarray, h: int) -> int:
-        got: int = _kvindex.get(self._keys, self._vals, own, self._shift, h)
+        got: int = _kvindex.get(self._table, own, self._shift, h)
         return got
 
     def prefix(self, own: np.ndarray, hashes: Sequence[int], start: int, end: int) -> list[int]:
-        got: list[int] = _kvindex.prefix(self._keys, self._vals, own, self._shift, hashes,
+        got: list[int] = _kvindex.prefix(self._table, own, self._shift, hashes,
                                          start, end)  # fmt: skip
         return got
 
     def commit(self, own: np.ndarray, blocks: Sequence[int], hashes: Sequence[int]) -> int:
         if self._entries + len(blocks) > self._room:  # never full: probing always ends
             self.rebuild(own)
-        cached, added = _kvindex.commit(self._keys, self._vals, own, self._shift, blocks,
+        cached, added = _kvindex.commit(self._table, own, self._shift, blocks,
                                         hashes, NO_HASH)  # fmt: skip
         self._entries += added
         if self._entries > self.limit:
@@ -124,10 +124,10 @@ class CompiledIndex:
         return int(cached)
 
     def rebuild(self, own: np.ndarray) -> None:
-        self._entries = _kvindex.rebuild(self._keys, self._vals, own, self._shift, NO_HASH)
+        self._entries = _kvindex.rebuild(self._table, own, self._shift, NO_HASH)
 
     def clear(self) -> None:
-        self._vals.fill(-1)
+        self._table[1::2] = -1
         self._entries = 0
 
 
