@@ -25,7 +25,7 @@ TIMED := scripts/timed.sh
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py workbench/sim/kvindex.c
+$(STAMP): pyproject.toml setup.py workbench/sim/kvcache.c
 	$(TIMED) "set-up of $(VENV)" sh -c "$(PYTHON) -m venv $(VENV) && \
 	  $(PY) -m pip install --quiet --upgrade pip && $(PY) -m pip install --quiet -e '.[test]'"
 	touch $(STAMP)
@@ -80,7 +80,7 @@ test-py%: $(VENV)-%/.installed
 	$(TIMED) "fast suite on Python $*" $(VENV)-$*/bin/python -m pytest -q $(FAST) $(XDIST)
 
 .PRECIOUS: $(VENV)-%/.installed
-$(VENV)-%/.installed: pyproject.toml setup.py workbench/sim/kvindex.c
+$(VENV)-%/.installed: pyproject.toml setup.py workbench/sim/kvcache.c
 	py="$$(scripts/find_python.sh $*)" && $(TIMED) "set-up of $(VENV)-$* ($$py)" sh -c \
 	  "$$py -m venv $(VENV)-$* && $(VENV)-$*/bin/python -m pip install --quiet --upgrade pip && \
 	  $(VENV)-$*/bin/python -m pip install --quiet -e '.[test]'"

@@ -91,8 +91,8 @@ def test_the_sdist_and_the_wheel_carry_notebooks_traces_provenance_and_py_typed(
         inside = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     assert set(SHIPPED) <= inside
     # the KV index's C source (and what builds it) in the sdist, its module in the wheel
-    assert {"setup.py", "workbench/sim/kvindex.c"} <= inside
-    assert any(n.startswith("workbench/sim/_kvindex.") and n.endswith(".so") for n in names)
+    assert {"setup.py", "workbench/sim/kvcache.c"} <= inside
+    assert any(n.startswith("workbench/sim/_kvcache.") and n.endswith(".so") for n in names)
     meta = zipfile.ZipFile(wheel).read(f"{DIST}-{workbench.__version__}.dist-info/METADATA")
     text = meta.decode()
     assert "Name: workbench-replay" in text and "Requires-Python: <3.14,>=3.11" in text

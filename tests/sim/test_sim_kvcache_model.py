@@ -18,7 +18,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workbench.sim import kvindex
 from workbench.sim.kvcache import BlockManager
 
 
@@ -117,10 +116,10 @@ class _Pair:
     """The manager and the reference driven alike, block ids mapped between them."""
 
     def __init__(self, num_blocks: int, compiled: bool = True) -> None:
-        self.bm = BlockManager(16, num_blocks)
-        # either index, rebuilt often (stale entries)
-        self.bm._index = (kvindex.CompiledIndex(2 * num_blocks, num_blocks) if compiled
-                          else kvindex.DictIndex(2 * num_blocks))  # fmt: skip
+        # the C moves and index, or numpy and the dict; the index rebuilt often (stale
+        # entries)
+        self.bm = BlockManager(16, num_blocks, compiled=compiled)
+        self.bm._index.limit = 2 * num_blocks
         self.ref = ReferenceLRU(num_blocks)
         self.to_ref: dict[int, int] = {}
         self.held: dict[int, tuple[list[int], list[int]]] = {}  # slot -> (bm ids, ref ids)
@@ -221,3 +220,21 @@ def test_lru_log_compacts_and_keeps_order(compiled):
         pair.release(1)
         pair.check()
     assert pair.bm.evictions > 1000
+
+
+@pytest.mark.parametrize("bad", [
+    lambda bm: bm.release([0, 99]),  # no such block
+    lambda bm: bm.acquire([1, -3]),
+    lambda bm: bm.release([0, "x"]),
+])
+def test_compiled_moves_refuse_bad_blocks_and_change_nothing(bad):
+    bm = BlockManager(16, 8, compiled=True)
+    got = bm.allocate(3)
+    assert got is not None
+    bm.commit(got, [11, 12, 13], 0, 3)
+    before = (bm._ref.copy(), bm._hash.copy(), bm._pos.copy(), bm._free.copy(), bm.num_free)
+    with pytest.raises((IndexError, TypeError)):
+        bad(bm)
+    after = (bm._ref, bm._hash, bm._pos, bm._free, bm.num_free)
+    assert all((x == y).all() for x, y in zip(before[:4], after[:4], strict=True))
+    assert before[4] == after[4]

@@ -1,6 +1,6 @@
 """The KV manager's hash index: the compiled table and the dict give the same answers.
 
-The compiled one (``workbench/sim/kvindex.c``) is what runs; the dict is the reference and
+The compiled one (``workbench/sim/kvcache.c``) is what runs; the dict is the reference and
 the fallback where no C compiler built the extension. Random commits, evictions (a block's
 ``own`` entry cleared, its index entry left stale), rebuilds and lookups drive both, with
 keys anywhere in int64 and colliding in the table's low bits.

@@ -10,7 +10,8 @@ prefix's tail goes before its head).
 
 Cost: a whole-trace replay moves tens of millions of blocks, and per block the
 time is mostly memory latency, not bytecode, so the manager keeps per-block state
-in numpy arrays and moves a request's blocks with array operations (the class
+in numpy arrays and moves a request's blocks, and looks up and commits their
+hashes, one compiled call at a time (``kvcache.c``, ``kvindex``; the class
 docstring; docs/embedded-engine.md, "KV manager representation"); the block
 hashing cuts and hashes the block tuples in C.
 """
@@ -24,6 +25,11 @@ import numpy as np
 
 from workbench.sim import kvindex
 from workbench.sim.kvindex import NO_HASH
+
+try:  # the block moves in C (kvcache.c); the numpy ones below serve without it
+    from workbench.sim import _kvcache  # type: ignore[attr-defined]
+except ImportError:
+    _kvcache = None
 
 if TYPE_CHECKING:
     from workbench.sim.hosttier import HostTier
@@ -76,8 +82,9 @@ class BlockManager:
     Representation (docs/embedded-engine.md, "KV manager representation"):
     per-block state lives in numpy arrays — the reference count, the hash the
     block holds (``NO_HASH`` for none) and the position of its live entry in the
-    LRU log — so a request's blocks are acquired, released and evicted by
-    vectorised array operations rather than one Python step and one
+    LRU log — so a request's blocks are acquired, released and evicted by one
+    call over the arrays (compiled, ``workbench/sim/kvcache.c``; vectorised numpy
+    where the extension is not built) rather than one Python step and one
     ``OrderedDict`` node per block.
 
     * The LRU is an append-only log of block ids with lazy deletion: a block that
@@ -93,14 +100,21 @@ class BlockManager:
       past ``_INDEX_FACTOR`` entries a block (docs/embedded-engine.md).
     """
 
-    def __init__(self, block_size: int, num_blocks: int, enable_caching: bool = True) -> None:
+    def __init__(self, block_size: int, num_blocks: int, enable_caching: bool = True,
+                 compiled: bool = kvindex.COMPILED) -> None:  # fmt: skip
+        """``compiled``: the index and the block moves in C (``workbench/sim/kvcache.c``;
+        the default when the extension is built), else the dict and numpy (the same
+        answers, slower)."""
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
         self._ref = np.zeros(num_blocks, dtype=np.int64)
         self._hash = np.full(num_blocks, NO_HASH, dtype=np.int64)
         # hash → block, stale entries too (the class doc)
-        self._index = kvindex.new_index(max(_INDEX_FACTOR * num_blocks, _INDEX_MIN), num_blocks)
+        limit = max(_INDEX_FACTOR * num_blocks, _INDEX_MIN)
+        self._index = (kvindex.CompiledIndex(limit, num_blocks) if compiled
+                       else kvindex.DictIndex(limit))  # fmt: skip
+        self._c = _kvcache if compiled else None
         self._ncached = 0  # blocks holding a hash
         # uncached free blocks: a stack, the next ones taken from the top
         self._free = np.arange(num_blocks - 1, -1, -1, dtype=np.int64)
@@ -174,19 +188,31 @@ class BlockManager:
         """Take a reference on cached blocks (a prefix hit; distinct block ids)."""
         if not len(blocks):
             return
-        b = np.asarray(blocks, dtype=np.int64)
-        r = self._ref[b]
-        idle = b[r == 0]
-        if len(idle):  # they leave the LRU: their log entries turn stale
-            self._pos[idle] = -1
-            self._nlru -= len(idle)
-            self.num_active += len(idle)
-        self._ref[b] = r + 1
+        if self._c is not None:
+            idle = self._c.acquire(self._ref, self._hash, self._free, self._log, self._pos,
+                                   blocks)  # fmt: skip
+        else:
+            b = np.asarray(blocks, dtype=np.int64)
+            r = self._ref[b]
+            idle = int(np.count_nonzero(r == 0))
+            self._pos[b[r == 0]] = -1  # they leave the LRU: their log entries turn stale
+            self._ref[b] = r + 1
+        self._nlru -= idle
+        self.num_active += idle
 
     def allocate(self, n: int) -> list[int] | None:
         """``n`` fresh blocks (evicting LRU cached blocks as needed), or None if no room."""
         if n > self._nfree + self._nlru:
             return None
+        self.num_active += n
+        if self._c is not None:
+            got, self._nfree, self._head, evicted, hashes = self._c.allocate(
+                self._ref, self._hash, self._free, self._log, self._pos, n, self._nfree,
+                self._head, self._tail, NO_HASH, self.host is not None)
+            if evicted:
+                self._evicted(evicted, hashes)
+            fresh: list[int] = got
+            return fresh
         take = min(n, self._nfree)
         lo = self._nfree - take
         out = self._free[lo : self._nfree]
@@ -194,9 +220,17 @@ class BlockManager:
         if take < n:
             out = np.concatenate((out, self._evict(n - take)))
         self._ref[out] = 1
-        self.num_active += n
-        got: list[int] = out.tolist()
-        return got
+        got_: list[int] = out.tolist()
+        return got_
+
+    def _evicted(self, n: int, hashes: list[int] | None) -> None:
+        """Count ``n`` evicted blocks; their ``hashes`` go to the host tier (offloaded,
+        least recently freed first)."""
+        if self.host is not None and hashes is not None:
+            self.host.put(hashes)
+        self._ncached -= n
+        self._nlru -= n
+        self.evictions += n
 
     def _evict(self, n: int) -> np.ndarray:
         """Take the ``n`` least recently freed cached blocks, forgetting their hashes."""
@@ -218,18 +252,21 @@ class BlockManager:
         self._head = head
         out = parts[0] if len(parts) == 1 else np.concatenate(parts)
         pos[out] = -1
-        if self.host is not None:  # offloaded, least recently freed first
-            self.host.put(self._hash[out].tolist())
+        self._evicted(n, self._hash[out].tolist() if self.host is not None else None)
         self._hash[out] = NO_HASH  # their index entries turn stale
-        self._ncached -= n
-        self._nlru -= n
-        self.evictions += n
         return out
 
     def release(self, blocks: Sequence[int]) -> None:
         """Drop one reference per block (distinct ids), tail first; unreferenced cached
         blocks stay findable (appended to the LRU, the tail block first)."""
         if not len(blocks):
+            return
+        if self._c is not None:
+            self._nfree, self._head, self._tail, freed, cached = self._c.release(
+                self._ref, self._hash, self._free, self._log, self._pos, blocks, self._nfree,
+                self._head, self._tail, NO_HASH)
+            self.num_active -= freed
+            self._nlru += cached
             return
         b = np.asarray(blocks, dtype=np.int64)[::-1]
         r = self._ref[b] - 1
@@ -238,10 +275,10 @@ class BlockManager:
         if not len(zero):
             return
         self.num_active -= len(zero)
-        cached = self._hash[zero] != NO_HASH
-        lru = zero[cached]
+        cached_ = self._hash[zero] != NO_HASH
+        lru = zero[cached_]
         if len(lru) < len(zero):
-            plain = zero[~cached]
+            plain = zero[~cached_]
             k = len(plain)
             self._free[self._nfree : self._nfree + k] = plain
             self._nfree += k

@@ -3,7 +3,7 @@
 A whole-trace replay commits and looks up millions of block hashes (~9 M for the
 Mooncake conversation trace). As a Python dict each one costs a boxed int, a
 dict probe and a bytecode round trip, ~300 ns; the compiled table
-(``workbench/sim/kvindex.c``, built into ``workbench.sim._kvindex`` when the
+(``workbench/sim/kvcache.c``, built into ``workbench.sim._kvcache`` when the
 package is installed with a C compiler at hand) is an int64 array of (key, block) pairs probed
 linearly, each step's commit and each prefix lookup one C call
 (docs/embedded-engine.md, "KV manager representation"). Both classes here give
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 try:
-    from workbench.sim import _kvindex  # type: ignore[attr-defined]
+    from workbench.sim import _kvcache as _kvindex  # type: ignore[attr-defined]
 except ImportError:  # built without a C compiler: the dict below serves
     _kvindex = None
 
@@ -93,7 +93,7 @@ class DictIndex:
 
 class CompiledIndex:
     """The index as an open-addressing table of int64 (key, block) pairs, probed in C
-    (``workbench/sim/kvindex.c``); at most 3/4 full, rebuilt past ``limit`` entries."""
+    (``workbench/sim/kvcache.c``); at most 3/4 full, rebuilt past ``limit`` entries."""
 
     def __init__(self, limit: int, num_blocks: int) -> None:
         self.limit = limit

@@ -1,0 +1,510 @@
+/* The KV manager's inner loops, compiled: workbench.sim._kvcache.
+ *
+ * Two parts: the hash -> block index (get, prefix, commit, rebuild; its interface and its
+ * dict twin are workbench/sim/kvindex.py) and the block moves of the manager
+ * (acquire, release, allocate; workbench/sim/kvcache.py calls them and holds the same
+ * moves in numpy where this extension is not built). docs/embedded-engine.md, "KV manager
+ * representation", says why they are compiled.
+ *
+ * The index is one int64 buffer of (key, block) pairs, a power of two of them (a slot is
+ * empty while its block is -1; key and block share a cache line), probed linearly from a
+ * Fibonacci hash of the key (the top bits of key * 2^64/phi, `shift` = 64 - log2(slots)). An entry is authoritative only
+ * while its block still holds the key: own[block] == key, `own` being the manager's
+ * per-block hash array. Block ids and hashes come in as Python lists (or any sequence) of
+ * ints, and a lookup stops at its first miss, so a long prompt whose hit is short is not
+ * converted as a whole.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#define MULT 0x9E3779B97F4A7C15ULL
+#define GROUP 16 /* items whose memory is prefetched together */
+
+typedef struct {
+    Py_buffer table, own;
+    int64_t *s, *o; /* slot i: key s[2i], block s[2i + 1] */
+    int64_t mask, nblocks;
+    int shift;
+} Table;
+
+#define KEY(t, i) ((t)->s[2 * (i)])
+#define VAL(t, i) ((t)->s[2 * (i) + 1])
+
+static void table_release(Table *t) {
+    PyBuffer_Release(&t->table);
+    PyBuffer_Release(&t->own);
+}
+
+/* Fill in the pointers of buffers PyArg_ParseTuple got ("w*w*"), checking their sizes. */
+static int table_open(Table *t, int shift) {
+    Py_ssize_t n = t->table.len / 16;
+    if (t->table.len % 16 || t->own.len % 8 || n < 2 || (n & (n - 1)) || shift < 1 ||
+        shift > 63 || ((int64_t)1 << (64 - shift)) != n) {
+        PyErr_SetString(PyExc_ValueError,
+                        "kvindex: the table must be int64 (key, block) pairs, 2**(64 - shift) "
+                        "of them");
+        table_release(t);
+        return -1;
+    }
+    t->s = (int64_t *)t->table.buf;
+    t->o = (int64_t *)t->own.buf;
+    t->mask = n - 1;
+    t->nblocks = t->own.len / 8;
+    t->shift = shift;
+    return 0;
+}
+
+static inline int64_t home(const Table *t, int64_t h) {
+    return (int64_t)(((uint64_t)h * MULT) >> t->shift);
+}
+
+/* The slot holding h, or the empty slot where it would go (the table is never full). */
+static inline int64_t find(const Table *t, int64_t h) {
+    int64_t i = home(t, h);
+    while (VAL(t, i) >= 0 && KEY(t, i) != h)
+        i = (i + 1) & t->mask;
+    return i;
+}
+
+/* The block holding h, or -1 (an entry whose block no longer holds h counts as none). */
+static inline int64_t lookup(const Table *t, int64_t h) {
+    int64_t b = VAL(t, find(t, h));
+    if (b < 0 || b >= t->nblocks || t->o[b] != h)
+        return -1;
+    return b;
+}
+
+/* Item i of a sequence as int64; -1 with an error set on failure (callers check). */
+static inline int item(PyObject *seq, Py_ssize_t i, int64_t *out) {
+    PyObject *x = PySequence_Fast_GET_ITEM(seq, i);
+    long long v = PyLong_AsLongLong(x);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+PyDoc_STRVAR(get_doc, "get(table, own, shift, h) -> the block holding h, or -1");
+
+static PyObject *kv_get(PyObject *self, PyObject *args) {
+    Table t;
+    int shift;
+    long long h;
+    if (!PyArg_ParseTuple(args, "w*w*iL", &t.table, &t.own, &shift, &h))
+        return NULL;
+    if (table_open(&t, shift))
+        return NULL;
+    int64_t b = lookup(&t, (int64_t)h);
+    table_release(&t);
+    return PyLong_FromLongLong(b);
+}
+
+PyDoc_STRVAR(prefix_doc,
+             "prefix(table, own, shift, hashes, start, end) -> the blocks holding\n"
+             "hashes[start], hashes[start + 1], ... up to the first miss (before end), a list");
+
+static PyObject *kv_prefix(PyObject *self, PyObject *args) {
+    Table t;
+    int shift;
+    PyObject *hashes, *seq, *out = NULL;
+    Py_ssize_t start, end;
+    if (!PyArg_ParseTuple(args, "w*w*iOnn", &t.table, &t.own, &shift, &hashes,
+                          &start, &end))
+        return NULL;
+    if (table_open(&t, shift))
+        return NULL;
+    seq = PySequence_Fast(hashes, "kvindex.prefix: hashes must be a sequence");
+    if (!seq)
+        goto done;
+    if (end > PySequence_Fast_GET_SIZE(seq))
+        end = PySequence_Fast_GET_SIZE(seq);
+    if (start < 0)
+        start = 0;
+    out = PyList_New(0);
+    if (!out)
+        goto done;
+    for (Py_ssize_t i = start; i < end; i++) {
+        int64_t h, b;
+        if (item(seq, i, &h))
+            goto fail;
+        b = lookup(&t, h);
+        if (b < 0)
+            break;
+        PyObject *x = PyLong_FromLongLong(b);
+        if (!x || PyList_Append(out, x)) {
+            Py_XDECREF(x);
+            goto fail;
+        }
+        Py_DECREF(x);
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    Py_XDECREF(seq);
+    table_release(&t);
+    return out;
+}
+
+PyDoc_STRVAR(commit_doc,
+             "commit(table, own, shift, blocks, hashes, no_hash) -> (cached, added)\n"
+             "Make blocks[i] hold hashes[i], in order: a block already holding a hash keeps\n"
+             "it, and one whose hash a block already holds stays private. Returns how many\n"
+             "blocks now hold their hash and how many table entries were added.");
+
+static PyObject *kv_commit(PyObject *self, PyObject *args) {
+    Table t;
+    int shift;
+    long long no_hash;
+    PyObject *blocks, *hashes, *bs = NULL, *hs = NULL, *ret = NULL;
+    Py_ssize_t cached = 0, added = 0;
+    if (!PyArg_ParseTuple(args, "w*w*iOOL", &t.table, &t.own, &shift, &blocks,
+                          &hashes, &no_hash))
+        return NULL;
+    if (table_open(&t, shift))
+        return NULL;
+    bs = PySequence_Fast(blocks, "kvindex.commit: blocks must be a sequence");
+    hs = bs ? PySequence_Fast(hashes, "kvindex.commit: hashes must be a sequence") : NULL;
+    if (!hs)
+        goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(bs);
+    if (PySequence_Fast_GET_SIZE(hs) != n) {
+        PyErr_SetString(PyExc_ValueError, "kvindex.commit: blocks and hashes differ in length");
+        goto done;
+    }
+    /* in groups: the items read and their table slots and blocks prefetched first, so
+     * the cache misses of a group overlap instead of queueing one after the other */
+    for (Py_ssize_t g = 0; g < n; g += GROUP) {
+        int64_t bg[GROUP], hg[GROUP];
+        Py_ssize_t m = n - g < GROUP ? n - g : GROUP;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            if (item(bs, g + j, &bg[j]) || item(hs, g + j, &hg[j]))
+                goto done;
+            if (bg[j] < 0 || bg[j] >= t.nblocks) {
+                PyErr_Format(PyExc_IndexError, "kvindex.commit: block %lld out of range",
+                             (long long)bg[j]);
+                goto done;
+            }
+            __builtin_prefetch(&KEY(&t, home(&t, hg[j])));
+            __builtin_prefetch(&t.o[bg[j]]);
+        }
+        for (Py_ssize_t j = 0; j < m; j++) {
+            int64_t b = bg[j], h = hg[j], i, there;
+            if (t.o[b] != (int64_t)no_hash)
+                continue; /* it holds a hash already: it keeps it */
+            i = find(&t, h);
+            there = VAL(&t, i);
+            if (there < 0) {
+                KEY(&t, i) = h;
+                added++;
+            } else if (there < t.nblocks && t.o[there] == h) {
+                continue; /* a live duplicate: this block stays private */
+            }
+            VAL(&t, i) = b; /* a new entry, or a stale one taken over */
+            t.o[b] = h;
+            cached++;
+        }
+    }
+    ret = Py_BuildValue("nn", cached, added);
+done:
+    Py_XDECREF(bs);
+    Py_XDECREF(hs);
+    table_release(&t);
+    return ret;
+}
+
+PyDoc_STRVAR(rebuild_doc,
+             "rebuild(table, own, shift, no_hash) -> entries\n"
+             "Empty the table and enter exactly the hashes the blocks hold.");
+
+static PyObject *kv_rebuild(PyObject *self, PyObject *args) {
+    Table t;
+    int shift;
+    long long no_hash;
+    Py_ssize_t n = 0;
+    if (!PyArg_ParseTuple(args, "w*w*iL", &t.table, &t.own, &shift, &no_hash))
+        return NULL;
+    if (table_open(&t, shift))
+        return NULL;
+    if (t.nblocks > t.mask) {
+        PyErr_SetString(PyExc_ValueError, "kvindex.rebuild: more blocks than table slots");
+        table_release(&t);
+        return NULL;
+    }
+    for (int64_t i = 0; i <= t.mask; i++)
+        VAL(&t, i) = -1;
+    for (int64_t b = 0; b < t.nblocks; b++) {
+        int64_t h = t.o[b];
+        if (h != (int64_t)no_hash) {
+            int64_t i = find(&t, h);
+            KEY(&t, i) = h;
+            VAL(&t, i) = b;
+            n++;
+        }
+    }
+    table_release(&t);
+    return PyLong_FromSsize_t(n);
+}
+
+
+/* ---- the block moves ---------------------------------------------------------------
+ * The manager's per-block arrays (kvcache.py, BlockManager): ref (reference counts), own
+ * (the hash a block holds, or no_hash), free (a stack of uncached free blocks, the next
+ * taken from the top: free[0 .. nfree)), log (the LRU log: entries [head, tail), entry p
+ * live iff pos[log[p]] == p) and pos. The scalars go in and come back out as ints. */
+
+typedef struct {
+    Py_buffer ref, own, free, log, pos;
+    int64_t *r, *o, *f, *l, *p;
+    Py_ssize_t nblocks, loglen;
+} Blocks;
+
+static void blocks_release(Blocks *k) {
+    PyBuffer_Release(&k->ref);
+    PyBuffer_Release(&k->own);
+    PyBuffer_Release(&k->free);
+    PyBuffer_Release(&k->log);
+    PyBuffer_Release(&k->pos);
+}
+
+static int blocks_open(Blocks *k) {
+    k->nblocks = k->ref.len / 8;
+    k->loglen = k->log.len / 8;
+    if (k->ref.len % 8 || k->own.len != k->ref.len || k->free.len != k->ref.len ||
+        k->pos.len != k->ref.len || k->log.len % 8 || k->loglen < k->nblocks) {
+        PyErr_SetString(PyExc_ValueError, "kvcache: the block arrays must be int64, "
+                                          "num_blocks long (the log at least as long)");
+        blocks_release(k);
+        return -1;
+    }
+    k->r = (int64_t *)k->ref.buf;
+    k->o = (int64_t *)k->own.buf;
+    k->f = (int64_t *)k->free.buf;
+    k->l = (int64_t *)k->log.buf;
+    k->p = (int64_t *)k->pos.buf;
+    return 0;
+}
+
+/* Block id i of a sequence, checked against the arrays; -1 with an error set. */
+static inline int block_item(const Blocks *k, PyObject *seq, Py_ssize_t i, int64_t *out) {
+    if (item(seq, i, out))
+        return -1;
+    if (*out < 0 || *out >= k->nblocks) {
+        PyErr_Format(PyExc_IndexError, "kvcache: block %lld out of range", (long long)*out);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(acquire_doc,
+             "acquire(ref, own, free, log, pos, blocks) -> idle\n"
+             "A reference more on each of blocks (distinct ids); the ones that had none leave\n"
+             "the LRU (their log entries turn stale). Returns how many had none.");
+
+static PyObject *kv_acquire(PyObject *self, PyObject *args) {
+    Blocks k;
+    PyObject *blocks, *seq;
+    Py_ssize_t idle = 0;
+    if (!PyArg_ParseTuple(args, "w*w*w*w*w*O", &k.ref, &k.own, &k.free, &k.log, &k.pos,
+                          &blocks))
+        return NULL;
+    if (blocks_open(&k))
+        return NULL;
+    seq = PySequence_Fast(blocks, "kvcache.acquire: blocks must be a sequence");
+    if (!seq) {
+        blocks_release(&k);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t j = 0; j < n; j++) { /* checked first: an error changes nothing */
+        int64_t b;
+        if (block_item(&k, seq, j, &b)) {
+            Py_DECREF(seq);
+            blocks_release(&k);
+            return NULL;
+        }
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t b = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, j));
+        if (k.r[b] == 0) {
+            k.p[b] = -1;
+            idle++;
+        }
+        k.r[b]++;
+    }
+    Py_DECREF(seq);
+    blocks_release(&k);
+    return PyLong_FromSsize_t(idle);
+}
+
+/* Move the live LRU entries to the front of the log, in order. */
+static void compact(Blocks *k, int64_t *head, int64_t *tail) {
+    int64_t m = 0;
+    for (int64_t q = *head; q < *tail; q++) {
+        int64_t b = k->l[q];
+        if (k->p[b] == q) {
+            k->l[m] = b;
+            k->p[b] = m++;
+        }
+    }
+    *head = 0;
+    *tail = m;
+}
+
+PyDoc_STRVAR(release_doc,
+             "release(ref, own, free, log, pos, blocks, nfree, head, tail, no_hash)\n"
+             "    -> (nfree, head, tail, freed, cached)\n"
+             "A reference less on each of blocks (distinct ids), the last one first; those left\n"
+             "with none are freed: an uncached one onto the free stack, a cached one appended\n"
+             "to the LRU log (compacted first when it is full). Returns the new scalars, how\n"
+             "many were freed and how many of them went to the LRU.");
+
+static PyObject *kv_release(PyObject *self, PyObject *args) {
+    Blocks k;
+    PyObject *blocks, *seq, *ret = NULL;
+    Py_ssize_t nfree;
+    int64_t head, tail, *zero = NULL;
+    long long no_hash;
+    Py_ssize_t freed = 0, cached = 0;
+    if (!PyArg_ParseTuple(args, "w*w*w*w*w*OnLLL", &k.ref, &k.own, &k.free, &k.log, &k.pos,
+                          &blocks, &nfree, &head, &tail, &no_hash))
+        return NULL;
+    if (blocks_open(&k))
+        return NULL;
+    seq = PySequence_Fast(blocks, "kvcache.release: blocks must be a sequence");
+    if (!seq)
+        goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    zero = PyMem_Malloc((n ? n : 1) * sizeof(int64_t));
+    if (!zero) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* read and checked first (an error changes nothing), the last block first */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (block_item(&k, seq, n - 1 - i, &zero[i]))
+            goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t b = zero[i];
+        if (--k.r[b] == 0) {
+            zero[freed++] = b; /* freed <= i: only what was read is overwritten */
+            cached += k.o[b] != (int64_t)no_hash;
+        }
+    }
+    if (tail + cached > k.loglen)
+        compact(&k, &head, &tail);
+    for (Py_ssize_t i = 0; i < freed; i++) {
+        int64_t b = zero[i];
+        if (k.o[b] == (int64_t)no_hash) {
+            k.f[nfree++] = b;
+        } else {
+            k.l[tail] = b;
+            k.p[b] = tail++;
+        }
+    }
+    ret = Py_BuildValue("nLLnn", nfree, (long long)head, (long long)tail, freed, cached);
+done:
+    PyMem_Free(zero);
+    Py_XDECREF(seq);
+    blocks_release(&k);
+    return ret;
+}
+
+PyDoc_STRVAR(allocate_doc,
+             "allocate(ref, own, free, log, pos, n, nfree, head, tail, no_hash, offload)\n"
+             "    -> (blocks, nfree, head, evicted, hashes)\n"
+             "n fresh blocks, each with one reference: from the top of the free stack, then the\n"
+             "least recently freed cached ones, which forget their hash (the caller checked\n"
+             "that there are n). Returns them (a list), the new scalars, how many were evicted\n"
+             "and, when offload is true, the hashes they held in that order (else None).");
+
+static PyObject *kv_allocate(PyObject *self, PyObject *args) {
+    Blocks k;
+    Py_ssize_t n, nfree;
+    long long head, tail, no_hash;
+    int offload;
+    PyObject *out = NULL, *hashes = NULL, *ret = NULL;
+    if (!PyArg_ParseTuple(args, "w*w*w*w*w*nnLLLp", &k.ref, &k.own, &k.free, &k.log, &k.pos,
+                          &n, &nfree, &head, &tail, &no_hash, &offload))
+        return NULL;
+    if (blocks_open(&k))
+        return NULL;
+    if (n < 0 || nfree < 0 || nfree > k.nblocks || head < 0 || tail > k.loglen ||
+        head > tail) {
+        PyErr_SetString(PyExc_ValueError, "kvcache.allocate: bad counts");
+        goto done;
+    }
+    Py_ssize_t take = n < nfree ? n : nfree, evicted = n - take;
+    out = PyList_New(n);
+    hashes = offload ? PyList_New(evicted) : (Py_INCREF(Py_None), Py_None);
+    if (!out || !hashes)
+        goto done;
+    /* the LRU's victims first (nothing is written before they are known to be there) */
+    int64_t q = head, *victims = NULL;
+    if (evicted) {
+        victims = PyMem_Malloc(evicted * sizeof(int64_t));
+        if (!victims) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t got = 0; got < evicted; q++) {
+            if (q >= tail) {
+                PyMem_Free(victims);
+                PyErr_Format(PyExc_RuntimeError,
+                             "kvcache.allocate: LRU log exhausted with %zd of %zd blocks to "
+                             "evict", evicted - got, evicted);
+                goto done;
+            }
+            int64_t b = k.l[q];
+            if (k.p[b] == q)
+                victims[got++] = b;
+        }
+    }
+    for (Py_ssize_t i = 0; i < take; i++) {
+        int64_t b = k.f[nfree - take + i];
+        k.r[b] = 1;
+        PyList_SET_ITEM(out, i, PyLong_FromLongLong(b));
+    }
+    for (Py_ssize_t i = 0; i < evicted; i++) {
+        int64_t b = victims[i];
+        k.p[b] = -1;
+        if (offload)
+            PyList_SET_ITEM(hashes, i, PyLong_FromLongLong(k.o[b]));
+        k.o[b] = (int64_t)no_hash;
+        k.r[b] = 1;
+        PyList_SET_ITEM(out, take + i, PyLong_FromLongLong(b));
+    }
+    PyMem_Free(victims);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyList_GET_ITEM(out, i) || (offload && i < evicted && !PyList_GET_ITEM(hashes, i)))
+            goto done; /* an int could not be made: MemoryError is set */
+    }
+    ret = Py_BuildValue("OnLnO", out, nfree - take, (long long)(evicted ? q : head), evicted,
+                        hashes);
+done:
+    Py_XDECREF(out);
+    Py_XDECREF(hashes);
+    blocks_release(&k);
+    return ret;
+}
+
+static PyMethodDef methods[] = {
+    {"acquire", kv_acquire, METH_VARARGS, acquire_doc},
+    {"release", kv_release, METH_VARARGS, release_doc},
+    {"allocate", kv_allocate, METH_VARARGS, allocate_doc},
+    {"get", kv_get, METH_VARARGS, get_doc},
+    {"prefix", kv_prefix, METH_VARARGS, prefix_doc},
+    {"commit", kv_commit, METH_VARARGS, commit_doc},
+    {"rebuild", kv_rebuild, METH_VARARGS, rebuild_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_kvcache",
+    "The KV manager's inner loops, compiled (workbench/sim/kvcache.py, kvindex.py).", -1,
+    methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__kvcache(void) { return PyModule_Create(&module); }
