@@ -109,10 +109,15 @@ def test_a_saved_run_carries_the_summary_it_wrote(tmp_path, monkeypatch, capsys)
     files.finish(result, Path(result.run_dir), slo={"ttft_ms": 1.0})
     assert result.summary is None
 
-    calls = []
-    monkeypatch.setattr("workbench.metrics.summarize",
+    calls = []  # what the CLI's ``summary_of`` would summarize (the saved run's: nothing)
+    monkeypatch.setattr("workbench.metrics.summary.summarize",
                         lambda *a, **k: calls.append(a) or summarize(*a, **k))  # fmt: skip
     args = ["simulate", "--trace", trace, "-o", str(tmp_path / "b"), "--json"]
     assert main(args) == 0 and calls == []
+    # a run that was not saved is summarized there (the patch sees it)
+    assert main(["simulate", "--trace", trace, "--json"]) == 0 and len(calls) == 1
+    capsys.readouterr()
+    args = ["simulate", "--trace", trace, "-o", str(tmp_path / "c"), "--json"]
+    assert main(args) == 0 and len(calls) == 1
     printed, _ = json.JSONDecoder().raw_decode(capsys.readouterr().out)
     assert printed["requests"] == saved["requests"] and printed["ok"] == saved["ok"]

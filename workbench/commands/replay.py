@@ -28,7 +28,7 @@ def add_json_flag(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.metrics import summarize
+    from workbench.metrics import summary_of
 
     extra = {"target.url": args.target} if args.target else {}
     cfg = config_from_args(args, extra)
@@ -38,9 +38,7 @@ def run(args: argparse.Namespace) -> int:
     if cfg.dry_run:  # the plan, its arrival span included (warned about on stderr past a day)
         print(json.dumps(result.manifest["plan"], indent=2))
         return 0
-    summary = result.summary  # saved with the manifest's SLO, which is cfg.slo
-    if summary is None:
-        summary = summarize(result, cfg.slo)
+    summary = summary_of(result, cfg.slo)
     print_result(summary, result, args)
     if result.run_dir:
         print(f"run directory: {result.run_dir}")

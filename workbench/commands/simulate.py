@@ -41,11 +41,9 @@ def run(args: argparse.Namespace) -> int:
     # they are type- and range-checked like --config)
     cfg = cfg.replace(**{"target.engine": knobs})
     result = simulate(cfg)
-    summary = result.summary  # saved with the manifest's SLO, which is cfg.slo
-    if summary is None:
-        from workbench.metrics import summarize  # pandas: not held through the run
+    from workbench.metrics import summary_of  # pandas: not held through the run
 
-        summary = summarize(result, cfg.slo)
+    summary = summary_of(result, cfg.slo)
     print_result(summary, result, args)
     if args.digest:
         print("digest:", report_digest(canonical_report(result, cfg.slo)))

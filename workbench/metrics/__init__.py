@@ -40,6 +40,7 @@ from workbench.metrics.summary import (
     server_window_hit_rate,
     slo_attainment,
     summarize,
+    summary_of,
     throughput,
 )
 from workbench.metrics.timeline import (
@@ -72,6 +73,7 @@ __all__ = [
     "slo_attainment",
     "steady_window",
     "summarize",
+    "summary_of",
     "throughput",
     "throughput_timeline",
     "to_frame",

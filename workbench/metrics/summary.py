@@ -390,6 +390,16 @@ def summarize(
     return _tail(out, manifest, full if warmup else full.where(~full.bools("warmup")))
 
 
+def summary_of(result: RunResult, slo: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The run's summary: the one its run directory's ``summary.json`` holds when it was
+    saved (``RunResult.summary``: computed with the manifest's SLO, which is the config's,
+    so ``slo`` must be that one or None), else ``summarize(result, slo)``. The CLIs print
+    it without summarizing a saved run a second time."""
+    if result.summary is not None:
+        return result.summary
+    return summarize(result, slo)
+
+
 def summarize_stored(
     run_dir: str | Path,
     slo: Mapping[str, float] | None = None,

@@ -100,7 +100,7 @@ def trace_stats(
     """
     import pandas as pd
 
-    bs = int(block_size or workload.block_size or DEFAULT_BLOCK_SIZE)
+    bs = _block_size(workload, block_size)
     if bs <= 0:
         raise ValueError(f"block_size must be > 0, got {bs}")
     pol = _effective_policy(workload, policy)
@@ -118,6 +118,12 @@ def trace_stats(
     return TraceStats(
         summary, rounds, _per_unit(rounds), curve, workload.fmt, getattr(pol, "name", None), bs
     )
+
+
+def _block_size(workload: Workload, block_size: int | None = None) -> int:
+    """The cache block the statistics count in: ``block_size``, else the trace's own, else
+    ``DEFAULT_BLOCK_SIZE``."""
+    return int(block_size or workload.block_size or DEFAULT_BLOCK_SIZE)
 
 
 def ideal_prefix_hit_rate(
@@ -142,8 +148,7 @@ def ideal_prefix_hit_rate(
     # only first accesses (``_block_accesses(..., distances=False)``)
     table, hash_ids = _round_table(workload, _effective_policy(workload, policy))
     cols = {c: np.asarray(table[c], np.int64) for c in _ACCESS_COLUMNS}
-    acc = _block_accesses(cols, hash_ids, int(workload.block_size or DEFAULT_BLOCK_SIZE),
-                          distances=False)  # fmt: skip
+    acc = _block_accesses(cols, hash_ids, _block_size(workload), distances=False)
     total_prompt = int(cols["prompt_len"].sum())
     return int(acc.weights[acc.eff < acc.never].sum()) / total_prompt if total_prompt else 0.0
 
