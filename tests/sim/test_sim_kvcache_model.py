@@ -238,3 +238,12 @@ def test_compiled_moves_refuse_bad_blocks_and_change_nothing(bad):
     after = (bm._ref, bm._hash, bm._pos, bm._free, bm.num_free)
     assert all((x == y).all() for x, y in zip(before[:4], after[:4], strict=True))
     assert before[4] == after[4]
+
+
+def test_compiled_without_the_module_says_so(monkeypatch):
+    from workbench.sim import kvindex
+
+    monkeypatch.setattr(kvindex, "COMPILED", False)
+    with pytest.raises(RuntimeError, match=r"workbench\.sim\._kvcache is not built"):
+        BlockManager(16, 8, compiled=True)
+    assert BlockManager(16, 8, compiled=False).allocate(2) is not None

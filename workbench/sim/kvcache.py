@@ -105,6 +105,11 @@ class BlockManager:
         """``compiled``: the index and the block moves in C (``workbench/sim/kvcache.c``;
         the default when the extension is built), else the dict and numpy (the same
         answers, slower)."""
+        if compiled and not kvindex.COMPILED:
+            raise RuntimeError(
+                "BlockManager(compiled=True): the C module workbench.sim._kvcache is not "
+                "built (setup.py builds it at install, with a C compiler); compiled=False "
+                "runs the same loops in numpy")
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
