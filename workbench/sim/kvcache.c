@@ -8,9 +8,9 @@
  *
  * The index is one int64 buffer of (key, block) pairs, a power of two of them (a slot is
  * empty while its block is -1; key and block share a cache line), probed linearly from a
- * Fibonacci hash of the key (the top bits of key * 2^64/phi, `shift` = 64 - log2(slots)). An entry is authoritative only
- * while its block still holds the key: own[block] == key, `own` being the manager's
- * per-block hash array. Block ids and hashes come in as Python lists (or any sequence) of
+ * Fibonacci hash of the key (the top bits of key * 2^64/phi, `shift` = 64 - log2(slots)).
+ * An entry is authoritative only while its block still holds the key: own[block] == key,
+ * `own` being the manager's per-block hash array. Block ids and hashes come in as Python lists (or any sequence) of
  * ints, and a lookup stops at its first miss, so a long prompt whose hit is short is not
  * converted as a whole.
  */

@@ -26,11 +26,6 @@ import numpy as np
 from workbench.sim import kvindex
 from workbench.sim.kvindex import NO_HASH
 
-try:  # the block moves in C (kvcache.c); the numpy ones below serve without it
-    from workbench.sim import _kvcache  # type: ignore[attr-defined]
-except ImportError:
-    _kvcache = None
-
 if TYPE_CHECKING:
     from workbench.sim.hosttier import HostTier
 
@@ -117,9 +112,9 @@ class BlockManager:
         self._hash = np.full(num_blocks, NO_HASH, dtype=np.int64)
         # hash → block, stale entries too (the class doc)
         limit = max(_INDEX_FACTOR * num_blocks, _INDEX_MIN)
-        self._index = (kvindex.CompiledIndex(limit, num_blocks) if compiled
-                       else kvindex.DictIndex(limit))  # fmt: skip
-        self._c = _kvcache if compiled else None
+        self._index = kvindex.new_index(limit, num_blocks, compiled)
+        # the block moves in C (kvcache.c); the numpy ones below serve without it
+        self._c = kvindex.native if compiled else None
         self._ncached = 0  # blocks holding a hash
         # uncached free blocks: a stack, the next ones taken from the top
         self._free = np.arange(num_blocks - 1, -1, -1, dtype=np.int64)
@@ -199,8 +194,9 @@ class BlockManager:
         else:
             b = np.asarray(blocks, dtype=np.int64)
             r = self._ref[b]
-            idle = int(np.count_nonzero(r == 0))
-            self._pos[b[r == 0]] = -1  # they leave the LRU: their log entries turn stale
+            was_idle = r == 0
+            idle = int(np.count_nonzero(was_idle))
+            self._pos[b[was_idle]] = -1  # they leave the LRU: their log entries turn stale
             self._ref[b] = r + 1
         self._nlru -= idle
         self.num_active += idle

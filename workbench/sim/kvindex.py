@@ -8,7 +8,7 @@ package is installed with a C compiler at hand) is an int64 array of (key, block
 linearly, each step's commit and each prefix lookup one C call
 (docs/embedded-engine.md, "KV manager representation"). Both classes here give
 the same answers for the same calls (tests/sim/test_sim_kvcache_model.py drives
-both against a reference LRU); ``HashIndex`` is the compiled one when the
+both against a reference LRU); ``new_index`` builds the compiled one when the
 extension is there, and ``COMPILED`` says which.
 
 An entry is authoritative only while its block still holds the key
@@ -24,10 +24,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-try:
-    from workbench.sim import _kvcache as _kvindex  # type: ignore[attr-defined]
+try:  # the one import of the C module: kvcache.py takes its block moves from here
+    from workbench.sim import _kvcache as native  # type: ignore[attr-defined]
 except ImportError:  # built without a C compiler: the dict below serves
-    _kvindex = None
+    native = None
 
 NO_HASH = -1  # ``own`` of a block holding no hash: Python's hash() never returns -1
 
@@ -105,18 +105,18 @@ class CompiledIndex:
         self._entries = 0  # occupied slots, stale ones too
 
     def get(self, own: np.ndarray, h: int) -> int:
-        got: int = _kvindex.get(self._table, own, self._shift, h)
+        got: int = native.get(self._table, own, self._shift, h)
         return got
 
     def prefix(self, own: np.ndarray, hashes: Sequence[int], start: int, end: int) -> list[int]:
-        got: list[int] = _kvindex.prefix(self._table, own, self._shift, hashes,
+        got: list[int] = native.prefix(self._table, own, self._shift, hashes,
                                          start, end)  # fmt: skip
         return got
 
     def commit(self, own: np.ndarray, blocks: Sequence[int], hashes: Sequence[int]) -> int:
         if self._entries + len(blocks) > self._room:  # never full: probing always ends
             self.rebuild(own)
-        cached, added = _kvindex.commit(self._table, own, self._shift, blocks,
+        cached, added = native.commit(self._table, own, self._shift, blocks,
                                         hashes, NO_HASH)  # fmt: skip
         self._entries += added
         if self._entries > self.limit:
@@ -124,16 +124,19 @@ class CompiledIndex:
         return int(cached)
 
     def rebuild(self, own: np.ndarray) -> None:
-        self._entries = _kvindex.rebuild(self._table, own, self._shift, NO_HASH)
+        self._entries = native.rebuild(self._table, own, self._shift, NO_HASH)
 
     def clear(self) -> None:
         self._table[1::2] = -1
         self._entries = 0
 
 
-COMPILED = _kvindex is not None
+COMPILED = native is not None
 
 
-def new_index(limit: int, num_blocks: int) -> DictIndex | CompiledIndex:
-    """The compiled index when the extension is built, else the dict."""
-    return CompiledIndex(limit, num_blocks) if COMPILED else DictIndex(limit)
+def new_index(limit: int, num_blocks: int, compiled: bool | None = None
+              ) -> DictIndex | CompiledIndex:  # fmt: skip
+    """The compiled index (``compiled``; default: when the extension is built), else the
+    dict."""
+    use = COMPILED if compiled is None else compiled
+    return CompiledIndex(limit, num_blocks) if use else DictIndex(limit)
