@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import multiprocessing as mp
 import os
 import shutil
 import signal
@@ -48,6 +47,7 @@ from workbench.replay.outcome import ShardOutcome, play_shard
 from workbench.replay.runner import build_runner
 from workbench.replay.session import ReplaySession, connection_warmer
 from workbench.replay.shards import ShardPart, split_run
+from workbench.spawning import children_start, spawn_context
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ class ProcessLauncher:
         s = session
         n = s.cfg.executor.workers
         parts = split_run(s.plan, s.cfg.arrival.max_concurrency, s.cfg.arrival.warmup, n)
-        ctx = mp.get_context("spawn")
+        ctx = spawn_context()
         pool = _Workers()
         try:
             for k, part in enumerate(parts):
@@ -223,7 +223,8 @@ class _Workers:
     def start(self, ctx: Any, spec: dict[str, Any]) -> None:
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=worker_main, args=(child, spec), daemon=True)
-        proc.start()
+        with children_start():
+            proc.start()
         child.close()
         self.procs[spec["shard"]] = proc
         self.conns[spec["shard"]] = parent

@@ -22,7 +22,6 @@ import dataclasses
 import datetime as dt
 import json
 import math
-import multiprocessing
 import os
 import signal
 from collections.abc import Callable, Sequence
@@ -36,6 +35,7 @@ from workbench.metrics.slo import SLO
 from workbench.signals import die_with_parent
 from workbench.sim.presets import resolve
 from workbench.sim.presets.stated import stated_error
+from workbench.spawning import children_start, spawn_context
 
 MAX_REPLICAS = 64
 PLAN_FILE = "plan.json"
@@ -368,12 +368,12 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
         return result
     # one search per process, up to the cores there are; the probes land in the plan in
     # the order one process would have run them (the same plan.json either way)
-    ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(
-        workers, mp_context=ctx, initializer=die_with_parent,
+        workers, mp_context=spawn_context(), initializer=die_with_parent,
         initargs=(os.getpid(), signal.SIGKILL),
     ) as pool:
-        futures = [pool.submit(_search, *a) for a in args]
+        with children_start():  # a submit may start a process
+            futures = [pool.submit(_search, *a) for a in args]
         for fut in futures:
             for p in fut.result():
                 result.probes.append(p)

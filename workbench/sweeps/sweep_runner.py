@@ -32,6 +32,7 @@ from workbench.cores import usable_cores
 from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO
 from workbench.signals import die_with_parent
+from workbench.spawning import children_start, spawn_context
 from workbench.storage.rundir import contained_dir
 from workbench.sweeps.points import point_metrics, pool, run_complete, simulate_and_measure
 from workbench.sweeps.store import RUNS, SWEEP_MANIFEST, Sweep, load_sweep, write_sweep
@@ -278,10 +279,9 @@ class SweepRunner:
         loop = asyncio.get_running_loop()
         slo = self.slo.to_dict() if self.slo else None
         if self.parallel > 1 and len(jobs) > 1 and self._pool is None:
-            ctx = multiprocessing.get_context("spawn")
             # each point's process ends with this one, however it ends (die_with_parent)
             self._pool = concurrent.futures.ProcessPoolExecutor(
-                self.parallel, mp_context=ctx, initializer=die_with_parent,
+                self.parallel, mp_context=spawn_context(), initializer=die_with_parent,
                 initargs=(os.getpid(), signal.SIGKILL))
         executor = self._pool if self.parallel > 1 and len(jobs) > 1 else None
         flushed = {"action": "none", "ok": True,
@@ -296,7 +296,8 @@ class SweepRunner:
         futures = []
         for e, rep, cfg in jobs:
             self._say(f"{e['label']} #{rep}: simulating")
-            fut = loop.run_in_executor(executor, simulate_and_measure, cfg.to_dict(), slo)
+            with children_start():  # a submit may start a process
+                fut = loop.run_in_executor(executor, simulate_and_measure, cfg.to_dict(), slo)
             # a point stopped after the sweep was (its KeyboardInterrupt) is nobody's news
             fut.add_done_callback(_retrieved)
             futures.append(fut)
