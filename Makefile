@@ -25,7 +25,7 @@ TIMED := scripts/timed.sh
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py workbench/sim/kvcache.c
+$(STAMP): pyproject.toml setup.py workbench/sim/kvcache.c workbench/kernels.c
 	$(TIMED) "set-up of $(VENV)" sh -c "$(PYTHON) -m venv $(VENV) && \
 	  $(PY) -m pip install --quiet --upgrade pip && $(PY) -m pip install --quiet -e '.[test]'"
 	touch $(STAMP)

@@ -1,13 +1,21 @@
-"""The one compiled module; everything else about the package is in pyproject.toml.
+"""The compiled modules; everything else about the package is in pyproject.toml.
 
-``workbench.sim._kvcache`` is the KV manager's inner loops in C (the hash index and
-the block moves, ``workbench/sim/kvcache.c``). It is optional: where no C compiler is
-at hand the build of it fails without failing the install, and the manager
-(``workbench/sim/kvcache.py``, ``kvindex.py``) runs the same loops in numpy and a
-dict (the same answers, slower).
+Both are optional: where no C compiler is at hand their build fails without failing
+the install, and the same loops run in Python and numpy (the same answers, slower).
+
+- ``workbench.sim._kvcache``: the KV manager's inner loops (the hash index and the block
+  moves, ``workbench/sim/kvcache.c``; their twins ``workbench/sim/kvcache.py``,
+  ``kvindex.py``).
+- ``workbench._kernels``: block keys, decode span ends and hash-id tokens
+  (``workbench/kernels.c``; ``workbench/kernels.py`` says where their twins are). Built
+  with ``-ffp-contract=off``: its step times must round exactly as Python's do.
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("workbench.sim._kvcache", ["workbench/sim/kvcache.c"],
-                             optional=True, extra_compile_args=["-O2"])])
+setup(ext_modules=[
+    Extension("workbench.sim._kvcache", ["workbench/sim/kvcache.c"], optional=True,
+              extra_compile_args=["-O2"]),
+    Extension("workbench._kernels", ["workbench/kernels.c"], optional=True,
+              extra_compile_args=["-O2", "-ffp-contract=off"], libraries=["m"]),
+])

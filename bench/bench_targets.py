@@ -15,6 +15,12 @@ CPU (user + system) and its peak resident memory (``ru_maxrss``), both from
 Cases run one tree after the other, the trees alternating, ``--repeat`` times; with
 ``--cores C`` every child is pinned (``taskset -c C``), e.g. ``--cores 1`` for the
 one-process cases on a quiet 2-core machine (the sweep uses the cores it is given).
+
+``--together 0,1`` runs the one-process cases of the trees *at the same time*, one
+per core (``taskset``), the cores swapped at every repeat: on a host whose speed drifts
+(a shared machine), both trees see the same drift, and their ratio is the figure to
+read (the brief's "ratios measured in one run"); each one's wall time is slower than
+alone by what the two share (caches, memory bandwidth).
 Run from the repository root:
 
     .venv/bin/python bench/bench_targets.py --tree after=. --tree before=../before \\
@@ -24,6 +30,7 @@ Run from the repository root:
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import shutil
@@ -58,6 +65,26 @@ def _child(argv: list[str], tree: Path, cores: str | None) -> dict[str, object]:
             "outcome": next((ln for ln in reversed(lines) if "TTFT" in ln), "")[:200]}
 
 
+def _together(trees: list[tuple[str, Path]], case: str, rep: int, trace: str, py: str,
+              out: Path, cores: list[str]) -> None:  # fmt: skip
+    """The trees' runs of one case at once, tree i on core ``cores[(i + rep) % len]``."""
+    if len(cores) < len(trees):
+        sys.exit(f"--together needs a core per tree ({len(trees)}), got {cores}")
+    jobs = []
+    with concurrent.futures.ThreadPoolExecutor(len(trees)) as pool:
+        for i, (name, tree) in enumerate(trees):
+            argv = [py, "-m", "workbench", "simulate", "--trace", trace,
+                    "-o", str(out / f"{name}-{case}-{rep}"),
+                    *(SIXTEEN if case == "sixteen" else [])]  # fmt: skip
+            core = cores[(i + rep) % len(cores)]
+            jobs.append((name, core, pool.submit(_child, argv, tree, core)))
+    for name, core, fut in jobs:
+        print(json.dumps({"tree": name, "case": case, "repeat": rep, "core": core,
+                          **fut.result(), "together": True,
+                          "load_average": [round(x, 2) for x in os.getloadavg()]}),
+              flush=True)  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -67,6 +94,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--cores", default=None, help="taskset -c for the one-process cases")
     ap.add_argument("--parallel", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--together", default=None,
+                    help="cores, one per tree: the one-process cases of the trees at once")
     args = ap.parse_args()
     trees = [(name, Path(path)) for name, _, path in (t.partition("=") for t in args.tree)]
     trace = str(Path(args.trace).resolve())
@@ -75,6 +104,9 @@ def main() -> None:
     try:
         for rep in range(args.repeat):
             for case in args.cases.split(","):
+                if args.together and case in ("one", "sixteen"):
+                    _together(trees, case, rep, trace, py, out, args.together.split(","))
+                    continue
                 for name, tree in trees:
                     d = out / f"{name}-{case}-{rep}"
                     if case in ("one", "sixteen"):

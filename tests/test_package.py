@@ -90,9 +90,10 @@ def test_the_sdist_and_the_wheel_carry_notebooks_traces_provenance_and_py_typed(
     with tarfile.open(sdist) as tar:
         inside = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     assert set(SHIPPED) <= inside
-    # the KV index's C source (and what builds it) in the sdist, its module in the wheel
-    assert {"setup.py", "workbench/sim/kvcache.c"} <= inside
-    assert any(n.startswith("workbench/sim/_kvcache.") and n.endswith(".so") for n in names)
+    # the C sources (and what builds them) in the sdist, their modules in the wheel
+    assert {"setup.py", "workbench/sim/kvcache.c", "workbench/kernels.c"} <= inside
+    for module in ("workbench/sim/_kvcache.", "workbench/_kernels."):
+        assert any(n.startswith(module) and n.endswith(".so") for n in names), module
     meta = zipfile.ZipFile(wheel).read(f"{DIST}-{workbench.__version__}.dist-info/METADATA")
     text = meta.decode()
     assert "Name: workbench-replay" in text and "Requires-Python: <3.14,>=3.11" in text
@@ -124,9 +125,10 @@ def test_the_wheel_in_a_fresh_venv_runs_demo_report_notebooks_and_a_replay_outsi
     where = _run([str(py), "-c", "import workbench; print(workbench.__file__)"], tmp_path, env)
     assert Path(where.strip()).is_relative_to(site), f"imported {where} instead of the wheel"
     assert not Path(where.strip()).is_relative_to(REPO)
-    compiled = _run([str(py), "-c", "from workbench.sim import kvindex; print(kvindex.COMPILED)"],
+    compiled = _run([str(py), "-c", "from workbench.sim import kvindex; from workbench import "
+                     "kernels; print(kvindex.COMPILED, kernels.native is not None)"],
                     tmp_path, env)  # fmt: skip
-    assert compiled.strip() == "True"
+    assert compiled.split() == ["True", "True"]
     before = _files(site)
     cwd, told = tmp_path / "cwd", tmp_path / "told"
     cwd.mkdir()

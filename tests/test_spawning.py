@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from workbench.cores import usable_cores
+from workbench.data import path as data_path
 from workbench.spawning import children_start
 
-MOONCAKE = Path(__file__).resolve().parents[1] / "workbench/data/mooncake/conversation_trace_head600.jsonl"
+MOONCAKE = data_path("mooncake/conversation_trace_head600.jsonl")
 
 
 def _script(out: Path) -> str:

@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from workbench.kernels import native as _native
+
 #: source kinds (ints, so part tuples hash the same in every process)
 UNIT, PREFIX, BLOCK, OUTPUT = 1, 2, 3, 4
 KIND_NAMES = {UNIT: "unit stream", PREFIX: "shared prefix", BLOCK: "hash-id block",
@@ -168,6 +170,8 @@ class BlockKeyer:
         if last <= self._top:  # every new block ends inside the part the last call did
             self._e = last + bs
             pk = self._pk
+            if _native is not None:
+                return _native.block_keys((pk,), ((last - e) // bs + 1,), e, bs)
             if last == e:
                 return [_mix_one(pk, e)]
             return _mix_ends(pk, e, last + bs, bs)
@@ -192,6 +196,8 @@ class BlockKeyer:
             off = top
             i += 1
         self._i, self._off, self._run, self._e = i, off, run, e
+        if _native is not None:
+            return _native.block_keys(pkeys, counts, e0, bs)
         if len(pkeys) == 1:
             return _mix_ends(pkeys[0], e0, e, bs)
         n = (e - e0) // bs

@@ -42,6 +42,7 @@ from functools import lru_cache
 import numpy as np
 
 from workbench.context.hashing import FNV32_PRIME, fnv1a_32
+from workbench.kernels import native as _kernels
 from workbench.segments import BLOCK, PREFIX, UNIT, Part, Segments
 
 DEFAULT_VOCAB_LO = 1000
@@ -144,6 +145,7 @@ def _head_grid(packed: Sequence[int], width: int) -> np.ndarray:
     return z
 
 
+_KERNEL_DTYPES = (np.dtype(np.uint32), np.dtype(np.int64))  # what ``_kernels.heads`` writes
 _POOL_MAX = 1 << 17  # vocabularies up to this share one set of int objects
 _pools: dict[int, np.ndarray] = {}
 
@@ -304,6 +306,10 @@ class TokenPool:
         record hashing packs them): hash-id blocks, the last one cut, generated as one
         grid in place (``_generate_run``'s steps on a 2-D array)."""
         span = self.vocab_hi - self.vocab_lo
+        if _kernels is not None and np.dtype(dtype) in _KERNEL_DTYPES:
+            out = np.empty(n, dtype)
+            _kernels.heads(packed, width, n, self.vocab_lo, span, out)
+            return out
         z = _finish_in_place(_head_grid(packed, width), self.vocab_lo, span)
         return z.ravel()[:n].astype(dtype)
 

@@ -23,8 +23,11 @@ take time to wake, which a request joining a running batch does not pay
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
+from workbench.kernels import native as _kernels
 from workbench.sim import hosttier, presets
 from workbench.sim.config import EngineConfig
 
@@ -89,6 +92,20 @@ def decode_steps_ns(config: EngineConfig, seqs: int, kv_tokens: np.ndarray | ran
     ms = np.maximum(floor, a * u_arr * u_arr + b * u_arr + c + s)
     vec: list[int] = np.rint(ms * 1e6 / sp).astype(np.int64).tolist()
     return vec
+
+
+def decode_span_ends(config: EngineConfig, seqs: int, kv0: int, k: int, end: int) -> list[int]:
+    """The ends of a span's ``k`` decode-only steps (``Engine._span_ends``), the first at
+    ``end``; step ``i`` holds ``kv0 + i·seqs`` KV tokens. ``decode_steps_ns`` summed, or
+    its compiled twin (``workbench.kernels``: the same values)."""
+    if _kernels is not None and not (config.zero_cost or config.preset) and k >= 1:
+        a, b, c = config.decode_coeffs
+        return _kernels.decode_ends(end, k, kv0, seqs, a, b, c, config.decode_seq_ms * seqs,
+                                    config.capacity_tokens, config.decode_floor_ms,
+                                    config.speedup)  # fmt: skip
+    # the KV tokens of steps 1 .. k-1 after the first (a range: no array for a short span)
+    kv = range(kv0 + seqs, kv0 + k * seqs, seqs) if seqs else np.full(k - 1, kv0, dtype=np.int64)
+    return list(itertools.accumulate(decode_steps_ns(config, seqs, kv), initial=end))
 
 
 def _ints(values: np.ndarray | range) -> list[int] | range:

@@ -18,12 +18,9 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
-import itertools
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from workbench.clock import Clock, StepHandle, VirtualClock, VirtualTimeLoop
 from workbench.segments import Segments
@@ -411,12 +408,8 @@ class Engine:
     def _span_ends(self, end: int, k: int) -> list[int]:
         """The end times of a span's ``k`` steps, the first ending at ``end``."""
         s = self._sched
-        n = s.implicit_count
-        kv0 = s.implicit_kv_tokens(0)
-        # the KV tokens of steps 1 .. k-1 after the first (a range: no array for a short span)
-        kv = range(kv0 + n, kv0 + k * n, n) if n else np.full(k - 1, kv0, dtype=np.int64)
-        durs = cost.decode_steps_ns(self.config, n, kv)
-        return list(itertools.accumulate(durs, initial=end))
+        return cost.decode_span_ends(self.config, s.implicit_count, s.implicit_kv_tokens(0),
+                                     k, end)
 
     def _span_tail(self) -> bool:
         """The loop reached a span's last-but-one step end: apply the steps ended so

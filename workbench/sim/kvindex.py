@@ -21,13 +21,18 @@ checks the entry against ``own``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import ModuleType
 
 import numpy as np
 
-try:  # the one import of the C module: kvcache.py takes its block moves from here
-    from workbench.sim import _kvcache as native  # type: ignore[attr-defined]
-except ImportError:  # built without a C compiler: the dict below serves
-    native = None
+from workbench.kernels import compiled_wanted
+
+native: ModuleType | None = None
+if compiled_wanted():
+    try:  # the one import of the C module: kvcache.py takes its block moves from here
+        from workbench.sim import _kvcache as native  # type: ignore[attr-defined,no-redef]
+    except ImportError:  # built without a C compiler: the dict below serves
+        native = None
 
 NO_HASH = -1  # ``own`` of a block holding no hash: Python's hash() never returns -1
 

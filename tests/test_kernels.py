@@ -1,0 +1,168 @@
+"""The compiled kernels (``workbench/kernels.c``) give their Python twins' values exactly
+(``workbench/kernels.py`` lists the pairs); ``WORKBENCH_COMPILED=0`` runs the twins."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import workbench.context.tokens as tokens_mod
+import workbench.segments as segments_mod
+import workbench.sim.cost as cost_mod
+from workbench.context.tokens import TokenPool
+from workbench.kernels import native
+from workbench.segments import BLOCK, OUTPUT, PREFIX, UNIT, BlockKeyer, Segments, _mix
+from workbench.sim.config import EngineConfig
+
+M64 = (1 << 64) - 1
+
+
+def test_the_kernels_are_built_here() -> None:
+    # a dev install (make setup) and the wheel build them; the twins alone would pass the
+    # rest of this file without comparing anything
+    assert native is not None
+
+
+# -- block keys ------------------------------------------------------------------------
+parts = st.lists(
+    st.tuples(st.sampled_from([UNIT, PREFIX, BLOCK, OUTPUT]), st.integers(0, 2**63),
+              st.integers(0, 5000), st.integers(0, 700)),
+    max_size=12,
+)  # fmt: skip
+
+
+def _keys(seg: Segments, bs: int, stops: list[int]) -> list[list[int]]:
+    keyer = BlockKeyer(seg, bs)
+    return [keyer.upto(stop) for stop in stops]
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts, st.integers(1, 64), st.lists(st.integers(0, 9000), max_size=8))
+def test_block_keys_equal_the_python_twin(ps, bs: int,
+                                          stops: list[int]) -> None:  # fmt: skip
+    seg = Segments(ps)
+    stops = [*sorted(min(s, len(seg)) for s in stops), len(seg)]
+    got = _keys(seg, bs, stops)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(segments_mod, "_native", None)
+        want = _keys(seg, bs, stops)
+    assert got == want
+    assert [k for ks in got for k in ks] == seg.block_keys(bs)
+
+
+def _unfinish(z: int) -> int:
+    """The input of splitmix64's finaliser that gives ``z`` (each step inverted)."""
+    def unxorshift(x: int, s: int) -> int:
+        y = x
+        for _ in range(64 // s + 1):
+            y = x ^ (y >> s)
+        return y & M64
+    z = unxorshift(z, 31)
+    z = z * pow(0x94D049BB133111EB, -1, 1 << 64) & M64
+    z = unxorshift(z, 27)
+    z = z * pow(0xBF58476D1CE4E5B9, -1, 1 << 64) & M64
+    return unxorshift(z, 30)
+
+
+def test_a_key_that_would_be_minus_one_is_minus_two_in_both() -> None:
+    pk = _unfinish(M64)  # end 0: the finaliser's input is the part key itself
+    signed = pk - (1 << 64) if pk >> 63 else pk
+    assert _mix(np.array([pk], dtype=np.uint64), np.array([0], dtype=np.uint64)) == [-2]
+    assert segments_mod._mix_one(signed, 0) == -2
+    assert native.block_keys([signed], [1], 0, 16) == [-2]
+    assert native.block_keys([pk], [2], 0, 16)[0] == -2  # any int, taken modulo 2**64
+
+
+def test_block_keys_refuse_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="one count per part key"):
+        native.block_keys([1, 2], [1], 0, 16)
+    with pytest.raises(ValueError, match="counts must be >= 0"):
+        native.block_keys([1], [-1], 0, 16)
+    with pytest.raises(ValueError, match="block_size > 0"):
+        native.block_keys([1], [1], 0, 0)
+    with pytest.raises(TypeError):
+        native.block_keys([1.5], [1], 0, 16)
+
+
+# -- decode span ends ------------------------------------------------------------------
+CONFIGS = [
+    EngineConfig(),
+    EngineConfig(speedup=1.7, decode_seq_ms=0.013, num_blocks=512),
+    EngineConfig(decode_coeffs=(3.25, -1.1, 0.7), decode_floor_ms=2.5, block_size=32,
+                 num_blocks=100),
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(CONFIGS), st.integers(0, 300), st.integers(0, 4_000_000),
+       st.integers(1, 300), st.integers(0, 10**15))
+def test_decode_span_ends_equal_the_python_twin(cfg: EngineConfig, seqs: int, kv0: int, k: int,
+                                                end: int) -> None:  # fmt: skip
+    got = cost_mod.decode_span_ends(cfg, seqs, kv0, k, end)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(cost_mod, "_kernels", None)
+        want = cost_mod.decode_span_ends(cfg, seqs, kv0, k, end)
+    assert got == want
+    assert len(got) == k and got[0] == end
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.floats(-50, 50), st.floats(-50, 50), st.floats(-50, 50), st.floats(0, 5),
+       st.integers(1, 10**9), st.floats(0, 20), st.floats(0.01, 100), st.integers(0, 10**9),
+       st.integers(0, 10**6), st.integers(2, 40))
+def test_decode_ends_round_as_python_does(a, b, c, s, cap, floor, sp, kv0, dkv, k) -> None:
+    ends, t = [0], 0
+    for i in range(1, k):  # decode_steps_ns's loop, as written there
+        u = min(1.0, (kv0 + i * dkv) / cap)
+        t += round(max(floor, a * u * u + b * u + c + s) * 1e6 / sp)
+        ends.append(t)
+    assert native.decode_ends(0, k, kv0, dkv, a, b, c, s, cap, floor, sp) == ends
+
+
+def test_decode_ends_refuse_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="k >= 1"):
+        native.decode_ends(0, 0, 0, 1, 1.0, 1.0, 1.0, 0.0, 10.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="speedup > 0"):
+        native.decode_ends(0, 3, 0, 1, 1.0, 1.0, 1.0, 0.0, 10.0, 1.0, 0.0)
+
+
+# -- hash-id tokens --------------------------------------------------------------------
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, M64), min_size=1, max_size=6), st.integers(1, 600),
+       st.data(), st.sampled_from([np.uint32, np.int64]),
+       st.sampled_from([(0, 32000), (5, 151936), (0, 2**32), (2**31 + 5, 2**32)]))
+def test_heads_equal_the_numpy_twin(packed: list[int],
+                                    width: int, data, dtype, vocab) -> None:  # fmt: skip
+    n = data.draw(st.integers(0, len(packed) * width))
+    pool = TokenPool(seed=7, vocab_lo=vocab[0], vocab_hi=vocab[1])
+    got = pool.heads_array(packed, width, n, dtype)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(tokens_mod, "_kernels", None)
+        want = pool.heads_array(packed, width, n, dtype)
+    assert got.dtype == want.dtype and got.tolist() == want.tolist()
+
+
+def test_heads_refuse_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="n exceeds"):
+        native.heads([1], 4, 5, 0, 100, np.empty(5, np.uint32))
+    with pytest.raises(ValueError, match="out must hold n"):
+        native.heads([1], 4, 4, 0, 100, np.empty(3, np.uint32))
+    with pytest.raises(ValueError, match="span <= 2"):
+        native.heads([1], 4, 4, 0, 2**32 + 1, np.empty(4, np.int64))
+    with pytest.raises(TypeError):  # read-only memory
+        native.heads([1], 4, 4, 0, 100, bytes(16))
+
+
+def test_compiled_0_runs_the_twins_everywhere() -> None:
+    code = ("from workbench import kernels; from workbench.sim import kvindex; "
+            "print(kernels.native is None, kvindex.COMPILED)")  # fmt: skip
+    env = {**os.environ, "WORKBENCH_COMPILED": "0"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True, timeout=60).stdout  # fmt: skip
+    assert out.split() == ["True", "False"]
