@@ -148,6 +148,9 @@ def _may_match(s: str) -> bool:
     )  # fmt: skip
 
 
+_NUMBER_BYTES = b"0123456789,[]"
+
+
 def line(data: bytes) -> bytes:
     """``text`` over one serialized JSON line; a clean line (the usual one) is not copied.
 
@@ -155,11 +158,15 @@ def line(data: bytes) -> bytes:
     serialized again), so a secret that also occurs inside a number or a key's JSON
     syntax cannot break the line.
     """
-    low = data.lower()
     registered = any(s in data for s in _secret_bytes)
+    # the triggers looked for without the digits and number punctuation most of a record
+    # line is (token times, hashes): deleting them can only join letters into a trigger,
+    # never break one, so a line that passes here had none (~4x less time a line)
+    small = data.translate(None, _NUMBER_BYTES)
+    low = small.lower()
     if not (
-        registered or b"sk-" in low or b"bearer" in low or b"basic" in low or b"@" in data
-        or (b"=" in data and (b"?" in data or b"&" in data or b";" in data))
+        registered or b"sk-" in low or b"bearer" in low or b"basic" in low or b"@" in small
+        or (b"=" in small and (b"?" in small or b"&" in small or b";" in small))
     ):  # fmt: skip
         return data
     if registered:

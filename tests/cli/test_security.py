@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import orjson
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
@@ -145,3 +146,22 @@ def test_report_of_a_killed_run_says_incomplete_and_escapes_its_id(tmp_path):
     assert "&lt;img src=x onerror=alert(1)&gt;" in html
     index = (tmp_path / "reports" / "index.html").read_text()
     assert "<img src=x onerror" not in index
+
+
+def test_a_record_line_is_redacted_however_many_numbers_surround_the_secret():
+    """``redact.line`` looks for its triggers with the digits and number punctuation
+    deleted: a secret among thousands of token times is still found, and a line whose
+    digits only *join* into a trigger ("s1k-") comes back as it was (no secret in it)."""
+    times = list(range(10**9, 10**9 + 3000))
+    for said, secret in (("sk-abcdefghijklmnop1234", "abcdefghijklmnop1234"),
+                         ("Bearer abc.def-123", "abc.def-123"),
+                         ("http://user:pw9876@host/x", "pw9876")):  # fmt: skip
+        raw = orjson.dumps({"token_times_ns": times, "error": f"HTTP 401 {said}",
+                            "extra": {"h": [2**64 - 1] * 40}}) + b"\n"  # fmt: skip
+        out = redact.line(raw)
+        assert secret.encode() not in out, said
+        assert orjson.loads(out)["token_times_ns"] == times
+    joined = orjson.dumps({"error": "s1k-2 and b1earer", "t": times}) + b"\n"
+    assert redact.line(joined) == joined
+    clean = orjson.dumps({"t": times, "id": "run-1"}) + b"\n"
+    assert redact.line(clean) is clean  # a clean line is not copied
