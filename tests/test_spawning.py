@@ -14,6 +14,7 @@ import pytest
 
 from workbench.cores import usable_cores
 from workbench.data import path as data_path
+from workbench.registry import Registry, registered_in_main
 from workbench.spawning import children_start
 
 MOONCAKE = data_path("mooncake/conversation_trace_head600.jsonl")
@@ -61,3 +62,22 @@ def test_children_start_hides_then_restores_the_main_module() -> None:
     assert hasattr(main, "__file__") == had_file
     assert getattr(main, "__file__", None) == file
     assert getattr(main, "__spec__", None) is spec
+
+
+def test_a_script_with_an_axis_value_of_its_own_keeps_its_main_for_the_children() -> None:
+    """Its children look that value up by name: they must run the script again."""
+    reg: Registry[type] = Registry("test axis")
+
+    class Mine:
+        pass
+
+    Mine.__module__ = "__main__"
+    main = sys.modules["__main__"]
+    file = getattr(main, "__file__", None)
+    with reg.added("mine", Mine):
+        assert "test axis mine" in registered_in_main()
+        with children_start():
+            assert getattr(main, "__file__", None) == file
+    assert "test axis mine" not in registered_in_main()
+    with children_start():
+        assert not hasattr(main, "__file__")

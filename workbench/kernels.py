@@ -33,7 +33,7 @@ def compiled_wanted() -> bool:
 native: ModuleType | None = None
 if compiled_wanted():
     try:
-        from workbench import _kernels as native
+        from workbench import _kernels as native  # type: ignore[no-redef]
     except ImportError:  # not built: the twins run
         native = None
 

@@ -6,9 +6,10 @@ module with one ``@REGISTRY.register("name")`` line; nothing else dispatches on 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from workbench.errors import ConfigError
 
@@ -22,6 +23,7 @@ class Registry(Generic[T]):
         self.kind = kind
         self._items: dict[str, T] = {}
         self._aliases: dict[str, str] = {}
+        _ALL.add(self)
 
     def register(self, name: str, *aliases: str) -> Callable[[T], T]:
         def deco(obj: T) -> T:
@@ -72,3 +74,14 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: object) -> bool:
         return name in self._items or name in self._aliases
+
+
+_ALL: weakref.WeakSet[Registry[Any]] = weakref.WeakSet()
+
+
+def registered_in_main() -> list[str]:
+    """``"kind name"`` of every registered object defined in the ``__main__`` module (a
+    script's own trace format or backend): a child process knows it only by running the
+    script again (``workbench.spawning``)."""
+    return sorted(f"{r.kind} {name}" for r in list(_ALL) for name, obj in r._items.items()
+                  if getattr(obj, "__module__", None) == "__main__")  # fmt: skip

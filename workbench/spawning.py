@@ -13,7 +13,10 @@ from it, and running it again breaks two ordinary ways of calling workbench:
 
 ``children_start()`` is held while workbench starts processes: the main module's
 ``__file__`` and ``__spec__`` (how ``spawn`` finds it) are hidden for that moment, so the
-children start from workbench alone (docs/sweeps.md, "parallel-points").
+children start from workbench alone (docs/sweeps.md, "parallel-points"). Unless the
+script registered an axis value of its own (a trace format, a backend: something the
+children look up by name, ``registry.registered_in_main``): then they need the script,
+and it runs again in them as ``spawn`` always does (it must have its main guard).
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ import sys
 import threading
 from collections.abc import Iterator
 from multiprocessing.context import SpawnContext
+from typing import Any
+
+from workbench.registry import registered_in_main
 
 _LOCK = threading.Lock()
 _MISSING = object()
@@ -39,22 +45,22 @@ def spawn_context() -> SpawnContext:
 def children_start() -> Iterator[None]:
     """While held, processes started by ``spawn`` do not run the main module again."""
     main = sys.modules.get("__main__")
-    if main is None:
+    if main is None or registered_in_main():
         yield
         return
     with _LOCK:
-        file, spec = getattr(main, "__file__", _MISSING), getattr(main, "__spec__", _MISSING)
-        if file is not _MISSING:
+        saved: dict[str, Any] = {name: getattr(main, name, _MISSING)
+                                 for name in ("__file__", "__spec__")}  # fmt: skip
+        if saved["__file__"] is not _MISSING:
             del main.__file__
-        if spec is not _MISSING:
+        if saved["__spec__"] is not _MISSING:
             main.__spec__ = None
         try:
             yield
         finally:
-            if file is not _MISSING:
-                main.__file__ = file
-            if spec is not _MISSING:
-                main.__spec__ = spec
+            for name, value in saved.items():
+                if value is not _MISSING:
+                    setattr(main, name, value)
 
 
 __all__ = ["children_start", "spawn_context"]

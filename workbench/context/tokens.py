@@ -307,7 +307,7 @@ class TokenPool:
         grid in place (``_generate_run``'s steps on a 2-D array)."""
         span = self.vocab_hi - self.vocab_lo
         if _kernels is not None and np.dtype(dtype) in _KERNEL_DTYPES:
-            out = np.empty(n, dtype)
+            out: np.ndarray = np.empty(n, dtype)
             _kernels.heads(packed, width, n, self.vocab_lo, span, out)
             return out
         z = _finish_in_place(_head_grid(packed, width), self.vocab_lo, span)

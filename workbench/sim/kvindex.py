@@ -21,13 +21,13 @@ checks the entry against ``own``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import ModuleType
+from typing import Any
 
 import numpy as np
 
 from workbench.kernels import compiled_wanted
 
-native: ModuleType | None = None
+native: Any = None  # the C module (no stubs), or None
 if compiled_wanted():
     try:  # the one import of the C module: kvcache.py takes its block moves from here
         from workbench.sim import _kvcache as native  # type: ignore[attr-defined,no-redef]
