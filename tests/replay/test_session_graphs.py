@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from workbench.backends.transport import HTTP_CLIENTS
 from workbench.config import RunConfig
 from workbench.executors.dispatch import run_async
 from workbench.executors.virtual import canonical_report, report_digest, simulate
@@ -143,10 +144,37 @@ def test_one_task_one_slot_and_the_stream_cap(graph_csv):
     check_graph_semantics(capped, tol_ns=10**12, streams_free=False)
 
 
-async def test_live_embedded_engine_keeps_the_graph(graph_csv, sim):
+@pytest.mark.parametrize("http", HTTP_CLIENTS)
+async def test_live_embedded_engine_keeps_the_graph(graph_csv, sim, http):
+    cfg = RunConfig.from_dict({**_cfg(graph_csv, sim.base_url).to_dict(),
+                               "executor": {"http": http}})
     async with asyncio.timeout(60):
-        result = await run_async(_cfg(graph_csv, sim.base_url))
+        result = await run_async(cfg)
     check_graph_semantics(result, tol_ns=200_000_000)  # a loaded 2-core host: 200 ms
+    # a round_start child is timed from its parent's request as the client stamped it
+    # going out, not from when the round began (its prompt built, a stream taken):
+    # that gap made s start a few microseconds early on a loaded host
+    u, life = _by_unit(result), {row["unit_id"]: row for row in result.lifecycle}
+    assert life["s"]["released_ns"] == u["p"][1].dispatch_ns
+    assert life["g"]["released_ns"] == u["c1"][0].dispatch_ns
+    assert u["s"][0].extra["spawn"]["delay_ms"] == 5.0
+
+
+def test_round_start_child_waits_for_its_parent_request_to_go_out(tmp_path):
+    """Two long requests hold both streams when a's round 1 begins: its request waits
+    for a stream, and so does x, due 1 ms after that request went out, not 1 ms after
+    the round began (both would otherwise take the two streams freed at one instant)."""
+    p = tmp_path / "wait.csv"
+    p.write_text(HEADER + "a,0,0,16,2,0,,,,,\na,1,18,16,4,0,,,,,\n"
+                 "x,0,0,16,4,0,a,1,round_start,1,none\n"
+                 "b,0,0,32,64,0,,,,,\nc,0,0,32,64,0,,,,,\n")
+    res = simulate(_cfg(p, max_streams=2), engine=ENGINE)
+    u, life = _by_unit(res), {row["unit_id"]: row for row in res.lifecycle}
+    a1, x = u["a"][1], u["x"][0]
+    assert a1.dispatch_ns >= min(u["b"][0].end_ns, u["c"][0].end_ns)  # it waited
+    assert life["x"]["released_ns"] == a1.dispatch_ns
+    assert x.dispatch_ns >= a1.dispatch_ns + 1_000_000
+    assert x.extra["spawn"]["delay_ms"] == 1.0
 
 
 def test_dangling_parent_and_cycle_are_trace_errors(tmp_path):

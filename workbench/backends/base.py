@@ -12,7 +12,7 @@ and finish reasons the same way.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -50,6 +50,10 @@ class WireRequest:
     #: the prompt as parts (``workbench.segments``), only for a sender that takes them
     #: (virtual time); ``prompt_ids`` is then empty and nothing goes on a wire
     segments: Segments | None = None
+    #: called with the dispatch stamp when the request goes out (its record's
+    #: ``dispatch_ns``; again if a retry sends it again): sub-agents started on the
+    #: round's start are timed from it (``replay.graph.RoundSent``)
+    on_sent: Callable[[int], None] | None = None
 
     @property
     def prompt_len(self) -> int:

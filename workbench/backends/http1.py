@@ -52,6 +52,7 @@ from workbench.backends.stream import (
     Inflater,
     ResponseBody,
     StaleConnectionError,
+    sent_at,
 )
 from workbench.records import RequestRecord
 
@@ -136,7 +137,9 @@ class _Connection(asyncio.Protocol):
         waiter = self.waiter = self.pool.loop.create_future()
         self.state, self.rec = state, rec
         t = self.last_ns = self.sent_ns = self.now()
-        if rec is not None:
+        if state is not None:
+            sent_at(state, t)
+        elif rec is not None:
             rec.dispatch_ns = t
         self.transport.write(data)
         idle = self.pool.idle_s

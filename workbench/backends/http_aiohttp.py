@@ -30,6 +30,7 @@ from workbench.backends.stream import (
     Inflater,
     ResponseBody,
     StaleConnectionError,
+    sent_at,
 )
 from workbench.records import RequestRecord
 
@@ -108,7 +109,7 @@ class AiohttpClient:
         req = ctx.trace_request_ctx  # the record's dispatch is when its body is first out
         if isinstance(req, _Sent) and not req.sent:
             req.sent = True
-            req.rec.dispatch_ns = self.now()
+            sent_at(req.state, self.now())
 
     async def post(
         self,
@@ -129,7 +130,7 @@ class AiohttpClient:
         now = self.now
         rec.dispatch_ns = now()  # replaced when aiohttp reports the body sent
         head_due = asyncio.timeout(self.idle_s)
-        sent = _Sent(rec)
+        sent = _Sent(rec, state)
         try:
             try:
                 # the head is due within the idle timeout of sending (as in http1)
@@ -227,10 +228,10 @@ class _Sent:
     """One POST's trace context: its record, whether its body went out, and whether it
     rode a kept-alive connection (only then may a loss before the answer be retried)."""
 
-    __slots__ = ("rec", "reused", "sent")
+    __slots__ = ("rec", "reused", "sent", "state")
 
-    def __init__(self, rec: RequestRecord) -> None:
-        self.rec, self.sent, self.reused = rec, False, False
+    def __init__(self, rec: RequestRecord, state: ResponseBody) -> None:
+        self.rec, self.state, self.sent, self.reused = rec, state, False, False
 
 
 def _translate(exc: BaseException, rec: RequestRecord | None, *, reused: bool) -> BaseException:

@@ -22,7 +22,7 @@ failure the same way whichever client met it (``executor.http``).
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import orjson
 
@@ -52,6 +52,7 @@ __all__ = [
     "StaleConnectionError",
     "StreamState",
     "WholeBody",
+    "sent_at",
 ]
 
 
@@ -131,8 +132,8 @@ class StreamState:
 
     __slots__ = (
         "after_done", "counts", "cut", "decode", "decoder", "done", "error", "feed_all",
-        "feed_one", "guard", "headers", "idle_ns", "json_body", "one", "raw", "reads", "rec",
-        "times",
+        "feed_one", "guard", "headers", "idle_ns", "json_body", "on_sent", "one", "raw",
+        "reads", "rec", "times",
     )  # fmt: skip
 
     def __init__(
@@ -148,6 +149,7 @@ class StreamState:
         self.feed_all = parser.feed_all  # the parser's fast paths (``StreamParser``)
         self.feed_one = parser.feed_one
         self.rec = rec
+        self.on_sent: Callable[[int], None] | None = None  # WireRequest.on_sent (sent_at)
         self.times, self.counts = rec.token_times_ns, rec.token_counts
         self.done = False  # [DONE] seen: later bytes are not parsed
         # the codec rejected a payload, the guard cut the stream, or no token came
@@ -327,11 +329,12 @@ class WholeBody:
 
     takes_json = True
 
-    __slots__ = ("cut", "done", "error", "headers", "ids", "json_body", "limit", "parser",
-                 "parts", "reads", "rec", "size")
+    __slots__ = ("cut", "done", "error", "headers", "ids", "json_body", "limit", "on_sent",
+                 "parser", "parts", "reads", "rec", "size")
 
     def __init__(self, parser: StreamParser, rec: RequestRecord, limit: int) -> None:
         self.parser, self.rec, self.limit = parser, rec, limit
+        self.on_sent: Callable[[int], None] | None = None  # WireRequest.on_sent (sent_at)
         self.parts: list[bytes] = []
         self.size = 0
         self.done = self.cut = False
@@ -393,3 +396,11 @@ def whole_body_error(body: bytes) -> BackendError | None:
 
 #: what a client feeds a response's body to: a stream, or a whole answer
 ResponseBody = StreamState | WholeBody
+
+
+def sent_at(state: ResponseBody, t: int) -> None:
+    """The request went out at ``t``: its record's dispatch, told to whoever waits for
+    it (``WireRequest.on_sent``, copied to the response's state by the transport)."""
+    state.rec.dispatch_ns = t
+    if state.on_sent is not None:
+        state.on_sent(t)

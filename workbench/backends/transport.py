@@ -374,6 +374,7 @@ class Transport:
             WholeBody(parser, rec, guard.event_limit) if whole
             else StreamState(parser, rec, guard, self.options.stream_idle_timeout_s)
         )  # fmt: skip
+        state.on_sent = req.on_sent
         extra = getattr(codec, "request_headers", None)  # backends/extras.py
         headers = dict(extra(req) or {}) if extra is not None else {}
         if req.session_id:  # routers key session affinity on it (docs/cluster.md)

@@ -138,6 +138,8 @@ class EngineSender:
         (``stream`` False, ``backend.stream``): no token event, the output arrives
         with the end, as the server's one JSON answer does (TTFT = E2E)."""
         rec.dispatch_ns = self.clock.now_ns()
+        if req.on_sent is not None:
+            req.on_sent(rec.dispatch_ns)
         rec.sent_prompt_tokens = req.prompt_len
         await self.admission.wait()  # the per-request overhead (docs/calibration.md)
         try:

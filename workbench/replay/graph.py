@@ -6,6 +6,8 @@ a graph adds to it:
 
 - ``child_run``: a child's ``UnitRun`` when its trigger fires (its parent's round
   ``round_idx`` started or ended). It is due ``delay_ms × tool_wait_scale`` later,
+  a ``round_start`` child that long after the round's request went out (its record's
+  ``dispatch_ns``, told by ``RoundSent``; the runner spawns it as the round begins),
   inherits the task's routing slot and loop, and starts with an empty conversation
   (its own token stream; a prefix it claims comes from the shared prefix pool, never
   from the parent's conversation).
@@ -22,6 +24,7 @@ import asyncio
 from collections import deque
 from typing import Any
 
+from workbench.clock import Clock
 from workbench.replay.plan import ChildPlan
 from workbench.replay.rounds import UnitRun
 
@@ -36,6 +39,48 @@ def child_run(parent: UnitRun, cp: ChildPlan, now_ns: int, tool_wait_scale: floa
         scheduled_ns=due, warmup=parent.warmup, ready_ns=due,
         parent_id=parent.plan.unit.unit_id, task_id=parent.task_id or parent.plan.unit.unit_id,
     )  # fmt: skip
+
+
+class RoundSent:
+    """When a round's request went out, for the children started on the round's start.
+
+    The runner spawns them as the round begins, before its request is built; the
+    backend calls this (``WireRequest.on_sent``) with the dispatch stamp it writes in
+    the record, again if a retry sends the request again. A round whose request never
+    went out (skipped, not built, failed before a connection) is ``settle``d when it
+    ends, so its children never wait for a stamp that will not come."""
+
+    __slots__ = ("event", "ns")
+
+    def __init__(self) -> None:
+        self.ns: int | None = None
+        self.event = asyncio.Event()
+
+    def __call__(self, t: int) -> None:
+        self.ns = t
+        self.event.set()
+
+    def settle(self, t: int) -> None:
+        if self.ns is None:
+            self(t)
+
+
+async def wait_sent(run: UnitRun, sent: RoundSent, delay_ns: int, clock: Clock) -> None:
+    """Hold the child ``run`` until ``delay_ns`` after its parent's round request went
+    out (the latest stamp: a retried request counts from its retry); its release and
+    schedule then say when the trigger fired and when it was due."""
+    while True:
+        if sent.ns is None:
+            await sent.event.wait()
+        assert sent.ns is not None
+        fired = sent.ns
+        due = fired + delay_ns
+        if due > clock.now_ns():
+            await clock.sleep_until(due)
+        if sent.ns == fired:
+            break
+    run.released_ns, run.scheduled_ns = fired, due
+    run.ready_ns = max(run.ready_ns, due)
 
 
 async def join(run: UnitRun, k: int) -> bool:

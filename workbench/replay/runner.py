@@ -372,14 +372,16 @@ class Runner:
                     run.ready_ns = max(run.ready_ns, self.clock.now_ns())
                 if k and self._over_budget(run):
                     break
-                if children:
-                    self._spawn_children(run, k, "round_start")
+                sent = self._spawn_children(run, k, "round_start") if children else None
                 scheduled = run.scheduled_ns if k == 0 else None
                 try:
-                    rec = await self._round(run, k, rp, scheduled)
+                    rec = await self._round(run, k, rp, scheduled, sent)
                 except Exception as exc:  # building the request failed (memory, a bug)
                     self._unbuilt(run, rp, scheduled, exc)
                     break
+                finally:
+                    if sent is not None:  # never went out: its children go now
+                        sent.settle(self.clock.now_ns())
                 if rec.status == "skipped":
                     run.reason = "context_guard"
                     break
@@ -397,25 +399,34 @@ class Runner:
         finally:
             run.own_end_ns = self.clock.now_ns()
 
-    def _spawn_children(self, run: UnitRun, k: int, trigger: str) -> None:
-        """Start the children whose trigger is round ``k``'s start or end (replay.graph)."""
+    def _spawn_children(self, run: UnitRun, k: int, trigger: str) -> graph.RoundSent | None:
+        """Start the children whose trigger is round ``k``'s start or end (replay.graph);
+        for ``round_start`` the ``RoundSent`` they wait on (None: no such child)."""
+        sent = None
         for cp in run.plan.children:
             sp = cp.spawn
             if sp.round_idx != k or sp.trigger != trigger:
                 continue
             now = self.clock.now_ns()
             child = graph.child_run(run, cp, now, self.cfg.arrival.tool_wait_scale)
-            task = asyncio.ensure_future(self._child(child))
+            if trigger == "round_start":
+                sent = sent or graph.RoundSent()
+            task = asyncio.ensure_future(self._child(child, sent))
             self._tasks.add(task)
             self._idle.clear()
             task.add_done_callback(self._task_done)
             run.offspring.setdefault(sp.join_round, []).append(task)
+        return sent
 
-    async def _child(self, run: UnitRun) -> None:
-        """One sub-agent: its spawn delay, its rounds, then its own children's ends."""
+    async def _child(self, run: UnitRun, sent: graph.RoundSent | None) -> None:
+        """One sub-agent: its spawn delay (after its parent's round request went out,
+        ``sent``, for a ``round_start`` child), its rounds, then its children's ends."""
         try:
-            if run.scheduled_ns > self.clock.now_ns():
+            if run.scheduled_ns > self.clock.now_ns():  # a lower bound when ``sent``
                 await self.clock.sleep_until(run.scheduled_ns)
+            if sent is not None:
+                await graph.wait_sent(run, sent, run.scheduled_ns - run.released_ns,
+                                      self.clock)
             run.admitted_ns = self.clock.now_ns()
             await self._play_unit(run)
             await graph.join_all(run)
@@ -486,7 +497,8 @@ class Runner:
 
     # -- one round ----------------------------------------------------------------------
     async def _round(
-        self, run: UnitRun, k: int, rp: RoundPlan, scheduled_ns: int | None
+        self, run: UnitRun, k: int, rp: RoundPlan, scheduled_ns: int | None,
+        sent: graph.RoundSent | None = None,
     ) -> RequestRecord:
         make = self.rounds
         rec = make.record(run, rp, scheduled_ns, self.clock.now_ns())
@@ -499,7 +511,7 @@ class Runner:
         req = WireRequest(
             wire_request_id(rec), ids, rp.output_len, session_id=run.plan.unit.unit_id,
             routing_slot=run.routing_slot, new_conversation=k == 0 or rp.round.reset_before,
-            segments=parts,
+            segments=parts, on_sent=sent,
         )
         if run.task_id is not None:
             rec.extra.update(graph.record_fields(run, k))
