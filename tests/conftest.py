@@ -24,6 +24,19 @@ from workbench.sim.server import SimHandle, serve_sim
 FAST_ENGINE = {"speedup": 50.0}
 
 
+# files whose tests take minutes (the published-table presets, the wheel in a fresh venv,
+# a live sweep stopped at each stage): collected first, so that under ``--dist loadfile``
+# each worker starts on one and they overlap the rest, instead of one of them running
+# alone on one worker at the end of the suite (2 minutes a pass, Makefile XDIST)
+FIRST = ("tests/sim/test_preset_measurements.py", "tests/test_package.py",
+         "tests/cli/test_stop_every_command.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: k for k, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(FIRST)))
+
+
 @pytest.fixture
 def public_file() -> Callable[[str], Path]:
     """``public_file("tracelab/multi_session_example.csv")``: its path, or skip the test."""
