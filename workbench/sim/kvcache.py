@@ -19,7 +19,7 @@ hashing cuts and hashes the block tuples in C.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -122,6 +122,15 @@ class BlockManager:
         # LRU log: entries [head, tail) of _log; entry p is live iff _pos[_log[p]] == p
         self._log = np.empty(_LOG_FACTOR * num_blocks + _LOG_SLACK, dtype=np.int64)
         self._pos = np.full(num_blocks, -1, dtype=np.int64)
+        # what the C calls take: memoryviews of the arrays, made once (a numpy array
+        # exports its buffer in ~150 ns a call, a memoryview in a fraction: five of them
+        # a block move, two an index probe; docs/embedded-engine.md)
+        self._moves: tuple[memoryview, ...] = ()
+        self._own: Any = self._hash  # the index's view of ``_hash`` (kvindex.Own)
+        if self._c is not None:
+            self._moves = tuple(a.data for a in (self._ref, self._hash, self._free,
+                                                 self._log, self._pos))
+            self._own = self._moves[1]
         self._head = self._tail = 0
         self._nlru = 0
         self.num_active = 0
@@ -157,16 +166,16 @@ class BlockManager:
             return list(known) if known else []
         x = self._index
         # the next block alone first: a retried blocked head misses here
-        if x.get(self._hash, hashes[i]) < 0:
+        if x.get(self._own, hashes[i]) < 0:
             return known if known else []  # ``known`` itself: no copy of a long hit
-        hit = x.prefix(self._hash, hashes, i, end)
+        hit = x.prefix(self._own, hashes, i, end)
         return list(known) + hit if known else hit
 
     def holds(self, block_hash: int) -> bool:
         """Whether a cached block holds ``block_hash`` (findable by ``longest_hit``)."""
         if not self.enable_caching:
             return False
-        return self._index.get(self._hash, block_hash) >= 0
+        return self._index.get(self._own, block_hash) >= 0
 
     def held_prefix(self, blocks: np.ndarray, hashes: np.ndarray) -> int:
         """How many leading ``blocks`` still hold the matching ``hashes`` (arrays): that
@@ -189,8 +198,7 @@ class BlockManager:
         if not len(blocks):
             return
         if self._c is not None:
-            idle = self._c.acquire(self._ref, self._hash, self._free, self._log, self._pos,
-                                   blocks)  # fmt: skip
+            idle = self._c.acquire(*self._moves, blocks)
         else:
             b = np.asarray(blocks, dtype=np.int64)
             r = self._ref[b]
@@ -208,8 +216,8 @@ class BlockManager:
         self.num_active += n
         if self._c is not None:
             got, self._nfree, self._head, evicted, hashes = self._c.allocate(
-                self._ref, self._hash, self._free, self._log, self._pos, n, self._nfree,
-                self._head, self._tail, NO_HASH, self.host is not None)
+                *self._moves, n, self._nfree, self._head, self._tail, NO_HASH,
+                self.host is not None)
             if evicted:
                 self._evicted(evicted, hashes)
             fresh: list[int] = got
@@ -264,8 +272,7 @@ class BlockManager:
             return
         if self._c is not None:
             self._nfree, self._head, self._tail, freed, cached = self._c.release(
-                self._ref, self._hash, self._free, self._log, self._pos, blocks, self._nfree,
-                self._head, self._tail, NO_HASH)
+                *self._moves, blocks, self._nfree, self._head, self._tail, NO_HASH)
             self.num_active -= freed
             self._nlru += cached
             return
@@ -312,7 +319,7 @@ class BlockManager:
         stays private (freed, not cached, when released)."""
         if not self.enable_caching or hi <= lo:
             return
-        self._ncached += self._index.commit(self._hash, blocks[lo:hi], hashes[lo:hi])
+        self._ncached += self._index.commit(self._own, blocks[lo:hi], hashes[lo:hi])
 
     def cached_blocks(self) -> int:
         return self._ncached

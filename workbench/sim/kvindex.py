@@ -36,6 +36,9 @@ if compiled_wanted():
 
 NO_HASH = -1  # ``own`` of a block holding no hash: Python's hash() never returns -1
 
+#: the manager's per-block hash array, or (compiled) a memoryview of it made once
+Own = np.ndarray | memoryview
+
 
 class DictIndex:
     """The index as a dict (the reference, and the fallback without the extension)."""
@@ -105,31 +108,32 @@ class CompiledIndex:
         bits = max(4, (2 * max(limit, 2 * num_blocks) - 1).bit_length())
         self._table = np.zeros(2 << bits, dtype=np.int64)  # (key, block) pairs
         self._table[1::2] = -1  # empty
+        self._tv = self._table.data  # what the C calls take (BlockManager._moves)
         self._shift = 64 - bits
         self._room = 3 << (bits - 2)  # entries the table may take
         self._entries = 0  # occupied slots, stale ones too
 
-    def get(self, own: np.ndarray, h: int) -> int:
-        got: int = native.get(self._table, own, self._shift, h)
+    def get(self, own: Own, h: int) -> int:
+        got: int = native.get(self._tv, own, self._shift, h)
         return got
 
-    def prefix(self, own: np.ndarray, hashes: Sequence[int], start: int, end: int) -> list[int]:
-        got: list[int] = native.prefix(self._table, own, self._shift, hashes,
+    def prefix(self, own: Own, hashes: Sequence[int], start: int, end: int) -> list[int]:
+        got: list[int] = native.prefix(self._tv, own, self._shift, hashes,
                                          start, end)  # fmt: skip
         return got
 
-    def commit(self, own: np.ndarray, blocks: Sequence[int], hashes: Sequence[int]) -> int:
+    def commit(self, own: Own, blocks: Sequence[int], hashes: Sequence[int]) -> int:
         if self._entries + len(blocks) > self._room:  # never full: probing always ends
             self.rebuild(own)
-        cached, added = native.commit(self._table, own, self._shift, blocks,
+        cached, added = native.commit(self._tv, own, self._shift, blocks,
                                         hashes, NO_HASH)  # fmt: skip
         self._entries += added
         if self._entries > self.limit:
             self.rebuild(own)
         return int(cached)
 
-    def rebuild(self, own: np.ndarray) -> None:
-        self._entries = native.rebuild(self._table, own, self._shift, NO_HASH)
+    def rebuild(self, own: Own) -> None:
+        self._entries = native.rebuild(self._tv, own, self._shift, NO_HASH)
 
     def clear(self) -> None:
         self._table[1::2] = -1
