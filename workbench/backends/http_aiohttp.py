@@ -130,7 +130,7 @@ class AiohttpClient:
         now = self.now
         rec.dispatch_ns = now()  # replaced when aiohttp reports the body sent
         head_due = asyncio.timeout(self.idle_s)
-        sent = _Sent(rec, state)
+        sent = _Sent(state)
         try:
             try:
                 # the head is due within the idle timeout of sending (as in http1)
@@ -225,13 +225,14 @@ async def _bounded_body(resp: aiohttp.ClientResponse, inflater: Inflater | None)
 
 
 class _Sent:
-    """One POST's trace context: its record, whether its body went out, and whether it
-    rode a kept-alive connection (only then may a loss before the answer be retried)."""
+    """One POST's trace context: its response's state (and so its record), whether its
+    body went out, and whether it rode a kept-alive connection (only then may a loss
+    before the answer be retried)."""
 
-    __slots__ = ("rec", "reused", "sent", "state")
+    __slots__ = ("reused", "sent", "state")
 
-    def __init__(self, rec: RequestRecord, state: ResponseBody) -> None:
-        self.rec, self.state, self.sent, self.reused = rec, state, False, False
+    def __init__(self, state: ResponseBody) -> None:
+        self.state, self.sent, self.reused = state, False, False
 
 
 def _translate(exc: BaseException, rec: RequestRecord | None, *, reused: bool) -> BaseException:
