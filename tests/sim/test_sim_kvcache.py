@@ -1,6 +1,9 @@
 """KV block manager and cost model: pure, exact."""
 
-from workbench.sim import cost
+import numpy as np
+import pytest
+
+from workbench.sim import cost, kvindex
 from workbench.sim.config import EngineConfig
 from workbench.sim.kvcache import BlockManager, block_hashes, reported_cached_tokens
 
@@ -105,3 +108,50 @@ def test_config_from_knobs_routes_faults_and_rejects_unknown():
         assert "blok_size" in str(exc) and "block_size" in str(exc)
     else:  # pragma: no cover
         raise AssertionError("unknown knob accepted")
+
+
+def _i64(xs):
+    return np.asarray(xs, dtype=np.int64)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+def test_held_prefix_and_reclaimable_hits(compiled):
+    if compiled and not kvindex.COMPILED:
+        pytest.skip("workbench.sim._kvcache is not built")
+    bm = BlockManager(16, 8, compiled=compiled)
+    tokens = list(range(64))
+    hashes = block_hashes(tokens, 16)
+    blocks = _fill(bm, tokens)
+    bm.release(blocks)  # all four cached, unreferenced (evictable)
+    h = _i64(hashes)
+    # an earlier hit of two blocks; the hashes may run past it
+    assert bm.held_prefix(_i64(blocks[:2]), h) == 2
+    assert bm.held_prefix(_i64([]), h) == 0
+    assert bm.allocate(4) is not None  # four never-used blocks: nothing evicted
+    assert bm.held_prefix(_i64(blocks), h) == 4
+    assert bm.allocate(2) is not None  # evicts blocks[3], blocks[2] (tail first)
+    assert bm.held_prefix(_i64(blocks), h) == 2
+    assert bm.held_prefix(_i64(blocks[1:]), h[1:]) == 1
+    assert bm.held_prefix(_i64([blocks[1], blocks[0]]), h) == 0  # stops at the first miss
+    # can_allocate (a list): hits without a reference leave the free pool when taken
+    hit = blocks[:2]
+    assert bm.num_free == 2
+    assert bm.can_allocate(0, hit) and not bm.can_allocate(1, hit)
+    bm.acquire(hit[:1])  # one of them referenced: taking the hit reclaims only the other
+    assert bm.num_free == 1 and bm.can_allocate(0, hit) and not bm.can_allocate(1, hit)
+    bm.acquire(hit[1:])
+    assert bm.can_allocate(0, hit)
+
+
+def test_compiled_held_and_idle_check_their_input():
+    if not kvindex.COMPILED:
+        pytest.skip("workbench.sim._kvcache is not built")
+    bm = BlockManager(16, 4)
+    with pytest.raises(IndexError, match="out of range"):
+        bm.held_prefix(_i64([4]), _i64([1]))
+    with pytest.raises(ValueError, match="fewer hashes than blocks"):
+        bm.held_prefix(_i64([0, 1]), _i64([1]))
+    with pytest.raises(ValueError, match="must be int64"):
+        bm.held_prefix(np.asarray([0, 1], dtype=np.int32), _i64([1, 2]))
+    with pytest.raises(IndexError, match="out of range"):  # 1 <= 4 free - 4 hit: counted
+        bm.can_allocate(1, [0, 1, 2, -1])

@@ -490,6 +490,80 @@ done:
     return ret;
 }
 
+PyDoc_STRVAR(held_doc,
+             "held(own, blocks, hashes) -> n\n"
+             "How many leading blocks still hold the matching hashes: own[blocks[i]] ==\n"
+             "hashes[i] for every i < n. All three are int64 buffers (hashes at least as\n"
+             "long as blocks); it stops at the first block that lost its hash.");
+
+static PyObject *kv_held(PyObject *self, PyObject *args) {
+    Py_buffer own, blocks, hashes;
+    PyObject *ret = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &own, &blocks, &hashes))
+        return NULL;
+    const int64_t *o = (const int64_t *)own.buf, *b = (const int64_t *)blocks.buf,
+                  *h = (const int64_t *)hashes.buf;
+    Py_ssize_t nblocks = own.len / 8, n = blocks.len / 8, i;
+    if (own.len % 8 || blocks.len % 8 || hashes.len % 8 || blocks.itemsize != 8 ||
+        hashes.itemsize != 8 || own.itemsize != 8) {
+        PyErr_SetString(PyExc_ValueError, "kvcache.held: own, blocks and hashes must be int64");
+        goto done;
+    }
+    if (hashes.len < blocks.len) {
+        PyErr_SetString(PyExc_ValueError, "kvcache.held: fewer hashes than blocks");
+        goto done;
+    }
+    for (i = 0; i < n; i++) {
+        if (b[i] < 0 || b[i] >= nblocks) {
+            PyErr_Format(PyExc_IndexError, "kvcache.held: block %lld out of range",
+                         (long long)b[i]);
+            goto done;
+        }
+        if (o[b[i]] != h[i])
+            break;
+    }
+    ret = PyLong_FromSsize_t(i);
+done:
+    PyBuffer_Release(&own);
+    PyBuffer_Release(&blocks);
+    PyBuffer_Release(&hashes);
+    return ret;
+}
+
+PyDoc_STRVAR(idle_doc, "idle(ref, blocks) -> how many of blocks have no reference");
+
+static PyObject *kv_idle(PyObject *self, PyObject *args) {
+    Py_buffer ref;
+    PyObject *blocks, *seq = NULL, *ret = NULL;
+    if (!PyArg_ParseTuple(args, "y*O", &ref, &blocks))
+        return NULL;
+    const int64_t *r = (const int64_t *)ref.buf;
+    Py_ssize_t nblocks = ref.len / 8, idle = 0;
+    if (ref.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "kvcache.idle: ref must be int64");
+        goto done;
+    }
+    seq = PySequence_Fast(blocks, "kvcache.idle: blocks must be a sequence");
+    if (!seq)
+        goto done;
+    for (Py_ssize_t i = 0, n = PySequence_Fast_GET_SIZE(seq); i < n; i++) {
+        int64_t b;
+        if (item(seq, i, &b))
+            goto done;
+        if (b < 0 || b >= nblocks) {
+            PyErr_Format(PyExc_IndexError, "kvcache.idle: block %lld out of range",
+                         (long long)b);
+            goto done;
+        }
+        idle += r[b] == 0;
+    }
+    ret = PyLong_FromSsize_t(idle);
+done:
+    Py_XDECREF(seq);
+    PyBuffer_Release(&ref);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"acquire", kv_acquire, METH_VARARGS, acquire_doc},
     {"release", kv_release, METH_VARARGS, release_doc},
@@ -498,6 +572,8 @@ static PyMethodDef methods[] = {
     {"prefix", kv_prefix, METH_VARARGS, prefix_doc},
     {"commit", kv_commit, METH_VARARGS, commit_doc},
     {"rebuild", kv_rebuild, METH_VARARGS, rebuild_doc},
+    {"held", kv_held, METH_VARARGS, held_doc},
+    {"idle", kv_idle, METH_VARARGS, idle_doc},
     {NULL, NULL, 0, NULL},
 };
 

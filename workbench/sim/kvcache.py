@@ -178,19 +178,26 @@ class BlockManager:
         return self._index.get(self._own, block_hash) >= 0
 
     def held_prefix(self, blocks: np.ndarray, hashes: np.ndarray) -> int:
-        """How many leading ``blocks`` still hold the matching ``hashes`` (arrays): that
-        part of an earlier hit is what ``longest_hit`` would find again."""
-        lost = np.flatnonzero(self._hash[blocks] != hashes)
+        """How many leading ``blocks`` still hold the matching ``hashes`` (int64 arrays,
+        ``hashes`` at least as long): that part of an earlier hit is what ``longest_hit``
+        would find again. Compiled, it stops at the first block that lost its hash."""
+        if self._c is not None:
+            held: int = self._c.held(self._own, blocks, hashes)
+            return held
+        lost = np.flatnonzero(self._hash[blocks] != hashes[: len(blocks)])
         return int(lost[0]) if len(lost) else len(blocks)
 
-    def can_allocate(self, new_blocks: int, hit: Sequence[int] | np.ndarray) -> bool:
+    def can_allocate(self, new_blocks: int, hit: Sequence[int]) -> bool:
         """Room for ``new_blocks`` after taking ``hit`` (evictable hits leave the pool)."""
         free = self.num_free
         if new_blocks > free:
             return False
         if new_blocks <= free - len(hit):
             return True
-        reclaimed = int(np.count_nonzero(self._ref[np.asarray(hit, dtype=np.int64)] == 0))
+        if self._c is not None:
+            reclaimed: int = self._c.idle(self._moves[0], hit)
+        else:
+            reclaimed = int(np.count_nonzero(self._ref[np.asarray(hit, dtype=np.int64)] == 0))
         return new_blocks <= free - reclaimed
 
     def acquire(self, blocks: Sequence[int]) -> None:

@@ -117,15 +117,25 @@ class Sequence:
 
 @dataclass(slots=True)
 class _HeadMemo:
-    """The blocked waiting head's prefix hit (list and array), its hashes, and the
-    cache's epoch and eviction count when it was found."""
+    """The blocked waiting head's prefix hit, its hashes (the sequence's own list: only
+    ever extended, so its first ``len(hit)`` stay those of the hit), and the cache's
+    epoch and eviction count when it was found. ``arrays`` are the hit's blocks and
+    hashes as int64 arrays, made the first time evictions make it checked again."""
 
     seq: Sequence
     hit: list[int]
-    blocks: np.ndarray
-    hashes: np.ndarray
+    hashes: list[int]
     epoch: int = -1
     evictions: int = -1
+    arrays: tuple[np.ndarray, np.ndarray] | None = None
+
+    def held(self, kv: BlockManager) -> int:
+        """How much of the hit its blocks still hold (``BlockManager.held_prefix``)."""
+        if self.arrays is None:
+            n = len(self.hit)
+            self.arrays = (np.asarray(self.hit, dtype=np.int64),
+                           np.asarray(self.hashes[:n], dtype=np.int64))
+        return kv.held_prefix(*self.arrays)
 
 
 @dataclass(slots=True)
@@ -561,10 +571,9 @@ class Scheduler:
                     break
                 n = seq.length - start  # longer than the whole budget: the step's only one
             need = -(-(start + n) // bs) - len(hit)
-            if not kv.can_allocate(need, hit if memo is None else memo.blocks):
+            if not kv.can_allocate(need, hit):
                 if memo is None:
-                    memo = _HeadMemo(seq, hit, np.asarray(hit, dtype=np.int64),
-                                     np.asarray(seq.hashes[: len(hit)], dtype=np.int64))
+                    memo = _HeadMemo(seq, hit, seq.hashes)
                 memo.epoch, memo.evictions = kv.epoch, kv.evictions
                 self._memo = memo
                 break
@@ -607,7 +616,7 @@ class Scheduler:
                 return kv.longest_hit(seq.hashes, limit), None
         keep = len(memo.hit)
         if memo.evictions != kv.evictions:
-            keep = kv.held_prefix(memo.blocks, memo.hashes)
+            keep = memo.held(kv)
         hit = kv.longest_hit(seq.hashes, limit, memo.hit if keep == len(memo.hit)
                              else memo.hit[:keep])  # fmt: skip
         if len(hit) == len(memo.hit) == keep:
@@ -626,9 +635,7 @@ class Scheduler:
         if routed is None or routed[1] != self.kv.epoch:
             return None
         hit = routed[0]
-        return _HeadMemo(seq, hit, np.asarray(hit, dtype=np.int64),
-                         np.asarray(seq.hashes[: len(hit)], dtype=np.int64),
-                         routed[1], routed[2])  # fmt: skip
+        return _HeadMemo(seq, hit, seq.hashes, routed[1], routed[2])
 
     def _count_admission(self, seq: Sequence, cached: int) -> None:
         seq.cached_tokens = cached
