@@ -461,3 +461,35 @@ def test_capacity_rounds_on_a_known_verdict(width: int) -> None:
     assert len(seen) <= 5 and capped["status"] in ("max_probes", "found")
     above = asyncio.run(_search(held, 1, 2, 1, 2.0, 3, True, width))
     assert above["status"] == "above_range" and above["value"] <= 37
+
+
+@pytest.mark.parametrize("slo_text", [
+    "ttft_ms:p90<=8000,tpot_ms:p99<=40,e2e_ms:p50<=9000",
+    "ttft_ms:p50<=5000,itl_ms:p90<=30",  # pooled gaps: the columns need the token times
+])
+def test_a_points_numbers_from_its_columns_equal_those_from_its_records(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slo_text: str) -> None:
+    """A virtual point keeps its records on disk; its SLO values, ok rate and goodput are
+    read from ``records.parquet``'s columns and equal those of the records read back."""
+    import workbench.storage.rundir as rundir
+    from workbench.sweeps.points import point_metrics, simulate_and_measure
+
+    slo = SLO.parse(slo_text)
+    assert slo is not None
+    cfg = {**BASE, "out_dir": str(tmp_path)}
+    real_load = rundir.load
+
+    def no_load(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the point's records were parsed back")
+
+    monkeypatch.setattr(rundir, "load", no_load)
+    run_dir, cols = simulate_and_measure(cfg, slo.to_dict())
+    monkeypatch.setattr(rundir, "load", real_load)
+    records = point_metrics(run_dir, slo, load(run_dir))  # the records in memory
+    assert not load(run_dir).records_on_disk
+    keys = [k for k in records if k.startswith("slo:")] + ["ok_rate", "goodput_rps",
+                                                          "preemptions"]
+    assert len(keys) == len(slo.bounds) + 3
+    for k in keys:
+        assert cols[k] == pytest.approx(records[k], rel=1e-12), k
+    assert all(cols[k] is not None for k in keys)

@@ -148,21 +148,25 @@ class SLO:
         return " and ".join([*map(str, self.bounds), f"ok>={self.min_ok:g}"])
 
     # -- evaluation ---------------------------------------------------------------------
-    def evaluate(self, frame: pd.DataFrame) -> dict[str, Any]:
-        """Observed value of every bound over one run's requests (``to_frame`` rows): a
-        percentile bound's percentile over the ok requests, a per-request bound's share of
-        all requests that attained it."""
-        n = len(frame)
-        ok = frame[frame["status"] == "ok"] if n else frame
-        cols = Columns.of(frame)
+    def evaluate(self, data: pd.DataFrame | Columns) -> dict[str, Any]:
+        """Observed value of every bound over one run's requests (``to_frame`` rows, or a
+        stored run's ``Columns``: ``metrics.columns.stored``): a percentile bound's
+        percentile over the ok requests, a per-request bound's share of all requests
+        that attained it."""
+        cols = Columns.of(data)
+        n = len(cols)
+        ok = cols.where(cols.equals("status", "ok")) if n else cols
         values = {b.key: ok_percentile(ok, b.metric, b.q) if b.q is not None
                   else (float(attained(cols, [b])[0].mean()) if n else None)
                   for b in self.bounds}  # fmt: skip
-        good = goodput_mask(frame, self) if n else None
+        # goodput counts requests that are ok and individually within every bound's limit:
+        # per request a percentile has no meaning, so the limit applies to the request's own
+        # value (its TTFT, its TPOT, its worst gap), as DistServe's and vLLM's goodput do
+        per_request = [Bound(b.metric, None, b.limit) for b in self.bounds]
         return {
             "values": values,
             "ok_rate": len(ok) / n if n else None,
-            "good_requests": int(good.sum()) if good is not None else 0,
+            "good_requests": int(attained(cols, per_request)[0].sum()) if n else 0,
         }
 
     def ratio(self, bound: Bound, value: float | None) -> float:
@@ -199,9 +203,14 @@ def run_slo(spec: Mapping[str, Any], where: str = "slo") -> dict[str, float]:
     return parsed.per_request_mapping() if parsed is not None else {}
 
 
-def ok_percentile(ok: pd.DataFrame, metric: str, q: float | None) -> float | None:
+def ok_percentile(ok: pd.DataFrame | Columns, metric: str, q: float | None) -> float | None:
     """The ``q``-th percentile of ``metric`` over ok rows (``itl_ms`` pools every gap)."""
-    if ok.empty or metric not in ok or q is None:
+    if q is None or not len(ok):
+        return None
+    if isinstance(ok, Columns):
+        if metric != "itl_ms" and not ok.has(metric):
+            return None
+    elif metric not in ok:
         return None
     return percentile(sample(ok, metric), q)
 
@@ -234,15 +243,3 @@ def attained(cols: Columns, bounds: Iterable[Bound]) -> tuple[np.ndarray, dict[s
         per[b.metric] = per[b.metric] & meets if b.metric in per else meets
         joint &= meets
     return joint, per
-
-
-def goodput_mask(frame: pd.DataFrame, slo: SLO) -> pd.Series:
-    """Requests that are ok and individually within every bound's limit (goodput's numerator).
-
-    Per request the percentile has no meaning, so the limit applies to the request's
-    own value (its TTFT, its TPOT, its worst inter-token gap), as DistServe's and
-    vLLM's goodput count requests.
-    """
-    per_request = [Bound(b.metric, None, b.limit) for b in slo.bounds]
-    joint, _ = attained(Columns.of(frame), per_request)
-    return pd.Series(joint, index=frame.index)

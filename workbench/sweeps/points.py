@@ -47,10 +47,13 @@ def run_complete(run_dir: Path) -> bool:
 def point_metrics(run_dir: str | Path, slo: SLO | None,
                   result: RunResult | None = None) -> dict[str, Any]:
     """The flat numbers of one stored run (summary percentiles, throughput, hits, SLO);
-    ``result``: the same run still in memory (spares reading its records back)."""
+    ``result``: the same run still in memory (spares reading its records back). A run
+    whose records are on disk only is read from its ``records.parquet`` columns (the
+    SLO's), not parsed back into records."""
     from workbench.metrics import to_frame
+    from workbench.metrics.columns import available, stored
     from workbench.metrics.summary import _delta
-    from workbench.storage.rundir import SUMMARY, load, read_json
+    from workbench.storage.rundir import MANIFEST, SUMMARY, TIMELINE, load, read_json, read_jsonl
 
     d = Path(run_dir)
     summary = read_json(d / SUMMARY)
@@ -59,13 +62,24 @@ def point_metrics(run_dir: str | Path, slo: SLO | None,
         block = summary.get(metric) or {}
         for stat in STATS:
             out[f"{metric}_{stat}"] = block.get(stat)
-    if result is None or result.records_on_disk:
-        result = load(d)
-    out["preemptions"] = _delta(result.metrics_timeline, PREEMPTIONS)
-    if result.manifest.get("virtual_duration_s") is not None:
-        out["virtual_duration_s"] = result.manifest["virtual_duration_s"]
+    on_disk = result is None or result.records_on_disk
+    if on_disk and not available():  # no pyarrow: the records are read back
+        result, on_disk = load(d), False
+    if on_disk:
+        timeline = read_jsonl(d / TIMELINE) if (d / TIMELINE).exists() else []
+        manifest = read_json(d / MANIFEST) if (d / MANIFEST).exists() else {}
+    elif result is not None:
+        timeline, manifest = result.metrics_timeline, result.manifest
+    out["preemptions"] = _delta(timeline, PREEMPTIONS)
+    if manifest.get("virtual_duration_s") is not None:
+        out["virtual_duration_s"] = manifest["virtual_duration_s"]
     if slo is not None:
-        ev = slo.evaluate(to_frame(result))
+        if on_disk:  # pooled ITL percentiles need the token times in the columns
+            itl = any(b.metric == "itl_ms" and b.q is not None for b in slo.bounds)
+            data: Any = stored(d, token_times=True if itl else None)
+        elif result is not None:
+            data = to_frame(result)
+        ev = slo.evaluate(data)
         out.update({f"slo:{k}": v for k, v in ev["values"].items()})
         out["ok_rate"] = ev["ok_rate"]
         dur = out.get("duration_s")
