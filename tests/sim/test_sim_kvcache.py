@@ -114,8 +114,9 @@ def _i64(xs):
     return np.asarray(xs, dtype=np.int64)
 
 
+@pytest.mark.parametrize("form", [_i64, list], ids=["arrays", "lists"])
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
-def test_held_prefix_and_reclaimable_hits(compiled):
+def test_held_prefix_and_reclaimable_hits(compiled, form):
     if compiled and not kvindex.COMPILED:
         pytest.skip("workbench.sim._kvcache is not built")
     bm = BlockManager(16, 8, compiled=compiled)
@@ -123,16 +124,16 @@ def test_held_prefix_and_reclaimable_hits(compiled):
     hashes = block_hashes(tokens, 16)
     blocks = _fill(bm, tokens)
     bm.release(blocks)  # all four cached, unreferenced (evictable)
-    h = _i64(hashes)
+    h = form(hashes)
     # an earlier hit of two blocks; the hashes may run past it
-    assert bm.held_prefix(_i64(blocks[:2]), h) == 2
-    assert bm.held_prefix(_i64([]), h) == 0
+    assert bm.held_prefix(form(blocks[:2]), h) == 2
+    assert bm.held_prefix(form([]), h) == 0
     assert bm.allocate(4) is not None  # four never-used blocks: nothing evicted
-    assert bm.held_prefix(_i64(blocks), h) == 4
+    assert bm.held_prefix(form(blocks), h) == 4
     assert bm.allocate(2) is not None  # evicts blocks[3], blocks[2] (tail first)
-    assert bm.held_prefix(_i64(blocks), h) == 2
-    assert bm.held_prefix(_i64(blocks[1:]), h[1:]) == 1
-    assert bm.held_prefix(_i64([blocks[1], blocks[0]]), h) == 0  # stops at the first miss
+    assert bm.held_prefix(form(blocks), h) == 2
+    assert bm.held_prefix(form(blocks[1:]), h[1:]) == 1
+    assert bm.held_prefix(form([blocks[1], blocks[0]]), h) == 0  # stops at the first miss
     # can_allocate (a list): hits without a reference leave the free pool when taken
     hit = blocks[:2]
     assert bm.num_free == 2
@@ -153,5 +154,9 @@ def test_compiled_held_and_idle_check_their_input():
         bm.held_prefix(_i64([0, 1]), _i64([1]))
     with pytest.raises(ValueError, match="must be int64"):
         bm.held_prefix(np.asarray([0, 1], dtype=np.int32), _i64([1, 2]))
+    with pytest.raises(ValueError, match="must be int64"):
+        bm.held_prefix([0, 1], np.asarray([1.0, 2.0]))
+    with pytest.raises(IndexError, match="out of range"):  # a list, converted as it goes
+        bm.held_prefix([4], [1])
     with pytest.raises(IndexError, match="out of range"):  # 1 <= 4 free - 4 hit: counted
         bm.can_allocate(1, [0, 1, 2, -1])

@@ -17,6 +17,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 #define MULT 0x9E3779B97F4A7C15ULL
 #define GROUP 16 /* items whose memory is prefetched together */
@@ -490,43 +491,96 @@ done:
     return ret;
 }
 
+/* An int64 sequence read either way: a buffer (an array: no conversion) or a list. */
+typedef struct {
+    Py_buffer view;
+    PyObject *fast;
+    const int64_t *buf;
+    Py_ssize_t n;
+} Int64s;
+
+static int int64s_open(Int64s *x, PyObject *obj, const char *what) {
+    x->fast = NULL;
+    x->buf = NULL;
+    if (PyObject_CheckBuffer(obj)) {
+        if (PyObject_GetBuffer(obj, &x->view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS))
+            return -1;
+        if (x->view.itemsize != 8 || x->view.len % 8 || !x->view.format ||
+            (strcmp(x->view.format, "l") && strcmp(x->view.format, "q") &&
+             strcmp(x->view.format, "<l") && strcmp(x->view.format, "<q") &&
+             strcmp(x->view.format, "=l") && strcmp(x->view.format, "=q"))) {
+            PyBuffer_Release(&x->view);
+            PyErr_Format(PyExc_ValueError, "kvcache.held: %s must be int64", what);
+            return -1;
+        }
+        x->buf = (const int64_t *)x->view.buf;
+        x->n = x->view.len / 8;
+        return 0;
+    }
+    x->fast = PySequence_Fast(obj, "kvcache.held: blocks and hashes must be sequences");
+    if (!x->fast)
+        return -1;
+    x->n = PySequence_Fast_GET_SIZE(x->fast);
+    return 0;
+}
+
+static void int64s_close(Int64s *x) {
+    if (x->fast)
+        Py_DECREF(x->fast);
+    else if (x->buf)
+        PyBuffer_Release(&x->view);
+}
+
+static inline int int64s_get(const Int64s *x, Py_ssize_t i, int64_t *out) {
+    if (x->buf) {
+        *out = x->buf[i];
+        return 0;
+    }
+    return item(x->fast, i, out);
+}
+
 PyDoc_STRVAR(held_doc,
              "held(own, blocks, hashes) -> n\n"
              "How many leading blocks still hold the matching hashes: own[blocks[i]] ==\n"
-             "hashes[i] for every i < n. All three are int64 buffers (hashes at least as\n"
-             "long as blocks); it stops at the first block that lost its hash.");
+             "hashes[i] for every i < n (hashes at least as long as blocks). own is an int64\n"
+             "buffer; blocks and hashes int64 arrays or lists of ints (a list is converted\n"
+             "only up to the first block that lost its hash, where it stops).");
 
 static PyObject *kv_held(PyObject *self, PyObject *args) {
-    Py_buffer own, blocks, hashes;
-    PyObject *ret = NULL;
-    if (!PyArg_ParseTuple(args, "y*y*y*", &own, &blocks, &hashes))
+    Py_buffer own;
+    PyObject *blocks_obj, *hashes_obj, *ret = NULL;
+    Int64s blocks = {0}, hashes = {0};
+    if (!PyArg_ParseTuple(args, "y*OO", &own, &blocks_obj, &hashes_obj))
         return NULL;
-    const int64_t *o = (const int64_t *)own.buf, *b = (const int64_t *)blocks.buf,
-                  *h = (const int64_t *)hashes.buf;
-    Py_ssize_t nblocks = own.len / 8, n = blocks.len / 8, i;
-    if (own.len % 8 || blocks.len % 8 || hashes.len % 8 || blocks.itemsize != 8 ||
-        hashes.itemsize != 8 || own.itemsize != 8) {
-        PyErr_SetString(PyExc_ValueError, "kvcache.held: own, blocks and hashes must be int64");
+    const int64_t *o = (const int64_t *)own.buf;
+    Py_ssize_t nblocks = own.len / 8, i;
+    if (own.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "kvcache.held: own must be int64");
         goto done;
     }
-    if (hashes.len < blocks.len) {
+    if (int64s_open(&blocks, blocks_obj, "blocks") || int64s_open(&hashes, hashes_obj, "hashes"))
+        goto done;
+    if (hashes.n < blocks.n) {
         PyErr_SetString(PyExc_ValueError, "kvcache.held: fewer hashes than blocks");
         goto done;
     }
-    for (i = 0; i < n; i++) {
-        if (b[i] < 0 || b[i] >= nblocks) {
+    for (i = 0; i < blocks.n; i++) {
+        int64_t b, h;
+        if (int64s_get(&blocks, i, &b) || int64s_get(&hashes, i, &h))
+            goto done;
+        if (b < 0 || b >= nblocks) {
             PyErr_Format(PyExc_IndexError, "kvcache.held: block %lld out of range",
-                         (long long)b[i]);
+                         (long long)b);
             goto done;
         }
-        if (o[b[i]] != h[i])
+        if (o[b] != h)
             break;
     }
     ret = PyLong_FromSsize_t(i);
 done:
+    int64s_close(&blocks);
+    int64s_close(&hashes);
     PyBuffer_Release(&own);
-    PyBuffer_Release(&blocks);
-    PyBuffer_Release(&hashes);
     return ret;
 }
 

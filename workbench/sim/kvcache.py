@@ -177,15 +177,19 @@ class BlockManager:
             return False
         return self._index.get(self._own, block_hash) >= 0
 
-    def held_prefix(self, blocks: np.ndarray, hashes: np.ndarray) -> int:
-        """How many leading ``blocks`` still hold the matching ``hashes`` (int64 arrays,
-        ``hashes`` at least as long): that part of an earlier hit is what ``longest_hit``
-        would find again. Compiled, it stops at the first block that lost its hash."""
+    def held_prefix(self, blocks: Sequence[int] | np.ndarray,
+                    hashes: Sequence[int] | np.ndarray) -> int:
+        """How many leading ``blocks`` still hold the matching ``hashes`` (``hashes`` at
+        least as long): that part of an earlier hit is what ``longest_hit`` would find
+        again. Lists or int64 arrays; compiled, it stops at the first block that lost its
+        hash (a list is read only that far; an array, read without converting, is the
+        cheaper one to check again and again)."""
         if self._c is not None:
             held: int = self._c.held(self._own, blocks, hashes)
             return held
-        lost = np.flatnonzero(self._hash[blocks] != hashes[: len(blocks)])
-        return int(lost[0]) if len(lost) else len(blocks)
+        b = np.asarray(blocks, dtype=np.int64)
+        lost = np.flatnonzero(self._hash[b] != np.asarray(hashes[: len(b)], dtype=np.int64))
+        return int(lost[0]) if len(lost) else len(b)
 
     def can_allocate(self, new_blocks: int, hit: Sequence[int]) -> bool:
         """Room for ``new_blocks`` after taking ``hit`` (evictable hits leave the pool)."""

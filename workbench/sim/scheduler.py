@@ -120,7 +120,8 @@ class _HeadMemo:
     """The blocked waiting head's prefix hit, its hashes (the sequence's own list: only
     ever extended, so its first ``len(hit)`` stay those of the hit), and the cache's
     epoch and eviction count when it was found. ``arrays`` are the hit's blocks and
-    hashes as int64 arrays, made the first time evictions make it checked again."""
+    hashes as int64 arrays, made when evictions make it checked a second time (a head
+    blocked for many steps); the first check reads the lists."""
 
     seq: Sequence
     hit: list[int]
@@ -128,10 +129,14 @@ class _HeadMemo:
     epoch: int = -1
     evictions: int = -1
     arrays: tuple[np.ndarray, np.ndarray] | None = None
+    checks: int = 0
 
     def held(self, kv: BlockManager) -> int:
         """How much of the hit its blocks still hold (``BlockManager.held_prefix``)."""
+        self.checks += 1
         if self.arrays is None:
+            if self.checks == 1:
+                return kv.held_prefix(self.hit, self.hashes)
             n = len(self.hit)
             self.arrays = (np.asarray(self.hit, dtype=np.int64),
                            np.asarray(self.hashes[:n], dtype=np.int64))
