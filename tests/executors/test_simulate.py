@@ -121,3 +121,26 @@ def test_a_saved_run_carries_the_summary_it_wrote(tmp_path, monkeypatch, capsys)
     assert main(args) == 0 and len(calls) == 1
     printed, _ = json.JSONDecoder().raw_decode(capsys.readouterr().out)
     assert printed["requests"] == saved["requests"] and printed["ok"] == saved["ok"]
+
+
+def test_a_virtual_run_never_imports_the_http_client(tmp_path: Path) -> None:
+    """``simulate`` sends nothing over a socket: aiohttp (~0.2 s of imports) stays out of
+    the process, and the manifest still records its version."""
+    trace = str(data_path("mooncake/conversation_trace_head600.jsonl"))
+    code = (
+        "import sys\n"
+        "from workbench.cli import main\n"
+        "try:\n"
+        f"    main(['simulate', '--trace', {trace!r}, '--max-items', '5',"
+        f" '-o', {str(tmp_path)!r}])\n"
+        "except SystemExit as exc:\n"
+        "    assert not exc.code, exc.code\n"
+        "print('aiohttp' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "False", out.stdout + out.stderr
+    import aiohttp
+
+    (manifest,) = tmp_path.glob("*/manifest.json")
+    assert json.loads(manifest.read_text())["versions"]["aiohttp"] == aiohttp.__version__

@@ -29,12 +29,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
-
-import aiohttp
+from typing import TYPE_CHECKING, Any
 
 from workbench.backends.base import BACKENDS
 from workbench.backends.transport import normalize_base_url, with_query
+
+if TYPE_CHECKING:  # imported when a flush is asked for: a virtual run never needs aiohttp
+    import aiohttp
 
 __all__ = ["NOT_ASKED", "FlushOutcome", "flush_prefix_cache"]
 
@@ -114,6 +115,8 @@ async def flush_prefix_cache(
     own = session is None
     if headers is None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    import aiohttp
+
     sess = session if session is not None else aiohttp.ClientSession(headers=headers)
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:

@@ -103,7 +103,8 @@ def trace_sha256(workload: Workload) -> str | None:
 
 def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -> RunManifest:
     """Everything needed to know what ran: config, trace identity, versions, host."""
-    import aiohttp
+    from importlib.metadata import version  # aiohttp's without importing it (virtual runs)
+
     import numpy
     import pandas
 
@@ -135,7 +136,7 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
         versions={
             "workbench": __version__,
             "python": sys.version.split()[0],
-            "aiohttp": aiohttp.__version__,
+            "aiohttp": version("aiohttp"),
             "pandas": pandas.__version__,
             "numpy": numpy.__version__,
         },
