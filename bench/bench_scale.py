@@ -70,6 +70,7 @@ def main() -> None:
     )
     cpu0, wall0 = time.process_time(), time.perf_counter()
     out = Path(args.out or tempfile.mkdtemp(prefix="bench-scale-"))
+    out.mkdir(parents=True, exist_ok=True)  # --out may name a folder not made yet
     trace = out / "synthetic.jsonl"  # the config names a trace; the workload is given
     trace.write_text("")
     draw = synthetic_workload if args.materialised else synthetic_stream
