@@ -86,6 +86,15 @@ static inline int item(PyObject *seq, Py_ssize_t i, int64_t *out) {
     return 0;
 }
 
+/* Block id b checked against n blocks; -1 with an IndexError naming fn set. */
+static inline int check_block(int64_t b, Py_ssize_t n, const char *fn) {
+    if (b < 0 || b >= n) {
+        PyErr_Format(PyExc_IndexError, "%s: block %lld out of range", fn, (long long)b);
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(get_doc, "get(table, own, shift, h) -> the block holding h, or -1");
 
 static PyObject *kv_get(PyObject *self, PyObject *args) {
@@ -182,11 +191,8 @@ static PyObject *kv_commit(PyObject *self, PyObject *args) {
         for (Py_ssize_t j = 0; j < m; j++) {
             if (item(bs, g + j, &bg[j]) || item(hs, g + j, &hg[j]))
                 goto done;
-            if (bg[j] < 0 || bg[j] >= t.nblocks) {
-                PyErr_Format(PyExc_IndexError, "kvindex.commit: block %lld out of range",
-                             (long long)bg[j]);
+            if (check_block(bg[j], t.nblocks, "kvindex.commit"))
                 goto done;
-            }
             __builtin_prefetch(&KEY(&t, home(&t, hg[j])));
             __builtin_prefetch(&t.o[bg[j]]);
         }
@@ -289,13 +295,7 @@ static int blocks_open(Blocks *k) {
 
 /* Block id i of a sequence, checked against the arrays; -1 with an error set. */
 static inline int block_item(const Blocks *k, PyObject *seq, Py_ssize_t i, int64_t *out) {
-    if (item(seq, i, out))
-        return -1;
-    if (*out < 0 || *out >= k->nblocks) {
-        PyErr_Format(PyExc_IndexError, "kvcache: block %lld out of range", (long long)*out);
-        return -1;
-    }
-    return 0;
+    return item(seq, i, out) || check_block(*out, k->nblocks, "kvcache") ? -1 : 0;
 }
 
 PyDoc_STRVAR(acquire_doc,
@@ -499,7 +499,7 @@ typedef struct {
     Py_ssize_t n;
 } Int64s;
 
-static int int64s_open(Int64s *x, PyObject *obj, const char *what) {
+static int int64s_open(Int64s *x, PyObject *obj, const char *fn, const char *what) {
     x->fast = NULL;
     x->buf = NULL;
     if (PyObject_CheckBuffer(obj)) {
@@ -510,16 +510,19 @@ static int int64s_open(Int64s *x, PyObject *obj, const char *what) {
              strcmp(x->view.format, "<l") && strcmp(x->view.format, "<q") &&
              strcmp(x->view.format, "=l") && strcmp(x->view.format, "=q"))) {
             PyBuffer_Release(&x->view);
-            PyErr_Format(PyExc_ValueError, "kvcache.held: %s must be int64", what);
+            PyErr_Format(PyExc_ValueError, "%s: %s must be int64", fn, what);
             return -1;
         }
         x->buf = (const int64_t *)x->view.buf;
         x->n = x->view.len / 8;
         return 0;
     }
-    x->fast = PySequence_Fast(obj, "kvcache.held: blocks and hashes must be sequences");
-    if (!x->fast)
+    x->fast = PySequence_Fast(obj, "not a sequence");
+    if (!x->fast) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError))
+            PyErr_Format(PyExc_TypeError, "%s: %s must be a sequence", fn, what);
         return -1;
+    }
     x->n = PySequence_Fast_GET_SIZE(x->fast);
     return 0;
 }
@@ -558,7 +561,8 @@ static PyObject *kv_held(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "kvcache.held: own must be int64");
         goto done;
     }
-    if (int64s_open(&blocks, blocks_obj, "blocks") || int64s_open(&hashes, hashes_obj, "hashes"))
+    if (int64s_open(&blocks, blocks_obj, "kvcache.held", "blocks") ||
+        int64s_open(&hashes, hashes_obj, "kvcache.held", "hashes"))
         goto done;
     if (hashes.n < blocks.n) {
         PyErr_SetString(PyExc_ValueError, "kvcache.held: fewer hashes than blocks");
@@ -566,13 +570,9 @@ static PyObject *kv_held(PyObject *self, PyObject *args) {
     }
     for (i = 0; i < blocks.n; i++) {
         int64_t b, h;
-        if (int64s_get(&blocks, i, &b) || int64s_get(&hashes, i, &h))
+        if (int64s_get(&blocks, i, &b) || int64s_get(&hashes, i, &h) ||
+            check_block(b, nblocks, "kvcache.held"))
             goto done;
-        if (b < 0 || b >= nblocks) {
-            PyErr_Format(PyExc_IndexError, "kvcache.held: block %lld out of range",
-                         (long long)b);
-            goto done;
-        }
         if (o[b] != h)
             break;
     }
@@ -584,12 +584,14 @@ done:
     return ret;
 }
 
-PyDoc_STRVAR(idle_doc, "idle(ref, blocks) -> how many of blocks have no reference");
+PyDoc_STRVAR(idle_doc, "idle(ref, blocks) -> how many of blocks (int64 array or list) have no "
+                       "reference");
 
 static PyObject *kv_idle(PyObject *self, PyObject *args) {
     Py_buffer ref;
-    PyObject *blocks, *seq = NULL, *ret = NULL;
-    if (!PyArg_ParseTuple(args, "y*O", &ref, &blocks))
+    PyObject *blocks_obj, *ret = NULL;
+    Int64s blocks = {0};
+    if (!PyArg_ParseTuple(args, "y*O", &ref, &blocks_obj))
         return NULL;
     const int64_t *r = (const int64_t *)ref.buf;
     Py_ssize_t nblocks = ref.len / 8, idle = 0;
@@ -597,23 +599,17 @@ static PyObject *kv_idle(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "kvcache.idle: ref must be int64");
         goto done;
     }
-    seq = PySequence_Fast(blocks, "kvcache.idle: blocks must be a sequence");
-    if (!seq)
+    if (int64s_open(&blocks, blocks_obj, "kvcache.idle", "blocks"))
         goto done;
-    for (Py_ssize_t i = 0, n = PySequence_Fast_GET_SIZE(seq); i < n; i++) {
+    for (Py_ssize_t i = 0; i < blocks.n; i++) {
         int64_t b;
-        if (item(seq, i, &b))
+        if (int64s_get(&blocks, i, &b) || check_block(b, nblocks, "kvcache.idle"))
             goto done;
-        if (b < 0 || b >= nblocks) {
-            PyErr_Format(PyExc_IndexError, "kvcache.idle: block %lld out of range",
-                         (long long)b);
-            goto done;
-        }
         idle += r[b] == 0;
     }
     ret = PyLong_FromSsize_t(idle);
 done:
-    Py_XDECREF(seq);
+    int64s_close(&blocks);
     PyBuffer_Release(&ref);
     return ret;
 }

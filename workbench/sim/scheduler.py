@@ -129,13 +129,13 @@ class _HeadMemo:
     epoch: int = -1
     evictions: int = -1
     arrays: tuple[np.ndarray, np.ndarray] | None = None
-    checks: int = 0
+    checked: bool = False
 
     def held(self, kv: BlockManager) -> int:
         """How much of the hit its blocks still hold (``BlockManager.held_prefix``)."""
-        self.checks += 1
         if self.arrays is None:
-            if self.checks == 1:
+            if not self.checked:
+                self.checked = True
                 return kv.held_prefix(self.hit, self.hashes)
             n = len(self.hit)
             self.arrays = (np.asarray(self.hit, dtype=np.int64),

@@ -62,22 +62,21 @@ def point_metrics(run_dir: str | Path, slo: SLO | None,
         block = summary.get(metric) or {}
         for stat in STATS:
             out[f"{metric}_{stat}"] = block.get(stat)
-    on_disk = result is None or result.records_on_disk
-    if on_disk and not available():  # no pyarrow: the records are read back
-        result, on_disk = load(d), False
-    if on_disk:
+    if (result is None or result.records_on_disk) and not available():
+        result = load(d)  # no pyarrow: the records are read back (into memory)
+    if result is None or result.records_on_disk:  # its files and its parquet columns
         timeline = read_jsonl(d / TIMELINE) if (d / TIMELINE).exists() else []
         manifest = read_json(d / MANIFEST) if (d / MANIFEST).exists() else {}
-    elif result is not None:
+    else:
         timeline, manifest = result.metrics_timeline, result.manifest
     out["preemptions"] = _delta(timeline, PREEMPTIONS)
     if manifest.get("virtual_duration_s") is not None:
         out["virtual_duration_s"] = manifest["virtual_duration_s"]
     if slo is not None:
-        if on_disk:  # pooled ITL percentiles need the token times in the columns
+        if result is None or result.records_on_disk:  # pooled ITL needs the token times
             itl = any(b.metric == "itl_ms" and b.q is not None for b in slo.bounds)
             data: Any = stored(d, token_times=True if itl else None)
-        elif result is not None:
+        else:
             data = to_frame(result)
         ev = slo.evaluate(data)
         out.update({f"slo:{k}": v for k, v in ev["values"].items()})
