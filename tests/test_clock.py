@@ -23,6 +23,39 @@ def test_virtual_clock_jumps_exactly():
     assert run_virtual(main()) == ([5, 3_000_000_000, 1_000_000_007], 13_000_000_000)
 
 
+def test_a_virtual_clock_made_in_its_loop_reads_it_without_asking_asyncio(monkeypatch):
+    """Bound at construction (no ``get_running_loop`` per read: a system call on 3.11);
+    a clock made outside any loop reads whichever virtual loop runs it, run after run."""
+    outside = VirtualClock()
+
+    async def main(t_ns):
+        inside = VirtualClock()
+        await inside.sleep_until(t_ns)
+        with monkeypatch.context() as m:
+            def no(*a):
+                raise AssertionError("asked asyncio for the loop")
+
+            m.setattr(asyncio, "get_running_loop", no)
+            bound = inside.now_ns()
+            await inside.sleep_until(t_ns + 7)
+            after = inside.now_ns()
+        return bound, after, outside.now_ns()
+
+    assert run_virtual(main(5_000)) == (5_000, 5_007, 5_007)
+    assert run_virtual(main(9)) == (9, 16, 16)  # a fresh loop: the unbound clock follows it
+
+
+async def test_a_virtual_clock_made_in_a_real_loop_does_not_bind_to_it():
+    clock = VirtualClock()  # a notebook's loop is running here, not a virtual one
+
+    async def main():
+        await asyncio.sleep(3)
+        return clock.now_ns()
+
+    # a virtual run from a notebook cell: the virtual loop runs in a thread
+    assert await asyncio.to_thread(run_virtual, main()) == 3_000_000_000
+
+
 def test_virtual_deadlock_is_reported():
     async def main():
         await asyncio.get_running_loop().create_future()

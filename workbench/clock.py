@@ -50,13 +50,34 @@ class WallClock:
 
 
 class VirtualClock:
-    """Reads the running loop's virtual time; use inside ``run_virtual``."""
+    """Reads the running loop's virtual time; use inside ``run_virtual``.
+
+    Made inside a ``VirtualTimeLoop``, it binds to that loop: ``asyncio.
+    get_running_loop()`` costs a ``getpid`` system call on CPython 3.11, and a virtual
+    replay reads the clock some ten times a request (docs/virtual-time.md, "What a
+    virtual replay costs"). Made anywhere else (no loop, or a real one such as a
+    notebook's), it reads whichever loop is running at each call.
+    """
+
+    __slots__ = ("_loop",)
+
+    def __init__(self) -> None:
+        self._loop: VirtualTimeLoop | None = None
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if isinstance(loop, VirtualTimeLoop):
+            self._loop = loop
+
+    def _running(self) -> asyncio.AbstractEventLoop:
+        return self._loop or asyncio.get_running_loop()
 
     def now_ns(self) -> int:
-        return round(asyncio.get_running_loop().time() * 1e9)
+        return round(self._running().time() * 1e9)
 
     async def sleep_until(self, t_ns: int) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._running()
         fut: asyncio.Future[None] = loop.create_future()
         loop.call_at(t_ns / 1e9, _set_done, fut)
         await fut

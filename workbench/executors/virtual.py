@@ -249,8 +249,8 @@ def simulate(
                 from workbench.metrics.files import save
 
                 _release_engine()
-
-                result.run_dir = str(save(result, run_dir))
+                with rare_collections():  # the records read back: dicts, no cycles
+                    result.run_dir = str(save(result, run_dir))
         except BaseException as exc:  # the manifest says how it ended, if it can be written
             if run_dir is not None:
                 _mark_ended(run_dir, manifest, exc)
