@@ -186,6 +186,7 @@ def test_record_hashes_of_parts_equal_hashes_of_their_tokens(monkeypatch) -> Non
     from workbench.replay.rounds import UnitRun
 
     monkeypatch.setattr(rounds, "_DRAW_BLOCKS", 2)
+    monkeypatch.setattr(rounds, "_MEMOS", {})  # the misses too: no earlier test's memo
     for salt in ("", "run-3"):
         pool = TokenPool(salt=salt)
         maker = RoundMaker(run_id="t", backend="openai", policy=None, pool=pool, block_size=16,
@@ -200,6 +201,36 @@ def test_record_hashes_of_parts_equal_hashes_of_their_tokens(monkeypatch) -> Non
         grown = seg + Segments([(OUTPUT, 5, 0, 20)]) + Segments([pool.fresh_part("f", 7)])
         for prompt in (grown, grown.head(170), Segments([pool.fresh_part("h", 50)])):
             assert maker.hashes(run, prompt) == block_hashes(maker.resolve(prompt), 16)
+
+
+def test_a_processs_runs_over_the_same_tokens_share_the_record_hash_memo(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A sweep's next point over the same trace (another rate) draws no hash-id block's
+    tokens: its record hashes come from the memo the first run left, and equal them. A
+    run drawing other tokens (another seed) starts its own memo: its hashes equal those
+    of a run in a fresh process, never the first memo's."""
+    import workbench.replay.rounds as rounds
+
+    def hashes(records: list) -> dict[str, list[int]]:
+        return {r.request_id: r.extra["input_sequence_hashes"] for r in records}
+
+    monkeypatch.setattr(rounds, "_MEMOS", {})
+    cfg = _cfg(MOONCAKE, 60, None)
+    first = hashes(virtual.simulate(cfg).records)
+    drawn: list[int] = []
+    real = TokenPool.heads_array
+
+    def counted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        drawn.append(1)
+        return real(self, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(TokenPool, "heads_array", counted)
+        again = hashes(virtual.simulate({**cfg, "arrival": {"rate": 3.0}}).records)
+    assert not drawn and again == first and len(first) == 60
+    reseeded = hashes(virtual.simulate({**cfg, "seed": 7}).records)
+    monkeypatch.setattr(rounds, "_MEMOS", {})  # as in a fresh process
+    assert hashes(virtual.simulate({**cfg, "seed": 7}).records) == reseeded
+    assert all(reseeded[k] != v for k, v in first.items())
 
 
 def test_heads_array_equals_the_parts_drawn_one_by_one() -> None:

@@ -23,7 +23,7 @@ from workbench.segments import BLOCK, OUTPUT, Part, Segments
 from workbench.tokenizer import output_tokens
 
 Prompt = list[int] | Segments  # Segments only for a sender that takes them (virtual time)
-_MEMO_MAX = 1 << 20  # memoized hash-id block hashes per run, then start over
+_MEMO_MAX = 1 << 20  # memoized hash-id block hashes (``_hash_memo``), then start over
 _DRAW_BLOCKS = 32  # new blocks drawn and hashed at a time: bounds the arrays of a long prompt
 
 #: a warm-up record's request id is the measured one's with this prefix
@@ -94,8 +94,9 @@ class RoundMaker:
         #: build prompts as ``Segments`` (the sender says it takes them: virtual time)
         self.segments = False
         #: a hash-id block's packed key -> (previous hash, its length, its hash): the last
-        #: chain it was hashed in (a Mooncake hash id always has the same one)
-        self._memo: dict[int, tuple[int | None, int, int]] = {}
+        #: chain it was hashed in (a Mooncake hash id always has the same one); shared by
+        #: the runs of this process that draw the same tokens (``_hash_memo``)
+        self._memo = _hash_memo(pool, block_size)
 
     def needs_output_ids(self, rp: RoundPlan) -> bool:
         """A session round carried by a policy that ``needs_output_ids``
@@ -278,6 +279,26 @@ class RoundMaker:
     def resolve(self, prompt: Prompt) -> list[int]:
         """The token ids of a prompt (a live replay's, for ``Segments`` ones)."""
         return prompt.tokens(self._resolve) if isinstance(prompt, Segments) else prompt
+
+
+_Memo = dict[int, tuple[int | None, int, int]]
+_MEMOS: dict[tuple[int, int, int, str, int], _Memo] = {}
+
+
+def _hash_memo(pool: TokenPool, block_size: int) -> _Memo:
+    """The hash-id block memo of ``RoundMaker._segment_hashes`` for runs whose pool draws
+    these tokens (vocabulary, seed, salt) into record blocks of ``block_size``: one per
+    process, kept after the run, so a sweep's next point or a notebook's next what-if
+    over the same trace finds its record hashes instead of drawing and hashing its
+    tokens again (docs/virtual-time.md, "Prompts as segments"). An entry is a fact (a
+    block's hash after a given previous hash), whoever wrote it; runs with other
+    tokens start a fresh memo, and the last one is dropped."""
+    key = (pool.vocab_lo, pool.vocab_hi, pool.seed, pool.salt, block_size)
+    memo = _MEMOS.get(key)
+    if memo is None:
+        _MEMOS.clear()
+        memo = _MEMOS[key] = {}
+    return memo
 
 
 def _whole_block_parts(prompt: Segments, bs: int) -> dict[int, Part]:
