@@ -200,7 +200,7 @@ class StreamState:
                 self.times.append(t)
                 counts.append(n)
                 guard = self.guard
-                if guard is not None:  # _counted(n, len(chunk), 1), inline: once per event
+                if guard is not None:  # _counted(guard, n, len(chunk), 1), inline: once per event
                     total = guard.total + (1 if guard.by_events else n)
                     if total <= guard.limit:
                         guard.total, guard.seen = total, len(counts)
@@ -239,27 +239,27 @@ class StreamState:
         if counts:
             self.times.extend([t] * len(counts))
             self.counts.extend(counts)
-            if self.guard is not None and not self.done:
+            guard = self.guard
+            if guard is not None and not self.done:
                 if self.decoder.pending:  # an event left unfinished: bound it too
                     self._check(len(chunk))
                 else:
-                    self._counted(sum(counts), len(chunk), len(counts))
+                    self._counted(guard, sum(counts), len(chunk), len(counts))
             return
         if self.idle_ns is not None and not self.done:
             self._stalled(t)
         if self.guard is not None and not self.done:
             self._check(len(chunk))
 
-    def _counted(self, ids: int, nbytes: int, events: int) -> None:
-        """The overrun guard after a read that ended whole (nothing pending in the
-        decoder: ``check_unfinished`` has nothing to bound) and brought ``events`` token
-        events of ``ids`` ids: ``_check``'s result, with ``OverrunGuard.check``'s usual
-        case (under the limit) done here, the per-read hot path (docs/design-notes.md,
-        "The measured request path")."""
-        guard = self.guard
-        total = guard.total + (events if guard.by_events else ids)  # type: ignore[union-attr]
-        if total <= guard.limit:  # type: ignore[union-attr]
-            guard.total, guard.seen = total, len(self.counts)  # type: ignore[union-attr]
+    def _counted(self, guard: OverrunGuard, ids: int, nbytes: int, events: int) -> None:
+        """The overrun guard (this stream's) after a read that ended whole (nothing
+        pending in the decoder: ``check_unfinished`` has nothing to bound) and brought
+        ``events`` token events of ``ids`` ids: ``_check``'s result, with ``OverrunGuard.
+        check``'s usual case (under the limit) done here, the per-read hot path
+        (docs/design-notes.md, "The measured request path")."""
+        total = guard.total + (events if guard.by_events else ids)
+        if total <= guard.limit:
+            guard.total, guard.seen = total, len(self.counts)
         else:
             self._check(nbytes)
 
