@@ -493,3 +493,18 @@ def test_a_points_numbers_from_its_columns_equal_those_from_its_records(
     for k in keys:
         assert cols[k] == pytest.approx(records[k], rel=1e-12), k
     assert all(cols[k] is not None for k in keys)
+    # without pyarrow (no columns to read) the stored run's records are read back instead
+    import workbench.metrics.columns as columns
+
+    loads: list[object] = []
+
+    def counted_load(*args: object, **kwargs: object) -> object:
+        loads.append(args)
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(columns, "available", lambda: False)
+    monkeypatch.setattr(rundir, "load", counted_load)
+    fallback = point_metrics(run_dir, slo)
+    assert len(loads) == 1
+    for k in keys:
+        assert fallback[k] == pytest.approx(records[k], rel=1e-12), k

@@ -62,22 +62,24 @@ def point_metrics(run_dir: str | Path, slo: SLO | None,
         block = summary.get(metric) or {}
         for stat in STATS:
             out[f"{metric}_{stat}"] = block.get(stat)
-    if (result is None or result.records_on_disk) and not available():
-        result = load(d)  # no pyarrow: the records are read back (into memory)
-    if result is None or result.records_on_disk:  # its files and its parquet columns
+    # the run with its records in memory, or None: read from its files and parquet columns
+    kept = result if result is not None and not result.records_on_disk else None
+    if kept is None and not available():
+        kept = load(d)  # no pyarrow: the records are read back (into memory)
+    if kept is None:
         timeline = read_jsonl(d / TIMELINE) if (d / TIMELINE).exists() else []
         manifest = read_json(d / MANIFEST) if (d / MANIFEST).exists() else {}
     else:
-        timeline, manifest = result.metrics_timeline, result.manifest
+        timeline, manifest = kept.metrics_timeline, kept.manifest
     out["preemptions"] = _delta(timeline, PREEMPTIONS)
     if manifest.get("virtual_duration_s") is not None:
         out["virtual_duration_s"] = manifest["virtual_duration_s"]
     if slo is not None:
-        if result is None or result.records_on_disk:  # pooled ITL needs the token times
+        if kept is None:  # pooled ITL percentiles need the token times in the columns
             itl = any(b.metric == "itl_ms" and b.q is not None for b in slo.bounds)
             data: Any = stored(d, token_times=True if itl else None)
         else:
-            data = to_frame(result)
+            data = to_frame(kept)
         ev = slo.evaluate(data)
         out.update({f"slo:{k}": v for k, v in ev["values"].items()})
         out["ok_rate"] = ev["ok_rate"]
