@@ -357,3 +357,36 @@ def test_unknown_fields_are_named_once(tmp_path: Path, caplog: pytest.LogCapture
         w = load_trace(write(tmp_path, c))
     assert w.meta["unknown_fields"] == ["owner", "requests[].priority"]
     assert "requests[].priority (line 1)" in caplog.text
+
+
+# -- what stats says of the graphs ---------------------------------------------------------
+
+
+def test_graph_summary_counts_tasks_depth_fanout_and_detached(tmp_path: Path) -> None:
+    from workbench.traces.graph import graph_summary
+
+    inner = marker(1.0, "g", [req(0.0, 128, 4, [50, 51])])
+    c = conv("c", [req(0.0, 256, 8, [1, 2, 3, 4]),
+                   marker(5.0, "a", [req(0.0, 128, 4, [10, 11]), inner,
+                                     req(3.0, 192, 4, [10, 11, 12])]),
+                   marker(6.0, "b", [req(0.0, 128, 4, [20, 21])]),
+                   req(20.0, 320, 8, [1, 2, 3, 4, 5]),
+                   marker(30.0, "late", [req(0.0, 128, 4, [60, 61])])])
+    d = conv("d", [req(0.0, 64, 1, [1])])
+    w = load_trace(write(tmp_path, c, d))
+    assert graph_summary(w.units) == {"agent_tasks": 2, "subagents": 4, "max_depth": 2,
+                                      "max_fanout": 2, "detached_subagents": 1}
+
+
+def test_stats_prints_the_agents_of_a_graph_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    from workbench.cli import main
+
+    assert main(["stats", str(SAMPLE)]) == 0
+    out = capsys.readouterr().out
+    assert "format  weka (detected)" in out
+    lines = {ln.split()[0]: ln.split()[1] for ln in out.splitlines()
+             if ln.startswith("  ") and len(ln.split()) >= 2}
+    assert (lines["agent_tasks"], lines["subagents"], lines["max_depth"],
+            lines["max_fanout"]) == ("28", "12", "1", "3")
+    assert main(["stats", str(data_path("tracelab/multi_session_example.csv"))]) == 0
+    assert "\nagents\n" not in capsys.readouterr().out  # no graph: no agents section
