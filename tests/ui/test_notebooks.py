@@ -259,6 +259,9 @@ def test_replay_and_trace_explorer_notebooks_on_captured_conversations(tmp_path:
     manifest = json.loads((page.parent / "manifest.json").read_text())
     assert manifest["trace"]["format"] == "weka"
     assert manifest["trace"]["reader"]["max_delay_s"] == 0.05
+    config = pd.read_csv(page.parent / "tables" / "config.csv", index_col=0)["value"]
+    assert config["1 reader timing"] == "think-only"  # the default, said where it ran
+    assert config["1 reader max_delay_s"] == "0.05"
     assert_shows_summary(page.read_text(), summary)
     explorer = render_report("trace_explorer", {"bundled_trace": "weka/cc_traces_sample.jsonl",
                                                 "max_items": 2}, tmp_path / "x").read_text()
