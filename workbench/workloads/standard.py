@@ -23,6 +23,7 @@ seed) goes into the run manifest.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from workbench.records import Round, Unit, Workload
 from workbench.traces.bounds import check_workload
 from workbench.traces.load import load_trace
 from workbench.workloads.synthetic import (
+    MAX_ROUNDS_PER_SESSION,
     SYNTHETIC_PREFIX,
     Distribution,
     SessionStream,
@@ -44,6 +46,7 @@ from workbench.workloads.synthetic import (
     parse_distribution,
     split_pairs,
     synthetic_value,
+    synthetic_workload,
 )
 
 KINDS = ("random", "shared-prefix", "agentic")
@@ -176,7 +179,9 @@ def generate(text: str) -> Workload:
     process = timeline.process()
     arrival_seed = int(seeds[1].generate_state(1)[0])
     held: Sequence[Unit]
-    if isinstance(spec, SyntheticSpec):  # sessions drawn as a stream; held when small
+    if isinstance(spec, SyntheticSpec) and spec.subagents > 0:  # a graph: held, never streamed
+        held = _with_subagents(spec, rng, process.offsets_ms(spec.sessions, arrival_seed))
+    elif isinstance(spec, SyntheticSpec):  # sessions drawn as a stream; held when small
         stream = SessionStream(spec, rng, process.offsets_ms(spec.sessions, arrival_seed))
         held = stream if stream.n_rounds >= STREAM_MIN_ROUNDS else tuple(stream)
     else:
@@ -194,6 +199,22 @@ def generate(text: str) -> Workload:
     # drawn rounds are already what is sent: no context policy plans them again
     meta = {"needs_context_policy": False, "generator": generator}
     return Workload(held, "synthetic", source=text, block_size=block, meta=meta)
+
+
+def _with_subagents(spec: SyntheticSpec, rng: np.random.Generator,
+                    arrivals_ms: Sequence[float]) -> tuple[Unit, ...]:
+    """Sessions and their sub-agents, held: a workload of ``STREAM_MIN_ROUNDS`` rounds or
+    more (sessions counted first, on a copy of the generator; then with the children)
+    would be streamed, which sub-agents are not (``SessionStream``): refused."""
+    counts = spec.rounds.draw(copy.deepcopy(rng), spec.sessions, integer=True, low=1)
+    if int(np.minimum(counts, MAX_ROUNDS_PER_SESSION).sum()) < STREAM_MIN_ROUNDS:
+        units = synthetic_workload(spec, rng, arrivals_ms).units
+        if sum(len(u.rounds) for u in units) < STREAM_MIN_ROUNDS:
+            return tuple(units)
+    raise ConfigError(f"synthetic agentic: sub-agents (subagents={spec.subagents:g}) are held "
+                      f"in memory, never streamed: the sessions and their sub-agents must draw "
+                      f"fewer than {STREAM_MIN_ROUNDS:,} rounds; ask for fewer sessions, or "
+                      f"subagents=0 for a streamed run ({DOC})")
 
 
 def _text(value: Any) -> Any:
