@@ -57,18 +57,26 @@ MAX_REQUESTS = 1_000_000
 STREAM_MIN_ROUNDS = 100_000
 DOC = "docs/trace-formats.md, 'Synthetic workloads'"
 
-#: the ``agentic`` presets; ``coding-agent`` is fitted to the bundled public coding-agent
-#: rounds (request-factory's 3 sessions, 211 rounds; TraceLab's 19 rounds of Claude Code /
-#: Codex): lognormal by the median and the standard deviation of the logs, rounds per
-#: session uniform over the observed range (maximum likelihood: median = exp(mean of the
-#: logs), sigma = their standard deviation). Fit and numbers: docs/trace-formats.md.
+#: the ``agentic`` presets; ``coding-agent`` is fitted to the bundled captured Claude Code
+#: conversations (``weka/cc_traces_sample.jsonl``: 28 sessions, 12 sub-agents) by
+#: ``workbench.workloads.agent_fit.fit``: each length a lognormal through the data's p50
+#: and p90, censored at its maximum; sub-agents with their own lengths; fan-out as seen.
+#: bench/fit_coding_agent.py recomputes it; table: docs/trace-formats.md.
 PRESETS: dict[str, dict[str, str]] = {
     "coding-agent": {
-        "rounds": "uniform:9..119",
-        "first_input": "lognormal:20301,0.54",
-        "input": "lognormal:1254,1.62",
-        "output": "lognormal:356,1.07",
-        "tool_wait": "lognormal:2733,2.99",
+        "rounds": "lognormal:18,0.403,57",
+        "first_input": "lognormal:16854,0.286,125560",
+        "input": "lognormal:352,2.02,57816",
+        "output": "lognormal:260,1.16,6531",
+        "tool_wait": "lognormal:11000,1.81,48547000",
+        "compaction": "0",
+        "subagents": "0.00917",
+        "fanout": "uniform:1..3",
+        "subagent_rounds": "lognormal:12,0.427,24",
+        "subagent_first_input": "lognormal:11677,0.103,13368",
+        "subagent_input": "lognormal:2366,1.06,50491",
+        "subagent_output": "lognormal:238,0.435,6043",
+        "subagent_tool_wait": "lognormal:4000,1.4,65000",
     },
 }
 

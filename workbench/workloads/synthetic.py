@@ -67,10 +67,10 @@ class Distribution:
 
     def __str__(self) -> str:
         if self.kind in ("fixed", "exponential"):
-            return f"{self.kind}:{self.a:g}"
+            return f"{self.kind}:{_num(self.a)}"
         sep = ".." if self.kind == "uniform" else ","
-        cap = f",{self.cap:g}" if math.isfinite(self.cap) else ""
-        return f"{self.kind}:{self.a:g}{sep}{self.b:g}{cap}"
+        cap = f",{_num(self.cap)}" if math.isfinite(self.cap) else ""
+        return f"{self.kind}:{_num(self.a)}{sep}{_num(self.b)}{cap}"
 
     def draw(self, rng: np.random.Generator, n: int, *, integer: bool, low: int) -> np.ndarray:
         """``n`` values, clipped to ``low``; token counts are integers."""
@@ -93,6 +93,12 @@ class Distribution:
             return values
         # past the bound the workload check refuses it; clipping first keeps int64 exact
         return np.rint(np.minimum(values, bounds.MAX_ROUND_TOKENS + 1)).astype(np.int64)
+
+
+def _num(x: float) -> str:
+    """``x`` as ``:g`` writes it, but a whole number past 6 digits in full (not 4.8e+07)."""
+    text = f"{x:g}"
+    return str(int(x)) if "e" in text and float(x).is_integer() else text
 
 
 def parse_distribution(key: str, text: str) -> Distribution:
