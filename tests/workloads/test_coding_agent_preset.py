@@ -195,3 +195,15 @@ def test_a_lognormal_maximum_censors_the_draws() -> None:
     for bad in ("lognormal:1000,2,500", "lognormal:1000,2,x", "lognormal:1000,2,20000000"):
         with pytest.raises(ConfigError, match="synthetic input"):
             parse_distribution("input", bad)
+
+
+def test_tracegen_writes_the_fan_out_as_a_graph_sidecar(tmp_path: Path) -> None:
+    from workbench.workloads.materialize import tracegen
+
+    text = "synthetic:sessions=10,rounds=fixed:4,subagents=0.5,fanout=fixed:2,subagent_rounds=2"
+    drawn = synthetic_workload(parse_synthetic(text), np.random.default_rng(0))
+    result = tracegen(text, tmp_path / "out.csv")
+    assert (tmp_path / "out.graph.json").is_file()
+    back = load_trace(result.csv_path)
+    check_graph(result.csv_path, back)
+    assert sum(u.spawn is not None for u in back.units) == drawn.meta["subagents"] > 0

@@ -147,8 +147,9 @@ def table(data: dict[str, Group], drawn: dict[str, Group], preset: dict[str, str
         rows.append(f"| {name} | tokens past the previous prompt's hash blocks | — | "
                     f"{_cells(d.fresh_blocks)} | {_cells(w.fresh_blocks)} |")
     d, w = data["session"], drawn["session"]
-    rows.append(f"| session | rounds that spawn sub-agents | `subagents={preset.get('subagents', 0)}` "
-                f"| {_share(d.spawning_rounds, d.open_rounds)} | "
+    rows.append(f"| session | rounds that spawn sub-agents | "
+                f"`subagents={preset.get('subagents', 0)}` | "
+                f"{_share(d.spawning_rounds, d.open_rounds)} | "
                 f"{_share(w.spawning_rounds, w.open_rounds)} |")
     rows.append(f"| session | sub-agents a spawning round starts | "
                 f"`fanout={preset.get('fanout', '')}` | {_counts(d.fan)} | {_counts(w.fan)} |")

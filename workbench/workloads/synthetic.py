@@ -111,8 +111,8 @@ def parse_distribution(key: str, text: str) -> Distribution:
             lo, hi = arg.split("..")
             dist = Distribution("uniform", float(lo), float(hi))
         elif kind == "lognormal" and arg.count(",") == 2:
-            centre, spread, top = arg.split(",")
-            dist = Distribution(kind, float(centre), float(spread), float(top))
+            centre, spread, most = arg.split(",")
+            dist = Distribution(kind, float(centre), float(spread), float(most))
         elif kind in ("lognormal", "normal"):
             centre, spread = arg.split(",")
             dist = Distribution(kind, float(centre), float(spread))
