@@ -86,11 +86,12 @@ STANDARD_HELP = f"""\
   shared-prefix  groups=G (16) prompts=N per group (16) system=DIST (fixed:2048)
                  question=DIST (fixed:128) output=DIST (fixed:256) block=TOKENS (16)
   agentic        sessions=N rounds=DIST input=DIST first_input=DIST output=DIST
-                 tool_wait=DIST compaction=P, or preset=coding-agent (keys given
-                 beside a preset override it)
+                 tool_wait=DIST compaction=P subagents=P fanout=DIST
+                 subagent_{{rounds,first_input,input,output,tool_wait}}=DIST, or
+                 preset=coding-agent (keys given beside a preset override it)
   every kind     seed=S (0) arrival=poisson|gamma|constant (poisson) rate=R units/s (1)
                  burstiness=B (gamma's shape, 1)
-DIST: fixed:N | uniform:LO..HI | lognormal:MEDIAN,SIGMA | normal:MEAN,SD |
+DIST: fixed:N | uniform:LO..HI | lognormal:MEDIAN,SIGMA[,MAX] | normal:MEAN,SD |
 exponential:MEAN (token counts rounded, at least 1). {DOC}.
 Example: synthetic:random,requests=200,input=uniform:512..2048,output=fixed:128,rate=4"""
 
