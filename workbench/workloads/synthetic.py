@@ -2,7 +2,9 @@
 
 ``parse_synthetic`` reads the description (``SYNTHETIC_HELP`` says every key);
 ``synthetic_workload`` draws the sessions with a caller's generator, vectorized,
-all arriving at 0 (``tracegen`` draws the arrivals).
+all arriving at 0 (``tracegen`` draws the arrivals), then their sub-agents (child
+units with ``spawn`` set, each right after its parent); ``SessionStream`` draws
+sessions without sub-agents on demand.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ so far: prefix = previous prefix + input + output. Sub-agents are held, not
 streamed: a workload with subagents > 0 is drawn whole.
 Bounds (docs/trace-bounds.md): sessions <= 1,000,000, rounds <= 100,000 a
 session (drawn counts are clipped there) and 10,000,000 in all, token counts
-<= 10,000,000 (prompt + output of a round too), tool_wait <= 7 days.
+<= 10,000,000 (prompt + output of a round too), tool_wait <= 7 days, fanout
+<= 1,000 (sub-agents' rounds count in the 10,000,000).
 Example: synthetic:sessions=100,rounds=uniform:2..20,input=lognormal:2000,1.0,
 output=fixed:200,tool_wait=uniform:100..5000,compaction=0.02
 Synthetic traces default to --arrival poisson at --rate."""
@@ -56,8 +59,8 @@ Synthetic traces default to --arrival poisson at --rate."""
 
 @dataclass(frozen=True)
 class Distribution:
-    """``fixed:N``, ``uniform:LO..HI``, ``lognormal:MEDIAN,SIGMA``, ``normal:MEAN,SD`` or
-    ``exponential:MEAN``."""
+    """``fixed:N``, ``uniform:LO..HI``, ``lognormal:MEDIAN,SIGMA[,MAX]``, ``normal:MEAN,SD``
+    or ``exponential:MEAN``."""
 
     kind: str
     a: float
@@ -430,6 +433,7 @@ def _draw_fanout(spec: SyntheticSpec, rng: np.random.Generator, block: _Block
     if not spawning.size:
         return None
     fan = np.minimum(spec.fanout.draw(rng, spawning.size, integer=True, low=1), MAX_FANOUT)
+    _check_rounds(total + int(fan.sum()))  # a child has a round at least: before drawing
     at = np.repeat(spawning, fan)
     parents = np.searchsorted(block.starts, at, side="right") - 1
     child = spec.child_spec(int(at.size))
