@@ -23,6 +23,7 @@ seed) goes into the run manifest.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from workbench.records import Round, Unit, Workload
 from workbench.traces.bounds import check_workload
 from workbench.traces.load import load_trace
 from workbench.workloads.synthetic import (
+    MAX_ROUNDS_PER_SESSION,
     SYNTHETIC_PREFIX,
     Distribution,
     SessionStream,
@@ -44,6 +46,7 @@ from workbench.workloads.synthetic import (
     parse_distribution,
     split_pairs,
     synthetic_value,
+    synthetic_workload,
 )
 
 KINDS = ("random", "shared-prefix", "agentic")
@@ -54,18 +57,26 @@ MAX_REQUESTS = 1_000_000
 STREAM_MIN_ROUNDS = 100_000
 DOC = "docs/trace-formats.md, 'Synthetic workloads'"
 
-#: the ``agentic`` presets; ``coding-agent`` is fitted to the bundled public coding-agent
-#: rounds (request-factory's 3 sessions, 211 rounds; TraceLab's 19 rounds of Claude Code /
-#: Codex): lognormal by the median and the standard deviation of the logs, rounds per
-#: session uniform over the observed range (maximum likelihood: median = exp(mean of the
-#: logs), sigma = their standard deviation). Fit and numbers: docs/trace-formats.md.
+#: the ``agentic`` presets; ``coding-agent`` is fitted to the bundled captured Claude Code
+#: conversations (``weka/cc_traces_sample.jsonl``: 28 sessions, 12 sub-agents) by
+#: ``workbench.workloads.agent_fit.fit``: each length a lognormal through the data's p50
+#: and p90, censored at its maximum; sub-agents with their own lengths; fan-out as seen.
+#: bench/fit_coding_agent.py recomputes it; table: docs/trace-formats.md.
 PRESETS: dict[str, dict[str, str]] = {
     "coding-agent": {
-        "rounds": "uniform:9..119",
-        "first_input": "lognormal:20301,0.54",
-        "input": "lognormal:1254,1.62",
-        "output": "lognormal:356,1.07",
-        "tool_wait": "lognormal:2733,2.99",
+        "rounds": "lognormal:18,0.403,57",
+        "first_input": "lognormal:16854,0.286,125560",
+        "input": "lognormal:352,2.02,57816",
+        "output": "lognormal:260,1.16,6531",
+        "tool_wait": "lognormal:11000,1.81,48547000",
+        "compaction": "0",
+        "subagents": "0.00917",
+        "fanout": "uniform:1..3",
+        "subagent_rounds": "lognormal:12,0.427,24",
+        "subagent_first_input": "lognormal:11677,0.103,13368",
+        "subagent_input": "lognormal:2366,1.06,50491",
+        "subagent_output": "lognormal:238,0.435,6043",
+        "subagent_tool_wait": "lognormal:4000,1.4,65000",
     },
 }
 
@@ -75,11 +86,12 @@ STANDARD_HELP = f"""\
   shared-prefix  groups=G (16) prompts=N per group (16) system=DIST (fixed:2048)
                  question=DIST (fixed:128) output=DIST (fixed:256) block=TOKENS (16)
   agentic        sessions=N rounds=DIST input=DIST first_input=DIST output=DIST
-                 tool_wait=DIST compaction=P, or preset=coding-agent (keys given
-                 beside a preset override it)
+                 tool_wait=DIST compaction=P subagents=P fanout=DIST
+                 subagent_{{rounds,first_input,input,output,tool_wait}}=DIST, or
+                 preset=coding-agent (keys given beside a preset override it)
   every kind     seed=S (0) arrival=poisson|gamma|constant (poisson) rate=R units/s (1)
                  burstiness=B (gamma's shape, 1)
-DIST: fixed:N | uniform:LO..HI | lognormal:MEDIAN,SIGMA | normal:MEAN,SD |
+DIST: fixed:N | uniform:LO..HI | lognormal:MEDIAN,SIGMA[,MAX] | normal:MEAN,SD |
 exponential:MEAN (token counts rounded, at least 1). {DOC}.
 Example: synthetic:random,requests=200,input=uniform:512..2048,output=fixed:128,rate=4"""
 
@@ -176,7 +188,9 @@ def generate(text: str) -> Workload:
     process = timeline.process()
     arrival_seed = int(seeds[1].generate_state(1)[0])
     held: Sequence[Unit]
-    if isinstance(spec, SyntheticSpec):  # sessions drawn as a stream; held when small
+    if isinstance(spec, SyntheticSpec) and spec.subagents > 0:  # a graph: held, never streamed
+        held = _with_subagents(spec, rng, process.offsets_ms(spec.sessions, arrival_seed))
+    elif isinstance(spec, SyntheticSpec):  # sessions drawn as a stream; held when small
         stream = SessionStream(spec, rng, process.offsets_ms(spec.sessions, arrival_seed))
         held = stream if stream.n_rounds >= STREAM_MIN_ROUNDS else tuple(stream)
     else:
@@ -194,6 +208,22 @@ def generate(text: str) -> Workload:
     # drawn rounds are already what is sent: no context policy plans them again
     meta = {"needs_context_policy": False, "generator": generator}
     return Workload(held, "synthetic", source=text, block_size=block, meta=meta)
+
+
+def _with_subagents(spec: SyntheticSpec, rng: np.random.Generator,
+                    arrivals_ms: Sequence[float]) -> tuple[Unit, ...]:
+    """Sessions and their sub-agents, held: a workload of ``STREAM_MIN_ROUNDS`` rounds or
+    more (sessions counted first, on a copy of the generator; then with the children)
+    would be streamed, which sub-agents are not (``SessionStream``): refused."""
+    counts = spec.rounds.draw(copy.deepcopy(rng), spec.sessions, integer=True, low=1)
+    if int(np.minimum(counts, MAX_ROUNDS_PER_SESSION).sum()) < STREAM_MIN_ROUNDS:
+        units = synthetic_workload(spec, rng, arrivals_ms).units
+        if sum(len(u.rounds) for u in units) < STREAM_MIN_ROUNDS:
+            return tuple(units)
+    raise ConfigError(f"synthetic agentic: sub-agents (subagents={spec.subagents:g}) are held "
+                      f"in memory, never streamed: the sessions and their sub-agents must draw "
+                      f"fewer than {STREAM_MIN_ROUNDS:,} rounds; ask for fewer sessions, or "
+                      f"subagents=0 for a streamed run ({DOC})")
 
 
 def _text(value: Any) -> Any:

@@ -2,7 +2,9 @@
 
 ``parse_synthetic`` reads the description (``SYNTHETIC_HELP`` says every key);
 ``synthetic_workload`` draws the sessions with a caller's generator, vectorized,
-all arriving at 0 (``tracegen`` draws the arrivals).
+all arriving at 0 (``tracegen`` draws the arrivals), then their sub-agents (child
+units with ``spawn`` set, each right after its parent); ``SessionStream`` draws
+sessions without sub-agents on demand.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from workbench.errors import ConfigError
-from workbench.records import Round, Unit, UnitStream, Workload
+from workbench.records import Round, Spawn, Unit, UnitStream, Workload
 from workbench.traces import bounds, canonical
 
 SYNTHETIC_PREFIX = "synthetic:"
@@ -33,12 +35,23 @@ Keys (all optional):
                     (default uniform:100..5000)
   compaction=P      probability that a round (from round 1) starts a fresh,
                     compacted conversation: its prefix is 0 (default 0)
+  subagents=P       probability that a round but the last spawns sub-agents: child
+                    sessions that start when the round ends, the next round waits
+                    for them (docs/session-graphs.md; default 0: none)
+  fanout=DIST       sub-agents a spawning round starts at once, >= 1 (default fixed:1)
+  subagent_rounds=DIST, subagent_first_input=DIST, subagent_input=DIST,
+  subagent_output=DIST, subagent_tool_wait=DIST
+                    a sub-agent's rounds, first prompt, growth, output, tool waits
+                    (default: the session's key); a sub-agent spawns none itself
 DIST is fixed:N | uniform:LO..HI (integers inclusive for token counts) |
-lognormal:MEDIAN,SIGMA | normal:MEAN,SD | exponential:MEAN (rounded for token
-counts). A round reuses its whole conversation so far: prefix = previous prefix + input + output.
+lognormal:MEDIAN,SIGMA[,MAX] (draws above MAX are MAX) | normal:MEAN,SD |
+exponential:MEAN (rounded for token counts). A round reuses its whole conversation
+so far: prefix = previous prefix + input + output. Sub-agents are held, not
+streamed: a workload with subagents > 0 is drawn whole.
 Bounds (docs/trace-bounds.md): sessions <= 1,000,000, rounds <= 100,000 a
 session (drawn counts are clipped there) and 10,000,000 in all, token counts
-<= 10,000,000 (prompt + output of a round too), tool_wait <= 7 days.
+<= 10,000,000 (prompt + output of a round too), tool_wait <= 7 days, fanout
+<= 1,000 (sub-agents' rounds count in the 10,000,000).
 Example: synthetic:sessions=100,rounds=uniform:2..20,input=lognormal:2000,1.0,
 output=fixed:200,tool_wait=uniform:100..5000,compaction=0.02
 Synthetic traces default to --arrival poisson at --rate."""
@@ -46,18 +59,21 @@ Synthetic traces default to --arrival poisson at --rate."""
 
 @dataclass(frozen=True)
 class Distribution:
-    """``fixed:N``, ``uniform:LO..HI``, ``lognormal:MEDIAN,SIGMA``, ``normal:MEAN,SD`` or
-    ``exponential:MEAN``."""
+    """``fixed:N``, ``uniform:LO..HI``, ``lognormal:MEDIAN,SIGMA[,MAX]``, ``normal:MEAN,SD``
+    or ``exponential:MEAN``."""
 
     kind: str
     a: float
     b: float = 0.0
+    #: ``lognormal:MEDIAN,SIGMA,MAX``: draws above ``MAX`` are ``MAX`` (censored; inf: none)
+    cap: float = math.inf
 
     def __str__(self) -> str:
         if self.kind in ("fixed", "exponential"):
-            return f"{self.kind}:{self.a:g}"
+            return f"{self.kind}:{_num(self.a)}"
         sep = ".." if self.kind == "uniform" else ","
-        return f"{self.kind}:{self.a:g}{sep}{self.b:g}"
+        cap = f",{_num(self.cap)}" if math.isfinite(self.cap) else ""
+        return f"{self.kind}:{_num(self.a)}{sep}{_num(self.b)}{cap}"
 
     def draw(self, rng: np.random.Generator, n: int, *, integer: bool, low: int) -> np.ndarray:
         """``n`` values, clipped to ``low``; token counts are integers."""
@@ -73,11 +89,19 @@ class Distribution:
             values = rng.exponential(self.a, size=n)
         else:
             values = rng.lognormal(math.log(self.a), self.b, size=n)
+            if math.isfinite(self.cap):
+                values = np.minimum(values, self.cap)
         values = np.maximum(values, low)
         if not integer:
             return values
         # past the bound the workload check refuses it; clipping first keeps int64 exact
         return np.rint(np.minimum(values, bounds.MAX_ROUND_TOKENS + 1)).astype(np.int64)
+
+
+def _num(x: float) -> str:
+    """``x`` as ``:g`` writes it, but a whole number past 6 digits in full (not 4.8e+07)."""
+    text = f"{x:g}"
+    return str(int(x)) if "e" in text and float(x).is_integer() else text
 
 
 def parse_distribution(key: str, text: str) -> Distribution:
@@ -89,6 +113,9 @@ def parse_distribution(key: str, text: str) -> Distribution:
         elif kind == "uniform":
             lo, hi = arg.split("..")
             dist = Distribution("uniform", float(lo), float(hi))
+        elif kind == "lognormal" and arg.count(",") == 2:
+            centre, spread, most = arg.split(",")
+            dist = Distribution(kind, float(centre), float(spread), float(most))
         elif kind in ("lognormal", "normal"):
             centre, spread = arg.split(",")
             dist = Distribution(kind, float(centre), float(spread))
@@ -98,16 +125,17 @@ def parse_distribution(key: str, text: str) -> Distribution:
             raise ValueError(kind)
     except ValueError:
         raise ConfigError(
-            f"synthetic {key}={text!r}: expected fixed:N, uniform:LO..HI, lognormal:MEDIAN,SIGMA, "
-            "normal:MEAN,SD or exponential:MEAN"
+            f"synthetic {key}={text!r}: expected fixed:N, uniform:LO..HI, "
+            "lognormal:MEDIAN,SIGMA[,MAX], normal:MEAN,SD or exponential:MEAN"
         ) from None
     bad = not (math.isfinite(dist.a) and math.isfinite(dist.b) and dist.a >= 0 and dist.b >= 0)
     if bad or (kind == "uniform" and dist.b < dist.a) or (
-            kind in ("lognormal", "exponential") and dist.a <= 0):
+            kind in ("lognormal", "exponential") and dist.a <= 0) or not dist.cap >= dist.a:
         raise ConfigError(f"synthetic {key}={text!r}: parameters out of range")
     cap = _CAPS.get(key, bounds.MAX_ROUND_TOKENS)
     top = dist.b if kind == "uniform" else dist.a + 8 * dist.b if kind == "normal" else dist.a
-    if top > cap or (kind == "lognormal" and dist.b > 4):
+    if top > cap or (math.isfinite(dist.cap) and dist.cap > cap) or (
+            kind == "lognormal" and dist.b > 4):
         raise ConfigError(f"synthetic {key}={text!r}: past the bound of {cap:,.0f} "
                           f"({bounds.DOC}; a lognormal sigma is at most 4)")
     return dist
@@ -116,7 +144,10 @@ def parse_distribution(key: str, text: str) -> Distribution:
 MAX_SESSIONS = 1_000_000
 MAX_ROUNDS_PER_SESSION = 100_000
 MAX_ROUNDS = 10_000_000
-_CAPS = {"rounds": MAX_ROUNDS_PER_SESSION, "tool_wait": bounds.MAX_WAIT_MS}
+MAX_FANOUT = 1000  # sub-agents one round starts at once (drawn counts are clipped there)
+_CAPS = {"rounds": MAX_ROUNDS_PER_SESSION, "tool_wait": bounds.MAX_WAIT_MS,
+         "subagent_rounds": MAX_ROUNDS_PER_SESSION, "subagent_tool_wait": bounds.MAX_WAIT_MS,
+         "fanout": MAX_FANOUT}
 
 
 @dataclass(frozen=True)
@@ -130,15 +161,39 @@ class SyntheticSpec:
     output: Distribution = Distribution("fixed", 200)
     tool_wait: Distribution = Distribution("uniform", 100, 5000)
     compaction: float = 0.0
+    subagents: float = 0.0
+    fanout: Distribution = Distribution("fixed", 1)
+    subagent_rounds: Distribution | None = None
+    subagent_first_input: Distribution | None = None
+    subagent_input: Distribution | None = None
+    subagent_output: Distribution | None = None
+    subagent_tool_wait: Distribution | None = None
 
     def describe(self) -> dict[str, Any]:
-        """The manifest's record of the distributions (request-factory's field names)."""
-        return {
+        """The manifest's record of the distributions (request-factory's field names);
+        the sub-agents' only when the spec spawns them."""
+        out: dict[str, Any] = {
             "sessions": self.sessions, "rounds": str(self.rounds), "input_len": str(self.input),
             "first_input_len": str(self.first_input or self.input),
             "output_len": str(self.output), "tool_wait_ms": str(self.tool_wait),
             "compaction_probability": self.compaction,
         }
+        if self.subagents > 0:
+            child = self.child_spec(1)
+            out["subagents"] = {
+                "probability": self.subagents, "fanout": str(self.fanout),
+                **{k: v for k, v in child.describe().items()
+                   if k not in ("sessions", "compaction_probability")}}
+        return out
+
+    def child_spec(self, sessions: int) -> SyntheticSpec:
+        """The sub-agents' sessions as a spec of their own (no sub-agents of theirs)."""
+        return SyntheticSpec(
+            sessions, self.subagent_rounds or self.rounds,
+            self.subagent_input or self.input,
+            self.subagent_first_input or self.first_input,
+            self.subagent_output or self.output, self.subagent_tool_wait or self.tool_wait,
+            self.compaction)
 
 
 def split_pairs(text: str) -> dict[str, str]:
@@ -173,7 +228,7 @@ def synthetic_value(key: str, value: str) -> Any:
             if not 1 <= n <= MAX_SESSIONS:
                 raise ValueError
             return n
-        if key == "compaction":
+        if key in ("compaction", "subagents"):
             p = float(value)
             if not 0.0 <= p <= 1.0:
                 raise ValueError
@@ -184,13 +239,22 @@ def synthetic_value(key: str, value: str) -> Any:
     return parse_distribution(key, value)
 
 
-def synthetic_workload(spec: SyntheticSpec, rng: np.random.Generator) -> Workload:
-    """Draw the sessions (vectorized; all arrive at 0 — ``tracegen`` draws arrivals)."""
+def synthetic_workload(spec: SyntheticSpec, rng: np.random.Generator,
+                       arrivals_ms: Sequence[float] | None = None) -> Workload:
+    """Draw the sessions (vectorized; all arrive at 0 — ``tracegen`` draws arrivals — or
+    at ``arrivals_ms``, one a session), then their sub-agents (``_draw_fanout``), each
+    child right after its parent."""
     cols = _Columns.shared(spec, rng)
     block = _draw_block(spec, cols, spec.sessions, check_total=True)
-    meta = {"needs_context_policy": False,
-            "compaction_rounds": block.fresh_rounds - spec.sessions}
-    return Workload(tuple(block.units(0)), "synthetic", source="synthetic", meta=meta)
+    kids = _draw_fanout(spec, rng, block) if spec.subagents > 0 else None
+    n_kids = 0 if kids is None else len(kids.parents)
+    fresh = block.fresh_rounds + (0 if kids is None else kids.block.fresh_rounds)
+    meta: dict[str, Any] = {"needs_context_policy": False,
+                            "compaction_rounds": fresh - spec.sessions - n_kids}
+    if spec.subagents > 0:
+        meta["subagents"] = n_kids
+    return Workload(tuple(block.units(0, arrivals_ms, kids)), "synthetic", source="synthetic",
+                    meta=meta)
 
 
 def synthetic_stream(
@@ -306,19 +370,76 @@ class _Block:
     waits: np.ndarray
     fresh_rounds: int
 
-    def units(self, first: int, arrivals_ms: Sequence[float] | None = None) -> Iterator[Unit]:
-        """The sessions as units, numbered from ``first``."""
-        cols = [c.tolist() for c in (self.prefixes, self.inputs, self.outputs, self.waits)]
+    def units(self, first: int, arrivals_ms: Sequence[float] | None = None,
+              fanout: _Fanout | None = None) -> Iterator[Unit]:
+        """The sessions as units, numbered from ``first``; each one's sub-agents
+        (``fanout``) right after it: ``{id}::sa:{j}``, j from 1 in spawn order."""
+        cols = self.columns()
+        kids = fanout.block if fanout is not None else None
+        kid_cols = kids.columns() if kids is not None else []
+        parents = fanout.parents.tolist() if fanout is not None else []
+        spawn_at = fanout.rounds.tolist() if fanout is not None else []
+        kid_starts = kids.starts.tolist() if kids is not None else []
+        kid_counts = kids.counts.tolist() if kids is not None else []
+        pos = 0
         for i, (a, n) in enumerate(zip(self.starts.tolist(), self.counts.tolist(),
                                        strict=True)):
             sid = str(first + i)
             at = 0.0 if arrivals_ms is None else float(arrivals_ms[first + i])
-            rounds = tuple(
-                Round(canonical.request_id(sid, k), sid, k, at, cols[0][a + k], cols[1][a + k],
-                      cols[2][a + k], cols[3][a + k])
-                for k in range(n)
-            )
-            yield Unit(sid, "session", at, rounds)
+            yield _unit(cols, sid, at, a, n)
+            j = 0
+            while pos < len(parents) and parents[pos] == i:
+                j += 1
+                k = spawn_at[pos]
+                yield _unit(kid_cols, f"{sid}::sa:{j}", at, kid_starts[pos], kid_counts[pos],
+                            Spawn(sid, k, "round_end", 0.0, k + 1))
+                pos += 1
+
+    def columns(self) -> list[list[Any]]:
+        return [c.tolist() for c in (self.prefixes, self.inputs, self.outputs, self.waits)]
+
+
+def _unit(cols: list[list[Any]], sid: str, at: float, a: int, n: int,
+          spawn: Spawn | None = None) -> Unit:
+    """Rows ``a .. a+n-1`` of ``cols`` as session ``sid``."""
+    rounds = tuple(Round(canonical.request_id(sid, k), sid, k, at, cols[0][a + k],
+                         cols[1][a + k], cols[2][a + k], cols[3][a + k]) for k in range(n))
+    if spawn is None:
+        return Unit(sid, "session", at, rounds)
+    return Unit(sid, "session", at, rounds, {"parent_session_id": spawn.parent_id}, spawn)
+
+
+@dataclass
+class _Fanout:
+    """The sub-agents of a block: each child's parent (its session's index in the
+    block), the parent's round it starts after, and the children's rounds."""
+
+    parents: np.ndarray
+    rounds: np.ndarray
+    block: _Block
+
+
+def _draw_fanout(spec: SyntheticSpec, rng: np.random.Generator, block: _Block
+                 ) -> _Fanout | None:  # fmt: skip
+    """After the sessions' columns, on the same generator: a uniform [0, 1) for each
+    round but a session's last (``< subagents``: the round spawns), a ``fanout`` count
+    for each spawning round, then the children as sessions of ``child_spec`` (their
+    six columns, as ``_draw_block`` draws them). None when no round spawns."""
+    total = len(block.inputs)
+    open_rounds = np.ones(total, dtype=bool)
+    open_rounds[block.starts + block.counts - 1] = False
+    candidates = np.flatnonzero(open_rounds)
+    spawning = candidates[rng.random(candidates.size) < spec.subagents]
+    if not spawning.size:
+        return None
+    fan = np.minimum(spec.fanout.draw(rng, spawning.size, integer=True, low=1), MAX_FANOUT)
+    _check_rounds(total + int(fan.sum()))  # a child has a round at least: before drawing
+    at = np.repeat(spawning, fan)
+    parents = np.searchsorted(block.starts, at, side="right") - 1
+    child = spec.child_spec(int(at.size))
+    kids = _draw_block(child, _Columns.shared(child, rng), child.sessions)
+    _check_rounds(total + int(kids.counts.sum()))
+    return _Fanout(parents, at - block.starts[parents], kids)
 
 
 def _draw_block(spec: SyntheticSpec, cols: _Columns, sessions: int, *,
@@ -355,6 +476,11 @@ class SessionStream(UnitStream):
 
     def __init__(self, spec: SyntheticSpec, rng: np.random.Generator,
                  arrivals_ms: Sequence[float] | None = None) -> None:
+        if spec.subagents > 0:
+            raise ConfigError("synthetic source: sub-agents (subagents > 0) are drawn whole, "
+                              "not streamed; draw them with synthetic_workload, or set "
+                              "subagents=0 for a streamed run (docs/trace-formats.md, "
+                              "'Synthetic workloads')")
         super().__init__()
         self.spec = spec
         self.arrivals_ms = arrivals_ms
