@@ -112,9 +112,11 @@ cmd_weka() {
 print(json.load(urllib.request.urlopen(sys.argv[1] + '/v1/models', timeout=10))['data'][0]['id'])" \
     "$url")" || die "no model list at $url/v1/models"
   mkdir -p "$out"
-  # offline: the tokenizer is a local directory; nothing may reach HuggingFace
-  HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error \
-    exec "$VENV/bin/aiperf" profile \
+  # The tokenizer is an absolute local directory, which AIPerf loads without asking the Hub.
+  # HF_HUB_OFFLINE must stay unset: with it AIPerf 0.13.0 looks every tokenizer name up in the
+  # HF cache as a repo id, local directories included, and fails ("Repo id must be in the
+  # form 'repo_name'").
+  TRANSFORMERS_VERBOSITY=error exec "$VENV/bin/aiperf" profile \
     --model "$model" --url "$url" --endpoint-type chat --streaming \
     --tokenizer "$TOKENIZER" --use-server-token-count \
     --custom-dataset-type weka_trace --input-file "$input" \

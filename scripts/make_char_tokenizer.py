@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import sys
 import unicodedata
-from pathlib import Path
 
 
 def vocabulary() -> dict[str, int]:
@@ -28,8 +27,13 @@ def vocabulary() -> dict[str, int]:
 
 
 def main(out: str) -> None:
-    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import (  # type: ignore[import-not-found]  # the AIPerf venv has it
+        Regex,
+        Tokenizer,
+        models,
+        pre_tokenizers,
+    )
+    from transformers import PreTrainedTokenizerFast  # type: ignore[import-not-found]
 
     tok = Tokenizer(models.WordLevel(vocab=vocabulary(), unk_token="[UNK]"))
     # whitespace separates, then each remaining character is a token of its own
