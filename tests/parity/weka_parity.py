@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import urllib.request
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -30,7 +31,7 @@ FIXTURES = REPO / "tests" / "fixtures" / "weka-parity"
 FILES = ("trace_0277.json", "trace_0291.json", "trace_0504.json", "trace_0187.json")
 BLOCK = 64  # the files' block_size, and the engine's, so cached tokens count whole blocks
 JOIN_EPSILON_S = 1e-6
-AIPERF_TIMEOUT_S = 240.0
+TOOL_TIMEOUT_S = 240.0  # one replay of the four files: ~15 s (AIPerf), ~5 s (workbench)
 
 Conv = tuple[str, str | None]  # (trace id, sub-agent id; None: the parent)
 
@@ -72,9 +73,10 @@ class WekaFile:
         return next(sa.requests for sa in self.subagents if sa.agent_id == agent)
 
     def workbench_join(self, sa: SubAgent) -> int | None:
-        """Workbench: the parent request right after the marker waits for the sub-agent."""
+        """Workbench: the parent request right after the marker waits for the sub-agent (a
+        marker before the parent's first request starts with it, and nobody waits)."""
         if sa.spawn_after is None:
-            return 0 if self.parent else None
+            return None
         nxt = sa.spawn_after + 1
         return nxt if nxt < len(self.parent) else None
 
@@ -175,16 +177,15 @@ def read_aiperf(out_dir: Path, rows: dict[str, dict]) -> Run:
     return Run("aiperf", sent)
 
 
-async def run_aiperf(base_url: str, inputs: Path, out_dir: Path) -> Path:
-    """``scripts/aiperf.sh weka``: AIPerf's replay of the folder ``inputs``; its log file."""
-    log = out_dir.parent / f"{out_dir.name}.log"
+async def _run(argv: list[str], log: Path, what: str) -> None:
+    """Run ``argv`` (its own process group) to its end within ``TOOL_TIMEOUT_S``, output
+    in ``log``; ``RuntimeError`` with the log's tail if it fails."""
     with open(log, "wb") as fh:
         proc = await asyncio.create_subprocess_exec(
-            "bash", str(SCRIPT), "weka", base_url, str(inputs), str(out_dir),
-            stdout=fh, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            *argv, stdout=fh, stderr=asyncio.subprocess.STDOUT, start_new_session=True
+        )
         try:
-            code = await asyncio.wait_for(proc.wait(), AIPERF_TIMEOUT_S)
+            code = await asyncio.wait_for(proc.wait(), TOOL_TIMEOUT_S)
         except TimeoutError:
             code = None
         finally:
@@ -194,9 +195,41 @@ async def run_aiperf(base_url: str, inputs: Path, out_dir: Path) -> Path:
                 await proc.wait()
     if code != 0:
         tail = log.read_text(errors="replace")[-3000:]
-        why = f"did not end within {AIPERF_TIMEOUT_S:.0f} s" if code is None else f"exit {code}"
-        raise RuntimeError(f"aiperf {why}:\n{tail}")
-    return log
+        why = f"did not end within {TOOL_TIMEOUT_S:.0f} s" if code is None else f"exit {code}"
+        raise RuntimeError(f"{what} {why}:\n{tail}")
+
+
+async def run_aiperf(base_url: str, inputs: Path, out_dir: Path) -> None:
+    """``scripts/aiperf.sh weka``: AIPerf's replay of the folder ``inputs`` (artifacts and
+    ``profile_export.jsonl`` in ``out_dir``, its output in ``out_dir``.log)."""
+    argv = ["bash", str(SCRIPT), "weka", base_url, str(inputs), str(out_dir)]
+    await _run(argv, out_dir.with_suffix(".log"), "aiperf")
+
+
+async def run_workbench(base_url: str, inputs: Path, out_dir: Path, *options: str) -> Path:
+    """``workbench replay`` of the folder ``inputs`` as AIPerf replays it: every root at
+    once, no waits, token-id prompts (``openai``), with reader ``options`` (``KEY=VALUE``,
+    ``--trace-option``); its run directory."""
+    argv = [sys.executable, "-m", "workbench", "replay", "--trace", str(inputs),
+            "--format", "weka", "--target", base_url, "--arrival", "saturated",
+            "--tool-wait-scale", "0", "--no-progress", "-o", str(out_dir)]  # fmt: skip
+    for opt in options:
+        argv += ["--trace-option", opt]
+    await _run(argv, out_dir.with_suffix(".log"), "workbench replay")
+    (run_dir,) = [p for p in out_dir.iterdir() if (p / "records.jsonl").is_file()]
+    return run_dir
+
+
+def read_workbench(run_dir: Path, rows: dict[str, dict]) -> Run:
+    """Workbench's records (``records.jsonl``: unit id ``trace_0277::sa:agent_001``, as
+    AIPerf's conversation ids) joined to the engine's rows by request id."""
+    sent = []
+    with open(run_dir / "records.jsonl") as fh:
+        for line in fh:
+            rec = json.loads(line)
+            row = rows[str(rec["request_id"])]
+            sent.append(_sent(aiperf_conv(str(rec["session_id"])), int(rec["round_idx"]), row))
+    return Run("workbench", sent)
 
 
 # -- the rules ---------------------------------------------------------------------------------
@@ -363,3 +396,131 @@ def joins(files: dict[str, WekaFile]) -> Iterator[tuple[str, SubAgent, int | Non
 def load_files(folder: Path, names: Iterable[str] = FILES) -> dict[str, WekaFile]:
     files = [read_weka(folder / n) for n in names]
     return {f.trace_id: f for f in files}
+
+
+# -- the two runs side by side -----------------------------------------------------------------
+
+
+def check_pair(files: dict[str, WekaFile], aiperf: Run, wb: Run, slack: int = BLOCK) -> list[str]:
+    """Request by request: the same conversations and turns; the same output tokens; AIPerf's
+    prompt = workbench's + the chat template (odd, ≥ 5); cached tokens within ``slack`` of
+    each other, except a sub-agent's first request that raced a sibling's in either run."""
+    bad = []
+    if set(aiperf.by_conv) != set(wb.by_conv):
+        bad.append(f"conversations differ: {set(aiperf.by_conv) ^ set(wb.by_conv)}")
+    racing = concurrent_first_requests(files, aiperf) | concurrent_first_requests(files, wb)
+    for conv in sorted(set(aiperf.by_conv) & set(wb.by_conv), key=str):
+        a_sent, w_sent = aiperf.by_conv[conv], wb.by_conv[conv]
+        if len(a_sent) != len(w_sent):
+            bad.append(f"{conv}: {len(a_sent)} requests (aiperf), {len(w_sent)} (workbench)")
+            continue
+        for a, w in zip(a_sent, w_sent, strict=True):
+            where = f"{conv}[{a.index}]"
+            if a.completion_tokens != w.completion_tokens or a.max_tokens != w.max_tokens:
+                bad.append(f"{where}: output {a.completion_tokens} vs {w.completion_tokens}")
+            if template_messages(a.prompt_tokens - w.prompt_tokens) is None:
+                bad.append(f"{where}: prompt {a.prompt_tokens} vs {w.prompt_tokens}")
+            if (
+                not (a.index == 0 and conv in racing)
+                and abs(a.cached_tokens - w.cached_tokens) > slack
+            ):
+                bad.append(f"{where}: cached {a.cached_tokens} vs {w.cached_tokens}")
+    return bad
+
+
+def _after(parent: list[Sent], ns: int) -> int | None:
+    """Index of the parent's first request that reached the engine at or after ``ns``."""
+    return next((p.index for p in parent if p.arrival_ns >= ns), None)
+
+
+def subagent_rows(files: dict[str, WekaFile], runs: list[Run]) -> list[list[str]]:
+    """Per sub-agent: its spawning parent request, each tool's join rule, and what each run
+    shows: the first parent request after its end, and its start after the spawner's end."""
+    rows = []
+    for trace, sa, wb_join, ap_join in joins(files):
+        row = [f"{trace} {sa.agent_id}", str(len(sa.requests)), str(sa.spawn_after),
+               f"{sa.start_t:.0f}-{sa.end_t:.0f} s", str(wb_join), str(ap_join)]  # fmt: skip
+        for run in runs:
+            parent, child = run.by_conv.get((trace, None), []), run.by_conv[(trace, sa.agent_id)]
+            end = max(s.finish_ns for s in child)
+            start_ms = (child[0].arrival_ns - parent[sa.spawn_after].finish_ns) / 1e6
+            row.append(f"{_after(parent, end)} (+{start_ms:.0f} ms)")
+        rows.append(row)
+    return rows
+
+
+def conversation_rows(files: dict[str, WekaFile], runs: list[Run]) -> list[list[str]]:
+    """Per conversation: requests, then per run prompt, output and cached tokens summed."""
+    rows = []
+    for conv in sorted(runs[0].by_conv, key=lambda c: (c[0], c[1] or "")):
+        reqs = files[conv[0]].requests(conv[1])
+        row = [f"{conv[0]} {conv[1] or '(parent)'}", str(len(reqs)),
+               f"{sum(r.input_tokens for r in reqs):,}",
+               f"{sum(max(r.output_tokens, 1) for r in reqs):,}"]  # fmt: skip
+        for run in runs:
+            sent = run.by_conv[conv]
+            row += [f"{sum(s.prompt_tokens for s in sent):,}",
+                    f"{sum(s.completion_tokens for s in sent):,}",
+                    f"{sum(s.cached_tokens for s in sent):,}"]  # fmt: skip
+        rows.append(row)
+    return rows
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+async def _measure(tmp: Path) -> None:
+    from workbench.sim.process import serve_sim_process
+
+    files = load_files(FIXTURES)
+    inputs = tmp / "weka"
+    inputs.mkdir()
+    for name in FILES:
+        (inputs / name).write_bytes((FIXTURES / name).read_bytes())
+    runs: list[Run] = []
+    for tool, options in (("aiperf", ()), ("workbench", ("warm_prefix_pct=0",)),
+                          ("workbench", ())):  # fmt: skip
+        async with serve_sim_process(block_size=BLOCK, zero_cost=True) as sim:
+            out = tmp / f"{tool}{len(runs)}"
+            if tool == "aiperf":
+                await run_aiperf(sim.base_url, inputs, out)
+                runs.append(read_aiperf(out, debug_rows(sim.base_url)))
+            else:
+                run_dir = await run_workbench(sim.base_url, inputs, out, *options)
+                runs.append(read_workbench(run_dir, debug_rows(sim.base_url)))
+    names = ["AIPerf", "workbench warm 0", "workbench default"]
+    head = ["conversation", "requests", "in", "out"]
+    for n in names:
+        head += [f"{n} prompt", f"{n} output", f"{n} cached"]
+    print(_table(head, conversation_rows(files, runs)))
+    total = ["total", str(len(runs[0].sent)), "", ""]
+    for run in runs:
+        total += [f"{sum(s.prompt_tokens for s in run.sent):,}",
+                  f"{sum(s.completion_tokens for s in run.sent):,}",
+                  f"{sum(s.cached_tokens for s in run.sent):,}"]  # fmt: skip
+    print("| " + " | ".join(total) + " |\n")
+    for n, run in zip(names, runs, strict=True):
+        print(f"{n}: ideal cached {sum(ideal_cached(files, run).values()):,}; "
+              f"rules: {[c(files, run) for c in (check_counts, check_tokens, check_order)]}; "
+              f"cached: {check_cached(files, run)}")  # fmt: skip
+    print("pair (AIPerf, workbench warm 0):", check_pair(files, runs[0], runs[1]))
+    head = [
+        "sub-agent",
+        "requests",
+        "spawned after parent request",
+        "recorded span",
+        "joined by (workbench)",
+        "joined by (AIPerf)",
+    ]
+    head += [f"{n}: first parent request after its end (start after spawner's end)"
+             for n in names[:2]]  # fmt: skip
+    print(_table(head, subagent_rows(files, runs[:2])))
+
+
+if __name__ == "__main__":  # the tables of docs/aiperf-parity.md
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="weka-parity-") as tmp:
+        asyncio.run(_measure(Path(tmp)))
