@@ -443,6 +443,9 @@ def subagent_rows(files: dict[str, WekaFile], runs: list[Run]) -> list[list[str]
         for run in runs:
             parent, child = run.by_conv.get((trace, None), []), run.by_conv[(trace, sa.agent_id)]
             end = max(s.finish_ns for s in child)
+            if sa.spawn_after is None:  # started with the parent's first request
+                row.append(f"{_after(parent, end)}")
+                continue
             start_ms = (child[0].arrival_ns - parent[sa.spawn_after].finish_ns) / 1e6
             row.append(f"{_after(parent, end)} (+{start_ms:.0f} ms)")
         rows.append(row)
