@@ -32,6 +32,9 @@
 #   --ignore-trace-delays --no-fixed-schedule
 #                                        no recorded waits: a run takes seconds; requests go
 #                                        out as soon as their dependencies allow
+#                                        (--ignore-trace-delays is left out when ARGS has
+#                                        --use-think-time-only, --inter-turn-delay-cap-seconds
+#                                        or --fixed-schedule)
 #   --concurrency N --num-sessions N     N = the root traces in INPUT: every root session
 #                                        runs once, all at the same time
 #   --use-server-token-count             token counts from the server's usage block
@@ -111,6 +114,13 @@ cmd_weka() {
   model="$("$VENV/bin/python" -c "import json, sys, urllib.request; \
 print(json.load(urllib.request.urlopen(sys.argv[1] + '/v1/models', timeout=10))['data'][0]['id'])" \
     "$url")" || die "no model list at $url/v1/models"
+  # recorded waits asked for (ARGS): leave --ignore-trace-delays out, they exclude each other
+  local delays=(--ignore-trace-delays) a
+  for a in "$@"; do
+    case "$a" in
+      --use-think-time-only|--inter-turn-delay-cap-seconds*|--fixed-schedule) delays=() ;;
+    esac
+  done
   mkdir -p "$out"
   # The tokenizer is an absolute local directory, which AIPerf loads without asking the Hub.
   # HF_HUB_OFFLINE must stay unset: with it AIPerf 0.13.0 looks every tokenizer name up in the
@@ -120,7 +130,7 @@ print(json.load(urllib.request.urlopen(sys.argv[1] + '/v1/models', timeout=10))[
     --model "$model" --url "$url" --endpoint-type chat --streaming \
     --tokenizer "$TOKENIZER" --use-server-token-count \
     --custom-dataset-type weka_trace --input-file "$input" \
-    --ignore-trace-delays --no-fixed-schedule --concurrency "$n" --num-sessions "$n" \
+    "${delays[@]}" --no-fixed-schedule --concurrency "$n" --num-sessions "$n" \
     --artifact-dir "$out" --ui-type none "$@"
 }
 
