@@ -115,8 +115,8 @@ def test_the_files_join_differently(files):
 
 
 @pytest.mark.parametrize("tool", ["aiperf", "workbench"])
-def test_each_tool_sends_by_its_rules(tool, files, aiperf_run, workbench_run):
-    run = aiperf_run if tool == "aiperf" else workbench_run
+def test_each_tool_sends_by_its_rules(tool, files, request):
+    run: Run = request.getfixturevalue(f"{tool}_run")  # workbench's needs no AIPerf
     assert len(run.sent) == 91 and len(run.by_conv) == 10
     assert check_counts(files, run) == []
     assert check_tokens(files, run) == []
