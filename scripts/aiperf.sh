@@ -121,11 +121,15 @@ print(json.load(urllib.request.urlopen(sys.argv[1] + '/v1/models', timeout=10))[
       --use-think-time-only|--inter-turn-delay-cap-seconds*|--fixed-schedule) delays=() ;;
     esac
   done
-  mkdir -p "$out"
+  mkdir -p "$out/mmap"
   # The tokenizer is an absolute local directory, which AIPerf loads without asking the Hub.
   # HF_HUB_OFFLINE must stay unset: with it AIPerf 0.13.0 looks every tokenizer name up in the
   # HF cache as a repo id, local directories included, and fails ("Repo id must be in the
   # form 'repo_name'").
+  # AIPerf's dataset files under OUT (not one aiperf_mmap_* folder in /tmp per run, left
+  # behind), and no cross-run dataset cache in ~/.cache/aiperf (keyed by the input bytes)
+  AIPERF_DATASET_MMAP_BASE_PATH="${AIPERF_DATASET_MMAP_BASE_PATH:-$out/mmap}" \
+  AIPERF_DATASET_MMAP_CACHE_ENABLED="${AIPERF_DATASET_MMAP_CACHE_ENABLED:-false}" \
   TRANSFORMERS_VERBOSITY=error exec "$VENV/bin/aiperf" profile \
     --model "$model" --url "$url" --endpoint-type chat --streaming \
     --tokenizer "$TOKENIZER" --use-server-token-count \
