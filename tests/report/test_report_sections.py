@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from workbench.commands.demo import MOONCAKE_EXAMPLE
+from workbench.commands.demo import MOONCAKE_EXAMPLE, WEKA_EXAMPLE
 from workbench.data import path as data_path
 from workbench.executors.dispatch import run_async
 from workbench.executors.virtual import simulate
 from workbench.metrics import summarize
 from workbench.report.sections import TABLE_NAMES, RunReport
+from workbench.traces.load import load_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,6 +52,26 @@ def test_the_readmes_mooncake_example_is_sized_for_the_default_engine() -> None:
     assert s["ttft_ms"]["p99"] < 30_000  # well inside the idle timeout
     readme = (ROOT / "README.md").read_text()
     assert " ".join(("workbench demo", *MOONCAKE_EXAMPLE)) in " ".join(readme.split())
+
+
+def test_the_readmes_captured_agent_example_runs_whole() -> None:
+    """``WEKA_EXAMPLE`` in virtual time: both conversations and their 6 sub-agents, every
+    request ok, the think times capped as it says, and the README gives it verbatim."""
+    args = dict(zip(WEKA_EXAMPLE[::2], WEKA_EXAMPLE[1::2], strict=True))
+    key, _, value = args["--trace-option"].partition("=")
+    res = simulate({
+        "trace": {"path": str(data_path(args["--trace"])), "max_items": int(args["--max-items"]),
+                  "options": {key: float(value)}},
+        "target": {"url": "sim", "engine": {"speedup": float(args["--speedup"])}},
+    })
+    s = summarize(res)
+    assert s["requests"] == s["ok"] == 85
+    assert len({r.session_id for r in res.records}) == 8  # 2 conversations, 6 sub-agents
+    assert max(r.tool_wait_after_ms for u in load_trace(
+        str(data_path(args["--trace"])), **{key: float(value)}).units[:8]
+        for r in u.rounds) <= 1000.0
+    readme = (ROOT / "README.md").read_text()
+    assert " ".join(("workbench demo", *WEKA_EXAMPLE)) in " ".join(readme.split())
 
 
 def test_license_is_an_spdx_string_so_setuptools_does_not_warn() -> None:

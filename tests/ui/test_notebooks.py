@@ -247,6 +247,27 @@ def test_compare_report_puts_stored_runs_side_by_side(tmp_path: Path) -> None:
     assert "target.engine.num_blocks" in text
 
 
+def test_replay_and_trace_explorer_notebooks_on_captured_conversations(tmp_path: Path) -> None:
+    """The bundled weka sample through both notebooks: the first conversation (4
+    sub-agents) replayed against the embedded engine, think times capped at 50 ms."""
+    params = {"bundled_trace": "weka/cc_traces_sample.jsonl", "max_items": 1,
+              "trace_options": {"max_delay_s": 0.05}, "engine": {"speedup": 50.0},
+              "run_id": "nb-weka"}
+    page = render_report("replay", params, tmp_path)
+    summary = json.loads((page.parent / "summary.json").read_text())
+    assert summary["requests"] == summary["ok"] == 53  # 9 rounds and 4 sub-agents' 44
+    manifest = json.loads((page.parent / "manifest.json").read_text())
+    assert manifest["trace"]["format"] == "weka"
+    assert manifest["trace"]["reader"]["max_delay_s"] == 0.05
+    config = pd.read_csv(page.parent / "tables" / "config.csv", index_col=0)["value"]
+    assert config["1 reader timing"] == "think-only"  # the default, said where it ran
+    assert config["1 reader max_delay_s"] == "0.05"
+    assert_shows_summary(page.read_text(), summary)
+    explorer = render_report("trace_explorer", {"bundled_trace": "weka/cc_traces_sample.jsonl",
+                                                "max_items": 2}, tmp_path / "x").read_text()
+    assert "weka format" in text_of(explorer)
+
+
 def test_trace_explorer_report_with_a_what_if(tmp_path: Path) -> None:
     from workbench import RunConfig, summarize
     from workbench.data import path as data_path

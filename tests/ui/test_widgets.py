@@ -23,7 +23,8 @@ DEMO = "tracelab/multi_session_example.csv"
 def notebook_params(**over: Any) -> dict[str, Any]:
     """The replay notebook's parameters cell (defaults), with overrides."""
     params: dict[str, Any] = {
-        "trace_path": "", "bundled_trace": DEMO, "trace_format": "auto", "max_items": 3,
+        "trace_path": "", "bundled_trace": DEMO, "trace_format": "auto", "trace_options": {},
+        "max_items": 3,
         "policy": None, "arrival": "trace-timed", "rate": None, "max_concurrency": None,
         "backend": "openai", "target": "sim", "engine": {"speedup": 20.0}, "seed": 0,
         "out_dir": "reports", "run_id": None,
@@ -36,7 +37,8 @@ def config_from_params(p: dict[str, Any]) -> RunConfig:
     """Exactly what the replay notebook's config cell builds from its parameters."""
     return RunConfig.from_dict({
         "trace": {"path": p["trace_path"] or str(data_path(p["bundled_trace"])),
-                  "format": p["trace_format"], "max_items": p["max_items"]},
+                  "format": p["trace_format"], "max_items": p["max_items"],
+                  "options": p["trace_options"]},
         "context": {"policy": p["policy"]},
         "arrival": {"mode": p["arrival"], "rate": p["rate"],
                     "max_concurrency": p["max_concurrency"]},

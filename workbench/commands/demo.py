@@ -7,7 +7,8 @@ replay report over the stored run (``reports/<run_id>/report.html``, indexed
 in ``reports/index.html``) with a bar over the notebook's cells. ``--trace``
 picks another bundled trace or a path; the README's Mooncake example is
 ``--trace mooncake/conversation_trace_head600.jsonl --max-items 120 --rate 1``
-(``MOONCAKE_EXAMPLE``: two minutes the default engine holds).
+(``MOONCAKE_EXAMPLE``: two minutes the default engine holds); captured Claude Code
+traffic is ``WEKA_EXAMPLE`` (docs/weka-traces.md).
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ HELP = "replay the bundled real trace against the embedded engine and render the
 DEMO_TRACE = "tracelab/multi_session_large.csv"
 MOONCAKE_EXAMPLE = ("--trace", "mooncake/conversation_trace_head600.jsonl",
                     "--max-items", "120", "--rate", "1")
+#: two captured Claude Code conversations with 6 sub-agents, think times capped at 1 s, on
+#: an engine 10x faster than its cost model (308 s of engine time: long outputs decode)
+WEKA_EXAMPLE = ("--trace", "weka/cc_traces_sample.jsonl", "--max-items", "2",
+                "--trace-option", "max_delay_s=1", "--speedup", "10")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,6 +33,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"(default {DEMO_TRACE})")
     p.add_argument("--max-items", type=int, default=None, help="replay only the first N units")
     p.add_argument("--rate", type=float, default=None, help="rescale arrivals to R units/s")
+    p.add_argument("--tool-wait-scale", type=float, default=None,
+                   help="multiply every tool wait (think time)")
+    p.add_argument("--trace-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a reader option, e.g. max_delay_s=1 for the weka sample "
+                        "(docs/weka-traces.md)")
+    p.add_argument("--speedup", type=float, default=None,
+                   help="run the embedded engine N times faster than its cost model (the "
+                        "report says so); default 1")
     p.add_argument("--run-id", default="demo", help="report folder name (default demo)")
     p.add_argument("--show-code", action="store_true", help="show code cells in the HTML")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -38,16 +51,21 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from workbench import data
+    from workbench.commands._axes import trace_options
     from workbench.commands.replay import replay_with_progress
     from workbench.config import RunConfig
     from workbench.report.render import render_report, report_headline
 
     path = args.trace if Path(args.trace).is_file() else str(data.path(args.trace))
     cfg = RunConfig.from_dict({
-        "trace": {"path": path, "max_items": args.max_items},
-        "arrival": {"mode": "trace-timed", "rate": args.rate},
+        "trace": {"path": path, "max_items": args.max_items,
+                  "options": trace_options(args.trace_option)},
+        "arrival": {"mode": "trace-timed", "rate": args.rate,
+                    **({} if args.tool_wait_scale is None else
+                       {"tool_wait_scale": args.tool_wait_scale})},
         "backend": "openai",
-        "target": "sim",
+        "target": {"url": "sim", **({} if args.speedup is None else
+                                     {"engine": {"speedup": args.speedup}})},
         "out_dir": args.out,
         "run_id": args.run_id,
         "overwrite": True,  # the demo's folder is its own: each demo replaces the last

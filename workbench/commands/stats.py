@@ -17,6 +17,8 @@ HELP = "summarize a trace: units, rounds, token sizes, tool waits, planned and i
 _SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("shape", ("units", "sessions", "independent", "rounds", "mean_rounds_per_unit",
                "arrival_span_ms")),
+    ("agents", ("agent_tasks", "subagents", "max_depth", "max_fanout",
+                "detached_subagents")),
     ("tokens", ("total_prompt_tokens", "total_prefix_tokens", "total_input_tokens",
                 "total_output_tokens", "folded_prefix_tokens", "major_compaction_rounds",
                 "mean_input_tokens", "mean_output_tokens", "p50_prompt_tokens",
@@ -119,6 +121,8 @@ def _table(summary: dict[str, Any]) -> list[str]:
     width = max(len(k) for _, keys in _SECTIONS for k in keys)
     out: list[str] = []
     for title, keys in _SECTIONS:
+        if title == "agents" and not summary.get("subagents"):
+            continue  # no session graph: every unit is its own task
         out.append(f"\n{title}")
         out.extend(f"  {k:<{width}}  {_fmt(k, summary.get(k))}" for k in keys if k in summary)
     return out

@@ -553,6 +553,8 @@ def config_table(manifest: Mapping[str, Any]) -> pd.DataFrame:
         ("1 format", f"{fmt} (detected)" if given_fmt in (None, "auto") else fmt),
         ("1 max items", (cfg.get("trace") or {}).get("max_items") or "all"),
         *([("1 window", _window_text(trace["window"]))] if trace.get("window") else []),
+        *[(f"1 reader {k}", "none" if v is None else v)
+          for k, v in (trace.get("reader") or {}).items()],
         ("2 context policy", manifest.get("policy") or "none (prefixes as the trace gives)"),
         ("3 arrival", arrival.get("mode")),
         ("3 rate (units/s)", arrival.get("rate") or "as the trace times it"),

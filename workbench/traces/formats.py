@@ -23,7 +23,7 @@ class TraceFormat:
     read: Reader
     sniff: Sniffer
     description: str = ""
-    folders: bool = False  # reads a folder of its files too (``load.detect_format``)
+    folders: tuple[str, ...] = ()  # reads a folder of files with these suffixes too
 
 
 FORMATS: Registry[TraceFormat] = Registry("trace format")
@@ -31,10 +31,11 @@ FORMATS: Registry[TraceFormat] = Registry("trace format")
 
 def register_format(
     name: str, *, sniff: Sniffer, description: str = "", aliases: tuple[str, ...] = (),
-    folders: bool = False,
+    folders: tuple[str, ...] = (),
 ) -> Callable[[Reader], Reader]:
     """Decorator for a reader function ``read(path: Path, **options) -> Workload``;
-    ``folders``: it also takes a folder of its files (sniffed on the first by name)."""
+    ``folders``: it also takes a folder of its files, those with these suffixes (sniffed
+    on the first of them by name)."""
 
     def deco(read: Reader) -> Reader:
         FORMATS.add(name, TraceFormat(name, read, sniff, description, folders), *aliases)

@@ -48,6 +48,40 @@ def children_by_parent(units: Sequence[Unit]) -> dict[str, list[Unit]]:
     return out
 
 
+def graph_summary(units: Sequence[Unit]) -> dict[str, int]:
+    """What a trace's session graphs hold: ``agent_tasks`` (roots: a root and its
+    descendants are one task), ``subagents`` (units spawned by another), ``max_depth``
+    (0: no sub-agent; 1: sub-agents of a root; ...), ``max_fanout`` (the most children
+    spawned at one round of one parent) and ``detached_subagents`` (no round joins them)."""
+    by_id = {u.unit_id: u for u in units}
+    depth: dict[str, int] = {}
+
+    def depth_of(u: Unit) -> int:
+        d, cur, seen = 0, u, {u.unit_id}
+        while cur.spawn is not None and cur.spawn.parent_id in by_id:
+            cur = by_id[cur.spawn.parent_id]
+            if cur.unit_id in seen:  # a cycle: check_graph reports it
+                break
+            seen.add(cur.unit_id)
+            d += 1
+        return d
+
+    fan: dict[tuple[str, int], int] = {}
+    for u in units:
+        if u.spawn is not None:
+            depth[u.unit_id] = depth_of(u)
+            key = (u.spawn.parent_id, u.spawn.round_idx)
+            fan[key] = fan.get(key, 0) + 1
+    return {
+        "agent_tasks": sum(u.spawn is None for u in units),
+        "subagents": len(depth),
+        "max_depth": max(depth.values(), default=0),
+        "max_fanout": max(fan.values(), default=0),
+        "detached_subagents": sum(u.spawn is not None and u.spawn.join_round is None
+                                  for u in units),
+    }
+
+
 def check_graph(path: str | Path, workload: Workload) -> None:
     """Every child's parent exists, once, with the rounds its spawn names; no cycle.
 

@@ -71,18 +71,14 @@ def detect_format(path: str | Path) -> str:
 def _detect_folder(path: Path) -> str:
     folder_formats = [n for n in FORMATS.names() if FORMATS.get(n).folders]
     files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
-    if not files:
-        readers = ", ".join(folder_formats)
-        raise TraceFormatError(path, 0, f"not a regular file: a directory, and one with no "
-                               f"files (a folder is read as one trace by {readers})")
-    lines = head_lines(files[0])
     for name in folder_formats:
-        if FORMATS.get(name).sniff(lines):
+        own = [p for p in files if p.suffix in FORMATS.get(name).folders]
+        if own and FORMATS.get(name).sniff(head_lines(own[0])):
             return name
+    readers = ", ".join(folder_formats)
     raise TraceFormatError(
         path, 0, f"not a regular file: a directory; a folder is read as one trace only by "
-        f"{', '.join(folder_formats)}, and its first file {files[0].name} is none of them "
-        "(name a file, or the format)")
+        f"{readers}, and none of its {len(files)} files is one (name a file, or the format)")
 
 
 def _refuse_broken_json_head(path: Path, first: str) -> None:

@@ -551,14 +551,21 @@ def _prefixes(units: list[Unit], block: int) -> list[Unit]:
 
 
 def _sniff(lines: list[str]) -> bool:
+    """A conversation on one line (a file, a JSONL, an array): its keys are in the head; a
+    pretty-printed one (``{`` alone on the first line) shows only its first keys."""
     head = "\n".join(lines)
     if not head.lstrip().startswith(("{", "[")):
         return False
-    return '"requests"' in head and '"block_size"' in head and (
-        '"hash_ids"' in head or '"hash_id_scope"' in head or '"tool_tokens"' in head)
+    if '"requests"' in head and '"block_size"' in head and (
+            '"hash_ids"' in head or '"hash_id_scope"' in head or '"tool_tokens"' in head):
+        return True
+    pretty = lines[0].strip() in ("{", "[", "[{")
+    return pretty and any(ln.lstrip().startswith(('"block_size"', '"hash_id_scope"',
+                                                  '"tool_tokens"', '"models"', '"id"'))
+                          for ln in lines[1:])
 
 
-@register_format(FORMAT, sniff=_sniff, aliases=ALIASES, folders=True,
+@register_format(FORMAT, sniff=_sniff, aliases=ALIASES, folders=SUFFIXES,
                  description="captured coding-agent conversations (kv-cache-tester / "
                              "AIPerf 'Weka' / AgentX JSON): a file, a JSONL or a folder")
 def read_weka(path: Path, **options: Any) -> Workload:

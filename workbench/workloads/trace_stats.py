@@ -47,6 +47,7 @@ from workbench.context.policy import (
 )
 from workbench.errors import ConfigError
 from workbench.records import UnitStream, Workload
+from workbench.traces.graph import graph_summary
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built: a replay's plan needs only
     import pandas as pd  # ``ideal_prefix_hit_rate``, and a run should not hold pandas' ~75 MB
@@ -451,6 +452,8 @@ def _summary(workload: Workload, rounds: pd.DataFrame, acc: _Accesses, bs: int) 
     _pct(prompt, "prompt_tokens", out)
     _pct(output, "output_tokens", out)
     _pct(waits.to_numpy(float), "tool_wait_ms", out)
+    if not isinstance(workload.units, UnitStream):  # a stream's units are drawn, not held
+        out.update(graph_summary(workload.units))
     return out
 
 
