@@ -1,14 +1,15 @@
 # The two commands of the README live here.
 #   make demo   set up .venv, replay a bundled public agent trace against the embedded
 #               engine, render the report under reports/ (reports/demo/report.html)
-#   make test   set up .venv, a real vLLM (CPU build) and llama.cpp's llama-server (built
-#               from source), both outside the repo, then run ruff, mypy and the whole
-#               test suite, real-engine tests included (what .ci/run calls); the fast part
+#   make test   set up .venv, a real vLLM (CPU build), llama.cpp's llama-server (built
+#               from source) and AIPerf (PyPI, for tests/parity), all outside the repo,
+#               then run ruff, mypy and the whole test suite, real-engine and AIPerf
+#               parity tests included (what .ci/run calls); the fast part
 #               on two pytest workers, the real engines after it in one process; then the
 #               fast suite on each of $(PYTHONS) (3.13), each in its own .venv-X.Y.
 #               Every phase prints its time when it ends ("[time] ...", scripts/timed.sh)
 # Extra:
-#   make test-fast   the same without the real engines (no vLLM/llama.cpp set-up)
+#   make test-fast   the same without the real engines and AIPerf (no vLLM/llama.cpp/AIPerf set-up)
 #   make test-pythons  only the fast suite on $(PYTHONS) (make test-py3.13: one of them)
 #   make wheel       python -m build: the sdist and the wheel under dist/
 #   make lab         JupyterLab on notebooks/
@@ -23,7 +24,7 @@ STAMP := $(VENV)/.installed
 PYTHONS ?= 3.13
 TIMED := scripts/timed.sh
 
-.PHONY: setup demo test test-fast test-pythons lint vllm llama lab browser wheel clean
+.PHONY: setup demo test test-fast test-pythons lint vllm llama aiperf lab browser wheel clean
 
 setup: $(STAMP)
 
@@ -47,6 +48,10 @@ vllm:
 llama: setup
 	LLAMA_CPP_PYTHON=$(abspath $(PY)) $(TIMED) "llama.cpp set-up" scripts/llama_cpp.sh setup
 
+# AIPerf in a venv of its own, with an offline tokenizer, for the parity tests (tests/parity)
+aiperf:
+	$(TIMED) "AIPerf set-up" scripts/aiperf.sh setup
+
 wheel: setup
 	$(PY) -m build --outdir dist .
 
@@ -64,10 +69,11 @@ browser: setup
 # The real-engine tests run after, in one process: one vLLM at a time fits this machine.
 XDIST := -n 2 --dist loadfile
 
-FAST := -m "not real_engine and not browser"
+FAST := -m "not real_engine and not browser and not aiperf"
 
-test: lint vllm llama browser
-	$(TIMED) "whole suite without the real engines" $(PY) -m pytest -q $(XDIST) --ignore=tests/real_engine
+test: lint vllm llama browser aiperf
+	WORKBENCH_AIPERF=1 $(TIMED) "whole suite without the real engines" \
+	  $(PY) -m pytest -q $(XDIST) --ignore=tests/real_engine
 	WORKBENCH_REAL_ENGINE=1 WORKBENCH_LLAMA_CPP=1 $(TIMED) "real-engine tests" \
 	  $(PY) -m pytest -q tests/real_engine
 	$(MAKE) --no-print-directory test-pythons
