@@ -114,6 +114,17 @@ def test_the_files_join_differently(files):
     assert sum(len(f.subagents) for f in files.values()) == 6
 
 
+def test_subagents_recorded_joins_where_aiperf_joins(files, inputs):
+    """The reader's ``subagents: recorded`` is AIPerf's join rule: every sub-agent of the
+    four files is joined by the parent request AIPerf's rule names (none: nobody)."""
+    from workbench.traces.load import load_trace
+
+    spawns = {u.unit_id: u.spawn for u in load_trace(inputs, subagents="recorded").units}
+    got = {(t, sa.agent_id): spawns[f"{t}::sa:{sa.agent_id}"].join_round  # type: ignore[union-attr]
+           for t, sa, _, _ in joins(files)}
+    assert got == {(t, sa.agent_id): ap for t, sa, _, ap in joins(files)}
+
+
 @pytest.mark.parametrize("tool", ["aiperf", "workbench"])
 def test_each_tool_sends_by_its_rules(tool, files, request):
     run: Run = request.getfixturevalue(f"{tool}_run")  # workbench's needs no AIPerf

@@ -390,3 +390,33 @@ def test_stats_prints_the_agents_of_a_graph_trace(capsys: pytest.CaptureFixture[
             lines["max_fanout"]) == ("28", "12", "1", "3")
     assert main(["stats", str(data_path("tracelab/multi_session_example.csv"))]) == 0
     assert "\nagents\n" not in capsys.readouterr().out  # no graph: no agents section
+
+
+def test_subagents_recorded_start_at_their_offsets_and_join_after_their_recorded_end() -> None:
+    """trace_0277 (sample line 1): agent_001 (t 79.2, 59.75 s) ends before the parent's
+    request 1 (t 228); agent_002 and agent_003 (t 183.9 and 211.3, 164 s and 192 s) end
+    after request 6 (t 347) and are joined by request 7 (t 763); agent_004 (t 723.5,
+    338 s) ends after the last request (t 818): nobody waits. AIPerf's joins, the same."""
+    w = load_trace(SAMPLE, subagents="recorded")
+    sp = {u.unit_id: u.spawn for u in w.units if u.unit_id.startswith("trace_0277::")}
+    got = {uid.rsplit(":", 1)[-1]: (s.round_idx, s.trigger, round(s.delay_ms), s.join_round)
+           for uid, s in sp.items() if s is not None}
+    # request 0 at t 0 took 18.78 s: agent_001's marker is 60.444 s after it ended
+    assert got == {"agent_001": (0, "round_end", 60444, 1),
+                   "agent_002": (0, "round_end", 165126, 7),
+                   "agent_003": (0, "round_end", 192567, 7),
+                   "agent_004": (6, "round_end", 338903, None)}
+    assert w.meta["subagents_not_joined"] == 1 and w.meta["reader"]["subagents"] == "recorded"
+    with pytest.raises(ConfigError, match="subagents must be one of wait, recorded"):
+        load_trace(SAMPLE, subagents="never")
+
+
+def test_a_recorded_end_without_duration_reads_either_time_convention(tmp_path: Path) -> None:
+    relative = marker(10.0, "r", [req(0.0, 64, 1, [5]), req(30.0, 64, 1, [5], api=2.0)])
+    absolute = marker(10.0, "a", [req(10.0, 64, 1, [6]), req(40.0, 64, 1, [6], api=2.0)])
+    c = conv("c", [req(0.0, 64, 1, [1], api=1.0), relative, absolute,
+                   req(41.0, 64, 1, [1]), req(42.0, 64, 1, [1]), req(43.0, 64, 1, [1])])
+    w = load_trace(write(tmp_path, c), subagents="recorded")
+    joins = {u.unit_id: u.spawn.join_round for u in w.units if u.spawn is not None}
+    # relative: ends at 10 + 30 + 2 = 42 (request 2); absolute: 40 + 2 = 42 too
+    assert joins == {"c::sa:r": 2, "c::sa:a": 2}

@@ -28,6 +28,8 @@ or a folder of those files (``*.json``/``*.jsonl``, sorted by name).
   of the conversations read): the leading whole blocks of every agent's prompts are
   replaced by blocks shared by all conversations, as kv-cache-tester's replayer does.
 - Tool waits come from the ``timing`` strategy (``TIMINGS``; default ``think-only``).
+- ``subagents: recorded`` times sub-agents as recorded instead (their marker's offset;
+  joined by the first parent request recorded after their end, as AIPerf does).
 - ``pairs``: ``keep`` replays every request as captured; ``collapse`` merges a request
   into the one before it when both are of one agent, one ``s`` and one ``n``, with the
   same ``hash_ids``.
@@ -45,7 +47,7 @@ from typing import Any
 import orjson
 
 from workbench.errors import ConfigError, TraceFormatError
-from workbench.records import Round, Spawn, Unit, Workload
+from workbench.records import Round, Spawn, SpawnTrigger, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces._io import BOM, check_options, open_trace
 from workbench.traces.formats import register_format
@@ -70,7 +72,9 @@ DEFAULTS: dict[str, Any] = {
     "max_delay_s": None,
     "warm_prefix_pct": 0.5,
     "pairs": "keep",
+    "subagents": "wait",
 }
+SUBAGENTS = ("wait", "recorded")
 SUFFIXES = (".json", ".jsonl")
 MAX_DEPTH = 16  # sub-agents inside sub-agents: deeper than this is a broken file
 #: the format's own fields (those replay does not need included); others are warned about
@@ -109,6 +113,20 @@ class _Agent:
     tool_tokens: int
     system_tokens: int
     items: list[_Request | tuple[float, _Agent]] = field(default_factory=list)
+    duration_s: float | None = None  # a sub-agent's recorded run (its marker's duration_ms)
+
+    def recorded_end(self, start: float) -> float:
+        """When this sub-agent ended in its parent's timeline (it started at ``start``):
+        its marker's ``duration_ms``, else its last request's ``t`` plus ``api_time``
+        (``t`` relative to the marker, upstream's way, when its first request's ``t`` is
+        below the marker's; absolute otherwise, as SemiAnalysis's copies write it)."""
+        if self.duration_s is not None:
+            return start + self.duration_s
+        reqs = [it for it in self.items if isinstance(it, _Request)]
+        if not reqs:
+            return start
+        last = reqs[-1].t + (reqs[-1].api_time or 0.0)
+        return start + last if reqs[0].t < start else max(last, start)
 
 
 @dataclass
@@ -125,6 +143,9 @@ def _options(options: dict[str, Any]) -> dict[str, Any]:
     if out["timing"] not in TIMINGS:
         raise ConfigError(f"{FORMAT} reader: timing must be one of {', '.join(TIMINGS)}, "
                           f"got {out['timing']!r}")
+    if out["subagents"] not in SUBAGENTS:
+        raise ConfigError(f"{FORMAT} reader: subagents must be one of {', '.join(SUBAGENTS)}, "
+                          f"got {out['subagents']!r}")
     if out["pairs"] not in PAIRS:
         raise ConfigError(f"{FORMAT} reader: pairs must be one of {', '.join(PAIRS)}, "
                           f"got {out['pairs']!r}")
@@ -299,6 +320,8 @@ def _agent(src: _Source, reqs: Any, where: str, agent: _Agent, block: int, ids: 
                            kind_name if isinstance(kind_name, str) else "subagent",
                            _int_field(src, r, at, "tool_tokens", 0),
                            _int_field(src, r, at, "system_tokens", 0))
+            if r.get("duration_ms") is not None:
+                child.duration_s = _seconds(src, at, "duration_ms", r["duration_ms"]) / 1000.0
             _agent(src, r.get("requests", []), at, child, block, ids, depth + 1, seen, counts)
             if not _has_requests(child):
                 counts["empty_subagents"] += 1  # kv-cache-tester skips them too
@@ -499,6 +522,8 @@ def _units(src: _Source, agent: _Agent, warm: dict[int, int], warm_blocks: int,
         if k == 0:
             built.counts["subagents_before_first_request"] += 1
             sp = Spawn(agent.unit_id, 0, "round_start", 0.0, None, agent.line)
+        elif opts["subagents"] == "recorded":
+            sp = _recorded_spawn(agent, reqs, k, t, child, built.counts)
         else:
             join = k if k < len(reqs) else None
             sp = Spawn(agent.unit_id, k - 1, "round_end", 0.0, join, agent.line)
@@ -527,6 +552,25 @@ def _units(src: _Source, agent: _Agent, warm: dict[int, int], warm_blocks: int,
         if not rounds:  # an agent with markers only: its children hang off its parent
             sp = spawn or sp
         _units(src, child, warm, warm_blocks, opts, built, sp)
+
+
+def _recorded_spawn(agent: _Agent, reqs: list[_Request], k: int, t: float, child: _Agent,
+                    counts: Counter[str]) -> Spawn:  # fmt: skip
+    """``subagents: recorded``: the child starts at its marker's offset from the end (or,
+    when the marker falls inside it, the start) of the parent's request ``k - 1``, and
+    the first parent request recorded at or after the child's recorded end waits for it
+    (none: nobody waits; the conversation still does)."""
+    before = reqs[k - 1]
+    end = before.t + (before.api_time or 0.0)
+    trigger: SpawnTrigger = "round_end"
+    delay = t - end
+    if t < end:
+        trigger, delay = "round_start", max(0.0, t - before.t)
+    done = child.recorded_end(t)
+    join = next((j for j in range(k, len(reqs)) if reqs[j].t >= done), None)
+    if join is None:
+        counts["subagents_not_joined"] += 1
+    return Spawn(agent.unit_id, k - 1, trigger, delay * 1000.0, join, agent.line)
 
 
 def _prefixes(units: list[Unit], block: int) -> list[Unit]:
@@ -612,4 +656,5 @@ def read_weka(path: Path, **options: Any) -> Workload:
     return Workload(tuple(units), FORMAT, str(path), block, meta)
 
 
-__all__ = ["DEFAULTS", "FORMAT", "PAIRS", "TIMINGS", "namespace", "read_weka", "trace_files"]
+__all__ = ["DEFAULTS", "FORMAT", "PAIRS", "SUBAGENTS", "TIMINGS", "namespace", "read_weka",
+           "trace_files"]
