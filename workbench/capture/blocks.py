@@ -1,0 +1,74 @@
+"""Prompt token ids → salted block digests → the file-local ``hash_ids`` of the format.
+
+A prompt's ids are cut into ``BLOCK_SIZE``-token blocks; block *i*'s digest is
+blake2b, keyed with the capture's salt, over block *i−1*'s digest and block *i*'s ids
+(a chain: equal digests ⇔ equal block and equal everything before it). Only full blocks
+get one; the partial tail has none. The salt is random per capture and lives in memory
+only (``Salt.write`` saves it where the user asks), so a digest on disk cannot be checked
+against a guessed prompt. ``local_ids`` numbers the digests of one conversation file
+1, 2, 3… in first-seen order (docs/capture.md, "Hash ids").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from array import array
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+#: tokens per hashed block: the captured format's ``block_size``
+BLOCK_SIZE = 64
+DIGEST_BYTES = 16
+SALT_BYTES = 32
+
+
+class Salt:
+    """The capture's hashing key: random, in memory; ``write`` saves it (0600)."""
+
+    def __init__(self, key: bytes | None = None) -> None:
+        self.key = key if key is not None else secrets.token_bytes(SALT_BYTES)
+
+    def write(self, path: str | Path) -> Path:
+        p = Path(path)
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(self.key.hex() + "\n")
+        return p
+
+    def digest(self, data: bytes, previous: bytes = b"") -> bytes:
+        return hashlib.blake2b(previous + data, digest_size=DIGEST_BYTES, key=self.key).digest()
+
+
+def block_digests(salt: Salt, ids: Sequence[int], prompt_tokens: int) -> list[bytes]:
+    """One digest per full block of a prompt of ``prompt_tokens`` tokens (the usage
+    count): ``prompt_tokens // BLOCK_SIZE`` of them. Blocks the ids cover are chained
+    over the ids; when the tokenizer gave fewer ids than the usage counts (a local
+    tokenizer, an upstream without ``/tokenize``), the blocks past them get digests of
+    their own that no other request shares (docs/capture.md, "Hash ids")."""
+    want = prompt_tokens // BLOCK_SIZE
+    have = min(want, len(ids) // BLOCK_SIZE)
+    out: list[bytes] = []
+    previous = b""
+    for i in range(have):
+        block = array("q", ids[i * BLOCK_SIZE:(i + 1) * BLOCK_SIZE]).tobytes()
+        previous = salt.digest(block, previous)
+        out.append(previous)
+    out.extend(secrets.token_bytes(DIGEST_BYTES) for _ in range(want - have))
+    return out
+
+
+def local_ids(requests: Iterable[list[bytes]]) -> list[list[int]]:
+    """Each request's digests as ids 1, 2, 3… in first-seen order over ``requests``."""
+    table: dict[bytes, int] = {}
+    out = []
+    for digests in requests:
+        row = []
+        for d in digests:
+            n = table.get(d)
+            if n is None:
+                n = table[d] = len(table) + 1
+            row.append(n)
+        out.append(row)
+    return out
