@@ -15,7 +15,7 @@ import hashlib
 import os
 import secrets
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 #: tokens per hashed block: the captured format's ``block_size``
@@ -41,22 +41,22 @@ class Salt:
         return hashlib.blake2b(previous + data, digest_size=DIGEST_BYTES, key=self.key).digest()
 
 
-def block_digests(salt: Salt, ids: Sequence[int], prompt_tokens: int) -> list[bytes]:
+def block_digests(salt: Salt, ids: Sequence[int], prompt_tokens: int) -> Iterator[bytes]:
     """One digest per full block of a prompt of ``prompt_tokens`` tokens (the usage
-    count): ``prompt_tokens // BLOCK_SIZE`` of them. Blocks the ids cover are chained
-    over the ids; when the tokenizer gave fewer ids than the usage counts (a local
-    tokenizer, an upstream without ``/tokenize``), the blocks past them get digests of
-    their own that no other request shares (docs/capture.md, "Hash ids")."""
+    count): ``prompt_tokens // BLOCK_SIZE`` of them, one at a time (the caller yields
+    to its event loop between slices). Blocks the ids cover are chained over the ids;
+    when the tokenizer gave fewer ids than the usage counts (a local tokenizer, an
+    upstream without ``/tokenize``), the blocks past them get digests of their own that
+    no other request shares (docs/capture.md, "Hash ids")."""
     want = prompt_tokens // BLOCK_SIZE
     have = min(want, len(ids) // BLOCK_SIZE)
-    out: list[bytes] = []
     previous = b""
     for i in range(have):
         block = array("q", ids[i * BLOCK_SIZE:(i + 1) * BLOCK_SIZE]).tobytes()
         previous = salt.digest(block, previous)
-        out.append(previous)
-    out.extend(secrets.token_bytes(DIGEST_BYTES) for _ in range(want - have))
-    return out
+        yield previous
+    for _ in range(want - have):
+        yield secrets.token_bytes(DIGEST_BYTES)
 
 
 def local_ids(requests: Iterable[list[bytes]]) -> list[list[int]]:

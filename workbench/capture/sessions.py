@@ -101,6 +101,10 @@ class Sessions:
         self._prompts: dict[str, dict[int, dict[bytes, Agent]]] = {}
         self._prompt_key: dict[int, tuple[int, bytes]] = {}  # id(agent) → its last prompt
 
+    def number_after(self, n: int) -> None:
+        """Number new conversations from ``n + 1`` on (files already in the directory)."""
+        self._numbers = itertools.count(n + 1)
+
     def _digest(self, data: bytes, previous: bytes = b"") -> bytes:
         return hashlib.blake2b(previous + data, digest_size=16, key=self._key).digest()
 

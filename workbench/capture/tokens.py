@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from workbench import redact
 from workbench.capture.protocols import CHAT, COMPLETIONS, RequestFacts, prompt_segments
 from workbench.tokenizer import get_tokenizer
 
@@ -104,20 +105,24 @@ class TokenSource:
                 raw = await resp.read()
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError) as exc:
-            return self._refused(f"{type(exc).__name__}")
+            self._refused(f"{type(exc).__name__}")
+            return None
         if status != 200:
-            return self._refused(f"HTTP {status}")
+            self._refused(f"HTTP {status}")
+            return None
         try:
             tokens = orjson.loads(raw).get("tokens")
         except (orjson.JSONDecodeError, AttributeError):
-            return self._refused("an answer without a token list")
+            self._refused("an answer without a token list")
+            return None
         if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
-            return self._refused("an answer without a token list")
+            self._refused("an answer without a token list")
+            return None
         return tokens
 
     def _refused(self, why: str) -> None:
         # one line, the URL only (no header, no body: docs/security.md)
         log.warning("capture: %s answered /tokenize with %s; prompts are tokenized by the "
-                    "built-in word tokenizer from now on (docs/capture.md)", self.url, why)
+                    "built-in word tokenizer from now on (docs/capture.md)",
+                    redact.safe_url(self.url), why)
         self.upstream_ok = False
-        return None
