@@ -31,6 +31,7 @@ from workbench.capture.blocks import Salt, block_digests
 from workbench.capture.protocols import (
     CAPTURED_PATHS,
     RequestFacts,
+    ResponseFacts,
     request_facts,
     response_facts,
 )
@@ -254,18 +255,18 @@ class CaptureProxy:
             self.sessions.abandon(xid)
             self.passed += 1
             return
-        finished = self.sessions.finish(xid, ended)
+        got_response = response_facts(facts.api, facts.stream, body)
+        finished = self.sessions.finish(xid, ended, got_response.stop)
         if finished is None:
             return
         agent, _ = finished
-        task = asyncio.create_task(self._complete(agent, turn, facts, body, headers))
+        task = asyncio.create_task(self._complete(agent, turn, facts, got_response, headers))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
-    async def _complete(self, agent: Agent, turn: Turn, facts: RequestFacts, body: bytes,
-                        headers: Mapping[str, str]) -> None:
+    async def _complete(self, agent: Agent, turn: Turn, facts: RequestFacts,
+                        got: ResponseFacts, headers: Mapping[str, str]) -> None:
         """Counts from the response, ids from the tokenizer, hashes: the turn is done."""
-        got = response_facts(facts.api, facts.stream, body)
         assert self._tokens is not None
         ids = await self._tokens.ids(facts, headers)
         turn.prompt_tokens = got.prompt_tokens if got.prompt_tokens is not None else len(ids)

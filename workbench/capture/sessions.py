@@ -11,11 +11,14 @@ arrived, and assigns it:
    assistant reply and the new input appended) continues that request's agent: the
    longest such earlier request of the group wins. A request that extends none starts a
    new agent;
-3. **conversation** — a new agent is a **sub-agent** when the request names its parent,
-   or when an agent of its group is *waiting* (its response ended, its next request not
-   yet sent): the waiting agent closest to the root, the latest to start waiting among
-   equals, is its parent. In a header group where no agent waits, the group's root is
-   the parent. Otherwise the new agent is the root of a new conversation (one file).
+3. **conversation** — in a group named by a header, the first agent is the root of a
+   conversation (one file) and every later new agent is its **sub-agent**, or a
+   sub-agent's: its parent is a *waiting* agent of the group (its response ended, its
+   next request not yet sent) — one whose response asked for a tool (``stop`` is
+   ``tool_use``) before others, then the one closest to the root, then the latest to
+   start waiting — or the root when none waits. Without a header, a new agent is a
+   sub-agent only of an agent waiting on a tool call (by the same order); otherwise it
+   is the root of a new conversation.
 
 Messages are compared by salted digests of their canonical JSON, never kept as text.
 """
@@ -64,6 +67,7 @@ class Agent:
     last_end: float | None = None  # the end of its last response
     inflight: int = 0
     wait_from: float = 0.0
+    last_stop: str = ""  # its last response's stop: "tool_use" = it waits for a tool
 
     @property
     def waiting(self) -> bool:
@@ -182,13 +186,17 @@ class Sessions:
     def _new_agent(self, group: str, by_header: bool, named_parent: bool, sent: float) -> Agent:
         members = self._groups.setdefault(group, [])
         live = [a for a in members if a.turns]
+        waiting = [a for a in live if a.waiting and (a.last_end or 0.0) <= sent]
+        asked = [a for a in waiting if a.last_stop == "tool_use"]
         parent: Agent | None = None
-        if live:
-            waiting = [a for a in live if a.waiting and (a.last_end or 0.0) <= sent]
-            if waiting:
-                parent = min(waiting, key=lambda a: (a.depth, -a.wait_from))
-            elif by_header or named_parent:
+        if by_header or named_parent:
+            pool = asked or waiting
+            if pool:
+                parent = min(pool, key=_parent_rank)
+            elif live:
                 parent = live[0].conversation.root
+        elif asked:
+            parent = min(asked, key=_parent_rank)
         if parent is None:
             conv = Conversation(next(self._numbers), group)
             agent = Agent(conv, None, 0)
@@ -202,8 +210,9 @@ class Sessions:
         members.append(agent)
         return agent
 
-    def finish(self, xid: int, ended: float) -> tuple[Agent, Turn] | None:
-        """The request's response ended at ``ended`` (its counts are set by the caller)."""
+    def finish(self, xid: int, ended: float, stop: str = "") -> tuple[Agent, Turn] | None:
+        """The request's response ended at ``ended`` with ``stop`` (the format's stop
+        reason); its counts are set by the caller."""
         got = self._turns.pop(xid, None)
         if got is None:
             return None
@@ -213,6 +222,7 @@ class Sessions:
         if agent.last_end is None or ended >= agent.last_end:
             agent.last_end = ended
             agent.wait_from = ended
+            agent.last_stop = stop
         return agent, turn
 
     def abandon(self, xid: int) -> None:
@@ -242,6 +252,12 @@ class Sessions:
                     del table[digest]
         if agent.parent is None and not conv.agents and conv in self.conversations:
             self.conversations.remove(conv)
+
+
+def _parent_rank(agent: Agent) -> tuple[int, float]:
+    """The likeliest parent first: the agent closest to the root, then the one that
+    started waiting last (it asked for the tool that spawned the new agent)."""
+    return agent.depth, -agent.wait_from
 
 
 def _prompt_bytes(facts: RequestFacts) -> bytes:
