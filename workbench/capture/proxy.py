@@ -23,6 +23,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -87,7 +88,12 @@ class CaptureProxy:
             raise ValueError(f"upstream must be an http:// or https:// URL, got "
                              f"{redact.safe_url(upstream)!r}")
         redact.register_url(upstream)
-        self.upstream = upstream.rstrip("/")
+        if urlsplit(upstream).query or urlsplit(upstream).fragment:
+            raise ValueError("the upstream URL takes no query or fragment (the agent's own "
+                             "requests carry theirs, and they are relayed)")
+        # user:password@ in the URL: sent as Basic authorization when the agent sends none
+        self._basic = redact.basic_authorization(upstream)
+        self.upstream = redact.strip_url_credentials(upstream).rstrip("/")
         self.upstream_shown = redact.safe_url(self.upstream)  # what may be printed
         self.out_dir = Path(out_dir)
         self.host, self.port = host, port
@@ -186,6 +192,8 @@ class CaptureProxy:
         xid = next(self._ids)
         loop = asyncio.get_running_loop()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        if self._basic is not None and "Authorization" not in request.headers:
+            headers["Authorization"] = self._basic
         if captured:  # runs once this handler yields: after the request went upstream
             loop.call_soon(self._arrive, xid, sent, path, raw, request.headers)
         assert self._client is not None
@@ -229,7 +237,7 @@ class CaptureProxy:
             ended = time.monotonic()
             if captured:
                 loop.call_soon(self._finish, xid, ended, b"".join(pieces) if done else None,
-                               request.headers)
+                               headers)
             else:
                 self.passed += 1
 
