@@ -5,8 +5,9 @@
 arrived, and assigns it:
 
 1. **group** — the value of the session header (``X-Session-ID`` by default), or of the
-   parent header (``X-Parent-Session-ID``) when the request names its parent; requests
-   without either share one group;
+   parent header (``X-Parent-Session-ID``) when the request names its parent (then the
+   parent's group, and its own session value joins that group); requests without
+   either share one group;
 2. **agent** — a request whose messages extend an earlier request's messages (its
    assistant reply and the new input appended) continues that request's agent: the
    longest such earlier request of the group wins. A request that extends none starts a
@@ -16,9 +17,10 @@ arrived, and assigns it:
    sub-agent's: its parent is a *waiting* agent of the group (its response ended, its
    next request not yet sent) — one whose response asked for a tool (``stop`` is
    ``tool_use``) before others, then the one closest to the root, then the latest to
-   start waiting — or the root when none waits. Without a header, a new agent is a
-   sub-agent only of an agent waiting on a tool call (by the same order); otherwise it
-   is the root of a new conversation.
+   start waiting — or the root when none waits. A new agent whose request names its
+   parent session is the sub-agent of that session's latest agent. Without a header, a
+   new agent is a sub-agent only of an agent waiting on a tool call (by the same
+   order); otherwise it is the root of a new conversation.
 
 Messages are compared by salted digests of their canonical JSON, never kept as text.
 """
@@ -104,6 +106,7 @@ class Sessions:
         # completions: (group, prompt length) → {digest of that prefix: agent}
         self._prompts: dict[str, dict[int, dict[bytes, Agent]]] = {}
         self._prompt_key: dict[int, tuple[int, bytes]] = {}  # id(agent) → its last prompt
+        self._session_agent: dict[str, Agent] = {}  # a session value → its latest agent
 
     def number_after(self, n: int) -> None:
         """Number new conversations from ``n + 1`` on (files already in the directory)."""
@@ -142,13 +145,16 @@ class Sessions:
                     break
             chain_key = (group, chain[-1])
         if agent is None:
-            agent = self._new_agent(group, by_header, parent is not None, sent)
+            named = self._session_agent.get(parent) if parent else None
+            agent = self._new_agent(group, by_header, parent is not None, sent, named)
             input_types = ["text"]
         else:
             fresh = facts.tool_result[new_from:]
             input_types = ["tool_result"] if any(fresh) else ["text"]
         think = sent - agent.last_end if agent.last_end is not None else 0.0
         turn = Turn(xid, sent, max(0.0, think), facts.model, facts.stream, input_types)
+        if session:
+            self._session_agent[session] = agent
         agent.turns.append(turn)
         agent.inflight += 1
         self._turns[xid] = (agent, turn)
@@ -183,19 +189,20 @@ class Sessions:
         by_length.setdefault(len(raw), {})[digest] = agent
         self._prompt_key[id(agent)] = (len(raw), digest)
 
-    def _new_agent(self, group: str, by_header: bool, named_parent: bool, sent: float) -> Agent:
+    def _new_agent(self, group: str, by_header: bool, named_parent: bool, sent: float,
+                   named: Agent | None = None) -> Agent:
         members = self._groups.setdefault(group, [])
         live = [a for a in members if a.turns]
         waiting = [a for a in live if a.waiting and (a.last_end or 0.0) <= sent]
         asked = [a for a in waiting if a.last_stop == "tool_use"]
-        parent: Agent | None = None
-        if by_header or named_parent:
+        parent: Agent | None = named  # the agent of the session the parent header names
+        if parent is None and (by_header or named_parent):
             pool = asked or waiting
             if pool:
                 parent = min(pool, key=_parent_rank)
             elif live:
                 parent = live[0].conversation.root
-        elif asked:
+        elif parent is None and asked:
             parent = min(asked, key=_parent_rank)
         if parent is None:
             conv = Conversation(next(self._numbers), group)
