@@ -111,7 +111,7 @@ def test_replay_report_shows_the_sections_and_the_run_summary(replay_report: Pat
 
 
 def test_replay_report_says_what_was_run_and_what_failed(replay_report: Path) -> None:
-    from workbench.replay.prepare import file_sha256
+    from workbench.traces.load import source_sha256
 
     run_dir = replay_report.parent
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -119,7 +119,7 @@ def test_replay_report_says_what_was_run_and_what_failed(replay_report: Path) ->
     assert config["1 format"] == f"{manifest['trace']['format']} (detected)"
     assert config["2 context policy"] == manifest["policy"] == "trace-reported"
     assert config["3 arrival"] == "trace-timed" and config["4 backend"] == "openai"
-    assert config["trace sha256"] == file_sha256(manifest["trace"]["path"])
+    assert config["trace sha256"] == source_sha256(manifest["trace"]["path"])
     assert config["target engine runs in"] == "its own process"
     assert config["target engine speedup"] == "50"  # 4 significant digits
     coeffs = manifest["target"]["engine"]["prefill_coeffs"]

@@ -20,6 +20,9 @@ def add_axis_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offset", type=int,
                    help="start the window at unit K (file order; with --max-items: units "
                         "K..K+N-1)")
+    p.add_argument("--trace-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a reader option (JSON or text), e.g. timing=original, "
+                        "max_delay_s=60 (weka: docs/weka-traces.md)")
     p.add_argument("--policy", help=f"context policy: {' | '.join(POLICIES.names())}")
     p.add_argument("--shared-prefix", action="store_true", default=None,
                    help="first rounds reuse a shared prefix pool keyed by provider/model/project")
@@ -254,6 +257,10 @@ def _knobs_into(args: argparse.Namespace, base: dict[str, Any]) -> None:
                           bool(getattr(args, "sweep_bounds_ok", False)))
     if slo:
         base["slo"] = {**(base.get("slo") or {}), **slo}
+    trace_opts = trace_options(getattr(args, "trace_option", None) or [])
+    if trace_opts:
+        trace = base.setdefault("trace", {})
+        trace["options"] = {**(trace.get("options") or {}), **trace_opts}
     put("executor", "workers", getattr(args, "workers", None))
     put("executor", "kind", getattr(args, "executor", None))
     put("executor", "address", getattr(args, "ray_address", None))
@@ -291,6 +298,15 @@ def _knobs_into(args: argparse.Namespace, base: dict[str, Any]) -> None:
         if isinstance(backend, str):
             backend = base["backend"] = {"name": backend}
         backend["options"] = {**(backend.get("options") or {}), **opts}
+
+
+def trace_options(items: list[str]) -> dict[str, Any]:
+    """``--trace-option KEY=VALUE`` items: the reader's options (``trace.options``), each
+    value JSON when it reads as JSON (``60``, ``null``), else text (``original``)."""
+    from workbench.config.validation import json_or_text
+
+    return {key: json_or_text(f"--trace-option {key}", value)
+            for key, value in (_kv(item, "--trace-option") for item in items)}
 
 
 def engine_knobs(items: list[str]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from workbench.errors import ConfigError
 from workbench.records import RequestRecord, RunManifest, RunResult, Workload
 from workbench.replay.plan import Plan
 from workbench.storage.rundir import process_identity
+from workbench.traces.load import source_sha256
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -86,19 +87,11 @@ def new_run_id(cfg: RunConfig) -> str:
     return f"{stamp}-{cfg.backend.name}-{uuid.uuid4().hex[:6]}"
 
 
-def file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def trace_sha256(workload: Workload) -> str | None:
     """The trace file's sha256; a synthetic workload's is its description's."""
     if "generator" in workload.meta:
         return hashlib.sha256(workload.source.encode()).hexdigest()
-    return file_sha256(workload.source) if workload.source else None
+    return source_sha256(workload.source) if workload.source else None
 
 
 def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -> RunManifest:
@@ -129,6 +122,8 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
             **({"generator": workload.meta["generator"]}
                if "generator" in workload.meta else {}),
             **({"window": workload.meta["window"]} if "window" in workload.meta else {}),
+            # the reader's options as applied (a format that has them: weka's timing ...)
+            **({"reader": workload.meta["reader"]} if "reader" in workload.meta else {}),
         },
         policy=plan.policy,
         plan=plan.totals(),

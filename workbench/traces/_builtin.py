@@ -1,6 +1,6 @@
 """Imports every built-in reader so it registers. Import order = sniffing order.
 
-Most specific first: canonical (exact header), dynamo, abench, trajectory,
+Most specific first: canonical (exact header), dynamo, abench, trajectory, weka,
 tracelab, bailian (chat_id/parent_chat_id: before mooncake), mooncake, independent,
 session_csv (the loosest CSV).
 """
@@ -11,6 +11,7 @@ from workbench.traces import canonical  # noqa: F401
 from workbench.traces import dynamo  # noqa: F401
 from workbench.traces import abench  # noqa: F401
 from workbench.traces import trajectory  # noqa: F401
+from workbench.traces import weka  # noqa: F401
 from workbench.traces import tracelab  # noqa: F401
 from workbench.traces import bailian  # noqa: F401
 from workbench.traces import mooncake  # noqa: F401

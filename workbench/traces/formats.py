@@ -23,18 +23,21 @@ class TraceFormat:
     read: Reader
     sniff: Sniffer
     description: str = ""
+    folders: bool = False  # reads a folder of its files too (``load.detect_format``)
 
 
 FORMATS: Registry[TraceFormat] = Registry("trace format")
 
 
 def register_format(
-    name: str, *, sniff: Sniffer, description: str = "", aliases: tuple[str, ...] = ()
+    name: str, *, sniff: Sniffer, description: str = "", aliases: tuple[str, ...] = (),
+    folders: bool = False,
 ) -> Callable[[Reader], Reader]:
-    """Decorator for a reader function ``read(path: Path, **options) -> Workload``."""
+    """Decorator for a reader function ``read(path: Path, **options) -> Workload``;
+    ``folders``: it also takes a folder of its files (sniffed on the first by name)."""
 
     def deco(read: Reader) -> Reader:
-        FORMATS.add(name, TraceFormat(name, read, sniff, description), *aliases)
+        FORMATS.add(name, TraceFormat(name, read, sniff, description, folders), *aliases)
         return read
 
     return deco

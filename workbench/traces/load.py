@@ -11,6 +11,7 @@ Readers load nothing partial. Importing this module imports every built-in reade
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +50,11 @@ def head_lines(path: Path, n: int = SNIFF_LINES) -> list[str]:
 
 
 def detect_format(path: str | Path) -> str:
-    """Name of the first registered format whose sniffer accepts the file's head."""
+    """Name of the first registered format whose sniffer accepts the file's head; for a
+    folder, the first format that reads folders and accepts its first file (by name)."""
     path = Path(path)
+    if path.is_dir():
+        return _detect_folder(path)
     lines = head_lines(path)
     if not lines:
         raise TraceFormatError(path, 0, "file is empty")
@@ -62,6 +66,23 @@ def detect_format(path: str | Path) -> str:
         path, 1, f"cannot tell the trace format; name it (--format on the command line, fmt= in "
         f"Python, trace.format in a config): one of {', '.join(FORMATS.names())}"
     )
+
+
+def _detect_folder(path: Path) -> str:
+    folder_formats = [n for n in FORMATS.names() if FORMATS.get(n).folders]
+    files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+    if not files:
+        readers = ", ".join(folder_formats)
+        raise TraceFormatError(path, 0, f"not a regular file: a directory, and one with no "
+                               f"files (a folder is read as one trace by {readers})")
+    lines = head_lines(files[0])
+    for name in folder_formats:
+        if FORMATS.get(name).sniff(lines):
+            return name
+    raise TraceFormatError(
+        path, 0, f"not a regular file: a directory; a folder is read as one trace only by "
+        f"{', '.join(folder_formats)}, and its first file {files[0].name} is none of them "
+        "(name a file, or the format)")
 
 
 def _refuse_broken_json_head(path: Path, first: str) -> None:
@@ -93,6 +114,8 @@ def load_trace(path: str | Path, fmt: str = "auto", **options: Any) -> Workload:
     path = Path(path)
     detected = fmt == "auto"
     name = detect_format(path) if detected else FORMATS.canonical(fmt)
+    if path.is_dir() and not FORMATS.get(name).folders:
+        open_trace(path)  # the reader's own refusal: "not a regular file: a directory"
     workload = FORMATS.get(name).read(path, **options)
     check_workload(path, workload)  # the documented bounds, whatever the reader
     check_graph(path, workload)  # sub-agent links: parents exist, no cycle
@@ -101,6 +124,28 @@ def load_trace(path: str | Path, fmt: str = "auto", **options: Any) -> Workload:
     if detected:
         meta["detected_format"] = name
     return dataclasses.replace(workload, meta=meta, fmt=name, source=str(path))
+
+
+def source_sha256(path: str | Path) -> str:
+    """A trace's identity: its file's sha256, or for a folder read as one trace, the
+    sha256 over its files' names, sizes and bytes in name order (hidden files left out)."""
+    path = Path(path)
+    files = ([path] if not path.is_dir() else
+             sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")))
+    if len(files) == 1 and files[0] == path:
+        return _file_sha256(path)
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{f.name}\0{f.stat().st_size}\0{_file_sha256(f)}\0".encode())
+    return h.hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def available_formats() -> list[str]:

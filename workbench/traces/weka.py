@@ -1,0 +1,608 @@
+"""Captured coding-agent traces (kv-cache-tester's format; AIPerf's "Weka" traces) → sessions.
+
+The format, its sources and every decision below are in docs/weka-traces.md. In short:
+one JSON object per *conversation*::
+
+    {"id": "trace_0001", "models": ["claude-opus-4-5-20251101"], "block_size": 64,
+     "hash_id_scope": "local", "tool_tokens": 12974, "system_tokens": 4243,
+     "requests": [
+       {"t": 0.0, "type": "n", "model": "...", "in": 71175, "out": 169,
+        "hash_ids": [1, 2, ...], "input_types": ["text"], "output_types": ["tool_use"],
+        "stop": "tool_use", "api_time": 7.34, "think_time": 0.0},
+       {"t": 79.2, "type": "subagent", "agent_id": "agent_001", "requests": [...], ...}]}
+
+read from one ``.json`` file, a JSONL of such objects (one a line), a JSON array of them,
+or a folder of those files (``*.json``/``*.jsonl``, sorted by name).
+
+- A conversation is a root session; a ``subagent`` marker is a child session that
+  starts when the parent's request before the marker ends, and the parent's request
+  after it waits for the child (``Spawn(round_end, delay 0, join = next round)``);
+  markers side by side start together; nested markers nest. A marker before any
+  request of its parent starts with the parent's first request (``round_start``), one
+  after the last is joined by nobody (the agent task still waits).
+- ``hash_ids`` count the prompt's full blocks (floor): the tail is unhashed fill.
+  ``hash_id_scope: local`` ids are private to their conversation (file): they are moved
+  into a namespace of that conversation's id (``namespaced``) so conversation A's block
+  1 is not conversation B's. ``global`` ids are kept as they are.
+- The warm prefix (``warm_prefix_pct`` of the largest ``tool_tokens + system_tokens``
+  of the conversations read): the leading whole blocks of every agent's prompts are
+  replaced by blocks shared by all conversations, as kv-cache-tester's replayer does.
+- Tool waits come from the ``timing`` strategy (``TIMINGS``; default ``think-only``).
+- ``pairs``: ``keep`` replays every request as captured; ``collapse`` merges a request
+  into the one before it when both are of one agent, one ``s`` and one ``n``, with the
+  same ``hash_ids``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from workbench.errors import ConfigError, TraceFormatError
+from workbench.records import Round, Spawn, Unit, Workload
+from workbench.traces import bounds
+from workbench.traces._io import BOM, check_options, open_trace
+from workbench.traces.formats import register_format
+from workbench.traces.json_io import (
+    json_id,
+    json_int,
+    json_number,
+    json_tokens,
+    note_unknown,
+    warn_unknown,
+)
+from workbench.traces.mooncake import leading_seen_blocks
+
+FORMAT = "weka"
+ALIASES = ("kv-cache-tester", "agentx")
+TIMINGS = ("think-only", "original", "api-scaled")
+PAIRS = ("keep", "collapse")
+SCOPES = ("local", "global")
+DEFAULTS: dict[str, Any] = {
+    "timing": "think-only",
+    "api_time_scale": 1.0,
+    "max_delay_s": None,
+    "warm_prefix_pct": 0.5,
+    "pairs": "keep",
+}
+SUFFIXES = (".json", ".jsonl")
+MAX_DEPTH = 16  # sub-agents inside sub-agents: deeper than this is a broken file
+#: the format's own fields (those replay does not need included); others are warned about
+KNOWN_CONVERSATION = frozenset(("id", "models", "block_size", "hash_id_scope", "tool_tokens",
+                                "system_tokens", "requests", "totals"))
+KNOWN_REQUEST = frozenset(("t", "type", "model", "in", "out", "hash_ids", "input_types",
+                           "output_types", "stop", "api_time", "think_time", "ttft"))
+KNOWN_MARKER = frozenset(("t", "type", "agent_id", "subagent_type", "duration_ms",
+                          "total_tokens", "tool_use_count", "status", "requests", "models",
+                          "tool_tokens", "system_tokens"))
+_LOCAL_BITS = 23  # a local hash id lives in the low 23 bits of its namespaced id
+
+
+@dataclass(frozen=True)
+class _Request:
+    where: str  # JSON path, for errors
+    t: float
+    stream: bool
+    model: str
+    prompt: int
+    output: int
+    hashes: tuple[int, ...]
+    api_time: float | None
+    think_time: float | None
+
+
+@dataclass
+class _Agent:
+    """One agent (a conversation's root, or a sub-agent) as read: its requests, and
+    the markers (children) after ``len(requests)`` requests at the time."""
+
+    unit_id: str
+    line: int
+    conversation: str
+    kind: str  # "root" or the marker's subagent_type
+    tool_tokens: int
+    system_tokens: int
+    items: list[_Request | tuple[float, _Agent]] = field(default_factory=list)
+
+
+@dataclass
+class _Source:
+    path: Path
+    line: int
+    obj: dict[str, Any]
+
+
+def _options(options: dict[str, Any]) -> dict[str, Any]:
+    check_options(FORMAT, {k: v for k, v in options.items() if k not in DEFAULTS},
+                  tuple(DEFAULTS))
+    out = {**DEFAULTS, **options}
+    if out["timing"] not in TIMINGS:
+        raise ConfigError(f"{FORMAT} reader: timing must be one of {', '.join(TIMINGS)}, "
+                          f"got {out['timing']!r}")
+    if out["pairs"] not in PAIRS:
+        raise ConfigError(f"{FORMAT} reader: pairs must be one of {', '.join(PAIRS)}, "
+                          f"got {out['pairs']!r}")
+    for name, lo, hi in (("api_time_scale", 0.0, 1e6), ("warm_prefix_pct", 0.0, 1.0)):
+        v = out[name]
+        if isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi:
+            raise ConfigError(f"{FORMAT} reader: {name} must be a number in [{lo:g}, {hi:g}], "
+                              f"got {v!r}")
+    cap = out["max_delay_s"]
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int | float)
+                            or not 0 <= cap <= bounds.MAX_WAIT_MS / 1000):
+        raise ConfigError(f"{FORMAT} reader: max_delay_s must be null or a number of seconds "
+                          f"in [0, {bounds.MAX_WAIT_MS / 1000:,.0f}], got {cap!r}")
+    return out
+
+
+# -- files --------------------------------------------------------------------------------
+
+
+def trace_files(path: Path) -> list[Path]:
+    """The files a path stands for: itself, or a folder's ``*.json``/``*.jsonl`` by name."""
+    if not path.is_dir():
+        return [path]
+    files = sorted(p for p in path.iterdir() if p.suffix in SUFFIXES and p.is_file())
+    if not files:
+        raise TraceFormatError(path, 0, f"folder has no {' or '.join(SUFFIXES)} files")
+    return files
+
+
+def _sources(path: Path) -> list[_Source]:
+    """Every conversation object of one file, with its line (1 for a whole-file JSON)."""
+    data = open_trace(path)
+    text = data.decode("utf-8", errors="strict") if data.isascii() else _decode(path, data)
+    text = text.removeprefix(BOM)
+    stripped = text.strip()
+    if not stripped:
+        raise TraceFormatError(path, 0, "file is empty")
+    try:
+        whole = orjson.loads(stripped)
+    except orjson.JSONDecodeError:
+        whole = None  # JSONL, or broken: the lines say which
+    if isinstance(whole, dict):
+        return [_Source(path, _first_line(text), whole)]
+    if isinstance(whole, list):
+        out = []
+        for i, obj in enumerate(whole):
+            if not isinstance(obj, dict):
+                raise TraceFormatError(path, _first_line(text),
+                                       f"[{i}]: each conversation must be a JSON object")
+            out.append(_Source(path, _first_line(text), obj))
+        if not out:
+            raise TraceFormatError(path, _first_line(text), "the list holds no conversation")
+        return out
+    out = []
+    for lineno, raw in enumerate(text.split("\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise TraceFormatError(path, lineno, f"invalid JSON ({exc})") from None
+        if not isinstance(obj, dict):
+            raise TraceFormatError(path, lineno, "each line must be a conversation (a JSON "
+                                   "object)")
+        out.append(_Source(path, lineno, obj))
+    return out
+
+
+def _decode(path: Path, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise TraceFormatError(path, line, f"not UTF-8 ({exc.reason})") from None
+
+
+def _first_line(text: str) -> int:
+    """The line a whole-file document starts on (blank lines before it skipped)."""
+    return text[: len(text) - len(text.lstrip())].count("\n") + 1
+
+
+# -- conversations -------------------------------------------------------------------------
+
+
+def _int_field(src: _Source, obj: dict[str, Any], where: str, key: str, default: int | None,
+               minimum: int = 0) -> int:
+    if key not in obj or obj[key] is None:
+        if default is None:
+            raise TraceFormatError(src.path, src.line, f"{where}missing field {key!r}")
+        return default
+    return json_int(src.path, src.line, f"{where}{key}", obj[key], minimum=minimum,
+                    maximum=bounds.MAX_ROUND_TOKENS)
+
+
+def _seconds(src: _Source, where: str, key: str, value: Any) -> float:
+    return json_number(src.path, src.line, f"{where}{key}", value,
+                       maximum=bounds.MAX_ARRIVAL_MS / 1000)
+
+
+def _str_list(src: _Source, where: str, value: Any) -> None:
+    if value is not None and not (isinstance(value, list)
+                                  and all(isinstance(v, str) for v in value)):
+        raise TraceFormatError(src.path, src.line, f"{where} must be a list of strings, got "
+                               f"{value!r:.60}")
+
+
+def _hashes(src: _Source, where: str, value: Any, prompt: int, block: int) -> list[int]:
+    if not isinstance(value, list):
+        raise TraceFormatError(src.path, src.line, f"{where}hash_ids must be a list of "
+                               f"integers, got {value!r:.60}")
+    if any(type(h) is not int for h in value):
+        bad = next(h for h in value if type(h) is not int)
+        raise TraceFormatError(src.path, src.line, f"{where}hash_ids: each id must be an "
+                               f"integer, got {bad!r:.40}")
+    most = -(-prompt // block)
+    if len(value) > most:
+        raise TraceFormatError(src.path, src.line, f"{where}hash_ids: {len(value)} ids of "
+                               f"{block} tokens for a prompt of {prompt} tokens (at most "
+                               f"ceil({prompt}/{block}) = {most})")
+    return value
+
+
+def _request(src: _Source, where: str, r: dict[str, Any], block: int, ids: _Ids,
+             seen: dict[str, int]) -> _Request:  # fmt: skip
+    note_unknown(src.path, src.line, r, KNOWN_REQUEST, seen, where="requests[].")
+    for key in ("t", "in", "out", "hash_ids"):
+        if r.get(key) is None:
+            raise TraceFormatError(src.path, src.line, f"{where}missing field {key!r}")
+    prompt = json_tokens(src.path, src.line, f"{where}in", r["in"], minimum=1)
+    output = json_tokens(src.path, src.line, f"{where}out", r["out"])
+    bounds.check_round(src.path, src.line, prompt, max(output, 1), where=where.rstrip("."))
+    model = r.get("model", "")
+    if not isinstance(model, str):
+        raise TraceFormatError(src.path, src.line, f"{where}model must be a string, got "
+                               f"{model!r:.40}")
+    for key in ("input_types", "output_types"):
+        _str_list(src, f"{where}{key}", r.get(key))
+    optional = {k: (None if r.get(k) is None else _seconds(src, where, k, r[k]))
+                for k in ("api_time", "think_time")}
+    return _Request(where, _seconds(src, where, "t", r["t"]), r["type"] == "s", model, prompt,
+                    output, ids(where, _hashes(src, where, r["hash_ids"], prompt, block)),
+                    optional["api_time"], optional["think_time"])
+
+
+def _agent(src: _Source, reqs: Any, where: str, agent: _Agent, block: int, ids: _Ids,
+           depth: int, seen: dict[str, int], counts: Counter[str]) -> None:  # fmt: skip
+    """Fill ``agent.items`` from its ``requests`` list (recursing into markers)."""
+    if not isinstance(reqs, list):
+        raise TraceFormatError(src.path, src.line, f"{where}requests must be a list, got "
+                               f"{reqs!r:.40}")
+    if depth > MAX_DEPTH:
+        raise TraceFormatError(src.path, src.line, f"{where}sub-agents nested deeper than "
+                               f"{MAX_DEPTH} levels")
+    names: Counter[str] = Counter()
+    for i, r in enumerate(reqs):
+        at = f"{where}requests[{i}]."
+        if not isinstance(r, dict):
+            raise TraceFormatError(src.path, src.line, f"{at[:-1]} must be an object")
+        kind = r.get("type")
+        if kind in ("s", "n"):
+            agent.items.append(_request(src, at, r, block, ids, seen))
+        elif kind == "subagent":
+            note_unknown(src.path, src.line, r, KNOWN_MARKER, seen, where="subagent.")
+            t = _seconds(src, at, "t", r.get("t", 0.0))
+            name = r.get("agent_id")
+            name = f"agent_{sum(names.values()) + 1:03d}" if name is None else json_id(
+                src.path, src.line, f"{at}agent_id", name)
+            names[name] += 1
+            suffix = "" if names[name] == 1 else f".{names[name]}"
+            kind_name = r.get("subagent_type", "subagent")
+            child = _Agent(f"{agent.unit_id}::sa:{name}{suffix}", src.line, agent.conversation,
+                           kind_name if isinstance(kind_name, str) else "subagent",
+                           _int_field(src, r, at, "tool_tokens", 0),
+                           _int_field(src, r, at, "system_tokens", 0))
+            _agent(src, r.get("requests", []), at, child, block, ids, depth + 1, seen, counts)
+            if not _has_requests(child):
+                counts["empty_subagents"] += 1  # kv-cache-tester skips them too
+                continue
+            agent.items.append((t, child))
+        else:
+            raise TraceFormatError(src.path, src.line, f"{at}type must be 's' (streaming), 'n' "
+                                   f"(non-streaming) or 'subagent', got {kind!r:.40}")
+
+
+def _has_requests(agent: _Agent) -> bool:
+    return any(isinstance(it, _Request) or _has_requests(it[1]) for it in agent.items)
+
+
+def _conversation(src: _Source, seen: dict[str, int], counts: Counter[str]
+                  ) -> tuple[_Agent, int, _Ids]:  # fmt: skip
+    obj = src.obj
+    note_unknown(src.path, src.line, obj, KNOWN_CONVERSATION, seen)
+    if obj.get("id") is None:
+        raise TraceFormatError(src.path, src.line, "missing field 'id' (the conversation id)")
+    cid = json_id(src.path, src.line, "id", obj["id"])
+    where = f"conversation {cid!r}: "
+    block = _int_field(src, obj, where, "block_size", None, minimum=1)
+    scope = obj.get("hash_id_scope", "local")
+    if scope not in SCOPES:
+        raise TraceFormatError(src.path, src.line, f"{where}hash_id_scope must be one of "
+                               f"{', '.join(SCOPES)}, got {scope!r:.40}")
+    _str_list(src, f"{where}models", obj.get("models"))
+    root = _Agent(cid, src.line, cid, "root", _int_field(src, obj, where, "tool_tokens", 0),
+                  _int_field(src, obj, where, "system_tokens", 0))
+    if "requests" not in obj:
+        raise TraceFormatError(src.path, src.line, f"{where}missing field 'requests'")
+    ids = _Ids(src, scope, namespace(cid))
+    _agent(src, obj["requests"], where, root, block, ids, 0, seen, counts)
+    if not any(isinstance(it, _Request) for it in root.items):
+        raise TraceFormatError(src.path, src.line, f"{where}has no request of its own "
+                               "(type 's' or 'n'); nothing to replay it by")
+    return root, block, ids
+
+
+# -- hash ids ------------------------------------------------------------------------------
+
+
+def namespace(conversation: str) -> int:
+    """The 40-bit namespace of a conversation's local hash ids (a stable hash of its id)."""
+    digest = hashlib.blake2b(conversation.encode(), digest_size=5, person=b"wb-weka").digest()
+    return int.from_bytes(digest, "big")
+
+
+class _Ids:
+    """A conversation's hash ids as replayed, one int object per distinct id: local ids
+    move into the conversation's namespace (``ns << 23 | id``: under 2^63, so numpy still
+    takes them); global ones stay."""
+
+    def __init__(self, src: _Source, scope: str, ns: int) -> None:
+        self.src, self.scope = src, scope
+        self.base = ns << _LOCAL_BITS
+        self.memo: dict[int, int] = {}
+
+    def __call__(self, where: str, hashes: list[int]) -> tuple[int, ...]:
+        memo, get = self.memo, self.memo.get
+        local = self.scope == "local"
+        out = []
+        for h in hashes:
+            g = get(h)
+            if g is None:
+                if local and not 0 <= h < 1 << _LOCAL_BITS:
+                    raise TraceFormatError(self.src.path, self.src.line, f"{where}hash_ids: "
+                                           f"local id {h} is outside [0, 2^{_LOCAL_BITS})")
+                g = memo[h] = self.base | h if local else h
+            out.append(g)
+        return tuple(out)
+
+    def rebase(self, ns: int) -> dict[int, int]:
+        """Another namespace for these ids (a clash with an earlier conversation's):
+        old id → new id."""
+        if self.scope != "local":
+            return {}
+        base = ns << _LOCAL_BITS
+        return {g: base | h for h, g in self.memo.items()}
+
+
+def _own_namespace(root: _Agent, ids: _Ids, spaces: dict[int, str],
+                   counts: Counter[str]) -> None:  # fmt: skip
+    """Give a conversation whose namespace an earlier one holds (40 bits: about 1 in 10^5
+    for 10,000 conversations) the next free one, its ids rewritten; file order decides."""
+    if ids.scope != "local":
+        return
+    ns = ids.base >> _LOCAL_BITS
+    if ns not in spaces:
+        spaces[ns] = root.unit_id
+        return
+    while ns in spaces:
+        ns = (ns + 1) % (1 << 40)
+    spaces[ns] = root.unit_id
+    counts["namespace_clashes"] += 1
+    _rewrite(root, ids.rebase(ns))
+
+
+def _rewrite(agent: _Agent, mapping: dict[int, int]) -> None:
+    for i, it in enumerate(agent.items):
+        if isinstance(it, _Request):
+            agent.items[i] = dataclasses.replace(it, hashes=_remap(it.hashes, mapping, None))
+        else:
+            _rewrite(it[1], mapping)
+
+
+def _warm_map(agent: _Agent, blocks: int, block: int, out: dict[int, int]) -> dict[int, int]:
+    """The warm prefix of a conversation: the ids at positions below ``blocks`` of each of
+    its agents' first prompts → the shared ids ``-1, -2, ...`` (a hash id names its block
+    and all before it, so it only ever stands at one position)."""
+    first = next((it for it in agent.items if isinstance(it, _Request)), None)
+    if first is not None:
+        for i, h in enumerate(first.hashes[: min(blocks, first.prompt // block)]):
+            out.setdefault(h, -(i + 1))
+    for it in agent.items:
+        if not isinstance(it, _Request):
+            _warm_map(it[1], blocks, block, out)
+    return out
+
+
+def _remap(hashes: tuple[int, ...], mapping: dict[int, int], upto: int | None
+           ) -> tuple[int, ...]:  # fmt: skip
+    """``hashes`` with ``mapping`` applied to its first ``upto`` ids (all: None)."""
+    head = hashes if upto is None else hashes[:upto]
+    if not mapping or not any(h in mapping for h in head):
+        return hashes
+    get = mapping.get
+    new = tuple(get(h, h) for h in head)
+    return new if upto is None else new + hashes[upto:]
+
+
+# -- units ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Built:
+    units: list[Unit]
+    counts: Counter[str]
+    timing: Counter[str]
+
+
+def _delay_s(prev: _Request | float, cur: _Request, opts: dict[str, Any],
+             timing: Counter[str]) -> float:  # fmt: skip
+    """The wait before ``cur`` after the item before it (a request, or a marker's ``t``),
+    by the replayer's strategies; a request without the fields falls back to ``original``."""
+    prev_t = prev if isinstance(prev, float) else prev.t
+    strategy = opts["timing"]
+    if strategy == "think-only" and cur.think_time is not None:
+        delay = cur.think_time
+    elif (strategy == "api-scaled" and cur.think_time is not None
+          and isinstance(prev, _Request) and prev.api_time is not None):
+        delay = prev.api_time * opts["api_time_scale"] + cur.think_time
+    else:
+        strategy = "original"
+        delay = max(0.0, cur.t - prev_t)
+    timing[strategy] += 1
+    cap = opts["max_delay_s"]
+    if cap is not None and delay > cap:
+        timing["capped"] += 1
+        delay = float(cap)
+    return delay
+
+
+def _collapse(items: list[_Request | tuple[float, _Agent]], counts: Counter[str]
+              ) -> list[_Request | tuple[float, _Agent]]:  # fmt: skip
+    out: list[_Request | tuple[float, _Agent]] = []
+    for it in items:
+        last = out[-1] if out else None
+        if (isinstance(it, _Request) and isinstance(last, _Request)
+                and it.stream != last.stream and it.hashes == last.hashes):
+            counts["collapsed_pairs"] += 1
+            out[-1] = _Request(last.where, last.t, last.stream or it.stream, last.model,
+                               max(last.prompt, it.prompt), max(last.output, it.output),
+                               last.hashes, it.api_time if last.api_time is None else
+                               last.api_time, last.think_time)
+            continue
+        out.append(it)
+    return out
+
+
+def _units(src: _Source, agent: _Agent, warm: dict[int, int], warm_blocks: int,
+           opts: dict[str, Any], built: _Built, spawn: Spawn | None) -> None:  # fmt: skip
+    items = _collapse(agent.items, built.counts) if opts["pairs"] == "collapse" else agent.items
+    reqs = [it for it in items if isinstance(it, _Request)]
+    rounds: list[Round] = []
+    children: list[tuple[_Agent, Spawn]] = []
+    waits: list[float] = []
+    prev: _Request | float | None = None
+    for it in items:
+        if isinstance(it, _Request):
+            if prev is not None:
+                waits.append(_delay_s(prev, it, opts, built.timing) * 1000.0)
+            prev = it
+            continue
+        t, child = it
+        k = len(waits) + (prev is not None)  # the requests before the marker
+        if k == 0:
+            built.counts["subagents_before_first_request"] += 1
+            sp = Spawn(agent.unit_id, 0, "round_start", 0.0, None, agent.line)
+        else:
+            join = k if k < len(reqs) else None
+            sp = Spawn(agent.unit_id, k - 1, "round_end", 0.0, join, agent.line)
+        children.append((child, sp))
+        if prev is not None:  # the next request's `original` delay counts from the marker
+            prev = t
+    for k, r in enumerate(reqs):
+        hashes = _remap(r.hashes, warm, warm_blocks)
+        wait = waits[k] if k < len(waits) else 0.0
+        if wait > bounds.MAX_WAIT_MS:
+            raise TraceFormatError(src.path, src.line, bounds.over(
+                f"{r.where}wait before the next request", wait, bounds.MAX_WAIT_MS, "ms"))
+        if r.output < 1:
+            built.counts["clamped_output_tokens"] += 1
+        rounds.append(Round(f"{agent.unit_id}:{k}", agent.unit_id, k, 0.0, 0, r.prompt,
+                            max(r.output, 1), wait, hashes))
+    models = sorted({r.model for r in reqs if r.model})
+    meta = {"conversation": agent.conversation, "agent": agent.kind,
+            "model": reqs[0].model if reqs else "", "models": models,
+            "streamed_requests": sum(r.stream for r in reqs)}
+    if spawn is not None:
+        meta["parent_session_id"] = spawn.parent_id
+    if rounds:
+        built.units.append(Unit(agent.unit_id, "session", 0.0, tuple(rounds), meta, spawn))
+    for child, sp in children:
+        if not rounds:  # an agent with markers only: its children hang off its parent
+            sp = spawn or sp
+        _units(src, child, warm, warm_blocks, opts, built, sp)
+
+
+def _prefixes(units: list[Unit], block: int) -> list[Unit]:
+    """``prefix_len``: the leading blocks seen in any earlier round (units in order),
+    times the block size, capped at the prompt; ``input_len`` the rest."""
+    seen: set[int] = set()
+    out = []
+    for u in units:
+        rounds = []
+        for r in u.rounds:
+            hashes = r.hash_ids or ()
+            prompt = r.prefix_len + r.input_len
+            prefix = min(leading_seen_blocks(hashes, seen) * block, prompt)
+            seen.update(hashes)
+            rounds.append(Round(r.request_id, r.session_id, r.round_idx, r.arrival_ms, prefix,
+                                prompt - prefix, r.output_len, r.tool_wait_after_ms, hashes))
+        out.append(Unit(u.unit_id, u.kind, u.arrival_ms, tuple(rounds), u.meta, u.spawn))
+    return out
+
+
+# -- the reader ----------------------------------------------------------------------------
+
+
+def _sniff(lines: list[str]) -> bool:
+    head = "\n".join(lines)
+    if not head.lstrip().startswith(("{", "[")):
+        return False
+    return '"requests"' in head and '"block_size"' in head and (
+        '"hash_ids"' in head or '"hash_id_scope"' in head or '"tool_tokens"' in head)
+
+
+@register_format(FORMAT, sniff=_sniff, aliases=ALIASES, folders=True,
+                 description="captured coding-agent conversations (kv-cache-tester / "
+                             "AIPerf 'Weka' / AgentX JSON): a file, a JSONL or a folder")
+def read_weka(path: Path, **options: Any) -> Workload:
+    """Load captured conversations (module doc; docs/weka-traces.md)."""
+    opts = _options(options)
+    path = Path(path)
+    seen: dict[str, int] = {}
+    counts: Counter[str] = Counter()
+    convs: list[tuple[_Source, _Agent, int, _Ids]] = []
+    where_id: dict[str, _Source] = {}
+    spaces: dict[int, str] = {}
+    for file in trace_files(path):
+        for src in _sources(file):
+            root, block, ids = _conversation(src, seen, counts)
+            src.obj = {}  # parsed: the JSON objects go (a whole corpus is GBs of them)
+            if root.unit_id in where_id:
+                first = where_id[root.unit_id]
+                raise TraceFormatError(src.path, src.line, f"conversation id {root.unit_id!r} "
+                                       f"appears twice (first: {first.path}:{first.line})")
+            where_id[root.unit_id] = src
+            _own_namespace(root, ids, spaces, counts)
+            convs.append((src, root, block, ids))
+    block = convs[0][2]
+    for src, _root, b, _ in convs:
+        if b != block:
+            raise TraceFormatError(src.path, src.line, f"block_size {b} differs from {block} "
+                                   f"({convs[0][0].path}:{convs[0][0].line}); replay needs one")
+    shared = max(r.tool_tokens + r.system_tokens for _, r, _, _ in convs)
+    warm_tokens = int(opts["warm_prefix_pct"] * shared)
+    warm_blocks = warm_tokens // block
+    built = _Built([], counts, Counter())
+    for src, root, _, _ in convs:
+        warm = _warm_map(root, warm_blocks, block, {}) if warm_blocks else {}
+        _units(src, root, warm, warm_blocks, opts, built, None)
+    units = _prefixes(built.units, block)
+    meta: dict[str, Any] = {
+        "reader": {**opts, "warm_prefix_tokens": warm_tokens, "files": len(trace_files(path))},
+        "conversations": len(convs),
+        "subagents": sum(u.spawn is not None for u in units),
+        "timing_sources": dict(built.timing),
+        **{k: v for k, v in counts.items() if v},
+    }
+    warn_unknown(path, seen, meta)
+    return Workload(tuple(units), FORMAT, str(path), block, meta)
+
+
+__all__ = ["DEFAULTS", "FORMAT", "PAIRS", "TIMINGS", "namespace", "read_weka", "trace_files"]
