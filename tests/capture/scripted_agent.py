@@ -38,6 +38,7 @@ class Sent:
     prompt_tokens: int
     completion_tokens: int
     wait_before_ms: float  # the tool wait the script made before this request (0 first)
+    cached_tokens: int = 0  # the engine's prefix-cache hit
 
 
 @dataclass
@@ -48,10 +49,11 @@ class Script:
     spawn_after: int = 2  # alpha's round after whose response the sub-agent runs
     max_tokens: int = 12
     header: str = "X-Session-ID"
+    system_words: int = 150
     sent: list[Sent] = field(default_factory=list)
 
     def system(self, session: str, agent: str) -> str:
-        words = " ".join(f"{session}{agent}word{k}" for k in range(150))
+        words = " ".join(f"{session}{agent}word{k}" for k in range(self.system_words))
         return f"You are the {agent} agent of {session} {MARKERS[0]} {words}"
 
     async def run(self, base_url: str) -> list[Sent]:
@@ -76,8 +78,9 @@ class Script:
             assert resp.status == 200, raw[:500]
         t1 = time.monotonic()
         text, usage = _read(raw, stream)
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
         self.sent.append(Sent(session, agent, rnd, stream, t0, t1, usage["prompt_tokens"],
-                              usage["completion_tokens"], wait_ms))
+                              usage["completion_tokens"], wait_ms, cached))
         return text
 
     async def _session(self, http: aiohttp.ClientSession, url: str, session: str,
@@ -118,7 +121,7 @@ class Script:
                 await asyncio.sleep(wait_ms / 1000)
 
 
-def _read(raw: bytes, stream: bool) -> tuple[str, dict[str, int]]:
+def _read(raw: bytes, stream: bool) -> tuple[str, dict[str, Any]]:
     """The reply's text and the usage block of a chat answer (a stream or one body)."""
     if not stream:
         doc = orjson.loads(raw)
