@@ -7,6 +7,7 @@ within 2 % of the original run's, tool waits within 10 ms (docs/capture.md,
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import defaultdict
 from pathlib import Path
 
@@ -79,12 +80,12 @@ async def test_capture_replays_as_it_ran(tmp_path: Path) -> None:
         session, agent = key.split("/")
         mine = sorted((s for s in sent if (s.session, s.agent) == (session, agent)),
                       key=lambda s: s.round)
-        want = [(b.sent - a.ended) * 1000 for a, b in zip(mine, mine[1:], strict=False)]
+        want = [(b.sent - a.ended) * 1000 for a, b in itertools.pairwise(mine)]
         rows = sorted((r for r in records if r.session_id == unit), key=lambda r: r.round_idx)
         assert [(r.prompt_tokens, r.completion_tokens) for r in rows] == [
             (s.prompt_tokens, s.completion_tokens) for s in mine]
         got = [((b.dispatch_ns or 0) - (a.end_ns or 0)) / 1e6
-               for a, b in zip(rows, rows[1:], strict=False)]
+               for a, b in itertools.pairwise(rows)]
         assert len(got) == len(want) > 0
         for g, w in zip(got, want, strict=True):
             assert abs(g - w) <= WAIT_TOLERANCE_MS, (key, got, want)
