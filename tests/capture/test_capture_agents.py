@@ -78,7 +78,7 @@ async def test_scripted_agents_through_the_proxy(sim, tmp_path: Path, caplog) ->
             if k:  # each round extends the last: its blocks start with the last's
                 prev = mains[k - 1]["hash_ids"]
                 assert req["hash_ids"][: len(prev)] == prev
-                assert req["t"] == pytest.approx(row.sent - rows[0].sent, abs=0.005)
+                assert req["t"] == pytest.approx(row.sent - rows[0].sent, abs=THINK_TOLERANCE_S)
         # ids are the file's own, numbered in first-seen order
         seen = [i for r in mains for i in r["hash_ids"]]
         assert sorted(set(seen)) == list(range(1, len(set(seen)) + 1))
@@ -93,7 +93,7 @@ async def test_scripted_agents_through_the_proxy(sim, tmp_path: Path, caplog) ->
     subs = sorted((s for s in sent if s.agent == "sub"), key=lambda s: s.round)
     assert marker["agent_id"] == "agent_001" and marker["status"] == "completed"
     assert marker["models"] == ["capture-test-model"]
-    assert marker["t"] == pytest.approx(subs[0].sent - alpha_rows[0].sent, abs=0.005)
+    assert marker["t"] == pytest.approx(subs[0].sent - alpha_rows[0].sent, abs=THINK_TOLERANCE_S)
     assert marker["duration_ms"] == pytest.approx((subs[-1].ended - subs[0].sent) * 1000,
                                                   abs=10)
     sub_reqs = marker["requests"]
