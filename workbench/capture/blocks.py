@@ -50,10 +50,14 @@ def block_digests(salt: Salt, ids: Sequence[int], prompt_tokens: int) -> Iterato
     no other request shares (docs/capture.md, "Hash ids")."""
     want = prompt_tokens // BLOCK_SIZE
     have = min(want, len(ids) // BLOCK_SIZE)
+    try:
+        packed = array("q", ids[: have * BLOCK_SIZE]).tobytes()
+    except (TypeError, OverflowError):  # not token ids: no block is claimed shared
+        packed, have = b"", 0
+    step = BLOCK_SIZE * 8
     previous = b""
     for i in range(have):
-        block = array("q", ids[i * BLOCK_SIZE:(i + 1) * BLOCK_SIZE]).tobytes()
-        previous = salt.digest(block, previous)
+        previous = salt.digest(packed[i * step:(i + 1) * step], previous)
         yield previous
     for _ in range(want - have):
         yield secrets.token_bytes(DIGEST_BYTES)

@@ -16,6 +16,7 @@ held in memory for the tokenize call, never written or printed.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
 import logging
@@ -106,12 +107,15 @@ class CaptureProxy:
         self.sessions = Sessions(self.salt.key)
         self.captured = 0  # requests recorded in a file
         self.passed = 0  # requests relayed and not recorded (other paths, errors, cut)
+        self.failed = 0  # captured requests whose recording failed (logged)
         self._ids = itertools.count()
         self._dirty: set[int] = set()
         self._conversations: dict[int, Conversation] = {}
         self._pending: set[asyncio.Task[None]] = set()
         self._flush_wake = asyncio.Event()
+        self._stopping = False
         self._flusher: asyncio.Task[None] | None = None
+        self._writer = concurrent.futures.ThreadPoolExecutor(1, "workbench-capture-writer")
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
         self._tokens: TokenSource | None = None
@@ -165,10 +169,12 @@ class CaptureProxy:
         if self._pending:
             await asyncio.wait(list(self._pending), timeout=STOP_TIMEOUT_S)
         if self._flusher is not None:
-            self._flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._flusher
+            self._stopping = True
+            self._flush_wake.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._flusher), STOP_TIMEOUT_S)
             self._flusher = None
+        self._writer.shutdown(wait=True)  # a write under way ends before the last pass
         self._flush()
         if self._client is not None:
             await self._client.close()
@@ -270,7 +276,15 @@ class CaptureProxy:
         agent, _ = finished
         task = asyncio.create_task(self._complete(agent, turn, facts, got_response, headers))
         self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        task.add_done_callback(self._completed)
+
+    def _completed(self, task: asyncio.Task[None]) -> None:
+        self._pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # the class only: a message could quote a body or a header
+            self.failed += 1
+            log.error("capture: a request could not be recorded (%s)",
+                      type(task.exception()).__name__)
 
     async def _complete(self, agent: Agent, turn: Turn, facts: RequestFacts,
                         got: ResponseFacts, headers: Mapping[str, str]) -> None:
@@ -295,20 +309,32 @@ class CaptureProxy:
         self._flush_wake.set()
 
     async def _flush_loop(self) -> None:
-        while True:  # bounded: cancelled by _close
+        """Rewrite changed conversations as their requests finish: the documents are
+        built on the loop, the files written by a thread (``os.replace`` and the writes
+        are system calls that would hold the relays up); what finishes meanwhile is
+        written in the next pass."""
+        loop = asyncio.get_running_loop()
+        while True:  # bounded: ends when _close sets _stopping
             await self._flush_wake.wait()
             self._flush_wake.clear()
-            self._flush()
-            await asyncio.sleep(0)
+            docs = self._documents()
+            if docs:  # never cancelled mid-pass: a queued write would be dropped
+                await loop.run_in_executor(self._writer, self._write, docs)
+            if self._stopping:
+                return
+
+    def _documents(self) -> list[dict[str, Any]]:
+        dirty, self._dirty = self._dirty, set()
+        docs = [document(self._conversations[n], self.prefix) for n in sorted(dirty)]
+        return [d for d in docs if d is not None]
+
+    def _write(self, docs: list[dict[str, Any]]) -> None:
+        for doc in docs:
+            write_atomic(self.out_dir / f"{doc['id']}.json", doc)
 
     def _flush(self) -> None:
-        """Rewrite every conversation that changed since its last write."""
-        dirty, self._dirty = self._dirty, set()
-        for number in sorted(dirty):
-            conv = self._conversations[number]
-            doc = document(conv, self.prefix)
-            if doc is not None:
-                write_atomic(self.out_dir / f"{doc['id']}.json", doc)
+        """Rewrite every conversation that changed since its last write (on stopping)."""
+        self._write(self._documents())
 
 
 def _highest_number(directory: Path, prefix: str) -> int:
