@@ -110,6 +110,8 @@ def main() -> None:
     ap.add_argument("--words", type=int, default=1500, help="system prompt words (tokens)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--proxy-core", type=int, default=0)
+    ap.add_argument("--tokenizer", default="upstream", choices=("upstream", "word"),
+                    help="the proxy's --tokenizer (upstream: one /tokenize call a request)")
     ap.add_argument("--profile", default=None, metavar="FILE",
                     help="run the proxy under cProfile, its stats written to FILE")
     args = ap.parse_args()
@@ -122,7 +124,8 @@ def main() -> None:
     prof = ["-m", "cProfile", "-o", args.profile] if args.profile else []
     proxy, proxy_url = start(pinned(args.proxy_core if multi else None,
                                     [sys.executable, *prof, "-m", "workbench", "capture",
-                                     "--upstream", base, "-o", out_dir]),
+                                     "--upstream", base, "-o", out_dir,
+                                     "--tokenizer", args.tokenizer]),
                              "capture proxy on")
     if multi:
         os.sched_setaffinity(0, {1})
@@ -144,7 +147,8 @@ def main() -> None:
         server.terminate()
         server.wait(30)
     n = len(ttft["proxy"])
-    print(f"c={args.concurrency}, {n} requests per mode, load {os.getloadavg()[0]:.1f}")
+    print(f"c={args.concurrency}, {n} requests per mode, tokenizer {args.tokenizer}, "
+          f"proxy on core {args.proxy_core}, load {os.getloadavg()[0]:.1f}")
     for q in (0.5, 0.9, 0.99):
         d, p = pct(ttft["direct"], q) * 1000, pct(ttft["proxy"], q) * 1000
         print(f"TTFT p{round(q * 100)}: direct {d:.2f} ms, proxy {p:.2f} ms, added {p - d:+.2f} ms")
