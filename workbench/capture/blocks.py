@@ -5,8 +5,8 @@ blake2b, keyed with the capture's salt, over block *i−1*'s digest and block *i
 (a chain: equal digests ⇔ equal block and equal everything before it). Only full blocks
 get one; the partial tail has none. The salt is random per capture and lives in memory
 only (``Salt.write`` saves it where the user asks), so a digest on disk cannot be checked
-against a guessed prompt. ``local_ids`` numbers the digests of one conversation file
-1, 2, 3… in first-seen order (docs/capture.md, "Hash ids").
+against a guessed prompt. ``LocalIds`` numbers the digests of one conversation file
+1, 2, 3… in first-seen order (docs/capture.md, "Token ids and hash ids").
 """
 
 from __future__ import annotations
@@ -63,16 +63,19 @@ def block_digests(salt: Salt, ids: Sequence[int], prompt_tokens: int) -> Iterato
         yield secrets.token_bytes(DIGEST_BYTES)
 
 
-def local_ids(requests: Iterable[list[bytes]]) -> list[list[int]]:
-    """Each request's digests as ids 1, 2, 3… in first-seen order over ``requests``."""
-    table: dict[bytes, int] = {}
-    out = []
-    for digests in requests:
-        row = []
+class LocalIds:
+    """One file's numbering of block digests: 1, 2, 3… in first-seen order (the order
+    its requests finish). Only the distinct digests are kept, once per file."""
+
+    def __init__(self) -> None:
+        self._table: dict[bytes, int] = {}
+
+    def number(self, digests: Iterable[bytes]) -> list[int]:
+        table = self._table
+        out = []
         for d in digests:
             n = table.get(d)
             if n is None:
                 n = table[d] = len(table) + 1
-            row.append(n)
-        out.append(row)
-    return out
+            out.append(n)
+        return out

@@ -301,7 +301,7 @@ class CaptureProxy:
             digests.append(digest)
             if len(digests) % HASH_SLICE == 0:
                 await asyncio.sleep(0)  # a long prompt does not hold the relays up
-        turn.digests = digests
+        turn.hash_ids = agent.conversation.ids.number(digests)
         self.captured += 1
         conv = agent.conversation
         self._conversations[conv.number] = conv

@@ -31,6 +31,7 @@ import hashlib
 import itertools
 from dataclasses import dataclass, field
 
+from workbench.capture.blocks import LocalIds
 from workbench.capture.protocols import COMPLETIONS, RequestFacts
 
 
@@ -50,11 +51,11 @@ class Turn:
     output_tokens: int = 0
     output_types: list[str] = field(default_factory=list)
     stop: str = ""
-    digests: list[bytes] | None = None  # set last: the turn is then done
+    hash_ids: list[int] | None = None  # the file's block ids; set last: the turn is done
 
     @property
     def done(self) -> bool:
-        return self.digests is not None and self.ended is not None
+        return self.hash_ids is not None and self.ended is not None
 
 
 @dataclass(slots=True, eq=False)
@@ -88,6 +89,7 @@ class Conversation:
     group: str
     root: Agent = field(init=False)
     agents: list[Agent] = field(default_factory=list)
+    ids: LocalIds = field(default_factory=LocalIds)
 
 
 class Sessions:

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from workbench import redact
-from workbench.capture.blocks import BLOCK_SIZE, local_ids
+from workbench.capture.blocks import BLOCK_SIZE
 from workbench.capture.sessions import Agent, Conversation, Turn
 
 #: what ``hash_id_scope`` says: ids are numbered per file
@@ -46,10 +46,7 @@ def document(conv: Conversation, prefix: str = "conv_") -> dict[str, Any] | None
     root = conv.root
     if not _done(root) and not any(_done(a) for a in conv.agents):
         return None
-    # every done turn of the file, in the order ids are numbered: by send time
     ordered = sorted((t for a in conv.agents for t in _done(a)), key=lambda t: t.sent)
-    ids = dict(zip((t.xid for t in ordered),
-                   local_ids(t.digests or [] for t in ordered), strict=True))  # fmt: skip
     numbers = _agent_numbers(conv)
     origin = min((t.sent for t in ordered), default=0.0)
     if _done(root):
@@ -61,7 +58,7 @@ def document(conv: Conversation, prefix: str = "conv_") -> dict[str, Any] | None
         "hash_id_scope": SCOPE,
         "tool_tokens": 0,
         "system_tokens": 0,
-        "requests": _requests(root, origin, ids, numbers),
+        "requests": _requests(root, origin, numbers),
     }
     return doc
 
@@ -73,7 +70,7 @@ def _agent_numbers(conv: Conversation) -> dict[int, int]:
     return {id(a): k for k, a in enumerate(subs, 1)}
 
 
-def _request(turn: Turn, origin: float, ids: dict[int, list[int]]) -> dict[str, Any]:
+def _request(turn: Turn, origin: float) -> dict[str, Any]:
     assert turn.ended is not None
     return {
         "t": _round(turn.sent - origin),
@@ -81,7 +78,7 @@ def _request(turn: Turn, origin: float, ids: dict[int, list[int]]) -> dict[str, 
         "model": redact.text(turn.model),
         "in": turn.prompt_tokens,
         "out": turn.output_tokens,
-        "hash_ids": ids[turn.xid],
+        "hash_ids": turn.hash_ids,
         "input_types": turn.input_types,
         "output_types": turn.output_types,
         "stop": turn.stop,
@@ -90,10 +87,9 @@ def _request(turn: Turn, origin: float, ids: dict[int, list[int]]) -> dict[str, 
     }
 
 
-def _requests(agent: Agent, origin: float, ids: dict[int, list[int]],
-              numbers: dict[int, int]) -> list[dict[str, Any]]:
+def _requests(agent: Agent, origin: float, numbers: dict[int, int]) -> list[dict[str, Any]]:
     rows: list[tuple[float, dict[str, Any]]] = [
-        (t.sent, _request(t, origin, ids)) for t in _done(agent)
+        (t.sent, _request(t, origin)) for t in _done(agent)
     ]
     for child in agent.children:
         turns = _done(child)
@@ -111,7 +107,7 @@ def _requests(agent: Agent, origin: float, ids: dict[int, list[int]],
             "models": _models(turns),
             "tool_tokens": 0,
             "system_tokens": 0,
-            "requests": _requests(child, start, ids, numbers),
+            "requests": _requests(child, start, numbers),
         }
         rows.append((start, marker))
     rows.sort(key=lambda r: r[0])
