@@ -15,6 +15,9 @@ import pytest
 from scripted_agent import API_KEY, MARKERS, Script
 
 from workbench.capture import CaptureProxy, read_capture
+from workbench.sim.process import serve_sim_process
+
+FAST_ENGINE = {"speedup": 50.0}
 
 THINK_TOLERANCE_S = 0.010
 
@@ -23,11 +26,13 @@ def _flat(requests: list[dict]) -> list[dict]:
     return [r for r in requests if r["type"] != "subagent"]
 
 
-async def test_scripted_agents_through_the_proxy(sim, tmp_path: Path, caplog) -> None:
+async def test_scripted_agents_through_the_proxy(tmp_path: Path, caplog) -> None:
     caplog.set_level(logging.DEBUG)
     out = tmp_path / "capture"
     script = Script()
-    async with CaptureProxy(sim.base_url, out) as proxy:
+    # the engine in a process of its own, as `sim serve`: its steps do not stall the loop
+    # that the agent and the proxy share, whose times are compared below
+    async with serve_sim_process(**FAST_ENGINE) as sim, CaptureProxy(sim.base_url, out) as proxy:
         sent = await script.run(proxy.url)
     docs = read_capture(out)
     assert len(docs) == 3, [d["id"] for d in docs]
