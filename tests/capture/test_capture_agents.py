@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from capture_process import capture_process
 from scripted_agent import API_KEY, MARKERS, Script
 
 from workbench.capture import CaptureProxy, read_capture
@@ -30,13 +31,17 @@ async def test_scripted_agents_through_the_proxy(tmp_path: Path, caplog) -> None
     caplog.set_level(logging.DEBUG)
     out = tmp_path / "capture"
     script = Script()
-    # the engine in a process of its own, as `sim serve`: its steps do not stall the loop
-    # that the agent and the proxy share, whose times are compared below
-    async with serve_sim_process(**FAST_ENGINE) as sim, CaptureProxy(sim.base_url, out) as proxy:
+    # `workbench capture` in front of the engine, each in a process of its own as a user
+    # runs them: the script's loop shares no CPU time with theirs (times compared below)
+    async with serve_sim_process(**FAST_ENGINE) as sim, \
+            capture_process(sim.base_url, out) as proxy:  # fmt: skip
         sent = await script.run(proxy.url)
+    assert proxy.returncode == 0, proxy.console
     docs = read_capture(out)
     assert len(docs) == 3, [d["id"] for d in docs]
-    assert proxy.captured == len(sent) == 3 * 4 + 2
+    assert len(sent) == 3 * 4 + 2
+    assert f"captured {len(sent)} requests" in proxy.console
+    assert API_KEY not in proxy.console and MARKERS[0] not in proxy.console
 
     # nothing of the prompts' text, nothing of the key, in any file or log line
     for path in out.rglob("*"):

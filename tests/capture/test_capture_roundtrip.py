@@ -12,9 +12,10 @@ import itertools
 from collections import defaultdict
 from pathlib import Path
 
+from capture_process import capture_process
 from scripted_agent import Script
 
-from workbench.capture import CaptureProxy, read_capture
+from workbench.capture import read_capture
 from workbench.executors.dispatch import run_async
 from workbench.sim.process import serve_sim_process
 from workbench.traces.load import detect_format, load_trace
@@ -29,10 +30,12 @@ async def test_capture_replays_as_it_ran(tmp_path: Path) -> None:
     # long system prompts: the replay shares whole 64-token blocks only, the original
     # also the last prompt's tail and reply (tens of tokens a round)
     script = Script(system_words=4000)
-    # the engine in a process of its own (as `sim serve`): its steps do not stall the
-    # loop that the agent and the proxy share, whose times are compared below
-    async with serve_sim_process(**ENGINE) as sim, CaptureProxy(sim.base_url, out) as proxy:
+    # `workbench capture` in front of the engine, each in a process of its own as a user
+    # runs them: the script's loop shares no CPU time with theirs (times compared below)
+    async with serve_sim_process(**ENGINE) as sim, \
+            capture_process(sim.base_url, out) as proxy:  # fmt: skip
         sent = await script.run(proxy.url)
+    assert proxy.returncode == 0, proxy.console
     docs = read_capture(out)
     assert len(docs) == 3
 
