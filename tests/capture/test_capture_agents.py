@@ -88,7 +88,14 @@ async def test_scripted_agents_through_the_proxy(tmp_path: Path, caplog) -> None
             if k:  # each round extends the last: its blocks start with the last's
                 prev = mains[k - 1]["hash_ids"]
                 assert req["hash_ids"][: len(prev)] == prev
-                assert req["t"] == pytest.approx(row.sent - rows[0].sent, abs=THINK_TOLERANCE_S)
+                # t: the last request's t + its api_time + this think time (the proxy's
+                # clock); against the script's clock from round 1 on (round 0's send
+                # includes opening the connection, which the proxy does not see)
+                last = mains[k - 1]
+                assert req["t"] == pytest.approx(last["t"] + last["api_time"]
+                                                 + req["think_time"], abs=1e-5)
+                assert req["t"] - mains[1]["t"] == pytest.approx(
+                    row.sent - rows[1].sent, abs=THINK_TOLERANCE_S)
         # ids are the file's own, numbered in first-seen order
         seen = [i for r in mains for i in r["hash_ids"]]
         assert sorted(set(seen)) == list(range(1, len(set(seen)) + 1))
@@ -103,7 +110,9 @@ async def test_scripted_agents_through_the_proxy(tmp_path: Path, caplog) -> None
     subs = sorted((s for s in sent if s.agent == "sub"), key=lambda s: s.round)
     assert marker["agent_id"] == "agent_001" and marker["status"] == "completed"
     assert marker["models"] == ["capture-test-model"]
-    assert marker["t"] == pytest.approx(subs[0].sent - alpha_rows[0].sent, abs=THINK_TOLERANCE_S)
+    alpha_mains = _flat(alpha["requests"])
+    assert marker["t"] - alpha_mains[1]["t"] == pytest.approx(
+        subs[0].sent - alpha_rows[1].sent, abs=THINK_TOLERANCE_S)
     assert marker["duration_ms"] == pytest.approx((subs[-1].ended - subs[0].sent) * 1000,
                                                   abs=10)
     sub_reqs = marker["requests"]
