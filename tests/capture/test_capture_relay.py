@@ -170,3 +170,39 @@ async def test_unreachable_upstream_is_a_502_without_the_url(tmp_path: Path) -> 
     assert status == 502 and b"upstream request failed" in raw
     assert b"pw-secret-1" not in raw and dead[7:].encode() not in raw
     assert not list(tmp_path.glob("*.json"))
+
+
+async def test_a_compressed_answer_is_relayed_compressed_and_counted(loopback,
+                                                                     tmp_path: Path) -> None:
+    """An upstream that compresses (OpenAI's API gzips JSON answers when the SDK asks):
+    the agent gets the compressed bytes; the counts are read from them inflated. No
+    embedded-engine answer is compressed, so the upstream here is a small app."""
+    import gzip
+
+    from aiohttp import web
+
+    answer = {"id": "c1", "object": "chat.completion", "model": "m",
+              "choices": [{"index": 0, "finish_reason": "tool_calls",
+                           "message": {"role": "assistant", "content": None,
+                                       "tool_calls": [{"id": "t", "type": "function",
+                                                       "function": {"name": "ls",
+                                                                    "arguments": "{}"}}]}}],
+              "usage": {"prompt_tokens": 321, "completion_tokens": 17, "total_tokens": 338}}
+    packed = gzip.compress(orjson.dumps(answer))
+
+    async def chat(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=packed, headers={"Content-Type": "application/json",
+                                                  "Content-Encoding": "gzip"})
+
+    upstream = await loopback([web.post("/v1/chat/completions", chat)])
+    async with CaptureProxy(upstream, tmp_path, tokenizer="word") as proxy, \
+            aiohttp.ClientSession(auto_decompress=False) as http:  # fmt: skip
+        resp = await http.post(proxy.url + "/v1/chat/completions", json=CHAT,
+                               headers={"Accept-Encoding": "gzip"})
+        got = await resp.read()
+        assert resp.headers["Content-Encoding"] == "gzip"
+    assert got == packed
+    req = read_capture(tmp_path)[0]["requests"][0]
+    assert (req["in"], req["out"], req["stop"]) == (321, 17, "tool_use")
+    assert req["output_types"] == ["tool_use"] and len(req["hash_ids"]) == 321 // 64

@@ -207,6 +207,7 @@ class CaptureProxy:
         pieces: list[bytes] = []
         kept = 0
         resp: web.StreamResponse | None = None
+        encoding = ""
         try:
             async with self._client.request(
                 request.method, self.upstream + request.path_qs, headers=headers,
@@ -229,6 +230,7 @@ class CaptureProxy:
                             pieces.append(piece)
                 await resp.write_eof()
                 done = keep and kept <= MAX_KEPT_BYTES
+                encoding = up.headers.get("Content-Encoding", "").strip().lower()
             return resp
         except (aiohttp.ClientError, TimeoutError) as exc:
             if resp is not None:  # the head went out: the agent sees the stream cut
@@ -242,8 +244,8 @@ class CaptureProxy:
         finally:
             ended = time.monotonic()
             if captured:
-                loop.call_soon(self._finish, xid, ended, b"".join(pieces) if done else None,
-                               headers)
+                body = _decoded(b"".join(pieces), encoding) if done else None
+                loop.call_soon(self._finish, xid, ended, body, headers)
             else:
                 self.passed += 1
 
@@ -335,6 +337,24 @@ class CaptureProxy:
     def _flush(self) -> None:
         """Rewrite every conversation that changed since its last write (on stopping)."""
         self._write(self._documents())
+
+
+def _decoded(body: bytes, encoding: str) -> bytes | None:
+    """The bytes to read counts from: a ``gzip``/``deflate`` answer inflated (at most
+    ``MAX_KEPT_BYTES``; the agent got it as it came); None for another encoding or a
+    broken one (the request is then relayed and not recorded)."""
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in ("gzip", "x-gzip", "deflate"):
+        return None
+    import zlib
+
+    try:
+        inflater = zlib.decompressobj(47)  # 32 + 15: a gzip or zlib header, found
+        out = inflater.decompress(body, MAX_KEPT_BYTES)
+    except zlib.error:
+        return None
+    return None if inflater.unconsumed_tail else out
 
 
 def _highest_number(directory: Path, prefix: str) -> int:
