@@ -2,7 +2,7 @@
 
 Speaks the four wire protocols of docs/wire-protocols.md (``/v1/completions``,
 ``/v1/chat/completions``, vLLM ``/inference/v1/generate``, SGLang
-``/generate``) plus ``/v1/models``, ``/health``, ``/metrics``,
+``/generate``) plus ``/v1/models``, ``/tokenize`` (vLLM's shape), ``/health``, ``/metrics``,
 ``/reset_prefix_cache`` (SGLang: ``/flush_cache``) and ``/debug/requests``:
 the server's own per-request truth (engine arrival, token emission times,
 when each token's bytes were handed to the socket, and the client connection
@@ -41,7 +41,7 @@ from workbench.sim.engine import Engine
 from workbench.sim.faults import FaultDice
 from workbench.sim.front_end import Admission
 from workbench.sim.metrics import SIM_GPU_PATH, exposition, make_gpu_registry, make_registry
-from workbench.sim.wire import PARSERS, GenRequest, Json, WireError, now_s
+from workbench.sim.wire import PARSERS, GenRequest, Json, WireError, chat_prompt, now_s, prompt_ids
 from workbench.tokenizer import get_tokenizer
 
 log = logging.getLogger(__name__)
@@ -122,6 +122,7 @@ class SimServer:
             web.post("/inference/v1/generate", gen("generate")),
             web.post("/generate", gen("sglang")),
             web.get("/v1/models", self._models),
+            web.post("/tokenize", self._tokenize),
             web.get("/health", self._health),
             web.get("/metrics", self._metrics),
             web.get(SIM_GPU_PATH, self._gpu_metrics),
@@ -156,6 +157,26 @@ class SimServer:
             "root": cfg.model, "parent": None, "max_model_len": cfg.max_model_len,
         }  # fmt: skip
         return _json({"object": "list", "data": [card]})
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's ``POST /tokenize``: ``{"prompt": ...}`` or ``{"messages": [...]}`` (the chat
+        template of ``/v1/chat/completions``, generation prompt included) → ``{"count",
+        "max_model_len", "tokens", "token_strs"}`` — the ids the engine would prefill."""
+        try:
+            try:
+                body = orjson.loads(await request.read())
+            except orjson.JSONDecodeError as exc:
+                raise WireError(400, f"body is not JSON: {exc}") from None
+            if not isinstance(body, dict):
+                raise WireError(400, "body must be a JSON object")
+            if "messages" in body:
+                ids = chat_prompt(body["messages"], self.tok)
+            else:
+                ids = prompt_ids(body.get("prompt"), self.tok)
+        except WireError as err:
+            return _json(err.body(), status=err.status)
+        return _json({"count": len(ids), "max_model_len": self.config.max_model_len,
+                      "tokens": ids, "token_strs": None})
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)

@@ -108,6 +108,11 @@ def _prompt(value: Any, tok: WordTokenizer) -> tuple[list[int], bool]:
     return _ids(value, "prompt"), False
 
 
+def prompt_ids(value: Any, tok: WordTokenizer) -> list[int]:
+    """The token ids of a ``prompt`` in any form ``/v1/completions`` accepts (``/tokenize``)."""
+    return _prompt(value, tok)[0]
+
+
 def parse_completions(
     body: Mapping[str, Any], rid: str, tok: WordTokenizer, model: str
 ) -> GenRequest:

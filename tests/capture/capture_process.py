@@ -1,0 +1,54 @@
+"""``workbench capture`` as a user runs it: a process of its own, stopped with SIGTERM.
+
+The timed tests run the proxy this way (and the engine as ``sim serve`` would, in a
+process of its own): the agent script's loop then shares no CPU time with the proxy's,
+and the times each side measures (the script's waits, the proxy's think times) differ
+only by the hop between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from interrupt import default_sigint
+
+LINE_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Capture:
+    url: str = ""
+    console: str = ""  # everything it printed, once stopped
+    returncode: int | None = None
+
+
+@contextlib.asynccontextmanager
+async def capture_process(upstream: str, out: Path, *args: str) -> AsyncIterator[Capture]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "workbench", "capture", "--upstream", upstream, "-o", str(out),
+        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        preexec_fn=default_sigint,
+    )  # fmt: skip
+    cap = Capture()
+    try:
+        assert proc.stdout is not None
+        first = (await asyncio.wait_for(proc.stdout.readline(), LINE_TIMEOUT_S)).decode()
+        if not first.startswith("capture proxy on http://"):
+            raise RuntimeError(f"workbench capture did not start: {first!r}")
+        cap.url = first.split()[3]
+        cap.console = first
+        yield cap
+        proc.send_signal(signal.SIGTERM)
+        rest, err = await asyncio.wait_for(proc.communicate(), LINE_TIMEOUT_S)
+        cap.console += rest.decode() + err.decode()
+        cap.returncode = proc.returncode
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

@@ -1,0 +1,148 @@
+"""``workbench capture`` in front of the real embedded engine, a scripted agent through it.
+
+Three sessions of four rounds (one non-streaming), real tool waits of 20–50 ms, one
+sub-agent spawned by ``alpha`` in its tool wait; the capture must hold the right
+conversations, rounds, counts (the engine's usage), sub-agent marker, think times, hash
+chains — and neither the prompts' text nor the API key (docs/capture.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from capture_process import capture_process
+from scripted_agent import API_KEY, MARKERS, Script
+
+from workbench.capture import CaptureProxy, read_capture
+from workbench.sim.process import serve_sim_process
+
+FAST_ENGINE = {"speedup": 50.0}
+
+THINK_TOLERANCE_S = 0.010
+
+
+def _flat(requests: list[dict]) -> list[dict]:
+    return [r for r in requests if r["type"] != "subagent"]
+
+
+async def test_scripted_agents_through_the_proxy(tmp_path: Path, caplog) -> None:
+    caplog.set_level(logging.DEBUG)
+    out = tmp_path / "capture"
+    script = Script()
+    # `workbench capture` in front of the engine, each in a process of its own as a user
+    # runs them: the script's loop shares no CPU time with theirs (times compared below)
+    async with serve_sim_process(**FAST_ENGINE) as sim, \
+            capture_process(sim.base_url, out) as proxy:  # fmt: skip
+        sent = await script.run(proxy.url)
+    assert proxy.returncode == 0, proxy.console
+    docs = read_capture(out)
+    assert len(docs) == 3, [d["id"] for d in docs]
+    assert len(sent) == 3 * 4 + 2
+    assert f"captured {len(sent)} requests" in proxy.console
+    assert API_KEY not in proxy.console and MARKERS[0] not in proxy.console
+
+    # nothing of the prompts' text, nothing of the key, in any file or log line
+    for path in out.rglob("*"):
+        data = path.read_bytes() if path.is_file() else b""
+        for word in (*MARKERS, "word1", API_KEY, "capturetest"):
+            assert word.encode() not in data, (path, word)
+    assert all(w not in caplog.text for w in (*MARKERS, API_KEY))
+    assert sorted(p.name for p in out.iterdir()) == [f"{d['id']}.json" for d in docs]
+
+    for doc in docs:
+        assert doc["block_size"] == 64 and doc["hash_id_scope"] == "local"
+        assert doc["models"] == ["capture-test-model"]
+        first = _flat(doc["requests"])[0]
+        assert first["t"] == 0.0 and first["think_time"] == 0.0
+    # which file is which session: alpha's has the sub-agent, beta's does not stream
+    # (the three sessions' prompts have equal lengths, so counts cannot tell them apart)
+    def session_of(doc: dict) -> str:
+        if any(r["type"] == "subagent" for r in doc["requests"]):
+            return "alpha"
+        return "beta" if doc["requests"][0]["type"] == "n" else "gamma"
+
+    sessions = {}
+    for doc in docs:
+        name = session_of(doc)
+        rows = sorted((s for s in sent if s.session == name and s.agent == "main"),
+                      key=lambda s: s.round)
+        sessions[name] = (doc, rows)
+    assert sorted(sessions) == sorted(script.sessions)
+
+    for name, (doc, rows) in sessions.items():
+        mains = _flat(doc["requests"])
+        assert len(mains) == script.rounds
+        for k, (req, row) in enumerate(zip(mains, rows, strict=True)):
+            assert req["in"] == row.prompt_tokens and req["out"] == row.completion_tokens
+            assert req["type"] == ("s" if row.stream else "n")
+            assert req["model"] == "capture-test-model"
+            assert req["stop"] == "max_tokens"  # the engine's output is pinned: "length"
+            assert req["output_types"] == ["text"]
+            assert req["input_types"] == (["text"] if k == 0 else ["tool_result"])
+            assert len(req["hash_ids"]) == req["in"] // 64
+            assert abs(req["think_time"] - row.wait_before_ms / 1000) <= THINK_TOLERANCE_S, (
+                name, k, req["think_time"], row.wait_before_ms)
+            assert 0 < req["api_time"] <= row.ended - row.sent + THINK_TOLERANCE_S
+            if k:  # each round extends the last: its blocks start with the last's
+                prev = mains[k - 1]["hash_ids"]
+                assert req["hash_ids"][: len(prev)] == prev
+                # t: the last request's t + its api_time + this think time (the proxy's
+                # clock); against the script's clock from round 1 on (round 0's send
+                # includes opening the connection, which the proxy does not see)
+                last = mains[k - 1]
+                assert req["t"] == pytest.approx(last["t"] + last["api_time"]
+                                                 + req["think_time"], abs=1e-5)
+                assert req["t"] - mains[1]["t"] == pytest.approx(
+                    row.sent - rows[1].sent, abs=THINK_TOLERANCE_S)
+        # ids are the file's own, numbered in first-seen order
+        seen = [i for r in mains for i in r["hash_ids"]]
+        assert sorted(set(seen)) == list(range(1, len(set(seen)) + 1))
+        assert seen[0] == 1
+
+    # the sub-agent: a marker in alpha's list, between its rounds 1 and 2 (0-based)
+    alpha, alpha_rows = sessions["alpha"]
+    kinds = [r["type"] for r in alpha["requests"]]
+    markers = [r for r in alpha["requests"] if r["type"] == "subagent"]
+    assert len(markers) == 1 and kinds.index("subagent") == script.spawn_after
+    marker = markers[0]
+    subs = sorted((s for s in sent if s.agent == "sub"), key=lambda s: s.round)
+    assert marker["agent_id"] == "agent_001" and marker["status"] == "completed"
+    assert marker["models"] == ["capture-test-model"]
+    alpha_mains = _flat(alpha["requests"])
+    assert marker["t"] - alpha_mains[1]["t"] == pytest.approx(
+        subs[0].sent - alpha_rows[1].sent, abs=THINK_TOLERANCE_S)
+    assert marker["duration_ms"] == pytest.approx((subs[-1].ended - subs[0].sent) * 1000,
+                                                  abs=10)
+    sub_reqs = marker["requests"]
+    assert [r["in"] for r in sub_reqs] == [s.prompt_tokens for s in subs]
+    assert [r["out"] for r in sub_reqs] == [s.completion_tokens for s in subs]
+    assert sub_reqs[0]["t"] == 0.0 and sub_reqs[0]["think_time"] == 0.0
+    assert abs(sub_reqs[1]["think_time"] - 0.025) <= THINK_TOLERANCE_S
+    assert sub_reqs[1]["hash_ids"][: len(sub_reqs[0]["hash_ids"])] == sub_reqs[0]["hash_ids"]
+    # its own system prompt: no block shared with its parent
+    parent_ids = {i for r in _flat(alpha["requests"]) for i in r["hash_ids"]}
+    assert not parent_ids & {i for r in sub_reqs for i in r["hash_ids"]}
+    # alpha's round after the spawn waited for the sub-agent: its think time covers it
+    assert _flat(alpha["requests"])[script.spawn_after]["think_time"] >= (
+        subs[-1].ended - subs[0].sent)
+
+
+async def test_sessions_without_a_header_follow_the_message_prefix(sim, tmp_path: Path) -> None:
+    """No session header: two agents interleaved round by round still make two files,
+    each round joined to its agent by the messages it extends."""
+    out = tmp_path / "capture"
+    script = Script(sessions=("delta", "epsilon"), rounds=3, spawn_after=-1,
+                    header="X-Not-A-Session-Header")
+    async with CaptureProxy(sim.base_url, out) as proxy:
+        sent = await script.run(proxy.url)
+    docs = read_capture(out)
+    assert len(docs) == 2
+    for doc in docs:
+        reqs = doc["requests"]
+        assert [r["type"] for r in reqs] == ["s"] * 3 or [r["type"] for r in reqs] == ["n"] * 3
+        name = "delta" if reqs[0]["type"] == "s" else "epsilon"
+        rows = sorted((s for s in sent if s.session == name), key=lambda s: s.round)
+        assert [r["in"] for r in reqs] == [s.prompt_tokens for s in rows]
+    assert proxy.captured == 6

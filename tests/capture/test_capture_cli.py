@@ -1,0 +1,99 @@
+"""``workbench capture`` as a command: prints where it listens and where files go, stops
+cleanly on SIGTERM and Ctrl-C with every finished request on disk, and prints no
+credential; explicit parent headers make sub-agents (docs/capture.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+from interrupt import default_sigint
+
+from workbench.capture import CaptureProxy, read_capture
+
+KEY = "sk-clitest-abcdef0123456789"
+LINE_TIMEOUT_S = 60.0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+async def test_cli_captures_and_stops_on_a_signal(sim, tmp_path: Path, sig: int) -> None:
+    out = tmp_path / "cap"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "workbench", "capture", "--upstream",
+        sim.base_url.replace("http://", f"http://user:{KEY}@"), "-o", str(out),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        preexec_fn=default_sigint,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        first = (await asyncio.wait_for(proc.stdout.readline(), LINE_TIMEOUT_S)).decode()
+        assert first.startswith("capture proxy on http://127.0.0.1:"), first
+        url = first.split()[3]
+        second = (await asyncio.wait_for(proc.stdout.readline(), LINE_TIMEOUT_S)).decode()
+        assert str(out.resolve()) in second
+        body = {"model": "m", "max_tokens": 5, "stream": True,
+                "stream_options": {"include_usage": True},
+                "messages": [{"role": "user", "content": "hello " * 100}]}
+        async with aiohttp.ClientSession() as http, http.post(
+            url + "/v1/chat/completions", data=orjson.dumps(body),
+            headers={"Authorization": f"Bearer {KEY}"},
+        ) as resp:  # fmt: skip
+            assert resp.status == 200
+            await resp.read()
+        proc.send_signal(sig)
+        rest, err = await asyncio.wait_for(proc.communicate(), LINE_TIMEOUT_S)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, err.decode()
+    console = first + second + rest.decode() + err.decode()
+    assert KEY not in console and "user:" not in console
+    assert "captured 1 requests" in console
+    (doc,) = read_capture(out)
+    assert doc["requests"][0]["in"] == 103 and doc["requests"][0]["out"] == 5
+    assert [p.name for p in out.iterdir()] == ["conv_0001.json"]
+
+
+def test_cli_refuses_bad_settings(tmp_path: Path) -> None:
+    from workbench.cli import main
+
+    assert main(["capture", "--upstream", "ftp://x", "-o", str(tmp_path)]) == 2
+    assert main(["capture", "--upstream", "http://127.0.0.1:1", "--listen", "nope",
+                 "-o", str(tmp_path)]) == 2
+
+
+async def test_parent_header_names_the_sub_agent(sim, tmp_path: Path) -> None:
+    """An agent that says whose sub-agent it is (``X-Parent-Session-ID``) is placed
+    there, even while its parent is not waiting, and nested under a sub-agent too."""
+    async with CaptureProxy(sim.base_url, tmp_path) as proxy, aiohttp.ClientSession() as http:
+
+        async def ask(session: str, text: str, parent: str | None = None) -> None:
+            headers = {"X-Session-ID": session}
+            if parent:
+                headers["X-Parent-Session-ID"] = parent
+            body = {"model": "m", "max_tokens": 3,
+                    "messages": [{"role": "user", "content": text + " x" * 70}]}
+            async with http.post(proxy.url + "/v1/chat/completions", json=body,
+                                 headers=headers) as resp:
+                assert resp.status == 200
+                await resp.read()
+
+        await ask("root", "main task")
+        await ask("child", "sub task", parent="root")
+        await ask("grandchild", "sub sub task", parent="child")
+        await ask("other", "independent task")
+    docs = read_capture(tmp_path)
+    assert len(docs) == 2, docs
+    roots = [d for d in docs if len(d["requests"]) == 2]
+    assert len(roots) == 1, docs
+    root = roots[0]
+    marker = root["requests"][1]
+    assert marker["type"] == "subagent" and marker["agent_id"] == "agent_001"
+    assert [r["type"] for r in marker["requests"]] == ["n", "subagent"]
+    assert marker["requests"][1]["agent_id"] == "agent_002"

@@ -1,0 +1,81 @@
+"""Prompt token ids → salted block digests → the file-local ``hash_ids`` of the format.
+
+A prompt's ids are cut into ``BLOCK_SIZE``-token blocks; block *i*'s digest is
+blake2b, keyed with the capture's salt, over block *i−1*'s digest and block *i*'s ids
+(a chain: equal digests ⇔ equal block and equal everything before it). Only full blocks
+get one; the partial tail has none. The salt is random per capture and lives in memory
+only (``Salt.write`` saves it where the user asks), so a digest on disk cannot be checked
+against a guessed prompt. ``LocalIds`` numbers the digests of one conversation file
+1, 2, 3… in first-seen order (docs/capture.md, "Token ids and hash ids").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+#: tokens per hashed block: the captured format's ``block_size``
+BLOCK_SIZE = 64
+DIGEST_BYTES = 16
+SALT_BYTES = 32
+
+
+class Salt:
+    """The capture's hashing key: random, in memory; ``write`` saves it (0600)."""
+
+    def __init__(self, key: bytes | None = None) -> None:
+        self.key = key if key is not None else secrets.token_bytes(SALT_BYTES)
+
+    def write(self, path: str | Path) -> Path:
+        p = Path(path)
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(self.key.hex() + "\n")
+        return p
+
+    def digest(self, data: bytes, previous: bytes = b"") -> bytes:
+        return hashlib.blake2b(previous + data, digest_size=DIGEST_BYTES, key=self.key).digest()
+
+
+def block_digests(salt: Salt, ids: Sequence[int], prompt_tokens: int) -> Iterator[bytes]:
+    """One digest per full block of a prompt of ``prompt_tokens`` tokens (the usage
+    count): ``prompt_tokens // BLOCK_SIZE`` of them, one at a time (the caller yields
+    to its event loop between slices). Blocks the ids cover are chained over the ids;
+    when the tokenizer gave fewer ids than the usage counts (a local tokenizer, an
+    upstream without ``/tokenize``), the blocks past them get digests of their own that
+    no other request shares (docs/capture.md, "Hash ids")."""
+    want = prompt_tokens // BLOCK_SIZE
+    have = min(want, len(ids) // BLOCK_SIZE)
+    try:
+        packed = array("q", ids[: have * BLOCK_SIZE]).tobytes()
+    except (TypeError, OverflowError):  # not token ids: no block is claimed shared
+        packed, have = b"", 0
+    step = BLOCK_SIZE * 8
+    previous = b""
+    for i in range(have):
+        previous = salt.digest(packed[i * step:(i + 1) * step], previous)
+        yield previous
+    for _ in range(want - have):
+        yield secrets.token_bytes(DIGEST_BYTES)
+
+
+class LocalIds:
+    """One file's numbering of block digests: 1, 2, 3… in first-seen order (the order
+    its requests finish). Only the distinct digests are kept, once per file."""
+
+    def __init__(self) -> None:
+        self._table: dict[bytes, int] = {}
+
+    def number(self, digests: Iterable[bytes]) -> list[int]:
+        table = self._table
+        out = []
+        for d in digests:
+            n = table.get(d)
+            if n is None:
+                n = table[d] = len(table) + 1
+            out.append(n)
+        return out

@@ -1,0 +1,373 @@
+"""``CaptureProxy``: a loopback HTTP proxy that relays an agent's requests to an upstream
+unchanged and records their token shape (docs/capture.md).
+
+Every request is forwarded as it came (method, path, query, headers but the hop-by-hop
+ones, body bytes) and every response relayed as it comes (status, headers, body bytes
+piece by piece as they arrive: a stream is never buffered). What is captured —
+``POST`` to ``/v1/chat/completions``, ``/v1/completions`` or ``/v1/messages`` answered
+200 — is read only after it has been relayed: the request's session assignment is a
+callback queued behind the forwarding (``loop.call_soon``, in arrival order), and the
+response's counts, the prompt's token ids and their hashes are computed once the last
+byte went out. Each conversation's file is rewritten, atomically, as its requests
+finish. Credentials (``Authorization``, ``x-api-key``, any header) are forwarded and
+held in memory for the tokenize call, never written or printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import orjson
+
+from workbench import redact
+from workbench.capture.blocks import Salt, block_digests
+from workbench.capture.protocols import (
+    CAPTURED_PATHS,
+    RequestFacts,
+    ResponseFacts,
+    request_facts,
+    response_facts,
+)
+from workbench.capture.sessions import Agent, Conversation, Sessions, Turn
+from workbench.capture.tokens import TOKENIZERS, TokenSource
+from workbench.capture.writer import conversation_id, document, remove_stale, write_atomic
+
+if TYPE_CHECKING:
+    import aiohttp
+    from aiohttp import web
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SESSION_HEADER = "X-Session-ID"
+DEFAULT_PARENT_HEADER = "X-Parent-Session-ID"
+#: headers that describe one connection, not the message (RFC 9110 §7.6.1): not relayed
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-connection", "proxy-authenticate",
+    "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade", "host",
+    "content-length",
+})  # fmt: skip
+#: a request body larger than this is refused with 413 (the embedded engine's own bound)
+MAX_BODY_BYTES = 64 * 2**20
+#: a captured response's bytes kept for reading its counts; a longer one is relayed whole
+#: but not recorded
+MAX_KEPT_BYTES = 64 * 2**20
+#: how long leaving the context waits for requests in flight and files to be written (s)
+STOP_TIMEOUT_S = 10.0
+#: prompt blocks hashed between two yields to the event loop
+HASH_SLICE = 512
+
+
+class CaptureProxy:
+    """``async with CaptureProxy(upstream, out_dir) as proxy``: listening at
+    ``proxy.url`` until the block ends; the capture is in ``out_dir``
+    (``proxy.files()``).
+
+    ``tokenizer``: ``upstream`` or ``word`` (``workbench.capture.tokens``);
+    ``session_header`` / ``parent_header``: the headers that name a request's session
+    and its parent's (docs/capture.md, "Sessions and sub-agents"); ``salt_file``: where
+    to save the hashing key (default: nowhere, it stays in memory)."""
+
+    def __init__(
+        self, upstream: str, out_dir: str | Path, *, host: str = "127.0.0.1", port: int = 0,
+        tokenizer: str = "upstream", session_header: str = DEFAULT_SESSION_HEADER,
+        parent_header: str = DEFAULT_PARENT_HEADER, salt_file: str | Path | None = None,
+        prefix: str = "conv_",
+    ) -> None:  # fmt: skip
+        if tokenizer not in TOKENIZERS:
+            raise ValueError(f"tokenizer must be one of {', '.join(TOKENIZERS)}, "
+                             f"got {tokenizer!r}")
+        if not upstream.startswith(("http://", "https://")):
+            raise ValueError(f"upstream must be an http:// or https:// URL, got "
+                             f"{redact.safe_url(upstream)!r}")
+        redact.register_url(upstream)
+        if urlsplit(upstream).query or urlsplit(upstream).fragment:
+            raise ValueError("the upstream URL takes no query or fragment (the agent's own "
+                             "requests carry theirs, and they are relayed)")
+        # user:password@ in the URL: sent as Basic authorization when the agent sends none
+        self._basic = redact.basic_authorization(upstream)
+        self.upstream = redact.strip_url_credentials(upstream).rstrip("/")
+        self.upstream_shown = redact.safe_url(self.upstream)  # what may be printed
+        self.out_dir = Path(out_dir)
+        self.host, self.port = host, port
+        self.tokenizer = tokenizer
+        self.session_header, self.parent_header = session_header, parent_header
+        self.salt_file = Path(salt_file) if salt_file is not None else None
+        self.prefix = prefix
+        self.url = ""
+        self.salt = Salt()
+        self.sessions = Sessions(self.salt.key)
+        self.captured = 0  # requests recorded in a file
+        self.passed = 0  # requests relayed and not recorded (other paths, errors, cut)
+        self.failed = 0  # captured requests whose recording failed (logged)
+        self._ids = itertools.count()
+        self._dirty: set[int] = set()
+        self._conversations: dict[int, Conversation] = {}
+        self._pending: set[asyncio.Task[None]] = set()
+        self._flush_wake = asyncio.Event()
+        self._stopping = False
+        self._flusher: asyncio.Task[None] | None = None
+        self._writer = concurrent.futures.ThreadPoolExecutor(1, "workbench-capture-writer")
+        self._runner: web.AppRunner | None = None
+        self._client: aiohttp.ClientSession | None = None
+        self._tokens: TokenSource | None = None
+        self._facts: dict[int, tuple[RequestFacts, Turn]] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    async def __aenter__(self) -> CaptureProxy:
+        import aiohttp
+        from aiohttp import web
+
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        remove_stale(self.out_dir)
+        self.sessions.number_after(_highest_number(self.out_dir, self.prefix))
+        if self.salt_file is not None:
+            self.salt.write(self.salt_file)
+        self._client = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0),
+            auto_decompress=False,  # the agent gets the bytes the upstream sent
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
+        self._tokens = TokenSource(self.tokenizer, self.upstream, self._client)
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                                     shutdown_timeout=STOP_TIMEOUT_S)
+        await self._runner.setup()
+        try:
+            site = web.TCPSite(self._runner, self.host, self.port)
+            await site.start()
+        except BaseException:
+            await self._close()
+            raise
+        port = self._runner.addresses[0][1]
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self.url = f"http://{host}:{port}"
+        self._flusher = asyncio.create_task(self._flush_loop())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._close()
+
+    async def _close(self) -> None:
+        """Stop listening (requests in flight finish, up to ``STOP_TIMEOUT_S``), finish
+        what was captured, write every file one last time."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await asyncio.sleep(0)  # the last arrivals' and finishes' callbacks
+        if self._pending:
+            await asyncio.wait(list(self._pending), timeout=STOP_TIMEOUT_S)
+        if self._flusher is not None:
+            self._stopping = True
+            self._flush_wake.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._flusher), STOP_TIMEOUT_S)
+            self._flusher = None
+        self._writer.shutdown(wait=True)  # a write under way ends before the last pass
+        self._flush()
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    def files(self) -> list[Path]:
+        """The capture's conversation files written so far."""
+        return sorted(self.out_dir / f"{conversation_id(c, self.prefix)}.json"
+                      for c in self._conversations.values()
+                      if (self.out_dir / f"{conversation_id(c, self.prefix)}.json").exists())
+
+    # ------------------------------------------------------------------ relay
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        import aiohttp
+        from aiohttp import web
+
+        sent = time.monotonic()
+        raw = await request.read()
+        path = request.path
+        captured = request.method == "POST" and path.endswith(CAPTURED_PATHS)
+        xid = next(self._ids)
+        loop = asyncio.get_running_loop()
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        if self._basic is not None and "Authorization" not in request.headers:
+            headers["Authorization"] = self._basic
+        if captured:  # runs once this handler yields: after the request went upstream
+            loop.call_soon(self._arrive, xid, sent, path, raw, request.headers)
+        assert self._client is not None
+        done = False
+        pieces: list[bytes] = []
+        kept = 0
+        resp: web.StreamResponse | None = None
+        encoding = ""
+        try:
+            async with self._client.request(
+                request.method, self.upstream + request.path_qs, headers=headers,
+                data=raw if raw else None, allow_redirects=False,
+            ) as up:  # fmt: skip
+                resp = web.StreamResponse(status=up.status, reason=up.reason)
+                for k, v in up.headers.items():
+                    if k.lower() not in HOP_BY_HOP:
+                        resp.headers.add(k, v)
+                chunked = "chunked" in up.headers.get("Transfer-Encoding", "").lower()
+                if up.content_length is not None and not chunked:
+                    resp.content_length = up.content_length
+                await resp.prepare(request)
+                keep = captured and up.status == 200
+                async for piece in up.content.iter_any():
+                    await resp.write(piece)
+                    if keep:
+                        kept += len(piece)
+                        if kept <= MAX_KEPT_BYTES:
+                            pieces.append(piece)
+                await resp.write_eof()
+                done = keep and kept <= MAX_KEPT_BYTES
+                encoding = up.headers.get("Content-Encoding", "").strip().lower()
+            return resp
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            if resp is not None:  # the head went out: the agent sees the stream cut
+                raise
+            # the agent gets a 502 naming the error's class only (its text may carry the
+            # upstream's URL)
+            return web.json_response(
+                {"error": {"message": f"workbench capture: upstream request failed "
+                           f"({type(exc).__name__})", "type": "upstream_error"}},
+                status=502)  # fmt: skip
+        finally:
+            ended = time.monotonic()
+            if captured:
+                body = _decoded(b"".join(pieces), encoding) if done else None
+                loop.call_soon(self._finish, xid, ended, body, headers)
+            else:
+                self.passed += 1
+
+    # ------------------------------------------------------------------ recording
+    def _arrive(self, xid: int, sent: float, path: str, raw: bytes,
+                headers: Mapping[str, str]) -> None:
+        facts = request_facts(path, raw)
+        if facts is None:
+            return
+        turn = self.sessions.arrive(
+            xid, sent, facts, headers.get(self.session_header), headers.get(self.parent_header)
+        )
+        self._facts[xid] = (facts, turn)
+
+    def _finish(self, xid: int, ended: float, body: bytes | None,
+                headers: Mapping[str, str]) -> None:
+        got = self._facts.pop(xid, None)
+        if got is None:  # not a request of a captured API
+            self.passed += 1
+            return
+        facts, turn = got
+        if body is None:  # an error status, a cut stream, a response too long to keep
+            self.sessions.abandon(xid)
+            self.passed += 1
+            return
+        got_response = response_facts(facts.api, facts.stream, body)
+        finished = self.sessions.finish(xid, ended, got_response.stop)
+        if finished is None:
+            return
+        agent, _ = finished
+        task = asyncio.create_task(self._complete(agent, turn, facts, got_response, headers))
+        self._pending.add(task)
+        task.add_done_callback(self._completed)
+
+    def _completed(self, task: asyncio.Task[None]) -> None:
+        self._pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # the class only: a message could quote a body or a header
+            self.failed += 1
+            log.error("capture: a request could not be recorded (%s)",
+                      type(task.exception()).__name__)
+
+    async def _complete(self, agent: Agent, turn: Turn, facts: RequestFacts,
+                        got: ResponseFacts, headers: Mapping[str, str]) -> None:
+        """Counts from the response, ids from the tokenizer, hashes: the turn is done."""
+        assert self._tokens is not None
+        ids = await self._tokens.ids(facts, headers)
+        turn.prompt_tokens = got.prompt_tokens if got.prompt_tokens is not None else len(ids)
+        turn.output_tokens = (got.output_tokens if got.output_tokens is not None
+                              else got.output_events)
+        turn.output_types = got.output_types or ["text"]
+        turn.stop = got.stop
+        digests: list[bytes] = []
+        for digest in block_digests(self.salt, ids, turn.prompt_tokens):
+            digests.append(digest)
+            if len(digests) % HASH_SLICE == 0:
+                await asyncio.sleep(0)  # a long prompt does not hold the relays up
+        turn.hash_ids = agent.conversation.ids.number(digests)
+        self.captured += 1
+        conv = agent.conversation
+        self._conversations[conv.number] = conv
+        self._dirty.add(conv.number)
+        self._flush_wake.set()
+
+    async def _flush_loop(self) -> None:
+        """Rewrite changed conversations as their requests finish: the documents are
+        built on the loop, the files written by a thread (``os.replace`` and the writes
+        are system calls that would hold the relays up); what finishes meanwhile is
+        written in the next pass."""
+        loop = asyncio.get_running_loop()
+        while True:  # bounded: ends when _close sets _stopping
+            await self._flush_wake.wait()
+            self._flush_wake.clear()
+            docs = self._documents()
+            if docs:  # never cancelled mid-pass: a queued write would be dropped
+                await loop.run_in_executor(self._writer, self._write, docs)
+            if self._stopping:
+                return
+
+    def _documents(self) -> list[dict[str, Any]]:
+        dirty, self._dirty = self._dirty, set()
+        docs = [document(self._conversations[n], self.prefix) for n in sorted(dirty)]
+        return [d for d in docs if d is not None]
+
+    def _write(self, docs: list[dict[str, Any]]) -> None:
+        for doc in docs:
+            write_atomic(self.out_dir / f"{doc['id']}.json", doc)
+
+    def _flush(self) -> None:
+        """Rewrite every conversation that changed since its last write (on stopping)."""
+        self._write(self._documents())
+
+
+def _decoded(body: bytes, encoding: str) -> bytes | None:
+    """The bytes to read counts from: a ``gzip``/``deflate`` answer inflated (at most
+    ``MAX_KEPT_BYTES``; the agent got it as it came); None for another encoding or a
+    broken one (the request is then relayed and not recorded)."""
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in ("gzip", "x-gzip", "deflate"):
+        return None
+    import zlib
+
+    try:
+        inflater = zlib.decompressobj(47)  # 32 + 15: a gzip or zlib header, found
+        out = inflater.decompress(body, MAX_KEPT_BYTES)
+    except zlib.error:
+        return None
+    return None if inflater.unconsumed_tail else out
+
+
+def _highest_number(directory: Path, prefix: str) -> int:
+    """The largest conversation number already in ``directory`` (a new capture numbers
+    its files after it, so it never replaces an earlier capture's)."""
+    best = 0
+    for p in directory.glob(f"{prefix}*.json"):
+        tail = p.stem[len(prefix):]
+        if tail.isdigit():
+            best = max(best, int(tail))
+    return best
+
+
+def read_capture(directory: str | Path) -> list[dict[str, Any]]:
+    """The capture's files as documents (tests, notebooks)."""
+    return [orjson.loads(p.read_bytes()) for p in sorted(Path(directory).glob("*.json"))]

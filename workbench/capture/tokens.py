@@ -1,0 +1,128 @@
+"""Where a captured prompt's token ids come from (``--tokenizer``).
+
+- ``upstream`` (the default): the upstream's own ``POST /tokenize`` (vLLM's shape, which
+  SGLang and the embedded engine serve too): ``{"model", "messages",
+  "add_generation_prompt": true}`` for chat, ``{"model", "prompt"}`` for completions →
+  ``{"tokens": [...]}``: the ids the server prefills, chat template included. The call
+  carries the agent's own headers (a server behind an API key asks for it on every
+  path) and runs after the response has been relayed, never before. Anthropic's
+  ``/v1/messages`` has no such endpoint, so those prompts, and every prompt once the
+  upstream has refused one call, take ``word``.
+- ``word``: workbench's built-in word tokenizer (``workbench.tokenizer``) over each part
+  of the prompt as ``<|role|> words <|end|>``, then ``<|assistant|>`` (the embedded
+  engine's chat template): exact against the embedded engine, and for any other server
+  a stand-in whose block boundaries differ from the server's but whose sharing
+  (which prompts extend which) is the same.
+
+docs/capture.md, "Token ids".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from workbench import redact
+from workbench.capture.protocols import CHAT, COMPLETIONS, RequestFacts, prompt_segments
+from workbench.tokenizer import get_tokenizer
+
+if TYPE_CHECKING:
+    import aiohttp
+
+log = logging.getLogger(__name__)
+
+TOKENIZERS = ("upstream", "word")
+#: how long one ``/tokenize`` call may take (s); past it, the local tokenizer counts
+TOKENIZE_TIMEOUT_S = 30.0
+#: the agent headers the tokenize call carries (credentials a server may ask for)
+_FORWARDED = ("authorization", "x-api-key", "api-key", "cookie")
+_ROLES = {"system": "<|system|>", "developer": "<|system|>", "user": "<|user|>",
+          "assistant": "<|assistant|>", "tool": "<|tool|>", "function": "<|tool|>"}
+
+
+def word_ids(facts: RequestFacts) -> list[int]:
+    """The prompt as the built-in word tokenizer and the embedded engine's chat
+    template see it (completions: the prompt's words, or its ids as given)."""
+    tok = get_tokenizer()
+    if facts.api == COMPLETIONS:
+        prompt = facts.body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list | str):
+            prompt = prompt[0]
+        if isinstance(prompt, list) and all(type(t) is int for t in prompt):
+            return list(prompt)
+        return tok.encode(prompt if isinstance(prompt, str) else "")
+    end = tok.token_id("<|end|>")
+    ids: list[int] = []
+    for role, text in prompt_segments(facts):
+        ids += [tok.token_id(_ROLES.get(role, "<|user|>")), *tok.encode(text), end]
+    ids.append(tok.token_id("<|assistant|>"))
+    return ids
+
+
+class TokenSource:
+    """``await ids(facts, headers)``: a prompt's token ids, by ``kind`` (``TOKENIZERS``)."""
+
+    def __init__(self, kind: str, upstream: str, session: aiohttp.ClientSession | None) -> None:
+        if kind not in TOKENIZERS:
+            raise ValueError(f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {kind!r}")
+        self.kind = kind
+        self.url = upstream.rstrip("/") + "/tokenize"
+        self.session = session
+        self.upstream_ok = kind == "upstream" and session is not None
+        self.fallbacks = 0  # prompts counted by the word tokenizer although upstream was asked
+
+    async def ids(self, facts: RequestFacts, headers: Mapping[str, str]) -> list[int]:
+        if self.upstream_ok and facts.api in (CHAT, COMPLETIONS):
+            got = await self._upstream(facts, headers)
+            if got is not None:
+                return got
+        if self.kind == "upstream":
+            self.fallbacks += 1
+        return word_ids(facts)
+
+    async def _upstream(self, facts: RequestFacts, headers: Mapping[str, str]) -> list[int] | None:
+        import aiohttp
+
+        assert self.session is not None
+        body: dict[str, Any] = {"model": facts.model} if facts.model else {}
+        if facts.api == CHAT:
+            body["messages"] = facts.body.get("messages")
+            body["add_generation_prompt"] = True
+            if facts.body.get("tools"):
+                body["tools"] = facts.body["tools"]
+        else:
+            body["prompt"] = facts.body.get("prompt")
+        sent = {k: v for k, v in headers.items() if k.lower() in _FORWARDED}
+        sent["Content-Type"] = "application/json"
+        try:
+            async with self.session.post(
+                self.url, data=orjson.dumps(body), headers=sent,
+                timeout=aiohttp.ClientTimeout(total=TOKENIZE_TIMEOUT_S),
+            ) as resp:  # fmt: skip
+                raw = await resp.read()
+                status = resp.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self._refused(f"{type(exc).__name__}")
+            return None
+        if status != 200:
+            self._refused(f"HTTP {status}")
+            return None
+        try:
+            tokens = orjson.loads(raw).get("tokens")
+        except (orjson.JSONDecodeError, AttributeError):
+            self._refused("an answer without a token list")
+            return None
+        if not isinstance(tokens, list):
+            self._refused("an answer without a token list")
+            return None
+        return tokens  # non-integers fail in block_digests (the turn keeps no hash ids)
+
+    def _refused(self, why: str) -> None:
+        # one line, the URL only (no header, no body: docs/security.md)
+        log.warning("capture: %s answered /tokenize with %s; prompts are tokenized by the "
+                    "built-in word tokenizer from now on (docs/capture.md)",
+                    redact.safe_url(self.url), why)
+        self.upstream_ok = False
