@@ -112,13 +112,18 @@ def main() -> None:
     ap.add_argument("--proxy-core", type=int, default=0)
     ap.add_argument("--tokenizer", default="upstream", choices=("upstream", "word"),
                     help="the proxy's --tokenizer (upstream: one /tokenize call a request)")
+    ap.add_argument("--cost-model", action="store_true",
+                    help="the engine with its cost model (a GPU's step times) instead of "
+                         "--zero-cost: the request rate a real engine allows at this "
+                         "concurrency, so the proxy is not the bottleneck")
     ap.add_argument("--profile", default=None, metavar="FILE",
                     help="run the proxy under cProfile, its stats written to FILE")
     args = ap.parse_args()
     multi = bool(os.cpu_count() and os.cpu_count() > 1)  # type: ignore[operator]
     py = [sys.executable, "-m", "workbench"]
     server, base = start(pinned(0 if multi else None,
-                                [*py, "sim", "serve", "--zero-cost", "--port", "0"]),
+                                [*py, "sim", "serve", "--port", "0",
+                                 *([] if args.cost_model else ["--zero-cost"])]),
                          "embedded engine on")
     out_dir = tempfile.mkdtemp(prefix="bench-capture-")
     prof = ["-m", "cProfile", "-o", args.profile] if args.profile else []
@@ -148,6 +153,7 @@ def main() -> None:
         server.wait(30)
     n = len(ttft["proxy"])
     print(f"c={args.concurrency}, {n} requests per mode, tokenizer {args.tokenizer}, "
+          f"engine {'cost model' if args.cost_model else 'zero-cost'}, "
           f"proxy on core {args.proxy_core}, load {os.getloadavg()[0]:.1f}")
     for q in (0.5, 0.9, 0.99):
         d, p = pct(ttft["direct"], q) * 1000, pct(ttft["proxy"], q) * 1000
