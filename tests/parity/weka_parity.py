@@ -66,6 +66,9 @@ class WekaFile:
     parent: tuple[Req, ...]
     parent_markers: tuple[int, ...]  # entry position of each parent request
     subagents: tuple[SubAgent, ...]
+    # agent (None: the parent) -> tool_tokens + system_tokens its file declares: AIPerf
+    # sends a system message on a first request only when there is such a prefix
+    declared: dict[str | None, int] = field(default_factory=dict)
 
     def requests(self, agent: str | None) -> tuple[Req, ...]:
         if agent is None:
@@ -96,6 +99,8 @@ def _req(raw: dict, offset: float = 0.0) -> Req:
 
 def read_weka(path: Path) -> WekaFile:
     data = json.loads(path.read_text())
+    declared: dict[str | None, int] = {
+        None: int(data.get("tool_tokens") or 0) + int(data.get("system_tokens") or 0)}
     parent: list[Req] = []
     markers: list[int] = []
     subagents: list[SubAgent] = []
@@ -115,7 +120,10 @@ def read_weka(path: Path) -> WekaFile:
             end = max((r.t + max(r.api_time or 0.0, 0.0) for r in inner), default=start)
         subagents.append(SubAgent(str(raw["agent_id"]), pos, len(parent) - 1 if parent else None,
                                   start, end, tuple(inner)))  # fmt: skip
-    return WekaFile(str(data["id"]), tuple(parent), tuple(markers), tuple(subagents))
+        declared[str(raw["agent_id"])] = (int(raw.get("tool_tokens") or 0)
+                                          + int(raw.get("system_tokens") or 0))
+    return WekaFile(str(data["id"]), tuple(parent), tuple(markers), tuple(subagents),
+                    declared)
 
 
 # -- what the server saw -----------------------------------------------------------------------
@@ -290,12 +298,14 @@ def check_counts(files: dict[str, WekaFile], run: Run) -> list[str]:
 
 def check_tokens(files: dict[str, WekaFile], run: Run) -> list[str]:
     """Per request: output tokens = ``out`` (≥ 1); prompt = ``in`` for workbench (token ids),
-    ``in`` + the chat template (2 per message + 1; 2 messages on a first request: system,
-    user) for AIPerf; the message count never falls within a conversation without a drop in
-    ``in`` (a compaction restarts the conversation)."""
+    ``in`` + the chat template for AIPerf (2 per message + 1; on a first request 2 messages,
+    system and user, when the file declares tool or system tokens, else the user's alone);
+    the message count never falls within a conversation without a drop in ``in`` (a
+    compaction restarts the conversation)."""
     bad = []
     for conv, sent in run.by_conv.items():
         reqs = files[conv[0]].requests(conv[1])
+        first_messages = 2 if files[conv[0]].declared.get(conv[1], 0) > 0 else 1
         last_messages = 0
         for s in sent:
             req = reqs[s.index]
@@ -313,7 +323,7 @@ def check_tokens(files: dict[str, WekaFile], run: Run) -> list[str]:
             prev_in = reqs[s.index - 1].input_tokens if s.index else 0
             if (
                 messages is None
-                or (s.index == 0 and messages != 2)
+                or (s.index == 0 and messages != first_messages)
                 or (messages < last_messages and req.input_tokens >= prev_in)
             ):
                 bad.append(f"{conv}[{s.index}]: prompt {s.prompt_tokens} = in "

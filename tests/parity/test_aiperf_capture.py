@@ -1,0 +1,49 @@
+"""A capture of our own loads in AIPerf's Weka loader: the scripted agent of
+``tests/capture`` (three sessions, one sub-agent) recorded by ``workbench capture`` in
+front of the embedded engine, then the capture folder replayed by AIPerf 0.13.0 against
+a fresh engine: every captured request sent, per conversation, with the recorded output
+and the recorded prompt plus AIPerf's chat template (docs/capture.md, docs/aiperf-parity.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "capture"))  # the script
+
+from capture_process import capture_process
+from scripted_agent import Script
+from weka_parity import (
+    BLOCK,
+    check_counts,
+    check_order,
+    check_tokens,
+    debug_rows,
+    load_files,
+    read_aiperf,
+    run_aiperf,
+)
+
+from workbench.capture import read_capture
+from workbench.sim.process import serve_sim_process
+
+
+async def test_a_capture_replays_in_aiperf(aiperf_ready: None, tmp_path: Path) -> None:
+    out = tmp_path / "capture"
+    async with serve_sim_process(speedup=50.0) as sim, \
+            capture_process(sim.base_url, out) as proxy:  # fmt: skip
+        sent = await Script().run(proxy.url)
+    assert proxy.returncode == 0, proxy.console
+    docs = read_capture(out)
+    assert len(docs) == 3 and all(d["block_size"] == BLOCK for d in docs)
+    async with asyncio.timeout(240), serve_sim_process(block_size=BLOCK, zero_cost=True) as fresh:
+        await run_aiperf(fresh.base_url, out, tmp_path / "aiperf")
+        rows = debug_rows(fresh.base_url)
+    files = load_files(out, sorted(p.name for p in out.glob("*.json")))
+    run = read_aiperf(tmp_path / "aiperf", rows)
+    assert len(run.sent) == len(sent) == 14  # every captured request, sub-agent's included
+    assert check_counts(files, run) == []
+    assert check_tokens(files, run) == []
+    assert check_order(files, run) == []
