@@ -219,7 +219,7 @@ def simulate(
         cfg = coerce_config(cfg)
         cfg = cfg.replace(**{"target.engine": {**cfg.target.engine, **engine}})
         engine = None
-    run = prepare(cfg, workload)
+    run = prepare(cfg, workload, virtual=True)
     cfg, plan, run_id = run.cfg, run.plan, run.run_id
     cluster = None
     if engine is None:

@@ -263,3 +263,95 @@ def _output_lengths(rounds: tuple[Round, ...], kind: str, amount: int) -> list[i
         per = max(amount // max(len(rounds), 1), 1)
         return [per] * len(rounds)
     return [max(r.output_len, 1) for r in rounds]
+
+
+# -- how long a run takes at the least (docs/arrival.md, "How long a run takes") ------------
+LONG_RUN_MS = 180_000.0
+"""A plan whose waits alone take longer than this is announced before it starts."""
+
+
+@dataclass(frozen=True)
+class RunFloor:
+    """The least a run can take with a server that answered in no time: its release
+    offsets, tool waits and sub-agent delays (scaled by ``tool_wait_scale``), joins
+    included, under its concurrency cap. ``longest_ms`` is the longest agent task's own
+    span (``longest_unit``), ``span_ms`` the last release offset, ``waits_ms`` that
+    task's tool waits alone."""
+
+    floor_ms: float
+    span_ms: float
+    longest_ms: float
+    longest_unit: str
+    waits_ms: float
+    why: str
+
+    def sentence(self, virtual: bool = False) -> str:
+        """``this run takes at least 51 min: ...``, for runs past ``LONG_RUN_MS``."""
+        what = "of simulated time" if virtual else ""
+        return (f"this run takes at least {duration_text(self.floor_ms)} {what}".rstrip()
+                + f" before any server time: {self.why}; to shorten it: --tool-wait-scale, "
+                "--max-items, or a cap on waits where the reader has one (weka: "
+                "--trace-option max_delay_s=S)")
+
+
+def duration_text(ms: float) -> str:
+    """``2 h 5 min``, ``51 min 3 s``, ``42 s``, ``7.5 s`` (tenths under 10 s)."""
+    if ms < 9_950:
+        return f"{ms / 1000:.1f}".removesuffix(".0") + " s"
+    s = round(ms / 1000)
+    h, rest = divmod(s, 3600)
+    m, sec = divmod(rest, 60)
+    if h:
+        return f"{h} h {m} min"
+    return f"{m} min {sec} s" if m else f"{sec} s"
+
+
+def run_floor(plan: Plan, tool_wait_scale: float = 1.0, max_concurrency: int | None = None,
+              duration_s: float | None = None) -> RunFloor | None:
+    """The least time the plan takes (``RunFloor``); None for a streamed plan (its units
+    are not held) or an empty one. A closed-loop run with ``duration_s`` lasts that long
+    whatever its units."""
+    if isinstance(plan.units, PlanStream) or not plan.units:
+        return None
+    spans = [(_task_span(u, tool_wait_scale), u) for u in plan.units]
+    longest, unit = max(spans, key=lambda su: su[0])
+    span_ms = max(u.offset_ms for u in plan.units)
+    ends = max(u.offset_ms + s for s, u in spans)
+    floor = ends
+    waits = sum(r.round.tool_wait_after_ms for r in unit.rounds[:-1]) * tool_wait_scale
+    why = (f"the units' releases span {duration_text(span_ms)}" if span_ms >= longest else
+           f"its longest agent task ({unit.unit.unit_id}) waits {duration_text(longest)} on "
+           + ("tools" if not unit.children else "tools and sub-agents"))
+    if max_concurrency:
+        packed = sum(s for s, _ in spans) / max_concurrency
+        if packed > floor:
+            floor = packed
+            why = (f"{len(spans)} agent tasks of {duration_text(sum(s for s, _ in spans))} "
+                   f"of tool waits in all share {max_concurrency} "
+                   f"slot{'s' if max_concurrency > 1 else ''}")
+    if duration_s is not None and duration_s * 1000 > floor:
+        floor = duration_s * 1000
+        why = f"it loops its units for its duration of {duration_text(floor)}"
+    return RunFloor(floor, span_ms, longest, unit.unit.unit_id, waits, why)
+
+
+def _task_span(u: UnitPlan, scale: float) -> float:
+    """How long ``u`` and its descendants take when every request is answered at once:
+    each round starts after the previous one's tool wait and after the children its
+    ``join_round`` waits for; a child starts ``delay × scale`` after its spawn round."""
+    joins: dict[int, float] = {}
+    kids: dict[int, list[ChildPlan]] = {}
+    for c in u.children:
+        kids.setdefault(c.spawn.round_idx, []).append(c)
+    t = end = 0.0
+    for k, rp in enumerate(u.rounds):
+        t = max(t, joins.get(k, 0.0))
+        for c in kids.get(k, ()):
+            done = t + c.spawn.delay_ms * scale + _task_span(c.plan, scale)
+            end = max(end, done)
+            if c.spawn.join_round is not None:
+                joins[c.spawn.join_round] = max(joins.get(c.spawn.join_round, 0.0), done)
+        end = max(end, t)
+        if k + 1 < len(u.rounds):
+            t += rp.round.tool_wait_after_ms * scale
+    return end

@@ -42,12 +42,14 @@ class Prepared:
         return base_manifest(self.cfg, self.workload, self.plan, self.run_id)
 
 
-def prepare(cfg: RunConfig | dict[str, Any], workload: Workload | None = None) -> Prepared:
+def prepare(cfg: RunConfig | dict[str, Any], workload: Workload | None = None, *,
+            virtual: bool = False) -> Prepared:
     """The one prologue of every run, live or virtual: the config coerced and checked, the
     workload loaded (unless given) and checked against it, the plan, the run id; a
-    release span past a day is warned about. Every error surfaces here, before any
-    request."""
-    from workbench.replay.plan import build_plan
+    release span past a day is warned about, and so is a run whose waits alone take
+    longer than ``LONG_RUN_MS`` (how long, and why). Every error surfaces here, before
+    any request."""
+    from workbench.replay.plan import LONG_RUN_MS, build_plan, run_floor
 
     cfg = coerce_config(cfg)
     workload = workload if workload is not None else load_workload(cfg)
@@ -55,6 +57,10 @@ def prepare(cfg: RunConfig | dict[str, Any], workload: Workload | None = None) -
     plan = build_plan(cfg, workload)
     if warning := plan.arrival()["arrival_span_warning"]:
         log.warning("%s", warning)
+    a = cfg.arrival
+    floor = run_floor(plan, a.tool_wait_scale, a.max_concurrency, a.duration_s)
+    if floor is not None and floor.floor_ms > LONG_RUN_MS:
+        log.warning("%s", floor.sentence(virtual))
     return Prepared(cfg, workload, plan, cfg.run_id or new_run_id(cfg))
 
 
