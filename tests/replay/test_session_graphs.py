@@ -219,7 +219,7 @@ def test_swimlane_draws_the_tree(graph_csv):
 
     res = simulate(_cfg(graph_csv), engine=ENGINE)
     ordinal = {row["unit_id"]: row["unit_ordinal"] for row in res.lifecycle}
-    order, labels, parents = _graph_lanes(res, sorted(ordinal.values()))
+    order, labels, parents, depth = _graph_lanes(res, sorted(ordinal.values()))
     names = [labels[u].strip() for u in order]
     assert names == ["p", "└ c1", "└ g", "└ c2", "└ c3", "└ s", "q"]
     assert labels[ordinal["g"]].startswith("    └ ")  # depth 2
@@ -228,6 +228,20 @@ def test_swimlane_draws_the_tree(graph_csv):
     ax = fig.axes[0]
     assert [t.get_text().strip() for t in ax.get_yticklabels()] == names
     assert len(ax.collections) >= 7 + 6  # a bar row per lane, a connector per child
+    # depth shows in the bars' color, not only in the labels' indent
+    assert depth[ordinal["g"]] == 2 and depth[ordinal["c1"]] == 1 and depth[ordinal["p"]] == 0
+    from matplotlib.colors import to_rgba
+
+    from workbench.report.plots import DEPTH_COLORS
+
+    bars = [c for c in ax.collections if type(c).__name__ == "BrokenBarHCollection"
+            or c.__class__.__name__ == "PolyCollection"]
+    colors = {tuple(to_rgba(c.get_facecolor()[0])) for c in bars if len(c.get_facecolor())}
+    assert {tuple(to_rgba(DEPTH_COLORS[d])) for d in (0, 1, 2)} <= colors
+    # p's round 1 waited for c1, c2, c3 past its own 2 ms tool wait: drawn as a join
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "waiting for sub-agents (join)" in legend
+    assert {"round at depth 0 (a root)", "round at depth 2 (sub-agent)"} <= set(legend)
 
 
 def test_session_budget_truncates_marks_and_excludes(tmp_path):
@@ -290,3 +304,24 @@ async def test_stream_cap_is_fifo_and_a_cancelled_waiter_passes_its_turn_on():
     assert got == ["a", "c"] and cap.active == 1 and cap.peak == 1
     cap.release()
     assert cap.active == 0
+
+
+def test_the_report_has_a_table_of_agent_tasks(graph_csv):
+    from workbench.data import path as data_path
+    from workbench.metrics import summarize
+    from workbench.report.sections import RunReport
+    from workbench.report.tables import AGENT_ROWS
+
+    res = simulate(_cfg(graph_csv), engine=ENGINE)
+    agents = summarize(res)["agent_tasks"]
+    table = RunReport(res).table("agents")
+    df = table.frame
+    for key, words in AGENT_ROWS:
+        assert df.loc[words, "p50"] == agents[key]["p50"]
+        assert df.loc[words, "max"] == agents[key]["max"]
+    assert df.loc["depth: sub-agent levels below the root", "max"] == 2  # g under c1 under p
+    assert table.caption.startswith(f"Agent tasks ({agents['tasks']})")
+    flat = RunReport(simulate({"trace": {"path": str(data_path(
+        "tracelab/multi_session_example.csv")), "max_items": 2}}))
+    assert flat.table("agents").caption == "No sub-agents: every unit was its own agent task"
+    assert flat.table("agents").frame.empty

@@ -262,6 +262,8 @@ def test_replay_and_trace_explorer_notebooks_on_captured_conversations(tmp_path:
     config = pd.read_csv(page.parent / "tables" / "config.csv", index_col=0)["value"]
     assert config["1 reader timing"] == "think-only"  # the default, said where it ran
     assert config["1 reader max_delay_s"] == "0.05"
+    agents = pd.read_csv(page.parent / "tables" / "agents.csv", index_col=0)
+    assert agents.loc["agents: the root and its sub-agents", "max"] == 5  # 0277 and its 4
     assert_shows_summary(page.read_text(), summary)
     explorer = render_report("trace_explorer", {"bundled_trace": "weka/cc_traces_sample.jsonl",
                                                 "max_items": 2}, tmp_path / "x").read_text()

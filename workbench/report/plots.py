@@ -586,10 +586,12 @@ def _ttft_vs_uncached(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
 SWIM_MAX = 40  # sessions drawn in a swimlane (the first ones, by unit order)
 
 
-def _graph_lanes(run: Any, units: list[Any]) -> tuple[list[Any], dict[Any, str], dict[Any, Any]]:
+def _graph_lanes(run: Any, units: list[Any]
+                 ) -> tuple[list[Any], dict[Any, str], dict[Any, Any], dict[Any, int]]:  # fmt: skip
     """Lanes in tree order for a session-graph run (each root, then its sub-agents depth
-    first), their labels (indented by depth) and each child's parent lane; plain
-    ordinal order and labels when the run has no graph (lifecycle ``parent_unit_id``)."""
+    first), their labels (indented by depth), each child's parent lane and each lane's
+    depth; plain ordinal order, labels and depth 0 when the run has no graph (lifecycle
+    ``parent_unit_id``)."""
     rows = getattr(run, "lifecycle", None) or []
     if not rows and isinstance(run, RunResult) and run.run_dir:
         from workbench.storage.rundir import LIFECYCLE, read_jsonl
@@ -598,7 +600,7 @@ def _graph_lanes(run: Any, units: list[Any]) -> tuple[list[Any], dict[Any, str],
         rows = read_jsonl(path) if path.exists() else []
     rows = [r for r in rows if not r.get("warmup") and r.get("unit_ordinal") in set(units)]
     if not any(r.get("task_id") is not None for r in rows):
-        return units, {u: str(u) for u in units}, {}
+        return units, {u: str(u) for u in units}, {}, {}
     ordinal = {(r["unit_id"], r.get("loop", 0)): r["unit_ordinal"] for r in rows}
     parent = {r["unit_ordinal"]: ordinal.get((r.get("parent_unit_id"), r.get("loop", 0)))
               for r in rows}
@@ -618,15 +620,35 @@ def _graph_lanes(run: Any, units: list[Any]) -> tuple[list[Any], dict[Any, str],
     order += [u for u in units if u not in set(order)]
     labels = {u: ("  " * names[u][1] + ("└ " if names[u][1] else "") + names[u][0])
               if u in names else str(u) for u in order}
-    return order, labels, {u: p for u, p in parent.items() if p is not None}
+    depth = {u: names[u][1] for u in order if u in names}
+    return order, labels, {u: p for u, p in parent.items() if p is not None}, depth
+
+
+#: a lane's round bars by depth (0: a root; 1: its sub-agents; ...), cycling past the end
+DEPTH_COLORS = ("C0", "C9", "C4", "C8")
+
+
+def _joins(df: pd.DataFrame, parents: Mapping[Any, Any]) -> set[tuple[Any, int]]:
+    """``(parent lane, round)`` of every round that waits for a sub-agent (the children's
+    records say where they are joined: ``extra["spawn"]["join_round"]``)."""
+    out: set[tuple[Any, int]] = set()
+    if "extra" not in df.columns:
+        return out
+    first = df[df["round_idx"] == 0]
+    for unit, extra in zip(first["unit_ordinal"], first["extra"], strict=True):
+        spawn = extra.get("spawn") if isinstance(extra, dict) else None
+        if spawn and spawn.get("join_round") is not None and unit in parents:
+            out.add((parents[unit], int(spawn["join_round"])))
+    return out
 
 
 def _sessions(runs: Mapping[str, Any], ax: Axes | None, max_sessions: int = SWIM_MAX) -> Figure:
     """One lane per session (first run only): each round a bar from send to end of
     stream, the gap to the next round its tool wait (the agent thinking or a tool
     running), errors in red. A session graph draws the tree: sub-agents below their
-    parent, indented by depth, a dashed connector from the parent's lane to each
-    child's first request."""
+    parent, indented by depth and their bars colored by depth, a dashed connector from
+    the parent's lane to each child's first request, and before a round that joins
+    sub-agents the wait past its own tool wait drawn as a join (a solid green line)."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -635,11 +657,13 @@ def _sessions(runs: Mapping[str, Any], ax: Axes | None, max_sessions: int = SWIM
     label, run = next(iter(runs.items()))
     df = run_rows(run)
     df = df[df["dispatch_ns"].notna() & df["end_ns"].notna()]
-    units, labels, parents = _graph_lanes(run, sorted(df["unit_ordinal"].unique()))
+    units, labels, parents, depth = _graph_lanes(run, sorted(df["unit_ordinal"].unique()))
+    joins = _joins(df, parents)
     multi = df.groupby("unit_ordinal")["round_idx"].max()
     shown = units[:max_sessions]
     height = max(2.5, min(0.22 * len(shown) + 1.2, 10.0))
     fig, (a,) = _target(ax, 1, size=(10.0, height))
+    joined = False
     if not len(df) or int(multi.max() if len(multi) else 0) == 0:
         _no_data(a, "no sessions: every unit is one request (an independent trace)")
     else:
@@ -648,20 +672,36 @@ def _sessions(runs: Mapping[str, Any], ax: Axes | None, max_sessions: int = SWIM
             part = df[df["unit_ordinal"] == unit].sort_values("round_idx")
             start = (part["dispatch_ns"].to_numpy() - t0) / 1e9
             end = (part["end_ns"].to_numpy() - t0) / 1e9
-            colors = ["C3" if st != "ok" else "C0" for st in part["status"]]
+            ok = DEPTH_COLORS[depth.get(unit, 0) % len(DEPTH_COLORS)]
+            colors = ["C3" if st != "ok" else ok for st in part["status"]]
             a.broken_barh(list(zip(start, end - start, strict=True)), (lane - 0.35, 0.7),
                           facecolors=colors)
             if len(start) > 1:  # tool waits: from a round's end to the next round's send
-                a.hlines([lane] * (len(start) - 1), end[:-1], start[1:], colors="0.6",
+                waits = _tool_waits_s(part)
+                rounds = part["round_idx"].to_numpy()
+                stop = start[1:].copy()
+                for k in range(len(start) - 1):
+                    if (unit, int(rounds[k + 1])) in joins and end[k] + waits[k] < start[k + 1]:
+                        stop[k] = end[k] + waits[k]  # the rest waited for sub-agents
+                        a.hlines(lane, stop[k], start[k + 1], colors="C2", lw=2.2)
+                        joined = True
+                a.hlines([lane] * (len(start) - 1), end[:-1], stop, colors="0.6",
                          linestyles=":", lw=1)
             if parents.get(unit) in shown and len(start):  # spawned: parent lane → child
                 a.vlines(start[0], shown.index(parents[unit]), lane, colors="C2",
                          linestyles="--", lw=0.8)
         a.set_yticks(range(len(shown)), [labels[u] for u in shown], fontsize="x-small")
         a.set_ylim(len(shown) - 0.5, -0.5)
-        a.legend(handles=[Patch(color="C0", label="round (send → end of stream)"),
+        depths = sorted({depth.get(u, 0) for u in shown})
+        a.legend(handles=[*(Patch(color=DEPTH_COLORS[d % len(DEPTH_COLORS)],
+                                  label="round (send → end of stream)" if d == 0 and
+                                  len(depths) == 1 else f"round at depth {d}"
+                                  + (" (a root)" if d == 0 else " (sub-agent)"))
+                            for d in depths),
                           Patch(color="C3", label="round that failed"),
                           Line2D([], [], color="0.6", ls=":", label="tool wait"),
+                          *([Line2D([], [], color="C2", lw=2.2,
+                                    label="waiting for sub-agents (join)")] if joined else []),
                           *([Line2D([], [], color="C2", ls="--", label="sub-agent spawned")]
                             if parents else [])],
                  fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -671,6 +711,14 @@ def _sessions(runs: Mapping[str, Any], ax: Axes | None, max_sessions: int = SWIM
           title=f"Sessions: rounds and tool waits ({label})")
     a.grid(axis="x", alpha=0.3)
     return fig
+
+
+def _tool_waits_s(part: pd.DataFrame) -> np.ndarray:
+    """Each round's tool wait as applied (``extra["tool_wait_ms"]``), in s; 0 unknown."""
+    if "extra" not in part.columns:
+        return np.zeros(len(part))
+    return np.array([float((x or {}).get("tool_wait_ms") or 0.0) / 1000.0
+                     if isinstance(x, dict) else 0.0 for x in part["extra"]])
 
 
 # -- trace kinds ---------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from workbench.report import tables
 
 TABLE_NAMES = (
     "headline", "run", "config", "client", "latency", "prefix", "server", "workers", "by_round",
-    "by_band", "errors",
+    "by_band", "agents", "errors",
 )  # fmt: skip
 
 
@@ -115,6 +115,8 @@ class RunReport:
                 if self.summary.get("workers")
                 else "One engine served every request (not a simulated cluster)"),
             "by_round": self._by_round,
+            "agents": lambda: tables.show(tables.agent_table(self.summary),
+                                          caption=tables.agent_caption(self.summary)),
             "by_band": self._by_band,
             "errors": self._errors,
         }

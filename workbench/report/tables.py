@@ -347,6 +347,44 @@ def worker_table(data: Any) -> pd.DataFrame:
     return _named(df, "workers")
 
 
+#: the agent-task figures of ``summary["agent_tasks"]`` (metrics.agents), with the words a
+#: reader sees as the row label
+AGENT_ROWS = (
+    ("makespan_ms", "makespan (ms): admitted → last sub-agent ended"),
+    ("engine_ms", "in the engine (ms): a request of the task in flight"),
+    ("tool_ms", "outside the engine (ms): tools, spawn delays, the harness"),
+    ("width", "width: most children one agent spawned"),
+    ("depth", "depth: sub-agent levels below the root"),
+    ("units", "agents: the root and its sub-agents"),
+)
+
+
+def agent_table(data: Any) -> pd.DataFrame:
+    """One row per agent-task figure (``AGENT_ROWS``) and one per depth's TTFT, columns
+    p50, p90, p99, max over the tasks; empty for a run without sub-agents."""
+    agents = as_summary(data).get("agent_tasks") or {}
+    cols = ["p50", "p90", "p99", "max"]
+    rows: dict[str, list[Any]] = {}
+    for key, words in AGENT_ROWS:
+        d = agents.get(key) or {}
+        rows[words] = [d.get(c) for c in cols]
+    for depth, d in (agents.get("ttft_ms_by_depth") or {}).items():
+        rows[f"TTFT at depth {depth} (ms)" + (" (roots)" if depth == "0" else "")] = [
+            d.get(c) for c in cols]
+    df = pd.DataFrame.from_dict(rows, orient="index", columns=cols) if agents else \
+        pd.DataFrame(columns=cols)
+    df.index.name = "per agent task"
+    return _named(df, "agents")
+
+
+def agent_caption(data: Any) -> str:
+    agents = as_summary(data).get("agent_tasks")
+    if not agents:
+        return "No sub-agents: every unit was its own agent task"
+    return (f"Agent tasks ({agents['tasks']}): a root session and its sub-agents, from its "
+            "admission to its last sub-agent's end; engine vs tool time split the makespan")
+
+
 def router_table(summaries: Mapping[str, Any]) -> pd.DataFrame:
     """Runs of one trace on a simulated cluster side by side, one row per label (e.g.
     the router): hit rate against the plan's, TTFT p50/p90 and the per-worker spread."""
