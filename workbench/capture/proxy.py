@@ -115,7 +115,7 @@ class CaptureProxy:
         self._flush_wake = asyncio.Event()
         self._stopping = False
         self._flusher: asyncio.Task[None] | None = None
-        self._writer = concurrent.futures.ThreadPoolExecutor(1, "workbench-capture-writer")
+        self._write_pool = concurrent.futures.ThreadPoolExecutor(1, "workbench-capture-writer")
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
         self._tokens: TokenSource | None = None
@@ -174,7 +174,7 @@ class CaptureProxy:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._flusher), STOP_TIMEOUT_S)
             self._flusher = None
-        self._writer.shutdown(wait=True)  # a write under way ends before the last pass
+        self._write_pool.shutdown(wait=True)  # a write under way ends before the last pass
         self._flush()
         if self._client is not None:
             await self._client.close()
@@ -321,7 +321,7 @@ class CaptureProxy:
             self._flush_wake.clear()
             docs = self._documents()
             if docs:  # never cancelled mid-pass: a queued write would be dropped
-                await loop.run_in_executor(self._writer, self._write, docs)
+                await loop.run_in_executor(self._write_pool, self._write, docs)
             if self._stopping:
                 return
 
