@@ -46,11 +46,27 @@ async def test_a_real_slowdown_is_significant_and_a_run_against_itself_is_not(tm
     again = compare.change_table(runs, n_boot=500, seed=1)
     assert again[["change lo", "change hi"]].equals(changes[["change lo", "change hi"]])
     lines = compare.compare_headline(runs, changes).lines
-    assert lines[0].startswith("base (baseline): ")
-    assert lines[2].startswith("  slow vs base: TTFT p50 +") and " significant" in lines[2]
-    assert "not significant" in lines[4]  # same vs base
+    # the first line names the knob: the engine's fixed overhead per request
+    assert lines[0] == "What differs: target.engine.request_overhead_ms (– → 2500.0 → –)"
+    assert lines[1].startswith("base (baseline): ")
+    assert lines[3].startswith("  slow vs base: TTFT p50 +") and " significant" in lines[3]
+    assert "not significant" in lines[5]  # same vs base
     assert compare.runs_table(runs)["timing"].tolist() == [
         "wall clock, simulated engine, 50× real time"] * 3
+
+
+def test_runs_without_labels_are_named_by_what_differs(tmp_path):
+    from workbench.executors.virtual import simulate
+
+    a = simulate(_cfg(tmp_path, "20261206T034817Z-openai-aaaaaa"))
+    b = simulate(_cfg(tmp_path, "20261206T034818Z-openai-bbbbbb", num_blocks=512))
+    runs = compare.load_runs([a.run_dir, b.run_dir])
+    assert list(runs) == ["num_blocks=–", "num_blocks=512"]  # not 30-character run ids
+    assert compare.runs_table(runs)["run_id"].tolist() == [a.run_id, b.run_id]
+    same = compare.load_runs([a.run_dir, a.run_dir])
+    assert list(same) == ["run 1", "run 2"]
+    assert compare.differs_line(same).startswith("What differs: nothing in the four axes")
+    assert compare.compare_headline(same).lines[0] == compare.differs_line(same)
 
 
 def test_virtual_time_runs_are_labelled(tmp_path):

@@ -78,13 +78,45 @@ def load_runs(run_dirs: Iterable[str | Path], labels: Sequence[str] | None = Non
                           "(or compare.example_runs(out_dir) for two made on the spot)")
     if labels and len(labels) != len(dirs):
         raise ValueError(f"{len(labels)} labels for {len(dirs)} run directories")
-    for i, d in enumerate(dirs):
-        run = load(Path(d))
-        label = labels[i] if labels else str(run.manifest.get("label") or run.run_id)
+    loaded = [load(Path(d)) for d in dirs]
+    short = short_labels(loaded)
+    for i, run in enumerate(loaded):
+        label = labels[i] if labels else str(run.manifest.get("label") or short[i])
         while label in runs:
             label += "'"
         runs[label] = run
     return runs
+
+
+def short_labels(runs: Sequence[Any], longest: int = 40) -> list[str]:
+    """Labels for runs that have none (legends, headlines): what differs between them
+    when that is one or two settings (``num_blocks=1024``), else ``run 1``, ``run 2``, …
+    (the runs table gives each label's run id)."""
+    flats = [config_keys(r) for r in runs]
+    keys = [k for k in sorted(set().union(*flats)) if k not in ("trace.path", "trace.source")
+            and len({repr(f.get(k)) for f in flats}) > 1]
+    if 1 <= len(keys) <= 2:
+        labels = [", ".join(f"{k.rsplit('.', 1)[-1]}={_cell(f.get(k))}" for k in keys)
+                  for f in flats]
+        if len(set(labels)) == len(labels) and max(map(len, labels)) <= longest:
+            return labels
+    return [f"run {i + 1}" for i in range(len(runs))]
+
+
+def differs_line(runs: Mapping[str, Any], shown: int = 3) -> str:
+    """The headline's first line: which settings differ between the runs (the knob a
+    comparison is about), or that none does."""
+    diff = config_diff(runs)
+    diff = diff[~diff["key"].isin(("trace.path", "trace.source"))]
+    if diff.empty:
+        return ("What differs: nothing in the four axes or the target (same settings: the "
+                "differences below are run-to-run noise or the server's state)")
+    labels = list(runs)
+    parts = [f"{row['key']} ({' → '.join(str(row[label]) for label in labels)})"
+             for _, row in diff.head(shown).iterrows()]
+    more = (f" and {len(diff) - shown} more (table 'Configuration differences')"
+            if len(diff) > shown else "")
+    return "What differs: " + "; ".join(parts) + more
 
 
 def bootstrap_ci(values: Sequence[float] | np.ndarray, q: float, *, n_boot: int = 2000,
@@ -200,7 +232,7 @@ def compare_headline(runs: Mapping[str, Any], changes: pd.DataFrame | None = Non
     from workbench.report.tables import as_summary
 
     base = next(iter(runs), None)
-    lines = []
+    lines = [differs_line(runs)] if len(runs) > 1 else []
     for label, run in runs.items():
         lines.append(f"{label}{' (baseline)' if label == base else ''}: "
                      f"{run_headline(as_summary(run), getattr(run, 'manifest', None))}")
