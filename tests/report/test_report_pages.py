@@ -67,13 +67,14 @@ def test_each_kinds_headline_says_what_it_should(reports: Path) -> None:
     summary = json.loads((reports / "replay" / "summary.json").read_text())
     assert heads["replay"][0].startswith(f"{summary['ok']}/{summary['requests']} ok · TTFT ")
     assert heads["replay"][0].endswith("· simulated engine, 50× real time")
-    base, other = heads["compare"][0], heads["compare"][1]
+    differs, base, other = heads["compare"][:3]
+    assert differs == "What differs: target.engine.num_blocks (8192 → 65536)"  # the knob first
     assert base.startswith("KV cache 8192 blocks (baseline): ")
     assert "virtual time (simulated engine)" in base
     assert other.startswith("KV cache 65536 blocks: ")
-    assert heads["compare"][2].startswith("  KV cache 65536 blocks vs KV cache 8192 blocks: "
+    assert heads["compare"][3].startswith("  KV cache 65536 blocks vs KV cache 8192 blocks: "
                                           "TTFT p50 ")
-    assert "significant" in heads["compare"][2]
+    assert "significant" in heads["compare"][3]
     sweep = heads["sweep"][0]
     assert sweep.startswith("cap: ") and "At TTFT p90 ≤ 5 s: " in sweep
     assert "requests/s offered (arrival.rate, found by search)" in sweep

@@ -120,3 +120,22 @@ def test_editable_install_uses_a_plain_pth_so_setuptools_stays_quiet() -> None:
     plain .pth instead of a meta-path finder and its 'Editable installation' notice."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert project["tool"]["setuptools"]["package-dir"] == {"": "."}
+
+
+def test_html_headers_are_words_and_the_csv_keeps_the_keys() -> None:
+    """Column headers a reader sees are words (``TTFT p50 (ms)``), the exported frame
+    (CSV, JSON) keeps the keys a script reads (``ttft_ms_p50``)."""
+    import pandas as pd
+
+    from workbench.report.tables import header_text, show
+
+    t = show(pd.DataFrame({"ttft_ms_p50": [1.0], "waiting_at_arrival_mean": [2.0],
+                           "hit_rate": [0.5], "requests": [3]}, index=["w0"]), "workers")
+    page = t.html()
+    for words in ("TTFT p50 (ms)", "waiting at arrival (mean)", "hit rate", "requests"):
+        assert f">{words}</th>" in page
+    assert "ttft_ms_p50" not in page and "waiting_at_arrival" not in page
+    assert list(t.frame.columns) == ["ttft_ms_p50", "waiting_at_arrival_mean", "hit_rate",
+                                     "requests"]
+    assert t.payload()["columns"][0] == "ttft_ms_p50"
+    assert header_text("requests_per_worker_max") == "requests per worker (max)"

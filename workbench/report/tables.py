@@ -530,7 +530,9 @@ class Table:
         rows is left out: its caption says why, as a sentence."""
         if self.frame.empty:
             return f'<p class="wb-empty">{html.escape(self.caption or "No rows.")}</p>'
-        styler = self.formatted().style.format(lambda v: html.escape(str(v)))
+        shown = self.formatted()
+        shown.columns = pd.Index([header_text(c) for c in shown.columns])
+        styler = shown.style.format(lambda v: html.escape(str(v)))
         styler = styler.format_index(escape="html", axis=0).format_index(escape="html", axis=1)
         if isinstance(self.frame.index, pd.RangeIndex):
             styler = styler.hide(axis="index")
@@ -552,6 +554,32 @@ class Table:
             "text/plain": self.frame.to_string(),
             TABLE_MIME: self.payload(),
         }
+
+
+#: a metric's column prefix as a reader says it (``ttft_ms_p50`` → ``TTFT p50 (ms)``)
+_METRIC_WORDS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms": "E2E",
+                 "terminal_tail_ms": "terminal tail"}
+_HEADER_WORDS = {
+    "planned_prefix_hit_rate": "planned hit rate", "actual_prefix_hit_rate": "actual hit rate",
+    "hit_rate": "hit rate", "prompt_share": "share of prompt tokens",
+    "actual_hit": "actual hit rate", "planned_hit": "planned hit rate",
+}
+
+
+def header_text(col: Any) -> str:
+    """A column's header in the HTML (the frame, its CSV and JSON keep the key):
+    ``ttft_ms_p90`` → ``TTFT p90 (ms)``, ``waiting_at_arrival_mean`` → ``waiting at
+    arrival (mean)``, ``hit_rate`` → ``hit rate``; other text unchanged."""
+    key = str(col)
+    if key in _HEADER_WORDS:
+        return _HEADER_WORDS[key]
+    for metric, words in _METRIC_WORDS.items():
+        if key.startswith(metric + "_"):
+            return f"{words} {key[len(metric) + 1:].replace('_', ' ')} (ms)"
+    head, _, stat = key.rpartition("_")
+    if head and stat in ("mean", "max", "min", "p50", "p90", "p99"):
+        return f"{head.replace('_', ' ')} ({stat})"
+    return key.replace("_", " ")
 
 
 def show(df: pd.DataFrame, name: str | None = None, *, digits: int = 3,
