@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -106,5 +107,14 @@ def apply(cfg: RunConfig, point: Mapping[str, Any]) -> RunConfig:
 
 
 def label(point: Mapping[str, Any]) -> str:
-    """Short text of a point: ``rate=2, max_concurrency=8``."""
-    return ", ".join(f"{p.rsplit('.', 1)[-1]}={v}" for p, v in point.items())
+    """Short text of a point: ``rate=2, max_concurrency=8``; a float in at most 4
+    significant figures (``rate=2.63``, never ``2.6296296296296293``)."""
+    return ", ".join(f"{p.rsplit('.', 1)[-1]}={_short(v)}" for p, v in point.items())
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, float) and math.isfinite(v):
+        if v == int(v):
+            return str(int(v))
+        return f"{v:.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
+    return str(v)
