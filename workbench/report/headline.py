@@ -250,6 +250,19 @@ def best_sentence(caps: list[Capacity], rounds: float | None = None) -> str:
     return text
 
 
+def capacity_brief(cap: Capacity, rounds: float | None = None) -> str:
+    """A table cell: ``"3.07 req/s sustained (3.59 req/s offered)"``, ``"≥ 5.02 req/s
+    sustained (6 req/s offered; above the range)"``, ``"below the range"``, ``"–"``."""
+    if cap.status == "below":
+        return "below the range"
+    if cap.point is None or cap.axis is None:
+        return "–"
+    at = _load_text(cap.axis, cap.offered, rounds)
+    if cap.status == "above":
+        return f"≥ {sig(cap.sustained)} req/s sustained ({at}; above the range)"
+    return f"{sig(cap.sustained)} req/s sustained ({at})"
+
+
 def _again(cap: Capacity, rounds: float | None) -> str:
     if not cap.again or cap.axis is None:
         return ""

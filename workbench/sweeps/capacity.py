@@ -59,11 +59,12 @@ async def capacity_search_async(
     ``parallel``: virtual-time probes at once, each in a process of its own (default:
     the cores this process may use); live probes run one at a time.
     """
-    base = coerce_config(cfg)
+    path = spec_mod.resolve_path(axis)
+    # searching arrival.rate needs no base rate: the base takes lo
+    base = coerce_config(spec_mod.with_rate(cfg, lo if path == spec_mod.RATE else None))
     slo_obj = SLO.parse(slo)
     if slo_obj is None:
         raise ConfigError("a capacity search needs an slo (e.g. 'ttft_ms:p90<=2000')")
-    path = spec_mod.resolve_path(axis)
     integer = path in INTEGER_AXES or all(
         isinstance(x, int) and not isinstance(x, bool) for x in (lo, hi, tolerance))
     if not 0 < lo < hi:

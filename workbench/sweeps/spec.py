@@ -118,3 +118,29 @@ def _short(v: Any) -> str:
             return str(int(v))
         return f"{v:.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
     return str(v)
+
+
+RATE = "arrival.rate"
+
+
+def swept_rate(points: Sequence[Mapping[str, Any]]) -> Any:
+    """The first point's ``arrival.rate`` when every point sets one (None otherwise): what
+    a base config without a rate of its own takes, so that sweeping the rate needs no base
+    rate (every point replaces it)."""
+    if points and all(RATE in p for p in points):
+        return points[0][RATE]
+    return None
+
+
+def with_rate(cfg: RunConfig | Mapping[str, Any], rate: Any) -> RunConfig | dict[str, Any]:
+    """``cfg`` (a mapping: the config's dict form) with ``arrival.rate`` set to ``rate``
+    when it has none and ``rate`` is not None; a ``RunConfig`` is returned as it is."""
+    if isinstance(cfg, RunConfig) or rate is None:
+        return cfg if isinstance(cfg, RunConfig) else dict(cfg)
+    out = dict(cfg)
+    arrival = out.get("arrival")
+    if arrival is None:
+        out["arrival"] = {"rate": rate}
+    elif isinstance(arrival, Mapping) and arrival.get("rate") is None:
+        out["arrival"] = {**arrival, "rate": rate}
+    return out
