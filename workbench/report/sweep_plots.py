@@ -301,8 +301,8 @@ def _cache(sweeps: dict[str, Sweep]) -> Figure:
     pre_ax.set_xlabel(f"offered load ({xlabel})")
     pre_ax.set_ylabel("preemptions per run (server counter)")
     pre_ax.set_title("Preemptions against load")
-    tops = [np.nanmax(np.asarray(ln.get_ydata(), dtype=float)) for ln in pre_ax.get_lines()
-            if len(ln.get_ydata())]
+    ys = [np.asarray(ln.get_ydata(), dtype=float) for ln in pre_ax.get_lines()]
+    tops = [float(np.nanmax(y)) for y in ys if y.size and np.isfinite(y).any()]
     top = max((t for t in tops if np.isfinite(t)), default=0.0)
     pre_ax.set_ylim(0, max(1.0, top * 1.1))  # counts, from 0
     pre_ax.yaxis.set_major_locator(MaxNLocator(integer=True))

@@ -103,7 +103,7 @@ class Capacity:
         if self.point is None:
             return None
         v = (self.point.get("metrics") or {}).get(THROUGHPUT)
-        return float(v) if _numeric(v) else None
+        return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
     @property
     def offered(self) -> Any:
