@@ -120,10 +120,10 @@ def test_capacity_of_a_search_offered_against_delivered_with_a_warning():
            point(4, 2.75, 1.6, True, 1900), point(5, 4, 1.62, False, 2500)]
     cap = {"value": 2.75, "status": "found", "axis": "arrival.rate", "bracket": [2.75, 4]}
     assert capacity_sentence(sweep(pts, cap), rounds_per_unit=1.0) == (
-        "At TTFT p90 ≤ 2 s: 2.75 requests/s offered (arrival.rate, found by search), "
-        "1.6 req/s delivered. WARNING: the engine delivered 58 % of the offered load "
-        "(below 80 %): it did not keep up (or the run was too short for its ramp-up and "
-        "drain); the capacity it sustained is 1.6 req/s, not 2.75."
+        "At TTFT p90 ≤ 2 s: capacity 1.6 req/s sustained, at 2.75 req/s offered: the "
+        "highest load that held (found by search); it broke at 4 req/s. WARNING: the engine "
+        "delivered 1.6 of the 2.75 req/s offered (58 %): it fell behind, or the run was too "
+        "short for its ramp-up and drain to be negligible."
     )
 
 
@@ -131,20 +131,20 @@ def test_capacity_of_a_grid_in_sessions_when_units_have_rounds():
     pts = [point(0, 8, 9.0, False, 6000), point(1, 1, 6.2, True, 500),
            point(2, 2, 12.1, True, 900), point(3, 4, 20.0, False, 2100)]
     assert capacity_sentence(sweep(pts), rounds_per_unit=6.2) == (
-        "At TTFT p90 ≤ 2 s: 2 sessions/s offered (12.4 req/s; arrival.rate, the highest "
-        "point that held), 12.1 req/s delivered."
+        "At TTFT p90 ≤ 2 s: capacity 12.1 req/s sustained, at 2 sessions/s offered "
+        "(12.4 req/s): the highest load that held; it broke at 4 sessions/s (24.8 req/s)."
     )
 
 
 def test_capacity_when_every_point_held_or_none_did():
     held = [point(0, 1, 1.0, True, 100), point(1, 2, 2.0, True, 200)]
     assert capacity_sentence(sweep(held), rounds_per_unit=1.0) == (
-        "At TTFT p90 ≤ 2 s: the SLO held at every point, up to 2 requests/s offered "
-        "(arrival.rate), 2 req/s delivered: the capacity is above the range.")
+        "At TTFT p90 ≤ 2 s: capacity at least 2 req/s sustained, at 2 req/s offered: the "
+        "SLO held at every point, so the capacity is above the range.")
     broken = [point(0, 1, 1.0, False, 3000), point(1, 2, 2.0, False, 4000)]
     assert capacity_sentence(sweep(broken), rounds_per_unit=1.0) == (
-        "At TTFT p90 ≤ 2 s: the SLO broke at every point, from 1 requests/s offered "
-        "(arrival.rate): the capacity is below the range.")
+        "At TTFT p90 ≤ 2 s: the SLO broke at every point, from 1 req/s offered: the "
+        "capacity is below the range.")
     assert capacity_sentence(Sweep(Path("/x"), {"points": held})) == (
         "No SLO: the sweep has no capacity to state.")
 
@@ -155,8 +155,9 @@ def test_capacity_on_a_concurrency_axis_has_no_offered_rate():
            {**point(2, 1, 1.7, False, 4000), "params": {"arrival.max_concurrency": 16}}]
     cap = {"value": 12, "status": "found", "axis": "arrival.max_concurrency"}
     assert capacity_sentence(sweep(pts, cap, axis="arrival.max_concurrency")) == (
-        "At TTFT p90 ≤ 2 s: arrival.max_concurrency = 12 (found by search), "
-        "1.6 req/s delivered.")
+        "At TTFT p90 ≤ 2 s: capacity 1.6 req/s sustained, at arrival.max_concurrency = 12: "
+        "the highest load that held (found by search); it broke at "
+        "arrival.max_concurrency = 16.")
 
 
 # -- where it is printed ------------------------------------------------------------------
@@ -203,7 +204,9 @@ def test_sweep_figures_draw_in_load_order_and_mark_the_capacity(tmp_path):
     vlines = [ln for ln in ax.get_lines() if ln.get_label() == "capacity (SLO held)"]
     assert vlines and list(vlines[0].get_xdata()) == [cap, cap]
     sentence = capacity_sentence(s)
-    assert sentence.startswith(f"At TTFT p90 ≤ 30 ms: arrival.max_concurrency = {cap} (found")
+    assert sentence.startswith("At TTFT p90 ≤ 30 ms: capacity ")
+    assert f"sustained, at arrival.max_concurrency = {cap}: the highest load that held " \
+        "(found by search)" in sentence
     assert sentence in [t.get_text().replace("\n", " ") for t in fig.texts]
     latency = wb.sweep_plot(s, "latency").axes[0]
     assert any(lab.startswith("capacity: ") for lab in latency.get_legend_handles_labels()[1])
@@ -233,10 +236,13 @@ def test_a_sweep_headline_names_its_points_engine_and_capacity(tmp_path):
     s.manifest["mode"] = "live"
     line = sweep_headline(s, "fast engine")
     assert line.startswith("fast engine: 2 point(s) of arrival.rate 1–2 · simulated engine, "
-                           "20× real time · At TTFT p90 ≤ 2 s: the SLO held at every point")
+                           "20× real time · At TTFT p90 ≤ 2 s: capacity at least 1.2 req/s "
+                           "sustained, at 2 req/s offered: the SLO held at every point")
     head = sweeps_headline({"fast engine": s})
     assert head.lines[0] == line.split(" WARNING: ")[0]  # the warning on a line of its own
-    assert head.lines[1].startswith("WARNING: the engine delivered 60 % of the offered load")
+    assert head.lines[1] == ("WARNING: the engine delivered 1.2 of the 2 req/s offered (60 %): "
+                             "it fell behind, or the run was too short for its ramp-up and "
+                             "drain to be negligible.")  # no second capacity, no threshold
 
 
 def test_a_preset_runs_headline_says_which_preset_and_its_stated_error() -> None:

@@ -201,7 +201,8 @@ def test_sweep_command_grid_and_capacity(tmp_path: Path, capsys: pytest.CaptureF
     assert main([*args, "--capacity", "rate", "--lo", "1", "--hi", "8", "--tolerance", "2",
                  "--slo", SLO_TEXT, "--sweep-id", "c"]) == 0
     out = capsys.readouterr().out
-    assert "capacity: arrival.rate = " in out and "(found" in out
+    assert "search of arrival.rate: found, bracket [" in out  # the capacity: the headline
+    assert "capacity: arrival.rate = " not in out and "found by search" in out
     assert main([*args, "--over", "rate=1", "--slo", "ttft_ms:p90<1"]) == 2
     assert "METRIC:pQ<=LIMIT_MS" in capsys.readouterr().err
 

@@ -191,10 +191,13 @@ _AXIS_FLAGS = {
 }
 
 
-def config_from_args(args: argparse.Namespace, extra: dict[str, Any] | None = None) -> RunConfig:
+def config_from_args(args: argparse.Namespace, extra: dict[str, Any] | None = None,
+                     defaults: dict[str, Any] | None = None) -> RunConfig:
     """The ``--config`` file (if any) with every given flag layered on top; the flags that
     only shape the command's output (``--max-error-rate``, ``--percentiles``) are checked
-    here too, so every setting is checked before the first request."""
+    here too, so every setting is checked before the first request. ``defaults``
+    (``{"section.key": value}``) fill what neither the file nor a flag set (a sweep's
+    first swept rate, so ``--over arrival.rate=...`` needs no ``--rate``)."""
     check_output_flags(args)
     base = RunConfig.from_file(args.config).to_dict() if args.config else {}
     for section, flags in _AXIS_FLAGS.items():
@@ -211,6 +214,10 @@ def config_from_args(args: argparse.Namespace, extra: dict[str, Any] | None = No
     for key, value in (extra or {}).items():
         section, _, name = key.partition(".")
         base.setdefault(section, {})[name] = value
+    for key, value in (defaults or {}).items():
+        section, _, name = key.partition(".")
+        if isinstance(base.setdefault(section, {}), dict):
+            base[section].setdefault(name, value)
     return RunConfig.from_dict(base)
 
 

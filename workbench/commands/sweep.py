@@ -111,12 +111,22 @@ def parse_over(items: list[str]) -> dict[str, list[Any]]:
 
 def run(args: argparse.Namespace) -> int:
     import workbench as wb
+    import workbench.sweeps.spec as spec_mod
     from workbench.errors import ConfigError
 
     extra: dict[str, Any] = {"target.url": args.target} if args.target else {}
     if args.engine:
         extra["target.engine"] = engine_knobs(args.engine)
-    cfg = config_from_args(args, extra)
+    over: Any = None
+    if args.capacity:
+        rate = args.lo if spec_mod.resolve_path(args.capacity) == spec_mod.RATE else None
+    else:
+        if bool(args.over) == bool(args.points):
+            raise ConfigError("give the points: --over PATH=V1,V2 (repeatable) or --points JSON")
+        over = parse_over(args.over) if args.over else _points(args.points)
+        rate = spec_mod.swept_rate(spec_mod.expand(over))
+    # a swept rate needs no --rate: the base config takes the first point's (or --lo)
+    cfg = config_from_args(args, extra, {"arrival.rate": rate} if rate is not None else None)
     common = {"repeats": args.repeats, "virtual": args.virtual, "out_dir": cfg.out_dir or "sweeps",
               "sweep_id": args.sweep_id, "label": args.label,
               "progress": lambda text: print(text, file=sys.stderr, flush=True)}
@@ -133,22 +143,21 @@ def run(args: argparse.Namespace) -> int:
                                     grow=args.grow, max_probes=args.max_probes,
                                     parallel=args.parallel, **common)
     else:
-        if bool(args.over) == bool(args.points):
-            raise ConfigError("give the points: --over PATH=V1,V2 (repeatable) or --points JSON")
-        over = parse_over(args.over) if args.over else _points(args.points)
         result = wb.sweep(cfg, over, slo=slo, stop_margin=args.stop_margin,
                           stop_after=args.stop_after, parallel=args.parallel,
                           serve=serve, gpus=args.gpus, **common)
-    from workbench.report.headline import sweeps_headline
+    from workbench.report.headline import sig, sweeps_headline
 
     print(sweeps_headline({result.label: result}))  # the capacity sentence, on top
     print(_table(result))
     if result.manifest.get("stopped_early"):
         print(f"stopped early: {result.manifest['stopped_early']['reason']}")
-    if result.capacity:
+    if result.capacity:  # the search's bracket; the capacity itself is in the headline
         c = result.capacity
-        print(f"capacity: {c['axis']} = {c['value']} ({c['status']}, bracket {c['bracket']}, "
-              f"tolerance {c['tolerance']})")
+        bracket = ", ".join(sig(v) if v is not None else "–" for v in c["bracket"])
+        print(f"search of {c['axis']}: {c['status']}, bracket [{bracket}] (tolerance "
+              f"{sig(c['tolerance'])}, {len(c.get('probes') or [])} probes in "
+              f"{c.get('rounds', '?')} rounds)")
     if any(p.get("status") == "done" for p in result.points):
         from workbench.report.pareto import best_sentence
 
@@ -188,11 +197,12 @@ def _table(result: Any) -> str:
     df = result.frame
     if df.empty:
         return "(no point finished)"
-    numeric = [a for a in result.axes if a in df and df[a].map(
-        lambda v: isinstance(v, int | float)).all()]
-    if numeric:  # load order, not the order the points ran in (a search probes 1, 40, 20...)
-        df = df.sort_values([*numeric, "point"], kind="stable")
+    from workbench.report.sweep_plots import in_load_order
     from workbench.report.sweep_tables import P90
+
+    # configuration by configuration, each in load order, not in the order the points ran
+    # in (a search probes 1, 40, 20...)
+    df = in_load_order(result)
 
     cols = [*result.axes, *P90, "request_throughput_rps", "actual_prefix_hit_rate"]
     if result.slo:

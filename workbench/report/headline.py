@@ -6,50 +6,39 @@
     · prefix hit 0.815 of 0.817 planned · 7.3 req/s · client OK · SLO met: ... ·
     simulated engine, 20× real time
 
-and ``capacity_sentence(sweep)`` for a sweep ("At TTFT p90 ≤ 2 s: 2.75 requests/s
-offered ..., 1.6 req/s delivered."), with a warning when the engine delivered less
-than ``DELIVERED_WARN_SHARE`` of the offered load. The rules (what each verdict
-means, the thresholds) are in docs/metrics.md, "Headline". The replay, compare and
-sweep reports, the reports index, the CLI's end-of-run output and the panel all
-print these strings, so they say the same thing everywhere.
+and ``capacity_sentence(sweep)`` for a sweep ("At TTFT p90 ≤ 2 s: capacity 1.6 req/s
+sustained, at 2.75 req/s offered: ..."; per configuration when the sweep has several,
+then the best one), with a warning when the engine delivered less than
+``DELIVERED_WARN_SHARE`` of the offered load (``workbench.metrics.wording``). The
+rules (what each verdict means, the thresholds) are in docs/metrics.md, "Headline",
+and docs/sweeps.md, "Capacity". The replay, compare and sweep reports, the reports
+index, the CLI's end-of-run output and the panel all print these strings, so they say
+the same thing everywhere.
 """
 
 from __future__ import annotations
 
 import html
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import workbench.metrics.catalog as catalog
 from workbench.metrics.slo import DEFAULT_MIN_OK
 from workbench.metrics.summary import NON_STREAMING_NOTE, NOT_STREAMED
+from workbench.metrics.wording import DELIVERED_WARN_SHARE as DELIVERED_WARN_SHARE
+from workbench.metrics.wording import capacity_phrase, delivery_warning
+from workbench.metrics.wording import sig as sig
+from workbench.sweeps.groups import RATE_AXIS, Capacity, best, capacities, groups, load_axis
 from workbench.sweeps.store import Sweep
 
 SEP = " · "
 #: a run "meets" its per-request SLO when this share of its requests attained every
 #: bound (failed requests count against): the sweeps' default ``ok>=0.99``
 SLO_MET_SHARE = DEFAULT_MIN_OK
-#: below this share of the offered request rate, a sweep's capacity sentence warns
-DELIVERED_WARN_SHARE = 0.8
 HEADLINE_MIME = "application/vnd.workbench.headline+json"  # render_report reads it (index)
 HEADLINE_STYLE = ("font-size:1.05em;font-weight:600;border-left:4px solid #1f77b4;"
                   "padding:0.3em 0.8em;margin:0.4em 0;background:#f4f8fb")
 METRIC_NAMES = {m.name: m.label for m in catalog.CATALOG}  # the catalog's labels
-RATE_AXIS = "arrival.rate"
-
-
-def sig(v: Any, digits: int = 3) -> str:
-    """``v`` with ``digits`` significant figures; whole numbers (and anything ≥ 10^digits
-    / 10) as integers, no exponent; missing or NaN as a dash."""
-    if v is None or isinstance(v, bool) or not isinstance(v, int | float):
-        return "–"
-    x = float(v)
-    if not math.isfinite(x):
-        return "–"
-    if x == int(x) or abs(x) >= 10 ** (digits - 1):
-        return str(round(x))
-    return f"{x:.{digits}g}"
 
 
 def _triple(stats: Any) -> str:
@@ -169,110 +158,172 @@ def sweep_rounds_per_unit(sweep: Sweep) -> float | None:
     return None
 
 
-def _ordered(sweep: Sweep, axis: str) -> list[Mapping[str, Any]]:
-    """Finished points with a numeric value on ``axis``, in load order."""
-    done = [p for p in sweep.points if p.get("status") == "done"
-            and isinstance((p.get("params") or {}).get(axis), int | float)]
-    return sorted(done, key=lambda p: (p["params"][axis], p["index"]))
-
-
-def capacity_point(sweep: Sweep, axis: str) -> tuple[Mapping[str, Any] | None, str]:
-    """The point the capacity sits at and how it was found ("found by search", "the
-    highest point that held", "above", "below")."""
-    pts = _ordered(sweep, axis)
-    cap = sweep.capacity
-    if cap and cap.get("value") is not None and cap.get("status") == "found":
-        at = [p for p in pts if p["params"][axis] == cap["value"]]
-        return (at[-1] if at else None), "found by search"
-    held = [bool((p.get("slo") or {}).get("held")) for p in pts]
-    if pts and not held[0]:
-        return pts[0], "below"
-    if pts and all(held):
-        return pts[-1], "above"
-    first_broken = held.index(False) if False in held else len(pts)
-    return (pts[first_broken - 1] if first_broken else None), "the highest point that held"
-
-
 def capacity_sentence(sweep: Sweep, rounds_per_unit: float | None = None) -> str:
-    """The capacity in a sentence: the load that held the SLO, offered (the swept axis)
-    against delivered (request throughput measured there), with a warning when the
-    engine delivered under ``DELIVERED_WARN_SHARE`` of the offered request rate.
+    """The capacity in a sentence, per configuration when the sweep has several, then the
+    best configuration: the request rate the engine sustained at the highest load that held
+    the SLO, with that offered load beside it (docs/sweeps.md, "Capacity").
 
     ``rounds_per_unit`` converts ``arrival.rate`` (units/s) to requests/s; None reads
     it from the sweep's first run (``sweep_rounds_per_unit``)."""
+    return " ".join(capacity_lines(sweep, rounds_per_unit))
+
+
+def capacity_lines(sweep: Sweep, rounds: float | None = None) -> list[str]:
+    """``capacity_sentence`` as lines: the opening with the first sentence for a sweep of
+    one configuration; the opening, one line per configuration and the best otherwise."""
+    head, rest = _capacity_lines(sweep, rounds)
+    if len(rest) == 1:
+        return [f"{head} {rest[0]}"]
+    return [head, *rest]
+
+
+def _capacity_lines(sweep: Sweep, rounds: float | None = None) -> tuple[str, list[str]]:
+    """The opening (``"At TTFT p90 ≤ 2 s:"``) and the sentences after it: one for a
+    sweep of one configuration; one per configuration and the best one otherwise."""
     if not any(k.partition(":")[2] for k in (sweep.slo or {})):
-        return "No SLO: the sweep has no capacity to state."
-    axis = (sweep.capacity or {}).get("axis") or (sweep.axes[0] if sweep.axes else "point")
-    point, how = capacity_point(sweep, axis)
-    head = f"At {slo_phrase(sweep.slo)}: "
-    if point is None:
-        return head + "no point finished: no capacity to state."
-    if axis == RATE_AXIS and rounds_per_unit is None:
-        rounds_per_unit = sweep_rounds_per_unit(sweep)
-    value = point["params"][axis]
-    delivered = (point.get("metrics") or {}).get("request_throughput_rps")
-    load = _load_text(axis, value, rounds_per_unit)
-    if how == "below":
-        where = f" ({axis})" if axis == RATE_AXIS else ""
-        return f"{head}the SLO broke at every point, from {load}{where}: the capacity is " \
-               "below the range."
-    if axis == RATE_AXIS:
-        load = f"{load} ({_offered_per(value, rounds_per_unit)}{axis}" + (
-            f", {how})" if how != "above" else ")")
-    elif how != "above":
-        load = f"{load} ({how})"
-    text = (f"the SLO held at every point, up to {load}, {sig(delivered)} req/s delivered: "
-            "the capacity is above the range." if how == "above"
-            else f"{load}, {sig(delivered)} req/s delivered.")
-    offered_rps = value * rounds_per_unit if axis == RATE_AXIS and rounds_per_unit else None
-    return head + text + _delivery_warning(delivered, offered_rps)
+        return "No SLO: the sweep has no capacity to state.", []
+    if load_axis(sweep) == RATE_AXIS and rounds is None:
+        rounds = sweep_rounds_per_unit(sweep)
+    caps = capacities(sweep)
+    head = f"At {slo_phrase(sweep.slo)}"
+    if len(caps) == 1:
+        return f"{head}:", [group_sentence(caps[0], rounds)]
+    lines = [f"{c.label}: {group_sentence(c, rounds)}" for c in caps]
+    return f"{head}, per configuration:", [*lines, best_sentence(caps, rounds)]
 
 
-def _load_text(axis: str, value: float, rounds: float | None) -> str:
+def group_sentence(cap: Capacity, rounds: float | None = None) -> str:
+    """One configuration's capacity: ``"capacity 1.6 req/s sustained, at 2.75 req/s
+    offered: the highest load that held (found by search); it broke at 4 req/s."``"""
+    axis = cap.axis
+    if axis is None:
+        return "no load axis: no capacity to state."
+    if cap.status == "none":
+        return "no point finished: no capacity to state."
+    again = _again(cap, rounds)
+    if cap.status == "below":
+        assert cap.broken is not None
+        low = _load_text(axis, cap.broken["params"][axis], rounds)
+        if again:
+            return (f"the SLO broke at the lowest load, {low}, yet held at a higher one "
+                    f"({again}): not monotone in load, no capacity to state (repeat the "
+                    "points).")
+        return f"the SLO broke at every point, from {low}: the capacity is below the range."
+    value = cap.offered
+    offered_rps = value * rounds if axis == RATE_AXIS and rounds else None
+    phrase = capacity_phrase(cap.sustained, _load_text(axis, value, rounds),
+                             at_least=cap.status == "above")
+    if cap.status == "above":
+        text = f"{phrase}: the SLO held at every point, so the capacity is above the range."
+    else:
+        assert cap.broken is not None
+        how = " (found by search)" if cap.found_by_search else ""
+        text = (f"{phrase}: the highest load that held{how}; it broke at "
+                f"{_load_text(axis, cap.broken['params'][axis], rounds, offered=False)}.")
+        if again:
+            text += (f" It held again at {again}: the verdict is not monotone in load "
+                     "(repeat the points).")
+    return text + delivery_warning(cap.sustained, offered_rps)
+
+
+def best_sentence(caps: list[Capacity], rounds: float | None = None) -> str:
+    """The best configuration by the highest load that held (ties named as ties), with its
+    capacity; a configuration that held at every point of a lower range is named as one
+    whose capacity may be higher."""
+    b = best(caps)
+    if b is None:
+        return "No configuration held the SLO at any load tried."
+    top = b.leaders[0]
+    axis = top.axis or ""
+    if len(b.leaders) == 1:
+        phrase = capacity_phrase(top.sustained, _load_text(axis, top.offered, rounds),
+                                 at_least=top.status == "above")
+        text = f"Best configuration: {top.label}, {phrase}."
+    else:
+        each = ", ".join(f"{c.label} ({sig(c.sustained)} req/s sustained)" for c in b.leaders)
+        text = (f"Best configurations, tied (each held up to "
+                f"{_load_text(axis, top.offered, rounds)}): {each}.")
+    if b.unsure:
+        names = ", ".join(c.label for c in b.unsure)
+        text += (f" {names} held at every point of a lower range: "
+                 f"{'its' if len(b.unsure) == 1 else 'their'} capacity may be higher.")
+    return text
+
+
+def capacity_brief(cap: Capacity, rounds: float | None = None) -> str:
+    """A table cell: ``"3.07 req/s sustained (3.59 req/s offered)"``, ``"≥ 5.02 req/s
+    sustained (6 req/s offered; above the range)"``, ``"below the range"``, ``"–"``."""
+    if cap.status == "below":
+        return "below the range"
+    if cap.point is None or cap.axis is None:
+        return "–"
+    at = _load_text(cap.axis, cap.offered, rounds)
+    if cap.status == "above":
+        return f"≥ {sig(cap.sustained)} req/s sustained ({at}; above the range)"
+    return f"{sig(cap.sustained)} req/s sustained ({at})"
+
+
+def _again(cap: Capacity, rounds: float | None) -> str:
+    if not cap.again or cap.axis is None:
+        return ""
+    axis = cap.axis
+    return ", ".join(_load_text(axis, p["params"][axis], rounds, offered=False)
+                     for p in cap.again)
+
+
+def _load_text(axis: str, value: Any, rounds: float | None, offered: bool = True) -> str:
+    """A load in words: ``"2.75 req/s offered"``, ``"2 sessions/s offered (12.4 req/s)"``
+    for sessions of several rounds, ``"arrival.max_concurrency = 12"``."""
     if axis != RATE_AXIS:
         return f"{axis} = {sig(value)}"
-    unit = "sessions" if rounds and rounds > 1 else "requests"
-    return f"{sig(value)} {unit}/s offered"
-
-
-def _offered_per(value: float, rounds: float | None) -> str:
-    return f"{sig(value * rounds)} req/s; " if rounds and rounds > 1 else ""
-
-
-def _delivery_warning(delivered: Any, offered_rps: float | None) -> str:
-    if not isinstance(delivered, int | float) or not offered_rps:
-        return ""
-    share = delivered / offered_rps
-    if share >= DELIVERED_WARN_SHARE:
-        return ""
-    return (f" WARNING: the engine delivered {share * 100:.0f} % of the offered load (below "
-            f"{DELIVERED_WARN_SHARE * 100:.0f} %): it did not keep up (or the run was too "
-            f"short for its ramp-up and drain); the capacity it sustained is {sig(delivered)} "
-            f"req/s, not {sig(offered_rps)}.")
+    if rounds and rounds > 1:
+        text = f"{sig(value)} sessions/s"
+        per = f" ({sig(value * rounds)} req/s)"
+    else:
+        text, per = f"{sig(value)} req/s", ""
+    return f"{text} offered{per}" if offered else text + per
 
 
 def sweeps_headline(sweeps: Mapping[str, Sweep]) -> Headline:
-    """The sweep report's headline: one ``sweep_headline`` per sweep, by its label, its
-    warning (delivered far below offered) on a line of its own."""
+    """The sweep report's headline: per sweep, by its label, what varied and the capacity
+    (a line per configuration when there are several, then the best one), each warning
+    (delivered far below offered) on a line of its own."""
     lines = []
     for label, sweep in sweeps.items():
-        head, warn, rest = sweep_headline(sweep, label).partition(" WARNING: ")
-        lines += [head, f"WARNING: {rest}" if warn else ""]
+        for line in sweep_headline_lines(sweep, label):
+            head, warn, rest = line.partition(" WARNING: ")
+            lines += [head, f"WARNING: {rest}" if warn else ""]
     return Headline(lines)
 
 
-def sweep_headline(sweep: Sweep, label: str | None = None) -> str:
-    """One line for a sweep: what varied over which values, in which mode, then the
-    capacity sentence."""
-    axis = sweep.axes[0] if sweep.axes else "point"
-    values = [p["params"][axis] for p in _ordered(sweep, axis)]
-    done = len(values)
+def sweep_headline_lines(sweep: Sweep, label: str | None = None) -> list[str]:
+    """What varied over which values, in which mode, then the capacity: one line for a
+    sweep of one configuration; the opening, a line per configuration and the best
+    configuration otherwise."""
+    axis = load_axis(sweep) or "point"
+    gs = groups(sweep)
+    values = [p["params"][axis] for g in gs for p in g.points if axis in p["params"]]
+    done = sum(1 for p in sweep.points if p.get("status") == "done")
     span = "" if not values else f" {sig(values[0])}" if len(set(values)) == 1 else (
         f" {sig(min(values))}–{sig(max(values))}")
+    configs = "" if len(gs) < 2 else (
+        f", {len(gs)} configurations ({', '.join(_short(a) for a in sweep.axes if a != axis)})")
     m = sweep.manifest
     mode = engine_note({"mode": m.get("mode"), "config": m.get("base_config")}) or "live"
-    return (f"{label or sweep.label}: {done} point(s) of {axis}{span} · {mode} · "
-            f"{capacity_sentence(sweep)}")
+    head, rest = _capacity_lines(sweep)
+    first = f"{label or sweep.label}: {done} point(s) of {axis}{span}{configs} · {mode} · {head}"
+    if len(gs) < 2:
+        return [" ".join([first, *rest])]
+    return [first, *rest]
+
+
+def sweep_headline(sweep: Sweep, label: str | None = None) -> str:
+    """``sweep_headline_lines`` as one line."""
+    return " ".join(sweep_headline_lines(sweep, label))
+
+
+def _short(axis: str) -> str:
+    return axis.rsplit(".", 1)[-1]
 
 
 # -- display ---------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ GPU count when it is known), y what one user sees while its answer streams
 (``1000 / mean TPOT``: output tokens per second of one stream). A configuration is
 on the frontier when no other point is at least as good on both and better on one.
 ``best_sentence`` names the point with the highest per-instance (per-GPU)
-throughput among those that held the SLO (docs/sweeps.md, "Pareto").
+throughput among those that held the SLO ("Highest throughput under ...";
+docs/sweeps.md, "Pareto").
 """
 
 from __future__ import annotations
@@ -77,17 +78,20 @@ def best_row(sweep: Sweep, gpus: int | None = None) -> pd.Series | None:
 
 
 def best_sentence(sweep: Sweep, gpus: int | None = None) -> str:
-    """One sentence: the best configuration under the SLO and what it delivers."""
+    """One sentence: the point (server × client configuration) with the highest
+    per-instance throughput under the SLO and what it delivers. Not "the best
+    configuration": that is the one that held up to the highest load
+    (``headline.capacity_sentence``), which this point need not be alone in."""
     n = gpus_of(sweep, gpus)
     row = best_row(sweep, gpus)
     slo = sweep.manifest.get("slo_text") or "the SLO"
     if row is None:
         if sweep.slo:
-            return f"No configuration held {slo}."
+            return f"No point held {slo}."
         return "No point finished."
     per_gpu = f" ({row[PER_GPU]:.4g} per GPU of {n})" if n else ""
-    under = f"under {slo}" if sweep.slo else "(no SLO given: the highest throughput)"
-    return (f"Best configuration {under}: {row['label']} — {row[PER_INSTANCE]:.4g} output "
+    under = f"under {slo}" if sweep.slo else "(no SLO given)"
+    return (f"Highest throughput {under}: {row['label']} — {row[PER_INSTANCE]:.4g} output "
             f"tokens/s per instance{per_gpu} at {row[PER_USER]:.4g} tokens/s per user.")
 
 

@@ -10,16 +10,17 @@ the same axes. Kinds:
 - ``goodput``: delivered throughput and goodput (requests/s within every SLO
   bound) against the offered load (the swept axis), with the offered request rate
   as a grey line when the axis is ``arrival.rate`` — so delivered below offered is
-  seen, not hidden — and the capacity as a dashed vertical line, stated in the
-  title (``headline.capacity_sentence``);
+  seen, not hidden — and each configuration's capacity as a dashed vertical line,
+  stated under the figure (``headline.capacity_sentence``);
 - ``cache``: prefix-cache hit rate and preemptions against the offered load;
 - ``pareto``: output tokens/s per user against per instance (per GPU with
   ``gpus=``), points labelled by configuration, the frontier drawn
   (``workbench.report.pareto``).
 
-Every line is drawn in load order (sorted by the swept value, not in the order the
-points ran: a capacity search probes 1, 40, 20, 30, 25, 27), and each sweep keeps one
-colour across every panel.
+A sweep of several configurations (server parameters ``serve.*``, any axis but the
+load: ``workbench.sweeps.groups``) draws one line per configuration. Every line is drawn
+in load order (sorted by the swept value, not in the order the points ran: a capacity
+search probes 1, 40, 20, 30, 25, 27), and each line keeps one colour across every panel.
 
 The knee is the Kneedle point of the curve (docs/sweeps.md): x and y scaled to
 [0, 1], the point farthest above the diagonal of a convex increasing curve —
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from os import PathLike
 from typing import Any
 
@@ -38,12 +40,15 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+import workbench.sweeps.groups as groups_mod
 from workbench.metrics.catalog import SCALAR_LATENCY
+from workbench.metrics.wording import sig
 from workbench.report.plots import LATENCY_NAMES, _new
 from workbench.sweeps.store import Sweep, load_sweep
 
 SWEEP_KINDS = ("latency", "goodput", "cache", "pareto")
-THROUGHPUT = "request_throughput_rps"
+THROUGHPUT = groups_mod.THROUGHPUT
+RATE_AXIS = groups_mod.RATE_AXIS
 
 
 def as_sweeps(data: Any) -> dict[str, Sweep]:
@@ -79,37 +84,63 @@ def knee(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> in
     return int(idx[best]) if diff[best] > 0 else None
 
 
-def load_axis(sweep: Sweep) -> tuple[str, pd.Series]:
-    """The offered-load axis: the swept field's values when there is one numeric axis."""
+def load_axis(sweep: Sweep) -> str:
+    """The offered-load axis (``workbench.sweeps.groups.load_axis``); ``point`` when the
+    sweep varies no load (only the server's parameters)."""
+    return groups_mod.load_axis(sweep) or "point"
+
+
+@dataclass
+class Curve:
+    """One configuration of a sweep: its label ("" when the sweep has one), its rows of
+    ``sweep.frame`` in load order, and its capacity (None without an SLO)."""
+
+    label: str
+    frame: pd.DataFrame
+    capacity: groups_mod.Capacity | None
+
+
+def curves(sweep: Sweep) -> list[Curve]:
+    """A curve per configuration (server parameters and every non-load axis), in the
+    order the sweep listed them, each in load order."""
     df = sweep.frame
-    axes = [a for a in sweep.axes if a in df and pd.api.types.is_numeric_dtype(df[a])]
-    if len(axes) == 1:
-        return axes[0], df[axes[0]]
-    return "point", df["point"]
+    gs = groups_mod.groups(sweep)
+    caps = groups_mod.capacities(sweep) if sweep.slo else [None] * len(gs)
+    out = []
+    for g, cap in zip(gs, caps, strict=True):
+        order = [p["index"] for p in g.points]
+        rows = (df.set_index("point", drop=False).loc[order].reset_index(drop=True)
+                if order and not df.empty else df.iloc[0:0])
+        out.append(Curve(g.label if len(gs) > 1 else "", rows, cap))
+    return out
 
 
 def in_load_order(sweep: Sweep) -> pd.DataFrame:
-    """``sweep.frame`` sorted by the offered-load axis (ties: point order)."""
+    """``sweep.frame`` configuration by configuration, each in load order (sorted by the
+    offered-load axis, ties by point order); points without a numeric load last."""
     df = sweep.frame
     if df.empty:
         return df
-    axis, _ = load_axis(sweep)
-    return df.sort_values([axis, "point"] if axis != "point" else ["point"], kind="stable")
+    parts = [c.frame for c in curves(sweep)]
+    seen = {int(i) for part in parts for i in part["point"]}
+    parts.append(df[~df["point"].isin(seen)])
+    return pd.concat([p for p in parts if not p.empty], ignore_index=True)
 
 
-def capacity_row(sweep: Sweep, df: pd.DataFrame) -> pd.Series | None:
-    """The row of ``df`` (in load order) at the sweep's capacity: the search's found
-    value, or the highest point that held before the first broken one (none when the
-    first point broke or the sweep has no SLO)."""
-    from workbench.report.headline import capacity_point
+def _names(sweeps: dict[str, Sweep], label: str, curve: Curve) -> str:
+    """The legend prefix of a curve: the sweep's label when several are drawn, the
+    configuration's when the sweep has several; ``""`` for one of each."""
+    parts = [label] if len(sweeps) > 1 else []
+    parts += [curve.label] if curve.label else []
+    return ": ".join(parts)
 
-    if df.empty or not sweep.slo:
+
+def _cap_row(curve: Curve) -> pd.Series | None:
+    """The row of ``curve`` at its capacity (none when it broke at the lowest load)."""
+    cap = curve.capacity
+    if cap is None or cap.point is None:
         return None
-    axis, _ = load_axis(sweep)
-    point, how = capacity_point(sweep, axis) if axis != "point" else (None, "")
-    if point is None or how == "below":
-        return None
-    rows = df[df["point"] == point["index"]]
+    rows = curve.frame[curve.frame["point"] == cap.point["index"]]
     return rows.iloc[0] if len(rows) else None
 
 
@@ -139,33 +170,39 @@ def _latency(sweeps: dict[str, Sweep], stat: str | None = None,
              metrics: Sequence[str] = SCALAR_LATENCY) -> Figure:
     fig, axes = _new(len(metrics), size=(4.6, 3.6))
     for ax, metric in zip(axes, metrics, strict=True):
-        for i, (label, sweep) in enumerate(sweeps.items()):
-            df = in_load_order(sweep)
-            if df.empty:
-                continue
+        k = 0  # a colour per curve, the same in every panel
+        for label, sweep in sweeps.items():
             bound = _slo_bound(sweep, metric)
             # stat None: the SLO's own percentile for a bounded metric, p90 otherwise
             col = bound[0] if bound and stat is None else f"{metric}_{stat or 'p90'}"
-            if col not in df:
-                continue
-            color = f"C{i}"
-            x = df[THROUGHPUT].to_numpy(dtype=float)
-            y = df[col].to_numpy(dtype=float)
-            ax.errorbar(x, y, yerr=_errorbars(df, col), marker="o", ms=4, capsize=3,
-                        color=color,
-                        label=f"{label}: {_short(col)}" if len(sweeps) > 1 else _short(col))
-            if np.nanmax(y) > 50 * max(np.nanmin(y), 1e-9):
-                ax.set_yscale("log")
-            k = knee(x, y)
-            if k is not None:
-                ax.plot([x[k]], [y[k]], marker="*", ms=14, color=color, ls="none",
-                        label=f"knee: {x[k]:.3g} req/s")
-            cap = capacity_row(sweep, df)
-            if cap is not None and col in cap:
-                ax.plot([cap[THROUGHPUT]], [cap[col]], marker="D", ms=9, mfc="none", mew=2,
-                        color=color, ls="none", label=f"capacity: {cap[THROUGHPUT]:.3g} req/s")
-            if bound:
-                ax.axhline(bound[1], color=color, ls="--", lw=1,
+            drawn = None
+            many = len(curves(sweep)) > 1
+            for curve in curves(sweep):
+                df = curve.frame
+                color = f"C{k}"
+                k += 1
+                if df.empty or col not in df:
+                    continue
+                drawn = drawn or color
+                name = _names(sweeps, label, curve)
+                x = df[THROUGHPUT].to_numpy(dtype=float)
+                y = df[col].to_numpy(dtype=float)
+                ax.errorbar(x, y, yerr=_errorbars(df, col), marker="o", ms=4, capsize=3,
+                            color=color,
+                            label=f"{name}: {_short(col)}" if name else _short(col))
+                if np.nanmax(y) > 50 * max(np.nanmin(y), 1e-9):
+                    ax.set_yscale("log")
+                kn = knee(x, y)
+                if kn is not None:
+                    ax.plot([x[kn]], [y[kn]], marker="*", ms=14, color=color, ls="none",
+                            label=f"knee: {sig(x[kn])} req/s")
+                cap = _cap_row(curve)
+                if cap is not None and col in cap:
+                    ax.plot([cap[THROUGHPUT]], [cap[col]], marker="D", ms=9, mfc="none",
+                            mew=2, color=color, ls="none",
+                            label=f"capacity: {sig(cap[THROUGHPUT])} req/s sustained")
+            if bound and drawn:
+                ax.axhline(bound[1], color="0.35" if many else drawn, ls="--", lw=1,
                            label=f"SLO {_short(bound[0])} ≤ {bound[1]:g} ms")
         ax.set_xlabel("delivered throughput (requests/s)")
         ax.set_ylabel(f"{LATENCY_NAMES.get(metric, metric)} (ms)")
@@ -176,36 +213,47 @@ def _latency(sweeps: dict[str, Sweep], stat: str | None = None,
 
 
 def _goodput(sweeps: dict[str, Sweep]) -> Figure:
-    from workbench.report.headline import RATE_AXIS, capacity_sentence, sweep_rounds_per_unit
+    from workbench.report.headline import capacity_lines, sweep_rounds_per_unit
 
     fig, (ax,) = _new(1, size=(7.0, 4.2))
     xlabel = "point"
     notes: list[str] = []
-    for i, (label, sweep) in enumerate(sweeps.items()):
-        df = in_load_order(sweep)
-        if df.empty:
-            continue
-        xlabel, x = load_axis(sweep)
-        x = df[xlabel]
-        color = f"C{i}"
-        name = f"{label}: " if len(sweeps) > 1 else ""
-        ax.plot(x, df[THROUGHPUT], marker="o", ms=4, color=color, ls=":",
-                label=f"{name}delivered")
-        if "goodput_rps" in df:
-            ax.errorbar(x, df["goodput_rps"], yerr=_errorbars(df, "goodput_rps"), marker="s",
-                        ms=4, capsize=3, color=color, label=f"{name}goodput (within SLO)")
+    k = 0
+    for label, sweep in sweeps.items():
+        xlabel = load_axis(sweep)
         rounds = sweep_rounds_per_unit(sweep) if xlabel == RATE_AXIS else None
-        if rounds:
-            ax.plot(x, x * rounds, color="0.55", lw=1, ls="-", zorder=0,
-                    label=f"{name}offered" if len(sweeps) > 1 or not notes else None)
-        cap = capacity_row(sweep, df)
-        if cap is not None:
-            ax.axvline(cap[xlabel], color=color, ls="--", lw=1,
-                       label=f"{name}capacity (SLO held)")
-            ax.annotate(f"{cap[THROUGHPUT]:.3g} req/s delivered",
-                        (cap[xlabel], cap[THROUGHPUT]), xytext=(6, -14),
-                        textcoords="offset points", fontsize=8, color=color)
-        notes.append(f"{name}{capacity_sentence(sweep, rounds)}" if sweep.slo else "")
+        offered: set[float] = set()
+        for curve in curves(sweep):
+            df = curve.frame
+            color = f"C{k}"
+            k += 1
+            if df.empty:
+                continue
+            x = df[xlabel]
+            offered.update(float(v) for v in x)
+            name = _names(sweeps, label, curve)
+            name = f"{name}: " if name else ""
+            ax.plot(x, df[THROUGHPUT], marker="o", ms=4, color=color, ls=":",
+                    label=f"{name}delivered")
+            if "goodput_rps" in df:
+                ax.errorbar(x, df["goodput_rps"], yerr=_errorbars(df, "goodput_rps"),
+                            marker="s", ms=4, capsize=3, color=color,
+                            label=f"{name}goodput (within SLO)")
+            cap = _cap_row(curve)
+            if cap is not None:
+                ax.axvline(cap[xlabel], color=color, ls="--", lw=1,
+                           label=f"{name}capacity (SLO held)")
+                ax.annotate(f"{sig(cap[THROUGHPUT])} req/s sustained",
+                            (cap[xlabel], cap[THROUGHPUT]), xytext=(6, -14),
+                            textcoords="offset points", fontsize=8, color=color)
+        if rounds and offered:
+            xs = np.array(sorted(offered))
+            ax.plot(xs, xs * rounds, color="0.55", lw=1, ls="-", zorder=0,
+                    label=f"{label}: offered" if len(sweeps) > 1 else "offered")
+        if sweep.slo:
+            lines = capacity_lines(sweep, rounds)
+            lines[0] = (f"{label}: " if len(sweeps) > 1 else "") + lines[0]
+            notes += lines
     ax.set_xlabel(f"offered load ({xlabel})")
     ax.set_ylabel("requests/s")
     ax.set_title("Delivered throughput and goodput against offered load")
@@ -221,24 +269,30 @@ def _goodput(sweeps: dict[str, Sweep]) -> Figure:
 def _cache(sweeps: dict[str, Sweep]) -> Figure:
     fig, (hit_ax, pre_ax) = _new(2, size=(4.8, 3.6))
     xlabel = "point"
-    for i, (label, sweep) in enumerate(sweeps.items()):
-        df = in_load_order(sweep)
-        if df.empty:
-            continue
-        xlabel, _ = load_axis(sweep)
-        x = df[xlabel]
-        color = f"C{i}"
-        name = f"{label}: " if len(sweeps) > 1 else ""
-        hit_ax.plot(x, df["actual_prefix_hit_rate"], marker="o", ms=4, color=color,
-                    label=f"{name}actual")
-        if df["server_prefix_hit_rate"].notna().any():
-            hit_ax.plot(x, df["server_prefix_hit_rate"], marker="x", ls="--", color=color,
-                        label=f"{name}server")
-        if df["planned_prefix_hit_rate"].notna().any():
-            hit_ax.plot(x, df["planned_prefix_hit_rate"], ls=":", color=color,
-                        label=f"{name}planned")
-        pre = pd.to_numeric(df["preemptions"], errors="coerce")
-        pre_ax.plot(x, pre, marker="o", ms=4, color=color, label=label if len(sweeps) > 1 else None)
+    k = 0
+    several = len(sweeps) > 1
+    for label, sweep in sweeps.items():
+        xlabel = load_axis(sweep)
+        for curve in curves(sweep):
+            df = curve.frame
+            color = f"C{k}"
+            k += 1
+            if df.empty:
+                continue
+            several = several or bool(curve.label)
+            x = df[xlabel]
+            full = _names(sweeps, label, curve)
+            name = f"{full}: " if full else ""
+            hit_ax.plot(x, df["actual_prefix_hit_rate"], marker="o", ms=4, color=color,
+                        label=f"{name}actual")
+            if df["server_prefix_hit_rate"].notna().any():
+                hit_ax.plot(x, df["server_prefix_hit_rate"], marker="x", ls="--", color=color,
+                            label=f"{name}server")
+            if df["planned_prefix_hit_rate"].notna().any():
+                hit_ax.plot(x, df["planned_prefix_hit_rate"], ls=":", color=color,
+                            label=f"{name}planned")
+            pre = pd.to_numeric(df["preemptions"], errors="coerce")
+            pre_ax.plot(x, pre, marker="o", ms=4, color=color, label=full or None)
     hit_ax.set_xlabel(f"offered load ({xlabel})")
     hit_ax.set_ylabel("hit rate (fraction of prompt tokens)")
     hit_ax.set_ylim(0, 1)
@@ -247,10 +301,12 @@ def _cache(sweeps: dict[str, Sweep]) -> Figure:
     pre_ax.set_xlabel(f"offered load ({xlabel})")
     pre_ax.set_ylabel("preemptions per run (server counter)")
     pre_ax.set_title("Preemptions against load")
-    top = float(np.nanmax(pre_ax.get_lines()[0].get_ydata())) if pre_ax.get_lines() else 0.0
-    pre_ax.set_ylim(0, max(1.0, (top if np.isfinite(top) else 0.0) * 1.1))  # counts, from 0
+    ys = [np.asarray(ln.get_ydata(), dtype=float) for ln in pre_ax.get_lines()]
+    tops = [float(np.nanmax(y)) for y in ys if y.size and np.isfinite(y).any()]
+    top = max((t for t in tops if np.isfinite(t)), default=0.0)
+    pre_ax.set_ylim(0, max(1.0, top * 1.1))  # counts, from 0
     pre_ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    if len(sweeps) > 1:
+    if several:
         pre_ax.legend(fontsize=7)
     return fig
 

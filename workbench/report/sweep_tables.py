@@ -51,14 +51,29 @@ def sweeps_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
             "status": m.get("status"),
             "points done": sum(1 for p in points if p.get("status") == "done"),
             "points skipped": sum(1 for p in points if p.get("status") == "skipped"),
-            "capacity (axis value)": sig(cap.get("value")) if cap and cap.get("value") is not None
-            else None,
-            "capacity status": cap.get("status") if cap else None,
+            "capacity": _capacity_cell(s),
+            "search": f"{cap.get('status')}, bracket "
+                      f"[{', '.join(sig(v) for v in cap.get('bracket') or [])}]" if cap else None,
         }
     df = pd.DataFrame.from_dict(rows, orient="index").T  # a column per sweep: fits a page
     df.index.name = "sweep"
     df.attrs["name"] = "sweeps"
     return df
+
+
+def _capacity_cell(sweep: Sweep) -> str | None:
+    """Each configuration's capacity in brief (``headline.capacity_brief``), by its label
+    when the sweep has several; None without an SLO."""
+    from workbench.report.headline import capacity_brief, sweep_rounds_per_unit
+    from workbench.sweeps.groups import RATE_AXIS, capacities, load_axis
+
+    if not sweep.slo:
+        return None
+    rounds = sweep_rounds_per_unit(sweep) if load_axis(sweep) == RATE_AXIS else None
+    caps = capacities(sweep)
+    if len(caps) == 1:
+        return capacity_brief(caps[0], rounds)
+    return "; ".join(f"{c.label}: {capacity_brief(c, rounds)}" for c in caps)
 
 
 def points_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:

@@ -11,11 +11,13 @@ Every probe is an ordinary sweep point with its run directories, kept as
 evidence in the sweep manifest. Assumes the SLO verdict is monotone in the
 axis (more load never makes latency better), which is what a capacity means.
 An integer axis (``max_concurrency``, or integer ``lo``/``hi``/``tolerance``)
-is searched on integers.
+is searched on integers; a float probe is rounded to a decimal grid of at most a tenth
+of the tolerance (``probe_digits``).
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -57,11 +59,12 @@ async def capacity_search_async(
     ``parallel``: virtual-time probes at once, each in a process of its own (default:
     the cores this process may use); live probes run one at a time.
     """
-    base = coerce_config(cfg)
+    path = spec_mod.resolve_path(axis)
+    # searching arrival.rate needs no base rate: the base takes lo
+    base = coerce_config(spec_mod.with_rate(cfg, lo if path == spec_mod.RATE else None))
     slo_obj = SLO.parse(slo)
     if slo_obj is None:
         raise ConfigError("a capacity search needs an slo (e.g. 'ttft_ms:p90<=2000')")
-    path = spec_mod.resolve_path(axis)
     integer = path in INTEGER_AXES or all(
         isinstance(x, int) and not isinstance(x, bool) for x in (lo, hi, tolerance))
     if not 0 < lo < hi:
@@ -104,6 +107,7 @@ async def _search(held: Any, lo: float, hi: float, tol: float, grow: float, max_
     once; 1: bisection). The verdicts of a round are read in order: the bracket becomes
     [last held before the first broken, first broken]."""
     rounds = 1
+    digits = None if integer else probe_digits(tol)
     first = [lo, hi] if width > 1 else [lo]  # (max_probes >= 2: checked by the caller)
     verdicts = await held(first)
     n = len(first)
@@ -114,7 +118,7 @@ async def _search(held: Any, lo: float, hi: float, tol: float, grow: float, max_
     bad: float | None = None
     if len(first) == 2:
         good, bad = (hi, None) if verdicts[1] else (lo, hi)
-        probe = _grown(hi, grow, integer)
+        probe = _grown(hi, grow, integer, digits)
     else:
         probe = hi
     while bad is None:
@@ -122,14 +126,14 @@ async def _search(held: Any, lo: float, hi: float, tol: float, grow: float, max_
             return _above(good, n, rounds)
         values = [probe]
         while len(values) < min(width, max_probes - n):
-            values.append(_grown(values[-1], grow, integer))
+            values.append(_grown(values[-1], grow, integer, digits))
         rounds += 1
         n += len(values)
         good, bad = _cut(good, None, values, await held(values))
-        probe = _grown(values[-1], grow, integer)
+        probe = _grown(values[-1], grow, integer, digits)
     while bad - good > tol and n < max_probes:
         k = min(width, max_probes - n)
-        values = _inner(good, bad, k, integer)
+        values = _inner(good, bad, k, integer, digits)
         if not values:
             break
         rounds += 1
@@ -140,8 +144,10 @@ async def _search(held: Any, lo: float, hi: float, tol: float, grow: float, max_
     return {"value": good, "status": status, "bracket": [good, bad], "rounds": rounds}
 
 
-def _grown(value: float, grow: float, integer: bool) -> float:
-    return int(value * grow) if integer else value * grow
+def _grown(value: float, grow: float, integer: bool, digits: int | None = None) -> float:
+    if integer:
+        return int(value * grow)
+    return value * grow if digits is None else round(value * grow, digits)
 
 
 def _above(good: float, n: int, rounds: int) -> dict[str, Any]:
@@ -149,14 +155,24 @@ def _above(good: float, n: int, rounds: int) -> dict[str, Any]:
             "note": f"the SLO still held at {good} after {n} probes", "rounds": rounds}
 
 
-def _inner(good: float, bad: float, k: int, integer: bool) -> list[float]:
-    """``k`` points cutting (good, bad) into equal parts (integers: distinct, inside)."""
+def _inner(good: float, bad: float, k: int, integer: bool,
+           digits: int | None = None) -> list[float]:
+    """``k`` points cutting (good, bad) into equal parts (integers: distinct, inside; floats:
+    rounded to ``digits`` decimals, distinct, inside)."""
     pts: list[float]
     if integer:
         pts = sorted({int((good * (k + 1 - i) + bad * i) // (k + 1)) for i in range(1, k + 1)})
     else:
         pts = [(good * (k + 1 - i) + bad * i) / (k + 1) for i in range(1, k + 1)]
+        if digits is not None:
+            pts = sorted({round(p, digits) for p in pts})
     return [p for p in pts if good < p < bad]
+
+
+def probe_digits(tolerance: float) -> int:
+    """Decimals a float probe is rounded to: a grid no coarser than a tenth of the
+    tolerance (0.5: 2 decimals, so a probe is 2.63, not 2.6296296296296293)."""
+    return -math.floor(math.log10(tolerance / 10))
 
 
 def _cut(good: float, bad: float | None, values: list[float],

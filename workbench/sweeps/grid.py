@@ -64,13 +64,14 @@ async def sweep_async(
     where it answers); a point its server could not serve is ``failed``. ``gpus``: GPUs
     per instance, recorded for the Pareto plot's per-GPU throughput.
     """
-    base = coerce_config(cfg)
+    points = spec_mod.expand(over)
+    # sweeping arrival.rate needs no base rate: the base takes the first point's
+    base = coerce_config(spec_mod.with_rate(cfg, spec_mod.swept_rate(points)))
     slo_obj = SLO.parse(slo)
     if stop_margin is not None and (slo_obj is None or stop_margin < 0):
         raise ConfigError("stop_margin needs an slo and must be >= 0")
     if stop_after < 1:
         raise ConfigError(f"stop_after must be >= 1, got {stop_after}")
-    points = spec_mod.expand(over)
     extra: dict[str, Any] = {}
     if serve is not None:
         points = _serve_points(base, serve, points, stop_margin, virtual)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -106,5 +107,40 @@ def apply(cfg: RunConfig, point: Mapping[str, Any]) -> RunConfig:
 
 
 def label(point: Mapping[str, Any]) -> str:
-    """Short text of a point: ``rate=2, max_concurrency=8``."""
-    return ", ".join(f"{p.rsplit('.', 1)[-1]}={v}" for p, v in point.items())
+    """Short text of a point: ``rate=2, max_concurrency=8``; a float in at most 4
+    significant figures (``rate=2.63``, never ``2.6296296296296293``)."""
+    return ", ".join(f"{p.rsplit('.', 1)[-1]}={_short(v)}" for p, v in point.items())
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, float) and math.isfinite(v):
+        if v == int(v):
+            return str(int(v))
+        return f"{v:.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
+    return str(v)
+
+
+RATE = "arrival.rate"
+
+
+def swept_rate(points: Sequence[Mapping[str, Any]]) -> Any:
+    """The first point's ``arrival.rate`` when every point sets one (None otherwise): what
+    a base config without a rate of its own takes, so that sweeping the rate needs no base
+    rate (every point replaces it)."""
+    if points and all(RATE in p for p in points):
+        return points[0][RATE]
+    return None
+
+
+def with_rate(cfg: RunConfig | Mapping[str, Any], rate: Any) -> RunConfig | dict[str, Any]:
+    """``cfg`` (a mapping: the config's dict form) with ``arrival.rate`` set to ``rate``
+    when it has none and ``rate`` is not None; a ``RunConfig`` is returned as it is."""
+    if isinstance(cfg, RunConfig) or rate is None:
+        return cfg if isinstance(cfg, RunConfig) else dict(cfg)
+    out = dict(cfg)
+    arrival = out.get("arrival")
+    if arrival is None:
+        out["arrival"] = {"rate": rate}
+    elif isinstance(arrival, Mapping) and arrival.get("rate") is None:
+        out["arrival"] = {**arrival, "rate": rate}
+    return out

@@ -1,0 +1,166 @@
+"""A sweep's points by configuration, and the capacity of each configuration.
+
+A sweep varies a *load* axis (``arrival.rate``, else ``arrival.max_concurrency``, else
+a capacity search's axis) and may vary others: the server's parameters (``serve.*``)
+and any non-load field (``engine.max_num_seqs``, ``arrival.tool_wait_scale``). Every
+combination of the other axes' values is one *configuration*; its points in load order
+are one curve, and it has one capacity: the request rate the engine sustained at the
+highest load that held the SLO, no point at or below it having broken (docs/sweeps.md,
+"Configurations" and "Capacity").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import workbench.sweeps.spec as spec_mod
+from workbench.sweeps.serve import SERVE_PREFIX
+from workbench.sweeps.store import Sweep
+
+#: axes that are load, in the order one is chosen as a sweep's load axis
+LOAD_AXES = ("arrival.rate", "arrival.max_concurrency")
+RATE_AXIS = "arrival.rate"
+THROUGHPUT = "request_throughput_rps"
+
+
+def load_axis_of(axes: Sequence[str], capacity: Mapping[str, Any] | None = None) -> str | None:
+    """The load axis: a capacity search's axis; else ``arrival.rate``, else
+    ``arrival.max_concurrency``; else the one axis; else the last (fastest-varying) axis
+    that is not the server's. A server parameter (``serve.*``) is never load: None when
+    nothing else varies."""
+    if capacity and capacity.get("axis"):
+        return str(capacity["axis"])
+    for axis in LOAD_AXES:
+        if axis in axes:
+            return axis
+    client = [a for a in axes if not a.startswith(SERVE_PREFIX)]
+    return client[-1] if client else None
+
+
+def _numeric(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+@dataclass
+class Group:
+    """One configuration: the values of every axis but the load, and its finished points
+    in load order (ties: point index)."""
+
+    params: dict[str, Any]
+    points: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return spec_mod.label(self.params)
+
+
+def load_axis(sweep: Sweep) -> str | None:
+    return load_axis_of(sweep.axes, sweep.capacity)
+
+
+def groups(sweep: Sweep) -> list[Group]:
+    """The sweep's configurations in the order their first point was listed (a server
+    sweep: server by server), each with its finished points that have a numeric load."""
+    axis = load_axis(sweep)
+    others = [a for a in sweep.axes if a != axis]
+    out: dict[str, Group] = {}
+    for p in sweep.points:
+        params = p.get("params") or {}
+        key = {a: params.get(a) for a in others}
+        group = out.setdefault(repr(sorted(key.items(), key=lambda kv: kv[0])), Group(key))
+        if p.get("status") == "done" and (axis is None or _numeric(params.get(axis))):
+            group.points.append(p)
+    for g in out.values():
+        if axis is not None:
+            g.points.sort(key=lambda p: (p["params"][axis], p["index"]))
+    return list(out.values())
+
+
+@dataclass
+class Capacity:
+    """A configuration's capacity. ``status``: ``held`` (held up to ``point``, broke at
+    ``broken``), ``above`` (held at every point: the capacity is at least ``point``'s),
+    ``below`` (broke at the lowest load), ``none`` (no point finished, or no load axis).
+    ``again``: points above the first break that held (the verdict was not monotone)."""
+
+    group: Group
+    axis: str | None
+    status: str
+    point: dict[str, Any] | None = None
+    broken: dict[str, Any] | None = None
+    again: list[dict[str, Any]] = field(default_factory=list)
+    found_by_search: bool = False
+
+    @property
+    def label(self) -> str:
+        return self.group.label
+
+    @property
+    def sustained(self) -> float | None:
+        """The capacity: requests/s delivered at the highest load that held."""
+        if self.point is None:
+            return None
+        v = (self.point.get("metrics") or {}).get(THROUGHPUT)
+        return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+    @property
+    def offered(self) -> Any:
+        """The load value the capacity was sustained at (the swept axis)."""
+        return None if self.point is None or self.axis is None else self.point["params"][self.axis]
+
+
+def _held(p: Mapping[str, Any]) -> bool:
+    return bool((p.get("slo") or {}).get("held"))
+
+
+def capacities(sweep: Sweep) -> list[Capacity]:
+    """Each configuration's capacity, in ``groups`` order (docs/sweeps.md, "Capacity")."""
+    axis = load_axis(sweep)
+    search = sweep.capacity or {}
+    out = []
+    for g in groups(sweep):
+        pts = g.points
+        if axis is None or not pts:
+            out.append(Capacity(g, axis, "none"))
+            continue
+        verdicts = [_held(p) for p in pts]
+        first_broken = verdicts.index(False) if False in verdicts else len(pts)
+        again = [p for p, ok in zip(pts[first_broken:], verdicts[first_broken:],
+                                    strict=True) if ok]
+        if first_broken == 0:
+            out.append(Capacity(g, axis, "below", broken=pts[0], again=again))
+        elif first_broken == len(pts):
+            out.append(Capacity(g, axis, "above", point=pts[-1]))
+        else:
+            point = pts[first_broken - 1]
+            found = (search.get("status") == "found"
+                     and point["params"][axis] == search.get("value"))
+            out.append(Capacity(g, axis, "held", point=point, broken=pts[first_broken],
+                                again=again, found_by_search=found))
+    return out
+
+
+@dataclass
+class Best:
+    """The configuration(s) that held the SLO up to the highest load (``leaders``: more
+    than one when tied), and those that held at every point of a lower range (their own
+    capacity may be higher: ``unsure``)."""
+
+    leaders: list[Capacity]
+    unsure: list[Capacity]
+
+
+def best(caps: Sequence[Capacity]) -> Best | None:
+    """The best configuration by the evidence: the highest load that held (its sustained
+    rate is the capacity stated); None when no configuration held at any load. Ranked by
+    load held, not by the delivered rate: two configurations that held up to the same
+    load are tied, whatever small difference their delivered rates show."""
+    held = [c for c in caps if c.point is not None and _numeric(c.offered)]
+    if not held:
+        return None
+    top = max(float(c.offered) for c in held)
+    leaders = [c for c in held if float(c.offered) == top]
+    unsure = [c for c in held if c.status == "above" and float(c.offered) < top]
+    return Best(leaders, unsure)
