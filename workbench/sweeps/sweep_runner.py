@@ -214,9 +214,30 @@ class SweepRunner:
                            seed=self.cfg.seed + rep, label=f"{entry['label']} #{rep}")
 
     def check(self, entries: Sequence[Mapping[str, Any]]) -> None:
-        """Every point's config is valid, before the first request is sent."""
+        """Every point's config is valid, before the first request is sent; a first point
+        whose waits alone take longer than ``LONG_RUN_MS`` is announced (docs/arrival.md,
+        "How long a run takes"), with the sweep's total when it runs in real time."""
         for e in entries:
             self._repeat_cfg(e, 0)
+        if entries:
+            self._announce_floor(self._repeat_cfg(entries[0], 0), len(entries) * self.repeats)
+
+    def _announce_floor(self, cfg: RunConfig, runs: int) -> None:
+        from workbench.replay.plan import LONG_RUN_MS, build_plan, duration_text, run_floor
+        from workbench.replay.prepare import load_workload
+
+        a = cfg.arrival
+        floor = run_floor(build_plan(cfg, load_workload(cfg)), a.tool_wait_scale,
+                          a.max_concurrency, a.duration_s)
+        if floor is None or floor.floor_ms <= LONG_RUN_MS:
+            return
+        total = ("" if self.virtual or runs < 2 else
+                 f"; its {runs} runs one after another: at least "
+                 f"{duration_text(runs * floor.floor_ms)} in all")
+        text = f"the first point: {floor.sentence(self.virtual)}{total}"
+        log.warning("sweep %s: %s", self.dir.name, text)
+        if self.progress is not None:
+            self.progress(text)
 
     def _reuse(self, run_dir: Path) -> bool:
         """True when the repeat is complete on disk; an incomplete one is set aside."""
