@@ -146,6 +146,14 @@ def _span(lo: int, hi: int, word: str) -> str:
     return _n(lo, word) if lo == hi else f"{lo:,}–{hi:,} {word}s"
 
 
+def _headroom(probe: Probe) -> str:
+    """How far the binding bound is above the simulated value, relative to the value
+    (limit / value − 1): the pessimistic case holds exactly when it is at least the
+    stated error, since value × (1 + error) <= limit."""
+    r = probe.worst_ratio
+    return f"{1 / r - 1:.1%}" if r > 0 else "all"
+
+
 @dataclass(slots=True)
 class PlanResult:
     """Every probe, and per (option, scale) the fewest replicas that held (or None) as
@@ -169,9 +177,14 @@ class PlanResult:
             self.prices = {}
 
     # -- the SLO and its error ------------------------------------------------------------
+    def parsed_slo(self) -> SLO:
+        """``slo`` parsed back (its text joins the items with " and ")."""
+        parsed = SLO.parse(self.slo.replace(" and ", ","))
+        assert parsed is not None
+        return parsed
+
     def bounds(self) -> list[Bound]:
-        parsed = SLO.parse(self.slo)
-        return list(parsed.bounds) if parsed else []
+        return list(self.parsed_slo().bounds)
 
     def errors(self, option: Option) -> dict[str, float]:
         """Stated error per metric class (``TTFT`` -> 0.371) of the SLO's bounds that
@@ -275,18 +288,21 @@ class PlanResult:
         low = min(p.ratio_in(case) for p in tried)
         first = min(p.replicas for p in tried if p.ratio_in(case) <= low * 1.005)
         text = f"none up to {cap:,} (at best {low:.2f}× the bound"
-        if first >= cap:
-            return text + f" at {cap:,}, still falling: raise --max-replicas)"
-        text += f", from {first:,} replicas on: more replicas stopped helping"
+        falling = first >= cap
+        text += (f" at {cap:,}, still falling" if falling else
+                 f", from {first:,} replicas on: more replicas stopped helping")
         floor = self.floors.get(option.label)
         if floor is None:
-            return text + ")"
+            return text + (": raise --max-replicas)" if falling else ")")
         shown = self._binding(floor)[0]
-        applied = "" if case == "sim" else f" {self._case_words(option, case)}"
+        applied = {"sim": "", "high": f" {self._case_words(option, 'high')}",
+                   "low": f" even {self._case_words(option, 'low')}"}[case]
         if not floor.held_in(case):
             return text + (f"; the trace's units one at a time on one idle replica already "
                            f"give {shown}, over the bound{applied}: a lone request's own "
                            f"time, which more replicas cannot shorten)")
+        if falling:
+            return text + ": raise --max-replicas)"
         return text + (f"; yet one at a time on one idle replica they give {shown}, within "
                        f"the bound{applied}, so the floor is not a lone request's time and "
                        f"this plan does not show why)")
@@ -337,8 +353,7 @@ class PlanResult:
 
     def _binding(self, probe: Probe) -> tuple[str, Bound]:
         """The bound nearest to breaking at ``probe`` and its value in words."""
-        parsed = SLO.parse(self.slo)
-        assert parsed is not None
+        parsed = self.parsed_slo()
         worst = max(parsed.bounds, key=lambda b: parsed.ratio(b, probe.values.get(b.key)))
         value = probe.values.get(worst.key)
         shown = (f"{worst.key} {value:,.1f} ms" if worst.q is not None and value is not None
@@ -347,7 +362,7 @@ class PlanResult:
 
     def _simulated_words(self, probe: Probe) -> str:
         """The binding bound's simulated value and margin at ``probe``."""
-        return f"{self._binding(probe)[0]}, a {1 - probe.worst_ratio:.1%} margin"
+        return f"{self._binding(probe)[0]} ({_headroom(probe)} under the bound)"
 
     def answer(self, scale: float | None = None) -> str:
         """The plan in one sentence, the answer first and the error after (the trace's
@@ -374,7 +389,7 @@ class PlanResult:
                     f"({_n(hi.gpus, 'GPU')}{self._cost_words(hi, None)}) "
                     f"{'holds' if hi.replicas == 1 else 'hold'} {self.slo} {where}")
             if errs:
-                why = (f": the margin ({1 - hi.worst_ratio:.1%}) exceeds "
+                why = (f": the bound is {_headroom(hi)} above the simulated value, more than "
                        f"{self._error_words(option)}")
                 if hi.replicas > 1:
                     why += (f", and {_n(hi.replicas - 1, 'replica')} would break it even "
@@ -393,7 +408,8 @@ class PlanResult:
             ends = (f"{lo.replicas:,} only {self._case_words(option, 'low')}; "
                     f"{self._case_words(option, 'high')} "
                     f"{self._why(option, scale, 'high')}")
-        sim_words = (f"as simulated, {_n(sim.replicas, 'replica')} give "
+        sim_words = (f"as simulated, {_n(sim.replicas, 'replica')} "
+                     f"give{'s' if sim.replicas == 1 else ''} "
                      f"{self._simulated_words(sim)}" if sim is not None
                      else f"as simulated, {self._why(option, scale, 'sim')}")
         return (f"{count} {what}, a range within {self._error_words(option)}: {ends}; "
