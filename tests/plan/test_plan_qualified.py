@@ -211,3 +211,19 @@ def test_plan_cli_takes_a_price_for_every_gpu_or_per_gpu(tmp_path, capsys) -> No
         (plan_dir,) = list(out.iterdir())
         assert load_plan(plan_dir).prices == want
     assert "plan directory:" in capsys.readouterr().out
+
+
+def test_the_answer_is_the_cheapest_per_hour_when_every_option_has_a_price() -> None:
+    """7 H100s at $2.5 ($17.5 an hour) beat 6 H200s at $3.7 ($22.2): per-GPU prices decide,
+    not the GPU count; with one price for every GPU the fewer GPUs win."""
+    h200 = Option("llama-3.1-8b/h200/tp1")
+    probes = [probe(H100_8B, 7, 1000.0), probe(H100_8B, 6, 3500.0),
+              probe(h200, 6, 1000.0), probe(h200, 5, 3500.0)]
+    result = PlanResult("t.jsonl", SLO, 3.0, [1.0], [h200, H100_8B],
+                        {"h100": 2.5, "h200": 3.7}, probes)
+    assert result.answer().startswith(
+        "7 replicas of llama-3.1-8b/h100/tp1 · prefix-aware (7 GPUs, $15.909 per million "
+        "tokens) hold ttft_ms:p90<=2000")
+    assert "; llama-3.1-8b/h200/tp1 needs 6 replicas (6 GPUs)." in result.answer()
+    result.prices = {EVERY_GPU: 2.5}
+    assert result.answer().startswith("6 replicas of llama-3.1-8b/h200/tp1")

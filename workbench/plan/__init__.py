@@ -308,22 +308,20 @@ class PlanResult:
                        f"this plan does not show why)")
 
     def best(self, scale: float) -> tuple[Option, Probe] | None:
-        """The cheapest option at ``scale``: fewest GPUs that hold even pessimistically,
-        else fewest as simulated, else optimistically (ties by label); with the probe of
-        the case that decided it."""
-        ranked = []
-        for o in self.options:
-            b = self.band(o, scale)
-            for rank, case in enumerate(("high", "sim", "low")):
-                if (p := b[case]) is not None:
-                    hourly = self.cost(p)["usd_per_hour"]
-                    ranked.append(((rank, p.gpus, math.inf if hourly is None else hourly,
-                                    o.label), o, p))
-                    break
-        if not ranked:
+        """The cheapest option at ``scale``: of those that hold even pessimistically
+        (else as simulated, else optimistically), the lowest cost per hour when every
+        one has a price, else the fewest GPUs (ties by GPUs, then label); with the probe
+        of the case that decided it."""
+        for case in ("high", "sim", "low"):
+            found = [(o, p) for o in self.options if (p := self.fewest(o, scale, case))]
+            if found:
+                break
+        else:
             return None
-        _, option, probe = min(ranked, key=lambda r: r[0])
-        return option, probe
+        hourly = {o.label: self.cost(p)["usd_per_hour"] for o, p in found}
+        priced = all(h is not None for h in hourly.values())
+        return min(found, key=lambda op: (hourly[op[0].label] if priced else 0.0,
+                                          op[1].gpus, op[0].label))
 
     def _cost_words(self, lo: Probe, hi: Probe | None) -> str:
         c_lo = self.cost(lo)["usd_per_mtok"]
