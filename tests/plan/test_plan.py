@@ -85,6 +85,10 @@ def test_the_mooncake_plan_renders_as_a_report_quoting_its_answer(mooncake_plan,
         assert heading in page
     # the closing note quotes the answer in one sentence
     assert f"<b>In one sentence:</b> {html.escape(result.answer(), quote=False)}" in page
+    # the first screen leads with the answer: the title, then the headline, then the rest
+    first = page.index(html.escape(result.answer(), quote=False))
+    assert page.index("Capacity plan") < first < page.index("Above, the answer") < page.index(
+        "What was planned")
     answers = report_dir / "tables" / "plan_answers.csv"
     assert "simulated · llama-3.1-8b/h100/tp1" in answers.read_text()
 
