@@ -54,11 +54,12 @@ def test_a_margin_inside_the_error_band_gives_the_range_never_holds() -> None:
                         [probe(H200_70B, 1, 1997.9), probe(H200_70B, 2, 1400.0)])
     assert result.answer() == (
         "1–2 replicas of llama-3.3-70b/h200/tp1/fp8 · prefix-aware (1–2 GPUs, "
-        "$3.364–$6.727 per million tokens) for ttft_ms:p90<=2000 on t.jsonl at 3.00 "
-        "units/s, a range within the preset's TTFT error (±37%): 2 hold it even at +37% "
-        "TTFT, 1 only at −37% TTFT; as simulated, 1 replica gives ttft_ms:p90 1,997.9 ms "
+        "USD 3.364–6.727 per million tokens) for ttft_ms:p90<=2000 on t.jsonl at 3.00 "
+        "units/s, a range within the preset's TTFT error (±37.1%): 2 hold it even at +37.1% "
+        "TTFT, 1 only at −37.1% TTFT; as simulated, 1 replica gives ttft_ms:p90 1,997.9 ms "
         "(0.1% under the bound). " + ERROR_TAIL)
     assert " holds " not in result.answer()
+    assert "$" not in result.answer()  # JupyterLab typesets the text between two "$" as math
     (row,) = result.answers()
     assert (row["verdict"], row["replicas_low"], row["replicas"], row["replicas_high"]) == (
         "a range within the error", 1, 1, 2)
@@ -70,10 +71,10 @@ def test_a_margin_outside_the_error_band_holds() -> None:
     result = PlanResult("t.jsonl", SLO, 3.0, [1.0], [H200_70B], {"h200": 3.7},
                         [probe(H200_70B, 1, 3500.0), probe(H200_70B, 2, 1400.0)])
     assert result.answer() == (
-        "2 replicas of llama-3.3-70b/h200/tp1/fp8 · prefix-aware (2 GPUs, $6.727 per "
+        "2 replicas of llama-3.3-70b/h200/tp1/fp8 · prefix-aware (2 GPUs, USD 6.727 per "
         "million tokens) hold ttft_ms:p90<=2000 for t.jsonl at 3.00 units/s: the bound "
-        "is 42.9% above the simulated value, more than the preset's TTFT error (±37%), and "
-        "1 replica would break it even at −37% TTFT. " + ERROR_TAIL)
+        "is 42.9% above the simulated value, more than the preset's TTFT error (±37.1%), and "
+        "1 replica would break it even at −37.1% TTFT. " + ERROR_TAIL)
     assert result.verdict(H200_70B, 1.0) == "holds"
 
 
@@ -85,9 +86,9 @@ def test_gpus_are_replicas_times_tp_and_each_gpu_has_its_own_price() -> None:
                         [probe(H100_70B_TP2, 1, 1000.0), probe(H200_70B, 1, 2500.0),
                          probe(H200_70B, 2, 1200.0)])
     assert result.answer() == (
-        "1 replica of llama-3.3-70b/h100/tp2/fp8 · prefix-aware (2 GPUs, $4.545 per "
+        "1 replica of llama-3.3-70b/h100/tp2/fp8 · prefix-aware (2 GPUs, USD 4.545 per "
         "million tokens) holds ttft_ms:p90<=2000 for t.jsonl at 3.00 units/s: the bound is "
-        "100.0% above the simulated value, more than the preset's TTFT error (±37%); "
+        "100.0% above the simulated value, more than the preset's TTFT error (±37.1%); "
         "llama-3.3-70b/h200/tp1/fp8 needs 1–2 replicas (1–2 GPUs) within its error. "
         + ERROR_TAIL)
     rows = {r["option"]: r for r in result.answers()}
@@ -117,10 +118,10 @@ def test_when_more_replicas_stop_helping_the_plan_says_why() -> None:
     assert result.answer() == (
         "4 or more replicas of llama-3.1-8b/h100/tp1 · prefix-aware (4 or more GPUs; no "
         "price for h100: give --price h100=USD) for ttft_ms:p90<=2000 on t.jsonl at 3.00 "
-        "units/s, a range within the preset's TTFT error (±37%): 4 only at −37% TTFT; at "
-        "+37% TTFT none up to 64 (at best 1.41× the bound, from 16 replicas on: more "
+        "units/s, a range within the preset's TTFT error (±37.1%): 4 only at −37.1% TTFT; at "
+        "+37.1% TTFT none up to 64 (at best 1.41× the bound, from 16 replicas on: more "
         "replicas stopped helping; the trace's units one at a time on one idle replica "
-        "already give ttft_ms:p90 2,040.0 ms, over the bound at +37% TTFT: a lone "
+        "already give ttft_ms:p90 2,040.0 ms, over the bound at +37.1% TTFT: a lone "
         "request's own time, which more replicas cannot shorten); as simulated, none up to "
         "64 (at best 1.02× the bound, from 16 replicas on: more replicas stopped helping; "
         "the trace's units one at a time on one idle replica already give ttft_ms:p90 "
@@ -188,7 +189,7 @@ def test_a_real_plan_under_its_floor_says_why_from_a_replay_of_the_floor(tmp_pat
     assert sentence.startswith("No option holds ttft_ms:p90<=150 and ok>=0.99 for "
                                "conversation_trace_head600.jsonl"), sentence
     assert "the trace's units one at a time on one idle replica already give ttft_ms:p90 " \
-           f"{floor.values['ttft_ms:p90']:,.1f} ms, over the bound even at −37% TTFT" in sentence
+           f"{floor.values['ttft_ms:p90']:,.1f} ms, over the bound even at −37.1% TTFT" in sentence
     e = metric_error(option.engine, "ttft_ms")
     assert e is not None
     for p in result.probes:
@@ -222,7 +223,7 @@ def test_the_answer_is_the_cheapest_per_hour_when_every_option_has_a_price() -> 
     result = PlanResult("t.jsonl", SLO, 3.0, [1.0], [h200, H100_8B],
                         {"h100": 2.5, "h200": 3.7}, probes)
     assert result.answer().startswith(
-        "7 replicas of llama-3.1-8b/h100/tp1 · prefix-aware (7 GPUs, $15.909 per million "
+        "7 replicas of llama-3.1-8b/h100/tp1 · prefix-aware (7 GPUs, USD 15.909 per million "
         "tokens) hold ttft_ms:p90<=2000")
     assert "; llama-3.1-8b/h200/tp1 needs 6 replicas (6 GPUs)." in result.answer()
     result.prices = {EVERY_GPU: 2.5}

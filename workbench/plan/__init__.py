@@ -202,14 +202,14 @@ class PlanResult:
             return ("no stated error for this SLO's metrics"
                     + (" (a calibrated engine's is its calibration's)"
                        if not option.is_preset else ""))
-        named = " and ".join(f"{k} error (±{e:.0%})" for k, e in errs.items())
+        named = " and ".join(f"{k} error (±{e:.1%})" for k, e in errs.items())
         return f"the preset's {named}"
 
     def _case_words(self, option: Option, case: str) -> str:
         """"at +37 % TTFT": the pessimistic ("high") or optimistic ("low") case."""
         errs = self.errors(option)
         sign = "+" if case == "high" else "−"
-        return "at " + " and ".join(f"{sign}{e:.0%} {k}" for k, e in errs.items())
+        return "at " + " and ".join(f"{sign}{e:.1%} {k}" for k, e in errs.items())
 
     # -- the search's answers -------------------------------------------------------------
     def fewest(self, option: Option, scale: float, case: str = "sim") -> Probe | None:
@@ -330,9 +330,10 @@ class PlanResult:
             return (f"; no price for {gpu}: give --price {gpu}=USD"
                     if gpu and self.price(lo.option) is None else "")
         c_hi = self.cost(hi)["usd_per_mtok"] if hi is not None else None
+        # "USD", not "$": JupyterLab typesets the text between two "$" as math
         if c_hi is None or abs(c_hi - c_lo) < 5e-4:
-            return f", ${c_lo:.3f} per million tokens"
-        return f", ${c_lo:.3f}–${c_hi:.3f} per million tokens"
+            return f", USD {c_lo:.3f} per million tokens"
+        return f", USD {c_lo:.3f}–{c_hi:.3f} per million tokens"
 
     def option_words(self, option: Option, scale: float) -> str:
         """One option's answer at ``scale``: "4–7 replicas (8–14 GPUs) within ...",
