@@ -57,7 +57,7 @@ def test_a_margin_inside_the_error_band_gives_the_range_never_holds() -> None:
         "USD 3.364–6.727 per million tokens) for ttft_ms:p90<=2000 on t.jsonl at 3.00 "
         "units/s, a range within the preset's TTFT error (±37.1%): 2 hold it even at +37.1% "
         "TTFT, 1 only at −37.1% TTFT; as simulated, 1 replica gives ttft_ms:p90 1,997.9 ms "
-        "(0.1% under the bound). " + ERROR_TAIL)
+        "(the bound 0.1% above it). " + ERROR_TAIL)
     assert " holds " not in result.answer()
     assert "$" not in result.answer()  # JupyterLab typesets the text between two "$" as math
     (row,) = result.answers()

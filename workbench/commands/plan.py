@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
         max_items=args.max_items, max_replicas=args.max_replicas, parallel=args.parallel,
         progress=lambda p: print(f"  {p.option.label} × {p.replicas} at {p.rate:.2f}/s: "
                                  f"{'held' if p.held else 'broken'} "
-                                 f"(worst ratio {p.worst_ratio:.2f})", flush=True),
+                                 f"(worst ratio {p.worst_ratio:.2f}; with the error "
+                                 f"{p.ratio_low:.2f}–{p.ratio_high:.2f})", flush=True),
     )
     out = result.save(args.out_dir)
     print(result.answer())

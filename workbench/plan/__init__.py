@@ -361,7 +361,7 @@ class PlanResult:
 
     def _simulated_words(self, probe: Probe) -> str:
         """The binding bound's simulated value and margin at ``probe``."""
-        return f"{self._binding(probe)[0]} ({_headroom(probe)} under the bound)"
+        return f"{self._binding(probe)[0]} (the bound {_headroom(probe)} above it)"
 
     def answer(self, scale: float | None = None) -> str:
         """The plan in one sentence, the answer first and the error after (the trace's
