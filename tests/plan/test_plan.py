@@ -17,10 +17,13 @@ PRESETS = ["llama-3.1-8b/h100/tp1", "llama-3.1-8b/h200/tp1"]
 SLO = "ttft_ms:p90<=2000"
 
 
+PRICES = "h100=2.5,h200=3.7"
+
+
 @pytest.fixture(scope="module")
 def mooncake_plan(tmp_path_factory):
     result = plan(MOONCAKE, PRESETS, SLO, scales=[1.0, 2.0], max_items=40,
-                  price_per_gpu_hour=2.5, max_replicas=16, parallel=1)
+                  prices=PRICES, max_replicas=16, parallel=1)
     return result, result.save(tmp_path_factory.mktemp("plans"), "mooncake")
 
 
@@ -40,8 +43,9 @@ def test_the_plan_finds_the_fewest_replicas_that_hold_and_the_one_fewer_that_doe
             cost = result.cost(best)
             gpu_hours = best.gpus * best.span_s / 3600
             tokens = best.prompt_tokens + best.output_tokens
-            assert cost["usd_per_mtok"] == pytest.approx(2.5 * gpu_hours / tokens * 1e6)
-            assert cost["usd_per_task"] == pytest.approx(2.5 * gpu_hours / best.units)
+            price = {"h100": 2.5, "h200": 3.7}[option.engine.split("/")[1]]  # per GPU
+            assert cost["usd_per_mtok"] == pytest.approx(price * gpu_hours / tokens * 1e6)
+            assert cost["usd_per_task"] == pytest.approx(price * gpu_hours / best.units)
             assert best.units == 40
     # twice the rate never needs fewer replicas
     for option in result.options:
@@ -55,10 +59,13 @@ def test_the_plan_finds_the_fewest_replicas_that_hold_and_the_one_fewer_that_doe
 def test_the_plan_answers_in_one_sentence_and_round_trips(mooncake_plan) -> None:
     result, out = mooncake_plan
     sentence = result.answer()
-    assert sentence.startswith("Simulated (preset error on published tables")
-    assert "conversation_trace_head600.jsonl" in sentence and "holds ttft_ms:p90<=2000" in sentence
-    assert re.search(r"on \d+ × llama-3\.1-8b/h[12]00/tp1", sentence)
+    # the answer first (a count of replicas of an option), the stated error after it
+    assert re.match(r"\d+(–\d+)? replicas? of llama-3\.1-8b/h[12]00/tp1 · prefix-aware "
+                    r"\(\d+(–\d+)? GPUs?, USD ", sentence), sentence
+    assert "conversation_trace_head600.jsonl" in sentence and "ttft_ms:p90<=2000" in sentence
     assert "per million tokens" in sentence
+    assert sentence.index("Simulated; preset error on published tables") > sentence.index(
+        "per million tokens")
     again = load_plan(out)
     assert again.answer() == sentence and len(again.probes) == len(result.probes)
 
@@ -77,7 +84,11 @@ def test_the_mooncake_plan_renders_as_a_report_quoting_its_answer(mooncake_plan,
                     "The curve behind the answer", "Closing note"):
         assert heading in page
     # the closing note quotes the answer in one sentence
-    assert f"<b>In one sentence:</b> {html.escape(result.answer())}" in page
+    assert f"<b>In one sentence:</b> {html.escape(result.answer(), quote=False)}" in page
+    # the first screen leads with the answer: the title, then the headline, then the rest
+    first = page.index(html.escape(result.answer(), quote=False))
+    assert page.index("Capacity plan") < first < page.index("Above, the answer") < page.index(
+        "What was planned")
     answers = report_dir / "tables" / "plan_answers.csv"
     assert "simulated · llama-3.1-8b/h100/tp1" in answers.read_text()
 
@@ -111,44 +122,18 @@ def test_a_calibrated_engine_stands_in_for_a_preset(tmp_path) -> None:
                                "router": "prefix-aware"}
 
 
-def test_an_option_that_never_holds_says_how_near_it_came() -> None:
-    """An option that held at no replica count is named with the most replicas tried, its
-    lowest ratio to the bound and where that floor was reached (more replicas did not
-    help), and the count is the plan's own limit, not the default's."""
-    from workbench.plan import PlanResult, Probe
-
-    h100, h200 = Option("llama-3.1-8b/h100/tp1"), Option("llama-3.1-8b/h200/tp1")
-
-    def probe(option, replicas, ratio):
-        return Probe(option, 1.0, 3.0, replicas, ratio <= 1, ratio, {"ttft_ms:p90": 2000 * ratio},
-                     1.0, 10, 1000, 100, 0, 0, 60.0)
-
-    result = PlanResult("t.jsonl", SLO, 3.0, [1.0], [h100, h200], None, [
-        probe(h100, 1, 9.0), probe(h100, 4, 1.2), probe(h100, 8, 1.05), probe(h100, 16, 1.05),
-        probe(h200, 1, 7.0), probe(h200, 4, 1.1), probe(h200, 8, 0.9), probe(h200, 6, 1.01),
-    ])
-    assert result.answer().endswith(
-        "holds ttft_ms:p90<=2000 on 8 × llama-3.1-8b/h200/tp1 · prefix-aware (8 GPUs); "
-        "llama-3.1-8b/h100/tp1 none up to 16 (at best 1.05× the bound, from 8 replicas on).")
-    result.probes = [p for p in result.probes if p.option == h100]
-    assert result.answer() == (
-        "Simulated: no option held ttft_ms:p90<=2000 at 3.00 units/s: llama-3.1-8b/h100/tp1 "
-        "none up to 16 (at best 1.05× the bound, from 8 replicas on); llama-3.1-8b/h200/tp1 "
-        "not tried.")
-
-
 def test_searches_in_processes_of_their_own_give_the_same_plan(mooncake_plan) -> None:
     """``parallel=2``: the (option, scale) searches run in two processes; the probes, in
     the same order, and so the answer, are those of the plan run in this process."""
     result, _ = mooncake_plan
     seen: list[int] = []
     again = plan(MOONCAKE, PRESETS, SLO, scales=[1.0, 2.0], max_items=40,
-                 price_per_gpu_hour=2.5, max_replicas=16, parallel=2,
+                 prices=PRICES, max_replicas=16, parallel=2,
                  progress=lambda p: seen.append(p.replicas))
-    fields = [(p.option, p.scale, p.replicas, p.held, p.worst_ratio, p.cached_tokens)
-              for p in result.probes]
-    assert [(p.option, p.scale, p.replicas, p.held, p.worst_ratio, p.cached_tokens)
-            for p in again.probes] == fields
+    fields = [(p.option, p.scale, p.replicas, p.held, p.held_low, p.held_high, p.worst_ratio,
+               p.cached_tokens) for p in result.probes]
+    assert [(p.option, p.scale, p.replicas, p.held, p.held_low, p.held_high, p.worst_ratio,
+             p.cached_tokens) for p in again.probes] == fields
     assert seen == [p.replicas for p in result.probes] and again.answer() == result.answer()
     with pytest.raises(ConfigError, match="parallel must be >= 1"):
         plan(MOONCAKE, PRESETS, SLO, max_items=40, parallel=0)

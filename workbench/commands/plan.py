@@ -32,8 +32,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="routers to try, comma-separated (default prefix-aware)")
     p.add_argument("--host-kv-gb", default="0", help="host KV tier sizes per replica to try, "
                    "GB, comma-separated (default 0: none)")
-    p.add_argument("--price", type=float, default=None, metavar="USD",
-                   help="price per GPU-hour: adds cost per million tokens and per task")
+    p.add_argument("--price", default=None, metavar="GPU=USD,...",
+                   help="USD per GPU-hour per GPU, e.g. h100=2.5,h200=3.7, over the default "
+                        "table of published on-demand prices (docs/plan.md, \"Prices\"); "
+                        "a bare number, e.g. 2.5, is every GPU's price")
     p.add_argument("--max-items", type=int, default=None, help="first N units of the trace")
     p.add_argument("--max-replicas", type=int, default=64)
     p.add_argument("--parallel", type=int, default=None, metavar="N",
@@ -51,11 +53,12 @@ def run(args: argparse.Namespace) -> int:
     result = plan(
         trace, args.preset, args.slo, scales=_floats(args.scale, "scale"),
         routers=[r.strip() for r in args.router.split(",") if r.strip()],
-        host_kv_gb=_floats(args.host_kv_gb, "host-kv-gb"), price_per_gpu_hour=args.price,
+        host_kv_gb=_floats(args.host_kv_gb, "host-kv-gb"), prices=args.price,
         max_items=args.max_items, max_replicas=args.max_replicas, parallel=args.parallel,
         progress=lambda p: print(f"  {p.option.label} × {p.replicas} at {p.rate:.2f}/s: "
                                  f"{'held' if p.held else 'broken'} "
-                                 f"(worst ratio {p.worst_ratio:.2f})", flush=True),
+                                 f"(worst ratio {p.worst_ratio:.2f}; with the error "
+                                 f"{p.ratio_low:.2f}–{p.ratio_high:.2f})", flush=True),
     )
     out = result.save(args.out_dir)
     print(result.answer())

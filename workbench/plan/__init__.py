@@ -9,8 +9,11 @@ option and rate the fewest replicas that hold the SLO: doubling N from 1 until i
 then bisecting. Every probe is a full virtual replay (``executors.virtual.simulate``);
 the searches of different options and rates run in processes of their own, up to the
 cores there are (``parallel``).
-With a price per GPU-hour it states the cost per million tokens and per agent task
-(a unit of the trace: a session, or one independent request). Every figure is
+Each probe is also judged with the preset's stated error applied to the SLO's metric
+both ways (value × (1 ± error)): the plan gives the fewest replicas that hold in the
+optimistic and in the pessimistic case, and says "hold" only when even the pessimistic
+case holds, else the range. Prices are per GPU (``plan.prices``: a default table of
+published on-demand prices, overridable); GPUs = replicas × TP. Every figure is
 simulated and is labelled with its option and that preset's stated error against
 published measurements (docs/hardware.md); docs/plan.md has the rules.
 """
@@ -24,17 +27,18 @@ import json
 import math
 import os
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from workbench.cores import usable_cores
 from workbench.errors import ConfigError
-from workbench.metrics.slo import SLO
+from workbench.metrics.slo import SLO, Bound
+from workbench.plan.prices import EVERY_GPU, parse_prices, price_of
 from workbench.signals import die_with_parent
 from workbench.sim.presets import resolve
-from workbench.sim.presets.stated import stated_error
+from workbench.sim.presets.stated import CLASS_NAME, METRIC_CLASS, metric_error, stated_error
 from workbench.spawning import children_start, spawn_context
 
 MAX_REPLICAS = 64
@@ -58,6 +62,11 @@ class Option:
     def gpus_per_replica(self) -> int:
         """A preset's tensor parallelism; a calibrated engine is one replica's worth (1)."""
         return resolve(self.engine).tp if self.is_preset else 1
+
+    @property
+    def gpu(self) -> str | None:
+        """A preset's GPU (its price's key); None for a calibrated engine."""
+        return resolve(self.engine).gpu.name if self.is_preset else None
 
     @property
     def label(self) -> str:
@@ -94,36 +103,135 @@ class Probe:
     cached_tokens: int
     host_cached_tokens: int
     span_s: float
+    # the verdict with the preset's stated error applied to every bound's metric:
+    # optimistic (value × (1 − error), ``held_low``) and pessimistic (× (1 + error),
+    # ``held_high``); None (a plan saved before the band): the plain verdict
+    held_low: bool | None = None
+    held_high: bool | None = None
+    ratio_low: float | None = None
+    ratio_high: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.held_low is None:
+            self.held_low = self.held
+        if self.held_high is None:
+            self.held_high = self.held
+        if self.ratio_low is None:
+            self.ratio_low = self.worst_ratio
+        if self.ratio_high is None:
+            self.ratio_high = self.worst_ratio
 
     @property
     def gpus(self) -> int:
         return self.replicas * self.option.gpus_per_replica
 
+    def held_in(self, case: str) -> bool:
+        """Held in ``case``: "low" (optimistic), "sim" (as simulated) or "high"."""
+        return bool({"low": self.held_low, "sim": self.held, "high": self.held_high}[case])
+
+    def ratio_in(self, case: str) -> float:
+        r = {"low": self.ratio_low, "sim": self.worst_ratio, "high": self.ratio_high}[case]
+        return float(r if r is not None else self.worst_ratio)
+
+
+CASES = ("low", "sim", "high")  # optimistic, as simulated, pessimistic (docs/plan.md)
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count:,} {word}{'' if count == 1 else 's'}"
+
+
+def _span(lo: int, hi: int, word: str) -> str:
+    """"4 replicas", "1 GPU", "4–7 replicas": integers, GPUs = replicas × TP."""
+    return _n(lo, word) if lo == hi else f"{lo:,}–{hi:,} {word}s"
+
+
+def _headroom(probe: Probe) -> str:
+    """How far the binding bound is above the simulated value, relative to the value
+    (limit / value − 1): the pessimistic case holds exactly when it is at least the
+    stated error, since value × (1 + error) <= limit."""
+    r = probe.worst_ratio
+    return f"{1 / r - 1:.1%}" if r > 0 else "all"
+
 
 @dataclass(slots=True)
 class PlanResult:
-    """Every probe, and per (option, scale) the fewest replicas that held (or None)."""
+    """Every probe, and per (option, scale) the fewest replicas that held (or None) as
+    simulated and in the error band's optimistic and pessimistic cases."""
 
     trace: str
     slo: str
     base_rate: float
     scales: list[float]
     options: list[Option]
-    price_per_gpu_hour: float | None
+    prices: dict[str, float] | None
     probes: list[Probe] = field(default_factory=list)
     created: str = ""
+    #: per option label: its trace's units one at a time on one idle replica (the
+    #: floor more replicas cannot go under), for options whose pessimistic case never held
+    floors: dict[str, Probe] = field(default_factory=dict)
+    max_replicas: int = MAX_REPLICAS
 
-    def fewest(self, option: Option, scale: float) -> Probe | None:
-        """The held probe with the fewest replicas for ``option`` at ``scale``."""
-        held = [p for p in self.probes if p.option == option and p.scale == scale and p.held]
+    def __post_init__(self) -> None:
+        if self.prices is None:
+            self.prices = {}
+
+    # -- the SLO and its error ------------------------------------------------------------
+    def parsed_slo(self) -> SLO:
+        """``slo`` parsed back (its text joins the items with " and ")."""
+        parsed = SLO.parse(self.slo.replace(" and ", ","))
+        assert parsed is not None
+        return parsed
+
+    def bounds(self) -> list[Bound]:
+        return list(self.parsed_slo().bounds)
+
+    def errors(self, option: Option) -> dict[str, float]:
+        """Stated error per metric class (``TTFT`` -> 0.371) of the SLO's bounds that
+        have one, for ``option``'s preset."""
+        out: dict[str, float] = {}
+        for b in self.bounds():
+            e = metric_error(option.engine, b.metric)
+            if e is not None:
+                out[CLASS_NAME[METRIC_CLASS[b.metric]]] = e
+        return out
+
+    def _error_words(self, option: Option) -> str:
+        errs = self.errors(option)
+        if not errs:
+            return ("no stated error for this SLO's metrics"
+                    + (" (a calibrated engine's is its calibration's)"
+                       if not option.is_preset else ""))
+        named = " and ".join(f"{k} error (±{e:.1%})" for k, e in errs.items())
+        return f"the preset's {named}"
+
+    def _case_words(self, option: Option, case: str) -> str:
+        """"at +37 % TTFT": the pessimistic ("high") or optimistic ("low") case."""
+        errs = self.errors(option)
+        sign = "+" if case == "high" else "−"
+        return "at " + " and ".join(f"{sign}{e:.1%} {k}" for k, e in errs.items())
+
+    # -- the search's answers -------------------------------------------------------------
+    def fewest(self, option: Option, scale: float, case: str = "sim") -> Probe | None:
+        """The probe with the fewest replicas for ``option`` at ``scale`` that held in
+        ``case`` ("sim": as simulated; "low"/"high": the error band's ends)."""
+        held = [p for p in self.probes
+                if p.option == option and p.scale == scale and p.held_in(case)]
         return min(held, key=lambda p: p.replicas) if held else None
+
+    def band(self, option: Option, scale: float) -> dict[str, Probe | None]:
+        return {c: self.fewest(option, scale, c) for c in CASES}
+
+    def price(self, option: Option) -> float | None:
+        return price_of(self.prices or {}, option.gpu)
 
     def cost(self, probe: Probe) -> dict[str, float | None]:
         """Dollars per million tokens (prompt + output) and per unit of work: the
-        replicas' GPU-hours over the replay's span at ``price_per_gpu_hour``."""
-        if self.price_per_gpu_hour is None or probe.span_s <= 0:
+        GPUs (replicas × TP) over the replay's span at the GPU's price per hour."""
+        price = self.price(probe.option)
+        if price is None or probe.span_s <= 0:
             return {"usd_per_mtok": None, "usd_per_task": None, "usd_per_hour": None}
-        per_hour = probe.gpus * self.price_per_gpu_hour
+        per_hour = probe.gpus * price
         dollars = per_hour * probe.span_s / 3600
         tokens = probe.prompt_tokens + probe.output_tokens
         return {"usd_per_mtok": dollars / tokens * 1e6 if tokens else None,
@@ -131,85 +239,230 @@ class PlanResult:
                 "usd_per_hour": per_hour}
 
     def answers(self) -> list[dict[str, Any]]:
-        """One row per (scale, option): fewest replicas, GPUs, cost, label, stated error."""
+        """One row per (scale, option): fewest replicas as simulated and over the error
+        band, their GPUs, the verdict, the cost, the label with the stated error."""
         rows = []
+        none = {"usd_per_mtok": None, "usd_per_task": None, "usd_per_hour": None}
         for scale in self.scales:
             for option in self.options:
-                p = self.fewest(option, scale)
+                b = self.band(option, scale)
+                p = b["sim"]
                 row: dict[str, Any] = {
                     "scale": scale, "rate": self.base_rate * scale, "option": option.label,
-                    "replicas": p.replicas if p else None, "gpus": p.gpus if p else None,
-                    **(self.cost(p) if p else {"usd_per_mtok": None, "usd_per_task": None,
-                                              "usd_per_hour": None}),
+                    "verdict": self.verdict(option, scale),
+                    "replicas": p.replicas if p else None,
+                    "replicas_low": b["low"].replicas if b["low"] else None,
+                    "replicas_high": b["high"].replicas if b["high"] else None,
+                    "gpus_per_replica": option.gpus_per_replica,
+                    "gpus": p.gpus if p else None,
+                    "gpus_low": b["low"].gpus if b["low"] else None,
+                    "gpus_high": b["high"].gpus if b["high"] else None,
+                    "usd_per_gpu_hour": self.price(option),
+                    **(self.cost(p) if p else none),
+                    "usd_per_mtok_high": (self.cost(b["high"])["usd_per_mtok"]
+                                          if b["high"] else None),
                     **({f"slo:{k}": v for k, v in p.values.items()} if p else {}),
                     "label": f"simulated · {option.label} · {stated_error(option.engine)}",
                 }
                 rows.append(row)
         return rows
 
-    def _never_held(self, option: Option, scale: float) -> str:
-        """What an option that never held did: the most replicas tried, its lowest worst
-        ratio to the bound and the fewest replicas that reached it (when more did not
-        lower it, the bound is under the option's floor, not a matter of replicas)."""
+    def verdict(self, option: Option, scale: float) -> str:
+        """"holds" (the band's ends agree: the margin exceeds the error), "within the
+        error" (the ends differ: a range), "not even optimistically" (nothing held)."""
+        b = self.band(option, scale)
+        if b["low"] is None:
+            return "no count held, even optimistically"
+        if b["high"] is not None and b["high"].replicas == b["low"].replicas:
+            return "holds"
+        return "a range within the error"
+
+    def _why(self, option: Option, scale: float, case: str) -> str:
+        """Why no count up to the limit held in ``case``: where more replicas stopped
+        helping and, when the floor explains it, that the trace's units one at a time on
+        an idle replica already break the bound."""
         tried = [p for p in self.probes if p.option == option and p.scale == scale]
         if not tried:
             return "not tried"
-        low = min(p.worst_ratio for p in tried)
-        first = min(p.replicas for p in tried if p.worst_ratio <= low * 1.005)
-        return (f"none up to {max(p.replicas for p in tried)} (at best {low:.2f}× the "
-                f"bound, from {first} replicas on)")
+        cap = max(p.replicas for p in tried)
+        low = min(p.ratio_in(case) for p in tried)
+        first = min(p.replicas for p in tried if p.ratio_in(case) <= low * 1.005)
+        text = f"none up to {cap:,} (at best {low:.2f}× the bound"
+        falling = first >= cap
+        text += (f" at {cap:,}, still falling" if falling else
+                 f", from {first:,} replicas on: more replicas stopped helping")
+        floor = self.floors.get(option.label)
+        if floor is None:
+            return text + (": raise --max-replicas)" if falling else ")")
+        shown = self._binding(floor)[0]
+        applied = {"sim": "", "high": f" {self._case_words(option, 'high')}",
+                   "low": f" even {self._case_words(option, 'low')}"}[case]
+        if not floor.held_in(case):
+            return text + (f"; the trace's units one at a time on one idle replica already "
+                           f"give {shown}, over the bound{applied}: a lone request's own "
+                           f"time, which more replicas cannot shorten)")
+        if falling:
+            return text + ": raise --max-replicas)"
+        return text + (f"; yet one at a time on one idle replica they give {shown}, within "
+                       f"the bound{applied}, so the floor is not a lone request's time and "
+                       f"this plan does not show why)")
 
     def best(self, scale: float) -> tuple[Option, Probe] | None:
-        """The cheapest option that held at ``scale``: fewest GPUs (then cost per hour)."""
-        found = [(o, p) for o in self.options if (p := self.fewest(o, scale)) is not None]
-        return min(found, key=lambda op: (op[1].gpus, op[0].label)) if found else None
+        """The cheapest option at ``scale``: of those that hold even pessimistically
+        (else as simulated, else optimistically), the lowest cost per hour when every
+        one has a price, else the fewest GPUs (ties by GPUs, then label); with the probe
+        of the case that decided it."""
+        for case in ("high", "sim", "low"):
+            found = [(o, p) for o in self.options if (p := self.fewest(o, scale, case))]
+            if found:
+                break
+        else:
+            return None
+        hourly = {o.label: self.cost(p)["usd_per_hour"] for o, p in found}
+        priced = all(h is not None for h in hourly.values())
+        return min(found, key=lambda op: (hourly[op[0].label] if priced else 0.0,
+                                          op[1].gpus, op[0].label))
 
-    def answer(self) -> str:
-        """The plan in one sentence (the trace's own rate; the scaled ones in the table)."""
-        scale = self.scales[0]
+    def _cost_words(self, lo: Probe, hi: Probe | None) -> str:
+        c_lo = self.cost(lo)["usd_per_mtok"]
+        if c_lo is None:
+            gpu = lo.option.gpu
+            return (f"; no price for {gpu}: give --price {gpu}=USD"
+                    if gpu and self.price(lo.option) is None else "")
+        c_hi = self.cost(hi)["usd_per_mtok"] if hi is not None else None
+        # "USD", not "$": JupyterLab typesets the text between two "$" as math
+        if c_hi is None or abs(c_hi - c_lo) < 5e-4:
+            return f", USD {c_lo:.3f} per million tokens"
+        return f", USD {c_lo:.3f}–{c_hi:.3f} per million tokens"
+
+    def option_words(self, option: Option, scale: float) -> str:
+        """One option's answer at ``scale``: "4–7 replicas (8–14 GPUs) within ...",
+        "needs 4 replicas (8 GPUs)" or why none held; integers, GPUs = replicas × TP."""
+        b = self.band(option, scale)
+        lo, hi = b["low"], b["high"]
+        if lo is None:
+            return f"{option.engine} {self._why(option, scale, 'low')}"
+        if hi is not None and hi.replicas == lo.replicas:
+            return (f"{option.engine} needs {_n(hi.replicas, 'replica')} "
+                    f"({_n(hi.gpus, 'GPU')})")
+        top = (f"{_span(lo.replicas, hi.replicas, 'replica')} "
+               f"({_span(lo.gpus, hi.gpus, 'GPU')})" if hi is not None
+               else f"{lo.replicas:,} or more replicas")
+        return f"{option.engine} needs {top} within its error"
+
+    def _binding(self, probe: Probe) -> tuple[str, Bound]:
+        """The bound nearest to breaking at ``probe`` and its value in words."""
+        parsed = self.parsed_slo()
+        worst = max(parsed.bounds, key=lambda b: parsed.ratio(b, probe.values.get(b.key)))
+        value = probe.values.get(worst.key)
+        shown = (f"{worst.key} {value:,.1f} ms" if worst.q is not None and value is not None
+                 else f"{worst.key} attained by {value or 0:.0%}")
+        return shown, worst
+
+    def _simulated_words(self, probe: Probe) -> str:
+        """The binding bound's simulated value and margin at ``probe``."""
+        return f"{self._binding(probe)[0]} (the bound {_headroom(probe)} above it)"
+
+    def answer(self, scale: float | None = None) -> str:
+        """The plan in one sentence, the answer first and the error after (the trace's
+        own rate unless ``scale``; the other rates in the table)."""
+        scale = self.scales[0] if scale is None else scale
         rate = f"{self.base_rate * scale:.2f} units/s"
+        where = f"for {self.trace} at {rate}"
+        what = f"for {self.slo} on {self.trace} at {rate}"
         got = self.best(scale)
         if got is None:
-            return (f"Simulated: no option held {self.slo} at {rate}: "
-                    + "; ".join(f"{o.engine} {self._never_held(o, scale)}"
-                                for o in self.options) + ".")
-        option, probe = got
-        cost = self.cost(probe)
-        price = (f", ${cost['usd_per_mtok']:.3f} per million tokens"
-                 if cost["usd_per_mtok"] is not None else "")
-        others = [f"{o.engine} needs {p.replicas}" if (p := self.fewest(o, scale))
-                  else f"{o.engine} {self._never_held(o, scale)}"
-                  for o in self.options if o != option]
-        return (f"Simulated ({stated_error(option.engine)}): {self.trace} at {rate} holds "
-                f"{self.slo} on {probe.replicas} × {option.label} ({probe.gpus} GPUs{price})"
-                + (f"; {', '.join(others)}" if others else "") + ".")
+            return (f"No option holds {self.slo} {where}, even at its error's best: "
+                    + "; ".join(f"{o.engine} {self._why(o, scale, 'low')}"
+                                for o in self.options)
+                    + ". " + self._error_tail())
+        option, _ = got
+        b = self.band(option, scale)
+        lo, sim, hi = b["low"], b["sim"], b["high"]
+        assert lo is not None
+        others = [self.option_words(o, scale) for o in self.options if o != option]
+        rest = f"; {'; '.join(others)}" if others else ""
+        errs = self.errors(option)
+        if hi is not None and hi.replicas == lo.replicas:
+            head = (f"{_n(hi.replicas, 'replica')} of {option.label} "
+                    f"({_n(hi.gpus, 'GPU')}{self._cost_words(hi, None)}) "
+                    f"{'holds' if hi.replicas == 1 else 'hold'} {self.slo} {where}")
+            if errs:
+                why = (f": the bound is {_headroom(hi)} above the simulated value, more than "
+                       f"{self._error_words(option)}")
+                if hi.replicas > 1:
+                    why += (f", and {_n(hi.replicas - 1, 'replica')} would break it even "
+                            f"{self._case_words(option, 'low')}")
+            else:
+                why = f" as simulated ({self._error_words(option)})"
+            return head + why + rest + ". " + self._error_tail()
+        if hi is not None:
+            count = (f"{_span(lo.replicas, hi.replicas, 'replica')} of {option.label} "
+                     f"({_span(lo.gpus, hi.gpus, 'GPU')}{self._cost_words(lo, hi)})")
+            ends = (f"{hi.replicas:,} hold it even {self._case_words(option, 'high')}, "
+                    f"{lo.replicas:,} only {self._case_words(option, 'low')}")
+        else:
+            count = (f"{lo.replicas:,} or more replicas of {option.label} "
+                     f"({lo.gpus:,} or more GPUs{self._cost_words(lo, None)})")
+            ends = (f"{lo.replicas:,} only {self._case_words(option, 'low')}; "
+                    f"{self._case_words(option, 'high')} "
+                    f"{self._why(option, scale, 'high')}")
+        sim_words = (f"as simulated, {_n(sim.replicas, 'replica')} "
+                     f"give{'s' if sim.replicas == 1 else ''} "
+                     f"{self._simulated_words(sim)}" if sim is not None
+                     else f"as simulated, {self._why(option, scale, 'sim')}")
+        return (f"{count} {what}, a range within {self._error_words(option)}: {ends}; "
+                f"{sim_words}{rest}. " + self._error_tail())
+
+    def _error_tail(self) -> str:
+        """The stated errors, after the answer: one clause per distinct engine."""
+        texts: dict[str, list[str]] = {}
+        for engine in dict.fromkeys(o.engine for o in self.options):
+            texts.setdefault(stated_error(engine), []).append(engine)
+        if len(texts) == 1:
+            return f"Simulated; {next(iter(texts))}."
+        return "Simulated; " + "; ".join(f"{', '.join(es)}: {t}" for t, es in texts.items()) + "."
 
     def curve(self) -> list[dict[str, Any]]:
         """Every probe as a row: the curve behind the answer."""
         return [{"option": p.option.label, "scale": p.scale, "rate": p.rate,
                  "replicas": p.replicas, "gpus": p.gpus, "held": p.held,
-                 "worst_ratio": p.worst_ratio, **p.values, "ok_rate": p.ok_rate,
+                 "held_low": p.held_low, "held_high": p.held_high,
+                 "worst_ratio": p.worst_ratio, "ratio_low": p.ratio_low,
+                 "ratio_high": p.ratio_high, **p.values, "ok_rate": p.ok_rate,
                  "cached_tokens": p.cached_tokens, "host_cached_tokens": p.host_cached_tokens,
                  "prompt_tokens": p.prompt_tokens}
                 for p in self.probes]
 
     def to_dict(self) -> dict[str, Any]:
+        def probe(p: Probe) -> dict[str, Any]:
+            return {**dataclasses.asdict(p), "option": dataclasses.asdict(p.option)}
+
         return {
             "trace": self.trace, "slo": self.slo, "base_rate": self.base_rate,
-            "scales": self.scales, "price_per_gpu_hour": self.price_per_gpu_hour,
-            "created": self.created,
+            "scales": self.scales, "prices": self.prices, "created": self.created,
+            "max_replicas": self.max_replicas,
             "options": [dataclasses.asdict(o) for o in self.options],
-            "probes": [{**dataclasses.asdict(p), "option": dataclasses.asdict(p.option)}
-                       for p in self.probes],
+            "probes": [probe(p) for p in self.probes],
+            "floors": {k: probe(p) for k, p in self.floors.items()},
             "answers": self.answers(), "answer": self.answer(),
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PlanResult:
+        def probe(p: dict[str, Any]) -> Probe:
+            return Probe(**{**p, "option": Option(**p["option"])})
+
         options = [Option(**o) for o in d["options"]]
-        probes = [Probe(**{**p, "option": Option(**p["option"])}) for p in d["probes"]]
+        if "prices" in d:
+            prices = d["prices"]
+        else:  # a plan saved before per-GPU prices: its one price, for every GPU
+            old = d.get("price_per_gpu_hour")
+            prices = {} if old is None else {EVERY_GPU: old}
         return cls(d["trace"], d["slo"], d["base_rate"], list(d["scales"]), options,
-                   d["price_per_gpu_hour"], probes, d.get("created", ""))
+                   prices, [probe(p) for p in d["probes"]], d.get("created", ""),
+                   {k: probe(p) for k, p in (d.get("floors") or {}).items()},
+                   d.get("max_replicas", MAX_REPLICAS))
 
     def save(self, out_dir: str | Path, plan_id: str | None = None) -> Path:
         """``OUT_DIR/PLAN_ID/plan.json`` (a new directory); returns the directory."""
@@ -249,17 +502,35 @@ def _options(engines: Sequence[str], routers: Sequence[str],
     return out
 
 
+def band_slo(slo: SLO, option: Option, case: str) -> SLO:
+    """``slo`` judged with ``option``'s stated error applied to each bound's metric:
+    value × (1 + error) ("high", pessimistic) or × (1 − error) ("low"), as the limit
+    divided by the same factor (a percentile scales with its values; a per-request bound
+    counts the requests within the scaled limit). A metric with no stated error keeps
+    its limit."""
+    bounds = []
+    for b in slo.bounds:
+        e = metric_error(option.engine, b.metric) or 0.0
+        factor = 1 + e if case == "high" else 1 - e
+        bounds.append(Bound(b.metric, b.q, b.limit / factor if factor > 0 else math.inf))
+    return SLO(tuple(bounds), slo.min_ok)
+
+
 def _measure(cfg: dict[str, Any], option: Option, scale: float, rate: float, replicas: int,
-             slo: SLO) -> Probe:
+             slo: SLO, arrival: dict[str, Any] | None = None) -> Probe:
     import workbench.executors.virtual as virtual
     from workbench.metrics import to_frame
 
-    run = {**cfg, "arrival": {**cfg.get("arrival", {}), "rate": rate},
+    run = {**cfg, "arrival": arrival or {**cfg.get("arrival", {}), "rate": rate},
            "target": {"url": "sim", "engine": option.knobs(replicas)}}
     result = virtual.simulate(run)
     frame = to_frame(result)
     ev = slo.evaluate(frame)
     verdict = slo.verdict(ev["values"], ev["ok_rate"])
+    band = {}
+    for case in ("low", "high"):
+        scaled = band_slo(slo, option, case)
+        band[case] = scaled.verdict(scaled.evaluate(frame)["values"], ev["ok_rate"])
     recs = result.records
     sends = [r.dispatch_ns for r in recs if r.dispatch_ns is not None]
     ends = [r.end_ns for r in recs if r.end_ns is not None]
@@ -269,27 +540,46 @@ def _measure(cfg: dict[str, Any], option: Option, scale: float, rate: float, rep
         ev["values"], ev["ok_rate"], len({r.unit_ordinal for r in recs}),
         sum(r.prompt_tokens or 0 for r in recs), sum(r.completion_tokens or 0 for r in recs),
         sum(r.cached_tokens or 0 for r in recs),
-        sum(int(r.extra.get("host_cached_tokens", 0)) for r in recs), span)
+        sum(int(r.extra.get("host_cached_tokens", 0)) for r in recs), span,
+        band["low"]["held"], band["high"]["held"], band["low"]["worst_ratio"],
+        band["high"]["worst_ratio"])
+
+
+def _floor(cfg: dict[str, Any], option: Option, slo: SLO) -> Probe:
+    """The trace's units one at a time (``max_concurrency`` 1, all due at once) on one
+    idle replica: what no replica count goes under (each request's own time, with the
+    prefix cache of the ones before it)."""
+    return _measure(cfg, option, 0.0, 0.0, 1, slo,
+                    arrival={"mode": "saturated", "max_concurrency": 1})
 
 
 def _fewest(probe: Callable[[int], Probe], max_replicas: int) -> None:
-    """Doubling from 1 until the SLO holds, then bisection between the last broken and
-    the first held count; every probe goes to the plan through ``probe``."""
-    good: int | None = None
-    bad, n = 0, 1
-    while n <= max_replicas:
-        if probe(n).held:
-            good = n
-            break
-        bad, n = n, n * 2
-    if good is None:
-        return
-    while good - bad > 1:
-        mid = (good + bad) // 2
-        if probe(mid).held:
-            good = mid
-        else:
-            bad = mid
+    """Doubling from 1 until the SLO holds even pessimistically (``held_high``), then
+    bisection, for each case (as simulated, pessimistic, optimistic), between the last
+    count that broke it and the first that held; a count is probed once, and every probe
+    goes to the plan through ``probe``."""
+    seen: dict[int, Probe] = {}
+
+    def at(n: int) -> Probe:
+        if n not in seen:
+            seen[n] = probe(n)
+        return seen[n]
+
+    n = 1
+    while n <= max_replicas and not at(n).held_high:
+        n *= 2
+    for case in ("sim", "high", "low"):
+        held = [k for k, p in seen.items() if p.held_in(case)]
+        if not held:
+            continue
+        good = min(held)
+        bad = max((k for k, p in seen.items() if k < good and not p.held_in(case)), default=0)
+        while good - bad > 1:
+            mid = (good + bad) // 2
+            if at(mid).held_in(case):
+                good = mid
+            else:
+                bad = mid
 
 
 def _search(cfg: dict[str, Any], option: Option, scale: float, rate: float,
@@ -323,12 +613,16 @@ def trace_rate(cfg: dict[str, Any]) -> float:
 def plan(trace: str, engines: Sequence[str], slo: Any, *,
          scales: Sequence[float] = (1.0, 2.0), routers: Sequence[str] = ("prefix-aware",),
          host_kv_gb: Sequence[float] = (0.0,), price_per_gpu_hour: float | None = None,
+         prices: str | float | Mapping[str, float] | None = None,
          max_items: int | None = None, max_replicas: int = MAX_REPLICAS,
          context: dict[str, Any] | None = None,
          progress: Callable[[Probe], None] | None = None,
          parallel: int | None = None) -> PlanResult:
     """Fewest replicas per option and rate scale (see the module docstring).
 
+    ``prices``: USD per GPU-hour, ``plan.prices`` (``{"h100": 2.5}`` or
+    ``"h100=2.5,h200=3.7"`` over the default table; a number: every GPU);
+    ``price_per_gpu_hour`` is the older spelling of one price for every GPU.
     ``parallel``: processes running the (option, scale) searches at once; None: as many
     as the cores this process may use (1: all in this process)."""
     parsed = SLO.parse(slo)
@@ -340,6 +634,7 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
         raise ConfigError(f"plan: max_replicas must be in [1, 1024], got {max_replicas}")
     if price_per_gpu_hour is not None and not price_per_gpu_hour >= 0:
         raise ConfigError(f"plan: price per GPU-hour must be >= 0, got {price_per_gpu_hour}")
+    table = parse_prices(prices if prices is not None else price_per_gpu_hour)
     options = _options(engines, routers, host_kv_gb)
     cfg: dict[str, Any] = {"trace": {"path": trace, **({"max_items": max_items}
                                                        if max_items else {})}}
@@ -347,8 +642,9 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
         cfg["context"] = context
     base = trace_rate(cfg)
     result = PlanResult(Path(trace).name, str(parsed), base, [float(s) for s in scales],
-                        options, price_per_gpu_hour,
-                        created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+                        options, table,
+                        created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                        max_replicas=max_replicas)
     searches = [(option, scale) for scale in result.scales for option in options]
     workers = min(usable_cores() if parallel is None else parallel, len(searches))
     if workers < 1:
@@ -365,7 +661,7 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
                 return p
 
             _fewest(probe, max_replicas)
-        return result
+        return _with_floors(result, cfg, parsed)
     # one search per process, up to the cores there are; the probes land in the plan in
     # the order one process would have run them (the same plan.json either way)
     with concurrent.futures.ProcessPoolExecutor(
@@ -379,4 +675,13 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
                 result.probes.append(p)
                 if progress is not None:
                     progress(p)
+    return _with_floors(result, cfg, parsed)
+
+
+def _with_floors(result: PlanResult, cfg: dict[str, Any], slo: SLO) -> PlanResult:
+    """The floor (``_floor``) of every option some rate of which no count up to the
+    limit held even pessimistically: what the plan's "why" sentence rests on."""
+    for option in result.options:
+        if any(result.fewest(option, s, "high") is None for s in result.scales):
+            result.floors[option.label] = _floor(cfg, option, slo)
     return result

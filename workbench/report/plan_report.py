@@ -15,20 +15,20 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from workbench.plan import PlanResult
+from workbench.plan.prices import EVERY_GPU
 from workbench.report.headline import Headline
 from workbench.report.plots import _new
 from workbench.sim.presets.stated import stated_error
 
 
 def plan_headline(result: PlanResult) -> Headline:
-    """The plan's one-sentence answer, then one line per scaled rate."""
+    """The plan's one-sentence answer, then one line per scaled rate: each option's
+    replicas (a range within its error where the band's ends differ) and GPUs."""
     lines = [result.answer()]
     for scale in result.scales[1:]:
-        best = result.best(scale)
         rate = result.base_rate * scale
-        lines.append(f"At {scale:g}× ({rate:.2f} units/s): " + (
-            f"{best[1].replicas} × {best[0].label} ({best[1].gpus} GPUs)" if best
-            else "no option held the SLO"))
+        lines.append(f"At {scale:g}× ({rate:.2f} units/s): "
+                     + "; ".join(result.option_words(o, scale) for o in result.options))
     return Headline(lines)
 
 
@@ -51,8 +51,16 @@ def closing_note(result: PlanResult) -> ClosingNote:
     return ClosingNote(result.answer())
 
 
+INT_COLUMNS = ("replicas", "replicas_low", "replicas_high", "gpus_per_replica", "gpus",
+               "gpus_low", "gpus_high")
+
+
 def answers_frame(result: PlanResult) -> pd.DataFrame:
+    """``answers()`` as a table; replicas and GPUs as integers (empty where none held)."""
     df = pd.DataFrame(result.answers())
+    for col in INT_COLUMNS:
+        if col in df:
+            df[col] = df[col].astype("Int64")
     df.attrs["name"] = "plan_answers"
     return df
 
@@ -95,5 +103,7 @@ def describe(result: PlanResult) -> dict[str, Any]:
             "trace rate (units/s)": round(result.base_rate, 4),
             "rate scales": ", ".join(f"{s:g}" for s in result.scales),
             "options": "; ".join(o.label for o in result.options),
-            "price per GPU-hour (USD)": result.price_per_gpu_hour,
+            "price per GPU-hour (USD)": ", ".join(
+                f"{'every GPU' if g == EVERY_GPU else g} {p:g}"
+                for g, p in (result.prices or {}).items()) or "none",
             "probes (virtual replays)": len(result.probes)}

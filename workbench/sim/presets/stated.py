@@ -65,3 +65,24 @@ def unmeasured(engine: str) -> tuple[str, str] | None:
     """The preset's (model, GPU) when no published table covers them, else None."""
     model, gpu = parse(engine)[:2]
     return None if (model, gpu) in measured() else (model, gpu)
+
+
+#: the fit's metric class an SLO metric's error is stated in (docs/plan.md, "Error band");
+#: a metric not listed has no stated error
+METRIC_CLASS = {"ttft_ms": "ttft", "tpot_ms": "itl", "itl_ms": "itl",
+                "completion_amortized_tpot_ms": "itl", "e2e_ms": "latency"}
+#: the class's name in a sentence
+CLASS_NAME = {"ttft": "TTFT", "itl": "ITL/TPOT", "latency": "latency"}
+
+
+def metric_error(engine: str, metric: str) -> float | None:
+    """The error a preset states for an SLO metric: the larger of the fit's held-out and
+    in-sample median absolute errors of the metric's class (``METRIC_CLASS``; e.g. TTFT
+    0.371), so a plan's band is never narrower than either; None for a calibrated engine
+    (its error is its calibration's) or a metric with no class."""
+    if engine.endswith(".json") or metric not in METRIC_CLASS:
+        return None
+    key = METRIC_CLASS[metric]
+    rec = fit_record()
+    found = [rec[part][key] for part in ("held_out_error", "in_sample") if key in rec[part]]
+    return max(found) if found else None
