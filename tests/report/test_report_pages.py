@@ -21,7 +21,7 @@ from workbench.report.render import render_report
 pytestmark = pytest.mark.slow
 FIRST_SCREEN = 700  # characters of body text before the headline must have started
 INSTRUCTIONS = ("press Run", "Press Run", "JupyterLab", "interactive = True", "Run All")
-KINDS = ("replay", "compare", "sweep")
+KINDS = ("replay", "compare", "sweep", "plan")
 
 
 def body_text(page: str) -> str:
@@ -32,7 +32,8 @@ def body_text(page: str) -> str:
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One folder with a replay, a compare and a sweep report (and so an index of three)."""
+    """One folder with a replay, a compare, a sweep and a plan report (and so an index of
+    four)."""
     out = tmp_path_factory.mktemp("report-pages")
     render_report("replay", {"max_items": 2, "engine": {"speedup": 50.0},
                              "run_id": "replay"}, out)
@@ -42,6 +43,8 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> Path:
     render_report("sweep", {"out_dir": str(out / "sweeps"), "values": [1, 8],
                             "capacity_tolerance": 1.0, "slo": {"ttft_ms:p90": 5000},
                             "sweep_id": "cap", "max_items": 40, "run_id": "sweep"}, out)
+    render_report("plan", {"max_items": 20, "scales": [1.0], "run_id": "plan",
+                           "out_dir": str(out / "plans")}, out)
     return out
 
 
