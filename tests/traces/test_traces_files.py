@@ -216,3 +216,21 @@ def test_report_on_a_path_that_is_not_a_run_is_one_error(tmp_path):
         proc = _cli("report", str(path), "-o", str(tmp_path / "reports"), cwd=tmp_path)
         _one_line_error(proc, words, code=2)  # a command-line error: ExitCode.CONFIG_ERROR
         assert name and not (tmp_path / "reports").exists()
+
+
+def test_a_gzip_trace_reads_as_its_content_within_the_bound(tmp_path, monkeypatch):
+    """Any format: a ``.gz`` file is read decompressed (TraceLab and AIPerf ship
+    ``.jsonl.gz``); decompressing past ``MAX_TRACE_BYTES`` stops at the bound."""
+    import gzip
+
+    from workbench.data import path as data_path
+    from workbench.traces import bounds
+
+    src = Path(data_path("mooncake/conversation_trace_head600.jsonl"))
+    packed = tmp_path / "m.jsonl.gz"
+    packed.write_bytes(gzip.compress(src.read_bytes()))
+    assert load_trace(packed).units == load_trace(src).units
+    assert load_trace(packed).fmt == "mooncake"
+    monkeypatch.setattr(bounds, "MAX_TRACE_BYTES", 50_000)  # the .gz is ~44 KB, its text 148 KB
+    with pytest.raises(TraceFormatError, match="decompressed, file is larger than the bound"):
+        load_trace(packed, fmt="mooncake")

@@ -340,7 +340,8 @@ def test_empty_folder_and_unknown_options(tmp_path: Path) -> None:
     (tmp_path / "e").mkdir()
     with pytest.raises(TraceFormatError, match="a directory; a folder is read as one trace"):
         load_trace(tmp_path / "e")
-    with pytest.raises(TraceFormatError, match=r"folder has no \.json or \.jsonl files"):
+    with pytest.raises(TraceFormatError,
+                       match=r"folder has no \.json, \.jsonl, \.json\.gz, \.jsonl\.gz files"):
         load_trace(tmp_path / "e", fmt="weka")
     p = write(tmp_path, TIMED)
     with pytest.raises(ConfigError, match="unknown option"):
@@ -420,3 +421,45 @@ def test_a_recorded_end_without_duration_reads_either_time_convention(tmp_path: 
     joins = {u.unit_id: u.spawn.join_round for u in w.units if u.spawn is not None}
     # relative: ends at 10 + 30 + 2 = 42 (request 2); absolute: 40 + 2 = 42 too
     assert joins == {"c::sa:r": 2, "c::sa:a": 2}
+
+
+def test_gzip_files_and_folders_read_as_their_content(tmp_path: Path) -> None:
+    import gzip
+
+    lines = SAMPLE.read_bytes().splitlines()[:2]
+    plain = tmp_path / "two.jsonl"
+    plain.write_bytes(b"\n".join(lines) + b"\n")
+    packed = tmp_path / "two.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert detect_format(packed) == "weka"
+    assert _shape(load_trace(packed)) == _shape(load_trace(plain))
+    folder = tmp_path / "f"
+    folder.mkdir()
+    for i, line in enumerate(lines):
+        (folder / f"c{i}.json.gz").write_bytes(gzip.compress(line))
+    assert detect_format(folder) == "weka"
+    assert _shape(load_trace(folder)) == _shape(load_trace(plain))
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(packed.read_bytes()[:-20])
+    with pytest.raises(TraceFormatError, match="gzip data is cut short"):
+        load_trace(cut, fmt="weka")
+
+
+def test_untyped_entries_and_requests_without_hash_ids(tmp_path: Path) -> None:
+    """Upstream's replayer: a request without ``type`` streams, an entry with
+    ``requests`` is a sub-agent; a request without ``hash_ids`` has no shared blocks."""
+    r0 = req(0.0, 256, 4, [1, 2, 3, 4])
+    del r0["type"]
+    r1 = req(5.0, 320, 4, [])
+    del r1["hash_ids"]
+    m = marker(2.0, "s", [req(0.0, 64, 1, [9])])
+    del m["type"]
+    w = load_trace(write(tmp_path, conv("c", [r0, m, r1])))
+    assert [u.unit_id for u in w.units] == ["c", "c::sa:s"]
+    assert w.units[0].rounds[1].hash_ids == () and w.units[0].rounds[1].prefix_len == 0
+    assert w.meta["untyped_entries"] == 2 and w.meta["requests_without_hash_ids"] == 1
+    from workbench.executors.virtual import simulate
+
+    res = simulate({"trace": str(tmp_path / "t.jsonl"), "arrival": {"mode": "saturated"}})
+    assert [r.prompt_tokens for r in sorted(res.records, key=lambda r: r.request_id)] == [
+        256, 320, 64]

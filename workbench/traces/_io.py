@@ -73,7 +73,42 @@ def open_trace(path: Path, limit: int | None = None) -> bytes:
         os.close(fd)
     if limit is None and len(data) > cap:  # grew past its size, or a size-0 special file
         raise TraceFormatError(path, 0, _too_big(len(data)))
+    if data[:2] == GZIP_MAGIC:
+        return _inflate(path, data, limit)
     return data
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _inflate(path: Path, raw: bytes, limit: int | None) -> bytes:
+    """A gzip file's content (``.jsonl.gz``, as TraceLab and AIPerf ship traces): the
+    first ``limit`` bytes of it, or all of it within ``bounds.MAX_TRACE_BYTES`` (a
+    decompression bomb stops at the bound, never fills memory); several members are
+    read one after another, as ``gzip`` writes appended files."""
+    import zlib
+
+    want = limit if limit is not None else bounds.MAX_TRACE_BYTES + 1
+    out = bytearray()
+    rest = raw
+    while rest and len(out) < want:  # bounded: each pass consumes a member or stops
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            out += inflater.decompress(rest, want - len(out))
+        except zlib.error as exc:
+            if limit is not None:
+                break  # a head cut mid-stream is expected when sniffing
+            raise TraceFormatError(path, 0, f"gzip data is broken ({exc})") from None
+        if inflater.unconsumed_tail:  # stopped at the bound
+            break
+        if not inflater.eof:
+            if limit is None:
+                raise TraceFormatError(path, 0, "gzip data is cut short (a truncated file)")
+            break
+        rest = inflater.unused_data
+    if limit is None and len(out) > bounds.MAX_TRACE_BYTES:
+        raise TraceFormatError(path, 0, "decompressed, " + _too_big(len(out)))
+    return bytes(out[:want])
 
 
 def _too_big(size: int) -> str:

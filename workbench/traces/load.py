@@ -72,7 +72,7 @@ def _detect_folder(path: Path) -> str:
     folder_formats = [n for n in FORMATS.names() if FORMATS.get(n).folders]
     files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
     for name in folder_formats:
-        own = [p for p in files if p.suffix in FORMATS.get(name).folders]
+        own = [p for p in files if p.name.endswith(FORMATS.get(name).folders)]
         if own and FORMATS.get(name).sniff(head_lines(own[0])):
             return name
     readers = ", ".join(folder_formats)

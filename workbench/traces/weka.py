@@ -75,7 +75,7 @@ DEFAULTS: dict[str, Any] = {
     "subagents": "wait",
 }
 SUBAGENTS = ("wait", "recorded")
-SUFFIXES = (".json", ".jsonl")
+SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
 MAX_DEPTH = 16  # sub-agents inside sub-agents: deeper than this is a broken file
 #: the format's own fields (those replay does not need included); others are warned about
 KNOWN_CONVERSATION = frozenset(("id", "models", "block_size", "hash_id_scope", "tool_tokens",
@@ -169,9 +169,9 @@ def trace_files(path: Path) -> list[Path]:
     """The files a path stands for: itself, or a folder's ``*.json``/``*.jsonl`` by name."""
     if not path.is_dir():
         return [path]
-    files = sorted(p for p in path.iterdir() if p.suffix in SUFFIXES and p.is_file())
+    files = sorted(p for p in path.iterdir() if p.name.endswith(SUFFIXES) and p.is_file())
     if not files:
-        raise TraceFormatError(path, 0, f"folder has no {' or '.join(SUFFIXES)} files")
+        raise TraceFormatError(path, 0, f"folder has no {', '.join(SUFFIXES)} files")
     return files
 
 
@@ -271,7 +271,7 @@ def _hashes(src: _Source, where: str, value: Any, prompt: int, block: int) -> li
 def _request(src: _Source, where: str, r: dict[str, Any], block: int, ids: _Ids,
              seen: dict[str, int]) -> _Request:  # fmt: skip
     note_unknown(src.path, src.line, r, KNOWN_REQUEST, seen, where="requests[].")
-    for key in ("t", "in", "out", "hash_ids"):
+    for key in ("t", "in", "out"):
         if r.get(key) is None:
             raise TraceFormatError(src.path, src.line, f"{where}missing field {key!r}")
     prompt = json_tokens(src.path, src.line, f"{where}in", r["in"], minimum=1)
@@ -286,7 +286,7 @@ def _request(src: _Source, where: str, r: dict[str, Any], block: int, ids: _Ids,
     optional = {k: (None if r.get(k) is None else _seconds(src, where, k, r[k]))
                 for k in ("api_time", "think_time")}
     return _Request(where, _seconds(src, where, "t", r["t"]), r["type"] == "s", model, prompt,
-                    output, ids(where, _hashes(src, where, r["hash_ids"], prompt, block)),
+                    output, ids(where, _hashes(src, where, r.get("hash_ids", []), prompt, block)),
                     optional["api_time"], optional["think_time"])
 
 
@@ -305,8 +305,13 @@ def _agent(src: _Source, reqs: Any, where: str, agent: _Agent, block: int, ids: 
         if not isinstance(r, dict):
             raise TraceFormatError(src.path, src.line, f"{at[:-1]} must be an object")
         kind = r.get("type")
+        if kind is None:  # upstream's replayer: a request streams unless it says otherwise
+            kind = "subagent" if "requests" in r else "s"
+            counts["untyped_entries"] += 1
         if kind in ("s", "n"):
-            agent.items.append(_request(src, at, r, block, ids, seen))
+            if "hash_ids" not in r:
+                counts["requests_without_hash_ids"] += 1
+            agent.items.append(_request(src, at, {**r, "type": kind}, block, ids, seen))
         elif kind == "subagent":
             note_unknown(src.path, src.line, r, KNOWN_MARKER, seen, where="subagent.")
             t = _seconds(src, at, "t", r.get("t", 0.0))
