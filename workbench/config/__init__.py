@@ -289,7 +289,7 @@ class RunConfig:
 
         path = Path(path)
         try:  # opened like a trace: a FIFO or a device is refused, not read (no blocking)
-            raw = open_trace(path, CONFIG_MAX_BYTES + 1)
+            raw = open_trace(path, CONFIG_MAX_BYTES + 1, inflate=False)
         except TraceFormatError as exc:
             raise ConfigError(f"cannot read config {path}: {exc.rule}") from None
         if len(raw) > CONFIG_MAX_BYTES:

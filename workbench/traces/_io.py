@@ -44,8 +44,9 @@ def _os_rule(exc: OSError) -> str:
     return f"cannot open file: {exc.strerror or exc}"
 
 
-def open_trace(path: Path, limit: int | None = None) -> bytes:
-    """The first ``limit`` bytes of a regular file (all of it when ``limit`` is None).
+def open_trace(path: Path, limit: int | None = None, *, inflate: bool = True) -> bytes:
+    """The first ``limit`` bytes of a regular file (all of it when ``limit`` is None);
+    a gzip file's content when ``inflate`` (a trace; a config is read as it is).
 
     Opened non-blocking (a FIFO would otherwise block the open itself) and
     checked with ``fstat`` on the open descriptor, so what is read is what was
@@ -73,7 +74,7 @@ def open_trace(path: Path, limit: int | None = None) -> bytes:
         os.close(fd)
     if limit is None and len(data) > cap:  # grew past its size, or a size-0 special file
         raise TraceFormatError(path, 0, _too_big(len(data)))
-    if data[:2] == GZIP_MAGIC:
+    if inflate and data[:2] == GZIP_MAGIC:
         return _inflate(path, data, limit)
     return data
 
