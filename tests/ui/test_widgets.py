@@ -280,14 +280,14 @@ async def test_sections_fill_in_while_the_run_goes_and_show_its_end(
     view = report_view(p)
     latency, figure = view.table("latency"), view.plot("cdf")
     live = asyncio.Event()
-    refresh = view.refresh
 
-    def spy(report: Any, note: str = "", records: Any = None) -> None:
-        refresh(report, note, records)
-        if note.startswith("live:") and sum(r.status == "ok" for r in records) >= 2:
+    def spy(change: Any) -> None:  # the CDF drawn (two ok requests) while the run goes
+        new = change["new"]
+        if new and new[0]["data"].get("text/plain", "").startswith("live:") and (
+                "image/png" in new[-1]["data"]):
             live.set()
 
-    view.refresh = spy  # type: ignore[method-assign]
+    figure.observe(spy, names="outputs")
     p.run_button.click()
     assert "a new run is starting" in latency.outputs[0]["data"]["text/plain"]
     async with asyncio.timeout(120):
@@ -362,6 +362,7 @@ async def test_the_panels_measurement_is_not_disturbed_by_its_redraws(
 
     monkeypatch.setattr(widgets_mod, "LIVE_MIN_S", 0.0)  # redraw back to back (duty-bound)
     monkeypatch.setattr(widgets_mod, "LIVE_DUTY", 1.0)
+    monkeypatch.setattr(widgets_mod, "LIVE_SECTIONS_S", 1e9)  # every section, every redraw
     cfg = RunConfig.from_dict({
         "trace": {"path": str(data_path("tracelab/multi_session_large.csv"))},
         "arrival": {"max_concurrency": 4}, "backend": "vllm-tokens",
@@ -374,13 +375,13 @@ async def test_the_panels_measurement_is_not_disturbed_by_its_redraws(
                  "ttft_by_round", "sessions", "timeline"):
         view.plot(kind)
     redraws = []
-    refresh = view.refresh
 
-    def count(report: Any, note: str = "", records: Any = None) -> None:
-        refresh(report, note, records)
-        redraws.append(len(records or ()))
+    def count(change: Any) -> None:  # "live: 120 of 303 requests finished (run going)"
+        text = change["new"][0]["data"].get("text/plain", "") if change["new"] else ""
+        if text.startswith("live:"):
+            redraws.append(int(text.split()[1]))
 
-    view.refresh = count  # type: ignore[method-assign]
+    view.sections[-1].output.observe(count, names="outputs")  # the last: all redrawn
     p.run_button.click()
     try:
         async with asyncio.timeout(240):
