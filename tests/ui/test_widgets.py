@@ -440,3 +440,55 @@ def test_arrival_process_burstiness_and_ramp_reach_the_config_and_show_where_the
     c.arrival.value = "trace-timed"  # no process: burstiness and ramp are dropped
     a = p.config().arrival
     assert (a.burstiness, a.ramp_up_strategy, a.ramp_up_start_rps) == (1.0, None, None)
+
+
+# -- issue 40: a whole-number field refuses what is not one, visibly -------------------------
+WHOLE_FIELDS = ("max_items", "max_concurrency", "warmup", "block_size", "num_blocks")
+
+
+def test_no_integer_field_of_the_panel_can_change_what_is_typed() -> None:
+    """ipywidgets' IntText/BoundedIntText drop the dot in the browser ("2.5" → 25): none is
+    left in the panel; every whole-number field is a ``WholeNumber`` (the text as typed)."""
+    import ipywidgets as w
+
+    from workbench.ui.controls import WholeNumber
+
+    c = panel().controls
+    assert not [f.description for f in c.fields()
+                if isinstance(f, w.IntText | w.BoundedIntText | w.IntSlider)]
+    assert {name for name, f in vars(c).items() if isinstance(f, WholeNumber)} == set(
+        WHOLE_FIELDS)
+
+
+@pytest.mark.parametrize("name", WHOLE_FIELDS)
+@pytest.mark.parametrize("typed", ["2.5", "2,5", "1e3", "two", "", "0x10"])
+def test_a_non_integer_in_an_integer_field_is_refused_with_a_message(name: str,
+                                                                     typed: str) -> None:
+    p = panel(config_from_params(notebook_params()))
+    field = getattr(p.controls, name)
+    field.value = typed
+    assert field.value == typed  # kept as typed, never changed into another number
+    label = html.escape(field.description)
+    assert p.check.value.startswith('<span style="color:#b00">config: ')
+    assert label in p.check.value
+    assert (f"{html.escape(repr(typed))} is not a whole number" in p.check.value
+            if typed else "type a whole number" in p.check.value)
+    assert p.run_button.disabled
+    with pytest.raises(ConfigError, match="whole number"):
+        p.config()
+    field.value = " 2 "  # a whole number (spaces around it are no change): accepted
+    assert "whole number" not in p.check.value
+
+
+def test_whole_numbers_typed_reach_the_config_as_ints() -> None:
+    p = panel(config_from_params(notebook_params()))
+    c = p.controls
+    c.max_concurrency.value = "3"
+    c.max_items.value = 2  # assigned in code: kept as its digits
+    c.num_blocks.value = " 4096 "
+    assert c.max_items.value == "2"
+    cfg = p.config()
+    assert (cfg.arrival.max_concurrency, cfg.trace.max_items) == (3, 2)
+    assert cfg.target.engine["num_blocks"] == 4096
+    c.max_concurrency.value = "0"  # 0: no cap, as the label says
+    assert p.config().arrival.max_concurrency is None
