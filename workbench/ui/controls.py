@@ -16,9 +16,9 @@ notebook's parameters cell builds, and every message shown under the fields is t
   no duration), as their labels say. A whole-number field (units, sessions at once,
   warm-up sessions, the engine's block size and KV blocks) is a ``WholeNumber``: the text
   as typed, refused with a message when it is not a whole number ("2.5" is never read
-  as 2 or 25: JupyterLab's own integer field drops the dot as it is typed). Untouched, the fields give back the config they
-  were made from; the panel's own default config is the CLI's (``RunConfig()`` defaults
-  over the bundled demo trace).
+  as 2 or 25: JupyterLab's own integer field drops the dot as it is typed). Untouched,
+  the fields give back the config they were made from; the panel's own default config is
+  the CLI's (``RunConfig()`` defaults over the bundled demo trace).
 """
 
 from __future__ import annotations
