@@ -35,10 +35,11 @@ from workbench.report.sections import RunReport
 
 log = logging.getLogger(__name__)
 
-LIVE_MIN_S = 2.0  # redraw at most this often while a run goes (kernel side)
-LIVE_DUTY = 0.3  # and spend at most this share of the kernel's time redrawing
+LIVE_MIN_S = 2.0  # a redraw starts at most this often while a run goes (kernel side)
+LIVE_DUTY = 0.5  # and the render thread draws at most this share of the time
 LIVE_SECTIONS_S = 1.0  # per redraw, the report sections below the panel get this long
-RENDER_NICE = 10  # the render thread's niceness (Linux): the replay and engine go first
+LIVE_REST_S = 0.5  # and the render thread rests at least this long between two redraws
+RENDER_NICE = 5  # the render thread's niceness (Linux): the replay and engine go first
 RENDER_LOCK = threading.RLock()  # matplotlib is not thread-safe: one render at a time
 _renderer: ThreadPoolExecutor | None = None
 PRESS_RUN = "Press Run in the panel above: this {what} fills in while the run goes."
@@ -80,6 +81,23 @@ def renderer() -> ThreadPoolExecutor:
         _renderer = ThreadPoolExecutor(1, thread_name_prefix="workbench-render",
                                        initializer=_lower_priority)
     return _renderer
+
+
+def warm_up() -> None:
+    """Load what a first figure loads (the plotting modules, fonts, Agg), on the render
+    thread while the run's engine starts: the first live redraw does not pay for it."""
+    try:
+        from workbench.report.plots import ReportFigure
+        from workbench.report.sections import RunReport  # noqa: F401  (its imports)
+
+        with RENDER_LOCK:
+            fig = ReportFigure(figsize=(2, 1), layout="constrained")
+            ax = fig.subplots()
+            ax.plot([0, 1], [0, 1], label="warm-up")
+            ax.set(title="warm-up", xlabel="s", ylabel="ms")
+            fig.png()
+    except Exception:  # only a head start: the first redraw does it again if need be
+        log.debug("render warm-up failed", exc_info=True)
 
 
 def output_entry(obj: Any) -> dict[str, Any]:

@@ -47,11 +47,13 @@ from workbench.ui.controls import (
 from workbench.ui.live import (
     LIVE_DUTY,
     LIVE_MIN_S,
+    LIVE_REST_S,
     LIVE_SECTIONS_S,
     LiveReport,
     LiveSection,
     LiveSource,
     renderer,
+    warm_up,
 )
 from workbench.ui.live import output_entry as _output_entry
 
@@ -97,6 +99,8 @@ class Panel(LiveSource):
         self.job: Any = None  # the BackgroundRun of the current or last run
         self._starting = "starting engine…"  # the status line while the run starts
         self._started = 0.0  # time.monotonic() at Run
+        # the live redraws of the current or last run: (start s since Run, wall s, CPU s)
+        self.redraws: list[tuple[float, float, float]] = []
         self.run_button.on_click(self._on_run)
         self.stop_button.on_click(self._on_stop)
         for field in self.controls.fields():
@@ -181,8 +185,10 @@ class Panel(LiveSource):
         url = strip_url_credentials(cfg.target.url)  # never a password on screen
         self._starting = "starting engine…" if cfg.target.is_sim else f"connecting to {url}…"
         self._started = time.monotonic()
+        self.redraws = []
         self.say(self._starting)
         loop = asyncio.get_running_loop()
+        loop.run_in_executor(renderer(), warm_up)  # while the engine starts
         try:
             self.job = BackgroundRun(cfg).start()
             await self._follow(self.job)
@@ -239,7 +245,11 @@ class Panel(LiveSource):
     async def _live(self, job: Any) -> None:
         """Redraw the live figures, then the report sections below for up to
         ``LIVE_SECTIONS_S`` (taking up where the last redraw left off), from the records
-        written so far; again after ``max(LIVE_MIN_S, cost / LIVE_DUTY)``."""
+        written so far. The next redraw starts ``max(LIVE_MIN_S, cpu / LIVE_DUTY)`` after
+        this one started, ``cpu`` being the render thread's CPU time for it (not its wall
+        time: on a busy machine a redraw waits for the CPU, at its lower priority, and that
+        wait is no reason to redraw less often), and at least ``LIVE_REST_S`` after it
+        ended. ``redraws`` keeps each one's start (s since Run), wall time and CPU time."""
         loop = asyncio.get_running_loop()
         tail = job.records()
         records: list[RequestRecord] = []
@@ -254,16 +264,21 @@ class Panel(LiveSource):
                 continue
             records.extend(new[:LIVE_MAX_RECORDS - len(records)])
             manifest = manifest or _manifest(job.run_dir)
+            cpu = 0.0
             try:
-                cursor = await self._draw_live(job.cfg, records, manifest, cursor)
+                cursor, cpu = await self._draw_live(job.cfg, records, manifest, cursor)
             except Exception:  # a redraw that fails leaves the run and its status alone
                 log.warning("live redraw failed", exc_info=True)
-            cost = time.monotonic() - start
-            await asyncio.sleep(max(LIVE_MIN_S, cost / LIVE_DUTY))
+            took = time.monotonic() - start
+            self.redraws.append((start - self._started, took, cpu))
+            # the next one starts max(LIVE_MIN_S, cpu / LIVE_DUTY) after this one started,
+            # and at least LIVE_REST_S after it ended
+            await asyncio.sleep(max(LIVE_MIN_S - took, cpu / LIVE_DUTY - took, LIVE_REST_S))
 
     async def _draw_live(self, cfg: RunConfig, records: list[RequestRecord],
-                         manifest: dict[str, Any], cursor: int) -> int:
-        """One redraw (see ``_live``); returns the section to start from next time."""
+                         manifest: dict[str, Any], cursor: int) -> tuple[int, float]:
+        """One redraw (see ``_live``): the section to start from next time, and the render
+        thread's CPU time for it."""
         from workbench.report.sections import RunReport
 
         partial = RunResult(cfg.run_id or "", list(records), manifest=manifest)
@@ -274,24 +289,28 @@ class Panel(LiveSource):
         if len(records) >= LIVE_MAX_RECORDS:
             note = (f"live: the first {len(records):,} records (run going; drawn again from "
                     "all of them when it ends)")
+        cpu = 0.0
         for section in self.figures:
-            await self._render(section, report, "", partial.records)
+            cpu += await self._render(section, report, "", partial.records)
         sections = [s for view in self.views for s in view.sections]
         until = time.monotonic() + LIVE_SECTIONS_S
         for _ in sections:
             cursor %= len(sections)
-            await self._render(sections[cursor], report, note, partial.records)
+            cpu += await self._render(sections[cursor], report, note, partial.records)
             cursor += 1
             if time.monotonic() >= until:
                 break
-        return cursor
+        return cursor, cpu
 
     async def _render(self, section: LiveSection, report: Any, note: str = "",
-                      records: Any = None) -> None:
-        """``section`` rendered on the render thread, then shown (here, on the loop)."""
+                      records: Any = None) -> float:
+        """``section`` rendered on the render thread, then shown (here, on the loop); the
+        render thread's CPU time for it."""
         loop = asyncio.get_running_loop()
-        section.output.outputs = await loop.run_in_executor(
-            renderer(), section.render, report, note, records)
+        entries, cpu = await loop.run_in_executor(
+            renderer(), _cpu_timed, section.render, report, note, records)
+        section.output.outputs = entries
+        return cpu
 
     def _clear(self, text: str) -> None:
         """Old results gone at once: output, live figures and the sections below."""
@@ -367,6 +386,13 @@ class Panel(LiveSource):
         self.progress.max = max(requests, 1)
         self.progress.value = min(ok, self.progress.max)
         self.say(text, colour)
+
+
+def _cpu_timed(fn: Any, *args: Any) -> tuple[Any, float]:
+    """``fn(*args)`` and the CPU time the calling thread spent in it."""
+    start = time.thread_time()
+    out = fn(*args)
+    return out, time.thread_time() - start
 
 
 def _manifest(run_dir: Path) -> dict[str, Any]:
