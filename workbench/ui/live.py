@@ -11,9 +11,10 @@ cells below the panel always show its latest run.
 
 The run itself goes on in a process of its own (``workbench.executors.background``):
 redrawing here, on the kernel, never delays a request. While a run goes, the panel renders
-each section on the kernel's render thread (``renderer()``: one thread, at a lower CPU
-priority) and only puts the finished output into its widget on the kernel's loop, so the
-status line never waits on a figure (docs/notebooks.md). A section is drawn only once it
+each section in its render process (``workbench.ui.render``) and only puts the finished
+output into its widget on the kernel's loop, so the status line never waits on a figure
+(docs/notebooks.md); the final drawing, after the run, is on the kernel's render thread
+(``renderer()``). A section is drawn only once it
 has something to show (``waiting_for``): until the first request finishes it says so in
 a sentence, never over empty axes, and a session figure waits for a session's second
 round instead of calling the trace sessionless. Pressing Run clears every section at
@@ -23,8 +24,6 @@ once (``clear``), so no table of the previous run stays up beside a new or faile
 from __future__ import annotations
 
 import logging
-import os
-import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -35,11 +34,10 @@ from workbench.report.sections import RunReport
 
 log = logging.getLogger(__name__)
 
-LIVE_MIN_S = 2.0  # a redraw starts at most this often while a run goes (kernel side)
-LIVE_DUTY = 0.5  # and the render thread draws at most this share of the time
+LIVE_MIN_S = 2.0  # a live redraw starts at most this often while a run goes
+LIVE_DUTY = 0.5  # and the render process draws at most this share of the time (CPU)
 LIVE_SECTIONS_S = 1.0  # per redraw, the report sections below the panel get this long
-LIVE_REST_S = 0.5  # and the render thread rests at least this long between two redraws
-RENDER_NICE = 5  # the render thread's niceness (Linux): the replay and engine go first
+LIVE_REST_S = 0.5  # and the render process rests at least this long between two redraws
 RENDER_LOCK = threading.RLock()  # matplotlib is not thread-safe: one render at a time
 _renderer: ThreadPoolExecutor | None = None
 PRESS_RUN = "Press Run in the panel above: this {what} fills in while the run goes."
@@ -64,40 +62,32 @@ def waiting_for(name: str, records: Any) -> str | None:
     return None
 
 
-def _lower_priority() -> None:
-    """The render thread yields the CPU to everything else of the user's (Linux: a thread
-    has a niceness of its own; elsewhere it keeps the process's)."""
-    if sys.platform.startswith("linux"):
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), RENDER_NICE)
-        except OSError:  # not allowed here: drawn at the process's priority
-            log.debug("render thread priority unchanged", exc_info=True)
-
-
 def renderer() -> ThreadPoolExecutor:
-    """The kernel's one render thread (made on first use, kept for the kernel's life)."""
+    """The kernel's one render thread, for the drawing after a run (made on first use)."""
     global _renderer
     if _renderer is None:
-        _renderer = ThreadPoolExecutor(1, thread_name_prefix="workbench-render",
-                                       initializer=_lower_priority)
+        _renderer = ThreadPoolExecutor(1, thread_name_prefix="workbench-render")
     return _renderer
 
 
-def warm_up() -> None:
-    """Load what a first figure loads (the plotting modules, fonts, Agg), on the render
-    thread while the run's engine starts: the first live redraw does not pay for it."""
-    try:
-        from workbench.report.plots import ReportFigure
-        from workbench.report.sections import RunReport  # noqa: F401  (its imports)
-
-        with RENDER_LOCK:
-            fig = ReportFigure(figsize=(2, 1), layout="constrained")
-            ax = fig.subplots()
-            ax.plot([0, 1], [0, 1], label="warm-up")
-            ax.set(title="warm-up", xlabel="s", ylabel="ms")
-            fig.png()
-    except Exception:  # only a head start: the first redraw does it again if need be
-        log.debug("render warm-up failed", exc_info=True)
+def render_section(what: str, name: str, options: dict[str, Any], report: RunReport,
+                   note: str = "", records: Any = None) -> tuple[dict[str, Any], ...]:
+    """The outputs of section ``name`` (a ``what``: table or plot) of ``report``, made
+    without touching a widget; mid-run (``records`` given) a sentence until it has data."""
+    label = "table" if what == "table" else "figure"
+    if records is not None and (missing := waiting_for(name, records)):
+        return (_text_entry(f"{name} {label}: {missing}"),)
+    with RENDER_LOCK:
+        try:
+            obj = report.table(name) if what == "table" else report.plot(name, **options)
+            entries = [output_entry(obj)]
+        except Exception as exc:  # a section that cannot draw a partial run says so
+            log.debug("live section %s failed", name, exc_info=True)
+            entries = [_text_entry(f"{name}: not drawable yet ({type(exc).__name__}: "
+                                   f"{exc})")]
+    if note:
+        entries.insert(0, _text_entry(note))
+    return tuple(entries)
 
 
 def output_entry(obj: Any) -> dict[str, Any]:
@@ -133,22 +123,8 @@ class LiveSection:
 
     def render(self, report: RunReport, note: str = "", records: Any = None
                ) -> tuple[dict[str, Any], ...]:
-        """The outputs ``draw`` shows, made without touching a widget: the panel calls this
-        on its render thread and sets them on the kernel's loop."""
-        if records is not None and (missing := waiting_for(self.name, records)):
-            return (_text_entry(f"{self.name} {self.label}: {missing}"),)
-        with RENDER_LOCK:
-            try:
-                obj = (report.table(self.name) if self.what == "table"
-                       else report.plot(self.name, **self.options))
-                entries = [output_entry(obj)]
-            except Exception as exc:  # a section that cannot draw a partial run says so
-                log.debug("live section %s failed", self.name, exc_info=True)
-                entries = [_text_entry(f"{self.name}: not drawable yet "
-                                       f"({type(exc).__name__}: {exc})")]
-        if note:
-            entries.insert(0, _text_entry(note))
-        return tuple(entries)
+        """The outputs ``draw`` shows (``render_section``): touches no widget."""
+        return render_section(self.what, self.name, self.options, report, note, records)
 
 
 class LiveSource:

@@ -9,9 +9,9 @@ stamped (docs/notebooks.md). The kernel polls the run's ``Snapshot`` every
 ``POLL_S`` for the status line and progress bar; beside that poll, a task of its own
 redraws the live figures (latency CDFs, in-flight and TTFT over time, the session
 swimlane) and the report sections that follow the panel from the records written so
-far, at most every ``LIVE_MIN_S``, each section rendered on the kernel's render thread
-(``workbench.ui.live.renderer``) and only shown on the loop: the status line never waits
-on a redraw.
+far, at most every ``LIVE_MIN_S``, each section rendered in the kernel's render process
+(``workbench.ui.render``: the records are read there) and only shown on the loop: the
+status line never waits on a redraw, nor on the interpreter lock a redraw would hold.
 
 Status line: "starting engine… · 1.2 s", "running 120/303 · 14.3 s" (the time since Run:
 it advances every poll), "stopping…", "finalizing…", then done, cancelled or failed with
@@ -27,14 +27,13 @@ import contextlib
 import html
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 import ipywidgets as w
 
 from workbench.config import RunConfig
 from workbench.errors import WorkbenchError
-from workbench.records import RequestRecord, RunResult
+from workbench.records import RunResult
 from workbench.redact import strip_url_credentials
 from workbench.ui.controls import (
     POLICY_DEFAULT,
@@ -53,7 +52,6 @@ from workbench.ui.live import (
     LiveSection,
     LiveSource,
     renderer,
-    warm_up,
 )
 from workbench.ui.live import output_entry as _output_entry
 
@@ -92,7 +90,7 @@ class Panel(LiveSource):
             section.say(f"{section.name} figure: appears here while a run goes")
         self.output = w.Output()
         self.result: RunResult | None = None
-        self.latest: RunResult | None = None  # the finished result, or the running one so far
+        self.latest: RunResult | None = None  # the finished result (None while a run goes)
         self.views: list[LiveReport] = []  # the live report views that follow runs
         self.error: BaseException | None = None
         self.task: asyncio.Task[RunResult | None] | None = None
@@ -113,6 +111,9 @@ class Panel(LiveSource):
                               live, self.output])
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        from workbench.ui import render
+
+        render.start()  # shown: the render process warms up before Run is pressed
         return self.widget._repr_mimebundle_(**kwargs)
 
     def config(self) -> RunConfig:
@@ -170,6 +171,7 @@ class Panel(LiveSource):
     async def run(self) -> RunResult | None:
         """Start the run in its own process, follow it, show its result (or why not)."""
         from workbench.executors.background import BackgroundRun
+        from workbench.ui import render
 
         try:
             cfg = self.config()
@@ -188,7 +190,7 @@ class Panel(LiveSource):
         self.redraws = []
         self.say(self._starting)
         loop = asyncio.get_running_loop()
-        loop.run_in_executor(renderer(), warm_up)  # while the engine starts
+        render.start()  # the render process, warmed up while the engine starts
         try:
             self.job = BackgroundRun(cfg).start()
             await self._follow(self.job)
@@ -245,28 +247,30 @@ class Panel(LiveSource):
     async def _live(self, job: Any) -> None:
         """Redraw the live figures, then the report sections below for up to
         ``LIVE_SECTIONS_S`` (taking up where the last redraw left off), from the records
-        written so far. The next redraw starts ``max(LIVE_MIN_S, cpu / LIVE_DUTY)`` after
-        this one started, ``cpu`` being the render thread's CPU time for it (not its wall
-        time: on a busy machine a redraw waits for the CPU, at its lower priority, and that
-        wait is no reason to redraw less often), and at least ``LIVE_REST_S`` after it
-        ended. ``redraws`` keeps each one's start (s since Run), wall time and CPU time."""
-        loop = asyncio.get_running_loop()
-        tail = job.records()
-        records: list[RequestRecord] = []
-        manifest: dict[str, Any] = {}
-        cursor = 0  # the next report section to redraw
+        written so far, each rendered in the render process (``workbench.ui.render``: the
+        records are read there) and only shown here. The next redraw starts
+        ``max(LIVE_MIN_S, cpu / LIVE_DUTY)`` after this one started, ``cpu`` being the
+        render process's CPU time for it (not its wall time: on a busy machine a redraw
+        waits for the CPU, at its lower priority, and that wait is no reason to redraw less
+        often), and at least ``LIVE_REST_S`` after it ended. ``redraws`` keeps each one's
+        start (s since Run), wall time and CPU time."""
+        from workbench.ui import render
+
+        run_dir, run_id = str(job.run_dir), job.cfg.run_id or ""
+        count, cursor = 0, 0  # records read so far, the next report section to redraw
         for _ in range(MAX_POLLS):
-            start = time.monotonic()
-            new = (await loop.run_in_executor(None, tail.read)
-                   if len(records) < LIVE_MAX_RECORDS else [])  # memory bounded
+            try:
+                new = await render.call("follow", run_dir, run_id, LIVE_MAX_RECORDS)
+            except Exception:  # the render process failed: a new one at the next poll
+                log.warning("live records not read", exc_info=True)
+                new = 0
             if not new:
                 await asyncio.sleep(POLL_S)
                 continue
-            records.extend(new[:LIVE_MAX_RECORDS - len(records)])
-            manifest = manifest or _manifest(job.run_dir)
-            cpu = 0.0
+            count += new
+            start, cpu = time.monotonic(), 0.0
             try:
-                cursor, cpu = await self._draw_live(job.cfg, records, manifest, cursor)
+                cursor, cpu = await self._draw_live(count, cursor)
             except Exception:  # a redraw that fails leaves the run and its status alone
                 log.warning("live redraw failed", exc_info=True)
             took = time.monotonic() - start
@@ -275,42 +279,46 @@ class Panel(LiveSource):
             # and at least LIVE_REST_S after it ended
             await asyncio.sleep(max(LIVE_MIN_S - took, cpu / LIVE_DUTY - took, LIVE_REST_S))
 
-    async def _draw_live(self, cfg: RunConfig, records: list[RequestRecord],
-                         manifest: dict[str, Any], cursor: int) -> tuple[int, float]:
-        """One redraw (see ``_live``): the section to start from next time, and the render
-        thread's CPU time for it."""
-        from workbench.report.sections import RunReport
-
-        partial = RunResult(cfg.run_id or "", list(records), manifest=manifest)
-        report = RunReport(partial)
-        self.latest = partial
+    async def _draw_live(self, count: int, cursor: int) -> tuple[int, float]:
+        """One redraw (see ``_live``) of the records the render process has read
+        (``count``): the section to start from next time, and the CPU time it took."""
         total = self.job.snapshot().total if self.job is not None else 0
-        note = f"live: {len(records)} of {total or '?'} requests finished (run going)"
-        if len(records) >= LIVE_MAX_RECORDS:
-            note = (f"live: the first {len(records):,} records (run going; drawn again from "
+        note = f"live: {count} of {total or '?'} requests finished (run going)"
+        if count >= LIVE_MAX_RECORDS:
+            note = (f"live: the first {count:,} records (run going; drawn again from "
                     "all of them when it ends)")
         cpu = 0.0
         for section in self.figures:
-            cpu += await self._render(section, report, "", partial.records)
+            cpu += await self._render_live(section, "")
         sections = [s for view in self.views for s in view.sections]
         until = time.monotonic() + LIVE_SECTIONS_S
         for _ in sections:
             cursor %= len(sections)
-            cpu += await self._render(sections[cursor], report, note, partial.records)
+            cpu += await self._render_live(sections[cursor], note)
             cursor += 1
             if time.monotonic() >= until:
                 break
         return cursor, cpu
 
-    async def _render(self, section: LiveSection, report: Any, note: str = "",
-                      records: Any = None) -> float:
-        """``section`` rendered on the render thread, then shown (here, on the loop); the
-        render thread's CPU time for it."""
+    @staticmethod
+    async def _render_live(section: LiveSection, note: str) -> float:
+        """``section`` rendered in the render process, then shown (here, on the loop); the
+        CPU time it took there."""
+        from workbench.ui import render
+
+        entries, cpu = await render.call("render", section.what, section.name,
+                                         section.options, note)
+        if entries:
+            section.output.outputs = entries
+        return float(cpu)
+
+    @staticmethod
+    async def _render(section: LiveSection, report: Any) -> None:
+        """``section`` drawn from a finished run on the kernel's render thread, then shown
+        (here, on the loop)."""
         loop = asyncio.get_running_loop()
-        entries, cpu = await loop.run_in_executor(
-            renderer(), _cpu_timed, section.render, report, note, records)
-        section.output.outputs = entries
-        return cpu
+        section.output.outputs = await loop.run_in_executor(renderer(), section.render,
+                                                            report)
 
     def _clear(self, text: str) -> None:
         """Old results gone at once: output, live figures and the sections below."""
@@ -388,22 +396,6 @@ class Panel(LiveSource):
         self.say(text, colour)
 
 
-def _cpu_timed(fn: Any, *args: Any) -> tuple[Any, float]:
-    """``fn(*args)`` and the CPU time the calling thread spent in it."""
-    start = time.thread_time()
-    out = fn(*args)
-    return out, time.thread_time() - start
-
-
-def _manifest(run_dir: Path) -> dict[str, Any]:
-    from workbench.storage.rundir import read_json
-
-    try:
-        return dict(read_json(run_dir / "manifest.json"))
-    except (OSError, ValueError):
-        return {}
-
-
 def panel(cfg: RunConfig | dict[str, Any] | None = None) -> Panel:
     """Widgets over ``cfg`` (a RunConfig or its dict; default: the bundled demo trace)."""
     if isinstance(cfg, dict):
@@ -446,6 +438,9 @@ class WhatIf:
                               w.HBox([self.button, self.status]), self.output])
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        from workbench.ui import render
+
+        render.start()  # shown: the render process warms up before Run is pressed
         return self.widget._repr_mimebundle_(**kwargs)
 
     def config(self) -> RunConfig:
