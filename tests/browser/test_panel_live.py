@@ -4,7 +4,8 @@ panel while another process keeps a core busy (a bounded CPU hog, killed at the 
 status line's text is recorded in the browser with a timestamp at every change (a
 MutationObserver: no polling); while the run goes it changes at least once a second, and
 "finalizing…" shows when the traffic ends. The live figures' images are recorded the same
-way: they are redrawn while the run goes, not only at its end. Also: "2.5" typed in
+way: they are redrawn every few seconds while the run goes (from the first image on, at
+least every 6 s until the traffic ends), not only at its end. Also: "2.5" typed in
 "sessions at once" stays "2.5" and is refused with a message (never read as 25).
 """
 
@@ -26,6 +27,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 HOG_S = 600  # the hog's own bound, should the test be stopped before it kills it
 MAX_GAP_MS = 1000  # the issue's bound: the status line changes at least once a second
+FIGURE_GAP_MS = 6000  # "live figures refresh every few seconds": at least every 6 s
 # every text the status line shows and every image the live figures show, with the time
 # (performance.now(), ms) the browser showed it
 WATCH = """() => {
@@ -100,15 +102,18 @@ def test_the_status_line_advances_every_second_under_a_cpu_hog_until_finalizing(
     times = [s["t"] for s in seen[first:end + 1]]
     gaps = [round(b - a) for a, b in itertools.pairwise(times)]
     running_s = (times[-1] - times[0]) / 1000
-    live = [f for f in figures if seen[first]["t"] <= f["t"] <= seen[end]["t"]]
+    live = [f for f in figures if times[0] <= f["t"] <= times[-1]]
+    shown = [f["t"] for f in live] + [times[-1]]  # a figure redrawn, ..., the traffic's end
+    figure_gaps = [round(b - a) for a, b in itertools.pairwise(shown)]
     summary = (f"running {running_s:.1f} s, {len(gaps)} status changes, largest gap "
-               f"{max(gaps)} ms, live figure images while running: {len(live)} "
-               f"({[round((f['t'] - times[0]) / 1000, 1) for f in live]})")
+               f"{max(gaps)} ms; live figure images while running: {len(live)} at "
+               f"{[round((f['t'] - times[0]) / 1000, 1) for f in live]} s, largest gap "
+               f"{max(figure_gaps)} ms")
     print(summary)
     assert max(gaps) <= MAX_GAP_MS, (summary, gaps)
-    # the live figures were redrawn while the run went (more than once each, and all three)
+    # the live figures were redrawn while the run went, every few seconds, all three
     assert {f["i"] for f in live} == {0, 1, 2}, summary
-    assert len(live) >= 2 * 3, summary
+    assert max(figure_gaps) <= FIGURE_GAP_MS, summary
     assert errors(page) == []
 
 
