@@ -36,7 +36,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 RENDER_NICE = 5  # the render process's niceness: the replay, the engine, the kernel go first
-_follow: dict[str, Any] = {}  # in the render process: the run it follows
+RUNS_KEPT = 4  # runs followed at once (one per panel running)
+_runs: dict[str, dict[str, Any]] = {}  # in the render process: the runs it follows
 
 
 # -- in the render process --------------------------------------------------------------------
@@ -61,39 +62,41 @@ def warm_up() -> float:
     return time.process_time() - start
 
 
-def follow(run_dir: str, run_id: str, limit: int) -> int:
+def follow(run_dir: str, run_id: str, limit: int) -> tuple[int, int]:
     """Read what the run at ``run_dir`` has added to its records (at most ``limit`` in all)
-    and make a report of all of them current for ``render``; returns how many records were
-    new (0: the current report stays)."""
+    and make a report of all of them current for ``render``: how many records were new
+    (0: the current report stays) and how many there are in all."""
     from workbench.executors.background import RecordTail
     from workbench.records import RunResult
     from workbench.report.sections import RunReport
     from workbench.storage.rundir import read_json
 
-    if _follow.get("run_dir") != run_dir:  # a new run: forget the last one
-        _follow.clear()
-        _follow.update(run_dir=run_dir, tail=RecordTail(Path(run_dir) / "records.jsonl"),
-                       records=[], manifest={}, report=None)
-    records: list[Any] = _follow["records"]
-    new = _follow["tail"].read() if len(records) < limit else []
-    if not new:
-        return 0
-    records.extend(new[:limit - len(records)])
-    if not _follow["manifest"]:
-        with contextlib.suppress(OSError, ValueError):  # not written yet: the next time
-            _follow["manifest"] = dict(read_json(Path(run_dir) / "manifest.json"))
-    result = RunResult(run_id, list(records), manifest=_follow["manifest"])
-    _follow["report"] = RunReport(result)
-    return len(new)
+    run = _runs.pop(run_dir, None)  # (put back last: the most recent run is kept longest)
+    if run is None:
+        run = {"tail": RecordTail(Path(run_dir) / "records.jsonl"), "records": [],
+               "manifest": {}, "report": None}
+    _runs[run_dir] = run
+    while len(_runs) > RUNS_KEPT:  # two panels' runs at once are fine; more are forgotten
+        _runs.pop(next(iter(_runs)))
+    records: list[Any] = run["records"]
+    new = run["tail"].read() if len(records) < limit else []
+    if new:
+        records.extend(new[:limit - len(records)])
+        if not run["manifest"]:
+            with contextlib.suppress(OSError, ValueError):  # not written yet: next time
+                run["manifest"] = dict(read_json(Path(run_dir) / "manifest.json"))
+        run["report"] = RunReport(RunResult(run_id, list(records), manifest=run["manifest"]))
+    return len(new), len(records)
 
 
-def render(what: str, name: str, options: dict[str, Any], note: str
+def render(run_dir: str, what: str, name: str, options: dict[str, Any], note: str
            ) -> tuple[tuple[dict[str, Any], ...], float]:
-    """Section ``name`` of the current report (``follow``), and the CPU time it took."""
+    """Section ``name`` of the run's current report (``follow``), and the CPU time it
+    took (no outputs: nothing read of that run yet)."""
     from workbench.ui.live import render_section
 
     start = time.process_time()
-    report = _follow.get("report")
+    report = _runs.get(run_dir, {}).get("report")
     if report is None:
         return (), 0.0
     out = render_section(what, name, options, report, note, report.source.records)

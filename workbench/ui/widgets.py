@@ -243,6 +243,10 @@ class Panel(LiveSource):
             self.say(self._starting + clock)
         elif snap.phase in PHASE_TEXT:
             self.say(PHASE_TEXT[snap.phase])
+        elif snap.phase in ("done", "cancelled"):
+            # the run's own finalizing can be over between two polls: the panel's (reading
+            # the result back, summarizing it) is still to come, and the line says so
+            self.say(PHASE_TEXT["finalizing"])
 
     async def _live(self, job: Any) -> None:
         """Redraw the live figures, then the report sections below for up to
@@ -257,20 +261,19 @@ class Panel(LiveSource):
         from workbench.ui import render
 
         run_dir, run_id = str(job.run_dir), job.cfg.run_id or ""
-        count, cursor = 0, 0  # records read so far, the next report section to redraw
+        cursor = 0  # the next report section to redraw
         for _ in range(MAX_POLLS):
             try:
-                new = await render.call("follow", run_dir, run_id, LIVE_MAX_RECORDS)
+                new, count = await render.call("follow", run_dir, run_id, LIVE_MAX_RECORDS)
             except Exception:  # the render process failed: a new one at the next poll
                 log.warning("live records not read", exc_info=True)
                 new = 0
             if not new:
                 await asyncio.sleep(POLL_S)
                 continue
-            count += new
             start, cpu = time.monotonic(), 0.0
             try:
-                cursor, cpu = await self._draw_live(count, cursor)
+                cursor, cpu = await self._draw_live(run_dir, count, cursor)
             except Exception:  # a redraw that fails leaves the run and its status alone
                 log.warning("live redraw failed", exc_info=True)
             took = time.monotonic() - start
@@ -279,7 +282,7 @@ class Panel(LiveSource):
             # and at least LIVE_REST_S after it ended
             await asyncio.sleep(max(LIVE_MIN_S - took, cpu / LIVE_DUTY - took, LIVE_REST_S))
 
-    async def _draw_live(self, count: int, cursor: int) -> tuple[int, float]:
+    async def _draw_live(self, run_dir: str, count: int, cursor: int) -> tuple[int, float]:
         """One redraw (see ``_live``) of the records the render process has read
         (``count``): the section to start from next time, and the CPU time it took."""
         total = self.job.snapshot().total if self.job is not None else 0
@@ -289,24 +292,24 @@ class Panel(LiveSource):
                     "all of them when it ends)")
         cpu = 0.0
         for section in self.figures:
-            cpu += await self._render_live(section, "")
+            cpu += await self._render_live(run_dir, section, "")
         sections = [s for view in self.views for s in view.sections]
         until = time.monotonic() + LIVE_SECTIONS_S
         for _ in sections:
             cursor %= len(sections)
-            cpu += await self._render_live(sections[cursor], note)
+            cpu += await self._render_live(run_dir, sections[cursor], note)
             cursor += 1
             if time.monotonic() >= until:
                 break
         return cursor, cpu
 
     @staticmethod
-    async def _render_live(section: LiveSection, note: str) -> float:
+    async def _render_live(run_dir: str, section: LiveSection, note: str) -> float:
         """``section`` rendered in the render process, then shown (here, on the loop); the
         CPU time it took there."""
         from workbench.ui import render
 
-        entries, cpu = await render.call("render", section.what, section.name,
+        entries, cpu = await render.call("render", run_dir, section.what, section.name,
                                          section.options, note)
         if entries:
             section.output.outputs = entries
