@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import html
+import re
 from pathlib import Path
 from typing import Any
 
@@ -492,3 +493,25 @@ def test_whole_numbers_typed_reach_the_config_as_ints() -> None:
     assert cfg.target.engine["num_blocks"] == 4096
     c.max_concurrency.value = "0"  # 0: no cap, as the label says
     assert p.config().arrival.max_concurrency is None
+
+
+async def test_the_status_line_runs_a_clock_and_always_says_finalizing(tmp_path: Path) -> None:
+    """Issue 40: while the run starts and goes the status line carries the time since Run
+    (it advances at every poll, whether or not a request ended), and "finalizing…" shows
+    between the traffic's end and the outcome, however short the run's own finalizing."""
+    cfg = config_from_params(notebook_params(out_dir=str(tmp_path), max_items=2,
+                                             engine={"speedup": 50.0}))
+    p = panel(cfg)
+    seen: list[str] = []
+    p.status.observe(lambda change: seen.append(p.status_text), names="value")
+    p.run_button.click()
+    async with asyncio.timeout(60):
+        assert await p.task is not None  # type: ignore[misc]
+    assert seen[0] == "starting engine…"  # at once on Run, then from the first poll on:
+    clocked = [s for s in seen[1:] if s.startswith(("starting engine…", "running"))]
+    assert clocked and all(re.fullmatch(r".* · \d+\.\d s", s) for s in clocked), seen
+    running = [i for i, s in enumerate(seen) if s.startswith("running")]
+    final = seen.index("finalizing…")
+    assert running and max(running) < final < len(seen) - 1, seen
+    assert seen[-1].startswith("done: 5 ok"), seen
+    assert p.redraws and all(wall >= 0 and cpu >= 0 for _, wall, cpu in p.redraws)
