@@ -515,3 +515,35 @@ async def test_the_status_line_runs_a_clock_and_always_says_finalizing(tmp_path:
     assert running and max(running) < final < len(seen) - 1, seen
     assert seen[-1].startswith("done: 5 ok"), seen
     assert p.redraws and all(wall >= 0 and cpu >= 0 for _, wall, cpu in p.redraws)
+
+
+def test_the_render_process_follows_a_run_directory_renders_and_ends_with_its_stdin(
+    tmp_path: Path,
+) -> None:
+    """Issue 40: the live sections are rendered in ``python -m workbench.ui.render`` (no
+    interpreter lock shared with the kernel's loop); it reads the run's records itself,
+    answers with display_data outputs, says what it could not do, and exits with status 0
+    when its stdin ends (the kernel gone)."""
+    from workbench.executors.virtual import simulate
+    from workbench.ui.render import RenderError, RenderProcess
+
+    result = simulate(config_from_params(notebook_params(out_dir=str(tmp_path),
+                                                         max_items=3)))
+    run_dir = str(result.run_dir)
+    proc = RenderProcess()
+    try:
+        assert proc.call("warm_up") >= 0
+        assert proc.call("render", run_dir, "plot", "cdf", {}, "") == ((), 0.0)  # none read
+        assert proc.call("follow", run_dir, result.run_id, 200_000) == (8, 8)
+        assert proc.call("follow", run_dir, result.run_id, 200_000) == (0, 8)  # each once
+        entries, cpu = proc.call("render", run_dir, "plot", "cdf", {}, "live: 8 of 8")
+        assert entries[0]["data"]["text/plain"] == "live: 8 of 8" and cpu > 0
+        assert "image/png" in entries[1]["data"]
+        (table,), _ = proc.call("render", run_dir, "table", "latency", {}, "")
+        assert "ttft_ms" in table["data"]["text/html"]
+        with pytest.raises(RenderError, match="KeyError"):
+            proc.call("no such call")
+        assert proc.alive()  # a failed call leaves it running
+    finally:
+        proc.close()
+    assert proc.proc.returncode == 0
