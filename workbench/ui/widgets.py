@@ -441,9 +441,6 @@ class WhatIf:
                               w.HBox([self.button, self.status]), self.output])
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        from workbench.ui import render
-
-        render.start()  # shown: the render process warms up before Run is pressed
         return self.widget._repr_mimebundle_(**kwargs)
 
     def config(self) -> RunConfig:
