@@ -135,7 +135,10 @@ def test_replay_panel_runs_from_the_browser(page: Any, lab: Any, tmp_path: Path)
     shot(page, tmp_path, "replay-after-run")
     assert "0 errors" in status.inner_text()
     assert page.get_by_text("Press Run in the panel above").count() == 0
-    assert page.locator(".wb-live img").count() == 3  # CDFs, over time, the swimlane
+    # the outcome is said first, the final figures follow (CDFs, over time, the swimlane)
+    page.wait_for_function("() => document.querySelectorAll('.wb-live img').length >= 3",
+                           timeout=RUN_ALL_S)
+    assert page.locator(".wb-live img").count() == 3
     assert errors(page) == []
 
 

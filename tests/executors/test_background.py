@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from workbench.config import RunConfig
@@ -69,3 +70,30 @@ def test_an_unreachable_url_fails_without_showing_its_password() -> None:
     snap = job.wait(120)
     assert snap.phase == "failed" and "cannot reach" in (snap.error or "")
     assert "s3cret-pw" not in (snap.error or "") and "127.0.0.1:9" in (snap.error or "")
+
+
+# -- issue 40: the child ends with status 0, not SIGABRT (-6) -------------------------------
+def test_the_process_exits_with_status_0_after_a_run_while_its_stdin_is_still_open() -> None:
+    """The kernel closes the child's stdin only after the child has exited (``_read``): a
+    child whose stdin watcher sat in a buffered ``readline`` aborted at interpreter exit."""
+    job = BackgroundRun(cfg()).start()
+    snap = job.wait(120)
+    assert snap.phase == "done"
+    assert job.proc is not None and job.proc.wait(timeout=30) == 0
+    assert job.returncode == 0
+    assert "Fatal Python error" not in job._stderr_tail()
+    job.result()
+
+
+def test_the_process_exits_with_status_0_after_a_stop() -> None:
+    job = BackgroundRun(cfg(trace={"path": DEMO},
+                            target={"url": "sim", "engine": {"speedup": 0.2}})).start()
+    deadline = time.monotonic() + 120
+    while job.snapshot().done < 1:  # a poll of the snapshot, bounded
+        assert time.monotonic() < deadline, job.snapshot()
+        time.sleep(0.05)
+    job.stop()
+    snap = job.wait(120)
+    assert snap.phase == "cancelled"
+    assert job.proc is not None and job.proc.wait(timeout=30) == 0 and job.returncode == 0
+    assert "Fatal Python error" not in job._stderr_tail()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import html
+import re
 from pathlib import Path
 from typing import Any
 
@@ -280,14 +281,14 @@ async def test_sections_fill_in_while_the_run_goes_and_show_its_end(
     view = report_view(p)
     latency, figure = view.table("latency"), view.plot("cdf")
     live = asyncio.Event()
-    refresh = view.refresh
 
-    def spy(report: Any, note: str = "", records: Any = None) -> None:
-        refresh(report, note, records)
-        if note.startswith("live:") and sum(r.status == "ok" for r in records) >= 2:
+    def spy(change: Any) -> None:  # the CDF drawn (two ok requests) while the run goes
+        new = change["new"]
+        if new and new[0]["data"].get("text/plain", "").startswith("live:") and (
+                "image/png" in new[-1]["data"]):
             live.set()
 
-    view.refresh = spy  # type: ignore[method-assign]
+    figure.observe(spy, names="outputs")
     p.run_button.click()
     assert "a new run is starting" in latency.outputs[0]["data"]["text/plain"]
     async with asyncio.timeout(120):
@@ -362,6 +363,7 @@ async def test_the_panels_measurement_is_not_disturbed_by_its_redraws(
 
     monkeypatch.setattr(widgets_mod, "LIVE_MIN_S", 0.0)  # redraw back to back (duty-bound)
     monkeypatch.setattr(widgets_mod, "LIVE_DUTY", 1.0)
+    monkeypatch.setattr(widgets_mod, "LIVE_SECTIONS_S", 1e9)  # every section, every redraw
     cfg = RunConfig.from_dict({
         "trace": {"path": str(data_path("tracelab/multi_session_large.csv"))},
         "arrival": {"max_concurrency": 4}, "backend": "vllm-tokens",
@@ -374,13 +376,13 @@ async def test_the_panels_measurement_is_not_disturbed_by_its_redraws(
                  "ttft_by_round", "sessions", "timeline"):
         view.plot(kind)
     redraws = []
-    refresh = view.refresh
 
-    def count(report: Any, note: str = "", records: Any = None) -> None:
-        refresh(report, note, records)
-        redraws.append(len(records or ()))
+    def count(change: Any) -> None:  # "live: 120 of 303 requests finished (run going)"
+        text = change["new"][0]["data"].get("text/plain", "") if change["new"] else ""
+        if text.startswith("live:"):
+            redraws.append(int(text.split()[1]))
 
-    view.refresh = count  # type: ignore[method-assign]
+    view.sections[-1].output.observe(count, names="outputs")  # the last: all redrawn
     p.run_button.click()
     try:
         async with asyncio.timeout(240):
@@ -439,3 +441,109 @@ def test_arrival_process_burstiness_and_ramp_reach_the_config_and_show_where_the
     c.arrival.value = "trace-timed"  # no process: burstiness and ramp are dropped
     a = p.config().arrival
     assert (a.burstiness, a.ramp_up_strategy, a.ramp_up_start_rps) == (1.0, None, None)
+
+
+# -- issue 40: a whole-number field refuses what is not one, visibly -------------------------
+WHOLE_FIELDS = ("max_items", "max_concurrency", "warmup", "block_size", "num_blocks")
+
+
+def test_no_integer_field_of_the_panel_can_change_what_is_typed() -> None:
+    """ipywidgets' IntText/BoundedIntText drop the dot in the browser ("2.5" → 25): none is
+    left in the panel; every whole-number field is a ``WholeNumber`` (the text as typed)."""
+    import ipywidgets as w
+
+    from workbench.ui.controls import WholeNumber
+
+    c = panel().controls
+    assert not [f.description for f in c.fields()
+                if isinstance(f, w.IntText | w.BoundedIntText | w.IntSlider)]
+    assert {name for name, f in vars(c).items() if isinstance(f, WholeNumber)} == set(
+        WHOLE_FIELDS)
+
+
+@pytest.mark.parametrize("name", WHOLE_FIELDS)
+@pytest.mark.parametrize("typed", ["2.5", "2,5", "1e3", "two", "", "0x10"])
+def test_a_non_integer_in_an_integer_field_is_refused_with_a_message(name: str,
+                                                                     typed: str) -> None:
+    p = panel(config_from_params(notebook_params()))
+    field = getattr(p.controls, name)
+    field.value = typed
+    assert field.value == typed  # kept as typed, never changed into another number
+    label = html.escape(field.description)
+    assert p.check.value.startswith('<span style="color:#b00">config: ')
+    assert label in p.check.value
+    assert (f"{html.escape(repr(typed))} is not a whole number" in p.check.value
+            if typed else "type a whole number" in p.check.value)
+    assert p.run_button.disabled
+    with pytest.raises(ConfigError, match="whole number"):
+        p.config()
+    field.value = " 2 "  # a whole number (spaces around it are no change): accepted
+    assert "whole number" not in p.check.value
+
+
+def test_whole_numbers_typed_reach_the_config_as_ints() -> None:
+    p = panel(config_from_params(notebook_params()))
+    c = p.controls
+    c.max_concurrency.value = "3"
+    c.max_items.value = 2  # assigned in code: kept as its digits
+    c.num_blocks.value = " 4096 "
+    assert c.max_items.value == "2"
+    cfg = p.config()
+    assert (cfg.arrival.max_concurrency, cfg.trace.max_items) == (3, 2)
+    assert cfg.target.engine["num_blocks"] == 4096
+    c.max_concurrency.value = "0"  # 0: no cap, as the label says
+    assert p.config().arrival.max_concurrency is None
+
+
+async def test_the_status_line_runs_a_clock_and_always_says_finalizing(tmp_path: Path) -> None:
+    """Issue 40: while the run starts and goes the status line carries the time since Run
+    (it advances at every poll, whether or not a request ended), and "finalizing…" shows
+    between the traffic's end and the outcome, however short the run's own finalizing."""
+    cfg = config_from_params(notebook_params(out_dir=str(tmp_path), max_items=2,
+                                             engine={"speedup": 50.0}))
+    p = panel(cfg)
+    seen: list[str] = []
+    p.status.observe(lambda change: seen.append(p.status_text), names="value")
+    p.run_button.click()
+    async with asyncio.timeout(60):
+        assert await p.task is not None  # type: ignore[misc]
+    assert seen[0] == "starting engine…"  # at once on Run, then from the first poll on:
+    clocked = [s for s in seen[1:] if s.startswith(("starting engine…", "running"))]
+    assert clocked and all(re.fullmatch(r".* · \d+\.\d s", s) for s in clocked), seen
+    running = [i for i, s in enumerate(seen) if s.startswith("running")]
+    final = seen.index("finalizing…")
+    assert running and max(running) < final < len(seen) - 1, seen
+    assert seen[-1].startswith("done: 5 ok"), seen
+    assert p.redraws and all(wall >= 0 and cpu >= 0 for _, wall, cpu in p.redraws)
+
+
+def test_the_render_process_follows_a_run_directory_renders_and_ends_with_its_stdin(
+    tmp_path: Path,
+) -> None:
+    """Issue 40: the live sections are rendered in ``python -m workbench.ui.render`` (no
+    interpreter lock shared with the kernel's loop); it reads the run's records itself,
+    answers with display_data outputs, says what it could not do, and exits with status 0
+    when its stdin ends (the kernel gone)."""
+    from workbench.executors.virtual import simulate
+    from workbench.ui.render import RenderError, RenderProcess
+
+    result = simulate(config_from_params(notebook_params(out_dir=str(tmp_path),
+                                                         max_items=3)))
+    run_dir = str(result.run_dir)
+    proc = RenderProcess()
+    try:
+        assert proc.call("warm_up") >= 0
+        assert proc.call("render", run_dir, "plot", "cdf", {}, "") == ((), 0.0)  # none read
+        assert proc.call("follow", run_dir, result.run_id, 200_000) == (8, 8)
+        assert proc.call("follow", run_dir, result.run_id, 200_000) == (0, 8)  # each once
+        entries, cpu = proc.call("render", run_dir, "plot", "cdf", {}, "live: 8 of 8")
+        assert entries[0]["data"]["text/plain"] == "live: 8 of 8" and cpu > 0
+        assert "image/png" in entries[1]["data"]
+        (table,), _ = proc.call("render", run_dir, "table", "latency", {}, "")
+        assert "ttft_ms" in table["data"]["text/html"]
+        with pytest.raises(RenderError, match="KeyError"):
+            proc.call("no such call")
+        assert proc.alive()  # a failed call leaves it running
+    finally:
+        proc.close()
+    assert proc.proc.returncode == 0

@@ -144,6 +144,7 @@ class BackgroundRun:
         self._stderr: IO[bytes] | None = None
         self._reader: threading.Thread | None = None
         self._result: RunResult | None = None
+        self.returncode: int | None = None  # the child's exit status, once it has exited
 
     def start(self) -> BackgroundRun:
         # closed by close(), after the run: read back only to say why a child failed
@@ -188,7 +189,7 @@ class BackgroundRun:
                 continue  # not one of ours (a stray print): ignored
             if isinstance(msg, dict):
                 self._apply(msg)
-        code = self.proc.wait()
+        code = self.returncode = self.proc.wait()
         if not self.box.read().finished:
             tail = self._stderr_tail()
             self.box.update(phase="failed", error_kind="ProcessExit",
@@ -299,18 +300,44 @@ class _Out:
         self.send({"phase": phase})
 
 
-async def _child_run(cfg: RunConfig, out: _Out) -> RunResult:
+class _Lines:
+    """Lines from a file descriptor, read with ``os.read``: no buffered file object.
+
+    ``sys.stdin.buffer`` would do, but a daemon thread blocked in its ``readline`` holds the
+    buffer's lock, and an interpreter that ends while it does aborts ("could not acquire
+    lock for <_io.BufferedReader name='<stdin>'> at interpreter shutdown"): the child ended
+    with SIGABRT (-6) after every run whose kernel had not closed its stdin yet. A thread
+    blocked in ``os.read`` holds no lock, so the run's end is an ordinary exit (status 0).
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = b""
+
+    def readline(self) -> bytes:
+        """The next line with its newline; what is left at the end; ``b""`` once at the end."""
+        while b"\n" not in self.buf:
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                line, self.buf = self.buf, b""
+                return line
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line + b"\n"
+
+
+async def _child_run(cfg: RunConfig, out: _Out, stdin: _Lines) -> RunResult:
     from workbench.executors.dispatch import run_async
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
     def watch_parent() -> None:  # a "stop" line, or stdin's end (the kernel is gone): stop
-        with contextlib.suppress(OSError, ValueError):
-            for line in sys.stdin.buffer:
-                if line.strip() == b"stop":
-                    break
-        loop.call_soon_threadsafe(stop.set)
+        with contextlib.suppress(OSError):
+            while (line := stdin.readline()) and line.strip() != b"stop":
+                pass
+        with contextlib.suppress(RuntimeError):  # the run has ended and its loop is closed
+            loop.call_soon_threadsafe(stop.set)
 
     threading.Thread(target=watch_parent, name="parent-watch", daemon=True).start()
     return await run_async(cfg, progress=out.progress, stop=stop, phase=out.phase)
@@ -319,11 +346,11 @@ async def _child_run(cfg: RunConfig, out: _Out) -> RunResult:
 def main() -> int:
     from workbench.replay.prepare import run_on_fast_loop
 
-    out = _Out()
+    out, stdin = _Out(), _Lines(sys.stdin.fileno())
     try:
-        cfg = RunConfig.from_dict(json.loads(sys.stdin.buffer.readline()))
+        cfg = RunConfig.from_dict(json.loads(stdin.readline()))
         out.phase("starting")
-        result = run_on_fast_loop(_child_run(cfg, out), cfg.executor.uvloop)
+        result = run_on_fast_loop(_child_run(cfg, out, stdin), cfg.executor.uvloop)
     except BaseException as exc:  # every outcome goes to the parent; the exit code too
         cancelled = isinstance(exc, KeyboardInterrupt | asyncio.CancelledError)
         if cancelled:

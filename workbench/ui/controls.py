@@ -13,23 +13,28 @@ notebook's parameters cell builds, and every message shown under the fields is t
 - names come from the registries (``workbench.config.available``), aliases left out
   (``monotonic`` *is* ``prefix-preserving``; a config that uses an alias shows its name);
 - numeric fields use 0 for "not set" (no rate rescaling, no concurrency cap, every unit,
-  no duration), as their labels say. Untouched, the fields give back the config they
-  were made from; the panel's own default config is the CLI's (``RunConfig()`` defaults
-  over the bundled demo trace).
+  no duration), as their labels say. A whole-number field (units, sessions at once,
+  warm-up sessions, the engine's block size and KV blocks) is a ``WholeNumber``: the text
+  as typed, refused with a message when it is not a whole number ("2.5" is never read
+  as 2 or 25: JupyterLab's own integer field drops the dot as it is typed). Untouched,
+  the fields give back the config they were made from; the panel's own default config is
+  the CLI's (``RunConfig()`` defaults over the bundled demo trace).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
 import ipywidgets as w
+import traitlets
 
 from workbench.arrival import MODES
 from workbench.arrival.processes import RAMP_STRATEGIES
 from workbench.config import RunConfig, available
-from workbench.errors import WorkbenchError
+from workbench.errors import ConfigError, WorkbenchError
 
 POLICY_DEFAULT = "(trace default)"
 OWN_FILE = "a file of my own…"
@@ -71,6 +76,35 @@ def engine_defaults() -> dict[str, Any]:
     return {f.name: f.default for f in dataclasses.fields(EngineConfig) if f.name in ENGINE_KNOBS}
 
 
+WHOLE = re.compile(r"[+-]?\d+")
+
+
+class WholeNumber(w.Text):
+    """A field for a whole number, kept as the text typed (``value``; an int assigned in
+    code is kept as its digits) and read by ``number``, which refuses anything else.
+
+    ``ipywidgets.IntText`` cannot refuse: its browser side drops every key but digits and
+    signs as they are typed, so "2.5" reached the kernel as 25. Here the kernel sees "2.5"
+    and the panel says so under the fields (``Controls.check``), with Run disabled.
+    """
+
+    value = traitlets.CUnicode(help="the field's text as typed").tag(sync=True)
+
+    @property
+    def number(self) -> int:
+        """The whole number typed; ``ConfigError`` naming the field when it is not one."""
+        text = self.value.strip()
+        if WHOLE.fullmatch(text) is None:
+            raise ConfigError(f"{self.description}: {text!r} is not a whole number"
+                              if text else f"{self.description}: type a whole number")
+        return int(text)
+
+
+def _number(widget: w.ValueWidget) -> Any:
+    """A numeric field's value (a ``WholeNumber``'s, checked)."""
+    return widget.number if isinstance(widget, WholeNumber) else widget.value
+
+
 def _show(widget: w.Widget, visible: bool) -> None:
     widget.layout.display = None if visible else "none"
 
@@ -93,7 +127,7 @@ class Controls:
                                  layout=wide(), style=STYLE)
         self.format = w.Dropdown(options=names["trace_formats"], value=t.format,
                                  description="format", style=STYLE)
-        self.max_items = w.IntText(value=t.max_items or 0, description="units (0 = all)",
+        self.max_items = WholeNumber(value=t.max_items or 0, description="units (0 = all)",
                                    style=STYLE)
         policy = POLICIES.canonical(cfg.context.policy) if cfg.context.policy else None
         self.policy = w.Dropdown(options=[POLICY_DEFAULT, *POLICIES.names()],
@@ -104,11 +138,11 @@ class Controls:
         self.rate = w.FloatText(value=a.rate or 0.0, description="rate /s (0 = trace)",
                                 style=STYLE)
         self._process_fields(cfg)
-        self.max_concurrency = w.IntText(value=a.max_concurrency or 0,
+        self.max_concurrency = WholeNumber(value=a.max_concurrency or 0,
                                          description="sessions at once (0 = ∞)", style=STYLE)
         self.duration = w.FloatText(value=a.duration_s or 0.0, description="duration s (0 = all)",
                                     style=STYLE)
-        self.warmup = w.IntText(value=a.warmup, description="warm-up sessions", style=STYLE)
+        self.warmup = WholeNumber(value=a.warmup, description="warm-up sessions", style=STYLE)
         self.tool_wait_scale = w.FloatText(value=a.tool_wait_scale, description="tool-wait scale",
                                            style=STYLE)
         self.output_len = w.Combobox(value=a.output_len, options=list(OUTPUT_LENS),
@@ -156,9 +190,9 @@ class Controls:
                                   placeholder="(none)", style=STYLE)
         self.speedup = w.FloatText(value=knobs["speedup"], description="sim speed-up ×",
                                    style=STYLE)
-        self.block_size = w.IntText(value=knobs["block_size"], description="sim block size",
+        self.block_size = WholeNumber(value=knobs["block_size"], description="sim block size",
                                     style=STYLE)
-        self.num_blocks = w.IntText(value=knobs["num_blocks"], description="sim KV blocks",
+        self.num_blocks = WholeNumber(value=knobs["num_blocks"], description="sim KV blocks",
                                     style=STYLE)
 
     def fields(self) -> list[w.ValueWidget]:
@@ -211,15 +245,15 @@ class Controls:
         """
         d = base.to_dict()
         d["trace"].update(path=self.trace(), format=self.format.value,
-                          max_items=self.max_items.value or None)
+                          max_items=self.max_items.number or None)
         d["context"]["policy"] = None if self.policy.value == POLICY_DEFAULT else self.policy.value
         arrival = self.arrival.value
         mode = MODES.get(arrival)
         d["arrival"].update(
-            mode=arrival, max_concurrency=self.max_concurrency.value or None,
+            mode=arrival, max_concurrency=self.max_concurrency.number or None,
             rate=(self.rate.value or None) if mode.takes_rate and not self._ramped() else None,
             duration_s=(self.duration.value or None) if mode.closed_loop else None,
-            warmup=self.warmup.value, tool_wait_scale=self.tool_wait_scale.value,
+            warmup=self.warmup.number, tool_wait_scale=self.tool_wait_scale.value,
             output_len=self.output_len.value.strip(), **self._process(mode.process))
         d["backend"]["name"] = self.backend.value
         d["backend"]["stream"] = self.stream.value
@@ -252,7 +286,7 @@ class Controls:
         engine = dict(base.target.engine)
         defaults = engine_defaults()
         for knob in ENGINE_KNOBS:
-            value = getattr(self, knob).value
+            value = _number(getattr(self, knob))
             if knob in engine or value != defaults[knob]:
                 engine[knob] = value
         if self.target.value == "sim":

@@ -10,7 +10,11 @@ final result when it ends. So *Run All* on the notebook never raises, and the
 cells below the panel always show its latest run.
 
 The run itself goes on in a process of its own (``workbench.executors.background``):
-redrawing here, on the kernel, never delays a request. A section is drawn only once it
+redrawing here, on the kernel, never delays a request. While a run goes, the panel renders
+each section in its render process (``workbench.ui.render``) and only puts the finished
+output into its widget on the kernel's loop, so the status line never waits on a figure
+(docs/notebooks.md); the final drawing, after the run, is on the kernel's render thread
+(``renderer()``). A section is drawn only once it
 has something to show (``waiting_for``): until the first request finishes it says so in
 a sentence, never over empty axes, and a session figure waits for a session's second
 round instead of calling the trace sessionless. Pressing Run clears every section at
@@ -20,6 +24,8 @@ once (``clear``), so no table of the previous run stays up beside a new or faile
 from __future__ import annotations
 
 import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import ipywidgets as w
@@ -28,8 +34,12 @@ from workbench.report.sections import RunReport
 
 log = logging.getLogger(__name__)
 
-LIVE_MIN_S = 2.0  # redraw at most this often while a run goes (kernel side)
-LIVE_DUTY = 0.3  # and spend at most this share of the kernel's time redrawing
+LIVE_MIN_S = 2.0  # a live redraw starts at most this often while a run goes
+LIVE_DUTY = 0.5  # and the render process draws at most this share of the time (CPU)
+LIVE_SECTIONS_S = 1.0  # per redraw, the report sections below the panel get this long
+LIVE_REST_S = 0.5  # and the render process rests at least this long between two redraws
+RENDER_LOCK = threading.RLock()  # matplotlib is not thread-safe: one render at a time
+_renderer: ThreadPoolExecutor | None = None
 PRESS_RUN = "Press Run in the panel above: this {what} fills in while the run goes."
 ROUNDS = ("sessions", "by_round", "hit_by_round", "ttft_by_round")
 NEED_OK = ("latency", "cdf", "over_time", "ttft_vs_uncached", "prefix", "prefix_hits",
@@ -50,6 +60,34 @@ def waiting_for(name: str, records: Any) -> str | None:
     if name in ROUNDS and max(r.round_idx for r in measured) < 1:
         return "fills in when a session's second round ends"
     return None
+
+
+def renderer() -> ThreadPoolExecutor:
+    """The kernel's one render thread, for the drawing after a run (made on first use)."""
+    global _renderer
+    if _renderer is None:
+        _renderer = ThreadPoolExecutor(1, thread_name_prefix="workbench-render")
+    return _renderer
+
+
+def render_section(what: str, name: str, options: dict[str, Any], report: RunReport,
+                   note: str = "", records: Any = None) -> tuple[dict[str, Any], ...]:
+    """The outputs of section ``name`` (a ``what``: table or plot) of ``report``, made
+    without touching a widget; mid-run (``records`` given) a sentence until it has data."""
+    label = "table" if what == "table" else "figure"
+    if records is not None and (missing := waiting_for(name, records)):
+        return (_text_entry(f"{name} {label}: {missing}"),)
+    with RENDER_LOCK:
+        try:
+            obj = report.table(name) if what == "table" else report.plot(name, **options)
+            entries = [output_entry(obj)]
+        except Exception as exc:  # a section that cannot draw a partial run says so
+            log.debug("live section %s failed", name, exc_info=True)
+            entries = [_text_entry(f"{name}: not drawable yet ({type(exc).__name__}: "
+                                   f"{exc})")]
+    if note:
+        entries.insert(0, _text_entry(note))
+    return tuple(entries)
 
 
 def output_entry(obj: Any) -> dict[str, Any]:
@@ -81,20 +119,12 @@ class LiveSection:
 
     def draw(self, report: RunReport, note: str = "", records: Any = None) -> None:
         """Draw from ``report``; mid-run (``records`` given) only once there is data."""
-        if records is not None and (missing := waiting_for(self.name, records)):
-            self.say(f"{self.name} {self.label}: {missing}")
-            return
-        try:
-            obj = (report.table(self.name) if self.what == "table"
-                   else report.plot(self.name, **self.options))
-            entries = [output_entry(obj)]
-        except Exception as exc:  # a section that cannot draw a partial run says so
-            log.debug("live section %s failed", self.name, exc_info=True)
-            entries = [_text_entry(f"{self.name}: not drawable yet ({type(exc).__name__}: "
-                                   f"{exc})")]
-        if note:
-            entries.insert(0, _text_entry(note))
-        self.output.outputs = tuple(entries)
+        self.output.outputs = self.render(report, note, records)
+
+    def render(self, report: RunReport, note: str = "", records: Any = None
+               ) -> tuple[dict[str, Any], ...]:
+        """The outputs ``draw`` shows (``render_section``): touches no widget."""
+        return render_section(self.what, self.name, self.options, report, note, records)
 
 
 class LiveSource:

@@ -6,12 +6,16 @@ replays it with the same ``run_async`` the CLI runs — in a process of its own
 (``workbench.executors.background``), so nothing the kernel does (redraws, widget
 messages, reading the run directory, garbage collection) runs where requests are
 stamped (docs/notebooks.md). The kernel polls the run's ``Snapshot`` every
-``POLL_S`` for the status line and progress bar, and redraws the live figures (latency
-CDFs, in-flight and TTFT over time, the session swimlane) and the report sections that
-follow the panel from the records written so far, at most every ``LIVE_MIN_S``.
+``POLL_S`` for the status line and progress bar; beside that poll, a task of its own
+redraws the live figures (latency CDFs, in-flight and TTFT over time, the session
+swimlane) and the report sections that follow the panel from the records written so
+far, at most every ``LIVE_MIN_S``, each section rendered in the kernel's render process
+(``workbench.ui.render``: the records are read there) and only shown on the loop: the
+status line never waits on a redraw, nor on the interpreter lock a redraw would hold.
 
-Status line: "starting engine…", "running 120/303", "stopping…", "finalizing…", then
-done, cancelled or failed with the outcome. Run clears the previous run's results at
+Status line: "starting engine… · 1.2 s", "running 120/303 · 14.3 s" (the time since Run:
+it advances every poll), "stopping…", "finalizing…", then done, cancelled or failed with
+the outcome. Run clears the previous run's results at
 once; Stop disables itself, says "stopping…", and the cancelled result follows within a
 poll of the run's end (in-flight requests recorded as cancelled, finished ones kept).
 """
@@ -19,17 +23,17 @@ poll of the run's end (in-flight requests recorded as cancelled, finished ones k
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import html
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 import ipywidgets as w
 
 from workbench.config import RunConfig
 from workbench.errors import WorkbenchError
-from workbench.records import RequestRecord, RunResult
+from workbench.records import RunResult
 from workbench.redact import strip_url_credentials
 from workbench.ui.controls import (
     POLICY_DEFAULT,
@@ -39,7 +43,16 @@ from workbench.ui.controls import (
     resolve_trace,
     wide,
 )
-from workbench.ui.live import LIVE_DUTY, LIVE_MIN_S, LiveReport, LiveSection, LiveSource
+from workbench.ui.live import (
+    LIVE_DUTY,
+    LIVE_MIN_S,
+    LIVE_REST_S,
+    LIVE_SECTIONS_S,
+    LiveReport,
+    LiveSection,
+    LiveSource,
+    renderer,
+)
 from workbench.ui.live import output_entry as _output_entry
 
 __all__ = ["POLICY_DEFAULT", "Panel", "WhatIf", "panel", "resolve_trace", "what_if"]
@@ -77,11 +90,15 @@ class Panel(LiveSource):
             section.say(f"{section.name} figure: appears here while a run goes")
         self.output = w.Output()
         self.result: RunResult | None = None
-        self.latest: RunResult | None = None  # the finished result, or the running one so far
+        self.latest: RunResult | None = None  # the finished result (None while a run goes)
         self.views: list[LiveReport] = []  # the live report views that follow runs
         self.error: BaseException | None = None
         self.task: asyncio.Task[RunResult | None] | None = None
         self.job: Any = None  # the BackgroundRun of the current or last run
+        self._starting = "starting engine…"  # the status line while the run starts
+        self._started = 0.0  # time.monotonic() at Run
+        # the live redraws of the current or last run: (start s since Run, wall s, CPU s)
+        self.redraws: list[tuple[float, float, float]] = []
         self.run_button.on_click(self._on_run)
         self.stop_button.on_click(self._on_stop)
         for field in self.controls.fields():
@@ -94,6 +111,9 @@ class Panel(LiveSource):
                               live, self.output])
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        from workbench.ui import render
+
+        render.start()  # shown: the render process warms up before Run is pressed
         return self.widget._repr_mimebundle_(**kwargs)
 
     def config(self) -> RunConfig:
@@ -151,6 +171,7 @@ class Panel(LiveSource):
     async def run(self) -> RunResult | None:
         """Start the run in its own process, follow it, show its result (or why not)."""
         from workbench.executors.background import BackgroundRun
+        from workbench.ui import render
 
         try:
             cfg = self.config()
@@ -164,11 +185,17 @@ class Panel(LiveSource):
         self.error, self.result, self.latest = None, None, None
         self._clear(NEW_RUN)
         url = strip_url_credentials(cfg.target.url)  # never a password on screen
-        self.say("starting engine…" if cfg.target.is_sim else f"connecting to {url}…")
+        self._starting = "starting engine…" if cfg.target.is_sim else f"connecting to {url}…"
+        self._started = time.monotonic()
+        self.redraws = []
+        self.say(self._starting)
+        loop = asyncio.get_running_loop()
+        render.start()  # the render process, warmed up while the engine starts
         try:
             self.job = BackgroundRun(cfg).start()
             await self._follow(self.job)
-            self.result = self.job.result()
+            result = await loop.run_in_executor(None, self.job.result)  # reads the files
+            self.result = result
         except asyncio.CancelledError:  # the panel's task cancelled: the run stops too
             if self.job is not None:
                 self.job.stop()
@@ -179,65 +206,122 @@ class Panel(LiveSource):
             self.say(f"failed: {exc}", "#b00")
             self._clear(f"the run failed ({exc}); nothing to show")
         else:
-            self.show(self.result)
+            await self._show(result)
         finally:
             self._busy(False)
         return self.result
 
     async def _follow(self, job: Any) -> None:
-        """Poll ``job``'s snapshot: status at once, live figures when records arrive."""
-        tail = job.records()
-        records: list[RequestRecord] = []
-        manifest: dict[str, Any] = {}
-        next_draw, seq = 0.0, -1
-        for _ in range(MAX_POLLS):
-            snap = job.snapshot()
-            if snap.seq != seq:
-                seq = snap.seq
-                self._show_progress(snap)
-            if snap.finished:
-                return
-            now = time.monotonic()
-            if now >= next_draw and len(records) < LIVE_MAX_RECORDS:  # memory bounded
-                new = tail.read()
-                if new:
-                    records.extend(new[:LIVE_MAX_RECORDS - len(records)])
-                    manifest = manifest or _manifest(job.run_dir)
-                    await self._draw_live(job.cfg, records, manifest, snap)
-                    cost = time.monotonic() - now
-                    next_draw = time.monotonic() + max(LIVE_MIN_S, cost / LIVE_DUTY)
-            await asyncio.sleep(POLL_S)  # a poll of a status, not a wait for an event
+        """Poll ``job``'s snapshot for the status line and the progress bar, every
+        ``POLL_S``, while ``_live`` redraws the figures beside it: the status never waits
+        on a redraw (each section is rendered on the render thread, off this loop)."""
+        live = asyncio.get_running_loop().create_task(self._live(job))
+        try:
+            for _ in range(MAX_POLLS):
+                snap = job.snapshot()
+                self._show_progress(snap, time.monotonic() - self._started)
+                if snap.finished:
+                    return
+                await asyncio.sleep(POLL_S)  # a poll of a status, not a wait for an event
+        finally:
+            live.cancel()  # a section still rendering finishes on its thread, unshown
+            with contextlib.suppress(asyncio.CancelledError):
+                await live
 
-    def _show_progress(self, snap: Any) -> None:
+    def _show_progress(self, snap: Any, elapsed: float) -> None:
+        """The status line and the progress bar from ``snap``; while the run starts and goes
+        the line carries the time since Run (it advances every poll, whatever the run does)."""
         if snap.total:
             self.progress.max = max(snap.total, 1)
             self.progress.value = min(snap.done, self.progress.max)
+        clock = f" · {elapsed:.1f} s"
         if snap.phase == "running":
             # before the first request ends: "running…" (progress counts ended requests)
-            self.say(f"running {snap.done}/{snap.total}" if snap.total else "running…")
-        elif snap.phase in PHASE_TEXT and not (
-                snap.phase == "starting" and self.status_text.startswith("connecting")):
+            self.say((f"running {snap.done}/{snap.total}" if snap.total else "running…")
+                     + clock)
+        elif snap.phase == "starting":
+            self.say(self._starting + clock)
+        elif snap.phase in PHASE_TEXT:
             self.say(PHASE_TEXT[snap.phase])
+        elif snap.phase in ("done", "cancelled"):
+            # the run's own finalizing can be over between two polls: the panel's (reading
+            # the result back, summarizing it) is still to come, and the line says so
+            self.say(PHASE_TEXT["finalizing"])
 
-    async def _draw_live(self, cfg: RunConfig, records: list[RequestRecord],
-                         manifest: dict[str, Any], snap: Any) -> None:
-        """Redraw the live figures and the sections below, yielding between sections (a
-        Stop click is handled between two of them, not after all)."""
-        from workbench.report.sections import RunReport
+    async def _live(self, job: Any) -> None:
+        """Redraw the live figures, then the report sections below for up to
+        ``LIVE_SECTIONS_S`` (taking up where the last redraw left off), from the records
+        written so far, each rendered in the render process (``workbench.ui.render``: the
+        records are read there) and only shown here. The next redraw starts
+        ``max(LIVE_MIN_S, cpu / LIVE_DUTY)`` after this one started, ``cpu`` being the
+        render process's CPU time for it (not its wall time: on a busy machine a redraw
+        waits for the CPU, at its lower priority, and that wait is no reason to redraw less
+        often), and at least ``LIVE_REST_S`` after it ended. ``redraws`` keeps each one's
+        start (s since Run), wall time and CPU time."""
+        from workbench.ui import render
 
-        partial = RunResult(cfg.run_id or "", list(records), manifest=manifest)
-        report = RunReport(partial)
-        self.latest = partial
-        note = f"live: {len(records)} of {snap.total or '?'} requests finished (run going)"
-        if len(records) >= LIVE_MAX_RECORDS:
-            note = (f"live: the first {len(records):,} records (run going; drawn again from "
+        run_dir, run_id = str(job.run_dir), job.cfg.run_id or ""
+        cursor = 0  # the next report section to redraw
+        for _ in range(MAX_POLLS):
+            try:
+                new, count = await render.call("follow", run_dir, run_id, LIVE_MAX_RECORDS)
+            except Exception:  # the render process failed: a new one at the next poll
+                log.warning("live records not read", exc_info=True)
+                new = 0
+            if not new:
+                await asyncio.sleep(POLL_S)
+                continue
+            start, cpu = time.monotonic(), 0.0
+            try:
+                cursor, cpu = await self._draw_live(run_dir, count, cursor)
+            except Exception:  # a redraw that fails leaves the run and its status alone
+                log.warning("live redraw failed", exc_info=True)
+            took = time.monotonic() - start
+            self.redraws.append((start - self._started, took, cpu))
+            # the next one starts max(LIVE_MIN_S, cpu / LIVE_DUTY) after this one started,
+            # and at least LIVE_REST_S after it ended
+            await asyncio.sleep(max(LIVE_MIN_S - took, cpu / LIVE_DUTY - took, LIVE_REST_S))
+
+    async def _draw_live(self, run_dir: str, count: int, cursor: int) -> tuple[int, float]:
+        """One redraw (see ``_live``) of the records the render process has read
+        (``count``): the section to start from next time, and the CPU time it took."""
+        total = self.job.snapshot().total if self.job is not None else 0
+        note = f"live: {count} of {total or '?'} requests finished (run going)"
+        if count >= LIVE_MAX_RECORDS:
+            note = (f"live: the first {count:,} records (run going; drawn again from "
                     "all of them when it ends)")
+        cpu = 0.0
         for section in self.figures:
-            section.draw(report, "", records)
-            await asyncio.sleep(0)
-        for view in self.views:
-            view.refresh(report, note, records)
-            await asyncio.sleep(0)
+            cpu += await self._render_live(run_dir, section, "")
+        sections = [s for view in self.views for s in view.sections]
+        until = time.monotonic() + LIVE_SECTIONS_S
+        for _ in sections:
+            cursor %= len(sections)
+            cpu += await self._render_live(run_dir, sections[cursor], note)
+            cursor += 1
+            if time.monotonic() >= until:
+                break
+        return cursor, cpu
+
+    @staticmethod
+    async def _render_live(run_dir: str, section: LiveSection, note: str) -> float:
+        """``section`` rendered in the render process, then shown (here, on the loop); the
+        CPU time it took there."""
+        from workbench.ui import render
+
+        entries, cpu = await render.call("render", run_dir, section.what, section.name,
+                                         section.options, note)
+        if entries:
+            section.output.outputs = entries
+        return float(cpu)
+
+    @staticmethod
+    async def _render(section: LiveSection, report: Any) -> None:
+        """``section`` drawn from a finished run on the kernel's render thread, then shown
+        (here, on the loop)."""
+        loop = asyncio.get_running_loop()
+        section.output.outputs = await loop.run_in_executor(renderer(), section.render,
+                                                            report)
 
     def _clear(self, text: str) -> None:
         """Old results gone at once: output, live figures and the sections below."""
@@ -248,16 +332,6 @@ class Panel(LiveSource):
         for view in self.views:
             view.clear(text)
 
-    def _publish(self, result: RunResult) -> None:
-        from workbench.report.sections import RunReport
-
-        self.latest = result
-        report = RunReport(result)
-        for section in self.figures:
-            section.draw(report)
-        for view in self.views:
-            view.refresh(report)
-
     def _busy(self, busy: bool) -> None:
         self.run_button.disabled = busy
         self.stop_button.disabled = not busy
@@ -267,11 +341,37 @@ class Panel(LiveSource):
             self._on_edit()
 
     def show(self, result: RunResult) -> None:
-        """Summary table and latency CDFs of ``result`` in the output area.
+        """Summary table and latency CDFs of ``result`` in the output area, and every
+        figure and section drawn from it (here, on the calling thread).
 
         A run that kept its records on disk only is summarized (scanned) and
         plotted from there by ``summarize`` and ``plot`` themselves.
         """
+        from workbench.report.sections import RunReport
+
+        self._show_outcome(*self._outcome(result))
+        self.latest = result
+        report = RunReport(result)
+        for section in self.figures:
+            section.draw(report)
+        for view in self.views:
+            view.refresh(report)
+
+    async def _show(self, result: RunResult) -> None:
+        """``show`` as the panel's run does it: the outcome at once, then every figure and
+        section rendered on the render thread."""
+        from workbench.report.sections import RunReport
+
+        loop = asyncio.get_running_loop()
+        self._show_outcome(*await loop.run_in_executor(renderer(), self._outcome, result))
+        self.latest = result
+        report = RunReport(result)
+        for section in [*self.figures, *(s for view in self.views for s in view.sections)]:
+            await self._render(section, report)
+
+    def _outcome(self, result: RunResult) -> tuple[Any, ...]:
+        """The output area's entries, the status line and the progress bar for ``result``
+        (computed off the loop by ``_show``; touches no widget)."""
         from workbench.metrics import summarize
         from workbench.report import tables
         from workbench.report.sections import RunReport
@@ -282,27 +382,21 @@ class Panel(LiveSource):
             tables.show(tables.summary_table(summary), caption="Latency of ok requests (ms)"),
             tables.show(tables.prefix_table(summary), caption="Prefix-cache hit rates (0–1)"),
         ]
-        self.output.outputs = tuple(_output_entry(e) for e in entries)
-        self._publish(result)
         state = "cancelled" if result.cancelled else "done"
         where = f" → {result.run_dir}" if result.run_dir else ""
-        self.progress.max = max(int(summary["requests"]), 1)
-        self.progress.value = min(int(summary["ok"]), self.progress.max)
         planned = (result.manifest.get("plan") or {}).get("rounds")
         of = f" ({planned} planned)" if planned and planned != summary["requests"] else ""
-        self.say(
-            f"{state}: {summary['ok']} ok, {summary['errors']} errors, "
-            f"{summary['cancelled']} cancelled of {summary['requests']} requests{of}{where}",
-            "#a60" if result.cancelled else "")
+        text = (f"{state}: {summary['ok']} ok, {summary['errors']} errors, "
+                f"{summary['cancelled']} cancelled of {summary['requests']} requests{of}{where}")
+        return (tuple(_output_entry(e) for e in entries), text,
+                "#a60" if result.cancelled else "", int(summary["requests"]), int(summary["ok"]))
 
-
-def _manifest(run_dir: Path) -> dict[str, Any]:
-    from workbench.storage.rundir import read_json
-
-    try:
-        return dict(read_json(run_dir / "manifest.json"))
-    except (OSError, ValueError):
-        return {}
+    def _show_outcome(self, entries: tuple[dict[str, Any], ...], text: str, colour: str,
+                      requests: int, ok: int) -> None:
+        self.output.outputs = entries
+        self.progress.max = max(requests, 1)
+        self.progress.value = min(ok, self.progress.max)
+        self.say(text, colour)
 
 
 def panel(cfg: RunConfig | dict[str, Any] | None = None) -> Panel:

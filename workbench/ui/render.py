@@ -1,0 +1,208 @@
+"""The panel's live redraws in a process of their own (the kernel's *render process*).
+
+The kernel's main thread keeps the panel's status line going while a run goes; drawing
+a figure (matplotlib, PNG encoding) in the kernel's own process, even on a thread of its
+own, shares the interpreter lock with that thread: measured under a CPU hog on a 2-core
+machine, the status line then stalled for 0.4–0.7 s at a time, against 0.12 s with
+nothing drawn (docs/notebooks.md). So while a run goes, every live section is rendered
+here, in ``python -m workbench.ui.render``: one process started with the first Run and
+kept for the kernel's life, at a lower CPU priority (``RENDER_NICE``: the replay, its
+engine and the kernel go first). The kernel sends it a section's name and gets back the
+section's outputs (display_data dicts, pickled over its stdin and stdout) to put into the
+widget; the records are read here, from the run directory's ``records.jsonl``, as the run
+writes them. Its stdin's end (the kernel gone) ends it.
+
+Nothing here runs in the measuring process (``workbench.executors.background``), nor on
+the kernel's loop. The final drawing, after the run, is the kernel's (``LiveSection.draw``
+on the kernel's render thread): the run is over, there is no status line left to keep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+RENDER_NICE = 5  # the render process's niceness: the replay, the engine, the kernel go first
+RUNS_KEPT = 4  # runs followed at once (one per panel running)
+_runs: dict[str, dict[str, Any]] = {}  # in the render process: the runs it follows
+
+
+# -- in the render process --------------------------------------------------------------------
+def _init() -> None:
+    with contextlib.suppress(OSError, AttributeError):  # else: the default priority
+        os.nice(RENDER_NICE)
+
+
+def warm_up() -> float:
+    """Load what a first figure loads (the plotting and report modules, fonts, Agg), while
+    the run's engine starts; returns the CPU time it took."""
+    start = time.process_time()
+    from workbench.executors.background import RecordTail  # noqa: F401  (follow's imports)
+    from workbench.report.plots import ReportFigure
+    from workbench.report.sections import RunReport  # noqa: F401  (its imports)
+
+    fig = ReportFigure(figsize=(2, 1), layout="constrained")
+    ax = fig.subplots()
+    ax.plot([0, 1], [0, 1], label="warm-up")
+    ax.set(title="warm-up", xlabel="s", ylabel="ms")
+    fig.png()
+    return time.process_time() - start
+
+
+def follow(run_dir: str, run_id: str, limit: int) -> tuple[int, int]:
+    """Read what the run at ``run_dir`` has added to its records (at most ``limit`` in all)
+    and make a report of all of them current for ``render``: how many records were new
+    (0: the current report stays) and how many there are in all."""
+    from workbench.executors.background import RecordTail
+    from workbench.records import RunResult
+    from workbench.report.sections import RunReport
+    from workbench.storage.rundir import read_json
+
+    run = _runs.pop(run_dir, None)  # (put back last: the most recent run is kept longest)
+    if run is None:
+        run = {"tail": RecordTail(Path(run_dir) / "records.jsonl"), "records": [],
+               "manifest": {}, "report": None}
+    _runs[run_dir] = run
+    while len(_runs) > RUNS_KEPT:  # two panels' runs at once are fine; more are forgotten
+        _runs.pop(next(iter(_runs)))
+    records: list[Any] = run["records"]
+    new = run["tail"].read() if len(records) < limit else []
+    if new:
+        records.extend(new[:limit - len(records)])
+        if not run["manifest"]:
+            with contextlib.suppress(OSError, ValueError):  # not written yet: next time
+                run["manifest"] = dict(read_json(Path(run_dir) / "manifest.json"))
+        run["report"] = RunReport(RunResult(run_id, list(records), manifest=run["manifest"]))
+    return len(new), len(records)
+
+
+def render(run_dir: str, what: str, name: str, options: dict[str, Any], note: str
+           ) -> tuple[tuple[dict[str, Any], ...], float]:
+    """Section ``name`` of the run's current report (``follow``), and the CPU time it
+    took (no outputs: nothing read of that run yet)."""
+    from workbench.ui.live import render_section
+
+    start = time.process_time()
+    report = _runs.get(run_dir, {}).get("report")
+    if report is None:
+        return (), 0.0
+    out = render_section(what, name, options, report, note, report.source.records)
+    return out, time.process_time() - start
+
+
+FUNCTIONS: dict[str, Callable[..., Any]] = {"warm_up": warm_up, "follow": follow,
+                                         "render": render}
+
+
+def main() -> int:
+    """The render process: calls (name, args) in on stdin, (status, value) out, pickled
+    (``multiprocessing.connection``), until stdin ends (the kernel is gone)."""
+    out = Connection(os.dup(1), readable=False)
+    os.dup2(2, 1)  # a stray print goes to stderr, never into the answers
+    calls = Connection(os.dup(0), writable=False)
+    _init()
+    while True:
+        try:
+            name, args = calls.recv()
+        except (EOFError, OSError):
+            return 0
+        try:
+            answer: tuple[str, Any] = ("ok", FUNCTIONS[name](*args))
+        except Exception as exc:  # said to the kernel, which logs it; the process goes on
+            answer = ("error", f"{type(exc).__name__}: {exc}")
+        try:
+            out.send(answer)
+        except OSError:
+            return 0
+
+
+# -- in the kernel ----------------------------------------------------------------------------
+class RenderError(RuntimeError):
+    """The render process could not do what it was asked (its message), or is gone."""
+
+
+class RenderProcess:
+    """``python -m workbench.ui.render``, called one call at a time (``call`` blocks: the
+    panel calls it from a worker thread, never on the kernel's loop)."""
+
+    def __init__(self) -> None:
+        # a process of its own, never a fork of the kernel (threads) nor multiprocessing's
+        # spawn (which re-runs a script's __main__ without a guard)
+        self.proc = subprocess.Popen([sys.executable, "-m", "workbench.ui.render"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.calls = Connection(os.dup(self.proc.stdin.fileno()), readable=False)
+        self.answers = Connection(os.dup(self.proc.stdout.fileno()), writable=False)
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+        self.lock = threading.Lock()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def call(self, name: str, *args: Any) -> Any:
+        with self.lock:
+            try:
+                self.calls.send((name, args))
+                status, value = self.answers.recv()
+            except (EOFError, OSError) as exc:
+                raise RenderError(f"the render process is gone ({exc!r})") from exc
+        if status != "ok":
+            raise RenderError(str(value))
+        return value
+
+    def close(self) -> None:
+        """Its stdin closed: it ends (as it does when the kernel ends)."""
+        self.calls.close()
+        self.answers.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+
+
+_process: RenderProcess | None = None
+
+
+def process() -> RenderProcess:
+    """The kernel's render process (started on first use, again if it died)."""
+    global _process
+    if _process is None or not _process.alive():
+        _process = RenderProcess()
+    return _process
+
+
+async def call(name: str, *args: Any) -> Any:
+    """``process().call(name, *args)`` from a worker thread, awaited on the loop."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(None, functools.partial(process().call, name, *args))
+
+
+def start() -> None:
+    """Start (or keep) the render process and warm it up, without waiting: at Run, while
+    the engine starts."""
+    proc = process()
+    threading.Thread(target=_warm, args=(proc,), name="workbench-render-warm-up",
+                     daemon=True).start()
+
+
+def _warm(proc: RenderProcess) -> None:
+    try:
+        proc.call("warm_up")
+    except RenderError:
+        log.debug("render warm-up failed", exc_info=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
