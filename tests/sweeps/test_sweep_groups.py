@@ -259,3 +259,33 @@ def test_labels_and_probes_are_rounded() -> None:
         res = asyncio.run(_search(held, 1.0, 8.0, 0.05, 2.0, 24, False, width))
         assert res["status"] == "found" and 2.63 - 0.05 <= res["value"] <= 2.63
         assert all(v == round(v, 3) for v in seen), seen
+
+
+def test_a_capacity_search_runs_per_configuration(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """``--capacity arrival.rate`` with ``--over engine.max_num_seqs=1,4``: a search for
+    each configuration in one sweep, each stated in the headline with its own bracket,
+    then the best one; the brackets agree with the grid above (1 breaks at 2 req/s, 4 at
+    8)."""
+    argv = ["sweep", "--trace", TRACE, "--arrival", "poisson", "--virtual",
+            "--over", "engine.max_num_seqs=1,4", "--capacity", "arrival.rate", "--lo", "1",
+            "--hi", "8", "--tolerance", "1", "--slo", "ttft_ms:p90<=500", "-o",
+            str(tmp_path), "--sweep-id", "c", "--parallel", "1"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    sweep = wb.load_sweep(tmp_path / "c")
+    per = sweep.capacity["configurations"]
+    assert [c["params"] for c in per] == [{"target.engine.max_num_seqs": 1},
+                                          {"target.engine.max_num_seqs": 4}]
+    assert [c["status"] for c in per] == ["found", "found"]
+    one, four = per
+    assert 1 <= one["bracket"][0] < one["bracket"][1] <= 2  # the grid: held at 1, broke at 2
+    assert 4 <= four["bracket"][0] < four["bracket"][1] <= 8
+    caps = {c.label: c for c in capacities(sweep)}
+    assert caps["max_num_seqs=1"].found_by_search and caps["max_num_seqs=4"].found_by_search
+    assert out[1].startswith("max_num_seqs=1: capacity ") and "(found by search)" in out[1]
+    assert out[2].startswith("max_num_seqs=4: capacity ") and "(found by search)" in out[2]
+    assert out[3].startswith("Best configuration: max_num_seqs=4, capacity ")
+    searches = [ln for ln in out if ln.startswith("search of arrival.rate at ")]
+    assert [ln.split(":")[0] for ln in searches] == [
+        "search of arrival.rate at max_num_seqs=1", "search of arrival.rate at max_num_seqs=4"]

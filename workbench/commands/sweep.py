@@ -120,6 +120,9 @@ def run(args: argparse.Namespace) -> int:
     over: Any = None
     if args.capacity:
         rate = args.lo if spec_mod.resolve_path(args.capacity) == spec_mod.RATE else None
+        if args.points:
+            raise ConfigError("--capacity searches its axis: other axes by --over, not --points")
+        over = parse_over(args.over) if args.over else None  # a search per configuration
     else:
         if bool(args.over) == bool(args.points):
             raise ConfigError("give the points: --over PATH=V1,V2 (repeatable) or --points JSON")
@@ -141,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         result = wb.capacity_search(cfg, args.capacity, args.lo, args.hi, slo,
                                     tolerance=args.tolerance,
                                     grow=args.grow, max_probes=args.max_probes,
-                                    parallel=args.parallel, **common)
+                                    parallel=args.parallel, over=over, **common)
     else:
         result = wb.sweep(cfg, over, slo=slo, stop_margin=args.stop_margin,
                           stop_after=args.stop_after, parallel=args.parallel,
@@ -154,10 +157,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"stopped early: {result.manifest['stopped_early']['reason']}")
     if result.capacity:  # the search's bracket; the capacity itself is in the headline
         c = result.capacity
-        bracket = ", ".join(sig(v) if v is not None else "–" for v in c["bracket"])
-        print(f"search of {c['axis']}: {c['status']}, bracket [{bracket}] (tolerance "
-              f"{sig(c['tolerance'])}, {len(c.get('probes') or [])} probes in "
-              f"{c.get('rounds', '?')} rounds)")
+        for one in c.get("configurations") or [c]:
+            bracket = ", ".join(sig(v) if v is not None else "–" for v in one["bracket"])
+            where = f" at {spec_mod.label(one['params'])}" if one.get("params") else ""
+            print(f"search of {c['axis']}{where}: {one['status']}, bracket [{bracket}] "
+                  f"(tolerance {sig(c['tolerance'])}, {len(one.get('probes') or [])} probes "
+                  f"in {one.get('rounds', '?')} rounds)")
     if any(p.get("status") == "done" for p in result.points):
         from workbench.report.pareto import best_sentence
 

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 import workbench.metrics.catalog as catalog
+import workbench.sweeps.spec as spec_mod
 from workbench.metrics.catalog import SCALAR_LATENCY
 from workbench.report.headline import sig
 from workbench.sweeps.store import Sweep
@@ -31,6 +32,17 @@ POINT_SHOWN: tuple[tuple[str, str], ...] = (
     ("actual_prefix_hit_rate", "hit"), ("preemptions", "preemptions"), ("ok_rate", "ok"),
     ("repeats", "repeats"), ("slo_held", "SLO held"),
 )  # fmt: skip
+
+
+def _search_cell(cap: Mapping[str, Any]) -> str:
+    """``found, bracket [4.1, 4.9]``; a search per configuration: one such part each."""
+    def one(c: Mapping[str, Any]) -> str:
+        return (f"{c.get('status')}, bracket "
+                f"[{', '.join(sig(v) if v is not None else '–' for v in c.get('bracket') or [])}]")
+
+    if "configurations" not in cap:
+        return one(cap)
+    return "; ".join(f"{spec_mod.label(c['params'])}: {one(c)}" for c in cap["configurations"])
 
 
 def sweeps_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
@@ -52,8 +64,7 @@ def sweeps_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
             "points done": sum(1 for p in points if p.get("status") == "done"),
             "points skipped": sum(1 for p in points if p.get("status") == "skipped"),
             "capacity": _capacity_cell(s),
-            "search": f"{cap.get('status')}, bracket "
-                      f"[{', '.join(sig(v) for v in cap.get('bracket') or [])}]" if cap else None,
+            "search": _search_cell(cap) if cap else None,
         }
     df = pd.DataFrame.from_dict(rows, orient="index").T  # a column per sweep: fits a page
     df.index.name = "sweep"

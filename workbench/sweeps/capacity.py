@@ -18,6 +18,7 @@ of the tolerance (``probe_digits``).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ async def capacity_search_async(
     sweep_id: str | None = None,
     label: str | None = None,
     progress: Progress | None = None,
+    over: Mapping[str, Sequence[Any]] | None = None,
 ) -> Sweep:
     """Search ``axis`` in [lo, hi] (and above, by bracketing) for the SLO's capacity.
 
@@ -58,6 +60,11 @@ async def capacity_search_async(
     (held at the last bracket probe); ``rounds``: how many times it waited for probes.
     ``parallel``: virtual-time probes at once, each in a process of its own (default:
     the cores this process may use); live probes run one at a time.
+
+    ``over``: other axes (``engine.max_num_seqs=[1, 8]``): every combination is a
+    configuration searched on its own, one after another, in one sweep; then
+    ``sweep.capacity["configurations"]`` holds each one's ``params`` and result, and
+    ``status`` is ``per configuration`` (docs/sweeps.md, "Configurations").
     """
     path = spec_mod.resolve_path(axis)
     # searching arrival.rate needs no base rate: the base takes lo
@@ -73,32 +80,52 @@ async def capacity_search_async(
         raise ConfigError("capacity search needs tolerance > 0, grow > 1, max_probes >= 2")
     if integer:
         lo, hi, tolerance = int(lo), int(hi), max(1, int(tolerance))
+    configs = spec_mod.expand(over) if over else [{}]
+    if any(path in conf for conf in configs):
+        raise ConfigError(f"--over {path}: the searched axis takes no values of its own")
     runner = SweepRunner(
         base, kind="capacity",
         spec={"axis": path, "lo": lo, "hi": hi, "tolerance": tolerance, "grow": grow,
-              "max_probes": max_probes, "integer": integer},
-        axes=[path], repeats=repeats, slo=slo_obj, virtual=virtual, parallel=parallel,
-        out_dir=out_dir,
+              "max_probes": max_probes, "integer": integer,
+              **({"over": {k: list(v) for k, v in over.items()}} if over else {})},
+        axes=[*configs[0], path], repeats=repeats, slo=slo_obj, virtual=virtual,
+        parallel=parallel, out_dir=out_dir,
         sweep_id=sweep_id, label=label, progress=progress,
     )
-    runner.check([runner.entry({path: lo})])
-    probes: list[dict[str, Any]] = []
+    runner.check([runner.entry({**conf, path: lo}) for conf in configs])
+    results = []
+    with runner.ends_on_error():
+        for conf in configs:  # bounded: one search a configuration
+            results.append(await _search_one(runner, conf, path, lo, hi, tolerance, grow,
+                                             max_probes, integer))
+    if len(results) == 1:
+        result = {k: v for k, v in results[0].items() if k != "params"}
+    else:
+        result = {"status": "per configuration", "configurations": results,
+                  "probes": [i for r in results for i in r["probes"]],
+                  "rounds": sum(r["rounds"] for r in results)}
+    result.update(axis=path, tolerance=tolerance)
+    runner.sweep.manifest["capacity"] = result
+    return runner.finish("completed")
+
+
+async def _search_one(runner: SweepRunner, conf: Mapping[str, Any], path: str, lo: float,
+                      hi: float, tolerance: float, grow: float, max_probes: int,
+                      integer: bool) -> dict[str, Any]:  # fmt: skip
+    """One configuration's search (``conf``: the other axes' values), its probes and
+    their indexes in the sweep."""
+    probes: list[int] = []
 
     async def held(values: list[float]) -> list[bool]:
         """Probe ``values`` (at once: in ``runner.parallel`` processes in virtual time)."""
-        entries = [runner.entry({path: v}) for v in values]
+        entries = [runner.entry({**conf, path: v}) for v in values]
         await runner.measure_many(entries)
-        for entry in entries:
-            if entry["index"] not in [p["index"] for p in probes]:
-                probes.append(entry)
+        probes.extend(e["index"] for e in entries if e["index"] not in probes)
         return [bool(e["slo"]["held"]) for e in entries]
 
-    with runner.ends_on_error():
-        result = await _search(held, lo, hi, tolerance, grow, max_probes, integer,
-                               runner.parallel)
-    result.update(axis=path, tolerance=tolerance, probes=[p["index"] for p in probes])
-    runner.sweep.manifest["capacity"] = result
-    return runner.finish("completed")
+    result = await _search(held, lo, hi, tolerance, grow, max_probes, integer,
+                           runner.parallel)
+    return {"params": dict(conf), **result, "probes": probes}
 
 
 async def _search(held: Any, lo: float, hi: float, tol: float, grow: float, max_probes: int,

@@ -115,6 +115,22 @@ def _held(p: Mapping[str, Any]) -> bool:
     return bool((p.get("slo") or {}).get("held"))
 
 
+def search_of(search: Mapping[str, Any], params: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A configuration's own capacity search: the sweep's (one configuration), or its
+    entry of ``configurations`` (a search per configuration); empty when there is none."""
+    if "configurations" not in search:
+        return search
+    key = json_params(params)
+    return next((c for c in search["configurations"]
+                 if json_params(c.get("params") or {}) == key), {})
+
+
+def json_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    import json
+
+    return dict(json.loads(json.dumps(dict(params), default=str)))
+
+
 def capacities(sweep: Sweep) -> list[Capacity]:
     """Each configuration's capacity, in ``groups`` order (docs/sweeps.md, "Capacity")."""
     axis = load_axis(sweep)
@@ -135,8 +151,8 @@ def capacities(sweep: Sweep) -> list[Capacity]:
             out.append(Capacity(g, axis, "above", point=pts[-1]))
         else:
             point = pts[first_broken - 1]
-            found = (search.get("status") == "found"
-                     and point["params"][axis] == search.get("value"))
+            own = search_of(search, g.params)
+            found = own.get("status") == "found" and point["params"][axis] == own.get("value")
             out.append(Capacity(g, axis, "held", point=point, broken=pts[first_broken],
                                 again=again, found_by_search=found))
     return out
