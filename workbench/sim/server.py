@@ -163,12 +163,7 @@ class SimServer:
         template of ``/v1/chat/completions``, generation prompt included) → ``{"count",
         "max_model_len", "tokens", "token_strs"}`` — the ids the engine would prefill."""
         try:
-            try:
-                body = orjson.loads(await request.read())
-            except orjson.JSONDecodeError as exc:
-                raise WireError(400, f"body is not JSON: {exc}") from None
-            if not isinstance(body, dict):
-                raise WireError(400, "body must be a JSON object")
+            body = await _json_body(request)
             if "messages" in body:
                 ids = chat_prompt(body["messages"], self.tok)
             else:
@@ -223,12 +218,7 @@ class SimServer:
         return msg
 
     async def _parse(self, request: web.Request, protocol: str) -> GenRequest:
-        try:
-            body = orjson.loads(await request.read())
-        except orjson.JSONDecodeError as exc:
-            raise WireError(400, f"body is not JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise WireError(400, "body must be a JSON object")
+        body = await _json_body(request)
         rid = self._request_id(request, body)
         return PARSERS[protocol](body, rid, self.tok, self.config.model)
 
@@ -506,3 +496,14 @@ async def serve_forever(
         if ready is not None:
             ready(handle)
         await asyncio.Event().wait()
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    """A request's body as a JSON object, else a 400 ``WireError`` saying why."""
+    try:
+        body = orjson.loads(await request.read())
+    except orjson.JSONDecodeError as exc:
+        raise WireError(400, f"body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise WireError(400, "body must be a JSON object")
+    return body

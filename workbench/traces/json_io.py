@@ -51,7 +51,14 @@ def json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any], str]]:
     U+0085, ``\x1c`` ... which JSON strings may hold raw (``ensure_ascii=False``
     writers emit them), and would break valid lines and shift line numbers.
     """
-    for lineno, raw in enumerate(read_text(path).split("\n"), start=1):
+    return text_json_lines(path, read_text(path))
+
+
+def text_json_lines(path: Path, text: str, what: str = "a JSON object"
+                    ) -> Iterator[tuple[int, dict[str, Any], str]]:  # fmt: skip
+    """``json_lines`` over ``text`` already read from ``path`` (``what``: each line's
+    name in the error when it is not an object)."""
+    for lineno, raw in enumerate(text.split("\n"), start=1):
         if not raw.strip():
             continue
         try:
@@ -59,7 +66,7 @@ def json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any], str]]:
         except orjson.JSONDecodeError as exc:
             raise TraceFormatError(path, lineno, f"invalid JSON ({exc})") from None
         if not isinstance(obj, dict):
-            raise TraceFormatError(path, lineno, "each line must be a JSON object")
+            raise TraceFormatError(path, lineno, f"each line must be {what}")
         yield lineno, obj, raw
 
 

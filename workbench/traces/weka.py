@@ -57,6 +57,7 @@ from workbench.traces.json_io import (
     json_number,
     json_tokens,
     note_unknown,
+    text_json_lines,
     warn_unknown,
 )
 from workbench.traces.mooncake import leading_seen_blocks
@@ -199,19 +200,8 @@ def _sources(path: Path) -> list[_Source]:
         if not out:
             raise TraceFormatError(path, _first_line(text), "the list holds no conversation")
         return out
-    out = []
-    for lineno, raw in enumerate(text.split("\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise TraceFormatError(path, lineno, f"invalid JSON ({exc})") from None
-        if not isinstance(obj, dict):
-            raise TraceFormatError(path, lineno, "each line must be a conversation (a JSON "
-                                   "object)")
-        out.append(_Source(path, lineno, obj))
-    return out
+    return [_Source(path, lineno, obj) for lineno, obj, _ in
+            text_json_lines(path, text, "a conversation (a JSON object)")]
 
 
 def _decode(path: Path, data: bytes) -> str:
