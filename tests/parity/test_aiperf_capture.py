@@ -11,6 +11,8 @@ import asyncio
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "capture"))  # the script
 
 from capture_process import capture_process
@@ -30,7 +32,13 @@ from workbench.capture import read_capture
 from workbench.sim.process import serve_sim_process
 
 
-async def test_a_capture_replays_in_aiperf(aiperf_ready: None, tmp_path: Path) -> None:
+async def test_a_capture_replays_in_aiperf(aiperf_ready: None, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # AIPerf's flattened-agent detection (docs/aiperf-parity.md) split the captured
+    # sub-agent's second request off as an auxiliary call in 2 of 7 runs here, though it
+    # extends the first by a block and starts 26 ms after its recorded end; its escape
+    # hatch replays each sub-agent entry as recorded, which is what this test checks
+    monkeypatch.setenv("AIPERF_DATASET_WEKA_SPLIT_FLATTENED_AGENTS", "false")
     out = tmp_path / "capture"
     async with serve_sim_process(speedup=50.0) as sim, \
             capture_process(sim.base_url, out) as proxy:  # fmt: skip
