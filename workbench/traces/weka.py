@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,7 @@ import orjson
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Spawn, SpawnTrigger, Unit, Workload
 from workbench.traces import bounds
-from workbench.traces._io import BOM, check_options, open_trace
+from workbench.traces._io import check_options, read_text
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import (
     json_id,
@@ -130,26 +131,22 @@ class _Agent:
         return start + last if reqs[0].t < start else max(last, start)
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Source:
+    """Where a conversation stands: its file and its line (errors name both)."""
+
     path: Path
     line: int
-    obj: dict[str, Any]
 
 
 def _options(options: dict[str, Any]) -> dict[str, Any]:
     check_options(FORMAT, {k: v for k, v in options.items() if k not in DEFAULTS},
                   tuple(DEFAULTS))
     out = {**DEFAULTS, **options}
-    if out["timing"] not in TIMINGS:
-        raise ConfigError(f"{FORMAT} reader: timing must be one of {', '.join(TIMINGS)}, "
-                          f"got {out['timing']!r}")
-    if out["subagents"] not in SUBAGENTS:
-        raise ConfigError(f"{FORMAT} reader: subagents must be one of {', '.join(SUBAGENTS)}, "
-                          f"got {out['subagents']!r}")
-    if out["pairs"] not in PAIRS:
-        raise ConfigError(f"{FORMAT} reader: pairs must be one of {', '.join(PAIRS)}, "
-                          f"got {out['pairs']!r}")
+    for name, choices in (("timing", TIMINGS), ("subagents", SUBAGENTS), ("pairs", PAIRS)):
+        if out[name] not in choices:
+            raise ConfigError(f"{FORMAT} reader: {name} must be one of {', '.join(choices)}, "
+                              f"got {out[name]!r}")
     for name, lo, hi in (("api_time_scale", 0.0, 1e6), ("warm_prefix_pct", 0.0, 1.0)):
         v = out[name]
         if isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi:
@@ -176,40 +173,28 @@ def trace_files(path: Path) -> list[Path]:
     return files
 
 
-def _sources(path: Path) -> list[_Source]:
-    """Every conversation object of one file, with its line (1 for a whole-file JSON)."""
-    data = open_trace(path)
-    text = data.decode("utf-8", errors="strict") if data.isascii() else _decode(path, data)
-    text = text.removeprefix(BOM)
-    stripped = text.strip()
-    if not stripped:
-        raise TraceFormatError(path, 0, "file is empty")
+def _sources(path: Path) -> Iterator[tuple[_Source, dict[str, Any]]]:
+    """Every conversation object of one file, with where it stands (line 1, or the first
+    non-blank one, for a whole-file JSON; its own line in a JSONL)."""
+    text = read_text(path)  # regular, bounded, UTF-8, not blank, its BOM dropped
     try:
-        whole = orjson.loads(stripped)
+        whole = orjson.loads(text)
     except orjson.JSONDecodeError:
         whole = None  # JSONL, or broken: the lines say which
     if isinstance(whole, dict):
-        return [_Source(path, _first_line(text), whole)]
-    if isinstance(whole, list):
-        out = []
+        yield _Source(path, _first_line(text)), whole
+    elif isinstance(whole, list):
+        src = _Source(path, _first_line(text))
+        if not whole:
+            raise TraceFormatError(path, src.line, "the list holds no conversation")
         for i, obj in enumerate(whole):
             if not isinstance(obj, dict):
-                raise TraceFormatError(path, _first_line(text),
+                raise TraceFormatError(path, src.line,
                                        f"[{i}]: each conversation must be a JSON object")
-            out.append(_Source(path, _first_line(text), obj))
-        if not out:
-            raise TraceFormatError(path, _first_line(text), "the list holds no conversation")
-        return out
-    return [_Source(path, lineno, obj) for lineno, obj, _ in
-            text_json_lines(path, text, "a conversation (a JSON object)")]
-
-
-def _decode(path: Path, data: bytes) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise TraceFormatError(path, line, f"not UTF-8 ({exc.reason})") from None
+            yield src, obj
+    else:
+        for lineno, obj, _ in text_json_lines(path, text, "a conversation (a JSON object)"):
+            yield _Source(path, lineno), obj
 
 
 def _first_line(text: str) -> int:
@@ -331,9 +316,8 @@ def _has_requests(agent: _Agent) -> bool:
     return any(isinstance(it, _Request) or _has_requests(it[1]) for it in agent.items)
 
 
-def _conversation(src: _Source, seen: dict[str, int], counts: Counter[str]
-                  ) -> tuple[_Agent, int, _Ids]:  # fmt: skip
-    obj = src.obj
+def _conversation(src: _Source, obj: dict[str, Any], seen: dict[str, int],
+                  counts: Counter[str]) -> tuple[_Agent, int, _Ids]:  # fmt: skip
     note_unknown(src.path, src.line, obj, KNOWN_CONVERSATION, seen)
     if obj.get("id") is None:
         raise TraceFormatError(src.path, src.line, "missing field 'id' (the conversation id)")
@@ -454,9 +438,15 @@ def _remap(hashes: tuple[int, ...], mapping: dict[int, int], upto: int | None
 
 @dataclass
 class _Built:
+    """The units made so far (conversations in file order, an agent before its
+    sub-agents), what was counted, and the block ids any earlier round sent: a round's
+    ``prefix_len`` is its leading blocks among them, times ``block``, within its prompt."""
+
     units: list[Unit]
     counts: Counter[str]
     timing: Counter[str]
+    block: int
+    seen: set[int] = field(default_factory=set)
 
 
 def _delay_s(prev: _Request | float, cur: _Request, opts: dict[str, Any],
@@ -489,10 +479,10 @@ def _collapse(items: list[_Request | tuple[float, _Agent]], counts: Counter[str]
         if (isinstance(it, _Request) and isinstance(last, _Request)
                 and it.stream != last.stream and it.hashes == last.hashes):
             counts["collapsed_pairs"] += 1
-            out[-1] = _Request(last.where, last.t, last.stream or it.stream, last.model,
-                               max(last.prompt, it.prompt), max(last.output, it.output),
-                               last.hashes, it.api_time if last.api_time is None else
-                               last.api_time, last.think_time)
+            out[-1] = dataclasses.replace(
+                last, stream=True, prompt=max(last.prompt, it.prompt),  # one of them streamed
+                output=max(last.output, it.output),
+                api_time=it.api_time if last.api_time is None else last.api_time)
             continue
         out.append(it)
     return out
@@ -527,14 +517,16 @@ def _units(src: _Source, agent: _Agent, warm: dict[int, int], warm_blocks: int,
             prev = t
     for k, r in enumerate(reqs):
         hashes = _remap(r.hashes, warm, warm_blocks)
+        prefix = min(leading_seen_blocks(hashes, built.seen) * built.block, r.prompt)
+        built.seen.update(hashes)
         wait = waits[k] if k < len(waits) else 0.0
         if wait > bounds.MAX_WAIT_MS:
             raise TraceFormatError(src.path, src.line, bounds.over(
                 f"{r.where}wait before the next request", wait, bounds.MAX_WAIT_MS, "ms"))
         if r.output < 1:
             built.counts["clamped_output_tokens"] += 1
-        rounds.append(Round(f"{agent.unit_id}:{k}", agent.unit_id, k, 0.0, 0, r.prompt,
-                            max(r.output, 1), wait, hashes))
+        rounds.append(Round(f"{agent.unit_id}:{k}", agent.unit_id, k, 0.0, prefix,
+                            r.prompt - prefix, max(r.output, 1), wait, hashes))
     models = sorted({r.model for r in reqs if r.model})
     meta = {"conversation": agent.conversation, "agent": agent.kind,
             "model": reqs[0].model if reqs else "", "models": models,
@@ -568,24 +560,6 @@ def _recorded_spawn(agent: _Agent, reqs: list[_Request], k: int, t: float, child
     return Spawn(agent.unit_id, k - 1, trigger, delay * 1000.0, join, agent.line)
 
 
-def _prefixes(units: list[Unit], block: int) -> list[Unit]:
-    """``prefix_len``: the leading blocks seen in any earlier round (units in order),
-    times the block size, capped at the prompt; ``input_len`` the rest."""
-    seen: set[int] = set()
-    out = []
-    for u in units:
-        rounds = []
-        for r in u.rounds:
-            hashes = r.hash_ids or ()
-            prompt = r.prefix_len + r.input_len
-            prefix = min(leading_seen_blocks(hashes, seen) * block, prompt)
-            seen.update(hashes)
-            rounds.append(Round(r.request_id, r.session_id, r.round_idx, r.arrival_ms, prefix,
-                                prompt - prefix, r.output_len, r.tool_wait_after_ms, hashes))
-        out.append(Unit(u.unit_id, u.kind, u.arrival_ms, tuple(rounds), u.meta, u.spawn))
-    return out
-
-
 # -- the reader ----------------------------------------------------------------------------
 
 
@@ -616,10 +590,12 @@ def read_weka(path: Path, **options: Any) -> Workload:
     convs: list[tuple[_Source, _Agent, int, _Ids]] = []
     where_id: dict[str, _Source] = {}
     spaces: dict[int, str] = {}
-    for file in trace_files(path):
-        for src in _sources(file):
-            root, block, ids = _conversation(src, seen, counts)
-            src.obj = {}  # parsed: the JSON objects go (a whole corpus is GBs of them)
+    files = trace_files(path)
+    for file in files:
+        # a file's JSON objects go as soon as its conversations are read (a whole corpus
+        # is GBs of them): only the agents, with their ids namespaced, are kept
+        for src, obj in _sources(file):
+            root, block, ids = _conversation(src, obj, seen, counts)
             if root.unit_id in where_id:
                 first = where_id[root.unit_id]
                 raise TraceFormatError(src.path, src.line, f"conversation id {root.unit_id!r} "
@@ -635,13 +611,13 @@ def read_weka(path: Path, **options: Any) -> Workload:
     shared = max(r.tool_tokens + r.system_tokens for _, r, _, _ in convs)
     warm_tokens = int(opts["warm_prefix_pct"] * shared)
     warm_blocks = warm_tokens // block
-    built = _Built([], counts, Counter())
+    built = _Built([], counts, Counter(), block)
     for src, root, _, _ in convs:
         warm = _warm_map(root, warm_blocks, block, {}) if warm_blocks else {}
         _units(src, root, warm, warm_blocks, opts, built, None)
-    units = _prefixes(built.units, block)
+    units = built.units
     meta: dict[str, Any] = {
-        "reader": {**opts, "warm_prefix_tokens": warm_tokens, "files": len(trace_files(path))},
+        "reader": {**opts, "warm_prefix_tokens": warm_tokens, "files": len(files)},
         "conversations": len(convs),
         "subagents": sum(u.spawn is not None for u in units),
         "timing_sources": dict(built.timing),
