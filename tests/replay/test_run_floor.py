@@ -40,8 +40,7 @@ def trace(tmp_path: Path) -> Path:
 def _floor(trace: Path, **arrival: object):
     cfg = RunConfig.from_dict({"trace": str(trace), "arrival": arrival, "backend": "openai"})
     plan = build_plan(cfg, load_workload(cfg))
-    a = cfg.arrival
-    return run_floor(plan, a.tool_wait_scale, a.max_concurrency, a.duration_s)
+    return run_floor(plan, cfg.arrival)
 
 
 def test_the_longest_task_through_its_join(trace: Path) -> None:

@@ -36,27 +36,13 @@ def run(args: argparse.Namespace) -> int:
         cfg = cfg.replace(dry_run=True)
     result = replay_with_progress(cfg, progress=not (args.no_progress or cfg.dry_run))
     if cfg.dry_run:  # the plan, its arrival span included (warned about on stderr past a day)
-        print(json.dumps({**result.manifest["plan"], **_floor(cfg)}, indent=2))
+        print(json.dumps(result.manifest["plan"], indent=2))
         return 0
     summary = summary_of(result, cfg.slo)
     print_result(summary, result, args)
     if result.run_dir:
         print(f"run directory: {result.run_dir}")
     return exit_status(summary, result.cancelled, args.max_error_rate)
-
-
-def _floor(cfg: Any) -> dict[str, Any]:
-    """The least the run takes with an instant server (``replay.plan.run_floor``), for
-    ``--dry-run``: ``wait_floor_s`` and why."""
-    from workbench.replay.plan import build_plan, run_floor
-    from workbench.replay.prepare import load_workload
-
-    a = cfg.arrival
-    floor = run_floor(build_plan(cfg, load_workload(cfg)), a.tool_wait_scale,
-                      a.max_concurrency, a.duration_s)
-    if floor is None:
-        return {}
-    return {"wait_floor_s": round(floor.floor_ms / 1000, 3), "wait_floor_why": floor.why}
 
 
 def print_result(summary: dict, result: Any, args: argparse.Namespace) -> None:

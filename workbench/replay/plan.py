@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from workbench.arrival.schedule import arrival_span, release_offsets_ms
-from workbench.config import RunConfig, parse_output_policy
+from workbench.config import ArrivalSpec, RunConfig, parse_output_policy
 from workbench.context.policy import DEFAULT_POLICY, ContextPolicy, make_policy, plan_rounds
 from workbench.records import Round, Spawn, Unit, UnitStream, Workload
 from workbench.workloads.trace_stats import ideal_prefix_hit_rate
@@ -306,13 +306,15 @@ def duration_text(ms: float) -> str:
     return f"{m} min {sec} s" if m else f"{sec} s"
 
 
-def run_floor(plan: Plan, tool_wait_scale: float = 1.0, max_concurrency: int | None = None,
-              duration_s: float | None = None) -> RunFloor | None:
-    """The least time the plan takes (``RunFloor``); None for a streamed plan (its units
-    are not held) or an empty one. A closed-loop run with ``duration_s`` lasts that long
-    whatever its units."""
+def run_floor(plan: Plan, arrival: ArrivalSpec) -> RunFloor | None:
+    """The least time the plan takes (``RunFloor``) under ``arrival``'s tool-wait scale,
+    concurrency cap and duration (a closed-loop run with ``duration_s`` lasts that long
+    whatever its units); None for a streamed plan (its units are not held) or an empty
+    one."""
     if isinstance(plan.units, PlanStream) or not plan.units:
         return None
+    tool_wait_scale, max_concurrency = arrival.tool_wait_scale, arrival.max_concurrency
+    duration_s = arrival.duration_s
     spans = [(_task_span(u, tool_wait_scale), u) for u in plan.units]
     longest, unit = max(spans, key=lambda su: su[0])
     span_ms = max(u.offset_ms for u in plan.units)

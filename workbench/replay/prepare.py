@@ -21,7 +21,7 @@ from workbench import redact
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
 from workbench.records import RequestRecord, RunManifest, RunResult, Workload
-from workbench.replay.plan import Plan
+from workbench.replay.plan import Plan, RunFloor
 from workbench.storage.rundir import process_identity
 from workbench.traces.load import source_sha256
 
@@ -37,6 +37,7 @@ class Prepared:
     workload: Workload
     plan: Plan
     run_id: str
+    floor: RunFloor | None = None  # the least the run takes (replay.plan.run_floor)
 
     def manifest(self) -> RunManifest:
         return base_manifest(self.cfg, self.workload, self.plan, self.run_id)
@@ -57,11 +58,10 @@ def prepare(cfg: RunConfig | dict[str, Any], workload: Workload | None = None, *
     plan = build_plan(cfg, workload)
     if warning := plan.arrival()["arrival_span_warning"]:
         log.warning("%s", warning)
-    a = cfg.arrival
-    floor = run_floor(plan, a.tool_wait_scale, a.max_concurrency, a.duration_s)
+    floor = run_floor(plan, cfg.arrival)
     if floor is not None and floor.floor_ms > LONG_RUN_MS:
         log.warning("%s", floor.sentence(virtual))
-    return Prepared(cfg, workload, plan, cfg.run_id or new_run_id(cfg))
+    return Prepared(cfg, workload, plan, cfg.run_id or new_run_id(cfg), floor)
 
 
 def coerce_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
@@ -150,8 +150,13 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
 
 
 def dry_run_result(run: Prepared) -> RunResult:
+    """What ``--dry-run`` shows: the manifest of the run not made, its plan's totals with
+    the least the run takes (``wait_floor_s``) and why."""
     manifest = run.manifest()
     manifest.status = "dry_run"
+    if run.floor is not None:
+        manifest.plan = {**manifest.plan, "wait_floor_s": round(run.floor.floor_ms / 1000, 3),
+                         "wait_floor_why": run.floor.why}
     return RunResult(run.run_id, [], manifest=manifest.to_dict())
 
 

@@ -226,9 +226,7 @@ class SweepRunner:
         from workbench.replay.plan import LONG_RUN_MS, build_plan, duration_text, run_floor
         from workbench.replay.prepare import load_workload
 
-        a = cfg.arrival
-        floor = run_floor(build_plan(cfg, load_workload(cfg)), a.tool_wait_scale,
-                          a.max_concurrency, a.duration_s)
+        floor = run_floor(build_plan(cfg, load_workload(cfg)), cfg.arrival)
         if floor is None or floor.floor_ms <= LONG_RUN_MS:
             return
         total = ("" if self.virtual or runs < 2 else
