@@ -30,7 +30,7 @@ where latency stops growing slowly with throughput and starts growing fast.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from os import PathLike
 from typing import Any
@@ -135,6 +135,20 @@ def _names(sweeps: dict[str, Sweep], label: str, curve: Curve) -> str:
     return ": ".join(parts)
 
 
+def _colored(sweeps: dict[str, Sweep]) -> Iterator[tuple[str, Sweep, list[tuple[Curve, str]]]]:
+    """Each sweep with its curves that have points, each curve with its colour: one
+    colour per curve of every sweep in order (an empty one keeps its place), so a
+    configuration has the same colour in every panel and figure."""
+    k = 0
+    for label, sweep in sweeps.items():
+        drawn = []
+        for curve in curves(sweep):
+            if not curve.frame.empty:
+                drawn.append((curve, f"C{k}"))
+            k += 1
+        yield label, sweep, drawn
+
+
 def _cap_row(curve: Curve) -> pd.Series | None:
     """The row of ``curve`` at its capacity (none when it broke at the lowest load)."""
     cap = curve.capacity
@@ -170,18 +184,15 @@ def _latency(sweeps: dict[str, Sweep], stat: str | None = None,
              metrics: Sequence[str] = SCALAR_LATENCY) -> Figure:
     fig, axes = _new(len(metrics), size=(4.6, 3.6))
     for ax, metric in zip(axes, metrics, strict=True):
-        k = 0  # a colour per curve, the same in every panel
-        for label, sweep in sweeps.items():
+        for label, sweep, colored in _colored(sweeps):
             bound = _slo_bound(sweep, metric)
             # stat None: the SLO's own percentile for a bounded metric, p90 otherwise
             col = bound[0] if bound and stat is None else f"{metric}_{stat or 'p90'}"
             drawn = None
             many = len(curves(sweep)) > 1
-            for curve in curves(sweep):
+            for curve, color in colored:
                 df = curve.frame
-                color = f"C{k}"
-                k += 1
-                if df.empty or col not in df:
+                if col not in df:
                     continue
                 drawn = drawn or color
                 name = _names(sweeps, label, curve)
@@ -218,17 +229,12 @@ def _goodput(sweeps: dict[str, Sweep]) -> Figure:
     fig, (ax,) = _new(1, size=(7.0, 4.2))
     xlabel = "point"
     notes: list[str] = []
-    k = 0
-    for label, sweep in sweeps.items():
+    for label, sweep, colored in _colored(sweeps):
         xlabel = load_axis(sweep)
         rounds = sweep_rounds_per_unit(sweep) if xlabel == RATE_AXIS else None
         offered: set[float] = set()
-        for curve in curves(sweep):
+        for curve, color in colored:
             df = curve.frame
-            color = f"C{k}"
-            k += 1
-            if df.empty:
-                continue
             x = df[xlabel]
             offered.update(float(v) for v in x)
             name = _names(sweeps, label, curve)
@@ -269,16 +275,11 @@ def _goodput(sweeps: dict[str, Sweep]) -> Figure:
 def _cache(sweeps: dict[str, Sweep]) -> Figure:
     fig, (hit_ax, pre_ax) = _new(2, size=(4.8, 3.6))
     xlabel = "point"
-    k = 0
     several = len(sweeps) > 1
-    for label, sweep in sweeps.items():
+    for label, sweep, colored in _colored(sweeps):
         xlabel = load_axis(sweep)
-        for curve in curves(sweep):
+        for curve, color in colored:
             df = curve.frame
-            color = f"C{k}"
-            k += 1
-            if df.empty:
-                continue
             several = several or bool(curve.label)
             x = df[xlabel]
             full = _names(sweeps, label, curve)
