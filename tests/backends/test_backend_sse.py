@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.backends.sse import DONE, SSEDecoder
+from workbench.sse import DONE, SSEDecoder
 
 
 def decode_all(chunks: list[bytes]) -> list[bytes]:

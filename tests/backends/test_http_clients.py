@@ -26,9 +26,9 @@ from loopback import read_request, serve_raw
 from test_transport import LIMIT, REQ, record, sse, tok, usage
 
 from workbench.backends import BACKENDS, WireRequest
-from workbench.backends.sse import SSEDecoder
 from workbench.backends.transport import HTTP_CLIENTS, Transport, TransportOptions
 from workbench.records import RequestRecord
+from workbench.sse import SSEDecoder
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 GOOD = [tok([11]), tok([12, 13]), tok([14], "length"), usage(4, 3), sse(b"[DONE]")]

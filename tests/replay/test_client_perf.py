@@ -16,7 +16,6 @@ import orjson
 import pytest
 
 from workbench.backends.openai import ChoicesParser
-from workbench.backends.sse import SSEDecoder
 from workbench.config import RunConfig
 from workbench.context.hashing import block_hashes
 from workbench.data import path as data_path
@@ -27,6 +26,7 @@ from workbench.records import RunResult
 from workbench.replay.measure import SelfMeasure
 from workbench.replay.shards import slot_offsets, split_concurrency, split_plan
 from workbench.sim.server import serve_sim
+from workbench.sse import SSEDecoder
 from workbench.storage.rundir import RecordWriter, read_jsonl
 
 # ----------------------------------------------------------------- SSE fast path

@@ -33,8 +33,8 @@ from workbench.backends.overrun import (
     OutputOverrun,
     OverrunGuard,
 )
-from workbench.backends.sse import DONE, SSEDecoder
 from workbench.records import RequestRecord
+from workbench.sse import DONE, SSEDecoder
 
 BOM = "\ufeff".encode()
 #: a body that is no event stream is quoted up to this many bytes in the error

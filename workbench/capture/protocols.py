@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from workbench.sse import DONE, SSEDecoder
+
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 MESSAGES = "/v1/messages"
@@ -227,13 +229,13 @@ def _openai_choice(facts: ResponseFacts, choice: Any, kinds: set[str], delta_key
 
 
 def sse_data(raw: bytes) -> Iterable[Any]:
-    """The JSON documents of an SSE stream's ``data:`` lines (``[DONE]`` and lines that
-    are not JSON skipped)."""
-    for line in raw.splitlines():
-        if not line.startswith(b"data:"):
-            continue
-        data = line[5:].strip()
-        if not data or data == b"[DONE]":
+    """The JSON documents of a whole SSE stream's ``data:`` payloads, framed as the
+    replay client frames them (``workbench.sse``: any line ending, multi-line events, a
+    last event without its blank line); ``[DONE]`` and payloads that are not JSON are
+    skipped."""
+    decoder = SSEDecoder()
+    for data in [*decoder.feed(raw), *decoder.close()]:
+        if not data.strip() or data.strip() == DONE:
             continue
         try:
             yield orjson.loads(data)
