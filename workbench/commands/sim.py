@@ -76,6 +76,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "(repeatable)")
     cal.add_argument("--no-replay", action="store_true",
                      help="skip replaying the runs in virtual time to check the fit")
+    cal.add_argument("--preset", default=None, metavar="MODEL/GPU/tpN[/fp8|/fp8w]",
+                     help="refit this hardware preset's factors to the runs instead and "
+                          "write a calibrated preset (-o NAME.json), which --engine "
+                          "preset=NAME.json takes in simulate, sweep and plan")
 
 
 def knobs_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -161,6 +165,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from workbench.commands._axes import engine_knobs
     from workbench.errors import WorkbenchError
 
+    if args.preset:
+        return _calibrate_preset(args)
     try:
         cal = calibrate(args.run_dirs, base=engine_knobs(args.engine),
                         self_check=not args.no_replay)  # fmt: skip
@@ -180,4 +186,26 @@ def run_calibrate(args: argparse.Namespace) -> int:
     }  # fmt: skip
     print(json.dumps(brief, indent=2))
     print(f"engine config: {path}")
+    return 0
+
+
+def _calibrate_preset(args: argparse.Namespace) -> int:
+    """``sim calibrate --preset``: the preset's factors refitted to the runs, the errors
+    before and after printed, the calibrated preset written (docs/calibration.md)."""
+    import json
+
+    from workbench.calibration.preset import calibrate_preset
+    from workbench.commands._axes import engine_knobs
+    from workbench.errors import WorkbenchError
+
+    out = args.output if args.output != "engine.json" else "preset.json"
+    try:
+        cal = calibrate_preset(args.run_dirs, args.preset, base=engine_knobs(args.engine))
+        path = cal.write(out)
+    except (WorkbenchError, ValueError, OSError) as exc:
+        print(f"workbench sim calibrate: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"preset": cal.preset, "fitted": cal.fit["fitted"],
+                      "before": cal.fit["before"], "after": cal.fit["after"]}, indent=2))
+    print(f"calibrated preset: {path} (use --engine preset={path})")
     return 0

@@ -37,7 +37,7 @@ from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO, Bound
 from workbench.plan.prices import EVERY_GPU, parse_prices, price_of
 from workbench.signals import die_with_parent
-from workbench.sim.presets import resolve
+from workbench.sim.presets import is_calibrated, resolve
 from workbench.sim.presets.stated import CLASS_NAME, METRIC_CLASS, metric_error, stated_error
 from workbench.spawning import children_start, spawn_context
 
@@ -56,7 +56,9 @@ class Option:
 
     @property
     def is_preset(self) -> bool:
-        return not self.engine.endswith(".json")
+        """A catalog preset or a calibrated preset file (``calibration.preset``); else a
+        calibrated engine's JSON (``sim calibrate``)."""
+        return not self.engine.endswith(".json") or is_calibrated(self.engine)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -490,7 +492,7 @@ def _options(engines: Sequence[str], routers: Sequence[str],
                           "engine.json")
     out = []
     for e in engines:
-        if e.endswith(".json"):
+        if e.endswith(".json") and not is_calibrated(e):
             if not Path(e).is_file():
                 raise ConfigError(f"plan: engine file {e!r} does not exist")
         else:

@@ -113,10 +113,16 @@ class EngineConfig:
         """Build from flat keyword knobs; fault switch names go into ``faults``.
 
         Lets ``serve_sim(block_size=32, error_rate=0.1)`` and the CLI stay flat.
-        Unknown names raise ``ValueError`` listing the valid ones.
+        ``scheduler=NAME`` lays an engine's scheduling knobs (``sim.presets.schedulers``)
+        under the given ones. Unknown names raise ``ValueError`` listing the valid ones.
         """
         own = {f.name for f in dataclasses.fields(cls)}
         fault_names = {f.name for f in dataclasses.fields(Faults)}
+        if "scheduler" in knobs:  # an engine's scheduling: knobs under the caller's own
+            from workbench.sim.presets.schedulers import engine_knobs as scheduler_knobs
+
+            knobs = scheduler_knobs(str(knobs["scheduler"]),
+                                    {k: v for k, v in knobs.items() if k != "scheduler"})
         unknown = set(knobs) - own - fault_names
         if unknown:
             valid = ", ".join(sorted((own | fault_names) - {"faults"}))

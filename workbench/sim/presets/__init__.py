@@ -8,14 +8,16 @@ BF16 otherwise. From public facts alone it derives:
 * the usable KV blocks (``Preset.num_blocks``): per GPU, memory × utilisation − weights
   / TP − a stated reserve, over the KV bytes one token takes on one GPU;
 * the time of an engine step (``Preset.step_ms``): the larger of its compute time
-  (2 FLOPs per active weight per token, plus attention's 4·layers·heads·head_dim FLOPs
-  per (query, key) pair, which grows with the context) and its memory time (the weights
-  / TP once per step, plus every attended token's KV), plus the tensor-parallel
-  all-reduces (two per layer, ring: 2·(TP−1) hops of a fixed latency each, and
-  2·(TP−1)/TP of the bytes over the GPU link) and a per-step overhead;
+  (2 FLOPs per active weight per token at a GEMM efficiency that grows with the step's
+  tokens, plus attention's 4·layers·heads·head_dim FLOPs per (query, key) pair: prefill
+  quadratic in the chunk and its prefix, decode by the context) and its memory time
+  (the weights / TP once per step — for a MoE only the experts its tokens route to —
+  plus every attended token's KV), plus the tensor-parallel all-reduces costed on the
+  GPU's fabric (``Preset.allreduce_s``: NVSwitch, xGMI mesh or a PCIe ring) and a fixed
+  time per step and per layer;
 * the time to bring KV back from host memory (``Preset.load_ms``).
 
-Six efficiency factors (``FACTORS``, read from
+Eight efficiency factors (``FACTORS``, read from
 ``sim/presets/fitted_factors.json``) are fitted to cited public measurements by
 ``presets.fit`` (docs/hardware.md, "Fit": how, and every formula, source and the error
 left, in sample and held out).
@@ -23,11 +25,13 @@ left, in sample and held out).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from workbench.sim.presets.catalog import ACCELERATORS, MODELS, Accelerator, Model
 
@@ -38,12 +42,17 @@ TP_CHOICES = (1, 2, 4, 8)
 
 @dataclass(frozen=True, slots=True)
 class Factors:
-    """The efficiency factors (docs/hardware.md, "Fit"): the share of dense peak
-    a step's matmuls reach (``mfu``; ``mfu_fp8`` for FP8 weights, whose doubled peak
-    is reached less fully), of memory bandwidth a step's reads reach (``mbu``), the
-    fixed time of every step, the fixed latency of every request (HTTP, tokenising,
-    scheduling: ``EngineConfig.request_overhead_ms``) and the latency of one
-    tensor-parallel all-reduce beside its bytes (``allreduce_us``)."""
+    """The efficiency factors (docs/hardware.md, "Fit"), one per operation family: the
+    share of dense peak a step's matmuls reach at large sizes (``mfu``; ``mfu_fp8`` for
+    FP8 weights, whose doubled peak is reached less fully) and the GEMM size, in tokens,
+    at which they reach half of it (``gemm_half_tokens``: a matmul of M rows reaches
+    ``mfu · M / (M + gemm_half_tokens)``); the share of memory bandwidth a step's reads
+    reach (``mbu``); the fixed time of every step and of every layer of it (kernel
+    launches, norms, sampling: ``step_overhead_ms``, ``layer_us``); the fixed latency
+    of every request (HTTP, tokenising, scheduling: ``EngineConfig.request_overhead_ms``);
+    and the latency of one tensor-parallel all-reduce crossing the GPU fabric once
+    (``allreduce_us``: one switch crossing or one direct link; a PCIe ring pays it per
+    hop)."""
 
     mfu: float
     mbu: float
@@ -51,6 +60,8 @@ class Factors:
     request_overhead_ms: float
     allreduce_us: float
     mfu_fp8: float = 0.0  # ``mfu`` of FP8 matmuls (0: the same as ``mfu``)
+    layer_us: float = 0.0
+    gemm_half_tokens: float = 0.0
 
 
 FACTORS_FILE = Path(__file__).with_name("fitted_factors.json")
@@ -152,17 +163,34 @@ class Preset:
         return (dense + expert_total * touched) * self.dtype_bytes / self.tp
 
     def allreduce_s(self, tokens: int) -> float:
-        """Two ring all-reduces per layer of ``tokens`` × hidden activations (BF16):
-        each 2·(TP−1) hops of a fixed latency (``allreduce_us``) plus 2·(TP−1)/TP of its
-        bytes over the GPU link."""
+        """Two all-reduces per layer of ``tokens`` × hidden activations (BF16), costed on
+        the GPU's fabric (docs/hardware.md, "All-reduce by fabric"):
+
+        * ``switch`` (NVLink through NVSwitch): one crossing of ``allreduce_us``, whatever
+          the TP, and 2·(TP−1)/TP of the bytes at the GPU's whole link bandwidth;
+        * ``mesh`` (xGMI): one direct hop of ``allreduce_us``; the bytes go over the TP−1
+          peer links in use, each ``link / mesh_peers`` of the bandwidth;
+        * ``pcie`` (a ring): 2·(TP−1) hops of ``allreduce_us`` each and the bytes over
+          the PCIe link."""
         if self.tp == 1 or tokens <= 0:
             return 0.0
-        m = self.model
+        m, g, tp = self.model, self.gpu, self.tp
         size = tokens * m.hidden * 2
-        hops = 2 * (self.tp - 1)
-        one = hops * self.factors.allreduce_us * 1e-6 + hops / self.tp * size / (
-            self.gpu.link_gbps * 1e9)
-        return 2 * m.layers * one
+        moved = 2 * (tp - 1) / tp * size
+        latency = self.factors.allreduce_us * 1e-6
+        if g.fabric == "mesh":
+            gbps = g.link_gbps * min(tp - 1, g.mesh_peers) / g.mesh_peers
+        else:
+            gbps = g.link_gbps
+        if g.fabric == "pcie":
+            latency *= 2 * (tp - 1)
+        return 2 * m.layers * (latency + moved / (gbps * 1e9))
+
+    def gemm_efficiency(self, tokens: int) -> float:
+        """The share of the peak a step's matmuls reach with ``tokens`` rows: ``mfu``
+        (FP8's own when fitted) × M / (M + ``gemm_half_tokens``)."""
+        half = self.factors.gemm_half_tokens
+        return self.mfu * (tokens / (tokens + half) if half else 1.0)
 
     def step_ms(self, prefill_tokens: int, decode_seqs: int, kv_tokens: int,
                 prefill_attn: int = 0) -> float:
@@ -175,10 +203,11 @@ class Preset:
         m, f = self.model, self.factors
         flops = 2.0 * m.active_matmul_params * tokens
         flops += 4.0 * m.layers * m.heads * m.head_dim * (prefill_attn + kv_tokens)
-        compute = flops / self.tp / (self.peak_flops * self.mfu)
+        compute = flops / self.tp / (self.peak_flops * self.gemm_efficiency(tokens))
         traffic = self.weight_read_bytes(tokens) + kv_tokens * self.kv_bytes_per_token_gpu
         memory = traffic / (self.gpu.bandwidth_gbps * 1e9 * f.mbu)
-        return (max(compute, memory) + self.allreduce_s(tokens)) * 1e3 + f.step_overhead_ms
+        fixed = f.step_overhead_ms + m.layers * f.layer_us * 1e-3
+        return (max(compute, memory) + self.allreduce_s(tokens)) * 1e3 + fixed
 
     def load_ms(self, tokens: int, host_gbps: float) -> float:
         """Bringing ``tokens`` tokens of KV from host memory: each GPU copies its share
@@ -190,9 +219,50 @@ class Preset:
 PRECISIONS = ("fp8", "fp8w")
 
 
+def is_calibrated(text: str) -> bool:
+    """Whether ``text`` names a calibrated preset file (``calibration.preset``): a
+    ``.json`` path holding a ``preset`` and its ``factors``."""
+    if not str(text).strip().endswith(".json"):
+        return False
+    try:
+        data = json.loads(Path(str(text).strip()).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "preset" in data and "factors" in data
+
+
+@functools.lru_cache(maxsize=64)
+def calibrated(path: str) -> tuple[str, Factors]:
+    """The base preset name and the factors a calibrated preset file holds (ValueError
+    naming the file and the field)."""
+    where = str(path).strip()
+    try:
+        data = json.loads(Path(where).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"calibrated preset {where}: cannot read: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ValueError(f"calibrated preset {where}: not JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("preset"), str):
+        raise ValueError(f"calibrated preset {where}: needs a 'preset' name (MODEL/GPU/tpN)")
+    known = {f.name for f in dataclasses.fields(Factors)}
+    got = data.get("factors")
+    if not isinstance(got, dict) or not set(got) <= known or not {
+            "mfu", "mbu", "step_overhead_ms", "request_overhead_ms", "allreduce_us"} <= set(got):
+        raise ValueError(f"calibrated preset {where}: 'factors' must map the factors "
+                         f"{sorted(known)} to numbers")
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+               for v in got.values()):
+        raise ValueError(f"calibrated preset {where}: every factor must be a number >= 0")
+    if data["preset"].strip().endswith(".json"):
+        raise ValueError(f"calibrated preset {where}: 'preset' must name a catalog preset")
+    return data["preset"], Factors(**{k: float(v) for k, v in got.items()})
+
+
 def parse(text: str) -> tuple[str, str, int, bool]:
     """``MODEL/GPU/tpN[/fp8|/fp8w]`` → (model, gpu, tp, fp8); ValueError naming the
-    part (``kv16`` tells ``/fp8w`` apart)."""
+    part (``kv16`` tells ``/fp8w`` apart). A calibrated preset file parses as its base."""
+    if str(text).strip().endswith(".json"):
+        return parse(calibrated(str(text))[0])
     parts = [p.strip().lower() for p in str(text).split("/")]
     if len(parts) not in (3, 4) or (len(parts) == 4 and parts[3] not in PRECISIONS):
         raise ValueError(f"preset {text!r}: expected MODEL/GPU/tpN[/fp8|/fp8w], e.g. "
@@ -211,15 +281,20 @@ def parse(text: str) -> tuple[str, str, int, bool]:
 
 def kv16(text: str) -> bool:
     """Whether the preset ``text`` keeps a 16-bit KV cache under FP8 weights (``/fp8w``)."""
+    if str(text).strip().endswith(".json"):
+        return kv16(calibrated(str(text))[0])
     return str(text).strip().lower().endswith("/fp8w")
 
 
 @functools.lru_cache(maxsize=64)
 def resolve(text: str) -> Preset:
-    """The preset ``text`` names (cached: the engine asks every step); ValueError for a
-    name the catalog lacks, an FP8 preset on a GPU without FP8, or heads TP cannot split."""
+    """The preset ``text`` names (cached: the engine asks every step): a catalog name with
+    the fitted factors, or a calibrated preset file (``PATH.json``) with its own;
+    ValueError for a name the catalog lacks, an FP8 preset on a GPU without FP8, or heads
+    TP cannot split."""
     model, gpu, tp, fp8 = parse(text)
-    p = Preset(MODELS[model], ACCELERATORS[gpu], tp, fp8, FACTORS,
+    factors = calibrated(str(text))[1] if str(text).strip().endswith(".json") else FACTORS
+    p = Preset(MODELS[model], ACCELERATORS[gpu], tp, fp8, factors,
                kv16=kv16(text))
     if fp8 and not p.gpu.fp8_tflops:
         raise ValueError(f"preset {text!r}: {gpu} has no FP8 tensor cores; drop /fp8")
@@ -229,7 +304,7 @@ def resolve(text: str) -> Preset:
     return p
 
 
-def engine_knobs(text: str, knobs: dict[str, object]) -> dict[str, object]:
+def engine_knobs(text: str, knobs: dict[str, Any]) -> dict[str, Any]:
     """The engine knobs a preset implies, under the caller's own: ``num_blocks`` from
     the memory left for KV, ``request_overhead_ms`` from the fit."""
     p = resolve(text)

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: the GPU fabrics an all-reduce is costed on (``presets.Preset.allreduce_s``; docs/hardware.md)
+FABRICS = ("switch", "mesh", "pcie")
+
 
 @dataclass(frozen=True, slots=True)
 class Accelerator:
@@ -27,6 +30,12 @@ class Accelerator:
     host_link_gbps: float  # GPU-to-host GB/s per direction (PCIe)
     source: str
     reported_gb: float = 0.0  # memory as the driver reports it (nvidia-smi); 0: unknown
+    #: how the GPUs of one tensor-parallel group reach each other (``FABRICS``): "switch"
+    #: (NVLink through NVSwitch: every pair one switch crossing apart, the GPU's whole link
+    #: bandwidth to any peer), "mesh" (xGMI: a direct link to each of ``mesh_peers`` peers,
+    #: the bandwidth split over them) or "pcie" (no GPU link: a ring over PCIe)
+    fabric: str = "switch"
+    mesh_peers: int = 0  # direct links of a "mesh" GPU (MI300X: 7)
 
     @property
     def usable_gb(self) -> float:
@@ -125,12 +134,16 @@ ACCELERATORS: dict[str, Accelerator] = {
                     "https://www.mullet.se/product.html?product_id=355414 and "
                     "https://www.itcreations.com/nvidia-gpu/nvidia-l40s-gpu-accelerator "
                     "(48 GB GDDR6, 864 GB/s, BF16 362 / FP8 733 dense, PCIe Gen4 x16 "
-                    "64 GB/s bidirectional, no NVLink)." + SMI, reported_gb=48.30),
+                    "64 GB/s bidirectional, no NVLink)." + SMI, reported_gb=48.30,
+                    fabric="pcie"),
         Accelerator("mi300x", 192, 5300, 1307.4, 2614.9, 448, 64,
                     "https://www.jaredwatkins.com/research/ai-accelerators/amd-instinct/"
                     "mi300-series/ (192 GB HBM3, 5.3 TB/s, ~1.3 PFLOPS FP16, ~2.6 PFLOPS FP8) "
                     "and https://gpu.blog/gpus/instinct-mi300x-mi300x (Infinity Fabric "
-                    "896 GB/s aggregate: 448 each way); AMD's datasheet: 1,307.4 / 2,614.9"),
+                    "896 GB/s aggregate: 448 each way); AMD's datasheet: 1,307.4 / 2,614.9. "
+                    "Fabric: https://www.wheelersnetwork.com/2024/01/ (MI300X GPUs connect "
+                    "directly over XGMI in a mesh; up to seven Infinity Fabric links a GPU, "
+                    "128 GB/s bidirectional each)", fabric="mesh", mesh_peers=7),
     )
 }
 
@@ -149,6 +162,14 @@ MODELS: dict[str, Model] = {
               "same shape as llama-3.1-70b (Llama 3.3 70B reuses the Llama 3.1 70B "
               "architecture); " + _HF + "failspy/llama-3-70B-Instruct-abliterated/blob/main/"
               "config.json"),
+        Model("llama-3.1-405b", 126, 16384, 128, 8, 128, 53248, 128256, False,
+              _HF + "meta-llama/Llama-3.1-405B/blob/main/config.json as copied in public "
+              "model tables (126 layers, hidden 16384, 128 heads, 8 KV heads, MLP 53248, "
+              "vocab 128256; docs/hardware.md)"),
+        Model("llama-2-7b", 32, 4096, 32, 32, 128, 11008, 32000, False,
+              _HF + "meta-llama/Llama-2-7b/blob/main/config.json as copied in public model "
+              "tables (32 layers, hidden 4096, 32 heads, no GQA, MLP 11008, vocab 32000; "
+              "docs/hardware.md)"),
         Model("qwen3-32b", 64, 5120, 64, 8, 128, 25600, 151936, False,
               _HF + "ronnywebdevs1/d-m-1/blob/main/config.json (Qwen3ForCausalLM, the "
               "Qwen3-32B shape)"),

@@ -2,25 +2,56 @@
 
 The numbers are the fit's own record (``sim/presets/fitted_factors.json``, written
 by ``python -m workbench.sim.presets.fit --write``): the median absolute error per
-metric class on the tables the factors were fitted on (in sample) and on the tables
-held out of the fit (docs/hardware.md, "Fit"); a test re-derives them from the tables.
-A (model, GPU) pair no table covers says it is extrapolated.
+metric class **leave-one-source-out** (each source's rows predicted by a fit that never
+saw that source), for the preset's own GPU and TP where some source measured them
+(``MIN_ROWS`` numbers of the class at least), else over every source; and in sample
+(docs/hardware.md, "Fit"); a test re-derives them from the tables. A (model, GPU) pair
+no table covers says it is extrapolated. A calibrated preset file states its own
+calibration's errors.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from pathlib import Path
 
-from workbench.sim.presets import FACTORS_FILE, parse
+from workbench.sim.presets import FACTORS_FILE, calibrated, is_calibrated, parse
 from workbench.sim.presets.tables import load_tables
+
+MIN_ROWS = 3  # numbers of a class a (GPU, TP) cell needs to state its own error
 
 
 @functools.cache
 def fit_record() -> dict[str, dict[str, float]]:
-    """``in_sample`` and ``held_out_error``: metric class -> median absolute error."""
+    """``in_sample`` and ``held_out_error`` (leave-one-source-out, every source):
+    metric class -> median absolute error."""
     record = json.loads(FACTORS_FILE.read_text(encoding="utf-8"))
     return {k: record.get(k, {}) for k in ("in_sample", "held_out_error")}
+
+
+@functools.cache
+def _cells() -> dict[str, dict[str, float]]:
+    record = json.loads(FACTORS_FILE.read_text(encoding="utf-8"))
+    cells: dict[str, dict[str, float]] = record.get("leave_one_source_out", {}).get(
+        "by_gpu_tp", {})
+    return cells
+
+
+def held_out(engine: str) -> dict[str, float]:
+    """The leave-one-source-out median absolute error per metric class that ``engine``
+    (a catalog preset) states: its (GPU, TP) cell's where that cell has ``MIN_ROWS``
+    numbers of the class, else every source's."""
+    out = dict(fit_record()["held_out_error"])
+    try:
+        _model, gpu, tp, _fp8 = parse(engine)
+    except ValueError:
+        return out
+    cell = _cells().get(f"{gpu} tp{tp}", {})
+    for key, value in cell.items():
+        if not key.endswith("_n") and cell.get(f"{key}_n", 0) >= MIN_ROWS:
+            out[key] = value
+    return out
 
 
 @functools.cache
@@ -29,19 +60,35 @@ def measured() -> frozenset[tuple[str, str]]:
     return frozenset(parse(p)[:2] for t in load_tables() for p in t.presets)
 
 
+def calibration_errors(engine: str) -> dict[str, float]:
+    """A calibrated preset file's own errors after its fit (``calibration.preset``):
+    ``{"prefill": 0.01, "decode": 0.004}`` as shares; empty when it records none."""
+    try:
+        data = json.loads(Path(engine).read_text(encoding="utf-8"))
+        after = data["fit"]["after"]
+        return {k: float(v["median_abs_pct_error"]) / 100 for k, v in after.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
 def stated_error(engine: str) -> str:
     """What a figure simulated with ``engine`` must say about its error."""
+    if is_calibrated(engine):
+        errs = calibration_errors(engine)
+        told = ", ".join(f"{k} {v:.0%}" for k, v in errs.items()) or "not recorded"
+        return (f"calibrated preset ({parse_base(engine)}): its error is its calibration's "
+                f"on the deployment's runs, median abs {told}")
     if engine.endswith(".json"):
         return "calibrated engine: its error is its calibration's (sim calibrate)"
     model, gpu, _tp, _fp8 = parse(engine)
-    rec = fit_record()
-    held, fitted = rec["held_out_error"], rec["in_sample"]
+    held, fitted = held_out(engine), fit_record()["in_sample"]
 
     def both(key: str) -> str:
         return f"{held.get(key, float('nan')):.0%} / {fitted.get(key, float('nan')):.0%}"
 
-    text = (f"preset error on published tables, median abs held out / fitted: ITL "
-            f"{both('itl')}, throughput {both('throughput')}, TTFT {both('ttft')}")
+    text = (f"preset error on published tables, median abs leave-one-source-out / fitted: "
+            f"ITL {both('itl')}, throughput {both('throughput')}, TTFT {both('ttft')}, "
+            f"latency {both('latency')}")
     if unmeasured(engine):
         text += f"; no published table for {model} on {gpu}: extrapolated"
     return text
@@ -50,7 +97,7 @@ def stated_error(engine: str) -> str:
 def stated_error_brief(engine: str) -> str:
     """``stated_error`` in a headline's few words: the held-out median errors, and
     "extrapolated" where no published table covers the preset's model on its GPU."""
-    held = fit_record()["held_out_error"]
+    held = held_out(engine)
     parts = [f"{name} {held[key]:.0%}" for key, name in
              (("itl", "ITL"), ("throughput", "throughput"), ("ttft", "TTFT")) if key in held]
     text = "held-out median error " + ", ".join(parts)
@@ -59,6 +106,11 @@ def stated_error_brief(engine: str) -> str:
     except ValueError:  # not a preset name: the errors alone
         return text
     return f"{text}; extrapolated ({pair[0]} on {pair[1]})" if pair else text
+
+
+def parse_base(engine: str) -> str:
+    """The catalog preset a calibrated preset file was calibrated from."""
+    return calibrated(engine)[0]
 
 
 def unmeasured(engine: str) -> tuple[str, str] | None:
@@ -76,13 +128,20 @@ CLASS_NAME = {"ttft": "TTFT", "itl": "ITL/TPOT", "latency": "latency"}
 
 
 def metric_error(engine: str, metric: str) -> float | None:
-    """The error a preset states for an SLO metric: the larger of the fit's held-out and
-    in-sample median absolute errors of the metric's class (``METRIC_CLASS``; e.g. TTFT
-    0.371), so a plan's band is never narrower than either; None for a calibrated engine
-    (its error is its calibration's) or a metric with no class."""
+    """The error a preset states for an SLO metric: the larger of the fit's
+    leave-one-source-out (``held_out``: the preset's GPU and TP where measured) and
+    in-sample median absolute errors of the metric's class (``METRIC_CLASS``), so a
+    plan's band is never narrower than either; a calibrated preset file's own
+    calibration error (prefill for TTFT, decode for ITL, the larger for latency); None
+    for a calibrated engine (its error is its calibration's) or a metric with no class."""
+    if is_calibrated(engine) and metric in METRIC_CLASS:
+        errs = calibration_errors(engine)
+        part = {"ttft": ["prefill"], "itl": ["decode"]}.get(METRIC_CLASS[metric],
+                                                            ["prefill", "decode"])
+        found_cal = [errs[p] for p in part if p in errs]
+        return max(found_cal) if found_cal else None
     if engine.endswith(".json") or metric not in METRIC_CLASS:
         return None
     key = METRIC_CLASS[metric]
-    rec = fit_record()
-    found = [rec[part][key] for part in ("held_out_error", "in_sample") if key in rec[part]]
+    found = [part[key] for part in (held_out(engine), fit_record()["in_sample"]) if key in part]
     return max(found) if found else None

@@ -34,11 +34,13 @@ class Table:
 
     @property
     def engine_knobs(self) -> dict[str, object]:
-        """The ``# engine_config:`` line's ``knob=value`` pairs: how the engine the table
-        ran on schedules (e.g. ``enable_chunked_prefill=false`` for TensorRT-LLM),
-        applied over the preset's knobs when the table is replayed (ValueError naming
-        the table and the pair it cannot read)."""
+        """How the engine the table ran on schedules: the ``# scheduler:`` line's entry
+        of ``presets.schedulers`` (e.g. ``trtllm``) and the ``# engine_config:`` line's
+        ``knob=value`` pairs over it, applied over the preset's knobs when the table is
+        replayed (ValueError naming the table and the pair it cannot read)."""
         out: dict[str, object] = {}
+        if self.meta.get("scheduler"):  # the engine's scheduling (``presets.schedulers``)
+            out["scheduler"] = self.meta["scheduler"]
         for pair in self.meta.get("engine_config", "").split():
             key, sep, text = pair.partition("=")
             if not sep or not key:
@@ -46,6 +48,19 @@ class Table:
                                  f"got {pair!r}")
             out[key] = _value(text)
         return out
+
+    @property
+    def source_group(self) -> str:
+        """The source a leave-one-source-out check leaves out as a whole: the table's
+        ``# source_group:`` line, else its source's repository (``github.com/OWNER/REPO``)
+        or page (the URL without its query)."""
+        if self.meta.get("source_group"):
+            return self.meta["source_group"]
+        url = self.meta["source"].split()[0].split("?")[0].split("#")[0]
+        parts = url.split("/")
+        if len(parts) > 4 and parts[2] == "github.com":
+            return "/".join(parts[2:5])
+        return url.removeprefix("https://").removeprefix("http://")
 
     @property
     def presets(self) -> list[str]:

@@ -1,0 +1,177 @@
+"""Calibrate a hardware preset's factors to one deployment, from runs against it.
+
+``calibrate_preset(run_dirs, preset)`` reads the records of a few runs against a real
+server (a sweep's points), takes the same clean samples ``calibration.fit`` takes —
+TTFTs of requests whose prefill ran alone, and per request the mean of its decode gaps
+that no other prefill overlapped, with the batch and the KV each gap attended — and
+refits the preset's efficiency factors (``sim.presets.Factors``) so that the preset's
+own step time (``Preset.step_ms``, prompts split by the engine's token budget) predicts
+them: a deterministic pattern search on the median absolute log error of the prefills
+plus that of the decodes. The factors that only move every step by the same amount for
+one model on one deployment (``layer_us``, ``allreduce_us``) are kept and
+``step_overhead_ms`` takes their share. The result is a calibrated preset file
+(``write``) that ``--engine preset=FILE.json`` takes in ``simulate``, ``sweep``,
+``sim serve`` and ``plan`` (docs/calibration.md, "Calibrating a preset").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import numpy as np
+
+from workbench.calibration.fit import _decode_gaps
+from workbench.calibration.samples import Sample, overlapped, read_samples
+from workbench.errors import ConfigError
+from workbench.sim import presets
+from workbench.sim.config import EngineConfig
+
+MIN_SAMPLES = 3
+#: the factors a calibration moves (the others only shift every step alike, which
+#: ``step_overhead_ms`` already does for one deployment)
+FITTED = ("mfu", "mbu", "step_overhead_ms", "request_overhead_ms", "gemm_half_tokens")
+STEPS = (1.5, 1.2, 1.07, 1.02, 1.005)
+MAX_EVALS = 4000
+
+
+@dataclass(frozen=True, slots=True)
+class Observations:
+    """What the runs measured, in the preset's terms: lone prefills (uncached and cached
+    tokens, TTFT ms) and per-request decode means (batch, KV tokens, gap ms)."""
+
+    prefills: list[tuple[int, int, float]]
+    decodes: list[tuple[float, float, float]]
+
+
+def observe(samples: Sequence[Sample]) -> Observations:
+    """The clean prefills and decode gaps of ``samples`` (ConfigError when either has
+    fewer than ``MIN_SAMPLES``: the runs need a one-at-a-time point and outputs of more
+    than one token)."""
+    prefills = [(s.prompt - s.cached, s.cached, s.ttft_ms)
+                for s, busy in zip(samples, overlapped(samples), strict=True)
+                if not busy and not s.first_delivered_late and s.prompt > s.cached]
+    gap, batch, kv, owner = _decode_gaps(list(samples))
+    decodes = []
+    for i in np.unique(owner):
+        mine = owner == i
+        decodes.append((float(batch[mine].mean()), float(kv[mine].mean()),
+                        float(gap[mine].mean())))
+    if len(prefills) < MIN_SAMPLES or len(decodes) < MIN_SAMPLES:
+        raise ConfigError(
+            f"preset calibration needs >= {MIN_SAMPLES} requests whose prefill ran alone "
+            f"and >= {MIN_SAMPLES} with clean decode gaps; found {len(prefills)} and "
+            f"{len(decodes)}: add a sweep point at concurrency 1 and outputs of several tokens")
+    return Observations(prefills, decodes)
+
+
+def prefill_ms(p: presets.Preset, budget: int, new: int, cached: int) -> float:
+    """A lone prompt's TTFT on the preset: the request overhead, then its ``new`` tokens
+    after ``cached`` ones in chunks of the engine's token ``budget``, one step each."""
+    total, done = p.factors.request_overhead_ms, 0
+    while done < new:
+        n = min(budget, new - done)
+        c = cached + done
+        total += p.step_ms(n, 0, 0, int(n * (c + (n + 1) / 2)))
+        done += n
+    return total
+
+
+def errors(p: presets.Preset, obs: Observations, budget: int) -> dict[str, list[float]]:
+    """Log errors (predicted / measured) of every prefill and decode observation."""
+    pre = [math.log(prefill_ms(p, budget, t, c) / y) for t, c, y in obs.prefills if y > 0]
+    dec = [math.log(p.step_ms(0, max(1, round(b)), round(kv)) / y)
+           for b, kv, y in obs.decodes if y > 0]
+    return {"prefill": pre, "decode": dec}
+
+
+def _loss(errs: dict[str, list[float]]) -> float:
+    return sum(median(abs(e) for e in v) for v in errs.values() if v)
+
+
+def _report(errs: dict[str, list[float]]) -> dict[str, Any]:
+    return {k: {"samples": len(v),
+                "median_abs_pct_error": round(median(abs(math.expm1(e)) for e in v) * 100, 3)}
+            for k, v in errs.items() if v}  # fmt: skip
+
+
+def search(base: presets.Preset, loss: Callable[[presets.Preset], float],
+           names: Sequence[str]) -> presets.Preset:
+    """Pattern search on a log scale over the factors ``names`` (each × and ÷ a step,
+    kept when the loss falls; the step shrinking through ``STEPS``)."""
+    best, best_loss, evals = base, loss(base), 1
+    for step in STEPS:
+        moved = True
+        while moved and evals < MAX_EVALS:
+            moved = False
+            for name in names:
+                for mult in (step, 1 / step):
+                    f = best.factors
+                    value = getattr(f, name) * mult
+                    if name in ("mfu", "mbu", "mfu_fp8"):
+                        value = min(value, 1.0)
+                    trial = dataclasses.replace(
+                        best, factors=dataclasses.replace(f, **{name: value}))
+                    got, evals = loss(trial), evals + 1
+                    if got < best_loss - 1e-12:
+                        best, best_loss, moved = trial, got, True
+                        break
+    return best
+
+
+@dataclass
+class PresetCalibration:
+    """A preset refitted to one deployment: the base preset's name, its factors and how
+    they were found (samples, errors before and after)."""
+
+    preset: str
+    factors: presets.Factors
+    fit: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"preset": self.preset, "factors": dataclasses.asdict(self.factors),
+                "fit": self.fit}
+
+    def write(self, path: str | Path) -> Path:
+        """The calibrated preset file ``--engine preset=PATH`` takes."""
+        p = Path(path)
+        if p.suffix != ".json":
+            raise ConfigError(f"{p}: a calibrated preset is written as a .json file")
+        p.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        return p
+
+
+def calibrate_preset(run_dirs: Sequence[str | Path], preset: str, *,
+                     base: dict[str, Any] | None = None) -> PresetCalibration:
+    """Refit ``preset``'s factors (``FITTED``) to the runs in ``run_dirs`` against the
+    deployment it stands for; ``base`` holds that server's scheduling knobs (its token
+    budget: ``max_num_batched_tokens``, or a ``scheduler``)."""
+    from workbench.storage.rundir import load
+
+    if not run_dirs:
+        raise ConfigError("calibrate needs at least one run directory")
+    try:
+        start = presets.resolve(preset)
+        cfg = EngineConfig.from_knobs(preset=preset, **(base or {}))
+    except ValueError as exc:
+        raise ConfigError(f"calibrate --preset: {exc}") from None
+    samples = [s for d in run_dirs for s in read_samples(load(d).records)]
+    obs = observe(samples)
+    budget = cfg.max_num_batched_tokens
+    names = [("mfu_fp8" if n == "mfu" and start.fp8 and start.factors.mfu_fp8 else n)
+             for n in FITTED]
+    if not start.factors.gemm_half_tokens:
+        names.remove("gemm_half_tokens")  # a zero stays zero under × and ÷
+    before = errors(start, obs, budget)
+    got = search(start, lambda p: _loss(errors(p, obs, budget)), names)
+    after = errors(got, obs, budget)
+    fit = {"runs": [str(d) for d in run_dirs], "base": dict(base or {}),
+           "fitted": names, "budget_tokens": budget,
+           "before": _report(before), "after": _report(after)}
+    return PresetCalibration(start.name, got.factors, fit)
