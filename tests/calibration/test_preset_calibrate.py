@@ -106,6 +106,13 @@ def test_cli_calibrates_a_preset_that_simulate_sweep_and_plan_take(deployment, t
                           "--engine", f"preset={out}"], capture_output=True, text=True,
                          timeout=300)
     assert sim.returncode == 0, sim.stderr
+    sweep = subprocess.run([sys.executable, "-m", "workbench", "sweep", "--trace", trace,
+                            "--target", "sim", "--virtual", "--engine", f"preset={out}",
+                            "--engine", "scheduler=trtllm", "--over", "max_concurrency=1,2",
+                            "-o", str(tmp_path / "sweeps")], capture_output=True, text=True,
+                           timeout=300)
+    assert sweep.returncode == 0, sweep.stderr
+    assert "max_concurrency=2" in sweep.stdout
     (option,) = _options([str(out)], ["round-robin"], [0.0])
     assert option.is_preset and option.gpu == "h100" and option.gpus_per_replica == 1
     assert option.knobs(2)["preset"] == str(out)

@@ -247,13 +247,14 @@ def test_a_sweep_headline_names_its_points_engine_and_capacity(tmp_path):
 
 def test_a_preset_runs_headline_says_which_preset_and_its_stated_error() -> None:
     """A figure simulated from a preset says so and what error the preset states
-    (the fit's held-out medians, docs/hardware.md); a GPU no table covers: extrapolated."""
+    (the fit's leave-one-source-out medians, docs/hardware.md); a GPU no table covers:
+    extrapolated."""
     from workbench.report.headline import engine_note
-    from workbench.sim.presets.stated import fit_record
+    from workbench.sim.presets.stated import held_out
 
-    held = fit_record()["held_out_error"]
     for preset, extrapolated in (("llama-3.1-8b/h100/tp1", False),
                                  ("llama-3.1-8b/b200/tp1", True)):
+        held = held_out(preset)  # its GPU and TP's leave-one-source-out cell where measured
         note = engine_note({"mode": "virtual", "engine": {"preset": preset}})
         assert note is not None and note.startswith("virtual time (simulated engine, preset ")
         assert preset in note and f"ITL {held['itl']:.0%}" in note

@@ -90,7 +90,49 @@ def test_the_in_flight_tensorrt_llm_tables_replay_whole_prompts() -> None:
         engine = table.meta.get("engine", "")
         if "backend tensorrtllm" in engine or "trtllm-bench" in engine:
             trt += 1
-            assert knobs.get("enable_chunked_prefill") is False, table.name
+            assert knobs["scheduler"] == "trtllm", table.name
+            assert EngineConfig.from_knobs(**knobs).enable_chunked_prefill is False
         for preset in table.presets:
             EngineConfig.from_knobs(preset=preset, **knobs)
     assert trt >= 8
+
+
+def test_one_registered_knob_picks_an_engines_scheduling() -> None:
+    """``scheduler=NAME`` (``presets.schedulers``) lays the engine's knobs under the
+    caller's own; an unknown name is refused naming the registered ones; every table's
+    scheduler is registered."""
+    from workbench.sim.presets.schedulers import SCHEDULERS, WHOLE_BATCH_TOKENS
+
+    assert EngineConfig.from_knobs(scheduler="vllm") == EngineConfig()
+    trt = EngineConfig.from_knobs(scheduler="trtllm")
+    assert not trt.enable_chunked_prefill and trt.max_num_batched_tokens == 8192
+    own = EngineConfig.from_knobs(scheduler="trtllm", max_num_batched_tokens=2048)
+    assert own.max_num_batched_tokens == 2048 and not own.enable_chunked_prefill
+    static = EngineConfig.from_knobs(scheduler="trtllm-static")
+    assert static.max_num_batched_tokens == WHOLE_BATCH_TOKENS
+    with pytest.raises(ValueError, match=r"unknown scheduler .sglang.*trtllm-static"):
+        EngineConfig.from_knobs(scheduler="sglang")
+    for table in load_tables():
+        name = table.meta.get("scheduler")
+        assert name is None or name in SCHEDULERS, table.name
+
+
+def test_a_static_batch_prefills_the_whole_batch_in_one_pass() -> None:
+    """TensorRT-LLM's static-batch benchmark: every context of the batch in the first
+    step, so every request's first token comes together; in-flight batching with an
+    8,192-token budget spreads them over several steps."""
+    from workbench.sim.presets.bench import burst
+
+    preset = "llama-3.1-8b/h100/tp1"
+    static = burst(EngineConfig.from_knobs(preset=preset, scheduler="trtllm-static"),
+                   16, 2048, 8)
+    flight = burst(EngineConfig.from_knobs(preset=preset, scheduler="trtllm"), 16, 2048, 8)
+    # 16 × 2,048 = 32,768 prompt tokens: one pass, against four 8,192-token steps
+    assert static.ttft_ms > 0 and flight.ttft_ms < static.ttft_ms
+    one = Scheduler(EngineConfig.from_knobs(scheduler="trtllm-static"))
+    seqs = [one.new_sequence(f"r{i}", list(range(i * 100_000, i * 100_000 + 2048)), 4, 0)
+            for i in range(16)]
+    for seq in seqs:
+        one.add(seq)
+    plan = one.schedule()
+    assert all(seq in plan.scheduled and seq.step_tokens == 2048 for seq in seqs)

@@ -326,18 +326,32 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - run by han
                                              "them leave-one-source-out (docs/hardware.md, "
                                              "'Fit').")
     ap.add_argument("--max-evals", type=int, default=48, help="replays of the fit on all sources")
-    ap.add_argument("--loso-evals", type=int, default=24, help="replays of each held-out fold")
+    ap.add_argument("--loso-evals", type=int, default=6, help="replays of each held-out fold")
     ap.add_argument("--jobs", type=int, default=2, help="folds fitted at once")
     ap.add_argument("--write", action="store_true", help=f"write {presets.FACTORS_FILE.name}")
+    ap.add_argument("--fitted", default=None, metavar="JSON",
+                    help="the factors a finished search of --max-evals found (its log's last "
+                         "line), to run only the folds")
+    ap.add_argument("--stage", choices=("all", "fit", "folds"), default="all",
+                    help="fit: the search alone (writes the record without folds); folds: the "
+                         "folds alone, added to the record's search (the two can run at once)")
     args = ap.parse_args(argv)
+    if args.stage == "folds":
+        return _folds_stage(args)
     tables = load_tables()
     fittable = [t for t in tables if not any(n in t.name for n in NEVER_FITTED)]
     t0 = time.monotonic()
-    got, got_loss, evals = fit(fittable, start=START, max_evals=args.max_evals,
-                               log=lambda line: print(line, flush=True))
+    if args.fitted:
+        got = presets.Factors(**json.loads(args.fitted))
+        with using(got):
+            got_loss, evals = loss(errors(fittable, quick=True)), args.max_evals
+    else:
+        got, got_loss, evals = fit(fittable, start=START, max_evals=args.max_evals,
+                                   log=lambda line: print(line, flush=True))
     with using(got):
         rows_in = errors(fittable)
-    folds = leave_one_source_out(tables, START, args.loso_evals, jobs=args.jobs)
+    folds = ([] if args.stage == "fit" else
+             leave_one_source_out(tables, START, args.loso_evals, jobs=args.jobs))
     loso = [r for f in folds for r in f.rows]
     for r in loso:
         print(f"{r.table[:52]:52} {r.key:>14} {r.metric:16} {r.published:11.2f} "
@@ -352,19 +366,52 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - run by han
         "never_fitted": [t.name for t in tables if t not in fittable],
         "loss": round(got_loss, 4), "evaluations": evals,
         "in_sample": {k: round(v, 4) for k, v in summary(rows_in).items()},
+        **_loso_record(tables, folds, args.loso_evals),
+        "seconds": round(time.monotonic() - t0),
+        "fitted": time.strftime("%Y-%m-%d"),
+    }
+    print(json.dumps(record, indent=1))
+    if args.write:
+        presets.FACTORS_FILE.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+def _loso_record(tables: list[Table], folds: list[SourceFit],
+                 evals: int) -> dict[str, Any]:  # pragma: no cover - run by hand
+    loso = [r for f in folds for r in f.rows]
+    return {
         "held_out_error": {k: round(v, 4) for k, v in summary(loso).items()},
         "leave_one_source_out": {
+            "evaluations_per_fold": evals,
             "by_gpu_tp": breakdown(loso),
             "by_source": _by(loso, lambda r: next(t.source_group for t in tables
                                                   if t.name == r.table)),
             "by_table": _by(loso, lambda r: r.table),
             "fold_factors": {f.source: dataclasses.asdict(f.factors) for f in folds},
         },
-        "seconds": round(time.monotonic() - t0),
-        "fitted": time.strftime("%Y-%m-%d"),
     }
-    print(json.dumps(record, indent=1))
+
+
+def _folds_stage(args: argparse.Namespace) -> int:  # pragma: no cover - run by hand
+    """The folds alone (``--stage folds``): printed, and with ``--write`` added to the
+    record the search stage wrote (waiting up to an hour for it)."""
+    tables = load_tables()
+    folds = leave_one_source_out(tables, START, args.loso_evals, jobs=args.jobs)
+    for r in (r for f in folds for r in f.rows):
+        print(f"{r.table[:52]:52} {r.key:>14} {r.metric:16} {r.published:11.2f} "
+              f"{r.simulated:11.2f} {r.error:+.1%}")
+    got = _loso_record(tables, folds, args.loso_evals)
+    print(json.dumps(got, indent=1))
     if args.write:
+        for _ in range(360):  # the search stage writes the record when it ends
+            record = json.loads(presets.FACTORS_FILE.read_text(encoding="utf-8"))
+            done = record.get("leave_one_source_out", {}).get("fold_factors")
+            if record.get("start") == dataclasses.asdict(START) and not done:
+                break
+            time.sleep(10)
+        else:
+            raise SystemExit("no search-stage record to add the folds to")
+        record.update(got)
         presets.FACTORS_FILE.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     return 0
 

@@ -86,9 +86,8 @@ def stated_error(engine: str) -> str:
     def both(key: str) -> str:
         return f"{held.get(key, float('nan')):.0%} / {fitted.get(key, float('nan')):.0%}"
 
-    text = (f"preset error on published tables, median abs leave-one-source-out / fitted: "
-            f"ITL {both('itl')}, throughput {both('throughput')}, TTFT {both('ttft')}, "
-            f"latency {both('latency')}")
+    text = (f"preset error on published tables, median abs held out / fitted: ITL "
+            f"{both('itl')}, throughput {both('throughput')}, TTFT {both('ttft')}")
     if unmeasured(engine):
         text += f"; no published table for {model} on {gpu}: extrapolated"
     return text
