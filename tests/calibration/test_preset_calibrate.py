@@ -17,7 +17,7 @@ from workbench.sim.config import EngineConfig
 
 BASE = "llama-3.1-8b/h100/tp1"
 #: the deployment's truth: slower matmuls, less bandwidth, more fixed time than shipped
-TRUTH = dataclasses.replace(presets.FACTORS, mfu=0.42, mbu=0.62, step_overhead_ms=4.1,
+TRUTH = dataclasses.replace(presets.FACTORS, mfu=0.42, mbu=0.55, step_overhead_ms=4.1,
                             request_overhead_ms=9.0)
 
 
@@ -58,6 +58,7 @@ def test_a_calibrated_preset_recovers_the_deployment_and_predicts_held_back_runs
     assert after["decode"]["median_abs_pct_error"] < 3
     got = predict(held_run, {"preset": str(path)})
     shipped = predict(held_run, {"preset": BASE})
+    print(json.dumps({"calibrated": got, "shipped": shipped}, indent=1))
     for metric in ("ttft_ms", "tpot_ms"):
         assert abs(got[metric]["error_pct"]) < 10, got
         assert abs(shipped[metric]["error_pct"]) > abs(got[metric]["error_pct"])

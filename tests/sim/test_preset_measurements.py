@@ -28,38 +28,46 @@ RECORD = json.loads(presets.FACTORS_FILE.read_text(encoding="utf-8"))
 #: (the fitted factors; "fit" tables set them, "held out" ones did not)
 BOUNDS: dict[str, dict[str, float]] = {
     "gpustack_qwen3-32b_1xa100-bf16-tp1_vllm-0.11.0-burst":
-        {"itl": 0.1, "throughput": 0.06, "ttft": 0.05},
+        {"itl": 0.09, "throughput": 0.07, "ttft": 0.06},
     "gpustack_qwen3-32b_1xh100-bf16-tp1_vllm-0.11.0-burst":
-        {"itl": 0.38, "throughput": 0.81, "ttft": 0.46},
+        {"itl": 0.36, "throughput": 0.76, "ttft": 0.45},
+    "nemo-framework_llama-2-7b_h100-a100-tp1-8_trtllm-128in-20out":
+        {"latency": 0.08},
     "nim-1.8.0_llama-3.3-70b_2xh100-fp8-tp2_5000in-500out":
-        {"itl": 0.13, "throughput": 0.18, "ttft": 0.13},
+        {"itl": 0.06, "throughput": 0.04, "ttft": 0.34},
     "nim-1.8.0_llama-3.3-70b_2xh100-fp8-tp2_500in-2000out":
-        {"itl": 0.09, "throughput": 0.1, "ttft": 0.05},
+        {"itl": 0.08, "throughput": 0.08, "ttft": 0.17},
     "nim-dli_llama-3-70b_4xa100-fp16-tp4_2000in-200out":
-        {"itl": 0.1, "throughput": 0.09, "ttft": 0.62},
+        {"itl": 0.11, "throughput": 0.09, "ttft": 0.62},
     "nim-dli_llama-3-70b_4xh100-fp8-tp4_2000in-200out":
-        {"itl": 0.1, "throughput": 0.08, "ttft": 0.59},
+        {"itl": 0.13, "throughput": 0.17, "ttft": 0.7},
     "nim-dli_llama-3-70b_8xh100-fp16-tp8_7000in-1000out":
-        {"itl": 0.09, "throughput": 0.09, "ttft": 0.76},
+        {"itl": 0.23, "throughput": 0.38, "ttft": 0.76},
     "nim-dli_llama-3-8b_1xa100-fp16-tp1_2000in-200out":
-        {"itl": 0.07, "throughput": 0.04, "ttft": 0.53},
+        {"itl": 0.09, "throughput": 0.07, "ttft": 0.52},
     "nim-dli_llama-3-8b_1xh100-fp16-tp1_2000in-200out":
-        {"itl": 0.07, "throughput": 0.09, "ttft": 0.6},
+        {"itl": 0.18, "throughput": 0.16, "ttft": 0.59},
     "nim-dli_llama-3-8b_1xh100-fp16-tp1_200in-1000out":
-        {"itl": 0.14, "throughput": 0.14, "ttft": 0.12},
+        {"itl": 0.24, "throughput": 0.21, "ttft": 0.13},
     "nim-dli_llama-3-8b_1xh100-fp8-tp1_2000in-200out":
-        {"itl": 0.14, "throughput": 0.12, "ttft": 0.52},
+        {"itl": 0.18, "throughput": 0.18, "ttft": 0.5},
+    "oracle-oci_llama-3.1-405b_8xmi300x-fp8-tp8_vllm-latency-128in-128out":
+        {"latency": 0.33},
     "trtllm-0.9.0-dli_mixtral-8x7b_2xa100-tp2_static-batch":
-        {"ttft": 0.18, "latency": 0.55},
+        {"latency": 0.64, "ttft": 0.17},
     "trtllm-0.9.0-dli_mixtral-8x7b_4xl40s-tp4_static-batch":
-        {"ttft": 0.38, "latency": 0.87},
+        {"latency": 1.47, "ttft": 0.37},
     "trtllm-perf-overview-v1.0_llama-3.1-8b-3.3-70b_h100-h200-fp8_max-throughput":
-        {"throughput": 0.1},
+        {"throughput": 0.13},
     "tt-inference-server_qwen3-30b-a3b_1xa100_c1-sweep":
-        {"itl": 0.33, "ttft": 0.36},
+        {"itl": 0.19, "ttft": 0.38},
     "vllm-buildkite-9515_latency_h200_32in-128out-batch8":
-        {"latency": 0.04},
+        {"latency": 0.08},
 }
+
+#: the kept TP8 batch-1 measurements' errors docs/hardware.md states (goal: 15 %, not met)
+TP8_H100_ERROR = 0.28  # 70B BF16, 8 × H100, one client: ITL 19.11 ms published, 13.9 simulated
+TP8_MI300X_ERROR = 0.23  # 405B FP8, 8 × MI300X, batch 1: 3,530 ms published, 2,729 simulated
 
 
 def _rows(name: str) -> list[fit.RowError]:
@@ -177,3 +185,38 @@ def test_the_fit_finds_better_factors_than_a_bad_start() -> None:
     got, got_loss, evals = fit.fit(table, start=bad, max_evals=12)
     assert got_loss < start and got.mbu > bad.mbu and evals <= 12
     assert bad != presets.FACTORS  # ``using`` restored the shipped factors
+
+
+#: batch-1 decode of Llama 3.1/3.3 70B at TP8, the measurements the project keeps, with
+#: the error docs/hardware.md states for each ("TP8 at batch 1"); the goal is 15 %
+TP8_BATCH1 = {
+    "h100": ("nim-dli_llama-3-70b_8xh100-fp16-tp8_7000in-1000out", "1", "itl_ms"),
+    "mi300x": ("oracle-oci_llama-3.1-405b_8xmi300x-fp8-tp8_vllm-latency-128in-128out",
+               "1x128/128", "latency_ms"),
+}
+TP8_BATCH1_ERROR = {"h100": TP8_H100_ERROR, "mi300x": TP8_MI300X_ERROR}
+
+
+@pytest.mark.parametrize("gpu", sorted(TP8_BATCH1))
+def test_tp8_batch1_against_the_kept_measurements(gpu: str) -> None:
+    """The kept TP8 batch-1 measurements: 70B (BF16) on 8 × H100 at one client (ITL) and,
+    the only TP8 MI300X one found, 405B (FP8) on 8 × MI300X at batch 1 (the batch's
+    latency, 127 decode steps after one prefill). The error each leaves is the one
+    docs/hardware.md states; whether it meets the 15 % goal is said there."""
+    name, key, metric = TP8_BATCH1[gpu]
+    (row,) = [r for r in _rows(name) if r.key == key and r.metric == metric]
+    print(f"\n{gpu}: {row.preset} {metric} published {row.published} simulated "
+          f"{row.simulated:.2f} ({row.error:+.1%})")
+    assert abs(row.error) <= TP8_BATCH1_ERROR[gpu] + 0.005
+
+
+def test_tp8_batch1_decode_of_70b_fp8_is_the_vendors_order() -> None:
+    """The issue's report of the vendors' static-batch measurements (Llama 3.1 70B FP8,
+    TP8, batch 1: ~9–10 ms a token on 8 × H100 with TensorRT-LLM and on 8 × MI300X with
+    vLLM; those tables are not kept here): a decode step at batch 1 with a 2,000-token
+    context is within 15 % of 9.5 ms on both, where 14 ring hops per all-reduce gave
+    ~16 ms."""
+    for gpu in ("h100", "mi300x"):
+        step = presets.resolve(f"llama-3.1-70b/{gpu}/tp8/fp8").step_ms(0, 1, 2000)
+        print(f"{gpu}: {step:.2f} ms")
+        assert step == pytest.approx(9.5, rel=0.15), gpu

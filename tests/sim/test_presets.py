@@ -89,7 +89,7 @@ def test_an_all_reduce_is_costed_on_the_gpus_fabric() -> None:
     mesh = {tp: resolve(f"llama-3.1-70b/mi300x/tp{tp}").allreduce_s(1) for tp in (2, 4, 8)}
     for tp in (2, 4, 8):  # one token: latency-bound
         assert switch[tp] == pytest.approx(one, rel=1e-2)
-        assert mesh[tp] == pytest.approx(one, rel=1e-2)
+        assert mesh[tp] == pytest.approx(one, rel=2e-2)
     ring = {tp: resolve(f"mixtral-8x7b/l40s/tp{tp}").allreduce_s(1) for tp in (2, 4)}
     hop = f.allreduce_us * 1e-6 * 2 * 32
     for tp in (2, 4):

@@ -6,7 +6,7 @@ TTFTs of requests whose prefill ran alone, and per request the mean of its decod
 that no other prefill overlapped, with the batch and the KV each gap attended — and
 refits the preset's efficiency factors (``sim.presets.Factors``) so that the preset's
 own step time (``Preset.step_ms``, prompts split by the engine's token budget) predicts
-them: a deterministic pattern search on the median absolute log error of the prefills
+them: a deterministic pattern search on the mean absolute log error of the prefills
 plus that of the decodes. The factors that only move every step by the same amount for
 one model on one deployment (``layer_us``, ``allreduce_us``) are kept and
 ``step_overhead_ms`` takes their share. The result is a calibrated preset file
@@ -92,7 +92,9 @@ def errors(p: presets.Preset, obs: Observations, budget: int) -> dict[str, list[
 
 
 def _loss(errs: dict[str, list[float]]) -> float:
-    return sum(median(abs(e) for e in v) for v in errs.values() if v)
+    """Mean absolute log error of the prefills plus that of the decodes: every sample
+    counts (a median would leave half of a few prefills unfitted), none squared."""
+    return sum(sum(abs(e) for e in v) / len(v) for v in errs.values() if v)
 
 
 def _report(errs: dict[str, list[float]]) -> dict[str, Any]:
