@@ -95,6 +95,57 @@ static inline int check_block(int64_t b, Py_ssize_t n, const char *fn) {
     return 0;
 }
 
+/* An int64 sequence read either way: a buffer (an array: no conversion) or a list. */
+typedef struct {
+    Py_buffer view;
+    PyObject *fast;
+    const int64_t *buf;
+    Py_ssize_t n;
+} Int64s;
+
+static int int64s_open(Int64s *x, PyObject *obj, const char *fn, const char *what) {
+    x->fast = NULL;
+    x->buf = NULL;
+    if (PyObject_CheckBuffer(obj)) {
+        if (PyObject_GetBuffer(obj, &x->view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS))
+            return -1;
+        if (x->view.itemsize != 8 || x->view.len % 8 || !x->view.format ||
+            (strcmp(x->view.format, "l") && strcmp(x->view.format, "q") &&
+             strcmp(x->view.format, "<l") && strcmp(x->view.format, "<q") &&
+             strcmp(x->view.format, "=l") && strcmp(x->view.format, "=q"))) {
+            PyBuffer_Release(&x->view);
+            PyErr_Format(PyExc_ValueError, "%s: %s must be int64", fn, what);
+            return -1;
+        }
+        x->buf = (const int64_t *)x->view.buf;
+        x->n = x->view.len / 8;
+        return 0;
+    }
+    x->fast = PySequence_Fast(obj, "not a sequence");
+    if (!x->fast) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError))
+            PyErr_Format(PyExc_TypeError, "%s: %s must be a sequence", fn, what);
+        return -1;
+    }
+    x->n = PySequence_Fast_GET_SIZE(x->fast);
+    return 0;
+}
+
+static void int64s_close(Int64s *x) {
+    if (x->fast)
+        Py_DECREF(x->fast);
+    else if (x->buf)
+        PyBuffer_Release(&x->view);
+}
+
+static inline int int64s_get(const Int64s *x, Py_ssize_t i, int64_t *out) {
+    if (x->buf) {
+        *out = x->buf[i];
+        return 0;
+    }
+    return item(x->fast, i, out);
+}
+
 PyDoc_STRVAR(get_doc, "get(table, own, shift, h) -> the block holding h, or -1");
 
 static PyObject *kv_get(PyObject *self, PyObject *args) {
@@ -112,23 +163,24 @@ static PyObject *kv_get(PyObject *self, PyObject *args) {
 
 PyDoc_STRVAR(prefix_doc,
              "prefix(table, own, shift, hashes, start, end) -> the blocks holding\n"
-             "hashes[start], hashes[start + 1], ... up to the first miss (before end), a list");
+             "hashes[start], hashes[start + 1], ... up to the first miss (before end), a list\n"
+             "(hashes: an int64 array, read in place, or a list of ints)");
 
 static PyObject *kv_prefix(PyObject *self, PyObject *args) {
     Table t;
     int shift;
-    PyObject *hashes, *seq, *out = NULL;
+    PyObject *hashes, *out = NULL;
+    Int64s seq = {0};
     Py_ssize_t start, end;
     if (!PyArg_ParseTuple(args, "w*w*iOnn", &t.table, &t.own, &shift, &hashes,
                           &start, &end))
         return NULL;
     if (table_open(&t, shift))
         return NULL;
-    seq = PySequence_Fast(hashes, "kvindex.prefix: hashes must be a sequence");
-    if (!seq)
+    if (int64s_open(&seq, hashes, "kvindex.prefix", "hashes"))
         goto done;
-    if (end > PySequence_Fast_GET_SIZE(seq))
-        end = PySequence_Fast_GET_SIZE(seq);
+    if (end > seq.n)
+        end = seq.n;
     if (start < 0)
         start = 0;
     out = PyList_New(0);
@@ -136,7 +188,7 @@ static PyObject *kv_prefix(PyObject *self, PyObject *args) {
         goto done;
     for (Py_ssize_t i = start; i < end; i++) {
         int64_t h, b;
-        if (item(seq, i, &h))
+        if (int64s_get(&seq, i, &h))
             goto fail;
         b = lookup(&t, h);
         if (b < 0)
@@ -152,7 +204,7 @@ static PyObject *kv_prefix(PyObject *self, PyObject *args) {
 fail:
     Py_CLEAR(out);
 done:
-    Py_XDECREF(seq);
+    int64s_close(&seq);
     table_release(&t);
     return out;
 }
@@ -161,13 +213,15 @@ PyDoc_STRVAR(commit_doc,
              "commit(table, own, shift, blocks, hashes, no_hash) -> (cached, added)\n"
              "Make blocks[i] hold hashes[i], in order: a block already holding a hash keeps\n"
              "it, and one whose hash a block already holds stays private. Returns how many\n"
-             "blocks now hold their hash and how many table entries were added.");
+             "blocks now hold their hash and how many table entries were added. hashes: an int64\n"
+             "array (read in place) or a list of ints.");
 
 static PyObject *kv_commit(PyObject *self, PyObject *args) {
     Table t;
     int shift;
     long long no_hash;
-    PyObject *blocks, *hashes, *bs = NULL, *hs = NULL, *ret = NULL;
+    PyObject *blocks, *hashes, *bs = NULL, *ret = NULL;
+    Int64s hs = {0};
     Py_ssize_t cached = 0, added = 0;
     if (!PyArg_ParseTuple(args, "w*w*iOOL", &t.table, &t.own, &shift, &blocks,
                           &hashes, &no_hash))
@@ -175,11 +229,10 @@ static PyObject *kv_commit(PyObject *self, PyObject *args) {
     if (table_open(&t, shift))
         return NULL;
     bs = PySequence_Fast(blocks, "kvindex.commit: blocks must be a sequence");
-    hs = bs ? PySequence_Fast(hashes, "kvindex.commit: hashes must be a sequence") : NULL;
-    if (!hs)
+    if (!bs || int64s_open(&hs, hashes, "kvindex.commit", "hashes"))
         goto done;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(bs);
-    if (PySequence_Fast_GET_SIZE(hs) != n) {
+    if (hs.n != n) {
         PyErr_SetString(PyExc_ValueError, "kvindex.commit: blocks and hashes differ in length");
         goto done;
     }
@@ -189,7 +242,7 @@ static PyObject *kv_commit(PyObject *self, PyObject *args) {
         int64_t bg[GROUP], hg[GROUP];
         Py_ssize_t m = n - g < GROUP ? n - g : GROUP;
         for (Py_ssize_t j = 0; j < m; j++) {
-            if (item(bs, g + j, &bg[j]) || item(hs, g + j, &hg[j]))
+            if (item(bs, g + j, &bg[j]) || int64s_get(&hs, g + j, &hg[j]))
                 goto done;
             if (check_block(bg[j], t.nblocks, "kvindex.commit"))
                 goto done;
@@ -216,7 +269,7 @@ static PyObject *kv_commit(PyObject *self, PyObject *args) {
     ret = Py_BuildValue("nn", cached, added);
 done:
     Py_XDECREF(bs);
-    Py_XDECREF(hs);
+    int64s_close(&hs);
     table_release(&t);
     return ret;
 }
@@ -489,57 +542,6 @@ done:
     Py_XDECREF(hashes);
     blocks_release(&k);
     return ret;
-}
-
-/* An int64 sequence read either way: a buffer (an array: no conversion) or a list. */
-typedef struct {
-    Py_buffer view;
-    PyObject *fast;
-    const int64_t *buf;
-    Py_ssize_t n;
-} Int64s;
-
-static int int64s_open(Int64s *x, PyObject *obj, const char *fn, const char *what) {
-    x->fast = NULL;
-    x->buf = NULL;
-    if (PyObject_CheckBuffer(obj)) {
-        if (PyObject_GetBuffer(obj, &x->view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS))
-            return -1;
-        if (x->view.itemsize != 8 || x->view.len % 8 || !x->view.format ||
-            (strcmp(x->view.format, "l") && strcmp(x->view.format, "q") &&
-             strcmp(x->view.format, "<l") && strcmp(x->view.format, "<q") &&
-             strcmp(x->view.format, "=l") && strcmp(x->view.format, "=q"))) {
-            PyBuffer_Release(&x->view);
-            PyErr_Format(PyExc_ValueError, "%s: %s must be int64", fn, what);
-            return -1;
-        }
-        x->buf = (const int64_t *)x->view.buf;
-        x->n = x->view.len / 8;
-        return 0;
-    }
-    x->fast = PySequence_Fast(obj, "not a sequence");
-    if (!x->fast) {
-        if (PyErr_ExceptionMatches(PyExc_TypeError))
-            PyErr_Format(PyExc_TypeError, "%s: %s must be a sequence", fn, what);
-        return -1;
-    }
-    x->n = PySequence_Fast_GET_SIZE(x->fast);
-    return 0;
-}
-
-static void int64s_close(Int64s *x) {
-    if (x->fast)
-        Py_DECREF(x->fast);
-    else if (x->buf)
-        PyBuffer_Release(&x->view);
-}
-
-static inline int int64s_get(const Int64s *x, Py_ssize_t i, int64_t *out) {
-    if (x->buf) {
-        *out = x->buf[i];
-        return 0;
-    }
-    return item(x->fast, i, out);
 }
 
 PyDoc_STRVAR(held_doc,

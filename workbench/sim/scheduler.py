@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import heapq
 import operator
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -70,7 +72,7 @@ class Sequence:
     next_full: int = 0
     step_tokens: int = 0
     blocks: list[int] = field(default_factory=list)
-    hashes: list[int] = field(default_factory=list)
+    hashes: array[int] = field(default_factory=partial(array, "q"))  # int64s: no int a key
     committed: int = 0
     prefilling: bool = True
     cached_tokens: int = -1
@@ -109,7 +111,7 @@ class Sequence:
         have = len(self.hashes)
         if (have + 1) * block_size <= self.length:
             if self.source is not None:
-                self.hashes.extend(self.source.upto(self.length))
+                self.source.extend(self.hashes, self.length)
                 return
             parent = self.hashes[-1] if have else ROOT_HASH
             self.hashes.extend(block_hashes(self.tokens, block_size, have, parent, self.length))
@@ -125,7 +127,7 @@ class _HeadMemo:
 
     seq: Sequence
     hit: list[int]
-    hashes: list[int]
+    hashes: array[int]
     epoch: int = -1
     evictions: int = -1
     arrays: tuple[np.ndarray, np.ndarray] | None = None
@@ -672,7 +674,7 @@ class Scheduler:
         # request's fresh blocks are its own, so the commit takes no block a release
         # frees, and a release changes no hash: as committing before each release)
         fill_blocks: list[int] = []
-        fill_hashes: list[int] = []
+        fill_hashes: array[int] = array("q")
         done: list[Sequence] = []
         for seq in self._due(tick) if emitted else ():
             computed = seq.num_computed
@@ -729,7 +731,7 @@ class Scheduler:
         self.kv.release(seq.blocks)
         seq.blocks = []
         seq.tokens = []  # a finished request keeps only its output (memory of long replays)
-        seq.hashes = []
+        seq.hashes = array("q")
         seq.source = None
         seq.routed = None
         del seq.outputs[seq.num_out :]
@@ -745,7 +747,7 @@ class Scheduler:
         else:
             self.waiting.remove(seq)
             seq.finished, seq.finish_reason, seq.finish_ns = True, "abort", t_ns
-            seq.tokens, seq.hashes, seq.source, seq.routed = [], [], None, None
+            seq.tokens, seq.hashes, seq.source, seq.routed = [], array("q"), None, None
             del seq.outputs[seq.num_out :]
         self.counters.requests_aborted += 1
         return True
