@@ -107,11 +107,14 @@ class Sequence:
         return Segments([(OUTPUT, self.base, 0, self.num_out)], normal=True)
 
     def ensure_hashes(self, block_size: int) -> None:
-        """Extend the chained block hashes to every full block of the first ``length`` tokens."""
+        """Extend the chained block hashes to every full block of the first ``length`` tokens.
+        From parts, the first call keys every full block of the prompt and the whole output
+        at once (a key is a function of the parts and the block's end, so keying early gives
+        the same keys): a decode that fills a block then finds its key there."""
         have = len(self.hashes)
         if (have + 1) * block_size <= self.length:
             if self.source is not None:
-                self.source.extend(self.hashes, self.length)
+                self.source.extend(self.hashes, self.prompt_len + self.max_tokens)
                 return
             parent = self.hashes[-1] if have else ROOT_HASH
             self.hashes.extend(block_hashes(self.tokens, block_size, have, parent, self.length))
