@@ -10,9 +10,10 @@
  * empty while its block is -1; key and block share a cache line), probed linearly from a
  * Fibonacci hash of the key (the top bits of key * 2^64/phi, `shift` = 64 - log2(slots)).
  * An entry is authoritative only while its block still holds the key: own[block] == key,
- * `own` being the manager's per-block hash array. Block ids and hashes come in as Python lists (or any sequence) of
- * ints, and a lookup stops at its first miss, so a long prompt whose hit is short is not
- * converted as a whole.
+ * `own` being the manager's per-block hash array. Block ids and hashes come in as int64
+ * arrays (array('q') or numpy: the engine's, read in place) or as Python lists of ints
+ * (read one item at a time, so a lookup that stops at its first miss converts no more);
+ * allocate gives its blocks back as int64 bytes (array('q').frombytes).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -220,18 +221,18 @@ static PyObject *kv_commit(PyObject *self, PyObject *args) {
     Table t;
     int shift;
     long long no_hash;
-    PyObject *blocks, *hashes, *bs = NULL, *ret = NULL;
-    Int64s hs = {0};
+    PyObject *blocks, *hashes, *ret = NULL;
+    Int64s bs = {0}, hs = {0};
     Py_ssize_t cached = 0, added = 0;
     if (!PyArg_ParseTuple(args, "w*w*iOOL", &t.table, &t.own, &shift, &blocks,
                           &hashes, &no_hash))
         return NULL;
     if (table_open(&t, shift))
         return NULL;
-    bs = PySequence_Fast(blocks, "kvindex.commit: blocks must be a sequence");
-    if (!bs || int64s_open(&hs, hashes, "kvindex.commit", "hashes"))
+    if (int64s_open(&bs, blocks, "kvindex.commit", "blocks") ||
+        int64s_open(&hs, hashes, "kvindex.commit", "hashes"))
         goto done;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(bs);
+    Py_ssize_t n = bs.n;
     if (hs.n != n) {
         PyErr_SetString(PyExc_ValueError, "kvindex.commit: blocks and hashes differ in length");
         goto done;
@@ -242,7 +243,7 @@ static PyObject *kv_commit(PyObject *self, PyObject *args) {
         int64_t bg[GROUP], hg[GROUP];
         Py_ssize_t m = n - g < GROUP ? n - g : GROUP;
         for (Py_ssize_t j = 0; j < m; j++) {
-            if (item(bs, g + j, &bg[j]) || int64s_get(&hs, g + j, &hg[j]))
+            if (int64s_get(&bs, g + j, &bg[j]) || int64s_get(&hs, g + j, &hg[j]))
                 goto done;
             if (check_block(bg[j], t.nblocks, "kvindex.commit"))
                 goto done;
@@ -268,7 +269,7 @@ static PyObject *kv_commit(PyObject *self, PyObject *args) {
     }
     ret = Py_BuildValue("nn", cached, added);
 done:
-    Py_XDECREF(bs);
+    int64s_close(&bs);
     int64s_close(&hs);
     table_release(&t);
     return ret;
@@ -347,8 +348,8 @@ static int blocks_open(Blocks *k) {
 }
 
 /* Block id i of a sequence, checked against the arrays; -1 with an error set. */
-static inline int block_item(const Blocks *k, PyObject *seq, Py_ssize_t i, int64_t *out) {
-    return item(seq, i, out) || check_block(*out, k->nblocks, "kvcache") ? -1 : 0;
+static inline int block_item(const Blocks *k, const Int64s *seq, Py_ssize_t i, int64_t *out) {
+    return int64s_get(seq, i, out) || check_block(*out, k->nblocks, "kvcache") ? -1 : 0;
 }
 
 PyDoc_STRVAR(acquire_doc,
@@ -358,36 +359,37 @@ PyDoc_STRVAR(acquire_doc,
 
 static PyObject *kv_acquire(PyObject *self, PyObject *args) {
     Blocks k;
-    PyObject *blocks, *seq;
+    PyObject *blocks;
+    Int64s seq = {0};
     Py_ssize_t idle = 0;
     if (!PyArg_ParseTuple(args, "w*w*w*w*w*O", &k.ref, &k.own, &k.free, &k.log, &k.pos,
                           &blocks))
         return NULL;
     if (blocks_open(&k))
         return NULL;
-    seq = PySequence_Fast(blocks, "kvcache.acquire: blocks must be a sequence");
-    if (!seq) {
+    if (int64s_open(&seq, blocks, "kvcache.acquire", "blocks")) {
         blocks_release(&k);
         return NULL;
     }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = seq.n;
     for (Py_ssize_t j = 0; j < n; j++) { /* checked first: an error changes nothing */
         int64_t b;
-        if (block_item(&k, seq, j, &b)) {
-            Py_DECREF(seq);
+        if (block_item(&k, &seq, j, &b)) {
+            int64s_close(&seq);
             blocks_release(&k);
             return NULL;
         }
     }
     for (Py_ssize_t j = 0; j < n; j++) {
-        int64_t b = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, j));
+        int64_t b = 0;
+        int64s_get(&seq, j, &b); /* read above: cannot fail */
         if (k.r[b] == 0) {
             k.p[b] = -1;
             idle++;
         }
         k.r[b]++;
     }
-    Py_DECREF(seq);
+    int64s_close(&seq);
     blocks_release(&k);
     return PyLong_FromSsize_t(idle);
 }
@@ -416,7 +418,8 @@ PyDoc_STRVAR(release_doc,
 
 static PyObject *kv_release(PyObject *self, PyObject *args) {
     Blocks k;
-    PyObject *blocks, *seq, *ret = NULL;
+    PyObject *blocks, *ret = NULL;
+    Int64s seq = {0};
     Py_ssize_t nfree;
     int64_t head, tail, *zero = NULL;
     long long no_hash;
@@ -426,10 +429,9 @@ static PyObject *kv_release(PyObject *self, PyObject *args) {
         return NULL;
     if (blocks_open(&k))
         return NULL;
-    seq = PySequence_Fast(blocks, "kvcache.release: blocks must be a sequence");
-    if (!seq)
+    if (int64s_open(&seq, blocks, "kvcache.release", "blocks"))
         goto done;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = seq.n;
     zero = PyMem_Malloc((n ? n : 1) * sizeof(int64_t));
     if (!zero) {
         PyErr_NoMemory();
@@ -437,7 +439,7 @@ static PyObject *kv_release(PyObject *self, PyObject *args) {
     }
     /* read and checked first (an error changes nothing), the last block first */
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (block_item(&k, seq, n - 1 - i, &zero[i]))
+        if (block_item(&k, &seq, n - 1 - i, &zero[i]))
             goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -461,7 +463,7 @@ static PyObject *kv_release(PyObject *self, PyObject *args) {
     ret = Py_BuildValue("nLLnn", nfree, (long long)head, (long long)tail, freed, cached);
 done:
     PyMem_Free(zero);
-    Py_XDECREF(seq);
+    int64s_close(&seq);
     blocks_release(&k);
     return ret;
 }
@@ -471,7 +473,8 @@ PyDoc_STRVAR(allocate_doc,
              "    -> (blocks, nfree, head, evicted, hashes)\n"
              "n fresh blocks, each with one reference: from the top of the free stack, then the\n"
              "least recently freed cached ones, which forget their hash (the caller checked\n"
-             "that there are n). Returns them (a list), the new scalars, how many were evicted\n"
+             "that there are n). Returns them (native int64s, bytes: array('q').frombytes),\n"
+             "the new scalars, how many were evicted\n"
              "and, when offload is true, the hashes they held in that order (else None).");
 
 static PyObject *kv_allocate(PyObject *self, PyObject *args) {
@@ -491,7 +494,7 @@ static PyObject *kv_allocate(PyObject *self, PyObject *args) {
         goto done;
     }
     Py_ssize_t take = n < nfree ? n : nfree, evicted = n - take;
-    out = PyList_New(n);
+    out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
     hashes = offload ? PyList_New(evicted) : (Py_INCREF(Py_None), Py_None);
     if (!out || !hashes)
         goto done;
@@ -516,10 +519,11 @@ static PyObject *kv_allocate(PyObject *self, PyObject *args) {
                 victims[got++] = b;
         }
     }
+    int64_t *got = (int64_t *)PyBytes_AS_STRING(out);
     for (Py_ssize_t i = 0; i < take; i++) {
         int64_t b = k.f[nfree - take + i];
         k.r[b] = 1;
-        PyList_SET_ITEM(out, i, PyLong_FromLongLong(b));
+        got[i] = b;
     }
     for (Py_ssize_t i = 0; i < evicted; i++) {
         int64_t b = victims[i];
@@ -528,11 +532,11 @@ static PyObject *kv_allocate(PyObject *self, PyObject *args) {
             PyList_SET_ITEM(hashes, i, PyLong_FromLongLong(k.o[b]));
         k.o[b] = (int64_t)no_hash;
         k.r[b] = 1;
-        PyList_SET_ITEM(out, take + i, PyLong_FromLongLong(b));
+        got[take + i] = b;
     }
     PyMem_Free(victims);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (!PyList_GET_ITEM(out, i) || (offload && i < evicted && !PyList_GET_ITEM(hashes, i)))
+    for (Py_ssize_t i = 0; offload && i < evicted; i++) {
+        if (!PyList_GET_ITEM(hashes, i))
             goto done; /* an int could not be made: MemoryError is set */
     }
     ret = Py_BuildValue("OnLnO", out, nfree - take, (long long)(evicted ? q : head), evicted,

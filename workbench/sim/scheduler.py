@@ -71,7 +71,7 @@ class Sequence:
     capacity: int = 0
     next_full: int = 0
     step_tokens: int = 0
-    blocks: list[int] = field(default_factory=list)
+    blocks: array[int] = field(default_factory=partial(array, "q"))  # int64s, as ``hashes``
     hashes: array[int] = field(default_factory=partial(array, "q"))  # int64s: no int a key
     committed: int = 0
     prefilling: bool = True
@@ -528,22 +528,25 @@ class Scheduler:
 
     def _take(self, pending: list[tuple[Sequence, int]], total: int) -> None:
         """Allocate the counted growth of ``pending`` requests at once (it fits)."""
-        got = self.kv.allocate(total)
+        got = self.kv.take(total)
         if got is None:  # pragma: no cover - invariant: counted against num_free
             raise RuntimeError(f"{total} counted blocks no longer free")
+        if len(pending) == 1:
+            pending[0][0].blocks += got
+            return
         at = 0
         for seq, need in pending:
-            seq.blocks.extend(got[at : at + need])
+            seq.blocks += got[at : at + need]
             at += need
 
     def _grow(self, seq: Sequence, n: int) -> bool:
         need = -(-(seq.num_computed + n) // self.bs) - len(seq.blocks)
         if need <= 0:
             return True
-        got = self.kv.allocate(need)
+        got = self.kv.take(need)
         if got is None:
             return False
-        seq.blocks.extend(got)
+        seq.blocks += got
         seq.capacity = len(seq.blocks) * self.bs
         return True
 
@@ -552,10 +555,10 @@ class Scheduler:
         # its committed blocks stay findable until evicted: its re-admission checks which
         # still hold its hashes (evictions -1: always checked, a private duplicate among
         # them holds none) instead of looking its whole prefix up again
-        own = seq.blocks[: min(seq.committed, (seq.length - 1) // self.bs)]
+        own = seq.blocks[: min(seq.committed, (seq.length - 1) // self.bs)].tolist()
         seq.routed = (own, self.kv.epoch, -1) if own and self.kv.enable_caching else None
         self.kv.release(seq.blocks)
-        seq.blocks = []
+        seq.blocks = array("q")
         seq.capacity = 0
         seq.num_computed = 0
         seq.preloaded = 0  # its transferred KV is gone: recompute from here on
@@ -588,7 +591,9 @@ class Scheduler:
                 self._memo = memo
                 break
             kv.acquire(hit)
-            seq.blocks = hit + (kv.allocate(need) or [])
+            blocks = seq.blocks = array("q", hit)
+            if need > 0:
+                blocks += kv.take(need) or array("q")
             seq.capacity = len(seq.blocks) * bs
             seq.num_computed = start
             if seq.preloaded:  # the one token left to compute is its first decode
@@ -676,7 +681,7 @@ class Scheduler:
         # the requests finishing in it are released after the commit, in order (a
         # request's fresh blocks are its own, so the commit takes no block a release
         # frees, and a release changes no hash: as committing before each release)
-        fill_blocks: list[int] = []
+        fill_blocks: array[int] = array("q")
         fill_hashes: array[int] = array("q")
         done: list[Sequence] = []
         for seq in self._due(tick) if emitted else ():
@@ -732,7 +737,7 @@ class Scheduler:
         seq.finish_ns = t_ns
         self.running.remove(seq)
         self.kv.release(seq.blocks)
-        seq.blocks = []
+        seq.blocks = array("q")
         seq.tokens = []  # a finished request keeps only its output (memory of long replays)
         seq.hashes = array("q")
         seq.source = None
