@@ -29,6 +29,7 @@ of the per-request usage the server reports (vLLM re-counts on re-admission).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import operator
 from array import array
@@ -735,7 +736,11 @@ class Scheduler:
         seq.finished = True
         seq.finish_reason = reason
         seq.finish_ns = t_ns
-        self.running.remove(seq)
+        running = self.running  # in admission order: found by its rank, not by a scan
+        i = bisect.bisect_left(running, seq.rank, key=_rank)
+        if i == len(running) or running[i] is not seq:  # pragma: no cover - invariant
+            raise RuntimeError(f"{seq.request_id} is not where its rank puts it in running")
+        del running[i]
         self.kv.release(seq.blocks)
         seq.blocks = array("q")
         seq.tokens = []  # a finished request keeps only its output (memory of long replays)
