@@ -6,7 +6,8 @@
  * "Compiled kernels", says why these three.
  *
  * - block_keys: workbench/segments.py's prefix keys of full blocks (`_mix` / `_mix_one`):
- *   splitmix64 of part_key + end * 2^64/phi, as int64, never -1.
+ *   splitmix64 of part_key + end * 2^64/phi, as int64, never -1 (block_keys_bytes: the
+ *   same keys as native int64 bytes, for the engine's array('q') of block hashes).
  * - decode_ends: workbench/sim/cost.py's `decode_steps_ns` summed into a span's step ends
  *   (workbench/sim/engine.py `_span_ends`): the same double operations in the same order,
  *   rounded half to even (nearbyint under the default rounding mode; built with
