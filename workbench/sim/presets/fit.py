@@ -38,7 +38,7 @@ from workbench.sim.presets.bench import burst, closed_loop
 from workbench.sim.presets.tables import TABLES_DIR, Table, load_tables
 
 __all__ = ["TABLES_DIR", "RowError", "Table", "errors", "fit", "leave_one_source_out",
-           "load_tables", "loss", "split", "summary", "table_errors"]
+           "load_tables", "loss", "summary", "table_errors"]
 
 #: published column -> the class its goal belongs to (docs/hardware.md: ≤ 15 % for ITL
 #: and throughput, ≤ 25 % for TTFT; a whole request's or batch's latency is held to 15 %)
@@ -229,12 +229,6 @@ def fit(tables: list[Table], start: presets.Factors | None = None,
 def report(rows: list[RowError]) -> list[dict[str, Any]]:
     """Rows as plain dicts (the docs' and the notebook's tables)."""
     return [{**dataclasses.asdict(r), "error": r.error} for r in rows]
-
-
-def split(tables: list[Table], held_out: tuple[str, ...]) -> tuple[list[Table], list[Table]]:
-    """(FIT, HELD-OUT): a table is held out when its name contains one of ``held_out``."""
-    out = [t for t in tables if any(h in t.name for h in held_out)]
-    return [t for t in tables if t not in out], out
 
 
 #: tables no fit replays (each replay of their thousands of requests costs ~40 s of CPU,
