@@ -174,7 +174,11 @@ class ManagedServer:
         started = time.monotonic()
         deadline = started + self.ready_timeout_s
         timeout = aiohttp.ClientTimeout(total=5)
-        async with aiohttp.ClientSession(headers=self.headers, timeout=timeout) as sess:
+        from workbench.bodies import session as bounded_session
+
+        # the status is all a health check reads: the body is never read (and a
+        # compressed one never inflated); the connection is dropped with the answer
+        async with bounded_session(headers=self.headers, timeout=timeout) as sess:
             while True:  # bounded: the deadline
                 code = self.exited()
                 if code is not None:
@@ -183,6 +187,7 @@ class ManagedServer:
                 for path in READY_PATHS:
                     try:
                         async with sess.get(self.url + path) as resp:
+                            resp.close()
                             if resp.status == 200:
                                 self.ready_after_s = time.monotonic() - started
                                 return
