@@ -106,7 +106,7 @@ class TokenSource:
                 self.url, data=orjson.dumps(body), headers=sent,
                 timeout=aiohttp.ClientTimeout(total=TOKENIZE_TIMEOUT_S),
             ) as resp:  # fmt: skip
-                body = await read_body(resp, TOKENIZE_MAX)  # bounded, inflated piecewise
+                answer = await read_body(resp, TOKENIZE_MAX)  # bounded, inflated piecewise
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError, BodyError) as exc:
             self._refused(f"{type(exc).__name__}")
@@ -114,11 +114,11 @@ class TokenSource:
         if status != 200:
             self._refused(f"HTTP {status}")
             return None
-        if body.cut:
+        if answer.cut:
             self._refused(f"an answer over {TOKENIZE_MAX} bytes (cut)")
             return None
         try:
-            tokens = orjson.loads(body.data).get("tokens")
+            tokens = orjson.loads(answer.data).get("tokens")
         except (orjson.JSONDecodeError, AttributeError):
             self._refused("an answer without a token list")
             return None
