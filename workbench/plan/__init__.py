@@ -32,10 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.config.engine_file import read_engine_file
 from workbench.cores import usable_cores
 from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO, Bound
 from workbench.plan.prices import EVERY_GPU, parse_prices, price_of
+from workbench.safe_write import write_file
 from workbench.signals import die_with_parent
 from workbench.sim.presets import resolve
 from workbench.sim.presets.stated import CLASS_NAME, METRIC_CLASS, metric_error, stated_error
@@ -77,9 +79,8 @@ class Option:
         """The simulated cluster's engine knobs for ``replicas`` replicas."""
         if self.is_preset:
             base: dict[str, Any] = {"preset": self.engine}
-        else:
-            base = dict(json.loads(Path(self.engine).read_text(encoding="utf-8")))
-            base = base.get("engine", base)  # sim calibrate's file: {"engine": {...}, ...}
+        else:  # a mapping of knobs, or sim calibrate's file: {"engine": {...}, ...}
+            base = read_engine_file(self.engine)
         if self.host_kv_gb:
             base["host_kv_gb"] = self.host_kv_gb
         return {**base, "workers": replicas, "router": self.router}
@@ -464,13 +465,50 @@ class PlanResult:
                    {k: probe(p) for k, p in (d.get("floors") or {}).items()},
                    d.get("max_replicas", MAX_REPLICAS))
 
-    def save(self, out_dir: str | Path, plan_id: str | None = None) -> Path:
-        """``OUT_DIR/PLAN_ID/plan.json`` (a new directory); returns the directory."""
-        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-        d = Path(out_dir) / (plan_id or f"{stamp}-plan")
-        d.mkdir(parents=True, exist_ok=False)
-        (d / PLAN_FILE).write_text(json.dumps(self.to_dict(), indent=1), encoding="utf-8")
+    def save(self, out_dir: str | Path, plan_id: str | None = None, *,
+             claimed: Path | None = None) -> Path:
+        """``OUT_DIR/PLAN_ID/plan.json`` (a new directory, ``claim_plan_dir``), or
+        ``plan.json`` in a directory claimed before the plan was computed; returns the
+        directory."""
+        d = claimed if claimed is not None else claim_plan_dir(out_dir, plan_id)
+        write_file(d / PLAN_FILE, json.dumps(self.to_dict(), indent=1))
         return d
+
+
+#: how many ``-N`` suffixes a plan directory named after the second tries
+CLAIM_TRIES = 1000
+
+
+def claim_plan_dir(out_dir: str | Path, plan_id: str | None = None) -> Path:
+    """A new, empty plan directory under ``out_dir``, created now (``mkdir`` is atomic):
+    ``PLAN_ID`` exactly (taken: a ``ConfigError``), else ``STAMP-plan`` or, when another
+    plan took that name in the same second, ``STAMP-plan-2``, ``-3``, … So a plan's
+    directory is claimed before its plan is computed, and never lost to a name
+    collision afterwards."""
+    from workbench.config.validation import check_run_id
+
+    root = Path(out_dir)
+    if plan_id is not None:
+        check_run_id("plan_id", plan_id)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"plan: cannot create {root}: {exc.strerror}") from None
+    if plan_id is not None:
+        names = [plan_id]
+    else:
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        names = [f"{stamp}-plan", *(f"{stamp}-plan-{n}" for n in range(2, CLAIM_TRIES))]
+    for name in names:
+        d = root / name
+        try:
+            d.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise ConfigError(f"plan: cannot create {d}: {exc.strerror}") from None
+        return d
+    raise ConfigError(f"plan: {root / names[-1]} is taken (give another -o)")
 
 
 def load_plan(path: str | Path) -> PlanResult:
@@ -493,6 +531,7 @@ def _options(engines: Sequence[str], routers: Sequence[str],
         if e.endswith(".json"):
             if not Path(e).is_file():
                 raise ConfigError(f"plan: engine file {e!r} does not exist")
+            read_engine_file(e, check=True)  # its knobs, checked before any search
         else:
             try:
                 resolve(e)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench import redact
+from workbench import safe_write as safe
 from workbench.errors import ConfigError
 from workbench.signals import die_with_parent
 
@@ -125,7 +126,7 @@ class ManagedServer:
         self.argv, self.url, self.name = argv, url.rstrip("/"), name
         self.ready_timeout_s, self.grace_s = ready_timeout_s, grace_s
         self.headers = dict(headers or {})
-        log_dir.mkdir(parents=True, exist_ok=True)
+        safe.make_dir(log_dir, parents=True)
         self.stdout_path = log_dir / f"{name}.stdout.log"
         self.stderr_path = log_dir / f"{name}.stderr.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -144,7 +145,8 @@ class ManagedServer:
             if guard is not None:  # its group, guarded before the command runs
                 os.write(guard, b"%d\n" % os.getpid())
 
-        with open(self.stdout_path, "ab") as out, open(self.stderr_path, "ab") as err:
+        with safe.open_file(self.stdout_path, "ab") as out, \
+                safe.open_file(self.stderr_path, "ab") as err:
             try:
                 self.proc = subprocess.Popen(
                     self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
