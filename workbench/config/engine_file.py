@@ -49,6 +49,6 @@ def read_engine_file(path: str | Path, *, check: bool = False) -> dict[str, Any]
         try:
             engine_knobs, _cluster = split_knobs(dict(knobs))
             EngineConfig.from_knobs(**engine_knobs)
-        except (ValueError, TypeError) as exc:  # an unknown knob name, a cluster knob
+        except (ValueError, TypeError, ConfigError) as exc:  # a knob's name, type, range
             raise ConfigError(f"{path}: {exc}") from None
     return knobs

@@ -44,6 +44,9 @@ from workbench.sim.presets.stated import CLASS_NAME, METRIC_CLASS, metric_error,
 from workbench.spawning import children_start, spawn_context
 
 MAX_REPLICAS = 64
+#: options (presets × routers × host KV sizes) × rate scales one plan searches, at most
+#: (each search probes at most ~3·log2(max_replicas) replica counts): docs/config-bounds.md
+MAX_SEARCHES = 1_000
 PLAN_FILE = "plan.json"
 
 
@@ -675,6 +678,10 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
         raise ConfigError(f"plan: price per GPU-hour must be >= 0, got {price_per_gpu_hour}")
     table = parse_prices(prices if prices is not None else price_per_gpu_hour)
     options = _options(engines, routers, host_kv_gb)
+    if len(options) * len(scales) > MAX_SEARCHES:
+        raise ConfigError(f"plan: {len(options)} options × {len(scales)} scales = "
+                          f"{len(options) * len(scales):,} searches; at most "
+                          f"{MAX_SEARCHES:,} (docs/config-bounds.md, 'Plans')")
     cfg: dict[str, Any] = {"trace": {"path": trace, **({"max_items": max_items}
                                                        if max_items else {})}}
     if context:

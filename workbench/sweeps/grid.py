@@ -10,6 +10,7 @@ list usually is.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,8 @@ def _serve_points(base: RunConfig, serve: ServeSpec, points: list[spec_mod.Point
     if stop_margin is not None:
         raise ConfigError("--stop-margin does not combine with --serve (a broken SLO on one "
                           "server says nothing of the next)")
+    servers = math.prod(len(v) for v in serve.over.values())
+    spec_mod.check_points(servers * len(points), f"{servers} server × {len(points)} client")
     return [{**{SERVE_PREFIX + k: v for k, v in s.items()}, **p}
             for s in serve.points() for p in points]
 

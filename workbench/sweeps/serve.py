@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import math
 import os
 import re
 import shlex
@@ -37,6 +38,7 @@ from workbench import redact
 from workbench import safe_write as safe
 from workbench.errors import ConfigError
 from workbench.signals import die_with_parent
+from workbench.sweeps.spec import check_points
 
 if TYPE_CHECKING:
     from workbench.sweeps.sweep_runner import SweepRunner
@@ -78,6 +80,14 @@ class ServeSpec:
         for name, values in self.over.items():
             if isinstance(values, str) or not values:
                 raise ConfigError(f"--serve-over {name}: give a non-empty list of values")
+        check_points(math.prod(len(v) for v in self.over.values()), "the server points")
+        for point in self.points():  # each command as it will run: POSIX shell words
+            try:
+                self.argv(point)
+            except ValueError as exc:  # shlex: "No closing quotation", "No escaped character"
+                shown = f" with {_label(point)}" if point else ""
+                raise ConfigError(f"--serve {self.command!r}{shown}: not a command line "
+                                  f"({exc}; quote as a POSIX shell does)") from None
         if not (0 < self.ready_timeout_s <= 86_400 and 0 < self.grace_s <= 3600):
             raise ConfigError("--serve-ready-timeout must be in (0, 86400] s and "
                               "--serve-grace in (0, 3600] s")

@@ -35,6 +35,7 @@ from workbench.signals import die_with_parent
 from workbench.spawning import children_start, spawn_context
 from workbench.storage.rundir import contained_dir
 from workbench.sweeps.points import point_metrics, pool, run_complete, simulate_and_measure
+from workbench.sweeps.spec import MAX_REPEATS
 from workbench.sweeps.store import RUNS, SWEEP_MANIFEST, Sweep, load_sweep, write_sweep
 
 log = logging.getLogger(__name__)
@@ -99,8 +100,10 @@ class SweepRunner:
         label: str | None = None,
         progress: Progress | None = None,
     ) -> None:
-        if repeats < 1:
-            raise ConfigError(f"sweep repeats must be >= 1, got {repeats}")
+        if isinstance(repeats, bool) or not isinstance(repeats, int) or \
+                not 1 <= repeats <= MAX_REPEATS:
+            raise ConfigError(f"sweep repeats: expected an integer in [1, {MAX_REPEATS}], "
+                              f"got {repeats!r}")
         if parallel is None:  # virtual points: one process per core; live: one at a time
             parallel = usable_cores() if virtual else 1
         if isinstance(parallel, bool) or not isinstance(parallel, int):

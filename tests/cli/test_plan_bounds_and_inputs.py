@@ -1,0 +1,133 @@
+"""Bounds for every plan and checked inputs for every new command and public function
+(docs/config-bounds.md, "Plans"; issue 43). Each case is the exact command or call that
+used to fail, and now is one line and exit 2 (a ``ConfigError`` for the API) before any
+work: no traceback, nothing written.
+
+Before: ``plan --preset FILE.json`` with a list, ``{"engine": 5}`` or 50,000-deep nesting
+raised TypeError/RecursionError (exit 1); two ``--over`` lists of 1,000 values built a
+1,000,000-point grid and an 87 MB ``sweep.json`` before the first point; an unbalanced
+quote in ``--serve`` was a ValueError traceback; ``wb.summarize``/``wb.to_frame`` given
+the wrong object raised AttributeError/TypeError from inside the package; two ``plan``
+runs saving into one ``-o`` in the same second: the second lost its computed plan to a
+raw FileExistsError.
+"""
+
+from __future__ import annotations
+
+import datetime as real_dt
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import workbench as wb
+import workbench.plan as plan_mod
+from workbench.data import path as data_path
+from workbench.errors import ConfigError, ExitCode
+from workbench.sweeps.capacity import capacity_search
+from workbench.sweeps.spec import MAX_POINTS
+
+LARGE = str(data_path("tracelab/multi_session_large.csv"))
+SMALL = str(data_path("tracelab/multi_session_example.csv"))
+REPO = Path(__file__).resolve().parents[2]
+#: what "up front" means here: refused in far less than the work it would have started
+QUICK_S = 60.0
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True,
+                          text=True, timeout=QUICK_S,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def _one_line(done: subprocess.CompletedProcess, *words: str) -> None:
+    assert done.returncode == ExitCode.CONFIG_ERROR, (done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    for w in words:
+        assert w in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    ("[1, 2]", ["a mapping of engine knobs", "[1, 2]"]),
+    ('{"engine": 5}', ["engine: expected a mapping", "got 5"]),
+    ("[" * 50_000 + "]" * 50_000, ["nested deeper than 64 levels"]),
+    ('{"block_size": 0}', ["block_size: expected an integer in [1, 4096], got 0"]),
+], ids=["list", "engine-5", "deep", "range"])
+def test_plan_preset_file_is_checked_before_the_plan(tmp_path, content, words):
+    f = tmp_path / "engine.json"
+    f.write_text(content)
+    done = _cli("plan", "--trace", LARGE, "--max-items", "5", "--preset", str(f), "--slo",
+                "ttft_ms:p90<=2000", "-o", str(tmp_path / "plans"), "--parallel", "1")
+    _one_line(done, str(f), *words)
+    assert not (tmp_path / "plans").exists() or not list((tmp_path / "plans").iterdir())
+
+
+def test_a_million_point_grid_is_refused_before_anything(tmp_path):
+    values = ",".join(str(i + 1) for i in range(1000))
+    start = time.monotonic()
+    done = _cli("sweep", "--trace", SMALL, "--virtual", "--over",
+                f"arrival.max_concurrency={values}", "--over", f"arrival.warmup={values}",
+                "-o", str(tmp_path), "--sweep-id", "big")
+    _one_line(done, "1000 × 1000 = 1,000,000 points", f"at most {MAX_POINTS:,}")
+    assert not (tmp_path / "big").exists()  # no sweep.json, no directory
+    print(f"refused in {time.monotonic() - start:.1f} s (CLI start-up included)")
+
+
+def test_repeats_and_probes_are_bounded(tmp_path):
+    done = _cli("sweep", "--trace", SMALL, "--virtual", "--over",
+                "arrival.max_concurrency=1,2", "--repeats", "100000", "-o", str(tmp_path))
+    _one_line(done, "repeats: expected an integer in [1, 1000]")
+    with pytest.raises(ConfigError, match=r"max_probes in \[2, 1000\]"):
+        capacity_search({"trace": SMALL, "out_dir": str(tmp_path)}, "arrival.rate",
+                        lo=1, hi=2, slo="ttft_ms:p90<=2000", tolerance=0.1, virtual=True,
+                        max_probes=10**6)
+
+
+def test_plan_searches_are_bounded(tmp_path):
+    scales = ",".join(str(1 + i / 1000) for i in range(1001))
+    done = _cli("plan", "--trace", LARGE, "--preset", "llama-3.1-8b/h100/tp1", "--slo",
+                "ttft_ms:p90<=2000", "--scale", scales, "-o", str(tmp_path / "plans"))
+    _one_line(done, "1,001 searches", "at most 1,000")
+
+
+@pytest.mark.parametrize("serve", ["python -c 'print(1)", "srv --flag \"{n}"])
+def test_an_unbalanced_quote_in_serve_is_one_line(tmp_path, serve):
+    extra = ["--serve-over", "n=1,2"] if "{n}" in serve else []
+    done = _cli("sweep", "--trace", SMALL, "--target", "http://127.0.0.1:9", "--over",
+                "arrival.max_concurrency=1", "--serve", serve, *extra, "-o", str(tmp_path))
+    _one_line(done, "--serve", "not a command line", "No closing quotation")
+
+
+@pytest.mark.parametrize("bad", ["a string", 5, {"records": []}, [1, 2], [{"x": 1}], None],
+                         ids=["str", "int", "dict", "ints", "bad-record", "none"])
+@pytest.mark.parametrize("fn", ["summarize", "to_frame"])
+def test_metrics_functions_name_what_they_take(bad, fn):
+    with pytest.raises(ConfigError, match=r"expected a RunResult|not a request record"):
+        getattr(wb, fn)(bad)
+
+
+def test_summarize_slo_of_the_wrong_type():
+    with pytest.raises(ConfigError, match="slo: expected a mapping"):
+        wb.summarize([], slo="ttft_ms<=5")
+
+
+class _FrozenDatetime(real_dt.datetime):
+    """Every plan saved "in the same second"."""
+
+    @classmethod
+    def now(cls, tz=None):
+        return real_dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=tz)
+
+
+def test_two_plans_saved_in_the_same_second_both_land(tmp_path, monkeypatch):
+    frozen = type("dt", (), {"datetime": _FrozenDatetime, "UTC": real_dt.UTC})
+    monkeypatch.setattr(plan_mod, "dt", frozen)
+    result = plan_mod.PlanResult("t", "ttft_ms:p90<=1", 1.0, [1.0], [], {})
+    first = result.save(tmp_path)
+    second = result.save(tmp_path)  # before: FileExistsError, the computed plan lost
+    assert first != second and (first / "plan.json").is_file()
+    assert (second / "plan.json").is_file()
+    assert second.name == "20260102T030405Z-plan-2"
