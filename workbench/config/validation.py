@@ -223,7 +223,10 @@ def load_yaml(path: str, text: str) -> Any:
             finally:
                 self.depth -= 1
 
-    loader = BoundedLoader(text)
+    try:  # the reader refuses a NUL or other non-printable character as it is built
+        loader = BoundedLoader(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
     try:
         node = loader.get_single_node()
         if node is None:

@@ -82,12 +82,15 @@ class ServeSpec:
                 raise ConfigError(f"--serve-over {name}: give a non-empty list of values")
         check_points(math.prod(len(v) for v in self.over.values()), "the server points")
         for point in self.points():  # each command as it will run: POSIX shell words
+            shown = f" with {_label(point)}" if point else ""
             try:
-                self.argv(point)
+                argv = self.argv(point)
             except ValueError as exc:  # shlex: "No closing quotation", "No escaped character"
-                shown = f" with {_label(point)}" if point else ""
                 raise ConfigError(f"--serve {self.command!r}{shown}: not a command line "
                                   f"({exc}; quote as a POSIX shell does)") from None
+            if not argv or any("\0" in word for word in argv):
+                raise ConfigError(f"--serve {self.command!r}{shown}: not a command line "
+                                  "(no words, or a NUL character in one)")
         if not (0 < self.ready_timeout_s <= 86_400 and 0 < self.grace_s <= 3600):
             raise ConfigError("--serve-ready-timeout must be in (0, 86400] s and "
                               "--serve-grace in (0, 3600] s")
