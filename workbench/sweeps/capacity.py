@@ -96,7 +96,8 @@ async def capacity_search_async(
         parallel=parallel, out_dir=out_dir,
         sweep_id=sweep_id, label=label, progress=progress,
     )
-    runner.check([runner.entry({**conf, path: lo}) for conf in configs])
+    with runner.ends_on_error():  # a stop while the points are checked
+        await runner.check([runner.entry({**conf, path: lo}) for conf in configs])
     results = []
     with runner.ends_on_error():
         for conf in configs:  # bounded: one search a configuration

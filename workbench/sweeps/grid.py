@@ -89,7 +89,8 @@ async def sweep_async(
             raise ConfigError(f"gpus must be an integer >= 1, got {gpus!r}")
         runner.sweep.manifest["gpus"] = gpus
     entries = [runner.entry(p) for p in points]
-    runner.check(entries)
+    with runner.ends_on_error():  # a stop while thousands of points are checked
+        await runner.check(entries)
     runner.save()  # every point is listed (pending) before the first run
     status = "running"
     if serve is not None:
