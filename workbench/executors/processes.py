@@ -85,7 +85,7 @@ class ShardedExecutor:
             self.shard_dir = self._tmp
         else:  # claimed, with its manifest, by the session
             self.shard_dir = session.run_dir / "shards"
-        self.shard_dir.mkdir(parents=True, exist_ok=True)
+        safe.make_dir(self.shard_dir, parents=True)  # never a link out of the run
 
     async def play(
         self, session: ReplaySession, target: dict[str, Any], stop: asyncio.Event | None

@@ -414,7 +414,8 @@ def _copy_run_files(src: Path, dst: Path) -> None:
         return
     for name in (RECORDS, LIFECYCLE):
         if (src / name).exists():
-            shutil.copyfile(src / name, dst / name)
+            with open(src / name, "rb") as fin, safe.open_file(dst / name, "wb") as fout:
+                shutil.copyfileobj(fin, fout)
 
 
 # -- claiming a run directory (docs/run-directory.md, "One run, one directory") -------------
