@@ -108,15 +108,18 @@ def _inflater(headers: Mapping[str, str]) -> Inflater | None:
                        "decode (supported: gzip, deflate)")
 
 
-async def read_body(resp: aiohttp.ClientResponse, limit: int = ANSWER_MAX) -> Body:
+async def read_body(resp: aiohttp.ClientResponse, limit: int = ANSWER_MAX,
+                    inflater: Inflater | bool | None = True) -> Body:
     """At most ``limit`` bytes of ``resp``'s body, inflated piece by piece; the
     connection is closed when the body is longer (``Body.cut``). A body that does not
-    inflate, or an encoding other than gzip/deflate, raises ``BodyError``."""
-    inflater = _inflater(resp.headers)
+    inflate, or an encoding other than gzip/deflate, raises ``BodyError``. ``inflater``:
+    the caller's own (an HTTP client's, raising its error), None for a body read as it
+    is, True (default) for one made from the response's ``Content-Encoding``."""
+    inflate = _inflater(resp.headers) if inflater is True else inflater or None
     out = bytearray()
     cut = False
     async for chunk in resp.content.iter_chunked(INFLATE_PIECE):
-        for piece in (inflater.pieces(chunk) if inflater is not None else (chunk,)):
+        for piece in (inflate.pieces(chunk) if inflate is not None else (chunk,)):
             room = limit - len(out)
             if len(piece) > room:
                 out += piece[:room]
