@@ -94,10 +94,13 @@ def _run(args: list[str]) -> tuple[int, str, int]:
     return proc.returncode, out.decode("utf-8", "replace"), usage.ru_maxrss * 1024
 
 
+@pytest.mark.parametrize("http", ["httptools", "aiohttp"])
 @pytest.mark.parametrize(("gz", "size"), [(True, 1 << 30), (False, 400 * MIB)],
                          ids=["gzip-1GiB", "plain-400MB"])
-async def test_every_answer_a_bomb_replay_stays_flat(tmp_path, gz, size):
+async def test_every_answer_a_bomb_replay_stays_flat(tmp_path, gz, size, http):
     bomb = Bomb(gz, size)
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"executor": {"http": http}}))
     app = [web.get("/metrics", bomb.answer), web.post("/reset_prefix_cache", bomb.answer),
            web.get("/v1/models", bomb.answer), web.get("/health", bomb.answer),
            web.post("/v1/completions", bomb.complete)]
@@ -106,10 +109,11 @@ async def test_every_answer_a_bomb_replay_stays_flat(tmp_path, gz, size):
             "replay", "--trace", LARGE, "--max-items", "2", "--target", url,
             "--arrival", "saturated", "--max-concurrency", "2", "--tool-wait-scale", "0",
             "--no-preflight", "--no-progress", "-o", str(tmp_path / "runs"), "--run-id", "b",
+            "--config", str(cfg),
         ])
     assert code == 0, out[-3000:]
     assert "Traceback" not in out and "MemoryError" not in out, out[-3000:]
-    print(f"peak RSS {rss / MIB:.0f} MiB ({'gzip 1 GiB' if gz else 'plain 400 MB'})")
+    print(f"peak RSS {rss / MIB:.0f} MiB ({'gzip 1 GiB' if gz else 'plain 400 MB'}, {http})")
     assert rss < RSS_BOUND, f"peak RSS {rss / MIB:.0f} MiB"
     # the cut, noted: one warning line, and the manifest's record of it
     assert "metrics page of" in out and "cut there" in out, out[-3000:]
