@@ -87,6 +87,12 @@ def test_repeats_and_probes_are_bounded(tmp_path):
                         max_probes=10**6)
 
 
+def test_cluster_replicas_are_bounded(tmp_path):
+    with pytest.raises(ConfigError, match=r"workers must be an integer in \[1, 4096\]"):
+        wb.simulate({"trace": SMALL, "out_dir": str(tmp_path),
+                     "target": {"url": "sim", "engine": {"workers": 10**9}}})
+
+
 def test_plan_searches_are_bounded(tmp_path):
     scales = ",".join(str(1 + i / 1000) for i in range(1001))
     done = _cli("plan", "--trace", LARGE, "--preset", "llama-3.1-8b/h100/tp1", "--slo",
