@@ -178,3 +178,37 @@ def test_the_largest_sweep_stops_at_once_while_it_is_prepared(tmp_path, sig):
     assert took < STOP_BOUND_S
     doc = json.loads(manifest.read_text())
     assert doc["status"] == "interrupted"
+
+
+@pytest.mark.parametrize("parallel", ["1", "2"])
+def test_a_plan_stops_at_once_mid_search(tmp_path, parallel):
+    """Before: with searches in processes, Ctrl-C waited for every running search to end
+    (the pool's shutdown: ~45 s here); now they are killed and the plan exits 130."""
+    import signal
+
+    from interrupt import default_sigint
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workbench", "plan", "--trace",
+         "mooncake/conversation_trace_head600.jsonl", "--preset", "llama-3.1-8b/h100/tp1",
+         "--preset", "qwen3-32b/h100/tp1", "--slo", "ttft_ms:p90<=2000", "--scale", "1,2",
+         "-o", str(tmp_path / "plans"), "--parallel", parallel],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)}, preexec_fn=default_sigint)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # bounded: the plan prints a warning per probe it starts
+            if "simulated time" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        proc.wait(QUICK_S)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    print(f"plan --parallel {parallel}: exited {took:.2f} s after SIGINT")
+    assert proc.returncode == ExitCode.CANCELLED
+    assert took < STOP_BOUND_S
+    assert not list((tmp_path / "plans").iterdir())  # the claimed directory, still empty, gone

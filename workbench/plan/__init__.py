@@ -25,6 +25,7 @@ import dataclasses
 import datetime as dt
 import json
 import math
+import multiprocessing
 import os
 import signal
 from collections.abc import Callable, Mapping, Sequence
@@ -38,7 +39,7 @@ from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO, Bound
 from workbench.plan.prices import EVERY_GPU, parse_prices, price_of
 from workbench.safe_write import write_file
-from workbench.signals import die_with_parent
+from workbench.signals import die_with_parent, wait_result
 from workbench.sim.presets import resolve
 from workbench.sim.presets.stated import CLASS_NAME, METRIC_CLASS, metric_error, stated_error
 from workbench.spawning import children_start, spawn_context
@@ -710,17 +711,27 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
         return _with_floors(result, cfg, parsed)
     # one search per process, up to the cores there are; the probes land in the plan in
     # the order one process would have run them (the same plan.json either way)
-    with concurrent.futures.ProcessPoolExecutor(
+    pool = concurrent.futures.ProcessPoolExecutor(
         workers, mp_context=spawn_context(), initializer=die_with_parent,
         initargs=(os.getpid(), signal.SIGKILL),
-    ) as pool:
+    )
+    try:
         with children_start():  # a submit may start a process
             futures = [pool.submit(_search, *a) for a in args]
         for fut in futures:
-            for p in fut.result():
+            for p in wait_result(fut):  # wakes for signals (signals.wait_result)
                 result.probes.append(p)
                 if progress is not None:
                     progress(p)
+    except BaseException:
+        # Ctrl-C, SIGTERM, a failed search: the searches still running stop now (a pool's
+        # shutdown would wait for each to finish: tens of seconds). SIGKILL: a search
+        # saves nothing, and SIGTERM would stop only its current probe's simulate
+        for proc in multiprocessing.active_children():
+            proc.kill()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return _with_floors(result, cfg, parsed)
 
 
