@@ -219,14 +219,19 @@ class Preset:
 PRECISIONS = ("fp8", "fp8w")
 
 
+MAX_CALIBRATED_BYTES = 1_000_000  # a calibrated preset file is a few hundred bytes
+
+
 def is_calibrated(text: str) -> bool:
     """Whether ``text`` names a calibrated preset file (``calibration.preset``): a
     ``.json`` path holding a ``preset`` and its ``factors``."""
     if not str(text).strip().endswith(".json"):
         return False
     try:
+        if Path(str(text).strip()).stat().st_size > MAX_CALIBRATED_BYTES:
+            return False
         data = json.loads(Path(str(text).strip()).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # not one: the engine-file reader says why
         return False
     return isinstance(data, dict) and "preset" in data and "factors" in data
 
@@ -237,11 +242,16 @@ def calibrated(path: str) -> tuple[str, Factors]:
     naming the file and the field)."""
     where = str(path).strip()
     try:
+        if Path(where).stat().st_size > MAX_CALIBRATED_BYTES:
+            raise ValueError(f"calibrated preset {where}: larger than "
+                             f"{MAX_CALIBRATED_BYTES:,} bytes")
         data = json.loads(Path(where).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ValueError(f"calibrated preset {where}: cannot read: {exc.strerror}") from None
     except ValueError as exc:
         raise ValueError(f"calibrated preset {where}: not JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"calibrated preset {where}: nested too deeply") from None
     if not isinstance(data, dict) or not isinstance(data.get("preset"), str):
         raise ValueError(f"calibrated preset {where}: needs a 'preset' name (MODEL/GPU/tpN)")
     known = {f.name for f in dataclasses.fields(Factors)}

@@ -67,7 +67,7 @@ def calibration_errors(engine: str) -> dict[str, float]:
         data = json.loads(Path(engine).read_text(encoding="utf-8"))
         after = data["fit"]["after"]
         return {k: float(v["median_abs_pct_error"]) / 100 for k, v in after.items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return {}
 
 
