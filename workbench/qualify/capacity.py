@@ -95,6 +95,12 @@ class _Exhausted(Exception):
     pass
 
 
+def resolution(start: int) -> int:
+    """How close the bisection gets to the edge: 1/256 of the row's own value (a block
+    count is not a fact to 1 in 50,000; the probes it saves are whole replays)."""
+    return max(1, start // 256)
+
+
 def _down(at: Callable[[int], dict[str, Any]], start: int, lo: int) -> tuple[int | None, str]:
     """The largest value below ``start`` with at least ``lo`` preemptions, every request ok."""
     good, bad = None, start  # good: preempts enough; bad: too few
@@ -123,7 +129,7 @@ def _down(at: Callable[[int], dict[str, Any]], start: int, lo: int) -> tuple[int
         bad = v
     if good is None:
         return None, "no smaller capacity preempts"
-    while bad - good > 1:  # good preempts (>= lo), bad does not
+    while bad - good > resolution(start):  # good preempts (>= lo), bad does not
         mid = (good + bad) // 2
         g = at(mid)
         if g["preemptions"] >= lo and not g["not_ok"]:
@@ -146,7 +152,7 @@ def _up(at: Callable[[int], dict[str, Any]], start: int, hi: int) -> tuple[int |
         bad = v
     if good is None:
         return None, "no larger capacity calms the preemptions"
-    while good - bad > 1:
+    while good - bad > resolution(start):
         mid = (good + bad) // 2
         g = at(mid)
         if g["preemptions"] <= hi and not g["not_ok"]:
