@@ -36,6 +36,7 @@ from workbench.qualify.spec import RUNS, ParitySpec, Row, Side, load_spec
 
 UNSTABLE = "unstable: stop"
 RESULT_FILE = "parity.json"
+RUNS_DIR = "runs"
 
 
 class RunFailed(Exception):
@@ -113,23 +114,38 @@ def run_row(spec: ParitySpec, row: Row, trees: dict[str, Tree], work: Path,
     reports: dict[str, dict[str, Any]] = {}
     for name in ("baseline", "candidate"):
         runs = metas[name]
-        side: dict[str, Any] = {"runs": [
-            {k: m.get(k) for k in ("digest", "cpu_s", "wall_s", "max_rss_mb", "core", "affinity",
-                                   "requests", "pid")} for m in runs]}  # fmt: skip
-        if name in errors:
-            side.update(digest=None, stable=False, error=errors[name])
-        else:
-            digests = {m["digest"] for m in runs}
-            stable = len(digests) == 1
-            side.update(digest=runs[0]["digest"] if stable else UNSTABLE, stable=stable)
-            reports[name] = orjson.loads(Path(runs[0]["report_path"]).read_bytes())
-            side["evidence"] = evidence(reports[name], row.preemptions)
-            if not stable:
-                other = orjson.loads(Path(runs[1]["report_path"]).read_bytes())
-                side["run_difference"] = first_difference(reports[name], other)
-        if runs:
-            side["excluded"] = runs[0].get("excluded")
-        out[name] = side
+        loaded = [] if name in errors else [
+            orjson.loads(Path(m["report_path"]).read_bytes()) for m in runs]
+        out[name] = judge_side(runs, loaded, row.preemptions, errors.get(name))
+        if loaded:
+            reports[name] = loaded[0]
+    return judge_row(out, reports)
+
+
+RUN_FIELDS = ("digest", "cpu_s", "wall_s", "max_rss_mb", "core", "affinity", "requests", "pid")
+
+
+def judge_side(runs: list[dict[str, Any]], reports: list[dict[str, Any]],
+               bounds: tuple[int, int], error: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """One side of a row from its runs (``meta`` of each child) and their canonical
+    reports: one digest, or ``UNSTABLE`` with where its runs differ; the first run's
+    evidence."""
+    side: dict[str, Any] = {"runs": [{k: m.get(k) for k in RUN_FIELDS} for m in runs]}
+    if runs:
+        side["excluded"] = runs[0].get("excluded")
+    if error is not None or len(reports) < RUNS:
+        side.update(digest=None, stable=False, error=error or "a run is missing")
+        return side
+    stable = len({m["digest"] for m in runs}) == 1
+    side.update(digest=runs[0]["digest"] if stable else UNSTABLE, stable=stable)
+    side["evidence"] = evidence(reports[0], bounds)
+    if not stable:
+        side["run_difference"] = first_difference(reports[0], reports[1])
+    return side
+
+
+def judge_row(out: dict[str, Any], reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Equal or not, where first different, evidence, qualified, the verdict."""
     b, c = out["baseline"], out["candidate"]
     both = b.get("stable") and c.get("stable")
     out["equal"] = (b["digest"] == c["digest"]) if both else None
@@ -161,17 +177,25 @@ def _verdict(row: dict[str, Any]) -> str:
 
 
 def parity(spec: ParitySpec | str | Path, out_dir: str | Path | None = None, *,
+           keep_runs: bool = False,
            progress: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """Run a parity campaign (module doc); the result is written to ``out_dir/parity.json``
-    when ``out_dir`` is given. Bad specs raise ``ConfigError`` before any process starts."""
+    when ``out_dir`` is given, and with ``keep_runs`` every run's canonical report, job and
+    stderr under ``out_dir/runs/`` (else they are deleted). Bad specs raise
+    ``ConfigError`` before any process starts."""
     if not isinstance(spec, ParitySpec):
         spec = load_spec(spec)
+    if keep_runs and out_dir is None:
+        raise ConfigError("keep_runs needs an out_dir")
     say = progress or (lambda _msg: None)
     t0 = time.monotonic()
     trees: dict[str, Tree] = {}
     sides = {"baseline": spec.baseline, "candidate": spec.candidate}
     with tempfile.TemporaryDirectory(prefix="wb-parity-") as tmp:
         work = Path(tmp)
+        if keep_runs:
+            work = Path(out_dir or tmp) / RUNS_DIR
+            work.mkdir(parents=True, exist_ok=True)
         try:
             for name, side in sides.items():
                 trees[name] = (checkout(side.label, side.revision) if side.revision is not None
