@@ -16,7 +16,7 @@ def test_a_valid_spec_reads_back_with_its_window_and_rows(write_spec):
     spec = load_spec(write_spec(spec_data([row("single"), row("dp2", workers=2, dp=2)])))
     assert (spec.offset, spec.max_items, spec.trace_path) == (100, 120, str(MOON))
     assert [r.name for r in spec.rows] == ["single", "dp2"]
-    assert spec.rows[0].knobs() == {**spec.rows[0].engine, "workers": 1, "router": "round-robin"}
+    assert spec.rows[0].knobs() == spec.rows[0].engine  # one worker of one rank: one engine
     assert spec.rows[1].knobs()["dp"] == 2
     cfg = spec.run_config(spec.rows[1], spec.candidate)
     assert cfg["trace"] == {"path": str(MOON), "offset": 100, "max_items": 120}

@@ -54,6 +54,8 @@ class Row:
         if topo.get("dp") == 1:  # one rank per worker: the engine as it always was
             topo.pop("dp")
             topo.pop("dp_placement", None)
+        if topo.get("workers") == 1 and set(topo) <= {"workers", "router", "router_options"}:
+            topo = {}  # one worker, one rank: one engine, no cluster (its router has no choice)
         return {**self.engine, **topo}
 
 
