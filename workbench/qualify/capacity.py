@@ -8,11 +8,13 @@ bounds (1 to 3) with no request preempted twice and every request served:
 
 - too few preemptions: halve until some preempt (a value at which a request no longer
   fits the cache is a floor), then bisect the edge: the *largest* value that preempts;
-- too many: double until few enough, then bisect: the *smallest* value within the bound.
+- too many: double until calm (within the bound, no request preempted twice), then
+  bisect: the *smallest* calm value.
 
 Preemptions fall as capacity grows but not strictly (a different eviction can preempt
-one request more), so the value found is checked again, and the search is bounded
-(``max_probes`` replays). The change is returned, not applied: written into the spec
+one request more), so the value found is checked again; when it does not fit, the probed
+value nearest the row's own that does is taken. The bisection stops at 1/256 of the
+row's value and the search is bounded (``max_probes`` replays). The change is returned, not applied: written into the spec
 (``apply_capacity``) it is the same for both sides, as every row is.
 """
 
@@ -82,8 +84,15 @@ def propose_capacity(spec: ParitySpec, row_name: str, knob: str = "num_blocks", 
         f = at(found)
         note = (note or "") + (f"; at the edge {knob}={found} gives {f['preemptions']} "
                                f"preemptions (most per request {f['most_per_request']}, "
-                               f"{f['not_ok']} not ok): none in range")
+                               f"{f['not_ok']} not ok)")
         found = None
+    if found is None:  # preemptions are not monotone: any value probed that fits, nearest
+        fitting = sorted((abs(v - start), v) for v, f in seen.items() if fits(f))
+        if fitting:
+            found = fitting[0][1]
+            note += f"; the nearest value probed that fits: {found}"
+        else:
+            note += "; none in range"
     probes = [seen[v] for v in seen]
     return {"row": row_name, "knob": knob, "from": start, "to": found,
             "change": None if found is None else found - start,
@@ -146,7 +155,7 @@ def _up(at: Callable[[int], dict[str, Any]], start: int, hi: int) -> tuple[int |
     for _ in range(20):
         v *= 2
         f = at(v)
-        if f["preemptions"] <= hi and not f["not_ok"]:
+        if calm(f, hi):
             good = v
             break
         bad = v
@@ -155,11 +164,16 @@ def _up(at: Callable[[int], dict[str, Any]], start: int, hi: int) -> tuple[int |
     while good - bad > resolution(start):
         mid = (good + bad) // 2
         g = at(mid)
-        if g["preemptions"] <= hi and not g["not_ok"]:
+        if calm(g, hi):
             good = mid
         else:
             bad = mid
     return good, ""
+
+
+def calm(f: dict[str, Any], hi: int) -> bool:
+    """No flood, no request preempted twice, every request served."""
+    return f["preemptions"] <= hi and f["most_per_request"] <= 1 and not f["not_ok"]
 
 
 def apply_capacity(spec_data: dict[str, Any], row_name: str, knob: str,

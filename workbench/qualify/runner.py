@@ -28,7 +28,6 @@ from typing import Any
 import orjson
 
 from workbench.errors import ConfigError
-from workbench.qualify import child as child_module
 from workbench.qualify.diff import first_difference
 from workbench.qualify.evidence import evidence
 from workbench.qualify.sides import Tree, checkout, this_tree
@@ -37,6 +36,7 @@ from workbench.qualify.spec import RUNS, ParitySpec, Row, Side, load_spec
 UNSTABLE = "unstable: stop"
 RESULT_FILE = "parity.json"
 RUNS_DIR = "runs"
+CHILD = Path(__file__).with_name("child.py")  # run as a script on the side's tree
 
 
 class RunFailed(Exception):
@@ -61,7 +61,7 @@ def _launch(tree: Tree, config: dict[str, Any], work: Path, tag: str, core: int 
     env["PYTHONHASHSEED"] = str(zlib.crc32(tag.encode()) % 4096)  # differs by run and side
     err = (work / f"{tag}.stderr").open("wb")
     proc = subprocess.Popen(  # -P: the script's folder is not on sys.path; -s: no user site
-        [sys.executable, "-P", "-s", child_module.__file__, str(job_path)],
+        [sys.executable, "-P", "-s", str(CHILD), str(job_path)],
         cwd=str(work), env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     err.close()
     return proc, job
