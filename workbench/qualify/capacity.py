@@ -14,8 +14,9 @@ bounds (1 to 3) with no request preempted twice and every request served:
 Preemptions fall as capacity grows but not strictly (a different eviction can preempt
 one request more), so the value found is checked again; when it does not fit, the probed
 value nearest the row's own that does is taken. The bisection stops at 1/256 of the
-row's value and the search is bounded (``max_probes`` replays). The change is returned, not applied: written into the spec
-(``apply_capacity``) it is the same for both sides, as every row is.
+row's value and the search is bounded (``max_probes`` replays). The change is returned,
+not applied: written into the spec (``apply_capacity``) it is the same for both sides,
+as every row is.
 """
 
 from __future__ import annotations

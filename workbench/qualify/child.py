@@ -21,19 +21,19 @@ from typing import Any
 
 # where each name has lived (first found wins): a refactor that moves them keeps parity
 # runs of older revisions working
-CANONICAL_HOMES = ("workbench.reports.canonical", "workbench.reports",
-                   "workbench.executors.virtual")
+CANONICAL_HOMES = ("workbench.report.canonical", "workbench.executors.virtual")
+SIMULATE_HOMES = ("workbench.executors.virtual",)
 
 
-def _find(name: str) -> Any:
-    for home in CANONICAL_HOMES:
+def _find(name: str, homes: tuple[str, ...] = CANONICAL_HOMES) -> Any:
+    for home in homes:
         try:
             mod = importlib.import_module(home)
         except ImportError:
             continue
         if hasattr(mod, name):
             return getattr(mod, name)
-    raise ImportError(f"no {name} in {CANONICAL_HOMES}")
+    raise ImportError(f"no {name} in {homes}")
 
 
 def main(job_path: str) -> int:
@@ -46,7 +46,7 @@ def main(job_path: str) -> int:
     wall, cpu = time.monotonic(), time.process_time()
     import workbench
 
-    simulate = _find("simulate")
+    simulate = _find("simulate", SIMULATE_HOMES)
     canonical_report, report_digest = _find("canonical_report"), _find("report_digest")
     try:
         excluded = dict(_find("CANONICAL_EXCLUDED"))
