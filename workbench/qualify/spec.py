@@ -196,6 +196,7 @@ def parse_spec(data: Any, path: str = "<spec>", *, base: Path | None = None,
     tpath = Path(c.string(trace["path"], "trace.path"))
     if not tpath.is_absolute() and base is not None:
         tpath = base / tpath
+    tpath = tpath.resolve()  # the children run elsewhere: they get the absolute path
     sha = c.string(trace["sha256"], "trace.sha256", re.compile(r"^[0-9a-f]{64}$"))
     if verify_trace:
         if not tpath.is_file():
