@@ -136,3 +136,15 @@ def test_the_command_runs_a_spec_and_exits_1_when_a_row_is_not_qualified(write_s
             in proc.stdout)
     assert "evidence (baseline): preemptions fail (0)" in proc.stdout
     assert Path(out / "parity.json").is_file()
+
+
+def test_an_unknown_revision_is_refused_before_any_process(write_spec, tmp_path):
+    from workbench.errors import ConfigError
+
+    data = spec_data([row("single")], baseline={"revision": "no-such-revision-xyz"},
+                     candidate={"revision": "HEAD"})
+    before = _git("worktree", "list")
+    with pytest.raises(ConfigError, match="no-such-revision-xyz"):
+        parity(write_spec(data), tmp_path / "out")
+    assert _git("worktree", "list") == before
+    assert not (tmp_path / "out" / "parity.json").exists()
