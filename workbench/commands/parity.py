@@ -38,10 +38,14 @@ def _print_row(row: dict[str, Any]) -> None:
     print(f"{row['name']}: {row['verdict']}")
     print(f"  baseline  {b.get('digest')}")
     print(f"  candidate {c.get('digest')}")
-    first = (row.get("first_difference") or {}).get("request")
+    diff = row.get("first_difference") or {}
+    first = diff.get("request")
     if first:
         print(f"  first difference: request {first['request_id']} (#{first['index']}), "
               f"field {first['field']}: {first['baseline']!r} -> {first['candidate']!r}")
+    for section, paths in (diff.get("sections") or {}).items():
+        print(f"  {section} differs at: {', '.join(paths[:4])}"
+              f"{' …' if len(paths) > 4 else ''}")
     for name, side in (("baseline", b), ("candidate", c)):
         ev = side.get("evidence")
         if ev:

@@ -166,9 +166,14 @@ def _verdict(row: dict[str, Any]) -> str:
         if not side["stable"]:
             return f"not qualified: the {name} is {UNSTABLE} (its two runs differ)"
     if not row["equal"]:
-        first = (row["first_difference"] or {}).get("request")
-        where = (f" at request {first['request_id']} (#{first['index']}), field {first['field']}"
-                 if first else "")
+        diff = row["first_difference"] or {}
+        first = diff.get("request")
+        if first:
+            where = f" at request {first['request_id']} (#{first['index']}), field {first['field']}"
+        else:  # every record the same: the manifest (a knob), the summary or the timeline
+            sections = diff.get("sections") or {}
+            paths = [p for part in sections.values() for p in part[:1]]
+            where = f": no record differs; first {', '.join(paths)}" if paths else ""
         return f"not qualified: the digests differ{where}"
     if not row["evidence_passed"]:
         failed = sorted(set(b["evidence"]["failed"]) | set(c["evidence"]["failed"]))
