@@ -135,6 +135,7 @@ def test_the_command_runs_a_spec_and_exits_1_when_a_row_is_not_qualified(write_s
     assert ("roomy: not qualified: equal digests, but the evidence fails (preemptions)"
             in proc.stdout)
     assert "evidence (baseline): preemptions fail (0)" in proc.stdout
+    assert "the digest leaves out exactly" in proc.stdout and "manifest.run_id" in proc.stdout
     assert Path(out / "parity.json").is_file()
 
 

@@ -12,6 +12,13 @@ from workbench.errors import ConfigError
 from workbench.qualify import load_spec
 
 
+def test_wb_parity_is_the_campaign_runner():
+    import workbench as wb
+    from workbench.qualify import parity
+
+    assert wb.parity is parity
+
+
 def test_a_valid_spec_reads_back_with_its_window_and_rows(write_spec):
     spec = load_spec(write_spec(spec_data([row("single"), row("dp2", workers=2, dp=2)])))
     assert (spec.offset, spec.max_items, spec.trace_path) == (100, 120, str(MOON))

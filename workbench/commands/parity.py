@@ -89,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
     result = parity(spec, out, progress=lambda m: print(f"  {m}", flush=True))
     for row in result["rows"]:
         _print_row(row)
+    excluded = result.get("excluded") or {}
+    print(f"the digest leaves out exactly {len(excluded)} fields (the closed list, as the "
+          f"revision that ran defines it): {', '.join(excluded)}")
     verdict = "qualified" if result["qualified"] else "NOT qualified"
     print(f"{verdict}: {sum(r['qualified'] for r in result['rows'])} of {len(result['rows'])} "
           f"rows ({result['wall_s']:.1f} s); {out / 'parity.json'}  "
