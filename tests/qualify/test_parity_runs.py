@@ -149,3 +149,15 @@ def test_an_unknown_revision_is_refused_before_any_process(write_spec, tmp_path)
         parity(write_spec(data), tmp_path / "out")
     assert _git("worktree", "list") == before
     assert not (tmp_path / "out" / "parity.json").exists()
+
+
+def test_the_helper_grows_a_flooded_row_to_its_calm_edge(write_spec):
+    """20,000 blocks flood this window with preemptions (a request preempted several
+    times): the helper doubles, then bisects to the smallest calm value, and says so."""
+    spec = load_spec(write_spec(spec_data([row("tight", {"num_blocks": 20000})], max_items=200)))
+    found = propose_capacity(spec, "tight")
+    first = found["probes"][0]
+    assert first["value"] == 20000 and first["preemptions"] > 3 and first["most_per_request"] > 1
+    assert found["to"] is not None and found["to"] > 20000 and found["change"] > 0
+    at = next(p for p in found["probes"] if p["value"] == found["to"])
+    assert 1 <= at["preemptions"] <= 3 and at["most_per_request"] == 1 and at["not_ok"] == 0
