@@ -14,7 +14,7 @@ from parity_specs import MOON, row, spec_data
 from workbench.executors.virtual import canonical_report, report_digest, simulate
 from workbench.qualify import UNSTABLE, apply_capacity, load_spec, parity, propose_capacity
 from workbench.qualify.diff import first_path
-from workbench.qualify.runner import cores, judge_side
+from workbench.qualify.runner import cores, judge_row, judge_side, stop_after
 from workbench.qualify.sides import repo_root
 
 
@@ -124,6 +124,14 @@ def test_a_side_whose_two_runs_differ_is_unstable_and_says_where():
     side = judge_side(metas, reports, (1, 3))
     assert side["stable"] is False and side["digest"] == UNSTABLE
     assert side["run_difference"]["request"]["index"] == 0
+    stable = judge_side([metas[0], metas[0]], [reports[0], reports[0]], (1, 3))
+    row = judge_row({"name": "salted", "baseline": stable, "candidate": side},
+                    {"baseline": reports[0], "candidate": reports[0]})
+    assert row["equal"] is None and not row["qualified"]
+    assert row["verdict"] == "not qualified: the candidate is unstable: stop (its two runs differ)"
+    assert stop_after(row, ["next"]) == {"after": "salted", "unstable": ["candidate"],
+                                         "not_run": ["next"]}
+    assert stop_after({"name": "x", "baseline": stable, "candidate": stable}, []) is None
 
 
 def test_the_command_runs_a_spec_and_exits_1_when_a_row_is_not_qualified(write_spec, tmp_path):

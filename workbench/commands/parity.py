@@ -92,6 +92,10 @@ def run(args: argparse.Namespace) -> int:
     excluded = result.get("excluded") or {}
     print(f"the digest leaves out exactly {len(excluded)} fields (the closed list, as the "
           f"revision that ran defines it): {', '.join(excluded)}")
+    if result.get("stopped"):
+        st = result["stopped"]
+        print(f"stopped: {', '.join(st['unstable'])} unstable on {st['after']}; not run: "
+              f"{', '.join(st['not_run']) or 'none'}")
     verdict = "qualified" if result["qualified"] else "NOT qualified"
     print(f"{verdict}: {sum(r['qualified'] for r in result['rows'])} of {len(result['rows'])} "
           f"rows ({result['wall_s']:.1f} s); {out / 'parity.json'}  "

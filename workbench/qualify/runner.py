@@ -6,9 +6,10 @@ process may use two cores or more, the two sides' runs go in pairs on disjoint c
 (``os.sched_setaffinity``; the second pair swaps them), so neither side always gets the
 same core. A side whose two runs differ is *unstable: stop* (nothing is compared); two
 stable sides are equal or not, and where they first differ is found
-(``diff.first_difference``). The pressure evidence (``evidence``) is read from each
-side's first run. A row is **qualified** when both sides are stable, equal, and pass
-their evidence. docs/parity.md.
+(``diff.first_difference``). After a row with an unstable side the campaign stops: a
+side that is not deterministic qualifies nothing (``stopped`` names the rows not run).
+The pressure evidence (``evidence``) is read from each side's first run. A row is
+**qualified** when both sides are stable, equal, and pass their evidence. docs/parity.md.
 """
 
 from __future__ import annotations
@@ -158,6 +159,13 @@ def judge_row(out: dict[str, Any], reports: dict[str, dict[str, Any]]) -> dict[s
     return out
 
 
+def stop_after(row: dict[str, Any], rest: list[str]) -> dict[str, Any] | None:
+    """The campaign's stop after ``row`` when a side of it is unstable (``rest``: the rows
+    not run then), else None."""
+    unstable = [n for n in ("baseline", "candidate") if row[n].get("digest") == UNSTABLE]
+    return {"after": row["name"], "unstable": unstable, "not_run": rest} if unstable else None
+
+
 def _verdict(row: dict[str, Any]) -> str:
     b, c = row["baseline"], row["candidate"]
     for name, side in (("baseline", b), ("candidate", c)):
@@ -206,10 +214,15 @@ def parity(spec: ParitySpec | str | Path, out_dir: str | Path | None = None, *,
                 trees[name] = (checkout(side.label, side.revision) if side.revision is not None
                                else this_tree(side.label))
                 say(f"{name}: {trees[name].commit[:12]} ({trees[name].root})")
-            rows = []
+            rows: list[dict[str, Any]] = []
+            stopped = None
             for row in spec.rows:
                 rows.append(run_row(spec, row, trees, work, sides))
                 say(f"{row.name}: {rows[-1]['verdict']}")
+                stopped = stop_after(rows[-1], [r.name for r in spec.rows[len(rows):]])
+                if stopped:  # a side that is not deterministic: nothing further can qualify
+                    say(f"stopped: {', '.join(stopped['unstable'])} {UNSTABLE} on {row.name}")
+                    break
         finally:
             for tree in trees.values():
                 tree.release()
@@ -221,7 +234,8 @@ def parity(spec: ParitySpec | str | Path, out_dir: str | Path | None = None, *,
         "excluded": next((r[n]["excluded"] for r in rows for n in ("baseline", "candidate")
                           if r[n].get("excluded")), None),
         "rows": rows,
-        "qualified": all(r["qualified"] for r in rows),
+        "qualified": stopped is None and all(r["qualified"] for r in rows),
+        "stopped": stopped,
         "wall_s": round(time.monotonic() - t0, 3),
         "cores": cores(),
     }  # fmt: skip

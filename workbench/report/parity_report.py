@@ -27,8 +27,11 @@ def parity_headline(result: dict[str, Any]) -> Headline:
     spec = result["spec"]
     win = spec["window"]
     verdict = "QUALIFIED" if result["qualified"] else "NOT QUALIFIED (WARNING)"
+    stopped = result.get("stopped")
     return Headline([
         f"{verdict}: {good} of {len(rows)} rows qualified · {what}",
+        f"STOPPED (WARNING): {', '.join(stopped['unstable'])} unstable on {stopped['after']}; "
+        f"not run: {', '.join(stopped['not_run']) or 'none'}" if stopped else "",
         f"{win['max_items']:,} requests from #{win['offset']:,} ({win['rule']}) of "
         f"{spec['trace']['path'].rsplit('/', 1)[-1]} · each side run twice in separate "
         f"processes · {result['wall_s']:.0f} s",
