@@ -16,8 +16,8 @@ loop on the shared clock:
    (``dp_barrier_wait_ns``, per rank, in ``stats()``).
 
 A rank with nothing to run sits the step out (its dummy batch is never the slowest).
-A request is placed on a rank when it is submitted, by ``placement``
-(``DP_PLACEMENTS``): ``least-loaded`` (fewest ``4 × waiting + running``, vLLM's
+A request is placed on a rank when it is submitted, by ``placement`` (the registry
+``DP_PLACEMENTS``): ``least-loaded`` (fewest ``4 × waiting + running``, vLLM's
 data-parallel balancer score; ties to the lower rank) or ``round-robin`` (SGLang's
 default). The worker has ``Engine``'s face (``load``, ``cached_prefix_blocks``,
 ``submit_prepared``, ``stats``...), so a router and ``sim.cluster`` see one worker.
@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from workbench.clock import Clock
+from workbench.registry import Registry
 from workbench.segments import Segments
 from workbench.sim import cost
 from workbench.sim import scheduler as sched
@@ -43,16 +44,32 @@ from workbench.sim.config import EngineConfig
 from workbench.sim.engine import Engine, RequestOutput
 from workbench.tokenizer import output_token
 
-DP_PLACEMENTS = ("least-loaded", "round-robin")
 DP_MAX = 64  # ranks per worker (a node's GPUs, several times over)
+#: rank placements: (the ranks' schedulers, requests placed so far) -> the rank; adding one
+#: is a function here with one ``@DP_PLACEMENTS.register(name)`` line
+DP_PLACEMENTS: Registry[Callable[[list[sched.Scheduler], int], int]] = Registry("dp placement")
+
+
+@DP_PLACEMENTS.register("least-loaded")
+def least_loaded(ranks: list[sched.Scheduler], placed: int) -> int:
+    """Fewest ``4 × waiting + running`` (vLLM's data-parallel balancer score), ties to
+    the lower rank."""
+    scores = [4 * len(s.waiting) + len(s.running) for s in ranks]
+    return scores.index(min(scores))
+
+
+@DP_PLACEMENTS.register("round-robin")
+def round_robin(ranks: list[sched.Scheduler], placed: int) -> int:
+    """Rank ``k mod R`` for the k-th request (SGLang's default)."""
+    return placed % len(ranks)
 
 
 def check_dp(dp: Any, placement: Any) -> None:
     """``ValueError`` naming the knob and its rule."""
     if type(dp) is not int or not 1 <= dp <= DP_MAX:
         raise ValueError(f"engine.dp must be an integer in [1, {DP_MAX}], got {dp!r}")
-    if placement not in DP_PLACEMENTS:
-        raise ValueError(f"engine.dp_placement must be one of {list(DP_PLACEMENTS)}, "
+    if placement not in DP_PLACEMENTS.names():
+        raise ValueError(f"engine.dp_placement must be one of {DP_PLACEMENTS.names()}, "
                          f"got {placement!r}")
 
 
@@ -162,7 +179,7 @@ class DPWorker:
         self.busy_steps = [0] * dp  # per rank: steps it had work in
         self.steps = 0  # barrier steps
         self.placed = [0] * dp  # requests placed on each rank
-        self._next = 0  # round-robin
+        self._place = DP_PLACEMENTS.get(placement)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._idle = True
@@ -213,12 +230,7 @@ class DPWorker:
         return req
 
     def choose_rank(self) -> int:
-        if self.placement == "round-robin":
-            r = self._next % self.dp
-            self._next += 1
-            return r
-        scores = [4 * len(s.waiting) + len(s.running) for s in self.ranks]
-        return scores.index(min(scores))
+        return self._place(self.ranks, sum(self.placed))
 
     def load(self) -> tuple[int, int, float]:
         """(running, waiting, mean KV usage) over the ranks: what a router balances on."""
