@@ -169,3 +169,12 @@ def test_the_helper_grows_a_flooded_row_to_its_calm_edge(write_spec):
     assert found["to"] is not None and found["to"] > 20000 and found["change"] > 0
     at = next(p for p in found["probes"] if p["value"] == found["to"])
     assert 1 <= at["preemptions"] <= 3 and at["most_per_request"] == 1 and at["not_ok"] == 0
+
+
+def test_an_output_folder_that_cannot_be_made_fails_before_any_process(write_spec, tmp_path):
+    from workbench.errors import OutputWriteError
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(OutputWriteError, match="cannot write"):
+        parity(write_spec(spec_data([row("single")])), blocker / "out")

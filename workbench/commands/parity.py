@@ -82,7 +82,12 @@ def run(args: argparse.Namespace) -> int:
             data = load_yaml(str(src), text) if src.suffix in (".yaml", ".yml") else parse_json(
                 str(src), text)
             new = apply_capacity(data, found["row"], args.knob, found["to"])
-            Path(args.write).write_text(json.dumps(new, indent=2) + "\n", encoding="utf-8")
+            try:  # JSON, which a .yaml name reads back as well
+                Path(args.write).write_text(json.dumps(new, indent=2) + "\n", encoding="utf-8")
+            except OSError as exc:
+                from workbench.errors import OutputWriteError
+
+                raise OutputWriteError(args.write, exc) from None
             print(f"spec with the change: {args.write}")
         return 0
     out = Path(args.out_dir or Path("parity") / spec.name)

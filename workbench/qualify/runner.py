@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, OutputWriteError
 from workbench.qualify.diff import first_difference
 from workbench.qualify.evidence import evidence
 from workbench.qualify.sides import Tree, checkout, this_tree
@@ -200,6 +200,11 @@ def parity(spec: ParitySpec | str | Path, out_dir: str | Path | None = None, *,
         spec = load_spec(spec)
     if keep_runs and out_dir is None:
         raise ConfigError("keep_runs needs an out_dir")
+    if out_dir is not None:  # before any process: a folder that cannot be made fails now
+        try:
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputWriteError(out_dir, exc) from None
     say = progress or (lambda _msg: None)
     t0 = time.monotonic()
     trees: dict[str, Tree] = {}
@@ -241,8 +246,11 @@ def parity(spec: ParitySpec | str | Path, out_dir: str | Path | None = None, *,
     }  # fmt: skip
     if out_dir is not None:
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / RESULT_FILE).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / RESULT_FILE).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+        except OSError as exc:
+            raise OutputWriteError(out / RESULT_FILE, exc) from None
     return result
 
 
