@@ -54,7 +54,30 @@ def test_a_bad_field_is_named_with_its_rule(write_spec, change, message):
     path = write_spec(data)
     with pytest.raises(ConfigError, match=message) as info:
         load_spec(path)
-    assert str(info.value).startswith(f"{path}: ")
+    assert str(info.value).startswith(f"{path}:1: ")  # json.dumps writes one line
+
+
+def test_a_yaml_spec_error_names_the_line_of_the_field(tmp_path):
+    import yaml
+
+    data = spec_data([row("single"), row("two")])
+    del data["rows"][1]["engine"]["num_blocks"]
+    data["rows"][1]["topology"]["tp"] = 4
+    path = tmp_path / "spec.yaml"
+    text = yaml.safe_dump(data, sort_keys=False)
+    path.write_text(text)
+    lines = text.splitlines()
+    engine_line = [i for i, ln in enumerate(lines, 1) if ln.strip() == "engine:"][1]
+    with pytest.raises(ConfigError) as info:
+        load_spec(path)
+    assert str(info.value) == (f"{path}:{engine_line}: rows[1] (two).engine.num_blocks: "
+                               "required: a frozen row states its capacities")
+    data["rows"][1]["engine"]["num_blocks"] = 100
+    text = yaml.safe_dump(data, sort_keys=False)
+    path.write_text(text)
+    tp_line = [i for i, ln in enumerate(text.splitlines(), 1) if ln.strip() == "tp: 4"][0]
+    with pytest.raises(ConfigError, match=rf"^{path}:{tp_line}: rows\[1\] \(two\)\.topology\.tp"):
+        load_spec(path)
 
 
 def test_the_cli_refuses_a_bad_spec_with_exit_2_and_one_line(write_spec):

@@ -119,13 +119,25 @@ def _side_dict(side: Side) -> dict[str, Any]:
 
 
 class _Check:
-    """Field errors named ``file: field: rule``."""
+    """Field errors named ``file:line: field: rule`` (the line where the file has it, or
+    its nearest enclosing field; none for a spec given as data)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, lines: dict[tuple[str | int, ...], int] | None = None) -> None:
         self.path = path
+        self.lines = lines or {}
 
     def fail(self, where: str, rule: str) -> ConfigError:
-        return ConfigError(f"{self.path}: {where}: {rule}")
+        at = self.path
+        if self.lines:
+            # "rows[0] (single).engine.num_blocks" -> ("rows", 0, "engine", "num_blocks")
+            bare = re.sub(r" \([^)]*\)| with .*$", "", where)
+            key: tuple[str | int, ...] = tuple(
+                int(t) if t.isdigit() else t for t in re.findall(r"[^.\[\]]+", bare)
+                if t != "spec")
+            while key and key not in self.lines:
+                key = key[:-1]
+            at = f"{self.path}:{self.lines.get(key, 1)}"
+        return ConfigError(f"{at}: {where}: {rule}")
 
     def mapping(self, value: Any, where: str, keys: tuple[str, ...],
                 required: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
@@ -180,12 +192,40 @@ def load_spec(path: str | Path, *, verify_trace: bool = True) -> ParitySpec:
             data = parse_json(str(p), text)
         except ValueError as exc:
             raise ConfigError(f"{p}: invalid JSON: {exc}") from None
-    return parse_spec(data, str(p), base=p.parent, verify_trace=verify_trace)
+    return parse_spec(data, str(p), base=p.parent, verify_trace=verify_trace,
+                      lines=field_lines(text))
+
+
+def field_lines(text: str) -> dict[tuple[str | int, ...], int]:
+    """Each field's line in a YAML or JSON text (JSON is YAML), by path: composed only
+    (nothing built), after the bounded load has accepted the text."""
+    import yaml
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return {}
+    out: dict[tuple[str | int, ...], int] = {}
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(root, ())]
+    while stack:
+        node, path = stack.pop()
+        if node is None:
+            continue
+        out.setdefault(path, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                sub = (*path, str(k.value))
+                out[sub] = k.start_mark.line + 1
+                stack.append((v, sub))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((v, (*path, i)) for i, v in enumerate(node.value))
+    return out
 
 
 def parse_spec(data: Any, path: str = "<spec>", *, base: Path | None = None,
-               verify_trace: bool = True) -> ParitySpec:  # fmt: skip
-    c = _Check(path)
+               verify_trace: bool = True,
+               lines: dict[tuple[str | int, ...], int] | None = None) -> ParitySpec:  # fmt: skip
+    c = _Check(path, lines)
     top = c.mapping(data, "spec", ("parity", "name", "trace", "window", "arrival", "rows",
                                    "baseline", "candidate", "limits"),
                     ("parity", "name", "trace", "window", "rows", "baseline", "candidate"))
