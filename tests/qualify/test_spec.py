@@ -75,7 +75,7 @@ def test_a_yaml_spec_error_names_the_line_of_the_field(tmp_path):
     data["rows"][1]["engine"]["num_blocks"] = 100
     text = yaml.safe_dump(data, sort_keys=False)
     path.write_text(text)
-    tp_line = [i for i, ln in enumerate(text.splitlines(), 1) if ln.strip() == "tp: 4"][0]
+    tp_line = next(i for i, ln in enumerate(text.splitlines(), 1) if ln.strip() == "tp: 4")
     with pytest.raises(ConfigError, match=rf"^{path}:{tp_line}: rows\[1\] \(two\)\.topology\.tp"):
         load_spec(path)
 
