@@ -29,6 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "running the campaign")
     p.add_argument("--knob", default="num_blocks", help="the capacity knob searched "
                    "(default num_blocks)")
+    p.add_argument("--build-python", metavar="PYTHON", default=None,
+                   help="an interpreter whose setuptools builds a revision's compiled modules "
+                        "when its C source differs from this tree's (else it runs the "
+                        "Python twins)")
     p.add_argument("--write", metavar="NEW_SPEC", default=None,
                    help="with --propose-capacity: write the spec with the change found")
 
@@ -91,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"spec with the change: {args.write}")
         return 0
     out = Path(args.out_dir or Path("parity") / spec.name)
-    result = parity(spec, out, progress=lambda m: print(f"  {m}", flush=True))
+    result = parity(spec, out, build_python=args.build_python,
+                    progress=lambda m: print(f"  {m}", flush=True))
     for row in result["rows"]:
         _print_row(row)
     excluded = result.get("excluded") or {}

@@ -190,11 +190,12 @@ def _verdict(row: dict[str, Any]) -> str:
 
 
 def parity(spec: ParitySpec | str | Path, out_dir: str | Path | None = None, *,
-           keep_runs: bool = False,
+           keep_runs: bool = False, build_python: str | None = None,
            progress: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """Run a parity campaign (module doc); the result is written to ``out_dir/parity.json``
     when ``out_dir`` is given, and with ``keep_runs`` every run's canonical report, job and
-    stderr under ``out_dir/runs/`` (else they are deleted). Bad specs raise
+    stderr under ``out_dir/runs/`` (else they are deleted); ``build_python`` builds a
+    revision's compiled modules when its C differs (``sides.checkout``). Bad specs raise
     ``ConfigError`` before any process starts."""
     if not isinstance(spec, ParitySpec):
         spec = load_spec(spec)
@@ -216,8 +217,8 @@ def parity(spec: ParitySpec | str | Path, out_dir: str | Path | None = None, *,
             work.mkdir(parents=True, exist_ok=True)
         try:
             for name, side in sides.items():
-                trees[name] = (checkout(side.label, side.revision) if side.revision is not None
-                               else this_tree(side.label))
+                trees[name] = (checkout(side.label, side.revision, build_python)
+                               if side.revision is not None else this_tree(side.label))
                 say(f"{name}: {trees[name].commit[:12]} ({trees[name].root})")
             rows: list[dict[str, Any]] = []
             stopped = None

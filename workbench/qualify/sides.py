@@ -6,8 +6,10 @@ from the checkout (``git rev-parse HEAD``), never taken from the spec. Its child
 processes import ``workbench`` from that folder (``PYTHONPATH``), with this venv's
 libraries. The compiled modules (``_kernels``, ``sim/_kvcache``) are not in git: when the
 checkout's C source is byte-identical to this tree's, this tree's built module is copied
-in; otherwise the checkout runs the pure-Python twins (the same results by design,
-docs/virtual-time.md, "Compiled kernels"), and the report says which.
+in; otherwise it is built in the checkout when a build interpreter is given
+(``build_python``: one whose setuptools can build, e.g. the project's build venv), else
+the checkout runs the pure-Python twins (the same results by design,
+docs/virtual-time.md, "Compiled kernels"); the report says which.
 """
 
 from __future__ import annotations
@@ -86,8 +88,10 @@ def this_tree(label: str) -> Tree:
     return Tree(label, root, commit, dirty, compiled)
 
 
-def checkout(label: str, revision: str) -> Tree:
-    """A temporary worktree of ``revision`` of this repository (``Tree.release`` removes it)."""
+def checkout(label: str, revision: str, build_python: str | None = None) -> Tree:
+    """A temporary worktree of ``revision`` of this repository (``Tree.release`` removes it).
+    ``build_python``: an interpreter whose setuptools builds the checkout's own compiled
+    modules when its C source differs from this tree's (``setup.py build_ext --inplace``)."""
     repo = repo_root()
     sha = _git(repo, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
     tmp = Path(tempfile.mkdtemp(prefix=f"wb-parity-{label}-"))
@@ -96,6 +100,7 @@ def checkout(label: str, revision: str) -> Tree:
     tree = Tree(label, root, _git(root, "rev-parse", "HEAD"),
                 bool(_git(root, "status", "--porcelain")), checkout=True)
     here, there = package_dir(), root / "workbench"
+    differs = []
     for src, so in COMPILED:
         built = sorted(here.glob(so))
         same = (there / src).is_file() and (here / src).is_file() and _sha(there / src) == _sha(
@@ -106,7 +111,31 @@ def checkout(label: str, revision: str) -> Tree:
             tree.compiled[so] = "copied (C source identical to this tree's)"
         else:
             tree.compiled[so] = "absent (Python twins: C source differs or not built here)"
+            differs.append(so)
+    if differs and build_python:
+        note = _build(root, build_python)
+        for so in differs:
+            ok = note is None and list(there.glob(so))
+            tree.compiled[so] = ("built in the checkout (its own C source)" if ok else
+                                 f"absent (Python twins: the build failed: {note})")
     return tree
+
+
+BUILD_TIMEOUT_S = 900
+
+
+def _build(root: Path, python: str) -> str | None:
+    """``python setup.py -q build_ext --inplace`` in ``root``; None, or why it failed."""
+    try:
+        out = subprocess.run([python, "setup.py", "-q", "build_ext", "--inplace"], cwd=root,
+                             capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
+                             check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    if out.returncode:
+        tail = out.stderr.strip().splitlines()[-1:] or [f"exit {out.returncode}"]
+        return tail[0]
+    return None
 
 
 def _sha(path: Path) -> str:
