@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import copy
 
-from parity_specs import MOON
+from parity_specs import MOON, canonical_report
 
-from workbench.executors.virtual import canonical_report, simulate
+from workbench.executors.virtual import simulate
 from workbench.qualify.diff import first_difference, first_path
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from parity_specs import MOON
+from parity_specs import MOON, canonical_report
 
-from workbench.executors.virtual import canonical_report, simulate
+from workbench.executors.virtual import simulate
 from workbench.qualify import evidence
 from workbench.qualify.evidence import preemption_check, spread_check
 

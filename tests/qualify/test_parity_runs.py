@@ -9,9 +9,9 @@ from pathlib import Path
 
 import orjson
 import pytest
-from parity_specs import MOON, row, spec_data
+from parity_specs import MOON, canonical_report, report_digest, row, spec_data
 
-from workbench.executors.virtual import canonical_report, report_digest, simulate
+from workbench.executors.virtual import simulate
 from workbench.qualify import UNSTABLE, apply_capacity, load_spec, parity, propose_capacity
 from workbench.qualify.diff import first_path
 from workbench.qualify.runner import cores, judge_row, judge_side, stop_after
