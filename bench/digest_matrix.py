@@ -2,8 +2,8 @@
 
 Method: run ``workbench.simulate`` on the bundled traces under engine settings that
 reach every path of the engine (prefix hits, chunked prefill, preemption, a cluster
-behind each router, disaggregation, the host KV tier, a preset, a synthetic agentic
-workload, the idle wake) and print one line per case: its name, the canonical
+behind each router, disaggregation, attention-DP ranks, the host KV tier, a preset, a
+synthetic agentic workload, the idle wake) and print one line per case: its name, the canonical
 report's sha256 and the CPU seconds it took. Run it in two trees (``PYTHONPATH`` at
 the other one) and diff the outputs: a representation change of the engine must
 leave every digest byte-identical (docs/measurement-rules.md). From the repo root:
@@ -43,6 +43,8 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "moon-disagg": ({"trace": {"path": MOON, "max_items": 200}},
                     {"workers": 4, "router": "prefix-aware",
                      "disagg": {"prefill": 2, "decode": 2}}),
+    "moon-dp": ({"trace": {"path": MOON, "max_items": 200}},
+                {"workers": 2, "router": "round-robin", "dp": 2, "num_blocks": 6000}),
     "moon-host": ({"trace": {"path": MOON, "max_items": 300}},
                   {"num_blocks": 4000, "host_kv_gb": 2.0, "host_kv_gbps": 20.0}),
     "moon-preset": ({"trace": {"path": MOON, "max_items": 200}},

@@ -23,6 +23,7 @@ _PUBLIC = {
     "EngineConfig": "workbench.sim.config",
     "simulate": "workbench.executors.virtual",
     "sweep": "workbench.sweeps",
+    "parity": "workbench.qualify",
     "sweep_async": "workbench.sweeps",
     "capacity_search": "workbench.sweeps",
     "capacity_search_async": "workbench.sweeps",

@@ -14,10 +14,12 @@ from collections.abc import Mapping
 WORKER_HEADER = "x-workbench-worker"
 DECODE_WORKER_HEADER = "x-workbench-decode-worker"
 WAITING_HEADER = "x-workbench-worker-waiting"
+DP_RANK_HEADER = "x-workbench-dp-rank"  # the attention-DP rank in the worker (sim.dp)
 PLACEMENT_FIELDS = (
     (WORKER_HEADER, "worker"),
     (DECODE_WORKER_HEADER, "decode_worker"),
     (WAITING_HEADER, "worker_waiting"),
+    (DP_RANK_HEADER, "dp_rank"),
 )
 
 

@@ -227,3 +227,23 @@ def test_cluster_run_workers_are_the_same_from_parquet(tmp_path: Path) -> None:
     table = pq.read_table(d / "records.parquet", columns=["worker", "worker_waiting"])
     assert table.column("worker").to_pylist() == [r.extra["worker"] for r in result.records]
     _close(mem, stored)
+
+
+def test_attention_dp_ranks_break_down_the_same_stored_and_in_memory(tmp_path):
+    """Under attention-DP each worker row lists its ranks (``dp_ranks``), from ``extra``
+    in memory and from the stored run's ``dp_rank`` column alike; no ranks, no key."""
+    from workbench.executors.virtual import simulate
+
+    trace = str(data.path("tracelab/multi_session_example.csv"))
+    result = simulate({"trace": trace}, engine={"workers": 2, "router": "round-robin", "dp": 2,
+                                                "dp_placement": "round-robin"})
+    d = save(result, tmp_path / "dp")
+    columns.convert(d, token_times=True)
+    mem, stored = summarize(result), scan.summarize(d)
+    assert stored["workers"] == mem["workers"]
+    for w in mem["workers"]:
+        ranks = w["dp_ranks"]
+        assert [r["rank"] for r in ranks] == [0, 1]
+        assert sum(r["requests"] for r in ranks) == w["requests"]
+    plain = simulate({"trace": trace}, engine={"workers": 2, "router": "round-robin"})
+    assert all("dp_ranks" not in w for w in summarize(plain)["workers"])

@@ -110,14 +110,16 @@ def test_a_failing_cell_still_writes_the_report_with_code(tmp_path: Path) -> Non
 
 
 def test_bundled_notebooks_resolve_by_name_and_the_repo_dir_is_the_package_dir() -> None:
-    assert render.bundled_notebooks() == ["compare", "plan", "replay", "sweep", "trace_explorer"]
+    assert render.bundled_notebooks() == [
+        "compare", "parity", "plan", "replay", "sweep", "trace_explorer"]
     for name in render.bundled_notebooks():
         assert render.notebook_path(name).is_file()
     # one copy: the repository's notebooks/ is a relative symlink to the package data
     link = REPO / "notebooks"
     assert link.is_symlink() and str(link.readlink()) == "workbench/notebooks"
     assert link.resolve() == render.notebook_path("replay").parent.resolve()
-    with pytest.raises(ConfigError, match="compare, plan, replay, sweep, trace_explorer"):
+    with pytest.raises(ConfigError,
+                       match="compare, parity, plan, replay, sweep, trace_explorer"):
         render.notebook_path("nope")
 
 

@@ -59,7 +59,8 @@ def test_one_parameters_cell_of_literals(name: str) -> None:
 
 
 def test_bundled_notebooks_are_the_three() -> None:
-    assert bundled_notebooks() == ["compare", "plan", "replay", "sweep", "trace_explorer"]
+    assert bundled_notebooks() == [
+        "compare", "parity", "plan", "replay", "sweep", "trace_explorer"]
 
 
 # -- executed -----------------------------------------------------------------------------

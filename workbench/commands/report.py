@@ -3,7 +3,8 @@
 One run directory renders the ``replay`` notebook over the stored run (its
 ``run_dir`` parameter); several render ``compare``; sweep directories (with a
 ``sweep.json``) render ``sweep``, several of them side by side; a plan directory
-(``plan.json``, from ``workbench plan``) renders ``plan``. ``--notebook`` picks another
+(``plan.json``, from ``workbench plan``) renders ``plan``, a parity directory
+(``parity.json``, from ``workbench parity``) ``parity``. ``--notebook`` picks another
 bundled notebook or a ``.ipynb`` path; ``--param KEY=VALUE`` sets any other
 parameter the notebook declares (VALUE is read as JSON when it parses).
 """
@@ -53,6 +54,14 @@ def build_params(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         args.param = [f"plan_dir={json.dumps(str(Path(plans[0]).resolve()))}", *args.param]
         args.run_dirs = []
         args.notebook = args.notebook or "plan"
+    campaigns = [d for d in args.run_dirs if (Path(d) / "parity.json").is_file()]
+    if campaigns:  # a parity campaign (workbench parity) renders the parity notebook
+        if len(campaigns) != 1 or len(args.run_dirs) != 1:
+            raise ConfigError("give one parity directory (parity.json) at a time")
+        args.param = [f"parity_dir={json.dumps(str(Path(campaigns[0]).resolve()))}",
+                      *args.param]
+        args.run_dirs = []
+        args.notebook = args.notebook or "parity"
     sweeps = [d for d in args.run_dirs if is_sweep_dir(d)]
     if sweeps and len(sweeps) != len(args.run_dirs):
         raise ConfigError("give sweep directories or run directories, not both")

@@ -63,6 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          help="prefill/decode disaggregation: P prefill and D decode workers")
     cluster.add_argument("--bandwidth-gbps", type=float, default=None,
                          help="disaggregation: KV transfer bandwidth in GB/s (default 50)")
+    cluster.add_argument("--dp", type=int, default=None, metavar="R",
+                         help="attention-DP: R ranks per worker, stepping together (default 1)")
+    cluster.add_argument("--dp-placement", default=None,
+                         help="attention-DP rank placement: least-loaded | round-robin")
     serve.add_argument("--engine-config", default=None, metavar="FILE",
                        help="engine knobs from a JSON/YAML file (e.g. from `sim calibrate`); "
                             "flags override it")
@@ -117,6 +121,10 @@ def cluster_knobs_from_args(args: argparse.Namespace) -> dict[str, Any]:
             knobs["disagg"]["bandwidth_gbps"] = args.bandwidth_gbps
     elif args.bandwidth_gbps is not None:
         raise ValueError("--bandwidth-gbps needs --disagg P:D")
+    if args.dp is not None:
+        knobs["dp"] = args.dp
+    if args.dp_placement is not None:
+        knobs["dp_placement"] = args.dp_placement
     return knobs
 
 

@@ -6,7 +6,8 @@ the decode worker under disaggregation in ``extra["decode_worker"]`` and the
 worker's waiting queue when the request arrived in ``extra["worker_waiting"]``
 (docs/cluster.md). ``worker_breakdown`` turns them into one row per worker:
 load (requests, share of prompt tokens), hit rate and queueing (waiting queue
-at arrival, TTFT). Runs whose records name no worker have no breakdown.
+at arrival, TTFT), and under attention-DP (``extra["dp_rank"]``) each worker's ranks
+(``dp_ranks``: requests, TTFT). Runs whose records name no worker have no breakdown.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def worker_breakdown(data: Any) -> list[dict[str, Any]] | None:
     cached, has_cached = cols.ints("cached_tokens")
     meas = cache_measured(cols.bools("cached_tokens_reported"), has_cached, prompt, has_prompt)
     ttft = cols.floats("ttft_ms")
+    rank, has_rank = (cols.ints("dp_rank") if cols.has("dp_rank")
+                      else (worker, np.zeros_like(has_worker)))
     total_prompt = float(prompt[ok].sum())
     rows: list[dict[str, Any]] = []
     for w in np.unique(worker[has_worker]).tolist():
@@ -62,4 +65,13 @@ def worker_breakdown(data: Any) -> list[dict[str, Any]] | None:
             "waiting_at_arrival_mean": float(wait.sum()) / len(wait) if len(wait) else None,
             "waiting_at_arrival_max": float(wait.max()) if len(wait) else None,
         })  # fmt: skip
+        if (part & has_rank).any():  # attention-DP ranks (sim.dp): each one's load and TTFT
+            rows[-1]["dp_ranks"] = [_rank_row(k, part & has_rank & (rank == k), ok, ttft)
+                                    for k in np.unique(rank[part & has_rank]).tolist()]
     return rows
+
+
+def _rank_row(k: int, part: np.ndarray, ok: np.ndarray, ttft: np.ndarray) -> dict[str, Any]:
+    t = describe(ttft[part & ok])
+    return {"rank": int(k), "requests": int(part.sum()), "ttft_ms_p50": t["p50"],
+            "ttft_ms_p90": t["p90"]}  # fmt: skip

@@ -23,14 +23,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.clock import Clock
-from workbench.placement import DECODE_WORKER_HEADER, WAITING_HEADER, WORKER_HEADER
+from workbench.placement import (
+    DECODE_WORKER_HEADER,
+    DP_RANK_HEADER,
+    WAITING_HEADER,
+    WORKER_HEADER,
+)
 from workbench.segments import Segments
 from workbench.sim.config import EngineConfig
+from workbench.sim.dp import DPWorker, RankRequest, check_dp
 from workbench.sim.engine import Engine, EngineRequest, RequestOutput
 from workbench.sim.kvcache import block_hashes
 from workbench.sim.router import Router, RouteRequest, make_router
 
-CLUSTER_KNOBS = ("workers", "router", "router_options", "disagg")
+CLUSTER_KNOBS = ("workers", "router", "router_options", "disagg", "dp", "dp_placement")
 # Llama-3-8B in fp16: 2 (K and V) x 32 layers x 8 KV heads x 128 dims x 2 bytes
 DEFAULT_KV_BYTES_PER_TOKEN = 131_072
 DEFAULT_BANDWIDTH_GBPS = 50.0  # GB/s: one 400 Gb/s RDMA NIC
@@ -64,14 +70,18 @@ MAX_WORKERS = 4096
 
 @dataclass(frozen=True, slots=True)
 class ClusterConfig:
-    """How many workers, which router, and whether prefill and decode are split."""
+    """How many workers, which router, whether prefill and decode are split, and how many
+    attention-DP ranks each worker has (``dp``, placed by ``dp_placement``: ``sim.dp``)."""
 
     workers: int = 1
     router: str = "round-robin"
     router_options: Mapping[str, Any] = field(default_factory=dict)
     disagg: DisaggConfig | None = None
+    dp: int = 1
+    dp_placement: str = "least-loaded"
 
     def __post_init__(self) -> None:
+        check_dp(self.dp, self.dp_placement)
         if type(self.workers) is not int or not 1 <= self.workers <= MAX_WORKERS:
             raise ValueError(f"engine.workers must be an integer in [1, {MAX_WORKERS}], "
                              f"got {self.workers!r}")
@@ -111,38 +121,49 @@ class ClusterConfig:
             router=str(knobs.get("router", "round-robin")),
             router_options=dict(knobs.get("router_options") or {}),
             disagg=disagg,
+            dp=knobs.get("dp", 1),
+            dp_placement=knobs.get("dp_placement", "least-loaded"),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "workers": self.size,
             "router": self.router,
             "router_options": dict(self.router_options),
             "disagg": None if self.disagg is None else dataclasses.asdict(self.disagg),
         }
+        if self.dp > 1:  # one rank per worker is the cluster as before (same manifest)
+            out.update(dp=self.dp, dp_placement=self.dp_placement)
+        return out
 
 
 def split_knobs(knobs: Mapping[str, Any]) -> tuple[dict[str, Any], ClusterConfig | None]:
     """Engine knobs and the cluster they ask for (None: one engine, no cluster key given)."""
     engine = {k: v for k, v in knobs.items() if k not in CLUSTER_KNOBS}
-    if not any(k in knobs for k in CLUSTER_KNOBS):
-        return engine, None
+    asked = [k for k in CLUSTER_KNOBS if k in knobs]
+    if not asked or (set(asked) <= {"dp", "dp_placement"} and knobs.get("dp", 1) == 1):
+        check_dp(knobs.get("dp", 1), knobs.get("dp_placement", "least-loaded"))
+        return engine, None  # one engine of one rank: no cluster, as without the keys
     return engine, ClusterConfig.from_knobs(knobs)
 
 
 @dataclass(frozen=True, slots=True)
 class Placement:
     """Where a request went: its worker (the prefill worker when disaggregated), the
-    decode worker, and that worker's waiting queue when it arrived."""
+    decode worker, that worker's waiting queue when it arrived, and its attention-DP
+    rank in that worker (None: workers of one rank)."""
 
     worker: int
     decode_worker: int | None
     waiting: int
+    rank: int | None = None
 
     def headers(self) -> dict[str, str]:
         out = {WORKER_HEADER: str(self.worker), WAITING_HEADER: str(self.waiting)}
         if self.decode_worker is not None:
             out[DECODE_WORKER_HEADER] = str(self.decode_worker)
+        if self.rank is not None:
+            out[DP_RANK_HEADER] = str(self.rank)
         return out
 
 
@@ -153,7 +174,10 @@ class Cluster:
         self.config = config
         self.cluster = cluster
         self.clock = clock
-        self.workers = [Engine(config, clock) for _ in range(cluster.size)]
+        self.workers: list[Engine | DPWorker] = [
+            Engine(config, clock) if cluster.dp == 1
+            else DPWorker(config, clock, cluster.dp, cluster.dp_placement)
+            for _ in range(cluster.size)]  # fmt: skip
         self.router: Router = make_router(cluster.router, dict(cluster.router_options))
         d = cluster.disagg
         self._front = self.workers[: d.prefill] if d is not None else self.workers
@@ -222,6 +246,8 @@ class Cluster:
                 hashes = seq.hashes[: (seq.prompt_len - 1) // bs]  # as admission looks up
             placement = self.place(request_id, prompt, session or request_id, hashes)
         first = self.workers[placement.worker].submit_prepared(seq, routed=hashes)
+        if isinstance(first, RankRequest):
+            placement = dataclasses.replace(placement, rank=first.rank)
         if placement.decode_worker is None:
             return placement, first
         decode = self.workers[placement.decode_worker]
@@ -251,12 +277,12 @@ class DisaggRequest:
     transfer, then decode on another; ``EngineRequest``'s face over both."""
 
     def __init__(
-        self, cluster: Cluster, first: EngineRequest, decode: Engine,
+        self, cluster: Cluster, first: Phase, decode: Engine | DPWorker,
         prompt: list[int] | Segments, max_tokens: int,
     ) -> None:  # fmt: skip
         self._cluster, self._first, self._decode_engine = cluster, first, decode
         self._prompt, self.max_tokens = prompt, max_tokens
-        self.decode: EngineRequest | None = None
+        self.decode: Phase | None = None
         self.transfer_start_ns: int | None = None
         self.transfer_end_ns: int | None = None
         self._phase_ready = asyncio.Event()  # the decode phase exists, or never will
@@ -384,4 +410,5 @@ class DisaggRequest:
         self._task.cancel()
 
 
-AnyRequest = EngineRequest | DisaggRequest
+Phase = EngineRequest | RankRequest  # one phase on one worker (of one rank, or of dp)
+AnyRequest = EngineRequest | RankRequest | DisaggRequest

@@ -64,7 +64,8 @@ DEFAULTS: dict[str, Any] = {
     "cached_tokens_reported": False, "warmup": False,
 }  # fmt: skip
 #: worker fields a simulated cluster puts in ``extra`` (docs/cluster.md), kept as int64 columns
-EXTRA_INT_FIELDS: tuple[str, ...] = ("worker", "worker_waiting")
+#: (``dp_rank``: the attention-DP rank in the worker)
+EXTRA_INT_FIELDS: tuple[str, ...] = ("worker", "worker_waiting", "dp_rank")
 TOKEN_LISTS: tuple[str, ...] = ("token_times_ns", "token_counts")
 
 

@@ -1,0 +1,43 @@
+"""The qualification report: the parity notebook rendered over a stored campaign."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+from parity_specs import row, spec_data
+
+from workbench.qualify import parity
+
+
+def _text(page: str) -> str:
+    page = re.sub(r"<style.*?</style>", " ", page, flags=re.S)
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page))
+
+
+def test_workbench_report_renders_a_campaign_with_rows_evidence_and_differences(
+        write_spec, tmp_path):
+    data = spec_data([row("roomy")], max_items=30,
+                     candidate={"engine": {"max_num_batched_tokens": 2048}, "label": "cand"})
+    camp = tmp_path / "camp"
+    result = parity(write_spec(data), camp)
+    out = tmp_path / "reports"
+    proc = subprocess.run([sys.executable, "-m", "workbench", "report", str(camp), "-o", str(out),
+                           "--run-id", "parity-test"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    report = out / "parity-test"
+    page = _text((report / "report.html").read_text())
+    assert "NOT QUALIFIED (WARNING): 0 of 1 rows qualified · base → cand" in page
+    r = result["rows"][0]
+    first = r["first_difference"]["request"]
+    assert r["baseline"]["digest"][:16] in page and r["candidate"]["digest"][:16] in page
+    assert f"{first['request_id']} (#{first['index']})" in page
+    evidence = (report / "tables" / "evidence.csv").read_text().splitlines()
+    assert len(evidence) == 1 + 2 * 6  # both sides, six checks each
+    assert any(",roomy,baseline,preemptions,fail,0," in line and "not exercised" in line
+               for line in evidence)
+    excluded = json.loads((report / "tables" / "excluded.json").read_text())
+    assert "manifest.run_id" in excluded["index"]
+    assert json.loads((report / "report.json").read_text())["notebook"].endswith("parity.ipynb")

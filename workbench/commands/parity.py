@@ -1,0 +1,113 @@
+"""``workbench parity``: qualify a change to the simulated engine (docs/parity.md).
+
+``workbench parity SPEC -o DIR`` runs the frozen spec's rows on its baseline and
+candidate, twice each in processes of their own, and writes ``DIR/parity.json`` (render
+it: ``workbench report DIR``); exit 0 when every row is qualified, 1 when one is not.
+``--propose-capacity ROW`` searches the row's capacity (``--knob``, default
+``num_blocks``) for preemptions in range instead, and with ``--write NEW_SPEC`` writes
+the spec with that change (the same for both sides).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+NAME = "parity"
+HELP = ("run a frozen parity spec on two revisions (or two engine configurations), twice "
+        "each in separate processes: digests, first difference, pressure evidence")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", help="the parity spec (YAML or JSON; docs/parity.md)")
+    p.add_argument("-o", "--out", dest="out_dir", default=None,
+                   help="folder for parity.json (default: parity/<spec name>)")
+    p.add_argument("--propose-capacity", metavar="ROW", default=None,
+                   help="search ROW's capacity for preemptions in its range instead of "
+                        "running the campaign")
+    p.add_argument("--knob", default="num_blocks", help="the capacity knob searched "
+                   "(default num_blocks)")
+    p.add_argument("--build-python", metavar="PYTHON", default=None,
+                   help="an interpreter whose setuptools builds a revision's compiled modules "
+                        "when its C source differs from this tree's (else it runs the "
+                        "Python twins)")
+    p.add_argument("--write", metavar="NEW_SPEC", default=None,
+                   help="with --propose-capacity: write the spec with the change found")
+
+
+def _print_row(row: dict[str, Any]) -> None:
+    b, c = row["baseline"], row["candidate"]
+    print(f"{row['name']}: {row['verdict']}")
+    print(f"  baseline  {b.get('digest')}")
+    print(f"  candidate {c.get('digest')}")
+    diff = row.get("first_difference") or {}
+    first = diff.get("request")
+    if first:
+        print(f"  first difference: request {first['request_id']} (#{first['index']}), "
+              f"field {first['field']}: {first['baseline']!r} -> {first['candidate']!r}")
+    for section, paths in (diff.get("sections") or {}).items():
+        print(f"  {section} differs at: {', '.join(paths[:4])}"
+              f"{' …' if len(paths) > 4 else ''}")
+    for name, side in (("baseline", b), ("candidate", c)):
+        ev = side.get("evidence")
+        if ev:
+            figs = ", ".join(f"{k} {v['status']} ({_fig(v['figure'])})"
+                             for k, v in ev["checks"].items() if v["status"] != "n/a")
+            print(f"  evidence ({name}): {figs}")
+
+
+def _fig(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, dict | list) else str(value)
+    return text if len(text) <= 80 else text[:79] + "…"
+
+
+def run(args: argparse.Namespace) -> int:
+    from workbench.qualify import apply_capacity, load_spec, parity, propose_capacity
+
+    spec = load_spec(args.spec)
+    if args.propose_capacity:
+        found = propose_capacity(spec, args.propose_capacity, args.knob)
+        for pr in found["probes"]:
+            print(f"  {args.knob}={pr['value']}: {pr['preemptions']} preemptions "
+                  f"(most per request {pr['most_per_request']}, not ok {pr['not_ok']})")
+        if found["to"] is None:
+            print(f"{found['row']}: no {args.knob} found in range {found['bounds']}: "
+                  f"{found['note']}")
+            return 1
+        print(f"{found['row']}: {args.knob} {found['from']} -> {found['to']} "
+              f"({found['preemptions']} preemptions; bounds {found['bounds']})")
+        if args.write:
+            from workbench.config.validation import load_yaml, parse_json
+
+            src = Path(args.spec)
+            text = src.read_text(encoding="utf-8")
+            data = load_yaml(str(src), text) if src.suffix in (".yaml", ".yml") else parse_json(
+                str(src), text)
+            new = apply_capacity(data, found["row"], args.knob, found["to"])
+            try:  # JSON, which a .yaml name reads back as well
+                Path(args.write).write_text(json.dumps(new, indent=2) + "\n", encoding="utf-8")
+            except OSError as exc:
+                from workbench.errors import OutputWriteError
+
+                raise OutputWriteError(args.write, exc) from None
+            print(f"spec with the change: {args.write}")
+        return 0
+    out = Path(args.out_dir or Path("parity") / spec.name)
+    result = parity(spec, out, build_python=args.build_python,
+                    progress=lambda m: print(f"  {m}", flush=True))
+    for row in result["rows"]:
+        _print_row(row)
+    excluded = result.get("excluded") or {}
+    print(f"the digest leaves out exactly {len(excluded)} fields (the closed list, as the "
+          f"revision that ran defines it): {', '.join(excluded)}")
+    if result.get("stopped"):
+        st = result["stopped"]
+        print(f"stopped: {', '.join(st['unstable'])} unstable on {st['after']}; not run: "
+              f"{', '.join(st['not_run']) or 'none'}")
+    verdict = "qualified" if result["qualified"] else "NOT qualified"
+    print(f"{verdict}: {sum(r['qualified'] for r in result['rows'])} of {len(result['rows'])} "
+          f"rows ({result['wall_s']:.1f} s); {out / 'parity.json'}  "
+          f"(render: workbench report {out})")
+    return 0 if result["qualified"] else 1

@@ -1,0 +1,188 @@
+"""The smallest capacity change that brings a row's preemptions into range.
+
+A row that never preempts did not exercise the capacity edge; one that floods did not
+qualify either (``evidence``). ``propose_capacity`` searches one capacity knob of the row
+(``num_blocks`` by default: KV blocks, per rank under attention-DP) on this tree, in
+virtual time, for the value nearest the row's own whose run preempts within the row's
+bounds (1 to 3) with no request preempted twice and every request served:
+
+- too few preemptions: halve until some preempt (a value at which a request no longer
+  fits the cache is a floor), then bisect the edge: the *largest* value that preempts;
+- too many: double until calm (within the bound, no request preempted twice), then
+  bisect: the *smallest* calm value.
+
+Preemptions fall as capacity grows but not strictly (a different eviction can preempt
+one request more), so the value found is checked again; when it does not fit, the probed
+value nearest the row's own that does is taken. The bisection stops at 1/256 of the
+row's value and the search is bounded (``max_probes`` replays). The change is returned,
+not applied: written into the spec (``apply_capacity``) it is the same for both sides,
+as every row is.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+from workbench.qualify.spec import ParitySpec, Row, Side
+
+MAX_PROBES = 24
+
+
+def probe_row(spec: ParitySpec, row: Row, knob: str, value: int) -> dict[str, Any]:
+    """One virtual replay of ``row`` with ``knob`` = ``value`` (this tree, in process)."""
+    from workbench.executors.virtual import simulate
+
+    side = spec.baseline if spec.baseline.kind == "engine" else Side("tree")
+    cfg = spec.run_config(row, side)
+    cfg["target"]["engine"][knob] = value
+    result = simulate(cfg)
+    per = [int(r.extra.get("preemptions", 0)) for r in result.records]
+    return {"value": value, "preemptions": sum(per), "most_per_request": max(per, default=0),
+            "not_ok": sum(1 for r in result.records if r.status != "ok")}  # fmt: skip
+
+
+def propose_capacity(spec: ParitySpec, row_name: str, knob: str = "num_blocks", *,
+                     max_probes: int = MAX_PROBES,
+                     probe: Callable[[int], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The search of the module doc; ``probe`` (value -> figures) replaces the replay."""
+    row = next((r for r in spec.rows if r.name == row_name), None)
+    if row is None:
+        raise ValueError(f"no row {row_name!r}; rows: {[r.name for r in spec.rows]}")
+    start = row.engine.get(knob)
+    if type(start) is not int or start < 1:
+        raise ValueError(f"row {row_name}: engine.{knob} must be a positive integer to search")
+    lo, hi = row.preemptions
+    seen: dict[int, dict[str, Any]] = {}
+    run = probe or (lambda v: probe_row(spec, row, knob, v))
+
+    def at(v: int) -> dict[str, Any]:
+        if v not in seen:
+            if len(seen) >= max_probes:
+                raise _Exhausted
+            seen[v] = run(v)
+        return seen[v]
+
+    def fits(f: dict[str, Any]) -> bool:
+        return f["not_ok"] == 0 and lo <= f["preemptions"] <= hi and f["most_per_request"] <= 1
+
+    found: int | None = None
+    note = ""
+    try:
+        first = at(start)
+        if fits(first):
+            found = start
+        elif first["preemptions"] < lo and first["not_ok"] == 0:
+            found, note = _down(at, start, lo)
+        elif first["not_ok"] == 0 or first["preemptions"] > hi:
+            found, note = _up(at, start, hi)
+        else:
+            note = "requests fail at the row's own capacity; no search"
+    except _Exhausted:
+        note = f"stopped after {max_probes} replays"
+    if found is not None and not fits(at(found)):
+        f = at(found)
+        note = (note or "") + (f"; at the edge {knob}={found} gives {f['preemptions']} "
+                               f"preemptions (most per request {f['most_per_request']}, "
+                               f"{f['not_ok']} not ok)")
+        found = None
+    if found is None:  # preemptions are not monotone: any value probed that fits, nearest
+        fitting = sorted((abs(v - start), v) for v, f in seen.items() if fits(f))
+        if fitting:
+            found = fitting[0][1]
+            note += f"; the nearest value probed that fits: {found}"
+        else:
+            note += "; none in range"
+    probes = [seen[v] for v in seen]
+    return {"row": row_name, "knob": knob, "from": start, "to": found,
+            "change": None if found is None else found - start,
+            "preemptions": None if found is None else seen[found]["preemptions"],
+            "bounds": [lo, hi], "probes": probes, "note": note.strip("; ")}  # fmt: skip
+
+
+class _Exhausted(Exception):
+    pass
+
+
+def resolution(start: int) -> int:
+    """How close the bisection gets to the edge: 1/256 of the row's own value (a block
+    count is not a fact to 1 in 50,000; the probes it saves are whole replays)."""
+    return max(1, start // 256)
+
+
+def _down(at: Callable[[int], dict[str, Any]], start: int, lo: int) -> tuple[int | None, str]:
+    """The largest value below ``start`` with at least ``lo`` preemptions, every request ok."""
+    good, bad = None, start  # good: preempts enough; bad: too few
+    v = start
+    while v > 1:
+        v //= 2
+        f = at(v)
+        if f["not_ok"]:  # too small for some request: the floor; bisect above it
+            floor = v
+            while bad - floor > 1:
+                mid = (floor + bad) // 2
+                g = at(mid)
+                if g["not_ok"]:
+                    floor = mid
+                elif g["preemptions"] >= lo:
+                    good = mid
+                    break
+                else:
+                    bad = mid
+            if good is None:
+                return None, "no capacity preempts without failing a request"
+            break
+        if f["preemptions"] >= lo:
+            good = v
+            break
+        bad = v
+    if good is None:
+        return None, "no smaller capacity preempts"
+    while bad - good > resolution(start):  # good preempts (>= lo), bad does not
+        mid = (good + bad) // 2
+        g = at(mid)
+        if g["preemptions"] >= lo and not g["not_ok"]:
+            good = mid
+        else:
+            bad = mid
+    return good, ""
+
+
+def _up(at: Callable[[int], dict[str, Any]], start: int, hi: int) -> tuple[int | None, str]:
+    """The smallest value above ``start`` with at most ``hi`` preemptions, every request ok."""
+    bad, good = start, None
+    v = start
+    for _ in range(20):
+        v *= 2
+        f = at(v)
+        if calm(f, hi):
+            good = v
+            break
+        bad = v
+    if good is None:
+        return None, "no larger capacity calms the preemptions"
+    while good - bad > resolution(start):
+        mid = (good + bad) // 2
+        g = at(mid)
+        if calm(g, hi):
+            good = mid
+        else:
+            bad = mid
+    return good, ""
+
+
+def calm(f: dict[str, Any], hi: int) -> bool:
+    """No flood, no request preempted twice, every request served."""
+    return f["preemptions"] <= hi and f["most_per_request"] <= 1 and not f["not_ok"]
+
+
+def apply_capacity(spec_data: dict[str, Any], row_name: str, knob: str,
+                   value: int) -> dict[str, Any]:  # fmt: skip
+    """A copy of a spec's data with one row's capacity knob set (for both sides)."""
+    out = copy.deepcopy(spec_data)
+    for row in out.get("rows", []):
+        if row.get("name") == row_name:
+            row["engine"][knob] = value
+            return out
+    raise ValueError(f"no row {row_name!r} in the spec")
