@@ -23,6 +23,7 @@ import orjson
 from workbench import heap
 from workbench.backends.base import Codec, WireRequest
 from workbench.backends.openai_chat import OpenAIChatCodec
+from workbench.catalogs.series import VLLM
 from workbench.clock import Clock, VirtualClock, run_virtual
 from workbench.config import RunConfig
 from workbench.errors import ConfigError, OutputWriteError
@@ -453,14 +454,11 @@ def _flush(engine: Engine | Cluster, mode: bool | str) -> dict[str, Any]:
 
 
 def _engine_sample(t_ns: int, stats: dict[str, Any]) -> dict[str, Any]:
-    """An engine snapshot under the vLLM metric names the scraper keeps (``sim.metrics``)."""
-    from workbench.sim.metrics import VLLM_COUNTERS, VLLM_GAUGES
-
+    """An engine snapshot under the vLLM names the embedded engine exports
+    (``workbench.catalogs.series``)."""
     row: dict[str, Any] = {"t_ns": t_ns}
-    for name, _, key in VLLM_COUNTERS:
-        row[name + "_total"] = stats.get(key, 0)
-    for name, _, key in VLLM_GAUGES:
-        row[name] = stats.get(key, 0)
+    for s in (*VLLM.embedded("counter"), *VLLM.embedded("gauge")):
+        row[s.name] = stats.get(s.stat or "", 0)
     return row
 
 

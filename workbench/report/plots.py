@@ -28,7 +28,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-import workbench.metrics.catalog as catalog
+import workbench.catalogs.requests as catalog
 from workbench.metrics.distribution import sample
 from workbench.records import RunResult
 

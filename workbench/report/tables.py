@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-import workbench.metrics.catalog as catalog
+import workbench.catalogs.requests as catalog
+import workbench.catalogs.series as series
 from workbench.metrics.distribution import QS
 
 TABLE_MIME = "application/vnd.workbench.table+json"
@@ -429,10 +430,9 @@ def _float(v: Any) -> float:
 
 
 # -- gauges from the server's /metrics samples ---------------------------------------------
+#: each gauge under every engine's names (``workbench.catalogs.series``)
 GAUGES: dict[str, tuple[str, ...]] = {
-    "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs"),
-    "running": ("vllm:num_requests_running", "sglang:num_running_reqs"),
-    "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
+    role: series.names(role) for role in ("waiting", "running", "kv_usage")
 }
 _TIME_KEYS = ("t_ns", "time_ns", "ts_ns")
 
