@@ -84,6 +84,18 @@ class RequestExtras:
     def returns_token_ids(self) -> bool:
         return self.inner.returns_token_ids
 
+    @property
+    def stream(self) -> bool:
+        return self.inner.stream
+
+    @property
+    def whole_answers(self) -> bool:
+        return self.inner.whole_answers
+
+    @property
+    def sends_messages(self) -> bool:
+        return self.inner.sends_messages
+
     def url(self, base_url: str) -> str:
         return self.inner.url(base_url)
 

@@ -27,6 +27,7 @@ from workbench.backends.base import (
     OPENAI_SERVERS,
     BackendError,
     OpenAIChunks,
+    PlainCodec,
     ServerFacts,
     StreamOutcome,
     WireRequest,
@@ -175,13 +176,14 @@ class ChoicesParser(OpenAIChunks):
 
 
 @dataclass(frozen=True)
-class OpenAICompletionsCodec:
+class OpenAICompletionsCodec(PlainCodec):
     """OpenAI-compatible completions with a token-id prompt (vLLM, SGLang, llama.cpp)."""
 
     model: str | None = None
     temperature: float = 0.0
     #: False: ``"stream": false``, the answer read whole (``backend.stream``)
     stream: bool = True
+    whole_answers = True
     name: str = field(default="openai", init=False)
     returns_token_ids: bool = field(default=True, init=False)
     servers: ServerFacts = field(default=OPENAI_SERVERS, init=False)

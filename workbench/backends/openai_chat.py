@@ -30,6 +30,7 @@ from workbench.backends.base import (
     OPENAI_SERVERS,
     BackendError,
     OpenAIChunks,
+    PlainCodec,
     StreamOutcome,
     WireRequest,
     loads,
@@ -62,10 +63,12 @@ class _Conversation:
     key: int  # hash of those ids
 
 
-class OpenAIChatCodec:
+class OpenAIChatCodec(PlainCodec):
     """Chat completions; remembers each session's messages to build the next round."""
 
     name = "openai-chat"
+    sends_messages = True
+    whole_answers = True
     returns_token_ids = False
     servers = OPENAI_SERVERS
     OPTIONS = (

@@ -31,6 +31,7 @@ from workbench.backends.base import (
     VLLM_RESET,
     BackendError,
     EventParser,
+    PlainCodec,
     ServerFacts,
     StreamOutcome,
     WireRequest,
@@ -59,6 +60,7 @@ SGLANG_SERVERS = ServerFacts(
     (SGLANG_FLUSH, VLLM_RESET),
     "SGLang sent no meta_info.cached_tokens; use a build that reports it",
     "prefix caching looks off: start SGLang without --disable-radix-cache",
+    profile_dir_field="output_dir",
 )
 
 
@@ -148,7 +150,7 @@ class SGLangParser(EventParser):
 
 
 @dataclass(frozen=True)
-class SGLangTokensCodec:
+class SGLangTokensCodec(PlainCodec):
     """Exact output ids from SGLang's native endpoint."""
 
     temperature: float = 0.0

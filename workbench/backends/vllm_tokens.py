@@ -16,6 +16,7 @@ from typing import Any
 from workbench.backends.base import (
     BACKENDS,
     OPENAI_SERVERS,
+    PlainCodec,
     ServerFacts,
     WireRequest,
     as_id_list,
@@ -25,7 +26,7 @@ from workbench.backends.openai import ChoicesParser
 
 
 @dataclass(frozen=True)
-class VLLMTokensCodec:
+class VLLMTokensCodec(PlainCodec):
     """Exact output ids with no detokenisation on the server."""
 
     model: str | None = None

@@ -16,13 +16,12 @@ import gc
 import hashlib
 from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from workbench import heap
-from workbench.backends.base import Codec, WireRequest
-from workbench.backends.openai_chat import OpenAIChatCodec
+from workbench.backends.base import Codec, MessagesCodec, WireRequest
 from workbench.catalogs.series import VLLM
 from workbench.clock import Clock, VirtualClock, run_virtual
 from workbench.config import RunConfig
@@ -88,6 +87,7 @@ class EngineSender:
     #: the runner builds prompts as ``Segments`` (workbench.segments): the engine derives
     #: its block hashes from their parts and no token id is drawn (docs/virtual-time.md)
     takes_segments = True
+    paced_turns = 0  # no pacer: nothing waits for a turn in virtual time
 
     def __init__(self, engine: Engine, clock: Clock) -> None:
         self.engine = engine
@@ -101,14 +101,14 @@ class EngineSender:
         if self.activity is not None:
             self.activity.set()
         try:
-            if isinstance(codec, OpenAIChatCodec):
-                return await self._send_chat(codec, req, rec)
-            return await self._send(req, rec, getattr(codec, "stream", True))
+            if codec.sends_messages:
+                return await self._send_chat(cast(MessagesCodec, codec), req, rec)
+            return await self._send(req, rec, codec.stream)
         finally:
             self.in_flight -= 1
 
     async def _send_chat(
-        self, codec: OpenAIChatCodec, req: WireRequest, rec: RequestRecord
+        self, codec: MessagesCodec, req: WireRequest, rec: RequestRecord
     ) -> list[int] | None:
         """``openai-chat`` as the embedded server takes it: the codec's messages (the
         conversation so far, its overhead options applied), the server's chat template
