@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from workbench.catalogs.requests import SLO_ABLE
-from workbench.config import RunConfig
+from workbench.config import EXECUTOR_KINDS, RunConfig
 from workbench.errors import ConfigError
 
 
@@ -136,7 +136,7 @@ def add_run_knobs(p: argparse.ArgumentParser) -> None:
                         "also takes percentile bounds METRIC:pQ<=MS (ttft_ms:p90<=2000) and "
                         "ok>=F (share of requests that must finish ok)")
     g.add_argument("--workers", type=int, help="executor processes (units are sharded)")
-    g.add_argument("--executor", choices=["local", "processes", "ray"], help="executor kind")
+    g.add_argument("--executor", choices=EXECUTOR_KINDS, help="executor kind")
     g.add_argument("--ray-address", help="Ray cluster to join (executor ray)")
     g.add_argument("--fuse", type=float, dest="fuse_s", help="hard cap on the run's wall time (s)")
     g.add_argument("--drain", choices=["finish", "truncate"],

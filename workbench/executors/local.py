@@ -9,6 +9,7 @@ from workbench.backends.base import make_codec
 from workbench.backends.transport import Transport, TransportOptions
 from workbench.clock import WallClock
 from workbench.context.tokens import run_pool
+from workbench.executors.kinds import EXECUTORS
 from workbench.replay.outcome import ShardOutcome, play_shard
 from workbench.replay.runner import build_runner
 from workbench.replay.session import ReplaySession, connection_warmer, watch_stop
@@ -53,3 +54,6 @@ class LocalExecutor:
                     await scraper.stop()
                     s.keep_scrape(scraper)
                 s.conclude([outcome or ShardOutcome.of(runner)])
+
+
+EXECUTORS.add("local", lambda _cfg: LocalExecutor())

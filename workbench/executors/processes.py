@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 from workbench.config import RunConfig
 from workbench.errors import OutputWriteError, WorkbenchError
+from workbench.executors.kinds import EXECUTORS
 from workbench.records import RequestRecord
 from workbench.replay.outcome import ShardOutcome, play_shard
 from workbench.replay.runner import build_runner
@@ -422,3 +423,6 @@ async def _watch_pipe(conn: Connection, runner: Any, done: Any) -> None:
         except (EOFError, OSError):  # EOF: the parent is gone; stop sending its plan
             runner.stop("parent gone")
             return
+
+
+EXECUTORS.add("processes", lambda _cfg: ShardedExecutor(ProcessLauncher()))
