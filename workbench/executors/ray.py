@@ -301,7 +301,7 @@ class RayLauncher:
         self, s: ReplaySession, results: list[dict[str, Any]], n: int,
         parts: list[ShardPart], clocks: list[dict[str, Any]],
     ) -> None:  # fmt: skip
-        s.manifest.executor = {
+        s.facts.executor = {
             "kind": "ray", "workers": n, "address": getattr(s.cfg.executor, "address", None),
             **shard_facts(parts), "epoch_ns": s.t0_ns, "clocks": clocks,
         }  # fmt: skip
