@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 import orjson
 
@@ -229,16 +229,24 @@ class MessagesCodec(Codec, Protocol):
 
 
 class PlainCodec:
-    """What a codec declares unless it says otherwise: it streams token ids (no chat
-    messages) and sends no header of its own (``RequestExtras`` adds the user's)."""
+    """What a codec declares unless it says otherwise: it streams the server's token ids
+    (no chat messages) from an OpenAI-shaped server and sends no header of its own
+    (``RequestExtras`` adds the user's); and ``with_options``."""
 
     __slots__ = ()
     stream = True
     whole_answers = False
     sends_messages = False
+    returns_token_ids = True
+    servers = OPENAI_SERVERS
 
     def request_headers(self, req: WireRequest) -> dict[str, str] | None:
         return None
+
+    def with_options(self, **options: Any) -> Self:
+        """A fresh codec with these options changed (``ConfigError`` on unknown ones)."""
+        codec: Self = reconfigure(self, options)
+        return codec
 
 
 BACKENDS: Registry[Codec] = Registry("backend")

@@ -76,26 +76,6 @@ class RequestExtras:
         return cls(inner, resolve_headers(headers), dict(body), extras.get("routing_header"),
                    extras.get("routing_field"))
 
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def returns_token_ids(self) -> bool:
-        return self.inner.returns_token_ids
-
-    @property
-    def stream(self) -> bool:
-        return self.inner.stream
-
-    @property
-    def whole_answers(self) -> bool:
-        return self.inner.whole_answers
-
-    @property
-    def sends_messages(self) -> bool:
-        return self.inner.sends_messages
-
     def url(self, base_url: str) -> str:
         return self.inner.url(base_url)
 

@@ -17,24 +17,21 @@ server that dropped ``return_token_ids``.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from workbench.backends.base import (
     BACKENDS,
-    OPENAI_SERVERS,
     BackendError,
     OpenAIChunks,
     PlainCodec,
-    ServerFacts,
     StreamOutcome,
     WireRequest,
     as_id_list,
     check_output_count,
     loads,
-    reconfigure,
     stream_fields,
 )
 
@@ -184,14 +181,7 @@ class OpenAICompletionsCodec(PlainCodec):
     #: False: ``"stream": false``, the answer read whole (``backend.stream``)
     stream: bool = True
     whole_answers = True
-    name: str = field(default="openai", init=False)
-    returns_token_ids: bool = field(default=True, init=False)
-    servers: ServerFacts = field(default=OPENAI_SERVERS, init=False)
-
-    def with_options(self, **options: Any) -> OpenAICompletionsCodec:
-        """A fresh codec with these options changed (``ConfigError`` on unknown ones)."""
-        codec: OpenAICompletionsCodec = reconfigure(self, options)
-        return codec
+    name = "openai"
 
     def url(self, base_url: str) -> str:
         return f"{base_url}/v1/completions"

@@ -27,14 +27,12 @@ from typing import Any, Protocol
 
 from workbench.backends.base import (
     BACKENDS,
-    OPENAI_SERVERS,
     BackendError,
     OpenAIChunks,
     PlainCodec,
     StreamOutcome,
     WireRequest,
     loads,
-    reconfigure,
     stream_fields,
 )
 from workbench.backends.openai import UNKNOWN_TOKEN
@@ -70,7 +68,6 @@ class OpenAIChatCodec(PlainCodec):
     sends_messages = True
     whole_answers = True
     returns_token_ids = False
-    servers = OPENAI_SERVERS
     OPTIONS = (
         "model",
         "temperature",
@@ -106,11 +103,6 @@ class OpenAIChatCodec(PlainCodec):
         if self._tokenizer is None:
             self._tokenizer = default_tokenizer()
         return self._tokenizer
-
-    def with_options(self, **options: Any) -> OpenAIChatCodec:
-        """A fresh codec with these options changed (``ConfigError`` on unknown ones)."""
-        codec: OpenAIChatCodec = reconfigure(self, options)
-        return codec
 
     def url(self, base_url: str) -> str:
         return f"{base_url}/v1/chat/completions"
