@@ -25,6 +25,7 @@ import orjson
 from workbench.backends.base import (
     BACKENDS,
     BackendError,
+    EventParser,
     OpenAIChunks,
     PlainCodec,
     StreamOutcome,
@@ -90,13 +91,13 @@ class ChoicesParser(OpenAIChunks):
         except orjson.JSONDecodeError:
             objs = None
         if objs is None or len(objs) != len(payloads) or b'"error"' in joined:
-            return self._each(payloads)  # feed raises the precise error
+            return EventParser.feed_all(self, payloads)  # feed raises the precise error
         out, start = self._ids, len(self._ids)
         lo, hi = 0, len(objs)
         head: list[int] = []
         if self._rid is None:  # the stream's first chunk: the careful path
             if type(objs[0]) is not dict:
-                return self._each(payloads)  # feed raises the precise error
+                return EventParser.feed_all(self, payloads)  # feed raises the precise error
             ids = self._take(objs[0])
             head, lo = ([len(ids)] if ids else []), 1
         while hi > lo and type(objs[hi - 1]) is dict and "usage" in objs[hi - 1]:
@@ -106,7 +107,7 @@ class ChoicesParser(OpenAIChunks):
             out.extend(itertools.chain.from_iterable(idss))
         except (KeyError, IndexError, TypeError):  # unusual chunks, text-only streams
             del out[start:]  # (the head's ids too: feed takes every payload again)
-            return self._each(payloads)
+            return EventParser.feed_all(self, payloads)
         counts = head + [len(ids) for ids in idss if ids]
         for obj in reversed(objs[lo:hi]):  # the last finish_reason of the read wins
             reason = obj["choices"][0].get("finish_reason")
@@ -148,14 +149,6 @@ class ChoicesParser(OpenAIChunks):
         if ids is None and "text" in choice:
             return 1 if self._text_only(choice) else 0
         return 0
-
-    def _each(self, payloads: list[bytes]) -> list[int]:
-        counts = []
-        for p in payloads:
-            ids = self.feed(p)
-            if ids:
-                counts.append(len(ids))
-        return counts
 
     def finish(self) -> StreamOutcome:
         counts = self._usage_counts()
