@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 import workbench.catalogs.requests as catalog
+import workbench.catalogs.runs as runs
 import workbench.catalogs.series as series
 from workbench.backends import scrape
 from workbench.catalogs.requests import CATALOG, Metric
@@ -71,6 +72,16 @@ def test_every_reader_of_server_series_reads_the_series_catalog() -> None:
         exported = {line.split("{")[0].split(" ")[0] for line in text.splitlines()
                     if line and not line.startswith("#")}
         assert {s.name for s in engine.series if s.stat} <= exported, mode
+
+
+def test_the_run_level_lists_are_the_run_catalogs() -> None:
+    """The report's run, hit-rate and server tables and a sweep point's figures are the
+    rows of ``catalogs.runs``: a figure added there reaches each of them."""
+    assert runs.fields("run") == tables.RUN_FIELDS and runs.fields("hit") == tables.HIT_RATES
+    assert runs.fields("server") == tables.SERVER_FIELDS and points.SCALARS is runs.SWEPT
+    assert {"requests", "actual_prefix_hit_rate", "server_prefix_hit_rate"} <= set(runs.SWEPT)
+    # a row for every figure of the server's evidence (metrics.server_side)
+    assert {key for _, key in runs.fields("server")} == set(server_side.EMPTY)
 
 
 def test_every_consumer_list_is_the_catalogs() -> None:
