@@ -7,6 +7,7 @@ CPU (user + system) and its peak resident memory (``ru_maxrss``), both from
 ``os.wait4``, so the figures are the whole command's, summary and files included:
 
 - ``one``: ``workbench simulate --trace T -o DIR`` (the default engine);
+- ``digest``: ``one`` with ``--digest`` (the canonical report's sha256 too, recorded);
 - ``sixteen``: the same with ``--engine workers=16 --engine router=prefix-aware``;
 - ``sweep``: the tree's own ``bench/bench_sweep.py --trace T --parallel P`` (10 points
   over ``arrival.rate``, the whole trace each; its wall time, the sweep's processes'
@@ -42,6 +43,7 @@ from pathlib import Path
 
 DEFAULT = Path(__file__).resolve().parents[1] / "../shared/data/mooncake/conversation_trace.jsonl"
 SIXTEEN = ["--engine", "workers=16", "--engine", "router=prefix-aware"]
+EXTRA = {"one": [], "digest": ["--digest"], "sixteen": SIXTEEN}  # the one-process cases
 
 
 def _child(argv: list[str], tree: Path, cores: str | None) -> dict[str, object]:
@@ -60,9 +62,11 @@ def _child(argv: list[str], tree: Path, cores: str | None) -> dict[str, object]:
     if proc.returncode:
         sys.exit(f"{' '.join(argv)} failed ({proc.returncode}):\n{text[-2000:]}")
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    digest = [ln.split()[1] for ln in lines if ln.startswith("digest: ")]
     return {"wall_s": round(wall, 1), "cpu_s": round(ru.ru_utime + ru.ru_stime, 1),
             "peak_rss_mb": round(ru.ru_maxrss / 1024),
-            "outcome": next((ln for ln in reversed(lines) if "TTFT" in ln), "")[:200]}
+            "outcome": next((ln for ln in reversed(lines) if "TTFT" in ln), "")[:200],
+            **({"digest": digest[-1]} if digest else {})}
 
 
 def _together(trees: list[tuple[str, Path]], case: str, rep: int, trace: str, py: str,
@@ -74,8 +78,7 @@ def _together(trees: list[tuple[str, Path]], case: str, rep: int, trace: str, py
     with concurrent.futures.ThreadPoolExecutor(len(trees)) as pool:
         for i, (name, tree) in enumerate(trees):
             argv = [py, "-m", "workbench", "simulate", "--trace", trace,
-                    "-o", str(out / f"{name}-{case}-{rep}"),
-                    *(SIXTEEN if case == "sixteen" else [])]  # fmt: skip
+                    "-o", str(out / f"{name}-{case}-{rep}"), *EXTRA[case]]  # fmt: skip
             core = cores[(i + rep) % len(cores)]
             jobs.append((name, core, pool.submit(_child, argv, tree, core)))
     for name, core, fut in jobs:
@@ -104,21 +107,20 @@ def main() -> None:
     try:
         for rep in range(args.repeat):
             for case in args.cases.split(","):
-                if args.together and case in ("one", "sixteen"):
+                if args.together and case in EXTRA:
                     _together(trees, case, rep, trace, py, out, args.together.split(","))
                     continue
                 for name, tree in trees:
                     d = out / f"{name}-{case}-{rep}"
-                    if case in ("one", "sixteen"):
+                    if case in EXTRA:
                         argv = [py, "-m", "workbench", "simulate", "--trace", trace, "-o", str(d)]
-                        got = _child(argv + (SIXTEEN if case == "sixteen" else []), tree,
-                                     args.cores)  # fmt: skip
+                        got = _child(argv + EXTRA[case], tree, args.cores)
                     elif case == "sweep":
                         argv = [py, "bench/bench_sweep.py", "--trace", trace,
                                 "--parallel", str(args.parallel), "--out", str(d)]  # fmt: skip
                         got = _child(argv, tree, None)
                     else:
-                        sys.exit(f"unknown case {case!r}: one, sixteen, sweep")
+                        sys.exit(f"unknown case {case!r}: one, digest, sixteen, sweep")
                     print(json.dumps({"tree": name, "case": case, "repeat": rep, **got,
                                       "load_average": [round(x, 2) for x in os.getloadavg()]}),
                           flush=True)  # fmt: skip

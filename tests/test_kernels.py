@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from array import array
 
 import numpy as np
 import pytest
@@ -79,15 +80,28 @@ def test_a_key_that_would_be_minus_one_is_minus_two_in_both() -> None:
     assert native.block_keys([pk], [2], 0, 16)[0] == -2  # any int, taken modulo 2**64
 
 
-def test_block_keys_refuse_bad_arguments() -> None:
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-(2**70), 2**70), max_size=6), st.integers(0, 9000),
+       st.integers(1, 64), st.data())
+def test_block_keys_bytes_are_block_keys_as_int64s(pks: list[int], e0: int, bs: int,
+                                                   data: st.DataObject) -> None:  # fmt: skip
+    counts = data.draw(st.lists(st.integers(0, 40), min_size=len(pks), max_size=len(pks)))
+    got = array("q")
+    got.frombytes(native.block_keys_bytes(pks, counts, e0, bs))
+    assert got.tolist() == native.block_keys(pks, counts, e0, bs)
+
+
+@pytest.mark.parametrize("fn", ["block_keys", "block_keys_bytes"])
+def test_block_keys_refuse_bad_arguments(fn: str) -> None:
+    keys = getattr(native, fn)
     with pytest.raises(ValueError, match="one count per part key"):
-        native.block_keys([1, 2], [1], 0, 16)
+        keys([1, 2], [1], 0, 16)
     with pytest.raises(ValueError, match="counts must be >= 0"):
-        native.block_keys([1], [-1], 0, 16)
+        keys([1], [-1], 0, 16)
     with pytest.raises(ValueError, match="block_size > 0"):
-        native.block_keys([1], [1], 0, 0)
+        keys([1], [1], 0, 0)
     with pytest.raises(TypeError):
-        native.block_keys([1.5], [1], 0, 16)
+        keys([1.5], [1], 0, 16)
 
 
 # -- decode span ends ------------------------------------------------------------------

@@ -6,7 +6,8 @@
  * "Compiled kernels", says why these three.
  *
  * - block_keys: workbench/segments.py's prefix keys of full blocks (`_mix` / `_mix_one`):
- *   splitmix64 of part_key + end * 2^64/phi, as int64, never -1.
+ *   splitmix64 of part_key + end * 2^64/phi, as int64, never -1 (block_keys_bytes: the
+ *   same keys as native int64 bytes, for the engine's array('q') of block hashes).
  * - decode_ends: workbench/sim/cost.py's `decode_steps_ns` summed into a span's step ends
  *   (workbench/sim/engine.py `_span_ends`): the same double operations in the same order,
  *   rounded half to even (nearbyint under the default rounding mode; built with
@@ -38,9 +39,17 @@ PyDoc_STRVAR(block_keys_doc,
              "counts[i] keys for part key part_keys[i], the blocks ending at first_end, "
              "first_end + block_size, ... in order (segments.BlockKeyer).");
 
-static PyObject *block_keys(PyObject *self, PyObject *args) {
+PyDoc_STRVAR(block_keys_bytes_doc,
+             "block_keys_bytes(part_keys, counts, first_end, block_size) -> bytes\n\n"
+             "block_keys' keys as native int64s, for array('q').frombytes: no Python int "
+             "per key (the engine's block hashes, sim.scheduler.Sequence.hashes).");
+
+/* The keys of block_keys into a fresh buffer of *total int64s (PyMem_Malloc'd; the caller
+ * frees it); NULL with an error set. */
+static int64_t *keys_of(PyObject *args, Py_ssize_t *total_out) {
     PyObject *pk_obj, *cnt_obj;
     long long first_end, bs;
+    int64_t *buf = NULL;
     if (!PyArg_ParseTuple(args, "OOLL", &pk_obj, &cnt_obj, &first_end, &bs))
         return NULL;
     if (first_end < 0 || bs <= 0) {
@@ -55,7 +64,6 @@ static PyObject *block_keys(PyObject *self, PyObject *args) {
         Py_DECREF(pks);
         return NULL;
     }
-    PyObject *out = NULL;
     Py_ssize_t m = PySequence_Fast_GET_SIZE(pks);
     if (PySequence_Fast_GET_SIZE(cnts) != m) {
         PyErr_SetString(PyExc_ValueError, "block_keys: one count per part key");
@@ -66,38 +74,64 @@ static PyObject *block_keys(PyObject *self, PyObject *args) {
         Py_ssize_t c = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(cnts, i));
         if (c == -1 && PyErr_Occurred())
             goto done;
-        if (c < 0 || c > PY_SSIZE_T_MAX / 2 - total) {
+        if (c < 0 || c > PY_SSIZE_T_MAX / 16 - total) {
             PyErr_SetString(PyExc_ValueError, "block_keys: counts must be >= 0");
             goto done;
         }
         total += c;
     }
-    out = PyList_New(total);
-    if (!out)
+    buf = PyMem_Malloc((total ? total : 1) * sizeof(int64_t));
+    if (!buf) {
+        PyErr_NoMemory();
         goto done;
+    }
     uint64_t end = (uint64_t)first_end, step = (uint64_t)bs;
     Py_ssize_t k = 0;
     for (Py_ssize_t i = 0; i < m; i++) {
         /* any int, taken modulo 2^64 (as `part_key & _M64`) */
         uint64_t pk = PyLong_AsUnsignedLongLongMask(PySequence_Fast_GET_ITEM(pks, i));
         if (pk == (uint64_t)-1 && PyErr_Occurred()) {
-            Py_CLEAR(out);
+            PyMem_Free(buf);
+            buf = NULL;
             goto done;
         }
         Py_ssize_t c = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(cnts, i));
         for (Py_ssize_t j = 0; j < c; j++, end += step) {
             int64_t v = (int64_t)finish(pk + end * GOLD);
-            PyObject *key = PyLong_FromLongLong(v == -1 ? -2 : v);
-            if (!key) {
-                Py_CLEAR(out);
-                goto done;
-            }
-            PyList_SET_ITEM(out, k++, key);
+            buf[k++] = v == -1 ? -2 : v;
         }
     }
+    *total_out = total;
 done:
     Py_DECREF(pks);
     Py_DECREF(cnts);
+    return buf;
+}
+
+static PyObject *block_keys(PyObject *self, PyObject *args) {
+    Py_ssize_t total = 0;
+    int64_t *buf = keys_of(args, &total);
+    if (!buf)
+        return NULL;
+    PyObject *out = PyList_New(total);
+    for (Py_ssize_t k = 0; out && k < total; k++) {
+        PyObject *key = PyLong_FromLongLong(buf[k]);
+        if (!key)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, k, key);
+    }
+    PyMem_Free(buf);
+    return out;
+}
+
+static PyObject *block_keys_bytes(PyObject *self, PyObject *args) {
+    Py_ssize_t total = 0;
+    int64_t *buf = keys_of(args, &total);
+    if (!buf)
+        return NULL;
+    PyObject *out = PyBytes_FromStringAndSize((const char *)buf, total * sizeof(int64_t));
+    PyMem_Free(buf);
     return out;
 }
 
@@ -199,6 +233,7 @@ fail:
 
 static PyMethodDef methods[] = {
     {"block_keys", block_keys, METH_VARARGS, block_keys_doc},
+    {"block_keys_bytes", block_keys_bytes, METH_VARARGS, block_keys_bytes_doc},
     {"decode_ends", decode_ends, METH_VARARGS, decode_ends_doc},
     {"heads", heads, METH_VARARGS, heads_doc},
     {NULL, NULL, 0, NULL},

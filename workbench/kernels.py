@@ -6,13 +6,14 @@ twin that stays the reference and runs when ``native`` is None; both give the sa
 values (tests/test_kernels.py compares them). ``WORKBENCH_COMPILED=0`` in the environment
 makes the twins run everywhere (``compiled_wanted``).
 
-==================  =====================================  ==============================
-kernel              twin                                   used by
-==================  =====================================  ==============================
-``block_keys``      ``segments._mix`` / ``_mix_one``       ``segments.BlockKeyer``
-``decode_ends``     ``sim.cost.decode_steps_ns`` + a sum   ``sim.engine.Engine._span_ends``
-``heads``           ``context.tokens._head_grid`` + finish ``TokenPool.heads_array``
-==================  =====================================  ==============================
+====================  ======================================  ================================
+kernel                twin                                    used by
+====================  ======================================  ================================
+``block_keys``        ``segments._mix`` / ``_mix_one``        ``segments.BlockKeyer.upto``
+``block_keys_bytes``  the same, as int64 bytes                ``segments.BlockKeyer.extend``
+``decode_ends``       ``sim.cost.decode_steps_ns`` + a sum    ``sim.engine.Engine._span_ends``
+``heads``             ``context.tokens._head_grid`` + finish  ``TokenPool.heads_array``
+====================  ======================================  ================================
 
 docs/virtual-time.md, "Compiled kernels", has what they save.
 """

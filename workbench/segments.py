@@ -29,7 +29,8 @@ and a splitmix finaliser; never ``-1`` (``sim.kvcache.NO_HASH``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from array import array
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -162,19 +163,38 @@ class BlockKeyer:
         self._pk = self._top = 0
 
     def upto(self, stop: int) -> list[int]:
+        walk = self._walk(stop)
+        if walk is None:
+            return []
+        pkeys, counts, e0 = walk
+        if _native is not None:
+            return _native.block_keys(pkeys, counts, e0, self._bs)
+        return _twin_keys(pkeys, counts, e0, self._bs)
+
+    def extend(self, out: array, stop: int) -> None:
+        """``out.extend(self.upto(stop))`` for an ``array('q')``: compiled, the keys go
+        in as int64s, never as Python ints (the engine's block hashes; docs/virtual-time.md,
+        "Compiled kernels")."""
+        walk = self._walk(stop)
+        if walk is None:
+            return
+        pkeys, counts, e0 = walk
+        if _native is not None:
+            out.frombytes(_native.block_keys_bytes(pkeys, counts, e0, self._bs))
+        else:
+            out.extend(_twin_keys(pkeys, counts, e0, self._bs))
+
+    def _walk(self, stop: int) -> tuple[Sequence[int], Sequence[int], int] | None:
+        """Move past the full blocks of the first ``stop`` tokens not keyed yet: their
+        part keys, the count of blocks under each and the first one's end (None: none)."""
         bs = self._bs
         last = stop - stop % bs
         e = e0 = self._e
         if e > last:
-            return []
+            return None
         if last <= self._top:  # every new block ends inside the part the last call did
             self._e = last + bs
-            pk = self._pk
-            if _native is not None:
-                return _native.block_keys((pk,), ((last - e) // bs + 1,), e, bs)
-            if last == e:
-                return [_mix_one(pk, e)]
-            return _mix_ends(pk, e, last + bs, bs)
+            return (self._pk,), ((last - e) // bs + 1,), e
         parts = self._parts
         i, off, run = self._i, self._off, self._run
         pkeys: list[int] = []
@@ -196,22 +216,27 @@ class BlockKeyer:
             off = top
             i += 1
         self._i, self._off, self._run, self._e = i, off, run, e
-        if _native is not None:
-            return _native.block_keys(pkeys, counts, e0, bs)
-        if len(pkeys) == 1:
-            return _mix_ends(pkeys[0], e0, e, bs)
-        n = (e - e0) // bs
-        if n < 8:
-            out: list[int] = []
-            end = e0
-            for pk, c in zip(pkeys, counts, strict=True):
-                for _ in range(c):
-                    out.append(_mix_one(pk, end))
-                    end += bs
-            return out
-        ends = np.arange(e0, e, bs, dtype=np.uint64)
-        pk_arr = np.array([pk & _M64 for pk in pkeys], dtype=np.uint64)
-        return _mix(np.repeat(pk_arr, counts), ends)
+        return pkeys, counts, e0
+
+
+def _twin_keys(pkeys: Sequence[int], counts: Sequence[int], e0: int, bs: int) -> list[int]:
+    """The Python twin of ``kernels.block_keys``: the keys of ``counts[i]`` blocks under
+    part key ``pkeys[i]``, the first ending at ``e0``."""
+    e = e0 + sum(counts) * bs
+    if len(pkeys) == 1:
+        return _mix_ends(pkeys[0], e0, e, bs)
+    n = (e - e0) // bs
+    if n < 8:
+        out: list[int] = []
+        end = e0
+        for pk, c in zip(pkeys, counts, strict=True):
+            for _ in range(c):
+                out.append(_mix_one(pk, end))
+                end += bs
+        return out
+    ends = np.arange(e0, e, bs, dtype=np.uint64)
+    pk_arr = np.array([pk & _M64 for pk in pkeys], dtype=np.uint64)
+    return _mix(np.repeat(pk_arr, counts), ends)
 
 
 _M64 = (1 << 64) - 1

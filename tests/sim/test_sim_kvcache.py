@@ -1,5 +1,7 @@
 """KV block manager and cost model: pure, exact."""
 
+from array import array
+
 import numpy as np
 import pytest
 
@@ -160,3 +162,43 @@ def test_compiled_held_and_idle_check_their_input():
         bm.held_prefix([4], [1])
     with pytest.raises(IndexError, match="out of range"):  # 1 <= 4 free - 4 hit: counted
         bm.can_allocate(1, [0, 1, 2, -1])
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+def test_moves_on_int64_arrays_equal_the_moves_on_lists(compiled):
+    """The scheduler's block lists and hashes are ``array('q')`` (docs/virtual-time.md,
+    "Block state as int64 arrays"): ``take`` is ``allocate`` as an array, and acquire,
+    release and commit read arrays as they read lists."""
+    if compiled and not kvindex.COMPILED:
+        pytest.skip("workbench.sim._kvcache is not built")
+    runs = []
+    for form in (list, lambda xs: array("q", xs)):
+        bm = BlockManager(16, 8, compiled=compiled)
+        seen, last = [], []
+        for r in range(9):  # fill, share a prefix, release, evict: the LRU turns over
+            tokens = list(range(r % 3, r % 3 + 16 * (2 + r % 2)))
+            hashes = block_hashes(tokens, 16)
+            hit = bm.longest_hit(form(hashes), len(hashes))
+            bm.acquire(form(hit))
+            fresh = bm.take(len(hashes) - len(hit))
+            assert fresh is not None and isinstance(fresh, array)
+            blocks = hit + fresh.tolist()
+            bm.commit(form(blocks), form(hashes), len(hit), len(blocks))
+            seen.append((hit, fresh.tolist(), bm.num_free, bm.evictions, bm.lru_order()))
+            bm.release(form(last))  # the round before: at most two rounds held
+            last = blocks
+        runs.append((seen, bm.allocate(2), sorted(bm.index().items())))
+    assert runs[0] == runs[1]
+    assert any(hit for hit, *_ in runs[0][0]) and runs[0][0][-1][3] > 0  # hits, evictions
+
+
+def test_compiled_moves_refuse_arrays_that_are_not_int64():
+    if not kvindex.COMPILED:
+        pytest.skip("workbench.sim._kvcache is not built")
+    bm = BlockManager(16, 4)
+    for move in (bm.acquire, bm.release):
+        with pytest.raises(ValueError, match="must be int64"):
+            move(array("i", [0]))
+        with pytest.raises(IndexError, match="out of range"):
+            move(array("q", [4]))
+    assert bm.num_free == 4 and bm.num_active == 0

@@ -8,6 +8,8 @@ keys anywhere in int64 and colliding in the table's low bits.
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -46,7 +48,9 @@ def test_compiled_and_dict_agree(keys, ops, limit):
         if kind == "commit":
             blocks = list(dict.fromkeys(b for b, _ in arg))  # distinct ids, as the manager
             hashes = [keys[dict(arg)[b]] for b in blocks]
-            assert compiled.commit(own_c, blocks, hashes) == ref.commit(own_r, blocks, hashes)
+            # the engine's hashes are int64 arrays (Sequence.hashes), a router's lists
+            given = array("q", hashes) if len(blocks) % 2 else hashes
+            assert compiled.commit(own_c, blocks, given) == ref.commit(own_r, blocks, hashes)
         elif kind == "evict":
             own_c[arg] = own_r[arg] = NO_HASH
         elif kind == "rebuild":
@@ -56,6 +60,7 @@ def test_compiled_and_dict_agree(keys, ops, limit):
             hs = [keys[k] for k in arg]
             for start in range(len(hs) + 1):
                 assert compiled.prefix(own_c, hs, start, len(hs)) == \
+                    compiled.prefix(own_c, array("q", hs), start, len(hs)) == \
                     ref.prefix(own_r, hs, start, len(hs))
         assert own_c.tolist() == own_r.tolist()
         for h in keys:
@@ -95,6 +100,8 @@ def test_a_full_table_is_rebuilt_before_it_fills():
     lambda idx, own: idx.commit(own, [99], [5]),  # no such block
     lambda idx, own: idx.commit(own, [0], ["x"]),  # not an int
     lambda idx, own: idx.prefix(own, [1 << 70], 0, 1),  # not an int64
+    lambda idx, own: idx.prefix(own, array("d", [1.0]), 0, 1),  # an array, not of int64
+    lambda idx, own: idx.commit(own, [0], array("i", [5])),
 ])
 def test_bad_arguments_raise_instead_of_writing_anywhere(bad):
     idx, own = kvindex.CompiledIndex(64, 16), np.full(16, NO_HASH, dtype=np.int64)

@@ -10,9 +10,10 @@
  * empty while its block is -1; key and block share a cache line), probed linearly from a
  * Fibonacci hash of the key (the top bits of key * 2^64/phi, `shift` = 64 - log2(slots)).
  * An entry is authoritative only while its block still holds the key: own[block] == key,
- * `own` being the manager's per-block hash array. Block ids and hashes come in as Python lists (or any sequence) of
- * ints, and a lookup stops at its first miss, so a long prompt whose hit is short is not
- * converted as a whole.
+ * `own` being the manager's per-block hash array. Block ids and hashes come in as int64
+ * arrays (array('q') or numpy: the engine's, read in place) or as Python lists of ints
+ * (read one item at a time, so a lookup that stops at its first miss converts no more);
+ * allocate gives its blocks back as int64 bytes (array('q').frombytes).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -95,6 +96,57 @@ static inline int check_block(int64_t b, Py_ssize_t n, const char *fn) {
     return 0;
 }
 
+/* An int64 sequence read either way: a buffer (an array: no conversion) or a list. */
+typedef struct {
+    Py_buffer view;
+    PyObject *fast;
+    const int64_t *buf;
+    Py_ssize_t n;
+} Int64s;
+
+static int int64s_open(Int64s *x, PyObject *obj, const char *fn, const char *what) {
+    x->fast = NULL;
+    x->buf = NULL;
+    if (PyObject_CheckBuffer(obj)) {
+        if (PyObject_GetBuffer(obj, &x->view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS))
+            return -1;
+        if (x->view.itemsize != 8 || x->view.len % 8 || !x->view.format ||
+            (strcmp(x->view.format, "l") && strcmp(x->view.format, "q") &&
+             strcmp(x->view.format, "<l") && strcmp(x->view.format, "<q") &&
+             strcmp(x->view.format, "=l") && strcmp(x->view.format, "=q"))) {
+            PyBuffer_Release(&x->view);
+            PyErr_Format(PyExc_ValueError, "%s: %s must be int64", fn, what);
+            return -1;
+        }
+        x->buf = (const int64_t *)x->view.buf;
+        x->n = x->view.len / 8;
+        return 0;
+    }
+    x->fast = PySequence_Fast(obj, "not a sequence");
+    if (!x->fast) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError))
+            PyErr_Format(PyExc_TypeError, "%s: %s must be a sequence", fn, what);
+        return -1;
+    }
+    x->n = PySequence_Fast_GET_SIZE(x->fast);
+    return 0;
+}
+
+static void int64s_close(Int64s *x) {
+    if (x->fast)
+        Py_DECREF(x->fast);
+    else if (x->buf)
+        PyBuffer_Release(&x->view);
+}
+
+static inline int int64s_get(const Int64s *x, Py_ssize_t i, int64_t *out) {
+    if (x->buf) {
+        *out = x->buf[i];
+        return 0;
+    }
+    return item(x->fast, i, out);
+}
+
 PyDoc_STRVAR(get_doc, "get(table, own, shift, h) -> the block holding h, or -1");
 
 static PyObject *kv_get(PyObject *self, PyObject *args) {
@@ -112,23 +164,24 @@ static PyObject *kv_get(PyObject *self, PyObject *args) {
 
 PyDoc_STRVAR(prefix_doc,
              "prefix(table, own, shift, hashes, start, end) -> the blocks holding\n"
-             "hashes[start], hashes[start + 1], ... up to the first miss (before end), a list");
+             "hashes[start], hashes[start + 1], ... up to the first miss (before end), a list\n"
+             "(hashes: an int64 array, read in place, or a list of ints)");
 
 static PyObject *kv_prefix(PyObject *self, PyObject *args) {
     Table t;
     int shift;
-    PyObject *hashes, *seq, *out = NULL;
+    PyObject *hashes, *out = NULL;
+    Int64s seq = {0};
     Py_ssize_t start, end;
     if (!PyArg_ParseTuple(args, "w*w*iOnn", &t.table, &t.own, &shift, &hashes,
                           &start, &end))
         return NULL;
     if (table_open(&t, shift))
         return NULL;
-    seq = PySequence_Fast(hashes, "kvindex.prefix: hashes must be a sequence");
-    if (!seq)
+    if (int64s_open(&seq, hashes, "kvindex.prefix", "hashes"))
         goto done;
-    if (end > PySequence_Fast_GET_SIZE(seq))
-        end = PySequence_Fast_GET_SIZE(seq);
+    if (end > seq.n)
+        end = seq.n;
     if (start < 0)
         start = 0;
     out = PyList_New(0);
@@ -136,7 +189,7 @@ static PyObject *kv_prefix(PyObject *self, PyObject *args) {
         goto done;
     for (Py_ssize_t i = start; i < end; i++) {
         int64_t h, b;
-        if (item(seq, i, &h))
+        if (int64s_get(&seq, i, &h))
             goto fail;
         b = lookup(&t, h);
         if (b < 0)
@@ -152,7 +205,7 @@ static PyObject *kv_prefix(PyObject *self, PyObject *args) {
 fail:
     Py_CLEAR(out);
 done:
-    Py_XDECREF(seq);
+    int64s_close(&seq);
     table_release(&t);
     return out;
 }
@@ -161,25 +214,26 @@ PyDoc_STRVAR(commit_doc,
              "commit(table, own, shift, blocks, hashes, no_hash) -> (cached, added)\n"
              "Make blocks[i] hold hashes[i], in order: a block already holding a hash keeps\n"
              "it, and one whose hash a block already holds stays private. Returns how many\n"
-             "blocks now hold their hash and how many table entries were added.");
+             "blocks now hold their hash and how many table entries were added. hashes: an int64\n"
+             "array (read in place) or a list of ints.");
 
 static PyObject *kv_commit(PyObject *self, PyObject *args) {
     Table t;
     int shift;
     long long no_hash;
-    PyObject *blocks, *hashes, *bs = NULL, *hs = NULL, *ret = NULL;
+    PyObject *blocks, *hashes, *ret = NULL;
+    Int64s bs = {0}, hs = {0};
     Py_ssize_t cached = 0, added = 0;
     if (!PyArg_ParseTuple(args, "w*w*iOOL", &t.table, &t.own, &shift, &blocks,
                           &hashes, &no_hash))
         return NULL;
     if (table_open(&t, shift))
         return NULL;
-    bs = PySequence_Fast(blocks, "kvindex.commit: blocks must be a sequence");
-    hs = bs ? PySequence_Fast(hashes, "kvindex.commit: hashes must be a sequence") : NULL;
-    if (!hs)
+    if (int64s_open(&bs, blocks, "kvindex.commit", "blocks") ||
+        int64s_open(&hs, hashes, "kvindex.commit", "hashes"))
         goto done;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(bs);
-    if (PySequence_Fast_GET_SIZE(hs) != n) {
+    Py_ssize_t n = bs.n;
+    if (hs.n != n) {
         PyErr_SetString(PyExc_ValueError, "kvindex.commit: blocks and hashes differ in length");
         goto done;
     }
@@ -189,7 +243,7 @@ static PyObject *kv_commit(PyObject *self, PyObject *args) {
         int64_t bg[GROUP], hg[GROUP];
         Py_ssize_t m = n - g < GROUP ? n - g : GROUP;
         for (Py_ssize_t j = 0; j < m; j++) {
-            if (item(bs, g + j, &bg[j]) || item(hs, g + j, &hg[j]))
+            if (int64s_get(&bs, g + j, &bg[j]) || int64s_get(&hs, g + j, &hg[j]))
                 goto done;
             if (check_block(bg[j], t.nblocks, "kvindex.commit"))
                 goto done;
@@ -215,8 +269,8 @@ static PyObject *kv_commit(PyObject *self, PyObject *args) {
     }
     ret = Py_BuildValue("nn", cached, added);
 done:
-    Py_XDECREF(bs);
-    Py_XDECREF(hs);
+    int64s_close(&bs);
+    int64s_close(&hs);
     table_release(&t);
     return ret;
 }
@@ -294,8 +348,8 @@ static int blocks_open(Blocks *k) {
 }
 
 /* Block id i of a sequence, checked against the arrays; -1 with an error set. */
-static inline int block_item(const Blocks *k, PyObject *seq, Py_ssize_t i, int64_t *out) {
-    return item(seq, i, out) || check_block(*out, k->nblocks, "kvcache") ? -1 : 0;
+static inline int block_item(const Blocks *k, const Int64s *seq, Py_ssize_t i, int64_t *out) {
+    return int64s_get(seq, i, out) || check_block(*out, k->nblocks, "kvcache") ? -1 : 0;
 }
 
 PyDoc_STRVAR(acquire_doc,
@@ -305,36 +359,37 @@ PyDoc_STRVAR(acquire_doc,
 
 static PyObject *kv_acquire(PyObject *self, PyObject *args) {
     Blocks k;
-    PyObject *blocks, *seq;
+    PyObject *blocks;
+    Int64s seq = {0};
     Py_ssize_t idle = 0;
     if (!PyArg_ParseTuple(args, "w*w*w*w*w*O", &k.ref, &k.own, &k.free, &k.log, &k.pos,
                           &blocks))
         return NULL;
     if (blocks_open(&k))
         return NULL;
-    seq = PySequence_Fast(blocks, "kvcache.acquire: blocks must be a sequence");
-    if (!seq) {
+    if (int64s_open(&seq, blocks, "kvcache.acquire", "blocks")) {
         blocks_release(&k);
         return NULL;
     }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = seq.n;
     for (Py_ssize_t j = 0; j < n; j++) { /* checked first: an error changes nothing */
         int64_t b;
-        if (block_item(&k, seq, j, &b)) {
-            Py_DECREF(seq);
+        if (block_item(&k, &seq, j, &b)) {
+            int64s_close(&seq);
             blocks_release(&k);
             return NULL;
         }
     }
     for (Py_ssize_t j = 0; j < n; j++) {
-        int64_t b = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, j));
+        int64_t b = 0;
+        int64s_get(&seq, j, &b); /* read above: cannot fail */
         if (k.r[b] == 0) {
             k.p[b] = -1;
             idle++;
         }
         k.r[b]++;
     }
-    Py_DECREF(seq);
+    int64s_close(&seq);
     blocks_release(&k);
     return PyLong_FromSsize_t(idle);
 }
@@ -363,7 +418,8 @@ PyDoc_STRVAR(release_doc,
 
 static PyObject *kv_release(PyObject *self, PyObject *args) {
     Blocks k;
-    PyObject *blocks, *seq, *ret = NULL;
+    PyObject *blocks, *ret = NULL;
+    Int64s seq = {0};
     Py_ssize_t nfree;
     int64_t head, tail, *zero = NULL;
     long long no_hash;
@@ -373,10 +429,9 @@ static PyObject *kv_release(PyObject *self, PyObject *args) {
         return NULL;
     if (blocks_open(&k))
         return NULL;
-    seq = PySequence_Fast(blocks, "kvcache.release: blocks must be a sequence");
-    if (!seq)
+    if (int64s_open(&seq, blocks, "kvcache.release", "blocks"))
         goto done;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = seq.n;
     zero = PyMem_Malloc((n ? n : 1) * sizeof(int64_t));
     if (!zero) {
         PyErr_NoMemory();
@@ -384,7 +439,7 @@ static PyObject *kv_release(PyObject *self, PyObject *args) {
     }
     /* read and checked first (an error changes nothing), the last block first */
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (block_item(&k, seq, n - 1 - i, &zero[i]))
+        if (block_item(&k, &seq, n - 1 - i, &zero[i]))
             goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -408,7 +463,7 @@ static PyObject *kv_release(PyObject *self, PyObject *args) {
     ret = Py_BuildValue("nLLnn", nfree, (long long)head, (long long)tail, freed, cached);
 done:
     PyMem_Free(zero);
-    Py_XDECREF(seq);
+    int64s_close(&seq);
     blocks_release(&k);
     return ret;
 }
@@ -418,7 +473,8 @@ PyDoc_STRVAR(allocate_doc,
              "    -> (blocks, nfree, head, evicted, hashes)\n"
              "n fresh blocks, each with one reference: from the top of the free stack, then the\n"
              "least recently freed cached ones, which forget their hash (the caller checked\n"
-             "that there are n). Returns them (a list), the new scalars, how many were evicted\n"
+             "that there are n). Returns them (native int64s, bytes: array('q').frombytes),\n"
+             "the new scalars, how many were evicted\n"
              "and, when offload is true, the hashes they held in that order (else None).");
 
 static PyObject *kv_allocate(PyObject *self, PyObject *args) {
@@ -438,7 +494,7 @@ static PyObject *kv_allocate(PyObject *self, PyObject *args) {
         goto done;
     }
     Py_ssize_t take = n < nfree ? n : nfree, evicted = n - take;
-    out = PyList_New(n);
+    out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
     hashes = offload ? PyList_New(evicted) : (Py_INCREF(Py_None), Py_None);
     if (!out || !hashes)
         goto done;
@@ -463,10 +519,11 @@ static PyObject *kv_allocate(PyObject *self, PyObject *args) {
                 victims[got++] = b;
         }
     }
+    int64_t *got = (int64_t *)PyBytes_AS_STRING(out);
     for (Py_ssize_t i = 0; i < take; i++) {
         int64_t b = k.f[nfree - take + i];
         k.r[b] = 1;
-        PyList_SET_ITEM(out, i, PyLong_FromLongLong(b));
+        got[i] = b;
     }
     for (Py_ssize_t i = 0; i < evicted; i++) {
         int64_t b = victims[i];
@@ -475,11 +532,11 @@ static PyObject *kv_allocate(PyObject *self, PyObject *args) {
             PyList_SET_ITEM(hashes, i, PyLong_FromLongLong(k.o[b]));
         k.o[b] = (int64_t)no_hash;
         k.r[b] = 1;
-        PyList_SET_ITEM(out, take + i, PyLong_FromLongLong(b));
+        got[take + i] = b;
     }
     PyMem_Free(victims);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (!PyList_GET_ITEM(out, i) || (offload && i < evicted && !PyList_GET_ITEM(hashes, i)))
+    for (Py_ssize_t i = 0; offload && i < evicted; i++) {
+        if (!PyList_GET_ITEM(hashes, i))
             goto done; /* an int could not be made: MemoryError is set */
     }
     ret = Py_BuildValue("OnLnO", out, nfree - take, (long long)(evicted ? q : head), evicted,
@@ -489,57 +546,6 @@ done:
     Py_XDECREF(hashes);
     blocks_release(&k);
     return ret;
-}
-
-/* An int64 sequence read either way: a buffer (an array: no conversion) or a list. */
-typedef struct {
-    Py_buffer view;
-    PyObject *fast;
-    const int64_t *buf;
-    Py_ssize_t n;
-} Int64s;
-
-static int int64s_open(Int64s *x, PyObject *obj, const char *fn, const char *what) {
-    x->fast = NULL;
-    x->buf = NULL;
-    if (PyObject_CheckBuffer(obj)) {
-        if (PyObject_GetBuffer(obj, &x->view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS))
-            return -1;
-        if (x->view.itemsize != 8 || x->view.len % 8 || !x->view.format ||
-            (strcmp(x->view.format, "l") && strcmp(x->view.format, "q") &&
-             strcmp(x->view.format, "<l") && strcmp(x->view.format, "<q") &&
-             strcmp(x->view.format, "=l") && strcmp(x->view.format, "=q"))) {
-            PyBuffer_Release(&x->view);
-            PyErr_Format(PyExc_ValueError, "%s: %s must be int64", fn, what);
-            return -1;
-        }
-        x->buf = (const int64_t *)x->view.buf;
-        x->n = x->view.len / 8;
-        return 0;
-    }
-    x->fast = PySequence_Fast(obj, "not a sequence");
-    if (!x->fast) {
-        if (PyErr_ExceptionMatches(PyExc_TypeError))
-            PyErr_Format(PyExc_TypeError, "%s: %s must be a sequence", fn, what);
-        return -1;
-    }
-    x->n = PySequence_Fast_GET_SIZE(x->fast);
-    return 0;
-}
-
-static void int64s_close(Int64s *x) {
-    if (x->fast)
-        Py_DECREF(x->fast);
-    else if (x->buf)
-        PyBuffer_Release(&x->view);
-}
-
-static inline int int64s_get(const Int64s *x, Py_ssize_t i, int64_t *out) {
-    if (x->buf) {
-        *out = x->buf[i];
-        return 0;
-    }
-    return item(x->fast, i, out);
 }
 
 PyDoc_STRVAR(held_doc,

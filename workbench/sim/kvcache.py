@@ -18,6 +18,7 @@ hashing cuts and hashes the block tuples in C.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -222,17 +223,24 @@ class BlockManager:
 
     def allocate(self, n: int) -> list[int] | None:
         """``n`` fresh blocks (evicting LRU cached blocks as needed), or None if no room."""
+        got = self.take(n)
+        return None if got is None else got.tolist()
+
+    def take(self, n: int) -> array[int] | None:
+        """``allocate`` as an int64 array (the scheduler's block lists: compiled, no Python
+        int is made per block)."""
         if n > self._nfree + self._nlru:
             return None
         self.num_active += n
+        got: array[int] = array("q")
         if self._c is not None:
-            got, self._nfree, self._head, evicted, hashes = self._c.allocate(
+            raw, self._nfree, self._head, evicted, hashes = self._c.allocate(
                 *self._moves, n, self._nfree, self._head, self._tail, NO_HASH,
                 self.host is not None)
             if evicted:
                 self._evicted(evicted, hashes)
-            fresh: list[int] = got
-            return fresh
+            got.frombytes(raw)
+            return got
         take = min(n, self._nfree)
         lo = self._nfree - take
         out = self._free[lo : self._nfree]
@@ -240,8 +248,8 @@ class BlockManager:
         if take < n:
             out = np.concatenate((out, self._evict(n - take)))
         self._ref[out] = 1
-        got_: list[int] = out.tolist()
-        return got_
+        got.frombytes(out.astype(np.int64).tobytes())
+        return got
 
     def _evicted(self, n: int, hashes: list[int] | None) -> None:
         """Count ``n`` evicted blocks; their ``hashes`` go to the host tier (offloaded,

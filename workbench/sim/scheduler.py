@@ -29,10 +29,13 @@ of the per-request usage the server reports (vLLM re-counts on re-admission).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import operator
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -69,8 +72,8 @@ class Sequence:
     capacity: int = 0
     next_full: int = 0
     step_tokens: int = 0
-    blocks: list[int] = field(default_factory=list)
-    hashes: list[int] = field(default_factory=list)
+    blocks: array[int] = field(default_factory=partial(array, "q"))  # int64s, as ``hashes``
+    hashes: array[int] = field(default_factory=partial(array, "q"))  # int64s: no int a key
     committed: int = 0
     prefilling: bool = True
     cached_tokens: int = -1
@@ -105,11 +108,14 @@ class Sequence:
         return Segments([(OUTPUT, self.base, 0, self.num_out)], normal=True)
 
     def ensure_hashes(self, block_size: int) -> None:
-        """Extend the chained block hashes to every full block of the first ``length`` tokens."""
+        """Extend the chained block hashes to every full block of the first ``length`` tokens.
+        From parts, the first call keys every full block of the prompt and the whole output
+        at once (a key is a function of the parts and the block's end, so keying early gives
+        the same keys): a decode that fills a block then finds its key there."""
         have = len(self.hashes)
         if (have + 1) * block_size <= self.length:
             if self.source is not None:
-                self.hashes.extend(self.source.upto(self.length))
+                self.source.extend(self.hashes, self.prompt_len + self.max_tokens)
                 return
             parent = self.hashes[-1] if have else ROOT_HASH
             self.hashes.extend(block_hashes(self.tokens, block_size, have, parent, self.length))
@@ -125,7 +131,7 @@ class _HeadMemo:
 
     seq: Sequence
     hit: list[int]
-    hashes: list[int]
+    hashes: array[int]
     epoch: int = -1
     evictions: int = -1
     arrays: tuple[np.ndarray, np.ndarray] | None = None
@@ -523,22 +529,25 @@ class Scheduler:
 
     def _take(self, pending: list[tuple[Sequence, int]], total: int) -> None:
         """Allocate the counted growth of ``pending`` requests at once (it fits)."""
-        got = self.kv.allocate(total)
+        got = self.kv.take(total)
         if got is None:  # pragma: no cover - invariant: counted against num_free
             raise RuntimeError(f"{total} counted blocks no longer free")
+        if len(pending) == 1:
+            pending[0][0].blocks += got
+            return
         at = 0
         for seq, need in pending:
-            seq.blocks.extend(got[at : at + need])
+            seq.blocks += got[at : at + need]
             at += need
 
     def _grow(self, seq: Sequence, n: int) -> bool:
         need = -(-(seq.num_computed + n) // self.bs) - len(seq.blocks)
         if need <= 0:
             return True
-        got = self.kv.allocate(need)
+        got = self.kv.take(need)
         if got is None:
             return False
-        seq.blocks.extend(got)
+        seq.blocks += got
         seq.capacity = len(seq.blocks) * self.bs
         return True
 
@@ -547,10 +556,10 @@ class Scheduler:
         # its committed blocks stay findable until evicted: its re-admission checks which
         # still hold its hashes (evictions -1: always checked, a private duplicate among
         # them holds none) instead of looking its whole prefix up again
-        own = seq.blocks[: min(seq.committed, (seq.length - 1) // self.bs)]
+        own = seq.blocks[: min(seq.committed, (seq.length - 1) // self.bs)].tolist()
         seq.routed = (own, self.kv.epoch, -1) if own and self.kv.enable_caching else None
         self.kv.release(seq.blocks)
-        seq.blocks = []
+        seq.blocks = array("q")
         seq.capacity = 0
         seq.num_computed = 0
         seq.preloaded = 0  # its transferred KV is gone: recompute from here on
@@ -583,7 +592,9 @@ class Scheduler:
                 self._memo = memo
                 break
             kv.acquire(hit)
-            seq.blocks = hit + (kv.allocate(need) or [])
+            blocks = seq.blocks = array("q", hit)
+            if need > 0:
+                blocks += kv.take(need) or array("q")
             seq.capacity = len(seq.blocks) * bs
             seq.num_computed = start
             if seq.preloaded:  # the one token left to compute is its first decode
@@ -671,8 +682,8 @@ class Scheduler:
         # the requests finishing in it are released after the commit, in order (a
         # request's fresh blocks are its own, so the commit takes no block a release
         # frees, and a release changes no hash: as committing before each release)
-        fill_blocks: list[int] = []
-        fill_hashes: list[int] = []
+        fill_blocks: array[int] = array("q")
+        fill_hashes: array[int] = array("q")
         done: list[Sequence] = []
         for seq in self._due(tick) if emitted else ():
             computed = seq.num_computed
@@ -725,11 +736,15 @@ class Scheduler:
         seq.finished = True
         seq.finish_reason = reason
         seq.finish_ns = t_ns
-        self.running.remove(seq)
+        running = self.running  # in admission order: found by its rank, not by a scan
+        i = bisect.bisect_left(running, seq.rank, key=_rank)
+        if i == len(running) or running[i] is not seq:  # pragma: no cover - invariant
+            raise RuntimeError(f"{seq.request_id} is not where its rank puts it in running")
+        del running[i]
         self.kv.release(seq.blocks)
-        seq.blocks = []
+        seq.blocks = array("q")
         seq.tokens = []  # a finished request keeps only its output (memory of long replays)
-        seq.hashes = []
+        seq.hashes = array("q")
         seq.source = None
         seq.routed = None
         del seq.outputs[seq.num_out :]
@@ -745,7 +760,7 @@ class Scheduler:
         else:
             self.waiting.remove(seq)
             seq.finished, seq.finish_reason, seq.finish_ns = True, "abort", t_ns
-            seq.tokens, seq.hashes, seq.source, seq.routed = [], [], None, None
+            seq.tokens, seq.hashes, seq.source, seq.routed = [], array("q"), None, None
             del seq.outputs[seq.num_out :]
         self.counters.requests_aborted += 1
         return True

@@ -1,0 +1,141 @@
+"""The engine with its compiled parts and with their Python twins (``WORKBENCH_COMPILED=0``)
+makes the same decisions step by step and the same records (issue 44; docs/virtual-time.md,
+"Compiled kernels"). The switch is read at import, so the twin runs in a child process
+with the variable set, exactly as a user sets it, and both sides print what they saw."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from array import array
+from typing import Any
+
+import pytest
+
+from workbench.kernels import native
+from workbench.segments import BLOCK, OUTPUT, UNIT, BlockKeyer, Segments
+from workbench.sim import kvindex
+from workbench.sim.config import EngineConfig
+from workbench.sim.scheduler import Scheduler
+
+CASES: dict[str, dict[str, Any]] = {
+    "roomy": {"num_blocks": 4000},
+    "preempting": {"num_blocks": 80, "max_num_seqs": 24, "max_num_batched_tokens": 512},
+    "budget-below-seqs": {"num_blocks": 500, "max_num_seqs": 40, "max_num_batched_tokens": 30},
+    "no-prefix-cache": {"num_blocks": 800, "enable_prefix_caching": False},
+    "host-tier": {"num_blocks": 120, "host_kv_gb": 0.5, "host_kv_gbps": 20.0},
+}
+
+
+def _prompt(rng: random.Random, i: int) -> Segments:
+    """Leading hash-id blocks shared with other prompts, then the request's own tokens."""
+    parts = [(BLOCK, k, 0, 16) for k in range(rng.randrange(0, 12))]
+    parts.append((UNIT, i, 0, rng.randrange(1, 300)))
+    return Segments(parts)
+
+
+def drive(knobs: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Requests arriving over the first steps, stepped to the end as ``Engine`` steps them:
+    each step's plan (who, how many tokens, the cost inputs) and the cache after it, every
+    request's outcome and the cache's end state."""
+    rng = random.Random(seed)
+    sched = Scheduler(EngineConfig(**knobs))
+    arrivals = sorted((rng.randrange(0, 300), i) for i in range(70))
+    seqs = []
+    steps: list[list[Any]] = []
+    t = step = 0
+    while (arrivals or sched.has_work()) and step < 50_000:
+        while arrivals and arrivals[0][0] <= step:
+            _, i = arrivals.pop(0)
+            seq = sched.new_sequence(f"r{i}", _prompt(rng, i), rng.randrange(1, 90), t)
+            sched.add(seq)
+            seqs.append(seq)
+        plan = sched.schedule()
+        while not (plan.scheduled or plan.implicit) and plan.preempted and sched.has_work():
+            plan = sched.schedule()
+        if plan.scheduled or plan.implicit:
+            t += 1000 + plan.kv_tokens % 97
+            steps.append([[(s.request_id, s.step_tokens) for s in plan.scheduled],
+                          plan.implicit, plan.prefill_tokens, plan.decode_seqs, plan.kv_tokens,
+                          plan.preempted, plan.prefill_attn, plan.host_load_tokens])  # fmt: skip
+            sched.complete(plan, t)
+            kv = sched.kv
+            steps[-1] += [kv.num_free, kv.num_active, kv.evictions, kv.cached_blocks()]
+        step += 1
+    assert not sched.has_work()
+    return {
+        "steps": steps,
+        "requests": [(s.request_id, s.token_ns, s.cached_tokens, s.host_tokens, s.preemptions,
+                      s.finish_ns, s.finish_reason, s.num_out) for s in seqs],
+        "counters": repr(sched.counters),
+        "kv": (sorted(sched.kv.index().items()), sched.kv.lru_order()),
+    }
+
+
+def _in_child(expr: str, compiled: bool) -> Any:
+    """``expr`` evaluated in a fresh interpreter that imported this file, as JSON."""
+    code = (f"import json, runpy; m = runpy.run_path({__file__!r}); "
+            f"print(json.dumps(eval({expr!r}, m)))")  # fmt: skip
+    env = {**os.environ, "WORKBENCH_COMPILED": "1" if compiled else "0"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=600, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout)
+
+
+def test_the_compiled_parts_are_built_here() -> None:
+    # else both sides below would run the twins and compare nothing
+    assert native is not None and kvindex.COMPILED
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_compiled_and_python_engines_decide_every_step_alike(name: str) -> None:
+    here = json.loads(json.dumps(drive(CASES[name], 7)))
+    assert here == _in_child(f"drive({CASES[name]!r}, 7)", compiled=False)
+    assert len(here["steps"]) > 50
+
+
+def test_the_cases_reach_preemption_eviction_and_the_host_tier() -> None:
+    runs = {name: drive(knobs, 7) for name, knobs in CASES.items()}
+    assert "preemptions=0" not in runs["preempting"]["counters"]
+    assert any(s[10] for s in runs["preempting"]["steps"])  # evictions
+    assert any(s[7] for s in runs["host-tier"]["steps"])  # KV brought back from the host
+
+
+def digest(case: str) -> str:
+    """A ``bench/digest_matrix.py`` case's canonical digest (the whole replay, records
+    included), run here."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "digest_matrix.py"
+    spec = importlib.util.spec_from_file_location("digest_matrix", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    line: str = mod.run(case)
+    return line.split()[1]
+
+
+@pytest.mark.parametrize("case", ["moon-tight", "moon-cluster-pa"])
+def test_compiled_and_python_replays_give_the_same_canonical_digest(case: str) -> None:
+    assert digest(case) == _in_child(f"digest({case!r})", compiled=False)
+
+
+def test_block_keyer_extends_an_int64_array_with_the_keys_upto_returns() -> None:
+    rng = random.Random(3)
+    for _ in range(200):
+        parts = [(rng.choice([UNIT, BLOCK, OUTPUT]), rng.randrange(1 << 63), rng.randrange(99),
+                  rng.randrange(1, 90)) for _ in range(rng.randrange(1, 7))]  # fmt: skip
+        seg, bs = Segments(parts), rng.randrange(1, 40)
+        stops = [*sorted(rng.randrange(len(seg) + 1) for _ in range(5)), len(seg)]
+        a, b, out = BlockKeyer(seg, bs), BlockKeyer(seg, bs), array("q")
+        want: list[int] = []
+        for stop in stops:
+            want += a.upto(stop)
+            b.extend(out, stop)
+            assert out.tolist() == want
+        assert want == seg.block_keys(bs)
