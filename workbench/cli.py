@@ -10,11 +10,22 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from workbench.errors import WRITE_ERRNOS, ExitCode, OutputWriteError, WorkbenchError
+from workbench.errors import (
+    STOP_SIGNAL_NAMES,
+    WRITE_ERRNOS,
+    ExitCode,
+    OutputWriteError,
+    WorkbenchError,
+)
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Sequence
+
+
+#: the signals that take Ctrl-C's (SIGINT's) path (``errors.STOP_SIGNAL_NAMES``)
+STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
+    getattr(signal, name) for name in STOP_SIGNAL_NAMES if hasattr(signal, name))
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -22,14 +33,15 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def interrupt_early() -> None:
-    """SIGTERM (``timeout``, Docker, Kubernetes, Slurm) takes Ctrl-C's path from the
-    command's first line on, while it still imports (``workbench.signals`` says how the
-    run itself then stops): a stop during start-up is one line and exit code 130, not a
-    traceback or 143. Main thread only (elsewhere a no-op)."""
+    """Every signal of ``STOP_SIGNALS`` takes Ctrl-C's path from the command's first line
+    on, while it still imports (``workbench.signals`` says how the run itself then stops):
+    a stop during start-up is one line and exit code 130, not a traceback or 143. Main
+    thread only (elsewhere a no-op)."""
     import threading
 
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupt)
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, _interrupt)
 
 
 def build_parser() -> argparse.ArgumentParser:

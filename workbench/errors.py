@@ -53,6 +53,13 @@ class OutputWriteError(WorkbenchError):
         return (type(self), (self.path, OSError(self.errno, self.reason)))
 
 
+#: every signal a user can send whose default would kill the process where it stands; each
+#: stops a command as Ctrl-C (SIGINT) does, exit ``ExitCode.CANCELLED`` (``timeout``,
+#: Docker, Kubernetes, Slurm: SIGTERM; a terminal or ssh session gone: SIGHUP; Ctrl-\\:
+#: SIGQUIT; ``kill -USR1``). SIGKILL and SIGSTOP cannot be caught (workbench.signals)
+STOP_SIGNAL_NAMES = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+
+
 class ExitCode:
     """The exit status of every ``workbench`` command (README "Exit codes").
 

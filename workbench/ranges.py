@@ -228,10 +228,17 @@ def check_value(path: str, value: Any, tp: Any, rng: Range | None = None) -> Non
     raise ConfigError(f"{path}: expected {expected}, got {show(value)} ({type(value).__name__})")
 
 
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
 def hints_of(cls: type) -> dict[str, Any]:
-    """The resolved annotations of a dataclass (or of a class's ``__init__``)."""
-    target = cls if dataclasses.is_dataclass(cls) else cls.__init__  # type: ignore[misc]
-    return typing.get_type_hints(target)
+    """The resolved annotations of a dataclass (or of a class's ``__init__``), resolved
+    once per class (a sweep checks thousands of configs). Read only: shared."""
+    hints = _HINTS.get(cls)
+    if hints is None:
+        target = cls if dataclasses.is_dataclass(cls) else cls.__init__  # type: ignore[misc]
+        hints = _HINTS[cls] = typing.get_type_hints(target)
+    return hints
 
 
 def check_dataclass(obj: Any, path: str = "") -> None:

@@ -1,4 +1,5 @@
-"""SIGTERM stops a run exactly as Ctrl-C (SIGINT) does.
+"""SIGTERM (and SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2: ``STOP``) stops a run exactly as
+Ctrl-C (SIGINT) does.
 
 ``timeout``, Docker, Kubernetes and Slurm stop a process with SIGTERM. Python's
 default is to die on the spot: the manifest would stay ``running`` and requests
@@ -31,7 +32,12 @@ import threading
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
+from workbench.errors import STOP_SIGNAL_NAMES
+
 T = TypeVar("T")
+
+#: the signals that stop a run as SIGINT does (``errors.STOP_SIGNAL_NAMES``)
+STOP = tuple(getattr(signal, name) for name in STOP_SIGNAL_NAMES if hasattr(signal, name))
 
 
 class _Flag:
@@ -109,7 +115,7 @@ def stop_on_signals() -> Iterator[SignalStop]:
     if threading.current_thread() is not threading.main_thread():
         yield flag
         return
-    previous = {sig: signal.signal(sig, flag.on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, flag.on_signal) for sig in (signal.SIGINT, *STOP)}
     try:
         yield flag
     finally:
@@ -147,22 +153,26 @@ def _cancel_task_on_sigterm(loop: asyncio.AbstractEventLoop, cancel: Callable[[]
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.getsignal(signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in STOP}
 
     def on_term() -> None:
         flag.hit = True
         cancel()
 
+    added = []
     try:
-        loop.add_signal_handler(signal.SIGTERM, on_term)
+        for sig in STOP:
+            loop.add_signal_handler(sig, on_term)
+            added.append(sig)
     except (NotImplementedError, RuntimeError, ValueError):  # no signals on this loop
-        yield
-        return
+        pass
     try:
         yield
     finally:
-        loop.remove_signal_handler(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        for sig in added:
+            loop.remove_signal_handler(sig)
+            handler = previous[sig]
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 def run_with_sigterm(runner: asyncio.Runner, coro: Coroutine[Any, Any, T]) -> T:
@@ -180,5 +190,5 @@ def run_with_sigterm(runner: asyncio.Runner, coro: Coroutine[Any, Any, T]) -> T:
         return runner.run(main())
     except asyncio.CancelledError:
         if flag.hit:
-            raise KeyboardInterrupt("signal SIGTERM") from None
+            raise KeyboardInterrupt("signal") from None
         raise

@@ -11,8 +11,9 @@ import sys
 
 import pytest
 
-from workbench.calibration.fit import calibrate, read_engine_file
+from workbench.calibration.fit import calibrate
 from workbench.calibration.predict import predict
+from workbench.config.engine_file import read_engine_file
 from workbench.errors import ConfigError
 from workbench.executors.virtual import simulate
 

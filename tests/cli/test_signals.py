@@ -1,4 +1,5 @@
-"""SIGTERM stops a real ``workbench replay`` subprocess exactly as Ctrl-C does."""
+"""SIGTERM (and SIGHUP, SIGQUIT, SIGUSR1) stops a real ``workbench replay`` subprocess
+exactly as Ctrl-C does."""
 
 import json
 import signal
@@ -8,6 +9,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from interrupt import default_sigint
 
 from workbench.data import path as data_path
@@ -37,11 +39,15 @@ def _replay(out: Path, run_id: str) -> subprocess.Popen:
     )
 
 
-def test_sigterm_saves_the_run_as_cancelled(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
+                                 signal.SIGUSR1], ids=lambda s: s.name)
+def test_sigterm_saves_the_run_as_cancelled(tmp_path, sig):
+    """Every signal a user can send (SIGHUP: a terminal or ssh session gone; before, it
+    killed the process where it stood: manifest ``running``, no summary, no Parquet)."""
     proc = _replay(tmp_path, "term")
     run = tmp_path / "term"
     _wait_for_lines(run / "records.jsonl", 5, proc)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == ExitCode.CANCELLED, err
     assert "Traceback" not in err, err

@@ -47,7 +47,8 @@ def _clean_stop(proc: subprocess.Popen, command: str) -> str:
     return err
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["term", "int"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP],
+                         ids=["term", "int", "hup"])
 def test_a_stopped_simulate_saves_what_finished(tmp_path, sig):
     # closed loop over a long virtual span: the run goes on until it is stopped
     proc = subprocess.Popen(
@@ -123,7 +124,7 @@ runpy.run_module("workbench", run_name="__main__")
 
 
 @pytest.mark.parametrize("module", ["workbench.commands._axes", "numpy"])
-@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_signal_while_starting_is_one_clean_line(tmp_path, sig, module):
     """The signal lands (deterministically) while the command imports its modules: the
     commands' shared module while the parser is built, numpy while a command starts."""

@@ -117,7 +117,10 @@ async def flush_prefix_cache(
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     import aiohttp
 
-    sess = session if session is not None else aiohttp.ClientSession(headers=headers)
+    from workbench.bodies import BodyError, read_body
+    from workbench.bodies import session as bounded_session
+
+    sess = session if session is not None else bounded_session(headers=headers)
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
         routes = BACKENDS.get(backend).servers.flush_routes
@@ -126,8 +129,9 @@ async def flush_prefix_cache(
                 try:
                     async with sess.post(with_query(root + route, base_url),
                                          timeout=timeout) as resp:
-                        status, body = resp.status, await resp.text(errors="replace")
-                except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                        # at most bodies.ANSWER_MAX, inflated piece by piece
+                        status, body = resp.status, (await read_body(resp)).text()
+                except (aiohttp.ClientError, TimeoutError, OSError, BodyError) as exc:
                     out.attempted = True
                     out.detail = f"POST {route} failed: {type(exc).__name__}: {exc}"
                     out.tries.append({"endpoint": f"POST {route}", "status": None,

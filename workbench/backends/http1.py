@@ -190,9 +190,12 @@ class _Connection(asyncio.Protocol):
                     return
             elif self.streaming:
                 self.pool.parsing.add(self, t, chunk)
-            elif self.body_size < ERROR_BODY_MAX:
+            else:
                 self.body.append(chunk)
                 self.body_size += len(chunk)
+            if not self.streaming and self.body_size >= ERROR_BODY_MAX:
+                self._finish(False)  # kept to its bound: the rest is not read (dropped)
+                return
         if self.complete:
             if self.streaming:
                 self.pool.parsing.add(self, 0, None)  # finish after this read's parse
@@ -202,8 +205,8 @@ class _Connection(asyncio.Protocol):
     def _inflated(self, t: int, chunk: bytes) -> bool:
         """A compressed read, inflated one piece at a time (``stream.Inflater``): a stream's
         pieces are parsed at once, so its event-size bound cuts a body that inflates
-        without end after one piece past the bound; a kept error body stops at
-        ``ERROR_BODY_MAX``. False when the request ended meanwhile."""
+        without end after one piece past the bound; a kept (error, GET) body ends the
+        exchange at ``ERROR_BODY_MAX``. False when the request ended meanwhile."""
         waiter = self.waiter
         try:
             for piece in self.inflate.pieces(chunk):  # type: ignore[union-attr]
@@ -212,11 +215,13 @@ class _Connection(asyncio.Protocol):
                     self.pool.parsing.run()  # in order: earlier reads were queued first
                     if self.waiter is not waiter:
                         return False  # cut by the stream's bounds (or ended)
-                elif self.body_size < ERROR_BODY_MAX:
+                else:
                     self.body.append(piece)
                     self.body_size += len(piece)
-                else:
-                    break  # the error body is kept up to its bound: no more inflating
+                    if self.body_size >= ERROR_BODY_MAX:
+                        # kept up to its bound: no more inflating, nor reading (dropped)
+                        self._finish(False)
+                        return False
         except BackendError as exc:
             self._fail(exc)
             return False

@@ -32,6 +32,7 @@ from workbench.backends.stream import (
     StaleConnectionError,
     sent_at,
 )
+from workbench.bodies import read_body
 from workbench.records import RequestRecord
 
 __all__ = ["AiohttpClient"]
@@ -212,16 +213,9 @@ def _inflater(resp: aiohttp.ClientResponse) -> Inflater | None:
 
 
 async def _bounded_body(resp: aiohttp.ClientResponse, inflater: Inflater | None) -> bytes:
-    """A non-streamed body, at most ``ERROR_BODY_MAX`` bytes (inflated, if compressed)."""
-    raw = await resp.content.read(ERROR_BODY_MAX)
-    if inflater is None:
-        return raw
-    out = bytearray()
-    for piece in inflater.pieces(raw):
-        out += piece
-        if len(out) >= ERROR_BODY_MAX:
-            break
-    return bytes(out[:ERROR_BODY_MAX])
+    """A non-streamed body, at most ``ERROR_BODY_MAX`` bytes (inflated piece by piece,
+    if compressed; the connection dropped past the bound): ``bodies.read_body``."""
+    return (await read_body(resp, ERROR_BODY_MAX, inflater)).data
 
 
 class _Sent:

@@ -22,6 +22,8 @@ import aiohttp
 
 from workbench.backends.base import BACKENDS
 from workbench.backends.transport import normalize_base_url, with_query
+from workbench.bodies import BodyError, read_body
+from workbench.bodies import session as bounded_session
 from workbench.errors import ConfigError
 
 START, STOP = "/start_profile", "/stop_profile"
@@ -36,14 +38,14 @@ async def _post(base_url: str, route: str, headers: Mapping[str, str],
                 body: Mapping[str, Any] | None, timeout_s: float) -> dict[str, Any]:
     root = normalize_base_url(base_url)
     timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(headers=dict(headers)) as sess:
+    async with bounded_session(headers=dict(headers)) as sess:
         try:
             async with sess.post(with_query(root + route, base_url), json=body,
                                  timeout=timeout) as resp:
-                text = await resp.text(errors="replace")
+                text = (await read_body(resp)).text()  # bounded (bodies.py)
                 return {"endpoint": f"POST {route}", "status": resp.status,
                         "body": text.strip()[:BODY_EXCERPT]}
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except (aiohttp.ClientError, TimeoutError, OSError, BodyError) as exc:
             return {"endpoint": f"POST {route}", "status": None,
                     "body": f"{type(exc).__name__}: {exc}"[:BODY_EXCERPT]}
 

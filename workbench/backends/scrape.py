@@ -44,6 +44,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import workbench.catalogs.series as series
 from workbench.backends.transport import normalize_base_url, with_query
+from workbench.bodies import ANSWER_MAX, PAGE_MAX, BodyError, read_body
+from workbench.bodies import session as bounded_session
 from workbench.catalogs.series import LLAMACPP_WITH_CACHED
 from workbench.clock import Clock, WallClock
 from workbench.promseries import GPU_SERIES, SIMULATED_LABEL, averaged
@@ -139,17 +141,31 @@ def endpoint_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
+#: URLs whose page was cut at ``PAGE_MAX`` (the warning is logged once per URL)
+_CUT_WARNED: set[str] = set()
+
+
 async def _fetch(
     session: aiohttp.ClientSession, url: str, timeout_s: float,
     headers: dict[str, str] | None = None,
-) -> str:
+) -> tuple[str, bool]:
+    """One page and whether it was cut: read under ``bodies.PAGE_MAX`` (inflated piece
+    by piece); a longer page is cut after its last whole line, with one warning per URL
+    (docs/security.md)."""
     shown = strip_url_credentials(url)
     get = session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers)
     async with get as resp:
         if resp.status != 200:
-            body = (await resp.text(errors="replace")).strip()[:200]
+            body = (await read_body(resp, ANSWER_MAX)).text().strip()[:200]
             raise RuntimeError(f"HTTP {resp.status} from {shown}: {body}")
-        return await resp.text(errors="replace")
+        page = await read_body(resp, PAGE_MAX)
+    if not page.cut:
+        return page.text(), False
+    if shown not in _CUT_WARNED:
+        _CUT_WARNED.add(shown)
+        logger.warning("metrics page of %s passed %d bytes: cut there, the series after the "
+                       "cut are not read (docs/security.md)", shown, PAGE_MAX)
+    return page.data[: page.data.rfind(b"\n") + 1].decode("utf-8", errors="replace"), True
 
 
 class _Endpoint:
@@ -173,15 +189,15 @@ async def detect_block_size(
     url = with_query(f"{normalize_base_url(base_url)}/metrics", base_url)
     try:
         if session is None:
-            async with aiohttp.ClientSession() as own:
-                text = await _fetch(own, url, timeout_s)
+            async with bounded_session() as own:
+                text, _ = await _fetch(own, url, timeout_s)
         else:
-            text = await _fetch(session, url, timeout_s)
+            text, _ = await _fetch(session, url, timeout_s)
         _, config = parse_metrics(text)
         if config is None or "block_size" not in config:
             return None
         return int(float(config["block_size"]))
-    except (aiohttp.ClientError, TimeoutError, RuntimeError, ValueError) as exc:
+    except (aiohttp.ClientError, TimeoutError, RuntimeError, ValueError, BodyError) as exc:
         logger.warning("block size detection via %s failed: %s", url, exc)
         return None
 
@@ -215,6 +231,8 @@ class MetricsScraper:
         self.timeline: list[dict[str, Any]] = []
         self.cache_config: dict[str, str] | None = None
         self.failures = 0
+        #: pages longer than ``bodies.PAGE_MAX`` (cut there): the manifest's ``pages_cut``
+        self.cut: set[str] = set()
         self._session = session
         self._own_session = session is None
         self._task: asyncio.Task[None] | None = None
@@ -227,7 +245,7 @@ class MetricsScraper:
         """
         t_ns = self.clock.now_ns()
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            self._session = bounded_session()
         session = self._session
         (own, own_error), *pages = await asyncio.gather(
             self._page(session, self.url),
@@ -265,8 +283,12 @@ class MetricsScraper:
     ) -> tuple[str | None, str | None]:
         """(one page's text, None), or (None, ``"Type: message"`` of what it failed with)."""
         try:
-            return await _fetch(session, url, self.timeout_s, headers), None
-        except (aiohttp.ClientError, TimeoutError, RuntimeError, ValueError) as exc:
+            text, cut = await _fetch(session, url, self.timeout_s, headers)
+            if cut:
+                self.cut.add(strip_url_credentials(url))
+            return text, None
+        except (aiohttp.ClientError, TimeoutError, RuntimeError, ValueError,
+                BodyError) as exc:
             return None, f"{type(exc).__name__}: {exc}"
 
     def _take(self, page: _Page, source: str, text: str) -> str | None:
@@ -291,6 +313,7 @@ class MetricsScraper:
             "endpoints": [e.shown for e in self.endpoints],
             "patterns": list(self.patterns),
             "series": {name: self.series[name] for name in sorted(self.series)},
+            **({"pages_cut": sorted(safe_url(u) for u in self.cut)} if self.cut else {}),
         }
 
     async def start(self) -> None:

@@ -21,11 +21,11 @@ failure the same way whichever client met it (``executor.http``).
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import orjson
 
+from workbench import bodies
 from workbench.backends.base import BackendError, StreamParser
 from workbench.backends.overrun import (
     AFTER_DONE_MAX_BYTES,
@@ -84,40 +84,11 @@ class StaleConnectionError(DisconnectedError):
 #: by both clients (docs/wire-protocols.md)
 HEAD_MAX = 64 * 1024
 
-#: a compressed body is inflated at most this many bytes at a time (``Inflater``)
-INFLATE_PIECE = 64 * 1024
+class Inflater(bodies.Inflater):
+    """``bodies.Inflater`` whose broken body is a ``BackendError`` (the clients' error)."""
 
-
-class Inflater:
-    """A ``gzip``/``deflate`` body inflated piece by piece, never a whole read at once.
-
-    ``pieces(data)`` yields the inflated bytes of one network read in pieces of at
-    most ``INFLATE_PIECE`` bytes; the caller hands each to the stream (whose
-    event-size bound then cuts a body that inflates without end exactly where it
-    would cut plain bytes) and stops taking pieces once it has enough, so a read
-    that inflates to a GiB is never held whole (docs/wire-protocols.md).
-    """
-
-    __slots__ = ("encoding", "z")
-
-    def __init__(self, encoding: str) -> None:
-        self.encoding = encoding
-        self.z = zlib.decompressobj(wbits=47)  # zlib or gzip header
-
-    def pieces(self, data: bytes) -> Iterator[bytes]:
-        z = self.z
-        buf = data
-        while True:
-            try:
-                out = z.decompress(buf, INFLATE_PIECE)
-            except zlib.error as exc:
-                raise BackendError(f"a {self.encoding} body that does not inflate: {exc}") \
-                    from None
-            if out:
-                yield out
-            buf = z.unconsumed_tail
-            if not buf and len(out) < INFLATE_PIECE:
-                return
+    __slots__ = ()
+    error = BackendError
 
 
 #: response headers a client keeps for the record (lower case): ``x-workbench-*``

@@ -41,7 +41,6 @@ samples it was fitted to). ``Calibration.engine`` is a knob mapping that
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -50,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench import safe_write as safe
 from workbench.calibration.predict import predict
 from workbench.calibration.samples import NS_PER_MS, Sample, overlapped, read_samples
 from workbench.calibration.split import fit_split
@@ -71,7 +71,7 @@ class Calibration:
 
     def write(self, path: str | Path) -> Path:
         p = Path(path)
-        p.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        safe.write_file(p, json.dumps(self.to_dict(), indent=2) + "\n")
         return p
 
 
@@ -278,20 +278,3 @@ def calibrate(
     if self_check:
         fit["replay"] = [predict(r.run_dir or "", cal.engine) for r in results]
     return cal
-
-
-def read_engine_file(path: str | Path) -> dict[str, Any]:
-    """Engine knobs from a JSON or YAML mapping; a calibration file's ``engine`` block."""
-    from workbench.config.validation import load_yaml
-
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read engine config: {exc.strerror}") from None
-    data = load_yaml(str(path), text)  # JSON is YAML; aliases and depth bounded
-    if isinstance(data, dict) and isinstance(data.get("engine"), dict):
-        data = data["engine"]
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: an engine config is a mapping of engine knobs")
-    names = {f.name for f in dataclasses.fields(EngineConfig)}
-    return {k: (list(v) if k in names and isinstance(v, tuple) else v) for k, v in data.items()}

@@ -18,6 +18,8 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+from workbench import safe_write as safe
+
 #: tokens per hashed block: the captured format's ``block_size``
 BLOCK_SIZE = 64
 DIGEST_BYTES = 16
@@ -32,7 +34,7 @@ class Salt:
 
     def write(self, path: str | Path) -> Path:
         p = Path(path)
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        fd = safe.open_fd(p, mode=0o600)  # created anew, never through a link
         with os.fdopen(fd, "w") as f:
             f.write(self.key.hex() + "\n")
         return p

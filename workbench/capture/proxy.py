@@ -126,7 +126,7 @@ class CaptureProxy:
         import aiohttp
         from aiohttp import web
 
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.out_dir.mkdir(parents=True, exist_ok=True)  # the user's folder (a link is theirs)
         remove_stale(self.out_dir)
         self.sessions.number_after(_highest_number(self.out_dir, self.prefix))
         if self.salt_file is not None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from workbench import redact
+from workbench.bodies import BodyError, read_body
 from workbench.capture.protocols import CHAT, COMPLETIONS, RequestFacts, prompt_segments
 from workbench.tokenizer import get_tokenizer
 
@@ -37,6 +38,9 @@ log = logging.getLogger(__name__)
 TOKENIZERS = ("upstream", "word")
 #: how long one ``/tokenize`` call may take (s); past it, the local tokenizer counts
 TOKENIZE_TIMEOUT_S = 30.0
+#: the largest ``/tokenize`` answer read (inflated; a 4M-token prompt's ids fit): past it
+#: the answer is cut and the built-in tokenizer counts (``bodies.read_body``)
+TOKENIZE_MAX = 64 * 2**20
 #: the agent headers the tokenize call carries (credentials a server may ask for)
 _FORWARDED = ("authorization", "x-api-key", "api-key", "cookie")
 _ROLES = {"system": "<|system|>", "developer": "<|system|>", "user": "<|user|>",
@@ -102,16 +106,19 @@ class TokenSource:
                 self.url, data=orjson.dumps(body), headers=sent,
                 timeout=aiohttp.ClientTimeout(total=TOKENIZE_TIMEOUT_S),
             ) as resp:  # fmt: skip
-                raw = await resp.read()
+                answer = await read_body(resp, TOKENIZE_MAX)  # bounded, inflated piecewise
                 status = resp.status
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (aiohttp.ClientError, TimeoutError, BodyError) as exc:
             self._refused(f"{type(exc).__name__}")
             return None
         if status != 200:
             self._refused(f"HTTP {status}")
             return None
+        if answer.cut:
+            self._refused(f"an answer over {TOKENIZE_MAX} bytes (cut)")
+            return None
         try:
-            tokens = orjson.loads(raw).get("tokens")
+            tokens = orjson.loads(answer.data).get("tokens")
         except (orjson.JSONDecodeError, AttributeError):
             self._refused("an answer without a token list")
             return None

@@ -10,14 +10,13 @@ the new one, never half a file. Field meanings: docs/capture.md, "The files".
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from workbench import redact
+from workbench import safe_write as safe
 from workbench.capture.blocks import BLOCK_SIZE
 from workbench.capture.sessions import Agent, Conversation, Turn
 
@@ -118,16 +117,7 @@ def write_atomic(path: Path, doc: dict[str, Any]) -> None:
     """``doc`` at ``path``: a temporary file beside it, then renamed over it (a killed
     process leaves the old version or the new one; no fsync: an operating-system crash
     is not covered, docs/capture.md)."""
-    data = orjson.dumps(doc)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    safe.write_file(path, orjson.dumps(doc))  # NAME.tmp, never through a link
 
 
 def remove_stale(directory: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 NAME = "plan"
 HELP = ("capacity plan in virtual time: fewest replicas of each preset (or calibrated "
@@ -46,21 +47,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.plan import plan
+    from workbench.plan import claim_plan_dir, plan
     from workbench.workloads.standard import bundled_or_path
 
     trace = str(bundled_or_path(args.trace))
-    result = plan(
-        trace, args.preset, args.slo, scales=_floats(args.scale, "scale"),
-        routers=[r.strip() for r in args.router.split(",") if r.strip()],
-        host_kv_gb=_floats(args.host_kv_gb, "host-kv-gb"), prices=args.price,
-        max_items=args.max_items, max_replicas=args.max_replicas, parallel=args.parallel,
-        progress=lambda p: print(f"  {p.option.label} × {p.replicas} at {p.rate:.2f}/s: "
-                                 f"{'held' if p.held else 'broken'} "
-                                 f"(worst ratio {p.worst_ratio:.2f}; with the error "
-                                 f"{p.ratio_low:.2f}–{p.ratio_high:.2f})", flush=True),
-    )
-    out = result.save(args.out_dir)
+    scales = _floats(args.scale, "scale")
+    host_kv_gb = _floats(args.host_kv_gb, "host-kv-gb")
+    claimed = claim_plan_dir(args.out_dir)  # before the plan is computed: never lost after
+    try:
+        result = plan(
+            trace, args.preset, args.slo, scales=scales,
+            routers=[r.strip() for r in args.router.split(",") if r.strip()],
+            host_kv_gb=host_kv_gb, prices=args.price, max_items=args.max_items,
+            max_replicas=args.max_replicas, parallel=args.parallel,
+            progress=lambda p: print(f"  {p.option.label} × {p.replicas} at {p.rate:.2f}/s: "
+                                     f"{'held' if p.held else 'broken'} "
+                                     f"(worst ratio {p.worst_ratio:.2f}; with the error "
+                                     f"{p.ratio_low:.2f}–{p.ratio_high:.2f})", flush=True),
+        )
+    except BaseException:
+        with contextlib.suppress(OSError):
+            claimed.rmdir()  # still empty: nothing of the plan came
+        raise
+    out = result.save(args.out_dir, claimed=claimed)
     print(result.answer())
     print(f"plan directory: {out}  (render: workbench report {out})")
     return 0

@@ -119,7 +119,7 @@ def cluster_knobs_from_args(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     if args.sim_command == "calibrate":
         return run_calibrate(args)
-    from workbench.calibration.fit import read_engine_file
+    from workbench.config.engine_file import read_engine_file
     from workbench.errors import ConfigError
     from workbench.sim.cluster import split_knobs
     from workbench.sim.config import EngineConfig

@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     knobs = dict(cfg.target.engine)
     if args.engine_config:
-        from workbench.calibration.fit import read_engine_file
+        from workbench.config.engine_file import read_engine_file
 
         knobs.update(read_engine_file(args.engine_config))
     knobs.update(engine_knobs(args.engine))

@@ -43,6 +43,13 @@ __all__ = [
     "check_mapping", "check_value", "hints_of", "show",
 ]
 
+#: request headers the client writes itself, which frame the message or route it
+#: (RFC 9110/9112): one given again is refused by name (docs/config-bounds.md)
+FRAMING_HEADERS = frozenset((
+    "host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade",
+    "te", "trailer", "proxy-connection", "expect", "content-encoding", "content-type",
+    "x-request-id",
+))
 #: RFC 9110 ``token``: the characters an HTTP header (field) name may hold
 _TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
@@ -216,7 +223,10 @@ def load_yaml(path: str, text: str) -> Any:
             finally:
                 self.depth -= 1
 
-    loader = BoundedLoader(text)
+    try:  # the reader refuses a NUL or other non-printable character as it is built
+        loader = BoundedLoader(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -268,9 +278,32 @@ def check_header(path: str, name: Any, value: Any) -> None:
             f"{path}: header name {show(name)} is not an HTTP token (RFC 9110: letters, "
             "digits and !#$%&'*+-.^_`|~; no ':', space or control characters)"
         )
+    if name.lower() in FRAMING_HEADERS:
+        raise ConfigError(
+            f"{path}: header {name!r} frames or routes the request itself (the client "
+            "sets it; a second one is a request-smuggling shape): refused, as are "
+            f"{', '.join(sorted(FRAMING_HEADERS))}"
+        )
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise ConfigError(f"{path}[{name!r}]: expected one line of text, got {show(value)}")
     text = str(value)
+    _check_header_value(f"{path}[{name!r}]", text, shown=True)
+    if text.startswith("$") and (env := os.environ.get(text[1:])) is not None:
+        # read from the environment when the run starts: checked now, never shown
+        _check_header_value(f"{path}[{name!r}] (from ${text[1:]})", env, shown=False)
+
+
+def _check_header_value(where: str, text: str, *, shown: bool) -> None:
+    """One line of visible ASCII, spaces and tabs: what HTTP/1.1 carries as a field value
+    the same way through both clients (RFC 9110, 5.5; obs-text is obsolete)."""
     if any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in text):
-        raise ConfigError(f"{path}[{name!r}]: a header value cannot hold CR, LF or other "
+        raise ConfigError(f"{where}: a header value cannot hold CR, LF or other "
                           "control characters")
+    at = next((i for i, c in enumerate(text) if ord(c) > 126), None)
+    if at is not None:
+        got = f"{text[at]!r} at character {at + 1}" if shown else f"character {at + 1}"
+        raise ConfigError(
+            f"{where}: a header value is ASCII text in HTTP/1.1 (RFC 9110 field values; "
+            f"bytes past ASCII are obsolete and each client encodes them differently), "
+            f"got {got}"
+        )

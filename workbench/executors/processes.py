@@ -40,6 +40,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol
 
+from workbench import safe_write as safe
 from workbench.config import RunConfig
 from workbench.errors import OutputWriteError, WorkbenchError
 from workbench.executors.kinds import EXECUTORS
@@ -88,7 +89,7 @@ class ShardedExecutor:
             self.shard_dir = self._tmp
         else:  # claimed, with its manifest, by the session
             self.shard_dir = session.run_dir / "shards"
-        self.shard_dir.mkdir(parents=True, exist_ok=True)
+        safe.make_dir(self.shard_dir, parents=True)  # never a link out of the run
 
     async def play(
         self, session: ReplaySession, target: Target, stop: asyncio.Event | None
@@ -137,15 +138,12 @@ class ShardedExecutor:
             if s.write_error is not None:  # the shard files stay: they hold the records
                 return
             for name, items in (("records", recs), ("lifecycle", rows)):
-                tmp = s.run_dir / f"{name}.jsonl.tmp"
-                try:
-                    with open(tmp, "wb") as fh:
+                target = s.run_dir / f"{name}.jsonl"
+                try:  # NAME.tmp, never through a link, renamed into place (safe_write.py)
+                    with safe.open_file(target, "wb", atomic=True) as fh:
                         fh.write(b"".join(dumps_line(x) for x in items))
-                    tmp.replace(s.run_dir / f"{name}.jsonl")
                 except OSError as exc:  # disk full: the shard files stay, the run fails
-                    with contextlib.suppress(OSError):
-                        tmp.unlink()
-                    s.on_write_error(OutputWriteError(tmp, exc))
+                    s.on_write_error(OutputWriteError(safe.temp_of(target), exc))
                     return
             shutil.rmtree(self.shard_dir, ignore_errors=True)
             if not s.keep:  # executor.keep_records: the merged files are the records

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 import workbench.catalogs.requests as catalog
+from workbench.errors import ConfigError
 from workbench.metrics.derive import INPUTS, MIN_EVENT_TOKENS, derive, split_gaps
 from workbench.records import RequestRecord, RunResult
 
@@ -44,8 +45,33 @@ def as_records(
         from workbench.storage.rundir import load_records
 
         return load_records(data.run_dir or "")
+    if not isinstance(data, RunResult) and (
+            isinstance(data, str | bytes | Mapping) or not isinstance(data, Iterable)):
+        raise ConfigError(f"{EXPECTED}, got {_kind(data)}")
     items = data.records if isinstance(data, RunResult) else data
-    return [r if isinstance(r, RequestRecord) else RequestRecord.from_dict(r) for r in items]
+    out = []
+    for i, r in enumerate(items):
+        if isinstance(r, RequestRecord):
+            out.append(r)
+            continue
+        if not isinstance(r, Mapping):
+            raise ConfigError(f"{EXPECTED}; item {i} is {_kind(r)}")
+        try:
+            out.append(RequestRecord.from_dict(r))
+        except (TypeError, ValueError, KeyError) as exc:
+            raise ConfigError(f"record {i}: not a request record ({type(exc).__name__}: "
+                              f"{exc})") from None
+    return out
+
+
+#: what the metrics functions take (``wb.to_frame``, ``wb.summarize``, ...)
+EXPECTED = ("expected a RunResult, a list of RequestRecords or record dicts, or a "
+            "DataFrame (wb.to_frame, wb.summarize)")
+
+
+def _kind(value: Any) -> str:
+    """A value's type in a message (never its content: it may be large, or a secret)."""
+    return type(value).__name__
 
 
 def _derived(recs: Sequence[RequestRecord]) -> dict[str, Any]:

@@ -40,6 +40,7 @@ import workbench.catalogs.requests as catalog
 import workbench.catalogs.series as series
 import workbench.metrics.agents as agents
 from workbench.catalogs.series import ENGINES
+from workbench.errors import ConfigError
 from workbench.metrics.columns import Columns, available, stored
 from workbench.metrics.distribution import STAT_KEYS, describe, describe_metric
 from workbench.metrics.frame import Data, as_records
@@ -379,6 +380,9 @@ def summarize(
     only (``RunResult.records_on_disk``) is read from its ``records.parquet``
     column by column (``summarize_stored``).
     """
+    if slo is not None and not isinstance(slo, Mapping):
+        raise ConfigError(f"summarize: slo: expected a mapping of metric: bound (ms), got a "
+                          f"{type(slo).__name__}")
     if isinstance(result, RunResult) and result.records_on_disk:
         return summarize_stored(result.run_dir or "", slo, warmup=warmup, ideal=ideal)
     manifest = result.manifest if isinstance(result, RunResult) else {}

@@ -25,6 +25,7 @@ import dataclasses
 import datetime as dt
 import json
 import math
+import multiprocessing
 import os
 import signal
 from collections.abc import Callable, Mapping, Sequence
@@ -32,16 +33,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.config.engine_file import read_engine_file
 from workbench.cores import usable_cores
 from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO, Bound
 from workbench.plan.prices import EVERY_GPU, parse_prices, price_of
-from workbench.signals import die_with_parent
+from workbench.safe_write import write_file
+from workbench.signals import die_with_parent, wait_result
 from workbench.sim.presets import resolve
 from workbench.sim.presets.stated import CLASS_NAME, METRIC_CLASS, metric_error, stated_error
 from workbench.spawning import children_start, spawn_context
 
 MAX_REPLICAS = 64
+#: options (presets × routers × host KV sizes) × rate scales one plan searches, at most
+#: (each search probes at most ~3·log2(max_replicas) replica counts): docs/config-bounds.md
+MAX_SEARCHES = 1_000
 PLAN_FILE = "plan.json"
 
 
@@ -77,9 +83,8 @@ class Option:
         """The simulated cluster's engine knobs for ``replicas`` replicas."""
         if self.is_preset:
             base: dict[str, Any] = {"preset": self.engine}
-        else:
-            base = dict(json.loads(Path(self.engine).read_text(encoding="utf-8")))
-            base = base.get("engine", base)  # sim calibrate's file: {"engine": {...}, ...}
+        else:  # a mapping of knobs, or sim calibrate's file: {"engine": {...}, ...}
+            base = read_engine_file(self.engine)
         if self.host_kv_gb:
             base["host_kv_gb"] = self.host_kv_gb
         return {**base, "workers": replicas, "router": self.router}
@@ -464,13 +469,50 @@ class PlanResult:
                    {k: probe(p) for k, p in (d.get("floors") or {}).items()},
                    d.get("max_replicas", MAX_REPLICAS))
 
-    def save(self, out_dir: str | Path, plan_id: str | None = None) -> Path:
-        """``OUT_DIR/PLAN_ID/plan.json`` (a new directory); returns the directory."""
-        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-        d = Path(out_dir) / (plan_id or f"{stamp}-plan")
-        d.mkdir(parents=True, exist_ok=False)
-        (d / PLAN_FILE).write_text(json.dumps(self.to_dict(), indent=1), encoding="utf-8")
+    def save(self, out_dir: str | Path, plan_id: str | None = None, *,
+             claimed: Path | None = None) -> Path:
+        """``OUT_DIR/PLAN_ID/plan.json`` (a new directory, ``claim_plan_dir``), or
+        ``plan.json`` in a directory claimed before the plan was computed; returns the
+        directory."""
+        d = claimed if claimed is not None else claim_plan_dir(out_dir, plan_id)
+        write_file(d / PLAN_FILE, json.dumps(self.to_dict(), indent=1))
         return d
+
+
+#: how many ``-N`` suffixes a plan directory named after the second tries
+CLAIM_TRIES = 1000
+
+
+def claim_plan_dir(out_dir: str | Path, plan_id: str | None = None) -> Path:
+    """A new, empty plan directory under ``out_dir``, created now (``mkdir`` is atomic):
+    ``PLAN_ID`` exactly (taken: a ``ConfigError``), else ``STAMP-plan`` or, when another
+    plan took that name in the same second, ``STAMP-plan-2``, ``-3``, … So a plan's
+    directory is claimed before its plan is computed, and never lost to a name
+    collision afterwards."""
+    from workbench.config.validation import check_run_id
+
+    root = Path(out_dir)
+    if plan_id is not None:
+        check_run_id("plan_id", plan_id)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"plan: cannot create {root}: {exc.strerror}") from None
+    if plan_id is not None:
+        names = [plan_id]
+    else:
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        names = [f"{stamp}-plan", *(f"{stamp}-plan-{n}" for n in range(2, CLAIM_TRIES))]
+    for name in names:
+        d = root / name
+        try:
+            d.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise ConfigError(f"plan: cannot create {d}: {exc.strerror}") from None
+        return d
+    raise ConfigError(f"plan: {root / names[-1]} is taken (give another -o)")
 
 
 def load_plan(path: str | Path) -> PlanResult:
@@ -493,6 +535,7 @@ def _options(engines: Sequence[str], routers: Sequence[str],
         if e.endswith(".json"):
             if not Path(e).is_file():
                 raise ConfigError(f"plan: engine file {e!r} does not exist")
+            read_engine_file(e, check=True)  # its knobs, checked before any search
         else:
             try:
                 resolve(e)
@@ -636,6 +679,10 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
         raise ConfigError(f"plan: price per GPU-hour must be >= 0, got {price_per_gpu_hour}")
     table = parse_prices(prices if prices is not None else price_per_gpu_hour)
     options = _options(engines, routers, host_kv_gb)
+    if len(options) * len(scales) > MAX_SEARCHES:
+        raise ConfigError(f"plan: {len(options)} options × {len(scales)} scales = "
+                          f"{len(options) * len(scales):,} searches; at most "
+                          f"{MAX_SEARCHES:,} (docs/config-bounds.md, 'Plans')")
     cfg: dict[str, Any] = {"trace": {"path": trace, **({"max_items": max_items}
                                                        if max_items else {})}}
     if context:
@@ -664,17 +711,27 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
         return _with_floors(result, cfg, parsed)
     # one search per process, up to the cores there are; the probes land in the plan in
     # the order one process would have run them (the same plan.json either way)
-    with concurrent.futures.ProcessPoolExecutor(
+    pool = concurrent.futures.ProcessPoolExecutor(
         workers, mp_context=spawn_context(), initializer=die_with_parent,
         initargs=(os.getpid(), signal.SIGKILL),
-    ) as pool:
+    )
+    try:
         with children_start():  # a submit may start a process
             futures = [pool.submit(_search, *a) for a in args]
         for fut in futures:
-            for p in fut.result():
+            for p in wait_result(fut):  # wakes for signals (signals.wait_result)
                 result.probes.append(p)
                 if progress is not None:
                     progress(p)
+    except BaseException:
+        # Ctrl-C, SIGTERM, a failed search: the searches still running stop now (a pool's
+        # shutdown would wait for each to finish: tens of seconds). SIGKILL: a search
+        # saves nothing, and SIGTERM would stop only its current probe's simulate
+        for proc in multiprocessing.active_children():
+            proc.kill()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return _with_floors(result, cfg, parsed)
 
 

@@ -52,6 +52,7 @@ from typing import Any
 
 import nbformat
 
+from workbench import safe_write as safe
 from workbench.config.validation import check_run_id
 from workbench.errors import WRITE_ERRNOS, ConfigError, OutputWriteError
 from workbench.storage.rundir import contained_dir
@@ -181,15 +182,16 @@ def export_artifacts(nb: Any, report_dir: Path) -> Artifacts:
             if "image/png" in data:
                 kind = output.get("metadata", {}).get(FIGURE_META, {}).get("figure") or "figure"
                 rel = f"figures/{len(arts.figures) + 1:02d}-{_slug(kind)}.png"
-                (report_dir / "figures").mkdir(parents=True, exist_ok=True)
-                (report_dir / rel).write_bytes(base64.b64decode(data["image/png"]))
+                safe.make_dir(report_dir / "figures")
+                safe.write_file(report_dir / rel, base64.b64decode(data["image/png"]))
                 arts.figures.append(rel)
             if TABLE_MIME in data:
                 payload = data[TABLE_MIME]
                 stem = "tables/" + _unique(_slug(payload.get("name", "table")), seen)
-                (report_dir / "tables").mkdir(parents=True, exist_ok=True)
-                frame_from_payload(payload).to_csv(report_dir / f"{stem}.csv")
-                (report_dir / f"{stem}.json").write_text(json.dumps(payload, indent=1))
+                safe.make_dir(report_dir / "tables")
+                with safe.open_file(report_dir / f"{stem}.csv", "w", atomic=True) as fh:
+                    frame_from_payload(payload).to_csv(fh)
+                safe.write_file(report_dir / f"{stem}.json", json.dumps(payload, indent=1))
                 arts.tables += [f"{stem}.csv", f"{stem}.json"]
     return arts
 
@@ -255,7 +257,7 @@ def export_html(nb: Any, path: Path, *, show_code: bool, params: Mapping[str, An
         embed_images=True,
     )
     body, _ = exporter.from_notebook_node(nb)
-    path.write_text(body.replace("</head>", REPORT_CSS + "</head>", 1), encoding="utf-8")
+    safe.write_file(path, body.replace("</head>", REPORT_CSS + "</head>", 1))
     return path
 
 
@@ -295,7 +297,7 @@ def write_index(out: Path) -> Path:
         f"<th>status</th></tr>\n{rows}\n</table></body></html>\n"
     )
     index = out / "index.html"
-    index.write_text(page, encoding="utf-8")
+    safe.write_file(index, page)
     return index
 
 
@@ -353,14 +355,21 @@ def render_report(
     run_id = str(given.get("run_id") or given.get("label") or f"report-{nb_path.stem}")
     check_run_id("run_id", run_id)  # one directory under out, never a path out of it
     report_dir = contained_dir(out, run_id)  # never a symlink out of ``out``
-    report_dir.mkdir(exist_ok=True)
-    check_kernel(kernel_name)
+    safe.make_dir(report_dir)
     executed = report_dir / f"{nb_path.stem}.ipynb"
+    for name in (executed.name, "report.html", "report.json"):  # before the kernel runs
+        for where in (report_dir / name, safe.temp_of(report_dir / name)):
+            if where.is_symlink():
+                raise safe.LinkRefused(where)
+    check_kernel(kernel_name)
     status = "failed"
-    try:
-        with kernel_ipc_dir() as ipc:
+    with kernel_ipc_dir() as ipc:
+        # papermill writes the executed notebook where it is told, following links: it
+        # writes into this private folder, and the report's copy is made by safe_write.py
+        scratch = ipc / executed.name
+        try:
             papermill.execute_notebook(
-                str(nb_path), str(executed), parameters=given, kernel_name=kernel_name,
+                str(nb_path), str(scratch), parameters=given, kernel_name=kernel_name,
                 progress_bar=progress, request_save_on_cell_execute=False,
                 execution_timeout=timeout_s,
                 config=Config({"KernelManager": {"transport": "ipc", "ip": str(ipc / "k")}}),
@@ -368,22 +377,21 @@ def render_report(
                 # "KeyboardInterrupt caught in kernel" ERROR on the console
                 shutdown_kernel="immediate",
             )
-        status = "ok"
-    except OSError as exc:
-        if exc.errno not in WRITE_ERRNOS:
-            raise
-        status = "unwritten"  # a torn notebook: nothing to publish from it, removed
-        with contextlib.suppress(OSError):
-            executed.unlink()
-        raise OutputWriteError(exc.filename or executed, exc) from None
-    finally:
-        if executed.exists() and status != "unwritten":
-            try:
-                _publish(executed, report_dir, given, show_code or status != "ok", status,
-                         nb_path)
-                write_index(out)
-            except OSError as exc:  # disk full, file too large: one line, no traceback
-                raise OutputWriteError(exc.filename or report_dir, exc) from None
+            status = "ok"
+        except OSError as exc:
+            if exc.errno not in WRITE_ERRNOS:
+                raise
+            status = "unwritten"  # a torn notebook: nothing to publish from it
+            raise OutputWriteError(exc.filename or executed, exc) from None
+        finally:
+            if scratch.exists() and status != "unwritten":
+                try:
+                    safe.write_file(executed, scratch.read_bytes())
+                    _publish(executed, report_dir, given, show_code or status != "ok",
+                             status, nb_path)
+                    write_index(out)
+                except OSError as exc:  # disk full, file too large: one line, no traceback
+                    raise OutputWriteError(exc.filename or report_dir, exc) from None
     return report_dir / "report.html"
 
 
@@ -406,4 +414,4 @@ def _publish(executed: Path, report_dir: Path, params: Mapping[str, Any], show_c
         "files": {"html": "report.html", "notebook": executed.name,
                   "figures": arts.figures, "tables": arts.tables},
     }
-    (report_dir / "report.json").write_text(json.dumps(meta, indent=2, default=str))
+    safe.write_file(report_dir / "report.json", json.dumps(meta, indent=2, default=str))

@@ -58,6 +58,10 @@ class DisaggConfig:
         return round(tokens * self.kv_bytes_per_token / self.bandwidth_gbps)  # B / (GB/s) = ns
 
 
+#: replicas one simulated cluster holds at most (docs/config-bounds.md, "Plans")
+MAX_WORKERS = 4096
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterConfig:
     """How many workers, which router, and whether prefill and decode are split."""
@@ -68,8 +72,9 @@ class ClusterConfig:
     disagg: DisaggConfig | None = None
 
     def __post_init__(self) -> None:
-        if type(self.workers) is not int or self.workers < 1:
-            raise ValueError(f"engine.workers must be an integer >= 1, got {self.workers!r}")
+        if type(self.workers) is not int or not 1 <= self.workers <= MAX_WORKERS:
+            raise ValueError(f"engine.workers must be an integer in [1, {MAX_WORKERS}], "
+                             f"got {self.workers!r}")
         if not isinstance(self.router_options, Mapping):
             raise ValueError("engine.router_options must be a mapping of router keywords")
         make_router(self.router, dict(self.router_options))  # validates name and options

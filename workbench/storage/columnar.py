@@ -25,13 +25,13 @@ atomically, and deciding when the file is stale. Memory is bounded by one batch.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from workbench import safe_write as safe
 from workbench.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -208,14 +208,13 @@ def write_tables(tables: Iterable[Any], out: str | Path, sch: Any) -> int:
     require()
     import pyarrow.parquet as pq
 
-    out = Path(out)
-    tmp = out.with_name(out.name + ".tmp")
     n = 0
-    with pq.ParquetWriter(tmp, sch, compression="zstd") as writer:
+    # NAME.tmp created exclusively, never through a link, renamed into place (safe_write.py)
+    with safe.open_file(out, "wb", atomic=True) as fh, \
+            pq.ParquetWriter(fh, sch, compression="zstd") as writer:
         for t in tables:
             writer.write_table(t)
             n += t.num_rows
-    os.replace(tmp, out)
     return n
 
 

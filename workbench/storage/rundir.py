@@ -43,6 +43,7 @@ from typing import Any, Literal
 import orjson
 
 from workbench import redact
+from workbench import safe_write as safe
 from workbench.errors import WRITE_ERRNOS, ConfigError, OutputWriteError
 from workbench.records import RequestRecord, RunManifest, RunResult
 
@@ -60,7 +61,6 @@ SHARDS = "shards"
 # digits or more is checked (block hashes are 64-bit: most of a record's are 19-20 digits)
 _LONG_DIGITS = re.compile(rb"-?\d{19,}")
 _ORJSON_INTS = range(-(2**63), 2**64)
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # never write through a planted symlink
 
 
 def _default(obj: Any) -> Any:
@@ -149,9 +149,8 @@ class RecordWriter:
     ):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        flags = os.O_WRONLY | os.O_CREAT | _NOFOLLOW | (os.O_APPEND if mode == "a" else os.O_TRUNC)
-        try:
-            fd = os.open(self.path, flags, 0o644)
+        try:  # created exclusively, never through a link (safe_write.py)
+            fd = safe.open_fd(self.path, append=mode == "a")
         except OSError as exc:
             raise OutputWriteError(self.path, exc) from None
         self._fh = open(fd, mode + "b", buffering=0)  # noqa: SIM115 - closed in close()
@@ -256,9 +255,9 @@ def write_json(path: str | Path, obj: Any) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = _manifest_bytes(obj)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o644)
+    tmp = safe.temp_of(path)
+    try:  # created exclusively, never through a link (safe_write.py)
+        fd = safe.open_fd(tmp)
     except OSError as exc:
         raise OutputWriteError(tmp, exc) from None
     try:
@@ -270,7 +269,7 @@ def write_json(path: str | Path, obj: Any) -> Path:
     finally:
         os.close(fd)
     try:
-        os.replace(tmp, path)
+        safe.commit(tmp, path)
     except OSError as exc:
         raise OutputWriteError(path, exc) from None
     return path
@@ -342,10 +341,10 @@ def _trim_partial_tail(path: Path) -> None:
 
 
 def _rewrite(path: Path, rows: Iterable[Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = safe.temp_of(path)
     with RecordWriter(tmp) as w:
         w.write_all(rows)
-    os.replace(tmp, path)
+    safe.commit(tmp, path)
 
 
 def _record_key(d: dict[str, Any]) -> tuple[Any, ...]:
@@ -415,7 +414,8 @@ def _copy_run_files(src: Path, dst: Path) -> None:
         return
     for name in (RECORDS, LIFECYCLE):
         if (src / name).exists():
-            shutil.copyfile(src / name, dst / name)
+            with open(src / name, "rb") as fin, safe.open_file(dst / name, "wb") as fout:
+                shutil.copyfileobj(fin, fout)
 
 
 # -- claiming a run directory (docs/run-directory.md, "One run, one directory") -------------
@@ -453,9 +453,12 @@ def claim_run_dir(out_dir: str | Path, run_id: str, manifest: Any, *,
     _refuse_link(d, root)  # (a symlink planted between the check and the mkdir)
     if overwrite:
         _clear_run(d)
+    for name in RUN_FILES:  # a link planted where a run file's temporary will go (the run
+        if safe.temp_of(d / name).is_symlink():  # files themselves: RunDirTaken below)
+            raise safe.LinkRefused(safe.temp_of(d / name))
     data = _manifest_bytes(manifest)
     try:
-        fd = os.open(d / MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
+        fd = os.open(d / MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL | safe.NOFOLLOW, 0o644)
     except FileExistsError:
         raise RunDirTaken(_taken(d)) from None
     try:

@@ -30,6 +30,9 @@ from workbench.sweeps.grid import SloSpec, run_sync
 from workbench.sweeps.store import Sweep
 from workbench.sweeps.sweep_runner import PointRuns, SweepRunner
 
+#: a capacity search's probes at most (docs/config-bounds.md, "Plans")
+MAX_PROBES = 1_000
+
 INTEGER_AXES = ("arrival.max_concurrency", "arrival.warmup", "trace.max_items")
 
 
@@ -69,8 +72,9 @@ async def capacity_search_async(
         isinstance(x, int) and not isinstance(x, bool) for x in (lo, hi, tolerance))
     if not 0 < lo < hi:
         raise ConfigError(f"capacity search needs 0 < lo < hi, got lo={lo}, hi={hi}")
-    if tolerance <= 0 or grow <= 1 or max_probes < 2:
-        raise ConfigError("capacity search needs tolerance > 0, grow > 1, max_probes >= 2")
+    if tolerance <= 0 or grow <= 1 or not 2 <= max_probes <= MAX_PROBES:
+        raise ConfigError("capacity search needs tolerance > 0, grow > 1, max_probes in "
+                          f"[2, {MAX_PROBES}]")
     if integer:
         lo, hi, tolerance = int(lo), int(hi), max(1, int(tolerance))
     configs = spec_mod.expand(over) if over else [{}]
@@ -83,7 +87,8 @@ async def capacity_search_async(
               **({"over": {k: list(v) for k, v in over.items()}} if over else {})},
         axes=[*configs[0], path], slo=slo_obj, **runs,
     )
-    runner.check([runner.entry({**conf, path: lo}) for conf in configs])
+    with runner.ends_on_error():  # a stop while the points are checked
+        await runner.check([runner.entry({**conf, path: lo}) for conf in configs])
     results = []
     with runner.ends_on_error():
         for conf in configs:  # bounded: one search a configuration

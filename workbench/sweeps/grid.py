@@ -10,6 +10,7 @@ list usually is.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Unpack
 
@@ -80,7 +81,8 @@ async def sweep_async(
             raise ConfigError(f"gpus must be an integer >= 1, got {gpus!r}")
         runner.sweep.manifest["gpus"] = gpus
     entries = [runner.entry(p) for p in points]
-    runner.check(entries)
+    with runner.ends_on_error():  # a stop while thousands of points are checked
+        await runner.check(entries)
     runner.save()  # every point is listed (pending) before the first run
     status = "running"
     if serve is not None:
@@ -125,6 +127,8 @@ def _serve_points(base: RunConfig, serve: ServeSpec, points: list[spec_mod.Point
     if stop_margin is not None:
         raise ConfigError("--stop-margin does not combine with --serve (a broken SLO on one "
                           "server says nothing of the next)")
+    servers = math.prod(len(v) for v in serve.over.values())
+    spec_mod.check_points(servers * len(points), f"{servers} server × {len(points)} client")
     return [{**{SERVE_PREFIX + k: v for k, v in s.items()}, **p}
             for s in serve.points() for p in points]
 

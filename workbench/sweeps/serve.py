@@ -2,7 +2,9 @@
 
 Per server point (every combination of ``over``, the first key varying slowest) the
 command is formatted with the point's values, started in a process group of its own
-(``start_new_session``; it dies with the sweep: ``die_with_parent``, SIGTERM), and
+(``start_new_session``; it dies with the sweep however the sweep dies: its first process
+gets SIGTERM from ``die_with_parent``, and a watchdog process of its own, ``watchdog.py``,
+SIGTERMs then SIGKILLs the whole group once the sweep is gone), and
 polled until ``GET {url}/health`` or ``GET {url}/v1/models`` answers 200, at most
 ``ready_timeout_s``. The client points then run against it one after another (each
 run resets the prefix cache first: ``backend.flush_cache``), and the server is
@@ -19,11 +21,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import math
 import os
 import re
 import shlex
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,8 +35,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench import redact
+from workbench import safe_write as safe
 from workbench.errors import ConfigError
 from workbench.signals import die_with_parent
+from workbench.sweeps.spec import check_points
 
 if TYPE_CHECKING:
     from workbench.sweeps.sweep_runner import SweepRunner
@@ -42,6 +48,8 @@ SERVE_PREFIX = "serve."
 LOG_TAIL_BYTES = 4000
 #: after the group's SIGKILL, how long its processes may take to be gone
 GONE_WAIT_S = 30.0
+#: how long a released watchdog may take to exit
+WATCHDOG_EXIT_S = 5.0
 READY_PATHS = ("/health", "/v1/models")
 SERVERS = "servers"
 #: a server parameter's place in the command: ``{name}``, name an identifier
@@ -72,6 +80,17 @@ class ServeSpec:
         for name, values in self.over.items():
             if isinstance(values, str) or not values:
                 raise ConfigError(f"--serve-over {name}: give a non-empty list of values")
+        check_points(math.prod(len(v) for v in self.over.values()), "the server points")
+        for point in self.points():  # each command as it will run: POSIX shell words
+            shown = f" with {_label(point)}" if point else ""
+            try:
+                argv = self.argv(point)
+            except ValueError as exc:  # shlex: "No closing quotation", "No escaped character"
+                raise ConfigError(f"--serve {self.command!r}{shown}: not a command line "
+                                  f"({exc}; quote as a POSIX shell does)") from None
+            if not argv or any("\0" in word for word in argv):
+                raise ConfigError(f"--serve {self.command!r}{shown}: not a command line "
+                                  "(no words, or a NUL character in one)")
         if not (0 < self.ready_timeout_s <= 86_400 and 0 < self.grace_s <= 3600):
             raise ConfigError("--serve-ready-timeout must be in (0, 86400] s and "
                               "--serve-grace in (0, 3600] s")
@@ -120,26 +139,52 @@ class ManagedServer:
         self.argv, self.url, self.name = argv, url.rstrip("/"), name
         self.ready_timeout_s, self.grace_s = ready_timeout_s, grace_s
         self.headers = dict(headers or {})
-        log_dir.mkdir(parents=True, exist_ok=True)
+        safe.make_dir(log_dir, parents=True)
         self.stdout_path = log_dir / f"{name}.stdout.log"
         self.stderr_path = log_dir / f"{name}.stderr.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.watchdog: subprocess.Popen[bytes] | None = None
         self.ready_after_s: float | None = None
 
     def start(self) -> None:
         parent = os.getpid()
-        with open(self.stdout_path, "ab") as out, open(self.stderr_path, "ab") as err:
+        self.watchdog = _start_watchdog()
+        guard = self.watchdog.stdin.fileno() if self.watchdog.stdin is not None else None
+
+        def in_child() -> None:  # the server's process, before it runs the command
+            # SIGTERM when the sweep dies however it dies (a server that stops cleanly
+            # takes its children along); the watchdog escalates for the whole group
+            die_with_parent(parent, signal.SIGTERM)
+            if guard is not None:  # its group, guarded before the command runs
+                os.write(guard, b"%d\n" % os.getpid())
+
+        with safe.open_file(self.stdout_path, "ab") as out, \
+                safe.open_file(self.stderr_path, "ab") as err:
             try:
                 self.proc = subprocess.Popen(
                     self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                     start_new_session=True,  # its own process group: stopped as one
-                    # SIGTERM when the sweep dies however it dies (the server then stops
-                    # its own children); a plain stop is stop() below
-                    preexec_fn=lambda: die_with_parent(parent, signal.SIGTERM),
+                    preexec_fn=in_child,
                 )
             except OSError as exc:
+                self._release_watchdog()
                 raise ServerFailed(f"cannot start {self.argv[0]!r}: {exc.strerror or exc}",
                                    "") from None
+
+    def _release_watchdog(self) -> None:
+        """The group was stopped here: the watchdog ends without a signal."""
+        dog, self.watchdog = self.watchdog, None
+        if dog is None:
+            return
+        with contextlib.suppress(OSError):
+            assert dog.stdin is not None
+            dog.stdin.write(b"done\n")
+            dog.stdin.close()
+        try:
+            dog.wait(timeout=WATCHDOG_EXIT_S)
+        except subprocess.TimeoutExpired:
+            dog.kill()
+            dog.wait()
 
     @property
     def pid(self) -> int | None:
@@ -174,7 +219,11 @@ class ManagedServer:
         started = time.monotonic()
         deadline = started + self.ready_timeout_s
         timeout = aiohttp.ClientTimeout(total=5)
-        async with aiohttp.ClientSession(headers=self.headers, timeout=timeout) as sess:
+        from workbench.bodies import session as bounded_session
+
+        # the status is all a health check reads: the body is never read (and a
+        # compressed one never inflated); the connection is dropped with the answer
+        async with bounded_session(headers=self.headers, timeout=timeout) as sess:
             while True:  # bounded: the deadline
                 code = self.exited()
                 if code is not None:
@@ -183,6 +232,7 @@ class ManagedServer:
                 for path in READY_PATHS:
                     try:
                         async with sess.get(self.url + path) as resp:
+                            resp.close()
                             if resp.status == 200:
                                 self.ready_after_s = time.monotonic() - started
                                 return
@@ -199,6 +249,7 @@ class ManagedServer:
         within ``grace_s``; returns once they are (what it took)."""
         proc = self.proc
         if proc is None:
+            self._release_watchdog()
             return {"stopped": "never started"}
         how = "exited by itself" if proc.poll() is not None else "SIGTERM"
         _signal_group(proc.pid, signal.SIGTERM)
@@ -212,6 +263,7 @@ class ManagedServer:
         # GBs): wait for that, so nothing of the server runs once the sweep goes on
         if not self._gone_within(GONE_WAIT_S):
             out["left_running"] = group_members(proc.pid)
+        self._release_watchdog()
         return out
 
     async def stop_async(self) -> dict[str, Any]:
@@ -263,6 +315,16 @@ def group_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != b"Z":
             out.append(int(entry.name))
     return out
+
+
+def _start_watchdog() -> subprocess.Popen[bytes]:
+    """The parent-death watchdog of one server (``watchdog.py``, run as a script: no
+    workbench import), in a session of its own; its stdin is the sweep's pipe to it."""
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", str(Path(__file__).with_name("watchdog.py"))],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -62,8 +62,25 @@ def resolve_path(path: str) -> str:
     return path
 
 
+#: the most points one sweep runs (every combination of its axes, server points
+#: included), and runs per point: checked before any point is built or listed
+#: (docs/config-bounds.md, "Plans"): two 1,000-value axes were a 1,000,000-point grid,
+#: an 87 MB sweep.json before the first point and minutes deaf to Ctrl-C
+MAX_POINTS = 10_000
+MAX_REPEATS = 1_000
+
+
+def check_points(count: int, how: str) -> None:
+    """``count`` points (``how`` they came: ``"3 × 1000 × 1000"``) within ``MAX_POINTS``."""
+    if count > MAX_POINTS:
+        raise ConfigError(f"sweep: {how} = {count:,} points; at most {MAX_POINTS:,} in one "
+                          "sweep (docs/config-bounds.md, 'Plans'): split it, or sample the "
+                          "axes more coarsely")
+
+
 def expand(over: Over) -> list[Point]:
-    """The sweep's points, each ``{full.path: value}``, in run order."""
+    """The sweep's points, each ``{full.path: value}``, in run order (at most
+    ``MAX_POINTS``, counted before any is built)."""
     if isinstance(over, Mapping):
         if not over:
             raise ConfigError("sweep 'over' is empty: give at least one axis and its values")
@@ -73,7 +90,12 @@ def expand(over: Over) -> list[Point]:
             if isinstance(vals, str | bytes) or not isinstance(vals, Sequence) or not vals:
                 raise ConfigError(f"sweep axis {p!r}: give a non-empty list of values")
             values.append(list(vals))
+        check_points(math.prod(len(v) for v in values), " × ".join(str(len(v)) for v in values))
         return [dict(zip(paths, combo, strict=True)) for combo in itertools.product(*values)]
+    if not isinstance(over, Sequence) or isinstance(over, str | bytes):
+        raise ConfigError(f"sweep 'over': expected a mapping of axis: values or a list of "
+                          f"points, got {type(over).__name__}")
+    check_points(len(over), "the list")
     points = []
     for i, point in enumerate(over):
         if not isinstance(point, Mapping) or not point:

@@ -14,6 +14,8 @@ from typing import Any
 
 import pandas as pd
 
+from workbench.errors import ConfigError
+
 SWEEP_MANIFEST = "sweep.json"
 RUNS = "runs"
 
@@ -90,7 +92,14 @@ def load_sweep(sweep_dir: str | Path) -> Sweep:
     d = Path(sweep_dir)
     if not is_sweep_dir(d):
         raise FileNotFoundError(f"{d} is not a sweep directory (no {SWEEP_MANIFEST})")
-    return Sweep(d, read_json(d / SWEEP_MANIFEST))
+    try:
+        manifest = read_json(d / SWEEP_MANIFEST)
+    except ValueError as exc:  # torn or edited: one line, never a traceback
+        raise ConfigError(f"{d / SWEEP_MANIFEST}: not a sweep manifest ({exc})") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("points", []), list):
+        raise ConfigError(f"{d / SWEEP_MANIFEST}: not a sweep manifest (a JSON object with "
+                          "a list of points)")
+    return Sweep(d, manifest)
 
 
 def write_sweep(sweep: Sweep) -> None:

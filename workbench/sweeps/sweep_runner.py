@@ -35,9 +35,12 @@ from workbench.signals import die_with_parent
 from workbench.spawning import children_start, spawn_context
 from workbench.storage.rundir import contained_dir
 from workbench.sweeps.points import point_metrics, pool, run_complete, simulate_and_measure
+from workbench.sweeps.spec import MAX_REPEATS
 from workbench.sweeps.store import RUNS, SWEEP_MANIFEST, Sweep, load_sweep, write_sweep
 
 log = logging.getLogger(__name__)
+#: points whose configs are checked between two turns of the event loop (``check``)
+CHECK_YIELD_EVERY = 50
 
 Progress = Callable[[str], None]
 
@@ -113,8 +116,10 @@ class SweepRunner:
         repeats, virtual = runs.get("repeats", 1), runs.get("virtual", False)
         parallel, sweep_id = runs.get("parallel"), runs.get("sweep_id")
         out_dir, label, progress = runs.get("out_dir"), runs.get("label"), runs.get("progress")
-        if repeats < 1:
-            raise ConfigError(f"sweep repeats must be >= 1, got {repeats}")
+        if isinstance(repeats, bool) or not isinstance(repeats, int) or \
+                not 1 <= repeats <= MAX_REPEATS:
+            raise ConfigError(f"sweep repeats: expected an integer in [1, {MAX_REPEATS}], "
+                              f"got {repeats!r}")
         if parallel is None:  # virtual points: one process per core; live: one at a time
             parallel = usable_cores() if virtual else 1
         if isinstance(parallel, bool) or not isinstance(parallel, int):
@@ -127,6 +132,7 @@ class SweepRunner:
         self.cfg = cfg
         cfg.register_secrets()  # before sweep.json is written (docs/security.md)
         self.repeats = repeats
+        self._by_params: dict[str, dict[str, Any]] = {}  # entry(): points by their params
         self.slo = slo
         self.virtual = virtual
         self.parallel = parallel
@@ -187,12 +193,20 @@ class SweepRunner:
     def entry(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """The manifest entry of ``params`` (created, pending, when new)."""
         key = json.loads(json.dumps(dict(params), default=str))
-        for p in self.sweep.manifest["points"]:
-            if p["params"] == key:
-                return p
-        entry = {"index": len(self.sweep.manifest["points"]), "params": key,
+        points = self.sweep.manifest["points"]
+        if len(self._by_params) != len(points):  # a resumed sweep's points, indexed once
+            self._by_params = {}
+            for p in points:
+                self._by_params.setdefault(_params_key(p["params"]), p)
+        # a dict, not a scan of every point per point: 10,000 points took ~15 s before
+        # the first one ran, deaf to Ctrl-C (docs/config-bounds.md, "Plans")
+        found = self._by_params.get(_params_key(key))
+        if found is not None:
+            return found
+        entry = {"index": len(points), "params": key,
                  "label": spec_mod.label(key), "status": "pending", "runs": []}
-        self.sweep.manifest["points"].append(entry)
+        points.append(entry)
+        self._by_params[_params_key(key)] = entry
         return entry
 
     @contextlib.contextmanager
@@ -227,12 +241,15 @@ class SweepRunner:
         return cfg.replace(out_dir=str(self.dir / RUNS), run_id=f"p{entry['index']:03d}-r{rep}",
                            seed=self.cfg.seed + rep, label=f"{entry['label']} #{rep}")
 
-    def check(self, entries: Sequence[Mapping[str, Any]]) -> None:
+    async def check(self, entries: Sequence[Mapping[str, Any]]) -> None:
         """Every point's config is valid, before the first request is sent; a first point
         whose waits alone take longer than ``LONG_RUN_MS`` is announced (docs/arrival.md,
-        "How long a run takes"), with the sweep's total when it runs in real time."""
-        for e in entries:
+        "How long a run takes"), with the sweep's total when it runs in real time. The
+        loop runs between points, so Ctrl-C and SIGTERM stop a long check at once."""
+        for i, e in enumerate(entries):
             self._repeat_cfg(e, 0)
+            if i % CHECK_YIELD_EVERY == CHECK_YIELD_EVERY - 1:
+                await asyncio.sleep(0)  # the loop's signal handlers may cancel us here
         if entries:
             self._announce_floor(self._repeat_cfg(entries[0], 0), len(entries) * self.repeats)
 
@@ -359,3 +376,10 @@ class SweepRunner:
         log.info("sweep %s: %s", self.dir.name, text)
         if self.progress is not None:
             self.progress(text)
+
+
+def _params_key(params: Mapping[str, Any]) -> str:
+    """A point's parameters as one hashable text: equal parameters, equal text (JSON
+    with sorted keys: the order the axes were given in does not matter, as ``==`` of
+    the mappings did not)."""
+    return json.dumps(params, sort_keys=True, default=str)

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import io
 import itertools
-import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench import safe_write as safe
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
@@ -302,10 +302,8 @@ def write_session_execution_v2(path: str | Path, rows: Iterable[CanonicalRow]) -
     reader to prove it). ``rows_of(units)`` turns planned units into rows.
     """
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", newline="") as fh:
+    with safe.open_file(path, "w", atomic=True) as fh:  # NAME.tmp, never through a link
         fh.writelines(format_rows(rows))
-    os.replace(tmp, path)
     return path
 
 

@@ -43,6 +43,7 @@ import numpy as np
 import orjson
 
 from workbench import __version__
+from workbench import safe_write as safe
 from workbench.context.policy import (
     DEFAULT_POLICY,
     MAJOR_COMPACTION_MIN_DROP_RATIO,
@@ -173,11 +174,13 @@ def _write(
         out.parent.mkdir(parents=True, exist_ok=True)
         csv_path = canonical.write_session_execution_v2(out, rows)
         manifest_path, plan_path = canonical.sidecar_paths(csv_path)
-        manifest_path.write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
-        plan_path.write_bytes(orjson.dumps(_plan_rows(rows)) + b"\n")
+        safe.write_file(manifest_path,
+                        orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
+        safe.write_file(plan_path, orjson.dumps(_plan_rows(rows)) + b"\n")
         graph_path = canonical.graph_sidecar_path(csv_path)
         if graph:  # sub-agents (docs/session-graphs.md); none: no file, output unchanged
-            graph_path.write_bytes(orjson.dumps(graph, option=orjson.OPT_INDENT_2) + b"\n")
+            safe.write_file(graph_path,
+                            orjson.dumps(graph, option=orjson.OPT_INDENT_2) + b"\n")
         elif graph_path.is_file():  # a stale graph of an earlier output must not apply
             graph_path.unlink()
     except OSError as exc:

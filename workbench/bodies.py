@@ -1,0 +1,133 @@
+"""Every body read from a server outside the measured stream, read under a bound.
+
+The measured requests go through the two HTTP clients (``http1``, ``http_aiohttp``),
+whose streams and error bodies are already bounded and inflated piece by piece
+(``Inflater``, below). Everything else a run reads from a server — Prometheus pages
+(``scrape``), the prefix-cache reset (``flush``), the profiler's answers (``profile``),
+a ``sweep --serve`` server's health checks, the capture proxy's ``/tokenize`` answers —
+is read here: at most ``limit`` bytes *after* inflating, a ``gzip``/``deflate`` body
+inflated ``INFLATE_PIECE`` bytes at a time by the ``Inflater`` the clients use, and the
+connection dropped as soon as the bound is reached. ``Body.cut`` says a body was longer;
+callers note it in one line (docs/security.md, "Bounded inputs").
+
+Sessions that read through this module are made with ``auto_decompress=False``
+(``session()``): aiohttp would otherwise inflate each network read whole.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    import aiohttp
+
+__all__ = ["ANSWER_MAX", "INFLATE_PIECE", "PAGE_MAX", "Body", "BodyError", "Inflater",
+           "read_body", "session"]
+
+#: a compressed body is inflated at most this many bytes at a time (``Inflater``)
+INFLATE_PIECE = 64 * 1024
+
+#: a Prometheus page (``/metrics`` of the target or of ``backend.metrics_urls``): vLLM's
+#: is ~100 KB, a DCGM exporter's for 8 GPUs ~300 KB; past this the page is cut
+PAGE_MAX = 16 * 2**20
+#: any other answer (cache reset, profiler, health, /tokenize): the clients' error-body
+#: bound (``http1.ERROR_BODY_MAX``) for a short answer; /tokenize answers carry a
+#: prompt's ids, so the capture proxy passes its own bound
+ANSWER_MAX = 64 * 1024
+
+ENCODINGS = ("gzip", "x-gzip", "deflate")
+
+
+class BodyError(WorkbenchError):
+    """A body that does not inflate, or an encoding workbench cannot decode."""
+
+
+class Inflater:
+    """A ``gzip``/``deflate`` body inflated piece by piece, never a whole read at once.
+
+    ``pieces(data)`` yields the inflated bytes of one network read in pieces of at
+    most ``INFLATE_PIECE`` bytes; the caller hands each on (a stream's event-size bound
+    then cuts a body that inflates without end exactly where it would cut plain bytes)
+    and stops taking pieces once it has enough, so a read that inflates to a GiB is
+    never held whole (docs/wire-protocols.md). A broken body raises ``error``.
+    """
+
+    __slots__ = ("encoding", "z")
+    error: type[Exception] = BodyError
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        self.z = zlib.decompressobj(wbits=47)  # zlib or gzip header
+
+    def pieces(self, data: bytes) -> Iterator[bytes]:
+        z = self.z
+        buf = data
+        while True:
+            try:
+                out = z.decompress(buf, INFLATE_PIECE)
+            except zlib.error as exc:
+                raise self.error(f"a {self.encoding} body that does not inflate: {exc}") \
+                    from None
+            if out:
+                yield out
+            buf = z.unconsumed_tail
+            if not buf and len(out) < INFLATE_PIECE:
+                return
+
+
+@dataclass(frozen=True)
+class Body:
+    """What was read: ``data`` (at most the limit, inflated) and whether more came."""
+
+    data: bytes
+    cut: bool
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", errors="replace")
+
+
+def session(**kwargs: Any) -> aiohttp.ClientSession:
+    """An ``aiohttp.ClientSession`` that leaves compressed bodies to ``read_body``."""
+    import aiohttp
+
+    return aiohttp.ClientSession(auto_decompress=False, **kwargs)
+
+
+def _inflater(headers: Mapping[str, str]) -> Inflater | None:
+    enc = headers.get("Content-Encoding", "").strip().lower()
+    if not enc or enc == "identity":
+        return None
+    if enc in ENCODINGS:
+        return Inflater(enc)
+    raise BodyError(f"the server sent content-encoding {enc!r}, which workbench cannot "
+                       "decode (supported: gzip, deflate)")
+
+
+async def read_body(resp: aiohttp.ClientResponse, limit: int = ANSWER_MAX,
+                    inflater: Inflater | bool | None = True) -> Body:
+    """At most ``limit`` bytes of ``resp``'s body, inflated piece by piece; the
+    connection is closed when the body is longer (``Body.cut``). A body that does not
+    inflate, or an encoding other than gzip/deflate, raises ``BodyError``. ``inflater``:
+    the caller's own (an HTTP client's, raising its error), None for a body read as it
+    is, True (default) for one made from the response's ``Content-Encoding``."""
+    inflate = _inflater(resp.headers) if inflater is True else inflater or None
+    out = bytearray()
+    cut = False
+    async for chunk in resp.content.iter_chunked(INFLATE_PIECE):
+        for piece in (inflate.pieces(chunk) if inflate is not None else (chunk,)):
+            room = limit - len(out)
+            if len(piece) > room:
+                out += piece[:room]
+                cut = True
+                break
+            out += piece
+        if cut:
+            break
+    if cut:
+        resp.close()  # the rest is not read: the connection cannot be reused
+    return Body(bytes(out), cut)

@@ -1,0 +1,54 @@
+"""An engine config file (``--engine-config``, ``plan --preset FILE.json``), read and checked.
+
+A JSON or YAML mapping of engine knobs, or a calibration file (``sim calibrate``) whose
+``engine`` block is that mapping. Read by the bounded YAML reader (aliases, depth and size:
+``validation.load_yaml``; JSON is YAML), and, with ``check``, every knob checked with the
+engine's own messages (``EngineConfig.from_knobs``, the one range table) before anything
+runs: a list, ``{"engine": 5}`` or a 50,000-deep nesting is one ``ConfigError`` naming the
+file, never a traceback (docs/config-bounds.md, "Size and depth").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import ConfigError
+
+__all__ = ["read_engine_file"]
+
+
+def read_engine_file(path: str | Path, *, check: bool = False) -> dict[str, Any]:
+    """Engine knobs from a JSON or YAML mapping; a calibration file's ``engine`` block.
+    ``check``: the knobs are also checked as the engine checks them (names, types, ranges;
+    a simulated cluster's knobs by the cluster)."""
+    from workbench.config.validation import load_yaml, show
+    from workbench.sim.config import EngineConfig
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read engine config: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: an engine config is UTF-8 text") from None
+    data = load_yaml(str(path), text)  # JSON is YAML; aliases and depth bounded
+    if isinstance(data, dict) and "engine" in data:
+        if not isinstance(data["engine"], dict):
+            raise ConfigError(f"{path}: engine: expected a mapping of engine knobs, got "
+                              f"{show(data['engine'])}")
+        data = data["engine"]
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: an engine config is a mapping of engine knobs, got "
+                          f"{show(data)}")
+    names = {f.name for f in dataclasses.fields(EngineConfig)}
+    knobs = {k: (list(v) if k in names and isinstance(v, tuple) else v) for k, v in data.items()}
+    if check:
+        from workbench.sim.cluster import split_knobs
+
+        try:
+            engine_knobs, _cluster = split_knobs(dict(knobs))
+            EngineConfig.from_knobs(**engine_knobs)
+        except (ValueError, TypeError, ConfigError) as exc:  # a knob's name, type, range
+            raise ConfigError(f"{path}: {exc}") from None
+    return knobs

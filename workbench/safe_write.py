@@ -1,0 +1,152 @@
+"""Write only what we create: the one way every workbench writer opens a file.
+
+Below every package that writes (traces, storage, reports, plans, sweeps, capture).
+
+A folder workbench writes into may be writable by someone else (a shared ``runs/``, a
+report folder, ``/tmp``). A symbolic link planted where a file is about to be written
+(``records.parquet.tmp``, ``report.html``) would send the bytes to its target, outside the
+folder; a hard link to an outside file would be truncated through ``O_TRUNC``. So every
+file is written here:
+
+- a new file is created with ``O_CREAT | O_EXCL | O_NOFOLLOW``: a file of ours from an
+  earlier write (a regular file with one link) is removed first, never truncated through;
+  a symbolic link, or a file with other hard links, where a file is to be written is a
+  ``LinkRefused`` naming it (exit 2), and nothing is written;
+- a file that must appear whole (``atomic=True``) is written to ``NAME.tmp``, created the
+  same way, then renamed over ``NAME`` — unless ``NAME`` is itself a link (refused, the
+  temporary removed): ``rename`` would not follow it, but the rule is one rule;
+- appending (a run's JSONL files when a run resumes) opens with ``O_NOFOLLOW`` and refuses
+  a file with more than one hard link;
+- a folder a writer makes inside its output (``figures/``, ``servers/``) must not be a
+  link (``make_dir``).
+
+docs/security.md, "Run ids and paths".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from workbench.errors import ConfigError
+
+__all__ = ["LinkRefused", "commit", "make_dir", "open_fd", "open_file", "temp_of",
+           "write_file"]
+
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+TMP_SUFFIX = ".tmp"
+
+
+class LinkRefused(ConfigError):
+    """A link (symbolic, or a second hard link) where workbench was to write a file."""
+
+    def __init__(self, path: str | os.PathLike[str], what: str = "a symbolic link") -> None:
+        self.path = str(path)
+        super().__init__(f"{path}: {what} where workbench writes a file: refused, nothing "
+                         "written through it (remove it, or write elsewhere)")
+
+
+def _clear(path: Path) -> None:
+    """Make room for a new file at ``path``: nothing there, or a file of ours (one link)
+    removed; a link is refused."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise LinkRefused(path)
+    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        raise LinkRefused(path, "a file with another hard link")
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    os.unlink(path)
+
+
+def open_fd(path: str | os.PathLike[str], *, append: bool = False, mode: int = 0o644) -> int:
+    """A descriptor open for writing a new file at ``path`` (see the module doc), or, with
+    ``append``, the end of the file there (created if missing)."""
+    p = Path(path)
+    if append:
+        try:
+            fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | NOFOLLOW | CLOEXEC, mode)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise LinkRefused(p) from None
+            raise
+        if os.fstat(fd).st_nlink > 1:
+            os.close(fd)
+            raise LinkRefused(p, "a file with another hard link")
+        return fd
+    _clear(p)
+    try:
+        return os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, mode)
+    except FileExistsError:  # planted between the check and the create
+        raise LinkRefused(p, "a file that appeared while it was being created") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LinkRefused(p) from None
+        raise
+
+
+def make_dir(path: str | os.PathLike[str], *, parents: bool = False) -> Path:
+    """``path`` as a directory of its own (created if missing): a symbolic link there,
+    even to a directory, is refused — ``O_NOFOLLOW`` guards a file's last component
+    only, so a linked folder would take every file written into it elsewhere."""
+    p = Path(path)
+    p.mkdir(parents=parents, exist_ok=True)
+    if p.is_symlink():
+        raise LinkRefused(p, "a symbolic link to a folder")
+    return p
+
+
+def temp_of(path: str | os.PathLike[str]) -> Path:
+    """The temporary a file is written to before it is renamed into place."""
+    p = Path(path)
+    return p.with_name(p.name + TMP_SUFFIX)
+
+
+def commit(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+    """Rename a written temporary over ``path``, unless ``path`` is a link (refused; the
+    temporary removed)."""
+    if os.path.islink(path):
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise LinkRefused(path)
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def open_file(path: str | os.PathLike[str], mode: Literal["w", "wb", "a", "ab"] = "wb", *,
+              atomic: bool = False, encoding: str = "utf-8") -> Iterator[IO[Any]]:
+    """A file object for writing ``path`` the safe way (module doc). ``atomic``: written
+    to ``temp_of(path)`` and renamed into place when the block ends without an error
+    (removed otherwise)."""
+    target = Path(path)
+    where = temp_of(target) if atomic else target
+    fd = open_fd(where, append=mode.startswith("a"))
+    fh: IO[Any] = (os.fdopen(fd, mode) if mode.endswith("b")
+                   else os.fdopen(fd, mode, encoding=encoding, newline=""))
+    try:
+        with fh:
+            yield fh
+    except BaseException:
+        if atomic:
+            with contextlib.suppress(OSError):
+                os.unlink(where)
+        raise
+    if atomic:
+        commit(where, target)
+
+
+def write_file(path: str | os.PathLike[str], data: bytes | str, *, atomic: bool = True) -> Path:
+    """``data`` as the whole of ``path`` (text as UTF-8), by ``open_file``."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    with open_file(path, "wb", atomic=atomic) as fh:
+        fh.write(raw)
+    return Path(path)
