@@ -16,8 +16,9 @@ import json
 import time
 from pathlib import Path
 
-from workbench.executors.virtual import canonical_report, report_digest, simulate
+from workbench.executors.virtual import simulate
 from workbench.metrics import summarize
+from workbench.report.canonical import canonical_report, report_digest
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared/data/mooncake/conversation_trace.jsonl"
 

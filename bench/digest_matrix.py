@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from workbench.data import path as data_path
-from workbench.executors.virtual import canonical_report, report_digest, simulate
+from workbench.executors.virtual import simulate
+from workbench.report.canonical import canonical_report, report_digest
 
 MOON = str(data_path("mooncake/conversation_trace_head600.jsonl"))
 TRACELAB = str(data_path("tracelab/multi_session_example.csv"))

@@ -21,8 +21,21 @@ UnitKind = Literal["session", "independent"]
 SpawnTrigger = Literal["round_start", "round_end"]
 
 
+class Prompted:
+    """A request's prompt length: its reused prefix and its fresh input (``Round``, and the
+    round as planned, ``replay.plan.RoundPlan``)."""
+
+    __slots__ = ()
+    prefix_len: int
+    input_len: int
+
+    @property
+    def prompt_len(self) -> int:
+        return self.prefix_len + self.input_len
+
+
 @dataclass(frozen=True, slots=True)
-class Round:
+class Round(Prompted):
     """One LLM request of a unit, as the trace describes it.
 
     ``prefix_len`` is the tokens reused from the conversation so far (raw traces
@@ -43,10 +56,6 @@ class Round:
     tool_wait_after_ms: float = 0.0
     hash_ids: tuple[int, ...] | None = None
     reset_before: bool = False
-
-    @property
-    def prompt_len(self) -> int:
-        return self.prefix_len + self.input_len
 
 
 @dataclass(frozen=True, slots=True)

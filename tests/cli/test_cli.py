@@ -74,8 +74,8 @@ def test_the_slo_help_names_every_slo_able_metric(capsys):
     it must still name every metric the catalog accepts as an SLO."""
     import pytest
 
+    from workbench.catalogs.requests import SLO_ABLE
     from workbench.cli import build_parser
-    from workbench.metrics.catalog import SLO_ABLE
 
     for command in ("replay", "simulate"):
         with pytest.raises(SystemExit):

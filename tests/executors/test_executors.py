@@ -7,14 +7,18 @@ import ast
 import inspect
 from pathlib import Path
 
-from workbench.config import RunConfig
+import pytest
+
+from workbench.config import EXECUTOR_KINDS, RunConfig
 from workbench.executors import local, processes, ray
 from workbench.executors.dispatch import executor_for
+from workbench.executors.kinds import EXECUTORS
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_dispatch_composes_the_executor_the_config_names() -> None:
+def test_dispatch_composes_the_executor_the_config_names(
+        capsys: pytest.CaptureFixture[str]) -> None:
     base = {"trace": "x.csv"}
     one = executor_for(RunConfig.from_dict(base))
     assert type(one) is local.LocalExecutor
@@ -24,6 +28,13 @@ def test_dispatch_composes_the_executor_the_config_names() -> None:
     on_ray = executor_for(RunConfig.from_dict({**base, "executor": {"kind": "ray", "workers": 2}}))
     assert type(on_ray) is processes.ShardedExecutor
     assert type(on_ray.launcher) is ray.RayLauncher
+    # every kind a config may name is registered, and the CLI offers exactly those
+    assert set(EXECUTOR_KINDS) <= set(EXECUTORS.names())
+    from workbench.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["replay", "--help"])
+    assert "--executor {" + ",".join(EXECUTOR_KINDS) + "}" in capsys.readouterr().out
 
 
 def test_executors_share_code_by_composition_not_inheritance() -> None:

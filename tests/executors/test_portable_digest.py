@@ -1,4 +1,4 @@
-"""Independent check of portable simulate digests (``virtual.CANONICAL_EXCLUDED``).
+"""Independent check of portable simulate digests (``report.canonical.CANONICAL_EXCLUDED``).
 
 The same trace content and engine config, run by ``python -m workbench simulate`` in
 separate processes under another cwd, TZ, LANG, PYTHONHASHSEED, output folder, run

@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 from workbench.data import path as data_path
-from workbench.executors.virtual import canonical_report, report_digest, simulate
+from workbench.executors.virtual import simulate
+from workbench.report.canonical import canonical_report, report_digest
 from workbench.sim.config import EngineConfig
 from workbench.sim.cost import prefill_ms
 

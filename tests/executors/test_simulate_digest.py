@@ -15,12 +15,8 @@ import sys
 from pathlib import Path
 
 from workbench.data import path as data_path
-from workbench.executors.virtual import (
-    CANONICAL_EXCLUDED,
-    canonical_report,
-    report_digest,
-    simulate,
-)
+from workbench.executors.virtual import simulate
+from workbench.report.canonical import CANONICAL_EXCLUDED, canonical_report, report_digest
 
 TRACE = data_path("tracelab/multi_session_example.csv")
 ENGINE = ["--engine", "num_blocks=512"]

@@ -17,6 +17,7 @@ from typing import ClassVar
 import pytest
 
 import workbench.executors.virtual as virtual
+import workbench.replay.engine_target as engine_target
 from workbench.context.hashing import block_hashes
 from workbench.context.tokens import TokenPool
 from workbench.data import path as data_path
@@ -43,7 +44,7 @@ def _cfg(trace: str, max_items: int | None, policy: str | None, **extra: object)
     return cfg
 
 
-class _Recording(virtual.EngineSender):
+class _Recording(engine_target.EngineSender):
     """The virtual sender, keeping each request's prompt (ids, or parts resolved)."""
 
     sent: ClassVar[dict[str, list[int]]] = {}
@@ -65,7 +66,7 @@ def _run(monkeypatch: pytest.MonkeyPatch, cfg: dict, *, parts: bool) -> tuple[di
     monkeypatch.setattr(_Recording, "maker", RoundMaker(
         run_id="t", backend="openai", policy=None, pool=TokenPool(), block_size=16,
         shared_prefix=False, max_model_len=None))  # fmt: skip
-    monkeypatch.setattr(virtual, "EngineSender", _Recording)
+    monkeypatch.setattr(engine_target, "EngineSender", _Recording)
     result = virtual.simulate(cfg)
     return dict(_Recording.sent), result.records
 

@@ -16,12 +16,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import workbench.catalogs.requests as catalog
+import workbench.catalogs.runs as runs
+import workbench.catalogs.series as series
+from workbench.backends import scrape
+from workbench.catalogs.requests import CATALOG, Metric
 from workbench.commands import replay as replay_cmd
 from workbench.errors import ConfigError
-from workbench.metrics import breakdown, catalog, derive, distribution, frame, slo, summary
-from workbench.metrics.catalog import CATALOG, Metric
+from workbench.metrics import breakdown, derive, distribution, frame, server_side, slo, summary
 from workbench.records import RequestRecord, RunResult, Status
 from workbench.report import compare, headline, plots, sweep_tables, tables
+from workbench.sim.config import EngineConfig
+from workbench.sim.metrics import exposition, make_registry
 from workbench.sweeps import points
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -32,9 +38,50 @@ def test_docs_metric_table_is_the_catalog() -> None:
     m = re.search(r"<!-- catalog:[^\n]*-->\n(.*?)<!-- /catalog -->", text, re.S)
     assert m, "docs/metrics.md lost its catalog table markers"
     assert m.group(1) == catalog.markdown_table(), (
-        "docs/metrics.md's table differs from workbench.metrics.catalog: put the output of "
-        "python -c 'from workbench.metrics.catalog import markdown_table as t; print(t(), "
+        "docs/metrics.md's table differs from workbench.catalogs.requests: put the output of "
+        "python -c 'from workbench.catalogs.requests import markdown_table as t; print(t(), "
         "end=\"\")' between the markers")
+
+
+def test_docs_series_table_is_the_series_catalog() -> None:
+    text = (DOCS / "measurement-rules.md").read_text()
+    m = re.search(r"<!-- series:[^\n]*-->\n(.*?)\n\n", text, re.S)
+    assert m, "docs/measurement-rules.md lost its series table marker"
+    assert m.group(1) == series.markdown_table()
+
+
+def test_every_reader_of_server_series_reads_the_series_catalog() -> None:
+    """The scraper keeps, the summary, the report and a sweep read, and the embedded engine
+    exports, exactly the catalog's names: one engine row more reaches all of them."""
+    assert series.SCRAPED <= scrape.SERIES and {
+        scrape.CACHE_CONFIG} == scrape.SERIES - series.SCRAPED
+    assert all(tables.GAUGES[r] == series.names(r) for r in ("waiting", "running", "kv_usage"))
+    timeline = [{"t_ns": 0}, {"t_ns": 1}]
+    for engine in series.ENGINES:
+        pre = engine.name("preemptions")
+        if pre is None:
+            continue
+        timeline = [{pre: 2.0, "t_ns": 0}, {pre: 7.0, "t_ns": 1}]
+        assert server_side.server_evidence(timeline)["engine"] == engine.engine
+        assert server_side.server_evidence(timeline)["preemptions"] == 5
+        assert summary.server_preemptions(timeline) == 5.0
+    for mode, engine in (("vllm", series.VLLM), ("sglang", series.SGLANG)):
+        stats = {s.stat: 1 for s in engine.series if s.stat}
+        stats.update(prefix_cache_queries_tokens=1, requests=1)
+        text = exposition(make_registry(EngineConfig(mode=mode), stats.copy)).decode()
+        exported = {line.split("{")[0].split(" ")[0] for line in text.splitlines()
+                    if line and not line.startswith("#")}
+        assert {s.name for s in engine.series if s.stat} <= exported, mode
+
+
+def test_the_run_level_lists_are_the_run_catalogs() -> None:
+    """The report's run, hit-rate and server tables and a sweep point's figures are the
+    rows of ``catalogs.runs``: a figure added there reaches each of them."""
+    assert runs.fields("run") == tables.RUN_FIELDS and runs.fields("hit") == tables.HIT_RATES
+    assert runs.fields("server") == tables.SERVER_FIELDS and points.SCALARS is runs.SWEPT
+    assert {"requests", "actual_prefix_hit_rate", "server_prefix_hit_rate"} <= set(runs.SWEPT)
+    # a row for every figure of the server's evidence (metrics.server_side)
+    assert {key for _, key in runs.fields("server")} == set(server_side.EMPTY)
 
 
 def test_every_consumer_list_is_the_catalogs() -> None:

@@ -128,7 +128,7 @@ def test_simulate_keep_records_false_stays_on_disk(tmp_path: Path) -> None:
     for key in ("requests", "ok", "server", "warm_cache", "cache_reported_requests"):
         assert a[key] == b[key], key
     assert b["ttft_ms"] == pytest.approx(a["ttft_ms"], rel=1e-12)
-    from workbench.executors.virtual import canonical_report
+    from workbench.report.canonical import canonical_report
 
     ra, rb = canonical_report(kept), canonical_report(disk)
     for part in ("summary", "records", "lifecycle", "metrics_timeline"):

@@ -70,6 +70,9 @@ async def test_gate_try_acquire_and_full():
 class TaskSpy:
     """The real transport, noting which asyncio task sent each request."""
 
+    takes_segments = False
+    paced_turns = 0
+
     def __init__(self, inner):
         self.inner = inner
         self.task_of = {}

@@ -54,6 +54,9 @@ async def test_every_backend_sends_the_planned_lengths(sim, backend):
 class Recording:
     """Wraps the real transport to keep what was sent and what came back."""
 
+    takes_segments = False
+    paced_turns = 0
+
     def __init__(self, inner):
         self.inner = inner
         self.sent = {}

@@ -22,8 +22,9 @@ import pytest
 from workbench.backends.transport import HTTP_CLIENTS
 from workbench.config import RunConfig
 from workbench.executors.dispatch import run_async
-from workbench.executors.virtual import canonical_report, report_digest, simulate
+from workbench.executors.virtual import simulate
 from workbench.records import RequestRecord, RunResult
+from workbench.report.canonical import canonical_report, report_digest
 from workbench.traces.load import load_trace
 
 HEADER = ("session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms,"

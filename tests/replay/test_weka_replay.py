@@ -16,8 +16,9 @@ from pathlib import Path
 from workbench.config import RunConfig
 from workbench.data import path as data_path
 from workbench.executors.dispatch import run_async
-from workbench.executors.virtual import canonical_report, report_digest, simulate
+from workbench.executors.virtual import simulate
 from workbench.records import RequestRecord, RunResult
+from workbench.report.canonical import canonical_report, report_digest
 from workbench.traces.load import load_trace
 
 SAMPLE = str(data_path("weka/cc_traces_sample.jsonl"))

@@ -13,8 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 import workbench as wb
 from workbench.clock import VirtualClock, run_virtual
 from workbench.data import path as data_path
-from workbench.executors.virtual import canonical_report, report_digest, simulate
+from workbench.executors.virtual import simulate
 from workbench.report import tables
+from workbench.report.canonical import canonical_report, report_digest
 from workbench.sim import cost
 from workbench.sim.cluster import Cluster, ClusterConfig, DisaggConfig, split_knobs
 from workbench.sim.config import EngineConfig

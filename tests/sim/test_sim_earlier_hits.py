@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from workbench.data import path as data_path
-from workbench.executors.virtual import canonical_report, report_digest, simulate
+from workbench.executors.virtual import simulate
+from workbench.report.canonical import canonical_report, report_digest
 from workbench.sim import scheduler
 
 MOON = str(data_path("mooncake/conversation_trace_head600.jsonl"))

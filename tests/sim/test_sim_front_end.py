@@ -17,7 +17,8 @@ import pytest
 from workbench.calibration.fit import calibrate
 from workbench.calibration.split import PARTS, search, splits
 from workbench.config import ConfigError, RunConfig
-from workbench.executors.virtual import canonical_report, simulate
+from workbench.executors.virtual import simulate
+from workbench.report.canonical import canonical_report
 from workbench.sim.config import EngineConfig
 from workbench.sim.server import serve_sim
 

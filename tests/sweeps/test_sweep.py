@@ -236,6 +236,24 @@ async def test_live_sweep_flushes_the_servers_prefix_cache_between_points(tmp_pa
         assert stats["prefix_cache_hits_tokens"] > 0 and stats["running"] == 0
 
 
+async def test_a_sweep_against_sglang_names_counts_its_retractions_as_preemptions(
+        tmp_path: Path) -> None:
+    """A server exporting SGLang's names (the embedded engine in ``mode: sglang``, its KV
+    cache small enough to retract): the point's preemptions are its retraction counter's
+    increase (``sglang:num_retracted_requests_total``), not None for want of vLLM's."""
+    from workbench.sim.server import serve_sim
+
+    async with serve_sim(speedup=1000.0, mode="sglang", num_blocks=1200) as handle:
+        base = {"trace": {"path": MOONCAKE, "max_items": 12}, "target": handle.base_url,
+                "backend": {"name": "sglang-tokens", "scrape_interval_s": 0.01},
+                "arrival": {"mode": "saturated"}}
+        s = await wb.sweep_async(base, {"arrival.tool_wait_scale": [0.0]}, out_dir=tmp_path,
+                                 sweep_id="sglang")
+        retracted = handle.engine.stats()["preemptions"]
+    assert retracted > 0
+    assert s.points[0]["metrics"]["preemptions"] == retracted
+
+
 # -- pictures and report ------------------------------------------------------------------
 def test_knee_of_a_hockey_stick_and_none_for_a_line() -> None:
     from workbench.report.sweep_plots import knee

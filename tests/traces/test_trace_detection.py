@@ -191,3 +191,21 @@ def test_every_reader_refuses_an_unknown_option_the_same_way(path):
     fmt = detect_format(path)
     with pytest.raises(ConfigError, match=rf"{fmt} reader got unknown option.* bogus; valid: "):
         load_trace(path, bogus=1)
+
+
+def test_no_reader_imports_a_sibling_reader() -> None:
+    """What readers share lives in the readers' common modules (``_io``, ``json_io``,
+    ``shared``, ``bounds``), so a reader can be removed or changed alone."""
+    import ast
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "workbench" / "traces"
+    readers = {p.stem for p in folder.glob("*.py")
+               if "@register_format(" in p.read_text() and p.stem != "formats"}
+    assert {"mooncake", "canonical", "weka"} <= readers
+    for stem in sorted(readers):
+        tree = ast.parse((folder / f"{stem}.py").read_text())
+        taken = {n.module.rsplit(".", 1)[-1] for n in ast.walk(tree)
+                 if isinstance(n, ast.ImportFrom) and n.module
+                 and n.module.startswith("workbench.traces.")}
+        assert not taken & (readers - {stem}), (stem, sorted(taken & readers))

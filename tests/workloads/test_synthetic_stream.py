@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from workbench.executors.virtual import canonical_report, report_digest, simulate
+from workbench.executors.virtual import simulate
 from workbench.records import RequestRecord, Round, Unit
 from workbench.replay.plan import PlanStream, RoundPlan, UnitPlan
 from workbench.replay.rounds import UnitRun
 from workbench.replay.session import RecordSinks
+from workbench.report.canonical import canonical_report, report_digest
 from workbench.sim.engine import EngineRequest
 from workbench.sim.scheduler import Sequence as EngineSequence
 from workbench.workloads import synthetic

@@ -33,6 +33,9 @@ class ArrivalMode:
     #: draws the units' starts from an arrival process (``workbench.arrival.processes``):
     #: the release then reads the process's parameters (burstiness, ramp-up) and the seed
     process: bool = False
+    #: the process's own parameters (``arrival.burstiness`` for gamma): shown, and
+    #: allowed, for this mode only
+    params: tuple[str, ...] = ()
 
 
 MODES: Registry[ArrivalMode] = Registry("arrival mode")
@@ -45,12 +48,14 @@ def register_mode(
     takes_rate: bool = False,
     closed_loop: bool = False,
     process: bool = False,
+    params: tuple[str, ...] = (),
     aliases: tuple[str, ...] = (),
 ) -> Callable[[Release], Release]:
     """Decorator for a release function ``release(units, rate) -> offsets_ms``."""
 
     def deco(release: Release) -> Release:
-        mode = ArrivalMode(name, release, description, takes_rate, closed_loop, process)
+        mode = ArrivalMode(name, release, description, takes_rate, closed_loop, process,
+                           params)
         MODES.add(name, mode, *aliases)
         return release
 

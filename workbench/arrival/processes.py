@@ -31,14 +31,42 @@ timeline every time.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from workbench.errors import ConfigError
 from workbench.ranges import RANGES, check_value, hints_of
+from workbench.registry import Registry
 
-PROCESSES = ("poisson", "gamma", "constant")
+
+@dataclass(frozen=True)
+class GapLaw:
+    """One arrival process: ``draw(n, rng, process)``, its ``n`` gaps at rate 1 (mean 1),
+    and the parameters of ``ArrivalProcess`` it reads beyond the rate and the ramp (the
+    config, the UI and the CLI show those only for it). A new process is one
+    ``GAP_LAWS.add`` below, and its parameter a field of ``ArrivalProcess`` with its range
+    (workbench/ranges.py)."""
+
+    draw: Callable[[int, np.random.Generator, ArrivalProcess], np.ndarray]
+    description: str
+    params: tuple[str, ...] = ()
+
+
+def _gamma(n: int, rng: np.random.Generator, b: float) -> np.ndarray:
+    return rng.gamma(shape=b, scale=1.0 / b, size=n)  # Gamma(b, 1/b): mean 1, CV 1/sqrt(b)
+
+
+GAP_LAWS: Registry[GapLaw] = Registry("arrival process")
+GAP_LAWS.add("poisson", GapLaw(lambda n, rng, _p: _gamma(n, rng, 1.0),
+                               "exponential gaps at arrival.rate (replaces the trace's timeline)"))
+GAP_LAWS.add("gamma", GapLaw(lambda n, rng, p: _gamma(n, rng, p.burstiness),
+                             "gamma gaps at arrival.rate, shape arrival.burstiness (CV 1/sqrt(b))",
+                             ("burstiness",)))
+GAP_LAWS.add("constant", GapLaw(lambda n, _rng, _p: np.ones(n),
+                                "one unit every 1/arrival.rate s"))
+PROCESSES = tuple(GAP_LAWS.names())
 RAMP_STRATEGIES = ("linear", "exponential")
 DOC = "docs/arrival.md, 'Arrival processes'"
 
@@ -70,8 +98,10 @@ class ArrivalProcess:
             check_value(f"{where}.{name}", getattr(self, name), hints[name],
                         RANGES[f"arrival.{name}"])
         b = self.burstiness
-        if b != 1.0 and self.kind != "gamma":
-            raise ConfigError(f"{where}.burstiness {b:g} shapes gamma gaps: use mode 'gamma' "
+        if b != 1.0 and "burstiness" not in GAP_LAWS.get(self.kind).params:
+            takes = " or ".join(repr(k) for k in PROCESSES if "burstiness" in
+                                GAP_LAWS.get(k).params)
+            raise ConfigError(f"{where}.burstiness {b:g} shapes gamma gaps: use mode {takes} "
                               f"(mode {self.kind!r} is burstiness 1 or none; {DOC})")
         if self.ramp_up_strategy is None:
             if (self.ramp_up_start_rps is not None or self.ramp_up_end_rps is not None
@@ -132,11 +162,8 @@ class ArrivalProcess:
 
     def unit_gaps(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` gaps of the process at rate 1: ``Gamma(b, 1/b)`` (mean 1, CV ``1/√b``),
-        ``Exp(1)`` for ``poisson``, exactly 1 for ``constant``."""
-        if self.kind == "constant":
-            return np.ones(n)
-        b = self.burstiness if self.kind == "gamma" else 1.0
-        return rng.gamma(shape=b, scale=1.0 / b, size=n)
+        ``Exp(1)`` for ``poisson``, exactly 1 for ``constant`` (``GAP_LAWS``)."""
+        return GAP_LAWS.get(self.kind).draw(n, rng, self)
 
     def _ramp(self) -> tuple[float, float, float]:
         """``(r0, r1, S)`` of a ramp over a duration."""

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from workbench.arrival.modes import MODES, register_mode
-from workbench.arrival.processes import PROCESSES, ArrivalProcess
+from workbench.arrival.processes import GAP_LAWS, PROCESSES, ArrivalProcess
 from workbench.arrival.rate import rescale_to_rate
 from workbench.records import Unit
 
@@ -51,10 +51,9 @@ def _process_release(kind: str) -> None:
         """The process at ``rate`` with its defaults (burstiness 1, no ramp), seed 0."""
         return ArrivalProcess(kind, rate).check().offsets_ms(len(units), 0)
 
-    text = {"poisson": "exponential gaps at arrival.rate (replaces the trace's timeline)",
-            "gamma": "gamma gaps at arrival.rate, shape arrival.burstiness (CV 1/sqrt(b))",
-            "constant": "one unit every 1/arrival.rate s"}[kind]
-    register_mode(kind, takes_rate=True, process=True, description=text)(release)
+    law = GAP_LAWS.get(kind)
+    register_mode(kind, takes_rate=True, process=True, description=law.description,
+                  params=law.params)(release)
 
 
 for _kind in PROCESSES:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 import orjson
 
@@ -145,12 +145,15 @@ class ServerFacts:
     ``flush_routes``: the prefix-cache reset routes to try, in order
     (``workbench.backends.flush``); ``no_cached_tokens`` and ``cache_off``: the
     prefix-cache preflight's advice when the server reports no cached tokens, or
-    reports zero (``workbench.backends.preflight``).
+    reports zero (``workbench.backends.preflight``); ``profile_dir_field``: the field of
+    the profiler's start request that names the trace directory (None: the server
+    takes it from its own start flags; ``workbench.backends.profile``).
     """
 
     flush_routes: tuple[str, ...]
     no_cached_tokens: str
     cache_off: str
+    profile_dir_field: str | None = None
 
 
 #: vLLM first, then SGLang's OpenAI layer: the servers behind the OpenAI-shaped protocols
@@ -166,9 +169,10 @@ OPENAI_SERVERS = ServerFacts(
 class Codec(Protocol):
     """One wire protocol: URL, request body, stream parser, and what it declares.
 
-    Declared, so nothing dispatches on a backend's name: ``returns_token_ids`` (a
-    policy that ``needs_output_ids`` may use it) and ``servers`` (flush routes,
-    preflight advice). A new backend is one module ending in
+    Declared, so nothing dispatches on a backend's name or class: ``returns_token_ids``
+    (a policy that ``needs_output_ids`` may use it), ``servers`` (flush routes,
+    preflight advice), ``stream``, ``whole_answers``, ``sends_messages`` and
+    ``request_headers``. A new backend is one module ending in
     ``BACKENDS.add(name, codec)``, imported in ``workbench.backends``.
     """
 
@@ -187,11 +191,62 @@ class Codec(Protocol):
         """Flush routes and preflight advice for the servers behind this protocol."""
         ...
 
+    @property
+    def stream(self) -> bool:
+        """False: ``"stream": false``, the answer read whole (``backend.stream``)."""
+        ...
+
+    @property
+    def whole_answers(self) -> bool:
+        """The protocol can ask for a whole answer (``stream`` is one of its options)."""
+        ...
+
+    @property
+    def sends_messages(self) -> bool:
+        """True: the request is chat messages, their text built from the prompt's ids, that
+        the server templates; so the prompt must be ids, and the embedded engine templates
+        them as the server would (``MessagesCodec``)."""
+        ...
+
+    def request_headers(self, req: WireRequest) -> dict[str, str] | None:
+        """Headers of this request beyond the transport's own (None: none)."""
+        ...
+
     def url(self, base_url: str) -> str: ...
 
     def body(self, req: WireRequest) -> dict[str, Any]: ...
 
     def parser(self, req: WireRequest) -> StreamParser: ...
+
+
+class MessagesCodec(Codec, Protocol):
+    """A codec with ``sends_messages``: the conversation it sends, and its memory of a reply."""
+
+    def messages(self, req: WireRequest) -> list[dict[str, str]]: ...
+
+    def remember(self, req: WireRequest, messages: list[dict[str, str]], reply: str,
+                 reply_ids: list[int]) -> None: ...
+
+
+class PlainCodec:
+    """What a codec declares unless it says otherwise: it streams the server's token ids
+    (no chat messages) from an OpenAI-shaped server and sends no header of its own
+    (``RequestExtras`` adds the user's); and ``with_options``."""
+
+    __slots__ = ()
+    stream = True
+    whole_answers = False
+    sends_messages = False
+    returns_token_ids = True
+    servers = OPENAI_SERVERS
+
+    def request_headers(self, req: WireRequest) -> dict[str, str] | None:
+        return None
+
+    def with_options(self, **options: Any) -> Self:
+        """A fresh codec with these options changed (``ConfigError`` on unknown ones)."""
+        codec: Self = reconfigure(self, options)
+        return codec
 
 
 BACKENDS: Registry[Codec] = Registry("backend")

@@ -76,14 +76,6 @@ class RequestExtras:
         return cls(inner, resolve_headers(headers), dict(body), extras.get("routing_header"),
                    extras.get("routing_field"))
 
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def returns_token_ids(self) -> bool:
-        return self.inner.returns_token_ids
-
     def url(self, base_url: str) -> str:
         return self.inner.url(base_url)
 

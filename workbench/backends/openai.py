@@ -17,23 +17,22 @@ server that dropped ``return_token_ids``.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from workbench.backends.base import (
     BACKENDS,
-    OPENAI_SERVERS,
     BackendError,
+    EventParser,
     OpenAIChunks,
-    ServerFacts,
+    PlainCodec,
     StreamOutcome,
     WireRequest,
     as_id_list,
     check_output_count,
     loads,
-    reconfigure,
     stream_fields,
 )
 
@@ -92,13 +91,13 @@ class ChoicesParser(OpenAIChunks):
         except orjson.JSONDecodeError:
             objs = None
         if objs is None or len(objs) != len(payloads) or b'"error"' in joined:
-            return self._each(payloads)  # feed raises the precise error
+            return EventParser.feed_all(self, payloads)  # feed raises the precise error
         out, start = self._ids, len(self._ids)
         lo, hi = 0, len(objs)
         head: list[int] = []
         if self._rid is None:  # the stream's first chunk: the careful path
             if type(objs[0]) is not dict:
-                return self._each(payloads)  # feed raises the precise error
+                return EventParser.feed_all(self, payloads)  # feed raises the precise error
             ids = self._take(objs[0])
             head, lo = ([len(ids)] if ids else []), 1
         while hi > lo and type(objs[hi - 1]) is dict and "usage" in objs[hi - 1]:
@@ -108,7 +107,7 @@ class ChoicesParser(OpenAIChunks):
             out.extend(itertools.chain.from_iterable(idss))
         except (KeyError, IndexError, TypeError):  # unusual chunks, text-only streams
             del out[start:]  # (the head's ids too: feed takes every payload again)
-            return self._each(payloads)
+            return EventParser.feed_all(self, payloads)
         counts = head + [len(ids) for ids in idss if ids]
         for obj in reversed(objs[lo:hi]):  # the last finish_reason of the read wins
             reason = obj["choices"][0].get("finish_reason")
@@ -151,14 +150,6 @@ class ChoicesParser(OpenAIChunks):
             return 1 if self._text_only(choice) else 0
         return 0
 
-    def _each(self, payloads: list[bytes]) -> list[int]:
-        counts = []
-        for p in payloads:
-            ids = self.feed(p)
-            if ids:
-                counts.append(len(ids))
-        return counts
-
     def finish(self) -> StreamOutcome:
         counts = self._usage_counts()
         completion = counts[1]
@@ -175,21 +166,15 @@ class ChoicesParser(OpenAIChunks):
 
 
 @dataclass(frozen=True)
-class OpenAICompletionsCodec:
+class OpenAICompletionsCodec(PlainCodec):
     """OpenAI-compatible completions with a token-id prompt (vLLM, SGLang, llama.cpp)."""
 
     model: str | None = None
     temperature: float = 0.0
     #: False: ``"stream": false``, the answer read whole (``backend.stream``)
     stream: bool = True
-    name: str = field(default="openai", init=False)
-    returns_token_ids: bool = field(default=True, init=False)
-    servers: ServerFacts = field(default=OPENAI_SERVERS, init=False)
-
-    def with_options(self, **options: Any) -> OpenAICompletionsCodec:
-        """A fresh codec with these options changed (``ConfigError`` on unknown ones)."""
-        codec: OpenAICompletionsCodec = reconfigure(self, options)
-        return codec
+    whole_answers = True
+    name = "openai"
 
     def url(self, base_url: str) -> str:
         return f"{base_url}/v1/completions"

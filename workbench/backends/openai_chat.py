@@ -27,13 +27,12 @@ from typing import Any, Protocol
 
 from workbench.backends.base import (
     BACKENDS,
-    OPENAI_SERVERS,
     BackendError,
     OpenAIChunks,
+    PlainCodec,
     StreamOutcome,
     WireRequest,
     loads,
-    reconfigure,
     stream_fields,
 )
 from workbench.backends.openai import UNKNOWN_TOKEN
@@ -62,12 +61,13 @@ class _Conversation:
     key: int  # hash of those ids
 
 
-class OpenAIChatCodec:
+class OpenAIChatCodec(PlainCodec):
     """Chat completions; remembers each session's messages to build the next round."""
 
     name = "openai-chat"
+    sends_messages = True
+    whole_answers = True
     returns_token_ids = False
-    servers = OPENAI_SERVERS
     OPTIONS = (
         "model",
         "temperature",
@@ -103,11 +103,6 @@ class OpenAIChatCodec:
         if self._tokenizer is None:
             self._tokenizer = default_tokenizer()
         return self._tokenizer
-
-    def with_options(self, **options: Any) -> OpenAIChatCodec:
-        """A fresh codec with these options changed (``ConfigError`` on unknown ones)."""
-        codec: OpenAIChatCodec = reconfigure(self, options)
-        return codec
 
     def url(self, base_url: str) -> str:
         return f"{base_url}/v1/chat/completions"

@@ -20,6 +20,7 @@ from typing import Any
 
 import aiohttp
 
+from workbench.backends.base import BACKENDS
 from workbench.backends.transport import normalize_base_url, with_query
 from workbench.bodies import BodyError, read_body
 from workbench.bodies import session as bounded_session
@@ -61,8 +62,8 @@ class Profiler:
         self.info: dict[str, Any] = {"dir": profile_dir, "files": []}
 
     async def start(self) -> None:
-        body = ({"output_dir": self.dir} if self.dir and self.backend.startswith("sglang")
-                else None)
+        field = BACKENDS.get(self.backend).servers.profile_dir_field
+        body = {field: self.dir} if self.dir and field else None
         self.started_at = time.time()
         answer = await _post(self.base_url, START, self.headers, body, 60.0)
         self.info["start"] = answer

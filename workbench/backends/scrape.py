@@ -2,8 +2,8 @@
 
 The client sees per-request ``cached_tokens``; the server's counters show the
 whole picture (window hit rate = Δhits / Δqueries, KV usage, queue depth,
-preemptions). Only the series named in docs/wire-protocols.md are kept, summed over label sets
-(engines, cache sources) except for ratios, which are averaged. The text is
+preemptions). Only the engines' series of ``workbench.catalogs.series`` are kept,
+summed over label sets (engines, cache sources) except for ratios, which are averaged. The text is
 pre-filtered to those series before ``prometheus_client``'s parser sees it: a
 vLLM page is mostly histograms we do not need.
 
@@ -42,9 +42,11 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+import workbench.catalogs.series as series
 from workbench.backends.transport import normalize_base_url, with_query
 from workbench.bodies import ANSWER_MAX, PAGE_MAX, BodyError, read_body
 from workbench.bodies import session as bounded_session
+from workbench.catalogs.series import LLAMACPP_WITH_CACHED
 from workbench.clock import Clock, WallClock
 from workbench.promseries import GPU_SERIES, SIMULATED_LABEL, averaged
 from workbench.promseries import describe as series_label
@@ -55,42 +57,11 @@ __all__ = ["MetricsScraper", "detect_block_size", "endpoint_url", "parse_metrics
 logger = logging.getLogger(__name__)
 
 CACHE_CONFIG = "vllm:cache_config_info"
-VLLM_SERIES = (
-    "vllm:prefix_cache_queries_total",
-    "vllm:prefix_cache_hits_total",
-    "vllm:kv_cache_usage_perc",
-    "vllm:num_requests_running",
-    "vllm:num_requests_waiting",
-    "vllm:num_preemptions_total",
-    "vllm:prompt_tokens_total",
-    "vllm:generation_tokens_total",
-)
-SGLANG_SERIES = (
-    "sglang:prompt_tokens_total",
-    "sglang:generation_tokens_total",
-    "sglang:cached_tokens_total",
-    "sglang:num_running_reqs",
-    "sglang:num_queue_reqs",
-    "sglang:token_usage",
-    "sglang:cache_hit_rate",
-    "sglang:num_retracted_requests_total",
-)
-LLAMACPP_PROMPT = "llamacpp:prompt_tokens_total"  # processed, cached ones excluded
-LLAMACPP_CACHED = "llamacpp:prompt_tokens_cached_total"
-LLAMACPP_WITH_CACHED = "llamacpp:prompt_tokens_with_cached_total"  # derived: the sum of both
-LLAMACPP_SERIES = (
-    LLAMACPP_PROMPT,
-    LLAMACPP_CACHED,
-    "llamacpp:tokens_predicted_total",
-    "llamacpp:requests_processing",
-    "llamacpp:requests_deferred",
-    "llamacpp:kv_cache_usage_ratio",
-)
-SERIES = frozenset((*VLLM_SERIES, *SGLANG_SERIES, *LLAMACPP_SERIES, CACHE_CONFIG))
-AVERAGED = frozenset((
-    "vllm:kv_cache_usage_perc", "sglang:token_usage", "sglang:cache_hit_rate",
-    "llamacpp:kv_cache_usage_ratio",
-))  # fmt: skip
+#: llama-server's prompt counters: processed (cached ones excluded) and cached; their sum is
+#: the derived ``LLAMACPP_WITH_CACHED``
+LLAMACPP_PROMPT = series.LLAMACPP.name("prompt_tokens") or ""
+LLAMACPP_CACHED = series.LLAMACPP.name("hits") or ""
+SERIES = series.SCRAPED | {CACHE_CONFIG}
 
 
 def _wanted(name: str, patterns: Sequence[str]) -> bool:
@@ -141,7 +112,7 @@ class _Page:
     def values(self) -> dict[str, float]:
         out = dict(self.sums)
         for name in out:
-            if name in AVERAGED or averaged(name):
+            if name in series.AVERAGED or averaged(name):
                 out[name] /= self.counts[name]
         if LLAMACPP_PROMPT in out and LLAMACPP_CACHED in out:
             out[LLAMACPP_WITH_CACHED] = out[LLAMACPP_PROMPT] + out[LLAMACPP_CACHED]

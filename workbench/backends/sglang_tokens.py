@@ -22,7 +22,7 @@ Two guards (docs/wire-protocols.md), both failing the round with a message namin
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from workbench.backends.base import (
@@ -31,13 +31,13 @@ from workbench.backends.base import (
     VLLM_RESET,
     BackendError,
     EventParser,
+    PlainCodec,
     ServerFacts,
     StreamOutcome,
     WireRequest,
     as_id_list,
     finish_reason_of,
     loads,
-    reconfigure,
     usage_count,
 )
 
@@ -59,6 +59,7 @@ SGLANG_SERVERS = ServerFacts(
     (SGLANG_FLUSH, VLLM_RESET),
     "SGLang sent no meta_info.cached_tokens; use a build that reports it",
     "prefix caching looks off: start SGLang without --disable-radix-cache",
+    profile_dir_field="output_dir",
 )
 
 
@@ -148,21 +149,15 @@ class SGLangParser(EventParser):
 
 
 @dataclass(frozen=True)
-class SGLangTokensCodec:
+class SGLangTokensCodec(PlainCodec):
     """Exact output ids from SGLang's native endpoint."""
 
     temperature: float = 0.0
     # ask for SGLang's split of cached tokens by tier (device, host, storage); recorded
     # per request in ``extra.server_metrics.cached_tokens_details`` (docs/sweeps.md)
     return_cached_tokens_details: bool = False
-    name: str = field(default="sglang-tokens", init=False)
-    returns_token_ids: bool = field(default=True, init=False)
-    servers: ServerFacts = field(default=SGLANG_SERVERS, init=False)
-
-    def with_options(self, **options: Any) -> SGLangTokensCodec:
-        """A fresh codec with these options changed (``ConfigError`` on unknown ones)."""
-        codec: SGLangTokensCodec = reconfigure(self, options)
-        return codec
+    name = "sglang-tokens"
+    servers = SGLANG_SERVERS
 
     def url(self, base_url: str) -> str:
         return f"{base_url}/generate"

@@ -223,6 +223,8 @@ def with_query(url: str, base_url: str) -> str:
 class Transport:
     """One HTTP client per run (``executor.http``); ``send`` one request per call."""
 
+    takes_segments = False  # a wire carries token ids (or their text)
+
     def __init__(self, options: TransportOptions, clock: Clock | None = None) -> None:
         self.options = options
         self.clock: Clock = clock if clock is not None else WallClock()
@@ -369,14 +371,13 @@ class Transport:
         parser = codec.parser(req)
         guard = OverrunGuard(rec, req.max_tokens, by_events=not codec.returns_token_ids,
                              prompt_tokens=len(req.prompt_ids))
-        whole = not getattr(codec, "stream", True)  # backend.stream false: one JSON answer
+        whole = not codec.stream  # backend.stream false: one JSON answer
         state: ResponseBody = (
             WholeBody(parser, rec, guard.event_limit) if whole
             else StreamState(parser, rec, guard, self.options.stream_idle_timeout_s)
         )  # fmt: skip
         state.on_sent = req.on_sent
-        extra = getattr(codec, "request_headers", None)  # backends/extras.py
-        headers = dict(extra(req) or {}) if extra is not None else {}
+        headers = dict(codec.request_headers(req) or {})  # backends/extras.py
         if req.session_id:  # routers key session affinity on it (docs/cluster.md)
             headers.setdefault("x-session-id", quote(req.session_id, safe=SESSION_SAFE))
         status, body = await client.post(

@@ -10,34 +10,25 @@ finish_reason}]}`` per token, then ``{choices: [], usage}``, then ``[DONE]``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from workbench.backends.base import (
     BACKENDS,
-    OPENAI_SERVERS,
-    ServerFacts,
+    PlainCodec,
     WireRequest,
     as_id_list,
-    reconfigure,
 )
 from workbench.backends.openai import ChoicesParser
 
 
 @dataclass(frozen=True)
-class VLLMTokensCodec:
+class VLLMTokensCodec(PlainCodec):
     """Exact output ids with no detokenisation on the server."""
 
     model: str | None = None
     temperature: float = 0.0
-    name: str = field(default="vllm-tokens", init=False)
-    returns_token_ids: bool = field(default=True, init=False)
-    servers: ServerFacts = field(default=OPENAI_SERVERS, init=False)
-
-    def with_options(self, **options: Any) -> VLLMTokensCodec:
-        """A fresh codec with these options changed (``ConfigError`` on unknown ones)."""
-        codec: VLLMTokensCodec = reconfigure(self, options)
-        return codec
+    name = "vllm-tokens"
 
     def url(self, base_url: str) -> str:
         return f"{base_url}/inference/v1/generate"

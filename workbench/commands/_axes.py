@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from workbench.config import RunConfig
+from workbench.catalogs.requests import SLO_ABLE
+from workbench.config import EXECUTOR_KINDS, RunConfig
 from workbench.errors import ConfigError
 
 
@@ -125,23 +126,17 @@ def exit_status(summary: dict[str, Any], cancelled: bool, max_error_rate: float)
     return ExitCode.COMPLETED
 
 
-# The SLO-able metrics, as workbench.metrics.catalog.SLO_ABLE names them (not imported here:
-# the metrics package costs ~0.4 s at CLI start); a test keeps the two equal.
-_SLO_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "terminal_tail_ms", "e2e_ms",
-                "completion_amortized_tpot_ms", "arrival_release_lag_ms", "admission_lag_ms")
-
-
 def add_run_knobs(p: argparse.ArgumentParser) -> None:
     """The per-run knobs of the config file, as flags (docs/sweeps.md, "command line")."""
     g = p.add_argument_group("run knobs (config-file fields as flags)")
     g.add_argument("--slo", action="append", default=[], metavar="BOUND",
                    help="SLO bound (repeatable). METRIC<=MS (METRIC: "
-                        + ", ".join(_SLO_METRICS) + "): "
+                        + ", ".join(SLO_ABLE) + "): "
                         "per request, the summary's attainment and goodput; workbench sweep "
                         "also takes percentile bounds METRIC:pQ<=MS (ttft_ms:p90<=2000) and "
                         "ok>=F (share of requests that must finish ok)")
     g.add_argument("--workers", type=int, help="executor processes (units are sharded)")
-    g.add_argument("--executor", choices=["local", "processes", "ray"], help="executor kind")
+    g.add_argument("--executor", choices=EXECUTOR_KINDS, help="executor kind")
     g.add_argument("--ray-address", help="Ray cluster to join (executor ray)")
     g.add_argument("--fuse", type=float, dest="fuse_s", help="hard cap on the run's wall time (s)")
     g.add_argument("--drain", choices=["finish", "truncate"],

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from workbench.catalogs.requests import LATENCY, SCALAR_LATENCY
 from workbench.commands._axes import add_axis_arguments, config_from_args, exit_status
 
 NAME = "replay"
@@ -102,8 +103,6 @@ def replay_with_progress(cfg: Any, *, progress: bool = True) -> Any:
 
 
 def _brief(summary: dict, result: Any = None, percentiles: str | None = None) -> dict:
-    from workbench.metrics.catalog import SCALAR_LATENCY
-
     keys = ("requests", "ok", "errors", *SCALAR_LATENCY, "actual_prefix_hit_rate",
             "cache_reported_requests", "cache_unreported_requests", "planned_prefix_hit_rate",
             "request_throughput_rps", "warmup", "response_mode")
@@ -119,7 +118,6 @@ def percentile_table(result: Any, spec: str) -> dict[str, dict[str, float | None
     """``--percentiles 50,99.9``: each latency metric's percentiles over ok requests (ms)."""
     from workbench.commands._axes import parse_percentiles
     from workbench.metrics import to_frame
-    from workbench.metrics.catalog import LATENCY
     from workbench.metrics.slo import ok_percentile
 
     qs = parse_percentiles(spec)

@@ -28,7 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.executors.virtual import canonical_report, report_digest, simulate
+    from workbench.executors.virtual import simulate
+    from workbench.report.canonical import canonical_report, report_digest
 
     cfg = config_from_args(args)
     knobs = dict(cfg.target.engine)

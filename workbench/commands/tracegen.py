@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from workbench.context.policy import (
     DEFAULT_POLICY,
@@ -74,18 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from workbench.workloads.materialize import TracegenSpec, tracegen
 
-    spec = TracegenSpec(
-        policy=args.policy,
-        session_order=args.session_order,
-        max_sessions=args.max_sessions,
-        arrival=args.arrival,
-        rate=args.rate,
-        seed=args.seed,
-        fmt=args.format,
-        tool_wait=args.tool_wait,
-        major_compaction_min_drop_tokens=args.major_compaction_min_drop_tokens,
-        major_compaction_min_drop_ratio=args.major_compaction_min_drop_ratio,
-    )
+    # every field of the spec is the flag of its name (the format's: --format)
+    spec = TracegenSpec(fmt=args.format, **{
+        f.name: getattr(args, f.name) for f in dataclasses.fields(TracegenSpec) if f.name != "fmt"})
     result = tracegen(args.input, args.output, spec)
     m = result.manifest
     p = m["parameters"]

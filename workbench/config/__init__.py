@@ -442,8 +442,8 @@ class RunConfig:
             raise ConfigError("backend.options.stream: set backend.stream (--no-stream) instead")
         if self.backend.stream:
             return
-        able = [n for n in BACKENDS.names() if hasattr(BACKENDS.get(n), "stream")]
-        if not hasattr(BACKENDS.get(self.backend.name), "stream"):
+        able = [n for n in BACKENDS.names() if BACKENDS.get(n).whole_answers]
+        if not BACKENDS.get(self.backend.name).whole_answers:
             raise ConfigError(
                 f"backend.stream false (non-streaming): backend {self.backend.name!r} only "
                 f"streams; use {' or '.join(able)}")

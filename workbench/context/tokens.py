@@ -252,21 +252,12 @@ class TokenPool:
         comes from ``fresh(fill_stream, ...)``; without a ``fill_stream`` that is
         an error rather than a silently short prompt.
         """
-        if input_len < 0 or block_size <= 0:
-            raise ValueError(f"bad input_len={input_len} / block_size={block_size}")
-        n_blocks = min(len(hash_ids), -(-input_len // block_size))
-        covered = min(n_blocks * block_size, input_len)
+        n_blocks, covered, missing = _hash_id_cover(hash_ids, input_len, block_size, fill_stream)
         flat = self.heads_array(self._hash_id_keys(hash_ids[:n_blocks]), block_size, covered)
         out: list[int] = _as_list(flat, self.vocab_hi)
         self._last = (out, flat)
-        missing = input_len - covered
         if missing:
-            if fill_stream is None:
-                raise ValueError(
-                    f"{len(hash_ids)} hash ids of {block_size} tokens cover {covered} < "
-                    f"input_len {input_len}; pass fill_stream= for the unhashed tail"
-                )
-            out.extend(self.fresh(fill_stream, missing))
+            out.extend(self.fresh(fill_stream or "", missing))
         return out
 
     def array_of(self, prompt: list[int]) -> np.ndarray | None:
@@ -334,22 +325,13 @@ class TokenPool:
     ) -> Segments:  # fmt: skip
         """``prompt_from_hash_ids`` as ``Segments`` (same tokens once resolved, same errors):
         one part per hash id, the last one cut, then the unhashed fill if any."""
-        if input_len < 0 or block_size <= 0:
-            raise ValueError(f"bad input_len={input_len} / block_size={block_size}")
-        n_blocks = min(len(hash_ids), -(-input_len // block_size))
-        covered = min(n_blocks * block_size, input_len)
+        n_blocks, covered, missing = _hash_id_cover(hash_ids, input_len, block_size, fill_stream)
         keys = self._hash_id_keys(hash_ids[:n_blocks])
         parts: list[Part] = [(BLOCK, k, 0, block_size) for k in keys]
         if parts:  # only the last block can be cut
             parts[-1] = (BLOCK, parts[-1][1], 0, covered - (n_blocks - 1) * block_size)
-        missing = input_len - covered
         if missing:
-            if fill_stream is None:
-                raise ValueError(
-                    f"{len(hash_ids)} hash ids of {block_size} tokens cover {covered} < "
-                    f"input_len {input_len}; pass fill_stream= for the unhashed tail"
-                )
-            parts.append(self.fresh_part(fill_stream, missing))
+            parts.append(self.fresh_part(fill_stream or "", missing))
         return Segments(parts)
 
     def resolve(self, kind: int, packed: int, start: int, n: int) -> list[int]:
@@ -439,3 +421,18 @@ __all__ = [
     "resolve_salt",
     "run_pool",
 ]
+
+
+def _hash_id_cover(hash_ids: Sequence[int], input_len: int, block_size: int,
+                   fill_stream: str | None) -> tuple[int, int, int]:
+    """A prompt from hash ids, as ids or as parts: ``(blocks used, tokens they cover,
+    tokens of unhashed tail)``; a tail without a ``fill_stream`` is an error, not a
+    silently short prompt."""
+    if input_len < 0 or block_size <= 0:
+        raise ValueError(f"bad input_len={input_len} / block_size={block_size}")
+    n_blocks = min(len(hash_ids), -(-input_len // block_size))
+    covered = min(n_blocks * block_size, input_len)
+    if input_len > covered and fill_stream is None:
+        raise ValueError(f"{len(hash_ids)} hash ids of {block_size} tokens cover {covered} < "
+                         f"input_len {input_len}; pass fill_stream= for the unhashed tail")
+    return n_blocks, covered, input_len - covered

@@ -12,7 +12,12 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+# the executors register their kinds on import (executors.kinds)
+import workbench.executors.local
+import workbench.executors.processes
+import workbench.executors.ray  # noqa: F401  (Ray itself is imported when a run uses it)
 from workbench.config import RunConfig
+from workbench.executors.kinds import EXECUTORS
 from workbench.records import RunResult, Workload
 from workbench.replay.loops import run_anywhere
 from workbench.replay.prepare import coerce_config, dry_run_result, prepare
@@ -48,20 +53,12 @@ async def run_async(
 
 
 def executor_for(cfg: RunConfig) -> Executor:
-    """The executor ``cfg.executor`` names: Ray actors, worker processes, or this process."""
+    """The executor ``cfg.executor`` names (``executors.kinds.EXECUTORS``): this process, or
+    worker processes when ``local`` has more than one worker."""
     kind = cfg.executor.kind
-    if kind == "ray":
-        from workbench.executors.processes import ShardedExecutor
-        from workbench.executors.ray import RayLauncher
-
-        return ShardedExecutor(RayLauncher())
-    if cfg.executor.workers > 1 or kind == "processes":
-        from workbench.executors.processes import ProcessLauncher, ShardedExecutor
-
-        return ShardedExecutor(ProcessLauncher())
-    from workbench.executors.local import LocalExecutor
-
-    return LocalExecutor()
+    if kind == "local" and cfg.executor.workers > 1:
+        kind = "processes"
+    return EXECUTORS.get(kind)(cfg)
 
 
 def run(cfg: RunConfig | dict[str, Any], *, progress: Progress | None = None) -> RunResult:

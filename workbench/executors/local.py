@@ -3,25 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from workbench.backends.base import make_codec
 from workbench.backends.transport import Transport, TransportOptions
 from workbench.clock import WallClock
 from workbench.context.tokens import run_pool
+from workbench.executors.kinds import EXECUTORS
 from workbench.replay.outcome import ShardOutcome, play_shard
 from workbench.replay.runner import build_runner
 from workbench.replay.session import ReplaySession, connection_warmer, watch_stop
+from workbench.replay.target import Target
 
 
 class LocalExecutor:
     """One transport and one runner in this process (``executor.kind = "local"``)."""
 
+    target = None  # the config's
+
     def open_files(self, session: ReplaySession) -> None:
         session.open_writers()
 
     async def play(
-        self, session: ReplaySession, target: dict[str, Any], stop: asyncio.Event | None
+        self, session: ReplaySession, target: Target, stop: asyncio.Event | None
     ) -> None:
         s = session
         b = s.cfg.backend
@@ -29,7 +32,7 @@ class LocalExecutor:
         codec = make_codec(b.name, **b.codec_options())
         clock = WallClock()
         pool = run_pool(s.cfg.seed, b.token_salt, s.run_id)
-        options = TransportOptions.of_run(s.cfg, target["base_url"])
+        options = TransportOptions.of_run(s.cfg, target.base_url)
         async with Transport(options, clock) as transport:
             await s.check_target(transport, codec, pool, target)
             block_size = await s.block_size(target)
@@ -38,8 +41,8 @@ class LocalExecutor:
                 clock=clock, pool=pool, sink=s.on_record,
                 lifecycle_sink=s.on_lifecycle, block_size=block_size,
             )
-            s.manifest.block_size = block_size
-            scraper = s.scraper(target, clock)
+            s.facts.block_size = block_size
+            scraper = s.sampler(target, clock)
             watcher = asyncio.ensure_future(watch_stop(stop, runner)) if stop else None
             outcome = None
             try:
@@ -53,3 +56,6 @@ class LocalExecutor:
                     await scraper.stop()
                     s.keep_scrape(scraper)
                 s.conclude([outcome or ShardOutcome.of(runner)])
+
+
+EXECUTORS.add("local", lambda _cfg: LocalExecutor())

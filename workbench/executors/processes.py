@@ -43,11 +43,13 @@ from typing import Any, Protocol
 from workbench import safe_write as safe
 from workbench.config import RunConfig
 from workbench.errors import OutputWriteError, WorkbenchError
+from workbench.executors.kinds import EXECUTORS
 from workbench.records import RequestRecord
 from workbench.replay.outcome import ShardOutcome, play_shard
 from workbench.replay.runner import build_runner
 from workbench.replay.session import ReplaySession, connection_warmer
 from workbench.replay.shards import ShardPart, split_run
+from workbench.replay.target import Target
 from workbench.spawning import children_start, spawn_context
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,8 @@ class ShardedExecutor:
     flush and the ``/metrics`` scraper; the ``launcher`` runs the shards, whose files are
     merged into one run directory at the end."""
 
+    target = None  # the config's
+
     def __init__(self, launcher: Launcher) -> None:
         self.launcher = launcher
         self.shard_dir = Path()
@@ -88,7 +92,7 @@ class ShardedExecutor:
         safe.make_dir(self.shard_dir, parents=True)  # never a link out of the run
 
     async def play(
-        self, session: ReplaySession, target: dict[str, Any], stop: asyncio.Event | None
+        self, session: ReplaySession, target: Target, stop: asyncio.Event | None
     ) -> None:
         from workbench.backends.base import make_codec
         from workbench.backends.transport import Transport, TransportOptions
@@ -98,17 +102,17 @@ class ShardedExecutor:
         s = session
         b = s.cfg.backend
         clock = WallClock()
-        options = TransportOptions.of_run(s.cfg, target["base_url"])
+        options = TransportOptions.of_run(s.cfg, target.base_url)
         async with Transport(options, clock) as transport:
             pool = run_pool(s.cfg.seed, b.token_salt, s.run_id)
             await s.check_target(transport, make_codec(b.name, **b.codec_options()), pool, target)
         block_size = await s.block_size(target)
-        s.manifest.block_size = block_size
-        scraper = s.scraper(target, clock)
+        s.facts.block_size = block_size
+        scraper = s.sampler(target, clock)
         if scraper is not None:
             await scraper.start()
         try:
-            await self.launcher.launch(s, self.shard_dir, target["base_url"], block_size, stop)
+            await self.launcher.launch(s, self.shard_dir, target.base_url, block_size, stop)
         finally:
             if scraper is not None:
                 await scraper.stop()
@@ -196,7 +200,7 @@ class ProcessLauncher:
             await pool.gather("ready", READY_TIMEOUT_S)
             t0 = time.perf_counter_ns() + EPOCH_LEAD_NS
             pool.send(("start", t0))
-            s.manifest.executor = {"workers": n, "epoch_ns": t0, **shard_facts(parts)}
+            s.facts.executor = {"workers": n, "epoch_ns": t0, **shard_facts(parts)}
             results = await pool.until_done(stop, s.report_progress)
         finally:
             await pool.close()
@@ -420,3 +424,6 @@ async def _watch_pipe(conn: Connection, runner: Any, done: Any) -> None:
         except (EOFError, OSError):  # EOF: the parent is gone; stop sending its plan
             runner.stop("parent gone")
             return
+
+
+EXECUTORS.add("processes", lambda _cfg: ShardedExecutor(ProcessLauncher()))

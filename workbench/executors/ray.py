@@ -50,7 +50,8 @@ from typing import Any
 
 from workbench.config import RunConfig
 from workbench.errors import ConfigError, WorkbenchError
-from workbench.executors.processes import shard_facts, shard_spec, worker_cfg
+from workbench.executors.kinds import EXECUTORS
+from workbench.executors.processes import ShardedExecutor, shard_facts, shard_spec, worker_cfg
 from workbench.records import RequestRecord
 from workbench.replay.outcome import ShardOutcome, play_shard
 from workbench.replay.runner import build_runner
@@ -300,7 +301,7 @@ class RayLauncher:
         self, s: ReplaySession, results: list[dict[str, Any]], n: int,
         parts: list[ShardPart], clocks: list[dict[str, Any]],
     ) -> None:  # fmt: skip
-        s.manifest.executor = {
+        s.facts.executor = {
             "kind": "ray", "workers": n, "address": getattr(s.cfg.executor, "address", None),
             **shard_facts(parts), "epoch_ns": s.t0_ns, "clocks": clocks,
         }  # fmt: skip
@@ -335,3 +336,6 @@ async def _measure_clock(actor: Any) -> dict[str, Any]:
     same = host == host_id()
     return {"host": host, "same_host": same, "offset_ns": 0 if same else offset,
             "measured_offset_ns": offset, "rtt_ns": rtt}  # fmt: skip
+
+
+EXECUTORS.add("ray", lambda _cfg: ShardedExecutor(RayLauncher()))

@@ -1,9 +1,11 @@
-"""``simulate``: replay a workload through the embedded engine core in virtual time.
+"""``simulate``: a run in virtual time, through the one session lifecycle.
 
-Same plan, same runner, same arrival and admission semantics as a live replay
-(sessions closed-loop with tool waits); only the clock (``VirtualClock``) and the
-sender (straight into the engine, no HTTP) differ. Same input and seed ⇒ the same
-virtual timestamps, so ``canonical_report`` has a stable sha256 digest.
+Same prologue, session, plan, runner, arrival and admission semantics as a live replay
+(sessions closed-loop with tool waits); only the target (``replay.engine_target``: the
+embedded engine in this process on a ``VirtualClock``, its sender straight into the
+engine, no HTTP) and the executor (``VirtualExecutor``: every shard on the one virtual
+loop) differ. Same input and seed ⇒ the same virtual timestamps, so the canonical report
+(``workbench.report.canonical``) has a stable sha256 digest.
 """
 
 from __future__ import annotations
@@ -11,197 +13,29 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import dataclasses
 import gc
-import hashlib
-from collections.abc import Coroutine, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Coroutine, Iterator
 from typing import Any
 
-import orjson
-
-from workbench import heap
-from workbench.backends.base import Codec, WireRequest
-from workbench.backends.openai_chat import OpenAIChatCodec
-from workbench.clock import Clock, VirtualClock, run_virtual
+from workbench.clock import run_virtual
 from workbench.config import RunConfig
-from workbench.errors import ConfigError, OutputWriteError
-from workbench.placement import placement_extra
-from workbench.records import RequestRecord, RunManifest, RunResult, Workload
-from workbench.replay.outcome import RunOutcome, play_shard, play_shards
-from workbench.replay.plan import Plan
+from workbench.errors import ConfigError
+from workbench.executors.kinds import EXECUTORS
+from workbench.records import RunResult, Workload
+from workbench.replay.engine_target import EngineTarget
+from workbench.replay.outcome import play_shard, play_shards
 from workbench.replay.prepare import coerce_config, prepare
 from workbench.replay.runner import build_runner
-from workbench.replay.session import RecordSinks
+from workbench.replay.session import ReplaySession, watch_stop
 from workbench.replay.shards import split_run
-from workbench.segments import Segments
+from workbench.replay.target import Target
 from workbench.signals import SignalStop, stop_on_signals, wait_result
-from workbench.sim.cluster import Cluster, ClusterConfig, split_knobs
+from workbench.sim.cluster import split_knobs
 from workbench.sim.config import EngineConfig
-from workbench.sim.engine import Engine
-from workbench.sim.front_end import Admission
-from workbench.sim.wire import chat_prompt
-from workbench.storage.rundir import claim_run_dir
-from workbench.tokenizer import get_tokenizer
 
 GC_GEN0_THRESHOLD = 100_000  # allocations between young-generation collections
-
-# The canonical report's one closed exclusion list (docs/measurement-rules.md): every
-# other field of the manifest, the summary, each record, each lifecycle row and each
-# timeline sample is in. Paths are dotted; "records[]." applies to every record.
-CANONICAL_EXCLUDED: dict[str, str] = {
-    "manifest.run_id": "wall clock: a UTC stamp plus a random suffix",
-    "manifest.schema": "format: the version of manifest.json's layout (docs/run-directory.md)",
-    "manifest.started_at": "wall clock",
-    "manifest.finished_at": "wall clock",
-    "manifest.host": "host name and platform",
-    "manifest.versions.python": "the host's interpreter",
-    "manifest.versions.aiohttp": "the host's installed library",
-    "manifest.versions.pandas": "the host's installed library",
-    "manifest.versions.numpy": "the host's installed library",
-    "manifest.config.run_id": "the run's name (a folder name)",
-    "manifest.config.overwrite": "how the run directory was claimed, not what ran",
-    "manifest.config.out_dir": "path: the output folder",
-    "manifest.config.trace.path": "path: where the trace is (its content is in: trace.sha256)",
-    "manifest.trace.path": "path: where the trace is",
-    "manifest.run_dir": "path: the run directory",
-    "manifest.records_kept": "storage: whether records are held in memory (out_dir decides)",
-    "manifest.records_kept_reason": "storage: why (names the out_dir case)",
-    "manifest.client": "wall clock: a live client's CPU per wall second and release lags",
-    "summary.client": "wall clock: a live client's CPU per wall second and release lags",
-    "summary.client_bottleneck": "wall clock: derived from summary.client",
-    "records[].run_id": "the same as manifest.run_id",
-    "lifecycle[].run_id": "the same as manifest.run_id",
-}
-
-
-class EngineSender:
-    """The runner's sender for virtual time: submits to the engine core directly.
-
-    ``in_flight`` counts the requests sent and not yet ended, ``activity`` (if set) is
-    set whenever one is sent: with none in flight the engine cannot change, so the
-    metrics sampler sleeps until the next send (``_sample``)."""
-
-    in_flight = 0
-    activity: asyncio.Event | None = None
-    #: the runner builds prompts as ``Segments`` (workbench.segments): the engine derives
-    #: its block hashes from their parts and no token id is drawn (docs/virtual-time.md)
-    takes_segments = True
-
-    def __init__(self, engine: Engine, clock: Clock) -> None:
-        self.engine = engine
-        self.admission = Admission(engine.config, clock)
-        self.clock = clock
-
-    async def send(
-        self, codec: Codec, req: WireRequest, rec: RequestRecord
-    ) -> list[int] | Segments | None:
-        self.in_flight += 1
-        if self.activity is not None:
-            self.activity.set()
-        try:
-            if isinstance(codec, OpenAIChatCodec):
-                return await self._send_chat(codec, req, rec)
-            return await self._send(req, rec, getattr(codec, "stream", True))
-        finally:
-            self.in_flight -= 1
-
-    async def _send_chat(
-        self, codec: OpenAIChatCodec, req: WireRequest, rec: RequestRecord
-    ) -> list[int] | None:
-        """``openai-chat`` as the embedded server takes it: the codec's messages (the
-        conversation so far, its overhead options applied), the server's chat template
-        around them (``sim.wire.chat_prompt``), and the reply remembered as the codec
-        remembers a streamed one, its text re-encoded. So the engine sees the prompt a
-        live run's server would, template tokens included (docs/virtual-time.md)."""
-        messages = codec.messages(req)
-        tok = get_tokenizer()
-        templated = dataclasses.replace(req, prompt_ids=chat_prompt(messages, tok),
-                                        segments=None)
-        out = await self._send(templated, rec, codec.stream)
-        rec.sent_prompt_tokens = req.prompt_len  # the ids the client sent, as text
-        if out is None or isinstance(out, Segments):  # (ids in, so ids out)
-            return None
-        if rec.status != "ok":
-            return out
-        reply = tok.decode(out)
-        reply_ids = tok.encode(reply)
-        codec.remember(req, messages, reply, reply_ids)
-        return reply_ids
-
-    async def _send(
-        self, req: WireRequest, rec: RequestRecord, stream: bool = True
-    ) -> list[int] | Segments | None:
-        """Submit, wait once for the end (no wakeup per step), then copy the engine's
-        per-token emission times: each step emits one token per request, so each
-        token is one stream event, as the HTTP server would send it. Non-streaming
-        (``stream`` False, ``backend.stream``): no token event, the output arrives
-        with the end, as the server's one JSON answer does (TTFT = E2E)."""
-        rec.dispatch_ns = self.clock.now_ns()
-        if req.on_sent is not None:
-            req.on_sent(rec.dispatch_ns)
-        rec.sent_prompt_tokens = req.prompt_len
-        await self.admission.wait()  # the per-request overhead (docs/calibration.md)
-        try:
-            ereq = self._submit(req, rec)
-        except ValueError as exc:  # what the HTTP server answers with a 400 (sim/server.py)
-            rec.end_ns = self.clock.now_ns()
-            rec.http_status = 400
-            rec.status, rec.error = "error", f"HTTP 400: {exc}"
-            return None
-        try:
-            await ereq.wait()
-        except asyncio.CancelledError:
-            ereq.abort()
-            rec.status = "cancelled"
-            raise
-        times = ereq.token_ns
-        ids = ereq.output_segments() if req.segments is not None else ereq.output_ids
-        rec.end_ns = self.clock.now_ns()
-        if stream:
-            rec.token_times_ns = times
-            rec.token_counts = [1] * len(times)
-            rec.first_token_ns = times[0] if times else None
-            rec.last_token_ns = times[-1] if times else None
-        elif times:  # the whole answer: its tokens come with its end (docs/wire-protocols.md)
-            rec.first_token_ns = rec.last_token_ns = rec.end_ns
-        rec.http_status = 200
-        rec.finish_reason = ereq.finish_reason
-        rec.prompt_tokens = ereq.prompt_tokens
-        rec.completion_tokens = len(ids)
-        rec.cached_tokens = ereq.cached_tokens
-        rec.cached_tokens_reported = True
-        rec.extra["preemptions"] = ereq.preemptions  # the engine's own count (no wire has it)
-        if ereq.host_cached_tokens:  # of cached_tokens, from the host KV tier (SGLang's split)
-            rec.extra["host_cached_tokens"] = ereq.host_cached_tokens
-        if ereq.finish_reason not in (None, "length", "stop"):
-            rec.status, rec.error = "error", f"engine finished with {ereq.finish_reason}"
-        return ids
-
-
-    def _submit(self, req: WireRequest, rec: RequestRecord) -> Any:
-        return self.engine.submit(req.request_id, _prompt(req), req.max_tokens)
-
-
-class ClusterSender(EngineSender):
-    """``EngineSender`` for a simulated cluster: the router places each request by
-    its session, and the record names the serving worker (as the HTTP header does)."""
-
-    def __init__(self, cluster: Cluster, clock: Clock) -> None:
-        self.cluster = cluster
-        self.admission = Admission(cluster.config, clock)
-        self.clock = clock
-
-    def _submit(self, req: WireRequest, rec: RequestRecord) -> Any:
-        where, ereq = self.cluster.submit(
-            req.request_id, _prompt(req), req.max_tokens, session=req.session_id
-        )
-        rec.extra.update(placement_extra(where.headers()))
-        return ereq
-
-
-def _prompt(req: WireRequest) -> Sequence[int] | Segments:
-    return req.segments if req.segments is not None else req.prompt_ids
+# Executor options that act on sockets or the loop, which virtual time has none of
+VIRTUAL_NOT_APPLICABLE = ("uvloop", "pace_ms", "warm_connections", "address")
 
 
 def simulate(
@@ -220,65 +54,102 @@ def simulate(
         cfg = cfg.replace(**{"target.engine": {**cfg.target.engine, **engine}})
         engine = None
     run = prepare(cfg, workload, virtual=True)
-    cfg, plan, run_id = run.cfg, run.plan, run.run_id
-    cluster = None
-    if engine is None:
-        try:  # before anything runs: a bad knob names itself
-            knobs, cluster = split_knobs(cfg.target.engine)
-            engine = EngineConfig.from_knobs(**knobs)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"target.engine: {exc}") from None
-    manifest = run.manifest()
-    manifest.mode = "virtual"
-    manifest.engine = dataclasses.asdict(engine)
-    if cluster is not None:
-        manifest.cluster = cluster.to_dict()
-    run_dir = None
+    executor = virtual_executor(run.cfg, engine)
     # SIGINT/SIGTERM (from here on) stop the run as they stop a live one: what finished
     # is saved, the manifest says cancelled, then KeyboardInterrupt (exit code 130)
     with stop_on_signals() as signalled:
-        try:
-            # the run's own directory, claimed as a live run's is (exclusive, never through
-            # a symlink), with a "running" manifest naming this process
-            if cfg.out_dir:
-                run_dir = claim_run_dir(cfg.out_dir, run_id, manifest.to_dict(),
-                                        overwrite=cfg.overwrite)
-            result = _run_virtual_anywhere(
-                _simulate(cfg, plan, engine, run_id, manifest, cluster, signalled))
-            if run_dir is not None:  # as every live run's: records, manifest, parquet, summary
-                from workbench.metrics.files import save
-
-                _release_engine()
-                with rare_collections():  # the records read back: dicts, no cycles
-                    result.run_dir = str(save(result, run_dir))
-        except BaseException as exc:  # the manifest says how it ended, if it can be written
-            if run_dir is not None:
-                _mark_ended(run_dir, manifest, exc)
-            raise
+        executor.signalled = signalled
+        manifest = run.manifest(**executor.target.manifest_facts())
+        session = ReplaySession(run.cfg, run.plan, run.run_id, manifest, executor)
+        result = _run_virtual_anywhere(session.run(None))
     if signalled.hit:  # saved as cancelled; now stop as replay does
         raise KeyboardInterrupt(f"signal {signalled.name}")
     return result
 
 
-def _release_engine() -> None:
-    """The run is over and its engine unreferenced: collect it now (its workers and
-    handles hold reference cycles, which the run's rare collections leave) and give the
-    freed heap back, before the summary reads the records (docs/virtual-time.md,
-    "Streamed runs")."""
-    gc.collect()
-    heap.trim()
+def virtual_executor(cfg: RunConfig, engine: EngineConfig | None = None) -> VirtualExecutor:
+    """The virtual executor of ``cfg``: its target the engine given, or the one
+    ``target.engine`` describes (and its cluster); a bad knob names itself before
+    anything runs."""
+    cluster = None
+    if engine is None:
+        try:
+            knobs, cluster = split_knobs(cfg.target.engine)
+            engine = EngineConfig.from_knobs(**knobs)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"target.engine: {exc}") from None
+    return VirtualExecutor(EngineTarget(engine, cluster, release=bool(cfg.out_dir)))
 
 
-def _mark_ended(run_dir: Path, manifest: RunManifest, exc: BaseException) -> None:
-    from workbench.storage.rundir import write_manifest
+class VirtualExecutor:
+    """The plan on the engine target's virtual clock: one runner, or one per shard as
+    ``executor.workers`` splits a live run (units round-robin, concurrency divided, routing
+    slots stacked), all on the one loop; every shard's warm-up first, then one epoch. The
+    executor options act as in a live run, but those of sockets and the loop
+    (``VIRTUAL_NOT_APPLICABLE``). No client self-measurement: no wall clock to measure by."""
 
-    if manifest.status == "running":
-        interrupted = isinstance(exc, KeyboardInterrupt | asyncio.CancelledError)
-        manifest.status = "cancelled" if interrupted else "failed"
-    if isinstance(exc, OutputWriteError):
-        manifest.status, manifest.failure = "failed", str(exc)
-    with contextlib.suppress(OutputWriteError):
-        write_manifest(run_dir, manifest)
+    def __init__(self, target: EngineTarget) -> None:
+        self.target = target
+        #: SIGINT/SIGTERM caught around the run (``simulate``: ``stop_on_signals``)
+        self.signalled = SignalStop()
+
+    def open_files(self, session: ReplaySession) -> None:
+        session.open_writers()
+
+    async def play(self, session: ReplaySession, target: Target,
+                   stop: asyncio.Event | None) -> None:
+        s, engine, clock = session, self.target, self.target.clock
+        ex = s.cfg.executor
+        parts = split_run(s.plan, s.cfg.arrival.max_concurrency, s.cfg.arrival.warmup,
+                          ex.workers)
+        s.facts.virtual_executor = {
+            "shards": ex.workers, "block_hashes": ex.block_hashes, "gc_freeze": ex.gc_freeze,
+            "not_applicable": list(VIRTUAL_NOT_APPLICABLE),
+        }  # fmt: skip
+        # the block size hashed with is the plan's or the engine's, both in the manifest
+        # already: the executor reports none (facts.block_size stays None)
+        block_size = await s.block_size(engine)
+        assert engine.sender is not None  # the target is open
+        runners = []
+        for part in parts:  # a shard is one worker with its share of the slots
+            shard_cfg = s.cfg if ex.workers == 1 else s.cfg.replace(**{
+                "arrival.max_concurrency": part.max_concurrency, "executor.workers": 1})
+            runner = build_runner(
+                shard_cfg, part.plan, run_id=s.run_id, sender=engine.sender, clock=clock,
+                sink=s.on_record, lifecycle_sink=s.on_lifecycle, block_size=block_size,
+                slot_offset=part.slot_offset,
+            )
+            runner.measure.series = False  # no client measurement in virtual time
+            runners.append(runner)
+
+        def stop_all() -> None:  # SIGINT/SIGTERM: stop as a live run stops
+            for r in runners:
+                r.stop("stopped")
+
+        watchers = [asyncio.ensure_future(watch_stop(stop, r)) for r in runners if stop]
+        await s.flush_cache(engine, {})
+        sampler = s.sampler(engine, clock)
+        assert sampler is not None  # the engine's counters are always sampled
+        await sampler.start()
+        t0 = clock.now_ns()
+        self.signalled.arm(asyncio.get_running_loop(), stop_all)
+        try:
+            shards = [await play_shard(runners[0])] if len(runners) == 1 else \
+                await play_shards(runners, clock.now_ns)
+        finally:
+            self.signalled.disarm()
+            await sampler.stop()
+            for w in watchers:
+                w.cancel()
+            s.keep_scrape(sampler)
+        s.facts.virtual_duration_s = (clock.now_ns() - t0) / 1e9
+        if self.signalled.hit:
+            s.facts.stop_signal = self.signalled.name
+        s.conclude([o for o in shards if o is not None], stopped=self.signalled.hit,
+                   measured=False)
+
+
+EXECUTORS.add("virtual", virtual_executor)
 
 
 def _run_virtual_anywhere(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
@@ -311,213 +182,3 @@ def rare_collections(gen0: int = GC_GEN0_THRESHOLD) -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*old)
-
-
-async def _simulate(
-    cfg: RunConfig, plan: Plan, engine_cfg: EngineConfig, run_id: str, manifest: RunManifest,
-    cluster_cfg: ClusterConfig | None = None, signalled: SignalStop | None = None,
-) -> RunResult:  # fmt: skip
-    """One engine (or a simulated cluster, ``cluster_cfg``), one virtual clock; the plan
-    played by one runner, or by one runner per shard as ``executor.workers`` splits a
-    live run (units round-robin, concurrency divided, routing slots stacked): the
-    executor options act as in a live run."""
-    clock = VirtualClock()
-    engine: Engine | Cluster
-    sender: EngineSender
-    if cluster_cfg is None:
-        engine = Engine(engine_cfg, clock)
-        sender = EngineSender(engine, clock)
-    else:
-        engine = Cluster(engine_cfg, cluster_cfg, clock)
-        sender = ClusterSender(engine, clock)
-    sinks = RecordSinks(cfg, Path(cfg.out_dir) / run_id if cfg.out_dir else None, plan.n_rounds,
-                        manifest)  # the run directory is claimed by simulate()
-    if not sinks.keep:  # records on disk only, as in a live run (kept ones: save() at the end)
-        sinks.open_writers()
-    ex = cfg.executor
-    n = ex.workers if ex.workers > 1 or ex.kind != "local" else 1
-    parts = split_run(plan, cfg.arrival.max_concurrency, cfg.arrival.warmup, n)
-    manifest.virtual_executor = {
-        "shards": n, "block_hashes": ex.block_hashes, "gc_freeze": ex.gc_freeze,
-        "not_applicable": list(VIRTUAL_NOT_APPLICABLE),
-    }  # fmt: skip
-    runners = []
-    for part in parts:
-        # a shard is one worker with its share of the slots (as a worker process's config)
-        shard_cfg = cfg if n == 1 else cfg.replace(**{
-            "arrival.max_concurrency": part.max_concurrency, "executor.workers": 1})
-        runner = build_runner(
-            shard_cfg, part.plan, run_id=run_id, sender=sender, clock=clock,
-            sink=sinks.on_record, lifecycle_sink=sinks.on_lifecycle,
-            block_size=plan.block_size or engine_cfg.block_size, slot_offset=part.slot_offset,
-        )
-        runner.measure.series = False  # no client measurement in virtual time (below)
-        runners.append(runner)
-    timeline: list[dict[str, Any]] = []
-
-    def stop_all() -> None:  # SIGINT/SIGTERM or a failed write: stop as a live run stops
-        for r in runners:
-            r.stop("stopped")
-
-    sinks.on_stop = stop_all
-    await engine.start()
-    try:
-        manifest.cache_flush = _flush(engine, cfg.backend.flush_cache)
-        t0 = clock.now_ns()
-        timeline.append(_engine_sample(t0, engine.stats()))
-        sampler = asyncio.ensure_future(
-            _sample(engine, clock, cfg.backend.scrape_interval_s, timeline, sender)
-        )
-        signalled = signalled or SignalStop()
-        signalled.arm(asyncio.get_running_loop(), stop_all)
-        try:  # one shard: its warm-up, then the run's origin; shards: every warm-up first,
-            # then one epoch (as workbench.executors.processes)
-            shards = [await play_shard(runners[0])] if n == 1 else await play_shards(
-                runners, clock.now_ns)
-        finally:
-            signalled.disarm()
-            sampler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sampler
-        timeline.append(_engine_sample(clock.now_ns(), engine.stats()))
-    finally:
-        await engine.stop()
-        sinks.close_writers()
-    if sinks.write_error is not None:  # the manifest says failed (simulate writes it), then raise
-        manifest.status, manifest.failure = "failed", str(sinks.write_error)
-        raise sinks.write_error
-    manifest.completion = plan.completion(
-        sinks.done, sinks.skipped, looped=cfg.loops_until_deadline)
-    manifest.status = manifest.completion["status"]
-    outcome = RunOutcome.of([s for s in shards if s is not None], stopped=signalled.hit)
-    if outcome.cancelled:  # what finished is kept, in-flight requests recorded as cancelled
-        manifest.status = "cancelled"
-    if signalled.hit:
-        manifest.stop_signal = signalled.name
-    manifest.virtual_duration_s = (clock.now_ns() - t0) / 1e9
-    outcome.write(manifest, client=None)  # no wall clock to measure the client by
-    return RunResult(run_id, sinks.records, manifest=manifest.to_dict(), lifecycle=sinks.lifecycle,
-                     metrics_timeline=timeline,
-                     run_dir=None if sinks.keep or sinks.run_dir is None else str(sinks.run_dir),
-                     cancelled=outcome.cancelled)  # fmt: skip
-
-
-# Executor options that act on sockets or the loop, which virtual time has none of
-VIRTUAL_NOT_APPLICABLE = ("uvloop", "pace_ms", "warm_connections", "address")
-
-
-async def _sample(
-    engine: Engine | Cluster, clock: Clock, interval_s: float | None,
-    timeline: list[dict[str, Any]], sender: EngineSender | None = None,
-) -> None:  # fmt: skip
-    """``backend.scrape_interval_s`` in virtual time: the engine's counters and gauges
-    on the interval's grid, as the live scraper takes them from ``/metrics`` — but a
-    sample is kept only when the engine's state changed since the last one kept, and
-    while no request is in flight (``sender.in_flight``: then nothing in the engine can
-    change) the sampler does not wake at all until the next request is sent; it then
-    resumes at the next grid point. Virtual time so costs per event, not per idle
-    second: a 71.8-day trace of 19 rounds used to take 6.2 M samples of an idle engine
-    (1.8 GB, 5 min); docs/virtual-time.md."""
-    if not interval_s:
-        return
-    step = max(1, round(interval_s * 1e9))
-    t0 = clock.now_ns()
-    k = 0
-    last: dict[str, Any] | None = None
-    woken = asyncio.Event()
-    if sender is not None:
-        sender.activity = woken
-    while True:
-        k += 1
-        await clock.sleep_until(t0 + k * step)
-        stats = engine.stats()
-        if stats != last:
-            timeline.append(_engine_sample(clock.now_ns(), stats))
-            last = stats
-        if sender is not None and not sender.in_flight:
-            woken.clear()
-            await woken.wait()  # the engine is idle until the next send
-            k = (clock.now_ns() - t0) // step  # then on to the next grid point
-
-
-def _flush(engine: Engine | Cluster, mode: bool | str) -> dict[str, Any]:
-    """``backend.flush_cache`` in virtual time: the engine core's own reset (it is fresh,
-    so this only records, like a live run's manifest, what was done)."""
-    from workbench.backends.flush import NOT_ASKED, FlushOutcome
-
-    if mode is False:
-        return {"mode": False, **FlushOutcome(detail=NOT_ASKED).to_dict()}
-    ok = engine.reset_prefix_cache()
-    out = FlushOutcome(True, ok, "engine.reset_prefix_cache()", None, None if ok else "busy")
-    return {"mode": mode, **out.to_dict()}
-
-
-def _engine_sample(t_ns: int, stats: dict[str, Any]) -> dict[str, Any]:
-    """An engine snapshot under the vLLM metric names the scraper keeps (``sim.metrics``)."""
-    from workbench.sim.metrics import VLLM_COUNTERS, VLLM_GAUGES
-
-    row: dict[str, Any] = {"t_ns": t_ns}
-    for name, _, key in VLLM_COUNTERS:
-        row[name + "_total"] = stats.get(key, 0)
-    for name, _, key in VLLM_GAUGES:
-        row[name] = stats.get(key, 0)
-    return row
-
-
-def _drop(doc: dict[str, Any], dotted: str) -> None:
-    *parents, leaf = dotted.split(".")
-    for key in parents:
-        nxt = doc.get(key)
-        if not isinstance(nxt, dict):
-            return
-        doc = nxt
-    doc.pop(leaf, None)
-
-
-def _excluded(section: str) -> list[str]:
-    prefix = section + "."
-    return [k[len(prefix) :] for k in CANONICAL_EXCLUDED if k.startswith(prefix)]
-
-
-def canonical_report(result: RunResult, slo: dict[str, float] | None = None) -> dict[str, Any]:
-    """Manifest, summary, every record, lifecycle row and timeline sample, less exactly
-    ``CANONICAL_EXCLUDED``: the same trace content and engine config give the same
-    report whatever the output folder, the trace's path, the host and the time."""
-    import copy
-
-    from workbench.metrics import summarize
-    from workbench.metrics.frame import as_records
-
-    records, lifecycle = as_records(result), _lifecycle(result)
-    # summarized in memory from the records, which are in the digest anyway (the
-    # stored-run path gives the same numbers, but needs pyarrow)
-    in_memory = RunResult(result.run_id, records, manifest=result.manifest, lifecycle=lifecycle,
-                          metrics_timeline=result.metrics_timeline, cancelled=result.cancelled)
-    doc: dict[str, Any] = {
-        "manifest": copy.deepcopy(result.manifest),
-        "summary": summarize(in_memory, slo),
-        "records": [r.to_dict() for r in records],
-        "lifecycle": [dict(row) for row in lifecycle],
-        "metrics_timeline": [dict(row) for row in result.metrics_timeline],
-    }
-    for section in ("manifest", "summary"):
-        for dotted in _excluded(section):
-            _drop(doc[section], dotted)
-    for section in ("records", "lifecycle"):
-        for dotted in _excluded(section + "[]"):
-            for row in doc[section]:
-                _drop(row, dotted)
-    return doc
-
-
-def _lifecycle(result: RunResult) -> list[dict[str, Any]]:
-    if result.lifecycle or not result.records_on_disk:
-        return result.lifecycle
-    from workbench.storage.rundir import LIFECYCLE, read_jsonl
-
-    return read_jsonl(Path(result.run_dir or "") / LIFECYCLE)
-
-
-def report_digest(report: dict[str, Any]) -> str:
-    blob = orjson.dumps(report, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
-    return hashlib.sha256(blob).hexdigest()

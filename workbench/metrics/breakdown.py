@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-import workbench.metrics.catalog as catalog
+import workbench.catalogs.requests as catalog
 from workbench.metrics.columns import Columns
 from workbench.metrics.distribution import QS, describe, quantiles, sample
 from workbench.metrics.frame import Data, run_rows

@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-import workbench.metrics.catalog as catalog
+import workbench.catalogs.requests as catalog
 
 NS_PER_MS = 1_000_000
 #: a stream event is a token event when it carries at least this many output token ids

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-import workbench.metrics.catalog as catalog
+import workbench.catalogs.requests as catalog
 from workbench.errors import ConfigError
 from workbench.metrics.derive import INPUTS, MIN_EVENT_TOKENS, derive, split_gaps
 from workbench.records import RequestRecord, RunResult

@@ -21,7 +21,6 @@ memory (logged), so a notebook works either way on small runs.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,17 +45,8 @@ def _in_memory(run_dir: str | Path) -> RunResult:
     return load(run_dir)
 
 
-def summarize(
-    run_dir: str | Path,
-    slo: Mapping[str, float] | None = None,
-    *,
-    warmup: bool = False,
-    ideal: float | None = None,
-) -> dict[str, Any]:
-    """``workbench.metrics.summarize`` of a stored run, from its columns instead of its records."""
-    if not available():
-        return summary.summarize(_in_memory(run_dir), slo, warmup=warmup, ideal=ideal)
-    return summary.summarize_stored(run_dir, slo, warmup=warmup, ideal=ideal)
+#: ``workbench.metrics.summarize`` of a stored run, from its columns instead of its records
+summarize = summary.summarize_stored
 
 
 def by_round_index(run_dir: str | Path, *, warmup: bool = False) -> pd.DataFrame:

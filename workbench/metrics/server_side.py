@@ -2,9 +2,9 @@
 
 The client sees latencies; the server's own gauges and counters say *why*: how
 often it preempted (recomputed) requests, how full its KV cache got, how many
-requests it ran and queued at most. Names per engine (docs/measurement-rules.md
-has the sources); the embedded engine exports the vLLM names (or SGLang's in
-``mode="sglang"``), and ``simulate`` samples it the same way in virtual time.
+requests it ran and queued at most. Names per engine: ``workbench.catalogs.series``;
+the embedded engine exports the vLLM names (or SGLang's in ``mode="sglang"``), and
+``simulate`` samples it the same way in virtual time.
 
 Peaks are over the scraped samples (``backend.scrape_interval_s`` apart), so a
 peak shorter than one interval can be missed; preemptions are the counter's
@@ -20,27 +20,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-#: engine → (preemption counter, KV usage gauge 0-1, running gauge, waiting gauge)
-ENGINE_SERIES: dict[str, tuple[str | None, str | None, str, str]] = {
-    "vllm": (
-        "vllm:num_preemptions_total",
-        "vllm:kv_cache_usage_perc",
-        "vllm:num_requests_running",
-        "vllm:num_requests_waiting",
-    ),
-    "sglang": (
-        "sglang:num_retracted_requests_total",
-        "sglang:token_usage",
-        "sglang:num_running_reqs",
-        "sglang:num_queue_reqs",
-    ),
-    "llamacpp": (
-        None,  # llama-server has no preemption counter
-        "llamacpp:kv_cache_usage_ratio",  # older builds only
-        "llamacpp:requests_processing",
-        "llamacpp:requests_deferred",
-    ),
-}
+from workbench.catalogs.series import ENGINES, EngineSeries
+
 EMPTY: dict[str, Any] = {
     "engine": None, "samples": 0, "scrape_errors": 0, "preemptions": None,
     "peak_kv_cache_usage": None, "peak_running_requests": None, "peak_waiting_requests": None,
@@ -64,6 +45,22 @@ def counter_increase(vals: Sequence[float]) -> float | None:
     for before, after in itertools.pairwise(vals):
         total += after - before if after >= before else after
     return total
+
+
+def _first(rows: Sequence[Mapping[str, Any]], engine: EngineSeries, role: Any) -> list[float]:
+    """The samples of the first of ``engine``'s series of ``role`` that has any."""
+    return next((v for n in engine.names(role) if (v := _values(rows, n))), [])
+
+
+def preemptions(timeline: Sequence[Mapping[str, Any]],
+                engine: EngineSeries | None = None) -> int | None:
+    """The preemption counter's increase over the timeline, of ``engine`` or of the first
+    engine whose counter the timeline has (vLLM's preemptions, SGLang's retractions)."""
+    for e in (engine,) if engine is not None else ENGINES:
+        inc = counter_increase(_values(timeline, e.name("preemptions")))
+        if inc is not None or engine is not None:
+            return None if inc is None else int(inc)
+    return None
 
 
 def series_stats(
@@ -90,14 +87,13 @@ def server_evidence(
     run's scrape (``scrape``: the manifest's ``metrics_scrape``) kept any."""
     rows = [r for r in timeline if "error" not in r]
     out = {**EMPTY, "scrape_errors": len(timeline) - len(rows), "samples": len(rows)}
-    for engine, (preempt, kv, running, waiting) in ENGINE_SERIES.items():
-        if not any(_values(rows, n) for n in (preempt, kv, running, waiting)):
+    for engine in ENGINES:
+        pre, kvs = _values(rows, engine.name("preemptions")), _first(rows, engine, "kv_usage")
+        run, wait = _first(rows, engine, "running"), _first(rows, engine, "waiting")
+        if not (pre or kvs or run or wait):
             continue
-        pre, kvs = _values(rows, preempt), _values(rows, kv)
-        run, wait = _values(rows, running), _values(rows, waiting)
         out.update(
-            engine=engine,
-            preemptions=None if (inc := counter_increase(pre)) is None else int(inc),
+            engine=engine.engine, preemptions=preemptions(rows, engine),
             peak_kv_cache_usage=max(kvs) if kvs else None,
             peak_running_requests=int(max(run)) if run else None,
             peak_waiting_requests=int(max(wait)) if wait else None,

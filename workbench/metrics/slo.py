@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-import workbench.metrics.catalog as catalog
+import workbench.catalogs.requests as catalog
 from workbench.errors import ConfigError
 from workbench.metrics.columns import Columns
 from workbench.metrics.distribution import percentile, sample

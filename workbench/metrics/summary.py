@@ -36,8 +36,10 @@ from typing import Any
 
 import numpy as np
 
+import workbench.catalogs.requests as catalog
+import workbench.catalogs.series as series
 import workbench.metrics.agents as agents
-import workbench.metrics.catalog as catalog
+from workbench.catalogs.series import ENGINES
 from workbench.errors import ConfigError
 from workbench.metrics.columns import Columns, available, stored
 from workbench.metrics.distribution import STAT_KEYS, describe, describe_metric
@@ -61,14 +63,6 @@ STATUSES: dict[str, str] = {
     "skipped": "skipped",
     "cancelled": "cancelled",
 }
-
-# (hits counter, queries counter) per engine; both count tokens.
-SERVER_HIT_COUNTERS: tuple[tuple[str, str], ...] = (
-    ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
-    ("sglang:cached_tokens_total", "sglang:prompt_tokens_total"),
-    ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_with_cached_total"),
-)
-
 
 def _num(x: Any) -> float | None:
     """A plain float, or None for NaN/None (JSON has no NaN)."""
@@ -172,13 +166,25 @@ def _delta(timeline: Sequence[Mapping[str, Any]], name: str) -> float | None:
     return counter_increase(vals)
 
 
+def server_preemptions(timeline: Sequence[Mapping[str, Any]]) -> float | None:
+    """The increase of the first preemption counter the timeline has (vLLM's preemptions,
+    SGLang's retractions; ``workbench.catalogs.series``), summed over label sets."""
+    for name in series.names("preemptions"):
+        if (d := _delta(timeline, name)) is not None:
+            return d
+    return None
+
+
 def server_window_hit_rate(timeline: Sequence[Mapping[str, Any]]) -> float | None:
     """Δhits/Δqueries between the first and last scrape (vLLM; SGLang Δcached/Δprompt).
 
     The server counts whole cached blocks only, so this can sit slightly below
     the client's token-exact figure; it also sees traffic from other clients.
     """
-    for hits, queries in SERVER_HIT_COUNTERS:
+    for engine in ENGINES:  # (hits, queries) per engine, both in tokens
+        hits, queries = engine.name("hits"), engine.name("queries")
+        if hits is None or queries is None:
+            continue
         d_hits, d_queries = _delta(timeline, hits), _delta(timeline, queries)
         if d_hits is not None and d_queries is not None:
             return _ratio(d_hits, d_queries)

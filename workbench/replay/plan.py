@@ -20,22 +20,18 @@ from typing import Any, overload
 from workbench.arrival.schedule import arrival_span, release_offsets_ms
 from workbench.config import ArrivalSpec, RunConfig, parse_output_policy
 from workbench.context.policy import DEFAULT_POLICY, ContextPolicy, make_policy, plan_rounds
-from workbench.records import Round, Spawn, Unit, UnitStream, Workload
+from workbench.records import Prompted, Round, Spawn, Unit, UnitStream, Workload
 from workbench.workloads.trace_stats import ideal_prefix_hit_rate
 
 
 @dataclass(frozen=True, slots=True)
-class RoundPlan:
+class RoundPlan(Prompted):
     round: Round
     prefix_len: int
     input_len: int
     output_len: int
     folded_prefix_tokens: int = 0
     major_compaction: bool = False
-
-    @property
-    def prompt_len(self) -> int:
-        return self.prefix_len + self.input_len
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,8 +39,14 @@ class Prepared:
     run_id: str
     floor: RunFloor | None = None  # the least the run takes (replay.plan.run_floor)
 
-    def manifest(self) -> RunManifest:
-        return base_manifest(self.cfg, self.workload, self.plan, self.run_id)
+    def manifest(self, engine: dict[str, Any] | None = None,
+                 cluster: dict[str, Any] | None = None) -> RunManifest:
+        """The run's first manifest; a virtual run's with the engine (and cluster) it
+        runs on (``engine_target.EngineTarget.manifest_facts``)."""
+        m = base_manifest(self.cfg, self.workload, self.plan, self.run_id)
+        if engine is not None:
+            m.mode, m.engine, m.cluster = "virtual", engine, cluster
+        return m
 
 
 def prepare(cfg: RunConfig | dict[str, Any], workload: Workload | None = None, *,

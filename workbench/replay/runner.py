@@ -16,7 +16,6 @@ from typing import Any, Protocol
 
 from workbench import redact
 from workbench.backends.base import Codec, WireRequest, make_codec
-from workbench.backends.openai_chat import OpenAIChatCodec
 from workbench.clock import Clock
 from workbench.config import RunConfig
 from workbench.context.tokens import TokenPool, run_pool
@@ -37,6 +36,16 @@ GC_REFREEZE_EVERY = 1000
 
 
 class Sender(Protocol):
+    """Where the runner's requests go: an HTTP transport, or the engine in virtual time."""
+
+    #: takes prompts as ``Segments`` (virtual time: no token id drawn, docs/virtual-time.md)
+    takes_segments: bool
+
+    @property
+    def paced_turns(self) -> int:
+        """Sends and stream ends that waited their turn (``executor.pace_ms``)."""
+        ...
+
     async def send(
         self, codec: Codec, req: WireRequest, rec: RequestRecord
     ) -> list[int] | Segments | None: ...
@@ -95,8 +104,7 @@ class Runner:
         )  # fmt: skip
         # a sender that takes prompts as Segments gets them (virtual time: no token drawn),
         # unless the codec sends chat messages: their text is built from the ids
-        self.rounds.segments = (bool(getattr(sender, "takes_segments", False))
-                                and not isinstance(codec, OpenAIChatCodec))
+        self.rounds.segments = sender.takes_segments and not codec.sends_messages
         self.gate = AdmissionGate(cfg.arrival.max_concurrency)
         self.streams = graph.StreamCap(cfg.arrival.max_streams)
         self.stopped = asyncio.Event()
@@ -129,7 +137,7 @@ class Runner:
         """The self-measurement's plain data, with the sends and stream ends that had to
         wait their turn (``backends/pace.py``; 0 for a sender without a pacer)."""
         raw = self.measure.raw()
-        raw["paced_turns"] = int(getattr(self.sender, "paced_turns", 0))
+        raw["paced_turns"] = self.sender.paced_turns
         return raw
 
     async def execute(self, t0_ns: int | None = None) -> None:

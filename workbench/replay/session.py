@@ -1,15 +1,19 @@
-"""One live replay's resources, opened and closed in order, and the executor interface.
+"""One run's lifecycle, live or virtual, and the executor interface.
 
-Target (the embedded engine is started here when ``target.url == "sim"``) →
-run directory → the executor plays the plan (``Executor.play``: transport, preflight,
-``/metrics`` scraper, runner or runners) → manifest and summary. Whatever ends the run
-(completion, ``stop``, task cancellation, Ctrl-C), the records already written stay on
-disk and the manifest and summary say how it ended.
+Run directory → target (``replay.target``: a server, the embedded engine behind HTTP, or
+the engine in this process under the virtual clock) → the executor plays the plan
+(``Executor.play``: preflight, cache flush, server sampling, runner or runners) →
+manifest and summary. Whatever ends the run (completion, ``stop``, task cancellation,
+Ctrl-C, a failed write), the records already written stay on disk and the manifest and
+summary say how it ended.
 
 A ``ReplaySession`` is composed with one ``Executor`` (``workbench.executors``: in this
-process, worker processes, Ray actors); the session owns the target, the run directory,
-the manifest and the summary, and offers the steps every executor shares (preflight,
-cache flush, block size, scraper, record sinks).
+process, worker processes, Ray actors, virtual time) and one ``Target``; the session owns
+the run directory, the manifest and the summary, and offers the steps every executor
+shares (preflight, cache flush, block size, sampling, record sinks). The manifest has
+three writers: the prologue (``replay.prepare``), the shards' outcome
+(``replay.outcome``) and this session, which writes what the executors report
+(``RunFacts``).
 """
 
 from __future__ import annotations
@@ -18,79 +22,58 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from workbench import heap, redact
 from workbench.backends.transport import Transport
-from workbench.clock import WallClock
+from workbench.clock import Clock
 from workbench.config import RunConfig
 from workbench.context.tokens import TokenPool
-from workbench.errors import ConfigError, OutputWriteError, WorkbenchError
+from workbench.errors import ConfigError, OutputWriteError
 from workbench.records import RequestRecord, RunManifest, RunResult
-from workbench.redact import strip_url_credentials
 from workbench.replay.outcome import RunOutcome, ShardOutcome
 from workbench.replay.plan import Plan
 from workbench.replay.runner import Runner
+from workbench.replay.target import HttpTarget, Sampler, Target, not_flushed
 
 log = logging.getLogger(__name__)
 
 WARM_MAX = 1024  # keep-alive connections opened before a run (executor.warm_connections)
 
 
-@contextlib.asynccontextmanager
-async def open_target(cfg: RunConfig) -> AsyncIterator[dict[str, Any]]:
-    """Yield ``{"base_url": ..., "kind": "sim"|"url", "engine": {...}}``."""
-    if cfg.target.is_sim and not cfg.target.in_process:
-        from workbench.sim.process import serve_sim_process
+@dataclass
+class RunFacts:
+    """What an executor reports of how it played the run (``session.facts``); the session
+    writes them into the manifest when the run ends."""
 
-        async with serve_sim_process(**cfg.target.engine) as proc:
-            yield {"base_url": proc.base_url, "kind": "sim", "engine": proc.config,
-                   "engine_process": {"pid": proc.pid, "own_process": True}}
-    elif cfg.target.is_sim:
-        from workbench.sim.server import serve_sim
-
-        async with serve_sim(**cfg.target.engine) as handle:
-            yield {
-                "base_url": handle.base_url,
-                "kind": "sim",
-                "engine": _engine_info(handle),
-                "engine_process": {"pid": None, "own_process": False},
-            }
-    else:
-        # user:password@ goes into an Authorization header (TransportOptions.of_run), never
-        # into the URL that is stored, logged and used for requests
-        url = strip_url_credentials(cfg.target.url)
-        yield {"base_url": url.rstrip("/"), "kind": "url", "engine": None}
-
-
-def _engine_info(handle: Any) -> dict[str, Any]:
-    import dataclasses
-
-    config = getattr(handle, "config", None)
-    if config is not None and dataclasses.is_dataclass(config) and not isinstance(config, type):
-        return {k: v for k, v in dataclasses.asdict(config).items() if _jsonable(v)}
-    return {}
-
-
-def _jsonable(v: Any) -> bool:
-    return isinstance(v, str | int | float | bool | type(None) | list | dict)
+    block_size: int | None = None  # the block size the client hashed with
+    executor: dict[str, Any] | None = None  # a sharded run's split, epoch, clocks
+    virtual_executor: dict[str, Any] | None = None  # virtual time: shards and options
+    virtual_duration_s: float | None = None
+    stop_signal: str | None = None  # the signal that stopped a virtual run
 
 
 class Executor(Protocol):
     """Where a session's plan is played (``workbench.executors``)."""
 
+    @property
+    def target(self) -> Target | None:
+        """What the plan is played against, when the executor brings its own (virtual
+        time: the engine in this process); None: the config's (``target.HttpTarget``)."""
+
     def open_files(self, session: ReplaySession) -> None:
         """Prepare where records and lifecycle rows go before the target opens."""
 
     async def play(
-        self, session: ReplaySession, target: dict[str, Any], stop: asyncio.Event | None
+        self, session: ReplaySession, target: Target, stop: asyncio.Event | None
     ) -> None:
         """Play ``session.plan`` against the opened ``target`` (each shard through
-        ``replay.outcome.play_shard``); records reach the run directory, and the shards'
+        ``replay.outcome.play_shard``); records reach the run directory, the shards'
         outcomes go to ``session.conclude``, which writes them into the manifest and sets
-        ``session.cancelled``."""
+        ``session.cancelled``, and what it did to ``session.facts``."""
 
 
 class RecordSinks:
@@ -186,6 +169,8 @@ class ReplaySession(RecordSinks):
         phase: Callable[[str], None] | None = None,
     ) -> None:
         self.executor = executor
+        self.target: Target = executor.target or HttpTarget(cfg)
+        self.facts = RunFacts()
         self.plan = plan
         self.run_id = run_id
         self.manifest = manifest
@@ -197,6 +182,7 @@ class ReplaySession(RecordSinks):
         super().__init__(cfg, Path(cfg.out_dir) / run_id if cfg.out_dir else None, plan.n_rounds,
                          manifest, progress=progress)
         self.cancelled = False
+        self.summary: dict[str, Any] | None = None  # what summary.json says, once written
         self.t0_ns: int | None = None  # a shard's common epoch (workbench.executors.processes)
         self.halt: asyncio.Event | None = None
 
@@ -227,15 +213,15 @@ class ReplaySession(RecordSinks):
         status = "failed"
         try:
             self.tell("starting")
-            async with open_target(self.cfg) as target:
-                # the URL that is stored: no user:password@, no query value (redact.safe_url)
-                self.manifest.target = {**target, "base_url": redact.safe_url(target["base_url"])}
+            async with self.target.open() as target:
+                self.manifest.target = target.facts()
                 self.tell("running")
                 try:
                     await self.executor.play(self, target, halt)
                 finally:
                     await self.stop_profile()
-            status = "cancelled" if self.cancelled else self._completion()
+            completion = self._completion()
+            status = "cancelled" if self.cancelled else completion
         except (asyncio.CancelledError, KeyboardInterrupt):
             status = "cancelled"
             raise
@@ -252,32 +238,42 @@ class ReplaySession(RecordSinks):
         """``completed`` or ``partial`` (planned rounds skipped or never sent), recorded."""
         done = self.plan.completion(self.done, self.skipped, looped=self.cfg.loops_until_deadline)
         self.manifest.completion = done
-        if done["status"] != "completed":
+        if done["status"] != "completed" and not self.cancelled:
             log.warning("run %s is partial: %s", self.run_id, done)
         return str(done["status"])
 
-    def conclude(self, shards: list[ShardOutcome], *, stopped: bool = False) -> None:
+    def conclude(self, shards: list[ShardOutcome], *, stopped: bool = False,
+                 measured: bool = True) -> None:
         """The shards' outcomes into the manifest (``RunOutcome.write``, with the pooled
-        client self-measurement); ``stopped``: the run was stopped from outside."""
+        client self-measurement, or none when not ``measured``: virtual time has no wall
+        clock to measure the client by); ``stopped``: the run was stopped from outside."""
         from workbench.metrics.summary import client_stats
 
         outcome = RunOutcome.of(shards, stopped=stopped)
         self.cancelled = outcome.cancelled
         cap = self.cfg.arrival.max_concurrency
-        outcome.write(self.manifest, client_stats(outcome.clients, cap))
+        outcome.write(self.manifest, client_stats(outcome.clients, cap) if measured else None)
 
     async def check_target(self, transport: Transport, codec: Any, pool: TokenPool,
-                           target: dict[str, Any]) -> None:
+                           target: Target) -> None:
         """Before anything of the plan is sent, in every live executor: the target answers,
-        the prefix-cache preflight, then the cache flush."""
+        the prefix-cache preflight, then the cache flush and the profiler's start."""
         await transport.check_reachable()
         await self.preflight(transport, codec, pool, target)
-        await self.flush_cache(transport, target)
+        from workbench.backends.extras import resolve_headers
 
-    async def preflight(self, transport: Any, codec: Any, pool: TokenPool, target: dict) -> None:
+        # the user's --header values (a gateway's routing or auth header) and the run's own
+        # credentials (URL or key): the reset reaches the server the requests reach
+        user = resolve_headers(self.cfg.backend.options.get("headers") or {})
+        headers = {**user, **transport.auth_headers()}
+        await self.flush_cache(target, headers)
+        await self.start_profile(target, headers)
+
+    async def preflight(self, transport: Any, codec: Any, pool: TokenPool, target: Target
+                        ) -> None:
         enabled = self.cfg.backend.preflight
         if enabled is None:
-            enabled = target["kind"] != "sim"
+            enabled = target.preflight
         if not enabled:
             return
         from workbench.backends.preflight import preflight_prefix_cache
@@ -285,47 +281,15 @@ class ReplaySession(RecordSinks):
         result = await preflight_prefix_cache(transport, codec, pool.tail(8192))
         self.manifest.preflight = redact.obj(getattr(result, "__dict__", str(result)))
 
-    async def flush_cache(self, transport: Transport, target: dict[str, Any]) -> None:
-        """``backend.flush_cache``: reset the server's prefix cache after the preflight
+    async def flush_cache(self, target: Target, headers: Mapping[str, str]) -> None:
+        """``backend.flush_cache``: reset the target's prefix cache after the preflight
         (which fills it) and before the warm-up and the measured requests; the
-        manifest's ``cache_flush`` says what was done (docs/cache-isolation.md). Then,
-        with ``backend.profile``, start the engine's profiler (``stop_profile`` ends it)."""
-        from workbench.backends.extras import resolve_headers
-
-        # the user's --header values (a gateway's routing or auth header) and the run's own
-        # credentials (URL or key): the reset reaches the server the requests reach
-        user = resolve_headers(self.cfg.backend.options.get("headers") or {})
-        headers = {**user, **transport.auth_headers()}
-        await self._flush(target, headers)
-        if self.cfg.backend.profile:
-            from workbench.backends.profile import Profiler
-
-            self.profiler = Profiler(target["base_url"], self.cfg.backend.name, headers,
-                                     self.cfg.backend.profile_dir)
-            try:
-                await self.profiler.start()
-            finally:
-                self.manifest.profile = redact.obj(self.profiler.info)
-
-    async def stop_profile(self) -> None:
-        """Stop the profiler started before the measured requests; the manifest's ``profile``
-        says what the server answered and where the trace went."""
-        profiler, self.profiler = self.profiler, None
-        if profiler is not None and profiler.started_at is not None:
-            self.manifest.profile = info = redact.obj(await profiler.stop())
-            log.info("profile: %s", info.get("where"))
-
-    async def _flush(self, target: dict[str, Any], headers: dict[str, str]) -> None:
-        from workbench.backends.flush import NOT_ASKED, FlushOutcome, flush_prefix_cache
-
+        manifest's ``cache_flush`` says what was done (docs/cache-isolation.md)."""
         mode = self.cfg.backend.flush_cache
         if mode is False:
-            skipped = FlushOutcome(detail=NOT_ASKED).to_dict()
-            self.manifest.cache_flush = {"mode": False, **skipped}
+            self.manifest.cache_flush = {"mode": False, **not_flushed().to_dict()}
             return
-        outcome = await flush_prefix_cache(
-            target["base_url"], backend=self.cfg.backend.name, headers=headers,
-        )  # fmt: skip
+        outcome = await target.flush(mode, self.cfg.backend.name, headers)
         # the server's answer may echo the request's headers: redacted before it is kept
         self.manifest.cache_flush = redact.obj({"mode": mode, **outcome.to_dict()})
         if outcome.ok:
@@ -340,37 +304,40 @@ class ReplaySession(RecordSinks):
         else:
             log.warning("prefix cache not reset before the run: %s", outcome.detail)
 
-    async def block_size(self, target: dict[str, Any]) -> int | None:
-        if self.plan.block_size:
-            return self.plan.block_size
-        engine = target.get("engine") or {}
-        if engine.get("block_size"):
-            return int(engine["block_size"])
+    async def start_profile(self, target: Target, headers: Mapping[str, str]) -> None:
+        """``backend.profile``: start the engine's profiler (``stop_profile`` ends it)."""
+        if not self.cfg.backend.profile:
+            return
+        from workbench.backends.profile import Profiler
+
+        self.profiler = Profiler(target.base_url, self.cfg.backend.name, headers,
+                                 self.cfg.backend.profile_dir)
         try:
-            from workbench.backends.scrape import detect_block_size
+            await self.profiler.start()
+        finally:
+            self.manifest.profile = redact.obj(self.profiler.info)
 
-            return await detect_block_size(target["base_url"])
-        except (TimeoutError, WorkbenchError, OSError) as exc:
-            log.info("block size not detected: %s", exc)
-            return None
+    async def stop_profile(self) -> None:
+        """Stop the profiler started before the measured requests; the manifest's ``profile``
+        says what the server answered and where the trace went."""
+        profiler, self.profiler = self.profiler, None
+        if profiler is not None and profiler.started_at is not None:
+            self.manifest.profile = info = redact.obj(await profiler.stop())
+            log.info("profile: %s", info.get("where"))
 
-    def scraper(self, target: dict[str, Any], clock: WallClock) -> Any:
-        interval = self.cfg.backend.scrape_interval_s
-        if not interval:
-            return None
-        from workbench.backends.scrape import MetricsScraper
+    async def block_size(self, target: Target) -> int | None:
+        """The plan's block size, else the target's."""
+        return self.plan.block_size or await target.block_size()
 
-        b = self.cfg.backend
-        return MetricsScraper(
-            target["base_url"], interval, clock, extra_urls=b.metrics_urls,
-            patterns=b.metrics_series,
-        )
+    def sampler(self, target: Target, clock: Clock) -> Sampler | None:
+        """The target's server sampling (``backend.scrape_interval_s``), not yet started."""
+        return target.sampler(self.cfg, clock)
 
-    def keep_scrape(self, scraper: Any) -> None:
-        """After the scraper stopped: its rows become the run's timeline, and what it kept
+    def keep_scrape(self, sampler: Sampler) -> None:
+        """After the sampler stopped: its rows become the run's timeline, and what it kept
         beyond the engine's own series goes in the manifest's ``metrics_scrape``."""
-        self.timeline = list(scraper.timeline)
-        self.manifest.metrics_scrape = scraper.describe()
+        self.timeline = list(sampler.timeline)
+        self.manifest.metrics_scrape = sampler.describe()
 
     # -- closing ------------------------------------------------------------------------
     @property
@@ -379,10 +346,13 @@ class ReplaySession(RecordSinks):
             self.run_id, self.records, manifest=self.manifest.to_dict(), lifecycle=self.lifecycle,
             metrics_timeline=self.timeline,
             run_dir=str(self.run_dir) if self.run_dir else None,
-            cancelled=self.manifest.status == "cancelled",
+            cancelled=self.manifest.status == "cancelled", summary=self.summary,
         )
 
     def _finalize(self, status: str) -> None:
+        m, f = self.manifest, self.facts
+        m.block_size, m.executor, m.virtual_executor = f.block_size, f.executor, f.virtual_executor
+        m.virtual_duration_s, m.stop_signal = f.virtual_duration_s, f.stop_signal
         self.manifest.status = status
         self.manifest.finished_at = dt.datetime.now(dt.UTC).isoformat()
         self.close_writers()
@@ -414,8 +384,11 @@ class ReplaySession(RecordSinks):
                 for row in self.timeline:
                     tw.write(row)
         write_manifest(self.run_dir, self.manifest)
-        # records not kept: the summary reads them from disk (the columns of records.parquet)
-        finish(self.result, self.run_dir, self.cfg.slo)
+        # records not kept: the summary reads them from disk (the columns of records.parquet);
+        # the result carries the summary written (its SLO: the manifest's, the config's)
+        result = self.result
+        finish(result, self.run_dir)
+        self.summary = result.summary
 
 
 def connection_warmer(cfg: RunConfig, transport: Transport) -> Callable[[], Awaitable[Any]] | None:

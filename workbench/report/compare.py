@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-import workbench.metrics.catalog as catalog
+import workbench.catalogs.requests as catalog
 from workbench.metrics.distribution import quantiles, sample
 from workbench.records import RunResult
 

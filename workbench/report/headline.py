@@ -22,7 +22,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import workbench.metrics.catalog as catalog
+import workbench.catalogs.requests as catalog
 from workbench.metrics.slo import DEFAULT_MIN_OK
 from workbench.metrics.summary import NON_STREAMING_NOTE, NOT_STREAMED
 from workbench.metrics.wording import DELIVERED_WARN_SHARE as DELIVERED_WARN_SHARE

@@ -28,7 +28,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-import workbench.metrics.catalog as catalog
+import workbench.catalogs.requests as catalog
 from workbench.metrics.distribution import sample
 from workbench.records import RunResult
 
@@ -273,47 +273,45 @@ def _round_axes(a: Axes, frames: list[pd.DataFrame]) -> bool:
     return True
 
 
-def _hit_by_round(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
+#: a by-round line: the per-round column, its marker and style, the legend's word, alpha
+RoundLine = tuple[str, str, str, float | None]
+
+
+def _by_round(runs: Mapping[str, Any], ax: Axes | None, lines: Sequence[RoundLine],
+              ylabel: str, title: str, *, hit: bool) -> Figure:
+    """One line per run and ``lines`` entry over the rounds of a session; a hit rate's
+    y axis is [0, 1], a latency's starts at 0."""
     fig, (a,) = _target(ax, 1, size=(7.0, 4.0))
     frames = []
     for k, (label, run) in enumerate(runs.items()):
         df = _per_round(run)
         frames.append(df)
-        a.plot(df["round"], df["actual_prefix_hit_rate"], "o-", color=_color(k),
-               label=f"{_name(runs, label)}actual")
-        a.plot(df["round"], df["planned_prefix_hit_rate"], "s--", color=_color(k),
-               alpha=0.6, label=f"{_name(runs, label)}planned")
+        for column, style, word, alpha in lines:
+            a.plot(df["round"], df[column], style, color=_color(k), alpha=alpha,
+                   label=f"{_name(runs, label)}{word}")
     if not a.lines:
         _no_data(a)
     elif _round_axes(a, frames):
         _legend(a)
-    a.set(xlabel="round index within a session (0 = first round)", ylabel=HIT_FRACTION,
-          ylim=(-0.02, 1.05), title=f"Prefix hit rate by round, planned vs actual: {_vs(runs)}")
+        if not hit:
+            _y_from_zero(a)
+    a.set(xlabel="round index within a session (0 = first round)", ylabel=ylabel,
+          title=f"{title}: {_vs(runs)}", **({"ylim": (-0.02, 1.05)} if hit else {}))
     a.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=8))
     a.grid(alpha=0.3)
     return fig
+
+
+def _hit_by_round(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
+    return _by_round(runs, ax, [("actual_prefix_hit_rate", "o-", "actual", None),
+                                ("planned_prefix_hit_rate", "s--", "planned", 0.6)],
+                     HIT_FRACTION, "Prefix hit rate by round, planned vs actual", hit=True)
 
 
 def _ttft_by_round(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
-    fig, (a,) = _target(ax, 1, size=(7.0, 4.0))
-    frames = []
-    for k, (label, run) in enumerate(runs.items()):
-        df = _per_round(run)
-        frames.append(df)
-        a.plot(df["round"], df["ttft_ms_p50"], "o-", color=_color(k),
-               label=f"{_name(runs, label)}p50")
-        a.plot(df["round"], df["ttft_ms_p90"], "^:", color=_color(k),
-               label=f"{_name(runs, label)}p90")
-    if not a.lines:
-        _no_data(a)
-    elif _round_axes(a, frames):
-        _legend(a)
-        _y_from_zero(a)
-    a.set(xlabel="round index within a session (0 = first round)", ylabel="TTFT (ms)",
-          title=f"TTFT p50/p90 by round (later rounds reuse the prefix): {_vs(runs)}")
-    a.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=8))
-    a.grid(alpha=0.3)
-    return fig
+    return _by_round(runs, ax, [("ttft_ms_p50", "o-", "p50", None),
+                                ("ttft_ms_p90", "^:", "p90", None)], "TTFT (ms)",
+                     "TTFT p50/p90 by round (later rounds reuse the prefix)", hit=False)
 
 
 def _auto_bin(run: Any) -> float:

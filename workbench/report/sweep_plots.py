@@ -41,7 +41,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 import workbench.sweeps.groups as groups_mod
-from workbench.metrics.catalog import SCALAR_LATENCY
+from workbench.catalogs.requests import SCALAR_LATENCY
 from workbench.metrics.wording import sig
 from workbench.report.plots import LATENCY_NAMES, _new
 from workbench.sweeps.store import Sweep, load_sweep

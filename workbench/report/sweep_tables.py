@@ -13,9 +13,9 @@ from typing import Any
 
 import pandas as pd
 
-import workbench.metrics.catalog as catalog
+import workbench.catalogs.requests as catalog
 import workbench.sweeps.spec as spec_mod
-from workbench.metrics.catalog import SCALAR_LATENCY
+from workbench.catalogs.requests import SCALAR_LATENCY
 from workbench.report.headline import sig
 from workbench.sweeps.store import Sweep
 

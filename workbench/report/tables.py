@@ -20,29 +20,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-import workbench.metrics.catalog as catalog
+import workbench.catalogs.requests as catalog
+import workbench.catalogs.runs as runs
+import workbench.catalogs.series as series
 from workbench.metrics.distribution import QS
 
 TABLE_MIME = "application/vnd.workbench.table+json"
 LATENCY_METRICS: tuple[str, ...] = catalog.LATENCY
 LATENCY_STATS: tuple[str, ...] = ("mean", *(f"p{q:g}" for q in QS), "count")
-HIT_RATES: tuple[tuple[str, str], ...] = (
-    ("planned", "planned_prefix_hit_rate"),
-    ("actual (client)", "actual_prefix_hit_rate"),
-    ("server window", "server_prefix_hit_rate"),
-    ("ideal (infinite cache)", "ideal_prefix_hit_rate"),
-)
+HIT_RATES: tuple[tuple[str, str], ...] = runs.fields("hit")
 COUNT_KEYS = frozenset(("requests", "ok", "errors", "skipped"))
-RUN_FIELDS: tuple[tuple[str, str], ...] = (
-    ("requests", "requests"),
-    ("ok", "ok"),
-    ("errors", "errors"),
-    ("skipped", "skipped"),
-    ("duration (s)", "duration_s"),
-    ("requests/s", "request_throughput_rps"),
-    ("output tokens/s", "output_token_throughput_tps"),
-    ("total tokens/s", "total_token_throughput_tps"),
-)
+RUN_FIELDS: tuple[tuple[str, str], ...] = runs.fields("run")
 
 
 def as_summary(data: Any) -> Mapping[str, Any]:
@@ -261,15 +249,7 @@ def client_caption(data: Any, manifest: Mapping[str, Any] | None = None) -> str:
             f"{shared}")
 
 
-SERVER_FIELDS: tuple[tuple[str, str], ...] = (
-    ("engine (metric names)", "engine"),
-    ("preemptions", "preemptions"),
-    ("peak KV-cache usage (0-1)", "peak_kv_cache_usage"),
-    ("peak running requests", "peak_running_requests"),
-    ("peak waiting requests", "peak_waiting_requests"),
-    ("/metrics samples", "samples"),
-    ("failed scrapes", "scrape_errors"),
-)
+SERVER_FIELDS: tuple[tuple[str, str], ...] = runs.fields("server")
 
 
 #: fewer /metrics samples than this and a "peak" is one or two readings, not a peak:
@@ -429,10 +409,9 @@ def _float(v: Any) -> float:
 
 
 # -- gauges from the server's /metrics samples ---------------------------------------------
+#: each gauge under every engine's names (``workbench.catalogs.series``)
 GAUGES: dict[str, tuple[str, ...]] = {
-    "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs"),
-    "running": ("vllm:num_requests_running", "sglang:num_running_reqs"),
-    "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
+    role: series.names(role) for role in ("waiting", "running", "kv_usage")
 }
 _TIME_KEYS = ("t_ns", "time_ns", "ts_ns")
 

@@ -3,7 +3,7 @@
 A custom collector on its own ``CollectorRegistry`` reads the engine's
 counters at scrape time, so the exposition can never drift from the numbers
 the engine reports per request. Names follow vLLM 0.32 (``mode="vllm"``) or
-SGLang (``mode="sglang"``), per docs/wire-protocols.md ("Server metrics").
+SGLang (``mode="sglang"``), as ``workbench.catalogs.series`` lists them.
 
 A simulated cluster exposes one series per worker, labelled ``engine="<index>"``
 as vLLM labels its data-parallel engines (SGLang mode gains the same label), so
@@ -18,36 +18,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from workbench.catalogs.series import SGLANG, VLLM, EngineSeries
 from workbench.sim.config import EngineConfig
 
-VLLM_COUNTERS = (
-    (
-        "vllm:prefix_cache_queries",
-        "Prefix cache queries, in tokens.",
-        "prefix_cache_queries_tokens",
-    ),
-    ("vllm:prefix_cache_hits", "Prefix cache hits, in tokens.", "prefix_cache_hits_tokens"),
-    ("vllm:num_preemptions", "Cumulative number of preemptions.", "preemptions"),
-    ("vllm:prompt_tokens", "Number of prefill tokens processed.", "prompt_tokens"),
-    ("vllm:generation_tokens", "Number of generation tokens processed.", "generation_tokens"),
-)
-VLLM_GAUGES = (
-    ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "kv_usage"),
-    ("vllm:num_requests_running", "Number of requests in model execution batches.", "running"),
-    ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", "waiting"),
-)
-SGLANG_COUNTERS = (
-    ("sglang:prompt_tokens", "Number of prefill tokens processed.", "prompt_tokens"),
-    ("sglang:generation_tokens", "Number of generation tokens processed.", "generation_tokens"),
-    ("sglang:cached_tokens", "Number of cached prompt tokens.", "prefix_cache_hits_tokens"),
-    ("sglang:num_requests", "Number of requests processed.", "requests"),
-    ("sglang:num_retracted_requests", "Total number of retracted requests.", "preemptions"),
-)
-SGLANG_GAUGES = (
-    ("sglang:num_running_reqs", "The number of running requests.", "running"),
-    ("sglang:num_queue_reqs", "The number of requests in the waiting queue.", "waiting"),
-    ("sglang:token_usage", "The token usage.", "kv_usage"),
-)
+#: one label set's values and the stats they are read from
+Rows = list[tuple[list[str], dict[str, Any]]]
 
 
 class EngineCollector:
@@ -74,13 +49,9 @@ class EngineCollector:
         return list(zip(self.engines, self.stats, strict=True))
 
     def _vllm(
-        self, names: list[str], rows: list[tuple[list[str], dict[str, Any]]]
+        self, names: list[str], rows: Rows
     ) -> Iterator[Metric]:
-        for name, doc, key in VLLM_COUNTERS:
-            fam = CounterMetricFamily(name, doc, labels=names)
-            for values, stats in rows:
-                fam.add_metric(values, stats[key])
-            yield fam
+        yield from _counters(VLLM, names, rows)
         success = CounterMetricFamily(
             "vllm:request_success", "Count of successfully processed requests.",
             labels=[*names, "finished_reason"],
@@ -88,8 +59,7 @@ class EngineCollector:
         for values, stats in rows:
             success.add_metric([*values, "length"], stats["requests"])
         yield success
-        for name, doc, key in VLLM_GAUGES:
-            yield _gauge(name, doc, names, [(v, s[key]) for v, s in rows])
+        yield from _gauges(VLLM, names, rows)
         yield self._cache_info(names, [v for v, _ in rows])
 
     def _cache_info(self, names: list[str], label_rows: list[list[str]]) -> Metric:
@@ -106,20 +76,29 @@ class EngineCollector:
         )  # fmt: skip
 
     def _sglang(
-        self, names: list[str], rows: list[tuple[list[str], dict[str, Any]]]
+        self, names: list[str], rows: Rows
     ) -> Iterator[Metric]:
-        for name, doc, key in SGLANG_COUNTERS:
-            fam = CounterMetricFamily(name, doc, labels=names)
-            for values, stats in rows:
-                fam.add_metric(values, stats[key])
-            yield fam
-        for name, doc, key in SGLANG_GAUGES:
-            yield _gauge(name, doc, names, [(v, s[key]) for v, s in rows])
+        yield from _counters(SGLANG, names, rows)
+        yield from _gauges(SGLANG, names, rows)
         rates = []
         for values, stats in rows:
             queries = stats["prefix_cache_queries_tokens"]
             rates.append((values, stats["prefix_cache_hits_tokens"] / queries if queries else 0.0))
         yield _gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", names, rates)
+
+
+def _counters(engine: EngineSeries, names: list[str], rows: Rows) -> Iterator[Metric]:
+    """The engine's counters of ``workbench.catalogs.series``, each from its stats key."""
+    for s in engine.embedded("counter"):
+        fam = CounterMetricFamily(s.family, s.doc, labels=names)
+        for values, stats in rows:
+            fam.add_metric(values, stats[s.stat or ""])
+        yield fam
+
+
+def _gauges(engine: EngineSeries, names: list[str], rows: Rows) -> Iterator[Metric]:
+    for s in engine.embedded("gauge"):
+        yield _gauge(s.name, s.doc, names, [(v, st[s.stat or ""]) for v, st in rows])
 
 
 def _gauge(name: str, doc: str, names: list[str], rows: list[tuple[list[str], float]]) -> Metric:

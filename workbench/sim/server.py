@@ -388,15 +388,13 @@ def _entry(protocol: str, ereq: AnyRequest) -> Json:
     }
 
 
+#: what a finished request adds to its debug-log entry (the engine request's own names)
+FINISHED = ("cached_tokens", "completion_tokens", "first_token_ns", "finish_ns",
+            "finish_reason", "token_ns")
+
+
 def _finish_entry(entry: Json, ereq: AnyRequest) -> Json:
-    entry.update(
-        cached_tokens=ereq.cached_tokens,
-        completion_tokens=ereq.completion_tokens,
-        first_token_ns=ereq.first_token_ns,
-        finish_ns=ereq.finish_ns,
-        finish_reason=ereq.finish_reason,
-        token_ns=ereq.token_ns,
-    )
+    entry.update({name: getattr(ereq, name) for name in FINISHED})
     return entry
 
 

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import workbench.sweeps.spec as spec_mod
 from workbench.config import RunConfig
@@ -29,7 +28,7 @@ from workbench.metrics.slo import SLO
 from workbench.replay.prepare import coerce_config
 from workbench.sweeps.grid import SloSpec, run_sync
 from workbench.sweeps.store import Sweep
-from workbench.sweeps.sweep_runner import Progress, SweepRunner
+from workbench.sweeps.sweep_runner import PointRuns, SweepRunner
 
 #: a capacity search's probes at most (docs/config-bounds.md, "Plans")
 MAX_PROBES = 1_000
@@ -47,14 +46,8 @@ async def capacity_search_async(
     tolerance: float,
     grow: float = 2.0,
     max_probes: int = 24,
-    repeats: int = 1,
-    virtual: bool = False,
-    parallel: int | None = None,
-    out_dir: str | Path | None = None,
-    sweep_id: str | None = None,
-    label: str | None = None,
-    progress: Progress | None = None,
     over: Mapping[str, Sequence[Any]] | None = None,
+    **runs: Unpack[PointRuns],
 ) -> Sweep:
     """Search ``axis`` in [lo, hi] (and above, by bracketing) for the SLO's capacity.
 
@@ -92,9 +85,7 @@ async def capacity_search_async(
         spec={"axis": path, "lo": lo, "hi": hi, "tolerance": tolerance, "grow": grow,
               "max_probes": max_probes, "integer": integer,
               **({"over": {k: list(v) for k, v in over.items()}} if over else {})},
-        axes=[*configs[0], path], repeats=repeats, slo=slo_obj, virtual=virtual,
-        parallel=parallel, out_dir=out_dir,
-        sweep_id=sweep_id, label=label, progress=progress,
+        axes=[*configs[0], path], slo=slo_obj, **runs,
     )
     with runner.ends_on_error():  # a stop while the points are checked
         await runner.check([runner.entry({**conf, path: lo}) for conf in configs])

@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import workbench.sweeps.spec as spec_mod
 from workbench.config import RunConfig
@@ -23,7 +22,7 @@ from workbench.replay.loops import run_anywhere
 from workbench.replay.prepare import coerce_config
 from workbench.sweeps.serve import SERVE_PREFIX, ServeSpec, run_server_points
 from workbench.sweeps.store import Sweep
-from workbench.sweeps.sweep_runner import Progress, SweepRunner
+from workbench.sweeps.sweep_runner import PointRuns, SweepRunner
 
 SloSpec = SLO | Mapping[str, Any] | Sequence[str] | str | None
 
@@ -38,18 +37,12 @@ async def sweep_async(
     cfg: RunConfig | dict[str, Any],
     over: spec_mod.Over,
     *,
-    repeats: int = 1,
     slo: SloSpec = None,
     stop_margin: float | None = None,
     stop_after: int = 1,
-    virtual: bool = False,
-    parallel: int | None = None,
-    out_dir: str | Path | None = None,
-    sweep_id: str | None = None,
-    label: str | None = None,
-    progress: Progress | None = None,
     serve: ServeSpec | None = None,
     gpus: int | None = None,
+    **runs: Unpack[PointRuns],
 ) -> Sweep:
     """Run ``cfg`` at every point of ``over`` into ``out_dir/sweep_id`` and return the sweep.
 
@@ -75,14 +68,13 @@ async def sweep_async(
         raise ConfigError(f"stop_after must be >= 1, got {stop_after}")
     extra: dict[str, Any] = {}
     if serve is not None:
-        points = _serve_points(base, serve, points, stop_margin, virtual)
+        points = _serve_points(base, serve, points, stop_margin, runs.get("virtual", False))
         extra["serve"] = serve.describe()
     runner = SweepRunner(
         base, kind="grid",
         spec={"points": points, "stop_margin": stop_margin, "stop_after": stop_after,
               **extra},
-        axes=list(points[0]), repeats=repeats, slo=slo_obj, virtual=virtual, parallel=parallel,
-        out_dir=out_dir, sweep_id=sweep_id, label=label, progress=progress,
+        axes=list(points[0]), slo=slo_obj, **runs,
     )
     if gpus is not None:
         if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:

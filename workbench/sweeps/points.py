@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-import workbench.metrics.catalog as catalog
+import workbench.catalogs.requests as catalog
+import workbench.catalogs.runs as runs
 from workbench.config import RunConfig
 from workbench.metrics.distribution import QS
 from workbench.metrics.slo import SLO
@@ -24,10 +25,8 @@ from workbench.records import RunResult
 #: summary stats copied per latency metric (the catalog's latency rows)
 LATENCY = catalog.LATENCY
 STATS = ("mean", *(f"p{q:g}" for q in QS))
-SCALARS = ("requests", "ok", "errors", "cancelled", "duration_s", "request_throughput_rps",
-           "output_token_throughput_tps", "total_token_throughput_tps",
-           "actual_prefix_hit_rate", "planned_prefix_hit_rate", "server_prefix_hit_rate")
-PREEMPTIONS = "vllm:num_preemptions_total"
+#: the run-level figures a point keeps (``catalogs.runs``)
+SCALARS = runs.SWEPT
 # two-sided 95 % Student-t quantiles t(0.975, df) for df = 1..30; normal beyond
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
          2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
@@ -52,7 +51,7 @@ def point_metrics(run_dir: str | Path, slo: SLO | None,
     SLO's), not parsed back into records."""
     from workbench.metrics import to_frame
     from workbench.metrics.columns import available, stored
-    from workbench.metrics.summary import _delta
+    from workbench.metrics.summary import server_preemptions
     from workbench.storage.rundir import MANIFEST, SUMMARY, TIMELINE, load, read_json, read_jsonl
 
     d = Path(run_dir)
@@ -71,7 +70,7 @@ def point_metrics(run_dir: str | Path, slo: SLO | None,
         manifest = read_json(d / MANIFEST) if (d / MANIFEST).exists() else {}
     else:
         timeline, manifest = kept.metrics_timeline, kept.manifest
-    out["preemptions"] = _delta(timeline, PREEMPTIONS)
+    out["preemptions"] = server_preemptions(timeline)
     if manifest.get("virtual_duration_s") is not None:
         out["virtual_duration_s"] = manifest["virtual_duration_s"]
     if slo is not None:

@@ -24,7 +24,7 @@ import shutil
 import signal
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import workbench.sweeps.spec as spec_mod
 from workbench.config import RunConfig
@@ -43,6 +43,23 @@ log = logging.getLogger(__name__)
 CHECK_YIELD_EVERY = 50
 
 Progress = Callable[[str], None]
+
+
+class PointRuns(TypedDict, total=False):
+    """How a sweep's points run and where they go: the keywords every sweep takes
+    (``sweep_async``, ``capacity_search_async``) and hands to ``SweepRunner``.
+
+    ``repeats``: runs per point; ``virtual``: each point through ``simulate``,
+    ``parallel`` at once; ``out_dir``/``sweep_id``: the sweep directory (the same id
+    resumes); ``label``; ``progress``: told each point's line."""
+
+    repeats: int
+    virtual: bool
+    parallel: int | None
+    out_dir: str | Path | None
+    sweep_id: str | None
+    label: str | None
+    progress: Progress | None
 # config keys that name where a run goes, not what it does (free to differ on resume)
 _PLACE_KEYS = ("out_dir", "run_id", "label", "overwrite")
 
@@ -93,15 +110,12 @@ class SweepRunner:
         kind: str,
         spec: Mapping[str, Any],
         axes: Sequence[str],
-        repeats: int = 1,
         slo: SLO | None = None,
-        virtual: bool = False,
-        parallel: int | None = None,
-        out_dir: str | Path | None = None,
-        sweep_id: str | None = None,
-        label: str | None = None,
-        progress: Progress | None = None,
+        **runs: Unpack[PointRuns],
     ) -> None:
+        repeats, virtual = runs.get("repeats", 1), runs.get("virtual", False)
+        parallel, sweep_id = runs.get("parallel"), runs.get("sweep_id")
+        out_dir, label, progress = runs.get("out_dir"), runs.get("label"), runs.get("progress")
         if isinstance(repeats, bool) or not isinstance(repeats, int) or \
                 not 1 <= repeats <= MAX_REPEATS:
             raise ConfigError(f"sweep repeats: expected an integer in [1, {MAX_REPEATS}], "

@@ -194,12 +194,7 @@ def _number_text(path: Path, line: int, name: str, value: Any, kind: str) -> Any
 
 
 def as_int(
-    path: Path,
-    line: int,
-    name: str,
-    value: Any,
-    *,
-    minimum: int | None = 0,
+    path: Path, line: int, name: str, value: Any, *, minimum: int | None = 0,
     maximum: int | None = None,
 ) -> int:
     """An integer field (``12`` or ``12.0``); rejects NaN, fractions, bools, out-of-range.
@@ -239,12 +234,7 @@ def _integral_text(value: Any) -> bool:
 
 
 def as_float(
-    path: Path,
-    line: int,
-    name: str,
-    value: Any,
-    *,
-    minimum: float | None = 0.0,
+    path: Path, line: int, name: str, value: Any, *, minimum: float | None = 0.0,
     maximum: float | None = None,
 ) -> float:
     """A finite number field; rejects NaN/inf, bools and values outside the range.

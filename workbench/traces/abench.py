@@ -37,9 +37,9 @@ from workbench.traces.json_io import (
     first_json_object,
     json_id,
     json_int,
-    json_lines,
     json_number,
     json_tokens,
+    unit_per_line,
 )
 
 _TURN_FIELDS = ("index", "input_tokens", "output_tokens", "cached_tokens", "pre_gap_ms")
@@ -101,13 +101,4 @@ def _sniff(lines: list[str]) -> bool:
 def read_abench(path: Path, **unknown: Any) -> Workload:
     """Load an abench session file: each line one session, all arriving at 0."""
     check_options("abench", unknown, ())
-    path = Path(path)
-    units: list[Unit] = []
-    seen: set[str] = set()
-    for line, obj, _raw in json_lines(path):
-        unit = _session(path, line, obj)
-        if unit.unit_id in seen:
-            raise TraceFormatError(path, line, f"duplicate session_id {unit.unit_id!r}")
-        seen.add(unit.unit_id)
-        units.append(unit)
-    return Workload(tuple(units), "abench", str(path))
+    return unit_per_line(Path(path), "abench", _session, "session_id")

@@ -55,7 +55,7 @@ from workbench.traces.json_io import (
     note_unknown,
     warn_unknown,
 )
-from workbench.traces.mooncake import leading_seen_blocks
+from workbench.traces.shared import leading_seen_blocks
 
 log = logging.getLogger(__name__)
 

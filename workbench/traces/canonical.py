@@ -61,6 +61,7 @@ from workbench.traces._io import (
 from workbench.traces.bounds import ids_sendable
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import read_json_document
+from workbench.traces.shared import request_id
 
 FORMAT_NAME = "session-execution-v2"
 HEADER = (
@@ -83,11 +84,6 @@ CanonicalRow = tuple[str, str, int, float, int, int, int, float]
 arrival_time_ms, prefix_len, input_len, output_len, tool_wait_after_ms."""
 _KINDS = ("str", "str", "int", "str", "int", "int", "int", "str")
 _NEEDS_QUOTES = re.compile(r'[",\r\n]')
-
-
-def request_id(session_id: str, round_idx: int) -> str:
-    """The canonical request id; also the ``x-request-id`` join key with server logs."""
-    return f"session_{session_id}_round_{round_idx:06d}"
 
 
 def graph_sidecar_path(path: str | Path) -> Path:

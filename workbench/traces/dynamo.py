@@ -78,7 +78,7 @@ from workbench.traces.json_io import (
     note_unknown,
     warn_unknown,
 )
-from workbench.traces.mooncake import leading_seen_blocks
+from workbench.traces.shared import leading_seen_blocks
 
 SCHEMA = "dynamo.request.trace.v1"
 _TOOL_EVENTS = ("tool_end", "tool_error")

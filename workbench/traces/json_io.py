@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from workbench.errors import TraceFormatError
+from workbench.records import Unit, Workload
 from workbench.traces import bounds
 from workbench.traces._io import as_float, as_int, open_trace, read_text
 
@@ -84,28 +85,24 @@ def first_json_object(lines: list[str]) -> dict[str, Any] | None:
     return json_object(lines[0]) if lines else None
 
 
-def json_int(
-    path: Path, line: int, name: str, value: Any, *, minimum: int | None = 0,
-    maximum: int | None = None,
-) -> int:
-    """An integer written as a JSON number (strings are a wrong type here)."""
+def _json_typed(path: Path, line: int, name: str, value: Any, kind: str) -> Any:
+    """``value``, a JSON number: a string or a null is a wrong type here."""
     if isinstance(value, str) or value is None:
-        raise TraceFormatError(path, line, f"{name} must be an integer, got {value!r}")
+        raise TraceFormatError(path, line, f"{name} must be {kind}, got {value!r}")
+    return value
+
+
+def json_int(path: Path, line: int, name: str, value: Any, *, minimum: int | None = 0,
+             maximum: int | None = None) -> int:
+    """An integer written as a JSON number (``as_int`` of what is not a string)."""
+    value = _json_typed(path, line, name, value, "an integer")
     return as_int(path, line, name, value, minimum=minimum, maximum=maximum)
 
 
-def json_number(
-    path: Path,
-    line: int,
-    name: str,
-    value: Any,
-    *,
-    minimum: float | None = 0.0,
-    maximum: float | None = None,
-) -> float:
-    """A finite number written as a JSON number (strings are a wrong type here)."""
-    if isinstance(value, str) or value is None:
-        raise TraceFormatError(path, line, f"{name} must be a number, got {value!r}")
+def json_number(path: Path, line: int, name: str, value: Any, *,
+                minimum: float | None = 0.0, maximum: float | None = None) -> float:
+    """A finite number written as a JSON number (``as_float`` of what is not a string)."""
+    value = _json_typed(path, line, name, value, "a number")
     return as_float(path, line, name, value, minimum=minimum, maximum=maximum)
 
 
@@ -169,3 +166,18 @@ def warn_unknown(path: Path, seen: dict[str, int], meta: dict[str, Any]) -> None
         meta["unknown_fields"] = sorted(seen)
         log.warning("%s: unknown field(s) ignored: %s", path,
                     ", ".join(f"{k} (line {seen[k]})" for k in sorted(seen)))
+
+
+def unit_per_line(path: Path, fmt: str, unit_of: Callable[[Path, int, dict[str, Any]], Unit],
+                  id_name: str) -> Workload:
+    """A JSONL file of one unit a line (``unit_of(path, line, obj)``), every unit arriving
+    at 0; a unit id seen twice names its line and ``id_name`` (abench, trajectory)."""
+    units: list[Unit] = []
+    seen: set[str] = set()
+    for line, obj, _raw in json_lines(path):
+        unit = unit_of(path, line, obj)
+        if unit.unit_id in seen:
+            raise TraceFormatError(path, line, f"duplicate {id_name} {unit.unit_id!r}")
+        seen.add(unit.unit_id)
+        units.append(unit)
+    return Workload(tuple(units), fmt, str(path))

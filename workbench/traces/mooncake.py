@@ -65,18 +65,9 @@ from workbench.traces.json_io import (
     note_unknown,
     warn_unknown,
 )
+from workbench.traces.shared import leading_seen_blocks
 
 # ---------------------------------------------------------------- hash-id blocks (dynamo shares)
-
-
-def leading_seen_blocks(hash_ids: tuple[int, ...], seen: set[int]) -> int:
-    """How many leading block ids are already in ``seen`` (a block id implies its prefix)."""
-    n = 0
-    for h in hash_ids:
-        if h not in seen:
-            break
-        n += 1
-    return n
 
 
 def expected_blocks(input_length: int, block_size: int, rounding: str) -> int:

@@ -55,9 +55,9 @@ from workbench.traces._io import (
     token_count,
     wait_ms,
 )
-from workbench.traces.canonical import request_id
 from workbench.traces.formats import register_format
 from workbench.traces.graph import CSV_COLUMNS, attach_spawns, csv_spawn
+from workbench.traces.shared import request_id
 
 FORMAT_NAME = "session"
 REQUIRED = ("round_idx", "prefix_len", "input_len", "output_len", "tool_wait_after_ms")

@@ -49,7 +49,6 @@ from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces._io import check_options
-from workbench.traces.canonical import request_id
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import (
     json_int,
@@ -58,6 +57,7 @@ from workbench.traces.json_io import (
     note_unknown,
     warn_unknown,
 )
+from workbench.traces.shared import request_id
 from workbench.traces.tracelab_graph import agent_tool_spans, attach_subagents, parent_of
 
 FORMAT_NAME = "tracelab"

@@ -37,9 +37,9 @@ from workbench.traces._io import check_options
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import (
     first_json_object,
-    json_lines,
     json_number,
     json_tokens,
+    unit_per_line,
 )
 
 _TOP_FIELDS = frozenset(("schema_version", "trajectory_id", "requests"))
@@ -145,13 +145,4 @@ def _sniff(lines: list[str]) -> bool:
 def read_trajectory(path: Path, **unknown: Any) -> Workload:
     """Load a batchbench v1 manifest: each trajectory a session, all arriving at 0."""
     check_options("trajectory", unknown, ())
-    path = Path(path)
-    units: list[Unit] = []
-    seen: set[str] = set()
-    for line, obj, _raw in json_lines(path):
-        unit = _trajectory(path, line, obj)
-        if unit.unit_id in seen:
-            raise TraceFormatError(path, line, f"duplicate trajectory_id {unit.unit_id!r}")
-        seen.add(unit.unit_id)
-        units.append(unit)
-    return Workload(tuple(units), "trajectory", str(path))
+    return unit_per_line(Path(path), "trajectory", _trajectory, "trajectory_id")

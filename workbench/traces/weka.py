@@ -61,7 +61,7 @@ from workbench.traces.json_io import (
     text_json_lines,
     warn_unknown,
 )
-from workbench.traces.mooncake import leading_seen_blocks
+from workbench.traces.shared import leading_seen_blocks
 
 FORMAT = "weka"
 ALIASES = ("kv-cache-tester", "agentx")

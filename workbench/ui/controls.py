@@ -205,7 +205,7 @@ class Controls:
         mode = MODES.get(self.arrival.value)  # what the mode declares, not its name
         _show(self.rate, mode.takes_rate and not self._ramped())  # a ramp sets the rate
         _show(self.duration, mode.closed_loop)
-        _show(self.burstiness, mode.process and self.arrival.value == "gamma")
+        _show(self.burstiness, "burstiness" in mode.params)
         _show(self.ramp, mode.process)
         for field in (self.ramp_start, self.ramp_end, self.ramp_duration):
             _show(field, self._ramped())

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ import numpy as np
 from workbench.arrival.processes import ArrivalProcess
 from workbench.errors import ConfigError
 from workbench.records import Round, Unit, Workload
+from workbench.registry import Registry
 from workbench.traces.bounds import check_workload
 from workbench.traces.load import load_trace
 from workbench.workloads.synthetic import (
@@ -49,7 +50,6 @@ from workbench.workloads.synthetic import (
     synthetic_workload,
 )
 
-KINDS = ("random", "shared-prefix", "agentic")
 MAX_REQUESTS = 1_000_000
 #: an ``agentic`` workload of this many rounds or more stays a stream (``SessionStream``:
 #: sessions drawn when the run admits them, docs/virtual-time.md "Streamed runs"); a
@@ -169,22 +169,14 @@ def generate(text: str) -> Workload:
     if "=" in head:
         rest = body
     if kind not in KINDS:
-        raise ConfigError(f"synthetic source: unknown kind {kind!r}; valid: {', '.join(KINDS)} "
-                          f"({DOC})")
+        raise ConfigError(f"synthetic source: unknown kind {kind!r}; valid: "
+                          f"{', '.join(KINDS.names())} ({DOC})")
     pairs = split_pairs(rest)
     timeline = _timeline({k: v for k, v in pairs.items() if k in _ARRIVAL_KEYS})
     own = {k: v for k, v in pairs.items() if k not in _ARRIVAL_KEYS}
     seeds = np.random.SeedSequence(timeline.seed).spawn(2)
     rng = np.random.default_rng(seeds[0])
-    if kind == "random":
-        spec: Any = _fields(RandomSpec, own, kind)
-        units = _random(spec, rng)
-    elif kind == "shared-prefix":
-        spec = _fields(SharedPrefixSpec, own, kind)
-        units = _shared_prefix(spec, rng)
-    else:
-        spec = _agentic_spec(own)
-        units = []
+    spec, units = KINDS.get(kind)(own, rng, kind)
     process = timeline.process()
     arrival_seed = int(seeds[1].generate_state(1)[0])
     held: Sequence[Unit]
@@ -329,3 +321,22 @@ def _request(rid: str, prefix: int, inp: int, out: int,
              hash_ids: tuple[int, ...] | None) -> Unit:
     return Unit(rid, "independent", 0.0,
                 (Round(rid, rid, 0, 0.0, prefix, inp, out, 0.0, hash_ids),))
+
+
+#: a synthetic kind: ``(own keys, rng, its name) -> (spec, units)``; ``agentic`` draws its
+#: sessions later, as a stream (``SessionStream``). A new kind is one function and one line.
+Kind = Callable[[dict[str, str], np.random.Generator, str], tuple[Any, list[Unit]]]
+
+
+def _drawn(cls: type, draw: Callable[[Any, np.random.Generator], list[Unit]]) -> Kind:
+    """A kind whose parameters are ``cls``'s fields and whose units ``draw`` makes."""
+    def kind(own: dict[str, str], rng: np.random.Generator, name: str) -> tuple[Any, list[Unit]]:
+        spec = _fields(cls, own, name)
+        return spec, draw(spec, rng)
+    return kind
+
+
+KINDS: Registry[Kind] = Registry("synthetic kind")
+KINDS.add("random", _drawn(RandomSpec, _random))
+KINDS.add("shared-prefix", _drawn(SharedPrefixSpec, _shared_prefix))
+KINDS.add("agentic", lambda own, _rng, _name: (_agentic_spec(own), []))
