@@ -7,10 +7,7 @@ from typing import Any
 
 from workbench.data import path as data_path
 
-try:  # where issue 42 moves them (the reports), else where they were
-    from workbench.report.canonical import canonical_report, report_digest
-except ImportError:
-    from workbench.executors.virtual import canonical_report, report_digest
+from workbench.report.canonical import canonical_report, report_digest
 
 MOON = data_path("mooncake/conversation_trace_head600.jsonl")
 MOON_SHA = hashlib.sha256(MOON.read_bytes()).hexdigest()
