@@ -13,7 +13,6 @@ docs/sweeps.md, "Pareto").
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -139,14 +138,3 @@ def pareto_plot(sweeps: Mapping[str, Sweep], gpus: int | None = None) -> Figure:
     if notes:
         fig.text(0.01, -0.02, "\n".join(notes), fontsize=8, va="top", ha="left", wrap=True)
     return fig
-
-
-def pareto_table(sweeps: Mapping[str, Sweep], gpus: int | None = None) -> pd.DataFrame:
-    """Every sweep's pareto frame, one table (a ``sweep`` column when several)."""
-    frames: list[Any] = []
-    for label, sweep in sweeps.items():
-        df = pareto_frame(sweep, gpus)
-        if len(sweeps) > 1:
-            df.insert(0, "sweep", label)
-        frames.append(df)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -35,7 +35,7 @@ import shutil
 import socket
 import stat
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -669,11 +669,3 @@ def load(directory: str | Path) -> RunResult:
 def load_records(directory: str | Path) -> list[RequestRecord]:
     """The ``RequestRecord``s of a run directory (its ``records.jsonl``)."""
     return [RequestRecord.from_dict(x) for x in read_jsonl(Path(directory) / RECORDS)]
-
-
-def iter_run_dirs(root: str | Path) -> Iterator[Path]:
-    """Run directories directly under ``root`` (for comparing several runs)."""
-    root = Path(root)
-    for p in sorted(root.iterdir()):
-        if p.is_dir() and _is_run_dir(p):
-            yield p
