@@ -28,7 +28,7 @@ PER_GPU = "output_tps_per_gpu"
 
 def gpus_of(sweep: Sweep, gpus: int | None = None) -> int | None:
     """The GPU count: given, else the sweep's own (``sweep --gpus``), else unknown."""
-    n = gpus if gpus is not None else sweep.manifest.get("gpus")
+    n = gpus if gpus is not None else sweep.manifest.gpus
     return int(n) if n else None
 
 
@@ -83,7 +83,7 @@ def best_sentence(sweep: Sweep, gpus: int | None = None) -> str:
     (``headline.capacity_sentence``), which this point need not be alone in."""
     n = gpus_of(sweep, gpus)
     row = best_row(sweep, gpus)
-    slo = sweep.manifest.get("slo_text") or "the SLO"
+    slo = sweep.manifest.slo_text or "the SLO"
     if row is None:
         if sweep.slo:
             return f"No point held {slo}."
