@@ -21,10 +21,6 @@ from workbench.sweeps.store import Sweep
 
 #: the latency columns of a point: p90 of each scalar latency metric of the catalog
 P90 = tuple(f"{m}_p90" for m in SCALAR_LATENCY)
-POINT_COLUMNS = (*P90, "request_throughput_rps",
-                 "output_token_throughput_tps", "goodput_rps", "actual_prefix_hit_rate",
-                 "server_prefix_hit_rate", "preemptions", "ok_rate", "repeats", "slo_held",
-                 "slo_worst_ratio")
 #: what ``points_table`` shows, and its column names (units in the caption)
 POINT_SHOWN: tuple[tuple[str, str], ...] = (
     *((f"{m}_p90", f"{catalog.label(m)} p90") for m in SCALAR_LATENCY),
