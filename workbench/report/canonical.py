@@ -21,7 +21,8 @@ from typing import Any
 import orjson
 
 from workbench.metrics import summarize
-from workbench.metrics.frame import as_records
+from workbench.metrics.agents import has_tasks
+from workbench.metrics.frame import as_records, frame_of_stream
 from workbench.records import RequestRecord, RunResult
 from workbench.storage.rundir import LIFECYCLE, RECORDS, iter_jsonl, read_jsonl
 
@@ -153,9 +154,20 @@ def _records(result: RunResult) -> Iterator[RequestRecord]:
 
 
 def _summary(result: RunResult, slo: dict[str, float] | None) -> bytes:
-    """The summary's bytes, from the records in memory (read back when on disk, then let
-    go): ``summarize_stored``, from records.parquet, is not the same to the last bit."""
-    in_memory = RunResult(result.run_id, as_records(result), manifest=result.manifest,
-                          lifecycle=_lifecycle(result), metrics_timeline=result.metrics_timeline,
-                          cancelled=result.cancelled)
-    return orjson.dumps(_section("summary", summarize(in_memory, slo)), option=_OPTIONS)
+    """The summary's bytes, as ``canonical_report`` makes them: from the records in memory
+    (``summarize_stored``, from records.parquet, is not the same to the last bit). Records
+    on disk are streamed into the frame (``frame_of_stream``: one copy of their token
+    times, no record held) unless the run is a session graph (its tasks need the records)."""
+    lifecycle = _lifecycle(result)
+    if result.records_on_disk and not has_tasks(lifecycle):
+        frame = frame_of_stream(_records(result))
+        in_memory = RunResult(result.run_id, [], manifest=result.manifest, lifecycle=lifecycle,
+                              metrics_timeline=result.metrics_timeline,
+                              cancelled=result.cancelled)
+        summary = summarize(in_memory, slo, frame=frame)
+    else:
+        in_memory = RunResult(result.run_id, as_records(result), manifest=result.manifest,
+                              lifecycle=lifecycle, metrics_timeline=result.metrics_timeline,
+                              cancelled=result.cancelled)
+        summary = summarize(in_memory, slo)
+    return orjson.dumps(_section("summary", summary), option=_OPTIONS)
