@@ -135,6 +135,12 @@ class RecordWriter:
     Takes a ``RequestRecord``, a dataclass or a plain dict (lifecycle rows,
     timeline samples). ``mode="w"`` starts the file afresh (a new run), ``"a"``
     continues it. ``fsync=True`` also survives a power cut, at a cost per line.
+    ``per_turn=True``: the lines written during one turn of the running event loop go out
+    in one write at the end of that turn (a callback queued by the turn's first line, so
+    before any later timer, I/O or signal callback; ``close`` writes what is left): every
+    request that ended is on disk before the loop does anything else, at a write per turn
+    (virtual time: an engine step's finishes) rather than per line. ``max_delay_ms``
+    batches longer, by time (``executor.record_flush_ms``).
     """
 
     def __init__(
@@ -146,6 +152,7 @@ class RecordWriter:
         max_delay_ms: float | None = None,
         max_batch: int = 512,
         on_error: Callable[[OutputWriteError], None] | None = None,
+        per_turn: bool = False,
     ):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -165,13 +172,18 @@ class RecordWriter:
         self._pending: list[bytes] = []
         self._first_pending = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self._per_turn = per_turn
+        self._turn: asyncio.Handle | None = None
         self.count = 0
 
     def write(self, obj: Any) -> None:
         line = redact.line(dumps_line(obj))  # no secret reaches a file (workbench.redact)
         self.count += 1
         if self._max_delay_s is None:
-            self._write_out(line)
+            if self._per_turn:
+                self._hold(line)
+            else:
+                self._write_out(line)
             return
         pending = self._pending
         pending.append(line)
@@ -182,6 +194,24 @@ class RecordWriter:
             time.monotonic() - self._first_pending >= self._max_delay_s
         ):
             self.flush()
+
+    def _hold(self, line: bytes) -> None:
+        """``line`` written at the end of the loop's turn (with the turn's other lines)."""
+        pending = self._pending
+        pending.append(line)
+        if len(pending) >= self._max_batch:
+            self.flush()
+        elif self._turn is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop: no turn to wait for
+                self.flush()
+                return
+            self._turn = loop.call_soon(self._on_turn)
+
+    def _on_turn(self) -> None:
+        self._turn = None
+        self.flush()
 
     def _arm_timer(self) -> None:
         try:
@@ -201,6 +231,9 @@ class RecordWriter:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._turn is not None:
+            self._turn.cancel()
+            self._turn = None
         if self._pending and not self._fh.closed:
             data = b"".join(self._pending)
             self._pending.clear()
@@ -310,25 +343,28 @@ def read_jsonl(path: str | Path) -> list[Any]:
     A bad line anywhere else means the file was damaged some other way, and
     silently dropping it would hide lost data, so that raises ``ValueError``.
     """
+    return list(iter_jsonl(path))
+
+
+def iter_jsonl(path: str | Path) -> Iterator[Any]:
+    """``read_jsonl`` one line at a time: the same objects, the same rules, without the
+    file or the list in memory (a whole run's records for its digest)."""
     path = Path(path)
     if not path.exists():
-        return []
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
-    out = []
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            obj = loads_line(line)
-        except ValueError as exc:
-            if i == last and not data.endswith(b"\n"):
-                log.warning("%s: skipping truncated last line %d (%s)", path, i + 1, exc)
+        return
+    with path.open("rb") as f:
+        for i, line in enumerate(f):
+            if not line.strip():
                 continue
-            raise ValueError(f"{path}:{i + 1}: invalid JSON line ({exc})") from None
-        out.append(obj)
-    return out
+            try:
+                obj = loads_line(line)
+            except ValueError as exc:
+                rest = f.read()  # the last non-blank line of a file cut short: skipped
+                if not rest.strip() and not (line + rest).endswith(b"\n"):
+                    log.warning("%s: skipping truncated last line %d (%s)", path, i + 1, exc)
+                    return
+                raise ValueError(f"{path}:{i + 1}: invalid JSON line ({exc})") from None
+            yield obj
 
 
 def _trim_partial_tail(path: Path) -> None:
