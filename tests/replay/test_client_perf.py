@@ -323,37 +323,6 @@ async def test_batched_writer_timer_flushes_a_quiet_tail(tmp_path: Path) -> None
     w.close()
 
 
-async def test_per_turn_writer_writes_a_turn_s_lines_at_once_before_the_next_callback(
-    tmp_path: Path,
-) -> None:
-    """``per_turn``: the lines of one loop turn go out in one write at the turn's end, on
-    disk before any callback queued after them runs (a signal's, a timer's)."""
-    path = tmp_path / "r.jsonl"
-    w = RecordWriter(path, per_turn=True, max_batch=100)
-    writes: list[int] = []
-    write_out = w._write_out
-    w._write_out = lambda data: (writes.append(data.count(b"\n")), write_out(data))[1]
-    seen: list[list[int]] = []
-    loop = asyncio.get_running_loop()
-    w.write({"n": 1})
-    w.write({"n": 2})
-    assert path.read_bytes() == b""  # still this turn
-    ran = asyncio.Event()
-    loop.call_soon(lambda: (seen.append([d["n"] for d in read_jsonl(path)]), ran.set()))
-    await ran.wait()
-    assert seen == [[1, 2]] and writes == [2]
-    w.write({"n": 3})
-    w.close()  # the rest of the turn, on close
-    assert [d["n"] for d in read_jsonl(path)] == [1, 2, 3] and writes == [2, 1]
-
-
-def test_per_turn_writer_without_a_loop_writes_at_once(tmp_path: Path) -> None:
-    path = tmp_path / "r.jsonl"
-    with RecordWriter(path, per_turn=True) as w:
-        w.write({"n": 1})
-        assert read_jsonl(path) == [{"n": 1}]
-
-
 # ----------------------------------------------------------------- self-measurement
 
 

@@ -118,7 +118,7 @@ class RecordSinks:
         for name in ("records", "lifecycle"):
             self._writers[name] = RecordWriter(
                 self.run_dir / f"{name}.jsonl", max_delay_ms=flush_ms or None,
-                on_error=self.on_write_error, per_turn=True,
+                on_error=self.on_write_error,
             )
 
     def close_writers(self) -> None:

@@ -135,12 +135,6 @@ class RecordWriter:
     Takes a ``RequestRecord``, a dataclass or a plain dict (lifecycle rows,
     timeline samples). ``mode="w"`` starts the file afresh (a new run), ``"a"``
     continues it. ``fsync=True`` also survives a power cut, at a cost per line.
-    ``per_turn=True``: the lines written during one turn of the running event loop go out
-    in one write at the end of that turn (a callback queued by the turn's first line, so
-    before any later timer, I/O or signal callback; ``close`` writes what is left): every
-    request that ended is on disk before the loop does anything else, at a write per turn
-    (virtual time: an engine step's finishes) rather than per line. ``max_delay_ms``
-    batches longer, by time (``executor.record_flush_ms``).
     """
 
     def __init__(
@@ -152,7 +146,6 @@ class RecordWriter:
         max_delay_ms: float | None = None,
         max_batch: int = 512,
         on_error: Callable[[OutputWriteError], None] | None = None,
-        per_turn: bool = False,
     ):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -172,18 +165,13 @@ class RecordWriter:
         self._pending: list[bytes] = []
         self._first_pending = 0.0
         self._timer: asyncio.TimerHandle | None = None
-        self._per_turn = per_turn
-        self._turn: asyncio.Handle | None = None
         self.count = 0
 
     def write(self, obj: Any) -> None:
         line = redact.line(dumps_line(obj))  # no secret reaches a file (workbench.redact)
         self.count += 1
         if self._max_delay_s is None:
-            if self._per_turn:
-                self._hold(line)
-            else:
-                self._write_out(line)
+            self._write_out(line)
             return
         pending = self._pending
         pending.append(line)
@@ -194,24 +182,6 @@ class RecordWriter:
             time.monotonic() - self._first_pending >= self._max_delay_s
         ):
             self.flush()
-
-    def _hold(self, line: bytes) -> None:
-        """``line`` written at the end of the loop's turn (with the turn's other lines)."""
-        pending = self._pending
-        pending.append(line)
-        if len(pending) >= self._max_batch:
-            self.flush()
-        elif self._turn is None:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:  # no loop: no turn to wait for
-                self.flush()
-                return
-            self._turn = loop.call_soon(self._on_turn)
-
-    def _on_turn(self) -> None:
-        self._turn = None
-        self.flush()
 
     def _arm_timer(self) -> None:
         try:
@@ -231,9 +201,6 @@ class RecordWriter:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._turn is not None:
-            self._turn.cancel()
-            self._turn = None
         if self._pending and not self._fh.closed:
             data = b"".join(self._pending)
             self._pending.clear()
