@@ -83,10 +83,11 @@ def top(page: Any) -> None:
 
 EXPECT = {  # what each notebook shows after Run All: tables, images at least
     "replay": (0, 0), "compare": (3, 3), "trace_explorer": (3, 3), "sweep": (3, 3),
+    "parity": (5, 0),  # no campaign given: the bundled example, run in the kernel
 }
 
 
-@pytest.mark.parametrize("name", ["replay", "compare", "trace_explorer", "sweep"])
+@pytest.mark.parametrize("name", ["replay", "compare", "trace_explorer", "sweep", "parity"])
 def test_run_all_twice_in_one_kernel_shows_no_error(
     page: Any, lab: Any, tmp_path: Path, name: str
 ) -> None:

@@ -6,7 +6,6 @@ import hashlib
 from typing import Any
 
 from workbench.data import path as data_path
-
 from workbench.report.canonical import canonical_report, report_digest
 
 MOON = data_path("mooncake/conversation_trace_head600.jsonl")

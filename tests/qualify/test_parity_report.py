@@ -41,3 +41,24 @@ def test_workbench_report_renders_a_campaign_with_rows_evidence_and_differences(
     excluded = json.loads((report / "tables" / "excluded.json").read_text())
     assert "manifest.run_id" in excluded["index"]
     assert json.loads((report / "report.json").read_text())["notebook"].endswith("parity.ipynb")
+
+
+def test_the_notebook_given_no_campaign_runs_the_bundled_example():
+    """parity.ipynb with `parity_dir` empty (Run All in JupyterLab): `load_result()` runs
+    the bundled example spec now. Its single row sits at its capacity edge on the
+    baseline (1-3 preemptions), `roomy` is refused as unexercised, and the candidate's
+    changed prefill budget is found at the first request."""
+    from workbench.qualify import EXAMPLE_SPEC, load_result
+
+    assert EXAMPLE_SPEC.is_file()
+    result = load_result()
+    assert result["spec"]["name"] == "example" and not result["qualified"]
+    rows = {r["name"]: r for r in result["rows"]}
+    assert set(rows) == {"single", "roomy"}
+    single = rows["single"]["baseline"]["evidence"]["checks"]["preemptions"]
+    roomy = rows["roomy"]["baseline"]["evidence"]["checks"]["preemptions"]
+    assert single["status"] == "pass" and 1 <= single["figure"] <= 3, single
+    assert roomy["status"] == "fail" and roomy["figure"] == 0, roomy
+    for r in rows.values():
+        assert r["baseline"]["stable"] and r["candidate"]["stable"] and not r["equal"]
+        assert r["first_difference"]["request"]["index"] == 0

@@ -178,3 +178,30 @@ def test_an_output_folder_that_cannot_be_made_fails_before_any_process(write_spe
     blocker.write_text("x")
     with pytest.raises(OutputWriteError, match="cannot write"):
         parity(write_spec(spec_data([row("single")])), blocker / "out")
+
+
+def test_links_planted_in_the_output_are_refused_before_any_process(write_spec, tmp_path):
+    """`parity -o OUT` with OUT/parity.json a link to a file outside OUT, and `--write` a
+    link: refused by name before any run (issue 43's rule, docs/security.md), the outside
+    file untouched; a linked OUT/runs (keep_runs) the same."""
+    from workbench.safe_write import LinkRefused
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "parity.json").symlink_to(outside)
+    spec = write_spec(spec_data([row("single")]))
+    with pytest.raises(LinkRefused, match=r"parity\.json"):
+        parity(spec, out)
+    (out / "parity.json").unlink()
+    (out / "runs").symlink_to(tmp_path, target_is_directory=True)
+    with pytest.raises(LinkRefused, match="runs"):
+        parity(spec, out, keep_runs=True)
+    link = tmp_path / "new.json"
+    link.symlink_to(outside)
+    proc = subprocess.run([sys.executable, "-m", "workbench", "parity", str(spec),
+                           "--propose-capacity", "single", "--write", str(link)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "new.json" in proc.stderr and "Traceback" not in proc.stderr
+    assert outside.read_text() == "keep me"

@@ -65,8 +65,11 @@ def _fig(value: Any) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from workbench.qualify import apply_capacity, load_spec, parity, propose_capacity
+    from workbench.safe_write import LinkRefused, write_file
 
     spec = load_spec(args.spec)
+    if args.write and Path(args.write).is_symlink():  # refused before the search, not after
+        raise LinkRefused(args.write)
     if args.propose_capacity:
         found = propose_capacity(spec, args.propose_capacity, args.knob)
         for pr in found["probes"]:
@@ -87,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
                 str(src), text)
             new = apply_capacity(data, found["row"], args.knob, found["to"])
             try:  # JSON, which a .yaml name reads back as well
-                Path(args.write).write_text(json.dumps(new, indent=2) + "\n", encoding="utf-8")
+                write_file(args.write, json.dumps(new, indent=2) + "\n")
             except OSError as exc:
                 from workbench.errors import OutputWriteError
 

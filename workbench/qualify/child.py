@@ -36,6 +36,13 @@ def _find(name: str, homes: tuple[str, ...] = CANONICAL_HOMES) -> Any:
     raise ImportError(f"no {name} in {homes}")
 
 
+def _create(path: str, mode: str) -> Any:
+    """A new file, never through a link (what ``workbench.safe_write`` does; written out
+    here because this script runs against revisions that may predate it)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    return os.fdopen(os.open(path, flags, 0o644), mode)
+
+
 def main(job_path: str) -> int:
     with open(job_path, encoding="utf-8") as f:
         job = json.load(f)
@@ -57,7 +64,7 @@ def main(job_path: str) -> int:
     digest = report_digest(report)
     import orjson
 
-    with open(job["report"], "wb") as f:
+    with _create(job["report"], "wb") as f:
         f.write(orjson.dumps(report, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY))
     meta = {
         "digest": digest,
@@ -71,7 +78,7 @@ def main(job_path: str) -> int:
         "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "requests": len(report.get("records", [])),
     }
-    with open(job["meta"], "w", encoding="utf-8") as f:
+    with _create(job["meta"], "w") as f:
         json.dump(meta, f)
     return 0
 

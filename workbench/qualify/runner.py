@@ -33,11 +33,15 @@ from workbench.qualify.diff import first_difference
 from workbench.qualify.evidence import evidence
 from workbench.qualify.sides import Tree, checkout, this_tree
 from workbench.qualify.spec import RUNS, ParitySpec, Row, Side, load_spec
+from workbench.safe_write import LinkRefused, make_dir, open_fd, write_file
 
 UNSTABLE = "unstable: stop"
 RESULT_FILE = "parity.json"
 RUNS_DIR = "runs"
 CHILD = Path(__file__).with_name("child.py")  # run as a script on the side's tree
+
+# the parity notebook's example (this tree against itself, one knob changed)
+EXAMPLE_SPEC = Path(__file__).resolve().parents[1] / "data" / "parity" / "example.yaml"
 
 
 class RunFailed(Exception):
@@ -56,11 +60,11 @@ def _launch(tree: Tree, config: dict[str, Any], work: Path, tag: str, core: int 
     job = {"config": config, "core": core, "memory_mb": spec.memory_mb,
            "report": str(work / f"{tag}.report.json"), "meta": str(work / f"{tag}.meta.json")}
     job_path = work / f"{tag}.job.json"
-    job_path.write_text(json.dumps(job))
+    write_file(job_path, json.dumps(job))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env["PYTHONPATH"] = str(tree.root)
     env["PYTHONHASHSEED"] = str(zlib.crc32(tag.encode()) % 4096)  # differs by run and side
-    err = (work / f"{tag}.stderr").open("wb")
+    err = os.fdopen(open_fd(work / f"{tag}.stderr"), "wb")
     proc = subprocess.Popen(  # -P: the script's folder is not on sys.path; -s: no user site
         [sys.executable, "-P", "-s", str(CHILD), str(job_path)],
         cwd=str(work), env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
@@ -203,9 +207,11 @@ def parity(spec: ParitySpec | str | Path, out_dir: str | Path | None = None, *,
         raise ConfigError("keep_runs needs an out_dir")
     if out_dir is not None:  # before any process: a folder that cannot be made fails now
         try:
-            Path(out_dir).mkdir(parents=True, exist_ok=True)
+            make_dir(out_dir, parents=True)
         except OSError as exc:
             raise OutputWriteError(out_dir, exc) from None
+        if (Path(out_dir) / RESULT_FILE).is_symlink():  # refused now, not after the runs
+            raise LinkRefused(Path(out_dir) / RESULT_FILE)
     say = progress or (lambda _msg: None)
     t0 = time.monotonic()
     trees: dict[str, Tree] = {}
@@ -213,8 +219,7 @@ def parity(spec: ParitySpec | str | Path, out_dir: str | Path | None = None, *,
     with tempfile.TemporaryDirectory(prefix="wb-parity-") as tmp:
         work = Path(tmp)
         if keep_runs:
-            work = Path(out_dir or tmp) / RUNS_DIR
-            work.mkdir(parents=True, exist_ok=True)
+            work = make_dir(Path(out_dir or tmp) / RUNS_DIR)
         try:
             for name, side in sides.items():
                 trees[name] = (checkout(side.label, side.revision, build_python)
@@ -248,14 +253,19 @@ def parity(spec: ParitySpec | str | Path, out_dir: str | Path | None = None, *,
     if out_dir is not None:
         out = Path(out_dir)
         try:
-            out.mkdir(parents=True, exist_ok=True)
-            (out / RESULT_FILE).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+            make_dir(out, parents=True)
+            write_file(out / RESULT_FILE, orjson.dumps(result, option=orjson.OPT_INDENT_2))
         except OSError as exc:
             raise OutputWriteError(out / RESULT_FILE, exc) from None
     return result
 
 
-def load_result(path: str | Path) -> dict[str, Any]:
+def load_result(path: str | Path | None = None) -> dict[str, Any]:
+    """A stored campaign (``DIR`` or ``DIR/parity.json``); without a path, the example
+    campaign (``EXAMPLE_SPEC``, bundled) run now into a temporary folder — what the
+    parity notebook shows when it is given no campaign."""
+    if not path:
+        return parity(EXAMPLE_SPEC)
     p = Path(path)
     if p.is_dir():
         p = p / RESULT_FILE
