@@ -18,7 +18,7 @@ from pathlib import Path
 
 from workbench.executors.virtual import simulate
 from workbench.metrics import summarize
-from workbench.report.canonical import canonical_report, report_digest
+from workbench.report.canonical import run_digest
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared/data/mooncake/conversation_trace.jsonl"
 
@@ -36,7 +36,7 @@ def main() -> None:
     result = simulate(cfg, engine=json.loads(args.engine))
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     s = summarize(result)
-    extra = {"digest": report_digest(canonical_report(result))} if args.digest else {}
+    extra = {"digest": run_digest(result)} if args.digest else {}
     print(json.dumps({
         "requests": s["requests"], "ok": s["ok"],
         "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),

@@ -22,7 +22,7 @@ import numpy as np
 
 from workbench.data import path as data_path
 from workbench.executors.virtual import simulate
-from workbench.report.canonical import canonical_report, report_digest
+from workbench.report.canonical import run_digest
 
 MOON = str(data_path("mooncake/conversation_trace_head600.jsonl"))
 TRACELAB = str(data_path("tracelab/multi_session_example.csv"))
@@ -82,7 +82,7 @@ def run(name: str) -> str:
         cfg, engine = CASES[name]
     cpu = time.process_time()
     result = simulate(cfg, engine=engine, workload=wl)
-    digest = report_digest(canonical_report(result))
+    digest = run_digest(result)
     return f"{name} {digest} {time.process_time() - cpu:.2f}s"
 
 

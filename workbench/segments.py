@@ -39,8 +39,6 @@ from workbench.kernels import native as _native
 
 #: source kinds (ints, so part tuples hash the same in every process)
 UNIT, PREFIX, BLOCK, OUTPUT = 1, 2, 3, 4
-KIND_NAMES = {UNIT: "unit stream", PREFIX: "shared prefix", BLOCK: "hash-id block",
-              OUTPUT: "engine output"}  # fmt: skip
 
 Part = tuple[int, int, int, int]  # (kind, key, start, n)
 Resolver = Callable[[int, int, int, int], list[int]]  # (kind, key, start, n) -> token ids

@@ -79,19 +79,30 @@ class Bomb:
         return await self.answer(request, head + b"data: [DONE]\n\n", "text/event-stream")
 
 
-def _run(args: list[str]) -> tuple[int, str, int]:
+# The CLI's own peak RSS, read by a small launcher that starts it and waits for it. Not the
+# test process's wait4: Linux carries the peak RSS of the process that spawned a child
+# over its exec, so a CLI spawned straight from a large pytest worker reports the worker's
+# size (measured: 1,200 MiB, the same for every case, in the full suite).
+LAUNCHER = """import os, subprocess, sys
+p = subprocess.Popen(sys.argv[2:])
+_, status, usage = os.wait4(p.pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def _run(tmp_path: Path, args: list[str]) -> tuple[int, str, int]:
     """The CLI in a subprocess: (exit code, its output, its peak RSS in bytes)."""
     import subprocess
 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    peak = tmp_path / "peak_rss_kib"
     with open(os.devnull, "rb") as null:
-        proc = subprocess.Popen([sys.executable, "-m", "workbench", *args], stdin=null,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-    assert proc.stdout is not None
-    out = proc.stdout.read()  # until the child closes it (it exits)
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, out.decode("utf-8", "replace"), usage.ru_maxrss * 1024
+        proc = subprocess.run([sys.executable, "-c", LAUNCHER, str(peak), sys.executable,
+                               "-m", "workbench", *args], stdin=null, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, env=env, timeout=600)
+    return proc.returncode, proc.stdout.decode("utf-8", "replace"), int(peak.read_text()) * 1024
 
 
 @pytest.mark.parametrize("http", ["httptools", "aiohttp"])
@@ -105,7 +116,7 @@ async def test_every_answer_a_bomb_replay_stays_flat(tmp_path, gz, size, http):
            web.get("/v1/models", bomb.answer), web.get("/health", bomb.answer),
            web.post("/v1/completions", bomb.complete)]
     async with serve_app(app) as url:
-        code, out, rss = await asyncio.to_thread(_run, [
+        code, out, rss = await asyncio.to_thread(_run, tmp_path, [
             "replay", "--trace", LARGE, "--max-items", "2", "--target", url,
             "--arrival", "saturated", "--max-concurrency", "2", "--tool-wait-scale", "0",
             "--no-preflight", "--no-progress", "-o", str(tmp_path / "runs"), "--run-id", "b",

@@ -16,7 +16,12 @@ from pathlib import Path
 
 from workbench.data import path as data_path
 from workbench.executors.virtual import simulate
-from workbench.report.canonical import CANONICAL_EXCLUDED, canonical_report, report_digest
+from workbench.report.canonical import (
+    CANONICAL_EXCLUDED,
+    canonical_report,
+    report_digest,
+    run_digest,
+)
 
 TRACE = data_path("tracelab/multi_session_example.csv")
 ENGINE = ["--engine", "num_blocks=512"]
@@ -73,3 +78,39 @@ def test_every_measured_field_is_in_and_only_the_list_is_out() -> None:
     assert all(CANONICAL_EXCLUDED.values())
     full = {"manifest": result.manifest, "records": [r.to_dict() for r in result.records]}
     assert "run_id" in full["manifest"] and "run_id" in full["records"][0]
+
+
+GRAPH = """\
+session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms,\
+parent_session_id,spawn_round,spawn_trigger,spawn_delay_ms,join_round
+p,0,0,64,8,2,,,,,
+p,1,72,32,8,1,,,,,
+c1,0,0,48,6,1,p,0,,,
+c2,0,0,40,4,0,p,0,,0,1
+"""
+
+
+def test_the_streamed_digest_is_the_report_s_in_memory_and_on_disk(tmp_path: Path) -> None:
+    """``run_digest`` hashes the canonical report's bytes as it makes them: the same sha256
+    as ``report_digest(canonical_report(...))``, records kept or on disk (read back line by
+    line, summarized from records.parquet), a session graph's lifecycle and tasks too."""
+    graph = tmp_path / "graph.csv"
+    graph.write_text(GRAPH)
+    cases = [
+        {"trace": str(TRACE), "context": "prefix-preserving"},
+        {"trace": {"path": str(graph)}, "arrival": {"mode": "saturated"}, "backend": "openai"},
+    ]
+    for i, base in enumerate(cases):
+        kept = simulate({**base, "target": {"url": "sim", "engine": {"num_blocks": 512}}})
+        disk = simulate({**base, "out_dir": str(tmp_path / f"out{i}"),
+                         "executor": {"keep_records": False},
+                         "target": {"url": "sim", "engine": {"num_blocks": 512}}})
+        assert not kept.records_on_disk and disk.records_on_disk
+        want = report_digest(canonical_report(kept))
+        assert run_digest(kept) == want
+        # (the config differs: executor.keep_records is in the canonical manifest)
+        assert run_digest(disk) == report_digest(canonical_report(disk)) != want
+        if i == 1:
+            assert kept.lifecycle and "agent_tasks" in canonical_report(kept)["summary"]
+        slo = {"ttft_ms": 1.0}
+        assert run_digest(kept, slo) == report_digest(canonical_report(kept, slo)) != want

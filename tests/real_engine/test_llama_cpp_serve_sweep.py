@@ -61,18 +61,18 @@ async def test_server_sweep_on_llama_cpp(tmp_path: Path) -> None:
     finally:
         kill_left(seen)
     m = s.manifest
-    failures = [p.get("failure") for p in m["points"] if p["status"] != "done"]
-    assert m["status"] == "completed", failures
-    assert [p["params"]["serve.slots"] for p in m["points"]] == [1, 2]
+    failures = [p.get("failure") for p in m.points if p["status"] != "done"]
+    assert m.status == "completed", failures
+    assert [p["params"]["serve.slots"] for p in m.points] == [1, 2]
     for name, slots in (("s000", 1), ("s001", 2)):
-        rec = m["servers"][name]
+        rec = m.servers[name]
         assert rec["argv"][-2:] == ["--parallel", str(slots)]
         assert rec["stopped"] in ("SIGTERM", "SIGKILL after 10 s")
         log_text = (s.sweep_dir / rec["stdout"]).read_text() + \
             (s.sweep_dir / rec["stderr"]).read_text()
         # llama-server logs the slots it made: this server's own --parallel
         assert re.search(rf"n_slots = {slots}\b", log_text), log_text[-2000:]
-    for point, run_dir in zip(m["points"], s.run_dirs, strict=True):
+    for point, run_dir in zip(m.points, s.run_dirs, strict=True):
         run = load(run_dir)
         assert [r.status for r in run.records] == ["ok"] * 4, point
         assert all(r.prompt_tokens == 48 for r in run.records)

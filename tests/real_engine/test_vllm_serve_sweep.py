@@ -74,18 +74,18 @@ async def test_server_sweep_on_vllm(tmp_path: Path) -> None:
     finally:
         kill_left(seen)
     m = s.manifest
-    failures = [p.get("failure") for p in m["points"] if p["status"] != "done"]
-    assert m["status"] == "completed", failures
-    assert [p["params"]["serve.seqs"] for p in m["points"]] == [2, 2, 8, 8]
+    failures = [p.get("failure") for p in m.points if p["status"] != "done"]
+    assert m.status == "completed", failures
+    assert [p["params"]["serve.seqs"] for p in m.points] == [2, 2, 8, 8]
     for name, seqs in (("s000", "2"), ("s001", "8")):
-        rec = m["servers"][name]
+        rec = m.servers[name]
         assert "--max-num-seqs" in rec["argv"] and seqs in rec["argv"]
         assert rec["stopped"] in ("SIGTERM", "SIGKILL after 30 s")
         log_text = (s.sweep_dir / rec["stdout"]).read_text() + \
             (s.sweep_dir / rec["stderr"]).read_text()
         # vLLM logs its non-default arguments: this server's own max_num_seqs
         assert re.search(rf"max_num_seqs['\"]?\s*[:=]\s*{seqs}\b", log_text), log_text[-2000:]
-    for point, run_dir in zip(m["points"], s.run_dirs, strict=True):
+    for point, run_dir in zip(m.points, s.run_dirs, strict=True):
         run = load(run_dir)
         assert [r.status for r in run.records] == ["ok"] * 4
         assert point["runs"][0]["flush"]["ok"] is True

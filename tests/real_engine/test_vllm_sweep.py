@@ -40,7 +40,7 @@ async def test_sweep_over_concurrency_on_vllm(vllm_server: VLLMServer, tmp_path:
     s = await wb.sweep_async(cfg, {"arrival.max_concurrency": [1, 3]}, repeats=1,
                              slo="e2e_ms:p90<=600000", out_dir=tmp_path, sweep_id="vllm")
     after = get_metrics(vllm_server.url)
-    assert s.manifest["status"] == "completed" and s.manifest["mode"] == "live"
+    assert s.manifest.status == "completed" and s.manifest.mode == "live"
     assert [p["status"] for p in s.points] == ["done", "done"]
     recorded_hits = 0
     for point, run_dir in zip(s.points, s.run_dirs, strict=True):

@@ -156,8 +156,8 @@ def test_cells_queued_behind_sync_calls_all_run_in_a_real_kernel(
         "tolerance=1, max_probes=3, virtual=True, out_dir=out)",
         "again = wb.sweep(cfg, {'arrival.rate': [1]}, virtual=True, out_dir=out)",
         "await asyncio.sleep(0)\n"
-        "summary = (len(result.records), [p['status'] for p in sweep.manifest['points']], "
-        "cap.capacity['status'], again.manifest['status'])\n"
+        "summary = (len(result.records), [p['status'] for p in sweep.manifest.points], "
+        "cap.capacity['status'], again.manifest.status)\n"
         "assert summary == (5, ['done', 'done'], 'above_range', 'completed'), summary",
     ]
     replies = run_cells(kernel, cells)

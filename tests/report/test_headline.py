@@ -17,7 +17,7 @@ from workbench.report.headline import (
     run_headline,
     sig,
 )
-from workbench.sweeps.store import Sweep
+from workbench.sweeps.store import Sweep, SweepManifest
 
 
 def summary(**over: Any) -> dict[str, Any]:
@@ -110,7 +110,7 @@ def sweep(points: list[dict[str, Any]], capacity: dict[str, Any] | None = None,
     manifest = {"sweep_id": "s", "axes": [axis], "slo": {"ttft_ms:p90": 2000.0},
                 "slo_text": "ttft_ms:p90<=2000", "points": points, "capacity": capacity,
                 "mode": "virtual"}
-    return Sweep(Path("/nonexistent"), manifest)
+    return Sweep(Path("/nonexistent"), SweepManifest.from_dict(manifest))
 
 
 def test_capacity_of_a_search_offered_against_delivered_with_a_warning():
@@ -145,7 +145,7 @@ def test_capacity_when_every_point_held_or_none_did():
     assert capacity_sentence(sweep(broken), rounds_per_unit=1.0) == (
         "At TTFT p90 ≤ 2 s: the SLO broke at every point, from 1 req/s offered: the "
         "capacity is below the range.")
-    assert capacity_sentence(Sweep(Path("/x"), {"points": held})) == (
+    assert capacity_sentence(Sweep(Path("/x"), SweepManifest(points=held))) == (
         "No SLO: the sweep has no capacity to state.")
 
 
@@ -232,8 +232,8 @@ def test_a_sweep_headline_names_its_points_engine_and_capacity(tmp_path):
     (tmp_path / "runs" / "p000-r0" / "manifest.json").write_text(
         json.dumps({"plan": {"units": 40, "rounds": 40}}))
     s = Sweep(tmp_path, sweep(pts).manifest)
-    s.manifest["base_config"] = {"target": {"url": "sim", "engine": {"speedup": 20.0}}}
-    s.manifest["mode"] = "live"
+    s.manifest.base_config = {"target": {"url": "sim", "engine": {"speedup": 20.0}}}
+    s.manifest.mode = "live"
     line = sweep_headline(s, "fast engine")
     assert line.startswith("fast engine: 2 point(s) of arrival.rate 1–2 · simulated engine, "
                            "20× real time · At TTFT p90 ≤ 2 s: capacity at least 1.2 req/s "

@@ -18,6 +18,7 @@ from workbench.storage.rundir import (
     TIMELINE,
     RecordWriter,
     dumps_line,
+    iter_jsonl,
     load,
     loads_line,
     read_jsonl,
@@ -161,6 +162,28 @@ def test_corrupt_middle_line_raises(tmp_path: Path) -> None:
     path.write_bytes(b'{"a": 1}\n{"b": \n{"c": 3}\n')
     with pytest.raises(ValueError, match=":2: invalid JSON"):
         read_jsonl(path)
+    with pytest.raises(ValueError, match=":2: invalid JSON"):
+        list(iter_jsonl(path))
+
+
+@pytest.mark.parametrize("data", [
+    b'{"a": 1}\n{"b": 2}\n', b'{"a": 1}\n{"b": ', b'{"a": 1}\n\n{"b": \n  \n ',
+    b'{"a": 1}\n{"b": \n\n', b'\n\n{"a": 1}', b"", b'{"a": [1, 2]}\n{"b": 2}'])
+def test_streamed_lines_are_read_jsonl_s(tmp_path: Path, data: bytes) -> None:
+    """``iter_jsonl`` line by line gives what ``read_jsonl`` gives, or the same error:
+    a cut-short last line skipped, a bad line followed by a newline an error."""
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(data)
+    try:
+        whole: object = read_jsonl(path)
+    except ValueError as exc:
+        whole = str(exc)
+    try:
+        streamed: object = list(iter_jsonl(path))
+    except ValueError as exc:
+        streamed = str(exc)
+    assert streamed == whole
+    assert list(iter_jsonl(tmp_path / "absent.jsonl")) == []
 
 
 def test_load_frames_and_parent_dir_resolution(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ lines, process exits), never on sleeps."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import socket
@@ -22,6 +21,7 @@ from tests.proctree import descendants, kill_left, living
 from workbench.cli import main
 from workbench.errors import ConfigError
 from workbench.sweeps.serve import ServeSpec
+from workbench.sweeps.store import load_sweep
 
 TRACE = "synthetic:random,requests=6,input=fixed:64,output=fixed:8,rate=50"
 PY = sys.executable
@@ -60,21 +60,21 @@ def test_each_server_point_serves_its_client_points_then_stops(tmp_path: Path) -
     finally:
         kill_left(seen)
     m = sweep.manifest
-    assert m["status"] == "completed" and m["failed_points"] == []
-    assert [p["params"] for p in m["points"]] == [
+    assert m.status == "completed" and m.failed_points == []
+    assert [p["params"] for p in m.points] == [
         {"serve.seqs": 2, "arrival.max_concurrency": 1},
         {"serve.seqs": 2, "arrival.max_concurrency": 3},
         {"serve.seqs": 8, "arrival.max_concurrency": 1},
         {"serve.seqs": 8, "arrival.max_concurrency": 3}]
-    assert all(p["status"] == "done" for p in m["points"])
+    assert all(p["status"] == "done" for p in m.points)
     for name, seqs in (("s000", "2"), ("s001", "8")):
-        rec = m["servers"][name]
+        rec = m.servers[name]
         assert rec["argv"][-2:] == ["--max-num-seqs", seqs]
         assert rec["stopped"] == "SIGTERM" and rec["ready_after_s"] > 0
         assert (sweep.sweep_dir / rec["stderr"]).is_file()
         assert (sweep.sweep_dir / rec["stdout"]).is_file()
     # every client point found its cache reset, on the server of its point
-    for p in m["points"]:
+    for p in m.points:
         assert p["runs"][0]["flush"]["ok"] is True
     # each server saw exactly its own points' requests: 2 points × 6 requests
     assert [s.startswith("server s00") for s in said].count(True) == 6
@@ -84,7 +84,7 @@ def test_each_server_point_serves_its_client_points_then_stops(tmp_path: Path) -
                      serve=ServeSpec(sim_serve(port), {"seqs": [2, 8]}),
                      sweep_id="s", progress=said.append)
     assert not [s for s in said if "starting" in s]
-    assert again.manifest["status"] == "completed"
+    assert again.manifest.status == "completed"
 
 
 def cli_sweep(tmp_path: Path, serve: str, *extra: str) -> list[str]:
@@ -98,13 +98,13 @@ def test_a_server_that_exits_at_start_fails_its_points(tmp_path: Path, capsys) -
     serve = f"{PY} -c \"import sys; print('no such model: {{m}}', file=sys.stderr); sys.exit(3)\""
     code = main(cli_sweep(tmp_path, serve, "--serve-over", "m=tiny"))
     assert code == 1
-    m = json.loads((tmp_path / "f" / "sweep.json").read_text())
-    assert m["status"] == "completed_with_failures" and m["failed_points"] == [0, 1]
-    for p in m["points"]:
+    m = load_sweep(tmp_path / "f").manifest
+    assert m.status == "completed_with_failures" and m.failed_points == [0, 1]
+    for p in m.points:
         assert p["status"] == "failed" and p["runs"] == []
         assert "exited with status 3 before it answered" in p["failure"]["reason"]
         assert "no such model: tiny" in p["failure"]["log_tail"]
-    assert m["servers"]["s000"]["exit_status"] == 3
+    assert m.servers["s000"]["exit_status"] == 3
     assert "no such model: tiny" in capsys.readouterr().err
 
 
@@ -123,12 +123,12 @@ def test_a_server_that_never_answers_is_stopped_and_fails(tmp_path: Path) -> Non
     finally:
         kill_left({p: s for p, s in descendants(me).items() if p not in before})
     assert code == 1
-    m = json.loads((tmp_path / "f" / "sweep.json").read_text())
-    p0 = m["points"][0]
+    m = load_sweep(tmp_path / "f").manifest
+    p0 = m.points[0]
     assert p0["status"] == "failed"
     assert "did not answer GET /health or /v1/models" in p0["failure"]["reason"]
     assert "loading big" in p0["failure"]["log_tail"]
-    assert m["servers"]["s000"]["stopped"] == "SIGTERM"
+    assert m.servers["s000"]["stopped"] == "SIGTERM"
 
 
 def test_a_server_that_dies_mid_point_fails_that_point(tmp_path: Path) -> None:
@@ -148,11 +148,11 @@ def test_a_server_that_dies_mid_point_fails_that_point(tmp_path: Path) -> None:
                      serve=ServeSpec(sim_serve(port), {"seqs": [4]}), sweep_id="d",
                      progress=progress)
     m = sweep.manifest
-    assert m["failed_points"] == [0, 1]
-    assert "during point 0" in m["points"][0]["failure"]["reason"]
-    assert "exited with status -9" in m["points"][0]["failure"]["reason"]
-    assert "during an earlier point" not in m["points"][0]["failure"]["reason"]
-    assert m["points"][1]["status"] == "failed"
+    assert m.failed_points == [0, 1]
+    assert "during point 0" in m.points[0]["failure"]["reason"]
+    assert "exited with status -9" in m.points[0]["failure"]["reason"]
+    assert "during an earlier point" not in m.points[0]["failure"]["reason"]
+    assert m.points[1]["status"] == "failed"
     assert living(server) == []
 
 
@@ -180,9 +180,9 @@ def test_sigterm_of_the_sweep_stops_its_server(tmp_path: Path) -> None:
         proc.kill()
         proc.wait()
         kill_left(server)
-    m = json.loads((tmp_path / "t" / "sweep.json").read_text())
-    assert m["status"] == "interrupted"
-    assert m["servers"]["s000"]["stopped"] == "SIGTERM"
+    m = load_sweep(tmp_path / "t").manifest
+    assert m.status == "interrupted"
+    assert m.servers["s000"]["stopped"] == "SIGTERM"
 
 
 @pytest.mark.parametrize(("serve", "over", "rule"), [

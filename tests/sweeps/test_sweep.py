@@ -86,7 +86,7 @@ def test_pool_means_and_t_intervals() -> None:
 def test_virtual_sweep_points_are_ordinary_runs_with_repeats(tmp_path: Path) -> None:
     s = wb.sweep(BASE, {"arrival.rate": [1, 8]}, repeats=2, slo=SLO_TEXT, virtual=True,
                  out_dir=tmp_path, sweep_id="grid")
-    assert s.manifest["status"] == "completed" and s.axes == ["arrival.rate"]
+    assert s.manifest.status == "completed" and s.axes == ["arrival.rate"]
     assert len(s.run_dirs) == 4
     for run_dir in s.run_dirs:
         run = load(run_dir)
@@ -106,9 +106,9 @@ def test_virtual_sweep_points_are_ordinary_runs_with_repeats(tmp_path: Path) -> 
 def test_early_stop_skips_the_points_after_a_break_by_the_margin(tmp_path: Path) -> None:
     s = wb.sweep(BASE, {"arrival.rate": [1, 8, 12, 16]}, slo=SLO_TEXT, stop_margin=0.2,
                  virtual=True, out_dir=tmp_path, sweep_id="stop")
-    assert s.manifest["status"] == "stopped_early"
+    assert s.manifest.status == "stopped_early"
     assert [p["status"] for p in s.points] == ["done", "done", "skipped", "skipped"]
-    assert s.manifest["stopped_early"]["skipped"] == [2, 3]
+    assert s.manifest.stopped_early["skipped"] == [2, 3]
     assert sorted(p.name for p in (tmp_path / "stop" / "runs").iterdir()) == ["p000-r0",
                                                                             "p001-r0"]
 
@@ -116,7 +116,7 @@ def test_early_stop_skips_the_points_after_a_break_by_the_margin(tmp_path: Path)
 def test_no_early_stop_within_the_margin(tmp_path: Path) -> None:
     s = wb.sweep(BASE, {"arrival.rate": [8, 1]}, slo=SLO_TEXT, stop_margin=10.0,
                  virtual=True, out_dir=tmp_path, sweep_id="margin")
-    assert s.manifest["status"] == "completed"
+    assert s.manifest.status == "completed"
     assert [p["status"] for p in s.points] == ["done", "done"]
 
 
@@ -136,7 +136,7 @@ def test_interrupted_sweep_resumes_from_the_points_on_disk(tmp_path: Path) -> No
     with pytest.raises(Interrupt):
         wb.sweep(BASE, over, virtual=True, out_dir=tmp_path, sweep_id="r", progress=progress)
     first = load_sweep(tmp_path / "r")
-    assert first.manifest["status"] == "failed"
+    assert first.manifest.status == "failed"
     assert [p["status"] for p in first.points] == ["done", "done", "pending"]
     started = {d: read_json(Path(d) / "manifest.json")["started_at"] for d in first.run_dirs}
     # a half-written run of the last point is set aside and run again, not trusted
@@ -145,7 +145,7 @@ def test_interrupted_sweep_resumes_from_the_points_on_disk(tmp_path: Path) -> No
     (partial / "records.jsonl").write_text('{"request_id": "x"')
 
     resumed = wb.sweep(BASE, over, virtual=True, out_dir=tmp_path, sweep_id="r")
-    assert resumed.manifest["status"] == "completed" and len(resumed.manifest["resumed"]) == 1
+    assert resumed.manifest.status == "completed" and len(resumed.manifest.resumed) == 1
     assert [p["status"] for p in resumed.points] == ["done", "done", "done"]
     for d, t in started.items():  # the finished points were not run again
         assert read_json(Path(d) / "manifest.json")["started_at"] == t
@@ -332,7 +332,7 @@ def test_sweep_notebook_runs_a_new_sweep_from_its_parameters(tmp_path: Path) -> 
     html = render_report("sweep", {"out_dir": str(tmp_path / "sweeps"), "values": [1, 8],
                                    "sweep_id": "nb", "max_items": 20}, tmp_path / "reports")
     s = load_sweep(tmp_path / "sweeps" / "nb")
-    assert s.manifest["status"] == "completed" and len(s.run_dirs) == 2
+    assert s.manifest.status == "completed" and len(s.run_dirs) == 2
     assert "Throughput against latency" in Path(html).read_text()
 
 

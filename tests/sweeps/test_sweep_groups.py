@@ -20,7 +20,7 @@ import workbench as wb
 from workbench.cli import main
 from workbench.report.headline import capacity_sentence, sweeps_headline
 from workbench.report.sweep_plots import curves, in_load_order
-from workbench.sweeps import Sweep
+from workbench.sweeps import Sweep, SweepManifest
 from workbench.sweeps.groups import best, capacities, groups, load_axis_of
 
 TRACE = "synthetic:random,requests=40,input=fixed:2000,output=fixed:64"
@@ -171,8 +171,8 @@ def _point(index: int, params: dict[str, Any], rps: float, held: bool) -> dict[s
 
 def _sweep(axes: list[str], rows: list[tuple[dict[str, Any], float, bool]]) -> Sweep:
     points = [_point(i, params, rps, held) for i, (params, rps, held) in enumerate(rows)]
-    return Sweep(Path("/nonexistent"), {"sweep_id": "s", "axes": axes, "points": points,
-                                        "slo": {"ttft_ms:p90": 500.0}, "mode": "live"})
+    return Sweep(Path("/nonexistent"), SweepManifest(sweep_id="s", axes=axes, points=points,
+                                                     slo={"ttft_ms:p90": 500.0}, mode="live"))
 
 
 def test_a_server_sweep_groups_by_its_server_parameter_first() -> None:

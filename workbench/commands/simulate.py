@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from workbench.executors.virtual import simulate
-    from workbench.report.canonical import canonical_report, report_digest
+    from workbench.report.canonical import run_digest
 
     cfg = config_from_args(args)
     knobs = dict(cfg.target.engine)
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     summary = summary_of(result, cfg.slo)
     print_result(summary, result, args)
     if args.digest:
-        print("digest:", report_digest(canonical_report(result, cfg.slo)))
+        print("digest:", run_digest(result, cfg.slo))
     if result.run_dir:
         print(f"run directory: {result.run_dir}")
     return exit_status(summary, result.cancelled, args.max_error_rate)

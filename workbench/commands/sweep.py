@@ -153,8 +153,8 @@ def run(args: argparse.Namespace) -> int:
 
     print(sweeps_headline({result.label: result}))  # the capacity sentence, on top
     print(_table(result))
-    if result.manifest.get("stopped_early"):
-        print(f"stopped early: {result.manifest['stopped_early']['reason']}")
+    if result.manifest.stopped_early:
+        print(f"stopped early: {result.manifest.stopped_early['reason']}")
     if result.capacity:  # the search's bracket; the capacity itself is in the headline
         c = result.capacity
         for one in c.get("configurations") or [c]:

@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 import workbench.catalogs.requests as catalog
@@ -127,10 +128,37 @@ def to_frame(data: Data) -> pd.DataFrame:
     raw["extra"] = [dict(e) for e in raw["extra"]]
     raw["token_times_ns"] = [list(t) for t in raw["token_times_ns"]]
     raw["token_counts"] = [list(c) for c in raw["token_counts"]]
+    return _frame(raw)
+
+
+def frame_of_stream(records: Iterable[RequestRecord]) -> pd.DataFrame:
+    """``to_frame`` of records read once and let go (a run's ``records.jsonl`` line by
+    line) for what is derived from it: the same numbers, no record held, a row's token
+    times, counts and inter-token gaps as numpy arrays (8 B a token, not a Python
+    number's ~32–40)."""
+    raw: dict[str, list[Any]] = {name: [] for name in RAW_COLUMNS}
+    columns = [(name, raw[name].append) for name in RAW_COLUMNS if name not in _TOKENS]
+    times, counts = raw["token_times_ns"].append, raw["token_counts"].append
+    for r in records:
+        for name, append in columns:
+            append(getattr(r, name))
+        times(np.array(r.token_times_ns, dtype=np.int64))
+        counts(np.array(r.token_counts, dtype=np.int64))
+    return _frame(raw, gap_lists=False)
+
+
+_TOKENS = ("token_times_ns", "token_counts")
+
+
+def _frame(raw: dict[str, list[Any]], *, gap_lists: bool = True) -> pd.DataFrame:
     d = derive(raw, raw["token_times_ns"], raw["token_counts"])
     cols: dict[str, Any] = {name: raw[name] for name in RAW_COLUMNS}
     cols.update({name: d[name] for name in DERIVED_COLUMNS if name not in LIST_COLUMNS})
-    cols["itl_ms"] = split_gaps(d["gaps"], d["itl_count"])
+    if gap_lists:
+        cols["itl_ms"] = split_gaps(d["gaps"], d["itl_count"])
+    else:  # views of the one gaps array, row by row
+        cols["itl_ms"] = np.split(d["gaps"], np.cumsum(d["itl_count"])[:-1]) if len(
+            d["itl_count"]) else []
     df = pd.DataFrame(cols, columns=list(COLUMNS))
     for col in NS_COLUMNS:
         df[col] = df[col].astype("Int64")

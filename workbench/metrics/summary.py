@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -49,6 +49,9 @@ from workbench.metrics.server_side import counter_increase, server_evidence
 from workbench.metrics.slo import SLO, attained
 from workbench.metrics.workers import worker_breakdown
 from workbench.records import RunResult
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["STAT_KEYS", "describe"]  # re-exported: ``metrics.describe``
 
@@ -370,6 +373,7 @@ def summarize(
     *,
     warmup: bool = False,
     ideal: float | None = None,
+    frame: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """The run's summary as a JSON-ready dict (the content of ``summary.json``).
 
@@ -378,16 +382,17 @@ def summarize(
     unless ``warmup=True``. No run id or wall-clock field goes in, so a virtual-time
     run summarizes byte-identically every time. A run that kept its records on disk
     only (``RunResult.records_on_disk``) is read from its ``records.parquet``
-    column by column (``summarize_stored``).
+    column by column (``summarize_stored``), unless ``frame`` is given: the run's
+    records as ``to_frame`` makes them (``frame_of_stream``), summarized as if in memory.
     """
     if slo is not None and not isinstance(slo, Mapping):
         raise ConfigError(f"summarize: slo: expected a mapping of metric: bound (ms), got a "
                           f"{type(slo).__name__}")
-    if isinstance(result, RunResult) and result.records_on_disk:
+    if isinstance(result, RunResult) and result.records_on_disk and frame is None:
         return summarize_stored(result.run_dir or "", slo, warmup=warmup, ideal=ideal)
     manifest = result.manifest if isinstance(result, RunResult) else {}
     timeline = result.metrics_timeline if isinstance(result, RunResult) else []
-    full = Columns.of(result)
+    full = Columns.of(result if frame is None else frame)
     out = run_summary(full, manifest, timeline, slo, warmup=warmup, ideal=ideal)
     if isinstance(result, RunResult):
         out["run_cancelled"] = bool(result.cancelled)  # "cancelled" is the request count

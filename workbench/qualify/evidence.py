@@ -30,7 +30,6 @@ PASS, FAIL, NA = "pass", "fail", "n/a"
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 KV_USAGE = "vllm:kv_cache_usage_perc"
-PREEMPTIONS = "vllm:num_preemptions_total"
 
 
 def _check(status: str, figure: Any, rule: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from workbench import redact
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
-from workbench.records import RequestRecord, RunManifest, RunResult, Workload
+from workbench.records import RunManifest, RunResult, Workload
 from workbench.replay.plan import Plan, RunFloor
 from workbench.storage.rundir import process_identity
 from workbench.traces.load import source_sha256
@@ -184,7 +184,3 @@ def run_on_fast_loop(coro: Coroutine[Any, Any, T], use_uvloop: bool = True) -> T
             factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=factory) as runner:
         return run_with_sigterm(runner, coro)
-
-
-def count_progress(records: list[RequestRecord]) -> int:
-    return sum(1 for r in records if not r.warmup)

@@ -3,23 +3,28 @@ share byte for byte (docs/measurement-rules.md, "Portable canonical digests").
 
 ``canonical_report`` is the manifest, the summary, every record, lifecycle row and
 timeline sample, less exactly ``CANONICAL_EXCLUDED`` (wall clock, paths, the host);
-``report_digest`` its sha256 over sorted keys. A virtual run (``simulate``) gives the
-same digest for the same trace content and engine config wherever and whenever it runs.
+``report_digest`` its sha256 over sorted keys. ``run_digest`` gives the same sha256 from
+the run itself, hashing the same bytes as they are made, a record at a time, without the
+report in memory (a whole trace's records as dicts: docs/virtual-time.md). A virtual run
+(``simulate``) gives the same digest for the same trace content and engine config
+wherever and whenever it runs.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from workbench.metrics import summarize
-from workbench.metrics.frame import as_records
-from workbench.records import RunResult
-from workbench.storage.rundir import LIFECYCLE, read_jsonl
+from workbench.metrics.agents import has_tasks
+from workbench.metrics.frame import as_records, frame_of_stream
+from workbench.records import RequestRecord, RunResult
+from workbench.storage.rundir import LIFECYCLE, RECORDS, iter_jsonl, read_jsonl
 
 # The canonical report's one closed exclusion list (docs/measurement-rules.md): every
 # other field of the manifest, the summary, each record, each lifecycle row and each
@@ -75,20 +80,19 @@ def canonical_report(result: RunResult, slo: dict[str, float] | None = None) -> 
     # stored-run path gives the same numbers, but needs pyarrow)
     in_memory = RunResult(result.run_id, records, manifest=result.manifest, lifecycle=lifecycle,
                           metrics_timeline=result.metrics_timeline, cancelled=result.cancelled)
-    doc: dict[str, Any] = {
-        "manifest": copy.deepcopy(result.manifest),
-        "summary": summarize(in_memory, slo),
-        "records": [r.to_dict() for r in records],
-        "lifecycle": [dict(row) for row in lifecycle],
+    return {
+        "manifest": _section("manifest", copy.deepcopy(result.manifest)),
+        "summary": _section("summary", summarize(in_memory, slo)),
+        "records": [_section("records[]", r.to_dict()) for r in records],
+        "lifecycle": [_section("lifecycle[]", dict(row)) for row in lifecycle],
         "metrics_timeline": [dict(row) for row in result.metrics_timeline],
     }
-    for section in ("manifest", "summary"):
-        for dotted in _excluded(section):
-            _drop(doc[section], dotted)
-    for section in ("records", "lifecycle"):
-        for dotted in _excluded(section + "[]"):
-            for row in doc[section]:
-                _drop(row, dotted)
+
+
+def _section(name: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` (a section, or a row of a list section: ``records[]``) less its exclusions."""
+    for dotted in _excluded(name):
+        _drop(doc, dotted)
     return doc
 
 
@@ -98,6 +102,72 @@ def _lifecycle(result: RunResult) -> list[dict[str, Any]]:
     return read_jsonl(Path(result.run_dir or "") / LIFECYCLE)
 
 
+_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY
+
+
 def report_digest(report: dict[str, Any]) -> str:
-    blob = orjson.dumps(report, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
-    return hashlib.sha256(blob).hexdigest()
+    return hashlib.sha256(orjson.dumps(report, option=_OPTIONS)).hexdigest()
+
+
+def run_digest(result: RunResult, slo: dict[str, float] | None = None) -> str:
+    """``report_digest(canonical_report(result, slo))`` streamed: the same bytes in the same
+    order (orjson's sorted keys: lifecycle, manifest, metrics_timeline, records, summary;
+    a list as ``[a,b]``), each row serialized and hashed as it is read, so no more than a
+    row is held beyond what the run itself holds. A run with its records on disk is read
+    from ``records.jsonl`` line by line (and once whole for its summary, before)."""
+    summary = _summary(result, slo)  # first: the records it reads are let go before the rest
+    h = hashlib.sha256()
+    h.update(b'{"lifecycle":')
+    _list(h, (_section("lifecycle[]", dict(row)) for row in _lifecycle_rows(result)))
+    h.update(b',"manifest":')
+    h.update(orjson.dumps(_section("manifest", copy.deepcopy(result.manifest)), option=_OPTIONS))
+    h.update(b',"metrics_timeline":')
+    _list(h, (dict(row) for row in result.metrics_timeline))
+    h.update(b',"records":')
+    _list(h, (_section("records[]", r.to_dict()) for r in _records(result)))
+    h.update(b',"summary":')
+    h.update(summary)
+    h.update(b"}")
+    return h.hexdigest()
+
+
+def _list(h: Any, rows: Iterable[Any]) -> None:
+    h.update(b"[")
+    for i, row in enumerate(rows):
+        h.update(b"," if i else b"")
+        h.update(orjson.dumps(row, option=_OPTIONS))
+    h.update(b"]")
+
+
+def _lifecycle_rows(result: RunResult) -> Iterable[dict[str, Any]]:
+    if result.lifecycle or not result.records_on_disk:
+        return result.lifecycle
+    return iter_jsonl(Path(result.run_dir or "") / LIFECYCLE)
+
+
+def _records(result: RunResult) -> Iterator[RequestRecord]:
+    if not result.records_on_disk:
+        yield from as_records(result)
+        return
+    for row in iter_jsonl(Path(result.run_dir or "") / RECORDS):
+        yield RequestRecord.from_dict(row)
+
+
+def _summary(result: RunResult, slo: dict[str, float] | None) -> bytes:
+    """The summary's bytes, as ``canonical_report`` makes them: from the records in memory
+    (``summarize_stored``, from records.parquet, is not the same to the last bit). Records
+    on disk are streamed into the frame (``frame_of_stream``: one copy of their token
+    times, no record held) unless the run is a session graph (its tasks need the records)."""
+    lifecycle = _lifecycle(result)
+    if result.records_on_disk and not has_tasks(lifecycle):
+        frame = frame_of_stream(_records(result))
+        in_memory = RunResult(result.run_id, [], manifest=result.manifest, lifecycle=lifecycle,
+                              metrics_timeline=result.metrics_timeline,
+                              cancelled=result.cancelled)
+        summary = summarize(in_memory, slo, frame=frame)
+    else:
+        in_memory = RunResult(result.run_id, as_records(result), manifest=result.manifest,
+                              lifecycle=lifecycle, metrics_timeline=result.metrics_timeline,
+                              cancelled=result.cancelled)
+        summary = summarize(in_memory, slo)
+    return orjson.dumps(_section("summary", summary), option=_OPTIONS)

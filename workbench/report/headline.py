@@ -309,7 +309,7 @@ def sweep_headline_lines(sweep: Sweep, label: str | None = None) -> list[str]:
     configs = "" if len(gs) < 2 else (
         f", {len(gs)} configurations ({', '.join(_short(a) for a in sweep.axes if a != axis)})")
     m = sweep.manifest
-    mode = engine_note({"mode": m.get("mode"), "config": m.get("base_config")}) or "live"
+    mode = engine_note({"mode": m.mode, "config": m.base_config}) or "live"
     head, rest = _capacity_lines(sweep)
     first = f"{label or sweep.label}: {done} point(s) of {axis}{span}{configs} · {mode} · {head}"
     if len(gs) < 2:

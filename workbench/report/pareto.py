@@ -13,7 +13,6 @@ docs/sweeps.md, "Pareto").
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -29,7 +28,7 @@ PER_GPU = "output_tps_per_gpu"
 
 def gpus_of(sweep: Sweep, gpus: int | None = None) -> int | None:
     """The GPU count: given, else the sweep's own (``sweep --gpus``), else unknown."""
-    n = gpus if gpus is not None else sweep.manifest.get("gpus")
+    n = gpus if gpus is not None else sweep.manifest.gpus
     return int(n) if n else None
 
 
@@ -84,7 +83,7 @@ def best_sentence(sweep: Sweep, gpus: int | None = None) -> str:
     (``headline.capacity_sentence``), which this point need not be alone in."""
     n = gpus_of(sweep, gpus)
     row = best_row(sweep, gpus)
-    slo = sweep.manifest.get("slo_text") or "the SLO"
+    slo = sweep.manifest.slo_text or "the SLO"
     if row is None:
         if sweep.slo:
             return f"No point held {slo}."
@@ -139,14 +138,3 @@ def pareto_plot(sweeps: Mapping[str, Sweep], gpus: int | None = None) -> Figure:
     if notes:
         fig.text(0.01, -0.02, "\n".join(notes), fontsize=8, va="top", ha="left", wrap=True)
     return fig
-
-
-def pareto_table(sweeps: Mapping[str, Sweep], gpus: int | None = None) -> pd.DataFrame:
-    """Every sweep's pareto frame, one table (a ``sweep`` column when several)."""
-    frames: list[Any] = []
-    for label, sweep in sweeps.items():
-        df = pareto_frame(sweep, gpus)
-        if len(sweeps) > 1:
-            df.insert(0, "sweep", label)
-        frames.append(df)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -69,7 +69,6 @@ REPORT_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
 """
-AUTO_PARAMS = ("run_id", "out_dir")
 REPORT_CSS = """
 <style>
   .wb-table { border-collapse: collapse; font-variant-numeric: tabular-nums; margin: 0.5em 0; }

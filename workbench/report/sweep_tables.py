@@ -21,10 +21,6 @@ from workbench.sweeps.store import Sweep
 
 #: the latency columns of a point: p90 of each scalar latency metric of the catalog
 P90 = tuple(f"{m}_p90" for m in SCALAR_LATENCY)
-POINT_COLUMNS = (*P90, "request_throughput_rps",
-                 "output_token_throughput_tps", "goodput_rps", "actual_prefix_hit_rate",
-                 "server_prefix_hit_rate", "preemptions", "ok_rate", "repeats", "slo_held",
-                 "slo_worst_ratio")
 #: what ``points_table`` shows, and its column names (units in the caption)
 POINT_SHOWN: tuple[tuple[str, str], ...] = (
     *((f"{m}_p90", f"{catalog.label(m)} p90") for m in SCALAR_LATENCY),
@@ -54,13 +50,13 @@ def sweeps_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
         cap = s.capacity or {}
         rows[label] = {
             "sweep": s.sweep_id,
-            "kind": m.get("kind"),
-            "mode": m.get("mode"),
-            "target": m.get("target"),
+            "kind": m.kind,
+            "mode": m.mode,
+            "target": m.target,
             "axes": ", ".join(s.axes),
-            "repeats": (m.get("spec") or {}).get("repeats"),
-            "SLO": m.get("slo_text"),
-            "status": m.get("status"),
+            "repeats": m.spec.get("repeats"),
+            "SLO": m.slo_text,
+            "status": m.status,
             "points done": sum(1 for p in points if p.get("status") == "done"),
             "points skipped": sum(1 for p in points if p.get("status") == "skipped"),
             "capacity": _capacity_cell(s),

@@ -262,9 +262,6 @@ class Cluster:
         out["kv_usage"] = out["kv_usage"] / len(per)
         return out
 
-    def worker_stats(self) -> list[dict[str, Any]]:
-        return [w.stats() for w in self.workers]
-
     def reset_prefix_cache(self) -> bool:
         """Reset every worker's cache; False if any worker still holds blocks (none reset)."""
         if any(w.load()[0] or w.load()[1] for w in self.workers):

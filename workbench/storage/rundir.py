@@ -35,7 +35,7 @@ import shutil
 import socket
 import stat
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -310,25 +310,28 @@ def read_jsonl(path: str | Path) -> list[Any]:
     A bad line anywhere else means the file was damaged some other way, and
     silently dropping it would hide lost data, so that raises ``ValueError``.
     """
+    return list(iter_jsonl(path))
+
+
+def iter_jsonl(path: str | Path) -> Iterator[Any]:
+    """``read_jsonl`` one line at a time: the same objects, the same rules, without the
+    file or the list in memory (a whole run's records for its digest)."""
     path = Path(path)
     if not path.exists():
-        return []
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
-    out = []
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            obj = loads_line(line)
-        except ValueError as exc:
-            if i == last and not data.endswith(b"\n"):
-                log.warning("%s: skipping truncated last line %d (%s)", path, i + 1, exc)
+        return
+    with path.open("rb") as f:
+        for i, line in enumerate(f):
+            if not line.strip():
                 continue
-            raise ValueError(f"{path}:{i + 1}: invalid JSON line ({exc})") from None
-        out.append(obj)
-    return out
+            try:
+                obj = loads_line(line)
+            except ValueError as exc:
+                rest = f.read()  # the last non-blank line of a file cut short: skipped
+                if not rest.strip() and not (line + rest).endswith(b"\n"):
+                    log.warning("%s: skipping truncated last line %d (%s)", path, i + 1, exc)
+                    return
+                raise ValueError(f"{path}:{i + 1}: invalid JSON line ({exc})") from None
+            yield obj
 
 
 def _trim_partial_tail(path: Path) -> None:
@@ -669,11 +672,3 @@ def load(directory: str | Path) -> RunResult:
 def load_records(directory: str | Path) -> list[RequestRecord]:
     """The ``RequestRecord``s of a run directory (its ``records.jsonl``)."""
     return [RequestRecord.from_dict(x) for x in read_jsonl(Path(directory) / RECORDS)]
-
-
-def iter_run_dirs(root: str | Path) -> Iterator[Path]:
-    """Run directories directly under ``root`` (for comparing several runs)."""
-    root = Path(root)
-    for p in sorted(root.iterdir()):
-        if p.is_dir() and _is_run_dir(p):
-            yield p

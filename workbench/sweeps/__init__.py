@@ -8,7 +8,7 @@ cache through its run's own ``backend.flush_cache`` (``workbench.backends.flush`
 from workbench.metrics.slo import SLO, Bound
 from workbench.sweeps.capacity import capacity_search, capacity_search_async
 from workbench.sweeps.grid import sweep, sweep_async
-from workbench.sweeps.store import Sweep, is_sweep_dir, load_sweep
+from workbench.sweeps.store import Sweep, SweepManifest, is_sweep_dir, load_sweep
 
-__all__ = ["SLO", "Bound", "Sweep", "capacity_search", "capacity_search_async",
+__all__ = ["SLO", "Bound", "Sweep", "SweepManifest", "capacity_search", "capacity_search_async",
            "is_sweep_dir", "load_sweep", "sweep", "sweep_async"]

@@ -101,7 +101,7 @@ async def capacity_search_async(
                   "probes": [i for r in results for i in r["probes"]],
                   "rounds": sum(r["rounds"] for r in results)}
     result.update(axis=path, tolerance=tolerance)
-    runner.sweep.manifest["capacity"] = result
+    runner.sweep.manifest.capacity = result
     return runner.finish("completed")
 
 

@@ -79,7 +79,7 @@ async def sweep_async(
     if gpus is not None:
         if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
             raise ConfigError(f"gpus must be an integer >= 1, got {gpus!r}")
-        runner.sweep.manifest["gpus"] = gpus
+        runner.sweep.manifest.gpus = gpus
     entries = [runner.entry(p) for p in points]
     with runner.ends_on_error():  # a stop while thousands of points are checked
         await runner.check(entries)
@@ -102,7 +102,7 @@ async def sweep_async(
                     for s in skipped:
                         if s["status"] != "done":
                             s["status"] = "skipped"
-                    runner.sweep.manifest["stopped_early"] = {
+                    runner.sweep.manifest.stopped_early = {
                         "after_point": e["index"],
                         "reason": f"{broken} point(s) in a row broke the SLO by more than "
                                   f"{stop_margin:.0%}",
@@ -140,7 +140,7 @@ async def _serve_sweep(runner: SweepRunner, entries: list[dict[str, Any]], serve
     headers = resolve_headers(base.backend.options.get("headers") or {})
     with runner.ends_on_error():
         failed = await run_server_points(runner, entries, serve, base.target.url, headers)
-    runner.sweep.manifest["failed_points"] = failed
+    runner.sweep.manifest.failed_points = failed
     return runner.finish("completed_with_failures" if failed else "completed")
 
 

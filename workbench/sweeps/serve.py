@@ -338,7 +338,9 @@ async def run_server_points(runner: SweepRunner, entries: list[dict[str, Any]],
     """Every entry, grouped by server point: start its server (unless every entry of it is
     done: resume), run the entries, stop it. Returns the indices of failed points."""
     failed: list[int] = []
-    servers = runner.sweep.manifest.setdefault("servers", {})
+    if runner.sweep.manifest.servers is None:
+        runner.sweep.manifest.servers = {}
+    servers = runner.sweep.manifest.servers
     for s_idx, params in enumerate(spec.points()):
         group = [e for e in entries if server_params(e["params"]) == params]
         todo = [e for e in group if e["status"] != "done"]

@@ -8,9 +8,11 @@ as a ``Sweep`` (its points as a pandas frame) for plots, the notebook and report
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 
@@ -21,35 +23,93 @@ RUNS = "runs"
 
 
 @dataclass
+class SweepManifest:
+    """The content of ``sweep.json`` (docs/sweeps.md): one field per fact of a sweep.
+
+    The first group is written when the sweep opens (``SweepRunner``) and always present;
+    the later fields are set as it goes and left out of ``to_dict`` while None. Keys this
+    version does not know are kept in ``extra`` and written back unchanged; ``from_dict``
+    reads any earlier ``sweep.json``.
+    """
+
+    sweep_id: str | None = None
+    kind: str | None = None
+    label: str | None = None
+    mode: str | None = None  # "virtual" or "live"
+    target: str | None = None
+    axes: list[str] = field(default_factory=list)
+    spec: dict[str, Any] = field(default_factory=dict)
+    base_config: dict[str, Any] = field(default_factory=dict)
+    slo: dict[str, float] | None = None
+    slo_text: str | None = None
+    created_at: str | None = None
+    status: str | None = None
+    points: list[dict[str, Any]] = field(default_factory=list)
+    stopped_early: dict[str, Any] | None = None
+    # -- set as the sweep goes -------------------------------------------------------------
+    resumed: list[str] | None = None  # when each resume began
+    gpus: int | None = None  # a serve sweep's GPUs per server (for per-GPU figures)
+    servers: dict[str, Any] | None = None  # a serve sweep's servers, by name
+    failed_points: list[int] | None = None
+    capacity: dict[str, Any] | None = None  # a capacity search's evidence
+    finished_at: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    ALWAYS: ClassVar[tuple[str, ...]] = (
+        "sweep_id", "kind", "label", "mode", "target", "axes", "spec", "base_config", "slo",
+        "slo_text", "created_at", "status", "points", "stopped_early",
+    )  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {name: getattr(self, name) for name in _SWEEP_FIELDS
+               if name in self.ALWAYS or getattr(self, name) is not None}
+        return {**out, **self.extra}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SweepManifest:
+        known = {k: v for k, v in d.items() if k in _SWEEP_FIELDS}
+        for name in ("axes", "spec", "base_config", "points"):  # an early sweep's nulls
+            if known.get(name) is None:
+                known.pop(name, None)
+        extra = {k: v for k, v in d.items() if k not in _SWEEP_FIELDS}
+        return cls(**known, extra=extra)
+
+
+_SWEEP_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(SweepManifest) if f.name != "extra"
+)
+
+
+@dataclass
 class Sweep:
     """A sweep's manifest and directory; ``frame`` has one row per point."""
 
     sweep_dir: Path
-    manifest: dict[str, Any] = field(default_factory=dict)
+    manifest: SweepManifest = field(default_factory=SweepManifest)
 
     @property
     def sweep_id(self) -> str:
-        return str(self.manifest.get("sweep_id") or self.sweep_dir.name)
+        return str(self.manifest.sweep_id or self.sweep_dir.name)
 
     @property
     def label(self) -> str:
-        return str(self.manifest.get("label") or self.sweep_id)
+        return str(self.manifest.label or self.sweep_id)
 
     @property
     def axes(self) -> list[str]:
-        return list(self.manifest.get("axes") or [])
+        return list(self.manifest.axes)
 
     @property
     def slo(self) -> dict[str, float] | None:
-        return self.manifest.get("slo")
+        return self.manifest.slo
 
     @property
     def points(self) -> list[dict[str, Any]]:
-        return list(self.manifest.get("points") or [])
+        return list(self.manifest.points)
 
     @property
     def capacity(self) -> dict[str, Any] | None:
-        return self.manifest.get("capacity")
+        return self.manifest.capacity
 
     @property
     def run_dirs(self) -> list[str]:
@@ -78,7 +138,7 @@ class Sweep:
     def __repr__(self) -> str:
         done = sum(1 for p in self.points if p.get("status") == "done")
         return (f"Sweep({self.sweep_id!r}, {done}/{len(self.points)} points, "
-                f"status={self.manifest.get('status')!r})")
+                f"status={self.manifest.status!r})")
 
 
 def is_sweep_dir(path: str | Path) -> bool:
@@ -93,16 +153,16 @@ def load_sweep(sweep_dir: str | Path) -> Sweep:
     if not is_sweep_dir(d):
         raise FileNotFoundError(f"{d} is not a sweep directory (no {SWEEP_MANIFEST})")
     try:
-        manifest = read_json(d / SWEEP_MANIFEST)
+        doc = read_json(d / SWEEP_MANIFEST)
     except ValueError as exc:  # torn or edited: one line, never a traceback
         raise ConfigError(f"{d / SWEEP_MANIFEST}: not a sweep manifest ({exc})") from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("points", []), list):
+    if not isinstance(doc, dict) or not isinstance(doc.get("points", []), list):
         raise ConfigError(f"{d / SWEEP_MANIFEST}: not a sweep manifest (a JSON object with "
                           "a list of points)")
-    return Sweep(d, manifest)
+    return Sweep(d, SweepManifest.from_dict(doc))
 
 
 def write_sweep(sweep: Sweep) -> None:
     from workbench.storage.rundir import write_json
 
-    write_json(sweep.sweep_dir / SWEEP_MANIFEST, sweep.manifest)
+    write_json(sweep.sweep_dir / SWEEP_MANIFEST, sweep.manifest.to_dict())

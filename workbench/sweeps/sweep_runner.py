@@ -36,7 +36,14 @@ from workbench.spawning import children_start, spawn_context
 from workbench.storage.rundir import contained_dir
 from workbench.sweeps.points import point_metrics, pool, run_complete, simulate_and_measure
 from workbench.sweeps.spec import MAX_REPEATS
-from workbench.sweeps.store import RUNS, SWEEP_MANIFEST, Sweep, load_sweep, write_sweep
+from workbench.sweeps.store import (
+    RUNS,
+    SWEEP_MANIFEST,
+    Sweep,
+    SweepManifest,
+    load_sweep,
+    write_sweep,
+)
 
 log = logging.getLogger(__name__)
 #: points whose configs are checked between two turns of the event loop (``check``)
@@ -154,35 +161,32 @@ class SweepRunner:
         if (self.dir / SWEEP_MANIFEST).is_file():
             sweep = load_sweep(self.dir)
             m = sweep.manifest
-            diffs = [k for k, a, b in (("kind", m.get("kind"), kind),
-                                       ("spec", m.get("spec"), spec_doc),
-                                       ("base_config", m.get("base_config"), base)) if a != b]
+            diffs = [k for k, a, b in (("kind", m.kind, kind), ("spec", m.spec, spec_doc),
+                                       ("base_config", m.base_config, base)) if a != b]
             if diffs:
                 raise ConfigError(
                     f"{self.dir / SWEEP_MANIFEST} holds a different sweep ({', '.join(diffs)} "
                     "differ): resume it with the same settings, or give a new sweep id"
                 )
-            m["status"] = "running"
-            m.setdefault("resumed", []).append(dt.datetime.now(dt.UTC).isoformat())
+            m.status = "running"
+            m.resumed = [*(m.resumed or []), dt.datetime.now(dt.UTC).isoformat()]
             log.info("resuming sweep %s", self.dir)
             return sweep
         self.dir.mkdir(parents=True, exist_ok=True)
-        manifest = {
-            "sweep_id": self.dir.name,
-            "kind": kind,
-            "label": label or self.cfg.label,
-            "mode": "virtual" if self.virtual else "live",
-            "target": self.cfg.target.url,
-            "axes": axes,
-            "spec": spec_doc,
-            "base_config": base,
-            "slo": self.slo.to_dict() if self.slo else None,
-            "slo_text": str(self.slo) if self.slo else None,
-            "created_at": dt.datetime.now(dt.UTC).isoformat(),
-            "status": "running",
-            "points": [],
-            "stopped_early": None,
-        }
+        manifest = SweepManifest(
+            sweep_id=self.dir.name,
+            kind=kind,
+            label=label or self.cfg.label,
+            mode="virtual" if self.virtual else "live",
+            target=self.cfg.target.url,
+            axes=axes,
+            spec=spec_doc,
+            base_config=base,
+            slo=self.slo.to_dict() if self.slo else None,
+            slo_text=str(self.slo) if self.slo else None,
+            created_at=dt.datetime.now(dt.UTC).isoformat(),
+            status="running",
+        )
         sweep = Sweep(self.dir, manifest)
         write_sweep(sweep)
         return sweep
@@ -193,7 +197,7 @@ class SweepRunner:
     def entry(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """The manifest entry of ``params`` (created, pending, when new)."""
         key = json.loads(json.dumps(dict(params), default=str))
-        points = self.sweep.manifest["points"]
+        points = self.sweep.manifest.points
         if len(self._by_params) != len(points):  # a resumed sweep's points, indexed once
             self._by_params = {}
             for p in points:
@@ -224,8 +228,8 @@ class SweepRunner:
             raise
 
     def finish(self, status: str) -> Sweep:
-        self.sweep.manifest["status"] = status
-        self.sweep.manifest["finished_at"] = dt.datetime.now(dt.UTC).isoformat()
+        self.sweep.manifest.status = status
+        self.sweep.manifest.finished_at = dt.datetime.now(dt.UTC).isoformat()
         self.save()
         if self._pool is not None:
             if status == "interrupted":  # the points' processes stop as a simulate does:

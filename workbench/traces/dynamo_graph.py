@@ -39,7 +39,6 @@ from workbench.traces.graph import subtree_ends
 
 RELATION = "subagent"
 TRIGGERS: dict[str, SpawnTrigger] = {"request_start": "round_start", "request_end": "round_end"}
-WIRE_TRIGGERS = {v: k for k, v in TRIGGERS.items()}
 
 
 def attach(path: Path, units: list[Unit], sessions: dict[str, list[Any]]) -> list[Unit]:
