@@ -223,3 +223,27 @@ def test_tp8_batch1_decode_of_70b_fp8_is_the_vendors_order() -> None:
         step = presets.resolve(f"llama-3.1-70b/{gpu}/tp8/fp8").step_ms(0, 1, 2000)
         print(f"{gpu}: {step:.2f} ms")
         assert step == pytest.approx(9.5, rel=0.15), gpu
+
+
+#: per kept TP8 batch-1 preset: the terms of a decode step docs/hardware.md states ("TP8
+#: at batch 1"), in ms: weights read, all-reduces, fixed time
+TP8_BATCH1_TERMS = {
+    "llama-3.1-70b/h100/tp8": (6.58, 3.21, 4.00),
+    "llama-3.1-70b/h100/tp8/fp8": (3.29, 3.21, 4.00),
+    "llama-3.1-405b/mi300x/tp8/fp8w": (11.96, 5.07, 4.23),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TP8_BATCH1_TERMS))
+def test_tp8_batch1_terms_are_the_documented_ones(name: str) -> None:
+    """What a batch-1 decode step is made of at TP8 (the diagnosis of the two misses
+    above): the weights' bytes at ``mbu`` of the HBM bandwidth dominate, then the
+    all-reduces and the fixed time; the three add up to the step (short context, so the
+    KV bytes are negligible and the step is memory-bound)."""
+    p = presets.resolve(name)
+    f = p.factors
+    weights = p.weight_read_bytes(1) / (p.gpu.bandwidth_gbps * 1e9 * f.mbu) * 1e3
+    allreduce = p.allreduce_s(1) * 1e3
+    fixed = f.step_overhead_ms + p.model.layers * f.layer_us * 1e-3
+    assert (weights, allreduce, fixed) == pytest.approx(TP8_BATCH1_TERMS[name], abs=0.01)
+    assert p.step_ms(0, 1, 128) == pytest.approx(weights + allreduce + fixed, rel=0.01)
