@@ -41,8 +41,7 @@ from workbench.segments import Segments
 from workbench.sim import cost
 from workbench.sim import scheduler as sched
 from workbench.sim.config import EngineConfig
-from workbench.sim.engine import Engine, RequestOutput
-from workbench.tokenizer import output_token
+from workbench.sim.engine import Engine, RequestOutput, SequenceHandle
 
 DP_MAX = 64  # ranks per worker (a node's GPUs, several times over)
 #: rank placements: (the ranks' schedulers, requests placed so far) -> the rank; adding one
@@ -73,7 +72,7 @@ def check_dp(dp: Any, placement: Any) -> None:
                          f"got {placement!r}")
 
 
-class RankRequest:
+class RankRequest(SequenceHandle):
     """A request on one rank of a ``DPWorker``: ``EngineRequest``'s face (its truth, its
     wait, its stream, its abort)."""
 
@@ -81,39 +80,6 @@ class RankRequest:
         self.worker, self.rank, self.seq = worker, rank, seq
         self.waiters: list[asyncio.Future[None]] = []
         seq.handle = self
-
-    request_id = property(lambda self: self.seq.request_id)
-    prompt_tokens = property(lambda self: self.seq.prompt_len)
-    max_tokens = property(lambda self: self.seq.max_tokens)
-    arrival_ns = property(lambda self: self.seq.arrival_ns)
-    finish_ns = property(lambda self: self.seq.finish_ns)
-    finish_reason = property(lambda self: self.seq.finish_reason)
-    finished = property(lambda self: self.seq.finished)
-    preemptions = property(lambda self: self.seq.preemptions)
-    host_cached_tokens = property(lambda self: self.seq.host_tokens)
-
-    @property
-    def cached_tokens(self) -> int:
-        return max(0, self.seq.cached_tokens)
-
-    @property
-    def token_ns(self) -> list[int]:
-        return list(self.seq.token_ns)
-
-    @property
-    def first_token_ns(self) -> int | None:
-        return self.seq.token_ns[0] if self.seq.token_ns else None
-
-    @property
-    def completion_tokens(self) -> int:
-        return len(self.seq.token_ns)
-
-    @property
-    def output_ids(self) -> list[int]:
-        return self.seq.output
-
-    def output_segments(self) -> Segments:
-        return self.seq.output_segments()
 
     def abort(self) -> None:
         self.worker.abort(self)
@@ -150,17 +116,6 @@ class RankRequest:
                 fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
                 self.waiters.append(fut)
                 await fut
-
-    async def stream(self) -> AsyncIterator[RequestOutput]:
-        async for batch in self.batches():
-            for out in batch:
-                yield out
-
-    def _output(self, k: int) -> RequestOutput:
-        seq = self.seq
-        last = seq.finished and seq.finish_reason == "length" and k == len(seq.token_ns) - 1
-        token = output_token(seq.base, k) if seq.lazy else seq.outputs[k]
-        return RequestOutput([token], seq.token_ns[k], last, "length" if last else None)
 
 
 class DPWorker:

@@ -40,42 +40,36 @@ class RequestOutput:
     finish_reason: str | None
 
 
-class EngineRequest:
-    """Handle of a submitted request: its truth (timestamps, usage) and its stream."""
+class SequenceHandle:
+    """A submitted request's face, read off its scheduler sequence ``seq``: its truth
+    (timestamps, usage), its output and its stream. ``EngineRequest`` (one engine) and
+    the attention-DP worker's ``RankRequest`` (``sim/dp.py``) are the two kinds; each says
+    how to wait and to stream (``batches``). ``_current`` is the sequence brought up to
+    date (an engine's implicit decoder catches up there)."""
 
-    def __init__(self, engine: Engine, seq: sched.Sequence) -> None:
-        self._engine = engine
-        self._seq = seq
-        self._waiter: asyncio.Future[None] | None = None
-        self._done: list[asyncio.Future[None]] = []  # one per ``wait()`` in progress
-        seq.handle = self
+    seq: sched.Sequence
 
-    request_id = property(lambda self: self._seq.request_id)
-    prompt_tokens = property(lambda self: self._seq.prompt_len)
-    max_tokens = property(lambda self: self._seq.max_tokens)
-    arrival_ns = property(lambda self: self._seq.arrival_ns)
-    finish_ns = property(lambda self: self._seq.finish_ns)
-    finish_reason = property(lambda self: self._seq.finish_reason)
-    finished = property(lambda self: self._seq.finished)
-    preemptions = property(lambda self: self._seq.preemptions)
+    request_id = property(lambda self: self.seq.request_id)
+    prompt_tokens = property(lambda self: self.seq.prompt_len)
+    max_tokens = property(lambda self: self.seq.max_tokens)
+    arrival_ns = property(lambda self: self.seq.arrival_ns)
+    finish_ns = property(lambda self: self.seq.finish_ns)
+    finish_reason = property(lambda self: self.seq.finish_reason)
+    finished = property(lambda self: self.seq.finished)
+    preemptions = property(lambda self: self.seq.preemptions)
 
     @property
     def cached_tokens(self) -> int:
         """Prompt tokens served from the prefix cache at first admission (0 before)."""
-        return max(0, self._seq.cached_tokens)
+        return max(0, self.seq.cached_tokens)
 
     @property
     def host_cached_tokens(self) -> int:
         """Of ``cached_tokens``, those brought back from the host KV tier."""
-        return self._seq.host_tokens
+        return self.seq.host_tokens
 
     def _current(self) -> sched.Sequence:
-        """The request's state now (an implicit decoder's fields are brought up to date)."""
-        seq = self._seq
-        if seq.tb >= 0:
-            self._engine._catch_up()
-            self._engine._sched.sync(seq)
-        return seq
+        return self.seq
 
     @property
     def first_token_ns(self) -> int | None:
@@ -99,6 +93,41 @@ class EngineRequest:
     def completion_tokens(self) -> int:
         return len(self._current().token_ns)
 
+    def batches(self) -> AsyncIterator[list[RequestOutput]]:
+        raise NotImplementedError
+
+    async def stream(self) -> AsyncIterator[RequestOutput]:
+        """One item per engine step that produced tokens; a final empty item if aborted."""
+        async for batch in self.batches():
+            for out in batch:
+                yield out
+
+    def _output(self, k: int) -> RequestOutput:
+        seq = self.seq
+        last = seq.finished and seq.finish_reason == "length" and k == len(seq.token_ns) - 1
+        # a prompt given as parts draws no output list: its ids are drawn when read
+        token = output_token(seq.base, k) if seq.lazy else seq.outputs[k]
+        return RequestOutput([token], seq.token_ns[k], last, "length" if last else None)
+
+
+class EngineRequest(SequenceHandle):
+    """Handle of a submitted request: its truth (timestamps, usage) and its stream."""
+
+    def __init__(self, engine: Engine, seq: sched.Sequence) -> None:
+        self._engine = engine
+        self.seq = seq
+        self._waiter: asyncio.Future[None] | None = None
+        self._done: list[asyncio.Future[None]] = []  # one per ``wait()`` in progress
+        seq.handle = self
+
+    def _current(self) -> sched.Sequence:
+        """The request's state now (an implicit decoder's fields are brought up to date)."""
+        seq = self.seq
+        if seq.tb >= 0:
+            self._engine._catch_up()
+            self._engine._sched.sync(seq)
+        return seq
+
     def abort(self) -> None:
         """The client went away: free the request's blocks and end its stream."""
         self._engine._abort(self)
@@ -113,29 +142,29 @@ class EngineRequest:
                 waiter.set_result(None)
                 woke = True
         done = self._done
-        if done and self._seq.finished:
+        if done and self.seq.finished:
             self._done = []
             for fut in done:
                 if not fut.done():
                     fut.set_result(None)
                     woke = True
-        if self._seq.finished:
+        if self.seq.finished:
             # nothing wakes a finished request again: drop the sequence's back reference,
             # so the pair is freed by reference counting when the caller lets go, not
             # left to the rare cyclic collections of a virtual run (docs/virtual-time.md)
-            self._seq.handle = None
+            self.seq.handle = None
         return woke
 
     async def _progress(self) -> None:
         loop = asyncio.get_running_loop()
-        self._engine._watch(self._seq)  # from now on the engine wakes it every step
+        self._engine._watch(self.seq)  # from now on the engine wakes it every step
         self._waiter = loop.create_future()
         await self._waiter
 
     async def wait(self) -> EngineRequest:
         """Wait until the request finished: a single wakeup, none per step or token.
         Each call waits on its own future, so cancelling one wait leaves the others."""
-        if not self._seq.finished:
+        if not self.seq.finished:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._done.append(fut)
             await fut
@@ -143,7 +172,7 @@ class EngineRequest:
 
     async def batches(self) -> AsyncIterator[list[RequestOutput]]:
         """Every output not yet seen, as a list per wakeup (consumers that write in bulk)."""
-        seq, i = self._seq, 0
+        seq, i = self.seq, 0
         while True:
             n = len(self._current().token_ns)
             if i < n:
@@ -155,24 +184,6 @@ class EngineRequest:
                 return
             else:
                 await self._progress()
-
-    async def stream(self) -> AsyncIterator[RequestOutput]:
-        """One item per engine step that produced tokens; a final empty item if aborted."""
-        async for batch in self.batches():
-            for out in batch:
-                yield out
-
-    def _output(self, k: int) -> RequestOutput:
-        seq = self._seq
-        last = seq.finished and seq.finish_reason == "length" and k == len(seq.token_ns) - 1
-        # a prompt given as parts draws no output list: its ids are drawn when read
-        token = output_token(seq.base, k) if seq.lazy else seq.outputs[k]
-        return RequestOutput(
-            [token],
-            seq.token_ns[k],
-            last,
-            "length" if last else None,
-        )
 
 
 SPAN_MAX = 4096  # steps planned at once at most (a span: ``Engine._plan_step``)
@@ -282,7 +293,7 @@ class Engine:
         their KV already computed (prefill/decode disaggregation, ``sim.cluster``):
         they are allocated at admission but not computed again."""
         req = self.submit(request_id, prompt_ids, max_tokens)
-        req._seq.preloaded = max(0, min(int(kv_tokens), req._seq.prompt_len))
+        req.seq.preloaded = max(0, min(int(kv_tokens), req.seq.prompt_len))
         return req
 
     def validate(self, prompt_ids: Sequence[int] | Segments, max_tokens: int) -> int:
@@ -334,7 +345,7 @@ class Engine:
 
     def _abort(self, req: EngineRequest) -> None:
         self._cut()
-        if self._sched.abort(req._seq, self.clock.now_ns()):
+        if self._sched.abort(req.seq, self.clock.now_ns()):
             req._notify()
 
     def _watch(self, seq: sched.Sequence) -> None:
