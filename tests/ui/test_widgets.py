@@ -500,7 +500,7 @@ async def test_the_status_line_runs_a_clock_and_always_says_finalizing(tmp_path:
     (it advances at every poll, whether or not a request ended), and "finalizing…" shows
     between the traffic's end and the outcome, however short the run's own finalizing."""
     cfg = config_from_params(notebook_params(out_dir=str(tmp_path), max_items=2,
-                                             engine={"speedup": 50.0}))
+                                             engine={"speedup": 10.0}))
     p = panel(cfg)
     seen: list[str] = []
     p.status.observe(lambda change: seen.append(p.status_text), names="value")
