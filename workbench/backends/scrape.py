@@ -35,7 +35,6 @@ import contextlib
 import fnmatch
 import logging
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -343,12 +342,7 @@ class MetricsScraper:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
     def _append(self, row: dict[str, Any]) -> None:

@@ -29,7 +29,6 @@ import os
 import ssl
 import time
 from dataclasses import dataclass
-from types import TracebackType
 from typing import TYPE_CHECKING, Literal, Protocol
 from urllib.parse import quote
 
@@ -264,12 +263,7 @@ class Transport:
         self._client = client
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         if self._client is not None:
             await self._client.close()
             self._client = None

@@ -16,9 +16,8 @@ Parquet file only when written with ``token_times=True``; otherwise ``gaps()`` i
 None and the aggregates fall back to the per-request ITL statistics.
 
 This module is also the metrics side of ``records.parquet``: ``convert`` /
-``save_records`` / ``parquet_path`` derive the per-request columns
-(``metrics.derive``) and hand them to ``workbench.storage.columnar``, which
-writes them without computing anything.
+``parquet_path`` derive the per-request columns (``metrics.derive``) and hand them
+to ``workbench.storage.columnar``, which writes them without computing anything.
 """
 
 from __future__ import annotations
@@ -110,16 +109,6 @@ def convert(
     n = write_parquet(batches, target, token_times=token_times)
     log.info("%s: %d records → %s", d, n, target.name)
     return target
-
-
-def save_records(records: Iterable[Any], run_dir: str | Path, *, token_times: bool = False) -> Path:
-    """Write in-memory records (``RequestRecord`` or dicts) as ``run_dir/records.parquet``."""
-    items = list(records)
-    out = Path(run_dir) / columnar.PARQUET
-    step = columnar.BATCH_ROWS
-    write_parquet((items[i : i + step] for i in range(0, len(items), step)), out,
-                  token_times=token_times)  # fmt: skip
-    return out
 
 
 def parquet_path(run_dir: str | Path, *, token_times: bool | None = None) -> Path:

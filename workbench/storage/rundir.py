@@ -37,7 +37,6 @@ import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal
 
 import orjson
@@ -244,9 +243,7 @@ class RecordWriter:
     def __enter__(self) -> RecordWriter:
         return self
 
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

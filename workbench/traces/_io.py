@@ -141,7 +141,7 @@ def read_text(path: Path) -> str:
 
 
 def read_csv(
-    path: Path, required: tuple[str, ...], optional: tuple[str, ...] = ()
+    path: Path, required: tuple[str, ...]
 ) -> tuple[list[str], Iterator[tuple[int, dict[str, str]]]]:
     """Header (its columns checked now) and an iterator of ``(line_number, row)`` pairs
     that checks each row's width as it comes, then that there was a row at all.
