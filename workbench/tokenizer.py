@@ -51,10 +51,6 @@ class WordTokenizer:
         if len(self._ids) != VOCAB_SIZE:  # pragma: no cover - construction invariant
             raise RuntimeError("tokenizer vocabulary has duplicate words")
 
-    @property
-    def vocab_size(self) -> int:
-        return VOCAB_SIZE
-
     def token_id(self, word: str) -> int:
         tid = self._ids.get(word)
         if tid is not None:

@@ -89,7 +89,7 @@ def test_every_consumer_list_is_the_catalogs() -> None:
     assert (derive.INT_COLUMNS, derive.FLOAT_COLUMNS) == (catalog.INT_COLUMNS,
                                                           catalog.FLOAT_COLUMNS)
     assert summary.LATENCY_METRICS is catalog.LATENCY and summary.AUDIT_METRICS is catalog.AUDIT
-    assert summary.SLO_METRICS is catalog.SLO_ABLE and slo.LATENCY_COLUMNS is catalog.SLO_ABLE
+    assert summary.SLO_METRICS is catalog.SLO_ABLE
     assert tables.LATENCY_METRICS is catalog.LATENCY and points.LATENCY is catalog.LATENCY
     assert compare.CI_METRICS is catalog.SCALAR_LATENCY
     assert breakdown.BREAKDOWN_METRICS is catalog.SCALAR_LATENCY

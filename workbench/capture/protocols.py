@@ -60,7 +60,6 @@ class RequestFacts:
     stream: bool
     messages: list[bytes]
     preamble: bytes
-    roles: list[str]
     tool_result: list[bool]  # per message: it carries a tool result
     usage_asked: bool  # an OpenAI stream that asked for its usage chunk
     body: dict[str, Any] = field(repr=False)
@@ -107,15 +106,14 @@ def request_facts(path: str, raw: bytes) -> RequestFacts | None:
         prompt = body.get("prompt")
         items = [prompt] if prompt is not None else []
         return RequestFacts(COMPLETIONS, model, stream, [_canonical(p) for p in items], b"",
-                            ["user"] * len(items), [False] * len(items), usage_asked, body)
+                            [False] * len(items), usage_asked, body)
     messages = body.get("messages")
     if not isinstance(messages, list):
         return None
     preamble = _canonical(body.get("system")) if path == MESSAGES and "system" in body else b""
     return RequestFacts(
         CHAT if path == CHAT else MESSAGES, model, stream, [_canonical(m) for m in messages],
-        preamble, [str(m.get("role", "")) if isinstance(m, dict) else "" for m in messages],
-        [_is_tool_result(m) for m in messages], usage_asked, body,
+        preamble, [_is_tool_result(m) for m in messages], usage_asked, body,
     )  # fmt: skip
 
 

@@ -76,15 +76,12 @@ class TokenSource:
         self.url = upstream.rstrip("/") + "/tokenize"
         self.session = session
         self.upstream_ok = kind == "upstream" and session is not None
-        self.fallbacks = 0  # prompts counted by the word tokenizer although upstream was asked
 
     async def ids(self, facts: RequestFacts, headers: Mapping[str, str]) -> list[int]:
         if self.upstream_ok and facts.api in (CHAT, COMPLETIONS):
             got = await self._upstream(facts, headers)
             if got is not None:
                 return got
-        if self.kind == "upstream":
-            self.fallbacks += 1
         return word_ids(facts)
 
     async def _upstream(self, facts: RequestFacts, headers: Mapping[str, str]) -> list[int] | None:

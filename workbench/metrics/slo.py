@@ -37,8 +37,6 @@ from workbench.errors import ConfigError
 from workbench.metrics.columns import Columns
 from workbench.metrics.distribution import percentile, sample
 
-#: per-request metrics a bound may name (the catalog's SLO-able rows)
-LATENCY_COLUMNS: tuple[str, ...] = catalog.SLO_ABLE
 _PCT = re.compile(r"^\s*([a-z0-9_]+)\s*:\s*p(\d+(?:\.\d+)?)\s*<=\s*([0-9.eE+-]+)\s*$")
 _REQ = re.compile(r"^\s*([a-z0-9_]+)\s*(?:<=|=)\s*([0-9.eE+-]+)\s*$")
 _OK = re.compile(r"^\s*ok\s*>=\s*([0-9.eE+-]+)\s*$")

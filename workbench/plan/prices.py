@@ -22,8 +22,6 @@ from workbench.sim.presets.catalog import ACCELERATORS
 EVERY_GPU = "*"
 #: on-demand USD per GPU-hour, Hyperstack's public rate card (docs/plan.md, "Prices")
 DEFAULT_PRICES: dict[str, float] = {"h100": 3.20, "h200": 3.99, "b200": 6.00, "a100": 1.60}
-PRICE_SOURCE = ("Hyperstack on-demand rate card, https://www.hyperstack.cloud/gpu-pricing "
-                "(transcribed 2026-08-26, read 2026-12-06)")
 
 
 def parse_prices(spec: str | float | Mapping[str, float] | None) -> dict[str, float]:

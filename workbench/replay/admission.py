@@ -62,7 +62,3 @@ class AdmissionGate:
         if self.capacity is not None:
             heapq.heappush(self._free, slot)
         self._changed.set()
-
-    async def wait_all_free(self) -> None:
-        while self.active:
-            await self.changed()

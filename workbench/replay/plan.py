@@ -271,14 +271,12 @@ class RunFloor:
     """The least a run can take with a server that answered in no time: its release
     offsets, tool waits and sub-agent delays (scaled by ``tool_wait_scale``), joins
     included, under its concurrency cap. ``longest_ms`` is the longest agent task's own
-    span (``longest_unit``), ``span_ms`` the last release offset, ``waits_ms`` that
-    task's tool waits alone."""
+    span (``longest_unit``), ``span_ms`` the last release offset."""
 
     floor_ms: float
     span_ms: float
     longest_ms: float
     longest_unit: str
-    waits_ms: float
     why: str
 
     def sentence(self, virtual: bool = False) -> str:
@@ -316,7 +314,6 @@ def run_floor(plan: Plan, arrival: ArrivalSpec) -> RunFloor | None:
     span_ms = max(u.offset_ms for u in plan.units)
     ends = max(u.offset_ms + s for s, u in spans)
     floor = ends
-    waits = sum(r.round.tool_wait_after_ms for r in unit.rounds[:-1]) * tool_wait_scale
     why = (f"the units' releases span {duration_text(span_ms)}" if span_ms >= longest else
            f"its longest agent task ({unit.unit.unit_id}) waits {duration_text(longest)} on "
            + ("tools" if not unit.children else "tools and sub-agents"))
@@ -330,7 +327,7 @@ def run_floor(plan: Plan, arrival: ArrivalSpec) -> RunFloor | None:
     if duration_s is not None and duration_s * 1000 > floor:
         floor = duration_s * 1000
         why = f"it loops its units for its duration of {duration_text(floor)}"
-    return RunFloor(floor, span_ms, longest, unit.unit.unit_id, waits, why)
+    return RunFloor(floor, span_ms, longest, unit.unit.unit_id, why)
 
 
 def _task_span(u: UnitPlan, scale: float) -> float:
