@@ -31,7 +31,6 @@ from typing import Any
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
-from workbench.traces._io import check_options
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import (
     first_json_object,
@@ -98,7 +97,6 @@ def _sniff(lines: list[str]) -> bool:
     sniff=_sniff,
     description="agentic-bench session JSONL: one session with recorded turns a line",
 )
-def read_abench(path: Path, **unknown: Any) -> Workload:
+def read_abench(path: Path) -> Workload:
     """Load an abench session file: each line one session, all arriving at 0."""
-    check_options("abench", unknown, ())
     return unit_per_line(Path(path), "abench", _session, "session_id")

@@ -43,7 +43,6 @@ from typing import Any, NamedTuple
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Unit, UnitKind, Workload
 from workbench.traces import bounds
-from workbench.traces._io import check_options
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import (
     first_json_object,
@@ -160,9 +159,8 @@ def _roots(path: Path, rows: list[_Row]) -> tuple[dict[str, str], int, int]:
     description="Alibaba Bailian usage trace JSONL: chat_id, parent_chat_id (chained turns), "
     "timestamp in seconds, input_length, output_length, hash_ids",
 )
-def read_bailian(path: Path, *, block_size: int = DEFAULT_BLOCK_SIZE, **unknown: Any) -> Workload:
+def read_bailian(path: Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workload:
     """Load a Bailian trace: conversations chained by ``parent_chat_id``, run closed-loop."""
-    check_options(FORMAT_NAME, unknown, ("block_size",))
     if (isinstance(block_size, bool) or not isinstance(block_size, int)
             or not 1 <= block_size <= bounds.MAX_ROUND_TOKENS):
         raise ConfigError(

@@ -51,7 +51,6 @@ from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces._io import (
     as_int,
-    check_options,
     offset_ms,
     read_csv,
     read_text,
@@ -125,9 +124,8 @@ class _State:
     description="canonical materialized session CSV (tracegen output)",
     aliases=("canonical",),
 )
-def read_session_execution_v2(path: Path, *, sidecars: bool = True, **options: Any) -> Workload:
+def read_session_execution_v2(path: Path, *, sidecars: bool = True) -> Workload:
     """Read and fully validate a canonical CSV (and, unless ``sidecars=False``, its sidecars)."""
-    check_options(FORMAT_NAME, options, ("sidecars",))
     path = Path(path)
     text = read_text(path)
     units = _fast_units(text) if text.count("\n") >= FAST_PATH_MIN_ROWS else None

@@ -67,7 +67,7 @@ from typing import Any, NamedTuple
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
-from workbench.traces._io import as_int, check_options, epoch_ms, token_count, wait_ms
+from workbench.traces._io import as_int, epoch_ms, token_count, wait_ms
 from workbench.traces.dynamo_graph import attach
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import (
@@ -436,9 +436,8 @@ def _sniff(lines: list[str]) -> bool:
     sniff=_sniff,
     description="NVIDIA Dynamo request trace JSONL (dynamo.request.trace.v1)",
 )
-def read_dynamo(path: Path, **unknown: Any) -> Workload:
+def read_dynamo(path: Path) -> Workload:
     """Load a Dynamo request trace: sessions from agent_context, else independent requests."""
-    check_options("dynamo", unknown, ())
     path = Path(path)
     unknown_fields: dict[str, int] = {}
     requests, tools, skipped = _read_events(path, unknown_fields)

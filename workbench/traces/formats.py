@@ -7,6 +7,7 @@ Every reader module registers its format here when imported
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,6 +25,9 @@ class TraceFormat:
     sniff: Sniffer
     description: str = ""
     folders: tuple[str, ...] = ()  # reads a folder of files with these suffixes too
+    #: the options the reader takes (its keyword-only parameters), checked by ``load_trace``
+    #: before it reads; None for a reader that takes ``**options`` and checks them itself
+    options: tuple[str, ...] | None = None
 
 
 FORMATS: Registry[TraceFormat] = Registry("trace format")
@@ -38,7 +42,11 @@ def register_format(
     on the first of them by name)."""
 
     def deco(read: Reader) -> Reader:
-        FORMATS.add(name, TraceFormat(name, read, sniff, description, folders), *aliases)
+        params = inspect.signature(read).parameters.values()
+        options = (None if any(p.kind is p.VAR_KEYWORD for p in params)
+                   else tuple(p.name for p in params if p.kind is p.KEYWORD_ONLY))
+        FORMATS.add(name, TraceFormat(name, read, sniff, description, folders, options),
+                    *aliases)
         return read
 
     return deco

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Any
 
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
-from workbench.traces._io import check_options, offset_ms, read_csv, token_count
+from workbench.traces._io import offset_ms, read_csv, token_count
 from workbench.traces.formats import register_format
 
 COLUMNS = ("id", "arrival_time", "input_len", "output_len")
@@ -63,9 +62,8 @@ def _sniff(lines: list[str]) -> bool:
     sniff=_sniff,
     description="independent-request CSV: id,arrival_time,input_len,output_len",
 )
-def read_independent(path: Path, **unknown: Any) -> Workload:
+def read_independent(path: Path) -> Workload:
     """Load an independent-request CSV: one unit per row, in file order."""
-    check_options("independent", unknown, ())
     path = Path(path)
     header, rows = read_csv(path, COLUMNS)
     extra = [c for c in header if c not in COLUMNS]

@@ -20,7 +20,7 @@ import orjson
 from workbench.errors import TraceFormatError
 from workbench.records import Workload
 from workbench.traces import _builtin  # noqa: F401  (every built-in reader registers)
-from workbench.traces._io import BOM, open_trace
+from workbench.traces._io import BOM, check_options, open_trace
 from workbench.traces.bounds import MAX_HEAD_BYTES, check_workload
 from workbench.traces.formats import FORMATS, Reader, Sniffer, TraceFormat, register_format
 from workbench.traces.graph import check_graph
@@ -112,7 +112,11 @@ def load_trace(path: str | Path, fmt: str = "auto", **options: Any) -> Workload:
     name = detect_format(path) if detected else FORMATS.canonical(fmt)
     if path.is_dir() and not FORMATS.get(name).folders:
         open_trace(path)  # the reader's own refusal: "not a regular file: a directory"
-    workload = FORMATS.get(name).read(path, **options)
+    reader = FORMATS.get(name)
+    if reader.options is not None:  # one refusal for every reader (a silent ignore hides typos)
+        check_options(name, {k: v for k, v in options.items() if k not in reader.options},
+                      reader.options)
+    workload = reader.read(path, **options)
     check_workload(path, workload)  # the documented bounds, whatever the reader
     check_graph(path, workload)  # sub-agent links: parents exist, no cycle
     meta = dict(workload.meta)

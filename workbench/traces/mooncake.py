@@ -53,7 +53,6 @@ from typing import Any, NamedTuple
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
-from workbench.traces._io import check_options
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import (
     first_json_object,
@@ -290,11 +289,8 @@ def _sniff(lines: list[str]) -> bool:
     description="Mooncake JSONL: timestamp, input_length, output_length, hash_ids "
     "(optional session_id/delay for closed-loop sessions)",
 )
-def read_mooncake(
-    path: Path, *, block_size: int = 512, hash_rounding: str = "ceil", **unknown: Any
-) -> Workload:
+def read_mooncake(path: Path, *, block_size: int = 512, hash_rounding: str = "ceil") -> Workload:
     """Load a Mooncake trace; ``block_size`` is the tokens per hash id (512 in the public files)."""
-    check_options("mooncake", unknown, ("block_size", "hash_rounding"))
     if (isinstance(block_size, bool) or not isinstance(block_size, int)
             or not 1 <= block_size <= bounds.MAX_ROUND_TOKENS):
         raise ConfigError(

@@ -48,7 +48,6 @@ from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds, canonical
 from workbench.traces._io import (
     as_int,
-    check_options,
     offset_ms,
     read_csv,
     read_text,
@@ -85,9 +84,8 @@ class _Session:
 
 
 @register_format(FORMAT_NAME, sniff=sniff, description="raw session CSV (TraceLab export)")
-def read_session_csv(path: Path, **options: Any) -> Workload:
+def read_session_csv(path: Path) -> Workload:
     """Read a raw session CSV into session units; one ``TraceFormatError`` on a bad file."""
-    check_options(FORMAT_NAME, options, ())
     path = Path(path)
     text = read_text(path)
     fast = _fast_units(text) if text.count("\n") >= canonical.FAST_PATH_MIN_ROWS else None

@@ -48,7 +48,6 @@ from typing import Any
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
-from workbench.traces._io import check_options
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import (
     json_int,
@@ -104,9 +103,8 @@ class _Row:
 
 
 @register_format(FORMAT_NAME, sniff=sniff, description="TraceLab normalized round JSONL")
-def read_tracelab(path: Path, *, tool_wait: str = "union", **options: Any) -> Workload:
+def read_tracelab(path: Path, *, tool_wait: str = "union") -> Workload:
     """Read TraceLab rounds into sessions; ``tool_wait`` is ``"union"`` or ``"sum"``."""
-    check_options(FORMAT_NAME, options, ("tool_wait",))
     if tool_wait not in TOOL_WAIT_MODES:
         raise ConfigError(f"tool_wait must be one of {TOOL_WAIT_MODES}, got {tool_wait!r}")
     path = Path(path)

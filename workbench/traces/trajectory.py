@@ -33,7 +33,6 @@ from typing import Any
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
-from workbench.traces._io import check_options
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import (
     first_json_object,
@@ -142,7 +141,6 @@ def _sniff(lines: list[str]) -> bool:
     sniff=_sniff,
     description="batchbench v1 replay manifest JSONL: one trajectory of requests a line",
 )
-def read_trajectory(path: Path, **unknown: Any) -> Workload:
+def read_trajectory(path: Path) -> Workload:
     """Load a batchbench v1 manifest: each trajectory a session, all arriving at 0."""
-    check_options("trajectory", unknown, ())
     return unit_per_line(Path(path), "trajectory", _trajectory, "trajectory_id")
