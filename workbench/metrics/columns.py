@@ -33,6 +33,7 @@ import pandas as pd
 from workbench.metrics.derive import FLOAT_COLUMNS, INT_COLUMNS, derive
 from workbench.metrics.frame import to_frame
 from workbench.storage import columnar
+from workbench.storage.rundir import RECORDS, resolve_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +102,6 @@ def convert(
 ) -> Path:
     """``run_dir/records.jsonl`` → ``run_dir/records.parquet`` in streaming batches (of
     ``batch_rows`` records or ``batch_bytes`` of JSON, whichever is reached first)."""
-    from workbench.storage.rundir import RECORDS, resolve_run_dir
-
     d = resolve_run_dir(run_dir)
     target = Path(out) if out is not None else d / columnar.PARQUET
     batches = columnar.iter_jsonl_batches(d / RECORDS, batch_rows, batch_bytes)

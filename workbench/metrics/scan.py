@@ -31,6 +31,7 @@ from workbench.metrics import breakdown, summary
 from workbench.metrics.columns import available, parquet_path, stored
 from workbench.metrics.frame import COLUMNS, NS_COLUMNS
 from workbench.records import RunResult
+from workbench.storage.rundir import load
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,6 @@ __all__ = ["available", "by_input_band", "by_round_index", "report_source", "sam
 
 
 def _in_memory(run_dir: str | Path) -> RunResult:
-    from workbench.storage.rundir import load
-
     log.info("pyarrow not installed: reading %s in memory", run_dir)
     return load(run_dir)
 
@@ -126,8 +125,6 @@ def report_source(run_dir: str | Path, max_records: int = MAX_REPORT_RECORDS) ->
     whole run instead. Plots of distributions drawn from the sample are
     faithful; totals (a throughput timeline) are scaled by the sampled fraction.
     """
-    from workbench.storage.rundir import load
-
     if available():
         import pyarrow.parquet as pq
 

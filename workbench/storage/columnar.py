@@ -33,6 +33,7 @@ import numpy as np
 
 from workbench import safe_write as safe
 from workbench.errors import ConfigError
+from workbench.storage.rundir import RECORDS, loads_line, resolve_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -181,8 +182,6 @@ def iter_jsonl_batches(
 ) -> Iterator[list[Any]]:
     """Parsed lines of a JSONL file in lists of ``batch_rows`` lines or of about
     ``batch_bytes`` bytes of JSON, whichever comes first; a cut last line is skipped."""
-    from workbench.storage.rundir import loads_line
-
     batch: list[Any] = []
     size = 0
     with open(path, "rb") as fh:
@@ -222,8 +221,6 @@ def write_tables(tables: Iterable[Any], out: str | Path, sch: Any) -> int:
 def stale(run_dir: str | Path, *, token_times: bool | None = None) -> tuple[Path, bool]:
     """(the run's ``records.parquet``, whether it must be (re)built first): missing,
     older than the JSONL, or written without the token lists when ``token_times``."""
-    from workbench.storage.rundir import RECORDS, resolve_run_dir
-
     d = resolve_run_dir(run_dir)
     pq_file, js = d / PARQUET, d / RECORDS
     old = not pq_file.exists() or (js.exists() and js.stat().st_mtime > pq_file.stat().st_mtime)

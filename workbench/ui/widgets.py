@@ -35,6 +35,7 @@ from workbench.config import RunConfig
 from workbench.errors import WorkbenchError
 from workbench.records import RunResult
 from workbench.redact import strip_url_credentials
+from workbench.ui import render
 from workbench.ui.controls import (
     POLICY_DEFAULT,
     STYLE,
@@ -111,8 +112,6 @@ class Panel(LiveSource):
                               live, self.output])
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        from workbench.ui import render
-
         render.start()  # shown: the render process warms up before Run is pressed
         return self.widget._repr_mimebundle_(**kwargs)
 
@@ -171,7 +170,6 @@ class Panel(LiveSource):
     async def run(self) -> RunResult | None:
         """Start the run in its own process, follow it, show its result (or why not)."""
         from workbench.executors.background import BackgroundRun
-        from workbench.ui import render
 
         try:
             cfg = self.config()
@@ -258,8 +256,6 @@ class Panel(LiveSource):
         waits for the CPU, at its lower priority, and that wait is no reason to redraw less
         often), and at least ``LIVE_REST_S`` after it ended. ``redraws`` keeps each one's
         start (s since Run), wall time and CPU time."""
-        from workbench.ui import render
-
         run_dir, run_id = str(job.run_dir), job.cfg.run_id or ""
         cursor = 0  # the next report section to redraw
         for _ in range(MAX_POLLS):
@@ -307,8 +303,6 @@ class Panel(LiveSource):
     async def _render_live(run_dir: str, section: LiveSection, note: str) -> float:
         """``section`` rendered in the render process, then shown (here, on the loop); the
         CPU time it took there."""
-        from workbench.ui import render
-
         entries, cpu = await render.call("render", run_dir, section.what, section.name,
                                          section.options, note)
         if entries:
