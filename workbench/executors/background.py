@@ -43,6 +43,7 @@ from workbench import redact
 from workbench.config import RunConfig
 from workbench.errors import WorkbenchError
 from workbench.records import RequestRecord, RunResult
+from workbench.storage.rundir import TIMELINE, load, loads_line, read_json, read_jsonl
 
 PROGRESS_EVERY_S = 0.1
 TERMINAL = ("done", "failed", "cancelled")
@@ -108,8 +109,6 @@ class RecordTail:
         self.offset = 0
 
     def read(self) -> list[RequestRecord]:
-        from workbench.storage.rundir import loads_line
-
         try:
             with self.path.open("rb") as fh:
                 fh.seek(self.offset)
@@ -247,8 +246,6 @@ class BackgroundRun:
     def _load(self) -> RunResult:
         """The run as ``run_async`` would have returned it: records in memory, or, when the
         run kept them on disk only (``executor.keep_records``), left there."""
-        from workbench.storage.rundir import TIMELINE, load, read_json, read_jsonl
-
         manifest = read_json(self.run_dir / "manifest.json")
         if manifest.get("records_kept") is not False or self.temp_dir:
             return load(self.run_dir)

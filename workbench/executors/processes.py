@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from workbench import safe_write as safe
+from workbench.clock import WallClock
 from workbench.config import RunConfig
 from workbench.errors import OutputWriteError, WorkbenchError
 from workbench.executors.kinds import EXECUTORS
@@ -51,6 +52,7 @@ from workbench.replay.session import ReplaySession, connection_warmer
 from workbench.replay.shards import ShardPart, split_run
 from workbench.replay.target import Target
 from workbench.spawning import children_start, spawn_context
+from workbench.storage.rundir import RecordWriter, dumps_line, read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +98,6 @@ class ShardedExecutor:
     ) -> None:
         from workbench.backends.base import make_codec
         from workbench.backends.transport import Transport, TransportOptions
-        from workbench.clock import WallClock
         from workbench.context.tokens import run_pool
 
         s = session
@@ -121,8 +122,6 @@ class ShardedExecutor:
 
     def _merge(self, s: ReplaySession) -> None:
         """Shard files → ``records`` / ``lifecycle`` in memory and in the run directory."""
-        from workbench.storage.rundir import dumps_line, read_jsonl
-
         recs: list[RequestRecord] = []
         rows: list[dict[str, Any]] = []
         for f in sorted(self.shard_dir.glob("records-*.jsonl")):
@@ -339,8 +338,6 @@ def worker_main(conn: Connection, spec: dict[str, Any]) -> None:
 
 async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> None:
     from workbench.backends.transport import Transport, TransportOptions
-    from workbench.clock import WallClock
-    from workbench.storage.rundir import RecordWriter
 
     k, shard_dir = spec["shard"], Path(spec["shard_dir"])
     clock = WallClock()

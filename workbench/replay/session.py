@@ -38,6 +38,7 @@ from workbench.replay.outcome import RunOutcome, ShardOutcome
 from workbench.replay.plan import Plan
 from workbench.replay.runner import Runner
 from workbench.replay.target import HttpTarget, Sampler, Target, not_flushed
+from workbench.storage.rundir import RecordWriter, claim_run_dir, write_manifest
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +113,6 @@ class RecordSinks:
         """``records.jsonl`` and ``lifecycle.jsonl`` written as the run goes (in-process)."""
         if self.run_dir is None:
             return
-        from workbench.storage.rundir import RecordWriter
-
         flush_ms = self.cfg.executor.record_flush_ms
         for name in ("records", "lifecycle"):
             self._writers[name] = RecordWriter(
@@ -192,8 +191,6 @@ class ReplaySession(RecordSinks):
         through a symlink, an existing run replaced only with ``overwrite``)."""
         if self.run_dir is None:
             return
-        from workbench.storage.rundir import claim_run_dir
-
         self.run_dir = claim_run_dir(self.run_dir.parent, self.run_id, self.manifest.to_dict(),
                                      overwrite=self.cfg.overwrite)
 
@@ -365,8 +362,6 @@ class ReplaySession(RecordSinks):
         if self.write_error is not None:  # say so in the manifest, if it can be written
             self.manifest.status = "failed"
             self.manifest.failure = str(self.write_error)
-            from workbench.storage.rundir import write_manifest
-
             with contextlib.suppress(OutputWriteError):
                 write_manifest(self.run_dir, self.manifest)
 
@@ -374,7 +369,6 @@ class ReplaySession(RecordSinks):
         """Timeline, manifest, ``records.parquet`` and summary of an ended run (none after
         a failed write: the records are incomplete and the disk is the problem)."""
         from workbench.metrics.files import finish
-        from workbench.storage.rundir import RecordWriter, write_manifest
 
         assert self.run_dir is not None
         if self.write_error is not None:
