@@ -41,16 +41,20 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from workbench import safe_write as safe
+from workbench.backends.base import make_codec
 from workbench.clock import WallClock
 from workbench.config import RunConfig
+from workbench.context.tokens import run_pool
 from workbench.errors import OutputWriteError, WorkbenchError
 from workbench.executors.kinds import EXECUTORS
 from workbench.records import RequestRecord
 from workbench.replay.outcome import ShardOutcome, play_shard
+from workbench.replay.prepare import run_on_fast_loop
 from workbench.replay.runner import build_runner
 from workbench.replay.session import ReplaySession, connection_warmer
 from workbench.replay.shards import ShardPart, split_run
 from workbench.replay.target import Target
+from workbench.signals import die_with_parent
 from workbench.spawning import children_start, spawn_context
 from workbench.storage.rundir import RecordWriter, dumps_line, read_jsonl
 
@@ -96,9 +100,7 @@ class ShardedExecutor:
     async def play(
         self, session: ReplaySession, target: Target, stop: asyncio.Event | None
     ) -> None:
-        from workbench.backends.base import make_codec
         from workbench.backends.transport import Transport, TransportOptions
-        from workbench.context.tokens import run_pool
 
         s = session
         b = s.cfg.backend
@@ -320,9 +322,6 @@ def worker_main(conn: Connection, spec: dict[str, Any]) -> None:
     it dies (``die_with_parent``; nobody would merge its records), and a pipe that
     reaches EOF stops its runner too (systems without a parent-death signal).
     """
-    from workbench.replay.prepare import run_on_fast_loop
-    from workbench.signals import die_with_parent
-
     die_with_parent(spec["parent_pid"], signal.SIGKILL)
 
     cfg = RunConfig.from_dict(spec["cfg"])

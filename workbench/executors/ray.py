@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from workbench.clock import WallClock
 from workbench.config import RunConfig
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.executors.kinds import EXECUTORS
@@ -55,8 +56,9 @@ from workbench.executors.processes import ShardedExecutor, shard_facts, shard_sp
 from workbench.records import RequestRecord
 from workbench.replay.outcome import ShardOutcome, play_shard
 from workbench.replay.runner import build_runner
-from workbench.replay.session import ReplaySession
+from workbench.replay.session import ReplaySession, connection_warmer
 from workbench.replay.shards import ShardPart, split_run
+from workbench.storage.rundir import RecordWriter
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +120,6 @@ class ShardActor:
         """Open the transport, build the runner and start ``play_shard``: the warm-up and
         the connections; return at its barrier, where it waits for ``begin``."""
         from workbench.backends.transport import Transport, TransportOptions
-        from workbench.clock import WallClock
-        from workbench.replay.session import connection_warmer
 
         cfg = RunConfig.from_dict(spec["cfg"])
         clock = WallClock()
@@ -239,8 +239,6 @@ class RayLauncher:
         stop: asyncio.Event | None,
     ) -> list[dict[str, Any]]:  # fmt: skip
         """Start every actor on one epoch, stream their records to shard files until done."""
-        from workbench.storage.rundir import RecordWriter
-
         flush = s.cfg.executor.record_flush_ms or None
         writers = [
             (RecordWriter(shard_dir / f"records-{k}.jsonl", max_delay_ms=flush),

@@ -21,6 +21,7 @@ import workbench.catalogs.requests as catalog
 from workbench.errors import ConfigError
 from workbench.metrics.derive import INPUTS, MIN_EVENT_TOKENS, derive, split_gaps
 from workbench.records import RequestRecord, RunResult
+from workbench.storage.rundir import load_records
 
 RAW_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RequestRecord))
 NS_COLUMNS: tuple[str, ...] = tuple(
@@ -43,8 +44,6 @@ def as_records(
     read back from its ``records.jsonl`` here, on demand: nothing is held by the result.
     """
     if isinstance(data, RunResult) and data.records_on_disk:
-        from workbench.storage.rundir import load_records
-
         return load_records(data.run_dir or "")
     if not isinstance(data, RunResult) and (
             isinstance(data, str | bytes | Mapping) or not isinstance(data, Iterable)):

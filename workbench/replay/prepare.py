@@ -17,13 +17,16 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from workbench import redact
+from workbench import __version__, redact
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
 from workbench.records import RunManifest, RunResult, Workload
-from workbench.replay.plan import Plan, RunFloor
+from workbench.replay.plan import LONG_RUN_MS, Plan, RunFloor, build_plan, run_floor
+from workbench.signals import run_with_sigterm
 from workbench.storage.rundir import process_identity
+from workbench.traces.graph import window
 from workbench.traces.load import source_sha256
+from workbench.workloads.standard import load_source
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -56,8 +59,6 @@ def prepare(cfg: RunConfig | dict[str, Any], workload: Workload | None = None, *
     release span past a day is warned about, and so is a run whose waits alone take
     longer than ``LONG_RUN_MS`` (how long, and why). Every error surfaces here, before
     any request."""
-    from workbench.replay.plan import LONG_RUN_MS, build_plan, run_floor
-
     cfg = coerce_config(cfg)
     workload = workload if workload is not None else load_workload(cfg)
     cfg.check_workload(workload)
@@ -80,15 +81,11 @@ def coerce_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
 
 
 def load_workload(cfg: RunConfig) -> Workload:
-    from workbench.workloads.standard import load_source
-
     if not cfg.trace.path:
         raise ConfigError("trace.path is empty: say which trace file to replay")
     # a file, or a synthetic: description drawn (docs/trace-formats.md)
     workload = load_source(cfg.trace.path, cfg.trace.format, **cfg.trace.options)
     if cfg.trace.max_items is not None or cfg.trace.offset:
-        from workbench.traces.graph import window
-
         workload = window(workload, cfg.trace.offset, cfg.trace.max_items)
     cfg.check_workload(workload)
     return workload
@@ -112,8 +109,6 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
 
     import numpy
     import pandas
-
-    from workbench import __version__
 
     cfg.register_secrets()  # before anything of the run is written or printed
     config = cfg.to_dict()
@@ -172,8 +167,6 @@ def run_on_fast_loop(coro: Coroutine[Any, Any, T], use_uvloop: bool = True) -> T
     SIGTERM stops it as SIGINT does (``workbench.signals``): the run is saved as
     ``cancelled`` and ``KeyboardInterrupt`` is raised.
     """
-    from workbench.signals import run_with_sigterm
-
     factory = None
     if use_uvloop:
         try:

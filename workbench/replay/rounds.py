@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workbench.context.hashing import chain_hashes
+from workbench.context.hashing import block_hashes, chain_hashes
 from workbench.context.policy import POLICIES
 from workbench.context.tokens import TokenPool
 from workbench.records import RequestRecord
@@ -191,8 +191,6 @@ class RoundMaker:
     def hashes(self, run: UnitRun, prompt: Prompt) -> list[int]:
         """Block hashes of ``prompt``, reusing the unit's last prompt's hashes for the
         full blocks the two share (a carried conversation prefix): O(new tokens)."""
-        from workbench.context.hashing import block_hashes
-
         if isinstance(prompt, Segments):
             return self._segment_hashes(run, prompt)
         bs = self.block_size

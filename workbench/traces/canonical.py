@@ -59,6 +59,7 @@ from workbench.traces._io import (
 )
 from workbench.traces.bounds import ids_sendable
 from workbench.traces.formats import register_format
+from workbench.traces.graph import attach_sidecar
 from workbench.traces.json_io import read_json_document
 from workbench.traces.shared import request_id
 
@@ -136,8 +137,6 @@ def read_session_execution_v2(path: Path, *, sidecars: bool = True) -> Workload:
         meta.update(_read_sidecars(path))
         graph = graph_sidecar_path(path)
         if graph.exists():
-            from workbench.traces.graph import attach_sidecar
-
             rows = read_json_document(graph, "graph sidecar", list)
             units = attach_sidecar(graph, units, rows)
             meta["graph_path"] = str(graph)

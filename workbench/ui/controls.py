@@ -31,10 +31,13 @@ from typing import Any
 import ipywidgets as w
 import traitlets
 
+from workbench import data
 from workbench.arrival import MODES
 from workbench.arrival.processes import RAMP_STRATEGIES
 from workbench.config import RunConfig, available
+from workbench.context import POLICIES
 from workbench.errors import ConfigError, WorkbenchError
+from workbench.workloads.standard import bundled_or_path
 
 POLICY_DEFAULT = "(trace default)"
 OWN_FILE = "a file of my own…"
@@ -53,15 +56,11 @@ STYLE = {"description_width": "130px"}
 
 def resolve_trace(value: str) -> str:
     """A path as typed, or the on-disk path of a bundled trace name."""
-    from workbench.workloads.standard import bundled_or_path
-
     return str(bundled_or_path(value))
 
 
 def bundled_name(path: str) -> str | None:
     """The bundled trace a path (or name) is, if it is one."""
-    from workbench import data
-
     if path in data.files():
         return path
     for name in data.files():
@@ -113,9 +112,6 @@ class Controls:
     """The editable fields, initialised from a RunConfig (see the module docstring)."""
 
     def __init__(self, cfg: RunConfig) -> None:
-        from workbench import data
-        from workbench.context import POLICIES
-
         names = available()
         t, a, b = cfg.trace, cfg.arrival, cfg.backend
         bundled = bundled_name(t.path)
