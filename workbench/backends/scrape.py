@@ -325,15 +325,14 @@ class MetricsScraper:
             self._append(await self.scrape_once())
             self._task = asyncio.get_running_loop().create_task(self._run())
 
-    async def stop(self, *, final_scrape: bool = True) -> None:
+    async def stop(self) -> None:
         """Stop the background task, take one last row (closes the window), release HTTP."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            if final_scrape:
-                self._append(await self.scrape_once())
+            self._append(await self.scrape_once())
         if self._own_session and self._session is not None:
             await self._session.close()
             self._session = None
