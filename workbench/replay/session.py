@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from workbench import heap, redact
+from workbench.backends.extras import resolve_headers
+from workbench.backends.preflight import preflight_prefix_cache
 from workbench.backends.transport import Transport
 from workbench.clock import Clock
 from workbench.config import RunConfig
@@ -257,8 +259,6 @@ class ReplaySession(RecordSinks):
         the prefix-cache preflight, then the cache flush and the profiler's start."""
         await transport.check_reachable()
         await self.preflight(transport, codec, pool, target)
-        from workbench.backends.extras import resolve_headers
-
         # the user's --header values (a gateway's routing or auth header) and the run's own
         # credentials (URL or key): the reset reaches the server the requests reach
         user = resolve_headers(self.cfg.backend.options.get("headers") or {})
@@ -273,8 +273,6 @@ class ReplaySession(RecordSinks):
             enabled = target.preflight
         if not enabled:
             return
-        from workbench.backends.preflight import preflight_prefix_cache
-
         result = await preflight_prefix_cache(transport, codec, pool.tail(8192))
         self.manifest.preflight = redact.obj(getattr(result, "__dict__", str(result)))
 
