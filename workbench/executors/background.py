@@ -43,6 +43,7 @@ from workbench import redact
 from workbench.config import RunConfig
 from workbench.errors import WorkbenchError
 from workbench.records import RequestRecord, RunResult
+from workbench.replay.prepare import new_run_id, run_on_fast_loop
 from workbench.storage.rundir import TIMELINE, load, loads_line, read_json, read_jsonl
 
 PROGRESS_EVERY_S = 0.1
@@ -128,8 +129,6 @@ class BackgroundRun:
     """``cfg`` replayed by a child process; ``snapshot()``, ``stop()``, ``result()``."""
 
     def __init__(self, cfg: RunConfig) -> None:
-        from workbench.replay.prepare import new_run_id
-
         self.temp_dir = None if cfg.out_dir else tempfile.mkdtemp(prefix="workbench-panel-")
         changes: dict[str, Any] = {}
         if self.temp_dir:
@@ -341,8 +340,6 @@ async def _child_run(cfg: RunConfig, out: _Out, stdin: _Lines) -> RunResult:
 
 
 def main() -> int:
-    from workbench.replay.prepare import run_on_fast_loop
-
     out, stdin = _Out(), _Lines(sys.stdin.fileno())
     try:
         cfg = RunConfig.from_dict(json.loads(stdin.readline()))
