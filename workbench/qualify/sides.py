@@ -14,7 +14,6 @@ docs/virtual-time.md, "Compiled kernels"); the report says which.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 import tempfile
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import ConfigError
+from workbench.traces.load import file_sha256
 
 GIT_TIMEOUT_S = 120
 # (C source, the glob of its built module), relative to the package
@@ -103,8 +103,8 @@ def checkout(label: str, revision: str, build_python: str | None = None) -> Tree
     differs = []
     for src, so in COMPILED:
         built = sorted(here.glob(so))
-        same = (there / src).is_file() and (here / src).is_file() and _sha(there / src) == _sha(
-            here / src)
+        same = ((there / src).is_file() and (here / src).is_file()
+                and file_sha256(there / src) == file_sha256(here / src))
         if built and same:
             for f in built:
                 shutil.copy2(f, there / f.relative_to(here))
@@ -136,7 +136,3 @@ def _build(root: Path, python: str) -> str | None:
         tail = out.stderr.strip().splitlines()[-1:] or [f"exit {out.returncode}"]
         return tail[0]
     return None
-
-
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()

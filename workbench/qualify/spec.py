@@ -11,7 +11,6 @@ the field and the rule (``ConfigError``, exit 2 in the CLI).
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import ConfigError
+from workbench.traces.load import file_sha256
 
 SPEC_VERSION = 1
 SPEC_MAX_BYTES = 1 << 20
@@ -161,14 +161,6 @@ class _Check:
             rule = f"matching {pattern.pattern}" if pattern else "non-empty"
             raise self.fail(where, f"expected a {rule} string, got {value!r}")
         return value
-
-
-def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def load_spec(path: str | Path, *, verify_trace: bool = True) -> ParitySpec:

@@ -133,19 +133,17 @@ def source_sha256(path: str | Path) -> str:
     files = ([path] if not path.is_dir() else
              sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")))
     if len(files) == 1 and files[0] == path:
-        return _file_sha256(path)
+        return file_sha256(path)
     h = hashlib.sha256()
     for f in files:
-        h.update(f"{f.name}\0{f.stat().st_size}\0{_file_sha256(f)}\0".encode())
+        h.update(f"{f.name}\0{f.stat().st_size}\0{file_sha256(f)}\0".encode())
     return h.hexdigest()
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
+def file_sha256(path: Path) -> str:
+    """A file's sha256, read a buffer at a time."""
     with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def available_formats() -> list[str]:
