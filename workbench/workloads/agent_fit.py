@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.metrics.distribution import quantiles
 from workbench.records import Workload
 from workbench.workloads.synthetic import Distribution
 
@@ -115,16 +116,11 @@ def fit(stats: dict[str, Group]) -> dict[str, str]:
     return keys
 
 
-def percentiles(values: list[int] | list[float] | np.ndarray,
-                qs: tuple[int, ...] = (50, 90, 99)) -> list[float]:  # fmt: skip
-    return [float(v) for v in np.percentile(np.asarray(values, dtype=float), qs)]
-
-
 def _cells(values: Any, scale: float = 1.0) -> str:
     if not len(values):
         return "—"
     return " / ".join(f"{v / scale:,.0f}" if v / scale >= 10 else f"{v / scale:.2g}"
-                      for v in percentiles(values))
+                      for v in quantiles(np.asarray(values, dtype=float), (50, 90, 99)))
 
 
 def table(data: dict[str, Group], drawn: dict[str, Group], preset: dict[str, str]) -> str:
