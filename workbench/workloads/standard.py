@@ -5,7 +5,7 @@
 ``synthetic:`` and ``load_trace`` for the others, so ``replay``, ``simulate``,
 ``sweep``, ``stats``, ``--dry-run``, ``RunConfig(trace.path=...)`` and the panel's
 trace field all take it. The kinds
-(docs/trace-formats.md, "Synthetic workloads"; ``STANDARD_HELP``):
+(docs/trace-formats.md, "Synthetic workloads"):
 
 - ``random``: independent requests, input and output lengths from a ``DIST``;
 - ``shared-prefix``: ``groups`` system prompts, each shared by ``prompts`` requests
@@ -79,21 +79,6 @@ PRESETS: dict[str, dict[str, str]] = {
         "subagent_tool_wait": "lognormal:4000,1.4,65000",
     },
 }
-
-STANDARD_HELP = f"""\
---trace synthetic:KIND,KEY=VALUE,... draws a standard workload (no file):
-  random         requests=N (1000) input=DIST (fixed:1024) output=DIST (fixed:128)
-  shared-prefix  groups=G (16) prompts=N per group (16) system=DIST (fixed:2048)
-                 question=DIST (fixed:128) output=DIST (fixed:256) block=TOKENS (16)
-  agentic        sessions=N rounds=DIST input=DIST first_input=DIST output=DIST
-                 tool_wait=DIST compaction=P subagents=P fanout=DIST
-                 subagent_{{rounds,first_input,input,output,tool_wait}}=DIST, or
-                 preset=coding-agent (keys given beside a preset override it)
-  every kind     seed=S (0) arrival=poisson|gamma|constant (poisson) rate=R units/s (1)
-                 burstiness=B (gamma's shape, 1)
-DIST: fixed:N | uniform:LO..HI | lognormal:MEDIAN,SIGMA[,MAX] | normal:MEAN,SD |
-exponential:MEAN (token counts rounded, at least 1). {DOC}.
-Example: synthetic:random,requests=200,input=uniform:512..2048,output=fixed:128,rate=4"""
 
 _ARRIVAL_KEYS = ("seed", "arrival", "rate", "burstiness")
 
