@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from workbench import heap, redact
 from workbench.backends.extras import resolve_headers
+from workbench.backends.flush import NOT_ASKED, FlushOutcome
 from workbench.backends.preflight import preflight_prefix_cache
 from workbench.backends.transport import Transport
 from workbench.clock import Clock
@@ -39,7 +40,7 @@ from workbench.records import RequestRecord, RunManifest, RunResult
 from workbench.replay.outcome import RunOutcome, ShardOutcome
 from workbench.replay.plan import Plan
 from workbench.replay.runner import Runner
-from workbench.replay.target import HttpTarget, Sampler, Target, not_flushed
+from workbench.replay.target import HttpTarget, Sampler, Target
 from workbench.storage.rundir import RecordWriter, claim_run_dir, write_manifest
 
 log = logging.getLogger(__name__)
@@ -282,7 +283,7 @@ class ReplaySession(RecordSinks):
         manifest's ``cache_flush`` says what was done (docs/cache-isolation.md)."""
         mode = self.cfg.backend.flush_cache
         if mode is False:
-            self.manifest.cache_flush = {"mode": False, **not_flushed().to_dict()}
+            self.manifest.cache_flush = {"mode": False, **FlushOutcome(detail=NOT_ASKED).to_dict()}
             return
         outcome = await target.flush(mode, self.cfg.backend.name, headers)
         # the server's answer may echo the request's headers: redacted before it is kept

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 from workbench import redact
-from workbench.backends.flush import NOT_ASKED, FlushOutcome, flush_prefix_cache
+from workbench.backends.flush import FlushOutcome, flush_prefix_cache
 from workbench.clock import Clock
 from workbench.config import RunConfig
 from workbench.errors import WorkbenchError
@@ -62,10 +62,6 @@ class Target(Protocol):
 
     def open(self) -> contextlib.AbstractAsyncContextManager[Any]:
         """Start what the target needs (a server, an engine) for the run's duration."""
-
-
-def not_flushed() -> FlushOutcome:
-    return FlushOutcome(detail=NOT_ASKED)
 
 
 class HttpTarget:
