@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 from workbench import safe_write as safe
 from workbench.backends.base import make_codec
+from workbench.backends.transport import Transport, TransportOptions
 from workbench.clock import WallClock
 from workbench.config import RunConfig
 from workbench.context.tokens import run_pool
@@ -100,8 +101,6 @@ class ShardedExecutor:
     async def play(
         self, session: ReplaySession, target: Target, stop: asyncio.Event | None
     ) -> None:
-        from workbench.backends.transport import Transport, TransportOptions
-
         s = session
         b = s.cfg.backend
         clock = WallClock()
@@ -336,8 +335,6 @@ def worker_main(conn: Connection, spec: dict[str, Any]) -> None:
 
 
 async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> None:
-    from workbench.backends.transport import Transport, TransportOptions
-
     k, shard_dir = spec["shard"], Path(spec["shard_dir"])
     clock = WallClock()
     options = TransportOptions.of_run(cfg, spec["base_url"])

@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from workbench.backends.transport import Transport, TransportOptions
 from workbench.clock import WallClock
 from workbench.config import RunConfig
 from workbench.errors import ConfigError, WorkbenchError
@@ -119,8 +120,6 @@ class ShardActor:
     async def prepare(self, spec: dict[str, Any]) -> bool:
         """Open the transport, build the runner and start ``play_shard``: the warm-up and
         the connections; return at its barrier, where it waits for ``begin``."""
-        from workbench.backends.transport import Transport, TransportOptions
-
         cfg = RunConfig.from_dict(spec["cfg"])
         clock = WallClock()
         options = TransportOptions.of_run(cfg, spec["base_url"])
