@@ -12,8 +12,10 @@ the prefix cache).
 
 Cost: per event, not per running request. The steady decoders at the head of the
 running list are *implicit* (``Scheduler``, "implicit decode" below;
-docs/virtual-time.md): a step advances them in aggregate and visits one only when
-its block fills, it needs a new block or it finishes. The rest is a pass over the
+docs/virtual-time.md): a step advances them in aggregate, and their events (a block
+fills, a new block is needed, the last token) are compiled over array state
+(``sim.decoders``: one call a step for the grows, one for the fills and finishes).
+The rest is a pass over the
 explicit running requests (prefill chunks, watched streams) plus work
 proportional to what changed: new blocks (hashed, then allocated and committed by
 ``kvcache`` in array operations, one allocation and one commit per step for all
