@@ -186,8 +186,7 @@ class RunConfig:
         if self.run_id is not None:
             v.check_run_id("run_id", self.run_id)
         if self.slo:
-            # imported here: the SLO grammar's module imports pandas, ~250 ms on every CLI
-            # start (bench/README.md, "CLI start-up")
+            # imported here: its module imports pandas (bench/README.md, "CLI start-up")
             from workbench.metrics.slo import run_slo
 
             run_slo(self.slo, "slo")  # the one SLO grammar (docs/sweeps.md "SLO")
@@ -294,8 +293,7 @@ def _section(key: str, spec_cls: type, main: str, value: Any) -> Any:
 
 def available() -> dict[str, list[str]]:
     """The registered names of every axis (what widgets and ``--help`` offer)."""
-    # imported here: the trace readers add ~55 ms to every CLI start (bench/README.md,
-    # "CLI start-up")
+    # imported here, not at every CLI start (bench/README.md, "CLI start-up")
     from workbench.traces.load import available_formats
 
     return {

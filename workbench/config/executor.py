@@ -78,8 +78,7 @@ class ExecutorSpec:
                 f"executor.keep_records {self.keep_records!r} is invalid; valid: true, false, "
                 f"'auto' (keep in memory up to {KEEP_RECORDS_AUTO_MAX} requests)"
             )
-        # imported here: the HTTP clients' module adds ~60 ms to every CLI start
-        # (bench/README.md, "CLI start-up")
+        # imported here, not at every CLI start (bench/README.md, "CLI start-up")
         from workbench.backends.transport import HTTP_CLIENTS
 
         if self.http not in HTTP_CLIENTS:

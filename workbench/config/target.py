@@ -27,7 +27,7 @@ class TargetSpec:
         against the one range table (``workbench.ranges``); the names here."""
         if not self.engine:
             return
-        # imported here: the engine's modules add ~60 ms to every CLI start (bench/README.md)
+        # imported here, not at every CLI start (bench/README.md, "CLI start-up")
         from workbench.sim.cluster import split_knobs
         from workbench.sim.config import EngineConfig
 
