@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench import redact
-from workbench.arrival import MODES, ArrivalMode
-from workbench.arrival.processes import ArrivalProcess
+from workbench.arrival import MODES
 from workbench.backends import BACKENDS
 from workbench.backends.extras import resolve_headers
 from workbench.config import validation as v
@@ -201,11 +200,6 @@ class RunConfig:
         before anything of the run is written or printed, and by every process that sends
         (docs/security.md)."""
         b = self.backend
-        redact.register(os.environ.get(b.api_key_env) if b.api_key_env else None)
-        if not self.target.is_sim:
-            redact.register_url(self.target.url)
-        for url in b.metrics_urls:  # further /metrics endpoints (--metrics-url)
-            redact.register_url(url)
         opts = b.options or {}
         headers = opts.get("headers")
         if isinstance(headers, dict):
@@ -213,7 +207,12 @@ class RunConfig:
                 resolve_headers(headers)  # registers every value, $ENV ones as read
             except ConfigError:  # an unset $ENV: the run's own check says so
                 redact.register_headers(
-                    {k: v for k, v in headers.items() if not str(v).startswith("$")})
+                    {k: val for k, val in headers.items() if not str(val).startswith("$")})
+        redact.register(os.environ.get(b.api_key_env) if b.api_key_env else None)
+        if not self.target.is_sim:
+            redact.register_url(self.target.url)
+        for url in b.metrics_urls:  # further /metrics endpoints (--metrics-url)
+            redact.register_url(url)
         redact.register_body(opts.get("extra_body"))
 
     def check_out_dir(self) -> None:
@@ -223,7 +222,7 @@ class RunConfig:
 
     def check_workload(self, workload: Workload) -> None:
         """Rules that depend on what the trace holds."""
-        self.context.check_workload(workload)
+        self.context.check_applies(workload)
 
     def keeps_records(self, n_requests: int) -> tuple[bool, str]:
         """Whether a live run of ``n_requests`` holds its records in memory, and why.
@@ -251,16 +250,6 @@ class RunConfig:
             "(KEEP_RECORDS_AUTO_MAX); records are on disk only"
         )
 
-    def arrival_process(self) -> ArrivalProcess | None:
-        """The arrival process of a process mode (``poisson``, ``gamma``, ``constant``), else
-        None (``ArrivalSpec.process``)."""
-        return self.arrival.process()
-
-    @property
-    def arrival_mode(self) -> ArrivalMode:
-        """The registered arrival mode (``workbench.arrival.MODES``) and its capabilities."""
-        return self.arrival.registered_mode
-
     @property
     def loops_until_deadline(self) -> bool:
         """A closed-loop mode with ``duration_s``: the unit list starts over until the
@@ -270,10 +259,6 @@ class RunConfig:
     @property
     def policy_name(self) -> str | None:
         return self.context.policy_name
-
-    @property
-    def backend_returns_ids(self) -> bool:
-        return self.backend.returns_ids
 
 
 def _section(key: str, spec_cls: type, main: str, value: Any) -> Any:

@@ -57,7 +57,7 @@ class ArrivalSpec:
         deadline, so the request count is not known up front."""
         return self.registered_mode.closed_loop and self.duration_s is not None
 
-    def process(self) -> ArrivalProcess | None:
+    def arrival_process(self) -> ArrivalProcess | None:
         """The arrival process of a process mode (``poisson``, ``gamma``, ``constant``), else
         None."""
         if not self.registered_mode.process:
@@ -93,7 +93,7 @@ class ArrivalSpec:
         parse_output_policy(self.output_len)
 
     def _check_process(self) -> None:
-        process = self.process()
+        process = self.arrival_process()
         if process is not None:
             process.check()
         elif (self.burstiness != 1.0 or self.ramp_up_strategy is not None

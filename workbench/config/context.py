@@ -65,7 +65,7 @@ class ContextSpec:
             if dataclasses.is_dataclass(policy):
                 check_mapping("context", opts, hints_of(type(policy)))
 
-    def check_workload(self, workload: Workload) -> None:
+    def check_applies(self, workload: Workload) -> None:
         """The policy applies to what the trace holds: conversations, not independent
         requests or block hash ids, and not a file planned under a policy already."""
         if self.policy is None:

@@ -59,8 +59,10 @@ def prepare(cfg: RunConfig | dict[str, Any], workload: Workload | None = None, *
     from workbench.replay.plan import LONG_RUN_MS, build_plan, run_floor
 
     cfg = coerce_config(cfg)
-    workload = workload if workload is not None else load_workload(cfg)
-    cfg.check_workload(workload)
+    if workload is None:
+        workload = load_workload(cfg)  # checked against the config as it is loaded
+    else:
+        cfg.check_workload(workload)
     plan = build_plan(cfg, workload)
     if warning := plan.arrival()["arrival_span_warning"]:
         log.warning("%s", warning)
