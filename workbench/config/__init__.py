@@ -138,15 +138,7 @@ class RunConfig:
         self._check_types()
         self.arrival.check()
         b, e = self.backend, self.executor
-        b.check()
-        if not b.stream and self.arrival.request_timeout_s is None:
-            raise ConfigError(
-                "backend.stream false (non-streaming) needs arrival.request_timeout_s: the "
-                "stream idle timeout does not apply to a whole answer, so only the request "
-                "timeout bounds a server that never answers")
-        if b.profile and e.kind == "ray":
-            raise ConfigError("backend.profile runs with executor.kind local or processes "
-                              "(the Ray executor has no hook around its measured window)")
+        b.check(self.arrival.request_timeout_s, e.kind)
         if self.context.policy is not None:
             policy = POLICIES.get(self.context.policy)
             if policy.needs_output_ids and not b.returns_ids:

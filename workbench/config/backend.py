@@ -56,8 +56,10 @@ class BackendSpec:
         """Whether this backend's codec returns the server's exact output token ids."""
         return BACKENDS.get(self.name).returns_token_ids
 
-    def check(self) -> None:
-        """The rules of this axis alone, on values already of their type and range."""
+    def check(self, request_timeout_s: float | None, executor_kind: str) -> None:
+        """This axis's rules, on values already of their type and range; two read a value
+        of another section: a whole answer needs ``arrival.request_timeout_s``, and the
+        profiler hooks need an executor other than Ray (``executor.kind``)."""
         BACKENDS.canonical(self.name)
         if "stream" in self.options:
             raise ConfigError("backend.options.stream: set backend.stream (--no-stream) instead")
@@ -66,9 +68,17 @@ class BackendSpec:
             raise ConfigError(
                 f"backend.stream false (non-streaming): backend {self.name!r} only "
                 f"streams; use {' or '.join(able)}")
+        if not self.stream and request_timeout_s is None:
+            raise ConfigError(
+                "backend.stream false (non-streaming) needs arrival.request_timeout_s: the "
+                "stream idle timeout does not apply to a whole answer, so only the request "
+                "timeout bounds a server that never answers")
         if self.profile_dir is not None and not self.profile:
             raise ConfigError("backend.profile_dir is where the profiler's traces go: set "
                               "backend.profile true (--profile) too")
+        if self.profile and executor_kind == "ray":
+            raise ConfigError("backend.profile runs with executor.kind local or processes "
+                              "(the Ray executor has no hook around its measured window)")
         if self.token_salt == "":
             raise ConfigError(  # an empty salt would salt nothing: the run is not isolated
                 f"backend.token_salt {self.token_salt!r} is empty, which salts "
