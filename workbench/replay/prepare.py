@@ -21,8 +21,9 @@ from workbench import redact
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
 from workbench.records import RunManifest, RunResult, Workload
-from workbench.replay.plan import Plan, RunFloor
+from workbench.replay.plan import LONG_RUN_MS, Plan, RunFloor, build_plan, run_floor
 from workbench.storage.rundir import process_identity
+from workbench.traces.graph import window
 from workbench.traces.load import source_sha256
 
 T = TypeVar("T")
@@ -56,8 +57,6 @@ def prepare(cfg: RunConfig | dict[str, Any], workload: Workload | None = None, *
     release span past a day is warned about, and so is a run whose waits alone take
     longer than ``LONG_RUN_MS`` (how long, and why). Every error surfaces here, before
     any request."""
-    from workbench.replay.plan import LONG_RUN_MS, build_plan, run_floor
-
     cfg = coerce_config(cfg)
     if workload is None:
         workload = load_workload(cfg)  # checked against the config as it is loaded
@@ -75,8 +74,10 @@ def prepare(cfg: RunConfig | dict[str, Any], workload: Workload | None = None, *
 def coerce_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
     """A checked ``RunConfig`` (a dict is parsed; a hand-built one is checked too), with an
     ``out_dir`` that can hold the run: every config error surfaces before any request."""
-    cfg = cfg if isinstance(cfg, RunConfig) else RunConfig.from_dict(cfg)
-    cfg.check()
+    if isinstance(cfg, RunConfig):
+        cfg.check()
+    else:
+        cfg = RunConfig.from_dict(cfg)  # checked as it is built
     cfg.check_out_dir()
     return cfg
 
@@ -89,8 +90,6 @@ def load_workload(cfg: RunConfig) -> Workload:
     # a file, or a synthetic: description drawn (docs/trace-formats.md)
     workload = load_source(cfg.trace.path, cfg.trace.format, **cfg.trace.options)
     if cfg.trace.max_items is not None or cfg.trace.offset:
-        from workbench.traces.graph import window
-
         workload = window(workload, cfg.trace.offset, cfg.trace.max_items)
     cfg.check_workload(workload)
     return workload
