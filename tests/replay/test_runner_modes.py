@@ -15,10 +15,10 @@ MS = 1_000_000
 def test_dry_run_sends_nothing_and_reports_the_plan():
     result = run({"trace": LARGE, "dry_run": True, "target": "http://127.0.0.1:9"})
     assert result.records == []
-    plan = result.manifest["plan"]
+    plan = result.manifest.plan
     assert plan["units"] == 48 and plan["rounds"] == 303
     assert 0 < plan["planned_prefix_hit_rate"] < 1
-    assert result.manifest["status"] == "dry_run"
+    assert result.manifest.status == "dry_run"
 
 
 def test_max_items_keeps_first_units_in_file_order():

@@ -201,7 +201,7 @@ def test_one_engine_without_cluster_knobs_is_unchanged():
     assert "cluster" not in plain.manifest
     assert "workers" not in wb.summarize(plain)
     clustered = simulate({"trace": SESSIONS}, engine={"workers": 2})
-    assert clustered.manifest["cluster"]["workers"] == 2
+    assert clustered.manifest.cluster["workers"] == 2
     summary = wb.summarize(clustered)
     assert [w["worker"] for w in summary["workers"]] == [0, 1]
     assert sum(w["requests"] for w in summary["workers"]) == len(clustered.records)

@@ -46,8 +46,8 @@ def test_an_old_run_dir_loads_with_its_records_and_manifest(old_dir: Path) -> No
     result = load(old_dir)
     assert result.run_id == old_dir.name and not result.cancelled
     assert len([r for r in result.records if not r.warmup]) == stored["plan"]["rounds"]
-    assert result.manifest["ideal_prefix_hit_rate"] == stored["ideal_prefix_hit_rate"]
-    assert result.manifest["config"] == stored["config"]
+    assert result.manifest.ideal_prefix_hit_rate == stored["ideal_prefix_hit_rate"]
+    assert result.manifest.config == stored["config"]
     assert result.lifecycle and result.metrics_timeline
 
 
@@ -104,5 +104,5 @@ def test_a_new_run_writes_the_current_schema(tmp_path: Path) -> None:
     simulate(cfg)
     stored = read_json(tmp_path / "new" / "manifest.json")
     assert stored["schema"] == MANIFEST_SCHEMA
-    typed = load(tmp_path / "new").typed_manifest
+    typed = load(tmp_path / "new").manifest
     assert typed.extra == {} and typed.mode == "virtual" and typed.to_dict() == stored

@@ -123,7 +123,7 @@ async def test_run_button_replays_in_the_background_and_shows_results(tmp_path: 
     assert p.status_text.startswith("done: 5 ok")
     assert not p.run_button.disabled and p.stop_button.disabled
     assert Path(result.run_dir or "").parent == tmp_path
-    assert result.manifest["status"] == "completed"
+    assert result.manifest.status == "completed"
 
 
 async def test_stop_cancels_in_flight_requests_and_keeps_finished_ones(tmp_path: Path) -> None:
@@ -394,7 +394,7 @@ async def test_the_panels_measurement_is_not_disturbed_by_its_redraws(
     assert result is not None and p.error is None
     assert len([r for r in result.records if r.status == "ok"]) == 303
     assert len(redraws) >= 3 and redraws[0] < 303  # the sections redrew while it ran
-    lag = result.manifest["client"]["release_lag_ms"]
+    lag = result.manifest.client["release_lag_ms"]
     assert lag["count"] == 303 and lag["p99"] < 50.0, lag
 
 
