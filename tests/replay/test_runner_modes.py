@@ -118,5 +118,5 @@ def test_ideal_hit_rate_follows_the_runs_policy(policy):
     result = simulate({"trace": str(data_path("tracelab/session_workload_example.csv")),
                        "context": policy})
     manifest = result.manifest
-    assert manifest["ideal_prefix_hit_rate"] == pytest.approx(
-        manifest["plan"]["planned_prefix_hit_rate"])
+    assert manifest.ideal_prefix_hit_rate == pytest.approx(
+        manifest.plan["planned_prefix_hit_rate"])
