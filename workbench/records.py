@@ -365,9 +365,12 @@ class RunManifest:
         out: dict[str, Any] = {}
         for name in _MANIFEST_FIELDS:
             value = getattr(self, name)
-            if name in self.ALWAYS or value is not None:
+            if name != "cancelled" and (name in self.ALWAYS or value is not None):
                 out[name] = value
-        return {**out, **self.extra, "schema": self.schema}
+        out = {**out, **self.extra, "schema": self.schema}
+        if self.cancelled is not None:  # last, where write_run puts it: a saved run read
+            out["cancelled"] = self.cancelled  # back and saved again is the same bytes
+        return out
 
     def copy(self) -> RunManifest:
         """A copy to hand out (a result's): later writes to this one do not reach it."""

@@ -198,7 +198,7 @@ def test_two_processes_one_digest():
 
 def test_one_engine_without_cluster_knobs_is_unchanged():
     plain = simulate({"trace": SESSIONS})
-    assert "cluster" not in plain.manifest
+    assert plain.manifest.cluster is None
     assert "workers" not in wb.summarize(plain)
     clustered = simulate({"trace": SESSIONS}, engine={"workers": 2})
     assert clustered.manifest.cluster["workers"] == 2
