@@ -286,7 +286,8 @@ class RunResult:
 
     run_id: str
     records: list[RequestRecord]
-    manifest: RunManifest = field(default_factory=lambda: RunManifest.from_dict({}))
+    # a result made without a run (a test's, a notebook's): no status, saved as this schema
+    manifest: RunManifest = field(default_factory=lambda: RunManifest("", status=None))
     lifecycle: list[dict[str, Any]] = field(default_factory=list)
     metrics_timeline: list[dict[str, Any]] = field(default_factory=list)
     run_dir: str | None = None
