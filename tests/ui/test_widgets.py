@@ -394,6 +394,10 @@ async def test_the_panels_measurement_is_not_disturbed_by_its_redraws(
     assert result is not None and p.error is None
     assert len([r for r in result.records if r.status == "ok"]) == 303
     assert len(redraws) >= 3 and redraws[0] < 303  # the sections redrew while it ran
+    # each redraw kept with its start, wall and CPU time (the last one shown may have been
+    # cut by the run's end before it was kept; a short run may end before any)
+    assert len(p.redraws) >= len(redraws) - 1
+    assert all(start >= 0 and wall >= 0 and cpu >= 0 for start, wall, cpu in p.redraws)
     lag = result.manifest.client["release_lag_ms"]
     assert lag["count"] == 303 and lag["p99"] < 50.0, lag
 
@@ -514,7 +518,6 @@ async def test_the_status_line_runs_a_clock_and_always_says_finalizing(tmp_path:
     final = seen.index("finalizing…")
     assert running and max(running) < final < len(seen) - 1, seen
     assert seen[-1].startswith("done: 5 ok"), seen
-    assert p.redraws and all(wall >= 0 and cpu >= 0 for _, wall, cpu in p.redraws)
 
 
 def test_the_render_process_follows_a_run_directory_renders_and_ends_with_its_stdin(
