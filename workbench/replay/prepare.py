@@ -21,8 +21,9 @@ from workbench import redact
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
 from workbench.records import RunManifest, RunResult, Workload
-from workbench.replay.plan import Plan, RunFloor
+from workbench.replay.plan import LONG_RUN_MS, Plan, RunFloor, build_plan, run_floor
 from workbench.storage.rundir import process_identity
+from workbench.traces.graph import window
 from workbench.traces.load import source_sha256
 
 T = TypeVar("T")
@@ -56,11 +57,11 @@ def prepare(cfg: RunConfig | dict[str, Any], workload: Workload | None = None, *
     release span past a day is warned about, and so is a run whose waits alone take
     longer than ``LONG_RUN_MS`` (how long, and why). Every error surfaces here, before
     any request."""
-    from workbench.replay.plan import LONG_RUN_MS, build_plan, run_floor
-
     cfg = coerce_config(cfg)
-    workload = workload if workload is not None else load_workload(cfg)
-    cfg.check_workload(workload)
+    if workload is None:
+        workload = load_workload(cfg)  # checked against the config as it is loaded
+    else:
+        cfg.check_workload(workload)
     plan = build_plan(cfg, workload)
     if warning := plan.arrival()["arrival_span_warning"]:
         log.warning("%s", warning)
@@ -73,8 +74,10 @@ def prepare(cfg: RunConfig | dict[str, Any], workload: Workload | None = None, *
 def coerce_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
     """A checked ``RunConfig`` (a dict is parsed; a hand-built one is checked too), with an
     ``out_dir`` that can hold the run: every config error surfaces before any request."""
-    cfg = cfg if isinstance(cfg, RunConfig) else RunConfig.from_dict(cfg)
-    cfg.check()
+    if isinstance(cfg, RunConfig):
+        cfg.check()
+    else:
+        cfg = RunConfig.from_dict(cfg)  # checked as it is built
     cfg.check_out_dir()
     return cfg
 
@@ -87,8 +90,6 @@ def load_workload(cfg: RunConfig) -> Workload:
     # a file, or a synthetic: description drawn (docs/trace-formats.md)
     workload = load_source(cfg.trace.path, cfg.trace.format, **cfg.trace.options)
     if cfg.trace.max_items is not None or cfg.trace.offset:
-        from workbench.traces.graph import window
-
         workload = window(workload, cfg.trace.offset, cfg.trace.max_items)
     cfg.check_workload(workload)
     return workload
@@ -163,7 +164,7 @@ def dry_run_result(run: Prepared) -> RunResult:
     if run.floor is not None:
         manifest.plan = {**manifest.plan, "wait_floor_s": round(run.floor.floor_ms / 1000, 3),
                          "wait_floor_why": run.floor.why}
-    return RunResult(run.run_id, [], manifest=manifest.to_dict())
+    return RunResult(run.run_id, [], manifest=manifest)
 
 
 def run_on_fast_loop(coro: Coroutine[Any, Any, T], use_uvloop: bool = True) -> T:

@@ -169,7 +169,8 @@ class Preset:
         * ``switch`` (NVLink through NVSwitch): one crossing of ``allreduce_us``, whatever
           the TP, and 2·(TP−1)/TP of the bytes at the GPU's whole link bandwidth;
         * ``mesh`` (xGMI): one direct hop of ``allreduce_us``; the bytes go over the TP−1
-          peer links in use, each ``link / mesh_peers`` of the bandwidth;
+          peer links in use, each ``link / mesh_peers`` of the bandwidth, at the share of
+          it a collective reaches (``Accelerator.link_usable``);
         * ``pcie`` (a ring): 2·(TP−1) hops of ``allreduce_us`` each and the bytes over
           the PCIe link."""
         if self.tp == 1 or tokens <= 0:
@@ -182,6 +183,7 @@ class Preset:
             gbps = g.link_gbps * min(tp - 1, g.mesh_peers) / g.mesh_peers
         else:
             gbps = g.link_gbps
+        gbps *= g.link_usable  # the share a collective reaches (catalog; 1.0 unless stated)
         if g.fabric == "pcie":
             latency *= 2 * (tp - 1)
         return 2 * m.layers * (latency + moved / (gbps * 1e9))

@@ -36,6 +36,10 @@ class Accelerator:
     #: the bandwidth split over them) or "pcie" (no GPU link: a ring over PCIe)
     fabric: str = "switch"
     mesh_peers: int = 0  # direct links of a "mesh" GPU (MI300X: 7)
+    #: the share of ``link_gbps`` a collective's bytes can reach, where a public
+    #: measurement states it (MI300X xGMI: ~48 of 64 GB/s a link after CRC and protocol
+    #: overhead, docs/hardware.md "All-reduce by fabric"); 1.0 where none was found
+    link_usable: float = 1.0
 
     @property
     def usable_gb(self) -> float:
@@ -143,7 +147,10 @@ ACCELERATORS: dict[str, Accelerator] = {
                     "896 GB/s aggregate: 448 each way); AMD's datasheet: 1,307.4 / 2,614.9. "
                     "Fabric: https://www.wheelersnetwork.com/2024/01/ (MI300X GPUs connect "
                     "directly over XGMI in a mesh; up to seven Infinity Fabric links a GPU, "
-                    "128 GB/s bidirectional each)", fabric="mesh", mesh_peers=7),
+                    "128 GB/s bidirectional each); usable link share: "
+                    "https://rocm.blogs.amd.com/software-tools-optimization/mi300x-rccl-xgmi/"
+                    "README.html (2025-03-02: 64 GB/s a link rated, ~48 GB/s usable, ~75 %)",
+                    fabric="mesh", mesh_peers=7, link_usable=0.75),
     )
 }
 
