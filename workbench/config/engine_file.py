@@ -14,7 +14,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from workbench.config.validation import load_yaml, show
 from workbench.errors import ConfigError
+from workbench.sim.config import EngineConfig
 
 __all__ = ["read_engine_file"]
 
@@ -23,9 +25,6 @@ def read_engine_file(path: str | Path, *, check: bool = False) -> dict[str, Any]
     """Engine knobs from a JSON or YAML mapping; a calibration file's ``engine`` block.
     ``check``: the knobs are also checked as the engine checks them (names, types, ranges;
     a simulated cluster's knobs by the cluster)."""
-    from workbench.config.validation import load_yaml, show
-    from workbench.sim.config import EngineConfig
-
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -43,7 +42,7 @@ def read_engine_file(path: str | Path, *, check: bool = False) -> dict[str, Any]
                           f"{show(data)}")
     names = {f.name for f in dataclasses.fields(EngineConfig)}
     knobs = {k: (list(v) if k in names and isinstance(v, tuple) else v) for k, v in data.items()}
-    if check:
+    if check:  # imported here, not for every read (bench/README.md, "CLI start-up")
         from workbench.sim.cluster import split_knobs
 
         try:

@@ -10,6 +10,7 @@ in ``docs/config-bounds.md``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -36,6 +37,7 @@ from workbench.ranges import (  # re-exported: the run config's checks read them
     hints_of,
     show,
 )
+from workbench.redact import strip_url_credentials
 
 __all__ = [
     "MAX_COUNT", "MAX_DEPTH", "MAX_NODES", "MAX_OUTPUT_TOKENS", "MAX_SECONDS", "MAX_TOKENS",
@@ -61,8 +63,6 @@ def check_url(path: str, url: str, hint: str | None = None) -> None:
     ``HOST:PORT`` without a scheme is read as ``http://HOST:PORT``, as the transport
     does (``normalize_base_url``). ``hint``: what the message suggests instead.
     """
-    from workbench.redact import strip_url_credentials
-
     if url == "sim":
         return
     if "://" not in url:
@@ -149,7 +149,7 @@ def _not_writable(directory: Path) -> str | None:
     """Why files cannot be created in ``directory`` (None: they can). A real probe: a
     temporary file made and removed, since ``os.access`` says yes to root even on a
     read-only mount or a directory root may not write (docs/config-bounds.md)."""
-    import tempfile
+    import tempfile  # here, not at every CLI start (bench/README.md, "CLI start-up")
 
     try:
         if os.statvfs(directory).f_flag & os.ST_RDONLY:
@@ -185,8 +185,6 @@ def check_depth(path: str, value: Any, max_depth: int = MAX_DEPTH) -> None:
 
 def parse_json(path: str, text: str) -> Any:
     """``json.loads`` bounded like every config value: depth and size (``check_depth``)."""
-    import json
-
     try:
         value = json.loads(text)
     except RecursionError:
@@ -207,7 +205,7 @@ def load_yaml(path: str, text: str) -> Any:
     """``yaml.safe_load`` bounded before anything is built: nesting past ``MAX_DEPTH`` and a
     document past ``MAX_NODES`` nodes with its aliases expanded (a billion-laughs bomb) are
     one ``ConfigError`` each, found while composing, in bounded time and memory."""
-    import yaml
+    import yaml  # here, not at every CLI start (bench/README.md, "CLI start-up")
 
     class BoundedLoader(yaml.SafeLoader):
         depth = 0

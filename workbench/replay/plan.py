@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from workbench.arrival.schedule import arrival_span, release_offsets_ms
-from workbench.config import ArrivalSpec, RunConfig, parse_output_policy
+from workbench.config import ArrivalSpec, ContextSpec, RunConfig
+from workbench.config.arrival import parse_output_policy
 from workbench.context.policy import DEFAULT_POLICY, ContextPolicy, make_policy, plan_rounds
 from workbench.records import Prompted, Round, Spawn, Unit, UnitStream, Workload
 from workbench.workloads.trace_stats import ideal_prefix_hit_rate
@@ -170,10 +171,10 @@ class Plan:
         return arrival_span([u.offset_ms for u in self.units])
 
 
-def effective_policy(cfg: RunConfig, workload: Workload) -> str | None:
+def effective_policy(context: ContextSpec, workload: Workload) -> str | None:
     """The policy that applies: the configured one, else trace-reported for conversations."""
-    if cfg.policy_name is not None:
-        return cfg.policy_name
+    if context.policy_name is not None:
+        return context.policy_name
     if workload.has_sessions and not workload.has_hash_ids:
         return DEFAULT_POLICY
     return None
@@ -207,32 +208,35 @@ class RoundPlanner:
 
 
 def build_plan(cfg: RunConfig, workload: Workload) -> Plan:
-    policy_name = effective_policy(cfg, workload)
+    """Every unit's rounds as planned (context and output-length policies) and its release
+    offset (the arrival schedule); a session graph's roots are released, their descendants
+    carried by them. The config is read here once, its sections passed on."""
+    a = cfg.arrival
+    policy_name = effective_policy(cfg.context, workload)
+    output, process = parse_output_policy(a.output_len), a.arrival_process()
     policy = make_policy(policy_name or DEFAULT_POLICY, cfg.context.options)
-    round_plans = RoundPlanner(policy_name, policy, *parse_output_policy(cfg.arrival.output_len))
-
-    if isinstance(workload.units, UnitStream):  # built unit by unit as the run asks
-        offsets = release_offsets_ms(workload.units, cfg.arrival.mode, cfg.arrival.rate,
-                                     cfg.arrival_process(), cfg.seed)
-        stream = PlanStream(workload.units, offsets, round_plans)
-        ideal = ideal_prefix_hit_rate(workload, policy)
-        return Plan(stream, policy_name, workload.block_size, ideal)
-    if not any(u.spawn is not None for u in workload.units):  # no graph: one unit a task
-        offsets = release_offsets_ms(workload.units, cfg.arrival.mode, cfg.arrival.rate,
-                                     cfg.arrival_process(), cfg.seed)
-        units = [UnitPlan(ordinal, unit, offset, round_plans(unit))
-                 for ordinal, (unit, offset) in enumerate(zip(workload.units, offsets,
-                                                              strict=True))]
+    round_plans = RoundPlanner(policy_name, policy, *output)
+    units = workload.units
+    # a session graph (sub-agents): the roots are released, each carrying its descendants
+    graph = not isinstance(units, UnitStream) and any(u.spawn is not None for u in units)
+    released = tuple(u for u in units if u.spawn is None) if graph else units
+    offsets = release_offsets_ms(released, a.mode, a.rate, process, cfg.seed)
+    planned: PlanStream | tuple[UnitPlan, ...]
+    if isinstance(units, UnitStream):  # built unit by unit as the run asks
+        planned = PlanStream(units, offsets, round_plans)
+    elif graph:
+        planned = _graph_units(workload, round_plans, released, offsets)
     else:
-        units = list(_graph_units(cfg, workload, round_plans))
+        planned = tuple(UnitPlan(ordinal, unit, offset, round_plans(unit))
+                        for ordinal, (unit, offset) in enumerate(zip(units, offsets,
+                                                                     strict=True)))
     ideal = ideal_prefix_hit_rate(workload, policy)
-    return Plan(tuple(units), policy_name, workload.block_size, ideal)
+    return Plan(planned, policy_name, workload.block_size, ideal)
 
 
-def _graph_units(
-    cfg: RunConfig, workload: Workload, round_plans: Any
-) -> tuple[UnitPlan, ...]:
-    """Roots released by the schedule, each carrying its descendants (ordinals: file order)."""
+def _graph_units(workload: Workload, round_plans: RoundPlanner, roots: Sequence[Unit],
+                 offsets: Sequence[float]) -> tuple[UnitPlan, ...]:
+    """The released ``roots``, each carrying its descendants (ordinals: file order)."""
     ordinal = {id(u): k for k, u in enumerate(workload.units)}
     kids: dict[str, list[Unit]] = {}
     for u in workload.units:
@@ -246,9 +250,6 @@ def _graph_units(
         )
         return UnitPlan(ordinal[id(unit)], unit, offset, round_plans(unit), children, depth)
 
-    roots = tuple(u for u in workload.units if u.spawn is None)
-    offsets = release_offsets_ms(roots, cfg.arrival.mode, cfg.arrival.rate,
-                                 cfg.arrival_process(), cfg.seed)
     return tuple(plan_of(u, off, 0) for u, off in zip(roots, offsets, strict=True))
 
 

@@ -60,8 +60,10 @@ def prepare(cfg: RunConfig | dict[str, Any], workload: Workload | None = None, *
     longer than ``LONG_RUN_MS`` (how long, and why). Every error surfaces here, before
     any request."""
     cfg = coerce_config(cfg)
-    workload = workload if workload is not None else load_workload(cfg)
-    cfg.check_workload(workload)
+    if workload is None:
+        workload = load_workload(cfg)  # checked against the config as it is loaded
+    else:
+        cfg.check_workload(workload)
     plan = build_plan(cfg, workload)
     if warning := plan.arrival()["arrival_span_warning"]:
         log.warning("%s", warning)
@@ -74,8 +76,10 @@ def prepare(cfg: RunConfig | dict[str, Any], workload: Workload | None = None, *
 def coerce_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
     """A checked ``RunConfig`` (a dict is parsed; a hand-built one is checked too), with an
     ``out_dir`` that can hold the run: every config error surfaces before any request."""
-    cfg = cfg if isinstance(cfg, RunConfig) else RunConfig.from_dict(cfg)
-    cfg.check()
+    if isinstance(cfg, RunConfig):
+        cfg.check()
+    else:
+        cfg = RunConfig.from_dict(cfg)  # checked as it is built
     cfg.check_out_dir()
     return cfg
 
@@ -158,7 +162,7 @@ def dry_run_result(run: Prepared) -> RunResult:
     if run.floor is not None:
         manifest.plan = {**manifest.plan, "wait_floor_s": round(run.floor.floor_ms / 1000, 3),
                          "wait_floor_why": run.floor.why}
-    return RunResult(run.run_id, [], manifest=manifest.to_dict())
+    return RunResult(run.run_id, [], manifest=manifest)
 
 
 def run_on_fast_loop(coro: Coroutine[Any, Any, T], use_uvloop: bool = True) -> T:

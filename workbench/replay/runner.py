@@ -215,7 +215,7 @@ class Runner:
         (``_hand_off``). A burst of due units is admitted without yielding (a
         ``sleep(0)`` per unit let a busy loop pace releases at one per iteration).
         """
-        closed = self.cfg.arrival_mode.closed_loop
+        closed = self.cfg.arrival.registered_mode.closed_loop
         q = self._queue = AdmissionQueue(
             self.plan.units, self.t0_ns, closed_loop=closed, loops=self._deadline_ns is not None
         )

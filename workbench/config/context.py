@@ -1,0 +1,90 @@
+"""Axis 2 of a run config: the context policy, its options, and the rules that tie it to
+the trace it applies to (docs/axes.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.config.validation import check_mapping, hints_of
+from workbench.context import POLICIES, policy_options
+from workbench.context.policy import planned_file_message
+from workbench.errors import ConfigError
+from workbench.records import Workload
+
+
+@dataclass(frozen=True)
+class ContextSpec:
+    """Axis 2: ``policy`` None means ``trace-reported`` for sessions, nothing otherwise.
+
+    ``options``: the policies' own options, each declared by its policy
+    (``workbench.context.policy_options``); a config spells them flat beside
+    ``policy`` (``context.major_compaction_min_drop_tokens``), and ``to_dict``
+    writes them back that way, every declared option with its value or default.
+    """
+
+    policy: str | None = None
+    shared_prefix: bool = False
+    max_model_len: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.options, dict):  # every declared option, given or default
+            object.__setattr__(self, "options", {**policy_options(), **self.options})
+
+    @classmethod
+    def from_flat(cls, value: dict[str, Any]) -> ContextSpec:
+        """From a config's ``context`` mapping: the policy options sit beside the fields."""
+        declared = policy_options()
+        own = {k: v for k, v in value.items() if k not in declared}
+        nested = own.pop("options", None) or {}
+        if not isinstance(nested, dict):
+            raise ConfigError(f"context.options: expected a mapping, got {nested!r}")
+        return cls(**own, options={**nested, **{k: value[k] for k in value if k in declared}})
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        options = d.pop("options")
+        return {**d, **options}
+
+    @property
+    def policy_name(self) -> str | None:
+        """The configured policy's registered name (an alias resolved), or None."""
+        return None if self.policy is None else POLICIES.canonical(self.policy)
+
+    def check_options(self) -> None:
+        """``context.<option>``: names a registered policy declares, each of its type."""
+        opts = self.options
+        unknown = sorted(set(opts) - set(policy_options()))
+        if unknown:
+            raise ConfigError(f"unknown context option(s) {unknown}; valid: "
+                              f"{', '.join(sorted(context_keys()))}")  # fmt: skip
+        for name in POLICIES.names():
+            policy = POLICIES.get(name)
+            if dataclasses.is_dataclass(policy):
+                check_mapping("context", opts, hints_of(type(policy)))
+
+    def check_applies(self, workload: Workload) -> None:
+        """The policy applies to what the trace holds: conversations, not independent
+        requests or block hash ids, and not a file planned under a policy already."""
+        if self.policy is None:
+            return
+        if workload.meta.get("needs_context_policy") is False:
+            raise ConfigError(planned_file_message(self.policy, workload))
+        if not workload.has_sessions:
+            raise ConfigError(
+                f"context.policy {self.policy!r} applies to sessions, but trace format "
+                f"{workload.fmt!r} holds only independent requests; unset context.policy"
+            )
+        if workload.has_hash_ids:
+            raise ConfigError(
+                f"context.policy {self.policy!r} cannot apply to {workload.fmt!r}: its "
+                "prompts come from block hash ids, not a conversation; unset context.policy"
+            )
+
+
+def context_keys() -> set[str]:
+    """The names a config's ``context`` mapping may hold: the fields and every declared
+    policy option."""
+    return {f.name for f in dataclasses.fields(ContextSpec)} | set(policy_options())
