@@ -28,7 +28,7 @@ TIMED := scripts/timed.sh
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py workbench/sim/kvcache.c workbench/kernels.c
+$(STAMP): pyproject.toml setup.py workbench/sim/kvcache.c workbench/sim/decoders.c workbench/kernels.c
 	$(TIMED) "set-up of $(VENV)" sh -c "$(PYTHON) -m venv $(VENV) && \
 	  $(PY) -m pip install --quiet --upgrade pip && $(PY) -m pip install --quiet -e '.[test]'"
 	touch $(STAMP)
@@ -88,7 +88,7 @@ test-py%: $(VENV)-%/.installed
 	$(TIMED) "fast suite on Python $*" $(VENV)-$*/bin/python -m pytest -q $(FAST) $(XDIST)
 
 .PRECIOUS: $(VENV)-%/.installed
-$(VENV)-%/.installed: pyproject.toml setup.py workbench/sim/kvcache.c workbench/kernels.c
+$(VENV)-%/.installed: pyproject.toml setup.py workbench/sim/kvcache.c workbench/sim/decoders.c workbench/kernels.c
 	py="$$(scripts/find_python.sh $*)" && $(TIMED) "set-up of $(VENV)-$* ($$py)" sh -c \
 	  "$$py -m venv $(VENV)-$* && $(VENV)-$*/bin/python -m pip install --quiet --upgrade pip && \
 	  $(VENV)-$*/bin/python -m pip install --quiet -e '.[test]'"

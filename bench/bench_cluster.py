@@ -42,7 +42,7 @@ def one(cfg: dict, workload: object, engine: dict) -> dict:
         "disagg": engine.get("disagg"),
         "requests": s["requests"], "ok": s["ok"],
         "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
-        "virtual_duration_s": round(result.manifest["virtual_duration_s"], 1),
+        "virtual_duration_s": round(result.manifest.virtual_duration_s, 1),
         "actual_hit": round(s["actual_prefix_hit_rate"], 4),
         "planned_hit": round(s["planned_prefix_hit_rate"], 4),
         "recovered": round(s["actual_prefix_hit_rate"] / s["planned_prefix_hit_rate"], 3),

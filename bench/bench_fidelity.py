@@ -121,7 +121,7 @@ async def one(
         cols["ttft_bias_vs_write_ms"].append((ttft - (first_write - t["arrival_ns"])) / 1e6)
         cols["request_path_ms"].append((t["arrival_ns"] - (r.dispatch_ns or 0)) / 1e6)
         cols["response_path_ms"].append((r.token_times_ns[0] - first_write) / 1e6)
-    client = result.manifest.get("client") or {}
+    client = result.manifest.client or {}
     return {
         "concurrency": c, "requests": n, "joined": len(cols["ttft_bias_ms"]),
         **{k: stats(v) for k, v in cols.items()},

@@ -109,9 +109,9 @@ def main() -> None:
     print(json.dumps({
         "requests": workload.n_rounds, "sessions": sessions, "streamed": workload.streamed,
         "workers": args.workers, "num_blocks": args.num_blocks or "default",
-        "concurrency": args.concurrency, "status": m.get("status"),
-        "recorded_rounds": m["completion"]["recorded_rounds"],
-        "virtual_duration_s": round(m["virtual_duration_s"], 1),
+        "concurrency": args.concurrency, "status": m.status,
+        "recorded_rounds": (m.completion or {}).get("recorded_rounds"),
+        "virtual_duration_s": round(m.virtual_duration_s or 0.0, 1),
         "cpu_s": round(cpu, 1), "wall_s": round(wall, 1),
         "us_cpu_per_request": round(cpu / max(workload.n_rounds, 1) * 1e6),
         "rss_after_plan_mb": round(rss_plan),

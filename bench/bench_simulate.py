@@ -40,7 +40,7 @@ def main() -> None:
     print(json.dumps({
         "requests": s["requests"], "ok": s["ok"],
         "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
-        "virtual_duration_s": round(result.manifest["virtual_duration_s"], 1),
+        "virtual_duration_s": round(result.manifest.virtual_duration_s, 1),
         "actual_prefix_hit_rate": round(s["actual_prefix_hit_rate"], 4),
         "planned_prefix_hit_rate": round(s["planned_prefix_hit_rate"], 4),
         "server_prefix_hit_rate": s["server_prefix_hit_rate"],

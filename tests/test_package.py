@@ -91,8 +91,9 @@ def test_the_sdist_and_the_wheel_carry_notebooks_traces_provenance_and_py_typed(
         inside = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     assert set(SHIPPED) <= inside
     # the C sources (and what builds them) in the sdist, their modules in the wheel
-    assert {"setup.py", "workbench/sim/kvcache.c", "workbench/kernels.c"} <= inside
-    for module in ("workbench/sim/_kvcache.", "workbench/_kernels."):
+    assert {"setup.py", "workbench/sim/kvcache.c", "workbench/sim/decoders.c",
+            "workbench/kernels.c"} <= inside
+    for module in ("workbench/sim/_kvcache.", "workbench/sim/_decoders.", "workbench/_kernels."):
         assert any(n.startswith(module) and n.endswith(".so") for n in names), module
     meta = zipfile.ZipFile(wheel).read(f"{DIST}-{workbench.__version__}.dist-info/METADATA")
     text = meta.decode()

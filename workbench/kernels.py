@@ -26,8 +26,9 @@ from types import ModuleType
 
 def compiled_wanted() -> bool:
     """False when the environment has ``WORKBENCH_COMPILED=0``: then no compiled module
-    is used, here or in the KV manager (``sim.kvindex``), and every twin runs (to tell
-    whether a difference comes from compiled code)."""
+    is used, here, in the KV manager (``sim.kvindex``) or for the implicit decoders'
+    events (``sim.decoders``), and every twin runs (to tell whether a difference comes
+    from compiled code)."""
     return os.environ.get("WORKBENCH_COMPILED", "1").strip() != "0"
 
 

@@ -286,7 +286,8 @@ class RunResult:
 
     run_id: str
     records: list[RequestRecord]
-    manifest: dict[str, Any] = field(default_factory=dict)
+    # a result made without a run (a test's, a notebook's): no status, saved as this schema
+    manifest: RunManifest = field(default_factory=lambda: RunManifest("", status=None))
     lifecycle: list[dict[str, Any]] = field(default_factory=list)
     metrics_timeline: list[dict[str, Any]] = field(default_factory=list)
     run_dir: str | None = None
@@ -294,16 +295,11 @@ class RunResult:
     summary: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
-    def typed_manifest(self) -> RunManifest:
-        """``manifest`` as a ``RunManifest`` (whatever schema wrote it)."""
-        return RunManifest.from_dict(self.manifest)
-
-    @property
     def records_on_disk(self) -> bool:
         """True when the run kept its records on disk only (``executor.keep_records``):
         ``records`` and ``lifecycle`` are empty and readers go to ``run_dir`` instead."""
         return (
-            self.typed_manifest.records_kept is False
+            self.manifest.records_kept is False
             and self.run_dir is not None
             and not self.records
         )
@@ -333,7 +329,7 @@ class RunManifest:
     versions: dict[str, Any] = field(default_factory=dict)
     host: dict[str, Any] = field(default_factory=dict)
     started_at: str | None = None
-    status: str = "running"
+    status: str | None = "running"  # None: a manifest read without one (a bare RunResult's)
     # -- set as the run goes -------------------------------------------------------------
     mode: str | None = None  # "virtual" for simulate
     engine: dict[str, Any] | None = None  # simulate: the engine's config
@@ -370,17 +366,38 @@ class RunManifest:
         out: dict[str, Any] = {}
         for name in _MANIFEST_FIELDS:
             value = getattr(self, name)
-            if name in self.ALWAYS or value is not None:
+            if name != "cancelled" and (name in self.ALWAYS or value is not None):
                 out[name] = value
-        return {**out, **self.extra, "schema": self.schema}
+        out = {**out, **self.extra, "schema": self.schema}
+        if self.cancelled is not None:  # last, where write_run puts it: a saved run read
+            out["cancelled"] = self.cancelled  # back and saved again is the same bytes
+        return out
+
+    def copy(self) -> RunManifest:
+        """A copy to hand out (a result's): later writes to this one do not reach it."""
+        return dataclasses.replace(self, extra=dict(self.extra))
+
+    def section(self, name: str) -> dict[str, Any]:
+        """``config[name]``: a section of the run config as the manifest holds it
+        (``arrival``, ``backend``, ``target``...); {} when the run had none."""
+        value = self.config.get(name)
+        return value if isinstance(value, dict) else {}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RunManifest:
         known = {k: v for k, v in d.items() if k in _MANIFEST_FIELDS}
         extra = {k: v for k, v in d.items() if k not in _MANIFEST_FIELDS and k != "schema"}
-        return cls(**{"run_id": "", **known}, extra=extra, schema=int(d.get("schema", 1)))
+        return cls(**{"run_id": "", "status": None, **known}, extra=extra,
+                   schema=int(d.get("schema", 1)))
 
 
 _MANIFEST_FIELDS: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(RunManifest) if f.name not in ("extra", "schema")
 )
+
+
+def manifest_of(run: Any) -> RunManifest:
+    """The typed manifest of a run as the reports take it (a ``RunResult``, or anything
+    with a ``manifest``), an empty one for what has none (a frame, a summary)."""
+    manifest = getattr(run, "manifest", None)
+    return manifest if isinstance(manifest, RunManifest) else RunManifest.from_dict({})

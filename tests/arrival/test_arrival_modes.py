@@ -57,7 +57,7 @@ def test_a_registered_mode_is_accepted_listed_and_planned(capsys) -> None:
             RunConfig.from_dict({"trace": TRACE, "arrival": {"mode": "every-second", "rate": 2}})
         result = simulate({"trace": TRACE, "arrival": "every-second",
                            "target": {"url": "sim", "engine": {"num_blocks": 512}}})  # fmt: skip
-        assert result.manifest["status"] == "completed" and result.records
+        assert result.manifest.status == "completed" and result.records
     assert "every-second" not in MODES and "every-second" not in simulate_help(capsys)
     with pytest.raises(ConfigError, match=r"arrival\.mode 'every-second' is unknown"):
         RunConfig.from_dict({"trace": TRACE, "arrival": "every-second"})
@@ -81,7 +81,7 @@ def test_closed_loop_is_a_capability_not_a_name() -> None:
                                        "duration_s": 30.0}})  # fmt: skip
     # the closed loop started the unit list over until the deadline (loop index ~1, ~2...)
     assert any("~" in r.request_id for r in looped.records)
-    assert looped.manifest["completion"]["status"] == "completed"
+    assert looped.manifest.completion["status"] == "completed"
 
 
 def test_registering_a_name_twice_is_refused() -> None:

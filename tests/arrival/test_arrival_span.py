@@ -57,8 +57,8 @@ def test_dry_run_states_the_span_and_warns(capsys, caplog):
 def test_the_manifest_states_the_span(tmp_path):
     cfg = RunConfig.from_dict({"trace": TRACELAB, "out_dir": str(tmp_path), "dry_run": True})
     result = run(cfg)
-    assert result.manifest["plan"]["arrival_span_ms"] == SPAN_MS
-    assert "71.8 days" in result.manifest["plan"]["arrival_span_warning"]
+    assert result.manifest.plan["arrival_span_ms"] == SPAN_MS
+    assert "71.8 days" in result.manifest.plan["arrival_span_warning"]
 
 
 def test_tracegen_from_tracelab_records_the_readers_origin(tmp_path):

@@ -69,7 +69,7 @@ async def test_a_run_flushes_with_its_own_credentials_from_the_target_url(tmp_pa
         tmp_path, loopback, userinfo="user:s3cret@", options={})
     assert [h.get("Authorization") for h in seen] == [
         "Basic " + base64.b64encode(b"user:s3cret").decode()]
-    assert result.manifest["cache_flush"]["ok"] is True
+    assert result.manifest.cache_flush["ok"] is True
 
 
 async def test_the_reset_carries_the_users_headers(tmp_path, loopback):
@@ -78,7 +78,7 @@ async def test_the_reset_carries_the_users_headers(tmp_path, loopback):
     seen, result = await _run_with_a_reset_server(
         tmp_path, loopback, options={"headers": {"x-route-to": "pool-b"}})
     assert [h.get("x-route-to") for h in seen] == ["pool-b"]
-    assert result.manifest["cache_flush"]["ok"] is True
+    assert result.manifest.cache_flush["ok"] is True
 
 
 async def _run_with_a_reset_server(tmp_path, loopback, *, options, userinfo=""):

@@ -180,6 +180,6 @@ async def test_worker_processes_scrape_the_further_endpoint_too(sim, tmp_path: P
         "target": sim.base_url, "executor": {"workers": 2}, "out_dir": str(tmp_path),
     })  # fmt: skip
     result = await wb.run_async(cfg)
-    assert result.manifest["metrics_scrape"]["series"]["DCGM_FI_DEV_POWER_USAGE"]["unit"] == "W"
+    assert result.manifest.metrics_scrape["series"]["DCGM_FI_DEV_POWER_USAGE"]["unit"] == "W"
     assert all("DCGM_FI_DEV_POWER_USAGE" in row for row in result.metrics_timeline)
     assert wb.summarize(result)["server"]["series"]["DCGM_FI_DEV_POWER_USAGE"]["samples"] >= 2

@@ -66,7 +66,7 @@ async def test_records_against_the_engine_over_http(sim, http, backend):
     for col in ("tpot_ms", "completion_amortized_tpot_ms", "terminal_tail_ms"):
         assert df[col].isna().all(), col
     assert df["itl_ms"].map(len).eq(0).all() and df["token_events"].eq(0).all()
-    assert res.manifest["config"]["backend"]["stream"] is False  # the manifest says the mode
+    assert res.manifest.config["backend"]["stream"] is False  # the manifest says the mode
 
 
 async def test_the_wire_says_stream_false():

@@ -30,7 +30,7 @@ async def test_profile_window_writes_a_trace_and_records_where(tmp_path, monkeyp
     monkeypatch.setenv(PROFILE_DIR_ENV, str(trace_dir))
     async with asyncio.timeout(60), serve_sim(zero_cost=True) as sim:
         result = await wb.run_async(cfg(sim.base_url, tmp_path, profile_dir=str(trace_dir)))
-    profile = result.manifest["profile"]
+    profile = result.manifest.profile
     assert profile["start"]["status"] == 200 and profile["stop"]["status"] == 200
     (path,) = profile["files"]
     assert Path(path).parent == trace_dir

@@ -90,7 +90,7 @@ def test_a_registered_policy_is_accepted_listed_and_planned(capsys) -> None:
         with pytest.raises(ConfigError, match="'capped-prefix' carries the server's exact"):
             RunConfig.from_dict({**d, "backend": "openai-chat"})
         result = simulate({**d, "target": {"url": "sim", "engine": {"num_blocks": 512}}})
-        assert result.manifest["status"] == "completed"
+        assert result.manifest.status == "completed"
         assert {r.policy for r in result.records} == {"capped-prefix"}
         assert max(r.planned_prefix_tokens for r in result.records) == 64
     assert "capped-prefix" not in tracegen_help(capsys) and "prefix_cap_tokens" not in \

@@ -29,7 +29,7 @@ def test_a_run_without_out_dir_comes_back_in_memory_and_leaves_no_directory() ->
     result = job.result()
     assert [r.status for r in result.records] == ["ok"] * 5
     assert result.run_dir is None and not temp.exists()
-    assert result.manifest["client"]["release_lag_ms"]["count"] == 5
+    assert result.manifest.client["release_lag_ms"]["count"] == 5
 
 
 def test_records_are_read_as_the_run_directory_grows(tmp_path: Path) -> None:

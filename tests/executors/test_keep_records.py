@@ -91,7 +91,7 @@ def _summary(result: RunResult) -> dict[str, Any]:
 async def test_auto_keeps_records_of_a_small_run(tmp_path: Path) -> None:
     result = await _replay(_cfg(out_dir=str(tmp_path)))
     assert len(result.records) == N_ROUNDS and result.lifecycle
-    assert result.manifest["records_kept"] is True and not result.records_on_disk
+    assert result.manifest.records_kept is True and not result.records_on_disk
     manifest = orjson.loads((Path(result.run_dir or "") / "manifest.json").read_bytes())
     assert manifest["records_kept"] is True and "'auto'" in manifest["records_kept_reason"]
 
@@ -110,8 +110,8 @@ async def test_auto_above_the_limit_leaves_records_on_disk_complete(
 ) -> None:
     kept, result = kept_and_on_disk
     assert result.records == [] and result.lifecycle == [] and result.records_on_disk
-    assert result.manifest["records_kept"] is False
-    assert f"{N_ROUNDS} requests > {N_ROUNDS - 1}" in result.manifest["records_kept_reason"]
+    assert result.manifest.records_kept is False
+    assert f"{N_ROUNDS} requests > {N_ROUNDS - 1}" in result.manifest.records_kept_reason
     run_dir = Path(result.run_dir or "")
     on_disk = read_jsonl(run_dir / "records.jsonl")
     assert len(on_disk) == len(kept.records) == N_ROUNDS

@@ -114,13 +114,14 @@ def test_sigkill_of_a_sharded_replay_leaves_no_process_and_is_reported(
 
 
 def test_a_live_run_is_not_reported_as_killed(tmp_path):
+    from workbench.records import RunManifest
     from workbench.storage.rundir import process_identity, running_note
 
-    me = {"status": "running", "host": process_identity()}
+    me = RunManifest("r", host=process_identity())  # status: running
     assert running_note(me) == f"still running (process {os.getpid()})"
-    gone = {"status": "running", "host": {**process_identity(), "pid_start": -1}}  # pid reused
+    gone = RunManifest("r", host={**process_identity(), "pid_start": -1})  # pid reused
     assert "no longer alive" in (running_note(gone) or "")
-    assert running_note({**me, "status": "completed"}) is None
+    assert running_note(RunManifest("r", host=me.host, status="completed")) is None
 
 
 def test_sigkill_of_a_parallel_virtual_sweep_leaves_no_process(tmp_path):

@@ -104,7 +104,7 @@ def runs(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str
 
 def test_ray_run_equals_local_run_unit_for_unit(runs: dict[str, Any]) -> None:
     local, ray = runs["local"], runs["ray"]
-    assert not ray.cancelled and ray.manifest["status"] == "completed"
+    assert not ray.cancelled and ray.manifest.status == "completed"
     assert len(ray.records) == len(local.records) > 10
     assert _by_unit(ray.records) == _by_unit(local.records)
     assert all(r.status == "ok" for r in ray.records)
@@ -114,7 +114,7 @@ def test_each_shard_admits_its_units_in_file_order(runs: dict[str, Any]) -> None
     ray = runs["ray"]
     admitted = {row["unit_ordinal"]: row for row in ray.lifecycle}
     assert sorted(admitted) == list(range(10))
-    ex = ray.manifest["executor"]
+    ex = ray.manifest.executor
     assert ex["kind"] == "ray" and ex["shard_units"] == [5, 5]
     assert ex["shard_concurrency"] == [2, 2]
     for k in range(WORKERS):

@@ -76,7 +76,7 @@ def test_every_measured_field_is_in_and_only_the_list_is_out() -> None:
         assert _changed(report, edit) != digest
     # the list is closed: each entry names its reason, and only those paths are dropped
     assert all(CANONICAL_EXCLUDED.values())
-    full = {"manifest": result.manifest, "records": [r.to_dict() for r in result.records]}
+    full = {"manifest": result.manifest.to_dict(), "records": [r.to_dict() for r in result.records]}
     assert "run_id" in full["manifest"] and "run_id" in full["records"][0]
 
 

@@ -168,7 +168,7 @@ def test_streamed_scale_path_writes_what_a_kept_run_holds(tmp_path) -> None:  # 
 
     streamed = virtual.simulate(cfg(False, "streamed"), engine=engine, workload=workload)
     kept = virtual.simulate(cfg(True, "kept"), engine=engine, workload=workload)
-    assert streamed.records == [] and streamed.manifest["records_kept"] is False
+    assert streamed.records == [] and streamed.manifest.records_kept is False
     on_disk = load_records(tmp_path / "streamed")
     assert len(on_disk) == workload.n_rounds == len(kept.records)
     strip = lambda r: {**r.to_dict(), "run_id": None}  # noqa: E731

@@ -20,7 +20,7 @@ import workbench as wb
 from workbench import data
 from workbench.metrics import by_round_index, columns, derive, scan, summarize, to_frame
 from workbench.metrics.files import save
-from workbench.records import RequestRecord, RunResult
+from workbench.records import RequestRecord, RunManifest, RunResult
 from workbench.storage import columnar
 
 MS = 1_000_000
@@ -77,7 +77,8 @@ def _close(a: Any, b: Any, path: str = "") -> None:
 
 
 def _run_dir(tmp_path: Path, records: list[RequestRecord], **manifest: Any) -> Path:
-    return save(RunResult("r1", records, manifest=manifest), tmp_path / "run")
+    result = RunResult("r1", records, manifest=RunManifest.from_dict(manifest))
+    return save(result, tmp_path / "run")
 
 
 @pytest.mark.parametrize("token_times", [False, True])

@@ -21,7 +21,7 @@ from workbench.metrics import (
     throughput_timeline,
     to_frame,
 )
-from workbench.records import RequestRecord, RunResult
+from workbench.records import RequestRecord, RunManifest, RunResult
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -183,7 +183,7 @@ def test_prefix_hit_rates_exact() -> None:
     c.prompt_tokens, c.cached_tokens = 200, 200  # failed: never counts as a hit
     d = rec("d", 0, [(1, 1)], 2, planned_prefix_tokens=0, planned_input_tokens=100)
     d.prompt_tokens = 100  # no cached count reported
-    result = RunResult("r1", [a, b, c, d], manifest={"ideal_prefix_hit_rate": 0.8})
+    result = RunResult("r1", [a, b, c, d], manifest=RunManifest("r1", ideal_prefix_hit_rate=0.8))
     s = summarize(result)
     assert s["actual_prefix_hit_rate"] == 200 / 300
     assert s["planned_prefix_hit_rate"] == 320 / 600
@@ -239,7 +239,8 @@ def test_slo_failure_counts_against_and_goodput() -> None:
 
 
 def test_slo_from_manifest_and_summary_is_strict_json() -> None:
-    r = RunResult("r1", [rec("a", 0, [(10, 1)], 20)], manifest={"config": {"slo": {"e2e_ms": 5}}})
+    r = RunResult("r1", [rec("a", 0, [(10, 1)], 20)],
+                  manifest=RunManifest.from_dict({"config": {"slo": {"e2e_ms": 5}}}))
     s = summarize(r)
     assert s["slo"]["joint_attainment"] == 0.0
     json.dumps(s, allow_nan=False)
@@ -279,7 +280,8 @@ def test_steady_window_uses_cap_and_unit_spans() -> None:
         rec(f"u{k}", 100 * k, [(100 * k + 5, 1)], 1000, unit_ordinal=k, admitted_ns=None)
         for k in range(4)
     ]
-    result = RunResult("r1", recs, manifest={"config": {"arrival": {"max_concurrency": 4}}})
+    arrival = {"arrival": {"max_concurrency": 4}}
+    result = RunResult("r1", recs, manifest=RunManifest("r1", config=arrival))
     # active units at dispatch: 1,2,3,4 → with cap 4 only ≥ ceil(3.6)=4 qualifies
     assert list(steady_window(result)["request_id"]) == ["u3"]
     assert list(steady_window(recs, cap=3)["request_id"]) == ["u2", "u3"]

@@ -90,8 +90,8 @@ def test_simulate_honours_block_hashes_and_gc_freeze() -> None:
     off = wb.simulate({**base, "executor": {"block_hashes": False, "gc_freeze": False}})
     assert all("input_sequence_hashes" in r.extra for r in on.records)
     assert not any("input_sequence_hashes" in r.extra for r in off.records)
-    assert off.manifest["virtual_executor"]["block_hashes"] is False
-    assert off.manifest["virtual_executor"]["gc_freeze"] is False
+    assert off.manifest.virtual_executor["block_hashes"] is False
+    assert off.manifest.virtual_executor["gc_freeze"] is False
     assert [r.end_ns for r in on.records] == [r.end_ns for r in off.records]
 
 
@@ -99,11 +99,11 @@ def test_simulate_shards_like_a_live_run_with_workers() -> None:
     base = {"trace": {"path": SESSIONS, "max_items": 12},
             "arrival": {"mode": "saturated", "max_concurrency": 4, "tool_wait_scale": 0.0}}
     sharded = wb.simulate({**base, "executor": {"workers": 2}})
-    assert sharded.manifest["virtual_executor"]["shards"] == 2
+    assert sharded.manifest.virtual_executor["shards"] == 2
     assert len(sharded.records) == len(wb.simulate(base).records)
     slots = {r.routing_slot for r in sharded.records}
     assert slots <= set(range(4)) and len(slots) == 4  # 2 + 2 slots, stacked, unique
-    assert sharded.manifest["peak_active_units"] <= 4
+    assert sharded.manifest.peak_active_units <= 4
 
 
 def test_simulate_shards_when_workers_equal_the_concurrency() -> None:
@@ -112,7 +112,7 @@ def test_simulate_shards_when_workers_equal_the_concurrency() -> None:
     base = {"trace": {"path": SESSIONS, "max_items": 6},
             "arrival": {"mode": "saturated", "max_concurrency": 2, "tool_wait_scale": 0.0}}
     sharded = wb.simulate({**base, "executor": {"workers": 2}})
-    assert sharded.manifest["virtual_executor"]["shards"] == 2
+    assert sharded.manifest.virtual_executor["shards"] == 2
     assert {r.routing_slot for r in sharded.records} == {0, 1}
     assert len(sharded.records) == len(wb.simulate(base).records)
 

@@ -174,7 +174,7 @@ def measured(result: RunResult) -> list[RequestRecord]:
 
 
 def preflight_probes(result: RunResult) -> list[dict]:
-    pf = result.manifest.get("preflight") or {}
+    pf = result.manifest.preflight or {}
     return [p for p in (pf.get("first"), pf.get("second")) if p and p.get("status") == "ok"]
 
 
@@ -235,7 +235,7 @@ def check_replay(result: RunResult, delta: dict) -> tuple[list[RequestRecord], l
 
     Raced records (lost to the keep-alive close) are allowed; their sessions stop there.
     """
-    assert result.manifest["status"] in ("completed", "partial"), result.manifest.get("stop_reason")
+    assert result.manifest.status in ("completed", "partial"), result.manifest.stop_reason
     recs = measured(result)
     raced = [r for r in recs if r.status == "error" and stale(r.error)]
     assert all(r.http_status is None and not r.token_counts for r in raced)
@@ -257,7 +257,7 @@ def check_replay(result: RunResult, delta: dict) -> tuple[list[RequestRecord], l
         assert r.server_request_id and r.server_request_id.startswith("chatcmpl-")
         assert r.request_id not in r.server_request_id  # x-request-id is not adopted
     probes = preflight_probes(result)
-    assert len(probes) == 2, result.manifest.get("preflight")
+    assert len(probes) == 2, result.manifest.preflight
     first, second = probes
     assert first["cached_tokens"] == 0 and first["cached_tokens_reported"]
     assert second["cached_tokens"] == second["prompt_tokens"] - 1  # a repeat: all but one

@@ -73,7 +73,7 @@ async def test_flush_on_every_round_is_the_plan_rounded_down(
         pytest.skip(f"external server cannot reset its cache: {probe.detail}")
     assert probe.ok, probe
     for result in await runs(vllm_server, tmp_path, flush_cache=True):
-        flush = result.manifest["cache_flush"]
+        flush = result.manifest.cache_flush
         assert (flush["ok"], flush["endpoint"], flush["status"]) == (
             True, "POST /reset_prefix_cache", 200)  # fmt: skip
         rows = cached_vs_plan(result, vllm_server.block_size)
@@ -95,7 +95,7 @@ async def test_flush_off_no_salt_the_warm_cache_warning_fires(
     vllm_server: VLLMServer, tmp_path: Any
 ) -> None:
     first, second = await runs(vllm_server, tmp_path, flush_cache=False)
-    assert first.manifest["cache_flush"]["attempted"] is False
+    assert first.manifest.cache_flush["attempted"] is False
     assert not summarize(first)["warm_cache"]["warm"]  # a seed no earlier run used
     s = summarize(second)
     assert s["warm_cache"]["warm"], s["warm_cache"]

@@ -75,7 +75,7 @@ def measured(result: RunResult) -> list[RequestRecord]:
 
 
 def preflight_probes(result: RunResult) -> list[dict]:
-    pf = result.manifest.get("preflight") or {}
+    pf = result.manifest.preflight or {}
     return [p for p in (pf.get("first"), pf.get("second")) if p and p.get("status") == "ok"]
 
 
@@ -88,10 +88,10 @@ def check_common(result: RunResult, delta: dict, server: VLLMServer, backend: st
     every = measured(result)
     # context-guard skips make a run "partial" (docs/trace-bounds.md), and nothing else may
     skipped = sum(r.status == "skipped" for r in every)
-    status = result.manifest["status"]
-    assert status == ("partial" if skipped else "completed"), result.manifest.get("stop_reason")
+    status = result.manifest.status
+    assert status == ("partial" if skipped else "completed"), result.manifest.stop_reason
     if skipped:
-        done = result.manifest["completion"]
+        done = result.manifest.completion
         assert (done["skipped_rounds"], done["not_sent_rounds"]) == (skipped, 0), done
     bad = [
         (r.request_id, r.status, r.error)
@@ -122,8 +122,8 @@ def check_common(result: RunResult, delta: dict, server: VLLMServer, backend: st
         if backend == "openai" and server.started_here:  # --enable-per-request-metrics
             assert "time_to_first_token_ms" in r.extra.get("server_metrics", {}), r.request_id
     probes = preflight_probes(result)
-    assert len(probes) == 2, result.manifest.get("preflight")
-    assert result.manifest["preflight"]["cached_tokens"] > 0
+    assert len(probes) == 2, result.manifest.preflight
+    assert result.manifest.preflight["cached_tokens"] > 0
     # the server's counters moved by exactly what the records say (probes included)
     hits = sum(r.cached_tokens or 0 for r in recs) + sum(p["cached_tokens"] for p in probes)
     queries = sum(r.prompt_tokens or 0 for r in recs) + sum(p["prompt_tokens"] for p in probes)
@@ -167,7 +167,7 @@ def check_session_hits(result: RunResult, vllm_server: VLLMServer) -> None:
     workload = load_trace(str(data.path(SESSION_TRACE)))
     assert len(recs) == workload.n_rounds
     # block size: detected from vllm:cache_config_info, equal to the server's
-    assert result.manifest["block_size"] == vllm_server.block_size
+    assert result.manifest.block_size == vllm_server.block_size
     bs = vllm_server.block_size
     by_session: dict[str, list[RequestRecord]] = {}
     for r in recs:
@@ -221,7 +221,7 @@ async def test_mooncake_slice(vllm_server: VLLMServer, tmp_path: Any, backend: s
     assert len(fits) >= MOONCAKE_ROWS // 4
     recs = [r for r in every if r.status == "ok"]
     hblock = workload.block_size
-    assert hblock and result.manifest["block_size"] == hblock  # prompts are built in trace blocks
+    assert hblock and result.manifest.block_size == hblock  # prompts are built in trace blocks
     rounds = {r.request_id: r for r in workload.rounds()}
     bs = vllm_server.block_size
     done: list[tuple[tuple[int, ...], int]] = []

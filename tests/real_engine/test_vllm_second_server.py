@@ -89,7 +89,7 @@ async def test_no_dev_mode_flush_recorded_and_unreported_hits_are_null(
     misconfigured: VLLMServer, tmp_path: Any
 ) -> None:
     result = await run_async(_cfg(misconfigured, tmp_path))
-    flush = result.manifest["cache_flush"]
+    flush = result.manifest.cache_flush
     assert flush["attempted"] and not flush["ok"] and flush["endpoint"] is None
     assert [t["status"] for t in flush["tries"]] == [404, 404]
     s = summarize(result)

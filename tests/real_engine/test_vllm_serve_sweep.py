@@ -119,7 +119,7 @@ async def test_profile_on_vllm(tmp_path: Path) -> None:
                         "profile": True, "profile_dir": str(traces)}})
     finally:
         stopped = server.stop()
-    profile = result.manifest["profile"]
+    profile = result.manifest.profile
     print(f"profile: {profile}; server {stopped}", file=sys.stderr)
     assert stopped["stopped"] in ("SIGTERM", "SIGKILL after 30 s")
     assert [r.status for r in result.records] == ["ok"] * 4

@@ -48,7 +48,7 @@ async def test_sweep_over_concurrency_on_vllm(vllm_server: VLLMServer, tmp_path:
         recs = [r for r in run.records if not r.warmup]
         assert [r.status for r in recs] == ["ok"] * 6, [(r.status, r.error) for r in recs]
         assert all(r.completion_tokens == 4 for r in recs)
-        assert run.manifest["config"]["arrival"]["max_concurrency"] == \
+        assert run.manifest.config["arrival"]["max_concurrency"] == \
             point["params"]["arrival.max_concurrency"]
         flush = point["runs"][0]["flush"]
         if flush["ok"]:
@@ -58,7 +58,7 @@ async def test_sweep_over_concurrency_on_vllm(vllm_server: VLLMServer, tmp_path:
         assert point["metrics"]["requests"] == 6 and point["metrics"]["ok"] == 6
         assert point["slo"]["held"] is True
         recorded_hits += sum(r.cached_tokens or 0 for r in recs)
-        pf = run.manifest.get("preflight") or {}
+        pf = run.manifest.preflight or {}
         recorded_hits += sum(p.get("cached_tokens", 0) for p in (pf.get("first"), pf.get("second"))
                              if p and p.get("status") == "ok")
     # the server counted exactly the hits the records report, over both points

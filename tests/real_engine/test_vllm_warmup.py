@@ -44,6 +44,6 @@ async def test_warmup_fills_the_cache_the_measured_first_rounds_hit(
             assert r.cached_tokens == (r.prompt_tokens - 1) // block * block > 0, r
         else:
             assert r.cached_tokens == 0, r
-    report = warm.manifest["warmup"]
+    report = warm.manifest.warmup
     assert report["units"] == 2 and report["failed"] == 0
     assert report["requests"] == sum(1 for r in warm.records if r.warmup) > 2

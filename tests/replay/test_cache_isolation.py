@@ -79,7 +79,7 @@ def check_cold(result: RunResult) -> None:
 async def test_flush_on_every_round_gets_exactly_the_plan() -> None:
     first, second = await two_runs(flush_cache=True)
     for result in (first, second):
-        flush = result.manifest["cache_flush"]
+        flush = result.manifest.cache_flush
         assert flush["ok"] and flush["attempted"] and flush["status"] == 200
         assert flush["endpoint"] == "POST /reset_prefix_cache"
         check_cold(result)
@@ -93,7 +93,7 @@ async def test_flush_off_no_salt_the_warm_cache_warning_fires(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     first, second = await two_runs(flush_cache=False)
-    assert first.manifest["cache_flush"] == {
+    assert first.manifest.cache_flush == {
         "mode": False, "attempted": False, "ok": False, "endpoint": None, "status": None,
         "detail": "backend.flush_cache false", "tries": [],
     }  # fmt: skip
@@ -193,7 +193,7 @@ def test_cli_flags_map_onto_the_backend() -> None:
 def test_simulate_records_the_flush_and_honours_the_salt(tmp_path: Path) -> None:
     base = {"trace": SESSIONS, "context": "prefix-preserving", "target": "sim", "run_id": "x"}
     r = wb.simulate(base)
-    assert r.manifest["cache_flush"]["ok"]
+    assert r.manifest.cache_flush["ok"]
     salted = wb.simulate({**base, "backend": {"name": "openai", "token_salt": "s"}})
     assert [x.cached_tokens for x in salted.records] == [x.cached_tokens for x in r.records]
     out = subprocess.run(
@@ -213,7 +213,7 @@ async def test_a_sharded_run_flushes_once_and_salts_every_shard_alike() -> None:
         async with asyncio.timeout(180):
             first = await run_async(base)
             second = await run_async({**base, "backend": {**base["backend"], "flush_cache": True}})
-    assert second.manifest["cache_flush"]["ok"] and not first.manifest["cache_flush"]["attempted"]
+    assert second.manifest.cache_flush["ok"] and not first.manifest.cache_flush["attempted"]
     check_cold(first)
     check_cold(second)
 

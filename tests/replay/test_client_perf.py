@@ -22,7 +22,7 @@ from workbench.data import path as data_path
 from workbench.errors import ConfigError
 from workbench.executors.dispatch import run_async
 from workbench.metrics.summary import client_bottleneck, client_stats, summarize
-from workbench.records import RunResult
+from workbench.records import RunManifest, RunResult
 from workbench.replay.measure import SelfMeasure
 from workbench.replay.shards import slot_offsets, split_concurrency, split_plan
 from workbench.sim.server import serve_sim
@@ -405,7 +405,7 @@ def test_client_bottleneck_flag_bounds() -> None:
 
 def test_summarize_carries_the_client_block_from_the_manifest() -> None:
     stats = client_stats([_raw([30.0], 1.0, 10.0, 1.0, 1)], 4)
-    out = summarize(RunResult("r", [], manifest={"client": stats}))
+    out = summarize(RunResult("r", [], manifest=RunManifest.from_dict({"client": stats})))
     assert out["client"]["release_lag_ms"]["p99"] == pytest.approx(30.0)
     assert out["client_bottleneck"] is True
     assert "client" not in summarize(RunResult("r", []))
@@ -456,9 +456,9 @@ async def test_two_processes_replay_the_same_requests_as_one(tmp_path: Path) -> 
     one, two = results[1], results[2]
     assert all(r.status == "ok" for r in two.records), [r.error for r in two.records]
     assert sorted(map(_key, one.records)) == sorted(map(_key, two.records))
-    assert two.manifest["executor"]["workers"] == 2
-    assert two.manifest["client"]["processes"] == 2
-    assert two.manifest["client"]["in_flight"]["peak"] <= 4
+    assert two.manifest.executor["workers"] == 2
+    assert two.manifest.client["processes"] == 2
+    assert two.manifest.client["in_flight"]["peak"] <= 4
     run_dir = Path(two.run_dir or "")
     assert not (run_dir / "shards").exists()
     assert len(read_jsonl(run_dir / "records.jsonl")) == len(two.records)

@@ -109,7 +109,7 @@ async def test_under_a_cap_admission_is_arrival_then_file_order_20_runs(cap_trac
             spans = sorted((d["admitted_ns"], d["end_ns"]) for d in result.lifecycle)
             for a, b, c in itertools.combinations(spans, 3):
                 assert not (c[0] < a[1] and c[0] < b[1] and b[0] < a[1])
-            assert result.manifest["peak_active_units"] == 2
+            assert result.manifest.peak_active_units == 2
 
 
 def test_simulate_follows_the_same_order(cap_trace):

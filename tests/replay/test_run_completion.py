@@ -25,8 +25,8 @@ def _measured(result):
 
 def test_a_run_that_sent_every_round_is_completed():
     result = simulate({"trace": SMALL})
-    c = result.manifest["completion"]
-    assert result.manifest["status"] == "completed"
+    c = result.manifest.completion
+    assert result.manifest.status == "completed"
     assert c == {"status": "completed", "planned_rounds": 8, "recorded_rounds": 8,
                  "skipped_rounds": 0, "not_sent_rounds": 0}
 
@@ -35,8 +35,8 @@ def test_context_guard_skips_make_the_run_partial_with_counts():
     result = simulate({"trace": SMALL, "context": {"max_model_len": 800}})
     recs = _measured(result)
     skipped = [r for r in recs if r.status == "skipped"]
-    c = result.manifest["completion"]
-    assert result.manifest["status"] == "partial" and c["status"] == "partial"
+    c = result.manifest.completion
+    assert result.manifest.status == "partial" and c["status"] == "partial"
     assert skipped and c["skipped_rounds"] == len(skipped)
     assert c["recorded_rounds"] == len(recs)
     # the rounds after a guard are never sent: counted, so the numbers add up
@@ -68,8 +68,8 @@ def test_a_round_that_cannot_be_built_is_an_error_record_not_a_lost_round(monkey
     by_id = {r.request_id: r for r in _measured(result)}
     bad = by_id["session_0_round_000001"]
     assert bad.status == "error" and "request not built: MemoryError" in bad.error
-    assert result.manifest["status"] == "partial"
-    c = result.manifest["completion"]
+    assert result.manifest.status == "partial"
+    c = result.manifest.completion
     assert c["not_sent_rounds"] == 8 - len(by_id) >= 1  # the rest of session 0
     assert all(r.status == "ok" for rid, r in by_id.items() if rid != bad.request_id)
 
@@ -81,7 +81,7 @@ def test_rounds_a_session_never_reached_after_an_error_make_the_run_partial(stop
     result = run(cfg)
     recs = _measured(result)
     assert any(r.status == "error" for r in recs)
-    c = result.manifest["completion"]
+    c = result.manifest.completion
     if stop:
         assert c["not_sent_rounds"] == 8 - len(recs) > 0 and c["status"] == "partial"
     else:  # every round was attempted: errors are recorded, the run is complete

@@ -15,10 +15,10 @@ MS = 1_000_000
 def test_dry_run_sends_nothing_and_reports_the_plan():
     result = run({"trace": LARGE, "dry_run": True, "target": "http://127.0.0.1:9"})
     assert result.records == []
-    plan = result.manifest["plan"]
+    plan = result.manifest.plan
     assert plan["units"] == 48 and plan["rounds"] == 303
     assert 0 < plan["planned_prefix_hit_rate"] < 1
-    assert result.manifest["status"] == "dry_run"
+    assert result.manifest.status == "dry_run"
 
 
 def test_max_items_keeps_first_units_in_file_order():
@@ -118,5 +118,5 @@ def test_ideal_hit_rate_follows_the_runs_policy(policy):
     result = simulate({"trace": str(data_path("tracelab/session_workload_example.csv")),
                        "context": policy})
     manifest = result.manifest
-    assert manifest["ideal_prefix_hit_rate"] == pytest.approx(
-        manifest["plan"]["planned_prefix_hit_rate"])
+    assert manifest.ideal_prefix_hit_rate == pytest.approx(
+        manifest.plan["planned_prefix_hit_rate"])

@@ -138,7 +138,7 @@ def test_one_task_one_slot_and_the_stream_cap(graph_csv):
     res = simulate(_cfg(graph_csv, max_concurrency=1), engine=ENGINE)
     u, ends = _by_unit(res), _ends(res)
     assert u["q"][0].dispatch_ns >= ends["p"]
-    assert res.manifest["peak_active_units"] == 1
+    assert res.manifest.peak_active_units == 1
     capped = simulate(_cfg(graph_csv, max_streams=2), engine=ENGINE)
     recs = [r for r in capped.records if not r.warmup]
     assert _peak(recs) == 2

@@ -58,7 +58,7 @@ async def test_warmup_primes_the_cache_the_measured_first_rounds_hit():
     assert report["units"] == 2 and report["rounds"] == expect
     assert report["requests"] == expect and report["ok"] == expect and report["failed"] == 0
     assert report["duration_s"] > 0 and report["stopped"] is None
-    assert warm.manifest["warmup"] == report
+    assert warm.manifest.warmup == report
     assert "warmup" not in summarize(cold)
 
 
@@ -67,7 +67,7 @@ async def test_the_fuse_bounds_the_warmup():
         cfg = _cfg(sim.base_url, warmup=1, fuse_s=0.5)
         async with asyncio.timeout(20):
             result = await run_async(cfg)
-    assert result.cancelled and result.manifest["stop_reason"] == "fuse"
+    assert result.cancelled and result.manifest.stop_reason == "fuse"
     assert all(r.warmup for r in result.records)  # no measured request was sent
-    report = result.manifest["warmup"]
+    report = result.manifest.warmup
     assert report["stopped"] == "fuse" and report["failed"] == report["requests"] >= 1

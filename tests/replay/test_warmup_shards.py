@@ -45,5 +45,5 @@ async def test_sharded_warmup_warms_the_first_n_units_in_release_order(warmup, c
     warmed = {r.unit_ordinal for r in result.records if r.warmup}
     assert warmed == set(range(warmup))  # this trace lists its sessions in arrival order
     assert summarize(result)["warmup"]["units"] == warmup
-    assert result.manifest["warmup"]["units"] == warmup
-    assert result.manifest["status"] == "completed"
+    assert result.manifest.warmup["units"] == warmup
+    assert result.manifest.status == "completed"

@@ -97,7 +97,7 @@ def test_the_warm_prefix_is_hit_across_conversations_as_planned(tmp_path: Path) 
     trace = _two_conversations(tmp_path)
     one_at_a_time = {"mode": "saturated", "max_concurrency": 1}
     warm = simulate({"trace": trace, "arrival": one_at_a_time})
-    reader = warm.manifest["trace"]["reader"]
+    reader = warm.manifest.trace["reader"]
     a, b = _first_rounds(warm)
     assert a.cached_tokens == 0 and a.planned_prefix_tokens == 0
     assert b.planned_prefix_tokens == reader["warm_prefix_tokens"] // 64 * 64 > 7000

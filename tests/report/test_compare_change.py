@@ -90,4 +90,4 @@ def test_example_runs_can_be_made_again_in_the_same_folder(tmp_path):
     again = compare.example_runs(tmp_path, trace=small, num_blocks=(64, 4096))
     assert first == again and len(again) == 2
     runs = compare.load_runs(again)
-    assert [r.manifest["status"] for r in runs.values()] == ["completed", "completed"]
+    assert [r.manifest.status for r in runs.values()] == ["completed", "completed"]

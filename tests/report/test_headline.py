@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from workbench.records import RunManifest
 from workbench.report.headline import (
     capacity_sentence,
     engine_note,
@@ -34,10 +35,10 @@ def summary(**over: Any) -> dict[str, Any]:
     return base
 
 
-LIVE_SIM = {"mode": "live", "config": {"target": {"url": "sim"}},
-            "target": {"kind": "sim", "engine": {"speedup": 20.0}}}
-REAL = {"mode": "live", "config": {"target": {"url": "http://127.0.0.1:8000"}},
-        "target": {"kind": "url"}}
+LIVE_SIM = RunManifest.from_dict({"mode": "live", "config": {"target": {"url": "sim"}},
+                                  "target": {"kind": "sim", "engine": {"speedup": 20.0}}})
+REAL = RunManifest.from_dict({"mode": "live", "config": {"target": {"url": "http://127.0.0.1:8000"}},
+                              "target": {"kind": "url"}})
 
 
 @pytest.mark.parametrize(("value", "text"), [
@@ -83,9 +84,9 @@ def test_failures_an_incomplete_run_a_busy_client_and_no_cache_counts():
 
 def test_a_virtual_time_run_says_so_instead_of_a_client_verdict():
     virtual = {"mode": "virtual", "engine": {"speedup": 1.0}, "config": {"target": {"url": "sim"}}}
-    line = run_headline(summary(client=None), virtual)
+    line = run_headline(summary(client=None), RunManifest.from_dict(virtual))
     assert line.endswith("· 7.3 req/s · virtual time (simulated engine)")
-    assert engine_note({**virtual, "engine": {"speedup": 4.0}}) == (
+    assert engine_note(RunManifest.from_dict({**virtual, "engine": {"speedup": 4.0}})) == (
         "virtual time (simulated engine, 4× real time)")
     assert engine_note(REAL) is None
 
@@ -172,7 +173,7 @@ def test_simulate_prints_the_headline_and_json_only_on_request(tmp_path, capsys)
     assert main([*args, "--run-id", "h"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     summary = json.loads((tmp_path / "h" / "summary.json").read_text())
-    manifest = json.loads((tmp_path / "h" / "manifest.json").read_text())
+    manifest = RunManifest.from_dict(json.loads((tmp_path / "h" / "manifest.json").read_text()))
     assert first == run_headline(summary, manifest)
     assert first.startswith("8/8 ok · TTFT") and first.endswith(
         "· SLO met: 8/8 within TTFT ≤ 2000 ms · virtual time (simulated engine)")
@@ -255,9 +256,9 @@ def test_a_preset_runs_headline_says_which_preset_and_its_stated_error() -> None
     for preset, extrapolated in (("llama-3.1-8b/h100/tp1", False),
                                  ("llama-3.1-8b/b200/tp1", True)):
         held = held_out(preset)  # its GPU and TP's leave-one-source-out cell where measured
-        note = engine_note({"mode": "virtual", "engine": {"preset": preset}})
+        note = engine_note(RunManifest("", mode="virtual", engine={"preset": preset}))
         assert note is not None and note.startswith("virtual time (simulated engine, preset ")
         assert preset in note and f"ITL {held['itl']:.0%}" in note
         assert f"TTFT {held['ttft']:.0%}" in note
         assert ("extrapolated (llama-3.1-8b on b200)" in note) is extrapolated
-    assert "preset" not in (engine_note({"mode": "virtual", "engine": {}}) or "")
+    assert "preset" not in (engine_note(RunManifest("", mode="virtual", engine={})) or "")

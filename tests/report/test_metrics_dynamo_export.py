@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from workbench.context.hashing import block_hashes
-from workbench.records import RequestRecord, RunResult
+from workbench.records import RequestRecord, RunManifest, RunResult
 from workbench.report.dynamo_export import SCHEMA, dynamo_rows, export_dynamo
 from workbench.storage.rundir import read_jsonl
 
@@ -59,7 +59,8 @@ def _result() -> RunResult:
         _rec("warm", "s9", 0, q0, 0, 1, 0, warmup=True),
         _rec("bad", "s2", 0, q0, 30, 5, 0, status="error"),
     ]
-    return RunResult("run", recs, manifest={"started_at": "2024-01-01T00:00:00+00:00"})
+    return RunResult("run", recs,
+                     manifest=RunManifest.from_dict({"started_at": "2024-01-01T00:00:00+00:00"}))
 
 
 def test_rows_have_schema_and_ceil_hashes(tmp_path: Path) -> None:
@@ -112,7 +113,7 @@ def test_block_size_defaults_to_the_manifest(tmp_path: Path) -> None:
     res = _result()
     with pytest.raises(ValueError, match="no block_size"):
         export_dynamo(res, tmp_path / "t.jsonl")
-    res.manifest["engine"] = {"block_size": BS}
+    res.manifest.engine = {"block_size": BS}
     assert len(read_jsonl(export_dynamo(res, tmp_path / "t.jsonl"))) == 4
 
 

@@ -15,7 +15,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from workbench.metrics import summarize
-from workbench.records import RequestRecord, Round, RunResult, Unit, Workload
+from workbench.records import RequestRecord, Round, RunManifest, RunResult, Unit, Workload
 from workbench.report import compare, tables
 from workbench.report.plots import KINDS, RUN_KINDS, ReportFigure, plot
 
@@ -57,7 +57,8 @@ def make_run(run_id: str = "r1", slow: float = 1.0, timeline: list | None = None
                    "seed": 0},
         "trace": {"path": "t.csv", "format": "session", "sha256": "abc"},
     }
-    return RunResult(run_id, records, manifest=manifest, metrics_timeline=timeline or [])
+    return RunResult(run_id, records, manifest=RunManifest.from_dict(manifest),
+                     metrics_timeline=timeline or [])
 
 
 GAUGE_TIMELINE = [
@@ -274,7 +275,7 @@ def test_hit_rate_table_differences_against_the_baseline() -> None:
 
 def test_config_diff_lists_only_keys_that_differ() -> None:
     a, b = make_run("a"), make_run("b")
-    b.manifest["config"]["arrival"] = {"mode": "saturated", "max_concurrency": 4}
+    b.manifest.config["arrival"] = {"mode": "saturated", "max_concurrency": 4}
     df = compare.config_diff({"a": a, "b": b})
     assert list(df["key"]) == ["arrival.max_concurrency", "arrival.mode"]
     assert list(df.loc[df["key"] == "arrival.mode", "b"]) == ["saturated"]
@@ -390,7 +391,7 @@ def test_error_table_counts_classes_with_one_sample_each() -> None:
 
 
 def test_config_table_says_what_was_run() -> None:
-    manifest = {**make_run().manifest, "policy": "trace-reported",
+    manifest = {**make_run().manifest.to_dict(), "policy": "trace-reported",
                 "trace": {"path": "t.csv", "format": "session", "sha256": "abc",
                           "units": 2, "rounds": 5},
                 "target": {"kind": "sim", "engine": {"num_blocks": 80, "block_size": 16},
@@ -398,7 +399,7 @@ def test_config_table_says_what_was_run() -> None:
     manifest["config"] = {**manifest["config"], "trace": {"path": "t.csv", "format": "auto"},
                           "arrival": {"mode": "trace-timed", "rate": 2.0,
                                       "max_concurrency": 8}}
-    v = tables.config_table(manifest)["value"]
+    v = tables.config_table(RunManifest.from_dict(manifest))["value"]
     assert v["1 format"] == "session (detected)"
     assert v["2 context policy"] == "trace-reported"
     assert (v["3 arrival"], v["3 rate (units/s)"], v["3 max concurrency"]) == (
@@ -414,8 +415,8 @@ def test_config_table_shows_the_cost_model_and_the_calibrated_knobs() -> None:
               "decode_coeffs": [0.0, 85.5736646, 2.695275], "decode_floor_ms": 2.77469332,
               "decode_seq_ms": 0.033, "request_overhead_ms": 0.0, "intake_ms": 1.92300001,
               "idle_wake_ms": 4.4870001}  # fmt: skip
-    manifest = {**make_run().manifest, "target": {"kind": "sim", "engine": engine}}
-    v = tables.config_table(manifest)["value"]
+    manifest = {**make_run().manifest.to_dict(), "target": {"kind": "sim", "engine": engine}}
+    v = tables.config_table(RunManifest.from_dict(manifest))["value"]
     assert v["target engine prefill_coeffs"] == "[2.349e-06, 0.01225, 0]"
     assert v["target engine decode_floor_ms"] == "2.775"
     assert (v["target engine intake_ms"], v["target engine idle_wake_ms"]) == ("1.923", "4.487")
@@ -433,7 +434,7 @@ def test_client_caption_names_its_evidence() -> None:
     assert "kept up" in caption
     assert "client CPU 19% of a core (bound 90%)" in caption
     assert "steady release lag p99 1.2 ms (bound 10 ms)" in caption
-    shared = {"target": {"engine_process": {"own_process": False}}}
+    shared = RunManifest.from_dict({"target": {"engine_process": {"own_process": False}}})
     assert "client's event loop" in tables.client_caption(s, shared)
 
 
@@ -450,7 +451,7 @@ def test_config_diff_treats_relative_and_absolute_trace_paths_as_one(
     (tmp_path / "t.csv").write_text("x\n")
     monkeypatch.chdir(tmp_path)
     a, b = make_run("a"), make_run("b")
-    b.manifest["config"] = {**b.manifest["config"],
+    b.manifest.config = {**b.manifest.config,
                             "trace": {"path": str(tmp_path / "t.csv"), "format": "session"}}
     diff = compare.config_diff({"a": a, "b": b})
     assert "trace.path" not in diff["key"].tolist()

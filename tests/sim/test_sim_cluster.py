@@ -198,10 +198,10 @@ def test_two_processes_one_digest():
 
 def test_one_engine_without_cluster_knobs_is_unchanged():
     plain = simulate({"trace": SESSIONS})
-    assert "cluster" not in plain.manifest
+    assert plain.manifest.cluster is None
     assert "workers" not in wb.summarize(plain)
     clustered = simulate({"trace": SESSIONS}, engine={"workers": 2})
-    assert clustered.manifest["cluster"]["workers"] == 2
+    assert clustered.manifest.cluster["workers"] == 2
     summary = wb.summarize(clustered)
     assert [w["worker"] for w in summary["workers"]] == [0, 1]
     assert sum(w["requests"] for w in summary["workers"]) == len(clustered.records)

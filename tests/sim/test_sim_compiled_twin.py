@@ -1,7 +1,8 @@
 """The engine with its compiled parts and with their Python twins (``WORKBENCH_COMPILED=0``)
 makes the same decisions step by step and the same records (issue 44; docs/virtual-time.md,
-"Compiled kernels"). The switch is read at import, so the twin runs in a child process
-with the variable set, exactly as a user sets it, and both sides print what they saw."""
+"Compiled kernels" and "The implicit decoders' events compiled"). The switch is read at
+import, so the twin runs in a child process with the variable set, exactly as a user sets
+it, and both sides print what they saw."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 
 from workbench.kernels import native
 from workbench.segments import BLOCK, OUTPUT, UNIT, BlockKeyer, Segments
-from workbench.sim import kvindex
+from workbench.sim import decoders, kvindex
 from workbench.sim.config import EngineConfig
 from workbench.sim.scheduler import Scheduler
 
@@ -37,10 +38,17 @@ def _prompt(rng: random.Random, i: int) -> Segments:
     return Segments(parts)
 
 
-def drive(knobs: dict[str, Any], seed: int) -> dict[str, Any]:
+def _ids(rng: random.Random, i: int) -> list[int]:
+    """``_prompt`` as token ids: its keys hashed from the tokens, output blocks as they fill
+    (``Sequence.ensure_hashes``), not keyed from parts."""
+    ids = [t for k in range(rng.randrange(0, 12)) for t in range(16 * k, 16 * k + 16)]
+    return ids + [1000 + 7 * i + j for j in range(rng.randrange(1, 300))]
+
+
+def drive(knobs: dict[str, Any], seed: int, ids: bool = False) -> dict[str, Any]:
     """Requests arriving over the first steps, stepped to the end as ``Engine`` steps them:
     each step's plan (who, how many tokens, the cost inputs) and the cache after it, every
-    request's outcome and the cache's end state."""
+    request's outcome and the cache's end state. ``ids``: prompts as token ids."""
     rng = random.Random(seed)
     sched = Scheduler(EngineConfig(**knobs))
     arrivals = sorted((rng.randrange(0, 300), i) for i in range(70))
@@ -50,7 +58,8 @@ def drive(knobs: dict[str, Any], seed: int) -> dict[str, Any]:
     while (arrivals or sched.has_work()) and step < 50_000:
         while arrivals and arrivals[0][0] <= step:
             _, i = arrivals.pop(0)
-            seq = sched.new_sequence(f"r{i}", _prompt(rng, i), rng.randrange(1, 90), t)
+            prompt = _ids(rng, i) if ids else _prompt(rng, i)
+            seq = sched.new_sequence(f"r{i}", prompt, rng.randrange(1, 90), t)
             sched.add(seq)
             seqs.append(seq)
         plan = sched.schedule()
@@ -88,7 +97,7 @@ def _in_child(expr: str, compiled: bool) -> Any:
 
 def test_the_compiled_parts_are_built_here() -> None:
     # else both sides below would run the twins and compare nothing
-    assert native is not None and kvindex.COMPILED
+    assert native is not None and kvindex.COMPILED and decoders.COMPILED
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -96,6 +105,13 @@ def test_compiled_and_python_engines_decide_every_step_alike(name: str) -> None:
     here = json.loads(json.dumps(drive(CASES[name], 7)))
     assert here == _in_child(f"drive({CASES[name]!r}, 7)", compiled=False)
     assert len(here["steps"]) > 50
+
+
+@pytest.mark.parametrize("name", ["roomy", "preempting"])
+def test_compiled_and_python_engines_alike_on_token_id_prompts(name: str) -> None:
+    here = json.loads(json.dumps(drive(CASES[name], 5, ids=True)))
+    assert here == _in_child(f"drive({CASES[name]!r}, 5, ids=True)", compiled=False)
+    assert any(s[0] == [] and s[1] for s in here["steps"])  # implicit-only steps
 
 
 def test_the_cases_reach_preemption_eviction_and_the_host_tier() -> None:
@@ -125,6 +141,56 @@ def test_compiled_and_python_replays_give_the_same_canonical_digest(case: str) -
     assert digest(case) == _in_child(f"digest({case!r})", compiled=False)
 
 
+def _decoder_ops(seed: int) -> list[Any]:
+    """A random run of ``Decoders`` calls as the scheduler makes them (decoders joining
+    and leaving, grows taken and assigned, fills applied step after step), each answer
+    recorded; run on the compiled ``Decoders`` here and on ``PyDecoders`` in the child."""
+    from workbench.sim.decoders import new_decoders
+
+    rng, bs = random.Random(seed), 16
+    dec = new_decoders(bs)
+    live: dict[int, Any] = {}
+    out: list[Any] = []
+    rank = next_block = 0
+    for tick in range(3000):
+        k = dec.grow_due(tick)
+        got = array("q", range(next_block, next_block + k + 2))
+        next_block += k + 2
+        dec.assign(got, 1, k)
+        fb, fh = bytearray(), bytearray()
+        done = dec.fill(tick, fb, fh)
+        out.append([tick, k, fb.hex(), fh.hex(), [s.request_id for s in done],
+                    dec.next_grow(), dec.next_fill()])  # fmt: skip
+        for seq in done:
+            out.append(["left", seq.request_id, dec.remove(live.pop(seq.request_id))])
+        if live and rng.random() < 0.03:  # an abort, or a watch flushing one
+            rid = rng.choice(sorted(live))
+            out.append(["removed", rid, dec.remove(live.pop(rid))])
+        if rng.random() < 0.005:
+            for rid in sorted(live):
+                dec.remove(live.pop(rid))
+            dec.clear()
+        if rng.random() < 0.3:  # a request turns implicit after step ``tick``
+            computed = rng.randrange(1, 400)
+            left = rng.randrange(1, 120)
+            cap = -(-computed // bs) * bs + bs * rng.randrange(0, 2)
+            seq = Scheduler(EngineConfig()).new_sequence(f"q{rank}", [1] * computed, left, 0)
+            seq.blocks = array("q", range(10**6 + 1000 * rank, 10**6 + 1000 * rank + cap // bs))
+            seq.hashes = array("q", [rng.randrange(1 << 62) for _ in range(cap // bs)])
+            committed = computed // bs
+            live[seq.request_id] = dec.add(seq, seq.blocks, seq.hashes, rank,
+                                           computed - (tick + 1), tick + left,
+                                           (committed + 1) * bs, committed, cap)  # fmt: skip
+            rank += 1
+    return out
+
+
+def test_compiled_and_python_decoders_answer_every_call_alike() -> None:
+    here = json.loads(json.dumps(_decoder_ops(11)))
+    assert here == _in_child("_decoder_ops(11)", compiled=False)
+    assert sum(1 for row in here if row[0] == "left") > 100
+
+
 def test_block_keyer_extends_an_int64_array_with_the_keys_upto_returns() -> None:
     rng = random.Random(3)
     for _ in range(200):
@@ -139,3 +205,23 @@ def test_block_keyer_extends_an_int64_array_with_the_keys_upto_returns() -> None
             b.extend(out, stop)
             assert out.tolist() == want
         assert want == seg.block_keys(bs)
+
+
+def test_decoders_holding_requests_in_a_cycle_are_collected() -> None:
+    """A slot holds its sequence, and a sequence may reach back to the decoders (handle,
+    engine, scheduler): the cyclic GC must see through the compiled object too."""
+    import gc
+    import weakref
+
+    from workbench.sim.decoders import new_decoders
+
+    class Holder:
+        dec: Any = None
+
+    dec, held = new_decoders(16), Holder()
+    held.dec = dec
+    ref = weakref.ref(held)
+    dec.add(held, array("q", [1]), array("q", [2]), 0, 0, 100, 16, 0, 16)
+    del dec, held
+    gc.collect()
+    assert ref() is None

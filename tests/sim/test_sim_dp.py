@@ -123,7 +123,7 @@ def test_dp_1_digests_are_todays_and_dp_shows_in_records_and_manifest():
         assert ra["manifest"].get("cluster") == rb["manifest"].get("cluster")
     dp = simulate(cfg, engine={"workers": 2, "router": "round-robin", "dp": 2,
                                "dp_placement": "round-robin"})
-    assert dp.manifest["cluster"]["dp"] == 2
+    assert dp.manifest.cluster["dp"] == 2
     per = collections.Counter((r.extra["worker"], r.extra["dp_rank"]) for r in dp.records)
     assert sorted(per) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert max(per.values()) - min(per.values()) <= 1

@@ -11,6 +11,7 @@ import pytest
 
 from workbench.segments import BLOCK, UNIT, Segments
 from workbench.sim.config import EngineConfig
+from workbench.sim.decoders import NEVER
 from workbench.sim.scheduler import Scheduler, Sequence
 
 
@@ -179,7 +180,7 @@ def test_no_finished_request_is_held_by_stale_events() -> None:
         t += 1000
         sched.complete(plan, t)
         if not sched.implicit_count:
-            assert not sched._grow_at and not sched._fill_at
+            assert sched._dec.next_grow() == sched._dec.next_fill() == NEVER
     assert not sched.has_work() and sched.counters.requests == 30
 
 

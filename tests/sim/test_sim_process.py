@@ -40,7 +40,7 @@ async def test_a_sim_run_gets_an_engine_process_of_its_own_and_ends_it() -> None
     result = await run_async({"trace": {"path": TRACE, "max_items": 2},
                               "target": {"url": "sim", "engine": {"speedup": 50.0}}})
     assert [r.status for r in result.records] == ["ok"] * 5
-    target = result.manifest["target"]
+    target = result.manifest.target
     proc = target["engine_process"]
     assert proc["own_process"] is True and proc["pid"] != os.getpid()
     assert target["engine"]["speedup"] == 50.0  # the child's resolved config
@@ -53,7 +53,7 @@ async def test_in_process_keeps_the_engine_on_the_clients_loop() -> None:
     result = await run_async({"trace": {"path": TRACE, "max_items": 1},
                               "target": {"url": "sim", "engine": {"speedup": 50.0},
                                          "in_process": True}})
-    assert result.manifest["target"]["engine_process"] == {"pid": None, "own_process": False}
+    assert result.manifest.target["engine_process"] == {"pid": None, "own_process": False}
     assert all(r.status == "ok" for r in result.records)
 
 

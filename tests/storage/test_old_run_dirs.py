@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from workbench.metrics import summarize
-from workbench.metrics.files import load_frames
-from workbench.records import RunManifest
+from workbench.metrics.files import load_frames, save
+from workbench.records import RunManifest, RunResult
 from workbench.report.compare import load_runs
 from workbench.report.headline import run_headline
 from workbench.report.tables import client_caption, config_table, run_table, summary_table
-from workbench.storage.rundir import load, read_json
+from workbench.storage.rundir import load, read_json, read_manifest
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rundirs"
 OLD = sorted(p.name for p in FIXTURES.iterdir())
@@ -46,8 +46,8 @@ def test_an_old_run_dir_loads_with_its_records_and_manifest(old_dir: Path) -> No
     result = load(old_dir)
     assert result.run_id == old_dir.name and not result.cancelled
     assert len([r for r in result.records if not r.warmup]) == stored["plan"]["rounds"]
-    assert result.manifest["ideal_prefix_hit_rate"] == stored["ideal_prefix_hit_rate"]
-    assert result.manifest["config"] == stored["config"]
+    assert result.manifest.ideal_prefix_hit_rate == stored["ideal_prefix_hit_rate"]
+    assert result.manifest.config == stored["config"]
     assert result.lifecycle and result.metrics_timeline
 
 
@@ -104,5 +104,37 @@ def test_a_new_run_writes_the_current_schema(tmp_path: Path) -> None:
     simulate(cfg)
     stored = read_json(tmp_path / "new" / "manifest.json")
     assert stored["schema"] == MANIFEST_SCHEMA
-    typed = load(tmp_path / "new").typed_manifest
+    typed = load(tmp_path / "new").manifest
     assert typed.extra == {} and typed.mode == "virtual" and typed.to_dict() == stored
+    # a result's manifest is the typed one; a loaded run saved elsewhere keeps its
+    # manifest (with cancelled, which save adds), and saved once more, its bytes
+    result = simulate({**cfg, "out_dir": None, "run_id": "mem"})
+    assert isinstance(result.manifest, RunManifest) and result.manifest.status == "completed"
+    save(load(tmp_path / "new"), tmp_path / "again")
+    assert read_json(tmp_path / "again" / "manifest.json") == {**stored, "cancelled": False}
+    save(load(tmp_path / "again"), tmp_path / "thrice")
+    assert (tmp_path / "thrice" / "manifest.json").read_bytes() == (
+        tmp_path / "again" / "manifest.json").read_bytes()
+
+
+def test_a_result_without_a_run_has_an_empty_manifest_with_no_status(tmp_path: Path) -> None:
+    bare = RunResult("r", [])
+    assert bare.manifest.status is None and summarize(bare)["run_status"] is None
+    assert read_manifest(tmp_path) == RunManifest.from_dict({})  # no file: nothing in it
+    assert read_manifest(tmp_path).status is None
+    (tmp_path / "manifest.json").write_text("[1, 2]")  # not an object: read as none
+    assert read_manifest(tmp_path).status is None
+
+
+def test_an_old_run_dirs_manifest_reads_the_same_through_every_reader(old_dir: Path) -> None:
+    typed = read_manifest(old_dir)
+    assert typed == load(old_dir).manifest and typed.schema == 1
+    assert typed.section("arrival") == read_json(old_dir / "manifest.json")["config"]["arrival"]
+    assert typed.section("no such section") == {}
+
+
+def test_a_copy_of_a_manifest_does_not_follow_later_writes() -> None:
+    m = RunManifest("r", extra={"sweep_point": 1})
+    c = m.copy()
+    m.status, m.extra["late"] = "completed", True
+    assert c.status == "running" and c.extra == {"sweep_point": 1}

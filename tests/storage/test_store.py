@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from workbench.metrics.files import load_frames, save
-from workbench.records import RequestRecord, RunResult
+from workbench.records import RequestRecord, RunManifest, RunResult
 from workbench.storage.rundir import (
     LIFECYCLE,
     MANIFEST,
@@ -58,7 +58,7 @@ def make_result() -> RunResult:
     return RunResult(
         run_id="run-1",
         records=[make_record(i) for i in range(4)],
-        manifest={"run_id": "run-1", "config": {"slo": {"ttft_ms": 15}}, "status": "done"},
+        manifest=RunManifest("run-1", config={"slo": {"ttft_ms": 15}}, status="done"),
         lifecycle=[{"unit_ordinal": 0, "rounds_done": 2}, {"unit_ordinal": 1, "rounds_done": 2}],
         metrics_timeline=[
             {"t_ns": 0, "vllm:prefix_cache_hits_total": 0, "vllm:prefix_cache_queries_total": 0},

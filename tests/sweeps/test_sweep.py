@@ -90,7 +90,7 @@ def test_virtual_sweep_points_are_ordinary_runs_with_repeats(tmp_path: Path) -> 
     assert len(s.run_dirs) == 4
     for run_dir in s.run_dirs:
         run = load(run_dir)
-        assert run.manifest["mode"] == "virtual" and len(run.records) == 80
+        assert run.manifest.mode == "virtual" and len(run.records) == 80
     seeds = [r["seed"] for r in s.points[0]["runs"]]
     assert seeds == [0, 1]
     df = s.frame
@@ -429,7 +429,7 @@ def test_every_command_takes_a_bundled_traces_name(tmp_path: Path,
                  virtual=True, parallel=2, out_dir=tmp_path, sweep_id="named")
     assert [p["status"] for p in s.points] == ["done", "done"]
     run = wb.simulate({"trace": {"path": name, "max_items": 20}})
-    assert len(run.records) == 20 and run.manifest["trace"]["path"].endswith(name)
+    assert len(run.records) == 20 and run.manifest.trace["path"].endswith(name)
 
 
 def test_capacity_search_in_two_processes_probes_two_values_a_round(tmp_path: Path) -> None:

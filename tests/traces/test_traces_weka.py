@@ -237,9 +237,9 @@ def test_the_manifest_records_the_readers_options(tmp_path: Path) -> None:
     p = write(tmp_path, TIMED)
     res = simulate({"trace": {"path": str(p), "options": {"timing": "original"}},
                     "arrival": {"mode": "saturated"}})
-    reader = res.manifest["trace"]["reader"]
+    reader = res.manifest.trace["reader"]
     assert reader["timing"] == "original" and reader["warm_prefix_pct"] == 0.5
-    assert res.manifest["trace"]["sha256"] == source_sha256(p)
+    assert res.manifest.trace["sha256"] == source_sha256(p)
 
 
 def test_pairs_kept_or_collapsed(tmp_path: Path) -> None:

@@ -123,7 +123,7 @@ async def test_run_button_replays_in_the_background_and_shows_results(tmp_path: 
     assert p.status_text.startswith("done: 5 ok")
     assert not p.run_button.disabled and p.stop_button.disabled
     assert Path(result.run_dir or "").parent == tmp_path
-    assert result.manifest["status"] == "completed"
+    assert result.manifest.status == "completed"
 
 
 async def test_stop_cancels_in_flight_requests_and_keeps_finished_ones(tmp_path: Path) -> None:
@@ -398,7 +398,7 @@ async def test_the_panels_measurement_is_not_disturbed_by_its_redraws(
     # cut by the run's end before it was kept; a short run may end before any)
     assert len(p.redraws) >= len(redraws) - 1
     assert all(start >= 0 and wall >= 0 and cpu >= 0 for start, wall, cpu in p.redraws)
-    lag = result.manifest["client"]["release_lag_ms"]
+    lag = result.manifest.client["release_lag_ms"]
     assert lag["count"] == 303 and lag["p99"] < 50.0, lag
 
 

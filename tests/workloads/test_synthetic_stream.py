@@ -119,8 +119,8 @@ def test_streamed_run_is_the_materialised_run(
     for name, draw in (("whole", synthetic_workload), ("streamed", synthetic_stream)):
         wl = draw(spec, np.random.default_rng(5))
         result = _run(tmp_path, name, wl, arrival, 3000, keep_records=False)
-        assert result.manifest["status"] == "completed"
-        assert result.manifest["completion"]["recorded_rounds"] == wl.n_rounds
+        assert result.manifest.status == "completed"
+        assert result.manifest.completion["recorded_rounds"] == wl.n_rounds
         digests.append(report_digest(canonical_report(result)))
     assert digests[0] == digests[1]
     assert len(plans) == 1  # the streamed run's plan only
@@ -155,7 +155,7 @@ def _peak_live(tmp_path: Path, sessions: int, monkeypatch: pytest.MonkeyPatch) -
     wl = synthetic_stream(spec, np.random.default_rng(2))
     result = _run(tmp_path, f"n{sessions}", wl, {"mode": "saturated", "max_concurrency": 4},
                   keep_records=False, block_hashes=False)
-    assert result.manifest["completion"]["recorded_rounds"] == wl.n_rounds >= 2 * sessions
+    assert result.manifest.completion["recorded_rounds"] == wl.n_rounds >= 2 * sessions
     assert result.records == [] and result.lifecycle == []
     return peak
 

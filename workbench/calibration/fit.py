@@ -257,7 +257,7 @@ def calibrate(
     if not found:
         raise ConfigError(f"no ok request with token times in {', '.join(map(str, run_dirs))}")
     knobs = dict(base or {})
-    detected = {int(b) for r in results if (b := r.manifest.get("block_size")) is not None}
+    detected = {int(b) for r in results if (b := r.manifest.block_size) is not None}
     if "block_size" not in knobs and len(detected) == 1:
         knobs["block_size"] = detected.pop()
     cfg = EngineConfig.from_knobs(**knobs)

@@ -23,7 +23,7 @@ def replay_config(measured: RunResult) -> RunConfig:
     """The measured run's config, aimed at the embedded engine in virtual time."""
     from workbench.config import RunConfig
 
-    conf = dict(measured.manifest.get("config") or {})
+    conf = dict(measured.manifest.config or {})
     if not conf:
         raise ConfigError(f"{measured.run_dir}: manifest.json has no config to replay")
     conf.update(target={"url": "sim", "engine": {}}, out_dir=None, run_id=None)

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = cfg.replace(dry_run=True)
     result = replay_with_progress(cfg, progress=not (args.no_progress or cfg.dry_run))
     if cfg.dry_run:  # the plan, its arrival span included (warned about on stderr past a day)
-        print(json.dumps(result.manifest["plan"], indent=2))
+        print(json.dumps(result.manifest.plan, indent=2))
         return 0
     summary = summary_of(result, cfg.slo)
     print_result(summary, result, args)

@@ -94,14 +94,11 @@ def _warn_incomplete(run_dirs: list[str]) -> None:
     import sys
 
     from workbench.report.tables import run_status_note
-    from workbench.storage.rundir import read_json, running_note
+    from workbench.storage.rundir import read_manifest, running_note
 
     for d in run_dirs:
-        try:
-            manifest = read_json(Path(d) / "manifest.json")
-            status = manifest.get("status")
-        except (OSError, ValueError, AttributeError):
-            continue
+        manifest = read_manifest(d)  # none, or unreadable: no status, nothing to say
+        status = manifest.status
         # "running": still running, or left so by a process that died (its pid is gone)
         note = running_note(manifest) or run_status_note(status)
         if note and status != "completed":

@@ -177,8 +177,8 @@ def effective_policy(
 def planned_file_message(policy: str, workload: Workload) -> str:
     """Why a context policy cannot apply to an already planned trace (``session-execution-v2``):
     its prefixes are the plan, and re-planning them changes the workload (docs/arrival.md)."""
-    manifest = workload.meta.get("manifest")
-    params = manifest.get("parameters") if isinstance(manifest, dict) else None
+    sidecar = workload.meta.get("manifest")  # the planned trace's own (tracegen), not a run's
+    params = sidecar.get("parameters") if isinstance(sidecar, dict) else None
     made = params.get("context_policy") if isinstance(params, dict) else None
     how = f" by policy {made!r}" if made else ""
     return (

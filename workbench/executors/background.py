@@ -247,16 +247,16 @@ class BackgroundRun:
     def _load(self) -> RunResult:
         """The run as ``run_async`` would have returned it: records in memory, or, when the
         run kept them on disk only (``executor.keep_records``), left there."""
-        from workbench.storage.rundir import TIMELINE, load, read_json, read_jsonl
+        from workbench.storage.rundir import TIMELINE, load, read_jsonl, read_manifest
 
-        manifest = read_json(self.run_dir / "manifest.json")
-        if manifest.get("records_kept") is not False or self.temp_dir:
+        manifest = read_manifest(self.run_dir)
+        if manifest.records_kept is not False or self.temp_dir:
             return load(self.run_dir)
         timeline = self.run_dir / TIMELINE
         return RunResult(
-            str(manifest.get("run_id") or self.cfg.run_id), [], manifest=manifest,
+            manifest.run_id or str(self.cfg.run_id), [], manifest=manifest,
             metrics_timeline=read_jsonl(timeline) if timeline.exists() else [],
-            run_dir=str(self.run_dir), cancelled=manifest.get("status") == "cancelled")
+            run_dir=str(self.run_dir), cancelled=manifest.status == "cancelled")
 
     def close(self) -> None:
         """Forget the temporary run directory and the child's stderr (after the end)."""
@@ -360,7 +360,7 @@ def main() -> int:
             out.send({"error": {"kind": type(exc).__name__, "message": redact.text(str(exc))}})
         return 1
     out.send({"end": {"cancelled": result.cancelled,
-                      "status": result.manifest.get("status")}})
+                      "status": result.manifest.status}})
     return 0
 
 

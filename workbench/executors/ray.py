@@ -21,7 +21,7 @@ design of ``workbench.executors.processes`` on a Ray cluster instead of local pr
   driver's epoch ``t0`` verbatim; an actor on another host gets it as a wall
   time corrected by its offset and converts it to its own monotonic clock, and
   its record timestamps are shifted back onto the driver's clock when they
-  arrive. Offsets, RTTs and shifts go into ``manifest["executor"]["clocks"]``.
+  arrive. Offsets, RTTs and shifts go into the manifest's ``executor.clocks``.
 - **Barrier.** Every actor opens its transport and plays its warm-up
   (``prepare``), then the driver picks ``t0`` ``EPOCH_LEAD_NS`` ahead and starts
   them all; timed arrivals are offsets from that one epoch.

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from workbench.metrics.distribution import describe
-from workbench.records import RequestRecord
+from workbench.records import RequestRecord, RunManifest
 
 NS_PER_MS = 1e6
 
@@ -57,15 +57,15 @@ def _spans(records: Iterable[RequestRecord]) -> list[tuple[int, int]]:
 
 
 def concurrency(
-    spans: list[tuple[int, int]], manifest: Mapping[str, Any]
+    spans: list[tuple[int, int]], manifest: RunManifest
 ) -> dict[str, Any] | None:
     """Peak tasks and streams (``spans``: the measured requests' dispatch → end), and
     whether the configured caps ever bound; ``None`` when the run set no cap."""
-    arrival = (manifest.get("config") or {}).get("arrival") or {}
+    arrival = manifest.section("arrival")
     cap, streams_cap = arrival.get("max_concurrency"), arrival.get("max_streams")
     if cap is None and streams_cap is None:
         return None
-    peak_tasks = manifest.get("peak_active_units")
+    peak_tasks = manifest.peak_active_units
     out: dict[str, Any] = {"max_concurrency": cap, "max_streams": streams_cap,
                            "peak_tasks": peak_tasks, "peak_streams": peak_in_flight(spans)}
     warnings = []
@@ -151,11 +151,11 @@ def has_tasks(lifecycle: Iterable[Mapping[str, Any]]) -> bool:
 
 
 def budget_section(
-    manifest: Mapping[str, Any], lifecycle: Sequence[Mapping[str, Any]]
+    manifest: RunManifest, lifecycle: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any] | None:
     """``arrival.session_budget_s`` and the units it truncated (lifecycle reason
     ``budget``; left out of ``breakdown.per_session``); ``None`` without a budget."""
-    budget = ((manifest.get("config") or {}).get("arrival") or {}).get("session_budget_s")
+    budget = manifest.section("arrival").get("session_budget_s")
     if budget is None:
         return None
     cut = sorted(str(r.get("unit_id")) for r in lifecycle

@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -31,7 +31,7 @@ from workbench.metrics.distribution import QS, describe, quantiles, sample
 from workbench.metrics.frame import Data, run_rows
 from workbench.metrics.summary import prefix_hit_rates
 from workbench.metrics.timeline import active_units_at
-from workbench.records import RunResult
+from workbench.records import RunManifest, RunResult
 
 K = 1024
 BAND_EDGES: tuple[float, ...] = (0, 2 * K, 8 * K, 16 * K, 32 * K, math.inf)
@@ -160,13 +160,9 @@ def budget_truncated(data: Data) -> set[int]:
             if r.get("reason") == "budget" and not r.get("warmup")}
 
 
-def cap_from_manifest(manifest: Mapping[str, Any]) -> int | None:
+def cap_from_manifest(manifest: RunManifest) -> int | None:
     """The admission cap a run was configured with, when its manifest records one."""
-    config = manifest.get("config", manifest)
-    arrival = config.get("arrival", {}) if isinstance(config, Mapping) else {}
-    for src in (arrival, config):
-        if not isinstance(src, Mapping):
-            continue
+    for src in (manifest.section("arrival"), manifest.config):
         for key in ("max_concurrency", "concurrency"):
             if isinstance(src.get(key), int) and src[key] > 0:
                 return int(src[key])

@@ -48,7 +48,7 @@ from workbench.metrics.isolation import reported, warm_cache
 from workbench.metrics.server_side import counter_increase, server_evidence
 from workbench.metrics.slo import SLO, attained
 from workbench.metrics.workers import worker_breakdown
-from workbench.records import RunResult
+from workbench.records import RunManifest, RunResult
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -285,21 +285,10 @@ def client_bottleneck(stats: Mapping[str, Any]) -> dict[str, Any]:
     return {"client_bottleneck": bool(reasons), "client_bottleneck_reasons": reasons}
 
 
-def isolation_fields(manifest: Mapping[str, Any], warm: dict[str, Any]) -> dict[str, Any]:
+def isolation_fields(manifest: RunManifest, warm: dict[str, Any]) -> dict[str, Any]:
     """``cache_flush`` (what was done before the run, from the manifest) and ``warm_cache``."""
-    flush = manifest.get("cache_flush")
+    flush = manifest.cache_flush
     return {"cache_flush": dict(flush) if isinstance(flush, Mapping) else None, "warm_cache": warm}
-
-
-def _manifest_get(manifest: Mapping[str, Any], key: str) -> Any:
-    """``manifest[key]``, else the same key under ``config`` or ``trace_stats``."""
-    if key in manifest:
-        return manifest[key]
-    for section in ("config", "trace_stats"):
-        sub = manifest.get(section)
-        if isinstance(sub, Mapping) and key in sub:
-            return sub[key]
-    return None
 
 
 #: what a non-streaming run's summary, report and CLI line say (docs/metrics.md)
@@ -308,19 +297,17 @@ NON_STREAMING_NOTE = "non-streaming: TTFT = end-to-end latency"
 NOT_STREAMED = "n/a — non-streaming"
 
 
-def response_mode(manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+def response_mode(manifest: RunManifest) -> dict[str, Any] | None:
     """``{"stream": False, "note": ...}`` for a non-streaming run (``backend.stream``
     false in the manifest's config), None for a streaming one."""
-    config = manifest.get("config")
-    backend = config.get("backend") if isinstance(config, Mapping) else None
-    if isinstance(backend, Mapping) and backend.get("stream") is False:
+    if manifest.section("backend").get("stream") is False:
         return {"stream": False, "note": f"{NON_STREAMING_NOTE}; TPOT and ITL: {NOT_STREAMED}"}
     return None
 
 
 def run_summary(
     full: Columns,
-    manifest: Mapping[str, Any],
+    manifest: RunManifest,
     timeline: Sequence[Mapping[str, Any]],
     slo: Mapping[str, float] | None = None,
     *,
@@ -339,28 +326,28 @@ def run_summary(
         out[col] = describe_metric(ok, col)
     out.update(throughput(df))
     out.update(prefix_hit_rates(df))
-    ideal = ideal if ideal is not None else _manifest_get(manifest, "ideal_prefix_hit_rate")
+    ideal = ideal if ideal is not None else manifest.ideal_prefix_hit_rate
     out["ideal_prefix_hit_rate"] = _num(ideal)
     out["server_prefix_hit_rate"] = server_window_hit_rate(timeline)
-    scrape = manifest.get("metrics_scrape")
+    scrape = manifest.metrics_scrape
     out["server"] = server_evidence(timeline, scrape if isinstance(scrape, Mapping) else None)
-    out.update(isolation_fields(manifest, warm_cache(full, manifest.get("cache_flush"))))
-    slo = slo if slo is not None else _manifest_get(manifest, "slo")
+    out.update(isolation_fields(manifest, warm_cache(full, manifest.cache_flush)))
+    slo = slo if slo is not None else manifest.section("slo")
     out["slo"] = slo_attainment(df, slo, out["duration_s"]) if slo else None
     return out
 
 
-def _tail(out: dict[str, Any], manifest: Mapping[str, Any], df: Columns) -> dict[str, Any]:
+def _tail(out: dict[str, Any], manifest: RunManifest, df: Columns) -> dict[str, Any]:
     """The manifest-derived keys after the metrics: warm-up, workers, client."""
-    if isinstance(manifest.get("warmup"), Mapping):  # what the warm-up did (out of the metrics)
-        out["warmup"] = dict(manifest["warmup"])
+    if isinstance(manifest.warmup, Mapping):  # what the warm-up did (out of the metrics)
+        out["warmup"] = dict(manifest.warmup)
     workers = worker_breakdown(df)
     if workers is not None:  # a simulated cluster: load, hit rate and queueing per worker
         out["workers"] = workers
     conc = agents.concurrency(agents.column_spans(df), manifest)
     if conc is not None:  # a cap was set: what it did (peak tasks beside peak streams)
         out["concurrency"] = conc
-    client = manifest.get("client")
+    client = manifest.client
     if isinstance(client, Mapping):  # self-measurement of a live run (absent in simulate)
         out["client"] = {**client, **client_bottleneck(client)}
         out["client_bottleneck"] = out["client"]["client_bottleneck"]
@@ -390,13 +377,13 @@ def summarize(
                           f"{type(slo).__name__}")
     if isinstance(result, RunResult) and result.records_on_disk and frame is None:
         return summarize_stored(result.run_dir or "", slo, warmup=warmup, ideal=ideal)
-    manifest = result.manifest if isinstance(result, RunResult) else {}
+    manifest = result.manifest if isinstance(result, RunResult) else RunManifest.from_dict({})
     timeline = result.metrics_timeline if isinstance(result, RunResult) else []
     full = Columns.of(result if frame is None else frame)
     out = run_summary(full, manifest, timeline, slo, warmup=warmup, ideal=ideal)
     if isinstance(result, RunResult):
         out["run_cancelled"] = bool(result.cancelled)  # "cancelled" is the request count
-        out["run_status"] = manifest.get("status")  # "running" on disk: the run was killed
+        out["run_status"] = manifest.status  # "running" on disk: the run was killed
         if agents.has_tasks(result.lifecycle):  # a session graph: task-level metrics
             out["agent_tasks"] = agents.agent_summary(as_records(result), result.lifecycle)
         budget = agents.budget_section(manifest, result.lifecycle)
@@ -425,22 +412,21 @@ def summarize_stored(
     """``summarize`` of a stored run from its ``records.parquet``: no record held in Python."""
     from workbench.storage.rundir import (
         LIFECYCLE,
-        MANIFEST,
         TIMELINE,
         load,
-        read_json,
         read_jsonl,
+        read_manifest,
         resolve_run_dir,
     )
 
     if not available():  # pyarrow not installed: the run is read into memory
         return summarize(load(run_dir), slo, warmup=warmup, ideal=ideal)
     d = resolve_run_dir(run_dir)
-    manifest = read_json(d / MANIFEST) if (d / MANIFEST).exists() else {}
+    manifest = read_manifest(d)
     full = stored(d)
     out = run_summary(full, manifest, read_jsonl(d / TIMELINE), slo, warmup=warmup, ideal=ideal)
-    out["run_cancelled"] = bool(manifest.get("cancelled")) or manifest.get("status") == "cancelled"
-    out["run_status"] = manifest.get("status")  # "running" on disk: the run was killed
+    out["run_cancelled"] = bool(manifest.cancelled) or manifest.status == "cancelled"
+    out["run_status"] = manifest.status  # "running" on disk: the run was killed
     lifecycle = read_jsonl(d / LIFECYCLE) if (d / LIFECYCLE).exists() else []
     if agents.has_tasks(lifecycle):  # a session graph: task-level metrics
         from workbench.storage.rundir import load_records

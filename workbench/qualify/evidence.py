@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from workbench.records import RunManifest
+
 PASS, FAIL, NA = "pass", "fail", "n/a"
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
@@ -117,8 +119,8 @@ def cleanup_check(records: list[dict[str, Any]], timeline: list[dict[str, Any]])
                   "at the end nothing runs or waits, no KV block is held, every request ok")
 
 
-def time_check(records: list[dict[str, Any]], manifest: dict[str, Any]) -> dict[str, Any]:
-    span = float(manifest.get("virtual_duration_s") or 0.0)
+def time_check(records: list[dict[str, Any]], manifest: RunManifest) -> dict[str, Any]:
+    span = float(manifest.virtual_duration_s or 0.0)
     bad = 0
     for r in records:
         d, f, e = r.get("dispatch_ns"), r.get("first_token_ns"), r.get("end_ns")
@@ -132,13 +134,13 @@ def time_check(records: list[dict[str, Any]], manifest: dict[str, Any]) -> dict[
 def evidence(report: dict[str, Any], bounds: tuple[int, int] = (1, 3)) -> dict[str, Any]:
     """Every check of one canonical report, and whether the row passes them all."""
     records = [r for r in report.get("records", []) if not r.get("warmup")]
-    manifest = report.get("manifest", {})
-    cluster = manifest.get("cluster")
+    manifest = RunManifest.from_dict(report.get("manifest", {}))  # the report's JSON section
+    cluster = manifest.cluster
     checks = {
         "preemptions": preemption_check(records, bounds),
         "spread": spread_check(records, cluster),
         "handoffs": handoff_check(records, cluster),
-        "prefix_reuse": reuse_check(records, manifest.get("engine") or {}),
+        "prefix_reuse": reuse_check(records, manifest.engine or {}),
         "cleanup": cleanup_check(records, report.get("metrics_timeline", [])),
         "virtual_time": time_check(records, manifest),
     }

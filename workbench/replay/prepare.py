@@ -164,7 +164,7 @@ def dry_run_result(run: Prepared) -> RunResult:
     if run.floor is not None:
         manifest.plan = {**manifest.plan, "wait_floor_s": round(run.floor.floor_ms / 1000, 3),
                          "wait_floor_why": run.floor.why}
-    return RunResult(run.run_id, [], manifest=manifest.to_dict())
+    return RunResult(run.run_id, [], manifest=manifest)
 
 
 def run_on_fast_loop(coro: Coroutine[Any, Any, T], use_uvloop: bool = True) -> T:

@@ -343,7 +343,7 @@ class ReplaySession(RecordSinks):
     @property
     def result(self) -> RunResult:
         return RunResult(
-            self.run_id, self.records, manifest=self.manifest.to_dict(), lifecycle=self.lifecycle,
+            self.run_id, self.records, manifest=self.manifest.copy(), lifecycle=self.lifecycle,
             metrics_timeline=self.timeline,
             run_dir=str(self.run_dir) if self.run_dir else None,
             cancelled=self.manifest.status == "cancelled", summary=self.summary,

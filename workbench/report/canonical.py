@@ -81,7 +81,7 @@ def canonical_report(result: RunResult, slo: dict[str, float] | None = None) -> 
     in_memory = RunResult(result.run_id, records, manifest=result.manifest, lifecycle=lifecycle,
                           metrics_timeline=result.metrics_timeline, cancelled=result.cancelled)
     return {
-        "manifest": _section("manifest", copy.deepcopy(result.manifest)),
+        "manifest": _section("manifest", copy.deepcopy(result.manifest.to_dict())),
         "summary": _section("summary", summarize(in_memory, slo)),
         "records": [_section("records[]", r.to_dict()) for r in records],
         "lifecycle": [_section("lifecycle[]", dict(row)) for row in lifecycle],
@@ -120,7 +120,8 @@ def run_digest(result: RunResult, slo: dict[str, float] | None = None) -> str:
     h.update(b'{"lifecycle":')
     _list(h, (_section("lifecycle[]", dict(row)) for row in _lifecycle_rows(result)))
     h.update(b',"manifest":')
-    h.update(orjson.dumps(_section("manifest", copy.deepcopy(result.manifest)), option=_OPTIONS))
+    manifest = _section("manifest", copy.deepcopy(result.manifest.to_dict()))
+    h.update(orjson.dumps(manifest, option=_OPTIONS))
     h.update(b',"metrics_timeline":')
     _list(h, (dict(row) for row in result.metrics_timeline))
     h.update(b',"records":')

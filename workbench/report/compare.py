@@ -28,7 +28,7 @@ import pandas as pd
 
 import workbench.catalogs.requests as catalog
 from workbench.metrics.distribution import quantiles, sample
-from workbench.records import RunResult
+from workbench.records import RunManifest, RunResult, manifest_of
 
 AXES: tuple[str, ...] = ("trace", "context", "arrival", "backend", "target")
 CI_METRICS: tuple[str, ...] = catalog.SCALAR_LATENCY
@@ -81,7 +81,7 @@ def load_runs(run_dirs: Iterable[str | Path], labels: Sequence[str] | None = Non
     loaded = [load(Path(d)) for d in dirs]
     short = short_labels(loaded)
     for i, run in enumerate(loaded):
-        label = labels[i] if labels else str(run.manifest.get("label") or short[i])
+        label = labels[i] if labels else str(run.manifest.label or short[i])
         while label in runs:
             label += "'"
         runs[label] = run
@@ -235,7 +235,7 @@ def compare_headline(runs: Mapping[str, Any], changes: pd.DataFrame | None = Non
     lines = [differs_line(runs)] if len(runs) > 1 else []
     for label, run in runs.items():
         lines.append(f"{label}{' (baseline)' if label == base else ''}: "
-                     f"{run_headline(as_summary(run), getattr(run, 'manifest', None))}")
+                     f"{run_headline(as_summary(run), manifest_of(run))}")
         if changes is not None and label != base and len(changes):
             lines.append(f"  {label} vs {base}: {change_line(label, changes)}")
     return Headline(lines)
@@ -303,8 +303,8 @@ def _flatten(d: Mapping[str, Any], prefix: str) -> dict[str, Any]:
 
 def config_keys(run: Any) -> dict[str, Any]:
     """The four axes + target of a run's config as dotted keys (plus the trace's sha256)."""
-    manifest = getattr(run, "manifest", None) or {}
-    config = manifest.get("config", {})
+    manifest = manifest_of(run)
+    config = manifest.config
     flat: dict[str, Any] = {}
     for axis in AXES:
         section = config.get(axis)
@@ -312,7 +312,7 @@ def config_keys(run: Any) -> dict[str, Any]:
     for key in ("trace.path", "trace.source"):
         if isinstance(flat.get(key), str) and flat[key]:
             flat[key] = _same_path(flat[key])
-    flat["trace.sha256"] = (manifest.get("trace") or {}).get("sha256")
+    flat["trace.sha256"] = manifest.trace.get("sha256")
     flat["seed"] = config.get("seed")
     return flat
 
@@ -349,29 +349,28 @@ def runs_table(runs: Mapping[str, Any]) -> pd.DataFrame:
 
     rows = []
     for label, run in runs.items():
-        m, s = run.manifest, as_summary(run)
-        cfg = m.get("config", {})
+        m, s = manifest_of(run), as_summary(run)
         rows.append({
             "run": label,
             "run_id": run.run_id,
-            "trace": Path(str((m.get("trace") or {}).get("path") or "")).name,
-            "format": (m.get("trace") or {}).get("format"),
-            "policy": m.get("policy"),
-            "arrival": (cfg.get("arrival") or {}).get("mode"),
-            "backend": (cfg.get("backend") or {}).get("name"),
-            "target": (cfg.get("target") or {}).get("url"),
+            "trace": Path(str(m.trace.get("path") or "")).name,
+            "format": m.trace.get("format"),
+            "policy": m.policy,
+            "arrival": m.section("arrival").get("mode"),
+            "backend": m.section("backend").get("name"),
+            "target": m.section("target").get("url"),
             "requests": s.get("requests"),
             "ok": s.get("ok"),
             "duration (s)": _num(s.get("duration_s")),
             "timing": timing(m),
-            "status": m.get("status"),
+            "status": m.status,
         })
     df = pd.DataFrame(rows).set_index("run") if rows else pd.DataFrame()
     df.attrs["name"] = "runs"
     return df
 
 
-def timing(manifest: Mapping[str, Any]) -> str:
+def timing(manifest: RunManifest) -> str:
     """What a run's times are: ``wall clock``, ``wall clock, simulated engine, 20× real
     time`` or ``virtual time (simulated engine)`` (``headline.engine_note``)."""
     from workbench.report.headline import engine_note
@@ -384,7 +383,7 @@ def timing(manifest: Mapping[str, Any]) -> str:
 def latency_caption(runs: Mapping[str, Any], level: float = 0.95) -> str:
     """Caption of ``percentile_table``: the unit, and which runs' ms are virtual."""
     virtual = [label for label, run in runs.items()
-               if (getattr(run, "manifest", None) or {}).get("mode") == "virtual"]
+               if manifest_of(run).mode == "virtual"]
     which = ("" if not virtual else " Every run is in virtual time (simulated ms)."
              if len(virtual) == len(runs) else
              f" In virtual time (simulated ms): {', '.join(virtual)}; the rest wall clock.")

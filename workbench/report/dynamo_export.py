@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.metrics.frame import as_records, output_token_counts
-from workbench.records import RequestRecord, RunResult
+from workbench.records import RequestRecord, RunManifest, RunResult
 from workbench.storage.rundir import RecordWriter
 
 SCHEMA = "dynamo.request.trace.v1"
@@ -53,8 +53,8 @@ ToUnixMs = Callable[[int], float]
 TOOL_CLASS = "workbench.tool_wait"
 
 
-def _t0_unix_ms(manifest: Mapping[str, Any]) -> float:
-    started = manifest.get("started_at")
+def _t0_unix_ms(manifest: RunManifest) -> float:
+    started = manifest.started_at
     if isinstance(started, str):
         try:
             return dt.datetime.fromisoformat(started).timestamp() * 1000
@@ -231,9 +231,9 @@ def _parent_key(rec: RequestRecord, parent: str) -> str:
 
 def block_size_of(result: RunResult) -> int:
     """The block size the runner hashed prompts with, as the manifest records it."""
-    engine = result.manifest.get("engine")
+    engine = result.manifest.engine
     for value in (
-        result.manifest.get("block_size"),
+        result.manifest.block_size,
         engine.get("block_size") if isinstance(engine, Mapping) else None,
     ):
         if isinstance(value, int) and value > 0:

@@ -28,6 +28,7 @@ from workbench.metrics.summary import NON_STREAMING_NOTE, NOT_STREAMED
 from workbench.metrics.wording import DELIVERED_WARN_SHARE as DELIVERED_WARN_SHARE
 from workbench.metrics.wording import capacity_phrase, delivery_warning
 from workbench.metrics.wording import sig as sig
+from workbench.records import RunManifest
 from workbench.sweeps.groups import RATE_AXIS, Capacity, best, capacities, groups, load_axis
 from workbench.sweeps.store import Sweep
 
@@ -46,14 +47,13 @@ def _triple(stats: Any) -> str:
     return "/".join(sig(s.get(k)) for k in ("p50", "p90", "p99"))
 
 
-def engine_note(manifest: Mapping[str, Any] | None) -> str | None:
+def engine_note(manifest: RunManifest | None) -> str | None:
     """What times a simulated engine's numbers are in: ``"simulated engine, 20× real
     time"`` (``speedup`` divides every step time), ``"virtual time (simulated engine)"``;
     None for a real server."""
-    m = manifest or {}
-    target = m.get("target") or {}
-    engine = target.get("engine") or m.get("engine") or (
-        (m.get("config") or {}).get("target") or {}).get("engine") or {}
+    m = manifest or RunManifest.from_dict({})
+    target = m.target or {}
+    engine = target.get("engine") or m.engine or m.section("target").get("engine") or {}
     speedup = engine.get("speedup", 1.0) if isinstance(engine, Mapping) else 1.0
     about = f", {sig(speedup)}× real time" if speedup not in (None, 1, 1.0) else ""
     preset = engine.get("preset") if isinstance(engine, Mapping) else None
@@ -61,9 +61,9 @@ def engine_note(manifest: Mapping[str, Any] | None) -> str | None:
         from workbench.sim.presets.stated import stated_error_brief
 
         about += f", preset {preset}: {stated_error_brief(str(preset))}"
-    if m.get("mode") == "virtual":
+    if m.mode == "virtual":
         return f"virtual time (simulated engine{about})"
-    url = ((m.get("config") or {}).get("target") or {}).get("url")
+    url = m.section("target").get("url")
     if target.get("kind") == "sim" or url == "sim":
         return f"simulated engine{about}"
     return None
@@ -104,7 +104,7 @@ def _prefix(summary: Mapping[str, Any]) -> str | None:
     return text + (f" of {planned:.3f} planned" if planned is not None else "")
 
 
-def run_headline(summary: Mapping[str, Any], manifest: Mapping[str, Any] | None = None) -> str:
+def run_headline(summary: Mapping[str, Any], manifest: RunManifest | None = None) -> str:
     """One line for a run: requests ok/total, TTFT and TPOT p50/p90/p99, actual against
     planned prefix hit rate, request throughput, the client's verdict (or virtual
     time), the SLO verdict when the run had an SLO, and the simulated engine's speed."""
@@ -146,13 +146,10 @@ def sweep_rounds_per_unit(sweep: Sweep) -> float | None:
     independent requests, the mean rounds of a session otherwise."""
     from pathlib import Path
 
-    from workbench.storage.rundir import read_json
+    from workbench.storage.rundir import read_manifest
 
     for run_dir in sweep.run_dirs:
-        try:
-            plan = read_json(Path(run_dir) / "manifest.json").get("plan") or {}
-        except (OSError, ValueError):
-            continue
+        plan = read_manifest(Path(run_dir)).plan or {}  # {}: none, or unreadable
         if plan.get("units"):
             return float(plan["rounds"]) / float(plan["units"])
     return None
@@ -309,7 +306,7 @@ def sweep_headline_lines(sweep: Sweep, label: str | None = None) -> list[str]:
     configs = "" if len(gs) < 2 else (
         f", {len(gs)} configurations ({', '.join(_short(a) for a in sweep.axes if a != axis)})")
     m = sweep.manifest
-    mode = engine_note({"mode": m.mode, "config": m.base_config}) or "live"
+    mode = engine_note(RunManifest("", mode=m.mode, config=m.base_config)) or "live"
     head, rest = _capacity_lines(sweep)
     first = f"{label or sweep.label}: {done} point(s) of {axis}{span}{configs} · {mode} · {head}"
     if len(gs) < 2:

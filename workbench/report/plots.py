@@ -30,7 +30,7 @@ from matplotlib.ticker import MaxNLocator
 
 import workbench.catalogs.requests as catalog
 from workbench.metrics.distribution import sample
-from workbench.records import RunResult
+from workbench.records import RunResult, manifest_of
 
 FIGURE_META = "workbench"
 #: a metric's axis and title name (the catalog's ``title``)
@@ -75,7 +75,7 @@ class ReportFigure(Figure):
 # -- inputs -------------------------------------------------------------------------------
 def _label(src: Any, default: str = "run") -> str:
     if isinstance(src, RunResult):
-        return str(src.manifest.get("label") or src.run_id)
+        return str(src.manifest.label or src.run_id)
     if isinstance(src, pd.DataFrame) and "run_id" in src and len(src):
         return str(src["run_id"].iloc[0])
     return default
@@ -173,7 +173,7 @@ def _vs(runs: Mapping[str, Any]) -> str:
     when every run shares it, else beside each run that has one."""
     from workbench.report.headline import engine_note
 
-    notes = {label: engine_note(getattr(run, "manifest", None)) for label, run in runs.items()}
+    notes = {label: engine_note(manifest_of(run)) for label, run in runs.items()}
     if len(set(notes.values())) == 1:
         note = next(iter(notes.values()), None)
         return " vs ".join(notes) + (f" · {note}" if note else "")
@@ -484,7 +484,7 @@ def _further_series(runs: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     ``metrics_urls``; the manifest's ``metrics_scrape``), first ``SERIES_PANELS_MAX``."""
     out: dict[str, dict[str, Any]] = {}
     for run in runs.values():
-        scrape = (getattr(run, "manifest", None) or {}).get("metrics_scrape") or {}
+        scrape = manifest_of(run).metrics_scrape or {}
         for name, info in (scrape.get("series") or {}).items():
             out.setdefault(name, dict(info))
     return dict(list(out.items())[:SERIES_PANELS_MAX])

@@ -10,13 +10,13 @@ per ``RunReport`` and reused by every section.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from workbench.records import RunManifest
 from workbench.report import tables
 
 TABLE_NAMES = (
@@ -38,24 +38,24 @@ class RunReport:
         return scan.report_summary(self.source)
 
     @cached_property
-    def manifest(self) -> Mapping[str, Any]:
+    def manifest(self) -> RunManifest:
         manifest = None if isinstance(self.source, pd.DataFrame) else getattr(
             self.source, "manifest", None)
-        if manifest:
+        if isinstance(manifest, RunManifest):
             return manifest
-        run_dir = getattr(self.source, "attrs", {}).get("run_dir")
-        if run_dir and (Path(run_dir) / "manifest.json").exists():
-            from workbench.storage.rundir import read_json
+        run_dir = getattr(self.source, "attrs", {}).get("run_dir")  # a scanned run's frame
+        if run_dir:
+            from workbench.storage.rundir import read_manifest
 
-            return read_json(Path(run_dir) / "manifest.json")
-        return {}
+            return read_manifest(run_dir)
+        return RunManifest.from_dict({})
 
     @property
     def run_id(self) -> str:
         # a scanned run is a DataFrame: its run_id column is not the run's id attribute
         src = self.source
         own = None if isinstance(src, pd.DataFrame) else getattr(src, "run_id", None)
-        return str(own or self.manifest.get("run_id") or "")
+        return str(own or self.manifest.run_id)
 
     @property
     def _times(self) -> str:

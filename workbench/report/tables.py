@@ -24,6 +24,7 @@ import workbench.catalogs.requests as catalog
 import workbench.catalogs.runs as runs
 import workbench.catalogs.series as series
 from workbench.metrics.distribution import QS
+from workbench.records import RunManifest
 
 TABLE_MIME = "application/vnd.workbench.table+json"
 LATENCY_METRICS: tuple[str, ...] = catalog.LATENCY
@@ -214,14 +215,14 @@ def client_evidence(client: Mapping[str, Any]) -> str:
     return "; ".join(parts) or "no CPU or lag samples"
 
 
-def client_caption(data: Any, manifest: Mapping[str, Any] | None = None) -> str:
+def client_caption(data: Any, manifest: RunManifest | None = None) -> str:
     """Caption of ``client_table``: the verdict and the evidence it used; with the
     run's ``manifest``, also where the embedded engine ran (on the client's own loop
     its steps count as client lag)."""
     client = as_summary(data).get("client") or {}
     if not client:
         return "No client self-measurement (a virtual-time run)"
-    proc = ((manifest or {}).get("target") or {}).get("engine_process") or {}
+    proc = ((manifest.target if manifest else None) or {}).get("engine_process") or {}
     shared = (" The embedded engine ran on the client's event loop (target.in_process), "
               "so its steps count as client lag." if proc and not proc.get("own_process")
               else "")
@@ -582,25 +583,24 @@ ENGINE_SHOWN = ("block_size", "num_blocks", "max_num_batched_tokens", "max_num_s
 ENGINE_SHOWN_IF_SET = ("decode_seq_ms", "request_overhead_ms", "intake_ms", "idle_wake_ms")
 
 
-def config_table(manifest: Mapping[str, Any]) -> pd.DataFrame:
+def config_table(manifest: RunManifest) -> pd.DataFrame:
     """The four axes as resolved (detected format, policy, arrival, rate and cap,
     backend), the target and its engine config, and the trace's identity (sha256)."""
-    cfg = manifest.get("config") or {}
-    trace = manifest.get("trace") or {}
-    arrival = cfg.get("arrival") or {}
-    target = manifest.get("target") or {}
-    given_fmt = (cfg.get("trace") or {}).get("format")
+    trace, given = manifest.trace, manifest.section("trace")  # (given: as configured)
+    arrival = manifest.section("arrival")
+    target = manifest.target or {}
+    given_fmt = given.get("format")
     fmt = trace.get("format")
     rows: list[tuple[str, Any]] = [
         ("trace", trace.get("path")),
         ("trace sha256", trace.get("sha256")),
         ("trace units / rounds", f"{trace.get('units')} / {trace.get('rounds')}"),
         ("1 format", f"{fmt} (detected)" if given_fmt in (None, "auto") else fmt),
-        ("1 max items", (cfg.get("trace") or {}).get("max_items") or "all"),
+        ("1 max items", given.get("max_items") or "all"),
         *([("1 window", _window_text(trace["window"]))] if trace.get("window") else []),
         *[(f"1 reader {k}", "none" if v is None else v)
           for k, v in (trace.get("reader") or {}).items()],
-        ("2 context policy", manifest.get("policy") or "none (prefixes as the trace gives)"),
+        ("2 context policy", manifest.policy or "none (prefixes as the trace gives)"),
         ("3 arrival", arrival.get("mode")),
         ("3 rate (units/s)", arrival.get("rate") or "as the trace times it"),
         ("3 max concurrency", arrival.get("max_concurrency") or "no cap"),
@@ -610,8 +610,8 @@ def config_table(manifest: Mapping[str, Any]) -> pd.DataFrame:
         ("3 warm-up / tool-wait scale", f"{arrival.get('warmup', 0)} / "
                                         f"{arrival.get('tool_wait_scale', 1.0)}"),
         ("3 output length", arrival.get("output_len")),
-        ("4 backend", (cfg.get("backend") or {}).get("name")),
-        ("target", (cfg.get("target") or {}).get("url")),
+        ("4 backend", manifest.section("backend").get("name")),
+        ("target", manifest.section("target").get("url")),
     ]
     engine = target.get("engine") or {}
     if target.get("kind") == "sim" or engine:
@@ -622,7 +622,7 @@ def config_table(manifest: Mapping[str, Any]) -> pd.DataFrame:
         rows += [(f"target engine {k}", _knob(engine[k])) for k in ENGINE_SHOWN if k in engine]
         rows += [(f"target engine {k}", _knob(engine[k])) for k in ENGINE_SHOWN_IF_SET
                  if engine.get(k)]  # fmt: skip
-    rows.append(("seed", cfg.get("seed")))
+    rows.append(("seed", manifest.config.get("seed")))
     df = pd.DataFrame({"value": pd.Series([_text(v) for _, v in rows], dtype=object)})
     df.index = pd.Index([k for k, _ in rows], name="setting")
     return _named(df, "config")

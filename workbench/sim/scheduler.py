@@ -12,8 +12,10 @@ the prefix cache).
 
 Cost: per event, not per running request. The steady decoders at the head of the
 running list are *implicit* (``Scheduler``, "implicit decode" below;
-docs/virtual-time.md): a step advances them in aggregate and visits one only when
-its block fills, it needs a new block or it finishes. The rest is a pass over the
+docs/virtual-time.md): a step advances them in aggregate, and their events (a block
+fills, a new block is needed, the last token) are compiled over array state
+(``sim.decoders``: one call a step for the grows, one for the fills and finishes).
+The rest is a pass over the
 explicit running requests (prefill chunks, watched streams) plus work
 proportional to what changed: new blocks (hashed, then allocated and committed by
 ``kvcache`` in array operations, one allocation and one commit per step for all
@@ -30,7 +32,6 @@ of the per-request usage the server reports (vLLM re-counts on re-admission).
 from __future__ import annotations
 
 import bisect
-import heapq
 import operator
 from array import array
 from collections import deque
@@ -41,6 +42,7 @@ import numpy as np
 
 from workbench.segments import OUTPUT, BlockKeyer, Segments
 from workbench.sim.config import EngineConfig
+from workbench.sim.decoders import new_decoders
 from workbench.sim.hosttier import host_tier
 from workbench.sim.kvcache import ROOT_HASH, BlockManager, block_hashes
 from workbench.tokenizer import output_tokens, request_base
@@ -89,8 +91,7 @@ class Sequence:
     lazy: bool = False  # built from Segments: output ids drawn when asked for
     host_tokens: int = 0  # prompt tokens brought back from the host KV tier (first admission)
     tb: int = -1  # implicit decode: the step its fields stand at (-1: explicit; see Scheduler)
-    gen: int = 0  # implicit decode: the generation of its armed fill event (stale ones skipped)
-    ggen: int = 0  # implicit decode: the same, of its armed grow event
+    slot: int = -1  # implicit decode: its slot in ``Scheduler._dec`` (``sim.decoders``)
     rank: int = 0  # admission order: ``running`` is sorted by it
     # an earlier hit admission starts from (hit, epoch, evictions): a router's, or its
     # own committed blocks when it is preempted (``Scheduler._routed_memo``)
@@ -107,18 +108,22 @@ class Sequence:
         """The output generated so far, as one part (drawn by nobody)."""
         return Segments([(OUTPUT, self.base, 0, self.num_out)], normal=True)
 
-    def ensure_hashes(self, block_size: int) -> None:
-        """Extend the chained block hashes to every full block of the first ``length`` tokens.
-        From parts, the first call keys every full block of the prompt and the whole output
-        at once (a key is a function of the parts and the block's end, so keying early gives
-        the same keys): a decode that fills a block then finds its key there."""
+    def ensure_hashes(self, block_size: int, length: int = -1) -> None:
+        """Extend the chained block hashes to every full block of the first ``length`` tokens
+        (by default the sequence's ``length``; an implicit decoder's fields stand at an
+        earlier step, so its fill passes its length now). From parts, the first call keys
+        every full block of the prompt and the whole output at once (a key is a function
+        of the parts and the block's end, so keying early gives the same keys): a decode
+        that fills a block then finds its key there."""
         have = len(self.hashes)
-        if (have + 1) * block_size <= self.length:
+        if length < 0:
+            length = self.length
+        if (have + 1) * block_size <= length:
             if self.source is not None:
                 self.source.extend(self.hashes, self.prompt_len + self.max_tokens)
                 return
             parent = self.hashes[-1] if have else ROOT_HASH
-            self.hashes.extend(block_hashes(self.tokens, block_size, have, parent, self.length))
+            self.hashes.extend(block_hashes(self.tokens, block_size, have, parent, length))
 
 
 @dataclass(slots=True)
@@ -205,18 +210,17 @@ class Scheduler:
         self._memo: _HeadMemo | None = None  # the blocked waiting head's hit
         # implicit decode (class doc): the first ``_ns`` running requests advance one
         # token a step without being visited; ``_tick`` counts steps, ``_times`` holds
-        # their end times from step ``_t0`` on, ``_kv_off`` is Σ(num_computed − tb) over
-        # them, and their next events wait in ``_grow_at`` / ``_fill_at`` by step
+        # their end times from step ``_t0`` on (trimmed past ``_trim_at`` of them),
+        # ``_kv_off`` is Σ(num_computed − tb) over them, and their events' state and
+        # queues are in ``_dec`` (``sim.decoders``: compiled, or its Python twin)
         self.implicit = implicit
         self._ns = 0
         self._tick = 0
         self._t0 = 0
         self._times: list[int] = []
+        self._trim_at = _TRIM_AT
         self._kv_off = 0
-        self._grow_at: dict[int, list[tuple[Sequence, int]]] = {}
-        self._fill_at: dict[int, list[tuple[Sequence, int]]] = {}
-        self._grow_steps: list[int] = []  # heaps of the keys of the two (stale ones too)
-        self._fill_steps: list[int] = []
+        self._dec = new_decoders(self.bs)
         self._inflight: StepPlan | None = None  # planned, not yet completed
         self._admitted = 0  # admissions so far (each one's ``rank``)
 
@@ -273,11 +277,11 @@ class Scheduler:
         scheduled = plan.scheduled
         kv_tokens = decodes = 0
         bs = self.bs
-        pending: list[tuple[Sequence, int]] = []
+        pending: list[tuple[Sequence | None, int]] = []
         reserved = 0
         i = self._implicit_step(plan, budget, pending)
         if i:
-            reserved = len(pending)
+            reserved = pending[0][1] if pending else 0
             budget -= i
             kv_tokens, decodes = self._kv_off + i * (self._tick + 1), i
         free = self.kv.num_free
@@ -331,49 +335,29 @@ class Scheduler:
     # are ``_times`` of steps ``tb ..``. A step so costs per event, not per running
     # request, and every allocation, commit, release and step time is the one the
     # explicit pass makes, in the same order (docs/virtual-time.md, "Implicit decode").
+    # The events themselves (their queues, and the fields they move: ``next_full``,
+    # ``committed``, ``capacity``, the blocks a grow appends) are ``_dec``'s while the
+    # request is implicit (``sim.decoders``, compiled); ``_leave`` / ``_flush`` hand
+    # the fields back to the sequence.
 
     def _implicit_step(self, plan: StepPlan, budget: int,
-                       pending: list[tuple[Sequence, int]]) -> int:
+                       pending: list[tuple[Sequence | None, int]]) -> int:
         """Account the implicit decoders in the step being planned: the ones needing a
-        block now go to ``pending`` (their capacity counted), in running order; the
-        count of implicit decoders is returned. When they do not all fit (budget, or
-        blocks: the explicit pass would preempt), they turn explicit first and 0 is
-        returned."""
+        block now are counted into ``pending`` as one entry ``(None, k)`` (``_dec``
+        gives them their blocks, in running order, at ``_take``); the count of implicit
+        decoders is returned. When they do not all fit (budget, or blocks: the explicit
+        pass would preempt), they turn explicit first and 0 is returned."""
         ns = self._ns
         if not ns:
             return 0
-        tick = self._tick
-        due = self._due(tick, grow=True)
-        if ns > budget or len(due) > self.kv.num_free:
+        k = self._dec.grow_due(self._tick)
+        if ns > budget or k > self.kv.num_free:
             self._flush()
             return 0
-        bs = self.bs
-        for seq in due:
-            pending.append((seq, 1))
-            seq.capacity += bs
-            self._arm_grow(seq)
+        if k:
+            pending.append((None, k))
         plan.implicit = ns
         return ns
-
-    def _due(self, tick: int, grow: bool = False) -> list[Sequence]:
-        """The implicit requests whose fill event (``grow``: grow event) is ``tick``, in
-        running order. A fill is synced to the step after it (its block filled, its
-        token emitted); a grow is not synced: it counts a block and re-files its grow
-        step, which reads only what syncing leaves alone (``tb − num_computed``,
-        ``tb − num_out``, ``capacity``)."""
-        entries = (self._grow_at if grow else self._fill_at).pop(tick, None)
-        if not entries:
-            return []
-        if grow:
-            due = [seq for seq, gen in entries if seq.ggen == gen and seq.tb >= 0]
-        else:
-            due = [seq for seq, gen in entries if seq.gen == gen and seq.tb >= 0]
-        if len(due) > 1:
-            due.sort(key=_rank)
-        if not grow:
-            for seq in due:
-                self._sync(seq, tick + 1)
-        return due
 
     def _sync(self, seq: Sequence, tick: int) -> None:
         """Bring an implicit request's fields to step ``tick`` (it stays implicit)."""
@@ -392,39 +376,17 @@ class Scheduler:
             self._sync(seq, self._tick)
 
     def _arm(self, seq: Sequence) -> None:
-        """File a synced implicit request's next events (older ones turn stale)."""
-        self._arm_fill(seq)
-        self._arm_grow(seq)
-
-    # Each event is re-filed only when it moved: syncing moves ``tb`` and
-    # ``num_computed`` alike, so the fill step changes only with ``next_full`` (a fill)
-    # and the grow step only with ``capacity`` (a grow); the finish step never.
-
-    def _arm_fill(self, seq: Sequence) -> None:
-        """File the step its block fills or it emits its last token (``gen``)."""
-        seq.gen += 1
+        """A synced request turns implicit: ``_dec`` takes its event fields and files
+        its next fill (or finish) and grow."""
         tb = seq.tb
-        fin = tb + seq.max_tokens - seq.num_out - 1  # the step that emits its last token
-        fill = min(fin, tb + seq.next_full - seq.num_computed - 1)
-        at = self._fill_at.get(fill)
-        if at is None:
-            self._fill_at[fill] = [(seq, seq.gen)]
-            heapq.heappush(self._fill_steps, fill)
-        else:
-            at.append((seq, seq.gen))
+        seq.slot = self._dec.add(seq, seq.blocks, seq.hashes, seq.rank, seq.num_computed - tb,
+                                 tb + seq.max_tokens - seq.num_out - 1, seq.next_full,
+                                 seq.committed, seq.capacity)  # fmt: skip
 
-    def _arm_grow(self, seq: Sequence) -> None:
-        """File the step it needs a new block, if before it finishes (``ggen``)."""
-        seq.ggen += 1
-        tb = seq.tb
-        grow = tb + seq.capacity - seq.num_computed
-        if grow <= tb + seq.max_tokens - seq.num_out - 1:
-            at = self._grow_at.get(grow)
-            if at is None:
-                self._grow_at[grow] = [(seq, seq.ggen)]
-                heapq.heappush(self._grow_steps, grow)
-            else:
-                at.append((seq, seq.ggen))
+    def _disarm(self, seq: Sequence) -> None:
+        """``_dec`` hands an implicit request's event fields back (its events turn stale)."""
+        seq.next_full, seq.committed, seq.capacity = self._dec.remove(seq.slot)
+        seq.slot = -1
 
     @property
     def implicit_count(self) -> int:
@@ -442,9 +404,8 @@ class Scheduler:
         neither fills a block, needs one nor finishes a request, and none but the
         first needs a block. ``advance`` applies all but the last; ``complete`` the last."""
         tick = self._tick
-        grow = _next_key(self._grow_at, self._grow_steps)
-        fill = _next_key(self._fill_at, self._fill_steps)
-        return max(1, min(limit, grow - tick, fill - tick + 1))
+        dec = self._dec
+        return max(1, min(limit, dec.next_grow() - tick, dec.next_fill() - tick + 1))
 
     def advance(self, ends: list[int]) -> None:
         """Apply span steps that ended at ``ends`` (no event in them: ``span``); each one
@@ -469,27 +430,29 @@ class Scheduler:
             self._arm(seq)
             ns += 1
         self._ns = ns
-        if len(self._times) > 4096:
+        if len(self._times) > self._trim_at:
             self._trim_times()
 
     def _trim_times(self) -> None:
-        """Drop the step times no implicit request still needs."""
+        """Drop the step times no implicit request still needs (a fill does not sync its
+        request, so the oldest one may hold them a while: the next try waits until
+        the list has doubled, so a try costs O(1) a step, amortised)."""
         low = min((seq.tb for seq in self.running[: self._ns]), default=self._tick)
         if low - self._t0 > len(self._times) // 2:
             del self._times[: low - self._t0]
             self._t0 = low
+        self._trim_at = max(_TRIM_AT, 2 * len(self._times))
 
     def _leave(self, seq: Sequence) -> None:
         """An implicit request turns explicit (it finishes, or is aborted): synced, its
-        events stale; the caller removes it from ``running``."""
+        fields back from ``_dec``; the caller removes it from ``running``."""
         self._sync(seq, self._tick)
         self._kv_off -= seq.num_computed - seq.tb
         seq.tb = -1
-        seq.gen += 1
-        seq.ggen += 1
+        self._disarm(seq)
         self._ns -= 1
-        if not self._ns:  # every filed event is stale now: drop them (they hold requests)
-            self._clear_events()
+        if not self._ns:  # every filed event is stale now: drop them
+            self._dec.clear()
 
     def _flush(self) -> None:
         """Every implicit request turns explicit (a step they do not all fit in, or a
@@ -503,22 +466,15 @@ class Scheduler:
         for seq in implicit:
             self._sync(seq, tick)
             seq.tb = -1
-            seq.gen += 1
-            seq.ggen += 1
+            self._disarm(seq)
         self._ns = self._kv_off = 0
-        self._clear_events()
+        self._dec.clear()
         plan = self._inflight
         if plan is not None and plan.implicit:
             for seq in implicit:
                 seq.step_tokens = 1
             plan.scheduled[:0] = implicit
             plan.implicit = 0
-
-    def _clear_events(self) -> None:
-        self._grow_at.clear()
-        self._fill_at.clear()
-        self._grow_steps.clear()
-        self._fill_steps.clear()
 
     def watch(self, seq: Sequence) -> None:
         """A consumer waits on ``seq`` step by step: it (and so every implicit request,
@@ -527,17 +483,22 @@ class Scheduler:
             self._flush()
         seq.watched = True
 
-    def _take(self, pending: list[tuple[Sequence, int]], total: int) -> None:
-        """Allocate the counted growth of ``pending`` requests at once (it fits)."""
+    def _take(self, pending: list[tuple[Sequence | None, int]], total: int) -> None:
+        """Allocate the counted growth of ``pending`` requests at once (it fits). An entry
+        ``(None, k)`` (the first, if any) is the implicit decoders needing a block: ``_dec``
+        appends one to each, in running order (``_implicit_step``)."""
         got = self.kv.take(total)
         if got is None:  # pragma: no cover - invariant: counted against num_free
             raise RuntimeError(f"{total} counted blocks no longer free")
-        if len(pending) == 1:
+        if len(pending) == 1 and pending[0][0] is not None:
             pending[0][0].blocks += got
             return
         at = 0
         for seq, need in pending:
-            seq.blocks += got[at : at + need]
+            if seq is None:
+                self._dec.assign(got, at, need)
+            else:
+                seq.blocks += got[at : at + need]
             at += need
 
     def _grow(self, seq: Sequence, n: int) -> bool:
@@ -685,20 +646,14 @@ class Scheduler:
         fill_blocks: array[int] = array("q")
         fill_hashes: array[int] = array("q")
         done: list[Sequence] = []
-        for seq in self._due(tick) if emitted else ():
-            computed = seq.num_computed
-            if computed >= seq.next_full:
-                full = computed // bs
-                seq.ensure_hashes(bs)
-                fill_blocks += seq.blocks[seq.committed : full]
-                fill_hashes += seq.hashes[seq.committed : full]
-                seq.committed = full
-                seq.next_full = (full + 1) * bs
-            if seq.num_out >= seq.max_tokens:
-                done.append(seq)
-                wake.append(seq)
-            else:
-                self._arm_fill(seq)
+        if emitted:  # the implicit decoders' fills and finishes, in running order
+            fb, fh = bytearray(), bytearray()
+            done = self._dec.fill(tick, fb, fh)
+            if done:
+                wake += done
+            if fb:
+                fill_blocks.frombytes(fb)
+                fill_hashes.frombytes(fh)
         for seq in plan.scheduled:
             if seq.finished:  # aborted while the step ran
                 continue
@@ -767,10 +722,4 @@ class Scheduler:
 
 
 _rank = operator.attrgetter("rank")  # running order (a C-level sort key)
-
-
-def _next_key(at: dict[int, list[tuple[Sequence, int]]], keys: list[int]) -> int:
-    """The smallest key of ``at`` (its heap ``keys`` may hold keys popped since)."""
-    while keys and keys[0] not in at:
-        heapq.heappop(keys)
-    return keys[0] if keys else 1 << 62
+_TRIM_AT = 4096  # step times kept before the implicit decoders' unneeded ones are dropped

@@ -351,10 +351,22 @@ def _sync_rows(path: Path, rows: list[dict[str, Any]]) -> None:
 def write_manifest(run_dir: str | Path, manifest: RunManifest | dict[str, Any]) -> Path:
     """``run_dir/manifest.json``, the one writer of a run's manifest after its claim
     (``claim_run_dir`` creates it): atomically replaced, redacted (``write_json``). A
-    dict is a ``RunResult``'s manifest (``RunManifest.to_dict``, or as an older run
-    directory holds it) and is written as it is."""
+    dict is a ``RunManifest.to_dict`` with keys added after it (``write_run``'s) and is
+    written as it is."""
     doc = manifest.to_dict() if isinstance(manifest, RunManifest) else manifest
     return write_json(Path(run_dir) / MANIFEST, doc)
+
+
+def read_manifest(run_dir: str | Path) -> RunManifest:
+    """``run_dir/manifest.json`` as a ``RunManifest`` (any schema: ``from_dict``), the
+    one place a manifest turns from JSON into the typed form readers get. A directory
+    without one (or with one that is not a JSON object, or unreadable) gives an empty
+    manifest with no status."""
+    try:
+        doc = read_json(Path(run_dir) / MANIFEST)
+    except (OSError, ValueError):
+        doc = None
+    return RunManifest.from_dict(doc if isinstance(doc, dict) else {})
 
 
 def write_run(result: RunResult, directory: str | Path) -> Path:
@@ -375,7 +387,9 @@ def write_run(result: RunResult, directory: str | Path) -> Path:
         _sync_rows(d / LIFECYCLE, result.lifecycle)
     if result.metrics_timeline or (d / TIMELINE).exists():
         _sync_rows(d / TIMELINE, result.metrics_timeline)
-    write_manifest(d, {**result.manifest, "run_id": result.run_id, "cancelled": result.cancelled})
+    # the keys after the manifest's own, as every saved run has them (byte for byte)
+    doc = {**result.manifest.to_dict(), "run_id": result.run_id, "cancelled": result.cancelled}
+    write_manifest(d, doc)
     result.run_dir = str(d)
     return d
 
@@ -452,7 +466,7 @@ def claim_run_dir(out_dir: str | Path, run_id: str, manifest: Any, *,
 
 def _taken(d: Path, present: list[str] | None = None) -> str:
     what = f"holds {', '.join(present)}" if present else "already holds a run"
-    note = running_note(_manifest_of(d)) if present is None else None
+    note = running_note(read_manifest(d)) if present is None else None
     return (f"{d} {what}{f' ({note})' if note else ''}: a run id names one run; give another "
             "--run-id (or none, for a fresh one), or --overwrite to replace a finished run")
 
@@ -489,7 +503,7 @@ def _refuse_link(d: Path, root: Path) -> None:
 
 def _clear_run(d: Path) -> None:
     """``--overwrite``: remove a finished run's files (never a live run's)."""
-    note = running_note(_manifest_of(d))
+    note = running_note(read_manifest(d))
     if note and "still running" in note:
         raise RunDirTaken(f"{d}: {note}; --overwrite replaces finished runs only")
     for name in RUN_FILES:
@@ -499,14 +513,6 @@ def _clear_run(d: Path) -> None:
         else:
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
-
-
-def _manifest_of(d: Path) -> dict[str, Any]:
-    try:
-        doc = read_json(d / MANIFEST)
-    except (OSError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
 
 
 def process_identity() -> dict[str, Any]:
@@ -536,14 +542,12 @@ def _alive(pid: int, start: int | None) -> bool:
     return start is None or _pid_start(pid) in (None, start)
 
 
-def running_note(manifest: Any) -> str | None:
+def running_note(manifest: RunManifest) -> str | None:
     """For a manifest that says ``running``: whether its process is still running, or
     left it so by dying (SIGKILL, the OOM killer, a power cut). None otherwise, and for
     a run on another host (its process cannot be looked at from here)."""
-    if not isinstance(manifest, dict) or manifest.get("status") != "running":
-        return None
-    host: dict[str, Any] = manifest.get("host") or {}
-    if not isinstance(host, dict):
+    host = manifest.host
+    if manifest.status != "running" or not isinstance(host, dict):
         return None
     pid, name = host.get("pid"), host.get("hostname")
     if not isinstance(pid, int) or name != socket.gethostname():
@@ -565,7 +569,7 @@ def warn_stale_runs(root: str | Path, skip: str | None = None) -> list[str]:
     for e in entries:
         if e.name == skip or not e.is_dir(follow_symlinks=False):
             continue
-        note = running_note(_manifest_of(Path(e.path)))
+        note = running_note(read_manifest(Path(e.path)))
         if note and not note.startswith("still"):
             out.append(f"{e.path}: {note}")
             log.warning("%s", out[-1])
@@ -622,11 +626,11 @@ def resolve_run_dir(directory: str | Path) -> Path:
 def load(directory: str | Path) -> RunResult:
     """Read a run directory back into a ``RunResult`` (see ``read_jsonl`` on crashes)."""
     d = resolve_run_dir(directory)
-    manifest = read_json(d / MANIFEST) if (d / MANIFEST).exists() else {}
-    typed = RunManifest.from_dict(manifest if isinstance(manifest, dict) else {})  # any schema
+    doc = read_json(d / MANIFEST) if (d / MANIFEST).exists() else {}  # a damaged one raises
+    manifest = RunManifest.from_dict(doc if isinstance(doc, dict) else {})  # any schema
     records = load_records(d)
-    run_id = typed.run_id or (records[0].run_id if records else d.name)
-    cancelled = bool(typed.cancelled) or typed.status == "cancelled"
+    run_id = manifest.run_id or (records[0].run_id if records else d.name)
+    cancelled = bool(manifest.cancelled) or manifest.status == "cancelled"
     return RunResult(
         run_id=run_id,
         records=records,

@@ -35,12 +35,11 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
 
 def run_complete(run_dir: Path) -> bool:
     """A repeat finished and was saved (its summary is the last file a run writes)."""
-    from workbench.storage.rundir import MANIFEST, SUMMARY, read_json
+    from workbench.storage.rundir import MANIFEST, SUMMARY, read_manifest
 
     if not (run_dir / SUMMARY).is_file() or not (run_dir / MANIFEST).is_file():
         return False
-    status = read_json(run_dir / MANIFEST).get("status")
-    return status == "completed"
+    return read_manifest(run_dir).status == "completed"
 
 
 def point_metrics(run_dir: str | Path, slo: SLO | None,
@@ -52,7 +51,14 @@ def point_metrics(run_dir: str | Path, slo: SLO | None,
     from workbench.metrics import to_frame
     from workbench.metrics.columns import available, stored
     from workbench.metrics.summary import server_preemptions
-    from workbench.storage.rundir import MANIFEST, SUMMARY, TIMELINE, load, read_json, read_jsonl
+    from workbench.storage.rundir import (
+        SUMMARY,
+        TIMELINE,
+        load,
+        read_json,
+        read_jsonl,
+        read_manifest,
+    )
 
     d = Path(run_dir)
     summary = read_json(d / SUMMARY)
@@ -67,12 +73,12 @@ def point_metrics(run_dir: str | Path, slo: SLO | None,
         kept = load(d)  # no pyarrow: the records are read back (into memory)
     if kept is None:
         timeline = read_jsonl(d / TIMELINE) if (d / TIMELINE).exists() else []
-        manifest = read_json(d / MANIFEST) if (d / MANIFEST).exists() else {}
+        manifest = read_manifest(d)
     else:
         timeline, manifest = kept.metrics_timeline, kept.manifest
     out["preemptions"] = server_preemptions(timeline)
-    if manifest.get("virtual_duration_s") is not None:
-        out["virtual_duration_s"] = manifest["virtual_duration_s"]
+    if manifest.virtual_duration_s is not None:
+        out["virtual_duration_s"] = manifest.virtual_duration_s
     if slo is not None:
         if kept is None:  # pooled ITL percentiles need the token times in the columns
             itl = any(b.metric == "itl_ms" and b.q is not None for b in slo.bounds)

@@ -321,7 +321,7 @@ class SweepRunner:
 
         self._say(f"{e['label']} #{rep}: running")
         result = await run_async(cfg)
-        flushed = result.manifest.get("cache_flush") or {}  # the run's own reset
+        flushed = result.manifest.cache_flush or {}  # the run's own reset
         if not flushed.get("ok"):
             log.warning("sweep: prefix cache not reset before %s: %s", cfg.run_id,
                         flushed.get("detail"))

@@ -67,14 +67,14 @@ def follow(run_dir: str, run_id: str, limit: int) -> tuple[int, int]:
     and make a report of all of them current for ``render``: how many records were new
     (0: the current report stays) and how many there are in all."""
     from workbench.executors.background import RecordTail
-    from workbench.records import RunResult
+    from workbench.records import RunManifest, RunResult
     from workbench.report.sections import RunReport
     from workbench.storage.rundir import read_json
 
     run = _runs.pop(run_dir, None)  # (put back last: the most recent run is kept longest)
     if run is None:
         run = {"tail": RecordTail(Path(run_dir) / "records.jsonl"), "records": [],
-               "manifest": {}, "report": None}
+               "manifest": None, "report": None}
     _runs[run_dir] = run
     while len(_runs) > RUNS_KEPT:  # two panels' runs at once are fine; more are forgotten
         _runs.pop(next(iter(_runs)))
@@ -82,10 +82,12 @@ def follow(run_dir: str, run_id: str, limit: int) -> tuple[int, int]:
     new = run["tail"].read() if len(records) < limit else []
     if new:
         records.extend(new[:limit - len(records)])
-        if not run["manifest"]:
+        if run["manifest"] is None:
             with contextlib.suppress(OSError, ValueError):  # not written yet: next time
-                run["manifest"] = dict(read_json(Path(run_dir) / "manifest.json"))
-        run["report"] = RunReport(RunResult(run_id, list(records), manifest=run["manifest"]))
+                doc = read_json(Path(run_dir) / "manifest.json")
+                run["manifest"] = RunManifest.from_dict(doc) if isinstance(doc, dict) else None
+        manifest = run["manifest"] or RunManifest.from_dict({})
+        run["report"] = RunReport(RunResult(run_id, list(records), manifest=manifest))
     return len(new), len(records)
 
 

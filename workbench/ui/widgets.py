@@ -384,7 +384,7 @@ class Panel(LiveSource):
         ]
         state = "cancelled" if result.cancelled else "done"
         where = f" → {result.run_dir}" if result.run_dir else ""
-        planned = (result.manifest.get("plan") or {}).get("rounds")
+        planned = result.manifest.plan.get("rounds")
         of = f" ({planned} planned)" if planned and planned != summary["requests"] else ""
         text = (f"{state}: {summary['ok']} ok, {summary['errors']} errors, "
                 f"{summary['cancelled']} cancelled of {summary['requests']} requests{of}{where}")
