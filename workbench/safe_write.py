@@ -12,9 +12,10 @@ file is written here:
   earlier write (a regular file with one link) is removed first, never truncated through;
   a symbolic link, or a file with other hard links, where a file is to be written is a
   ``LinkRefused`` naming it (exit 2), and nothing is written;
-- a file that must appear whole (``atomic=True``) is written to ``NAME.tmp``, created the
-  same way, then renamed over ``NAME`` — unless ``NAME`` is itself a link (refused, the
-  temporary removed): ``rename`` would not follow it, but the rule is one rule;
+- a file that must appear whole (``atomic=True``, ``write_atomic``) is written to
+  ``NAME.tmp``, created the same way, then renamed over ``NAME`` — unless ``NAME`` is itself
+  a link (refused, the temporary removed): ``rename`` would not follow it, but the rule is
+  one rule;
 - appending (a run's JSONL files when a run resumes) opens with ``O_NOFOLLOW`` and refuses
   a file with more than one hard link;
 - a folder a writer makes inside its output (``figures/``, ``servers/``) must not be a
@@ -33,10 +34,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, OutputWriteError
 
 __all__ = ["LinkRefused", "commit", "make_dir", "open_fd", "open_file", "temp_of",
-           "write_file"]
+           "write_atomic", "write_fd", "write_file"]
 
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -119,6 +120,45 @@ def commit(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
             os.unlink(tmp)
         raise LinkRefused(path)
     os.replace(tmp, path)
+
+
+def write_fd(fd: int, data: bytes, path: str | os.PathLike[str]) -> None:
+    """All of ``data`` to ``fd`` (open on ``path``); a failure (disk full...) empties the
+    file and raises ``OutputWriteError`` naming ``path``."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+        raise OutputWriteError(path, exc) from None
+
+
+def write_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
+    """``data`` as the whole of ``path``, in one call: written to ``temp_of(path)`` (created
+    by ``open_fd``), then renamed over ``path`` (``commit``). A failure is an
+    ``OutputWriteError`` naming the file (a run's files: the run stops at the first), and
+    no temporary is left behind; a link is ``LinkRefused``."""
+    target = Path(path)
+    tmp = temp_of(target)
+    try:
+        fd = open_fd(tmp)
+    except OSError as exc:
+        raise OutputWriteError(tmp, exc) from None
+    try:
+        write_fd(fd, data, tmp)
+    except OutputWriteError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    finally:
+        os.close(fd)
+    try:
+        commit(tmp, target)
+    except OSError as exc:
+        raise OutputWriteError(target, exc) from None
+    return target
 
 
 @contextlib.contextmanager

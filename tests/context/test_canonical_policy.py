@@ -62,3 +62,26 @@ def test_cli_says_what_to_change(canonical, capsys):
     assert code != 0
     err = capsys.readouterr().err
     assert "already planned" in err and "drop --policy" in err
+
+
+def test_effective_policy_is_the_one_rule_for_plan_and_statistics(canonical):
+    """``effective_policy``: the policy given (None: trace-reported) plans a conversation;
+    independent requests and hash-id rounds keep their own prefixes (None); a canonical
+    file takes trace-reported only, as ``trace_stats`` and ``tracegen`` say too."""
+    from workbench.context.policy import DEFAULT_POLICY, effective_policy, make_policy
+    from workbench.records import Round, Unit, Workload
+    from workbench.traces.load import load_trace
+
+    raw, planned = load_trace(RAW), load_trace(canonical)
+    assert effective_policy(raw).name == DEFAULT_POLICY
+    assert effective_policy(raw, "monotonic").name == "prefix-preserving"
+    configured = make_policy("prefix-preserving", {"major_compaction_min_drop_tokens": 9})
+    assert effective_policy(raw, configured) is configured
+    assert effective_policy(planned).name == DEFAULT_POLICY
+    with pytest.raises(ConfigError, match="already planned by policy 'trace-reported'"):
+        effective_policy(planned, "prefix-preserving")
+    one = Round("a", "a", 0, 0.0, 0, 4, 2)
+    independent = Workload((Unit("a", "independent", 0.0, (one,)),), "independent")
+    assert effective_policy(independent, "prefix-preserving") is None
+    hashed = Round("b", "s", 0, 0.0, 0, 4, 2, hash_ids=(1,))
+    assert effective_policy(Workload((Unit("s", "session", 0.0, (hashed,)),), "x")) is None

@@ -9,6 +9,7 @@ from itertools import pairwise
 
 import numpy as np
 
+from workbench.metrics import derive
 from workbench.metrics.derive import MIN_EVENT_TOKENS, NS_PER_MS, token_stats
 
 
@@ -38,3 +39,27 @@ def test_token_stats_equal_the_per_row_reading() -> None:
                     "itl_min", "itl_max", "stream_tokens"):  # fmt: skip
             assert np.array_equal(got[key], np.array([w[key] for w in want]), equal_nan=True), key
         assert got["gaps"].tolist() == [g for w in want for g in w["gaps"]]  # type: ignore[attr-defined]
+
+
+def test_flat_token_rows_and_chunked_gaps_give_the_same(monkeypatch) -> None:
+    """``TokenRows`` (the rows held flat, ``frame_of_stream``) and gaps taken a few events
+    at a time (``GAP_CHUNK``) give exactly what the row lists give."""
+    monkeypatch.setattr(derive, "GAP_CHUNK", 3)
+    rng = random.Random(7)
+    for _ in range(300):
+        times, counts = [], []
+        for _ in range(rng.randint(0, 9)):
+            k = rng.choice([0, 0, 1, 2, 5, 12])
+            times.append(sorted(rng.randint(0, 10**10) for _ in range(k)))
+            counts.append([rng.choice([1, 1, 1, 0, -1, 2, 7]) for _ in range(max(0, k + rng.choice(
+                [0, 0, 1, -1])))])  # fmt: skip
+        flat = [derive.TokenRows(np.array([v for row in rows for v in row], dtype=np.int64),
+                                 np.array([len(row) for row in rows], dtype=np.int64))
+                for rows in (times, counts)]  # fmt: skip
+        got = token_stats(*flat)
+        want = [_row(t, c) for t, c in zip(times, counts, strict=True)]
+        for key in ("events", "first_t", "last_t", "first_c", "itl_count", "itl_min",
+                    "itl_max", "stream_tokens"):  # fmt: skip
+            assert np.array_equal(got[key], np.array([w[key] for w in want]), equal_nan=True), key
+        assert got["gaps"].tolist() == [g for w in want for g in w["gaps"]]
+        assert got["gaps"].tolist() == token_stats(times, counts)["gaps"].tolist()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from workbench.config import RunConfig
-from workbench.context.policy import make_policy
+from workbench.context.policy import effective_policy, make_policy
 from workbench.records import Round, Unit, Workload
 from workbench.replay.plan import build_plan
 from workbench.replay.prepare import base_manifest
@@ -36,7 +36,7 @@ def test_the_manifest_ideal_uses_the_configured_policy_options() -> None:
     cfg = RunConfig.from_dict({"trace": "x.csv", "context": {"policy": "prefix-preserving",
                                                              **OPTIONS}})
     configured = ideal_prefix_hit_rate(w, make_policy("prefix-preserving", OPTIONS))
-    default = ideal_prefix_hit_rate(w, "prefix-preserving")
+    default = ideal_prefix_hit_rate(w, effective_policy(w, "prefix-preserving"))
     assert configured != pytest.approx(default)  # the options change the plan, so the ideal
     plan = build_plan(cfg, w)
     assert any(r.major_compaction for u in plan.units for r in u.rounds)
@@ -49,4 +49,4 @@ def test_the_ideal_of_a_default_policy_run_is_unchanged() -> None:
     cfg = RunConfig.from_dict({"trace": "x.csv", "context": "prefix-preserving"})
     plan = build_plan(cfg, w)
     assert base_manifest(cfg, w, plan, "r").ideal_prefix_hit_rate == pytest.approx(
-        ideal_prefix_hit_rate(w, "prefix-preserving"))
+        ideal_prefix_hit_rate(w, effective_policy(w, "prefix-preserving")))

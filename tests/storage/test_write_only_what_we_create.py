@@ -117,3 +117,43 @@ def test_the_helper_refuses_symlinks_and_hard_links_and_replaces_its_own_files(t
     safe_write.write_file(own, "1")
     safe_write.write_file(own, "2")  # a file of ours is replaced, not truncated through
     assert own.read_text() == "2"
+
+
+def test_write_atomic_is_one_call_whole_or_nothing(tmp_path):
+    """``safe_write.write_atomic`` (a run's JSON files: ``storage.write_json``): the whole
+    file renamed into place, links refused by name, and a write that fails part-way (a file
+    size limit: EFBIG) an ``OutputWriteError`` naming the temporary, which is removed, the
+    file before it left as it was."""
+    import resource
+    import signal
+
+    from workbench.errors import OutputWriteError
+
+    own = tmp_path / "manifest.json"
+    assert safe_write.write_atomic(own, b"1") == own
+    safe_write.write_atomic(own, b"2")  # a file of ours is replaced
+    assert own.read_bytes() == b"2" and not safe_write.temp_of(own).exists()
+    victim = _victim(tmp_path)
+    sym, hard, tmp_sym = tmp_path / "sym", tmp_path / "hard", tmp_path / "t.json.tmp"
+    sym.symlink_to(victim)
+    os.link(victim, hard)
+    tmp_sym.symlink_to(victim)
+    with pytest.raises(safe_write.LinkRefused, match=str(sym)):
+        safe_write.write_atomic(sym, b"x")  # the rename target is a link
+    assert not safe_write.temp_of(sym).exists()
+    with pytest.raises(safe_write.LinkRefused, match=str(tmp_sym)):
+        safe_write.write_atomic(tmp_path / "t.json", b"x")  # its temporary is a link
+    safe_write.write_atomic(hard, b"x")  # replaced by a new file, never written through
+    assert hard.read_bytes() == b"x" and victim.read_bytes() == SECRET
+
+    soft, hard_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit: EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4, hard_limit))
+    try:
+        with pytest.raises(OutputWriteError, match="EFBIG") as err:
+            safe_write.write_atomic(own, b"longer than four bytes")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard_limit))
+        signal.signal(signal.SIGXFSZ, old)
+    assert err.value.path == str(safe_write.temp_of(own))
+    assert not safe_write.temp_of(own).exists() and own.read_bytes() == b"2"

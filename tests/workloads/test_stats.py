@@ -12,6 +12,7 @@ from public_data import needs, public
 
 import workbench
 from workbench import data
+from workbench.context.policy import effective_policy
 from workbench.records import Round, Unit, Workload
 from workbench.workloads.trace_stats import _stack_distances, ideal_prefix_hit_rate, trace_stats
 
@@ -292,13 +293,13 @@ def test_ideal_hit_rate_shortcut_equals_the_full_statistics(name):
         w = workbench.load_trace(data.path(name))
     for policy in ("trace-reported", "prefix-preserving", "monotonic"):
         full = trace_stats(w, policy=policy)["ideal_prefix_hit_rate"]
-        assert ideal_prefix_hit_rate(w, policy) == full
+        assert ideal_prefix_hit_rate(w, effective_policy(w, policy)) == full
 
 
 @needs(MOONCAKE)
 def test_ideal_hit_rate_shortcut_on_the_whole_mooncake_trace():
     w = workbench.load_trace(MOONCAKE)
-    assert ideal_prefix_hit_rate(w) == trace_stats(w)["ideal_prefix_hit_rate"]
+    assert ideal_prefix_hit_rate(w, effective_policy(w)) == trace_stats(w)["ideal_prefix_hit_rate"]
 
 
 def test_a_replay_plan_does_not_import_pandas():

@@ -71,13 +71,15 @@ def test_streamed_sessions_are_the_materialised_ones(
 def test_streamed_ideal_hit_rate_is_trace_stats() -> None:
     """The manifest's ideal prefix hit rate of a streamed workload (from the stream's
     totals) is trace_stats' over the materialised one, to the last bit."""
+    from workbench.context.policy import effective_policy
     from workbench.workloads.trace_stats import ideal_prefix_hit_rate
 
     for text in SPECS:
         spec = parse_synthetic(text)
         whole = synthetic_workload(spec, np.random.default_rng(3))
         streamed = synthetic_stream(spec, np.random.default_rng(3))
-        assert ideal_prefix_hit_rate(streamed) == trace_stats(whole)["ideal_prefix_hit_rate"]
+        ideal = ideal_prefix_hit_rate(streamed, effective_policy(streamed))
+        assert ideal == trace_stats(whole)["ideal_prefix_hit_rate"]
 
 
 def _run(tmp_path: Path, name: str, workload: Any, arrival: dict[str, Any],

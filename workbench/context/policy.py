@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
 
+from workbench.errors import ConfigError
 from workbench.records import Round, Workload
 from workbench.registry import Registry
 
@@ -151,6 +152,26 @@ def plan_rounds(
         produced = r.output_len if outputs is None else outputs[k]
         context = planned.prefix_len + planned.input_len + produced
     return out
+
+
+def effective_policy(
+    workload: Workload, policy: str | ContextPolicy | None = None
+) -> ContextPolicy | None:
+    """The context policy that plans ``workload``'s rounds, or None where the rounds keep
+    the trace's own prefixes: independent requests, and rounds of block hash ids.
+
+    ``policy``: a registered name, or a policy with its options (``make_policy``); None is
+    ``trace-reported``, a conversation's default. An already planned file
+    (``session-execution-v2``) is never re-planned (docs/arrival.md): it takes
+    ``trace-reported``, the identity on it, and another policy is a ``ConfigError``.
+    """
+    if not workload.has_sessions or workload.has_hash_ids:
+        return None
+    if policy is None or isinstance(policy, str):
+        policy = POLICIES.get(policy or DEFAULT_POLICY)
+    if workload.meta.get("needs_context_policy") is False and policy.name != DEFAULT_POLICY:
+        raise ConfigError(planned_file_message(policy.name, workload))
+    return policy
 
 
 def planned_file_message(policy: str, workload: Workload) -> str:

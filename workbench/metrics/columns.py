@@ -178,8 +178,9 @@ class _FrameSource:
 
     def gaps(self, rows: np.ndarray | None) -> np.ndarray:
         lists = self.df["itl_ms"] if rows is None else self.df["itl_ms"].iloc[rows]
-        n = sum(len(g) for g in lists)
-        return np.fromiter((x for g in lists for x in g), dtype=float, count=n)
+        if not len(lists):
+            return np.empty(0)
+        return np.concatenate([np.asarray(g, dtype=float) for g in lists])  # views: no copy
 
 
 class _ParquetSource:

@@ -110,12 +110,57 @@ def _flat(lists: Sequence[Sequence[int]], lens: np.ndarray) -> np.ndarray:
     return np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lens.sum()))
 
 
-def token_stats(times: Sequence[Sequence[int]], counts: Sequence[Sequence[int]]) -> dict[str, Any]:
+class TokenRows:
+    """Rows of token values held flat: row ``i`` is the next ``lens[i]`` of ``values``
+    (int64), 8 B a token and no object per row (``metrics.frame.frame_of_stream``).
+    ``token_stats`` takes it for a list of rows."""
+
+    def __init__(self, values: np.ndarray, lens: np.ndarray):
+        self.values, self.lens = values, lens
+
+    def __len__(self) -> int:
+        return len(self.lens)
+
+    def first(self, k: np.ndarray) -> np.ndarray:
+        """The first ``k[i]`` values of each row, concatenated (``values`` itself when
+        every row is whole)."""
+        if np.array_equal(k, self.lens):
+            return self.values
+        starts = np.repeat(np.cumsum(self.lens) - self.lens, self.lens)
+        at = np.arange(len(self.values)) - starts  # each value's place in its row
+        return self.values[at < np.repeat(k, self.lens)]
+
+
+Tokens = Sequence[Sequence[int]] | TokenRows
+#: token events a pass of ``_gaps`` (8 MB of temporaries each)
+GAP_CHUNK = 1 << 20
+
+
+def _gaps(t: np.ndarray, same: np.ndarray) -> np.ndarray:
+    """``np.diff(t)[same] / NS_PER_MS`` a chunk at a time: the result and no temporary
+    as long as the run's tokens (docs/virtual-time.md, the digest's memory)."""
+    out = np.empty(int(same.sum()), dtype=float)
+    at = 0
+    for lo in range(0, len(same), GAP_CHUNK):
+        hi = min(lo + GAP_CHUNK, len(same))
+        part = np.diff(t[lo : hi + 1])[same[lo:hi]] / NS_PER_MS
+        out[at : at + len(part)] = part
+        at += len(part)
+    return out
+
+
+def token_stats(times: Tokens, counts: Tokens) -> dict[str, Any]:
     """Per row: token events, first/last event time, first event's tokens, ITL stats, gaps."""
     n = len(times)
-    lens = np.fromiter((min(len(t), len(c)) for t, c in zip(times, counts, strict=True)),
-                       dtype=np.int64, count=n)  # fmt: skip
-    flat_t, flat_c = _flat(times, lens), _flat(counts, lens)
+    if isinstance(times, TokenRows) and isinstance(counts, TokenRows):
+        lens = np.minimum(times.lens, counts.lens)
+        flat_t, flat_c = times.first(lens), counts.first(lens)
+    elif isinstance(times, TokenRows) or isinstance(counts, TokenRows):
+        raise TypeError("token_stats: times and counts are both TokenRows or both row lists")
+    else:
+        lens = np.fromiter((min(len(t), len(c)) for t, c in zip(times, counts, strict=True)),
+                           dtype=np.int64, count=n)  # fmt: skip
+        flat_t, flat_c = _flat(times, lens), _flat(counts, lens)
     keep = flat_c >= MIN_EVENT_TOKENS
     if keep.all():  # every event counts (a virtual run, most streams): no copies
         t, c, events = flat_t, flat_c, lens
@@ -135,7 +180,7 @@ def token_stats(times: Sequence[Sequence[int]], counts: Sequence[Sequence[int]])
     # a row's gaps are its events' differences: every difference but those across rows
     same = np.ones(max(len(t) - 1, 0), dtype=bool)
     same[ends[(ends > 0) & (ends < len(t))] - 1] = False
-    gaps = (np.diff(t) / NS_PER_MS)[same]
+    gaps = _gaps(t, same)
     itl_count = np.maximum(events - 1, 0)
     itl_min = np.full(n, np.nan)
     itl_max = np.full(n, np.nan)
@@ -145,9 +190,11 @@ def token_stats(times: Sequence[Sequence[int]], counts: Sequence[Sequence[int]])
         itl_min[rows] = np.minimum.reduceat(gaps, at)
         itl_max[rows] = np.maximum.reduceat(gaps, at)
     # positive counts summed per row (all events, kept or not), exact in int64
-    total = np.concatenate(([0], np.cumsum(np.where(flat_c > 0, flat_c, 0))))
-    row_end = np.cumsum(lens)
-    positive = total[row_end] - total[row_end - lens]
+    pos = flat_c if (flat_c > 0).all() else np.maximum(flat_c, 0)
+    positive = np.zeros(n, dtype=np.int64)
+    whole = np.flatnonzero(lens)  # rows with values: contiguous, one reduceat
+    if len(whole):
+        positive[whole] = np.add.reduceat(pos, (np.cumsum(lens) - lens)[whole])
     return {
         "events": events, "has": has, "first_t": first_t, "last_t": last_t, "first_c": first_c,
         "itl_count": itl_count, "itl_min": itl_min, "itl_max": itl_max,
@@ -156,15 +203,14 @@ def token_stats(times: Sequence[Sequence[int]], counts: Sequence[Sequence[int]])
 
 
 def derive(
-    raw: Mapping[str, Sequence[Any]],
-    times: Sequence[Sequence[int]],
-    counts: Sequence[Sequence[int]],
+    raw: Mapping[str, Sequence[Any]], times: Tokens, counts: Tokens
 ) -> dict[str, np.ndarray]:
     """The derived columns (``INT_COLUMNS``, ``FLOAT_COLUMNS``) plus ``gaps``: every
     inter-token gap in ms, row after row (row ``i`` has ``itl_count[i]`` of them).
 
     ``raw`` maps each name of ``INPUTS`` to one value per row (``None`` = absent);
-    ``times``/``counts`` are the rows' ``token_times_ns``/``token_counts`` lists.
+    ``times``/``counts`` are the rows' ``token_times_ns``/``token_counts`` lists (or
+    ``TokenRows``).
     """
     n = len(times)
     tok = token_stats(times, counts)

@@ -11,6 +11,7 @@ use them verbatim. The definitions live once, in ``workbench.metrics.derive``
 from __future__ import annotations
 
 import dataclasses
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ import pandas as pd
 
 import workbench.catalogs.requests as catalog
 from workbench.errors import ConfigError
-from workbench.metrics.derive import INPUTS, MIN_EVENT_TOKENS, derive, split_gaps
+from workbench.metrics.derive import INPUTS, MIN_EVENT_TOKENS, TokenRows, derive, split_gaps
 from workbench.records import RequestRecord, RunResult
 from workbench.storage.rundir import load_records
 
@@ -132,28 +133,50 @@ def to_frame(data: Data) -> pd.DataFrame:
 
 def frame_of_stream(records: Iterable[RequestRecord]) -> pd.DataFrame:
     """``to_frame`` of records read once and let go (a run's ``records.jsonl`` line by
-    line) for what is derived from it: the same numbers, no record held, a row's token
-    times, counts and inter-token gaps as numpy arrays (8 B a token, not a Python
-    number's ~32–40)."""
-    raw: dict[str, list[Any]] = {name: [] for name in RAW_COLUMNS}
-    columns = [(name, raw[name].append) for name in RAW_COLUMNS if name not in _TOKENS]
-    times, counts = raw["token_times_ns"].append, raw["token_counts"].append
+    line) for what is derived from it (the summary of ``report.canonical.run_digest``):
+    the same numbers, no record held. The token times and counts of every row go into
+    one flat int64 buffer each as they are read (8 B a token, not a Python number's
+    ~32–40, nor an array object per row), are derived from, and are let go: a row's
+    ``token_times_ns`` and ``token_counts`` are empty (as in a frame read from a
+    ``records.parquet`` without them, ``metrics.scan``), its ``itl_ms`` a view of the one
+    gaps array."""
+    raw: dict[str, Any] = {name: [] for name in RAW_COLUMNS if name not in _TOKENS}
+    columns = [(name, raw[name].append) for name in raw]
+    times, counts = array("q"), array("q")
+    n_times: list[int] = []
+    n_counts: list[int] = []
     for r in records:
         for name, append in columns:
             append(getattr(r, name))
-        times(np.array(r.token_times_ns, dtype=np.int64))
-        counts(np.array(r.token_counts, dtype=np.int64))
-    return _frame(raw, gap_lists=False)
+        times.extend(r.token_times_ns)
+        counts.extend(r.token_counts)
+        n_times.append(len(r.token_times_ns))
+        n_counts.append(len(r.token_counts))
+    tokens = (TokenRows(_int64(times), np.array(n_times, dtype=np.int64)),
+              TokenRows(_int64(counts), np.array(n_counts, dtype=np.int64)))  # fmt: skip
+    raw["token_times_ns"] = [[] for _ in n_times]
+    raw["token_counts"] = [[] for _ in n_times]
+    return _frame(raw, tokens=tokens)
 
 
 _TOKENS = ("token_times_ns", "token_counts")
 
 
-def _frame(raw: dict[str, list[Any]], *, gap_lists: bool = True) -> pd.DataFrame:
-    d = derive(raw, raw["token_times_ns"], raw["token_counts"])
+def _int64(buf: array[int]) -> np.ndarray:
+    """An int64 array over ``buf``'s memory (no copy)."""
+    return np.frombuffer(buf, dtype=np.int64) if len(buf) else np.empty(0, dtype=np.int64)
+
+
+def _frame(raw: dict[str, Any], *, tokens: tuple[TokenRows, TokenRows] | None = None,
+           ) -> pd.DataFrame:  # fmt: skip
+    """The frame of ``raw`` (a list per raw field). ``tokens`` (``frame_of_stream``): the
+    token rows held flat, derived from instead of ``raw``'s token lists, and the
+    ``itl_ms`` of a row a view of the one gaps array."""
+    times, counts = tokens or (raw["token_times_ns"], raw["token_counts"])
+    d = derive(raw, times, counts)
     cols: dict[str, Any] = {name: raw[name] for name in RAW_COLUMNS}
     cols.update({name: d[name] for name in DERIVED_COLUMNS if name not in LIST_COLUMNS})
-    if gap_lists:
+    if tokens is None:
         cols["itl_ms"] = split_gaps(d["gaps"], d["itl_count"])
     else:  # views of the one gaps array, row by row
         cols["itl_ms"] = np.split(d["gaps"], np.cumsum(d["itl_count"])[:-1]) if len(

@@ -18,9 +18,15 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from workbench.arrival.schedule import arrival_span, release_offsets_ms
-from workbench.config import ArrivalSpec, ContextSpec, RunConfig
+from workbench.config import ArrivalSpec, RunConfig
 from workbench.config.arrival import parse_output_policy
-from workbench.context.policy import DEFAULT_POLICY, ContextPolicy, make_policy, plan_rounds
+from workbench.context.policy import (
+    DEFAULT_POLICY,
+    ContextPolicy,
+    effective_policy,
+    make_policy,
+    plan_rounds,
+)
 from workbench.records import Prompted, Round, Spawn, Unit, UnitStream, Workload
 from workbench.workloads.trace_stats import ideal_prefix_hit_rate
 
@@ -171,30 +177,20 @@ class Plan:
         return arrival_span([u.offset_ms for u in self.units])
 
 
-def effective_policy(context: ContextSpec, workload: Workload) -> str | None:
-    """The policy that applies: the configured one, else trace-reported for conversations."""
-    if context.policy_name is not None:
-        return context.policy_name
-    if workload.has_sessions and not workload.has_hash_ids:
-        return DEFAULT_POLICY
-    return None
-
-
 @dataclass(frozen=True)
 class RoundPlanner:
     """A unit's rounds as planned: the output-length policy (``kind``, ``amount``), then
-    the context policy unless ``policy_name`` is None (the trace's own prefixes). A
-    class, not a closure, so a streamed plan pickles to a worker process."""
+    the context policy unless ``policy`` is None (the trace's own prefixes). A class,
+    not a closure, so a streamed plan pickles to a worker process."""
 
-    policy_name: str | None
-    policy: ContextPolicy
+    policy: ContextPolicy | None
     kind: str
     amount: int
 
     def __call__(self, unit: Unit) -> tuple[RoundPlan, ...]:
         rounds = unit.rounds
         outputs = _output_lengths(rounds, self.kind, self.amount)
-        if self.policy_name is None:
+        if self.policy is None:
             return tuple(
                 RoundPlan(r, r.prefix_len, r.input_len, o)
                 for r, o in zip(rounds, outputs, strict=True)
@@ -211,11 +207,11 @@ def build_plan(cfg: RunConfig, workload: Workload) -> Plan:
     """Every unit's rounds as planned (context and output-length policies) and its release
     offset (the arrival schedule); a session graph's roots are released, their descendants
     carried by them. The config is read here once, its sections passed on."""
-    a = cfg.arrival
-    policy_name = effective_policy(cfg.context, workload)
+    a, c = cfg.arrival, cfg.context
     output, process = parse_output_policy(a.output_len), a.arrival_process()
-    policy = make_policy(policy_name or DEFAULT_POLICY, cfg.context.options)
-    round_plans = RoundPlanner(policy_name, policy, *output)
+    # the configured policy (checked to apply: ContextSpec.check_applies), else the default
+    policy = effective_policy(workload, make_policy(c.policy_name or DEFAULT_POLICY, c.options))
+    round_plans = RoundPlanner(policy, *output)
     units = workload.units
     # a session graph (sub-agents): the roots are released, each carrying its descendants
     graph = not isinstance(units, UnitStream) and any(u.spawn is not None for u in units)
@@ -231,7 +227,7 @@ def build_plan(cfg: RunConfig, workload: Workload) -> Plan:
                         for ordinal, (unit, offset) in enumerate(zip(units, offsets,
                                                                      strict=True)))
     ideal = ideal_prefix_hit_rate(workload, policy)
-    return Plan(planned, policy_name, workload.block_size, ideal)
+    return Plan(planned, None if policy is None else policy.name, workload.block_size, ideal)
 
 
 def _graph_units(workload: Workload, round_plans: RoundPlanner, roots: Sequence[Unit],

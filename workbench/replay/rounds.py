@@ -299,6 +299,13 @@ def _hash_memo(pool: TokenPool, block_size: int) -> _Memo:
     return memo
 
 
+def drop_hash_memos() -> None:
+    """Forget the hash-id block memos (``_hash_memo``): for a process that runs no more
+    replays, e.g. ``workbench simulate`` before its digest reads the records back
+    (docs/virtual-time.md, "The digest streamed")."""
+    _MEMOS.clear()
+
+
 def _whole_block_parts(prompt: Segments, bs: int) -> dict[int, Part]:
     """Record block index → the hash-id part that is exactly that block."""
     out: dict[int, Part] = {}

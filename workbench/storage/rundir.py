@@ -251,25 +251,7 @@ def write_json(path: str | Path, obj: Any) -> Path:
     """Write a JSON document atomically (temp file + rename): readers never see half of it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = _manifest_bytes(obj)
-    tmp = safe.temp_of(path)
-    try:  # created exclusively, never through a link (safe_write.py)
-        fd = safe.open_fd(tmp)
-    except OSError as exc:
-        raise OutputWriteError(tmp, exc) from None
-    try:
-        _write_fd(fd, data, tmp)
-    except OutputWriteError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    finally:
-        os.close(fd)
-    try:
-        safe.commit(tmp, path)
-    except OSError as exc:
-        raise OutputWriteError(path, exc) from None
-    return path
+    return safe.write_atomic(path, _manifest_bytes(obj))  # never through a link (safe_write.py)
 
 
 def _manifest_bytes(obj: Any) -> bytes:
@@ -282,19 +264,6 @@ def _manifest_bytes(obj: Any) -> bytes:
     except TypeError:
         data = json.dumps(_nan_to_none(obj), default=_default, indent=2).encode()
     return data + b"\n"
-
-
-def _write_fd(fd: int, data: bytes, path: Path) -> None:
-    """All of ``data`` to ``fd``; a failure (disk full...) empties the file and raises
-    ``OutputWriteError`` naming ``path``."""
-    view = memoryview(data)
-    try:
-        while view:
-            view = view[os.write(fd, view) :]
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-        raise OutputWriteError(path, exc) from None
 
 
 def read_json(path: str | Path) -> Any:
@@ -481,7 +450,7 @@ def claim_run_dir(out_dir: str | Path, run_id: str, manifest: Any, *,
             os.unlink(d / MANIFEST)
             raise RunDirTaken(_taken(d, present))
         try:
-            _write_fd(fd, data, d / MANIFEST)
+            safe.write_fd(fd, data, d / MANIFEST)
         except OutputWriteError:  # disk full before the run: no empty manifest left behind
             with contextlib.suppress(OSError):
                 os.unlink(d / MANIFEST)

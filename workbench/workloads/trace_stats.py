@@ -39,13 +39,11 @@ import numpy as np
 from workbench.arrival.schedule import arrival_span
 from workbench.context.policy import (
     DEFAULT_POLICY,
-    POLICIES,
     ContextPolicy,
     PlannedRound,
+    effective_policy,
     plan_rounds,
-    planned_file_message,
 )
-from workbench.errors import ConfigError
 from workbench.records import UnitStream, Workload
 from workbench.traces.graph import graph_summary
 
@@ -104,7 +102,7 @@ def trace_stats(
     bs = _block_size(workload, block_size)
     if bs <= 0:
         raise ValueError(f"block_size must be > 0, got {bs}")
-    pol = _effective_policy(workload, policy)
+    pol = _as_counted(workload, effective_policy(workload, policy))
     table, hash_ids = _round_table(workload, pol)
     rounds = pd.DataFrame(table)
     acc = _block_accesses(rounds, hash_ids, bs)
@@ -127,27 +125,24 @@ def _block_size(workload: Workload, block_size: int | None = None) -> int:
     return int(block_size or workload.block_size or DEFAULT_BLOCK_SIZE)
 
 
-def ideal_prefix_hit_rate(
-    workload: Workload, policy: str | ContextPolicy = DEFAULT_POLICY
-) -> float:
-    """``trace_stats(...)["ideal_prefix_hit_rate"]`` without building the tables when the
-    answer is known: with no hash ids and no unit of more than one round, no block is
-    ever read twice (each unit's context is its own and is never read again), so 0.
-    A replay's manifest needs only this figure; for 100k queued one-shot requests the
-    tables cost ~75 MB of peak memory.
+def ideal_prefix_hit_rate(workload: Workload, policy: ContextPolicy | None) -> float:
+    """``trace_stats(...)["ideal_prefix_hit_rate"]`` under ``policy``, the one
+    ``effective_policy`` gives, without building the tables when the answer is known:
+    with no hash ids and no unit of more than one round, no block is ever read twice
+    (each unit's context is its own and is never read again), so 0. A replay's manifest
+    needs only this figure; for 100k queued one-shot requests the tables cost ~75 MB of
+    peak memory.
     """
     units = workload.units
-    if isinstance(units, UnitStream) and not units.has_hash_ids and (
-            workload.meta.get("needs_context_policy") is False):
+    if isinstance(units, UnitStream) and not units.has_hash_ids and _planned(workload):
         # planned session rounds: the planned prefix hits (the definition above), from the
-        # stream's totals; a planned file takes no other policy (``_effective_policy``)
-        _effective_policy(workload, policy)
+        # stream's totals
         return units.prefix_tokens / units.prompt_tokens if units.prompt_tokens else 0.0
     if all(len(u.rounds) <= 1 for u in workload.units) and not workload.has_hash_ids:
         return 0.0
     # the summary's figure without its frames or LRU distances: an infinite cache misses
     # only first accesses (``_block_accesses(..., distances=False)``)
-    table, hash_ids = _round_table(workload, _effective_policy(workload, policy))
+    table, hash_ids = _round_table(workload, _as_counted(workload, policy))
     cols = {c: np.asarray(table[c], np.int64) for c in _ACCESS_COLUMNS}
     acc = _block_accesses(cols, hash_ids, _block_size(workload), distances=False)
     total_prompt = int(cols["prompt_len"].sum())
@@ -157,22 +152,15 @@ def ideal_prefix_hit_rate(
 # ------------------------------------------------------------------ rounds table
 
 
-def _effective_policy(workload: Workload, policy: str | ContextPolicy) -> ContextPolicy | None:
-    """The policy applied, mirroring the runner: none for hash-id or session-less traces.
+def _planned(workload: Workload) -> bool:
+    """An already planned file (``session-execution-v2``, docs/arrival.md)."""
+    return workload.meta.get("needs_context_policy") is False
 
-    An already planned file (``session-execution-v2``) is never re-planned
-    (docs/arrival.md): its prefixes are taken as written, and a policy other than
-    ``trace-reported`` (the identity on such a file, whose prefixes never exceed
-    the conversation) is a ``ConfigError``, as it is for a replay.
-    """
-    if not workload.has_sessions or workload.has_hash_ids:
-        return None
-    pol = POLICIES.get(policy) if isinstance(policy, str) else policy
-    if workload.meta.get("needs_context_policy") is False:
-        if pol.name != DEFAULT_POLICY:
-            raise ConfigError(planned_file_message(pol.name, workload))
-        return None
-    return pol
+
+def _as_counted(workload: Workload, policy: ContextPolicy | None) -> ContextPolicy | None:
+    """The policy the statistics apply: none on a planned file, whose prefixes are
+    counted as written (its one policy, ``trace-reported``, is the identity on it)."""
+    return None if _planned(workload) else policy
 
 
 def _round_table(
