@@ -17,6 +17,7 @@ import pytest
 
 from workbench.metrics import summarize
 from workbench.metrics.files import load_frames, save
+from workbench.metrics.summary import summarize_stored
 from workbench.records import RunManifest, RunResult
 from workbench.report.compare import load_runs
 from workbench.report.headline import run_headline
@@ -124,6 +125,22 @@ def test_a_result_without_a_run_has_an_empty_manifest_with_no_status(tmp_path: P
     assert read_manifest(tmp_path).status is None
     (tmp_path / "manifest.json").write_text("[1, 2]")  # not an object: read as none
     assert read_manifest(tmp_path).status is None
+
+
+@pytest.mark.parametrize("text, rule", [("[1, 2]", "a manifest is a JSON object, not list"),
+                                        ('{"status": "compl', "not a readable manifest")])
+def test_a_damaged_manifest_is_an_error_where_a_runs_figures_are_read(
+    old_dir: Path, text: str, rule: str
+) -> None:
+    """``load`` and the stored summary read a run's manifest strictly: a damaged one names
+    its file and the rule, never passes for a run with no SLO and no status; the readers
+    that only show a note (``read_manifest`` as is) still read it as none."""
+    (old_dir / "manifest.json").write_text(text)
+    for read in (load, summarize_stored, lambda d: read_manifest(d, strict=True)):
+        with pytest.raises(ValueError, match=rule) as err:
+            read(old_dir)
+        assert str(old_dir / "manifest.json") in str(err.value)
+    assert read_manifest(old_dir).status is None
 
 
 def test_an_old_run_dirs_manifest_reads_the_same_through_every_reader(old_dir: Path) -> None:

@@ -422,7 +422,7 @@ def summarize_stored(
     if not available():  # pyarrow not installed: the run is read into memory
         return summarize(load(run_dir), slo, warmup=warmup, ideal=ideal)
     d = resolve_run_dir(run_dir)
-    manifest = read_manifest(d)
+    manifest = read_manifest(d, strict=True)  # a damaged one raises, as ``load`` does
     full = stored(d)
     out = run_summary(full, manifest, read_jsonl(d / TIMELINE), slo, warmup=warmup, ideal=ideal)
     out["run_cancelled"] = bool(manifest.cancelled) or manifest.status == "cancelled"

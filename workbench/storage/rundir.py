@@ -354,16 +354,27 @@ def write_manifest(run_dir: str | Path, manifest: RunManifest | dict[str, Any]) 
     return write_json(Path(run_dir) / MANIFEST, doc)
 
 
-def read_manifest(run_dir: str | Path) -> RunManifest:
+def read_manifest(run_dir: str | Path, *, strict: bool = False) -> RunManifest:
     """``run_dir/manifest.json`` as a ``RunManifest`` (any schema: ``from_dict``), the
     one place a manifest turns from JSON into the typed form readers get. A directory
-    without one (or with one that is not a JSON object, or unreadable) gives an empty
-    manifest with no status."""
+    without one gives an empty manifest with no status; so does one that is damaged (not
+    JSON, not an object, unreadable) unless ``strict``: then that raises ``ValueError``
+    naming the file (what the run's figures are read with: a damaged manifest must not
+    pass for a run without an SLO or a status)."""
+    path = Path(run_dir) / MANIFEST
     try:
-        doc = read_json(Path(run_dir) / MANIFEST)
-    except (OSError, ValueError):
+        doc = read_json(path)
+    except FileNotFoundError:
+        doc = {}
+    except (OSError, ValueError) as exc:
+        if strict:
+            raise ValueError(f"{path}: not a readable manifest ({exc})") from None
         doc = None
-    return RunManifest.from_dict(doc if isinstance(doc, dict) else {})
+    if not isinstance(doc, dict):
+        if strict:
+            raise ValueError(f"{path}: a manifest is a JSON object, not {type(doc).__name__}")
+        doc = {}
+    return RunManifest.from_dict(doc)
 
 
 def write_run(result: RunResult, directory: str | Path) -> Path:
@@ -623,8 +634,7 @@ def resolve_run_dir(directory: str | Path) -> Path:
 def load(directory: str | Path) -> RunResult:
     """Read a run directory back into a ``RunResult`` (see ``read_jsonl`` on crashes)."""
     d = resolve_run_dir(directory)
-    doc = read_json(d / MANIFEST) if (d / MANIFEST).exists() else {}  # a damaged one raises
-    manifest = RunManifest.from_dict(doc if isinstance(doc, dict) else {})  # any schema
+    manifest = read_manifest(d, strict=True)  # any schema; a damaged one raises
     records = load_records(d)
     run_id = manifest.run_id or (records[0].run_id if records else d.name)
     cancelled = bool(manifest.cancelled) or manifest.status == "cancelled"
