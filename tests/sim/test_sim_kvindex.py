@@ -108,3 +108,17 @@ def test_bad_arguments_raise_instead_of_writing_anywhere(bad):
     with pytest.raises((ValueError, IndexError, TypeError, OverflowError)):
         bad(idx, own)
     assert (own == NO_HASH).all()
+
+
+def test_a_hash_given_twice_goes_to_the_first_free_block_in_both_indexes():
+    """Block 1 held ``h``, was evicted (its entry stale), then blocks 0 and 1 are committed
+    with ``h`` both: in order, block 0 takes it and block 1 stays private, in the compiled
+    index and its twin alike (the twin once let block 1 win through its own stale entry)."""
+    h, n = 7 << 40, 4
+    for idx in (kvindex.CompiledIndex(16, n), kvindex.DictIndex(16)):
+        own = np.full(n, NO_HASH, dtype=np.int64)
+        assert idx.commit(own, [1], [h]) == 1
+        own[1] = NO_HASH  # evicted
+        assert idx.commit(own, [0, 1], [h, h]) == 1
+        assert own.tolist() == [h, NO_HASH, NO_HASH, NO_HASH], type(idx).__name__
+        assert idx.get(own, h) == 0

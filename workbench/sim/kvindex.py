@@ -67,6 +67,8 @@ class DictIndex:
         """Make ``blocks`` hold ``hashes``, in order: a block already holding a hash keeps
         it, one whose hash a block already holds stays private. Returns how many blocks
         now hold their hash."""
+        if len(set(hashes)) < len(hashes):  # a hash twice: the first free block takes it
+            return self._commit_in_order(own, blocks, hashes)
         b = np.asarray(blocks, dtype=np.int64)
         h = np.asarray(hashes, dtype=np.int64)
         keep = own[b] == NO_HASH
@@ -83,6 +85,26 @@ class DictIndex:
             hv = int(h[i])
             if own[d[hv]] != hv:  # stale: no block holds hv, this one does now
                 bi = int(b[i])
+                d[hv] = bi
+                own[bi] = hv
+                cached += 1
+        if len(d) > self.limit:
+            self.rebuild(own)
+        return cached
+
+    def _commit_in_order(self, own: np.ndarray, blocks: Sequence[int],
+                         hashes: Sequence[int]) -> int:
+        """``commit`` a block at a time, in order (what the compiled index does): with a
+        hash given twice the first block free to take it does, however stale entries
+        point (the vectorised pass above would let a later block whose own stale entry
+        names it win)."""
+        d, cached = self._d, 0
+        for bi, hv in zip(blocks, hashes, strict=True):
+            bi, hv = int(bi), int(hv)
+            if own[bi] != NO_HASH:  # a block already holding a hash keeps it
+                continue
+            cur = d.get(hv)
+            if cur is None or own[cur] != hv:  # new, or stale: this block holds it now
                 d[hv] = bi
                 own[bi] = hv
                 cached += 1
