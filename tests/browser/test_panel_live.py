@@ -127,7 +127,9 @@ def test_a_non_integer_in_sessions_at_once_is_refused_in_the_browser(
     sessions.fill("")
     sessions.press_sequentially("2.5")
     sessions.press("Enter")
-    check = page.locator(".wb-check", has_text="is not a whole number")
+    # the check follows each keystroke ("'2.' is not a whole number" may come first):
+    # wait for the one of the whole value typed
+    check = page.locator(".wb-check", has_text="'2.5' is not a whole number")
     check.wait_for(timeout=30_000)
     assert "sessions at once (0 = ∞): '2.5' is not a whole number" in check.inner_text()
     assert sessions.input_value() == "2.5"  # as typed: never 25

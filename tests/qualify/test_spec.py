@@ -88,3 +88,15 @@ def test_the_cli_refuses_a_bad_spec_with_exit_2_and_one_line(write_spec):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "trace.sha256: the trace's content changed" in proc.stderr
+
+
+def test_read_spec_returns_the_data_it_checked_for_parity_write(write_spec):
+    """``parity --write`` changes the data ``read_spec`` read and checked (one bounded read
+    of the file, not a second unbounded one)."""
+    from workbench.qualify import apply_capacity, read_spec
+
+    data = spec_data([row("single"), row("two")])
+    spec, read = read_spec(write_spec(data, "spec.yaml"))  # JSON text: YAML reads it too
+    assert read == data and [r.name for r in spec.rows] == ["single", "two"]
+    new = apply_capacity(read, "two", "num_blocks", 512)
+    assert new["rows"][1]["engine"]["num_blocks"] == 512 and read == data

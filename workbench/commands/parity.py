@@ -64,10 +64,10 @@ def _fig(value: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.qualify import apply_capacity, load_spec, parity, propose_capacity
+    from workbench.qualify import apply_capacity, parity, propose_capacity, read_spec
     from workbench.safe_write import LinkRefused, write_file
 
-    spec = load_spec(args.spec)
+    spec, data = read_spec(args.spec)  # read once: --write changes what was checked
     if args.write and Path(args.write).is_symlink():  # refused before the search, not after
         raise LinkRefused(args.write)
     if args.propose_capacity:
@@ -82,12 +82,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"{found['row']}: {args.knob} {found['from']} -> {found['to']} "
               f"({found['preemptions']} preemptions; bounds {found['bounds']})")
         if args.write:
-            from workbench.config.validation import load_yaml, parse_json
-
-            src = Path(args.spec)
-            text = src.read_text(encoding="utf-8")
-            data = load_yaml(str(src), text) if src.suffix in (".yaml", ".yml") else parse_json(
-                str(src), text)
             new = apply_capacity(data, found["row"], args.knob, found["to"])
             try:  # JSON, which a .yaml name reads back as well
                 write_file(args.write, json.dumps(new, indent=2) + "\n")

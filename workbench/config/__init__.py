@@ -12,7 +12,6 @@ manifest.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,9 +29,8 @@ from workbench.config.executor import EXECUTOR_KINDS, KEEP_RECORDS_AUTO_MAX, Exe
 from workbench.config.target import TargetSpec
 from workbench.config.trace import TraceSpec
 from workbench.context import POLICIES
-from workbench.errors import ConfigError, TraceFormatError
+from workbench.errors import ConfigError
 from workbench.records import Workload
-from workbench.traces._io import open_trace
 
 __all__ = [
     "CONFIG_MAX_BYTES", "EXECUTOR_KINDS", "KEEP_RECORDS_AUTO_MAX", "ArrivalSpec", "BackendSpec",
@@ -40,8 +38,7 @@ __all__ = [
     "available", "parse_output_policy", "token_id_backends",
 ]
 
-CONFIG_MAX_BYTES = 16 << 20
-"""A ``--config`` file is YAML or JSON of a few KB; past 16 MiB it is not a config."""
+CONFIG_MAX_BYTES = v.CONFIG_MAX_BYTES  # the bound of every configuration file read
 
 _SECTIONS: dict[str, tuple[type, str]] = {
     "trace": (TraceSpec, "path"),
@@ -92,24 +89,9 @@ class RunConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> RunConfig:
-        path = Path(path)
-        try:  # opened like a trace: a FIFO or a device is refused, not read (no blocking)
-            raw = open_trace(path, CONFIG_MAX_BYTES + 1, inflate=False)
-        except TraceFormatError as exc:
-            raise ConfigError(f"cannot read config {path}: {exc.rule}") from None
-        if len(raw) > CONFIG_MAX_BYTES:
-            raise ConfigError(f"config {path} is larger than {CONFIG_MAX_BYTES:,} bytes")
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ConfigError(f"config {path} is not UTF-8 text (YAML or JSON)") from None
-        if path.suffix in (".yaml", ".yml"):
-            data = v.load_yaml(str(path), text)  # aliases and depth bounded while composing
-        else:
-            try:
-                data = v.parse_json(str(path), text)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+        """A YAML (``.yaml``/``.yml``) or JSON run config, read by the one bounded reader
+        (``validation.read_config_file``: size, file kind, UTF-8, depth, aliases)."""
+        data, _text = v.read_config_file(path, "config")
         return cls.from_dict(data or {})
 
     def to_dict(self) -> dict[str, Any]:

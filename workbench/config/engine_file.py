@@ -1,8 +1,9 @@
 """An engine config file (``--engine-config``, ``plan --preset FILE.json``), read and checked.
 
 A JSON or YAML mapping of engine knobs, or a calibration file (``sim calibrate``) whose
-``engine`` block is that mapping. Read by the bounded YAML reader (aliases, depth and size:
-``validation.load_yaml``; JSON is YAML), and, with ``check``, every knob checked with the
+``engine`` block is that mapping. Read by the one bounded reader of configuration files
+(``validation.read_config_file``: size, file kind, UTF-8; then the YAML reader's aliases and
+depth, JSON being YAML), and, with ``check``, every knob checked with the
 engine's own messages (``EngineConfig.from_knobs``, the one range table) before anything
 runs: a list, ``{"engine": 5}`` or a 50,000-deep nesting is one ``ConfigError`` naming the
 file, never a traceback (docs/config-bounds.md, "Size and depth").
@@ -14,7 +15,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from workbench.config.validation import load_yaml, show
+from workbench.config.validation import read_config_file, show
 from workbench.errors import ConfigError
 from workbench.sim.config import EngineConfig
 
@@ -25,13 +26,7 @@ def read_engine_file(path: str | Path, *, check: bool = False) -> dict[str, Any]
     """Engine knobs from a JSON or YAML mapping; a calibration file's ``engine`` block.
     ``check``: the knobs are also checked as the engine checks them (names, types, ranges;
     a simulated cluster's knobs by the cluster)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read engine config: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: an engine config is UTF-8 text") from None
-    data = load_yaml(str(path), text)  # JSON is YAML; aliases and depth bounded
+    data, _text = read_config_file(path, "engine config", always_yaml=True)
     if isinstance(data, dict) and "engine" in data:
         if not isinstance(data["engine"], dict):
             raise ConfigError(f"{path}: engine: expected a mapping of engine knobs, got "

@@ -4,7 +4,8 @@ Types and ranges are checked by ``workbench.ranges`` (one checker, one range tab
 shared with the embedded engine's knobs); its names are re-exported here for the
 run config. This module adds what a type cannot say: URLs, run ids, output
 directories, metrics scrape pages, header names and values, and the bounded JSON
-and YAML readers (depth and node count). The bounds and the reasons for them are
+and YAML readers (depth and node count) with the one reader of a configuration file
+(``read_config_file``: size, file kind, UTF-8). The bounds and the reasons for them are
 in ``docs/config-bounds.md``.
 """
 
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, TraceFormatError
 from workbench.ranges import (  # re-exported: the run config's checks read them here
     MAX_COUNT,
     MAX_DEPTH,
@@ -38,12 +39,17 @@ from workbench.ranges import (  # re-exported: the run config's checks read them
     show,
 )
 from workbench.redact import strip_url_credentials
+from workbench.traces._io import open_trace
 
 __all__ = [
     "MAX_COUNT", "MAX_DEPTH", "MAX_NODES", "MAX_OUTPUT_TOKENS", "MAX_SECONDS", "MAX_TOKENS",
     "MIN_RATE", "NON_NEGATIVE", "POSITIVE", "RANGES", "Range", "check_dataclass",
     "check_mapping", "check_value", "hints_of", "show",
 ]
+
+CONFIG_MAX_BYTES = 16 << 20
+"""The size bound of a configuration file: a run config (``--config``), an engine config
+(``--engine-config``, ``plan --preset FILE``), a parity spec (docs/config-bounds.md)."""
 
 #: request headers the client writes itself, which frame the message or route it
 #: (RFC 9110/9112): one given again is refused by name (docs/config-bounds.md)
@@ -201,6 +207,43 @@ def json_or_text(path: str, text: str) -> Any:
         return text
 
 
+def read_config_file(path: str | Path, what: str = "config", *,
+                     always_yaml: bool = False) -> tuple[Any, str]:
+    """A configuration file's data and text, every read of one bounded the same way.
+
+    Opened as a trace is (``open_trace``: non-blocking, then ``fstat`` on the open
+    descriptor), so a FIFO, a device, a directory or a socket is refused by kind and never
+    blocks or reads without end; at most ``CONFIG_MAX_BYTES`` are read; UTF-8 text; parsed
+    by the bounded YAML reader when the name ends in ``.yaml``/``.yml`` or ``always_yaml``
+    (JSON is YAML), as JSON otherwise (``parse_json``). ``what`` names the file's role in
+    the messages ("engine config", "parity spec"). Every problem is one ``ConfigError``
+    naming the file, the line when there is one, and the rule (docs/config-bounds.md,
+    "Size and depth")."""
+    p = Path(path)
+    try:
+        raw = open_trace(p, CONFIG_MAX_BYTES + 1, inflate=False)
+    except TraceFormatError as exc:
+        raise ConfigError(f"{p}: cannot read {what}: {exc.rule}") from None
+    if len(raw) > CONFIG_MAX_BYTES:
+        raise ConfigError(f"{p}: {what} file larger than the bound of {CONFIG_MAX_BYTES:,} "
+                          "bytes (docs/config-bounds.md)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{p}:{line}: {what} file is not UTF-8 text (YAML or JSON): byte "
+                          f"{raw[exc.start]:#04x} at offset {exc.start}") from None
+    if always_yaml or p.suffix in (".yaml", ".yml"):
+        return load_yaml(str(p), text), text
+    try:
+        return parse_json(str(p), text), text
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{p}:{exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
+                          ) from None
+    except ValueError as exc:  # an integer past Python's 4,300-digit conversion bound
+        raise ConfigError(f"{p}: invalid JSON: {exc}") from None
+
+
 def load_yaml(path: str, text: str) -> Any:
     """``yaml.safe_load`` bounded before anything is built: nesting past ``MAX_DEPTH`` and a
     document past ``MAX_NODES`` nodes with its aliases expanded (a billion-laughs bomb) are
@@ -224,7 +267,7 @@ def load_yaml(path: str, text: str) -> Any:
     try:  # the reader refuses a NUL or other non-printable character as it is built
         loader = BoundedLoader(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+        raise ConfigError(_yaml_error(path, text, exc)) from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -232,9 +275,30 @@ def load_yaml(path: str, text: str) -> Any:
         _check_expanded(path, node)
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
+        raise ConfigError(_yaml_error(path, text, exc)) from None
+    except ValueError as exc:  # an integer past Python's 4,300-digit conversion bound
         raise ConfigError(f"{path}: invalid YAML: {exc}") from None
     finally:
         loader.dispose()
+
+
+def _yaml_error(path: str, text: str, exc: Any) -> str:
+    """One line: ``path:line: invalid YAML: rule (column c)``. PyYAML's own text spans
+    several lines and names the input ``<unicode string>``, not the file."""
+    import yaml
+
+    if isinstance(exc, yaml.reader.ReaderError):  # a character no YAML text may hold
+        line = text.count("\n", 0, exc.position) + 1
+        char = exc.character
+        shown = f"#x{char:04x}" if isinstance(char, int) else repr(char)
+        return f"{path}:{line}: invalid YAML: character {shown}: {exc.reason}"
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    rule = ": ".join(str(part) for part in (getattr(exc, "context", None),
+                                           getattr(exc, "problem", None)) if part)
+    rule = rule or type(exc).__name__
+    if mark is None:
+        return f"{path}: invalid YAML: {rule}"
+    return f"{path}:{mark.line + 1}: invalid YAML: {rule} (column {mark.column + 1})"
 
 
 def _check_expanded(path: str, root: Any) -> None:

@@ -535,7 +535,7 @@ def _options(engines: Sequence[str], routers: Sequence[str],
     out = []
     for e in engines:
         if e.endswith(".json") and not is_calibrated(e):
-            if not Path(e).is_file():
+            if not Path(e).exists():  # a FIFO or a device: refused by kind as it is read
                 raise ConfigError(f"plan: engine file {e!r} does not exist")
             read_engine_file(e, check=True)  # its knobs, checked before any search
         else:

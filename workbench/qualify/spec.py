@@ -21,7 +21,6 @@ from workbench.errors import ConfigError
 from workbench.traces.load import file_sha256
 
 SPEC_VERSION = 1
-SPEC_MAX_BYTES = 1 << 20
 WINDOW_RULE = "contiguous"
 WINDOW_RULE_TEXT = ("contiguous: units offset .. offset + max_items - 1 of the trace in file "
                     "order (workbench.traces.graph.window), nothing skipped or reordered")
@@ -165,27 +164,20 @@ class _Check:
 
 def load_spec(path: str | Path, *, verify_trace: bool = True) -> ParitySpec:
     """Read and check a spec file (module doc); the trace's sha256 is verified."""
-    from workbench.config.validation import load_yaml, parse_json
+    return read_spec(path, verify_trace=verify_trace)[0]
+
+
+def read_spec(path: str | Path, *, verify_trace: bool = True) -> tuple[ParitySpec, Any]:
+    """The checked spec and the data it was read from, read once by the bounded reader of
+    configuration files (``validation.read_config_file``: size, file kind, UTF-8, depth,
+    aliases); ``parity --write`` changes that data, never a second read of the file."""
+    from workbench.config.validation import read_config_file
 
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{p}: parity spec not found (a YAML or JSON file)")
-    raw = p.read_bytes()[: SPEC_MAX_BYTES + 1]
-    if len(raw) > SPEC_MAX_BYTES:
-        raise ConfigError(f"{p}: larger than {SPEC_MAX_BYTES:,} bytes; not a parity spec")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{p}: not UTF-8 text (YAML or JSON)") from None
-    if p.suffix in (".yaml", ".yml"):
-        data = load_yaml(str(p), text)
-    else:
-        try:
-            data = parse_json(str(p), text)
-        except ValueError as exc:
-            raise ConfigError(f"{p}: invalid JSON: {exc}") from None
-    return parse_spec(data, str(p), base=p.parent, verify_trace=verify_trace,
+    data, text = read_config_file(p, "parity spec")
+    spec = parse_spec(data, str(p), base=p.parent, verify_trace=verify_trace,
                       lines=field_lines(text))
+    return spec, data
 
 
 def field_lines(text: str) -> dict[tuple[str | int, ...], int]:

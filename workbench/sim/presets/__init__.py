@@ -29,6 +29,8 @@ import dataclasses
 import functools
 import json
 import math
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -230,12 +232,33 @@ def is_calibrated(text: str) -> bool:
     if not str(text).strip().endswith(".json"):
         return False
     try:
-        if Path(str(text).strip()).stat().st_size > MAX_CALIBRATED_BYTES:
-            return False
-        data = json.loads(Path(str(text).strip()).read_text(encoding="utf-8"))
+        data = json.loads(_calibrated_text(str(text).strip()))
     except (OSError, ValueError, RecursionError):  # not one: the engine-file reader says why
         return False
     return isinstance(data, dict) and "preset" in data and "factors" in data
+
+
+def _calibrated_text(where: str) -> str:
+    """A calibrated preset file's text: a regular file (``stat`` first: opening a FIFO
+    would block) within ``MAX_CALIBRATED_BYTES``, UTF-8 (ValueError naming the file)."""
+    try:
+        st = os.stat(where)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"calibrated preset {where}: not a regular file")
+        if st.st_size > MAX_CALIBRATED_BYTES:
+            raise ValueError(f"calibrated preset {where}: larger than "
+                             f"{MAX_CALIBRATED_BYTES:,} bytes")
+        with open(where, "rb") as fh:
+            raw = fh.read(MAX_CALIBRATED_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"calibrated preset {where}: cannot read: {exc.strerror}") from None
+    if len(raw) > MAX_CALIBRATED_BYTES:  # grew since its stat
+        raise ValueError(f"calibrated preset {where}: larger than "
+                         f"{MAX_CALIBRATED_BYTES:,} bytes")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"calibrated preset {where}: not UTF-8 text") from None
 
 
 @functools.lru_cache(maxsize=64)
@@ -243,13 +266,9 @@ def calibrated(path: str) -> tuple[str, Factors]:
     """The base preset name and the factors a calibrated preset file holds (ValueError
     naming the file and the field)."""
     where = str(path).strip()
+    text = _calibrated_text(where)
     try:
-        if Path(where).stat().st_size > MAX_CALIBRATED_BYTES:
-            raise ValueError(f"calibrated preset {where}: larger than "
-                             f"{MAX_CALIBRATED_BYTES:,} bytes")
-        data = json.loads(Path(where).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"calibrated preset {where}: cannot read: {exc.strerror}") from None
+        data = json.loads(text)
     except ValueError as exc:
         raise ValueError(f"calibrated preset {where}: not JSON: {exc}") from None
     except RecursionError:
