@@ -225,3 +225,42 @@ def test_decoders_holding_requests_in_a_cycle_are_collected() -> None:
     del dec, held
     gc.collect()
     assert ref() is None
+
+
+def retried_hits(knobs: dict[str, Any], seed: int) -> dict[str, int]:
+    """``drive`` with the hits a blocked waiting head is retried from (last step's memo)
+    and the own hits preempted requests keep counted by type: the retried checks read them
+    as int64 arrays, compiled and in the twins alike (docs/virtual-time.md, "Per-block
+    costs")."""
+    kinds: dict[str, int] = {}
+    head_hit, preempt = Scheduler._head_hit, Scheduler._preempt
+
+    def count(kind: str) -> None:
+        kinds[kind] = kinds.get(kind, 0) + 1
+
+    def retried(self: Scheduler, seq: Any) -> Any:
+        memo = self._memo
+        if memo is not None and memo.seq is seq:
+            count("retried " + type(memo.hit).__name__)
+        return head_hit(self, seq)
+
+    def preempted(self: Scheduler, seq: Any) -> None:
+        preempt(self, seq)
+        if seq.routed is not None:
+            count("preempted " + type(seq.routed[0]).__name__)
+
+    Scheduler._head_hit = retried  # type: ignore[method-assign]
+    Scheduler._preempt = preempted  # type: ignore[method-assign]
+    try:
+        drive(knobs, seed)
+    finally:
+        Scheduler._head_hit = head_hit  # type: ignore[method-assign]
+        Scheduler._preempt = preempt  # type: ignore[method-assign]
+    return kinds
+
+
+def test_blocked_heads_and_preempted_requests_keep_their_hits_as_int64_arrays() -> None:
+    here = retried_hits(CASES["preempting"], 7)
+    assert set(here) == {"retried array", "preempted array"}
+    assert min(here.values()) > 10
+    assert here == _in_child(f"retried_hits({CASES['preempting']!r}, 7)", compiled=False)

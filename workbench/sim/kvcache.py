@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -149,16 +149,24 @@ class BlockManager:
         """Share of blocks held by requests (cached-but-free blocks do not count)."""
         return self.num_active / self.num_blocks
 
+    @overload
+    def longest_hit(self, hashes: Sequence[int], max_blocks: int) -> list[int]: ...
+
+    @overload
+    def longest_hit(self, hashes: Sequence[int], max_blocks: int,
+                    known: list[int] | array[int]) -> list[int] | array[int]: ...
+
     def longest_hit(
-        self, hashes: Sequence[int], max_blocks: int, known: list[int] | None = None
-    ) -> list[int]:
+        self, hashes: Sequence[int], max_blocks: int, known: list[int] | array[int] | None = None
+    ) -> list[int] | array[int]:
         """Block ids of the longest cached prefix of ``hashes`` (at most ``max_blocks``).
 
         ``known`` is a still-valid earlier hit for the same hashes: only the
         blocks after it are looked up (the blocked head of the waiting queue is
         retried every step; rescanning a 10k-token prompt each time dominated),
         and when none is found ``known`` itself is returned (not a copy: the
-        caller must not change it). The lookups run compiled (``kvindex.prefix``).
+        caller must not change it; a list or an int64 array, as given; a longer hit is a
+        list). The lookups run compiled (``kvindex.prefix``).
         """
         if not self.enable_caching:
             return []

@@ -94,8 +94,8 @@ class Sequence:
     slot: int = -1  # implicit decode: its slot in ``Scheduler._dec`` (``sim.decoders``)
     rank: int = 0  # admission order: ``running`` is sorted by it
     # an earlier hit admission starts from (hit, epoch, evictions): a router's, or its
-    # own committed blocks when it is preempted (``Scheduler._routed_memo``)
-    routed: tuple[list[int], int, int] | None = None
+    # own committed blocks when it is preempted (an int64 array: ``Scheduler._routed_memo``)
+    routed: tuple[list[int] | array[int], int, int] | None = None
 
     @property
     def output(self) -> list[int]:
@@ -130,12 +130,15 @@ class Sequence:
 class _HeadMemo:
     """The blocked waiting head's prefix hit, its hashes (the sequence's own list: only
     ever extended, so its first ``len(hit)`` stay those of the hit), and the cache's
-    epoch and eviction count when it was found. ``arrays`` are the hit's blocks and
-    hashes as int64 arrays, made when evictions make it checked a second time (a head
-    blocked for many steps); the first check reads the lists."""
+    epoch and eviction count when it was found. The hit is an int64 array once the head
+    is blocked (a preempted request's own blocks are one from the start): the compiled
+    checks of every later step (``held_prefix``, ``can_allocate``, ``acquire``) read it
+    without converting a Python int per block. ``arrays`` are the hit's blocks and
+    hashes as numpy int64 arrays, made when evictions make it checked a second time (a
+    head blocked for many steps); the first check reads the sequences."""
 
     seq: Sequence
-    hit: list[int]
+    hit: list[int] | array[int]
     hashes: array[int]
     epoch: int = -1
     evictions: int = -1
@@ -517,7 +520,7 @@ class Scheduler:
         # its committed blocks stay findable until evicted: its re-admission checks which
         # still hold its hashes (evictions -1: always checked, a private duplicate among
         # them holds none) instead of looking its whole prefix up again
-        own = seq.blocks[: min(seq.committed, (seq.length - 1) // self.bs)].tolist()
+        own = seq.blocks[: min(seq.committed, (seq.length - 1) // self.bs)]
         seq.routed = (own, self.kv.epoch, -1) if own and self.kv.enable_caching else None
         self.kv.release(seq.blocks)
         seq.blocks = array("q")
@@ -547,8 +550,9 @@ class Scheduler:
                 n = seq.length - start  # longer than the whole budget: the step's only one
             need = -(-(start + n) // bs) - len(hit)
             if not kv.can_allocate(need, hit):
-                if memo is None:
-                    memo = _HeadMemo(seq, hit, seq.hashes)
+                if memo is None:  # retried every step: its hit as int64s (``_HeadMemo``)
+                    memo = _HeadMemo(seq, hit if isinstance(hit, array) else array("q", hit),
+                                     seq.hashes)
                 memo.epoch, memo.evictions = kv.epoch, kv.evictions
                 self._memo = memo
                 break
@@ -577,7 +581,7 @@ class Scheduler:
             plan.add(seq, n)
             budget -= n
 
-    def _head_hit(self, seq: Sequence) -> tuple[list[int], _HeadMemo | None]:
+    def _head_hit(self, seq: Sequence) -> tuple[list[int] | array[int], _HeadMemo | None]:
         """Prefix hit of the waiting head, and last step's memo when the hit is the same.
 
         Last step's hit is reused as far as its blocks still hold its hashes (all of
