@@ -68,7 +68,16 @@ class DictIndex:
         it, one whose hash a block already holds stays private. Returns how many blocks
         now hold their hash."""
         if len(set(hashes)) < len(hashes):  # a hash twice: the first free block takes it
-            return self._commit_in_order(own, blocks, hashes)
+            cached = self._place(own, blocks, hashes)
+        else:
+            cached = self._commit_distinct(own, blocks, hashes)
+        if len(self._d) > self.limit:
+            self.rebuild(own)
+        return cached
+
+    def _commit_distinct(self, own: np.ndarray, blocks: Sequence[int],
+                         hashes: Sequence[int]) -> int:
+        """``commit`` of distinct hashes, vectorised: the order among them cannot matter."""
         b = np.asarray(blocks, dtype=np.int64)
         h = np.asarray(hashes, dtype=np.int64)
         keep = own[b] == NO_HASH
@@ -76,28 +85,18 @@ class DictIndex:
             b, h = b[keep], h[keep]
             blocks, hashes = b.tolist(), h.tolist()
         # setdefault inserts what is new and returns the entry already there otherwise
-        d = self._d
-        got = np.fromiter(map(d.setdefault, hashes, blocks), dtype=np.int64, count=len(b))
+        got = np.fromiter(map(self._d.setdefault, hashes, blocks), dtype=np.int64,
+                          count=len(b))
         new = got == b
         own[b[new]] = h[new]
-        cached = int(np.count_nonzero(new))
-        for i in np.flatnonzero(~new).tolist():  # an entry was there: live, or stale
-            hv = int(h[i])
-            if own[d[hv]] != hv:  # stale: no block holds hv, this one does now
-                bi = int(b[i])
-                d[hv] = bi
-                own[bi] = hv
-                cached += 1
-        if len(d) > self.limit:
-            self.rebuild(own)
-        return cached
+        rest = ~new  # an entry was there: live (stays private), or stale (taken over)
+        return int(np.count_nonzero(new)) + self._place(own, b[rest].tolist(),
+                                                        h[rest].tolist())
 
-    def _commit_in_order(self, own: np.ndarray, blocks: Sequence[int],
-                         hashes: Sequence[int]) -> int:
-        """``commit`` a block at a time, in order (what the compiled index does): with a
-        hash given twice the first block free to take it does, however stale entries
-        point (the vectorised pass above would let a later block whose own stale entry
-        names it win)."""
+    def _place(self, own: np.ndarray, blocks: Sequence[int], hashes: Sequence[int]) -> int:
+        """``commit`` a block at a time, in order (what the compiled index does): a free
+        block takes its hash unless a block holds it already; with a hash given twice the
+        first free block takes it, however stale entries point. How many took one."""
         d, cached = self._d, 0
         for bi, hv in zip(blocks, hashes, strict=True):
             bi, hv = int(bi), int(hv)
@@ -108,8 +107,6 @@ class DictIndex:
                 d[hv] = bi
                 own[bi] = hv
                 cached += 1
-        if len(d) > self.limit:
-            self.rebuild(own)
         return cached
 
     def rebuild(self, own: np.ndarray) -> None:
