@@ -1,27 +1,9 @@
 """Cache isolation between runs: reset a server's prefix cache before a measured run.
 
-A run replayed right after another one on the same server finds the first
-run's blocks still cached and reports hit rates the trace never planned (a
-real vLLM: 0.996 actual against 0.816 planned on a second run). The one public
-function here, ``flush_prefix_cache``, asks the server to forget its prefix
-cache; a live replay calls it before its measured requests
-(``backend.flush_cache``), and a sweep can call it between its points.
-
-Endpoints (docs/cache-isolation.md has the sources):
-
-- vLLM: ``POST /reset_prefix_cache``, registered only when the server runs with
-  ``VLLM_SERVER_DEV_MODE=1`` (404 otherwise); answers 200 with
-  ``{"success": bool}`` and ``success`` false while running requests hold blocks;
-- SGLang: ``POST /flush_cache``; 200 when flushed, 400 while requests run;
-- the embedded engine: both routes; 200 ``{"success": true}``, 409 while busy.
-
-The backend declares its routes in order (``Codec.servers.flush_routes``:
-``/flush_cache`` first for ``sglang-tokens``, ``/reset_prefix_cache`` first
-otherwise); the next one is tried when one is absent (404/405). A busy answer
-(vLLM's ``success: false``, SGLang's 400, the embedded engine's 409, a 503) is
-retried a bounded number of times (the previous run's last requests may still be
-finishing); any other answer (a wrong
-key's 401, a proxy's 403, a 500) ends the attempt at once, in its own words.
+``flush_prefix_cache`` tries the backend's routes in order (``Codec.servers``), the next
+when one is absent (404/405), retries a busy answer a bounded number of times and stops
+at once on any other; the routes, their answers and the rules are
+docs/cache-isolation.md's.
 """
 
 from __future__ import annotations

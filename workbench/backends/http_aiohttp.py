@@ -19,9 +19,10 @@ from typing import Any
 
 import aiohttp
 
-from workbench.backends.base import BackendError
 from workbench.backends.stream import (
+    ERROR_BODY_MAX,
     HEAD_MAX,
+    HEAD_TOO_LARGE,
     KEPT_HEADER_PREFIX,
     ConnectError,
     ConnectTimeoutError,
@@ -30,6 +31,8 @@ from workbench.backends.stream import (
     Inflater,
     ResponseBody,
     StaleConnectionError,
+    inflater_for,
+    malformed,
     sent_at,
 )
 from workbench.bodies import read_body
@@ -40,7 +43,6 @@ __all__ = ["AiohttpClient"]
 # aiohttp >= 3.10 names the two read/connect timeouts; 3.9 raises ServerTimeoutError for both
 _SOCK_READ_TIMEOUT = getattr(aiohttp, "SocketTimeoutError", aiohttp.ServerTimeoutError)
 _CONNECT_TIMEOUT = getattr(aiohttp, "ConnectionTimeoutError", None)
-ERROR_BODY_MAX = 64 * 1024
 
 
 class AiohttpClient:
@@ -147,13 +149,12 @@ class AiohttpClient:
                 rec.http_status = resp.status
                 head = sum(len(k) + len(v) + 4 for k, v in resp.raw_headers)
                 if head > HEAD_MAX:  # as http1 refuses it (aiohttp bounds only each line)
-                    raise BackendError(f"malformed HTTP response from the server: the "
-                                       f"response head passed {HEAD_MAX} bytes")
+                    raise malformed(HEAD_TOO_LARGE)
                 state.headers.update(
                     (k.lower(), v) for k, v in resp.headers.items()
                     if k.lower().startswith(KEPT_HEADER_PREFIX)
                 )
-                inflater = _inflater(resp)
+                inflater = inflater_for(resp.headers.get("Content-Encoding", ""))
                 if resp.status != 200:
                     return resp.status, (await _bounded_body(resp, inflater))
                 if resp.content_type == "application/json" and not state.takes_json:
@@ -191,25 +192,13 @@ class AiohttpClient:
             async with self.session.get(
                 url, timeout=aiohttp.ClientTimeout(total=timeout_s)
             ) as resp:
-                return resp.status, await _bounded_body(resp, _inflater(resp))
+                inflater = inflater_for(resp.headers.get("Content-Encoding", ""))
+                return resp.status, await _bounded_body(resp, inflater)
         except Exception as exc:
             out = _translate(exc, None, reused=False)
             if out is exc:
                 raise
             raise out from exc
-
-
-def _inflater(resp: aiohttp.ClientResponse) -> Inflater | None:
-    """The body's ``Inflater`` (gzip, deflate), None for identity; others are refused."""
-    enc = resp.headers.get("Content-Encoding", "").strip().lower()
-    if not enc or enc == "identity":
-        return None
-    if enc in ("gzip", "x-gzip", "deflate"):
-        return Inflater(enc)
-    raise BackendError(
-        f"the server sent content-encoding {enc!r}, which this client cannot decode "
-        "(supported: gzip, deflate)"
-    )
 
 
 async def _bounded_body(resp: aiohttp.ClientResponse, inflater: Inflater | None) -> bytes:
@@ -238,7 +227,7 @@ def _translate(exc: BaseException, rec: RequestRecord | None, *, reused: bool) -
     ):
         # aiohttp's parser refused the response (we never call raise_for_status)
         first = str(exc.message).splitlines()[0] if exc.message else type(exc).__name__
-        return BackendError(f"malformed HTTP response from the server: {first}")
+        return malformed(first)
     if _CONNECT_TIMEOUT is not None and isinstance(exc, _CONNECT_TIMEOUT):
         return ConnectTimeoutError(str(exc))
     if isinstance(exc, _SOCK_READ_TIMEOUT):

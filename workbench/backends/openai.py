@@ -1,17 +1,9 @@
 """``openai``: ``POST {root}/v1/completions`` with the prompt as a token-id list.
 
-Wire facts (vLLM 0.32, see ``real-engines.md`` §3.1): with ``return_token_ids``
-the first chunk carries ``choices[0].prompt_token_ids`` and every chunk its
-output delta in ``choices[0].token_ids``; the last chunk has ``choices: []`` and
-``usage`` (``prompt_tokens_details.cached_tokens`` with
-``--enable-prompt-tokens-details``). Servers without ``return_token_ids`` (SGLang's
-OpenAI layer, llama.cpp) stream text only: each non-empty text chunk then counts
-as one token event and the exact output ids are unknown. A chunk whose text is empty
-(llama.cpp: a token that decodes to no text, e.g. a control token) still marks the
-stream text-only, so a 1-token answer made of such a token is not mistaken for a
-server that dropped ``return_token_ids``.
-
-``ChoicesParser`` is shared with ``vllm-tokens``, whose stream has the same shape.
+Wire facts: docs/wire-protocols.md, "openai". Servers without ``return_token_ids``
+(SGLang's OpenAI layer, llama.cpp) stream text only: each text chunk is one token
+event, the output ids unknown; an empty-text chunk (a token that decodes to nothing)
+still marks the stream text-only. ``ChoicesParser`` serves ``vllm-tokens`` too.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """``openai-chat``: ``POST {root}/v1/chat/completions`` with synthetic text messages.
 
-For servers that only take text. Token ids are rendered to text with the shared
-deterministic tokenizer (``workbench.tokenizer``), one word per id, so N ids
-become N tokens on a server using that tokenizer.
-
-Chat templates add tokens the client cannot see. ``initial_overhead_tokens``
-(the template around the first message) and ``turn_overhead_tokens`` (around
-each appended assistant reply + user turn) are taken off the generated content
-so the server's ``prompt_tokens`` lands on the plan; the server's count stays
-the truth and its difference from ``sent_prompt_tokens`` is in the record.
-
-Conversations: when a round's prompt ids extend the previous round's prompt plus
-the reply ids this codec returned, the request resends the earlier messages
-verbatim, appends the reply as an ``assistant`` message and the new ids as a
-``user`` message — the shape a real agent sends, and the one a server's prefix
-cache sees. Anything else (first round, a policy that cut the prefix, a failed
-round) becomes one fresh ``user`` message. Output ids are the reply text
-re-encoded, not the server's ids, hence ``returns_token_ids = False``.
+Token ids are rendered to text one word per id (``workbench.tokenizer``); template
+overheads are taken off the content (docs/wire-protocols.md, "openai-chat"). When a
+round's prompt extends the previous prompt plus the reply this codec returned, the
+earlier messages are resent verbatim with the reply as ``assistant`` and the new ids as
+``user``; otherwise one fresh ``user`` message. Output ids are the reply re-encoded,
+hence ``returns_token_ids = False``.
 """
 
 from __future__ import annotations

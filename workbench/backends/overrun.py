@@ -1,18 +1,9 @@
 """Output overrun: a server that streams more output tokens than ``max_tokens``, or never stops.
 
-Every request pins its output length (``max_tokens``, with ``min_tokens`` and
-``ignore_eos`` where the API has them), so a stream that carries more output
-tokens than that broke the request. Such a request is flagged on its record
-(``extra["output_overrun"]``: ``max_tokens``, ``received``, ``limit``, ``cut``);
-a stream still going at ``cut_limit(max_tokens)`` tokens is cut there — the
-response is dropped, the connection closed, and the record ends as an error of
-class ``output_overrun`` — so a server that never stops cannot hang a run with
-default settings (docs/output-overrun.md). A server that stops sending
-altogether is the stream idle timeout's case (``arrival.stream_idle_timeout_s``).
-
-Counting: codecs that return token ids count the ids; a text-only stream
-(``openai-chat``) counts its token events, each at least one token on the
-server, so the count never runs ahead of the server's.
+Such a request is flagged (``extra["output_overrun"]``); a stream still going at
+``cut_limit(max_tokens)`` is cut and ends as an ``output_overrun`` error
+(docs/output-overrun.md). Codecs that return ids count ids; a text-only stream counts
+its token events, so the count never runs ahead of the server's.
 """
 
 from __future__ import annotations

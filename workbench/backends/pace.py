@@ -1,30 +1,11 @@
 """Keep the event loop polling while a wave of streams ends together (``executor.pace_ms``).
 
-asyncio (and uvloop) run every callback that is ready, then poll the sockets.
-When a server answers in lockstep (a deterministic engine, a batch that ends
-together), hundreds of streams end in one loop iteration, and each one's
-bookkeeping and next request then run back to back, and the loop does not poll
-until the whole wave is done. Tokens that arrive meanwhile sit in the kernel, and
-their stamps (taken as the protocol receives them) come late. A smaller per-stream
-cost (``http1.py``) shortens each stream's work but not the wave (the numbers:
-docs/design-notes.md, "Pacing").
-
-A ``Pacer`` bounds that. The transport takes a turn before each send and once
-a request's record is closed (so a cancel while it waits leaves that record
-ok). The first turn taken in an iteration opens a time
-budget; turns taken while it is still open go on at once; later ones wait in
-FIFO order and are let go a batch per iteration, with a poll between batches.
-Nothing is dropped or reordered, and every stamp is exact; what moves is the
-send: a deferred request goes out later, which the run measures as release lag.
-
-That is a trade: a deferred send is a late send. It pays off when responses
-stream, because then the loop has token stamps to protect. When responses
-arrive whole (an instant server) there is nothing to protect, and a client that
-is busy all the time would only keep a standing line of requests inside itself
-instead of at the server (docs/design-notes.md, "Pacing").
-So ``auto`` (the default) watches
-the responses: on while they take several reads each, off while they take one
-or two. Worker processes (``executor.workers``) are the other remedy.
+When hundreds of streams end in one loop iteration, their bookkeeping and next requests
+run back to back and tokens that arrive meanwhile are stamped late. A ``Pacer`` bounds
+that: the transport takes a turn before each send and once a record is closed; the first
+turn of an iteration opens a time budget, later ones wait FIFO and go a batch per
+iteration. Nothing is reordered; a deferred send shows as release lag. ``auto`` is on
+only while responses take several reads each (docs/design-notes.md, "Pacing").
 """
 
 from __future__ import annotations

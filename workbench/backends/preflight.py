@@ -1,18 +1,9 @@
 """Prefix-cache preflight: prove the server caches prefixes before measuring it.
 
-A replay against a server without prefix caching (or without cached-token
-telemetry) runs to the end and reports a hit rate of zero that looks like a
-finding. Two identical probes settle it up front (docs/wire-protocols.md): the second must
-report ``cached_tokens > 0``, else the run stops with the server flag to add.
-
-The probe comes from the *tail* of the token pool (the caller slices it), so it
-cannot warm the cache for unit 0, which starts at pool offset 0. It is 8192
-tokens by default because a hybrid model's cache block can exceed 1000 tokens;
-if the server rejects it as too long, it is halved and retried. "Too long" is an
-HTTP 400 (vLLM's ``/v1/completions``) or an error *inside* an HTTP 200 stream that
-names the model length (vLLM 0.32's streaming ``/inference/v1/generate`` answers
-200, then sends ``{"error": "The decoder prompt (length 8192) plus ... longer than
-the maximum model length of 8192"}``).
+Two identical probes from the token pool's tail; the second must report cached tokens,
+else the run stops with the server flag to add (docs/wire-protocols.md, "Prefix-cache
+preflight"). A probe the server finds too long (an HTTP 400, or an error naming the
+model length inside a 200 stream) is halved and sent again.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """``backend.profile``: the engine's profiler started and stopped around the measured window.
 
-vLLM serves ``POST /start_profile`` and ``POST /stop_profile`` only when it was started
-with a profiler (``--profiler-config '{"profiler": "torch", "torch_profiler_dir":
-DIR}'`` from v0.13, ``VLLM_TORCH_PROFILER_DIR=DIR`` before); the traces go to that
-directory, on the server's host. SGLang serves the same two routes and takes
-``{"output_dir": DIR}`` in the start request's body (else ``SGLANG_TORCH_PROFILER_DIR``,
-``/tmp`` by default). A server that answers the start with anything but 200 (404: not
-started with a profiler) stops the run before its measured requests with a
-``ConfigError`` quoting the answer. docs/real-engines.md, "Profiling".
+``POST /start_profile`` and ``/stop_profile`` (vLLM and SGLang); a start answered with
+anything but 200 stops the run with a ``ConfigError`` quoting the answer
+(docs/real-engines.md, "Profiling").
 """
 
 from __future__ import annotations

@@ -1,31 +1,11 @@
 """Server-side metrics: scrape ``GET {root}/metrics`` (Prometheus text) on an interval.
 
-The client sees per-request ``cached_tokens``; the server's counters show the
-whole picture (window hit rate = Δhits / Δqueries, KV usage, queue depth,
-preemptions). Only the engines' series of ``workbench.catalogs.series`` are kept,
-summed over label sets (engines, cache sources) except for ratios, which are averaged. The text is
-pre-filtered to those series before ``prometheus_client``'s parser sees it: a
-vLLM page is mostly histograms we do not need.
-
-llama.cpp's ``llama-server --metrics`` counts prompt tokens *excluding* cached ones
-(``llamacpp:prompt_tokens_total``) beside the cached ones
-(``llamacpp:prompt_tokens_cached_total``); their sum is kept as the derived series
-``llamacpp:prompt_tokens_with_cached_total`` (a workbench name, not the server's), so
-its window hit rate is Δcached / Δwith_cached like the other engines' Δhits / Δqueries.
-
-``vllm:cache_config_info`` is a constant-1 gauge whose *labels* carry the cache
-configuration (``block_size``, ``num_gpu_blocks``, ...); it is how the block size
-is detected. A failed scrape is logged and recorded as a timeline row with an
-``error``; it never stops a run.
-
-Further endpoints (``backend.metrics_urls``: a GPU exporter, another service) are
-scraped at the same ticks into the same rows, and ``backend.metrics_series`` globs
-(``DCGM_FI_DEV_*``) keep more series from every endpoint. Every endpoint keeps the
-engine series above, the known GPU-exporter series (``workbench.promseries``) and the
-globbed ones; a series is combined over label sets *and* endpoints (summed, or averaged
-for ratios and utilisations). A further endpoint that fails adds ``endpoint_errors``
-(``{url: message}``) to the row and takes nothing from the engine's own series.
-docs/measurement-rules.md, "Further Prometheus endpoints".
+Only the series of ``workbench.catalogs.series`` (plus known GPU-exporter series and
+``backend.metrics_series`` globs) are kept, the text pre-filtered before
+``prometheus_client`` parses it, and combined over label sets and endpoints (summed,
+or averaged for ratios). ``vllm:cache_config_info``'s labels give the block size. A
+failed scrape is a timeline row with an ``error``; it never stops a run.
+docs/measurement-rules.md, "Server-side evidence" and "Further Prometheus endpoints".
 """
 
 from __future__ import annotations

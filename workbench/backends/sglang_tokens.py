@@ -1,22 +1,11 @@
 """``sglang-tokens``: SGLang's native ``POST {root}/generate`` with token ids in and out.
 
-Server flags: ``--skip-tokenizer-init`` (accept ``input_ids``, return
-``output_ids``) and ``--stream-output`` (newer name
-``--incremental-streaming-output``) so each chunk carries only its new ids.
-Body: ``{rid, input_ids, sampling_params:{max_new_tokens, min_new_tokens,
-temperature, ignore_eos}, stream}``. Each chunk: ``{output_ids:[...], meta_info:
-{id, prompt_tokens, completion_tokens, cached_tokens, finish_reason}}`` where the
-``meta_info`` counts are running totals and ``finish_reason`` is a string or
-``{"type": ...}``.
-
-Two guards (docs/wire-protocols.md), both failing the round with a message naming the cause:
-
-* cumulative streaming: without the incremental flag every chunk repeats all ids
-  so far. Detected when a chunk starts with everything received and is longer,
-  and the running ``completion_tokens`` confirms it is not a multi-token delta.
-* prompt echo (sgl-project/sglang#10896): more output ids than
-  ``completion_tokens``. The surplus at the front is trimmed only if it equals the
-  prompt's tail; it is then reported as ``echoed_prompt_tokens``.
+Server flags, body and chunk shape: docs/wire-protocols.md, "sglang-tokens". The
+``meta_info`` counts are running totals. Two guards fail the round: cumulative
+streaming (a chunk that starts with every id so far, is longer, and the running
+``completion_tokens`` confirms it is no multi-token delta) and prompt echo
+(sgl-project/sglang#10896: surplus ids at the front are trimmed only if they equal the
+prompt's tail, then reported as ``echoed_prompt_tokens``).
 """
 
 from __future__ import annotations

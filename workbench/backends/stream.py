@@ -1,22 +1,12 @@
 """What both HTTP clients share: one response's token accounting, and the failures they raise.
 
-``StreamState`` is fed the response body one network read at a time, each read
-with its receive stamp: it frames SSE events (``sse.SSEDecoder``), hands the
-payloads to the codec's parser and appends one ``(stamp, id count)`` per token
-event to the record. An event counts as a *token event* only if the codec found
-at least one output token id in it (role-only, empty and usage chunks do not);
-``end_ns`` is the read that carried ``[DONE]``, or the end of the body when a
-server omits it. Bytes after ``[DONE]`` are read (so the connection can be
-reused) but not parsed, up to ``overrun.AFTER_DONE_MAX_BYTES``. With an
-``overrun.OverrunGuard`` a stream that passes ``max_tokens`` plus the margin, whose
-current event grows past the request's byte bound without ending, or whose
-token-less events and comments pass that bound, is *cut*: ``error`` holds the
-``OutputOverrun``. ``cut`` tells the client to drop the connection instead of reading
-on (a server that never stops would otherwise never end the body); a cut after
-``[DONE]`` has no error, what was measured stands.
-
-The errors are the clients' common vocabulary, so ``transport.Transport`` words a
-failure the same way whichever client met it (``executor.http``).
+``StreamState`` is fed the body one network read at a time with its receive stamp: it
+frames SSE events and appends one ``(stamp, id count)`` per *token event* (an event with
+at least one output id) to the record; ``end_ns`` is the read that carried ``[DONE]``
+(or the body's end). Bytes after ``[DONE]`` are read, not parsed, up to
+``overrun.AFTER_DONE_MAX_BYTES``. A stream the ``OverrunGuard`` refuses is *cut*
+(``error`` holds the ``OutputOverrun``; docs/output-overrun.md): the client drops the
+connection; a cut after ``[DONE]`` has no error.
 """
 
 from __future__ import annotations
@@ -83,12 +73,35 @@ class StaleConnectionError(DisconnectedError):
 #: a response head (status line and headers, 1xx included) larger than this is refused,
 #: by both clients (docs/wire-protocols.md)
 HEAD_MAX = 64 * 1024
+#: a non-streamed answer's body (an error, a GET) is kept up to this size
+ERROR_BODY_MAX = 64 * 1024
+
+
+def malformed(why: object) -> BackendError:
+    """The clients' error for a response their parser refused."""
+    return BackendError(f"malformed HTTP response from the server: {why}")
+
+
+#: both clients' error for a head past ``HEAD_MAX``
+HEAD_TOO_LARGE = f"the response head passed {HEAD_MAX} bytes"
+
 
 class Inflater(bodies.Inflater):
     """``bodies.Inflater`` whose broken body is a ``BackendError`` (the clients' error)."""
 
     __slots__ = ()
     error = BackendError
+
+
+def inflater_for(encoding: str) -> Inflater | None:
+    """The ``Inflater`` of a ``Content-Encoding`` (None: identity); others are refused."""
+    enc = encoding.strip().lower()
+    if not enc or enc == "identity":
+        return None
+    if enc in bodies.ENCODINGS:
+        return Inflater(enc)
+    raise BackendError(f"the server sent content-encoding {enc!r}, which this client cannot "
+                       "decode (it asks for none; supported: gzip, deflate)")
 
 
 #: response headers a client keeps for the record (lower case): ``x-workbench-*``
@@ -123,32 +136,23 @@ class StreamState:
         self.on_sent: Callable[[int], None] | None = None  # WireRequest.on_sent (sent_at)
         self.times, self.counts = rec.token_times_ns, rec.token_counts
         self.done = False  # [DONE] seen: later bytes are not parsed
-        # the codec rejected a payload, the guard cut the stream, or no token came
         self.error: BackendError | IdleTimeoutError | None = None
         self.reads = 0  # network reads of the body (pacing tells streamed from whole answers)
-        self.guard = guard  # output overrun (docs/output-overrun.md)
-        self.cut = False  # the guard cut the stream: drop the connection, do not read on
+        self.guard = guard
+        self.cut = False  # drop the connection, do not read on
         self.after_done = 0  # bytes read after [DONE]
         #: the response's ``x-workbench-*`` headers (a simulated cluster names its worker)
         self.headers: dict[str, str] = {}
-        #: a 200 answered with ``Content-Type: application/json``: not a stream but (from
-        #: proxies and gateways) an error body, which the client returns unparsed
+        #: a 200 with ``Content-Type: application/json``: an error body, returned unparsed
         self.json_body = False
-        # the body's first bytes while no SSE event came: a 200 whose body is no event
-        # stream (whatever its content type) is reported with what the server said
-        # (``not_a_stream``)
+        # the body's first bytes while no SSE event came (``not_a_stream``)
         self.raw: bytes | None = b""
-        # ``stream_idle_timeout_s`` counts from the last token event (or the dispatch),
-        # so keep-alive comments and token-less events cannot hold a request forever
+        # the idle timeout counts from the last token event: keep-alive bytes are no progress
         self.idle_ns = None if idle_s is None else int(idle_s * 1e9)
 
     def feed(self, t: int, chunk: bytes) -> None:
-        """One network read of the body, received at ``t``.
-
-        A protocol violation found by the codec is kept in ``error`` (and ends the
-        parsing) rather than raised, so a client can call this from its protocol's
-        callbacks and still read the body to its end.
-        """
+        """One network read of the body, received at ``t``; a protocol violation is kept in
+        ``error`` (it ends the parsing), never raised."""
         self.reads += 1
         if self.done:
             self.after_done += len(chunk)
@@ -223,11 +227,8 @@ class StreamState:
             self._check(len(chunk))
 
     def _counted(self, guard: OverrunGuard, ids: int, nbytes: int, events: int) -> None:
-        """The overrun guard (this stream's) after a read that ended whole (nothing
-        pending in the decoder: ``check_unfinished`` has nothing to bound) and brought
-        ``events`` token events of ``ids`` ids: ``_check``'s result, with ``OverrunGuard.
-        check``'s usual case (under the limit) done here, the per-read hot path
-        (docs/design-notes.md, "The measured request path")."""
+        """``_check`` after a read that ended whole with ``events`` token events of ``ids``
+        ids, its usual case (under the limit) inline (docs/design-notes.md)."""
         total = guard.total + (events if guard.by_events else ids)
         if total <= guard.limit:
             guard.total, guard.seen = total, len(self.counts)
@@ -235,8 +236,7 @@ class StreamState:
             self._check(nbytes)
 
     def _stalled(self, t: int) -> None:
-        """A read without a token event: cut the stream once no token came for the idle
-        timeout (bytes alone, keep-alive comments or empty events, are no progress)."""
+        """A read without a token event: cut the stream once none came for the idle timeout."""
         since = self.times[-1] if self.times else self.rec.dispatch_ns
         if since is not None and t - since > self.idle_ns:  # type: ignore[operator]
             self.error = IdleTimeoutError(
@@ -245,8 +245,7 @@ class StreamState:
             self.done = self.cut = True
 
     def _check(self, nbytes: int) -> None:
-        """The overrun guard after one read of ``nbytes``: output past the cut limit, an
-        event that never ends, or token-less bytes past the bound cut the stream."""
+        """The overrun guard after one read of ``nbytes``: cut the stream if it refuses."""
         guard = self.guard
         try:
             guard.check_unfinished(self.decoder.pending)  # type: ignore[union-attr]
@@ -286,17 +285,9 @@ class StreamState:
 
 
 class WholeBody:
-    """A non-streaming answer (``backend.stream`` false): one JSON body, read whole and
-    parsed when it ends (docs/wire-protocols.md, "Non-streaming").
-
-    The clients treat it as they treat a ``StreamState`` (``feed`` each read, ``close``
-    at the end of the body), but take a ``200`` with ``Content-Type: application/json``
-    into it (``takes_json``) instead of reading it as an error body. It records no token
-    event: the answer's output ids come at once, when the body ends, so ``end_ns`` is
-    that read and the transport sets the first (and last) token time to it: TTFT =
-    end-to-end latency, no TPOT or ITL. The body is bounded like one SSE event
-    (``overrun.event_bytes_limit``): a body past it is cut as an output overrun.
-    """
+    """A non-streaming answer (``backend.stream`` false): one JSON body, fed and closed like
+    a ``StreamState``, parsed at its end, no token event, bounded at ``limit`` bytes
+    (docs/wire-protocols.md, "Non-streaming")."""
 
     takes_json = True
 

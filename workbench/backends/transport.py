@@ -1,24 +1,14 @@
 """The one place that talks HTTP for a replay and reads the clock for requests.
 
-Codecs build bodies and parse payloads; the HTTP client (``executor.http``)
-moves bytes and stamps time; this module puts them together, so TTFT and
-token-event bookkeeping exist exactly once.
+Codecs build bodies and parse payloads; the HTTP client (``executor.http``: ``httptools``
+in ``http1``, or the ``aiohttp`` fallback) moves bytes and stamps time; this module puts
+them together, so TTFT and token-event bookkeeping exist once. ``dispatch_ns`` is read
+when the request's bytes go to the socket (the client's own preparation shows up as
+release lag); each read is stamped once and its events share the stamp.
 
-Two clients with one contract (``post``/``get``, the errors of ``stream.py``):
-``httptools`` (default, ``http1.HttpToolsClient``: an ``asyncio.Protocol`` over
-httptools, every read stamped and parsed in ``data_received``) and ``aiohttp``
-(``http_aiohttp.AiohttpClient``: aiohttp's public API, the portable fallback,
-coarser stamps). Timing rules: ``dispatch_ns`` is read when the request's bytes
-are handed to the transport, so TTFT starts when the server can first see the
-request and the client's own preparation shows up as release lag, not as server
-latency; each network read is stamped once and every event it completes shares
-that stamp (``stream.StreamState``).
-
-Failures never raise out of ``send``: an HTTP error (with the body text), a
-refused connection, a disconnect mid-stream (token events so far are kept), an
-idle stream, a request timeout, bad JSON or missing usage all end as a record
-with ``status="error"`` and a clear ``error``. Only cancellation propagates,
-after the record is marked ``cancelled``.
+Failures never raise out of ``send``: every one ends as a record with ``status="error"``
+and a clear ``error`` (token events so far kept). Only cancellation propagates, after the
+record is marked ``cancelled``.
 """
 
 from __future__ import annotations
@@ -56,6 +46,8 @@ from workbench.redact import register as register_secret
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from workbench.backends.http1 import HttpToolsClient
+    from workbench.backends.http_aiohttp import AiohttpClient
     from workbench.config import RunConfig
 
 __all__ = [
@@ -82,15 +74,10 @@ _ERROR_BODY_CHARS = 2000
 class TransportOptions:
     """Where to send and how long to wait.
 
-    ``api_key_env`` names an environment variable holding a bearer token; the
-    token itself is never stored. ``stream_idle_timeout_s`` bounds connecting, the
-    silence between two reads (including the wait for response headers) and, once
-    the body streams, the time without a token event (keep-alive bytes are no
-    progress: ``stream.StreamState``);
-    ``request_timeout_s`` bounds the whole request. ``max_connections`` 0 means
-    the pool is unlimited (admission is the runner's job, not the pool's).
-    ``http``: which client (``HTTP_CLIENTS``; ``executor.http``). ``ssl_context``:
-    for ``https`` targets (None: ``ssl.create_default_context()``).
+    ``api_key_env``: the variable holding a bearer token (never stored).
+    ``stream_idle_timeout_s`` bounds connecting, every silence between reads and, once
+    the body streams, the time without a token event; ``request_timeout_s`` the whole
+    request. ``max_connections`` 0: unlimited (admission is the runner's job).
     """
 
     base_url: str
@@ -146,22 +133,16 @@ class HTTPClient(Protocol):
 def _client(
     options: TransportOptions, now: Callable[[], int], headers: dict[str, str]
 ) -> HTTPClient:
-    kwargs = {
-        "headers": headers,
-        "request_timeout_s": options.request_timeout_s,
-        "stream_idle_timeout_s": options.stream_idle_timeout_s,
-        "max_connections": options.max_connections,
-        "ssl_context": options.ssl_context,
-    }
+    cls: type[HttpToolsClient | AiohttpClient]
     if options.http == "httptools":
-        from workbench.backends.http1 import HttpToolsClient
-
-        return HttpToolsClient(now, **kwargs)  # type: ignore[arg-type]
-    if options.http == "aiohttp":
-        from workbench.backends.http_aiohttp import AiohttpClient
-
-        return AiohttpClient(now, **kwargs)  # type: ignore[arg-type]
-    raise ValueError(f"unknown HTTP client {options.http!r}; valid: {', '.join(HTTP_CLIENTS)}")
+        from workbench.backends.http1 import HttpToolsClient as cls
+    elif options.http == "aiohttp":
+        from workbench.backends.http_aiohttp import AiohttpClient as cls
+    else:
+        raise ValueError(f"unknown HTTP client {options.http!r}; valid: {', '.join(HTTP_CLIENTS)}")
+    return cls(now, headers=headers, request_timeout_s=options.request_timeout_s,
+               stream_idle_timeout_s=options.stream_idle_timeout_s,
+               max_connections=options.max_connections, ssl_context=options.ssl_context)
 
 
 _CLAMP_HINT = (
@@ -178,30 +159,20 @@ class HTTPStatusError(BackendError):
         self.status = status
         self.body = body
         text = body.strip()[:_ERROR_BODY_CHARS] or "(empty body)"
-        # vLLM's /v1/completions clamps max_tokens first, then rejects our min_tokens
-        # ("min_tokens must be less than or equal to max_tokens=8, got 32"): say why.
+        # vLLM's /v1/completions clamps max_tokens, then rejects our min_tokens: say why
         hint = f" ({_CLAMP_HINT})" if status == 400 and "min_tokens must be" in text else ""
         super().__init__(f"HTTP {status}: {text}{hint}")
 
 
 def _clamped(req: WireRequest, completion: int | None, finish: str | None) -> bool:
-    """Fewer output tokens than pinned, ended for length: the server cut ``max_tokens``.
-
-    vLLM does this silently (HTTP 200, ``finish_reason`` "length") on its native
-    ``/inference/v1/generate`` even when ``min_tokens`` is sent. The record stays
-    ``ok`` (the tokens did stream) but carries ``extra["output_clamped"]`` and a
-    warning is logged, because the output no longer follows the plan.
-    """
+    """Fewer output tokens than pinned, ended for length: the server cut ``max_tokens``
+    (vLLM's native ``/inference/v1/generate`` does, silently); the record stays ``ok``."""
     return completion is not None and completion < req.max_tokens and finish == "length"
 
 
 def normalize_base_url(url: str) -> str:
-    """The server root: scheme added if missing, query, trailing ``/`` and ``/v1`` dropped.
-
-    Codecs append their own paths, and the native token routes live outside
-    ``/v1``, so a user-supplied ``.../v1`` must not leak into them. The target URL's
-    query (a gateway's ``?api_key=...``) goes on every request URL: ``with_query``.
-    """
+    """The server root: scheme added if missing, query, trailing ``/`` and ``/v1`` dropped
+    (codecs append their own paths; the query goes back on by ``with_query``)."""
     url = url.strip()
     if "://" not in url:
         url = f"http://{url}"
@@ -281,11 +252,7 @@ class Transport:
         return url
 
     async def check_reachable(self, timeout_s: float = 10.0) -> None:
-        """Fail fast, with one clear message, when nothing answers at the target.
-
-        Any HTTP answer (even 404) proves a server is there; only a refused,
-        unresolvable or silent address raises.
-        """
+        """``BackendError`` when nothing answers at the target (any HTTP status will do)."""
         try:
             await self.client.get(with_query(f"{self.root}/v1/models", self.options.base_url),
                                   timeout_s)  # fmt: skip
@@ -296,12 +263,8 @@ class Transport:
             ) from None
 
     async def warm(self, n: int, timeout_s: float = 10.0) -> int:
-        """Open up to ``n`` keep-alive connections now (``n`` concurrent ``GET /v1/models``).
-
-        Otherwise the first wave of a run pays TCP connection setup inside its
-        measured TTFT, and in a burst. Failures are ignored (the run reports its
-        own). Returns how many answered.
-        """
+        """Open up to ``n`` keep-alive connections now (``n`` concurrent ``GET /v1/models``),
+        so the first wave does not pay connection setup in its TTFT; how many answered."""
         if n <= 0:
             return 0
         url = with_query(f"{self.root}/v1/models", self.options.base_url)
@@ -317,11 +280,8 @@ class Transport:
         return sum(await asyncio.gather(*(one() for _ in range(n))))
 
     async def send(self, codec: Codec, req: WireRequest, rec: RequestRecord) -> list[int] | None:
-        """Dispatch ``req``, stream the answer into ``rec``; output ids or ``None``.
-
-        Returns the codec's output ids (exact when ``codec.returns_token_ids``)
-        only when the request succeeded.
-        """
+        """Dispatch ``req``, stream the answer into ``rec``; the output ids, or ``None``
+        when the request failed."""
         client = self.client
         rec.sent_prompt_tokens = len(req.prompt_ids)
         pacer = self._pacer
@@ -345,13 +305,8 @@ class Transport:
     async def _exchange_once_more_if_stale(
         self, client: HTTPClient, codec: Codec, req: WireRequest, rec: RequestRecord
     ) -> list[int] | None:
-        """``_exchange``, sent once more when a pooled connection turns out to be dead.
-
-        Some servers (llama.cpp's ``llama-server``) close the connection after every
-        stream while their headers say keep-alive; the next request on it fails
-        before any response byte. Only that case is retried, once, and flagged in
-        ``rec.extra``; a refused connection or any failure after the status line is not.
-        """
+        """``_exchange``, once more (flagged in ``rec.extra``) when a pooled connection died
+        before any response byte (``stream.StaleConnectionError``)."""
         try:
             return await self._exchange(client, codec, req, rec)
         except StaleConnectionError:

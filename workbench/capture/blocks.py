@@ -1,12 +1,8 @@
 """Prompt token ids → salted block digests → the file-local ``hash_ids`` of the format.
 
-A prompt's ids are cut into ``BLOCK_SIZE``-token blocks; block *i*'s digest is
-blake2b, keyed with the capture's salt, over block *i−1*'s digest and block *i*'s ids
-(a chain: equal digests ⇔ equal block and equal everything before it). Only full blocks
-get one; the partial tail has none. The salt is random per capture and lives in memory
-only (``Salt.write`` saves it where the user asks), so a digest on disk cannot be checked
-against a guessed prompt. ``LocalIds`` numbers the digests of one conversation file
-1, 2, 3… in first-seen order (docs/capture.md, "Token ids and hash ids").
+Full ``BLOCK_SIZE`` blocks only, each digest chained over the previous one and keyed
+with the capture's salt (in memory unless ``Salt.write`` saves it); ``LocalIds``
+numbers one file's digests in first-seen order (docs/capture.md, "Token ids and hash ids").
 """
 
 from __future__ import annotations

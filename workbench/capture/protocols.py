@@ -1,11 +1,8 @@
 """What the captured APIs look like: the facts of a request body and of a response.
 
-Three APIs (docs/capture.md, "What is read"): OpenAI ``/v1/chat/completions`` and
-``/v1/completions``, and Anthropic's ``/v1/messages``. ``request_facts`` reads a request
-body once (model, stream flag, the conversation as digestible messages, the prompt as text
-for a local tokenizer); ``response_facts`` reads the bytes the upstream answered
-(a JSON body, or an SSE stream's events) for usage, stop reason and content kinds. Nothing
-here keeps text beyond the call: the caller keeps digests and counts only.
+OpenAI ``/v1/chat/completions`` and ``/v1/completions``, Anthropic's ``/v1/messages``
+(docs/capture.md, "What is captured"). Nothing here keeps text beyond the call: the
+caller keeps digests and counts only.
 """
 
 from __future__ import annotations

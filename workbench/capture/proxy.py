@@ -1,16 +1,11 @@
 """``CaptureProxy``: a loopback HTTP proxy that relays an agent's requests to an upstream
-unchanged and records their token shape (docs/capture.md).
+unchanged and records their token shape.
 
-Every request is forwarded as it came (method, path, query, headers but the hop-by-hop
-ones, body bytes) and every response relayed as it comes (status, headers, body bytes
-piece by piece as they arrive: a stream is never buffered). What is captured —
-``POST`` to ``/v1/chat/completions``, ``/v1/completions`` or ``/v1/messages`` answered
-200 — is read only after it has been relayed: the request's session assignment is a
-callback queued behind the forwarding (``loop.call_soon``, in arrival order), and the
-response's counts, the prompt's token ids and their hashes are computed once the last
-byte went out. Each conversation's file is rewritten, atomically, as its requests
-finish. Credentials (``Authorization``, ``x-api-key``, any header) are forwarded and
-held in memory for the tokenize call, never written or printed.
+The relay forwards bytes as they come, never buffering a stream; what is captured is
+read only after it was relayed (session assignment queued behind the forwarding, counts,
+token ids and hashes once the last byte went out), and each conversation's file is
+rewritten atomically as its requests finish. Credentials are forwarded and held in
+memory for the tokenize call, never written (docs/capture.md, "The relay").
 """
 
 from __future__ import annotations

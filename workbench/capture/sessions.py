@@ -1,28 +1,10 @@
-"""Which conversation and which agent a captured request belongs to (docs/capture.md,
-"Sessions and sub-agents").
+"""Which conversation and which agent a captured request belongs to.
 
-``Sessions.arrive`` is called once per captured request, in the order the requests
-arrived, and assigns it:
-
-1. **group** — the value of the session header (``X-Session-ID`` by default), or of the
-   parent header (``X-Parent-Session-ID``) when the request names its parent (then the
-   parent's group, and its own session value joins that group); requests without
-   either share one group;
-2. **agent** — a request whose messages extend an earlier request's messages (its
-   assistant reply and the new input appended) continues that request's agent: the
-   longest such earlier request of the group wins. A request that extends none starts a
-   new agent;
-3. **conversation** — in a group named by a header, the first agent is the root of a
-   conversation (one file) and every later new agent is its **sub-agent**, or a
-   sub-agent's: its parent is a *waiting* agent of the group (its response ended, its
-   next request not yet sent) — one whose response asked for a tool (``stop`` is
-   ``tool_use``) before others, then the one closest to the root, then the latest to
-   start waiting — or the root when none waits. A new agent whose request names its
-   parent session is the sub-agent of that session's latest agent. Without a header, a
-   new agent is a sub-agent only of an agent waiting on a tool call (by the same
-   order); otherwise it is the root of a new conversation.
-
-Messages are compared by salted digests of their canonical JSON, never kept as text.
+``Sessions.arrive``, once per captured request in arrival order, assigns its group
+(session or parent header), its agent (the longest earlier request of the group whose
+messages it extends) and its conversation (root, or a sub-agent of a waiting agent):
+the rules are docs/capture.md's, "Sessions and sub-agents". Messages are compared by
+salted digests of their canonical JSON, never kept as text.
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
-"""Where a captured prompt's token ids come from (``--tokenizer``).
-
-- ``upstream`` (the default): the upstream's own ``POST /tokenize`` (vLLM's shape, which
-  SGLang and the embedded engine serve too): ``{"model", "messages",
-  "add_generation_prompt": true}`` for chat, ``{"model", "prompt"}`` for completions →
-  ``{"tokens": [...]}``: the ids the server prefills, chat template included. The call
-  carries the agent's own headers (a server behind an API key asks for it on every
-  path) and runs after the response has been relayed, never before. Anthropic's
-  ``/v1/messages`` has no such endpoint, so those prompts, and every prompt once the
-  upstream has refused one call, take ``word``.
-- ``word``: workbench's built-in word tokenizer (``workbench.tokenizer``) over each part
-  of the prompt as ``<|role|> words <|end|>``, then ``<|assistant|>`` (the embedded
-  engine's chat template): exact against the embedded engine, and for any other server
-  a stand-in whose block boundaries differ from the server's but whose sharing
-  (which prompts extend which) is the same.
-
-docs/capture.md, "Token ids".
+"""Where a captured prompt's token ids come from (``--tokenizer``): ``upstream``, the
+upstream's own ``POST /tokenize`` (vLLM's shape) called with the agent's credentials after
+the response was relayed, falling back to ``word``, the built-in word tokenizer over the
+embedded engine's chat template (docs/capture.md, "Token ids and hash ids").
 """
 
 from __future__ import annotations

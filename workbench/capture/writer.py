@@ -1,10 +1,5 @@
-"""A conversation as the captured format of kv-cache-tester, written atomically.
-
-``document`` renders one ``Conversation`` (its done turns only; sub-agents as
-``"type": "subagent"`` markers in their parent's request list, their requests timed
-from the marker); ``write_atomic`` writes it through a temporary file in the same
-directory and ``os.replace``, so a reader (or a crash) sees the previous version or
-the new one, never half a file. Field meanings: docs/capture.md, "The files".
+"""A conversation as the captured format of kv-cache-tester, written atomically
+(a temporary file, then ``os.replace``). Field meanings: docs/capture.md, "The files".
 """
 
 from __future__ import annotations

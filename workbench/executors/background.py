@@ -1,25 +1,10 @@
 """A replay in a process of its own, followed through a bounded snapshot (the panel's Run).
 
-A notebook's kernel redraws figures, answers widget messages and collects its garbage
-on its main thread; a replay sharing that process would share its interpreter lock, and
-a redraw that holds it delays the requests the replay stamps (bench/README.md, "the
-panel's measuring loop"). So the panel's replay runs as ``python -m
-workbench.executors.background``, the same ``run_async`` the CLI runs on a loop of its
-own, and the kernel only watches it (docs/notebooks.md):
-
-- the child reads its ``RunConfig`` as one JSON line on stdin (never on the command
-  line, where ``ps`` would show a URL's password), then runs; a ``stop`` line on stdin
-  stops the run as the panel's Stop does, and so does stdin's end (the kernel is gone);
-- the child writes JSON lines on stdout: ``{"phase": ...}`` as the run moves on,
-  ``{"progress": [done, total]}`` at most every ``PROGRESS_EVERY_S`` (and the last one),
-  then ``{"end": {...}}`` or ``{"error": {...}}``;
-- in the kernel a reader thread turns those lines into a ``Snapshot`` (a small frozen
-  dataclass behind a lock: phase, done/total, outcome); widgets poll it. The finished
-  records are read from the run directory's ``records.jsonl`` by ``RecordTail``, on the
-  kernel's side: nothing the kernel does runs in the measuring process.
-
-Without an ``out_dir`` the run is written to a temporary directory that ``result()``
-reads back and deletes (the result then has no ``run_dir``, as a run without one has).
+The child (``python -m workbench.executors.background``) reads its ``RunConfig`` as one
+JSON line on stdin, stops on a ``stop`` line or stdin's end, and writes JSON lines
+(``phase``, ``progress``, then ``end`` or ``error``) that a reader thread in the kernel
+turns into a ``Snapshot`` (docs/executors.md, docs/notebooks.md). Without an
+``out_dir`` the run goes to a temporary directory that ``result()`` reads back and deletes.
 """
 
 from __future__ import annotations

@@ -1,29 +1,9 @@
 """Process sharding: one run's units spread over N worker processes on this host.
 
-A single asyncio loop saturates one core; ``executor.workers = N`` runs N loops.
-
-- **Units are never split.** The ``i``-th unit in release order, (arrival, file
-  order), goes to shard ``i mod N``, so each shard keeps release-order admission
-  among its own units and timed arrivals interleave evenly across shards.
-- **Concurrency is divided**: shard ``k`` gets ``C // N`` slots (+1 for the
-  first ``C mod N``), and its routing slots are offset so they stay unique run-wide.
-- **Start barrier, common epoch.** The parent opens the target (it starts the
-  embedded engine itself; workers only get its URL), runs the preflight and the
-  ``/metrics`` scraper, and spawns the workers. Each worker loads nothing: it
-  receives its sub-plan, opens its own transport, plays its warm-up, reports
-  ready, and waits. Then the parent sends every worker one epoch ``t0`` (a few
-  ms ahead) on ``time.perf_counter_ns`` — CLOCK_MONOTONIC, the same clock in
-  every process of the host — so arrival offsets, lags and every record's
-  timestamps are on one time base.
-- **Records merge into one run directory.** Workers stream records and
-  lifecycle rows to ``shards/<name>-<k>.jsonl`` inside the run directory (crash
-  safe as in a 1-process run); at the end the parent merges them into
-  ``records.jsonl`` / ``lifecycle.jsonl`` (ordered by end time), removes the
-  shard files, and writes one manifest and summary, whose ``client`` key pools
-  every worker's self-measurement.
-- Stopping: ``stop`` (or cancelling the parent) sends ``stop`` to every worker;
-  each records its in-flight requests as cancelled and exits. A worker that
-  does not answer within the timeouts is terminated.
+``executor.workers = N`` runs N asyncio loops; the split (units never split, concurrency
+divided, routing slots offset), the start barrier on one ``perf_counter_ns`` epoch, the
+shard files merged into one run directory and stopping are docs/scale-out.md's,
+"Worker processes on this host". ``ShardedExecutor`` serves the Ray launcher too.
 """
 
 from __future__ import annotations

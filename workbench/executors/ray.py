@@ -1,41 +1,8 @@
-"""The Ray executor: shards of units on Ray actors, records streamed back to the driver.
+"""The Ray executor: a sharded run's shards on Ray actors, records streamed back to the driver.
 
-``executor: {kind: ray, workers: N, address: ...}`` runs the process-sharding
-design of ``workbench.executors.processes`` on a Ray cluster instead of local processes:
-
-- **Same split.** ``split_plan`` (unit ``i`` → shard ``i mod N``, a unit never
-  split, file order kept within a shard), ``split_concurrency`` and the routing
-  slot offsets are a sharded run's (``workbench.replay.shards``); actor ``k``
-  replays shard ``k`` with an ordinary ``Runner``, so admission order within a shard
-  is a local run's.
-- **The driver owns the target.** As in a sharded run, the driver (this
-  process) starts the embedded engine or checks the URL, runs the preflight and
-  the ``/metrics`` scraper, and gives actors only the base URL — which must be
-  reachable from every node (a ``127.0.0.1`` engine only serves a one-host
-  cluster).
-- **Clock offsets, one epoch.** Before the start the driver measures each
-  actor's clock NTP-style: ``K`` round trips of ``time.time_ns``, keeping the
-  sample with the smallest round trip (offset = actor − midpoint of the round
-  trip, error ≤ RTT/2). An actor on the driver's host (same kernel boot id)
-  shares ``time.perf_counter_ns`` (CLOCK_MONOTONIC) with it and gets the
-  driver's epoch ``t0`` verbatim; an actor on another host gets it as a wall
-  time corrected by its offset and converts it to its own monotonic clock, and
-  its record timestamps are shifted back onto the driver's clock when they
-  arrive. Offsets, RTTs and shifts go into the manifest's ``executor.clocks``.
-- **Barrier.** Every actor opens its transport and plays its warm-up
-  (``prepare``), then the driver picks ``t0`` ``EPOCH_LEAD_NS`` ahead and starts
-  them all; timed arrivals are offsets from that one epoch.
-- **Streaming back.** Actors buffer finished records and lifecycle rows;
-  the driver drains them every ``POLL_S`` (one actor call returning a batch) and
-  appends them to ``shards/*.jsonl`` in the run directory (crash-safe as in a
-  sharded run), then ``ShardedExecutor`` merges them into one run
-  directory. ``records.parquet`` is written beside ``records.jsonl`` at the end
-  when pyarrow is installed.
-
-Ray is optional (``pip install 'workbench[ray]'``). With no ``address`` the
-driver joins a running ``ray.init`` of this process, else starts a local
-cluster and shuts it down at the end; with an ``address`` it connects to that
-cluster and leaves it running.
+``executor: {kind: ray, workers: N, address: ...}``. The split, the driver owning the
+target, the NTP-style clock offsets, the one epoch and the streaming back are
+docs/scale-out.md's; Ray is optional (``pip install 'workbench[ray]'``).
 """
 
 from __future__ import annotations
