@@ -35,10 +35,8 @@ def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
 
 
 def resolve_headers(headers: Mapping[str, Any]) -> dict[str, str]:
-    """Header values as sent: ``$NAME`` from the environment (an unset one is an error).
-
-    Every value is registered for redaction as it is resolved (``redact.register_sent``):
-    whoever builds the headers a request carries also keeps them out of every output."""
+    """Header values as sent: ``$NAME`` from the environment (an unset one is an error),
+    each registered for redaction (``redact.register_sent``)."""
     out: dict[str, str] = {}
     for name, value in headers.items():
         text = str(value)

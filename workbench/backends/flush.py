@@ -31,13 +31,8 @@ NOT_ASKED = "backend.flush_cache false"  # the detail of a run that did not try
 
 @dataclass
 class FlushOutcome:
-    """What ``flush_prefix_cache`` did (the run manifest's ``cache_flush``).
-
-    ``attempted``: a request was sent; ``ok``: the server confirmed the reset;
-    ``endpoint``: the route that answered last (``POST /reset_prefix_cache``);
-    ``status``: its HTTP status; ``detail``: why not, in words; ``tries``: every
-    request sent, in order (route, status, body excerpt).
-    """
+    """What ``flush_prefix_cache`` did (the run manifest's ``cache_flush``): ``endpoint`` and
+    ``status`` of the last answer, ``detail`` why not, ``tries`` every request sent."""
 
     attempted: bool = False
     ok: bool = False
@@ -84,12 +79,8 @@ async def flush_prefix_cache(
 ) -> FlushOutcome:
     """Reset the prefix cache of the server at ``base_url``; never raises for HTTP answers.
 
-    ``backend`` names the registered backend whose routes are tried, in order;
-    ``session`` reuses a client session; ``headers`` are sent as they are (a run
-    passes its transport's ``auth_headers()``: the target URL's credentials or the
-    bearer key); ``api_key`` is sent as a bearer token otherwise (never recorded). A server that is
-    unreachable, or answers neither route, gives ``ok=False`` with a ``detail``
-    saying so. A refusal because requests are running is retried ``retries``
+    ``headers`` are sent as they are (a run passes ``Transport.auth_headers()``), else
+    ``api_key`` as a bearer token (never recorded); a busy refusal is retried ``retries``
     times, ``retry_s`` apart.
     """
     root = normalize_base_url(base_url)

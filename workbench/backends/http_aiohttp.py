@@ -208,9 +208,8 @@ async def _bounded_body(resp: aiohttp.ClientResponse, inflater: Inflater | None)
 
 
 class _Sent:
-    """One POST's trace context: its response's state (and so its record), whether its
-    body went out, and whether it rode a kept-alive connection (only then may a loss
-    before the answer be retried)."""
+    """One POST's trace context: its response's state, whether its body went out, and
+    whether it rode a kept-alive connection (only then may a loss be retried)."""
 
     __slots__ = ("reused", "sent", "state")
 

@@ -33,11 +33,8 @@ UNKNOWN_TOKEN = -1
 
 
 class ChoicesParser(OpenAIChunks):
-    """Parser for streams of ``{choices:[{token_ids, finish_reason}], usage}`` chunks.
-
-    Per chunk it reads only ``choices[0]`` and, when present, ``usage``; usage is
-    interpreted once, in ``finish``.
-    """
+    """Parser for streams of ``{choices:[{token_ids, finish_reason}], usage}`` chunks
+    (``choices[0]`` per chunk; usage read once, in ``finish``)."""
 
     __slots__ = ("_ids", "_missing")
 
@@ -69,11 +66,8 @@ class ChoicesParser(OpenAIChunks):
         return [UNKNOWN_TOKEN] if choice["text"] else None
 
     def feed_all(self, payloads: list[bytes]) -> list[int]:
-        """Every payload of one network read → the id count of each token event, in order.
-
-        Same result as ``feed`` on each payload (which it falls back to for anything
-        unusual, so errors read the same), but one ``orjson.loads`` per read.
-        """
+        """``feed`` on each payload, with one ``orjson.loads`` per read (``feed`` itself for
+        anything unusual, so errors read the same)."""
         if len(payloads) == 1:
             n = self.feed_one(payloads[0])
             return [n] if n else []
@@ -113,10 +107,7 @@ class ChoicesParser(OpenAIChunks):
         return counts
 
     def feed_one(self, payload: bytes) -> int:
-        """One payload (a read of exactly one event) → its token id count (0: none).
-
-        ``feed_all([payload])`` without the lists: a streamed answer is mostly this.
-        """
+        """``feed_all([payload])`` without the lists: a streamed answer is mostly this."""
         try:
             obj = orjson.loads(payload)
         except orjson.JSONDecodeError:

@@ -168,15 +168,10 @@ CUMULATIVE_TEXT_HINT = (
 
 
 class ChatParser(OpenAIChunks):
-    """Chat deltas: every chunk with non-empty content (or reasoning) is a token event
-    (a non-streaming answer: its one ``message``).
-
-    Its ids are the delta re-encoded (at least one, since the server sent a token
-    even when it renders as whitespace); the reply's ids are the whole text re-encoded.
-    Cumulative content (every chunk starts with the one before and is longer, at
-    least three chunks, and the joined text re-encodes to more tokens than the
-    server's ``completion_tokens``) fails the request, as the token backends do.
-    """
+    """Chat deltas (or a whole answer's ``message``): each chunk with content or reasoning
+    is a token event of its text re-encoded (at least one id); the reply's ids are the whole
+    text re-encoded. Cumulative content (each chunk repeats the one before and more, and the
+    text re-encodes past ``completion_tokens``) fails the request."""
 
     __slots__ = ("_codec", "_grown", "_messages", "_parts", "_req")
 

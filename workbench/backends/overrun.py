@@ -46,17 +46,10 @@ class OutputOverrun(BackendError):
 
 
 class OverrunGuard:
-    """Counts one stream's output tokens as its events are parsed.
-
-    ``check(counts)`` after each parsed batch (``counts``: the record's
-    ``token_counts``, ids per token event) raises ``OutputOverrun`` past the cut
-    limit, the record trimmed to end at the event that crossed it;
-    ``flag(completion_tokens)`` at the end of a stream that ended by itself marks a
-    smaller overrun (streamed, or reported in usage) without failing it.
-    ``stream.StreamState`` does ``check``'s usual case itself on its per-read path (new
-    tokens, still under the limit: ``total`` and ``seen`` moved on, as ``check`` would)
-    and calls ``check`` for everything else.
-    """
+    """Counts one stream's output tokens as its events are parsed: ``check`` raises
+    ``OutputOverrun`` past the cut limit (the record trimmed at the crossing event), ``flag``
+    marks a smaller overrun at the end. ``stream.StreamState`` does ``check``'s usual case
+    (under the limit) inline."""
 
     __slots__ = ("by_events", "event_limit", "limit", "max_tokens", "rec", "seen", "stale",
                  "total")
@@ -74,9 +67,8 @@ class OverrunGuard:
         self.stale = 0  # bytes of parse batches that brought no token
 
     def check(self, counts: list[int], nbytes: int = 0) -> None:
-        """After a parse batch of ``nbytes`` bytes: cut past the token limit, or once the
-        batches that brought no token (token-less events, SSE comments, keep-alives: they
-        keep the idle timeout from firing) add up to more than ``event_limit`` bytes."""
+        """After a parse batch of ``nbytes`` bytes: cut past the token limit, or once batches
+        without a token add up to more than ``event_limit`` bytes."""
         n = len(counts)
         if n == self.seen:
             self.stale += nbytes
@@ -112,9 +104,7 @@ class OverrunGuard:
         self.total, self.seen = total, n
 
     def check_unfinished(self, nbytes: int) -> None:
-        """Cut a stream whose current event has grown past ``event_limit`` bytes without
-        ending: no token is parsed from it, so ``check`` alone would never fire, and the
-        bytes keep the idle timeout from firing too."""
+        """Cut a stream whose current event has grown past ``event_limit`` bytes unended."""
         if nbytes > self.event_limit:
             self._mark(self.total, cut=True)
             self.rec.extra["output_overrun"]["unfinished_event_bytes"] = nbytes

@@ -27,11 +27,9 @@ _EWMA = 1 / 16
 class Pacer:
     """FIFO turns for per-request work, at most ~one budget of it per loop iteration.
 
-    ``turn()`` returns ``None`` (go on) or a future; a caller given a future awaits
-    ``wait(fut)``. Waiters are let go in FIFO order, a batch per iteration; a
-    released waiter that wakes to find the iteration's budget spent goes back to
-    the head of the line. The batch size learns what fits: it doubles while a
-    whole batch fits, and drops to what did fit when one does not.
+    ``turn()`` returns ``None`` (go on) or a future for ``wait``. A released waiter that
+    finds the budget spent goes back to the head of the line; the batch size doubles while
+    a batch fits and drops to what fitted when one does not.
     """
 
     __slots__ = (
@@ -65,10 +63,8 @@ class Pacer:
         return len(self._waiting) + len(self._front)
 
     def observe(self, reads: int) -> None:
-        """A response ended after ``reads`` network reads. With ``auto``, pacing stays on
-        while responses stream (a mean of ``STREAMING_READS`` reads or more) and stands
-        aside while they arrive whole: then there are no token stamps to protect, and
-        holding sends back would only keep a line of requests inside the client."""
+        """A response ended after ``reads`` network reads; with ``auto``, pacing is on while the
+        mean stays at ``STREAMING_READS`` or more."""
         if not self._auto:
             return
         self._reads += (reads - self._reads) * _EWMA

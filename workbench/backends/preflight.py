@@ -34,10 +34,7 @@ def _too_long(rec: RequestRecord) -> bool:
 
 @dataclass(frozen=True)
 class PreflightResult:
-    """What the probes showed, in plain values so it drops straight into a manifest.
-
-    ``first``/``second`` are the probe records as dicts (``RequestRecord.to_dict``).
-    """
+    """What the probes showed (``first``/``second``: the probe records as dicts)."""
 
     probe_tokens: int
     prompt_tokens: int | None
@@ -82,11 +79,8 @@ async def preflight_prefix_cache(
     min_probe_tokens: int = 256,
     request_id: str = "req-frontend-preflight",
 ) -> PreflightResult:
-    """Send the probe twice with ``max_tokens=1``; raise ``BackendError`` unless cached.
-
-    ``pool_tail_ids`` is the end of the token pool; its last ``probe_tokens`` ids
-    are the probe.
-    """
+    """Send the last ``probe_tokens`` ids of ``pool_tail_ids`` twice with ``max_tokens=1``;
+    raise ``BackendError`` unless the second was cached."""
     ids = list(pool_tail_ids[-probe_tokens:]) if probe_tokens > 0 else []
     if not ids:
         raise BackendError("prefix-cache preflight needs a non-empty probe prompt")

@@ -101,10 +101,8 @@ class _Page:
 def parse_metrics(
     text: str, patterns: Sequence[str] = ()
 ) -> tuple[dict[str, float], dict[str, str] | None]:
-    """Prometheus text → (series values, ``vllm:cache_config_info`` labels or None).
-
-    Kept: the engine series, the known GPU-exporter series and any name matching one
-    of the ``patterns`` (shell globs, case-sensitive)."""
+    """Prometheus text → (kept series values, ``vllm:cache_config_info`` labels or None);
+    ``patterns``: shell globs of further names to keep."""
     page = _Page()
     page.add(text, patterns)
     return page.values(), page.cache_config
@@ -128,9 +126,8 @@ async def _fetch(
     session: aiohttp.ClientSession, url: str, timeout_s: float,
     headers: dict[str, str] | None = None,
 ) -> tuple[str, bool]:
-    """One page and whether it was cut: read under ``bodies.PAGE_MAX`` (inflated piece
-    by piece); a longer page is cut after its last whole line, with one warning per URL
-    (docs/security.md)."""
+    """One page and whether it was cut at ``bodies.PAGE_MAX`` (after its last whole line,
+    one warning per URL; docs/security.md)."""
     shown = strip_url_credentials(url)
     get = session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers)
     async with get as resp:
@@ -148,9 +145,8 @@ async def _fetch(
 
 
 class _Endpoint:
-    """A further ``/metrics`` page: its URL without credentials (sent as a Basic
-    ``Authorization`` header instead, the way the target's are), the URL as stored and
-    logged (``redact.safe_url``: query values too) and what it failed with."""
+    """A further ``/metrics`` page: the URL fetched (credentials sent as a Basic header),
+    the URL shown (``redact.safe_url``) and its failures."""
 
     def __init__(self, url: str) -> None:
         full = endpoint_url(url)
@@ -182,11 +178,8 @@ async def detect_block_size(
 
 
 class MetricsScraper:
-    """Scrapes ``/metrics`` every ``interval_s`` into ``timeline`` while started.
-
-    Rows are ``{"t_ns": ..., series: value, ...}`` on the given clock (the run's
-    clock, so rows line up with request timestamps), or ``{"t_ns", "error"}``.
-    """
+    """Scrapes ``/metrics`` every ``interval_s`` into ``timeline`` while started: rows of
+    ``t_ns`` (the run's clock) and the series, or an ``error``."""
 
     def __init__(
         self,
@@ -217,11 +210,8 @@ class MetricsScraper:
         self._task: asyncio.Task[None] | None = None
 
     async def scrape_once(self) -> dict[str, Any]:
-        """One scrape of every endpoint: a row with ``t_ns`` and the series; ``error``
-        when the engine's own page failed, ``endpoint_errors`` when a further one did.
-
-        The row also has ``cache_config`` (labels) when the server exports it.
-        """
+        """One row from every endpoint: ``error`` when the engine's page failed,
+        ``endpoint_errors`` when a further one did, ``cache_config`` when exported."""
         t_ns = self.clock.now_ns()
         if self._session is None:
             self._session = bounded_session()
@@ -296,11 +286,7 @@ class MetricsScraper:
         }
 
     async def start(self) -> None:
-        """Take the baseline row now, then keep scraping in a background task.
-
-        The baseline is awaited so the first request of a run cannot slip in
-        before it (its misses would fall outside the server-side window).
-        """
+        """Take the baseline row now (before any request of the run), then scrape in a task."""
         if self._task is None:
             self._append(await self.scrape_once())
             self._task = asyncio.get_running_loop().create_task(self._run())

@@ -53,11 +53,8 @@ SGLANG_SERVERS = ServerFacts(
 
 
 class SGLangParser(EventParser):
-    """Incremental ``output_ids`` with both SGLang guards applied as chunks arrive.
-
-    Echoed ids are withheld from the returned per-chunk ids as soon as the running
-    ``completion_tokens`` shows a surplus, so they never count as token events.
-    """
+    """Incremental ``output_ids`` with both guards; echoed ids are withheld from the chunks'
+    ids as soon as the running ``completion_tokens`` shows a surplus."""
 
     __slots__ = ("_echo", "_ids", "_meta", "_prompt")
 

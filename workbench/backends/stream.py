@@ -63,11 +63,8 @@ class DisconnectedError(ConnectionError):
 
 
 class StaleConnectionError(DisconnectedError):
-    """A pooled keep-alive connection died before any byte of the response came.
-
-    The request may be sent once more on a fresh connection (llama.cpp's
-    ``llama-server`` closes after every stream while its headers say keep-alive).
-    """
+    """A pooled keep-alive connection died before any byte of the response came: the
+    request may go once more (llama-server closes after every stream despite keep-alive)."""
 
 
 #: a response head (status line and headers, 1xx included) larger than this is refused,

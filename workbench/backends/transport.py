@@ -72,13 +72,8 @@ _ERROR_BODY_CHARS = 2000
 
 @dataclass(frozen=True)
 class TransportOptions:
-    """Where to send and how long to wait.
-
-    ``api_key_env``: the variable holding a bearer token (never stored).
-    ``stream_idle_timeout_s`` bounds connecting, every silence between reads and, once
-    the body streams, the time without a token event; ``request_timeout_s`` the whole
-    request. ``max_connections`` 0: unlimited (admission is the runner's job).
-    """
+    """Where to send and how long to wait. ``stream_idle_timeout_s`` bounds connecting, every
+    silence between reads and the time without a token event; ``max_connections`` 0: no limit."""
 
     base_url: str
     api_key_env: str | None = "OPENAI_API_KEY"

@@ -40,12 +40,8 @@ class Salt:
 
 
 def block_digests(salt: Salt, ids: Sequence[int], prompt_tokens: int) -> Iterator[bytes]:
-    """One digest per full block of a prompt of ``prompt_tokens`` tokens (the usage
-    count): ``prompt_tokens // BLOCK_SIZE`` of them, one at a time (the caller yields
-    to its event loop between slices). Blocks the ids cover are chained over the ids;
-    when the tokenizer gave fewer ids than the usage counts (a local tokenizer, an
-    upstream without ``/tokenize``), the blocks past them get digests of their own that
-    no other request shares (docs/capture.md, "Hash ids")."""
+    """One digest per full block of a ``prompt_tokens``-token prompt, chained over the ids;
+    blocks past the ids get digests no other request shares (docs/capture.md)."""
     want = prompt_tokens // BLOCK_SIZE
     have = min(want, len(ids) // BLOCK_SIZE)
     try:

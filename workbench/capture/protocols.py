@@ -48,9 +48,8 @@ def _ordered(kinds: Iterable[str]) -> list[str]:
 
 @dataclass(slots=True)
 class RequestFacts:
-    """One request body, read: ``messages`` are the conversation's items as canonical
-    JSON bytes (one per message; ``cache_control`` markers dropped, as they move between
-    turns), ``preamble`` what comes before them (Anthropic's ``system``)."""
+    """One request body, read: ``messages`` as canonical JSON bytes (``cache_control``
+    dropped), ``preamble`` what precedes them (Anthropic's ``system``)."""
 
     api: str  # CHAT | COMPLETIONS | MESSAGES
     model: str
@@ -159,9 +158,8 @@ def prompt_segments(facts: RequestFacts) -> list[tuple[str, str]]:
 
 @dataclass(slots=True)
 class ResponseFacts:
-    """What a response said: token counts (``None``: the upstream sent no usage),
-    the stop reason as the format spells it, the content kinds, and for a stream
-    without usage the number of events that carried output (the fallback count)."""
+    """What a response said: counts (``None``: no usage), ``stop``, the content kinds, and
+    the events that carried output (a stream without usage's fallback count)."""
 
     prompt_tokens: int | None = None
     output_tokens: int | None = None
@@ -224,10 +222,8 @@ def _openai_choice(facts: ResponseFacts, choice: Any, kinds: set[str], delta_key
 
 
 def sse_data(raw: bytes) -> Iterable[Any]:
-    """The JSON documents of a whole SSE stream's ``data:`` payloads, framed as the
-    replay client frames them (``workbench.sse``: any line ending, multi-line events, a
-    last event without its blank line); ``[DONE]`` and payloads that are not JSON are
-    skipped."""
+    """The JSON documents of a whole SSE stream, framed as the replay client frames them;
+    ``[DONE]`` and non-JSON payloads skipped."""
     decoder = SSEDecoder()
     for data in [*decoder.feed(raw), *decoder.close()]:
         if not data.strip() or data.strip() == DONE:
@@ -268,10 +264,7 @@ def response_facts(api: str, stream: bool, raw: bytes) -> ResponseFacts:
 
 def _anthropic_doc(facts: ResponseFacts, doc: dict[str, Any], kinds: set[str],
                    stream: bool) -> None:
-    """One Anthropic document: a whole message, or a stream event (``message_start``
-    with the input usage, ``content_block_start`` naming a block's kind,
-    ``content_block_delta``, ``message_delta`` with the stop reason and the final
-    output count)."""
+    """One Anthropic document: a whole message, or one stream event."""
     kind = doc.get("type")
     if not stream or kind == "message":
         _anthropic_usage(facts, doc.get("usage"))

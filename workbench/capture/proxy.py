@@ -62,14 +62,9 @@ HASH_SLICE = 512
 
 
 class CaptureProxy:
-    """``async with CaptureProxy(upstream, out_dir) as proxy``: listening at
-    ``proxy.url`` until the block ends; the capture is in ``out_dir``
-    (``proxy.files()``).
-
-    ``tokenizer``: ``upstream`` or ``word`` (``workbench.capture.tokens``);
-    ``session_header`` / ``parent_header``: the headers that name a request's session
-    and its parent's (docs/capture.md, "Sessions and sub-agents"); ``salt_file``: where
-    to save the hashing key (default: nowhere, it stays in memory)."""
+    """``async with CaptureProxy(upstream, out_dir) as proxy``: listening at ``proxy.url``
+    until the block ends (options: docs/capture.md); ``salt_file``: where to save the
+    hashing key (default: it stays in memory)."""
 
     def __init__(
         self, upstream: str, out_dir: str | Path, *, host: str = "127.0.0.1", port: int = 0,
@@ -306,10 +301,8 @@ class CaptureProxy:
         self._flush_wake.set()
 
     async def _flush_loop(self) -> None:
-        """Rewrite changed conversations as their requests finish: the documents are
-        built on the loop, the files written by a thread (``os.replace`` and the writes
-        are system calls that would hold the relays up); what finishes meanwhile is
-        written in the next pass."""
+        """Rewrite changed conversations as their requests finish, the files written by a
+        thread so the relays are not held up."""
         loop = asyncio.get_running_loop()
         while True:  # bounded: ends when _close sets _stopping
             await self._flush_wake.wait()
@@ -335,9 +328,8 @@ class CaptureProxy:
 
 
 def _decoded(body: bytes, encoding: str) -> bytes | None:
-    """The bytes to read counts from: a ``gzip``/``deflate`` answer inflated (at most
-    ``MAX_KEPT_BYTES``; the agent got it as it came); None for another encoding or a
-    broken one (the request is then relayed and not recorded)."""
+    """The bytes to read counts from (``gzip``/``deflate`` inflated, at most
+    ``MAX_KEPT_BYTES``); None for another or a broken encoding (then not recorded)."""
     if encoding in ("", "identity"):
         return body
     if encoding not in ("gzip", "x-gzip", "deflate"):

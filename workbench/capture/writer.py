@@ -109,9 +109,7 @@ def _requests(agent: Agent, origin: float, numbers: dict[int, int]) -> list[dict
 
 
 def write_atomic(path: Path, doc: dict[str, Any]) -> None:
-    """``doc`` at ``path``: a temporary file beside it, then renamed over it (a killed
-    process leaves the old version or the new one; no fsync: an operating-system crash
-    is not covered, docs/capture.md)."""
+    """``doc`` at ``path`` through a temporary file renamed over it (no fsync)."""
     safe.write_file(path, orjson.dumps(doc))  # NAME.tmp, never through a link
 
 

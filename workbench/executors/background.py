@@ -46,12 +46,9 @@ class BackgroundRunError(WorkbenchError):
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Where a background run is, as the kernel last heard.
-
-    ``phase``: ``starting`` (process and engine starting), ``running``, ``stopping``
-    (Stop pressed), ``finalizing`` (files being written), then ``done``, ``failed`` or
-    ``cancelled``. ``seq`` grows with every change (a poller redraws only on news).
-    """
+    """Where a background run is, as the kernel last heard: ``phase`` (``starting``,
+    ``running``, ``stopping``, ``finalizing``, then ``done``, ``failed`` or ``cancelled``);
+    ``seq`` grows with every change."""
 
     phase: str = "starting"
     done: int = 0
@@ -282,14 +279,8 @@ class _Out:
 
 
 class _Lines:
-    """Lines from a file descriptor, read with ``os.read``: no buffered file object.
-
-    ``sys.stdin.buffer`` would do, but a daemon thread blocked in its ``readline`` holds the
-    buffer's lock, and an interpreter that ends while it does aborts ("could not acquire
-    lock for <_io.BufferedReader name='<stdin>'> at interpreter shutdown"): the child ended
-    with SIGABRT (-6) after every run whose kernel had not closed its stdin yet. A thread
-    blocked in ``os.read`` holds no lock, so the run's end is an ordinary exit (status 0).
-    """
+    """Lines from a file descriptor with ``os.read``: a thread blocked in a buffered
+    ``readline`` holds a lock that aborts the interpreter's exit (docs/executors.md)."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd

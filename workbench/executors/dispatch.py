@@ -37,12 +37,9 @@ async def run_async(
 ) -> RunResult:
     """Replay ``cfg`` and return its result (saved under ``cfg.out_dir/<run_id>`` if set).
 
-    ``stop`` (e.g. a notebook's Stop button) ends the run cleanly: in-flight
-    requests are recorded as cancelled and the result says ``cancelled``.
-    Cancelling the task itself does the same bookkeeping, then re-raises.
-    ``phase`` is told where the run is: ``"starting"`` (the target opens: the embedded
-    engine starts), ``"running"`` (the target answered), ``"finalizing"`` (the last request
-    ended or was cancelled; files are being written).
+    ``stop`` ends the run cleanly (in-flight requests recorded as cancelled); cancelling the
+    task does the same, then re-raises. ``phase`` is told ``"starting"``, ``"running"``
+    and ``"finalizing"``.
     """
     run = prepare(cfg, workload)
     if run.cfg.dry_run:
@@ -62,13 +59,8 @@ def executor_for(cfg: RunConfig) -> Executor:
 
 
 def run(cfg: RunConfig | dict[str, Any], *, progress: Progress | None = None) -> RunResult:
-    """Synchronous ``run_async``, also from a notebook cell (a running loop).
-
-    Outside a loop it runs on uvloop when installed (``executor.uvloop``, default on):
-    its I/O path costs the client less CPU per request than asyncio's. Inside a running
-    loop (a Jupyter kernel) the replay gets a fresh loop on a worker thread and the cell
-    waits for it (``workbench.replay.loops``, docs/notebooks.md): the kernel's own loop is
-    never re-entered, and nothing the kernel does runs on the loop that stamps requests.
-    """
+    """Synchronous ``run_async``, also from a notebook cell: on uvloop when installed
+    (``executor.uvloop``), and inside a running loop on a fresh loop in a worker thread
+    (docs/notebooks.md)."""
     cfg = coerce_config(cfg)
     return run_anywhere(run_async(cfg, progress=progress), cfg.executor.uvloop)

@@ -59,9 +59,8 @@ class Launcher(Protocol):
 
 
 class ShardedExecutor:
-    """The plan over N shards: this process owns the target, the preflight, the cache
-    flush and the ``/metrics`` scraper; the ``launcher`` runs the shards, whose files are
-    merged into one run directory at the end."""
+    """The plan over N shards: this process owns the target, preflight, flush and scraper;
+    the ``launcher`` runs the shards, whose files are merged at the end."""
 
     target = None  # the config's
 
@@ -295,12 +294,8 @@ class _Workers:
 
 # ----------------------------------------------------------------- the worker side
 def worker_main(conn: Connection, spec: dict[str, Any]) -> None:
-    """Entry point of a worker process (spawned: nothing inherited but ``spec``).
-
-    A worker never outlives the parent: it gets SIGKILL when the parent dies, however
-    it dies (``die_with_parent``; nobody would merge its records), and a pipe that
-    reaches EOF stops its runner too (systems without a parent-death signal).
-    """
+    """Entry point of a worker process (spawned: nothing inherited but ``spec``); it dies
+    with the parent, and a pipe at EOF stops its runner too."""
     die_with_parent(spec["parent_pid"], signal.SIGKILL)
 
     cfg = RunConfig.from_dict(spec["cfg"])

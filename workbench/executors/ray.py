@@ -121,11 +121,8 @@ class ShardActor:
         self._done += 0 if rec.warmup else 1
 
     async def begin(self, t0_perf_ns: int | None, t0_wall_ns: int) -> int:
-        """Start replaying from the epoch and return it on this actor's ``perf_counter``.
-
-        The epoch is the driver's ``perf_counter`` ns (same host) or a wall time
-        already corrected to this actor's clock (another host).
-        """
+        """Start from the epoch (the driver's ``perf_counter`` ns on its host, else a wall time
+        corrected to this actor's clock); return it on this actor's ``perf_counter``."""
         t0 = t0_perf_ns
         if t0 is None:
             t0 = time.perf_counter_ns() + (t0_wall_ns - time.time_ns())
