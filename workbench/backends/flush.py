@@ -99,21 +99,20 @@ async def flush_prefix_cache(
         routes = BACKENDS.get(backend).servers.flush_routes
         for route in routes:
             for attempt in range(retries + 1):
+                out.attempted = True
                 try:
                     async with sess.post(with_query(root + route, base_url),
                                          timeout=timeout) as resp:
                         # at most bodies.ANSWER_MAX, inflated piece by piece
                         status, body = resp.status, (await read_body(resp)).text()
                 except (aiohttp.ClientError, TimeoutError, OSError, BodyError) as exc:
-                    out.attempted = True
                     out.detail = f"POST {route} failed: {type(exc).__name__}: {exc}"
                     out.tries.append({"endpoint": f"POST {route}", "status": None,
                                       "body": str(exc)[:BODY_EXCERPT]})  # fmt: skip
                     return out
-                out.attempted = True
                 out.endpoint, out.status = f"POST {route}", status
-                out.tries.append({"endpoint": out.endpoint, "status": status,
-                                  "body": body.strip()[:BODY_EXCERPT]})  # fmt: skip
+                excerpt = body.strip()[:BODY_EXCERPT]
+                out.tries.append({"endpoint": out.endpoint, "status": status, "body": excerpt})
                 verdict = _confirmed(status, body)
                 if verdict == "absent":
                     break  # not served here: next route
@@ -121,17 +120,12 @@ async def flush_prefix_cache(
                     out.ok, out.detail = True, None
                     return out
                 if verdict == "failed":
-                    out.detail = (
-                        f"the server answered the reset with HTTP {status}: "
-                        f"{body.strip()[:BODY_EXCERPT]!r}"
-                        + (" (is backend.api_key_env set to the server's key?)"
-                           if status in (401, 403) else "")
-                    )  # fmt: skip
+                    key = " (is backend.api_key_env set to the server's key?)"
+                    out.detail = (f"the server answered the reset with HTTP {status}: "
+                                  f"{excerpt!r}{key if status in (401, 403) else ''}")
                     return out
-                out.detail = (
-                    f"the server refused the reset (HTTP {status}: "
-                    f"{body.strip()[:BODY_EXCERPT]!r}); requests still hold cache blocks"
-                )
+                out.detail = (f"the server refused the reset (HTTP {status}: {excerpt!r}); "
+                              "requests still hold cache blocks")
                 if attempt < retries:
                     await asyncio.sleep(retry_s)
             else:

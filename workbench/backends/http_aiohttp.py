@@ -15,7 +15,7 @@ import asyncio
 import ssl
 from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NoReturn
 
 import aiohttp
 
@@ -182,10 +182,7 @@ class AiohttpClient:
                 state.close(now())
                 return 200, b""
         except Exception as exc:
-            out = _translate(exc, rec, reused=sent.reused)
-            if out is exc:
-                raise
-            raise out from exc
+            _translate(exc, rec, reused=sent.reused)
 
     async def get(self, url: str, timeout_s: float) -> tuple[int, bytes]:
         try:
@@ -195,10 +192,7 @@ class AiohttpClient:
                 inflater = inflater_for(resp.headers.get("Content-Encoding", ""))
                 return resp.status, await _bounded_body(resp, inflater)
         except Exception as exc:
-            out = _translate(exc, None, reused=False)
-            if out is exc:
-                raise
-            raise out from exc
+            _translate(exc, None, reused=False)
 
 
 async def _bounded_body(resp: aiohttp.ClientResponse, inflater: Inflater | None) -> bytes:
@@ -217,28 +211,28 @@ class _Sent:
         self.state, self.sent, self.reused = state, False, False
 
 
-def _translate(exc: BaseException, rec: RequestRecord | None, *, reused: bool) -> BaseException:
-    """aiohttp's failure as the common errors of ``backends/stream.py`` (others unchanged)."""
+def _translate(exc: BaseException, rec: RequestRecord | None, *, reused: bool) -> NoReturn:
+    """Raise aiohttp's failure as the common errors of ``backends/stream.py`` (others as is)."""
     if isinstance(exc, aiohttp.ClientConnectorError):
-        return ConnectError(str(exc))
+        raise ConnectError(str(exc)) from exc
     if isinstance(exc, aiohttp.ClientResponseError) and not isinstance(
         exc, aiohttp.ClientPayloadError | aiohttp.ContentTypeError
     ):
         # aiohttp's parser refused the response (we never call raise_for_status)
         first = str(exc.message).splitlines()[0] if exc.message else type(exc).__name__
-        return malformed(first)
+        raise malformed(first) from exc
     if _CONNECT_TIMEOUT is not None and isinstance(exc, _CONNECT_TIMEOUT):
-        return ConnectTimeoutError(str(exc))
+        raise ConnectTimeoutError(str(exc)) from exc
     if isinstance(exc, _SOCK_READ_TIMEOUT):
-        return IdleTimeoutError(str(exc))
+        raise IdleTimeoutError(str(exc)) from exc
     if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError) and (
         rec is not None and rec.http_status is None and reused
     ):
         # before the status line on a kept-alive connection (aiohttp's public
         # on_connection_reuseconn signal said so): sent once more, as in http1
-        return StaleConnectionError(str(exc) or type(exc).__name__)
+        raise StaleConnectionError(str(exc) or type(exc).__name__) from exc
     if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError) or (
         isinstance(exc, aiohttp.ClientOSError) and rec is not None
     ):
-        return DisconnectedError(str(exc) or type(exc).__name__)
-    return exc
+        raise DisconnectedError(str(exc) or type(exc).__name__) from exc
+    raise exc

@@ -67,11 +67,13 @@ class TokenSource:
     async def ids(self, facts: RequestFacts, headers: Mapping[str, str]) -> list[int]:
         if self.upstream_ok and facts.api in (CHAT, COMPLETIONS):
             got = await self._upstream(facts, headers)
-            if got is not None:
-                return got
+            if not isinstance(got, str):
+                return got  # non-integers fail in block_digests (the turn keeps no hash ids)
+            self._refused(got)
         return word_ids(facts)
 
-    async def _upstream(self, facts: RequestFacts, headers: Mapping[str, str]) -> list[int] | None:
+    async def _upstream(self, facts: RequestFacts, headers: Mapping[str, str]) -> list[int] | str:
+        """The upstream's token ids for the prompt, or why it gave none."""
         import aiohttp
 
         assert self.session is not None
@@ -93,23 +95,16 @@ class TokenSource:
                 answer = await read_body(resp, TOKENIZE_MAX)  # bounded, inflated piecewise
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError, BodyError) as exc:
-            self._refused(f"{type(exc).__name__}")
-            return None
+            return type(exc).__name__
         if status != 200:
-            self._refused(f"HTTP {status}")
-            return None
+            return f"HTTP {status}"
         if answer.cut:
-            self._refused(f"an answer over {TOKENIZE_MAX} bytes (cut)")
-            return None
+            return f"an answer over {TOKENIZE_MAX} bytes (cut)"
         try:
             tokens = orjson.loads(answer.data).get("tokens")
         except (orjson.JSONDecodeError, AttributeError):
-            self._refused("an answer without a token list")
-            return None
-        if not isinstance(tokens, list):
-            self._refused("an answer without a token list")
-            return None
-        return tokens  # non-integers fail in block_digests (the turn keeps no hash ids)
+            tokens = None
+        return tokens if isinstance(tokens, list) else "an answer without a token list"
 
     def _refused(self, why: str) -> None:
         # one line, the URL only (no header, no body: docs/security.md)

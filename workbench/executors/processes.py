@@ -16,6 +16,7 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol
@@ -143,6 +144,24 @@ def shard_facts(parts: list[ShardPart]) -> dict[str, Any]:
     """The manifest's ``executor`` facts of a split: each shard's concurrency and units."""
     return {"shard_concurrency": [p.max_concurrency for p in parts],
             "shard_units": [len(p.plan.units) for p in parts]}  # fmt: skip
+
+
+async def play_spec(
+    cfg: RunConfig, spec: dict[str, Any], *, sink: Callable[[RequestRecord], None],
+    lifecycle_sink: Callable[[dict[str, Any]], None], ready: Callable[[], Awaitable[int | None]],
+    started: Callable[[Any], None],
+) -> ShardOutcome | None:  # fmt: skip
+    """A shard (worker process, Ray actor) plays ``spec``'s part on a transport of its own;
+    ``started`` gets its runner before the warm-up, ``ready`` is the barrier."""
+    clock = WallClock()
+    async with Transport(TransportOptions.of_run(cfg, spec["base_url"]), clock) as transport:
+        runner = build_runner(
+            cfg, spec["plan"], run_id=spec["run_id"], sender=transport, clock=clock, sink=sink,
+            lifecycle_sink=lifecycle_sink, block_size=spec["block_size"],
+            slot_offset=spec["slot_offset"],
+        )  # fmt: skip
+        started(runner)
+        return await play_shard(runner, warm=connection_warmer(cfg, transport), ready=ready)
 
 
 def worker_cfg(cfg: RunConfig, part: ShardPart) -> dict[str, Any]:
@@ -311,8 +330,6 @@ def worker_main(conn: Connection, spec: dict[str, Any]) -> None:
 
 async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> None:
     k, shard_dir = spec["shard"], Path(spec["shard_dir"])
-    clock = WallClock()
-    options = TransportOptions.of_run(cfg, spec["base_url"])
     flush = cfg.executor.record_flush_ms or None
     runner: Any = None
 
@@ -331,32 +348,28 @@ async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> Non
         recs.write(rec)
         done += 0 if rec.warmup else 1
 
+    watcher: asyncio.Future[None] | None = None
+
+    async def ready() -> int | None:  # the barrier: the parent's epoch, or a stop
+        nonlocal watcher
+        conn.send(("ready", None))
+        t0 = await _wait_start(conn)
+        if t0 is not None:  # from now on the pipe is the watcher's
+            watcher = asyncio.ensure_future(_watch_pipe(conn, runner, lambda: done))
+        return t0
+
+    def started(r: Any) -> None:
+        nonlocal runner
+        runner = r
+
     try:
-        async with Transport(options, clock) as transport:
-            runner = build_runner(
-                cfg, spec["plan"], run_id=spec["run_id"], sender=transport, clock=clock,
-                sink=on_record, lifecycle_sink=life.write, block_size=spec["block_size"],
-                slot_offset=spec["slot_offset"],
-            )
-            watcher: asyncio.Future[None] | None = None
-
-            async def ready() -> int | None:  # the barrier: the parent's epoch, or a stop
-                nonlocal watcher
-                conn.send(("ready", None))
-                t0 = await _wait_start(conn)
-                if t0 is not None:  # from now on the pipe is the watcher's
-                    watcher = asyncio.ensure_future(_watch_pipe(conn, runner, lambda: done))
-                return t0
-
-            try:
-                outcome = await play_shard(runner, warm=connection_warmer(cfg, transport),
-                                           ready=ready)
-            finally:
-                if watcher is not None:
-                    watcher.cancel()
-            if outcome is not None:
-                conn.send(("done", outcome.to_dict()))
+        outcome = await play_spec(cfg, spec, sink=on_record, lifecycle_sink=life.write,
+                                  ready=ready, started=started)  # fmt: skip
+        if outcome is not None:
+            conn.send(("done", outcome.to_dict()))
     finally:
+        if watcher is not None:
+            watcher.cancel()
         recs.close()
         life.close()
 

@@ -15,16 +15,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workbench.backends.transport import Transport, TransportOptions
-from workbench.clock import WallClock
 from workbench.config import RunConfig
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.executors.kinds import EXECUTORS
-from workbench.executors.processes import ShardedExecutor, shard_facts, shard_spec, worker_cfg
+from workbench.executors.processes import (
+    ShardedExecutor,
+    play_spec,
+    shard_facts,
+    shard_spec,
+    worker_cfg,
+)
 from workbench.records import RequestRecord
-from workbench.replay.outcome import ShardOutcome, play_shard
-from workbench.replay.runner import build_runner
-from workbench.replay.session import ReplaySession, connection_warmer
+from workbench.replay.outcome import ShardOutcome
+from workbench.replay.session import ReplaySession
 from workbench.replay.shards import ShardPart, split_run
 from workbench.storage.rundir import RecordWriter
 
@@ -76,7 +79,6 @@ class ShardActor:
         self._lifecycle: list[dict[str, Any]] = []
         self._done = 0
         self._runner: Any = None
-        self._stack: contextlib.AsyncExitStack | None = None
         self._task: asyncio.Future[Any] | None = None
         self._warmed: asyncio.Future[bool] | None = None  # the warm-up is done
         self._barrier: asyncio.Future[int] | None = None  # the epoch, from begin()
@@ -85,23 +87,14 @@ class ShardActor:
         return time.time_ns(), host_id()
 
     async def prepare(self, spec: dict[str, Any]) -> bool:
-        """Open the transport, build the runner and start ``play_shard``: the warm-up and
-        the connections; return at its barrier, where it waits for ``begin``."""
-        cfg = RunConfig.from_dict(spec["cfg"])
-        clock = WallClock()
-        options = TransportOptions.of_run(cfg, spec["base_url"])
-        self._stack = contextlib.AsyncExitStack()
-        transport = await self._stack.enter_async_context(Transport(options, clock))
-        runner = build_runner(
-            cfg, spec["plan"], run_id=spec["run_id"], sender=transport, clock=clock,
-            sink=self._on_record, lifecycle_sink=self._on_lifecycle,
-            block_size=spec["block_size"], slot_offset=spec["slot_offset"],
-        )
-        self._runner = runner
+        """Start the shard (``processes.play_spec``); return once its warm-up is done and it
+        waits for ``begin``."""
         self._barrier = asyncio.get_running_loop().create_future()
         self._warmed = asyncio.get_running_loop().create_future()
-        self._task = asyncio.ensure_future(play_shard(
-            runner, warm=connection_warmer(cfg, transport), ready=self._at_barrier))
+        self._task = asyncio.ensure_future(play_spec(
+            RunConfig.from_dict(spec["cfg"]), spec, sink=self._on_record,
+            lifecycle_sink=self._lifecycle.append, ready=self._at_barrier, started=self._started,
+        ))  # fmt: skip
         await asyncio.wait({self._warmed, self._task}, return_when=asyncio.FIRST_COMPLETED)
         if self._task.done():  # the warm-up failed: say so here
             self._task.result()
@@ -113,8 +106,8 @@ class ShardActor:
         self._warmed.set_result(True)
         return int(await self._barrier)
 
-    def _on_lifecycle(self, row: dict[str, Any]) -> None:
-        self._lifecycle.append(row)
+    def _started(self, runner: Any) -> None:
+        self._runner = runner
 
     def _on_record(self, rec: RequestRecord) -> None:
         self._records.append(rec.to_dict())
@@ -132,19 +125,14 @@ class ShardActor:
 
     async def finish(self) -> dict[str, Any]:
         """Wait for the shard to end; its client self-measurement and stop reason."""
-        outcome = None
-        try:
-            if self._task is not None:
-                outcome = await self._task
-        finally:
-            if self._stack is not None:
-                await self._stack.aclose()
+        outcome = await self._task if self._task is not None else None
         return (outcome or ShardOutcome.of(self._runner)).to_dict()
 
     def take_finished(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
         """Records and lifecycle rows finished since the last call, and the done count."""
-        recs, rows = self._records, self._lifecycle
-        self._records, self._lifecycle = [], []
+        recs, rows = self._records[:], self._lifecycle[:]
+        self._records.clear()
+        self._lifecycle.clear()
         return recs, rows, self._done
 
     def stop(self) -> None:
