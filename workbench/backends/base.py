@@ -82,7 +82,7 @@ class StreamParser(Protocol):
         ...
 
     def finish(self) -> StreamOutcome:
-        """After ``[DONE]`` or end of stream: validate and summarise."""
+        """After ``[DONE]`` or the body's end: validate and summarise."""
         ...
 
 
@@ -137,42 +137,32 @@ OPENAI_SERVERS = ServerFacts(
 
 class Codec(Protocol):
     """One wire protocol: URL, request body, stream parser, and what it declares (so
-    nothing dispatches on a backend's name). A new backend is one module ending in
+    nothing dispatches on a backend's name): its registry ``name``; ``returns_token_ids``
+    (the parser yields the server's exact output ids); ``servers``; ``stream`` (False: the
+    answer read whole) and ``whole_answers`` (the protocol can ask for one);
+    ``sends_messages`` (chat messages built from the ids: ``MessagesCodec``); and
+    ``request_headers`` beyond the transport's own. A new backend is one module ending in
     ``BACKENDS.add(name, codec)``, imported in ``workbench.backends``."""
 
     @property
-    def name(self) -> str:
-        """The registry name (``openai``, ``openai-chat``, ...)."""
-        ...
+    def name(self) -> str: ...
 
     @property
-    def returns_token_ids(self) -> bool:
-        """True when the parser yields the server's exact output token ids."""
-        ...
+    def returns_token_ids(self) -> bool: ...
 
     @property
-    def servers(self) -> ServerFacts:
-        """Flush routes and preflight advice for the servers behind this protocol."""
-        ...
+    def servers(self) -> ServerFacts: ...
 
     @property
-    def stream(self) -> bool:
-        """False: ``"stream": false``, the answer read whole (``backend.stream``)."""
-        ...
+    def stream(self) -> bool: ...
 
     @property
-    def whole_answers(self) -> bool:
-        """The protocol can ask for a whole answer (``stream`` is one of its options)."""
-        ...
+    def whole_answers(self) -> bool: ...
 
     @property
-    def sends_messages(self) -> bool:
-        """True: the request is chat messages built from the prompt's ids (``MessagesCodec``)."""
-        ...
+    def sends_messages(self) -> bool: ...
 
-    def request_headers(self, req: WireRequest) -> dict[str, str] | None:
-        """Headers of this request beyond the transport's own (None: none)."""
-        ...
+    def request_headers(self, req: WireRequest) -> dict[str, str] | None: ...
 
     def url(self, base_url: str) -> str: ...
 

@@ -43,8 +43,7 @@ from workbench.records import RequestRecord
 
 __all__ = ["HttpToolsClient"]
 
-#: the error of a ``101 Switching Protocols`` answer: the client asked for no upgrade, so
-#: the connection now speaks something else (docs/wire-protocols.md, "HTTP framing")
+#: the error of a ``101 Switching Protocols`` answer (docs/wire-protocols.md, "HTTP framing")
 UPGRADE_REFUSED = ("HTTP 101: Switching Protocols, an upgrade no request asked for "
                    "(the connection was dropped)")
 USER_AGENT = b"workbench"
@@ -157,8 +156,7 @@ class _Connection(asyncio.Protocol):
             if not self.complete:
                 self._fail(self.refused or malformed(exc))
                 return
-            # bytes after the answer's end (on_message_begin refused them): the answer
-            # stands, the connection cannot be trusted any more
+            # bytes after the answer's end: the answer stands, the connection is not reused
             self.keep = False
         if not self.status and self._head_overdue(t, len(data)):
             return
@@ -289,7 +287,7 @@ class _Connection(asyncio.Protocol):
         self._clear()
         self.served += 1
         if keep and not self.closed:
-            self.pool.release(self)
+            self.pool.idle.append(self)
         elif not self.closed:
             self.abort()
         if waiter is not None and not waiter.done():
@@ -388,12 +386,10 @@ class _ParseQueue:
                 state = conn.state
                 state.feed(t, chunk)  # type: ignore[union-attr]
                 if state.cut:  # type: ignore[union-attr]
-                    # overrun (error set), or bytes on and on after [DONE] (no error):
-                    # either way the stream is done and the connection dropped
+                    # overrun (error set), or bytes on and on after [DONE] (no error)
                     conn._fail(state.error or DisconnectedError("cut after [DONE]"))  # type: ignore[union-attr]
                 elif state.done and not conn.delimited:  # type: ignore[union-attr]
-                    # a body delimited by the close is whole at [DONE]: a server that
-                    # holds the connection open after it must not hold the request
+                    # a body delimited by the close is whole at [DONE]
                     conn._finish(False)
             else:
                 conn._finish(conn.keep)
@@ -438,9 +434,6 @@ class _Pool:
         except OSError as exc:  # refused, unreachable, unresolvable, ssl.SSLError
             raise ConnectError(str(exc) or type(exc).__name__) from None
         return conn
-
-    def release(self, conn: _Connection) -> None:
-        self.idle.append(conn)
 
     def close(self) -> None:
         for conn in list(self.live):
@@ -517,8 +510,8 @@ class HttpToolsClient:
         state: ResponseBody,
         headers: dict[str, str] | None = None,
     ) -> tuple[int, bytes]:
-        """POST ``payload``, the body streamed into ``state``; ``(status, non-200 body)``.
-        ``headers``: extra request headers (``backend.options`` headers, routing slot)."""
+        """POST ``payload`` with extra ``headers``, the body streamed into ``state``;
+        ``(status, non-200 body)``."""
         pool, head = self._pool(url, b"POST", True)
         rid = request_id.encode()
         if b"\r" in rid or b"\n" in rid:

@@ -28,7 +28,6 @@ from workbench.backends.stream import (
     ConnectTimeoutError,
     DisconnectedError,
     IdleTimeoutError,
-    Inflater,
     ResponseBody,
     StaleConnectionError,
     inflater_for,
@@ -74,14 +73,12 @@ class AiohttpClient:
             ssl=self.ssl_context if self.ssl_context is not None else ssl.create_default_context(),
         )
         self._session = aiohttp.ClientSession(
-            # a load generator keeps no cookies: one jar shared by every unit would
-            # pin them all to one backend of a sticky balancer
+            # no cookies: one shared jar would pin every unit to one backend of a balancer
             cookie_jar=aiohttp.DummyCookieJar(),
             connector=connector,
             headers=self.headers,
             trace_configs=[trace],
-            # compressed bodies are inflated by stream.Inflater, piece by piece under the
-            # stream's bounds (aiohttp would inflate a whole read at once)
+            # stream.Inflater inflates piece by piece (aiohttp would inflate a whole read)
             auto_decompress=False,
             timeout=aiohttp.ClientTimeout(
                 total=self.request_timeout_s, sock_connect=self.idle_s, sock_read=self.idle_s
@@ -156,11 +153,11 @@ class AiohttpClient:
                 )
                 inflater = inflater_for(resp.headers.get("Content-Encoding", ""))
                 if resp.status != 200:
-                    return resp.status, (await _bounded_body(resp, inflater))
+                    return resp.status, ((await read_body(resp, ERROR_BODY_MAX, inflater)).data)
                 if resp.content_type == "application/json" and not state.takes_json:
                     # not a stream: an error body (a whole answer is read as such below)
                     state.json_body = True
-                    return 200, (await _bounded_body(resp, inflater))
+                    return 200, ((await read_body(resp, ERROR_BODY_MAX, inflater)).data)
                 # a body delimited by the close is whole at [DONE] (see http1)
                 by_close = "Content-Length" not in resp.headers and not resp.headers.get(
                     "Transfer-Encoding"
@@ -171,8 +168,7 @@ class AiohttpClient:
                         for piece in (inflater.pieces(chunk) if inflater else (chunk,)):
                             state.feed(t, piece)
                             if state.cut or (by_close and state.done):
-                                # output overrun, or the end: drop the connection, read
-                                # no more (and inflate no more)
+                                # overrun, or the end: drop the connection, read no more
                                 resp.close()
                                 return 200, b""
                 except (aiohttp.ClientError, TimeoutError):
@@ -190,15 +186,9 @@ class AiohttpClient:
                 url, timeout=aiohttp.ClientTimeout(total=timeout_s)
             ) as resp:
                 inflater = inflater_for(resp.headers.get("Content-Encoding", ""))
-                return resp.status, await _bounded_body(resp, inflater)
+                return resp.status, (await read_body(resp, ERROR_BODY_MAX, inflater)).data
         except Exception as exc:
             _translate(exc, None, reused=False)
-
-
-async def _bounded_body(resp: aiohttp.ClientResponse, inflater: Inflater | None) -> bytes:
-    """A non-streamed body, at most ``ERROR_BODY_MAX`` bytes (inflated piece by piece,
-    if compressed; the connection dropped past the bound): ``bodies.read_body``."""
-    return (await read_body(resp, ERROR_BODY_MAX, inflater)).data
 
 
 class _Sent:
@@ -228,8 +218,7 @@ def _translate(exc: BaseException, rec: RequestRecord | None, *, reused: bool) -
     if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError) and (
         rec is not None and rec.http_status is None and reused
     ):
-        # before the status line on a kept-alive connection (aiohttp's public
-        # on_connection_reuseconn signal said so): sent once more, as in http1
+        # before the status line on a kept-alive connection: sent once more, as in http1
         raise StaleConnectionError(str(exc) or type(exc).__name__) from exc
     if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError) or (
         isinstance(exc, aiohttp.ClientOSError) and rec is not None

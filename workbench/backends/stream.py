@@ -29,8 +29,8 @@ from workbench.sse import DONE, SSEDecoder
 BOM = "\ufeff".encode()
 #: a body that is no event stream is quoted up to this many bytes in the error
 RAW_MAX = 2000
-#: a read of up to this many events is parsed one event at a time (``feed_one``); more,
-#: with the codec's ``feed_all`` (one JSON parse of the joined events): faster from ~16
+#: a read of up to this many events is parsed event by event (``feed_one``), a larger one
+#: by ``feed_all`` (docs/design-notes.md)
 FEED_ONE_MAX = 8
 
 __all__ = [
@@ -67,8 +67,7 @@ class StaleConnectionError(DisconnectedError):
     request may go once more (llama-server closes after every stream despite keep-alive)."""
 
 
-#: a response head (status line and headers, 1xx included) larger than this is refused,
-#: by both clients (docs/wire-protocols.md)
+#: a response head (1xx included) larger than this is refused (docs/wire-protocols.md)
 HEAD_MAX = 64 * 1024
 #: a non-streamed answer's body (an error, a GET) is kept up to this size
 ERROR_BODY_MAX = 64 * 1024
@@ -336,8 +335,7 @@ class WholeBody:
 
 
 def whole_body_error(body: bytes) -> BackendError | None:
-    """Why a non-streaming body is no JSON object (None when it is one): the server
-    streamed anyway, or the JSON is malformed; quoted up to ``RAW_MAX`` bytes."""
+    """Why a non-streaming body is no JSON object (None when it is one)."""
     text = body[:RAW_MAX].decode("utf-8", errors="replace").strip()
     if not text:
         return BackendError("HTTP 200 with an empty body (no JSON answer)")
@@ -358,8 +356,7 @@ ResponseBody = StreamState | WholeBody
 
 
 def sent_at(state: ResponseBody, t: int) -> None:
-    """The request went out at ``t``: its record's dispatch, told to whoever waits for
-    it (``WireRequest.on_sent``, copied to the response's state by the transport)."""
+    """The request went out at ``t``: its record's dispatch, and ``WireRequest.on_sent``."""
     state.rec.dispatch_ns = t
     if state.on_sent is not None:
         state.on_sent(t)

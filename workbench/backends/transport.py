@@ -89,8 +89,7 @@ class TransportOptions:
     def of_run(cls, cfg: RunConfig, base_url: str) -> TransportOptions:
         """A run's options: its backend's key, its arrival timeouts, its executor's client."""
         a = cfg.arrival
-        # non-streaming: no byte comes until the whole answer, so only the request timeout
-        # applies (docs/wire-protocols.md, "Non-streaming"; RunConfig requires one)
+        # non-streaming: only the request timeout applies (docs/wire-protocols.md)
         idle = a.stream_idle_timeout_s if cfg.backend.stream else None
         cfg.register_secrets()  # every process that sends keeps its credentials out of outputs
         register_url(base_url)  # the URL as given to this process (its query values)
@@ -292,8 +291,7 @@ class Transport:
             return None
         self._close_record(rec, "ok", None)
         if pacer is not None and (turn := pacer.turn()) is not None:
-            # the record is whole (a cancel from here on leaves it ok): what follows,
-            # the runner's bookkeeping and the unit's next request, may wait its turn
+            # the record is whole: what follows (bookkeeping, the next request) waits its turn
             await pacer.wait(turn)
         return ids
 
@@ -331,8 +329,8 @@ class Transport:
             rec.extra.update(placement_extra(state.headers))
         if status != 200:
             raise HTTPStatusError(status, body.decode("utf-8", errors="replace"))
-        if state.json_body and not whole:  # a 200 whose body is JSON, not a stream: an
-            raise json_body_error(body[:_ERROR_BODY_CHARS])  # error body
+        if state.json_body and not whole:  # a 200 whose body is JSON: an error body
+            raise json_body_error(body[:_ERROR_BODY_CHARS])
         if state.error is not None:
             raise state.error
         if (not_a_stream := state.not_a_stream()) is not None:
