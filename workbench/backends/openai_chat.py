@@ -153,9 +153,6 @@ class OpenAIChatCodec(PlainCodec):
         while len(sessions) > self.max_sessions:
             sessions.popitem(last=False)
 
-    def forget(self, session_id: str) -> None:
-        self._sessions.pop(session_id, None)
-
     def _user(self, ids: list[int]) -> Message:
         return {"role": "user", "content": self.tokenizer.decode(ids)}
 

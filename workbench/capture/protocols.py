@@ -57,7 +57,6 @@ class RequestFacts:
     messages: list[bytes]
     preamble: bytes
     tool_result: list[bool]  # per message: it carries a tool result
-    usage_asked: bool  # an OpenAI stream that asked for its usage chunk
     body: dict[str, Any] = field(repr=False)
 
 
@@ -96,20 +95,18 @@ def request_facts(path: str, raw: bytes) -> RequestFacts | None:
     model = body.get("model")
     model = model if isinstance(model, str) else ""
     stream = body.get("stream") is True
-    opts = body.get("stream_options")
-    usage_asked = isinstance(opts, dict) and opts.get("include_usage") is True
     if path == COMPLETIONS:
         prompt = body.get("prompt")
         items = [prompt] if prompt is not None else []
         return RequestFacts(COMPLETIONS, model, stream, [_canonical(p) for p in items], b"",
-                            [False] * len(items), usage_asked, body)
+                            [False] * len(items), body)
     messages = body.get("messages")
     if not isinstance(messages, list):
         return None
     preamble = _canonical(body.get("system")) if path == MESSAGES and "system" in body else b""
     return RequestFacts(
         CHAT if path == CHAT else MESSAGES, model, stream, [_canonical(m) for m in messages],
-        preamble, [_is_tool_result(m) for m in messages], usage_asked, body,
+        preamble, [_is_tool_result(m) for m in messages], body,
     )  # fmt: skip
 
 

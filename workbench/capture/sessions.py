@@ -9,11 +9,10 @@ salted digests of their canonical JSON, never kept as text.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from dataclasses import dataclass, field
 
-from workbench.capture.blocks import LocalIds
+from workbench.capture.blocks import LocalIds, Salt
 from workbench.capture.protocols import COMPLETIONS, RequestFacts
 
 
@@ -22,7 +21,6 @@ class Turn:
     """One captured request of an agent: its times (monotonic seconds) and, once its
     response has ended and its prompt is hashed, what the file records of it."""
 
-    xid: int
     sent: float
     think_time: float
     model: str
@@ -58,10 +56,6 @@ class Agent:
     def waiting(self) -> bool:
         return self.inflight == 0 and self.last_end is not None
 
-    @property
-    def started(self) -> float:
-        return self.turns[0].sent if self.turns else 0.0
-
 
 @dataclass(slots=True, eq=False)
 class Conversation:
@@ -78,7 +72,7 @@ class Sessions:
     """The assignment state of one capture; ``key`` salts the message digests."""
 
     def __init__(self, key: bytes) -> None:
-        self._key = key
+        self._digest = Salt(key).digest
         self.conversations: list[Conversation] = []
         self._numbers = itertools.count(1)
         self._alias: dict[str, str] = {}  # a session value → its group
@@ -95,9 +89,6 @@ class Sessions:
     def number_after(self, n: int) -> None:
         """Number new conversations from ``n + 1`` on (files already in the directory)."""
         self._numbers = itertools.count(n + 1)
-
-    def _digest(self, data: bytes, previous: bytes = b"") -> bytes:
-        return hashlib.blake2b(previous + data, digest_size=16, key=self._key).digest()
 
     def _group(self, session: str | None, parent: str | None) -> tuple[str, bool]:
         """The request's group, and whether it was grouped by a header."""
@@ -136,7 +127,7 @@ class Sessions:
             fresh = facts.tool_result[new_from:]
             input_types = ["tool_result"] if any(fresh) else ["text"]
         think = sent - agent.last_end if agent.last_end is not None else 0.0
-        turn = Turn(xid, sent, max(0.0, think), facts.model, facts.stream, input_types)
+        turn = Turn(sent, max(0.0, think), facts.model, facts.stream, input_types)
         if session:
             self._session_agent[session] = agent
         agent.turns.append(turn)

@@ -234,6 +234,11 @@ class _Workers:
             with contextlib.suppress(OSError):
                 conn.send(msg)
 
+    def stop(self) -> None:
+        if not self.stopped:
+            self.stopped = True
+            self.send(("stop", None))
+
     async def _messages(self, timeout_s: float) -> list[tuple[int, Any]]:
         """Every message ready now, waiting up to ``timeout_s`` for the first."""
         loop = asyncio.get_running_loop()
@@ -270,14 +275,12 @@ class _Workers:
         results: dict[int, Any] = {}
         done_counts = dict.fromkeys(self.conns, 0)
         while len(results) + self._lost(results) < len(self.procs):
-            if stop is not None and stop.is_set() and not self.stopped:
-                self.stopped = True
-                self.send(("stop", None))
+            if stop is not None and stop.is_set():
+                self.stop()
             try:
                 msgs = await self._messages(0.5)
             except asyncio.CancelledError:
-                self.stopped = True
-                self.send(("stop", None))
+                self.stop()
                 raise
             for k, (what, payload) in msgs:
                 if what == "progress":
@@ -287,9 +290,7 @@ class _Workers:
                     results[k] = payload
                 elif what == "write_failed":  # one shard's disk is everyone's: stop all
                     self.write_failed = self.write_failed or payload
-                    if not self.stopped:
-                        self.stopped = True
-                        self.send(("stop", None))
+                    self.stop()
                 elif what in ("error", "died") and k not in results:
                     log.error("worker %d failed: %s", k, payload or "process ended")
                     self.procs[k].join(timeout=0)
