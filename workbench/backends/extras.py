@@ -21,7 +21,7 @@ from workbench import redact
 from workbench.errors import ConfigError
 
 if TYPE_CHECKING:  # annotations only: base builds codecs with these extras (make_codec)
-    from workbench.backends.base import Codec, StreamParser, WireRequest
+    from workbench.backends.base import Codec, WireRequest
 
 EXTRA_KEYS = ("headers", "extra_body", "routing_header", "routing_field")
 
@@ -74,9 +74,6 @@ class RequestExtras:
         return cls(inner, resolve_headers(headers), dict(body), extras.get("routing_header"),
                    extras.get("routing_field"))
 
-    def url(self, base_url: str) -> str:
-        return self.inner.url(base_url)
-
     def body(self, req: WireRequest) -> dict[str, Any]:
         body = self.inner.body(req)
         if self.extra_body:
@@ -89,16 +86,13 @@ class RequestExtras:
             node[leaf] = req.routing_slot
         return body
 
-    def parser(self, req: WireRequest) -> StreamParser:
-        return self.inner.parser(req)
-
     def request_headers(self, req: WireRequest) -> dict[str, str] | None:
         """Headers of this request beyond the transport's own (None: none)."""
         if self.routing_header and req.routing_slot is not None:
             return {**self.headers, self.routing_header: str(req.routing_slot)}
         return self.headers or None
 
-    def __getattr__(self, name: str) -> Any:  # codec state (e.g. the chat codec's)
+    def __getattr__(self, name: str) -> Any:  # the codec's own: url, parser, state
         if name == "inner":
             raise AttributeError(name)
         return getattr(self.inner, name)

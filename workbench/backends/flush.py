@@ -120,12 +120,14 @@ async def flush_prefix_cache(
                     out.ok, out.detail = True, None
                     return out
                 if verdict == "failed":
-                    key = " (is backend.api_key_env set to the server's key?)"
-                    out.detail = (f"the server answered the reset with HTTP {status}: "
-                                  f"{excerpt!r}{key if status in (401, 403) else ''}")
+                    out.detail = f"the server answered the reset with HTTP {status}: {excerpt!r}"
+                    if status in (401, 403):
+                        out.detail += " (is backend.api_key_env set to the server's key?)"
                     return out
-                out.detail = (f"the server refused the reset (HTTP {status}: {excerpt!r}); "
-                              "requests still hold cache blocks")
+                out.detail = (
+                    f"the server refused the reset (HTTP {status}: {excerpt!r}); "
+                    "requests still hold cache blocks"
+                )
                 if attempt < retries:
                     await asyncio.sleep(retry_s)
             else:

@@ -33,7 +33,7 @@ class Pacer:
     """
 
     __slots__ = (
-        "_armed", "_auto", "_budget_ns", "_fit", "_front", "_loop", "_now", "_opened",
+        "_armed", "_auto", "_budget_ns", "_fit", "_front", "_now", "_opened",
         "_over", "_ran", "_reads", "_waiting", "active", "deferred",
     )  # fmt: skip
 
@@ -55,7 +55,6 @@ class Pacer:
         self._fit = 4  # waiters released per iteration
         self._ran = self._over = 0  # released waiters that went on / went back, this iteration
         self._armed = False
-        self._loop: asyncio.AbstractEventLoop | None = None
         self.deferred = 0  # turns that had to wait
 
     @property
@@ -101,7 +100,7 @@ class Pacer:
     def _enqueue(
         self, line: deque[asyncio.Future[None]] | list[asyncio.Future[None]]
     ) -> asyncio.Future[None]:
-        fut = self._running_loop().create_future()
+        fut = asyncio.get_running_loop().create_future()
         line.append(fut)
         self._arm()
         return fut
@@ -109,12 +108,7 @@ class Pacer:
     def _arm(self) -> None:
         if not self._armed:
             self._armed = True
-            self._running_loop().call_soon(self._next_iteration)
-
-    def _running_loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-        return self._loop
+            asyncio.get_running_loop().call_soon(self._next_iteration)
 
     def _next_iteration(self) -> None:
         """Runs one iteration after it was armed (the loop has polled since)."""

@@ -46,8 +46,10 @@ class PreflightResult:
         return dataclasses.asdict(self)
 
 
-def _probe_record(codec: Codec, request_id: str, n: int) -> RequestRecord:
-    return RequestRecord(
+async def _probe(
+    transport: Transport, codec: Codec, ids: Sequence[int], request_id: str
+) -> RequestRecord:
+    rec = RequestRecord(
         run_id="preflight",
         request_id=request_id,
         unit_ordinal=-1,
@@ -56,15 +58,9 @@ def _probe_record(codec: Codec, request_id: str, n: int) -> RequestRecord:
         backend=codec.name,
         policy=None,
         planned_prefix_tokens=0,
-        planned_input_tokens=n,
+        planned_input_tokens=len(ids),
         planned_output_tokens=1,
     )
-
-
-async def _probe(
-    transport: Transport, codec: Codec, ids: Sequence[int], request_id: str
-) -> RequestRecord:
-    rec = _probe_record(codec, request_id, len(ids))
     req = WireRequest(request_id=request_id, prompt_ids=ids, max_tokens=1, session_id=request_id)
     await transport.send(codec, req, rec)
     return rec

@@ -134,9 +134,14 @@ def _client(
         from workbench.backends.http_aiohttp import AiohttpClient as cls
     else:
         raise ValueError(f"unknown HTTP client {options.http!r}; valid: {', '.join(HTTP_CLIENTS)}")
-    return cls(now, headers=headers, request_timeout_s=options.request_timeout_s,
-               stream_idle_timeout_s=options.stream_idle_timeout_s,
-               max_connections=options.max_connections, ssl_context=options.ssl_context)
+    return cls(
+        now,
+        headers=headers,
+        request_timeout_s=options.request_timeout_s,
+        stream_idle_timeout_s=options.stream_idle_timeout_s,
+        max_connections=options.max_connections,
+        ssl_context=options.ssl_context,
+    )
 
 
 _CLAMP_HINT = (

@@ -147,19 +147,29 @@ def shard_facts(parts: list[ShardPart]) -> dict[str, Any]:
 
 
 async def play_spec(
-    cfg: RunConfig, spec: dict[str, Any], *, sink: Callable[[RequestRecord], None],
-    lifecycle_sink: Callable[[dict[str, Any]], None], ready: Callable[[], Awaitable[int | None]],
+    cfg: RunConfig,
+    spec: dict[str, Any],
+    *,
+    sink: Callable[[RequestRecord], None],
+    lifecycle_sink: Callable[[dict[str, Any]], None],
+    ready: Callable[[], Awaitable[int | None]],
     started: Callable[[Any], None],
-) -> ShardOutcome | None:  # fmt: skip
+) -> ShardOutcome | None:
     """A shard (worker process, Ray actor) plays ``spec``'s part on a transport of its own;
     ``started`` gets its runner before the warm-up, ``ready`` is the barrier."""
     clock = WallClock()
     async with Transport(TransportOptions.of_run(cfg, spec["base_url"]), clock) as transport:
         runner = build_runner(
-            cfg, spec["plan"], run_id=spec["run_id"], sender=transport, clock=clock, sink=sink,
-            lifecycle_sink=lifecycle_sink, block_size=spec["block_size"],
+            cfg,
+            spec["plan"],
+            run_id=spec["run_id"],
+            sender=transport,
+            clock=clock,
+            sink=sink,
+            lifecycle_sink=lifecycle_sink,
+            block_size=spec["block_size"],
             slot_offset=spec["slot_offset"],
-        )  # fmt: skip
+        )
         started(runner)
         return await play_shard(runner, warm=connection_warmer(cfg, transport), ready=ready)
 
@@ -364,8 +374,9 @@ async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> Non
         runner = r
 
     try:
-        outcome = await play_spec(cfg, spec, sink=on_record, lifecycle_sink=life.write,
-                                  ready=ready, started=started)  # fmt: skip
+        outcome = await play_spec(
+            cfg, spec, sink=on_record, lifecycle_sink=life.write, ready=ready, started=started
+        )
         if outcome is not None:
             conn.send(("done", outcome.to_dict()))
     finally:

@@ -91,10 +91,15 @@ class ShardActor:
         waits for ``begin``."""
         self._barrier = asyncio.get_running_loop().create_future()
         self._warmed = asyncio.get_running_loop().create_future()
-        self._task = asyncio.ensure_future(play_spec(
-            RunConfig.from_dict(spec["cfg"]), spec, sink=self._on_record,
-            lifecycle_sink=self._lifecycle.append, ready=self._at_barrier, started=self._started,
-        ))  # fmt: skip
+        play = play_spec(
+            RunConfig.from_dict(spec["cfg"]),
+            spec,
+            sink=self._on_record,
+            lifecycle_sink=self._lifecycle.append,
+            ready=self._at_barrier,
+            started=self._started,
+        )
+        self._task = asyncio.ensure_future(play)
         await asyncio.wait({self._warmed, self._task}, return_when=asyncio.FIRST_COMPLETED)
         if self._task.done():  # the warm-up failed: say so here
             self._task.result()
