@@ -28,6 +28,7 @@ from workbench.backends.stream import (
     HEAD_MAX,
     HEAD_TOO_LARGE,
     KEPT_HEADER_PREFIX,
+    ClientSettings,
     ConnectError,
     ConnectTimeoutError,
     DisconnectedError,
@@ -442,27 +443,15 @@ class _Pool:
         self.idle.clear()
 
 
-class HttpToolsClient:
+class HttpToolsClient(ClientSettings):
     """The pooled client ``Transport`` uses by default (``executor.http: httptools``)."""
 
-    def __init__(
-        self,
-        now: Callable[[], int],
-        *,
-        headers: dict[str, str],
-        request_timeout_s: float | None,
-        stream_idle_timeout_s: float | None,
-        max_connections: int = 0,
-        ssl_context: ssl.SSLContext | None = None,
-    ) -> None:
-        self.now = now
-        self.request_timeout_s = request_timeout_s
-        self.idle_s = stream_idle_timeout_s
-        self.ssl_context = ssl_context
-        self._extra = b"".join(_header_line(k, v) for k, v in headers.items())
+    def __post_init__(self) -> None:
+        self._extra = b"".join(_header_line(k, v) for k, v in self.headers.items())
         self._pools: dict[tuple[str, str, int], _Pool] = {}
         self._heads: dict[str, tuple[_Pool, bytes]] = {}
-        self._limit = asyncio.Semaphore(max_connections) if max_connections > 0 else None
+        limit = self.max_connections
+        self._limit = asyncio.Semaphore(limit) if limit > 0 else None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def open(self) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any, NoReturn
 
@@ -24,6 +23,7 @@ from workbench.backends.stream import (
     HEAD_MAX,
     HEAD_TOO_LARGE,
     KEPT_HEADER_PREFIX,
+    ClientSettings,
     ConnectError,
     ConnectTimeoutError,
     DisconnectedError,
@@ -44,24 +44,8 @@ _SOCK_READ_TIMEOUT = getattr(aiohttp, "SocketTimeoutError", aiohttp.ServerTimeou
 _CONNECT_TIMEOUT = getattr(aiohttp, "ConnectionTimeoutError", None)
 
 
-class AiohttpClient:
-    def __init__(
-        self,
-        now: Callable[[], int],
-        *,
-        headers: dict[str, str],
-        request_timeout_s: float | None,
-        stream_idle_timeout_s: float | None,
-        max_connections: int = 0,
-        ssl_context: ssl.SSLContext | None = None,
-    ) -> None:
-        self.now = now
-        self.headers = headers
-        self.request_timeout_s = request_timeout_s
-        self.idle_s = stream_idle_timeout_s
-        self.max_connections = max_connections
-        self.ssl_context = ssl_context
-        self._session: aiohttp.ClientSession | None = None
+class AiohttpClient(ClientSettings):
+    _session: aiohttp.ClientSession | None = None
 
     async def open(self) -> None:
         trace = aiohttp.TraceConfig()

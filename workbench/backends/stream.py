@@ -11,7 +11,9 @@ connection; a cut after ``[DONE]`` has no error.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import orjson
 
@@ -34,6 +36,7 @@ RAW_MAX = 2000
 FEED_ONE_MAX = 8
 
 __all__ = [
+    "ClientSettings",
     "ConnectError",
     "ConnectTimeoutError",
     "DisconnectedError",
@@ -98,6 +101,22 @@ def inflater_for(encoding: str) -> Inflater | None:
         return Inflater(enc)
     raise BackendError(f"the server sent content-encoding {enc!r}, which this client cannot "
                        "decode (it asks for none; supported: gzip, deflate)")
+
+
+@dataclass(eq=False)
+class ClientSettings:
+    """What both clients are built with (``transport._client``); ``now`` is the clock that
+    stamps dispatches and reads, ``idle_s`` the stream idle timeout."""
+
+    now: Callable[[], int]
+    headers: dict[str, str]
+    request_timeout_s: float | None
+    idle_s: float | None
+    max_connections: int = 0
+    ssl_context: ssl.SSLContext | None = None
+
+    def __post_init__(self) -> None:  # a client's own set-up
+        pass
 
 
 #: response headers a client keeps for the record (lower case): ``x-workbench-*``

@@ -138,7 +138,7 @@ def _client(
         now,
         headers=headers,
         request_timeout_s=options.request_timeout_s,
-        stream_idle_timeout_s=options.stream_idle_timeout_s,
+        idle_s=options.stream_idle_timeout_s,
         max_connections=options.max_connections,
         ssl_context=options.ssl_context,
     )
