@@ -43,20 +43,17 @@ LLAMACPP_CACHED = series.LLAMACPP.name("hits") or ""
 SERIES = series.SCRAPED | {CACHE_CONFIG}
 
 
-def _wanted(name: str, patterns: Sequence[str]) -> bool:
-    return (
-        name in SERIES or name in GPU_SERIES
-        or any(fnmatch.fnmatchcase(name, p) for p in patterns)
-    )  # fmt: skip
-
-
 def _wanted_lines(text: str, patterns: Sequence[str] = ()) -> str:
     keep = []
     for line in text.splitlines():
         if not line or line[0] == "#":
             continue
         name = line.split("{", 1)[0].split(" ", 1)[0]
-        if _wanted(name, patterns):
+        if (
+            name in SERIES
+            or name in GPU_SERIES
+            or any(fnmatch.fnmatchcase(name, p) for p in patterns)
+        ):
             keep.append(line)
     keep.append("")
     return "\n".join(keep)

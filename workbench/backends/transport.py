@@ -19,7 +19,7 @@ import os
 import ssl
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import quote
 
 import orjson
@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 
     from workbench.backends.http1 import HttpToolsClient
     from workbench.backends.http_aiohttp import AiohttpClient
+
+    #: the clients, one contract: ``open``/``close``, ``post``/``get``, the errors of stream.py
+    HTTPClient = HttpToolsClient | AiohttpClient
     from workbench.config import RunConfig
 
 __all__ = [
@@ -104,30 +107,10 @@ class TransportOptions:
         )
 
 
-class HTTPClient(Protocol):
-    """What ``Transport`` needs of an HTTP client (``http1``, ``http_aiohttp``)."""
-
-    async def open(self) -> None: ...
-
-    async def close(self) -> None: ...
-
-    async def post(
-        self,
-        url: str,
-        payload: bytes,
-        request_id: str,
-        rec: RequestRecord,
-        state: ResponseBody,
-        headers: dict[str, str] | None = None,
-    ) -> tuple[int, bytes]: ...
-
-    async def get(self, url: str, timeout_s: float) -> tuple[int, bytes]: ...
-
-
 def _client(
     options: TransportOptions, now: Callable[[], int], headers: dict[str, str]
 ) -> HTTPClient:
-    cls: type[HttpToolsClient | AiohttpClient]
+    cls: type[HTTPClient]
     if options.http == "httptools":
         from workbench.backends.http1 import HttpToolsClient as cls
     elif options.http == "aiohttp":

@@ -31,10 +31,6 @@ def _models(turns: list[Turn]) -> list[str]:
     return list(dict.fromkeys(redact.text(t.model) for t in turns))
 
 
-def _round(x: float) -> float:
-    return round(x, 6)
-
-
 def document(conv: Conversation, prefix: str = "conv_") -> dict[str, Any] | None:
     """The file's JSON document, or None while the conversation has no done request."""
     root = conv.root
@@ -67,7 +63,7 @@ def _agent_numbers(conv: Conversation) -> dict[int, int]:
 def _request(turn: Turn, origin: float) -> dict[str, Any]:
     assert turn.ended is not None
     return {
-        "t": _round(turn.sent - origin),
+        "t": round(turn.sent - origin, 6),
         "type": "s" if turn.stream else "n",
         "model": redact.text(turn.model),
         "in": turn.prompt_tokens,
@@ -76,8 +72,8 @@ def _request(turn: Turn, origin: float) -> dict[str, Any]:
         "input_types": turn.input_types,
         "output_types": turn.output_types,
         "stop": turn.stop,
-        "api_time": _round(turn.ended - turn.sent),
-        "think_time": _round(turn.think_time),
+        "api_time": round(turn.ended - turn.sent, 6),
+        "think_time": round(turn.think_time, 6),
     }
 
 
@@ -92,7 +88,7 @@ def _requests(agent: Agent, origin: float, numbers: dict[int, int]) -> list[dict
         start = turns[0].sent
         end = max(t.ended or start for t in turns)
         marker = {
-            "t": _round(start - origin),
+            "t": round(start - origin, 6),
             "type": "subagent",
             "agent_id": f"agent_{numbers[id(child)]:03d}",
             "subagent_type": "unknown",
