@@ -19,15 +19,12 @@ from workbench.segments import Segments
 
 
 class BackendError(WorkbenchError):
-    """The server broke its wire protocol, or a guard found a server misconfiguration
-    (the message names the cause and, where one exists, the server flag that fixes it)."""
+    """The server broke its wire protocol, or a guard found a server misconfiguration."""
 
 
 @dataclass(frozen=True, slots=True)
 class WireRequest:
-    """One request as the wire sees it: the whole prompt as token ids plus pinned output
-    (``max_tokens`` is the exact output length). ``new_conversation``: the first round of
-    a conversation (the chat codec's template overheads)."""
+    """One request as the wire sees it: the whole prompt as token ids plus pinned output."""
 
     request_id: str
     prompt_ids: Sequence[int]
@@ -35,11 +32,9 @@ class WireRequest:
     session_id: str = ""
     routing_slot: int | None = None
     new_conversation: bool = True
-    #: the prompt as parts (``workbench.segments``), only for a sender that takes them
-    #: (virtual time); ``prompt_ids`` is then empty and nothing goes on a wire
+    #: the prompt as parts, for a sender that takes them (virtual time; ``prompt_ids`` empty)
     segments: Segments | None = None
     #: called with the dispatch stamp each time the request goes out
-    #: (``replay.graph.RoundSent``)
     on_sent: Callable[[int], None] | None = None
 
     @property
@@ -49,10 +44,8 @@ class WireRequest:
 
 @dataclass(slots=True)
 class StreamOutcome:
-    """What a finished stream told us, after the codec's validation. ``cached_tokens``
-    is 0 with ``cached_tokens_reported`` False when usage had no cache detail;
-    ``output_ids`` None when the protocol cannot return them; ``server_metrics``: vLLM's
-    ``--enable-per-request-metrics`` ``metrics`` beside the final usage."""
+    """What a finished stream told us, after the codec's validation (``cached_tokens_reported``
+    False: usage had no cache detail; ``output_ids`` None: the protocol cannot return them)."""
 
     prompt_tokens: int | None
     completion_tokens: int | None
@@ -66,8 +59,7 @@ class StreamOutcome:
 
 
 class StreamParser(Protocol):
-    """Parses one request's stream; a fresh one per request. ``feed_all`` and
-    ``feed_one`` are the fast paths (``EventParser`` gives both in terms of ``feed``)."""
+    """Parses one request's stream; a fresh one per request."""
 
     def feed(self, payload: bytes) -> list[int] | None:
         """One SSE ``data:`` payload → its output token ids; ``BackendError`` on a violation."""
@@ -114,10 +106,8 @@ SGLANG_FLUSH = "/flush_cache"
 
 @dataclass(frozen=True)
 class ServerFacts:
-    """What a backend declares about its servers: the prefix-cache reset routes to try in
-    order (``flush``), the preflight's advice when no cached tokens are reported or zero
-    are (``preflight``), and the profiler start's trace-directory field (``profile``;
-    None: the server's own flags)."""
+    """What a backend declares about its servers: reset routes in order (``flush``), the
+    preflight's advice (``preflight``), the profiler's trace-directory field (``profile``)."""
 
     flush_routes: tuple[str, ...]
     no_cached_tokens: str
@@ -181,8 +171,7 @@ class MessagesCodec(Codec, Protocol):
 
 
 class PlainCodec:
-    """A codec's defaults: it streams the server's token ids (no chat messages) from an
-    OpenAI-shaped server and sends no header of its own; and ``with_options``."""
+    """A codec's defaults: the server's token ids, streamed, from an OpenAI-shaped server."""
 
     __slots__ = ()
     stream = True
@@ -204,16 +193,14 @@ BACKENDS: Registry[Codec] = Registry("backend")
 
 
 def make_codec(name: str, **options: Any) -> Codec:
-    """A fresh codec of backend ``name`` with ``options`` (``ConfigError`` on unknown ones);
-    ``BACKENDS.get`` is a shared default. ``EXTRA_KEYS`` apply to any protocol (``extras``)."""
+    """A fresh codec of backend ``name`` with ``options`` (``ConfigError`` on unknown ones)."""
     extras = {k: options[k] for k in EXTRA_KEYS if options.get(k)}
     own = {k: v for k, v in options.items() if k not in EXTRA_KEYS}
     return RequestExtras.wrap(reconfigure(BACKENDS.get(name), own), extras)
 
 
 def reconfigure(codec: Any, options: Mapping[str, Any]) -> Any:
-    """A new instance of ``codec``'s class, its options (dataclass init fields, or a
-    class-level ``OPTIONS``) updated by ``options``."""
+    """A new ``codec`` of the same class with ``options`` (init fields, or ``OPTIONS``) changed."""
     cls = type(codec)
     if dataclasses.is_dataclass(cls):
         valid = [f.name for f in dataclasses.fields(cls) if f.init]
@@ -227,9 +214,6 @@ def reconfigure(codec: Any, options: Mapping[str, Any]) -> Any:
         )
     current = {k: getattr(codec, k) for k in valid}
     return cls(**{**current, **options})
-
-
-# ----------------------------------------------------------------- shared parsing
 
 
 def _server_error(obj: Any) -> Any:
@@ -267,8 +251,7 @@ USAGE_MAX = 2**31 - 1
 
 
 def usage_count(name: str, value: Any) -> int | None:
-    """A server-reported token count: an integer in [0, ``USAGE_MAX``] (an integral float
-    taken), or absent (None); anything else is a ``BackendError`` naming the value."""
+    """A server-reported token count in [0, ``USAGE_MAX``], or None; else a ``BackendError``."""
     if value is None:
         return None
     if type(value) is int and 0 <= value <= USAGE_MAX:
@@ -283,8 +266,7 @@ def usage_count(name: str, value: Any) -> int | None:
 
 
 def json_body_error(body: bytes) -> BackendError:
-    """A 200 answer whose body is JSON, not an event stream (a proxy's ``{"error": ...}``):
-    the error, with the server's message."""
+    """The error of a 200 whose body is JSON, not an event stream (a proxy's error object)."""
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -296,8 +278,7 @@ def json_body_error(body: bytes) -> BackendError:
 
 
 def parse_openai_usage(usage: Mapping[str, Any]) -> tuple[int | None, int | None, int, bool]:
-    """``(prompt_tokens, completion_tokens, cached_tokens, cached_reported)`` of a usage
-    block; cached from ``prompt_tokens_details``, else other servers' top-level spellings."""
+    """``(prompt_tokens, completion_tokens, cached_tokens, cached_reported)`` of a usage block."""
     if not isinstance(usage, Mapping):
         raise BackendError(f"server sent a usage block that is not an object: {usage!r:.80}")
     details = usage.get("prompt_tokens_details")
@@ -317,8 +298,7 @@ def parse_openai_usage(usage: Mapping[str, Any]) -> tuple[int | None, int | None
 
 
 def stream_fields(stream: bool) -> dict[str, Any]:
-    """The body fields of the response mode: a stream with a final usage chunk, or
-    ``"stream": false`` (one JSON answer whose ``usage`` is the same block)."""
+    """The body fields of the response mode: a stream with a final usage chunk, or not."""
     return {"stream": True, "stream_options": {"include_usage": True}} if stream \
         else {"stream": False}
 
@@ -334,8 +314,7 @@ def finish_reason_of(value: Any) -> str | None:
 
 
 class OpenAIChunks(EventParser):
-    """What every OpenAI-style chunk shares: ``_head`` keeps the request id, ``usage``
-    (and vLLM's ``metrics``) and ``finish_reason``, and returns ``choices[0]`` (or None)."""
+    """What every OpenAI-style chunk shares: ``_head`` keeps its id, usage and finish reason."""
 
     __slots__ = ("_finish", "_id_key", "_metrics", "_rid", "_usage")
 

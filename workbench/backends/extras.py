@@ -35,8 +35,7 @@ def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
 
 
 def resolve_headers(headers: Mapping[str, Any]) -> dict[str, str]:
-    """Header values as sent: ``$NAME`` from the environment (an unset one is an error),
-    each registered for redaction (``redact.register_sent``)."""
+    """Header values as sent (``$NAME`` from the environment), registered for redaction."""
     out: dict[str, str] = {}
     for name, value in headers.items():
         text = str(value)

@@ -31,8 +31,7 @@ NOT_ASKED = "backend.flush_cache false"  # the detail of a run that did not try
 
 @dataclass
 class FlushOutcome:
-    """What ``flush_prefix_cache`` did (the run manifest's ``cache_flush``): ``endpoint`` and
-    ``status`` of the last answer, ``detail`` why not, ``tries`` every request sent."""
+    """What ``flush_prefix_cache`` did (the run manifest's ``cache_flush``)."""
 
     attempted: bool = False
     ok: bool = False
@@ -46,8 +45,7 @@ class FlushOutcome:
 
 
 def _confirmed(status: int, body: str) -> str:
-    """``ok``: reset; ``busy``: refused while requests run (worth retrying);
-    ``absent``: this route is not served; ``failed``: any other answer."""
+    """The verdict of an answer: ``ok``, ``busy`` (retry), ``absent`` (next route), ``failed``."""
     if status in ABSENT:
         return "absent"
     if status in BUSY:
@@ -77,12 +75,8 @@ async def flush_prefix_cache(
     retries: int = BUSY_RETRIES,
     retry_s: float = BUSY_RETRY_S,
 ) -> FlushOutcome:
-    """Reset the prefix cache of the server at ``base_url``; never raises for HTTP answers.
-
-    ``headers`` are sent as they are (a run passes ``Transport.auth_headers()``), else
-    ``api_key`` as a bearer token (never recorded); a busy refusal is retried ``retries``
-    times, ``retry_s`` apart.
-    """
+    """Reset the prefix cache of the server at ``base_url``; never raises for HTTP answers
+    (``headers``, else ``api_key`` as a bearer token; a busy refusal retried ``retries`` times)."""
     root = normalize_base_url(base_url)
     out = FlushOutcome()
     own = session is None

@@ -183,8 +183,7 @@ class _Connection(asyncio.Protocol):
                 self._finish(self.keep)
 
     def _inflated(self, t: int, chunk: bytes) -> bool:
-        """A compressed read, inflated and handled one piece at a time (a stream's bound, or
-        ``ERROR_BODY_MAX`` for a kept body, stops it); False when the request ended."""
+        """A compressed read, handled one inflated piece at a time; False when the request ended."""
         waiter = self.waiter
         try:
             for piece in self.inflate.pieces(chunk):  # type: ignore[union-attr]
@@ -310,8 +309,7 @@ class _Connection(asyncio.Protocol):
             waiter.set_exception(exc)
 
     def _head_overdue(self, t: int, n: int) -> bool:
-        """Fail a head still not whole past ``HEAD_MAX`` bytes or the idle timeout since the
-        request was written (a trickled head keeps every silence short)."""
+        """Fail a head still not whole past ``HEAD_MAX`` bytes or the idle timeout since sent."""
         self.head_read += n
         if self.head_read > HEAD_MAX:
             self._fail(malformed(f"{HEAD_TOO_LARGE} without ending"))
@@ -357,9 +355,8 @@ JSON_TYPE = b"application/json"
 
 
 class _ParseQueue:
-    """Reads stamped in ``data_received``, parsed in arrival order by one ``call_soon``
-    per poll (docs/design-notes.md); ``None`` entries are endings. Whatever else ends a
-    response runs the queue first; reads of a request given up meanwhile are dropped."""
+    """Reads stamped in ``data_received``, parsed in order by one ``call_soon`` per poll
+    (docs/design-notes.md); reads of a request given up meanwhile are dropped."""
 
     __slots__ = ("armed", "items", "loop")
 
@@ -499,8 +496,7 @@ class HttpToolsClient(ClientSettings):
         state: ResponseBody,
         headers: dict[str, str] | None = None,
     ) -> tuple[int, bytes]:
-        """POST ``payload`` with extra ``headers``, the body streamed into ``state``;
-        ``(status, non-200 body)``."""
+        """POST ``payload``, the body streamed into ``state``; ``(status, non-200 body)``."""
         pool, head = self._pool(url, b"POST", True)
         rid = request_id.encode()
         if b"\r" in rid or b"\n" in rid:

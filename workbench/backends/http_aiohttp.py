@@ -176,8 +176,7 @@ class AiohttpClient(ClientSettings):
 
 
 class _Sent:
-    """One POST's trace context: its response's state, whether its body went out, and
-    whether it rode a kept-alive connection (only then may a loss be retried)."""
+    """One POST's trace context: its state, whether its body went out and on a reused connection."""
 
     __slots__ = ("reused", "sent", "state")
 

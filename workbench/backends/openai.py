@@ -33,8 +33,7 @@ UNKNOWN_TOKEN = -1
 
 
 class ChoicesParser(OpenAIChunks):
-    """Parser for streams of ``{choices:[{token_ids, finish_reason}], usage}`` chunks
-    (``choices[0]`` per chunk; usage read once, in ``finish``)."""
+    """Parser for streams of ``{choices:[{token_ids, finish_reason}], usage}`` chunks."""
 
     __slots__ = ("_ids", "_missing")
 
@@ -47,8 +46,7 @@ class ChoicesParser(OpenAIChunks):
         return self._take(loads(payload))
 
     def _take(self, obj: dict[str, Any]) -> list[int] | None:
-        """One parsed chunk → the output ids it carried (one unknown id per non-empty
-        text chunk of a text-only stream; None when it carried none)."""
+        """One parsed chunk → its output ids (text-only streams: one unknown id per text chunk)."""
         choice = self._head(obj)
         if choice is None:
             return None
@@ -66,8 +64,7 @@ class ChoicesParser(OpenAIChunks):
         return [UNKNOWN_TOKEN] if choice["text"] else None
 
     def feed_all(self, payloads: list[bytes]) -> list[int]:
-        """``feed`` on each payload, with one ``orjson.loads`` per read (``feed`` itself for
-        anything unusual, so errors read the same)."""
+        """``feed`` on each payload, with one ``orjson.loads`` per read."""
         if len(payloads) == 1:
             n = self.feed_one(payloads[0])
             return [n] if n else []

@@ -36,8 +36,7 @@ class TextTokenizer(Protocol):
 
 
 def default_tokenizer() -> TextTokenizer:
-    """The shared deterministic tokenizer (``workbench.tokenizer``), imported late so
-    backends stay light."""
+    """The shared deterministic tokenizer, imported late so backends stay light."""
     from workbench.tokenizer import get_tokenizer
 
     return get_tokenizer()
@@ -165,10 +164,8 @@ CUMULATIVE_TEXT_HINT = (
 
 
 class ChatParser(OpenAIChunks):
-    """Chat deltas (or a whole answer's ``message``): each chunk with content or reasoning
-    is a token event of its text re-encoded (at least one id); the reply's ids are the whole
-    text re-encoded. Cumulative content (each chunk repeats the one before and more, and the
-    text re-encodes past ``completion_tokens``) fails the request."""
+    """Chat deltas (or a whole answer's ``message``): each chunk with text is a token event of
+    its text re-encoded; cumulative content fails the request."""
 
     __slots__ = ("_codec", "_grown", "_messages", "_parts", "_req")
 

@@ -22,8 +22,7 @@ MARGIN_TOKENS = 64
 MARGIN_RATIO = 0.25
 
 
-#: bytes one unfinished SSE event may hold: a floor, plus room per token of the prompt
-#: (SGLang echoes the prompt's ids) and of the output up to the cut limit
+#: bytes one unfinished SSE event may hold: a floor, or room per prompt and output token
 EVENT_BYTES_FLOOR = 1 << 20
 EVENT_BYTES_PER_TOKEN = 32
 #: bytes read on after ``[DONE]`` (so the connection can go back to the pool) at most
@@ -46,10 +45,8 @@ class OutputOverrun(BackendError):
 
 
 class OverrunGuard:
-    """Counts one stream's output tokens as its events are parsed: ``check`` raises
-    ``OutputOverrun`` past the cut limit (the record trimmed at the crossing event), ``flag``
-    marks a smaller overrun at the end. ``stream.StreamState`` does ``check``'s usual case
-    (under the limit) inline."""
+    """Counts one stream's output tokens as its events are parsed (``StreamState`` does
+    ``check``'s usual case inline)."""
 
     __slots__ = ("by_events", "event_limit", "limit", "max_tokens", "rec", "seen", "stale",
                  "total")
@@ -67,8 +64,7 @@ class OverrunGuard:
         self.stale = 0  # bytes of parse batches that brought no token
 
     def check(self, counts: list[int], nbytes: int = 0) -> None:
-        """After a parse batch of ``nbytes`` bytes: cut past the token limit, or once batches
-        without a token add up to more than ``event_limit`` bytes."""
+        """After a parse batch of ``nbytes``: cut past the token or the stale-bytes limit."""
         n = len(counts)
         if n == self.seen:
             self.stale += nbytes
@@ -84,8 +80,7 @@ class OverrunGuard:
             return
         total = self.total + (n - self.seen if self.by_events else sum(counts[self.seen :]))
         if total > self.limit:
-            # cut at the event that crossed the limit: a read carries any number of
-            # events, and what the record keeps must not depend on how reads fell
+            # cut at the event that crossed the limit, however the reads fell
             total = self.total
             for k in range(self.seen, n):
                 total += 1 if self.by_events else counts[k]

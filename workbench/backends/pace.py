@@ -25,12 +25,8 @@ _EWMA = 1 / 16
 
 
 class Pacer:
-    """FIFO turns for per-request work, at most ~one budget of it per loop iteration.
-
-    ``turn()`` returns ``None`` (go on) or a future for ``wait``. A released waiter that
-    finds the budget spent goes back to the head of the line; the batch size doubles while
-    a batch fits and drops to what fitted when one does not.
-    """
+    """FIFO turns for per-request work, at most ~one budget of it per loop iteration: ``turn()``
+    is ``None`` (go on) or a future for ``wait``; the batch released per iteration adapts."""
 
     __slots__ = (
         "_armed", "_auto", "_budget_ns", "_fit", "_front", "_now", "_opened",
@@ -62,8 +58,7 @@ class Pacer:
         return len(self._waiting) + len(self._front)
 
     def observe(self, reads: int) -> None:
-        """A response ended after ``reads`` network reads; with ``auto``, pacing is on while the
-        mean stays at ``STREAMING_READS`` or more."""
+        """A response ended after ``reads`` reads; ``auto`` paces while the mean is streamed."""
         if not self._auto:
             return
         self._reads += (reads - self._reads) * _EWMA

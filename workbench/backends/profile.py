@@ -46,8 +46,7 @@ async def _post(base_url: str, route: str, headers: Mapping[str, str],
 
 
 class Profiler:
-    """One run's profile window: ``start`` (a ``ConfigError`` when refused), ``stop``, and
-    ``record`` (the manifest's ``profile``)."""
+    """One run's profile window: ``start`` (``ConfigError`` when refused), ``stop``."""
 
     def __init__(self, base_url: str, backend: str, headers: Mapping[str, str],
                  profile_dir: str | None) -> None:

@@ -36,8 +36,7 @@ __all__ = ["MetricsScraper", "detect_block_size", "endpoint_url", "parse_metrics
 logger = logging.getLogger(__name__)
 
 CACHE_CONFIG = "vllm:cache_config_info"
-#: llama-server's prompt counters: processed (cached ones excluded) and cached; their sum is
-#: the derived ``LLAMACPP_WITH_CACHED``
+#: llama-server's prompt counters (cached excluded) and cached: summed, ``LLAMACPP_WITH_CACHED``
 LLAMACPP_PROMPT = series.LLAMACPP.name("prompt_tokens") or ""
 LLAMACPP_CACHED = series.LLAMACPP.name("hits") or ""
 SERIES = series.SCRAPED | {CACHE_CONFIG}
@@ -98,16 +97,14 @@ class _Page:
 def parse_metrics(
     text: str, patterns: Sequence[str] = ()
 ) -> tuple[dict[str, float], dict[str, str] | None]:
-    """Prometheus text → (kept series values, ``vllm:cache_config_info`` labels or None);
-    ``patterns``: shell globs of further names to keep."""
+    """Prometheus text → (kept series values, ``vllm:cache_config_info`` labels or None)."""
     page = _Page()
     page.add(text, patterns)
     return page.values(), page.cache_config
 
 
 def endpoint_url(url: str) -> str:
-    """A further endpoint's page: ``HOST:PORT`` reads as ``http://HOST:PORT``, and a URL
-    without a path gets ``/metrics`` (an exporter's usual path); credentials stay."""
+    """A further endpoint's page URL: ``http://`` and ``/metrics`` added where missing."""
     if "://" not in url:
         url = f"http://{url.strip()}"
     parts = urlsplit(url)
@@ -123,8 +120,7 @@ async def _fetch(
     session: aiohttp.ClientSession, url: str, timeout_s: float,
     headers: dict[str, str] | None = None,
 ) -> tuple[str, bool]:
-    """One page and whether it was cut at ``bodies.PAGE_MAX`` (after its last whole line,
-    one warning per URL; docs/security.md)."""
+    """One page, and whether it was cut at ``bodies.PAGE_MAX`` (docs/security.md)."""
     shown = strip_url_credentials(url)
     get = session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers)
     async with get as resp:
@@ -142,8 +138,7 @@ async def _fetch(
 
 
 class _Endpoint:
-    """A further ``/metrics`` page: the URL fetched (credentials sent as a Basic header),
-    the URL shown (``redact.safe_url``) and its failures."""
+    """A further ``/metrics`` page: the URL fetched, the URL shown, and its failures."""
 
     def __init__(self, url: str) -> None:
         full = endpoint_url(url)
@@ -175,8 +170,7 @@ async def detect_block_size(
 
 
 class MetricsScraper:
-    """Scrapes ``/metrics`` every ``interval_s`` into ``timeline`` while started: rows of
-    ``t_ns`` (the run's clock) and the series, or an ``error``."""
+    """Scrapes ``/metrics`` every ``interval_s`` into ``timeline`` rows while started."""
 
     def __init__(
         self,
@@ -207,8 +201,7 @@ class MetricsScraper:
         self._task: asyncio.Task[None] | None = None
 
     async def scrape_once(self) -> dict[str, Any]:
-        """One row from every endpoint: ``error`` when the engine's page failed,
-        ``endpoint_errors`` when a further one did, ``cache_config`` when exported."""
+        """One row from every endpoint (``error``, ``endpoint_errors`` for those that failed)."""
         t_ns = self.clock.now_ns()
         if self._session is None:
             self._session = bounded_session()
@@ -272,8 +265,7 @@ class MetricsScraper:
         return None
 
     def describe(self) -> dict[str, Any]:
-        """The manifest's ``metrics_scrape``: endpoints (no credentials), patterns and the
-        series kept beyond the engine's own list, each with label, unit and source."""
+        """The manifest's ``metrics_scrape``: endpoints, patterns and the further series kept."""
         return {
             "url": self.url,
             "endpoints": [e.shown for e in self.endpoints],

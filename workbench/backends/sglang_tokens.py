@@ -53,8 +53,7 @@ SGLANG_SERVERS = ServerFacts(
 
 
 class SGLangParser(EventParser):
-    """Incremental ``output_ids`` with both guards; echoed ids are withheld from the chunks'
-    ids as soon as the running ``completion_tokens`` shows a surplus."""
+    """Incremental ``output_ids`` with both guards (echoed ids never count as token events)."""
 
     __slots__ = ("_echo", "_ids", "_meta", "_prompt")
 
@@ -139,8 +138,7 @@ class SGLangTokensCodec(PlainCodec):
     """Exact output ids from SGLang's native endpoint."""
 
     temperature: float = 0.0
-    # ask for SGLang's split of cached tokens by tier (device, host, storage); recorded
-    # per request in ``extra.server_metrics.cached_tokens_details`` (docs/sweeps.md)
+    # SGLang's split of cached tokens by tier, kept per request (docs/sweeps.md)
     return_cached_tokens_details: bool = False
     name = "sglang-tokens"
     servers = SGLANG_SERVERS

@@ -66,8 +66,7 @@ class DisconnectedError(ConnectionError):
 
 
 class StaleConnectionError(DisconnectedError):
-    """A pooled keep-alive connection died before any byte of the response came: the
-    request may go once more (llama-server closes after every stream despite keep-alive)."""
+    """A pooled keep-alive connection died before any byte of the response came."""
 
 
 #: a response head (1xx included) larger than this is refused (docs/wire-protocols.md)
@@ -105,8 +104,7 @@ def inflater_for(encoding: str) -> Inflater | None:
 
 @dataclass(eq=False)
 class ClientSettings:
-    """What both clients are built with (``transport._client``); ``now`` is the clock that
-    stamps dispatches and reads, ``idle_s`` the stream idle timeout."""
+    """What both clients are built with (``idle_s``: the stream idle timeout)."""
 
     now: Callable[[], int]
     headers: dict[str, str]
@@ -158,7 +156,7 @@ class StreamState:
         self.after_done = 0  # bytes read after [DONE]
         #: the response's ``x-workbench-*`` headers (a simulated cluster names its worker)
         self.headers: dict[str, str] = {}
-        #: a 200 with ``Content-Type: application/json``: an error body, returned unparsed
+        #: a 200 with a JSON body: an error body, returned unparsed
         self.json_body = False
         # the body's first bytes while no SSE event came (``not_a_stream``)
         self.raw: bytes | None = b""
@@ -166,8 +164,7 @@ class StreamState:
         self.idle_ns = None if idle_s is None else int(idle_s * 1e9)
 
     def feed(self, t: int, chunk: bytes) -> None:
-        """One network read of the body, received at ``t``; a protocol violation is kept in
-        ``error`` (it ends the parsing), never raised."""
+        """One network read of the body, received at ``t`` (a violation goes to ``error``)."""
         self.reads += 1
         if self.done:
             self.after_done += len(chunk)
@@ -242,8 +239,7 @@ class StreamState:
             self._check(len(chunk))
 
     def _counted(self, guard: OverrunGuard, ids: int, nbytes: int, events: int) -> None:
-        """``_check`` after a read that ended whole with ``events`` token events of ``ids``
-        ids, its usual case (under the limit) inline (docs/design-notes.md)."""
+        """``_check`` after a read that ended whole, its usual case inline (design-notes.md)."""
         total = guard.total + (events if guard.by_events else ids)
         if total <= guard.limit:
             guard.total, guard.seen = total, len(self.counts)
@@ -300,8 +296,7 @@ class StreamState:
 
 
 class WholeBody:
-    """A non-streaming answer (``backend.stream`` false): one JSON body, fed and closed like
-    a ``StreamState``, parsed at its end, no token event, bounded at ``limit`` bytes
+    """A non-streaming answer: one JSON body, parsed at its end, bounded at ``limit`` bytes
     (docs/wire-protocols.md, "Non-streaming")."""
 
     takes_json = True

@@ -75,8 +75,7 @@ _ERROR_BODY_CHARS = 2000
 
 @dataclass(frozen=True)
 class TransportOptions:
-    """Where to send and how long to wait. ``stream_idle_timeout_s`` bounds connecting, every
-    silence between reads and the time without a token event; ``max_connections`` 0: no limit."""
+    """Where to send and how long to wait (``max_connections`` 0: no limit)."""
 
     base_url: str
     api_key_env: str | None = "OPENAI_API_KEY"
@@ -147,14 +146,12 @@ class HTTPStatusError(BackendError):
 
 
 def _clamped(req: WireRequest, completion: int | None, finish: str | None) -> bool:
-    """Fewer output tokens than pinned, ended for length: the server cut ``max_tokens``
-    (vLLM's native ``/inference/v1/generate`` does, silently); the record stays ``ok``."""
+    """Fewer output tokens than pinned, ended for length: the server cut ``max_tokens``."""
     return completion is not None and completion < req.max_tokens and finish == "length"
 
 
 def normalize_base_url(url: str) -> str:
-    """The server root: scheme added if missing, query, trailing ``/`` and ``/v1`` dropped
-    (codecs append their own paths; the query goes back on by ``with_query``)."""
+    """The server root: scheme added if missing; query, trailing ``/`` and ``/v1`` dropped."""
     url = url.strip()
     if "://" not in url:
         url = f"http://{url}"
@@ -199,8 +196,7 @@ class Transport:
         return self._pacer.deferred if self._pacer is not None else 0
 
     def auth_headers(self) -> dict[str, str]:
-        """The run's ``Authorization`` header: the target URL's own credentials, else the
-        bearer key from ``api_key_env`` (registered for redaction), else none."""
+        """The target URL's own credentials, else the bearer key of ``api_key_env``, else none."""
         opts = self.options
         if opts.authorization:  # the target URL's own credentials win over the env key
             return {"Authorization": opts.authorization}
@@ -245,8 +241,7 @@ class Transport:
             ) from None
 
     async def warm(self, n: int, timeout_s: float = 10.0) -> int:
-        """Open up to ``n`` keep-alive connections now (``n`` concurrent ``GET /v1/models``),
-        so the first wave does not pay connection setup in its TTFT; how many answered."""
+        """Open up to ``n`` keep-alive connections now (``GET /v1/models``); how many answered."""
         if n <= 0:
             return 0
         url = with_query(f"{self.root}/v1/models", self.options.base_url)
@@ -262,8 +257,7 @@ class Transport:
         return sum(await asyncio.gather(*(one() for _ in range(n))))
 
     async def send(self, codec: Codec, req: WireRequest, rec: RequestRecord) -> list[int] | None:
-        """Dispatch ``req``, stream the answer into ``rec``; the output ids, or ``None``
-        when the request failed."""
+        """Dispatch ``req``, stream the answer into ``rec``; the output ids (None if it failed)."""
         client = self.client
         rec.sent_prompt_tokens = len(req.prompt_ids)
         pacer = self._pacer
@@ -286,8 +280,7 @@ class Transport:
     async def _exchange_once_more_if_stale(
         self, client: HTTPClient, codec: Codec, req: WireRequest, rec: RequestRecord
     ) -> list[int] | None:
-        """``_exchange``, once more (flagged in ``rec.extra``) when a pooled connection died
-        before any response byte (``stream.StaleConnectionError``)."""
+        """``_exchange``, once more (flagged) when a pooled connection died before any byte."""
         try:
             return await self._exchange(client, codec, req, rec)
         except StaleConnectionError:
