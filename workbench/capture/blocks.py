@@ -40,8 +40,7 @@ class Salt:
 
 
 def block_digests(salt: Salt, ids: Sequence[int], prompt_tokens: int) -> Iterator[bytes]:
-    """One digest per full block of a ``prompt_tokens``-token prompt, chained over the ids;
-    blocks past the ids get digests no other request shares (docs/capture.md)."""
+    """One digest per full block of a ``prompt_tokens``-token prompt (docs/capture.md)."""
     want = prompt_tokens // BLOCK_SIZE
     have = min(want, len(ids) // BLOCK_SIZE)
     try:
@@ -58,8 +57,7 @@ def block_digests(salt: Salt, ids: Sequence[int], prompt_tokens: int) -> Iterato
 
 
 class LocalIds:
-    """One file's numbering of block digests: 1, 2, 3… in first-seen order (the order
-    its requests finish). Only the distinct digests are kept, once per file."""
+    """One file's numbering of block digests: 1, 2, 3… in first-seen order."""
 
     def __init__(self) -> None:
         self._table: dict[bytes, int] = {}

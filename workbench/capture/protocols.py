@@ -36,8 +36,7 @@ _KIND_ORDER = ("text", "thinking", "tool_use")
 
 
 def stop_reason(reason: Any) -> str:
-    """A finish reason (OpenAI) or stop reason (Anthropic) as ``end_turn`` / ``tool_use`` /
-    ``max_tokens``, or ``""`` when none or unknown."""
+    """A finish or stop reason as the format's ``stop`` (``""`` when none or unknown)."""
     return _STOP.get(reason, "") if isinstance(reason, str) else ""
 
 
@@ -48,8 +47,7 @@ def _ordered(kinds: Iterable[str]) -> list[str]:
 
 @dataclass(slots=True)
 class RequestFacts:
-    """One request body, read: ``messages`` as canonical JSON bytes (``cache_control``
-    dropped), ``preamble`` what precedes them (Anthropic's ``system``)."""
+    """One request body, read: ``messages`` as canonical JSON bytes, ``preamble`` before them."""
 
     api: str  # CHAT | COMPLETIONS | MESSAGES
     model: str
@@ -84,8 +82,7 @@ def _is_tool_result(message: Any) -> bool:
 
 
 def request_facts(path: str, raw: bytes) -> RequestFacts | None:
-    """The facts of a captured request, or ``None`` when the body is not a JSON object
-    of that API (the exchange is then passed through and not captured)."""
+    """The facts of a captured request, or ``None`` when the body is not that API's."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -133,8 +130,7 @@ def _text_of(content: Any) -> str:
 
 
 def prompt_segments(facts: RequestFacts) -> list[tuple[str, str]]:
-    """``(role, text)`` per part of the prompt, for a local tokenizer: the system prompt,
-    then each message (tool calls rendered as their JSON)."""
+    """``(role, text)`` per part of the prompt, for a local tokenizer."""
     body = facts.body
     if facts.api == COMPLETIONS:
         prompt = body.get("prompt")
@@ -155,8 +151,7 @@ def prompt_segments(facts: RequestFacts) -> list[tuple[str, str]]:
 
 @dataclass(slots=True)
 class ResponseFacts:
-    """What a response said: counts (``None``: no usage), ``stop``, the content kinds, and
-    the events that carried output (a stream without usage's fallback count)."""
+    """What a response said (counts ``None``: no usage; ``output_events``: the fallback count)."""
 
     prompt_tokens: int | None = None
     output_tokens: int | None = None
@@ -219,8 +214,7 @@ def _openai_choice(facts: ResponseFacts, choice: Any, kinds: set[str], delta_key
 
 
 def sse_data(raw: bytes) -> Iterable[Any]:
-    """The JSON documents of a whole SSE stream, framed as the replay client frames them;
-    ``[DONE]`` and non-JSON payloads skipped."""
+    """The JSON documents of a whole SSE stream, as the replay client frames them."""
     decoder = SSEDecoder()
     for data in [*decoder.feed(raw), *decoder.close()]:
         if not data.strip() or data.strip() == DONE:

@@ -63,8 +63,7 @@ HASH_SLICE = 512
 
 class CaptureProxy:
     """``async with CaptureProxy(upstream, out_dir) as proxy``: listening at ``proxy.url``
-    until the block ends (options: docs/capture.md); ``salt_file``: where to save the
-    hashing key (default: it stays in memory)."""
+    until the block ends (docs/capture.md)."""
 
     def __init__(
         self, upstream: str, out_dir: str | Path, *, host: str = "127.0.0.1", port: int = 0,
@@ -150,8 +149,7 @@ class CaptureProxy:
         await self._close()
 
     async def _close(self) -> None:
-        """Stop listening (requests in flight finish, up to ``STOP_TIMEOUT_S``), finish
-        what was captured, write every file one last time."""
+        """Stop listening, let requests in flight finish, write every file one last time."""
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -225,8 +223,7 @@ class CaptureProxy:
         except (aiohttp.ClientError, TimeoutError) as exc:
             if resp is not None:  # the head went out: the agent sees the stream cut
                 raise
-            # the agent gets a 502 naming the error's class only (its text may carry the
-            # upstream's URL)
+            # a 502 naming the error's class only (its text may carry the upstream's URL)
             return web.json_response(
                 {"error": {"message": f"workbench capture: upstream request failed "
                            f"({type(exc).__name__})", "type": "upstream_error"}},
@@ -301,8 +298,7 @@ class CaptureProxy:
         self._flush_wake.set()
 
     async def _flush_loop(self) -> None:
-        """Rewrite changed conversations as their requests finish, the files written by a
-        thread so the relays are not held up."""
+        """Rewrite changed conversations as requests finish (files written by a thread)."""
         loop = asyncio.get_running_loop()
         while True:  # bounded: ends when _close sets _stopping
             await self._flush_wake.wait()
@@ -328,8 +324,7 @@ class CaptureProxy:
 
 
 def _decoded(body: bytes, encoding: str) -> bytes | None:
-    """The bytes to read counts from (``gzip``/``deflate`` inflated, at most
-    ``MAX_KEPT_BYTES``); None for another or a broken encoding (then not recorded)."""
+    """The bytes to read counts from, inflated; None for an encoding it cannot read."""
     if encoding in ("", "identity"):
         return body
     if encoding not in ("gzip", "x-gzip", "deflate"):
@@ -345,8 +340,7 @@ def _decoded(body: bytes, encoding: str) -> bytes | None:
 
 
 def _highest_number(directory: Path, prefix: str) -> int:
-    """The largest conversation number already in ``directory`` (a new capture numbers
-    its files after it, so it never replaces an earlier capture's)."""
+    """The largest conversation number in ``directory`` (a new capture numbers after it)."""
     best = 0
     for p in directory.glob(f"{prefix}*.json"):
         tail = p.stem[len(prefix):]

@@ -18,8 +18,7 @@ from workbench.capture.protocols import COMPLETIONS, RequestFacts
 
 @dataclass(slots=True, eq=False)
 class Turn:
-    """One captured request of an agent: its times (monotonic seconds) and, once its
-    response has ended and its prompt is hashed, what the file records of it."""
+    """One captured request of an agent (times in monotonic seconds)."""
 
     sent: float
     think_time: float
@@ -193,8 +192,7 @@ class Sessions:
         return agent
 
     def finish(self, xid: int, ended: float, stop: str = "") -> tuple[Agent, Turn] | None:
-        """The request's response ended at ``ended`` with ``stop`` (the format's stop
-        reason); its counts are set by the caller."""
+        """The request's response ended at ``ended`` with ``stop``."""
         got = self._turns.pop(xid, None)
         if got is None:
             return None
@@ -208,8 +206,7 @@ class Sessions:
         return agent, turn
 
     def abandon(self, xid: int) -> None:
-        """The request failed (an error status, a cut stream): it is not recorded; an
-        agent it would have started is forgotten."""
+        """The request failed: it is not recorded; an agent it would have started is forgotten."""
         got = self._turns.pop(xid, None)
         if got is None:
             return
@@ -237,8 +234,7 @@ class Sessions:
 
 
 def _parent_rank(agent: Agent) -> tuple[int, float]:
-    """The likeliest parent first: the agent closest to the root, then the one that
-    started waiting last (it asked for the tool that spawned the new agent)."""
+    """The likeliest parent first: closest to the root, then the latest to start waiting."""
     return agent.depth, -agent.wait_from
 
 

@@ -35,8 +35,7 @@ _ROLES = {"system": "<|system|>", "developer": "<|system|>", "user": "<|user|>",
 
 
 def word_ids(facts: RequestFacts) -> list[int]:
-    """The prompt as the built-in word tokenizer and the embedded engine's chat
-    template see it (completions: the prompt's words, or its ids as given)."""
+    """The prompt as the word tokenizer and the embedded engine's chat template see it."""
     tok = get_tokenizer()
     if facts.api == COMPLETIONS:
         prompt = facts.body.get("prompt")

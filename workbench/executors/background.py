@@ -46,9 +46,7 @@ class BackgroundRunError(WorkbenchError):
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Where a background run is, as the kernel last heard: ``phase`` (``starting``,
-    ``running``, ``stopping``, ``finalizing``, then ``done``, ``failed`` or ``cancelled``);
-    ``seq`` grows with every change."""
+    """Where a background run is, as the kernel last heard (``seq`` grows with every change)."""
 
     phase: str = "starting"
     done: int = 0
@@ -225,8 +223,7 @@ class BackgroundRun:
         return result
 
     def _load(self) -> RunResult:
-        """The run as ``run_async`` would have returned it: records in memory, or, when the
-        run kept them on disk only (``executor.keep_records``), left there."""
+        """The run as ``run_async`` would have returned it (records kept on disk stay there)."""
         manifest = read_manifest(self.run_dir)
         if manifest.records_kept is not False or self.temp_dir:
             return load(self.run_dir)
@@ -245,7 +242,6 @@ class BackgroundRun:
             self._stderr = None
 
 
-# -- the child --------------------------------------------------------------------------------
 class _Out:
     """JSON lines to the parent on stdout: one ``write`` syscall each, progress throttled."""
 
@@ -279,8 +275,7 @@ class _Out:
 
 
 class _Lines:
-    """Lines from a file descriptor with ``os.read``: a thread blocked in a buffered
-    ``readline`` holds a lock that aborts the interpreter's exit (docs/executors.md)."""
+    """Lines from a file descriptor with ``os.read``, not a buffered reader (executors.md)."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd

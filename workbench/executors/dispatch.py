@@ -35,12 +35,8 @@ async def run_async(
     workload: Workload | None = None,
     phase: Phase | None = None,
 ) -> RunResult:
-    """Replay ``cfg`` and return its result (saved under ``cfg.out_dir/<run_id>`` if set).
-
-    ``stop`` ends the run cleanly (in-flight requests recorded as cancelled); cancelling the
-    task does the same, then re-raises. ``phase`` is told ``"starting"``, ``"running"``
-    and ``"finalizing"``.
-    """
+    """Replay ``cfg`` and return its result (saved under ``cfg.out_dir/<run_id>`` if set);
+    ``stop`` ends it cleanly, ``phase`` is told where it is (docs/notebooks.md)."""
     run = prepare(cfg, workload)
     if run.cfg.dry_run:
         return dry_run_result(run)
@@ -50,8 +46,7 @@ async def run_async(
 
 
 def executor_for(cfg: RunConfig) -> Executor:
-    """The executor ``cfg.executor`` names (``executors.kinds.EXECUTORS``): this process, or
-    worker processes when ``local`` has more than one worker."""
+    """The executor ``cfg.executor`` names (``local`` with workers: ``processes``)."""
     kind = cfg.executor.kind
     if kind == "local" and cfg.executor.workers > 1:
         kind = "processes"
@@ -59,8 +54,6 @@ def executor_for(cfg: RunConfig) -> Executor:
 
 
 def run(cfg: RunConfig | dict[str, Any], *, progress: Progress | None = None) -> RunResult:
-    """Synchronous ``run_async``, also from a notebook cell: on uvloop when installed
-    (``executor.uvloop``), and inside a running loop on a fresh loop in a worker thread
-    (docs/notebooks.md)."""
+    """Synchronous ``run_async``, also from a notebook cell (docs/notebooks.md)."""
     cfg = coerce_config(cfg)
     return run_anywhere(run_async(cfg, progress=progress), cfg.executor.uvloop)

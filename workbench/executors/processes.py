@@ -55,13 +55,12 @@ class Launcher(Protocol):
         self, session: ReplaySession, shard_dir: Path, base_url: str, block_size: int | None,
         stop: asyncio.Event | None,
     ) -> None:  # fmt: skip
-        """Play ``session.plan`` split over the shards; every shard writes
-        ``records-<k>.jsonl`` and ``lifecycle-<k>.jsonl`` into ``shard_dir``."""
+        """Play ``session.plan`` over the shards, each writing its files into ``shard_dir``."""
 
 
 class ShardedExecutor:
-    """The plan over N shards: this process owns the target, preflight, flush and scraper;
-    the ``launcher`` runs the shards, whose files are merged at the end."""
+    """The plan over N shards run by ``launcher``: this process owns the target, preflight,
+    flush and scraper, and merges the shards' files at the end."""
 
     target = None  # the config's
 
@@ -134,8 +133,7 @@ class ShardedExecutor:
 
 def shard_spec(s: ReplaySession, part: ShardPart, cfg: dict[str, Any], base_url: str,
                block_size: int | None) -> dict[str, Any]:
-    """What a shard (worker process, Ray actor) is sent: its config, its part of the plan,
-    where the target is."""
+    """What a shard is sent: its config, its part of the plan, where the target is."""
     return {"cfg": cfg, "plan": part.plan, "run_id": s.run_id, "base_url": base_url,
             "block_size": block_size, "slot_offset": part.slot_offset}  # fmt: skip
 
@@ -155,8 +153,7 @@ async def play_spec(
     ready: Callable[[], Awaitable[int | None]],
     started: Callable[[Any], None],
 ) -> ShardOutcome | None:
-    """A shard (worker process, Ray actor) plays ``spec``'s part on a transport of its own;
-    ``started`` gets its runner before the warm-up, ``ready`` is the barrier."""
+    """A shard plays ``spec``'s part on its own transport (``started`` gets its runner)."""
     clock = WallClock()
     async with Transport(TransportOptions.of_run(cfg, spec["base_url"]), clock) as transport:
         runner = build_runner(
@@ -175,15 +172,13 @@ async def play_spec(
 
 
 def worker_cfg(cfg: RunConfig, part: ShardPart) -> dict[str, Any]:
-    """A shard's config: its share of the concurrency and of the warm-up units, one worker,
-    no run directory (the parent writes it), the parent's URL given separately."""
+    """A shard's config: its share of concurrency and warm-up, one worker, no run directory."""
     d = cfg.to_dict()
     d["arrival"]["max_concurrency"] = part.max_concurrency
     d["arrival"]["warmup"] = part.warmup
     d["executor"]["workers"] = 1
     d["out_dir"] = None
-    # workers get the parent's URL (base_url: the embedded engine's, or the target's); a
-    # real target's URL stays, so its credentials go out and are registered in the worker
+    # a real target's URL stays: its credentials go out and are registered in the worker
     d["target"] = {"url": "http://placeholder" if cfg.target.is_sim else cfg.target.url}
     return d
 
@@ -322,10 +317,8 @@ class _Workers:
             conn.close()
 
 
-# ----------------------------------------------------------------- the worker side
 def worker_main(conn: Connection, spec: dict[str, Any]) -> None:
-    """Entry point of a worker process (spawned: nothing inherited but ``spec``); it dies
-    with the parent, and a pipe at EOF stops its runner too."""
+    """Entry point of a worker process (spawned: nothing inherited but ``spec``)."""
     die_with_parent(spec["parent_pid"], signal.SIGKILL)
 
     cfg = RunConfig.from_dict(spec["cfg"])

@@ -87,8 +87,7 @@ class ShardActor:
         return time.time_ns(), host_id()
 
     async def prepare(self, spec: dict[str, Any]) -> bool:
-        """Start the shard (``processes.play_spec``); return once its warm-up is done and it
-        waits for ``begin``."""
+        """Start the shard; return once its warm-up is done and it waits for ``begin``."""
         self._barrier = asyncio.get_running_loop().create_future()
         self._warmed = asyncio.get_running_loop().create_future()
         play = play_spec(
@@ -119,8 +118,8 @@ class ShardActor:
         self._done += 0 if rec.warmup else 1
 
     async def begin(self, t0_perf_ns: int | None, t0_wall_ns: int) -> int:
-        """Start from the epoch (the driver's ``perf_counter`` ns on its host, else a wall time
-        corrected to this actor's clock); return it on this actor's ``perf_counter``."""
+        """Start from the epoch (the driver's ``perf_counter`` on its host, else a corrected wall
+        time); return it on this actor's ``perf_counter``."""
         t0 = t0_perf_ns
         if t0 is None:
             t0 = time.perf_counter_ns() + (t0_wall_ns - time.time_ns())
@@ -146,8 +145,7 @@ class ShardActor:
 
 
 class RayLauncher:
-    """Shards on Ray actors (``executor.kind = "ray"``; see the module docstring), launched
-    by a ``ShardedExecutor`` like worker processes are."""
+    """Shards on Ray actors (``executor.kind = "ray"``), for a ``ShardedExecutor``."""
 
     def __init__(self) -> None:
         self._started_ray = False
@@ -238,8 +236,7 @@ class RayLauncher:
         self, s: ReplaySession, actors: list[Any], clocks: list[dict[str, Any]],
         writers: list[tuple[Any, Any]],
     ) -> None:  # fmt: skip
-        """The actors' finished records and lifecycle rows since the last call, shifted onto
-        the driver's clock, into the shard files."""
+        """The actors' finished rows, shifted onto the driver's clock, into the shard files."""
         batches = await asyncio.gather(*(_aw(a.take_finished.remote()) for a in actors))
         done = 0
         for (recs, rows, n), c, (rw, lw) in zip(batches, clocks, writers, strict=True):
