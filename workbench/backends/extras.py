@@ -1,13 +1,6 @@
-"""What a user adds to every request: headers, body fields, and the unit's routing slot.
-
-``backend.options`` keys ``headers`` (name → value; a value ``$NAME`` is read
-from the environment variable NAME when the run starts, so a secret never lands
-in the run's config), ``extra_body`` (merged into the codec's JSON body, nested
-mappings merged key by key), ``routing_header`` / ``routing_field`` (the
-routing slot the unit holds — its admission slot, stable across a session's
-rounds — sent as that header or that body field, dotted for nesting:
-DP-rank or session-affinity routing). ``make_codec`` wraps the protocol codec
-in ``RequestExtras`` when any is set (docs/sweeps.md).
+"""What a user adds to every request: headers, body fields, and the unit's routing slot
+(``backend.options`` ``headers``, ``extra_body``, ``routing_header``, ``routing_field``;
+docs/sweeps.md, "Command line: run knobs and request extras").
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Cache isolation between runs: reset a server's prefix cache before a measured run.
-
-``flush_prefix_cache`` tries the backend's routes in order (``Codec.servers``), the next
-when one is absent (404/405), retries a busy answer a bounded number of times and stops
-at once on any other; the routes, their answers and the rules are
-docs/cache-isolation.md's.
+"""Cache isolation between runs: reset a server's prefix cache before a measured run
+(routes, answers and retries: docs/cache-isolation.md).
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """The measured request path: a small HTTP/1.1 client on ``asyncio.Protocol`` over httptools.
 
-Why its own client, and the measurements behind it: docs/design-notes.md, "The measured
-request path"; what it accepts (framing, 1xx, encodings, head bounds):
-docs/wire-protocols.md, "HTTP framing". ``dispatch_ns`` is read just before
-``transport.write``; every ``data_received`` is stamped once and its body parsed right
-after the loop's poll (``_ParseQueue``); the sending task waits on one future per
-request. Connections are pooled per host, LIFO, and go back to the pool the moment a
-response ends. ``https`` uses ``ssl.create_default_context()`` unless given a context.
-Timeouts: ``stream_idle_timeout_s`` bounds connecting and every silence between reads
-(one timer per idle period), ``request_timeout_s`` the whole request. Failures are the
-errors of ``backends/stream.py``.
+Why, and how it stamps and parses: docs/design-notes.md, "The measured request path";
+what it accepts: docs/wire-protocols.md, "HTTP framing". Connections are pooled per
+host, LIFO, and go back to the pool the moment a response ends.
 """
 
 from __future__ import annotations

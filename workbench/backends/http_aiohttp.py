@@ -1,12 +1,7 @@
 """The portable fallback client (``executor.http: aiohttp``), on aiohttp's public API only.
 
-Same contract as ``http1.HttpToolsClient`` (``post`` streams a body into a
-``StreamState``, ``get`` reads a small answer, failures raised as the errors of
-``backends/stream.py``), so ``Transport`` produces the same records with either.
-Its timing is coarser: ``dispatch_ns`` is read when aiohttp reports the request
-body sent (the public ``TraceConfig.on_request_chunk_sent`` signal), and each
-read is stamped when the stream's task gets it (``iter_any``), which under load
-is later than the socket read the default client stamps.
+Same contract and records as ``http1.HttpToolsClient``, coarser timing: dispatch is
+stamped when aiohttp reports the body sent, each read when the stream's task gets it.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""``openai-chat``: ``POST {root}/v1/chat/completions`` with synthetic text messages.
-
-Token ids are rendered to text one word per id (``workbench.tokenizer``); template
-overheads are taken off the content (docs/wire-protocols.md, "openai-chat"). When a
-round's prompt extends the previous prompt plus the reply this codec returned, the
-earlier messages are resent verbatim with the reply as ``assistant`` and the new ids as
-``user``; otherwise one fresh ``user`` message. Output ids are the reply re-encoded,
-hence ``returns_token_ids = False``.
+"""``openai-chat``: ``POST {root}/v1/chat/completions`` with synthetic text messages, one
+word per token id; conversations and template overheads: docs/wire-protocols.md,
+"openai-chat". Output ids are the reply re-encoded, hence ``returns_token_ids = False``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Keep the event loop polling while a wave of streams ends together (``executor.pace_ms``).
 
-When hundreds of streams end in one loop iteration, their bookkeeping and next requests
-run back to back and tokens that arrive meanwhile are stamped late. A ``Pacer`` bounds
-that: the transport takes a turn before each send and once a record is closed; the first
-turn of an iteration opens a time budget, later ones wait FIFO and go a batch per
-iteration. Nothing is reordered; a deferred send shows as release lag. ``auto`` is on
-only while responses take several reads each (docs/design-notes.md, "Pacing").
+The transport takes a turn before each send and once a record is closed; turns past an
+iteration's budget wait, FIFO, for the next (docs/design-notes.md, "Pacing").
 """
 
 from __future__ import annotations

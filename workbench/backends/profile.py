@@ -1,7 +1,4 @@
-"""``backend.profile``: the engine's profiler started and stopped around the measured window.
-
-``POST /start_profile`` and ``/stop_profile`` (vLLM and SGLang); a start answered with
-anything but 200 stops the run with a ``ConfigError`` quoting the answer
+"""``backend.profile``: the engine's profiler started and stopped around the measured window
 (docs/real-engines.md, "Profiling").
 """
 

@@ -1,11 +1,7 @@
 """Server-side metrics: scrape ``GET {root}/metrics`` (Prometheus text) on an interval.
 
-Only the series of ``workbench.catalogs.series`` (plus known GPU-exporter series and
-``backend.metrics_series`` globs) are kept, the text pre-filtered before
-``prometheus_client`` parses it, and combined over label sets and endpoints (summed,
-or averaged for ratios). ``vllm:cache_config_info``'s labels give the block size. A
-failed scrape is a timeline row with an ``error``; it never stops a run.
-docs/measurement-rules.md, "Server-side evidence" and "Further Prometheus endpoints".
+Which series are kept and how they combine: docs/measurement-rules.md, "Server-side
+evidence" and "Further Prometheus endpoints". A failed scrape never stops a run.
 """
 
 from __future__ import annotations

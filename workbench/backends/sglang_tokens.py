@@ -1,11 +1,7 @@
 """``sglang-tokens``: SGLang's native ``POST {root}/generate`` with token ids in and out.
 
-Server flags, body and chunk shape: docs/wire-protocols.md, "sglang-tokens". The
-``meta_info`` counts are running totals. Two guards fail the round: cumulative
-streaming (a chunk that starts with every id so far, is longer, and the running
-``completion_tokens`` confirms it is no multi-token delta) and prompt echo
-(sgl-project/sglang#10896: surplus ids at the front are trimmed only if they equal the
-prompt's tail, then reported as ``echoed_prompt_tokens``).
+Flags, body, chunks and the two guards (cumulative streaming, prompt echo,
+sgl-project/sglang#10896): docs/wire-protocols.md, "sglang-tokens".
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """What both HTTP clients share: one response's token accounting, and the failures they raise.
 
-``StreamState`` is fed the body one network read at a time with its receive stamp: it
-frames SSE events and appends one ``(stamp, id count)`` per *token event* (an event with
-at least one output id) to the record; ``end_ns`` is the read that carried ``[DONE]``
-(or the body's end). Bytes after ``[DONE]`` are read, not parsed, up to
-``overrun.AFTER_DONE_MAX_BYTES``. A stream the ``OverrunGuard`` refuses is *cut*
-(``error`` holds the ``OutputOverrun``; docs/output-overrun.md): the client drops the
-connection; a cut after ``[DONE]`` has no error.
+``StreamState`` is fed the body one network read at a time with its receive stamp and
+appends one ``(stamp, id count)`` per token event to the record; a stream the
+``OverrunGuard`` refuses is *cut* (docs/output-overrun.md).
 """
 
 from __future__ import annotations

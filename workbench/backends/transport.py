@@ -1,14 +1,8 @@
 """The one place that talks HTTP for a replay and reads the clock for requests.
 
-Codecs build bodies and parse payloads; the HTTP client (``executor.http``: ``httptools``
-in ``http1``, or the ``aiohttp`` fallback) moves bytes and stamps time; this module puts
-them together, so TTFT and token-event bookkeeping exist once. ``dispatch_ns`` is read
-when the request's bytes go to the socket (the client's own preparation shows up as
-release lag); each read is stamped once and its events share the stamp.
-
-Failures never raise out of ``send``: every one ends as a record with ``status="error"``
-and a clear ``error`` (token events so far kept). Only cancellation propagates, after the
-record is marked ``cancelled``.
+Codecs build bodies and parse payloads; the HTTP client (``executor.http``) moves bytes
+and stamps time; this module puts them together. Failures never raise out of ``send``:
+each ends as a record with ``status="error"``; only cancellation propagates.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Prompt token ids → salted block digests → the file-local ``hash_ids`` of the format.
-
-Full ``BLOCK_SIZE`` blocks only, each digest chained over the previous one and keyed
-with the capture's salt (in memory unless ``Salt.write`` saves it); ``LocalIds``
-numbers one file's digests in first-seen order (docs/capture.md, "Token ids and hash ids").
+"""Prompt token ids → salted chained block digests → the file-local ``hash_ids`` of the
+format (docs/capture.md, "Token ids and hash ids").
 """
 
 from __future__ import annotations

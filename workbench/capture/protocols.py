@@ -1,8 +1,5 @@
 """What the captured APIs look like: the facts of a request body and of a response.
-
-OpenAI ``/v1/chat/completions`` and ``/v1/completions``, Anthropic's ``/v1/messages``
-(docs/capture.md, "What is captured"). Nothing here keeps text beyond the call: the
-caller keeps digests and counts only.
+Nothing here keeps text beyond the call (docs/capture.md, "What is captured").
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """``CaptureProxy``: a loopback HTTP proxy that relays an agent's requests to an upstream
-unchanged and records their token shape.
-
-The relay forwards bytes as they come, never buffering a stream; what is captured is
-read only after it was relayed (session assignment queued behind the forwarding, counts,
-token ids and hashes once the last byte went out), and each conversation's file is
-rewritten atomically as its requests finish. Credentials are forwarded and held in
-memory for the tokenize call, never written (docs/capture.md, "The relay").
+unchanged and records their token shape once each response was relayed
+(docs/capture.md, "The relay").
 """
 
 from __future__ import annotations

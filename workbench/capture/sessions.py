@@ -1,10 +1,5 @@
-"""Which conversation and which agent a captured request belongs to.
-
-``Sessions.arrive``, once per captured request in arrival order, assigns its group
-(session or parent header), its agent (the longest earlier request of the group whose
-messages it extends) and its conversation (root, or a sub-agent of a waiting agent):
-the rules are docs/capture.md's, "Sessions and sub-agents". Messages are compared by
-salted digests of their canonical JSON, never kept as text.
+"""Which conversation and which agent a captured request belongs to (docs/capture.md,
+"Sessions and sub-agents"). Messages are compared by salted digests, never kept as text.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""A replay in a process of its own, followed through a bounded snapshot (the panel's Run).
-
-The child (``python -m workbench.executors.background``) reads its ``RunConfig`` as one
-JSON line on stdin, stops on a ``stop`` line or stdin's end, and writes JSON lines
-(``phase``, ``progress``, then ``end`` or ``error``) that a reader thread in the kernel
-turns into a ``Snapshot`` (docs/executors.md, docs/notebooks.md). Without an
-``out_dir`` the run goes to a temporary directory that ``result()`` reads back and deletes.
+"""A replay in a process of its own, followed through a bounded snapshot (the panel's Run;
+docs/executors.md). Without an ``out_dir`` the run goes to a temporary directory that
+``result()`` reads back and deletes.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""``run`` / ``run_async``: one replay from a ``RunConfig`` to a saved ``RunResult``.
-
-Load and check the trace, build the plan, and hand it to the executor the config names
-(``executor.kind``: in-process, worker processes or Ray); the executor's session opens the
-target and writes the run directory as it goes (records are on disk the moment each
-request ends).
-"""
+"""``run`` / ``run_async``: one replay from a ``RunConfig`` to a saved ``RunResult``, played
+by the executor ``executor.kind`` names."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Process sharding: one run's units spread over N worker processes on this host.
-
-``executor.workers = N`` runs N asyncio loops; the split (units never split, concurrency
-divided, routing slots offset), the start barrier on one ``perf_counter_ns`` epoch, the
-shard files merged into one run directory and stopping are docs/scale-out.md's,
-"Worker processes on this host". ``ShardedExecutor`` serves the Ray launcher too.
+"""Process sharding: one run's units spread over N worker processes on this host
+(docs/scale-out.md, "Worker processes on this host"). ``ShardedExecutor`` serves the Ray
+launcher too.
 """
 
 from __future__ import annotations
