@@ -297,10 +297,25 @@ def parse_openai_usage(usage: Mapping[str, Any]) -> tuple[int | None, int | None
     )
 
 
-def stream_fields(stream: bool) -> dict[str, Any]:
-    """The body fields of the response mode: a stream with a final usage chunk, or not."""
-    return {"stream": True, "stream_options": {"include_usage": True}} if stream \
-        else {"stream": False}
+def openai_body(
+    req: WireRequest, prompt: dict[str, Any], codec: Any, **more: Any
+) -> dict[str, Any]:
+    """An OpenAI-shaped body: ``prompt``, the output pinned to ``max_tokens``, the response
+    mode (a stream with a final usage chunk, or ``"stream": false``), ``more``, the model."""
+    body = {
+        **prompt,
+        "max_tokens": req.max_tokens,
+        "min_tokens": req.max_tokens,
+        "ignore_eos": True,
+        "temperature": codec.temperature,
+        "stream": codec.stream,
+        **({"stream_options": {"include_usage": True}} if codec.stream else {}),
+        **more,
+        "rid": req.request_id,
+    }
+    if codec.model is not None:
+        body["model"] = codec.model
+    return body
 
 
 def finish_reason_of(value: Any) -> str | None:

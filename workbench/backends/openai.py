@@ -25,7 +25,7 @@ from workbench.backends.base import (
     as_id_list,
     check_output_count,
     loads,
-    stream_fields,
+    openai_body,
 )
 
 #: Stands in for a token whose id the server did not return (text-only streams).
@@ -160,19 +160,8 @@ class OpenAICompletionsCodec(PlainCodec):
         return f"{base_url}/v1/completions"
 
     def body(self, req: WireRequest) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "prompt": as_id_list(req.prompt_ids),
-            "max_tokens": req.max_tokens,
-            "min_tokens": req.max_tokens,
-            "ignore_eos": True,
-            "temperature": self.temperature,
-            **stream_fields(self.stream),
-            "return_token_ids": True,
-            "rid": req.request_id,
-        }
-        if self.model is not None:
-            body["model"] = self.model
-        return body
+        prompt = {"prompt": as_id_list(req.prompt_ids)}
+        return openai_body(req, prompt, self, return_token_ids=True)
 
     def parser(self, req: WireRequest) -> ChoicesParser:
         return ChoicesParser("id")

@@ -17,7 +17,7 @@ from workbench.backends.base import (
     StreamOutcome,
     WireRequest,
     loads,
-    stream_fields,
+    openai_body,
 )
 from workbench.backends.openai import UNKNOWN_TOKEN
 
@@ -93,18 +93,7 @@ class OpenAIChatCodec(PlainCodec):
     def body(self, req: WireRequest) -> dict[str, Any]:
         messages = self.messages(req)
         self._pending[req.request_id] = messages
-        body: dict[str, Any] = {
-            "messages": messages,
-            "max_tokens": req.max_tokens,
-            "min_tokens": req.max_tokens,
-            "ignore_eos": True,
-            "temperature": self.temperature,
-            **stream_fields(self.stream),
-            "rid": req.request_id,
-        }
-        if self.model is not None:
-            body["model"] = self.model
-        return body
+        return openai_body(req, {"messages": messages}, self)
 
     def parser(self, req: WireRequest) -> ChatParser:
         messages = self._pending.pop(req.request_id, None)

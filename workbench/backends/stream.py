@@ -277,9 +277,8 @@ class StreamState:
             except BackendError as exc:
                 self.error = exc
                 return
-            for n in counts:
-                self.times.append(t)
-                self.counts.append(n)
+            self.times.extend([t] * len(counts))
+            self.counts.extend(counts)
 
     def not_a_stream(self) -> BackendError | None:
         """The error of a body that carried no SSE event at all (None if it did)."""

@@ -94,11 +94,8 @@ class RecordTail:
             return []
         end = chunk.rfind(b"\n") + 1  # a line still being written waits for the next call
         self.offset += end
-        out = []
-        for line in chunk[:end].splitlines():
-            if line.strip():
-                out.append(RequestRecord.from_dict(loads_line(line)))
-        return out
+        lines = chunk[:end].splitlines()
+        return [RequestRecord.from_dict(loads_line(line)) for line in lines if line.strip()]
 
 
 class BackgroundRun:

@@ -177,7 +177,11 @@ class RayLauncher:
                     ray.kill(a)
             if self._started_ray:
                 ray.shutdown()
-        self._conclude(s, results, n, parts, clocks)
+        s.facts.executor = {
+            "kind": "ray", "workers": n, "address": getattr(s.cfg.executor, "address", None),
+            **shard_facts(parts), "epoch_ns": s.t0_ns, "clocks": clocks,
+        }  # fmt: skip
+        s.conclude([ShardOutcome.from_dict(r) for r in results], stopped=self._stopped)
 
     def _connect(self, ray: Any, cfg: RunConfig) -> None:
         address = getattr(cfg.executor, "address", None)
@@ -247,16 +251,6 @@ class RayLauncher:
                 lw.write(shift_ns(row, shift))
             done += n
         s.report_progress(done)
-
-    def _conclude(
-        self, s: ReplaySession, results: list[dict[str, Any]], n: int,
-        parts: list[ShardPart], clocks: list[dict[str, Any]],
-    ) -> None:  # fmt: skip
-        s.facts.executor = {
-            "kind": "ray", "workers": n, "address": getattr(s.cfg.executor, "address", None),
-            **shard_facts(parts), "epoch_ns": s.t0_ns, "clocks": clocks,
-        }  # fmt: skip
-        s.conclude([ShardOutcome.from_dict(r) for r in results], stopped=self._stopped)
 
 
 def actor_cfg(cfg: RunConfig, part: ShardPart) -> dict[str, Any]:
