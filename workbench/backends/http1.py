@@ -101,7 +101,6 @@ class _Connection(asyncio.Protocol):
         self.inflate: Inflater | None = None  # a gzip/deflate body, inflated piece by piece
         self.refused: BackendError | None = None  # why a callback stopped the parser
 
-    # -- the request ---------------------------------------------------------------
     def start(
         self, data: bytes, state: ResponseBody | None, rec: RequestRecord | None
     ) -> asyncio.Future[tuple[int, bytes]]:
@@ -129,7 +128,6 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    # -- asyncio.Protocol ----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
         self.pool.live.add(self)
@@ -218,7 +216,6 @@ class _Connection(asyncio.Protocol):
         else:
             self._fail(DisconnectedError(f"connection closed mid-response{why}"))
 
-    # -- httptools callbacks -------------------------------------------------------
     def on_message_begin(self) -> None:
         if self.complete:  # a second answer in the read: nobody asked for it
             raise BackendError("a response to no request")  # stops the parser here
@@ -269,7 +266,6 @@ class _Connection(asyncio.Protocol):
         self.complete = True
         self.keep = self.parser.should_keep_alive()  # (only valid inside the callback)
 
-    # -- endings -------------------------------------------------------------------
     def _finish(self, keep: bool) -> None:
         waiter = self.waiter
         status = self.status

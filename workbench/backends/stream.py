@@ -25,7 +25,7 @@ from workbench.records import RequestRecord
 from workbench.sse import DONE, SSEDecoder
 
 BOM = "\ufeff".encode()
-#: a body that is no event stream is quoted up to this many bytes in the error
+#: an unexpected body (no event stream, an error status) is quoted up to this many bytes
 RAW_MAX = 2000
 #: a read of up to this many events is parsed event by event (``feed_one``), a larger one
 #: by ``feed_all`` (docs/design-notes.md)

@@ -22,6 +22,7 @@ from workbench.backends.base import BackendError, Codec, WireRequest, json_body_
 from workbench.backends.overrun import OverrunGuard
 from workbench.backends.pace import DEFAULT_BUDGET_MS, Pacer
 from workbench.backends.stream import (
+    RAW_MAX,
     ConnectError,
     ConnectTimeoutError,
     DisconnectedError,
@@ -63,8 +64,6 @@ SESSION_SAFE = "-_.~:/@+=,;!$&'()*"
 
 #: ``executor.http``: the client on the measured path (the first is the default)
 HTTP_CLIENTS = ("httptools", "aiohttp")
-
-_ERROR_BODY_CHARS = 2000
 
 
 @dataclass(frozen=True)
@@ -133,15 +132,10 @@ class HTTPStatusError(BackendError):
     def __init__(self, status: int, body: str) -> None:
         self.status = status
         self.body = body
-        text = body.strip()[:_ERROR_BODY_CHARS] or "(empty body)"
+        text = body.strip()[:RAW_MAX] or "(empty body)"
         # vLLM's /v1/completions clamps max_tokens, then rejects our min_tokens: say why
         hint = f" ({_CLAMP_HINT})" if status == 400 and "min_tokens must be" in text else ""
         super().__init__(f"HTTP {status}: {text}{hint}")
-
-
-def _clamped(req: WireRequest, completion: int | None, finish: str | None) -> bool:
-    """Fewer output tokens than pinned, ended for length: the server cut ``max_tokens``."""
-    return completion is not None and completion < req.max_tokens and finish == "length"
 
 
 def normalize_base_url(url: str) -> str:
@@ -305,7 +299,7 @@ class Transport:
         if status != 200:
             raise HTTPStatusError(status, body.decode("utf-8", errors="replace"))
         if state.json_body and not whole:  # a 200 whose body is JSON: an error body
-            raise json_body_error(body[:_ERROR_BODY_CHARS])
+            raise json_body_error(body[:RAW_MAX])
         if state.error is not None:
             raise state.error
         if (not_a_stream := state.not_a_stream()) is not None:
@@ -325,15 +319,14 @@ class Transport:
             rec.first_token_ns = rec.last_token_ns = rec.end_ns
         if out.server_metrics:
             rec.extra["server_metrics"] = out.server_metrics
-        if _clamped(req, out.completion_tokens, out.finish_reason):
-            rec.extra["output_clamped"] = {
-                "planned": req.max_tokens,
-                "generated": out.completion_tokens,
-            }
+        done = out.completion_tokens
+        if done is not None and done < req.max_tokens and out.finish_reason == "length":
+            # fewer output tokens than pinned, ended for length: the server cut max_tokens
+            rec.extra["output_clamped"] = {"planned": req.max_tokens, "generated": done}
             logger.warning(
                 "%s: the server generated %s of %s output tokens and ended for length: %s",
                 req.request_id,
-                out.completion_tokens,
+                done,
                 req.max_tokens,
                 _CLAMP_HINT,
             )

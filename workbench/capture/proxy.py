@@ -105,7 +105,6 @@ class CaptureProxy:
         self._tokens: TokenSource | None = None
         self._facts: dict[int, tuple[RequestFacts, Turn]] = {}
 
-    # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> CaptureProxy:
         import aiohttp
         from aiohttp import web
@@ -169,7 +168,6 @@ class CaptureProxy:
                       for c in self._conversations.values()
                       if (self.out_dir / f"{conversation_id(c, self.prefix)}.json").exists())
 
-    # ------------------------------------------------------------------ relay
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         import aiohttp
         from aiohttp import web
@@ -231,7 +229,6 @@ class CaptureProxy:
             else:
                 self.passed += 1
 
-    # ------------------------------------------------------------------ recording
     def _arrive(self, xid: int, sent: float, path: str, raw: bytes,
                 headers: Mapping[str, str]) -> None:
         facts = request_facts(path, raw)
