@@ -37,11 +37,6 @@ def stop_reason(reason: Any) -> str:
     return _STOP.get(reason, "") if isinstance(reason, str) else ""
 
 
-def _ordered(kinds: Iterable[str]) -> list[str]:
-    seen = set(kinds)
-    return [k for k in _KIND_ORDER if k in seen]
-
-
 @dataclass(slots=True)
 class RequestFacts:
     """One request body, read: ``messages`` as canonical JSON bytes, ``preamble`` before them."""
@@ -164,12 +159,6 @@ def _count(value: Any) -> int | None:
     return n if n == value and n >= 0 else None
 
 
-def _openai_usage(facts: ResponseFacts, usage: Any) -> None:
-    if isinstance(usage, dict):
-        facts.prompt_tokens = _count(usage.get("prompt_tokens"))
-        facts.output_tokens = _count(usage.get("completion_tokens"))
-
-
 def _anthropic_usage(facts: ResponseFacts, usage: Any) -> None:
     """Anthropic's input is split in three: uncached, read from cache, written to cache."""
     if not isinstance(usage, dict):
@@ -239,14 +228,15 @@ def response_facts(api: str, stream: bool, raw: bytes) -> ResponseFacts:
         if api == MESSAGES:
             _anthropic_doc(facts, doc, kinds, stream)
             continue
-        if doc.get("usage"):
-            _openai_usage(facts, doc["usage"])
+        if (usage := doc.get("usage")) and isinstance(usage, dict):
+            facts.prompt_tokens = _count(usage.get("prompt_tokens"))
+            facts.output_tokens = _count(usage.get("completion_tokens"))
         key = "text" if api == COMPLETIONS else ("delta" if stream else "message")
         for choice in doc.get("choices") or []:
             _openai_choice(facts, choice, kinds, key)
     if not stream:
         facts.output_events = 0
-    facts.output_types = _ordered(kinds)
+    facts.output_types = [k for k in _KIND_ORDER if k in kinds]
     return facts
 
 
