@@ -288,3 +288,11 @@ def check_options(fmt: str, unknown: Mapping[str, Any], valid: tuple[str, ...]) 
         raise ConfigError(
             f"{fmt} reader got unknown option(s) {names}; valid: {', '.join(valid) or 'none'}"
         )
+
+
+def check_block_size(block_size: Any) -> None:
+    """A reader's ``block_size`` option: an integer in ``[1, bounds.MAX_ROUND_TOKENS]``."""
+    if (isinstance(block_size, bool) or not isinstance(block_size, int)
+            or not 1 <= block_size <= bounds.MAX_ROUND_TOKENS):
+        raise ConfigError(
+            f"block_size must be an integer in 1..{bounds.MAX_ROUND_TOKENS}, got {block_size!r}")

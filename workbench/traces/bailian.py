@@ -40,17 +40,18 @@ import logging
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from workbench.errors import ConfigError, TraceFormatError
+from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, UnitKind, Workload
 from workbench.traces import bounds
+from workbench.traces._io import check_block_size
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import (
     first_json_object,
+    json_hash_ids,
     json_id,
     json_lines,
     json_number,
     json_tokens,
-    loads_exact,
     note_unknown,
     warn_unknown,
 )
@@ -83,20 +84,13 @@ def _sniff(lines: list[str]) -> bool:
 
 
 def _hash_ids(path: Path, line: int, value: Any, raw: str, n: int, block: int) -> tuple[int, ...]:
-    if not isinstance(value, list):
-        raise TraceFormatError(path, line, f"hash_ids must be a list, got {value!r:.40}")
-    if not all(type(v) is int for v in value):
-        value = loads_exact(path, line, raw).get("hash_ids")
-        if not isinstance(value, list) or not all(type(v) is int for v in value):
-            raise TraceFormatError(path, line, "hash_ids must be a list of integers")
-    if value and min(value) < 0:
-        raise TraceFormatError(path, line, "hash_ids must be non-negative")
+    ids = json_hash_ids(path, line, value, raw)
     ceil, floor = -(-n // block), n // block
-    if len(value) not in (ceil, floor):
+    if len(ids) not in (ceil, floor):
         raise TraceFormatError(
-            path, line, f"{len(value)} hash_ids for input_length {n}: expected {ceil} "
+            path, line, f"{len(ids)} hash_ids for input_length {n}: expected {ceil} "
             f"(ceil({n}/{block})) or {floor} (floor); is block_size {block} right?")
-    return tuple(value)
+    return ids
 
 
 def _parse(path: Path, line: int, obj: dict[str, Any], raw: str, block: int) -> _Row:
@@ -161,10 +155,7 @@ def _roots(path: Path, rows: list[_Row]) -> tuple[dict[str, str], int, int]:
 )
 def read_bailian(path: Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workload:
     """Load a Bailian trace: conversations chained by ``parent_chat_id``, run closed-loop."""
-    if (isinstance(block_size, bool) or not isinstance(block_size, int)
-            or not 1 <= block_size <= bounds.MAX_ROUND_TOKENS):
-        raise ConfigError(
-            f"block_size must be an integer in 1..{bounds.MAX_ROUND_TOKENS}, got {block_size!r}")
+    check_block_size(block_size)
     path = Path(path)
     rows: list[_Row] = []
     extra: dict[str, int] = {}

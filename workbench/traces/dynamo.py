@@ -78,7 +78,7 @@ from workbench.traces.json_io import (
     note_unknown,
     warn_unknown,
 )
-from workbench.traces.shared import leading_seen_blocks
+from workbench.traces.shared import leading_seen_blocks, union_length
 
 SCHEMA = "dynamo.request.trace.v1"
 _TOOL_EVENTS = ("tool_end", "tool_error")
@@ -330,25 +330,13 @@ def _prefixes(ordered: list[_Request]) -> dict[int, int]:
     return out
 
 
-def _union_ms(spans: list[tuple[float, float]]) -> float:
-    total = 0.0
-    cur: tuple[float, float] | None = None
-    for start, end in sorted(spans):
-        if cur is None or start > cur[1]:
-            total += 0.0 if cur is None else cur[1] - cur[0]
-            cur = (start, end)
-        else:
-            cur = (cur[0], max(cur[1], end))
-    return total + (0.0 if cur is None else cur[1] - cur[0])
-
-
 def _tool_wait(a: _Request, b: _Request, tools: list[_Tool], sources: Counter[str]) -> float:
     """Wait between consecutive requests ``a`` → ``b`` of one session (see module doc)."""
     lo, hi = a.received_ms, b.received_ms
     spans = [(max(t.start_ms, lo), t.end_ms) for t in tools if lo < t.end_ms <= hi]
     if spans:
         sources["tools"] += 1
-        return _union_ms(spans)
+        return union_length(spans)
     if a.total_ms is not None:
         sources["gap"] += 1
         return max(0.0, hi - (lo + a.total_ms))

@@ -189,16 +189,6 @@ def window(workload: Workload, offset: int, count: int | None) -> Workload:
     return dataclasses.replace(workload, units=units, meta=meta)
 
 
-def tree_shape(unit: Unit, children: dict[str, list[Unit]]) -> tuple[int, int]:
-    """``(width, depth)`` of ``unit``'s tree: the most children any one unit spawns,
-    and the longest chain of spawns below it (0 for a unit without children)."""
-    kids = children.get(unit.unit_id, [])
-    if not kids:
-        return 0, 0
-    shapes = [tree_shape(k, children) for k in kids]
-    return max(len(kids), *(w for w, _ in shapes)), 1 + max(d for _, d in shapes)
-
-
 def csv_spawn(path: Path, line: int, row: dict[str, str]) -> tuple[Any, ...] | None:
     """The graph columns of one CSV row: ``None`` for a root (no parent), else
     ``(parent, spawn_round, trigger, delay_ms, join)`` with ``join`` an int, ``None``

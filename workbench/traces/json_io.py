@@ -121,6 +121,19 @@ def json_id(path: Path, line: int, name: str, value: Any) -> str:
     return bounds.check_id(path, line, name, text)
 
 
+def json_hash_ids(path: Path, line: int, value: Any, raw: str) -> tuple[int, ...]:
+    """A ``hash_ids`` list of non-negative integers, exact however wide (``loads_exact``)."""
+    if not isinstance(value, list):
+        raise TraceFormatError(path, line, f"hash_ids must be a list, got {value!r:.40}")
+    if not set(map(type, value)) <= {int}:  # C-speed; bool is not int here
+        value = loads_exact(path, line, raw).get("hash_ids")  # ids wider than 64 bits
+        if not isinstance(value, list) or not set(map(type, value)) <= {int}:
+            raise TraceFormatError(path, line, "hash_ids must be a list of integers")
+    if value and min(value) < 0:
+        raise TraceFormatError(path, line, "hash_ids must be non-negative")
+    return tuple(value)
+
+
 def read_json_document(path: Path, what: str, kind: type) -> Any:
     """A whole-file JSON value of type ``kind`` (``dict`` or ``list``), opened as a trace is.
 

@@ -53,29 +53,19 @@ from typing import Any, NamedTuple
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
+from workbench.traces._io import check_block_size
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import (
     first_json_object,
+    json_hash_ids,
     json_id,
     json_lines,
     json_number,
     json_tokens,
-    loads_exact,
     note_unknown,
     warn_unknown,
 )
 from workbench.traces.shared import leading_seen_blocks
-
-# ---------------------------------------------------------------- hash-id blocks (dynamo shares)
-
-
-def expected_blocks(input_length: int, block_size: int, rounding: str) -> int:
-    if rounding == "floor":
-        return input_length // block_size
-    return -(-input_length // block_size)
-
-
-# ---------------------------------------------------------------- the Mooncake reader
 
 
 class _Row(NamedTuple):
@@ -89,23 +79,6 @@ class _Row(NamedTuple):
     session_id: str | None
     delay: float
     request_id: str | None
-
-
-def _all_ints(values: list[Any]) -> bool:
-    return set(map(type, values)) <= {int}  # C-speed; bool is not int here
-
-
-def _hash_ids(path: Path, line: int, value: Any, raw: str) -> tuple[int, ...]:
-    if not isinstance(value, list):
-        raise TraceFormatError(path, line, f"hash_ids must be a list, got {value!r:.40}")
-    if not _all_ints(value):
-        exact = loads_exact(path, line, raw).get("hash_ids")  # ids wider than 64 bits
-        if not isinstance(exact, list) or not _all_ints(exact):
-            raise TraceFormatError(path, line, "hash_ids must be a list of integers")
-        value = exact
-    if value and min(value) < 0:
-        raise TraceFormatError(path, line, "hash_ids must be non-negative")
-    return tuple(value)
 
 
 _REQUIRED = frozenset(("input_length", "output_length", "hash_ids"))
@@ -143,8 +116,8 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any], raw: str, block: int,
     inp = _count(path, line, "input_length", obj["input_length"])
     out = _count(path, line, "output_length", obj["output_length"])
     bounds.check_round(path, line, inp, out)
-    ids = _hash_ids(path, line, obj["hash_ids"], raw)
-    want = expected_blocks(inp, block, rnd)
+    ids = json_hash_ids(path, line, obj["hash_ids"], raw)
+    want = inp // block if rnd == "floor" else -(-inp // block)
     if len(ids) != want:
         raise TraceFormatError(
             path,
@@ -291,10 +264,7 @@ def _sniff(lines: list[str]) -> bool:
 )
 def read_mooncake(path: Path, *, block_size: int = 512, hash_rounding: str = "ceil") -> Workload:
     """Load a Mooncake trace; ``block_size`` is the tokens per hash id (512 in the public files)."""
-    if (isinstance(block_size, bool) or not isinstance(block_size, int)
-            or not 1 <= block_size <= bounds.MAX_ROUND_TOKENS):
-        raise ConfigError(
-            f"block_size must be an integer in 1..{bounds.MAX_ROUND_TOKENS}, got {block_size!r}")
+    check_block_size(block_size)
     if hash_rounding not in ("ceil", "floor"):
         raise ConfigError(f"hash_rounding must be 'ceil' or 'floor', got {hash_rounding!r}")
     path = Path(path)

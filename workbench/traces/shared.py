@@ -1,8 +1,10 @@
-"""What several readers compute alike (file and number reading is ``_io.py``'s): the
-canonical request id and how much of a request's block-id prefix was seen before. A
-reader imports these from here, never from a sibling reader."""
+"""What several readers compute alike (file and number reading is ``_io.py``'s, JSON fields
+``json_io.py``'s). A reader imports these from here, never from a sibling reader."""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Sequence
 
 
 def request_id(session_id: str, round_idx: int) -> str:
@@ -18,3 +20,15 @@ def leading_seen_blocks(hash_ids: tuple[int, ...], seen: set[int]) -> int:
             break
         n += 1
     return n
+
+
+def union_length(intervals: Sequence[tuple[float, float]]) -> float:
+    """Total length covered by possibly overlapping intervals (parallel tool calls)."""
+    total = 0.0
+    end = -math.inf
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total

@@ -38,8 +38,6 @@ Decisions, recorded in ``workload.meta``:
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,7 +54,7 @@ from workbench.traces.json_io import (
     note_unknown,
     warn_unknown,
 )
-from workbench.traces.shared import request_id
+from workbench.traces.shared import request_id, union_length
 from workbench.traces.tracelab_graph import agent_tool_spans, attach_subagents, parent_of
 
 FORMAT_NAME = "tracelab"
@@ -248,18 +246,6 @@ def _tools(
             loose += latency
         total += latency or 0.0
     return intervals, loose, total
-
-
-def union_length(intervals: Sequence[Interval]) -> float:
-    """Total length covered by possibly overlapping intervals (parallel tool calls)."""
-    total = 0.0
-    end = -math.inf
-    for a, b in sorted(intervals):
-        if b <= end:
-            continue
-        total += b - max(a, end)
-        end = b
-    return total
 
 
 def _tool_wait(row: _Row, mode: str) -> float:

@@ -45,14 +45,13 @@ import orjson
 from workbench import __version__
 from workbench import safe_write as safe
 from workbench.context.policy import (
-    DEFAULT_POLICY,
     MAJOR_COMPACTION_MIN_DROP_RATIO,
     MAJOR_COMPACTION_MIN_DROP_TOKENS,
     POLICIES,
     ContextPolicy,
+    effective_policy,
     make_policy,
     plan_rounds,
-    planned_file_message,
 )
 from workbench.errors import WRITE_ERRNOS, ConfigError, OutputWriteError, TraceFormatError
 from workbench.records import Unit, Workload
@@ -215,10 +214,7 @@ def _load_source(source: str | Path, spec: TracegenSpec, rng: np.random.Generato
     workload = load_trace(path, fmt=fmt, **options)
     if not workload.units or not all(u.is_session for u in workload.units):
         raise ConfigError(f"tracegen needs session units; {path} ({workload.fmt}) has others")
-    if workload.meta.get("needs_context_policy") is False and spec.policy != DEFAULT_POLICY:
-        # already planned: a second policy would plan the plan, not the source (docs/arrival.md);
-        # trace-reported is the identity on such a file and copies it as written
-        raise ConfigError(planned_file_message(spec.policy, workload))
+    effective_policy(workload, spec.policy)  # a planned file takes only its identity policy
     data = open_trace(path)  # checked like the reader's read (regular, bounded)
     info = {"source_path": str(path), "source_schema": workload.fmt, "generator": "coding-session",
             "source_sha256": hashlib.sha256(data).hexdigest(), "source_bytes": len(data)}
