@@ -1,37 +1,8 @@
 """Alibaba Bailian usage traces (``qwen-bailian-usagetraces-anon``, JSONL): chained turns.
 
-The public format (alibaba-edu/qwen-bailian-usagetraces-anon; docs/trace-formats.md) is
-one request a line::
-
-    {"chat_id": 159, "parent_chat_id": -1, "timestamp": 61.114, "input_length": 521,
-     "output_length": 132, "type": "text", "turn": 1, "hash_ids": [1089, 1090, ...]}
-
-- ``chat_id``: the request's unique id (integer or string).
-- ``parent_chat_id``: the previous turn's ``chat_id`` in the same conversation;
-  ``-1`` (or absent/null) on a conversation's first turn.
-- ``timestamp``: arrival in **seconds** (a float) — read as ``timestamp * 1000`` ms.
-  This is what tells the file from a Mooncake one (whose ``timestamp`` is ms): the
-  ``chat_id``/``parent_chat_id`` pair, sniffed before Mooncake.
-- ``input_length`` (≥ 1), ``output_length`` (≥ 1): tokens.
-- ``hash_ids`` (optional): one id per ``block_size``-token block of the prompt
-  (16 in the public files), ``ceil`` or ``floor(input_length / block_size)`` of them.
-- ``type``, ``turn``: kept as unit metadata (``turn`` is not trusted for order).
-
-Decisions:
-
-- A conversation is a chain: every row's session is the session of its root (the
-  row reached by following ``parent_chat_id`` until ``-1``), named by the root's
-  ``chat_id``. Its turns run closed-loop in (``timestamp``, file order) order; the
-  session arrives at its root's ``timestamp``.
-- The tool (think) wait after turn k is ``timestamp_{k+1} − timestamp_k``: the file
-  records arrivals, not response times, so this is the recorded inter-turn gap
-  (an upper bound of the user's think time: it contains turn k's response time).
-- A ``parent_chat_id`` that names no row of the file (a slice of a longer trace)
-  starts its own session; the count and the first line go to ``meta`` and a warning.
-  A chain that loops (a row its own ancestor) is a ``TraceFormatError`` naming the line.
-- ``prefix_len``: leading ``hash_ids`` already seen in an earlier row (file order),
-  times ``block_size``, capped at ``input_length``; without ``hash_ids``, 0.
-- Any field not listed here is a warning naming it (``meta["unknown_fields"]``).
+One request a line (``chat_id``, ``parent_chat_id``, ``timestamp`` in **seconds**,
+``input_length``, ``output_length``, ``hash_ids``, ``type``, ``turn``); conversations
+are ``parent_chat_id`` chains run closed-loop: docs/trace-formats.md, "bailian".
 """
 
 from __future__ import annotations

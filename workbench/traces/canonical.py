@@ -1,36 +1,11 @@
 """Canonical ``session-execution-v2`` CSV: a materialized, replay-ready session trace.
 
-This is what ``tracegen`` writes and what a replay can run without a context
-policy: every ``prefix_len`` is a prefix that *will exist* when its round runs.
-The format (request-factory's, docs/trace-formats.md) is strict because a simulator and a
-live runner are compared on it row by row.
-
-Header, exactly and in this order::
-
-    request_id,session_id,round_idx,arrival_time_ms,prefix_len,input_len,output_len,tool_wait_after_ms
-
-Rules (each broken rule is one ``TraceFormatError`` with path and line):
-
-- ``request_id`` = ``session_{session_id}_round_{round_idx:06d}`` and unique;
-- the rows of a session are contiguous and ``round_idx`` runs 0, 1, 2, ...;
-- ``arrival_time_ms`` is the same on every row of a session, session blocks
-  come in non-decreasing arrival, and the first row arrives at 0 (the file is
-  rebased to its own origin);
-- ``prefix_len`` is 0 on round 0 and at most the previous round's
-  ``prefix_len + input_len + output_len`` (the conversation so far: a prefix
-  that exists); ``input_len`` > 0 when ``prefix_len`` is 0; ``output_len`` > 0;
-  ``tool_wait_after_ms`` finite and >= 0;
-- every value inside the documented bounds (docs/trace-bounds.md);
-- both millisecond columns are written with exactly 6 decimals (a simulator
-  converts ms to ticks by truncation, so the spelling matters).
-
-Sidecars ``<stem>.manifest.json`` (an object) and ``<stem>.plan.json`` (an
-array, one object per round) are read into ``workload.meta`` when present.
-
-Speed: a large, plainly written file is checked column-wise with pandas and
-numpy (``_fast_units``); anything unusual, and every broken rule, goes through
-the row-by-row strict path, which alone produces errors. So the error for a
-file is the same whichever path looked at it first.
+What ``tracegen`` writes and a replay runs without a context policy: every
+``prefix_len`` is a prefix that *will exist* when its round runs. Its header, rules
+and sidecars (``<stem>.manifest.json``, ``<stem>.plan.json``, ``<stem>.graph.json``)
+are in docs/trace-formats.md, "session-execution-v2"; each broken rule is one
+``TraceFormatError`` with path and line. A large, plainly written file is checked
+column-wise (``_fast_units``); every error comes from the strict row-by-row path.
 """
 
 from __future__ import annotations

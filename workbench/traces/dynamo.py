@@ -1,60 +1,9 @@
 """NVIDIA Dynamo request traces (``dynamo.request.trace.v1`` JSONL) → sessions.
 
-The format (Dynamo "Request Replay Tracing" / "Agent Tracing" docs; docs/trace-formats.md)
-is one event a line, each with ``schema: "dynamo.request.trace.v1"`` and an
-``event_type``. What this reader uses::
-
-    {"schema": "dynamo.request.trace.v1", "event_type": "request_end",
-     "agent_context": {"session_id": "run-42", "parent_session_id": null},
-     "request": {"request_id": "r1", "output_tokens": 96, "request_received_ms": 1700000000000,
-                 "total_time_ms": 850.0,
-                 "finish_reason_metadata": {"tool_calls": [{"id": "call-1", ...}]},
-                 "replay": {"trace_block_size": 64, "input_length": 130,
-                            "input_sequence_hashes": [11, 12, 13]}}}
-    {"schema": "dynamo.request.trace.v1", "event_type": "tool_end",
-     "agent_context": {"session_id": "run-42"},
-     "tool": {"tool_call_id": "call-1", "started_at_unix_ms": 1700000000900,
-              "ended_at_unix_ms": 1700000001400, "duration_ms": 500}}
-
-- ``request_end``: ``replay.input_length`` (≥ 1) is the prompt;
-  ``input_sequence_hashes`` has exactly ``ceil(input_length / trace_block_size)``
-  entries (a trailing partial block has its own hash); one ``trace_block_size``
-  for the whole file; ``output_tokens`` ≥ 0 (a dropped stream may report 0: it
-  is replayed as 1 token and counted in ``meta["clamped_output_tokens"]``).
-- ``tool_end`` / ``tool_error``: a tool span; ``ended_at_unix_ms`` plus
-  ``started_at_unix_ms`` or ``duration_ms``. It belongs to the session of its
-  own ``agent_context``, else to the session of the request whose
-  ``finish_reason_metadata.tool_calls[].id`` equals its ``tool_call_id``.
-- Tolerated as seen in the wild: a row wrapped as ``{"timestamp": ..., "event":
-  {...}}``; numbers written as strings (``"1000.0"``); fields the schema does
-  not have (``KNOWN_FIELDS``): ignored, named in one warning with the first line of
-  each (``meta["unknown_fields"]``); hashes wider than 64 bits (kept exact: orjson
-  would turn them into floats, so such a line is re-parsed with the stdlib);
-  ``request_payload`` rows and any other event type (skipped, counted in
-  ``meta["skipped_events"]``).
-
-Decisions:
-
-- Either every ``request_end`` has ``agent_context.session_id`` or none has
-  (Dynamo's replay rejects mixed traces too). Without sessions each request is
-  an independent unit.
-- Times are rebased to the earliest ``request_received_ms``. A session's
-  requests run closed-loop in ``request_received_ms`` order (ties: file order);
-  the session arrives at its first request. Units are ordered by arrival (ties:
-  file order), since the file is written in completion order.
-- ``prefix_len``: the leading hashes a request shares with any request received
-  before it (a hash stands for its block and everything before it), times the
-  block size, capped at ``input_length``; ``input_len`` is the rest.
-- Sub-agents (docs/session-graphs.md, ``workbench.traces.dynamo_graph``): a session
-  whose ``agent_context.parent_session_id`` names another session is its child; the
-  spawn point and the join come from ``agent_context.dependency`` when given (as
-  workbench's exporter writes it), else from timing. A dependency with a field not in
-  ``DEPENDENCY_FIELDS`` is refused (it may change the edge's timing).
-- Tool wait between requests k and k+1 of a session: the union of the session's
-  tool spans that ended in ``(received_k, received_{k+1}]`` (clipped to start at
-  ``received_k``; parallel tools overlap); with no such tool, the idle gap
-  ``received_{k+1} − (received_k + total_time_ms_k)`` (≥ 0) when ``total_time_ms``
-  is known, else 0. ``meta["tool_wait_sources"]`` counts which rule applied.
+``request_end`` rows are the requests, ``tool_end``/``tool_error`` rows the tool waits
+between a session's requests; every field, tolerance and decision is in
+docs/trace-formats.md, "dynamo"; sub-agents (``dynamo_graph``) in
+docs/session-graphs.md, "dynamo".
 """
 
 from __future__ import annotations

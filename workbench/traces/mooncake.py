@@ -1,48 +1,8 @@
 """Mooncake request traces (JSONL): independent requests, or closed-loop sessions.
 
-The format (kvcache-ai/Mooncake ``FAST25-release/traces``; docs/trace-formats.md) is one JSON
-object a line::
-
-    {"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1, 2, ...]}
-
-- ``timestamp``: arrival, ms from the start of the trace (≥ 0).
-- ``input_length``: the *full* prompt of the request in tokens (≥ 1), also on
-  later turns of a session (docs/trace-formats.md; aiperf's "delta" reading is not used).
-- ``output_length``: tokens to generate (≥ 1).
-- ``hash_ids``: one non-negative integer id per ``block_size``-token block of the
-  prompt. The id of a block stands for that block *and everything before it*,
-  so equal leading ids mean a shared, cacheable prefix. Canonically
-  ``len(hash_ids) == ceil(input_length / block_size)`` (the partial last block
-  has its own id; true of every row of the public files);
-  ``hash_rounding="floor"`` instead requires ``floor(...)`` (traces whose partial
-  tail is unhashed, like aiperf's TraceLab lowering).
-- optional ``session_id``: rows sharing it are the ordered turns of one session,
-  run closed-loop; ``delay``: ms to wait before this turn (after the previous turn
-  completes); ``request_id``: the request's id. Any other field (aiperf's
-  ``extra``, Dynamo's ``priority`` ...) is ignored with a warning naming it
-  (``meta["unknown_fields"]``); Bailian's ``chat_id``/``parent_chat_id`` are refused
-  (that format's ``timestamp`` is in seconds: read it as ``bailian``).
-
-Decisions, so the numbers are reproducible:
-
-- ``prefix_len`` is the *ideal cached prefix*: the tokens of the leading blocks
-  whose id appeared in any earlier row (file order), capped at ``input_length``;
-  ``input_len`` is the rest, so ``prefix_len + input_len == input_length``. A
-  prompt seen whole before has ``input_len == 0`` (servers recompute the last
-  token themselves; claiming one fresh token would misstate the trace).
-- rows without ``session_id`` are independent units arriving at ``timestamp``
-  (required on them). A session is a unit in the order of its first row; it
-  arrives at its first row's ``timestamp`` (0 if absent) plus that row's
-  ``delay``; the tool wait after turn k is the ``delay`` of turn k+1 (0 if
-  absent). Later turns' timestamps are ignored: the run is closed-loop.
-- request ids: ``request_id`` when given (must be unique), else ``mooncake_{n}``
-  with ``n`` the 0-based row number, suffixed ``~2``, ``~3`` ... when the file
-  uses that id itself (as a request id or a session id).
-- bounds (docs/trace-bounds.md): lengths at most 10M tokens per round,
-  ``timestamp`` (and ``timestamp + delay``) at most 366 days, ``delay`` 7 days.
-
-The JSON helpers every JSON reader uses are in ``workbench.traces.json_io``;
-``leading_seen_blocks`` here is shared with the Dynamo reader (hash-id blocks).
+One object a line (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``;
+optional ``session_id``, ``delay``, ``request_id``): every field and decision is in
+docs/trace-formats.md, "mooncake"; the bounds in docs/trace-bounds.md.
 """
 
 from __future__ import annotations

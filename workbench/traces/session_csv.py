@@ -1,37 +1,11 @@
-"""Raw session CSV (``session``): recorded rounds as a trace reports them (docs/trace-formats.md).
+"""Raw session CSV (``session``): recorded rounds as a trace reports them (TraceLab's export).
 
-This is TraceLab's export and the older replay examples. A header is required;
-columns may come in any order:
-
-- ``session_id`` (alias ``id``): an opaque, non-empty string;
-- ``round_idx``: integer; after ordering a session's rows by it the indices
-  must be exactly 0..n-1 (rows of a session may be interleaved with others);
-- ``prefix_len``, ``input_len``: integers >= 0 with ``prefix_len + input_len``
-  > 0 (a round must send something);
-- ``output_len``: integer > 0;
-- ``tool_wait_after_ms``: finite number >= 0;
-- ``arrival_time`` (optional, ms, default 0): finite >= 0 and the same on
-  every row of a session.
-- session graphs (optional, docs/session-graphs.md): ``parent_session_id`` and
-  ``spawn_round`` make the session a sub-agent of that parent, started when the
-  parent's round ``spawn_round`` ends (``spawn_trigger`` ``round_end``, default) or
-  starts (``round_start``), ``spawn_delay_ms`` later; the parent's round
-  ``join_round`` waits for it (default: its next round; ``none``: no round waits).
-  Given on the session's first row (later rows may repeat them or leave them empty).
-
-Every value stays inside the documented bounds (docs/trace-bounds.md).
-Unknown columns are an error, so a canonical file or a typo never parses
-silently as something else. Sessions keep first-appearance order.
-
-A large, plainly written file is checked column-wise first (pandas/numpy);
-anything unusual and every error goes through the strict row-by-row path,
-which alone reports errors (path, line, rule).
-
-The prefixes are kept *as reported*: a first round may claim a prefix (the
-agent's cached system prompt is not in the trace) and prefixes may shrink
-(compaction, rewind, provider cache miss). Such a workload needs a context
-policy before it runs (``meta["needs_context_policy"]``); ``tracegen``
-materializes one into the canonical format.
+Columns, rules and the optional sub-agent columns: docs/trace-formats.md, "session", and
+docs/session-graphs.md. Prefixes are kept *as reported* (a first round may claim one,
+prefixes may shrink), so the workload needs a context policy before it runs
+(``meta["needs_context_policy"]``); ``tracegen`` materializes one. A large, plainly
+written file is checked column-wise first; every error comes from the strict
+row-by-row path (path, line, rule).
 """
 
 from __future__ import annotations

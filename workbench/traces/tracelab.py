@@ -1,39 +1,9 @@
 """TraceLab normalized round JSONL (``tracelab``): one recorded LLM round a line.
 
-The format: docs/trace-formats.md.
-
-Fields read (the schema's others, ``KNOWN_FIELDS``, are not needed; any field not in
-it is named in one warning, ``meta["unknown_fields"]``):
-
-- ``provider`` (string), ``project`` (string, optional/null: Codex rows have
-  none), ``session_id`` (non-empty string), ``model`` (optional string);
-- ``round_index`` (integer >= 0);
-- ``prefix_tokens``, ``newly_append_tokens``, ``output_tokens`` (integers);
-  ``input_tokens_total``, when present, must equal prefix + newly appended;
-- ``timing_events[]`` with ISO-8601 ``timestamp`` (optional list);
-- ``tools[]`` with ``emitted_at``/``result_at`` (ISO-8601) and/or
-  ``tool_wall_latency_ms`` (optional list).
-
-Mapping (TraceLab's own CSV export): ``input_len = max(newly_append_tokens, 1)``,
-``prefix_len = max(prefix_tokens, 0)``, ``output_len = max(output_tokens, 1)``.
-
-Decisions, recorded in ``workload.meta``:
-
-- a session is ``(provider, project, session_id)``: ``session_id`` alone is not
-  unique in the public corpus, and merging would fabricate a prefix chain. When
-  two sessions share a ``session_id`` the later ones get ``~2``, ``~3``... (skipping
-  any suffix that is itself a ``session_id`` in the file) so request ids stay unique;
-- rounds are ordered by ``(round_index, file order)`` and renumbered 0..n-1;
-- ``tool_wait_after_ms`` is the *union* of the round's tool intervals
-  (``emitted_at``..``result_at``; parallel calls overlap) or, with
-  ``tool_wait="sum"``, the sum of the tools' wall latencies; a tool with only a
-  latency counts as its own interval. It is 0 on a session's last round;
-- a session arrives at the earliest timing event of its first round (or of
-  its first round's tools), rebased so the earliest session arrives at 0;
-- sub-agents (``workbench.traces.tracelab_graph``, docs/session-graphs.md): a
-  session whose rows name a ``parent_session_id``, or whose whole span lies inside
-  a sub-agent tool call (``Task``/``Agent``) of another session of the same provider
-  and project, is that session's child.
+Fields, the mapping to rounds (``input_len = max(newly_append_tokens, 1)`` ...), session
+identity ``(provider, project, session_id)``, tool waits and arrivals:
+docs/trace-formats.md, "tracelab"; sub-agents (``tracelab_graph``):
+docs/session-graphs.md, "tracelab". Fields not in ``KNOWN_FIELDS`` are named in one warning.
 """
 
 from __future__ import annotations

@@ -1,38 +1,9 @@
 """Captured coding-agent traces (kv-cache-tester's format; AIPerf's "Weka" traces) → sessions.
 
-The format, its sources and every decision below are in docs/weka-traces.md. In short:
-one JSON object per *conversation*::
-
-    {"id": "trace_0001", "models": ["claude-opus-4-5-20251101"], "block_size": 64,
-     "hash_id_scope": "local", "tool_tokens": 12974, "system_tokens": 4243,
-     "requests": [
-       {"t": 0.0, "type": "n", "model": "...", "in": 71175, "out": 169,
-        "hash_ids": [1, 2, ...], "input_types": ["text"], "output_types": ["tool_use"],
-        "stop": "tool_use", "api_time": 7.34, "think_time": 0.0},
-       {"t": 79.2, "type": "subagent", "agent_id": "agent_001", "requests": [...], ...}]}
-
-read from one ``.json`` file, a JSONL of such objects (one a line), a JSON array of them,
-or a folder of those files (``*.json``/``*.jsonl``, sorted by name).
-
-- A conversation is a root session; a ``subagent`` marker is a child session that
-  starts when the parent's request before the marker ends, and the parent's request
-  after it waits for the child (``Spawn(round_end, delay 0, join = next round)``);
-  markers side by side start together; nested markers nest. A marker before any
-  request of its parent starts with the parent's first request (``round_start``), one
-  after the last is joined by nobody (the agent task still waits).
-- ``hash_ids`` count the prompt's full blocks (floor): the tail is unhashed fill.
-  ``hash_id_scope: local`` ids are private to their conversation (file): they are moved
-  into a namespace of that conversation's id (``namespaced``) so conversation A's block
-  1 is not conversation B's. ``global`` ids are kept as they are.
-- The warm prefix (``warm_prefix_pct`` of the largest ``tool_tokens + system_tokens``
-  of the conversations read): the leading whole blocks of every agent's prompts are
-  replaced by blocks shared by all conversations, as kv-cache-tester's replayer does.
-- Tool waits come from the ``timing`` strategy (``TIMINGS``; default ``think-only``).
-- ``subagents: recorded`` times sub-agents as recorded instead (their marker's offset;
-  joined by the first parent request recorded after their end, as AIPerf does).
-- ``pairs``: ``keep`` replays every request as captured; ``collapse`` merges a request
-  into the one before it when both are of one agent, one ``s`` and one ``n``, with the
-  same ``hash_ids``.
+One JSON object per conversation, in a ``.json`` file, a JSONL, a JSON array or a
+folder of them. The format, its sources and every decision here (sub-agent markers,
+local hash-id namespaces, the warm prefix, the timing strategies, ``pairs``) are in
+docs/weka-traces.md.
 """
 
 from __future__ import annotations
