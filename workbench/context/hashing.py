@@ -1,15 +1,6 @@
-"""Stable hashes: 32-bit FNV-1a for stream seeds, chained block sequence hashes for prompts.
-
-Everything here must give the same answer in every process, on every run and on
-every machine, because hashes end up in records (``request_end`` rows in the
-Dynamo schema) and are compared across runs. So: never Python's ``hash()``
-(salted per process), token ids packed as explicit little-endian ``uint32``.
-
-Block sequence hashes (docs/context-policy.md, the Dynamo ``sequence_hashes_for_tokens``
-shape): the prompt is cut into ``block_size`` blocks; each full block's hash is
-chained to the previous block's hash, so a block's hash stands for the block
-*and everything before it* (like a Mooncake hash id). A trailing partial block
-gets one more chained hash, so ``len(hashes) == ceil(n / block_size)``.
+"""Stable hashes: 32-bit FNV-1a for stream seeds, chained block sequence hashes for prompts
+(docs/context-policy.md, "Block hashes"). Never Python's ``hash()``: these end up in
+records and are compared across processes and machines.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Context policies: pure arithmetic from a raw round to the prefix that will exist.
-
-Per session the replay context ``C`` is the tokens that exist in the
-conversation (and so in the server's cache): the last prompt plus the model's
-output. For a raw round ``(P, I, O)`` the prompt length to reach is
-``T = P + I``; every policy keeps ``p + i = T`` and afterwards ``C = p + i + O``.
+"""Context policies: pure arithmetic from a raw round to the prefix that will exist
+(docs/context-policy.md: the replay context ``C``, ``T = P + I``, each policy's rule).
 """
 
 from __future__ import annotations

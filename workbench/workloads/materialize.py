@@ -1,31 +1,11 @@
 """``tracegen``: materialize a raw or synthetic session workload into the canonical format.
 
-A raw trace (session CSV, TraceLab JSONL) claims prefixes that may not exist at
-replay time; a context policy (axis 2) decides what each round really reuses.
-``tracegen`` applies it *once* and writes the result as a canonical
-``session-execution-v2`` CSV plus two sidecars, so every replay of the file
-(simulated or live) runs exactly the same plan:
-
-- ``OUT.csv`` — the canonical rows (``workbench.traces.canonical``);
-- ``OUT.graph.json`` — only when the source has sub-agents (docs/session-graphs.md):
-  the links of the session graph, which the canonical CSV cannot carry;
-- ``OUT.manifest.json`` — totals recomputed from the rows and every parameter
-  that shaped them (source hash, policy and thresholds, selection, arrivals,
-  seed, folded/compaction counts);
-- ``OUT.plan.json`` — one object per round with its predecessor request id.
-
-Order of operations (request-factory's): pick the session order (``source``
-or ``shuffle``), keep the first ``max_sessions``, *then* draw arrivals, so a
-capped trace keeps the offered rate. Without an arrival pattern the source
-arrivals are kept and the selected sessions are emitted in (stable) arrival
-order, as the canonical format requires. Arrivals are rebased so the first
-session arrives at 0 (``arrival_origin_ms`` is what was subtracted, on the source's
-own clock: for TraceLab JSONL, the reader's epoch origin plus the first selected arrival).
-
-All randomness comes from one ``numpy.random.default_rng(seed)``, consumed in
-a fixed order: synthetic draws, then the shuffle, then the arrival gaps.
-Synthetic sources (``synthetic:key=value,...``) are documented in
-``SYNTHETIC_HELP`` in ``workbench.workloads.synthetic``.
+A raw trace claims prefixes that may not exist at replay time; ``tracegen`` applies a
+context policy *once* and writes ``OUT.csv`` (canonical ``session-execution-v2`` rows),
+``OUT.manifest.json`` (totals and every parameter), ``OUT.plan.json`` (one object per
+round) and, with sub-agents, ``OUT.graph.json``, so every replay of the file runs the
+same plan. Options, order of operations and randomness: docs/trace-formats.md,
+"session-execution-v2"; synthetic sources: ``SYNTHETIC_HELP``.
 """
 
 from __future__ import annotations

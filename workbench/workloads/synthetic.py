@@ -1,10 +1,8 @@
-"""``synthetic:KEY=VALUE,...`` sources for ``tracegen``: sessions drawn from distributions.
+"""``synthetic:KEY=VALUE,...`` sessions drawn from distributions (``SYNTHETIC_HELP``).
 
-``parse_synthetic`` reads the description (``SYNTHETIC_HELP`` says every key);
-``synthetic_workload`` draws the sessions with a caller's generator, vectorized,
-all arriving at 0 (``tracegen`` draws the arrivals), then their sub-agents (child
-units with ``spawn`` set, each right after its parent); ``SessionStream`` draws
-sessions without sub-agents on demand.
+``parse_synthetic`` reads a description; ``synthetic_workload`` draws the sessions,
+vectorized, then their sub-agents (each right after its parent); ``SessionStream``
+draws sessions without sub-agents on demand (docs/virtual-time.md, "Streamed runs").
 """
 
 from __future__ import annotations

@@ -1,31 +1,8 @@
 """Trace statistics: what a workload asks of a server, before anything is replayed.
 
-``trace_stats(workload)`` answers "how big, how bursty and how cacheable is
-this trace?" with a dict of plain numbers (``TraceStats.summary``; a
-``TraceStats`` also reads like that dict) plus DataFrames a notebook can plot.
-
-Definitions (the names are the docs/interface.md contract; read them here, not by guess):
-
-- ``mean_input_tokens`` is the mean **full prompt** (prefix + fresh input) of a
-  round. That is what trace papers call "input": for the Mooncake conversation
-  trace it is the mean ``input_length`` (12,035). ``total_input_tokens``, by
-  contrast, sums only the *fresh* (uncached) input after the context policy, so
-  ``total_prompt_tokens == total_prefix_tokens + total_input_tokens``.
-- ``planned_prefix_hit_rate`` = Σ planned prefix / Σ prompt, after the context
-  policy (sessions) or as the reader computed it (hash-id traces, independent).
-- ``ideal_prefix_hit_rate``: token-weighted hit rate of an infinite prefix cache.
-  Hash-id rounds (Mooncake, Dynamo): a block hits when its id was seen before
-  *and* every block before it hit (an id stands for its whole prefix, and a
-  real prefix cache stops at the first miss); the trailing partial block counts
-  with its real length. Session rounds: the policy-planned prefix hits.
-- ``hit_vs_capacity``: the same hit rate under an LRU cache of N blocks. Accesses
-  go in estimated request order (unit arrival + earlier tool waits; service time
-  is unknown here and ignored). Session blocks are keyed ``(unit, block index,
-  version)``: a round reads the blocks of its planned prefix, then writes new
-  versions from the first block it changes through the end of its prompt and
-  output (the next round's context). Hash-id rounds read their ids. All
-  capacities come from one pass of LRU stack distances, so the curve is
-  monotone and reaches ``ideal_prefix_hit_rate`` at the working set.
+``trace_stats(workload)`` gives a dict of plain numbers (``TraceStats.summary``; a
+``TraceStats`` also reads like that dict) plus DataFrames a notebook can plot. Every
+name is defined in docs/interface.md, "trace_stats definitions".
 """
 
 from __future__ import annotations
