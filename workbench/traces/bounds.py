@@ -13,12 +13,13 @@ every loaded workload as the last word (derived values, unique ids), so what
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from workbench.errors import TraceFormatError
-from workbench.records import Unit, UnitStream, Workload
+from workbench.records import Round, Unit, UnitStream, Workload
 
 MAX_ROUND_TOKENS = 10_000_000
 """Tokens one round may ask an engine to hold: prompt + output (and so each length).
@@ -114,33 +115,24 @@ def check_workload(path: str | Path, workload: Workload) -> None:
     """
     units = workload.units
     if isinstance(units, UnitStream):  # one pass, nothing held (ids unique by construction)
-        fine = all(_unit_fine(u) for u in units)
-        if not fine:
-            _name_the_culprit(Path(path), workload)
-        return
-    rounds = [r for u in units for r in u.rounds]
-    fine = (
-        len({u.unit_id for u in units}) == len(units)
-        and len({r.request_id for r in rounds}) == len(rounds)
-        and all(0 <= u.arrival_ms <= MAX_ARRIVAL_MS for u in units)
-        and all(0 <= r.tool_wait_after_ms <= MAX_WAIT_MS for r in rounds)
-        and all(r.prefix_len >= 0 and r.input_len >= 0 and r.output_len >= 1 for r in rounds)
-        and all(r.prefix_len + r.input_len + r.output_len <= MAX_ROUND_TOKENS for r in rounds)
-        and ids_sendable((u.unit_id for u in units), MAX_WIRE_ID_CHARS)
-        and ids_sendable((r.request_id for r in rounds), MAX_WIRE_ID_CHARS)
-    )
+        fine = all(_fine((u,), u.rounds) for u in units)
+    else:
+        rounds = [r for u in units for r in u.rounds]
+        fine = (len({u.unit_id for u in units}) == len(units)
+                and len({r.request_id for r in rounds}) == len(rounds) and _fine(units, rounds))
     if not fine:
         _name_the_culprit(Path(path), workload)
 
 
-def _unit_fine(u: Unit) -> bool:
-    """``check_workload``'s rules for one unit, but the uniqueness of its ids."""
+def _fine(units: Sequence[Unit], rounds: Sequence[Round]) -> bool:
+    """``check_workload``'s rules but the uniqueness of ids, for these units and rounds."""
     return (
-        0 <= u.arrival_ms <= MAX_ARRIVAL_MS
-        and all(0 <= r.tool_wait_after_ms <= MAX_WAIT_MS for r in u.rounds)
-        and all(r.prefix_len >= 0 and r.input_len >= 0 and r.output_len >= 1 for r in u.rounds)
-        and all(r.prefix_len + r.input_len + r.output_len <= MAX_ROUND_TOKENS for r in u.rounds)
-        and ids_sendable([u.unit_id, *(r.request_id for r in u.rounds)], MAX_WIRE_ID_CHARS)
+        all(0 <= u.arrival_ms <= MAX_ARRIVAL_MS for u in units)
+        and all(0 <= r.tool_wait_after_ms <= MAX_WAIT_MS for r in rounds)
+        and all(r.prefix_len >= 0 and r.input_len >= 0 and r.output_len >= 1 for r in rounds)
+        and all(r.prefix_len + r.input_len + r.output_len <= MAX_ROUND_TOKENS for r in rounds)
+        and ids_sendable(itertools.chain((u.unit_id for u in units),
+                                         (r.request_id for r in rounds)), MAX_WIRE_ID_CHARS)
     )
 
 

@@ -138,32 +138,21 @@ def _request_ids(path: Path, rows: list[_Row]) -> list[str]:
     return out
 
 
-def _rounds(path: Path, rows: list[_Row], block: int) -> list[Round]:
-    """One Round per row in file order, with the ideal cached prefix from the block ids."""
+def _units(path: Path, rows: list[_Row], block: int) -> list[Unit]:
+    """Independent rows become one-round units, session rows are grouped closed-loop; each
+    round's prefix is the ideal cached one of its block ids (file order)."""
     seen: set[int] = set()
-    rounds: list[Round] = []
-    for rid, row in zip(_request_ids(path, rows), rows, strict=True):
-        prefix = min(leading_seen_blocks(row.hash_ids, seen) * block, row.input_length)
+    prefixes: list[int] = []
+    for row in rows:
+        prefixes.append(min(leading_seen_blocks(row.hash_ids, seen) * block, row.input_length))
         seen.update(row.hash_ids)
-        arrival = row.timestamp if row.timestamp is not None else 0.0
-        rounds.append(
-            Round(
-                rid,
-                row.session_id or rid,
-                0,
-                arrival,
-                prefix,
-                row.input_length - prefix,
-                row.output_length,
-                0.0,
-                row.hash_ids,
-            )
-        )
-    return rounds
+    rids = _request_ids(path, rows)
 
+    def round_of(i: int, unit_id: str, k: int, arrival: float, wait: float) -> Round:
+        row, prefix = rows[i], prefixes[i]
+        return Round(rids[i], unit_id, k, arrival, prefix, row.input_length - prefix,
+                     row.output_length, wait, row.hash_ids)
 
-def _units(rows: list[_Row], rounds: list[Round]) -> list[Unit]:
-    """Independent rows become one-round units; session rows are grouped closed-loop."""
     order: list[str | int] = []
     sessions: dict[str, list[int]] = {}
     for i, row in enumerate(rows):
@@ -177,30 +166,15 @@ def _units(rows: list[_Row], rounds: list[Round]) -> list[Unit]:
     units: list[Unit] = []
     for key in order:
         if isinstance(key, int):
-            r = rounds[key]
-            units.append(Unit(r.request_id, "independent", r.arrival_ms, (r,)))
+            rid, at = rids[key], rows[key].timestamp or 0.0
+            units.append(Unit(rid, "independent", at, (round_of(key, rid, 0, at, 0.0),)))
             continue
         idx = sessions[key]
         first = rows[idx[0]]
         arrival = (first.timestamp or 0.0) + first.delay
-        turns = []
-        for k, i in enumerate(idx):
-            wait = rows[idx[k + 1]].delay if k + 1 < len(idx) else 0.0
-            r = rounds[i]
-            turns.append(
-                Round(
-                    r.request_id,
-                    key,
-                    k,
-                    arrival,
-                    r.prefix_len,
-                    r.input_len,
-                    r.output_len,
-                    wait,
-                    r.hash_ids,
-                )
-            )
-        units.append(Unit(key, "session", arrival, tuple(turns)))
+        waits = [rows[i].delay for i in idx[1:]] + [0.0]  # after turn k: turn k+1's delay
+        turns = tuple(round_of(i, key, k, arrival, waits[k]) for k, i in enumerate(idx))
+        units.append(Unit(key, "session", arrival, turns))
     return units
 
 
@@ -234,7 +208,7 @@ def read_mooncake(path: Path, *, block_size: int = 512, hash_rounding: str = "ce
         if not obj.keys() <= KNOWN_FIELDS:
             unknown_fields(path, line, obj, seen)
         rows.append(_parse_row(path, line, obj, raw, block_size, hash_rounding))
-    units = _units(rows, _rounds(path, rows, block_size))
+    units = _units(path, rows, block_size)
     meta: dict[str, Any] = {"hash_rounding": hash_rounding,
                             "sessions": sum(u.is_session for u in units)}
     warn_unknown(path, seen, meta)

@@ -25,7 +25,7 @@ from workbench.traces.json_io import (
     warn_unknown,
 )
 from workbench.traces.shared import request_id, union_length
-from workbench.traces.tracelab_graph import agent_tool_spans, attach_subagents, parent_of
+from workbench.traces.tracelab_graph import SUBAGENT_TOOLS, attach_subagents, parent_of
 
 FORMAT_NAME = "tracelab"
 TOOL_WAIT_MODES = ("union", "sum")
@@ -134,7 +134,7 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any]) -> _Row:
         )
     events = _list(path, line, obj, "timing_events")
     stamps = [_stamp(path, line, "timing_events[].timestamp", e.get("timestamp")) for e in events]
-    intervals, loose, latency_sum = _tools(path, line, _list(path, line, obj, "tools"))
+    intervals, loose, latency_sum, agent = _tools(path, line, _list(path, line, obj, "tools"))
     starts = [s for s in stamps if s is not None] + [a for a, _ in intervals]
     ends = [s for s in stamps if s is not None] + [b for _, b in intervals]
     assert provider is not None and sid is not None  # non-optional above
@@ -158,7 +158,7 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any]) -> _Row:
         loose_ms=loose,
         latency_sum_ms=latency_sum,
         end_ms=max(ends) if ends else None,
-        agent_tools=agent_tool_spans(path, line, _list(path, line, obj, "tools"), _stamp),
+        agent_tools=agent,
         parent_session_id=parent_of(path, line, obj),
     )
 
@@ -195,9 +195,11 @@ def _stamp(path: Path, line: int, name: str, value: Any) -> float | None:
 
 def _tools(
     path: Path, line: int, tools: list[dict[str, Any]]
-) -> tuple[list[Interval], float, float]:
-    """Tool intervals, the latency of tools with no start time, and the sum of all latencies."""
+) -> tuple[list[Interval], float, float, tuple[Interval, ...]]:
+    """Tool intervals, the latency of tools with no start time, the sum of all latencies,
+    and the sub-agent tool calls (``tracelab_graph``) with both times."""
     intervals: list[Interval] = []
+    agent: list[Interval] = []
     loose = total = 0.0
     for tool in tools:
         start = _stamp(path, line, "tools[].emitted_at", tool.get("emitted_at"))
@@ -210,12 +212,14 @@ def _tools(
                 raise TraceFormatError(path, line, "a tool's result_at is before its emitted_at")
             latency = end - start if latency is None else latency
             intervals.append((start, end))
+            if tool.get("tool_name") in SUBAGENT_TOOLS:
+                agent.append((start, end))
         elif start is not None and latency is not None:
             intervals.append((start, start + latency))
         elif latency is not None:
             loose += latency
         total += latency or 0.0
-    return intervals, loose, total
+    return intervals, loose, total, tuple(agent)
 
 
 def _tool_wait(row: _Row, mode: str) -> float:

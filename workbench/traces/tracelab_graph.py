@@ -6,7 +6,6 @@ which round joins it: docs/session-graphs.md, "tracelab".
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,22 +27,6 @@ def parent_of(path: Path, line: int, obj: dict[str, Any]) -> str | None:
         raise TraceFormatError(path, line, f"parent_session_id must be a non-empty string, "
                                f"got {value!r:.40}")
     return bounds.check_id(path, line, "parent_session_id", value)
-
-
-def agent_tool_spans(
-    path: Path, line: int, tools: list[dict[str, Any]],
-    stamp: Callable[[Path, int, str, Any], float | None],
-) -> tuple[Interval, ...]:
-    """The round's sub-agent tool calls as ``(emitted_at, result_at)`` in epoch ms."""
-    out = []
-    for tool in tools:
-        if tool.get("tool_name") not in SUBAGENT_TOOLS:
-            continue
-        start = stamp(path, line, "tools[].emitted_at", tool.get("emitted_at"))
-        end = stamp(path, line, "tools[].result_at", tool.get("result_at"))
-        if start is not None and end is not None:
-            out.append((start, end))
-    return tuple(out)
 
 
 def _ordered(rows: list[Any]) -> list[Any]:

@@ -120,13 +120,10 @@ def table(data: dict[str, Group], drawn: dict[str, Group], preset: dict[str, str
     for name in GROUPS:
         d, w = data[name], drawn[name]
         pre = "" if name == "session" else "subagent_"
-        for key, what, scale in (("rounds", "rounds", 1.0), ("first_input", "first_input", 1.0),
-                                 ("input", "input", 1.0), ("output", "output", 1.0),
-                                 ("tool_wait", "tool_wait", 1000.0)):
-            unit = " (s)" if key == "tool_wait" else ""
+        for key in LENGTHS:
+            unit, scale = (" (s)", 1000.0) if key == "tool_wait" else ("", 1.0)
             rows.append(f"| {name} | `{pre}{key}`{unit} | `{preset.get(pre + key, '')}` | "
-                        f"{_cells(getattr(d, what), scale)} | "
-                        f"{_cells(getattr(w, what), scale)} |")
+                        f"{_cells(getattr(d, key), scale)} | {_cells(getattr(w, key), scale)} |")
         rows.append(f"| {name} | prompt tokens (all rounds) | — | {_cells(d.prompt)} | "
                     f"{_cells(w.prompt)} |")
         rows.append(f"| {name} | tokens past the previous prompt's hash blocks | — | "

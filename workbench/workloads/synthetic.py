@@ -330,17 +330,11 @@ class _Columns:
             n = min(_SKIP_CHUNK, spec.sessions - k)
             total += int(np.minimum(one.rounds.take(n), MAX_ROUNDS_PER_SESSION).sum())
         _check_rounds(total)
-        out.input.rng = copy.deepcopy(rng)
-        one.input.skip(total)
-        if one.first is not None and out.first is not None:
-            out.first.rng = copy.deepcopy(rng)
-            one.first.skip(spec.sessions)
-        out.output.rng = copy.deepcopy(rng)
-        one.output.skip(total)
-        out.wait.rng = copy.deepcopy(rng)
-        one.wait.skip(total)
-        out.fresh.rng = copy.deepcopy(rng)
-        one.fresh.skip(total)
+        for name in ("input", "first", "output", "wait", "fresh"):
+            mine, shared = getattr(out, name), getattr(one, name)
+            if mine is not None:
+                mine.rng = copy.deepcopy(rng)
+                shared.skip(spec.sessions if name == "first" else total)
         return out, total
 
     def copies(self) -> _Columns:
