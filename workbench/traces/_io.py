@@ -1,11 +1,8 @@
-"""Shared, strict file reading for the readers: every problem becomes a TraceFormatError.
+"""Strict file and number reading for every reader: each problem is one TraceFormatError.
 
-Files are opened the same way by every entry point (``open_trace``): refused
-before any read when they are not a regular file (a directory, a FIFO, a
-device such as ``/dev/zero``), and read up to ``bounds.MAX_TRACE_BYTES``. Numbers
-written as text are parsed against ASCII patterns: Python's ``int()`` and
-``float()`` also take ``1_28``, full-width digits and surrounding Unicode
-spaces, which no trace format means (docs/trace-bounds.md).
+Files are opened one way (``open_trace``: regular files only, bounded, gzip inflated);
+numbers written as text must be plain ASCII (docs/trace-bounds.md, "Files" and
+"Strict parsing").
 """
 
 from __future__ import annotations
@@ -45,13 +42,10 @@ def _os_rule(exc: OSError) -> str:
 
 
 def open_trace(path: Path, limit: int | None = None, *, inflate: bool = True) -> bytes:
-    """The first ``limit`` bytes of a regular file (all of it when ``limit`` is None);
-    a gzip file's content when ``inflate`` (a trace; a config is read as it is).
-
-    Opened non-blocking (a FIFO would otherwise block the open itself) and
-    checked with ``fstat`` on the open descriptor, so what is read is what was
-    checked. Past ``bounds.MAX_TRACE_BYTES`` a whole-file read is refused.
-    """
+    """The first ``limit`` bytes of a regular file (all of it when None, refused past
+    ``bounds.MAX_TRACE_BYTES``); a gzip file's content when ``inflate`` (a trace; a
+    config is read as it is). Opened non-blocking (a FIFO would block the open) and
+    checked with ``fstat`` on the open descriptor: what is read is what was checked."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
@@ -83,10 +77,8 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 
 def _inflate(path: Path, raw: bytes, limit: int | None) -> bytes:
-    """A gzip file's content (``.jsonl.gz``, as TraceLab and AIPerf ship traces): the
-    first ``limit`` bytes of it, or all of it within ``bounds.MAX_TRACE_BYTES`` (a
-    decompression bomb stops at the bound, never fills memory); several members are
-    read one after another, as ``gzip`` writes appended files."""
+    """A gzip file's content: the first ``limit`` bytes, or all of it within
+    ``bounds.MAX_TRACE_BYTES`` (a bomb stops at the bound); appended members in turn."""
     import zlib
 
     want = limit if limit is not None else bounds.MAX_TRACE_BYTES + 1
@@ -143,12 +135,9 @@ def read_text(path: Path) -> str:
 def read_csv(
     path: Path, required: tuple[str, ...]
 ) -> tuple[list[str], Iterator[tuple[int, dict[str, str]]]]:
-    """Header (its columns checked now) and an iterator of ``(line_number, row)`` pairs
-    that checks each row's width as it comes, then that there was a row at all.
-
-    Rows are made one at a time, not listed first: a reader builds its rounds from
-    them as it goes, so a large file never holds a dict per row on top of its rounds
-    (docs/design-notes.md, "Trace loading": peak memory per row). Errors keep file order."""
+    """Header (its columns checked now) and an iterator of ``(line_number, row)`` that
+    checks each row's width as it comes, then that there was a row at all. Rows are
+    made one at a time (docs/design-notes.md, "Trace loading": peak memory per row)."""
     text = read_text(path)
     reader = csv.reader(io.StringIO(text))
     del text  # the StringIO holds its own copy
@@ -197,10 +186,8 @@ def as_int(
     path: Path, line: int, name: str, value: Any, *, minimum: int | None = 0,
     maximum: int | None = None,
 ) -> int:
-    """An integer field (``12`` or ``12.0``); rejects NaN, fractions, bools, out-of-range.
-
-    Text must be ASCII digits (``1_28`` and full-width digits are refused).
-    """
+    """An integer field (``12`` or ``12.0``, text in ASCII); rejects NaN, fractions,
+    bools and values out of range."""
     if isinstance(value, bool):
         raise TraceFormatError(path, line, f"{name} must be an integer, got {value!r}")
     if isinstance(value, int):
@@ -224,9 +211,8 @@ def as_int(
 
 
 def _integral_text(value: Any) -> bool:
-    """Text with a fraction or an exponent is integral in decimal, not only once rounded
-    to a float (``4.9999999999999999`` is not 5). The text already matched ``_INT_TEXT``
-    and its float is finite, so the ``Decimal`` is small enough to test cheaply."""
+    """Text with a fraction or an exponent is integral in decimal, not only as a float
+    (``4.9999999999999999`` is not 5); it matched ``_INT_TEXT``, so the test is cheap."""
     if not isinstance(value, str) or not any(c in value for c in ".eE"):
         return True
     d = decimal.Decimal(value.strip())
@@ -237,10 +223,8 @@ def as_float(
     path: Path, line: int, name: str, value: Any, *, minimum: float | None = 0.0,
     maximum: float | None = None,
 ) -> float:
-    """A finite number field; rejects NaN/inf, bools and values outside the range.
-
-    Text must be an ASCII decimal number (optionally with an exponent).
-    """
+    """A finite number field (text in ASCII); rejects NaN/inf, bools and values out of
+    range."""
     if isinstance(value, bool):
         raise TraceFormatError(path, line, f"{name} must be a number, got {value!r}")
     value = _number_text(path, line, name, value, "a number")
@@ -278,11 +262,8 @@ def epoch_ms(path: Path, line: int, name: str, value: Any) -> float:
 
 
 def check_options(fmt: str, unknown: Mapping[str, Any], valid: tuple[str, ...]) -> None:
-    """Reject reader options this format does not take (a silent ignore hides typos).
-
-    Every reader refuses the same way: one ``ConfigError`` naming the format, the
-    unknown option(s) and the valid ones.
-    """
+    """One ``ConfigError`` naming the format, the options it does not take and the valid
+    ones (a silent ignore hides typos)."""
     if unknown:
         names = ", ".join(sorted(unknown))
         raise ConfigError(

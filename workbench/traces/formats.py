@@ -1,8 +1,5 @@
-"""The trace-format registry: ``TraceFormat``, ``FORMATS`` and ``register_format``.
-
-Every reader module registers its format here when imported
-(``@register_format(name, sniff=...)``); ``workbench.traces.load`` imports them all
-(``_builtin``, in sniffing order) and looks formats up in ``FORMATS``.
+"""The trace-format registry: ``TraceFormat``, ``FORMATS`` and ``register_format``; each
+reader module registers itself when imported (``_builtin``, in sniffing order).
 """
 
 from __future__ import annotations

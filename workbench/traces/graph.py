@@ -1,14 +1,6 @@
-"""Session graphs: sub-agents spawned by a unit, checked once for every reader.
-
-A unit with ``spawn`` set (``workbench.records.Spawn``) is a *child*: it starts when
-its parent's round ``round_idx`` starts or ends (plus ``delay_ms``), and its parent's
-round ``join_round`` waits for it. A unit without ``spawn`` is a *root*; a root and
-all its descendants are one *agent task* (docs/session-graphs.md). Readers fill
-``spawn`` in; ``check_graph`` (run by ``load_trace`` on every workload) refuses what
-cannot run: a parent no unit has, a cycle, a round the parent does not have.
-
-A window of a trace (``trace.offset`` and ``trace.max_items``, ``window``) counts
-tasks, never children: a child always comes with its root.
+"""Session graphs (docs/session-graphs.md): ``check_graph`` (run by ``load_trace`` on every
+workload) refuses a graph that cannot run; ``window`` keeps whole agent tasks; the raw
+CSV's graph columns and the canonical file's graph sidecar are read and written here.
 """
 
 from __future__ import annotations
@@ -49,10 +41,8 @@ def children_by_parent(units: Sequence[Unit]) -> dict[str, list[Unit]]:
 
 
 def graph_summary(units: Sequence[Unit]) -> dict[str, int]:
-    """What a trace's session graphs hold: ``agent_tasks`` (roots: a root and its
-    descendants are one task), ``subagents`` (units spawned by another), ``max_depth``
-    (0: no sub-agent; 1: sub-agents of a root; ...), ``max_fanout`` (the most children
-    spawned at one round of one parent) and ``detached_subagents`` (no round joins them)."""
+    """``agent_tasks`` (roots), ``subagents``, ``max_depth`` (0: none; 1: sub-agents of a
+    root ...), ``max_fanout`` (most children of one parent round), ``detached_subagents``."""
     by_id = {u.unit_id: u for u in units}
     depth: dict[str, int] = {}
 
@@ -83,10 +73,8 @@ def graph_summary(units: Sequence[Unit]) -> dict[str, int]:
 
 
 def check_graph(path: str | Path, workload: Workload) -> None:
-    """Every child's parent exists, once, with the rounds its spawn names; no cycle.
-
-    Errors are ``TraceFormatError`` at the child's line (``Spawn.line``).
-    """
+    """Every child's parent exists, once, with the rounds its spawn names; no cycle
+    (``TraceFormatError`` at the child's ``Spawn.line``)."""
     if not has_graph(workload):
         return
     path = Path(path)
@@ -134,14 +122,9 @@ def _no_cycle(path: Path, unit: Unit, by_id: dict[str, Unit]) -> None:
 
 
 def subtree_ends(own: Mapping[K, float], parent: Mapping[K, K | None]) -> dict[K, float]:
-    """Each node's *subtree end*: the latest ``own`` end of itself and every descendant
-    (``parent``: each node's parent, None for a root).
-
-    In replay a unit ends when its own rounds and all its children have ended, and a
-    join waits for that (docs/session-graphs.md); so a join inferred from timing must
-    come after the child's whole subtree ended, not only its own last request. A parent
-    outside ``own`` and a cycle are skipped here (``check_graph`` reports them).
-    """
+    """Each node's *subtree end*: the latest ``own`` end of itself and its descendants
+    (``parent``: None for a root), what a join inferred from timing must come after
+    (docs/session-graphs.md). A parent outside ``own`` and a cycle are skipped."""
     out = dict(own)
     for node, end in own.items():
         seen = {node}
@@ -165,11 +148,8 @@ def descendants(unit: Unit, children: dict[str, list[Unit]]) -> Iterator[Unit]:
 
 
 def window(workload: Workload, offset: int, count: int | None) -> Workload:
-    """Tasks ``offset .. offset + count - 1`` (file order) with their descendants.
-
-    ``meta["window"]`` records offset, count, the rule and how many tasks the file
-    has; an ``offset`` past the last task is a ``ConfigError``.
-    """
+    """Tasks ``offset .. offset + count - 1`` (file order) with their descendants, recorded
+    in ``meta["window"]``; an ``offset`` past the last task is a ``ConfigError``."""
     # a stream's units are all roots: its window is a slice, drawn without the rest
     tops = workload.units if workload.streamed else roots(workload)
     if offset and offset >= len(tops):
