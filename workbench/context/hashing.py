@@ -19,12 +19,8 @@ _ROOT = b"\x00" * 8  # the "previous hash" of the first block
 
 
 def fnv1a_32(data: str | bytes, state: int = FNV32_OFFSET) -> int:
-    """32-bit FNV-1a of ``data`` (a ``str`` is hashed as UTF-8).
-
-    Used for synthetic-token stream seeds (the Dynamo primitive); stream ids are
-    short, so a plain loop is fast enough. ``state`` continues a hash:
-    ``fnv1a_32(b, fnv1a_32(a)) == fnv1a_32(a + b)``.
-    """
+    """32-bit FNV-1a of ``data`` (a ``str`` as UTF-8); ``state`` continues a hash:
+    ``fnv1a_32(b, fnv1a_32(a)) == fnv1a_32(a + b)``. Stream ids are short: a plain loop."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
     h = state
     for byte in raw:
@@ -33,11 +29,7 @@ def fnv1a_32(data: str | bytes, state: int = FNV32_OFFSET) -> int:
 
 
 def _chain(prev: bytes, block: bytes) -> bytes:
-    """One chained 64-bit block hash: blake2b over previous digest + block bytes.
-
-    blake2b is in the standard library, fast (C), keyless-stable, and 8 bytes
-    make accidental collisions between distinct prefixes negligible.
-    """
+    """One chained 64-bit block hash: blake2b over the previous digest + the block bytes."""
     return hashlib.blake2b(prev + block, digest_size=8).digest()
 
 
@@ -66,18 +58,12 @@ def _u32_bytes(token_ids: Sequence[int] | np.ndarray) -> bytes:
 def block_hashes(
     token_ids: Sequence[int] | np.ndarray, block_size: int, *, known: Sequence[int] = ()
 ) -> list[int]:
-    """Chained 64-bit hashes of ``token_ids`` cut into ``block_size`` blocks.
+    """Chained 64-bit hashes of ``token_ids`` (each in ``uint32``) cut into ``block_size``
+    blocks, a trailing partial block included: ``ceil(len / block_size)`` of them.
 
-    Equal leading blocks give equal leading hashes; changing one token changes
-    the hash of its block and of every block after it. The trailing partial
-    block (if any) gets one more hash chained to the last full one, so the
-    result has ``ceil(len(token_ids) / block_size)`` entries (0 for no tokens).
-    Token ids must fit in ``uint32`` (every real vocabulary does).
-
-    ``known`` are already-computed hashes of the leading *full* blocks (the caller
-    guarantees those blocks are unchanged, e.g. a session's carried prefix):
-    only the blocks after them are hashed, so a growing conversation costs
-    O(new tokens) per round instead of O(prompt).
+    ``known``: hashes of leading *full* blocks the caller guarantees unchanged (a
+    session's carried prefix); only the blocks after them are hashed, so a growing
+    conversation costs O(new tokens) per round.
     """
     if block_size <= 0:
         raise ValueError(f"block_size must be > 0, got {block_size}")

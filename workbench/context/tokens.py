@@ -136,11 +136,8 @@ def _as_list(tokens: np.ndarray, vocab_hi: int) -> list[int]:
 
 
 class TokenPool:
-    """Synthetic token source for one run. Keeps one cursor per unit stream.
-
-    Not thread-safe (the runner uses it from one event loop). Two pools with the
-    same ``(vocab_lo, vocab_hi, seed)`` produce identical tokens.
-    """
+    """Synthetic token source for one run, one cursor per unit stream; not thread-safe
+    (one event loop). Pools with the same ``(vocab_lo, vocab_hi, seed, salt)`` agree."""
 
     def __init__(
         self,
@@ -209,14 +206,9 @@ class TokenPool:
         *,
         fill_stream: str | None = None,
     ) -> list[int]:
-        """A prompt of exactly ``input_len`` tokens: the blocks of ``hash_ids``, cut to length.
-
-        With ceil-rounded ids (the public traces) the last block is cut to
-        ``input_len - (n-1)·block_size``. When the ids cover fewer tokens than
-        ``input_len`` (floor-rounded traces: the partial tail has no id) the rest
-        comes from ``fresh(fill_stream, ...)``; without a ``fill_stream`` that is
-        an error rather than a silently short prompt.
-        """
+        """A prompt of exactly ``input_len`` tokens: the blocks of ``hash_ids``, the last
+        cut to length; a tail the ids do not cover (floor-rounded traces) comes from
+        ``fresh(fill_stream, ...)`` (``_hash_id_cover``)."""
         n_blocks, covered, missing = _hash_id_cover(hash_ids, input_len, block_size, fill_stream)
         flat = self.heads_array(self._hash_id_keys(hash_ids[:n_blocks]), block_size, covered)
         out: list[int] = _as_list(flat, self.vocab_hi)
@@ -236,12 +228,8 @@ class TokenPool:
         return None
 
     def _hash_id_keys(self, hash_ids: Sequence[int]) -> list[int]:
-        """The packed stream keys (``key << 32 | fnv``) of hash ids' blocks.
-
-        Memoized per pool as one packed int per id (a plain dict: looking up a
-        Mooncake request's ids through ``lru_cache``'s four-argument key cost more
-        than generating the tokens).
-        """
+        """The packed stream keys (``key << 32 | fnv``) of hash ids' blocks, memoized in a
+        plain dict (``lru_cache``'s four-argument key cost more than the tokens)."""
         memo = self._block_keys
         out: list[int] = []
         for h in hash_ids:
