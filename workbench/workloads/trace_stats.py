@@ -34,13 +34,9 @@ PERCENTILES = (50, 90, 99)
 
 @dataclass(frozen=True, eq=False)
 class TraceStats(Mapping[str, Any]):
-    """Summary numbers (also readable as ``stats["name"]``) plus plot-ready frames.
-
-    ``rounds``: one row per round, release order. ``sessions``: one row per unit.
-    ``hit_vs_capacity``: ``capacity_blocks``/``capacity_tokens`` → ``hit_rate``.
-    ``policy`` is the context policy applied (``None`` when the trace's own
-    prefixes were used: hash-id traces and workloads without sessions).
-    """
+    """Summary numbers (also ``stats["name"]``) plus frames: ``rounds`` (one row a round,
+    release order), ``sessions`` (one a unit), ``hit_vs_capacity``; ``policy`` is the
+    context policy applied (None: the trace's own prefixes)."""
 
     summary: dict[str, Any]
     rounds: pd.DataFrame
@@ -67,12 +63,11 @@ def trace_stats(
     block_size: int | None = None,
     policy: str | ContextPolicy = DEFAULT_POLICY,
 ) -> TraceStats:
-    """Statistics of ``workload`` (see the module docstring for every definition).
+    """Statistics of ``workload`` (docs/interface.md, "trace_stats definitions").
 
-    ``block_size`` is the cache block in tokens (default: the trace's own, else
-    512); ``cache_capacities`` the LRU sizes in blocks (default: a log grid up
-    to the working set); ``policy`` the context policy applied to sessions
-    (ignored, like in the runner, when rounds carry hash ids).
+    ``block_size``: the cache block in tokens (default: the trace's, else 512);
+    ``cache_capacities``: LRU sizes in blocks (default: a log grid to the working set);
+    ``policy``: applied to sessions (ignored, as in the runner, for hash-id rounds).
     """
     import pandas as pd
 
@@ -103,17 +98,12 @@ def _block_size(workload: Workload, block_size: int | None = None) -> int:
 
 
 def ideal_prefix_hit_rate(workload: Workload, policy: ContextPolicy | None) -> float:
-    """``trace_stats(...)["ideal_prefix_hit_rate"]`` under ``policy``, the one
-    ``effective_policy`` gives, without building the tables when the answer is known:
-    with no hash ids and no unit of more than one round, no block is ever read twice
-    (each unit's context is its own and is never read again), so 0. A replay's manifest
-    needs only this figure; for 100k queued one-shot requests the tables cost ~75 MB of
-    peak memory.
-    """
+    """``trace_stats(...)["ideal_prefix_hit_rate"]`` under ``policy`` (``effective_policy``'s),
+    without the frames a replay's manifest does not need (~75 MB for 100k one-shot
+    requests): 0 with no hash ids and no unit of two rounds (no block is read twice)."""
     units = workload.units
     if isinstance(units, UnitStream) and not units.has_hash_ids and _planned(workload):
-        # planned session rounds: the planned prefix hits (the definition above), from the
-        # stream's totals
+        # planned session rounds: the planned prefix hits, from the stream's totals
         return units.prefix_tokens / units.prompt_tokens if units.prompt_tokens else 0.0
     if all(len(u.rounds) <= 1 for u in workload.units) and not workload.has_hash_ids:
         return 0.0
