@@ -19,6 +19,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.traces import bounds
 
@@ -277,3 +279,59 @@ def check_block_size(block_size: Any) -> None:
             or not 1 <= block_size <= bounds.MAX_ROUND_TOKENS):
         raise ConfigError(
             f"block_size must be an integer in 1..{bounds.MAX_ROUND_TOKENS}, got {block_size!r}")
+
+
+# -- the column-wise fast path of the CSV readers (canonical, session) ------------------
+
+FAST_PATH_MIN_ROWS = 2000  # below this the strict row-by-row path is fast enough
+
+
+def fast_frame(text: str, kinds: dict[str, str]) -> Any:
+    """pandas' C parser over plainly written CSV text (``kinds``: each column in header
+    order, ``"int"`` or ``"str"``), or ``None`` when in doubt (quotes, a BOM, stray CRs,
+    another header ...): the caller's strict path, which alone reports errors, decides."""
+    if '"' in text or text.startswith("\ufeff") or "\r" in text.replace("\r\n", "\n"):
+        return None
+    # every line exactly as wide as the header: pandas would otherwise silently take
+    # surplus leading fields as an index (the strict path calls that an error)
+    commas = len(kinds) - 1
+    if any(line.count(",") != commas for line in text.splitlines() if line):
+        return None
+    import pandas as pd
+
+    dtypes = {name: ("int64" if kind == "int" else str) for name, kind in kinds.items()}
+    try:
+        frame = pd.read_csv(
+            io.StringIO(text), dtype=dtypes, keep_default_na=False, na_filter=False, engine="c"
+        )
+    except Exception:  # any parser complaint: let the strict path name it
+        return None
+    if list(frame.columns) != list(kinds) or frame.empty:
+        return None
+    return frame
+
+
+def fast_strings(frame: Any, name: str) -> list[str]:
+    """A text column as Python strings."""
+    return list(frame[name].to_numpy(dtype=object))
+
+
+def fast_ms(frame: Any, name: str, pattern: re.Pattern[str]) -> np.ndarray | None:
+    """A millisecond column as float64 when every value matches ``pattern``, else ``None``
+    (one regex pass over the joined column: without quotes no value holds a newline)."""
+    values = frame[name].to_numpy(dtype=object)
+    joined = "\n".join(values)
+    if re.fullmatch(f"(?:(?:{pattern.pattern})\n)*(?:{pattern.pattern})", joined) is None:
+        return None
+    return np.asarray(values).astype(np.float64)
+
+
+def fast_within_bounds(
+    prompt: np.ndarray, output: np.ndarray, wait: np.ndarray, arrival: np.ndarray
+) -> bool:
+    """Every round inside ``bounds`` (the strict path names the first one that is not)."""
+    return bool(
+        (prompt + output <= bounds.MAX_ROUND_TOKENS).all()
+        and (wait <= bounds.MAX_WAIT_MS).all()
+        and (arrival <= bounds.MAX_ARRIVAL_MS).all()
+    )

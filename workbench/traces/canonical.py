@@ -10,7 +10,6 @@ column-wise (``_fast_units``); every error comes from the strict row-by-row path
 
 from __future__ import annotations
 
-import io
 import itertools
 import re
 from collections.abc import Iterable, Iterator
@@ -25,7 +24,12 @@ from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces._io import (
+    FAST_PATH_MIN_ROWS,
     as_int,
+    fast_frame,
+    fast_ms,
+    fast_strings,
+    fast_within_bounds,
     offset_ms,
     read_csv,
     read_text,
@@ -51,7 +55,6 @@ HEADER = (
 )
 HEADER_LINE = ",".join(HEADER)
 MS_DECIMALS = 6
-FAST_PATH_MIN_ROWS = 2000  # below this the strict row-by-row path is fast enough
 _MS_RE = re.compile(r"[+-]?[0-9]+\.[0-9]{6}")
 _MS_PLAIN = re.compile(r"[0-9]+\.[0-9]{6}")  # what the fast path accepts without a second look
 CanonicalRow = tuple[str, str, int, float, int, int, int, float]
@@ -280,53 +283,6 @@ def write_session_execution_v2(path: str | Path, rows: Iterable[CanonicalRow]) -
 
 
 
-def fast_frame(text: str, kinds: dict[str, str]) -> Any:
-    """pandas' C parser over plainly written CSV text, or ``None`` when in doubt.
-
-    ``kinds`` maps each expected column, in header order, to ``"int"`` (parsed
-    as int64) or ``"str"``. ``None`` (quotes, BOM, stray carriage returns, a
-    different header, anything pandas dislikes) sends the caller to its strict
-    path, which is the only one that reports errors.
-    """
-    if '"' in text or text.startswith("\ufeff") or "\r" in text.replace("\r\n", "\n"):
-        return None
-    # every line exactly as wide as the header: pandas would otherwise silently take
-    # surplus leading fields as an index (the strict path calls that an error)
-    commas = len(kinds) - 1
-    if any(line.count(",") != commas for line in text.splitlines() if line):
-        return None
-    import pandas as pd
-
-    dtypes = {name: ("int64" if kind == "int" else str) for name, kind in kinds.items()}
-    try:
-        frame = pd.read_csv(
-            io.StringIO(text), dtype=dtypes, keep_default_na=False, na_filter=False, engine="c"
-        )
-    except Exception:  # any parser complaint: let the strict path name it
-        return None
-    if list(frame.columns) != list(kinds) or frame.empty:
-        return None
-    return frame
-
-
-def fast_strings(frame: Any, name: str) -> list[str]:
-    """A text column as Python strings."""
-    return list(frame[name].to_numpy(dtype=object))
-
-
-def fast_ms(frame: Any, name: str, pattern: re.Pattern[str] = _MS_RE) -> np.ndarray | None:
-    """A millisecond column as float64 when every value matches ``pattern``, else ``None``.
-
-    One regex pass over the joined column (values cannot contain a newline:
-    the CSV had no quotes), instead of one match per value.
-    """
-    values = frame[name].to_numpy(dtype=object)
-    joined = "\n".join(values)
-    if re.fullmatch(f"(?:(?:{pattern.pattern})\n)*(?:{pattern.pattern})", joined) is None:
-        return None
-    return np.asarray(values).astype(np.float64)
-
-
 def _fast_units(text: str) -> tuple[Unit, ...] | None:
     """Column-wise check of every rule; ``None`` if any value or rule looks off."""
     frame = fast_frame(text, dict(zip(HEADER, _KINDS, strict=True)))
@@ -362,17 +318,6 @@ def _fast_units(text: str) -> tuple[Unit, ...] | None:
     return tuple(
         Unit(rows[a][1], "session", rows[a][3], tuple(Round(*r) for r in rows[a:b]))
         for a, b in itertools.pairwise(bounds)
-    )
-
-
-def fast_within_bounds(
-    prompt: np.ndarray, output: np.ndarray, wait: np.ndarray, arrival: np.ndarray
-) -> bool:
-    """Every round inside ``bounds`` (the strict path names the first one that is not)."""
-    return bool(
-        (prompt + output <= bounds.MAX_ROUND_TOKENS).all()
-        and (wait <= bounds.MAX_WAIT_MS).all()
-        and (arrival <= bounds.MAX_ARRIVAL_MS).all()
     )
 
 

@@ -19,9 +19,14 @@ import numpy as np
 
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
-from workbench.traces import bounds, canonical
+from workbench.traces import bounds
 from workbench.traces._io import (
+    FAST_PATH_MIN_ROWS,
     as_int,
+    fast_frame,
+    fast_ms,
+    fast_strings,
+    fast_within_bounds,
     offset_ms,
     read_csv,
     read_text,
@@ -62,7 +67,7 @@ def read_session_csv(path: Path) -> Workload:
     """Read a raw session CSV into session units; one ``TraceFormatError`` on a bad file."""
     path = Path(path)
     text = read_text(path)
-    fast = _fast_units(text) if text.count("\n") >= canonical.FAST_PATH_MIN_ROWS else None
+    fast = _fast_units(text) if text.count("\n") >= FAST_PATH_MIN_ROWS else None
     units, id_col, has_arrival = fast or _strict_units(path)
     meta = {"needs_context_policy": True, "id_column": id_col, "has_arrival_time": has_arrival}
     return Workload(units, FORMAT_NAME, source=str(path), meta=meta)
@@ -165,14 +170,14 @@ def _fast_units(text: str) -> tuple[tuple[Unit, ...], str, bool] | None:
         return None
     text_cols = (*ID_COLUMNS, *OPTIONAL, "tool_wait_after_ms")
     kinds = {c: "str" if c in text_cols else "int" for c in header}
-    frame = canonical.fast_frame(text, kinds) if len(set(header)) == len(header) else None
+    frame = fast_frame(text, kinds) if len(set(header)) == len(header) else None
     if frame is None:
         return None
-    sids = canonical.fast_strings(frame, ids[0])
-    wait = canonical.fast_ms(frame, "tool_wait_after_ms", _PLAIN_NUMBER)
+    sids = fast_strings(frame, ids[0])
+    wait = fast_ms(frame, "tool_wait_after_ms", _PLAIN_NUMBER)
     has_arrival = "arrival_time" in header
     arrival = (
-        canonical.fast_ms(frame, "arrival_time", _PLAIN_NUMBER)
+        fast_ms(frame, "arrival_time", _PLAIN_NUMBER)
         if has_arrival
         else np.zeros(len(sids))
     )
@@ -185,7 +190,7 @@ def _fast_units(text: str) -> tuple[tuple[Unit, ...], str, bool] | None:
         return None
     if ((cols["prefix_len"] + cols["input_len"]) == 0).any():
         return None
-    if not canonical.fast_within_bounds(cols["prefix_len"] + cols["input_len"],
+    if not fast_within_bounds(cols["prefix_len"] + cols["input_len"],
                                         cols["output_len"], wait, arrival):
         return None
     cols["tool_wait_after_ms"], cols["arrival_time"] = wait, arrival
