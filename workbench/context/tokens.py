@@ -61,12 +61,7 @@ def _generate(
     turn = positions >> _S32
     pos = positions & _M32
     x = ((((seeds ^ turn) * _P) & _M32) ^ pos) * _P & _M32
-    z = (keys << _S32) | x
-    z = (z ^ (z >> _S30)) * _MIX1
-    z = (z ^ (z >> _S27)) * _MIX2
-    z = z ^ (z >> _S31)
-    tokens = np.uint64(lo) + (((z >> _S32) * np.uint64(span)) >> _S32)
-    return tokens.astype(np.int64)  # int64 → .tolist() is faster than from uint64
+    return _finish_in_place((keys << _S32) | x, lo, span).astype(np.int64)  # fast .tolist()
 
 
 _LOW32 = 0xFFFFFFFF

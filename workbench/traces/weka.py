@@ -76,8 +76,7 @@ class _Request:
 
 @dataclass
 class _Agent:
-    """One agent (a conversation's root, or a sub-agent) as read: its requests, and
-    the markers (children) after ``len(requests)`` requests at the time."""
+    """One agent (a conversation's root, or a sub-agent) as read: requests and markers."""
 
     unit_id: str
     line: int
@@ -89,10 +88,8 @@ class _Agent:
     duration_s: float | None = None  # a sub-agent's recorded run (its marker's duration_ms)
 
     def recorded_end(self, start: float) -> float:
-        """When this sub-agent ended in its parent's timeline (it started at ``start``):
-        its marker's ``duration_ms``, else its last request's ``t`` plus ``api_time``
-        (``t`` relative to the marker, upstream's way, when its first request's ``t`` is
-        below the marker's; absolute otherwise, as SemiAnalysis's copies write it)."""
+        """When this sub-agent, started at ``start``, ended in its parent's timeline
+        (docs/weka-traces.md, ``subagents: recorded``)."""
         if self.duration_s is not None:
             return start + self.duration_s
         reqs = [it for it in self.items if isinstance(it, _Request)]
@@ -104,7 +101,7 @@ class _Agent:
 
 @dataclass(frozen=True)
 class _Source:
-    """Where a conversation stands: its file and its line (errors name both)."""
+    """A conversation's file and line (errors name both)."""
 
     path: Path
     line: int
@@ -145,8 +142,8 @@ def trace_files(path: Path) -> list[Path]:
 
 
 def _sources(path: Path) -> Iterator[tuple[_Source, dict[str, Any]]]:
-    """Every conversation object of one file, with where it stands (line 1, or the first
-    non-blank one, for a whole-file JSON; its own line in a JSONL)."""
+    """Every conversation object of one file, with its line (a whole-file JSON's first
+    non-blank one; its own in a JSONL)."""
     text = read_text(path)  # regular, bounded, UTF-8, not blank, its BOM dropped
     try:
         whole = orjson.loads(text)
@@ -323,8 +320,7 @@ def namespace(conversation: str) -> int:
 
 class _Ids:
     """A conversation's hash ids as replayed, one int object per distinct id: local ids
-    move into the conversation's namespace (``ns << 23 | id``: under 2^63, so numpy still
-    takes them); global ones stay."""
+    move into its namespace (``ns << 23 | id``, under 2^63 for numpy); global ones stay."""
 
     def __init__(self, src: _Source, scope: str, ns: int) -> None:
         self.src, self.scope = src, scope
@@ -346,8 +342,7 @@ class _Ids:
         return tuple(out)
 
     def rebase(self, ns: int) -> dict[int, int]:
-        """Another namespace for these ids (a clash with an earlier conversation's):
-        old id → new id."""
+        """Old id → new id in namespace ``ns`` (a clash with an earlier conversation's)."""
         if self.scope != "local":
             return {}
         base = ns << _LOCAL_BITS
@@ -356,8 +351,8 @@ class _Ids:
 
 def _own_namespace(root: _Agent, ids: _Ids, spaces: dict[int, str],
                    counts: Counter[str]) -> None:  # fmt: skip
-    """Give a conversation whose namespace an earlier one holds (40 bits: about 1 in 10^5
-    for 10,000 conversations) the next free one, its ids rewritten; file order decides."""
+    """Move a conversation whose namespace an earlier one holds to the next free one
+    (its ids rewritten; file order decides)."""
     if ids.scope != "local":
         return
     ns = ids.base >> _LOCAL_BITS
@@ -380,9 +375,8 @@ def _rewrite(agent: _Agent, mapping: dict[int, int]) -> None:
 
 
 def _warm_map(agent: _Agent, blocks: int, block: int, out: dict[int, int]) -> dict[int, int]:
-    """The warm prefix of a conversation: the ids at positions below ``blocks`` of each of
-    its agents' first prompts → the shared ids ``-1, -2, ...`` (a hash id names its block
-    and all before it, so it only ever stands at one position)."""
+    """The warm prefix: ids at positions below ``blocks`` of each agent's first prompt →
+    the shared ids ``-1, -2, ...`` (an id names its block and all before it)."""
     first = next((it for it in agent.items if isinstance(it, _Request)), None)
     if first is not None:
         for i, h in enumerate(first.hashes[: min(blocks, first.prompt // block)]):
@@ -409,9 +403,8 @@ def _remap(hashes: tuple[int, ...], mapping: dict[int, int], upto: int | None
 
 @dataclass
 class _Built:
-    """The units made so far (conversations in file order, an agent before its
-    sub-agents), what was counted, and the block ids any earlier round sent: a round's
-    ``prefix_len`` is its leading blocks among them, times ``block``, within its prompt."""
+    """The units made so far (an agent before its sub-agents), the counts, and the block
+    ids earlier rounds sent (a round's prefix is its leading blocks among them)."""
 
     units: list[Unit]
     counts: Counter[str]
@@ -422,8 +415,8 @@ class _Built:
 
 def _delay_s(prev: _Request | float, cur: _Request, opts: dict[str, Any],
              timing: Counter[str]) -> float:  # fmt: skip
-    """The wait before ``cur`` after the item before it (a request, or a marker's ``t``),
-    by the replayer's strategies; a request without the fields falls back to ``original``."""
+    """The wait before ``cur`` after the item before it (a request, or a marker's ``t``)
+    by the timing strategy; without its fields, ``original``."""
     prev_t = prev if isinstance(prev, float) else prev.t
     strategy = opts["timing"]
     if strategy == "think-only" and cur.think_time is not None:
@@ -514,10 +507,8 @@ def _units(src: _Source, agent: _Agent, warm: dict[int, int], warm_blocks: int,
 
 def _recorded_spawn(agent: _Agent, reqs: list[_Request], k: int, t: float, child: _Agent,
                     counts: Counter[str]) -> Spawn:  # fmt: skip
-    """``subagents: recorded``: the child starts at its marker's offset from the end (or,
-    when the marker falls inside it, the start) of the parent's request ``k - 1``, and
-    the first parent request recorded at or after the child's recorded end waits for it
-    (none: nobody waits; the conversation still does)."""
+    """``subagents: recorded`` (docs/weka-traces.md): the child starts at its marker's
+    offset from request ``k - 1``; the first request recorded after its end joins it."""
     before = reqs[k - 1]
     end = before.t + (before.api_time or 0.0)
     trigger: SpawnTrigger = "round_end"
@@ -535,8 +526,7 @@ def _recorded_spawn(agent: _Agent, reqs: list[_Request], k: int, t: float, child
 
 
 def _sniff(lines: list[str]) -> bool:
-    """A conversation on one line (a file, a JSONL, an array): its keys are in the head; a
-    pretty-printed one (``{`` alone on the first line) shows only its first keys."""
+    """A conversation's keys in the head; a pretty-printed one shows only its first keys."""
     head = "\n".join(lines)
     if not head.lstrip().startswith(("{", "[")):
         return False
@@ -563,8 +553,7 @@ def read_weka(path: Path, **options: Any) -> Workload:
     spaces: dict[int, str] = {}
     files = trace_files(path)
     for file in files:
-        # a file's JSON objects go as soon as its conversations are read (a whole corpus
-        # is GBs of them): only the agents, with their ids namespaced, are kept
+        # only the agents are kept, not a file's JSON objects (a corpus is GBs of them)
         for src, obj in _sources(file):
             root, block, ids = _conversation(src, obj, seen, counts)
             if root.unit_id in where_id:
