@@ -48,13 +48,6 @@ _FOREIGN = {key: "belongs to the bailian format, whose timestamp is in seconds, 
                  "read this file as 'bailian'" for key in ("chat_id", "parent_chat_id")}
 
 
-def unknown_fields(path: Path, line: int, obj: dict[str, Any], seen: dict[str, int]) -> None:
-    """Note fields this reader does not know (first line each) into ``seen``; a field
-    of another format that changes the meaning of this one's is refused
-    (``json_io.note_unknown``)."""
-    note_unknown(path, line, obj, KNOWN_FIELDS, seen, refused=_FOREIGN)
-
-
 def _count(path: Path, line: int, name: str, value: Any) -> int:
     """A token count in [1, MAX_ROUND_TOKENS]; a plain in-range int skips the helper (speed)."""
     if type(value) is int and 1 <= value <= bounds.MAX_ROUND_TOKENS:
@@ -206,7 +199,7 @@ def read_mooncake(path: Path, *, block_size: int = 512, hash_rounding: str = "ce
     rows = []
     for line, obj, raw in json_lines(path):
         if not obj.keys() <= KNOWN_FIELDS:
-            unknown_fields(path, line, obj, seen)
+            note_unknown(path, line, obj, KNOWN_FIELDS, seen, refused=_FOREIGN)
         rows.append(_parse_row(path, line, obj, raw, block_size, hash_rounding))
     units = _units(path, rows, block_size)
     meta: dict[str, Any] = {"hash_rounding": hash_rounding,

@@ -17,13 +17,7 @@ from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces.formats import register_format
-from workbench.traces.json_io import (
-    json_int,
-    json_lines,
-    json_number,
-    note_unknown,
-    warn_unknown,
-)
+from workbench.traces.json_io import json_int, json_lines, json_number, note_unknown, warn_unknown
 from workbench.traces.shared import request_id, union_length
 from workbench.traces.tracelab_graph import SUBAGENT_TOOLS, attach_subagents, parent_of
 

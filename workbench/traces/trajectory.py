@@ -13,12 +13,7 @@ from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces.formats import register_format
-from workbench.traces.json_io import (
-    first_json_object,
-    json_number,
-    json_tokens,
-    unit_per_line,
-)
+from workbench.traces.json_io import first_json_object, json_number, json_tokens, unit_per_line
 
 _TOP_FIELDS = frozenset(("schema_version", "trajectory_id", "requests"))
 _REQUEST_FIELDS = frozenset(("prompt_tokens", "output_tokens", "delay_after_ms", "reset_before"))

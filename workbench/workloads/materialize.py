@@ -40,11 +40,7 @@ from workbench.traces._io import open_trace
 from workbench.traces.bounds import check_workload
 from workbench.traces.graph import sidecar_rows
 from workbench.traces.load import FORMATS, detect_format, load_trace
-from workbench.workloads.synthetic import (
-    SYNTHETIC_PREFIX,
-    parse_synthetic,
-    synthetic_workload,
-)
+from workbench.workloads.synthetic import SYNTHETIC_PREFIX, parse_synthetic, synthetic_workload
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +120,10 @@ def tracegen(
     src = _load_source(source, spec, rng)
     units = _select(src.workload.units, spec, rng)
     units, arrivals, origin, pattern = _arrivals(units, spec, src, rng)
-    rows, stats = _plan(units, arrivals, _policy(spec))
+    policy = make_policy(spec.policy, {
+        "major_compaction_min_drop_tokens": spec.major_compaction_min_drop_tokens,
+        "major_compaction_min_drop_ratio": spec.major_compaction_min_drop_ratio})
+    rows, stats = _plan(units, arrivals, policy)
     parameters = _parameters(spec, src, pattern, origin, stats)
     manifest = _manifest(rows, len(units), src, parameters)
     csv_path, manifest_path, plan_path = _write(Path(out), rows, manifest, sidecar_rows(units))
@@ -239,13 +238,6 @@ def _arrivals(
     origin = shift + (float(src.workload.meta.get("arrival_origin_ms", 0.0))
                       if pattern == "source" else 0.0)
     return units, (raw - shift).tolist(), origin, pattern
-
-
-def _policy(spec: TracegenSpec) -> ContextPolicy:
-    return make_policy(spec.policy, {
-        "major_compaction_min_drop_tokens": spec.major_compaction_min_drop_tokens,
-        "major_compaction_min_drop_ratio": spec.major_compaction_min_drop_ratio,
-    })
 
 
 def _plan(

@@ -106,14 +106,10 @@ class SharedPrefixSpec:
     block: int = 16
 
 
-def is_synthetic(path: object) -> bool:
-    return isinstance(path, str) and path.startswith(SYNTHETIC_PREFIX)
-
-
 def load_source(path: str | Path, fmt: str = "auto", **options: Any) -> Workload:
     """A ``synthetic:`` description drawn (``generate``, checked against the trace bounds),
     anything else read by ``load_trace``."""
-    if not is_synthetic(path):
+    if not (isinstance(path, str) and path.startswith(SYNTHETIC_PREFIX)):
         return load_trace(bundled_or_path(path), fmt, **options)
     workload = generate(str(path))
     check_workload(str(path), workload)
