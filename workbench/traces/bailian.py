@@ -26,7 +26,7 @@ from workbench.traces.json_io import (
     note_unknown,
     warn_unknown,
 )
-from workbench.traces.shared import leading_seen_blocks
+from workbench.traces.shared import ideal_prefixes
 
 log = logging.getLogger(__name__)
 
@@ -149,12 +149,8 @@ def read_bailian(path: Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workloa
 
 
 def _units(path: Path, rows: list[_Row], root: dict[str, str], block: int) -> list[Unit]:
-    seen: set[int] = set()
-    prefix: dict[int, int] = {}
-    for r in rows:  # the ideal cached prefix, in file order
-        if r.hash_ids is not None:
-            prefix[r.line] = min(leading_seen_blocks(r.hash_ids, seen) * block, r.input_length)
-            seen.update(r.hash_ids)
+    prefixes = ideal_prefixes((r.hash_ids for r in rows), (r.input_length for r in rows), block)
+    prefix = {r.line: p for r, p in zip(rows, prefixes, strict=True)}  # file order
     sessions: dict[str, list[_Row]] = {}
     for r in rows:
         sessions.setdefault(root[r.chat_id], []).append(r)

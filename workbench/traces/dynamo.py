@@ -27,7 +27,7 @@ from workbench.traces.json_io import (
     note_unknown,
     warn_unknown,
 )
-from workbench.traces.shared import leading_seen_blocks, union_length
+from workbench.traces.shared import ideal_prefixes, union_length
 
 SCHEMA = "dynamo.request.trace.v1"
 _TOOL_EVENTS = ("tool_end", "tool_error")
@@ -268,17 +268,6 @@ def _check(path: Path, requests: list[_Request]) -> None:
         ids.add(r.request_id)
 
 
-def _prefixes(ordered: list[_Request]) -> dict[int, int]:
-    """Ideal cached prefix per request (keyed by line), walking requests in received order."""
-    seen: set[int] = set()
-    out: dict[int, int] = {}
-    for r in ordered:
-        shared = leading_seen_blocks(r.hashes, seen)
-        out[r.line] = min(shared * r.block_size, r.input_length)
-        seen.update(r.hashes)
-    return out
-
-
 def _tool_wait(a: _Request, b: _Request, tools: list[_Tool], sources: Counter[str]) -> float:
     """Wait between consecutive requests ``a`` → ``b`` of one session (see module doc)."""
     lo, hi = a.received_ms, b.received_ms
@@ -380,7 +369,9 @@ def read_dynamo(path: Path) -> Workload:
     requests, tools, skipped = _read_events(path, unknown_fields)
     _check(path, requests)
     ordered = sorted(requests, key=lambda r: (r.received_ms, r.line))
-    prefix = _prefixes(ordered)
+    prefixes = ideal_prefixes((r.hashes for r in ordered), (r.input_length for r in ordered),
+                              ordered[0].block_size)  # in received order
+    prefix = {r.line: p for r, p in zip(ordered, prefixes, strict=True)}
     origin = ordered[0].received_ms
     sources: Counter[str] = Counter()
     if ordered[0].session_id is None:

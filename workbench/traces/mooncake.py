@@ -25,7 +25,7 @@ from workbench.traces.json_io import (
     note_unknown,
     warn_unknown,
 )
-from workbench.traces.shared import leading_seen_blocks
+from workbench.traces.shared import ideal_prefixes, step_aside
 
 
 class _Row(NamedTuple):
@@ -117,28 +117,13 @@ def _request_ids(path: Path, rows: list[_Row]) -> list[str]:
             raise TraceFormatError(path, row.line, rule)
         given[rid] = row.line
     taken = set(given) | sessions
-    out: list[str] = []
-    for n, row in enumerate(rows):
-        rid = row.request_id
-        if rid is None:
-            rid = base = f"mooncake_{n}"
-            k = 1
-            while rid in taken:
-                k += 1
-                rid = f"{base}~{k}"
-            taken.add(rid)
-        out.append(rid)
-    return out
+    return [row.request_id or step_aside(f"mooncake_{n}", taken) for n, row in enumerate(rows)]
 
 
 def _units(path: Path, rows: list[_Row], block: int) -> list[Unit]:
     """Independent rows become one-round units, session rows are grouped closed-loop; each
     round's prefix is the ideal cached one of its block ids (file order)."""
-    seen: set[int] = set()
-    prefixes: list[int] = []
-    for row in rows:
-        prefixes.append(min(leading_seen_blocks(row.hash_ids, seen) * block, row.input_length))
-        seen.update(row.hash_ids)
+    prefixes = ideal_prefixes((r.hash_ids for r in rows), (r.input_length for r in rows), block)
     rids = _request_ids(path, rows)
 
     def round_of(i: int, unit_id: str, k: int, arrival: float, wait: float) -> Round:

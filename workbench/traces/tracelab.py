@@ -18,7 +18,7 @@ from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import json_int, json_lines, json_number, note_unknown, warn_unknown
-from workbench.traces.shared import request_id, union_length
+from workbench.traces.shared import request_id, step_aside, union_length
 from workbench.traces.tracelab_graph import SUBAGENT_TOOLS, attach_subagents, parent_of
 
 FORMAT_NAME = "tracelab"
@@ -245,16 +245,7 @@ def _unit_ids(keys: list[tuple[str, str | None, str]]) -> dict[tuple[str, str | 
     """
     real = {key[2] for key in keys}
     taken: set[str] = set()
-    out = {}
-    for key in keys:
-        sid = uid = key[2]
-        k = 1
-        while uid in taken or (k > 1 and uid in real):
-            k += 1
-            uid = f"{sid}~{k}"
-        taken.add(uid)
-        out[key] = uid
-    return out
+    return {key: step_aside(key[2], taken, real) for key in keys}
 
 
 def _build_unit(uid: str, rows: list[_Row], arrival: float, mode: str) -> Unit:
