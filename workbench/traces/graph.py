@@ -31,15 +31,6 @@ def has_graph(workload: Workload) -> bool:
     return any(u.spawn is not None for u in workload.units)
 
 
-def children_by_parent(units: Sequence[Unit]) -> dict[str, list[Unit]]:
-    """Each parent id's children, in file order."""
-    out: dict[str, list[Unit]] = {}
-    for u in units:
-        if u.spawn is not None:
-            out.setdefault(u.spawn.parent_id, []).append(u)
-    return out
-
-
 def graph_summary(units: Sequence[Unit]) -> dict[str, int]:
     """``agent_tasks`` (roots), ``subagents``, ``max_depth`` (0: none; 1: sub-agents of a
     root ...), ``max_fanout`` (most children of one parent round), ``detached_subagents``."""
@@ -136,10 +127,6 @@ def subtree_ends(own: Mapping[K, float], parent: Mapping[K, K | None]) -> dict[K
     return out
 
 
-def roots(workload: Workload) -> list[Unit]:
-    return [u for u in workload.units if u.spawn is None]
-
-
 def descendants(unit: Unit, children: dict[str, list[Unit]]) -> Iterator[Unit]:
     """Every descendant of ``unit``, depth first, children in file order."""
     for c in children.get(unit.unit_id, ()):
@@ -151,14 +138,17 @@ def window(workload: Workload, offset: int, count: int | None) -> Workload:
     """Tasks ``offset .. offset + count - 1`` (file order) with their descendants, recorded
     in ``meta["window"]``; an ``offset`` past the last task is a ``ConfigError``."""
     # a stream's units are all roots: its window is a slice, drawn without the rest
-    tops = workload.units if workload.streamed else roots(workload)
+    tops = workload.units if workload.streamed else [u for u in workload.units if u.spawn is None]
     if offset and offset >= len(tops):
         raise ConfigError(f"trace.offset {offset} is past the trace's {len(tops)} units "
                           f"({workload.source or 'the trace'})")
     end = len(tops) if count is None else offset + count
     chosen = tops[offset:end]
     if not workload.streamed and has_graph(workload):
-        kids = children_by_parent(workload.units)
+        kids: dict[str, list[Unit]] = {}  # each parent id's children, in file order
+        for u in workload.units:
+            if u.spawn is not None:
+                kids.setdefault(u.spawn.parent_id, []).append(u)
         keep = {id(u) for r in chosen for u in (r, *descendants(r, kids))}
         units = tuple(u for u in workload.units if id(u) in keep)
     else:

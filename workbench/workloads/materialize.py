@@ -189,7 +189,8 @@ def _load_source(source: str | Path, spec: TracegenSpec, rng: np.random.Generato
     if not path.exists() and not path.is_symlink():
         raise TraceFormatError(path, 0, "no such file (nor a synthetic: description)")
     fmt = spec.fmt
-    options = {"tool_wait": spec.tool_wait} if _is_tracelab(path, fmt) else {}
+    name = detect_format(path) if fmt == "auto" else FORMATS.canonical(fmt)
+    options = {"tool_wait": spec.tool_wait} if name == "tracelab" else {}
     workload = load_trace(path, fmt=fmt, **options)
     if not workload.units or not all(u.is_session for u in workload.units):
         raise ConfigError(f"tracegen needs session units; {path} ({workload.fmt}) has others")
@@ -201,11 +202,6 @@ def _load_source(source: str | Path, spec: TracegenSpec, rng: np.random.Generato
         info["tool_wait"] = workload.meta["tool_wait"]
         info["tool_latency_source"] = workload.meta.get("tool_latency_source")
     return _Source(workload, info)
-
-
-def _is_tracelab(path: Path, fmt: str) -> bool:
-    name = detect_format(path) if fmt == "auto" else FORMATS.canonical(fmt)
-    return name == "tracelab"
 
 
 def _select(units: Sequence[Unit], spec: TracegenSpec, rng: np.random.Generator) -> list[Unit]:
