@@ -101,9 +101,9 @@ def load_trace(path: str | Path, fmt: str = "auto", **options: Any) -> Workload:
     if path.is_dir() and not FORMATS.get(name).folders:
         open_trace(path)  # the reader's own refusal: "not a regular file: a directory"
     reader = FORMATS.get(name)
-    if reader.options is not None:  # one refusal for every reader (a silent ignore hides typos)
-        check_options(name, {k: v for k, v in options.items() if k not in reader.options},
-                      reader.options)
+    # one refusal for every reader (a silent ignore hides typos)
+    check_options(name, {k: v for k, v in options.items() if k not in reader.options},
+                  reader.options)
     workload = reader.read(path, **options)
     check_workload(path, workload)  # the documented bounds, whatever the reader
     check_graph(path, workload)  # sub-agent links: parents exist, no cycle

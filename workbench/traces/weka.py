@@ -21,7 +21,7 @@ import orjson
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Spawn, SpawnTrigger, Unit, Workload
 from workbench.traces import bounds
-from workbench.traces._io import check_options, read_text
+from workbench.traces._io import read_text
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import (
     json_id,
@@ -39,14 +39,6 @@ ALIASES = ("kv-cache-tester", "agentx")
 TIMINGS = ("think-only", "original", "api-scaled")
 PAIRS = ("keep", "collapse")
 SCOPES = ("local", "global")
-DEFAULTS: dict[str, Any] = {
-    "timing": "think-only",
-    "api_time_scale": 1.0,
-    "max_delay_s": None,
-    "warm_prefix_pct": 0.5,
-    "pairs": "keep",
-    "subagents": "wait",
-}
 SUBAGENTS = ("wait", "recorded")
 SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
 MAX_DEPTH = 16  # sub-agents inside sub-agents: deeper than this is a broken file
@@ -107,10 +99,8 @@ class _Source:
     line: int
 
 
-def _options(options: dict[str, Any]) -> dict[str, Any]:
-    check_options(FORMAT, {k: v for k, v in options.items() if k not in DEFAULTS},
-                  tuple(DEFAULTS))
-    out = {**DEFAULTS, **options}
+def _options(out: dict[str, Any]) -> dict[str, Any]:
+    """The reader's options, checked (docs/weka-traces.md; unknown ones ``load_trace`` refuses)."""
     for name, choices in (("timing", TIMINGS), ("subagents", SUBAGENTS), ("pairs", PAIRS)):
         if out[name] not in choices:
             raise ConfigError(f"{FORMAT} reader: {name} must be one of {', '.join(choices)}, "
@@ -542,9 +532,13 @@ def _sniff(lines: list[str]) -> bool:
 @register_format(FORMAT, sniff=_sniff, aliases=ALIASES, folders=SUFFIXES,
                  description="captured coding-agent conversations (kv-cache-tester / "
                              "AIPerf 'Weka' / AgentX JSON): a file, a JSONL or a folder")
-def read_weka(path: Path, **options: Any) -> Workload:
+def read_weka(path: Path, *, timing: str = "think-only", api_time_scale: float = 1.0,
+              max_delay_s: float | None = None, warm_prefix_pct: float = 0.5,
+              pairs: str = "keep", subagents: str = "wait") -> Workload:
     """Load captured conversations (module doc; docs/weka-traces.md)."""
-    opts = _options(options)
+    opts = _options({"timing": timing, "api_time_scale": api_time_scale,
+                     "max_delay_s": max_delay_s, "warm_prefix_pct": warm_prefix_pct,
+                     "pairs": pairs, "subagents": subagents})
     path = Path(path)
     seen: dict[str, int] = {}
     counts: Counter[str] = Counter()
@@ -587,5 +581,5 @@ def read_weka(path: Path, **options: Any) -> Workload:
     return Workload(tuple(units), FORMAT, str(path), block, meta)
 
 
-__all__ = ["DEFAULTS", "FORMAT", "PAIRS", "SUBAGENTS", "TIMINGS", "namespace", "read_weka",
+__all__ = ["FORMAT", "PAIRS", "SUBAGENTS", "TIMINGS", "namespace", "read_weka",
            "trace_files"]
