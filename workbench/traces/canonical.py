@@ -270,12 +270,8 @@ def format_rows(rows: Iterable[CanonicalRow]) -> Iterator[str]:
 
 
 def write_session_execution_v2(path: str | Path, rows: Iterable[CanonicalRow]) -> Path:
-    """Write canonical rows (``HEADER`` order) as a CSV, atomically (temp file, then rename).
-
-    The caller guarantees the rules: canonical request ids, planned lengths,
-    session blocks in arrival order (``tracegen`` re-reads the file with the
-    reader to prove it). ``rows_of(units)`` turns planned units into rows.
-    """
+    """Write canonical rows (``HEADER`` order; ``rows_of`` of planned units) as a CSV,
+    atomically; the caller guarantees the rules (``tracegen`` reads the file back)."""
     path = Path(path)
     with safe.open_file(path, "w", atomic=True) as fh:  # NAME.tmp, never through a link
         fh.writelines(format_rows(rows))

@@ -96,13 +96,8 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any], raw: str, block: int,
 
 
 def _request_ids(path: Path, rows: list[_Row]) -> list[str]:
-    """One unique id per row: ``request_id`` when given, else ``mooncake_{n}``.
-
-    A generated id steps aside (``mooncake_{n}~2``, ``~3``, ...) for an id the file
-    itself uses, as a request id or a session id, so no two rounds (nor a
-    one-round unit and a session) ever share an id. Given ids must be unique,
-    and an independent row's given id must not be a session's id.
-    """
+    """One unique id per row: ``request_id`` when given, else ``mooncake_{n}`` stepping
+    aside for ids the file uses (docs/trace-bounds.md, "Unique ids")."""
     sessions = {r.session_id for r in rows if r.session_id is not None}
     given: dict[str, int] = {}
     for row in rows:

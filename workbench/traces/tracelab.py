@@ -46,7 +46,7 @@ def sniff(lines: list[str]) -> bool:
 
 @dataclass(frozen=True)
 class _Row:
-    """One parsed line: identity, order keys, mapped lengths and tool intervals."""
+    """One parsed line: identity, order keys, mapped lengths, tool wait and timing."""
 
     line: int
     identity: tuple[str, str | None, str]
@@ -56,9 +56,7 @@ class _Row:
     input_len: int
     output_len: int
     start_ms: float | None
-    intervals: tuple[Interval, ...]
-    loose_ms: float
-    latency_sum_ms: float
+    tool_wait_ms: float  # under the reader's tool_wait mode
     end_ms: float | None = None  # the round's last timing event or tool result
     agent_tools: tuple[Interval, ...] = ()  # its sub-agent tool calls (tracelab_graph)
     parent_session_id: str | None = None
@@ -74,7 +72,7 @@ def read_tracelab(path: Path, *, tool_wait: str = "union") -> Workload:
     unknown: dict[str, int] = {}
     for line, obj, _raw in json_lines(path):
         note_unknown(path, line, obj, KNOWN_FIELDS, unknown)
-        row = _parse_row(path, line, obj)
+        row = _parse_row(path, line, obj, tool_wait)
         sessions.setdefault(row.identity, []).append(row)
     starts = [_session_start(path, rows) for rows in sessions.values()]
     origin = min(starts)
@@ -85,7 +83,7 @@ def read_tracelab(path: Path, *, tool_wait: str = "union") -> Workload:
             raise TraceFormatError(path, _first(rows).line, rule)
     names = _unit_ids(list(sessions))
     units = attach_subagents(path, [
-        _build_unit(names[key], rows, start - origin, tool_wait)
+        _build_unit(names[key], rows, start - origin)
         for (key, rows), start in zip(sessions.items(), starts, strict=True)
     ], sessions, names)
     meta = {
@@ -110,7 +108,7 @@ def _str(path: Path, line: int, obj: dict[str, Any], key: str, *, optional: bool
     return value
 
 
-def _parse_row(path: Path, line: int, obj: dict[str, Any]) -> _Row:
+def _parse_row(path: Path, line: int, obj: dict[str, Any], mode: str) -> _Row:
     """Types, the token invariant and the timing of one round line."""
     provider = _str(path, line, obj, "provider", optional=False)
     project = _str(path, line, obj, "project", optional=True)
@@ -134,9 +132,11 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any]) -> _Row:
     assert provider is not None and sid is not None  # non-optional above
     prompt = max(lengths["prefix_tokens"], 0) + max(lengths["newly_append_tokens"], 1)
     bounds.check_round(path, line, prompt, max(lengths["output_tokens"], 1))
-    for mode, wait in (("union", union_length(intervals) + loose), ("sum", latency_sum)):
+    # a tool with a latency but no start time cannot be placed: it overlaps nothing
+    waits = {"union": union_length(intervals) + loose, "sum": latency_sum}
+    for how, wait in waits.items():
         if wait > bounds.MAX_WAIT_MS:
-            rule = bounds.over(f"tool wait ({mode} of the round's tools)", wait,
+            rule = bounds.over(f"tool wait ({how} of the round's tools)", wait,
                                bounds.MAX_WAIT_MS, "ms")
             raise TraceFormatError(path, line, rule)
     return _Row(
@@ -148,9 +148,7 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any]) -> _Row:
         input_len=max(lengths["newly_append_tokens"], 1),
         output_len=max(lengths["output_tokens"], 1),
         start_ms=min(starts) if starts else None,
-        intervals=tuple(intervals),
-        loose_ms=loose,
-        latency_sum_ms=latency_sum,
+        tool_wait_ms=waits[mode],
         end_ms=max(ends) if ends else None,
         agent_tools=agent,
         parent_session_id=parent_of(path, line, obj),
@@ -216,13 +214,6 @@ def _tools(
     return intervals, loose, total, tuple(agent)
 
 
-def _tool_wait(row: _Row, mode: str) -> float:
-    if mode == "sum":
-        return row.latency_sum_ms
-    # a tool with a latency but no start time cannot be placed: it overlaps nothing
-    return union_length(row.intervals) + row.loose_ms
-
-
 def _first(rows: list[_Row]) -> _Row:
     return min(rows, key=lambda r: (r.round_index, r.line))
 
@@ -237,18 +228,14 @@ def _session_start(path: Path, rows: list[_Row]) -> float:
 
 
 def _unit_ids(keys: list[tuple[str, str | None, str]]) -> dict[tuple[str, str | None, str], str]:
-    """Unique unit ids: the session_id, suffixed ``~k`` when several sessions share it.
-
-    The first session (file order) keeps its ``session_id``; a later one takes the
-    lowest ``~k`` (k >= 2) that is neither taken nor the real ``session_id`` of any
-    session in the file, so a recorded ``s~2`` never collides with a renamed ``s``.
-    """
+    """Unique unit ids: the session_id, suffixed ``~k`` past the first session that has it,
+    never a real ``session_id`` of the file (docs/trace-bounds.md, "Unique ids")."""
     real = {key[2] for key in keys}
     taken: set[str] = set()
     return {key: step_aside(key[2], taken, real) for key in keys}
 
 
-def _build_unit(uid: str, rows: list[_Row], arrival: float, mode: str) -> Unit:
+def _build_unit(uid: str, rows: list[_Row], arrival: float) -> Unit:
     ordered = sorted(rows, key=lambda r: (r.round_index, r.line))
     last = len(ordered) - 1
     rounds = tuple(
@@ -260,7 +247,7 @@ def _build_unit(uid: str, rows: list[_Row], arrival: float, mode: str) -> Unit:
             r.prefix_len,
             r.input_len,
             r.output_len,
-            0.0 if k == last else _tool_wait(r, mode),
+            0.0 if k == last else r.tool_wait_ms,
         )
         for k, r in enumerate(ordered)
     )

@@ -51,12 +51,9 @@ RNG_NOTE = "numpy.random.default_rng(seed) (PCG64); draw order: synthetic, shuff
 
 @dataclass(frozen=True)
 class TracegenSpec:
-    """Everything that shapes a generated trace besides its source (recorded in the manifest).
-
-    ``arrival=None`` keeps the source arrivals (synthetic sources default to
-    ``poisson``); ``rate`` is sessions per second; ``tool_wait`` is passed to
-    the TraceLab reader (``union`` or ``sum``).
-    """
+    """Everything that shapes a generated trace besides its source (recorded in the
+    manifest): ``arrival=None`` keeps the source arrivals (a synthetic source's default:
+    ``poisson``), ``rate`` is sessions/s, ``tool_wait`` the TraceLab reader's option."""
 
     policy: str = "trace-reported"
     session_order: str = "source"
@@ -107,13 +104,9 @@ class _Source:
 def tracegen(
     source: str | Path, out: str | Path, spec: TracegenSpec | None = None, **overrides: Any
 ) -> TracegenResult:
-    """Generate ``out`` (canonical CSV) + sidecars from ``source``; see the module docstring.
-
-    ``source`` is a trace path (raw session CSV, TraceLab JSONL or any session
-    format ``load_trace`` reads) or a ``synthetic:...`` description.
-    ``overrides`` are ``TracegenSpec`` fields (``policy="monotonic"``, ...).
-    The written file is read back with the canonical reader before returning.
-    """
+    """Generate ``out`` (canonical CSV) + sidecars from ``source``, a session trace
+    ``load_trace`` reads or a ``synthetic:...`` description; ``overrides`` are
+    ``TracegenSpec`` fields (``policy="monotonic"``, ...)."""
     started = time.perf_counter()
     spec = dataclasses.replace(spec or TracegenSpec(), **overrides).validate()
     rng = np.random.default_rng(spec.seed)
@@ -239,11 +232,8 @@ def _arrivals(
 def _plan(
     units: list[Unit], arrivals: list[float], policy: ContextPolicy
 ) -> tuple[list[canonical.CanonicalRow], dict[str, int]]:
-    """Apply the policy per session (``plan_rounds``) into canonical rows; count folds.
-
-    ``folded`` is the reported prefix the plan does not reuse, ``max(P - p, 0)``
-    (request-factory's count for both policies).
-    """
+    """Apply the policy per session (``plan_rounds``) into canonical rows; count the folded
+    prefix (reported but not reused, ``max(P - p, 0)``: request-factory's count)."""
     rows: list[canonical.CanonicalRow] = []
     folded = folded_rounds = folded_first = major = 0
     for unit, arrival in zip(units, arrivals, strict=True):
