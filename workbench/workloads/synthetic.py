@@ -102,25 +102,17 @@ def _num(x: float) -> str:
     return str(int(x)) if "e" in text and float(x).is_integer() else text
 
 
+_ARITY = {"fixed": (1,), "uniform": (2,), "lognormal": (2, 3), "normal": (2,), "exponential": (1,)}
+
+
 def parse_distribution(key: str, text: str) -> Distribution:
     """Parse one ``DIST`` (a bare number means ``fixed``); ``ConfigError`` names the key."""
     kind, _, arg = text.partition(":") if ":" in text else ("fixed", "", text)
     try:
-        if kind == "fixed":
-            dist = Distribution("fixed", float(arg))
-        elif kind == "uniform":
-            lo, hi = arg.split("..")
-            dist = Distribution("uniform", float(lo), float(hi))
-        elif kind == "lognormal" and arg.count(",") == 2:
-            centre, spread, most = arg.split(",")
-            dist = Distribution(kind, float(centre), float(spread), float(most))
-        elif kind in ("lognormal", "normal"):
-            centre, spread = arg.split(",")
-            dist = Distribution(kind, float(centre), float(spread))
-        elif kind == "exponential":
-            dist = Distribution(kind, float(arg))
-        else:
+        numbers = [float(x) for x in arg.split(".." if kind == "uniform" else ",")]
+        if len(numbers) not in _ARITY.get(kind, ()):
             raise ValueError(kind)
+        dist = Distribution(kind, *numbers)
     except ValueError:
         raise ConfigError(
             f"synthetic {key}={text!r}: expected fixed:N, uniform:LO..HI, "
