@@ -232,14 +232,14 @@ def _read_events(
         kind = ev.get("event_type")
         if not isinstance(kind, str):
             raise TraceFormatError(path, line, "missing field 'event_type'")
-        if kind == "request_end":
-            note_unknown(path, line, ev, KNOWN_FIELDS[""], seen)
-            requests.append(_request(path, line, ev, raw, seen))
-        elif kind in _TOOL_EVENTS:
-            note_unknown(path, line, ev, KNOWN_FIELDS[""], seen)
-            tools.append(_tool(path, line, ev, seen))
-        else:
+        if kind != "request_end" and kind not in _TOOL_EVENTS:
             skipped[kind] += 1
+            continue
+        note_unknown(path, line, ev, KNOWN_FIELDS[""], seen)
+        if kind == "request_end":
+            requests.append(_request(path, line, ev, raw, seen))
+        else:
+            tools.append(_tool(path, line, ev, seen))
     if not requests:
         raise TraceFormatError(path, 0, "no request_end rows")
     return requests, tools, skipped

@@ -118,12 +118,10 @@ def source_sha256(path: str | Path) -> str:
     """A trace's identity: its file's sha256, or for a folder read as one trace, the
     sha256 over its files' names, sizes and bytes in name order (hidden files left out)."""
     path = Path(path)
-    files = ([path] if not path.is_dir() else
-             sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")))
-    if len(files) == 1 and files[0] == path:
+    if not path.is_dir():
         return file_sha256(path)
     h = hashlib.sha256()
-    for f in files:
+    for f in sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")):
         h.update(f"{f.name}\0{f.stat().st_size}\0{file_sha256(f)}\0".encode())
     return h.hexdigest()
 
