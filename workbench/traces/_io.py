@@ -326,12 +326,19 @@ def fast_ms(frame: Any, name: str, pattern: re.Pattern[str]) -> np.ndarray | Non
     return np.asarray(values).astype(np.float64)
 
 
-def fast_within_bounds(
-    prompt: np.ndarray, output: np.ndarray, wait: np.ndarray, arrival: np.ndarray
+def fast_rounds_fine(
+    sids: list[str], prefix: np.ndarray, inp: np.ndarray, out: np.ndarray,
+    wait: np.ndarray | None, arrival: np.ndarray | None,
 ) -> bool:
-    """Every round inside ``bounds`` (the strict path names the first one that is not)."""
+    """The row rules both CSV readers share, column-wise (the strict path names a row that
+    breaks one): ids non-blank and sendable, a prompt of lengths >= 0, an output, every
+    round inside ``bounds``."""
     return bool(
-        (prompt + output <= bounds.MAX_ROUND_TOKENS).all()
+        wait is not None and arrival is not None and all(s.strip() for s in sids)
+        and bounds.ids_sendable(set(sids))
+        and (prefix >= 0).all() and (inp >= 0).all() and (out >= 1).all()
+        and (prefix + inp > 0).all()
+        and (prefix + inp + out <= bounds.MAX_ROUND_TOKENS).all()
         and (wait <= bounds.MAX_WAIT_MS).all()
         and (arrival <= bounds.MAX_ARRIVAL_MS).all()
     )

@@ -28,15 +28,14 @@ from workbench.traces._io import (
     as_int,
     fast_frame,
     fast_ms,
+    fast_rounds_fine,
     fast_strings,
-    fast_within_bounds,
     offset_ms,
     read_csv,
     read_text,
     token_count,
     wait_ms,
 )
-from workbench.traces.bounds import ids_sendable
 from workbench.traces.formats import register_format
 from workbench.traces.graph import attach_sidecar
 from workbench.traces.json_io import read_json_document
@@ -288,13 +287,10 @@ def _fast_units(text: str) -> tuple[Unit, ...] | None:
     wait = fast_ms(frame, "tool_wait_after_ms", _MS_PLAIN)
     sids = fast_strings(frame, "session_id")
     idx, prefix, inp, out = (frame[c].to_numpy(dtype=np.int64) for c in HEADER[2:3] + HEADER[4:7])
-    if arrival is None or wait is None or not all(sids) or not ids_sendable(set(sids)):
+    if not fast_rounds_fine(sids, prefix, inp, out, wait, arrival):
         return None
-    if (idx < 0).any() or (prefix < 0).any() or (inp < 0).any() or (out < 1).any():
-        return None
-    if ((prefix == 0) & (inp == 0)).any() or ((idx == 0) & (prefix != 0)).any():
-        return None
-    if not fast_within_bounds(prefix + inp, out, wait, arrival):
+    assert wait is not None and arrival is not None  # fast_rounds_fine checked
+    if (idx < 0).any() or ((idx == 0) & (prefix != 0)).any():
         return None
     # a round's prefix exists: at most the previous round's prompt + output (round 0: 0)
     context = np.concatenate(([0], (prefix + inp + out)[:-1]))

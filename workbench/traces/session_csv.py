@@ -25,8 +25,8 @@ from workbench.traces._io import (
     as_int,
     fast_frame,
     fast_ms,
+    fast_rounds_fine,
     fast_strings,
-    fast_within_bounds,
     offset_ms,
     read_csv,
     read_text,
@@ -182,17 +182,10 @@ def _fast_units(text: str) -> tuple[tuple[Unit, ...], str, bool] | None:
         else np.zeros(len(sids))
     )
     cols = {c: frame[c].to_numpy(dtype=np.int64) for c in REQUIRED[:4]}
-    if wait is None or arrival is None or not all(s.strip() for s in sids):
+    if (cols["round_idx"] < 0).any() or not fast_rounds_fine(
+            sids, cols["prefix_len"], cols["input_len"], cols["output_len"], wait, arrival):
         return None
-    if not bounds.ids_sendable(set(sids)):  # the strict path names the line
-        return None
-    if min(int(cols[c].min()) for c in REQUIRED[:3]) < 0 or int(cols["output_len"].min()) < 1:
-        return None
-    if ((cols["prefix_len"] + cols["input_len"]) == 0).any():
-        return None
-    if not fast_within_bounds(cols["prefix_len"] + cols["input_len"],
-                                        cols["output_len"], wait, arrival):
-        return None
+    assert wait is not None and arrival is not None  # fast_rounds_fine checked
     cols["tool_wait_after_ms"], cols["arrival_time"] = wait, arrival
     units = _fast_build(sids, cols)
     return None if units is None else (units, ids[0], has_arrival)
