@@ -71,9 +71,7 @@ def block_hashes(
     if k and k * block_size > len(token_ids):
         raise ValueError(f"{k} known full blocks exceed {len(token_ids)} tokens")
     tail = token_ids[k * block_size :] if k else token_ids
-    out: list[int] = list(known)
-    out += chain_hashes(int(known[-1]) if k else None, tail, block_size)
-    return out
+    return [*known, *chain_hashes(int(known[-1]) if k else None, tail, block_size)]
 
 
 def chain_hashes(

@@ -155,9 +155,7 @@ def read_csv(
     return header, _csv_rows(path, reader, header)
 
 
-def _csv_rows(
-    path: Path, reader: Any, header: list[str]
-) -> Iterator[tuple[int, dict[str, str]]]:
+def _csv_rows(path: Path, reader: Any, header: list[str]) -> Iterator[tuple[int, dict[str, str]]]:
     width, any_row = len(header), False
     try:
         for fields in reader:

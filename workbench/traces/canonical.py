@@ -184,9 +184,7 @@ def _take_row(path: Path, line: int, row: dict[str, str], state: _State) -> None
     rounds.append(rnd)
 
 
-def _check_order(
-    path: Path, line: int, sid: str, idx: int, arrival: float, state: _State
-) -> None:
+def _check_order(path: Path, line: int, sid: str, idx: int, arrival: float, state: _State) -> None:
     """Session contiguity, round numbering and arrival rules (open a block on a new session)."""
     if sid == state.session:
         if idx != state.next_idx:

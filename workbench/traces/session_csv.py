@@ -176,11 +176,7 @@ def _fast_units(text: str) -> tuple[tuple[Unit, ...], str, bool] | None:
     sids = fast_strings(frame, ids[0])
     wait = fast_ms(frame, "tool_wait_after_ms", _PLAIN_NUMBER)
     has_arrival = "arrival_time" in header
-    arrival = (
-        fast_ms(frame, "arrival_time", _PLAIN_NUMBER)
-        if has_arrival
-        else np.zeros(len(sids))
-    )
+    arrival = fast_ms(frame, "arrival_time", _PLAIN_NUMBER) if has_arrival else np.zeros(len(sids))
     cols = {c: frame[c].to_numpy(dtype=np.int64) for c in REQUIRED[:4]}
     if (cols["round_idx"] < 0).any() or not fast_rounds_fine(
             sids, cols["prefix_len"], cols["input_len"], cols["output_len"], wait, arrival):
