@@ -54,6 +54,10 @@ KNOWN_FIELDS: dict[str, frozenset[str]] = {
 DEPENDENCY_FIELDS = frozenset(("relation", "parent_request_id", "trigger", "delay_ms",
                                "join_request_id"))
 _INT_TEXT = re.compile(r"-?[0-9]+")
+_REQUIRED = {  # the fields a request_end row must have, per object
+    "request.": ("request_id", "output_tokens", "request_received_ms"),
+    "request.replay.": ("trace_block_size", "input_length", "input_sequence_hashes"),
+}
 
 
 class _Request(NamedTuple):
@@ -145,16 +149,9 @@ def _request(path: Path, line: int, ev: dict[str, Any], raw: str,
     replay = _object(path, line, req, "replay")
     for at, obj in (("request.", req), ("request.replay.", replay)):
         note_unknown(path, line, obj, KNOWN_FIELDS[at], seen, where=at)
-    for key, where in (
-        ("request_id", req),
-        ("output_tokens", req),
-        ("request_received_ms", req),
-        ("trace_block_size", replay),
-        ("input_length", replay),
-        ("input_sequence_hashes", replay),
-    ):
-        if where.get(key) is None:
-            raise TraceFormatError(path, line, f"missing field {key!r}")
+        missing = next((key for key in _REQUIRED[at] if obj.get(key) is None), None)
+        if missing is not None:
+            raise TraceFormatError(path, line, f"missing field {missing!r}")
     block = as_int(path, line, "trace_block_size", replay["trace_block_size"], minimum=1,
                    maximum=bounds.MAX_ROUND_TOKENS)
     length = token_count(path, line, "input_length", replay["input_length"], minimum=1)
