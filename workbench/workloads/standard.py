@@ -193,14 +193,9 @@ def _timeline(pairs: dict[str, str]) -> Timeline:
     fields: dict[str, Any] = {}
     for key, value in pairs.items():
         try:
-            if key == "seed":
-                fields[key] = int(value)
-                if fields[key] < 0:
-                    raise ValueError
-            elif key == "arrival":
-                fields[key] = value
-            else:
-                fields[key] = float(value)
+            fields[key] = {"seed": int, "arrival": str}.get(key, float)(value)
+            if key == "seed" and fields[key] < 0:
+                raise ValueError
         except ValueError:
             want = "an integer >= 0" if key == "seed" else "a number"
             raise ConfigError(f"synthetic source: bad {key}={value!r} (want {want})") from None
