@@ -19,7 +19,7 @@ from workbench.traces import bounds
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import json_int, json_lines, json_number, note_unknown, warn_unknown
 from workbench.traces.shared import request_id, step_aside, union_length
-from workbench.traces.tracelab_graph import SUBAGENT_TOOLS, attach_subagents, parent_of
+from workbench.traces.tracelab_graph import SUBAGENT_TOOLS, attach_subagents
 
 FORMAT_NAME = "tracelab"
 TOOL_WAIT_MODES = ("union", "sum")
@@ -139,6 +139,7 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any], mode: str) -> _Row:
             rule = bounds.over(f"tool wait ({how} of the round's tools)", wait,
                                bounds.MAX_WAIT_MS, "ms")
             raise TraceFormatError(path, line, rule)
+    parent = _str(path, line, obj, "parent_session_id", optional=True)  # tracelab_graph
     return _Row(
         line=line,
         identity=(provider, project, sid),
@@ -151,7 +152,7 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any], mode: str) -> _Row:
         tool_wait_ms=waits[mode],
         end_ms=max(ends) if ends else None,
         agent_tools=agent,
-        parent_session_id=parent_of(path, line, obj),
+        parent_session_id=parent and bounds.check_id(path, line, "parent_session_id", parent),
     )
 
 

@@ -11,22 +11,11 @@ from typing import Any
 
 from workbench.errors import TraceFormatError
 from workbench.records import Spawn, Unit
-from workbench.traces import bounds
 from workbench.traces.graph import subtree_ends
 
 SUBAGENT_TOOLS = frozenset(("Task", "Agent"))
 Interval = tuple[float, float]
 Key = tuple[str, str | None, str]
-
-
-def parent_of(path: Path, line: int, obj: dict[str, Any]) -> str | None:
-    value = obj.get("parent_session_id")
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise TraceFormatError(path, line, f"parent_session_id must be a non-empty string, "
-                               f"got {value!r:.40}")
-    return bounds.check_id(path, line, "parent_session_id", value)
 
 
 def _ordered(rows: list[Any]) -> list[Any]:
