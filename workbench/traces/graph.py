@@ -36,21 +36,10 @@ def graph_summary(units: Sequence[Unit]) -> dict[str, int]:
     root ...), ``max_fanout`` (most children of one parent round), ``detached_subagents``."""
     by_id = {u.unit_id: u for u in units}
     depth: dict[str, int] = {}
-
-    def depth_of(u: Unit) -> int:
-        d, cur, seen = 0, u, {u.unit_id}
-        while cur.spawn is not None and cur.spawn.parent_id in by_id:
-            cur = by_id[cur.spawn.parent_id]
-            if cur.unit_id in seen:  # a cycle: check_graph reports it
-                break
-            seen.add(cur.unit_id)
-            d += 1
-        return d
-
     fan: dict[tuple[str, int], int] = {}
     for u in units:
         if u.spawn is not None:
-            depth[u.unit_id] = depth_of(u)
+            depth[u.unit_id] = _ancestry(u, by_id)[0]
             key = (u.spawn.parent_id, u.spawn.round_idx)
             fan[key] = fan.get(key, 0) + 1
     return {
@@ -97,19 +86,22 @@ def check_graph(path: str | Path, workload: Workload) -> None:
             raise TraceFormatError(path, sp.line, f"unit {u.unit_id!r}: spawn delay must be "
                                    f">= 0, got {sp.delay_ms:g}")
     for u in workload.units:
-        _no_cycle(path, u, by_id)
+        if _ancestry(u, by_id)[1]:
+            line = u.spawn.line if u.spawn is not None else 0
+            raise TraceFormatError(path, line, f"unit {u.unit_id!r} is its own ancestor "
+                                   "(a cycle of parent links)")
 
 
-def _no_cycle(path: Path, unit: Unit, by_id: dict[str, Unit]) -> None:
-    seen = {unit.unit_id}
-    cur = unit
-    while cur.spawn is not None:
+def _ancestry(unit: Unit, by_id: Mapping[str, Unit]) -> tuple[int, bool]:
+    """How many ancestors of ``unit`` are in ``by_id``, and whether its parent links loop."""
+    depth, cur, seen = 0, unit, {unit.unit_id}
+    while cur.spawn is not None and cur.spawn.parent_id in by_id:
         cur = by_id[cur.spawn.parent_id]
         if cur.unit_id in seen:
-            line = unit.spawn.line if unit.spawn is not None else 0
-            raise TraceFormatError(path, line, f"unit {unit.unit_id!r} is its own ancestor "
-                                   "(a cycle of parent links)")
+            return depth, True
         seen.add(cur.unit_id)
+        depth += 1
+    return depth, False
 
 
 def subtree_ends(own: Mapping[K, float], parent: Mapping[K, K | None]) -> dict[K, float]:
