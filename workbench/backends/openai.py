@@ -1,9 +1,6 @@
-"""``openai``: ``POST {root}/v1/completions`` with the prompt as a token-id list.
-
-Wire facts: docs/wire-protocols.md, "openai". Servers without ``return_token_ids``
-(SGLang's OpenAI layer, llama.cpp) stream text only: each text chunk is one token
-event, the output ids unknown; an empty-text chunk (a token that decodes to nothing)
-still marks the stream text-only. ``ChoicesParser`` serves ``vllm-tokens`` too.
+"""``openai``: ``POST {root}/v1/completions`` with the prompt as a token-id list
+(docs/wire-protocols.md, "openai"). Servers without ``return_token_ids`` stream text only:
+each text chunk is one token event of unknown id. ``ChoicesParser`` serves ``vllm-tokens`` too.
 """
 
 from __future__ import annotations

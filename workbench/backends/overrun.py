@@ -1,10 +1,5 @@
-"""Output overrun: a server that streams more output tokens than ``max_tokens``, or never stops.
-
-Such a request is flagged (``extra["output_overrun"]``); a stream still going at
-``cut_limit(max_tokens)`` is cut and ends as an ``output_overrun`` error
-(docs/output-overrun.md). Codecs that return ids count ids; a text-only stream counts
-its token events, so the count never runs ahead of the server's.
-"""
+"""Output overrun: a server that streams more output tokens than ``max_tokens``, or never
+stops, is flagged and, past ``cut_limit``, cut (docs/output-overrun.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Prefix-cache preflight: prove the server caches prefixes before measuring it.
-
-Two identical probes from the token pool's tail; the second must report cached tokens,
-else the run stops with the server flag to add (docs/wire-protocols.md, "Prefix-cache
-preflight"). A probe the server finds too long (an HTTP 400, or an error naming the
-model length inside a 200 stream) is halved and sent again.
-"""
+"""Prefix-cache preflight: prove the server caches prefixes before measuring it
+(docs/wire-protocols.md, "Prefix-cache preflight")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""``vllm-tokens``: vLLM's native token-in/token-out ``POST {root}/inference/v1/generate``.
-
-Body and stream: docs/wire-protocols.md, "vllm-tokens" (``real-engines.md`` §3.3); the
-chunks have the completions shape, so the parser is ``openai.ChoicesParser``.
-"""
+"""``vllm-tokens``: vLLM's native ``POST {root}/inference/v1/generate``, token ids in and out
+(docs/wire-protocols.md, "vllm-tokens"); the chunks are parsed by ``openai.ChoicesParser``."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Where a captured prompt's token ids come from (``--tokenizer``): ``upstream``, the
-upstream's own ``POST /tokenize`` (vLLM's shape) called with the agent's credentials after
-the response was relayed, falling back to ``word``, the built-in word tokenizer over the
-embedded engine's chat template (docs/capture.md, "Token ids and hash ids").
-"""
+"""Where a captured prompt's token ids come from (``--tokenizer``: ``upstream``, falling
+back to ``word``; docs/capture.md, "Token ids and hash ids")."""
 
 from __future__ import annotations
 

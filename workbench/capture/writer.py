@@ -1,6 +1,4 @@
-"""A conversation as the captured format of kv-cache-tester, written atomically
-(a temporary file, then ``os.replace``). Field meanings: docs/capture.md, "The files".
-"""
+"""A conversation as kv-cache-tester's captured format, written atomically (docs/capture.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The executor registry: ``executor.kind`` → the ``Executor`` that plays a run's plan.
-
-Each executor module registers itself (``EXECUTORS.add(kind, make)``); nothing else
-dispatches on the kind (docs/executors.md).
-"""
+"""The executor registry: ``executor.kind`` → the ``Executor`` that plays a run's plan
+(each executor module registers itself; docs/executors.md)."""
 
 from __future__ import annotations
 
