@@ -106,8 +106,7 @@ SGLANG_FLUSH = "/flush_cache"
 
 @dataclass(frozen=True)
 class ServerFacts:
-    """What a backend declares about its servers: reset routes in order (``flush``), the
-    preflight's advice (``preflight``), the profiler's trace-directory field (``profile``)."""
+    """What a backend declares about its servers (reset routes, preflight advice, profiler)."""
 
     flush_routes: tuple[str, ...]
     no_cached_tokens: str

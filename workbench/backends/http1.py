@@ -1,8 +1,5 @@
-"""The measured request path: a small HTTP/1.1 client on ``asyncio.Protocol`` over httptools.
-
-Why, and how it stamps and parses: docs/design-notes.md, "The measured request path";
-what it accepts: docs/wire-protocols.md, "HTTP framing". Connections are pooled per
-host, LIFO, and go back to the pool the moment a response ends.
+"""The measured request path: a small HTTP/1.1 client on ``asyncio.Protocol`` over httptools
+(docs/design-notes.md, "The measured request path"; docs/wire-protocols.md, "HTTP framing").
 """
 
 from __future__ import annotations

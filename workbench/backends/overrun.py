@@ -40,8 +40,8 @@ class OutputOverrun(BackendError):
 
 
 class OverrunGuard:
-    """Counts one stream's output tokens as its events are parsed (``StreamState`` does
-    ``check``'s usual case inline)."""
+    """Counts one stream's output tokens as its events are parsed (``StreamState`` inlines
+    ``check``'s usual case)."""
 
     __slots__ = ("by_events", "event_limit", "limit", "max_tokens", "rec", "seen", "stale",
                  "total")

@@ -1,7 +1,5 @@
-"""Keep the event loop polling while a wave of streams ends together (``executor.pace_ms``).
-
-The transport takes a turn before each send and once a record is closed; turns past an
-iteration's budget wait, FIFO, for the next (docs/design-notes.md, "Pacing").
+"""Keep the event loop polling while a wave of streams ends together (``executor.pace_ms``;
+docs/design-notes.md, "Pacing").
 """
 
 from __future__ import annotations

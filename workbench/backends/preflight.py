@@ -70,8 +70,7 @@ async def preflight_prefix_cache(
     min_probe_tokens: int = 256,
     request_id: str = "req-frontend-preflight",
 ) -> PreflightResult:
-    """Send the probe (the pool tail's last ``probe_tokens`` ids) twice; ``BackendError``
-    unless the second was cached."""
+    """Send the probe twice; ``BackendError`` unless the second was cached."""
     ids = list(pool_tail_ids[-probe_tokens:]) if probe_tokens > 0 else []
     if not ids:
         raise BackendError("prefix-cache preflight needs a non-empty probe prompt")

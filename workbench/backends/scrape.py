@@ -1,7 +1,5 @@
-"""Server-side metrics: scrape ``GET {root}/metrics`` (Prometheus text) on an interval.
-
-Which series are kept and how they combine: docs/measurement-rules.md, "Server-side
-evidence" and "Further Prometheus endpoints". A failed scrape never stops a run.
+"""Server-side metrics: scrape ``GET {root}/metrics`` (Prometheus text) on an interval
+(docs/measurement-rules.md, "Server-side evidence"). A failed scrape never stops a run.
 """
 
 from __future__ import annotations

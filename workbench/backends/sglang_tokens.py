@@ -1,7 +1,5 @@
-"""``sglang-tokens``: SGLang's native ``POST {root}/generate`` with token ids in and out.
-
-Flags, body, chunks and the two guards (cumulative streaming, prompt echo,
-sgl-project/sglang#10896): docs/wire-protocols.md, "sglang-tokens".
+"""``sglang-tokens``: SGLang's native ``POST {root}/generate`` with token ids in and out, and
+its two guards (docs/wire-protocols.md, "sglang-tokens"; sgl-project/sglang#10896).
 """
 
 from __future__ import annotations
@@ -65,7 +63,7 @@ class SGLangParser(EventParser):
         done = None
         if meta:
             self._meta = meta
-            done = usage_count("completion_tokens", _done_count(meta))
+            done = _done_count(meta)
         ids = obj.get("output_ids")
         if not ids:
             return None
@@ -91,7 +89,7 @@ class SGLangParser(EventParser):
         meta = self._meta
         if meta is None:
             raise BackendError("stream ended without meta_info (no usage from SGLang)")
-        completion = usage_count("completion_tokens", _done_count(meta))
+        completion = _done_count(meta)
         output, echoed = self._trim_echo(completion)
         cached = usage_count("cached_tokens", meta.get("cached_tokens"))
         rid = meta.get("id")

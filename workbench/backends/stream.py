@@ -1,8 +1,5 @@
-"""What both HTTP clients share: one response's token accounting, and the failures they raise.
-
-``StreamState`` is fed the body one network read at a time with its receive stamp and
-appends one ``(stamp, id count)`` per token event to the record; a stream the
-``OverrunGuard`` refuses is *cut* (docs/output-overrun.md).
+"""What both HTTP clients share: one response's token accounting (``StreamState``: one
+``(stamp, id count)`` per token event), and the failures they raise.
 """
 
 from __future__ import annotations
@@ -27,8 +24,7 @@ from workbench.sse import DONE, SSEDecoder
 BOM = "\ufeff".encode()
 #: an unexpected body (no event stream, an error status) is quoted up to this many bytes
 RAW_MAX = 2000
-#: a read of up to this many events is parsed event by event (``feed_one``), a larger one
-#: by ``feed_all`` (docs/design-notes.md)
+#: a read of up to this many events is parsed by ``feed_one``, more by ``feed_all``
 FEED_ONE_MAX = 8
 
 __all__ = [
@@ -291,8 +287,7 @@ class StreamState:
 
 
 class WholeBody:
-    """A non-streaming answer: one JSON body, parsed at its end, bounded at ``limit`` bytes
-    (docs/wire-protocols.md, "Non-streaming")."""
+    """A non-streaming answer: one JSON body, parsed at its end (wire-protocols.md)."""
 
     takes_json = True
 

@@ -47,8 +47,7 @@ HOP_BY_HOP = frozenset({
 })  # fmt: skip
 #: a request body larger than this is refused with 413 (the embedded engine's own bound)
 MAX_BODY_BYTES = 64 * 2**20
-#: a captured response's bytes kept for reading its counts; a longer one is relayed whole
-#: but not recorded
+#: a captured response's bytes kept for its counts; a longer one is relayed, not recorded
 MAX_KEPT_BYTES = 64 * 2**20
 #: how long leaving the context waits for requests in flight and files to be written (s)
 STOP_TIMEOUT_S = 10.0
@@ -57,8 +56,7 @@ HASH_SLICE = 512
 
 
 class CaptureProxy:
-    """``async with CaptureProxy(upstream, out_dir) as proxy``: listening at ``proxy.url``
-    until the block ends (docs/capture.md)."""
+    """``async with CaptureProxy(upstream, out_dir) as proxy``: listening at ``proxy.url``."""
 
     def __init__(
         self, upstream: str, out_dir: str | Path, *, host: str = "127.0.0.1", port: int = 0,

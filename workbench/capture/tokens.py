@@ -22,8 +22,7 @@ log = logging.getLogger(__name__)
 TOKENIZERS = ("upstream", "word")
 #: how long one ``/tokenize`` call may take (s); past it, the local tokenizer counts
 TOKENIZE_TIMEOUT_S = 30.0
-#: the largest ``/tokenize`` answer read (inflated; a 4M-token prompt's ids fit): past it
-#: the answer is cut and the built-in tokenizer counts (``bodies.read_body``)
+#: the largest ``/tokenize`` answer read (a 4M-token prompt's ids fit); past it: ``word``
 TOKENIZE_MAX = 64 * 2**20
 #: the agent headers the tokenize call carries (credentials a server may ask for)
 _FORWARDED = ("authorization", "x-api-key", "api-key", "cookie")

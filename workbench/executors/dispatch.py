@@ -30,8 +30,7 @@ async def run_async(
     workload: Workload | None = None,
     phase: Phase | None = None,
 ) -> RunResult:
-    """Replay ``cfg`` and return its result (saved under ``cfg.out_dir/<run_id>`` if set);
-    ``stop`` ends it cleanly, ``phase`` is told where it is (docs/notebooks.md)."""
+    """Replay ``cfg`` and return its result (saved under ``cfg.out_dir/<run_id>`` if set)."""
     run = prepare(cfg, workload)
     if run.cfg.dry_run:
         return dry_run_result(run)

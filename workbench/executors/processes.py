@@ -56,8 +56,7 @@ class Launcher(Protocol):
 
 
 class ShardedExecutor:
-    """The plan over N shards run by ``launcher``: this process owns the target, preflight,
-    flush and scraper, and merges the shards' files at the end."""
+    """The plan over N shards run by ``launcher``; this process owns target and scraper."""
 
     target = None  # the config's
 
