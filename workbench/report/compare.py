@@ -29,6 +29,7 @@ import pandas as pd
 import workbench.catalogs.requests as catalog
 from workbench.metrics.distribution import quantiles, sample
 from workbench.records import RunManifest, RunResult, manifest_of
+from workbench.report.tables import named, text
 
 AXES: tuple[str, ...] = ("trace", "context", "arrival", "backend", "target")
 CI_METRICS: tuple[str, ...] = catalog.SCALAR_LATENCY
@@ -96,7 +97,7 @@ def short_labels(runs: Sequence[Any], longest: int = 40) -> list[str]:
     keys = [k for k in sorted(set().union(*flats)) if k not in ("trace.path", "trace.source")
             and len({repr(f.get(k)) for f in flats}) > 1]
     if 1 <= len(keys) <= 2:
-        labels = [", ".join(f"{k.rsplit('.', 1)[-1]}={_cell(f.get(k))}" for k in keys)
+        labels = [", ".join(f"{k.rsplit('.', 1)[-1]}={text(f.get(k))}" for k in keys)
                   for f in flats]
         if len(set(labels)) == len(labels) and max(map(len, labels)) <= longest:
             return labels
@@ -189,8 +190,7 @@ def change_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
                     })  # fmt: skip
     df = pd.DataFrame(rows, columns=["metric", "run", "stat", "baseline", "value", "change",
                                      "change lo", "change hi", "change (%)", "significant"])
-    df.attrs["name"] = "latency_change"
-    return df
+    return named(df, "latency_change")
 
 
 def change_caption(runs: Mapping[str, Any], level: float = 0.95, n_boot: int = 2000) -> str:
@@ -262,9 +262,7 @@ def percentile_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRIC
                 row[f"p{q:g}"] = quantiles(vals, (q,))[0] if vals.size else math.nan
                 row[f"p{q:g} lo"], row[f"p{q:g} hi"] = lo, hi
             rows.append(row)
-    df = pd.DataFrame(rows)
-    df.attrs["name"] = "percentiles_ci"
-    return df
+    return named(pd.DataFrame(rows), "percentiles_ci")
 
 
 def hit_rate_table(runs: Mapping[str, Any], baseline: str | None = None) -> pd.DataFrame:
@@ -282,8 +280,7 @@ def hit_rate_table(runs: Mapping[str, Any], baseline: str | None = None) -> pd.D
         base_actual = rows[base]["actual (client)"]
         df[f"Δ actual vs {base}"] = df["actual (client)"] - base_actual
     df.index.name = "run"
-    df.attrs["name"] = "hit_rates"
-    return df
+    return named(df, "hit_rates")
 
 
 def _num(v: Any) -> float:
@@ -332,15 +329,9 @@ def config_diff(runs: Mapping[str, Any], *, all_keys: bool = False) -> pd.DataFr
     for key in keys:
         values = [flats[label].get(key) for label in flats]
         if all_keys or len({repr(v) for v in values}) > 1:
-            cells = {label: _cell(v) for label, v in zip(flats, values, strict=True)}
+            cells = {label: text(v) for label, v in zip(flats, values, strict=True)}
             rows.append({"axis": key.split(".", 1)[0], "key": key, **cells})
-    df = pd.DataFrame(rows, columns=["axis", "key", *flats])
-    df.attrs["name"] = "config_diff"
-    return df
-
-
-def _cell(v: Any) -> str:
-    return "–" if v is None else str(v)
+    return named(pd.DataFrame(rows, columns=["axis", "key", *flats]), "config_diff")
 
 
 def runs_table(runs: Mapping[str, Any]) -> pd.DataFrame:
@@ -365,9 +356,7 @@ def runs_table(runs: Mapping[str, Any]) -> pd.DataFrame:
             "timing": timing(m),
             "status": m.status,
         })
-    df = pd.DataFrame(rows).set_index("run") if rows else pd.DataFrame()
-    df.attrs["name"] = "runs"
-    return df
+    return named(pd.DataFrame(rows).set_index("run") if rows else pd.DataFrame(), "runs")
 
 
 def timing(manifest: RunManifest) -> str:
@@ -405,5 +394,4 @@ def error_table(runs: Mapping[str, Any]) -> pd.DataFrame:
                          "sample message": "every request ended ok"})
         rows += [{"run": label, "error class": k, **t.loc[k].to_dict()} for k in t.index]
     df = pd.DataFrame(rows, columns=["run", "error class", "requests", "sample message"])
-    df.attrs["name"] = "errors"
-    return df
+    return named(df, "errors")

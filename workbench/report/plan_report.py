@@ -18,6 +18,7 @@ from workbench.plan import PlanResult
 from workbench.plan.prices import EVERY_GPU
 from workbench.report.headline import Headline
 from workbench.report.plots import _new
+from workbench.report.tables import named
 from workbench.sim.presets.stated import stated_error
 
 
@@ -61,16 +62,14 @@ def answers_frame(result: PlanResult) -> pd.DataFrame:
     for col in INT_COLUMNS:
         if col in df:
             df[col] = df[col].astype("Int64")
-    df.attrs["name"] = "plan_answers"
-    return df
+    return named(df, "plan_answers")
 
 
 def curve_frame(result: PlanResult) -> pd.DataFrame:
     df = pd.DataFrame(result.curve())
     if len(df):
         df = df.sort_values(["option", "scale", "replicas"]).reset_index(drop=True)
-    df.attrs["name"] = "plan_curve"
-    return df
+    return named(df, "plan_curve")
 
 
 def plan_curve(result: PlanResult) -> Figure:

@@ -17,6 +17,7 @@ import workbench.catalogs.requests as catalog
 import workbench.sweeps.spec as spec_mod
 from workbench.catalogs.requests import SCALAR_LATENCY
 from workbench.report.headline import sig
+from workbench.report.tables import named
 from workbench.sweeps.store import Sweep
 
 #: the latency columns of a point: p90 of each scalar latency metric of the catalog
@@ -64,8 +65,7 @@ def sweeps_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
         }
     df = pd.DataFrame.from_dict(rows, orient="index").T  # a column per sweep: fits a page
     df.index.name = "sweep"
-    df.attrs["name"] = "sweeps"
-    return df
+    return named(df, "sweeps")
 
 
 def _capacity_cell(sweep: Sweep) -> str | None:
@@ -98,9 +98,7 @@ def points_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
         if len(sweeps) > 1:
             part.insert(0, "sweep", label)
         frames.append(part)
-    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    out.attrs["name"] = "sweep_points"
-    return out
+    return named(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), "sweep_points")
 
 
 FLUSH_KEYS = ("action", "ok", "endpoint", "status", "reason")
@@ -124,5 +122,4 @@ def flush_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
     df = pd.DataFrame(list(groups.values()))
     if len(df):
         df = df.dropna(axis=1, how="all")  # an endpoint or status no run had
-    df.attrs["name"] = "sweep_flushes"
-    return df
+    return named(df, "sweep_flushes")

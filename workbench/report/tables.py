@@ -43,7 +43,8 @@ def as_summary(data: Any) -> Mapping[str, Any]:
     return summarize(data)
 
 
-def _named(df: pd.DataFrame, name: str) -> pd.DataFrame:
+def named(df: pd.DataFrame, name: str) -> pd.DataFrame:
+    """``df`` with ``attrs["name"]`` set (the name ``show`` and the exported files use)."""
     df.attrs["name"] = name
     return df
 
@@ -55,7 +56,7 @@ def summary_table(data: Any) -> pd.DataFrame:
     df = pd.DataFrame.from_dict(rows, orient="index", columns=list(LATENCY_STATS))
     df["count"] = df["count"].fillna(0).astype(int)
     df.index.name = "metric (ms)"
-    return _named(df, "latency")
+    return named(df, "latency")
 
 
 def prefix_table(data: Any) -> pd.DataFrame:
@@ -70,7 +71,7 @@ def prefix_table(data: Any) -> pd.DataFrame:
     rows["actual (client)"]["over requests"] = _float(s.get("cache_reported_requests"))
     df = pd.DataFrame.from_dict(rows, orient="index", columns=["key", "hit rate", "over requests"])
     df.index.name = "prefix hit rate"
-    return _named(df, "prefix_hits")
+    return named(df, "prefix_hits")
 
 
 def prefix_caption(data: Any) -> str:
@@ -130,10 +131,7 @@ def run_table(data: Any) -> pd.DataFrame:
     note = run_status_note(s.get("run_status"))
     if note is not None:
         values, labels = [note, *values], ["status", *labels]
-    df = pd.DataFrame({"value": pd.Series(values, dtype=object)})
-    df.index = pd.Index(labels)
-    df.index.name = "run"
-    return _named(df, "run")
+    return value_table(labels, values, "run")
 
 
 def round_table(data: Any) -> pd.DataFrame:
@@ -152,7 +150,7 @@ def round_table(data: Any) -> pd.DataFrame:
     ]
     df = full[cols].set_index("group")
     df.index.name = "round"
-    return _named(df, "by_round")
+    return named(df, "by_round")
 
 
 CLIENT_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -187,12 +185,8 @@ def client_table(data: Any) -> pd.DataFrame:
         for key in path:
             v = v.get(key) if isinstance(v, Mapping) else None
         values.append(int(v) if label in CLIENT_COUNTS and v is not None else _float(v))
-    labels = pd.Index([k for k, _ in CLIENT_FIELDS])
-    df = pd.DataFrame({"value": pd.Series(values, index=labels, dtype=object)})
-    if not client:
-        df = df.iloc[0:0]
-    df.index.name = "client"
-    return _named(df, "client")
+    df = value_table([k for k, _ in CLIENT_FIELDS], values, "client")
+    return df if client else df.iloc[0:0]
 
 
 CLIENT_CPU_IDLE = 0.5  # below this share of a core, late sends are not the client's own work
@@ -272,10 +266,7 @@ def server_table(data: Any) -> pd.DataFrame:
         title = series_title(name, info)
         labels += [f"{title}: mean"] if few else [f"{title}: peak", f"{title}: mean"]
         values += [info.get("mean")] if few else [info.get("peak"), info.get("mean")]
-    df = pd.DataFrame({"value": pd.Series(values, dtype=object)})
-    df.index = pd.Index(labels)
-    df.index.name = "server"
-    return _named(df, "server")
+    return value_table(labels, values, "server")
 
 
 def series_title(name: str, info: Mapping[str, Any]) -> str:
@@ -325,7 +316,7 @@ def worker_table(data: Any) -> pd.DataFrame:
     rows = as_summary(data).get("workers") or []
     df = pd.DataFrame(rows, columns=["worker", *WORKER_COLUMNS])
     df = df.set_index("worker")
-    return _named(df, "workers")
+    return named(df, "workers")
 
 
 #: the agent-task figures of ``summary["agent_tasks"]`` (metrics.agents), with the words a
@@ -355,7 +346,7 @@ def agent_table(data: Any) -> pd.DataFrame:
     df = pd.DataFrame.from_dict(rows, orient="index", columns=cols) if agents else \
         pd.DataFrame(columns=cols)
     df.index.name = "per agent task"
-    return _named(df, "agents")
+    return named(df, "agents")
 
 
 def agent_caption(data: Any) -> str:
@@ -384,14 +375,21 @@ def router_table(summaries: Mapping[str, Any]) -> pd.DataFrame:
             "requests_per_worker_min": min(reqs) if reqs else None,
             "requests_per_worker_max": max(reqs) if reqs else None,
         })  # fmt: skip
-    return _named(pd.DataFrame(rows).set_index("run"), "routers")
+    return named(pd.DataFrame(rows).set_index("run"), "routers")
 
 
 def mapping_table(d: Mapping[str, Any], name: str, *, key: str = "name") -> pd.DataFrame:
     """A two-column view of a flat mapping (e.g. ``trace_stats(...).summary``)."""
-    df = pd.DataFrame({"value": pd.Series(list(d.values()), dtype=object)})
-    df.index = pd.Index([str(k) for k in d], name=key)
-    return _named(df, name)
+    return value_table([str(k) for k in d], list(d.values()), name, key)
+
+
+def value_table(labels: Sequence[str], values: Sequence[Any], name: str,
+                index_name: str | None = None) -> pd.DataFrame:
+    """One ``value`` column (any type) over the row ``labels``; the index named
+    ``index_name`` (default: ``name``)."""
+    df = pd.DataFrame({"value": pd.Series(list(values), dtype=object)})
+    df.index = pd.Index(labels, name=index_name or name)
+    return named(df, name)
 
 
 def _count(v: Any) -> int:
@@ -623,12 +621,11 @@ def config_table(manifest: RunManifest) -> pd.DataFrame:
         rows += [(f"target engine {k}", _knob(engine[k])) for k in ENGINE_SHOWN_IF_SET
                  if engine.get(k)]  # fmt: skip
     rows.append(("seed", manifest.config.get("seed")))
-    df = pd.DataFrame({"value": pd.Series([_text(v) for _, v in rows], dtype=object)})
-    df.index = pd.Index([k for k, _ in rows], name="setting")
-    return _named(df, "config")
+    return value_table([k for k, _ in rows], [text(v) for _, v in rows], "config", "setting")
 
 
-def _text(v: Any) -> str:
+def text(v: Any) -> str:
+    """A cell as text: a dash for None."""
     return "–" if v is None else str(v)
 
 
@@ -669,7 +666,7 @@ def error_table(frame: pd.DataFrame) -> pd.DataFrame:
     df = df.sort_values("requests", ascending=False) if len(df) else df
     df["requests"] = df["requests"].astype(int)
     df.index.name = "error class"
-    return _named(df, "errors")
+    return named(df, "errors")
 
 
 def _sample(error: Any) -> str:
@@ -698,7 +695,7 @@ def band_table(by_band: pd.DataFrame) -> pd.DataFrame:
     df = by_band.set_index("band")[[c for c, _ in keep]] if "band" in by_band else by_band
     df = df.rename(columns=dict(keep))
     df.index.name = "prompt tokens"
-    return _named(df, "by_band")
+    return named(df, "by_band")
 
 
 def _window_text(win: dict[str, Any]) -> str:
