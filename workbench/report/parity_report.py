@@ -1,11 +1,4 @@
-"""A parity campaign's report pieces: the verdict, the rows, the evidence, the differences.
-
-Read from ``parity.json`` (``workbench parity``, docs/parity.md): one headline (the
-verdict and what was compared), what was run (trace, window and its rule, the two sides
-as checked out), one row per configuration (each side's digest or "unstable: stop",
-equal, qualified), the evidence of every row and side, where unequal rows first differ,
-and the closed list of fields the digest leaves out.
-"""
+"""A parity campaign's report pieces, read from ``parity.json`` (docs/parity.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""A capacity plan's report pieces: its headline, tables and the curve behind it.
-
-``plan_curve`` draws, per option and rate scale, the SLO's worst ratio (observed /
-limit; above 1 the SLO is broken) against the replicas probed, the fewest that held
-marked (◆) — every figure titled as simulated, with the option's preset and its stated
-error (docs/plan.md).
-"""
+"""A capacity plan's report pieces: its headline, tables and the curve behind it (docs/plan.md)."""
 
 from __future__ import annotations
 
@@ -87,8 +81,7 @@ def plan_curve(result: PlanResult) -> Figure:
                     color=line.get_color())
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
     ax.set_yscale("log")
-    ax.set_xlabel("replicas")
-    ax.set_ylabel(f"worst SLO ratio ({result.slo}); > 1 breaks it")
+    ax.set(xlabel="replicas", ylabel=f"worst SLO ratio ({result.slo}); > 1 breaks it")
     engines = sorted({o.engine for o in result.options})
     ax.set_title("Simulated: " + "; ".join(f"{e} ({stated_error(e)})" for e in engines),
                  fontsize=7, wrap=True)
