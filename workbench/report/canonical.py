@@ -47,7 +47,6 @@ CANONICAL_EXCLUDED: dict[str, str] = {
 }
 
 
-
 def _drop(doc: dict[str, Any], dotted: str) -> None:
     *parents, leaf = dotted.split(".")
     for key in parents:

@@ -425,8 +425,8 @@ class Table:
     digits: int = 3
     caption: str | None = None
 
-    def cell(self, v: Any) -> str:
-        """Floats with ``digits`` decimals, integers as they are, missing as a dash."""
+    def cell(self, v: Any, labels: set[str] | frozenset[str] = frozenset()) -> str:
+        """A cell as a reader sees it under its row and column ``labels`` (the rules above)."""
         if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
             return "–"
         if isinstance(v, bool | np.bool_):
@@ -434,25 +434,19 @@ class Table:
         if isinstance(v, int | np.integer):
             return str(int(v))
         if isinstance(v, float | np.floating):
+            if math.isfinite(v) and labels & RATE_LABELS:
+                return sig(float(v))
+            if math.isfinite(v) and labels & COUNT_LABELS and float(v).is_integer():
+                return str(int(v))
             return f"{float(v):.{self.digits}f}"
         return str(v)
 
     def formatted(self) -> pd.DataFrame:
-        """Every cell as the text a reader sees (the rules above)."""
+        """Every cell as the text a reader sees (``cell``)."""
         out = pd.DataFrame(index=self.frame.index, columns=self.frame.columns, dtype=object)
         for j, col in enumerate(self.frame.columns):
-            values = self.frame.iloc[:, j]
             for i, row in enumerate(self.frame.index):
-                v = values.iloc[i]
-                labels = {str(col), str(row)}
-                is_float = isinstance(v, float | np.floating) and math.isfinite(v)
-                if is_float and labels & RATE_LABELS:
-                    text = sig(float(v))
-                elif is_float and labels & COUNT_LABELS and float(v).is_integer():
-                    text = str(int(v))
-                else:
-                    text = self.cell(v)
-                out.iat[i, j] = text
+                out.iat[i, j] = self.cell(self.frame.iat[i, j], {str(col), str(row)})
         return out
 
     def html(self) -> str:

@@ -29,11 +29,6 @@ _runs: dict[str, dict[str, Any]] = {}  # in the render process: the runs it foll
 
 
 # -- in the render process --------------------------------------------------------------------
-def _init() -> None:
-    with contextlib.suppress(OSError, AttributeError):  # else: the default priority
-        os.nice(RENDER_NICE)
-
-
 def warm_up() -> float:
     """Load what a first figure loads (modules, fonts, Agg); the CPU time it took."""
     start = time.process_time()
@@ -101,7 +96,8 @@ def main() -> int:
     out = Connection(os.dup(1), readable=False)
     os.dup2(2, 1)  # a stray print goes to stderr, never into the answers
     calls = Connection(os.dup(0), writable=False)
-    _init()
+    with contextlib.suppress(OSError, AttributeError):  # else: the default priority
+        os.nice(RENDER_NICE)
     while True:
         try:
             name, args = calls.recv()
