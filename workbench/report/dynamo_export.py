@@ -72,14 +72,7 @@ def _request_row(
         "input_length": length,
         "input_sequence_hashes": hashes,
     }
-    return {
-        "schema": SCHEMA,
-        "event_type": "request_end",
-        "event_time_unix_ms": at(end_ns),
-        "event_source": "workbench",
-        "agent_context": context,
-        "request": req,
-    }
+    return _event("request_end", at(end_ns), context, request=req)
 
 
 def _tool_row(
@@ -88,21 +81,16 @@ def _tool_row(
     start = at(ended_ns)
     end = min(start + float(rec.extra["tool_wait_ms"]), at(next_ns))
     end = max(end, start)
-    return {
-        "schema": SCHEMA,
-        "event_type": "tool_end",
-        "event_time_unix_ms": end,
-        "event_source": "workbench",
-        "agent_context": {"session_id": session_key(rec)},
-        "tool": {
-            "tool_call_id": tool_id,
-            "tool_class": TOOL_CLASS,
-            "status": "ok",
-            "started_at_unix_ms": start,
-            "ended_at_unix_ms": end,
-            "duration_ms": end - start,
-        },
-    }
+    tool = {"tool_call_id": tool_id, "tool_class": TOOL_CLASS, "status": "ok",
+            "started_at_unix_ms": start, "ended_at_unix_ms": end,
+            "duration_ms": end - start}  # fmt: skip
+    return _event("tool_end", end, {"session_id": session_key(rec)}, tool=tool)
+
+
+def _event(kind: str, at_ms: float, context: dict[str, Any], **body: Any) -> dict[str, Any]:
+    """A trace row: the envelope every event shares, then its ``request`` or ``tool``."""
+    return {"schema": SCHEMA, "event_type": kind, "event_time_unix_ms": at_ms,
+            "event_source": "workbench", "agent_context": context, **body}  # fmt: skip
 
 
 def _exported(result: RunResult, include_failed: bool) -> list[RequestRecord]:
