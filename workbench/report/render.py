@@ -6,16 +6,14 @@ folder: docs/reports.md."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import datetime as dt
 import html
 import json
 import logging
 import re
-import shutil
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -280,16 +278,6 @@ def report_headline(html_path: str | Path) -> list[str]:
 
 
 # -- the verb -------------------------------------------------------------------------------
-@contextlib.contextmanager
-def kernel_ipc_dir() -> Iterator[Path]:
-    """A private folder (mode 0700, removed afterwards) for one kernel's IPC socket files."""
-    path = Path(tempfile.mkdtemp(prefix="wb-kernel-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def render_report(
     notebook: str | Path,
     params: Mapping[str, Any] | None = None,
@@ -321,7 +309,9 @@ def render_report(
                 raise safe.LinkRefused(where)
     check_kernel(kernel_name)
     status = "failed"
-    with kernel_ipc_dir() as ipc:
+    # a private folder (mode 0700, removed after) for the kernel's IPC sockets: docs/reports.md
+    with tempfile.TemporaryDirectory(prefix="wb-kernel-", ignore_cleanup_errors=True) as tmp:
+        ipc = Path(tmp)
         scratch = ipc / executed.name
         try:
             papermill.execute_notebook(
