@@ -370,6 +370,17 @@ def _skip_gaps(axes: list[Axes], runs: Mapping[str, Any]) -> None:
                  ha="center", va="bottom", transform=top.get_xaxis_transform())
 
 
+def _time_axes(axes: list[Axes], runs: Mapping[str, Any]) -> None:
+    """Grid, legend and y from 0 on every panel over the shared time axis (gaps skipped)."""
+    for a in axes:
+        a.grid(alpha=0.3)
+        if a.lines:
+            _legend(a)
+            _y_from_zero(a)
+    axes[-1].set_xlabel("time since the first request (s)")
+    _skip_gaps(axes, runs)
+
+
 def _between(gaps: list[tuple[float, float]], end: float) -> list[tuple[float, float]]:
     """The stretches with traffic around ``gaps``, from 0 to ``end``."""
     out, start = [], 0.0
@@ -403,13 +414,7 @@ def _timeline(runs: Mapping[str, Any], ax: Axes | None, bin_s: float | None = No
         _server_panels(axes[1], axes[2], run, _name(runs, label), _color(k))
         _series_panels(axes[3:], further, run, _name(runs, label), _color(k))
     axes[0].set(ylabel="output tokens/s", title="Output token throughput")
-    for a in axes:
-        a.grid(alpha=0.3)
-        if a.lines:
-            _legend(a)
-            _y_from_zero(a, 1.0)
-    axes[-1].set_xlabel("time since the first request (s)")
-    _skip_gaps(axes, runs)
+    _time_axes(axes, runs)
     if len(axes) >= 3:
         axes[1].set(ylabel="requests", title="Requests in flight (client) and at the server")
         axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -490,14 +495,8 @@ def _over_time(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
         axes[1].set(ylabel="TTFT (ms)", title="TTFT of each request, at the time it was sent")
         if not axes[1].lines:
             _no_data(axes[1], "no request got a first token")
-    for a in axes:
-        a.grid(alpha=0.3)
-        if a.lines:
-            _y_from_zero(a)
-            _legend(a)
     _ticks(axes[-1], "y")
-    axes[-1].set_xlabel("time since the first request (s)")
-    _skip_gaps(axes, runs)
+    _time_axes(axes, runs)
     if ax is None:
         fig.suptitle(f"Load and TTFT over the run: {_vs(runs)}")
     return fig

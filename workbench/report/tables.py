@@ -393,9 +393,8 @@ def server_gauges(timeline: Sequence[Mapping[str, Any]], t0_ns: int | None) -> p
         t = next((sample[k] for k in _TIME_KEYS if k in sample), None)
         if t is None:
             continue
-        row = {"t_s": (int(t) - (t0_ns or 0)) / 1e9}
-        row.update({g: _gauge(sample, names) for g, names in GAUGES.items()})
-        rows.append(row)
+        gauges = {g: _gauge(sample, names) for g, names in GAUGES.items()}
+        rows.append({"t_s": (int(t) - (t0_ns or 0)) / 1e9, **gauges})
     return pd.DataFrame(rows, columns=["t_s", *GAUGES])
 
 
