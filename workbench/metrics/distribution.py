@@ -1,10 +1,7 @@
 """Distribution statistics of one metric: mean, linear percentiles, min, max, count.
 
-Percentiles interpolate linearly at ``q·(n−1)`` (numpy's default) over the finite
-values. A metric's values come from ``Columns`` (``metric_values``); ``itl_ms``
-pools every gap of every selected request (token-weighted) and, for a stored run
-written without token lists, has its exact mean, min, max and count from the
-per-request ITL statistics and no percentiles (``describe_metric``).
+Percentiles are linear at ``q·(n−1)`` over the finite values (docs/metrics.md, "Per
+run"); ``itl_ms`` pools every gap of every selected request (``describe_metric``).
 """
 
 from __future__ import annotations

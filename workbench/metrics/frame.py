@@ -1,11 +1,7 @@
-"""Per-request metrics: ``RequestRecord`` → one DataFrame row.
+"""Per-request metrics: ``RequestRecord`` → one DataFrame row (names: docs/metrics.md).
 
-Records keep raw integer-ns timestamps; every number here is derived from them
-by pure arithmetic, so a stored run can be re-measured with newer definitions.
-The metric names are docs/metrics.md's and must not drift: reports and ``summary.json``
-use them verbatim. The definitions live once, in ``workbench.metrics.derive``
-(vectorised over column arrays); ``to_frame`` and ``records.parquet``
-(``workbench.metrics.columns.convert``) both take their numbers from it.
+Records keep raw integer-ns timestamps; the derived columns come from
+``workbench.metrics.derive``, as those of ``records.parquet`` do.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """Run-level metrics of a stored run from its ``records.parquet``: no record held in Python.
 
-``workbench.metrics.summarize`` of an in-memory run parses every record into a
-pandas frame, which for a run of millions of requests costs gigabytes. The
-functions here give the same numbers for a run directory by reading the
-columnar copy of its records (built from ``records.jsonl`` on first use, in
-streaming batches; ``metrics.columns``) one column at a time with pyarrow and
-calling the very same aggregates (``summary.run_summary``,
-``breakdown.round_table``/``band_table``) over those numpy arrays: only the
-columns an aggregate touches are loaded (8 MB per million requests each).
-
-One difference is forced by the storage choice: pooled ``itl_ms`` percentiles
-need every inter-token gap, which ``records.parquet`` keeps only when written
-with ``token_times=True``; otherwise ``itl_ms`` has its exact mean, min, max and
-count (from per-request gap sums) and ``None`` percentiles.
-
-Without pyarrow installed every function falls back to loading the run in
-memory (logged), so a notebook works either way on small runs.
+The same aggregates as an in-memory run (``summary.run_summary``,
+``breakdown.round_table``/``band_table``) over the columns they touch, read one at a time
+with pyarrow (docs/metrics.md; pooled ``itl_ms`` percentiles need ``token_times=True``).
+Without pyarrow every function loads the run in memory instead (logged).
 """
 
 from __future__ import annotations

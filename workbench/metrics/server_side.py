@@ -1,16 +1,9 @@
 """Server-side evidence from the ``/metrics`` timeline: preemptions and peak load.
 
-The client sees latencies; the server's own gauges and counters say *why*: how
-often it preempted (recomputed) requests, how full its KV cache got, how many
-requests it ran and queued at most. Names per engine: ``workbench.catalogs.series``;
-the embedded engine exports the vLLM names (or SGLang's in ``mode="sglang"``), and
-``simulate`` samples it the same way in virtual time.
-
-Peaks are over the scraped samples (``backend.scrape_interval_s`` apart), so a
-peak shorter than one interval can be missed; preemptions are the counter's
-increase from the first to the last sample (the whole run), with Prometheus' reset
-rule: a value below the one before means the server restarted and counts from 0
-(``counter_increase``). A NaN sample (the text format allows it) is left out.
+Series names per engine: ``workbench.catalogs.series``. Peaks are over the scraped
+samples, so a peak shorter than one scrape interval can be missed; preemptions are the
+counter's increase over the run with Prometheus' reset rule (``counter_increase``). NaN
+samples are left out.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Time series for plots: throughput per bin, requests in flight, active units.
 
-Times are seconds relative to ``t0_ns`` (default: the run's first dispatch).
-Output tokens are binned by the arrival time of the stream events that carried
-them, so the series shows delivery as it happened rather than lumping a whole
-response at its end; a non-streaming answer's tokens did arrive at its end.
+Times are seconds from ``t0_ns`` (default: the run's first dispatch). Output tokens are
+binned at the stream events that carried them (a non-streaming answer's at its end).
 """
 
 from __future__ import annotations

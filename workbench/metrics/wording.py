@@ -1,11 +1,6 @@
 """How numbers and a capacity are worded, the same in the CLI, reports, the index and plans.
 
-``sig`` rounds a number for text (3 significant figures: ``2.63``, never
-``2.6296296296296293``). ``capacity_phrase`` states a capacity as one number: what the
-engine *sustained* (the request throughput delivered at the highest load that held the
-SLO), with the offered load beside it in the same phrase; ``delivery_warning`` says when
-that delivered rate fell well short of the offered one. The definition is in
-docs/sweeps.md, "Capacity".
+The capacity's definition: docs/sweeps.md, "Capacity".
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """``plan``: the fewest replicas of each hardware option that hold an SLO, and the cost.
 
-Given a trace (a file, a bundled one, or ``synthetic:...`` made by ``tracegen``), the
-options to compare (a preset ``MODEL/GPU/tpN[/fp8|/fp8w]``, or a calibrated engine's
-JSON from ``sim calibrate``; each with a router and a host KV tier) and an SLO (the sweep
-grammar, ``metrics.slo``), ``plan`` replays the trace in virtual time on a simulated
-cluster of N replicas at the trace's own rate and at scaled rates, and finds for each
-option and rate the fewest replicas that hold the SLO: doubling N from 1 until it holds,
-then bisecting. Every probe is a full virtual replay (``executors.virtual.simulate``);
-the searches of different options and rates run in processes of their own, up to the
-cores there are (``parallel``).
-Each probe is also judged with the preset's stated error applied to the SLO's metric
-both ways (value × (1 ± error)): the plan gives the fewest replicas that hold in the
-optimistic and in the pessimistic case, and says "hold" only when even the pessimistic
-case holds, else the range. Prices are per GPU (``plan.prices``: a default table of
-published on-demand prices, overridable); GPUs = replicas × TP. Every figure is
-simulated and is labelled with its option and that preset's stated error against
-published measurements (docs/hardware.md); docs/plan.md has the rules.
+Each probe is a virtual replay (``executors.virtual.simulate``) of the trace on N
+replicas of an option (engine × router × host KV tier) at a scaled rate, judged as
+simulated and over the preset's stated error band. The rules (search, band, sentence,
+cost, best option, prices) are docs/plan.md's.
 """
 
 from __future__ import annotations
@@ -110,23 +98,18 @@ class Probe:
     cached_tokens: int
     host_cached_tokens: int
     span_s: float
-    # the verdict with the preset's stated error applied to every bound's metric:
-    # optimistic (value × (1 − error), ``held_low``) and pessimistic (× (1 + error),
-    # ``held_high``); None (a plan saved before the band): the plain verdict
+    # the verdict over the error band (docs/plan.md): optimistic ``*_low``, pessimistic
+    # ``*_high``; None (a plan saved before the band): the plain verdict
     held_low: bool | None = None
     held_high: bool | None = None
     ratio_low: float | None = None
     ratio_high: float | None = None
 
     def __post_init__(self) -> None:
-        if self.held_low is None:
-            self.held_low = self.held
-        if self.held_high is None:
-            self.held_high = self.held
-        if self.ratio_low is None:
-            self.ratio_low = self.worst_ratio
-        if self.ratio_high is None:
-            self.ratio_high = self.worst_ratio
+        for banded, plain in (("held_low", "held"), ("held_high", "held"),
+                              ("ratio_low", "worst_ratio"), ("ratio_high", "worst_ratio")):
+            if getattr(self, banded) is None:
+                setattr(self, banded, getattr(self, plain))
 
     @property
     def gpus(self) -> int:
@@ -628,15 +611,16 @@ def _fewest(probe: Callable[[int], Probe], max_replicas: int) -> None:
 
 
 def _search(cfg: dict[str, Any], option: Option, scale: float, rate: float,
-            max_replicas: int, slo: dict[str, float]) -> list[Probe]:
-    """One option's fewest-replicas search at one rate, in a process of its own: its
-    probes in the order they ran (as ``plan`` one at a time would add them)."""
-    parsed = SLO.parse(slo)
-    assert parsed is not None  # parsed once in plan(); its dict form round-trips
+            max_replicas: int, slo: SLO,
+            report: Callable[[Probe], None] | None = None) -> list[Probe]:
+    """One option's fewest-replicas search at one rate (in this process, or a worker's):
+    its probes in the order they ran, each given to ``report`` as it ends."""
     probes: list[Probe] = []
 
     def probe(n: int) -> Probe:
-        probes.append(_measure(cfg, option, scale, rate, n, parsed))
+        probes.append(_measure(cfg, option, scale, rate, n, slo))
+        if report is not None:
+            report(probes[-1])
         return probes[-1]
 
     _fewest(probe, max_replicas)
@@ -657,19 +641,16 @@ def trace_rate(cfg: dict[str, Any]) -> float:
 
 def plan(trace: str, engines: Sequence[str], slo: Any, *,
          scales: Sequence[float] = (1.0, 2.0), routers: Sequence[str] = ("prefix-aware",),
-         host_kv_gb: Sequence[float] = (0.0,), price_per_gpu_hour: float | None = None,
+         host_kv_gb: Sequence[float] = (0.0,),
          prices: str | float | Mapping[str, float] | None = None,
          max_items: int | None = None, max_replicas: int = MAX_REPLICAS,
-         context: dict[str, Any] | None = None,
          progress: Callable[[Probe], None] | None = None,
          parallel: int | None = None) -> PlanResult:
-    """Fewest replicas per option and rate scale (see the module docstring).
+    """Fewest replicas per option and rate scale (docs/plan.md).
 
-    ``prices``: USD per GPU-hour, ``plan.prices`` (``{"h100": 2.5}`` or
-    ``"h100=2.5,h200=3.7"`` over the default table; a number: every GPU);
-    ``price_per_gpu_hour`` is the older spelling of one price for every GPU.
-    ``parallel``: processes running the (option, scale) searches at once; None: as many
-    as the cores this process may use (1: all in this process)."""
+    ``prices``: USD per GPU-hour (``plan.prices``: ``{"h100": 2.5}``, ``"h100=2.5"`` over
+    the default table, or a number for every GPU). ``parallel``: processes running the
+    (option, scale) searches at once; None: the cores this process may use."""
     parsed = SLO.parse(slo)
     if parsed is None:
         raise ConfigError("plan: an SLO is required, e.g. 'ttft_ms:p90<=2000'")
@@ -677,9 +658,7 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
         raise ConfigError(f"plan: scales must be positive numbers, got {list(scales)}")
     if not 1 <= max_replicas <= 1024:
         raise ConfigError(f"plan: max_replicas must be in [1, 1024], got {max_replicas}")
-    if price_per_gpu_hour is not None and not price_per_gpu_hour >= 0:
-        raise ConfigError(f"plan: price per GPU-hour must be >= 0, got {price_per_gpu_hour}")
-    table = parse_prices(prices if prices is not None else price_per_gpu_hour)
+    table = parse_prices(prices)
     options = _options(engines, routers, host_kv_gb)
     if len(options) * len(scales) > MAX_SEARCHES:
         raise ConfigError(f"plan: {len(options)} options × {len(scales)} scales = "
@@ -687,8 +666,6 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
                           f"{MAX_SEARCHES:,} (docs/config-bounds.md, 'Plans')")
     cfg: dict[str, Any] = {"trace": {"path": trace, **({"max_items": max_items}
                                                        if max_items else {})}}
-    if context:
-        cfg["context"] = context
     base = trace_rate(cfg)
     result = PlanResult(Path(trace).name, str(parsed), base, [float(s) for s in scales],
                         options, table,
@@ -698,18 +675,17 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
     workers = min(usable_cores() if parallel is None else parallel, len(searches))
     if workers < 1:
         raise ConfigError(f"plan: parallel must be >= 1, got {parallel}")
-    args = [(cfg, option, scale, base * scale, max_replicas, parsed.to_dict())
+    args = [(cfg, option, scale, base * scale, max_replicas, parsed)
             for option, scale in searches]
+
+    def add(p: Probe) -> None:
+        result.probes.append(p)
+        if progress is not None:
+            progress(p)
+
     if workers == 1:  # one at a time, in this process: each probe reported as it ends
         for a in args:
-            def probe(n: int, a: tuple[Any, ...] = a) -> Probe:
-                p = _measure(a[0], a[1], a[2], a[3], n, parsed)
-                result.probes.append(p)
-                if progress is not None:
-                    progress(p)
-                return p
-
-            _fewest(probe, max_replicas)
+            _search(*a, report=add)
         return _with_floors(result, cfg, parsed)
     # one search per process, up to the cores there are; the probes land in the plan in
     # the order one process would have run them (the same plan.json either way)
@@ -722,9 +698,7 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
             futures = [pool.submit(_search, *a) for a in args]
         for fut in futures:
             for p in wait_result(fut):  # wakes for signals (signals.wait_result)
-                result.probes.append(p)
-                if progress is not None:
-                    progress(p)
+                add(p)
     except BaseException:
         # Ctrl-C, SIGTERM, a failed search: the searches still running stop now (a pool's
         # shutdown would wait for each to finish: tens of seconds). SIGKILL: a search
