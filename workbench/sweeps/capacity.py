@@ -1,18 +1,8 @@
 """``capacity_search``: the highest load (rate or concurrency) at which an SLO holds.
 
-Bracketing, then bisection (docs/sweeps.md). Probe ``lo``: if the SLO is broken
-there, the capacity lies below the range (``below_range``). Probe ``hi``: while
-the SLO still holds, move the bracket up (``hi × grow``) at most ``max_probes``
-times (``above_range`` if it never breaks). Then bisect the bracket [held,
-broken] until it is no wider than ``tolerance``; the capacity is its held end.
-In virtual time with ``parallel`` P > 1, each round probes P values at once (``lo``
-with ``hi``, P growth steps, P points cutting the bracket into P + 1 parts).
-Every probe is an ordinary sweep point with its run directories, kept as
-evidence in the sweep manifest. Assumes the SLO verdict is monotone in the
-axis (more load never makes latency better), which is what a capacity means.
-An integer axis (``max_concurrency``, or integer ``lo``/``hi``/``tolerance``)
-is searched on integers; a float probe is rounded to a decimal grid of at most a tenth
-of the tolerance (``probe_digits``).
+Bracketing, then bisection, ``parallel`` probes a round in virtual time; integer axes on
+integers, float probes on a grid of ``probe_digits`` (docs/sweeps.md, "Capacity search").
+Every probe is an ordinary sweep point, kept as evidence in the sweep manifest.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""``sweep``: every point of a grid or list, in order, with early stop on a broken SLO.
-
-Early stop (``stop_margin``): once ``stop_after`` points in a row break the SLO by
-more than the margin (a bound's observed value above ``limit × (1 + margin)``, or
-too few requests ok), the remaining points are skipped and the manifest says
-why. It assumes the points are in increasing load, as a rate or concurrency
-list usually is.
+"""``sweep``: every point of a grid or list, in order, with early stop on a broken SLO
+(``stop_margin``, ``stop_after``: docs/sweeps.md, "Early stop").
 """
 
 from __future__ import annotations
@@ -84,18 +79,17 @@ async def sweep_async(
     with runner.ends_on_error():  # a stop while thousands of points are checked
         await runner.check(entries)
     runner.save()  # every point is listed (pending) before the first run
-    status = "running"
     if serve is not None:
         return await _serve_sweep(runner, entries, serve, base)
+    status = "completed"
     with runner.ends_on_error():
         broken = 0
-        step = runner.parallel
-        for start in range(0, len(entries), step):
-            window = entries[start:start + step]
+        for start in range(0, len(entries), runner.parallel):
+            window = entries[start:start + runner.parallel]
             await runner.measure_many(window)
             for i, e in enumerate(window):
                 if stop_margin is None:
-                    continue
+                    break
                 broken = broken + 1 if broken_by_margin(e.get("slo"), stop_margin) else 0
                 if broken >= stop_after:
                     skipped = entries[start + i + 1:]
@@ -112,8 +106,6 @@ async def sweep_async(
                     break
             if status == "stopped_early":
                 break
-        if status == "running":
-            status = "completed"
     return runner.finish(status)
 
 

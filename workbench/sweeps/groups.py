@@ -1,12 +1,7 @@
 """A sweep's points by configuration, and the capacity of each configuration.
 
-A sweep varies a *load* axis (``arrival.rate``, else ``arrival.max_concurrency``, else
-a capacity search's axis) and may vary others: the server's parameters (``serve.*``)
-and any non-load field (``engine.max_num_seqs``, ``arrival.tool_wait_scale``). Every
-combination of the other axes' values is one *configuration*; its points in load order
-are one curve, and it has one capacity: the request rate the engine sustained at the
-highest load that held the SLO, no point at or below it having broken (docs/sweeps.md,
-"Configurations" and "Capacity").
+Every combination of the non-load axes' values is one configuration: one curve in load
+order and one capacity (docs/sweeps.md, "Configurations" and "Capacity").
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """One sweep point: run it (live or in virtual time), read its numbers, pool its repeats.
 
-Each repeat of a point is an ordinary run directory (``runs/<run_id>``) written by
-``wb.run_async`` or ``wb.simulate``; ``point_metrics`` reads it back into the flat
-numbers a sweep manifest keeps, and ``pool`` turns a point's repeats into means
-with 95 % Student-t intervals (docs/sweeps.md).
+Each repeat is an ordinary run directory; ``point_metrics`` reads it back into the flat
+numbers a sweep manifest keeps, and ``pool`` gives a point's means with 95 % Student-t
+intervals (docs/sweeps.md).
 """
 
 from __future__ import annotations
@@ -93,10 +92,6 @@ def point_metrics(run_dir: str | Path, slo: SLO | None,
     return out
 
 
-def t975(df: int) -> float:
-    return _T975[df - 1] if 1 <= df <= len(_T975) else 1.96
-
-
 def pool(repeats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Mean of every numeric field over repeats, with ``KEY_lo``/``KEY_hi`` 95 % t-intervals."""
     out: dict[str, Any] = {"repeats": len(repeats)}
@@ -112,7 +107,8 @@ def pool(repeats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         mean = float(nums.mean())
         out[k] = mean
         if nums.size >= 2:
-            half = t975(nums.size - 1) * float(nums.std(ddof=1)) / math.sqrt(nums.size)
+            t = _T975[nums.size - 2] if nums.size - 1 <= len(_T975) else 1.96
+            half = t * float(nums.std(ddof=1)) / math.sqrt(nums.size)
             out[f"{k}_lo"], out[f"{k}_hi"] = mean - half, mean + half
     return out
 

@@ -1,19 +1,10 @@
 """Sweeps over the server's configuration: ``sweep --serve 'CMD … {param} …' --serve-over``.
 
-Per server point (every combination of ``over``, the first key varying slowest) the
-command is formatted with the point's values, started in a process group of its own
-(``start_new_session``; it dies with the sweep however the sweep dies: its first process
-gets SIGTERM from ``die_with_parent``, and a watchdog process of its own, ``watchdog.py``,
-SIGTERMs then SIGKILLs the whole group once the sweep is gone), and
-polled until ``GET {url}/health`` or ``GET {url}/v1/models`` answers 200, at most
-``ready_timeout_s``. The client points then run against it one after another (each
-run resets the prefix cache first: ``backend.flush_cache``), and the server is
-stopped: SIGTERM to its group, SIGKILL to the group unless all of it is gone after
-``grace_s``, and the stop returns once no process of the group runs. Its stdout
-and stderr stay in ``servers/s<NNN>.stdout.log`` / ``.stderr.log`` of the sweep
-directory. A server that exits at start, never answers, or dies during a point
-fails the point(s) it could not serve, with the tail of its log in ``sweep.json``:
-never a hang, never an orphan (docs/sweeps.md, "Server sweeps").
+Per server point the command is started in a process group of its own, guarded by a
+watchdog process (``watchdog.py``), polled until ready, given the client points, then
+stopped; a server that exits, never answers or dies fails the points it could not serve,
+with its log's tail: never a hang, never an orphan (docs/sweeps.md, "Server sweeps";
+docs/security.md, "Processes and disks").
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """What a sweep varies: ``over`` (a grid or a list of points) as dotted RunConfig paths.
 
-``over`` is either a mapping ``{path: [values]}`` — the grid, every combination,
-the first path varying slowest — or a list of mappings ``[{path: value, ...}]``,
-one per point, in that order. A path is a dotted RunConfig field
-(``arrival.rate``, ``arrival.max_concurrency``, ``arrival.tool_wait_scale``,
-``target.engine.num_blocks``) or a short name: a field name that exists in
-exactly one section (``rate``, ``max_concurrency``), or ``engine.KNOB`` for an
-embedded-engine knob. Every point is checked as a whole ``RunConfig`` before
-the first request of the sweep is sent.
+The grammar (grid or list, full paths, short names, ``engine.KNOB``): docs/sweeps.md,
+"Points". Every point is checked as a whole ``RunConfig`` before the first request.
 """
 
 from __future__ import annotations

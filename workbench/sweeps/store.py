@@ -1,9 +1,7 @@
 """The sweep directory: ``sweep.json`` (the sweep manifest) and ``runs/<run_id>/`` per repeat.
 
-``sweep.json`` is rewritten atomically after every repeat, so an interrupted
-sweep says exactly which repeats are on disk; running the same sweep into the
-same directory resumes from them. ``load_sweep`` reads a sweep directory back
-as a ``Sweep`` (its points as a pandas frame) for plots, the notebook and reports.
+``sweep.json`` is rewritten atomically after every repeat (resume: docs/sweeps.md, "A
+sweep directory"); ``load_sweep`` reads a directory back as a ``Sweep``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
-"""Run a sweep's points in order: repeats, flush between points, early stop, resume.
+"""Run a sweep's points: repeats, flush between points, early stop, resume.
 
-``SweepRunner`` owns one sweep directory. ``measure(point)`` runs a point's
-repeats (each an ordinary run: ``wb.run_async`` live, ``wb.simulate`` in virtual
-time), reusing every repeat already complete on disk, and pools them. Live
-points run one after another, each run resetting the target's prefix cache
-before its measured requests (``backend.flush_cache``, ``auto`` unless the base config
-says otherwise: docs/cache-isolation.md); virtual-time points may run in ``parallel``
-worker processes (they share nothing). The grid (``sweep``) and the capacity search
-(``workbench.sweeps.capacity``) are both sequences of ``measure`` calls.
+``SweepRunner`` owns one sweep directory; the grid (``sweep``) and the capacity search
+are both sequences of ``measure_many`` calls. Live points run one after another, each
+run resetting the target's prefix cache first (docs/cache-isolation.md); virtual-time
+points may run in ``parallel`` worker processes. docs/sweeps.md has the directory and
+resume rules.
 """
 
 from __future__ import annotations
@@ -129,10 +126,8 @@ class SweepRunner:
                               f"got {repeats!r}")
         if parallel is None:  # virtual points: one process per core; live: one at a time
             parallel = usable_cores() if virtual else 1
-        if isinstance(parallel, bool) or not isinstance(parallel, int):
+        if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
             raise ConfigError(f"sweep parallel must be an integer >= 1, got {parallel!r}")
-        if parallel < 1:
-            raise ConfigError(f"sweep parallel must be >= 1, got {parallel}")
         if parallel > 1 and not virtual:
             raise ConfigError("parallel > 1 runs virtual-time points only: live points share "
                               "one server and run one at a time (drop parallel or use virtual)")
@@ -267,10 +262,7 @@ class SweepRunner:
         total = ("" if self.virtual or runs < 2 else
                  f"; its {runs} runs one after another: at least "
                  f"{duration_text(runs * floor.floor_ms)} in all")
-        text = f"the first point: {floor.sentence(self.virtual)}{total}"
-        log.warning("sweep %s: %s", self.dir.name, text)
-        if self.progress is not None:
-            self.progress(text)
+        self._say(f"the first point: {floor.sentence(self.virtual)}{total}", logging.WARNING)
 
     def _reuse(self, run_dir: Path) -> bool:
         """True when the repeat is complete on disk; an incomplete one is set aside."""
@@ -310,11 +302,6 @@ class SweepRunner:
         for e in entries:
             self._pool_point(e)
         self.save()
-
-    async def measure(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        entry = self.entry(params)
-        await self.measure_many([entry])
-        return entry
 
     async def _run_live(self, e: dict[str, Any], rep: int, cfg: RunConfig) -> None:
         from workbench.executors.dispatch import run_async
@@ -376,8 +363,8 @@ class SweepRunner:
         self._say(f"{e['label']}: " + (("SLO held" if e["slo"]["held"] else "SLO broken")
                                        if self.slo else "done"))
 
-    def _say(self, text: str) -> None:
-        log.info("sweep %s: %s", self.dir.name, text)
+    def _say(self, text: str, level: int = logging.INFO) -> None:
+        log.log(level, "sweep %s: %s", self.dir.name, text)
         if self.progress is not None:
             self.progress(text)
 
