@@ -1,17 +1,10 @@
 """Calibrate a hardware preset's factors to one deployment, from runs against it.
 
-``calibrate_preset(run_dirs, preset)`` reads the records of a few runs against a real
-server (a sweep's points), takes the same clean samples ``calibration.fit`` takes —
-TTFTs of requests whose prefill ran alone, and per request the mean of its decode gaps
-that no other prefill overlapped, with the batch and the KV each gap attended — and
-refits the preset's efficiency factors (``sim.presets.Factors``) so that the preset's
-own step time (``Preset.step_ms``, prompts split by the engine's token budget) predicts
-them: a deterministic pattern search on the mean absolute log error of the prefills
-plus that of the decodes. The factors that only move every step by the same amount for
-one model on one deployment (``layer_us``, ``allreduce_us``) are kept and
-``step_overhead_ms`` takes their share. The result is a calibrated preset file
-(``write``) that ``--engine preset=FILE.json`` takes in ``simulate``, ``sweep``,
-``sim serve`` and ``plan`` (docs/calibration.md, "Calibrating a preset").
+``calibrate_preset`` takes the clean samples ``calibration.fit`` takes and refits the
+preset's efficiency factors (``FITTED``) by a deterministic pattern search on the mean
+absolute log error of the prefills plus that of the decodes, predicted by the preset's
+own step time. The result is a calibrated preset file for ``--engine preset=FILE.json``
+(docs/calibration.md, "Calibrating a preset").
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
 """Where a lone request's constant goes: engine step, idle wake, intake or overhead.
 
-A request whose prefill ran alone has TTFT ``a·T² + b·T + c``; its TTFT alone
-cannot tell what ``c`` is. Four things a real server spends on it look the same
-there and differ as soon as requests overlap (``sim.cost``, docs/calibration.md):
-
-- the prefill step's own constant (``prefill_coeffs[2]``): paid once per step, by
-  every request in the step;
-- ``idle_wake_ms``: paid only by a step that starts while the engine was idle,
-  so a request joining a running batch does not pay it;
-- ``intake_ms``: the request's time in the front end, one request after another,
-  so requests that come together reach the engine spread out;
-- ``request_overhead_ms``: a fixed latency per request beside the engine.
-
-``fit_split`` looks for the split of ``c`` into those four, in tenths of ``c``,
-whose virtual replay of the runs where requests overlapped gives the overlapped
-requests' TTFTs nearest the measured ones (median absolute relative error). It
-tries all 286 splits: the error is not smooth in the split (a request joins one
-step or the next), so a coarse grid refined around its best missed the true split
-of records made with a known one. A replay of a small calibration run takes a few
-ms once its workload is loaded (it is loaded once per run). Ties go to the split
-with the fewest parts, then the smallest overhead, idle wake and intake.
+``fit_split`` replays the runs whose requests overlapped under every split of the
+prefill constant ``c`` into those four, in tenths, and keeps the split whose overlapped
+TTFTs are nearest the measured ones (median absolute relative error; ties: fewer parts,
+then smaller overhead, idle wake, intake). Why all 286: docs/calibration.md, "What is
+fitted, from what".
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Metrics: pure functions from request records to DataFrames and summaries.
 
-Each metric of docs/metrics.md is defined once: per request in ``derive`` (numpy
-over column arrays; ``to_frame`` and ``records.parquet`` both take their columns
-from it), per run over ``columns.Columns`` (``summary``, ``isolation``,
-``breakdown``, ``workers``), fed by an in-memory frame or by a stored run's
-``records.parquet`` (``scan``). Nothing here writes but ``columns.convert``, which
-hands the derived columns to ``workbench.storage.columnar``; reads happen only for
-a run whose records stayed on disk (``RunResult.records_on_disk``): ``as_records``
-reads them back, ``summarize`` reads the columns of its ``records.parquet``.
+Each metric of docs/metrics.md is defined once: per request in ``derive``, per run over
+``columns.Columns`` (``summary``, ``isolation``, ``breakdown``, ``workers``), fed by an
+in-memory frame or a stored run's ``records.parquet`` (``scan``). Nothing here writes but
+``columns.convert``.
 """
 
 from __future__ import annotations

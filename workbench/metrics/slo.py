@@ -1,24 +1,9 @@
-"""Service-level objectives: one type and one grammar for runs and sweeps (docs/sweeps.md).
+"""Service-level objectives: one type and one grammar for runs and sweeps.
 
-An ``SLO`` is a tuple of ``Bound`` plus ``min_ok``. A bound names an SLO-able metric
-of the catalog (``catalog.SLO_ABLE``) and a limit in ms, in one of two kinds:
-
-- a **per-request** bound, ``ttft_ms<=2000`` (``q`` None): each request attains it
-  when it finished ok and its own value is measured and within the limit (a run's
-  ``summary["slo"]`` attainment; a sweep's goodput numerator). ``itl_ms``'s own
-  value is the request's largest gap; a request with no gap has none to break it;
-- a **percentile** bound, ``ttft_ms:p90<=2000``: the ``q``-th percentile over the ok
-  requests (``stats.percentile``, the summary's) within the limit.
-
-A sweep point holds the SLO when its ok share is at least ``min_ok`` (default 0.99),
-every percentile bound holds and every per-request bound is attained by at least a
-``min_ok`` share of the requests.
-
-Text form (``--slo``, a sweep spec): items ``METRIC<=MS`` (``METRIC=MS`` too),
-``METRIC:pQ<=MS`` and ``ok>=F``, as a list or one string split at ``,``/``;``.
-Mapping form (a config file, a notebook): ``{"ttft_ms": 2000}``,
-``{"ttft_ms:p90": 2000, "ok": 0.99}``. A run config's ``slo`` keeps the mapping of
-its per-request bounds (``per_request_mapping``), as run directories always stored it.
+An ``SLO`` is a tuple of ``Bound`` (per-request, or a percentile over the ok requests)
+plus ``min_ok``; the text and mapping forms, attainment, the verdict and goodput are
+docs/sweeps.md's ("SLO"). A run config's ``slo`` keeps the mapping of its per-request
+bounds (``per_request_mapping``).
 """
 
 from __future__ import annotations

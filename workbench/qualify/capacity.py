@@ -1,22 +1,10 @@
 """The smallest capacity change that brings a row's preemptions into range.
 
-A row that never preempts did not exercise the capacity edge; one that floods did not
-qualify either (``evidence``). ``propose_capacity`` searches one capacity knob of the row
-(``num_blocks`` by default: KV blocks, per rank under attention-DP) on this tree, in
-virtual time, for the value nearest the row's own whose run preempts within the row's
-bounds (1 to 3) with no request preempted twice and every request served:
-
-- too few preemptions: halve until some preempt (a value at which a request no longer
-  fits the cache is a floor), then bisect the edge: the *largest* value that preempts;
-- too many: double until calm (within the bound, no request preempted twice), then
-  bisect: the *smallest* calm value.
-
-Preemptions fall as capacity grows but not strictly (a different eviction can preempt
-one request more), so the value found is checked again; when it does not fit, the probed
-value nearest the row's own that does is taken. The bisection stops at 1/256 of the
-row's value and the search is bounded (``max_probes`` replays). The change is returned,
-not applied: written into the spec (``apply_capacity``) it is the same for both sides,
-as every row is.
+``propose_capacity`` searches one capacity knob of a row (``num_blocks`` by default) on
+this tree, in virtual time, for the value nearest the row's own whose run preempts within
+the row's bounds, no request twice, every request served (docs/parity.md, "The capacity
+edge"). The change is returned, not applied (``apply_capacity`` writes it into the spec,
+the same for both sides).
 """
 
 from __future__ import annotations

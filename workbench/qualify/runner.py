@@ -1,15 +1,9 @@
 """``parity``: a frozen spec on a baseline and a candidate, twice each, in separate processes.
 
-For every row, each side runs ``RUNS`` (2) times, each run a child process of its own
-(``child.py``) on that side's tree, bounded in address space and wall time. Where this
-process may use two cores or more, the two sides' runs go in pairs on disjoint cores
-(``os.sched_setaffinity``; the second pair swaps them), so neither side always gets the
-same core. A side whose two runs differ is *unstable: stop* (nothing is compared); two
-stable sides are equal or not, and where they first differ is found
-(``diff.first_difference``). After a row with an unstable side the campaign stops: a
-side that is not deterministic qualifies nothing (``stopped`` names the rows not run).
-The pressure evidence (``evidence``) is read from each side's first run. A row is
-**qualified** when both sides are stable, equal, and pass their evidence. docs/parity.md.
+Each run is a child process (``child.py``) on its side's tree, bounded in memory and
+time, the two sides' runs pinned to disjoint cores where there are two; an unstable side
+stops the campaign. A row is **qualified** when both sides are stable, equal and pass
+their evidence (docs/parity.md, "Runs, digests and differences").
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""The frozen parity spec: one file says everything a parity campaign runs.
-
-A spec (YAML or JSON, docs/parity.md) names the trace with its sha256, a contiguous
-window of it and that window's rule, the arrival, the two sides (two git revisions of
-this project, or two engine configurations on this tree), and the rows: each an engine
-configuration whose topology (workers, router, DP ranks, TP) and capacities (block size,
-KV blocks, batch limits) are all stated, never left to a default that a revision could
-change. ``load_spec`` checks every field before anything runs; an error names the file,
-the field and the rule (``ConfigError``, exit 2 in the CLI).
+"""The frozen parity spec: one file says everything a parity campaign runs (docs/parity.md,
+"The spec"). ``load_spec`` checks every field before anything runs; an error names the
+file, the line, the field and the rule (``ConfigError``).
 """
 
 from __future__ import annotations
