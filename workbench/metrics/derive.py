@@ -47,12 +47,8 @@ def optional_ints(values: Sequence[Any]) -> Opt:
 
 
 def cache_reported(flag: np.ndarray, cached_valid: np.ndarray) -> np.ndarray:
-    """Rows whose server reported a cached-token count (docs/measurement-rules.md).
-
-    A request whose server sent no cached count (vLLM without
-    ``--enable-prompt-tokens-details``, a usage block without details) is *not* a
-    zero hit: it is left out of every actual hit rate and counted as unreported.
-    """
+    """Rows whose server reported a cached-token count: a request without one is not a zero
+    hit but unreported, left out of every actual hit rate (docs/measurement-rules.md)."""
     return flag & cached_valid
 
 
@@ -171,13 +167,9 @@ def token_stats(times: Tokens, counts: Tokens) -> dict[str, Any]:
 def derive(
     raw: Mapping[str, Sequence[Any]], times: Tokens, counts: Tokens
 ) -> dict[str, np.ndarray]:
-    """The derived columns (``INT_COLUMNS``, ``FLOAT_COLUMNS``) plus ``gaps``: every
-    inter-token gap in ms, row after row (row ``i`` has ``itl_count[i]`` of them).
-
-    ``raw`` maps each name of ``INPUTS`` to one value per row (``None`` = absent);
-    ``times``/``counts`` are the rows' ``token_times_ns``/``token_counts`` lists (or
-    ``TokenRows``).
-    """
+    """The derived columns (``INT_COLUMNS``, ``FLOAT_COLUMNS``) plus ``gaps`` (every gap in
+    ms, row after row) from ``raw`` (each of ``INPUTS``: one value per row, None absent) and
+    the rows' ``token_times_ns``/``token_counts`` (lists, or ``TokenRows``)."""
     n = len(times)
     tok = token_stats(times, counts)
     opt = {k: optional_ints(raw[k]) for k in (

@@ -41,10 +41,7 @@ def percentile(values: Iterable[float | None], q: float) -> float | None:
 
 def describe(values: Iterable[float], *, scratch: bool = False) -> dict[str, float | int | None]:
     """mean/p50/p90/p99/min/max/count of the finite values; None when there are none.
-
-    ``scratch``: ``values`` is an array nobody keeps, so the percentiles may reorder it
-    in place instead of copying it (the pooled ITL gaps of a large run).
-    """
+    ``scratch``: ``values`` is an array nobody keeps (reordered in place, not copied)."""
     arr = finite(values)
     if arr.size == 0:
         return {**dict.fromkeys(STAT_KEYS[:-1]), "count": 0}

@@ -35,11 +35,8 @@ Data = RunResult | Iterable[RequestRecord | Mapping[str, Any]] | pd.DataFrame
 def as_records(
     data: RunResult | Iterable[RequestRecord | Mapping[str, Any]],
 ) -> list[RequestRecord]:
-    """Records from a RunResult, a list of records, or a list of record dicts.
-
-    A run that kept its records on disk only (``RunResult.records_on_disk``) is
-    read back from its ``records.jsonl`` here, on demand: nothing is held by the result.
-    """
+    """Records from a RunResult (read back from ``records.jsonl`` when they stayed on disk),
+    a list of records, or a list of record dicts."""
     if isinstance(data, RunResult) and data.records_on_disk:
         return load_records(data.run_dir or "")
     if not isinstance(data, RunResult) and (
@@ -111,12 +108,8 @@ def request_metrics(rec: RequestRecord) -> dict[str, Any]:
 
 
 def to_frame(data: Data) -> pd.DataFrame:
-    """One row per request: the raw record fields plus the derived metrics.
-
-    ``*_ns`` columns are nullable ``Int64`` so absent moments stay exact (float
-    would round large ns values). A DataFrame is returned unchanged, so every
-    helper here accepts a result, a record list or an existing frame.
-    """
+    """One row per request: the raw record fields plus the derived metrics; ``*_ns`` columns
+    nullable ``Int64`` (exact). A DataFrame is returned unchanged."""
     if isinstance(data, pd.DataFrame):
         return data
     recs = as_records(data)
@@ -128,13 +121,9 @@ def to_frame(data: Data) -> pd.DataFrame:
 
 
 def frame_of_stream(records: Iterable[RequestRecord]) -> pd.DataFrame:
-    """``to_frame`` of records read once and let go (a run's ``records.jsonl`` line by
-    line) for what is derived from it (the summary of ``report.canonical.run_digest``):
-    the same numbers, no record held. The token times and counts of every row go into
-    one flat int64 buffer each as they are read (8 B a token, not a Python number's
-    ~32–40, nor an array object per row), are derived from, and are let go: a row's
-    ``token_times_ns`` and ``token_counts`` are empty (as in a frame read from a
-    ``records.parquet`` without them, ``metrics.scan``), its ``itl_ms`` a view of the one
+    """``to_frame`` of records read once and let go (``records.jsonl`` line by line): the
+    same numbers, no record held. Token times and counts go into one flat int64 buffer
+    each (8 B a token); the rows' token lists are empty, their ``itl_ms`` views of one
     gaps array."""
     raw: dict[str, Any] = {name: [] for name in RAW_COLUMNS if name not in _TOKENS}
     columns = [(name, raw[name].append) for name in raw]
@@ -165,9 +154,8 @@ def _int64(buf: array[int]) -> np.ndarray:
 
 def _frame(raw: dict[str, Any], *, tokens: tuple[TokenRows, TokenRows] | None = None,
            ) -> pd.DataFrame:  # fmt: skip
-    """The frame of ``raw`` (a list per raw field). ``tokens`` (``frame_of_stream``): the
-    token rows held flat, derived from instead of ``raw``'s token lists, and the
-    ``itl_ms`` of a row a view of the one gaps array."""
+    """The frame of ``raw`` (a list per raw field); ``tokens``: ``frame_of_stream``'s flat
+    token rows, derived from instead of ``raw``'s lists."""
     times, counts = tokens or (raw["token_times_ns"], raw["token_counts"])
     d = derive(raw, times, counts)
     cols: dict[str, Any] = {name: raw[name] for name in RAW_COLUMNS}

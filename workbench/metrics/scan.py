@@ -56,13 +56,9 @@ _LIST_COLUMNS = frozenset(("token_times_ns", "token_counts", "itl_ms"))
 def sample_frame(
     run_dir: str | Path, n: int = 200_000, *, seed: int = 0, warmup: bool = False
 ) -> pd.DataFrame:
-    """At most ``n`` records (all when the run is smaller; else a seeded uniform sample
-    without replacement) as a ``to_frame``-shaped DataFrame, for plots of distributions.
-
-    Read one row group at a time, so memory holds one group and the sample. A
-    sample keeps distributions (CDFs, per-round TTFT) but not totals: a throughput
-    timeline drawn from it is scaled by the sampled fraction.
-    """
+    """At most ``n`` records (else a seeded uniform sample) as a ``to_frame``-shaped frame,
+    read one row group at a time: distributions are faithful, totals (a throughput
+    timeline) scaled by the sampled fraction."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -104,15 +100,9 @@ MAX_REPORT_RECORDS = 200_000
 
 
 def report_source(run_dir: str | Path, max_records: int = MAX_REPORT_RECORDS) -> Any:
-    """What a report notebook plots for a stored run.
-
-    A run of at most ``max_records`` records is loaded whole (``store.load``,
-    exact as ever). A larger one is never loaded: this returns a seeded sample
-    of ``max_records`` rows (``sample_frame``) whose ``attrs["run_dir"]`` tells
-    ``report_summary``/``report_by_round``/``report_by_band`` to scan the
-    whole run instead. Plots of distributions drawn from the sample are
-    faithful; totals (a throughput timeline) are scaled by the sampled fraction.
-    """
+    """What a report notebook plots for a stored run: the run loaded whole when it has at
+    most ``max_records`` records, else a seeded sample of that many (``sample_frame``) whose
+    ``attrs["run_dir"]`` tells the ``report_*`` functions to scan the whole run instead."""
     if available():
         import pyarrow.parquet as pq
 

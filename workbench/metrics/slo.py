@@ -132,10 +132,8 @@ class SLO:
 
     # -- evaluation ---------------------------------------------------------------------
     def evaluate(self, data: pd.DataFrame | Columns) -> dict[str, Any]:
-        """Observed value of every bound over one run's requests (``to_frame`` rows, or a
-        stored run's ``Columns``: ``metrics.columns.stored``): a percentile bound's
-        percentile over the ok requests, a per-request bound's share of all requests
-        that attained it."""
+        """Observed value of every bound over one run's rows (a frame, or ``Columns``): a
+        percentile over the ok requests, or the share of all requests that attained it."""
         cols = Columns.of(data)
         n = len(cols)
         ok = cols.where(cols.equals("status", "ok")) if n else cols

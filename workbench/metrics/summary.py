@@ -361,10 +361,8 @@ def summarize(
 
 
 def summary_of(result: RunResult, slo: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """The run's summary: the one its run directory's ``summary.json`` holds when it was
-    saved (``RunResult.summary``: computed with the manifest's SLO, which is the config's,
-    so ``slo`` must be that one or None), else ``summarize(result, slo)``. The CLIs print
-    it without summarizing a saved run a second time."""
+    """The saved ``summary.json`` (``RunResult.summary``, with the config's SLO: ``slo`` must
+    be that one or None), else ``summarize(result, slo)``."""
     if result.summary is not None:
         return result.summary
     return summarize(result, slo)

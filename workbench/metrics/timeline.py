@@ -22,11 +22,8 @@ def _origin(df: pd.DataFrame, t0_ns: int | None) -> int | None:
 def throughput_timeline(
     data: Data, bin_s: float = 1.0, *, t0_ns: int | None = None, warmup: bool = False
 ) -> pd.DataFrame:
-    """Per bin: ok/error completions, delivered output tokens, and their rates.
-
-    Columns ``t_s`` (bin start), ``completed``, ``errors``, ``output_tokens``,
-    ``request_rps``, ``output_tps``.
-    """
+    """Per bin (``t_s``: its start): ok and error completions, delivered output tokens, and
+    their rates."""
     if bin_s <= 0:
         raise ValueError("bin_s must be > 0")
     df = run_rows(data, warmup=warmup)
@@ -91,11 +88,8 @@ def in_flight_timeline(
 
 
 def unit_intervals(df: pd.DataFrame) -> pd.DataFrame:
-    """Per ``unit_ordinal``: [admitted, last end) — the span a unit holds its slot.
-
-    A session holds its slot across rounds and tool waits (docs/arrival.md), so the span
-    runs from its admission (else its first dispatch) to its last round's end.
-    """
+    """Per ``unit_ordinal``: [admitted (else first dispatch), last end), the span a unit
+    holds its slot across rounds and tool waits (docs/arrival.md)."""
     start = df["admitted_ns"].fillna(df["dispatch_ns"])
     end = df["end_ns"].fillna(df["last_token_ns"]).fillna(df["dispatch_ns"])
     spans = pd.DataFrame({"unit_ordinal": df["unit_ordinal"], "start": start, "end": end})

@@ -17,13 +17,9 @@ from workbench.metrics.distribution import describe
 
 
 def worker_breakdown(data: Any) -> list[dict[str, Any]] | None:
-    """One dict per worker (sorted by index) of the run's rows, or None without workers.
-
-    ``data`` is a ``Columns`` (an in-memory frame's, whose ``extra`` holds the worker,
-    or a stored run's, whose ``records.parquet`` has ``worker``/``worker_waiting``
-    columns) or anything ``to_frame`` takes. The hit rate is token-weighted over the
-    worker's ok requests whose server reported a cached count (``cache_measured``).
-    """
+    """One dict per worker (sorted by index) of the run's rows (``Columns``, or anything
+    ``to_frame`` takes), or None without workers; the hit rate is token-weighted over the
+    worker's ok requests that reported a cached count (``cache_measured``)."""
     cols = Columns.of(data)
     if not len(cols) or not cols.has("worker"):
         return None

@@ -41,17 +41,12 @@ async def sweep_async(
 ) -> Sweep:
     """Run ``cfg`` at every point of ``over`` into ``out_dir/sweep_id`` and return the sweep.
 
-    ``over``: ``{"arrival.rate": [1, 2, 4]}`` (a grid; several keys: every
-    combination) or ``[{"arrival.rate": 1}, ...]`` (a list). ``repeats``: runs per
-    point (seeds ``seed``, ``seed+1``, ...) pooled into means with 95 % intervals.
-    ``slo``: percentile bounds (``"ttft_ms:p90<=2000,tpot_ms:p90<=50,ok>=0.99"``).
-    ``virtual``: run each point through ``simulate``, ``parallel`` points at once, each
-    in a process of its own (default: the cores this process may use; live points run
-    one at a time). Calling again with the same ``sweep_id`` resumes: repeats on disk
-    are kept, the rest run. ``serve``: start a server per server point and run the
-    client points against it (``workbench.sweeps.serve``; ``cfg``'s target URL is
-    where it answers); a point its server could not serve is ``failed``. ``gpus``: GPUs
-    per instance, recorded for the Pareto plot's per-GPU throughput.
+    ``over``: a grid ``{"arrival.rate": [1, 2, 4]}`` or a list of points (docs/sweeps.md,
+    "Points"); ``slo``: the SLO grammar (``"ttft_ms:p90<=2000,ok>=0.99"``); ``serve``: a
+    server per server point, ``cfg``'s target URL where it answers (``sweeps.serve``);
+    ``gpus``: GPUs per instance, for the Pareto plot's per-GPU throughput. How the points
+    run (repeats, virtual, parallel, the directory; the same ``sweep_id`` resumes):
+    ``PointRuns``.
     """
     points = spec_mod.expand(over)
     # sweeping arrival.rate needs no base rate: the base takes the first point's

@@ -50,12 +50,12 @@ Progress = Callable[[str], None]
 
 
 class PointRuns(TypedDict, total=False):
-    """How a sweep's points run and where they go: the keywords every sweep takes
-    (``sweep_async``, ``capacity_search_async``) and hands to ``SweepRunner``.
+    """How a sweep's points run and where they go (``sweep_async``, ``capacity_search_async``).
 
-    ``repeats``: runs per point; ``virtual``: each point through ``simulate``,
-    ``parallel`` at once; ``out_dir``/``sweep_id``: the sweep directory (the same id
-    resumes); ``label``; ``progress``: told each point's line."""
+    ``repeats``: runs per point (seeds ``seed``, ``seed+1``, …, pooled); ``virtual``: each
+    point through ``simulate``, ``parallel`` at once (default: the cores; live points: one
+    at a time); ``out_dir``/``sweep_id``: the sweep directory (the same id resumes);
+    ``label``; ``progress``: told each point's line."""
 
     repeats: int
     virtual: bool
@@ -77,10 +77,8 @@ FRESH_TRIES = 1000
 
 
 def fresh_sweep_dir(root: Path, kind: str) -> Path:
-    """A new directory under ``root`` for a sweep given no id: ``<UTC second>-<kind>``, or
-    ``…-<kind>-2``, ``-3``… when that second's is taken. Claimed by ``mkdir``, so two sweeps
-    started in one second (a notebook running two in a row) never share, and so never
-    resume, one another's directory; resuming takes the id given explicitly."""
+    """A new directory ``<UTC second>-<kind>[-N]`` under ``root``, claimed by ``mkdir``: two
+    sweeps started in one second never share (and so never resume) one directory."""
     base = new_sweep_id(kind)
     for n in range(1, FRESH_TRIES + 1):
         d = contained_dir(root, base if n == 1 else f"{base}-{n}")
@@ -131,14 +129,10 @@ class SweepRunner:
         if parallel > 1 and not virtual:
             raise ConfigError("parallel > 1 runs virtual-time points only: live points share "
                               "one server and run one at a time (drop parallel or use virtual)")
-        self.cfg = cfg
         cfg.register_secrets()  # before sweep.json is written (docs/security.md)
-        self.repeats = repeats
+        self.cfg, self.repeats, self.slo = cfg, repeats, slo
+        self.virtual, self.parallel, self.progress = virtual, parallel, progress
         self._by_params: dict[str, dict[str, Any]] = {}  # entry(): points by their params
-        self.slo = slo
-        self.virtual = virtual
-        self.parallel = parallel
-        self.progress = progress
         root = Path(out_dir or cfg.out_dir or "sweeps")
         # never a symlink out of the output folder (workbench.storage.rundir)
         self.dir = (contained_dir(root, sweep_id) if sweep_id
@@ -241,10 +235,8 @@ class SweepRunner:
                            seed=self.cfg.seed + rep, label=f"{entry['label']} #{rep}")
 
     async def check(self, entries: Sequence[Mapping[str, Any]]) -> None:
-        """Every point's config is valid, before the first request is sent; a first point
-        whose waits alone take longer than ``LONG_RUN_MS`` is announced (docs/arrival.md,
-        "How long a run takes"), with the sweep's total when it runs in real time. The
-        loop runs between points, so Ctrl-C and SIGTERM stop a long check at once."""
+        """Every point's config is valid, before the first request; a long first point is
+        announced (docs/arrival.md, "How long a run takes"). Ctrl-C stops a long check."""
         for i, e in enumerate(entries):
             self._repeat_cfg(e, 0)
             if i % CHECK_YIELD_EVERY == CHECK_YIELD_EVERY - 1:
@@ -370,7 +362,5 @@ class SweepRunner:
 
 
 def _params_key(params: Mapping[str, Any]) -> str:
-    """A point's parameters as one hashable text: equal parameters, equal text (JSON
-    with sorted keys: the order the axes were given in does not matter, as ``==`` of
-    the mappings did not)."""
+    """A point's parameters as one hashable text (sorted JSON: equal mappings, equal text)."""
     return json.dumps(params, sort_keys=True, default=str)
