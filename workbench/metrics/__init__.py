@@ -13,7 +13,6 @@ from workbench.metrics.breakdown import (
     by_input_band,
     by_round_index,
     cap_from_manifest,
-    input_band,
     per_session,
     percentiles,
     steady_window,
@@ -22,11 +21,8 @@ from workbench.metrics.frame import (
     COLUMNS,
     DERIVED_COLUMNS,
     as_records,
-    output_tokens,
-    request_metrics,
     run_rows,
     to_frame,
-    token_events,
 )
 from workbench.metrics.summary import (
     LATENCY_METRICS,
@@ -40,7 +36,6 @@ from workbench.metrics.summary import (
     throughput,
 )
 from workbench.metrics.timeline import (
-    active_units_timeline,
     in_flight_timeline,
     throughput_timeline,
 )
@@ -51,19 +46,15 @@ __all__ = [
     "DERIVED_COLUMNS",
     "LATENCY_METRICS",
     "SLO_METRICS",
-    "active_units_timeline",
     "as_records",
     "by_input_band",
     "by_round_index",
     "cap_from_manifest",
     "describe",
     "in_flight_timeline",
-    "input_band",
-    "output_tokens",
     "per_session",
     "percentiles",
     "prefix_hit_rates",
-    "request_metrics",
     "run_rows",
     "server_window_hit_rate",
     "slo_attainment",
@@ -73,5 +64,4 @@ __all__ = [
     "throughput",
     "throughput_timeline",
     "to_frame",
-    "token_events",
 ]

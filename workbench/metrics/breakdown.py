@@ -96,11 +96,6 @@ def by_round_index(data: Data, *, warmup: bool = False) -> pd.DataFrame:
     return round_table(Columns.of(data), warmup=warmup)
 
 
-def input_band(prompt_tokens: pd.Series) -> pd.Series:
-    """The band label of each prompt length (categorical, in band order)."""
-    return pd.cut(prompt_tokens, list(BAND_EDGES), right=False, labels=list(BAND_LABELS))
-
-
 def by_input_band(data: Data, *, warmup: bool = False) -> pd.DataFrame:
     """One row per prompt-length band (``prompt_len``: server count, else as sent/planned)."""
     return band_table(Columns.of(data), warmup=warmup)

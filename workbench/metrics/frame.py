@@ -16,7 +16,7 @@ import pandas as pd
 
 import workbench.catalogs.requests as catalog
 from workbench.errors import ConfigError
-from workbench.metrics.derive import INPUTS, MIN_EVENT_TOKENS, TokenRows, derive, split_gaps
+from workbench.metrics.derive import INPUTS, TokenRows, derive, split_gaps
 from workbench.records import RequestRecord, RunResult
 from workbench.storage.rundir import load_records
 
@@ -73,38 +73,9 @@ def _derived(recs: Sequence[RequestRecord]) -> dict[str, Any]:
     return derive(raw, [r.token_times_ns for r in recs], [r.token_counts for r in recs])
 
 
-def _one(rec: RequestRecord) -> dict[str, Any]:
-    return _derived([rec])
-
-
 def output_token_counts(recs: Sequence[RequestRecord]) -> list[int]:
     """``output_tokens`` of many records at once (one ``derive`` call, not one per record)."""
     return [int(n) for n in _derived(recs)["output_tokens"]]
-
-
-def token_events(rec: RequestRecord) -> tuple[list[int], list[int]]:
-    """(times, counts) of the stream events that carried ≥ 1 output token id."""
-    pairs = [(t, c) for t, c in zip(rec.token_times_ns, rec.token_counts, strict=False)
-             if c >= MIN_EVENT_TOKENS]  # fmt: skip
-    return [t for t, _ in pairs], [c for _, c in pairs]
-
-
-def output_tokens(rec: RequestRecord) -> int:
-    """Server-reported completion tokens, else what the stream delivered (``derive``)."""
-    return int(_one(rec)["output_tokens"][0])
-
-
-def prompt_len(rec: RequestRecord) -> int:
-    """The prompt as the server counted it, else as sent, else as planned (``derive``)."""
-    return int(_one(rec)["prompt_len"][0])
-
-
-def request_metrics(rec: RequestRecord) -> dict[str, Any]:
-    """Every derived per-request metric of one record (docs/metrics.md names)."""
-    d = _one(rec)
-    out: dict[str, Any] = {c: d[c][0].item() for c in DERIVED_COLUMNS if c not in LIST_COLUMNS}
-    out["itl_ms"] = d["gaps"].tolist()
-    return out
 
 
 def to_frame(data: Data) -> pd.DataFrame:

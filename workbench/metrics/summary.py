@@ -246,12 +246,6 @@ def client_bottleneck(stats: Mapping[str, Any]) -> dict[str, Any]:
     return {"client_bottleneck": bool(reasons), "client_bottleneck_reasons": reasons}
 
 
-def isolation_fields(manifest: RunManifest, warm: dict[str, Any]) -> dict[str, Any]:
-    """``cache_flush`` (what was done before the run, from the manifest) and ``warm_cache``."""
-    flush = manifest.cache_flush
-    return {"cache_flush": dict(flush) if isinstance(flush, Mapping) else None, "warm_cache": warm}
-
-
 #: what a non-streaming run's summary, report and CLI line say (docs/metrics.md)
 NON_STREAMING_NOTE = "non-streaming: TTFT = end-to-end latency"
 #: how a non-streaming run shows TPOT and ITL: undefined, not 0
@@ -292,7 +286,9 @@ def run_summary(
     out["server_prefix_hit_rate"] = server_window_hit_rate(timeline)
     scrape = manifest.metrics_scrape
     out["server"] = server_evidence(timeline, scrape if isinstance(scrape, Mapping) else None)
-    out.update(isolation_fields(manifest, warm_cache(full, manifest.cache_flush)))
+    flush = manifest.cache_flush  # what was done before the run
+    out["cache_flush"] = dict(flush) if isinstance(flush, Mapping) else None
+    out["warm_cache"] = warm_cache(full, flush)
     slo = slo if slo is not None else manifest.section("slo")
     out["slo"] = slo_attainment(df, slo, out["duration_s"]) if slo else None
     return out

@@ -1,4 +1,4 @@
-"""Time series for plots: throughput per bin, requests in flight, active units.
+"""Time series for plots: throughput per bin, requests in flight; units holding a slot.
 
 Times are seconds from ``t0_ns`` (default: the run's first dispatch). Output tokens are
 binned at the stream events that carried them (a non-streaming answer's at its end).
@@ -104,14 +104,3 @@ def active_units_at(df: pd.DataFrame, times_ns: np.ndarray) -> np.ndarray:
     ends = np.sort(spans["end"].to_numpy())
     return np.searchsorted(starts, times_ns, "right") - np.searchsorted(ends, times_ns, "right")
 
-
-def active_units_timeline(
-    data: Data, *, t0_ns: int | None = None, warmup: bool = False
-) -> pd.DataFrame:
-    """Units holding a slot after each change point: ``t_s``, ``active_units``."""
-    df = run_rows(data, warmup=warmup)
-    spans = unit_intervals(df)
-    t0 = _origin(df, t0_ns)
-    if t0 is None or spans.empty:
-        return pd.DataFrame(columns=["t_s", "active_units"])
-    return _step(spans["start"].to_numpy(), spans["end"].to_numpy(), t0, "active_units")

@@ -137,9 +137,8 @@ def _span(lo: int, hi: int, word: str) -> str:
 
 
 def _headroom(probe: Probe) -> str:
-    """How far the binding bound is above the simulated value, relative to the value
-    (limit / value − 1): the pessimistic case holds exactly when it is at least the
-    stated error, since value × (1 + error) <= limit."""
+    """limit / value − 1 of the binding bound (the pessimistic case holds when it is at
+    least the stated error)."""
     r = probe.worst_ratio
     return f"{1 / r - 1:.1%}" if r > 0 else "all"
 
@@ -216,8 +215,7 @@ class PlanResult:
         return price_of(self.prices or {}, option.gpu)
 
     def cost(self, probe: Probe) -> dict[str, float | None]:
-        """Dollars per million tokens (prompt + output) and per unit of work: the
-        GPUs (replicas × TP) over the replay's span at the GPU's price per hour."""
+        """USD per million tokens, per unit of work and per hour (docs/plan.md, "Cost")."""
         price = self.price(probe.option)
         if price is None or probe.span_s <= 0:
             return {"usd_per_mtok": None, "usd_per_task": None, "usd_per_hour": None}
@@ -229,8 +227,7 @@ class PlanResult:
                 "usd_per_hour": per_hour}
 
     def answers(self) -> list[dict[str, Any]]:
-        """One row per (scale, option): fewest replicas as simulated and over the error
-        band, their GPUs, the verdict, the cost, the label with the stated error."""
+        """One row per (scale, option): fewest replicas and GPUs over the band, verdict, cost."""
         rows = []
         none = {"usd_per_mtok": None, "usd_per_task": None, "usd_per_hour": None}
         for scale in self.scales:
@@ -298,10 +295,7 @@ class PlanResult:
                        f"this plan does not show why)")
 
     def best(self, scale: float) -> tuple[Option, Probe] | None:
-        """The cheapest option at ``scale``: of those that hold even pessimistically
-        (else as simulated, else optimistically), the lowest cost per hour when every
-        one has a price, else the fewest GPUs (ties by GPUs, then label); with the probe
-        of the case that decided it."""
+        """The best option at ``scale`` and the probe that decided it (docs/plan.md, "Best")."""
         for case in ("high", "sim", "low"):
             found = [(o, p) for o in self.options if (p := self.fewest(o, scale, case))]
             if found:
@@ -349,10 +343,6 @@ class PlanResult:
                  else f"{worst.key} attained by {value or 0:.0%}")
         return shown, worst
 
-    def _simulated_words(self, probe: Probe) -> str:
-        """The binding bound's simulated value and margin at ``probe``."""
-        return f"{self._binding(probe)[0]} (the bound {_headroom(probe)} above it)"
-
     def answer(self, scale: float | None = None) -> str:
         """The plan in one sentence, the answer first and the error after (the trace's
         own rate unless ``scale``; the other rates in the table)."""
@@ -399,7 +389,8 @@ class PlanResult:
                     f"{self._why(option, scale, 'high')}")
         sim_words = (f"as simulated, {_n(sim.replicas, 'replica')} "
                      f"give{'s' if sim.replicas == 1 else ''} "
-                     f"{self._simulated_words(sim)}" if sim is not None
+                     f"{self._binding(sim)[0]} (the bound {_headroom(sim)} above it)"
+                     if sim is not None
                      else f"as simulated, {self._why(option, scale, 'sim')}")
         return (f"{count} {what}, a range within {self._error_words(option)}: {ends}; "
                 f"{sim_words}{rest}. " + self._error_tail())
@@ -456,9 +447,8 @@ class PlanResult:
 
     def save(self, out_dir: str | Path, plan_id: str | None = None, *,
              claimed: Path | None = None) -> Path:
-        """``OUT_DIR/PLAN_ID/plan.json`` (a new directory, ``claim_plan_dir``), or
-        ``plan.json`` in a directory claimed before the plan was computed; returns the
-        directory."""
+        """``plan.json`` in a new directory (``claim_plan_dir``) or in ``claimed``; returns
+        the directory."""
         d = claimed if claimed is not None else claim_plan_dir(out_dir, plan_id)
         write_file(d / PLAN_FILE, json.dumps(self.to_dict(), indent=1))
         return d
@@ -469,11 +459,8 @@ CLAIM_TRIES = 1000
 
 
 def claim_plan_dir(out_dir: str | Path, plan_id: str | None = None) -> Path:
-    """A new, empty plan directory under ``out_dir``, created now (``mkdir`` is atomic):
-    ``PLAN_ID`` exactly (taken: a ``ConfigError``), else ``STAMP-plan`` or, when another
-    plan took that name in the same second, ``STAMP-plan-2``, ``-3``, … So a plan's
-    directory is claimed before its plan is computed, and never lost to a name
-    collision afterwards."""
+    """A new, empty plan directory under ``out_dir``, made now (``mkdir`` is atomic):
+    ``PLAN_ID`` exactly (taken: a ``ConfigError``), else ``STAMP-plan[-N]``."""
     from workbench.config.validation import check_run_id
 
     root = Path(out_dir)
@@ -531,11 +518,8 @@ def _options(engines: Sequence[str], routers: Sequence[str],
 
 
 def band_slo(slo: SLO, option: Option, case: str) -> SLO:
-    """``slo`` judged with ``option``'s stated error applied to each bound's metric:
-    value × (1 + error) ("high", pessimistic) or × (1 − error) ("low"), as the limit
-    divided by the same factor (a percentile scales with its values; a per-request bound
-    counts the requests within the scaled limit). A metric with no stated error keeps
-    its limit."""
+    """``slo`` with each bound's limit divided by 1 ± ``option``'s stated error of its
+    metric ("high": +, pessimistic; "low": −; docs/plan.md, "Error band")."""
     bounds = []
     for b in slo.bounds:
         e = metric_error(option.engine, b.metric) or 0.0
@@ -574,18 +558,15 @@ def _measure(cfg: dict[str, Any], option: Option, scale: float, rate: float, rep
 
 
 def _floor(cfg: dict[str, Any], option: Option, slo: SLO) -> Probe:
-    """The trace's units one at a time (``max_concurrency`` 1, all due at once) on one
-    idle replica: what no replica count goes under (each request's own time, with the
-    prefix cache of the ones before it)."""
+    """The trace's units one at a time on one idle replica: what no replica count goes
+    under (docs/plan.md, "When more replicas stop helping")."""
     return _measure(cfg, option, 0.0, 0.0, 1, slo,
                     arrival={"mode": "saturated", "max_concurrency": 1})
 
 
 def _fewest(probe: Callable[[int], Probe], max_replicas: int) -> None:
-    """Doubling from 1 until the SLO holds even pessimistically (``held_high``), then
-    bisection, for each case (as simulated, pessimistic, optimistic), between the last
-    count that broke it and the first that held; a count is probed once, and every probe
-    goes to the plan through ``probe``."""
+    """Doubling from 1 until the SLO holds even pessimistically, then bisection for each
+    case (docs/plan.md); each count is probed once, through ``probe``."""
     seen: dict[int, Probe] = {}
 
     def at(n: int) -> Probe:
@@ -712,8 +693,7 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
 
 
 def _with_floors(result: PlanResult, cfg: dict[str, Any], slo: SLO) -> PlanResult:
-    """The floor (``_floor``) of every option some rate of which no count up to the
-    limit held even pessimistically: what the plan's "why" sentence rests on."""
+    """The floor (``_floor``) of every option that some rate never held pessimistically."""
     for option in result.options:
         if any(result.fewest(option, s, "high") is None for s in result.scales):
             result.floors[option.label] = _floor(cfg, option, slo)

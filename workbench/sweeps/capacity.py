@@ -129,7 +129,8 @@ async def _search(held: Any, lo: float, hi: float, tol: float, grow: float, max_
         probe = hi
     while bad is None:
         if n >= max_probes:  # the SLO still held and no probe is left
-            return _above(good, n, rounds)
+            return {"value": good, "status": "above_range", "bracket": [good, None],
+                    "note": f"the SLO still held at {good} after {n} probes", "rounds": rounds}
         values = [probe]
         while len(values) < min(width, max_probes - n):
             values.append(_grown(values[-1], grow, integer, digits))
@@ -154,11 +155,6 @@ def _grown(value: float, grow: float, integer: bool, digits: int | None = None) 
     if integer:
         return int(value * grow)
     return value * grow if digits is None else round(value * grow, digits)
-
-
-def _above(good: float, n: int, rounds: int) -> dict[str, Any]:
-    return {"value": good, "status": "above_range", "bracket": [good, None],
-            "note": f"the SLO still held at {good} after {n} probes", "rounds": rounds}
 
 
 def _inner(good: float, bad: float, k: int, integer: bool,

@@ -75,7 +75,13 @@ async def sweep_async(
         await runner.check(entries)
     runner.save()  # every point is listed (pending) before the first run
     if serve is not None:
-        return await _serve_sweep(runner, entries, serve, base)
+        from workbench.backends.extras import resolve_headers
+
+        headers = resolve_headers(base.backend.options.get("headers") or {})
+        with runner.ends_on_error():
+            failed = await run_server_points(runner, entries, serve, base.target.url, headers)
+        runner.sweep.manifest.failed_points = failed
+        return runner.finish("completed_with_failures" if failed else "completed")
     status = "completed"
     with runner.ends_on_error():
         broken = 0
@@ -118,17 +124,6 @@ def _serve_points(base: RunConfig, serve: ServeSpec, points: list[spec_mod.Point
     spec_mod.check_points(servers * len(points), f"{servers} server × {len(points)} client")
     return [{**{SERVE_PREFIX + k: v for k, v in s.items()}, **p}
             for s in serve.points() for p in points]
-
-
-async def _serve_sweep(runner: SweepRunner, entries: list[dict[str, Any]], serve: ServeSpec,
-                       base: RunConfig) -> Sweep:
-    from workbench.backends.extras import resolve_headers
-
-    headers = resolve_headers(base.backend.options.get("headers") or {})
-    with runner.ends_on_error():
-        failed = await run_server_points(runner, entries, serve, base.target.url, headers)
-    runner.sweep.manifest.failed_points = failed
-    return runner.finish("completed_with_failures" if failed else "completed")
 
 
 def run_sync(coro: Any) -> Any:

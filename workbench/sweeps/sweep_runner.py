@@ -90,13 +90,6 @@ def fresh_sweep_dir(root: Path, kind: str) -> Path:
     raise ConfigError(f"{root}: {FRESH_TRIES} sweeps named {base}-N already; give a sweep id")
 
 
-def _comparable(cfg: RunConfig) -> dict[str, Any]:
-    d = cfg.to_dict()
-    for k in _PLACE_KEYS:
-        d.pop(k, None)
-    return json.loads(json.dumps(d, default=str))
-
-
 def _retrieved(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled():
         fut.exception()
@@ -146,7 +139,8 @@ class SweepRunner:
     # -- the sweep manifest --------------------------------------------------------------
     def _open(self, kind: str, spec_doc: dict[str, Any], axes: list[str],
               label: str | None) -> Sweep:
-        base = _comparable(self.cfg)
+        base = {k: v for k, v in self.cfg.to_dict().items() if k not in _PLACE_KEYS}
+        base = json.loads(json.dumps(base, default=str))
         if (self.dir / SWEEP_MANIFEST).is_file():
             sweep = load_sweep(self.dir)
             m = sweep.manifest
