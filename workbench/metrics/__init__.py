@@ -9,10 +9,8 @@ in-memory frame or a stored run's ``records.parquet`` (``scan``). Nothing here w
 from __future__ import annotations
 
 from workbench.metrics.breakdown import (
-    BAND_LABELS,
     by_input_band,
     by_round_index,
-    cap_from_manifest,
     per_session,
     percentiles,
     steady_window,
@@ -25,15 +23,10 @@ from workbench.metrics.frame import (
     to_frame,
 )
 from workbench.metrics.summary import (
-    LATENCY_METRICS,
-    SLO_METRICS,
     describe,
-    prefix_hit_rates,
     server_window_hit_rate,
-    slo_attainment,
     summarize,
     summary_of,
-    throughput,
 )
 from workbench.metrics.timeline import (
     in_flight_timeline,
@@ -41,27 +34,20 @@ from workbench.metrics.timeline import (
 )
 
 __all__ = [
-    "BAND_LABELS",
     "COLUMNS",
     "DERIVED_COLUMNS",
-    "LATENCY_METRICS",
-    "SLO_METRICS",
     "as_records",
     "by_input_band",
     "by_round_index",
-    "cap_from_manifest",
     "describe",
     "in_flight_timeline",
     "per_session",
     "percentiles",
-    "prefix_hit_rates",
     "run_rows",
     "server_window_hit_rate",
-    "slo_attainment",
     "steady_window",
     "summarize",
     "summary_of",
-    "throughput",
     "throughput_timeline",
     "to_frame",
 ]

@@ -74,8 +74,7 @@ def _flat(lists: Sequence[Sequence[int]], lens: np.ndarray) -> np.ndarray:
 
 class TokenRows:
     """Rows of token values held flat: row ``i`` is the next ``lens[i]`` of ``values``
-    (int64), 8 B a token and no object per row (``metrics.frame.frame_of_stream``).
-    ``token_stats`` takes it for a list of rows."""
+    (int64, 8 B a token; ``frame_of_stream``), taken by ``token_stats`` for row lists."""
 
     def __init__(self, values: np.ndarray, lens: np.ndarray):
         self.values, self.lens = values, lens

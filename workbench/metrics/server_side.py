@@ -59,9 +59,8 @@ def preemptions(timeline: Sequence[Mapping[str, Any]],
 def series_stats(
     timeline: Sequence[Mapping[str, Any]], kept: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, dict[str, Any]]:
-    """Peak and mean over the run of each series kept beyond the engine's own list
-    (``kept``: the manifest's ``metrics_scrape.series``: label, unit, endpoints,
-    simulated), over the samples that have it; a series never sampled is left out."""
+    """Peak and mean of each sampled series of ``kept`` (the manifest's
+    ``metrics_scrape.series``), over the samples that have it."""
     out: dict[str, dict[str, Any]] = {}
     for name, info in kept.items():
         vals = _values(timeline, name)
@@ -75,9 +74,8 @@ def series_stats(
 def server_evidence(
     timeline: Sequence[Mapping[str, Any]], scrape: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """``summary["server"]``: engine, samples, preemptions, peak KV usage, running, waiting;
-    with ``series`` (peak and mean of each further series, ``series_stats``) when the
-    run's scrape (``scrape``: the manifest's ``metrics_scrape``) kept any."""
+    """``summary["server"]``: engine, samples, preemptions, peaks; ``series`` when the
+    run's ``metrics_scrape`` kept further series (``series_stats``)."""
     rows = [r for r in timeline if "error" not in r]
     out = {**EMPTY, "scrape_errors": len(timeline) - len(rows), "samples": len(rows)}
     for engine in ENGINES:

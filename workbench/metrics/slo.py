@@ -89,7 +89,6 @@ class SLO:
     bounds: tuple[Bound, ...] = ()
     min_ok: float = DEFAULT_MIN_OK
 
-    # -- construction -------------------------------------------------------------------
     @classmethod
     def parse(cls, spec: SLO | Mapping[str, Any] | Iterable[str] | str | None) -> SLO | None:
         """An SLO from its text or mapping form (None stays None); errors name the rule."""
@@ -130,7 +129,6 @@ class SLO:
     def __str__(self) -> str:
         return " and ".join([*map(str, self.bounds), f"ok>={self.min_ok:g}"])
 
-    # -- evaluation ---------------------------------------------------------------------
     def evaluate(self, data: pd.DataFrame | Columns) -> dict[str, Any]:
         """Observed value of every bound over one run's rows (a frame, or ``Columns``): a
         percentile over the ok requests, or the share of all requests that attained it."""
@@ -140,9 +138,7 @@ class SLO:
         values = {b.key: ok_percentile(ok, b.metric, b.q) if b.q is not None
                   else (float(attained(cols, [b])[0].mean()) if n else None)
                   for b in self.bounds}  # fmt: skip
-        # goodput counts requests that are ok and individually within every bound's limit:
-        # per request a percentile has no meaning, so the limit applies to the request's own
-        # value (its TTFT, its TPOT, its worst gap), as DistServe's and vLLM's goodput do
+        # goodput: each request's own value within every limit (docs/sweeps.md, "SLO")
         per_request = [Bound(b.metric, None, b.limit) for b in self.bounds]
         return {
             "values": values,
@@ -210,11 +206,8 @@ def request_values(cols: Columns, metric: str) -> np.ndarray:
 
 
 def attained(cols: Columns, bounds: Iterable[Bound]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Rows that are ok and within every per-request bound, and each bound's own mask.
-
-    A metric bounded twice is held to its tighter limit; failed requests and unmeasured
-    values (e.g. TPOT of a one-token output) count against.
-    """
+    """Rows that are ok and within every per-request bound (a metric bounded twice: the
+    tighter), and each bound's own mask; unmeasured values count against."""
     ok = cols.equals("status", "ok")
     joint = ok.copy()
     per: dict[str, np.ndarray] = {}

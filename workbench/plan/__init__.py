@@ -165,7 +165,6 @@ class PlanResult:
         if self.prices is None:
             self.prices = {}
 
-    # -- the SLO and its error ------------------------------------------------------------
     def parsed_slo(self) -> SLO:
         """``slo`` parsed back (its text joins the items with " and ")."""
         parsed = SLO.parse(self.slo.replace(" and ", ","))
@@ -200,7 +199,6 @@ class PlanResult:
         sign = "+" if case == "high" else "−"
         return "at " + " and ".join(f"{sign}{e:.1%} {k}" for k, e in errs.items())
 
-    # -- the search's answers -------------------------------------------------------------
     def fewest(self, option: Option, scale: float, case: str = "sim") -> Probe | None:
         """The probe with the fewest replicas for ``option`` at ``scale`` that held in
         ``case`` ("sim": as simulated; "low"/"high": the error band's ends)."""

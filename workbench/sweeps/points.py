@@ -44,9 +44,7 @@ def run_complete(run_dir: Path) -> bool:
 def point_metrics(run_dir: str | Path, slo: SLO | None,
                   result: RunResult | None = None) -> dict[str, Any]:
     """The flat numbers of one stored run (summary percentiles, throughput, hits, SLO);
-    ``result``: the same run still in memory (spares reading its records back). A run
-    whose records are on disk only is read from its ``records.parquet`` columns (the
-    SLO's), not parsed back into records."""
+    ``result``: the same run in memory, else its ``records.parquet`` columns are read."""
     from workbench.metrics import to_frame
     from workbench.metrics.columns import available, stored
     from workbench.metrics.summary import server_preemptions
@@ -115,8 +113,7 @@ def pool(repeats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def simulate_and_measure(cfg_dict: dict[str, Any],
                          slo: dict[str, float] | None) -> tuple[str, dict[str, Any]]:
-    """``simulate`` one repeat into its run directory, then ``point_metrics`` of it, from
-    plain data (what a worker process is given; any thread)."""
+    """``simulate`` one repeat, then its ``point_metrics``, from plain data (a worker's)."""
     import time
 
     from workbench.executors.virtual import simulate

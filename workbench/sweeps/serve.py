@@ -258,13 +258,11 @@ class ManagedServer:
         return out
 
     async def stop_async(self) -> dict[str, Any]:
-        """``stop`` on a thread of its own: its waits (up to ``grace_s`` and then some) do
-        not hold up the event loop it is awaited on (signals, progress, other tasks)."""
+        """``stop`` on a thread of its own, so its waits do not hold up the event loop."""
         return await asyncio.to_thread(self.stop)
 
     def _gone_within(self, timeout_s: float) -> bool:
-        """Wait (at most ``timeout_s``) until the leader has exited and no process of its
-        group is left; whether that happened."""
+        """Whether the leader and its whole group are gone within ``timeout_s``."""
         assert self.proc is not None
         deadline = time.monotonic() + timeout_s
         while True:  # bounded: the deadline
@@ -283,9 +281,8 @@ class ManagedServer:
 
 
 def group_members(pgid: int) -> list[int]:
-    """The processes of group ``pgid`` still running (zombies, which hold no memory and
-    run nothing, left out): from ``/proc`` on Linux; elsewhere the group answering
-    signal 0 stands for its leader."""
+    """The processes of group ``pgid`` still running, zombies left out (``/proc``; elsewhere
+    the group answering signal 0 stands for its leader)."""
     proc_dir = Path("/proc")
     if not (proc_dir / "self" / "stat").exists():
         try:
@@ -309,8 +306,7 @@ def group_members(pgid: int) -> list[int]:
 
 
 def _start_watchdog() -> subprocess.Popen[bytes]:
-    """The parent-death watchdog of one server (``watchdog.py``, run as a script: no
-    workbench import), in a session of its own; its stdin is the sweep's pipe to it."""
+    """One server's watchdog (``watchdog.py``) in a session of its own; stdin: its pipe."""
     return subprocess.Popen(
         [sys.executable, "-I", "-S", str(Path(__file__).with_name("watchdog.py"))],
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

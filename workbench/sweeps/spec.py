@@ -73,8 +73,7 @@ def check_points(count: int, how: str) -> None:
 
 
 def expand(over: Over) -> list[Point]:
-    """The sweep's points, each ``{full.path: value}``, in run order (at most
-    ``MAX_POINTS``, counted before any is built)."""
+    """The sweep's points, each ``{full.path: value}``, in run order (``MAX_POINTS``)."""
     if isinstance(over, Mapping):
         if not over:
             raise ConfigError("sweep 'over' is empty: give at least one axis and its values")
@@ -123,8 +122,7 @@ def apply(cfg: RunConfig, point: Mapping[str, Any]) -> RunConfig:
 
 
 def label(point: Mapping[str, Any]) -> str:
-    """Short text of a point: ``rate=2, max_concurrency=8``; a float in at most 4
-    significant figures (``rate=2.63``, never ``2.6296296296296293``)."""
+    """Short text of a point: ``rate=2.63, max_concurrency=8`` (4 significant figures)."""
     return ", ".join(f"{p.rsplit('.', 1)[-1]}={_short(v)}" for p, v in point.items())
 
 
@@ -140,17 +138,16 @@ RATE = "arrival.rate"
 
 
 def swept_rate(points: Sequence[Mapping[str, Any]]) -> Any:
-    """The first point's ``arrival.rate`` when every point sets one (None otherwise): what
-    a base config without a rate of its own takes, so that sweeping the rate needs no base
-    rate (every point replaces it)."""
+    """The first point's ``arrival.rate`` when every point sets one, else None: the base
+    config's rate when it has none (sweeping the rate needs no base rate)."""
     if points and all(RATE in p for p in points):
         return points[0][RATE]
     return None
 
 
 def with_rate(cfg: RunConfig | Mapping[str, Any], rate: Any) -> RunConfig | dict[str, Any]:
-    """``cfg`` (a mapping: the config's dict form) with ``arrival.rate`` set to ``rate``
-    when it has none and ``rate`` is not None; a ``RunConfig`` is returned as it is."""
+    """A config mapping with ``arrival.rate`` set to ``rate`` when it has none (a
+    ``RunConfig``, or ``rate`` None: unchanged)."""
     if isinstance(cfg, RunConfig) or rate is None:
         return cfg if isinstance(cfg, RunConfig) else dict(cfg)
     out = dict(cfg)

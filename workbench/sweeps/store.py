@@ -22,13 +22,8 @@ RUNS = "runs"
 
 @dataclass
 class SweepManifest:
-    """The content of ``sweep.json`` (docs/sweeps.md): one field per fact of a sweep.
-
-    The first group is written when the sweep opens (``SweepRunner``) and always present;
-    the later fields are set as it goes and left out of ``to_dict`` while None. Keys this
-    version does not know are kept in ``extra`` and written back unchanged; ``from_dict``
-    reads any earlier ``sweep.json``.
-    """
+    """The content of ``sweep.json`` (docs/sweeps.md): the first fields always written, the
+    later ones once set; unknown keys kept in ``extra`` and written back unchanged."""
 
     sweep_id: str | None = None
     kind: str | None = None

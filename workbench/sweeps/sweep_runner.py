@@ -136,7 +136,6 @@ class SweepRunner:
         self.sweep = self._open(kind, spec_doc, list(axes), label)
         self._pool: concurrent.futures.Executor | None = None
 
-    # -- the sweep manifest --------------------------------------------------------------
     def _open(self, kind: str, spec_doc: dict[str, Any], axes: list[str],
               label: str | None) -> Sweep:
         base = {k: v for k, v in self.cfg.to_dict().items() if k not in _PLACE_KEYS}
@@ -222,7 +221,6 @@ class SweepRunner:
             self._pool = None
         return self.sweep
 
-    # -- running points ------------------------------------------------------------------
     def _repeat_cfg(self, entry: Mapping[str, Any], rep: int) -> RunConfig:
         cfg = spec_mod.apply(self.cfg, entry["params"])
         return cfg.replace(out_dir=str(self.dir / RUNS), run_id=f"p{entry['index']:03d}-r{rep}",
