@@ -99,6 +99,18 @@ def resolution(start: int) -> int:
     return max(1, start // 256)
 
 
+def _narrow(at: Callable[[int], dict[str, Any]], good: int, bad: int, start: int,
+            fits: Callable[[dict[str, Any]], bool]) -> int:
+    """Bisect between ``good`` (fits) and ``bad`` (does not) to ``resolution(start)``."""
+    while abs(good - bad) > resolution(start):
+        mid = (good + bad) // 2
+        if fits(at(mid)):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
 def _down(at: Callable[[int], dict[str, Any]], start: int, lo: int) -> tuple[int | None, str]:
     """The largest value below ``start`` with at least ``lo`` preemptions, every request ok."""
     good, bad = None, start  # good: preempts enough; bad: too few
@@ -127,14 +139,7 @@ def _down(at: Callable[[int], dict[str, Any]], start: int, lo: int) -> tuple[int
         bad = v
     if good is None:
         return None, "no smaller capacity preempts"
-    while bad - good > resolution(start):  # good preempts (>= lo), bad does not
-        mid = (good + bad) // 2
-        g = at(mid)
-        if g["preemptions"] >= lo and not g["not_ok"]:
-            good = mid
-        else:
-            bad = mid
-    return good, ""
+    return _narrow(at, good, bad, start, lambda g: g["preemptions"] >= lo and not g["not_ok"]), ""
 
 
 def _up(at: Callable[[int], dict[str, Any]], start: int, hi: int) -> tuple[int | None, str]:
@@ -150,14 +155,7 @@ def _up(at: Callable[[int], dict[str, Any]], start: int, hi: int) -> tuple[int |
         bad = v
     if good is None:
         return None, "no larger capacity calms the preemptions"
-    while good - bad > resolution(start):
-        mid = (good + bad) // 2
-        g = at(mid)
-        if calm(g, hi):
-            good = mid
-        else:
-            bad = mid
-    return good, ""
+    return _narrow(at, good, bad, start, lambda g: calm(g, hi)), ""
 
 
 def calm(f: dict[str, Any], hi: int) -> bool:
