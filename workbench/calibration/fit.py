@@ -118,8 +118,7 @@ def _decode_gaps(
     samples: list[Sample],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per clean decode gap: (gap ms per token, batch size, KV tokens) at its midpoint,
-    and the index of the request it belongs to. A request whose tokens all came in
-    one burst has no gap of its own (it still counts in the batch of the others)."""
+    and its request's index (docs/calibration.md, "decode")."""
     prefill = np.array([(s.dispatch, s.first) for s in samples], dtype=np.int64)
     mids, gaps, owner = [], [], []
     for i, s in enumerate(samples):
@@ -213,9 +212,8 @@ def calibrate(
     base: dict[str, Any] | None = None,
     self_check: bool = True,
 ) -> Calibration:
-    """Fit the cost model from the runs in ``run_dirs``; ``base`` holds the engine knobs
-    that are not fitted (``block_size``, ``num_blocks``, ``max_num_seqs`` ... of the real
-    server; the block size defaults to the runs' detected one)."""
+    """Fit the cost model from the runs in ``run_dirs``; ``base``: the real server's knobs
+    that are not fitted (``block_size`` defaults to the runs' detected one)."""
     from workbench.storage.rundir import load
 
     if not run_dirs:

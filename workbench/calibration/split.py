@@ -29,14 +29,12 @@ def splits(steps: int = SPLIT_STEPS) -> list[tuple[int, ...]]:
 
 
 def search(error: Callable[[tuple[int, ...]], float]) -> list[tuple[float, int, tuple[int, ...]]]:
-    """``(error, parts used, split)`` of every split, best first (ties: fewer parts,
-    then the smaller overhead, idle wake, intake)."""
+    """``(error, parts used, split)`` of every split, best first (ties: module doc)."""
     return sorted((error(p), sum(x > 0 for x in p), p) for p in splits())
 
 
 def fit_split(results: Sequence[RunResult], knobs: dict[str, Any]) -> dict[str, Any]:
-    """Choose the split of the lone-prefill constant (above) and set ``knobs`` to it;
-    the report has every split tried and its error."""
+    """Set ``knobs`` to the chosen split; the report has every split tried and its error."""
     from workbench.executors.virtual import simulate
     from workbench.replay.prepare import load_workload
 

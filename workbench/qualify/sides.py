@@ -82,9 +82,8 @@ def this_tree(label: str) -> Tree:
 
 
 def checkout(label: str, revision: str, build_python: str | None = None) -> Tree:
-    """A temporary worktree of ``revision`` of this repository (``Tree.release`` removes it).
-    ``build_python``: an interpreter whose setuptools builds the checkout's own compiled
-    modules when its C source differs from this tree's (``setup.py build_ext --inplace``)."""
+    """A temporary worktree of ``revision`` (``Tree.release`` removes it); ``build_python``
+    builds its compiled modules when its C source differs from this tree's."""
     repo = repo_root()
     sha = _git(repo, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
     tmp = Path(tempfile.mkdtemp(prefix=f"wb-parity-{label}-"))

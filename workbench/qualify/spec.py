@@ -162,9 +162,8 @@ def load_spec(path: str | Path, *, verify_trace: bool = True) -> ParitySpec:
 
 
 def read_spec(path: str | Path, *, verify_trace: bool = True) -> tuple[ParitySpec, Any]:
-    """The checked spec and the data it was read from, read once by the bounded reader of
-    configuration files (``validation.read_config_file``: size, file kind, UTF-8, depth,
-    aliases); ``parity --write`` changes that data, never a second read of the file."""
+    """The checked spec and the data it was read from, once, by the bounded config reader
+    (``validation.read_config_file``); ``parity --write`` changes that data."""
     from workbench.config.validation import read_config_file
 
     p = Path(path)
@@ -307,8 +306,7 @@ def _side(c: _Check, value: Any, where: str) -> Side:
 
 
 def _check_configs(c: _Check, spec: ParitySpec) -> None:
-    """Every (row, side) run config as ``RunConfig`` checks it, on this tree (a revision's
-    own checks run in its child process)."""
+    """Every (row, side) run config through ``RunConfig``, on this tree."""
     from workbench.config import RunConfig
 
     sides = [spec.baseline, spec.candidate] if spec.baseline.kind == "engine" else [spec.baseline]

@@ -127,10 +127,8 @@ def _serve_points(base: RunConfig, serve: ServeSpec, points: list[spec_mod.Point
 
 
 def run_sync(coro: Any) -> Any:
-    """Run a sweep coroutine from sync code: on this thread when no loop runs here (SIGTERM
-    stops it as Ctrl-C does: the point's run saved as cancelled, then KeyboardInterrupt),
-    inside a running loop (a notebook cell) on a fresh loop on a worker thread while the
-    cell waits (``run_anywhere``)."""
+    """Run a sweep coroutine from sync code: on this thread (SIGTERM stops it as Ctrl-C
+    does), or from a running loop (a notebook cell) on a worker thread (``run_anywhere``)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:

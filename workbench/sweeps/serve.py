@@ -203,8 +203,8 @@ class ManagedServer:
         return ServerFailed(reason, redact.text(self.tail()))
 
     async def wait_ready(self) -> None:
-        """Poll the readiness routes until one answers 200 (at most ``ready_timeout_s``);
-        an exit first, or the deadline, is a ``ServerFailed``."""
+        """Poll the readiness routes until one answers 200; an exit first, or
+        ``ready_timeout_s``, is a ``ServerFailed``."""
         import aiohttp
 
         started = time.monotonic()
@@ -236,8 +236,7 @@ class ManagedServer:
                 await asyncio.sleep(0.5)
 
     def stop(self) -> dict[str, Any]:
-        """SIGTERM to the group, SIGKILL to the group unless every process of it is gone
-        within ``grace_s``; returns once they are (what it took)."""
+        """SIGTERM to the group, SIGKILL after ``grace_s``; returns once all of it is gone."""
         proc = self.proc
         if proc is None:
             self._release_watchdog()
@@ -322,8 +321,8 @@ def _signal_group(pgid: int, sig: int) -> None:
 async def run_server_points(runner: SweepRunner, entries: list[dict[str, Any]],
                             spec: ServeSpec, url: str,
                             headers: Mapping[str, str] | None = None) -> list[int]:
-    """Every entry, grouped by server point: start its server (unless every entry of it is
-    done: resume), run the entries, stop it. Returns the indices of failed points."""
+    """Per server point with entries not done: start its server, run them, stop it.
+    Returns the indices of failed points."""
     failed: list[int] = []
     if runner.sweep.manifest.servers is None:
         runner.sweep.manifest.servers = {}
@@ -369,8 +368,7 @@ async def run_server_points(runner: SweepRunner, entries: list[dict[str, Any]],
 
 def _fail(runner: SweepRunner, todo: list[dict[str, Any]], exc: ServerFailed,
           name: str) -> list[int]:
-    """Mark the points the server could not serve failed: every one not done, and the one it
-    died during (its runs met a dying server)."""
+    """Mark failed every point the server could not serve, and the one it died during."""
     out = []
     for e in todo:
         during = f"point {e['index']} " in exc.reason

@@ -197,9 +197,8 @@ class SweepRunner:
 
     @contextlib.contextmanager
     def ends_on_error(self) -> Iterator[None]:
-        """The body of a sweep: an interruption (Ctrl-C, a cancelled task) finishes the
-        sweep ``interrupted``, any other error ``failed``, and re-raises; a body that
-        returns leaves the status to its caller (``finish``)."""
+        """The body of a sweep: an interruption finishes the sweep ``interrupted``, any other
+        error ``failed``, and re-raises; a body that returns leaves it to ``finish``."""
         try:
             yield
         except (asyncio.CancelledError, KeyboardInterrupt):
