@@ -56,10 +56,8 @@ def resolve_path(path: str) -> str:
     return path
 
 
-#: the most points one sweep runs (every combination of its axes, server points
-#: included), and runs per point: checked before any point is built or listed
-#: (docs/config-bounds.md, "Plans"): two 1,000-value axes were a 1,000,000-point grid,
-#: an 87 MB sweep.json before the first point and minutes deaf to Ctrl-C
+#: the most points one sweep runs (server points included), and runs per point: checked
+#: before any point is built (docs/config-bounds.md, "Plans")
 MAX_POINTS = 10_000
 MAX_REPEATS = 1_000
 
