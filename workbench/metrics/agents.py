@@ -41,11 +41,6 @@ def _union_ns(spans: list[tuple[int, int]]) -> int:
     return total
 
 
-def _spans(records: Iterable[RequestRecord]) -> list[tuple[int, int]]:
-    return [(r.dispatch_ns, r.end_ns) for r in records
-            if r.dispatch_ns is not None and r.end_ns is not None]
-
-
 def concurrency(
     spans: list[tuple[int, int]], manifest: RunManifest
 ) -> dict[str, Any] | None:
@@ -108,7 +103,8 @@ def per_task(
         if root is None:
             continue
         makespan = root["end_ns"] - root["admitted_ns"]
-        engine = _union_ns(_spans(recs.get(key, [])))
+        engine = _union_ns([(r.dispatch_ns, r.end_ns) for r in recs.get(key, [])
+                            if r.dispatch_ns is not None and r.end_ns is not None])
         kids: dict[str, int] = defaultdict(int)
         for m in members:
             if m.get("parent_unit_id") is not None:

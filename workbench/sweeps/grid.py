@@ -22,12 +22,6 @@ from workbench.sweeps.sweep_runner import PointRuns, SweepRunner
 SloSpec = SLO | Mapping[str, Any] | Sequence[str] | str | None
 
 
-def broken_by_margin(verdict: Mapping[str, Any] | None, margin: float) -> bool:
-    if not verdict or verdict.get("held"):
-        return False
-    return bool(verdict["worst_ratio"] > 1.0 + margin or not verdict.get("ok_held"))
-
-
 async def sweep_async(
     cfg: RunConfig | dict[str, Any],
     over: spec_mod.Over,
@@ -91,7 +85,10 @@ async def sweep_async(
             for i, e in enumerate(window):
                 if stop_margin is None:
                     break
-                broken = broken + 1 if broken_by_margin(e.get("slo"), stop_margin) else 0
+                v = e.get("slo") or {"held": True}  # broken by more than the margin?
+                by_margin = not v.get("held") and (v["worst_ratio"] > 1.0 + stop_margin
+                                                   or not v.get("ok_held"))
+                broken = broken + 1 if by_margin else 0
                 if broken >= stop_after:
                     skipped = entries[start + i + 1:]
                     for s in skipped:

@@ -106,12 +106,6 @@ class ServeSpec:
                 "ready_timeout_s": self.ready_timeout_s, "grace_s": self.grace_s}
 
 
-def server_params(point: Mapping[str, Any]) -> dict[str, Any]:
-    """``{serve.name: value}`` (a sweep point's params) → ``{name: value}``."""
-    return {k.removeprefix(SERVE_PREFIX): v for k, v in point.items()
-            if k.startswith(SERVE_PREFIX)}
-
-
 class ServerFailed(Exception):
     """The server exited, or never answered: ``reason`` and its log's ``tail``."""
 
@@ -328,7 +322,9 @@ async def run_server_points(runner: SweepRunner, entries: list[dict[str, Any]],
         runner.sweep.manifest.servers = {}
     servers = runner.sweep.manifest.servers
     for s_idx, params in enumerate(spec.points()):
-        group = [e for e in entries if server_params(e["params"]) == params]
+        group = [e for e in entries  # its entries: their serve.NAME params are this point's
+                 if {k.removeprefix(SERVE_PREFIX): v for k, v in e["params"].items()
+                     if k.startswith(SERVE_PREFIX)} == params]
         todo = [e for e in group if e["status"] != "done"]
         if not todo:
             continue
