@@ -24,35 +24,10 @@ DECODE_COEFFS = (-25.74, 54.01, 5.74)
 class EngineConfig:
     """Knobs of the simulated engine; defaults follow vLLM and Dynamo's mocker.
 
-    Every knob is type- and range-checked on construction by ``workbench.ranges``
-    (the ``target.engine.*`` rows of the run config's table; a ``ConfigError`` naming
-    ``target.engine.<knob>`` and its rule), so a config file, ``serve_sim(**knobs)``
-    and a run config fail alike, before anything runs.
-
-    ``block_size`` 16 is vLLM's default on GPUs (real-engines.md saw 32 on the
-    CPU build); ``num_blocks`` 65 536 × 16 = 1 Mi tokens is Dynamo's default
-    capacity (16 384 blocks of 64). ``mode`` picks the ``/metrics`` dialect
-    (vLLM or SGLang names); all four wire protocols are served in both modes.
-    ``zero_cost`` makes every step take no time (throughput tests);
-    ``speedup`` divides every step time. ``decode_seq_ms`` is a decode step's
-    cost per sequence in its batch, beside its KV term (``sim.cost.decode_ms``); 0
-    by default. ``request_overhead_ms`` is a fixed
-    latency every request pays before the engine sees it (a real server's API
-    process, the first token's delivery), outside the engine's steps
-    (``sim.cost.request_overhead_ns``, docs/calibration.md); 0 by default.
-    ``intake_ms`` is the time each request holds the server's front end, one
-    request after another, before that overhead; ``idle_wake_ms`` the extra time
-    of a step that starts while the engine was idle (its core and workers wake
-    from their idle wait). Both 0 by default (docs/calibration.md).
-    ``preset`` (``MODEL/GPU/tpN[/fp8]``) replaces the polynomial step times with a
-    model × accelerator's (``sim.presets``; ``from_knobs`` also derives ``num_blocks``
-    from it); ``host_kv_gb`` per worker keeps evicted KV blocks in host memory, brought
-    back at ``host_kv_gbps`` (0: the preset GPU's PCIe link) before a prefill
-    (docs/hardware.md). ``enable_chunked_prefill`` False admits a waiting prompt only
-    whole, when it fits what the step's token budget has left (a prompt longer than the
-    whole budget runs whole, the only prompt of its step): TensorRT-LLM's in-flight
-    batching without chunked context, its default (docs/hardware.md, "The engine a
-    table ran on").
+    Each knob is type- and range-checked on construction (``workbench.ranges``: a
+    ``ConfigError`` naming ``target.engine.<knob>`` and its rule). What each knob means:
+    docs/embedded-engine.md, the cost terms docs/calibration.md, ``preset`` and the host
+    KV tier docs/hardware.md.
     """
 
     model: str = "workbench-sim"

@@ -1,16 +1,10 @@
 """The embedded engine core: a step loop on an injected ``Clock``.
 
-The same code runs behind the HTTP server (``WallClock``) and inside
-``run_virtual`` (``VirtualClock``): each step plans a batch, waits until the
-cost model says the step is over, then applies it and stamps every emitted
-token with the step's end time. On the wall clock a task sleeps per step; in
-virtual time the engine registers each step's end with the loop
-(``VirtualTimeLoop.call_step_at``), which runs it when nothing else can run
-first: no task, timer or future per step (docs/virtual-time.md). Nothing here
-wakes per token: the scheduler
-appends a token to each sequence, and only a request whose consumer is
-actually waiting gets its future resolved, once per step (a request only
-awaited with ``wait()`` is woken once, when it finishes).
+The same code runs behind the HTTP server (``WallClock``: a task sleeps per step) and
+inside ``run_virtual`` (``VirtualClock``: each step's end is registered with the loop,
+``VirtualTimeLoop.call_step_at``), docs/virtual-time.md, "Steps". Nothing wakes per
+token: only a request whose consumer is waiting gets its future resolved, once per step
+(one awaited with ``wait()`` only once, when it finishes).
 """
 
 from __future__ import annotations
@@ -301,11 +295,8 @@ class Engine:
         clamped ``max_tokens``."""
         return self._check(len(prompt_ids), int(max_tokens))
 
-    # A router's three reads below do not catch a span up (``_catch_up``): the steps it
-    # would apply are the span's event-free ones (``Scheduler.span``: no block filled or
-    # needed, no request finished), which change none of what they read: the queues,
-    # the blocks held, the hash index. The run is the same either way (digest_matrix);
-    # with 64 workers asked per request, catching 64 spans up was ~7 % of a run.
+    # A router's three reads below do not catch a span up (``_catch_up``): a span's
+    # event-free steps change none of what they read (~7 % of a 64-worker run saved).
     def load(self) -> tuple[int, int, float]:
         """(running requests, waiting requests, KV usage): what a router balances on."""
         s = self._sched
@@ -388,18 +379,11 @@ class Engine:
         return None
 
     def _plan_step(self, t0: int) -> None:
-        """Plan the next step at ``t0`` and register its end with the loop (or go
-        idle until a submit), as one pass of ``_run``'s loop does.
-
-        A step that only advances implicit decoders, with nothing waiting, starts a
-        *span*: the steps up to the next one with an event (a block fills or is
-        needed, a request finishes: ``Scheduler.span``) are planned at once, their
-        times by the same cost model, and the loop runs one callback at the end of the
-        last-but-one (it applies them all) and one at the end of the last (a step as
-        any other, registered then, as the step-by-step engine registers it). Anything
-        that could see the engine in between (a submit, an abort, a stream, a read)
-        applies the steps ended so far first (``_catch_up``), and a submit or abort
-        ends the span after the step in flight (``_cut``): docs/virtual-time.md.
+        """Plan the next step at ``t0`` and register its end with the loop (or go idle
+        until a submit), as one pass of ``_run``'s loop does. An implicit-only step with
+        nothing waiting starts a *span* of steps planned at once, caught up by any read
+        (``_catch_up``) and ended by a submit or abort (``_cut``): docs/virtual-time.md,
+        "Spans".
         """
         nxt = self._next_plan()
         if nxt is None:

@@ -1,32 +1,9 @@
 """The vLLM-style scheduler of the embedded engine (pure: no clock, no asyncio).
 
-One ``schedule()`` call plans a step, one ``complete()`` call applies it after
-the step's time has passed. Following vLLM v1: running requests first (decode
-tokens and the rest of chunked prefills), then waiting requests in FCFS order
-while the token budget (``max_num_batched_tokens``) and ``max_num_seqs`` allow;
-no admission in a step that had to preempt. When a running request needs a
-block and none is free, the most recently admitted running request is
-preempted (recompute: its blocks are freed and it re-enters the head of the
-waiting queue with its generated tokens, to be prefilled again, mostly from
-the prefix cache).
-
-Cost: per event, not per running request. The steady decoders at the head of the
-running list are *implicit* (``Scheduler``, "implicit decode" below;
-docs/virtual-time.md): a step advances them in aggregate, and their events (a block
-fills, a new block is needed, the last token) are compiled over array state
-(``sim.decoders``: one call a step for the grows, one for the fills and finishes).
-The rest is a pass over the
-explicit running requests (prefill chunks, watched streams) plus work
-proportional to what changed: new blocks (hashed, then allocated and committed by
-``kvcache`` in array operations, one allocation and one commit per step for all
-running requests), admissions, preemptions and finishes.
-A request's output ids are drawn up front (their count is pinned to
-``max_tokens``), so nothing is generated or appended per token beyond its
-timestamp.
-
-Accounting decision: prefix-cache queries/hits and prompt tokens are counted
-once per request, at its first admission, so the counters always equal the sum
-of the per-request usage the server reports (vLLM re-counts on re-admission).
+One ``schedule()`` call plans a step, one ``complete()`` call applies it after the step's
+time has passed. The policy and the accounting: docs/embedded-engine.md, "Scheduling";
+the steady decoders at the head of the running list advance in aggregate, visited only
+at their events (``sim.decoders``): docs/virtual-time.md, "Implicit decode".
 """
 
 from __future__ import annotations
@@ -328,20 +305,8 @@ class Scheduler:
         plan.decode_seqs += decodes
         return budget
 
-    # -- implicit decode ------------------------------------------------------------
-    #
-    # A running request that only decodes (one token a step, nothing watching it) and
-    # comes before every other running request is *implicit*: its fields stand at step
-    # ``tb`` and it is visited only at its events: the step its block fills (commit),
-    # the step it needs a new block, and the step it finishes. Between them, step
-    # ``T`` gives it ``num_computed + (T − tb)`` computed tokens, and its token times
-    # are ``_times`` of steps ``tb ..``. A step so costs per event, not per running
-    # request, and every allocation, commit, release and step time is the one the
-    # explicit pass makes, in the same order (docs/virtual-time.md, "Implicit decode").
-    # The events themselves (their queues, and the fields they move: ``next_full``,
-    # ``committed``, ``capacity``, the blocks a grow appends) are ``_dec``'s while the
-    # request is implicit (``sim.decoders``, compiled); ``_leave`` / ``_flush`` hand
-    # the fields back to the sequence.
+    # -- implicit decode (docs/virtual-time.md, "Implicit decode"): the first ``_ns``
+    # running requests' fields stand at step ``tb``; their events are ``_dec``'s
 
     def _implicit_step(self, plan: StepPlan, budget: int,
                        pending: list[tuple[Sequence | None, int]]) -> int:

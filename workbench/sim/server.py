@@ -22,6 +22,7 @@ import itertools
 import json
 import logging
 import os
+import random
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -31,6 +32,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from workbench.clock import Clock, WallClock
 from workbench.placement import placement_extra
@@ -38,7 +40,6 @@ from workbench.sim.cluster import AnyRequest, Cluster, ClusterConfig, split_knob
 from workbench.sim.config import EngineConfig
 from workbench.sim.encoders import ENCODERS, WireEncoder
 from workbench.sim.engine import Engine
-from workbench.sim.faults import FaultDice
 from workbench.sim.front_end import Admission
 from workbench.sim.metrics import SIM_GPU_PATH, exposition, make_gpu_registry, make_registry
 from workbench.sim.wire import PARSERS, GenRequest, Json, WireError, chat_prompt, now_s, prompt_ids
@@ -85,7 +86,7 @@ class SimServer:
         self.admission = Admission(engine.config, engine.clock)
         self.faults = engine.config.faults
         self.tok = get_tokenizer()
-        self._dice = FaultDice(self.faults, engine.config.seed)
+        self._dice = random.Random(engine.config.seed)  # error_rate: one draw a request
         self._ids = itertools.count()
         if isinstance(engine, Cluster):  # one series per worker, labelled engine="<index>"
             stats = [w.stats for w in engine.workers]
@@ -184,14 +185,12 @@ class SimServer:
             if not worker.isdigit() or int(worker) >= n:
                 return _json(WireError(404, f"no worker {worker!r} (workers: {n})").body(), 404)
             registry = self._worker_registries[int(worker)]
-        body = exposition(registry)
-        return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
+        return _prometheus(registry)
 
     async def _gpu_metrics(self, request: web.Request) -> web.Response:
         """A simulated GPU exporter (DCGM names, labelled simulated): a second Prometheus
         page to scrape beside /metrics (``backend.metrics_urls``)."""
-        body = exposition(self._gpu_registry)
-        return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
+        return _prometheus(self._gpu_registry)
 
     async def _reset(self, request: web.Request) -> web.Response:
         ok = self.engine.reset_prefix_cache()
@@ -211,12 +210,6 @@ class SimServer:
             raise WireError(400, f"request id is {len(rid)} characters; at most {MAX_REQUEST_ID}")
         return rid
 
-    def _fault_message(self, request: web.Request) -> str:
-        msg = "injected fault: error_rate"
-        if self.faults.error_echo_auth:  # what a header-echoing proxy puts in its errors
-            msg += f" (Authorization: {request.headers.get('Authorization', '')})"
-        return msg
-
     async def _parse(self, request: web.Request, protocol: str) -> GenRequest:
         body = await _json_body(request)
         rid = self._request_id(request, body)
@@ -225,9 +218,11 @@ class SimServer:
     async def _generate(self, request: web.Request, protocol: str) -> web.StreamResponse:
         try:
             gen = await self._parse(request, protocol)
-            if self._dice.should_fail():
-                raise WireError(self.faults.error_status, self._fault_message(request),
-                                "InternalServerError")
+            if self.faults.error_rate > 0 and self._dice.random() < self.faults.error_rate:
+                msg = "injected fault: error_rate"
+                if self.faults.error_echo_auth:  # what a header-echoing proxy puts in errors
+                    msg += f" (Authorization: {request.headers.get('Authorization', '')})"
+                raise WireError(self.faults.error_status, msg, "InternalServerError")
             headers: dict[str, str] = {}
             await self.admission.wait()  # the per-request overhead (docs/calibration.md)
             try:
@@ -367,6 +362,11 @@ class _Writer:
         await self.flush(buf)
         _drop_connection(request)
         return self.resp
+
+
+def _prometheus(registry: CollectorRegistry) -> web.Response:
+    return web.Response(body=exposition(registry),
+                        headers={"Content-Type": "text/plain; version=0.0.4"})
 
 
 def _drop_connection(request: web.Request) -> web.Response:
