@@ -269,7 +269,8 @@ class Engine:
         again; the same hit either way)."""
         last, self._routed = self._routed, None
         if routed is not None and last is not None and last[0] is routed:
-            self._sched.route_hit(seq, last[1])
+            kv = self._sched.kv  # admission starts from the hit as far as it still holds
+            seq.routed = (last[1], kv.epoch, kv.evictions)
         req = EngineRequest(self, seq)
         self._cut()  # before it joins: the steps ended so far did not see it
         self._sched.add(seq)

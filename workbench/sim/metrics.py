@@ -1,13 +1,6 @@
-"""``/metrics`` of the embedded engine: Prometheus text from ``Engine.stats()``.
-
-A custom collector on its own ``CollectorRegistry`` reads the engine's
-counters at scrape time, so the exposition can never drift from the numbers
-the engine reports per request. Names follow vLLM 0.32 (``mode="vllm"``) or
-SGLang (``mode="sglang"``), as ``workbench.catalogs.series`` lists them.
-
-A simulated cluster exposes one series per worker, labelled ``engine="<index>"``
-as vLLM labels its data-parallel engines (SGLang mode gains the same label), so
-a scraper that sums over label sets reads the cluster's aggregate.
+"""``/metrics`` of the embedded engine: Prometheus text from ``Engine.stats()`` read at
+scrape time, vLLM 0.32 or SGLang names (``workbench.catalogs.series``); a cluster's workers
+labelled ``engine="<index>"`` (docs/cluster.md). Also a simulated GPU exporter's page.
 """
 
 from __future__ import annotations
@@ -48,9 +41,7 @@ class EngineCollector:
     def _each(self) -> list[tuple[int, Any]]:
         return list(zip(self.engines, self.stats, strict=True))
 
-    def _vllm(
-        self, names: list[str], rows: Rows
-    ) -> Iterator[Metric]:
+    def _vllm(self, names: list[str], rows: Rows) -> Iterator[Metric]:
         yield from _counters(VLLM, names, rows)
         success = CounterMetricFamily(
             "vllm:request_success", "Count of successfully processed requests.",
@@ -75,9 +66,7 @@ class EngineCollector:
             [*names, *info], [([*v, *info.values()], 1) for v in label_rows],
         )  # fmt: skip
 
-    def _sglang(
-        self, names: list[str], rows: Rows
-    ) -> Iterator[Metric]:
+    def _sglang(self, names: list[str], rows: Rows) -> Iterator[Metric]:
         yield from _counters(SGLANG, names, rows)
         yield from _gauges(SGLANG, names, rows)
         rates = []
@@ -113,8 +102,12 @@ def make_registry(
 ) -> CollectorRegistry:
     """``stats``: one engine's ``() -> dict``; or a cluster's, one per worker index in
     ``engines``."""
+    return _registry(EngineCollector(config, stats, engines))
+
+
+def _registry(collector: Any) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(EngineCollector(config, stats, engines))
+    registry.register(collector)
     return registry
 
 
@@ -132,11 +125,8 @@ SIM_GPU_PATH = "/simulated-gpu/metrics"
 
 class GpuExporterCollector:
     """DCGM-exporter-style series derived from the engine's state at scrape time, one GPU
-    per engine (worker), every sample labelled ``simulated="true"``: utilisation 100 %
-    while the engine runs any request, else 0 (DCGM's is the busy share of its sampling
-    period; this is the instantaneous one); framebuffer used = the weights plus the KV
-    cache's share times its usage; power between idle and busy draw by utilisation.
-    docs/measurement-rules.md, "Further Prometheus endpoints"."""
+    per engine, labelled ``simulated="true"`` (docs/measurement-rules.md, "The simulated
+    GPU exporter")."""
 
     LABELS = ("gpu", "modelName", "simulated")
     SERIES = (
@@ -170,6 +160,4 @@ class GpuExporterCollector:
 
 def make_gpu_registry(stats: Any) -> CollectorRegistry:
     """The simulated GPU exporter's page: ``stats`` one engine's ``() -> dict`` or a list."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuExporterCollector(stats))
-    return registry
+    return _registry(GpuExporterCollector(stats))

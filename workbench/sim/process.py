@@ -1,20 +1,7 @@
 """The embedded engine in a process of its own: ``serve_sim_process(**knobs)``.
 
-A replay against ``target: sim`` starts the engine here by default, so the
-engine's scheduler steps never run on the client's event loop: the client's
-self-measurement (release lag, CPU) then measures the client alone, and the
-bottleneck verdict is about the client (``docs/embedded-engine-process.md``).
-``target.in_process: true`` keeps the old way (engine and client on one loop),
-for tests that look inside the engine.
-
-The child is ``python -m workbench.sim.process KNOBS_JSON``: it binds
-127.0.0.1 on a free port (port 0, so no race for a port), prints one JSON
-line ``{"base_url": ..., "config": {...}}`` once listening, and serves until
-SIGTERM or until its stdin closes — the parent holds the other end, so a
-parent that dies, however it dies, takes the engine with it. The parent waits
-for that line and then for ``GET /health``, both bounded in time; on leaving
-the context (normal end, error, cancellation) it sends SIGTERM, waits a
-bounded time and kills what is left.
+The child is ``python -m workbench.sim.process KNOBS_JSON``; why, how it starts and how it
+dies with its parent: docs/embedded-engine-process.md.
 """
 
 from __future__ import annotations

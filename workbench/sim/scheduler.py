@@ -29,13 +29,9 @@ from workbench.tokenizer import output_tokens, request_base
 class Sequence:
     """Scheduler state of one request: its tokens, blocks and progress.
 
-    ``tokens`` is the prompt followed by the request's whole (pre-drawn)
-    output; only its first ``length`` tokens exist so far (the prompt plus the
-    ``num_out`` generated ones). ``capacity`` is ``len(blocks) * block_size``
-    and ``next_full`` the token count at which the next block fills (commit).
-    A prompt given as ``Segments`` (virtual time) keeps no token at all:
-    ``source`` describes prompt and output, the block hashes are its prefix keys
-    (``Segments.block_keys``) and the output ids are drawn only when asked for.
+    ``tokens`` is the prompt then the whole pre-drawn output, of which the first ``length``
+    exist so far; ``next_full`` is the token count at which the next block fills (commit).
+    From ``Segments`` (virtual time) no token is kept: ``source`` keys the blocks.
     """
 
     request_id: str
@@ -105,14 +101,10 @@ class Sequence:
 
 @dataclass(slots=True)
 class _HeadMemo:
-    """The blocked waiting head's prefix hit, its hashes (the sequence's own list: only
-    ever extended, so its first ``len(hit)`` stay those of the hit), and the cache's
-    epoch and eviction count when it was found. The hit is an int64 array once the head
-    is blocked (a preempted request's own blocks are one from the start): the compiled
-    checks of every later step (``held_prefix``, ``can_allocate``, ``acquire``) read it
-    without converting a Python int per block. ``arrays`` are the hit's blocks and
-    hashes as numpy int64 arrays, made when evictions make it checked a second time (a
-    head blocked for many steps); the first check reads the sequences."""
+    """The blocked waiting head's prefix hit, its hashes (the sequence's own, only ever
+    extended) and the cache's epoch and eviction count when it was found. The hit is an
+    int64 array once the head is blocked, for the compiled checks of later steps;
+    ``arrays`` (numpy) are made when evictions make it checked a second time."""
 
     seq: Sequence
     hit: list[int] | array[int]
@@ -241,18 +233,11 @@ class Scheduler:
 
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:
         """Running requests first, in order; a request that needs blocks preempts from
-        the tail until it fits (or is itself preempted).
-
-        Growth is batched: while the blocks the requests so far need fit in what is
-        free, they are only counted (``pending``) and taken in one ``allocate`` when
-        the pass ends or before anything is preempted. Nothing is released in
-        between, so one allocation of their sum takes the same blocks (the free
-        ones, then the same LRU victims in the same order) as one per request.
-
-        The implicit decoders (the first ``_ns``) are not visited: they take one
-        token each, in aggregate, and only those whose block fills this step are
-        counted into ``pending`` (``_implicit_step``); the pass starts after them.
-        """
+        the tail until it fits (or is itself preempted). Growth that fits what is free is
+        only counted (``pending``) and taken in one allocation at the end or before a
+        preemption: nothing is released in between, so it takes the same blocks as one
+        allocation per request. The implicit decoders (the first ``_ns``) are accounted
+        in aggregate (``_implicit_step``); the pass starts after them."""
         running = self.running
         scheduled = plan.scheduled
         kv_tokens = decodes = 0
@@ -310,11 +295,10 @@ class Scheduler:
 
     def _implicit_step(self, plan: StepPlan, budget: int,
                        pending: list[tuple[Sequence | None, int]]) -> int:
-        """Account the implicit decoders in the step being planned: the ones needing a
-        block now are counted into ``pending`` as one entry ``(None, k)`` (``_dec``
-        gives them their blocks, in running order, at ``_take``); the count of implicit
-        decoders is returned. When they do not all fit (budget, or blocks: the explicit
-        pass would preempt), they turn explicit first and 0 is returned."""
+        """Account the implicit decoders in the step being planned (their count, returned):
+        those needing a block are one ``pending`` entry ``(None, k)``. When they do not all
+        fit (budget, or blocks: the explicit pass would preempt), they turn explicit first
+        and 0 is returned."""
         ns = self._ns
         if not ns:
             return 0
@@ -367,10 +351,9 @@ class Scheduler:
         return self._kv_off + self._ns * (self._tick + ahead + 1)
 
     def span(self, limit: int) -> int:
-        """How many steps from the one just planned, an implicit-only step with nothing
-        waiting, run with no event (up to ``limit``): every step but the last of them
-        neither fills a block, needs one nor finishes a request, and none but the
-        first needs a block. ``advance`` applies all but the last; ``complete`` the last."""
+        """How many steps from the one just planned (implicit-only, nothing waiting) run
+        with no event but the last (up to ``limit``): ``advance`` applies all but the last,
+        ``complete`` the last (docs/virtual-time.md, "Spans")."""
         tick = self._tick
         dec = self._dec
         return max(1, min(limit, dec.next_grow() - tick, dec.next_fill() - tick + 1))
@@ -569,12 +552,6 @@ class Scheduler:
             return memo.hit, memo
         return hit, None
 
-    def route_hit(self, seq: Sequence, hit: list[int]) -> None:
-        """A router just found ``hit`` for ``seq``'s prefix on this cache (``Engine.
-        cached_prefix_blocks``): admission starts from it as far as its blocks still
-        hold their hashes then, as from last step's hit of a blocked head."""
-        seq.routed = (hit, self.kv.epoch, self.kv.evictions)
-
     def _routed_memo(self, seq: Sequence) -> _HeadMemo | None:
         """``seq``'s earlier hit (``Sequence.routed``) as a memo, once."""
         routed, seq.routed = seq.routed, None
@@ -591,15 +568,10 @@ class Scheduler:
         c.prompt_tokens += seq.prompt_len
 
     def complete(self, plan: StepPlan, t_ns: int) -> list[Sequence]:
-        """Apply a planned step that ended at ``t_ns``.
-
-        Every sequence that got a token has ``t_ns`` appended to its
-        ``token_ns``; returned are only those a consumer must hear about:
-        the ones that finished and the ``watched`` ones (a stream is waiting).
-        The implicit decoders advance in aggregate; only those with an event
-        in this step (a filled block, their last token) are visited, first, in
-        running order, as the explicit pass would (``_implicit_step``).
-        """
+        """Apply a planned step that ended at ``t_ns``: every sequence that got a token has
+        ``t_ns`` appended to its ``token_ns``. Returned are those a consumer must hear
+        about: the finished and the ``watched`` ones. Implicit decoders are visited only
+        at an event (a filled block, their last token), first, in running order."""
         self._inflight = None
         wake: list[Sequence] = []
         bs, kv = self.bs, self.kv
@@ -607,11 +579,9 @@ class Scheduler:
         self._times.append(t_ns)
         self._tick = tick + 1
         emitted = self._ns if plan.implicit else 0
-        # the step's filled blocks, committed in one call (in order: of two requests
-        # filling the same block, the first one's stays cached) before any release:
-        # the requests finishing in it are released after the commit, in order (a
-        # request's fresh blocks are its own, so the commit takes no block a release
-        # frees, and a release changes no hash: as committing before each release)
+        # the step's filled blocks, committed in one call, in order, before the finished
+        # requests are released (the same as committing before each release:
+        # docs/virtual-time.md, "Implicit decode", Order)
         fill_blocks: array[int] = array("q")
         fill_hashes: array[int] = array("q")
         done: list[Sequence] = []
@@ -657,9 +627,6 @@ class Scheduler:
     def _finish(self, seq: Sequence, reason: str, t_ns: int) -> None:
         if seq.tb >= 0:
             self._leave(seq)
-        seq.finished = True
-        seq.finish_reason = reason
-        seq.finish_ns = t_ns
         running = self.running  # in admission order: found by its rank, not by a scan
         i = bisect.bisect_left(running, seq.rank, key=_rank)
         if i == len(running) or running[i] is not seq:  # pragma: no cover - invariant
@@ -667,11 +634,7 @@ class Scheduler:
         del running[i]
         self.kv.release(seq.blocks)
         seq.blocks = array("q")
-        seq.tokens = []  # a finished request keeps only its output (memory of long replays)
-        seq.hashes = array("q")
-        seq.source = None
-        seq.routed = None
-        del seq.outputs[seq.num_out :]
+        _retire(seq, reason, t_ns)
         if reason == "length":
             self.counters.requests += 1
 
@@ -683,11 +646,16 @@ class Scheduler:
             self._finish(seq, "abort", t_ns)
         else:
             self.waiting.remove(seq)
-            seq.finished, seq.finish_reason, seq.finish_ns = True, "abort", t_ns
-            seq.tokens, seq.hashes, seq.source, seq.routed = [], array("q"), None, None
-            del seq.outputs[seq.num_out :]
+            _retire(seq, "abort", t_ns)
         self.counters.requests_aborted += 1
         return True
+
+
+def _retire(seq: Sequence, reason: str, t_ns: int) -> None:
+    """Mark ``seq`` finished; it keeps only its output (memory of long replays)."""
+    seq.finished, seq.finish_reason, seq.finish_ns = True, reason, t_ns
+    seq.tokens, seq.hashes, seq.source, seq.routed = [], array("q"), None, None
+    del seq.outputs[seq.num_out :]
 
 
 _rank = operator.attrgetter("rank")  # running order (a C-level sort key)

@@ -1,18 +1,7 @@
 """HTTP face of the embedded engine: an aiohttp app and ``serve_sim``.
 
-Speaks the four wire protocols of docs/wire-protocols.md (``/v1/completions``,
-``/v1/chat/completions``, vLLM ``/inference/v1/generate``, SGLang
-``/generate``) plus ``/v1/models``, ``/tokenize`` (vLLM's shape), ``/health``, ``/metrics``,
-``/reset_prefix_cache`` (SGLang: ``/flush_cache``) and ``/debug/requests``:
-the server's own per-request truth (engine arrival, token emission times,
-when each token's bytes were handed to the socket, and the client connection
-it came on) for fidelity checks.
-
-Streams are written per engine wakeup, not per token: if the client reads
-slower than the engine steps, several SSE events go out in one write.
-A client that disconnects cancels its handler (``handler_cancellation``),
-or makes its next write fail, which aborts the engine request and frees
-its KV blocks; neither is logged as a server error.
+The four wire protocols of docs/wire-protocols.md plus the endpoints, the
+``/debug/requests`` truth and the stream behaviour of docs/embedded-engine.md.
 """
 
 from __future__ import annotations
