@@ -1,8 +1,5 @@
-"""``EngineConfig``: every knob of the embedded engine in one frozen value.
-
-One value configures the engine core, its cost model, the HTTP server and the
-fault switches, so a run's manifest can record the whole engine by
-``dataclasses.asdict`` and the virtual-time replay can rebuild it exactly.
+"""``EngineConfig``: every knob of the embedded engine (core, cost model, server, fault
+switches) in one frozen value, so a manifest records the whole engine by ``asdict``.
 """
 
 from __future__ import annotations
@@ -85,12 +82,9 @@ class EngineConfig:
 
     @classmethod
     def from_knobs(cls, **knobs: Any) -> EngineConfig:
-        """Build from flat keyword knobs; fault switch names go into ``faults``.
-
-        Lets ``serve_sim(block_size=32, error_rate=0.1)`` and the CLI stay flat.
+        """Build from flat keyword knobs (fault switch names go into ``faults``);
         ``scheduler=NAME`` lays an engine's scheduling knobs (``sim.presets.schedulers``)
-        under the given ones. Unknown names raise ``ValueError`` listing the valid ones.
-        """
+        under the given ones. Unknown names raise ``ValueError`` listing the valid ones."""
         own = {f.name for f in dataclasses.fields(cls)}
         fault_names = {f.name for f in dataclasses.fields(Faults)}
         if "scheduler" in knobs:  # an engine's scheduling: knobs under the caller's own

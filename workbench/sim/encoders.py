@@ -1,11 +1,7 @@
 """The engine's wire encoders: per-protocol response shapes (stream chunks, the usage chunk,
-the full body). The client side's request codecs are ``workbench.backends``'.
-
-One ``WireEncoder`` instance serves one request and keeps what its stream needs
-(the creation time, whether the first chunk went out, SGLang's running ids).
-Shapes are vLLM 0.32's and SGLang's as recorded in
-docs/wire-protocols.md; fault switches that change a shape (omitted usage, cumulative or
-prompt-echoing SGLang ids) are applied here.
+the full body), vLLM 0.32's and SGLang's as docs/wire-protocols.md records them, with the
+fault switches that change a shape. The client side's request codecs are
+``workbench.backends``'. One ``WireEncoder`` serves one request.
 """
 
 from __future__ import annotations

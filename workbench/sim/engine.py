@@ -36,10 +36,8 @@ class RequestOutput:
 
 class SequenceHandle:
     """A submitted request's face, read off its scheduler sequence ``seq``: its truth
-    (timestamps, usage), its output and its stream. ``EngineRequest`` (one engine) and
-    the attention-DP worker's ``RankRequest`` (``sim/dp.py``) are the two kinds; each says
-    how to wait and to stream (``batches``). ``_current`` is the sequence brought up to
-    date (an engine's implicit decoder catches up there)."""
+    (timestamps, usage), its output and its stream (``batches``, per kind: ``EngineRequest``
+    and ``sim.dp.RankRequest``). ``_current`` is the sequence brought up to date."""
 
     seq: sched.Sequence
 
@@ -124,7 +122,10 @@ class EngineRequest(SequenceHandle):
 
     def abort(self) -> None:
         """The client went away: free the request's blocks and end its stream."""
-        self._engine._abort(self)
+        engine = self._engine
+        engine._cut()
+        if engine._sched.abort(self.seq, engine.clock.now_ns()):
+            self._notify()
 
     def _notify(self) -> bool:
         """Resolve whatever a consumer awaits; True if a future was resolved."""
@@ -150,9 +151,11 @@ class EngineRequest(SequenceHandle):
         return woke
 
     async def _progress(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._engine._watch(self.seq)  # from now on the engine wakes it every step
-        self._waiter = loop.create_future()
+        seq = self.seq
+        if not seq.watched:  # from now on the engine wakes it every step (Scheduler.watch)
+            self._engine._cut()
+            self._engine._sched.watch(seq)
+        self._waiter = asyncio.get_running_loop().create_future()
         await self._waiter
 
     async def wait(self) -> EngineRequest:
@@ -240,13 +243,10 @@ class Engine:
     def submit(
         self, request_id: str, prompt_ids: Sequence[int] | Segments, max_tokens: int
     ) -> EngineRequest:
-        """Queue a request; it always generates exactly ``max_tokens`` tokens.
-
-        Like vLLM, ``max_tokens`` is clamped to ``max_model_len − prompt``; a
-        prompt of ``max_model_len`` or more, or one that could never fit in the
-        KV cache, raises ``ValueError``. A prompt given as ``Segments`` (virtual time)
-        is never materialised: its block hashes come from its parts.
-        """
+        """Queue a request; it always generates exactly ``max_tokens`` tokens, clamped
+        like vLLM to ``max_model_len − prompt``. ``ValueError``: a prompt of
+        ``max_model_len`` or more, or one that could never fit in the KV cache. A
+        ``Segments`` prompt (virtual time) is never materialised."""
         return self.submit_prepared(self.prepare(request_id, prompt_ids, max_tokens))
 
     def prepare(
@@ -335,17 +335,6 @@ class Engine:
             )
         return max_tokens
 
-    def _abort(self, req: EngineRequest) -> None:
-        self._cut()
-        if self._sched.abort(req.seq, self.clock.now_ns()):
-            req._notify()
-
-    def _watch(self, seq: sched.Sequence) -> None:
-        """A consumer waits on ``seq`` step by step (``Scheduler.watch``)."""
-        if not seq.watched:
-            self._cut()
-            self._sched.watch(seq)
-
     def _kick_soon(self) -> None:
         """Wake the idle engine one loop iteration later (as the wall-clock task wakes
         from its event), so submits of the same instant join one step."""
@@ -410,8 +399,7 @@ class Engine:
                                      k, end)
 
     def _span_tail(self) -> bool:
-        """The loop reached a span's last-but-one step end: apply the steps ended so
-        far and register the last one (now, as the step-by-step engine would)."""
+        """At a span's last-but-one step end: apply the steps so far, register the last."""
         ends = self._ends
         assert ends is not None and self._loop is not None
         self._sched.advance(ends[self._done : -1])
@@ -421,8 +409,7 @@ class Engine:
 
     def _catch_up(self) -> None:
         """Apply the span's steps that ended before now, and the one ending now if the
-        loop already ran the steps due now (a timer due at a step's end runs before it;
-        a consumer woken by another engine's step of the same instant runs after it)."""
+        loop already ran the steps due now (docs/virtual-time.md, "Spans")."""
         ends = self._ends
         if ends is None:
             return

@@ -89,17 +89,13 @@ async def serve_sim_process(
     *, ready_timeout_s: float = READY_TIMEOUT_S, **engine_knobs: Any
 ) -> AsyncIterator[SimProcess]:
     """Start the embedded engine with ``engine_knobs`` in a child process; stop it on exit.
-
-    Knobs are validated here first (``EngineConfig.from_knobs``), so a bad one
-    fails before any process starts, with the same message as in-process.
-    """
+    Knobs are validated first, so a bad one fails as in-process, before any process."""
     from workbench.sim.cluster import split_knobs
     from workbench.sim.config import EngineConfig
 
     engine_only, _cluster = split_knobs(engine_knobs)  # a simulated cluster's knobs too
     EngineConfig.from_knobs(**engine_only)
-    # the child's stderr: a file with no name (gone with its last descriptor, however
-    # this process ends), read back only to say why a child did not start
+    # the child's stderr: an unnamed file, read back only to say why it did not start
     with tempfile.TemporaryFile(prefix="workbench-sim-") as err_fh:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "workbench.sim.process", json.dumps(engine_knobs),

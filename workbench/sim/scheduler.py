@@ -180,11 +180,9 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.counters = Counters()
         self._memo: _HeadMemo | None = None  # the blocked waiting head's hit
-        # implicit decode (class doc): the first ``_ns`` running requests advance one
-        # token a step without being visited; ``_tick`` counts steps, ``_times`` holds
-        # their end times from step ``_t0`` on (trimmed past ``_trim_at`` of them),
-        # ``_kv_off`` is Σ(num_computed − tb) over them, and their events' state and
-        # queues are in ``_dec`` (``sim.decoders``: compiled, or its Python twin)
+        # implicit decode (the first ``_ns`` running requests): ``_tick`` counts steps,
+        # ``_times`` holds their end times from step ``_t0`` on, ``_kv_off`` is
+        # Σ(num_computed − tb) over them; their events are ``_dec``'s (``sim.decoders``)
         self.implicit = implicit
         self._ns = 0
         self._tick = 0
@@ -385,9 +383,8 @@ class Scheduler:
             self._trim_times()
 
     def _trim_times(self) -> None:
-        """Drop the step times no implicit request still needs (a fill does not sync its
-        request, so the oldest one may hold them a while: the next try waits until
-        the list has doubled, so a try costs O(1) a step, amortised)."""
+        """Drop the step times no implicit request still needs; the next try waits until
+        the list has doubled (O(1) a step, amortised)."""
         low = min((seq.tb for seq in self.running[: self._ns]), default=self._tick)
         if low - self._t0 > len(self._times) // 2:
             del self._times[: low - self._t0]
@@ -531,10 +528,8 @@ class Scheduler:
 
     def _head_hit(self, seq: Sequence) -> tuple[list[int] | array[int], _HeadMemo | None]:
         """Prefix hit of the waiting head, and last step's memo when the hit is the same.
-
-        Last step's hit is reused as far as its blocks still hold its hashes (all of
-        it when nothing was evicted since): only the blocks after that are looked up.
-        """
+        Last step's hit is reused as far as its blocks still hold its hashes: only the
+        blocks after that are looked up."""
         kv = self.kv
         seq.ensure_hashes(self.bs)
         memo, self._memo = self._memo, None

@@ -7,6 +7,7 @@ The four wire protocols of docs/wire-protocols.md plus the endpoints, the
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import logging
@@ -89,8 +90,7 @@ class SimServer:
         workers = engine.workers if isinstance(engine, Cluster) else [engine]
         self._gpu_registry = make_gpu_registry([w.stats for w in workers])
         self.debug_log: deque[Json] = deque(maxlen=DEBUG_LOG_SIZE)
-        # the engine's "profiler", served as vLLM serves its own: only when a directory is
-        # set (PROFILE_DIR_ENV, as vLLM's VLLM_TORCH_PROFILER_DIR), 404 otherwise
+        # the "profiler", as vLLM's: only when PROFILE_DIR_ENV is set, 404 otherwise
         self.profile_dir = os.environ.get(PROFILE_DIR_ENV) or None
         self._profile_from: int | None = None  # requests answered when the profile started
         self._profile_started = 0.0
@@ -101,10 +101,7 @@ class SimServer:
 
     def _routes(self) -> list[web.RouteDef]:
         def gen(protocol: str) -> Any:
-            async def handler(request: web.Request) -> web.StreamResponse:
-                return await self._generate(request, protocol)
-
-            return handler
+            return functools.partial(self._generate, protocol=protocol)
 
         return [
             web.post("/v1/completions", gen("completions")),
@@ -149,9 +146,7 @@ class SimServer:
         return _json({"object": "list", "data": [card]})
 
     async def _tokenize(self, request: web.Request) -> web.Response:
-        """vLLM's ``POST /tokenize``: ``{"prompt": ...}`` or ``{"messages": [...]}`` (the chat
-        template of ``/v1/chat/completions``, generation prompt included) → ``{"count",
-        "max_model_len", "tokens", "token_strs"}`` — the ids the engine would prefill."""
+        """vLLM's ``POST /tokenize`` (docs/embedded-engine.md): the ids it would prefill."""
         try:
             body = await _json_body(request)
             if "messages" in body:
@@ -177,8 +172,7 @@ class SimServer:
         return _prometheus(registry)
 
     async def _gpu_metrics(self, request: web.Request) -> web.Response:
-        """A simulated GPU exporter (DCGM names, labelled simulated): a second Prometheus
-        page to scrape beside /metrics (``backend.metrics_urls``)."""
+        """The simulated GPU exporter's page (``sim.metrics.GpuExporterCollector``)."""
         return _prometheus(self._gpu_registry)
 
     async def _reset(self, request: web.Request) -> web.Response:
@@ -427,8 +421,7 @@ class SimHandle:
 
     def debug_requests(self) -> list[Json]:
         """The server's per-request truth (same rows as ``GET /debug/requests``)."""
-        server = self.app[SERVER_KEY]
-        return list(server.debug_log)
+        return list(self.app[SERVER_KEY].debug_log)
 
 
 @asynccontextmanager
@@ -442,11 +435,9 @@ async def serve_sim(
     **engine_knobs: Any,
 ) -> AsyncIterator[SimHandle]:
     """Run the embedded engine behind HTTP on ``host:port`` (port 0: any free port).
-
     ``engine_knobs`` are ``EngineConfig`` fields and fault switch names
-    (``serve_sim(block_size=32, error_rate=0.1)``); or pass a whole ``config``.
-    The cluster knobs (``workers``, ``router``, ``router_options``, ``disagg``) or a
-    ``cluster`` serve a simulated cluster behind the one endpoint instead.
+    (``serve_sim(block_size=32, error_rate=0.1)``), or pass a whole ``config``; the
+    cluster knobs (``workers``, ``router``, ...) or a ``cluster`` serve a simulated cluster.
     """
     knobs, asked = split_knobs(engine_knobs)
     if config is not None and knobs:
