@@ -129,25 +129,20 @@ class EngineRequest(SequenceHandle):
 
     def _notify(self) -> bool:
         """Resolve whatever a consumer awaits; True if a future was resolved."""
-        woke = False
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
-                woke = True
-        done = self._done
-        if done and self.seq.finished:
-            self._done = []
-            for fut in done:
-                if not fut.done():
-                    fut.set_result(None)
-                    woke = True
+        futs = [] if self._waiter is None else [self._waiter]
+        self._waiter = None
         if self.seq.finished:
+            futs += self._done
+            self._done = []
             # nothing wakes a finished request again: drop the sequence's back reference,
             # so the pair is freed by reference counting when the caller lets go, not
             # left to the rare cyclic collections of a virtual run (docs/virtual-time.md)
             self.seq.handle = None
+        woke = False
+        for fut in futs:
+            if not fut.done():
+                fut.set_result(None)
+                woke = True
         return woke
 
     async def _progress(self) -> None:

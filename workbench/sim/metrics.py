@@ -42,7 +42,7 @@ class EngineCollector:
         return list(zip(self.engines, self.stats, strict=True))
 
     def _vllm(self, names: list[str], rows: Rows) -> Iterator[Metric]:
-        yield from _counters(VLLM, names, rows)
+        yield from _families(VLLM, "counter", names, rows)
         success = CounterMetricFamily(
             "vllm:request_success", "Count of successfully processed requests.",
             labels=[*names, "finished_reason"],
@@ -50,7 +50,7 @@ class EngineCollector:
         for values, stats in rows:
             success.add_metric([*values, "length"], stats["requests"])
         yield success
-        yield from _gauges(VLLM, names, rows)
+        yield from _families(VLLM, "gauge", names, rows)
         yield self._cache_info(names, [v for v, _ in rows])
 
     def _cache_info(self, names: list[str], label_rows: list[list[str]]) -> Metric:
@@ -67,8 +67,8 @@ class EngineCollector:
         )  # fmt: skip
 
     def _sglang(self, names: list[str], rows: Rows) -> Iterator[Metric]:
-        yield from _counters(SGLANG, names, rows)
-        yield from _gauges(SGLANG, names, rows)
+        yield from _families(SGLANG, "counter", names, rows)
+        yield from _families(SGLANG, "gauge", names, rows)
         rates = []
         for values, stats in rows:
             queries = stats["prefix_cache_queries_tokens"]
@@ -76,18 +76,14 @@ class EngineCollector:
         yield _gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", names, rates)
 
 
-def _counters(engine: EngineSeries, names: list[str], rows: Rows) -> Iterator[Metric]:
-    """The engine's counters of ``workbench.catalogs.series``, each from its stats key."""
-    for s in engine.embedded("counter"):
-        fam = CounterMetricFamily(s.family, s.doc, labels=names)
+def _families(engine: EngineSeries, kind: str, names: list[str], rows: Rows) -> Iterator[Metric]:
+    """The engine's ``kind`` series of ``workbench.catalogs.series``, each from its stats key."""
+    make = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+    for s in engine.embedded(kind):
+        fam = make(s.family, s.doc, labels=names)
         for values, stats in rows:
             fam.add_metric(values, stats[s.stat or ""])
         yield fam
-
-
-def _gauges(engine: EngineSeries, names: list[str], rows: Rows) -> Iterator[Metric]:
-    for s in engine.embedded("gauge"):
-        yield _gauge(s.name, s.doc, names, [(v, st[s.stat or ""]) for v, st in rows])
 
 
 def _gauge(name: str, doc: str, names: list[str], rows: list[tuple[list[str], float]]) -> Metric:

@@ -325,16 +325,11 @@ class Scheduler:
         if seq.tb >= 0:
             self._sync(seq, self._tick)
 
-    def _arm(self, seq: Sequence) -> None:
-        """A synced request turns implicit: ``_dec`` takes its event fields and files
-        its next fill (or finish) and grow."""
-        tb = seq.tb
-        seq.slot = self._dec.add(seq, seq.blocks, seq.hashes, seq.rank, seq.num_computed - tb,
-                                 tb + seq.max_tokens - seq.num_out - 1, seq.next_full,
-                                 seq.committed, seq.capacity)  # fmt: skip
-
-    def _disarm(self, seq: Sequence) -> None:
-        """``_dec`` hands an implicit request's event fields back (its events turn stale)."""
+    def _disarm(self, seq: Sequence, tick: int) -> None:
+        """An implicit request turns explicit: synced to ``tick``, its event fields back
+        from ``_dec`` (its events turn stale)."""
+        self._sync(seq, tick)
+        seq.tb = -1
         seq.next_full, seq.committed, seq.capacity = self._dec.remove(seq.slot)
         seq.slot = -1
 
@@ -376,7 +371,11 @@ class Scheduler:
                 break
             seq.tb = tick
             self._kv_off += seq.num_computed - tick
-            self._arm(seq)
+            # ``_dec`` takes its event fields and files its next fill (or finish) and grow
+            seq.slot = self._dec.add(seq, seq.blocks, seq.hashes, seq.rank,
+                                     seq.num_computed - tick,
+                                     tick + seq.max_tokens - seq.num_out - 1, seq.next_full,
+                                     seq.committed, seq.capacity)  # fmt: skip
             ns += 1
         self._ns = ns
         if len(self._times) > self._trim_at:
@@ -394,10 +393,8 @@ class Scheduler:
     def _leave(self, seq: Sequence) -> None:
         """An implicit request turns explicit (it finishes, or is aborted): synced, its
         fields back from ``_dec``; the caller removes it from ``running``."""
-        self._sync(seq, self._tick)
-        self._kv_off -= seq.num_computed - seq.tb
-        seq.tb = -1
-        self._disarm(seq)
+        self._kv_off -= seq.num_computed - seq.tb  # the same before and after a sync
+        self._disarm(seq, self._tick)
         self._ns -= 1
         if not self._ns:  # every filed event is stale now: drop them
             self._dec.clear()
@@ -412,9 +409,7 @@ class Scheduler:
         implicit = self.running[:ns]
         tick = self._tick
         for seq in implicit:
-            self._sync(seq, tick)
-            seq.tb = -1
-            self._disarm(seq)
+            self._disarm(seq, tick)
         self._ns = self._kv_off = 0
         self._dec.clear()
         plan = self._inflight

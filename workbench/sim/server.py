@@ -78,17 +78,13 @@ class SimServer:
         self.tok = get_tokenizer()
         self._dice = random.Random(engine.config.seed)  # error_rate: one draw a request
         self._ids = itertools.count()
-        if isinstance(engine, Cluster):  # one series per worker, labelled engine="<index>"
-            stats = [w.stats for w in engine.workers]
-            self._registry = make_registry(self.config, stats, list(range(len(stats))))
-            self._worker_registries = [
-                make_registry(self.config, [f], [i]) for i, f in enumerate(stats)
-            ]
-        else:
-            self._registry = make_registry(self.config, engine.stats)
-            self._worker_registries = []
-        workers = engine.workers if isinstance(engine, Cluster) else [engine]
-        self._gpu_registry = make_gpu_registry([w.stats for w in workers])
+        stats = [w.stats for w in engine.workers] if isinstance(engine, Cluster) else []
+        self._gpu_registry = make_gpu_registry(stats or [engine.stats])
+        # a cluster: one series per worker, labelled engine="<index>"
+        self._registry = make_registry(self.config, stats or engine.stats,
+                                       list(range(len(stats))) if stats else None)
+        self._worker_registries = [make_registry(self.config, [f], [i])
+                                   for i, f in enumerate(stats)]
         self.debug_log: deque[Json] = deque(maxlen=DEBUG_LOG_SIZE)
         # the "profiler", as vLLM's: only when PROFILE_DIR_ENV is set, 404 otherwise
         self.profile_dir = os.environ.get(PROFILE_DIR_ENV) or None
