@@ -143,12 +143,10 @@ class GpuExporterCollector:
             util = 100.0 if s["running"] else 0.0
             used = SIM_GPU_WEIGHTS_MIB + float(s["kv_usage"]) * SIM_GPU_KV_MIB
             labels.append([str(i), "workbench simulated GPU", "true"])
-            values["DCGM_FI_DEV_GPU_UTIL"].append(util)
-            values["DCGM_FI_DEV_FB_USED"].append(used)
-            values["DCGM_FI_DEV_FB_FREE"].append(SIM_GPU_FB_MIB - used)
-            values["DCGM_FI_DEV_POWER_USAGE"].append(
-                SIM_GPU_IDLE_W + (SIM_GPU_BUSY_W - SIM_GPU_IDLE_W) * util / 100.0
-            )
+            power = SIM_GPU_IDLE_W + (SIM_GPU_BUSY_W - SIM_GPU_IDLE_W) * util / 100.0
+            for (name, _), value in zip(self.SERIES, (util, used, SIM_GPU_FB_MIB - used, power),
+                                        strict=True):
+                values[name].append(value)
         for name, doc in self.SERIES:
             doc += " (simulated by workbench's embedded engine, not hardware)"
             yield _gauge(name, doc, list(self.LABELS), list(zip(labels, values[name], strict=True)))

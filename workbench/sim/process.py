@@ -123,18 +123,6 @@ async def serve_sim_process(
 
 
 # -- the child --------------------------------------------------------------------------------
-def _jsonable_config(config: Any) -> dict[str, Any]:
-    import dataclasses
-
-    out: dict[str, Any] = {}
-    for k, v in dataclasses.asdict(config).items():
-        if isinstance(v, tuple):  # the cost model's coefficients
-            v = list(v)
-        if isinstance(v, str | int | float | bool | type(None) | list | dict):
-            out[k] = v
-    return out
-
-
 async def _child(knobs: dict[str, Any]) -> None:
     from workbench.sim.server import serve_sim
 
@@ -150,7 +138,7 @@ async def _child(knobs: dict[str, Any]) -> None:
 
     threading.Thread(target=watch_parent, name="parent-watch", daemon=True).start()
     async with serve_sim("127.0.0.1", 0, **knobs) as handle:
-        ready = {"base_url": handle.base_url, "config": _jsonable_config(handle.config)}
+        ready = {"base_url": handle.base_url, "config": handle.config.to_dict()}
         sys.stdout.write(json.dumps(ready) + "\n")
         sys.stdout.flush()
         await done.wait()

@@ -83,11 +83,8 @@ class Sequence:
 
     def ensure_hashes(self, block_size: int, length: int = -1) -> None:
         """Extend the chained block hashes to every full block of the first ``length`` tokens
-        (by default the sequence's ``length``; an implicit decoder's fields stand at an
-        earlier step, so its fill passes its length now). From parts, the first call keys
-        every full block of the prompt and the whole output at once (a key is a function
-        of the parts and the block's end, so keying early gives the same keys): a decode
-        that fills a block then finds its key there."""
+        (default: ``self.length``; an implicit decoder's fill passes its length now). From
+        parts, the first call keys the whole prompt and output at once (the same keys)."""
         have = len(self.hashes)
         if length < 0:
             length = self.length
