@@ -36,8 +36,8 @@ class RequestOutput:
 
 class SequenceHandle:
     """A submitted request's face, read off its scheduler sequence ``seq``: its truth
-    (timestamps, usage), its output and its stream (``batches``, per kind: ``EngineRequest``
-    and ``sim.dp.RankRequest``). ``_current`` is the sequence brought up to date."""
+    (timestamps, usage), its output and its stream (``batches``; each kind, ``EngineRequest``
+    and ``sim.dp.RankRequest``, says how to wait). ``_current`` is the sequence up to date."""
 
     seq: sched.Sequence
 
@@ -85,7 +85,23 @@ class SequenceHandle:
     def completion_tokens(self) -> int:
         return len(self._current().token_ns)
 
-    def batches(self) -> AsyncIterator[list[RequestOutput]]:
+    async def batches(self) -> AsyncIterator[list[RequestOutput]]:
+        """Every output not yet seen, as a list per wakeup (consumers that write in bulk)."""
+        seq, i = self.seq, 0
+        while True:
+            n = len(self._current().token_ns)
+            if i < n:
+                yield [self._output(k) for k in range(i, n)]
+                i = n
+            elif seq.finished:
+                if seq.finish_reason != "length":
+                    yield [RequestOutput([], seq.finish_ns or 0, True, seq.finish_reason)]
+                return
+            else:
+                await self._progress()
+
+    async def _progress(self) -> None:
+        """Wait for the next step that brings this request output (or ends it)."""
         raise NotImplementedError
 
     async def stream(self) -> AsyncIterator[RequestOutput]:
@@ -161,21 +177,6 @@ class EngineRequest(SequenceHandle):
             self._done.append(fut)
             await fut
         return self
-
-    async def batches(self) -> AsyncIterator[list[RequestOutput]]:
-        """Every output not yet seen, as a list per wakeup (consumers that write in bulk)."""
-        seq, i = self.seq, 0
-        while True:
-            n = len(self._current().token_ns)
-            if i < n:
-                yield [self._output(k) for k in range(i, n)]
-                i = n
-            elif seq.finished:
-                if seq.finish_reason != "length":
-                    yield [RequestOutput([], seq.finish_ns or 0, True, seq.finish_reason)]
-                return
-            else:
-                await self._progress()
 
 
 SPAN_MAX = 4096  # steps planned at once at most (a span: ``Engine._plan_step``)
