@@ -260,9 +260,8 @@ class Engine:
         self, seq: sched.Sequence, routed: Sequence[int] | None = None
     ) -> EngineRequest:
         """Queue a sequence from ``prepare`` (of this engine or one with its config).
-        ``routed``: the hashes a router just asked ``cached_prefix_blocks`` about on this
-        engine, whose hit admission then starts from (re-checked then, not looked up
-        again; the same hit either way)."""
+        ``routed``: the hashes a router just asked ``cached_prefix_blocks`` about here;
+        admission starts from that hit (re-checked, not looked up again)."""
         last, self._routed = self._routed, None
         if routed is not None and last is not None and last[0] is routed:
             kv = self._sched.kv  # admission starts from the hit as far as it still holds
@@ -288,8 +287,7 @@ class Engine:
         return req
 
     def validate(self, prompt_ids: Sequence[int] | Segments, max_tokens: int) -> int:
-        """The ``ValueError`` ``submit`` would raise, without queueing; else the
-        clamped ``max_tokens``."""
+        """``submit``'s ``ValueError`` without queueing; else the clamped ``max_tokens``."""
         return self._check(len(prompt_ids), int(max_tokens))
 
     # A router's three reads below do not catch a span up (``_catch_up``): a span's
@@ -300,8 +298,7 @@ class Engine:
         return len(s.running), len(s.waiting), s.kv.usage
 
     def cached_prefix_blocks(self, hashes: Sequence[int], limit: int | None = None) -> int:
-        """How many leading blocks of ``hashes`` this engine's prefix cache holds (at
-        most ``limit``)."""
+        """How many leading blocks of ``hashes`` (at most ``limit``) the prefix cache holds."""
         n = len(hashes) if limit is None else min(limit, len(hashes))
         hit = self._sched.kv.longest_hit(hashes, n)
         self._routed = (hashes, hit)  # for ``submit_prepared(routed=hashes)``

@@ -349,8 +349,7 @@ class Scheduler:
         return max(1, min(limit, dec.next_grow() - tick, dec.next_fill() - tick + 1))
 
     def advance(self, ends: list[int]) -> None:
-        """Apply span steps that ended at ``ends`` (no event in them: ``span``); each one
-        is followed by the next one, planned (as ``schedule`` counts it)."""
+        """Apply span steps that ended at ``ends`` (no event in them: ``span``)."""
         n = len(ends)
         if n:
             self._times += ends
@@ -417,8 +416,8 @@ class Scheduler:
             plan.implicit = 0
 
     def watch(self, seq: Sequence) -> None:
-        """A consumer waits on ``seq`` step by step: it (and so every implicit request,
-        which come first) turns explicit and is woken every step."""
+        """A consumer waits on ``seq`` step by step: it (and every implicit request before
+        it) turns explicit and is woken every step."""
         if seq.tb >= 0:
             self._flush()
         seq.watched = True
