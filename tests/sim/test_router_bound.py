@@ -140,4 +140,9 @@ def test_the_compiled_choice_refuses_bad_arguments(args: tuple[Any, ...]) -> Non
         shards.choose(*args)
     with pytest.raises(TypeError):
         kvindex.native.Shards([(b"ro", b"ro", 60)])  # read-only buffers
+    with pytest.raises(TypeError):
+        kvindex.native.Shards([list(BlockManager(16, 64).shard() or ())])  # not a tuple
+    table, own, shift = BlockManager(16, 64).shard() or ()
+    with pytest.raises(ValueError):
+        kvindex.native.Shards([(table, own, shift + 1)])  # the shift does not fit the table
 

@@ -643,8 +643,12 @@ static void Shards_dealloc(Shards *self) {
 
 static int Shards_init(Shards *self, PyObject *args, PyObject *kw) {
     PyObject *views, *fast;
-    if (self->t || !PyArg_ParseTuple(args, "O", &views))
-        return self->t ? (PyErr_SetString(PyExc_RuntimeError, "Shards: initialised"), -1) : -1;
+    if (self->t) {
+        PyErr_SetString(PyExc_RuntimeError, "Shards: already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "O", &views))
+        return -1;
     fast = PySequence_Fast(views, "Shards: views must be a sequence of (table, own, shift)");
     if (!fast)
         return -1;
@@ -657,9 +661,15 @@ static int Shards_init(Shards *self, PyObject *args, PyObject *kw) {
     }
     for (; self->n < n; self->n++) {
         Table *t = &self->t[self->n];
+        PyObject *view = PySequence_Fast_GET_ITEM(fast, self->n);
         int shift;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, self->n), "w*w*i", &t->table,
-                              &t->own, &shift) || table_open(t, shift)) {
+        if (!PyTuple_Check(view)) {
+            PyErr_SetString(PyExc_TypeError, "Shards: a view is a (table, own, shift) tuple");
+            Py_DECREF(fast);
+            return -1;
+        }
+        if (!PyArg_ParseTuple(view, "w*w*i", &t->table, &t->own, &shift) ||
+            table_open(t, shift)) {
             Py_DECREF(fast);
             return -1; /* the tables opened so far are released by dealloc */
         }
