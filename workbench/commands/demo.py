@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from workbench import data
-    from workbench.commands._axes import trace_options
+    from workbench.commands._axes import json_items
     from workbench.commands.replay import replay_with_progress
     from workbench.config import RunConfig
     from workbench.report.render import render_report, report_headline
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     path = args.trace if Path(args.trace).is_file() else str(data.path(args.trace))
     cfg = RunConfig.from_dict({
         "trace": {"path": path, "max_items": args.max_items,
-                  "options": trace_options(args.trace_option)},
+                  "options": json_items(args.trace_option, "--trace-option")},
         "arrival": {"mode": "trace-timed", "rate": args.rate,
                     **({} if args.tool_wait_scale is None else
                        {"tool_wait_scale": args.tool_wait_scale})},

@@ -32,36 +32,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="parent folder of the report directories (default: reports)")
 
 
-def _value(text: str) -> Any:
-    """A ``--param`` value: JSON when it parses (bounded in depth: docs/config-bounds.md)."""
-    from workbench.config.validation import json_or_text
-
-    return json_or_text("--param", text)
-
-
 def build_params(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     """The notebook to render and its parameters, from the command line."""
     import json
 
+    from workbench.config.validation import json_or_text
     from workbench.errors import ConfigError
     from workbench.storage.rundir import resolve_run_dir
     from workbench.sweeps.store import is_sweep_dir
 
-    plans = [d for d in args.run_dirs if (Path(d) / "plan.json").is_file()]
-    if plans:  # a capacity plan (workbench plan) renders the plan notebook
-        if len(plans) != 1 or len(args.run_dirs) != 1:
-            raise ConfigError("give one plan directory (plan.json) at a time")
-        args.param = [f"plan_dir={json.dumps(str(Path(plans[0]).resolve()))}", *args.param]
-        args.run_dirs = []
-        args.notebook = args.notebook or "plan"
-    campaigns = [d for d in args.run_dirs if (Path(d) / "parity.json").is_file()]
-    if campaigns:  # a parity campaign (workbench parity) renders the parity notebook
-        if len(campaigns) != 1 or len(args.run_dirs) != 1:
-            raise ConfigError("give one parity directory (parity.json) at a time")
-        args.param = [f"parity_dir={json.dumps(str(Path(campaigns[0]).resolve()))}",
-                      *args.param]
-        args.run_dirs = []
-        args.notebook = args.notebook or "parity"
+    # a capacity plan (workbench plan), a parity campaign (workbench parity): its notebook
+    for marker, param, kind in (("plan.json", "plan_dir", "plan"),
+                                ("parity.json", "parity_dir", "parity")):
+        found = [d for d in args.run_dirs if (Path(d) / marker).is_file()]
+        if found:
+            if len(found) != 1 or len(args.run_dirs) != 1:
+                raise ConfigError(f"give one {kind} directory ({marker}) at a time")
+            args.param = [f"{param}={json.dumps(str(Path(found[0]).resolve()))}", *args.param]
+            args.run_dirs = []
+            args.notebook = args.notebook or kind
     sweeps = [d for d in args.run_dirs if is_sweep_dir(d)]
     if sweeps and len(sweeps) != len(args.run_dirs):
         raise ConfigError("give sweep directories or run directories, not both")
@@ -83,7 +72,7 @@ def build_params(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         key, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(f"--param {item!r}: expected KEY=VALUE")
-        params[key] = _value(value)
+        params[key] = json_or_text("--param", value)  # bounded: docs/config-bounds.md
     if args.run_id:
         params["run_id"] = args.run_id
     return notebook, params

@@ -170,13 +170,13 @@ def run_calibrate(args: argparse.Namespace) -> int:
     import json
 
     from workbench.calibration.fit import calibrate
-    from workbench.commands._axes import engine_knobs
+    from workbench.commands._axes import json_items
     from workbench.errors import WorkbenchError
 
     if args.preset:
         return _calibrate_preset(args)
     try:
-        cal = calibrate(args.run_dirs, base=engine_knobs(args.engine),
+        cal = calibrate(args.run_dirs, base=json_items(args.engine, "--engine"),
                         self_check=not args.no_replay)  # fmt: skip
     except (WorkbenchError, ValueError, OSError) as exc:
         print(f"workbench sim calibrate: error: {exc}", file=sys.stderr)
@@ -203,12 +203,12 @@ def _calibrate_preset(args: argparse.Namespace) -> int:
     import json
 
     from workbench.calibration.preset import calibrate_preset
-    from workbench.commands._axes import engine_knobs
+    from workbench.commands._axes import json_items
     from workbench.errors import WorkbenchError
 
     out = args.output if args.output != "engine.json" else "preset.json"
     try:
-        cal = calibrate_preset(args.run_dirs, args.preset, base=engine_knobs(args.engine))
+        cal = calibrate_preset(args.run_dirs, args.preset, base=json_items(args.engine, "--engine"))
         path = cal.write(out)
     except (WorkbenchError, ValueError, OSError) as exc:
         print(f"workbench sim calibrate: error: {exc}", file=sys.stderr)

@@ -7,7 +7,7 @@ import argparse
 from workbench.commands._axes import (
     add_axis_arguments,
     config_from_args,
-    engine_knobs,
+    json_items,
     exit_status,
 )
 from workbench.commands.replay import add_json_flag, print_result
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         from workbench.config.engine_file import read_engine_file
 
         knobs.update(read_engine_file(args.engine_config))
-    knobs.update(engine_knobs(args.engine))
+    knobs.update(json_items(args.engine, "--engine"))
     # the knobs go into the config, so the manifest's config says which engine ran (and
     # they are type- and range-checked like --config)
     cfg = cfg.replace(**{"target.engine": knobs})

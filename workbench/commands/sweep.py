@@ -14,7 +14,7 @@ from typing import Any
 from workbench.commands._axes import (
     add_axis_arguments,
     config_from_args,
-    engine_knobs,
+    json_items,
     is_sweep_bound,
 )
 
@@ -80,12 +80,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                             "output tokens/s per GPU")
 
 
-def _value(text: str) -> Any:
-    from workbench.config.validation import json_or_text
-
-    return json_or_text("--over", text)
-
-
 def _points(text: str) -> Any:
     """``--points JSON``: parsed and bounded like every config value."""
     from workbench.config.validation import parse_json
@@ -98,6 +92,7 @@ def _points(text: str) -> Any:
 
 
 def parse_over(items: list[str]) -> dict[str, list[Any]]:
+    from workbench.config.validation import json_or_text
     from workbench.errors import ConfigError
 
     over: dict[str, list[Any]] = {}
@@ -105,7 +100,8 @@ def parse_over(items: list[str]) -> dict[str, list[Any]]:
         path, sep, values = item.partition("=")
         if not sep or not values:
             raise ConfigError(f"--over {item!r}: expected PATH=V1,V2,... (e.g. arrival.rate=1,2)")
-        over[path.strip()] = [_value(v.strip()) for v in values.split(",") if v.strip()]
+        over[path.strip()] = [json_or_text("--over", v.strip())
+                              for v in values.split(",") if v.strip()]
     return over
 
 
@@ -116,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
 
     extra: dict[str, Any] = {"target.url": args.target} if args.target else {}
     if args.engine:
-        extra["target.engine"] = engine_knobs(args.engine)
+        extra["target.engine"] = json_items(args.engine, "--engine")
     over: Any = None
     if args.capacity:
         rate = args.lo if spec_mod.resolve_path(args.capacity) == spec_mod.RATE else None

@@ -21,6 +21,7 @@ from workbench import redact
 from workbench.arrival import MODES
 from workbench.backends import BACKENDS
 from workbench.backends.extras import resolve_headers
+from workbench import ranges
 from workbench.config import validation as v
 from workbench.config.arrival import ArrivalSpec, parse_output_policy
 from workbench.config.backend import BackendSpec, token_id_backends
@@ -149,11 +150,11 @@ class RunConfig:
         The other rules below can then compare and combine values safely.
         """
         for key in _SECTIONS:
-            v.check_dataclass(getattr(self, key), key)
+            ranges.check_dataclass(getattr(self, key), key)
         self.context.check_options()
-        hints = v.hints_of(RunConfig)
+        hints = ranges.hints_of(RunConfig)
         for key in _TOP_LEVEL:
-            v.check_value(key, getattr(self, key), hints[key])
+            ranges.check_value(key, getattr(self, key), hints[key])
         v.check_url("target.url", self.target.url)
         v.check_metrics_scrape("backend", self.backend.metrics_urls, self.backend.metrics_series)
         if self.run_id is not None:

@@ -9,7 +9,8 @@ from typing import Any, Literal
 from workbench.backends import BACKENDS
 from workbench.backends.base import reconfigure
 from workbench.backends.extras import EXTRA_KEYS
-from workbench.config.validation import check_header, check_mapping, hints_of
+from workbench.config.validation import check_header
+from workbench.ranges import check_mapping, hints_of
 from workbench.errors import ConfigError
 
 

@@ -15,7 +15,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from workbench.config.validation import read_config_file, show
+from workbench.config.validation import read_config_file
+from workbench.ranges import show
 from workbench.errors import ConfigError
 from workbench.sim.config import EngineConfig
 

@@ -12,48 +12,8 @@ from workbench.errors import ConfigError
 
 @dataclass(frozen=True)
 class ExecutorSpec:
-    """How the client executes (not what it sends): processes, record batching, hashes.
-
-    ``workers``: shard units over this many processes on this host (a unit is
-    never split; ``max_concurrency`` is divided between shards; records merge
-    into one run directory). ``record_flush_ms``: ``None`` (default) writes each
-    record the moment its request ends, so even a hard crash loses nothing
-    finished (docs/run-directory.md); a number batches writes, records then reach the OS at most
-    this long after their request ends (faster at high request rates; a SIGKILL
-    can lose that window, a cancel or Ctrl-C still loses nothing).
-    ``block_hashes``: compute each prompt's chained block hashes (kept in records
-    for the Dynamo export; incremental per session, but off saves O(prompt) work
-    per request). ``uvloop``: use uvloop for ``run``/the CLI when installed.
-    ``kind``: ``local`` (one process, or ``workers`` processes when > 1),
-    ``processes`` (``workers`` processes on this host) or ``ray`` (``workers``
-    Ray actors, see ``workbench.executors.ray``); ``address``: the Ray cluster
-    to join (``ray://host:10001``, ``host:6379`` or ``auto``; None = a
-    ``ray.init`` already made in this process, else a local one).
-    ``gc_freeze``: ``gc.freeze()`` what exists when the measured run starts (and
-    the finished records as they pile up), so no full garbage collection over
-    them pauses the loop mid-run (restored after). ``keep_records``: ``True``,
-    ``False`` or ``"auto"`` (default). False (with an ``out_dir``): records and
-    lifecycle rows stay on disk only, the summary is scanned from there, and
-    ``RunResult.records`` is empty (``to_frame``, ``summarize``, ``plot`` and
-    ``load(run_dir)`` read them back from disk): memory stays flat in the number
-    of requests. ``"auto"``: keep them when the plan has at most
-    ``KEEP_RECORDS_AUTO_MAX`` requests, else as False (``RunConfig.keeps_records``;
-    the manifest's ``records_kept`` and ``records_kept_reason`` say what a run did).
-    Without an ``out_dir`` records are always kept: they have nowhere else to live.
-    ``warm_connections``: open ``max_concurrency`` keep-alive connections (at
-    most ``WARM_MAX``) before the run, so the first wave does not pay TCP setup
-    inside its TTFT. ``http``: the HTTP client on the measured path: ``httptools``
-    (default; ``workbench.backends.http1``) or ``aiohttp`` (the portable fallback,
-    public API only, coarser stamps; ``workbench.backends.http_aiohttp``).
-    ``pace_ms``: when streams end in lockstep, at most about this
-    much loop time per iteration goes to finishing streams and sending the next
-    requests; the rest wait their turn (FIFO) so the loop keeps reading sockets and
-    token stamps stay exact. Deferred sends show as release lag. ``"auto"``
-    (default): 1 ms while responses stream (several reads each), off while they
-    arrive whole (nothing to protect, and holding sends would only keep requests
-    waiting in the client); 0: off; a number: always, with that budget
-    (``workbench.backends.pace``).
-    """
+    """How the client executes (not what it sends): the fields are docs/executors.md's
+    table, "The ``executor`` section"."""
 
     workers: int = 1
     record_flush_ms: float | None = None
@@ -101,10 +61,6 @@ class ExecutorSpec:
 
 
 EXECUTOR_KINDS: tuple[str, ...] = ("local", "processes", "ray")
-# executor.keep_records "auto": the largest plan (requests) whose records stay in memory.
-# A kept request costs 2.6 KB with short independent requests (bench/README.md#memory:
-# 530 vs 268 MB RSS at 100k) and ~10 KB on agentic traces (the Mooncake slice, ~360 output
-# tokens: one token time per stream event, plus the prompt's hashes; tracemalloc, kept vs
-# not). 10k requests is then ~100 MB at most on top of the run, and still far above every
-# bundled trace (<= 600 rounds) and a notebook's interactive runs.
+#: executor.keep_records "auto": the largest plan (requests) whose records stay in memory
+#: (docs/executors.md, "The ``executor`` section")
 KEEP_RECORDS_AUTO_MAX = 10_000

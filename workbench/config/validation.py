@@ -1,12 +1,7 @@
-"""Checks of configuration values that have a grammar, a size or a file behind them.
-
-Types and ranges are checked by ``workbench.ranges`` (one checker, one range table,
-shared with the embedded engine's knobs); its names are re-exported here for the
-run config. This module adds what a type cannot say: URLs, run ids, output
-directories, metrics scrape pages, header names and values, and the bounded JSON
-and YAML readers (depth and node count) with the one reader of a configuration file
-(``read_config_file``: size, file kind, UTF-8). The bounds and the reasons for them are
-in ``docs/config-bounds.md``.
+"""Checks of configuration values that a type cannot say (types and ranges are
+``workbench.ranges``'s): URLs, run ids, output directories, metrics pages, headers, and
+the bounded JSON and YAML readers behind ``read_config_file``. The bounds and their
+reasons: docs/config-bounds.md.
 """
 
 from __future__ import annotations
@@ -20,32 +15,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from workbench.errors import ConfigError, TraceFormatError
-from workbench.ranges import (  # re-exported: the run config's checks read them here
-    MAX_COUNT,
-    MAX_DEPTH,
-    MAX_NODES,
-    MAX_OUTPUT_TOKENS,
-    MAX_SECONDS,
-    MAX_TOKENS,
-    MIN_RATE,
-    NON_NEGATIVE,
-    POSITIVE,
-    RANGES,
-    Range,
-    check_dataclass,
-    check_mapping,
-    check_value,
-    hints_of,
-    show,
-)
+from workbench.ranges import MAX_DEPTH, MAX_NODES, show
 from workbench.redact import strip_url_credentials
 from workbench.traces._io import open_trace
-
-__all__ = [
-    "MAX_COUNT", "MAX_DEPTH", "MAX_NODES", "MAX_OUTPUT_TOKENS", "MAX_SECONDS", "MAX_TOKENS",
-    "MIN_RATE", "NON_NEGATIVE", "POSITIVE", "RANGES", "Range", "check_dataclass",
-    "check_mapping", "check_value", "hints_of", "show",
-]
 
 CONFIG_MAX_BYTES = 16 << 20
 """The size bound of a configuration file: a run config (``--config``), an engine config
