@@ -7,8 +7,8 @@ import argparse
 from workbench.commands._axes import (
     add_axis_arguments,
     config_from_args,
-    json_items,
     exit_status,
+    json_items,
 )
 from workbench.commands.replay import add_json_flag, print_result
 

@@ -14,8 +14,8 @@ from typing import Any
 from workbench.commands._axes import (
     add_axis_arguments,
     config_from_args,
-    json_items,
     is_sweep_bound,
+    json_items,
 )
 
 NAME = "sweep"

@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench import redact
+from workbench import ranges, redact
 from workbench.arrival import MODES
 from workbench.backends import BACKENDS
 from workbench.backends.extras import resolve_headers
-from workbench import ranges
 from workbench.config import validation as v
 from workbench.config.arrival import ArrivalSpec, parse_output_policy
 from workbench.config.backend import BackendSpec, token_id_backends

@@ -10,8 +10,8 @@ from workbench.backends import BACKENDS
 from workbench.backends.base import reconfigure
 from workbench.backends.extras import EXTRA_KEYS
 from workbench.config.validation import check_header
-from workbench.ranges import check_mapping, hints_of
 from workbench.errors import ConfigError
+from workbench.ranges import check_mapping, hints_of
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.ranges import check_mapping, hints_of
 from workbench.context import POLICIES, policy_options
 from workbench.context.policy import planned_file_message
 from workbench.errors import ConfigError
+from workbench.ranges import check_mapping, hints_of
 from workbench.records import Workload
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config.validation import read_config_file
-from workbench.ranges import show
 from workbench.errors import ConfigError
+from workbench.ranges import show
 from workbench.sim.config import EngineConfig
 
 __all__ = ["read_engine_file"]
