@@ -1,17 +1,10 @@
 """Every body read from a server outside the measured stream, read under a bound.
 
-The measured requests go through the two HTTP clients (``http1``, ``http_aiohttp``),
-whose streams and error bodies are already bounded and inflated piece by piece
-(``Inflater``, below). Everything else a run reads from a server — Prometheus pages
-(``scrape``), the prefix-cache reset (``flush``), the profiler's answers (``profile``),
-a ``sweep --serve`` server's health checks, the capture proxy's ``/tokenize`` answers —
-is read here: at most ``limit`` bytes *after* inflating, a ``gzip``/``deflate`` body
-inflated ``INFLATE_PIECE`` bytes at a time by the ``Inflater`` the clients use, and the
-connection dropped as soon as the bound is reached. ``Body.cut`` says a body was longer;
-callers note it in one line (docs/security.md, "Bounded inputs").
-
-Sessions that read through this module are made with ``auto_decompress=False``
-(``session()``): aiohttp would otherwise inflate each network read whole.
+Prometheus pages, the cache reset, the profiler, ``sweep --serve`` health checks and
+``/tokenize`` answers are read by ``read_body``: at most ``limit`` bytes after inflating,
+a compressed body inflated ``INFLATE_PIECE`` bytes at a time (``Inflater``, which the
+HTTP clients use too), the connection dropped at the bound (docs/security.md, "Bounded
+inputs"). Sessions are made with ``auto_decompress=False`` (``session()``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""``workbench`` / ``python -m workbench``: parse arguments, call the API, exit.
-
-Thin on purpose: every subcommand lives in ``workbench/commands/<name>.py`` and
-turns its arguments into one public API call.
-"""
+"""``workbench`` / ``python -m workbench``: parse arguments, call the API, exit; each
+subcommand is a module of ``workbench/commands/``."""
 
 from __future__ import annotations
 

@@ -1,17 +1,10 @@
 """Clocks: the wall clock of a live replay and the virtual clock of ``simulate``.
 
-Everything that waits or timestamps goes through a ``Clock`` so the same runner
-and the same engine core run on either. The virtual clock is an asyncio event
-loop whose ``time()`` jumps straight to the next timer whenever nothing is ready
-to run: a discrete-event simulation that still runs ordinary coroutines, with
-no sockets and no real sleeping. It is deterministic: same input, same order of
-callbacks, same virtual timestamps.
-
-Steps: a process that only advances at its own deadlines (the embedded engine's
-step loop) registers each deadline with ``VirtualTimeLoop.call_step_at`` instead
-of awaiting a timer, and the loop runs it synchronously at the moment it would
-have waited anyway (docs/virtual-time.md): no future, no timer, no task wake-up
-per step.
+The virtual clock is an asyncio event loop whose ``time()`` jumps to the next timer
+whenever nothing is ready: a deterministic discrete-event simulation of ordinary
+coroutines, no sockets, no sleeping. A process that only advances at its own deadlines
+(the engine's steps) registers them with ``VirtualTimeLoop.call_step_at``
+(docs/virtual-time.md).
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """Give freed heap memory back to the OS during long runs (glibc only; elsewhere no-ops).
 
-A run that keeps its records on disk only holds nothing per finished request
-(``sys.getallocatedblocks()`` stays flat), yet its RSS still grew ~1.2 KB per
-request: every request allocates and frees buffers above the 512-byte small
-object limit (the prompt's id list, the JSON body, orjson's output buffer,
-the response reads), and glibc's heap keeps the freed pages. Two calls bound it
-(docs/design-notes.md, "Memory of long runs"; figures: ``bench/README.md#memory``):
-
-- ``prepare``: ``mallopt(M_MMAP_THRESHOLD, 64 KiB)`` fixes the size above
-  which an allocation gets its own mapping (returned whole when freed). glibc
-  otherwise raises that threshold each time such a block is freed, after which
-  the same buffers come from the heap and fragment it;
-- ``trim``: ``malloc_trim(0)`` returns the free pages of the heap
-  (``madvise``), called every ``TRIM_EVERY`` finished requests (~1 ms each).
+``prepare`` fixes glibc's mmap threshold at 64 KiB and ``trim`` calls ``malloc_trim(0)``
+every ``TRIM_EVERY`` finished requests: why and the figures, docs/design-notes.md,
+"Memory of long runs".
 """
 
 from __future__ import annotations

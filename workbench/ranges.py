@@ -1,21 +1,10 @@
 """The one type-and-range checker of configuration values, and its range table.
 
-A field's *type* comes from its annotation (``int | None``, ``float | Literal["auto"]``,
-``dict[str, float]``, ``tuple[float, float, float]``, a ``Literal``), its *range*
-from ``RANGES``, keyed by the field's path. ``check_dataclass`` walks the fields of
-a spec and raises one ``ConfigError`` naming the first bad field and its rule::
-
-    arrival.max_concurrency: expected a positive integer, got '16' (str)
-
-Rules: an integer is an ``int`` (never a ``bool``, never ``16.0`` or ``'16'``);
-a number is an ``int`` or ``float`` that is finite (NaN and infinity are
-refused everywhere); ``bool`` is ``true``/``false`` only. The bounds and the
-reasons for them are in ``docs/config-bounds.md``.
-
-It sits below every package that has knobs: the run config
-(``workbench.config``) and the embedded engine (``sim.config.EngineConfig``,
-``sim.faults.Faults``: the ``target.engine.*`` rows) check theirs here, so a
-knob has one range and one message wherever it is set.
+A field's type comes from its annotation, its range from ``RANGES`` (keyed by the field's
+path); ``check_dataclass`` raises one ``ConfigError`` naming the first bad field and its
+rule. An integer is an ``int`` (never a ``bool``, ``16.0`` or ``'16'``), a number is
+finite, a ``bool`` is ``true``/``false``. The run config and the embedded engine's knobs
+both check here. Bounds and reasons: docs/config-bounds.md.
 """
 
 from __future__ import annotations

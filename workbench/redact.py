@@ -1,24 +1,10 @@
 """Secrets never reach a file or a log: redaction of keys, bearer tokens, URL credentials.
 
-What is removed (``docs/security.md``):
-
-- every secret *registered* for the run, wherever it appears:
-  ``RunConfig.register_secrets`` registers every credential a run sends, however
-  it was given (the API key read from ``backend.api_key_env``; the values of
-  ``backend.options.headers``, literal or ``$ENV``; the values of credential-named
-  ``extra_body`` fields; the target URL's user, password and Basic token, and its
-  query values), and the code that builds what is sent registers it again in its
-  own process (worker processes);
-- any ``Bearer <token>`` / ``Basic <token>`` value, any ``sk-...`` key and the
-  value of a credential-named URL query parameter (``?api_key=...``), registered
-  or not (an error body that echoes the request's headers or URL);
-- the ``user:password@`` part of any URL in a text.
-
-``text`` is the one function every writer applies (records' server-given
-strings, lifecycle rows, manifest, metrics timeline, summary, log records, the
-CLI's console streams: ``RedactingStream``); ``obj`` applies it to every string
-of a JSON-like value, ``line`` to a serialized JSON line. Redacted parts read
-``[REDACTED]``.
+Every secret registered for the run (``RunConfig.register_secrets``, and again by the
+code that sends, in its own process), any ``Bearer``/``Basic`` value, ``sk-`` key or
+credential-named query value, and any URL's ``user:password@`` read ``[REDACTED]``
+(docs/security.md). ``text`` is what every writer applies; ``obj`` applies it to every
+string of a JSON-like value, ``line`` to a serialized JSON line.
 """
 
 from __future__ import annotations

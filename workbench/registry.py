@@ -1,8 +1,5 @@
-"""One small registry type shared by the four axes.
-
-Adding a trace format, a context policy, an arrival schedule or a backend is one
-module with one ``@REGISTRY.register("name")`` line; nothing else dispatches on names.
-"""
+"""One small registry type shared by the axes: a new trace format, context policy,
+arrival mode or backend is one module with one ``@REGISTRY.register("name")`` line."""
 
 from __future__ import annotations
 

@@ -1,27 +1,10 @@
 """Write only what we create: the one way every workbench writer opens a file.
 
-Below every package that writes (traces, storage, reports, plans, sweeps, capture).
-
-A folder workbench writes into may be writable by someone else (a shared ``runs/``, a
-report folder, ``/tmp``). A symbolic link planted where a file is about to be written
-(``records.parquet.tmp``, ``report.html``) would send the bytes to its target, outside the
-folder; a hard link to an outside file would be truncated through ``O_TRUNC``. So every
-file is written here:
-
-- a new file is created with ``O_CREAT | O_EXCL | O_NOFOLLOW``: a file of ours from an
-  earlier write (a regular file with one link) is removed first, never truncated through;
-  a symbolic link, or a file with other hard links, where a file is to be written is a
-  ``LinkRefused`` naming it (exit 2), and nothing is written;
-- a file that must appear whole (``atomic=True``, ``write_atomic``) is written to
-  ``NAME.tmp``, created the same way, then renamed over ``NAME`` — unless ``NAME`` is itself
-  a link (refused, the temporary removed): ``rename`` would not follow it, but the rule is
-  one rule;
-- appending (a run's JSONL files when a run resumes) opens with ``O_NOFOLLOW`` and refuses
-  a file with more than one hard link;
-- a folder a writer makes inside its output (``figures/``, ``servers/``) must not be a
-  link (``make_dir``).
-
-docs/security.md, "Run ids and paths".
+A new file is created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` (a file of ours with one link
+removed first, never truncated through); a whole file (``atomic``) goes to ``NAME.tmp``
+and is renamed into place; appends refuse a second hard link; a folder made inside an
+output must not be a link (``make_dir``). A link where a file is to be written is a
+``LinkRefused`` (exit 2), nothing written: docs/security.md, "Run ids and paths".
 """
 
 from __future__ import annotations

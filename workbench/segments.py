@@ -1,30 +1,11 @@
 """Token sequences described by where their tokens come from, not by the tokens.
 
-Every token the workbench sends is a pure function of a *source* and a position
-in it (docs/virtual-time.md, "Prompts as segments"): a unit's own stream, a
-shared prefix, a hash-id block (``context.tokens``), or an engine's output for
-one request (``workbench.tokenizer``). A ``Segments`` is a list of parts
-``(kind, key, start, n)`` — tokens ``start .. start+n-1`` of source ``(kind,
-key)`` — so a 12k-token prompt of a Mooncake row is 24 parts, not 12k ints. A
-virtual replay hands these to the embedded engine, which derives its block
-hashes from them (``block_keys``); a live replay materialises them to the exact
-token ids (``tokens``), and nothing on the wire changes.
-
-Rules that make the derived hashes faithful (same cache hits as hashing tokens):
-
-* **Sources never share tokens.** Different sources give different tokens
-  (``context.tokens``: separate namespaces and streams), so two descriptions give
-  equal tokens exactly when, part by part, they name the same source positions.
-* **Normal form.** Adjacent parts of one source that continue each other are
-  merged and empty parts dropped, so equal tokens have one description.
-* **Prefix identity.** ``block_keys(bs)[i]`` stands for tokens ``0 .. (i+1)·bs-1``
-  (like a chained block hash): it mixes a running key over the whole parts
-  before the part holding the block's last token, that part's source and start,
-  and the block's end position. Equal keys ⇔ equal prefixes (up to 64-bit
-  collisions, as for chained hashes).
-
-Keys are Python ``hash`` of tuples of ints (not salted: the same in every process)
-and a splitmix finaliser; never ``-1`` (``sim.kvcache.NO_HASH``).
+A ``Segments`` is a list of parts ``(kind, key, start, n)``: tokens ``start .. start+n-1``
+of source ``(kind, key)`` (a unit's stream, a shared prefix, a hash-id block, an engine's
+output). Parts are kept in normal form and sources never share tokens, so block keys
+(``block_keys``) are equal exactly when the prefixes' tokens are (docs/virtual-time.md,
+"Prompts as segments"). Keys are Python ``hash`` of int tuples (not salted) and a
+splitmix finaliser; never ``-1`` (``sim.kvcache.NO_HASH``).
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
-"""SIGTERM (and SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2: ``STOP``) stops a run exactly as
-Ctrl-C (SIGINT) does.
+"""SIGTERM (and SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2: ``STOP``) stops a run as Ctrl-C does.
 
-``timeout``, Docker, Kubernetes and Slurm stop a process with SIGTERM. Python's
-default is to die on the spot: the manifest would stay ``running`` and requests
-in flight would be lost. Here SIGTERM takes SIGINT's path instead:
-
-- while the event loop runs (``run_with_sigterm``), the loop's own signal
-  handler cancels the run's main task, exactly what ``asyncio.Runner`` does for
-  SIGINT: the replay session records in-flight requests as ``cancelled``, writes
-  ``records.parquet``, ``summary.json`` and a ``cancelled`` manifest, and the
-  call raises ``KeyboardInterrupt`` afterwards (the CLI exits with
-  ``ExitCode.CANCELLED``);
-- outside the loop (``workbench.cli.interrupt_early``, the CLI's first line, before
-  this module is even imported), SIGTERM raises ``KeyboardInterrupt`` where the
-  program is, as SIGINT would;
-- ``simulate`` (one thread, virtual time) takes both through ``stop_on_signals``: the
-  run stops itself and saves what finished;
-- child processes end with their parent (``die_with_parent``).
+In the event loop (``run_with_sigterm``) the signal cancels the run's main task as
+``asyncio.Runner`` does for SIGINT, so the run saves a ``cancelled`` directory; outside it
+(``cli.interrupt_early``) it raises ``KeyboardInterrupt``; ``simulate`` takes both through
+``stop_on_signals``; children end with their parent (``die_with_parent``).
+docs/run-directory.md, "Stopping".
 """
 
 from __future__ import annotations
@@ -42,7 +30,6 @@ STOP = tuple(getattr(signal, name) for name in STOP_SIGNAL_NAMES if hasattr(sign
 
 class _Flag:
     hit = False
-    name = ""
 
 
 class SignalStop:
@@ -73,11 +60,8 @@ class SignalStop:
         if self._loop is None or self._stop is None:
             return
         if self._thread == threading.get_ident():
-            # the loop runs on this (the main) thread and is somewhere in its own code: stop
-            # the run here, directly; a callback queued on the loop waits for the running
-            # task to yield, which a task that never waits (a stalled virtual closed loop)
-            # never does. The stop only sets events (Runner.stop); the loop is then woken,
-            # in case it sleeps in its selector, to run what they wake.
+            # the loop is on this thread: stop directly (a queued callback would wait for a
+            # task that may never yield, a stalled virtual closed loop), then wake the loop
             self._stop()
             self._loop.call_soon_threadsafe(_nothing)
         else:
@@ -90,10 +74,7 @@ SIGNAL_POLL_S = 0.2
 
 def wait_result(fut: concurrent.futures.Future[T]) -> T:
     """``fut.result()`` from the main thread, waking every ``SIGNAL_POLL_S`` so a signal's
-    Python handler runs. The kernel may hand a process's SIGINT/SIGTERM to any thread not
-    blocking it — a busy worker, or a native thread numpy or pyarrow started — and then
-    only marks the handler pending: a main thread blocked in ``result()`` would never run
-    it, and the run it should stop would go on (docs/run-directory.md, "Signals")."""
+    Python handler runs (docs/run-directory.md, "Stopping")."""
     while True:  # bounded: by the future, which its run's own bounds end
         try:
             return fut.result(timeout=SIGNAL_POLL_S)
@@ -107,10 +88,8 @@ def _nothing() -> None:
 
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[SignalStop]:
-    """While inside, the first SIGINT or SIGTERM stops the run through what was armed
-    (``SignalStop.arm``: a run that stops by itself and saves what finished, as a live
-    replay does); a second one raises ``KeyboardInterrupt`` at once. Main thread only
-    (elsewhere nothing is installed: signals go to the main thread)."""
+    """While inside, the first stop signal stops the run through what was armed
+    (``SignalStop.arm``); a second raises ``KeyboardInterrupt``. Main thread only."""
     flag = SignalStop()
     if threading.current_thread() is not threading.main_thread():
         yield flag
@@ -127,16 +106,9 @@ PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
-    """In a child process: receive ``sig`` when the parent dies, however it dies (SIGKILL,
-    the OOM killer) — Linux's parent-death signal, set through ``prctl``.
-
-    Called in the child, first thing; the parent's pid is checked right after, so a
-    parent that died before the call is caught too (the signal is then sent at once).
-    Linux fires the signal when the *thread* that started the child ends: workbench
-    starts its children from the thread that waits for them (the event loop's). On
-    other systems this is a no-op; the pipes the children read (EOF = parent gone)
-    still end them (docs/run-directory.md, "Processes").
-    """
+    """In a child process, first thing: receive ``sig`` when the parent dies, however it
+    dies (Linux's parent-death signal; elsewhere a no-op): docs/run-directory.md,
+    "Processes"."""
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)

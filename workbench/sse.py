@@ -1,18 +1,9 @@
 """Server-sent-events framing: bytes off the socket → ``data:`` payloads.
 
-Network reads split events anywhere (inside a line, inside ``\\r\\n``), so the
-decoder keeps the unfinished line between reads. Per the SSE spec a line ends in
-``\\n``, ``\\r\\n`` or ``\\r``; a blank line ends an event; lines starting with
-``:`` are comments; several ``data:`` lines of one event join with ``\\n``; other
-fields (``event:``, ``id:``, ``retry:``) are ignored because no backend we speak
-needs them. ``[DONE]`` is returned as an ordinary payload; the transport decides
-what it means.
-
-It is on the hot path of every request: a read that is exactly one one-line
-``data:`` event (a streamed token) is sliced without a split; with ``\n``-only
-framing (every LLM server) it does one ``split`` on blank lines per read and
-slices each one-line ``data:`` event directly; other framing goes line by line. JSON decoding is
-left to the codec.
+The decoder keeps the unfinished line between reads; lines end in ``\\n``, ``\\r\\n`` or
+``\\r``, a blank line ends an event, ``:`` lines are comments, several ``data:`` lines join
+with ``\\n``, other fields are ignored, ``[DONE]`` is an ordinary payload. On the hot
+path: a one-line ``data:`` event, and ``\\n``-only framing, are sliced without a line loop.
 """
 
 from __future__ import annotations

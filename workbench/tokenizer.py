@@ -1,10 +1,8 @@
 """A deterministic word-level tokenizer built in code (no downloads, no files).
 
-Text prompts (``/v1/chat/completions``, string prompts) need *some* tokenizer;
-a real one would mean a model download. Here every ordinary id maps to one
-made-up word of consonant-vowel syllables and words are separated by single
-spaces, so ``encode(decode(ids)) == ids`` for ordinary ids and a prompt of N
-words is N tokens. Unknown words map to a stable hash-chosen ordinary id.
+Every ordinary id is one made-up word of consonant-vowel syllables, words separated by
+spaces: ``encode(decode(ids)) == ids`` and a prompt of N words is N tokens. Unknown words
+map to a stable hash-chosen ordinary id.
 """
 
 from __future__ import annotations

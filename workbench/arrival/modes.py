@@ -1,14 +1,9 @@
 """The arrival-mode registry: ``ArrivalMode``, ``MODES`` and ``register_mode``.
 
-A mode is one object that says everything the rest of the replay asks of it: when
-each unit is released (``release``), whether ``arrival.rate`` rescales those times
-(``takes_rate``), and whether admission runs a closed loop (``closed_loop``: a
-finishing unit's slot admits the next unit, so the mode needs ``max_concurrency``
-and may run for ``duration_s``, starting the unit list over). Config validation,
-the plan, the admission queue and the run's completion read these capabilities;
-nothing dispatches on a mode's name. A new mode is one module with one
-``@register_mode(name, ...)`` line, imported in ``workbench.arrival``
-(docs/arrival.md).
+A mode says all the replay asks of it: ``release`` (each unit's release time),
+``takes_rate``, ``closed_loop`` (needs ``max_concurrency``, may run for ``duration_s``)
+and ``process``; nothing dispatches on a mode's name. A new mode is one module with one
+``@register_mode`` line, imported in ``workbench.arrival`` (docs/arrival.md).
 """
 
 from __future__ import annotations

@@ -1,31 +1,11 @@
 """Arrival processes (pure): start times drawn for units, replacing a trace's timeline.
 
-``poisson``, ``gamma`` (with a burstiness factor) and ``constant`` draw the gap
-before each unit from the rate in force at that unit; a ramp-up makes that rate
-move from ``ramp_up_start_rps`` to ``ramp_up_end_rps`` over the units, linearly
-or exponentially. The definitions are vLLM's ``vllm bench serve`` ones
-(``--request-rate``, ``--burstiness``, ``--ramp-up-strategy``), stated with
-their formulas in docs/arrival.md ("Arrival processes"):
-
-- unit ``i`` of ``n`` has progress ``p_i = i / max(n - 1, 1)`` and rate
-  ``λ_i = λ`` (no ramp), ``λ_s + (λ_e - λ_s)·p_i`` (linear) or
-  ``λ_s·(λ_e/λ_s)^p_i`` (exponential);
-- the gap before unit ``i ≥ 1`` is ``Gamma(shape=b, scale=1/(λ_i·b))``: mean
-  ``1/λ_i``, coefficient of variation ``1/√b``; ``b = 1`` (``poisson``) is the
-  exponential gap, ``constant`` the gap ``1/λ_i`` exactly;
-- the first unit starts at 0 (vLLM also waits a gap before its first request
-  and, without a ramp, rescales the sum of gaps to ``n/λ``; workbench does
-  neither, so a unit's start is a plain sum of independent gaps).
-
-A ramp over a duration (``ramp_up_duration_s = S``) is a rate in time instead:
-``r(t)`` goes from ``r0`` to ``r1`` over ``S`` seconds (linear ``r0 + (r1 - r0)·t/S``,
-exponential ``r0·(r1/r0)^(t/S)``) and stays at ``r1``; with ``Λ(t) = ∫₀ᵗ r``, unit
-``i`` starts at ``Λ⁻¹(u_i)``, where ``u_i`` is the sum of ``i`` gaps of the
-process at rate 1 (``Exp(1)``, ``Gamma(b, 1/b)``, or exactly 1 for ``constant``):
-a nonhomogeneous process by time rescaling (``cumulative``, ``inverse_cumulative``).
-
-One ``numpy.random.default_rng(seed)`` draws the gaps, so a seed gives the same
-timeline every time.
+``poisson``, ``gamma`` (shape ``burstiness``) and ``constant`` draw the gap before each
+unit from the rate in force at it, ramped over the units or over ``ramp_up_duration_s``
+seconds (a nonhomogeneous process by time rescaling: ``cumulative``,
+``inverse_cumulative``). vLLM's ``vllm bench serve`` definitions, the formulas and the
+two differences from vLLM: docs/arrival.md, "Arrival processes". One
+``numpy.random.default_rng(seed)`` draws the gaps: a seed gives the same timeline.
 """
 
 from __future__ import annotations
@@ -67,6 +47,9 @@ GAP_LAWS.add("gamma", GapLaw(lambda n, rng, p: _gamma(n, rng, p.burstiness),
 GAP_LAWS.add("constant", GapLaw(lambda n, _rng, _p: np.ones(n),
                                 "one unit every 1/arrival.rate s"))
 PROCESSES = tuple(GAP_LAWS.names())
+#: the fields of a process beyond its kind and rate, ``ArrivalSpec``'s under the same names
+SHAPE_FIELDS = ("burstiness", "ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps",
+                "ramp_up_duration_s")
 RAMP_STRATEGIES = ("linear", "exponential")
 DOC = "docs/arrival.md, 'Arrival processes'"
 
@@ -92,11 +75,9 @@ class ArrivalProcess:
             raise ConfigError(f"{where}.mode {self.kind!r}: not an arrival process "
                               f"({', '.join(PROCESSES)})")
         hints = hints_of(ArrivalProcess)
-        for name in ("rate", "burstiness", "ramp_up_start_rps", "ramp_up_end_rps",
-                     "ramp_up_duration_s"):
-            # one range per field, the config's (workbench/ranges.py, docs/config-bounds.md)
+        for name in ("rate", *SHAPE_FIELDS):  # the config's ranges (docs/config-bounds.md)
             check_value(f"{where}.{name}", getattr(self, name), hints[name],
-                        RANGES[f"arrival.{name}"])
+                        RANGES.get(f"arrival.{name}"))
         b = self.burstiness
         if b != 1.0 and "burstiness" not in GAP_LAWS.get(self.kind).params:
             takes = " or ".join(repr(k) for k in PROCESSES if "burstiness" in
@@ -206,8 +187,5 @@ class ArrivalProcess:
 
     def describe(self) -> dict[str, object]:
         """What a manifest records of the process."""
-        return {"process": self.kind, "rate": self.rate, "burstiness": self.burstiness,
-                "ramp_up_strategy": self.ramp_up_strategy,
-                "ramp_up_start_rps": self.ramp_up_start_rps,
-                "ramp_up_end_rps": self.ramp_up_end_rps,
-                "ramp_up_duration_s": self.ramp_up_duration_s}
+        return {"process": self.kind, "rate": self.rate,
+                **{name: getattr(self, name) for name in SHAPE_FIELDS}}

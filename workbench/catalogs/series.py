@@ -1,15 +1,9 @@
 """What each engine exports on ``/metrics``, under which Prometheus name.
 
-One ``EngineSeries`` per engine (vLLM, SGLang, llama.cpp); each row says which run-level
-role a series plays (prefix-cache hits and queries, preemptions, KV-cache usage, running
-and waiting requests, tokens). The scraper keeps these series (``backends.scrape``), the
-summary reads the hit rate and the server-side evidence from them (``metrics.summary``,
-``metrics.server_side``), a sweep its preemptions (``sweeps.points``), the report its
-gauges (``report.tables``), and the embedded engine exports its vLLM or SGLang rows from
-the ``Engine.stats()`` key named in ``stat`` (``sim.metrics``; ``simulate`` samples the
-vLLM ones). docs/measurement-rules.md's table is generated from these rows
-(``markdown_table``). Sources: vLLM 0.32 ``vllm/v1/metrics/loggers.py``; SGLang
-``python/sglang/srt/metrics/collector.py``; llama.cpp ``tools/server/server.cpp``.
+One ``EngineSeries`` per engine; each row says which run-level role a series plays.
+The scraper, the summary, sweeps, the report and the embedded engine's exposition (from
+the ``Engine.stats()`` key in ``stat``) read these rows; docs/measurement-rules.md's table
+and sources are ``markdown_table``'s.
 """
 
 from __future__ import annotations

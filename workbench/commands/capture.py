@@ -1,9 +1,6 @@
-"""``workbench capture``: a loopback proxy that records your agents' token shape.
-
-Point an agent's base URL at it (``OPENAI_BASE_URL=http://127.0.0.1:PORT/v1``,
-``ANTHROPIC_BASE_URL=http://127.0.0.1:PORT``); it relays every request to ``--upstream``
-unchanged and writes one file per conversation in kv-cache-tester's captured format
-under ``-o`` until Ctrl-C or SIGTERM (docs/capture.md).
+"""``workbench capture``: a loopback proxy that records your agents' token shape: it
+relays every request to ``--upstream`` and writes one file per conversation under ``-o``
+until Ctrl-C or SIGTERM (docs/capture.md).
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """``workbench demo``: the README's main job, end to end on a laptop.
 
-Replays a bundled public agent trace (TraceLab's 48-session example: 303
-rounds with prefix reuse and tool waits, trace-timed) against the embedded
-engine, started in a process of its own, with a progress bar; then renders the
-replay report over the stored run (``reports/<run_id>/report.html``, indexed
-in ``reports/index.html``) with a bar over the notebook's cells. ``--trace``
-picks another bundled trace or a path; the README's Mooncake example is
-``--trace mooncake/conversation_trace_head600.jsonl --max-items 120 --rate 1``
-(``MOONCAKE_EXAMPLE``: two minutes the default engine holds); captured Claude Code
-traffic is ``WEKA_EXAMPLE`` (docs/weka-traces.md).
+Replays a bundled public agent trace (TraceLab's 48-session example) against the
+embedded engine in its own process, then renders the replay report
+(``reports/<run_id>/report.html``). ``MOONCAKE_EXAMPLE`` and ``WEKA_EXAMPLE`` are the
+README's other examples.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """``workbench parity``: qualify a change to the simulated engine (docs/parity.md).
 
-``workbench parity SPEC -o DIR`` runs the frozen spec's rows on its baseline and
-candidate, twice each in processes of their own, and writes ``DIR/parity.json`` (render
-it: ``workbench report DIR``); exit 0 when every row is qualified, 1 when one is not.
-``--propose-capacity ROW`` searches the row's capacity (``--knob``, default
-``num_blocks``) for preemptions in range instead, and with ``--write NEW_SPEC`` writes
-the spec with that change (the same for both sides).
+Runs a frozen spec's rows on its baseline and candidate, twice each, and writes
+``DIR/parity.json``: exit 0 when every row is qualified, else 1. ``--propose-capacity
+ROW`` searches the row's capacity knob instead (``--write``: the spec with the change).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """``workbench report``: render stored runs into HTML reports (no traffic is replayed).
 
-One run directory renders the ``replay`` notebook over the stored run (its
-``run_dir`` parameter); several render ``compare``; sweep directories (with a
-``sweep.json``) render ``sweep``, several of them side by side; a plan directory
-(``plan.json``, from ``workbench plan``) renders ``plan``, a parity directory
-(``parity.json``, from ``workbench parity``) ``parity``. ``--notebook`` picks another
-bundled notebook or a ``.ipynb`` path; ``--param KEY=VALUE`` sets any other
-parameter the notebook declares (VALUE is read as JSON when it parses).
+One run directory renders ``replay``, several ``compare``; sweep directories ``sweep``,
+a plan directory ``plan``, a parity directory ``parity``. ``--notebook`` picks another
+notebook, ``--param KEY=VALUE`` sets any parameter it declares (VALUE: JSON or text).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""``workbench sim serve``: run the embedded engine behind HTTP until Ctrl-C.
-
-Imports aiohttp only when the command runs, so ``workbench --help`` stays fast.
-"""
+"""``workbench sim serve``: the embedded engine behind HTTP until Ctrl-C; ``sim
+calibrate``: fit its cost model from a real engine's runs."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""``workbench sweep``: one run per point of a grid, or an SLO capacity search.
-
-Every point is an ordinary run directory under ``OUT/SWEEP_ID/runs/``, with
-``OUT/SWEEP_ID/sweep.json`` the sweep manifest. Running the same command again
-with the same ``--sweep-id`` resumes from the runs on disk.
-"""
+"""``workbench sweep``: one run per point of a grid, or an SLO capacity search; run
+directories under ``OUT/SWEEP_ID/runs/``, the same ``--sweep-id`` again resumes
+(docs/sweeps.md)."""
 
 from __future__ import annotations
 

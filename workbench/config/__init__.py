@@ -1,12 +1,8 @@
 """``RunConfig``: one replay = trace + context + arrival + backend + target (+ seed, SLO).
 
-The four axes are independent: nothing in one implies a value in another. Each section
-is a module of its own (``trace``, ``context``, ``arrival``, ``backend``, ``target``,
-``executor``) with its fields and the rules of that section alone; this module composes
-them and checks the cross-axis rules of docs/axes.md, before any request is sent, each
-with a message that says what to change. Configs come from dicts (a notebook's
-parameters cell), YAML/JSON files (``--config``) and go back to dicts for the run
-manifest.
+Each section is a module of its own with its fields and rules; this one composes them
+and checks the cross-axis rules of docs/axes.md before any request is sent. From dicts
+or YAML/JSON files (``--config``), back to dicts for the run manifest.
 """
 
 from __future__ import annotations
@@ -38,7 +34,7 @@ __all__ = [
     "available", "parse_output_policy", "token_id_backends",
 ]
 
-CONFIG_MAX_BYTES = v.CONFIG_MAX_BYTES  # the bound of every configuration file read
+CONFIG_MAX_BYTES = v.CONFIG_MAX_BYTES
 
 _SECTIONS: dict[str, tuple[type, str]] = {
     "trace": (TraceSpec, "path"),
@@ -65,8 +61,7 @@ class RunConfig:
     run_id: str | None = None
     out_dir: str | None = None
     label: str | None = None
-    #: replace an existing finished run of the same ``run_id`` (docs/run-directory.md)
-    overwrite: bool = False
+    overwrite: bool = False  # replace a finished run of this ``run_id`` (docs/run-directory.md)
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -112,11 +107,8 @@ class RunConfig:
 
     # -- validation ---------------------------------------------------------------------
     def check(self) -> None:
-        """Rules that need no trace: names exist, numbers in range, axis combinations.
-
-        Types and ranges are ``_check_types``'s alone (one table, ``workbench.ranges``);
-        then each section's own rules (its ``check``), then the rules that combine two
-        sections, on values that are already of their type and range."""
+        """Rules that need no trace: types and ranges first (``_check_types``), then each
+        section's own rules, then the rules that combine two sections."""
         self._check_types()
         self.arrival.check()
         b, e = self.backend, self.executor
@@ -144,10 +136,7 @@ class RunConfig:
         e.check()
 
     def _check_types(self) -> None:
-        """Every field's type (its annotation) and range (``validation.RANGES``), first.
-
-        The other rules below can then compare and combine values safely.
-        """
+        """Every field's type (its annotation) and range (``workbench.ranges.RANGES``)."""
         for key in _SECTIONS:
             ranges.check_dataclass(getattr(self, key), key)
         self.context.check_options()
@@ -167,12 +156,8 @@ class RunConfig:
         self.backend.check_options()
 
     def register_secrets(self) -> None:
-        """Register every credential this run sends, however it was given, for redaction
-        (``workbench.redact``): the ``api_key_env`` key, the target's and every further
-        metrics URL's user, password and query values, every header value (``$ENV`` ones
-        as read now) and the values of credential-named ``extra_body`` fields. Called
-        before anything of the run is written or printed, and by every process that sends
-        (docs/security.md)."""
+        """Register every credential this run sends for redaction, before anything of the
+        run is written or printed, in every process that sends (docs/security.md)."""
         b = self.backend
         opts = b.options or {}
         headers = opts.get("headers")
@@ -199,13 +184,8 @@ class RunConfig:
         self.context.check_applies(workload)
 
     def keeps_records(self, n_requests: int) -> tuple[bool, str]:
-        """Whether a live run of ``n_requests`` holds its records in memory, and why.
-
-        Without an ``out_dir`` they have nowhere else to live. ``"auto"`` keeps them
-        up to ``KEEP_RECORDS_AUTO_MAX`` planned requests. A closed-loop run with a
-        ``duration_s`` loops over its units until the deadline, so its request
-        count is not known up front: ``"auto"`` keeps its records on disk only.
-        """
+        """Whether a live run of ``n_requests`` holds its records in memory, and why
+        (``executor.keep_records``: docs/executors.md)."""
         keep = self.executor.keep_records
         if not self.out_dir:
             return True, "no out_dir: records are kept in memory (nowhere else to live)"
@@ -226,8 +206,6 @@ class RunConfig:
 
     @property
     def loops_until_deadline(self) -> bool:
-        """A closed-loop mode with ``duration_s``: the unit list starts over until the
-        deadline, so the request count is not known up front."""
         return self.arrival.loops_until_deadline
 
     @property

@@ -70,8 +70,7 @@ class ContextSpec:
         requests or block hash ids, and not a file planned under a policy already."""
         if self.policy is None:
             return
-        if workload.meta.get("needs_context_policy") is False:
-            raise ConfigError(planned_file_message(self.policy, workload))
+        check_not_planned(self.policy, workload)
         if not workload.has_sessions:
             raise ConfigError(
                 f"context.policy {self.policy!r} applies to sessions, but trace format "
@@ -82,6 +81,12 @@ class ContextSpec:
                 f"context.policy {self.policy!r} cannot apply to {workload.fmt!r}: its "
                 "prompts come from block hash ids, not a conversation; unset context.policy"
             )
+
+
+def check_not_planned(policy: str | None, workload: Workload) -> None:
+    """A file planned under a policy already (session-execution-v2) takes no other."""
+    if policy is not None and workload.meta.get("needs_context_policy") is False:
+        raise ConfigError(planned_file_message(policy, workload))
 
 
 def context_keys() -> set[str]:

@@ -1,12 +1,8 @@
 """An engine config file (``--engine-config``, ``plan --preset FILE.json``), read and checked.
 
-A JSON or YAML mapping of engine knobs, or a calibration file (``sim calibrate``) whose
-``engine`` block is that mapping. Read by the one bounded reader of configuration files
-(``validation.read_config_file``: size, file kind, UTF-8; then the YAML reader's aliases and
-depth, JSON being YAML), and, with ``check``, every knob checked with the
-engine's own messages (``EngineConfig.from_knobs``, the one range table) before anything
-runs: a list, ``{"engine": 5}`` or a 50,000-deep nesting is one ``ConfigError`` naming the
-file, never a traceback (docs/config-bounds.md, "Size and depth").
+A JSON or YAML mapping of engine knobs, or a calibration file whose ``engine`` block is
+one, read by ``validation.read_config_file``; every problem is one ``ConfigError``
+naming the file (docs/config-bounds.md, "Size and depth").
 """
 
 from __future__ import annotations
