@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from workbench.errors import (
-    STOP_SIGNAL_NAMES,
+    STOP_SIGNALS,
     WRITE_ERRNOS,
     ExitCode,
     OutputWriteError,
@@ -20,20 +20,13 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 
-#: the signals that take Ctrl-C's (SIGINT's) path (``errors.STOP_SIGNAL_NAMES``)
-STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
-    getattr(signal, name) for name in STOP_SIGNAL_NAMES if hasattr(signal, name))
-
-
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
 def interrupt_early() -> None:
     """Every signal of ``STOP_SIGNALS`` takes Ctrl-C's path from the command's first line
-    on, while it still imports (``workbench.signals`` says how the run itself then stops):
-    a stop during start-up is one line and exit code 130, not a traceback or 143. Main
-    thread only (elsewhere a no-op)."""
+    on, while it still imports: one line and exit code 130. Main thread only."""
     import threading
 
     if threading.current_thread() is threading.main_thread():

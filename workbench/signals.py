@@ -1,4 +1,4 @@
-"""SIGTERM (and SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2: ``STOP``) stops a run as Ctrl-C does.
+"""SIGTERM and the other stop signals (``errors.STOP_SIGNALS``) stop a run as Ctrl-C does.
 
 In the event loop (``run_with_sigterm``) the signal cancels the run's main task as
 ``asyncio.Runner`` does for SIGINT, so the run saves a ``cancelled`` directory; outside it
@@ -20,12 +20,10 @@ import threading
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
-from workbench.errors import STOP_SIGNAL_NAMES
+from workbench.errors import STOP_SIGNALS
 
 T = TypeVar("T")
 
-#: the signals that stop a run as SIGINT does (``errors.STOP_SIGNAL_NAMES``)
-STOP = tuple(getattr(signal, name) for name in STOP_SIGNAL_NAMES if hasattr(signal, name))
 
 
 class _Flag:
@@ -94,7 +92,8 @@ def stop_on_signals() -> Iterator[SignalStop]:
     if threading.current_thread() is not threading.main_thread():
         yield flag
         return
-    previous = {sig: signal.signal(sig, flag.on_signal) for sig in (signal.SIGINT, *STOP)}
+    sigs = (signal.SIGINT, *STOP_SIGNALS)
+    previous = {sig: signal.signal(sig, flag.on_signal) for sig in sigs}
     try:
         yield flag
     finally:
@@ -125,7 +124,7 @@ def _cancel_task_on_sigterm(loop: asyncio.AbstractEventLoop, cancel: Callable[[]
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.getsignal(sig) for sig in STOP}
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
 
     def on_term() -> None:
         flag.hit = True
@@ -133,7 +132,7 @@ def _cancel_task_on_sigterm(loop: asyncio.AbstractEventLoop, cancel: Callable[[]
 
     added = []
     try:
-        for sig in STOP:
+        for sig in STOP_SIGNALS:
             loop.add_signal_handler(sig, on_term)
             added.append(sig)
     except (NotImplementedError, RuntimeError, ValueError):  # no signals on this loop
