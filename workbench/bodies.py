@@ -41,14 +41,9 @@ class BodyError(WorkbenchError):
 
 
 class Inflater:
-    """A ``gzip``/``deflate`` body inflated piece by piece, never a whole read at once.
-
-    ``pieces(data)`` yields the inflated bytes of one network read in pieces of at
-    most ``INFLATE_PIECE`` bytes; the caller hands each on (a stream's event-size bound
-    then cuts a body that inflates without end exactly where it would cut plain bytes)
-    and stops taking pieces once it has enough, so a read that inflates to a GiB is
-    never held whole (docs/wire-protocols.md). A broken body raises ``error``.
-    """
+    """A ``gzip``/``deflate`` body inflated piece by piece: ``pieces(data)`` yields one
+    network read's bytes ``INFLATE_PIECE`` at a time, so a caller that stops taking them
+    never holds a bomb whole (docs/wire-protocols.md). A broken body raises ``error``."""
 
     __slots__ = ("encoding", "z")
     error: type[Exception] = BodyError
@@ -103,11 +98,9 @@ def _inflater(headers: Mapping[str, str]) -> Inflater | None:
 
 async def read_body(resp: aiohttp.ClientResponse, limit: int = ANSWER_MAX,
                     inflater: Inflater | bool | None = True) -> Body:
-    """At most ``limit`` bytes of ``resp``'s body, inflated piece by piece; the
-    connection is closed when the body is longer (``Body.cut``). A body that does not
-    inflate, or an encoding other than gzip/deflate, raises ``BodyError``. ``inflater``:
-    the caller's own (an HTTP client's, raising its error), None for a body read as it
-    is, True (default) for one made from the response's ``Content-Encoding``."""
+    """At most ``limit`` bytes of ``resp``'s body, inflated; the connection is closed when
+    it is longer (``Body.cut``); ``BodyError`` for a broken body or another encoding.
+    ``inflater``: the caller's own, None (read as is), True (from ``Content-Encoding``)."""
     inflate = _inflater(resp.headers) if inflater is True else inflater or None
     out = bytearray()
     cut = False

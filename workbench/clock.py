@@ -35,22 +35,13 @@ class WallClock:
         return time.perf_counter_ns()
 
     async def sleep_until(self, t_ns: int) -> None:
-        delay = (t_ns - time.perf_counter_ns()) / 1e9
-        if delay > 0:
-            await asyncio.sleep(delay)
-        else:
-            await asyncio.sleep(0)
+        await asyncio.sleep((t_ns - time.perf_counter_ns()) / 1e9)  # <= 0: yields once
 
 
 class VirtualClock:
-    """Reads the running loop's virtual time; use inside ``run_virtual``.
-
-    Made inside a ``VirtualTimeLoop``, it binds to that loop: ``asyncio.
-    get_running_loop()`` costs a ``getpid`` system call on CPython 3.11, and a virtual
-    replay reads the clock some ten times a request (docs/virtual-time.md, "What a
-    virtual replay costs"). Made anywhere else (no loop, or a real one such as a
-    notebook's), it reads whichever loop is running at each call.
-    """
+    """Reads the running loop's virtual time. Made inside a ``VirtualTimeLoop`` it binds to
+    it (``asyncio.get_running_loop()`` costs a ``getpid`` a call on CPython 3.11:
+    docs/virtual-time.md, "What a virtual replay costs"); else it reads the running loop."""
 
     __slots__ = ("_loop",)
 
@@ -82,15 +73,9 @@ def _set_done(fut: asyncio.Future[None]) -> None:
 
 
 class _VirtualSelector(selectors.BaseSelector):
-    """A selector that never sleeps: a wait for a timer moves the loop's clock instead.
-
-    asyncio asks its selector to wait exactly until the earliest timer when nothing
-    is ready (``timeout`` > 0), forever when there is no timer at all (``None``),
-    and not at all otherwise (0). In the first two cases ``VirtualTimeLoop._advance``
-    runs the steps due before that timer and then moves the clock (no timer and no
-    step left is a deadlock); the real selector underneath is only ever polled (the
-    loop's own wake-up pipe still works).
-    """
+    """A selector that never sleeps: where asyncio would wait (``timeout`` > 0 or None),
+    ``VirtualTimeLoop._advance`` runs the steps due and moves the clock instead; the real
+    selector underneath is only polled (the loop's wake-up pipe still works)."""
 
     def __init__(self, loop_clock: VirtualTimeLoop) -> None:
         self._real = selectors.DefaultSelector()
@@ -137,13 +122,9 @@ class StepHandle:
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
     """An event loop whose clock only moves when every task is waiting on a timer.
 
-    Public API only: the loop is given a selector that never sleeps
-    (``_VirtualSelector``); whenever the loop would wait for its earliest timer,
-    time jumps to that timer's deadline instead, so nothing really sleeps. The
-    deadlines come from a heap of the timers this loop handed out (``call_at``,
-    which ``call_later`` goes through), read with ``TimerHandle.when()`` and
-    ``cancelled()``. Steps (``call_step_at``) sit in a second heap that only
-    ``_advance`` reads.
+    Public API only: its selector never sleeps (``_VirtualSelector``), and time jumps to
+    the earliest timer of the heap of those it handed out (``call_at``); steps
+    (``call_step_at``) sit in a second heap that only ``_advance`` reads.
     """
 
     def __init__(self) -> None:
@@ -169,17 +150,10 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         return handle
 
     def call_step_at(self, when_ns: int, callback: Callable[[], bool]) -> StepHandle:
-        """Run ``callback()`` synchronously at virtual time ``when_ns`` (integer ns).
-
-        Unlike ``call_at``, a step runs only when no callback is ready and no timer
-        is due first: at the moment the loop would otherwise wait. A timer due at
-        the same instant runs first (with everything it wakes), then the step.
-        Steps due at the same instant run together, in the order they were
-        registered (a step registered while they run, even for that instant, runs
-        after the loop had its turn). ``callback`` returns True when it woke a
-        waiter (resolved a future): the loop then runs before the next step. It may
-        register its own next step. Docs: docs/virtual-time.md.
-        """
+        """Run ``callback()`` synchronously at virtual time ``when_ns`` (integer ns), when
+        the loop would otherwise wait: after a timer due at the same instant, with the
+        steps due then in registration order. ``callback`` returns True when it woke a
+        waiter: the loop then runs before the next step (docs/virtual-time.md)."""
         if when_ns < self._virtual_now * 1e9 - 0.5:  # before now (ns, as ``now_ns`` rounds)
             raise ValueError(f"step deadline {when_ns} ns is in the virtual past")
         handle = StepHandle(when_ns, callback)

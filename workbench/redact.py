@@ -52,14 +52,9 @@ def register(*secrets: str | None) -> None:
 
 
 def register_sent(name: str, value: Any, *, named_only: bool = False) -> None:
-    """Register a value sent under ``name`` (a header, a query parameter, a body field).
-
-    A credential-shaped name (``CREDENTIAL_NAME``) registers the value from 4
-    characters on, any other name from 8 (``named_only``: never; body fields, whose
-    other values are prompts and model names). The value's parts are registered too
-    (``Bearer <token>`` → the token; ``a=1; sid=<token>`` → each cookie value), so a
-    server that echoes only a part is redacted as well.
-    """
+    """Register a value sent under ``name`` (a header, a query parameter, a body field),
+    and its parts (``Bearer <token>``: the token): from 4 characters under a credential
+    name (``CREDENTIAL_NAME``), from 8 under another (``named_only``: never)."""
     if value is None or isinstance(value, bool) or not isinstance(value, str | int | float):
         return
     value = str(value)
@@ -138,12 +133,9 @@ _NUMBER_BYTES = b"0123456789,[]"
 
 
 def line(data: bytes) -> bytes:
-    """``text`` over one serialized JSON line; a clean line (the usual one) is not copied.
-
-    A line holding a registered secret is redacted value by value (parsed, ``obj``,
-    serialized again), so a secret that also occurs inside a number or a key's JSON
-    syntax cannot break the line.
-    """
+    """``text`` over one serialized JSON line; a clean line (the usual one) is not copied,
+    one holding a registered secret is redacted value by value (``obj``), so the JSON
+    stays whole."""
     registered = any(s in data for s in _secret_bytes)
     # the triggers looked for without the digits and number punctuation most of a record
     # line is (token times, hashes): deleting them can only join letters into a trigger,
@@ -178,10 +170,8 @@ def obj(value: Any) -> Any:
 
 # ------------------------------------------------------------------------- URLs
 def url_credentials(url: str) -> tuple[str, str | None, str | None]:
-    """``(url without user:password@, user, password)``; unparsable URLs come back as-is.
-
-    ``user:pw@host:port`` without a scheme is read as ``http://...`` (as the transport does).
-    """
+    """``(url without user:password@, user, password)``; unparsable URLs come back as-is;
+    ``user:pw@host:port`` reads as ``http://...``."""
     if "://" not in url and "@" in url:
         url = f"http://{url.strip()}"
     try:
@@ -261,38 +251,26 @@ class RedactingStream:
 
 
 # ------------------------------------------------------------------------- logs
-class RedactingFilter(logging.Filter):
-    """Redacts a log record's message in place (attach to a handler)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except (TypeError, ValueError):  # a bad format string: logging reports it itself
-            return True
-        clean = text(message)
-        if clean != message:
-            record.msg, record.args = clean, None
-        return True
-
-
 _installed = False
 
 
 def install_log_redaction() -> None:
-    """Redact every log record of this process as it is created (idempotent).
-
-    A record factory (not a handler filter) so that whatever handlers a notebook
-    or an application attached later still get the redacted text.
-    """
+    """Redact every log record of this process as it is created (idempotent): a record
+    factory, so handlers attached later get the redacted text too."""
     global _installed
     if _installed:
         return
     previous = logging.getLogRecordFactory()
-    redactor = RedactingFilter()
 
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = previous(*args, **kwargs)
-        redactor.filter(record)
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):  # a bad format string: logging reports it itself
+            return record
+        clean = text(message)
+        if clean != message:
+            record.msg, record.args = clean, None
         return record
 
     logging.setLogRecordFactory(factory)

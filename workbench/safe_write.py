@@ -119,10 +119,9 @@ def write_fd(fd: int, data: bytes, path: str | os.PathLike[str]) -> None:
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
-    """``data`` as the whole of ``path``, in one call: written to ``temp_of(path)`` (created
-    by ``open_fd``), then renamed over ``path`` (``commit``). A failure is an
-    ``OutputWriteError`` naming the file (a run's files: the run stops at the first), and
-    no temporary is left behind; a link is ``LinkRefused``."""
+    """``data`` as the whole of ``path``, through ``temp_of(path)`` renamed into place; a
+    failure is an ``OutputWriteError`` naming the file (no temporary left), a link
+    ``LinkRefused``."""
     target = Path(path)
     tmp = temp_of(target)
     try:

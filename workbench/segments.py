@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -201,10 +200,7 @@ class BlockKeyer:
 def _twin_keys(pkeys: Sequence[int], counts: Sequence[int], e0: int, bs: int) -> list[int]:
     """The Python twin of ``kernels.block_keys``: the keys of ``counts[i]`` blocks under
     part key ``pkeys[i]``, the first ending at ``e0``."""
-    e = e0 + sum(counts) * bs
-    if len(pkeys) == 1:
-        return _mix_ends(pkeys[0], e0, e, bs)
-    n = (e - e0) // bs
+    n = sum(counts)
     if n < 8:
         out: list[int] = []
         end = e0
@@ -213,7 +209,7 @@ def _twin_keys(pkeys: Sequence[int], counts: Sequence[int], e0: int, bs: int) ->
                 out.append(_mix_one(pk, end))
                 end += bs
         return out
-    ends = np.arange(e0, e, bs, dtype=np.uint64)
+    ends = np.arange(e0, e0 + n * bs, bs, dtype=np.uint64)
     pk_arr = np.array([pk & _M64 for pk in pkeys], dtype=np.uint64)
     return _mix(np.repeat(pk_arr, counts), ends)
 
@@ -236,14 +232,6 @@ def _mix(part_keys: np.ndarray, ends: np.ndarray) -> list[int]:
     return out
 
 
-def _mix_ends(part_key: int, lo: int, hi: int, bs: int) -> list[int]:
-    """The keys of the blocks ending at ``lo, lo+bs, .. < hi``, all in one part."""
-    if hi - lo < 8 * bs:
-        return [_mix_one(part_key, end) for end in range(lo, hi, bs)]
-    ends = np.arange(lo, hi, bs, dtype=np.uint64)
-    return _mix(np.full(len(ends), part_key & _M64, dtype=np.uint64), ends)
-
-
 def _mix_one(part_key: int, end: int) -> int:
     """``_mix`` of one block, in Python ints (a decode's one new block)."""
     z = ((part_key & _M64) + end * 0x9E3779B97F4A7C15) & _M64
@@ -256,9 +244,4 @@ def _mix_one(part_key: int, end: int) -> int:
     return -2 if v == -1 else v
 
 
-def is_segments(obj: Any) -> bool:
-    return isinstance(obj, Segments)
-
-
-__all__ = ["BLOCK", "OUTPUT", "PREFIX", "UNIT", "BlockKeyer", "Part", "Resolver", "Segments",
-           "is_segments"]
+__all__ = ["BLOCK", "OUTPUT", "PREFIX", "UNIT", "BlockKeyer", "Part", "Resolver", "Segments"]

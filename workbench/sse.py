@@ -79,11 +79,8 @@ class SSEDecoder:
         return len(self._tail) + sum(map(len, data)) if data else len(self._tail)
 
     def close(self) -> list[bytes]:
-        """Flush at end of stream: an event missing its final blank line still counts.
-
-        The spec would drop it; servers that forget the last newline are common
-        enough that losing their final usage chunk is the worse choice.
-        """
+        """Flush at end of stream: an event missing its final blank line still counts (the
+        spec would drop it, and with it a forgetful server's final usage chunk)."""
         tail, self._tail = self._tail, b""
         lines = tail.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n") if tail else []
         lines.append(b"")

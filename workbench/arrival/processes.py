@@ -23,11 +23,9 @@ from workbench.registry import Registry
 
 @dataclass(frozen=True)
 class GapLaw:
-    """One arrival process: ``draw(n, rng, process)``, its ``n`` gaps at rate 1 (mean 1),
-    and the parameters of ``ArrivalProcess`` it reads beyond the rate and the ramp (the
-    config, the UI and the CLI show those only for it). A new process is one
-    ``GAP_LAWS.add`` below, and its parameter a field of ``ArrivalProcess`` with its range
-    (workbench/ranges.py)."""
+    """One arrival process: ``draw(n, rng, process)``, its ``n`` gaps at rate 1, and the
+    ``ArrivalProcess`` fields it reads beyond rate and ramp. A new process is one
+    ``GAP_LAWS.add`` (and a new parameter a field with its range)."""
 
     draw: Callable[[int, np.random.Generator, ArrivalProcess], np.ndarray]
     description: str

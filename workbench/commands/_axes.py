@@ -111,11 +111,8 @@ def parse_percentiles(spec: str) -> list[float]:
 
 
 def exit_status(summary: dict[str, Any], cancelled: bool, max_error_rate: float) -> int:
-    """The command's exit status for a finished run (``workbench.errors.ExitCode``).
-
-    The error rate is failed / (ok + failed) requests: skipped rounds (context guard)
-    and cancelled requests are neither.
-    """
+    """The command's exit status for a finished run (``ExitCode``); the error rate is
+    failed / (ok + failed) requests (skipped and cancelled ones are neither)."""
     check_max_error_rate(max_error_rate)
     if cancelled:
         return ExitCode.CANCELLED
@@ -183,11 +180,9 @@ _AXIS_FLAGS: dict[str, tuple[str, ...]] = {
 
 def config_from_args(args: argparse.Namespace, extra: dict[str, Any] | None = None,
                      defaults: dict[str, Any] | None = None) -> RunConfig:
-    """The ``--config`` file (if any) with every given flag layered on top; the flags that
-    only shape the command's output (``--max-error-rate``, ``--percentiles``) are checked
-    here too, so every setting is checked before the first request. ``defaults``
-    (``{"section.key": value}``) fill what neither the file nor a flag set (a sweep's
-    first swept rate, so ``--over arrival.rate=...`` needs no ``--rate``)."""
+    """The ``--config`` file (if any) with every given flag on top, the output flags checked
+    too; ``defaults`` (``{"section.key": value}``) fill what neither set (a sweep's first
+    swept rate, so ``--over arrival.rate=...`` needs no ``--rate``)."""
     check_output_flags(args)
     base = RunConfig.from_file(args.config).to_dict() if args.config else {}
     for section, flags in _AXIS_FLAGS.items():

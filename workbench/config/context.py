@@ -17,12 +17,8 @@ from workbench.records import Workload
 @dataclass(frozen=True)
 class ContextSpec:
     """Axis 2: ``policy`` None means ``trace-reported`` for sessions, nothing otherwise.
-
-    ``options``: the policies' own options, each declared by its policy
-    (``workbench.context.policy_options``); a config spells them flat beside
-    ``policy`` (``context.major_compaction_min_drop_tokens``), and ``to_dict``
-    writes them back that way, every declared option with its value or default.
-    """
+    ``options``: the policies' declared options (``context.policy_options``), spelled flat
+    beside ``policy`` in a config and in ``to_dict``."""
 
     policy: str | None = None
     shared_prefix: bool = False

@@ -36,11 +36,8 @@ _TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHI
 
 # ------------------------------------------------------------------ values with a grammar
 def check_url(path: str, url: str, hint: str | None = None) -> None:
-    """``sim`` or ``http(s)://HOST[:PORT][/PATH]`` with a port in 1..65535.
-
-    ``HOST:PORT`` without a scheme is read as ``http://HOST:PORT``, as the transport
-    does (``normalize_base_url``). ``hint``: what the message suggests instead.
-    """
+    """``sim`` or ``http(s)://HOST[:PORT][/PATH]`` with a port in 1..65535 (``HOST:PORT``
+    reads as ``http://HOST:PORT``); ``hint``: what the message suggests instead."""
     if url == "sim":
         return
     if "://" not in url:
@@ -110,9 +107,7 @@ def check_out_dir(path: str, out_dir: str) -> None:
     if p.exists() and not p.is_dir():
         raise ConfigError(f"{path}: {out_dir!r} exists and is not a directory")
     probe = p
-    while not probe.exists():
-        if probe.parent == probe:
-            break
+    while not probe.exists() and probe.parent != probe:
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
         raise ConfigError(f"{path}: {out_dir!r} cannot be created: {str(probe)!r} is a file")
@@ -181,16 +176,11 @@ def json_or_text(path: str, text: str) -> Any:
 
 def read_config_file(path: str | Path, what: str = "config", *,
                      always_yaml: bool = False) -> tuple[Any, str]:
-    """A configuration file's data and text, every read of one bounded the same way.
-
-    Opened as a trace is (``open_trace``: non-blocking, then ``fstat`` on the open
-    descriptor), so a FIFO, a device, a directory or a socket is refused by kind and never
-    blocks or reads without end; at most ``CONFIG_MAX_BYTES`` are read; UTF-8 text; parsed
-    by the bounded YAML reader when the name ends in ``.yaml``/``.yml`` or ``always_yaml``
-    (JSON is YAML), as JSON otherwise (``parse_json``). ``what`` names the file's role in
-    the messages ("engine config", "parity spec"). Every problem is one ``ConfigError``
-    naming the file, the line when there is one, and the rule (docs/config-bounds.md,
-    "Size and depth")."""
+    """A configuration file's data and text: opened as a trace is (a FIFO, device or
+    socket refused by kind), at most ``CONFIG_MAX_BYTES``, UTF-8, parsed as YAML
+    (``.yaml``/``.yml`` or ``always_yaml``) or JSON. ``what`` names the file's role in the
+    messages; every problem is one ``ConfigError`` naming the file, the line and the rule
+    (docs/config-bounds.md, "Size and depth")."""
     p = Path(path)
     try:
         raw = open_trace(p, CONFIG_MAX_BYTES + 1, inflate=False)
