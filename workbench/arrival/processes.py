@@ -120,14 +120,6 @@ class ArrivalProcess:
             return lo + (hi - lo) * progress
         return np.asarray(lo * (hi / lo) ** progress)
 
-    def gaps_s(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """The ``n - 1`` gaps (s) before units ``1..n-1``."""
-        rates = self.rates(n)[1:]
-        if rates.size and not (rates > 0).all():  # a linear ramp from 0: unit 0 alone at 0
-            raise ConfigError("a ramp's rate is 0 at a unit after the first; start above 0")
-        # Gamma(b, 1/b)/λ_i is Gamma(b, 1/(λ_i·b)); the constant gap is 1/λ_i
-        return self.unit_gaps(rates.size, rng) / rates
-
     def offsets_ms(self, n: int, seed: int) -> list[float]:
         """Start offsets (ms from 0) of ``n`` units; the first is 0."""
         if n <= 0:
@@ -136,7 +128,11 @@ class ArrivalProcess:
         if self.ramp_up_duration_s is not None:
             starts = self.inverse_cumulative(np.cumsum(self.unit_gaps(n - 1, rng)))
         else:
-            starts = np.cumsum(self.gaps_s(n, rng))
+            rates = self.rates(n)[1:]
+            if not (rates > 0).all():  # a linear ramp from 0: unit 0 alone at 0
+                raise ConfigError("a ramp's rate is 0 at a unit after the first; start above 0")
+            # Gamma(b, 1/b)/λ_i is Gamma(b, 1/(λ_i·b)); the constant gap is 1/λ_i
+            starts = np.cumsum(self.unit_gaps(n - 1, rng) / rates)
         return np.concatenate(([0.0], starts * 1000.0)).tolist()
 
     def unit_gaps(self, n: int, rng: np.random.Generator) -> np.ndarray:

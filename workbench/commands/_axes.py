@@ -85,20 +85,6 @@ def add_axis_arguments(p: argparse.ArgumentParser) -> None:
     add_run_knobs(p)
 
 
-def check_output_flags(args: argparse.Namespace) -> None:
-    """``--max-error-rate`` and ``--percentiles``, before the run (not after its traffic)."""
-    rate = getattr(args, "max_error_rate", None)
-    if rate is not None:
-        check_max_error_rate(rate)
-    if getattr(args, "percentiles", None):
-        parse_percentiles(args.percentiles)
-
-
-def check_max_error_rate(max_error_rate: float) -> None:
-    if not 0.0 <= max_error_rate <= 1.0:  # NaN fails both comparisons
-        raise ConfigError(f"--max-error-rate: expected a fraction in [0, 1], got {max_error_rate}")
-
-
 def parse_percentiles(spec: str) -> list[float]:
     """``--percentiles 50,99.9`` → ``[50.0, 99.9]``: finite numbers in [0, 100], at most 100."""
     try:
@@ -113,7 +99,6 @@ def parse_percentiles(spec: str) -> list[float]:
 def exit_status(summary: dict[str, Any], cancelled: bool, max_error_rate: float) -> int:
     """The command's exit status for a finished run (``ExitCode``); the error rate is
     failed / (ok + failed) requests (skipped and cancelled ones are neither)."""
-    check_max_error_rate(max_error_rate)
     if cancelled:
         return ExitCode.CANCELLED
     errors, ok = int(summary.get("errors") or 0), int(summary.get("ok") or 0)
@@ -183,7 +168,11 @@ def config_from_args(args: argparse.Namespace, extra: dict[str, Any] | None = No
     """The ``--config`` file (if any) with every given flag on top, the output flags checked
     too; ``defaults`` (``{"section.key": value}``) fill what neither set (a sweep's first
     swept rate, so ``--over arrival.rate=...`` needs no ``--rate``)."""
-    check_output_flags(args)
+    rate = getattr(args, "max_error_rate", None)  # the output flags, before any request
+    if rate is not None and not 0.0 <= rate <= 1.0:  # NaN fails both comparisons
+        raise ConfigError(f"--max-error-rate: expected a fraction in [0, 1], got {rate}")
+    if getattr(args, "percentiles", None):
+        parse_percentiles(args.percentiles)
     base = RunConfig.from_file(args.config).to_dict() if args.config else {}
     for section, flags in _AXIS_FLAGS.items():
         for item in flags:
