@@ -87,9 +87,6 @@ class _VirtualSelector(selectors.BaseSelector):
     def unregister(self, fileobj: Any) -> selectors.SelectorKey:
         return self._real.unregister(fileobj)
 
-    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        return self._real.modify(fileobj, events, data)
-
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         if timeout is None or timeout > 0:
             self._loop._advance(timer_pending=timeout is not None)

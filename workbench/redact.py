@@ -69,12 +69,6 @@ def register_sent(name: str, value: Any, *, named_only: bool = False) -> None:
             register(part)
 
 
-def register_headers(headers: Mapping[str, Any]) -> None:
-    """Every request header value a user gave (``backend.options.headers``, resolved)."""
-    for name, value in headers.items():
-        register_sent(str(name), value)
-
-
 def register_body(body: Any, name: str = "") -> None:
     """The values of credential-named fields of ``extra_body``, nested ones too: a field
     counts as named when any name on its path does (``auth.value``, ``api_key``)."""

@@ -26,9 +26,6 @@ T = TypeVar("T")
 
 
 
-class _Flag:
-    hit = False
-
 
 class SignalStop:
     """What ``stop_on_signals`` caught: ``hit`` (and the signal's ``name``). ``arm(loop,
@@ -120,7 +117,7 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
 
 @contextlib.contextmanager
 def _cancel_task_on_sigterm(loop: asyncio.AbstractEventLoop, cancel: Callable[[], Any],
-                            flag: _Flag) -> Iterator[None]:
+                            flag: SignalStop) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -149,7 +146,7 @@ def _cancel_task_on_sigterm(loop: asyncio.AbstractEventLoop, cancel: Callable[[]
 def run_with_sigterm(runner: asyncio.Runner, coro: Coroutine[Any, Any, T]) -> T:
     """``runner.run(coro)``; a SIGTERM meanwhile cancels it as SIGINT would, then raises
     ``KeyboardInterrupt``."""
-    flag = _Flag()
+    flag = SignalStop()
 
     async def main() -> T:
         task = asyncio.current_task()

@@ -103,11 +103,8 @@ def knobs_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def cluster_knobs_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The cluster knobs (``workers``, ``router``, ...) the user set."""
-    knobs: dict[str, Any] = {}
-    if args.workers is not None:
-        knobs["workers"] = args.workers
-    if args.router is not None:
-        knobs["router"] = args.router
+    knobs: dict[str, Any] = {key: getattr(args, key) for key in ("workers", "router", "dp",
+                             "dp_placement") if getattr(args, key) is not None}
     if args.overload_threshold is not None:
         knobs["router_options"] = {"overload_threshold": args.overload_threshold}
     if args.disagg is not None:
@@ -119,10 +116,6 @@ def cluster_knobs_from_args(args: argparse.Namespace) -> dict[str, Any]:
             knobs["disagg"]["bandwidth_gbps"] = args.bandwidth_gbps
     elif args.bandwidth_gbps is not None:
         raise ValueError("--bandwidth-gbps needs --disagg P:D")
-    if args.dp is not None:
-        knobs["dp"] = args.dp
-    if args.dp_placement is not None:
-        knobs["dp_placement"] = args.dp_placement
     return knobs
 
 

@@ -165,8 +165,9 @@ class RunConfig:
             try:
                 resolve_headers(headers)  # registers every value, $ENV ones as read
             except ConfigError:  # an unset $ENV: the run's own check says so
-                redact.register_headers(
-                    {k: val for k, val in headers.items() if not str(val).startswith("$")})
+                for k, val in headers.items():
+                    if not str(val).startswith("$"):
+                        redact.register_sent(str(k), val)
         redact.register(os.environ.get(b.api_key_env) if b.api_key_env else None)
         if not self.target.is_sim:
             redact.register_url(self.target.url)
