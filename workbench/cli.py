@@ -3,6 +3,8 @@ subcommand is a module of ``workbench/commands/``."""
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 import sys
 from typing import TYPE_CHECKING
@@ -63,8 +65,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     interrupt_early()
     command = ""
     try:
-        import logging
-
         parser = build_parser()  # imports every command module
         args, extra = parser.parse_known_args(argv)
         command = args.command or ""
@@ -96,9 +96,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """The subcommand; an error is one line a person can act on, no traceback."""
-    import logging
-    import os
-
     from workbench import redact
 
     try:

@@ -162,7 +162,6 @@ def obj(value: Any) -> Any:
     return value
 
 
-# ------------------------------------------------------------------------- URLs
 def url_credentials(url: str) -> tuple[str, str | None, str | None]:
     """``(url without user:password@, user, password)``; unparsable URLs come back as-is;
     ``user:pw@host:port`` reads as ``http://...``."""
@@ -224,7 +223,6 @@ def basic_authorization(url: str) -> str | None:
     return f"Basic {token}"
 
 
-# ------------------------------------------------------------------------- console
 class RedactingStream:
     """A text stream that writes ``text(s)`` to the stream it wraps (the CLI's stdout and
     stderr: every console line, whoever prints it); everything else is delegated."""
@@ -244,7 +242,6 @@ class RedactingStream:
         return getattr(self.wrapped, name)
 
 
-# ------------------------------------------------------------------------- logs
 _installed = False
 
 

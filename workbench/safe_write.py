@@ -56,26 +56,21 @@ def open_fd(path: str | os.PathLike[str], *, append: bool = False, mode: int = 0
     """A descriptor open for writing a new file at ``path`` (see the module doc), or, with
     ``append``, the end of the file there (created if missing)."""
     p = Path(path)
-    if append:
-        try:
-            fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | NOFOLLOW | CLOEXEC, mode)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise LinkRefused(p) from None
-            raise
-        if os.fstat(fd).st_nlink > 1:
-            os.close(fd)
-            raise LinkRefused(p, "a file with another hard link")
-        return fd
-    _clear(p)
+    if not append:
+        _clear(p)
     try:
-        return os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, mode)
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | NOFOLLOW | CLOEXEC
+                     | (os.O_APPEND if append else os.O_EXCL), mode)
     except FileExistsError:  # planted between the check and the create
         raise LinkRefused(p, "a file that appeared while it was being created") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise LinkRefused(p) from None
         raise
+    if append and os.fstat(fd).st_nlink > 1:
+        os.close(fd)
+        raise LinkRefused(p, "a file with another hard link")
+    return fd
 
 
 def make_dir(path: str | os.PathLike[str], *, parents: bool = False) -> Path:

@@ -7,6 +7,7 @@ map to a stable hash-chosen ordinary id.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Iterable, Sequence
 
@@ -60,15 +61,10 @@ class WordTokenizer:
         return "".join(" " + (words[i] if 0 <= i < VOCAB_SIZE else "<unk>") for i in ids)
 
 
-_DEFAULT: WordTokenizer | None = None
-
-
+@functools.cache
 def get_tokenizer() -> WordTokenizer:
     """The shared tokenizer (built once, ~30 ms)."""
-    global _DEFAULT
-    if _DEFAULT is None:
-        _DEFAULT = WordTokenizer()
-    return _DEFAULT
+    return WordTokenizer()
 
 
 def output_token(base: int, position: int) -> int:

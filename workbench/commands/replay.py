@@ -29,8 +29,6 @@ def add_json_flag(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.metrics import summary_of
-
     extra = {"target.url": args.target} if args.target else {}
     cfg = config_from_args(args, extra)
     if args.dry_run:
@@ -39,8 +37,20 @@ def run(args: argparse.Namespace) -> int:
     if cfg.dry_run:  # the plan, its arrival span included (warned about on stderr past a day)
         print(json.dumps(result.manifest.plan, indent=2))
         return 0
+    return finish(result, cfg, args)
+
+
+def finish(result: Any, cfg: Any, args: argparse.Namespace, digest: bool = False) -> int:
+    """Print a finished run (``print_result``, the canonical digest, the run directory) and
+    return the command's exit status."""
+    from workbench.metrics import summary_of  # pandas: not held through the run
+
     summary = summary_of(result, cfg.slo)
     print_result(summary, result, args)
+    if digest:
+        from workbench.report.canonical import run_digest
+
+        print("digest:", run_digest(result, cfg.slo))
     if result.run_dir:
         print(f"run directory: {result.run_dir}")
     return exit_status(summary, result.cancelled, args.max_error_rate)

@@ -8,8 +8,13 @@ notebook, ``--param KEY=VALUE`` sets any parameter it declares (VALUE: JSON or t
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
 from typing import Any
+
+from workbench.config.validation import json_or_text
+from workbench.errors import ConfigError
 
 NAME = "report"
 HELP = "render stored run directories into an HTML report (papermill + nbconvert)"
@@ -30,10 +35,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def build_params(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     """The notebook to render and its parameters, from the command line."""
-    import json
-
-    from workbench.config.validation import json_or_text
-    from workbench.errors import ConfigError
     from workbench.storage.rundir import resolve_run_dir
     from workbench.sweeps.store import is_sweep_dir
 
@@ -76,8 +77,6 @@ def build_params(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
 
 def _warn_incomplete(run_dirs: list[str]) -> None:
     """Say on stderr, too, when a run did not complete (the report's status row says so)."""
-    import sys
-
     from workbench.report.tables import run_status_note
     from workbench.storage.rundir import read_manifest, running_note
 
@@ -91,8 +90,6 @@ def _warn_incomplete(run_dirs: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-
     notebook, params = build_params(args)  # bad run dirs fail before papermill is imported
 
     from papermill import PapermillExecutionError

@@ -6,8 +6,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import sys
 from typing import Any
+
+from workbench.commands._axes import json_items
+from workbench.errors import ConfigError, WorkbenchError
 
 NAME = "sim"
 HELP = "run the embedded (simulated) serving engine"
@@ -123,7 +127,6 @@ def run(args: argparse.Namespace) -> int:
     if args.sim_command == "calibrate":
         return run_calibrate(args)
     from workbench.config.engine_file import read_engine_file
-    from workbench.errors import ConfigError
     from workbench.sim.cluster import split_knobs
     from workbench.sim.config import EngineConfig
     from workbench.sim.metrics import SIM_GPU_PATH
@@ -158,11 +161,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    import json
-
     from workbench.calibration.fit import calibrate
-    from workbench.commands._axes import json_items
-    from workbench.errors import WorkbenchError
 
     if args.preset:
         return _calibrate_preset(args)
@@ -191,11 +190,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
 def _calibrate_preset(args: argparse.Namespace) -> int:
     """``sim calibrate --preset``: the preset's factors refitted to the runs, the errors
     before and after printed, the calibrated preset written (docs/calibration.md)."""
-    import json
-
     from workbench.calibration.preset import calibrate_preset
-    from workbench.commands._axes import json_items
-    from workbench.errors import WorkbenchError
 
     out = args.output if args.output != "engine.json" else "preset.json"
     try:

@@ -14,6 +14,8 @@ from workbench.commands._axes import (
     is_sweep_bound,
     json_items,
 )
+from workbench.config.validation import json_or_text, parse_json
+from workbench.errors import ConfigError, ExitCode
 
 NAME = "sweep"
 HELP = "run a trace at every point of a grid (rate, concurrency, any field) or search the " \
@@ -79,9 +81,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _points(text: str) -> Any:
     """``--points JSON``: parsed and bounded like every config value."""
-    from workbench.config.validation import parse_json
-    from workbench.errors import ConfigError
-
     try:
         return parse_json("--points", text)
     except ValueError as exc:
@@ -89,9 +88,6 @@ def _points(text: str) -> Any:
 
 
 def parse_over(items: list[str]) -> dict[str, list[Any]]:
-    from workbench.config.validation import json_or_text
-    from workbench.errors import ConfigError
-
     over: dict[str, list[Any]] = {}
     for item in items:
         path, sep, values = item.partition("=")
@@ -105,7 +101,6 @@ def parse_over(items: list[str]) -> dict[str, list[Any]]:
 def run(args: argparse.Namespace) -> int:
     import workbench as wb
     import workbench.sweeps.spec as spec_mod
-    from workbench.errors import ConfigError
 
     extra: dict[str, Any] = {"target.url": args.target} if args.target else {}
     if args.engine:
@@ -165,7 +160,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> Any:
-    from workbench.errors import ConfigError
     from workbench.sweeps.serve import ServeSpec
 
     if args.serve is None:
@@ -180,8 +174,6 @@ def _serve(args: argparse.Namespace) -> Any:
 
 def _failures(result: Any) -> int:
     """Exit 1 (``ExitCode.FAILED``) when a point failed (its server did not serve it)."""
-    from workbench.errors import ExitCode
-
     failed = [p for p in result.points if p.get("status") == "failed"]
     for p in failed:
         f = p.get("failure") or {}

@@ -63,7 +63,6 @@ class RunConfig:
     label: str | None = None
     overwrite: bool = False  # replace a finished run of this ``run_id`` (docs/run-directory.md)
 
-    # -- construction -------------------------------------------------------------------
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunConfig:
         """Build from a dict; each axis may be a dict or a bare string (its main field)."""
@@ -105,7 +104,6 @@ class RunConfig:
                 d[section] = value
         return RunConfig.from_dict(d)
 
-    # -- validation ---------------------------------------------------------------------
     def check(self) -> None:
         """Rules that need no trace: types and ranges first (``_check_types``), then each
         section's own rules, then the rules that combine two sections."""

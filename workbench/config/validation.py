@@ -34,7 +34,6 @@ FRAMING_HEADERS = frozenset((
 _TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
-# ------------------------------------------------------------------ values with a grammar
 def check_url(path: str, url: str, hint: str | None = None) -> None:
     """``sim`` or ``http(s)://HOST[:PORT][/PATH]`` with a port in 1..65535 (``HOST:PORT``
     reads as ``http://HOST:PORT``); ``hint``: what the message suggests instead."""
@@ -138,7 +137,6 @@ def _not_writable(directory: Path) -> str | None:
     return None
 
 
-# ------------------------------------------------------------------ size, depth, headers
 def check_depth(path: str, value: Any, max_depth: int = MAX_DEPTH) -> None:
     """``value`` nests at most ``max_depth`` mappings/lists and holds at most ``MAX_NODES``
     values (checked without recursion, so a 3,000-deep value is one clear error)."""
