@@ -25,12 +25,9 @@ __all__ = ["ANSWER_MAX", "INFLATE_PIECE", "PAGE_MAX", "Body", "BodyError", "Infl
 #: a compressed body is inflated at most this many bytes at a time (``Inflater``)
 INFLATE_PIECE = 64 * 1024
 
-#: a Prometheus page (``/metrics`` of the target or of ``backend.metrics_urls``): vLLM's
-#: is ~100 KB, a DCGM exporter's for 8 GPUs ~300 KB; past this the page is cut
+#: a Prometheus page (vLLM's ~100 KB, a DCGM exporter's for 8 GPUs ~300 KB)
 PAGE_MAX = 16 * 2**20
-#: any other answer (cache reset, profiler, health, /tokenize): the clients' error-body
-#: bound (``http1.ERROR_BODY_MAX``) for a short answer; /tokenize answers carry a
-#: prompt's ids, so the capture proxy passes its own bound
+#: any other answer: the clients' error-body bound (the capture proxy's /tokenize: its own)
 ANSWER_MAX = 64 * 1024
 
 ENCODINGS = ("gzip", "x-gzip", "deflate")

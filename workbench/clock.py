@@ -117,12 +117,8 @@ class StepHandle:
 
 
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
-    """An event loop whose clock only moves when every task is waiting on a timer.
-
-    Public API only: its selector never sleeps (``_VirtualSelector``), and time jumps to
-    the earliest timer of the heap of those it handed out (``call_at``); steps
-    (``call_step_at``) sit in a second heap that only ``_advance`` reads.
-    """
+    """An event loop whose clock only moves when every task is waiting on a timer (public
+    API only: a heap of the timers it handed out, ``call_at``; steps in a second heap)."""
 
     def __init__(self) -> None:
         self._virtual_now = 0.0
@@ -130,8 +126,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         self._timer_seq = 0
         self._steps: list[tuple[int, int, StepHandle]] = []
         self._step_seq = 0
-        #: the instant (ns) whose due steps ran last: from then until time moves, every
-        #: step registered for that instant before it began has run (``Engine._catch_up``)
+        #: the instant (ns) whose due steps ran last (``Engine._catch_up``)
         self.stepped_at_ns = -1
         super().__init__(_VirtualSelector(self))
 

@@ -36,9 +36,7 @@ _PATTERNS = re.compile(
     re.IGNORECASE,
 )
 _MIN_SECRET = 4  # shorter strings would redact ordinary words
-#: a value sent under a name that does not say "credential" is registered from this length
-#: on (shorter ones, ``x-priority: high``, would blank ordinary words in every record)
-_MIN_UNNAMED = 8
+_MIN_UNNAMED = 8  # the same under another name (``x-priority: high`` is not a secret)
 _secrets: set[str] = set()
 _secret_bytes: list[bytes] = []
 
@@ -70,8 +68,7 @@ def register_sent(name: str, value: Any, *, named_only: bool = False) -> None:
 
 
 def register_body(body: Any, name: str = "") -> None:
-    """The values of credential-named fields of ``extra_body``, nested ones too: a field
-    counts as named when any name on its path does (``auth.value``, ``api_key``)."""
+    """The values of credential-named fields of ``extra_body`` (any name on the path)."""
     if isinstance(body, Mapping):
         for key, value in body.items():
             register_body(value, f"{name}.{key}" if name else str(key))
@@ -83,8 +80,7 @@ def register_body(body: Any, name: str = "") -> None:
 
 
 def register_url(url: str) -> None:
-    """A target URL's credentials: user and password (and their Basic token, see
-    ``basic_authorization``) and every value of its query string."""
+    """A target URL's user, password, Basic token and query values."""
     basic_authorization(url)
     _, user, password = url_credentials(url)
     if password is None:
@@ -225,7 +221,7 @@ def basic_authorization(url: str) -> str | None:
 
 class RedactingStream:
     """A text stream that writes ``text(s)`` to the stream it wraps (the CLI's stdout and
-    stderr: every console line, whoever prints it); everything else is delegated."""
+    stderr)."""
 
     def __init__(self, stream: TextIO) -> None:
         self.wrapped = stream

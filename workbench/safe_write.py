@@ -37,8 +37,7 @@ class LinkRefused(ConfigError):
 
 
 def _clear(path: Path) -> None:
-    """Make room for a new file at ``path``: nothing there, or a file of ours (one link)
-    removed; a link is refused."""
+    """Make room for a new file at ``path``: a file of ours removed, a link refused."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -53,8 +52,7 @@ def _clear(path: Path) -> None:
 
 
 def open_fd(path: str | os.PathLike[str], *, append: bool = False, mode: int = 0o644) -> int:
-    """A descriptor open for writing a new file at ``path`` (see the module doc), or, with
-    ``append``, the end of the file there (created if missing)."""
+    """A descriptor for writing a new file at ``path``, or with ``append`` its end."""
     p = Path(path)
     if not append:
         _clear(p)
@@ -74,9 +72,8 @@ def open_fd(path: str | os.PathLike[str], *, append: bool = False, mode: int = 0
 
 
 def make_dir(path: str | os.PathLike[str], *, parents: bool = False) -> Path:
-    """``path`` as a directory of its own (created if missing): a symbolic link there,
-    even to a directory, is refused — ``O_NOFOLLOW`` guards a file's last component
-    only, so a linked folder would take every file written into it elsewhere."""
+    """``path`` as a directory of its own (created if missing); a symbolic link there is
+    refused (``O_NOFOLLOW`` guards a file's last component only)."""
     p = Path(path)
     p.mkdir(parents=parents, exist_ok=True)
     if p.is_symlink():
@@ -91,8 +88,7 @@ def temp_of(path: str | os.PathLike[str]) -> Path:
 
 
 def commit(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
-    """Rename a written temporary over ``path``, unless ``path`` is a link (refused; the
-    temporary removed)."""
+    """Rename a written temporary over ``path``, unless ``path`` is a link."""
     if os.path.islink(path):
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -101,8 +97,7 @@ def commit(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
 
 
 def write_fd(fd: int, data: bytes, path: str | os.PathLike[str]) -> None:
-    """All of ``data`` to ``fd`` (open on ``path``); a failure (disk full...) empties the
-    file and raises ``OutputWriteError`` naming ``path``."""
+    """All of ``data`` to ``fd``; a failure empties the file (``OutputWriteError``)."""
     view = memoryview(data)
     try:
         while view:
@@ -141,9 +136,8 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
 @contextlib.contextmanager
 def open_file(path: str | os.PathLike[str], mode: Literal["w", "wb", "a", "ab"] = "wb", *,
               atomic: bool = False, encoding: str = "utf-8") -> Iterator[IO[Any]]:
-    """A file object for writing ``path`` the safe way (module doc). ``atomic``: written
-    to ``temp_of(path)`` and renamed into place when the block ends without an error
-    (removed otherwise)."""
+    """A file object for writing ``path``; ``atomic``: renamed into place when the block
+    ends without an error."""
     target = Path(path)
     where = temp_of(target) if atomic else target
     fd = open_fd(where, append=mode.startswith("a"))

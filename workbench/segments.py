@@ -126,8 +126,7 @@ class Segments:
 
 class BlockKeyer:
     """``Segments.block_keys`` in order, resumable: ``upto(n)`` returns the keys of the
-    full blocks of the first ``n`` tokens not returned yet. A sequence that grows a
-    block at a time (an engine's decode) costs per block, not per part walked again."""
+    full blocks of the first ``n`` tokens not returned yet (a decode costs per block)."""
 
     __slots__ = ("_bs", "_e", "_i", "_off", "_parts", "_pk", "_run", "_top")
 
@@ -150,9 +149,8 @@ class BlockKeyer:
         return _twin_keys(pkeys, counts, e0, self._bs)
 
     def extend(self, out: array, stop: int) -> None:
-        """``out.extend(self.upto(stop))`` for an ``array('q')``: compiled, the keys go
-        in as int64s, never as Python ints (the engine's block hashes; docs/virtual-time.md,
-        "Compiled kernels")."""
+        """``out.extend(self.upto(stop))`` for an ``array('q')``, with no Python int a key
+        when compiled (docs/virtual-time.md, "Compiled kernels")."""
         walk = self._walk(stop)
         if walk is None:
             return

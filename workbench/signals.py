@@ -28,9 +28,8 @@ T = TypeVar("T")
 
 
 class SignalStop:
-    """What ``stop_on_signals`` caught: ``hit`` (and the signal's ``name``). ``arm(loop,
-    stop)`` names what stops the run once its loop runs; a signal that came earlier
-    stops it at once (during imports, loading the trace, claiming the directory)."""
+    """What ``stop_on_signals`` caught (``hit``, ``name``); ``arm(loop, stop)`` names what
+    stops the run once its loop runs (at once for a signal that came earlier)."""
 
     def __init__(self) -> None:
         self.hit = False
@@ -102,9 +101,8 @@ PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
-    """In a child process, first thing: receive ``sig`` when the parent dies, however it
-    dies (Linux's parent-death signal; elsewhere a no-op): docs/run-directory.md,
-    "Processes"."""
+    """In a child process, first thing: ``sig`` when the parent dies, however it dies
+    (docs/run-directory.md, "Processes")."""
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)

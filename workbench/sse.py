@@ -54,9 +54,8 @@ class SSEDecoder:
         return self._lines(lines)
 
     def _fast(self, buf: bytes) -> list[bytes]:
-        """``\n``-only framing: split on blank lines; one-line ``data: `` events need no
-        line loop (what every LLM server sends). Anything else goes through ``_lines``.
-        The unfinished event stays in ``_tail`` (possibly several lines)."""
+        """``\n``-only framing: one-line ``data: `` events without a line loop, anything else
+        through ``_lines``; the unfinished event stays in ``_tail``."""
         parts = buf.split(b"\n\n")
         self._tail = parts.pop()
         # the usual read: only one-line "data: " events (newlines = 2 per separator)

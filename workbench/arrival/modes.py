@@ -25,11 +25,9 @@ class ArrivalMode:
     description: str = ""
     takes_rate: bool = False
     closed_loop: bool = False
-    #: draws the units' starts from an arrival process (``workbench.arrival.processes``):
-    #: the release then reads the process's parameters (burstiness, ramp-up) and the seed
+    #: draws the units' starts from an arrival process (``arrival.processes``)
     process: bool = False
-    #: the process's own parameters (``arrival.burstiness`` for gamma): shown, and
-    #: allowed, for this mode only
+    #: the process's own parameters (gamma: ``burstiness``), allowed for this mode only
     params: tuple[str, ...] = ()
 
 

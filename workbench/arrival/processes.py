@@ -54,9 +54,7 @@ DOC = "docs/arrival.md, 'Arrival processes'"
 
 @dataclass(frozen=True)
 class ArrivalProcess:
-    """A process (``kind``) at ``rate`` units/s, or ramping from ``ramp_up_start_rps`` to
-    ``ramp_up_end_rps`` (``ramp_up_strategy``) over the units or over
-    ``ramp_up_duration_s`` seconds; ``burstiness`` is gamma's shape."""
+    """A process (``kind``) at ``rate`` units/s or ramped (docs/arrival.md)."""
 
     kind: str = "poisson"
     rate: float | None = None
@@ -64,7 +62,6 @@ class ArrivalProcess:
     ramp_up_strategy: str | None = None
     ramp_up_start_rps: float | None = None
     ramp_up_end_rps: float | None = None
-    #: the ramp over this many seconds instead of over the units (``cumulative``)
     ramp_up_duration_s: float | None = None
 
     def check(self, where: str = "arrival") -> ArrivalProcess:
@@ -136,8 +133,7 @@ class ArrivalProcess:
         return np.concatenate(([0.0], starts * 1000.0)).tolist()
 
     def unit_gaps(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` gaps of the process at rate 1: ``Gamma(b, 1/b)`` (mean 1, CV ``1/√b``),
-        ``Exp(1)`` for ``poisson``, exactly 1 for ``constant`` (``GAP_LAWS``)."""
+        """``n`` gaps of the process at rate 1 (``GAP_LAWS``)."""
         return GAP_LAWS.get(self.kind).draw(n, rng, self)
 
     def _ramp(self) -> tuple[float, float, float]:
@@ -160,8 +156,7 @@ class ArrivalProcess:
         return np.asarray(ramp + r1 * np.maximum(t - span, 0.0))
 
     def inverse_cumulative(self, u: np.ndarray) -> np.ndarray:
-        """``Λ⁻¹(u)``: the time (s) by which ``u`` units are expected (``cumulative``'s
-        inverse, in closed form)."""
+        """``Λ⁻¹(u)``: the time (s) by which ``u`` units are expected, in closed form."""
         r0, r1, span = self._ramp()
         u = np.asarray(u, dtype=float)
         total = float(self.cumulative(np.asarray(span)))  # Λ(S)

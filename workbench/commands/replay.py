@@ -41,8 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def finish(result: Any, cfg: Any, args: argparse.Namespace, digest: bool = False) -> int:
-    """Print a finished run (``print_result``, the canonical digest, the run directory) and
-    return the command's exit status."""
+    """Print a finished run and its digest; the command's exit status."""
     from workbench.metrics import summary_of  # pandas: not held through the run
 
     summary = summary_of(result, cfg.slo)
@@ -57,9 +56,8 @@ def finish(result: Any, cfg: Any, args: argparse.Namespace, digest: bool = False
 
 
 def print_result(summary: dict, result: Any, args: argparse.Namespace) -> None:
-    """The end-of-run output: the headline (``workbench.report.headline``) and, with
-    ``--percentiles``, a line per latency metric; ``--json``: the summary's main keys
-    as JSON instead. Cache notes go to stderr either way."""
+    """The headline (``--percentiles``: and a line per latency metric) or, with ``--json``,
+    the summary's main keys; cache notes on stderr."""
     if args.json:
         print(json.dumps(_brief(summary, result, args.percentiles), indent=2))
     else:
@@ -87,8 +85,8 @@ def print_cache_notes(summary: dict) -> None:
 
 
 def replay_with_progress(cfg: Any, *, progress: bool = True) -> Any:
-    """Check the output folder and load and check the trace first (a bad trace or
-    out_dir fails before any bar or request), then replay with a progress bar on stderr."""
+    """Check the output folder and the trace (before any bar or request), then replay with
+    a progress bar on stderr."""
     from tqdm import tqdm
 
     from workbench.executors.dispatch import run_async

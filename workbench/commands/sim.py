@@ -188,8 +188,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 
 def _calibrate_preset(args: argparse.Namespace) -> int:
-    """``sim calibrate --preset``: the preset's factors refitted to the runs, the errors
-    before and after printed, the calibrated preset written (docs/calibration.md)."""
+    """``sim calibrate --preset``: a calibrated preset (docs/calibration.md)."""
     from workbench.calibration.preset import calibrate_preset
 
     out = args.output if args.output != "engine.json" else "preset.json"

@@ -83,8 +83,7 @@ class RunConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> RunConfig:
-        """A YAML (``.yaml``/``.yml``) or JSON run config, read by the one bounded reader
-        (``validation.read_config_file``: size, file kind, UTF-8, depth, aliases)."""
+        """A YAML (``.yaml``/``.yml``) or JSON run config (``validation.read_config_file``)."""
         data, _text = v.read_config_file(path, "config")
         return cls.from_dict(data or {})
 

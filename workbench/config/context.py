@@ -62,8 +62,7 @@ class ContextSpec:
                 check_mapping("context", opts, hints_of(type(policy)))
 
     def check_applies(self, workload: Workload) -> None:
-        """The policy applies to what the trace holds: conversations, not independent
-        requests or block hash ids, and not a file planned under a policy already."""
+        """The policy applies to what the trace holds: conversations not yet planned."""
         if self.policy is None:
             return
         check_not_planned(self.policy, workload)
@@ -86,6 +85,5 @@ def check_not_planned(policy: str | None, workload: Workload) -> None:
 
 
 def context_keys() -> set[str]:
-    """The names a config's ``context`` mapping may hold: the fields and every declared
-    policy option."""
+    """The names a config's ``context`` mapping may hold."""
     return {f.name for f in dataclasses.fields(ContextSpec)} | set(policy_options())

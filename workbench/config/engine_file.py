@@ -20,9 +20,7 @@ __all__ = ["read_engine_file"]
 
 
 def read_engine_file(path: str | Path, *, check: bool = False) -> dict[str, Any]:
-    """Engine knobs from a JSON or YAML mapping; a calibration file's ``engine`` block.
-    ``check``: the knobs are also checked as the engine checks them (names, types, ranges;
-    a simulated cluster's knobs by the cluster)."""
+    """Engine knobs from the file; ``check``: checked as the engine checks them too."""
     data, _text = read_config_file(path, "engine config", always_yaml=True)
     if isinstance(data, dict) and "engine" in data:
         if not isinstance(data["engine"], dict):

@@ -19,9 +19,7 @@ from workbench.ranges import MAX_DEPTH, MAX_NODES, show
 from workbench.redact import strip_url_credentials
 from workbench.traces._io import open_trace
 
-CONFIG_MAX_BYTES = 16 << 20
-"""The size bound of a configuration file: a run config (``--config``), an engine config
-(``--engine-config``, ``plan --preset FILE``), a parity spec (docs/config-bounds.md)."""
+CONFIG_MAX_BYTES = 16 << 20  # a configuration file (docs/config-bounds.md)
 
 #: request headers the client writes itself, which frame the message or route it
 #: (RFC 9110/9112): one given again is refused by name (docs/config-bounds.md)
@@ -59,15 +57,13 @@ def check_url(path: str, url: str, hint: str | None = None) -> None:
         raise ConfigError(f"{path}: {shown!r} has a #fragment; {hint}")
 
 
-METRICS_ENDPOINTS_MAX = 16
-"""Further ``/metrics`` pages a run scrapes at each tick (each one a request per tick)."""
+METRICS_ENDPOINTS_MAX = 16  # further ``/metrics`` pages, each one a request per tick
+#: a series glob: Prometheus name characters and ``* ? [ ] ! -``, at most 200
 SERIES_PATTERN = re.compile(r"[A-Za-z_:*?\[\]!-][A-Za-z0-9_:*?\[\]!-]{0,199}")
-"""A series glob: Prometheus name characters and ``* ? [ ] ! -``, at most 200."""
 
 
 def check_metrics_scrape(path: str, urls: Sequence[str], patterns: Sequence[str]) -> None:
-    """``metrics_urls``: http(s) pages, as the target's URL (``check_url``), at most
-    ``METRICS_ENDPOINTS_MAX``; ``metrics_series``: globs of Prometheus names."""
+    """``metrics_urls`` (http(s) pages) and ``metrics_series`` (Prometheus name globs)."""
     if len(urls) > METRICS_ENDPOINTS_MAX:
         raise ConfigError(f"{path}.metrics_urls: {len(urls)} endpoints, at most "
                           f"{METRICS_ENDPOINTS_MAX} are scraped at each tick")
@@ -118,9 +114,8 @@ def check_out_dir(path: str, out_dir: str) -> None:
 
 
 def _not_writable(directory: Path) -> str | None:
-    """Why files cannot be created in ``directory`` (None: they can). A real probe: a
-    temporary file made and removed, since ``os.access`` says yes to root even on a
-    read-only mount or a directory root may not write (docs/config-bounds.md)."""
+    """Why files cannot be created in ``directory`` (None: they can), by a real probe
+    (``os.access`` says yes to root on a read-only mount: docs/config-bounds.md)."""
     import tempfile  # here, not at every CLI start (bench/README.md, "CLI start-up")
 
     try:
@@ -138,8 +133,8 @@ def _not_writable(directory: Path) -> str | None:
 
 
 def check_depth(path: str, value: Any, max_depth: int = MAX_DEPTH) -> None:
-    """``value`` nests at most ``max_depth`` mappings/lists and holds at most ``MAX_NODES``
-    values (checked without recursion, so a 3,000-deep value is one clear error)."""
+    """``value`` nests at most ``max_depth`` levels and holds at most ``MAX_NODES`` values
+    (checked without recursion)."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     nodes = 0
     while stack:
@@ -205,9 +200,8 @@ def read_config_file(path: str | Path, what: str = "config", *,
 
 
 def load_yaml(path: str, text: str) -> Any:
-    """``yaml.safe_load`` bounded before anything is built: nesting past ``MAX_DEPTH`` and a
-    document past ``MAX_NODES`` nodes with its aliases expanded (a billion-laughs bomb) are
-    one ``ConfigError`` each, found while composing, in bounded time and memory."""
+    """``yaml.safe_load`` bounded while composing: nesting past ``MAX_DEPTH`` and more than
+    ``MAX_NODES`` nodes with aliases expanded are one ``ConfigError`` each."""
     import yaml  # here, not at every CLI start (bench/README.md, "CLI start-up")
 
     class BoundedLoader(yaml.SafeLoader):
@@ -243,8 +237,7 @@ def load_yaml(path: str, text: str) -> Any:
 
 
 def _yaml_error(path: str, text: str, exc: Any) -> str:
-    """One line: ``path:line: invalid YAML: rule (column c)``. PyYAML's own text spans
-    several lines and names the input ``<unicode string>``, not the file."""
+    """One line: ``path:line: invalid YAML: rule (column c)`` (PyYAML's spans several)."""
     import yaml
 
     if isinstance(exc, yaml.reader.ReaderError):  # a character no YAML text may hold
@@ -262,8 +255,8 @@ def _yaml_error(path: str, text: str, exc: Any) -> str:
 
 
 def _check_expanded(path: str, root: Any) -> None:
-    """The node count of a composed YAML graph with every alias expanded, computed once per
-    shared node (memoized), so a bomb is measured without being expanded."""
+    """The node count of a composed YAML graph with every alias expanded, memoized per
+    shared node so a bomb is measured without being expanded."""
     import yaml
 
     size: dict[int, int] = {}
@@ -293,8 +286,7 @@ def _check_expanded(path: str, root: Any) -> None:
 
 
 def check_header(path: str, name: Any, value: Any) -> None:
-    """A request header: an RFC 9110 token as name; one line of text (no control
-    characters but tab) as value, of a string or number."""
+    """A request header: an RFC 9110 token as name, one line of text as value."""
     if not isinstance(name, str) or not name or any(c not in _TCHAR for c in name):
         raise ConfigError(
             f"{path}: header name {show(name)} is not an HTTP token (RFC 9110: letters, "
@@ -316,8 +308,7 @@ def check_header(path: str, name: Any, value: Any) -> None:
 
 
 def _check_header_value(where: str, text: str, *, shown: bool) -> None:
-    """One line of visible ASCII, spaces and tabs: what HTTP/1.1 carries as a field value
-    the same way through both clients (RFC 9110, 5.5; obs-text is obsolete)."""
+    """One line of visible ASCII, spaces and tabs (RFC 9110, 5.5: obs-text is obsolete)."""
     if any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in text):
         raise ConfigError(f"{where}: a header value cannot hold CR, LF or other "
                           "control characters")
