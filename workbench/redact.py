@@ -94,13 +94,8 @@ def register_url(url: str) -> None:
 
 
 def _sub(m: re.Match[str]) -> str:
-    if m.group("scheme"):
-        return m.group("scheme") + MARK
-    if m.group("url"):
-        return m.group("url") + MARK + "@"
-    if m.group("query"):
-        return m.group("query") + MARK
-    return MARK
+    head = m.group("scheme") or m.group("url") or m.group("query") or ""
+    return head + MARK + ("@" if m.group("url") else "")
 
 
 def text(s: str) -> str:

@@ -26,14 +26,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--out", default="reports", help="reports folder (default: reports)")
     p.add_argument("--trace", default=DEMO_TRACE, help=f"bundled trace name or a path "
                    f"(default {DEMO_TRACE})")
-    p.add_argument("--max-items", type=int, default=None, help="replay only the first N units")
-    p.add_argument("--rate", type=float, default=None, help="rescale arrivals to R units/s")
-    p.add_argument("--tool-wait-scale", type=float, default=None,
-                   help="multiply every tool wait (think time)")
+    p.add_argument("--max-items", type=int, help="replay only the first N units")
+    p.add_argument("--rate", type=float, help="rescale arrivals to R units/s")
+    p.add_argument("--tool-wait-scale", type=float, help="multiply every tool wait (think time)")
     p.add_argument("--trace-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a reader option, e.g. max_delay_s=1 for the weka sample "
                         "(docs/weka-traces.md)")
-    p.add_argument("--speedup", type=float, default=None,
+    p.add_argument("--speedup", type=float,
                    help="run the embedded engine N times faster than its cost model (the "
                         "report says so); default 1")
     p.add_argument("--run-id", default="demo", help="report folder name (default demo)")
@@ -48,8 +47,9 @@ def run(args: argparse.Namespace) -> int:
     from workbench import data
     from workbench.commands._axes import json_items
     from workbench.commands.replay import replay_with_progress
+    from workbench.commands.report import print_report
     from workbench.config import RunConfig
-    from workbench.report.render import render_report, report_headline
+    from workbench.report.render import render_report
 
     path = args.trace if Path(args.trace).is_file() else str(data.path(args.trace))
     cfg = RunConfig.from_dict({
@@ -72,8 +72,5 @@ def run(args: argparse.Namespace) -> int:
     params = {"run_dir": str(result.run_dir), "run_id": args.run_id, "out_dir": args.out}
     html = render_report("replay", params, args.out, show_code=args.show_code,
                          progress=not args.no_progress)
-    for line in report_headline(html):
-        print(line)
-    print(f"report: {html}")
-    print(f"index:  {html.parent.parent / 'index.html'}")
+    print_report(html)
     return 1 if result.cancelled else 0

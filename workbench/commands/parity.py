@@ -62,7 +62,7 @@ def _fig(value: Any) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from workbench.qualify import apply_capacity, parity, propose_capacity, read_spec
-    from workbench.safe_write import LinkRefused, write_file
+    from workbench.safe_write import LinkRefused, write_atomic
 
     spec, data = read_spec(args.spec)  # read once: --write changes what was checked
     if args.write and Path(args.write).is_symlink():  # refused before the search, not after
@@ -80,12 +80,8 @@ def run(args: argparse.Namespace) -> int:
               f"({found['preemptions']} preemptions; bounds {found['bounds']})")
         if args.write:
             new = apply_capacity(data, found["row"], args.knob, found["to"])
-            try:  # JSON, which a .yaml name reads back as well
-                write_file(args.write, json.dumps(new, indent=2) + "\n")
-            except OSError as exc:
-                from workbench.errors import OutputWriteError
-
-                raise OutputWriteError(args.write, exc) from None
+            # JSON, which a .yaml name reads back as well
+            write_atomic(args.write, (json.dumps(new, indent=2) + "\n").encode())
             print(f"spec with the change: {args.write}")
         return 0
     out = Path(args.out_dir or Path("parity") / spec.name)

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
     from papermill import PapermillExecutionError
 
-    from workbench.report.render import render_report, report_headline
+    from workbench.report.render import render_report
 
     _warn_incomplete([params["run_dir"]] if "run_dir" in params else params.get("run_dirs", []))
     try:
@@ -103,8 +103,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"workbench report: a cell of {notebook} failed ({exc.ename}: {exc.evalue}); "
               f"the partial report (code shown) is under {args.out_dir}", file=sys.stderr)
         return 1
-    for line in report_headline(html):  # the report's headline, as its first screen shows it
+    print_report(html)
+    return 0
+
+
+def print_report(html: Path) -> None:
+    """The report's headline, as its first screen shows it, and where it and the index are."""
+    from workbench.report.render import report_headline
+
+    for line in report_headline(html):
         print(line)
     print(f"report: {html}")
-    print(f"index:  {Path(args.out_dir) / 'index.html'}")
-    return 0
+    print(f"index:  {html.parent.parent / 'index.html'}")

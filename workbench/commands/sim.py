@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import sys
@@ -52,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name, kind, text in _KNOBS:
         serve.add_argument(f"--{name}", type=kind, default=None, help=text)
     for name, text in _FLAGS:
-        serve.add_argument(f"--{name}", action="store_true", help=text)
+        serve.add_argument(f"--{name}", action="store_true", default=None, help=text)
     cluster = serve.add_argument_group("simulated cluster (docs/cluster.md)")
     cluster.add_argument("--workers", type=int, default=None,
                          help="serve N engine workers behind one endpoint (default: one engine)")
@@ -90,18 +91,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def knobs_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The engine knobs the user set (unset ones keep ``EngineConfig`` defaults)."""
-    knobs: dict[str, Any] = {}
-    for name, _, _ in _KNOBS:
-        value = getattr(args, name.replace("-", "_"))
-        if value is not None:
-            knobs[name.replace("-", "_")] = value
-    for name, _ in _FLAGS:
-        if getattr(args, name.replace("-", "_")):
-            key = name.replace("-", "_")
-            if key == "no_prefix_caching":
-                knobs["enable_prefix_caching"] = False
-            else:
-                knobs[key] = True
+    keys = [name.replace("-", "_") for name, *_ in (*_KNOBS, *_FLAGS)]
+    knobs = {key: getattr(args, key) for key in keys if getattr(args, key) is not None}
+    if knobs.pop("no_prefix_caching", None):
+        knobs["enable_prefix_caching"] = False
     return knobs
 
 
@@ -153,10 +146,8 @@ def run(args: argparse.Namespace) -> int:
         if cluster is not None:
             print(f"cluster: {cluster.to_dict()}", flush=True)
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve_forever(args.host, args.port, config, ready, cluster))
-    except KeyboardInterrupt:
-        return 0
     return 0
 
 

@@ -79,18 +79,16 @@ class BackendSpec:
         own = {k: val for k, val in opts.items() if k not in EXTRA_KEYS}
         check_mapping("backend.options", own, hints_of(type(codec)))
         reconfigure(codec, own)  # unknown names: ConfigError
-        for key in ("headers", "extra_body"):
-            if opts.get(key) is not None and not isinstance(opts[key], dict):
-                raise ConfigError(f"backend.options.{key}: expected a mapping, "
-                                  f"got {opts[key]!r} ({type(opts[key]).__name__})")
+        check_mapping("backend.options", opts, _EXTRA_TYPES)
         for name, value in (opts.get("headers") or {}).items():
             check_header("backend.options.headers", name, value)
-        for key in ("routing_header", "routing_field"):
-            if opts.get(key) is not None and not isinstance(opts[key], str):
-                raise ConfigError(f"backend.options.{key}: expected a name (string), "
-                                  f"got {opts[key]!r}")
         if opts.get("routing_header") is not None:
             check_header("backend.options.routing_header", opts["routing_header"], "")
+
+
+#: the types of the protocol-independent options (``backends.extras``)
+_EXTRA_TYPES = {"headers": dict[str, Any] | None, "extra_body": dict[str, Any] | None,
+                "routing_header": str | None, "routing_field": str | None}
 
 
 def token_id_backends() -> list[str]:
