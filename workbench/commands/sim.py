@@ -91,7 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def knobs_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The engine knobs the user set (unset ones keep ``EngineConfig`` defaults)."""
-    keys = [name.replace("-", "_") for name, *_ in (*_KNOBS, *_FLAGS)]
+    names = [name for name, _, _ in _KNOBS] + [name for name, _ in _FLAGS]
+    keys = [name.replace("-", "_") for name in names]
     knobs = {key: getattr(args, key) for key in keys if getattr(args, key) is not None}
     if knobs.pop("no_prefix_caching", None):
         knobs["enable_prefix_caching"] = False
