@@ -4,6 +4,7 @@ lasts, and how long each answer is (docs/arrival.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from workbench.arrival import MODES, ArrivalMode
 from workbench.arrival.modes import modes_with
@@ -28,7 +29,7 @@ class ArrivalSpec:
     max_concurrency: int | None = None
     max_streams: int | None = None
     duration_s: float | None = None
-    drain: str = "finish"
+    drain: Literal["finish", "truncate"] = "finish"
     fuse_s: float | None = None
     warmup: int = 0
     tool_wait_scale: float = 1.0
@@ -75,9 +76,6 @@ class ArrivalSpec:
             raise ConfigError(
                 f"arrival.duration_s only applies to mode {modes_with('closed_loop')}"
             )
-        if self.drain not in ("finish", "truncate"):
-            raise ConfigError(
-                f"arrival.drain must be 'finish' or 'truncate', got {self.drain!r}")
         parse_output_policy(self.output_len)
 
     def _check_process(self) -> None:

@@ -4,10 +4,13 @@ the HTTP client, pacing."""
 from __future__ import annotations
 
 import importlib.util
+import typing
 from dataclasses import dataclass
 from typing import Literal
 
 from workbench.errors import ConfigError
+
+ExecutorKind = Literal["local", "processes", "ray"]
 
 
 @dataclass(frozen=True)
@@ -19,7 +22,7 @@ class ExecutorSpec:
     record_flush_ms: float | None = None
     block_hashes: bool = True
     uvloop: bool = True
-    kind: str = "local"
+    kind: ExecutorKind = "local"
     address: str | None = None
     gc_freeze: bool = True
     keep_records: bool | Literal["auto"] = "auto"
@@ -30,10 +33,6 @@ class ExecutorSpec:
     def check(self) -> None:
         """The rules of this section alone, on values already of their type and range
         (``keep_records`` and ``pace_ms``: their annotations and ``ranges.RANGES``)."""
-        if self.kind not in EXECUTOR_KINDS:
-            raise ConfigError(
-                f"executor.kind {self.kind!r} unknown; valid: {', '.join(EXECUTOR_KINDS)}"
-            )
         # imported here, not at every CLI start (bench/README.md, "CLI start-up")
         from workbench.backends.transport import HTTP_CLIENTS
 
@@ -49,7 +48,7 @@ class ExecutorSpec:
             )
 
 
-EXECUTOR_KINDS: tuple[str, ...] = ("local", "processes", "ray")
+EXECUTOR_KINDS: tuple[str, ...] = typing.get_args(ExecutorKind)
 #: executor.keep_records "auto": the largest plan (requests) whose records stay in memory
 #: (docs/executors.md, "The ``executor`` section")
 KEEP_RECORDS_AUTO_MAX = 10_000
