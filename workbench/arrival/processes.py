@@ -11,8 +11,10 @@ two differences from vLLM: docs/arrival.md, "Arrival processes". One
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -48,7 +50,8 @@ PROCESSES = tuple(GAP_LAWS.names())
 #: the fields of a process beyond its kind and rate, ``ArrivalSpec``'s under the same names
 SHAPE_FIELDS = ("burstiness", "ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps",
                 "ramp_up_duration_s")
-RAMP_STRATEGIES = ("linear", "exponential")
+RampStrategy = Literal["linear", "exponential"]
+RAMP_STRATEGIES: tuple[str, ...] = typing.get_args(RampStrategy)
 DOC = "docs/arrival.md, 'Arrival processes'"
 
 
@@ -59,7 +62,7 @@ class ArrivalProcess:
     kind: str = "poisson"
     rate: float | None = None
     burstiness: float = 1.0
-    ramp_up_strategy: str | None = None
+    ramp_up_strategy: RampStrategy | None = None
     ramp_up_start_rps: float | None = None
     ramp_up_end_rps: float | None = None
     ramp_up_duration_s: float | None = None
@@ -89,9 +92,6 @@ class ArrivalProcess:
                 raise ConfigError(f"{where}.mode {self.kind!r} draws arrivals at a rate: give "
                                   f"{where}.rate (units/s), or a ramp-up ({DOC})")
             return self
-        if self.ramp_up_strategy not in RAMP_STRATEGIES:
-            raise ConfigError(f"{where}.ramp_up_strategy {self.ramp_up_strategy!r}: "
-                              f"one of {', '.join(RAMP_STRATEGIES)}")
         if self.rate is not None:
             raise ConfigError(f"{where}.rate and a ramp-up both set the rate: drop rate "
                               "(the ramp goes from ramp_up_start_rps to ramp_up_end_rps)")

@@ -8,7 +8,7 @@ from typing import Literal
 
 from workbench.arrival import MODES, ArrivalMode
 from workbench.arrival.modes import modes_with
-from workbench.arrival.processes import SHAPE_FIELDS, ArrivalProcess
+from workbench.arrival.processes import SHAPE_FIELDS, ArrivalProcess, RampStrategy
 from workbench.errors import ConfigError
 from workbench.ranges import MAX_OUTPUT_TOKENS
 
@@ -22,7 +22,7 @@ class ArrivalSpec:
     rate: float | None = None
     # the arrival process's shape (modes poisson, gamma, constant): ``ArrivalProcess``
     burstiness: float = 1.0
-    ramp_up_strategy: str | None = None
+    ramp_up_strategy: RampStrategy | None = None
     ramp_up_start_rps: float | None = None
     ramp_up_end_rps: float | None = None
     ramp_up_duration_s: float | None = None
