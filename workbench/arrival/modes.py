@@ -47,8 +47,7 @@ def register_mode(
     """Decorator for a release function ``release(units, rate) -> offsets_ms``."""
 
     def deco(release: Release) -> Release:
-        mode = ArrivalMode(name, release, description, takes_rate, closed_loop, process,
-                           params)
+        mode = ArrivalMode(name, release, description, takes_rate, closed_loop, process, params)
         MODES.add(name, mode, *aliases)
         return release
 

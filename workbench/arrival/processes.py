@@ -44,8 +44,7 @@ GAP_LAWS.add("poisson", GapLaw(lambda n, rng, _p: _gamma(n, rng, 1.0),
 GAP_LAWS.add("gamma", GapLaw(lambda n, rng, p: _gamma(n, rng, p.burstiness),
                              "gamma gaps at arrival.rate, shape arrival.burstiness (CV 1/sqrt(b))",
                              ("burstiness",)))
-GAP_LAWS.add("constant", GapLaw(lambda n, _rng, _p: np.ones(n),
-                                "one unit every 1/arrival.rate s"))
+GAP_LAWS.add("constant", GapLaw(lambda n, _rng, _p: np.ones(n), "one unit every 1/arrival.rate s"))
 PROCESSES = tuple(GAP_LAWS.names())
 #: the fields of a process beyond its kind and rate, ``ArrivalSpec``'s under the same names
 SHAPE_FIELDS = ("burstiness", "ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps",

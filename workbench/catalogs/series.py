@@ -14,8 +14,7 @@ from typing import Literal
 Role = Literal["queries", "hits", "preemptions", "kv_usage", "running", "waiting",
                "prompt_tokens", "generation_tokens", "requests", "cache_hit_rate", "cached"]
 #: the roles the window hit rate, the server-side evidence and the report's gauges read
-READ_ROLES: tuple[Role, ...] = ("hits", "queries", "preemptions", "kv_usage", "running",
-                                "waiting")
+READ_ROLES: tuple[Role, ...] = ("hits", "queries", "preemptions", "kv_usage", "running", "waiting")
 #: a derived series: llama-server counts prompt tokens without the cached ones; the
 #: scraper adds both into this workbench name (not the server's), the window's queries
 LLAMACPP_WITH_CACHED = "llamacpp:prompt_tokens_with_cached_total"

@@ -9,6 +9,12 @@ README's other examples.
 from __future__ import annotations
 
 import argparse
+import sys
+
+from workbench.commands._axes import json_items
+from workbench.commands.replay import replay_with_progress
+from workbench.commands.report import print_report
+from workbench.config import RunConfig
 
 NAME = "demo"
 HELP = "replay the bundled real trace against the embedded engine and render the report"
@@ -28,7 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"(default {DEMO_TRACE})")
     p.add_argument("--max-items", type=int, help="replay only the first N units")
     p.add_argument("--rate", type=float, help="rescale arrivals to R units/s")
-    p.add_argument("--tool-wait-scale", type=float, help="multiply every tool wait (think time)")
+    p.add_argument("--tool-wait-scale", type=float, default=1.0,
+                   help="multiply every tool wait (think time)")
     p.add_argument("--trace-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a reader option, e.g. max_delay_s=1 for the weka sample "
                         "(docs/weka-traces.md)")
@@ -41,23 +48,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-    from pathlib import Path
-
-    from workbench import data
-    from workbench.commands._axes import json_items
-    from workbench.commands.replay import replay_with_progress
-    from workbench.commands.report import print_report
-    from workbench.config import RunConfig
     from workbench.report.render import render_report
+    from workbench.workloads.standard import bundled_or_path
 
-    path = args.trace if Path(args.trace).is_file() else str(data.path(args.trace))
     cfg = RunConfig.from_dict({
-        "trace": {"path": path, "max_items": args.max_items,
+        "trace": {"path": str(bundled_or_path(args.trace)), "max_items": args.max_items,
                   "options": json_items(args.trace_option, "--trace-option")},
         "arrival": {"mode": "trace-timed", "rate": args.rate,
-                    **({} if args.tool_wait_scale is None else
-                       {"tool_wait_scale": args.tool_wait_scale})},
+                    "tool_wait_scale": args.tool_wait_scale},
         "backend": "openai",
         "target": {"url": "sim", **({} if args.speedup is None else
                                      {"engine": {"speedup": args.speedup}})},
@@ -65,8 +63,7 @@ def run(args: argparse.Namespace) -> int:
         "run_id": args.run_id,
         "overwrite": True,  # the demo's folder is its own: each demo replaces the last
     })
-    print(f"replaying {args.trace} against the embedded engine (its own process)…",
-          file=sys.stderr)
+    print(f"replaying {args.trace} against the embedded engine (its own process)…", file=sys.stderr)
     result = replay_with_progress(cfg, progress=not args.no_progress)
     print(f"rendering the report of {result.run_dir}…", file=sys.stderr)
     params = {"run_dir": str(result.run_dir), "run_id": args.run_id, "out_dir": args.out}

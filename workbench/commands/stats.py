@@ -74,8 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if args.trace.startswith("synthetic:"):  # a standard workload, drawn (no format)
         fmt = "synthetic"
     else:
-        fmt = detect_format(args.trace) if args.format == "auto" else FORMATS.canonical(
-            args.format)
+        fmt = detect_format(args.trace) if args.format == "auto" else FORMATS.canonical(args.format)
         reader = FORMATS.get(fmt).read
         if args.block_size and "block_size" in inspect.signature(reader).parameters:
             options["block_size"] = args.block_size

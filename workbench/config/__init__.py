@@ -220,9 +220,7 @@ def _section(key: str, spec_cls: type, main: str, value: Any) -> Any:
         f.name for f in dataclasses.fields(spec_cls)}  # fmt: skip
     unknown = sorted(set(value) - names)
     if unknown:
-        raise ConfigError(
-            f"unknown {key} option(s) {unknown}; valid: {', '.join(sorted(names))}"
-        )
+        raise ConfigError(f"unknown {key} option(s) {unknown}; valid: {', '.join(sorted(names))}")
     return ContextSpec.from_flat(value) if spec_cls is ContextSpec else spec_cls(**value)
 
 

@@ -70,8 +70,7 @@ class ArrivalSpec:
             )
         self._check_process()
         if mode.closed_loop and not self.max_concurrency:
-            raise ConfigError(
-                f"arrival.mode {self.mode!r} needs max_concurrency (sessions active)")
+            raise ConfigError(f"arrival.mode {self.mode!r} needs max_concurrency (sessions active)")
         if self.duration_s is not None and not mode.closed_loop:
             raise ConfigError(
                 f"arrival.duration_s only applies to mode {modes_with('closed_loop')}"
