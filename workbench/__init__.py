@@ -1,8 +1,7 @@
 """workbench: replay agentic LLM workloads against serving engines; measure TTFT, TPOT, prefix hits.
 
-Importing the package does nothing but define names: each public function is
-imported from its module on first use, so ``import workbench`` opens no socket,
-sets no event-loop policy and seeds no global RNG.
+Importing the package only defines names (each imported on first use): no socket, no
+event-loop policy, no global RNG.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Every body read from a server outside the measured stream, read under a bound.
-
-Prometheus pages, the cache reset, the profiler, ``sweep --serve`` health checks and
-``/tokenize`` answers are read by ``read_body``: at most ``limit`` bytes after inflating,
-a compressed body inflated ``INFLATE_PIECE`` bytes at a time (``Inflater``, which the
-HTTP clients use too), the connection dropped at the bound (docs/security.md, "Bounded
-inputs"). Sessions are made with ``auto_decompress=False`` (``session()``).
+"""Every body read from a server outside the measured stream, read under a bound:
+``read_body`` inflates piece by piece (``Inflater``, the HTTP clients' too) and drops
+the connection at the bound (docs/security.md, "Bounded inputs").
 """
 
 from __future__ import annotations

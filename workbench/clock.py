@@ -1,10 +1,6 @@
-"""Clocks: the wall clock of a live replay and the virtual clock of ``simulate``.
-
-The virtual clock is an asyncio event loop whose ``time()`` jumps to the next timer
-whenever nothing is ready: a deterministic discrete-event simulation of ordinary
-coroutines, no sockets, no sleeping. A process that only advances at its own deadlines
-(the engine's steps) registers them with ``VirtualTimeLoop.call_step_at``
-(docs/virtual-time.md).
+"""Clocks: the wall clock of a live replay and the virtual clock of ``simulate``, an
+asyncio event loop whose time jumps to the next timer when nothing is ready (with the
+engine's steps as ``call_step_at``; docs/virtual-time.md).
 """
 
 from __future__ import annotations

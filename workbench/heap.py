@@ -1,8 +1,5 @@
-"""Give freed heap memory back to the OS during long runs (glibc only; elsewhere no-ops).
-
-``prepare`` fixes glibc's mmap threshold at 64 KiB and ``trim`` calls ``malloc_trim(0)``
-every ``TRIM_EVERY`` finished requests: why and the figures, docs/design-notes.md,
-"Memory of long runs".
+"""Give freed heap memory back to the OS during long runs (glibc only; elsewhere no-ops):
+docs/design-notes.md, "Memory of long runs".
 """
 
 from __future__ import annotations

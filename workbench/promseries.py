@@ -1,7 +1,5 @@
-"""Known Prometheus series of GPU exporters (DCGM field names): a label, a unit and
-whether label sets are averaged (utilisations) or summed (memory, power). Unknown series
-keep their name, no unit, and are summed (docs/measurement-rules.md, "Further Prometheus
-endpoints").
+"""Known Prometheus series of GPU exporters (DCGM): a label, a unit, averaged or summed
+over label sets (docs/measurement-rules.md, "Further Prometheus endpoints").
 """
 
 from __future__ import annotations

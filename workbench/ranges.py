@@ -1,10 +1,6 @@
-"""The one type-and-range checker of configuration values, and its range table.
-
-A field's type comes from its annotation, its range from ``RANGES`` (keyed by the field's
-path); ``check_dataclass`` raises one ``ConfigError`` naming the first bad field and its
-rule. An integer is an ``int`` (never a ``bool``, ``16.0`` or ``'16'``), a number is
-finite, a ``bool`` is ``true``/``false``. The run config and the embedded engine's knobs
-both check here. Bounds and reasons: docs/config-bounds.md.
+"""The one type-and-range checker of configuration values, and its range table: a field's
+type is its annotation, its range ``RANGES[path]``; ``check_dataclass`` raises one
+``ConfigError`` naming the first bad field (docs/config-bounds.md, "Type rules").
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Secrets never reach a file or a log: redaction of keys, bearer tokens, URL credentials.
-
-Every secret registered for the run (``RunConfig.register_secrets``, and again by the
-code that sends, in its own process), any ``Bearer``/``Basic`` value, ``sk-`` key or
-credential-named query value, and any URL's ``user:password@`` read ``[REDACTED]``
-(docs/security.md). ``text`` is what every writer applies; ``obj`` applies it to every
-string of a JSON-like value, ``line`` to a serialized JSON line.
+"""Secrets never reach a file or a log: every registered secret (``register``,
+``RunConfig.register_secrets``) and every key-shaped token reads ``[REDACTED]`` in what
+``text`` (``obj``, ``line``) is applied to (docs/security.md).
 """
 
 from __future__ import annotations

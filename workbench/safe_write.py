@@ -1,10 +1,5 @@
-"""Write only what we create: the one way every workbench writer opens a file.
-
-A new file is created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` (a file of ours with one link
-removed first, never truncated through); a whole file (``atomic``) goes to ``NAME.tmp``
-and is renamed into place; appends refuse a second hard link; a folder made inside an
-output must not be a link (``make_dir``). A link where a file is to be written is a
-``LinkRefused`` (exit 2), nothing written: docs/security.md, "Run ids and paths".
+"""Write only what we create: the one way every workbench writer opens a file (never
+through a link: ``LinkRefused``; docs/security.md, "Run ids and paths").
 """
 
 from __future__ import annotations

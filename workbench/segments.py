@@ -1,11 +1,10 @@
 """Token sequences described by where their tokens come from, not by the tokens.
 
 A ``Segments`` is a list of parts ``(kind, key, start, n)``: tokens ``start .. start+n-1``
-of source ``(kind, key)`` (a unit's stream, a shared prefix, a hash-id block, an engine's
-output). Parts are kept in normal form and sources never share tokens, so block keys
-(``block_keys``) are equal exactly when the prefixes' tokens are (docs/virtual-time.md,
-"Prompts as segments"). Keys are Python ``hash`` of int tuples (not salted) and a
-splitmix finaliser; never ``-1`` (``sim.kvcache.NO_HASH``).
+of source ``(kind, key)``, in normal form, so block keys are equal exactly when the
+prefixes' tokens are (docs/virtual-time.md, "Prompts as segments"). Keys are Python
+``hash`` of int tuples (not salted: the same in every process) and a splitmix finaliser,
+never ``-1`` (``sim.kvcache.NO_HASH``).
 """
 
 from __future__ import annotations

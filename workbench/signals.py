@@ -1,10 +1,5 @@
-"""SIGTERM and the other stop signals (``errors.STOP_SIGNALS``) stop a run as Ctrl-C does.
-
-In the event loop (``run_with_sigterm``) the signal cancels the run's main task as
-``asyncio.Runner`` does for SIGINT, so the run saves a ``cancelled`` directory; outside it
-(``cli.interrupt_early``) it raises ``KeyboardInterrupt``; ``simulate`` takes both through
-``stop_on_signals``; children end with their parent (``die_with_parent``).
-docs/run-directory.md, "Stopping".
+"""SIGTERM and the other stop signals (``errors.STOP_SIGNALS``) stop a run as Ctrl-C does
+(docs/run-directory.md, "Stopping"); children end with their parent (``die_with_parent``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Child processes started fresh (multiprocessing's ``spawn``), whatever script started us.
-
-``children_start()`` hides the main module's ``__file__`` and ``__spec__`` while workbench
-starts processes, so a script without a main guard, or one read from stdin, is not run
-again in every child; unless it registered an axis value of its own
-(``registry.registered_in_main``): docs/sweeps.md, "parallel-points".
+"""Child processes started fresh (``spawn``) that do not run the main script again
+(``children_start``; docs/sweeps.md, "parallel-points").
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Server-sent-events framing: bytes off the socket → ``data:`` payloads.
-
-The decoder keeps the unfinished line between reads; lines end in ``\\n``, ``\\r\\n`` or
-``\\r``, a blank line ends an event, ``:`` lines are comments, several ``data:`` lines join
-with ``\\n``, other fields are ignored, ``[DONE]`` is an ordinary payload. On the hot
-path: a one-line ``data:`` event, and ``\\n``-only framing, are sliced without a line loop.
+"""Server-sent-events framing: bytes off the socket → ``data:`` payloads (the SSE spec's
+line rules; ``[DONE]`` an ordinary payload), with fast paths for one-line events.
 """
 
 from __future__ import annotations

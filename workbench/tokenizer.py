@@ -1,8 +1,5 @@
-"""A deterministic word-level tokenizer built in code (no downloads, no files).
-
-Every ordinary id is one made-up word of consonant-vowel syllables, words separated by
-spaces: ``encode(decode(ids)) == ids`` and a prompt of N words is N tokens. Unknown words
-map to a stable hash-chosen ordinary id.
+"""A deterministic word-level tokenizer built in code: one made-up word an id, so
+``encode(decode(ids)) == ids`` and N words are N tokens.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The arrival-mode registry: ``ArrivalMode``, ``MODES`` and ``register_mode``.
-
-A mode says all the replay asks of it: ``release`` (each unit's release time),
-``takes_rate``, ``closed_loop`` (needs ``max_concurrency``, may run for ``duration_s``)
-and ``process``; nothing dispatches on a mode's name. A new mode is one module with one
-``@register_mode`` line, imported in ``workbench.arrival`` (docs/arrival.md).
+"""The arrival-mode registry: a mode (``ArrivalMode``) says all the replay asks of it, so
+nothing dispatches on its name; a new mode is one ``@register_mode`` module (docs/arrival.md).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Arrival processes (pure): start times drawn for units, replacing a trace's timeline.
 
-``poisson``, ``gamma`` (shape ``burstiness``) and ``constant`` draw the gap before each
-unit from the rate in force at it, ramped over the units or over ``ramp_up_duration_s``
-seconds (a nonhomogeneous process by time rescaling: ``cumulative``,
-``inverse_cumulative``). vLLM's ``vllm bench serve`` definitions, the formulas and the
-two differences from vLLM: docs/arrival.md, "Arrival processes". One
-``numpy.random.default_rng(seed)`` draws the gaps: a seed gives the same timeline.
+vLLM's ``vllm bench serve`` definitions, ramped over the units or over a duration (time
+rescaling: ``cumulative``, ``inverse_cumulative``); the formulas and the two differences
+from vLLM: docs/arrival.md, "Arrival processes". A seed gives the same timeline.
 """
 
 from __future__ import annotations

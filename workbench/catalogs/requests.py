@@ -1,7 +1,5 @@
-"""The catalog of per-request metrics: one ``Metric`` row each, read by everything that
-lists them (docs/metrics.md, "The catalog"). Adding a metric is its ``derive`` code plus
-one row (or the row alone, with ``compute``); the rows' order is the column order of
-``to_frame`` and ``records.parquet``; docs/metrics.md's table is ``markdown_table``'s.
+"""The catalog of per-request metrics, one ``Metric`` row each, in ``to_frame``'s column
+order (docs/metrics.md, "The catalog", is ``markdown_table``'s).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""What each engine exports on ``/metrics``, under which Prometheus name.
-
-One ``EngineSeries`` per engine; each row says which run-level role a series plays.
-The scraper, the summary, sweeps, the report and the embedded engine's exposition (from
-the ``Engine.stats()`` key in ``stat``) read these rows; docs/measurement-rules.md's table
-and sources are ``markdown_table``'s.
+"""What each engine exports on ``/metrics`` under which Prometheus name, and the role each
+series plays; docs/measurement-rules.md's table and sources are ``markdown_table``'s.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""``workbench capture``: a loopback proxy that records your agents' token shape: it
-relays every request to ``--upstream`` and writes one file per conversation under ``-o``
-until Ctrl-C or SIGTERM (docs/capture.md).
-"""
+"""``workbench capture``: a loopback proxy that records your agents' token shape
+(docs/capture.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""``workbench demo``: the README's main job, end to end on a laptop.
-
-Replays a bundled public agent trace (TraceLab's 48-session example) against the
-embedded engine in its own process, then renders the replay report
-(``reports/<run_id>/report.html``). ``MOONCAKE_EXAMPLE`` and ``WEKA_EXAMPLE`` are the
-README's other examples.
-"""
+"""``workbench demo``: the README's main job, end to end on a laptop: a bundled trace
+replayed against the embedded engine, then its report (``MOONCAKE_EXAMPLE``,
+``WEKA_EXAMPLE``: the README's other examples)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""``workbench parity``: qualify a change to the simulated engine (docs/parity.md).
-
-Runs a frozen spec's rows on its baseline and candidate, twice each, and writes
-``DIR/parity.json``: exit 0 when every row is qualified, else 1. ``--propose-capacity
-ROW`` searches the row's capacity knob instead (``--write``: the spec with the change).
-"""
+"""``workbench parity``: qualify a change to the simulated engine, or propose a row's
+capacity (docs/parity.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""``workbench report``: render stored runs into HTML reports (no traffic is replayed).
-
-One run directory renders ``replay``, several ``compare``; sweep directories ``sweep``,
-a plan directory ``plan``, a parity directory ``parity``. ``--notebook`` picks another
-notebook, ``--param KEY=VALUE`` sets any parameter it declares (VALUE: JSON or text).
-"""
+"""``workbench report``: render stored run, sweep, plan or parity directories into HTML
+(``build_params`` picks the notebook); no traffic is replayed."""
 
 from __future__ import annotations
 

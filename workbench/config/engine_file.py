@@ -1,8 +1,5 @@
-"""An engine config file (``--engine-config``, ``plan --preset FILE.json``), read and checked.
-
-A JSON or YAML mapping of engine knobs, or a calibration file whose ``engine`` block is
-one, read by ``validation.read_config_file``; every problem is one ``ConfigError``
-naming the file (docs/config-bounds.md, "Size and depth").
+"""An engine config file (``--engine-config``, ``plan --preset FILE.json``, a calibration
+file's ``engine`` block), read and checked (docs/config-bounds.md, "Size and depth").
 """
 
 from __future__ import annotations
