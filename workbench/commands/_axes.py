@@ -82,33 +82,7 @@ def add_axis_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-error-rate", type=float, default=0.0, metavar="FRACTION",
                    help="exit with status 4 when more than this fraction of the requests "
                    "failed (default 0: any failed request; 1: never)")
-    add_run_knobs(p)
-
-
-def parse_percentiles(spec: str) -> list[float]:
-    """``--percentiles 50,99.9`` → ``[50.0, 99.9]``: finite numbers in [0, 100], at most 100."""
-    try:
-        qs = [float(q) for q in spec.split(",") if q.strip()]
-    except ValueError:
-        raise ConfigError(f"--percentiles {spec!r}: expected numbers, e.g. 50,90,99.9") from None
-    if not qs or len(qs) > 100 or not all(0 <= q <= 100 for q in qs):
-        raise ConfigError(f"--percentiles {spec!r}: 1 to 100 numbers, each in [0, 100]")
-    return qs
-
-
-def exit_status(summary: dict[str, Any], cancelled: bool, max_error_rate: float) -> int:
-    """The command's exit status for a finished run (``ExitCode``); the error rate is
-    failed / (ok + failed) requests (skipped and cancelled ones are neither)."""
-    if cancelled:
-        return ExitCode.CANCELLED
-    errors, ok = int(summary.get("errors") or 0), int(summary.get("ok") or 0)
-    if errors and errors / (errors + ok) > max_error_rate:
-        return ExitCode.ERROR_RATE
-    return ExitCode.COMPLETED
-
-
-def add_run_knobs(p: argparse.ArgumentParser) -> None:
-    """The per-run knobs of the config file, as flags (docs/sweeps.md, "command line")."""
+    # the per-run knobs of the config file, as flags (docs/sweeps.md, "command line")
     g = p.add_argument_group("run knobs (config-file fields as flags)")
     g.add_argument("--slo", action="append", default=[], metavar="BOUND",
                    help="SLO bound (repeatable). METRIC<=MS (METRIC: "
@@ -144,6 +118,28 @@ def add_run_knobs(p: argparse.ArgumentParser) -> None:
                         "(repeatable; e.g. 'DCGM_FI_DEV_*')")
     g.add_argument("--percentiles", metavar="Q,Q,...",
                    help="latency percentiles to print, e.g. 50,90,99,99.9")
+
+
+def parse_percentiles(spec: str) -> list[float]:
+    """``--percentiles 50,99.9`` → ``[50.0, 99.9]``: finite numbers in [0, 100], at most 100."""
+    try:
+        qs = [float(q) for q in spec.split(",") if q.strip()]
+    except ValueError:
+        raise ConfigError(f"--percentiles {spec!r}: expected numbers, e.g. 50,90,99.9") from None
+    if not qs or len(qs) > 100 or not all(0 <= q <= 100 for q in qs):
+        raise ConfigError(f"--percentiles {spec!r}: 1 to 100 numbers, each in [0, 100]")
+    return qs
+
+
+def exit_status(summary: dict[str, Any], cancelled: bool, max_error_rate: float) -> int:
+    """The command's exit status for a finished run (``ExitCode``); the error rate is
+    failed / (ok + failed) requests (skipped and cancelled ones are neither)."""
+    if cancelled:
+        return ExitCode.CANCELLED
+    errors, ok = int(summary.get("errors") or 0), int(summary.get("ok") or 0)
+    if errors and errors / (errors + ok) > max_error_rate:
+        return ExitCode.ERROR_RATE
+    return ExitCode.COMPLETED
 
 
 #: every flag whose value goes into the config as given: ``dest`` or ``dest=key`` per section

@@ -79,14 +79,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                             "output tokens/s per GPU")
 
 
-def _points(text: str) -> Any:
-    """``--points JSON``: parsed and bounded like every config value."""
-    try:
-        return parse_json("--points", text)
-    except ValueError as exc:
-        raise ConfigError(f"--points: not JSON ({exc})") from None
-
-
 def parse_over(items: list[str]) -> dict[str, list[Any]]:
     over: dict[str, list[Any]] = {}
     for item in items:
@@ -114,7 +106,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         if bool(args.over) == bool(args.points):
             raise ConfigError("give the points: --over PATH=V1,V2 (repeatable) or --points JSON")
-        over = parse_over(args.over) if args.over else _points(args.points)
+        try:  # parsed and bounded like every config value
+            over = parse_over(args.over) if args.over else parse_json("--points", args.points)
+        except ValueError as exc:
+            raise ConfigError(f"--points: not JSON ({exc})") from None
         rate = spec_mod.swept_rate(spec_mod.expand(over))
     # a swept rate needs no --rate: the base config takes the first point's (or --lo)
     cfg = config_from_args(args, extra, {"arrival.rate": rate} if rate is not None else None)
