@@ -72,10 +72,9 @@ class ExitCode:
     @staticmethod
     def of_error(exc: BaseException) -> int:
         """The exit status for an error raised out of a command."""
-        if isinstance(exc, OutputWriteError):
-            return ExitCode.WRITE_FAILED
-        if isinstance(exc, TraceFormatError):
-            return ExitCode.TRACE_ERROR
-        if isinstance(exc, ConfigError):
-            return ExitCode.CONFIG_ERROR
+        for kind, code in ((OutputWriteError, ExitCode.WRITE_FAILED),
+                           (TraceFormatError, ExitCode.TRACE_ERROR),
+                           (ConfigError, ExitCode.CONFIG_ERROR)):
+            if isinstance(exc, kind):
+                return code
         return ExitCode.FAILED

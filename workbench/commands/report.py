@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workbench.config.validation import json_or_text
+from workbench.commands._axes import json_items
 from workbench.errors import ConfigError
 
 NAME = "report"
@@ -61,11 +61,7 @@ def build_params(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         params["run_dirs"] = dirs
     elif not args.notebook:
         raise ConfigError("give at least one RUN_DIR, or --notebook for a notebook without runs")
-    for item in args.param:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--param {item!r}: expected KEY=VALUE")
-        params[key] = json_or_text("--param", value)  # bounded: docs/config-bounds.md
+    params.update(json_items(args.param, "--param"))
     if args.run_id:
         params["run_id"] = args.run_id
     return notebook, params

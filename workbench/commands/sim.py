@@ -153,16 +153,27 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    """``sim calibrate``: the fitted engine config, or with ``--preset`` a calibrated preset
+    (docs/calibration.md)."""
     from workbench.calibration.fit import calibrate
+    from workbench.calibration.preset import calibrate_preset
 
-    if args.preset:
-        return _calibrate_preset(args)
     try:
-        cal = calibrate(args.run_dirs, base=json_items(args.engine, "--engine"),
-                        self_check=not args.no_replay)  # fmt: skip
+        base = json_items(args.engine, "--engine")
+        if args.preset:
+            preset = calibrate_preset(args.run_dirs, args.preset, base=base)
+            path = preset.write(args.output if args.output != "engine.json" else "preset.json")
+        else:
+            cal = calibrate(args.run_dirs, base=base, self_check=not args.no_replay)
     except (WorkbenchError, ValueError, OSError) as exc:
         print(f"workbench sim calibrate: error: {exc}", file=sys.stderr)
         return 2
+    if args.preset:
+        print(json.dumps({"preset": preset.preset, "fitted": preset.fit["fitted"],
+                          "before": preset.fit["before"], "after": preset.fit["after"]},
+                         indent=2))
+        print(f"calibrated preset: {path} (use --engine preset={path})")
+        return 0
     path = cal.write(args.output)
     fit = cal.fit
     brief = {
@@ -176,21 +187,4 @@ def run_calibrate(args: argparse.Namespace) -> int:
     }  # fmt: skip
     print(json.dumps(brief, indent=2))
     print(f"engine config: {path}")
-    return 0
-
-
-def _calibrate_preset(args: argparse.Namespace) -> int:
-    """``sim calibrate --preset``: a calibrated preset (docs/calibration.md)."""
-    from workbench.calibration.preset import calibrate_preset
-
-    out = args.output if args.output != "engine.json" else "preset.json"
-    try:
-        cal = calibrate_preset(args.run_dirs, args.preset, base=json_items(args.engine, "--engine"))
-        path = cal.write(out)
-    except (WorkbenchError, ValueError, OSError) as exc:
-        print(f"workbench sim calibrate: error: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps({"preset": cal.preset, "fitted": cal.fit["fitted"],
-                      "before": cal.fit["before"], "after": cal.fit["after"]}, indent=2))
-    print(f"calibrated preset: {path} (use --engine preset={path})")
     return 0
