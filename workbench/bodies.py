@@ -91,9 +91,8 @@ def _inflater(headers: Mapping[str, str]) -> Inflater | None:
 
 async def read_body(resp: aiohttp.ClientResponse, limit: int = ANSWER_MAX,
                     inflater: Inflater | bool | None = True) -> Body:
-    """At most ``limit`` bytes of ``resp``'s body, inflated; the connection is closed when
-    it is longer (``Body.cut``); ``BodyError`` for a broken body or another encoding.
-    ``inflater``: the caller's own, None (read as is), True (from ``Content-Encoding``)."""
+    """At most ``limit`` bytes of ``resp``'s body, inflated (``inflater``: the caller's, None
+    or from ``Content-Encoding``); ``BodyError`` for a broken body or another encoding."""
     inflate = _inflater(resp.headers) if inflater is True else inflater or None
     out = bytearray()
     cut = False

@@ -27,8 +27,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def interrupt_early() -> None:
-    """Every signal of ``STOP_SIGNALS`` takes Ctrl-C's path from the command's first line
-    on, while it still imports: one line and exit code 130. Main thread only."""
+    """Every stop signal takes Ctrl-C's path from the command's first line (main thread)."""
     import threading
 
     if threading.current_thread() is threading.main_thread():

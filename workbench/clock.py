@@ -35,9 +35,8 @@ class WallClock:
 
 
 class VirtualClock:
-    """Reads the running loop's virtual time. Made inside a ``VirtualTimeLoop`` it binds to
-    it (``asyncio.get_running_loop()`` costs a ``getpid`` a call on CPython 3.11:
-    docs/virtual-time.md, "What a virtual replay costs"); else it reads the running loop."""
+    """Reads the running loop's virtual time, bound to the ``VirtualTimeLoop`` it is made in
+    (docs/virtual-time.md, "What a virtual replay costs")."""
 
     __slots__ = ("_loop",)
 
@@ -108,9 +107,6 @@ class StepHandle:
     def cancel(self) -> None:
         self._cancelled = True
 
-    def cancelled(self) -> bool:
-        return self._cancelled
-
 
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
     """An event loop whose clock only moves when every task is waiting on a timer (public
@@ -138,10 +134,8 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         return handle
 
     def call_step_at(self, when_ns: int, callback: Callable[[], bool]) -> StepHandle:
-        """Run ``callback()`` synchronously at virtual time ``when_ns`` (integer ns), when
-        the loop would otherwise wait: after a timer due at the same instant, with the
-        steps due then in registration order. ``callback`` returns True when it woke a
-        waiter: the loop then runs before the next step (docs/virtual-time.md)."""
+        """Run ``callback()`` at virtual time ``when_ns`` (integer ns) when the loop would
+        otherwise wait; it returns True when it woke a waiter (docs/virtual-time.md)."""
         if when_ns < self._virtual_now * 1e9 - 0.5:  # before now (ns, as ``now_ns`` rounds)
             raise ValueError(f"step deadline {when_ns} ns is in the virtual past")
         handle = StepHandle(when_ns, callback)
@@ -150,8 +144,8 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         return handle
 
     def _advance(self, timer_pending: bool = True) -> None:
-        """Nothing is ready: run the steps due before the earliest timer, stopping
-        after an instant whose steps woke a waiter, else move time to that timer."""
+        """Nothing is ready: run the steps due before the earliest timer (up to an instant
+        whose steps woke a waiter), else move time to that timer."""
         timers, now = self._timers, self._virtual_now
         while timers and (timers[0][0] <= now or timers[0][2].cancelled()):
             heapq.heappop(timers)  # ran already, or cancelled

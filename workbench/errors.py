@@ -36,8 +36,7 @@ class ConfigError(WorkbenchError):
 
 
 class OutputWriteError(WorkbenchError):
-    """A file of a run or a report could not be written (disk full, file too large, I/O
-    error): one line names the path and errno."""
+    """A file of a run or a report could not be written; the message names path and errno."""
 
     def __init__(self, path: object, exc: OSError) -> None:
         self.path = str(path)

@@ -7,10 +7,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import logging
 from typing import Any
-
-log = logging.getLogger(__name__)
 
 TRIM_EVERY = 5_000  # finished requests between two malloc_trim calls
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
@@ -34,9 +31,7 @@ def _libc() -> Any:
 def prepare() -> bool:
     """Fix glibc's mmap threshold for this process; False where there is no glibc."""
     libc = _libc()
-    if libc is None:
-        return False
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+    return libc is not None and bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
 
 
 def trim() -> None:

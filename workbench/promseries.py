@@ -41,6 +41,4 @@ def averaged(name: str) -> bool:
 def describe(name: str) -> dict[str, str | None]:
     """``{"label", "unit"}`` of a series: the table's for a known one, else its name."""
     info = GPU_SERIES.get(name)
-    if info is None:
-        return {"label": name, "unit": None}
-    return {"label": info.label, "unit": info.unit}
+    return {"label": info.label if info else name, "unit": info.unit if info else None}

@@ -205,8 +205,7 @@ _HINTS: dict[type, dict[str, Any]] = {}
 
 
 def hints_of(cls: type) -> dict[str, Any]:
-    """The resolved annotations of a dataclass (or a class's ``__init__``), once per class
-    (read only: shared)."""
+    """The resolved annotations of a dataclass (or its ``__init__``), cached: read only."""
     hints = _HINTS.get(cls)
     if hints is None:
         target = cls if dataclasses.is_dataclass(cls) else cls.__init__  # type: ignore[misc]

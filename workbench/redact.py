@@ -114,9 +114,8 @@ _NUMBER_BYTES = b"0123456789,[]"
 
 
 def line(data: bytes) -> bytes:
-    """``text`` over one serialized JSON line; a clean line (the usual one) is not copied,
-    one holding a registered secret is redacted value by value (``obj``), so the JSON
-    stays whole."""
+    """``text`` over one serialized JSON line (not copied when clean; value by value when it
+    holds a registered secret, so the JSON stays whole)."""
     registered = any(s in data for s in _secret_bytes)
     # the triggers looked for without the digits and number punctuation most of a record
     # line is (token times, hashes): deleting them can only join letters into a trigger,
@@ -211,8 +210,7 @@ def basic_authorization(url: str) -> str | None:
 
 
 class RedactingStream:
-    """A text stream that writes ``text(s)`` to the stream it wraps (the CLI's stdout and
-    stderr)."""
+    """A text stream that writes ``text(s)`` to the stream it wraps (the CLI's)."""
 
     def __init__(self, stream: TextIO) -> None:
         self.wrapped = stream

@@ -77,7 +77,6 @@ _ALL: weakref.WeakSet[Registry[Any]] = weakref.WeakSet()
 
 
 def registered_in_main() -> list[str]:
-    """``"kind name"`` of every registered object defined in ``__main__`` (a child knows it
-    only by running the script again: ``workbench.spawning``)."""
+    """``"kind name"`` of every registered object defined in ``__main__`` (``spawning``)."""
     return sorted(f"{r.kind} {name}" for r in list(_ALL) for name, obj in r._items.items()
                   if getattr(obj, "__module__", None) == "__main__")  # fmt: skip

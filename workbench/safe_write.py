@@ -104,9 +104,8 @@ def write_fd(fd: int, data: bytes, path: str | os.PathLike[str]) -> None:
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
-    """``data`` as the whole of ``path``, through ``temp_of(path)`` renamed into place; a
-    failure is an ``OutputWriteError`` naming the file (no temporary left), a link
-    ``LinkRefused``."""
+    """``data`` as the whole of ``path``, through ``temp_of(path)`` renamed into place
+    (``OutputWriteError``, no temporary left, on a failure)."""
     target = Path(path)
     tmp = temp_of(target)
     try:

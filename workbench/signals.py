@@ -52,7 +52,7 @@ class SignalStop:
             # the loop is on this thread: stop directly (a queued callback would wait for a
             # task that may never yield, a stalled virtual closed loop), then wake the loop
             self._stop()
-            self._loop.call_soon_threadsafe(_nothing)
+            self._loop.call_soon_threadsafe(lambda: None)  # only wakes the loop
         else:
             self._loop.call_soon_threadsafe(self._stop)
 
@@ -69,10 +69,6 @@ def wait_result(fut: concurrent.futures.Future[T]) -> T:
             return fut.result(timeout=SIGNAL_POLL_S)
         except concurrent.futures.TimeoutError:
             continue
-
-
-def _nothing() -> None:
-    """A callback that only wakes a loop."""
 
 
 @contextlib.contextmanager

@@ -54,8 +54,7 @@ class WordTokenizer:
 
     def decode_delta(self, ids: Sequence[int]) -> str:
         """Text of a streamed delta: each word with a leading space, so deltas concatenate."""
-        words = self._words
-        return "".join(" " + (words[i] if 0 <= i < VOCAB_SIZE else "<unk>") for i in ids)
+        return " " + self.decode(ids) if ids else ""
 
 
 @functools.cache

@@ -16,8 +16,7 @@ ARRIVAL_SPAN_WARN_MS = 86_400_000.0
 
 def release_offsets_ms(units: Sequence[Unit], mode: str, rate: float | None,
                        process: ArrivalProcess | None = None, seed: int = 0) -> list[float]:
-    """The release offset of every unit under ``mode``; a process mode draws them from
-    ``process`` with ``seed``."""
+    """Every unit's release offset under ``mode`` (a process mode: ``process``, ``seed``)."""
     if MODES.get(mode).process and process is not None:
         return process.offsets_ms(len(units), seed)
     return MODES.get(mode).release(units, rate)

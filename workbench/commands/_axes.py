@@ -161,9 +161,8 @@ _AXIS_FLAGS: dict[str, tuple[str, ...]] = {
 
 def config_from_args(args: argparse.Namespace, extra: dict[str, Any] | None = None,
                      defaults: dict[str, Any] | None = None) -> RunConfig:
-    """The ``--config`` file (if any) with every given flag on top, the output flags checked
-    too; ``defaults`` (``{"section.key": value}``) fill what neither set (a sweep's first
-    swept rate, so ``--over arrival.rate=...`` needs no ``--rate``)."""
+    """The ``--config`` file (if any) with every given flag on top; ``defaults``
+    (``{"section.key": value}``: a sweep's first swept rate) fill what neither set."""
     rate = getattr(args, "max_error_rate", None)  # the output flags, before any request
     if rate is not None and not 0.0 <= rate <= 1.0:  # NaN fails both comparisons
         raise ConfigError(f"--max-error-rate: expected a fraction in [0, 1], got {rate}")
@@ -205,8 +204,7 @@ def is_sweep_bound(item: str) -> bool:
 
 
 def per_request_slo(items: list[str], allow_sweep_bounds: bool = False) -> dict[str, float]:
-    """``--slo`` items without a percentile (``ttft_ms<=2000``): the run config's ``slo``
-    (``metrics.slo``'s grammar)."""
+    """``--slo`` items without a percentile (``ttft_ms<=2000``): the run config's ``slo``."""
     from workbench.metrics.slo import SLO
 
     out: dict[str, float] = {}
@@ -263,8 +261,7 @@ def _knobs_into(args: argparse.Namespace, base: dict[str, Any]) -> None:
 
 
 def json_items(items: list[str], flag: str) -> dict[str, Any]:
-    """``KEY=VALUE`` items of ``flag``, each value JSON when it reads as JSON (``60``,
-    ``null``, ``{"prefill": 2}``: bounded, ``parse_json``), else text (``original``)."""
+    """``KEY=VALUE`` items of ``flag``, each value JSON (bounded) when it parses, else text."""
     return {key: json_or_text(f"{flag} {key}", value)
             for key, value in (_kv(item, flag) for item in items)}
 

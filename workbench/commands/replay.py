@@ -85,8 +85,7 @@ def print_cache_notes(summary: dict) -> None:
 
 
 def replay_with_progress(cfg: Any, *, progress: bool = True) -> Any:
-    """Check the output folder and the trace (before any bar or request), then replay with
-    a progress bar on stderr."""
+    """Check the output folder and the trace first, then replay with a progress bar."""
     from tqdm import tqdm
 
     from workbench.executors.dispatch import run_async

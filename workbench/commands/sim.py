@@ -153,8 +153,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    """``sim calibrate``: the fitted engine config, or with ``--preset`` a calibrated preset
-    (docs/calibration.md)."""
+    """``sim calibrate``: an engine config, or a calibrated preset (docs/calibration.md)."""
     from workbench.calibration.fit import calibrate
     from workbench.calibration.preset import calibrate_preset
 

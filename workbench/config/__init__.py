@@ -153,8 +153,7 @@ class RunConfig:
         self.backend.check_options()
 
     def register_secrets(self) -> None:
-        """Register every credential this run sends for redaction, before anything of the
-        run is written or printed, in every process that sends (docs/security.md)."""
+        """Register every credential this run sends for redaction (docs/security.md)."""
         b = self.backend
         opts = b.options or {}
         headers = opts.get("headers")
@@ -182,8 +181,7 @@ class RunConfig:
         self.context.check_applies(workload)
 
     def keeps_records(self, n_requests: int) -> tuple[bool, str]:
-        """Whether a live run of ``n_requests`` holds its records in memory, and why
-        (``executor.keep_records``: docs/executors.md)."""
+        """Whether a live run of ``n_requests`` keeps its records in memory, and why."""
         keep = self.executor.keep_records
         if not self.out_dir:
             return True, "no out_dir: records are kept in memory (nowhere else to live)"
@@ -205,10 +203,6 @@ class RunConfig:
     @property
     def loops_until_deadline(self) -> bool:
         return self.arrival.loops_until_deadline
-
-    @property
-    def policy_name(self) -> str | None:
-        return self.context.policy_name
 
 
 def _section(key: str, spec_cls: type, main: str, value: Any) -> Any:

@@ -15,8 +15,7 @@ from workbench.ranges import MAX_OUTPUT_TOKENS
 
 @dataclass(frozen=True)
 class ArrivalSpec:
-    """Axis 3: when a unit may start and how many run at once; every field is described
-    in docs/arrival.md ("The ``arrival`` section")."""
+    """Axis 3: when a unit may start and how many run at once (docs/arrival.md)."""
 
     mode: str = "trace-timed"
     rate: float | None = None

@@ -16,8 +16,7 @@ from workbench.ranges import check_mapping, hints_of
 
 @dataclass(frozen=True)
 class BackendSpec:
-    """Axis 4: the wire protocol and its client-side options. ``flush_cache`` and
-    ``token_salt``: docs/cache-isolation.md."""
+    """Axis 4: the wire protocol and its client-side options (docs/cache-isolation.md)."""
 
     name: str = "openai"
     api_key_env: str | None = "OPENAI_API_KEY"

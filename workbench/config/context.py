@@ -16,9 +16,8 @@ from workbench.records import Workload
 
 @dataclass(frozen=True)
 class ContextSpec:
-    """Axis 2: ``policy`` None means ``trace-reported`` for sessions, nothing otherwise.
-    ``options``: the policies' declared options (``context.policy_options``), spelled flat
-    beside ``policy`` in a config and in ``to_dict``."""
+    """Axis 2: ``policy`` None means ``trace-reported`` for sessions; ``options``, the
+    policies' declared options, sit flat beside ``policy`` in a config and ``to_dict``."""
 
     policy: str | None = None
     shared_prefix: bool = False

@@ -4,7 +4,6 @@ file's ``engine`` block), read and checked (docs/config-bounds.md, "Size and dep
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +26,12 @@ def read_engine_file(path: str | Path, *, check: bool = False) -> dict[str, Any]
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: an engine config is a mapping of engine knobs, got "
                           f"{show(data)}")
-    names = {f.name for f in dataclasses.fields(EngineConfig)}
-    knobs = {k: (list(v) if k in names and isinstance(v, tuple) else v) for k, v in data.items()}
     if check:  # imported here, not for every read (bench/README.md, "CLI start-up")
         from workbench.sim.cluster import split_knobs
 
         try:
-            engine_knobs, _cluster = split_knobs(dict(knobs))
+            engine_knobs, _cluster = split_knobs(dict(data))
             EngineConfig.from_knobs(**engine_knobs)
         except (ValueError, TypeError, ConfigError) as exc:  # a knob's name, type, range
             raise ConfigError(f"{path}: {exc}") from None
-    return knobs
+    return data

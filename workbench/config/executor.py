@@ -15,8 +15,7 @@ ExecutorKind = Literal["local", "processes", "ray"]
 
 @dataclass(frozen=True)
 class ExecutorSpec:
-    """How the client executes (not what it sends): the fields are docs/executors.md's
-    table, "The ``executor`` section"."""
+    """How the client executes, not what it sends (docs/executors.md)."""
 
     workers: int = 1
     record_flush_ms: float | None = None
@@ -31,8 +30,7 @@ class ExecutorSpec:
     pace_ms: float | Literal["auto"] = "auto"
 
     def check(self) -> None:
-        """The rules of this section alone, on values already of their type and range
-        (``keep_records`` and ``pace_ms``: their annotations and ``ranges.RANGES``)."""
+        """The rules of this section alone, on values already of their type and range."""
         # imported here, not at every CLI start (bench/README.md, "CLI start-up")
         from workbench.backends.transport import HTTP_CLIENTS
 

@@ -133,8 +133,7 @@ def _not_writable(directory: Path) -> str | None:
 
 
 def check_depth(path: str, value: Any, max_depth: int = MAX_DEPTH) -> None:
-    """``value`` nests at most ``max_depth`` levels and holds at most ``MAX_NODES`` values
-    (checked without recursion)."""
+    """At most ``max_depth`` levels and ``MAX_NODES`` values, checked without recursion."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     nodes = 0
     while stack:
@@ -169,11 +168,9 @@ def json_or_text(path: str, text: str) -> Any:
 
 def read_config_file(path: str | Path, what: str = "config", *,
                      always_yaml: bool = False) -> tuple[Any, str]:
-    """A configuration file's data and text: opened as a trace is (a FIFO, device or
-    socket refused by kind), at most ``CONFIG_MAX_BYTES``, UTF-8, parsed as YAML
-    (``.yaml``/``.yml`` or ``always_yaml``) or JSON. ``what`` names the file's role in the
-    messages; every problem is one ``ConfigError`` naming the file, the line and the rule
-    (docs/config-bounds.md, "Size and depth")."""
+    """A configuration file's data and text, read under the bounds of docs/config-bounds.md
+    ("Size and depth"): YAML (``.yaml``/``.yml`` or ``always_yaml``) or JSON; ``what`` names
+    the file's role in the one-line ``ConfigError`` messages."""
     p = Path(path)
     try:
         raw = open_trace(p, CONFIG_MAX_BYTES + 1, inflate=False)
@@ -218,11 +215,9 @@ def load_yaml(path: str, text: str) -> Any:
             finally:
                 self.depth -= 1
 
-    try:  # the reader refuses a NUL or other non-printable character as it is built
-        loader = BoundedLoader(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(_yaml_error(path, text, exc)) from None
+    loader = None
     try:
+        loader = BoundedLoader(text)  # refuses a NUL or other non-printable character
         node = loader.get_single_node()
         if node is None:
             return None
@@ -233,7 +228,8 @@ def load_yaml(path: str, text: str) -> Any:
     except ValueError as exc:  # an integer past Python's 4,300-digit conversion bound
         raise ConfigError(f"{path}: invalid YAML: {exc}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _yaml_error(path: str, text: str, exc: Any) -> str:
