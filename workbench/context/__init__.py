@@ -7,12 +7,9 @@ options are its dataclass fields and its capabilities class attributes
 
 from workbench.context.policy import (
     DEFAULT_POLICY,
-    MAJOR_COMPACTION_MIN_DROP_RATIO,
-    MAJOR_COMPACTION_MIN_DROP_TOKENS,
     POLICIES,
     ContextPolicy,
     PlannedRound,
-    effective_policy,
     make_policy,
     plan_rounds,
     policy_options,
@@ -21,12 +18,9 @@ from workbench.context.policy import (
 
 __all__ = [
     "DEFAULT_POLICY",
-    "MAJOR_COMPACTION_MIN_DROP_RATIO",
-    "MAJOR_COMPACTION_MIN_DROP_TOKENS",
     "POLICIES",
     "ContextPolicy",
     "PlannedRound",
-    "effective_policy",
     "make_policy",
     "plan_rounds",
     "policy_options",

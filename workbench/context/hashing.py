@@ -1,15 +1,6 @@
-"""Stable hashes: 32-bit FNV-1a for stream seeds, chained block sequence hashes for prompts.
-
-Everything here must give the same answer in every process, on every run and on
-every machine, because hashes end up in records (``request_end`` rows in the
-Dynamo schema) and are compared across runs. So: never Python's ``hash()``
-(salted per process), token ids packed as explicit little-endian ``uint32``.
-
-Block sequence hashes (docs/context-policy.md, the Dynamo ``sequence_hashes_for_tokens``
-shape): the prompt is cut into ``block_size`` blocks; each full block's hash is
-chained to the previous block's hash, so a block's hash stands for the block
-*and everything before it* (like a Mooncake hash id). A trailing partial block
-gets one more chained hash, so ``len(hashes) == ceil(n / block_size)``.
+"""Stable hashes: 32-bit FNV-1a for stream seeds, chained block sequence hashes for prompts
+(docs/context-policy.md, "Block hashes"). Never Python's ``hash()``: these end up in
+records and are compared across processes and machines.
 """
 
 from __future__ import annotations
@@ -28,12 +19,8 @@ _ROOT = b"\x00" * 8  # the "previous hash" of the first block
 
 
 def fnv1a_32(data: str | bytes, state: int = FNV32_OFFSET) -> int:
-    """32-bit FNV-1a of ``data`` (a ``str`` is hashed as UTF-8).
-
-    Used for synthetic-token stream seeds (the Dynamo primitive); stream ids are
-    short, so a plain loop is fast enough. ``state`` continues a hash:
-    ``fnv1a_32(b, fnv1a_32(a)) == fnv1a_32(a + b)``.
-    """
+    """32-bit FNV-1a of ``data`` (a ``str`` as UTF-8); ``state`` continues a hash:
+    ``fnv1a_32(b, fnv1a_32(a)) == fnv1a_32(a + b)``. Stream ids are short: a plain loop."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
     h = state
     for byte in raw:
@@ -42,11 +29,7 @@ def fnv1a_32(data: str | bytes, state: int = FNV32_OFFSET) -> int:
 
 
 def _chain(prev: bytes, block: bytes) -> bytes:
-    """One chained 64-bit block hash: blake2b over previous digest + block bytes.
-
-    blake2b is in the standard library, fast (C), keyless-stable, and 8 bytes
-    make accidental collisions between distinct prefixes negligible.
-    """
+    """One chained 64-bit block hash: blake2b over the previous digest + the block bytes."""
     return hashlib.blake2b(prev + block, digest_size=8).digest()
 
 
@@ -75,18 +58,12 @@ def _u32_bytes(token_ids: Sequence[int] | np.ndarray) -> bytes:
 def block_hashes(
     token_ids: Sequence[int] | np.ndarray, block_size: int, *, known: Sequence[int] = ()
 ) -> list[int]:
-    """Chained 64-bit hashes of ``token_ids`` cut into ``block_size`` blocks.
+    """Chained 64-bit hashes of ``token_ids`` (each in ``uint32``) cut into ``block_size``
+    blocks, a trailing partial block included: ``ceil(len / block_size)`` of them.
 
-    Equal leading blocks give equal leading hashes; changing one token changes
-    the hash of its block and of every block after it. The trailing partial
-    block (if any) gets one more hash chained to the last full one, so the
-    result has ``ceil(len(token_ids) / block_size)`` entries (0 for no tokens).
-    Token ids must fit in ``uint32`` (every real vocabulary does).
-
-    ``known`` are already-computed hashes of the leading *full* blocks (the caller
-    guarantees those blocks are unchanged, e.g. a session's carried prefix):
-    only the blocks after them are hashed, so a growing conversation costs
-    O(new tokens) per round instead of O(prompt).
+    ``known``: hashes of leading *full* blocks the caller guarantees unchanged (a
+    session's carried prefix); only the blocks after them are hashed, so a growing
+    conversation costs O(new tokens) per round.
     """
     if block_size <= 0:
         raise ValueError(f"block_size must be > 0, got {block_size}")
@@ -94,9 +71,7 @@ def block_hashes(
     if k and k * block_size > len(token_ids):
         raise ValueError(f"{k} known full blocks exceed {len(token_ids)} tokens")
     tail = token_ids[k * block_size :] if k else token_ids
-    out: list[int] = list(known)
-    out += chain_hashes(int(known[-1]) if k else None, tail, block_size)
-    return out
+    return [*known, *chain_hashes(int(known[-1]) if k else None, tail, block_size)]
 
 
 def chain_hashes(

@@ -1,9 +1,5 @@
-"""Context policies: pure arithmetic from a raw round to the prefix that will exist.
-
-Per session the replay context ``C`` is the tokens that exist in the
-conversation (and so in the server's cache): the last prompt plus the model's
-output. For a raw round ``(P, I, O)`` the prompt length to reach is
-``T = P + I``; every policy keeps ``p + i = T`` and afterwards ``C = p + i + O``.
+"""Context policies: pure arithmetic from a raw round to the prefix that will exist
+(docs/context-policy.md: the replay context ``C``, ``T = P + I``, each policy's rule).
 """
 
 from __future__ import annotations
@@ -33,12 +29,9 @@ class PlannedRound:
 
 
 class ContextPolicy(Protocol):
-    """One context policy: its options are its dataclass fields (``with_options``).
-
-    ``needs_output_ids``: the policy carries the conversation forward with the
-    server's exact output token ids, so it needs a backend that returns them
-    (``Codec.returns_token_ids``) and the runner records them.
-    """
+    """One context policy: its options are its dataclass fields (``make_policy``);
+    ``needs_output_ids``: it carries the conversation on with the server's exact output
+    ids, so it needs a backend that returns them (``Codec.returns_token_ids``)."""
 
     @property
     def name(self) -> str: ...
@@ -91,10 +84,8 @@ def make_policy(name: str, options: Mapping[str, Any] | None = None) -> ContextP
 @register_policy(DEFAULT_POLICY)
 @dataclass(frozen=True)
 class TraceReported:
-    """Reuse what the trace reports, but never a prefix that does not exist.
-
-    ``p = min(P, C)``; the missing part ``f = P - p`` is folded into fresh input.
-    """
+    """Reuse what the trace reports, never a prefix that does not exist: ``p = min(P, C)``,
+    the rest folded into fresh input (docs/context-policy.md)."""
 
     name: ClassVar[str] = "trace-reported"
     needs_output_ids: ClassVar[bool] = False
@@ -108,13 +99,8 @@ class TraceReported:
 @register_policy("prefix-preserving", "monotonic")
 @dataclass(frozen=True)
 class PrefixPreserving:
-    """Keep the conversation growing; truncate to the trace target; reset on major compaction.
-
-    ``drop = max(C - T, 0)``; a drop of at least ``major_compaction_min_drop_tokens``
-    (64000) *and* ``major_compaction_min_drop_ratio`` (half) of the context is a major
-    compaction (``p = 0``); otherwise ``p = min(C, T)``. The conversation carries the
-    server's own output ids (``needs_output_ids``).
-    """
+    """Keep the conversation growing, truncated to the trace's target; a drop of both
+    thresholds is a major compaction, ``p = 0`` (docs/context-policy.md)."""
 
     major_compaction_min_drop_tokens: int = MAJOR_COMPACTION_MIN_DROP_TOKENS
     major_compaction_min_drop_ratio: float = MAJOR_COMPACTION_MIN_DROP_RATIO
@@ -137,11 +123,8 @@ class PrefixPreserving:
 def plan_rounds(
     rounds: Sequence[Round], policy: ContextPolicy, outputs: Sequence[int] | None = None
 ) -> list[PlannedRound]:
-    """Apply ``policy`` to one session's rounds in order (``reset_before`` empties C).
-
-    ``outputs`` overrides the trace's output lengths (an output-length policy):
-    the context grows by what the model will really generate.
-    """
+    """Apply ``policy`` to one session's rounds in order (``reset_before`` empties C);
+    ``outputs`` overrides the trace's output lengths (what the model will generate)."""
     context = 0
     out: list[PlannedRound] = []
     for k, r in enumerate(rounds):
@@ -157,14 +140,10 @@ def plan_rounds(
 def effective_policy(
     workload: Workload, policy: str | ContextPolicy | None = None
 ) -> ContextPolicy | None:
-    """The context policy that plans ``workload``'s rounds, or None where the rounds keep
-    the trace's own prefixes: independent requests, and rounds of block hash ids.
-
-    ``policy``: a registered name, or a policy with its options (``make_policy``); None is
-    ``trace-reported``, a conversation's default. An already planned file
-    (``session-execution-v2``) is never re-planned (docs/arrival.md): it takes
-    ``trace-reported``, the identity on it, and another policy is a ``ConfigError``.
-    """
+    """The context policy that plans ``workload``'s rounds (a name, a policy, or None:
+    ``trace-reported``), or None where rounds keep the trace's prefixes (independent
+    requests, hash ids). A planned file takes only ``trace-reported``, its identity;
+    another policy is a ``ConfigError`` (docs/arrival.md)."""
     if not workload.has_sessions or workload.has_hash_ids:
         return None
     if policy is None or isinstance(policy, str):

@@ -1,36 +1,8 @@
-"""Deterministic synthetic prompt tokens (docs/context-policy.md "Synthetic tokens").
+"""Deterministic synthetic prompt tokens, as ids or as parts (``workbench.segments``).
 
-The workbench replays a workload's token *shape*, not its text, so prompts are
-built from synthetic ids sent as token-id prompts. Three rules shape this module:
-
-* **No accidental sharing.** Each unit draws fresh tokens from its own stream
-  (its own cursor), so two sessions never share a cacheable prefix unless the
-  trace says so. Streams live in separate namespaces (unit, shared prefix,
-  hash-id block, tail probe) so no two kinds of content can coincide.
-* **Determinism.** Token ``k`` of a stream depends only on ``(seed, stream, k)``:
-  the same in every run and process, and independent of how calls are split
-  (``fresh(s, 3) + fresh(s, 4) == `` the first 7 tokens of ``s``).
-* **A salt isolates runs.** A non-empty ``salt`` (``backend.token_salt``) enters
-  every stream's key, so a salted run shares no token with a run under another
-  salt (or none): on a server whose prefix cache cannot be reset, a per-run salt
-  (``token_salt: run``, the run id) keeps one run's cached blocks from serving
-  the next one (docs/cache-isolation.md). No salt gives the unsalted streams.
-* **Ordinary ids only.** Tokens fall in ``[vocab_lo, vocab_hi)``. The default
-  ``[1000, 31000)`` fits any tokenizer with at least 32,000 ids (Llama-2,
-  Mistral, Qwen, GPT-2/NeoX, ...) and skips the low ids where special, control
-  and byte-fallback tokens live (Llama-2: 0-258). Pass another range for a
-  tokenizer whose specials sit elsewhere.
-
-Each token uses the Dynamo primitive: ``seed = fnv1a_32(stream id)`` and
-``x = ((seed ^ turn)·P ^ pos)·P mod 2**32`` with ``P = 0x01000193``, where a
-stream position ``k`` is split as ``turn = k >> 32``, ``pos = k & 0xFFFFFFFF``.
-Mapping ``x`` into the range goes through a 64-bit splitmix finalizer keyed by a
-second, independent 32-bit stream key: the raw primitive is nearly linear
-(neighbouring positions map ~117 ids apart after a plain range reduction, and
-two streams whose seeds differ only in low bits produce shifted copies of each
-other), and the keyed finalizer removes both patterns while staying a pure
-function of ``(stream, k)``. Generation is vectorized in ``uint64`` numpy
-arithmetic: a 100k-token prompt costs about a millisecond.
+The workbench replays a workload's token *shape*, not its text: prompts are synthetic
+ids sent as token-id prompts. The rules (no accidental sharing, determinism, the salt,
+the id range) and the generator: docs/context-policy.md, "Synthetic tokens".
 """
 
 from __future__ import annotations
@@ -75,9 +47,7 @@ def _stream_keys_once(seed: int, salt: str, namespace: str, name: str) -> tuple[
     return fnv1a_32(name, state), key
 
 
-#: memoized for hash-id blocks and shared prefixes, which repeat a lot; a unit's own
-#: stream is looked up once per round, so caching those only filled the cache
-_stream_keys = lru_cache(maxsize=65536)(_stream_keys_once)
+_stream_keys = lru_cache(maxsize=65536)(_stream_keys_once)  # hash-id blocks, shared prefixes
 
 
 def _generate(
@@ -91,12 +61,7 @@ def _generate(
     turn = positions >> _S32
     pos = positions & _M32
     x = ((((seeds ^ turn) * _P) & _M32) ^ pos) * _P & _M32
-    z = (keys << _S32) | x
-    z = (z ^ (z >> _S30)) * _MIX1
-    z = (z ^ (z >> _S27)) * _MIX2
-    z = z ^ (z >> _S31)
-    tokens = np.uint64(lo) + (((z >> _S32) * np.uint64(span)) >> _S32)
-    return tokens.astype(np.int64)  # int64 → .tolist() is faster than from uint64
+    return _finish_in_place((keys << _S32) | x, lo, span).astype(np.int64)  # fast .tolist()
 
 
 _LOW32 = 0xFFFFFFFF
@@ -166,11 +131,8 @@ def _as_list(tokens: np.ndarray, vocab_hi: int) -> list[int]:
 
 
 class TokenPool:
-    """Synthetic token source for one run. Keeps one cursor per unit stream.
-
-    Not thread-safe (the runner uses it from one event loop). Two pools with the
-    same ``(vocab_lo, vocab_hi, seed)`` produce identical tokens.
-    """
+    """Synthetic token source for one run, one cursor per unit stream; not thread-safe
+    (one event loop). Pools with the same ``(vocab_lo, vocab_hi, seed, salt)`` agree."""
 
     def __init__(
         self,
@@ -189,11 +151,18 @@ class TokenPool:
         self._block_keys: dict[int, int] = {}  # hash id -> its stream's key << 32 | fnv seed
         self._last: tuple[list[int], np.ndarray] | None = None  # see array_of
 
-    def _span(self, namespace: str, name: str, start: int, n: int) -> np.ndarray:
-        if n < 0:
-            raise ValueError(f"token count must be >= 0, got {n}")
+    def _packed(self, namespace: str, name: str) -> int:
+        """A stream's ``key << 32 | fnv``, as a part carries it (memoized but for a unit's
+        own stream, looked up once per round: caching those only filled the cache)."""
         keys = _stream_keys_once if namespace == _NS_UNIT else _stream_keys
         fnv, key = keys(self.seed, self.salt, namespace, name)
+        return key << 32 | fnv
+
+    def _draw(self, packed: int, start: int, n: int) -> np.ndarray:
+        """Tokens ``start .. start+n-1`` of the stream ``packed`` (int64)."""
+        if n < 0:
+            raise ValueError(f"token count must be >= 0, got {n}")
+        fnv, key = packed & _LOW32, packed >> 32
         span = self.vocab_hi - self.vocab_lo
         if (start & _LOW32) + n <= 1 << 32:  # one turn: the usual case, done in place
             return _generate_run(fnv, key, start, n, self.vocab_lo, span)
@@ -201,15 +170,9 @@ class TokenPool:
         return _generate(np.uint64(fnv), np.uint64(key), positions, self.vocab_lo, span)
 
     def fresh(self, stream: str, n: int) -> list[int]:
-        """The next ``n`` tokens of unit stream ``stream``; advances its cursor.
-
-        Different streams never share content by construction; successive calls
-        continue where the last one stopped, in this pool only.
-        """
-        start = self._cursors.get(stream, 0)
-        out = self._span(_NS_UNIT, stream, start, n)
-        self._cursors[stream] = start + n
-        return _as_list(out, self.vocab_hi)
+        """The next ``n`` tokens of unit stream ``stream``; advances its cursor (streams
+        never share content; successive calls continue where the last one stopped)."""
+        return self.resolve(*self.fresh_part(stream, n))
 
     def forget(self, stream: str) -> None:
         """Drop ``stream``'s cursor (its unit has ended; a run of 100k units otherwise
@@ -221,20 +184,14 @@ class TokenPool:
         return self._cursors.get(stream, 0)
 
     def shared_prefix(self, key: str, n: int) -> list[int]:
-        """The first ``n`` tokens of shared-prefix ``key``: equal keys ⇒ equal tokens.
-
-        For sessions that really share a system prompt, keyed by
-        ``(provider, model, project)`` (format the key as one string). No cursor:
-        every call starts at token 0, so a longer call extends a shorter one.
-        """
-        return _as_list(self._span(_NS_PREFIX, key, 0, n), self.vocab_hi)
+        """The first ``n`` tokens of shared-prefix ``key`` (a system prompt sessions really
+        share, keyed ``(provider, model, project)`` as one string): equal keys, equal
+        tokens; every call starts at token 0, so a longer call extends a shorter one."""
+        return self.resolve(*self.prefix_part(key, n))
 
     def block(self, hash_id: int, block_size: int) -> list[int]:
-        """One synthetic block for a Mooncake/Dynamo hash id: same id ⇒ same tokens.
-
-        Works for ids of any size (Dynamo hashes can exceed 64 bits).
-        """
-        return _as_list(self._span(_NS_BLOCK, str(hash_id), 0, block_size), self.vocab_hi)
+        """One synthetic block for a hash id of any size: same id, same tokens."""
+        return self.resolve(BLOCK, self._hash_id_keys([hash_id])[0], 0, block_size)
 
     def prompt_from_hash_ids(
         self,
@@ -244,14 +201,9 @@ class TokenPool:
         *,
         fill_stream: str | None = None,
     ) -> list[int]:
-        """A prompt of exactly ``input_len`` tokens: the blocks of ``hash_ids``, cut to length.
-
-        With ceil-rounded ids (the public traces) the last block is cut to
-        ``input_len - (n-1)·block_size``. When the ids cover fewer tokens than
-        ``input_len`` (floor-rounded traces: the partial tail has no id) the rest
-        comes from ``fresh(fill_stream, ...)``; without a ``fill_stream`` that is
-        an error rather than a silently short prompt.
-        """
+        """A prompt of exactly ``input_len`` tokens: the blocks of ``hash_ids``, the last
+        cut to length; a tail the ids do not cover (floor-rounded traces) comes from
+        ``fresh(fill_stream, ...)`` (``_hash_id_cover``)."""
         n_blocks, covered, missing = _hash_id_cover(hash_ids, input_len, block_size, fill_stream)
         flat = self.heads_array(self._hash_id_keys(hash_ids[:n_blocks]), block_size, covered)
         out: list[int] = _as_list(flat, self.vocab_hi)
@@ -271,12 +223,8 @@ class TokenPool:
         return None
 
     def _hash_id_keys(self, hash_ids: Sequence[int]) -> list[int]:
-        """The packed stream keys (``key << 32 | fnv``) of hash ids' blocks.
-
-        Memoized per pool as one packed int per id (a plain dict: looking up a
-        Mooncake request's ids through ``lru_cache``'s four-argument key cost more
-        than generating the tokens).
-        """
+        """The packed stream keys (``key << 32 | fnv``) of hash ids' blocks, memoized in a
+        plain dict (``lru_cache``'s four-argument key cost more than the tokens)."""
         memo = self._block_keys
         out: list[int] = []
         for h in hash_ids:
@@ -311,13 +259,11 @@ class TokenPool:
             raise ValueError(f"token count must be >= 0, got {n}")
         start = self._cursors.get(stream, 0)
         self._cursors[stream] = start + n
-        fnv, key = _stream_keys_once(self.seed, self.salt, _NS_UNIT, stream)
-        return (UNIT, key << 32 | fnv, start, n)
+        return (UNIT, self._packed(_NS_UNIT, stream), start, n)
 
     def prefix_part(self, key: str, n: int) -> Part:
         """``shared_prefix(key, n)`` as a part."""
-        fnv, k = _stream_keys(self.seed, self.salt, _NS_PREFIX, key)
-        return (PREFIX, k << 32 | fnv, 0, n)
+        return (PREFIX, self._packed(_NS_PREFIX, key), 0, n)
 
     def segments_from_hash_ids(
         self, hash_ids: Sequence[int], input_len: int, block_size: int,
@@ -342,14 +288,7 @@ class TokenPool:
         """``resolve`` as an int64 array (for hashing: no Python int per token)."""
         if kind not in (UNIT, PREFIX, BLOCK):
             raise ValueError(f"part kind {kind} is not a token pool's source")
-        fnv, key = packed & _LOW32, packed >> 32
-        span = self.vocab_hi - self.vocab_lo
-        if (start & _LOW32) + n <= 1 << 32:
-            arr = _generate_run(fnv, key, start, n, self.vocab_lo, span)
-        else:
-            positions = np.arange(start, start + n, dtype=np.uint64)
-            arr = _generate(np.uint64(fnv), np.uint64(key), positions, self.vocab_lo, span)
-        return arr
+        return self._draw(packed, start, n)
 
     def resolve_parts_array(self, parts: Sequence[Part], dtype: type = np.int64) -> np.ndarray:
         """``resolve_array`` of each part, concatenated, in one vectorised pass: the
@@ -389,38 +328,20 @@ class TokenPool:
         return _finish_in_place(z, self.vocab_lo, span).astype(dtype)
 
     def tail(self, n: int, *, nonce: str = "") -> list[int]:
-        """``n`` tokens from a reserved stream no unit, prefix or block ever uses.
-
-        For the prefix-cache preflight probe: the same ``(n, nonce)`` gives the
-        same tokens, so sending it twice must hit the cache the second time;
-        change ``nonce`` to get a prompt the server cannot have seen.
-        """
-        return _as_list(self._span(_NS_TAIL, nonce, 0, n), self.vocab_hi)
-
-
-RUN_SALT = "run"  # backend.token_salt value meaning "this run's id"
-
-
-def resolve_salt(token_salt: str | None, run_id: str) -> str:
-    """The salt a run's pool uses: none, the run id (``"run"``), or the given string."""
-    if not token_salt:
-        return ""
-    return run_id if token_salt == RUN_SALT else token_salt
+        """``n`` tokens from a reserved stream no unit, prefix or block uses, for the
+        prefix-cache preflight probe: the same ``(n, nonce)`` gives the same tokens (sent
+        twice, the second must hit); another ``nonce``, a prompt the server has not seen."""
+        return _as_list(self._draw(self._packed(_NS_TAIL, nonce), 0, n), self.vocab_hi)
 
 
 def run_pool(seed: int, token_salt: str | None, run_id: str) -> TokenPool:
-    """The token pool of run ``run_id`` (every process of a sharded run builds the same)."""
-    return TokenPool(seed=seed, salt=resolve_salt(token_salt, run_id))
+    """The token pool of run ``run_id`` (every process of a sharded run builds the same):
+    ``backend.token_salt`` none, ``"run"`` (the run id is the salt), or the salt itself."""
+    salt = run_id if token_salt == "run" else token_salt or ""
+    return TokenPool(seed=seed, salt=salt)
 
 
-__all__ = [
-    "DEFAULT_VOCAB_HI",
-    "DEFAULT_VOCAB_LO",
-    "RUN_SALT",
-    "TokenPool",
-    "resolve_salt",
-    "run_pool",
-]
+__all__ = ["DEFAULT_VOCAB_HI", "DEFAULT_VOCAB_LO", "TokenPool", "run_pool"]
 
 
 def _hash_id_cover(hash_ids: Sequence[int], input_len: int, block_size: int,

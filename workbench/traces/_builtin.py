@@ -1,8 +1,5 @@
-"""Imports every built-in reader so it registers. Import order = sniffing order.
-
-Most specific first: canonical (exact header), dynamo, abench, trajectory, weka,
-tracelab, bailian (chat_id/parent_chat_id: before mooncake), mooncake, independent,
-session_csv (the loosest CSV).
+"""Imports every built-in reader so it registers. Import order = sniffing order: most
+specific first (bailian before mooncake: it has chat_id; session_csv, the loosest, last).
 """
 
 # ruff: noqa: I001  (import order is sniffing order, not alphabetical)

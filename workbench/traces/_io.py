@@ -1,11 +1,8 @@
-"""Shared, strict file reading for the readers: every problem becomes a TraceFormatError.
+"""Strict file and number reading for every reader: each problem is one TraceFormatError.
 
-Files are opened the same way by every entry point (``open_trace``): refused
-before any read when they are not a regular file (a directory, a FIFO, a
-device such as ``/dev/zero``), and read up to ``bounds.MAX_TRACE_BYTES``. Numbers
-written as text are parsed against ASCII patterns: Python's ``int()`` and
-``float()`` also take ``1_28``, full-width digits and surrounding Unicode
-spaces, which no trace format means (docs/trace-bounds.md).
+Files are opened one way (``open_trace``: regular files only, bounded, gzip inflated);
+numbers written as text must be plain ASCII (docs/trace-bounds.md, "Files" and
+"Strict parsing").
 """
 
 from __future__ import annotations
@@ -21,6 +18,8 @@ import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.traces import bounds
@@ -45,13 +44,10 @@ def _os_rule(exc: OSError) -> str:
 
 
 def open_trace(path: Path, limit: int | None = None, *, inflate: bool = True) -> bytes:
-    """The first ``limit`` bytes of a regular file (all of it when ``limit`` is None);
-    a gzip file's content when ``inflate`` (a trace; a config is read as it is).
-
-    Opened non-blocking (a FIFO would otherwise block the open itself) and
-    checked with ``fstat`` on the open descriptor, so what is read is what was
-    checked. Past ``bounds.MAX_TRACE_BYTES`` a whole-file read is refused.
-    """
+    """The first ``limit`` bytes of a regular file (all of it when None, refused past
+    ``bounds.MAX_TRACE_BYTES``); a gzip file's content when ``inflate`` (a trace; a
+    config is read as it is). Opened non-blocking (a FIFO would block the open) and
+    checked with ``fstat`` on the open descriptor: what is read is what was checked."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
@@ -83,10 +79,8 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 
 def _inflate(path: Path, raw: bytes, limit: int | None) -> bytes:
-    """A gzip file's content (``.jsonl.gz``, as TraceLab and AIPerf ship traces): the
-    first ``limit`` bytes of it, or all of it within ``bounds.MAX_TRACE_BYTES`` (a
-    decompression bomb stops at the bound, never fills memory); several members are
-    read one after another, as ``gzip`` writes appended files."""
+    """A gzip file's content: the first ``limit`` bytes, or all of it within
+    ``bounds.MAX_TRACE_BYTES`` (a bomb stops at the bound); appended members in turn."""
     import zlib
 
     want = limit if limit is not None else bounds.MAX_TRACE_BYTES + 1
@@ -143,12 +137,9 @@ def read_text(path: Path) -> str:
 def read_csv(
     path: Path, required: tuple[str, ...]
 ) -> tuple[list[str], Iterator[tuple[int, dict[str, str]]]]:
-    """Header (its columns checked now) and an iterator of ``(line_number, row)`` pairs
-    that checks each row's width as it comes, then that there was a row at all.
-
-    Rows are made one at a time, not listed first: a reader builds its rounds from
-    them as it goes, so a large file never holds a dict per row on top of its rounds
-    (docs/design-notes.md, "Trace loading": peak memory per row). Errors keep file order."""
+    """Header (its columns checked now) and an iterator of ``(line_number, row)`` that
+    checks each row's width as it comes, then that there was a row at all. Rows are
+    made one at a time (docs/design-notes.md, "Trace loading": peak memory per row)."""
     text = read_text(path)
     reader = csv.reader(io.StringIO(text))
     del text  # the StringIO holds its own copy
@@ -164,9 +155,7 @@ def read_csv(
     return header, _csv_rows(path, reader, header)
 
 
-def _csv_rows(
-    path: Path, reader: Any, header: list[str]
-) -> Iterator[tuple[int, dict[str, str]]]:
+def _csv_rows(path: Path, reader: Any, header: list[str]) -> Iterator[tuple[int, dict[str, str]]]:
     width, any_row = len(header), False
     try:
         for fields in reader:
@@ -197,10 +186,8 @@ def as_int(
     path: Path, line: int, name: str, value: Any, *, minimum: int | None = 0,
     maximum: int | None = None,
 ) -> int:
-    """An integer field (``12`` or ``12.0``); rejects NaN, fractions, bools, out-of-range.
-
-    Text must be ASCII digits (``1_28`` and full-width digits are refused).
-    """
+    """An integer field (``12`` or ``12.0``, text in ASCII); rejects NaN, fractions,
+    bools and values out of range."""
     if isinstance(value, bool):
         raise TraceFormatError(path, line, f"{name} must be an integer, got {value!r}")
     if isinstance(value, int):
@@ -224,9 +211,8 @@ def as_int(
 
 
 def _integral_text(value: Any) -> bool:
-    """Text with a fraction or an exponent is integral in decimal, not only once rounded
-    to a float (``4.9999999999999999`` is not 5). The text already matched ``_INT_TEXT``
-    and its float is finite, so the ``Decimal`` is small enough to test cheaply."""
+    """Text with a fraction or an exponent is integral in decimal, not only as a float
+    (``4.9999999999999999`` is not 5); it matched ``_INT_TEXT``, so the test is cheap."""
     if not isinstance(value, str) or not any(c in value for c in ".eE"):
         return True
     d = decimal.Decimal(value.strip())
@@ -237,10 +223,8 @@ def as_float(
     path: Path, line: int, name: str, value: Any, *, minimum: float | None = 0.0,
     maximum: float | None = None,
 ) -> float:
-    """A finite number field; rejects NaN/inf, bools and values outside the range.
-
-    Text must be an ASCII decimal number (optionally with an exponent).
-    """
+    """A finite number field (text in ASCII); rejects NaN/inf, bools and values out of
+    range."""
     if isinstance(value, bool):
         raise TraceFormatError(path, line, f"{name} must be a number, got {value!r}")
     value = _number_text(path, line, name, value, "a number")
@@ -278,13 +262,81 @@ def epoch_ms(path: Path, line: int, name: str, value: Any) -> float:
 
 
 def check_options(fmt: str, unknown: Mapping[str, Any], valid: tuple[str, ...]) -> None:
-    """Reject reader options this format does not take (a silent ignore hides typos).
-
-    Every reader refuses the same way: one ``ConfigError`` naming the format, the
-    unknown option(s) and the valid ones.
-    """
+    """One ``ConfigError`` naming the format, the options it does not take and the valid
+    ones (a silent ignore hides typos)."""
     if unknown:
         names = ", ".join(sorted(unknown))
         raise ConfigError(
             f"{fmt} reader got unknown option(s) {names}; valid: {', '.join(valid) or 'none'}"
         )
+
+
+def check_block_size(block_size: Any) -> None:
+    """A reader's ``block_size`` option: an integer in ``[1, bounds.MAX_ROUND_TOKENS]``."""
+    if (isinstance(block_size, bool) or not isinstance(block_size, int)
+            or not 1 <= block_size <= bounds.MAX_ROUND_TOKENS):
+        raise ConfigError(
+            f"block_size must be an integer in 1..{bounds.MAX_ROUND_TOKENS}, got {block_size!r}")
+
+
+# -- the column-wise fast path of the CSV readers (canonical, session) ------------------
+
+FAST_PATH_MIN_ROWS = 2000  # below this the strict row-by-row path is fast enough
+
+
+def fast_frame(text: str, kinds: dict[str, str]) -> Any:
+    """pandas' C parser over plainly written CSV text (``kinds``: each column in header
+    order, ``"int"`` or ``"str"``), or ``None`` when in doubt (quotes, a BOM, stray CRs,
+    another header ...): the caller's strict path, which alone reports errors, decides."""
+    if '"' in text or text.startswith("\ufeff") or "\r" in text.replace("\r\n", "\n"):
+        return None
+    # every line exactly as wide as the header: pandas would otherwise silently take
+    # surplus leading fields as an index (the strict path calls that an error)
+    commas = len(kinds) - 1
+    if any(line.count(",") != commas for line in text.splitlines() if line):
+        return None
+    import pandas as pd
+
+    dtypes = {name: ("int64" if kind == "int" else str) for name, kind in kinds.items()}
+    try:
+        frame = pd.read_csv(
+            io.StringIO(text), dtype=dtypes, keep_default_na=False, na_filter=False, engine="c"
+        )
+    except Exception:  # any parser complaint: let the strict path name it
+        return None
+    if list(frame.columns) != list(kinds) or frame.empty:
+        return None
+    return frame
+
+
+def fast_strings(frame: Any, name: str) -> list[str]:
+    """A text column as Python strings."""
+    return list(frame[name].to_numpy(dtype=object))
+
+
+def fast_ms(frame: Any, name: str, pattern: re.Pattern[str]) -> np.ndarray | None:
+    """A millisecond column as float64 when every value matches ``pattern``, else ``None``
+    (one regex pass over the joined column: without quotes no value holds a newline)."""
+    values = frame[name].to_numpy(dtype=object)
+    joined = "\n".join(values)
+    if re.fullmatch(f"(?:(?:{pattern.pattern})\n)*(?:{pattern.pattern})", joined) is None:
+        return None
+    return np.asarray(values).astype(np.float64)
+
+
+def fast_rounds_fine(
+    sids: list[str], prefix: np.ndarray, inp: np.ndarray, out: np.ndarray,
+    wait: np.ndarray | None, arrival: np.ndarray | None,
+) -> bool:
+    """The row rules both CSV readers share, column-wise (the strict path names a row that
+    breaks one): ids non-blank and sendable, a prompt of lengths >= 0, an output, every
+    round inside ``bounds``."""
+    return bool(
+        wait is not None and arrival is not None and all(s.strip() for s in sids)
+        and bounds.ids_sendable(set(sids))
+        and (prefix >= 0).all() and (inp >= 0).all() and (out >= 1).all()
+        and (prefix + inp > 0).all()
+        and (prefix + inp + out <= bounds.MAX_ROUND_TOKENS).all()
+        and (wait <= bounds.MAX_WAIT_MS).all()
+        and (arrival <= bounds.MAX_ARRIVAL_MS).all()
+    )

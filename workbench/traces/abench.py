@@ -1,26 +1,7 @@
-"""agentic-bench ("Abench") session JSONL → sessions.
+"""agentic-bench ("Abench") session JSONL (one session a line) → sessions arriving at 0.
 
-The format (PyPI ``agentic-bench`` 0.2.0, ``abench/core/dataset.py``; docs/trace-formats.md)
-is one session a line::
-
-    {"session_id": "s1", "source": {...}, "system_prompt": "You are ...",
-     "turns": [{"index": 0, "input_tokens": 9000, "output_tokens": 120,
-                "cached_tokens": 0, "pre_gap_ms": 0, "input_delta": [...], ...}, ...]}
-
-- ``session_id``: non-empty string (or integer), unique in the file.
-- ``system_prompt``: optional string; only its length is kept
-  (``unit.meta["system_prompt_chars"]``): the replay synthesizes tokens, and the
-  recorded token counts already include it.
-- ``turns[]`` in strictly increasing ``index``: ``input_tokens`` (the whole
-  prompt, ≥ 1), ``output_tokens`` (≥ 1), ``cached_tokens`` (≥ 0, ≤ input_tokens),
-  ``pre_gap_ms`` (recorded wait before the turn, ≥ 0). Other fields
-  (``input_delta``, ``assistant_text``, ``tool_calls``, ``source`` ...) are ignored.
-
-Token counts are the recorded truth: ``prefix_len = cached_tokens``,
-``input_len = input_tokens − cached_tokens``, and the tool wait after round i is
-the ``pre_gap_ms`` of turn i+1. The first turn's gap has no round before it:
-it is kept in ``unit.meta["first_pre_gap_ms"]`` and sessions arrive at 0
-(abench drives sessions closed-loop). Request ids are ``{session_id}_turn_{index}``.
+Fields and mapping (``prefix_len = cached_tokens``, the wait after round i the
+``pre_gap_ms`` of turn i+1): docs/trace-formats.md, "abench".
 """
 
 from __future__ import annotations

@@ -1,37 +1,8 @@
 """Alibaba Bailian usage traces (``qwen-bailian-usagetraces-anon``, JSONL): chained turns.
 
-The public format (alibaba-edu/qwen-bailian-usagetraces-anon; docs/trace-formats.md) is
-one request a line::
-
-    {"chat_id": 159, "parent_chat_id": -1, "timestamp": 61.114, "input_length": 521,
-     "output_length": 132, "type": "text", "turn": 1, "hash_ids": [1089, 1090, ...]}
-
-- ``chat_id``: the request's unique id (integer or string).
-- ``parent_chat_id``: the previous turn's ``chat_id`` in the same conversation;
-  ``-1`` (or absent/null) on a conversation's first turn.
-- ``timestamp``: arrival in **seconds** (a float) — read as ``timestamp * 1000`` ms.
-  This is what tells the file from a Mooncake one (whose ``timestamp`` is ms): the
-  ``chat_id``/``parent_chat_id`` pair, sniffed before Mooncake.
-- ``input_length`` (≥ 1), ``output_length`` (≥ 1): tokens.
-- ``hash_ids`` (optional): one id per ``block_size``-token block of the prompt
-  (16 in the public files), ``ceil`` or ``floor(input_length / block_size)`` of them.
-- ``type``, ``turn``: kept as unit metadata (``turn`` is not trusted for order).
-
-Decisions:
-
-- A conversation is a chain: every row's session is the session of its root (the
-  row reached by following ``parent_chat_id`` until ``-1``), named by the root's
-  ``chat_id``. Its turns run closed-loop in (``timestamp``, file order) order; the
-  session arrives at its root's ``timestamp``.
-- The tool (think) wait after turn k is ``timestamp_{k+1} − timestamp_k``: the file
-  records arrivals, not response times, so this is the recorded inter-turn gap
-  (an upper bound of the user's think time: it contains turn k's response time).
-- A ``parent_chat_id`` that names no row of the file (a slice of a longer trace)
-  starts its own session; the count and the first line go to ``meta`` and a warning.
-  A chain that loops (a row its own ancestor) is a ``TraceFormatError`` naming the line.
-- ``prefix_len``: leading ``hash_ids`` already seen in an earlier row (file order),
-  times ``block_size``, capped at ``input_length``; without ``hash_ids``, 0.
-- Any field not listed here is a warning naming it (``meta["unknown_fields"]``).
+One request a line (``chat_id``, ``parent_chat_id``, ``timestamp`` in **seconds**,
+``input_length``, ``output_length``, ``hash_ids``, ``type``, ``turn``); conversations
+are ``parent_chat_id`` chains run closed-loop: docs/trace-formats.md, "bailian".
 """
 
 from __future__ import annotations
@@ -40,21 +11,22 @@ import logging
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from workbench.errors import ConfigError, TraceFormatError
+from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, UnitKind, Workload
 from workbench.traces import bounds
+from workbench.traces._io import check_block_size
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import (
     first_json_object,
+    json_hash_ids,
     json_id,
     json_lines,
     json_number,
     json_tokens,
-    loads_exact,
     note_unknown,
     warn_unknown,
 )
-from workbench.traces.shared import leading_seen_blocks
+from workbench.traces.shared import ideal_prefixes
 
 log = logging.getLogger(__name__)
 
@@ -83,20 +55,13 @@ def _sniff(lines: list[str]) -> bool:
 
 
 def _hash_ids(path: Path, line: int, value: Any, raw: str, n: int, block: int) -> tuple[int, ...]:
-    if not isinstance(value, list):
-        raise TraceFormatError(path, line, f"hash_ids must be a list, got {value!r:.40}")
-    if not all(type(v) is int for v in value):
-        value = loads_exact(path, line, raw).get("hash_ids")
-        if not isinstance(value, list) or not all(type(v) is int for v in value):
-            raise TraceFormatError(path, line, "hash_ids must be a list of integers")
-    if value and min(value) < 0:
-        raise TraceFormatError(path, line, "hash_ids must be non-negative")
+    ids = json_hash_ids(path, line, value, raw)
     ceil, floor = -(-n // block), n // block
-    if len(value) not in (ceil, floor):
+    if len(ids) not in (ceil, floor):
         raise TraceFormatError(
-            path, line, f"{len(value)} hash_ids for input_length {n}: expected {ceil} "
+            path, line, f"{len(ids)} hash_ids for input_length {n}: expected {ceil} "
             f"(ceil({n}/{block})) or {floor} (floor); is block_size {block} right?")
-    return tuple(value)
+    return ids
 
 
 def _parse(path: Path, line: int, obj: dict[str, Any], raw: str, block: int) -> _Row:
@@ -161,10 +126,7 @@ def _roots(path: Path, rows: list[_Row]) -> tuple[dict[str, str], int, int]:
 )
 def read_bailian(path: Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workload:
     """Load a Bailian trace: conversations chained by ``parent_chat_id``, run closed-loop."""
-    if (isinstance(block_size, bool) or not isinstance(block_size, int)
-            or not 1 <= block_size <= bounds.MAX_ROUND_TOKENS):
-        raise ConfigError(
-            f"block_size must be an integer in 1..{bounds.MAX_ROUND_TOKENS}, got {block_size!r}")
+    check_block_size(block_size)
     path = Path(path)
     rows: list[_Row] = []
     extra: dict[str, int] = {}
@@ -187,12 +149,8 @@ def read_bailian(path: Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workloa
 
 
 def _units(path: Path, rows: list[_Row], root: dict[str, str], block: int) -> list[Unit]:
-    seen: set[int] = set()
-    prefix: dict[int, int] = {}
-    for r in rows:  # the ideal cached prefix, in file order
-        if r.hash_ids is not None:
-            prefix[r.line] = min(leading_seen_blocks(r.hash_ids, seen) * block, r.input_length)
-            seen.update(r.hash_ids)
+    prefixes = ideal_prefixes((r.hash_ids for r in rows), (r.input_length for r in rows), block)
+    prefix = {r.line: p for r, p in zip(rows, prefixes, strict=True)}  # file order
     sessions: dict[str, list[_Row]] = {}
     for r in rows:
         sessions.setdefault(root[r.chat_id], []).append(r)

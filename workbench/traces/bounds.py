@@ -1,63 +1,32 @@
-"""The documented bounds every trace reader enforces (docs/trace-bounds.md).
+"""The documented bounds every trace reader enforces, and the id rules (docs/trace-bounds.md).
 
-A value can obey a format's own rules and still be absurd: a round of two
-billion tokens, a tool wait of 1e30 ms. Such a value is refused while reading,
-with a ``TraceFormatError`` naming path, line and the bound, so nothing past
-these limits ever reaches a plan, the statistics or a server.
-
-The readers check each field as they parse it (``_io.token_count``,
-``_io.wait_ms``, ``_io.offset_ms``, ``check_round``); ``check_workload`` runs on
-every loaded workload as the last word (derived values, unique ids), so what
-``load_trace`` returns is always inside these bounds.
+Readers check each field where they parse it (``_io.token_count`` ..., ``check_round``);
+``check_workload`` runs on every loaded workload as the last word (derived values,
+unique ids), so what ``load_trace`` returns is always inside these bounds.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from workbench.errors import TraceFormatError
-from workbench.records import Unit, UnitStream, Workload
+from workbench.records import Round, Unit, UnitStream, Workload
 
-MAX_ROUND_TOKENS = 10_000_000
-"""Tokens one round may ask an engine to hold: prompt + output (and so each length).
-The longest context windows served today are 10M tokens."""
-
-MAX_WAIT_MS = 7 * 24 * 3600 * 1000.0
-"""A tool wait (or any wait between two rounds): at most 7 days."""
-
-MAX_ARRIVAL_MS = 366 * 24 * 3600 * 1000.0
-"""A unit's arrival offset from the start of the trace: at most 366 days."""
-
-MAX_EPOCH_MS = float(2**53)
-"""Absolute times (Unix ms in Dynamo/TraceLab traces): below 2**53, exact in a float."""
-
-MAX_TRACE_BYTES = 1 << 30
-"""A trace file is read whole: at most 1 GiB (a million canonical rows is ~70 MB)."""
-
-MAX_TRACE_LINES = 10_000_001
-"""A trace file holds at most a header and 10M rows (or 10,000,001 JSON lines), as
-``tracegen`` writes at most 10M rounds: loading holds every round in memory (about
-0.6 KB a row at its peak for an independent CSV; bench/README.md#trace-loading),
-so a 1 GiB file of short rows would otherwise need tens of GB before any check."""
-
-MAX_HEAD_BYTES = 16 << 20
-"""Format detection reads at most this much of a file's head."""
-
-MAX_ID_CHARS = 256
-"""An id read from a trace (session, request, trajectory id): at most 256 characters.
-Ids are sent in HTTP headers (``x-request-id``, ``x-session-id``) and request bodies;
-a derived request id adds a few dozen characters (``session_{id}_round_000000``)."""
-
-MAX_WIRE_ID_CHARS = 512
-"""A unit or request id as sent (derived ids included): at most 512 characters, the
-embedded engine's bound on a request id (docs/security.md) and far below the 8 KB
-header lines servers accept."""
-
+# each bound and why it is what it is: docs/trace-bounds.md, "Bounds" and "Sendable ids"
+MAX_ROUND_TOKENS = 10_000_000  # prompt + output of one round (and so each length)
+MAX_WAIT_MS = 7 * 24 * 3600 * 1000.0  # any wait between two rounds: 7 days
+MAX_ARRIVAL_MS = 366 * 24 * 3600 * 1000.0  # a unit's arrival offset: 366 days
+MAX_EPOCH_MS = float(2**53)  # absolute Unix ms (Dynamo, TraceLab): exact in a float
+MAX_TRACE_BYTES = 1 << 30  # a trace file is read whole: 1 GiB
+MAX_TRACE_LINES = 10_000_001  # a header and 10M rows (tracegen writes at most 10M rounds)
+MAX_HEAD_BYTES = 16 << 20  # what format detection reads of a file's head
+MAX_ID_CHARS = 256  # an id read from a trace
+MAX_WIRE_ID_CHARS = 512  # a unit or request id as sent, derived ids included
+#: what no HTTP header can carry: C0 controls, DEL, C1 controls, U+2028/9, lone surrogates
 _UNSENDABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
-"""Characters no HTTP header can carry as they are: C0 controls (CR, LF, tab, NUL...),
-DEL, C1 controls, the Unicode line separators and lone surrogates (not encodable)."""
 
 DOC = "docs/trace-bounds.md"
 
@@ -104,43 +73,29 @@ def check_round(path: Path, line: int, prompt: int, output: int, where: str = "r
 
 
 def check_workload(path: str | Path, workload: Workload) -> None:
-    """Every round inside the bounds; unit ids and request ids unique.
-
-    Readers check fields where they read them, with the line; this pass sees
-    what they derived (arrivals after rebasing, waits after merging tool spans)
-    and names the unit and round when a reader let something through. The
-    common case (nothing wrong) is a few C-level passes; only a failing
-    workload is walked round by round to name the culprit.
-    """
+    """Every round inside the bounds, unit and request ids unique: what readers derived
+    (arrivals after rebasing, merged tool waits). The common case is a few C-level
+    passes; only a failing workload is walked round by round to name the culprit."""
     units = workload.units
     if isinstance(units, UnitStream):  # one pass, nothing held (ids unique by construction)
-        fine = all(_unit_fine(u) for u in units)
-        if not fine:
-            _name_the_culprit(Path(path), workload)
-        return
-    rounds = [r for u in units for r in u.rounds]
-    fine = (
-        len({u.unit_id for u in units}) == len(units)
-        and len({r.request_id for r in rounds}) == len(rounds)
-        and all(0 <= u.arrival_ms <= MAX_ARRIVAL_MS for u in units)
-        and all(0 <= r.tool_wait_after_ms <= MAX_WAIT_MS for r in rounds)
-        and all(r.prefix_len >= 0 and r.input_len >= 0 and r.output_len >= 1 for r in rounds)
-        and all(r.prefix_len + r.input_len + r.output_len <= MAX_ROUND_TOKENS for r in rounds)
-        and ids_sendable((u.unit_id for u in units), MAX_WIRE_ID_CHARS)
-        and ids_sendable((r.request_id for r in rounds), MAX_WIRE_ID_CHARS)
-    )
+        fine = all(_fine((u,), u.rounds) for u in units)
+    else:
+        rounds = [r for u in units for r in u.rounds]
+        fine = (len({u.unit_id for u in units}) == len(units)
+                and len({r.request_id for r in rounds}) == len(rounds) and _fine(units, rounds))
     if not fine:
         _name_the_culprit(Path(path), workload)
 
 
-def _unit_fine(u: Unit) -> bool:
-    """``check_workload``'s rules for one unit, but the uniqueness of its ids."""
+def _fine(units: Sequence[Unit], rounds: Sequence[Round]) -> bool:
+    """``check_workload``'s rules but the uniqueness of ids, for these units and rounds."""
     return (
-        0 <= u.arrival_ms <= MAX_ARRIVAL_MS
-        and all(0 <= r.tool_wait_after_ms <= MAX_WAIT_MS for r in u.rounds)
-        and all(r.prefix_len >= 0 and r.input_len >= 0 and r.output_len >= 1 for r in u.rounds)
-        and all(r.prefix_len + r.input_len + r.output_len <= MAX_ROUND_TOKENS for r in u.rounds)
-        and ids_sendable([u.unit_id, *(r.request_id for r in u.rounds)], MAX_WIRE_ID_CHARS)
+        all(0 <= u.arrival_ms <= MAX_ARRIVAL_MS for u in units)
+        and all(0 <= r.tool_wait_after_ms <= MAX_WAIT_MS for r in rounds)
+        and all(r.prefix_len >= 0 and r.input_len >= 0 and r.output_len >= 1 for r in rounds)
+        and all(r.prefix_len + r.input_len + r.output_len <= MAX_ROUND_TOKENS for r in rounds)
+        and ids_sendable(itertools.chain((u.unit_id for u in units),
+                                         (r.request_id for r in rounds)), MAX_WIRE_ID_CHARS)
     )
 
 

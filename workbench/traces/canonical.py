@@ -1,41 +1,15 @@
 """Canonical ``session-execution-v2`` CSV: a materialized, replay-ready session trace.
 
-This is what ``tracegen`` writes and what a replay can run without a context
-policy: every ``prefix_len`` is a prefix that *will exist* when its round runs.
-The format (request-factory's, docs/trace-formats.md) is strict because a simulator and a
-live runner are compared on it row by row.
-
-Header, exactly and in this order::
-
-    request_id,session_id,round_idx,arrival_time_ms,prefix_len,input_len,output_len,tool_wait_after_ms
-
-Rules (each broken rule is one ``TraceFormatError`` with path and line):
-
-- ``request_id`` = ``session_{session_id}_round_{round_idx:06d}`` and unique;
-- the rows of a session are contiguous and ``round_idx`` runs 0, 1, 2, ...;
-- ``arrival_time_ms`` is the same on every row of a session, session blocks
-  come in non-decreasing arrival, and the first row arrives at 0 (the file is
-  rebased to its own origin);
-- ``prefix_len`` is 0 on round 0 and at most the previous round's
-  ``prefix_len + input_len + output_len`` (the conversation so far: a prefix
-  that exists); ``input_len`` > 0 when ``prefix_len`` is 0; ``output_len`` > 0;
-  ``tool_wait_after_ms`` finite and >= 0;
-- every value inside the documented bounds (docs/trace-bounds.md);
-- both millisecond columns are written with exactly 6 decimals (a simulator
-  converts ms to ticks by truncation, so the spelling matters).
-
-Sidecars ``<stem>.manifest.json`` (an object) and ``<stem>.plan.json`` (an
-array, one object per round) are read into ``workload.meta`` when present.
-
-Speed: a large, plainly written file is checked column-wise with pandas and
-numpy (``_fast_units``); anything unusual, and every broken rule, goes through
-the row-by-row strict path, which alone produces errors. So the error for a
-file is the same whichever path looked at it first.
+What ``tracegen`` writes and a replay runs without a context policy: every
+``prefix_len`` is a prefix that *will exist* when its round runs. Its header, rules
+and sidecars (``<stem>.manifest.json``, ``<stem>.plan.json``, ``<stem>.graph.json``)
+are in docs/trace-formats.md, "session-execution-v2"; each broken rule is one
+``TraceFormatError`` with path and line. A large, plainly written file is checked
+column-wise (``_fast_units``); every error comes from the strict row-by-row path.
 """
 
 from __future__ import annotations
 
-import io
 import itertools
 import re
 from collections.abc import Iterable, Iterator
@@ -50,14 +24,18 @@ from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces._io import (
+    FAST_PATH_MIN_ROWS,
     as_int,
+    fast_frame,
+    fast_ms,
+    fast_rounds_fine,
+    fast_strings,
     offset_ms,
     read_csv,
     read_text,
     token_count,
     wait_ms,
 )
-from workbench.traces.bounds import ids_sendable
 from workbench.traces.formats import register_format
 from workbench.traces.graph import attach_sidecar
 from workbench.traces.json_io import read_json_document
@@ -76,7 +54,6 @@ HEADER = (
 )
 HEADER_LINE = ",".join(HEADER)
 MS_DECIMALS = 6
-FAST_PATH_MIN_ROWS = 2000  # below this the strict row-by-row path is fast enough
 _MS_RE = re.compile(r"[+-]?[0-9]+\.[0-9]{6}")
 _MS_PLAIN = re.compile(r"[0-9]+\.[0-9]{6}")  # what the fast path accepts without a second look
 CanonicalRow = tuple[str, str, int, float, int, int, int, float]
@@ -207,9 +184,7 @@ def _take_row(path: Path, line: int, row: dict[str, str], state: _State) -> None
     rounds.append(rnd)
 
 
-def _check_order(
-    path: Path, line: int, sid: str, idx: int, arrival: float, state: _State
-) -> None:
+def _check_order(path: Path, line: int, sid: str, idx: int, arrival: float, state: _State) -> None:
     """Session contiguity, round numbering and arrival rules (open a block on a new session)."""
     if sid == state.session:
         if idx != state.next_idx:
@@ -292,64 +267,13 @@ def format_rows(rows: Iterable[CanonicalRow]) -> Iterator[str]:
 
 
 def write_session_execution_v2(path: str | Path, rows: Iterable[CanonicalRow]) -> Path:
-    """Write canonical rows (``HEADER`` order) as a CSV, atomically (temp file, then rename).
-
-    The caller guarantees the rules: canonical request ids, planned lengths,
-    session blocks in arrival order (``tracegen`` re-reads the file with the
-    reader to prove it). ``rows_of(units)`` turns planned units into rows.
-    """
+    """Write canonical rows (``HEADER`` order; ``rows_of`` of planned units) as a CSV,
+    atomically; the caller guarantees the rules (``tracegen`` reads the file back)."""
     path = Path(path)
     with safe.open_file(path, "w", atomic=True) as fh:  # NAME.tmp, never through a link
         fh.writelines(format_rows(rows))
     return path
 
-
-
-def fast_frame(text: str, kinds: dict[str, str]) -> Any:
-    """pandas' C parser over plainly written CSV text, or ``None`` when in doubt.
-
-    ``kinds`` maps each expected column, in header order, to ``"int"`` (parsed
-    as int64) or ``"str"``. ``None`` (quotes, BOM, stray carriage returns, a
-    different header, anything pandas dislikes) sends the caller to its strict
-    path, which is the only one that reports errors.
-    """
-    if '"' in text or text.startswith("\ufeff") or "\r" in text.replace("\r\n", "\n"):
-        return None
-    # every line exactly as wide as the header: pandas would otherwise silently take
-    # surplus leading fields as an index (the strict path calls that an error)
-    commas = len(kinds) - 1
-    if any(line.count(",") != commas for line in text.splitlines() if line):
-        return None
-    import pandas as pd
-
-    dtypes = {name: ("int64" if kind == "int" else str) for name, kind in kinds.items()}
-    try:
-        frame = pd.read_csv(
-            io.StringIO(text), dtype=dtypes, keep_default_na=False, na_filter=False, engine="c"
-        )
-    except Exception:  # any parser complaint: let the strict path name it
-        return None
-    if list(frame.columns) != list(kinds) or frame.empty:
-        return None
-    return frame
-
-
-def fast_strings(frame: Any, name: str) -> list[str]:
-    """A text column as Python strings."""
-    return list(frame[name].to_numpy(dtype=object))
-
-
-def fast_ms(frame: Any, name: str, pattern: re.Pattern[str] = _MS_RE) -> np.ndarray | None:
-    """A millisecond column as float64 when every value matches ``pattern``, else ``None``.
-
-    One regex pass over the joined column (values cannot contain a newline:
-    the CSV had no quotes), instead of one match per value.
-    """
-    values = frame[name].to_numpy(dtype=object)
-    joined = "\n".join(values)
-    if re.fullmatch(f"(?:(?:{pattern.pattern})\n)*(?:{pattern.pattern})", joined) is None:
-        return None
-    return np.asarray(values).astype(np.float64)
 
 
 def _fast_units(text: str) -> tuple[Unit, ...] | None:
@@ -361,13 +285,10 @@ def _fast_units(text: str) -> tuple[Unit, ...] | None:
     wait = fast_ms(frame, "tool_wait_after_ms", _MS_PLAIN)
     sids = fast_strings(frame, "session_id")
     idx, prefix, inp, out = (frame[c].to_numpy(dtype=np.int64) for c in HEADER[2:3] + HEADER[4:7])
-    if arrival is None or wait is None or not all(sids) or not ids_sendable(set(sids)):
+    if not fast_rounds_fine(sids, prefix, inp, out, wait, arrival):
         return None
-    if (idx < 0).any() or (prefix < 0).any() or (inp < 0).any() or (out < 1).any():
-        return None
-    if ((prefix == 0) & (inp == 0)).any() or ((idx == 0) & (prefix != 0)).any():
-        return None
-    if not fast_within_bounds(prefix + inp, out, wait, arrival):
+    assert wait is not None and arrival is not None  # fast_rounds_fine checked
+    if (idx < 0).any() or ((idx == 0) & (prefix != 0)).any():
         return None
     # a round's prefix exists: at most the previous round's prompt + output (round 0: 0)
     context = np.concatenate(([0], (prefix + inp + out)[:-1]))
@@ -387,17 +308,6 @@ def _fast_units(text: str) -> tuple[Unit, ...] | None:
     return tuple(
         Unit(rows[a][1], "session", rows[a][3], tuple(Round(*r) for r in rows[a:b]))
         for a, b in itertools.pairwise(bounds)
-    )
-
-
-def fast_within_bounds(
-    prompt: np.ndarray, output: np.ndarray, wait: np.ndarray, arrival: np.ndarray
-) -> bool:
-    """Every round inside ``bounds`` (the strict path names the first one that is not)."""
-    return bool(
-        (prompt + output <= bounds.MAX_ROUND_TOKENS).all()
-        and (wait <= bounds.MAX_WAIT_MS).all()
-        and (arrival <= bounds.MAX_ARRIVAL_MS).all()
     )
 
 

@@ -1,60 +1,9 @@
 """NVIDIA Dynamo request traces (``dynamo.request.trace.v1`` JSONL) → sessions.
 
-The format (Dynamo "Request Replay Tracing" / "Agent Tracing" docs; docs/trace-formats.md)
-is one event a line, each with ``schema: "dynamo.request.trace.v1"`` and an
-``event_type``. What this reader uses::
-
-    {"schema": "dynamo.request.trace.v1", "event_type": "request_end",
-     "agent_context": {"session_id": "run-42", "parent_session_id": null},
-     "request": {"request_id": "r1", "output_tokens": 96, "request_received_ms": 1700000000000,
-                 "total_time_ms": 850.0,
-                 "finish_reason_metadata": {"tool_calls": [{"id": "call-1", ...}]},
-                 "replay": {"trace_block_size": 64, "input_length": 130,
-                            "input_sequence_hashes": [11, 12, 13]}}}
-    {"schema": "dynamo.request.trace.v1", "event_type": "tool_end",
-     "agent_context": {"session_id": "run-42"},
-     "tool": {"tool_call_id": "call-1", "started_at_unix_ms": 1700000000900,
-              "ended_at_unix_ms": 1700000001400, "duration_ms": 500}}
-
-- ``request_end``: ``replay.input_length`` (≥ 1) is the prompt;
-  ``input_sequence_hashes`` has exactly ``ceil(input_length / trace_block_size)``
-  entries (a trailing partial block has its own hash); one ``trace_block_size``
-  for the whole file; ``output_tokens`` ≥ 0 (a dropped stream may report 0: it
-  is replayed as 1 token and counted in ``meta["clamped_output_tokens"]``).
-- ``tool_end`` / ``tool_error``: a tool span; ``ended_at_unix_ms`` plus
-  ``started_at_unix_ms`` or ``duration_ms``. It belongs to the session of its
-  own ``agent_context``, else to the session of the request whose
-  ``finish_reason_metadata.tool_calls[].id`` equals its ``tool_call_id``.
-- Tolerated as seen in the wild: a row wrapped as ``{"timestamp": ..., "event":
-  {...}}``; numbers written as strings (``"1000.0"``); fields the schema does
-  not have (``KNOWN_FIELDS``): ignored, named in one warning with the first line of
-  each (``meta["unknown_fields"]``); hashes wider than 64 bits (kept exact: orjson
-  would turn them into floats, so such a line is re-parsed with the stdlib);
-  ``request_payload`` rows and any other event type (skipped, counted in
-  ``meta["skipped_events"]``).
-
-Decisions:
-
-- Either every ``request_end`` has ``agent_context.session_id`` or none has
-  (Dynamo's replay rejects mixed traces too). Without sessions each request is
-  an independent unit.
-- Times are rebased to the earliest ``request_received_ms``. A session's
-  requests run closed-loop in ``request_received_ms`` order (ties: file order);
-  the session arrives at its first request. Units are ordered by arrival (ties:
-  file order), since the file is written in completion order.
-- ``prefix_len``: the leading hashes a request shares with any request received
-  before it (a hash stands for its block and everything before it), times the
-  block size, capped at ``input_length``; ``input_len`` is the rest.
-- Sub-agents (docs/session-graphs.md, ``workbench.traces.dynamo_graph``): a session
-  whose ``agent_context.parent_session_id`` names another session is its child; the
-  spawn point and the join come from ``agent_context.dependency`` when given (as
-  workbench's exporter writes it), else from timing. A dependency with a field not in
-  ``DEPENDENCY_FIELDS`` is refused (it may change the edge's timing).
-- Tool wait between requests k and k+1 of a session: the union of the session's
-  tool spans that ended in ``(received_k, received_{k+1}]`` (clipped to start at
-  ``received_k``; parallel tools overlap); with no such tool, the idle gap
-  ``received_{k+1} − (received_k + total_time_ms_k)`` (≥ 0) when ``total_time_ms``
-  is known, else 0. ``meta["tool_wait_sources"]`` counts which rule applied.
+``request_end`` rows are the requests, ``tool_end``/``tool_error`` rows the tool waits
+between a session's requests; every field, tolerance and decision is in
+docs/trace-formats.md, "dynamo"; sub-agents (``dynamo_graph``) in
+docs/session-graphs.md, "dynamo".
 """
 
 from __future__ import annotations
@@ -78,7 +27,7 @@ from workbench.traces.json_io import (
     note_unknown,
     warn_unknown,
 )
-from workbench.traces.shared import leading_seen_blocks
+from workbench.traces.shared import ideal_prefixes, union_length
 
 SCHEMA = "dynamo.request.trace.v1"
 _TOOL_EVENTS = ("tool_end", "tool_error")
@@ -105,6 +54,10 @@ KNOWN_FIELDS: dict[str, frozenset[str]] = {
 DEPENDENCY_FIELDS = frozenset(("relation", "parent_request_id", "trigger", "delay_ms",
                                "join_request_id"))
 _INT_TEXT = re.compile(r"-?[0-9]+")
+_REQUIRED = {  # the fields a request_end row must have, per object
+    "request.": ("request_id", "output_tokens", "request_received_ms"),
+    "request.replay.": ("trace_block_size", "input_length", "input_sequence_hashes"),
+}
 
 
 class _Request(NamedTuple):
@@ -196,16 +149,9 @@ def _request(path: Path, line: int, ev: dict[str, Any], raw: str,
     replay = _object(path, line, req, "replay")
     for at, obj in (("request.", req), ("request.replay.", replay)):
         note_unknown(path, line, obj, KNOWN_FIELDS[at], seen, where=at)
-    for key, where in (
-        ("request_id", req),
-        ("output_tokens", req),
-        ("request_received_ms", req),
-        ("trace_block_size", replay),
-        ("input_length", replay),
-        ("input_sequence_hashes", replay),
-    ):
-        if where.get(key) is None:
-            raise TraceFormatError(path, line, f"missing field {key!r}")
+        missing = next((key for key in _REQUIRED[at] if obj.get(key) is None), None)
+        if missing is not None:
+            raise TraceFormatError(path, line, f"missing field {missing!r}")
     block = as_int(path, line, "trace_block_size", replay["trace_block_size"], minimum=1,
                    maximum=bounds.MAX_ROUND_TOKENS)
     length = token_count(path, line, "input_length", replay["input_length"], minimum=1)
@@ -283,14 +229,14 @@ def _read_events(
         kind = ev.get("event_type")
         if not isinstance(kind, str):
             raise TraceFormatError(path, line, "missing field 'event_type'")
-        if kind == "request_end":
-            note_unknown(path, line, ev, KNOWN_FIELDS[""], seen)
-            requests.append(_request(path, line, ev, raw, seen))
-        elif kind in _TOOL_EVENTS:
-            note_unknown(path, line, ev, KNOWN_FIELDS[""], seen)
-            tools.append(_tool(path, line, ev, seen))
-        else:
+        if kind != "request_end" and kind not in _TOOL_EVENTS:
             skipped[kind] += 1
+            continue
+        note_unknown(path, line, ev, KNOWN_FIELDS[""], seen)
+        if kind == "request_end":
+            requests.append(_request(path, line, ev, raw, seen))
+        else:
+            tools.append(_tool(path, line, ev, seen))
     if not requests:
         raise TraceFormatError(path, 0, "no request_end rows")
     return requests, tools, skipped
@@ -319,36 +265,13 @@ def _check(path: Path, requests: list[_Request]) -> None:
         ids.add(r.request_id)
 
 
-def _prefixes(ordered: list[_Request]) -> dict[int, int]:
-    """Ideal cached prefix per request (keyed by line), walking requests in received order."""
-    seen: set[int] = set()
-    out: dict[int, int] = {}
-    for r in ordered:
-        shared = leading_seen_blocks(r.hashes, seen)
-        out[r.line] = min(shared * r.block_size, r.input_length)
-        seen.update(r.hashes)
-    return out
-
-
-def _union_ms(spans: list[tuple[float, float]]) -> float:
-    total = 0.0
-    cur: tuple[float, float] | None = None
-    for start, end in sorted(spans):
-        if cur is None or start > cur[1]:
-            total += 0.0 if cur is None else cur[1] - cur[0]
-            cur = (start, end)
-        else:
-            cur = (cur[0], max(cur[1], end))
-    return total + (0.0 if cur is None else cur[1] - cur[0])
-
-
 def _tool_wait(a: _Request, b: _Request, tools: list[_Tool], sources: Counter[str]) -> float:
     """Wait between consecutive requests ``a`` → ``b`` of one session (see module doc)."""
     lo, hi = a.received_ms, b.received_ms
     spans = [(max(t.start_ms, lo), t.end_ms) for t in tools if lo < t.end_ms <= hi]
     if spans:
         sources["tools"] += 1
-        return _union_ms(spans)
+        return union_length(spans)
     if a.total_ms is not None:
         sources["gap"] += 1
         return max(0.0, hi - (lo + a.total_ms))
@@ -443,7 +366,9 @@ def read_dynamo(path: Path) -> Workload:
     requests, tools, skipped = _read_events(path, unknown_fields)
     _check(path, requests)
     ordered = sorted(requests, key=lambda r: (r.received_ms, r.line))
-    prefix = _prefixes(ordered)
+    prefixes = ideal_prefixes((r.hashes for r in ordered), (r.input_length for r in ordered),
+                              ordered[0].block_size)  # in received order
+    prefix = {r.line: p for r, p in zip(ordered, prefixes, strict=True)}
     origin = ordered[0].received_ms
     sources: Counter[str] = Counter()
     if ordered[0].session_id is None:

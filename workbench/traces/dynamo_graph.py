@@ -1,29 +1,7 @@
-"""Sub-agent links of a Dynamo request trace (docs/session-graphs.md, "Dynamo").
-
-A session whose requests carry ``agent_context.parent_session_id`` is a child of that
-session. Where it hangs:
-
-- **explicit** (workbench's exporter writes it on a child's requests)::
-
-      "agent_context": {"session_id": "c", "parent_session_id": "p",
-                        "dependency": {"relation": "subagent",
-                                       "parent_request_id": "p-r0",
-                                       "trigger": "request_end", "delay_ms": 0.0,
-                                       "join_request_id": "p-r1"}}
-
-  the child starts ``delay_ms`` after the parent's request ``parent_request_id``
-  ends (``trigger`` ``request_end``) or is received (``request_start``); the parent's
-  request ``join_request_id`` (optional) waits for it. Both must be requests of the
-  parent session; any other ``relation`` is refused.
-- **by timing** (no ``dependency``): the spawning request is the parent's last one
-  received at or before the child's first; ``request_end`` when the child came after
-  that request ended (``request_received_ms + total_time_ms``), else
-  ``request_start``; the delay is the gap. The join is the parent's first request
-  received at or after the child's whole subtree ended (its own and its descendants'
-  last requests: in replay the join waits for all of them; none: no round waits).
-
-A ``parent_session_id`` naming no session of the file is a trace error at the child's
-first request line.
+"""Sub-agent links of a Dynamo request trace: a session whose requests carry
+``agent_context.parent_session_id`` hangs under that session, placed by
+``agent_context.dependency`` when given, else by timing (docs/session-graphs.md,
+"dynamo"). A ``parent_session_id`` naming no session is an error at the child's first line.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The trace-format registry: ``TraceFormat``, ``FORMATS`` and ``register_format``.
-
-Every reader module registers its format here when imported
-(``@register_format(name, sniff=...)``); ``workbench.traces.load`` imports them all
-(``_builtin``, in sniffing order) and looks formats up in ``FORMATS``.
+"""The trace-format registry: ``TraceFormat``, ``FORMATS`` and ``register_format``; each
+reader module registers itself when imported (``_builtin``, in sniffing order).
 """
 
 from __future__ import annotations
@@ -26,8 +23,7 @@ class TraceFormat:
     description: str = ""
     folders: tuple[str, ...] = ()  # reads a folder of files with these suffixes too
     #: the options the reader takes (its keyword-only parameters), checked by ``load_trace``
-    #: before it reads; None for a reader that takes ``**options`` and checks them itself
-    options: tuple[str, ...] | None = None
+    options: tuple[str, ...] = ()
 
 
 FORMATS: Registry[TraceFormat] = Registry("trace format")
@@ -37,14 +33,13 @@ def register_format(
     name: str, *, sniff: Sniffer, description: str = "", aliases: tuple[str, ...] = (),
     folders: tuple[str, ...] = (),
 ) -> Callable[[Reader], Reader]:
-    """Decorator for a reader function ``read(path: Path, **options) -> Workload``;
+    """Decorator for a reader function ``read(path: Path, *, option=default ...) -> Workload``;
     ``folders``: it also takes a folder of its files, those with these suffixes (sniffed
     on the first of them by name)."""
 
     def deco(read: Reader) -> Reader:
         params = inspect.signature(read).parameters.values()
-        options = (None if any(p.kind is p.VAR_KEYWORD for p in params)
-                   else tuple(p.name for p in params if p.kind is p.KEYWORD_ONLY))
+        options = tuple(p.name for p in params if p.kind is p.KEYWORD_ONLY)
         FORMATS.add(name, TraceFormat(name, read, sniff, description, folders, options),
                     *aliases)
         return read

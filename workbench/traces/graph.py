@@ -1,14 +1,6 @@
-"""Session graphs: sub-agents spawned by a unit, checked once for every reader.
-
-A unit with ``spawn`` set (``workbench.records.Spawn``) is a *child*: it starts when
-its parent's round ``round_idx`` starts or ends (plus ``delay_ms``), and its parent's
-round ``join_round`` waits for it. A unit without ``spawn`` is a *root*; a root and
-all its descendants are one *agent task* (docs/session-graphs.md). Readers fill
-``spawn`` in; ``check_graph`` (run by ``load_trace`` on every workload) refuses what
-cannot run: a parent no unit has, a cycle, a round the parent does not have.
-
-A window of a trace (``trace.offset`` and ``trace.max_items``, ``window``) counts
-tasks, never children: a child always comes with its root.
+"""Session graphs (docs/session-graphs.md): ``check_graph`` (run by ``load_trace`` on every
+workload) refuses a graph that cannot run; ``window`` keeps whole agent tasks; the raw
+CSV's graph columns and the canonical file's graph sidecar are read and written here.
 """
 
 from __future__ import annotations
@@ -39,37 +31,15 @@ def has_graph(workload: Workload) -> bool:
     return any(u.spawn is not None for u in workload.units)
 
 
-def children_by_parent(units: Sequence[Unit]) -> dict[str, list[Unit]]:
-    """Each parent id's children, in file order."""
-    out: dict[str, list[Unit]] = {}
-    for u in units:
-        if u.spawn is not None:
-            out.setdefault(u.spawn.parent_id, []).append(u)
-    return out
-
-
 def graph_summary(units: Sequence[Unit]) -> dict[str, int]:
-    """What a trace's session graphs hold: ``agent_tasks`` (roots: a root and its
-    descendants are one task), ``subagents`` (units spawned by another), ``max_depth``
-    (0: no sub-agent; 1: sub-agents of a root; ...), ``max_fanout`` (the most children
-    spawned at one round of one parent) and ``detached_subagents`` (no round joins them)."""
+    """``agent_tasks`` (roots), ``subagents``, ``max_depth`` (0: none; 1: sub-agents of a
+    root ...), ``max_fanout`` (most children of one parent round), ``detached_subagents``."""
     by_id = {u.unit_id: u for u in units}
     depth: dict[str, int] = {}
-
-    def depth_of(u: Unit) -> int:
-        d, cur, seen = 0, u, {u.unit_id}
-        while cur.spawn is not None and cur.spawn.parent_id in by_id:
-            cur = by_id[cur.spawn.parent_id]
-            if cur.unit_id in seen:  # a cycle: check_graph reports it
-                break
-            seen.add(cur.unit_id)
-            d += 1
-        return d
-
     fan: dict[tuple[str, int], int] = {}
     for u in units:
         if u.spawn is not None:
-            depth[u.unit_id] = depth_of(u)
+            depth[u.unit_id] = _ancestry(u, by_id)[0]
             key = (u.spawn.parent_id, u.spawn.round_idx)
             fan[key] = fan.get(key, 0) + 1
     return {
@@ -83,10 +53,8 @@ def graph_summary(units: Sequence[Unit]) -> dict[str, int]:
 
 
 def check_graph(path: str | Path, workload: Workload) -> None:
-    """Every child's parent exists, once, with the rounds its spawn names; no cycle.
-
-    Errors are ``TraceFormatError`` at the child's line (``Spawn.line``).
-    """
+    """Every child's parent exists, once, with the rounds its spawn names; no cycle
+    (``TraceFormatError`` at the child's ``Spawn.line``)."""
     if not has_graph(workload):
         return
     path = Path(path)
@@ -118,30 +86,28 @@ def check_graph(path: str | Path, workload: Workload) -> None:
             raise TraceFormatError(path, sp.line, f"unit {u.unit_id!r}: spawn delay must be "
                                    f">= 0, got {sp.delay_ms:g}")
     for u in workload.units:
-        _no_cycle(path, u, by_id)
+        if _ancestry(u, by_id)[1]:
+            line = u.spawn.line if u.spawn is not None else 0
+            raise TraceFormatError(path, line, f"unit {u.unit_id!r} is its own ancestor "
+                                   "(a cycle of parent links)")
 
 
-def _no_cycle(path: Path, unit: Unit, by_id: dict[str, Unit]) -> None:
-    seen = {unit.unit_id}
-    cur = unit
-    while cur.spawn is not None:
+def _ancestry(unit: Unit, by_id: Mapping[str, Unit]) -> tuple[int, bool]:
+    """How many ancestors of ``unit`` are in ``by_id``, and whether its parent links loop."""
+    depth, cur, seen = 0, unit, {unit.unit_id}
+    while cur.spawn is not None and cur.spawn.parent_id in by_id:
         cur = by_id[cur.spawn.parent_id]
         if cur.unit_id in seen:
-            line = unit.spawn.line if unit.spawn is not None else 0
-            raise TraceFormatError(path, line, f"unit {unit.unit_id!r} is its own ancestor "
-                                   "(a cycle of parent links)")
+            return depth, True
         seen.add(cur.unit_id)
+        depth += 1
+    return depth, False
 
 
 def subtree_ends(own: Mapping[K, float], parent: Mapping[K, K | None]) -> dict[K, float]:
-    """Each node's *subtree end*: the latest ``own`` end of itself and every descendant
-    (``parent``: each node's parent, None for a root).
-
-    In replay a unit ends when its own rounds and all its children have ended, and a
-    join waits for that (docs/session-graphs.md); so a join inferred from timing must
-    come after the child's whole subtree ended, not only its own last request. A parent
-    outside ``own`` and a cycle are skipped here (``check_graph`` reports them).
-    """
+    """Each node's *subtree end*: the latest ``own`` end of itself and its descendants
+    (``parent``: None for a root), what a join inferred from timing must come after
+    (docs/session-graphs.md). A parent outside ``own`` and a cycle are skipped."""
     out = dict(own)
     for node, end in own.items():
         seen = {node}
@@ -153,10 +119,6 @@ def subtree_ends(own: Mapping[K, float], parent: Mapping[K, K | None]) -> dict[K
     return out
 
 
-def roots(workload: Workload) -> list[Unit]:
-    return [u for u in workload.units if u.spawn is None]
-
-
 def descendants(unit: Unit, children: dict[str, list[Unit]]) -> Iterator[Unit]:
     """Every descendant of ``unit``, depth first, children in file order."""
     for c in children.get(unit.unit_id, ()):
@@ -165,20 +127,20 @@ def descendants(unit: Unit, children: dict[str, list[Unit]]) -> Iterator[Unit]:
 
 
 def window(workload: Workload, offset: int, count: int | None) -> Workload:
-    """Tasks ``offset .. offset + count - 1`` (file order) with their descendants.
-
-    ``meta["window"]`` records offset, count, the rule and how many tasks the file
-    has; an ``offset`` past the last task is a ``ConfigError``.
-    """
+    """Tasks ``offset .. offset + count - 1`` (file order) with their descendants, recorded
+    in ``meta["window"]``; an ``offset`` past the last task is a ``ConfigError``."""
     # a stream's units are all roots: its window is a slice, drawn without the rest
-    tops = workload.units if workload.streamed else roots(workload)
+    tops = workload.units if workload.streamed else [u for u in workload.units if u.spawn is None]
     if offset and offset >= len(tops):
         raise ConfigError(f"trace.offset {offset} is past the trace's {len(tops)} units "
                           f"({workload.source or 'the trace'})")
     end = len(tops) if count is None else offset + count
     chosen = tops[offset:end]
     if not workload.streamed and has_graph(workload):
-        kids = children_by_parent(workload.units)
+        kids: dict[str, list[Unit]] = {}  # each parent id's children, in file order
+        for u in workload.units:
+            if u.spawn is not None:
+                kids.setdefault(u.spawn.parent_id, []).append(u)
         keep = {id(u) for r in chosen for u in (r, *descendants(r, kids))}
         units = tuple(u for u in workload.units if id(u) in keep)
     else:
@@ -187,16 +149,6 @@ def window(workload: Workload, offset: int, count: int | None) -> Workload:
     meta["window"] = {"offset": offset, "count": len(chosen), "requested": count,
                       "units_in_file": len(tops), "rule": WINDOW_RULE}
     return dataclasses.replace(workload, units=units, meta=meta)
-
-
-def tree_shape(unit: Unit, children: dict[str, list[Unit]]) -> tuple[int, int]:
-    """``(width, depth)`` of ``unit``'s tree: the most children any one unit spawns,
-    and the longest chain of spawns below it (0 for a unit without children)."""
-    kids = children.get(unit.unit_id, [])
-    if not kids:
-        return 0, 0
-    shapes = [tree_shape(k, children) for k in kids]
-    return max(len(kids), *(w for w, _ in shapes)), 1 + max(d for _, d in shapes)
 
 
 def csv_spawn(path: Path, line: int, row: dict[str, str]) -> tuple[Any, ...] | None:

@@ -1,21 +1,5 @@
-"""Independent-request CSV → one-round units that never share context.
-
-The format (request-factory ``text-generation-independent``, TraceLab VibeSim
-L7; docs/trace-formats.md) is a CSV with a header of exactly these columns, in any order::
-
-    id,arrival_time,input_len,output_len
-    a,0,812,64
-    b,12.5,2048,128
-
-- ``id``: non-empty, unique; the request id is ``independent_{id}``.
-- ``arrival_time``: ms offset from the start of the trace (finite, ≥ 0).
-- ``input_len``: the *whole* prompt (≥ 1); there is no prefix to reuse.
-- ``output_len``: tokens to generate (≥ 1).
-
-Any other column is an error: a ``round_idx`` or ``prefix_len`` column means a
-session file, which must not be coerced into independent requests (nor the
-reverse). Rows keep file order, never re-sorted by arrival or id (the replay releases
-units in (arrival, file order): docs/arrival.md).
+"""Independent-request CSV (``id,arrival_time,input_len,output_len``) → one-round units
+that never share context, in file order (docs/trace-formats.md, "independent").
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """The JSON helpers every JSON trace reader shares: lines, documents, typed fields.
 
-One place reads JSON for ``workbench.traces``: ``json_lines`` splits a JSON-lines
-file into objects (each a ``TraceFormatError`` with path and line when it is not
-one), ``read_json_document`` reads a whole-file JSON sidecar, ``loads_exact``
-re-parses a line when an integer is wider than orjson keeps, and ``json_int``,
-``json_number``, ``json_tokens``, ``json_id`` check one field written as JSON
-(a number spelled as a string is a wrong type here; the range rules are
-``_io``'s, docs/trace-bounds.md). Files are opened as every reader opens them
-(``_io.open_trace``, ``_io.read_text``).
+A number spelled as a string is a wrong type here; the range rules are ``_io``'s
+(docs/trace-bounds.md). Files are opened as every reader opens them (``_io``).
 """
 
 from __future__ import annotations
@@ -34,11 +28,8 @@ def _reject_constant(name: str) -> Any:
 
 
 def loads_exact(path: Path, lineno: int, raw: str) -> Any:
-    """Parse one line with the stdlib, which keeps integers wider than 64 bits exact.
-
-    orjson silently turns such integers into floats, so callers re-parse a line
-    here when a field that must be an integer came back as a float.
-    """
+    """One line parsed by the stdlib, which keeps integers wider than 64 bits exact
+    (orjson turns them into floats)."""
     try:
         return json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:
@@ -46,12 +37,9 @@ def loads_exact(path: Path, lineno: int, raw: str) -> Any:
 
 
 def json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any], str]]:
-    """``(line_number, object, raw_line)`` for every non-blank line (each a JSON object).
-
-    Lines are split on ``\n`` only: ``str.splitlines`` also splits on U+2028,
-    U+0085, ``\x1c`` ... which JSON strings may hold raw (``ensure_ascii=False``
-    writers emit them), and would break valid lines and shift line numbers.
-    """
+    """``(line_number, object, raw_line)`` for every non-blank line (each a JSON object),
+    split on ``\n`` only (``splitlines`` also splits on U+2028, U+0085 ..., which JSON
+    strings may hold raw)."""
     return text_json_lines(path, read_text(path))
 
 
@@ -121,11 +109,22 @@ def json_id(path: Path, line: int, name: str, value: Any) -> str:
     return bounds.check_id(path, line, name, text)
 
 
-def read_json_document(path: Path, what: str, kind: type) -> Any:
-    """A whole-file JSON value of type ``kind`` (``dict`` or ``list``), opened as a trace is.
+def json_hash_ids(path: Path, line: int, value: Any, raw: str) -> tuple[int, ...]:
+    """A ``hash_ids`` list of non-negative integers, exact however wide (``loads_exact``)."""
+    if not isinstance(value, list):
+        raise TraceFormatError(path, line, f"hash_ids must be a list, got {value!r:.40}")
+    if not set(map(type, value)) <= {int}:  # C-speed; bool is not int here
+        value = loads_exact(path, line, raw).get("hash_ids")  # ids wider than 64 bits
+        if not isinstance(value, list) or not set(map(type, value)) <= {int}:
+            raise TraceFormatError(path, line, "hash_ids must be a list of integers")
+    if value and min(value) < 0:
+        raise TraceFormatError(path, line, "hash_ids must be non-negative")
+    return tuple(value)
 
-    ``what`` names the file in errors ("manifest sidecar" ...); its line is 0 (the file).
-    """
+
+def read_json_document(path: Path, what: str, kind: type) -> Any:
+    """A whole-file JSON value of type ``kind``, opened as a trace is; ``what`` names the
+    file in errors (line 0)."""
     try:
         value = orjson.loads(open_trace(path))
     except orjson.JSONDecodeError as exc:
@@ -145,14 +144,9 @@ def note_unknown(
     where: str = "",
     refused: Mapping[str, str] | None = None,
 ) -> None:
-    """The one rule for fields a JSON reader does not know (docs/trace-formats.md).
-
-    Each key of ``obj`` not in ``known`` goes into ``seen`` with the first line it
-    appears on, named ``where`` + key (``where``: the dotted path of a nested object,
-    e.g. ``"request."``); ``warn_unknown`` then names them all in one warning. A key of
-    ``refused`` changes what the other fields mean: a ``TraceFormatError`` on this line,
-    with ``refused[key]`` saying why, never a warning.
-    """
+    """The one rule for unknown fields (docs/trace-formats.md): each key of ``obj`` not in
+    ``known`` goes into ``seen`` as ``where`` + key with its first line, for
+    ``warn_unknown``; a key of ``refused`` is a ``TraceFormatError`` saying why."""
     for key in obj.keys() - known:
         if refused and key in refused:
             raise TraceFormatError(path, line, f"field {where}{key!r}: {refused[key]}")

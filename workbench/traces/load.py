@@ -1,11 +1,8 @@
 """``load_trace``, ``detect_format`` and ``available_formats`` over every built-in reader.
 
-A format is a ``TraceFormat`` (``workbench.traces.formats``, where each reader
-registers itself): a ``sniff`` that looks at the first lines of a file and says
-whether they are its own, and a ``read`` that turns the whole file into a
-``Workload`` or raises one ``TraceFormatError`` naming path, line and rule.
-Readers load nothing partial. Importing this module imports every built-in reader
-(``_builtin``), so ``FORMATS`` is complete here.
+A format (``formats.TraceFormat``) is a ``sniff`` of a file's first lines and a ``read``
+into a ``Workload`` that loads nothing partial; importing this module registers every
+built-in reader (``_builtin``).
 """
 
 from __future__ import annotations
@@ -31,12 +28,8 @@ SNIFF_LINES = 5
 
 
 def head_lines(path: Path, n: int = SNIFF_LINES) -> list[str]:
-    """The first ``n`` non-empty lines, decoded leniently, a leading BOM dropped.
-
-    Sniffers never raise; the file itself is opened as every reader opens it
-    (``_io.open_trace``: a directory, FIFO or device is one ``TraceFormatError``),
-    and at most ``bounds.MAX_HEAD_BYTES`` of it is read.
-    """
+    """The first ``n`` non-empty lines (at most ``bounds.MAX_HEAD_BYTES`` read, opened as
+    every reader opens a file), decoded leniently, a leading BOM dropped."""
     out: list[str] = []
     for raw in open_trace(path, MAX_HEAD_BYTES).split(b"\n"):
         line = raw.decode("utf-8", errors="replace").strip()
@@ -100,22 +93,17 @@ def _refuse_broken_json_head(path: Path, first: str) -> None:
 
 
 def load_trace(path: str | Path, fmt: str = "auto", **options: Any) -> Workload:
-    """Load any supported trace into a ``Workload``.
-
-    ``fmt="auto"`` detects the format from content; the choice is recorded in
-    ``workload.meta["detected_format"]``. ``options`` go to the reader (for
-    example ``block_size`` and ``hash_rounding`` for Mooncake, ``tool_wait`` for
-    TraceLab).
-    """
+    """Load any supported trace into a ``Workload``; ``fmt="auto"`` detects the format
+    (``meta["detected_format"]``); ``options`` go to the reader (``block_size`` ...)."""
     path = Path(path)
     detected = fmt == "auto"
     name = detect_format(path) if detected else FORMATS.canonical(fmt)
     if path.is_dir() and not FORMATS.get(name).folders:
         open_trace(path)  # the reader's own refusal: "not a regular file: a directory"
     reader = FORMATS.get(name)
-    if reader.options is not None:  # one refusal for every reader (a silent ignore hides typos)
-        check_options(name, {k: v for k, v in options.items() if k not in reader.options},
-                      reader.options)
+    # one refusal for every reader (a silent ignore hides typos)
+    check_options(name, {k: v for k, v in options.items() if k not in reader.options},
+                  reader.options)
     workload = reader.read(path, **options)
     check_workload(path, workload)  # the documented bounds, whatever the reader
     check_graph(path, workload)  # sub-agent links: parents exist, no cycle
@@ -130,12 +118,10 @@ def source_sha256(path: str | Path) -> str:
     """A trace's identity: its file's sha256, or for a folder read as one trace, the
     sha256 over its files' names, sizes and bytes in name order (hidden files left out)."""
     path = Path(path)
-    files = ([path] if not path.is_dir() else
-             sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")))
-    if len(files) == 1 and files[0] == path:
+    if not path.is_dir():
         return file_sha256(path)
     h = hashlib.sha256()
-    for f in files:
+    for f in sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")):
         h.update(f"{f.name}\0{f.stat().st_size}\0{file_sha256(f)}\0".encode())
     return h.hexdigest()
 

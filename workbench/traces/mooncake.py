@@ -1,48 +1,8 @@
 """Mooncake request traces (JSONL): independent requests, or closed-loop sessions.
 
-The format (kvcache-ai/Mooncake ``FAST25-release/traces``; docs/trace-formats.md) is one JSON
-object a line::
-
-    {"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1, 2, ...]}
-
-- ``timestamp``: arrival, ms from the start of the trace (≥ 0).
-- ``input_length``: the *full* prompt of the request in tokens (≥ 1), also on
-  later turns of a session (docs/trace-formats.md; aiperf's "delta" reading is not used).
-- ``output_length``: tokens to generate (≥ 1).
-- ``hash_ids``: one non-negative integer id per ``block_size``-token block of the
-  prompt. The id of a block stands for that block *and everything before it*,
-  so equal leading ids mean a shared, cacheable prefix. Canonically
-  ``len(hash_ids) == ceil(input_length / block_size)`` (the partial last block
-  has its own id; true of every row of the public files);
-  ``hash_rounding="floor"`` instead requires ``floor(...)`` (traces whose partial
-  tail is unhashed, like aiperf's TraceLab lowering).
-- optional ``session_id``: rows sharing it are the ordered turns of one session,
-  run closed-loop; ``delay``: ms to wait before this turn (after the previous turn
-  completes); ``request_id``: the request's id. Any other field (aiperf's
-  ``extra``, Dynamo's ``priority`` ...) is ignored with a warning naming it
-  (``meta["unknown_fields"]``); Bailian's ``chat_id``/``parent_chat_id`` are refused
-  (that format's ``timestamp`` is in seconds: read it as ``bailian``).
-
-Decisions, so the numbers are reproducible:
-
-- ``prefix_len`` is the *ideal cached prefix*: the tokens of the leading blocks
-  whose id appeared in any earlier row (file order), capped at ``input_length``;
-  ``input_len`` is the rest, so ``prefix_len + input_len == input_length``. A
-  prompt seen whole before has ``input_len == 0`` (servers recompute the last
-  token themselves; claiming one fresh token would misstate the trace).
-- rows without ``session_id`` are independent units arriving at ``timestamp``
-  (required on them). A session is a unit in the order of its first row; it
-  arrives at its first row's ``timestamp`` (0 if absent) plus that row's
-  ``delay``; the tool wait after turn k is the ``delay`` of turn k+1 (0 if
-  absent). Later turns' timestamps are ignored: the run is closed-loop.
-- request ids: ``request_id`` when given (must be unique), else ``mooncake_{n}``
-  with ``n`` the 0-based row number, suffixed ``~2``, ``~3`` ... when the file
-  uses that id itself (as a request id or a session id).
-- bounds (docs/trace-bounds.md): lengths at most 10M tokens per round,
-  ``timestamp`` (and ``timestamp + delay``) at most 366 days, ``delay`` 7 days.
-
-The JSON helpers every JSON reader uses are in ``workbench.traces.json_io``;
-``leading_seen_blocks`` here is shared with the Dynamo reader (hash-id blocks).
+One object a line (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``;
+optional ``session_id``, ``delay``, ``request_id``): every field and decision is in
+docs/trace-formats.md, "mooncake"; the bounds in docs/trace-bounds.md.
 """
 
 from __future__ import annotations
@@ -53,29 +13,19 @@ from typing import Any, NamedTuple
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
+from workbench.traces._io import check_block_size
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import (
     first_json_object,
+    json_hash_ids,
     json_id,
     json_lines,
     json_number,
     json_tokens,
-    loads_exact,
     note_unknown,
     warn_unknown,
 )
-from workbench.traces.shared import leading_seen_blocks
-
-# ---------------------------------------------------------------- hash-id blocks (dynamo shares)
-
-
-def expected_blocks(input_length: int, block_size: int, rounding: str) -> int:
-    if rounding == "floor":
-        return input_length // block_size
-    return -(-input_length // block_size)
-
-
-# ---------------------------------------------------------------- the Mooncake reader
+from workbench.traces.shared import ideal_prefixes, step_aside
 
 
 class _Row(NamedTuple):
@@ -91,35 +41,11 @@ class _Row(NamedTuple):
     request_id: str | None
 
 
-def _all_ints(values: list[Any]) -> bool:
-    return set(map(type, values)) <= {int}  # C-speed; bool is not int here
-
-
-def _hash_ids(path: Path, line: int, value: Any, raw: str) -> tuple[int, ...]:
-    if not isinstance(value, list):
-        raise TraceFormatError(path, line, f"hash_ids must be a list, got {value!r:.40}")
-    if not _all_ints(value):
-        exact = loads_exact(path, line, raw).get("hash_ids")  # ids wider than 64 bits
-        if not isinstance(exact, list) or not _all_ints(exact):
-            raise TraceFormatError(path, line, "hash_ids must be a list of integers")
-        value = exact
-    if value and min(value) < 0:
-        raise TraceFormatError(path, line, "hash_ids must be non-negative")
-    return tuple(value)
-
-
 _REQUIRED = frozenset(("input_length", "output_length", "hash_ids"))
 KNOWN_FIELDS = _REQUIRED | {"timestamp", "session_id", "delay", "request_id"}
 #: fields that change what the others mean: refused, never ignored
 _FOREIGN = {key: "belongs to the bailian format, whose timestamp is in seconds, not ms: "
                  "read this file as 'bailian'" for key in ("chat_id", "parent_chat_id")}
-
-
-def unknown_fields(path: Path, line: int, obj: dict[str, Any], seen: dict[str, int]) -> None:
-    """Note fields this reader does not know (first line each) into ``seen``; a field
-    of another format that changes the meaning of this one's is refused
-    (``json_io.note_unknown``)."""
-    note_unknown(path, line, obj, KNOWN_FIELDS, seen, refused=_FOREIGN)
 
 
 def _count(path: Path, line: int, name: str, value: Any) -> int:
@@ -143,8 +69,8 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any], raw: str, block: int,
     inp = _count(path, line, "input_length", obj["input_length"])
     out = _count(path, line, "output_length", obj["output_length"])
     bounds.check_round(path, line, inp, out)
-    ids = _hash_ids(path, line, obj["hash_ids"], raw)
-    want = expected_blocks(inp, block, rnd)
+    ids = json_hash_ids(path, line, obj["hash_ids"], raw)
+    want = inp // block if rnd == "floor" else -(-inp // block)
     if len(ids) != want:
         raise TraceFormatError(
             path,
@@ -170,13 +96,8 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any], raw: str, block: int,
 
 
 def _request_ids(path: Path, rows: list[_Row]) -> list[str]:
-    """One unique id per row: ``request_id`` when given, else ``mooncake_{n}``.
-
-    A generated id steps aside (``mooncake_{n}~2``, ``~3``, ...) for an id the file
-    itself uses, as a request id or a session id, so no two rounds (nor a
-    one-round unit and a session) ever share an id. Given ids must be unique,
-    and an independent row's given id must not be a session's id.
-    """
+    """One unique id per row: ``request_id`` when given, else ``mooncake_{n}`` stepping
+    aside for ids the file uses (docs/trace-bounds.md, "Unique ids")."""
     sessions = {r.session_id for r in rows if r.session_id is not None}
     given: dict[str, int] = {}
     for row in rows:
@@ -191,46 +112,20 @@ def _request_ids(path: Path, rows: list[_Row]) -> list[str]:
             raise TraceFormatError(path, row.line, rule)
         given[rid] = row.line
     taken = set(given) | sessions
-    out: list[str] = []
-    for n, row in enumerate(rows):
-        rid = row.request_id
-        if rid is None:
-            rid = base = f"mooncake_{n}"
-            k = 1
-            while rid in taken:
-                k += 1
-                rid = f"{base}~{k}"
-            taken.add(rid)
-        out.append(rid)
-    return out
+    return [row.request_id or step_aside(f"mooncake_{n}", taken) for n, row in enumerate(rows)]
 
 
-def _rounds(path: Path, rows: list[_Row], block: int) -> list[Round]:
-    """One Round per row in file order, with the ideal cached prefix from the block ids."""
-    seen: set[int] = set()
-    rounds: list[Round] = []
-    for rid, row in zip(_request_ids(path, rows), rows, strict=True):
-        prefix = min(leading_seen_blocks(row.hash_ids, seen) * block, row.input_length)
-        seen.update(row.hash_ids)
-        arrival = row.timestamp if row.timestamp is not None else 0.0
-        rounds.append(
-            Round(
-                rid,
-                row.session_id or rid,
-                0,
-                arrival,
-                prefix,
-                row.input_length - prefix,
-                row.output_length,
-                0.0,
-                row.hash_ids,
-            )
-        )
-    return rounds
+def _units(path: Path, rows: list[_Row], block: int) -> list[Unit]:
+    """Independent rows become one-round units, session rows are grouped closed-loop; each
+    round's prefix is the ideal cached one of its block ids (file order)."""
+    prefixes = ideal_prefixes((r.hash_ids for r in rows), (r.input_length for r in rows), block)
+    rids = _request_ids(path, rows)
 
+    def round_of(i: int, unit_id: str, k: int, arrival: float, wait: float) -> Round:
+        row, prefix = rows[i], prefixes[i]
+        return Round(rids[i], unit_id, k, arrival, prefix, row.input_length - prefix,
+                     row.output_length, wait, row.hash_ids)
 
-def _units(rows: list[_Row], rounds: list[Round]) -> list[Unit]:
-    """Independent rows become one-round units; session rows are grouped closed-loop."""
     order: list[str | int] = []
     sessions: dict[str, list[int]] = {}
     for i, row in enumerate(rows):
@@ -244,30 +139,15 @@ def _units(rows: list[_Row], rounds: list[Round]) -> list[Unit]:
     units: list[Unit] = []
     for key in order:
         if isinstance(key, int):
-            r = rounds[key]
-            units.append(Unit(r.request_id, "independent", r.arrival_ms, (r,)))
+            rid, at = rids[key], rows[key].timestamp or 0.0
+            units.append(Unit(rid, "independent", at, (round_of(key, rid, 0, at, 0.0),)))
             continue
         idx = sessions[key]
         first = rows[idx[0]]
         arrival = (first.timestamp or 0.0) + first.delay
-        turns = []
-        for k, i in enumerate(idx):
-            wait = rows[idx[k + 1]].delay if k + 1 < len(idx) else 0.0
-            r = rounds[i]
-            turns.append(
-                Round(
-                    r.request_id,
-                    key,
-                    k,
-                    arrival,
-                    r.prefix_len,
-                    r.input_len,
-                    r.output_len,
-                    wait,
-                    r.hash_ids,
-                )
-            )
-        units.append(Unit(key, "session", arrival, tuple(turns)))
+        waits = [rows[i].delay for i in idx[1:]] + [0.0]  # after turn k: turn k+1's delay
+        turns = tuple(round_of(i, key, k, arrival, waits[k]) for k, i in enumerate(idx))
+        units.append(Unit(key, "session", arrival, turns))
     return units
 
 
@@ -291,10 +171,7 @@ def _sniff(lines: list[str]) -> bool:
 )
 def read_mooncake(path: Path, *, block_size: int = 512, hash_rounding: str = "ceil") -> Workload:
     """Load a Mooncake trace; ``block_size`` is the tokens per hash id (512 in the public files)."""
-    if (isinstance(block_size, bool) or not isinstance(block_size, int)
-            or not 1 <= block_size <= bounds.MAX_ROUND_TOKENS):
-        raise ConfigError(
-            f"block_size must be an integer in 1..{bounds.MAX_ROUND_TOKENS}, got {block_size!r}")
+    check_block_size(block_size)
     if hash_rounding not in ("ceil", "floor"):
         raise ConfigError(f"hash_rounding must be 'ceil' or 'floor', got {hash_rounding!r}")
     path = Path(path)
@@ -302,9 +179,9 @@ def read_mooncake(path: Path, *, block_size: int = 512, hash_rounding: str = "ce
     rows = []
     for line, obj, raw in json_lines(path):
         if not obj.keys() <= KNOWN_FIELDS:
-            unknown_fields(path, line, obj, seen)
+            note_unknown(path, line, obj, KNOWN_FIELDS, seen, refused=_FOREIGN)
         rows.append(_parse_row(path, line, obj, raw, block_size, hash_rounding))
-    units = _units(rows, _rounds(path, rows, block_size))
+    units = _units(path, rows, block_size)
     meta: dict[str, Any] = {"hash_rounding": hash_rounding,
                             "sessions": sum(u.is_session for u in units)}
     warn_unknown(path, seen, meta)

@@ -1,37 +1,11 @@
-"""Raw session CSV (``session``): recorded rounds as a trace reports them (docs/trace-formats.md).
+"""Raw session CSV (``session``): recorded rounds as a trace reports them (TraceLab's export).
 
-This is TraceLab's export and the older replay examples. A header is required;
-columns may come in any order:
-
-- ``session_id`` (alias ``id``): an opaque, non-empty string;
-- ``round_idx``: integer; after ordering a session's rows by it the indices
-  must be exactly 0..n-1 (rows of a session may be interleaved with others);
-- ``prefix_len``, ``input_len``: integers >= 0 with ``prefix_len + input_len``
-  > 0 (a round must send something);
-- ``output_len``: integer > 0;
-- ``tool_wait_after_ms``: finite number >= 0;
-- ``arrival_time`` (optional, ms, default 0): finite >= 0 and the same on
-  every row of a session.
-- session graphs (optional, docs/session-graphs.md): ``parent_session_id`` and
-  ``spawn_round`` make the session a sub-agent of that parent, started when the
-  parent's round ``spawn_round`` ends (``spawn_trigger`` ``round_end``, default) or
-  starts (``round_start``), ``spawn_delay_ms`` later; the parent's round
-  ``join_round`` waits for it (default: its next round; ``none``: no round waits).
-  Given on the session's first row (later rows may repeat them or leave them empty).
-
-Every value stays inside the documented bounds (docs/trace-bounds.md).
-Unknown columns are an error, so a canonical file or a typo never parses
-silently as something else. Sessions keep first-appearance order.
-
-A large, plainly written file is checked column-wise first (pandas/numpy);
-anything unusual and every error goes through the strict row-by-row path,
-which alone reports errors (path, line, rule).
-
-The prefixes are kept *as reported*: a first round may claim a prefix (the
-agent's cached system prompt is not in the trace) and prefixes may shrink
-(compaction, rewind, provider cache miss). Such a workload needs a context
-policy before it runs (``meta["needs_context_policy"]``); ``tracegen``
-materializes one into the canonical format.
+Columns, rules and the optional sub-agent columns: docs/trace-formats.md, "session", and
+docs/session-graphs.md. Prefixes are kept *as reported* (a first round may claim one,
+prefixes may shrink), so the workload needs a context policy before it runs
+(``meta["needs_context_policy"]``); ``tracegen`` materializes one. A large, plainly
+written file is checked column-wise first; every error comes from the strict
+row-by-row path (path, line, rule).
 """
 
 from __future__ import annotations
@@ -45,9 +19,14 @@ import numpy as np
 
 from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
-from workbench.traces import bounds, canonical
+from workbench.traces import bounds
 from workbench.traces._io import (
+    FAST_PATH_MIN_ROWS,
     as_int,
+    fast_frame,
+    fast_ms,
+    fast_rounds_fine,
+    fast_strings,
     offset_ms,
     read_csv,
     read_text,
@@ -88,7 +67,7 @@ def read_session_csv(path: Path) -> Workload:
     """Read a raw session CSV into session units; one ``TraceFormatError`` on a bad file."""
     path = Path(path)
     text = read_text(path)
-    fast = _fast_units(text) if text.count("\n") >= canonical.FAST_PATH_MIN_ROWS else None
+    fast = _fast_units(text) if text.count("\n") >= FAST_PATH_MIN_ROWS else None
     units, id_col, has_arrival = fast or _strict_units(path)
     meta = {"needs_context_policy": True, "id_column": id_col, "has_arrival_time": has_arrival}
     return Workload(units, FORMAT_NAME, source=str(path), meta=meta)
@@ -191,29 +170,18 @@ def _fast_units(text: str) -> tuple[tuple[Unit, ...], str, bool] | None:
         return None
     text_cols = (*ID_COLUMNS, *OPTIONAL, "tool_wait_after_ms")
     kinds = {c: "str" if c in text_cols else "int" for c in header}
-    frame = canonical.fast_frame(text, kinds) if len(set(header)) == len(header) else None
+    frame = fast_frame(text, kinds) if len(set(header)) == len(header) else None
     if frame is None:
         return None
-    sids = canonical.fast_strings(frame, ids[0])
-    wait = canonical.fast_ms(frame, "tool_wait_after_ms", _PLAIN_NUMBER)
+    sids = fast_strings(frame, ids[0])
+    wait = fast_ms(frame, "tool_wait_after_ms", _PLAIN_NUMBER)
     has_arrival = "arrival_time" in header
-    arrival = (
-        canonical.fast_ms(frame, "arrival_time", _PLAIN_NUMBER)
-        if has_arrival
-        else np.zeros(len(sids))
-    )
+    arrival = fast_ms(frame, "arrival_time", _PLAIN_NUMBER) if has_arrival else np.zeros(len(sids))
     cols = {c: frame[c].to_numpy(dtype=np.int64) for c in REQUIRED[:4]}
-    if wait is None or arrival is None or not all(s.strip() for s in sids):
+    if (cols["round_idx"] < 0).any() or not fast_rounds_fine(
+            sids, cols["prefix_len"], cols["input_len"], cols["output_len"], wait, arrival):
         return None
-    if not bounds.ids_sendable(set(sids)):  # the strict path names the line
-        return None
-    if min(int(cols[c].min()) for c in REQUIRED[:3]) < 0 or int(cols["output_len"].min()) < 1:
-        return None
-    if ((cols["prefix_len"] + cols["input_len"]) == 0).any():
-        return None
-    if not canonical.fast_within_bounds(cols["prefix_len"] + cols["input_len"],
-                                        cols["output_len"], wait, arrival):
-        return None
+    assert wait is not None and arrival is not None  # fast_rounds_fine checked
     cols["tool_wait_after_ms"], cols["arrival_time"] = wait, arrival
     units = _fast_build(sids, cols)
     return None if units is None else (units, ids[0], has_arrival)

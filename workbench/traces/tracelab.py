@@ -1,45 +1,13 @@
 """TraceLab normalized round JSONL (``tracelab``): one recorded LLM round a line.
 
-The format: docs/trace-formats.md.
-
-Fields read (the schema's others, ``KNOWN_FIELDS``, are not needed; any field not in
-it is named in one warning, ``meta["unknown_fields"]``):
-
-- ``provider`` (string), ``project`` (string, optional/null: Codex rows have
-  none), ``session_id`` (non-empty string), ``model`` (optional string);
-- ``round_index`` (integer >= 0);
-- ``prefix_tokens``, ``newly_append_tokens``, ``output_tokens`` (integers);
-  ``input_tokens_total``, when present, must equal prefix + newly appended;
-- ``timing_events[]`` with ISO-8601 ``timestamp`` (optional list);
-- ``tools[]`` with ``emitted_at``/``result_at`` (ISO-8601) and/or
-  ``tool_wall_latency_ms`` (optional list).
-
-Mapping (TraceLab's own CSV export): ``input_len = max(newly_append_tokens, 1)``,
-``prefix_len = max(prefix_tokens, 0)``, ``output_len = max(output_tokens, 1)``.
-
-Decisions, recorded in ``workload.meta``:
-
-- a session is ``(provider, project, session_id)``: ``session_id`` alone is not
-  unique in the public corpus, and merging would fabricate a prefix chain. When
-  two sessions share a ``session_id`` the later ones get ``~2``, ``~3``... (skipping
-  any suffix that is itself a ``session_id`` in the file) so request ids stay unique;
-- rounds are ordered by ``(round_index, file order)`` and renumbered 0..n-1;
-- ``tool_wait_after_ms`` is the *union* of the round's tool intervals
-  (``emitted_at``..``result_at``; parallel calls overlap) or, with
-  ``tool_wait="sum"``, the sum of the tools' wall latencies; a tool with only a
-  latency counts as its own interval. It is 0 on a session's last round;
-- a session arrives at the earliest timing event of its first round (or of
-  its first round's tools), rebased so the earliest session arrives at 0;
-- sub-agents (``workbench.traces.tracelab_graph``, docs/session-graphs.md): a
-  session whose rows name a ``parent_session_id``, or whose whole span lies inside
-  a sub-agent tool call (``Task``/``Agent``) of another session of the same provider
-  and project, is that session's child.
+Fields, the mapping to rounds (``input_len = max(newly_append_tokens, 1)`` ...), session
+identity ``(provider, project, session_id)``, tool waits and arrivals:
+docs/trace-formats.md, "tracelab"; sub-agents (``tracelab_graph``):
+docs/session-graphs.md, "tracelab". Fields not in ``KNOWN_FIELDS`` are named in one warning.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,15 +17,9 @@ from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces.formats import register_format
-from workbench.traces.json_io import (
-    json_int,
-    json_lines,
-    json_number,
-    note_unknown,
-    warn_unknown,
-)
-from workbench.traces.shared import request_id
-from workbench.traces.tracelab_graph import agent_tool_spans, attach_subagents, parent_of
+from workbench.traces.json_io import json_int, json_lines, json_number, note_unknown, warn_unknown
+from workbench.traces.shared import request_id, step_aside, union_length
+from workbench.traces.tracelab_graph import SUBAGENT_TOOLS, attach_subagents
 
 FORMAT_NAME = "tracelab"
 TOOL_WAIT_MODES = ("union", "sum")
@@ -84,7 +46,7 @@ def sniff(lines: list[str]) -> bool:
 
 @dataclass(frozen=True)
 class _Row:
-    """One parsed line: identity, order keys, mapped lengths and tool intervals."""
+    """One parsed line: identity, order keys, mapped lengths, tool wait and timing."""
 
     line: int
     identity: tuple[str, str | None, str]
@@ -94,9 +56,7 @@ class _Row:
     input_len: int
     output_len: int
     start_ms: float | None
-    intervals: tuple[Interval, ...]
-    loose_ms: float
-    latency_sum_ms: float
+    tool_wait_ms: float  # under the reader's tool_wait mode
     end_ms: float | None = None  # the round's last timing event or tool result
     agent_tools: tuple[Interval, ...] = ()  # its sub-agent tool calls (tracelab_graph)
     parent_session_id: str | None = None
@@ -112,7 +72,7 @@ def read_tracelab(path: Path, *, tool_wait: str = "union") -> Workload:
     unknown: dict[str, int] = {}
     for line, obj, _raw in json_lines(path):
         note_unknown(path, line, obj, KNOWN_FIELDS, unknown)
-        row = _parse_row(path, line, obj)
+        row = _parse_row(path, line, obj, tool_wait)
         sessions.setdefault(row.identity, []).append(row)
     starts = [_session_start(path, rows) for rows in sessions.values()]
     origin = min(starts)
@@ -123,7 +83,7 @@ def read_tracelab(path: Path, *, tool_wait: str = "union") -> Workload:
             raise TraceFormatError(path, _first(rows).line, rule)
     names = _unit_ids(list(sessions))
     units = attach_subagents(path, [
-        _build_unit(names[key], rows, start - origin, tool_wait)
+        _build_unit(names[key], rows, start - origin)
         for (key, rows), start in zip(sessions.items(), starts, strict=True)
     ], sessions, names)
     meta = {
@@ -148,7 +108,7 @@ def _str(path: Path, line: int, obj: dict[str, Any], key: str, *, optional: bool
     return value
 
 
-def _parse_row(path: Path, line: int, obj: dict[str, Any]) -> _Row:
+def _parse_row(path: Path, line: int, obj: dict[str, Any], mode: str) -> _Row:
     """Types, the token invariant and the timing of one round line."""
     provider = _str(path, line, obj, "provider", optional=False)
     project = _str(path, line, obj, "project", optional=True)
@@ -166,17 +126,20 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any]) -> _Row:
         )
     events = _list(path, line, obj, "timing_events")
     stamps = [_stamp(path, line, "timing_events[].timestamp", e.get("timestamp")) for e in events]
-    intervals, loose, latency_sum = _tools(path, line, _list(path, line, obj, "tools"))
+    intervals, loose, latency_sum, agent = _tools(path, line, _list(path, line, obj, "tools"))
     starts = [s for s in stamps if s is not None] + [a for a, _ in intervals]
     ends = [s for s in stamps if s is not None] + [b for _, b in intervals]
     assert provider is not None and sid is not None  # non-optional above
     prompt = max(lengths["prefix_tokens"], 0) + max(lengths["newly_append_tokens"], 1)
     bounds.check_round(path, line, prompt, max(lengths["output_tokens"], 1))
-    for mode, wait in (("union", union_length(intervals) + loose), ("sum", latency_sum)):
+    # a tool with a latency but no start time cannot be placed: it overlaps nothing
+    waits = {"union": union_length(intervals) + loose, "sum": latency_sum}
+    for how, wait in waits.items():
         if wait > bounds.MAX_WAIT_MS:
-            rule = bounds.over(f"tool wait ({mode} of the round's tools)", wait,
+            rule = bounds.over(f"tool wait ({how} of the round's tools)", wait,
                                bounds.MAX_WAIT_MS, "ms")
             raise TraceFormatError(path, line, rule)
+    parent = _str(path, line, obj, "parent_session_id", optional=True)  # tracelab_graph
     return _Row(
         line=line,
         identity=(provider, project, sid),
@@ -186,12 +149,10 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any]) -> _Row:
         input_len=max(lengths["newly_append_tokens"], 1),
         output_len=max(lengths["output_tokens"], 1),
         start_ms=min(starts) if starts else None,
-        intervals=tuple(intervals),
-        loose_ms=loose,
-        latency_sum_ms=latency_sum,
+        tool_wait_ms=waits[mode],
         end_ms=max(ends) if ends else None,
-        agent_tools=agent_tool_spans(path, line, _list(path, line, obj, "tools"), _stamp),
-        parent_session_id=parent_of(path, line, obj),
+        agent_tools=agent,
+        parent_session_id=parent and bounds.check_id(path, line, "parent_session_id", parent),
     )
 
 
@@ -227,9 +188,11 @@ def _stamp(path: Path, line: int, name: str, value: Any) -> float | None:
 
 def _tools(
     path: Path, line: int, tools: list[dict[str, Any]]
-) -> tuple[list[Interval], float, float]:
-    """Tool intervals, the latency of tools with no start time, and the sum of all latencies."""
+) -> tuple[list[Interval], float, float, tuple[Interval, ...]]:
+    """Tool intervals, the latency of tools with no start time, the sum of all latencies,
+    and the sub-agent tool calls (``tracelab_graph``) with both times."""
     intervals: list[Interval] = []
+    agent: list[Interval] = []
     loose = total = 0.0
     for tool in tools:
         start = _stamp(path, line, "tools[].emitted_at", tool.get("emitted_at"))
@@ -242,31 +205,14 @@ def _tools(
                 raise TraceFormatError(path, line, "a tool's result_at is before its emitted_at")
             latency = end - start if latency is None else latency
             intervals.append((start, end))
+            if tool.get("tool_name") in SUBAGENT_TOOLS:
+                agent.append((start, end))
         elif start is not None and latency is not None:
             intervals.append((start, start + latency))
         elif latency is not None:
             loose += latency
         total += latency or 0.0
-    return intervals, loose, total
-
-
-def union_length(intervals: Sequence[Interval]) -> float:
-    """Total length covered by possibly overlapping intervals (parallel tool calls)."""
-    total = 0.0
-    end = -math.inf
-    for a, b in sorted(intervals):
-        if b <= end:
-            continue
-        total += b - max(a, end)
-        end = b
-    return total
-
-
-def _tool_wait(row: _Row, mode: str) -> float:
-    if mode == "sum":
-        return row.latency_sum_ms
-    # a tool with a latency but no start time cannot be placed: it overlaps nothing
-    return union_length(row.intervals) + row.loose_ms
+    return intervals, loose, total, tuple(agent)
 
 
 def _first(rows: list[_Row]) -> _Row:
@@ -283,27 +229,14 @@ def _session_start(path: Path, rows: list[_Row]) -> float:
 
 
 def _unit_ids(keys: list[tuple[str, str | None, str]]) -> dict[tuple[str, str | None, str], str]:
-    """Unique unit ids: the session_id, suffixed ``~k`` when several sessions share it.
-
-    The first session (file order) keeps its ``session_id``; a later one takes the
-    lowest ``~k`` (k >= 2) that is neither taken nor the real ``session_id`` of any
-    session in the file, so a recorded ``s~2`` never collides with a renamed ``s``.
-    """
+    """Unique unit ids: the session_id, suffixed ``~k`` past the first session that has it,
+    never a real ``session_id`` of the file (docs/trace-bounds.md, "Unique ids")."""
     real = {key[2] for key in keys}
     taken: set[str] = set()
-    out = {}
-    for key in keys:
-        sid = uid = key[2]
-        k = 1
-        while uid in taken or (k > 1 and uid in real):
-            k += 1
-            uid = f"{sid}~{k}"
-        taken.add(uid)
-        out[key] = uid
-    return out
+    return {key: step_aside(key[2], taken, real) for key in keys}
 
 
-def _build_unit(uid: str, rows: list[_Row], arrival: float, mode: str) -> Unit:
+def _build_unit(uid: str, rows: list[_Row], arrival: float) -> Unit:
     ordered = sorted(rows, key=lambda r: (r.round_index, r.line))
     last = len(ordered) - 1
     rounds = tuple(
@@ -315,7 +248,7 @@ def _build_unit(uid: str, rows: list[_Row], arrival: float, mode: str) -> Unit:
             r.prefix_len,
             r.input_len,
             r.output_len,
-            0.0 if k == last else _tool_wait(r, mode),
+            0.0 if k == last else r.tool_wait_ms,
         )
         for k, r in enumerate(ordered)
     )

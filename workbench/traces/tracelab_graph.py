@@ -1,68 +1,21 @@
-"""Sub-agent sessions of a TraceLab round trace (docs/session-graphs.md, "TraceLab").
-
-A session becomes a child of another by one of two rules, the first that applies:
-
-1. **fields**: its rows carry ``parent_session_id`` (a string): the session of that
-   ``session_id`` with the same ``provider`` and ``project``. Every row that names
-   one must name the same; a name no such session has is a trace error (that line).
-2. **containment** (AIPerf's rule for recovering nesting): its span — its first
-   round's earliest timing event to its last round's latest event or tool result —
-   lies inside a sub-agent tool call (``tool_name`` in ``SUBAGENT_TOOLS``, with both
-   ``emitted_at`` and ``result_at``) of a round of another session of the same
-   ``provider`` and ``project``; the innermost (shortest) such call wins, so nesting
-   is kept.
-
-Where it hangs: on the parent round that holds the call (rule 2) or, for rule 1,
-the parent's last round started at or before the child's start; trigger
-``round_end``, ``delay_ms`` the child's start minus that call's ``emitted_at``
-(rule 1: minus the round's last event), at least 0. The join: rule 2, the parent's
-next round (the call's result; the child's whole subtree lies inside the call, since
-a grandchild lies inside the child's own call); rule 1, the parent's first later round
-that started at or after the child's whole subtree ended (``graph.subtree_ends``: in
-replay a join waits for the child's descendants too), none when no round did.
+"""Sub-agent sessions of a TraceLab round trace: by ``parent_session_id`` fields (rule 1)
+or by containment in a ``Task``/``Agent`` tool call (rule 2); where each hangs and
+which round joins it: docs/session-graphs.md, "tracelab".
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from workbench.errors import TraceFormatError
 from workbench.records import Spawn, Unit
-from workbench.traces import bounds
 from workbench.traces.graph import subtree_ends
 
 SUBAGENT_TOOLS = frozenset(("Task", "Agent"))
 Interval = tuple[float, float]
 Key = tuple[str, str | None, str]
-
-
-def parent_of(path: Path, line: int, obj: dict[str, Any]) -> str | None:
-    value = obj.get("parent_session_id")
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise TraceFormatError(path, line, f"parent_session_id must be a non-empty string, "
-                               f"got {value!r:.40}")
-    return bounds.check_id(path, line, "parent_session_id", value)
-
-
-def agent_tool_spans(
-    path: Path, line: int, tools: list[dict[str, Any]],
-    stamp: Callable[[Path, int, str, Any], float | None],
-) -> tuple[Interval, ...]:
-    """The round's sub-agent tool calls as ``(emitted_at, result_at)`` in epoch ms."""
-    out = []
-    for tool in tools:
-        if tool.get("tool_name") not in SUBAGENT_TOOLS:
-            continue
-        start = stamp(path, line, "tools[].emitted_at", tool.get("emitted_at"))
-        end = stamp(path, line, "tools[].result_at", tool.get("result_at"))
-        if start is not None and end is not None:
-            out.append((start, end))
-    return tuple(out)
 
 
 def _ordered(rows: list[Any]) -> list[Any]:

@@ -1,28 +1,7 @@
-"""batchbench v1 replay manifests (JSONL) → sessions.
+"""batchbench v1 replay manifests (JSONL, one trajectory a line) → sessions arriving at 0.
 
-The format (doublewordai/batchbench ``docs/manifest.md``; docs/trace-formats.md) is one
-trajectory a line, in admission order::
-
-    {"schema_version": 1, "trajectory_id": "fixer-a",
-     "requests": [{"prompt_tokens": 3072, "output_tokens": 96},
-                  {"prompt_tokens": 3600, "output_tokens": 160, "delay_after_ms": 40},
-                  {"prompt_tokens": 900, "output_tokens": 32, "reset_before": true}]}
-
-- ``schema_version``: must be the integer 1 (v2 adds seeded text blocks that
-  this reader does not model, so a v2 line is refused rather than half-read).
-- ``trajectory_id``: non-empty string, unique in the file.
-- ``requests[]``: ``prompt_tokens`` (the whole prompt, ≥ 1), ``output_tokens``
-  (≥ 1), optional ``delay_after_ms`` (wait after the request, default 0) and
-  ``reset_before`` (boolean, default false).
-- Unknown fields, at the top level or in a request, are an error (as in batchbench).
-
-Growth rule: request k+1 appends to the conversation of request k, so its
-prefix is ``prompt_k + output_k`` and its fresh input
-``prompt_{k+1} − prompt_k − output_k``. A negative growth is only legal when
-request k+1 says ``reset_before`` (a fresh conversation: prefix 0, the whole
-prompt fresh, ``Round.reset_before`` set); otherwise it is an error naming the
-line. Each trajectory is a session unit (``unit_id`` = ``trajectory_id``)
-arriving at 0; request ids are ``{trajectory_id}_request_{k}``.
+Fields, the growth rule (request k+1 appends to request k's conversation unless it
+says ``reset_before``) and ids: docs/trace-formats.md, "trajectory".
 """
 
 from __future__ import annotations
@@ -34,12 +13,7 @@ from workbench.errors import TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces.formats import register_format
-from workbench.traces.json_io import (
-    first_json_object,
-    json_number,
-    json_tokens,
-    unit_per_line,
-)
+from workbench.traces.json_io import first_json_object, json_number, json_tokens, unit_per_line
 
 _TOP_FIELDS = frozenset(("schema_version", "trajectory_id", "requests"))
 _REQUEST_FIELDS = frozenset(("prompt_tokens", "output_tokens", "delay_after_ms", "reset_before"))

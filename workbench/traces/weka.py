@@ -1,38 +1,9 @@
 """Captured coding-agent traces (kv-cache-tester's format; AIPerf's "Weka" traces) → sessions.
 
-The format, its sources and every decision below are in docs/weka-traces.md. In short:
-one JSON object per *conversation*::
-
-    {"id": "trace_0001", "models": ["claude-opus-4-5-20251101"], "block_size": 64,
-     "hash_id_scope": "local", "tool_tokens": 12974, "system_tokens": 4243,
-     "requests": [
-       {"t": 0.0, "type": "n", "model": "...", "in": 71175, "out": 169,
-        "hash_ids": [1, 2, ...], "input_types": ["text"], "output_types": ["tool_use"],
-        "stop": "tool_use", "api_time": 7.34, "think_time": 0.0},
-       {"t": 79.2, "type": "subagent", "agent_id": "agent_001", "requests": [...], ...}]}
-
-read from one ``.json`` file, a JSONL of such objects (one a line), a JSON array of them,
-or a folder of those files (``*.json``/``*.jsonl``, sorted by name).
-
-- A conversation is a root session; a ``subagent`` marker is a child session that
-  starts when the parent's request before the marker ends, and the parent's request
-  after it waits for the child (``Spawn(round_end, delay 0, join = next round)``);
-  markers side by side start together; nested markers nest. A marker before any
-  request of its parent starts with the parent's first request (``round_start``), one
-  after the last is joined by nobody (the agent task still waits).
-- ``hash_ids`` count the prompt's full blocks (floor): the tail is unhashed fill.
-  ``hash_id_scope: local`` ids are private to their conversation (file): they are moved
-  into a namespace of that conversation's id (``namespaced``) so conversation A's block
-  1 is not conversation B's. ``global`` ids are kept as they are.
-- The warm prefix (``warm_prefix_pct`` of the largest ``tool_tokens + system_tokens``
-  of the conversations read): the leading whole blocks of every agent's prompts are
-  replaced by blocks shared by all conversations, as kv-cache-tester's replayer does.
-- Tool waits come from the ``timing`` strategy (``TIMINGS``; default ``think-only``).
-- ``subagents: recorded`` times sub-agents as recorded instead (their marker's offset;
-  joined by the first parent request recorded after their end, as AIPerf does).
-- ``pairs``: ``keep`` replays every request as captured; ``collapse`` merges a request
-  into the one before it when both are of one agent, one ``s`` and one ``n``, with the
-  same ``hash_ids``.
+One JSON object per conversation, in a ``.json`` file, a JSONL, a JSON array or a
+folder of them. The format, its sources and every decision here (sub-agent markers,
+local hash-id namespaces, the warm prefix, the timing strategies, ``pairs``) are in
+docs/weka-traces.md.
 """
 
 from __future__ import annotations
@@ -50,7 +21,7 @@ import orjson
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Spawn, SpawnTrigger, Unit, Workload
 from workbench.traces import bounds
-from workbench.traces._io import check_options, read_text
+from workbench.traces._io import read_text
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import (
     json_id,
@@ -68,14 +39,6 @@ ALIASES = ("kv-cache-tester", "agentx")
 TIMINGS = ("think-only", "original", "api-scaled")
 PAIRS = ("keep", "collapse")
 SCOPES = ("local", "global")
-DEFAULTS: dict[str, Any] = {
-    "timing": "think-only",
-    "api_time_scale": 1.0,
-    "max_delay_s": None,
-    "warm_prefix_pct": 0.5,
-    "pairs": "keep",
-    "subagents": "wait",
-}
 SUBAGENTS = ("wait", "recorded")
 SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
 MAX_DEPTH = 16  # sub-agents inside sub-agents: deeper than this is a broken file
@@ -105,8 +68,7 @@ class _Request:
 
 @dataclass
 class _Agent:
-    """One agent (a conversation's root, or a sub-agent) as read: its requests, and
-    the markers (children) after ``len(requests)`` requests at the time."""
+    """One agent (a conversation's root, or a sub-agent) as read: requests and markers."""
 
     unit_id: str
     line: int
@@ -118,10 +80,8 @@ class _Agent:
     duration_s: float | None = None  # a sub-agent's recorded run (its marker's duration_ms)
 
     def recorded_end(self, start: float) -> float:
-        """When this sub-agent ended in its parent's timeline (it started at ``start``):
-        its marker's ``duration_ms``, else its last request's ``t`` plus ``api_time``
-        (``t`` relative to the marker, upstream's way, when its first request's ``t`` is
-        below the marker's; absolute otherwise, as SemiAnalysis's copies write it)."""
+        """When this sub-agent, started at ``start``, ended in its parent's timeline
+        (docs/weka-traces.md, ``subagents: recorded``)."""
         if self.duration_s is not None:
             return start + self.duration_s
         reqs = [it for it in self.items if isinstance(it, _Request)]
@@ -133,16 +93,14 @@ class _Agent:
 
 @dataclass(frozen=True)
 class _Source:
-    """Where a conversation stands: its file and its line (errors name both)."""
+    """A conversation's file and line (errors name both)."""
 
     path: Path
     line: int
 
 
-def _options(options: dict[str, Any]) -> dict[str, Any]:
-    check_options(FORMAT, {k: v for k, v in options.items() if k not in DEFAULTS},
-                  tuple(DEFAULTS))
-    out = {**DEFAULTS, **options}
+def _options(out: dict[str, Any]) -> dict[str, Any]:
+    """The reader's options, checked (docs/weka-traces.md; unknown ones ``load_trace`` refuses)."""
     for name, choices in (("timing", TIMINGS), ("subagents", SUBAGENTS), ("pairs", PAIRS)):
         if out[name] not in choices:
             raise ConfigError(f"{FORMAT} reader: {name} must be one of {', '.join(choices)}, "
@@ -174,8 +132,8 @@ def trace_files(path: Path) -> list[Path]:
 
 
 def _sources(path: Path) -> Iterator[tuple[_Source, dict[str, Any]]]:
-    """Every conversation object of one file, with where it stands (line 1, or the first
-    non-blank one, for a whole-file JSON; its own line in a JSONL)."""
+    """Every conversation object of one file, with its line (a whole-file JSON's first
+    non-blank one; its own in a JSONL)."""
     text = read_text(path)  # regular, bounded, UTF-8, not blank, its BOM dropped
     try:
         whole = orjson.loads(text)
@@ -352,8 +310,7 @@ def namespace(conversation: str) -> int:
 
 class _Ids:
     """A conversation's hash ids as replayed, one int object per distinct id: local ids
-    move into the conversation's namespace (``ns << 23 | id``: under 2^63, so numpy still
-    takes them); global ones stay."""
+    move into its namespace (``ns << 23 | id``, under 2^63 for numpy); global ones stay."""
 
     def __init__(self, src: _Source, scope: str, ns: int) -> None:
         self.src, self.scope = src, scope
@@ -375,8 +332,7 @@ class _Ids:
         return tuple(out)
 
     def rebase(self, ns: int) -> dict[int, int]:
-        """Another namespace for these ids (a clash with an earlier conversation's):
-        old id → new id."""
+        """Old id → new id in namespace ``ns`` (a clash with an earlier conversation's)."""
         if self.scope != "local":
             return {}
         base = ns << _LOCAL_BITS
@@ -385,8 +341,8 @@ class _Ids:
 
 def _own_namespace(root: _Agent, ids: _Ids, spaces: dict[int, str],
                    counts: Counter[str]) -> None:  # fmt: skip
-    """Give a conversation whose namespace an earlier one holds (40 bits: about 1 in 10^5
-    for 10,000 conversations) the next free one, its ids rewritten; file order decides."""
+    """Move a conversation whose namespace an earlier one holds to the next free one
+    (its ids rewritten; file order decides)."""
     if ids.scope != "local":
         return
     ns = ids.base >> _LOCAL_BITS
@@ -409,9 +365,8 @@ def _rewrite(agent: _Agent, mapping: dict[int, int]) -> None:
 
 
 def _warm_map(agent: _Agent, blocks: int, block: int, out: dict[int, int]) -> dict[int, int]:
-    """The warm prefix of a conversation: the ids at positions below ``blocks`` of each of
-    its agents' first prompts → the shared ids ``-1, -2, ...`` (a hash id names its block
-    and all before it, so it only ever stands at one position)."""
+    """The warm prefix: ids at positions below ``blocks`` of each agent's first prompt →
+    the shared ids ``-1, -2, ...`` (an id names its block and all before it)."""
     first = next((it for it in agent.items if isinstance(it, _Request)), None)
     if first is not None:
         for i, h in enumerate(first.hashes[: min(blocks, first.prompt // block)]):
@@ -438,9 +393,8 @@ def _remap(hashes: tuple[int, ...], mapping: dict[int, int], upto: int | None
 
 @dataclass
 class _Built:
-    """The units made so far (conversations in file order, an agent before its
-    sub-agents), what was counted, and the block ids any earlier round sent: a round's
-    ``prefix_len`` is its leading blocks among them, times ``block``, within its prompt."""
+    """The units made so far (an agent before its sub-agents), the counts, and the block
+    ids earlier rounds sent (a round's prefix is its leading blocks among them)."""
 
     units: list[Unit]
     counts: Counter[str]
@@ -451,8 +405,8 @@ class _Built:
 
 def _delay_s(prev: _Request | float, cur: _Request, opts: dict[str, Any],
              timing: Counter[str]) -> float:  # fmt: skip
-    """The wait before ``cur`` after the item before it (a request, or a marker's ``t``),
-    by the replayer's strategies; a request without the fields falls back to ``original``."""
+    """The wait before ``cur`` after the item before it (a request, or a marker's ``t``)
+    by the timing strategy; without its fields, ``original``."""
     prev_t = prev if isinstance(prev, float) else prev.t
     strategy = opts["timing"]
     if strategy == "think-only" and cur.think_time is not None:
@@ -543,10 +497,8 @@ def _units(src: _Source, agent: _Agent, warm: dict[int, int], warm_blocks: int,
 
 def _recorded_spawn(agent: _Agent, reqs: list[_Request], k: int, t: float, child: _Agent,
                     counts: Counter[str]) -> Spawn:  # fmt: skip
-    """``subagents: recorded``: the child starts at its marker's offset from the end (or,
-    when the marker falls inside it, the start) of the parent's request ``k - 1``, and
-    the first parent request recorded at or after the child's recorded end waits for it
-    (none: nobody waits; the conversation still does)."""
+    """``subagents: recorded`` (docs/weka-traces.md): the child starts at its marker's
+    offset from request ``k - 1``; the first request recorded after its end joins it."""
     before = reqs[k - 1]
     end = before.t + (before.api_time or 0.0)
     trigger: SpawnTrigger = "round_end"
@@ -564,8 +516,7 @@ def _recorded_spawn(agent: _Agent, reqs: list[_Request], k: int, t: float, child
 
 
 def _sniff(lines: list[str]) -> bool:
-    """A conversation on one line (a file, a JSONL, an array): its keys are in the head; a
-    pretty-printed one (``{`` alone on the first line) shows only its first keys."""
+    """A conversation's keys in the head; a pretty-printed one shows only its first keys."""
     head = "\n".join(lines)
     if not head.lstrip().startswith(("{", "[")):
         return False
@@ -581,9 +532,13 @@ def _sniff(lines: list[str]) -> bool:
 @register_format(FORMAT, sniff=_sniff, aliases=ALIASES, folders=SUFFIXES,
                  description="captured coding-agent conversations (kv-cache-tester / "
                              "AIPerf 'Weka' / AgentX JSON): a file, a JSONL or a folder")
-def read_weka(path: Path, **options: Any) -> Workload:
+def read_weka(path: Path, *, timing: str = "think-only", api_time_scale: float = 1.0,
+              max_delay_s: float | None = None, warm_prefix_pct: float = 0.5,
+              pairs: str = "keep", subagents: str = "wait") -> Workload:
     """Load captured conversations (module doc; docs/weka-traces.md)."""
-    opts = _options(options)
+    opts = _options({"timing": timing, "api_time_scale": api_time_scale,
+                     "max_delay_s": max_delay_s, "warm_prefix_pct": warm_prefix_pct,
+                     "pairs": pairs, "subagents": subagents})
     path = Path(path)
     seen: dict[str, int] = {}
     counts: Counter[str] = Counter()
@@ -592,8 +547,7 @@ def read_weka(path: Path, **options: Any) -> Workload:
     spaces: dict[int, str] = {}
     files = trace_files(path)
     for file in files:
-        # a file's JSON objects go as soon as its conversations are read (a whole corpus
-        # is GBs of them): only the agents, with their ids namespaced, are kept
+        # only the agents are kept, not a file's JSON objects (a corpus is GBs of them)
         for src, obj in _sources(file):
             root, block, ids = _conversation(src, obj, seen, counts)
             if root.unit_id in where_id:
@@ -627,5 +581,5 @@ def read_weka(path: Path, **options: Any) -> Workload:
     return Workload(tuple(units), FORMAT, str(path), block, meta)
 
 
-__all__ = ["DEFAULTS", "FORMAT", "PAIRS", "SUBAGENTS", "TIMINGS", "namespace", "read_weka",
+__all__ = ["FORMAT", "PAIRS", "SUBAGENTS", "TIMINGS", "namespace", "read_weka",
            "trace_files"]

@@ -1,19 +1,8 @@
-"""The ``coding-agent`` preset's fit: statistics of captured coding-agent conversations
-(the weka reader's sessions and sub-agents) and the ``agentic`` keys that match them.
-
-``measure(workload)`` reads a workload with sub-agents (``spawn`` set) into columns per
-group (``session``: root conversations, ``subagent``: their children): rounds per
-session, first prompt, growth per round (``prompt[k] - prompt[k-1] - output[k-1]``: the
-tokens the ``agentic`` generator appends as ``input``), the tokens not in the previous
-request's leading hash blocks, output, tool waits (ms after a round but the last),
-compactions, and the fan-out (spawning rounds, sub-agents a spawning round starts).
-``fit(stats)`` turns them into ``agentic`` keys (docs/trace-formats.md, "The
-``coding-agent`` preset and its fit"): each length a lognormal through the data's p50
-and p90 (median = p50, sigma = ln(p90 / p50) / z(0.9)), censored at the data's maximum;
-``subagents`` the share of rounds (but the last) that spawn, ``fanout`` uniform over the
-fan sizes seen, ``compaction`` the share of rounds whose leading hash blocks keep less
-than ``COMPACTED`` of the previous prompt *and* whose prompt shrinks to that share.
-``table`` renders data against a drawn workload (bench/fit_coding_agent.py prints it).
+"""The ``coding-agent`` preset's fit: ``measure`` reads captured conversations (the weka
+reader's sessions and sub-agents) into columns per group, ``fit`` turns them into
+``agentic`` keys, ``table`` renders data against a drawn workload
+(bench/fit_coding_agent.py). Method and figures: docs/trace-formats.md, "The
+``coding-agent`` preset and its fit".
 """
 
 from __future__ import annotations
@@ -131,13 +120,10 @@ def table(data: dict[str, Group], drawn: dict[str, Group], preset: dict[str, str
     for name in GROUPS:
         d, w = data[name], drawn[name]
         pre = "" if name == "session" else "subagent_"
-        for key, what, scale in (("rounds", "rounds", 1.0), ("first_input", "first_input", 1.0),
-                                 ("input", "input", 1.0), ("output", "output", 1.0),
-                                 ("tool_wait", "tool_wait", 1000.0)):
-            unit = " (s)" if key == "tool_wait" else ""
+        for key in LENGTHS:
+            unit, scale = (" (s)", 1000.0) if key == "tool_wait" else ("", 1.0)
             rows.append(f"| {name} | `{pre}{key}`{unit} | `{preset.get(pre + key, '')}` | "
-                        f"{_cells(getattr(d, what), scale)} | "
-                        f"{_cells(getattr(w, what), scale)} |")
+                        f"{_cells(getattr(d, key), scale)} | {_cells(getattr(w, key), scale)} |")
         rows.append(f"| {name} | prompt tokens (all rounds) | — | {_cells(d.prompt)} | "
                     f"{_cells(w.prompt)} |")
         rows.append(f"| {name} | tokens past the previous prompt's hash blocks | — | "

@@ -1,31 +1,11 @@
 """``tracegen``: materialize a raw or synthetic session workload into the canonical format.
 
-A raw trace (session CSV, TraceLab JSONL) claims prefixes that may not exist at
-replay time; a context policy (axis 2) decides what each round really reuses.
-``tracegen`` applies it *once* and writes the result as a canonical
-``session-execution-v2`` CSV plus two sidecars, so every replay of the file
-(simulated or live) runs exactly the same plan:
-
-- ``OUT.csv`` — the canonical rows (``workbench.traces.canonical``);
-- ``OUT.graph.json`` — only when the source has sub-agents (docs/session-graphs.md):
-  the links of the session graph, which the canonical CSV cannot carry;
-- ``OUT.manifest.json`` — totals recomputed from the rows and every parameter
-  that shaped them (source hash, policy and thresholds, selection, arrivals,
-  seed, folded/compaction counts);
-- ``OUT.plan.json`` — one object per round with its predecessor request id.
-
-Order of operations (request-factory's): pick the session order (``source``
-or ``shuffle``), keep the first ``max_sessions``, *then* draw arrivals, so a
-capped trace keeps the offered rate. Without an arrival pattern the source
-arrivals are kept and the selected sessions are emitted in (stable) arrival
-order, as the canonical format requires. Arrivals are rebased so the first
-session arrives at 0 (``arrival_origin_ms`` is what was subtracted, on the source's
-own clock: for TraceLab JSONL, the reader's epoch origin plus the first selected arrival).
-
-All randomness comes from one ``numpy.random.default_rng(seed)``, consumed in
-a fixed order: synthetic draws, then the shuffle, then the arrival gaps.
-Synthetic sources (``synthetic:key=value,...``) are documented in
-``SYNTHETIC_HELP`` in ``workbench.workloads.synthetic``.
+A raw trace claims prefixes that may not exist at replay time; ``tracegen`` applies a
+context policy *once* and writes ``OUT.csv`` (canonical ``session-execution-v2`` rows),
+``OUT.manifest.json`` (totals and every parameter), ``OUT.plan.json`` (one object per
+round) and, with sub-agents, ``OUT.graph.json``, so every replay of the file runs the
+same plan. Options, order of operations and randomness: docs/trace-formats.md,
+"session-execution-v2"; synthetic sources: ``SYNTHETIC_HELP``.
 """
 
 from __future__ import annotations
@@ -45,14 +25,13 @@ import orjson
 from workbench import __version__
 from workbench import safe_write as safe
 from workbench.context.policy import (
-    DEFAULT_POLICY,
     MAJOR_COMPACTION_MIN_DROP_RATIO,
     MAJOR_COMPACTION_MIN_DROP_TOKENS,
     POLICIES,
     ContextPolicy,
+    effective_policy,
     make_policy,
     plan_rounds,
-    planned_file_message,
 )
 from workbench.errors import WRITE_ERRNOS, ConfigError, OutputWriteError, TraceFormatError
 from workbench.records import Unit, Workload
@@ -61,11 +40,7 @@ from workbench.traces._io import open_trace
 from workbench.traces.bounds import check_workload
 from workbench.traces.graph import sidecar_rows
 from workbench.traces.load import FORMATS, detect_format, load_trace
-from workbench.workloads.synthetic import (
-    SYNTHETIC_PREFIX,
-    parse_synthetic,
-    synthetic_workload,
-)
+from workbench.workloads.synthetic import SYNTHETIC_PREFIX, parse_synthetic, synthetic_workload
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +51,9 @@ RNG_NOTE = "numpy.random.default_rng(seed) (PCG64); draw order: synthetic, shuff
 
 @dataclass(frozen=True)
 class TracegenSpec:
-    """Everything that shapes a generated trace besides its source (recorded in the manifest).
-
-    ``arrival=None`` keeps the source arrivals (synthetic sources default to
-    ``poisson``); ``rate`` is sessions per second; ``tool_wait`` is passed to
-    the TraceLab reader (``union`` or ``sum``).
-    """
+    """Everything that shapes a generated trace besides its source (recorded in the
+    manifest): ``arrival=None`` keeps the source arrivals (a synthetic source's default:
+    ``poisson``), ``rate`` is sessions/s, ``tool_wait`` the TraceLab reader's option."""
 
     policy: str = "trace-reported"
     session_order: str = "source"
@@ -132,20 +104,19 @@ class _Source:
 def tracegen(
     source: str | Path, out: str | Path, spec: TracegenSpec | None = None, **overrides: Any
 ) -> TracegenResult:
-    """Generate ``out`` (canonical CSV) + sidecars from ``source``; see the module docstring.
-
-    ``source`` is a trace path (raw session CSV, TraceLab JSONL or any session
-    format ``load_trace`` reads) or a ``synthetic:...`` description.
-    ``overrides`` are ``TracegenSpec`` fields (``policy="monotonic"``, ...).
-    The written file is read back with the canonical reader before returning.
-    """
+    """Generate ``out`` (canonical CSV) + sidecars from ``source``, a session trace
+    ``load_trace`` reads or a ``synthetic:...`` description; ``overrides`` are
+    ``TracegenSpec`` fields (``policy="monotonic"``, ...)."""
     started = time.perf_counter()
     spec = dataclasses.replace(spec or TracegenSpec(), **overrides).validate()
     rng = np.random.default_rng(spec.seed)
     src = _load_source(source, spec, rng)
     units = _select(src.workload.units, spec, rng)
     units, arrivals, origin, pattern = _arrivals(units, spec, src, rng)
-    rows, stats = _plan(units, arrivals, _policy(spec))
+    policy = make_policy(spec.policy, {
+        "major_compaction_min_drop_tokens": spec.major_compaction_min_drop_tokens,
+        "major_compaction_min_drop_ratio": spec.major_compaction_min_drop_ratio})
+    rows, stats = _plan(units, arrivals, policy)
     parameters = _parameters(spec, src, pattern, origin, stats)
     manifest = _manifest(rows, len(units), src, parameters)
     csv_path, manifest_path, plan_path = _write(Path(out), rows, manifest, sidecar_rows(units))
@@ -211,14 +182,12 @@ def _load_source(source: str | Path, spec: TracegenSpec, rng: np.random.Generato
     if not path.exists() and not path.is_symlink():
         raise TraceFormatError(path, 0, "no such file (nor a synthetic: description)")
     fmt = spec.fmt
-    options = {"tool_wait": spec.tool_wait} if _is_tracelab(path, fmt) else {}
+    name = detect_format(path) if fmt == "auto" else FORMATS.canonical(fmt)
+    options = {"tool_wait": spec.tool_wait} if name == "tracelab" else {}
     workload = load_trace(path, fmt=fmt, **options)
     if not workload.units or not all(u.is_session for u in workload.units):
         raise ConfigError(f"tracegen needs session units; {path} ({workload.fmt}) has others")
-    if workload.meta.get("needs_context_policy") is False and spec.policy != DEFAULT_POLICY:
-        # already planned: a second policy would plan the plan, not the source (docs/arrival.md);
-        # trace-reported is the identity on such a file and copies it as written
-        raise ConfigError(planned_file_message(spec.policy, workload))
+    effective_policy(workload, spec.policy)  # a planned file takes only its identity policy
     data = open_trace(path)  # checked like the reader's read (regular, bounded)
     info = {"source_path": str(path), "source_schema": workload.fmt, "generator": "coding-session",
             "source_sha256": hashlib.sha256(data).hexdigest(), "source_bytes": len(data)}
@@ -226,11 +195,6 @@ def _load_source(source: str | Path, spec: TracegenSpec, rng: np.random.Generato
         info["tool_wait"] = workload.meta["tool_wait"]
         info["tool_latency_source"] = workload.meta.get("tool_latency_source")
     return _Source(workload, info)
-
-
-def _is_tracelab(path: Path, fmt: str) -> bool:
-    name = detect_format(path) if fmt == "auto" else FORMATS.canonical(fmt)
-    return name == "tracelab"
 
 
 def _select(units: Sequence[Unit], spec: TracegenSpec, rng: np.random.Generator) -> list[Unit]:
@@ -265,21 +229,11 @@ def _arrivals(
     return units, (raw - shift).tolist(), origin, pattern
 
 
-def _policy(spec: TracegenSpec) -> ContextPolicy:
-    return make_policy(spec.policy, {
-        "major_compaction_min_drop_tokens": spec.major_compaction_min_drop_tokens,
-        "major_compaction_min_drop_ratio": spec.major_compaction_min_drop_ratio,
-    })
-
-
 def _plan(
     units: list[Unit], arrivals: list[float], policy: ContextPolicy
 ) -> tuple[list[canonical.CanonicalRow], dict[str, int]]:
-    """Apply the policy per session (``plan_rounds``) into canonical rows; count folds.
-
-    ``folded`` is the reported prefix the plan does not reuse, ``max(P - p, 0)``
-    (request-factory's count for both policies).
-    """
+    """Apply the policy per session (``plan_rounds``) into canonical rows; count the folded
+    prefix (reported but not reused, ``max(P - p, 0)``: request-factory's count)."""
     rows: list[canonical.CanonicalRow] = []
     folded = folded_rounds = folded_first = major = 0
     for unit, arrival in zip(units, arrivals, strict=True):

@@ -1,24 +1,10 @@
 """Standard workloads in one argument: ``--trace synthetic:KIND,key=value,...``.
 
-``generate(text)`` turns the description into a ``Workload`` (no file, no separate
-``tracegen`` step); ``load_source`` calls it for any path that starts with
-``synthetic:`` and ``load_trace`` for the others, so ``replay``, ``simulate``,
-``sweep``, ``stats``, ``--dry-run``, ``RunConfig(trace.path=...)`` and the panel's
-trace field all take it. The kinds
-(docs/trace-formats.md, "Synthetic workloads"):
-
-- ``random``: independent requests, input and output lengths from a ``DIST``;
-- ``shared-prefix``: ``groups`` system prompts, each shared by ``prompts`` requests
-  (SGLang's generated-shared-prefix workload), built from block ids so the shared
-  part is the same tokens on the wire and a prefix cache can hit it;
-- ``agentic``: sessions of rounds (``workbench.workloads.synthetic``'s keys), or a
-  ``preset`` fitted to the bundled public coding-agent traces.
-
-Every kind draws its units' start times from an arrival process
-(``workbench.arrival.processes``; keys ``arrival``, ``rate``, ``burstiness``) and
-everything from ``seed``: the same description is the same workload. The
-workload's ``meta["generator"]`` (the kind, every parameter after defaults, the
-seed) goes into the run manifest.
+``generate(text)`` turns the description into a ``Workload`` (no file, no ``tracegen``
+step); ``load_source`` calls it for a path that starts with ``synthetic:`` and
+``load_trace`` for the others, so every command and ``RunConfig`` takes it. The kinds
+(``random``, ``shared-prefix``, ``agentic``), their keys and the arrival keys every
+kind shares: docs/trace-formats.md, "Synthetic workloads".
 """
 
 from __future__ import annotations
@@ -120,14 +106,10 @@ class SharedPrefixSpec:
     block: int = 16
 
 
-def is_synthetic(path: object) -> bool:
-    return isinstance(path, str) and path.startswith(SYNTHETIC_PREFIX)
-
-
 def load_source(path: str | Path, fmt: str = "auto", **options: Any) -> Workload:
     """A ``synthetic:`` description drawn (``generate``, checked against the trace bounds),
     anything else read by ``load_trace``."""
-    if not is_synthetic(path):
+    if not (isinstance(path, str) and path.startswith(SYNTHETIC_PREFIX)):
         return load_trace(bundled_or_path(path), fmt, **options)
     workload = generate(str(path))
     check_workload(str(path), workload)
@@ -211,14 +193,9 @@ def _timeline(pairs: dict[str, str]) -> Timeline:
     fields: dict[str, Any] = {}
     for key, value in pairs.items():
         try:
-            if key == "seed":
-                fields[key] = int(value)
-                if fields[key] < 0:
-                    raise ValueError
-            elif key == "arrival":
-                fields[key] = value
-            else:
-                fields[key] = float(value)
+            fields[key] = {"seed": int, "arrival": str}.get(key, float)(value)
+            if key == "seed" and fields[key] < 0:
+                raise ValueError
         except ValueError:
             want = "an integer >= 0" if key == "seed" else "a number"
             raise ConfigError(f"synthetic source: bad {key}={value!r} (want {want})") from None

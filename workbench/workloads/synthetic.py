@@ -1,10 +1,8 @@
-"""``synthetic:KEY=VALUE,...`` sources for ``tracegen``: sessions drawn from distributions.
+"""``synthetic:KEY=VALUE,...`` sessions drawn from distributions (``SYNTHETIC_HELP``).
 
-``parse_synthetic`` reads the description (``SYNTHETIC_HELP`` says every key);
-``synthetic_workload`` draws the sessions with a caller's generator, vectorized,
-all arriving at 0 (``tracegen`` draws the arrivals), then their sub-agents (child
-units with ``spawn`` set, each right after its parent); ``SessionStream`` draws
-sessions without sub-agents on demand.
+``parse_synthetic`` reads a description; ``synthetic_workload`` draws the sessions,
+vectorized, then their sub-agents (each right after its parent); ``SessionStream``
+draws sessions without sub-agents on demand (docs/virtual-time.md, "Streamed runs").
 """
 
 from __future__ import annotations
@@ -104,25 +102,17 @@ def _num(x: float) -> str:
     return str(int(x)) if "e" in text and float(x).is_integer() else text
 
 
+_ARITY = {"fixed": (1,), "uniform": (2,), "lognormal": (2, 3), "normal": (2,), "exponential": (1,)}
+
+
 def parse_distribution(key: str, text: str) -> Distribution:
     """Parse one ``DIST`` (a bare number means ``fixed``); ``ConfigError`` names the key."""
     kind, _, arg = text.partition(":") if ":" in text else ("fixed", "", text)
     try:
-        if kind == "fixed":
-            dist = Distribution("fixed", float(arg))
-        elif kind == "uniform":
-            lo, hi = arg.split("..")
-            dist = Distribution("uniform", float(lo), float(hi))
-        elif kind == "lognormal" and arg.count(",") == 2:
-            centre, spread, most = arg.split(",")
-            dist = Distribution(kind, float(centre), float(spread), float(most))
-        elif kind in ("lognormal", "normal"):
-            centre, spread = arg.split(",")
-            dist = Distribution(kind, float(centre), float(spread))
-        elif kind == "exponential":
-            dist = Distribution(kind, float(arg))
-        else:
+        numbers = [float(x) for x in arg.split(".." if kind == "uniform" else ",")]
+        if len(numbers) not in _ARITY.get(kind, ()):
             raise ValueError(kind)
+        dist = Distribution(kind, *numbers)
     except ValueError:
         raise ConfigError(
             f"synthetic {key}={text!r}: expected fixed:N, uniform:LO..HI, "
@@ -260,10 +250,8 @@ def synthetic_workload(spec: SyntheticSpec, rng: np.random.Generator,
 def synthetic_stream(
     spec: SyntheticSpec, rng: np.random.Generator, arrivals_ms: Sequence[float] | None = None
 ) -> Workload:
-    """``synthetic_workload``'s sessions, drawn on demand (``SessionStream``): the same
-    units, round for round, for the same spec and generator, and the generator left
-    where ``synthetic_workload`` leaves it; ``arrivals_ms`` (one a session) sets each
-    unit's and its rounds' arrival, as ``standard.generate`` does."""
+    """``synthetic_workload``'s units, round for round, drawn on demand (``SessionStream``);
+    ``arrivals_ms``: one a session, as ``standard.generate`` sets them."""
     stream = SessionStream(spec, rng, arrivals_ms)
     meta = {"needs_context_policy": False,
             "compaction_rounds": stream.fresh_rounds - spec.sessions}
@@ -276,10 +264,8 @@ _SKIP_CHUNK = 1 << 16  # values drawn at once while a column's generator is move
 
 @dataclass
 class _Column:
-    """One drawn column: its distribution (``None``: uniform [0, 1), the compaction
-    flags) on its generator. numpy draws these element by element, so drawing a
-    column in pieces gives the values (and leaves the generator) exactly as one draw
-    does: the streamed path relies on it (tests/workloads/test_synthetic_stream.py)."""
+    """One drawn column: its distribution (``None``: uniform [0, 1), the compaction flags)
+    on its generator; drawn in pieces it gives what one draw gives (the streamed path)."""
 
     dist: Distribution | None
     rng: np.random.Generator
@@ -321,10 +307,8 @@ class _Columns:
 
     @classmethod
     def positioned(cls, spec: SyntheticSpec, rng: np.random.Generator) -> tuple[_Columns, int]:
-        """Each column on its own copy of ``rng``, standing where the one generator
-        stands when ``synthetic_workload`` starts that column (the columns before it
-        are drawn and dropped, in pieces); ``rng`` ends where it ends. Also the
-        rounds in all (the bound checked first, as ``synthetic_workload`` does)."""
+        """Each column on its own copy of ``rng``, where ``synthetic_workload``'s one
+        generator starts that column (``rng`` ends where it ends), and the rounds in all."""
         one = cls.shared(spec, rng)
         out = one.copies()
         total = 0
@@ -332,17 +316,11 @@ class _Columns:
             n = min(_SKIP_CHUNK, spec.sessions - k)
             total += int(np.minimum(one.rounds.take(n), MAX_ROUNDS_PER_SESSION).sum())
         _check_rounds(total)
-        out.input.rng = copy.deepcopy(rng)
-        one.input.skip(total)
-        if one.first is not None and out.first is not None:
-            out.first.rng = copy.deepcopy(rng)
-            one.first.skip(spec.sessions)
-        out.output.rng = copy.deepcopy(rng)
-        one.output.skip(total)
-        out.wait.rng = copy.deepcopy(rng)
-        one.wait.skip(total)
-        out.fresh.rng = copy.deepcopy(rng)
-        one.fresh.skip(total)
+        for name in ("input", "first", "output", "wait", "fresh"):
+            mine, shared = getattr(out, name), getattr(one, name)
+            if mine is not None:
+                mine.rng = copy.deepcopy(rng)
+                shared.skip(spec.sessions if name == "first" else total)
         return out, total
 
     def copies(self) -> _Columns:
@@ -421,10 +399,8 @@ class _Fanout:
 
 def _draw_fanout(spec: SyntheticSpec, rng: np.random.Generator, block: _Block
                  ) -> _Fanout | None:  # fmt: skip
-    """After the sessions' columns, on the same generator: a uniform [0, 1) for each
-    round but a session's last (``< subagents``: the round spawns), a ``fanout`` count
-    for each spawning round, then the children as sessions of ``child_spec`` (their
-    six columns, as ``_draw_block`` draws them). None when no round spawns."""
+    """The sub-agents, drawn after the sessions on the same generator (docs/trace-formats.md,
+    "Sub-agents in the agentic kind"); None when no round spawns."""
     total = len(block.inputs)
     open_rounds = np.ones(total, dtype=bool)
     open_rounds[block.starts + block.counts - 1] = False
@@ -466,13 +442,9 @@ def _draw_block(spec: SyntheticSpec, cols: _Columns, sessions: int, *,
 
 
 class SessionStream(UnitStream):
-    """The sessions of a ``synthetic:`` description, drawn ``STREAM_BLOCK`` at a time
-    when asked for, in order: memory flat in the number of sessions (docs/virtual-time.md,
-    "Streamed runs"). Session ``i`` is ``synthetic_workload``'s unit ``i``: each column
-    has its own generator, started where ``synthetic_workload``'s one generator starts
-    it (``_Columns.positioned``). One pass over the columns at construction counts the
-    rounds and the tokens (``n_rounds``, ``prefix_tokens``, ``prompt_tokens``,
-    ``output_tokens``) without building a unit."""
+    """The sessions of a ``synthetic:`` description, drawn ``STREAM_BLOCK`` at a time in
+    order (docs/virtual-time.md, "Streamed runs"): session ``i`` is ``synthetic_workload``'s
+    unit ``i``; the totals (``n_rounds``, ``*_tokens``) come from one pass at construction."""
 
     def __init__(self, spec: SyntheticSpec, rng: np.random.Generator,
                  arrivals_ms: Sequence[float] | None = None) -> None:

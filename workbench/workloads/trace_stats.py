@@ -1,31 +1,8 @@
 """Trace statistics: what a workload asks of a server, before anything is replayed.
 
-``trace_stats(workload)`` answers "how big, how bursty and how cacheable is
-this trace?" with a dict of plain numbers (``TraceStats.summary``; a
-``TraceStats`` also reads like that dict) plus DataFrames a notebook can plot.
-
-Definitions (the names are the docs/interface.md contract; read them here, not by guess):
-
-- ``mean_input_tokens`` is the mean **full prompt** (prefix + fresh input) of a
-  round. That is what trace papers call "input": for the Mooncake conversation
-  trace it is the mean ``input_length`` (12,035). ``total_input_tokens``, by
-  contrast, sums only the *fresh* (uncached) input after the context policy, so
-  ``total_prompt_tokens == total_prefix_tokens + total_input_tokens``.
-- ``planned_prefix_hit_rate`` = Σ planned prefix / Σ prompt, after the context
-  policy (sessions) or as the reader computed it (hash-id traces, independent).
-- ``ideal_prefix_hit_rate``: token-weighted hit rate of an infinite prefix cache.
-  Hash-id rounds (Mooncake, Dynamo): a block hits when its id was seen before
-  *and* every block before it hit (an id stands for its whole prefix, and a
-  real prefix cache stops at the first miss); the trailing partial block counts
-  with its real length. Session rounds: the policy-planned prefix hits.
-- ``hit_vs_capacity``: the same hit rate under an LRU cache of N blocks. Accesses
-  go in estimated request order (unit arrival + earlier tool waits; service time
-  is unknown here and ignored). Session blocks are keyed ``(unit, block index,
-  version)``: a round reads the blocks of its planned prefix, then writes new
-  versions from the first block it changes through the end of its prompt and
-  output (the next round's context). Hash-id rounds read their ids. All
-  capacities come from one pass of LRU stack distances, so the curve is
-  monotone and reaches ``ideal_prefix_hit_rate`` at the working set.
+``trace_stats(workload)`` gives a dict of plain numbers (``TraceStats.summary``; a
+``TraceStats`` also reads like that dict) plus DataFrames a notebook can plot. Every
+name is defined in docs/interface.md, "trace_stats definitions".
 """
 
 from __future__ import annotations
@@ -57,13 +34,9 @@ PERCENTILES = (50, 90, 99)
 
 @dataclass(frozen=True, eq=False)
 class TraceStats(Mapping[str, Any]):
-    """Summary numbers (also readable as ``stats["name"]``) plus plot-ready frames.
-
-    ``rounds``: one row per round, release order. ``sessions``: one row per unit.
-    ``hit_vs_capacity``: ``capacity_blocks``/``capacity_tokens`` → ``hit_rate``.
-    ``policy`` is the context policy applied (``None`` when the trace's own
-    prefixes were used: hash-id traces and workloads without sessions).
-    """
+    """Summary numbers (also ``stats["name"]``) plus frames: ``rounds`` (one row a round,
+    release order), ``sessions`` (one a unit), ``hit_vs_capacity``; ``policy`` is the
+    context policy applied (None: the trace's own prefixes)."""
 
     summary: dict[str, Any]
     rounds: pd.DataFrame
@@ -90,12 +63,11 @@ def trace_stats(
     block_size: int | None = None,
     policy: str | ContextPolicy = DEFAULT_POLICY,
 ) -> TraceStats:
-    """Statistics of ``workload`` (see the module docstring for every definition).
+    """Statistics of ``workload`` (docs/interface.md, "trace_stats definitions").
 
-    ``block_size`` is the cache block in tokens (default: the trace's own, else
-    512); ``cache_capacities`` the LRU sizes in blocks (default: a log grid up
-    to the working set); ``policy`` the context policy applied to sessions
-    (ignored, like in the runner, when rounds carry hash ids).
+    ``block_size``: the cache block in tokens (default: the trace's, else 512);
+    ``cache_capacities``: LRU sizes in blocks (default: a log grid to the working set);
+    ``policy``: applied to sessions (ignored, as in the runner, for hash-id rounds).
     """
     import pandas as pd
 
@@ -126,17 +98,12 @@ def _block_size(workload: Workload, block_size: int | None = None) -> int:
 
 
 def ideal_prefix_hit_rate(workload: Workload, policy: ContextPolicy | None) -> float:
-    """``trace_stats(...)["ideal_prefix_hit_rate"]`` under ``policy``, the one
-    ``effective_policy`` gives, without building the tables when the answer is known:
-    with no hash ids and no unit of more than one round, no block is ever read twice
-    (each unit's context is its own and is never read again), so 0. A replay's manifest
-    needs only this figure; for 100k queued one-shot requests the tables cost ~75 MB of
-    peak memory.
-    """
+    """``trace_stats(...)["ideal_prefix_hit_rate"]`` under ``policy`` (``effective_policy``'s),
+    without the frames a replay's manifest does not need (~75 MB for 100k one-shot
+    requests): 0 with no hash ids and no unit of two rounds (no block is read twice)."""
     units = workload.units
     if isinstance(units, UnitStream) and not units.has_hash_ids and _planned(workload):
-        # planned session rounds: the planned prefix hits (the definition above), from the
-        # stream's totals
+        # planned session rounds: the planned prefix hits, from the stream's totals
         return units.prefix_tokens / units.prompt_tokens if units.prompt_tokens else 0.0
     if all(len(u.rounds) <= 1 for u in workload.units) and not workload.has_hash_ids:
         return 0.0
