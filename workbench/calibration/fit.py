@@ -1,42 +1,10 @@
 """Fit the embedded engine's cost model (``sim.cost``) from a real engine's records.
 
-``calibrate(run_dirs)`` reads the records of one or more runs against a real
-server and fits the three parts of the step-time model (``docs/calibration.md``):
-
-- **prefill**: ``a·T² + b·T + c`` ms for T uncached prompt tokens, fitted to the
-  TTFT of requests whose prefill ran alone (no other request in flight from their
-  dispatch to their first token). The same requests also get a fit with a
-  cached-token term (``+ d·C``) that is reported, not used: the engine's model
-  charges nothing for cached tokens;
-- **decode**: ``max(floor, a·u² + b·u + c)`` ms with u = KV tokens attended by the
-  step / KV capacity. Only inter-token gaps that no other request's prefill
-  overlapped count (a step that mixed in a prefill chunk is not a decode step);
-  the batch's KV is rebuilt from the records (each in-flight request attends its
-  prompt plus the tokens it had received). One observation per request: its mean
-  clean gap against the means of u² and u over those gaps (the mean of the model
-  is linear in its coefficients, so this is exact for the model and aims at the
-  TPOT the request reports). ``a`` is fitted only when the runs' u spans more
-  than ``QUADRATIC_SPAN`` of the capacity, else 0. A fit on (batch size, KV
-  tokens) is reported beside it;
-  A per-sequence term ``s·batch`` (``decode_seq_ms``) is fitted with them when the
-  batch varied;
-- **floor**: the 5th percentile of the requests' mean clean gaps;
-- **the lone constant** (``calibration.split``): how much of the prefill constant
-  is the step's own, and how much an idle engine's wake-up (``idle_wake_ms``), the
-  front end's serial intake (``intake_ms``) or a per-request latency
-  (``request_overhead_ms``), chosen by replaying the runs whose requests overlapped.
-
-Lone requests whose tokens all came in one burst (a server that delivered the
-stream at its end) give neither a TTFT nor decode gaps (docs/calibration.md).
-
-Fits minimise absolute, not squared, error (least absolute deviations by
-iteratively reweighted least squares): they aim at the median, which is what a
-p50 prediction needs, and one stalled request on a busy machine does not drag a
-coefficient.
-
-Each part reports its own error (median and mean absolute percentage error on the
-samples it was fitted to). ``Calibration.engine`` is a knob mapping that
-``simulate`` (``--engine-config``) and ``sim serve`` (``--engine-config``) take.
+``calibrate(run_dirs)`` fits the prefill polynomial, the decode polynomial and its floor,
+and the split of the lone prefill constant (``calibration.split``), each by least absolute
+deviations on clean samples, with its own error report; what is fitted from what is
+docs/calibration.md's ("What is fitted, from what"). ``Calibration.engine`` is a knob
+mapping ``simulate`` and ``sim serve`` take (``--engine-config``).
 """
 
 from __future__ import annotations
@@ -150,8 +118,7 @@ def _decode_gaps(
     samples: list[Sample],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per clean decode gap: (gap ms per token, batch size, KV tokens) at its midpoint,
-    and the index of the request it belongs to. A request whose tokens all came in
-    one burst has no gap of its own (it still counts in the batch of the others)."""
+    and its request's index (docs/calibration.md, "decode")."""
     prefill = np.array([(s.dispatch, s.first) for s in samples], dtype=np.int64)
     mids, gaps, owner = [], [], []
     for i, s in enumerate(samples):
@@ -245,9 +212,8 @@ def calibrate(
     base: dict[str, Any] | None = None,
     self_check: bool = True,
 ) -> Calibration:
-    """Fit the cost model from the runs in ``run_dirs``; ``base`` holds the engine knobs
-    that are not fitted (``block_size``, ``num_blocks``, ``max_num_seqs`` ... of the real
-    server; the block size defaults to the runs' detected one)."""
+    """Fit the cost model from the runs in ``run_dirs``; ``base``: the real server's knobs
+    that are not fitted (``block_size`` defaults to the runs' detected one)."""
     from workbench.storage.rundir import load
 
     if not run_dirs:

@@ -1,17 +1,10 @@
 """Calibrate a hardware preset's factors to one deployment, from runs against it.
 
-``calibrate_preset(run_dirs, preset)`` reads the records of a few runs against a real
-server (a sweep's points), takes the same clean samples ``calibration.fit`` takes —
-TTFTs of requests whose prefill ran alone, and per request the mean of its decode gaps
-that no other prefill overlapped, with the batch and the KV each gap attended — and
-refits the preset's efficiency factors (``sim.presets.Factors``) so that the preset's
-own step time (``Preset.step_ms``, prompts split by the engine's token budget) predicts
-them: a deterministic pattern search on the mean absolute log error of the prefills
-plus that of the decodes. The factors that only move every step by the same amount for
-one model on one deployment (``layer_us``, ``allreduce_us``) are kept and
-``step_overhead_ms`` takes their share. The result is a calibrated preset file
-(``write``) that ``--engine preset=FILE.json`` takes in ``simulate``, ``sweep``,
-``sim serve`` and ``plan`` (docs/calibration.md, "Calibrating a preset").
+``calibrate_preset`` takes the clean samples ``calibration.fit`` takes and refits the
+preset's efficiency factors (``FITTED``) by a deterministic pattern search on the mean
+absolute log error of the prefills plus that of the decodes, predicted by the preset's
+own step time. The result is a calibrated preset file for ``--engine preset=FILE.json``
+(docs/calibration.md, "Calibrating a preset").
 """
 
 from __future__ import annotations
@@ -27,13 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from workbench.calibration.fit import _decode_gaps
+from workbench.calibration.fit import MIN_SAMPLES, _decode_gaps
 from workbench.calibration.samples import Sample, overlapped, read_samples
 from workbench.errors import ConfigError
 from workbench.sim import presets
 from workbench.sim.config import EngineConfig
 
-MIN_SAMPLES = 3
 #: the factors a calibration moves (the others only shift every step alike, which
 #: ``step_overhead_ms`` already does for one deployment)
 FITTED = ("mfu", "mbu", "step_overhead_ms", "request_overhead_ms", "gemm_half_tokens")
@@ -51,9 +43,8 @@ class Observations:
 
 
 def observe(samples: Sequence[Sample]) -> Observations:
-    """The clean prefills and decode gaps of ``samples`` (ConfigError when either has
-    fewer than ``MIN_SAMPLES``: the runs need a one-at-a-time point and outputs of more
-    than one token)."""
+    """The clean prefills and decode gaps of ``samples`` (ConfigError: fewer than
+    ``MIN_SAMPLES`` of either)."""
     prefills = [(s.prompt - s.cached, s.cached, s.ttft_ms)
                 for s, busy in zip(samples, overlapped(samples), strict=True)
                 if not busy and not s.first_delivered_late and s.prompt > s.cached]
@@ -92,8 +83,7 @@ def errors(p: presets.Preset, obs: Observations, budget: int) -> dict[str, list[
 
 
 def _loss(errs: dict[str, list[float]]) -> float:
-    """Mean absolute log error of the prefills plus that of the decodes: every sample
-    counts (a median would leave half of a few prefills unfitted), none squared."""
+    """Mean absolute log error of the prefills plus that of the decodes."""
     return sum(sum(abs(e) for e in v) / len(v) for v in errs.values() if v)
 
 
@@ -129,8 +119,7 @@ def search(base: presets.Preset, loss: Callable[[presets.Preset], float],
 
 @dataclass
 class PresetCalibration:
-    """A preset refitted to one deployment: the base preset's name, its factors and how
-    they were found (samples, errors before and after)."""
+    """A preset refitted to one deployment: its name, factors and fit report."""
 
     preset: str
     factors: presets.Factors
@@ -151,9 +140,8 @@ class PresetCalibration:
 
 def calibrate_preset(run_dirs: Sequence[str | Path], preset: str, *,
                      base: dict[str, Any] | None = None) -> PresetCalibration:
-    """Refit ``preset``'s factors (``FITTED``) to the runs in ``run_dirs`` against the
-    deployment it stands for; ``base`` holds that server's scheduling knobs (its token
-    budget: ``max_num_batched_tokens``, or a ``scheduler``)."""
+    """Refit ``preset``'s factors (``FITTED``) to the runs in ``run_dirs``; ``base``: the
+    server's scheduling knobs (its token budget)."""
     from workbench.storage.rundir import load
 
     if not run_dirs:

@@ -61,8 +61,7 @@ def read_samples(records: Sequence[RequestRecord]) -> list[Sample]:
 
 
 def overlapped(ss: Sequence[Sample]) -> list[bool]:
-    """For each request: was another request in flight beside it between its dispatch
-    and its first token (so that other request's steps may have changed its TTFT)?"""
+    """For each request: was another in flight between its dispatch and its first token?"""
     return [
         any(j != i and y.dispatch < x.first and y.end > x.dispatch for j, y in enumerate(ss))
         for i, x in enumerate(ss)
@@ -70,7 +69,6 @@ def overlapped(ss: Sequence[Sample]) -> list[bool]:
 
 
 def overlapped_ttft_ms(ss: Sequence[Sample]) -> dict[str, float]:
-    """TTFT (ms) of each request that ``overlapped`` another; not those whose first
-    token came with the rest."""
+    """TTFT (ms) of each request that ``overlapped`` another (not ``first_delivered_late``)."""
     return {x.request_id: x.ttft_ms for x, busy in zip(ss, overlapped(ss), strict=True)
             if busy and not x.first_delivered_late}  # fmt: skip

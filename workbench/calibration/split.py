@@ -1,25 +1,10 @@
 """Where a lone request's constant goes: engine step, idle wake, intake or overhead.
 
-A request whose prefill ran alone has TTFT ``a·T² + b·T + c``; its TTFT alone
-cannot tell what ``c`` is. Four things a real server spends on it look the same
-there and differ as soon as requests overlap (``sim.cost``, docs/calibration.md):
-
-- the prefill step's own constant (``prefill_coeffs[2]``): paid once per step, by
-  every request in the step;
-- ``idle_wake_ms``: paid only by a step that starts while the engine was idle,
-  so a request joining a running batch does not pay it;
-- ``intake_ms``: the request's time in the front end, one request after another,
-  so requests that come together reach the engine spread out;
-- ``request_overhead_ms``: a fixed latency per request beside the engine.
-
-``fit_split`` looks for the split of ``c`` into those four, in tenths of ``c``,
-whose virtual replay of the runs where requests overlapped gives the overlapped
-requests' TTFTs nearest the measured ones (median absolute relative error). It
-tries all 286 splits: the error is not smooth in the split (a request joins one
-step or the next), so a coarse grid refined around its best missed the true split
-of records made with a known one. A replay of a small calibration run takes a few
-ms once its workload is loaded (it is loaded once per run). Ties go to the split
-with the fewest parts, then the smallest overhead, idle wake and intake.
+``fit_split`` replays the runs whose requests overlapped under every split of the
+prefill constant ``c`` into those four, in tenths, and keeps the split whose overlapped
+TTFTs are nearest the measured ones (median absolute relative error; ties: fewer parts,
+then smaller overhead, idle wake, intake). Why all 286: docs/calibration.md, "What is
+fitted, from what".
 """
 
 from __future__ import annotations
@@ -44,14 +29,12 @@ def splits(steps: int = SPLIT_STEPS) -> list[tuple[int, ...]]:
 
 
 def search(error: Callable[[tuple[int, ...]], float]) -> list[tuple[float, int, tuple[int, ...]]]:
-    """``(error, parts used, split)`` of every split, best first (ties: fewer parts,
-    then the smaller overhead, idle wake, intake)."""
+    """``(error, parts used, split)`` of every split, best first (ties: module doc)."""
     return sorted((error(p), sum(x > 0 for x in p), p) for p in splits())
 
 
 def fit_split(results: Sequence[RunResult], knobs: dict[str, Any]) -> dict[str, Any]:
-    """Choose the split of the lone-prefill constant (above) and set ``knobs`` to it;
-    the report has every split tried and its error."""
+    """Set ``knobs`` to the chosen split; the report has every split tried and its error."""
     from workbench.executors.virtual import simulate
     from workbench.replay.prepare import load_workload
 

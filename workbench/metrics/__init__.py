@@ -1,23 +1,16 @@
 """Metrics: pure functions from request records to DataFrames and summaries.
 
-Each metric of docs/metrics.md is defined once: per request in ``derive`` (numpy
-over column arrays; ``to_frame`` and ``records.parquet`` both take their columns
-from it), per run over ``columns.Columns`` (``summary``, ``isolation``,
-``breakdown``, ``workers``), fed by an in-memory frame or by a stored run's
-``records.parquet`` (``scan``). Nothing here writes but ``columns.convert``, which
-hands the derived columns to ``workbench.storage.columnar``; reads happen only for
-a run whose records stayed on disk (``RunResult.records_on_disk``): ``as_records``
-reads them back, ``summarize`` reads the columns of its ``records.parquet``.
+Each metric of docs/metrics.md is defined once: per request in ``derive``, per run over
+``columns.Columns`` (``summary``, ``isolation``, ``breakdown``, ``workers``), fed by an
+in-memory frame or a stored run's ``records.parquet`` (``scan``). Nothing here writes but
+``columns.convert``.
 """
 
 from __future__ import annotations
 
 from workbench.metrics.breakdown import (
-    BAND_LABELS,
     by_input_band,
     by_round_index,
-    cap_from_manifest,
-    input_band,
     per_session,
     percentiles,
     steady_window,
@@ -26,56 +19,35 @@ from workbench.metrics.frame import (
     COLUMNS,
     DERIVED_COLUMNS,
     as_records,
-    output_tokens,
-    request_metrics,
     run_rows,
     to_frame,
-    token_events,
 )
 from workbench.metrics.summary import (
-    LATENCY_METRICS,
-    SLO_METRICS,
     describe,
-    prefix_hit_rates,
     server_window_hit_rate,
-    slo_attainment,
     summarize,
     summary_of,
-    throughput,
 )
 from workbench.metrics.timeline import (
-    active_units_timeline,
     in_flight_timeline,
     throughput_timeline,
 )
 
 __all__ = [
-    "BAND_LABELS",
     "COLUMNS",
     "DERIVED_COLUMNS",
-    "LATENCY_METRICS",
-    "SLO_METRICS",
-    "active_units_timeline",
     "as_records",
     "by_input_band",
     "by_round_index",
-    "cap_from_manifest",
     "describe",
     "in_flight_timeline",
-    "input_band",
-    "output_tokens",
     "per_session",
     "percentiles",
-    "prefix_hit_rates",
-    "request_metrics",
     "run_rows",
     "server_window_hit_rate",
-    "slo_attainment",
     "steady_window",
     "summarize",
     "summary_of",
-    "throughput",
     "throughput_timeline",
     "to_frame",
-    "token_events",
 ]

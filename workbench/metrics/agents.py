@@ -1,20 +1,10 @@
-"""Agent-level metrics: per agent task (a root unit and its sub-agents), and the
-concurrency a run really reached (docs/metrics.md, "Agent tasks"; docs/session-graphs.md).
+"""Agent-level metrics per task (a root unit and its sub-agents), and the concurrency a run
+really reached (docs/metrics.md, "Agent tasks and caps"; docs/session-graphs.md).
 
-- ``makespan_ms``: the task's root admitted → its last descendant ended (the root's
-  lifecycle ``end_ns``, which the runner stamps after every descendant ended).
-- ``engine_ms``: the time at least one request of the task was in flight (the union
-  of its requests' dispatch → end: queue, prefill and decode); ``tool_ms`` is the
-  rest of the makespan (tool waits, spawn delays, the harness), so
-  ``engine_ms + tool_ms == makespan_ms``.
-- ``width``: the most children one unit of the task spawned; ``depth``: the longest
-  chain of spawns (0 for a task without sub-agents).
-- ``ttft_ms_by_depth``: TTFT (dispatch → first token) of the ok requests at each depth.
-
-``concurrency`` states what a cap did: ``peak_tasks`` (units admitted at once, the
-manifest's ``peak_active_units``) beside ``peak_streams`` (requests in flight at once,
-from the records), and a warning when ``max_concurrency`` was never reached: the cap
-changed nothing.
+A task's ``makespan_ms`` runs from its root's admission to its root's lifecycle
+``end_ns`` (stamped after every descendant ended); ``engine_ms`` is the union of its
+requests' dispatch → end, ``tool_ms`` the rest; ``width`` is the most children one unit
+spawned, ``depth`` the longest chain of spawns.
 """
 
 from __future__ import annotations
@@ -49,11 +39,6 @@ def _union_ns(spans: list[tuple[int, int]]) -> int:
             total += b - end
             end = b
     return total
-
-
-def _spans(records: Iterable[RequestRecord]) -> list[tuple[int, int]]:
-    return [(r.dispatch_ns, r.end_ns) for r in records
-            if r.dispatch_ns is not None and r.end_ns is not None]
 
 
 def concurrency(
@@ -118,7 +103,8 @@ def per_task(
         if root is None:
             continue
         makespan = root["end_ns"] - root["admitted_ns"]
-        engine = _union_ns(_spans(recs.get(key, [])))
+        engine = _union_ns([(r.dispatch_ns, r.end_ns) for r in recs.get(key, [])
+                            if r.dispatch_ns is not None and r.end_ns is not None])
         kids: dict[str, int] = defaultdict(int)
         for m in members:
             if m.get("parent_unit_id") is not None:

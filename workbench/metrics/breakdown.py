@@ -1,19 +1,10 @@
-"""Breakdowns of one run (each returns a DataFrame).
+"""Breakdowns of one run, each a DataFrame (docs/metrics.md, "Breakdowns").
 
-- ``by_round_index``: round 0 vs later rounds, then each index. Later rounds are
-  where prefix caching shows (their prompt repeats the conversation so far).
-- ``by_input_band``: prompt-length bands 0–2K, 2–8K, 8–16K, 16–32K, 32K+ with
-  K = 1024 tokens, lower bound inclusive; every band is listed, even empty.
-- ``per_session``: per unit, output tokens/s *excluding tool waits*: Σ output
-  tokens of ok rounds / Σ e2e of every attempted round (time the client spent
-  waiting on the server, not on tools). A unit its time budget truncated
-  (``arrival.session_budget_s``: lifecycle reason ``budget``) is left out unless
-  ``truncated=True`` (then marked in the ``budget_truncated`` column).
-- ``steady_window``: requests dispatched while the units holding a slot were
-  ≥ ceil(90 % of the cap), which drops ramp-up and drain. Active units come from
-  the records themselves (admitted → last end per ``unit_ordinal``); the cap is
-  the argument, else the manifest's ``max_concurrency``/``concurrency``, else
-  the largest number of units ever active together.
+Bands are prompt lengths with K = 1024 tokens, lower bound inclusive, every band listed.
+``per_session`` divides output tokens of ok rounds by the e2e time of every attempted
+round, and leaves out a unit its time budget truncated unless ``truncated=True``.
+``steady_window``'s cap is the argument, else the manifest's, else the most units ever
+active together.
 """
 
 from __future__ import annotations
@@ -103,11 +94,6 @@ def band_table(cols: Columns, *, warmup: bool = False) -> pd.DataFrame:
 def by_round_index(data: Data, *, warmup: bool = False) -> pd.DataFrame:
     """Rows ``first`` (round 0), ``later`` (rounds ≥ 1), then ``0``, ``1``, … per index."""
     return round_table(Columns.of(data), warmup=warmup)
-
-
-def input_band(prompt_tokens: pd.Series) -> pd.Series:
-    """The band label of each prompt length (categorical, in band order)."""
-    return pd.cut(prompt_tokens, list(BAND_EDGES), right=False, labels=list(BAND_LABELS))
 
 
 def by_input_band(data: Data, *, warmup: bool = False) -> pd.DataFrame:

@@ -1,45 +1,11 @@
-"""The per-request metrics of docs/metrics.md, derived once, vectorised over column arrays.
+"""The per-request metrics of docs/metrics.md ("Per request", the catalog), derived once.
 
-One function, ``derive``, turns the raw fields of many records (one list or array
-per field, ``None`` where a field is absent) and their token-event lists into the
-derived columns. ``metrics.frame.to_frame`` builds its DataFrame from it and
-``metrics.columns.convert`` writes the same arrays into ``records.parquet``, so the
-in-memory and the Parquet path hold the same numbers by construction.
-
-Definitions (times in ms, from the client clock). *Dispatch* (``dispatch_ns``) is
-when the request's bytes were handed to the socket, so the client's own
-preparation of a request counts as its release lag (``summary["client"]``), not
-as server latency:
-
-- a *token event* is a stream event carrying ≥ 1 output token id: an event with
-  a count of 0 (role-only or empty chunk) does not count;
-- ``ttft_ms``: dispatch → first token event. When a record has no token event
-  at all but the server reported output tokens, the runner's ``first_token_ns``
-  is used instead;
-- ``tpot_ms`` (token-delivery cadence): (last token event − first token event) /
-  (output tokens − tokens in the first event). NaN when there is one token event
-  or the denominator is ≤ 0: a single burst has no measurable cadence;
-- ``itl_ms``: the gaps between consecutive token events (``gaps``, grouped by row,
-  ``itl_count`` per row), with ``itl_sum_ms`` (= last − first token event when
-  there is a gap, else 0), ``itl_min_ms``, ``itl_max_ms`` (NaN without a gap);
-- ``terminal_tail_ms``: last token event → end of stream;
-- ``e2e_ms``: dispatch → end of stream;
-- ``completion_amortized_tpot_ms``: (e2e − ttft)/(n − 1), an audit figure only
-  (NaN without a token event);
-- a *non-streaming* answer (``backend.stream`` false) has no token event and its
-  ``first_token_ns`` is its end: ``ttft_ms`` = ``e2e_ms``, ``tpot_ms``, ITL,
-  ``terminal_tail_ms`` and the amortized TPOT are NaN (absent, never 0);
-- ``arrival_release_lag_ms``: scheduled arrival → released (task running);
-- ``admission_lag_ms``: scheduled arrival → admitted (slot granted), so it
-  *includes* the release lag (docs/arrival.md "arrival → slot granted"). A session
-  is admitted once, so later rounds repeat their unit's admission time;
-- ``output_tokens``: server ``completion_tokens`` when reported, else Σ positive
-  token counts of the stream; ``prompt_len``: the server's ``prompt_tokens``, else
-  as sent, else as planned; ``planned_prompt_tokens`` = p + i;
-- ``actual_hit`` = cached/prompt_tokens, NaN when the server did not report a
-  cached count (``cached_tokens_reported`` false: not a zero hit,
-  docs/measurement-rules.md) or the prompt count is not > 0 (``cache_measured``);
-  ``planned_hit`` = p/(p+i); ``hit_delta`` = actual − planned.
+``derive`` is vectorised over column arrays; ``metrics.frame.to_frame`` and
+``records.parquet`` (``metrics.columns.convert``) both take their columns from it. Times
+are ms on the client clock from *dispatch* (the request's bytes handed to the socket). A
+record with no token event whose server reported output tokens takes the runner's
+``first_token_ns`` as its first token. A session is admitted once, so its later rounds
+repeat their unit's ``admission_lag_ms``.
 """
 
 from __future__ import annotations
@@ -81,12 +47,8 @@ def optional_ints(values: Sequence[Any]) -> Opt:
 
 
 def cache_reported(flag: np.ndarray, cached_valid: np.ndarray) -> np.ndarray:
-    """Rows whose server reported a cached-token count (docs/measurement-rules.md).
-
-    A request whose server sent no cached count (vLLM without
-    ``--enable-prompt-tokens-details``, a usage block without details) is *not* a
-    zero hit: it is left out of every actual hit rate and counted as unreported.
-    """
+    """Rows whose server reported a cached-token count: a request without one is not a zero
+    hit but unreported, left out of every actual hit rate (docs/measurement-rules.md)."""
     return flag & cached_valid
 
 
@@ -112,8 +74,7 @@ def _flat(lists: Sequence[Sequence[int]], lens: np.ndarray) -> np.ndarray:
 
 class TokenRows:
     """Rows of token values held flat: row ``i`` is the next ``lens[i]`` of ``values``
-    (int64), 8 B a token and no object per row (``metrics.frame.frame_of_stream``).
-    ``token_stats`` takes it for a list of rows."""
+    (int64, 8 B a token; ``frame_of_stream``), taken by ``token_stats`` for row lists."""
 
     def __init__(self, values: np.ndarray, lens: np.ndarray):
         self.values, self.lens = values, lens
@@ -205,13 +166,9 @@ def token_stats(times: Tokens, counts: Tokens) -> dict[str, Any]:
 def derive(
     raw: Mapping[str, Sequence[Any]], times: Tokens, counts: Tokens
 ) -> dict[str, np.ndarray]:
-    """The derived columns (``INT_COLUMNS``, ``FLOAT_COLUMNS``) plus ``gaps``: every
-    inter-token gap in ms, row after row (row ``i`` has ``itl_count[i]`` of them).
-
-    ``raw`` maps each name of ``INPUTS`` to one value per row (``None`` = absent);
-    ``times``/``counts`` are the rows' ``token_times_ns``/``token_counts`` lists (or
-    ``TokenRows``).
-    """
+    """The derived columns (``INT_COLUMNS``, ``FLOAT_COLUMNS``) plus ``gaps`` (every gap in
+    ms, row after row) from ``raw`` (each of ``INPUTS``: one value per row, None absent) and
+    the rows' ``token_times_ns``/``token_counts`` (lists, or ``TokenRows``)."""
     n = len(times)
     tok = token_stats(times, counts)
     opt = {k: optional_ints(raw[k]) for k in (

@@ -1,10 +1,7 @@
 """Distribution statistics of one metric: mean, linear percentiles, min, max, count.
 
-Percentiles interpolate linearly at ``q·(n−1)`` (numpy's default) over the finite
-values. A metric's values come from ``Columns`` (``metric_values``); ``itl_ms``
-pools every gap of every selected request (token-weighted) and, for a stored run
-written without token lists, has its exact mean, min, max and count from the
-per-request ITL statistics and no percentiles (``describe_metric``).
+Percentiles are linear at ``q·(n−1)`` over the finite values (docs/metrics.md, "Per
+run"); ``itl_ms`` pools every gap of every selected request (``describe_metric``).
 """
 
 from __future__ import annotations
@@ -44,10 +41,7 @@ def percentile(values: Iterable[float | None], q: float) -> float | None:
 
 def describe(values: Iterable[float], *, scratch: bool = False) -> dict[str, float | int | None]:
     """mean/p50/p90/p99/min/max/count of the finite values; None when there are none.
-
-    ``scratch``: ``values`` is an array nobody keeps, so the percentiles may reorder it
-    in place instead of copying it (the pooled ITL gaps of a large run).
-    """
+    ``scratch``: ``values`` is an array nobody keeps (reordered in place, not copied)."""
     arr = finite(values)
     if arr.size == 0:
         return {**dict.fromkeys(STAT_KEYS[:-1]), "count": 0}

@@ -1,11 +1,7 @@
-"""Per-request metrics: ``RequestRecord`` → one DataFrame row.
+"""Per-request metrics: ``RequestRecord`` → one DataFrame row (names: docs/metrics.md).
 
-Records keep raw integer-ns timestamps; every number here is derived from them
-by pure arithmetic, so a stored run can be re-measured with newer definitions.
-The metric names are docs/metrics.md's and must not drift: reports and ``summary.json``
-use them verbatim. The definitions live once, in ``workbench.metrics.derive``
-(vectorised over column arrays); ``to_frame`` and ``records.parquet``
-(``workbench.metrics.columns.convert``) both take their numbers from it.
+Records keep raw integer-ns timestamps; the derived columns come from
+``workbench.metrics.derive``, as those of ``records.parquet`` do.
 """
 
 from __future__ import annotations
@@ -20,7 +16,7 @@ import pandas as pd
 
 import workbench.catalogs.requests as catalog
 from workbench.errors import ConfigError
-from workbench.metrics.derive import INPUTS, MIN_EVENT_TOKENS, TokenRows, derive, split_gaps
+from workbench.metrics.derive import INPUTS, TokenRows, derive, split_gaps
 from workbench.records import RequestRecord, RunResult
 from workbench.storage.rundir import load_records
 
@@ -39,11 +35,8 @@ Data = RunResult | Iterable[RequestRecord | Mapping[str, Any]] | pd.DataFrame
 def as_records(
     data: RunResult | Iterable[RequestRecord | Mapping[str, Any]],
 ) -> list[RequestRecord]:
-    """Records from a RunResult, a list of records, or a list of record dicts.
-
-    A run that kept its records on disk only (``RunResult.records_on_disk``) is
-    read back from its ``records.jsonl`` here, on demand: nothing is held by the result.
-    """
+    """Records from a RunResult (read back from ``records.jsonl`` when they stayed on disk),
+    a list of records, or a list of record dicts."""
     if isinstance(data, RunResult) and data.records_on_disk:
         return load_records(data.run_dir or "")
     if not isinstance(data, RunResult) and (
@@ -80,47 +73,14 @@ def _derived(recs: Sequence[RequestRecord]) -> dict[str, Any]:
     return derive(raw, [r.token_times_ns for r in recs], [r.token_counts for r in recs])
 
 
-def _one(rec: RequestRecord) -> dict[str, Any]:
-    return _derived([rec])
-
-
 def output_token_counts(recs: Sequence[RequestRecord]) -> list[int]:
     """``output_tokens`` of many records at once (one ``derive`` call, not one per record)."""
     return [int(n) for n in _derived(recs)["output_tokens"]]
 
 
-def token_events(rec: RequestRecord) -> tuple[list[int], list[int]]:
-    """(times, counts) of the stream events that carried ≥ 1 output token id."""
-    pairs = [(t, c) for t, c in zip(rec.token_times_ns, rec.token_counts, strict=False)
-             if c >= MIN_EVENT_TOKENS]  # fmt: skip
-    return [t for t, _ in pairs], [c for _, c in pairs]
-
-
-def output_tokens(rec: RequestRecord) -> int:
-    """Server-reported completion tokens, else what the stream delivered (``derive``)."""
-    return int(_one(rec)["output_tokens"][0])
-
-
-def prompt_len(rec: RequestRecord) -> int:
-    """The prompt as the server counted it, else as sent, else as planned (``derive``)."""
-    return int(_one(rec)["prompt_len"][0])
-
-
-def request_metrics(rec: RequestRecord) -> dict[str, Any]:
-    """Every derived per-request metric of one record (docs/metrics.md names)."""
-    d = _one(rec)
-    out: dict[str, Any] = {c: d[c][0].item() for c in DERIVED_COLUMNS if c not in LIST_COLUMNS}
-    out["itl_ms"] = d["gaps"].tolist()
-    return out
-
-
 def to_frame(data: Data) -> pd.DataFrame:
-    """One row per request: the raw record fields plus the derived metrics.
-
-    ``*_ns`` columns are nullable ``Int64`` so absent moments stay exact (float
-    would round large ns values). A DataFrame is returned unchanged, so every
-    helper here accepts a result, a record list or an existing frame.
-    """
+    """One row per request: the raw record fields plus the derived metrics; ``*_ns`` columns
+    nullable ``Int64`` (exact). A DataFrame is returned unchanged."""
     if isinstance(data, pd.DataFrame):
         return data
     recs = as_records(data)
@@ -132,13 +92,9 @@ def to_frame(data: Data) -> pd.DataFrame:
 
 
 def frame_of_stream(records: Iterable[RequestRecord]) -> pd.DataFrame:
-    """``to_frame`` of records read once and let go (a run's ``records.jsonl`` line by
-    line) for what is derived from it (the summary of ``report.canonical.run_digest``):
-    the same numbers, no record held. The token times and counts of every row go into
-    one flat int64 buffer each as they are read (8 B a token, not a Python number's
-    ~32–40, nor an array object per row), are derived from, and are let go: a row's
-    ``token_times_ns`` and ``token_counts`` are empty (as in a frame read from a
-    ``records.parquet`` without them, ``metrics.scan``), its ``itl_ms`` a view of the one
+    """``to_frame`` of records read once and let go (``records.jsonl`` line by line): the
+    same numbers, no record held. Token times and counts go into one flat int64 buffer
+    each (8 B a token); the rows' token lists are empty, their ``itl_ms`` views of one
     gaps array."""
     raw: dict[str, Any] = {name: [] for name in RAW_COLUMNS if name not in _TOKENS}
     columns = [(name, raw[name].append) for name in raw]
@@ -169,9 +125,8 @@ def _int64(buf: array[int]) -> np.ndarray:
 
 def _frame(raw: dict[str, Any], *, tokens: tuple[TokenRows, TokenRows] | None = None,
            ) -> pd.DataFrame:  # fmt: skip
-    """The frame of ``raw`` (a list per raw field). ``tokens`` (``frame_of_stream``): the
-    token rows held flat, derived from instead of ``raw``'s token lists, and the
-    ``itl_ms`` of a row a view of the one gaps array."""
+    """The frame of ``raw`` (a list per raw field); ``tokens``: ``frame_of_stream``'s flat
+    token rows, derived from instead of ``raw``'s lists."""
     times, counts = tokens or (raw["token_times_ns"], raw["token_counts"])
     d = derive(raw, times, counts)
     cols: dict[str, Any] = {name: raw[name] for name in RAW_COLUMNS}

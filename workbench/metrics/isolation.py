@@ -1,25 +1,9 @@
 """Warm-cache detection: did the server's prefix cache know this run's prompts beforehand?
 
-A run's synthetic tokens are new to the server unless an earlier run on the same
-server sent the same ones (same trace, seed and salt). The plan says, for every
-request, how many leading tokens this run itself can have put in the cache
-(``planned_prefix_tokens``, plus ``folded_prefix_tokens``: a claimed prefix
-sent as fresh input, which the shared-prefix pool may still have cached, plus
-the tokens the server counted beyond the planned prompt: a chat template's
-header, the same in every prompt). A server can never serve more than that
-from this run alone: a request that
-*first* sends a (unit, round) and is served more cached tokens than that proves
-the cache held this workload's blocks before the run started.
-
-Checked: ok, non-warm-up requests whose server reported a cached count, the first
-record of each (unit, round) in dispatch order (closed-loop passes repeat their
-tokens), of units that had no warm-up (a warm-up primes its units on purpose).
-The run is flagged warm when at least ``WARM_MIN_REQUESTS`` and
-``WARM_MIN_FRACTION`` of the checked requests went beyond the plan: with
-hash-id traces two concurrent requests sharing a block can meet the server in
-the other order than the file's, which makes an isolated excess. ``warm_cache``
-is written once, over ``Columns``: an in-memory frame's or a stored run's
-``records.parquet`` columns. docs/cache-isolation.md.
+A request that first sends a (unit, round) and is served more cached tokens than this
+run itself can have put in the cache proves the cache held the workload's blocks before
+the run; the allowance, the requests checked and the 5 % floor are
+docs/cache-isolation.md's. ``warm_cache`` is written once, over ``Columns``.
 """
 
 from __future__ import annotations

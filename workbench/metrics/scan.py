@@ -1,21 +1,9 @@
 """Run-level metrics of a stored run from its ``records.parquet``: no record held in Python.
 
-``workbench.metrics.summarize`` of an in-memory run parses every record into a
-pandas frame, which for a run of millions of requests costs gigabytes. The
-functions here give the same numbers for a run directory by reading the
-columnar copy of its records (built from ``records.jsonl`` on first use, in
-streaming batches; ``metrics.columns``) one column at a time with pyarrow and
-calling the very same aggregates (``summary.run_summary``,
-``breakdown.round_table``/``band_table``) over those numpy arrays: only the
-columns an aggregate touches are loaded (8 MB per million requests each).
-
-One difference is forced by the storage choice: pooled ``itl_ms`` percentiles
-need every inter-token gap, which ``records.parquet`` keeps only when written
-with ``token_times=True``; otherwise ``itl_ms`` has its exact mean, min, max and
-count (from per-request gap sums) and ``None`` percentiles.
-
-Without pyarrow installed every function falls back to loading the run in
-memory (logged), so a notebook works either way on small runs.
+The same aggregates as an in-memory run (``summary.run_summary``,
+``breakdown.round_table``/``band_table``) over the columns they touch, read one at a time
+with pyarrow (docs/metrics.md; pooled ``itl_ms`` percentiles need ``token_times=True``).
+Without pyarrow every function loads the run in memory instead (logged).
 """
 
 from __future__ import annotations
@@ -68,13 +56,9 @@ _LIST_COLUMNS = frozenset(("token_times_ns", "token_counts", "itl_ms"))
 def sample_frame(
     run_dir: str | Path, n: int = 200_000, *, seed: int = 0, warmup: bool = False
 ) -> pd.DataFrame:
-    """At most ``n`` records (all when the run is smaller; else a seeded uniform sample
-    without replacement) as a ``to_frame``-shaped DataFrame, for plots of distributions.
-
-    Read one row group at a time, so memory holds one group and the sample. A
-    sample keeps distributions (CDFs, per-round TTFT) but not totals: a throughput
-    timeline drawn from it is scaled by the sampled fraction.
-    """
+    """At most ``n`` records (else a seeded uniform sample) as a ``to_frame``-shaped frame,
+    read one row group at a time: distributions are faithful, totals (a throughput
+    timeline) scaled by the sampled fraction."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -116,15 +100,9 @@ MAX_REPORT_RECORDS = 200_000
 
 
 def report_source(run_dir: str | Path, max_records: int = MAX_REPORT_RECORDS) -> Any:
-    """What a report notebook plots for a stored run.
-
-    A run of at most ``max_records`` records is loaded whole (``store.load``,
-    exact as ever). A larger one is never loaded: this returns a seeded sample
-    of ``max_records`` rows (``sample_frame``) whose ``attrs["run_dir"]`` tells
-    ``report_summary``/``report_by_round``/``report_by_band`` to scan the
-    whole run instead. Plots of distributions drawn from the sample are
-    faithful; totals (a throughput timeline) are scaled by the sampled fraction.
-    """
+    """What a report notebook plots for a stored run: the run loaded whole when it has at
+    most ``max_records`` records, else a seeded sample of that many (``sample_frame``) whose
+    ``attrs["run_dir"]`` tells the ``report_*`` functions to scan the whole run instead."""
     if available():
         import pyarrow.parquet as pq
 

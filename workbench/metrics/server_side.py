@@ -1,16 +1,9 @@
 """Server-side evidence from the ``/metrics`` timeline: preemptions and peak load.
 
-The client sees latencies; the server's own gauges and counters say *why*: how
-often it preempted (recomputed) requests, how full its KV cache got, how many
-requests it ran and queued at most. Names per engine: ``workbench.catalogs.series``;
-the embedded engine exports the vLLM names (or SGLang's in ``mode="sglang"``), and
-``simulate`` samples it the same way in virtual time.
-
-Peaks are over the scraped samples (``backend.scrape_interval_s`` apart), so a
-peak shorter than one interval can be missed; preemptions are the counter's
-increase from the first to the last sample (the whole run), with Prometheus' reset
-rule: a value below the one before means the server restarted and counts from 0
-(``counter_increase``). A NaN sample (the text format allows it) is left out.
+Series names per engine: ``workbench.catalogs.series``. Peaks are over the scraped
+samples, so a peak shorter than one scrape interval can be missed; preemptions are the
+counter's increase over the run with Prometheus' reset rule (``counter_increase``). NaN
+samples are left out.
 """
 
 from __future__ import annotations
@@ -66,9 +59,8 @@ def preemptions(timeline: Sequence[Mapping[str, Any]],
 def series_stats(
     timeline: Sequence[Mapping[str, Any]], kept: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, dict[str, Any]]:
-    """Peak and mean over the run of each series kept beyond the engine's own list
-    (``kept``: the manifest's ``metrics_scrape.series``: label, unit, endpoints,
-    simulated), over the samples that have it; a series never sampled is left out."""
+    """Peak and mean of each sampled series of ``kept`` (the manifest's
+    ``metrics_scrape.series``), over the samples that have it."""
     out: dict[str, dict[str, Any]] = {}
     for name, info in kept.items():
         vals = _values(timeline, name)
@@ -82,9 +74,8 @@ def series_stats(
 def server_evidence(
     timeline: Sequence[Mapping[str, Any]], scrape: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """``summary["server"]``: engine, samples, preemptions, peak KV usage, running, waiting;
-    with ``series`` (peak and mean of each further series, ``series_stats``) when the
-    run's scrape (``scrape``: the manifest's ``metrics_scrape``) kept any."""
+    """``summary["server"]``: engine, samples, preemptions, peaks; ``series`` when the
+    run's ``metrics_scrape`` kept further series (``series_stats``)."""
     rows = [r for r in timeline if "error" not in r]
     out = {**EMPTY, "scrape_errors": len(timeline) - len(rows), "samples": len(rows)}
     for engine in ENGINES:

@@ -1,24 +1,9 @@
-"""Service-level objectives: one type and one grammar for runs and sweeps (docs/sweeps.md).
+"""Service-level objectives: one type and one grammar for runs and sweeps.
 
-An ``SLO`` is a tuple of ``Bound`` plus ``min_ok``. A bound names an SLO-able metric
-of the catalog (``catalog.SLO_ABLE``) and a limit in ms, in one of two kinds:
-
-- a **per-request** bound, ``ttft_ms<=2000`` (``q`` None): each request attains it
-  when it finished ok and its own value is measured and within the limit (a run's
-  ``summary["slo"]`` attainment; a sweep's goodput numerator). ``itl_ms``'s own
-  value is the request's largest gap; a request with no gap has none to break it;
-- a **percentile** bound, ``ttft_ms:p90<=2000``: the ``q``-th percentile over the ok
-  requests (``stats.percentile``, the summary's) within the limit.
-
-A sweep point holds the SLO when its ok share is at least ``min_ok`` (default 0.99),
-every percentile bound holds and every per-request bound is attained by at least a
-``min_ok`` share of the requests.
-
-Text form (``--slo``, a sweep spec): items ``METRIC<=MS`` (``METRIC=MS`` too),
-``METRIC:pQ<=MS`` and ``ok>=F``, as a list or one string split at ``,``/``;``.
-Mapping form (a config file, a notebook): ``{"ttft_ms": 2000}``,
-``{"ttft_ms:p90": 2000, "ok": 0.99}``. A run config's ``slo`` keeps the mapping of
-its per-request bounds (``per_request_mapping``), as run directories always stored it.
+An ``SLO`` is a tuple of ``Bound`` (per-request, or a percentile over the ok requests)
+plus ``min_ok``; the text and mapping forms, attainment, the verdict and goodput are
+docs/sweeps.md's ("SLO"). A run config's ``slo`` keeps the mapping of its per-request
+bounds (``per_request_mapping``).
 """
 
 from __future__ import annotations
@@ -104,7 +89,6 @@ class SLO:
     bounds: tuple[Bound, ...] = ()
     min_ok: float = DEFAULT_MIN_OK
 
-    # -- construction -------------------------------------------------------------------
     @classmethod
     def parse(cls, spec: SLO | Mapping[str, Any] | Iterable[str] | str | None) -> SLO | None:
         """An SLO from its text or mapping form (None stays None); errors name the rule."""
@@ -145,21 +129,16 @@ class SLO:
     def __str__(self) -> str:
         return " and ".join([*map(str, self.bounds), f"ok>={self.min_ok:g}"])
 
-    # -- evaluation ---------------------------------------------------------------------
     def evaluate(self, data: pd.DataFrame | Columns) -> dict[str, Any]:
-        """Observed value of every bound over one run's requests (``to_frame`` rows, or a
-        stored run's ``Columns``: ``metrics.columns.stored``): a percentile bound's
-        percentile over the ok requests, a per-request bound's share of all requests
-        that attained it."""
+        """Observed value of every bound over one run's rows (a frame, or ``Columns``): a
+        percentile over the ok requests, or the share of all requests that attained it."""
         cols = Columns.of(data)
         n = len(cols)
         ok = cols.where(cols.equals("status", "ok")) if n else cols
         values = {b.key: ok_percentile(ok, b.metric, b.q) if b.q is not None
                   else (float(attained(cols, [b])[0].mean()) if n else None)
                   for b in self.bounds}  # fmt: skip
-        # goodput counts requests that are ok and individually within every bound's limit:
-        # per request a percentile has no meaning, so the limit applies to the request's own
-        # value (its TTFT, its TPOT, its worst gap), as DistServe's and vLLM's goodput do
+        # goodput: each request's own value within every limit (docs/sweeps.md, "SLO")
         per_request = [Bound(b.metric, None, b.limit) for b in self.bounds]
         return {
             "values": values,
@@ -227,11 +206,8 @@ def request_values(cols: Columns, metric: str) -> np.ndarray:
 
 
 def attained(cols: Columns, bounds: Iterable[Bound]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Rows that are ok and within every per-request bound, and each bound's own mask.
-
-    A metric bounded twice is held to its tighter limit; failed requests and unmeasured
-    values (e.g. TPOT of a one-token output) count against.
-    """
+    """Rows that are ok and within every per-request bound (a metric bounded twice: the
+    tighter), and each bound's own mask; unmeasured values count against."""
     ok = cols.equals("status", "ok")
     joint = ok.copy()
     per: dict[str, np.ndarray] = {}

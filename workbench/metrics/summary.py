@@ -1,36 +1,15 @@
 """Run-level summary: counts, latency percentiles, throughput, hit rates, SLO.
 
-``summarize`` returns a JSON-ready dict (plain floats/ints/None) whose keys are
-the names ``summary.json`` promises (docs/interface.md). Run-level conventions (docs/metrics.md,
-research notes M.2/M.3/M.5):
-
-- percentiles interpolate linearly at ``q·(n−1)`` over **ok** requests;
-  ``itl_ms`` pools every gap of every ok request (token-weighted; ``stats``);
-- the throughput window spans every *attempted* request, first dispatch to
-  last end, so failures stretch the window, while numerators count successes
-  only — a run that fails fast cannot look fast;
-- ``actual_prefix_hit_rate`` = Σcached/Σprompt_tokens over ok requests whose
-  server reported a cached count (``cached_tokens_reported``); a request without
-  one is not a zero hit. ``cache_reported_requests`` / ``cache_unreported_requests``
-  count the ok requests each way; with none reported the rate is None (null);
-  ``planned_prefix_hit_rate`` = Σp/Σ(p+i) over
-  every request of the plan; ``planned_prefix_hit_rate_measured`` re-accumulates
-  the plan over the same requests as the actual rate so the delta compares like
-  with like;
-- SLO attainment: a request attains a bound when it is ok *and* its metric is
-  measured and ≤ the bound; failed requests and unmeasured metrics (e.g. TPOT of
-  a 1-token output) count against, as in request-factory.
-
-Every aggregate is written once, over ``Columns`` (numpy arrays, ``metrics.columns``):
-``summarize`` gives them the columns of an in-memory frame, ``metrics.scan.summarize``
-(and ``summarize`` of a run whose records stayed on disk) the columns of the
-run's ``records.parquet``, read one at a time.
+``summarize`` returns the JSON-ready dict of ``summary.json`` (docs/interface.md; the
+conventions: docs/metrics.md, "Per run"). Every aggregate is written once, over
+``Columns``: an in-memory frame's, or a stored run's ``records.parquet`` columns
+(``summarize_stored``, ``metrics.scan``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +27,7 @@ from workbench.metrics.isolation import reported, warm_cache
 from workbench.metrics.server_side import counter_increase, server_evidence
 from workbench.metrics.slo import SLO, attained
 from workbench.metrics.workers import worker_breakdown
-from workbench.records import RunManifest, RunResult
+from workbench.records import RequestRecord, RunManifest, RunResult
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -152,11 +131,8 @@ def prefix_hit_rates(data: Data | Columns) -> dict[str, float | int | None]:
 
 
 def _sample_value(sample: Mapping[str, Any], name: str) -> float | None:
-    """A counter's value in one timeline sample, summed over label sets.
-
-    Accepted sample shapes: wide ``{"vllm:x_total": v, 'vllm:x_total{a="b"}': v}``,
-    nested ``{"metrics": {...wide...}}``, or long ``{"name": ..., "value": ...}``.
-    """
+    """A counter's value in one timeline sample (wide ``{"vllm:x_total{a="b"}": v}``,
+    nested ``{"metrics": {...}}`` or long ``{"name", "value"}``), summed over label sets."""
     if "name" in sample and "value" in sample:
         return float(sample["value"]) if sample["name"] == name else None
     src = sample["metrics"] if isinstance(sample.get("metrics"), Mapping) else sample
@@ -179,11 +155,8 @@ def server_preemptions(timeline: Sequence[Mapping[str, Any]]) -> float | None:
 
 
 def server_window_hit_rate(timeline: Sequence[Mapping[str, Any]]) -> float | None:
-    """Δhits/Δqueries between the first and last scrape (vLLM; SGLang Δcached/Δprompt).
-
-    The server counts whole cached blocks only, so this can sit slightly below
-    the client's token-exact figure; it also sees traffic from other clients.
-    """
+    """Δhits/Δqueries between the first and last scrape (vLLM; SGLang Δcached/Δprompt):
+    whole cached blocks only, and other clients' traffic too."""
     for engine in ENGINES:  # (hits, queries) per engine, both in tokens
         hits, queries = engine.name("hits"), engine.name("queries")
         if hits is None or queries is None:
@@ -231,14 +204,8 @@ def _pooled(raws: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
 def client_stats(
     raws: Sequence[Mapping[str, Any]], requested_concurrency: int | None
 ) -> dict[str, Any]:
-    """The client's self-measurement (``summary.json["client"]``) from each process's raw data.
-
-    ``raws`` are ``Runner.measure.raw()`` dicts, one per process (one unless the
-    run was sharded). Release lag and in-flight-at-dispatch pool every request;
-    mean in-flight adds the processes' time-weighted means; CPU is reported in
-    total and as the busiest process's share of one core (``cpu_util``), since a
-    single-threaded event loop saturates at one core.
-    """
+    """``summary.json["client"]`` from each process's ``Runner.measure.raw()`` dict
+    (docs/metrics.md, "Client")."""
     lags = _pooled(raws, "release_lag_ns") / 1e6
     steady = _pooled(raws, "steady_release_lag_ns") / 1e6
     at_dispatch = _pooled(raws, "in_flight_at_dispatch")
@@ -265,14 +232,8 @@ def client_stats(
 
 
 def client_bottleneck(stats: Mapping[str, Any]) -> dict[str, Any]:
-    """``client_bottleneck`` flag and its reasons, from a ``client_stats`` dict.
-
-    The client was the bottleneck when its busiest process used ≥ 90 % of a core
-    (the event loop had no idle time, so requests waited on the client), or when
-    the release lag p99 exceeded 10 ms (requests went out late) — the *steady*
-    lag when there is one: a first wave of ``max_concurrency`` units due at one
-    instant always leaves one after the other, on any client.
-    """
+    """``client_bottleneck`` flag and its reasons, from a ``client_stats`` dict
+    (docs/metrics.md, "Client")."""
     reasons = []
     util = stats.get("cpu_util")
     if util is not None and util >= CLIENT_CPU_BOUND:
@@ -283,12 +244,6 @@ def client_bottleneck(stats: Mapping[str, Any]) -> dict[str, Any]:
     if p99 is not None and p99 > CLIENT_LAG_P99_MS:
         reasons.append(f"{which} p99 {p99:.1f} ms (> {CLIENT_LAG_P99_MS:g} ms)")
     return {"client_bottleneck": bool(reasons), "client_bottleneck_reasons": reasons}
-
-
-def isolation_fields(manifest: RunManifest, warm: dict[str, Any]) -> dict[str, Any]:
-    """``cache_flush`` (what was done before the run, from the manifest) and ``warm_cache``."""
-    flush = manifest.cache_flush
-    return {"cache_flush": dict(flush) if isinstance(flush, Mapping) else None, "warm_cache": warm}
 
 
 #: what a non-streaming run's summary, report and CLI line say (docs/metrics.md)
@@ -331,14 +286,31 @@ def run_summary(
     out["server_prefix_hit_rate"] = server_window_hit_rate(timeline)
     scrape = manifest.metrics_scrape
     out["server"] = server_evidence(timeline, scrape if isinstance(scrape, Mapping) else None)
-    out.update(isolation_fields(manifest, warm_cache(full, manifest.cache_flush)))
+    flush = manifest.cache_flush  # what was done before the run
+    out["cache_flush"] = dict(flush) if isinstance(flush, Mapping) else None
+    out["warm_cache"] = warm_cache(full, flush)
     slo = slo if slo is not None else manifest.section("slo")
     out["slo"] = slo_attainment(df, slo, out["duration_s"]) if slo else None
     return out
 
 
-def _tail(out: dict[str, Any], manifest: RunManifest, df: Columns) -> dict[str, Any]:
+def _run_fields(out: dict[str, Any], manifest: RunManifest, cancelled: bool,
+                lifecycle: Sequence[Mapping[str, Any]],
+                records: Callable[[], list[RequestRecord]]) -> None:
+    """A run's own keys: its status, and its agent tasks and session budget."""
+    out["run_cancelled"] = cancelled  # "cancelled" is the request count
+    out["run_status"] = manifest.status  # "running" on disk: the run was killed
+    if agents.has_tasks(lifecycle):  # a session graph: task-level metrics
+        out["agent_tasks"] = agents.agent_summary(records(), lifecycle)
+    budget = agents.budget_section(manifest, lifecycle)
+    if budget is not None:
+        out["session_budget"] = budget
+
+
+def _tail(out: dict[str, Any], manifest: RunManifest, full: Columns,
+          warmup: bool) -> dict[str, Any]:  # fmt: skip
     """The manifest-derived keys after the metrics: warm-up, workers, client."""
+    df = full if warmup else full.where(~full.bools("warmup"))
     if isinstance(manifest.warmup, Mapping):  # what the warm-up did (out of the metrics)
         out["warmup"] = dict(manifest.warmup)
     workers = worker_breakdown(df)
@@ -364,13 +336,10 @@ def summarize(
 ) -> dict[str, Any]:
     """The run's summary as a JSON-ready dict (the content of ``summary.json``).
 
-    ``slo`` and ``ideal`` default to the manifest's ``slo`` / ``ideal_prefix_hit_rate``
-    when ``result`` is a RunResult that carries them. Warmup records are excluded
-    unless ``warmup=True``. No run id or wall-clock field goes in, so a virtual-time
-    run summarizes byte-identically every time. A run that kept its records on disk
-    only (``RunResult.records_on_disk``) is read from its ``records.parquet``
-    column by column (``summarize_stored``), unless ``frame`` is given: the run's
-    records as ``to_frame`` makes them (``frame_of_stream``), summarized as if in memory.
+    ``slo`` and ``ideal`` default to the manifest's; warm-up records are excluded unless
+    ``warmup``. No run id or wall-clock field goes in (a virtual-time run summarizes
+    byte-identically). A run whose records stayed on disk is summarized from its
+    ``records.parquet`` (``summarize_stored``) unless ``frame`` (its ``to_frame``) is given.
     """
     if slo is not None and not isinstance(slo, Mapping):
         raise ConfigError(f"summarize: slo: expected a mapping of metric: bound (ms), got a "
@@ -382,21 +351,14 @@ def summarize(
     full = Columns.of(result if frame is None else frame)
     out = run_summary(full, manifest, timeline, slo, warmup=warmup, ideal=ideal)
     if isinstance(result, RunResult):
-        out["run_cancelled"] = bool(result.cancelled)  # "cancelled" is the request count
-        out["run_status"] = manifest.status  # "running" on disk: the run was killed
-        if agents.has_tasks(result.lifecycle):  # a session graph: task-level metrics
-            out["agent_tasks"] = agents.agent_summary(as_records(result), result.lifecycle)
-        budget = agents.budget_section(manifest, result.lifecycle)
-        if budget is not None:
-            out["session_budget"] = budget
-    return _tail(out, manifest, full if warmup else full.where(~full.bools("warmup")))
+        _run_fields(out, manifest, bool(result.cancelled), result.lifecycle,
+                    lambda: as_records(result))
+    return _tail(out, manifest, full, warmup)
 
 
 def summary_of(result: RunResult, slo: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """The run's summary: the one its run directory's ``summary.json`` holds when it was
-    saved (``RunResult.summary``: computed with the manifest's SLO, which is the config's,
-    so ``slo`` must be that one or None), else ``summarize(result, slo)``. The CLIs print
-    it without summarizing a saved run a second time."""
+    """The saved ``summary.json`` (``RunResult.summary``, with the config's SLO: ``slo`` must
+    be that one or None), else ``summarize(result, slo)``."""
     if result.summary is not None:
         return result.summary
     return summarize(result, slo)
@@ -414,6 +376,7 @@ def summarize_stored(
         LIFECYCLE,
         TIMELINE,
         load,
+        load_records,
         read_jsonl,
         read_manifest,
         resolve_run_dir,
@@ -425,14 +388,7 @@ def summarize_stored(
     manifest = read_manifest(d, strict=True)  # a damaged one raises, as ``load`` does
     full = stored(d)
     out = run_summary(full, manifest, read_jsonl(d / TIMELINE), slo, warmup=warmup, ideal=ideal)
-    out["run_cancelled"] = bool(manifest.cancelled) or manifest.status == "cancelled"
-    out["run_status"] = manifest.status  # "running" on disk: the run was killed
     lifecycle = read_jsonl(d / LIFECYCLE) if (d / LIFECYCLE).exists() else []
-    if agents.has_tasks(lifecycle):  # a session graph: task-level metrics
-        from workbench.storage.rundir import load_records
-
-        out["agent_tasks"] = agents.agent_summary(load_records(d), lifecycle)
-    budget = agents.budget_section(manifest, lifecycle)
-    if budget is not None:
-        out["session_budget"] = budget
-    return _tail(out, manifest, full if warmup else full.where(~full.bools("warmup")))
+    _run_fields(out, manifest, bool(manifest.cancelled) or manifest.status == "cancelled",
+                lifecycle, lambda: load_records(d))
+    return _tail(out, manifest, full, warmup)

@@ -1,9 +1,7 @@
-"""Time series for plots: throughput per bin, requests in flight, active units.
+"""Time series for plots: throughput per bin, requests in flight; units holding a slot.
 
-Times are seconds relative to ``t0_ns`` (default: the run's first dispatch).
-Output tokens are binned by the arrival time of the stream events that carried
-them, so the series shows delivery as it happened rather than lumping a whole
-response at its end; a non-streaming answer's tokens did arrive at its end.
+Times are seconds from ``t0_ns`` (default: the run's first dispatch). Output tokens are
+binned at the stream events that carried them (a non-streaming answer's at its end).
 """
 
 from __future__ import annotations
@@ -24,11 +22,8 @@ def _origin(df: pd.DataFrame, t0_ns: int | None) -> int | None:
 def throughput_timeline(
     data: Data, bin_s: float = 1.0, *, t0_ns: int | None = None, warmup: bool = False
 ) -> pd.DataFrame:
-    """Per bin: ok/error completions, delivered output tokens, and their rates.
-
-    Columns ``t_s`` (bin start), ``completed``, ``errors``, ``output_tokens``,
-    ``request_rps``, ``output_tps``.
-    """
+    """Per bin (``t_s``: its start): ok and error completions, delivered output tokens, and
+    their rates."""
     if bin_s <= 0:
         raise ValueError("bin_s must be > 0")
     df = run_rows(data, warmup=warmup)
@@ -93,11 +88,8 @@ def in_flight_timeline(
 
 
 def unit_intervals(df: pd.DataFrame) -> pd.DataFrame:
-    """Per ``unit_ordinal``: [admitted, last end) — the span a unit holds its slot.
-
-    A session holds its slot across rounds and tool waits (docs/arrival.md), so the span
-    runs from its admission (else its first dispatch) to its last round's end.
-    """
+    """Per ``unit_ordinal``: [admitted (else first dispatch), last end), the span a unit
+    holds its slot across rounds and tool waits (docs/arrival.md)."""
     start = df["admitted_ns"].fillna(df["dispatch_ns"])
     end = df["end_ns"].fillna(df["last_token_ns"]).fillna(df["dispatch_ns"])
     spans = pd.DataFrame({"unit_ordinal": df["unit_ordinal"], "start": start, "end": end})
@@ -112,14 +104,3 @@ def active_units_at(df: pd.DataFrame, times_ns: np.ndarray) -> np.ndarray:
     ends = np.sort(spans["end"].to_numpy())
     return np.searchsorted(starts, times_ns, "right") - np.searchsorted(ends, times_ns, "right")
 
-
-def active_units_timeline(
-    data: Data, *, t0_ns: int | None = None, warmup: bool = False
-) -> pd.DataFrame:
-    """Units holding a slot after each change point: ``t_s``, ``active_units``."""
-    df = run_rows(data, warmup=warmup)
-    spans = unit_intervals(df)
-    t0 = _origin(df, t0_ns)
-    if t0 is None or spans.empty:
-        return pd.DataFrame(columns=["t_s", "active_units"])
-    return _step(spans["start"].to_numpy(), spans["end"].to_numpy(), t0, "active_units")

@@ -1,11 +1,6 @@
 """How numbers and a capacity are worded, the same in the CLI, reports, the index and plans.
 
-``sig`` rounds a number for text (3 significant figures: ``2.63``, never
-``2.6296296296296293``). ``capacity_phrase`` states a capacity as one number: what the
-engine *sustained* (the request throughput delivered at the highest load that held the
-SLO), with the offered load beside it in the same phrase; ``delivery_warning`` says when
-that delivered rate fell well short of the offered one. The definition is in
-docs/sweeps.md, "Capacity".
+The capacity's definition: docs/sweeps.md, "Capacity".
 """
 
 from __future__ import annotations
@@ -31,18 +26,15 @@ def sig(v: Any, digits: int = 3) -> str:
 
 
 def capacity_phrase(sustained_rps: Any, offered: str, *, at_least: bool = False) -> str:
-    """``"capacity 1.81 req/s sustained, at 2.63 requests/s offered"``: the capacity is the
-    request rate the engine delivered at the highest load that held the SLO; ``offered``
-    is that load in words (``"2.63 requests/s offered"``, ``"arrival.max_concurrency =
-    12"``). ``at_least``: the SLO held at every load tried, so the capacity is no lower."""
+    """``"capacity 1.81 req/s sustained, at 2.63 requests/s offered"`` (``offered``: that
+    load in words); ``at_least``: the SLO held at every load tried."""
     return (f"capacity {'at least ' if at_least else ''}{sig(sustained_rps)} req/s sustained, "
             f"at {offered}")
 
 
 def delivery_warning(sustained_rps: Any, offered_rps: float | None) -> str:
     """`` WARNING: ...`` when the engine delivered under ``DELIVERED_WARN_SHARE`` of the
-    offered request rate (it fell behind, or the run was too short for its ramp-up and
-    drain to be negligible); ``""`` otherwise or when there is no offered rate."""
+    offered request rate, else ``""``."""
     if not isinstance(sustained_rps, int | float) or not offered_rps:
         return ""
     share = sustained_rps / offered_rps

@@ -1,13 +1,8 @@
-"""Per-worker breakdown of a run against a simulated cluster.
+"""Per-worker breakdown of a run against a simulated cluster (docs/cluster.md).
 
-Records of a cluster run carry the serving worker in ``extra["worker"]`` (from
-the ``x-workbench-worker`` response header, or set directly in virtual time),
-the decode worker under disaggregation in ``extra["decode_worker"]`` and the
-worker's waiting queue when the request arrived in ``extra["worker_waiting"]``
-(docs/cluster.md). ``worker_breakdown`` turns them into one row per worker:
-load (requests, share of prompt tokens), hit rate and queueing (waiting queue
-at arrival, TTFT), and under attention-DP (``extra["dp_rank"]``) each worker's ranks
-(``dp_ranks``: requests, TTFT). Runs whose records name no worker have no breakdown.
+Records carry the serving worker in ``extra["worker"]`` (``worker_waiting``,
+``decode_worker``, ``dp_rank`` beside it); a run whose records name no worker has no
+breakdown.
 """
 
 from __future__ import annotations
@@ -22,13 +17,9 @@ from workbench.metrics.distribution import describe
 
 
 def worker_breakdown(data: Any) -> list[dict[str, Any]] | None:
-    """One dict per worker (sorted by index) of the run's rows, or None without workers.
-
-    ``data`` is a ``Columns`` (an in-memory frame's, whose ``extra`` holds the worker,
-    or a stored run's, whose ``records.parquet`` has ``worker``/``worker_waiting``
-    columns) or anything ``to_frame`` takes. The hit rate is token-weighted over the
-    worker's ok requests whose server reported a cached count (``cache_measured``).
-    """
+    """One dict per worker (sorted by index) of the run's rows (``Columns``, or anything
+    ``to_frame`` takes), or None without workers; the hit rate is token-weighted over the
+    worker's ok requests that reported a cached count (``cache_measured``)."""
     cols = Columns.of(data)
     if not len(cols) or not cols.has("worker"):
         return None

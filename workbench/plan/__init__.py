@@ -1,21 +1,9 @@
 """``plan``: the fewest replicas of each hardware option that hold an SLO, and the cost.
 
-Given a trace (a file, a bundled one, or ``synthetic:...`` made by ``tracegen``), the
-options to compare (a preset ``MODEL/GPU/tpN[/fp8|/fp8w]``, or a calibrated engine's
-JSON from ``sim calibrate``; each with a router and a host KV tier) and an SLO (the sweep
-grammar, ``metrics.slo``), ``plan`` replays the trace in virtual time on a simulated
-cluster of N replicas at the trace's own rate and at scaled rates, and finds for each
-option and rate the fewest replicas that hold the SLO: doubling N from 1 until it holds,
-then bisecting. Every probe is a full virtual replay (``executors.virtual.simulate``);
-the searches of different options and rates run in processes of their own, up to the
-cores there are (``parallel``).
-Each probe is also judged with the preset's stated error applied to the SLO's metric
-both ways (value × (1 ± error)): the plan gives the fewest replicas that hold in the
-optimistic and in the pessimistic case, and says "hold" only when even the pessimistic
-case holds, else the range. Prices are per GPU (``plan.prices``: a default table of
-published on-demand prices, overridable); GPUs = replicas × TP. Every figure is
-simulated and is labelled with its option and that preset's stated error against
-published measurements (docs/hardware.md); docs/plan.md has the rules.
+Each probe is a virtual replay (``executors.virtual.simulate``) of the trace on N
+replicas of an option (engine × router × host KV tier) at a scaled rate, judged as
+simulated and over the preset's stated error band. The rules (search, band, sentence,
+cost, best option, prices) are docs/plan.md's.
 """
 
 from __future__ import annotations
@@ -110,23 +98,18 @@ class Probe:
     cached_tokens: int
     host_cached_tokens: int
     span_s: float
-    # the verdict with the preset's stated error applied to every bound's metric:
-    # optimistic (value × (1 − error), ``held_low``) and pessimistic (× (1 + error),
-    # ``held_high``); None (a plan saved before the band): the plain verdict
+    # the verdict over the error band (docs/plan.md): optimistic ``*_low``, pessimistic
+    # ``*_high``; None (a plan saved before the band): the plain verdict
     held_low: bool | None = None
     held_high: bool | None = None
     ratio_low: float | None = None
     ratio_high: float | None = None
 
     def __post_init__(self) -> None:
-        if self.held_low is None:
-            self.held_low = self.held
-        if self.held_high is None:
-            self.held_high = self.held
-        if self.ratio_low is None:
-            self.ratio_low = self.worst_ratio
-        if self.ratio_high is None:
-            self.ratio_high = self.worst_ratio
+        for banded, plain in (("held_low", "held"), ("held_high", "held"),
+                              ("ratio_low", "worst_ratio"), ("ratio_high", "worst_ratio")):
+            if getattr(self, banded) is None:
+                setattr(self, banded, getattr(self, plain))
 
     @property
     def gpus(self) -> int:
@@ -154,9 +137,8 @@ def _span(lo: int, hi: int, word: str) -> str:
 
 
 def _headroom(probe: Probe) -> str:
-    """How far the binding bound is above the simulated value, relative to the value
-    (limit / value − 1): the pessimistic case holds exactly when it is at least the
-    stated error, since value × (1 + error) <= limit."""
+    """limit / value − 1 of the binding bound (the pessimistic case holds when it is at
+    least the stated error)."""
     r = probe.worst_ratio
     return f"{1 / r - 1:.1%}" if r > 0 else "all"
 
@@ -183,7 +165,6 @@ class PlanResult:
         if self.prices is None:
             self.prices = {}
 
-    # -- the SLO and its error ------------------------------------------------------------
     def parsed_slo(self) -> SLO:
         """``slo`` parsed back (its text joins the items with " and ")."""
         parsed = SLO.parse(self.slo.replace(" and ", ","))
@@ -218,7 +199,6 @@ class PlanResult:
         sign = "+" if case == "high" else "−"
         return "at " + " and ".join(f"{sign}{e:.1%} {k}" for k, e in errs.items())
 
-    # -- the search's answers -------------------------------------------------------------
     def fewest(self, option: Option, scale: float, case: str = "sim") -> Probe | None:
         """The probe with the fewest replicas for ``option`` at ``scale`` that held in
         ``case`` ("sim": as simulated; "low"/"high": the error band's ends)."""
@@ -233,8 +213,7 @@ class PlanResult:
         return price_of(self.prices or {}, option.gpu)
 
     def cost(self, probe: Probe) -> dict[str, float | None]:
-        """Dollars per million tokens (prompt + output) and per unit of work: the
-        GPUs (replicas × TP) over the replay's span at the GPU's price per hour."""
+        """USD per million tokens, per unit of work and per hour (docs/plan.md, "Cost")."""
         price = self.price(probe.option)
         if price is None or probe.span_s <= 0:
             return {"usd_per_mtok": None, "usd_per_task": None, "usd_per_hour": None}
@@ -246,8 +225,7 @@ class PlanResult:
                 "usd_per_hour": per_hour}
 
     def answers(self) -> list[dict[str, Any]]:
-        """One row per (scale, option): fewest replicas as simulated and over the error
-        band, their GPUs, the verdict, the cost, the label with the stated error."""
+        """One row per (scale, option): fewest replicas and GPUs over the band, verdict, cost."""
         rows = []
         none = {"usd_per_mtok": None, "usd_per_task": None, "usd_per_hour": None}
         for scale in self.scales:
@@ -315,10 +293,7 @@ class PlanResult:
                        f"this plan does not show why)")
 
     def best(self, scale: float) -> tuple[Option, Probe] | None:
-        """The cheapest option at ``scale``: of those that hold even pessimistically
-        (else as simulated, else optimistically), the lowest cost per hour when every
-        one has a price, else the fewest GPUs (ties by GPUs, then label); with the probe
-        of the case that decided it."""
+        """The best option at ``scale`` and the probe that decided it (docs/plan.md, "Best")."""
         for case in ("high", "sim", "low"):
             found = [(o, p) for o in self.options if (p := self.fewest(o, scale, case))]
             if found:
@@ -366,10 +341,6 @@ class PlanResult:
                  else f"{worst.key} attained by {value or 0:.0%}")
         return shown, worst
 
-    def _simulated_words(self, probe: Probe) -> str:
-        """The binding bound's simulated value and margin at ``probe``."""
-        return f"{self._binding(probe)[0]} (the bound {_headroom(probe)} above it)"
-
     def answer(self, scale: float | None = None) -> str:
         """The plan in one sentence, the answer first and the error after (the trace's
         own rate unless ``scale``; the other rates in the table)."""
@@ -416,7 +387,8 @@ class PlanResult:
                     f"{self._why(option, scale, 'high')}")
         sim_words = (f"as simulated, {_n(sim.replicas, 'replica')} "
                      f"give{'s' if sim.replicas == 1 else ''} "
-                     f"{self._simulated_words(sim)}" if sim is not None
+                     f"{self._binding(sim)[0]} (the bound {_headroom(sim)} above it)"
+                     if sim is not None
                      else f"as simulated, {self._why(option, scale, 'sim')}")
         return (f"{count} {what}, a range within {self._error_words(option)}: {ends}; "
                 f"{sim_words}{rest}. " + self._error_tail())
@@ -473,9 +445,8 @@ class PlanResult:
 
     def save(self, out_dir: str | Path, plan_id: str | None = None, *,
              claimed: Path | None = None) -> Path:
-        """``OUT_DIR/PLAN_ID/plan.json`` (a new directory, ``claim_plan_dir``), or
-        ``plan.json`` in a directory claimed before the plan was computed; returns the
-        directory."""
+        """``plan.json`` in a new directory (``claim_plan_dir``) or in ``claimed``; returns
+        the directory."""
         d = claimed if claimed is not None else claim_plan_dir(out_dir, plan_id)
         write_file(d / PLAN_FILE, json.dumps(self.to_dict(), indent=1))
         return d
@@ -486,11 +457,8 @@ CLAIM_TRIES = 1000
 
 
 def claim_plan_dir(out_dir: str | Path, plan_id: str | None = None) -> Path:
-    """A new, empty plan directory under ``out_dir``, created now (``mkdir`` is atomic):
-    ``PLAN_ID`` exactly (taken: a ``ConfigError``), else ``STAMP-plan`` or, when another
-    plan took that name in the same second, ``STAMP-plan-2``, ``-3``, … So a plan's
-    directory is claimed before its plan is computed, and never lost to a name
-    collision afterwards."""
+    """A new, empty plan directory under ``out_dir``, made now (``mkdir`` is atomic):
+    ``PLAN_ID`` exactly (taken: a ``ConfigError``), else ``STAMP-plan[-N]``."""
     from workbench.config.validation import check_run_id
 
     root = Path(out_dir)
@@ -548,11 +516,8 @@ def _options(engines: Sequence[str], routers: Sequence[str],
 
 
 def band_slo(slo: SLO, option: Option, case: str) -> SLO:
-    """``slo`` judged with ``option``'s stated error applied to each bound's metric:
-    value × (1 + error) ("high", pessimistic) or × (1 − error) ("low"), as the limit
-    divided by the same factor (a percentile scales with its values; a per-request bound
-    counts the requests within the scaled limit). A metric with no stated error keeps
-    its limit."""
+    """``slo`` with each bound's limit divided by 1 ± ``option``'s stated error of its
+    metric ("high": +, pessimistic; "low": −; docs/plan.md, "Error band")."""
     bounds = []
     for b in slo.bounds:
         e = metric_error(option.engine, b.metric) or 0.0
@@ -591,18 +556,15 @@ def _measure(cfg: dict[str, Any], option: Option, scale: float, rate: float, rep
 
 
 def _floor(cfg: dict[str, Any], option: Option, slo: SLO) -> Probe:
-    """The trace's units one at a time (``max_concurrency`` 1, all due at once) on one
-    idle replica: what no replica count goes under (each request's own time, with the
-    prefix cache of the ones before it)."""
+    """The trace's units one at a time on one idle replica: what no replica count goes
+    under (docs/plan.md, "When more replicas stop helping")."""
     return _measure(cfg, option, 0.0, 0.0, 1, slo,
                     arrival={"mode": "saturated", "max_concurrency": 1})
 
 
 def _fewest(probe: Callable[[int], Probe], max_replicas: int) -> None:
-    """Doubling from 1 until the SLO holds even pessimistically (``held_high``), then
-    bisection, for each case (as simulated, pessimistic, optimistic), between the last
-    count that broke it and the first that held; a count is probed once, and every probe
-    goes to the plan through ``probe``."""
+    """Doubling from 1 until the SLO holds even pessimistically, then bisection for each
+    case (docs/plan.md); each count is probed once, through ``probe``."""
     seen: dict[int, Probe] = {}
 
     def at(n: int) -> Probe:
@@ -628,15 +590,16 @@ def _fewest(probe: Callable[[int], Probe], max_replicas: int) -> None:
 
 
 def _search(cfg: dict[str, Any], option: Option, scale: float, rate: float,
-            max_replicas: int, slo: dict[str, float]) -> list[Probe]:
-    """One option's fewest-replicas search at one rate, in a process of its own: its
-    probes in the order they ran (as ``plan`` one at a time would add them)."""
-    parsed = SLO.parse(slo)
-    assert parsed is not None  # parsed once in plan(); its dict form round-trips
+            max_replicas: int, slo: SLO,
+            report: Callable[[Probe], None] | None = None) -> list[Probe]:
+    """One option's fewest-replicas search at one rate (in this process, or a worker's):
+    its probes in the order they ran, each given to ``report`` as it ends."""
     probes: list[Probe] = []
 
     def probe(n: int) -> Probe:
-        probes.append(_measure(cfg, option, scale, rate, n, parsed))
+        probes.append(_measure(cfg, option, scale, rate, n, slo))
+        if report is not None:
+            report(probes[-1])
         return probes[-1]
 
     _fewest(probe, max_replicas)
@@ -657,19 +620,16 @@ def trace_rate(cfg: dict[str, Any]) -> float:
 
 def plan(trace: str, engines: Sequence[str], slo: Any, *,
          scales: Sequence[float] = (1.0, 2.0), routers: Sequence[str] = ("prefix-aware",),
-         host_kv_gb: Sequence[float] = (0.0,), price_per_gpu_hour: float | None = None,
+         host_kv_gb: Sequence[float] = (0.0,),
          prices: str | float | Mapping[str, float] | None = None,
          max_items: int | None = None, max_replicas: int = MAX_REPLICAS,
-         context: dict[str, Any] | None = None,
          progress: Callable[[Probe], None] | None = None,
          parallel: int | None = None) -> PlanResult:
-    """Fewest replicas per option and rate scale (see the module docstring).
+    """Fewest replicas per option and rate scale (docs/plan.md).
 
-    ``prices``: USD per GPU-hour, ``plan.prices`` (``{"h100": 2.5}`` or
-    ``"h100=2.5,h200=3.7"`` over the default table; a number: every GPU);
-    ``price_per_gpu_hour`` is the older spelling of one price for every GPU.
-    ``parallel``: processes running the (option, scale) searches at once; None: as many
-    as the cores this process may use (1: all in this process)."""
+    ``prices``: USD per GPU-hour (``plan.prices``: ``{"h100": 2.5}``, ``"h100=2.5"`` over
+    the default table, or a number for every GPU). ``parallel``: processes running the
+    (option, scale) searches at once; None: the cores this process may use."""
     parsed = SLO.parse(slo)
     if parsed is None:
         raise ConfigError("plan: an SLO is required, e.g. 'ttft_ms:p90<=2000'")
@@ -677,9 +637,7 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
         raise ConfigError(f"plan: scales must be positive numbers, got {list(scales)}")
     if not 1 <= max_replicas <= 1024:
         raise ConfigError(f"plan: max_replicas must be in [1, 1024], got {max_replicas}")
-    if price_per_gpu_hour is not None and not price_per_gpu_hour >= 0:
-        raise ConfigError(f"plan: price per GPU-hour must be >= 0, got {price_per_gpu_hour}")
-    table = parse_prices(prices if prices is not None else price_per_gpu_hour)
+    table = parse_prices(prices)
     options = _options(engines, routers, host_kv_gb)
     if len(options) * len(scales) > MAX_SEARCHES:
         raise ConfigError(f"plan: {len(options)} options × {len(scales)} scales = "
@@ -687,8 +645,6 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
                           f"{MAX_SEARCHES:,} (docs/config-bounds.md, 'Plans')")
     cfg: dict[str, Any] = {"trace": {"path": trace, **({"max_items": max_items}
                                                        if max_items else {})}}
-    if context:
-        cfg["context"] = context
     base = trace_rate(cfg)
     result = PlanResult(Path(trace).name, str(parsed), base, [float(s) for s in scales],
                         options, table,
@@ -698,18 +654,17 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
     workers = min(usable_cores() if parallel is None else parallel, len(searches))
     if workers < 1:
         raise ConfigError(f"plan: parallel must be >= 1, got {parallel}")
-    args = [(cfg, option, scale, base * scale, max_replicas, parsed.to_dict())
+    args = [(cfg, option, scale, base * scale, max_replicas, parsed)
             for option, scale in searches]
+
+    def add(p: Probe) -> None:
+        result.probes.append(p)
+        if progress is not None:
+            progress(p)
+
     if workers == 1:  # one at a time, in this process: each probe reported as it ends
         for a in args:
-            def probe(n: int, a: tuple[Any, ...] = a) -> Probe:
-                p = _measure(a[0], a[1], a[2], a[3], n, parsed)
-                result.probes.append(p)
-                if progress is not None:
-                    progress(p)
-                return p
-
-            _fewest(probe, max_replicas)
+            _search(*a, report=add)
         return _with_floors(result, cfg, parsed)
     # one search per process, up to the cores there are; the probes land in the plan in
     # the order one process would have run them (the same plan.json either way)
@@ -722,9 +677,7 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
             futures = [pool.submit(_search, *a) for a in args]
         for fut in futures:
             for p in wait_result(fut):  # wakes for signals (signals.wait_result)
-                result.probes.append(p)
-                if progress is not None:
-                    progress(p)
+                add(p)
     except BaseException:
         # Ctrl-C, SIGTERM, a failed search: the searches still running stop now (a pool's
         # shutdown would wait for each to finish: tens of seconds). SIGKILL: a search
@@ -738,8 +691,7 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
 
 
 def _with_floors(result: PlanResult, cfg: dict[str, Any], slo: SLO) -> PlanResult:
-    """The floor (``_floor``) of every option some rate of which no count up to the
-    limit held even pessimistically: what the plan's "why" sentence rests on."""
+    """The floor (``_floor``) of every option that some rate never held pessimistically."""
     for option in result.options:
         if any(result.fewest(option, s, "high") is None for s in result.scales):
             result.floors[option.label] = _floor(cfg, option, slo)

@@ -1,13 +1,8 @@
 """Prices per GPU-hour for a plan's cost: a default table, overridden by ``--price``.
 
-``DEFAULT_PRICES`` are published on-demand list prices, USD per GPU per hour, one
-provider's public rate card for every GPU it lists, so the GPUs compare on one basis
-(source and date: docs/plan.md, "Prices"). A GPU the card does not list (L40S, MI300X)
-has no default: its cost is left out until ``--price GPU=USD`` gives one.
-
-``--price`` text: ``h100=2.5,h200=3.7`` overrides those GPUs' prices; a bare number,
-``2.5``, is every GPU's price (the default table unused); both together,
-``2.5,h200=3.7``, is 2.5 for every GPU but the H200.
+The table's source and date, and the ``--price`` grammar (``h100=2.5,h200=3.7``; a bare
+number: every GPU): docs/plan.md, "Prices". A GPU the table does not list has no cost
+until ``--price GPU=USD`` gives one.
 """
 
 from __future__ import annotations

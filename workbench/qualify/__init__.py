@@ -1,11 +1,8 @@
 """Parity campaigns: qualify a change to the simulated engine (docs/parity.md).
 
-A frozen spec (``spec``) runs on a baseline and a candidate — two git revisions of
-this project (``sides``) or two engine configurations — twice each in processes of
-their own (``runner``, ``child.py``); each side's canonical digest, whether they agree
-and where they first differ (``diff``), the pressure evidence of every row
-(``evidence``), and the smallest capacity change that brings a row's preemptions into
-range (``capacity``).
+A frozen ``spec`` runs on two ``sides`` twice each (``runner``, ``child.py``); ``diff``
+finds where digests differ, ``evidence`` checks each row's pressure, and ``capacity``
+proposes the capacity change that brings a row's preemptions into range.
 """
 
 from __future__ import annotations

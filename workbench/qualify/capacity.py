@@ -1,22 +1,10 @@
 """The smallest capacity change that brings a row's preemptions into range.
 
-A row that never preempts did not exercise the capacity edge; one that floods did not
-qualify either (``evidence``). ``propose_capacity`` searches one capacity knob of the row
-(``num_blocks`` by default: KV blocks, per rank under attention-DP) on this tree, in
-virtual time, for the value nearest the row's own whose run preempts within the row's
-bounds (1 to 3) with no request preempted twice and every request served:
-
-- too few preemptions: halve until some preempt (a value at which a request no longer
-  fits the cache is a floor), then bisect the edge: the *largest* value that preempts;
-- too many: double until calm (within the bound, no request preempted twice), then
-  bisect: the *smallest* calm value.
-
-Preemptions fall as capacity grows but not strictly (a different eviction can preempt
-one request more), so the value found is checked again; when it does not fit, the probed
-value nearest the row's own that does is taken. The bisection stops at 1/256 of the
-row's value and the search is bounded (``max_probes`` replays). The change is returned,
-not applied: written into the spec (``apply_capacity``) it is the same for both sides,
-as every row is.
+``propose_capacity`` searches one capacity knob of a row (``num_blocks`` by default) on
+this tree, in virtual time, for the value nearest the row's own whose run preempts within
+the row's bounds, no request twice, every request served (docs/parity.md, "The capacity
+edge"). The change is returned, not applied (``apply_capacity`` writes it into the spec,
+the same for both sides).
 """
 
 from __future__ import annotations
@@ -111,6 +99,18 @@ def resolution(start: int) -> int:
     return max(1, start // 256)
 
 
+def _narrow(at: Callable[[int], dict[str, Any]], good: int, bad: int, start: int,
+            fits: Callable[[dict[str, Any]], bool]) -> int:
+    """Bisect between ``good`` (fits) and ``bad`` (does not) to ``resolution(start)``."""
+    while abs(good - bad) > resolution(start):
+        mid = (good + bad) // 2
+        if fits(at(mid)):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
 def _down(at: Callable[[int], dict[str, Any]], start: int, lo: int) -> tuple[int | None, str]:
     """The largest value below ``start`` with at least ``lo`` preemptions, every request ok."""
     good, bad = None, start  # good: preempts enough; bad: too few
@@ -139,14 +139,7 @@ def _down(at: Callable[[int], dict[str, Any]], start: int, lo: int) -> tuple[int
         bad = v
     if good is None:
         return None, "no smaller capacity preempts"
-    while bad - good > resolution(start):  # good preempts (>= lo), bad does not
-        mid = (good + bad) // 2
-        g = at(mid)
-        if g["preemptions"] >= lo and not g["not_ok"]:
-            good = mid
-        else:
-            bad = mid
-    return good, ""
+    return _narrow(at, good, bad, start, lambda g: g["preemptions"] >= lo and not g["not_ok"]), ""
 
 
 def _up(at: Callable[[int], dict[str, Any]], start: int, hi: int) -> tuple[int | None, str]:
@@ -162,14 +155,7 @@ def _up(at: Callable[[int], dict[str, Any]], start: int, hi: int) -> tuple[int |
         bad = v
     if good is None:
         return None, "no larger capacity calms the preemptions"
-    while good - bad > resolution(start):
-        mid = (good + bad) // 2
-        g = at(mid)
-        if calm(g, hi):
-            good = mid
-        else:
-            bad = mid
-    return good, ""
+    return _narrow(at, good, bad, start, lambda g: calm(g, hi)), ""
 
 
 def calm(f: dict[str, Any], hi: int) -> bool:

@@ -1,12 +1,9 @@
 """One parity run, in a process of its own, on whichever tree ``PYTHONPATH`` names.
 
-Run as a script (``python -P child.py JOB.json``), never imported by the tree under
-test: the parent (``workbench.qualify.runner``) points ``PYTHONPATH`` at a revision's
-checkout, so ``import workbench`` below is that revision's code, and only names every
-revision has are used (``simulate``, ``canonical_report``, ``report_digest``). The job
-file says what to run and where to write; this process pins itself to its core, bounds
-its address space, replays, and writes the canonical report, its digest and what it
-observed about itself (the ``workbench`` it imported, its cores, its CPU time).
+Run as a script (``python -P child.py JOB.json``), never imported: ``import workbench``
+below is the side's revision, so only names every revision has are used. It pins itself
+to its core, bounds its address space, replays, and writes the canonical report, its
+digest and what it observed about itself (docs/parity.md, "Runs, digests and differences").
 """
 
 from __future__ import annotations

@@ -1,11 +1,4 @@
-"""Where two canonical reports first differ.
-
-Records are paired by request id and walked in the baseline's dispatch order (then
-request id): the first request whose record differs, and within it the first differing
-field in sorted key order (dotted, with list indices), with both values. The manifest,
-the summary and the engine timeline are compared field by field too, and their first
-differing paths listed (a changed engine knob shows first in ``manifest.engine``).
-"""
+"""Where two canonical reports first differ (docs/parity.md, "Runs, digests and differences")."""
 
 from __future__ import annotations
 

@@ -1,24 +1,7 @@
 """Pressure evidence of one row: was every path of its configuration exercised?
 
-Read from a run's canonical report (``canonical_report``: manifest, records, engine
-timeline), so it judges any revision's run the same way, and independently of the digest:
-two equal digests of a run that never preempted prove nothing about preemption. Each
-check is ``pass``, ``fail`` (the row is not qualified) or ``n/a`` (the configuration has
-no such path), with the figure it read. The rules (docs/parity.md, "Evidence"):
-
-- **preemptions**: between the row's bounds, 1 to 3 by default. Zero means the capacity
-  edge was not exercised; more than the bound is a flood; a request preempted more than
-  once is re-admit cycling. Any of the three fails the row.
-- **spread**: every logical worker (a worker, or a worker's attention-DP rank) served
-  requests; under ``round-robin`` (the router, or the DP placement) their counts differ
-  by at most one.
-- **handoffs**: disaggregated rows hand requests from prefill to decode workers (a
-  record with a ``decode_worker`` and more than one token).
-- **prefix reuse**: some prompt tokens came from the prefix cache (caching on).
-- **terminal cleanup**: the run's last engine sample has nothing running or waiting and
-  no KV block held by a request; every request ended ``ok``.
-- **virtual time**: it advanced (the run's span is positive) and every request's times
-  are ordered (dispatch ≤ first token ≤ end).
+Read from a run's canonical report, independently of the digest; each check is ``pass``,
+``fail`` or ``n/a`` with the figure it read (the rules: docs/parity.md, "Evidence").
 """
 
 from __future__ import annotations

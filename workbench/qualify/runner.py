@@ -1,15 +1,9 @@
 """``parity``: a frozen spec on a baseline and a candidate, twice each, in separate processes.
 
-For every row, each side runs ``RUNS`` (2) times, each run a child process of its own
-(``child.py``) on that side's tree, bounded in address space and wall time. Where this
-process may use two cores or more, the two sides' runs go in pairs on disjoint cores
-(``os.sched_setaffinity``; the second pair swaps them), so neither side always gets the
-same core. A side whose two runs differ is *unstable: stop* (nothing is compared); two
-stable sides are equal or not, and where they first differ is found
-(``diff.first_difference``). After a row with an unstable side the campaign stops: a
-side that is not deterministic qualifies nothing (``stopped`` names the rows not run).
-The pressure evidence (``evidence``) is read from each side's first run. A row is
-**qualified** when both sides are stable, equal, and pass their evidence. docs/parity.md.
+Each run is a child process (``child.py``) on its side's tree, bounded in memory and
+time, the two sides' runs pinned to disjoint cores where there are two; an unstable side
+stops the campaign. A row is **qualified** when both sides are stable, equal and pass
+their evidence (docs/parity.md, "Runs, digests and differences").
 """
 
 from __future__ import annotations
@@ -132,9 +126,8 @@ RUN_FIELDS = ("digest", "cpu_s", "wall_s", "max_rss_mb", "core", "affinity", "re
 
 def judge_side(runs: list[dict[str, Any]], reports: list[dict[str, Any]],
                bounds: tuple[int, int], error: str | None = None) -> dict[str, Any]:  # fmt: skip
-    """One side of a row from its runs (``meta`` of each child) and their canonical
-    reports: one digest, or ``UNSTABLE`` with where its runs differ; the first run's
-    evidence."""
+    """One side of a row from its runs' metas and canonical reports: its digest (or
+    ``UNSTABLE`` and where its runs differ) and the first run's evidence."""
     side: dict[str, Any] = {"runs": [{k: m.get(k) for k in RUN_FIELDS} for m in runs]}
     if runs:
         side["excluded"] = runs[0].get("excluded")
@@ -196,11 +189,9 @@ def _verdict(row: dict[str, Any]) -> str:
 def parity(spec: ParitySpec | str | Path, out_dir: str | Path | None = None, *,
            keep_runs: bool = False, build_python: str | None = None,
            progress: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
-    """Run a parity campaign (module doc); the result is written to ``out_dir/parity.json``
-    when ``out_dir`` is given, and with ``keep_runs`` every run's canonical report, job and
-    stderr under ``out_dir/runs/`` (else they are deleted); ``build_python`` builds a
-    revision's compiled modules when its C differs (``sides.checkout``). Bad specs raise
-    ``ConfigError`` before any process starts."""
+    """Run a parity campaign, written to ``out_dir/parity.json`` when given (``keep_runs``:
+    every run's files under ``out_dir/runs/``); ``build_python``: ``sides.checkout``. Bad
+    specs raise ``ConfigError`` before any process starts."""
     if not isinstance(spec, ParitySpec):
         spec = load_spec(spec)
     if keep_runs and out_dir is None:
@@ -261,9 +252,8 @@ def parity(spec: ParitySpec | str | Path, out_dir: str | Path | None = None, *,
 
 
 def load_result(path: str | Path | None = None) -> dict[str, Any]:
-    """A stored campaign (``DIR`` or ``DIR/parity.json``); without a path, the example
-    campaign (``EXAMPLE_SPEC``, bundled) run now into a temporary folder — what the
-    parity notebook shows when it is given no campaign."""
+    """A stored campaign (``DIR`` or ``DIR/parity.json``); without a path, the bundled
+    example campaign run now (what the parity notebook shows by default)."""
     if not path:
         return parity(EXAMPLE_SPEC)
     p = Path(path)

@@ -1,15 +1,8 @@
-"""The tree each side runs: a git revision's own checkout, or this tree.
+"""The tree each side runs: a git revision's own temporary worktree, or this tree.
 
-A revision is checked out with ``git worktree add --detach`` into a temporary folder
-(removed afterwards) of the repository this package lives in; what it is is read back
-from the checkout (``git rev-parse HEAD``), never taken from the spec. Its child
-processes import ``workbench`` from that folder (``PYTHONPATH``), with this venv's
-libraries. The compiled modules (``_kernels``, ``sim/_kvcache``) are not in git: when the
-checkout's C source is byte-identical to this tree's, this tree's built module is copied
-in; otherwise it is built in the checkout when a build interpreter is given
-(``build_python``: one whose setuptools can build, e.g. the project's build venv), else
-the checkout runs the pure-Python twins (the same results by design,
-docs/virtual-time.md, "Compiled kernels"); the report says which.
+What a revision is is read back from its checkout, never taken from the spec; its
+compiled modules are copied, built (``build_python``) or left to the Python twins
+(docs/parity.md, "The two sides").
 """
 
 from __future__ import annotations
@@ -89,9 +82,8 @@ def this_tree(label: str) -> Tree:
 
 
 def checkout(label: str, revision: str, build_python: str | None = None) -> Tree:
-    """A temporary worktree of ``revision`` of this repository (``Tree.release`` removes it).
-    ``build_python``: an interpreter whose setuptools builds the checkout's own compiled
-    modules when its C source differs from this tree's (``setup.py build_ext --inplace``)."""
+    """A temporary worktree of ``revision`` (``Tree.release`` removes it); ``build_python``
+    builds its compiled modules when its C source differs from this tree's."""
     repo = repo_root()
     sha = _git(repo, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
     tmp = Path(tempfile.mkdtemp(prefix=f"wb-parity-{label}-"))

@@ -1,12 +1,6 @@
-"""The frozen parity spec: one file says everything a parity campaign runs.
-
-A spec (YAML or JSON, docs/parity.md) names the trace with its sha256, a contiguous
-window of it and that window's rule, the arrival, the two sides (two git revisions of
-this project, or two engine configurations on this tree), and the rows: each an engine
-configuration whose topology (workers, router, DP ranks, TP) and capacities (block size,
-KV blocks, batch limits) are all stated, never left to a default that a revision could
-change. ``load_spec`` checks every field before anything runs; an error names the file,
-the field and the rule (``ConfigError``, exit 2 in the CLI).
+"""The frozen parity spec: one file says everything a parity campaign runs (docs/parity.md,
+"The spec"). ``load_spec`` checks every field before anything runs; an error names the
+file, the line, the field and the rule (``ConfigError``).
 """
 
 from __future__ import annotations
@@ -168,9 +162,8 @@ def load_spec(path: str | Path, *, verify_trace: bool = True) -> ParitySpec:
 
 
 def read_spec(path: str | Path, *, verify_trace: bool = True) -> tuple[ParitySpec, Any]:
-    """The checked spec and the data it was read from, read once by the bounded reader of
-    configuration files (``validation.read_config_file``: size, file kind, UTF-8, depth,
-    aliases); ``parity --write`` changes that data, never a second read of the file."""
+    """The checked spec and the data it was read from, once, by the bounded config reader
+    (``validation.read_config_file``); ``parity --write`` changes that data."""
     from workbench.config.validation import read_config_file
 
     p = Path(path)
@@ -313,8 +306,7 @@ def _side(c: _Check, value: Any, where: str) -> Side:
 
 
 def _check_configs(c: _Check, spec: ParitySpec) -> None:
-    """Every (row, side) run config as ``RunConfig`` checks it, on this tree (a revision's
-    own checks run in its child process)."""
+    """Every (row, side) run config through ``RunConfig``, on this tree."""
     from workbench.config import RunConfig
 
     sides = [spec.baseline, spec.candidate] if spec.baseline.kind == "engine" else [spec.baseline]

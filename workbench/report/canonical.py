@@ -1,14 +1,8 @@
 """The canonical report of a run and its digest: what two runs of the same input must
 share byte for byte (docs/measurement-rules.md, "Portable canonical digests").
 
-``canonical_report`` is the manifest, the summary, every record, lifecycle row and
-timeline sample, less exactly ``CANONICAL_EXCLUDED`` (wall clock, paths, the host);
-``report_digest`` its sha256 over sorted keys. ``run_digest`` gives the same sha256 from
-the run itself, hashing the same bytes as they are made, a record at a time, without the
-report in memory (a whole trace's records as dicts: docs/virtual-time.md). A virtual run
-(``simulate``) gives the same digest for the same trace content and engine config
-wherever and whenever it runs.
-"""
+``run_digest`` hashes the same bytes as ``report_digest(canonical_report(...))``, a row
+at a time, without the report in memory."""
 
 from __future__ import annotations
 
@@ -24,11 +18,9 @@ from workbench.metrics import summarize
 from workbench.metrics.agents import has_tasks
 from workbench.metrics.frame import as_records, frame_of_stream
 from workbench.records import RequestRecord, RunResult
-from workbench.storage.rundir import LIFECYCLE, RECORDS, iter_jsonl, read_jsonl
+from workbench.storage.rundir import LIFECYCLE, RECORDS, iter_jsonl
 
-# The canonical report's one closed exclusion list (docs/measurement-rules.md): every
-# other field of the manifest, the summary, each record, each lifecycle row and each
-# timeline sample is in. Paths are dotted; "records[]." applies to every record.
+# The one closed exclusion list (docs/measurement-rules.md); "records[]." is every record.
 CANONICAL_EXCLUDED: dict[str, str] = {
     "manifest.run_id": "wall clock: a UTC stamp plus a random suffix",
     "manifest.schema": "format: the version of manifest.json's layout (docs/run-directory.md)",
@@ -55,7 +47,6 @@ CANONICAL_EXCLUDED: dict[str, str] = {
 }
 
 
-
 def _drop(doc: dict[str, Any], dotted: str) -> None:
     *parents, leaf = dotted.split(".")
     for key in parents:
@@ -73,16 +64,11 @@ def _excluded(section: str) -> list[str]:
 
 def canonical_report(result: RunResult, slo: dict[str, float] | None = None) -> dict[str, Any]:
     """Manifest, summary, every record, lifecycle row and timeline sample, less exactly
-    ``CANONICAL_EXCLUDED``: the same trace content and engine config give the same
-    report whatever the output folder, the trace's path, the host and the time."""
+    ``CANONICAL_EXCLUDED``."""
     records, lifecycle = as_records(result), _lifecycle(result)
-    # summarized in memory from the records, which are in the digest anyway (the
-    # stored-run path gives the same numbers, but needs pyarrow)
-    in_memory = RunResult(result.run_id, records, manifest=result.manifest, lifecycle=lifecycle,
-                          metrics_timeline=result.metrics_timeline, cancelled=result.cancelled)
     return {
         "manifest": _section("manifest", copy.deepcopy(result.manifest.to_dict())),
-        "summary": _section("summary", summarize(in_memory, slo)),
+        "summary": _section("summary", summarize(_in_memory(result, records, lifecycle), slo)),
         "records": [_section("records[]", r.to_dict()) for r in records],
         "lifecycle": [_section("lifecycle[]", dict(row)) for row in lifecycle],
         "metrics_timeline": [dict(row) for row in result.metrics_timeline],
@@ -97,9 +83,14 @@ def _section(name: str, doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _lifecycle(result: RunResult) -> list[dict[str, Any]]:
-    if result.lifecycle or not result.records_on_disk:
-        return result.lifecycle
-    return read_jsonl(Path(result.run_dir or "") / LIFECYCLE)
+    return list(_lifecycle_rows(result))
+
+
+def _in_memory(result: RunResult, records: list[RequestRecord],
+               lifecycle: list[dict[str, Any]]) -> RunResult:
+    """``result`` with ``records`` in memory, for ``summarize``."""
+    return RunResult(result.run_id, records, manifest=result.manifest, lifecycle=lifecycle,
+                     metrics_timeline=result.metrics_timeline, cancelled=result.cancelled)
 
 
 _OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY
@@ -110,11 +101,8 @@ def report_digest(report: dict[str, Any]) -> str:
 
 
 def run_digest(result: RunResult, slo: dict[str, float] | None = None) -> str:
-    """``report_digest(canonical_report(result, slo))`` streamed: the same bytes in the same
-    order (orjson's sorted keys: lifecycle, manifest, metrics_timeline, records, summary;
-    a list as ``[a,b]``), each row serialized and hashed as it is read, so no more than a
-    row is held beyond what the run itself holds. A run with its records on disk is read
-    from ``records.jsonl`` line by line (and once whole for its summary, before)."""
+    """``report_digest(canonical_report(result, slo))`` streamed: the same bytes in orjson's
+    sorted key order, a row serialized and hashed as it is read."""
     summary = _summary(result, slo)  # first: the records it reads are let go before the rest
     h = hashlib.sha256()
     h.update(b'{"lifecycle":')
@@ -155,20 +143,13 @@ def _records(result: RunResult) -> Iterator[RequestRecord]:
 
 
 def _summary(result: RunResult, slo: dict[str, float] | None) -> bytes:
-    """The summary's bytes, as ``canonical_report`` makes them: from the records in memory
-    (``summarize_stored``, from records.parquet, is not the same to the last bit). Records
-    on disk are streamed into the frame (``frame_of_stream``: one copy of their token
-    times, no record held) unless the run is a session graph (its tasks need the records)."""
+    """The summary's bytes as ``canonical_report`` makes them (from the records, never
+    ``summarize_stored``: not the same to the last bit); records on disk streamed into the
+    frame unless the run is a session graph (its tasks need the records)."""
     lifecycle = _lifecycle(result)
     if result.records_on_disk and not has_tasks(lifecycle):
         frame = frame_of_stream(_records(result))
-        in_memory = RunResult(result.run_id, [], manifest=result.manifest, lifecycle=lifecycle,
-                              metrics_timeline=result.metrics_timeline,
-                              cancelled=result.cancelled)
-        summary = summarize(in_memory, slo, frame=frame)
+        summary = summarize(_in_memory(result, [], lifecycle), slo, frame=frame)
     else:
-        in_memory = RunResult(result.run_id, as_records(result), manifest=result.manifest,
-                              lifecycle=lifecycle, metrics_timeline=result.metrics_timeline,
-                              cancelled=result.cancelled)
-        summary = summarize(in_memory, slo)
+        summary = summarize(_in_memory(result, as_records(result), lifecycle), slo)
     return orjson.dumps(_section("summary", summary), option=_OPTIONS)

@@ -1,20 +1,9 @@
 """Side-by-side comparison of stored runs: percentiles with bootstrap CIs, hit rates, config diff.
 
-Everything here reads stored runs (``workbench.storage.rundir.load``); nothing
-re-runs traffic. Percentile confidence intervals use the plain percentile
-bootstrap: resample a run's ok requests with replacement ``n_boot`` times
-(seeded, so a report renders the same twice), take the percentile of each
-resample, and report the ``(1 − level)/2`` and ``(1 + level)/2`` quantiles of
-those. With a handful of requests the interval is wide, which is the point: it
-tells the reader how much a p99 of 12 requests is worth.
-
-The change of a run against the baseline (the first run) is bootstrapped the same
-way, as a difference: each of the ``n_boot`` resamples draws both runs' ok requests
-with replacement (independently, one seeded generator), and the interval is the
-quantiles of (run's percentile − baseline's percentile). The change is
-*significant* when that interval leaves out 0 (at ``level``, 95 % by default).
-docs/metrics.md, "Compare", states the method.
-"""
+Reads stored runs only. Percentile intervals are the plain percentile bootstrap of a
+run's ok requests (seeded); a change against the baseline (the first run) is
+bootstrapped as a difference, significant when its interval leaves out 0
+(docs/metrics.md, "Compare")."""
 
 from __future__ import annotations
 
@@ -27,8 +16,17 @@ import numpy as np
 import pandas as pd
 
 import workbench.catalogs.requests as catalog
+from workbench.config import RunConfig
+from workbench.errors import ConfigError
+from workbench.executors.virtual import simulate
+from workbench.metrics import run_rows
 from workbench.metrics.distribution import quantiles, sample
 from workbench.records import RunManifest, RunResult, manifest_of
+from workbench.report import tables
+from workbench.report.headline import METRIC_NAMES, Headline, engine_note, run_headline, sig
+from workbench.report.tables import HIT_RATES, as_float, as_summary, named, text
+from workbench.storage.rundir import load
+from workbench.workloads.standard import bundled_or_path
 
 AXES: tuple[str, ...] = ("trace", "context", "arrival", "backend", "target")
 CI_METRICS: tuple[str, ...] = catalog.SCALAR_LATENCY
@@ -42,16 +40,8 @@ EXAMPLE_BLOCKS = (8192, 65536)  # a KV cache that evicts (131,072 tokens) vs one
 
 def example_runs(out_dir: str | Path, trace: str = EXAMPLE_TRACE,
                  num_blocks: Sequence[int] = EXAMPLE_BLOCKS) -> list[str]:
-    """Two runs to compare when none are given: ``trace`` (a bundled name or a path)
-    through the embedded engine in virtual time, once per KV cache size in
-    ``num_blocks`` (same trace, same seed: only the cache differs). Saved under
-    ``out_dir/compare-example-kv<N>``, replacing the example runs a previous call made
-    there (``overwrite``: the notebook's Run All twice, a report rendered again); returns
-    their directories."""
-    from workbench.config import RunConfig
-    from workbench.executors.virtual import simulate
-    from workbench.workloads.standard import bundled_or_path
-
+    """Two virtual-time runs of ``trace`` that differ only in KV cache size (``num_blocks``),
+    saved (overwritten) as ``out_dir/compare-example-kv<N>``; their directories."""
     path = str(bundled_or_path(trace))
     dirs = []
     for blocks in num_blocks:
@@ -67,10 +57,7 @@ def example_runs(out_dir: str | Path, trace: str = EXAMPLE_TRACE,
 
 def load_runs(run_dirs: Iterable[str | Path], labels: Sequence[str] | None = None
               ) -> dict[str, RunResult]:
-    """``{label: RunResult}`` in the given order; labels default to the run's label or id."""
-    from workbench.errors import ConfigError
-    from workbench.storage.rundir import load
-
+    """``{label: RunResult}`` in the given order; labels default to the run's label."""
     runs: dict[str, RunResult] = {}
     dirs = list(run_dirs)
     if not dirs:
@@ -89,14 +76,13 @@ def load_runs(run_dirs: Iterable[str | Path], labels: Sequence[str] | None = Non
 
 
 def short_labels(runs: Sequence[Any], longest: int = 40) -> list[str]:
-    """Labels for runs that have none (legends, headlines): what differs between them
-    when that is one or two settings (``num_blocks=1024``), else ``run 1``, ``run 2``, …
-    (the runs table gives each label's run id)."""
+    """Labels for unlabelled runs: the one or two settings that differ (``num_blocks=1024``),
+    else ``run 1``, ``run 2``, …"""
     flats = [config_keys(r) for r in runs]
     keys = [k for k in sorted(set().union(*flats)) if k not in ("trace.path", "trace.source")
             and len({repr(f.get(k)) for f in flats}) > 1]
     if 1 <= len(keys) <= 2:
-        labels = [", ".join(f"{k.rsplit('.', 1)[-1]}={_cell(f.get(k))}" for k in keys)
+        labels = [", ".join(f"{k.rsplit('.', 1)[-1]}={text(f.get(k))}" for k in keys)
                   for f in flats]
         if len(set(labels)) == len(labels) and max(map(len, labels)) <= longest:
             return labels
@@ -104,8 +90,7 @@ def short_labels(runs: Sequence[Any], longest: int = 40) -> list[str]:
 
 
 def differs_line(runs: Mapping[str, Any], shown: int = 3) -> str:
-    """The headline's first line: which settings differ between the runs (the knob a
-    comparison is about), or that none does."""
+    """The headline's first line: which settings differ between the runs, or that none does."""
     diff = config_diff(runs)
     diff = diff[~diff["key"].isin(("trace.path", "trace.source"))]
     if diff.empty:
@@ -165,9 +150,8 @@ CHANGE_QS: tuple[float, ...] = (50, 90)
 def change_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
                  qs: Sequence[float] = CHANGE_QS, *, n_boot: int = 2000, level: float = 0.95,
                  seed: int = 0) -> pd.DataFrame:
-    """Per run after the first (the baseline), metric and percentile: the baseline's and
-    the run's value (ms), the change with its bootstrap interval, the change in % of
-    the baseline, and whether it is significant (the interval leaves out 0)."""
+    """Per run after the baseline, metric and percentile: both values (ms), the change with
+    its bootstrap interval and in %, and whether it is significant."""
     labels = list(runs)
     rows = []
     if labels:
@@ -189,8 +173,7 @@ def change_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
                     })  # fmt: skip
     df = pd.DataFrame(rows, columns=["metric", "run", "stat", "baseline", "value", "change",
                                      "change lo", "change hi", "change (%)", "significant"])
-    df.attrs["name"] = "latency_change"
-    return df
+    return named(df, "latency_change")
 
 
 def change_caption(runs: Mapping[str, Any], level: float = 0.95, n_boot: int = 2000) -> str:
@@ -201,8 +184,6 @@ def change_caption(runs: Mapping[str, Any], level: float = 0.95, n_boot: int = 2
 
 
 def _signed(v: float) -> str:
-    from workbench.report.headline import sig
-
     return ("+" if v > 0 else "−" if v < 0 else "±") + sig(abs(v))
 
 
@@ -212,8 +193,6 @@ HEADLINE_CHANGES = ("ttft_ms", "tpot_ms")
 def change_line(label: str, changes: pd.DataFrame) -> str:
     """``"TTFT p50 +12.3 ms [+8.1, +16] significant, p90 ..."`` for one run (TTFT and
     TPOT, as in the headline)."""
-    from workbench.report.headline import METRIC_NAMES
-
     parts = []
     mine = changes[(changes["run"] == label) & changes["metric"].isin(HEADLINE_CHANGES)]
     for metric, part in mine.groupby("metric", sort=False):
@@ -228,9 +207,6 @@ def change_line(label: str, changes: pd.DataFrame) -> str:
 def compare_headline(runs: Mapping[str, Any], changes: pd.DataFrame | None = None) -> Any:
     """A ``Headline`` for a comparison: each run's headline, and under every run after
     the first its latency change against the baseline (``change_table``)."""
-    from workbench.report.headline import Headline, run_headline
-    from workbench.report.tables import as_summary
-
     base = next(iter(runs), None)
     lines = [differs_line(runs)] if len(runs) > 1 else []
     for label, run in runs.items():
@@ -242,8 +218,6 @@ def compare_headline(runs: Mapping[str, Any], changes: pd.DataFrame | None = Non
 
 
 def _ok_values(run: Any, metric: str) -> np.ndarray:
-    from workbench.metrics import run_rows
-
     df = run_rows(run)
     return sample(df[df["status"] == "ok"], metric)
 
@@ -262,19 +236,15 @@ def percentile_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRIC
                 row[f"p{q:g}"] = quantiles(vals, (q,))[0] if vals.size else math.nan
                 row[f"p{q:g} lo"], row[f"p{q:g} hi"] = lo, hi
             rows.append(row)
-    df = pd.DataFrame(rows)
-    df.attrs["name"] = "percentiles_ci"
-    return df
+    return named(pd.DataFrame(rows), "percentiles_ci")
 
 
 def hit_rate_table(runs: Mapping[str, Any], baseline: str | None = None) -> pd.DataFrame:
     """Per run: planned/actual/server/ideal hit rates, actual − planned, Δ actual vs baseline."""
-    from workbench.report.tables import HIT_RATES, as_summary
-
     rows: dict[str, dict[str, float]] = {}
     for label, run in runs.items():
         s = as_summary(run)
-        rows[label] = {name: _num(s.get(key)) for name, key in HIT_RATES}
+        rows[label] = {name: as_float(s.get(key)) for name, key in HIT_RATES}
         rows[label]["actual − planned"] = rows[label]["actual (client)"] - rows[label]["planned"]
     df = pd.DataFrame.from_dict(rows, orient="index")
     base = baseline or next(iter(runs), None)
@@ -282,12 +252,7 @@ def hit_rate_table(runs: Mapping[str, Any], baseline: str | None = None) -> pd.D
         base_actual = rows[base]["actual (client)"]
         df[f"Δ actual vs {base}"] = df["actual (client)"] - base_actual
     df.index.name = "run"
-    df.attrs["name"] = "hit_rates"
-    return df
-
-
-def _num(v: Any) -> float:
-    return math.nan if v is None else float(v)
+    return named(df, "hit_rates")
 
 
 def _flatten(d: Mapping[str, Any], prefix: str) -> dict[str, Any]:
@@ -318,8 +283,7 @@ def config_keys(run: Any) -> dict[str, Any]:
 
 
 def _same_path(path: str) -> str:
-    """One spelling per file: absolute and relative paths to the same trace compare
-    equal (resolved from here; a path that does not exist here is kept as given)."""
+    """A path resolved when it exists here, so two spellings of one trace compare equal."""
     p = Path(path)
     return str(p.resolve()) if p.exists() else path
 
@@ -332,21 +296,13 @@ def config_diff(runs: Mapping[str, Any], *, all_keys: bool = False) -> pd.DataFr
     for key in keys:
         values = [flats[label].get(key) for label in flats]
         if all_keys or len({repr(v) for v in values}) > 1:
-            cells = {label: _cell(v) for label, v in zip(flats, values, strict=True)}
+            cells = {label: text(v) for label, v in zip(flats, values, strict=True)}
             rows.append({"axis": key.split(".", 1)[0], "key": key, **cells})
-    df = pd.DataFrame(rows, columns=["axis", "key", *flats])
-    df.attrs["name"] = "config_diff"
-    return df
-
-
-def _cell(v: Any) -> str:
-    return "–" if v is None else str(v)
+    return named(pd.DataFrame(rows, columns=["axis", "key", *flats]), "config_diff")
 
 
 def runs_table(runs: Mapping[str, Any]) -> pd.DataFrame:
     """What each run was: id, trace, the four axes, target, counts and duration."""
-    from workbench.report.tables import as_summary
-
     rows = []
     for label, run in runs.items():
         m, s = manifest_of(run), as_summary(run)
@@ -361,20 +317,15 @@ def runs_table(runs: Mapping[str, Any]) -> pd.DataFrame:
             "target": m.section("target").get("url"),
             "requests": s.get("requests"),
             "ok": s.get("ok"),
-            "duration (s)": _num(s.get("duration_s")),
+            "duration (s)": as_float(s.get("duration_s")),
             "timing": timing(m),
             "status": m.status,
         })
-    df = pd.DataFrame(rows).set_index("run") if rows else pd.DataFrame()
-    df.attrs["name"] = "runs"
-    return df
+    return named(pd.DataFrame(rows).set_index("run") if rows else pd.DataFrame(), "runs")
 
 
 def timing(manifest: RunManifest) -> str:
-    """What a run's times are: ``wall clock``, ``wall clock, simulated engine, 20× real
-    time`` or ``virtual time (simulated engine)`` (``headline.engine_note``)."""
-    from workbench.report.headline import engine_note
-
+    """``wall clock``, ``wall clock, simulated engine, 20× real time`` or ``virtual time``."""
     note = engine_note(manifest)
     return note if note and note.startswith("virtual") else (
         f"wall clock, {note}" if note else "wall clock")
@@ -392,18 +343,13 @@ def latency_caption(runs: Mapping[str, Any], level: float = 0.95) -> str:
 
 
 def error_table(runs: Mapping[str, Any]) -> pd.DataFrame:
-    """Per run, the requests that did not end ok by class (count, one sample message);
-    a run without errors has one row saying so."""
-    from workbench.metrics import run_rows
-    from workbench.report.tables import error_table as one_run
-
+    """Per run, the requests that did not end ok by class (a row "none" for a clean run)."""
     rows = []
     for label, run in runs.items():
-        t = one_run(run_rows(run))
+        t = tables.error_table(run_rows(run))
         if not len(t):
             rows.append({"run": label, "error class": "none", "requests": 0,
                          "sample message": "every request ended ok"})
         rows += [{"run": label, "error class": k, **t.loc[k].to_dict()} for k in t.index]
     df = pd.DataFrame(rows, columns=["run", "error class", "requests", "sample message"])
-    df.attrs["name"] = "errors"
-    return df
+    return named(df, "errors")

@@ -1,40 +1,6 @@
 """Write a run's requests as a Dynamo request trace (``dynamo.request.trace.v1``).
 
-So Dynamo's replay tools (and workbench's own ``dynamo`` reader) can consume a
-workbench run. One ``request_end`` row per exported request, carrying the block
-sequence hashes of the prompt that was *actually sent* (the runner stores them
-in ``rec.extra["input_sequence_hashes"]``), plus one ``tool_end`` row per tool
-wait between two rounds of a session (``rec.extra["tool_wait_ms"]``)::
-
-    {"schema": "dynamo.request.trace.v1", "event_type": "request_end",
-     "event_time_unix_ms": ..., "event_source": "workbench",
-     "agent_context": {"session_id": "s1"},
-     "request": {"request_id": "r1", "input_tokens": 130, "output_tokens": 96,
-                 "cached_tokens": 64, "request_received_ms": ..., "total_time_ms": 850.0,
-                 "ttft_ms": 40.0,
-                 "finish_reason_metadata": {"finish_reason": "length",
-                                            "tool_calls": [{"id": "r1:tool"}]},
-                 "replay": {"trace_block_size": 64, "input_length": 130,
-                            "input_sequence_hashes": [...]}}}
-    {"schema": "dynamo.request.trace.v1", "event_type": "tool_end",
-     "agent_context": {"session_id": "s1"},
-     "tool": {"tool_call_id": "r1:tool", "tool_class": "workbench.tool_wait", "status": "ok",
-              "started_at_unix_ms": ..., "ended_at_unix_ms": ..., "duration_ms": 500.0}}
-
-A session graph's child (a sub-agent: ``rec.extra["parent_unit_id"]``) carries its
-parent in ``agent_context.parent_session_id`` and, on its requests, the dependency
-edge (``agent_context.dependency``: ``relation`` ``subagent``, the parent's
-``parent_request_id`` and ``trigger``, ``delay_ms``, ``join_request_id``), which the
-``dynamo`` reader reads back into the same graph (``traces.dynamo_graph``).
-
-Times: the run clock is not wall time, so ``request_received_ms`` is the
-request's dispatch rebased onto ``t0_unix_ms`` (default: the manifest's
-``started_at``, else 0). A tool span starts when its request ended and is
-clipped to end no later than the next round's dispatch, so a reader assigns it
-to the right gap. Closed-loop repeats of a unit (request ids ending ``~N``) get
-session id ``<session>~N`` so each repeat stays its own session. Only ok,
-non-warmup requests are exported unless ``include_failed``.
-"""
+The rows, their times and session ids: docs/trace-formats.md, ``dynamo``."""
 
 from __future__ import annotations
 
@@ -106,14 +72,7 @@ def _request_row(
         "input_length": length,
         "input_sequence_hashes": hashes,
     }
-    return {
-        "schema": SCHEMA,
-        "event_type": "request_end",
-        "event_time_unix_ms": at(end_ns),
-        "event_source": "workbench",
-        "agent_context": context,
-        "request": req,
-    }
+    return _event("request_end", at(end_ns), context, request=req)
 
 
 def _tool_row(
@@ -122,21 +81,16 @@ def _tool_row(
     start = at(ended_ns)
     end = min(start + float(rec.extra["tool_wait_ms"]), at(next_ns))
     end = max(end, start)
-    return {
-        "schema": SCHEMA,
-        "event_type": "tool_end",
-        "event_time_unix_ms": end,
-        "event_source": "workbench",
-        "agent_context": {"session_id": session_key(rec)},
-        "tool": {
-            "tool_call_id": tool_id,
-            "tool_class": TOOL_CLASS,
-            "status": "ok",
-            "started_at_unix_ms": start,
-            "ended_at_unix_ms": end,
-            "duration_ms": end - start,
-        },
-    }
+    tool = {"tool_call_id": tool_id, "tool_class": TOOL_CLASS, "status": "ok",
+            "started_at_unix_ms": start, "ended_at_unix_ms": end,
+            "duration_ms": end - start}  # fmt: skip
+    return _event("tool_end", end, {"session_id": session_key(rec)}, tool=tool)
+
+
+def _event(kind: str, at_ms: float, context: dict[str, Any], **body: Any) -> dict[str, Any]:
+    """A trace row: the envelope every event shares, then its ``request`` or ``tool``."""
+    return {"schema": SCHEMA, "event_type": kind, "event_time_unix_ms": at_ms,
+            "event_source": "workbench", "agent_context": context, **body}  # fmt: skip
 
 
 def _exported(result: RunResult, include_failed: bool) -> list[RequestRecord]:
@@ -189,9 +143,8 @@ def dynamo_rows(
 
 
 def _agent_contexts(recs: list[RequestRecord]) -> dict[int, dict[str, Any]]:
-    """Each record's ``agent_context``: its session, and for a sub-agent its parent and
-    the dependency edge (the parent's requests named by id; an edge whose parent
-    request was not exported is left out, so a reader falls back to timing)."""
+    """Each record's ``agent_context``: its session and, for a sub-agent, its parent and
+    dependency edge (left out when the parent request was not exported)."""
     by_round: dict[tuple[str, Any], str] = {(session_key(r), r.round_idx): r.request_id
                                             for r in recs}
     edges: dict[str, dict[str, Any]] = {}
@@ -249,11 +202,7 @@ def export_dynamo(
     t0_unix_ms: float | None = None,
     include_failed: bool = False,
 ) -> Path:
-    """Write ``dynamo_rows`` as JSONL to ``path`` and return it.
-
-    ``block_size`` defaults to the one the manifest records (``block_size``, or
-    the embedded engine's).
-    """
+    """Write ``dynamo_rows`` as JSONL to ``path`` (``block_size``: ``block_size_of``)."""
     path = Path(path)
     block_size = block_size if block_size is not None else block_size_of(result)
     with RecordWriter(path) as w:

@@ -1,34 +1,23 @@
 """The headline: one line that answers "how did it go?" at a glance.
 
-``run_headline(summary, manifest)`` for one run::
-
-    303/303 ok · TTFT p50/p90/p99 48.2/95/210 ms · TPOT p50/p90/p99 6.11/6.28/12.5 ms
-    · prefix hit 0.815 of 0.817 planned · 7.3 req/s · client OK · SLO met: ... ·
-    simulated engine, 20× real time
-
-and ``capacity_sentence(sweep)`` for a sweep ("At TTFT p90 ≤ 2 s: capacity 1.6 req/s
-sustained, at 2.75 req/s offered: ..."; per configuration when the sweep has several,
-then the best one), with a warning when the engine delivered less than
-``DELIVERED_WARN_SHARE`` of the offered load (``workbench.metrics.wording``). The
-rules (what each verdict means, the thresholds) are in docs/metrics.md, "Headline",
-and docs/sweeps.md, "Capacity". The replay, compare and sweep reports, the reports
-index, the CLI's end-of-run output and the panel all print these strings, so they say
-the same thing everywhere.
-"""
+``run_headline(summary, manifest)`` for a run, ``capacity_sentence(sweep)`` for a sweep;
+every report, the index, the CLI and the panel print these strings. The rules:
+docs/metrics.md, "Headline", and docs/sweeps.md, "Capacity"."""
 
 from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import workbench.catalogs.requests as catalog
 from workbench.metrics.slo import DEFAULT_MIN_OK
 from workbench.metrics.summary import NON_STREAMING_NOTE, NOT_STREAMED
-from workbench.metrics.wording import DELIVERED_WARN_SHARE as DELIVERED_WARN_SHARE
 from workbench.metrics.wording import capacity_phrase, delivery_warning
 from workbench.metrics.wording import sig as sig
 from workbench.records import RunManifest
+from workbench.storage.rundir import read_manifest
 from workbench.sweeps.groups import RATE_AXIS, Capacity, best, capacities, groups, load_axis
 from workbench.sweeps.store import Sweep
 
@@ -48,9 +37,8 @@ def _triple(stats: Any) -> str:
 
 
 def engine_note(manifest: RunManifest | None) -> str | None:
-    """What times a simulated engine's numbers are in: ``"simulated engine, 20× real
-    time"`` (``speedup`` divides every step time), ``"virtual time (simulated engine)"``;
-    None for a real server."""
+    """``"simulated engine, 20× real time"``, ``"virtual time (simulated engine)"``, or None
+    for a real server."""
     m = manifest or RunManifest.from_dict({})
     target = m.target or {}
     engine = target.get("engine") or m.engine or m.section("target").get("engine") or {}
@@ -105,9 +93,7 @@ def _prefix(summary: Mapping[str, Any]) -> str | None:
 
 
 def run_headline(summary: Mapping[str, Any], manifest: RunManifest | None = None) -> str:
-    """One line for a run: requests ok/total, TTFT and TPOT p50/p90/p99, actual against
-    planned prefix hit rate, request throughput, the client's verdict (or virtual
-    time), the SLO verdict when the run had an SLO, and the simulated engine's speed."""
+    """One line for a run (docs/metrics.md, "Headline")."""
     status = summary.get("run_status")
     whole = summary.get("response_mode") is not None  # non-streaming: TTFT = E2E, no TPOT
     parts: list[str | None] = [
@@ -142,12 +128,7 @@ def slo_phrase(slo: Mapping[str, Any] | None) -> str:
 
 
 def sweep_rounds_per_unit(sweep: Sweep) -> float | None:
-    """Requests per unit of the sweep's plan (from its first run's manifest): 1 for
-    independent requests, the mean rounds of a session otherwise."""
-    from pathlib import Path
-
-    from workbench.storage.rundir import read_manifest
-
+    """Requests per unit of the sweep's plan, from its first run's manifest."""
     for run_dir in sweep.run_dirs:
         plan = read_manifest(Path(run_dir)).plan or {}  # {}: none, or unreadable
         if plan.get("units"):
@@ -156,18 +137,15 @@ def sweep_rounds_per_unit(sweep: Sweep) -> float | None:
 
 
 def capacity_sentence(sweep: Sweep, rounds_per_unit: float | None = None) -> str:
-    """The capacity in a sentence, per configuration when the sweep has several, then the
-    best configuration: the request rate the engine sustained at the highest load that held
-    the SLO, with that offered load beside it (docs/sweeps.md, "Capacity").
-
-    ``rounds_per_unit`` converts ``arrival.rate`` (units/s) to requests/s; None reads
-    it from the sweep's first run (``sweep_rounds_per_unit``)."""
+    """The capacity in a sentence, per configuration, then the best (docs/sweeps.md,
+    "Capacity"); ``rounds_per_unit`` (default: ``sweep_rounds_per_unit``) converts
+    ``arrival.rate`` (units/s) to requests/s."""
     return " ".join(capacity_lines(sweep, rounds_per_unit))
 
 
 def capacity_lines(sweep: Sweep, rounds: float | None = None) -> list[str]:
-    """``capacity_sentence`` as lines: the opening with the first sentence for a sweep of
-    one configuration; the opening, one line per configuration and the best otherwise."""
+    """``capacity_sentence`` as lines: one for a single configuration, else the opening,
+    a line per configuration and the best."""
     head, rest = _capacity_lines(sweep, rounds)
     if len(rest) == 1:
         return [f"{head} {rest[0]}"]
@@ -175,8 +153,7 @@ def capacity_lines(sweep: Sweep, rounds: float | None = None) -> list[str]:
 
 
 def _capacity_lines(sweep: Sweep, rounds: float | None = None) -> tuple[str, list[str]]:
-    """The opening (``"At TTFT p90 ≤ 2 s:"``) and the sentences after it: one for a
-    sweep of one configuration; one per configuration and the best one otherwise."""
+    """The opening (``"At TTFT p90 ≤ 2 s:"``) and the sentences after it."""
     if not any(k.partition(":")[2] for k in (sweep.slo or {})):
         return "No SLO: the sweep has no capacity to state.", []
     if load_axis(sweep) == RATE_AXIS and rounds is None:
@@ -224,9 +201,8 @@ def group_sentence(cap: Capacity, rounds: float | None = None) -> str:
 
 
 def best_sentence(caps: list[Capacity], rounds: float | None = None) -> str:
-    """The best configuration by the highest load that held (ties named as ties), with its
-    capacity; a configuration that held at every point of a lower range is named as one
-    whose capacity may be higher."""
+    """The best configuration by the highest load that held (ties named as ties; one that
+    held over a lower range named as maybe higher)."""
     b = best(caps)
     if b is None:
         return "No configuration held the SLO at any load tried."
@@ -282,9 +258,8 @@ def _load_text(axis: str, value: Any, rounds: float | None, offered: bool = True
 
 
 def sweeps_headline(sweeps: Mapping[str, Sweep]) -> Headline:
-    """The sweep report's headline: per sweep, by its label, what varied and the capacity
-    (a line per configuration when there are several, then the best one), each warning
-    (delivered far below offered) on a line of its own."""
+    """The sweep report's headline: ``sweep_headline_lines`` per sweep, each warning on a
+    line of its own."""
     lines = []
     for label, sweep in sweeps.items():
         for line in sweep_headline_lines(sweep, label):
@@ -294,9 +269,7 @@ def sweeps_headline(sweeps: Mapping[str, Sweep]) -> Headline:
 
 
 def sweep_headline_lines(sweep: Sweep, label: str | None = None) -> list[str]:
-    """What varied over which values, in which mode, then the capacity: one line for a
-    sweep of one configuration; the opening, a line per configuration and the best
-    configuration otherwise."""
+    """What varied over which values, in which mode, then the capacity (``capacity_lines``)."""
     axis = load_axis(sweep) or "point"
     gs = groups(sweep)
     values = [p["params"][axis] for g in gs for p in g.points if axis in p["params"]]
@@ -325,9 +298,8 @@ def _short(axis: str) -> str:
 
 # -- display ---------------------------------------------------------------------------------
 class Headline:
-    """Lines shown in bold at the top of a report (``_repr_mimebundle_``), as text too;
-    ``render_report`` copies them (``HEADLINE_MIME``) into ``report.json`` and the index.
-    A line with ``WARNING`` or ``INCOMPLETE`` in it is drawn in red."""
+    """Lines in bold at the top of a report (red with ``WARNING`` or ``INCOMPLETE``);
+    ``render_report`` copies them (``HEADLINE_MIME``) into ``report.json``."""
 
     def __init__(self, lines: Sequence[str]) -> None:
         self.lines = [line for line in lines if line]

@@ -1,14 +1,5 @@
-"""Throughput–interactivity Pareto of a sweep: per-user against per-instance output tokens/s.
-
-Every point of a sweep (a server configuration × a client configuration) is one
-dot: x is what the instance delivers (output tokens/s over the run, divided by the
-GPU count when it is known), y what one user sees while its answer streams
-(``1000 / mean TPOT``: output tokens per second of one stream). A configuration is
-on the frontier when no other point is at least as good on both and better on one.
-``best_sentence`` names the point with the highest per-instance (per-GPU)
-throughput among those that held the SLO ("Highest throughput under ...";
-docs/sweeps.md, "Pareto").
-"""
+"""Throughput–interactivity Pareto of a sweep: per-user against per-instance output tokens/s
+(docs/sweeps.md, "Pareto")."""
 
 from __future__ import annotations
 
@@ -77,10 +68,8 @@ def best_row(sweep: Sweep, gpus: int | None = None) -> pd.Series | None:
 
 
 def best_sentence(sweep: Sweep, gpus: int | None = None) -> str:
-    """One sentence: the point (server × client configuration) with the highest
-    per-instance throughput under the SLO and what it delivers. Not "the best
-    configuration": that is the one that held up to the highest load
-    (``headline.capacity_sentence``), which this point need not be alone in."""
+    """The point with the highest per-instance throughput under the SLO, in a sentence
+    (a point, not the best configuration: docs/sweeps.md, "Pareto")."""
     n = gpus_of(sweep, gpus)
     row = best_row(sweep, gpus)
     slo = sweep.manifest.slo_text or "the SLO"
@@ -95,9 +84,7 @@ def best_sentence(sweep: Sweep, gpus: int | None = None) -> str:
 
 
 def pareto_plot(sweeps: Mapping[str, Sweep], gpus: int | None = None) -> Figure:
-    """Per-user against per-instance (per-GPU) output tokens/s, every point labelled by its
-    server and client configuration, each sweep's frontier drawn, the best under the SLO
-    ringed and named below."""
+    """Per-user against per-instance (per-GPU) output tokens/s, labelled, frontier drawn."""
     fig, (ax,) = _new(1, size=(7.5, 4.8))
     notes = []
     xlabel = "output tokens/s per instance"
@@ -129,9 +116,8 @@ def pareto_plot(sweeps: Mapping[str, Sweep], gpus: int | None = None) -> Figure:
                     ls="none", zorder=4, label=f"{name}best under the SLO"
                     if sweep.slo else f"{name}highest throughput")
         notes.append(name + best_sentence(sweep, gpus))
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("output tokens/s per user (1000 / mean TPOT)")
-    ax.set_title("Throughput per instance against interactivity per user")
+    ax.set(xlabel=xlabel, ylabel="output tokens/s per user (1000 / mean TPOT)",
+           title="Throughput per instance against interactivity per user")
     ax.set_xlim(left=0, right=max(ax.get_xlim()[1] * 1.12, 1e-9))  # room for the labels
     ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1] * 1.08, 1e-9))
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))

@@ -1,11 +1,4 @@
-"""A parity campaign's report pieces: the verdict, the rows, the evidence, the differences.
-
-Read from ``parity.json`` (``workbench parity``, docs/parity.md): one headline (the
-verdict and what was compared), what was run (trace, window and its rule, the two sides
-as checked out), one row per configuration (each side's digest or "unstable: stop",
-equal, qualified), the evidence of every row and side, where unequal rows first differ,
-and the closed list of fields the digest leaves out.
-"""
+"""A parity campaign's report pieces, read from ``parity.json`` (docs/parity.md)."""
 
 from __future__ import annotations
 
@@ -15,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from workbench.report.headline import Headline
-from workbench.report.tables import mapping_table
+from workbench.report.tables import mapping_table, named
 
 
 def parity_headline(result: dict[str, Any]) -> Headline:
@@ -91,9 +84,7 @@ def rows_frame(result: dict[str, Any]) -> pd.DataFrame:
             "equal": r["equal"], "evidence": "pass" if r["evidence_passed"] else "fail",
             "qualified": r["qualified"], "verdict": r["verdict"],
         })  # fmt: skip
-    df = pd.DataFrame(out).set_index("row")
-    df.attrs["name"] = "rows"
-    return df
+    return named(pd.DataFrame(out).set_index("row"), "rows")
 
 
 def _digest(side: dict[str, Any]) -> str:
@@ -122,8 +113,7 @@ def evidence_frame(result: dict[str, Any]) -> pd.DataFrame:
                             "status": c["status"], "figure": _figure(c["figure"]),
                             "rule": c["rule"]})  # fmt: skip
     df = pd.DataFrame(out, columns=["row", "side", "check", "status", "figure", "rule"])
-    df.attrs["name"] = "evidence"
-    return df
+    return named(df, "evidence")
 
 
 def runs_frame(result: dict[str, Any]) -> pd.DataFrame:
@@ -137,9 +127,7 @@ def runs_frame(result: dict[str, Any]) -> pd.DataFrame:
                             "cores": ",".join(map(str, run.get("affinity") or [])),
                             "cpu_s": run.get("cpu_s"), "wall_s": run.get("wall_s"),
                             "max_rss_mb": run.get("max_rss_mb")})  # fmt: skip
-    df = pd.DataFrame(out)
-    df.attrs["name"] = "runs"
-    return df
+    return named(pd.DataFrame(out), "runs")
 
 
 def differences_frame(result: dict[str, Any]) -> pd.DataFrame:
@@ -163,8 +151,7 @@ def differences_frame(result: dict[str, Any]) -> pd.DataFrame:
                             (d.get("sections") or {}).items())})  # fmt: skip
     df = pd.DataFrame(out, columns=["row", "compared", "first request", "field", "values",
                                     "other sections"])
-    df.attrs["name"] = "differences"
-    return df
+    return named(df, "differences")
 
 
 def excluded_frame(result: dict[str, Any]) -> pd.DataFrame:

@@ -1,10 +1,4 @@
-"""A capacity plan's report pieces: its headline, tables and the curve behind it.
-
-``plan_curve`` draws, per option and rate scale, the SLO's worst ratio (observed /
-limit; above 1 the SLO is broken) against the replicas probed, the fewest that held
-marked (◆) — every figure titled as simulated, with the option's preset and its stated
-error (docs/plan.md).
-"""
+"""A capacity plan's report pieces: its headline, tables and the curve behind it (docs/plan.md)."""
 
 from __future__ import annotations
 
@@ -18,6 +12,7 @@ from workbench.plan import PlanResult
 from workbench.plan.prices import EVERY_GPU
 from workbench.report.headline import Headline
 from workbench.report.plots import _new
+from workbench.report.tables import named
 from workbench.sim.presets.stated import stated_error
 
 
@@ -61,16 +56,14 @@ def answers_frame(result: PlanResult) -> pd.DataFrame:
     for col in INT_COLUMNS:
         if col in df:
             df[col] = df[col].astype("Int64")
-    df.attrs["name"] = "plan_answers"
-    return df
+    return named(df, "plan_answers")
 
 
 def curve_frame(result: PlanResult) -> pd.DataFrame:
     df = pd.DataFrame(result.curve())
     if len(df):
         df = df.sort_values(["option", "scale", "replicas"]).reset_index(drop=True)
-    df.attrs["name"] = "plan_curve"
-    return df
+    return named(df, "plan_curve")
 
 
 def plan_curve(result: PlanResult) -> Figure:
@@ -88,8 +81,7 @@ def plan_curve(result: PlanResult) -> Figure:
                     color=line.get_color())
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
     ax.set_yscale("log")
-    ax.set_xlabel("replicas")
-    ax.set_ylabel(f"worst SLO ratio ({result.slo}); > 1 breaks it")
+    ax.set(xlabel="replicas", ylabel=f"worst SLO ratio ({result.slo}); > 1 breaks it")
     engines = sorted({o.engine for o in result.options})
     ax.set_title("Simulated: " + "; ".join(f"{e} ({stated_error(e)})" for e in engines),
                  fontsize=7, wrap=True)

@@ -1,23 +1,16 @@
 """Figures of a run (or several, overlaid) and of a trace: ``plot(data, kind) -> Figure``.
 
-No pyplot: every figure is a ``ReportFigure`` built directly, so nothing
-lingers in a global figure registry, nothing pops up twice in a notebook, and
-tests need no backend switch (Agg renders the PNG). A ``ReportFigure`` displays
-itself as an embedded PNG in Jupyter and tags the output with its kind, which
-``render_report`` uses to name the exported PNG file.
-
-``data`` is a RunResult, a per-request DataFrame, a record list, a run
-directory path, or a mapping ``{label: any of those}`` to overlay runs. The
-trace kinds take a ``TraceStats`` (or a Workload). Every axis says its unit;
-every title says what is compared.
-"""
+Every figure is a ``ReportFigure`` built without pyplot; what ``data`` may be:
+docs/reports.md, "Figures"."""
 
 from __future__ import annotations
 
 import base64
 import io
 import math
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -26,11 +19,24 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 import workbench.catalogs.requests as catalog
+from workbench.metrics import (
+    by_round_index,
+    in_flight_timeline,
+    run_rows,
+    summarize,
+    throughput_timeline,
+)
 from workbench.metrics.distribution import sample
+from workbench.metrics.scan import report_source
 from workbench.records import RunResult, manifest_of
+from workbench.report.headline import engine_note
+from workbench.report.tables import HIT_RATES, as_summary, series_title, server_gauges
+from workbench.storage.rundir import LIFECYCLE, load, read_jsonl
 
 FIGURE_META = "workbench"
 #: a metric's axis and title name (the catalog's ``title``)
@@ -42,7 +48,7 @@ SERIES_PANELS_MAX = 6  # further /metrics series drawn in the timeline (the firs
 
 
 class ReportFigure(Figure):
-    """A matplotlib Figure that shows itself as PNG in notebooks (``_repr_mimebundle_``)."""
+    """A Figure that shows itself as PNG in notebooks, tagged with its kind and alt text."""
 
     def png(self, dpi: int = 100) -> bytes:
         buf = io.BytesIO()
@@ -59,8 +65,7 @@ class ReportFigure(Figure):
         return data, {FIGURE_META: {"figure": self.get_label(), "alt": self.alt_text()}}
 
     def alt_text(self) -> str:
-        """A description of the figure for readers who cannot see it: its title and,
-        per panel, the title and what the axes show (``render_report`` puts it in alt)."""
+        """The figure's title and, per panel, its title and axes (the HTML's alt text)."""
         sup = self.get_suptitle() if hasattr(self, "get_suptitle") else ""
         parts = [sup] if sup else []
         for a in self.axes:
@@ -82,15 +87,10 @@ def _label(src: Any, default: str = "run") -> str:
 
 
 def _load(src: Any) -> Any:
-    """A run to plot: paths and runs whose records stayed on disk are read back
-    (sampled beyond ``scan.MAX_REPORT_RECORDS``, as the report notebook does)."""
+    """A run to plot: paths and runs with records on disk read back (``report_source``)."""
     if isinstance(src, RunResult) and src.records_on_disk:
-        from workbench.metrics.scan import report_source
-
         return report_source(src.run_dir or "")
     if isinstance(src, str | PathLike):
-        from workbench.storage.rundir import load
-
         return load(Path(src))
     return src
 
@@ -104,8 +104,6 @@ def as_runs(data: Any) -> dict[str, Any]:
 
 
 def _ok_frame(run: Any) -> pd.DataFrame:
-    from workbench.metrics import run_rows
-
     df = run_rows(run)
     return df[df["status"] == "ok"]
 
@@ -136,8 +134,6 @@ def _legend(a: Axes, **kw: Any) -> None:
     handles, labels = a.get_legend_handles_labels()
     if not handles:
         return
-    import textwrap
-
     labels = [textwrap.fill(t, LEGEND_WIDTH) for t in labels]  # long run ids wrap
     a.legend(handles, labels, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
              borderaxespad=0.0, framealpha=0.9, **kw)
@@ -145,8 +141,6 @@ def _legend(a: Axes, **kw: Any) -> None:
 
 def _ticks(a: Axes, axis: str = "x", nbins: int = 5) -> None:
     """At most ``nbins`` ticks with compact labels (12k, 1.5M): long axes never overlap."""
-    from matplotlib.ticker import FuncFormatter
-
     target = a.xaxis if axis == "x" else a.yaxis
     if (a.get_xscale() if axis == "x" else a.get_yscale()) == "linear":
         target.set_major_locator(MaxNLocator(nbins=nbins))
@@ -161,18 +155,13 @@ def _compact(v: float) -> str:
 
 
 def _y_from_zero(a: Axes, at_least: float = 1.0) -> None:
-    """y from 0 up to the data (at least ``at_least``): an all-zero series gets an axis
-    0..1, not a degenerate −0.04..0.04 around its line."""
+    """y from 0 up to the data, at least to ``at_least`` (an all-zero series gets 0..1)."""
     hi = a.dataLim.y1 if a.has_data() and math.isfinite(a.dataLim.y1) else 0.0
     a.set_ylim(0.0, max(hi * 1.08, at_least))
 
 
 def _vs(runs: Mapping[str, Any]) -> str:
-    """The runs a title compares, and what their times are when an engine was simulated
-    (``headline.engine_note``: "virtual time", "simulated engine, 20× real time"): once
-    when every run shares it, else beside each run that has one."""
-    from workbench.report.headline import engine_note
-
+    """The runs a title compares, with their ``headline.engine_note`` (once when shared)."""
     notes = {label: engine_note(manifest_of(run)) for label, run in runs.items()}
     if len(set(notes.values())) == 1:
         note = next(iter(notes.values()), None)
@@ -181,8 +170,7 @@ def _vs(runs: Mapping[str, Any]) -> str:
 
 
 def _name(runs: Mapping[str, Any], label: str) -> str:
-    """A legend entry's run prefix: none for one run (the title names it), short
-    otherwise; every run keeps its colour (``_color``) across the panels of a figure."""
+    """A legend entry's run prefix: none for one run (the title names it)."""
     return "" if len(runs) == 1 else f"{label}: "
 
 
@@ -220,8 +208,6 @@ def _cdf(runs: Mapping[str, Any], ax: Axes | None, metrics: Any = None) -> Figur
 
 
 def _prefix_hits(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
-    from workbench.report.tables import HIT_RATES, as_summary
-
     fig, (a,) = _target(ax, 1, size=(7.5, 4.0))
     # two-line tick labels: four categories side by side never overlap
     cats = [label.replace(" (", "\n(").replace("server window", "server\nwindow")
@@ -249,8 +235,6 @@ def _prefix_hits(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
 
 
 def _per_round(run: Any) -> pd.DataFrame:
-    from workbench.metrics import by_round_index
-
     df = by_round_index(run)
     df = df[~df["group"].isin(["first", "later"])].copy()
     df["round"] = df["group"].astype(int)
@@ -279,8 +263,7 @@ RoundLine = tuple[str, str, str, float | None]
 
 def _by_round(runs: Mapping[str, Any], ax: Axes | None, lines: Sequence[RoundLine],
               ylabel: str, title: str, *, hit: bool) -> Figure:
-    """One line per run and ``lines`` entry over the rounds of a session; a hit rate's
-    y axis is [0, 1], a latency's starts at 0."""
+    """One line per run and ``lines`` entry over a session's rounds (hit rates on [0, 1])."""
     fig, (a,) = _target(ax, 1, size=(7.0, 4.0))
     frames = []
     for k, (label, run) in enumerate(runs.items()):
@@ -302,21 +285,7 @@ def _by_round(runs: Mapping[str, Any], ax: Axes | None, lines: Sequence[RoundLin
     return fig
 
 
-def _hit_by_round(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
-    return _by_round(runs, ax, [("actual_prefix_hit_rate", "o-", "actual", None),
-                                ("planned_prefix_hit_rate", "s--", "planned", 0.6)],
-                     HIT_FRACTION, "Prefix hit rate by round, planned vs actual", hit=True)
-
-
-def _ttft_by_round(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
-    return _by_round(runs, ax, [("ttft_ms_p50", "o-", "p50", None),
-                                ("ttft_ms_p90", "^:", "p90", None)], "TTFT (ms)",
-                     "TTFT p50/p90 by round (later rounds reuse the prefix)", hit=False)
-
-
 def _auto_bin(run: Any) -> float:
-    from workbench.metrics import summarize
-
     duration = summarize(run).get("duration_s") or 1.0
     gaps, _ = _idle_gaps({"run": run})
     if gaps:  # bins sized to the time that is drawn, not to the idle gaps skipped
@@ -333,14 +302,8 @@ GAP_WIDTH_SHARE = 0.04
 
 
 def _idle_gaps(runs: Mapping[str, Any]) -> tuple[list[tuple[float, float]], float]:
-    """The idle stretches of ``runs`` (seconds since each run's first request) that a time
-    axis skips (``_skip_gaps``): no request of any run in flight for longer than
-    ``GAP_MIN_S`` and ``GAP_MIN_SHARE`` of the whole span. A trace-timed replay of
-    sessions weeks apart (TraceLab's example spans 71.8 days with minutes of
-    traffic) would otherwise draw its traffic as two lines at the edges. Also returns
-    the end of the last request."""
-    from workbench.metrics import run_rows
-
+    """The idle stretches (s since each run's first request) a time axis skips, and the
+    end of the last request (docs/reports.md, "Figures")."""
     spans = []
     for run in runs.values():
         df = run_rows(run)
@@ -364,9 +327,8 @@ def _idle_gaps(runs: Mapping[str, Any]) -> tuple[list[tuple[float, float]], floa
 
 
 def _skip_gaps(axes: list[Axes], runs: Mapping[str, Any]) -> None:
-    """Draw ``axes``' time (x) axis with each idle gap squeezed to a narrow shaded band
-    labelled with its length (a piecewise-linear ``function`` scale; ticks placed in the
-    stretches with traffic)."""
+    """Squeeze each idle gap of ``axes``' time axis to a labelled band (a piecewise-linear
+    ``function`` scale, ticks in the stretches with traffic)."""
     gaps, end = _idle_gaps(runs)
     if not gaps:
         return
@@ -388,8 +350,7 @@ def _skip_gaps(axes: list[Axes], runs: Mapping[str, Any]) -> None:
     def inverse(y: Any) -> Any:
         return np.interp(y, fy, fx)
 
-    # ticks in the stretches with traffic, as many as each one's share of the axis
-    # allows, none closer than 1/8 of the axis to the one before
+    # per stretch, ticks by its share of the axis, none within 1/8 axis of the last
     full = float(forward(stretches[-1][1]) - forward(0.0)) or 1.0
     ticks: list[float] = []
     for a, b in stretches:
@@ -407,6 +368,17 @@ def _skip_gaps(axes: list[Axes], runs: Mapping[str, Any]) -> None:
     for a, b in gaps:
         top.text(a + (b - a) / 2, 1.0, f"idle {_duration(b - a)}", fontsize="x-small",
                  ha="center", va="bottom", transform=top.get_xaxis_transform())
+
+
+def _time_axes(axes: list[Axes], runs: Mapping[str, Any]) -> None:
+    """Grid, legend and y from 0 on every panel over the shared time axis (gaps skipped)."""
+    for a in axes:
+        a.grid(alpha=0.3)
+        if a.lines:
+            _legend(a)
+            _y_from_zero(a)
+    axes[-1].set_xlabel("time since the first request (s)")
+    _skip_gaps(axes, runs)
 
 
 def _between(gaps: list[tuple[float, float]], end: float) -> list[tuple[float, float]]:
@@ -427,8 +399,6 @@ def _duration(seconds: float) -> str:
 
 
 def _timeline(runs: Mapping[str, Any], ax: Axes | None, bin_s: float | None = None) -> Figure:
-    from workbench.metrics import in_flight_timeline, throughput_timeline
-
     further = _further_series(runs)
     fig, axes = _target(ax, 3 + len(further), ncols=1, size=(10.0, 2.6), sharex=True)
     b = bin_s or max(_auto_bin(run) for run in runs.values())
@@ -444,13 +414,7 @@ def _timeline(runs: Mapping[str, Any], ax: Axes | None, bin_s: float | None = No
         _server_panels(axes[1], axes[2], run, _name(runs, label), _color(k))
         _series_panels(axes[3:], further, run, _name(runs, label), _color(k))
     axes[0].set(ylabel="output tokens/s", title="Output token throughput")
-    for a in axes:
-        a.grid(alpha=0.3)
-        if a.lines:
-            _legend(a)
-            _y_from_zero(a, 1.0)
-    axes[-1].set_xlabel("time since the first request (s)")
-    _skip_gaps(axes, runs)
+    _time_axes(axes, runs)
     if len(axes) >= 3:
         axes[1].set(ylabel="requests", title="Requests in flight (client) and at the server")
         axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -460,13 +424,7 @@ def _timeline(runs: Mapping[str, Any], ax: Axes | None, bin_s: float | None = No
 
 
 def _server_panels(queue_ax: Axes, kv_ax: Axes, run: Any, name: str, color: str) -> None:
-    from workbench.metrics import run_rows
-    from workbench.report.tables import server_gauges
-
-    df = run_rows(run)
-    sent = df["dispatch_ns"].dropna()
-    t0 = int(sent.min()) if len(sent) else None
-    g = server_gauges(getattr(run, "metrics_timeline", None) or [], t0)
+    g = server_gauges(getattr(run, "metrics_timeline", None) or [], _t0_ns(run_rows(run)))
     # markers show where the scrapes were: between two samples the value is unknown
     for col, style in (("running", "o-"), ("waiting", "x--")):
         if g[col].notna().any():
@@ -480,8 +438,7 @@ def _server_panels(queue_ax: Axes, kv_ax: Axes, run: Any, name: str, color: str)
 
 
 def _further_series(runs: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The series the runs scraped beyond the engine's own (``backend.metrics_series``,
-    ``metrics_urls``; the manifest's ``metrics_scrape``), first ``SERIES_PANELS_MAX``."""
+    """The first ``SERIES_PANELS_MAX`` series the runs scraped beyond the engine's own."""
     out: dict[str, dict[str, Any]] = {}
     for run in runs.values():
         scrape = manifest_of(run).metrics_scrape or {}
@@ -495,9 +452,6 @@ def _series_panels(
     color: str,
 ) -> None:
     """One panel per further series over the run, on the same time axis as the others."""
-    from workbench.metrics import run_rows
-    from workbench.report.tables import series_title
-
     t0 = _t0_ns(run_rows(run))
     rows = getattr(run, "metrics_timeline", None) or []
     for a, (series, info) in zip(axes, further.items(), strict=True):
@@ -517,13 +471,10 @@ def _t0_ns(df: pd.DataFrame) -> int:
 
 
 def _over_time(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
-    """Requests in flight (client) and each request's TTFT at the moment it was sent:
-    where the queue builds up, TTFT climbs; errors are marked where they were sent."""
-    from workbench.metrics import in_flight_timeline, run_rows
-
+    """Requests in flight and each request's TTFT at its send time (errors marked)."""
     fig, axes = _target(ax, 2, ncols=1, size=(10.0, 2.8), sharex=True)
     for k, (label, run) in enumerate(runs.items()):
-        color = f"C{k % 10}"
+        color = _color(k)
         df = run_rows(run)
         t0 = _t0_ns(df)
         fl = in_flight_timeline(run)
@@ -544,22 +495,15 @@ def _over_time(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
         axes[1].set(ylabel="TTFT (ms)", title="TTFT of each request, at the time it was sent")
         if not axes[1].lines:
             _no_data(axes[1], "no request got a first token")
-    for a in axes:
-        a.grid(alpha=0.3)
-        if a.lines:
-            _y_from_zero(a)
-            _legend(a)
     _ticks(axes[-1], "y")
-    axes[-1].set_xlabel("time since the first request (s)")
-    _skip_gaps(axes, runs)
+    _time_axes(axes, runs)
     if ax is None:
         fig.suptitle(f"Load and TTFT over the run: {_vs(runs)}")
     return fig
 
 
 def _ttft_vs_uncached(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
-    """TTFT against the prompt tokens the server had to compute (prompt − cached):
-    prefill cost, so a cache hit shows as a point moved left."""
+    """TTFT against the uncached prompt tokens (prompt − cached): a hit moves a point left."""
     fig, (a,) = _target(ax, 1, size=(7.0, 4.2))
     for k, (label, run) in enumerate(runs.items()):
         df = _ok_frame(run)
@@ -586,14 +530,10 @@ SWIM_MAX = 40  # sessions drawn in a swimlane (the first ones, by unit order)
 
 def _graph_lanes(run: Any, units: list[Any]
                  ) -> tuple[list[Any], dict[Any, str], dict[Any, Any], dict[Any, int]]:  # fmt: skip
-    """Lanes in tree order for a session-graph run (each root, then its sub-agents depth
-    first), their labels (indented by depth), each child's parent lane and each lane's
-    depth; plain ordinal order, labels and depth 0 when the run has no graph (lifecycle
-    ``parent_unit_id``)."""
+    """Lanes in tree order (roots, sub-agents depth first), their labels indented by depth,
+    each child's parent lane and each lane's depth; plain order without a graph."""
     rows = getattr(run, "lifecycle", None) or []
     if not rows and isinstance(run, RunResult) and run.run_dir:
-        from workbench.storage.rundir import LIFECYCLE, read_jsonl
-
         path = Path(run.run_dir) / LIFECYCLE
         rows = read_jsonl(path) if path.exists() else []
     rows = [r for r in rows if not r.get("warmup") and r.get("unit_ordinal") in set(units)]
@@ -627,8 +567,7 @@ DEPTH_COLORS = ("C0", "C9", "C4", "C8")
 
 
 def _joins(df: pd.DataFrame, parents: Mapping[Any, Any]) -> set[tuple[Any, int]]:
-    """``(parent lane, round)`` of every round that waits for a sub-agent (the children's
-    records say where they are joined: ``extra["spawn"]["join_round"]``)."""
+    """``(parent lane, round)`` of every round that joins a sub-agent (``extra["spawn"]``)."""
     out: set[tuple[Any, int]] = set()
     if "extra" not in df.columns:
         return out
@@ -641,17 +580,9 @@ def _joins(df: pd.DataFrame, parents: Mapping[Any, Any]) -> set[tuple[Any, int]]
 
 
 def _sessions(runs: Mapping[str, Any], ax: Axes | None, max_sessions: int = SWIM_MAX) -> Figure:
-    """One lane per session (first run only): each round a bar from send to end of
-    stream, the gap to the next round its tool wait (the agent thinking or a tool
-    running), errors in red. A session graph draws the tree: sub-agents below their
-    parent, indented by depth and their bars colored by depth, a dashed connector from
-    the parent's lane to each child's first request, and before a round that joins
-    sub-agents the wait past its own tool wait drawn as a join (a solid green line)."""
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
-    from workbench.metrics import run_rows
-
+    """One lane per session of the first run: each round a bar from send to end of stream,
+    tool waits dotted, errors red; a session graph's sub-agents below their parent,
+    coloured by depth, a dashed spawn line and each join's wait solid green."""
     label, run = next(iter(runs.items()))
     df = run_rows(run)
     df = df[df["dispatch_ns"].notna() & df["end_ns"].notna()]
@@ -815,8 +746,14 @@ KindFn = Callable[..., Figure]
 RUN_KINDS: dict[str, KindFn] = {
     "cdf": _cdf,
     "prefix_hits": _prefix_hits,
-    "hit_by_round": _hit_by_round,
-    "ttft_by_round": _ttft_by_round,
+    "hit_by_round": partial(
+        _by_round, lines=[("actual_prefix_hit_rate", "o-", "actual", None),
+                          ("planned_prefix_hit_rate", "s--", "planned", 0.6)],
+        ylabel=HIT_FRACTION, title="Prefix hit rate by round, planned vs actual", hit=True),
+    "ttft_by_round": partial(
+        _by_round, lines=[("ttft_ms_p50", "o-", "p50", None), ("ttft_ms_p90", "^:", "p90", None)],
+        ylabel="TTFT (ms)", title="TTFT p50/p90 by round (later rounds reuse the prefix)",
+        hit=False),
     "timeline": _timeline,
     "over_time": _over_time,
     "ttft_vs_uncached": _ttft_vs_uncached,
@@ -832,14 +769,8 @@ KINDS = (*RUN_KINDS, *TRACE_KINDS)
 
 
 def plot(data: Any, kind: str, ax: Axes | None = None, **options: Any) -> Figure:
-    """Draw ``kind`` for ``data`` and return the Figure (into ``ax`` when given).
-
-    Run kinds: ``cdf`` (TTFT/TPOT/E2E; ``metrics=[...]``), ``prefix_hits``,
-    ``hit_by_round``, ``ttft_by_round``, ``timeline`` (``bin_s=``), ``over_time``
-    (requests in flight and TTFT over the run), ``ttft_vs_uncached``, ``sessions``
-    (a swimlane of rounds and tool waits; ``max_sessions=``). Trace kinds:
-    ``lengths``, ``tool_waits``, ``sessions_over_time``, ``hit_vs_capacity``.
-    """
+    """Draw ``kind`` (``RUN_KINDS``, ``TRACE_KINDS``) for ``data`` into ``ax`` or a new
+    Figure. Options: ``metrics=`` (cdf), ``bin_s=`` (timeline), ``max_sessions=``."""
     if kind in RUN_KINDS:
         fig = RUN_KINDS[kind](as_runs(data), ax, **options)
     elif kind in TRACE_KINDS:

@@ -1,50 +1,19 @@
 """``render_report``: execute a notebook headlessly (papermill) and publish it (nbconvert).
 
-One report is one directory ``out/<run_id>/``::
-
-    report.html          the executed notebook, code hidden unless ``show_code``,
-                         figures embedded as base64 PNG (the file stands alone)
-    <notebook>.ipynb     the executed notebook (papermill records the parameters
-                         in ``metadata.papermill.parameters``)
-    figures/NN-<kind>.png  every figure the notebook displayed
-    tables/<name>.csv|json every table shown with ``workbench.report.tables.show``
-    report.json          what was rendered: notebook, parameters, title, headline, files
-
-and ``out/index.html`` is rewritten to list every report under ``out``, one row per
-report with its headline (``workbench.report.headline``).
-
-The HTML stands alone and is static: nbconvert's lab template, with its external
-scripts (require.js, MathJax, mermaid, the widget manager — all from a CDN) left out
-(``REPORT_TEMPLATE``), a ``<title>`` naming the notebook's title and the run id, and
-without the cells tagged ``notebook-only`` (instructions for a reader in JupyterLab,
-such as "press Run in the panel", that mean nothing in a rendered report). A
-replay notebook saves its run under ``out_dir/run_id``, which ``render_report``
-points at the same directory, so the run's data sits beside its report.
-
-Notebooks are found by path or by bundled name: ``"replay"``, ``"compare"``,
-``"trace_explorer"`` are package data under ``workbench/notebooks/`` (the
-repository's ``notebooks`` is a symlink to that directory for Jupyter users), so
-rendering works from an installed wheel.
-
-The kernel is ``python3``. jupyter_client resolves it to the interpreter that
-runs this code (``sys.executable``) as long as ipykernel is installed beside
-it, which the package's dependencies guarantee; ``check_kernel`` says so
-loudly when some other kernelspec shadows it.
-"""
+What a report directory holds, the standalone HTML, the index, and the kernel's IPC
+folder: docs/reports.md."""
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import datetime as dt
 import html
 import json
 import logging
 import re
-import shutil
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -61,8 +30,7 @@ log = logging.getLogger(__name__)
 
 NOTEBOOK_PACKAGE_DIR = "notebooks"
 NOTEBOOK_ONLY = "notebook-only"  # cell tag: shown in JupyterLab, left out of report.html
-#: lab's template without the blocks that load scripts from a CDN (no external
-#: <script src>, no module import): the report needs no JavaScript
+#: lab's template without the blocks that load scripts from a CDN: no JavaScript
 REPORT_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {%- block html_head_js -%}{%- endblock html_head_js -%}
 {%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
@@ -310,16 +278,6 @@ def report_headline(html_path: str | Path) -> list[str]:
 
 
 # -- the verb -------------------------------------------------------------------------------
-@contextlib.contextmanager
-def kernel_ipc_dir() -> Iterator[Path]:
-    """A private folder (mode 0700, removed afterwards) for one kernel's IPC socket files."""
-    path = Path(tempfile.mkdtemp(prefix="wb-kernel-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def render_report(
     notebook: str | Path,
     params: Mapping[str, Any] | None = None,
@@ -330,21 +288,10 @@ def render_report(
     timeout_s: float | None = 1800,
     progress: bool = False,
 ) -> Path:
-    """Execute ``notebook`` with ``params`` and publish it under ``out/<run_id>/``.
-
-    Returns the path of ``report.html``. If a cell fails, the HTML is still
-    written (with code shown, so the traceback has context) and papermill's
-    ``PapermillExecutionError`` is re-raised. ``progress``: a bar over the cells
-    on stderr while the notebook executes (``workbench demo`` shows it).
-
-    The kernel talks to papermill over IPC sockets, not TCP: nothing listens on a
-    port, and ipykernel has no reason to warn that TCP traffic is unencrypted. The
-    socket files live in a private temporary folder per report (``kernel_ipc_dir``):
-    jupyter_client's default IPC name is ``kernel-ipc-N`` in the current directory,
-    numbered by the first free N, so two reports starting at once from one folder
-    (parallel tests, a sweep's reports) could bind the same sockets and fail with
-    "Invalid Signature" or a kernel that never answers.
-    """
+    """Execute ``notebook`` with ``params``, publish it under ``out/<run_id>/`` and return
+    the path of ``report.html`` (docs/reports.md). A failed cell still gets its HTML, then
+    papermill's ``PapermillExecutionError`` is raised again; ``progress``: a bar over the
+    cells on stderr."""
     import papermill
     from traitlets.config import Config
 
@@ -362,9 +309,9 @@ def render_report(
                 raise safe.LinkRefused(where)
     check_kernel(kernel_name)
     status = "failed"
-    with kernel_ipc_dir() as ipc:
-        # papermill writes the executed notebook where it is told, following links: it
-        # writes into this private folder, and the report's copy is made by safe_write.py
+    # a private folder (mode 0700, removed after) for the kernel's IPC sockets: docs/reports.md
+    with tempfile.TemporaryDirectory(prefix="wb-kernel-", ignore_cleanup_errors=True) as tmp:
+        ipc = Path(tmp)
         scratch = ipc / executed.name
         try:
             papermill.execute_notebook(
@@ -372,9 +319,7 @@ def render_report(
                 progress_bar=progress, request_save_on_cell_execute=False,
                 execution_timeout=timeout_s,
                 config=Config({"KernelManager": {"transport": "ipc", "ip": str(ipc / "k")}}),
-                # a graceful shutdown interrupts the kernel first, which logs a spurious
-                # "KeyboardInterrupt caught in kernel" ERROR on the console
-                shutdown_kernel="immediate",
+                shutdown_kernel="immediate",  # not graceful: no spurious KeyboardInterrupt
             )
             status = "ok"
         except OSError as exc:

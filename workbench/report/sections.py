@@ -1,12 +1,7 @@
 """The replay report's sections by name, over one run: ``RunReport(source).table("errors")``.
 
-One place decides what each section of the replay report shows, so the
-headless report (papermill), the notebook run by hand and the panel's live
-view (``workbench.ui.live``) show the same tables and figures. ``source`` is
-what ``workbench.metrics.scan.report_source`` returns (a ``RunResult``, or a
-sample of a very large run) or any ``RunResult``; summaries are computed once
-per ``RunReport`` and reused by every section.
-"""
+One place decides what each section shows, so the headless report, the notebook and the
+panel's live view (``workbench.ui.live``) agree; summaries are computed once per report."""
 
 from __future__ import annotations
 
@@ -16,8 +11,11 @@ from typing import Any
 
 import pandas as pd
 
+from workbench.metrics import run_rows, scan
 from workbench.records import RunManifest
-from workbench.report import tables
+from workbench.report import plots, tables
+from workbench.report.headline import Headline, engine_note, run_headline
+from workbench.storage.rundir import read_manifest
 
 TABLE_NAMES = (
     "headline", "run", "config", "client", "latency", "prefix", "server", "workers", "by_round",
@@ -33,8 +31,6 @@ class RunReport:
 
     @cached_property
     def summary(self) -> dict[str, Any]:
-        from workbench.metrics import scan
-
         return scan.report_summary(self.source)
 
     @cached_property
@@ -45,8 +41,6 @@ class RunReport:
             return manifest
         run_dir = getattr(self.source, "attrs", {}).get("run_dir")  # a scanned run's frame
         if run_dir:
-            from workbench.storage.rundir import read_manifest
-
             return read_manifest(run_dir)
         return RunManifest.from_dict({})
 
@@ -59,10 +53,7 @@ class RunReport:
 
     @property
     def _times(self) -> str:
-        """What the run's ms are, for a simulated engine (``"; simulated engine, 20× real
-        time"``); empty for a real server."""
-        from workbench.report.headline import engine_note
-
+        """``"; simulated engine, 20× real time"`` (``engine_note``); empty for a server."""
         note = engine_note(self.manifest)
         return f"; {note}" if note else ""
 
@@ -72,17 +63,10 @@ class RunReport:
         mode = self.summary.get("response_mode")
         return f" — {mode['note']}" if isinstance(mode, dict) and mode.get("note") else ""
 
-    def _frame(self) -> pd.DataFrame:
-        from workbench.metrics import run_rows
-
-        return run_rows(self.source)
-
     # -- tables --------------------------------------------------------------------------
     def headline(self) -> Any:
         """The run's headline (``workbench.report.headline``) and, on a line of their
         own, the warnings a reader must not miss (an incomplete run, a warm cache)."""
-        from workbench.report.headline import Headline, run_headline
-
         status = self.summary.get("run_status")
         warm = (self.summary.get("warm_cache") or {}).get("warning")
         return Headline([run_headline(self.summary, self.manifest),
@@ -114,35 +98,25 @@ class RunReport:
                 caption="Per worker of a simulated cluster (hit rate 0-1, TTFT ms)"
                 if self.summary.get("workers")
                 else "One engine served every request (not a simulated cluster)"),
-            "by_round": self._by_round,
+            "by_round": lambda: tables.show(
+                tables.round_table(scan.report_by_round(self.source)),
+                caption=f"By round index (ms{self._times}; hit rates 0-1)"),
             "agents": lambda: tables.show(tables.agent_table(self.summary),
                                           caption=tables.agent_caption(self.summary)),
-            "by_band": self._by_band,
+            "by_band": lambda: tables.show(
+                tables.band_table(scan.report_by_band(self.source)),
+                caption=f"By prompt-length band (ms{self._times}; hit rates 0-1)"),
             "errors": self._errors,
         }
         if name not in builders:
             raise ValueError(f"unknown report table {name!r}; valid: {', '.join(TABLE_NAMES)}")
         return builders[name]()
 
-    def _by_round(self) -> tables.Table:
-        from workbench.metrics import scan
-
-        return tables.show(tables.round_table(scan.report_by_round(self.source)),
-                           caption=f"By round index (ms{self._times}; hit rates 0-1)")
-
-    def _by_band(self) -> tables.Table:
-        from workbench.metrics import scan
-
-        return tables.show(tables.band_table(scan.report_by_band(self.source)),
-                           caption=f"By prompt-length band (ms{self._times}; hit rates 0-1)")
-
     def _errors(self) -> tables.Table:
-        table = tables.error_table(self._frame())
+        table = tables.error_table(run_rows(self.source))
         requests = int(self.summary.get("requests") or 0)
         return tables.show(table, caption=tables.error_caption(table, requests))
 
     # -- figures -------------------------------------------------------------------------
     def plot(self, kind: str, **options: Any) -> Any:
-        from workbench.report.plots import plot
-
-        return plot(self.source, kind, **options)
+        return plots.plot(self.source, kind, **options)

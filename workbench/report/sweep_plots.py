@@ -1,36 +1,13 @@
-"""Figures of sweeps: ``sweep_plot(sweeps, kind) -> Figure``.
+"""Figures of sweeps: ``sweep_plot(sweeps, kind) -> Figure``, kinds ``SWEEP_KINDS``.
 
-``sweeps`` is a ``Sweep``, a sweep directory, or a mapping ``{label: either}`` /
-a list of them to put two sweeps (two engines, two configs) side by side on
-the same axes. Kinds:
-
-- ``latency``: achieved request throughput against TTFT, TPOT and E2E
-  percentiles (95 % intervals over repeats as error bars), the SLO bound as a
-  dashed line, the knee (★) and the capacity point (◆) marked;
-- ``goodput``: delivered throughput and goodput (requests/s within every SLO
-  bound) against the offered load (the swept axis), with the offered request rate
-  as a grey line when the axis is ``arrival.rate`` — so delivered below offered is
-  seen, not hidden — and each configuration's capacity as a dashed vertical line,
-  stated under the figure (``headline.capacity_sentence``);
-- ``cache``: prefix-cache hit rate and preemptions against the offered load;
-- ``pareto``: output tokens/s per user against per instance (per GPU with
-  ``gpus=``), points labelled by configuration, the frontier drawn
-  (``workbench.report.pareto``).
-
-A sweep of several configurations (server parameters ``serve.*``, any axis but the
-load: ``workbench.sweeps.groups``) draws one line per configuration. Every line is drawn
-in load order (sorted by the swept value, not in the order the points ran: a capacity
-search probes 1, 40, 20, 30, 25, 27), and each line keeps one colour across every panel.
-
-The knee is the Kneedle point of the curve (docs/sweeps.md): x and y scaled to
-[0, 1], the point farthest above the diagonal of a convex increasing curve —
-where latency stops growing slowly with throughput and starts growing fast.
-"""
+``sweeps`` is a ``Sweep``, a sweep directory, or a mapping or list of them drawn side by
+side; one line per configuration, in load order, one colour each. What each kind draws,
+the knee and the capacity marks: docs/sweeps.md, "Plots and tables" and "Knee"."""
 
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from os import PathLike
 from typing import Any
@@ -43,6 +20,8 @@ from matplotlib.ticker import MaxNLocator
 import workbench.sweeps.groups as groups_mod
 from workbench.catalogs.requests import SCALAR_LATENCY
 from workbench.metrics.wording import sig
+from workbench.report.headline import capacity_lines, sweep_rounds_per_unit
+from workbench.report.pareto import pareto_plot
 from workbench.report.plots import LATENCY_NAMES, _new
 from workbench.sweeps.store import Sweep, load_sweep
 
@@ -85,15 +64,13 @@ def knee(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> in
 
 
 def load_axis(sweep: Sweep) -> str:
-    """The offered-load axis (``workbench.sweeps.groups.load_axis``); ``point`` when the
-    sweep varies no load (only the server's parameters)."""
+    """The offered-load axis (``groups.load_axis``); ``point`` when no load varies."""
     return groups_mod.load_axis(sweep) or "point"
 
 
 @dataclass
 class Curve:
-    """One configuration of a sweep: its label ("" when the sweep has one), its rows of
-    ``sweep.frame`` in load order, and its capacity (None without an SLO)."""
+    """One configuration: label ("" when alone), rows in load order, capacity (or None)."""
 
     label: str
     frame: pd.DataFrame
@@ -101,8 +78,7 @@ class Curve:
 
 
 def curves(sweep: Sweep) -> list[Curve]:
-    """A curve per configuration (server parameters and every non-load axis), in the
-    order the sweep listed them, each in load order."""
+    """A curve per configuration, in the sweep's order, each in load order."""
     df = sweep.frame
     gs = groups_mod.groups(sweep)
     caps = groups_mod.capacities(sweep) if sweep.slo else [None] * len(gs)
@@ -116,8 +92,7 @@ def curves(sweep: Sweep) -> list[Curve]:
 
 
 def in_load_order(sweep: Sweep) -> pd.DataFrame:
-    """``sweep.frame`` configuration by configuration, each in load order (sorted by the
-    offered-load axis, ties by point order); points without a numeric load last."""
+    """``sweep.frame`` per configuration, each in load order; points without a load last."""
     df = sweep.frame
     if df.empty:
         return df
@@ -128,17 +103,15 @@ def in_load_order(sweep: Sweep) -> pd.DataFrame:
 
 
 def _names(sweeps: dict[str, Sweep], label: str, curve: Curve) -> str:
-    """The legend prefix of a curve: the sweep's label when several are drawn, the
-    configuration's when the sweep has several; ``""`` for one of each."""
+    """A curve's legend prefix: the sweep's and configuration's labels when several."""
     parts = [label] if len(sweeps) > 1 else []
     parts += [curve.label] if curve.label else []
     return ": ".join(parts)
 
 
 def _colored(sweeps: dict[str, Sweep]) -> Iterator[tuple[str, Sweep, list[tuple[Curve, str]]]]:
-    """Each sweep with its curves that have points, each curve with its colour: one
-    colour per curve of every sweep in order (an empty one keeps its place), so a
-    configuration has the same colour in every panel and figure."""
+    """Each sweep with its curves that have points and their colours (one per curve in
+    order, an empty one keeping its place)."""
     k = 0
     for label, sweep in sweeps.items():
         drawn = []
@@ -215,17 +188,15 @@ def _latency(sweeps: dict[str, Sweep], stat: str | None = None,
             if bound and drawn:
                 ax.axhline(bound[1], color="0.35" if many else drawn, ls="--", lw=1,
                            label=f"SLO {_short(bound[0])} ≤ {bound[1]:g} ms")
-        ax.set_xlabel("delivered throughput (requests/s)")
-        ax.set_ylabel(f"{LATENCY_NAMES.get(metric, metric)} (ms)")
-        ax.set_title(f"{LATENCY_NAMES.get(metric, metric)} against throughput")
+        name = LATENCY_NAMES.get(metric, metric)
+        ax.set(xlabel="delivered throughput (requests/s)", ylabel=f"{name} (ms)",
+               title=f"{name} against throughput")
         ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
         ax.legend(fontsize=7)
     return fig
 
 
-def _goodput(sweeps: dict[str, Sweep]) -> Figure:
-    from workbench.report.headline import capacity_lines, sweep_rounds_per_unit
-
+def _goodput(sweeps: dict[str, Sweep], **_ignored: Any) -> Figure:
     fig, (ax,) = _new(1, size=(7.0, 4.2))
     xlabel = "point"
     notes: list[str] = []
@@ -260,9 +231,8 @@ def _goodput(sweeps: dict[str, Sweep]) -> Figure:
             lines = capacity_lines(sweep, rounds)
             lines[0] = (f"{label}: " if len(sweeps) > 1 else "") + lines[0]
             notes += lines
-    ax.set_xlabel(f"offered load ({xlabel})")
-    ax.set_ylabel("requests/s")
-    ax.set_title("Delivered throughput and goodput against offered load")
+    ax.set(xlabel=f"offered load ({xlabel})", ylabel="requests/s",
+           title="Delivered throughput and goodput against offered load")
     ax.xaxis.set_major_locator(MaxNLocator(nbins=6))
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -272,7 +242,7 @@ def _goodput(sweeps: dict[str, Sweep]) -> Figure:
     return fig
 
 
-def _cache(sweeps: dict[str, Sweep]) -> Figure:
+def _cache(sweeps: dict[str, Sweep], **_ignored: Any) -> Figure:
     fig, (hit_ax, pre_ax) = _new(2, size=(4.8, 3.6))
     xlabel = "point"
     several = len(sweeps) > 1
@@ -294,14 +264,11 @@ def _cache(sweeps: dict[str, Sweep]) -> Figure:
                             label=f"{name}planned")
             pre = pd.to_numeric(df["preemptions"], errors="coerce")
             pre_ax.plot(x, pre, marker="o", ms=4, color=color, label=full or None)
-    hit_ax.set_xlabel(f"offered load ({xlabel})")
-    hit_ax.set_ylabel("hit rate (fraction of prompt tokens)")
-    hit_ax.set_ylim(0, 1)
-    hit_ax.set_title("Prefix-cache hits against load")
+    hit_ax.set(xlabel=f"offered load ({xlabel})", ylabel="hit rate (fraction of prompt tokens)",
+               ylim=(0, 1), title="Prefix-cache hits against load")
     hit_ax.legend(fontsize=7)
-    pre_ax.set_xlabel(f"offered load ({xlabel})")
-    pre_ax.set_ylabel("preemptions per run (server counter)")
-    pre_ax.set_title("Preemptions against load")
+    pre_ax.set(xlabel=f"offered load ({xlabel})", ylabel="preemptions per run (server counter)",
+               title="Preemptions against load")
     ys = [np.asarray(ln.get_ydata(), dtype=float) for ln in pre_ax.get_lines()]
     tops = [float(np.nanmax(y)) for y in ys if y.size and np.isfinite(y).any()]
     top = max((t for t in tops if np.isfinite(t)), default=0.0)
@@ -315,18 +282,10 @@ def _cache(sweeps: dict[str, Sweep]) -> Figure:
 def sweep_plot(data: Any, kind: str = "latency", **options: Any) -> Figure:
     """Draw ``kind`` (``latency``, ``goodput``, ``cache``, ``pareto``) for one or more
     sweeps; ``options``: ``stat`` (latency), ``gpus`` (pareto)."""
-    sweeps = as_sweeps(data)
-    if kind == "latency":
-        fig = _latency(sweeps, **options)
-    elif kind == "goodput":
-        fig = _goodput(sweeps)
-    elif kind == "cache":
-        fig = _cache(sweeps)
-    elif kind == "pareto":
-        from workbench.report.pareto import pareto_plot
-
-        fig = pareto_plot(sweeps, **options)
-    else:
+    if kind not in SWEEP_KINDS:
         raise ValueError(f"unknown sweep plot kind {kind!r}; valid: {', '.join(SWEEP_KINDS)}")
+    draw: dict[str, Callable[..., Figure]] = {
+        "latency": _latency, "goodput": _goodput, "cache": _cache, "pareto": pareto_plot}
+    fig = draw[kind](as_sweeps(data), **options)
     fig.set_label(f"sweep_{kind}")
     return fig

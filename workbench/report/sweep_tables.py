@@ -1,10 +1,4 @@
-"""Tables of sweeps for the ``sweep`` notebook and reports (pandas frames, ``tables.show``).
-
-Sized to fit a page: ``sweeps_table`` has one column per sweep (its fields as rows),
-``points_table`` the columns a reader compares across load (``POINT_SHOWN``, short
-names; every pooled number stays in ``sweep.json`` and each run's summary), in load
-order; ``flush_table`` one row per distinct flush outcome with its count of runs.
-"""
+"""Tables of sweeps for the ``sweep`` notebook and reports (docs/sweeps.md, "Plots and tables")."""
 
 from __future__ import annotations
 
@@ -16,7 +10,10 @@ import pandas as pd
 import workbench.catalogs.requests as catalog
 import workbench.sweeps.spec as spec_mod
 from workbench.catalogs.requests import SCALAR_LATENCY
-from workbench.report.headline import sig
+from workbench.report.headline import capacity_brief, sig, sweep_rounds_per_unit
+from workbench.report.sweep_plots import in_load_order
+from workbench.report.tables import named
+from workbench.sweeps.groups import RATE_AXIS, capacities, load_axis
 from workbench.sweeps.store import Sweep
 
 #: the latency columns of a point: p90 of each scalar latency metric of the catalog
@@ -64,16 +61,11 @@ def sweeps_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
         }
     df = pd.DataFrame.from_dict(rows, orient="index").T  # a column per sweep: fits a page
     df.index.name = "sweep"
-    df.attrs["name"] = "sweeps"
-    return df
+    return named(df, "sweeps")
 
 
 def _capacity_cell(sweep: Sweep) -> str | None:
-    """Each configuration's capacity in brief (``headline.capacity_brief``), by its label
-    when the sweep has several; None without an SLO."""
-    from workbench.report.headline import capacity_brief, sweep_rounds_per_unit
-    from workbench.sweeps.groups import RATE_AXIS, capacities, load_axis
-
+    """Each configuration's ``capacity_brief``; None without an SLO."""
     if not sweep.slo:
         return None
     rounds = sweep_rounds_per_unit(sweep) if load_axis(sweep) == RATE_AXIS else None
@@ -84,10 +76,7 @@ def _capacity_cell(sweep: Sweep) -> str | None:
 
 
 def points_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
-    """One row per finished point of every sweep, in load order: the axis values and the
-    pooled numbers of ``POINT_SHOWN`` (latencies in ms, hit and ok as fractions 0-1)."""
-    from workbench.report.sweep_plots import in_load_order
-
+    """A row per finished point in load order: the axes and ``POINT_SHOWN`` (ms, 0-1)."""
     frames = []
     for label, s in sweeps.items():
         df = in_load_order(s)
@@ -98,18 +87,15 @@ def points_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
         if len(sweeps) > 1:
             part.insert(0, "sweep", label)
         frames.append(part)
-    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    out.attrs["name"] = "sweep_points"
-    return out
+    return named(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), "sweep_points")
 
 
 FLUSH_KEYS = ("action", "ok", "endpoint", "status", "reason")
 
 
 def flush_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
-    """What was done to the server's prefix cache before the runs of every sweep: one row
-    per distinct outcome (action, ok, endpoint, HTTP status, reason) with how many runs
-    had it and the first and last of them."""
+    """The prefix-cache flush before each sweep's runs: a row per distinct outcome with
+    its count of runs, the first and the last."""
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     for label, s in sweeps.items():
         for p in s.points:
@@ -124,5 +110,4 @@ def flush_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
     df = pd.DataFrame(list(groups.values()))
     if len(df):
         df = df.dropna(axis=1, how="all")  # an endpoint or status no run had
-    df.attrs["name"] = "sweep_flushes"
-    return df
+    return named(df, "sweep_flushes")

@@ -1,12 +1,9 @@
 """Report tables: DataFrame in, DataFrame out, plus ``show`` to display and export them.
 
-Every builder returns a plain numeric DataFrame (full precision, metric names
-of docs/metrics.md verbatim) with ``attrs["name"]`` set. ``show`` wraps one for a
-notebook: it renders as an HTML table with a fixed number of decimals (3 by
-default, so a reader and a test see ``12.346`` for a p50 of 12.3456 ms), and it
-carries the raw numbers in a private MIME type that ``render_report`` writes
-out as CSV and JSON next to the HTML report.
-"""
+Every builder returns a numeric DataFrame at full precision, named (``named``) and with
+the metric names of docs/metrics.md; ``show`` renders it with the display rules of
+docs/metrics.md, "Numbers in reports", and carries the raw numbers (``TABLE_MIME``) for
+``render_report`` to export as CSV and JSON."""
 
 from __future__ import annotations
 
@@ -23,7 +20,10 @@ import pandas as pd
 import workbench.catalogs.requests as catalog
 import workbench.catalogs.runs as runs
 import workbench.catalogs.series as series
+from workbench.metrics import by_round_index, summarize
 from workbench.metrics.distribution import QS
+from workbench.metrics.summary import CLIENT_CPU_BOUND, CLIENT_LAG_P99_MS
+from workbench.metrics.wording import sig
 from workbench.records import RunManifest
 
 TABLE_MIME = "application/vnd.workbench.table+json"
@@ -38,12 +38,11 @@ def as_summary(data: Any) -> Mapping[str, Any]:
     """A ``summarize`` dict: passed through if it already is one, else computed."""
     if isinstance(data, Mapping) and "ttft_ms" in data:
         return data
-    from workbench.metrics import summarize
-
     return summarize(data)
 
 
-def _named(df: pd.DataFrame, name: str) -> pd.DataFrame:
+def named(df: pd.DataFrame, name: str) -> pd.DataFrame:
+    """``df`` with ``attrs["name"]`` set (the name ``show`` and the exported files use)."""
     df.attrs["name"] = name
     return df
 
@@ -51,31 +50,27 @@ def _named(df: pd.DataFrame, name: str) -> pd.DataFrame:
 def summary_table(data: Any) -> pd.DataFrame:
     """Latency percentiles in ms: one row per latency metric of the catalog."""
     s = as_summary(data)
-    rows = {m: {k: _float(s.get(m, {}).get(k)) for k in LATENCY_STATS} for m in LATENCY_METRICS}
+    rows = {m: {k: as_float(s.get(m, {}).get(k)) for k in LATENCY_STATS} for m in LATENCY_METRICS}
     df = pd.DataFrame.from_dict(rows, orient="index", columns=list(LATENCY_STATS))
     df["count"] = df["count"].fillna(0).astype(int)
     df.index.name = "metric (ms)"
-    return _named(df, "latency")
+    return named(df, "latency")
 
 
 def prefix_table(data: Any) -> pd.DataFrame:
-    """Prefix-cache hit rates (fraction of prompt tokens, 0–1): planned, actual, server, ideal.
-
-    ``over requests``: how many ok requests the actual rate is taken over (those
-    whose server reported a cached count; the rest are left out, not zero hits).
-    """
+    """Prefix-cache hit rates (fraction of prompt tokens, 0–1): planned, actual, server, ideal;
+    ``over requests``: the ok requests whose server reported a cached count."""
     s = as_summary(data)
-    rows = {label: {"key": key, "hit rate": _float(s.get(key)), "over requests": math.nan}
+    rows = {label: {"key": key, "hit rate": as_float(s.get(key)), "over requests": math.nan}
             for label, key in HIT_RATES}  # fmt: skip
-    rows["actual (client)"]["over requests"] = _float(s.get("cache_reported_requests"))
+    rows["actual (client)"]["over requests"] = as_float(s.get("cache_reported_requests"))
     df = pd.DataFrame.from_dict(rows, orient="index", columns=["key", "hit rate", "over requests"])
     df.index.name = "prefix hit rate"
-    return _named(df, "prefix_hits")
+    return named(df, "prefix_hits")
 
 
 def prefix_caption(data: Any) -> str:
-    """Caption of ``prefix_table``: what the actual rate is over, the cache flush before
-    the run, and the warm-cache warning (docs/measurement-rules.md)."""
+    """Caption of ``prefix_table``: the actual rate's base, the flush, the warm-cache warning."""
     s = as_summary(data)
     parts = ["Prefix-cache hit rates (fraction of prompt tokens, 0-1)."]
     ok = _count(s.get("ok"))
@@ -101,8 +96,7 @@ def prefix_caption(data: Any) -> str:
     if warning:
         parts.append(f"WARNING: {warning}")
     return " ".join(parts)
-#: what the report says of a run by its manifest status (anything but "completed" is
-#: incomplete: "running" in a stored run means its process was killed mid-run)
+#: what the report says of a run by its manifest status
 RUN_STATUS_NOTES: dict[str, str] = {
     "completed": "completed",
     "cancelled": "INCOMPLETE: cancelled (stopped before the plan finished)",
@@ -121,29 +115,20 @@ def run_status_note(status: Any) -> str | None:
 
 
 def run_table(data: Any) -> pd.DataFrame:
-    """Counts and throughput of the run (success numerators over the all-attempts window);
-    first, when the summary knows it, the run's status (incomplete runs say so)."""
+    """Counts and throughput of the run, after its status when the summary knows it."""
     s = as_summary(data)
-    values: list[Any] = [_count(s.get(key)) if key in COUNT_KEYS else _float(s.get(key))
+    values: list[Any] = [_count(s.get(key)) if key in COUNT_KEYS else as_float(s.get(key))
                          for _, key in RUN_FIELDS]
     labels = [label for label, _ in RUN_FIELDS]
     note = run_status_note(s.get("run_status"))
     if note is not None:
         values, labels = [note, *values], ["status", *labels]
-    df = pd.DataFrame({"value": pd.Series(values, dtype=object)})
-    df.index = pd.Index(labels)
-    df.index.name = "run"
-    return _named(df, "run")
+    return value_table(labels, values, "run")
 
 
 def round_table(data: Any) -> pd.DataFrame:
-    """Per round index: requests, TTFT p50/p90 (ms), planned vs actual hit rate.
-
-    ``data`` is a run, or an already computed ``by_round_index`` frame (e.g. from
-    ``workbench.metrics.scan`` for a run too large to load).
-    """
-    from workbench.metrics import by_round_index
-
+    """Per round index: requests, TTFT p50/p90 (ms), planned vs actual hit rate; ``data`` a
+    run or a ``by_round_index`` frame (``metrics.scan``)."""
     is_table = isinstance(data, pd.DataFrame) and "group" in data.columns
     full = data if is_table else by_round_index(data)
     cols = [
@@ -152,7 +137,7 @@ def round_table(data: Any) -> pd.DataFrame:
     ]
     df = full[cols].set_index("group")
     df.index.name = "round"
-    return _named(df, "by_round")
+    return named(df, "by_round")
 
 
 CLIENT_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -176,9 +161,7 @@ CLIENT_COUNTS = frozenset(
 
 
 def client_table(data: Any) -> pd.DataFrame:
-    """The client's self-measurement (``summary["client"]``): in flight vs requested,
-    release lag (all requests, and *steady*: after the run first held its cap), CPU.
-    Empty for a run without one (``simulate``)."""
+    """The client's self-measurement (``summary["client"]``); empty in virtual time."""
     s = as_summary(data)
     client = s.get("client") or {}
     values: list[Any] = []
@@ -186,23 +169,16 @@ def client_table(data: Any) -> pd.DataFrame:
         v: Any = client
         for key in path:
             v = v.get(key) if isinstance(v, Mapping) else None
-        values.append(int(v) if label in CLIENT_COUNTS and v is not None else _float(v))
-    labels = pd.Index([k for k, _ in CLIENT_FIELDS])
-    df = pd.DataFrame({"value": pd.Series(values, index=labels, dtype=object)})
-    if not client:
-        df = df.iloc[0:0]
-    df.index.name = "client"
-    return _named(df, "client")
+        values.append(int(v) if label in CLIENT_COUNTS and v is not None else as_float(v))
+    df = value_table([k for k, _ in CLIENT_FIELDS], values, "client")
+    return df if client else df.iloc[0:0]
 
 
 CLIENT_CPU_IDLE = 0.5  # below this share of a core, late sends are not the client's own work
 
 
 def client_evidence(client: Mapping[str, Any]) -> str:
-    """What the bottleneck verdict looked at: the busiest process's CPU share and the
-    (steady, when there is one) release lag p99, each against its bound."""
-    from workbench.metrics.summary import CLIENT_CPU_BOUND, CLIENT_LAG_P99_MS
-
+    """The CPU share and (steady) release lag p99 the bottleneck verdict used, with bounds."""
     parts = []
     util = client.get("cpu_util")
     if util is not None:
@@ -216,9 +192,8 @@ def client_evidence(client: Mapping[str, Any]) -> str:
 
 
 def client_caption(data: Any, manifest: RunManifest | None = None) -> str:
-    """Caption of ``client_table``: the verdict and the evidence it used; with the
-    run's ``manifest``, also where the embedded engine ran (on the client's own loop
-    its steps count as client lag)."""
+    """Caption of ``client_table``: the verdict, its evidence, and with ``manifest`` whether
+    the embedded engine ran on the client's loop."""
     client = as_summary(data).get("client") or {}
     if not client:
         return "No client self-measurement (a virtual-time run)"
@@ -227,41 +202,34 @@ def client_caption(data: Any, manifest: RunManifest | None = None) -> str:
               "so its steps count as client lag." if proc and not proc.get("own_process")
               else "")
     evidence = client_evidence(client)
+    if not client.get("client_bottleneck"):
+        return (f"Client self-measurement: the client kept up, not the bottleneck ({evidence})."
+                f"{shared}")
     util = client.get("cpu_util")
     reasons = client.get("client_bottleneck_reasons") or []
-    if client.get("client_bottleneck") and util is not None and util < CLIENT_CPU_IDLE and not any(
+    if util is not None and util < CLIENT_CPU_IDLE and not any(
             r.startswith("client CPU") for r in reasons):
-        return (
-            "Client self-measurement. WARNING: requests went out late "
-            f"({'; '.join(reasons)}) although the client used only {util:.0%} of a core: "
-            "its process was waiting for a CPU, not working (a busy machine: other "
-            "processes, or the engine, sharing few cores), so latencies include that wait. "
-            f"Evidence: {evidence}.{shared}"
-        )
-    if client.get("client_bottleneck"):
-        why = "; ".join(client.get("client_bottleneck_reasons") or [])
-        return (
-            "Client self-measurement. WARNING: the client, not the server, was the "
-            f"bottleneck of this run ({why}): its latencies include the client's own "
-            f"queueing; use more executor.workers or a lower max_concurrency. Evidence: "
-            f"{evidence}.{shared}"
-        )
-    return (f"Client self-measurement: the client kept up, not the bottleneck ({evidence})."
-            f"{shared}")
+        verdict = (f"requests went out late ({'; '.join(reasons)}) although the client used "
+                   f"only {util:.0%} of a core: its process was waiting for a CPU, not working "
+                   "(a busy machine: other processes, or the engine, sharing few cores), so "
+                   "latencies include that wait")
+    else:
+        verdict = (f"the client, not the server, was the bottleneck of this run "
+                   f"({'; '.join(reasons)}): its latencies include the client's own queueing; "
+                   "use more executor.workers or a lower max_concurrency")
+    return f"Client self-measurement. WARNING: {verdict}. Evidence: {evidence}.{shared}"
 
 
 SERVER_FIELDS: tuple[tuple[str, str], ...] = runs.fields("server")
 
 
-#: fewer /metrics samples than this and a "peak" is one or two readings, not a peak:
-#: the server table leaves the peaks out and its caption says so
+#: fewer /metrics samples than this: no peaks in the server table
 MIN_PEAK_SAMPLES = 3
 
 
 def server_table(data: Any) -> pd.DataFrame:
-    """The server's own evidence from its ``/metrics`` timeline (``summary["server"]``):
-    preemptions over the run, peak KV-cache usage and peak running/waiting requests
-    (the peaks only from at least ``MIN_PEAK_SAMPLES`` samples)."""
+    """The server's ``/metrics`` evidence (``summary["server"]``), peaks only from at least
+    ``MIN_PEAK_SAMPLES`` samples."""
     server = as_summary(data).get("server") or {}
     few = (server.get("samples") or 0) < MIN_PEAK_SAMPLES
     fields = [(label, key) for label, key in SERVER_FIELDS
@@ -272,10 +240,7 @@ def server_table(data: Any) -> pd.DataFrame:
         title = series_title(name, info)
         labels += [f"{title}: mean"] if few else [f"{title}: peak", f"{title}: mean"]
         values += [info.get("mean")] if few else [info.get("peak"), info.get("mean")]
-    df = pd.DataFrame({"value": pd.Series(values, dtype=object)})
-    df.index = pd.Index(labels)
-    df.index.name = "server"
-    return _named(df, "server")
+    return value_table(labels, values, "server")
 
 
 def series_title(name: str, info: Mapping[str, Any]) -> str:
@@ -300,16 +265,11 @@ def server_caption(data: Any) -> str:
     more = ""
     if server.get("series"):
         more = f"; {len(server['series'])} further series (backend.metrics_series/metrics_urls)"
-    if (server.get("samples") or 0) < MIN_PEAK_SAMPLES:
-        return (f"Server-side evidence from {server.get('samples')} /metrics samples "
-                f"({server['engine']} names): too few for peaks, which are left out "
-                "(a longer run, or a shorter backend.scrape_interval_s, gives them); "
-                f"preemptions over the run{more}")
-    return (
-        f"Server-side evidence from {server.get('samples')} /metrics samples "
-        f"({server['engine']} names); peaks are over the samples, preemptions over the run"
-        f"{more}"
-    )
+    peaks = ("; peaks are over the samples," if (server.get("samples") or 0) >= MIN_PEAK_SAMPLES
+             else ": too few for peaks, which are left out (a longer run, or a shorter "
+             "backend.scrape_interval_s, gives them);")
+    return (f"Server-side evidence from {server.get('samples')} /metrics samples "
+            f"({server['engine']} names){peaks} preemptions over the run{more}")
 
 
 WORKER_COLUMNS: tuple[str, ...] = (
@@ -319,17 +279,14 @@ WORKER_COLUMNS: tuple[str, ...] = (
 
 
 def worker_table(data: Any) -> pd.DataFrame:
-    """Per worker of a simulated cluster (``summary["workers"]``, docs/cluster.md):
-    load (requests, share of prompt tokens), hit rate, TTFT and the waiting queue at
-    arrival. Empty for a run against one engine."""
+    """Per worker of a simulated cluster (``summary["workers"]``, docs/cluster.md)."""
     rows = as_summary(data).get("workers") or []
     df = pd.DataFrame(rows, columns=["worker", *WORKER_COLUMNS])
     df = df.set_index("worker")
-    return _named(df, "workers")
+    return named(df, "workers")
 
 
-#: the agent-task figures of ``summary["agent_tasks"]`` (metrics.agents), with the words a
-#: reader sees as the row label
+#: the agent-task figures of ``summary["agent_tasks"]`` and their row labels
 AGENT_ROWS = (
     ("makespan_ms", "makespan (ms): admitted → last sub-agent ended"),
     ("engine_ms", "in the engine (ms): a request of the task in flight"),
@@ -341,21 +298,17 @@ AGENT_ROWS = (
 
 
 def agent_table(data: Any) -> pd.DataFrame:
-    """One row per agent-task figure (``AGENT_ROWS``) and one per depth's TTFT, columns
-    p50, p90, p99, max over the tasks; empty for a run without sub-agents."""
+    """``AGENT_ROWS`` and each depth's TTFT, p50/p90/p99/max over the tasks."""
     agents = as_summary(data).get("agent_tasks") or {}
     cols = ["p50", "p90", "p99", "max"]
-    rows: dict[str, list[Any]] = {}
-    for key, words in AGENT_ROWS:
-        d = agents.get(key) or {}
-        rows[words] = [d.get(c) for c in cols]
+    rows = {words: [(agents.get(key) or {}).get(c) for c in cols] for key, words in AGENT_ROWS}
     for depth, d in (agents.get("ttft_ms_by_depth") or {}).items():
         rows[f"TTFT at depth {depth} (ms)" + (" (roots)" if depth == "0" else "")] = [
             d.get(c) for c in cols]
     df = pd.DataFrame.from_dict(rows, orient="index", columns=cols) if agents else \
         pd.DataFrame(columns=cols)
     df.index.name = "per agent task"
-    return _named(df, "agents")
+    return named(df, "agents")
 
 
 def agent_caption(data: Any) -> str:
@@ -367,8 +320,7 @@ def agent_caption(data: Any) -> str:
 
 
 def router_table(summaries: Mapping[str, Any]) -> pd.DataFrame:
-    """Runs of one trace on a simulated cluster side by side, one row per label (e.g.
-    the router): hit rate against the plan's, TTFT p50/p90 and the per-worker spread."""
+    """Runs on a simulated cluster side by side, a row per label: hits, TTFT, worker spread."""
     rows = []
     for label, data in summaries.items():
         s = as_summary(data)
@@ -384,25 +336,31 @@ def router_table(summaries: Mapping[str, Any]) -> pd.DataFrame:
             "requests_per_worker_min": min(reqs) if reqs else None,
             "requests_per_worker_max": max(reqs) if reqs else None,
         })  # fmt: skip
-    return _named(pd.DataFrame(rows).set_index("run"), "routers")
+    return named(pd.DataFrame(rows).set_index("run"), "routers")
 
 
 def mapping_table(d: Mapping[str, Any], name: str, *, key: str = "name") -> pd.DataFrame:
     """A two-column view of a flat mapping (e.g. ``trace_stats(...).summary``)."""
-    df = pd.DataFrame({"value": pd.Series(list(d.values()), dtype=object)})
-    df.index = pd.Index([str(k) for k in d], name=key)
-    return _named(df, name)
+    return value_table([str(k) for k in d], list(d.values()), name, key)
+
+
+def value_table(labels: Sequence[str], values: Sequence[Any], name: str,
+                index_name: str | None = None) -> pd.DataFrame:
+    """One ``value`` column (any type) over the row ``labels``; the index named
+    ``index_name`` (default: ``name``)."""
+    df = pd.DataFrame({"value": pd.Series(list(values), dtype=object)})
+    df.index = pd.Index(labels, name=index_name or name)
+    return named(df, name)
 
 
 def _count(v: Any) -> int:
     return int(v) if isinstance(v, int | float) and not math.isnan(v) else 0
 
 
-def _float(v: Any) -> float:
+def as_float(v: Any) -> float:
+    """``v`` as a float; NaN for None, a mapping or what is not a number."""
     if v is None or isinstance(v, Mapping):
         return math.nan
-    if isinstance(v, bool):
-        return float(v)
     try:
         return float(v)
     except (TypeError, ValueError):
@@ -435,22 +393,19 @@ def server_gauges(timeline: Sequence[Mapping[str, Any]], t0_ns: int | None) -> p
         t = next((sample[k] for k in _TIME_KEYS if k in sample), None)
         if t is None:
             continue
-        row = {"t_s": (int(t) - (t0_ns or 0)) / 1e9}
-        row.update({g: _gauge(sample, names) for g, names in GAUGES.items()})
-        rows.append(row)
+        gauges = {g: _gauge(sample, names) for g, names in GAUGES.items()}
+        rows.append({"t_s": (int(t) - (t0_ns or 0)) / 1e9, **gauges})
     return pd.DataFrame(rows, columns=["t_s", *GAUGES])
 
 
 # -- display --------------------------------------------------------------------------------
-#: rows or columns whose numbers are rates: printed to 3 significant figures
-#: (``headline.sig``), not to a fixed number of decimals
+#: rows or columns of rates: 3 significant figures (``sig``)
 RATE_LABELS = frozenset((
     "requests/s", "output tokens/s", "total tokens/s", "request_throughput_rps",
     "output_token_throughput_tps", "total_token_throughput_tps", "goodput_rps",
     "goodput (req/s)", "throughput (req/s)",
 ))  # fmt: skip
-#: rows or columns of counts (some stored as float: pooled over repeats, NaN-padded):
-#: whole numbers printed as integers
+#: rows or columns of counts (some stored as float): whole numbers as integers
 COUNT_LABELS = frozenset((
     "requests", "ok", "errors", "skipped", "cancelled", "count", "n", "repeats",
     "preemptions", "points done", "points skipped", "workers", "over requests",
@@ -461,19 +416,16 @@ COUNT_LABELS = frozenset((
 
 @dataclass(frozen=True)
 class Table:
-    """A DataFrame shown with fixed decimals; ``render_report`` exports ``frame`` as CSV/JSON.
-
-    Display rules (docs/metrics.md, "Numbers in reports"): rates (``RATE_LABELS``) to 3
-    significant figures, whole numbers in counts (``COUNT_LABELS``, some stored as
-    float) as integers, other floats with ``digits`` decimals, missing as a dash."""
+    """A DataFrame shown by docs/metrics.md, "Numbers in reports" (``RATE_LABELS``,
+    ``COUNT_LABELS``, else ``digits`` decimals); ``render_report`` exports ``frame``."""
 
     frame: pd.DataFrame
     name: str
     digits: int = 3
     caption: str | None = None
 
-    def cell(self, v: Any) -> str:
-        """Floats with ``digits`` decimals, integers as they are, missing as a dash."""
+    def cell(self, v: Any, labels: set[str] | frozenset[str] = frozenset()) -> str:
+        """A cell as a reader sees it under its row and column ``labels`` (the rules above)."""
         if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
             return "–"
         if isinstance(v, bool | np.bool_):
@@ -481,33 +433,24 @@ class Table:
         if isinstance(v, int | np.integer):
             return str(int(v))
         if isinstance(v, float | np.floating):
+            if math.isfinite(v) and labels & RATE_LABELS:
+                return sig(float(v))
+            if math.isfinite(v) and labels & COUNT_LABELS and float(v).is_integer():
+                return str(int(v))
             return f"{float(v):.{self.digits}f}"
         return str(v)
 
     def formatted(self) -> pd.DataFrame:
-        """Every cell as the text a reader sees (the rules above)."""
-        from workbench.report.headline import sig
-
+        """Every cell as the text a reader sees (``cell``)."""
         out = pd.DataFrame(index=self.frame.index, columns=self.frame.columns, dtype=object)
         for j, col in enumerate(self.frame.columns):
-            values = self.frame.iloc[:, j]
             for i, row in enumerate(self.frame.index):
-                v = values.iloc[i]
-                labels = {str(col), str(row)}
-                is_float = isinstance(v, float | np.floating) and math.isfinite(v)
-                if is_float and labels & RATE_LABELS:
-                    text = sig(float(v))
-                elif is_float and labels & COUNT_LABELS and float(v).is_integer():
-                    text = str(int(v))
-                else:
-                    text = self.cell(v)
-                out.iat[i, j] = text
+                out.iat[i, j] = self.cell(self.frame.iat[i, j], {str(col), str(row)})
         return out
 
     def html(self) -> str:
-        """Every cell, label and the caption HTML-escaped: they can hold trace ids, run ids,
-        server text (a run id ``<img onerror=...>`` must stay text). A table without
-        rows is left out: its caption says why, as a sentence."""
+        """Every cell, label and the caption HTML-escaped (ids and server text stay text);
+        a table without rows is its caption, as a sentence."""
         if self.frame.empty:
             return f'<p class="wb-empty">{html.escape(self.caption or "No rows.")}</p>'
         shown = self.formatted()
@@ -547,9 +490,8 @@ _HEADER_WORDS = {
 
 
 def header_text(col: Any) -> str:
-    """A column's header in the HTML (the frame, its CSV and JSON keep the key):
-    ``ttft_ms_p90`` → ``TTFT p90 (ms)``, ``waiting_at_arrival_mean`` → ``waiting at
-    arrival (mean)``, ``hit_rate`` → ``hit rate``; other text unchanged."""
+    """A column's header in the HTML (exports keep the key): ``ttft_ms_p90`` → ``TTFT p90
+    (ms)``, ``waiting_at_arrival_mean`` → ``waiting at arrival (mean)``."""
     key = str(col)
     if key in _HEADER_WORDS:
         return _HEADER_WORDS[key]
@@ -584,8 +526,7 @@ ENGINE_SHOWN_IF_SET = ("decode_seq_ms", "request_overhead_ms", "intake_ms", "idl
 
 
 def config_table(manifest: RunManifest) -> pd.DataFrame:
-    """The four axes as resolved (detected format, policy, arrival, rate and cap,
-    backend), the target and its engine config, and the trace's identity (sha256)."""
+    """The four axes as resolved, the target and its engine config, the trace's sha256."""
     trace, given = manifest.trace, manifest.section("trace")  # (given: as configured)
     arrival = manifest.section("arrival")
     target = manifest.target or {}
@@ -623,12 +564,11 @@ def config_table(manifest: RunManifest) -> pd.DataFrame:
         rows += [(f"target engine {k}", _knob(engine[k])) for k in ENGINE_SHOWN_IF_SET
                  if engine.get(k)]  # fmt: skip
     rows.append(("seed", manifest.config.get("seed")))
-    df = pd.DataFrame({"value": pd.Series([_text(v) for _, v in rows], dtype=object)})
-    df.index = pd.Index([k for k, _ in rows], name="setting")
-    return _named(df, "config")
+    return value_table([k for k, _ in rows], [text(v) for _, v in rows], "config", "setting")
 
 
-def _text(v: Any) -> str:
+def text(v: Any) -> str:
+    """A cell as text: a dash for None."""
     return "–" if v is None else str(v)
 
 
@@ -669,7 +609,7 @@ def error_table(frame: pd.DataFrame) -> pd.DataFrame:
     df = df.sort_values("requests", ascending=False) if len(df) else df
     df["requests"] = df["requests"].astype(int)
     df.index.name = "error class"
-    return _named(df, "errors")
+    return named(df, "errors")
 
 
 def _sample(error: Any) -> str:
@@ -698,7 +638,7 @@ def band_table(by_band: pd.DataFrame) -> pd.DataFrame:
     df = by_band.set_index("band")[[c for c, _ in keep]] if "band" in by_band else by_band
     df = df.rename(columns=dict(keep))
     df.index.name = "prompt tokens"
-    return _named(df, "by_band")
+    return named(df, "by_band")
 
 
 def _window_text(win: dict[str, Any]) -> str:

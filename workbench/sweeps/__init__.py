@@ -1,8 +1,5 @@
-"""Sweeps: one run per point of a grid, SLO capacity search, the sweep directory.
-
-``sweep`` (``grid``), ``capacity_search`` (``capacity``), ``SLO`` (``workbench.metrics.slo``,
-re-exported) and ``load_sweep`` / ``Sweep`` (``store``). Each live point flushes the server's prefix
-cache through its run's own ``backend.flush_cache`` (``workbench.backends.flush``).
+"""Sweeps: one run per point of a grid (``grid``), SLO capacity search (``capacity``) and the
+sweep directory (``store``); ``SLO`` is ``workbench.metrics.slo``'s, re-exported.
 """
 
 from workbench.metrics.slo import SLO, Bound

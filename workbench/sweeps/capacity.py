@@ -1,18 +1,8 @@
 """``capacity_search``: the highest load (rate or concurrency) at which an SLO holds.
 
-Bracketing, then bisection (docs/sweeps.md). Probe ``lo``: if the SLO is broken
-there, the capacity lies below the range (``below_range``). Probe ``hi``: while
-the SLO still holds, move the bracket up (``hi × grow``) at most ``max_probes``
-times (``above_range`` if it never breaks). Then bisect the bracket [held,
-broken] until it is no wider than ``tolerance``; the capacity is its held end.
-In virtual time with ``parallel`` P > 1, each round probes P values at once (``lo``
-with ``hi``, P growth steps, P points cutting the bracket into P + 1 parts).
-Every probe is an ordinary sweep point with its run directories, kept as
-evidence in the sweep manifest. Assumes the SLO verdict is monotone in the
-axis (more load never makes latency better), which is what a capacity means.
-An integer axis (``max_concurrency``, or integer ``lo``/``hi``/``tolerance``)
-is searched on integers; a float probe is rounded to a decimal grid of at most a tenth
-of the tolerance (``probe_digits``).
+Bracketing, then bisection, ``parallel`` probes a round in virtual time; integer axes on
+integers, float probes on a grid of ``probe_digits`` (docs/sweeps.md, "Capacity search").
+Every probe is an ordinary sweep point, kept as evidence in the sweep manifest.
 """
 
 from __future__ import annotations
@@ -51,16 +41,11 @@ async def capacity_search_async(
 ) -> Sweep:
     """Search ``axis`` in [lo, hi] (and above, by bracketing) for the SLO's capacity.
 
-    ``sweep.capacity`` = ``{"value", "status", "bracket", "tolerance", "probes"}``;
-    ``status`` is ``found``, ``below_range`` (broken at ``lo``) or ``above_range``
-    (held at the last bracket probe); ``rounds``: how many times it waited for probes.
-    ``parallel``: virtual-time probes at once, each in a process of its own (default:
-    the cores this process may use); live probes run one at a time.
-
-    ``over``: other axes (``engine.max_num_seqs=[1, 8]``): every combination is a
-    configuration searched on its own, one after another, in one sweep; then
-    ``sweep.capacity["configurations"]`` holds each one's ``params`` and result, and
-    ``status`` is ``per configuration`` (docs/sweeps.md, "Configurations").
+    ``sweep.capacity``: ``value``, ``status`` (``found``, ``below_range``, ``above_range``),
+    ``bracket``, ``tolerance``, ``probes``, ``rounds``. ``over``: other axes, each
+    combination a configuration searched on its own in the one sweep (then
+    ``capacity["configurations"]``: docs/sweeps.md, "Configurations"). How the probes
+    run: ``PointRuns``.
     """
     path = spec_mod.resolve_path(axis)
     # searching arrival.rate needs no base rate: the base takes lo
@@ -108,8 +93,7 @@ async def capacity_search_async(
 async def _search_one(runner: SweepRunner, conf: Mapping[str, Any], path: str, lo: float,
                       hi: float, tolerance: float, grow: float, max_probes: int,
                       integer: bool) -> dict[str, Any]:  # fmt: skip
-    """One configuration's search (``conf``: the other axes' values), its probes and
-    their indexes in the sweep."""
+    """One configuration's search (``conf``: the other axes' values) and its probes."""
     probes: list[int] = []
 
     async def held(values: list[float]) -> list[bool]:
@@ -127,8 +111,7 @@ async def _search_one(runner: SweepRunner, conf: Mapping[str, Any], path: str, l
 async def _search(held: Any, lo: float, hi: float, tol: float, grow: float, max_probes: int,
                   integer: bool, width: int = 1) -> dict[str, Any]:
     """Bracket, then cut the bracket into ``width + 1`` parts a round (``width`` probes at
-    once; 1: bisection). The verdicts of a round are read in order: the bracket becomes
-    [last held before the first broken, first broken]."""
+    once; 1: bisection), a round's verdicts read in order (docs/sweeps.md)."""
     rounds = 1
     digits = None if integer else probe_digits(tol)
     first = [lo, hi] if width > 1 else [lo]  # (max_probes >= 2: checked by the caller)
@@ -146,7 +129,8 @@ async def _search(held: Any, lo: float, hi: float, tol: float, grow: float, max_
         probe = hi
     while bad is None:
         if n >= max_probes:  # the SLO still held and no probe is left
-            return _above(good, n, rounds)
+            return {"value": good, "status": "above_range", "bracket": [good, None],
+                    "note": f"the SLO still held at {good} after {n} probes", "rounds": rounds}
         values = [probe]
         while len(values) < min(width, max_probes - n):
             values.append(_grown(values[-1], grow, integer, digits))
@@ -173,15 +157,10 @@ def _grown(value: float, grow: float, integer: bool, digits: int | None = None) 
     return value * grow if digits is None else round(value * grow, digits)
 
 
-def _above(good: float, n: int, rounds: int) -> dict[str, Any]:
-    return {"value": good, "status": "above_range", "bracket": [good, None],
-            "note": f"the SLO still held at {good} after {n} probes", "rounds": rounds}
-
-
 def _inner(good: float, bad: float, k: int, integer: bool,
            digits: int | None = None) -> list[float]:
-    """``k`` points cutting (good, bad) into equal parts (integers: distinct, inside; floats:
-    rounded to ``digits`` decimals, distinct, inside)."""
+    """``k`` distinct points strictly inside (good, bad) cutting it into equal parts
+    (integers, or floats rounded to ``digits`` decimals)."""
     pts: list[float]
     if integer:
         pts = sorted({int((good * (k + 1 - i) + bad * i) // (k + 1)) for i in range(1, k + 1)})
@@ -193,8 +172,7 @@ def _inner(good: float, bad: float, k: int, integer: bool,
 
 
 def probe_digits(tolerance: float) -> int:
-    """Decimals a float probe is rounded to: a grid no coarser than a tenth of the
-    tolerance (0.5: 2 decimals, so a probe is 2.63, not 2.6296296296296293)."""
+    """Decimals a float probe is rounded to: a tenth of the tolerance (0.5: 2 decimals)."""
     return -math.floor(math.log10(tolerance / 10))
 
 

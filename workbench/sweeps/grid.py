@@ -1,10 +1,5 @@
-"""``sweep``: every point of a grid or list, in order, with early stop on a broken SLO.
-
-Early stop (``stop_margin``): once ``stop_after`` points in a row break the SLO by
-more than the margin (a bound's observed value above ``limit × (1 + margin)``, or
-too few requests ok), the remaining points are skipped and the manifest says
-why. It assumes the points are in increasing load, as a rate or concurrency
-list usually is.
+"""``sweep``: every point of a grid or list, in order, with early stop on a broken SLO
+(``stop_margin``, ``stop_after``: docs/sweeps.md, "Early stop").
 """
 
 from __future__ import annotations
@@ -27,12 +22,6 @@ from workbench.sweeps.sweep_runner import PointRuns, SweepRunner
 SloSpec = SLO | Mapping[str, Any] | Sequence[str] | str | None
 
 
-def broken_by_margin(verdict: Mapping[str, Any] | None, margin: float) -> bool:
-    if not verdict or verdict.get("held"):
-        return False
-    return bool(verdict["worst_ratio"] > 1.0 + margin or not verdict.get("ok_held"))
-
-
 async def sweep_async(
     cfg: RunConfig | dict[str, Any],
     over: spec_mod.Over,
@@ -46,17 +35,12 @@ async def sweep_async(
 ) -> Sweep:
     """Run ``cfg`` at every point of ``over`` into ``out_dir/sweep_id`` and return the sweep.
 
-    ``over``: ``{"arrival.rate": [1, 2, 4]}`` (a grid; several keys: every
-    combination) or ``[{"arrival.rate": 1}, ...]`` (a list). ``repeats``: runs per
-    point (seeds ``seed``, ``seed+1``, ...) pooled into means with 95 % intervals.
-    ``slo``: percentile bounds (``"ttft_ms:p90<=2000,tpot_ms:p90<=50,ok>=0.99"``).
-    ``virtual``: run each point through ``simulate``, ``parallel`` points at once, each
-    in a process of its own (default: the cores this process may use; live points run
-    one at a time). Calling again with the same ``sweep_id`` resumes: repeats on disk
-    are kept, the rest run. ``serve``: start a server per server point and run the
-    client points against it (``workbench.sweeps.serve``; ``cfg``'s target URL is
-    where it answers); a point its server could not serve is ``failed``. ``gpus``: GPUs
-    per instance, recorded for the Pareto plot's per-GPU throughput.
+    ``over``: a grid ``{"arrival.rate": [1, 2, 4]}`` or a list of points (docs/sweeps.md,
+    "Points"); ``slo``: the SLO grammar (``"ttft_ms:p90<=2000,ok>=0.99"``); ``serve``: a
+    server per server point, ``cfg``'s target URL where it answers (``sweeps.serve``);
+    ``gpus``: GPUs per instance, for the Pareto plot's per-GPU throughput. How the points
+    run (repeats, virtual, parallel, the directory; the same ``sweep_id`` resumes):
+    ``PointRuns``.
     """
     points = spec_mod.expand(over)
     # sweeping arrival.rate needs no base rate: the base takes the first point's
@@ -84,19 +68,27 @@ async def sweep_async(
     with runner.ends_on_error():  # a stop while thousands of points are checked
         await runner.check(entries)
     runner.save()  # every point is listed (pending) before the first run
-    status = "running"
     if serve is not None:
-        return await _serve_sweep(runner, entries, serve, base)
+        from workbench.backends.extras import resolve_headers
+
+        headers = resolve_headers(base.backend.options.get("headers") or {})
+        with runner.ends_on_error():
+            failed = await run_server_points(runner, entries, serve, base.target.url, headers)
+        runner.sweep.manifest.failed_points = failed
+        return runner.finish("completed_with_failures" if failed else "completed")
+    status = "completed"
     with runner.ends_on_error():
         broken = 0
-        step = runner.parallel
-        for start in range(0, len(entries), step):
-            window = entries[start:start + step]
+        for start in range(0, len(entries), runner.parallel):
+            window = entries[start:start + runner.parallel]
             await runner.measure_many(window)
             for i, e in enumerate(window):
                 if stop_margin is None:
-                    continue
-                broken = broken + 1 if broken_by_margin(e.get("slo"), stop_margin) else 0
+                    break
+                v = e.get("slo") or {"held": True}  # broken by more than the margin?
+                by_margin = not v.get("held") and (v["worst_ratio"] > 1.0 + stop_margin
+                                                   or not v.get("ok_held"))
+                broken = broken + 1 if by_margin else 0
                 if broken >= stop_after:
                     skipped = entries[start + i + 1:]
                     for s in skipped:
@@ -112,8 +104,6 @@ async def sweep_async(
                     break
             if status == "stopped_early":
                 break
-        if status == "running":
-            status = "completed"
     return runner.finish(status)
 
 
@@ -133,22 +123,9 @@ def _serve_points(base: RunConfig, serve: ServeSpec, points: list[spec_mod.Point
             for s in serve.points() for p in points]
 
 
-async def _serve_sweep(runner: SweepRunner, entries: list[dict[str, Any]], serve: ServeSpec,
-                       base: RunConfig) -> Sweep:
-    from workbench.backends.extras import resolve_headers
-
-    headers = resolve_headers(base.backend.options.get("headers") or {})
-    with runner.ends_on_error():
-        failed = await run_server_points(runner, entries, serve, base.target.url, headers)
-    runner.sweep.manifest.failed_points = failed
-    return runner.finish("completed_with_failures" if failed else "completed")
-
-
 def run_sync(coro: Any) -> Any:
-    """Run a sweep coroutine from sync code: on this thread when no loop runs here (SIGTERM
-    stops it as Ctrl-C does: the point's run saved as cancelled, then KeyboardInterrupt),
-    inside a running loop (a notebook cell) on a fresh loop on a worker thread while the
-    cell waits (``run_anywhere``)."""
+    """Run a sweep coroutine from sync code: on this thread (SIGTERM stops it as Ctrl-C
+    does), or from a running loop (a notebook cell) on a worker thread (``run_anywhere``)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -1,12 +1,7 @@
 """A sweep's points by configuration, and the capacity of each configuration.
 
-A sweep varies a *load* axis (``arrival.rate``, else ``arrival.max_concurrency``, else
-a capacity search's axis) and may vary others: the server's parameters (``serve.*``)
-and any non-load field (``engine.max_num_seqs``, ``arrival.tool_wait_scale``). Every
-combination of the other axes' values is one *configuration*; its points in load order
-are one curve, and it has one capacity: the request rate the engine sustained at the
-highest load that held the SLO, no point at or below it having broken (docs/sweeps.md,
-"Configurations" and "Capacity").
+Every combination of the non-load axes' values is one configuration: one curve in load
+order and one capacity (docs/sweeps.md, "Configurations" and "Capacity").
 """
 
 from __future__ import annotations
@@ -26,10 +21,7 @@ THROUGHPUT = "request_throughput_rps"
 
 
 def load_axis_of(axes: Sequence[str], capacity: Mapping[str, Any] | None = None) -> str | None:
-    """The load axis: a capacity search's axis; else ``arrival.rate``, else
-    ``arrival.max_concurrency``; else the one axis; else the last (fastest-varying) axis
-    that is not the server's. A server parameter (``serve.*``) is never load: None when
-    nothing else varies."""
+    """The load axis, or None (docs/sweeps.md, "Configurations")."""
     if capacity and capacity.get("axis"):
         return str(capacity["axis"])
     for axis in LOAD_AXES:
@@ -61,8 +53,8 @@ def load_axis(sweep: Sweep) -> str | None:
 
 
 def groups(sweep: Sweep) -> list[Group]:
-    """The sweep's configurations in the order their first point was listed (a server
-    sweep: server by server), each with its finished points that have a numeric load."""
+    """The sweep's configurations in the order their first point was listed, each with its
+    finished points that have a numeric load."""
     axis = load_axis(sweep)
     others = [a for a in sweep.axes if a != axis]
     out: dict[str, Group] = {}
@@ -80,10 +72,9 @@ def groups(sweep: Sweep) -> list[Group]:
 
 @dataclass
 class Capacity:
-    """A configuration's capacity. ``status``: ``held`` (held up to ``point``, broke at
-    ``broken``), ``above`` (held at every point: the capacity is at least ``point``'s),
-    ``below`` (broke at the lowest load), ``none`` (no point finished, or no load axis).
-    ``again``: points above the first break that held (the verdict was not monotone)."""
+    """A configuration's capacity. ``status``: ``held`` (up to ``point``, broke at
+    ``broken``), ``above`` (at every point), ``below`` (broke at the lowest load) or
+    ``none``; ``again``: points above the first break that held (not monotone)."""
 
     group: Group
     axis: str | None
@@ -116,8 +107,7 @@ def _held(p: Mapping[str, Any]) -> bool:
 
 
 def search_of(search: Mapping[str, Any], params: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A configuration's own capacity search: the sweep's (one configuration), or its
-    entry of ``configurations`` (a search per configuration); empty when there is none."""
+    """A configuration's own capacity search (its entry of ``configurations``, if any)."""
     if "configurations" not in search:
         return search
     key = json_params(params)
@@ -160,19 +150,16 @@ def capacities(sweep: Sweep) -> list[Capacity]:
 
 @dataclass
 class Best:
-    """The configuration(s) that held the SLO up to the highest load (``leaders``: more
-    than one when tied), and those that held at every point of a lower range (their own
-    capacity may be higher: ``unsure``)."""
+    """The configuration(s) that held up to the highest load (``leaders``: tied), and those
+    that held at every point of a lower range (``unsure``: may be higher)."""
 
     leaders: list[Capacity]
     unsure: list[Capacity]
 
 
 def best(caps: Sequence[Capacity]) -> Best | None:
-    """The best configuration by the evidence: the highest load that held (its sustained
-    rate is the capacity stated); None when no configuration held at any load. Ranked by
-    load held, not by the delivered rate: two configurations that held up to the same
-    load are tied, whatever small difference their delivered rates show."""
+    """The best configuration by the load held, not the delivered rate (docs/sweeps.md,
+    "Capacity"); None when none held at any load."""
     held = [c for c in caps if c.point is not None and _numeric(c.offered)]
     if not held:
         return None

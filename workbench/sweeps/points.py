@@ -1,9 +1,8 @@
 """One sweep point: run it (live or in virtual time), read its numbers, pool its repeats.
 
-Each repeat of a point is an ordinary run directory (``runs/<run_id>``) written by
-``wb.run_async`` or ``wb.simulate``; ``point_metrics`` reads it back into the flat
-numbers a sweep manifest keeps, and ``pool`` turns a point's repeats into means
-with 95 % Student-t intervals (docs/sweeps.md).
+Each repeat is an ordinary run directory; ``point_metrics`` reads it back into the flat
+numbers a sweep manifest keeps, and ``pool`` gives a point's means with 95 % Student-t
+intervals (docs/sweeps.md).
 """
 
 from __future__ import annotations
@@ -45,9 +44,7 @@ def run_complete(run_dir: Path) -> bool:
 def point_metrics(run_dir: str | Path, slo: SLO | None,
                   result: RunResult | None = None) -> dict[str, Any]:
     """The flat numbers of one stored run (summary percentiles, throughput, hits, SLO);
-    ``result``: the same run still in memory (spares reading its records back). A run
-    whose records are on disk only is read from its ``records.parquet`` columns (the
-    SLO's), not parsed back into records."""
+    ``result``: the same run in memory, else its ``records.parquet`` columns are read."""
     from workbench.metrics import to_frame
     from workbench.metrics.columns import available, stored
     from workbench.metrics.summary import server_preemptions
@@ -93,10 +90,6 @@ def point_metrics(run_dir: str | Path, slo: SLO | None,
     return out
 
 
-def t975(df: int) -> float:
-    return _T975[df - 1] if 1 <= df <= len(_T975) else 1.96
-
-
 def pool(repeats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Mean of every numeric field over repeats, with ``KEY_lo``/``KEY_hi`` 95 % t-intervals."""
     out: dict[str, Any] = {"repeats": len(repeats)}
@@ -112,15 +105,15 @@ def pool(repeats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         mean = float(nums.mean())
         out[k] = mean
         if nums.size >= 2:
-            half = t975(nums.size - 1) * float(nums.std(ddof=1)) / math.sqrt(nums.size)
+            t = _T975[nums.size - 2] if nums.size - 1 <= len(_T975) else 1.96
+            half = t * float(nums.std(ddof=1)) / math.sqrt(nums.size)
             out[f"{k}_lo"], out[f"{k}_hi"] = mean - half, mean + half
     return out
 
 
 def simulate_and_measure(cfg_dict: dict[str, Any],
                          slo: dict[str, float] | None) -> tuple[str, dict[str, Any]]:
-    """``simulate`` one repeat into its run directory, then ``point_metrics`` of it, from
-    plain data (what a worker process is given; any thread)."""
+    """``simulate`` one repeat, then its ``point_metrics``, from plain data (a worker's)."""
     import time
 
     from workbench.executors.virtual import simulate

@@ -1,19 +1,10 @@
 """Sweeps over the server's configuration: ``sweep --serve 'CMD … {param} …' --serve-over``.
 
-Per server point (every combination of ``over``, the first key varying slowest) the
-command is formatted with the point's values, started in a process group of its own
-(``start_new_session``; it dies with the sweep however the sweep dies: its first process
-gets SIGTERM from ``die_with_parent``, and a watchdog process of its own, ``watchdog.py``,
-SIGTERMs then SIGKILLs the whole group once the sweep is gone), and
-polled until ``GET {url}/health`` or ``GET {url}/v1/models`` answers 200, at most
-``ready_timeout_s``. The client points then run against it one after another (each
-run resets the prefix cache first: ``backend.flush_cache``), and the server is
-stopped: SIGTERM to its group, SIGKILL to the group unless all of it is gone after
-``grace_s``, and the stop returns once no process of the group runs. Its stdout
-and stderr stay in ``servers/s<NNN>.stdout.log`` / ``.stderr.log`` of the sweep
-directory. A server that exits at start, never answers, or dies during a point
-fails the point(s) it could not serve, with the tail of its log in ``sweep.json``:
-never a hang, never an orphan (docs/sweeps.md, "Server sweeps").
+Per server point the command is started in a process group of its own, guarded by a
+watchdog process (``watchdog.py``), polled until ready, given the client points, then
+stopped; a server that exits, never answers or dies fails the points it could not serve,
+with its log's tail: never a hang, never an orphan (docs/sweeps.md, "Server sweeps";
+docs/security.md, "Processes and disks").
 """
 
 from __future__ import annotations
@@ -115,12 +106,6 @@ class ServeSpec:
                 "ready_timeout_s": self.ready_timeout_s, "grace_s": self.grace_s}
 
 
-def server_params(point: Mapping[str, Any]) -> dict[str, Any]:
-    """``{serve.name: value}`` (a sweep point's params) → ``{name: value}``."""
-    return {k.removeprefix(SERVE_PREFIX): v for k, v in point.items()
-            if k.startswith(SERVE_PREFIX)}
-
-
 class ServerFailed(Exception):
     """The server exited, or never answered: ``reason`` and its log's ``tail``."""
 
@@ -212,8 +197,8 @@ class ManagedServer:
         return ServerFailed(reason, redact.text(self.tail()))
 
     async def wait_ready(self) -> None:
-        """Poll the readiness routes until one answers 200 (at most ``ready_timeout_s``);
-        an exit first, or the deadline, is a ``ServerFailed``."""
+        """Poll the readiness routes until one answers 200; an exit first, or
+        ``ready_timeout_s``, is a ``ServerFailed``."""
         import aiohttp
 
         started = time.monotonic()
@@ -245,8 +230,7 @@ class ManagedServer:
                 await asyncio.sleep(0.5)
 
     def stop(self) -> dict[str, Any]:
-        """SIGTERM to the group, SIGKILL to the group unless every process of it is gone
-        within ``grace_s``; returns once they are (what it took)."""
+        """SIGTERM to the group, SIGKILL after ``grace_s``; returns once all of it is gone."""
         proc = self.proc
         if proc is None:
             self._release_watchdog()
@@ -267,13 +251,11 @@ class ManagedServer:
         return out
 
     async def stop_async(self) -> dict[str, Any]:
-        """``stop`` on a thread of its own: its waits (up to ``grace_s`` and then some) do
-        not hold up the event loop it is awaited on (signals, progress, other tasks)."""
+        """``stop`` on a thread of its own, so its waits do not hold up the event loop."""
         return await asyncio.to_thread(self.stop)
 
     def _gone_within(self, timeout_s: float) -> bool:
-        """Wait (at most ``timeout_s``) until the leader has exited and no process of its
-        group is left; whether that happened."""
+        """Whether the leader and its whole group are gone within ``timeout_s``."""
         assert self.proc is not None
         deadline = time.monotonic() + timeout_s
         while True:  # bounded: the deadline
@@ -292,9 +274,8 @@ class ManagedServer:
 
 
 def group_members(pgid: int) -> list[int]:
-    """The processes of group ``pgid`` still running (zombies, which hold no memory and
-    run nothing, left out): from ``/proc`` on Linux; elsewhere the group answering
-    signal 0 stands for its leader."""
+    """The processes of group ``pgid`` still running, zombies left out (``/proc``; elsewhere
+    the group answering signal 0 stands for its leader)."""
     proc_dir = Path("/proc")
     if not (proc_dir / "self" / "stat").exists():
         try:
@@ -318,8 +299,7 @@ def group_members(pgid: int) -> list[int]:
 
 
 def _start_watchdog() -> subprocess.Popen[bytes]:
-    """The parent-death watchdog of one server (``watchdog.py``, run as a script: no
-    workbench import), in a session of its own; its stdin is the sweep's pipe to it."""
+    """One server's watchdog (``watchdog.py``) in a session of its own; stdin: its pipe."""
     return subprocess.Popen(
         [sys.executable, "-I", "-S", str(Path(__file__).with_name("watchdog.py"))],
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -335,14 +315,16 @@ def _signal_group(pgid: int, sig: int) -> None:
 async def run_server_points(runner: SweepRunner, entries: list[dict[str, Any]],
                             spec: ServeSpec, url: str,
                             headers: Mapping[str, str] | None = None) -> list[int]:
-    """Every entry, grouped by server point: start its server (unless every entry of it is
-    done: resume), run the entries, stop it. Returns the indices of failed points."""
+    """Per server point with entries not done: start its server, run them, stop it.
+    Returns the indices of failed points."""
     failed: list[int] = []
     if runner.sweep.manifest.servers is None:
         runner.sweep.manifest.servers = {}
     servers = runner.sweep.manifest.servers
     for s_idx, params in enumerate(spec.points()):
-        group = [e for e in entries if server_params(e["params"]) == params]
+        group = [e for e in entries  # its entries: their serve.NAME params are this point's
+                 if {k.removeprefix(SERVE_PREFIX): v for k, v in e["params"].items()
+                     if k.startswith(SERVE_PREFIX)} == params]
         todo = [e for e in group if e["status"] != "done"]
         if not todo:
             continue
@@ -382,8 +364,7 @@ async def run_server_points(runner: SweepRunner, entries: list[dict[str, Any]],
 
 def _fail(runner: SweepRunner, todo: list[dict[str, Any]], exc: ServerFailed,
           name: str) -> list[int]:
-    """Mark the points the server could not serve failed: every one not done, and the one it
-    died during (its runs met a dying server)."""
+    """Mark failed every point the server could not serve, and the one it died during."""
     out = []
     for e in todo:
         during = f"point {e['index']} " in exc.reason

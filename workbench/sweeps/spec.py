@@ -1,13 +1,7 @@
 """What a sweep varies: ``over`` (a grid or a list of points) as dotted RunConfig paths.
 
-``over`` is either a mapping ``{path: [values]}`` — the grid, every combination,
-the first path varying slowest — or a list of mappings ``[{path: value, ...}]``,
-one per point, in that order. A path is a dotted RunConfig field
-(``arrival.rate``, ``arrival.max_concurrency``, ``arrival.tool_wait_scale``,
-``target.engine.num_blocks``) or a short name: a field name that exists in
-exactly one section (``rate``, ``max_concurrency``), or ``engine.KNOB`` for an
-embedded-engine knob. Every point is checked as a whole ``RunConfig`` before
-the first request of the sweep is sent.
+The grammar (grid or list, full paths, short names, ``engine.KNOB``): docs/sweeps.md,
+"Points". Every point is checked as a whole ``RunConfig`` before the first request.
 """
 
 from __future__ import annotations
@@ -62,10 +56,8 @@ def resolve_path(path: str) -> str:
     return path
 
 
-#: the most points one sweep runs (every combination of its axes, server points
-#: included), and runs per point: checked before any point is built or listed
-#: (docs/config-bounds.md, "Plans"): two 1,000-value axes were a 1,000,000-point grid,
-#: an 87 MB sweep.json before the first point and minutes deaf to Ctrl-C
+#: the most points one sweep runs (server points included), and runs per point: checked
+#: before any point is built (docs/config-bounds.md, "Plans")
 MAX_POINTS = 10_000
 MAX_REPEATS = 1_000
 
@@ -79,8 +71,7 @@ def check_points(count: int, how: str) -> None:
 
 
 def expand(over: Over) -> list[Point]:
-    """The sweep's points, each ``{full.path: value}``, in run order (at most
-    ``MAX_POINTS``, counted before any is built)."""
+    """The sweep's points, each ``{full.path: value}``, in run order (``MAX_POINTS``)."""
     if isinstance(over, Mapping):
         if not over:
             raise ConfigError("sweep 'over' is empty: give at least one axis and its values")
@@ -129,8 +120,7 @@ def apply(cfg: RunConfig, point: Mapping[str, Any]) -> RunConfig:
 
 
 def label(point: Mapping[str, Any]) -> str:
-    """Short text of a point: ``rate=2, max_concurrency=8``; a float in at most 4
-    significant figures (``rate=2.63``, never ``2.6296296296296293``)."""
+    """Short text of a point: ``rate=2.63, max_concurrency=8`` (4 significant figures)."""
     return ", ".join(f"{p.rsplit('.', 1)[-1]}={_short(v)}" for p, v in point.items())
 
 
@@ -146,17 +136,16 @@ RATE = "arrival.rate"
 
 
 def swept_rate(points: Sequence[Mapping[str, Any]]) -> Any:
-    """The first point's ``arrival.rate`` when every point sets one (None otherwise): what
-    a base config without a rate of its own takes, so that sweeping the rate needs no base
-    rate (every point replaces it)."""
+    """The first point's ``arrival.rate`` when every point sets one, else None: the base
+    config's rate when it has none (sweeping the rate needs no base rate)."""
     if points and all(RATE in p for p in points):
         return points[0][RATE]
     return None
 
 
 def with_rate(cfg: RunConfig | Mapping[str, Any], rate: Any) -> RunConfig | dict[str, Any]:
-    """``cfg`` (a mapping: the config's dict form) with ``arrival.rate`` set to ``rate``
-    when it has none and ``rate`` is not None; a ``RunConfig`` is returned as it is."""
+    """A config mapping with ``arrival.rate`` set to ``rate`` when it has none (a
+    ``RunConfig``, or ``rate`` None: unchanged)."""
     if isinstance(cfg, RunConfig) or rate is None:
         return cfg if isinstance(cfg, RunConfig) else dict(cfg)
     out = dict(cfg)

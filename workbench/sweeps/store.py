@@ -1,9 +1,7 @@
 """The sweep directory: ``sweep.json`` (the sweep manifest) and ``runs/<run_id>/`` per repeat.
 
-``sweep.json`` is rewritten atomically after every repeat, so an interrupted
-sweep says exactly which repeats are on disk; running the same sweep into the
-same directory resumes from them. ``load_sweep`` reads a sweep directory back
-as a ``Sweep`` (its points as a pandas frame) for plots, the notebook and reports.
+``sweep.json`` is rewritten atomically after every repeat (resume: docs/sweeps.md, "A
+sweep directory"); ``load_sweep`` reads a directory back as a ``Sweep``.
 """
 
 from __future__ import annotations
@@ -24,13 +22,8 @@ RUNS = "runs"
 
 @dataclass
 class SweepManifest:
-    """The content of ``sweep.json`` (docs/sweeps.md): one field per fact of a sweep.
-
-    The first group is written when the sweep opens (``SweepRunner``) and always present;
-    the later fields are set as it goes and left out of ``to_dict`` while None. Keys this
-    version does not know are kept in ``extra`` and written back unchanged; ``from_dict``
-    reads any earlier ``sweep.json``.
-    """
+    """The content of ``sweep.json`` (docs/sweeps.md): the first fields always written, the
+    later ones once set; unknown keys kept in ``extra`` and written back unchanged."""
 
     sweep_id: str | None = None
     kind: str | None = None

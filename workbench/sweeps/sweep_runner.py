@@ -1,13 +1,10 @@
-"""Run a sweep's points in order: repeats, flush between points, early stop, resume.
+"""Run a sweep's points: repeats, flush between points, early stop, resume.
 
-``SweepRunner`` owns one sweep directory. ``measure(point)`` runs a point's
-repeats (each an ordinary run: ``wb.run_async`` live, ``wb.simulate`` in virtual
-time), reusing every repeat already complete on disk, and pools them. Live
-points run one after another, each run resetting the target's prefix cache
-before its measured requests (``backend.flush_cache``, ``auto`` unless the base config
-says otherwise: docs/cache-isolation.md); virtual-time points may run in ``parallel``
-worker processes (they share nothing). The grid (``sweep``) and the capacity search
-(``workbench.sweeps.capacity``) are both sequences of ``measure`` calls.
+``SweepRunner`` owns one sweep directory; the grid (``sweep``) and the capacity search
+are both sequences of ``measure_many`` calls. Live points run one after another, each
+run resetting the target's prefix cache first (docs/cache-isolation.md); virtual-time
+points may run in ``parallel`` worker processes. docs/sweeps.md has the directory and
+resume rules.
 """
 
 from __future__ import annotations
@@ -53,12 +50,12 @@ Progress = Callable[[str], None]
 
 
 class PointRuns(TypedDict, total=False):
-    """How a sweep's points run and where they go: the keywords every sweep takes
-    (``sweep_async``, ``capacity_search_async``) and hands to ``SweepRunner``.
+    """How a sweep's points run and where they go (``sweep_async``, ``capacity_search_async``).
 
-    ``repeats``: runs per point; ``virtual``: each point through ``simulate``,
-    ``parallel`` at once; ``out_dir``/``sweep_id``: the sweep directory (the same id
-    resumes); ``label``; ``progress``: told each point's line."""
+    ``repeats``: runs per point (seeds ``seed``, ``seed+1``, …, pooled); ``virtual``: each
+    point through ``simulate``, ``parallel`` at once (default: the cores; live points: one
+    at a time); ``out_dir``/``sweep_id``: the sweep directory (the same id resumes);
+    ``label``; ``progress``: told each point's line."""
 
     repeats: int
     virtual: bool
@@ -80,10 +77,8 @@ FRESH_TRIES = 1000
 
 
 def fresh_sweep_dir(root: Path, kind: str) -> Path:
-    """A new directory under ``root`` for a sweep given no id: ``<UTC second>-<kind>``, or
-    ``…-<kind>-2``, ``-3``… when that second's is taken. Claimed by ``mkdir``, so two sweeps
-    started in one second (a notebook running two in a row) never share, and so never
-    resume, one another's directory; resuming takes the id given explicitly."""
+    """A new directory ``<UTC second>-<kind>[-N]`` under ``root``, claimed by ``mkdir``: two
+    sweeps started in one second never share (and so never resume) one directory."""
     base = new_sweep_id(kind)
     for n in range(1, FRESH_TRIES + 1):
         d = contained_dir(root, base if n == 1 else f"{base}-{n}")
@@ -93,13 +88,6 @@ def fresh_sweep_dir(root: Path, kind: str) -> Path:
             continue
         return d
     raise ConfigError(f"{root}: {FRESH_TRIES} sweeps named {base}-N already; give a sweep id")
-
-
-def _comparable(cfg: RunConfig) -> dict[str, Any]:
-    d = cfg.to_dict()
-    for k in _PLACE_KEYS:
-        d.pop(k, None)
-    return json.loads(json.dumps(d, default=str))
 
 
 def _retrieved(fut: asyncio.Future[Any]) -> None:
@@ -129,21 +117,15 @@ class SweepRunner:
                               f"got {repeats!r}")
         if parallel is None:  # virtual points: one process per core; live: one at a time
             parallel = usable_cores() if virtual else 1
-        if isinstance(parallel, bool) or not isinstance(parallel, int):
+        if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
             raise ConfigError(f"sweep parallel must be an integer >= 1, got {parallel!r}")
-        if parallel < 1:
-            raise ConfigError(f"sweep parallel must be >= 1, got {parallel}")
         if parallel > 1 and not virtual:
             raise ConfigError("parallel > 1 runs virtual-time points only: live points share "
                               "one server and run one at a time (drop parallel or use virtual)")
-        self.cfg = cfg
         cfg.register_secrets()  # before sweep.json is written (docs/security.md)
-        self.repeats = repeats
+        self.cfg, self.repeats, self.slo = cfg, repeats, slo
+        self.virtual, self.parallel, self.progress = virtual, parallel, progress
         self._by_params: dict[str, dict[str, Any]] = {}  # entry(): points by their params
-        self.slo = slo
-        self.virtual = virtual
-        self.parallel = parallel
-        self.progress = progress
         root = Path(out_dir or cfg.out_dir or "sweeps")
         # never a symlink out of the output folder (workbench.storage.rundir)
         self.dir = (contained_dir(root, sweep_id) if sweep_id
@@ -154,10 +136,10 @@ class SweepRunner:
         self.sweep = self._open(kind, spec_doc, list(axes), label)
         self._pool: concurrent.futures.Executor | None = None
 
-    # -- the sweep manifest --------------------------------------------------------------
     def _open(self, kind: str, spec_doc: dict[str, Any], axes: list[str],
               label: str | None) -> Sweep:
-        base = _comparable(self.cfg)
+        base = {k: v for k, v in self.cfg.to_dict().items() if k not in _PLACE_KEYS}
+        base = json.loads(json.dumps(base, default=str))
         if (self.dir / SWEEP_MANIFEST).is_file():
             sweep = load_sweep(self.dir)
             m = sweep.manifest
@@ -215,9 +197,8 @@ class SweepRunner:
 
     @contextlib.contextmanager
     def ends_on_error(self) -> Iterator[None]:
-        """The body of a sweep: an interruption (Ctrl-C, a cancelled task) finishes the
-        sweep ``interrupted``, any other error ``failed``, and re-raises; a body that
-        returns leaves the status to its caller (``finish``)."""
+        """The body of a sweep: an interruption finishes the sweep ``interrupted``, any other
+        error ``failed``, and re-raises; a body that returns leaves it to ``finish``."""
         try:
             yield
         except (asyncio.CancelledError, KeyboardInterrupt):
@@ -239,17 +220,14 @@ class SweepRunner:
             self._pool = None
         return self.sweep
 
-    # -- running points ------------------------------------------------------------------
     def _repeat_cfg(self, entry: Mapping[str, Any], rep: int) -> RunConfig:
         cfg = spec_mod.apply(self.cfg, entry["params"])
         return cfg.replace(out_dir=str(self.dir / RUNS), run_id=f"p{entry['index']:03d}-r{rep}",
                            seed=self.cfg.seed + rep, label=f"{entry['label']} #{rep}")
 
     async def check(self, entries: Sequence[Mapping[str, Any]]) -> None:
-        """Every point's config is valid, before the first request is sent; a first point
-        whose waits alone take longer than ``LONG_RUN_MS`` is announced (docs/arrival.md,
-        "How long a run takes"), with the sweep's total when it runs in real time. The
-        loop runs between points, so Ctrl-C and SIGTERM stop a long check at once."""
+        """Every point's config is valid, before the first request; a long first point is
+        announced (docs/arrival.md, "How long a run takes"). Ctrl-C stops a long check."""
         for i, e in enumerate(entries):
             self._repeat_cfg(e, 0)
             if i % CHECK_YIELD_EVERY == CHECK_YIELD_EVERY - 1:
@@ -267,10 +245,7 @@ class SweepRunner:
         total = ("" if self.virtual or runs < 2 else
                  f"; its {runs} runs one after another: at least "
                  f"{duration_text(runs * floor.floor_ms)} in all")
-        text = f"the first point: {floor.sentence(self.virtual)}{total}"
-        log.warning("sweep %s: %s", self.dir.name, text)
-        if self.progress is not None:
-            self.progress(text)
+        self._say(f"the first point: {floor.sentence(self.virtual)}{total}", logging.WARNING)
 
     def _reuse(self, run_dir: Path) -> bool:
         """True when the repeat is complete on disk; an incomplete one is set aside."""
@@ -310,11 +285,6 @@ class SweepRunner:
         for e in entries:
             self._pool_point(e)
         self.save()
-
-    async def measure(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        entry = self.entry(params)
-        await self.measure_many([entry])
-        return entry
 
     async def _run_live(self, e: dict[str, Any], rep: int, cfg: RunConfig) -> None:
         from workbench.executors.dispatch import run_async
@@ -376,14 +346,12 @@ class SweepRunner:
         self._say(f"{e['label']}: " + (("SLO held" if e["slo"]["held"] else "SLO broken")
                                        if self.slo else "done"))
 
-    def _say(self, text: str) -> None:
-        log.info("sweep %s: %s", self.dir.name, text)
+    def _say(self, text: str, level: int = logging.INFO) -> None:
+        log.log(level, "sweep %s: %s", self.dir.name, text)
         if self.progress is not None:
             self.progress(text)
 
 
 def _params_key(params: Mapping[str, Any]) -> str:
-    """A point's parameters as one hashable text: equal parameters, equal text (JSON
-    with sorted keys: the order the axes were given in does not matter, as ``==`` of
-    the mappings did not)."""
+    """A point's parameters as one hashable text (sorted JSON: equal mappings, equal text)."""
     return json.dumps(params, sort_keys=True, default=str)

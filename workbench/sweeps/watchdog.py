@@ -1,22 +1,9 @@
 """A ``sweep --serve`` server's parent-death watchdog: a tiny process that outlives the sweep.
 
-The server runs in a process group of its own, and Linux's parent-death signal reaches
-only its first process (a shell's children, or a server that ignores SIGTERM, would
-stay and hold the port). So each server also gets this watchdog, started *before* it,
-in a session of its own (no terminal signal reaches it), holding the read end of a pipe
-whose write end only the sweep holds:
-
-- a line ``PGID`` (written by the server's own child process before it runs the
-  command, so no moment exists where the group runs unguarded) names the group to
-  guard;
-- a line ``done`` (the sweep stopped the group itself) ends the watchdog quietly;
-- end of file without ``done`` means the sweep is gone, however it died (SIGKILL,
-  the OOM killer): SIGTERM to the group, then SIGKILL to the group ``KILL_AFTER_S``
-  later unless it is gone, so nothing of the server is left ~1 s after the sweep.
-
-Run as a script (``python watchdog.py``): it imports nothing of workbench, so it starts
-in a few milliseconds and does not depend on the package it guards. docs/security.md,
-"Processes and disks"; docs/sweeps.md, "Server sweeps".
+It reads a pipe only the sweep holds: a line ``PGID`` names a group to guard, ``done``
+ends it quietly, and end of file without ``done`` (the sweep died) SIGTERMs, then
+``KILL_AFTER_S`` later SIGKILLs, every guarded group. Run as a script, importing nothing
+of workbench (docs/security.md, "Processes and disks").
 """
 
 from __future__ import annotations

@@ -1,25 +1,8 @@
 """The panel's input fields over a ``RunConfig`` (``Controls``), checked as they are typed.
 
-A view, not a second code path: ``Controls.apply(base)`` gives the same ``RunConfig`` a
-notebook's parameters cell builds, and every message shown under the fields is the one
-``RunConfig`` validation itself raises. Rules (docs/notebooks.md):
-
-- the trace is picked from the bundled traces (``workbench.data``) or typed as a path
-  ("a file of my own…"); a path that names no file is reported before Run;
-- fields appear only where they apply: the rate for ``trace-timed`` arrivals, the
-  duration for ``closed-loop``, burstiness for ``gamma``, the rate ramp for an arrival
-  process (``poisson``, ``gamma``, ``constant``), the engine knobs for ``target: sim``,
-  the server URL, model and API-key variable for a URL;
-- names come from the registries (``workbench.config.available``), aliases left out
-  (``monotonic`` *is* ``prefix-preserving``; a config that uses an alias shows its name);
-- numeric fields use 0 for "not set" (no rate rescaling, no concurrency cap, every unit,
-  no duration), as their labels say. A whole-number field (units, sessions at once,
-  warm-up sessions, the engine's block size and KV blocks) is a ``WholeNumber``: the text
-  as typed, refused with a message when it is not a whole number ("2.5" is never read
-  as 2 or 25: JupyterLab's own integer field drops the dot as it is typed). Untouched,
-  the fields give back the config they were made from; the panel's own default config is
-  the CLI's (``RunConfig()`` defaults over the bundled demo trace).
-"""
+``Controls.apply(base)`` gives the same ``RunConfig`` a notebook's parameters cell builds,
+and every message shown is ``RunConfig``'s own. Which field shows when, 0 as "not set",
+and the ``WholeNumber`` fields: docs/notebooks.md, "The panel"."""
 
 from __future__ import annotations
 
@@ -37,6 +20,7 @@ from workbench.arrival.processes import RAMP_STRATEGIES
 from workbench.config import RunConfig, available
 from workbench.context import POLICIES
 from workbench.errors import ConfigError, WorkbenchError
+from workbench.sim.config import EngineConfig
 from workbench.workloads.standard import bundled_or_path
 
 POLICY_DEFAULT = "(trace default)"
@@ -70,8 +54,6 @@ def bundled_name(path: str) -> str | None:
 
 
 def engine_defaults() -> dict[str, Any]:
-    from workbench.sim.config import EngineConfig
-
     return {f.name: f.default for f in dataclasses.fields(EngineConfig) if f.name in ENGINE_KNOBS}
 
 
@@ -79,13 +61,8 @@ WHOLE = re.compile(r"[+-]?\d+")
 
 
 class WholeNumber(w.Text):
-    """A field for a whole number, kept as the text typed (``value``; an int assigned in
-    code is kept as its digits) and read by ``number``, which refuses anything else.
-
-    ``ipywidgets.IntText`` cannot refuse: its browser side drops every key but digits and
-    signs as they are typed, so "2.5" reached the kernel as 25. Here the kernel sees "2.5"
-    and the panel says so under the fields (``Controls.check``), with Run disabled.
-    """
+    """A whole-number field kept as the text typed, read by ``number`` (why not ``IntText``:
+    docs/notebooks.md, "The panel")."""
 
     value = traitlets.CUnicode(help="the field's text as typed").tag(sync=True)
 
@@ -97,6 +74,14 @@ class WholeNumber(w.Text):
             raise ConfigError(f"{self.description}: {text!r} is not a whole number"
                               if text else f"{self.description}: type a whole number")
         return int(text)
+
+
+def _float(value: float, description: str) -> w.FloatText:
+    return w.FloatText(value=value, description=description, style=STYLE)
+
+
+def _whole(value: int, description: str) -> WholeNumber:
+    return WholeNumber(value=value, description=description, style=STYLE)
 
 
 def _number(widget: w.ValueWidget) -> Any:
@@ -123,24 +108,19 @@ class Controls:
                                  layout=wide(), style=STYLE)
         self.format = w.Dropdown(options=names["trace_formats"], value=t.format,
                                  description="format", style=STYLE)
-        self.max_items = WholeNumber(value=t.max_items or 0, description="units (0 = all)",
-                                   style=STYLE)
+        self.max_items = _whole(t.max_items or 0, "units (0 = all)")
         policy = POLICIES.canonical(cfg.context.policy) if cfg.context.policy else None
         self.policy = w.Dropdown(options=[POLICY_DEFAULT, *POLICIES.names()],
                                  value=policy or POLICY_DEFAULT, description="context policy",
                                  style=STYLE)
         self.arrival = w.Dropdown(options=names["arrival_modes"], value=a.mode,
                                   description="arrival", style=STYLE)
-        self.rate = w.FloatText(value=a.rate or 0.0, description="rate /s (0 = trace)",
-                                style=STYLE)
+        self.rate = _float(a.rate or 0.0, "rate /s (0 = trace)")
         self._process_fields(cfg)
-        self.max_concurrency = WholeNumber(value=a.max_concurrency or 0,
-                                         description="sessions at once (0 = ∞)", style=STYLE)
-        self.duration = w.FloatText(value=a.duration_s or 0.0, description="duration s (0 = all)",
-                                    style=STYLE)
-        self.warmup = WholeNumber(value=a.warmup, description="warm-up sessions", style=STYLE)
-        self.tool_wait_scale = w.FloatText(value=a.tool_wait_scale, description="tool-wait scale",
-                                           style=STYLE)
+        self.max_concurrency = _whole(a.max_concurrency or 0, "sessions at once (0 = ∞)")
+        self.duration = _float(a.duration_s or 0.0, "duration s (0 = all)")
+        self.warmup = _whole(a.warmup, "warm-up sessions")
+        self.tool_wait_scale = _float(a.tool_wait_scale, "tool-wait scale")
         self.output_len = w.Combobox(value=a.output_len, options=list(OUTPUT_LENS),
                                      description="output length", ensure_option=False,
                                      placeholder="trace | fixed:K | budget:T", style=STYLE)
@@ -154,20 +134,15 @@ class Controls:
         self._layout()
 
     def _process_fields(self, cfg: RunConfig) -> None:
-        """An arrival process's shape (docs/arrival.md): gamma's burstiness, and a ramp of
-        the rate over the units or over a duration."""
+        """An arrival process's burstiness and rate ramp (docs/arrival.md)."""
         a = cfg.arrival
-        self.burstiness = w.FloatText(value=a.burstiness, description="burstiness (gamma)",
-                                      style=STYLE)
+        self.burstiness = _float(a.burstiness, "burstiness (gamma)")
         self.ramp = w.Dropdown(options=[NO_RAMP, *RAMP_STRATEGIES],
                                value=a.ramp_up_strategy or NO_RAMP, description="rate ramp",
                                style=STYLE)
-        self.ramp_start = w.FloatText(value=a.ramp_up_start_rps or 0.0,
-                                      description="ramp from /s", style=STYLE)
-        self.ramp_end = w.FloatText(value=a.ramp_up_end_rps or 0.0, description="ramp to /s",
-                                    style=STYLE)
-        self.ramp_duration = w.FloatText(value=a.ramp_up_duration_s or 0.0,
-                                         description="ramp over s (0 = units)", style=STYLE)
+        self.ramp_start = _float(a.ramp_up_start_rps or 0.0, "ramp from /s")
+        self.ramp_end = _float(a.ramp_up_end_rps or 0.0, "ramp to /s")
+        self.ramp_duration = _float(a.ramp_up_duration_s or 0.0, "ramp over s (0 = units)")
 
     def _target(self, cfg: RunConfig) -> None:
         knobs = {**engine_defaults(), **cfg.target.engine}
@@ -184,12 +159,9 @@ class Controls:
                             placeholder="(the server's only model)", style=STYLE)
         self.api_key_env = w.Text(value=b.api_key_env or "", description="API key variable",
                                   placeholder="(none)", style=STYLE)
-        self.speedup = w.FloatText(value=knobs["speedup"], description="sim speed-up ×",
-                                   style=STYLE)
-        self.block_size = WholeNumber(value=knobs["block_size"], description="sim block size",
-                                    style=STYLE)
-        self.num_blocks = WholeNumber(value=knobs["num_blocks"], description="sim KV blocks",
-                                    style=STYLE)
+        self.speedup = _float(knobs["speedup"], "sim speed-up ×")
+        self.block_size = _whole(knobs["block_size"], "sim block size")
+        self.num_blocks = _whole(knobs["num_blocks"], "sim KV blocks")
 
     def fields(self) -> list[w.ValueWidget]:
         """Every input field (the panel watches and disables them)."""
@@ -235,10 +207,7 @@ class Controls:
         return resolve_trace(self.trace_choice.value)
 
     def apply(self, base: RunConfig) -> RunConfig:
-        """``base`` with every controlled field replaced (others, e.g. seed, kept).
-
-        Raises ``ConfigError`` with ``RunConfig``'s own message when the fields are invalid.
-        """
+        """``base`` with every controlled field replaced; ``ConfigError`` when invalid."""
         d = base.to_dict()
         d["trace"].update(path=self.trace(), format=self.format.value,
                           max_items=self.max_items.number or None)
@@ -267,8 +236,7 @@ class Controls:
         return MODES.get(self.arrival.value).process and self.ramp.value != NO_RAMP
 
     def _process(self, process: bool) -> dict[str, Any]:
-        """The arrival process's fields for ``apply`` (their defaults where no process is
-        drawn, so a mode change leaves none behind)."""
+        """The arrival process's fields for ``apply`` (defaults where no process is drawn)."""
         ramp = self._ramped()  # (a ramp is only ever of a process)
         return {
             "burstiness": self.burstiness.value if process else 1.0,

@@ -1,25 +1,9 @@
 """``report_view(source)``: the replay report's sections over a run, or live over a panel.
 
-Given a run (a ``RunResult`` or what ``scan.report_source`` returns) it is a
-``RunReport``: ``view.table("latency")`` and ``view.plot("cdf")`` return the
-table or figure itself, so a headless (papermill) report holds PNGs and
-tables as before. Given a ``Panel`` (``wb.panel(cfg)``) it is a
-``LiveReport``: each call returns an ``ipywidgets.Output`` that says "press
-Run" until the panel has a result, fills in while the run goes and shows the
-final result when it ends. So *Run All* on the notebook never raises, and the
-cells below the panel always show its latest run.
-
-The run itself goes on in a process of its own (``workbench.executors.background``):
-redrawing here, on the kernel, never delays a request. While a run goes, the panel renders
-each section in its render process (``workbench.ui.render``) and only puts the finished
-output into its widget on the kernel's loop, so the status line never waits on a figure
-(docs/notebooks.md); the final drawing, after the run, is on the kernel's render thread
-(``renderer()``). A section is drawn only once it
-has something to show (``waiting_for``): until the first request finishes it says so in
-a sentence, never over empty axes, and a session figure waits for a session's second
-round instead of calling the trace sessionless. Pressing Run clears every section at
-once (``clear``), so no table of the previous run stays up beside a new or failed one.
-"""
+Over a run it is a ``RunReport`` (tables and figures themselves); over a ``Panel`` a
+``LiveReport``, whose calls return ``ipywidgets.Output``s that say "press Run", fill in
+while the run goes (rendered in ``workbench.ui.render``) and show its final result. A
+section waits, in a sentence, until it has data (``waiting_for``). docs/notebooks.md."""
 
 from __future__ import annotations
 
@@ -117,22 +101,16 @@ class LiveSection:
         """A sentence in place of the section (no axes, no table)."""
         self.output.outputs = (_text_entry(text),)
 
-    def draw(self, report: RunReport, note: str = "", records: Any = None) -> None:
-        """Draw from ``report``; mid-run (``records`` given) only once there is data."""
-        self.output.outputs = self.render(report, note, records)
+    def draw(self, report: RunReport) -> None:
+        self.output.outputs = self.render(report)
 
-    def render(self, report: RunReport, note: str = "", records: Any = None
-               ) -> tuple[dict[str, Any], ...]:
+    def render(self, report: RunReport) -> tuple[dict[str, Any], ...]:
         """The outputs ``draw`` shows (``render_section``): touches no widget."""
-        return render_section(self.what, self.name, self.options, report, note, records)
+        return render_section(self.what, self.name, self.options, report)
 
 
 class LiveSource:
-    """What a ``LiveReport`` follows: the run so far (``latest``) and the views to refresh.
-
-    ``workbench.ui.widgets.Panel`` is one; it sets ``latest`` as its run goes and calls
-    ``refresh`` on every view in ``views``.
-    """
+    """What a ``LiveReport`` follows (a ``Panel``): its finished run and views to refresh."""
 
     latest: Any = None
     views: list[LiveReport]
@@ -159,10 +137,6 @@ class LiveReport:
 
     def plot(self, kind: str, **options: Any) -> w.Output:
         return self._add("plot", kind, options)
-
-    def refresh(self, report: RunReport, note: str = "", records: Any = None) -> None:
-        for section in self.sections:
-            section.draw(report, note, records)
 
     def clear(self, text: str) -> None:
         """Every section replaced by ``text`` (a new run started, or the last one failed)."""

@@ -1,21 +1,9 @@
-"""The panel's live redraws in a process of their own (the kernel's *render process*).
+"""The panel's live redraws in a process of their own (``python -m workbench.ui.render``).
 
-The kernel's main thread keeps the panel's status line going while a run goes; drawing
-a figure (matplotlib, PNG encoding) in the kernel's own process, even on a thread of its
-own, shares the interpreter lock with that thread: measured under a CPU hog on a 2-core
-machine, the status line then stalled for 0.4–0.7 s at a time, against 0.12 s with
-nothing drawn (docs/notebooks.md). So while a run goes, every live section is rendered
-here, in ``python -m workbench.ui.render``: one process started with the first Run and
-kept for the kernel's life, at a lower CPU priority (``RENDER_NICE``: the replay, its
-engine and the kernel go first). The kernel sends it a section's name and gets back the
-section's outputs (display_data dicts, pickled over its stdin and stdout) to put into the
-widget; the records are read here, from the run directory's ``records.jsonl``, as the run
-writes them. Its stdin's end (the kernel gone) ends it.
-
-Nothing here runs in the measuring process (``workbench.executors.background``), nor on
-the kernel's loop. The final drawing, after the run, is the kernel's (``LiveSection.draw``
-on the kernel's render thread): the run is over, there is no status line left to keep.
-"""
+Started with the first Run, niced (``RENDER_NICE``), kept for the kernel's life; it reads
+the run's ``records.jsonl`` and answers a section's outputs over pickled stdin/stdout
+(``multiprocessing.connection``); its stdin's end ends it. Why and how measured:
+docs/notebooks.md, "The render process"."""
 
 from __future__ import annotations
 
@@ -41,14 +29,8 @@ _runs: dict[str, dict[str, Any]] = {}  # in the render process: the runs it foll
 
 
 # -- in the render process --------------------------------------------------------------------
-def _init() -> None:
-    with contextlib.suppress(OSError, AttributeError):  # else: the default priority
-        os.nice(RENDER_NICE)
-
-
 def warm_up() -> float:
-    """Load what a first figure loads (the plotting and report modules, fonts, Agg), while
-    the run's engine starts; returns the CPU time it took."""
+    """Load what a first figure loads (modules, fonts, Agg); the CPU time it took."""
     start = time.process_time()
     from workbench.executors.background import RecordTail  # noqa: F401  (follow's imports)
     from workbench.report.plots import ReportFigure
@@ -63,9 +45,8 @@ def warm_up() -> float:
 
 
 def follow(run_dir: str, run_id: str, limit: int) -> tuple[int, int]:
-    """Read what the run at ``run_dir`` has added to its records (at most ``limit`` in all)
-    and make a report of all of them current for ``render``: how many records were new
-    (0: the current report stays) and how many there are in all."""
+    """Read the run's new records (at most ``limit`` in all) into the report ``render``
+    draws; how many were new and how many there are."""
     from workbench.executors.background import RecordTail
     from workbench.records import RunManifest, RunResult
     from workbench.report.sections import RunReport
@@ -115,7 +96,8 @@ def main() -> int:
     out = Connection(os.dup(1), readable=False)
     os.dup2(2, 1)  # a stray print goes to stderr, never into the answers
     calls = Connection(os.dup(0), writable=False)
-    _init()
+    with contextlib.suppress(OSError, AttributeError):  # else: the default priority
+        os.nice(RENDER_NICE)
     while True:
         try:
             name, args = calls.recv()
@@ -141,8 +123,7 @@ class RenderProcess:
     panel calls it from a worker thread, never on the kernel's loop)."""
 
     def __init__(self) -> None:
-        # a process of its own, never a fork of the kernel (threads) nor multiprocessing's
-        # spawn (which re-runs a script's __main__ without a guard)
+        # not a fork of the kernel (threads), nor spawn (it re-runs an unguarded __main__)
         self.proc = subprocess.Popen([sys.executable, "-m", "workbench.ui.render"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert self.proc.stdin is not None and self.proc.stdout is not None

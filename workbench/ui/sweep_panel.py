@@ -1,8 +1,4 @@
-"""ipywidgets over stored sweeps: ``sweep_panel(sweeps)`` picks a figure and a percentile.
-
-A view only: the figures are ``workbench.report.sweep_plots.sweep_plot`` and the
-table is ``sweep_tables.points_table``, redrawn when a control changes.
-"""
+"""ipywidgets over stored sweeps: ``sweep_panel(sweeps)`` picks a figure and a percentile."""
 
 from __future__ import annotations
 

@@ -1,24 +1,8 @@
 """ipywidgets over ``RunConfig``: ``panel(cfg)`` edits the four axes + target and runs them.
 
-The panel is a view, not a second code path: ``panel.config()`` builds the same
-``RunConfig`` a notebook's parameters cell builds (``workbench.ui.controls``), and Run
-replays it with the same ``run_async`` the CLI runs — in a process of its own
-(``workbench.executors.background``), so nothing the kernel does (redraws, widget
-messages, reading the run directory, garbage collection) runs where requests are
-stamped (docs/notebooks.md). The kernel polls the run's ``Snapshot`` every
-``POLL_S`` for the status line and progress bar; beside that poll, a task of its own
-redraws the live figures (latency CDFs, in-flight and TTFT over time, the session
-swimlane) and the report sections that follow the panel from the records written so
-far, at most every ``LIVE_MIN_S``, each section rendered in the kernel's render process
-(``workbench.ui.render``: the records are read there) and only shown on the loop: the
-status line never waits on a redraw, nor on the interpreter lock a redraw would hold.
-
-Status line: "starting engine… · 1.2 s", "running 120/303 · 14.3 s" (the time since Run:
-it advances every poll), "stopping…", "finalizing…", then done, cancelled or failed with
-the outcome. Run clears the previous run's results at
-once; Stop disables itself, says "stopping…", and the cancelled result follows within a
-poll of the run's end (in-flight requests recorded as cancelled, finished ones kept).
-"""
+Run replays the config in a process of its own (``workbench.executors.background``); the
+kernel polls its snapshot for the status line and redraws the live figures beside that
+poll. How, and why: docs/notebooks.md, "The panel"."""
 
 from __future__ import annotations
 
@@ -26,6 +10,7 @@ import asyncio
 import contextlib
 import html
 import logging
+import re
 import time
 from typing import Any
 
@@ -33,8 +18,13 @@ import ipywidgets as w
 
 from workbench.config import RunConfig
 from workbench.errors import WorkbenchError
+from workbench.executors.background import BackgroundRun
+from workbench.executors.virtual import simulate
+from workbench.metrics import summarize
 from workbench.records import RunResult
 from workbench.redact import strip_url_credentials
+from workbench.report import tables
+from workbench.report.sections import RunReport
 from workbench.ui import render
 from workbench.ui.controls import (
     POLICY_DEFAULT,
@@ -131,8 +121,6 @@ class Panel(LiveSource):
     @property
     def status_text(self) -> str:
         """The status line as plain text."""
-        import re
-
         return html.unescape(re.sub(r"<[^>]+>", "", self.status.value))
 
     # -- input ----------------------------------------------------------------------------
@@ -169,8 +157,6 @@ class Panel(LiveSource):
     # -- the run ----------------------------------------------------------------------------
     async def run(self) -> RunResult | None:
         """Start the run in its own process, follow it, show its result (or why not)."""
-        from workbench.executors.background import BackgroundRun
-
         try:
             cfg = self.config()
         except WorkbenchError as exc:
@@ -210,9 +196,7 @@ class Panel(LiveSource):
         return self.result
 
     async def _follow(self, job: Any) -> None:
-        """Poll ``job``'s snapshot for the status line and the progress bar, every
-        ``POLL_S``, while ``_live`` redraws the figures beside it: the status never waits
-        on a redraw (each section is rendered on the render thread, off this loop)."""
+        """Poll ``job``'s snapshot every ``POLL_S`` while ``_live`` redraws beside it."""
         live = asyncio.get_running_loop().create_task(self._live(job))
         try:
             for _ in range(MAX_POLLS):
@@ -227,35 +211,25 @@ class Panel(LiveSource):
                 await live
 
     def _show_progress(self, snap: Any, elapsed: float) -> None:
-        """The status line and the progress bar from ``snap``; while the run starts and goes
-        the line carries the time since Run (it advances every poll, whatever the run does)."""
+        """The status line (with the time since Run) and the progress bar from ``snap``."""
         if snap.total:
             self.progress.max = max(snap.total, 1)
             self.progress.value = min(snap.done, self.progress.max)
         clock = f" · {elapsed:.1f} s"
-        if snap.phase == "running":
-            # before the first request ends: "running…" (progress counts ended requests)
+        if snap.phase == "running":  # "running…" until a request ends
             self.say((f"running {snap.done}/{snap.total}" if snap.total else "running…")
                      + clock)
         elif snap.phase == "starting":
             self.say(self._starting + clock)
         elif snap.phase in PHASE_TEXT:
             self.say(PHASE_TEXT[snap.phase])
-        elif snap.phase in ("done", "cancelled"):
-            # the run's own finalizing can be over between two polls: the panel's (reading
-            # the result back, summarizing it) is still to come, and the line says so
+        elif snap.phase in ("done", "cancelled"):  # the panel's own finalizing is to come
             self.say(PHASE_TEXT["finalizing"])
 
     async def _live(self, job: Any) -> None:
-        """Redraw the live figures, then the report sections below for up to
-        ``LIVE_SECTIONS_S`` (taking up where the last redraw left off), from the records
-        written so far, each rendered in the render process (``workbench.ui.render``: the
-        records are read there) and only shown here. The next redraw starts
-        ``max(LIVE_MIN_S, cpu / LIVE_DUTY)`` after this one started, ``cpu`` being the
-        render process's CPU time for it (not its wall time: on a busy machine a redraw
-        waits for the CPU, at its lower priority, and that wait is no reason to redraw less
-        often), and at least ``LIVE_REST_S`` after it ended. ``redraws`` keeps each one's
-        start (s since Run), wall time and CPU time."""
+        """Redraw from the records written so far, paced by the render process's CPU time
+        (docs/notebooks.md); ``redraws`` keeps each one's start (s since Run), wall and
+        CPU time."""
         run_dir, run_id = str(job.run_dir), job.cfg.run_id or ""
         cursor = 0  # the next report section to redraw
         for _ in range(MAX_POLLS):
@@ -274,13 +248,11 @@ class Panel(LiveSource):
                 log.warning("live redraw failed", exc_info=True)
             took = time.monotonic() - start
             self.redraws.append((start - self._started, took, cpu))
-            # the next one starts max(LIVE_MIN_S, cpu / LIVE_DUTY) after this one started,
-            # and at least LIVE_REST_S after it ended
             await asyncio.sleep(max(LIVE_MIN_S - took, cpu / LIVE_DUTY - took, LIVE_REST_S))
 
     async def _draw_live(self, run_dir: str, count: int, cursor: int) -> tuple[int, float]:
-        """One redraw (see ``_live``) of the records the render process has read
-        (``count``): the section to start from next time, and the CPU time it took."""
+        """One redraw: the live figures, then sections from ``cursor`` for up to
+        ``LIVE_SECTIONS_S``; returns the next cursor and the CPU time it took."""
         total = self.job.snapshot().total if self.job is not None else 0
         note = f"live: {count} of {total or '?'} requests finished (run going)"
         if count >= LIVE_MAX_RECORDS:
@@ -301,8 +273,7 @@ class Panel(LiveSource):
 
     @staticmethod
     async def _render_live(run_dir: str, section: LiveSection, note: str) -> float:
-        """``section`` rendered in the render process, then shown (here, on the loop); the
-        CPU time it took there."""
+        """``section`` rendered in the render process and shown; its CPU time there."""
         entries, cpu = await render.call("render", run_dir, section.what, section.name,
                                          section.options, note)
         if entries:
@@ -311,8 +282,7 @@ class Panel(LiveSource):
 
     @staticmethod
     async def _render(section: LiveSection, report: Any) -> None:
-        """``section`` drawn from a finished run on the kernel's render thread, then shown
-        (here, on the loop)."""
+        """``section`` of a finished run drawn on the kernel's render thread and shown."""
         loop = asyncio.get_running_loop()
         section.output.outputs = await loop.run_in_executor(renderer(), section.render,
                                                             report)
@@ -334,28 +304,8 @@ class Panel(LiveSource):
         if not busy:
             self._on_edit()
 
-    def show(self, result: RunResult) -> None:
-        """Summary table and latency CDFs of ``result`` in the output area, and every
-        figure and section drawn from it (here, on the calling thread).
-
-        A run that kept its records on disk only is summarized (scanned) and
-        plotted from there by ``summarize`` and ``plot`` themselves.
-        """
-        from workbench.report.sections import RunReport
-
-        self._show_outcome(*self._outcome(result))
-        self.latest = result
-        report = RunReport(result)
-        for section in self.figures:
-            section.draw(report)
-        for view in self.views:
-            view.refresh(report)
-
     async def _show(self, result: RunResult) -> None:
-        """``show`` as the panel's run does it: the outcome at once, then every figure and
-        section rendered on the render thread."""
-        from workbench.report.sections import RunReport
-
+        """The outcome at once, then every figure and section drawn on the render thread."""
         loop = asyncio.get_running_loop()
         self._show_outcome(*await loop.run_in_executor(renderer(), self._outcome, result))
         self.latest = result
@@ -364,12 +314,7 @@ class Panel(LiveSource):
             await self._render(section, report)
 
     def _outcome(self, result: RunResult) -> tuple[Any, ...]:
-        """The output area's entries, the status line and the progress bar for ``result``
-        (computed off the loop by ``_show``; touches no widget)."""
-        from workbench.metrics import summarize
-        from workbench.report import tables
-        from workbench.report.sections import RunReport
-
+        """The output area's entries, status line and progress for ``result`` (no widget)."""
         summary = summarize(result)
         entries = [
             RunReport(result).headline(),  # the same line as the reports and the CLI
@@ -409,12 +354,8 @@ def _closest(options: tuple[int, ...], value: int) -> int:
 
 
 class WhatIf:
-    """Cache-size what-if in virtual time: KV blocks and block size → ``simulate`` → hit rates.
-
-    ``simulate`` runs its own virtual-time loop, which cannot nest inside the
-    kernel's running loop, so ``run`` hands it to a worker thread and awaits it:
-    the kernel stays responsive and the notebook needs only a top-level await.
-    """
+    """Cache-size what-if in virtual time: KV blocks and block size → ``simulate`` → hit rates
+    (``simulate`` on a worker thread: its loop cannot nest in the kernel's)."""
 
     def __init__(self, cfg: RunConfig) -> None:
         knobs = {**engine_defaults(), **cfg.target.engine}
@@ -447,10 +388,6 @@ class WhatIf:
             self.task = asyncio.get_running_loop().create_task(self.run())
 
     async def run(self) -> RunResult:
-        from workbench.executors.virtual import simulate
-        from workbench.metrics import summarize
-        from workbench.report import tables
-
         cfg = self.config()
         capacity = self.num_blocks.value * self.block_size.value
         self.status.value = f"simulating with {capacity:,} tokens of KV cache…"
