@@ -195,6 +195,30 @@ def test_the_fit_finds_better_factors_than_a_bad_start() -> None:
     assert bad != presets.FACTORS  # ``using`` restored the shipped factors
 
 
+def test_a_trial_replays_only_the_tables_whose_factors_it_moves() -> None:
+    """The fit's cache (``fit.quick_errors``): the rows are ``errors(quick=True)``'s, and
+    a trial that moves only a factor a table does not use (the all-reduce at TP 1, FP8
+    matmuls on a 16-bit table, 16-bit matmuls on an FP8 one) takes that table's rows from
+    the earlier replay instead of replaying it."""
+    tp1 = TABLES["tt-inference-server_qwen3-30b-a3b_1xa100_c1-sweep"]  # 16-bit, TP 1
+    fp8 = TABLES["oracle-oci_llama-3.1-405b_8xmi300x-fp8-tp8_vllm-latency-128in-128out"]
+    assert {"allreduce_us", "mfu_fp8"} & fit.uses(tp1) == set() and "mfu" in fit.uses(tp1)
+    assert "mfu" not in fit.uses(fp8) and {"allreduce_us", "mfu_fp8"} <= fit.uses(fp8)
+    both, f = [tp1, fp8], fit.START
+    fit._QUICK_ROWS.clear()
+    replays = []
+    for moved in (f, dataclasses.replace(f, allreduce_us=f.allreduce_us * 2),
+                  dataclasses.replace(f, mfu_fp8=f.mfu_fp8 * 1.2),
+                  dataclasses.replace(f, mfu=f.mfu / 1.2), f):
+        got = fit.quick_errors(both, moved)
+        with fit.using(moved):
+            assert got == fit.errors(both, quick=True)
+        replays.append(len(fit._QUICK_ROWS))
+    # both, then the FP8 table alone (all-reduce, FP8 matmuls), then the 16-bit table
+    # alone (its matmuls), then nothing (the start again)
+    assert replays == [2, 3, 4, 5, 5]
+
+
 #: batch-1 decode of Llama 3.1/3.3 70B at TP8, the measurements the project keeps, with
 #: the error docs/hardware.md states for each ("TP8 at batch 1"); the goal is 15 %
 TP8_BATCH1 = {

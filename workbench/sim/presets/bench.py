@@ -14,6 +14,8 @@ charges it.
 from __future__ import annotations
 
 import asyncio
+import functools
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from statistics import fmean
 
@@ -39,9 +41,17 @@ class LoadPoint:
     throughput: float
 
 
+@functools.lru_cache(maxsize=8)
+def _tail(isl: int) -> tuple[int, ...]:
+    return tuple(range(isl - 1))
+
+
 def _prompt(i: int, isl: int) -> list[int]:
-    """A prompt no other request shares a block with (random text in the benchmarks)."""
-    return [i + 1_000_000, *range(isl - 1)]
+    """A prompt no other request shares a block with (random text in the benchmarks):
+    its own first token, then ``0 .. isl-2`` (copied from one tuple per length)."""
+    out = [i + 1_000_000]
+    out += _tail(isl)
+    return out
 
 
 async def _send(engine: Engine, overhead_s: float, rid: str, isl: int, osl: int,
@@ -101,7 +111,10 @@ def closed_loop(config: EngineConfig, concurrency: int, isl: int, osl: int,
     itl = [((r.finish_ns or 0) - (r.first_token_ns or 0)) / max(1, osl - 1) for _, r in done]
     t0 = min(sent for sent, _ in done)
     t1 = max(r.finish_ns or 0 for _, r in done)
-    tokens = sum(t0 <= t <= t1 for r in every for t in r.token_ns)
+    tokens = 0  # tokens in [t0, t1]: each request's times are in order
+    for r in every:
+        times = r.token_ns
+        tokens += bisect_right(times, t1) - bisect_left(times, t0)
     return LoadPoint(concurrency, len(done), fmean(ttft) / 1e6, fmean(itl) / 1e6,
                      tokens / ((t1 - t0) / 1e9))
 

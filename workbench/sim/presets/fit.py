@@ -159,6 +159,48 @@ def errors(tables: list[Table] | None = None, quick: bool = False) -> list[RowEr
             for e in table_errors(t, quick)]
 
 
+def uses(table: Table) -> frozenset[str]:
+    """The factors ``table``'s replay depends on: every factor, but ``mfu_fp8`` only with
+    an FP8 preset, ``mfu`` only with a 16-bit one (or while ``mfu_fp8`` is 0, "as
+    ``mfu``": ``_quick_key``), and ``allreduce_us`` only above TP 1 (``Preset.step_ms``)."""
+    parsed = [presets.parse(p) for p in table.presets]
+    names = {f.name for f in dataclasses.fields(presets.Factors)}
+    if not any(fp8 for *_rest, fp8 in parsed):
+        names.discard("mfu_fp8")
+    if all(fp8 for *_rest, fp8 in parsed):
+        names.discard("mfu")
+    if all(tp == 1 for _m, _g, tp, _f in parsed):
+        names.discard("allreduce_us")
+    return frozenset(names)
+
+
+#: the fit's replays (``quick``) of one table at the values of the factors it uses: a
+#: trial that moves a factor a table does not use, and the folds' searches, which retrace
+#: many of the fit's trials, take the rows from here (a replay is deterministic: the
+#: same rows); per process, filled as the searches go
+_QUICK_ROWS: dict[tuple[str, tuple[float | None, ...]], list[RowError]] = {}
+
+
+def _quick_key(table: Table, factors: presets.Factors) -> tuple[str, tuple[float | None, ...]]:
+    used = uses(table) | ({"mfu"} if not factors.mfu_fp8 else set())
+    values = tuple(getattr(factors, f.name) if f.name in used else None
+                   for f in dataclasses.fields(presets.Factors))
+    return json.dumps([table.name, table.meta, table.rows], sort_keys=True), values
+
+
+def quick_errors(tables: list[Table], factors: presets.Factors) -> list[RowError]:
+    """``errors(tables, quick=True)`` under ``factors``, each table replayed once per
+    value of the factors it uses (``_QUICK_ROWS``)."""
+    out: list[RowError] = []
+    with using(factors):
+        for t in tables:
+            key = _quick_key(t, factors)
+            if key not in _QUICK_ROWS:
+                _QUICK_ROWS[key] = table_errors(t, quick=True)
+            out += _QUICK_ROWS[key]
+    return out
+
+
 def summary(rows: list[RowError]) -> dict[str, float]:
     """Median absolute error per metric class (ttft, itl, throughput, latency) and over
     all rows."""
@@ -200,8 +242,7 @@ def fit(tables: list[Table], start: presets.Factors | None = None,
 
     def evaluate(f: presets.Factors) -> float:
         if f not in seen:
-            with using(f):
-                seen[f] = loss(errors(tables, quick=True))
+            seen[f] = loss(quick_errors(tables, f))
         return seen[f]
 
     best_loss = evaluate(best)
