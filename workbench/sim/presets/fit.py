@@ -274,8 +274,6 @@ def report(rows: list[RowError]) -> list[dict[str, Any]]:
     return [{**dataclasses.asdict(r), "error": r.error} for r in rows]
 
 
-#: tables no fit replays (each replay of their thousands of requests costs ~40 s of CPU,
-#: as much as every other table together): every figure on them is out of sample
 #: tables no fit sees (their rows are predicted by the fold fitted on every other table):
 #: the TensorRT-LLM overview (its thousands of requests cost ~40 s of CPU a replay) and
 #: the Azure guide's TP8 throughput tables (added after the search, kept out of sample)
