@@ -1,23 +1,9 @@
 """Column arrays of a run's records: what every run-level aggregate is computed over.
 
-The aggregates of ``summary``, ``breakdown``, ``isolation`` and ``workers`` are
-written once, over a ``Columns``: numpy arrays, one per field, read on demand
-from either source —
-
-- an in-memory ``to_frame`` DataFrame (``Columns.of(df)``), or
-- a stored run's ``records.parquet`` (``stored(run_dir)``), read with pyarrow one
-  column at a time (column projection): only the columns an aggregate touches
-  are ever loaded (a float or int column is 8 MB per million requests), never a
-  record object or a DataFrame.
-
-So the in-memory and the large-run path give the same numbers by construction.
-Pooled ``itl_ms`` needs every inter-token gap: a frame always has them, the
-Parquet file only when written with ``token_times=True``; otherwise ``gaps()`` is
-None and the aggregates fall back to the per-request ITL statistics.
-
-This module is also the metrics side of ``records.parquet``: ``convert`` /
-``parquet_path`` derive the per-request columns (``metrics.derive``) and hand them
-to ``workbench.storage.columnar``, which writes them without computing anything.
+A ``Columns`` reads numpy arrays on demand from a ``to_frame`` DataFrame
+(``Columns.of(df)``) or a stored ``records.parquet`` (``stored(run_dir)``, one column at
+a time), so both paths give the same numbers (docs/metrics.md). ``convert`` /
+``parquet_path`` derive the per-request columns for ``workbench.storage.columnar``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""A run directory with its metrics: ``save`` (files + recomputed ``summary.json``) and
-``load_frames`` (everything of a run as DataFrames).
-
-The files themselves are ``workbench.storage.rundir``'s; this module adds what needs the
-metrics, so storage never imports metrics.
-"""
+"""A run directory with its metrics: ``save`` (files + ``summary.json``) and
+``load_frames``; the files are ``storage.rundir``'s (storage never imports metrics)."""
 
 from __future__ import annotations
 

@@ -1,22 +1,7 @@
-"""Session graphs at replay time: sub-agents started by their trigger, joined by their
-parent, and the stream cap (docs/session-graphs.md).
-
-The runner (``replay.runner``) plays every unit the same way; this module holds what
-a graph adds to it:
-
-- ``child_run``: a child's ``UnitRun`` when its trigger fires (its parent's round
-  ``round_idx`` started or ended). It is due ``delay_ms × tool_wait_scale`` later,
-  a ``round_start`` child that long after the round's request went out (its record's
-  ``dispatch_ns``, told by ``RoundSent``; the runner spawns it as the round begins),
-  inherits the task's routing slot and loop, and starts with an empty conversation
-  (its own token stream; a prefix it claims comes from the shared prefix pool, never
-  from the parent's conversation).
-- ``join`` / ``join_all``: before round k a parent waits for the children whose
-  ``join_round`` is k, after its own tool wait (so the round starts at the later of
-  the two ends); a unit ends only when all its children ended, so an agent task
-  (a root and its descendants) holds its admission slot until the last one ends.
-- ``StreamCap``: ``arrival.max_streams``, a cap on requests in flight (streams), FIFO.
-"""
+"""Session graphs at replay time (docs/session-graphs.md): a child's run when its
+trigger fires (``child_run``, ``wait_sent``), its parent's joins (``join``,
+``join_all``: an agent task holds its slot until its last unit ends), and
+``StreamCap`` (``arrival.max_streams``, FIFO)."""
 
 from __future__ import annotations
 

@@ -1,21 +1,8 @@
 """``run_anywhere(coro)``: a coroutine to its result from sync code, inside a running loop too.
 
-The synchronous entry points (``wb.run``, ``wb.sweep``, ``wb.capacity_search``) are
-called from plain scripts and from notebook cells. A Jupyter kernel already runs an
-event loop on its main thread, and a cell that blocks it must neither re-enter it
-(``nest_asyncio`` did, and ipykernel's next queued cell then failed with "cannot enter
-context … already entered") nor share it (a kernel redraw would delay the requests the
-run stamps). So, inside a running loop, the coroutine runs on a *fresh* loop on a worker
-thread of its own while the calling thread waits (docs/notebooks.md):
-
-- its result is returned and its exception raised in the caller, traceback and all;
-- ``KeyboardInterrupt`` in the waiting thread (Jupyter's Interrupt, Ctrl-C) cancels the
-  coroutine's task, waits for it to finish its bookkeeping (a replay records in-flight
-  requests as ``cancelled`` and writes its run directory) and re-raises — what
-  ``asyncio.run`` does with Ctrl-C outside a notebook;
-- the worker's loop is closed before the call returns: nothing of it outlives the call.
-
-Outside a running loop it is ``run_on_fast_loop`` (uvloop when wanted, SIGTERM as Ctrl-C).
+Inside a running loop (a notebook), the coroutine runs on a fresh loop on a worker
+thread while the caller waits; an interrupt cancels it, lets it save its run and
+re-raises (docs/notebooks.md). Outside one it is ``run_on_fast_loop``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""One shard played, the same way by every executor, and what it reports.
-
-``play_shard`` is the one sequence a shard's runner goes through, in this process, a
-worker process, a Ray actor or virtual time (docs/executors.md, "Playing one
-shard"): the warm-up, then the keep-alive connections (``warm``), then the start
-barrier (``ready``: the epoch every shard of the run shares), then the measured run.
-It returns a ``ShardOutcome``; ``RunOutcome.of`` pools a run's shards and
-``RunOutcome.write`` is the one place the manifest gets ``stop_reason``,
-``peak_active_units``, ``warmup`` and ``client``.
-"""
+"""One shard played the same way by every executor (``play_shard``: warm-up, connections,
+start barrier, measured run; docs/executors.md, "Playing one shard"), and what it reports
+(``ShardOutcome``); ``RunOutcome.write`` is where the manifest gets ``stop_reason``,
+``peak_active_units``, ``warmup`` and ``client``."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
 """The replay plan (pure): what every unit will send, before anything is sent.
 
-Applies axis 2 (context policy) and the output-length policy to each unit's
-rounds and axis 3's schedule to its release time. ``dry_run`` prints this; the
-runner and ``simulate`` execute it.
-
-In a session graph (docs/session-graphs.md) ``Plan.units`` are the agent tasks'
-roots only, released by the arrival schedule; each ``UnitPlan`` carries its
-children (``ChildPlan``: the spawn and the child's own plan), which the runner
-starts when their trigger fires. ``Plan.all_units`` walks every unit.
+Context policy, output-length policy and release offsets applied to each unit; a
+session graph's roots carry their children (``ChildPlan``, docs/session-graphs.md).
 """
 
 from __future__ import annotations

@@ -206,13 +206,10 @@ class RoundMaker:
         return hashes
 
     def _segment_hashes(self, run: UnitRun, prompt: Segments) -> list[int]:
-        """``hashes`` of a ``Segments`` prompt, the same values: the shared leading
-        blocks from the unit's last prompt, then blocks that are one whole hash-id part
-        from a memo of each such part's last chain (previous hash, length, hash: a
-        Mooncake row's blocks repeat across rows) up to the first block the memo lacks;
-        from there on every hash is new (its chain is), so the rest of the tokens are
-        drawn ``_DRAW_BLOCKS`` blocks at a time (whole hash-id blocks as one grid,
-        ``TokenPool.heads_array``; else ``_draw``) and hashed in one chain."""
+        """``hashes`` of a ``Segments`` prompt, the same values: leading blocks shared with
+        the unit's last prompt, then whole hash-id blocks from the memo (previous hash,
+        length, hash) up to the first it lacks; the rest drawn ``_DRAW_BLOCKS`` blocks at a
+        time (``TokenPool.heads_array`` or ``_draw``) and hashed in one chain."""
         bs, n = self.block_size, len(prompt)
         out: list[int] = []
         last = run.last_prompt
@@ -284,13 +281,9 @@ _MEMOS: dict[tuple[int, int, int, str, int], _Memo] = {}
 
 
 def _hash_memo(pool: TokenPool, block_size: int) -> _Memo:
-    """The hash-id block memo of ``RoundMaker._segment_hashes`` for runs whose pool draws
-    these tokens (vocabulary, seed, salt) into record blocks of ``block_size``: one per
-    process, kept after the run, so a sweep's next point or a notebook's next what-if
-    over the same trace finds its record hashes instead of drawing and hashing its
-    tokens again (docs/virtual-time.md, "Prompts as segments"). An entry is a fact (a
-    block's hash after a given previous hash), whoever wrote it; runs with other
-    tokens start a fresh memo, and the last one is dropped."""
+    """The hash-id block memo of ``RoundMaker._segment_hashes`` for these tokens (vocabulary,
+    seed, salt) and ``block_size``: one per process, kept after the run for the next one
+    over the same trace (docs/virtual-time.md, "Prompts as segments"); other tokens replace it."""
     key = (pool.vocab_lo, pool.vocab_hi, pool.seed, pool.salt, block_size)
     memo = _MEMOS.get(key)
     if memo is None:

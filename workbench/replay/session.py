@@ -1,19 +1,10 @@
-"""One run's lifecycle, live or virtual, and the executor interface.
+"""One run's lifecycle, live or virtual, and the executor interface (docs/executors.md).
 
-Run directory → target (``replay.target``: a server, the embedded engine behind HTTP, or
-the engine in this process under the virtual clock) → the executor plays the plan
-(``Executor.play``: preflight, cache flush, server sampling, runner or runners) →
-manifest and summary. Whatever ends the run (completion, ``stop``, task cancellation,
-Ctrl-C, a failed write), the records already written stay on disk and the manifest and
-summary say how it ended.
-
-A ``ReplaySession`` is composed with one ``Executor`` (``workbench.executors``: in this
-process, worker processes, Ray actors, virtual time) and one ``Target``; the session owns
-the run directory, the manifest and the summary, and offers the steps every executor
-shares (preflight, cache flush, block size, sampling, record sinks). The manifest has
-three writers: the prologue (``replay.prepare``), the shards' outcome
-(``replay.outcome``) and this session, which writes what the executors report
-(``RunFacts``).
+A ``ReplaySession`` owns the run directory, the manifest and the summary, opens its
+``Target`` and has its ``Executor`` play the plan; it offers the steps executors share
+(preflight, cache flush, block size, sampling, record sinks). However the run ends, the
+records written stay on disk and the manifest says how it ended. The manifest's other
+writers are ``replay.prepare`` and ``replay.outcome``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""What a run is played against: a ``Target``, opened and closed by the session.
-
-Two kinds: ``HttpTarget`` (a server at a URL, or the embedded engine behind HTTP when
-``target.url == "sim"``) and ``engine_target.EngineTarget`` (the embedded engine in this
-process, under the virtual clock: ``simulate``). Each gives what a run needs of it — where
-requests go (``base_url``, or ``sender``), the prefix-cache flush, the server sampling
-(``sampler``: the ``/metrics`` scraper, or the engine's own counters), its block size and
-the facts the manifest keeps (``facts``) — so the session and the executors never ask
-which kind they have.
-"""
+"""What a run is played against: a ``Target`` (``HttpTarget``: a URL or ``sim`` behind HTTP;
+``engine_target.EngineTarget``: the engine in this process, virtual time). Each gives
+where requests go, the cache flush, the sampler, its block size and its manifest
+``facts``, so the session and executors never ask which kind they have."""
 
 from __future__ import annotations
 

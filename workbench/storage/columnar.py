@@ -1,25 +1,10 @@
-"""Columnar copy of a run's records: ``records.parquet`` beside ``records.jsonl``.
+"""``records.parquet``: the run's records flattened beside ``records.jsonl`` (docs/metrics.md).
 
-``records.jsonl`` stays the source of truth (crash-safe, appended line by line,
-every field). For a run of millions of requests a report must not parse it into
-``RequestRecord`` objects and a pandas frame at once, so the same records are
-also written as Parquet, flattened:
-
-- every scalar field of ``RequestRecord`` (ids, plan, raw ``*_ns`` timestamps as
-  nullable int64, server usage, status, error), and from ``extra`` the serving
-  worker of a simulated cluster (``worker``, ``worker_waiting``, docs/cluster.md);
-- the derived per-request metric columns, which this module does not compute:
-  the metrics layer (``workbench.metrics.columns.convert``, definitions in
-  ``workbench.metrics.derive``) hands them to ``table`` with their types;
-- with ``token_times=True``, ``token_times_ns`` and ``token_counts`` as
-  ``list<int64>`` and the inter-token gaps as ``itl_ms`` (``list<double>``).
-  They are most of the bytes (one int per stream event) and only the pooled
-  ``itl_ms`` percentiles need them, so they are left out by default. ``extra``
-  (block hashes, backend specifics) is not copied; read the JSONL for it.
-
-This module owns the file side: the schema, parsing JSONL in batches (orjson per
-line — the only per-row Python), coercing bad values, writing row groups
-atomically, and deciding when the file is stale. Memory is bounded by one batch.
+``records.jsonl`` stays the source of truth; ``extra`` is not copied (but a cluster's
+``worker``/``worker_waiting``). The derived metric columns come from the metrics layer
+(``workbench.metrics.columns.convert``); token lists and ``itl_ms`` only with
+``token_times=True``. This module owns the file side: schema, JSONL parsed in batches,
+bad values coerced, row groups written atomically, staleness. Memory: one batch.
 """
 
 from __future__ import annotations

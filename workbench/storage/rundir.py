@@ -1,25 +1,9 @@
 """Run directories: write them while a run goes, write and load them whole.
 
-Layout (docs/interface.md), one directory per run::
-
-    records.jsonl            one RequestRecord per line, appended as each request ends
-    manifest.json            what ran (config of the four axes, trace identity, versions)
-    summary.json             ``workbench.metrics.summarize`` of the records (written by
-                             ``workbench.metrics.files.save``)
-    lifecycle.jsonl          one line per unit (admitted, routing slot, rounds done, reason)
-    metrics_timeline.jsonl   server ``/metrics`` samples, when the run scraped them
-
-JSONL files are crash-safe: by default ``RecordWriter`` issues each line as one
-unbuffered write, so a line is on disk (in the OS) as soon as ``write`` returns
-and a crash can at worst leave the *last* line cut short — which ``load`` skips
-with a warning. A live replay batches instead (``max_delay_ms``): lines are
-gathered and written in one ``write`` when ``max_batch`` lines are pending, when
-the oldest pending line is ``max_delay_ms`` old (a loop timer fires even if no
-further record comes), and on ``flush``/``close``; so a hard crash (SIGKILL,
-power) loses at most the records of the last ``max_delay_ms``, and a cancel,
-Ctrl-C or error that closes the writer loses nothing. Integers wider than 64
-bits (Dynamo sequence hashes) fall back to the stdlib ``json`` on both sides,
-since orjson would refuse or round them.
+The files and their rules are docs/run-directory.md. JSONL lines are written whole
+(one ``write`` each, or batched with ``max_delay_ms``: docs/design-notes.md), so a
+crash leaves at worst a cut-short last line, which ``read_jsonl`` skips with a warning.
+Integers wider than 64 bits fall back to the stdlib ``json`` (orjson would refuse them).
 """
 
 from __future__ import annotations
@@ -110,14 +94,9 @@ def _nan_to_none(obj: Any) -> Any:
 
 
 def loads_line(line: bytes) -> Any:
-    """Parse one JSON line, keeping integers of any width exact.
-
-    orjson reads integers in [-2**63, 2**64) exactly and wider ones as floats. A line
-    that orjson writes back byte for byte had none (a float is never written as bare
-    digits): every line ``dumps_line`` wrote with orjson, i.e. nearly all. Any other
-    line is checked for long digit runs, and parsed by the standard library's parser
-    when one is out of orjson's range.
-    """
+    """Parse one JSON line, keeping integers of any width exact: a line orjson writes back
+    byte for byte had no integer out of its range (nearly all); any other with a digit
+    run out of [-2**63, 2**64) is parsed by the stdlib."""
     obj = orjson.loads(line)
     data = orjson.dumps(obj)
     if line.startswith(data) and not line[len(data):].strip():
@@ -129,12 +108,8 @@ def loads_line(line: bytes) -> Any:
 
 
 class RecordWriter:
-    """Append one JSON line per ``write`` and have it on disk when ``write`` returns.
-
-    Takes a ``RequestRecord``, a dataclass or a plain dict (lifecycle rows,
-    timeline samples). ``mode="w"`` starts the file afresh (a new run), ``"a"``
-    continues it. ``fsync=True`` also survives a power cut, at a cost per line.
-    """
+    """Append one JSON line per ``write`` (a ``RequestRecord``, a dataclass or a dict), on
+    disk when it returns unless batched (``max_delay_ms``); ``fsync`` survives a power cut."""
 
     def __init__(
         self,
@@ -271,11 +246,8 @@ def read_json(path: str | Path) -> Any:
 
 
 def read_jsonl(path: str | Path) -> list[Any]:
-    """Every line of a JSONL file; a cut-short *last* line (a crash) is skipped with a warning.
-
-    A bad line anywhere else means the file was damaged some other way, and
-    silently dropping it would hide lost data, so that raises ``ValueError``.
-    """
+    """Every line of a JSONL file; a cut-short *last* line (a crash) is skipped with a
+    warning, a bad line elsewhere raises ``ValueError`` (lost data must not hide)."""
     return list(iter_jsonl(path))
 
 
@@ -346,21 +318,15 @@ def _sync_rows(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def write_manifest(run_dir: str | Path, manifest: RunManifest | dict[str, Any]) -> Path:
-    """``run_dir/manifest.json``, the one writer of a run's manifest after its claim
-    (``claim_run_dir`` creates it): atomically replaced, redacted (``write_json``). A
-    dict is a ``RunManifest.to_dict`` with keys added after it (``write_run``'s) and is
-    written as it is."""
+    """``run_dir/manifest.json`` replaced atomically, redacted; a dict is written as it is
+    (``write_run``'s: ``RunManifest.to_dict`` plus keys)."""
     doc = manifest.to_dict() if isinstance(manifest, RunManifest) else manifest
     return write_json(Path(run_dir) / MANIFEST, doc)
 
 
 def read_manifest(run_dir: str | Path, *, strict: bool = False) -> RunManifest:
-    """``run_dir/manifest.json`` as a ``RunManifest`` (any schema: ``from_dict``), the
-    one place a manifest turns from JSON into the typed form readers get. A directory
-    without one gives an empty manifest with no status; so does one that is damaged (not
-    JSON, not an object, unreadable) unless ``strict``: then that raises ``ValueError``
-    naming the file (what the run's figures are read with: a damaged manifest must not
-    pass for a run without an SLO or a status)."""
+    """``run_dir/manifest.json`` as a ``RunManifest`` (any schema). Missing: an empty one
+    with no status; damaged: the same, or ``ValueError`` naming the file when ``strict``."""
     path = Path(run_dir) / MANIFEST
     try:
         doc = read_json(path)
@@ -379,13 +345,8 @@ def read_manifest(run_dir: str | Path, *, strict: bool = False) -> RunManifest:
 
 def write_run(result: RunResult, directory: str | Path) -> Path:
     """Write every run file but the summary and ``records.parquet`` into ``directory``
-    (created); ``workbench.metrics.files.save`` calls this, then writes those two.
-
-    Safe to call after ``RecordWriter``s streamed records/lifecycle there: lines
-    already on disk are kept and only the missing ones are appended. A run that kept
-    its records on disk only (``RunResult.records_on_disk``) has nothing to sync from
-    memory: its files are copied, never overwritten.
-    """
+    (``metrics.files.save`` writes those). Lines already streamed there are kept, only
+    missing ones appended; a run kept on disk only has its files copied."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     if result.records_on_disk:
@@ -426,16 +387,9 @@ class RunDirTaken(ConfigError):
 
 def claim_run_dir(out_dir: str | Path, run_id: str, manifest: Any, *,
                   overwrite: bool = False) -> Path:
-    """Make ``out_dir/<run_id>`` this run's own and write its first ``manifest.json``.
-
-    The claim is atomic: the manifest is created with ``O_CREAT | O_EXCL``, so of two
-    runs with one id started at once exactly one gets it, and the other raises
-    ``RunDirTaken`` before sending anything. An existing run is never replaced unless
-    ``overwrite`` (``--overwrite``), and not even then while its process is alive. A
-    symlink at ``out_dir/<run_id>`` (or a directory resolving outside ``out_dir``) is
-    refused: nothing is written through it. A directory with no run file in it (a
-    report's, say) may take the run.
-    """
+    """Make ``out_dir/<run_id>`` this run's own and write its first ``manifest.json``
+    (``O_CREAT | O_EXCL``): the rules are docs/run-directory.md, "One run, one directory".
+    Raises ``RunDirTaken`` (exit code 2) before anything is sent."""
     root = Path(out_dir)
     d = contained_dir(root, run_id)
     try:
@@ -607,11 +561,8 @@ def _is_run_dir(d: Path) -> bool:
 
 
 def resolve_run_dir(directory: str | Path) -> Path:
-    """``directory`` itself, or its only run subdirectory (``out_dir/<run_id>``).
-
-    Anything else (missing, a file, unreadable, no run or several) is one
-    ``RunDirError`` saying which.
-    """
+    """``directory`` itself, or its only run subdirectory (``out_dir/<run_id>``); anything
+    else is one ``RunDirError`` saying which."""
     d = Path(directory)
     try:
         if not d.is_dir():
