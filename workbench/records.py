@@ -14,8 +14,7 @@ SpawnTrigger = Literal["round_start", "round_end"]
 
 
 class Prompted:
-    """A request's prompt length: its reused prefix and its fresh input (``Round``, and the
-    round as planned, ``replay.plan.RoundPlan``)."""
+    """A request's prompt length: reused prefix + fresh input (``Round``, ``RoundPlan``)."""
 
     __slots__ = ()
     prefix_len: int
@@ -240,9 +239,8 @@ _RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Reque
 
 @dataclass(slots=True)
 class RunResult:
-    """Everything one run produced, in memory. ``run_dir`` is set once saved, and
-    ``summary`` to what was written to its ``summary.json`` (the manifest's SLO), so a
-    caller of the same run does not summarize it again."""
+    """Everything one run produced, in memory; ``run_dir`` and ``summary`` (its
+    ``summary.json``: not summarized again) set once saved."""
 
     run_id: str
     records: list[RequestRecord]
@@ -256,8 +254,7 @@ class RunResult:
 
     @property
     def records_on_disk(self) -> bool:
-        """True when the run kept its records on disk only (``executor.keep_records``):
-        ``records`` and ``lifecycle`` are empty and readers go to ``run_dir`` instead."""
+        """The run kept its records on disk only (``executor.keep_records``): read ``run_dir``."""
         return (
             self.manifest.records_kept is False
             and self.run_dir is not None
@@ -333,8 +330,7 @@ class RunManifest:
         return dataclasses.replace(self, extra=dict(self.extra))
 
     def section(self, name: str) -> dict[str, Any]:
-        """``config[name]``: a section of the run config as the manifest holds it
-        (``arrival``, ``backend``, ``target``...); {} when the run had none."""
+        """``config[name]`` (``arrival``, ``backend``...); {} when the run had none."""
         value = self.config.get(name)
         return value if isinstance(value, dict) else {}
 
@@ -352,7 +348,6 @@ _MANIFEST_FIELDS: tuple[str, ...] = tuple(
 
 
 def manifest_of(run: Any) -> RunManifest:
-    """The typed manifest of a run as the reports take it (a ``RunResult``, or anything
-    with a ``manifest``), an empty one for what has none (a frame, a summary)."""
+    """``run.manifest`` when it is a ``RunManifest``, else an empty one (a frame, a summary)."""
     manifest = getattr(run, "manifest", None)
     return manifest if isinstance(manifest, RunManifest) else RunManifest.from_dict({})

@@ -48,8 +48,7 @@ def simulate(
         engine = None
     run = prepare(cfg, workload, virtual=True)
     executor = virtual_executor(run.cfg, engine)
-    # SIGINT/SIGTERM (from here on) stop the run as they stop a live one: what finished
-    # is saved, the manifest says cancelled, then KeyboardInterrupt (exit code 130)
+    # SIGINT/SIGTERM stop the run as a live one: saved as cancelled, then KeyboardInterrupt
     with stop_on_signals() as signalled:
         executor.signalled = signalled
         manifest = run.manifest(**executor.target.manifest_facts())
@@ -97,8 +96,7 @@ class VirtualExecutor:
             "shards": ex.workers, "block_hashes": ex.block_hashes, "gc_freeze": ex.gc_freeze,
             "not_applicable": list(VIRTUAL_NOT_APPLICABLE),
         }  # fmt: skip
-        # the block size hashed with is the plan's or the engine's, both in the manifest
-        # already: the executor reports none (facts.block_size stays None)
+        # the plan's or the engine's, both in the manifest already: facts.block_size stays None
         block_size = await s.block_size(engine)
         assert engine.sender is not None  # the target is open
         runners = []

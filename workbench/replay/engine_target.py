@@ -71,8 +71,7 @@ class EngineTarget:
 
     async def flush(self, mode: bool | str, backend: str, headers: Mapping[str, str]
                     ) -> FlushOutcome:
-        """The engine core's own reset (it is fresh, so this only records, like a live
-        run's manifest, what was done)."""
+        """The engine's own reset (a fresh engine: only recorded, as a live run's is)."""
         assert self.engine is not None
         ok = self.engine.reset_prefix_cache()
         return FlushOutcome(True, ok, "engine.reset_prefix_cache()", None, None if ok else "busy")

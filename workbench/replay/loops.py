@@ -12,25 +12,15 @@ import concurrent.futures
 import contextlib
 import contextvars
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any, Generic, TypeVar
 
-from workbench.replay.prepare import run_on_fast_loop
+from workbench.replay.prepare import run_on_fast_loop, uvloop_factory
 from workbench.signals import wait_result
 
 T = TypeVar("T")
 
 CANCEL_WAIT_S = 120.0  # after an interrupt: how long the cancelled run may take to save itself
-
-
-def _loop_factory(use_uvloop: bool) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    if use_uvloop:
-        try:
-            import uvloop
-        except ImportError:
-            return None
-        return uvloop.new_event_loop
-    return None
 
 
 class LoopThread(Generic[T]):
@@ -44,7 +34,7 @@ class LoopThread(Generic[T]):
                  name: str = "workbench-loop") -> None:
         self.future: concurrent.futures.Future[T] = concurrent.futures.Future()
         self._coro = coro
-        self._new_loop = _loop_factory(use_uvloop)
+        self._new_loop = uvloop_factory(use_uvloop)
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[T] | None = None
@@ -101,30 +91,17 @@ class LoopThread(Generic[T]):
         with contextlib.suppress(concurrent.futures.TimeoutError):
             self.future.exception(timeout=timeout)
 
-    def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
 
-
-def start_thread(coro: Coroutine[Any, Any, T], *, use_uvloop: bool = False,
-                 name: str = "workbench-loop") -> LoopThread[T]:
-    """``coro`` started on a fresh loop on a worker thread, in a copy of this context."""
-    return LoopThread(coro, use_uvloop=use_uvloop, name=name).start()
-
-
-def wait_for(thread: LoopThread[T]) -> T:
-    """``thread``'s result; an interrupt meanwhile cancels it, waits for it, re-raises."""
+def run_anywhere(coro: Coroutine[Any, Any, T], use_uvloop: bool = False) -> T:
+    """``coro``'s result, from sync code: on this thread when no loop runs here, else on a
+    fresh loop on a worker thread; an interrupt meanwhile cancels it, waits, re-raises."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run_on_fast_loop(coro, use_uvloop)
+    thread = LoopThread(coro, use_uvloop=use_uvloop, name="workbench-run").start()
     try:
         return wait_result(thread.future)
     except KeyboardInterrupt:
         thread.cancel_and_wait()
         raise
-
-
-def run_anywhere(coro: Coroutine[Any, Any, T], use_uvloop: bool = False) -> T:
-    """``coro``'s result, from sync code: on this thread when no loop runs here, else on a
-    fresh loop on a worker thread (see the module docstring)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return run_on_fast_loop(coro, use_uvloop)
-    return wait_for(start_thread(coro, use_uvloop=use_uvloop, name="workbench-run"))

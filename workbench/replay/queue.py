@@ -22,15 +22,10 @@ class Waiting:
 
 
 def release_order(units: Sequence[UnitPlan]) -> Sequence[UnitPlan]:
-    """``units`` in (scheduled arrival, file order): a stable sort on the offset alone (a
-    streamed plan whose offsets never go down is already in that order)."""
+    """``units`` in (scheduled arrival, file order): a stable sort on the offset."""
     if isinstance(units, PlanStream) and units.in_release_order:
         return units
-    return tuple(sorted(units, key=_offset))
-
-
-def _offset(up: UnitPlan) -> float:
-    return up.offset_ms
+    return tuple(sorted(units, key=lambda up: up.offset_ms))
 
 
 class AdmissionQueue:

@@ -1,11 +1,6 @@
-"""What one round sends: its record, its prompt, the context guard, its block hashes.
-
-A ``UnitRun`` is one unit's live state (its conversation so far, the slot it
-holds); ``RoundMaker`` turns a planned round into the record and the prompt the
-runner sends, applying axis 2 to the live conversation: ``context[:p] + fresh(i)``,
-a shortfall when the context is shorter than the planned prefix, the shared
-prefix pool, prompts from hash ids. Pure bookkeeping: no clock, no I/O.
-"""
+"""What one round sends: its record, its prompt (``context[:p] + fresh(i)``, a shortfall
+when the context is short; docs/context-policy.md), the context guard, its block hashes.
+``UnitRun`` is one unit's live state. Pure bookkeeping: no clock, no I/O."""
 
 from __future__ import annotations
 
@@ -93,8 +88,7 @@ class RoundMaker:
         self.max_model_len = max_model_len
         #: build prompts as ``Segments`` (the sender says it takes them: virtual time)
         self.segments = False
-        #: a hash-id block's packed key -> (previous hash, its length, its hash): the last
-        #: chain it was hashed in (a Mooncake hash id always has the same one); shared by
+        #: a hash-id block's packed key -> (previous hash, its length, its hash), shared by
         #: the runs of this process that draw the same tokens (``_hash_memo``)
         self._memo = _hash_memo(pool, block_size)
 

@@ -144,9 +144,8 @@ class Runner:
         if self.cfg.arrival.warmup and not self.warmed_up:
             await self._warmup()
         if self.freeze_gc:
-            # Everything alive now (modules, the plan, the trace) is moved out of the
-            # collector's reach: a full collection over it paused the loop ~70 ms
-            # mid-run, which showed up as release lag and TTFT bias.
+            # everything alive now leaves the collector's reach: a full collection over it
+            # paused the loop ~70 ms mid-run (release lag, TTFT bias)
             gc.collect()
             gc.freeze()
         self.measure.start()
@@ -477,7 +476,9 @@ class Runner:
                 "rounds_done": run.rounds_done,
                 "truncated": run.rounds_done < len(run.plan.rounds),
                 "reason": run.reason,
-                **graph.lifecycle_fields(run),
+                # a graph unit: its task, parent, depth and its own end (``end_ns``: its tree's)
+                **({} if run.task_id is None
+                   else {**graph.record_fields(run), "own_end_ns": run.own_end_ns}),
             }
         )
 

@@ -40,8 +40,7 @@ TIMELINE = "metrics_timeline.jsonl"
 PARQUET = "records.parquet"
 SHARDS = "shards"
 
-# orjson reads integers in [-2**63, 2**64) exactly and wider ones as floats: a number of 19
-# digits or more is checked (block hashes are 64-bit: most of a record's are 19-20 digits)
+# digit runs that may be out of orjson's exact range [-2**63, 2**64) (64-bit hashes: 19-20)
 _LONG_DIGITS = re.compile(rb"-?\d{19,}")
 _ORJSON_INTS = range(-(2**63), 2**64)
 
@@ -74,13 +73,17 @@ def dumps_line(obj: Any) -> bytes:
             )
         except TypeError:
             pass
-    obj = _plain(obj)
+    return _dumps(_plain(obj), indent=False) + b"\n"
+
+
+def _dumps(obj: Any, *, indent: bool) -> bytes:
+    """orjson, or the stdlib for what it refuses (an int wider than 64 bits); NaN: null."""
+    option = orjson.OPT_SERIALIZE_NUMPY | (orjson.OPT_INDENT_2 if indent else 0)
     try:
-        data = orjson.dumps(obj, default=_default, option=orjson.OPT_SERIALIZE_NUMPY)
-    except TypeError:  # e.g. an int wider than 64 bits
-        text = json.dumps(_nan_to_none(obj), default=_default, separators=(",", ":"))
-        data = text.encode()
-    return data + b"\n"
+        return orjson.dumps(obj, default=_default, option=option)
+    except TypeError:
+        return json.dumps(_nan_to_none(obj), default=_default, indent=2 if indent else None,
+                          separators=None if indent else (",", ":")).encode()
 
 
 def _nan_to_none(obj: Any) -> Any:
@@ -231,14 +234,7 @@ def write_json(path: str | Path, obj: Any) -> Path:
 
 def _manifest_bytes(obj: Any) -> bytes:
     """A JSON document as ``write_json`` stores it: redacted, indented, one final newline."""
-    obj = redact.obj(obj)  # no secret reaches a file (workbench.redact)
-    try:
-        data = orjson.dumps(
-            obj, default=_default, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
-        )
-    except TypeError:
-        data = json.dumps(_nan_to_none(obj), default=_default, indent=2).encode()
-    return data + b"\n"
+    return _dumps(redact.obj(obj), indent=True) + b"\n"  # no secret reaches a file (redact)
 
 
 def read_json(path: str | Path) -> Any:
@@ -251,9 +247,9 @@ def read_jsonl(path: str | Path) -> list[Any]:
     return list(iter_jsonl(path))
 
 
-def iter_jsonl(path: str | Path) -> Iterator[Any]:
-    """``read_jsonl`` one line at a time: the same objects, the same rules, without the
-    file or the list in memory (a whole run's records for its digest)."""
+def iter_jsonl(path: str | Path, *, sizes: bool = False) -> Iterator[Any]:
+    """``read_jsonl`` one line at a time, without the file or the list in memory;
+    ``sizes``: each object with its line's length in bytes."""
     path = Path(path)
     if not path.exists():
         return
@@ -269,7 +265,7 @@ def iter_jsonl(path: str | Path) -> Iterator[Any]:
                     log.warning("%s: skipping truncated last line %d (%s)", path, i + 1, exc)
                     return
                 raise ValueError(f"{path}:{i + 1}: invalid JSON line ({exc})") from None
-            yield obj
+            yield (obj, len(line)) if sizes else obj
 
 
 def _trim_partial_tail(path: Path) -> None:
@@ -381,8 +377,7 @@ STALE_SCAN_MAX = 10_000  # sibling run directories a new run looks at for stale 
 
 
 class RunDirTaken(ConfigError):
-    """``out_dir/<run_id>`` holds a run (or is being written by one), or is a symlink: the
-    run stops before it sends anything (a configuration error: exit code 2)."""
+    """``out_dir/<run_id>`` holds a run or is a symlink: a configuration error (exit code 2)."""
 
 
 def claim_run_dir(out_dir: str | Path, run_id: str, manifest: Any, *,
@@ -434,9 +429,8 @@ def _taken(d: Path, present: list[str] | None = None) -> str:
 
 
 def contained_dir(root: str | Path, name: str) -> Path:
-    """``root/name`` for a run, a sweep or a report to write in: ``root`` is created, and
-    ``root/name`` must not be a symlink nor resolve outside ``root`` (``RunDirTaken``,
-    exit code 2), so nothing is written through a symlink out of ``root``."""
+    """``root/name`` for a run, a sweep or a report (``root`` created); a symlink or a path
+    resolving outside ``root`` raises ``RunDirTaken``."""
     root = Path(root)
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -448,8 +442,8 @@ def contained_dir(root: str | Path, name: str) -> Path:
 
 
 def _mkdir_error(d: Path, exc: OSError) -> Exception:
-    """A directory that cannot be made: a full or broken disk is a failed write (exit
-    code 5), anything else (permissions, a file in the way) a configuration error (2)."""
+    """A directory that cannot be made: a failed write (full or broken disk, exit code 5)
+    or a configuration error (2)."""
     if exc.errno in WRITE_ERRNOS:
         return OutputWriteError(d, exc)
     return RunDirTaken(f"{d}: cannot create the directory ({exc.strerror or exc})")
@@ -478,8 +472,7 @@ def _clear_run(d: Path) -> None:
 
 
 def process_identity() -> dict[str, Any]:
-    """This process as a manifest names it: pid, host and the pid's start time (so a pid
-    reused by another process later is not taken for the run's)."""
+    """This process as a manifest names it: pid, host and the pid's start time."""
     return {"pid": os.getpid(), "hostname": socket.gethostname(),
             "pid_start": _pid_start(os.getpid())}
 
@@ -505,9 +498,8 @@ def _alive(pid: int, start: int | None) -> bool:
 
 
 def running_note(manifest: RunManifest) -> str | None:
-    """For a manifest that says ``running``: whether its process is still running, or
-    left it so by dying (SIGKILL, the OOM killer, a power cut). None otherwise, and for
-    a run on another host (its process cannot be looked at from here)."""
+    """For a ``running`` manifest of this host: whether its process still runs or died
+    leaving it so; None otherwise."""
     host = manifest.host
     if manifest.status != "running" or not isinstance(host, dict):
         return None
@@ -539,13 +531,11 @@ def warn_stale_runs(root: str | Path, skip: str | None = None) -> list[str]:
 
 
 class RunDirError(ConfigError, FileNotFoundError):
-    """A run directory is missing, unreadable or not a run (one line, no traceback; a
-    command-line error: exit code 2)."""
+    """A run directory is missing, unreadable or not a run (exit code 2)."""
 
 
 def _is_run_dir(d: Path) -> bool:
-    """``d`` holds records or a manifest; one that is not a regular file is an error
-    (reading a FIFO would hang, a device would not end)."""
+    """``d`` holds records or a manifest; one not a regular file (a FIFO) is an error."""
     found = False
     for name in (RECORDS, MANIFEST):
         try:
