@@ -1,11 +1,20 @@
 """The prefix-aware router's bounded lookups choose exactly what asking every worker
-for its whole hit chooses (docs/cluster.md, "prefix-aware")."""
+for its whole hit chooses (docs/cluster.md, "prefix-aware"), in Python and in its compiled
+twin (``Shards.choose``, ``workbench/sim/kvcache.c``: the workers' indexes held once)."""
 
 from __future__ import annotations
 
 import random
+from array import array
 from collections.abc import Sequence
+from typing import Any
 
+import pytest
+
+from workbench.clock import VirtualClock
+from workbench.sim import kvindex
+from workbench.sim.cluster import Cluster, ClusterConfig
+from workbench.sim.config import EngineConfig
 from workbench.sim.kvcache import BlockManager
 from workbench.sim.router import PrefixAware, RouteRequest
 
@@ -13,9 +22,14 @@ from workbench.sim.router import PrefixAware, RouteRequest
 class _Worker:
     """A router's view of one worker: a real ``BlockManager`` and a fixed load."""
 
-    def __init__(self, kv: BlockManager, load: tuple[int, int, float]) -> None:
-        self.kv, self._load = kv, load
+    def __init__(self, kv: BlockManager, load: tuple[int, int, float],
+                 compiled: bool = False) -> None:  # fmt: skip
+        self.kv, self._load, self.compiled = kv, load, compiled
         self.lookups = 0  # blocks looked up for the router
+        self.asked: Sequence[int] | None = None  # the hashes of the last whole lookup
+
+    def prefix_shard(self) -> tuple[Any, ...] | None:
+        return self.kv.shard() if self.compiled else None
 
     def load(self) -> tuple[int, int, float]:
         return self._load
@@ -24,6 +38,7 @@ class _Worker:
         n = len(hashes) if limit is None else min(limit, len(hashes))
         hit = len(self.kv.longest_hit(hashes, n))
         self.lookups += hit + 1
+        self.asked = hashes
         return hit
 
     def caches_block(self, block_hash: int) -> bool:
@@ -58,28 +73,76 @@ def _cache(rng: random.Random, chains: list[list[int]]) -> BlockManager:
     return kv
 
 
-def test_bounded_lookups_choose_what_whole_lookups_choose() -> None:
+@pytest.mark.parametrize("compiled", [False, True])
+def test_bounded_lookups_choose_what_whole_lookups_choose(compiled: bool) -> None:
+    if compiled and not kvindex.COMPILED:
+        pytest.skip("the C extension is not built")
     rng = random.Random(5)
     whole = bounded = 0
     for case in range(300):
         chains = [[rng.getrandbits(62) for _ in range(rng.randint(1, 60))] for _ in range(3)]
         workers = [
             _Worker(_cache(rng, chains), (rng.randint(0, 6), rng.randint(0, 3),
-                                          rng.choice([0.1, 0.5, 0.97])))
+                                          rng.choice([0.1, 0.5, 0.97])), compiled)
             for _ in range(rng.randint(1, 8))
         ]  # fmt: skip
         router = PrefixAware(overload_threshold=rng.choice([0, 2, 4]))
         for k in range(4):  # the same sessions again: the remembered worker is asked first
             chain = chains[rng.randrange(3)]
-            hashes = chain[: rng.randint(0, len(chain))]
+            hashes: Sequence[int] = chain[: rng.randint(0, len(chain))]
+            if k % 2:
+                hashes = array("q", hashes)  # as the cluster gives them (Sequence.hashes)
             for w in workers:
                 w.lookups = 0
             want = _brute(router, hashes, workers)
             whole += sum(w.lookups for w in workers)
             for w in workers:
-                w.lookups = 0
+                w.lookups, w.asked = 0, None
             got = router.choose(RouteRequest(f"r{case}.{k}", f"s{k % 2}", hashes), workers)
             bounded += sum(w.lookups for w in workers)
             assert got == want, (case, k)
+            assert (router._shards is not None) == compiled
+            loads = [w.load() for w in workers]
+            floor = min(r + q for r, q, _ in loads)
+            some_open = any(r + q - floor <= router.overload_threshold
+                            and u <= router.max_kv_usage for r, q, u in loads)  # fmt: skip
+            if compiled and len(hashes) and some_open:
+                # the winner was asked for its whole hit: admission starts from it
+                assert workers[got].asked is hashes
+                assert workers[got].lookups == len(workers[got].kv.longest_hit(
+                    hashes, len(hashes))) + 1
     assert bounded < whole  # the bound saved lookups (the point of it)
+
+
+def test_a_cluster_of_engines_routes_through_the_compiled_indexes() -> None:
+    """Engines with the compiled index give the router their shards; a cache without
+    prefix caching (nothing to hold) leaves the Python rule in charge."""
+    for caching, want in ((True, kvindex.COMPILED), (False, False)):
+        cfg = EngineConfig(num_blocks=256, enable_prefix_caching=caching)
+        cluster = Cluster(cfg, ClusterConfig(workers=3, router="prefix-aware"), VirtualClock())
+        router = cluster.router
+        assert isinstance(router, PrefixAware)
+        assert router.choose(RouteRequest("r", "s", array("q", [1, 2])), cluster.workers) == 0
+        assert (router._shards is not None) == want
+
+
+@pytest.mark.skipif(not kvindex.COMPILED, reason="the C extension is not built")
+@pytest.mark.parametrize("args", [
+    (array("q", [1]), [(0, 0, 0.1)], -1, 4, 0.95),  # a load short
+    (array("q", [1]), [(0, 0, 0.1), (0, 0)], -1, 4, 0.95),  # a load not a triple
+    (array("q", [1]), [(0, 0, 0.1), ("x", 0, 0.1)], -1, 4, 0.95),  # not a count
+    (array("d", [1.0]), [(0, 0, 0.1), (0, 0, 0.1)], -1, 4, 0.95),  # hashes not int64
+    ([1 << 70], [(0, 0, 0.1), (0, 0, 0.1)], -1, 4, 0.95),  # a hash past int64
+])
+def test_the_compiled_choice_refuses_bad_arguments(args: tuple[Any, ...]) -> None:
+    shards = kvindex.native.Shards([BlockManager(16, 64).shard() for _ in range(2)])
+    with pytest.raises((ValueError, TypeError, OverflowError)):
+        shards.choose(*args)
+    with pytest.raises(TypeError):
+        kvindex.native.Shards([(b"ro", b"ro", 60)])  # read-only buffers
+    with pytest.raises(TypeError):
+        kvindex.native.Shards([list(BlockManager(16, 64).shard() or ())])  # not a tuple
+    table, own, shift = BlockManager(16, 64).shard() or ()
+    with pytest.raises(ValueError):
+        kvindex.native.Shards([(table, own, shift + 1)])  # the shift does not fit the table
 

@@ -33,7 +33,6 @@ from workbench.segments import Segments
 from workbench.sim.config import EngineConfig
 from workbench.sim.dp import DPWorker, RankRequest, check_dp
 from workbench.sim.engine import Engine, EngineRequest, RequestOutput
-from workbench.sim.kvcache import block_hashes
 from workbench.sim.router import Router, RouteRequest, make_router
 
 CLUSTER_KNOBS = ("workers", "router", "router_options", "disagg", "dp", "dp_placement")
@@ -195,42 +194,17 @@ class Cluster:
         for w in self.workers:
             await w.stop()
 
-    def place(
-        self, request_id: str, prompt_ids: Sequence[int] | Segments, session: str,
-        hashes: Sequence[int] | None = None,
-    ) -> Placement:  # fmt: skip
-        """Ask the router for a worker (and a decode worker when disaggregated);
-        ``hashes``: the prompt's block hashes as admission looks them up, if known."""
-        if not self.router.needs_hashes:
-            hashes = ()
-        elif hashes is None:
-            bs = self.config.block_size
-            stop = len(prompt_ids) - 1  # as admission looks up
-            hashes = (prompt_ids.block_keys(bs, 0, stop) if isinstance(prompt_ids, Segments)
-                      else block_hashes(prompt_ids, bs, stop=stop))  # fmt: skip
-        i = self.router.choose(RouteRequest(request_id, session, hashes), self._front)
-        if not 0 <= i < len(self._front):
-            raise RuntimeError(f"router {self.router.name} chose worker {i} of {len(self._front)}")
-        dec = None
-        if self._decode:
-            loads = [(r + q, u) for r, q, u in (w.load() for w in self._decode)]
-            dec = len(self._front) + loads.index(min(loads))
-        return Placement(i, dec, self.workers[i].load()[1])
-
     def submit(
-        self,
-        request_id: str,
-        prompt_ids: Sequence[int] | Segments,
-        max_tokens: int,
+        self, request_id: str, prompt_ids: Sequence[int] | Segments, max_tokens: int,
         session: str = "",
-        placement: Placement | None = None,
-    ) -> tuple[Placement, AnyRequest]:
+    ) -> tuple[Placement, AnyRequest]:  # fmt: skip
         """Check, route and queue one request; ``ValueError`` as ``Engine.submit`` raises
         it, before the router is asked (a rejected request is routed nowhere).
 
         The sequence is built once (``Engine.prepare``) and the router reads its block
         hashes: the prompt is hashed once, not once for routing and again on admission.
-        When disaggregated, the prefill worker's sequence is the prompt's first token.
+        When disaggregated, the prefill worker's sequence is the prompt's first token and
+        the decode worker is the least loaded decode worker.
         """
         front = self.workers[0]  # any worker: they share one config
         prompt = prompt_ids if isinstance(prompt_ids, Segments) else list(prompt_ids)
@@ -239,13 +213,20 @@ class Cluster:
             max_tokens = front.validate(prompt, max_tokens)  # the limits, before anything runs
         seq = front.prepare(request_id, prompt, 1 if split else max_tokens)
         hashes = None
-        if placement is None:
-            if self.router.needs_hashes:
-                bs = self.config.block_size
-                seq.ensure_hashes(bs)
-                hashes = seq.hashes[: (seq.prompt_len - 1) // bs]  # as admission looks up
-            placement = self.place(request_id, prompt, session or request_id, hashes)
-        first = self.workers[placement.worker].submit_prepared(seq, routed=hashes)
+        if self.router.needs_hashes:
+            bs = self.config.block_size
+            seq.ensure_hashes(bs)
+            hashes = seq.hashes[: (seq.prompt_len - 1) // bs]  # as admission looks up
+        req = RouteRequest(request_id, session or request_id, () if hashes is None else hashes)
+        i = self.router.choose(req, self._front)
+        if not 0 <= i < len(self._front):
+            raise RuntimeError(f"router {self.router.name} chose worker {i} of {len(self._front)}")
+        dec = None
+        if self._decode:
+            loads = [(r + q, u) for r, q, u in (w.load() for w in self._decode)]
+            dec = len(self._front) + loads.index(min(loads))
+        placement = Placement(i, dec, self.workers[i].load()[1])
+        first = self.workers[i].submit_prepared(seq, routed=hashes)
         if isinstance(first, RankRequest):
             placement = dataclasses.replace(placement, rank=first.rank)
         if placement.decode_worker is None:

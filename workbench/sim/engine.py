@@ -324,6 +324,10 @@ class Engine:
         (a router's bound: a prefix hit longer than ``i`` blocks holds block ``i``)."""
         return self._sched.kv.holds(block_hash)
 
+    def prefix_shard(self) -> tuple[Any, ...] | None:
+        """This engine's compiled prefix index for a router (``sim.router._shards``)."""
+        return self._sched.kv.shard()
+
     def _check(self, n_prompt: int, max_tokens: int) -> int:
         cfg = self.config
         if not n_prompt:

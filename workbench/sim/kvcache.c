@@ -620,6 +620,204 @@ done:
     return ret;
 }
 
+/* ---- the workers' indexes, held for a router -----------------------------------------
+ * A prefix-aware router (workbench/sim/router.py, PrefixAware) asks every worker of a
+ * cluster, per request, whether its cache holds one block of the prompt (its bound) and
+ * looks up the likely winner in full. Called one worker at a time, each call took the two
+ * buffers again (~0.5 us, most of the call); Shards takes them once, when the router first
+ * sees the workers (the tables are rebuilt and cleared in place, never reallocated), and
+ * makes the whole choice in one call: the same rule as PrefixAware._best, its twin. */
+
+typedef struct {
+    PyObject_HEAD
+    Table *t;
+    Py_ssize_t n;
+} Shards;
+
+static void Shards_dealloc(Shards *self) {
+    for (Py_ssize_t i = 0; i < self->n; i++)
+        table_release(&self->t[i]);
+    PyMem_Free(self->t);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Shards_init(Shards *self, PyObject *args, PyObject *kw) {
+    PyObject *views, *fast;
+    if (self->t) {
+        PyErr_SetString(PyExc_RuntimeError, "Shards: already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "O", &views))
+        return -1;
+    fast = PySequence_Fast(views, "Shards: views must be a sequence of (table, own, shift)");
+    if (!fast)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    self->t = PyMem_Calloc(n ? n : 1, sizeof(Table));
+    if (!self->t) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (; self->n < n; self->n++) {
+        Table *t = &self->t[self->n];
+        PyObject *view = PySequence_Fast_GET_ITEM(fast, self->n);
+        int shift;
+        if (!PyTuple_Check(view)) {
+            PyErr_SetString(PyExc_TypeError, "Shards: a view is a (table, own, shift) tuple");
+            Py_DECREF(fast);
+            return -1;
+        }
+        if (!PyArg_ParseTuple(view, "w*w*i", &t->table, &t->own, &shift) ||
+            table_open(t, shift)) {
+            Py_DECREF(fast);
+            return -1; /* the tables opened so far are released by dealloc */
+        }
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
+/* How many of h[0 .. end) the table holds, leading: its prefix hit (prefetched ahead). */
+static Py_ssize_t hit_len(const Table *t, const int64_t *h, Py_ssize_t end) {
+    for (Py_ssize_t g = 0; g < end; g += GROUP) {
+        Py_ssize_t m = end - g < GROUP ? end - g : GROUP;
+        for (Py_ssize_t j = 0; j < m; j++)
+            __builtin_prefetch(&KEY(t, home(t, h[g + j])));
+        for (Py_ssize_t j = 0; j < m; j++) {
+            if (lookup(t, h[g + j]) < 0)
+                return g + j;
+        }
+    }
+    return end;
+}
+
+/* (q, u, i) < (bq, bu, bi), as Python orders the tuples */
+static inline int rest_less(long long q, double u, Py_ssize_t i, long long bq, double bu,
+                            Py_ssize_t bi) {
+    return q != bq ? q < bq : u != bu ? u < bu : i < bi;
+}
+
+PyDoc_STRVAR(choose_doc,
+             "choose(hashes, loads, home, overload_threshold, max_kv_usage) -> worker, or -1\n"
+             "PrefixAware's choice (workbench/sim/router.py): among the workers not overloaded\n"
+             "(loads: one (running, waiting, usage) a worker), the home one asked first, the\n"
+             "least (-hit, queued, usage, index); -1 when every worker is overloaded.");
+
+static PyObject *Shards_choose(Shards *self, PyObject *args) {
+    PyObject *hashes_obj, *loads, *ret = NULL;
+    Py_ssize_t home, threshold, n = self->n;
+    double max_usage;
+    Int64s hs = {0};
+    int64_t *copy = NULL;
+    long long *q = NULL;
+    double *u = NULL;
+    Py_ssize_t *order = NULL;
+    if (!PyArg_ParseTuple(args, "OO!nnd", &hashes_obj, &PyList_Type, &loads, &home,
+                          &threshold, &max_usage))
+        return NULL;
+    if (PyList_GET_SIZE(loads) != n || n < 1) {
+        PyErr_SetString(PyExc_ValueError, "Shards.choose: one load a worker");
+        return NULL;
+    }
+    if (int64s_open(&hs, hashes_obj, "Shards.choose", "hashes"))
+        return NULL;
+    const int64_t *h = hs.buf;
+    Py_ssize_t nh = hs.n;
+    q = PyMem_Malloc(n * sizeof(*q));
+    u = PyMem_Malloc(n * sizeof(*u));
+    order = PyMem_Malloc(n * sizeof(*order));
+    if (!h && nh) { /* a list: its ints read once */
+        copy = PyMem_Malloc(nh * sizeof(int64_t));
+        if (copy)
+            for (Py_ssize_t i = 0; i < nh; i++)
+                if (int64s_get(&hs, i, &copy[i]))
+                    goto done;
+        h = copy;
+    }
+    if (!q || !u || !order || (nh && !h)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    long long floor = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *l = PyList_GET_ITEM(loads, i);
+        if (!PyTuple_Check(l) || PyTuple_GET_SIZE(l) != 3) {
+            PyErr_SetString(PyExc_TypeError, "Shards.choose: a load is (running, waiting, usage)");
+            goto done;
+        }
+        q[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(l, 0)) + PyLong_AsLongLong(PyTuple_GET_ITEM(l, 1));
+        u[i] = PyFloat_AsDouble(PyTuple_GET_ITEM(l, 2));
+        if (PyErr_Occurred())
+            goto done;
+        if (!i || q[i] < floor)
+            floor = q[i];
+    }
+    Py_ssize_t m = 0;
+    int home_open = home >= 0 && home < n && q[home] - floor <= threshold && u[home] <= max_usage;
+    if (home_open)
+        order[m++] = home;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i != home && q[i] - floor <= threshold && u[i] <= max_usage)
+            order[m++] = i;
+    }
+    if (!m) {
+        ret = PyLong_FromLong(-1);
+        goto done;
+    }
+    /* the loop of PrefixAware._best: a worker is looked up in full only when it can win */
+    Py_ssize_t best = order[0], best_hit = 0;
+    int have = 0;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        Py_ssize_t i = order[k], hit;
+        const Table *t = &self->t[i];
+        if (!nh) {
+            hit = 0;
+        } else if (!have || (best_hit < nh && lookup(t, h[best_hit]) >= 0)) {
+            hit = hit_len(t, h, nh);
+        } else if (!rest_less(q[i], u[i], i, q[best], u[best], best)) {
+            continue; /* at most a tie, and it would lose it */
+        } else if (best_hit && lookup(t, h[best_hit - 1]) >= 0) {
+            hit = hit_len(t, h, best_hit);
+        } else if (best_hit) {
+            continue; /* fewer than best_hit blocks */
+        } else {
+            hit = 0;
+        }
+        if (!have || hit > best_hit ||
+            (hit == best_hit && rest_less(q[i], u[i], i, q[best], u[best], best))) {
+            best = i;
+            best_hit = hit;
+            have = 1;
+        }
+    }
+    ret = PyLong_FromSsize_t(best);
+done:
+    PyMem_Free(copy);
+    PyMem_Free(q);
+    PyMem_Free(u);
+    PyMem_Free(order);
+    int64s_close(&hs);
+    return ret;
+}
+
+static PyMethodDef Shards_methods[] = {
+    {"choose", (PyCFunction)Shards_choose, METH_VARARGS, choose_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ShardsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "workbench.sim._kvcache.Shards",
+    .tp_basicsize = sizeof(Shards),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Shards(views): the workers' hash indexes, each (table, own, shift), held for "
+              "a router's choose().",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Shards_init,
+    .tp_dealloc = (destructor)Shards_dealloc,
+    .tp_methods = Shards_methods,
+};
+
 static PyMethodDef methods[] = {
     {"acquire", kv_acquire, METH_VARARGS, acquire_doc},
     {"release", kv_release, METH_VARARGS, release_doc},
@@ -639,4 +837,17 @@ static struct PyModuleDef module = {
     methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__kvcache(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__kvcache(void) {
+    if (PyType_Ready(&ShardsType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    Py_INCREF(&ShardsType);
+    if (PyModule_AddObject(m, "Shards", (PyObject *)&ShardsType) < 0) {
+        Py_DECREF(&ShardsType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

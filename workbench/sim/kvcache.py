@@ -66,12 +66,6 @@ def block_hashes(
     return out
 
 
-def reported_cached_tokens(shared_prefix: int, prompt_tokens: int, block_size: int) -> int:
-    """vLLM's ``cached_tokens``: min(shared prefix, prompt − 1) in whole blocks."""
-    usable = max(0, min(shared_prefix, prompt_tokens - 1))
-    return usable // block_size * block_size
-
-
 class BlockManager:
     """Reference-counted blocks, a hash index and an LRU of evictable blocks.
 
@@ -185,6 +179,11 @@ class BlockManager:
         if not self.enable_caching:
             return False
         return self._index.get(self._own, block_hash) >= 0
+
+    def shard(self) -> tuple[Any, ...] | None:
+        """The compiled index's table, ``_hash`` and shift, for a router (``kvindex``)."""
+        x, on = self._index, self.enable_caching
+        return x.shard(self._own) if on and isinstance(x, kvindex.CompiledIndex) else None
 
     def held_prefix(self, blocks: Sequence[int] | np.ndarray,
                     hashes: Sequence[int] | np.ndarray) -> int:

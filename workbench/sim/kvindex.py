@@ -151,6 +151,10 @@ class CompiledIndex:
             self.rebuild(own)
         return int(cached)
 
+    def shard(self, own: Own) -> tuple[memoryview, Own, int]:
+        """What a router's ``Shards`` holds of it: written in place, never reallocated."""
+        return self._tv, own, self._shift
+
     def rebuild(self, own: Own) -> None:
         self._entries = native.rebuild(self._tv, own, self._shift, NO_HASH)
 

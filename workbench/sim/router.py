@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from workbench.errors import ConfigError
 from workbench.registry import Registry
+from workbench.sim import kvindex
 
 
 class Worker(Protocol):
@@ -61,14 +62,9 @@ class Router(Protocol):
 ROUTERS: Registry[Callable[..., Router]] = Registry("router")
 
 
-def _least_loaded(workers: Sequence[Worker], among: Sequence[int] | None = None) -> int:
-    best, best_key = 0, None
-    for i in range(len(workers)) if among is None else among:
-        running, waiting, usage = workers[i].load()
-        key = (running + waiting, usage)
-        if best_key is None or key < best_key:
-            best, best_key = i, key
-    return best
+def _least_loaded(workers: Sequence[Worker]) -> int:
+    keys = [(running + waiting, usage) for running, waiting, usage in (w.load() for w in workers)]
+    return keys.index(min(keys))  # the first of the least
 
 
 @ROUTERS.register("round-robin")
@@ -145,38 +141,53 @@ class PrefixAware:
             raise ValueError(f"router_options.max_kv_usage must be in (0, 1], got {max_kv_usage}")
         self.overload_threshold = int(overload_threshold)
         self.max_kv_usage = float(max_kv_usage)
+        self._for: Sequence[Worker] | None = None  # the workers ``_shards`` holds
+        self._shards: Any = None
 
     def choose(self, req: RouteRequest, workers: Sequence[Worker]) -> int:
         loads = [w.load() for w in workers]
-        queued = [r + q for r, q, _ in loads]
-        floor = min(queued)
-        open_ = [
-            i for i, (n, (_, _, usage)) in enumerate(zip(queued, loads, strict=True))
-            if n - floor <= self.overload_threshold and usage <= self.max_kv_usage
-        ]  # fmt: skip
-        if not open_:
-            return _least_loaded(workers)
         home = self._home.get(req.session)
-        if home in open_:  # likely the longest hit: asked first, it bounds the others
-            open_.remove(home)
-            open_.insert(0, home)
-        best = self._best(req.hashes, open_, workers, queued, loads)
+        if workers is not self._for:  # the workers' compiled indexes, taken once (None: a
+            # worker has none: the dict twin, no prefix caching, attention-DP ranks)
+            views = [getattr(w, "prefix_shard", lambda: None)() for w in workers]
+            native = None if None in views else kvindex.native
+            self._for, self._shards = workers, native and native.Shards(views)
+        if self._shards is not None:  # the rule below in one compiled call (kvcache.c)
+            best = self._shards.choose(req.hashes, loads, -1 if home is None else home,
+                                       self.overload_threshold, self.max_kv_usage)
+            if best >= 0 and req.hashes:  # the winner's hit, which admission starts from
+                workers[best].cached_prefix_blocks(req.hashes)
+        else:
+            best = self._best(req.hashes, home, workers, loads)
+        if best < 0:  # every worker overloaded
+            return _least_loaded(workers)
         if len(self._home) >= self._HOMES_MAX:
             self._home.clear()
         self._home[req.session] = best
         return best
 
-    @staticmethod
-    def _best(hashes: Sequence[int], order: list[int], workers: Sequence[Worker],
-              queued: list[int], loads: list[tuple[int, int, float]]) -> int:
-        """The worker of least ``(-hit, queued, usage, index)`` among ``order``: the
-        longest hit, ties to lower load then lower index (the same one in any order).
+    def _best(self, hashes: Sequence[int], home: int | None, workers: Sequence[Worker],
+              loads: list[tuple[int, int, float]]) -> int:
+        """The rule in Python (``Shards.choose``'s twin), -1 when every worker is
+        overloaded: the open worker of least ``(-hit, queued, usage, index)``, the longest
+        hit, ties to lower load then lower index (the same one in any order).
 
         A worker's hit is looked up in full only when it can win: once a best hit
         ``h`` is known, a worker not holding block ``h`` has at most ``h`` blocks
         (the hashes are chained: a longer hit holds block ``h``), so it can only tie,
         and is looked up (up to ``h`` blocks) only when it would win a tie.
         """
+        queued = [r + q for r, q, _ in loads]
+        floor = min(queued)
+        order = [
+            i for i, (n, (_, _, usage)) in enumerate(zip(queued, loads, strict=True))
+            if n - floor <= self.overload_threshold and usage <= self.max_kv_usage
+        ]  # fmt: skip
+        if not order:
+            return -1
+        if home in order:  # likely the longest hit: asked first, it bounds the others
+            order.remove(home)
+            order.insert(0, home)
         best, best_key, best_hit = order[0], None, 0
         for i in order:
             rest = (queued[i], loads[i][2], i)
