@@ -1,8 +1,7 @@
 """workbench: replay agentic LLM workloads against serving engines; measure TTFT, TPOT, prefix hits.
 
-Importing the package does nothing but define names: each public function is
-imported from its module on first use, so ``import workbench`` opens no socket,
-sets no event-loop policy and seeds no global RNG.
+Importing the package only defines names (each imported on first use): no socket, no
+event-loop policy, no global RNG.
 """
 
 from __future__ import annotations
@@ -12,38 +11,28 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_PUBLIC = {
-    "RunConfig": "workbench.config",
-    "available": "workbench.config",
-    "load_trace": "workbench.traces.load",
-    "detect_format": "workbench.traces.load",
-    "trace_stats": "workbench.workloads.trace_stats",
-    "tracegen": "workbench.workloads.materialize",
-    "serve_sim": "workbench.sim.server",
-    "EngineConfig": "workbench.sim.config",
-    "simulate": "workbench.executors.virtual",
-    "sweep": "workbench.sweeps",
-    "parity": "workbench.qualify",
-    "sweep_async": "workbench.sweeps",
-    "capacity_search": "workbench.sweeps",
-    "capacity_search_async": "workbench.sweeps",
-    "load_sweep": "workbench.sweeps",
-    "SLO": "workbench.sweeps",
-    "sweep_plot": "workbench.report.sweep_plots",
-    "sweep_panel": "workbench.ui.sweep_panel",
-    "run": "workbench.executors.dispatch",
-    "run_async": "workbench.executors.dispatch",
-    "to_frame": "workbench.metrics",
-    "summarize": "workbench.metrics",
-    "plot": "workbench.report.plots",
-    "save": "workbench.metrics.files",
-    "load": "workbench.storage.rundir",
-    "panel": "workbench.ui.widgets",
-    "render_report": "workbench.report.render",
-    "TraceFormatError": "workbench.errors",
-    "ConfigError": "workbench.errors",
-    "WorkbenchError": "workbench.errors",
-}
+#: each public name and the module it is imported from on first use
+_PUBLIC = {name: module for module, names in (
+    ("workbench.config", "RunConfig available"),
+    ("workbench.traces.load", "load_trace detect_format"),
+    ("workbench.workloads.trace_stats", "trace_stats"),
+    ("workbench.workloads.materialize", "tracegen"),
+    ("workbench.sim.server", "serve_sim"),
+    ("workbench.sim.config", "EngineConfig"),
+    ("workbench.executors.virtual", "simulate"),
+    ("workbench.sweeps", "sweep sweep_async capacity_search capacity_search_async load_sweep SLO"),
+    ("workbench.qualify", "parity"),
+    ("workbench.report.sweep_plots", "sweep_plot"),
+    ("workbench.ui.sweep_panel", "sweep_panel"),
+    ("workbench.executors.dispatch", "run run_async"),
+    ("workbench.metrics", "to_frame summarize"),
+    ("workbench.report.plots", "plot"),
+    ("workbench.metrics.files", "save"),
+    ("workbench.storage.rundir", "load"),
+    ("workbench.ui.widgets", "panel"),
+    ("workbench.report.render", "render_report"),
+    ("workbench.errors", "TraceFormatError ConfigError WorkbenchError"),
+) for name in names.split()}
 
 __all__ = [*sorted(_PUBLIC), "__version__"]
 

@@ -1,17 +1,6 @@
-"""Every body read from a server outside the measured stream, read under a bound.
-
-The measured requests go through the two HTTP clients (``http1``, ``http_aiohttp``),
-whose streams and error bodies are already bounded and inflated piece by piece
-(``Inflater``, below). Everything else a run reads from a server — Prometheus pages
-(``scrape``), the prefix-cache reset (``flush``), the profiler's answers (``profile``),
-a ``sweep --serve`` server's health checks, the capture proxy's ``/tokenize`` answers —
-is read here: at most ``limit`` bytes *after* inflating, a ``gzip``/``deflate`` body
-inflated ``INFLATE_PIECE`` bytes at a time by the ``Inflater`` the clients use, and the
-connection dropped as soon as the bound is reached. ``Body.cut`` says a body was longer;
-callers note it in one line (docs/security.md, "Bounded inputs").
-
-Sessions that read through this module are made with ``auto_decompress=False``
-(``session()``): aiohttp would otherwise inflate each network read whole.
+"""Every body read from a server outside the measured stream, read under a bound:
+``read_body`` inflates piece by piece (``Inflater``, the HTTP clients' too) and drops
+the connection at the bound (docs/security.md, "Bounded inputs").
 """
 
 from __future__ import annotations
@@ -32,12 +21,9 @@ __all__ = ["ANSWER_MAX", "INFLATE_PIECE", "PAGE_MAX", "Body", "BodyError", "Infl
 #: a compressed body is inflated at most this many bytes at a time (``Inflater``)
 INFLATE_PIECE = 64 * 1024
 
-#: a Prometheus page (``/metrics`` of the target or of ``backend.metrics_urls``): vLLM's
-#: is ~100 KB, a DCGM exporter's for 8 GPUs ~300 KB; past this the page is cut
+#: a Prometheus page (vLLM's ~100 KB, a DCGM exporter's for 8 GPUs ~300 KB)
 PAGE_MAX = 16 * 2**20
-#: any other answer (cache reset, profiler, health, /tokenize): the clients' error-body
-#: bound (``http1.ERROR_BODY_MAX``) for a short answer; /tokenize answers carry a
-#: prompt's ids, so the capture proxy passes its own bound
+#: any other answer: the clients' error-body bound (the capture proxy's /tokenize: its own)
 ANSWER_MAX = 64 * 1024
 
 ENCODINGS = ("gzip", "x-gzip", "deflate")
@@ -48,14 +34,9 @@ class BodyError(WorkbenchError):
 
 
 class Inflater:
-    """A ``gzip``/``deflate`` body inflated piece by piece, never a whole read at once.
-
-    ``pieces(data)`` yields the inflated bytes of one network read in pieces of at
-    most ``INFLATE_PIECE`` bytes; the caller hands each on (a stream's event-size bound
-    then cuts a body that inflates without end exactly where it would cut plain bytes)
-    and stops taking pieces once it has enough, so a read that inflates to a GiB is
-    never held whole (docs/wire-protocols.md). A broken body raises ``error``.
-    """
+    """A ``gzip``/``deflate`` body inflated piece by piece: ``pieces(data)`` yields one
+    network read's bytes ``INFLATE_PIECE`` at a time, so a caller that stops taking them
+    never holds a bomb whole (docs/wire-protocols.md). A broken body raises ``error``."""
 
     __slots__ = ("encoding", "z")
     error: type[Exception] = BodyError
@@ -110,11 +91,8 @@ def _inflater(headers: Mapping[str, str]) -> Inflater | None:
 
 async def read_body(resp: aiohttp.ClientResponse, limit: int = ANSWER_MAX,
                     inflater: Inflater | bool | None = True) -> Body:
-    """At most ``limit`` bytes of ``resp``'s body, inflated piece by piece; the
-    connection is closed when the body is longer (``Body.cut``). A body that does not
-    inflate, or an encoding other than gzip/deflate, raises ``BodyError``. ``inflater``:
-    the caller's own (an HTTP client's, raising its error), None for a body read as it
-    is, True (default) for one made from the response's ``Content-Encoding``."""
+    """At most ``limit`` bytes of ``resp``'s body, inflated (``inflater``: the caller's, None
+    or from ``Content-Encoding``); ``BodyError`` for a broken body or another encoding."""
     inflate = _inflater(resp.headers) if inflater is True else inflater or None
     out = bytearray()
     cut = False

@@ -1,17 +1,16 @@
-"""``workbench`` / ``python -m workbench``: parse arguments, call the API, exit.
-
-Thin on purpose: every subcommand lives in ``workbench/commands/<name>.py`` and
-turns its arguments into one public API call.
-"""
+"""``workbench`` / ``python -m workbench``: parse arguments, call the API, exit; each
+subcommand is a module of ``workbench/commands/``."""
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 import sys
 from typing import TYPE_CHECKING
 
 from workbench.errors import (
-    STOP_SIGNAL_NAMES,
+    STOP_SIGNALS,
     WRITE_ERRNOS,
     ExitCode,
     OutputWriteError,
@@ -23,20 +22,12 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 
-#: the signals that take Ctrl-C's (SIGINT's) path (``errors.STOP_SIGNAL_NAMES``)
-STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
-    getattr(signal, name) for name in STOP_SIGNAL_NAMES if hasattr(signal, name))
-
-
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
 def interrupt_early() -> None:
-    """Every signal of ``STOP_SIGNALS`` takes Ctrl-C's path from the command's first line
-    on, while it still imports (``workbench.signals`` says how the run itself then stops):
-    a stop during start-up is one line and exit code 130, not a traceback or 143. Main
-    thread only (elsewhere a no-op)."""
+    """Every stop signal takes Ctrl-C's path from the command's first line (main thread)."""
     import threading
 
     if threading.current_thread() is threading.main_thread():
@@ -73,8 +64,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     interrupt_early()
     command = ""
     try:
-        import logging
-
         parser = build_parser()  # imports every command module
         args, extra = parser.parse_known_args(argv)
         command = args.command or ""
@@ -106,9 +95,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """The subcommand; an error is one line a person can act on, no traceback."""
-    import logging
-    import os
-
     from workbench import redact
 
     try:

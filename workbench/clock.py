@@ -1,17 +1,6 @@
-"""Clocks: the wall clock of a live replay and the virtual clock of ``simulate``.
-
-Everything that waits or timestamps goes through a ``Clock`` so the same runner
-and the same engine core run on either. The virtual clock is an asyncio event
-loop whose ``time()`` jumps straight to the next timer whenever nothing is ready
-to run: a discrete-event simulation that still runs ordinary coroutines, with
-no sockets and no real sleeping. It is deterministic: same input, same order of
-callbacks, same virtual timestamps.
-
-Steps: a process that only advances at its own deadlines (the embedded engine's
-step loop) registers each deadline with ``VirtualTimeLoop.call_step_at`` instead
-of awaiting a timer, and the loop runs it synchronously at the moment it would
-have waited anyway (docs/virtual-time.md): no future, no timer, no task wake-up
-per step.
+"""Clocks: the wall clock of a live replay and the virtual clock of ``simulate``, an
+asyncio event loop whose time jumps to the next timer when nothing is ready (with the
+engine's steps as ``call_step_at``; docs/virtual-time.md).
 """
 
 from __future__ import annotations
@@ -42,22 +31,12 @@ class WallClock:
         return time.perf_counter_ns()
 
     async def sleep_until(self, t_ns: int) -> None:
-        delay = (t_ns - time.perf_counter_ns()) / 1e9
-        if delay > 0:
-            await asyncio.sleep(delay)
-        else:
-            await asyncio.sleep(0)
+        await asyncio.sleep((t_ns - time.perf_counter_ns()) / 1e9)  # <= 0: yields once
 
 
 class VirtualClock:
-    """Reads the running loop's virtual time; use inside ``run_virtual``.
-
-    Made inside a ``VirtualTimeLoop``, it binds to that loop: ``asyncio.
-    get_running_loop()`` costs a ``getpid`` system call on CPython 3.11, and a virtual
-    replay reads the clock some ten times a request (docs/virtual-time.md, "What a
-    virtual replay costs"). Made anywhere else (no loop, or a real one such as a
-    notebook's), it reads whichever loop is running at each call.
-    """
+    """Reads the running loop's virtual time, bound to the ``VirtualTimeLoop`` it is made in
+    (docs/virtual-time.md, "What a virtual replay costs")."""
 
     __slots__ = ("_loop",)
 
@@ -89,15 +68,9 @@ def _set_done(fut: asyncio.Future[None]) -> None:
 
 
 class _VirtualSelector(selectors.BaseSelector):
-    """A selector that never sleeps: a wait for a timer moves the loop's clock instead.
-
-    asyncio asks its selector to wait exactly until the earliest timer when nothing
-    is ready (``timeout`` > 0), forever when there is no timer at all (``None``),
-    and not at all otherwise (0). In the first two cases ``VirtualTimeLoop._advance``
-    runs the steps due before that timer and then moves the clock (no timer and no
-    step left is a deadlock); the real selector underneath is only ever polled (the
-    loop's own wake-up pipe still works).
-    """
+    """A selector that never sleeps: where asyncio would wait (``timeout`` > 0 or None),
+    ``VirtualTimeLoop._advance`` runs the steps due and moves the clock instead; the real
+    selector underneath is only polled (the loop's wake-up pipe still works)."""
 
     def __init__(self, loop_clock: VirtualTimeLoop) -> None:
         self._real = selectors.DefaultSelector()
@@ -108,9 +81,6 @@ class _VirtualSelector(selectors.BaseSelector):
 
     def unregister(self, fileobj: Any) -> selectors.SelectorKey:
         return self._real.unregister(fileobj)
-
-    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        return self._real.modify(fileobj, events, data)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         if timeout is None or timeout > 0:
@@ -137,21 +107,10 @@ class StepHandle:
     def cancel(self) -> None:
         self._cancelled = True
 
-    def cancelled(self) -> bool:
-        return self._cancelled
-
 
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
-    """An event loop whose clock only moves when every task is waiting on a timer.
-
-    Public API only: the loop is given a selector that never sleeps
-    (``_VirtualSelector``); whenever the loop would wait for its earliest timer,
-    time jumps to that timer's deadline instead, so nothing really sleeps. The
-    deadlines come from a heap of the timers this loop handed out (``call_at``,
-    which ``call_later`` goes through), read with ``TimerHandle.when()`` and
-    ``cancelled()``. Steps (``call_step_at``) sit in a second heap that only
-    ``_advance`` reads.
-    """
+    """An event loop whose clock only moves when every task is waiting on a timer (public
+    API only: a heap of the timers it handed out, ``call_at``; steps in a second heap)."""
 
     def __init__(self) -> None:
         self._virtual_now = 0.0
@@ -159,8 +118,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         self._timer_seq = 0
         self._steps: list[tuple[int, int, StepHandle]] = []
         self._step_seq = 0
-        #: the instant (ns) whose due steps ran last: from then until time moves, every
-        #: step registered for that instant before it began has run (``Engine._catch_up``)
+        #: the instant (ns) whose due steps ran last (``Engine._catch_up``)
         self.stepped_at_ns = -1
         super().__init__(_VirtualSelector(self))
 
@@ -176,17 +134,8 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         return handle
 
     def call_step_at(self, when_ns: int, callback: Callable[[], bool]) -> StepHandle:
-        """Run ``callback()`` synchronously at virtual time ``when_ns`` (integer ns).
-
-        Unlike ``call_at``, a step runs only when no callback is ready and no timer
-        is due first: at the moment the loop would otherwise wait. A timer due at
-        the same instant runs first (with everything it wakes), then the step.
-        Steps due at the same instant run together, in the order they were
-        registered (a step registered while they run, even for that instant, runs
-        after the loop had its turn). ``callback`` returns True when it woke a
-        waiter (resolved a future): the loop then runs before the next step. It may
-        register its own next step. Docs: docs/virtual-time.md.
-        """
+        """Run ``callback()`` at virtual time ``when_ns`` (integer ns) when the loop would
+        otherwise wait; it returns True when it woke a waiter (docs/virtual-time.md)."""
         if when_ns < self._virtual_now * 1e9 - 0.5:  # before now (ns, as ``now_ns`` rounds)
             raise ValueError(f"step deadline {when_ns} ns is in the virtual past")
         handle = StepHandle(when_ns, callback)
@@ -195,8 +144,8 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         return handle
 
     def _advance(self, timer_pending: bool = True) -> None:
-        """Nothing is ready: run the steps due before the earliest timer, stopping
-        after an instant whose steps woke a waiter, else move time to that timer."""
+        """Nothing is ready: run the steps due before the earliest timer (up to an instant
+        whose steps woke a waiter), else move time to that timer."""
         timers, now = self._timers, self._virtual_now
         while timers and (timers[0][0] <= now or timers[0][2].cancelled()):
             heapq.heappop(timers)  # ran already, or cancelled

@@ -1,10 +1,5 @@
-"""How many CPU cores this process may run on.
-
-Virtual-time sweeps and capacity plans run their points or searches in processes of
-their own, as many at once as there are cores to run them on (docs/sweeps.md,
-docs/plan.md). The count is this process's CPU affinity, so ``taskset -c 0 workbench
-sweep ...`` runs one point at a time.
-"""
+"""How many CPU cores this process may run on (its affinity: ``taskset -c 0`` runs one
+sweep point or plan search at a time; docs/sweeps.md, docs/plan.md)."""
 
 from __future__ import annotations
 

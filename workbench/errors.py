@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno as _errno
+import signal
 
 #: the errnos of a write that failed for want of room or a working disk (not of a path)
 WRITE_ERRNOS = frozenset(
@@ -16,11 +17,8 @@ class WorkbenchError(Exception):
 
 
 class TraceFormatError(WorkbenchError):
-    """A trace file broke a rule of its format.
-
-    The message is always ``path:line: rule`` so an editor can jump to it;
-    ``line`` is 1-based (0 when the problem is the file as a whole).
-    """
+    """A trace file broke a rule of its format: ``path:line: rule``, ``line`` 1-based (0: the
+    file as a whole)."""
 
     def __init__(self, path: object, line: int, rule: str) -> None:
         self.path = str(path)
@@ -38,8 +36,7 @@ class ConfigError(WorkbenchError):
 
 
 class OutputWriteError(WorkbenchError):
-    """A file of a run or a report could not be written (disk full, file too large, I/O
-    error): the run stops at the first such write. One line names the path and errno."""
+    """A file of a run or a report could not be written; the message names path and errno."""
 
     def __init__(self, path: object, exc: OSError) -> None:
         self.path = str(path)
@@ -53,27 +50,15 @@ class OutputWriteError(WorkbenchError):
         return (type(self), (self.path, OSError(self.errno, self.reason)))
 
 
-#: every signal a user can send whose default would kill the process where it stands; each
-#: stops a command as Ctrl-C (SIGINT) does, exit ``ExitCode.CANCELLED`` (``timeout``,
-#: Docker, Kubernetes, Slurm: SIGTERM; a terminal or ssh session gone: SIGHUP; Ctrl-\\:
-#: SIGQUIT; ``kill -USR1``). SIGKILL and SIGSTOP cannot be caught (workbench.signals)
+#: every signal a user can send whose default would kill the process where it stands: each
+#: stops a command as Ctrl-C (SIGINT) does (docs/run-directory.md, "Stopping")
 STOP_SIGNAL_NAMES = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
+    getattr(signal, name) for name in STOP_SIGNAL_NAMES if hasattr(signal, name))
 
 
 class ExitCode:
-    """The exit status of every ``workbench`` command (README "Exit codes").
-
-    ``COMPLETED``: the run ended as planned and its error rate is at most
-    ``--max-error-rate``; ``FAILED``: a runtime error outside the run's records (the
-    target cannot be reached, a server broke its protocol in the preflight);
-    ``CONFIG_ERROR``: a configuration or command-line error (also argparse's usage
-    errors); ``TRACE_ERROR``: the trace file broke a rule of its format or cannot be
-    read; ``ERROR_RATE``: the run completed but more than ``--max-error-rate`` of its
-    requests failed; ``CANCELLED``: the run was stopped (Ctrl-C, SIGTERM, a stop
-    event) — its directory is complete and says ``cancelled``; ``WRITE_FAILED``: a file
-    of the run or report could not be written (disk full, file too large, I/O error): the
-    run stopped sending at the first failed write and its manifest says ``failed``.
-    """
+    """The exit status of every ``workbench`` command: README, "Exit codes"."""
 
     COMPLETED = 0
     FAILED = 1
@@ -86,10 +71,9 @@ class ExitCode:
     @staticmethod
     def of_error(exc: BaseException) -> int:
         """The exit status for an error raised out of a command."""
-        if isinstance(exc, OutputWriteError):
-            return ExitCode.WRITE_FAILED
-        if isinstance(exc, TraceFormatError):
-            return ExitCode.TRACE_ERROR
-        if isinstance(exc, ConfigError):
-            return ExitCode.CONFIG_ERROR
+        for kind, code in ((OutputWriteError, ExitCode.WRITE_FAILED),
+                           (TraceFormatError, ExitCode.TRACE_ERROR),
+                           (ConfigError, ExitCode.CONFIG_ERROR)):
+            if isinstance(exc, kind):
+                return code
         return ExitCode.FAILED

@@ -1,10 +1,5 @@
-"""Where a simulated cluster served a response: its worker headers and the record fields.
-
-The embedded engine's cluster (``sim.cluster``) names the serving worker of every
-response in these headers; the client (``backends.transport``) and the virtual
-replay (``executors.virtual``) copy them into a record's ``extra``
-(docs/cluster.md). Both sides read the names here, below both, so the client
-never imports the simulator.
+"""The worker headers of a simulated cluster's responses and their record fields, read by
+the engine (``sim.cluster``), the client and the virtual replay alike (docs/cluster.md).
 """
 
 from __future__ import annotations

@@ -1,14 +1,5 @@
-"""Known Prometheus series of GPU exporters: a label, a unit and how label sets combine.
-
-A run can scrape endpoints beside the engine's own ``/metrics`` (``backend.metrics_urls``,
-e.g. NVIDIA's DCGM exporter) and keep series by pattern (``backend.metrics_series``);
-docs/measurement-rules.md, "Further Prometheus endpoints". A series is summed over its
-label sets (GPUs, engines) unless this table says to average it: a utilisation of 8 GPUs
-is their mean, their framebuffer memory and power add up. Series not named here keep
-their Prometheus name as label, no unit, and are summed.
-
-Names and units: DCGM's field identifiers (``dcgm_fields.h``; the exporter's
-``default-counters.csv``), as docs/measurement-rules.md lists them.
+"""Known Prometheus series of GPU exporters (DCGM): a label, a unit, averaged or summed
+over label sets (docs/measurement-rules.md, "Further Prometheus endpoints").
 """
 
 from __future__ import annotations
@@ -50,6 +41,4 @@ def averaged(name: str) -> bool:
 def describe(name: str) -> dict[str, str | None]:
     """``{"label", "unit"}`` of a series: the table's for a known one, else its name."""
     info = GPU_SERIES.get(name)
-    if info is None:
-        return {"label": name, "unit": None}
-    return {"label": info.label, "unit": info.unit}
+    return {"label": info.label if info else name, "unit": info.unit if info else None}

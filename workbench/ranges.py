@@ -1,21 +1,6 @@
-"""The one type-and-range checker of configuration values, and its range table.
-
-A field's *type* comes from its annotation (``int | None``, ``float | Literal["auto"]``,
-``dict[str, float]``, ``tuple[float, float, float]``, a ``Literal``), its *range*
-from ``RANGES``, keyed by the field's path. ``check_dataclass`` walks the fields of
-a spec and raises one ``ConfigError`` naming the first bad field and its rule::
-
-    arrival.max_concurrency: expected a positive integer, got '16' (str)
-
-Rules: an integer is an ``int`` (never a ``bool``, never ``16.0`` or ``'16'``);
-a number is an ``int`` or ``float`` that is finite (NaN and infinity are
-refused everywhere); ``bool`` is ``true``/``false`` only. The bounds and the
-reasons for them are in ``docs/config-bounds.md``.
-
-It sits below every package that has knobs: the run config
-(``workbench.config``) and the embedded engine (``sim.config.EngineConfig``,
-``sim.faults.Faults``: the ``target.engine.*`` rows) check theirs here, so a
-knob has one range and one message wherever it is set.
+"""The one type-and-range checker of configuration values, and its range table: a field's
+type is its annotation, its range ``RANGES[path]``; ``check_dataclass`` raises one
+``ConfigError`` naming the first bad field (docs/config-bounds.md, "Type rules").
 """
 
 from __future__ import annotations
@@ -45,26 +30,14 @@ class Range:
         return self.hi is None or x <= self.hi
 
 
-POSITIVE = Range(0, None, open_lo=True)
-NON_NEGATIVE = Range(0, None)
-#: no count of units, slots, sessions or requests a client on one host can handle is
-#: above a million (docs/config-bounds.md)
-MAX_COUNT = 1_000_000
-#: the longest context any engine serves today is ~10M tokens; 2**24 leaves room
-MAX_TOKENS = 2**24
-#: a timeout, duration or interval longer than a week is a typo, not a setting
-MAX_SECONDS = 7 * 24 * 3600.0
-#: the slowest arrival rate: one unit every ~11.6 days (``--rate 1e-300`` is a typo)
-MIN_RATE = 1e-6
-#: tokens of one round's output (``output_len fixed:K``) and of a session's output budget
-#: (``budget:T``): the per-round bound of docs/trace-bounds.md
-MAX_OUTPUT_TOKENS = 10_000_000
-#: nesting of a configuration value (a config file, ``extra_body``, ``--body-field``):
-#: a config is a few levels deep; 3,000 levels would overflow Python's stack
-MAX_DEPTH = 64
-#: nodes of a configuration document, YAML aliases expanded (a billion-laughs bomb
-#: of 907 bytes expands to ~10^9)
-MAX_NODES = 1_000_000
+# the bounds and why each is what it is: docs/config-bounds.md
+MAX_COUNT = 1_000_000  # units, slots, sessions, requests
+MAX_TOKENS = 2**24  # a context
+MAX_SECONDS = 7 * 24 * 3600.0  # a timeout, duration or interval
+MIN_RATE = 1e-6  # units/s
+MAX_OUTPUT_TOKENS = 10_000_000  # ``output_len`` fixed:K and budget:T
+MAX_DEPTH = 64  # nesting of a configuration value
+MAX_NODES = 1_000_000  # values of a configuration document, YAML aliases expanded
 
 RANGES: dict[str, Range] = {
     "trace.max_items": Range(1, 10**9),
@@ -95,7 +68,7 @@ RANGES: dict[str, Range] = {
     "executor.record_flush_ms": Range(0, 60_000.0),
     "executor.pace_ms": Range(0, 1000.0),
     "seed": Range(0, 2**32 - 1),
-    "slo": POSITIVE,  # every bound, in ms
+    "slo": Range(0, None, open_lo=True),  # every bound, in ms
     # the embedded engine (target.engine knobs: EngineConfig and Faults fields)
     "target.engine.block_size": Range(1, 4096),
     "target.engine.num_blocks": Range(1, 2**26),
@@ -232,8 +205,7 @@ _HINTS: dict[type, dict[str, Any]] = {}
 
 
 def hints_of(cls: type) -> dict[str, Any]:
-    """The resolved annotations of a dataclass (or of a class's ``__init__``), resolved
-    once per class (a sweep checks thousands of configs). Read only: shared."""
+    """The resolved annotations of a dataclass (or its ``__init__``), cached: read only."""
     hints = _HINTS.get(cls)
     if hints is None:
         target = cls if dataclasses.is_dataclass(cls) else cls.__init__  # type: ignore[misc]

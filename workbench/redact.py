@@ -1,24 +1,6 @@
-"""Secrets never reach a file or a log: redaction of keys, bearer tokens, URL credentials.
-
-What is removed (``docs/security.md``):
-
-- every secret *registered* for the run, wherever it appears:
-  ``RunConfig.register_secrets`` registers every credential a run sends, however
-  it was given (the API key read from ``backend.api_key_env``; the values of
-  ``backend.options.headers``, literal or ``$ENV``; the values of credential-named
-  ``extra_body`` fields; the target URL's user, password and Basic token, and its
-  query values), and the code that builds what is sent registers it again in its
-  own process (worker processes);
-- any ``Bearer <token>`` / ``Basic <token>`` value, any ``sk-...`` key and the
-  value of a credential-named URL query parameter (``?api_key=...``), registered
-  or not (an error body that echoes the request's headers or URL);
-- the ``user:password@`` part of any URL in a text.
-
-``text`` is the one function every writer applies (records' server-given
-strings, lifecycle rows, manifest, metrics timeline, summary, log records, the
-CLI's console streams: ``RedactingStream``); ``obj`` applies it to every string
-of a JSON-like value, ``line`` to a serialized JSON line. Redacted parts read
-``[REDACTED]``.
+"""Secrets never reach a file or a log: every registered secret (``register``,
+``RunConfig.register_secrets``) and every key-shaped token reads ``[REDACTED]`` in what
+``text`` (``obj``, ``line``) is applied to (docs/security.md).
 """
 
 from __future__ import annotations
@@ -50,9 +32,7 @@ _PATTERNS = re.compile(
     re.IGNORECASE,
 )
 _MIN_SECRET = 4  # shorter strings would redact ordinary words
-#: a value sent under a name that does not say "credential" is registered from this length
-#: on (shorter ones, ``x-priority: high``, would blank ordinary words in every record)
-_MIN_UNNAMED = 8
+_MIN_UNNAMED = 8  # the same under another name (``x-priority: high`` is not a secret)
 _secrets: set[str] = set()
 _secret_bytes: list[bytes] = []
 
@@ -66,14 +46,9 @@ def register(*secrets: str | None) -> None:
 
 
 def register_sent(name: str, value: Any, *, named_only: bool = False) -> None:
-    """Register a value sent under ``name`` (a header, a query parameter, a body field).
-
-    A credential-shaped name (``CREDENTIAL_NAME``) registers the value from 4
-    characters on, any other name from 8 (``named_only``: never; body fields, whose
-    other values are prompts and model names). The value's parts are registered too
-    (``Bearer <token>`` → the token; ``a=1; sid=<token>`` → each cookie value), so a
-    server that echoes only a part is redacted as well.
-    """
+    """Register a value sent under ``name`` (a header, a query parameter, a body field),
+    and its parts (``Bearer <token>``: the token): from 4 characters under a credential
+    name (``CREDENTIAL_NAME``), from 8 under another (``named_only``: never)."""
     if value is None or isinstance(value, bool) or not isinstance(value, str | int | float):
         return
     value = str(value)
@@ -88,15 +63,8 @@ def register_sent(name: str, value: Any, *, named_only: bool = False) -> None:
             register(part)
 
 
-def register_headers(headers: Mapping[str, Any]) -> None:
-    """Every request header value a user gave (``backend.options.headers``, resolved)."""
-    for name, value in headers.items():
-        register_sent(str(name), value)
-
-
 def register_body(body: Any, name: str = "") -> None:
-    """The values of credential-named fields of ``extra_body``, nested ones too: a field
-    counts as named when any name on its path does (``auth.value``, ``api_key``)."""
+    """The values of credential-named fields of ``extra_body`` (any name on the path)."""
     if isinstance(body, Mapping):
         for key, value in body.items():
             register_body(value, f"{name}.{key}" if name else str(key))
@@ -108,8 +76,7 @@ def register_body(body: Any, name: str = "") -> None:
 
 
 def register_url(url: str) -> None:
-    """A target URL's credentials: user and password (and their Basic token, see
-    ``basic_authorization``) and every value of its query string."""
+    """A target URL's user, password, Basic token and query values."""
     basic_authorization(url)
     _, user, password = url_credentials(url)
     if password is None:
@@ -123,13 +90,8 @@ def register_url(url: str) -> None:
 
 
 def _sub(m: re.Match[str]) -> str:
-    if m.group("scheme"):
-        return m.group("scheme") + MARK
-    if m.group("url"):
-        return m.group("url") + MARK + "@"
-    if m.group("query"):
-        return m.group("query") + MARK
-    return MARK
+    head = m.group("scheme") or m.group("url") or m.group("query") or ""
+    return head + MARK + ("@" if m.group("url") else "")
 
 
 def text(s: str) -> str:
@@ -152,12 +114,8 @@ _NUMBER_BYTES = b"0123456789,[]"
 
 
 def line(data: bytes) -> bytes:
-    """``text`` over one serialized JSON line; a clean line (the usual one) is not copied.
-
-    A line holding a registered secret is redacted value by value (parsed, ``obj``,
-    serialized again), so a secret that also occurs inside a number or a key's JSON
-    syntax cannot break the line.
-    """
+    """``text`` over one serialized JSON line (not copied when clean; value by value when it
+    holds a registered secret, so the JSON stays whole)."""
     registered = any(s in data for s in _secret_bytes)
     # the triggers looked for without the digits and number punctuation most of a record
     # line is (token times, hashes): deleting them can only join letters into a trigger,
@@ -190,12 +148,9 @@ def obj(value: Any) -> Any:
     return value
 
 
-# ------------------------------------------------------------------------- URLs
 def url_credentials(url: str) -> tuple[str, str | None, str | None]:
-    """``(url without user:password@, user, password)``; unparsable URLs come back as-is.
-
-    ``user:pw@host:port`` without a scheme is read as ``http://...`` (as the transport does).
-    """
+    """``(url without user:password@, user, password)``; unparsable URLs come back as-is;
+    ``user:pw@host:port`` reads as ``http://...``."""
     if "://" not in url and "@" in url:
         url = f"http://{url.strip()}"
     try:
@@ -254,10 +209,8 @@ def basic_authorization(url: str) -> str | None:
     return f"Basic {token}"
 
 
-# ------------------------------------------------------------------------- console
 class RedactingStream:
-    """A text stream that writes ``text(s)`` to the stream it wraps (the CLI's stdout and
-    stderr: every console line, whoever prints it); everything else is delegated."""
+    """A text stream that writes ``text(s)`` to the stream it wraps (the CLI's)."""
 
     def __init__(self, stream: TextIO) -> None:
         self.wrapped = stream
@@ -274,39 +227,26 @@ class RedactingStream:
         return getattr(self.wrapped, name)
 
 
-# ------------------------------------------------------------------------- logs
-class RedactingFilter(logging.Filter):
-    """Redacts a log record's message in place (attach to a handler)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except (TypeError, ValueError):  # a bad format string: logging reports it itself
-            return True
-        clean = text(message)
-        if clean != message:
-            record.msg, record.args = clean, None
-        return True
-
-
 _installed = False
 
 
 def install_log_redaction() -> None:
-    """Redact every log record of this process as it is created (idempotent).
-
-    A record factory (not a handler filter) so that whatever handlers a notebook
-    or an application attached later still get the redacted text.
-    """
+    """Redact every log record of this process as it is created (idempotent): a record
+    factory, so handlers attached later get the redacted text too."""
     global _installed
     if _installed:
         return
     previous = logging.getLogRecordFactory()
-    redactor = RedactingFilter()
 
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = previous(*args, **kwargs)
-        redactor.filter(record)
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):  # a bad format string: logging reports it itself
+            return record
+        clean = text(message)
+        if clean != message:
+            record.msg, record.args = clean, None
         return record
 
     logging.setLogRecordFactory(factory)

@@ -1,8 +1,5 @@
-"""One small registry type shared by the four axes.
-
-Adding a trace format, a context policy, an arrival schedule or a backend is one
-module with one ``@REGISTRY.register("name")`` line; nothing else dispatches on names.
-"""
+"""One small registry type shared by the axes: a new trace format, context policy,
+arrival mode or backend is one module with one ``@REGISTRY.register("name")`` line."""
 
 from __future__ import annotations
 
@@ -80,8 +77,6 @@ _ALL: weakref.WeakSet[Registry[Any]] = weakref.WeakSet()
 
 
 def registered_in_main() -> list[str]:
-    """``"kind name"`` of every registered object defined in the ``__main__`` module (a
-    script's own trace format or backend): a child process knows it only by running the
-    script again (``workbench.spawning``)."""
+    """``"kind name"`` of every registered object defined in ``__main__`` (``spawning``)."""
     return sorted(f"{r.kind} {name}" for r in list(_ALL) for name, obj in r._items.items()
                   if getattr(obj, "__module__", None) == "__main__")  # fmt: skip

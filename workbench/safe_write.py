@@ -1,27 +1,5 @@
-"""Write only what we create: the one way every workbench writer opens a file.
-
-Below every package that writes (traces, storage, reports, plans, sweeps, capture).
-
-A folder workbench writes into may be writable by someone else (a shared ``runs/``, a
-report folder, ``/tmp``). A symbolic link planted where a file is about to be written
-(``records.parquet.tmp``, ``report.html``) would send the bytes to its target, outside the
-folder; a hard link to an outside file would be truncated through ``O_TRUNC``. So every
-file is written here:
-
-- a new file is created with ``O_CREAT | O_EXCL | O_NOFOLLOW``: a file of ours from an
-  earlier write (a regular file with one link) is removed first, never truncated through;
-  a symbolic link, or a file with other hard links, where a file is to be written is a
-  ``LinkRefused`` naming it (exit 2), and nothing is written;
-- a file that must appear whole (``atomic=True``, ``write_atomic``) is written to
-  ``NAME.tmp``, created the same way, then renamed over ``NAME`` — unless ``NAME`` is itself
-  a link (refused, the temporary removed): ``rename`` would not follow it, but the rule is
-  one rule;
-- appending (a run's JSONL files when a run resumes) opens with ``O_NOFOLLOW`` and refuses
-  a file with more than one hard link;
-- a folder a writer makes inside its output (``figures/``, ``servers/``) must not be a
-  link (``make_dir``).
-
-docs/security.md, "Run ids and paths".
+"""Write only what we create: the one way every workbench writer opens a file (never
+through a link: ``LinkRefused``; docs/security.md, "Run ids and paths").
 """
 
 from __future__ import annotations
@@ -54,8 +32,7 @@ class LinkRefused(ConfigError):
 
 
 def _clear(path: Path) -> None:
-    """Make room for a new file at ``path``: nothing there, or a file of ours (one link)
-    removed; a link is refused."""
+    """Make room for a new file at ``path``: a file of ours removed, a link refused."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -70,35 +47,28 @@ def _clear(path: Path) -> None:
 
 
 def open_fd(path: str | os.PathLike[str], *, append: bool = False, mode: int = 0o644) -> int:
-    """A descriptor open for writing a new file at ``path`` (see the module doc), or, with
-    ``append``, the end of the file there (created if missing)."""
+    """A descriptor for writing a new file at ``path``, or with ``append`` its end."""
     p = Path(path)
-    if append:
-        try:
-            fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | NOFOLLOW | CLOEXEC, mode)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise LinkRefused(p) from None
-            raise
-        if os.fstat(fd).st_nlink > 1:
-            os.close(fd)
-            raise LinkRefused(p, "a file with another hard link")
-        return fd
-    _clear(p)
+    if not append:
+        _clear(p)
     try:
-        return os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, mode)
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | NOFOLLOW | CLOEXEC
+                     | (os.O_APPEND if append else os.O_EXCL), mode)
     except FileExistsError:  # planted between the check and the create
         raise LinkRefused(p, "a file that appeared while it was being created") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise LinkRefused(p) from None
         raise
+    if append and os.fstat(fd).st_nlink > 1:
+        os.close(fd)
+        raise LinkRefused(p, "a file with another hard link")
+    return fd
 
 
 def make_dir(path: str | os.PathLike[str], *, parents: bool = False) -> Path:
-    """``path`` as a directory of its own (created if missing): a symbolic link there,
-    even to a directory, is refused — ``O_NOFOLLOW`` guards a file's last component
-    only, so a linked folder would take every file written into it elsewhere."""
+    """``path`` as a directory of its own (created if missing); a symbolic link there is
+    refused (``O_NOFOLLOW`` guards a file's last component only)."""
     p = Path(path)
     p.mkdir(parents=parents, exist_ok=True)
     if p.is_symlink():
@@ -113,8 +83,7 @@ def temp_of(path: str | os.PathLike[str]) -> Path:
 
 
 def commit(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
-    """Rename a written temporary over ``path``, unless ``path`` is a link (refused; the
-    temporary removed)."""
+    """Rename a written temporary over ``path``, unless ``path`` is a link."""
     if os.path.islink(path):
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -123,8 +92,7 @@ def commit(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
 
 
 def write_fd(fd: int, data: bytes, path: str | os.PathLike[str]) -> None:
-    """All of ``data`` to ``fd`` (open on ``path``); a failure (disk full...) empties the
-    file and raises ``OutputWriteError`` naming ``path``."""
+    """All of ``data`` to ``fd``; a failure empties the file (``OutputWriteError``)."""
     view = memoryview(data)
     try:
         while view:
@@ -136,10 +104,8 @@ def write_fd(fd: int, data: bytes, path: str | os.PathLike[str]) -> None:
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
-    """``data`` as the whole of ``path``, in one call: written to ``temp_of(path)`` (created
-    by ``open_fd``), then renamed over ``path`` (``commit``). A failure is an
-    ``OutputWriteError`` naming the file (a run's files: the run stops at the first), and
-    no temporary is left behind; a link is ``LinkRefused``."""
+    """``data`` as the whole of ``path``, through ``temp_of(path)`` renamed into place
+    (``OutputWriteError``, no temporary left, on a failure)."""
     target = Path(path)
     tmp = temp_of(target)
     try:
@@ -164,9 +130,8 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
 @contextlib.contextmanager
 def open_file(path: str | os.PathLike[str], mode: Literal["w", "wb", "a", "ab"] = "wb", *,
               atomic: bool = False, encoding: str = "utf-8") -> Iterator[IO[Any]]:
-    """A file object for writing ``path`` the safe way (module doc). ``atomic``: written
-    to ``temp_of(path)`` and renamed into place when the block ends without an error
-    (removed otherwise)."""
+    """A file object for writing ``path``; ``atomic``: renamed into place when the block
+    ends without an error."""
     target = Path(path)
     where = temp_of(target) if atomic else target
     fd = open_fd(where, append=mode.startswith("a"))

@@ -1,37 +1,16 @@
 """Token sequences described by where their tokens come from, not by the tokens.
 
-Every token the workbench sends is a pure function of a *source* and a position
-in it (docs/virtual-time.md, "Prompts as segments"): a unit's own stream, a
-shared prefix, a hash-id block (``context.tokens``), or an engine's output for
-one request (``workbench.tokenizer``). A ``Segments`` is a list of parts
-``(kind, key, start, n)`` — tokens ``start .. start+n-1`` of source ``(kind,
-key)`` — so a 12k-token prompt of a Mooncake row is 24 parts, not 12k ints. A
-virtual replay hands these to the embedded engine, which derives its block
-hashes from them (``block_keys``); a live replay materialises them to the exact
-token ids (``tokens``), and nothing on the wire changes.
-
-Rules that make the derived hashes faithful (same cache hits as hashing tokens):
-
-* **Sources never share tokens.** Different sources give different tokens
-  (``context.tokens``: separate namespaces and streams), so two descriptions give
-  equal tokens exactly when, part by part, they name the same source positions.
-* **Normal form.** Adjacent parts of one source that continue each other are
-  merged and empty parts dropped, so equal tokens have one description.
-* **Prefix identity.** ``block_keys(bs)[i]`` stands for tokens ``0 .. (i+1)·bs-1``
-  (like a chained block hash): it mixes a running key over the whole parts
-  before the part holding the block's last token, that part's source and start,
-  and the block's end position. Equal keys ⇔ equal prefixes (up to 64-bit
-  collisions, as for chained hashes).
-
-Keys are Python ``hash`` of tuples of ints (not salted: the same in every process)
-and a splitmix finaliser; never ``-1`` (``sim.kvcache.NO_HASH``).
+A ``Segments`` is a list of parts ``(kind, key, start, n)``: tokens ``start .. start+n-1``
+of source ``(kind, key)``, in normal form, so block keys are equal exactly when the
+prefixes' tokens are (docs/virtual-time.md, "Prompts as segments"). Keys are Python
+``hash`` of int tuples (not salted: the same in every process) and a splitmix finaliser,
+never ``-1`` (``sim.kvcache.NO_HASH``).
 """
 
 from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -146,8 +125,7 @@ class Segments:
 
 class BlockKeyer:
     """``Segments.block_keys`` in order, resumable: ``upto(n)`` returns the keys of the
-    full blocks of the first ``n`` tokens not returned yet. A sequence that grows a
-    block at a time (an engine's decode) costs per block, not per part walked again."""
+    full blocks of the first ``n`` tokens not returned yet (a decode costs per block)."""
 
     __slots__ = ("_bs", "_e", "_i", "_off", "_parts", "_pk", "_run", "_top")
 
@@ -170,9 +148,8 @@ class BlockKeyer:
         return _twin_keys(pkeys, counts, e0, self._bs)
 
     def extend(self, out: array, stop: int) -> None:
-        """``out.extend(self.upto(stop))`` for an ``array('q')``: compiled, the keys go
-        in as int64s, never as Python ints (the engine's block hashes; docs/virtual-time.md,
-        "Compiled kernels")."""
+        """``out.extend(self.upto(stop))`` for an ``array('q')``, with no Python int a key
+        when compiled (docs/virtual-time.md, "Compiled kernels")."""
         walk = self._walk(stop)
         if walk is None:
             return
@@ -220,10 +197,7 @@ class BlockKeyer:
 def _twin_keys(pkeys: Sequence[int], counts: Sequence[int], e0: int, bs: int) -> list[int]:
     """The Python twin of ``kernels.block_keys``: the keys of ``counts[i]`` blocks under
     part key ``pkeys[i]``, the first ending at ``e0``."""
-    e = e0 + sum(counts) * bs
-    if len(pkeys) == 1:
-        return _mix_ends(pkeys[0], e0, e, bs)
-    n = (e - e0) // bs
+    n = sum(counts)
     if n < 8:
         out: list[int] = []
         end = e0
@@ -232,7 +206,7 @@ def _twin_keys(pkeys: Sequence[int], counts: Sequence[int], e0: int, bs: int) ->
                 out.append(_mix_one(pk, end))
                 end += bs
         return out
-    ends = np.arange(e0, e, bs, dtype=np.uint64)
+    ends = np.arange(e0, e0 + n * bs, bs, dtype=np.uint64)
     pk_arr = np.array([pk & _M64 for pk in pkeys], dtype=np.uint64)
     return _mix(np.repeat(pk_arr, counts), ends)
 
@@ -255,14 +229,6 @@ def _mix(part_keys: np.ndarray, ends: np.ndarray) -> list[int]:
     return out
 
 
-def _mix_ends(part_key: int, lo: int, hi: int, bs: int) -> list[int]:
-    """The keys of the blocks ending at ``lo, lo+bs, .. < hi``, all in one part."""
-    if hi - lo < 8 * bs:
-        return [_mix_one(part_key, end) for end in range(lo, hi, bs)]
-    ends = np.arange(lo, hi, bs, dtype=np.uint64)
-    return _mix(np.full(len(ends), part_key & _M64, dtype=np.uint64), ends)
-
-
 def _mix_one(part_key: int, end: int) -> int:
     """``_mix`` of one block, in Python ints (a decode's one new block)."""
     z = ((part_key & _M64) + end * 0x9E3779B97F4A7C15) & _M64
@@ -275,9 +241,4 @@ def _mix_one(part_key: int, end: int) -> int:
     return -2 if v == -1 else v
 
 
-def is_segments(obj: Any) -> bool:
-    return isinstance(obj, Segments)
-
-
-__all__ = ["BLOCK", "OUTPUT", "PREFIX", "UNIT", "BlockKeyer", "Part", "Resolver", "Segments",
-           "is_segments"]
+__all__ = ["BLOCK", "OUTPUT", "PREFIX", "UNIT", "BlockKeyer", "Part", "Resolver", "Segments"]

@@ -1,22 +1,5 @@
-"""SIGTERM (and SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2: ``STOP``) stops a run exactly as
-Ctrl-C (SIGINT) does.
-
-``timeout``, Docker, Kubernetes and Slurm stop a process with SIGTERM. Python's
-default is to die on the spot: the manifest would stay ``running`` and requests
-in flight would be lost. Here SIGTERM takes SIGINT's path instead:
-
-- while the event loop runs (``run_with_sigterm``), the loop's own signal
-  handler cancels the run's main task, exactly what ``asyncio.Runner`` does for
-  SIGINT: the replay session records in-flight requests as ``cancelled``, writes
-  ``records.parquet``, ``summary.json`` and a ``cancelled`` manifest, and the
-  call raises ``KeyboardInterrupt`` afterwards (the CLI exits with
-  ``ExitCode.CANCELLED``);
-- outside the loop (``workbench.cli.interrupt_early``, the CLI's first line, before
-  this module is even imported), SIGTERM raises ``KeyboardInterrupt`` where the
-  program is, as SIGINT would;
-- ``simulate`` (one thread, virtual time) takes both through ``stop_on_signals``: the
-  run stops itself and saves what finished;
-- child processes end with their parent (``die_with_parent``).
+"""SIGTERM and the other stop signals (``errors.STOP_SIGNALS``) stop a run as Ctrl-C does
+(docs/run-directory.md, "Stopping"); children end with their parent (``die_with_parent``).
 """
 
 from __future__ import annotations
@@ -32,23 +15,16 @@ import threading
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
-from workbench.errors import STOP_SIGNAL_NAMES
+from workbench.errors import STOP_SIGNALS
 
 T = TypeVar("T")
 
-#: the signals that stop a run as SIGINT does (``errors.STOP_SIGNAL_NAMES``)
-STOP = tuple(getattr(signal, name) for name in STOP_SIGNAL_NAMES if hasattr(signal, name))
 
-
-class _Flag:
-    hit = False
-    name = ""
 
 
 class SignalStop:
-    """What ``stop_on_signals`` caught: ``hit`` (and the signal's ``name``). ``arm(loop,
-    stop)`` names what stops the run once its loop runs; a signal that came earlier
-    stops it at once (during imports, loading the trace, claiming the directory)."""
+    """What ``stop_on_signals`` caught (``hit``, ``name``); ``arm(loop, stop)`` names what
+    stops the run once its loop runs (at once for a signal that came earlier)."""
 
     def __init__(self) -> None:
         self.hit = False
@@ -73,13 +49,10 @@ class SignalStop:
         if self._loop is None or self._stop is None:
             return
         if self._thread == threading.get_ident():
-            # the loop runs on this (the main) thread and is somewhere in its own code: stop
-            # the run here, directly; a callback queued on the loop waits for the running
-            # task to yield, which a task that never waits (a stalled virtual closed loop)
-            # never does. The stop only sets events (Runner.stop); the loop is then woken,
-            # in case it sleeps in its selector, to run what they wake.
+            # the loop is on this thread: stop directly (a queued callback would wait for a
+            # task that may never yield, a stalled virtual closed loop), then wake the loop
             self._stop()
-            self._loop.call_soon_threadsafe(_nothing)
+            self._loop.call_soon_threadsafe(lambda: None)  # only wakes the loop
         else:
             self._loop.call_soon_threadsafe(self._stop)
 
@@ -90,10 +63,7 @@ SIGNAL_POLL_S = 0.2
 
 def wait_result(fut: concurrent.futures.Future[T]) -> T:
     """``fut.result()`` from the main thread, waking every ``SIGNAL_POLL_S`` so a signal's
-    Python handler runs. The kernel may hand a process's SIGINT/SIGTERM to any thread not
-    blocking it — a busy worker, or a native thread numpy or pyarrow started — and then
-    only marks the handler pending: a main thread blocked in ``result()`` would never run
-    it, and the run it should stop would go on (docs/run-directory.md, "Signals")."""
+    Python handler runs (docs/run-directory.md, "Stopping")."""
     while True:  # bounded: by the future, which its run's own bounds end
         try:
             return fut.result(timeout=SIGNAL_POLL_S)
@@ -101,21 +71,16 @@ def wait_result(fut: concurrent.futures.Future[T]) -> T:
             continue
 
 
-def _nothing() -> None:
-    """A callback that only wakes a loop."""
-
-
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[SignalStop]:
-    """While inside, the first SIGINT or SIGTERM stops the run through what was armed
-    (``SignalStop.arm``: a run that stops by itself and saves what finished, as a live
-    replay does); a second one raises ``KeyboardInterrupt`` at once. Main thread only
-    (elsewhere nothing is installed: signals go to the main thread)."""
+    """While inside, the first stop signal stops the run through what was armed
+    (``SignalStop.arm``); a second raises ``KeyboardInterrupt``. Main thread only."""
     flag = SignalStop()
     if threading.current_thread() is not threading.main_thread():
         yield flag
         return
-    previous = {sig: signal.signal(sig, flag.on_signal) for sig in (signal.SIGINT, *STOP)}
+    sigs = (signal.SIGINT, *STOP_SIGNALS)
+    previous = {sig: signal.signal(sig, flag.on_signal) for sig in sigs}
     try:
         yield flag
     finally:
@@ -127,16 +92,8 @@ PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
-    """In a child process: receive ``sig`` when the parent dies, however it dies (SIGKILL,
-    the OOM killer) — Linux's parent-death signal, set through ``prctl``.
-
-    Called in the child, first thing; the parent's pid is checked right after, so a
-    parent that died before the call is caught too (the signal is then sent at once).
-    Linux fires the signal when the *thread* that started the child ends: workbench
-    starts its children from the thread that waits for them (the event loop's). On
-    other systems this is a no-op; the pipes the children read (EOF = parent gone)
-    still end them (docs/run-directory.md, "Processes").
-    """
+    """In a child process, first thing: ``sig`` when the parent dies, however it dies
+    (docs/run-directory.md, "Processes")."""
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)
@@ -149,11 +106,11 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
 
 @contextlib.contextmanager
 def _cancel_task_on_sigterm(loop: asyncio.AbstractEventLoop, cancel: Callable[[], Any],
-                            flag: _Flag) -> Iterator[None]:
+                            flag: SignalStop) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.getsignal(sig) for sig in STOP}
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
 
     def on_term() -> None:
         flag.hit = True
@@ -161,7 +118,7 @@ def _cancel_task_on_sigterm(loop: asyncio.AbstractEventLoop, cancel: Callable[[]
 
     added = []
     try:
-        for sig in STOP:
+        for sig in STOP_SIGNALS:
             loop.add_signal_handler(sig, on_term)
             added.append(sig)
     except (NotImplementedError, RuntimeError, ValueError):  # no signals on this loop
@@ -178,7 +135,7 @@ def _cancel_task_on_sigterm(loop: asyncio.AbstractEventLoop, cancel: Callable[[]
 def run_with_sigterm(runner: asyncio.Runner, coro: Coroutine[Any, Any, T]) -> T:
     """``runner.run(coro)``; a SIGTERM meanwhile cancels it as SIGINT would, then raises
     ``KeyboardInterrupt``."""
-    flag = _Flag()
+    flag = SignalStop()
 
     async def main() -> T:
         task = asyncio.current_task()

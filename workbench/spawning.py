@@ -1,22 +1,5 @@
-"""Child processes started fresh (multiprocessing's ``spawn``), whatever script started us.
-
-A child started by ``spawn`` first runs the parent's main module again, so that what it
-defines can be unpickled there (the ``multiprocessing`` guide, "Safe importing of main
-module"). workbench's children (virtual-time sweep points, capacity-plan searches, the
-``processes`` executor's shards) run workbench functions on plain data and need nothing
-from it, and running it again breaks two ordinary ways of calling workbench:
-
-- a script without an ``if __name__ == "__main__":`` guard would start its sweep again
-  in every child; multiprocessing refuses that and the pool breaks;
-- a script read from standard input (``python - <<EOF``) has ``__file__ == "<stdin>"``,
-  a file the child cannot open.
-
-``children_start()`` is held while workbench starts processes: the main module's
-``__file__`` and ``__spec__`` (how ``spawn`` finds it) are hidden for that moment, so the
-children start from workbench alone (docs/sweeps.md, "parallel-points"). Unless the
-script registered an axis value of its own (a trace format, a backend: something the
-children look up by name, ``registry.registered_in_main``): then they need the script,
-and it runs again in them as ``spawn`` always does (it must have its main guard).
+"""Child processes started fresh (``spawn``) that do not run the main script again
+(``children_start``; docs/sweeps.md, "parallel-points").
 """
 
 from __future__ import annotations

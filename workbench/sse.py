@@ -1,18 +1,5 @@
-"""Server-sent-events framing: bytes off the socket → ``data:`` payloads.
-
-Network reads split events anywhere (inside a line, inside ``\\r\\n``), so the
-decoder keeps the unfinished line between reads. Per the SSE spec a line ends in
-``\\n``, ``\\r\\n`` or ``\\r``; a blank line ends an event; lines starting with
-``:`` are comments; several ``data:`` lines of one event join with ``\\n``; other
-fields (``event:``, ``id:``, ``retry:``) are ignored because no backend we speak
-needs them. ``[DONE]`` is returned as an ordinary payload; the transport decides
-what it means.
-
-It is on the hot path of every request: a read that is exactly one one-line
-``data:`` event (a streamed token) is sliced without a split; with ``\n``-only
-framing (every LLM server) it does one ``split`` on blank lines per read and
-slices each one-line ``data:`` event directly; other framing goes line by line. JSON decoding is
-left to the codec.
+"""Server-sent-events framing: bytes off the socket → ``data:`` payloads (the SSE spec's
+line rules; ``[DONE]`` an ordinary payload), with fast paths for one-line events.
 """
 
 from __future__ import annotations
@@ -63,9 +50,8 @@ class SSEDecoder:
         return self._lines(lines)
 
     def _fast(self, buf: bytes) -> list[bytes]:
-        """``\n``-only framing: split on blank lines; one-line ``data: `` events need no
-        line loop (what every LLM server sends). Anything else goes through ``_lines``.
-        The unfinished event stays in ``_tail`` (possibly several lines)."""
+        """``\n``-only framing: one-line ``data: `` events without a line loop, anything else
+        through ``_lines``; the unfinished event stays in ``_tail``."""
         parts = buf.split(b"\n\n")
         self._tail = parts.pop()
         # the usual read: only one-line "data: " events (newlines = 2 per separator)
@@ -88,11 +74,8 @@ class SSEDecoder:
         return len(self._tail) + sum(map(len, data)) if data else len(self._tail)
 
     def close(self) -> list[bytes]:
-        """Flush at end of stream: an event missing its final blank line still counts.
-
-        The spec would drop it; servers that forget the last newline are common
-        enough that losing their final usage chunk is the worse choice.
-        """
+        """Flush at end of stream: an event missing its final blank line still counts (the
+        spec would drop it, and with it a forgetful server's final usage chunk)."""
         tail, self._tail = self._tail, b""
         lines = tail.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n") if tail else []
         lines.append(b"")

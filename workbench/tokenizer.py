@@ -1,28 +1,16 @@
-"""A deterministic word-level tokenizer built in code (no downloads, no files).
-
-Text prompts (``/v1/chat/completions``, string prompts) need *some* tokenizer;
-a real one would mean a model download. Here every ordinary id maps to one
-made-up word of consonant-vowel syllables and words are separated by single
-spaces, so ``encode(decode(ids)) == ids`` for ordinary ids and a prompt of N
-words is N tokens. Unknown words map to a stable hash-chosen ordinary id.
+"""A deterministic word-level tokenizer built in code: one made-up word an id, so
+``encode(decode(ids)) == ids`` and N words are N tokens.
 """
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Iterable, Sequence
 
 VOCAB_SIZE = 32_000
-SPECIALS = (
-    "<unk>",
-    "<s>",
-    "</s>",
-    "<|system|>",
-    "<|user|>",
-    "<|assistant|>",
-    "<|tool|>",
-    "<|end|>",
-)
+SPECIALS = ("<unk>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>",
+            "<|end|>")
 FIRST_ORDINARY = len(SPECIALS)
 NUM_ORDINARY = VOCAB_SIZE - FIRST_ORDINARY
 _ONSETS = "bdfgklmnprstvz"
@@ -66,26 +54,17 @@ class WordTokenizer:
 
     def decode_delta(self, ids: Sequence[int]) -> str:
         """Text of a streamed delta: each word with a leading space, so deltas concatenate."""
-        words = self._words
-        return "".join(" " + (words[i] if 0 <= i < VOCAB_SIZE else "<unk>") for i in ids)
+        return " " + self.decode(ids) if ids else ""
 
 
-_DEFAULT: WordTokenizer | None = None
-
-
+@functools.cache
 def get_tokenizer() -> WordTokenizer:
     """The shared tokenizer (built once, ~30 ms)."""
-    global _DEFAULT
-    if _DEFAULT is None:
-        _DEFAULT = WordTokenizer()
-    return _DEFAULT
+    return WordTokenizer()
 
 
 def output_token(base: int, position: int) -> int:
-    """Deterministic ordinary output id for a request (``base``) at ``position``.
-
-    A multiplicative hash: cheap enough to call once per generated token.
-    """
+    """Deterministic ordinary output id for a request (``base``) at ``position``."""
     x = (base + position * 0x9E3779B1) & 0xFFFFFFFF
     x = ((x ^ (x >> 15)) * 0x2C1B3C6D) & 0xFFFFFFFF
     x ^= x >> 12
@@ -99,19 +78,13 @@ def request_base(request_id: str, seed: int) -> int:
 
 def output_tokens(base: int, count: int, start: int = 0) -> list[int]:
     """``[output_token(base, i) for i in range(start, start + count)]``, vectorised for
-    long outputs.
-
-    The engine draws a request's whole output up front (its length is pinned to
-    ``max_tokens``), so no Python work is done per generated token.
-    """
+    long outputs (the engine draws a request's whole output up front)."""
     if count < 64:
         return [output_token(base, i) for i in range(start, start + count)]
     import numpy as np  # lazy: importing the engine stays light
 
     pos = np.arange(start, start + count, dtype=np.uint64)
-    x = (pos * np.uint64(0x9E3779B1) + np.uint64(base)) & np.uint64(
-        0xFFFFFFFF
-    )
+    x = (pos * np.uint64(0x9E3779B1) + np.uint64(base)) & np.uint64(0xFFFFFFFF)
     x = ((x ^ (x >> np.uint64(15))) * np.uint64(0x2C1B3C6D)) & np.uint64(0xFFFFFFFF)
     x ^= x >> np.uint64(12)
     out: list[int] = (x % np.uint64(NUM_ORDINARY) + np.uint64(FIRST_ORDINARY)).tolist()

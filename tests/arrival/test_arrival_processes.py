@@ -111,7 +111,7 @@ def test_poisson_ramp_follows_the_rate_in_windows(strategy: str) -> None:
     ({"mode": "poisson", "ramp_up_strategy": "linear", "ramp_up_start_rps": 5,
       "ramp_up_end_rps": 4}, "ramp_up_start_rps must be in"),
     ({"mode": "poisson", "ramp_up_strategy": "sine", "ramp_up_start_rps": 1,
-      "ramp_up_end_rps": 4}, "linear, exponential"),
+      "ramp_up_end_rps": 4}, "'linear' or 'exponential'"),
     ({"mode": "saturated", "burstiness": 0.5}, "shape an arrival process"),
     ({"mode": "trace-timed", "ramp_up_end_rps": 3}, "shape an arrival process"),
 ])

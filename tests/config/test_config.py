@@ -19,7 +19,7 @@ def test_from_dict_accepts_strings_and_mappings_and_round_trips():
          "arrival": {"mode": "saturated", "max_concurrency": 4}, "backend": "vllm-tokens",
          "target": "http://127.0.0.1:1", "seed": 7}
     )
-    assert cfg.trace.max_items == 3 and cfg.policy_name == "prefix-preserving"
+    assert cfg.trace.max_items == 3 and cfg.context.policy_name == "prefix-preserving"
     assert cfg.arrival.max_concurrency == 4 and cfg.backend.name == "vllm-tokens"
     assert RunConfig.from_dict(cfg.to_dict()) == cfg
 

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workbench.config import _SECTIONS, RunConfig
-from workbench.config.validation import RANGES
 from workbench.errors import ConfigError
+from workbench.ranges import RANGES
 from workbench.replay.prepare import coerce_config
 
 

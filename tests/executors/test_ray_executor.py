@@ -31,7 +31,8 @@ def test_ray_kind_without_ray_says_how_to_install(monkeypatch: pytest.MonkeyPatc
 
 
 def test_executor_kind_and_address_are_checked() -> None:
-    with pytest.raises(ConfigError, match=r"executor\.kind 'slurm' unknown; valid: local"):
+    with pytest.raises(ConfigError,
+                       match=r"executor\.kind: expected 'local' or 'processes' or 'ray', got 'slu"):
         RunConfig.from_dict({"executor": {"kind": "slurm"}})
     with pytest.raises(ConfigError, match=r"executor\.address"):
         RunConfig.from_dict({"executor": {"address": "ray://h:10001"}})

@@ -1,8 +1,5 @@
-"""Axis 3: when a unit may start (modes, ``MODES``) and how many run at once (admission).
-
-Importing this package registers the built-in modes (``schedule``): ``trace-timed``,
-``saturated``, ``closed-loop``. A new mode: one module with ``@register_mode``, one
-import line here.
+"""Axis 3: when a unit may start (modes, ``MODES``) and how many run at once. Importing
+it registers the built-in modes (``schedule``); a new mode is one module and one import.
 """
 
 from workbench.arrival import schedule  # noqa: F401  (the built-in modes register)

@@ -1,14 +1,5 @@
-"""The arrival-mode registry: ``ArrivalMode``, ``MODES`` and ``register_mode``.
-
-A mode is one object that says everything the rest of the replay asks of it: when
-each unit is released (``release``), whether ``arrival.rate`` rescales those times
-(``takes_rate``), and whether admission runs a closed loop (``closed_loop``: a
-finishing unit's slot admits the next unit, so the mode needs ``max_concurrency``
-and may run for ``duration_s``, starting the unit list over). Config validation,
-the plan, the admission queue and the run's completion read these capabilities;
-nothing dispatches on a mode's name. A new mode is one module with one
-``@register_mode(name, ...)`` line, imported in ``workbench.arrival``
-(docs/arrival.md).
+"""The arrival-mode registry: a mode (``ArrivalMode``) says all the replay asks of it, so
+nothing dispatches on its name; a new mode is one ``@register_mode`` module (docs/arrival.md).
 """
 
 from __future__ import annotations
@@ -30,11 +21,9 @@ class ArrivalMode:
     description: str = ""
     takes_rate: bool = False
     closed_loop: bool = False
-    #: draws the units' starts from an arrival process (``workbench.arrival.processes``):
-    #: the release then reads the process's parameters (burstiness, ramp-up) and the seed
+    #: draws the units' starts from an arrival process (``arrival.processes``)
     process: bool = False
-    #: the process's own parameters (``arrival.burstiness`` for gamma): shown, and
-    #: allowed, for this mode only
+    #: the process's own parameters (gamma: ``burstiness``), allowed for this mode only
     params: tuple[str, ...] = ()
 
 
@@ -54,8 +43,7 @@ def register_mode(
     """Decorator for a release function ``release(units, rate) -> offsets_ms``."""
 
     def deco(release: Release) -> Release:
-        mode = ArrivalMode(name, release, description, takes_rate, closed_loop, process,
-                           params)
+        mode = ArrivalMode(name, release, description, takes_rate, closed_loop, process, params)
         MODES.add(name, mode, *aliases)
         return release
 

@@ -1,38 +1,17 @@
 """Arrival processes (pure): start times drawn for units, replacing a trace's timeline.
 
-``poisson``, ``gamma`` (with a burstiness factor) and ``constant`` draw the gap
-before each unit from the rate in force at that unit; a ramp-up makes that rate
-move from ``ramp_up_start_rps`` to ``ramp_up_end_rps`` over the units, linearly
-or exponentially. The definitions are vLLM's ``vllm bench serve`` ones
-(``--request-rate``, ``--burstiness``, ``--ramp-up-strategy``), stated with
-their formulas in docs/arrival.md ("Arrival processes"):
-
-- unit ``i`` of ``n`` has progress ``p_i = i / max(n - 1, 1)`` and rate
-  ``λ_i = λ`` (no ramp), ``λ_s + (λ_e - λ_s)·p_i`` (linear) or
-  ``λ_s·(λ_e/λ_s)^p_i`` (exponential);
-- the gap before unit ``i ≥ 1`` is ``Gamma(shape=b, scale=1/(λ_i·b))``: mean
-  ``1/λ_i``, coefficient of variation ``1/√b``; ``b = 1`` (``poisson``) is the
-  exponential gap, ``constant`` the gap ``1/λ_i`` exactly;
-- the first unit starts at 0 (vLLM also waits a gap before its first request
-  and, without a ramp, rescales the sum of gaps to ``n/λ``; workbench does
-  neither, so a unit's start is a plain sum of independent gaps).
-
-A ramp over a duration (``ramp_up_duration_s = S``) is a rate in time instead:
-``r(t)`` goes from ``r0`` to ``r1`` over ``S`` seconds (linear ``r0 + (r1 - r0)·t/S``,
-exponential ``r0·(r1/r0)^(t/S)``) and stays at ``r1``; with ``Λ(t) = ∫₀ᵗ r``, unit
-``i`` starts at ``Λ⁻¹(u_i)``, where ``u_i`` is the sum of ``i`` gaps of the
-process at rate 1 (``Exp(1)``, ``Gamma(b, 1/b)``, or exactly 1 for ``constant``):
-a nonhomogeneous process by time rescaling (``cumulative``, ``inverse_cumulative``).
-
-One ``numpy.random.default_rng(seed)`` draws the gaps, so a seed gives the same
-timeline every time.
+vLLM's ``vllm bench serve`` definitions, ramped over the units or over a duration (time
+rescaling: ``cumulative``, ``inverse_cumulative``); the formulas and the two differences
+from vLLM: docs/arrival.md, "Arrival processes". A seed gives the same timeline.
 """
 
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -43,11 +22,9 @@ from workbench.registry import Registry
 
 @dataclass(frozen=True)
 class GapLaw:
-    """One arrival process: ``draw(n, rng, process)``, its ``n`` gaps at rate 1 (mean 1),
-    and the parameters of ``ArrivalProcess`` it reads beyond the rate and the ramp (the
-    config, the UI and the CLI show those only for it). A new process is one
-    ``GAP_LAWS.add`` below, and its parameter a field of ``ArrivalProcess`` with its range
-    (workbench/ranges.py)."""
+    """One arrival process: ``draw(n, rng, process)``, its ``n`` gaps at rate 1, and the
+    ``ArrivalProcess`` fields it reads beyond rate and ramp. A new process is one
+    ``GAP_LAWS.add`` (and a new parameter a field with its range)."""
 
     draw: Callable[[int, np.random.Generator, ArrivalProcess], np.ndarray]
     description: str
@@ -64,26 +41,26 @@ GAP_LAWS.add("poisson", GapLaw(lambda n, rng, _p: _gamma(n, rng, 1.0),
 GAP_LAWS.add("gamma", GapLaw(lambda n, rng, p: _gamma(n, rng, p.burstiness),
                              "gamma gaps at arrival.rate, shape arrival.burstiness (CV 1/sqrt(b))",
                              ("burstiness",)))
-GAP_LAWS.add("constant", GapLaw(lambda n, _rng, _p: np.ones(n),
-                                "one unit every 1/arrival.rate s"))
+GAP_LAWS.add("constant", GapLaw(lambda n, _rng, _p: np.ones(n), "one unit every 1/arrival.rate s"))
 PROCESSES = tuple(GAP_LAWS.names())
-RAMP_STRATEGIES = ("linear", "exponential")
+#: the fields of a process beyond its kind and rate, ``ArrivalSpec``'s under the same names
+SHAPE_FIELDS = ("burstiness", "ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps",
+                "ramp_up_duration_s")
+RampStrategy = Literal["linear", "exponential"]
+RAMP_STRATEGIES: tuple[str, ...] = typing.get_args(RampStrategy)
 DOC = "docs/arrival.md, 'Arrival processes'"
 
 
 @dataclass(frozen=True)
 class ArrivalProcess:
-    """A process (``kind``) at ``rate`` units/s, or ramping from ``ramp_up_start_rps`` to
-    ``ramp_up_end_rps`` (``ramp_up_strategy``) over the units or over
-    ``ramp_up_duration_s`` seconds; ``burstiness`` is gamma's shape."""
+    """A process (``kind``) at ``rate`` units/s or ramped (docs/arrival.md)."""
 
     kind: str = "poisson"
     rate: float | None = None
     burstiness: float = 1.0
-    ramp_up_strategy: str | None = None
+    ramp_up_strategy: RampStrategy | None = None
     ramp_up_start_rps: float | None = None
     ramp_up_end_rps: float | None = None
-    #: the ramp over this many seconds instead of over the units (``cumulative``)
     ramp_up_duration_s: float | None = None
 
     def check(self, where: str = "arrival") -> ArrivalProcess:
@@ -92,11 +69,9 @@ class ArrivalProcess:
             raise ConfigError(f"{where}.mode {self.kind!r}: not an arrival process "
                               f"({', '.join(PROCESSES)})")
         hints = hints_of(ArrivalProcess)
-        for name in ("rate", "burstiness", "ramp_up_start_rps", "ramp_up_end_rps",
-                     "ramp_up_duration_s"):
-            # one range per field, the config's (workbench/ranges.py, docs/config-bounds.md)
+        for name in ("rate", *SHAPE_FIELDS):  # the config's ranges (docs/config-bounds.md)
             check_value(f"{where}.{name}", getattr(self, name), hints[name],
-                        RANGES[f"arrival.{name}"])
+                        RANGES.get(f"arrival.{name}"))
         b = self.burstiness
         if b != 1.0 and "burstiness" not in GAP_LAWS.get(self.kind).params:
             takes = " or ".join(repr(k) for k in PROCESSES if "burstiness" in
@@ -113,9 +88,6 @@ class ArrivalProcess:
                 raise ConfigError(f"{where}.mode {self.kind!r} draws arrivals at a rate: give "
                                   f"{where}.rate (units/s), or a ramp-up ({DOC})")
             return self
-        if self.ramp_up_strategy not in RAMP_STRATEGIES:
-            raise ConfigError(f"{where}.ramp_up_strategy {self.ramp_up_strategy!r}: "
-                              f"one of {', '.join(RAMP_STRATEGIES)}")
         if self.rate is not None:
             raise ConfigError(f"{where}.rate and a ramp-up both set the rate: drop rate "
                               "(the ramp goes from ramp_up_start_rps to ramp_up_end_rps)")
@@ -141,14 +113,6 @@ class ArrivalProcess:
             return lo + (hi - lo) * progress
         return np.asarray(lo * (hi / lo) ** progress)
 
-    def gaps_s(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """The ``n - 1`` gaps (s) before units ``1..n-1``."""
-        rates = self.rates(n)[1:]
-        if rates.size and not (rates > 0).all():  # a linear ramp from 0: unit 0 alone at 0
-            raise ConfigError("a ramp's rate is 0 at a unit after the first; start above 0")
-        # Gamma(b, 1/b)/λ_i is Gamma(b, 1/(λ_i·b)); the constant gap is 1/λ_i
-        return self.unit_gaps(rates.size, rng) / rates
-
     def offsets_ms(self, n: int, seed: int) -> list[float]:
         """Start offsets (ms from 0) of ``n`` units; the first is 0."""
         if n <= 0:
@@ -157,12 +121,15 @@ class ArrivalProcess:
         if self.ramp_up_duration_s is not None:
             starts = self.inverse_cumulative(np.cumsum(self.unit_gaps(n - 1, rng)))
         else:
-            starts = np.cumsum(self.gaps_s(n, rng))
+            rates = self.rates(n)[1:]
+            if not (rates > 0).all():  # a linear ramp from 0: unit 0 alone at 0
+                raise ConfigError("a ramp's rate is 0 at a unit after the first; start above 0")
+            # Gamma(b, 1/b)/λ_i is Gamma(b, 1/(λ_i·b)); the constant gap is 1/λ_i
+            starts = np.cumsum(self.unit_gaps(n - 1, rng) / rates)
         return np.concatenate(([0.0], starts * 1000.0)).tolist()
 
     def unit_gaps(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` gaps of the process at rate 1: ``Gamma(b, 1/b)`` (mean 1, CV ``1/√b``),
-        ``Exp(1)`` for ``poisson``, exactly 1 for ``constant`` (``GAP_LAWS``)."""
+        """``n`` gaps of the process at rate 1 (``GAP_LAWS``)."""
         return GAP_LAWS.get(self.kind).draw(n, rng, self)
 
     def _ramp(self) -> tuple[float, float, float]:
@@ -185,8 +152,7 @@ class ArrivalProcess:
         return np.asarray(ramp + r1 * np.maximum(t - span, 0.0))
 
     def inverse_cumulative(self, u: np.ndarray) -> np.ndarray:
-        """``Λ⁻¹(u)``: the time (s) by which ``u`` units are expected (``cumulative``'s
-        inverse, in closed form)."""
+        """``Λ⁻¹(u)``: the time (s) by which ``u`` units are expected, in closed form."""
         r0, r1, span = self._ramp()
         u = np.asarray(u, dtype=float)
         total = float(self.cumulative(np.asarray(span)))  # Λ(S)
@@ -206,8 +172,5 @@ class ArrivalProcess:
 
     def describe(self) -> dict[str, object]:
         """What a manifest records of the process."""
-        return {"process": self.kind, "rate": self.rate, "burstiness": self.burstiness,
-                "ramp_up_strategy": self.ramp_up_strategy,
-                "ramp_up_start_rps": self.ramp_up_start_rps,
-                "ramp_up_end_rps": self.ramp_up_end_rps,
-                "ramp_up_duration_s": self.ramp_up_duration_s}
+        return {"process": self.kind, "rate": self.rate,
+                **{name: getattr(self, name) for name in SHAPE_FIELDS}}

@@ -20,11 +20,8 @@ def measured_rate(arrivals_ms: Sequence[float]) -> float:
 
 
 def rescale_to_rate(arrivals_ms: Sequence[float], rate: float) -> list[float]:
-    """Multiply every arrival by ``r / rate`` so the measured rate becomes ``rate``.
-
-    A trace whose units all start together (or a single unit) has no rate to
-    rescale and is returned unchanged.
-    """
+    """Multiply every arrival by ``r / rate`` so the measured rate becomes ``rate`` (units
+    that all start together, or a single one, are returned unchanged)."""
     if rate <= 0:
         raise ValueError(f"rate must be > 0, got {rate}")
     r = measured_rate(arrivals_ms)

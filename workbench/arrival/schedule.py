@@ -16,8 +16,7 @@ ARRIVAL_SPAN_WARN_MS = 86_400_000.0
 
 def release_offsets_ms(units: Sequence[Unit], mode: str, rate: float | None,
                        process: ArrivalProcess | None = None, seed: int = 0) -> list[float]:
-    """The release offset of every unit under arrival mode ``mode`` (``MODES``); a process
-    mode draws them from ``process`` (its burstiness and ramp-up) with ``seed``."""
+    """Every unit's release offset under ``mode`` (a process mode: ``process``, ``seed``)."""
     if MODES.get(mode).process and process is not None:
         return process.offsets_ms(len(units), seed)
     return MODES.get(mode).release(units, rate)
@@ -61,8 +60,7 @@ for _kind in PROCESSES:
 
 
 def arrival_span(arrivals_ms: Sequence[float]) -> dict[str, Any]:
-    """``arrival_span_ms`` (last arrival - first) and ``arrival_span_warning`` (None unless
-    the span exceeds a day)."""
+    """``arrival_span_ms`` (last arrival - first) and ``arrival_span_warning``."""
     span = float(max(arrivals_ms) - min(arrivals_ms)) if arrivals_ms else 0.0
     return {"arrival_span_ms": span, "arrival_span_warning": span_warning(span)}
 

@@ -1,8 +1,5 @@
 """Axis 4 — backends: one codec per wire protocol, one transport that owns HTTP and time.
-
-Importing this package registers the four codecs in ``BACKENDS``:
-``openai``, ``openai-chat``, ``vllm-tokens``, ``sglang-tokens``.
-"""
+Importing this package registers the four codecs in ``BACKENDS``."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Axis 4 interfaces: what a wire protocol (a *codec*) must provide.
-
-A codec only builds request bodies and parses stream payloads; it never touches
-the network or the clock. ``transport.Transport`` owns both, so the timing
-bookkeeping (TTFT, token events) is written once for every protocol.
-
-The shared helpers below (``loads``, ``parse_openai_usage``, ``finish_reason_of``,
-``check_output_count``) exist so that the three OpenAI-shaped codecs read usage
-and finish reasons the same way.
+"""Axis 4 interfaces: what a wire protocol (a *codec*) must provide, and the parsing
+helpers the OpenAI-shaped codecs share. A codec builds bodies and parses payloads; it
+never touches the network or the clock (``transport.Transport`` owns both).
 """
 
 from __future__ import annotations
@@ -25,21 +19,12 @@ from workbench.segments import Segments
 
 
 class BackendError(WorkbenchError):
-    """The server broke its wire protocol, or a guard found a server misconfiguration.
-
-    The message names the cause and, where one exists, the server flag that fixes it.
-    """
+    """The server broke its wire protocol, or a guard found a server misconfiguration."""
 
 
 @dataclass(frozen=True, slots=True)
 class WireRequest:
-    """One request as the wire sees it: the whole prompt as token ids plus pinned output.
-
-    ``max_tokens`` is sent as the exact output length (``min_tokens`` too where the
-    API has it, and ``ignore_eos``) so output lengths follow the plan, not the model.
-    ``new_conversation`` marks the first round of a conversation; only the chat codec
-    uses it (chat-template overhead accounting).
-    """
+    """One request as the wire sees it: the whole prompt as token ids plus pinned output."""
 
     request_id: str
     prompt_ids: Sequence[int]
@@ -47,12 +32,9 @@ class WireRequest:
     session_id: str = ""
     routing_slot: int | None = None
     new_conversation: bool = True
-    #: the prompt as parts (``workbench.segments``), only for a sender that takes them
-    #: (virtual time); ``prompt_ids`` is then empty and nothing goes on a wire
+    #: the prompt as parts, for a sender that takes them (virtual time; ``prompt_ids`` empty)
     segments: Segments | None = None
-    #: called with the dispatch stamp when the request goes out (its record's
-    #: ``dispatch_ns``; again if a retry sends it again): sub-agents started on the
-    #: round's start are timed from it (``replay.graph.RoundSent``)
+    #: called with the dispatch stamp each time the request goes out
     on_sent: Callable[[int], None] | None = None
 
     @property
@@ -62,15 +44,8 @@ class WireRequest:
 
 @dataclass(slots=True)
 class StreamOutcome:
-    """What a finished stream told us, after the codec's validation.
-
-    ``cached_tokens`` is 0 with ``cached_tokens_reported`` False when the server sent
-    usage without cache detail (telemetry missing, not a measured zero).
-    ``output_ids`` are the exact output ids (prompt echo trimmed), or ``None`` when
-    the protocol cannot return them. ``server_metrics`` is the server's own view of
-    the request when it sends one (vLLM ``--enable-per-request-metrics``: ``metrics``
-    beside the final usage, e.g. ``time_to_first_token_ms``, ``mean_itl_ms``).
-    """
+    """What a finished stream told us, after the codec's validation (``cached_tokens_reported``
+    False: usage had no cache detail; ``output_ids`` None: the protocol cannot return them)."""
 
     prompt_tokens: int | None
     completion_tokens: int | None
@@ -84,18 +59,10 @@ class StreamOutcome:
 
 
 class StreamParser(Protocol):
-    """Parses one request's stream; a fresh one per request.
-
-    ``feed_all`` and ``feed_one`` are the transport's fast paths (one network read
-    of many events, of exactly one event); ``EventParser`` gives every parser both
-    in terms of ``feed``, and a parser overrides them where it can do better.
-    """
+    """Parses one request's stream; a fresh one per request."""
 
     def feed(self, payload: bytes) -> list[int] | None:
-        """One SSE ``data:`` payload → the output token ids it carried (None/[] if none).
-
-        Raises ``BackendError`` on a protocol violation.
-        """
+        """One SSE ``data:`` payload → its output token ids; ``BackendError`` on a violation."""
         ...
 
     def feed_all(self, payloads: list[bytes]) -> list[int]:
@@ -107,7 +74,7 @@ class StreamParser(Protocol):
         ...
 
     def finish(self) -> StreamOutcome:
-        """After ``[DONE]`` or end of stream: validate and summarise."""
+        """After ``[DONE]`` or the body's end: validate and summarise."""
         ...
 
 
@@ -120,7 +87,6 @@ class EventParser:
         raise NotImplementedError
 
     def feed_all(self, payloads: list[bytes]) -> list[int]:
-        """``feed`` on each payload: the id count of each token event."""
         counts = []
         for data in payloads:
             ids = self.feed(data)
@@ -140,15 +106,7 @@ SGLANG_FLUSH = "/flush_cache"
 
 @dataclass(frozen=True)
 class ServerFacts:
-    """What a backend declares about the servers that speak its protocol.
-
-    ``flush_routes``: the prefix-cache reset routes to try, in order
-    (``workbench.backends.flush``); ``no_cached_tokens`` and ``cache_off``: the
-    prefix-cache preflight's advice when the server reports no cached tokens, or
-    reports zero (``workbench.backends.preflight``); ``profile_dir_field``: the field of
-    the profiler's start request that names the trace directory (None: the server
-    takes it from its own start flags; ``workbench.backends.profile``).
-    """
+    """What a backend declares about its servers (reset routes, preflight advice, profiler)."""
 
     flush_routes: tuple[str, ...]
     no_cached_tokens: str
@@ -167,50 +125,33 @@ OPENAI_SERVERS = ServerFacts(
 
 
 class Codec(Protocol):
-    """One wire protocol: URL, request body, stream parser, and what it declares.
-
-    Declared, so nothing dispatches on a backend's name or class: ``returns_token_ids``
-    (a policy that ``needs_output_ids`` may use it), ``servers`` (flush routes,
-    preflight advice), ``stream``, ``whole_answers``, ``sends_messages`` and
-    ``request_headers``. A new backend is one module ending in
-    ``BACKENDS.add(name, codec)``, imported in ``workbench.backends``.
-    """
-
-    @property
-    def name(self) -> str:
-        """The registry name (``openai``, ``openai-chat``, ...)."""
-        ...
+    """One wire protocol: URL, request body, stream parser, and what it declares (so
+    nothing dispatches on a backend's name): its registry ``name``; ``returns_token_ids``
+    (the parser yields the server's exact output ids); ``servers``; ``stream`` (False: the
+    answer read whole) and ``whole_answers`` (the protocol can ask for one);
+    ``sends_messages`` (chat messages built from the ids: ``MessagesCodec``); and
+    ``request_headers`` beyond the transport's own. A new backend is one module ending in
+    ``BACKENDS.add(name, codec)``, imported in ``workbench.backends``."""
 
     @property
-    def returns_token_ids(self) -> bool:
-        """True when the parser yields the server's exact output token ids."""
-        ...
+    def name(self) -> str: ...
 
     @property
-    def servers(self) -> ServerFacts:
-        """Flush routes and preflight advice for the servers behind this protocol."""
-        ...
+    def returns_token_ids(self) -> bool: ...
 
     @property
-    def stream(self) -> bool:
-        """False: ``"stream": false``, the answer read whole (``backend.stream``)."""
-        ...
+    def servers(self) -> ServerFacts: ...
 
     @property
-    def whole_answers(self) -> bool:
-        """The protocol can ask for a whole answer (``stream`` is one of its options)."""
-        ...
+    def stream(self) -> bool: ...
 
     @property
-    def sends_messages(self) -> bool:
-        """True: the request is chat messages, their text built from the prompt's ids, that
-        the server templates; so the prompt must be ids, and the embedded engine templates
-        them as the server would (``MessagesCodec``)."""
-        ...
+    def whole_answers(self) -> bool: ...
 
-    def request_headers(self, req: WireRequest) -> dict[str, str] | None:
-        """Headers of this request beyond the transport's own (None: none)."""
-        ...
+    @property
+    def sends_messages(self) -> bool: ...
+
+    def request_headers(self, req: WireRequest) -> dict[str, str] | None: ...
 
     def url(self, base_url: str) -> str: ...
 
@@ -229,9 +170,7 @@ class MessagesCodec(Codec, Protocol):
 
 
 class PlainCodec:
-    """What a codec declares unless it says otherwise: it streams the server's token ids
-    (no chat messages) from an OpenAI-shaped server and sends no header of its own
-    (``RequestExtras`` adds the user's); and ``with_options``."""
+    """A codec's defaults: the server's token ids, streamed, from an OpenAI-shaped server."""
 
     __slots__ = ()
     stream = True
@@ -253,25 +192,14 @@ BACKENDS: Registry[Codec] = Registry("backend")
 
 
 def make_codec(name: str, **options: Any) -> Codec:
-    """A fresh codec of backend ``name`` configured with ``options``.
-
-    ``BACKENDS.get(name)`` returns a shared default instance; use this (or the
-    codec's ``with_options``) for options (``model``, ``temperature``, chat
-    overheads) or for per-run state (the chat codec remembers conversations).
-    Unknown options raise ``ConfigError``. ``headers``, ``extra_body``,
-    ``routing_header`` and ``routing_field`` apply to any protocol
-    (``workbench.backends.extras``).
-    """
+    """A fresh codec of backend ``name`` with ``options`` (``ConfigError`` on unknown ones)."""
     extras = {k: options[k] for k in EXTRA_KEYS if options.get(k)}
     own = {k: v for k, v in options.items() if k not in EXTRA_KEYS}
     return RequestExtras.wrap(reconfigure(BACKENDS.get(name), own), extras)
 
 
 def reconfigure(codec: Any, options: Mapping[str, Any]) -> Any:
-    """A new instance of ``codec``'s class: its current options updated by ``options``.
-
-    Options are the dataclass init fields, or the names in a class-level ``OPTIONS``.
-    """
+    """A new ``codec`` of the same class with ``options`` (init fields, or ``OPTIONS``) changed."""
     cls = type(codec)
     if dataclasses.is_dataclass(cls):
         valid = [f.name for f in dataclasses.fields(cls) if f.init]
@@ -287,7 +215,12 @@ def reconfigure(codec: Any, options: Mapping[str, Any]) -> Any:
     return cls(**{**current, **options})
 
 
-# ----------------------------------------------------------------- shared parsing
+def _server_error(obj: Any) -> Any:
+    """The message of a server's error object (``{"error": ...}``), None if it is none."""
+    if not isinstance(obj, dict) or ("error" not in obj and obj.get("object") != "error"):
+        return None
+    err = obj.get("error", obj)
+    return err.get("message", err) if isinstance(err, dict) else err
 
 
 def loads(payload: bytes) -> dict[str, Any]:
@@ -298,9 +231,7 @@ def loads(payload: bytes) -> dict[str, Any]:
         raise BackendError(f"bad JSON in the answer ({exc}): {payload[:200]!r}") from None
     if not isinstance(obj, dict):
         raise BackendError(f"answer payload is not a JSON object: {payload[:200]!r}")
-    if "error" in obj or obj.get("object") == "error":
-        err = obj.get("error", obj)
-        msg = err.get("message", err) if isinstance(err, dict) else err
+    if (msg := _server_error(obj)) is not None:
         raise BackendError(f"server error in the answer: {msg}")
     return obj
 
@@ -319,12 +250,7 @@ USAGE_MAX = 2**31 - 1
 
 
 def usage_count(name: str, value: Any) -> int | None:
-    """A server-reported token count: an integer in [0, ``USAGE_MAX``], or absent (None).
-
-    Anything else (``"many"``, ``-3``, ``10**30``, ``1.5``, ``true``) is the server
-    breaking its protocol: a ``BackendError`` that fails this request with the value
-    named, instead of a number no later step can trust (or store in an int64 column).
-    """
+    """A server-reported token count in [0, ``USAGE_MAX``], or None; else a ``BackendError``."""
     if value is None:
         return None
     if type(value) is int and 0 <= value <= USAGE_MAX:
@@ -339,30 +265,19 @@ def usage_count(name: str, value: Any) -> int | None:
 
 
 def json_body_error(body: bytes) -> BackendError:
-    """A 200 answer whose body is JSON, not an event stream: keep the server's message.
-
-    Some servers (proxies, gateways) answer a failed streaming request with HTTP 200
-    and ``{"error": {...}}``; the stream parser would only see a stream without usage.
-    """
+    """The error of a 200 whose body is JSON, not an event stream (a proxy's error object)."""
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
         obj = None
-    if isinstance(obj, dict) and ("error" in obj or obj.get("object") == "error"):
-        err = obj.get("error", obj)
-        msg = err.get("message", err) if isinstance(err, dict) else err
+    if (msg := _server_error(obj)) is not None:
         return BackendError(f"server error (HTTP 200, JSON body): {msg}")
     text = body[:200].decode("utf-8", "replace")
     return BackendError(f"HTTP 200 with a JSON body instead of an event stream: {text}")
 
 
 def parse_openai_usage(usage: Mapping[str, Any]) -> tuple[int | None, int | None, int, bool]:
-    """``(prompt_tokens, completion_tokens, cached_tokens, cached_reported)`` of a usage block.
-
-    Cached tokens come from ``prompt_tokens_details.cached_tokens`` (vLLM needs
-    ``--enable-prompt-tokens-details``), else from the top-level spellings other
-    servers use. Absent everywhere → 0 and ``cached_reported`` False.
-    """
+    """``(prompt_tokens, completion_tokens, cached_tokens, cached_reported)`` of a usage block."""
     if not isinstance(usage, Mapping):
         raise BackendError(f"server sent a usage block that is not an object: {usage!r:.80}")
     details = usage.get("prompt_tokens_details")
@@ -381,11 +296,25 @@ def parse_openai_usage(usage: Mapping[str, Any]) -> tuple[int | None, int | None
     )
 
 
-def stream_fields(stream: bool) -> dict[str, Any]:
-    """The body fields of the response mode: a stream with a final usage chunk, or
-    ``"stream": false`` (one JSON answer whose ``usage`` is the same block)."""
-    return {"stream": True, "stream_options": {"include_usage": True}} if stream \
-        else {"stream": False}
+def openai_body(
+    req: WireRequest, prompt: dict[str, Any], codec: Any, **more: Any
+) -> dict[str, Any]:
+    """An OpenAI-shaped body: ``prompt``, the output pinned to ``max_tokens``, the response
+    mode (a stream with a final usage chunk, or ``"stream": false``), ``more``, the model."""
+    body = {
+        **prompt,
+        "max_tokens": req.max_tokens,
+        "min_tokens": req.max_tokens,
+        "ignore_eos": True,
+        "temperature": codec.temperature,
+        "stream": codec.stream,
+        **({"stream_options": {"include_usage": True}} if codec.stream else {}),
+        **more,
+        "rid": req.request_id,
+    }
+    if codec.model is not None:
+        body["model"] = codec.model
+    return body
 
 
 def finish_reason_of(value: Any) -> str | None:
@@ -399,13 +328,7 @@ def finish_reason_of(value: Any) -> str | None:
 
 
 class OpenAIChunks(EventParser):
-    """What every OpenAI-style stream chunk shares, for the parsers that read them.
-
-    ``_head`` takes one parsed chunk: the server's request id (first seen), the
-    ``usage`` block (and vLLM's per-request ``metrics`` beside it), and the
-    ``finish_reason`` of ``choices[0]``, which it returns (``None`` when the chunk
-    has no choice). ``_usage_counts`` and ``_outcome`` build the end result.
-    """
+    """What every OpenAI-style chunk shares: ``_head`` keeps its id, usage and finish reason."""
 
     __slots__ = ("_finish", "_id_key", "_metrics", "_rid", "_usage")
 
@@ -460,11 +383,7 @@ class OpenAIChunks(EventParser):
 
 
 def check_output_count(ids: list[int], completion_tokens: int | None) -> None:
-    """Output ids the runner will carry forward must match the server's own count.
-
-    A mismatch means the ids do not describe what the server generated, so feeding
-    them into the next prompt would silently break the prefix plan.
-    """
+    """Output ids carried into the next prompt must match the server's own count."""
     if completion_tokens is not None and len(ids) != completion_tokens:
         raise BackendError(
             f"stream carried {len(ids)} output token ids but usage reports "

@@ -1,13 +1,6 @@
-"""What a user adds to every request: headers, body fields, and the unit's routing slot.
-
-``backend.options`` keys ``headers`` (name → value; a value ``$NAME`` is read
-from the environment variable NAME when the run starts, so a secret never lands
-in the run's config), ``extra_body`` (merged into the codec's JSON body, nested
-mappings merged key by key), ``routing_header`` / ``routing_field`` (the
-routing slot the unit holds — its admission slot, stable across a session's
-rounds — sent as that header or that body field, dotted for nesting:
-DP-rank or session-affinity routing). ``make_codec`` wraps the protocol codec
-in ``RequestExtras`` when any is set (docs/sweeps.md).
+"""What a user adds to every request: headers, body fields, and the unit's routing slot
+(``backend.options`` ``headers``, ``extra_body``, ``routing_header``, ``routing_field``;
+docs/sweeps.md, "Command line: run knobs and request extras").
 """
 
 from __future__ import annotations
@@ -21,7 +14,7 @@ from workbench import redact
 from workbench.errors import ConfigError
 
 if TYPE_CHECKING:  # annotations only: base builds codecs with these extras (make_codec)
-    from workbench.backends.base import Codec, StreamParser, WireRequest
+    from workbench.backends.base import Codec, WireRequest
 
 EXTRA_KEYS = ("headers", "extra_body", "routing_header", "routing_field")
 
@@ -35,10 +28,7 @@ def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
 
 
 def resolve_headers(headers: Mapping[str, Any]) -> dict[str, str]:
-    """Header values as sent: ``$NAME`` from the environment (an unset one is an error).
-
-    Every value is registered for redaction as it is resolved (``redact.register_sent``):
-    whoever builds the headers a request carries also keeps them out of every output."""
+    """Header values as sent (``$NAME`` from the environment), registered for redaction."""
     out: dict[str, str] = {}
     for name, value in headers.items():
         text = str(value)
@@ -76,9 +66,6 @@ class RequestExtras:
         return cls(inner, resolve_headers(headers), dict(body), extras.get("routing_header"),
                    extras.get("routing_field"))
 
-    def url(self, base_url: str) -> str:
-        return self.inner.url(base_url)
-
     def body(self, req: WireRequest) -> dict[str, Any]:
         body = self.inner.body(req)
         if self.extra_body:
@@ -91,16 +78,13 @@ class RequestExtras:
             node[leaf] = req.routing_slot
         return body
 
-    def parser(self, req: WireRequest) -> StreamParser:
-        return self.inner.parser(req)
-
     def request_headers(self, req: WireRequest) -> dict[str, str] | None:
         """Headers of this request beyond the transport's own (None: none)."""
         if self.routing_header and req.routing_slot is not None:
             return {**self.headers, self.routing_header: str(req.routing_slot)}
         return self.headers or None
 
-    def __getattr__(self, name: str) -> Any:  # codec state (e.g. the chat codec's)
+    def __getattr__(self, name: str) -> Any:  # the codec's own: url, parser, state
         if name == "inner":
             raise AttributeError(name)
         return getattr(self.inner, name)

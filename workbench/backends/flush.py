@@ -1,27 +1,5 @@
-"""Cache isolation between runs: reset a server's prefix cache before a measured run.
-
-A run replayed right after another one on the same server finds the first
-run's blocks still cached and reports hit rates the trace never planned (a
-real vLLM: 0.996 actual against 0.816 planned on a second run). The one public
-function here, ``flush_prefix_cache``, asks the server to forget its prefix
-cache; a live replay calls it before its measured requests
-(``backend.flush_cache``), and a sweep can call it between its points.
-
-Endpoints (docs/cache-isolation.md has the sources):
-
-- vLLM: ``POST /reset_prefix_cache``, registered only when the server runs with
-  ``VLLM_SERVER_DEV_MODE=1`` (404 otherwise); answers 200 with
-  ``{"success": bool}`` and ``success`` false while running requests hold blocks;
-- SGLang: ``POST /flush_cache``; 200 when flushed, 400 while requests run;
-- the embedded engine: both routes; 200 ``{"success": true}``, 409 while busy.
-
-The backend declares its routes in order (``Codec.servers.flush_routes``:
-``/flush_cache`` first for ``sglang-tokens``, ``/reset_prefix_cache`` first
-otherwise); the next one is tried when one is absent (404/405). A busy answer
-(vLLM's ``success: false``, SGLang's 400, the embedded engine's 409, a 503) is
-retried a bounded number of times (the previous run's last requests may still be
-finishing); any other answer (a wrong
-key's 401, a proxy's 403, a 500) ends the attempt at once, in its own words.
+"""Cache isolation between runs: reset a server's prefix cache before a measured run
+(routes, answers and retries: docs/cache-isolation.md).
 """
 
 from __future__ import annotations
@@ -49,13 +27,7 @@ NOT_ASKED = "backend.flush_cache false"  # the detail of a run that did not try
 
 @dataclass
 class FlushOutcome:
-    """What ``flush_prefix_cache`` did (the run manifest's ``cache_flush``).
-
-    ``attempted``: a request was sent; ``ok``: the server confirmed the reset;
-    ``endpoint``: the route that answered last (``POST /reset_prefix_cache``);
-    ``status``: its HTTP status; ``detail``: why not, in words; ``tries``: every
-    request sent, in order (route, status, body excerpt).
-    """
+    """What ``flush_prefix_cache`` did (the run manifest's ``cache_flush``)."""
 
     attempted: bool = False
     ok: bool = False
@@ -69,8 +41,7 @@ class FlushOutcome:
 
 
 def _confirmed(status: int, body: str) -> str:
-    """``ok``: reset; ``busy``: refused while requests run (worth retrying);
-    ``absent``: this route is not served; ``failed``: any other answer."""
+    """The verdict of an answer: ``ok``, ``busy`` (retry), ``absent`` (next route), ``failed``."""
     if status in ABSENT:
         return "absent"
     if status in BUSY:
@@ -100,16 +71,8 @@ async def flush_prefix_cache(
     retries: int = BUSY_RETRIES,
     retry_s: float = BUSY_RETRY_S,
 ) -> FlushOutcome:
-    """Reset the prefix cache of the server at ``base_url``; never raises for HTTP answers.
-
-    ``backend`` names the registered backend whose routes are tried, in order;
-    ``session`` reuses a client session; ``headers`` are sent as they are (a run
-    passes its transport's ``auth_headers()``: the target URL's credentials or the
-    bearer key); ``api_key`` is sent as a bearer token otherwise (never recorded). A server that is
-    unreachable, or answers neither route, gives ``ok=False`` with a ``detail``
-    saying so. A refusal because requests are running is retried ``retries``
-    times, ``retry_s`` apart.
-    """
+    """Reset the prefix cache of the server at ``base_url``; never raises for HTTP answers
+    (``headers``, else ``api_key`` as a bearer token; a busy refusal retried ``retries`` times)."""
     root = normalize_base_url(base_url)
     out = FlushOutcome()
     own = session is None
@@ -126,21 +89,20 @@ async def flush_prefix_cache(
         routes = BACKENDS.get(backend).servers.flush_routes
         for route in routes:
             for attempt in range(retries + 1):
+                out.attempted = True
                 try:
                     async with sess.post(with_query(root + route, base_url),
                                          timeout=timeout) as resp:
                         # at most bodies.ANSWER_MAX, inflated piece by piece
                         status, body = resp.status, (await read_body(resp)).text()
                 except (aiohttp.ClientError, TimeoutError, OSError, BodyError) as exc:
-                    out.attempted = True
                     out.detail = f"POST {route} failed: {type(exc).__name__}: {exc}"
                     out.tries.append({"endpoint": f"POST {route}", "status": None,
                                       "body": str(exc)[:BODY_EXCERPT]})  # fmt: skip
                     return out
-                out.attempted = True
                 out.endpoint, out.status = f"POST {route}", status
-                out.tries.append({"endpoint": out.endpoint, "status": status,
-                                  "body": body.strip()[:BODY_EXCERPT]})  # fmt: skip
+                excerpt = body.strip()[:BODY_EXCERPT]
+                out.tries.append({"endpoint": out.endpoint, "status": status, "body": excerpt})
                 verdict = _confirmed(status, body)
                 if verdict == "absent":
                     break  # not served here: next route
@@ -148,16 +110,13 @@ async def flush_prefix_cache(
                     out.ok, out.detail = True, None
                     return out
                 if verdict == "failed":
-                    out.detail = (
-                        f"the server answered the reset with HTTP {status}: "
-                        f"{body.strip()[:BODY_EXCERPT]!r}"
-                        + (" (is backend.api_key_env set to the server's key?)"
-                           if status in (401, 403) else "")
-                    )  # fmt: skip
+                    out.detail = f"the server answered the reset with HTTP {status}: {excerpt!r}"
+                    if status in (401, 403):
+                        out.detail += " (is backend.api_key_env set to the server's key?)"
                     return out
                 out.detail = (
-                    f"the server refused the reset (HTTP {status}: "
-                    f"{body.strip()[:BODY_EXCERPT]!r}); requests still hold cache blocks"
+                    f"the server refused the reset (HTTP {status}: {excerpt!r}); "
+                    "requests still hold cache blocks"
                 )
                 if attempt < retries:
                     await asyncio.sleep(retry_s)

@@ -1,34 +1,5 @@
-"""The measured request path: a small HTTP/1.1 client on ``asyncio.Protocol`` over httptools.
-
-Why its own client: the time a replay measures is taken on the wire, and at
-hundreds of concurrent streams the client's own cost per token event decides
-how late every stamp is (docs/design-notes.md, "The measured request path"). Here the
-whole response is handled in the connection's callbacks, with only public
-asyncio and httptools (llhttp, the parser uvicorn uses) API:
-
-* **send**: the request's bytes (head and body, one buffer) are handed to
-  ``transport.write``; ``dispatch_ns`` is read just before, so TTFT starts when
-  the server can first see the request;
-* **receive**: every ``data_received`` is stamped once and fed to the parser
-  (C); the body bytes it completed are decoded (SSE) and counted (the codec's
-  parser) in one callback right after the loop's poll (``_ParseQueue``): every
-  token event of that read gets that read's stamp;
-* **wake**: the task that sent the request waits on one future, set when the
-  response ends or fails: one wake-up per request, not per token.
-
-Connections are kept alive and pooled per host (LIFO: the most recently used
-one first); a connection goes back to the pool the moment its response ends,
-before the waiting task runs. Bodies may be ``Content-Length``, chunked or (on
-a ``Connection: close`` answer) delimited by the close; interim ``1xx`` answers
-before the real one are skipped; a ``gzip``/``deflate`` body is inflated (no
-``Accept-Encoding`` is sent, but a server may compress anyway); bytes after the
-end of the answer (a response to a request never sent) do not touch it, but the
-connection is dropped (docs/wire-protocols.md, "HTTP framing"). ``https`` goes through
-asyncio's TLS (``ssl.create_default_context()`` unless the options give a
-context). Timeouts: ``stream_idle_timeout_s`` bounds connecting and every
-silence between reads (headers included; one timer per idle period, not per
-read), ``request_timeout_s`` the whole request. Failures are raised as the
-errors of ``backends/stream.py``.
+"""The measured request path: a small HTTP/1.1 client on ``asyncio.Protocol`` over httptools
+(docs/design-notes.md, "The measured request path"; docs/wire-protocols.md, "HTTP framing").
 """
 
 from __future__ import annotations
@@ -43,8 +14,11 @@ import httptools
 
 from workbench.backends.base import BackendError
 from workbench.backends.stream import (
+    ERROR_BODY_MAX,
     HEAD_MAX,
+    HEAD_TOO_LARGE,
     KEPT_HEADER_PREFIX,
+    ClientSettings,
     ConnectError,
     ConnectTimeoutError,
     DisconnectedError,
@@ -52,16 +26,15 @@ from workbench.backends.stream import (
     Inflater,
     ResponseBody,
     StaleConnectionError,
+    inflater_for,
+    malformed,
     sent_at,
 )
 from workbench.records import RequestRecord
 
 __all__ = ["HttpToolsClient"]
 
-#: a non-200 answer's body is kept up to this size (for the error message)
-ERROR_BODY_MAX = 64 * 1024
-#: the error of a ``101 Switching Protocols`` answer: the client asked for no upgrade, so
-#: the connection now speaks something else (docs/wire-protocols.md, "HTTP framing")
+#: the error of a ``101 Switching Protocols`` answer (docs/wire-protocols.md, "HTTP framing")
 UPGRADE_REFUSED = ("HTTP 101: Switching Protocols, an upgrade no request asked for "
                    "(the connection was dropped)")
 USER_AGENT = b"workbench"
@@ -125,12 +98,10 @@ class _Connection(asyncio.Protocol):
         self.inflate: Inflater | None = None  # a gzip/deflate body, inflated piece by piece
         self.refused: BackendError | None = None  # why a callback stopped the parser
 
-    # -- the request ---------------------------------------------------------------
     def start(
         self, data: bytes, state: ResponseBody | None, rec: RequestRecord | None
     ) -> asyncio.Future[tuple[int, bytes]]:
-        """Write one request; the future ends with ``(status, body)`` (body empty when
-        it went to ``state``) or with the failure."""
+        """Write one request; the future ends with ``(status, body)`` or the failure."""
         if self.transport is None or self.closed:  # closed while the sender waited to run
             cls = StaleConnectionError if self.served else DisconnectedError
             raise cls("the connection closed before the request was written")
@@ -154,7 +125,6 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    # -- asyncio.Protocol ----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
         self.pool.live.add(self)
@@ -173,11 +143,9 @@ class _Connection(asyncio.Protocol):
             return
         except httptools.HttpParserError as exc:
             if not self.complete:
-                self._fail(self.refused or BackendError(
-                    f"malformed HTTP response from the server: {exc}"))  # fmt: skip
+                self._fail(self.refused or malformed(exc))
                 return
-            # bytes after the answer's end (on_message_begin refused them): the answer
-            # stands, the connection cannot be trusted any more
+            # bytes after the answer's end: the answer stands, the connection is not reused
             self.keep = False
         if not self.status and self._head_overdue(t, len(data)):
             return
@@ -203,10 +171,7 @@ class _Connection(asyncio.Protocol):
                 self._finish(self.keep)
 
     def _inflated(self, t: int, chunk: bytes) -> bool:
-        """A compressed read, inflated one piece at a time (``stream.Inflater``): a stream's
-        pieces are parsed at once, so its event-size bound cuts a body that inflates
-        without end after one piece past the bound; a kept (error, GET) body ends the
-        exchange at ``ERROR_BODY_MAX``. False when the request ended meanwhile."""
+        """A compressed read, handled one inflated piece at a time; False when the request ended."""
         waiter = self.waiter
         try:
             for piece in self.inflate.pieces(chunk):  # type: ignore[union-attr]
@@ -248,7 +213,6 @@ class _Connection(asyncio.Protocol):
         else:
             self._fail(DisconnectedError(f"connection closed mid-response{why}"))
 
-    # -- httptools callbacks -------------------------------------------------------
     def on_message_begin(self) -> None:
         if self.complete:  # a second answer in the read: nobody asked for it
             raise BackendError("a response to no request")  # stops the parser here
@@ -260,14 +224,13 @@ class _Connection(asyncio.Protocol):
         # the head's size as parsed, so a head that came whole in one read is bounded too
         self.head_bytes += len(name) + len(value) + 4
         if self.head_bytes > HEAD_MAX:
-            self.refused = BackendError(f"malformed HTTP response from the server: the "
-                                        f"response head passed {HEAD_MAX} bytes")  # fmt: skip
+            self.refused = malformed(HEAD_TOO_LARGE)
             raise self.refused
         name = name.lower()
         if name == b"content-length" or name == b"transfer-encoding":
             self.delimited = True
         elif name == b"content-encoding":
-            self.encoding = value.strip().lower()
+            self.encoding = value
         elif name == b"content-type" and self.state is not None:
             self.state.json_body = value.split(b";", 1)[0].strip().lower() == JSON_TYPE
         elif name.startswith(KEPT_PREFIX) and self.state is not None:
@@ -284,15 +247,12 @@ class _Connection(asyncio.Protocol):
         state = self.state  # a JSON 200 is an error body, or a whole answer (stream.WholeBody)
         self.streaming = status == 200 and state is not None and (
             not state.json_body or state.takes_json)
-        enc = self.encoding
-        if enc and enc != b"identity":
-            if enc not in (b"gzip", b"x-gzip", b"deflate"):
-                self.refused = BackendError(
-                    f"the server sent content-encoding {enc.decode()!r}, which this client "
-                    "cannot decode (it sends no Accept-Encoding; supported: gzip, deflate)"
-                )
-                raise self.refused
-            self.inflate = Inflater(enc.decode())
+        if self.encoding:
+            try:
+                self.inflate = inflater_for(self.encoding.decode("latin-1"))
+            except BackendError as exc:
+                self.refused = exc
+                raise
 
     def on_message_complete(self) -> None:
         if self.interim:  # the real answer follows on the same connection
@@ -303,7 +263,6 @@ class _Connection(asyncio.Protocol):
         self.complete = True
         self.keep = self.parser.should_keep_alive()  # (only valid inside the callback)
 
-    # -- endings -------------------------------------------------------------------
     def _finish(self, keep: bool) -> None:
         waiter = self.waiter
         status = self.status
@@ -314,7 +273,7 @@ class _Connection(asyncio.Protocol):
         self._clear()
         self.served += 1
         if keep and not self.closed:
-            self.pool.release(self)
+            self.pool.idle.append(self)
         elif not self.closed:
             self.abort()
         if waiter is not None and not waiter.done():
@@ -326,27 +285,20 @@ class _Connection(asyncio.Protocol):
         if waiter is None or waiter.done():
             self.abort()
             return
-        if self.streaming and self.state is not None and self.state.done:
-            # the failure came after [DONE]: what was measured stands
-            self._stop_timer()
-            self._clear()
-            self.abort()
-            if waiter is not None and not waiter.done():
-                waiter.set_result((200, b""))
-            return
+        # a failure after [DONE]: what was measured stands
+        measured = self.streaming and self.state is not None and self.state.done
         self._clear()
         self.abort()
-        if waiter is not None and not waiter.done():
+        if measured:
+            waiter.set_result((200, b""))
+        else:
             waiter.set_exception(exc)
 
     def _head_overdue(self, t: int, n: int) -> bool:
-        """The head is still not whole after this read: fail it past ``HEAD_MAX`` bytes,
-        or past the idle timeout since the request was written (a head trickled a byte
-        at a time would otherwise keep every silence short and never end)."""
+        """Fail a head still not whole past ``HEAD_MAX`` bytes or the idle timeout since sent."""
         self.head_read += n
         if self.head_read > HEAD_MAX:
-            self._fail(BackendError(f"malformed HTTP response from the server: the response "
-                                    f"head passed {HEAD_MAX} bytes without ending"))  # fmt: skip
+            self._fail(malformed(f"{HEAD_TOO_LARGE} without ending"))
             return True
         idle = self.pool.idle_s
         if idle is not None and t - self.sent_ns > idle * 1e9:
@@ -389,18 +341,8 @@ JSON_TYPE = b"application/json"
 
 
 class _ParseQueue:
-    """Reads stamped in ``data_received``, parsed once the loop has taken every read of
-    the poll: *stamp now, parse after the poll*.
-
-    When hundreds of streams get a token in the same poll, the loop calls their
-    ``data_received`` back to back; parsing each read there would make the k-th
-    stamp wait for k−1 SSE and JSON parses, stamping it only after the (C) HTTP
-    parse of the reads ahead of it. One ``call_soon`` per poll runs the parses,
-    in arrival order, and the endings queued behind them (``None`` entries).
-    Anything that ends a response otherwise (close, idle check) runs the queue
-    first, so no read is lost or reordered; reads of a request given up
-    meanwhile (its waiter done) are dropped.
-    """
+    """Reads stamped in ``data_received``, parsed in order by one ``call_soon`` per poll
+    (docs/design-notes.md); reads of a request given up meanwhile are dropped."""
 
     __slots__ = ("armed", "items", "loop")
 
@@ -428,12 +370,10 @@ class _ParseQueue:
                 state = conn.state
                 state.feed(t, chunk)  # type: ignore[union-attr]
                 if state.cut:  # type: ignore[union-attr]
-                    # overrun (error set), or bytes on and on after [DONE] (no error):
-                    # either way the stream is done and the connection dropped
+                    # overrun (error set), or bytes on and on after [DONE] (no error)
                     conn._fail(state.error or DisconnectedError("cut after [DONE]"))  # type: ignore[union-attr]
                 elif state.done and not conn.delimited:  # type: ignore[union-attr]
-                    # a body delimited by the close is whole at [DONE]: a server that
-                    # holds the connection open after it must not hold the request
+                    # a body delimited by the close is whole at [DONE]
                     conn._finish(False)
             else:
                 conn._finish(conn.keep)
@@ -479,9 +419,6 @@ class _Pool:
             raise ConnectError(str(exc) or type(exc).__name__) from None
         return conn
 
-    def release(self, conn: _Connection) -> None:
-        self.idle.append(conn)
-
     def close(self) -> None:
         for conn in list(self.live):
             if conn.transport is not None:
@@ -489,27 +426,15 @@ class _Pool:
         self.idle.clear()
 
 
-class HttpToolsClient:
+class HttpToolsClient(ClientSettings):
     """The pooled client ``Transport`` uses by default (``executor.http: httptools``)."""
 
-    def __init__(
-        self,
-        now: Callable[[], int],
-        *,
-        headers: dict[str, str],
-        request_timeout_s: float | None,
-        stream_idle_timeout_s: float | None,
-        max_connections: int = 0,
-        ssl_context: ssl.SSLContext | None = None,
-    ) -> None:
-        self.now = now
-        self.request_timeout_s = request_timeout_s
-        self.idle_s = stream_idle_timeout_s
-        self.ssl_context = ssl_context
-        self._extra = b"".join(_header_line(k, v) for k, v in headers.items())
+    def __post_init__(self) -> None:
+        self._extra = b"".join(_header_line(k, v) for k, v in self.headers.items())
         self._pools: dict[tuple[str, str, int], _Pool] = {}
         self._heads: dict[str, tuple[_Pool, bytes]] = {}
-        self._limit = asyncio.Semaphore(max_connections) if max_connections > 0 else None
+        limit = self.max_connections
+        self._limit = asyncio.Semaphore(limit) if limit > 0 else None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def open(self) -> None:
@@ -557,8 +482,7 @@ class HttpToolsClient:
         state: ResponseBody,
         headers: dict[str, str] | None = None,
     ) -> tuple[int, bytes]:
-        """POST ``payload``, the body streamed into ``state``; ``(status, non-200 body)``.
-        ``headers``: extra request headers (``backend.options`` headers, routing slot)."""
+        """POST ``payload``, the body streamed into ``state``; ``(status, non-200 body)``."""
         pool, head = self._pool(url, b"POST", True)
         rid = request_id.encode()
         if b"\r" in rid or b"\n" in rid:
@@ -591,9 +515,6 @@ class HttpToolsClient:
             await limit.acquire()
         conn: _Connection | None = None
         try:
-            if timeout_s is None:
-                conn = await pool.connection()
-                return await conn.start(data, state, rec)
             async with asyncio.timeout(timeout_s):
                 conn = await pool.connection()
                 return await conn.start(data, state, rec)

@@ -1,35 +1,32 @@
 """The portable fallback client (``executor.http: aiohttp``), on aiohttp's public API only.
 
-Same contract as ``http1.HttpToolsClient`` (``post`` streams a body into a
-``StreamState``, ``get`` reads a small answer, failures raised as the errors of
-``backends/stream.py``), so ``Transport`` produces the same records with either.
-Its timing is coarser: ``dispatch_ns`` is read when aiohttp reports the request
-body sent (the public ``TraceConfig.on_request_chunk_sent`` signal), and each
-read is stamped when the stream's task gets it (``iter_any``), which under load
-is later than the socket read the default client stamps.
+Same contract and records as ``http1.HttpToolsClient``, coarser timing: dispatch is
+stamped when aiohttp reports the body sent, each read when the stream's task gets it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NoReturn
 
 import aiohttp
 
-from workbench.backends.base import BackendError
 from workbench.backends.stream import (
+    ERROR_BODY_MAX,
     HEAD_MAX,
+    HEAD_TOO_LARGE,
     KEPT_HEADER_PREFIX,
+    ClientSettings,
     ConnectError,
     ConnectTimeoutError,
     DisconnectedError,
     IdleTimeoutError,
-    Inflater,
     ResponseBody,
     StaleConnectionError,
+    inflater_for,
+    malformed,
     sent_at,
 )
 from workbench.bodies import read_body
@@ -40,27 +37,10 @@ __all__ = ["AiohttpClient"]
 # aiohttp >= 3.10 names the two read/connect timeouts; 3.9 raises ServerTimeoutError for both
 _SOCK_READ_TIMEOUT = getattr(aiohttp, "SocketTimeoutError", aiohttp.ServerTimeoutError)
 _CONNECT_TIMEOUT = getattr(aiohttp, "ConnectionTimeoutError", None)
-ERROR_BODY_MAX = 64 * 1024
 
 
-class AiohttpClient:
-    def __init__(
-        self,
-        now: Callable[[], int],
-        *,
-        headers: dict[str, str],
-        request_timeout_s: float | None,
-        stream_idle_timeout_s: float | None,
-        max_connections: int = 0,
-        ssl_context: ssl.SSLContext | None = None,
-    ) -> None:
-        self.now = now
-        self.headers = headers
-        self.request_timeout_s = request_timeout_s
-        self.idle_s = stream_idle_timeout_s
-        self.max_connections = max_connections
-        self.ssl_context = ssl_context
-        self._session: aiohttp.ClientSession | None = None
+class AiohttpClient(ClientSettings):
+    _session: aiohttp.ClientSession | None = None
 
     async def open(self) -> None:
         trace = aiohttp.TraceConfig()
@@ -72,14 +52,12 @@ class AiohttpClient:
             ssl=self.ssl_context if self.ssl_context is not None else ssl.create_default_context(),
         )
         self._session = aiohttp.ClientSession(
-            # a load generator keeps no cookies: one jar shared by every unit would
-            # pin them all to one backend of a sticky balancer
+            # no cookies: one shared jar would pin every unit to one backend of a balancer
             cookie_jar=aiohttp.DummyCookieJar(),
             connector=connector,
             headers=self.headers,
             trace_configs=[trace],
-            # compressed bodies are inflated by stream.Inflater, piece by piece under the
-            # stream's bounds (aiohttp would inflate a whole read at once)
+            # stream.Inflater inflates piece by piece (aiohttp would inflate a whole read)
             auto_decompress=False,
             timeout=aiohttp.ClientTimeout(
                 total=self.request_timeout_s, sock_connect=self.idle_s, sock_read=self.idle_s
@@ -147,19 +125,18 @@ class AiohttpClient:
                 rec.http_status = resp.status
                 head = sum(len(k) + len(v) + 4 for k, v in resp.raw_headers)
                 if head > HEAD_MAX:  # as http1 refuses it (aiohttp bounds only each line)
-                    raise BackendError(f"malformed HTTP response from the server: the "
-                                       f"response head passed {HEAD_MAX} bytes")
+                    raise malformed(HEAD_TOO_LARGE)
                 state.headers.update(
                     (k.lower(), v) for k, v in resp.headers.items()
                     if k.lower().startswith(KEPT_HEADER_PREFIX)
                 )
-                inflater = _inflater(resp)
+                inflater = inflater_for(resp.headers.get("Content-Encoding", ""))
                 if resp.status != 200:
-                    return resp.status, (await _bounded_body(resp, inflater))
+                    return resp.status, ((await read_body(resp, ERROR_BODY_MAX, inflater)).data)
                 if resp.content_type == "application/json" and not state.takes_json:
                     # not a stream: an error body (a whole answer is read as such below)
                     state.json_body = True
-                    return 200, (await _bounded_body(resp, inflater))
+                    return 200, ((await read_body(resp, ERROR_BODY_MAX, inflater)).data)
                 # a body delimited by the close is whole at [DONE] (see http1)
                 by_close = "Content-Length" not in resp.headers and not resp.headers.get(
                     "Transfer-Encoding"
@@ -170,8 +147,7 @@ class AiohttpClient:
                         for piece in (inflater.pieces(chunk) if inflater else (chunk,)):
                             state.feed(t, piece)
                             if state.cut or (by_close and state.done):
-                                # output overrun, or the end: drop the connection, read
-                                # no more (and inflate no more)
+                                # overrun, or the end: drop the connection, read no more
                                 resp.close()
                                 return 200, b""
                 except (aiohttp.ClientError, TimeoutError):
@@ -181,47 +157,21 @@ class AiohttpClient:
                 state.close(now())
                 return 200, b""
         except Exception as exc:
-            out = _translate(exc, rec, reused=sent.reused)
-            if out is exc:
-                raise
-            raise out from exc
+            _translate(exc, rec, reused=sent.reused)
 
     async def get(self, url: str, timeout_s: float) -> tuple[int, bytes]:
         try:
             async with self.session.get(
                 url, timeout=aiohttp.ClientTimeout(total=timeout_s)
             ) as resp:
-                return resp.status, await _bounded_body(resp, _inflater(resp))
+                inflater = inflater_for(resp.headers.get("Content-Encoding", ""))
+                return resp.status, (await read_body(resp, ERROR_BODY_MAX, inflater)).data
         except Exception as exc:
-            out = _translate(exc, None, reused=False)
-            if out is exc:
-                raise
-            raise out from exc
-
-
-def _inflater(resp: aiohttp.ClientResponse) -> Inflater | None:
-    """The body's ``Inflater`` (gzip, deflate), None for identity; others are refused."""
-    enc = resp.headers.get("Content-Encoding", "").strip().lower()
-    if not enc or enc == "identity":
-        return None
-    if enc in ("gzip", "x-gzip", "deflate"):
-        return Inflater(enc)
-    raise BackendError(
-        f"the server sent content-encoding {enc!r}, which this client cannot decode "
-        "(supported: gzip, deflate)"
-    )
-
-
-async def _bounded_body(resp: aiohttp.ClientResponse, inflater: Inflater | None) -> bytes:
-    """A non-streamed body, at most ``ERROR_BODY_MAX`` bytes (inflated piece by piece,
-    if compressed; the connection dropped past the bound): ``bodies.read_body``."""
-    return (await read_body(resp, ERROR_BODY_MAX, inflater)).data
+            _translate(exc, None, reused=False)
 
 
 class _Sent:
-    """One POST's trace context: its response's state (and so its record), whether its
-    body went out, and whether it rode a kept-alive connection (only then may a loss
-    before the answer be retried)."""
+    """One POST's trace context: its state, whether its body went out and on a reused connection."""
 
     __slots__ = ("reused", "sent", "state")
 
@@ -229,28 +179,27 @@ class _Sent:
         self.state, self.sent, self.reused = state, False, False
 
 
-def _translate(exc: BaseException, rec: RequestRecord | None, *, reused: bool) -> BaseException:
-    """aiohttp's failure as the common errors of ``backends/stream.py`` (others unchanged)."""
+def _translate(exc: BaseException, rec: RequestRecord | None, *, reused: bool) -> NoReturn:
+    """Raise aiohttp's failure as the common errors of ``backends/stream.py`` (others as is)."""
     if isinstance(exc, aiohttp.ClientConnectorError):
-        return ConnectError(str(exc))
+        raise ConnectError(str(exc)) from exc
     if isinstance(exc, aiohttp.ClientResponseError) and not isinstance(
         exc, aiohttp.ClientPayloadError | aiohttp.ContentTypeError
     ):
         # aiohttp's parser refused the response (we never call raise_for_status)
         first = str(exc.message).splitlines()[0] if exc.message else type(exc).__name__
-        return BackendError(f"malformed HTTP response from the server: {first}")
+        raise malformed(first) from exc
     if _CONNECT_TIMEOUT is not None and isinstance(exc, _CONNECT_TIMEOUT):
-        return ConnectTimeoutError(str(exc))
+        raise ConnectTimeoutError(str(exc)) from exc
     if isinstance(exc, _SOCK_READ_TIMEOUT):
-        return IdleTimeoutError(str(exc))
+        raise IdleTimeoutError(str(exc)) from exc
     if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError) and (
         rec is not None and rec.http_status is None and reused
     ):
-        # before the status line on a kept-alive connection (aiohttp's public
-        # on_connection_reuseconn signal said so): sent once more, as in http1
-        return StaleConnectionError(str(exc) or type(exc).__name__)
+        # before the status line on a kept-alive connection: sent once more, as in http1
+        raise StaleConnectionError(str(exc) or type(exc).__name__) from exc
     if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError) or (
         isinstance(exc, aiohttp.ClientOSError) and rec is not None
     ):
-        return DisconnectedError(str(exc) or type(exc).__name__)
-    return exc
+        raise DisconnectedError(str(exc) or type(exc).__name__) from exc
+    raise exc

@@ -1,17 +1,6 @@
-"""``openai``: ``POST {root}/v1/completions`` with the prompt as a token-id list.
-
-Wire facts (vLLM 0.32, see ``real-engines.md`` §3.1): with ``return_token_ids``
-the first chunk carries ``choices[0].prompt_token_ids`` and every chunk its
-output delta in ``choices[0].token_ids``; the last chunk has ``choices: []`` and
-``usage`` (``prompt_tokens_details.cached_tokens`` with
-``--enable-prompt-tokens-details``). Servers without ``return_token_ids`` (SGLang's
-OpenAI layer, llama.cpp) stream text only: each non-empty text chunk then counts
-as one token event and the exact output ids are unknown. A chunk whose text is empty
-(llama.cpp: a token that decodes to no text, e.g. a control token) still marks the
-stream text-only, so a 1-token answer made of such a token is not mistaken for a
-server that dropped ``return_token_ids``.
-
-``ChoicesParser`` is shared with ``vllm-tokens``, whose stream has the same shape.
+"""``openai``: ``POST {root}/v1/completions`` with the prompt as a token-id list
+(docs/wire-protocols.md, "openai"). Servers without ``return_token_ids`` stream text only:
+each text chunk is one token event of unknown id. ``ChoicesParser`` serves ``vllm-tokens`` too.
 """
 
 from __future__ import annotations
@@ -33,7 +22,7 @@ from workbench.backends.base import (
     as_id_list,
     check_output_count,
     loads,
-    stream_fields,
+    openai_body,
 )
 
 #: Stands in for a token whose id the server did not return (text-only streams).
@@ -41,11 +30,7 @@ UNKNOWN_TOKEN = -1
 
 
 class ChoicesParser(OpenAIChunks):
-    """Parser for streams of ``{choices:[{token_ids, finish_reason}], usage}`` chunks.
-
-    Per chunk it reads only ``choices[0]`` and, when present, ``usage``; usage is
-    interpreted once, in ``finish``.
-    """
+    """Parser for streams of ``{choices:[{token_ids, finish_reason}], usage}`` chunks."""
 
     __slots__ = ("_ids", "_missing")
 
@@ -58,8 +43,7 @@ class ChoicesParser(OpenAIChunks):
         return self._take(loads(payload))
 
     def _take(self, obj: dict[str, Any]) -> list[int] | None:
-        """One parsed chunk → the output ids it carried (one unknown id per non-empty
-        text chunk of a text-only stream; None when it carried none)."""
+        """One parsed chunk → its output ids (text-only streams: one unknown id per text chunk)."""
         choice = self._head(obj)
         if choice is None:
             return None
@@ -77,11 +61,7 @@ class ChoicesParser(OpenAIChunks):
         return [UNKNOWN_TOKEN] if choice["text"] else None
 
     def feed_all(self, payloads: list[bytes]) -> list[int]:
-        """Every payload of one network read → the id count of each token event, in order.
-
-        Same result as ``feed`` on each payload (which it falls back to for anything
-        unusual, so errors read the same), but one ``orjson.loads`` per read.
-        """
+        """``feed`` on each payload, with one ``orjson.loads`` per read."""
         if len(payloads) == 1:
             n = self.feed_one(payloads[0])
             return [n] if n else []
@@ -121,10 +101,7 @@ class ChoicesParser(OpenAIChunks):
         return counts
 
     def feed_one(self, payload: bytes) -> int:
-        """One payload (a read of exactly one event) → its token id count (0: none).
-
-        ``feed_all([payload])`` without the lists: a streamed answer is mostly this.
-        """
+        """``feed_all([payload])`` without the lists: a streamed answer is mostly this."""
         try:
             obj = orjson.loads(payload)
         except orjson.JSONDecodeError:
@@ -180,19 +157,8 @@ class OpenAICompletionsCodec(PlainCodec):
         return f"{base_url}/v1/completions"
 
     def body(self, req: WireRequest) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "prompt": as_id_list(req.prompt_ids),
-            "max_tokens": req.max_tokens,
-            "min_tokens": req.max_tokens,
-            "ignore_eos": True,
-            "temperature": self.temperature,
-            **stream_fields(self.stream),
-            "return_token_ids": True,
-            "rid": req.request_id,
-        }
-        if self.model is not None:
-            body["model"] = self.model
-        return body
+        prompt = {"prompt": as_id_list(req.prompt_ids)}
+        return openai_body(req, prompt, self, return_token_ids=True)
 
     def parser(self, req: WireRequest) -> ChoicesParser:
         return ChoicesParser("id")

@@ -1,22 +1,6 @@
-"""``openai-chat``: ``POST {root}/v1/chat/completions`` with synthetic text messages.
-
-For servers that only take text. Token ids are rendered to text with the shared
-deterministic tokenizer (``workbench.tokenizer``), one word per id, so N ids
-become N tokens on a server using that tokenizer.
-
-Chat templates add tokens the client cannot see. ``initial_overhead_tokens``
-(the template around the first message) and ``turn_overhead_tokens`` (around
-each appended assistant reply + user turn) are taken off the generated content
-so the server's ``prompt_tokens`` lands on the plan; the server's count stays
-the truth and its difference from ``sent_prompt_tokens`` is in the record.
-
-Conversations: when a round's prompt ids extend the previous round's prompt plus
-the reply ids this codec returned, the request resends the earlier messages
-verbatim, appends the reply as an ``assistant`` message and the new ids as a
-``user`` message — the shape a real agent sends, and the one a server's prefix
-cache sees. Anything else (first round, a policy that cut the prefix, a failed
-round) becomes one fresh ``user`` message. Output ids are the reply text
-re-encoded, not the server's ids, hence ``returns_token_ids = False``.
+"""``openai-chat``: ``POST {root}/v1/chat/completions`` with synthetic text messages, one
+word per token id; conversations and template overheads: docs/wire-protocols.md,
+"openai-chat". Output ids are the reply re-encoded, hence ``returns_token_ids = False``.
 """
 
 from __future__ import annotations
@@ -33,7 +17,7 @@ from workbench.backends.base import (
     StreamOutcome,
     WireRequest,
     loads,
-    stream_fields,
+    openai_body,
 )
 from workbench.backends.openai import UNKNOWN_TOKEN
 
@@ -47,8 +31,7 @@ class TextTokenizer(Protocol):
 
 
 def default_tokenizer() -> TextTokenizer:
-    """The shared deterministic tokenizer (``workbench.tokenizer``), imported late so
-    backends stay light."""
+    """The shared deterministic tokenizer, imported late so backends stay light."""
     from workbench.tokenizer import get_tokenizer
 
     return get_tokenizer()
@@ -110,18 +93,7 @@ class OpenAIChatCodec(PlainCodec):
     def body(self, req: WireRequest) -> dict[str, Any]:
         messages = self.messages(req)
         self._pending[req.request_id] = messages
-        body: dict[str, Any] = {
-            "messages": messages,
-            "max_tokens": req.max_tokens,
-            "min_tokens": req.max_tokens,
-            "ignore_eos": True,
-            "temperature": self.temperature,
-            **stream_fields(self.stream),
-            "rid": req.request_id,
-        }
-        if self.model is not None:
-            body["model"] = self.model
-        return body
+        return openai_body(req, {"messages": messages}, self)
 
     def parser(self, req: WireRequest) -> ChatParser:
         messages = self._pending.pop(req.request_id, None)
@@ -164,9 +136,6 @@ class OpenAIChatCodec(PlainCodec):
         while len(sessions) > self.max_sessions:
             sessions.popitem(last=False)
 
-    def forget(self, session_id: str) -> None:
-        self._sessions.pop(session_id, None)
-
     def _user(self, ids: list[int]) -> Message:
         return {"role": "user", "content": self.tokenizer.decode(ids)}
 
@@ -179,15 +148,8 @@ CUMULATIVE_TEXT_HINT = (
 
 
 class ChatParser(OpenAIChunks):
-    """Chat deltas: every chunk with non-empty content (or reasoning) is a token event
-    (a non-streaming answer: its one ``message``).
-
-    Its ids are the delta re-encoded (at least one, since the server sent a token
-    even when it renders as whitespace); the reply's ids are the whole text re-encoded.
-    Cumulative content (every chunk starts with the one before and is longer, at
-    least three chunks, and the joined text re-encodes to more tokens than the
-    server's ``completion_tokens``) fails the request, as the token backends do.
-    """
+    """Chat deltas (or a whole answer's ``message``): each chunk with text is a token event of
+    its text re-encoded; cumulative content fails the request."""
 
     __slots__ = ("_codec", "_grown", "_messages", "_parts", "_req")
 

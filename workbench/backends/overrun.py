@@ -1,19 +1,5 @@
-"""Output overrun: a server that streams more output tokens than ``max_tokens``, or never stops.
-
-Every request pins its output length (``max_tokens``, with ``min_tokens`` and
-``ignore_eos`` where the API has them), so a stream that carries more output
-tokens than that broke the request. Such a request is flagged on its record
-(``extra["output_overrun"]``: ``max_tokens``, ``received``, ``limit``, ``cut``);
-a stream still going at ``cut_limit(max_tokens)`` tokens is cut there — the
-response is dropped, the connection closed, and the record ends as an error of
-class ``output_overrun`` — so a server that never stops cannot hang a run with
-default settings (docs/output-overrun.md). A server that stops sending
-altogether is the stream idle timeout's case (``arrival.stream_idle_timeout_s``).
-
-Counting: codecs that return token ids count the ids; a text-only stream
-(``openai-chat``) counts its token events, each at least one token on the
-server, so the count never runs ahead of the server's.
-"""
+"""Output overrun: a server that streams more output tokens than ``max_tokens``, or never
+stops, is flagged and, past ``cut_limit``, cut (docs/output-overrun.md)."""
 
 from __future__ import annotations
 
@@ -31,8 +17,7 @@ MARGIN_TOKENS = 64
 MARGIN_RATIO = 0.25
 
 
-#: bytes one unfinished SSE event may hold: a floor, plus room per token of the prompt
-#: (SGLang echoes the prompt's ids) and of the output up to the cut limit
+#: bytes one unfinished SSE event may hold: a floor, or room per prompt and output token
 EVENT_BYTES_FLOOR = 1 << 20
 EVENT_BYTES_PER_TOKEN = 32
 #: bytes read on after ``[DONE]`` (so the connection can go back to the pool) at most
@@ -55,17 +40,8 @@ class OutputOverrun(BackendError):
 
 
 class OverrunGuard:
-    """Counts one stream's output tokens as its events are parsed.
-
-    ``check(counts)`` after each parsed batch (``counts``: the record's
-    ``token_counts``, ids per token event) raises ``OutputOverrun`` past the cut
-    limit, the record trimmed to end at the event that crossed it;
-    ``flag(completion_tokens)`` at the end of a stream that ended by itself marks a
-    smaller overrun (streamed, or reported in usage) without failing it.
-    ``stream.StreamState`` does ``check``'s usual case itself on its per-read path (new
-    tokens, still under the limit: ``total`` and ``seen`` moved on, as ``check`` would)
-    and calls ``check`` for everything else.
-    """
+    """Counts one stream's output tokens as its events are parsed (``StreamState`` inlines
+    ``check``'s usual case)."""
 
     __slots__ = ("by_events", "event_limit", "limit", "max_tokens", "rec", "seen", "stale",
                  "total")
@@ -83,9 +59,7 @@ class OverrunGuard:
         self.stale = 0  # bytes of parse batches that brought no token
 
     def check(self, counts: list[int], nbytes: int = 0) -> None:
-        """After a parse batch of ``nbytes`` bytes: cut past the token limit, or once the
-        batches that brought no token (token-less events, SSE comments, keep-alives: they
-        keep the idle timeout from firing) add up to more than ``event_limit`` bytes."""
+        """After a parse batch of ``nbytes``: cut past the token or the stale-bytes limit."""
         n = len(counts)
         if n == self.seen:
             self.stale += nbytes
@@ -101,8 +75,7 @@ class OverrunGuard:
             return
         total = self.total + (n - self.seen if self.by_events else sum(counts[self.seen :]))
         if total > self.limit:
-            # cut at the event that crossed the limit: a read carries any number of
-            # events, and what the record keeps must not depend on how reads fell
+            # cut at the event that crossed the limit, however the reads fell
             total = self.total
             for k in range(self.seen, n):
                 total += 1 if self.by_events else counts[k]
@@ -121,9 +94,7 @@ class OverrunGuard:
         self.total, self.seen = total, n
 
     def check_unfinished(self, nbytes: int) -> None:
-        """Cut a stream whose current event has grown past ``event_limit`` bytes without
-        ending: no token is parsed from it, so ``check`` alone would never fire, and the
-        bytes keep the idle timeout from firing too."""
+        """Cut a stream whose current event has grown past ``event_limit`` bytes unended."""
         if nbytes > self.event_limit:
             self._mark(self.total, cut=True)
             self.rec.extra["output_overrun"]["unfinished_event_bytes"] = nbytes

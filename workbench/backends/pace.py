@@ -1,30 +1,5 @@
-"""Keep the event loop polling while a wave of streams ends together (``executor.pace_ms``).
-
-asyncio (and uvloop) run every callback that is ready, then poll the sockets.
-When a server answers in lockstep (a deterministic engine, a batch that ends
-together), hundreds of streams end in one loop iteration, and each one's
-bookkeeping and next request then run back to back, and the loop does not poll
-until the whole wave is done. Tokens that arrive meanwhile sit in the kernel, and
-their stamps (taken as the protocol receives them) come late. A smaller per-stream
-cost (``http1.py``) shortens each stream's work but not the wave (the numbers:
+"""Keep the event loop polling while a wave of streams ends together (``executor.pace_ms``;
 docs/design-notes.md, "Pacing").
-
-A ``Pacer`` bounds that. The transport takes a turn before each send and once
-a request's record is closed (so a cancel while it waits leaves that record
-ok). The first turn taken in an iteration opens a time
-budget; turns taken while it is still open go on at once; later ones wait in
-FIFO order and are let go a batch per iteration, with a poll between batches.
-Nothing is dropped or reordered, and every stamp is exact; what moves is the
-send: a deferred request goes out later, which the run measures as release lag.
-
-That is a trade: a deferred send is a late send. It pays off when responses
-stream, because then the loop has token stamps to protect. When responses
-arrive whole (an instant server) there is nothing to protect, and a client that
-is busy all the time would only keep a standing line of requests inside itself
-instead of at the server (docs/design-notes.md, "Pacing").
-So ``auto`` (the default) watches
-the responses: on while they take several reads each, off while they take one
-or two. Worker processes (``executor.workers``) are the other remedy.
 """
 
 from __future__ import annotations
@@ -44,17 +19,11 @@ _EWMA = 1 / 16
 
 
 class Pacer:
-    """FIFO turns for per-request work, at most ~one budget of it per loop iteration.
-
-    ``turn()`` returns ``None`` (go on) or a future; a caller given a future awaits
-    ``wait(fut)``. Waiters are let go in FIFO order, a batch per iteration; a
-    released waiter that wakes to find the iteration's budget spent goes back to
-    the head of the line. The batch size learns what fits: it doubles while a
-    whole batch fits, and drops to what did fit when one does not.
-    """
+    """FIFO turns for per-request work, at most ~one budget of it per loop iteration: ``turn()``
+    is ``None`` (go on) or a future for ``wait``; the batch released per iteration adapts."""
 
     __slots__ = (
-        "_armed", "_auto", "_budget_ns", "_fit", "_front", "_loop", "_now", "_opened",
+        "_armed", "_auto", "_budget_ns", "_fit", "_front", "_now", "_opened",
         "_over", "_ran", "_reads", "_waiting", "active", "deferred",
     )  # fmt: skip
 
@@ -76,7 +45,6 @@ class Pacer:
         self._fit = 4  # waiters released per iteration
         self._ran = self._over = 0  # released waiters that went on / went back, this iteration
         self._armed = False
-        self._loop: asyncio.AbstractEventLoop | None = None
         self.deferred = 0  # turns that had to wait
 
     @property
@@ -84,10 +52,7 @@ class Pacer:
         return len(self._waiting) + len(self._front)
 
     def observe(self, reads: int) -> None:
-        """A response ended after ``reads`` network reads. With ``auto``, pacing stays on
-        while responses stream (a mean of ``STREAMING_READS`` reads or more) and stands
-        aside while they arrive whole: then there are no token stamps to protect, and
-        holding sends back would only keep a line of requests inside the client."""
+        """A response ended after ``reads`` reads; ``auto`` paces while the mean is streamed."""
         if not self._auto:
             return
         self._reads += (reads - self._reads) * _EWMA
@@ -124,7 +89,7 @@ class Pacer:
     def _enqueue(
         self, line: deque[asyncio.Future[None]] | list[asyncio.Future[None]]
     ) -> asyncio.Future[None]:
-        fut = self._running_loop().create_future()
+        fut = asyncio.get_running_loop().create_future()
         line.append(fut)
         self._arm()
         return fut
@@ -132,12 +97,7 @@ class Pacer:
     def _arm(self) -> None:
         if not self._armed:
             self._armed = True
-            self._running_loop().call_soon(self._next_iteration)
-
-    def _running_loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-        return self._loop
+            asyncio.get_running_loop().call_soon(self._next_iteration)
 
     def _next_iteration(self) -> None:
         """Runs one iteration after it was armed (the loop has polled since)."""

@@ -1,19 +1,5 @@
-"""Prefix-cache preflight: prove the server caches prefixes before measuring it.
-
-A replay against a server without prefix caching (or without cached-token
-telemetry) runs to the end and reports a hit rate of zero that looks like a
-finding. Two identical probes settle it up front (docs/wire-protocols.md): the second must
-report ``cached_tokens > 0``, else the run stops with the server flag to add.
-
-The probe comes from the *tail* of the token pool (the caller slices it), so it
-cannot warm the cache for unit 0, which starts at pool offset 0. It is 8192
-tokens by default because a hybrid model's cache block can exceed 1000 tokens;
-if the server rejects it as too long, it is halved and retried. "Too long" is an
-HTTP 400 (vLLM's ``/v1/completions``) or an error *inside* an HTTP 200 stream that
-names the model length (vLLM 0.32's streaming ``/inference/v1/generate`` answers
-200, then sends ``{"error": "The decoder prompt (length 8192) plus ... longer than
-the maximum model length of 8192"}``).
-"""
+"""Prefix-cache preflight: prove the server caches prefixes before measuring it
+(docs/wire-protocols.md, "Prefix-cache preflight")."""
 
 from __future__ import annotations
 
@@ -43,10 +29,7 @@ def _too_long(rec: RequestRecord) -> bool:
 
 @dataclass(frozen=True)
 class PreflightResult:
-    """What the probes showed, in plain values so it drops straight into a manifest.
-
-    ``first``/``second`` are the probe records as dicts (``RequestRecord.to_dict``).
-    """
+    """What the probes showed (``first``/``second``: the probe records as dicts)."""
 
     probe_tokens: int
     prompt_tokens: int | None
@@ -58,8 +41,10 @@ class PreflightResult:
         return dataclasses.asdict(self)
 
 
-def _probe_record(codec: Codec, request_id: str, n: int) -> RequestRecord:
-    return RequestRecord(
+async def _probe(
+    transport: Transport, codec: Codec, ids: Sequence[int], request_id: str
+) -> RequestRecord:
+    rec = RequestRecord(
         run_id="preflight",
         request_id=request_id,
         unit_ordinal=-1,
@@ -68,15 +53,9 @@ def _probe_record(codec: Codec, request_id: str, n: int) -> RequestRecord:
         backend=codec.name,
         policy=None,
         planned_prefix_tokens=0,
-        planned_input_tokens=n,
+        planned_input_tokens=len(ids),
         planned_output_tokens=1,
     )
-
-
-async def _probe(
-    transport: Transport, codec: Codec, ids: Sequence[int], request_id: str
-) -> RequestRecord:
-    rec = _probe_record(codec, request_id, len(ids))
     req = WireRequest(request_id=request_id, prompt_ids=ids, max_tokens=1, session_id=request_id)
     await transport.send(codec, req, rec)
     return rec
@@ -91,11 +70,7 @@ async def preflight_prefix_cache(
     min_probe_tokens: int = 256,
     request_id: str = "req-frontend-preflight",
 ) -> PreflightResult:
-    """Send the probe twice with ``max_tokens=1``; raise ``BackendError`` unless cached.
-
-    ``pool_tail_ids`` is the end of the token pool; its last ``probe_tokens`` ids
-    are the probe.
-    """
+    """Send the probe twice; ``BackendError`` unless the second was cached."""
     ids = list(pool_tail_ids[-probe_tokens:]) if probe_tokens > 0 else []
     if not ids:
         raise BackendError("prefix-cache preflight needs a non-empty probe prompt")

@@ -1,13 +1,5 @@
-"""``backend.profile``: the engine's profiler started and stopped around the measured window.
-
-vLLM serves ``POST /start_profile`` and ``POST /stop_profile`` only when it was started
-with a profiler (``--profiler-config '{"profiler": "torch", "torch_profiler_dir":
-DIR}'`` from v0.13, ``VLLM_TORCH_PROFILER_DIR=DIR`` before); the traces go to that
-directory, on the server's host. SGLang serves the same two routes and takes
-``{"output_dir": DIR}`` in the start request's body (else ``SGLANG_TORCH_PROFILER_DIR``,
-``/tmp`` by default). A server that answers the start with anything but 200 (404: not
-started with a profiler) stops the run before its measured requests with a
-``ConfigError`` quoting the answer. docs/real-engines.md, "Profiling".
+"""``backend.profile``: the engine's profiler started and stopped around the measured window
+(docs/real-engines.md, "Profiling").
 """
 
 from __future__ import annotations
@@ -51,8 +43,7 @@ async def _post(base_url: str, route: str, headers: Mapping[str, str],
 
 
 class Profiler:
-    """One run's profile window: ``start`` (a ``ConfigError`` when refused), ``stop``, and
-    ``record`` (the manifest's ``profile``)."""
+    """One run's profile window: ``start`` (``ConfigError`` when refused), ``stop``."""
 
     def __init__(self, base_url: str, backend: str, headers: Mapping[str, str],
                  profile_dir: str | None) -> None:

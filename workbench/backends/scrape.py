@@ -1,31 +1,5 @@
-"""Server-side metrics: scrape ``GET {root}/metrics`` (Prometheus text) on an interval.
-
-The client sees per-request ``cached_tokens``; the server's counters show the
-whole picture (window hit rate = Δhits / Δqueries, KV usage, queue depth,
-preemptions). Only the engines' series of ``workbench.catalogs.series`` are kept,
-summed over label sets (engines, cache sources) except for ratios, which are averaged. The text is
-pre-filtered to those series before ``prometheus_client``'s parser sees it: a
-vLLM page is mostly histograms we do not need.
-
-llama.cpp's ``llama-server --metrics`` counts prompt tokens *excluding* cached ones
-(``llamacpp:prompt_tokens_total``) beside the cached ones
-(``llamacpp:prompt_tokens_cached_total``); their sum is kept as the derived series
-``llamacpp:prompt_tokens_with_cached_total`` (a workbench name, not the server's), so
-its window hit rate is Δcached / Δwith_cached like the other engines' Δhits / Δqueries.
-
-``vllm:cache_config_info`` is a constant-1 gauge whose *labels* carry the cache
-configuration (``block_size``, ``num_gpu_blocks``, ...); it is how the block size
-is detected. A failed scrape is logged and recorded as a timeline row with an
-``error``; it never stops a run.
-
-Further endpoints (``backend.metrics_urls``: a GPU exporter, another service) are
-scraped at the same ticks into the same rows, and ``backend.metrics_series`` globs
-(``DCGM_FI_DEV_*``) keep more series from every endpoint. Every endpoint keeps the
-engine series above, the known GPU-exporter series (``workbench.promseries``) and the
-globbed ones; a series is combined over label sets *and* endpoints (summed, or averaged
-for ratios and utilisations). A further endpoint that fails adds ``endpoint_errors``
-(``{url: message}``) to the row and takes nothing from the engine's own series.
-docs/measurement-rules.md, "Further Prometheus endpoints".
+"""Server-side metrics: scrape ``GET {root}/metrics`` (Prometheus text) on an interval
+(docs/measurement-rules.md, "Server-side evidence"). A failed scrape never stops a run.
 """
 
 from __future__ import annotations
@@ -56,18 +30,10 @@ __all__ = ["MetricsScraper", "detect_block_size", "endpoint_url", "parse_metrics
 logger = logging.getLogger(__name__)
 
 CACHE_CONFIG = "vllm:cache_config_info"
-#: llama-server's prompt counters: processed (cached ones excluded) and cached; their sum is
-#: the derived ``LLAMACPP_WITH_CACHED``
+#: llama-server's prompt counters (cached excluded) and cached: summed, ``LLAMACPP_WITH_CACHED``
 LLAMACPP_PROMPT = series.LLAMACPP.name("prompt_tokens") or ""
 LLAMACPP_CACHED = series.LLAMACPP.name("hits") or ""
 SERIES = series.SCRAPED | {CACHE_CONFIG}
-
-
-def _wanted(name: str, patterns: Sequence[str]) -> bool:
-    return (
-        name in SERIES or name in GPU_SERIES
-        or any(fnmatch.fnmatchcase(name, p) for p in patterns)
-    )  # fmt: skip
 
 
 def _wanted_lines(text: str, patterns: Sequence[str] = ()) -> str:
@@ -76,7 +42,11 @@ def _wanted_lines(text: str, patterns: Sequence[str] = ()) -> str:
         if not line or line[0] == "#":
             continue
         name = line.split("{", 1)[0].split(" ", 1)[0]
-        if _wanted(name, patterns):
+        if (
+            name in SERIES
+            or name in GPU_SERIES
+            or any(fnmatch.fnmatchcase(name, p) for p in patterns)
+        ):
             keep.append(line)
     keep.append("")
     return "\n".join(keep)
@@ -121,18 +91,14 @@ class _Page:
 def parse_metrics(
     text: str, patterns: Sequence[str] = ()
 ) -> tuple[dict[str, float], dict[str, str] | None]:
-    """Prometheus text → (series values, ``vllm:cache_config_info`` labels or None).
-
-    Kept: the engine series, the known GPU-exporter series and any name matching one
-    of the ``patterns`` (shell globs, case-sensitive)."""
+    """Prometheus text → (kept series values, ``vllm:cache_config_info`` labels or None)."""
     page = _Page()
     page.add(text, patterns)
     return page.values(), page.cache_config
 
 
 def endpoint_url(url: str) -> str:
-    """A further endpoint's page: ``HOST:PORT`` reads as ``http://HOST:PORT``, and a URL
-    without a path gets ``/metrics`` (an exporter's usual path); credentials stay."""
+    """A further endpoint's page URL: ``http://`` and ``/metrics`` added where missing."""
     if "://" not in url:
         url = f"http://{url.strip()}"
     parts = urlsplit(url)
@@ -148,9 +114,7 @@ async def _fetch(
     session: aiohttp.ClientSession, url: str, timeout_s: float,
     headers: dict[str, str] | None = None,
 ) -> tuple[str, bool]:
-    """One page and whether it was cut: read under ``bodies.PAGE_MAX`` (inflated piece
-    by piece); a longer page is cut after its last whole line, with one warning per URL
-    (docs/security.md)."""
+    """One page, and whether it was cut at ``bodies.PAGE_MAX`` (docs/security.md)."""
     shown = strip_url_credentials(url)
     get = session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers)
     async with get as resp:
@@ -168,9 +132,7 @@ async def _fetch(
 
 
 class _Endpoint:
-    """A further ``/metrics`` page: its URL without credentials (sent as a Basic
-    ``Authorization`` header instead, the way the target's are), the URL as stored and
-    logged (``redact.safe_url``: query values too) and what it failed with."""
+    """A further ``/metrics`` page: the URL fetched, the URL shown, and its failures."""
 
     def __init__(self, url: str) -> None:
         full = endpoint_url(url)
@@ -202,11 +164,7 @@ async def detect_block_size(
 
 
 class MetricsScraper:
-    """Scrapes ``/metrics`` every ``interval_s`` into ``timeline`` while started.
-
-    Rows are ``{"t_ns": ..., series: value, ...}`` on the given clock (the run's
-    clock, so rows line up with request timestamps), or ``{"t_ns", "error"}``.
-    """
+    """Scrapes ``/metrics`` every ``interval_s`` into ``timeline`` rows while started."""
 
     def __init__(
         self,
@@ -237,11 +195,7 @@ class MetricsScraper:
         self._task: asyncio.Task[None] | None = None
 
     async def scrape_once(self) -> dict[str, Any]:
-        """One scrape of every endpoint: a row with ``t_ns`` and the series; ``error``
-        when the engine's own page failed, ``endpoint_errors`` when a further one did.
-
-        The row also has ``cache_config`` (labels) when the server exports it.
-        """
+        """One row from every endpoint (``error``, ``endpoint_errors`` for those that failed)."""
         t_ns = self.clock.now_ns()
         if self._session is None:
             self._session = bounded_session()
@@ -305,8 +259,7 @@ class MetricsScraper:
         return None
 
     def describe(self) -> dict[str, Any]:
-        """The manifest's ``metrics_scrape``: endpoints (no credentials), patterns and the
-        series kept beyond the engine's own list, each with label, unit and source."""
+        """The manifest's ``metrics_scrape``: endpoints, patterns and the further series kept."""
         return {
             "url": self.url,
             "endpoints": [e.shown for e in self.endpoints],
@@ -316,11 +269,7 @@ class MetricsScraper:
         }
 
     async def start(self) -> None:
-        """Take the baseline row now, then keep scraping in a background task.
-
-        The baseline is awaited so the first request of a run cannot slip in
-        before it (its misses would fall outside the server-side window).
-        """
+        """Take the baseline row now (before any request of the run), then scrape in a task."""
         if self._task is None:
             self._append(await self.scrape_once())
             self._task = asyncio.get_running_loop().create_task(self._run())

@@ -1,22 +1,5 @@
-"""``sglang-tokens``: SGLang's native ``POST {root}/generate`` with token ids in and out.
-
-Server flags: ``--skip-tokenizer-init`` (accept ``input_ids``, return
-``output_ids``) and ``--stream-output`` (newer name
-``--incremental-streaming-output``) so each chunk carries only its new ids.
-Body: ``{rid, input_ids, sampling_params:{max_new_tokens, min_new_tokens,
-temperature, ignore_eos}, stream}``. Each chunk: ``{output_ids:[...], meta_info:
-{id, prompt_tokens, completion_tokens, cached_tokens, finish_reason}}`` where the
-``meta_info`` counts are running totals and ``finish_reason`` is a string or
-``{"type": ...}``.
-
-Two guards (docs/wire-protocols.md), both failing the round with a message naming the cause:
-
-* cumulative streaming: without the incremental flag every chunk repeats all ids
-  so far. Detected when a chunk starts with everything received and is longer,
-  and the running ``completion_tokens`` confirms it is not a multi-token delta.
-* prompt echo (sgl-project/sglang#10896): more output ids than
-  ``completion_tokens``. The surplus at the front is trimmed only if it equals the
-  prompt's tail; it is then reported as ``echoed_prompt_tokens``.
+"""``sglang-tokens``: SGLang's native ``POST {root}/generate`` with token ids in and out, and
+its two guards (docs/wire-protocols.md, "sglang-tokens"; sgl-project/sglang#10896).
 """
 
 from __future__ import annotations
@@ -64,11 +47,7 @@ SGLANG_SERVERS = ServerFacts(
 
 
 class SGLangParser(EventParser):
-    """Incremental ``output_ids`` with both SGLang guards applied as chunks arrive.
-
-    Echoed ids are withheld from the returned per-chunk ids as soon as the running
-    ``completion_tokens`` shows a surplus, so they never count as token events.
-    """
+    """Incremental ``output_ids`` with both guards (echoed ids never count as token events)."""
 
     __slots__ = ("_echo", "_ids", "_meta", "_prompt")
 
@@ -84,7 +63,7 @@ class SGLangParser(EventParser):
         done = None
         if meta:
             self._meta = meta
-            done = usage_count("completion_tokens", _done_count(meta))
+            done = _done_count(meta)
         ids = obj.get("output_ids")
         if not ids:
             return None
@@ -110,7 +89,7 @@ class SGLangParser(EventParser):
         meta = self._meta
         if meta is None:
             raise BackendError("stream ended without meta_info (no usage from SGLang)")
-        completion = usage_count("completion_tokens", _done_count(meta))
+        completion = _done_count(meta)
         output, echoed = self._trim_echo(completion)
         cached = usage_count("cached_tokens", meta.get("cached_tokens"))
         rid = meta.get("id")
@@ -153,8 +132,7 @@ class SGLangTokensCodec(PlainCodec):
     """Exact output ids from SGLang's native endpoint."""
 
     temperature: float = 0.0
-    # ask for SGLang's split of cached tokens by tier (device, host, storage); recorded
-    # per request in ``extra.server_metrics.cached_tokens_details`` (docs/sweeps.md)
+    # SGLang's split of cached tokens by tier, kept per request (docs/sweeps.md)
     return_cached_tokens_details: bool = False
     name = "sglang-tokens"
     servers = SGLANG_SERVERS

@@ -1,27 +1,12 @@
-"""What both HTTP clients share: one response's token accounting, and the failures they raise.
-
-``StreamState`` is fed the response body one network read at a time, each read
-with its receive stamp: it frames SSE events (``sse.SSEDecoder``), hands the
-payloads to the codec's parser and appends one ``(stamp, id count)`` per token
-event to the record. An event counts as a *token event* only if the codec found
-at least one output token id in it (role-only, empty and usage chunks do not);
-``end_ns`` is the read that carried ``[DONE]``, or the end of the body when a
-server omits it. Bytes after ``[DONE]`` are read (so the connection can be
-reused) but not parsed, up to ``overrun.AFTER_DONE_MAX_BYTES``. With an
-``overrun.OverrunGuard`` a stream that passes ``max_tokens`` plus the margin, whose
-current event grows past the request's byte bound without ending, or whose
-token-less events and comments pass that bound, is *cut*: ``error`` holds the
-``OutputOverrun``. ``cut`` tells the client to drop the connection instead of reading
-on (a server that never stops would otherwise never end the body); a cut after
-``[DONE]`` has no error, what was measured stands.
-
-The errors are the clients' common vocabulary, so ``transport.Transport`` words a
-failure the same way whichever client met it (``executor.http``).
+"""What both HTTP clients share: one response's token accounting (``StreamState``: one
+``(stamp, id count)`` per token event), and the failures they raise.
 """
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import orjson
 
@@ -37,13 +22,13 @@ from workbench.records import RequestRecord
 from workbench.sse import DONE, SSEDecoder
 
 BOM = "\ufeff".encode()
-#: a body that is no event stream is quoted up to this many bytes in the error
+#: an unexpected body (no event stream, an error status) is quoted up to this many bytes
 RAW_MAX = 2000
-#: a read of up to this many events is parsed one event at a time (``feed_one``); more,
-#: with the codec's ``feed_all`` (one JSON parse of the joined events): faster from ~16
+#: a read of up to this many events is parsed by ``feed_one``, more by ``feed_all``
 FEED_ONE_MAX = 8
 
 __all__ = [
+    "ClientSettings",
     "ConnectError",
     "ConnectTimeoutError",
     "DisconnectedError",
@@ -73,22 +58,55 @@ class DisconnectedError(ConnectionError):
 
 
 class StaleConnectionError(DisconnectedError):
-    """A pooled keep-alive connection died before any byte of the response came.
-
-    The request may be sent once more on a fresh connection (llama.cpp's
-    ``llama-server`` closes after every stream while its headers say keep-alive).
-    """
+    """A pooled keep-alive connection died before any byte of the response came."""
 
 
-#: a response head (status line and headers, 1xx included) larger than this is refused,
-#: by both clients (docs/wire-protocols.md)
+#: a response head (1xx included) larger than this is refused (docs/wire-protocols.md)
 HEAD_MAX = 64 * 1024
+#: a non-streamed answer's body (an error, a GET) is kept up to this size
+ERROR_BODY_MAX = 64 * 1024
+
+
+def malformed(why: object) -> BackendError:
+    """The clients' error for a response their parser refused."""
+    return BackendError(f"malformed HTTP response from the server: {why}")
+
+
+#: both clients' error for a head past ``HEAD_MAX``
+HEAD_TOO_LARGE = f"the response head passed {HEAD_MAX} bytes"
+
 
 class Inflater(bodies.Inflater):
     """``bodies.Inflater`` whose broken body is a ``BackendError`` (the clients' error)."""
 
     __slots__ = ()
     error = BackendError
+
+
+def inflater_for(encoding: str) -> Inflater | None:
+    """The ``Inflater`` of a ``Content-Encoding`` (None: identity); others are refused."""
+    enc = encoding.strip().lower()
+    if not enc or enc == "identity":
+        return None
+    if enc in bodies.ENCODINGS:
+        return Inflater(enc)
+    raise BackendError(f"the server sent content-encoding {enc!r}, which this client cannot "
+                       "decode (it asks for none; supported: gzip, deflate)")
+
+
+@dataclass(eq=False)
+class ClientSettings:
+    """What both clients are built with (``idle_s``: the stream idle timeout)."""
+
+    now: Callable[[], int]
+    headers: dict[str, str]
+    request_timeout_s: float | None
+    idle_s: float | None
+    max_connections: int = 0
+    ssl_context: ssl.SSLContext | None = None
+
+    def __post_init__(self) -> None:  # a client's own set-up
+        pass
 
 
 #: response headers a client keeps for the record (lower case): ``x-workbench-*``
@@ -123,32 +141,22 @@ class StreamState:
         self.on_sent: Callable[[int], None] | None = None  # WireRequest.on_sent (sent_at)
         self.times, self.counts = rec.token_times_ns, rec.token_counts
         self.done = False  # [DONE] seen: later bytes are not parsed
-        # the codec rejected a payload, the guard cut the stream, or no token came
         self.error: BackendError | IdleTimeoutError | None = None
         self.reads = 0  # network reads of the body (pacing tells streamed from whole answers)
-        self.guard = guard  # output overrun (docs/output-overrun.md)
-        self.cut = False  # the guard cut the stream: drop the connection, do not read on
+        self.guard = guard
+        self.cut = False  # drop the connection, do not read on
         self.after_done = 0  # bytes read after [DONE]
         #: the response's ``x-workbench-*`` headers (a simulated cluster names its worker)
         self.headers: dict[str, str] = {}
-        #: a 200 answered with ``Content-Type: application/json``: not a stream but (from
-        #: proxies and gateways) an error body, which the client returns unparsed
+        #: a 200 with a JSON body: an error body, returned unparsed
         self.json_body = False
-        # the body's first bytes while no SSE event came: a 200 whose body is no event
-        # stream (whatever its content type) is reported with what the server said
-        # (``not_a_stream``)
+        # the body's first bytes while no SSE event came (``not_a_stream``)
         self.raw: bytes | None = b""
-        # ``stream_idle_timeout_s`` counts from the last token event (or the dispatch),
-        # so keep-alive comments and token-less events cannot hold a request forever
+        # the idle timeout counts from the last token event: keep-alive bytes are no progress
         self.idle_ns = None if idle_s is None else int(idle_s * 1e9)
 
     def feed(self, t: int, chunk: bytes) -> None:
-        """One network read of the body, received at ``t``.
-
-        A protocol violation found by the codec is kept in ``error`` (and ends the
-        parsing) rather than raised, so a client can call this from its protocol's
-        callbacks and still read the body to its end.
-        """
+        """One network read of the body, received at ``t`` (a violation goes to ``error``)."""
         self.reads += 1
         if self.done:
             self.after_done += len(chunk)
@@ -223,11 +231,7 @@ class StreamState:
             self._check(len(chunk))
 
     def _counted(self, guard: OverrunGuard, ids: int, nbytes: int, events: int) -> None:
-        """The overrun guard (this stream's) after a read that ended whole (nothing
-        pending in the decoder: ``check_unfinished`` has nothing to bound) and brought
-        ``events`` token events of ``ids`` ids: ``_check``'s result, with ``OverrunGuard.
-        check``'s usual case (under the limit) done here, the per-read hot path
-        (docs/design-notes.md, "The measured request path")."""
+        """``_check`` after a read that ended whole, its usual case inline (design-notes.md)."""
         total = guard.total + (events if guard.by_events else ids)
         if total <= guard.limit:
             guard.total, guard.seen = total, len(self.counts)
@@ -235,8 +239,7 @@ class StreamState:
             self._check(nbytes)
 
     def _stalled(self, t: int) -> None:
-        """A read without a token event: cut the stream once no token came for the idle
-        timeout (bytes alone, keep-alive comments or empty events, are no progress)."""
+        """A read without a token event: cut the stream once none came for the idle timeout."""
         since = self.times[-1] if self.times else self.rec.dispatch_ns
         if since is not None and t - since > self.idle_ns:  # type: ignore[operator]
             self.error = IdleTimeoutError(
@@ -245,8 +248,7 @@ class StreamState:
             self.done = self.cut = True
 
     def _check(self, nbytes: int) -> None:
-        """The overrun guard after one read of ``nbytes``: output past the cut limit, an
-        event that never ends, or token-less bytes past the bound cut the stream."""
+        """The overrun guard after one read of ``nbytes``: cut the stream if it refuses."""
         guard = self.guard
         try:
             guard.check_unfinished(self.decoder.pending)  # type: ignore[union-attr]
@@ -271,9 +273,8 @@ class StreamState:
             except BackendError as exc:
                 self.error = exc
                 return
-            for n in counts:
-                self.times.append(t)
-                self.counts.append(n)
+            self.times.extend([t] * len(counts))
+            self.counts.extend(counts)
 
     def not_a_stream(self) -> BackendError | None:
         """The error of a body that carried no SSE event at all (None if it did)."""
@@ -286,17 +287,7 @@ class StreamState:
 
 
 class WholeBody:
-    """A non-streaming answer (``backend.stream`` false): one JSON body, read whole and
-    parsed when it ends (docs/wire-protocols.md, "Non-streaming").
-
-    The clients treat it as they treat a ``StreamState`` (``feed`` each read, ``close``
-    at the end of the body), but take a ``200`` with ``Content-Type: application/json``
-    into it (``takes_json``) instead of reading it as an error body. It records no token
-    event: the answer's output ids come at once, when the body ends, so ``end_ns`` is
-    that read and the transport sets the first (and last) token time to it: TTFT =
-    end-to-end latency, no TPOT or ITL. The body is bounded like one SSE event
-    (``overrun.event_bytes_limit``): a body past it is cut as an output overrun.
-    """
+    """A non-streaming answer: one JSON body, parsed at its end (wire-protocols.md)."""
 
     takes_json = True
 
@@ -348,8 +339,7 @@ class WholeBody:
 
 
 def whole_body_error(body: bytes) -> BackendError | None:
-    """Why a non-streaming body is no JSON object (None when it is one): the server
-    streamed anyway, or the JSON is malformed; quoted up to ``RAW_MAX`` bytes."""
+    """Why a non-streaming body is no JSON object (None when it is one)."""
     text = body[:RAW_MAX].decode("utf-8", errors="replace").strip()
     if not text:
         return BackendError("HTTP 200 with an empty body (no JSON answer)")
@@ -370,8 +360,7 @@ ResponseBody = StreamState | WholeBody
 
 
 def sent_at(state: ResponseBody, t: int) -> None:
-    """The request went out at ``t``: its record's dispatch, told to whoever waits for
-    it (``WireRequest.on_sent``, copied to the response's state by the transport)."""
+    """The request went out at ``t``: its record's dispatch, and ``WireRequest.on_sent``."""
     state.rec.dispatch_ns = t
     if state.on_sent is not None:
         state.on_sent(t)

@@ -1,24 +1,8 @@
 """The one place that talks HTTP for a replay and reads the clock for requests.
 
-Codecs build bodies and parse payloads; the HTTP client (``executor.http``)
-moves bytes and stamps time; this module puts them together, so TTFT and
-token-event bookkeeping exist exactly once.
-
-Two clients with one contract (``post``/``get``, the errors of ``stream.py``):
-``httptools`` (default, ``http1.HttpToolsClient``: an ``asyncio.Protocol`` over
-httptools, every read stamped and parsed in ``data_received``) and ``aiohttp``
-(``http_aiohttp.AiohttpClient``: aiohttp's public API, the portable fallback,
-coarser stamps). Timing rules: ``dispatch_ns`` is read when the request's bytes
-are handed to the transport, so TTFT starts when the server can first see the
-request and the client's own preparation shows up as release lag, not as server
-latency; each network read is stamped once and every event it completes shares
-that stamp (``stream.StreamState``).
-
-Failures never raise out of ``send``: an HTTP error (with the body text), a
-refused connection, a disconnect mid-stream (token events so far are kept), an
-idle stream, a request timeout, bad JSON or missing usage all end as a record
-with ``status="error"`` and a clear ``error``. Only cancellation propagates,
-after the record is marked ``cancelled``.
+Codecs build bodies and parse payloads; the HTTP client (``executor.http``) moves bytes
+and stamps time; this module puts them together. Failures never raise out of ``send``:
+each ends as a record with ``status="error"``; only cancellation propagates.
 """
 
 from __future__ import annotations
@@ -29,7 +13,7 @@ import os
 import ssl
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import quote
 
 import orjson
@@ -38,6 +22,7 @@ from workbench.backends.base import BackendError, Codec, WireRequest, json_body_
 from workbench.backends.overrun import OverrunGuard
 from workbench.backends.pace import DEFAULT_BUDGET_MS, Pacer
 from workbench.backends.stream import (
+    RAW_MAX,
     ConnectError,
     ConnectTimeoutError,
     DisconnectedError,
@@ -56,6 +41,11 @@ from workbench.redact import register as register_secret
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from workbench.backends.http1 import HttpToolsClient
+    from workbench.backends.http_aiohttp import AiohttpClient
+
+    #: the clients, one contract: ``open``/``close``, ``post``/``get``, the errors of stream.py
+    HTTPClient = HttpToolsClient | AiohttpClient
     from workbench.config import RunConfig
 
 __all__ = [
@@ -75,23 +65,10 @@ SESSION_SAFE = "-_.~:/@+=,;!$&'()*"
 #: ``executor.http``: the client on the measured path (the first is the default)
 HTTP_CLIENTS = ("httptools", "aiohttp")
 
-_ERROR_BODY_CHARS = 2000
-
 
 @dataclass(frozen=True)
 class TransportOptions:
-    """Where to send and how long to wait.
-
-    ``api_key_env`` names an environment variable holding a bearer token; the
-    token itself is never stored. ``stream_idle_timeout_s`` bounds connecting, the
-    silence between two reads (including the wait for response headers) and, once
-    the body streams, the time without a token event (keep-alive bytes are no
-    progress: ``stream.StreamState``);
-    ``request_timeout_s`` bounds the whole request. ``max_connections`` 0 means
-    the pool is unlimited (admission is the runner's job, not the pool's).
-    ``http``: which client (``HTTP_CLIENTS``; ``executor.http``). ``ssl_context``:
-    for ``https`` targets (None: ``ssl.create_default_context()``).
-    """
+    """Where to send and how long to wait (``max_connections`` 0: no limit)."""
 
     base_url: str
     api_key_env: str | None = "OPENAI_API_KEY"
@@ -107,8 +84,7 @@ class TransportOptions:
     def of_run(cls, cfg: RunConfig, base_url: str) -> TransportOptions:
         """A run's options: its backend's key, its arrival timeouts, its executor's client."""
         a = cfg.arrival
-        # non-streaming: no byte comes until the whole answer, so only the request timeout
-        # applies (docs/wire-protocols.md, "Non-streaming"; RunConfig requires one)
+        # non-streaming: only the request timeout applies (docs/wire-protocols.md)
         idle = a.stream_idle_timeout_s if cfg.backend.stream else None
         cfg.register_secrets()  # every process that sends keeps its credentials out of outputs
         register_url(base_url)  # the URL as given to this process (its query values)
@@ -123,45 +99,24 @@ class TransportOptions:
         )
 
 
-class HTTPClient(Protocol):
-    """What ``Transport`` needs of an HTTP client (``http1``, ``http_aiohttp``)."""
-
-    async def open(self) -> None: ...
-
-    async def close(self) -> None: ...
-
-    async def post(
-        self,
-        url: str,
-        payload: bytes,
-        request_id: str,
-        rec: RequestRecord,
-        state: ResponseBody,
-        headers: dict[str, str] | None = None,
-    ) -> tuple[int, bytes]: ...
-
-    async def get(self, url: str, timeout_s: float) -> tuple[int, bytes]: ...
-
-
 def _client(
     options: TransportOptions, now: Callable[[], int], headers: dict[str, str]
 ) -> HTTPClient:
-    kwargs = {
-        "headers": headers,
-        "request_timeout_s": options.request_timeout_s,
-        "stream_idle_timeout_s": options.stream_idle_timeout_s,
-        "max_connections": options.max_connections,
-        "ssl_context": options.ssl_context,
-    }
+    cls: type[HTTPClient]
     if options.http == "httptools":
-        from workbench.backends.http1 import HttpToolsClient
-
-        return HttpToolsClient(now, **kwargs)  # type: ignore[arg-type]
-    if options.http == "aiohttp":
-        from workbench.backends.http_aiohttp import AiohttpClient
-
-        return AiohttpClient(now, **kwargs)  # type: ignore[arg-type]
-    raise ValueError(f"unknown HTTP client {options.http!r}; valid: {', '.join(HTTP_CLIENTS)}")
+        from workbench.backends.http1 import HttpToolsClient as cls
+    elif options.http == "aiohttp":
+        from workbench.backends.http_aiohttp import AiohttpClient as cls
+    else:
+        raise ValueError(f"unknown HTTP client {options.http!r}; valid: {', '.join(HTTP_CLIENTS)}")
+    return cls(
+        now,
+        headers=headers,
+        request_timeout_s=options.request_timeout_s,
+        idle_s=options.stream_idle_timeout_s,
+        max_connections=options.max_connections,
+        ssl_context=options.ssl_context,
+    )
 
 
 _CLAMP_HINT = (
@@ -177,31 +132,14 @@ class HTTPStatusError(BackendError):
     def __init__(self, status: int, body: str) -> None:
         self.status = status
         self.body = body
-        text = body.strip()[:_ERROR_BODY_CHARS] or "(empty body)"
-        # vLLM's /v1/completions clamps max_tokens first, then rejects our min_tokens
-        # ("min_tokens must be less than or equal to max_tokens=8, got 32"): say why.
+        text = body.strip()[:RAW_MAX] or "(empty body)"
+        # vLLM's /v1/completions clamps max_tokens, then rejects our min_tokens: say why
         hint = f" ({_CLAMP_HINT})" if status == 400 and "min_tokens must be" in text else ""
         super().__init__(f"HTTP {status}: {text}{hint}")
 
 
-def _clamped(req: WireRequest, completion: int | None, finish: str | None) -> bool:
-    """Fewer output tokens than pinned, ended for length: the server cut ``max_tokens``.
-
-    vLLM does this silently (HTTP 200, ``finish_reason`` "length") on its native
-    ``/inference/v1/generate`` even when ``min_tokens`` is sent. The record stays
-    ``ok`` (the tokens did stream) but carries ``extra["output_clamped"]`` and a
-    warning is logged, because the output no longer follows the plan.
-    """
-    return completion is not None and completion < req.max_tokens and finish == "length"
-
-
 def normalize_base_url(url: str) -> str:
-    """The server root: scheme added if missing, query, trailing ``/`` and ``/v1`` dropped.
-
-    Codecs append their own paths, and the native token routes live outside
-    ``/v1``, so a user-supplied ``.../v1`` must not leak into them. The target URL's
-    query (a gateway's ``?api_key=...``) goes on every request URL: ``with_query``.
-    """
+    """The server root: scheme added if missing; query, trailing ``/`` and ``/v1`` dropped."""
     url = url.strip()
     if "://" not in url:
         url = f"http://{url}"
@@ -246,8 +184,7 @@ class Transport:
         return self._pacer.deferred if self._pacer is not None else 0
 
     def auth_headers(self) -> dict[str, str]:
-        """The run's ``Authorization`` header: the target URL's own credentials, else the
-        bearer key from ``api_key_env`` (registered for redaction), else none."""
+        """The target URL's own credentials, else the bearer key of ``api_key_env``, else none."""
         opts = self.options
         if opts.authorization:  # the target URL's own credentials win over the env key
             return {"Authorization": opts.authorization}
@@ -281,11 +218,7 @@ class Transport:
         return url
 
     async def check_reachable(self, timeout_s: float = 10.0) -> None:
-        """Fail fast, with one clear message, when nothing answers at the target.
-
-        Any HTTP answer (even 404) proves a server is there; only a refused,
-        unresolvable or silent address raises.
-        """
+        """``BackendError`` when nothing answers at the target (any HTTP status will do)."""
         try:
             await self.client.get(with_query(f"{self.root}/v1/models", self.options.base_url),
                                   timeout_s)  # fmt: skip
@@ -296,12 +229,7 @@ class Transport:
             ) from None
 
     async def warm(self, n: int, timeout_s: float = 10.0) -> int:
-        """Open up to ``n`` keep-alive connections now (``n`` concurrent ``GET /v1/models``).
-
-        Otherwise the first wave of a run pays TCP connection setup inside its
-        measured TTFT, and in a burst. Failures are ignored (the run reports its
-        own). Returns how many answered.
-        """
+        """Open up to ``n`` keep-alive connections now (``GET /v1/models``); how many answered."""
         if n <= 0:
             return 0
         url = with_query(f"{self.root}/v1/models", self.options.base_url)
@@ -317,11 +245,7 @@ class Transport:
         return sum(await asyncio.gather(*(one() for _ in range(n))))
 
     async def send(self, codec: Codec, req: WireRequest, rec: RequestRecord) -> list[int] | None:
-        """Dispatch ``req``, stream the answer into ``rec``; output ids or ``None``.
-
-        Returns the codec's output ids (exact when ``codec.returns_token_ids``)
-        only when the request succeeded.
-        """
+        """Dispatch ``req``, stream the answer into ``rec``; the output ids (None if it failed)."""
         client = self.client
         rec.sent_prompt_tokens = len(req.prompt_ids)
         pacer = self._pacer
@@ -337,21 +261,14 @@ class Transport:
             return None
         self._close_record(rec, "ok", None)
         if pacer is not None and (turn := pacer.turn()) is not None:
-            # the record is whole (a cancel from here on leaves it ok): what follows,
-            # the runner's bookkeeping and the unit's next request, may wait its turn
+            # the record is whole: what follows (bookkeeping, the next request) waits its turn
             await pacer.wait(turn)
         return ids
 
     async def _exchange_once_more_if_stale(
         self, client: HTTPClient, codec: Codec, req: WireRequest, rec: RequestRecord
     ) -> list[int] | None:
-        """``_exchange``, sent once more when a pooled connection turns out to be dead.
-
-        Some servers (llama.cpp's ``llama-server``) close the connection after every
-        stream while their headers say keep-alive; the next request on it fails
-        before any response byte. Only that case is retried, once, and flagged in
-        ``rec.extra``; a refused connection or any failure after the status line is not.
-        """
+        """``_exchange``, once more (flagged) when a pooled connection died before any byte."""
         try:
             return await self._exchange(client, codec, req, rec)
         except StaleConnectionError:
@@ -381,8 +298,8 @@ class Transport:
             rec.extra.update(placement_extra(state.headers))
         if status != 200:
             raise HTTPStatusError(status, body.decode("utf-8", errors="replace"))
-        if state.json_body and not whole:  # a 200 whose body is JSON, not a stream: an
-            raise json_body_error(body[:_ERROR_BODY_CHARS])  # error body
+        if state.json_body and not whole:  # a 200 whose body is JSON: an error body
+            raise json_body_error(body[:RAW_MAX])
         if state.error is not None:
             raise state.error
         if (not_a_stream := state.not_a_stream()) is not None:
@@ -402,15 +319,14 @@ class Transport:
             rec.first_token_ns = rec.last_token_ns = rec.end_ns
         if out.server_metrics:
             rec.extra["server_metrics"] = out.server_metrics
-        if _clamped(req, out.completion_tokens, out.finish_reason):
-            rec.extra["output_clamped"] = {
-                "planned": req.max_tokens,
-                "generated": out.completion_tokens,
-            }
+        done = out.completion_tokens
+        if done is not None and done < req.max_tokens and out.finish_reason == "length":
+            # fewer output tokens than pinned, ended for length: the server cut max_tokens
+            rec.extra["output_clamped"] = {"planned": req.max_tokens, "generated": done}
             logger.warning(
                 "%s: the server generated %s of %s output tokens and ended for length: %s",
                 req.request_id,
-                out.completion_tokens,
+                done,
                 req.max_tokens,
                 _CLAMP_HINT,
             )

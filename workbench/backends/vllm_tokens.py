@@ -1,12 +1,5 @@
-"""``vllm-tokens``: vLLM's native token-in/token-out ``POST {root}/inference/v1/generate``.
-
-Registered by vLLM only with ``--tokens-only`` (or ``--enable-scale-out`` in
-0.32); the path has no ``/v1`` prefix. Body: ``{token_ids, sampling_params:
-{max_tokens, min_tokens, temperature, ignore_eos}, stream, stream_options:
-{include_usage}, request_id}``. Stream: ``{request_id, choices:[{token_ids:[delta],
-finish_reason}]}`` per token, then ``{choices: [], usage}``, then ``[DONE]``
-(``real-engines.md`` §3.3). Same chunk shape as completions, so the parser is shared.
-"""
+"""``vllm-tokens``: vLLM's native ``POST {root}/inference/v1/generate``, token ids in and out
+(docs/wire-protocols.md, "vllm-tokens"); the chunks are parsed by ``openai.ChoicesParser``."""
 
 from __future__ import annotations
 

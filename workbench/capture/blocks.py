@@ -1,12 +1,5 @@
-"""Prompt token ids → salted block digests → the file-local ``hash_ids`` of the format.
-
-A prompt's ids are cut into ``BLOCK_SIZE``-token blocks; block *i*'s digest is
-blake2b, keyed with the capture's salt, over block *i−1*'s digest and block *i*'s ids
-(a chain: equal digests ⇔ equal block and equal everything before it). Only full blocks
-get one; the partial tail has none. The salt is random per capture and lives in memory
-only (``Salt.write`` saves it where the user asks), so a digest on disk cannot be checked
-against a guessed prompt. ``LocalIds`` numbers the digests of one conversation file
-1, 2, 3… in first-seen order (docs/capture.md, "Token ids and hash ids").
+"""Prompt token ids → salted chained block digests → the file-local ``hash_ids`` of the
+format (docs/capture.md, "Token ids and hash ids").
 """
 
 from __future__ import annotations
@@ -44,12 +37,7 @@ class Salt:
 
 
 def block_digests(salt: Salt, ids: Sequence[int], prompt_tokens: int) -> Iterator[bytes]:
-    """One digest per full block of a prompt of ``prompt_tokens`` tokens (the usage
-    count): ``prompt_tokens // BLOCK_SIZE`` of them, one at a time (the caller yields
-    to its event loop between slices). Blocks the ids cover are chained over the ids;
-    when the tokenizer gave fewer ids than the usage counts (a local tokenizer, an
-    upstream without ``/tokenize``), the blocks past them get digests of their own that
-    no other request shares (docs/capture.md, "Hash ids")."""
+    """One digest per full block of a ``prompt_tokens``-token prompt (docs/capture.md)."""
     want = prompt_tokens // BLOCK_SIZE
     have = min(want, len(ids) // BLOCK_SIZE)
     try:
@@ -66,8 +54,7 @@ def block_digests(salt: Salt, ids: Sequence[int], prompt_tokens: int) -> Iterato
 
 
 class LocalIds:
-    """One file's numbering of block digests: 1, 2, 3… in first-seen order (the order
-    its requests finish). Only the distinct digests are kept, once per file."""
+    """One file's numbering of block digests: 1, 2, 3… in first-seen order."""
 
     def __init__(self) -> None:
         self._table: dict[bytes, int] = {}

@@ -1,11 +1,5 @@
 """What the captured APIs look like: the facts of a request body and of a response.
-
-Three APIs (docs/capture.md, "What is read"): OpenAI ``/v1/chat/completions`` and
-``/v1/completions``, and Anthropic's ``/v1/messages``. ``request_facts`` reads a request
-body once (model, stream flag, the conversation as digestible messages, the prompt as text
-for a local tokenizer); ``response_facts`` reads the bytes the upstream answered
-(a JSON body, or an SSE stream's events) for usage, stop reason and content kinds. Nothing
-here keeps text beyond the call: the caller keeps digests and counts only.
+Nothing here keeps text beyond the call (docs/capture.md, "What is captured").
 """
 
 from __future__ import annotations
@@ -39,21 +33,13 @@ _KIND_ORDER = ("text", "thinking", "tool_use")
 
 
 def stop_reason(reason: Any) -> str:
-    """A finish reason (OpenAI) or stop reason (Anthropic) as ``end_turn`` / ``tool_use`` /
-    ``max_tokens``, or ``""`` when none or unknown."""
+    """A finish or stop reason as the format's ``stop`` (``""`` when none or unknown)."""
     return _STOP.get(reason, "") if isinstance(reason, str) else ""
-
-
-def _ordered(kinds: Iterable[str]) -> list[str]:
-    seen = set(kinds)
-    return [k for k in _KIND_ORDER if k in seen]
 
 
 @dataclass(slots=True)
 class RequestFacts:
-    """One request body, read: ``messages`` are the conversation's items as canonical
-    JSON bytes (one per message; ``cache_control`` markers dropped, as they move between
-    turns), ``preamble`` what comes before them (Anthropic's ``system``)."""
+    """One request body, read: ``messages`` as canonical JSON bytes, ``preamble`` before them."""
 
     api: str  # CHAT | COMPLETIONS | MESSAGES
     model: str
@@ -61,7 +47,6 @@ class RequestFacts:
     messages: list[bytes]
     preamble: bytes
     tool_result: list[bool]  # per message: it carries a tool result
-    usage_asked: bool  # an OpenAI stream that asked for its usage chunk
     body: dict[str, Any] = field(repr=False)
 
 
@@ -89,8 +74,7 @@ def _is_tool_result(message: Any) -> bool:
 
 
 def request_facts(path: str, raw: bytes) -> RequestFacts | None:
-    """The facts of a captured request, or ``None`` when the body is not a JSON object
-    of that API (the exchange is then passed through and not captured)."""
+    """The facts of a captured request, or ``None`` when the body is not that API's."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -100,20 +84,18 @@ def request_facts(path: str, raw: bytes) -> RequestFacts | None:
     model = body.get("model")
     model = model if isinstance(model, str) else ""
     stream = body.get("stream") is True
-    opts = body.get("stream_options")
-    usage_asked = isinstance(opts, dict) and opts.get("include_usage") is True
     if path == COMPLETIONS:
         prompt = body.get("prompt")
         items = [prompt] if prompt is not None else []
         return RequestFacts(COMPLETIONS, model, stream, [_canonical(p) for p in items], b"",
-                            [False] * len(items), usage_asked, body)
+                            [False] * len(items), body)
     messages = body.get("messages")
     if not isinstance(messages, list):
         return None
     preamble = _canonical(body.get("system")) if path == MESSAGES and "system" in body else b""
     return RequestFacts(
         CHAT if path == CHAT else MESSAGES, model, stream, [_canonical(m) for m in messages],
-        preamble, [_is_tool_result(m) for m in messages], usage_asked, body,
+        preamble, [_is_tool_result(m) for m in messages], body,
     )  # fmt: skip
 
 
@@ -140,8 +122,7 @@ def _text_of(content: Any) -> str:
 
 
 def prompt_segments(facts: RequestFacts) -> list[tuple[str, str]]:
-    """``(role, text)`` per part of the prompt, for a local tokenizer: the system prompt,
-    then each message (tool calls rendered as their JSON)."""
+    """``(role, text)`` per part of the prompt, for a local tokenizer."""
     body = facts.body
     if facts.api == COMPLETIONS:
         prompt = body.get("prompt")
@@ -162,9 +143,7 @@ def prompt_segments(facts: RequestFacts) -> list[tuple[str, str]]:
 
 @dataclass(slots=True)
 class ResponseFacts:
-    """What a response said: token counts (``None``: the upstream sent no usage),
-    the stop reason as the format spells it, the content kinds, and for a stream
-    without usage the number of events that carried output (the fallback count)."""
+    """What a response said (counts ``None``: no usage; ``output_events``: the fallback count)."""
 
     prompt_tokens: int | None = None
     output_tokens: int | None = None
@@ -178,12 +157,6 @@ def _count(value: Any) -> int | None:
         return None
     n = int(value)
     return n if n == value and n >= 0 else None
-
-
-def _openai_usage(facts: ResponseFacts, usage: Any) -> None:
-    if isinstance(usage, dict):
-        facts.prompt_tokens = _count(usage.get("prompt_tokens"))
-        facts.output_tokens = _count(usage.get("completion_tokens"))
 
 
 def _anthropic_usage(facts: ResponseFacts, usage: Any) -> None:
@@ -227,10 +200,7 @@ def _openai_choice(facts: ResponseFacts, choice: Any, kinds: set[str], delta_key
 
 
 def sse_data(raw: bytes) -> Iterable[Any]:
-    """The JSON documents of a whole SSE stream's ``data:`` payloads, framed as the
-    replay client frames them (``workbench.sse``: any line ending, multi-line events, a
-    last event without its blank line); ``[DONE]`` and payloads that are not JSON are
-    skipped."""
+    """The JSON documents of a whole SSE stream, as the replay client frames them."""
     decoder = SSEDecoder()
     for data in [*decoder.feed(raw), *decoder.close()]:
         if not data.strip() or data.strip() == DONE:
@@ -258,23 +228,21 @@ def response_facts(api: str, stream: bool, raw: bytes) -> ResponseFacts:
         if api == MESSAGES:
             _anthropic_doc(facts, doc, kinds, stream)
             continue
-        if doc.get("usage"):
-            _openai_usage(facts, doc["usage"])
+        if (usage := doc.get("usage")) and isinstance(usage, dict):
+            facts.prompt_tokens = _count(usage.get("prompt_tokens"))
+            facts.output_tokens = _count(usage.get("completion_tokens"))
         key = "text" if api == COMPLETIONS else ("delta" if stream else "message")
         for choice in doc.get("choices") or []:
             _openai_choice(facts, choice, kinds, key)
     if not stream:
         facts.output_events = 0
-    facts.output_types = _ordered(kinds)
+    facts.output_types = [k for k in _KIND_ORDER if k in kinds]
     return facts
 
 
 def _anthropic_doc(facts: ResponseFacts, doc: dict[str, Any], kinds: set[str],
                    stream: bool) -> None:
-    """One Anthropic document: a whole message, or a stream event (``message_start``
-    with the input usage, ``content_block_start`` naming a block's kind,
-    ``content_block_delta``, ``message_delta`` with the stop reason and the final
-    output count)."""
+    """One Anthropic document: a whole message, or one stream event."""
     kind = doc.get("type")
     if not stream or kind == "message":
         _anthropic_usage(facts, doc.get("usage"))

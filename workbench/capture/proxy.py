@@ -1,16 +1,6 @@
 """``CaptureProxy``: a loopback HTTP proxy that relays an agent's requests to an upstream
-unchanged and records their token shape (docs/capture.md).
-
-Every request is forwarded as it came (method, path, query, headers but the hop-by-hop
-ones, body bytes) and every response relayed as it comes (status, headers, body bytes
-piece by piece as they arrive: a stream is never buffered). What is captured —
-``POST`` to ``/v1/chat/completions``, ``/v1/completions`` or ``/v1/messages`` answered
-200 — is read only after it has been relayed: the request's session assignment is a
-callback queued behind the forwarding (``loop.call_soon``, in arrival order), and the
-response's counts, the prompt's token ids and their hashes are computed once the last
-byte went out. Each conversation's file is rewritten, atomically, as its requests
-finish. Credentials (``Authorization``, ``x-api-key``, any header) are forwarded and
-held in memory for the tokenize call, never written or printed.
+unchanged and records their token shape once each response was relayed
+(docs/capture.md, "The relay").
 """
 
 from __future__ import annotations
@@ -57,8 +47,7 @@ HOP_BY_HOP = frozenset({
 })  # fmt: skip
 #: a request body larger than this is refused with 413 (the embedded engine's own bound)
 MAX_BODY_BYTES = 64 * 2**20
-#: a captured response's bytes kept for reading its counts; a longer one is relayed whole
-#: but not recorded
+#: a captured response's bytes kept for its counts; a longer one is relayed, not recorded
 MAX_KEPT_BYTES = 64 * 2**20
 #: how long leaving the context waits for requests in flight and files to be written (s)
 STOP_TIMEOUT_S = 10.0
@@ -67,14 +56,7 @@ HASH_SLICE = 512
 
 
 class CaptureProxy:
-    """``async with CaptureProxy(upstream, out_dir) as proxy``: listening at
-    ``proxy.url`` until the block ends; the capture is in ``out_dir``
-    (``proxy.files()``).
-
-    ``tokenizer``: ``upstream`` or ``word`` (``workbench.capture.tokens``);
-    ``session_header`` / ``parent_header``: the headers that name a request's session
-    and its parent's (docs/capture.md, "Sessions and sub-agents"); ``salt_file``: where
-    to save the hashing key (default: nowhere, it stays in memory)."""
+    """``async with CaptureProxy(upstream, out_dir) as proxy``: listening at ``proxy.url``."""
 
     def __init__(
         self, upstream: str, out_dir: str | Path, *, host: str = "127.0.0.1", port: int = 0,
@@ -121,7 +103,6 @@ class CaptureProxy:
         self._tokens: TokenSource | None = None
         self._facts: dict[int, tuple[RequestFacts, Turn]] = {}
 
-    # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> CaptureProxy:
         import aiohttp
         from aiohttp import web
@@ -160,8 +141,7 @@ class CaptureProxy:
         await self._close()
 
     async def _close(self) -> None:
-        """Stop listening (requests in flight finish, up to ``STOP_TIMEOUT_S``), finish
-        what was captured, write every file one last time."""
+        """Stop listening, let requests in flight finish, write every file one last time."""
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -186,7 +166,6 @@ class CaptureProxy:
                       for c in self._conversations.values()
                       if (self.out_dir / f"{conversation_id(c, self.prefix)}.json").exists())
 
-    # ------------------------------------------------------------------ relay
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         import aiohttp
         from aiohttp import web
@@ -235,8 +214,7 @@ class CaptureProxy:
         except (aiohttp.ClientError, TimeoutError) as exc:
             if resp is not None:  # the head went out: the agent sees the stream cut
                 raise
-            # the agent gets a 502 naming the error's class only (its text may carry the
-            # upstream's URL)
+            # a 502 naming the error's class only (its text may carry the upstream's URL)
             return web.json_response(
                 {"error": {"message": f"workbench capture: upstream request failed "
                            f"({type(exc).__name__})", "type": "upstream_error"}},
@@ -249,7 +227,6 @@ class CaptureProxy:
             else:
                 self.passed += 1
 
-    # ------------------------------------------------------------------ recording
     def _arrive(self, xid: int, sent: float, path: str, raw: bytes,
                 headers: Mapping[str, str]) -> None:
         facts = request_facts(path, raw)
@@ -311,10 +288,7 @@ class CaptureProxy:
         self._flush_wake.set()
 
     async def _flush_loop(self) -> None:
-        """Rewrite changed conversations as their requests finish: the documents are
-        built on the loop, the files written by a thread (``os.replace`` and the writes
-        are system calls that would hold the relays up); what finishes meanwhile is
-        written in the next pass."""
+        """Rewrite changed conversations as requests finish (files written by a thread)."""
         loop = asyncio.get_running_loop()
         while True:  # bounded: ends when _close sets _stopping
             await self._flush_wake.wait()
@@ -340,9 +314,7 @@ class CaptureProxy:
 
 
 def _decoded(body: bytes, encoding: str) -> bytes | None:
-    """The bytes to read counts from: a ``gzip``/``deflate`` answer inflated (at most
-    ``MAX_KEPT_BYTES``; the agent got it as it came); None for another encoding or a
-    broken one (the request is then relayed and not recorded)."""
+    """The bytes to read counts from, inflated; None for an encoding it cannot read."""
     if encoding in ("", "identity"):
         return body
     if encoding not in ("gzip", "x-gzip", "deflate"):
@@ -358,8 +330,7 @@ def _decoded(body: bytes, encoding: str) -> bytes | None:
 
 
 def _highest_number(directory: Path, prefix: str) -> int:
-    """The largest conversation number already in ``directory`` (a new capture numbers
-    its files after it, so it never replaces an earlier capture's)."""
+    """The largest conversation number in ``directory`` (a new capture numbers after it)."""
     best = 0
     for p in directory.glob(f"{prefix}*.json"):
         tail = p.stem[len(prefix):]

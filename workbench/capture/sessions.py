@@ -1,46 +1,20 @@
 """Which conversation and which agent a captured request belongs to (docs/capture.md,
-"Sessions and sub-agents").
-
-``Sessions.arrive`` is called once per captured request, in the order the requests
-arrived, and assigns it:
-
-1. **group** — the value of the session header (``X-Session-ID`` by default), or of the
-   parent header (``X-Parent-Session-ID``) when the request names its parent (then the
-   parent's group, and its own session value joins that group); requests without
-   either share one group;
-2. **agent** — a request whose messages extend an earlier request's messages (its
-   assistant reply and the new input appended) continues that request's agent: the
-   longest such earlier request of the group wins. A request that extends none starts a
-   new agent;
-3. **conversation** — in a group named by a header, the first agent is the root of a
-   conversation (one file) and every later new agent is its **sub-agent**, or a
-   sub-agent's: its parent is a *waiting* agent of the group (its response ended, its
-   next request not yet sent) — one whose response asked for a tool (``stop`` is
-   ``tool_use``) before others, then the one closest to the root, then the latest to
-   start waiting — or the root when none waits. A new agent whose request names its
-   parent session is the sub-agent of that session's latest agent. Without a header, a
-   new agent is a sub-agent only of an agent waiting on a tool call (by the same
-   order); otherwise it is the root of a new conversation.
-
-Messages are compared by salted digests of their canonical JSON, never kept as text.
+"Sessions and sub-agents"). Messages are compared by salted digests, never kept as text.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from dataclasses import dataclass, field
 
-from workbench.capture.blocks import LocalIds
+from workbench.capture.blocks import LocalIds, Salt
 from workbench.capture.protocols import COMPLETIONS, RequestFacts
 
 
 @dataclass(slots=True, eq=False)
 class Turn:
-    """One captured request of an agent: its times (monotonic seconds) and, once its
-    response has ended and its prompt is hashed, what the file records of it."""
+    """One captured request of an agent (times in monotonic seconds)."""
 
-    xid: int
     sent: float
     think_time: float
     model: str
@@ -76,10 +50,6 @@ class Agent:
     def waiting(self) -> bool:
         return self.inflight == 0 and self.last_end is not None
 
-    @property
-    def started(self) -> float:
-        return self.turns[0].sent if self.turns else 0.0
-
 
 @dataclass(slots=True, eq=False)
 class Conversation:
@@ -96,7 +66,7 @@ class Sessions:
     """The assignment state of one capture; ``key`` salts the message digests."""
 
     def __init__(self, key: bytes) -> None:
-        self._key = key
+        self._digest = Salt(key).digest
         self.conversations: list[Conversation] = []
         self._numbers = itertools.count(1)
         self._alias: dict[str, str] = {}  # a session value → its group
@@ -113,9 +83,6 @@ class Sessions:
     def number_after(self, n: int) -> None:
         """Number new conversations from ``n + 1`` on (files already in the directory)."""
         self._numbers = itertools.count(n + 1)
-
-    def _digest(self, data: bytes, previous: bytes = b"") -> bytes:
-        return hashlib.blake2b(previous + data, digest_size=16, key=self._key).digest()
 
     def _group(self, session: str | None, parent: str | None) -> tuple[str, bool]:
         """The request's group, and whether it was grouped by a header."""
@@ -154,7 +121,7 @@ class Sessions:
             fresh = facts.tool_result[new_from:]
             input_types = ["tool_result"] if any(fresh) else ["text"]
         think = sent - agent.last_end if agent.last_end is not None else 0.0
-        turn = Turn(xid, sent, max(0.0, think), facts.model, facts.stream, input_types)
+        turn = Turn(sent, max(0.0, think), facts.model, facts.stream, input_types)
         if session:
             self._session_agent[session] = agent
         agent.turns.append(turn)
@@ -220,8 +187,7 @@ class Sessions:
         return agent
 
     def finish(self, xid: int, ended: float, stop: str = "") -> tuple[Agent, Turn] | None:
-        """The request's response ended at ``ended`` with ``stop`` (the format's stop
-        reason); its counts are set by the caller."""
+        """The request's response ended at ``ended`` with ``stop``."""
         got = self._turns.pop(xid, None)
         if got is None:
             return None
@@ -235,8 +201,7 @@ class Sessions:
         return agent, turn
 
     def abandon(self, xid: int) -> None:
-        """The request failed (an error status, a cut stream): it is not recorded; an
-        agent it would have started is forgotten."""
+        """The request failed: it is not recorded; an agent it would have started is forgotten."""
         got = self._turns.pop(xid, None)
         if got is None:
             return
@@ -264,8 +229,7 @@ class Sessions:
 
 
 def _parent_rank(agent: Agent) -> tuple[int, float]:
-    """The likeliest parent first: the agent closest to the root, then the one that
-    started waiting last (it asked for the tool that spawned the new agent)."""
+    """The likeliest parent first: closest to the root, then the latest to start waiting."""
     return agent.depth, -agent.wait_from
 
 

@@ -1,21 +1,5 @@
-"""Where a captured prompt's token ids come from (``--tokenizer``).
-
-- ``upstream`` (the default): the upstream's own ``POST /tokenize`` (vLLM's shape, which
-  SGLang and the embedded engine serve too): ``{"model", "messages",
-  "add_generation_prompt": true}`` for chat, ``{"model", "prompt"}`` for completions →
-  ``{"tokens": [...]}``: the ids the server prefills, chat template included. The call
-  carries the agent's own headers (a server behind an API key asks for it on every
-  path) and runs after the response has been relayed, never before. Anthropic's
-  ``/v1/messages`` has no such endpoint, so those prompts, and every prompt once the
-  upstream has refused one call, take ``word``.
-- ``word``: workbench's built-in word tokenizer (``workbench.tokenizer``) over each part
-  of the prompt as ``<|role|> words <|end|>``, then ``<|assistant|>`` (the embedded
-  engine's chat template): exact against the embedded engine, and for any other server
-  a stand-in whose block boundaries differ from the server's but whose sharing
-  (which prompts extend which) is the same.
-
-docs/capture.md, "Token ids".
-"""
+"""Where a captured prompt's token ids come from (``--tokenizer``: ``upstream``, falling
+back to ``word``; docs/capture.md, "Token ids and hash ids")."""
 
 from __future__ import annotations
 
@@ -38,8 +22,7 @@ log = logging.getLogger(__name__)
 TOKENIZERS = ("upstream", "word")
 #: how long one ``/tokenize`` call may take (s); past it, the local tokenizer counts
 TOKENIZE_TIMEOUT_S = 30.0
-#: the largest ``/tokenize`` answer read (inflated; a 4M-token prompt's ids fit): past it
-#: the answer is cut and the built-in tokenizer counts (``bodies.read_body``)
+#: the largest ``/tokenize`` answer read (a 4M-token prompt's ids fit); past it: ``word``
 TOKENIZE_MAX = 64 * 2**20
 #: the agent headers the tokenize call carries (credentials a server may ask for)
 _FORWARDED = ("authorization", "x-api-key", "api-key", "cookie")
@@ -48,8 +31,7 @@ _ROLES = {"system": "<|system|>", "developer": "<|system|>", "user": "<|user|>",
 
 
 def word_ids(facts: RequestFacts) -> list[int]:
-    """The prompt as the built-in word tokenizer and the embedded engine's chat
-    template see it (completions: the prompt's words, or its ids as given)."""
+    """The prompt as the word tokenizer and the embedded engine's chat template see it."""
     tok = get_tokenizer()
     if facts.api == COMPLETIONS:
         prompt = facts.body.get("prompt")
@@ -80,11 +62,13 @@ class TokenSource:
     async def ids(self, facts: RequestFacts, headers: Mapping[str, str]) -> list[int]:
         if self.upstream_ok and facts.api in (CHAT, COMPLETIONS):
             got = await self._upstream(facts, headers)
-            if got is not None:
-                return got
+            if not isinstance(got, str):
+                return got  # non-integers fail in block_digests (the turn keeps no hash ids)
+            self._refused(got)
         return word_ids(facts)
 
-    async def _upstream(self, facts: RequestFacts, headers: Mapping[str, str]) -> list[int] | None:
+    async def _upstream(self, facts: RequestFacts, headers: Mapping[str, str]) -> list[int] | str:
+        """The upstream's token ids for the prompt, or why it gave none."""
         import aiohttp
 
         assert self.session is not None
@@ -106,23 +90,16 @@ class TokenSource:
                 answer = await read_body(resp, TOKENIZE_MAX)  # bounded, inflated piecewise
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError, BodyError) as exc:
-            self._refused(f"{type(exc).__name__}")
-            return None
+            return type(exc).__name__
         if status != 200:
-            self._refused(f"HTTP {status}")
-            return None
+            return f"HTTP {status}"
         if answer.cut:
-            self._refused(f"an answer over {TOKENIZE_MAX} bytes (cut)")
-            return None
+            return f"an answer over {TOKENIZE_MAX} bytes (cut)"
         try:
             tokens = orjson.loads(answer.data).get("tokens")
         except (orjson.JSONDecodeError, AttributeError):
-            self._refused("an answer without a token list")
-            return None
-        if not isinstance(tokens, list):
-            self._refused("an answer without a token list")
-            return None
-        return tokens  # non-integers fail in block_digests (the turn keeps no hash ids)
+            tokens = None
+        return tokens if isinstance(tokens, list) else "an answer without a token list"
 
     def _refused(self, why: str) -> None:
         # one line, the URL only (no header, no body: docs/security.md)

@@ -1,11 +1,4 @@
-"""A conversation as the captured format of kv-cache-tester, written atomically.
-
-``document`` renders one ``Conversation`` (its done turns only; sub-agents as
-``"type": "subagent"`` markers in their parent's request list, their requests timed
-from the marker); ``write_atomic`` writes it through a temporary file in the same
-directory and ``os.replace``, so a reader (or a crash) sees the previous version or
-the new one, never half a file. Field meanings: docs/capture.md, "The files".
-"""
+"""A conversation as kv-cache-tester's captured format, written atomically (docs/capture.md)."""
 
 from __future__ import annotations
 
@@ -34,10 +27,6 @@ def _done(agent: Agent) -> list[Turn]:
 
 def _models(turns: list[Turn]) -> list[str]:
     return list(dict.fromkeys(redact.text(t.model) for t in turns))
-
-
-def _round(x: float) -> float:
-    return round(x, 6)
 
 
 def document(conv: Conversation, prefix: str = "conv_") -> dict[str, Any] | None:
@@ -72,7 +61,7 @@ def _agent_numbers(conv: Conversation) -> dict[int, int]:
 def _request(turn: Turn, origin: float) -> dict[str, Any]:
     assert turn.ended is not None
     return {
-        "t": _round(turn.sent - origin),
+        "t": round(turn.sent - origin, 6),
         "type": "s" if turn.stream else "n",
         "model": redact.text(turn.model),
         "in": turn.prompt_tokens,
@@ -81,8 +70,8 @@ def _request(turn: Turn, origin: float) -> dict[str, Any]:
         "input_types": turn.input_types,
         "output_types": turn.output_types,
         "stop": turn.stop,
-        "api_time": _round(turn.ended - turn.sent),
-        "think_time": _round(turn.think_time),
+        "api_time": round(turn.ended - turn.sent, 6),
+        "think_time": round(turn.think_time, 6),
     }
 
 
@@ -97,7 +86,7 @@ def _requests(agent: Agent, origin: float, numbers: dict[int, int]) -> list[dict
         start = turns[0].sent
         end = max(t.ended or start for t in turns)
         marker = {
-            "t": _round(start - origin),
+            "t": round(start - origin, 6),
             "type": "subagent",
             "agent_id": f"agent_{numbers[id(child)]:03d}",
             "subagent_type": "unknown",
@@ -114,9 +103,7 @@ def _requests(agent: Agent, origin: float, numbers: dict[int, int]) -> list[dict
 
 
 def write_atomic(path: Path, doc: dict[str, Any]) -> None:
-    """``doc`` at ``path``: a temporary file beside it, then renamed over it (a killed
-    process leaves the old version or the new one; no fsync: an operating-system crash
-    is not covered, docs/capture.md)."""
+    """``doc`` at ``path`` through a temporary file renamed over it (no fsync)."""
     safe.write_file(path, orjson.dumps(doc))  # NAME.tmp, never through a link
 
 

@@ -1,17 +1,5 @@
-"""The catalog of per-request metrics: one row per metric, read by everything that lists them.
-
-``derive`` computes a metric; its ``Metric`` row here says what the rest of the
-package does with it: its unit and label (tables, plots, headlines), its column
-type (``to_frame``, ``records.parquet``), whether ``summary.json`` describes it
-(``summarised``: mean, p50/p90/p99, min, max, count) and whether it is in the
-latency set that reports print (``latency``), and whether an SLO may bound it
-(``slo_able``; ``metrics.slo``). Adding a metric is its ``derive`` code plus one row;
-a metric computed from other derived columns is its row alone (``compute``: ``derive``
-calls it with the columns so far, in catalog order), and docs/metrics.md's table is
-regenerated from the rows (``markdown_table``).
-
-The rows' order is the column order of ``to_frame`` and ``records.parquet``;
-docs/metrics.md's table is checked against the rows (``tests/metrics/test_catalog.py``).
+"""The catalog of per-request metrics, one ``Metric`` row each, in ``to_frame``'s column
+order (docs/metrics.md, "The catalog", is ``markdown_table``'s).
 """
 
 from __future__ import annotations

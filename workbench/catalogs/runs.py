@@ -1,11 +1,6 @@
-"""The run-level figures of ``summary.json``: one row each, read by everything that lists them.
-
-A row says the figure's key (``summary["server"][name]`` for the server's section), how
-the report labels it, which table of the report shows it (``section``: the run, the hit
-rates, the server's evidence; None: none) and whether a sweep point keeps it
-(``swept``: ``sweeps.points``). Adding a run-level figure is its computation
-(``metrics.summary``, or ``metrics.server_side`` from a series of
-``catalogs.series``) plus one row here.
+"""The run-level figures of ``summary.json``: one ``RunFigure`` row each (its key, its
+report label and table, whether a sweep point keeps it). Adding one is its computation
+(``metrics.summary`` or ``metrics.server_side``) plus one row here.
 """
 
 from __future__ import annotations

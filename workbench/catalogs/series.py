@@ -1,15 +1,5 @@
-"""What each engine exports on ``/metrics``, under which Prometheus name.
-
-One ``EngineSeries`` per engine (vLLM, SGLang, llama.cpp); each row says which run-level
-role a series plays (prefix-cache hits and queries, preemptions, KV-cache usage, running
-and waiting requests, tokens). The scraper keeps these series (``backends.scrape``), the
-summary reads the hit rate and the server-side evidence from them (``metrics.summary``,
-``metrics.server_side``), a sweep its preemptions (``sweeps.points``), the report its
-gauges (``report.tables``), and the embedded engine exports its vLLM or SGLang rows from
-the ``Engine.stats()`` key named in ``stat`` (``sim.metrics``; ``simulate`` samples the
-vLLM ones). docs/measurement-rules.md's table is generated from these rows
-(``markdown_table``). Sources: vLLM 0.32 ``vllm/v1/metrics/loggers.py``; SGLang
-``python/sglang/srt/metrics/collector.py``; llama.cpp ``tools/server/server.cpp``.
+"""What each engine exports on ``/metrics`` under which Prometheus name, and the role each
+series plays; docs/measurement-rules.md's table and sources are ``markdown_table``'s.
 """
 
 from __future__ import annotations
@@ -20,8 +10,7 @@ from typing import Literal
 Role = Literal["queries", "hits", "preemptions", "kv_usage", "running", "waiting",
                "prompt_tokens", "generation_tokens", "requests", "cache_hit_rate", "cached"]
 #: the roles the window hit rate, the server-side evidence and the report's gauges read
-READ_ROLES: tuple[Role, ...] = ("hits", "queries", "preemptions", "kv_usage", "running",
-                                "waiting")
+READ_ROLES: tuple[Role, ...] = ("hits", "queries", "preemptions", "kv_usage", "running", "waiting")
 #: a derived series: llama-server counts prompt tokens without the cached ones; the
 #: scraper adds both into this workbench name (not the server's), the window's queries
 LLAMACPP_WITH_CACHED = "llamacpp:prompt_tokens_with_cached_total"

@@ -5,16 +5,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from workbench.arrival import MODES
+from workbench.backends import BACKENDS
 from workbench.catalogs.requests import SLO_ABLE
 from workbench.config import EXECUTOR_KINDS, RunConfig
-from workbench.errors import ConfigError
+from workbench.config.validation import json_or_text
+from workbench.context import POLICIES
+from workbench.errors import ConfigError, ExitCode
+from workbench.ranges import MAX_DEPTH
 
 
 def add_axis_arguments(p: argparse.ArgumentParser) -> None:
-    from workbench.arrival import MODES
-    from workbench.backends import BACKENDS
-    from workbench.context import POLICIES
-
     p.add_argument("--trace", help="trace file (any supported format)")
     p.add_argument("--format", default=None, help="trace format (default: detect)")
     p.add_argument("--max-items", type=int, help="replay only the first N units (file order)")
@@ -81,53 +82,7 @@ def add_axis_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-error-rate", type=float, default=0.0, metavar="FRACTION",
                    help="exit with status 4 when more than this fraction of the requests "
                    "failed (default 0: any failed request; 1: never)")
-    add_run_knobs(p)
-
-
-def check_output_flags(args: argparse.Namespace) -> None:
-    """``--max-error-rate`` and ``--percentiles``, before the run (not after its traffic)."""
-    rate = getattr(args, "max_error_rate", None)
-    if rate is not None:
-        check_max_error_rate(rate)
-    if getattr(args, "percentiles", None):
-        parse_percentiles(args.percentiles)
-
-
-def check_max_error_rate(max_error_rate: float) -> None:
-    if not 0.0 <= max_error_rate <= 1.0:  # NaN fails both comparisons
-        raise ConfigError(f"--max-error-rate: expected a fraction in [0, 1], got {max_error_rate}")
-
-
-def parse_percentiles(spec: str) -> list[float]:
-    """``--percentiles 50,99.9`` → ``[50.0, 99.9]``: finite numbers in [0, 100], at most 100."""
-    try:
-        qs = [float(q) for q in spec.split(",") if q.strip()]
-    except ValueError:
-        raise ConfigError(f"--percentiles {spec!r}: expected numbers, e.g. 50,90,99.9") from None
-    if not qs or len(qs) > 100 or not all(0 <= q <= 100 for q in qs):
-        raise ConfigError(f"--percentiles {spec!r}: 1 to 100 numbers, each in [0, 100]")
-    return qs
-
-
-def exit_status(summary: dict[str, Any], cancelled: bool, max_error_rate: float) -> int:
-    """The command's exit status for a finished run (``workbench.errors.ExitCode``).
-
-    The error rate is failed / (ok + failed) requests: skipped rounds (context guard)
-    and cancelled requests are neither.
-    """
-    from workbench.errors import ExitCode
-
-    check_max_error_rate(max_error_rate)
-    if cancelled:
-        return ExitCode.CANCELLED
-    errors, ok = int(summary.get("errors") or 0), int(summary.get("ok") or 0)
-    if errors and errors / (errors + ok) > max_error_rate:
-        return ExitCode.ERROR_RATE
-    return ExitCode.COMPLETED
-
-
-def add_run_knobs(p: argparse.ArgumentParser) -> None:
-    """The per-run knobs of the config file, as flags (docs/sweeps.md, "command line")."""
+    # the per-run knobs of the config file, as flags (docs/sweeps.md, "command line")
     g = p.add_argument_group("run knobs (config-file fields as flags)")
     g.add_argument("--slo", action="append", default=[], metavar="BOUND",
                    help="SLO bound (repeatable). METRIC<=MS (METRIC: "
@@ -165,41 +120,61 @@ def add_run_knobs(p: argparse.ArgumentParser) -> None:
                    help="latency percentiles to print, e.g. 50,90,99,99.9")
 
 
-_AXIS_FLAGS = {
-    "trace": {"trace": "path", "format": "format", "max_items": "max_items",
-              "offset": "offset"},
-    "context": {"policy": "policy", "shared_prefix": "shared_prefix",
-                "max_model_len": "max_model_len"},
-    "arrival": {
-        "arrival": "mode", "rate": "rate", "max_concurrency": "max_concurrency",
-        "burstiness": "burstiness", "ramp_up_strategy": "ramp_up_strategy",
-        "ramp_up_start_rps": "ramp_up_start_rps", "ramp_up_end_rps": "ramp_up_end_rps",
-        "ramp_up_duration_s": "ramp_up_duration_s",
-        "max_streams": "max_streams", "session_budget_s": "session_budget_s",
-        "duration_s": "duration_s", "warmup": "warmup", "tool_wait_scale": "tool_wait_scale",
-        "output_len": "output_len", "request_timeout": "request_timeout_s",
-        "stream_idle_timeout": "stream_idle_timeout_s",
-    },
-    "backend": {"backend": "name", "flush_cache": "flush_cache", "token_salt": "token_salt",
-                "profile": "profile", "profile_dir": "profile_dir", "stream": "stream",
-                "metrics_url": "metrics_urls", "metrics_series": "metrics_series"},
+def parse_percentiles(spec: str) -> list[float]:
+    """``--percentiles 50,99.9`` → ``[50.0, 99.9]``: finite numbers in [0, 100], at most 100."""
+    try:
+        qs = [float(q) for q in spec.split(",") if q.strip()]
+    except ValueError:
+        raise ConfigError(f"--percentiles {spec!r}: expected numbers, e.g. 50,90,99.9") from None
+    if not qs or len(qs) > 100 or not all(0 <= q <= 100 for q in qs):
+        raise ConfigError(f"--percentiles {spec!r}: 1 to 100 numbers, each in [0, 100]")
+    return qs
+
+
+def exit_status(summary: dict[str, Any], cancelled: bool, max_error_rate: float) -> int:
+    """The command's exit status for a finished run (``ExitCode``); the error rate is
+    failed / (ok + failed) requests (skipped and cancelled ones are neither)."""
+    if cancelled:
+        return ExitCode.CANCELLED
+    errors, ok = int(summary.get("errors") or 0), int(summary.get("ok") or 0)
+    if errors and errors / (errors + ok) > max_error_rate:
+        return ExitCode.ERROR_RATE
+    return ExitCode.COMPLETED
+
+
+#: every flag whose value goes into the config as given: ``dest`` or ``dest=key`` per section
+_AXIS_FLAGS: dict[str, tuple[str, ...]] = {
+    "trace": ("trace=path", "format", "max_items", "offset"),
+    "context": ("policy", "shared_prefix", "max_model_len"),
+    "arrival": (
+        "arrival=mode", "rate", "max_concurrency", "burstiness", "ramp_up_strategy",
+        "ramp_up_start_rps", "ramp_up_end_rps", "ramp_up_duration_s", "max_streams",
+        "session_budget_s", "duration_s", "warmup", "tool_wait_scale", "output_len",
+        "request_timeout=request_timeout_s", "stream_idle_timeout=stream_idle_timeout_s",
+        "fuse_s", "drain",
+    ),
+    "backend": ("backend=name", "flush_cache", "token_salt", "profile", "profile_dir",
+                "stream", "metrics_url=metrics_urls", "metrics_series", "preflight"),
+    "executor": ("workers", "executor=kind", "ray_address=address"),
 }
 
 
 def config_from_args(args: argparse.Namespace, extra: dict[str, Any] | None = None,
                      defaults: dict[str, Any] | None = None) -> RunConfig:
-    """The ``--config`` file (if any) with every given flag layered on top; the flags that
-    only shape the command's output (``--max-error-rate``, ``--percentiles``) are checked
-    here too, so every setting is checked before the first request. ``defaults``
-    (``{"section.key": value}``) fill what neither the file nor a flag set (a sweep's
-    first swept rate, so ``--over arrival.rate=...`` needs no ``--rate``)."""
-    check_output_flags(args)
+    """The ``--config`` file (if any) with every given flag on top; ``defaults``
+    (``{"section.key": value}``: a sweep's first swept rate) fill what neither set."""
+    rate = getattr(args, "max_error_rate", None)  # the output flags, before any request
+    if rate is not None and not 0.0 <= rate <= 1.0:  # NaN fails both comparisons
+        raise ConfigError(f"--max-error-rate: expected a fraction in [0, 1], got {rate}")
+    if getattr(args, "percentiles", None):
+        parse_percentiles(args.percentiles)
     base = RunConfig.from_file(args.config).to_dict() if args.config else {}
     for section, flags in _AXIS_FLAGS.items():
-        for flag, key in flags.items():
+        for item in flags:
+            flag, _, key = item.partition("=")
             value = getattr(args, flag, None)
             if value is not None:
-                base.setdefault(section, {})[key] = value
+                base.setdefault(section, {})[key or flag] = value
     if getattr(args, "continue_on_error", None):
         base.setdefault("arrival", {})["stop_session_on_error"] = False
     for key in ("seed", "out_dir", "run_id", "overwrite"):
@@ -229,8 +204,7 @@ def is_sweep_bound(item: str) -> bool:
 
 
 def per_request_slo(items: list[str], allow_sweep_bounds: bool = False) -> dict[str, float]:
-    """``--slo`` items without a percentile (``ttft_ms<=2000``): the run config's ``slo``
-    (``metrics.slo``'s grammar)."""
+    """``--slo`` items without a percentile (``ttft_ms<=2000``): the run config's ``slo``."""
     from workbench.metrics.slo import SLO
 
     out: dict[str, float] = {}
@@ -250,32 +224,20 @@ def per_request_slo(items: list[str], allow_sweep_bounds: bool = False) -> dict[
 
 
 def _knobs_into(args: argparse.Namespace, base: dict[str, Any]) -> None:
-
-    def put(section: str, key: str, value: Any) -> None:
-        if value is not None:
-            base.setdefault(section, {})[key] = value
-
     slo = per_request_slo(getattr(args, "slo", None) or [],
                           bool(getattr(args, "sweep_bounds_ok", False)))
     if slo:
         base["slo"] = {**(base.get("slo") or {}), **slo}
-    trace_opts = trace_options(getattr(args, "trace_option", None) or [])
+    trace_opts = json_items(getattr(args, "trace_option", None) or [], "--trace-option")
     if trace_opts:
         trace = base.setdefault("trace", {})
         trace["options"] = {**(trace.get("options") or {}), **trace_opts}
-    put("executor", "workers", getattr(args, "workers", None))
-    put("executor", "kind", getattr(args, "executor", None))
-    put("executor", "address", getattr(args, "ray_address", None))
-    put("arrival", "fuse_s", getattr(args, "fuse_s", None))
-    put("arrival", "drain", getattr(args, "drain", None))
-    put("backend", "preflight", getattr(args, "preflight", None))
-    opts: dict[str, Any] = {}
-    if getattr(args, "model", None):
-        opts["model"] = args.model
+    opts: dict[str, Any] = {
+        key: getattr(args, key) for key in ("model", "routing_header", "routing_field")
+        if getattr(args, key, None)
+    }
     if getattr(args, "header", None):
         opts["headers"] = dict(_kv(h, "--header") for h in args.header)
-    from workbench.config.validation import MAX_DEPTH, json_or_text
-
     body: dict[str, Any] = {}
     for item in getattr(args, "body_field", None) or []:
         key, value = _kv(item, "--body-field")
@@ -289,10 +251,6 @@ def _knobs_into(args: argparse.Namespace, base: dict[str, Any]) -> None:
         node[leaf] = parsed
     if body:
         opts["extra_body"] = body
-    if getattr(args, "routing_header", None):
-        opts["routing_header"] = args.routing_header
-    if getattr(args, "routing_field", None):
-        opts["routing_field"] = args.routing_field
     if getattr(args, "cached_tokens_details", None):
         opts["return_cached_tokens_details"] = True
     if opts:
@@ -302,25 +260,8 @@ def _knobs_into(args: argparse.Namespace, base: dict[str, Any]) -> None:
         backend["options"] = {**(backend.get("options") or {}), **opts}
 
 
-def trace_options(items: list[str]) -> dict[str, Any]:
-    """``--trace-option KEY=VALUE`` items: the reader's options (``trace.options``), each
-    value JSON when it reads as JSON (``60``, ``null``), else text (``original``)."""
-    from workbench.config.validation import json_or_text
+def json_items(items: list[str], flag: str) -> dict[str, Any]:
+    """``KEY=VALUE`` items of ``flag``, each value JSON (bounded) when it parses, else text."""
+    return {key: json_or_text(f"{flag} {key}", value)
+            for key, value in (_kv(item, flag) for item in items)}
 
-    return {key: json_or_text(f"--trace-option {key}", value)
-            for key, value in (_kv(item, "--trace-option") for item in items)}
-
-
-def engine_knobs(items: list[str]) -> dict[str, Any]:
-    """``--engine KEY=VALUE`` items as engine knobs: a value that reads as JSON (numbers,
-    booleans, objects such as ``{"prefill": 2, "decode": 2}``) is taken as JSON, anything
-    else as a string. An item without ``KEY=`` is a ``ConfigError``."""
-    from workbench.config.validation import json_or_text
-
-    knobs: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--engine: expected KEY=VALUE, got {item!r}")
-        knobs[key] = json_or_text(f"--engine {key}", value)
-    return knobs

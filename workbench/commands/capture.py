@@ -1,14 +1,10 @@
-"""``workbench capture``: a loopback proxy that records your agents' token shape.
-
-Point an agent's base URL at it (``OPENAI_BASE_URL=http://127.0.0.1:PORT/v1``,
-``ANTHROPIC_BASE_URL=http://127.0.0.1:PORT``); it relays every request to ``--upstream``
-unchanged and writes one file per conversation in kv-cache-tester's captured format
-under ``-o`` until Ctrl-C or SIGTERM (docs/capture.md).
-"""
+"""``workbench capture``: a loopback proxy that records your agents' token shape
+(docs/capture.md)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 NAME = "capture"
@@ -50,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
 
     from workbench.capture.proxy import CaptureProxy
-    from workbench.signals import run_with_sigterm
+    from workbench.replay.prepare import run_on_fast_loop
 
     try:
         host, port = _listen(args.listen)
@@ -68,17 +64,8 @@ def run(args: argparse.Namespace) -> int:
             print("Ctrl-C stops it", flush=True)
             await asyncio.Event().wait()
 
-    try:
-        import uvloop
-
-        factory = uvloop.new_event_loop
-    except ImportError:
-        factory = None
-    try:
-        with asyncio.Runner(loop_factory=factory) as runner:
-            run_with_sigterm(runner, serve())
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the normal end of a capture
-        pass
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C or SIGTERM: the normal end
+        run_on_fast_loop(serve())
     files = len(list(proxy.out_dir.glob(f"{proxy.prefix}*.json")))
     print(f"captured {proxy.captured} requests, relayed {proxy.passed} others; "
           f"{files} conversation files in {proxy.out_dir}", flush=True)

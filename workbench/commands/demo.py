@@ -1,19 +1,16 @@
-"""``workbench demo``: the README's main job, end to end on a laptop.
-
-Replays a bundled public agent trace (TraceLab's 48-session example: 303
-rounds with prefix reuse and tool waits, trace-timed) against the embedded
-engine, started in a process of its own, with a progress bar; then renders the
-replay report over the stored run (``reports/<run_id>/report.html``, indexed
-in ``reports/index.html``) with a bar over the notebook's cells. ``--trace``
-picks another bundled trace or a path; the README's Mooncake example is
-``--trace mooncake/conversation_trace_head600.jsonl --max-items 120 --rate 1``
-(``MOONCAKE_EXAMPLE``: two minutes the default engine holds); captured Claude Code
-traffic is ``WEKA_EXAMPLE`` (docs/weka-traces.md).
-"""
+"""``workbench demo``: the README's main job, end to end on a laptop: a bundled trace
+replayed against the embedded engine, then its report (``MOONCAKE_EXAMPLE``,
+``WEKA_EXAMPLE``: the README's other examples)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+
+from workbench.commands._axes import json_items
+from workbench.commands.replay import replay_with_progress
+from workbench.commands.report import print_report
+from workbench.config import RunConfig
 
 NAME = "demo"
 HELP = "replay the bundled real trace against the embedded engine and render the report"
@@ -31,14 +28,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--out", default="reports", help="reports folder (default: reports)")
     p.add_argument("--trace", default=DEMO_TRACE, help=f"bundled trace name or a path "
                    f"(default {DEMO_TRACE})")
-    p.add_argument("--max-items", type=int, default=None, help="replay only the first N units")
-    p.add_argument("--rate", type=float, default=None, help="rescale arrivals to R units/s")
-    p.add_argument("--tool-wait-scale", type=float, default=None,
+    p.add_argument("--max-items", type=int, help="replay only the first N units")
+    p.add_argument("--rate", type=float, help="rescale arrivals to R units/s")
+    p.add_argument("--tool-wait-scale", type=float, default=1.0,
                    help="multiply every tool wait (think time)")
     p.add_argument("--trace-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a reader option, e.g. max_delay_s=1 for the weka sample "
                         "(docs/weka-traces.md)")
-    p.add_argument("--speedup", type=float, default=None,
+    p.add_argument("--speedup", type=float,
                    help="run the embedded engine N times faster than its cost model (the "
                         "report says so); default 1")
     p.add_argument("--run-id", default="demo", help="report folder name (default demo)")
@@ -47,22 +44,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-    from pathlib import Path
+    from workbench.report.render import render_report
+    from workbench.workloads.standard import bundled_or_path
 
-    from workbench import data
-    from workbench.commands._axes import trace_options
-    from workbench.commands.replay import replay_with_progress
-    from workbench.config import RunConfig
-    from workbench.report.render import render_report, report_headline
-
-    path = args.trace if Path(args.trace).is_file() else str(data.path(args.trace))
     cfg = RunConfig.from_dict({
-        "trace": {"path": path, "max_items": args.max_items,
-                  "options": trace_options(args.trace_option)},
+        "trace": {"path": str(bundled_or_path(args.trace)), "max_items": args.max_items,
+                  "options": json_items(args.trace_option, "--trace-option")},
         "arrival": {"mode": "trace-timed", "rate": args.rate,
-                    **({} if args.tool_wait_scale is None else
-                       {"tool_wait_scale": args.tool_wait_scale})},
+                    "tool_wait_scale": args.tool_wait_scale},
         "backend": "openai",
         "target": {"url": "sim", **({} if args.speedup is None else
                                      {"engine": {"speedup": args.speedup}})},
@@ -70,15 +59,11 @@ def run(args: argparse.Namespace) -> int:
         "run_id": args.run_id,
         "overwrite": True,  # the demo's folder is its own: each demo replaces the last
     })
-    print(f"replaying {args.trace} against the embedded engine (its own process)…",
-          file=sys.stderr)
+    print(f"replaying {args.trace} against the embedded engine (its own process)…", file=sys.stderr)
     result = replay_with_progress(cfg, progress=not args.no_progress)
     print(f"rendering the report of {result.run_dir}…", file=sys.stderr)
     params = {"run_dir": str(result.run_dir), "run_id": args.run_id, "out_dir": args.out}
     html = render_report("replay", params, args.out, show_code=args.show_code,
                          progress=not args.no_progress)
-    for line in report_headline(html):
-        print(line)
-    print(f"report: {html}")
-    print(f"index:  {html.parent.parent / 'index.html'}")
+    print_report(html)
     return 1 if result.cancelled else 0

@@ -1,12 +1,5 @@
-"""``workbench parity``: qualify a change to the simulated engine (docs/parity.md).
-
-``workbench parity SPEC -o DIR`` runs the frozen spec's rows on its baseline and
-candidate, twice each in processes of their own, and writes ``DIR/parity.json`` (render
-it: ``workbench report DIR``); exit 0 when every row is qualified, 1 when one is not.
-``--propose-capacity ROW`` searches the row's capacity (``--knob``, default
-``num_blocks``) for preemptions in range instead, and with ``--write NEW_SPEC`` writes
-the spec with that change (the same for both sides).
-"""
+"""``workbench parity``: qualify a change to the simulated engine, or propose a row's
+capacity (docs/parity.md)."""
 
 from __future__ import annotations
 
@@ -65,7 +58,7 @@ def _fig(value: Any) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from workbench.qualify import apply_capacity, parity, propose_capacity, read_spec
-    from workbench.safe_write import LinkRefused, write_file
+    from workbench.safe_write import LinkRefused, write_atomic
 
     spec, data = read_spec(args.spec)  # read once: --write changes what was checked
     if args.write and Path(args.write).is_symlink():  # refused before the search, not after
@@ -83,12 +76,8 @@ def run(args: argparse.Namespace) -> int:
               f"({found['preemptions']} preemptions; bounds {found['bounds']})")
         if args.write:
             new = apply_capacity(data, found["row"], args.knob, found["to"])
-            try:  # JSON, which a .yaml name reads back as well
-                write_file(args.write, json.dumps(new, indent=2) + "\n")
-            except OSError as exc:
-                from workbench.errors import OutputWriteError
-
-                raise OutputWriteError(args.write, exc) from None
+            # JSON, which a .yaml name reads back as well
+            write_atomic(args.write, (json.dumps(new, indent=2) + "\n").encode())
             print(f"spec with the change: {args.write}")
         return 0
     out = Path(args.out_dir or Path("parity") / spec.name)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 
+from workbench.errors import ConfigError
+
 NAME = "plan"
 HELP = ("capacity plan in virtual time: fewest replicas of each preset (or calibrated "
         "engine) holding an SLO at the trace's rate and scaled rates, with the cost")
 
 
 def _floats(text: str, what: str) -> list[float]:
-    from workbench.errors import ConfigError
-
     try:
         return [float(x) for x in text.split(",") if x.strip()]
     except ValueError:

@@ -29,8 +29,6 @@ def add_json_flag(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.metrics import summary_of
-
     extra = {"target.url": args.target} if args.target else {}
     cfg = config_from_args(args, extra)
     if args.dry_run:
@@ -39,17 +37,27 @@ def run(args: argparse.Namespace) -> int:
     if cfg.dry_run:  # the plan, its arrival span included (warned about on stderr past a day)
         print(json.dumps(result.manifest.plan, indent=2))
         return 0
+    return finish(result, cfg, args)
+
+
+def finish(result: Any, cfg: Any, args: argparse.Namespace, digest: bool = False) -> int:
+    """Print a finished run and its digest; the command's exit status."""
+    from workbench.metrics import summary_of  # pandas: not held through the run
+
     summary = summary_of(result, cfg.slo)
     print_result(summary, result, args)
+    if digest:
+        from workbench.report.canonical import run_digest
+
+        print("digest:", run_digest(result, cfg.slo))
     if result.run_dir:
         print(f"run directory: {result.run_dir}")
     return exit_status(summary, result.cancelled, args.max_error_rate)
 
 
 def print_result(summary: dict, result: Any, args: argparse.Namespace) -> None:
-    """The end-of-run output: the headline (``workbench.report.headline``) and, with
-    ``--percentiles``, a line per latency metric; ``--json``: the summary's main keys
-    as JSON instead. Cache notes go to stderr either way."""
+    """The headline (``--percentiles``: and a line per latency metric) or, with ``--json``,
+    the summary's main keys; cache notes on stderr."""
     if args.json:
         print(json.dumps(_brief(summary, result, args.percentiles), indent=2))
     else:
@@ -77,8 +85,7 @@ def print_cache_notes(summary: dict) -> None:
 
 
 def replay_with_progress(cfg: Any, *, progress: bool = True) -> Any:
-    """Check the output folder and load and check the trace first (a bad trace or
-    out_dir fails before any bar or request), then replay with a progress bar on stderr."""
+    """Check the output folder and the trace first, then replay with a progress bar."""
     from tqdm import tqdm
 
     from workbench.executors.dispatch import run_async

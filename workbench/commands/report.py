@@ -1,19 +1,16 @@
-"""``workbench report``: render stored runs into HTML reports (no traffic is replayed).
-
-One run directory renders the ``replay`` notebook over the stored run (its
-``run_dir`` parameter); several render ``compare``; sweep directories (with a
-``sweep.json``) render ``sweep``, several of them side by side; a plan directory
-(``plan.json``, from ``workbench plan``) renders ``plan``, a parity directory
-(``parity.json``, from ``workbench parity``) ``parity``. ``--notebook`` picks another
-bundled notebook or a ``.ipynb`` path; ``--param KEY=VALUE`` sets any other
-parameter the notebook declares (VALUE is read as JSON when it parses).
-"""
+"""``workbench report``: render stored run, sweep, plan or parity directories into HTML
+(``build_params`` picks the notebook); no traffic is replayed."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
 from typing import Any
+
+from workbench.commands._axes import json_items
+from workbench.errors import ConfigError
 
 NAME = "report"
 HELP = "render stored run directories into an HTML report (papermill + nbconvert)"
@@ -32,36 +29,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="parent folder of the report directories (default: reports)")
 
 
-def _value(text: str) -> Any:
-    """A ``--param`` value: JSON when it parses (bounded in depth: docs/config-bounds.md)."""
-    from workbench.config.validation import json_or_text
-
-    return json_or_text("--param", text)
-
-
 def build_params(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     """The notebook to render and its parameters, from the command line."""
-    import json
-
-    from workbench.errors import ConfigError
     from workbench.storage.rundir import resolve_run_dir
     from workbench.sweeps.store import is_sweep_dir
 
-    plans = [d for d in args.run_dirs if (Path(d) / "plan.json").is_file()]
-    if plans:  # a capacity plan (workbench plan) renders the plan notebook
-        if len(plans) != 1 or len(args.run_dirs) != 1:
-            raise ConfigError("give one plan directory (plan.json) at a time")
-        args.param = [f"plan_dir={json.dumps(str(Path(plans[0]).resolve()))}", *args.param]
-        args.run_dirs = []
-        args.notebook = args.notebook or "plan"
-    campaigns = [d for d in args.run_dirs if (Path(d) / "parity.json").is_file()]
-    if campaigns:  # a parity campaign (workbench parity) renders the parity notebook
-        if len(campaigns) != 1 or len(args.run_dirs) != 1:
-            raise ConfigError("give one parity directory (parity.json) at a time")
-        args.param = [f"parity_dir={json.dumps(str(Path(campaigns[0]).resolve()))}",
-                      *args.param]
-        args.run_dirs = []
-        args.notebook = args.notebook or "parity"
+    # a capacity plan (workbench plan), a parity campaign (workbench parity): its notebook
+    for marker, param, kind in (("plan.json", "plan_dir", "plan"),
+                                ("parity.json", "parity_dir", "parity")):
+        found = [d for d in args.run_dirs if (Path(d) / marker).is_file()]
+        if found:
+            if len(found) != 1 or len(args.run_dirs) != 1:
+                raise ConfigError(f"give one {kind} directory ({marker}) at a time")
+            args.param = [f"{param}={json.dumps(str(Path(found[0]).resolve()))}", *args.param]
+            args.run_dirs = []
+            args.notebook = args.notebook or kind
     sweeps = [d for d in args.run_dirs if is_sweep_dir(d)]
     if sweeps and len(sweeps) != len(args.run_dirs):
         raise ConfigError("give sweep directories or run directories, not both")
@@ -79,11 +61,7 @@ def build_params(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         params["run_dirs"] = dirs
     elif not args.notebook:
         raise ConfigError("give at least one RUN_DIR, or --notebook for a notebook without runs")
-    for item in args.param:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--param {item!r}: expected KEY=VALUE")
-        params[key] = _value(value)
+    params.update(json_items(args.param, "--param"))
     if args.run_id:
         params["run_id"] = args.run_id
     return notebook, params
@@ -91,8 +69,6 @@ def build_params(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
 
 def _warn_incomplete(run_dirs: list[str]) -> None:
     """Say on stderr, too, when a run did not complete (the report's status row says so)."""
-    import sys
-
     from workbench.report.tables import run_status_note
     from workbench.storage.rundir import read_manifest, running_note
 
@@ -106,13 +82,11 @@ def _warn_incomplete(run_dirs: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-
     notebook, params = build_params(args)  # bad run dirs fail before papermill is imported
 
     from papermill import PapermillExecutionError
 
-    from workbench.report.render import render_report, report_headline
+    from workbench.report.render import render_report
 
     _warn_incomplete([params["run_dir"]] if "run_dir" in params else params.get("run_dirs", []))
     try:
@@ -121,8 +95,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"workbench report: a cell of {notebook} failed ({exc.ename}: {exc.evalue}); "
               f"the partial report (code shown) is under {args.out_dir}", file=sys.stderr)
         return 1
-    for line in report_headline(html):  # the report's headline, as its first screen shows it
+    print_report(html)
+    return 0
+
+
+def print_report(html: Path) -> None:
+    """The report's headline, as its first screen shows it, and where it and the index are."""
+    from workbench.report.render import report_headline
+
+    for line in report_headline(html):
         print(line)
     print(f"report: {html}")
-    print(f"index:  {Path(args.out_dir) / 'index.html'}")
-    return 0
+    print(f"index:  {html.parent.parent / 'index.html'}")

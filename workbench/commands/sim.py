@@ -1,15 +1,18 @@
-"""``workbench sim serve``: run the embedded engine behind HTTP until Ctrl-C.
-
-Imports aiohttp only when the command runs, so ``workbench --help`` stays fast.
-"""
+"""``workbench sim serve``: the embedded engine behind HTTP until Ctrl-C; ``sim
+calibrate``: fit its cost model from a real engine's runs."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
+import json
 import sys
 from typing import Any
+
+from workbench.commands._axes import json_items
+from workbench.errors import ConfigError, WorkbenchError
 
 NAME = "sim"
 HELP = "run the embedded (simulated) serving engine"
@@ -50,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name, kind, text in _KNOBS:
         serve.add_argument(f"--{name}", type=kind, default=None, help=text)
     for name, text in _FLAGS:
-        serve.add_argument(f"--{name}", action="store_true", help=text)
+        serve.add_argument(f"--{name}", action="store_true", default=None, help=text)
     cluster = serve.add_argument_group("simulated cluster (docs/cluster.md)")
     cluster.add_argument("--workers", type=int, default=None,
                          help="serve N engine workers behind one endpoint (default: one engine)")
@@ -88,28 +91,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def knobs_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The engine knobs the user set (unset ones keep ``EngineConfig`` defaults)."""
-    knobs: dict[str, Any] = {}
-    for name, _, _ in _KNOBS:
-        value = getattr(args, name.replace("-", "_"))
-        if value is not None:
-            knobs[name.replace("-", "_")] = value
-    for name, _ in _FLAGS:
-        if getattr(args, name.replace("-", "_")):
-            key = name.replace("-", "_")
-            if key == "no_prefix_caching":
-                knobs["enable_prefix_caching"] = False
-            else:
-                knobs[key] = True
+    names = [name for name, _, _ in _KNOBS] + [name for name, _ in _FLAGS]
+    keys = [name.replace("-", "_") for name in names]
+    knobs = {key: getattr(args, key) for key in keys if getattr(args, key) is not None}
+    if knobs.pop("no_prefix_caching", None):
+        knobs["enable_prefix_caching"] = False
     return knobs
 
 
 def cluster_knobs_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The cluster knobs (``workers``, ``router``, ...) the user set."""
-    knobs: dict[str, Any] = {}
-    if args.workers is not None:
-        knobs["workers"] = args.workers
-    if args.router is not None:
-        knobs["router"] = args.router
+    knobs: dict[str, Any] = {key: getattr(args, key) for key in ("workers", "router", "dp",
+                             "dp_placement") if getattr(args, key) is not None}
     if args.overload_threshold is not None:
         knobs["router_options"] = {"overload_threshold": args.overload_threshold}
     if args.disagg is not None:
@@ -121,10 +114,6 @@ def cluster_knobs_from_args(args: argparse.Namespace) -> dict[str, Any]:
             knobs["disagg"]["bandwidth_gbps"] = args.bandwidth_gbps
     elif args.bandwidth_gbps is not None:
         raise ValueError("--bandwidth-gbps needs --disagg P:D")
-    if args.dp is not None:
-        knobs["dp"] = args.dp
-    if args.dp_placement is not None:
-        knobs["dp_placement"] = args.dp_placement
     return knobs
 
 
@@ -132,7 +121,6 @@ def run(args: argparse.Namespace) -> int:
     if args.sim_command == "calibrate":
         return run_calibrate(args)
     from workbench.config.engine_file import read_engine_file
-    from workbench.errors import ConfigError
     from workbench.sim.cluster import split_knobs
     from workbench.sim.config import EngineConfig
     from workbench.sim.metrics import SIM_GPU_PATH
@@ -159,28 +147,32 @@ def run(args: argparse.Namespace) -> int:
         if cluster is not None:
             print(f"cluster: {cluster.to_dict()}", flush=True)
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve_forever(args.host, args.port, config, ready, cluster))
-    except KeyboardInterrupt:
-        return 0
     return 0
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    import json
-
+    """``sim calibrate``: an engine config, or a calibrated preset (docs/calibration.md)."""
     from workbench.calibration.fit import calibrate
-    from workbench.commands._axes import engine_knobs
-    from workbench.errors import WorkbenchError
+    from workbench.calibration.preset import calibrate_preset
 
-    if args.preset:
-        return _calibrate_preset(args)
     try:
-        cal = calibrate(args.run_dirs, base=engine_knobs(args.engine),
-                        self_check=not args.no_replay)  # fmt: skip
+        base = json_items(args.engine, "--engine")
+        if args.preset:
+            preset = calibrate_preset(args.run_dirs, args.preset, base=base)
+            path = preset.write(args.output if args.output != "engine.json" else "preset.json")
+        else:
+            cal = calibrate(args.run_dirs, base=base, self_check=not args.no_replay)
     except (WorkbenchError, ValueError, OSError) as exc:
         print(f"workbench sim calibrate: error: {exc}", file=sys.stderr)
         return 2
+    if args.preset:
+        print(json.dumps({"preset": preset.preset, "fitted": preset.fit["fitted"],
+                          "before": preset.fit["before"], "after": preset.fit["after"]},
+                         indent=2))
+        print(f"calibrated preset: {path} (use --engine preset={path})")
+        return 0
     path = cal.write(args.output)
     fit = cal.fit
     brief = {
@@ -194,26 +186,4 @@ def run_calibrate(args: argparse.Namespace) -> int:
     }  # fmt: skip
     print(json.dumps(brief, indent=2))
     print(f"engine config: {path}")
-    return 0
-
-
-def _calibrate_preset(args: argparse.Namespace) -> int:
-    """``sim calibrate --preset``: the preset's factors refitted to the runs, the errors
-    before and after printed, the calibrated preset written (docs/calibration.md)."""
-    import json
-
-    from workbench.calibration.preset import calibrate_preset
-    from workbench.commands._axes import engine_knobs
-    from workbench.errors import WorkbenchError
-
-    out = args.output if args.output != "engine.json" else "preset.json"
-    try:
-        cal = calibrate_preset(args.run_dirs, args.preset, base=engine_knobs(args.engine))
-        path = cal.write(out)
-    except (WorkbenchError, ValueError, OSError) as exc:
-        print(f"workbench sim calibrate: error: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps({"preset": cal.preset, "fitted": cal.fit["fitted"],
-                      "before": cal.fit["before"], "after": cal.fit["after"]}, indent=2))
-    print(f"calibrated preset: {path} (use --engine preset={path})")
     return 0

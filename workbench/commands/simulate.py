@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from workbench.commands._axes import (
-    add_axis_arguments,
-    config_from_args,
-    engine_knobs,
-    exit_status,
-)
-from workbench.commands.replay import add_json_flag, print_result
+from workbench.commands._axes import add_axis_arguments, config_from_args, json_items
+from workbench.commands.replay import add_json_flag, finish
 
 NAME = "simulate"
 HELP = "replay a trace through the embedded engine in virtual time (no sockets, no waiting)"
@@ -29,7 +24,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from workbench.executors.virtual import simulate
-    from workbench.report.canonical import run_digest
 
     cfg = config_from_args(args)
     knobs = dict(cfg.target.engine)
@@ -37,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
         from workbench.config.engine_file import read_engine_file
 
         knobs.update(read_engine_file(args.engine_config))
-    knobs.update(engine_knobs(args.engine))
+    knobs.update(json_items(args.engine, "--engine"))
     # the knobs go into the config, so the manifest's config says which engine ran (and
     # they are type- and range-checked like --config)
     cfg = cfg.replace(**{"target.engine": knobs})
@@ -50,12 +44,4 @@ def run(args: argparse.Namespace) -> int:
 
         drop_hash_memos()
         gc.collect()
-    from workbench.metrics import summary_of  # pandas: not held through the run
-
-    summary = summary_of(result, cfg.slo)
-    print_result(summary, result, args)
-    if args.digest:
-        print("digest:", run_digest(result, cfg.slo))
-    if result.run_dir:
-        print(f"run directory: {result.run_dir}")
-    return exit_status(summary, result.cancelled, args.max_error_rate)
+    return finish(result, cfg, args, digest=args.digest)

@@ -1,8 +1,5 @@
-"""``workbench stats``: what a trace asks of a server (sizes, waits, cacheability).
-
-Thin: load the trace, call ``trace_stats``, print a table or the summary as
-JSON. Heavy imports (pandas) happen in ``run`` so ``workbench --help`` stays fast.
-"""
+"""``workbench stats``: what a trace asks of a server (sizes, waits, cacheability): a
+table, or the summary as JSON. Pandas is imported in ``run`` only (CLI start-up)."""
 
 from __future__ import annotations
 
@@ -66,6 +63,8 @@ def _block_size(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from workbench.config.context import check_not_planned
+    from workbench.context import DEFAULT_POLICY
     from workbench.traces.load import FORMATS, available_formats, detect_format
     from workbench.workloads.standard import load_source
     from workbench.workloads.trace_stats import trace_stats
@@ -75,18 +74,12 @@ def run(args: argparse.Namespace) -> int:
     if args.trace.startswith("synthetic:"):  # a standard workload, drawn (no format)
         fmt = "synthetic"
     else:
-        fmt = detect_format(args.trace) if args.format == "auto" else FORMATS.canonical(
-            args.format)
+        fmt = detect_format(args.trace) if args.format == "auto" else FORMATS.canonical(args.format)
         reader = FORMATS.get(fmt).read
         if args.block_size and "block_size" in inspect.signature(reader).parameters:
             options["block_size"] = args.block_size
     workload = load_source(args.trace, fmt, **options)
-    if args.policy is not None and workload.meta.get("needs_context_policy") is False:
-        from workbench.context.policy import planned_file_message
-        from workbench.errors import ConfigError
-
-        raise ConfigError(planned_file_message(args.policy, workload))
-    from workbench.context import DEFAULT_POLICY
+    check_not_planned(args.policy, workload)
 
     policy = args.policy or DEFAULT_POLICY
     stats = trace_stats(workload, block_size=args.block_size, policy=policy)

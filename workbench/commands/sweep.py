@@ -1,9 +1,6 @@
-"""``workbench sweep``: one run per point of a grid, or an SLO capacity search.
-
-Every point is an ordinary run directory under ``OUT/SWEEP_ID/runs/``, with
-``OUT/SWEEP_ID/sweep.json`` the sweep manifest. Running the same command again
-with the same ``--sweep-id`` resumes from the runs on disk.
-"""
+"""``workbench sweep``: one run per point of a grid, or an SLO capacity search; run
+directories under ``OUT/SWEEP_ID/runs/``, the same ``--sweep-id`` again resumes
+(docs/sweeps.md)."""
 
 from __future__ import annotations
 
@@ -14,9 +11,11 @@ from typing import Any
 from workbench.commands._axes import (
     add_axis_arguments,
     config_from_args,
-    engine_knobs,
     is_sweep_bound,
+    json_items,
 )
+from workbench.config.validation import json_or_text, parse_json
+from workbench.errors import ConfigError, ExitCode
 
 NAME = "sweep"
 HELP = "run a trace at every point of a grid (rate, concurrency, any field) or search the " \
@@ -80,43 +79,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                             "output tokens/s per GPU")
 
 
-def _value(text: str) -> Any:
-    from workbench.config.validation import json_or_text
-
-    return json_or_text("--over", text)
-
-
-def _points(text: str) -> Any:
-    """``--points JSON``: parsed and bounded like every config value."""
-    from workbench.config.validation import parse_json
-    from workbench.errors import ConfigError
-
-    try:
-        return parse_json("--points", text)
-    except ValueError as exc:
-        raise ConfigError(f"--points: not JSON ({exc})") from None
-
-
 def parse_over(items: list[str]) -> dict[str, list[Any]]:
-    from workbench.errors import ConfigError
-
     over: dict[str, list[Any]] = {}
     for item in items:
         path, sep, values = item.partition("=")
         if not sep or not values:
             raise ConfigError(f"--over {item!r}: expected PATH=V1,V2,... (e.g. arrival.rate=1,2)")
-        over[path.strip()] = [_value(v.strip()) for v in values.split(",") if v.strip()]
+        over[path.strip()] = [json_or_text("--over", v.strip())
+                              for v in values.split(",") if v.strip()]
     return over
 
 
 def run(args: argparse.Namespace) -> int:
     import workbench as wb
     import workbench.sweeps.spec as spec_mod
-    from workbench.errors import ConfigError
 
     extra: dict[str, Any] = {"target.url": args.target} if args.target else {}
     if args.engine:
-        extra["target.engine"] = engine_knobs(args.engine)
+        extra["target.engine"] = json_items(args.engine, "--engine")
     over: Any = None
     if args.capacity:
         rate = args.lo if spec_mod.resolve_path(args.capacity) == spec_mod.RATE else None
@@ -126,7 +106,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         if bool(args.over) == bool(args.points):
             raise ConfigError("give the points: --over PATH=V1,V2 (repeatable) or --points JSON")
-        over = parse_over(args.over) if args.over else _points(args.points)
+        try:  # parsed and bounded like every config value
+            over = parse_over(args.over) if args.over else parse_json("--points", args.points)
+        except ValueError as exc:
+            raise ConfigError(f"--points: not JSON ({exc})") from None
         rate = spec_mod.swept_rate(spec_mod.expand(over))
     # a swept rate needs no --rate: the base config takes the first point's (or --lo)
     cfg = config_from_args(args, extra, {"arrival.rate": rate} if rate is not None else None)
@@ -172,7 +155,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> Any:
-    from workbench.errors import ConfigError
     from workbench.sweeps.serve import ServeSpec
 
     if args.serve is None:
@@ -187,8 +169,6 @@ def _serve(args: argparse.Namespace) -> Any:
 
 def _failures(result: Any) -> int:
     """Exit 1 (``ExitCode.FAILED``) when a point failed (its server did not serve it)."""
-    from workbench.errors import ExitCode
-
     failed = [p for p in result.points if p.get("status") == "failed"]
     for p in failed:
         f = p.get("failure") or {}

@@ -1,12 +1,8 @@
 """``RunConfig``: one replay = trace + context + arrival + backend + target (+ seed, SLO).
 
-The four axes are independent: nothing in one implies a value in another. Each section
-is a module of its own (``trace``, ``context``, ``arrival``, ``backend``, ``target``,
-``executor``) with its fields and the rules of that section alone; this module composes
-them and checks the cross-axis rules of docs/axes.md, before any request is sent, each
-with a message that says what to change. Configs come from dicts (a notebook's
-parameters cell), YAML/JSON files (``--config``) and go back to dicts for the run
-manifest.
+Each section is a module of its own with its fields and rules; this one composes them
+and checks the cross-axis rules of docs/axes.md before any request is sent. From dicts
+or YAML/JSON files (``--config``), back to dicts for the run manifest.
 """
 
 from __future__ import annotations
@@ -17,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench import redact
+from workbench import ranges, redact
 from workbench.arrival import MODES
 from workbench.backends import BACKENDS
 from workbench.backends.extras import resolve_headers
@@ -38,7 +34,7 @@ __all__ = [
     "available", "parse_output_policy", "token_id_backends",
 ]
 
-CONFIG_MAX_BYTES = v.CONFIG_MAX_BYTES  # the bound of every configuration file read
+CONFIG_MAX_BYTES = v.CONFIG_MAX_BYTES
 
 _SECTIONS: dict[str, tuple[type, str]] = {
     "trace": (TraceSpec, "path"),
@@ -65,10 +61,8 @@ class RunConfig:
     run_id: str | None = None
     out_dir: str | None = None
     label: str | None = None
-    #: replace an existing finished run of the same ``run_id`` (docs/run-directory.md)
-    overwrite: bool = False
+    overwrite: bool = False  # replace a finished run of this ``run_id`` (docs/run-directory.md)
 
-    # -- construction -------------------------------------------------------------------
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunConfig:
         """Build from a dict; each axis may be a dict or a bare string (its main field)."""
@@ -89,8 +83,7 @@ class RunConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> RunConfig:
-        """A YAML (``.yaml``/``.yml``) or JSON run config, read by the one bounded reader
-        (``validation.read_config_file``: size, file kind, UTF-8, depth, aliases)."""
+        """A YAML (``.yaml``/``.yml``) or JSON run config (``validation.read_config_file``)."""
         data, _text = v.read_config_file(path, "config")
         return cls.from_dict(data or {})
 
@@ -110,13 +103,9 @@ class RunConfig:
                 d[section] = value
         return RunConfig.from_dict(d)
 
-    # -- validation ---------------------------------------------------------------------
     def check(self) -> None:
-        """Rules that need no trace: names exist, numbers in range, axis combinations.
-
-        Types and ranges are ``_check_types``'s alone (one table, ``workbench.ranges``);
-        then each section's own rules (its ``check``), then the rules that combine two
-        sections, on values that are already of their type and range."""
+        """Rules that need no trace: types and ranges first (``_check_types``), then each
+        section's own rules, then the rules that combine two sections."""
         self._check_types()
         self.arrival.check()
         b, e = self.backend, self.executor
@@ -144,16 +133,13 @@ class RunConfig:
         e.check()
 
     def _check_types(self) -> None:
-        """Every field's type (its annotation) and range (``validation.RANGES``), first.
-
-        The other rules below can then compare and combine values safely.
-        """
+        """Every field's type (its annotation) and range (``workbench.ranges.RANGES``)."""
         for key in _SECTIONS:
-            v.check_dataclass(getattr(self, key), key)
+            ranges.check_dataclass(getattr(self, key), key)
         self.context.check_options()
-        hints = v.hints_of(RunConfig)
+        hints = ranges.hints_of(RunConfig)
         for key in _TOP_LEVEL:
-            v.check_value(key, getattr(self, key), hints[key])
+            ranges.check_value(key, getattr(self, key), hints[key])
         v.check_url("target.url", self.target.url)
         v.check_metrics_scrape("backend", self.backend.metrics_urls, self.backend.metrics_series)
         if self.run_id is not None:
@@ -167,12 +153,7 @@ class RunConfig:
         self.backend.check_options()
 
     def register_secrets(self) -> None:
-        """Register every credential this run sends, however it was given, for redaction
-        (``workbench.redact``): the ``api_key_env`` key, the target's and every further
-        metrics URL's user, password and query values, every header value (``$ENV`` ones
-        as read now) and the values of credential-named ``extra_body`` fields. Called
-        before anything of the run is written or printed, and by every process that sends
-        (docs/security.md)."""
+        """Register every credential this run sends for redaction (docs/security.md)."""
         b = self.backend
         opts = b.options or {}
         headers = opts.get("headers")
@@ -180,8 +161,9 @@ class RunConfig:
             try:
                 resolve_headers(headers)  # registers every value, $ENV ones as read
             except ConfigError:  # an unset $ENV: the run's own check says so
-                redact.register_headers(
-                    {k: val for k, val in headers.items() if not str(val).startswith("$")})
+                for k, val in headers.items():
+                    if not str(val).startswith("$"):
+                        redact.register_sent(str(k), val)
         redact.register(os.environ.get(b.api_key_env) if b.api_key_env else None)
         if not self.target.is_sim:
             redact.register_url(self.target.url)
@@ -199,13 +181,7 @@ class RunConfig:
         self.context.check_applies(workload)
 
     def keeps_records(self, n_requests: int) -> tuple[bool, str]:
-        """Whether a live run of ``n_requests`` holds its records in memory, and why.
-
-        Without an ``out_dir`` they have nowhere else to live. ``"auto"`` keeps them
-        up to ``KEEP_RECORDS_AUTO_MAX`` planned requests. A closed-loop run with a
-        ``duration_s`` loops over its units until the deadline, so its request
-        count is not known up front: ``"auto"`` keeps its records on disk only.
-        """
+        """Whether a live run of ``n_requests`` keeps its records in memory, and why."""
         keep = self.executor.keep_records
         if not self.out_dir:
             return True, "no out_dir: records are kept in memory (nowhere else to live)"
@@ -226,13 +202,7 @@ class RunConfig:
 
     @property
     def loops_until_deadline(self) -> bool:
-        """A closed-loop mode with ``duration_s``: the unit list starts over until the
-        deadline, so the request count is not known up front."""
         return self.arrival.loops_until_deadline
-
-    @property
-    def policy_name(self) -> str | None:
-        return self.context.policy_name
 
 
 def _section(key: str, spec_cls: type, main: str, value: Any) -> Any:
@@ -244,9 +214,7 @@ def _section(key: str, spec_cls: type, main: str, value: Any) -> Any:
         f.name for f in dataclasses.fields(spec_cls)}  # fmt: skip
     unknown = sorted(set(value) - names)
     if unknown:
-        raise ConfigError(
-            f"unknown {key} option(s) {unknown}; valid: {', '.join(sorted(names))}"
-        )
+        raise ConfigError(f"unknown {key} option(s) {unknown}; valid: {', '.join(sorted(names))}")
     return ContextSpec.from_flat(value) if spec_cls is ContextSpec else spec_cls(**value)
 
 

@@ -9,42 +9,29 @@ from typing import Any, Literal
 from workbench.backends import BACKENDS
 from workbench.backends.base import reconfigure
 from workbench.backends.extras import EXTRA_KEYS
-from workbench.config.validation import check_header, check_mapping, hints_of
+from workbench.config.validation import check_header
 from workbench.errors import ConfigError
+from workbench.ranges import check_mapping, hints_of
 
 
 @dataclass(frozen=True)
 class BackendSpec:
-    """Axis 4: the wire protocol and its client-side options.
-
-    ``flush_cache``: reset the server's prefix cache before the measured run
-    (``workbench.backends.flush``): ``"auto"`` (default) tries and records what
-    happened, ``True`` fails the run before any measured request when the server
-    cannot reset, ``False`` never tries (a reset empties the cache for every client of
-    a shared server). ``token_salt``: mixed into every synthetic
-    token stream, so runs under different salts share no cacheable token — the
-    isolation for servers that cannot flush; ``"run"`` salts with the run id.
-    docs/cache-isolation.md.
-    """
+    """Axis 4: the wire protocol and its client-side options (docs/cache-isolation.md)."""
 
     name: str = "openai"
     api_key_env: str | None = "OPENAI_API_KEY"
     preflight: bool | None = None  # None: on for real servers, off for the embedded engine
     scrape_interval_s: float | None = 1.0
-    # further Prometheus pages scraped beside the engine's /metrics (a GPU exporter), and
-    # globs of further series to keep (docs/measurement-rules.md, "Further Prometheus
-    # endpoints")
+    # further Prometheus pages and series globs (docs/measurement-rules.md)
     metrics_urls: list[str] = field(default_factory=list)
     metrics_series: list[str] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
     flush_cache: bool | Literal["auto"] = "auto"
     token_salt: str | None = None
-    # start/stop the engine's profiler around the warm-up and measured requests (vLLM,
-    # SGLang: workbench.backends.profile); profile_dir: where the server writes traces
+    # the engine's profiler around the measured requests (workbench.backends.profile)
     profile: bool = False
     profile_dir: str | None = None
-    # False: non-streaming requests ("stream": false), the answer read whole: TTFT =
-    # end-to-end latency, no TPOT/ITL (docs/wire-protocols.md, "Non-streaming")
+    # False: non-streaming requests (docs/wire-protocols.md, "Non-streaming")
     stream: bool = True
 
     def codec_options(self) -> dict[str, Any]:
@@ -57,9 +44,7 @@ class BackendSpec:
         return BACKENDS.get(self.name).returns_token_ids
 
     def check(self, request_timeout_s: float | None, executor_kind: str) -> None:
-        """This axis's rules, on values already of their type and range; two read a value
-        of another section: a whole answer needs ``arrival.request_timeout_s``, and the
-        profiler hooks need an executor other than Ray (``executor.kind``)."""
+        """This axis's rules, with the two values of other sections they read."""
         BACKENDS.canonical(self.name)
         if "stream" in self.options:
             raise ConfigError("backend.options.stream: set backend.stream (--no-stream) instead")
@@ -80,10 +65,8 @@ class BackendSpec:
             raise ConfigError("backend.profile runs with executor.kind local or processes "
                               "(the Ray executor has no hook around its measured window)")
         if self.token_salt == "":
-            raise ConfigError(  # an empty salt would salt nothing: the run is not isolated
-                f"backend.token_salt {self.token_salt!r} is empty, which salts "
-                "nothing; give a word ('run': the run id) or leave it unset"
-            )
+            raise ConfigError("backend.token_salt '' is empty, which salts nothing; give a "
+                              "word ('run': the run id) or leave it unset")
 
     def check_options(self) -> None:
         """``backend.options``: names the codec takes, each of the type it declares."""
@@ -91,23 +74,20 @@ class BackendSpec:
             return
         codec = BACKENDS.get(self.name)
         opts = self.options
-        # headers, extra_body and the routing slot apply to every protocol (extras.py);
-        # a header's $ENV value is read when the run starts, not here
+        # the protocol-independent options (extras.py); $ENV headers are read at start
         own = {k: val for k, val in opts.items() if k not in EXTRA_KEYS}
         check_mapping("backend.options", own, hints_of(type(codec)))
         reconfigure(codec, own)  # unknown names: ConfigError
-        for key in ("headers", "extra_body"):
-            if opts.get(key) is not None and not isinstance(opts[key], dict):
-                raise ConfigError(f"backend.options.{key}: expected a mapping, "
-                                  f"got {opts[key]!r} ({type(opts[key]).__name__})")
+        check_mapping("backend.options", opts, _EXTRA_TYPES)
         for name, value in (opts.get("headers") or {}).items():
             check_header("backend.options.headers", name, value)
-        for key in ("routing_header", "routing_field"):
-            if opts.get(key) is not None and not isinstance(opts[key], str):
-                raise ConfigError(f"backend.options.{key}: expected a name (string), "
-                                  f"got {opts[key]!r}")
         if opts.get("routing_header") is not None:
             check_header("backend.options.routing_header", opts["routing_header"], "")
+
+
+#: the types of the protocol-independent options (``backends.extras``)
+_EXTRA_TYPES = {"headers": dict[str, Any] | None, "extra_body": dict[str, Any] | None,
+                "routing_header": str | None, "routing_field": str | None}
 
 
 def token_id_backends() -> list[str]:

@@ -7,22 +7,17 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.config.validation import check_mapping, hints_of
 from workbench.context import POLICIES, policy_options
 from workbench.context.policy import planned_file_message
 from workbench.errors import ConfigError
+from workbench.ranges import check_mapping, hints_of
 from workbench.records import Workload
 
 
 @dataclass(frozen=True)
 class ContextSpec:
-    """Axis 2: ``policy`` None means ``trace-reported`` for sessions, nothing otherwise.
-
-    ``options``: the policies' own options, each declared by its policy
-    (``workbench.context.policy_options``); a config spells them flat beside
-    ``policy`` (``context.major_compaction_min_drop_tokens``), and ``to_dict``
-    writes them back that way, every declared option with its value or default.
-    """
+    """Axis 2: ``policy`` None means ``trace-reported`` for sessions; ``options``, the
+    policies' declared options, sit flat beside ``policy`` in a config and ``to_dict``."""
 
     policy: str | None = None
     shared_prefix: bool = False
@@ -66,12 +61,10 @@ class ContextSpec:
                 check_mapping("context", opts, hints_of(type(policy)))
 
     def check_applies(self, workload: Workload) -> None:
-        """The policy applies to what the trace holds: conversations, not independent
-        requests or block hash ids, and not a file planned under a policy already."""
+        """The policy applies to what the trace holds: conversations not yet planned."""
         if self.policy is None:
             return
-        if workload.meta.get("needs_context_policy") is False:
-            raise ConfigError(planned_file_message(self.policy, workload))
+        check_not_planned(self.policy, workload)
         if not workload.has_sessions:
             raise ConfigError(
                 f"context.policy {self.policy!r} applies to sessions, but trace format "
@@ -84,7 +77,12 @@ class ContextSpec:
             )
 
 
+def check_not_planned(policy: str | None, workload: Workload) -> None:
+    """A file planned under a policy already (session-execution-v2) takes no other."""
+    if policy is not None and workload.meta.get("needs_context_policy") is False:
+        raise ConfigError(planned_file_message(policy, workload))
+
+
 def context_keys() -> set[str]:
-    """The names a config's ``context`` mapping may hold: the fields and every declared
-    policy option."""
+    """The names a config's ``context`` mapping may hold."""
     return {f.name for f in dataclasses.fields(ContextSpec)} | set(policy_options())

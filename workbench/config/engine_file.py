@@ -1,31 +1,22 @@
-"""An engine config file (``--engine-config``, ``plan --preset FILE.json``), read and checked.
-
-A JSON or YAML mapping of engine knobs, or a calibration file (``sim calibrate``) whose
-``engine`` block is that mapping. Read by the one bounded reader of configuration files
-(``validation.read_config_file``: size, file kind, UTF-8; then the YAML reader's aliases and
-depth, JSON being YAML), and, with ``check``, every knob checked with the
-engine's own messages (``EngineConfig.from_knobs``, the one range table) before anything
-runs: a list, ``{"engine": 5}`` or a 50,000-deep nesting is one ``ConfigError`` naming the
-file, never a traceback (docs/config-bounds.md, "Size and depth").
+"""An engine config file (``--engine-config``, ``plan --preset FILE.json``, a calibration
+file's ``engine`` block), read and checked (docs/config-bounds.md, "Size and depth").
 """
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
-from workbench.config.validation import read_config_file, show
+from workbench.config.validation import read_config_file
 from workbench.errors import ConfigError
+from workbench.ranges import show
 from workbench.sim.config import EngineConfig
 
 __all__ = ["read_engine_file"]
 
 
 def read_engine_file(path: str | Path, *, check: bool = False) -> dict[str, Any]:
-    """Engine knobs from a JSON or YAML mapping; a calibration file's ``engine`` block.
-    ``check``: the knobs are also checked as the engine checks them (names, types, ranges;
-    a simulated cluster's knobs by the cluster)."""
+    """Engine knobs from the file; ``check``: checked as the engine checks them too."""
     data, _text = read_config_file(path, "engine config", always_yaml=True)
     if isinstance(data, dict) and "engine" in data:
         if not isinstance(data["engine"], dict):
@@ -35,14 +26,12 @@ def read_engine_file(path: str | Path, *, check: bool = False) -> dict[str, Any]
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: an engine config is a mapping of engine knobs, got "
                           f"{show(data)}")
-    names = {f.name for f in dataclasses.fields(EngineConfig)}
-    knobs = {k: (list(v) if k in names and isinstance(v, tuple) else v) for k, v in data.items()}
     if check:  # imported here, not for every read (bench/README.md, "CLI start-up")
         from workbench.sim.cluster import split_knobs
 
         try:
-            engine_knobs, _cluster = split_knobs(dict(knobs))
+            engine_knobs, _cluster = split_knobs(dict(data))
             EngineConfig.from_knobs(**engine_knobs)
         except (ValueError, TypeError, ConfigError) as exc:  # a knob's name, type, range
             raise ConfigError(f"{path}: {exc}") from None
-    return knobs
+    return data

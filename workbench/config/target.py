@@ -14,8 +14,7 @@ class TargetSpec:
 
     url: str = "sim"
     engine: dict[str, Any] = field(default_factory=dict)
-    # "sim" only: True runs the engine on the client's own event loop (its steps then
-    # count as client lag); False (default) gives it a process of its own
+    # "sim" only: the engine on the client's event loop (its steps count as client lag)
     in_process: bool = False
 
     @property
@@ -23,8 +22,7 @@ class TargetSpec:
         return self.url == "sim"
 
     def check_engine(self) -> None:
-        """``target.engine`` knobs: the engine checks its own (``EngineConfig``, ``Faults``)
-        against the one range table (``workbench.ranges``); the names here."""
+        """``target.engine`` knobs, checked as the engine checks them."""
         if not self.engine:
             return
         # imported here, not at every CLI start (bench/README.md, "CLI start-up")

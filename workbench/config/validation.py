@@ -1,12 +1,7 @@
-"""Checks of configuration values that have a grammar, a size or a file behind them.
-
-Types and ranges are checked by ``workbench.ranges`` (one checker, one range table,
-shared with the embedded engine's knobs); its names are re-exported here for the
-run config. This module adds what a type cannot say: URLs, run ids, output
-directories, metrics scrape pages, header names and values, and the bounded JSON
-and YAML readers (depth and node count) with the one reader of a configuration file
-(``read_config_file``: size, file kind, UTF-8). The bounds and the reasons for them are
-in ``docs/config-bounds.md``.
+"""Checks of configuration values that a type cannot say (types and ranges are
+``workbench.ranges``'s): URLs, run ids, output directories, metrics pages, headers, and
+the bounded JSON and YAML readers behind ``read_config_file``. The bounds and their
+reasons: docs/config-bounds.md.
 """
 
 from __future__ import annotations
@@ -20,36 +15,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from workbench.errors import ConfigError, TraceFormatError
-from workbench.ranges import (  # re-exported: the run config's checks read them here
-    MAX_COUNT,
-    MAX_DEPTH,
-    MAX_NODES,
-    MAX_OUTPUT_TOKENS,
-    MAX_SECONDS,
-    MAX_TOKENS,
-    MIN_RATE,
-    NON_NEGATIVE,
-    POSITIVE,
-    RANGES,
-    Range,
-    check_dataclass,
-    check_mapping,
-    check_value,
-    hints_of,
-    show,
-)
+from workbench.ranges import MAX_DEPTH, MAX_NODES, show
 from workbench.redact import strip_url_credentials
 from workbench.traces._io import open_trace
 
-__all__ = [
-    "MAX_COUNT", "MAX_DEPTH", "MAX_NODES", "MAX_OUTPUT_TOKENS", "MAX_SECONDS", "MAX_TOKENS",
-    "MIN_RATE", "NON_NEGATIVE", "POSITIVE", "RANGES", "Range", "check_dataclass",
-    "check_mapping", "check_value", "hints_of", "show",
-]
-
-CONFIG_MAX_BYTES = 16 << 20
-"""The size bound of a configuration file: a run config (``--config``), an engine config
-(``--engine-config``, ``plan --preset FILE``), a parity spec (docs/config-bounds.md)."""
+CONFIG_MAX_BYTES = 16 << 20  # a configuration file (docs/config-bounds.md)
 
 #: request headers the client writes itself, which frame the message or route it
 #: (RFC 9110/9112): one given again is refused by name (docs/config-bounds.md)
@@ -62,13 +32,9 @@ FRAMING_HEADERS = frozenset((
 _TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
-# ------------------------------------------------------------------ values with a grammar
 def check_url(path: str, url: str, hint: str | None = None) -> None:
-    """``sim`` or ``http(s)://HOST[:PORT][/PATH]`` with a port in 1..65535.
-
-    ``HOST:PORT`` without a scheme is read as ``http://HOST:PORT``, as the transport
-    does (``normalize_base_url``). ``hint``: what the message suggests instead.
-    """
+    """``sim`` or ``http(s)://HOST[:PORT][/PATH]`` with a port in 1..65535 (``HOST:PORT``
+    reads as ``http://HOST:PORT``); ``hint``: what the message suggests instead."""
     if url == "sim":
         return
     if "://" not in url:
@@ -91,15 +57,13 @@ def check_url(path: str, url: str, hint: str | None = None) -> None:
         raise ConfigError(f"{path}: {shown!r} has a #fragment; {hint}")
 
 
-METRICS_ENDPOINTS_MAX = 16
-"""Further ``/metrics`` pages a run scrapes at each tick (each one a request per tick)."""
+METRICS_ENDPOINTS_MAX = 16  # further ``/metrics`` pages, each one a request per tick
+#: a series glob: Prometheus name characters and ``* ? [ ] ! -``, at most 200
 SERIES_PATTERN = re.compile(r"[A-Za-z_:*?\[\]!-][A-Za-z0-9_:*?\[\]!-]{0,199}")
-"""A series glob: Prometheus name characters and ``* ? [ ] ! -``, at most 200."""
 
 
 def check_metrics_scrape(path: str, urls: Sequence[str], patterns: Sequence[str]) -> None:
-    """``metrics_urls``: http(s) pages, as the target's URL (``check_url``), at most
-    ``METRICS_ENDPOINTS_MAX``; ``metrics_series``: globs of Prometheus names."""
+    """``metrics_urls`` (http(s) pages) and ``metrics_series`` (Prometheus name globs)."""
     if len(urls) > METRICS_ENDPOINTS_MAX:
         raise ConfigError(f"{path}.metrics_urls: {len(urls)} endpoints, at most "
                           f"{METRICS_ENDPOINTS_MAX} are scraped at each tick")
@@ -138,9 +102,7 @@ def check_out_dir(path: str, out_dir: str) -> None:
     if p.exists() and not p.is_dir():
         raise ConfigError(f"{path}: {out_dir!r} exists and is not a directory")
     probe = p
-    while not probe.exists():
-        if probe.parent == probe:
-            break
+    while not probe.exists() and probe.parent != probe:
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
         raise ConfigError(f"{path}: {out_dir!r} cannot be created: {str(probe)!r} is a file")
@@ -152,9 +114,8 @@ def check_out_dir(path: str, out_dir: str) -> None:
 
 
 def _not_writable(directory: Path) -> str | None:
-    """Why files cannot be created in ``directory`` (None: they can). A real probe: a
-    temporary file made and removed, since ``os.access`` says yes to root even on a
-    read-only mount or a directory root may not write (docs/config-bounds.md)."""
+    """Why files cannot be created in ``directory`` (None: they can), by a real probe
+    (``os.access`` says yes to root on a read-only mount: docs/config-bounds.md)."""
     import tempfile  # here, not at every CLI start (bench/README.md, "CLI start-up")
 
     try:
@@ -171,10 +132,8 @@ def _not_writable(directory: Path) -> str | None:
     return None
 
 
-# ------------------------------------------------------------------ size, depth, headers
 def check_depth(path: str, value: Any, max_depth: int = MAX_DEPTH) -> None:
-    """``value`` nests at most ``max_depth`` mappings/lists and holds at most ``MAX_NODES``
-    values (checked without recursion, so a 3,000-deep value is one clear error)."""
+    """At most ``max_depth`` levels and ``MAX_NODES`` values, checked without recursion."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     nodes = 0
     while stack:
@@ -209,16 +168,9 @@ def json_or_text(path: str, text: str) -> Any:
 
 def read_config_file(path: str | Path, what: str = "config", *,
                      always_yaml: bool = False) -> tuple[Any, str]:
-    """A configuration file's data and text, every read of one bounded the same way.
-
-    Opened as a trace is (``open_trace``: non-blocking, then ``fstat`` on the open
-    descriptor), so a FIFO, a device, a directory or a socket is refused by kind and never
-    blocks or reads without end; at most ``CONFIG_MAX_BYTES`` are read; UTF-8 text; parsed
-    by the bounded YAML reader when the name ends in ``.yaml``/``.yml`` or ``always_yaml``
-    (JSON is YAML), as JSON otherwise (``parse_json``). ``what`` names the file's role in
-    the messages ("engine config", "parity spec"). Every problem is one ``ConfigError``
-    naming the file, the line when there is one, and the rule (docs/config-bounds.md,
-    "Size and depth")."""
+    """A configuration file's data and text, read under the bounds of docs/config-bounds.md
+    ("Size and depth"): YAML (``.yaml``/``.yml`` or ``always_yaml``) or JSON; ``what`` names
+    the file's role in the one-line ``ConfigError`` messages."""
     p = Path(path)
     try:
         raw = open_trace(p, CONFIG_MAX_BYTES + 1, inflate=False)
@@ -245,9 +197,8 @@ def read_config_file(path: str | Path, what: str = "config", *,
 
 
 def load_yaml(path: str, text: str) -> Any:
-    """``yaml.safe_load`` bounded before anything is built: nesting past ``MAX_DEPTH`` and a
-    document past ``MAX_NODES`` nodes with its aliases expanded (a billion-laughs bomb) are
-    one ``ConfigError`` each, found while composing, in bounded time and memory."""
+    """``yaml.safe_load`` bounded while composing: nesting past ``MAX_DEPTH`` and more than
+    ``MAX_NODES`` nodes with aliases expanded are one ``ConfigError`` each."""
     import yaml  # here, not at every CLI start (bench/README.md, "CLI start-up")
 
     class BoundedLoader(yaml.SafeLoader):
@@ -264,11 +215,9 @@ def load_yaml(path: str, text: str) -> Any:
             finally:
                 self.depth -= 1
 
-    try:  # the reader refuses a NUL or other non-printable character as it is built
-        loader = BoundedLoader(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(_yaml_error(path, text, exc)) from None
+    loader = None
     try:
+        loader = BoundedLoader(text)  # refuses a NUL or other non-printable character
         node = loader.get_single_node()
         if node is None:
             return None
@@ -279,12 +228,12 @@ def load_yaml(path: str, text: str) -> Any:
     except ValueError as exc:  # an integer past Python's 4,300-digit conversion bound
         raise ConfigError(f"{path}: invalid YAML: {exc}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _yaml_error(path: str, text: str, exc: Any) -> str:
-    """One line: ``path:line: invalid YAML: rule (column c)``. PyYAML's own text spans
-    several lines and names the input ``<unicode string>``, not the file."""
+    """One line: ``path:line: invalid YAML: rule (column c)`` (PyYAML's spans several)."""
     import yaml
 
     if isinstance(exc, yaml.reader.ReaderError):  # a character no YAML text may hold
@@ -302,8 +251,8 @@ def _yaml_error(path: str, text: str, exc: Any) -> str:
 
 
 def _check_expanded(path: str, root: Any) -> None:
-    """The node count of a composed YAML graph with every alias expanded, computed once per
-    shared node (memoized), so a bomb is measured without being expanded."""
+    """The node count of a composed YAML graph with every alias expanded, memoized per
+    shared node so a bomb is measured without being expanded."""
     import yaml
 
     size: dict[int, int] = {}
@@ -333,8 +282,7 @@ def _check_expanded(path: str, root: Any) -> None:
 
 
 def check_header(path: str, name: Any, value: Any) -> None:
-    """A request header: an RFC 9110 token as name; one line of text (no control
-    characters but tab) as value, of a string or number."""
+    """A request header: an RFC 9110 token as name, one line of text as value."""
     if not isinstance(name, str) or not name or any(c not in _TCHAR for c in name):
         raise ConfigError(
             f"{path}: header name {show(name)} is not an HTTP token (RFC 9110: letters, "
@@ -356,8 +304,7 @@ def check_header(path: str, name: Any, value: Any) -> None:
 
 
 def _check_header_value(where: str, text: str, *, shown: bool) -> None:
-    """One line of visible ASCII, spaces and tabs: what HTTP/1.1 carries as a field value
-    the same way through both clients (RFC 9110, 5.5; obs-text is obsolete)."""
+    """One line of visible ASCII, spaces and tabs (RFC 9110, 5.5: obs-text is obsolete)."""
     if any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in text):
         raise ConfigError(f"{where}: a header value cannot hold CR, LF or other "
                           "control characters")

@@ -1,25 +1,6 @@
-"""A replay in a process of its own, followed through a bounded snapshot (the panel's Run).
-
-A notebook's kernel redraws figures, answers widget messages and collects its garbage
-on its main thread; a replay sharing that process would share its interpreter lock, and
-a redraw that holds it delays the requests the replay stamps (bench/README.md, "the
-panel's measuring loop"). So the panel's replay runs as ``python -m
-workbench.executors.background``, the same ``run_async`` the CLI runs on a loop of its
-own, and the kernel only watches it (docs/notebooks.md):
-
-- the child reads its ``RunConfig`` as one JSON line on stdin (never on the command
-  line, where ``ps`` would show a URL's password), then runs; a ``stop`` line on stdin
-  stops the run as the panel's Stop does, and so does stdin's end (the kernel is gone);
-- the child writes JSON lines on stdout: ``{"phase": ...}`` as the run moves on,
-  ``{"progress": [done, total]}`` at most every ``PROGRESS_EVERY_S`` (and the last one),
-  then ``{"end": {...}}`` or ``{"error": {...}}``;
-- in the kernel a reader thread turns those lines into a ``Snapshot`` (a small frozen
-  dataclass behind a lock: phase, done/total, outcome); widgets poll it. The finished
-  records are read from the run directory's ``records.jsonl`` by ``RecordTail``, on the
-  kernel's side: nothing the kernel does runs in the measuring process.
-
-Without an ``out_dir`` the run is written to a temporary directory that ``result()``
-reads back and deletes (the result then has no ``run_dir``, as a run without one has).
+"""A replay in a process of its own, followed through a bounded snapshot (the panel's Run;
+docs/executors.md). Without an ``out_dir`` the run goes to a temporary directory that
+``result()`` reads back and deletes.
 """
 
 from __future__ import annotations
@@ -61,12 +42,7 @@ class BackgroundRunError(WorkbenchError):
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Where a background run is, as the kernel last heard.
-
-    ``phase``: ``starting`` (process and engine starting), ``running``, ``stopping``
-    (Stop pressed), ``finalizing`` (files being written), then ``done``, ``failed`` or
-    ``cancelled``. ``seq`` grows with every change (a poller redraws only on news).
-    """
+    """Where a background run is, as the kernel last heard (``seq`` grows with every change)."""
 
     phase: str = "starting"
     done: int = 0
@@ -118,11 +94,8 @@ class RecordTail:
             return []
         end = chunk.rfind(b"\n") + 1  # a line still being written waits for the next call
         self.offset += end
-        out = []
-        for line in chunk[:end].splitlines():
-            if line.strip():
-                out.append(RequestRecord.from_dict(loads_line(line)))
-        return out
+        lines = chunk[:end].splitlines()
+        return [RequestRecord.from_dict(loads_line(line)) for line in lines if line.strip()]
 
 
 class BackgroundRun:
@@ -243,8 +216,7 @@ class BackgroundRun:
         return result
 
     def _load(self) -> RunResult:
-        """The run as ``run_async`` would have returned it: records in memory, or, when the
-        run kept them on disk only (``executor.keep_records``), left there."""
+        """The run as ``run_async`` would have returned it (records kept on disk stay there)."""
         manifest = read_manifest(self.run_dir)
         if manifest.records_kept is not False or self.temp_dir:
             return load(self.run_dir)
@@ -263,7 +235,6 @@ class BackgroundRun:
             self._stderr = None
 
 
-# -- the child --------------------------------------------------------------------------------
 class _Out:
     """JSON lines to the parent on stdout: one ``write`` syscall each, progress throttled."""
 
@@ -297,14 +268,7 @@ class _Out:
 
 
 class _Lines:
-    """Lines from a file descriptor, read with ``os.read``: no buffered file object.
-
-    ``sys.stdin.buffer`` would do, but a daemon thread blocked in its ``readline`` holds the
-    buffer's lock, and an interpreter that ends while it does aborts ("could not acquire
-    lock for <_io.BufferedReader name='<stdin>'> at interpreter shutdown"): the child ended
-    with SIGABRT (-6) after every run whose kernel had not closed its stdin yet. A thread
-    blocked in ``os.read`` holds no lock, so the run's end is an ordinary exit (status 0).
-    """
+    """Lines from a file descriptor with ``os.read``, not a buffered reader (executors.md)."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd

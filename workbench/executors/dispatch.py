@@ -1,10 +1,5 @@
-"""``run`` / ``run_async``: one replay from a ``RunConfig`` to a saved ``RunResult``.
-
-Load and check the trace, build the plan, and hand it to the executor the config names
-(``executor.kind``: in-process, worker processes or Ray); the executor's session opens the
-target and writes the run directory as it goes (records are on disk the moment each
-request ends).
-"""
+"""``run`` / ``run_async``: one replay from a ``RunConfig`` to a saved ``RunResult``, played
+by the executor ``executor.kind`` names."""
 
 from __future__ import annotations
 
@@ -35,15 +30,7 @@ async def run_async(
     workload: Workload | None = None,
     phase: Phase | None = None,
 ) -> RunResult:
-    """Replay ``cfg`` and return its result (saved under ``cfg.out_dir/<run_id>`` if set).
-
-    ``stop`` (e.g. a notebook's Stop button) ends the run cleanly: in-flight
-    requests are recorded as cancelled and the result says ``cancelled``.
-    Cancelling the task itself does the same bookkeeping, then re-raises.
-    ``phase`` is told where the run is: ``"starting"`` (the target opens: the embedded
-    engine starts), ``"running"`` (the target answered), ``"finalizing"`` (the last request
-    ended or was cancelled; files are being written).
-    """
+    """Replay ``cfg`` and return its result (saved under ``cfg.out_dir/<run_id>`` if set)."""
     run = prepare(cfg, workload)
     if run.cfg.dry_run:
         return dry_run_result(run)
@@ -53,8 +40,7 @@ async def run_async(
 
 
 def executor_for(cfg: RunConfig) -> Executor:
-    """The executor ``cfg.executor`` names (``executors.kinds.EXECUTORS``): this process, or
-    worker processes when ``local`` has more than one worker."""
+    """The executor ``cfg.executor`` names (``local`` with workers: ``processes``)."""
     kind = cfg.executor.kind
     if kind == "local" and cfg.executor.workers > 1:
         kind = "processes"
@@ -62,13 +48,6 @@ def executor_for(cfg: RunConfig) -> Executor:
 
 
 def run(cfg: RunConfig | dict[str, Any], *, progress: Progress | None = None) -> RunResult:
-    """Synchronous ``run_async``, also from a notebook cell (a running loop).
-
-    Outside a loop it runs on uvloop when installed (``executor.uvloop``, default on):
-    its I/O path costs the client less CPU per request than asyncio's. Inside a running
-    loop (a Jupyter kernel) the replay gets a fresh loop on a worker thread and the cell
-    waits for it (``workbench.replay.loops``, docs/notebooks.md): the kernel's own loop is
-    never re-entered, and nothing the kernel does runs on the loop that stamps requests.
-    """
+    """Synchronous ``run_async``, also from a notebook cell (docs/notebooks.md)."""
     cfg = coerce_config(cfg)
     return run_anywhere(run_async(cfg, progress=progress), cfg.executor.uvloop)

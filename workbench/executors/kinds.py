@@ -1,10 +1,5 @@
-"""The executor registry: ``executor.kind`` → the ``Executor`` that plays a run's plan.
-
-Each executor module registers itself (``EXECUTORS.add(kind, make)``, ``make(cfg) ->
-Executor``); ``dispatch.executor_for`` picks by the config's kind, and nothing else
-dispatches on it. The kinds a config may name are ``workbench.config.EXECUTOR_KINDS``
-(checked before anything runs); ``virtual`` is ``simulate``'s own (virtual time).
-"""
+"""The executor registry: ``executor.kind`` → the ``Executor`` that plays a run's plan
+(each executor module registers itself; docs/executors.md)."""
 
 from __future__ import annotations
 

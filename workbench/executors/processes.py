@@ -1,29 +1,6 @@
-"""Process sharding: one run's units spread over N worker processes on this host.
-
-A single asyncio loop saturates one core; ``executor.workers = N`` runs N loops.
-
-- **Units are never split.** The ``i``-th unit in release order, (arrival, file
-  order), goes to shard ``i mod N``, so each shard keeps release-order admission
-  among its own units and timed arrivals interleave evenly across shards.
-- **Concurrency is divided**: shard ``k`` gets ``C // N`` slots (+1 for the
-  first ``C mod N``), and its routing slots are offset so they stay unique run-wide.
-- **Start barrier, common epoch.** The parent opens the target (it starts the
-  embedded engine itself; workers only get its URL), runs the preflight and the
-  ``/metrics`` scraper, and spawns the workers. Each worker loads nothing: it
-  receives its sub-plan, opens its own transport, plays its warm-up, reports
-  ready, and waits. Then the parent sends every worker one epoch ``t0`` (a few
-  ms ahead) on ``time.perf_counter_ns`` — CLOCK_MONOTONIC, the same clock in
-  every process of the host — so arrival offsets, lags and every record's
-  timestamps are on one time base.
-- **Records merge into one run directory.** Workers stream records and
-  lifecycle rows to ``shards/<name>-<k>.jsonl`` inside the run directory (crash
-  safe as in a 1-process run); at the end the parent merges them into
-  ``records.jsonl`` / ``lifecycle.jsonl`` (ordered by end time), removes the
-  shard files, and writes one manifest and summary, whose ``client`` key pools
-  every worker's self-measurement.
-- Stopping: ``stop`` (or cancelling the parent) sends ``stop`` to every worker;
-  each records its in-flight requests as cancelled and exits. A worker that
-  does not answer within the timeouts is terminated.
+"""Process sharding: one run's units spread over N worker processes on this host
+(docs/scale-out.md, "Worker processes on this host"). ``ShardedExecutor`` serves the Ray
+launcher too.
 """
 
 from __future__ import annotations
@@ -36,6 +13,7 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol
@@ -74,14 +52,11 @@ class Launcher(Protocol):
         self, session: ReplaySession, shard_dir: Path, base_url: str, block_size: int | None,
         stop: asyncio.Event | None,
     ) -> None:  # fmt: skip
-        """Play ``session.plan`` split over the shards; every shard writes
-        ``records-<k>.jsonl`` and ``lifecycle-<k>.jsonl`` into ``shard_dir``."""
+        """Play ``session.plan`` over the shards, each writing its files into ``shard_dir``."""
 
 
 class ShardedExecutor:
-    """The plan over N shards: this process owns the target, the preflight, the cache
-    flush and the ``/metrics`` scraper; the ``launcher`` runs the shards, whose files are
-    merged into one run directory at the end."""
+    """The plan over N shards run by ``launcher``; this process owns target and scraper."""
 
     target = None  # the config's
 
@@ -154,8 +129,7 @@ class ShardedExecutor:
 
 def shard_spec(s: ReplaySession, part: ShardPart, cfg: dict[str, Any], base_url: str,
                block_size: int | None) -> dict[str, Any]:
-    """What a shard (worker process, Ray actor) is sent: its config, its part of the plan,
-    where the target is."""
+    """What a shard is sent: its config, its part of the plan, where the target is."""
     return {"cfg": cfg, "plan": part.plan, "run_id": s.run_id, "base_url": base_url,
             "block_size": block_size, "slot_offset": part.slot_offset}  # fmt: skip
 
@@ -166,16 +140,41 @@ def shard_facts(parts: list[ShardPart]) -> dict[str, Any]:
             "shard_units": [len(p.plan.units) for p in parts]}  # fmt: skip
 
 
+async def play_spec(
+    cfg: RunConfig,
+    spec: dict[str, Any],
+    *,
+    sink: Callable[[RequestRecord], None],
+    lifecycle_sink: Callable[[dict[str, Any]], None],
+    ready: Callable[[], Awaitable[int | None]],
+    started: Callable[[Any], None],
+) -> ShardOutcome | None:
+    """A shard plays ``spec``'s part on its own transport (``started`` gets its runner)."""
+    clock = WallClock()
+    async with Transport(TransportOptions.of_run(cfg, spec["base_url"]), clock) as transport:
+        runner = build_runner(
+            cfg,
+            spec["plan"],
+            run_id=spec["run_id"],
+            sender=transport,
+            clock=clock,
+            sink=sink,
+            lifecycle_sink=lifecycle_sink,
+            block_size=spec["block_size"],
+            slot_offset=spec["slot_offset"],
+        )
+        started(runner)
+        return await play_shard(runner, warm=connection_warmer(cfg, transport), ready=ready)
+
+
 def worker_cfg(cfg: RunConfig, part: ShardPart) -> dict[str, Any]:
-    """A shard's config: its share of the concurrency and of the warm-up units, one worker,
-    no run directory (the parent writes it), the parent's URL given separately."""
+    """A shard's config: its share of concurrency and warm-up, one worker, no run directory."""
     d = cfg.to_dict()
     d["arrival"]["max_concurrency"] = part.max_concurrency
     d["arrival"]["warmup"] = part.warmup
     d["executor"]["workers"] = 1
     d["out_dir"] = None
-    # workers get the parent's URL (base_url: the embedded engine's, or the target's); a
-    # real target's URL stays, so its credentials go out and are registered in the worker
+    # a real target's URL stays: its credentials go out and are registered in the worker
     d["target"] = {"url": "http://placeholder" if cfg.target.is_sim else cfg.target.url}
     return d
 
@@ -236,6 +235,11 @@ class _Workers:
             with contextlib.suppress(OSError):
                 conn.send(msg)
 
+    def stop(self) -> None:
+        if not self.stopped:
+            self.stopped = True
+            self.send(("stop", None))
+
     async def _messages(self, timeout_s: float) -> list[tuple[int, Any]]:
         """Every message ready now, waiting up to ``timeout_s`` for the first."""
         loop = asyncio.get_running_loop()
@@ -272,14 +276,12 @@ class _Workers:
         results: dict[int, Any] = {}
         done_counts = dict.fromkeys(self.conns, 0)
         while len(results) + self._lost(results) < len(self.procs):
-            if stop is not None and stop.is_set() and not self.stopped:
-                self.stopped = True
-                self.send(("stop", None))
+            if stop is not None and stop.is_set():
+                self.stop()
             try:
                 msgs = await self._messages(0.5)
             except asyncio.CancelledError:
-                self.stopped = True
-                self.send(("stop", None))
+                self.stop()
                 raise
             for k, (what, payload) in msgs:
                 if what == "progress":
@@ -289,9 +291,7 @@ class _Workers:
                     results[k] = payload
                 elif what == "write_failed":  # one shard's disk is everyone's: stop all
                     self.write_failed = self.write_failed or payload
-                    if not self.stopped:
-                        self.stopped = True
-                        self.send(("stop", None))
+                    self.stop()
                 elif what in ("error", "died") and k not in results:
                     log.error("worker %d failed: %s", k, payload or "process ended")
                     self.procs[k].join(timeout=0)
@@ -313,14 +313,8 @@ class _Workers:
             conn.close()
 
 
-# ----------------------------------------------------------------- the worker side
 def worker_main(conn: Connection, spec: dict[str, Any]) -> None:
-    """Entry point of a worker process (spawned: nothing inherited but ``spec``).
-
-    A worker never outlives the parent: it gets SIGKILL when the parent dies, however
-    it dies (``die_with_parent``; nobody would merge its records), and a pipe that
-    reaches EOF stops its runner too (systems without a parent-death signal).
-    """
+    """Entry point of a worker process (spawned: nothing inherited but ``spec``)."""
     die_with_parent(spec["parent_pid"], signal.SIGKILL)
 
     cfg = RunConfig.from_dict(spec["cfg"])
@@ -336,8 +330,6 @@ def worker_main(conn: Connection, spec: dict[str, Any]) -> None:
 
 async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> None:
     k, shard_dir = spec["shard"], Path(spec["shard_dir"])
-    clock = WallClock()
-    options = TransportOptions.of_run(cfg, spec["base_url"])
     flush = cfg.executor.record_flush_ms or None
     runner: Any = None
 
@@ -356,32 +348,29 @@ async def _worker(conn: Connection, spec: dict[str, Any], cfg: RunConfig) -> Non
         recs.write(rec)
         done += 0 if rec.warmup else 1
 
+    watcher: asyncio.Future[None] | None = None
+
+    async def ready() -> int | None:  # the barrier: the parent's epoch, or a stop
+        nonlocal watcher
+        conn.send(("ready", None))
+        t0 = await _wait_start(conn)
+        if t0 is not None:  # from now on the pipe is the watcher's
+            watcher = asyncio.ensure_future(_watch_pipe(conn, runner, lambda: done))
+        return t0
+
+    def started(r: Any) -> None:
+        nonlocal runner
+        runner = r
+
     try:
-        async with Transport(options, clock) as transport:
-            runner = build_runner(
-                cfg, spec["plan"], run_id=spec["run_id"], sender=transport, clock=clock,
-                sink=on_record, lifecycle_sink=life.write, block_size=spec["block_size"],
-                slot_offset=spec["slot_offset"],
-            )
-            watcher: asyncio.Future[None] | None = None
-
-            async def ready() -> int | None:  # the barrier: the parent's epoch, or a stop
-                nonlocal watcher
-                conn.send(("ready", None))
-                t0 = await _wait_start(conn)
-                if t0 is not None:  # from now on the pipe is the watcher's
-                    watcher = asyncio.ensure_future(_watch_pipe(conn, runner, lambda: done))
-                return t0
-
-            try:
-                outcome = await play_shard(runner, warm=connection_warmer(cfg, transport),
-                                           ready=ready)
-            finally:
-                if watcher is not None:
-                    watcher.cancel()
-            if outcome is not None:
-                conn.send(("done", outcome.to_dict()))
+        outcome = await play_spec(
+            cfg, spec, sink=on_record, lifecycle_sink=life.write, ready=ready, started=started
+        )
+        if outcome is not None:
+            conn.send(("done", outcome.to_dict()))
     finally:
+        if watcher is not None:
+            watcher.cancel()
         recs.close()
         life.close()
 

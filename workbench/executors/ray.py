@@ -1,41 +1,8 @@
-"""The Ray executor: shards of units on Ray actors, records streamed back to the driver.
+"""The Ray executor: a sharded run's shards on Ray actors, records streamed back to the driver.
 
-``executor: {kind: ray, workers: N, address: ...}`` runs the process-sharding
-design of ``workbench.executors.processes`` on a Ray cluster instead of local processes:
-
-- **Same split.** ``split_plan`` (unit ``i`` → shard ``i mod N``, a unit never
-  split, file order kept within a shard), ``split_concurrency`` and the routing
-  slot offsets are a sharded run's (``workbench.replay.shards``); actor ``k``
-  replays shard ``k`` with an ordinary ``Runner``, so admission order within a shard
-  is a local run's.
-- **The driver owns the target.** As in a sharded run, the driver (this
-  process) starts the embedded engine or checks the URL, runs the preflight and
-  the ``/metrics`` scraper, and gives actors only the base URL — which must be
-  reachable from every node (a ``127.0.0.1`` engine only serves a one-host
-  cluster).
-- **Clock offsets, one epoch.** Before the start the driver measures each
-  actor's clock NTP-style: ``K`` round trips of ``time.time_ns``, keeping the
-  sample with the smallest round trip (offset = actor − midpoint of the round
-  trip, error ≤ RTT/2). An actor on the driver's host (same kernel boot id)
-  shares ``time.perf_counter_ns`` (CLOCK_MONOTONIC) with it and gets the
-  driver's epoch ``t0`` verbatim; an actor on another host gets it as a wall
-  time corrected by its offset and converts it to its own monotonic clock, and
-  its record timestamps are shifted back onto the driver's clock when they
-  arrive. Offsets, RTTs and shifts go into the manifest's ``executor.clocks``.
-- **Barrier.** Every actor opens its transport and plays its warm-up
-  (``prepare``), then the driver picks ``t0`` ``EPOCH_LEAD_NS`` ahead and starts
-  them all; timed arrivals are offsets from that one epoch.
-- **Streaming back.** Actors buffer finished records and lifecycle rows;
-  the driver drains them every ``POLL_S`` (one actor call returning a batch) and
-  appends them to ``shards/*.jsonl`` in the run directory (crash-safe as in a
-  sharded run), then ``ShardedExecutor`` merges them into one run
-  directory. ``records.parquet`` is written beside ``records.jsonl`` at the end
-  when pyarrow is installed.
-
-Ray is optional (``pip install 'workbench[ray]'``). With no ``address`` the
-driver joins a running ``ray.init`` of this process, else starts a local
-cluster and shuts it down at the end; with an ``address`` it connects to that
-cluster and leaves it running.
+``executor: {kind: ray, workers: N, address: ...}``. The split, the driver owning the
+target, the NTP-style clock offsets, the one epoch and the streaming back are
+docs/scale-out.md's; Ray is optional (``pip install 'workbench[ray]'``).
 """
 
 from __future__ import annotations
@@ -48,16 +15,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workbench.backends.transport import Transport, TransportOptions
-from workbench.clock import WallClock
 from workbench.config import RunConfig
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.executors.kinds import EXECUTORS
-from workbench.executors.processes import ShardedExecutor, shard_facts, shard_spec, worker_cfg
+from workbench.executors.processes import (
+    ShardedExecutor,
+    play_spec,
+    shard_facts,
+    shard_spec,
+    worker_cfg,
+)
 from workbench.records import RequestRecord
-from workbench.replay.outcome import ShardOutcome, play_shard
-from workbench.replay.runner import build_runner
-from workbench.replay.session import ReplaySession, connection_warmer
+from workbench.replay.outcome import ShardOutcome
+from workbench.replay.session import ReplaySession
 from workbench.replay.shards import ShardPart, split_run
 from workbench.storage.rundir import RecordWriter
 
@@ -109,7 +79,6 @@ class ShardActor:
         self._lifecycle: list[dict[str, Any]] = []
         self._done = 0
         self._runner: Any = None
-        self._stack: contextlib.AsyncExitStack | None = None
         self._task: asyncio.Future[Any] | None = None
         self._warmed: asyncio.Future[bool] | None = None  # the warm-up is done
         self._barrier: asyncio.Future[int] | None = None  # the epoch, from begin()
@@ -118,23 +87,18 @@ class ShardActor:
         return time.time_ns(), host_id()
 
     async def prepare(self, spec: dict[str, Any]) -> bool:
-        """Open the transport, build the runner and start ``play_shard``: the warm-up and
-        the connections; return at its barrier, where it waits for ``begin``."""
-        cfg = RunConfig.from_dict(spec["cfg"])
-        clock = WallClock()
-        options = TransportOptions.of_run(cfg, spec["base_url"])
-        self._stack = contextlib.AsyncExitStack()
-        transport = await self._stack.enter_async_context(Transport(options, clock))
-        runner = build_runner(
-            cfg, spec["plan"], run_id=spec["run_id"], sender=transport, clock=clock,
-            sink=self._on_record, lifecycle_sink=self._on_lifecycle,
-            block_size=spec["block_size"], slot_offset=spec["slot_offset"],
-        )
-        self._runner = runner
+        """Start the shard; return once its warm-up is done and it waits for ``begin``."""
         self._barrier = asyncio.get_running_loop().create_future()
         self._warmed = asyncio.get_running_loop().create_future()
-        self._task = asyncio.ensure_future(play_shard(
-            runner, warm=connection_warmer(cfg, transport), ready=self._at_barrier))
+        play = play_spec(
+            RunConfig.from_dict(spec["cfg"]),
+            spec,
+            sink=self._on_record,
+            lifecycle_sink=self._lifecycle.append,
+            ready=self._at_barrier,
+            started=self._started,
+        )
+        self._task = asyncio.ensure_future(play)
         await asyncio.wait({self._warmed, self._task}, return_when=asyncio.FIRST_COMPLETED)
         if self._task.done():  # the warm-up failed: say so here
             self._task.result()
@@ -146,19 +110,16 @@ class ShardActor:
         self._warmed.set_result(True)
         return int(await self._barrier)
 
-    def _on_lifecycle(self, row: dict[str, Any]) -> None:
-        self._lifecycle.append(row)
+    def _started(self, runner: Any) -> None:
+        self._runner = runner
 
     def _on_record(self, rec: RequestRecord) -> None:
         self._records.append(rec.to_dict())
         self._done += 0 if rec.warmup else 1
 
     async def begin(self, t0_perf_ns: int | None, t0_wall_ns: int) -> int:
-        """Start replaying from the epoch and return it on this actor's ``perf_counter``.
-
-        The epoch is the driver's ``perf_counter`` ns (same host) or a wall time
-        already corrected to this actor's clock (another host).
-        """
+        """Start from the epoch (the driver's ``perf_counter`` on its host, else a corrected wall
+        time); return it on this actor's ``perf_counter``."""
         t0 = t0_perf_ns
         if t0 is None:
             t0 = time.perf_counter_ns() + (t0_wall_ns - time.time_ns())
@@ -168,19 +129,14 @@ class ShardActor:
 
     async def finish(self) -> dict[str, Any]:
         """Wait for the shard to end; its client self-measurement and stop reason."""
-        outcome = None
-        try:
-            if self._task is not None:
-                outcome = await self._task
-        finally:
-            if self._stack is not None:
-                await self._stack.aclose()
+        outcome = await self._task if self._task is not None else None
         return (outcome or ShardOutcome.of(self._runner)).to_dict()
 
     def take_finished(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
         """Records and lifecycle rows finished since the last call, and the done count."""
-        recs, rows = self._records, self._lifecycle
-        self._records, self._lifecycle = [], []
+        recs, rows = self._records[:], self._lifecycle[:]
+        self._records.clear()
+        self._lifecycle.clear()
         return recs, rows, self._done
 
     def stop(self) -> None:
@@ -189,8 +145,7 @@ class ShardActor:
 
 
 class RayLauncher:
-    """Shards on Ray actors (``executor.kind = "ray"``; see the module docstring), launched
-    by a ``ShardedExecutor`` like worker processes are."""
+    """Shards on Ray actors (``executor.kind = "ray"``), for a ``ShardedExecutor``."""
 
     def __init__(self) -> None:
         self._started_ray = False
@@ -222,7 +177,11 @@ class RayLauncher:
                     ray.kill(a)
             if self._started_ray:
                 ray.shutdown()
-        self._conclude(s, results, n, parts, clocks)
+        s.facts.executor = {
+            "kind": "ray", "workers": n, "address": getattr(s.cfg.executor, "address", None),
+            **shard_facts(parts), "epoch_ns": s.t0_ns, "clocks": clocks,
+        }  # fmt: skip
+        s.conclude([ShardOutcome.from_dict(r) for r in results], stopped=self._stopped)
 
     def _connect(self, ray: Any, cfg: RunConfig) -> None:
         address = getattr(cfg.executor, "address", None)
@@ -281,8 +240,7 @@ class RayLauncher:
         self, s: ReplaySession, actors: list[Any], clocks: list[dict[str, Any]],
         writers: list[tuple[Any, Any]],
     ) -> None:  # fmt: skip
-        """The actors' finished records and lifecycle rows since the last call, shifted onto
-        the driver's clock, into the shard files."""
+        """The actors' finished rows, shifted onto the driver's clock, into the shard files."""
         batches = await asyncio.gather(*(_aw(a.take_finished.remote()) for a in actors))
         done = 0
         for (recs, rows, n), c, (rw, lw) in zip(batches, clocks, writers, strict=True):
@@ -293,16 +251,6 @@ class RayLauncher:
                 lw.write(shift_ns(row, shift))
             done += n
         s.report_progress(done)
-
-    def _conclude(
-        self, s: ReplaySession, results: list[dict[str, Any]], n: int,
-        parts: list[ShardPart], clocks: list[dict[str, Any]],
-    ) -> None:  # fmt: skip
-        s.facts.executor = {
-            "kind": "ray", "workers": n, "address": getattr(s.cfg.executor, "address", None),
-            **shard_facts(parts), "epoch_ns": s.t0_ns, "clocks": clocks,
-        }  # fmt: skip
-        s.conclude([ShardOutcome.from_dict(r) for r in results], stopped=self._stopped)
 
 
 def actor_cfg(cfg: RunConfig, part: ShardPart) -> dict[str, Any]:

@@ -1,8 +1,5 @@
-"""``EngineConfig``: every knob of the embedded engine in one frozen value.
-
-One value configures the engine core, its cost model, the HTTP server and the
-fault switches, so a run's manifest can record the whole engine by
-``dataclasses.asdict`` and the virtual-time replay can rebuild it exactly.
+"""``EngineConfig``: every knob of the embedded engine (core, cost model, server, fault
+switches) in one frozen value, so a manifest records the whole engine by ``asdict``.
 """
 
 from __future__ import annotations
@@ -24,35 +21,10 @@ DECODE_COEFFS = (-25.74, 54.01, 5.74)
 class EngineConfig:
     """Knobs of the simulated engine; defaults follow vLLM and Dynamo's mocker.
 
-    Every knob is type- and range-checked on construction by ``workbench.ranges``
-    (the ``target.engine.*`` rows of the run config's table; a ``ConfigError`` naming
-    ``target.engine.<knob>`` and its rule), so a config file, ``serve_sim(**knobs)``
-    and a run config fail alike, before anything runs.
-
-    ``block_size`` 16 is vLLM's default on GPUs (real-engines.md saw 32 on the
-    CPU build); ``num_blocks`` 65 536 × 16 = 1 Mi tokens is Dynamo's default
-    capacity (16 384 blocks of 64). ``mode`` picks the ``/metrics`` dialect
-    (vLLM or SGLang names); all four wire protocols are served in both modes.
-    ``zero_cost`` makes every step take no time (throughput tests);
-    ``speedup`` divides every step time. ``decode_seq_ms`` is a decode step's
-    cost per sequence in its batch, beside its KV term (``sim.cost.decode_ms``); 0
-    by default. ``request_overhead_ms`` is a fixed
-    latency every request pays before the engine sees it (a real server's API
-    process, the first token's delivery), outside the engine's steps
-    (``sim.cost.request_overhead_ns``, docs/calibration.md); 0 by default.
-    ``intake_ms`` is the time each request holds the server's front end, one
-    request after another, before that overhead; ``idle_wake_ms`` the extra time
-    of a step that starts while the engine was idle (its core and workers wake
-    from their idle wait). Both 0 by default (docs/calibration.md).
-    ``preset`` (``MODEL/GPU/tpN[/fp8]``) replaces the polynomial step times with a
-    model × accelerator's (``sim.presets``; ``from_knobs`` also derives ``num_blocks``
-    from it); ``host_kv_gb`` per worker keeps evicted KV blocks in host memory, brought
-    back at ``host_kv_gbps`` (0: the preset GPU's PCIe link) before a prefill
-    (docs/hardware.md). ``enable_chunked_prefill`` False admits a waiting prompt only
-    whole, when it fits what the step's token budget has left (a prompt longer than the
-    whole budget runs whole, the only prompt of its step): TensorRT-LLM's in-flight
-    batching without chunked context, its default (docs/hardware.md, "The engine a
-    table ran on").
+    Each knob is type- and range-checked on construction (``workbench.ranges``: a
+    ``ConfigError`` naming ``target.engine.<knob>`` and its rule). What each knob means:
+    docs/embedded-engine.md, the cost terms docs/calibration.md, ``preset`` and the host
+    KV tier docs/hardware.md.
     """
 
     model: str = "workbench-sim"
@@ -110,12 +82,9 @@ class EngineConfig:
 
     @classmethod
     def from_knobs(cls, **knobs: Any) -> EngineConfig:
-        """Build from flat keyword knobs; fault switch names go into ``faults``.
-
-        Lets ``serve_sim(block_size=32, error_rate=0.1)`` and the CLI stay flat.
+        """Build from flat keyword knobs (fault switch names go into ``faults``);
         ``scheduler=NAME`` lays an engine's scheduling knobs (``sim.presets.schedulers``)
-        under the given ones. Unknown names raise ``ValueError`` listing the valid ones.
-        """
+        under the given ones. Unknown names raise ``ValueError`` listing the valid ones."""
         own = {f.name for f in dataclasses.fields(cls)}
         fault_names = {f.name for f in dataclasses.fields(Faults)}
         if "scheduler" in knobs:  # an engine's scheduling: knobs under the caller's own

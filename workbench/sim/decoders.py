@@ -1,22 +1,10 @@
-"""The implicit decoders' events: compiled when it can be, Python when it cannot.
+"""The implicit decoders' events (a fill, a grow, the last token) and their two queues,
+per slot: compiled when it can be, Python when it cannot.
 
-The scheduler's implicit decoders (docs/virtual-time.md, "Implicit decode") advance one
-token a step without being visited; each has three events: the step its last block
-fills (a commit), the step it needs a new block (a grow) and the step it emits its last
-token (a finish). ``Decoders`` holds, per implicit decoder (a *slot*), what those events
-read and write, and the two event queues ordered by (step, admission rank), so a step's
-due events come out in running order. Per slot: ``co`` = ``num_computed − tb`` and
-``fin`` = the step of its last token (constant while it is implicit), ``next_full``,
-``committed``, ``cap`` (capacity in tokens), the rank, and a generation per queue (an
-entry filed before the last re-filing is stale). A decoder's block ids and keys stay its
-sequence's own int64 arrays: a grow appends to the blocks, a fill reads both. While a
-request is implicit these fields are the slot's; ``remove`` hands them back.
-
-``PyDecoders`` below is the reference; ``workbench/sim/decoders.c`` (the module
-``workbench.sim._decoders``, built at install where a C compiler is at hand) is its
-compiled twin, the same methods and answers (tests/sim/test_sim_compiled_twin.py runs
-the engine with each). ``new_decoders`` builds the compiled one unless it is not built
-or ``WORKBENCH_COMPILED=0`` (``workbench.kernels.compiled_wanted``).
+``PyDecoders`` below is the reference; ``workbench/sim/decoders.c`` (``workbench.sim.
+_decoders``) its compiled twin, the same methods and answers. ``new_decoders`` builds the
+compiled one unless it is not built or ``WORKBENCH_COMPILED=0``. The state and the calls:
+docs/virtual-time.md, "The implicit decoders' events compiled".
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """The engine's wire encoders: per-protocol response shapes (stream chunks, the usage chunk,
-the full body). The client side's request codecs are ``workbench.backends``'.
-
-One ``WireEncoder`` instance serves one request and keeps what its stream needs
-(the creation time, whether the first chunk went out, SGLang's running ids).
-Shapes are vLLM 0.32's and SGLang's as recorded in
-docs/wire-protocols.md; fault switches that change a shape (omitted usage, cumulative or
-prompt-echoing SGLang ids) are applied here.
+the full body), vLLM 0.32's and SGLang's as docs/wire-protocols.md records them, with the
+fault switches that change a shape. The client side's request codecs are
+``workbench.backends``'. One ``WireEncoder`` serves one request.
 """
 
 from __future__ import annotations
@@ -39,6 +35,12 @@ class WireEncoder:
     def final_body(self, ids: list[int], finish_reason: str | None, cached: int) -> Json:
         raise NotImplementedError
 
+    def _with_usage(self, body: Json, cached: int) -> Json:
+        """``body`` with its ``usage`` block, unless the fault ``omit_usage`` is on."""
+        if not self.faults.omit_usage:
+            body["usage"] = self._usage(cached)
+        return body
+
     def _usage(self, cached: int) -> Json:
         out = broken_usage(self.faults.usage_fault,
                            usage(len(self.gen.prompt_ids), self.completion, cached))
@@ -58,12 +60,10 @@ class WireEncoder:
 class CompletionsEncoder(WireEncoder):
     """``/v1/completions``: ``cmpl-<id>`` chunks, ``return_token_ids`` fields."""
 
-    object_name = "text_completion"
-
     def _envelope(self, choices: list[Json]) -> Json:
         return {
             "id": f"cmpl-{self.gen.request_id}",
-            "object": self.object_name,
+            "object": "text_completion",
             "created": self.created,
             "model": self.model,
             "choices": choices,
@@ -95,14 +95,13 @@ class CompletionsEncoder(WireEncoder):
 
     def final_body(self, ids: list[int], finish_reason: str | None, cached: int) -> Json:
         self.completion = len(ids)
-        body = self._envelope([self._choice(ids, finish_reason, self.tok.decode(ids))])
-        if not self.faults.omit_usage:
-            body["usage"] = self._usage(cached)
-        return body
+        choice = self._choice(ids, finish_reason, self.tok.decode(ids))
+        return self._with_usage(self._envelope([choice]), cached)
 
 
 class ChatEncoder(CompletionsEncoder):
-    """``/v1/chat/completions``: a role-only first chunk, then ``delta.content``."""
+    """``/v1/chat/completions``: a role-only first chunk, then ``delta.content``; unary, a
+    ``message``."""
 
     def _envelope(self, choices: list[Json]) -> Json:
         env = super()._envelope(choices)
@@ -116,20 +115,12 @@ class ChatEncoder(CompletionsEncoder):
             self._envelope([{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}])
         ]
 
-    def token_chunk(self, ids: list[int], finish_reason: str | None, cached: int) -> Json:
-        self.completion += len(ids)
-        delta = {"content": self._text(ids)}
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return self._envelope([choice])
-
-    def final_body(self, ids: list[int], finish_reason: str | None, cached: int) -> Json:
-        self.completion = len(ids)
-        message = {"role": "assistant", "content": self.tok.decode(ids)}
-        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
-        body = self._envelope([choice])
-        if not self.faults.omit_usage:
-            body["usage"] = self._usage(cached)
-        return body
+    def _choice(self, ids: list[int], finish_reason: str | None, text: str) -> Json:
+        if self.gen.stream:
+            return {"index": 0, "delta": {"content": text}, "logprobs": None,
+                    "finish_reason": finish_reason}
+        message = {"role": "assistant", "content": text}
+        return {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
 
 
 class GenerateEncoder(WireEncoder):
@@ -169,9 +160,9 @@ class GenerateEncoder(WireEncoder):
 
     def final_body(self, ids: list[int], finish_reason: str | None, cached: int) -> Json:
         self.completion = len(ids)
-        body: Json = {"request_id": self._rid, "model": self.model, "created": self.created}
-        if not self.faults.omit_usage:
-            body["usage"] = self._usage(cached)
+        body = self._with_usage(
+            {"request_id": self._rid, "model": self.model, "created": self.created}, cached
+        )
         body["prompt_token_ids"] = self.gen.prompt_ids if self.gen.return_token_ids else None
         body["output_mode"] = "tokens"
         body["choices"] = [self._choice(ids, finish_reason)]

@@ -1,16 +1,10 @@
 """The embedded engine core: a step loop on an injected ``Clock``.
 
-The same code runs behind the HTTP server (``WallClock``) and inside
-``run_virtual`` (``VirtualClock``): each step plans a batch, waits until the
-cost model says the step is over, then applies it and stamps every emitted
-token with the step's end time. On the wall clock a task sleeps per step; in
-virtual time the engine registers each step's end with the loop
-(``VirtualTimeLoop.call_step_at``), which runs it when nothing else can run
-first: no task, timer or future per step (docs/virtual-time.md). Nothing here
-wakes per token: the scheduler
-appends a token to each sequence, and only a request whose consumer is
-actually waiting gets its future resolved, once per step (a request only
-awaited with ``wait()`` is woken once, when it finishes).
+The same code runs behind the HTTP server (``WallClock``: a task sleeps per step) and
+inside ``run_virtual`` (``VirtualClock``: each step's end is registered with the loop,
+``VirtualTimeLoop.call_step_at``), docs/virtual-time.md, "Steps". Nothing wakes per
+token: only a request whose consumer is waiting gets its future resolved, once per step
+(one awaited with ``wait()`` only once, when it finishes).
 """
 
 from __future__ import annotations
@@ -42,10 +36,8 @@ class RequestOutput:
 
 class SequenceHandle:
     """A submitted request's face, read off its scheduler sequence ``seq``: its truth
-    (timestamps, usage), its output and its stream. ``EngineRequest`` (one engine) and
-    the attention-DP worker's ``RankRequest`` (``sim/dp.py``) are the two kinds; each says
-    how to wait and to stream (``batches``). ``_current`` is the sequence brought up to
-    date (an engine's implicit decoder catches up there)."""
+    (timestamps, usage), its output and its stream (``batches``; each kind, ``EngineRequest``
+    and ``sim.dp.RankRequest``, says how to wait). ``_current`` is the sequence up to date."""
 
     seq: sched.Sequence
 
@@ -93,7 +85,23 @@ class SequenceHandle:
     def completion_tokens(self) -> int:
         return len(self._current().token_ns)
 
-    def batches(self) -> AsyncIterator[list[RequestOutput]]:
+    async def batches(self) -> AsyncIterator[list[RequestOutput]]:
+        """Every output not yet seen, as a list per wakeup (consumers that write in bulk)."""
+        seq, i = self.seq, 0
+        while True:
+            n = len(self._current().token_ns)
+            if i < n:
+                yield [self._output(k) for k in range(i, n)]
+                i = n
+            elif seq.finished:
+                if seq.finish_reason != "length":
+                    yield [RequestOutput([], seq.finish_ns or 0, True, seq.finish_reason)]
+                return
+            else:
+                await self._progress()
+
+    async def _progress(self) -> None:
+        """Wait for the next step that brings this request output (or ends it)."""
         raise NotImplementedError
 
     async def stream(self) -> AsyncIterator[RequestOutput]:
@@ -130,35 +138,35 @@ class EngineRequest(SequenceHandle):
 
     def abort(self) -> None:
         """The client went away: free the request's blocks and end its stream."""
-        self._engine._abort(self)
+        engine = self._engine
+        engine._cut()
+        if engine._sched.abort(self.seq, engine.clock.now_ns()):
+            self._notify()
 
     def _notify(self) -> bool:
         """Resolve whatever a consumer awaits; True if a future was resolved."""
-        woke = False
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
-                woke = True
-        done = self._done
-        if done and self.seq.finished:
-            self._done = []
-            for fut in done:
-                if not fut.done():
-                    fut.set_result(None)
-                    woke = True
+        futs = [] if self._waiter is None else [self._waiter]
+        self._waiter = None
         if self.seq.finished:
+            futs += self._done
+            self._done = []
             # nothing wakes a finished request again: drop the sequence's back reference,
             # so the pair is freed by reference counting when the caller lets go, not
             # left to the rare cyclic collections of a virtual run (docs/virtual-time.md)
             self.seq.handle = None
+        woke = False
+        for fut in futs:
+            if not fut.done():
+                fut.set_result(None)
+                woke = True
         return woke
 
     async def _progress(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._engine._watch(self.seq)  # from now on the engine wakes it every step
-        self._waiter = loop.create_future()
+        seq = self.seq
+        if not seq.watched:  # from now on the engine wakes it every step (Scheduler.watch)
+            self._engine._cut()
+            self._engine._sched.watch(seq)
+        self._waiter = asyncio.get_running_loop().create_future()
         await self._waiter
 
     async def wait(self) -> EngineRequest:
@@ -169,21 +177,6 @@ class EngineRequest(SequenceHandle):
             self._done.append(fut)
             await fut
         return self
-
-    async def batches(self) -> AsyncIterator[list[RequestOutput]]:
-        """Every output not yet seen, as a list per wakeup (consumers that write in bulk)."""
-        seq, i = self.seq, 0
-        while True:
-            n = len(self._current().token_ns)
-            if i < n:
-                yield [self._output(k) for k in range(i, n)]
-                i = n
-            elif seq.finished:
-                if seq.finish_reason != "length":
-                    yield [RequestOutput([], seq.finish_ns or 0, True, seq.finish_reason)]
-                return
-            else:
-                await self._progress()
 
 
 SPAN_MAX = 4096  # steps planned at once at most (a span: ``Engine._plan_step``)
@@ -246,13 +239,10 @@ class Engine:
     def submit(
         self, request_id: str, prompt_ids: Sequence[int] | Segments, max_tokens: int
     ) -> EngineRequest:
-        """Queue a request; it always generates exactly ``max_tokens`` tokens.
-
-        Like vLLM, ``max_tokens`` is clamped to ``max_model_len − prompt``; a
-        prompt of ``max_model_len`` or more, or one that could never fit in the
-        KV cache, raises ``ValueError``. A prompt given as ``Segments`` (virtual time)
-        is never materialised: its block hashes come from its parts.
-        """
+        """Queue a request; it always generates exactly ``max_tokens`` tokens, clamped
+        like vLLM to ``max_model_len − prompt``. ``ValueError``: a prompt of
+        ``max_model_len`` or more, or one that could never fit in the KV cache. A
+        ``Segments`` prompt (virtual time) is never materialised."""
         return self.submit_prepared(self.prepare(request_id, prompt_ids, max_tokens))
 
     def prepare(
@@ -270,12 +260,12 @@ class Engine:
         self, seq: sched.Sequence, routed: Sequence[int] | None = None
     ) -> EngineRequest:
         """Queue a sequence from ``prepare`` (of this engine or one with its config).
-        ``routed``: the hashes a router just asked ``cached_prefix_blocks`` about on this
-        engine, whose hit admission then starts from (re-checked then, not looked up
-        again; the same hit either way)."""
+        ``routed``: the hashes a router just asked ``cached_prefix_blocks`` about here;
+        admission starts from that hit (re-checked, not looked up again)."""
         last, self._routed = self._routed, None
         if routed is not None and last is not None and last[0] is routed:
-            self._sched.route_hit(seq, last[1])
+            kv = self._sched.kv  # admission starts from the hit as far as it still holds
+            seq.routed = (last[1], kv.epoch, kv.evictions)
         req = EngineRequest(self, seq)
         self._cut()  # before it joins: the steps ended so far did not see it
         self._sched.add(seq)
@@ -297,23 +287,18 @@ class Engine:
         return req
 
     def validate(self, prompt_ids: Sequence[int] | Segments, max_tokens: int) -> int:
-        """The ``ValueError`` ``submit`` would raise, without queueing; else the
-        clamped ``max_tokens``."""
+        """``submit``'s ``ValueError`` without queueing; else the clamped ``max_tokens``."""
         return self._check(len(prompt_ids), int(max_tokens))
 
-    # A router's three reads below do not catch a span up (``_catch_up``): the steps it
-    # would apply are the span's event-free ones (``Scheduler.span``: no block filled or
-    # needed, no request finished), which change none of what they read: the queues,
-    # the blocks held, the hash index. The run is the same either way (digest_matrix);
-    # with 64 workers asked per request, catching 64 spans up was ~7 % of a run.
+    # A router's three reads below do not catch a span up (``_catch_up``): a span's
+    # event-free steps change none of what they read (~7 % of a 64-worker run saved).
     def load(self) -> tuple[int, int, float]:
         """(running requests, waiting requests, KV usage): what a router balances on."""
         s = self._sched
         return len(s.running), len(s.waiting), s.kv.usage
 
     def cached_prefix_blocks(self, hashes: Sequence[int], limit: int | None = None) -> int:
-        """How many leading blocks of ``hashes`` this engine's prefix cache holds (at
-        most ``limit``)."""
+        """How many leading blocks of ``hashes`` (at most ``limit``) the prefix cache holds."""
         n = len(hashes) if limit is None else min(limit, len(hashes))
         hit = self._sched.kv.longest_hit(hashes, n)
         self._routed = (hashes, hit)  # for ``submit_prepared(routed=hashes)``
@@ -346,17 +331,6 @@ class Engine:
                 f"{cfg.capacity_tokens} ({cfg.num_blocks} blocks of {cfg.block_size})"
             )
         return max_tokens
-
-    def _abort(self, req: EngineRequest) -> None:
-        self._cut()
-        if self._sched.abort(req.seq, self.clock.now_ns()):
-            req._notify()
-
-    def _watch(self, seq: sched.Sequence) -> None:
-        """A consumer waits on ``seq`` step by step (``Scheduler.watch``)."""
-        if not seq.watched:
-            self._cut()
-            self._sched.watch(seq)
 
     def _kick_soon(self) -> None:
         """Wake the idle engine one loop iteration later (as the wall-clock task wakes
@@ -392,18 +366,11 @@ class Engine:
         return None
 
     def _plan_step(self, t0: int) -> None:
-        """Plan the next step at ``t0`` and register its end with the loop (or go
-        idle until a submit), as one pass of ``_run``'s loop does.
-
-        A step that only advances implicit decoders, with nothing waiting, starts a
-        *span*: the steps up to the next one with an event (a block fills or is
-        needed, a request finishes: ``Scheduler.span``) are planned at once, their
-        times by the same cost model, and the loop runs one callback at the end of the
-        last-but-one (it applies them all) and one at the end of the last (a step as
-        any other, registered then, as the step-by-step engine registers it). Anything
-        that could see the engine in between (a submit, an abort, a stream, a read)
-        applies the steps ended so far first (``_catch_up``), and a submit or abort
-        ends the span after the step in flight (``_cut``): docs/virtual-time.md.
+        """Plan the next step at ``t0`` and register its end with the loop (or go idle
+        until a submit), as one pass of ``_run``'s loop does. An implicit-only step with
+        nothing waiting starts a *span* of steps planned at once, caught up by any read
+        (``_catch_up``) and ended by a submit or abort (``_cut``): docs/virtual-time.md,
+        "Spans".
         """
         nxt = self._next_plan()
         if nxt is None:
@@ -429,8 +396,7 @@ class Engine:
                                      k, end)
 
     def _span_tail(self) -> bool:
-        """The loop reached a span's last-but-one step end: apply the steps ended so
-        far and register the last one (now, as the step-by-step engine would)."""
+        """At a span's last-but-one step end: apply the steps so far, register the last."""
         ends = self._ends
         assert ends is not None and self._loop is not None
         self._sched.advance(ends[self._done : -1])
@@ -440,8 +406,7 @@ class Engine:
 
     def _catch_up(self) -> None:
         """Apply the span's steps that ended before now, and the one ending now if the
-        loop already ran the steps due now (a timer due at a step's end runs before it;
-        a consumer woken by another engine's step of the same instant runs after it)."""
+        loop already ran the steps due now (docs/virtual-time.md, "Spans")."""
         ends = self._ends
         if ends is None:
             return

@@ -1,16 +1,8 @@
 """``Admission``: what a request spends in the server's front end before the engine sees it.
 
-A real server spends time on each request outside its engine's steps, while the
-engine steps other requests (docs/calibration.md). Two knobs model it:
-
-* ``intake_ms``: the request holds the front end (one API process), one request
-  after another: requests that come together reach the engine ``intake_ms`` apart;
-* ``request_overhead_ms``: then a fixed latency, waited by all at once.
-
-Both senders of the embedded engine, the virtual replay's (``executors.virtual``)
-and the HTTP server's (``sim.server``), wait here, so ``simulate`` and ``sim serve``
-charge it alike. Requests leave in the order they came (an event loop wakes equal
-deadlines in no set order), as a server's front end hands them on.
+``intake_ms`` (serial, one request after another) then ``request_overhead_ms`` (fixed,
+waited by all at once), in arrival order, by the virtual replay and the HTTP server alike
+(docs/calibration.md).
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""The host-memory KV tier: blocks evicted from the device wait in host memory.
-
-As vLLM's CPU offloading, LMCache, SGLang's HiCache and Dynamo's KV block manager do: a
-cached block the device evicts (``BlockManager._evict``) is kept, by its chained hash, in
-a host LRU of ``host_kv_gb`` per worker. A request whose prefix continues, past its
-device hit, in host memory gets those blocks back instead of recomputing them; the
-transfer (its KV bytes over the host link, ``host_kv_gbps``) is added to the step that
-admits it, before its prefill (docs/hardware.md, "Host KV tier"). Only hashes are kept:
-the engine simulates KV, it holds none.
+"""The host-memory KV tier: blocks evicted from the device wait in a host LRU by their
+chained hash, and a prefix continued there is brought back, not recomputed
+(docs/hardware.md, "Host KV tier"). Only hashes are kept: the engine holds no KV.
 """
 
 from __future__ import annotations

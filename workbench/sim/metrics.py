@@ -1,13 +1,6 @@
-"""``/metrics`` of the embedded engine: Prometheus text from ``Engine.stats()``.
-
-A custom collector on its own ``CollectorRegistry`` reads the engine's
-counters at scrape time, so the exposition can never drift from the numbers
-the engine reports per request. Names follow vLLM 0.32 (``mode="vllm"``) or
-SGLang (``mode="sglang"``), as ``workbench.catalogs.series`` lists them.
-
-A simulated cluster exposes one series per worker, labelled ``engine="<index>"``
-as vLLM labels its data-parallel engines (SGLang mode gains the same label), so
-a scraper that sums over label sets reads the cluster's aggregate.
+"""``/metrics`` of the embedded engine: Prometheus text from ``Engine.stats()`` read at
+scrape time, vLLM 0.32 or SGLang names (``workbench.catalogs.series``); a cluster's workers
+labelled ``engine="<index>"`` (docs/cluster.md). Also a simulated GPU exporter's page.
 """
 
 from __future__ import annotations
@@ -48,10 +41,8 @@ class EngineCollector:
     def _each(self) -> list[tuple[int, Any]]:
         return list(zip(self.engines, self.stats, strict=True))
 
-    def _vllm(
-        self, names: list[str], rows: Rows
-    ) -> Iterator[Metric]:
-        yield from _counters(VLLM, names, rows)
+    def _vllm(self, names: list[str], rows: Rows) -> Iterator[Metric]:
+        yield from _families(VLLM, "counter", names, rows)
         success = CounterMetricFamily(
             "vllm:request_success", "Count of successfully processed requests.",
             labels=[*names, "finished_reason"],
@@ -59,7 +50,7 @@ class EngineCollector:
         for values, stats in rows:
             success.add_metric([*values, "length"], stats["requests"])
         yield success
-        yield from _gauges(VLLM, names, rows)
+        yield from _families(VLLM, "gauge", names, rows)
         yield self._cache_info(names, [v for v, _ in rows])
 
     def _cache_info(self, names: list[str], label_rows: list[list[str]]) -> Metric:
@@ -75,11 +66,9 @@ class EngineCollector:
             [*names, *info], [([*v, *info.values()], 1) for v in label_rows],
         )  # fmt: skip
 
-    def _sglang(
-        self, names: list[str], rows: Rows
-    ) -> Iterator[Metric]:
-        yield from _counters(SGLANG, names, rows)
-        yield from _gauges(SGLANG, names, rows)
+    def _sglang(self, names: list[str], rows: Rows) -> Iterator[Metric]:
+        yield from _families(SGLANG, "counter", names, rows)
+        yield from _families(SGLANG, "gauge", names, rows)
         rates = []
         for values, stats in rows:
             queries = stats["prefix_cache_queries_tokens"]
@@ -87,18 +76,14 @@ class EngineCollector:
         yield _gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", names, rates)
 
 
-def _counters(engine: EngineSeries, names: list[str], rows: Rows) -> Iterator[Metric]:
-    """The engine's counters of ``workbench.catalogs.series``, each from its stats key."""
-    for s in engine.embedded("counter"):
-        fam = CounterMetricFamily(s.family, s.doc, labels=names)
+def _families(engine: EngineSeries, kind: str, names: list[str], rows: Rows) -> Iterator[Metric]:
+    """The engine's ``kind`` series of ``workbench.catalogs.series``, each from its stats key."""
+    make = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+    for s in engine.embedded(kind):
+        fam = make(s.family, s.doc, labels=names)
         for values, stats in rows:
             fam.add_metric(values, stats[s.stat or ""])
         yield fam
-
-
-def _gauges(engine: EngineSeries, names: list[str], rows: Rows) -> Iterator[Metric]:
-    for s in engine.embedded("gauge"):
-        yield _gauge(s.name, s.doc, names, [(v, st[s.stat or ""]) for v, st in rows])
 
 
 def _gauge(name: str, doc: str, names: list[str], rows: list[tuple[list[str], float]]) -> Metric:
@@ -113,8 +98,12 @@ def make_registry(
 ) -> CollectorRegistry:
     """``stats``: one engine's ``() -> dict``; or a cluster's, one per worker index in
     ``engines``."""
+    return _registry(EngineCollector(config, stats, engines))
+
+
+def _registry(collector: Any) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(EngineCollector(config, stats, engines))
+    registry.register(collector)
     return registry
 
 
@@ -132,11 +121,8 @@ SIM_GPU_PATH = "/simulated-gpu/metrics"
 
 class GpuExporterCollector:
     """DCGM-exporter-style series derived from the engine's state at scrape time, one GPU
-    per engine (worker), every sample labelled ``simulated="true"``: utilisation 100 %
-    while the engine runs any request, else 0 (DCGM's is the busy share of its sampling
-    period; this is the instantaneous one); framebuffer used = the weights plus the KV
-    cache's share times its usage; power between idle and busy draw by utilisation.
-    docs/measurement-rules.md, "Further Prometheus endpoints"."""
+    per engine, labelled ``simulated="true"`` (docs/measurement-rules.md, "The simulated
+    GPU exporter")."""
 
     LABELS = ("gpu", "modelName", "simulated")
     SERIES = (
@@ -157,12 +143,10 @@ class GpuExporterCollector:
             util = 100.0 if s["running"] else 0.0
             used = SIM_GPU_WEIGHTS_MIB + float(s["kv_usage"]) * SIM_GPU_KV_MIB
             labels.append([str(i), "workbench simulated GPU", "true"])
-            values["DCGM_FI_DEV_GPU_UTIL"].append(util)
-            values["DCGM_FI_DEV_FB_USED"].append(used)
-            values["DCGM_FI_DEV_FB_FREE"].append(SIM_GPU_FB_MIB - used)
-            values["DCGM_FI_DEV_POWER_USAGE"].append(
-                SIM_GPU_IDLE_W + (SIM_GPU_BUSY_W - SIM_GPU_IDLE_W) * util / 100.0
-            )
+            power = SIM_GPU_IDLE_W + (SIM_GPU_BUSY_W - SIM_GPU_IDLE_W) * util / 100.0
+            for (name, _), value in zip(self.SERIES, (util, used, SIM_GPU_FB_MIB - used, power),
+                                        strict=True):
+                values[name].append(value)
         for name, doc in self.SERIES:
             doc += " (simulated by workbench's embedded engine, not hardware)"
             yield _gauge(name, doc, list(self.LABELS), list(zip(labels, values[name], strict=True)))
@@ -170,6 +154,4 @@ class GpuExporterCollector:
 
 def make_gpu_registry(stats: Any) -> CollectorRegistry:
     """The simulated GPU exporter's page: ``stats`` one engine's ``() -> dict`` or a list."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuExporterCollector(stats))
-    return registry
+    return _registry(GpuExporterCollector(stats))

@@ -1,20 +1,7 @@
 """The embedded engine in a process of its own: ``serve_sim_process(**knobs)``.
 
-A replay against ``target: sim`` starts the engine here by default, so the
-engine's scheduler steps never run on the client's event loop: the client's
-self-measurement (release lag, CPU) then measures the client alone, and the
-bottleneck verdict is about the client (``docs/embedded-engine-process.md``).
-``target.in_process: true`` keeps the old way (engine and client on one loop),
-for tests that look inside the engine.
-
-The child is ``python -m workbench.sim.process KNOBS_JSON``: it binds
-127.0.0.1 on a free port (port 0, so no race for a port), prints one JSON
-line ``{"base_url": ..., "config": {...}}`` once listening, and serves until
-SIGTERM or until its stdin closes — the parent holds the other end, so a
-parent that dies, however it dies, takes the engine with it. The parent waits
-for that line and then for ``GET /health``, both bounded in time; on leaving
-the context (normal end, error, cancellation) it sends SIGTERM, waits a
-bounded time and kills what is left.
+The child is ``python -m workbench.sim.process KNOBS_JSON``; why, how it starts and how it
+dies with its parent: docs/embedded-engine-process.md.
 """
 
 from __future__ import annotations
@@ -102,17 +89,13 @@ async def serve_sim_process(
     *, ready_timeout_s: float = READY_TIMEOUT_S, **engine_knobs: Any
 ) -> AsyncIterator[SimProcess]:
     """Start the embedded engine with ``engine_knobs`` in a child process; stop it on exit.
-
-    Knobs are validated here first (``EngineConfig.from_knobs``), so a bad one
-    fails before any process starts, with the same message as in-process.
-    """
+    Knobs are validated first, so a bad one fails as in-process, before any process."""
     from workbench.sim.cluster import split_knobs
     from workbench.sim.config import EngineConfig
 
     engine_only, _cluster = split_knobs(engine_knobs)  # a simulated cluster's knobs too
     EngineConfig.from_knobs(**engine_only)
-    # the child's stderr: a file with no name (gone with its last descriptor, however
-    # this process ends), read back only to say why a child did not start
+    # the child's stderr: an unnamed file, read back only to say why it did not start
     with tempfile.TemporaryFile(prefix="workbench-sim-") as err_fh:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "workbench.sim.process", json.dumps(engine_knobs),
@@ -140,18 +123,6 @@ async def serve_sim_process(
 
 
 # -- the child --------------------------------------------------------------------------------
-def _jsonable_config(config: Any) -> dict[str, Any]:
-    import dataclasses
-
-    out: dict[str, Any] = {}
-    for k, v in dataclasses.asdict(config).items():
-        if isinstance(v, tuple):  # the cost model's coefficients
-            v = list(v)
-        if isinstance(v, str | int | float | bool | type(None) | list | dict):
-            out[k] = v
-    return out
-
-
 async def _child(knobs: dict[str, Any]) -> None:
     from workbench.sim.server import serve_sim
 
@@ -167,7 +138,7 @@ async def _child(knobs: dict[str, Any]) -> None:
 
     threading.Thread(target=watch_parent, name="parent-watch", daemon=True).start()
     async with serve_sim("127.0.0.1", 0, **knobs) as handle:
-        ready = {"base_url": handle.base_url, "config": _jsonable_config(handle.config)}
+        ready = {"base_url": handle.base_url, "config": handle.config.to_dict()}
         sys.stdout.write(json.dumps(ready) + "\n")
         sys.stdout.flush()
         await done.wait()

@@ -1,32 +1,9 @@
 """The vLLM-style scheduler of the embedded engine (pure: no clock, no asyncio).
 
-One ``schedule()`` call plans a step, one ``complete()`` call applies it after
-the step's time has passed. Following vLLM v1: running requests first (decode
-tokens and the rest of chunked prefills), then waiting requests in FCFS order
-while the token budget (``max_num_batched_tokens``) and ``max_num_seqs`` allow;
-no admission in a step that had to preempt. When a running request needs a
-block and none is free, the most recently admitted running request is
-preempted (recompute: its blocks are freed and it re-enters the head of the
-waiting queue with its generated tokens, to be prefilled again, mostly from
-the prefix cache).
-
-Cost: per event, not per running request. The steady decoders at the head of the
-running list are *implicit* (``Scheduler``, "implicit decode" below;
-docs/virtual-time.md): a step advances them in aggregate, and their events (a block
-fills, a new block is needed, the last token) are compiled over array state
-(``sim.decoders``: one call a step for the grows, one for the fills and finishes).
-The rest is a pass over the
-explicit running requests (prefill chunks, watched streams) plus work
-proportional to what changed: new blocks (hashed, then allocated and committed by
-``kvcache`` in array operations, one allocation and one commit per step for all
-running requests), admissions, preemptions and finishes.
-A request's output ids are drawn up front (their count is pinned to
-``max_tokens``), so nothing is generated or appended per token beyond its
-timestamp.
-
-Accounting decision: prefix-cache queries/hits and prompt tokens are counted
-once per request, at its first admission, so the counters always equal the sum
-of the per-request usage the server reports (vLLM re-counts on re-admission).
+One ``schedule()`` call plans a step, one ``complete()`` call applies it after the step's
+time has passed. The policy and the accounting: docs/embedded-engine.md, "Scheduling";
+the steady decoders at the head of the running list advance in aggregate, visited only
+at their events (``sim.decoders``): docs/virtual-time.md, "Implicit decode".
 """
 
 from __future__ import annotations
@@ -52,13 +29,9 @@ from workbench.tokenizer import output_tokens, request_base
 class Sequence:
     """Scheduler state of one request: its tokens, blocks and progress.
 
-    ``tokens`` is the prompt followed by the request's whole (pre-drawn)
-    output; only its first ``length`` tokens exist so far (the prompt plus the
-    ``num_out`` generated ones). ``capacity`` is ``len(blocks) * block_size``
-    and ``next_full`` the token count at which the next block fills (commit).
-    A prompt given as ``Segments`` (virtual time) keeps no token at all:
-    ``source`` describes prompt and output, the block hashes are its prefix keys
-    (``Segments.block_keys``) and the output ids are drawn only when asked for.
+    ``tokens`` is the prompt then the whole pre-drawn output, of which the first ``length``
+    exist so far; ``next_full`` is the token count at which the next block fills (commit).
+    From ``Segments`` (virtual time) no token is kept: ``source`` keys the blocks.
     """
 
     request_id: str
@@ -110,11 +83,8 @@ class Sequence:
 
     def ensure_hashes(self, block_size: int, length: int = -1) -> None:
         """Extend the chained block hashes to every full block of the first ``length`` tokens
-        (by default the sequence's ``length``; an implicit decoder's fields stand at an
-        earlier step, so its fill passes its length now). From parts, the first call keys
-        every full block of the prompt and the whole output at once (a key is a function
-        of the parts and the block's end, so keying early gives the same keys): a decode
-        that fills a block then finds its key there."""
+        (default: ``self.length``; an implicit decoder's fill passes its length now). From
+        parts, the first call keys the whole prompt and output at once (the same keys)."""
         have = len(self.hashes)
         if length < 0:
             length = self.length
@@ -128,14 +98,10 @@ class Sequence:
 
 @dataclass(slots=True)
 class _HeadMemo:
-    """The blocked waiting head's prefix hit, its hashes (the sequence's own list: only
-    ever extended, so its first ``len(hit)`` stay those of the hit), and the cache's
-    epoch and eviction count when it was found. The hit is an int64 array once the head
-    is blocked (a preempted request's own blocks are one from the start): the compiled
-    checks of every later step (``held_prefix``, ``can_allocate``, ``acquire``) read it
-    without converting a Python int per block. ``arrays`` are the hit's blocks and
-    hashes as numpy int64 arrays, made when evictions make it checked a second time (a
-    head blocked for many steps); the first check reads the sequences."""
+    """The blocked waiting head's prefix hit, its hashes (the sequence's own, only ever
+    extended) and the cache's epoch and eviction count when it was found. The hit is an
+    int64 array once the head is blocked, for the compiled checks of later steps;
+    ``arrays`` (numpy) are made when evictions make it checked a second time."""
 
     seq: Sequence
     hit: list[int] | array[int]
@@ -211,11 +177,9 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.counters = Counters()
         self._memo: _HeadMemo | None = None  # the blocked waiting head's hit
-        # implicit decode (class doc): the first ``_ns`` running requests advance one
-        # token a step without being visited; ``_tick`` counts steps, ``_times`` holds
-        # their end times from step ``_t0`` on (trimmed past ``_trim_at`` of them),
-        # ``_kv_off`` is Σ(num_computed − tb) over them, and their events' state and
-        # queues are in ``_dec`` (``sim.decoders``: compiled, or its Python twin)
+        # implicit decode (the first ``_ns`` running requests): ``_tick`` counts steps,
+        # ``_times`` holds their end times from step ``_t0`` on, ``_kv_off`` is
+        # Σ(num_computed − tb) over them; their events are ``_dec``'s (``sim.decoders``)
         self.implicit = implicit
         self._ns = 0
         self._tick = 0
@@ -264,18 +228,11 @@ class Scheduler:
 
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:
         """Running requests first, in order; a request that needs blocks preempts from
-        the tail until it fits (or is itself preempted).
-
-        Growth is batched: while the blocks the requests so far need fit in what is
-        free, they are only counted (``pending``) and taken in one ``allocate`` when
-        the pass ends or before anything is preempted. Nothing is released in
-        between, so one allocation of their sum takes the same blocks (the free
-        ones, then the same LRU victims in the same order) as one per request.
-
-        The implicit decoders (the first ``_ns``) are not visited: they take one
-        token each, in aggregate, and only those whose block fills this step are
-        counted into ``pending`` (``_implicit_step``); the pass starts after them.
-        """
+        the tail until it fits (or is itself preempted). Growth that fits what is free is
+        only counted (``pending``) and taken in one allocation at the end or before a
+        preemption: nothing is released in between, so it takes the same blocks as one
+        allocation per request. The implicit decoders (the first ``_ns``) are accounted
+        in aggregate (``_implicit_step``); the pass starts after them."""
         running = self.running
         scheduled = plan.scheduled
         kv_tokens = decodes = 0
@@ -328,28 +285,15 @@ class Scheduler:
         plan.decode_seqs += decodes
         return budget
 
-    # -- implicit decode ------------------------------------------------------------
-    #
-    # A running request that only decodes (one token a step, nothing watching it) and
-    # comes before every other running request is *implicit*: its fields stand at step
-    # ``tb`` and it is visited only at its events: the step its block fills (commit),
-    # the step it needs a new block, and the step it finishes. Between them, step
-    # ``T`` gives it ``num_computed + (T − tb)`` computed tokens, and its token times
-    # are ``_times`` of steps ``tb ..``. A step so costs per event, not per running
-    # request, and every allocation, commit, release and step time is the one the
-    # explicit pass makes, in the same order (docs/virtual-time.md, "Implicit decode").
-    # The events themselves (their queues, and the fields they move: ``next_full``,
-    # ``committed``, ``capacity``, the blocks a grow appends) are ``_dec``'s while the
-    # request is implicit (``sim.decoders``, compiled); ``_leave`` / ``_flush`` hand
-    # the fields back to the sequence.
+    # -- implicit decode (docs/virtual-time.md, "Implicit decode"): the first ``_ns``
+    # running requests' fields stand at step ``tb``; their events are ``_dec``'s
 
     def _implicit_step(self, plan: StepPlan, budget: int,
                        pending: list[tuple[Sequence | None, int]]) -> int:
-        """Account the implicit decoders in the step being planned: the ones needing a
-        block now are counted into ``pending`` as one entry ``(None, k)`` (``_dec``
-        gives them their blocks, in running order, at ``_take``); the count of implicit
-        decoders is returned. When they do not all fit (budget, or blocks: the explicit
-        pass would preempt), they turn explicit first and 0 is returned."""
+        """Account the implicit decoders in the step being planned (their count, returned):
+        those needing a block are one ``pending`` entry ``(None, k)``. When they do not all
+        fit (budget, or blocks: the explicit pass would preempt), they turn explicit first
+        and 0 is returned."""
         ns = self._ns
         if not ns:
             return 0
@@ -378,16 +322,11 @@ class Scheduler:
         if seq.tb >= 0:
             self._sync(seq, self._tick)
 
-    def _arm(self, seq: Sequence) -> None:
-        """A synced request turns implicit: ``_dec`` takes its event fields and files
-        its next fill (or finish) and grow."""
-        tb = seq.tb
-        seq.slot = self._dec.add(seq, seq.blocks, seq.hashes, seq.rank, seq.num_computed - tb,
-                                 tb + seq.max_tokens - seq.num_out - 1, seq.next_full,
-                                 seq.committed, seq.capacity)  # fmt: skip
-
-    def _disarm(self, seq: Sequence) -> None:
-        """``_dec`` hands an implicit request's event fields back (its events turn stale)."""
+    def _disarm(self, seq: Sequence, tick: int) -> None:
+        """An implicit request turns explicit: synced to ``tick``, its event fields back
+        from ``_dec`` (its events turn stale)."""
+        self._sync(seq, tick)
+        seq.tb = -1
         seq.next_full, seq.committed, seq.capacity = self._dec.remove(seq.slot)
         seq.slot = -1
 
@@ -402,17 +341,15 @@ class Scheduler:
         return self._kv_off + self._ns * (self._tick + ahead + 1)
 
     def span(self, limit: int) -> int:
-        """How many steps from the one just planned, an implicit-only step with nothing
-        waiting, run with no event (up to ``limit``): every step but the last of them
-        neither fills a block, needs one nor finishes a request, and none but the
-        first needs a block. ``advance`` applies all but the last; ``complete`` the last."""
+        """How many steps from the one just planned (implicit-only, nothing waiting) run
+        with no event but the last (up to ``limit``): ``advance`` applies all but the last,
+        ``complete`` the last (docs/virtual-time.md, "Spans")."""
         tick = self._tick
         dec = self._dec
         return max(1, min(limit, dec.next_grow() - tick, dec.next_fill() - tick + 1))
 
     def advance(self, ends: list[int]) -> None:
-        """Apply span steps that ended at ``ends`` (no event in them: ``span``); each one
-        is followed by the next one, planned (as ``schedule`` counts it)."""
+        """Apply span steps that ended at ``ends`` (no event in them: ``span``)."""
         n = len(ends)
         if n:
             self._times += ends
@@ -430,16 +367,19 @@ class Scheduler:
                 break
             seq.tb = tick
             self._kv_off += seq.num_computed - tick
-            self._arm(seq)
+            # ``_dec`` takes its event fields and files its next fill (or finish) and grow
+            seq.slot = self._dec.add(seq, seq.blocks, seq.hashes, seq.rank,
+                                     seq.num_computed - tick,
+                                     tick + seq.max_tokens - seq.num_out - 1, seq.next_full,
+                                     seq.committed, seq.capacity)  # fmt: skip
             ns += 1
         self._ns = ns
         if len(self._times) > self._trim_at:
             self._trim_times()
 
     def _trim_times(self) -> None:
-        """Drop the step times no implicit request still needs (a fill does not sync its
-        request, so the oldest one may hold them a while: the next try waits until
-        the list has doubled, so a try costs O(1) a step, amortised)."""
+        """Drop the step times no implicit request still needs; the next try waits until
+        the list has doubled (O(1) a step, amortised)."""
         low = min((seq.tb for seq in self.running[: self._ns]), default=self._tick)
         if low - self._t0 > len(self._times) // 2:
             del self._times[: low - self._t0]
@@ -449,10 +389,8 @@ class Scheduler:
     def _leave(self, seq: Sequence) -> None:
         """An implicit request turns explicit (it finishes, or is aborted): synced, its
         fields back from ``_dec``; the caller removes it from ``running``."""
-        self._sync(seq, self._tick)
-        self._kv_off -= seq.num_computed - seq.tb
-        seq.tb = -1
-        self._disarm(seq)
+        self._kv_off -= seq.num_computed - seq.tb  # the same before and after a sync
+        self._disarm(seq, self._tick)
         self._ns -= 1
         if not self._ns:  # every filed event is stale now: drop them
             self._dec.clear()
@@ -467,9 +405,7 @@ class Scheduler:
         implicit = self.running[:ns]
         tick = self._tick
         for seq in implicit:
-            self._sync(seq, tick)
-            seq.tb = -1
-            self._disarm(seq)
+            self._disarm(seq, tick)
         self._ns = self._kv_off = 0
         self._dec.clear()
         plan = self._inflight
@@ -480,8 +416,8 @@ class Scheduler:
             plan.implicit = 0
 
     def watch(self, seq: Sequence) -> None:
-        """A consumer waits on ``seq`` step by step: it (and so every implicit request,
-        which come first) turns explicit and is woken every step."""
+        """A consumer waits on ``seq`` step by step: it (and every implicit request before
+        it) turns explicit and is woken every step."""
         if seq.tb >= 0:
             self._flush()
         seq.watched = True
@@ -583,10 +519,8 @@ class Scheduler:
 
     def _head_hit(self, seq: Sequence) -> tuple[list[int] | array[int], _HeadMemo | None]:
         """Prefix hit of the waiting head, and last step's memo when the hit is the same.
-
-        Last step's hit is reused as far as its blocks still hold its hashes (all of
-        it when nothing was evicted since): only the blocks after that are looked up.
-        """
+        Last step's hit is reused as far as its blocks still hold its hashes: only the
+        blocks after that are looked up."""
         kv = self.kv
         seq.ensure_hashes(self.bs)
         memo, self._memo = self._memo, None
@@ -604,12 +538,6 @@ class Scheduler:
             return memo.hit, memo
         return hit, None
 
-    def route_hit(self, seq: Sequence, hit: list[int]) -> None:
-        """A router just found ``hit`` for ``seq``'s prefix on this cache (``Engine.
-        cached_prefix_blocks``): admission starts from it as far as its blocks still
-        hold their hashes then, as from last step's hit of a blocked head."""
-        seq.routed = (hit, self.kv.epoch, self.kv.evictions)
-
     def _routed_memo(self, seq: Sequence) -> _HeadMemo | None:
         """``seq``'s earlier hit (``Sequence.routed``) as a memo, once."""
         routed, seq.routed = seq.routed, None
@@ -626,15 +554,10 @@ class Scheduler:
         c.prompt_tokens += seq.prompt_len
 
     def complete(self, plan: StepPlan, t_ns: int) -> list[Sequence]:
-        """Apply a planned step that ended at ``t_ns``.
-
-        Every sequence that got a token has ``t_ns`` appended to its
-        ``token_ns``; returned are only those a consumer must hear about:
-        the ones that finished and the ``watched`` ones (a stream is waiting).
-        The implicit decoders advance in aggregate; only those with an event
-        in this step (a filled block, their last token) are visited, first, in
-        running order, as the explicit pass would (``_implicit_step``).
-        """
+        """Apply a planned step that ended at ``t_ns``: every sequence that got a token has
+        ``t_ns`` appended to its ``token_ns``. Returned are those a consumer must hear
+        about: the finished and the ``watched`` ones. Implicit decoders are visited only
+        at an event (a filled block, their last token), first, in running order."""
         self._inflight = None
         wake: list[Sequence] = []
         bs, kv = self.bs, self.kv
@@ -642,11 +565,9 @@ class Scheduler:
         self._times.append(t_ns)
         self._tick = tick + 1
         emitted = self._ns if plan.implicit else 0
-        # the step's filled blocks, committed in one call (in order: of two requests
-        # filling the same block, the first one's stays cached) before any release:
-        # the requests finishing in it are released after the commit, in order (a
-        # request's fresh blocks are its own, so the commit takes no block a release
-        # frees, and a release changes no hash: as committing before each release)
+        # the step's filled blocks, committed in one call, in order, before the finished
+        # requests are released (the same as committing before each release:
+        # docs/virtual-time.md, "Implicit decode", Order)
         fill_blocks: array[int] = array("q")
         fill_hashes: array[int] = array("q")
         done: list[Sequence] = []
@@ -692,9 +613,6 @@ class Scheduler:
     def _finish(self, seq: Sequence, reason: str, t_ns: int) -> None:
         if seq.tb >= 0:
             self._leave(seq)
-        seq.finished = True
-        seq.finish_reason = reason
-        seq.finish_ns = t_ns
         running = self.running  # in admission order: found by its rank, not by a scan
         i = bisect.bisect_left(running, seq.rank, key=_rank)
         if i == len(running) or running[i] is not seq:  # pragma: no cover - invariant
@@ -702,11 +620,7 @@ class Scheduler:
         del running[i]
         self.kv.release(seq.blocks)
         seq.blocks = array("q")
-        seq.tokens = []  # a finished request keeps only its output (memory of long replays)
-        seq.hashes = array("q")
-        seq.source = None
-        seq.routed = None
-        del seq.outputs[seq.num_out :]
+        _retire(seq, reason, t_ns)
         if reason == "length":
             self.counters.requests += 1
 
@@ -718,11 +632,16 @@ class Scheduler:
             self._finish(seq, "abort", t_ns)
         else:
             self.waiting.remove(seq)
-            seq.finished, seq.finish_reason, seq.finish_ns = True, "abort", t_ns
-            seq.tokens, seq.hashes, seq.source, seq.routed = [], array("q"), None, None
-            del seq.outputs[seq.num_out :]
+            _retire(seq, "abort", t_ns)
         self.counters.requests_aborted += 1
         return True
+
+
+def _retire(seq: Sequence, reason: str, t_ns: int) -> None:
+    """Mark ``seq`` finished; it keeps only its output (memory of long replays)."""
+    seq.finished, seq.finish_reason, seq.finish_ns = True, reason, t_ns
+    seq.tokens, seq.hashes, seq.source, seq.routed = [], array("q"), None, None
+    del seq.outputs[seq.num_out :]
 
 
 _rank = operator.attrgetter("rank")  # running order (a C-level sort key)

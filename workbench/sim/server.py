@@ -1,27 +1,18 @@
 """HTTP face of the embedded engine: an aiohttp app and ``serve_sim``.
 
-Speaks the four wire protocols of docs/wire-protocols.md (``/v1/completions``,
-``/v1/chat/completions``, vLLM ``/inference/v1/generate``, SGLang
-``/generate``) plus ``/v1/models``, ``/tokenize`` (vLLM's shape), ``/health``, ``/metrics``,
-``/reset_prefix_cache`` (SGLang: ``/flush_cache``) and ``/debug/requests``:
-the server's own per-request truth (engine arrival, token emission times,
-when each token's bytes were handed to the socket, and the client connection
-it came on) for fidelity checks.
-
-Streams are written per engine wakeup, not per token: if the client reads
-slower than the engine steps, several SSE events go out in one write.
-A client that disconnects cancels its handler (``handler_cancellation``),
-or makes its next write fail, which aborts the engine request and frees
-its KV blocks; neither is logged as a server error.
+The four wire protocols of docs/wire-protocols.md plus the endpoints, the
+``/debug/requests`` truth and the stream behaviour of docs/embedded-engine.md.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import logging
 import os
+import random
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -31,6 +22,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from workbench.clock import Clock, WallClock
 from workbench.placement import placement_extra
@@ -38,7 +30,6 @@ from workbench.sim.cluster import AnyRequest, Cluster, ClusterConfig, split_knob
 from workbench.sim.config import EngineConfig
 from workbench.sim.encoders import ENCODERS, WireEncoder
 from workbench.sim.engine import Engine
-from workbench.sim.faults import FaultDice
 from workbench.sim.front_end import Admission
 from workbench.sim.metrics import SIM_GPU_PATH, exposition, make_gpu_registry, make_registry
 from workbench.sim.wire import PARSERS, GenRequest, Json, WireError, chat_prompt, now_s, prompt_ids
@@ -85,22 +76,17 @@ class SimServer:
         self.admission = Admission(engine.config, engine.clock)
         self.faults = engine.config.faults
         self.tok = get_tokenizer()
-        self._dice = FaultDice(self.faults, engine.config.seed)
+        self._dice = random.Random(engine.config.seed)  # error_rate: one draw a request
         self._ids = itertools.count()
-        if isinstance(engine, Cluster):  # one series per worker, labelled engine="<index>"
-            stats = [w.stats for w in engine.workers]
-            self._registry = make_registry(self.config, stats, list(range(len(stats))))
-            self._worker_registries = [
-                make_registry(self.config, [f], [i]) for i, f in enumerate(stats)
-            ]
-        else:
-            self._registry = make_registry(self.config, engine.stats)
-            self._worker_registries = []
-        workers = engine.workers if isinstance(engine, Cluster) else [engine]
-        self._gpu_registry = make_gpu_registry([w.stats for w in workers])
+        stats = [w.stats for w in engine.workers] if isinstance(engine, Cluster) else []
+        self._gpu_registry = make_gpu_registry(stats or [engine.stats])
+        # a cluster: one series per worker, labelled engine="<index>"
+        self._registry = make_registry(self.config, stats or engine.stats,
+                                       list(range(len(stats))) if stats else None)
+        self._worker_registries = [make_registry(self.config, [f], [i])
+                                   for i, f in enumerate(stats)]
         self.debug_log: deque[Json] = deque(maxlen=DEBUG_LOG_SIZE)
-        # the engine's "profiler", served as vLLM serves its own: only when a directory is
-        # set (PROFILE_DIR_ENV, as vLLM's VLLM_TORCH_PROFILER_DIR), 404 otherwise
+        # the "profiler", as vLLM's: only when PROFILE_DIR_ENV is set, 404 otherwise
         self.profile_dir = os.environ.get(PROFILE_DIR_ENV) or None
         self._profile_from: int | None = None  # requests answered when the profile started
         self._profile_started = 0.0
@@ -111,10 +97,7 @@ class SimServer:
 
     def _routes(self) -> list[web.RouteDef]:
         def gen(protocol: str) -> Any:
-            async def handler(request: web.Request) -> web.StreamResponse:
-                return await self._generate(request, protocol)
-
-            return handler
+            return functools.partial(self._generate, protocol=protocol)
 
         return [
             web.post("/v1/completions", gen("completions")),
@@ -159,9 +142,7 @@ class SimServer:
         return _json({"object": "list", "data": [card]})
 
     async def _tokenize(self, request: web.Request) -> web.Response:
-        """vLLM's ``POST /tokenize``: ``{"prompt": ...}`` or ``{"messages": [...]}`` (the chat
-        template of ``/v1/chat/completions``, generation prompt included) → ``{"count",
-        "max_model_len", "tokens", "token_strs"}`` — the ids the engine would prefill."""
+        """vLLM's ``POST /tokenize`` (docs/embedded-engine.md): the ids it would prefill."""
         try:
             body = await _json_body(request)
             if "messages" in body:
@@ -184,14 +165,11 @@ class SimServer:
             if not worker.isdigit() or int(worker) >= n:
                 return _json(WireError(404, f"no worker {worker!r} (workers: {n})").body(), 404)
             registry = self._worker_registries[int(worker)]
-        body = exposition(registry)
-        return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
+        return _prometheus(registry)
 
     async def _gpu_metrics(self, request: web.Request) -> web.Response:
-        """A simulated GPU exporter (DCGM names, labelled simulated): a second Prometheus
-        page to scrape beside /metrics (``backend.metrics_urls``)."""
-        body = exposition(self._gpu_registry)
-        return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
+        """The simulated GPU exporter's page (``sim.metrics.GpuExporterCollector``)."""
+        return _prometheus(self._gpu_registry)
 
     async def _reset(self, request: web.Request) -> web.Response:
         ok = self.engine.reset_prefix_cache()
@@ -211,12 +189,6 @@ class SimServer:
             raise WireError(400, f"request id is {len(rid)} characters; at most {MAX_REQUEST_ID}")
         return rid
 
-    def _fault_message(self, request: web.Request) -> str:
-        msg = "injected fault: error_rate"
-        if self.faults.error_echo_auth:  # what a header-echoing proxy puts in its errors
-            msg += f" (Authorization: {request.headers.get('Authorization', '')})"
-        return msg
-
     async def _parse(self, request: web.Request, protocol: str) -> GenRequest:
         body = await _json_body(request)
         rid = self._request_id(request, body)
@@ -225,9 +197,11 @@ class SimServer:
     async def _generate(self, request: web.Request, protocol: str) -> web.StreamResponse:
         try:
             gen = await self._parse(request, protocol)
-            if self._dice.should_fail():
-                raise WireError(self.faults.error_status, self._fault_message(request),
-                                "InternalServerError")
+            if self.faults.error_rate > 0 and self._dice.random() < self.faults.error_rate:
+                msg = "injected fault: error_rate"
+                if self.faults.error_echo_auth:  # what a header-echoing proxy puts in errors
+                    msg += f" (Authorization: {request.headers.get('Authorization', '')})"
+                raise WireError(self.faults.error_status, msg, "InternalServerError")
             headers: dict[str, str] = {}
             await self.admission.wait()  # the per-request overhead (docs/calibration.md)
             try:
@@ -369,6 +343,11 @@ class _Writer:
         return self.resp
 
 
+def _prometheus(registry: CollectorRegistry) -> web.Response:
+    return web.Response(body=exposition(registry),
+                        headers={"Content-Type": "text/plain; version=0.0.4"})
+
+
 def _drop_connection(request: web.Request) -> web.Response:
     """Close the socket under the client (``disconnect_after_tokens`` fault)."""
     transport = request.transport
@@ -438,8 +417,7 @@ class SimHandle:
 
     def debug_requests(self) -> list[Json]:
         """The server's per-request truth (same rows as ``GET /debug/requests``)."""
-        server = self.app[SERVER_KEY]
-        return list(server.debug_log)
+        return list(self.app[SERVER_KEY].debug_log)
 
 
 @asynccontextmanager
@@ -453,11 +431,9 @@ async def serve_sim(
     **engine_knobs: Any,
 ) -> AsyncIterator[SimHandle]:
     """Run the embedded engine behind HTTP on ``host:port`` (port 0: any free port).
-
     ``engine_knobs`` are ``EngineConfig`` fields and fault switch names
-    (``serve_sim(block_size=32, error_rate=0.1)``); or pass a whole ``config``.
-    The cluster knobs (``workers``, ``router``, ``router_options``, ``disagg``) or a
-    ``cluster`` serve a simulated cluster behind the one endpoint instead.
+    (``serve_sim(block_size=32, error_rate=0.1)``), or pass a whole ``config``; the
+    cluster knobs (``workers``, ``router``, ...) or a ``cluster`` serve a simulated cluster.
     """
     knobs, asked = split_knobs(engine_knobs)
     if config is not None and knobs:

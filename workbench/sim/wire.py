@@ -1,10 +1,6 @@
-"""Wire shapes of the four protocols the embedded engine speaks (pure dicts).
-
-Field names and nesting follow what vLLM 0.32 and SGLang actually send
-(docs/wire-protocols.md): ``parse_*`` turn a request body into a
-``GenRequest``; a ``WireEncoder`` turns engine outputs into stream chunks, the
-final usage chunk and the non-streaming body. No aiohttp here, so the shapes
-are testable as plain data.
+"""Wire shapes of the four protocols the embedded engine speaks, as plain dicts
+(docs/wire-protocols.md): ``parse_*`` turn a request body into a ``GenRequest``; the
+responses are ``sim.encoders``'. No aiohttp here.
 """
 
 from __future__ import annotations
@@ -74,8 +70,7 @@ def _stream_opts(body: Mapping[str, Any]) -> bool:
     return bool(opts.get("include_usage")) if isinstance(opts, dict) else False
 
 
-#: options a request may set only to their one-choice, no-probabilities values: the
-#: engine draws one output of pinned length and has no token probabilities, so any other
+#: options a request may set only to their one-choice, no-probabilities values; any other
 #: value is refused, never ignored (docs/embedded-engine.md, "What the engine refuses")
 ONE_CHOICE: dict[str, tuple[Any, ...]] = {
     "n": (None, 1), "best_of": (None, 1), "echo": (None, False), "logprobs": (None, False),
