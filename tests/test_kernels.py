@@ -1,5 +1,6 @@
 """The compiled kernels (``workbench/kernels.c``) give their Python twins' values exactly
-(``workbench/kernels.py`` lists the pairs); ``WORKBENCH_COMPILED=0`` runs the twins."""
+(docs/virtual-time.md, "Compiled kernels", lists the pairs); ``WORKBENCH_COMPILED=0`` runs
+the twins."""
 
 from __future__ import annotations
 

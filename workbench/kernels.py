@@ -1,21 +1,9 @@
 """Which runs: the compiled kernels (``workbench/kernels.c``) or their Python twins.
 
-``native`` is the extension module ``workbench._kernels``, or None where it was not
-built (no C compiler at install time: setup.py builds it optionally). Each kernel has a
-twin that stays the reference and runs when ``native`` is None; both give the same
-values (tests/test_kernels.py compares them). ``WORKBENCH_COMPILED=0`` in the environment
-makes the twins run everywhere (``compiled_wanted``).
-
-====================  ======================================  ================================
-kernel                twin                                    used by
-====================  ======================================  ================================
-``block_keys``        ``segments._mix`` / ``_mix_one``        ``segments.BlockKeyer.upto``
-``block_keys_bytes``  the same, as int64 bytes                ``segments.BlockKeyer.extend``
-``decode_ends``       ``sim.cost.decode_steps_ns`` + a sum    ``sim.engine.Engine._span_ends``
-``heads``             ``context.tokens._head_grid`` + finish  ``TokenPool.heads_array``
-====================  ======================================  ================================
-
-docs/virtual-time.md, "Compiled kernels", has what they save.
+``native`` is the extension ``workbench._kernels``, or None where it was not built or
+``WORKBENCH_COMPILED=0``; then each kernel's twin (the reference, equal values:
+tests/test_kernels.py) runs. The kernels, their twins and their callers are listed
+in docs/virtual-time.md, "Compiled kernels".
 """
 
 from __future__ import annotations
@@ -25,10 +13,8 @@ from types import ModuleType
 
 
 def compiled_wanted() -> bool:
-    """False when the environment has ``WORKBENCH_COMPILED=0``: then no compiled module
-    is used, here, in the KV manager (``sim.kvindex``) or for the implicit decoders'
-    events (``sim.decoders``), and every twin runs (to tell whether a difference comes
-    from compiled code)."""
+    """False with ``WORKBENCH_COMPILED=0``: no compiled module runs (here, ``sim.kvindex``,
+    ``sim.decoders``), every twin does."""
     return os.environ.get("WORKBENCH_COMPILED", "1").strip() != "0"
 
 

@@ -1,14 +1,6 @@
-"""The typed model everything else speaks.
-
-``Round``/``Unit``/``Workload`` are what a trace becomes (axis 1). They are
-immutable and keep file order: units are released in (arrival, file order), so
-file order is the tie-break under equal arrivals (and what ``max_items`` counts);
-nothing ever re-sorts units by id.
-
-``RequestRecord`` is what one replayed request becomes: raw integer-ns
-timestamps and server usage, never derived metrics (``metrics.py`` derives those
-later). ``RunResult`` bundles the records of one run with its manifest.
-"""
+"""The typed model everything else speaks: ``Round``/``Unit``/``Workload`` (a trace, in
+file order), ``RequestRecord`` (one request: raw ns timestamps and usage, no derived
+metric), ``RunResult`` and ``RunManifest`` (docs/run-directory.md)."""
 
 from __future__ import annotations
 
@@ -22,8 +14,7 @@ SpawnTrigger = Literal["round_start", "round_end"]
 
 
 class Prompted:
-    """A request's prompt length: its reused prefix and its fresh input (``Round``, and the
-    round as planned, ``replay.plan.RoundPlan``)."""
+    """A request's prompt length: reused prefix + fresh input (``Round``, ``RoundPlan``)."""
 
     __slots__ = ()
     prefix_len: int
@@ -36,15 +27,10 @@ class Prompted:
 
 @dataclass(frozen=True, slots=True)
 class Round(Prompted):
-    """One LLM request of a unit, as the trace describes it.
-
-    ``prefix_len`` is the tokens reused from the conversation so far (raw traces
-    may claim a prefix that will not exist; a context policy fixes that),
-    ``input_len`` the fresh tokens appended, ``output_len`` the tokens to
-    generate. ``arrival_ms`` is the unit's start offset (only round 0 uses it).
-    ``hash_ids`` are block ids (Mooncake/Dynamo): equal leading ids mean a shared
-    prefix, and the prompt is synthesized from them instead of from a context.
-    """
+    """One LLM request of a unit as the trace describes it: ``prefix_len`` tokens reused
+    (a context policy fixes a claim that cannot hold), ``input_len`` fresh, ``output_len``
+    to generate; ``arrival_ms`` (round 0 only); ``hash_ids``: block ids the prompt is
+    synthesized from (equal leading ids, a shared prefix)."""
 
     request_id: str
     session_id: str
@@ -60,14 +46,9 @@ class Round(Prompted):
 
 @dataclass(frozen=True, slots=True)
 class Spawn:
-    """How a child unit hangs off its parent in a session graph (docs/session-graphs.md).
-
-    The child starts ``delay_ms`` after round ``round_idx`` of unit ``parent_id``
-    starts (``round_start``: its request is sent) or ends (``round_end``); the
-    parent's round ``join_round`` does not start before the child (and its own
-    descendants) ended, ``None``: no round waits (the agent task still does).
-    ``line`` is where the trace said so (errors name it).
-    """
+    """How a child unit hangs off its parent (docs/session-graphs.md): it starts
+    ``delay_ms`` after round ``round_idx`` of ``parent_id`` starts or ends (``trigger``);
+    parent round ``join_round`` waits for it (None: none). ``line``: where the trace said so."""
 
     parent_id: str
     round_idx: int
@@ -79,11 +60,8 @@ class Spawn:
 
 @dataclass(frozen=True, slots=True)
 class Unit:
-    """A session (ordered rounds sharing one conversation) or one independent request.
-
-    ``spawn`` is set on a child of a session graph (a sub-agent): it starts when its
-    parent says, not at ``arrival_ms`` (``workbench.traces.graph``).
-    """
+    """A session (ordered rounds, one conversation) or one independent request; ``spawn``:
+    a session graph's child, started by its parent (``workbench.traces.graph``)."""
 
     unit_id: str
     kind: UnitKind
@@ -98,15 +76,9 @@ class Unit:
 
 
 class UnitStream(Sequence[Unit]):
-    """Units produced when asked for, in file order, none held: a streamed workload
-    (``workloads.synthetic.SessionStream``; docs/virtual-time.md, "Streamed runs").
-
-    A subclass gives ``__len__``, ``__iter__`` (a fresh pass each time) and the
-    totals below, known without producing a unit. Indexing walks forward from the
-    last unit asked for (the admission queue asks in order, the same index several
-    times); asking for an earlier one starts a new pass; a slice is a tuple of
-    units (the warm-up's first few).
-    """
+    """Units produced when asked for, in file order, none held (docs/virtual-time.md,
+    "Streamed runs"). A subclass gives ``__len__``, ``__iter__`` (a fresh pass each) and the
+    totals; indexing walks forward from the last index asked, a slice is a tuple."""
 
     n_rounds: int = 0
     prefix_tokens: int = 0  # Σ prefix over every round (as the trace says it)
@@ -156,13 +128,8 @@ class UnitStream(Sequence[Unit]):
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """An ordered list of units loaded from one trace.
-
-    ``fmt`` names the reader that produced it; ``block_size`` is the token size
-    of one ``hash_ids`` block when rounds carry them; ``meta`` holds reader
-    specifics (sidecar manifest, detection note, tool-wait mode, ...). ``units`` is
-    a tuple, or a ``UnitStream`` (units drawn when asked for).
-    """
+    """The units of one trace in file order (a tuple, or a ``UnitStream``); ``fmt`` its
+    reader, ``block_size`` the tokens of a ``hash_ids`` block, ``meta`` reader specifics."""
 
     units: Sequence[Unit]
     fmt: str
@@ -206,13 +173,9 @@ Status = Literal["ok", "error", "skipped", "cancelled"]
 
 @dataclass(slots=True)
 class RequestRecord:
-    """One request as it happened. Written as one JSON line when it ends.
-
-    Timestamps are ``int`` nanoseconds on the run's clock (``time.perf_counter_ns``
-    on the wall clock, virtual ns in ``simulate``), ``None`` when the moment never
-    came. ``token_times_ns[k]`` is when the k-th stream event carrying output token
-    ids arrived and ``token_counts[k]`` how many ids it carried.
-    """
+    """One request as it happened, written as one JSON line when it ends. Times are int ns
+    on the run's clock (None: never came); ``token_times_ns[k]`` is when the k-th stream
+    event with output ids came and ``token_counts[k]`` how many it carried."""
 
     run_id: str
     request_id: str
@@ -257,12 +220,8 @@ class RequestRecord:
     schema: int = 1
 
     def to_dict(self) -> dict[str, Any]:
-        """Field → value, lists and ``extra`` copied one level deep.
-
-        Every value here is a plain JSON type, so a one-level copy gives the same dict
-        as ``dataclasses.asdict``, which deep-copies recursively (docs/design-notes.md,
-        "Records and block hashes").
-        """
+        """Field → value, lists and ``extra`` copied one level deep (the values are plain
+        JSON: the same as ``dataclasses.asdict``, docs/design-notes.md)."""
         out = {name: getattr(self, name) for name in _RECORD_FIELDS}
         for key in ("token_times_ns", "token_counts"):
             out[key] = list(out[key])
@@ -280,9 +239,8 @@ _RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Reque
 
 @dataclass(slots=True)
 class RunResult:
-    """Everything one run produced, in memory. ``run_dir`` is set once saved, and
-    ``summary`` to what was written to its ``summary.json`` (the manifest's SLO), so a
-    caller of the same run does not summarize it again."""
+    """Everything one run produced, in memory; ``run_dir`` and ``summary`` (its
+    ``summary.json``: not summarized again) set once saved."""
 
     run_id: str
     records: list[RequestRecord]
@@ -296,8 +254,7 @@ class RunResult:
 
     @property
     def records_on_disk(self) -> bool:
-        """True when the run kept its records on disk only (``executor.keep_records``):
-        ``records`` and ``lifecycle`` are empty and readers go to ``run_dir`` instead."""
+        """The run kept its records on disk only (``executor.keep_records``): read ``run_dir``."""
         return (
             self.manifest.records_kept is False
             and self.run_dir is not None
@@ -310,14 +267,9 @@ MANIFEST_SCHEMA = 2  # 1: the manifests written before this definition (no "sche
 
 @dataclass
 class RunManifest:
-    """What ran and how it ended: the content of ``manifest.json`` (docs/run-directory.md).
-
-    One field per per-run fact. The first group is written by the prologue
-    (``replay.prepare``) and always present; every later field is set as the run goes
-    and left out of ``to_dict`` while it is None. Keys this version does not know (a
-    newer writer's, a sweep's) are kept in ``extra`` and written back unchanged;
-    ``from_dict`` reads a manifest of any schema, the untyped ones of schema 1 too.
-    """
+    """What ran and how it ended: ``manifest.json`` (docs/run-directory.md). The ``ALWAYS``
+    fields come from the prologue; later ones are left out of ``to_dict`` while None.
+    Unknown keys are kept in ``extra``; ``from_dict`` reads any schema (1 too)."""
 
     run_id: str
     label: str | None = None
@@ -378,8 +330,7 @@ class RunManifest:
         return dataclasses.replace(self, extra=dict(self.extra))
 
     def section(self, name: str) -> dict[str, Any]:
-        """``config[name]``: a section of the run config as the manifest holds it
-        (``arrival``, ``backend``, ``target``...); {} when the run had none."""
+        """``config[name]`` (``arrival``, ``backend``...); {} when the run had none."""
         value = self.config.get(name)
         return value if isinstance(value, dict) else {}
 
@@ -397,7 +348,6 @@ _MANIFEST_FIELDS: tuple[str, ...] = tuple(
 
 
 def manifest_of(run: Any) -> RunManifest:
-    """The typed manifest of a run as the reports take it (a ``RunResult``, or anything
-    with a ``manifest``), an empty one for what has none (a frame, a summary)."""
+    """``run.manifest`` when it is a ``RunManifest``, else an empty one (a frame, a summary)."""
     manifest = getattr(run, "manifest", None)
     return manifest if isinstance(manifest, RunManifest) else RunManifest.from_dict({})

@@ -1,11 +1,7 @@
-"""``simulate``: a run in virtual time, through the one session lifecycle.
+"""``simulate``: a run in virtual time, through the one session lifecycle (docs/virtual-time.md).
 
-Same prologue, session, plan, runner, arrival and admission semantics as a live replay
-(sessions closed-loop with tool waits); only the target (``replay.engine_target``: the
-embedded engine in this process on a ``VirtualClock``, its sender straight into the
-engine, no HTTP) and the executor (``VirtualExecutor``: every shard on the one virtual
-loop) differ. Same input and seed ⇒ the same virtual timestamps, so the canonical report
-(``workbench.report.canonical``) has a stable sha256 digest.
+Only the target (``replay.engine_target``: the engine on a ``VirtualClock``, no HTTP) and
+the executor (every shard on the one virtual loop) differ from a live replay.
 """
 
 from __future__ import annotations
@@ -44,19 +40,15 @@ def simulate(
     engine: EngineConfig | dict[str, Any] | None = None,
     workload: Workload | None = None,
 ) -> RunResult:
-    """Replay ``cfg`` in virtual time against an ``EngineConfig`` (default: ``cfg.target.engine``).
-
-    No sockets, no sleeping: a one-hour trace takes seconds. The result has the
-    same records a live replay produces, on virtual nanoseconds.
-    """
+    """Replay ``cfg`` in virtual time against an ``EngineConfig`` (default: ``cfg.target.engine``):
+    the records of a live replay, on virtual nanoseconds, with no socket and no sleep."""
     if isinstance(engine, dict):  # the config says which engine ran (and so the digest)
         cfg = coerce_config(cfg)
         cfg = cfg.replace(**{"target.engine": {**cfg.target.engine, **engine}})
         engine = None
     run = prepare(cfg, workload, virtual=True)
     executor = virtual_executor(run.cfg, engine)
-    # SIGINT/SIGTERM (from here on) stop the run as they stop a live one: what finished
-    # is saved, the manifest says cancelled, then KeyboardInterrupt (exit code 130)
+    # SIGINT/SIGTERM stop the run as a live one: saved as cancelled, then KeyboardInterrupt
     with stop_on_signals() as signalled:
         executor.signalled = signalled
         manifest = run.manifest(**executor.target.manifest_facts())
@@ -82,11 +74,9 @@ def virtual_executor(cfg: RunConfig, engine: EngineConfig | None = None) -> Virt
 
 
 class VirtualExecutor:
-    """The plan on the engine target's virtual clock: one runner, or one per shard as
-    ``executor.workers`` splits a live run (units round-robin, concurrency divided, routing
-    slots stacked), all on the one loop; every shard's warm-up first, then one epoch. The
-    executor options act as in a live run, but those of sockets and the loop
-    (``VIRTUAL_NOT_APPLICABLE``). No client self-measurement: no wall clock to measure by."""
+    """The plan on the engine's virtual clock: one runner per shard (``replay.shards``), all
+    on the one loop; the executor options act as live but for ``VIRTUAL_NOT_APPLICABLE``.
+    No client self-measurement: no wall clock to measure by."""
 
     def __init__(self, target: EngineTarget) -> None:
         self.target = target
@@ -106,8 +96,7 @@ class VirtualExecutor:
             "shards": ex.workers, "block_hashes": ex.block_hashes, "gc_freeze": ex.gc_freeze,
             "not_applicable": list(VIRTUAL_NOT_APPLICABLE),
         }  # fmt: skip
-        # the block size hashed with is the plan's or the engine's, both in the manifest
-        # already: the executor reports none (facts.block_size stays None)
+        # the plan's or the engine's, both in the manifest already: facts.block_size stays None
         block_size = await s.block_size(engine)
         assert engine.sender is not None  # the target is open
         runners = []
@@ -166,16 +155,8 @@ def _run_virtual_anywhere(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
 
 @contextlib.contextmanager
 def rare_collections(gen0: int = GC_GEN0_THRESHOLD) -> Iterator[None]:
-    """Run with the cyclic garbage collector's first generation ``gen0`` allocations
-    wide (CPython's default: 700), restored afterwards.
-
-    A virtual replay allocates millions of short-lived objects (token lists, block
-    hashes, records) that reference counting frees; with the default threshold the
-    collector still walks the young generation every 700 allocations and the older
-    ones as they fill, a sixth of a whole-Mooncake point (docs/virtual-time.md, "What
-    a virtual replay costs"). Garbage cycles are still collected, only in
-    larger batches.
-    """
+    """Run with the collector's first generation ``gen0`` allocations wide (CPython: 700),
+    restored afterwards; cycles are still collected, in larger batches (docs/virtual-time.md)."""
     old = gc.get_threshold()
     gc.set_threshold(max(gen0, old[0]), *old[1:])
     try:

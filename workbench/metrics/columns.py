@@ -1,29 +1,15 @@
 """Column arrays of a run's records: what every run-level aggregate is computed over.
 
-The aggregates of ``summary``, ``breakdown``, ``isolation`` and ``workers`` are
-written once, over a ``Columns``: numpy arrays, one per field, read on demand
-from either source —
-
-- an in-memory ``to_frame`` DataFrame (``Columns.of(df)``), or
-- a stored run's ``records.parquet`` (``stored(run_dir)``), read with pyarrow one
-  column at a time (column projection): only the columns an aggregate touches
-  are ever loaded (a float or int column is 8 MB per million requests), never a
-  record object or a DataFrame.
-
-So the in-memory and the large-run path give the same numbers by construction.
-Pooled ``itl_ms`` needs every inter-token gap: a frame always has them, the
-Parquet file only when written with ``token_times=True``; otherwise ``gaps()`` is
-None and the aggregates fall back to the per-request ITL statistics.
-
-This module is also the metrics side of ``records.parquet``: ``convert`` /
-``parquet_path`` derive the per-request columns (``metrics.derive``) and hand them
-to ``workbench.storage.columnar``, which writes them without computing anything.
+A ``Columns`` reads numpy arrays on demand from a ``to_frame`` DataFrame
+(``Columns.of(df)``) or a stored ``records.parquet`` (``stored(run_dir)``, one column at
+a time), so both paths give the same numbers (docs/metrics.md). ``convert`` /
+``parquet_path`` derive the per-request columns for ``workbench.storage.columnar``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,17 +40,9 @@ def available() -> bool:
 
 
 # ---------------------------------------------------------------- writing records.parquet
-def schema(token_times: bool = False) -> Any:
-    """The Arrow schema of ``records.parquet``."""
-    return columnar.schema(DERIVED_TYPES, token_times)
-
-
 def batch_table(rows: list[Mapping[str, Any]], *, token_times: bool = False) -> Any:
-    """One Arrow table (schema ``schema(token_times)``) from record dicts.
-
-    A batch with a value that cannot be an int64 (``"many"``, ``10**30``) is
-    converted again with such values nulled (``columnar.sanitized``), never dropped.
-    """
+    """One Arrow table of ``records.parquet``'s schema from record dicts; a batch with a value
+    no int64 can take is converted again with it nulled (``columnar.sanitized``)."""
     pa = columnar.require()
     try:
         return _batch_table(rows, token_times)
@@ -75,21 +53,7 @@ def batch_table(rows: list[Mapping[str, Any]], *, token_times: bool = False) -> 
 def _batch_table(rows: list[Mapping[str, Any]], token_times: bool) -> Any:
     cols = columnar.raw_columns(rows)
     d = derive(cols, cols["token_times_ns"], cols["token_counts"])
-    return columnar.table(cols, d, schema(token_times), gaps=d["gaps"])
-
-
-def write_parquet(
-    rows: Iterable[Iterable[Any]], out: str | Path, *, token_times: bool = False
-) -> int:
-    """Write batches of record dicts (or ``RequestRecord``s) as one Parquet file, atomically."""
-
-    def tables() -> Iterator[Any]:
-        for batch in rows:
-            dicts = [r.to_dict() if hasattr(r, "to_dict") else r for r in batch]
-            if dicts:
-                yield batch_table(dicts, token_times=token_times)
-
-    return columnar.write_tables(tables(), out, schema(token_times))
+    return columnar.table(cols, d, columnar.schema(DERIVED_TYPES, token_times), gaps=d["gaps"])
 
 
 def convert(
@@ -105,16 +69,15 @@ def convert(
     d = resolve_run_dir(run_dir)
     target = Path(out) if out is not None else d / columnar.PARQUET
     batches = columnar.iter_jsonl_batches(d / RECORDS, batch_rows, batch_bytes)
-    n = write_parquet(batches, target, token_times=token_times)
+    tables = (batch_table(rows, token_times=token_times) for rows in batches)
+    n = columnar.write_tables(tables, target, columnar.schema(DERIVED_TYPES, token_times))
     log.info("%s: %d records → %s", d, n, target.name)
     return target
 
 
 def parquet_path(run_dir: str | Path, *, token_times: bool | None = None) -> Path:
-    """The run's ``records.parquet``, (re)built first when missing or older than the JSONL.
-
-    ``token_times=True`` also rebuilds a file written without the token lists.
-    """
+    """The run's ``records.parquet``, (re)built first when missing or older than the JSONL
+    (or, with ``token_times``, written without the token lists)."""
     path, old = columnar.stale(run_dir, token_times=token_times)
     if old:
         convert(path.parent, token_times=bool(token_times))
@@ -172,9 +135,6 @@ class _FrameSource:
 
     def rank(self, name: str) -> np.ndarray:
         return np.unique(self.df[name].astype(str).to_numpy(), return_inverse=True)[1]
-
-    def has_gaps(self) -> bool:
-        return "itl_ms" in self.df.columns
 
     def gaps(self, rows: np.ndarray | None) -> np.ndarray:
         lists = self.df["itl_ms"] if rows is None else self.df["itl_ms"].iloc[rows]
@@ -234,9 +194,6 @@ class _ParquetSource:
         ranks = pc.rank(self._strings(name), sort_keys="ascending", tiebreaker="dense")
         return ranks.to_numpy().astype(np.int64)
 
-    def has_gaps(self) -> bool:
-        return "itl_ms" in self.names
-
     def gaps(self, rows: np.ndarray | None) -> np.ndarray:
         arr = self._read("itl_ms")  # not kept: only the pooled gaps of ``rows`` are
         offsets = arr.offsets.to_numpy()
@@ -252,14 +209,9 @@ _Source = _FrameSource | _ParquetSource
 
 
 class Columns:
-    """The rows of a run (or a selection of them) as numpy arrays, loaded on first use.
-
-    ``ints(name)`` → (int64 values with 0 where absent, validity mask);
-    ``floats(name)`` → float64 with NaN where absent; ``bools(name)`` → absent as
-    False; ``equals(name, value)`` and ``rank(name)`` for string columns;
-    ``where(mask)`` selects rows (sharing the loaded columns); ``gaps()`` pools the
-    inter-token gaps of the selected rows in row order, or None when not kept.
-    """
+    """The rows of a run (or a selection: ``where``) as numpy arrays, loaded on first use:
+    ``ints`` (values, validity), ``floats`` (NaN where absent), ``bools`` (absent: False);
+    ``equals`` and ``rank`` for string columns; ``gaps`` pools the inter-token gaps."""
 
     def __init__(self, source: _Source, rows: np.ndarray | None = None,
                  cache: dict[Any, Any] | None = None):  # fmt: skip
@@ -320,7 +272,7 @@ class Columns:
     def gaps(self) -> np.ndarray | None:
         """Every inter-token gap of the selected rows, row after row (a fresh array the
         caller may reorder), or None when the source did not keep them."""
-        return self._src.gaps(self._rows) if self._src.has_gaps() else None
+        return self._src.gaps(self._rows) if self._src.has("itl_ms") else None
 
 
 def stored(run_dir: str | Path, *, token_times: bool | None = None) -> Columns:

@@ -1,9 +1,5 @@
-"""A run directory with its metrics: ``save`` (files + recomputed ``summary.json``) and
-``load_frames`` (everything of a run as DataFrames).
-
-The files themselves are ``workbench.storage.rundir``'s; this module adds what needs the
-metrics, so storage never imports metrics.
-"""
+"""A run directory with its metrics: ``save`` (files + ``summary.json``) and
+``load_frames``; the files are ``storage.rundir``'s (storage never imports metrics)."""
 
 from __future__ import annotations
 
@@ -23,24 +19,16 @@ log = logging.getLogger(__name__)
 
 
 def save(result: RunResult, directory: str | Path) -> Path:
-    """Write every run file into ``directory`` (created) and return it.
-
-    Safe to call after ``RecordWriter``s streamed records/lifecycle there: lines
-    already on disk are kept and only the missing ones are appended. The
-    summary is recomputed from the records (SLO from the manifest's config). A
-    run that kept its records on disk only (``RunResult.records_on_disk``) has
-    nothing to sync from memory: its files are copied, never overwritten.
-    """
+    """Write every run file into ``directory`` (``storage.rundir.write_run``, then
+    ``finish``: the summary recomputed with the manifest's SLO) and return it."""
     d = write_run(result, directory)
     finish(result, d)
     return d
 
 
 def finish(result: RunResult, run_dir: Path, slo: Mapping[str, float] | None = None) -> None:
-    """The end of every saved run, live or virtual, after its records and manifest are on
-    disk: ``records.parquet`` first (the summary of a run that kept its records on disk
-    only scans it instead of converting again), then ``summary.json``. A summary that
-    cannot be computed must not lose the run: ``summary.json`` then says why."""
+    """After a run's records and manifest are on disk: ``records.parquet`` (a summary of
+    records on disk only scans it), then ``summary.json`` (saying why, if it failed)."""
     write_parquet(run_dir)
     try:
         summary = summarize(result, slo)

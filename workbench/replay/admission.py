@@ -1,14 +1,7 @@
 """The admission gate: ``max_concurrency`` slots handed out strictly in release order.
 
-A unit holds its slot for its whole life — every round and every tool wait — and
-each slot has a stable ``routing_slot`` index that the next unit inherits (the
-lowest free index), usable as a routing key for DP-rank balance. Because one
-dispatcher asks for slots unit by unit in release order — (arrival, file order),
-``replay.queue`` — a unit can never be admitted before one released ahead of it,
-so two runs of one trace admit the same units in the same order.
-A unit that ends while the gate is full may hand its slot straight to the next
-due unit instead of releasing it (the runner's hand-off): that slot is the
-lowest free index anyway, and release order is kept.
+A unit holds its slot (a stable ``routing_slot``, the lowest free index) for its whole
+life, tool waits included (docs/arrival.md).
 """
 
 from __future__ import annotations

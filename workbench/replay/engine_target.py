@@ -1,11 +1,6 @@
-"""The embedded engine in this process as a run's ``Target``, under the virtual clock.
-
-``simulate``'s target: the engine core (or a simulated cluster) started on the run's
-``VirtualClock``, a sender that submits straight into it (no HTTP: ``EngineSender``), its
-own prefix-cache reset as the flush, and its counters sampled under the vLLM names the
-scraper keeps (``EngineSampler``). Same input and seed give the same virtual timestamps
-(docs/virtual-time.md).
-"""
+"""The embedded engine in this process as a run's ``Target``, under the virtual clock:
+a sender straight into the engine (``EngineSender``), its own cache reset as the
+flush, its counters sampled under vLLM's names (``EngineSampler``)."""
 
 from __future__ import annotations
 
@@ -34,12 +29,9 @@ from workbench.tokenizer import get_tokenizer
 
 
 class EngineTarget:
-    """The engine of ``engine_cfg`` (a cluster with ``cluster_cfg``) on a fresh virtual clock.
-
-    ``release``: when the target closes, drop the engine and collect it now (its workers
-    and handles hold reference cycles, which the run's rare collections leave) and give
-    the freed heap back, before the summary reads the records (docs/virtual-time.md,
-    "Streamed runs")."""
+    """The engine of ``engine_cfg`` (a cluster with ``cluster_cfg``) on a fresh virtual clock;
+    ``release``: on close, drop and collect the engine (reference cycles) and give the heap
+    back before the summary reads the records (docs/virtual-time.md, "Streamed runs")."""
 
     base_url = ""  # no request goes over a wire
     preflight = False
@@ -79,8 +71,7 @@ class EngineTarget:
 
     async def flush(self, mode: bool | str, backend: str, headers: Mapping[str, str]
                     ) -> FlushOutcome:
-        """The engine core's own reset (it is fresh, so this only records, like a live
-        run's manifest, what was done)."""
+        """The engine's own reset (a fresh engine: only recorded, as a live run's is)."""
         assert self.engine is not None
         ok = self.engine.reset_prefix_cache()
         return FlushOutcome(True, ok, "engine.reset_prefix_cache()", None, None if ok else "busy")
@@ -121,11 +112,8 @@ class EngineSampler:
 
 
 class EngineSender:
-    """The runner's sender for virtual time: submits to the engine core directly.
-
-    ``in_flight`` counts the requests sent and not yet ended, ``activity`` (if set) is
-    set whenever one is sent: with none in flight the engine cannot change, so the
-    metrics sampler sleeps until the next send (``EngineSampler``)."""
+    """The runner's sender for virtual time: submits to the engine core directly;
+    ``in_flight`` and ``activity`` (set on each send) let the sampler sleep while idle."""
 
     in_flight = 0
     activity: asyncio.Event | None = None
@@ -155,11 +143,9 @@ class EngineSender:
     async def _send_chat(
         self, codec: MessagesCodec, req: WireRequest, rec: RequestRecord
     ) -> list[int] | None:
-        """``openai-chat`` as the embedded server takes it: the codec's messages (the
-        conversation so far, its overhead options applied), the server's chat template
-        around them (``sim.wire.chat_prompt``), and the reply remembered as the codec
-        remembers a streamed one, its text re-encoded. So the engine sees the prompt a
-        live run's server would, template tokens included (docs/virtual-time.md)."""
+        """``openai-chat`` as the embedded server takes it: the codec's messages in the
+        server's chat template (``sim.wire.chat_prompt``), the reply re-encoded and
+        remembered as a streamed one (docs/virtual-time.md)."""
         messages = codec.messages(req)
         tok = get_tokenizer()
         templated = dataclasses.replace(req, prompt_ids=chat_prompt(messages, tok),
@@ -178,11 +164,8 @@ class EngineSender:
     async def _send(
         self, req: WireRequest, rec: RequestRecord, stream: bool = True
     ) -> list[int] | Segments | None:
-        """Submit, wait once for the end (no wakeup per step), then copy the engine's
-        per-token emission times: each step emits one token per request, so each
-        token is one stream event, as the HTTP server would send it. Non-streaming
-        (``stream`` False, ``backend.stream``): no token event, the output arrives
-        with the end, as the server's one JSON answer does (TTFT = E2E)."""
+        """Submit, wait once for the end, then copy the engine's per-token times (one stream
+        event a token, as the HTTP server sends); not ``stream``ing: none, TTFT = E2E."""
         rec.dispatch_ns = self.clock.now_ns()
         if req.on_sent is not None:
             req.on_sent(rec.dispatch_ns)
@@ -254,14 +237,9 @@ async def _sample(
     engine: Engine | Cluster, clock: Clock, interval_s: float | None,
     timeline: list[dict[str, Any]], sender: EngineSender | None = None,
 ) -> None:  # fmt: skip
-    """``backend.scrape_interval_s`` in virtual time: the engine's counters and gauges
-    on the interval's grid, as the live scraper takes them from ``/metrics`` — but a
-    sample is kept only when the engine's state changed since the last one kept, and
-    while no request is in flight (``sender.in_flight``: then nothing in the engine can
-    change) the sampler does not wake at all until the next request is sent; it then
-    resumes at the next grid point. Virtual time so costs per event, not per idle
-    second: a 71.8-day trace of 19 rounds used to take 6.2 M samples of an idle engine
-    (1.8 GB, 5 min); docs/virtual-time.md."""
+    """``backend.scrape_interval_s`` in virtual time: the engine's counters on the grid, a
+    sample kept only when they changed, and no wakeup while nothing is in flight
+    (``sender.in_flight``) until the next send (docs/virtual-time.md)."""
     if not interval_s:
         return
     step = max(1, round(interval_s * 1e9))

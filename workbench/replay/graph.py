@@ -1,22 +1,7 @@
-"""Session graphs at replay time: sub-agents started by their trigger, joined by their
-parent, and the stream cap (docs/session-graphs.md).
-
-The runner (``replay.runner``) plays every unit the same way; this module holds what
-a graph adds to it:
-
-- ``child_run``: a child's ``UnitRun`` when its trigger fires (its parent's round
-  ``round_idx`` started or ended). It is due ``delay_ms × tool_wait_scale`` later,
-  a ``round_start`` child that long after the round's request went out (its record's
-  ``dispatch_ns``, told by ``RoundSent``; the runner spawns it as the round begins),
-  inherits the task's routing slot and loop, and starts with an empty conversation
-  (its own token stream; a prefix it claims comes from the shared prefix pool, never
-  from the parent's conversation).
-- ``join`` / ``join_all``: before round k a parent waits for the children whose
-  ``join_round`` is k, after its own tool wait (so the round starts at the later of
-  the two ends); a unit ends only when all its children ended, so an agent task
-  (a root and its descendants) holds its admission slot until the last one ends.
-- ``StreamCap``: ``arrival.max_streams``, a cap on requests in flight (streams), FIFO.
-"""
+"""Session graphs at replay time (docs/session-graphs.md): a child's run when its
+trigger fires (``child_run``, ``wait_sent``), its parent's joins (``join``,
+``join_all``: an agent task holds its slot until its last unit ends), and
+``StreamCap`` (``arrival.max_streams``, FIFO)."""
 
 from __future__ import annotations
 
@@ -42,13 +27,8 @@ def child_run(parent: UnitRun, cp: ChildPlan, now_ns: int, tool_wait_scale: floa
 
 
 class RoundSent:
-    """When a round's request went out, for the children started on the round's start.
-
-    The runner spawns them as the round begins, before its request is built; the
-    backend calls this (``WireRequest.on_sent``) with the dispatch stamp it writes in
-    the record, again if a retry sends the request again. A round whose request never
-    went out (skipped, not built, failed before a connection) is ``settle``d when it
-    ends, so its children never wait for a stamp that will not come."""
+    """When a round's request went out (``WireRequest.on_sent``, again on a retry), for its
+    ``round_start`` children; a round never sent is ``settle``d when it ends."""
 
     __slots__ = ("event", "ns")
 
@@ -66,9 +46,8 @@ class RoundSent:
 
 
 async def wait_sent(run: UnitRun, sent: RoundSent, delay_ns: int, clock: Clock) -> None:
-    """Hold the child ``run`` until ``delay_ns`` after its parent's round request went
-    out (the latest stamp: a retried request counts from its retry); its release and
-    schedule then say when the trigger fired and when it was due."""
+    """Hold the child ``run`` until ``delay_ns`` after its parent's round request (last)
+    went out; its release and schedule then say when the trigger fired and was due."""
     while True:
         if sent.ns is None:
             await sent.event.wait()
@@ -83,7 +62,7 @@ async def wait_sent(run: UnitRun, sent: RoundSent, delay_ns: int, clock: Clock) 
     run.ready_ns = max(run.ready_ns, due)
 
 
-async def join(run: UnitRun, k: int) -> bool:
+async def join(run: UnitRun, k: int | None) -> bool:
     """Wait for the children round ``k`` of ``run`` joins; True when one had not ended."""
     pending = [t for t in run.offspring.pop(k, ()) if not t.done()]
     if pending:
@@ -94,17 +73,12 @@ async def join(run: UnitRun, k: int) -> bool:
 async def join_all(run: UnitRun) -> None:
     """Wait for every child ``run`` started (joined by a round or not)."""
     while run.offspring:
-        _, tasks = run.offspring.popitem()
-        pending = [t for t in tasks if not t.done()]
-        if pending:
-            await asyncio.wait(pending)
+        await join(run, next(reversed(run.offspring)))
 
 
 def record_fields(run: UnitRun, k: int | None = None) -> dict[str, Any]:
-    """What a request of a graph unit carries in ``extra`` (metrics.agents reads it); a
-    child's first request (``k == 0``) also says where it hangs (``spawn``: the
-    parent's round, trigger, delay as applied, joining round), which the Dynamo export
-    writes back as the dependency edge."""
+    """What a graph unit's request carries in ``extra``; a child's first request also its
+    ``spawn`` (the Dynamo export's dependency edge)."""
     out: dict[str, Any] = {"task_id": run.task_id, "parent_unit_id": run.parent_id,
                            "depth": run.plan.depth}
     sp = run.plan.unit.spawn
@@ -115,20 +89,9 @@ def record_fields(run: UnitRun, k: int | None = None) -> dict[str, Any]:
     return out
 
 
-def lifecycle_fields(run: UnitRun) -> dict[str, Any]:
-    """A graph unit's lifecycle row adds its task, parent, depth and its own end (its
-    ``end_ns`` is when its last descendant ended)."""
-    if run.task_id is None:
-        return {}
-    return {**record_fields(run), "own_end_ns": run.own_end_ns}
-
-
 class StreamCap:
-    """At most ``cap`` requests in flight (``None``: no cap), granted in FIFO order.
-
-    ``release`` hands a freed stream straight to the longest waiter, so a newcomer can
-    never overtake one that waits. ``peak`` is the most in flight at once.
-    """
+    """At most ``cap`` requests in flight (``None``: no cap), FIFO: ``release`` hands a freed
+    stream straight to the longest waiter. ``peak``: the most in flight at once."""
 
     def __init__(self, cap: int | None) -> None:
         self.cap = cap

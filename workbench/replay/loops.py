@@ -1,21 +1,8 @@
 """``run_anywhere(coro)``: a coroutine to its result from sync code, inside a running loop too.
 
-The synchronous entry points (``wb.run``, ``wb.sweep``, ``wb.capacity_search``) are
-called from plain scripts and from notebook cells. A Jupyter kernel already runs an
-event loop on its main thread, and a cell that blocks it must neither re-enter it
-(``nest_asyncio`` did, and ipykernel's next queued cell then failed with "cannot enter
-context … already entered") nor share it (a kernel redraw would delay the requests the
-run stamps). So, inside a running loop, the coroutine runs on a *fresh* loop on a worker
-thread of its own while the calling thread waits (docs/notebooks.md):
-
-- its result is returned and its exception raised in the caller, traceback and all;
-- ``KeyboardInterrupt`` in the waiting thread (Jupyter's Interrupt, Ctrl-C) cancels the
-  coroutine's task, waits for it to finish its bookkeeping (a replay records in-flight
-  requests as ``cancelled`` and writes its run directory) and re-raises — what
-  ``asyncio.run`` does with Ctrl-C outside a notebook;
-- the worker's loop is closed before the call returns: nothing of it outlives the call.
-
-Outside a running loop it is ``run_on_fast_loop`` (uvloop when wanted, SIGTERM as Ctrl-C).
+Inside a running loop (a notebook), the coroutine runs on a fresh loop on a worker
+thread while the caller waits; an interrupt cancels it, lets it save its run and
+re-raises (docs/notebooks.md). Outside one it is ``run_on_fast_loop``.
 """
 
 from __future__ import annotations
@@ -25,25 +12,15 @@ import concurrent.futures
 import contextlib
 import contextvars
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any, Generic, TypeVar
 
-from workbench.replay.prepare import run_on_fast_loop
+from workbench.replay.prepare import run_on_fast_loop, uvloop_factory
 from workbench.signals import wait_result
 
 T = TypeVar("T")
 
 CANCEL_WAIT_S = 120.0  # after an interrupt: how long the cancelled run may take to save itself
-
-
-def _loop_factory(use_uvloop: bool) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    if use_uvloop:
-        try:
-            import uvloop
-        except ImportError:
-            return None
-        return uvloop.new_event_loop
-    return None
 
 
 class LoopThread(Generic[T]):
@@ -57,7 +34,7 @@ class LoopThread(Generic[T]):
                  name: str = "workbench-loop") -> None:
         self.future: concurrent.futures.Future[T] = concurrent.futures.Future()
         self._coro = coro
-        self._new_loop = _loop_factory(use_uvloop)
+        self._new_loop = uvloop_factory(use_uvloop)
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[T] | None = None
@@ -114,30 +91,17 @@ class LoopThread(Generic[T]):
         with contextlib.suppress(concurrent.futures.TimeoutError):
             self.future.exception(timeout=timeout)
 
-    def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
 
-
-def start_thread(coro: Coroutine[Any, Any, T], *, use_uvloop: bool = False,
-                 name: str = "workbench-loop") -> LoopThread[T]:
-    """``coro`` started on a fresh loop on a worker thread, in a copy of this context."""
-    return LoopThread(coro, use_uvloop=use_uvloop, name=name).start()
-
-
-def wait_for(thread: LoopThread[T]) -> T:
-    """``thread``'s result; an interrupt meanwhile cancels it, waits for it, re-raises."""
+def run_anywhere(coro: Coroutine[Any, Any, T], use_uvloop: bool = False) -> T:
+    """``coro``'s result, from sync code: on this thread when no loop runs here, else on a
+    fresh loop on a worker thread; an interrupt meanwhile cancels it, waits, re-raises."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run_on_fast_loop(coro, use_uvloop)
+    thread = LoopThread(coro, use_uvloop=use_uvloop, name="workbench-run").start()
     try:
         return wait_result(thread.future)
     except KeyboardInterrupt:
         thread.cancel_and_wait()
         raise
-
-
-def run_anywhere(coro: Coroutine[Any, Any, T], use_uvloop: bool = False) -> T:
-    """``coro``'s result, from sync code: on this thread when no loop runs here, else on a
-    fresh loop on a worker thread (see the module docstring)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return run_on_fast_loop(coro, use_uvloop)
-    return wait_for(start_thread(coro, use_uvloop=use_uvloop, name="workbench-run"))

@@ -1,9 +1,5 @@
-"""The client measuring itself while it runs (in flight, release lag, CPU).
-
-Kept apart from the runner, which only calls ``dispatched``/``ended``: a few
-integer operations per request on the hot path, summarized later by
-``metrics.summary.client_stats``.
-"""
+"""The client measuring itself while it runs (in flight, release lag, CPU; docs/metrics.md,
+"Client"): a few integer operations per request, summarized by ``metrics.summary.client_stats``."""
 
 from __future__ import annotations
 
@@ -13,15 +9,7 @@ from typing import Any
 
 
 class SelfMeasure:
-    """The client watching itself: requests in flight, release lag, CPU (cheap).
-
-    *Release lag* of a request = when its bytes went to the socket − the moment it became due: its
-    scheduled arrival, or the release of the slot it waited for (whichever is
-    later), or the end of the previous round's tool wait. It is the client's own
-    lateness (timer wakeup, task start, prompt building, body encoding), never
-    the server's. In-flight is the number of requests between dispatch and end,
-    integrated over time (a few additions per request).
-    """
+    """Requests in flight (integrated over time), release lag (on the wire − due) and CPU."""
 
     __slots__ = ("_area", "_cpu0", "_last", "_t0", "at_dispatch", "cap", "cpu_s", "full_ns",
                  "inflight", "lags_ns", "peak", "series", "steady_lags_ns", "wall_s")  # fmt: skip
@@ -70,12 +58,8 @@ class SelfMeasure:
         self._move(now, 1)
 
     def lag(self, sent_ns: int, ready_ns: int) -> None:
-        """One request's release lag: on the wire at ``sent_ns``, due at ``ready_ns``.
-
-        It also counts as *steady* when it became due after the run first held its
-        full concurrency (or always, uncapped): the ramp-up — a whole first wave due
-        at one instant, sent one after the other — is then kept apart.
-        """
+        """One request's release lag: on the wire at ``sent_ns``, due at ``ready_ns``; also
+        *steady* when due after the run first held its full concurrency (or uncapped)."""
         if not self.series:
             return
         lag = max(0, sent_ns - ready_ns)
@@ -86,24 +70,17 @@ class SelfMeasure:
     def ended(self, now: int) -> None:
         self._move(now, -1)
 
-    def mean_inflight(self) -> float | None:
-        if self._t0 is None or self._last <= self._t0:
-            return None
-        return self._area / (self._last - self._t0)
-
     def raw(self) -> dict[str, Any]:
-        """Plain data (mergeable across shards); ``metrics.summary.client_stats`` reads it.
-
-        The per-request series stay compact ``array``s (8 or 4 bytes a request, and
-        picklable to a shard's parent): as lists of Python ints they cost ~36 bytes
-        a request, ~100 MB more at the end of a 1M-request run.
-        """
+        """Plain data, mergeable across shards; the series stay ``array``s (docs/metrics.md)."""
         return {
             "requests": len(self.lags_ns),
             "release_lag_ns": self.lags_ns,
             "steady_release_lag_ns": self.steady_lags_ns,
             "in_flight_at_dispatch": self.at_dispatch,
-            "in_flight_mean": self.mean_inflight(),
+            "in_flight_mean": (
+                None if self._t0 is None or self._last <= self._t0
+                else self._area / (self._last - self._t0)
+            ),
             "in_flight_peak": self.peak,
             "cpu_s": self.cpu_s,
             "wall_s": self.wall_s,

@@ -1,13 +1,7 @@
-"""One shard played, the same way by every executor, and what it reports.
-
-``play_shard`` is the one sequence a shard's runner goes through, in this process, a
-worker process, a Ray actor or virtual time (docs/executors.md, "Playing one
-shard"): the warm-up, then the keep-alive connections (``warm``), then the start
-barrier (``ready``: the epoch every shard of the run shares), then the measured run.
-It returns a ``ShardOutcome``; ``RunOutcome.of`` pools a run's shards and
-``RunOutcome.write`` is the one place the manifest gets ``stop_reason``,
-``peak_active_units``, ``warmup`` and ``client``.
-"""
+"""One shard played the same way by every executor (``play_shard``: warm-up, connections,
+start barrier, measured run; docs/executors.md, "Playing one shard"), and what it reports
+(``ShardOutcome``); ``RunOutcome.write`` is where the manifest gets ``stop_reason``,
+``peak_active_units``, ``warmup`` and ``client``."""
 
 from __future__ import annotations
 
@@ -22,8 +16,7 @@ from workbench.replay.runner import Runner, merge_warmup
 
 @dataclass(frozen=True)
 class ShardOutcome:
-    """What one shard's runner reports when it ends (sent as ``to_dict`` over a pipe or
-    from a Ray actor)."""
+    """What one shard's runner reports when it ends (``to_dict``: over a pipe, from Ray)."""
 
     client: dict[str, Any]  # the self-measurement's raw data (Runner.client_raw)
     stop_reason: str | None  # why the shard stopped early, None if it ran to its end
@@ -45,10 +38,9 @@ class ShardOutcome:
 
 @dataclass(frozen=True)
 class RunOutcome:
-    """A run's shards pooled: the first stop reason (sorted, so the same whatever the
-    order the shards ended in; ``"stopped"`` if the run was stopped from outside before a
-    shard said why), the peak active units summed, one warm-up report, and the client
-    self-measurements."""
+    """A run's shards pooled: the first stop reason in sorted order (``"stopped"``: from
+    outside, before a shard said why), peak active units summed, one warm-up report, the
+    client self-measurements."""
 
     stop_reason: str | None
     peak_active_units: int
@@ -67,9 +59,8 @@ class RunOutcome:
         return self.stop_reason is not None
 
     def write(self, manifest: RunManifest, client: dict[str, Any] | None) -> None:
-        """The one writer of these manifest keys. ``client`` is the pooled self-measurement
-        (``metrics.summary.client_stats`` over ``clients``) or None (virtual time: no
-        wall clock to measure); a None is left out of the file (``RunManifest.to_dict``)."""
+        """The one writer of these manifest keys; ``client``: the pooled self-measurement
+        (``metrics.summary.client_stats``), None in virtual time."""
         manifest.stop_reason = self.stop_reason
         manifest.peak_active_units = self.peak_active_units
         manifest.warmup = self.warmup

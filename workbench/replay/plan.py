@@ -1,13 +1,7 @@
 """The replay plan (pure): what every unit will send, before anything is sent.
 
-Applies axis 2 (context policy) and the output-length policy to each unit's
-rounds and axis 3's schedule to its release time. ``dry_run`` prints this; the
-runner and ``simulate`` execute it.
-
-In a session graph (docs/session-graphs.md) ``Plan.units`` are the agent tasks'
-roots only, released by the arrival schedule; each ``UnitPlan`` carries its
-children (``ChildPlan``: the spawn and the child's own plan), which the runner
-starts when their trigger fires. ``Plan.all_units`` walks every unit.
+Context policy, output-length policy and release offsets applied to each unit; a
+session graph's roots carry their children (``ChildPlan``, docs/session-graphs.md).
 """
 
 from __future__ import annotations
@@ -66,11 +60,8 @@ class ChildPlan:
 
 
 class PlanStream(Sequence[UnitPlan]):
-    """A streamed workload's plan (docs/virtual-time.md, "Streamed runs"): unit ``i``'s
-    ``UnitPlan`` is built when asked for, from the ``UnitStream``'s unit ``i``, and
-    only the last one asked for is kept (the admission queue asks for the same one
-    until it admits it). The release offsets are held (one float a unit); a slice is
-    a tuple of plans (the warm-up's first few, a shard's share)."""
+    """A streamed workload's plan (docs/virtual-time.md, "Streamed runs"): unit ``i``'s plan
+    built when asked for, only the last one kept; the release offsets are held."""
 
     def __init__(self, units: UnitStream, offsets: Sequence[float], planner: RoundPlanner) -> None:
         self.units = units
@@ -114,8 +105,7 @@ class Plan:
     units: Sequence[UnitPlan]  # a tuple, or a PlanStream (a streamed workload's)
     policy: str | None
     block_size: int | None = None  # token size of one hash id block (Mooncake/Dynamo traces)
-    # the prefix hit rate of an infinite cache over this plan's workload, under the policy
-    # as configured (its options too): the manifest's ``ideal_prefix_hit_rate``
+    # an infinite cache's prefix hit rate over the workload under the configured policy
     ideal_prefix_hit_rate: float = 0.0
 
     def all_units(self) -> Iterator[UnitPlan]:
@@ -130,11 +120,8 @@ class Plan:
         return sum(len(u.rounds) for u in self.all_units())
 
     def completion(self, recorded: int, skipped: int, *, looped: bool) -> dict[str, Any]:
-        """How much of the plan ran: ``status`` ``completed`` only when every planned round
-        has a record and none was skipped, else ``partial`` (a context-guard skip, a
-        session ended by an error, a unit that never ran). ``looped`` (closed-loop with
-        a duration) replays rounds more or fewer times than planned: only skips count.
-        """
+        """``completed`` when every planned round has a record and none was skipped, else
+        ``partial``; ``looped`` (closed loop with a duration): only skips count."""
         missing = 0 if looped else max(self.n_rounds - recorded, 0)
         status = "partial" if skipped or missing else "completed"
         return {"status": status, "planned_rounds": self.n_rounds, "recorded_rounds": recorded,
@@ -179,9 +166,8 @@ class Plan:
 
 @dataclass(frozen=True)
 class RoundPlanner:
-    """A unit's rounds as planned: the output-length policy (``kind``, ``amount``), then
-    the context policy unless ``policy`` is None (the trace's own prefixes). A class,
-    not a closure, so a streamed plan pickles to a worker process."""
+    """A unit's rounds as planned: output-length policy, then the context policy unless
+    None (a class, not a closure: a streamed plan pickles to a worker process)."""
 
     policy: ContextPolicy | None
     kind: str
@@ -204,9 +190,8 @@ class RoundPlanner:
 
 
 def build_plan(cfg: RunConfig, workload: Workload) -> Plan:
-    """Every unit's rounds as planned (context and output-length policies) and its release
-    offset (the arrival schedule); a session graph's roots are released, their descendants
-    carried by them. The config is read here once, its sections passed on."""
+    """Every unit's rounds as planned and its release offset; a session graph's roots are
+    released, carrying their descendants."""
     a, c = cfg.arrival, cfg.context
     output, process = parse_output_policy(a.output_len), a.arrival_process()
     # the configured policy (checked to apply: ContextSpec.check_applies), else the default
@@ -265,10 +250,8 @@ LONG_RUN_MS = 180_000.0
 
 @dataclass(frozen=True)
 class RunFloor:
-    """The least a run can take with a server that answered in no time: its release
-    offsets, tool waits and sub-agent delays (scaled by ``tool_wait_scale``), joins
-    included, under its concurrency cap. ``longest_ms`` is the longest agent task's own
-    span (``longest_unit``), ``span_ms`` the last release offset."""
+    """The least a run can take with a server answering in no time (docs/arrival.md):
+    ``longest_ms`` the longest agent task's span, ``span_ms`` the last release offset."""
 
     floor_ms: float
     span_ms: float
@@ -298,10 +281,8 @@ def duration_text(ms: float) -> str:
 
 
 def run_floor(plan: Plan, arrival: ArrivalSpec) -> RunFloor | None:
-    """The least time the plan takes (``RunFloor``) under ``arrival``'s tool-wait scale,
-    concurrency cap and duration (a closed-loop run with ``duration_s`` lasts that long
-    whatever its units); None for a streamed plan (its units are not held) or an empty
-    one."""
+    """The least time the plan takes under ``arrival``'s tool-wait scale, concurrency cap
+    and duration; None for a streamed or empty plan."""
     if isinstance(plan.units, PlanStream) or not plan.units:
         return None
     tool_wait_scale, max_concurrency = arrival.tool_wait_scale, arrival.max_concurrency

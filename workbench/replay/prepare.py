@@ -13,7 +13,7 @@ import logging
 import platform
 import sys
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -54,11 +54,8 @@ class Prepared:
 
 def prepare(cfg: RunConfig | dict[str, Any], workload: Workload | None = None, *,
             virtual: bool = False) -> Prepared:
-    """The one prologue of every run, live or virtual: the config coerced and checked, the
-    workload loaded (unless given) and checked against it, the plan, the run id; a
-    release span past a day is warned about, and so is a run whose waits alone take
-    longer than ``LONG_RUN_MS`` (how long, and why). Every error surfaces here, before
-    any request."""
+    """The one prologue of every run: config and workload checked, plan, run id; warns of
+    a release span past a day or waits past ``LONG_RUN_MS``. Every error surfaces here."""
     cfg = coerce_config(cfg)
     if workload is None:
         workload = load_workload(cfg)  # checked against the config as it is loaded
@@ -129,12 +126,10 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
             "sha256": trace_sha256(workload),
             "units": len(workload.units),
             "rounds": workload.n_rounds,
-            # a synthetic workload: its kind, parameters, seed and arrival process
-            **({"generator": workload.meta["generator"]}
-               if "generator" in workload.meta else {}),
-            **({"window": workload.meta["window"]} if "window" in workload.meta else {}),
-            # the reader's options as applied (a format that has them: weka's timing ...)
-            **({"reader": workload.meta["reader"]} if "reader" in workload.meta else {}),
+            # a synthetic's generator (kind, parameters, seed, arrival), the window, the
+            # reader's options as applied (weka's timing ...)
+            **{k: workload.meta[k] for k in ("generator", "window", "reader")
+               if k in workload.meta},
         },
         policy=plan.policy,
         plan=plan.totals(),
@@ -146,8 +141,7 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
             "pandas": pandas.__version__,
             "numpy": numpy.__version__,
         },
-        # pid and its start time: a manifest left "running" by a dead process is told from
-        # a live run (workbench.storage.rundir.running_note)
+        # pid and its start time: tells a dead process's "running" manifest (running_note)
         host={**process_identity(), "platform": platform.platform()},
         started_at=dt.datetime.now(dt.UTC).isoformat(),
         status="running",
@@ -166,18 +160,18 @@ def dry_run_result(run: Prepared) -> RunResult:
 
 
 def run_on_fast_loop(coro: Coroutine[Any, Any, T], use_uvloop: bool = True) -> T:
-    """``asyncio.run(coro)``, on uvloop when installed and wanted (no global policy change).
+    """``asyncio.run(coro)``, on uvloop when installed and wanted (no global policy change);
+    SIGTERM stops it as SIGINT does (``workbench.signals``)."""
+    with asyncio.Runner(loop_factory=uvloop_factory(use_uvloop)) as runner:
+        return run_with_sigterm(runner, coro)
 
-    SIGTERM stops it as SIGINT does (``workbench.signals``): the run is saved as
-    ``cancelled`` and ``KeyboardInterrupt`` is raised.
-    """
-    factory = None
-    if use_uvloop:
+
+def uvloop_factory(wanted: bool) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop factory when ``wanted`` and installed; None: asyncio's."""
+    if wanted:
         try:
             import uvloop
         except ImportError:
-            pass
-        else:
-            factory = uvloop.new_event_loop
-    with asyncio.Runner(loop_factory=factory) as runner:
-        return run_with_sigterm(runner, coro)
+            return None
+        return uvloop.new_event_loop
+    return None

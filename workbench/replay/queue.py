@@ -1,17 +1,6 @@
-"""Units waiting for admission, in release order: the one cursor that both the
-dispatcher and a finishing unit (slot hand-off) read.
-
-Release order is (scheduled arrival, file order): without a concurrency cap every
-unit therefore starts at its own arrival, whatever its place in the file, and under
-a cap a free slot goes to the earliest-arriving due unit, file order breaking ties
-(docs/arrival.md). Untimed modes (saturated, closed loop) schedule every unit at 0,
-so their order is file order.
-
-A unit is *due* once its scheduled release time has passed (closed-loop units
-are always due: they wait only for a slot). Its ``released_ns`` is when it was
-due and first in line: ``max(scheduled, admission of the unit before it)``,
-the same whoever admits it.
-"""
+"""Units waiting for admission in release order, (scheduled arrival, file order)
+(docs/arrival.md): the one cursor the dispatcher and a finishing unit's hand-off read.
+A unit's ``released_ns`` is ``max(scheduled, admission of the unit before it)``."""
 
 from __future__ import annotations
 
@@ -33,15 +22,10 @@ class Waiting:
 
 
 def release_order(units: Sequence[UnitPlan]) -> Sequence[UnitPlan]:
-    """``units`` in (scheduled arrival, file order): a stable sort on the offset alone (a
-    streamed plan whose offsets never go down is already in that order)."""
+    """``units`` in (scheduled arrival, file order): a stable sort on the offset."""
     if isinstance(units, PlanStream) and units.in_release_order:
         return units
-    return tuple(sorted(units, key=_offset))
-
-
-def _offset(up: UnitPlan) -> float:
-    return up.offset_ms
+    return tuple(sorted(units, key=lambda up: up.offset_ms))
 
 
 class AdmissionQueue:

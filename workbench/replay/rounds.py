@@ -1,11 +1,6 @@
-"""What one round sends: its record, its prompt, the context guard, its block hashes.
-
-A ``UnitRun`` is one unit's live state (its conversation so far, the slot it
-holds); ``RoundMaker`` turns a planned round into the record and the prompt the
-runner sends, applying axis 2 to the live conversation: ``context[:p] + fresh(i)``,
-a shortfall when the context is shorter than the planned prefix, the shared
-prefix pool, prompts from hash ids. Pure bookkeeping: no clock, no I/O.
-"""
+"""What one round sends: its record, its prompt (``context[:p] + fresh(i)``, a shortfall
+when the context is short; docs/context-policy.md), the context guard, its block hashes.
+``UnitRun`` is one unit's live state. Pure bookkeeping: no clock, no I/O."""
 
 from __future__ import annotations
 
@@ -93,8 +88,7 @@ class RoundMaker:
         self.max_model_len = max_model_len
         #: build prompts as ``Segments`` (the sender says it takes them: virtual time)
         self.segments = False
-        #: a hash-id block's packed key -> (previous hash, its length, its hash): the last
-        #: chain it was hashed in (a Mooncake hash id always has the same one); shared by
+        #: a hash-id block's packed key -> (previous hash, its length, its hash), shared by
         #: the runs of this process that draw the same tokens (``_hash_memo``)
         self._memo = _hash_memo(pool, block_size)
 
@@ -206,13 +200,10 @@ class RoundMaker:
         return hashes
 
     def _segment_hashes(self, run: UnitRun, prompt: Segments) -> list[int]:
-        """``hashes`` of a ``Segments`` prompt, the same values: the shared leading
-        blocks from the unit's last prompt, then blocks that are one whole hash-id part
-        from a memo of each such part's last chain (previous hash, length, hash: a
-        Mooncake row's blocks repeat across rows) up to the first block the memo lacks;
-        from there on every hash is new (its chain is), so the rest of the tokens are
-        drawn ``_DRAW_BLOCKS`` blocks at a time (whole hash-id blocks as one grid,
-        ``TokenPool.heads_array``; else ``_draw``) and hashed in one chain."""
+        """``hashes`` of a ``Segments`` prompt, the same values: leading blocks shared with
+        the unit's last prompt, then whole hash-id blocks from the memo (previous hash,
+        length, hash) up to the first it lacks; the rest drawn ``_DRAW_BLOCKS`` blocks at a
+        time (``TokenPool.heads_array`` or ``_draw``) and hashed in one chain."""
         bs, n = self.block_size, len(prompt)
         out: list[int] = []
         last = run.last_prompt
@@ -284,13 +275,9 @@ _MEMOS: dict[tuple[int, int, int, str, int], _Memo] = {}
 
 
 def _hash_memo(pool: TokenPool, block_size: int) -> _Memo:
-    """The hash-id block memo of ``RoundMaker._segment_hashes`` for runs whose pool draws
-    these tokens (vocabulary, seed, salt) into record blocks of ``block_size``: one per
-    process, kept after the run, so a sweep's next point or a notebook's next what-if
-    over the same trace finds its record hashes instead of drawing and hashing its
-    tokens again (docs/virtual-time.md, "Prompts as segments"). An entry is a fact (a
-    block's hash after a given previous hash), whoever wrote it; runs with other
-    tokens start a fresh memo, and the last one is dropped."""
+    """The hash-id block memo of ``RoundMaker._segment_hashes`` for these tokens (vocabulary,
+    seed, salt) and ``block_size``: one per process, kept after the run for the next one
+    over the same trace (docs/virtual-time.md, "Prompts as segments"); other tokens replace it."""
     key = (pool.vocab_lo, pool.vocab_hi, pool.seed, pool.salt, block_size)
     memo = _MEMOS.get(key)
     if memo is None:

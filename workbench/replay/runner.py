@@ -1,9 +1,7 @@
 """The runner: arrival → admission → per round: context → codec via a sender → record → tool wait.
 
-It executes a ``Plan`` against anything with a ``send(codec, request, record)``
-coroutine (the HTTP ``Transport`` of a live replay, or the in-process engine
-sender of ``simulate``) on any ``Clock``. No metric math, no printing, no files:
-finished records go to a ``sink`` callback the moment they end.
+Executes a ``Plan`` against any ``Sender`` on any ``Clock``; no metrics, printing or
+files: each finished record goes to a ``sink`` the moment it ends.
 """
 
 from __future__ import annotations
@@ -11,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from workbench import redact
@@ -141,17 +139,13 @@ class Runner:
         return raw
 
     async def execute(self, t0_ns: int | None = None) -> None:
-        """Warm-up (excluded from results), then the measured run.
-
-        ``t0_ns`` pins the run's time origin (shards of one run share one epoch,
-        so timed arrivals and lags stay comparable across processes).
-        """
+        """Warm-up (excluded from results), then the measured run; ``t0_ns`` pins the time
+        origin (a run's shards share one epoch)."""
         if self.cfg.arrival.warmup and not self.warmed_up:
             await self._warmup()
         if self.freeze_gc:
-            # Everything alive now (modules, the plan, the trace) is moved out of the
-            # collector's reach: a full collection over it paused the loop ~70 ms
-            # mid-run, which showed up as release lag and TTFT bias.
+            # everything alive now leaves the collector's reach: a full collection over it
+            # paused the loop ~70 ms mid-run (release lag, TTFT bias)
             gc.collect()
             gc.freeze()
         self.measure.start()
@@ -207,14 +201,9 @@ class Runner:
 
     # -- dispatch -----------------------------------------------------------------------
     async def _dispatch(self) -> None:
-        """Admit units in release order, (arrival, file order) (``replay.queue``); the
-        gate hands out slots strictly in that order.
-
-        The dispatcher never holds a unit across an ``await``: after every wait it
-        looks at the queue's head again, since a finishing unit may have taken it
-        (``_hand_off``). A burst of due units is admitted without yielding (a
-        ``sleep(0)`` per unit let a busy loop pace releases at one per iteration).
-        """
+        """Admit units in release order (``replay.queue``). No unit is held across an
+        ``await`` (a hand-off may take the head meanwhile), and a burst of due units is
+        admitted without yielding (a ``sleep(0)`` each paced releases at one per iteration)."""
         closed = self.cfg.arrival.registered_mode.closed_loop
         q = self._queue = AdmissionQueue(
             self.plan.units, self.t0_ns, closed_loop=closed, loops=self._deadline_ns is not None
@@ -229,14 +218,12 @@ class Runner:
             if slot is None:
                 await self.gate.changed()
                 continue
-            self._spawn(self._admit(w, slot))
+            self._spawn(self._unit(self._admit(w, slot)))
 
     def _check_progress(self, run: UnitRun) -> None:
-        """Stop a looping closed loop (``stop_reason`` ``"stalled"``) once as many units in a
-        row as the plan holds ended in no time at one clock reading: every unit then ends
-        at once (all its rounds skipped by the context guard, every request refused),
-        nothing moves the clock, and in virtual time, where only a wait does, the loop
-        would re-admit them forever and the deadline never come (docs/arrival.md)."""
+        """Stop a looping closed loop (``"stalled"``) once as many units in a row as the plan
+        holds ended in no time at one clock reading: nothing would move a virtual clock
+        and the deadline would never come (docs/arrival.md)."""
         if self._deadline_ns is None:
             return
         now = self.clock.now_ns()
@@ -270,15 +257,10 @@ class Runner:
         )  # fmt: skip
 
     def _hand_off(self, slot: int) -> UnitRun | None:
-        """A unit ended holding ``slot``: give it straight to the next due unit, if any.
-
-        Only when the gate is full (so ``slot`` is the lowest free index and the
-        dispatcher is waiting for exactly this release) and the run goes on. The
-        next unit then starts in the finishing unit's task, in the same loop
-        iteration, instead of two iterations later (release → dispatcher → new
-        task): under load, that is what kept release lag and in-flight count off
-        target. Otherwise the slot goes back to the gate.
-        """
+        """A unit ended holding ``slot``: when the gate is full (``slot`` is the lowest free
+        index), hand it straight to the next due unit, started in this task in this loop
+        iteration (two iterations later, release lag and in-flight count drifted off
+        target under load); otherwise the slot goes back to the gate."""
         q = self._queue
         now = self.clock.now_ns()
         self._slot_freed_ns = now
@@ -289,11 +271,12 @@ class Runner:
         self.gate.release(slot)
         return None
 
-    def _spawn(self, run: UnitRun) -> None:
-        task = asyncio.ensure_future(self._unit(run))
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         self._idle.clear()
         task.add_done_callback(self._task_done)
+        return task
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -307,12 +290,9 @@ class Runner:
         self.warmed_up = True
 
     async def _warmup(self) -> None:
-        """The first <= 3 rounds of the first ``warmup`` units in release order, with the
-        very tokens the measured run will send (a unit's token stream is the same in both,
-        and its cursor starts over when the warm-up unit ends), all units at once, out of
-        the metrics (``warmup`` records). The run's fuse bounds it as it bounds the
-        measured run, and ``stop`` ends it; ``warmup_report`` says what it did
-        (docs/arrival.md)."""
+        """The first <= 3 rounds of the first ``warmup`` units in release order, all at once,
+        with the tokens the measured run will send, out of the metrics; bounded by the
+        fuse and ``stop``, told in ``warmup_report`` (docs/arrival.md)."""
         n = self.cfg.arrival.warmup
         started = self.clock.now_ns()
         units = release_order(self.plan.units)[:n]
@@ -419,10 +399,7 @@ class Runner:
             child = graph.child_run(run, cp, now, self.cfg.arrival.tool_wait_scale)
             if trigger == "round_start":
                 sent = sent or graph.RoundSent()
-            task = asyncio.ensure_future(self._child(child, sent))
-            self._tasks.add(task)
-            self._idle.clear()
-            task.add_done_callback(self._task_done)
+            task = self._spawn(self._child(child, sent))
             run.offspring.setdefault(sp.join_round, []).append(task)
         return sent
 
@@ -499,7 +476,9 @@ class Runner:
                 "rounds_done": run.rounds_done,
                 "truncated": run.rounds_done < len(run.plan.rounds),
                 "reason": run.reason,
-                **graph.lifecycle_fields(run),
+                # a graph unit: its task, parent, depth and its own end (``end_ns``: its tree's)
+                **({} if run.task_id is None
+                   else {**graph.record_fields(run), "own_end_ns": run.own_end_ns}),
             }
         )
 
@@ -545,9 +524,6 @@ class Runner:
                 rec.status = "cancelled"
             if rec.status == "cancelled":  # (a response that had ended stays ok)
                 rec.error = rec.error or "run cancelled"
-            if measure is not None:
-                measure.lag(rec.dispatch_ns or now, ready)
-                measure.ended(self.clock.now_ns())
             self._finish(rec)
             raise
         except Exception as exc:  # a bug in a sender must not end the run
@@ -556,9 +532,9 @@ class Runner:
             out_ids = None
         finally:
             self.streams.release()
-        if measure is not None:
-            measure.lag(rec.dispatch_ns or now, ready)
-            measure.ended(self.clock.now_ns())
+            if measure is not None:
+                measure.lag(rec.dispatch_ns or now, ready)
+                measure.ended(self.clock.now_ns())
         if out_ids is None and rec.status == "ok" and make.needs_output_ids(rp):
             # docs/context-policy.md: a round whose output ids cannot be trusted fails; it never
             # continues from a context that lacks what the model really said
@@ -605,14 +581,9 @@ def build_runner(
     codec: Codec | None = None,
     pool: TokenPool | None = None,
 ) -> Runner:
-    """The one place a run's ``Runner`` is built, for every executor (in-process session,
-    worker process, Ray actor, virtual time).
-
-    The codec (fresh per runner: the chat codec keeps state) and the token pool come from
-    ``cfg.backend`` unless given (a session that already used them for its preflight passes
-    its own); the executor knobs (``block_hashes``, ``gc_freeze``) come from
-    ``cfg.executor``; ``slot_offset`` is a shard's first routing slot.
-    """
+    """The one place a run's ``Runner`` is built, for every executor. The codec (fresh per
+    runner: the chat codec keeps state) and the token pool come from ``cfg.backend`` unless
+    given; ``slot_offset`` is a shard's first routing slot."""
     b = cfg.backend
     runner = Runner(
         cfg, plan, run_id=run_id,

@@ -1,19 +1,8 @@
-"""One run's lifecycle, live or virtual, and the executor interface.
+"""One run's lifecycle, live or virtual, and the executor interface (docs/executors.md).
 
-Run directory → target (``replay.target``: a server, the embedded engine behind HTTP, or
-the engine in this process under the virtual clock) → the executor plays the plan
-(``Executor.play``: preflight, cache flush, server sampling, runner or runners) →
-manifest and summary. Whatever ends the run (completion, ``stop``, task cancellation,
-Ctrl-C, a failed write), the records already written stay on disk and the manifest and
-summary say how it ended.
-
-A ``ReplaySession`` is composed with one ``Executor`` (``workbench.executors``: in this
-process, worker processes, Ray actors, virtual time) and one ``Target``; the session owns
-the run directory, the manifest and the summary, and offers the steps every executor
-shares (preflight, cache flush, block size, sampling, record sinks). The manifest has
-three writers: the prologue (``replay.prepare``), the shards' outcome
-(``replay.outcome``) and this session, which writes what the executors report
-(``RunFacts``).
+A ``ReplaySession`` owns the run directory, manifest and summary, opens its ``Target``,
+has its ``Executor`` play the plan, and offers the steps executors share. The manifest's
+other writers are ``replay.prepare`` and ``replay.outcome``.
 """
 
 from __future__ import annotations
@@ -50,8 +39,7 @@ WARM_MAX = 1024  # keep-alive connections opened before a run (executor.warm_con
 
 @dataclass
 class RunFacts:
-    """What an executor reports of how it played the run (``session.facts``); the session
-    writes them into the manifest when the run ends."""
+    """What an executor reports of how it played the run, written into the manifest at the end."""
 
     block_size: int | None = None  # the block size the client hashed with
     executor: dict[str, Any] | None = None  # a sharded run's split, epoch, clocks
@@ -65,8 +53,7 @@ class Executor(Protocol):
 
     @property
     def target(self) -> Target | None:
-        """What the plan is played against, when the executor brings its own (virtual
-        time: the engine in this process); None: the config's (``target.HttpTarget``)."""
+        """The executor's own target (virtual time: the engine); None: ``HttpTarget``."""
 
     def open_files(self, session: ReplaySession) -> None:
         """Prepare where records and lifecycle rows go before the target opens."""
@@ -75,19 +62,14 @@ class Executor(Protocol):
         self, session: ReplaySession, target: Target, stop: asyncio.Event | None
     ) -> None:
         """Play ``session.plan`` against the opened ``target`` (each shard through
-        ``replay.outcome.play_shard``); records reach the run directory, the shards'
-        outcomes go to ``session.conclude``, which writes them into the manifest and sets
-        ``session.cancelled``, and what it did to ``session.facts``."""
+        ``replay.outcome.play_shard``); outcomes to ``session.conclude``, facts to
+        ``session.facts``."""
 
 
 class RecordSinks:
-    """Where a run's records and lifecycle rows go, for a live run (``ReplaySession``) and a
-    virtual one (``executors.virtual``) alike: memory (``records``, ``lifecycle``) unless
-    ``executor.keep_records`` keeps them on disk only (then the manifest says why, and the
-    heap is kept flat: ``workbench.heap``), and ``records.jsonl`` / ``lifecycle.jsonl`` in
-    ``run_dir`` as they end once ``open_writers`` was called. ``done`` and ``skipped``
-    count the measured records (warm-up left out) for the run's completion; the first
-    failed write is ``write_error`` and calls ``on_stop`` (the run stops)."""
+    """Where a run's records and lifecycle rows go: memory unless ``executor.keep_records``
+    keeps them on disk only, and ``run_dir``'s JSONL files once ``open_writers`` ran.
+    ``done``/``skipped`` count measured records; a failed write calls ``on_stop``."""
 
     def __init__(
         self, cfg: RunConfig, run_dir: Path | None, n_requests: int, manifest: RunManifest,
@@ -105,8 +87,6 @@ class RecordSinks:
         self.write_error: OutputWriteError | None = None  # the first failed write
         self.profiler: Any = None  # backend.profile: started before the measured requests
         self.on_stop: Callable[[], Any] = lambda: None
-        # executor.keep_records False, or "auto" over a large plan: records live on disk
-        # only (memory flat in the run's size); the manifest says which and why
         self.keep, why = cfg.keeps_records(n_requests)
         manifest.records_kept, manifest.records_kept_reason = self.keep, why
         if not self.keep:  # memory flat in the run's size: see workbench/heap.py
@@ -128,9 +108,7 @@ class RecordSinks:
             w.close()
 
     def on_write_error(self, err: OutputWriteError) -> None:
-        """The first failed write of the run's files stops the run: no new request is
-        sent, the manifest says ``failed`` (if it can still be written) and the run
-        raises ``err`` (exit code ``WRITE_FAILED``)."""
+        """The first failed write stops the run (docs/run-directory.md, "A failed write")."""
         if self.write_error is None:
             self.write_error = err
             self.on_stop()
@@ -189,9 +167,7 @@ class ReplaySession(RecordSinks):
         self.halt: asyncio.Event | None = None
 
     def claim_dir(self) -> None:
-        """``out_dir/<run_id>`` made this run's own, with a ``running`` manifest, before
-        anything is sent (``workbench.storage.rundir.claim_run_dir``: exclusive, never
-        through a symlink, an existing run replaced only with ``overwrite``)."""
+        """``out_dir/<run_id>`` claimed with a ``running`` manifest (``rundir.claim_run_dir``)."""
         if self.run_dir is None:
             return
         self.run_dir = claim_run_dir(self.run_dir.parent, self.run_id, self.manifest.to_dict(),
@@ -244,9 +220,8 @@ class ReplaySession(RecordSinks):
 
     def conclude(self, shards: list[ShardOutcome], *, stopped: bool = False,
                  measured: bool = True) -> None:
-        """The shards' outcomes into the manifest (``RunOutcome.write``, with the pooled
-        client self-measurement, or none when not ``measured``: virtual time has no wall
-        clock to measure the client by); ``stopped``: the run was stopped from outside."""
+        """The shards' outcomes into the manifest, with the pooled client measurement unless
+        not ``measured`` (virtual time); ``stopped``: stopped from outside."""
         from workbench.metrics.summary import client_stats
 
         outcome = RunOutcome.of(shards, stopped=stopped)
@@ -256,8 +231,7 @@ class ReplaySession(RecordSinks):
 
     async def check_target(self, transport: Transport, codec: Any, pool: TokenPool,
                            target: Target) -> None:
-        """Before anything of the plan is sent, in every live executor: the target answers,
-        the prefix-cache preflight, then the cache flush and the profiler's start."""
+        """Before the plan is sent (live): reachable, preflight, cache flush, profiler."""
         await transport.check_reachable()
         await self.preflight(transport, codec, pool, target)
         # the user's --header values (a gateway's routing or auth header) and the run's own
@@ -270,17 +244,14 @@ class ReplaySession(RecordSinks):
     async def preflight(self, transport: Any, codec: Any, pool: TokenPool, target: Target
                         ) -> None:
         enabled = self.cfg.backend.preflight
-        if enabled is None:
-            enabled = target.preflight
-        if not enabled:
+        if not (target.preflight if enabled is None else enabled):
             return
         result = await preflight_prefix_cache(transport, codec, pool.tail(8192))
         self.manifest.preflight = redact.obj(getattr(result, "__dict__", str(result)))
 
     async def flush_cache(self, target: Target, headers: Mapping[str, str]) -> None:
-        """``backend.flush_cache``: reset the target's prefix cache after the preflight
-        (which fills it) and before the warm-up and the measured requests; the
-        manifest's ``cache_flush`` says what was done (docs/cache-isolation.md)."""
+        """``backend.flush_cache`` after the preflight, before any request of the plan;
+        told in the manifest's ``cache_flush`` (docs/cache-isolation.md)."""
         mode = self.cfg.backend.flush_cache
         if mode is False:
             self.manifest.cache_flush = {"mode": False, **FlushOutcome(detail=NOT_ASKED).to_dict()}
@@ -314,8 +285,7 @@ class ReplaySession(RecordSinks):
             self.manifest.profile = redact.obj(self.profiler.info)
 
     async def stop_profile(self) -> None:
-        """Stop the profiler started before the measured requests; the manifest's ``profile``
-        says what the server answered and where the trace went."""
+        """Stop the profiler; the manifest's ``profile`` says what the server answered."""
         profiler, self.profiler = self.profiler, None
         if profiler is not None and profiler.started_at is not None:
             self.manifest.profile = info = redact.obj(await profiler.stop())
@@ -330,8 +300,7 @@ class ReplaySession(RecordSinks):
         return target.sampler(self.cfg, clock)
 
     def keep_scrape(self, sampler: Sampler) -> None:
-        """After the sampler stopped: its rows become the run's timeline, and what it kept
-        beyond the engine's own series goes in the manifest's ``metrics_scrape``."""
+        """A stopped sampler's rows as the timeline, its description as ``metrics_scrape``."""
         self.timeline = list(sampler.timeline)
         self.manifest.metrics_scrape = sampler.describe()
 
@@ -365,8 +334,7 @@ class ReplaySession(RecordSinks):
                 write_manifest(self.run_dir, self.manifest)
 
     def _write_outputs(self) -> None:
-        """Timeline, manifest, ``records.parquet`` and summary of an ended run (none after
-        a failed write: the records are incomplete and the disk is the problem)."""
+        """Timeline, manifest, ``records.parquet`` and summary (none after a failed write)."""
         from workbench.metrics.files import finish
 
         assert self.run_dir is not None
@@ -385,9 +353,8 @@ class ReplaySession(RecordSinks):
 
 
 def connection_warmer(cfg: RunConfig, transport: Transport) -> Callable[[], Awaitable[Any]] | None:
-    """``executor.warm_connections``: a step that opens the shard's keep-alive connections (up
-    to its concurrency, at most ``WARM_MAX``), played after the warm-up and before the start
-    (``replay.outcome.play_shard``); None when the option is off."""
+    """``executor.warm_connections``: opens up to the shard's concurrency (``WARM_MAX`` at
+    most) of keep-alive connections before the start (``play_shard``); None when off."""
     if not cfg.executor.warm_connections:
         return None
     n = min(cfg.arrival.max_concurrency or 0, WARM_MAX)

@@ -22,8 +22,7 @@ class ShardPart:
 
 
 def split_run(plan: Plan, max_concurrency: int | None, warmup: int, n: int) -> list[ShardPart]:
-    """The run over ``n`` shards (one shard: the plan as it is), as every sharding executor
-    splits it: ``split_plan``, ``split_concurrency``, ``slot_offsets``, ``warmup_shares``."""
+    """The run over ``n`` shards, as every sharding executor splits it."""
     plans = split_plan(plan, n) if n > 1 else [plan]
     shares = split_concurrency(max_concurrency, n)
     offsets = slot_offsets(shares, [len(p.units) for p in plans])
@@ -32,9 +31,7 @@ def split_run(plan: Plan, max_concurrency: int | None, warmup: int, n: int) -> l
 
 
 def split_plan(plan: Plan, n: int) -> list[Plan]:
-    """Round-robin in release order, (arrival, file order): the i-th unit released goes
-    to shard ``i mod n`` (units stay whole), so shards share the load over time. For
-    untimed modes and traces in arrival order that is unit ``i`` → shard ``i mod n``."""
+    """Round-robin in release order: the i-th unit released goes to shard ``i mod n``."""
     units = release_order(plan.units)
     return [dataclasses.replace(plan, units=units[k::n]) for k in range(n)]
 
@@ -56,9 +53,6 @@ def slot_offsets(shares: list[int | None], plan_sizes: list[int]) -> list[int]:
 
 
 def warmup_shares(n_warm: int, n: int) -> list[int]:
-    """How many of the run's first ``n_warm`` units (release order) each of ``n`` shards
-    holds: ``split_plan`` deals the unit at release position i to shard ``i mod n``, and a
-    shard's own release order keeps that order, so shard k warms its first
-    ``ceil((n_warm - k) / n)`` units and the shards together warm exactly the first
-    ``n_warm`` (docs/arrival.md)."""
+    """How many of the run's first ``n_warm`` units each of ``n`` shards holds (release
+    position i is shard ``i mod n``'s): ``ceil((n_warm - k) / n)`` for shard k (docs/arrival.md)."""
     return [max(0, -(-(n_warm - k) // n)) for k in range(n)]

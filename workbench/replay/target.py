@@ -1,13 +1,7 @@
-"""What a run is played against: a ``Target``, opened and closed by the session.
-
-Two kinds: ``HttpTarget`` (a server at a URL, or the embedded engine behind HTTP when
-``target.url == "sim"``) and ``engine_target.EngineTarget`` (the embedded engine in this
-process, under the virtual clock: ``simulate``). Each gives what a run needs of it — where
-requests go (``base_url``, or ``sender``), the prefix-cache flush, the server sampling
-(``sampler``: the ``/metrics`` scraper, or the engine's own counters), its block size and
-the facts the manifest keeps (``facts``) — so the session and the executors never ask
-which kind they have.
-"""
+"""What a run is played against: a ``Target`` (``HttpTarget``: a URL or ``sim`` behind HTTP;
+``engine_target.EngineTarget``: the engine in this process, virtual time). Each gives
+where requests go, the cache flush, the sampler, its block size and its manifest
+``facts``, so the session and executors never ask which kind they have."""
 
 from __future__ import annotations
 
@@ -65,10 +59,8 @@ class Target(Protocol):
 
 
 class HttpTarget:
-    """A server at ``target.url``, or the embedded engine started behind HTTP for the run
-    (``target.url == "sim"``: in this process, or in its own with ``target.in_process``
-    false). The URL kept and used carries no ``user:password@``: those go into an
-    ``Authorization`` header (``TransportOptions.of_run``)."""
+    """A server at ``target.url``, or the embedded engine behind HTTP (``sim``: in this
+    process or, ``target.in_process`` false, its own); the URL kept has no ``user:password@``."""
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
@@ -114,8 +106,7 @@ class HttpTarget:
     async def block_size(self) -> int | None:
         if (self.engine or {}).get("block_size"):
             return int((self.engine or {})["block_size"])
-        # the scraper's module imports the HTTP client, which a virtual run never loads
-        # (tests/executors/test_simulate.py): imported when a live run asks
+        # imported here: it loads the HTTP client, which a virtual run never does
         from workbench.backends.scrape import detect_block_size
 
         try:
@@ -137,9 +128,6 @@ class HttpTarget:
 def _engine_info(handle: Any) -> dict[str, Any]:
     config = getattr(handle, "config", None)
     if config is not None and dataclasses.is_dataclass(config) and not isinstance(config, type):
-        return {k: v for k, v in dataclasses.asdict(config).items() if _jsonable(v)}
+        plain = (str, int, float, bool, type(None), list, dict)
+        return {k: v for k, v in dataclasses.asdict(config).items() if isinstance(v, plain)}
     return {}
-
-
-def _jsonable(v: Any) -> bool:
-    return isinstance(v, str | int | float | bool | type(None) | list | dict)

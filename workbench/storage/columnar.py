@@ -1,25 +1,7 @@
-"""Columnar copy of a run's records: ``records.parquet`` beside ``records.jsonl``.
-
-``records.jsonl`` stays the source of truth (crash-safe, appended line by line,
-every field). For a run of millions of requests a report must not parse it into
-``RequestRecord`` objects and a pandas frame at once, so the same records are
-also written as Parquet, flattened:
-
-- every scalar field of ``RequestRecord`` (ids, plan, raw ``*_ns`` timestamps as
-  nullable int64, server usage, status, error), and from ``extra`` the serving
-  worker of a simulated cluster (``worker``, ``worker_waiting``, docs/cluster.md);
-- the derived per-request metric columns, which this module does not compute:
-  the metrics layer (``workbench.metrics.columns.convert``, definitions in
-  ``workbench.metrics.derive``) hands them to ``table`` with their types;
-- with ``token_times=True``, ``token_times_ns`` and ``token_counts`` as
-  ``list<int64>`` and the inter-token gaps as ``itl_ms`` (``list<double>``).
-  They are most of the bytes (one int per stream event) and only the pooled
-  ``itl_ms`` percentiles need them, so they are left out by default. ``extra``
-  (block hashes, backend specifics) is not copied; read the JSONL for it.
-
-This module owns the file side: the schema, parsing JSONL in batches (orjson per
-line — the only per-row Python), coercing bad values, writing row groups
-atomically, and deciding when the file is stale. Memory is bounded by one batch.
+"""``records.parquet``, the run's records flattened beside ``records.jsonl`` (the source of
+truth; docs/run-directory.md): schema, JSONL parsed in batches (memory: one batch), bad
+values coerced, row groups written atomically, staleness. The derived columns come from
+``workbench.metrics.columns.convert``; token lists and ``itl_ms`` only with ``token_times``.
 """
 
 from __future__ import annotations
@@ -33,15 +15,14 @@ import numpy as np
 
 from workbench import safe_write as safe
 from workbench.errors import ConfigError
-from workbench.storage.rundir import RECORDS, loads_line, resolve_run_dir
+from workbench.storage.rundir import RECORDS, iter_jsonl, resolve_run_dir
 
 log = logging.getLogger(__name__)
 
 PARQUET = "records.parquet"
 BATCH_ROWS = 8_192
-# ...or fewer: a batch of JSON lines is cut at this many bytes, so the rows held while one
-# row group is built stay bounded when rows are large (a streamed request's token times:
-# ~7 KB of JSON, ~20 KB parsed, on the Mooncake trace; docs/virtual-time.md)
+# ...or fewer: a batch is cut at this many bytes of JSON, so large rows (a streamed request's
+# token times: ~7 KB of JSON on the Mooncake trace) keep a row group's memory bounded
 BATCH_BYTES = 8 << 20
 
 INSTALL_HINT = "pip install 'workbench[large]'  (pyarrow)"
@@ -121,12 +102,8 @@ def _sound_int(v: Any) -> bool:
 
 
 def sanitized(rows: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """Rows whose integer fields are all ints in int64 range (others become null).
-
-    Records written by this version never hold such values (``backends.base.usage_count``
-    fails the request instead), but a file from an older version or another tool may:
-    the conversion keeps going, nulls the bad value and says which row had it.
-    """
+    """Rows whose integer fields are all ints in int64 range, others nulled with a warning
+    (a file of an older version or another tool: this one fails such a request)."""
     out: list[Mapping[str, Any]] = []
     for i, r in enumerate(rows):
         bad = [k for k in INT_FIELDS if not _sound_int(r.get(k))]
@@ -180,25 +157,18 @@ def table(
 def iter_jsonl_batches(
     path: str | Path, batch_rows: int = BATCH_ROWS, batch_bytes: int = BATCH_BYTES
 ) -> Iterator[list[Any]]:
-    """Parsed lines of a JSONL file in lists of ``batch_rows`` lines or of about
-    ``batch_bytes`` bytes of JSON, whichever comes first; a cut last line is skipped."""
+    """Parsed lines of a JSONL file (``rundir.iter_jsonl``'s rules) in lists of
+    ``batch_rows`` lines or of about ``batch_bytes`` bytes of JSON, whichever comes first."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: no such file")
     batch: list[Any] = []
     size = 0
-    with open(path, "rb") as fh:
-        for i, line in enumerate(fh):
-            if not line.strip():
-                continue
-            try:
-                batch.append(loads_line(line))
-            except ValueError:
-                if line.endswith(b"\n"):
-                    raise ValueError(f"{path}:{i + 1}: invalid JSON line") from None
-                log.warning("%s: skipping truncated last line %d", path, i + 1)
-                continue
-            size += len(line)
-            if len(batch) >= batch_rows or size >= batch_bytes:
-                yield batch
-                batch, size = [], 0
+    for obj, n in iter_jsonl(path, sizes=True):
+        batch.append(obj)
+        size += n
+        if len(batch) >= batch_rows or size >= batch_bytes:
+            yield batch
+            batch, size = [], 0
     if batch:
         yield batch
 

@@ -1,25 +1,9 @@
 """Run directories: write them while a run goes, write and load them whole.
 
-Layout (docs/interface.md), one directory per run::
-
-    records.jsonl            one RequestRecord per line, appended as each request ends
-    manifest.json            what ran (config of the four axes, trace identity, versions)
-    summary.json             ``workbench.metrics.summarize`` of the records (written by
-                             ``workbench.metrics.files.save``)
-    lifecycle.jsonl          one line per unit (admitted, routing slot, rounds done, reason)
-    metrics_timeline.jsonl   server ``/metrics`` samples, when the run scraped them
-
-JSONL files are crash-safe: by default ``RecordWriter`` issues each line as one
-unbuffered write, so a line is on disk (in the OS) as soon as ``write`` returns
-and a crash can at worst leave the *last* line cut short — which ``load`` skips
-with a warning. A live replay batches instead (``max_delay_ms``): lines are
-gathered and written in one ``write`` when ``max_batch`` lines are pending, when
-the oldest pending line is ``max_delay_ms`` old (a loop timer fires even if no
-further record comes), and on ``flush``/``close``; so a hard crash (SIGKILL,
-power) loses at most the records of the last ``max_delay_ms``, and a cancel,
-Ctrl-C or error that closes the writer loses nothing. Integers wider than 64
-bits (Dynamo sequence hashes) fall back to the stdlib ``json`` on both sides,
-since orjson would refuse or round them.
+The files and their rules are docs/run-directory.md. JSONL lines are written whole
+(one ``write`` each, or batched with ``max_delay_ms``: docs/design-notes.md), so a
+crash leaves at worst a cut-short last line, which ``read_jsonl`` skips with a warning.
+Integers wider than 64 bits fall back to the stdlib ``json`` (orjson would refuse them).
 """
 
 from __future__ import annotations
@@ -56,8 +40,7 @@ TIMELINE = "metrics_timeline.jsonl"
 PARQUET = "records.parquet"
 SHARDS = "shards"
 
-# orjson reads integers in [-2**63, 2**64) exactly and wider ones as floats: a number of 19
-# digits or more is checked (block hashes are 64-bit: most of a record's are 19-20 digits)
+# digit runs that may be out of orjson's exact range [-2**63, 2**64) (64-bit hashes: 19-20)
 _LONG_DIGITS = re.compile(rb"-?\d{19,}")
 _ORJSON_INTS = range(-(2**63), 2**64)
 
@@ -90,13 +73,17 @@ def dumps_line(obj: Any) -> bytes:
             )
         except TypeError:
             pass
-    obj = _plain(obj)
+    return _dumps(_plain(obj), indent=False) + b"\n"
+
+
+def _dumps(obj: Any, *, indent: bool) -> bytes:
+    """orjson, or the stdlib for what it refuses (an int wider than 64 bits); NaN: null."""
+    option = orjson.OPT_SERIALIZE_NUMPY | (orjson.OPT_INDENT_2 if indent else 0)
     try:
-        data = orjson.dumps(obj, default=_default, option=orjson.OPT_SERIALIZE_NUMPY)
-    except TypeError:  # e.g. an int wider than 64 bits
-        text = json.dumps(_nan_to_none(obj), default=_default, separators=(",", ":"))
-        data = text.encode()
-    return data + b"\n"
+        return orjson.dumps(obj, default=_default, option=option)
+    except TypeError:
+        return json.dumps(_nan_to_none(obj), default=_default, indent=2 if indent else None,
+                          separators=None if indent else (",", ":")).encode()
 
 
 def _nan_to_none(obj: Any) -> Any:
@@ -110,14 +97,9 @@ def _nan_to_none(obj: Any) -> Any:
 
 
 def loads_line(line: bytes) -> Any:
-    """Parse one JSON line, keeping integers of any width exact.
-
-    orjson reads integers in [-2**63, 2**64) exactly and wider ones as floats. A line
-    that orjson writes back byte for byte had none (a float is never written as bare
-    digits): every line ``dumps_line`` wrote with orjson, i.e. nearly all. Any other
-    line is checked for long digit runs, and parsed by the standard library's parser
-    when one is out of orjson's range.
-    """
+    """Parse one JSON line, keeping integers of any width exact: a line orjson writes back
+    byte for byte had no integer out of its range (nearly all); any other with a digit
+    run out of [-2**63, 2**64) is parsed by the stdlib."""
     obj = orjson.loads(line)
     data = orjson.dumps(obj)
     if line.startswith(data) and not line[len(data):].strip():
@@ -129,12 +111,8 @@ def loads_line(line: bytes) -> Any:
 
 
 class RecordWriter:
-    """Append one JSON line per ``write`` and have it on disk when ``write`` returns.
-
-    Takes a ``RequestRecord``, a dataclass or a plain dict (lifecycle rows,
-    timeline samples). ``mode="w"`` starts the file afresh (a new run), ``"a"``
-    continues it. ``fsync=True`` also survives a power cut, at a cost per line.
-    """
+    """Append one JSON line per ``write`` (a ``RequestRecord``, a dataclass or a dict), on
+    disk when it returns unless batched (``max_delay_ms``); ``fsync`` survives a power cut."""
 
     def __init__(
         self,
@@ -256,14 +234,7 @@ def write_json(path: str | Path, obj: Any) -> Path:
 
 def _manifest_bytes(obj: Any) -> bytes:
     """A JSON document as ``write_json`` stores it: redacted, indented, one final newline."""
-    obj = redact.obj(obj)  # no secret reaches a file (workbench.redact)
-    try:
-        data = orjson.dumps(
-            obj, default=_default, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
-        )
-    except TypeError:
-        data = json.dumps(_nan_to_none(obj), default=_default, indent=2).encode()
-    return data + b"\n"
+    return _dumps(redact.obj(obj), indent=True) + b"\n"  # no secret reaches a file (redact)
 
 
 def read_json(path: str | Path) -> Any:
@@ -271,17 +242,14 @@ def read_json(path: str | Path) -> Any:
 
 
 def read_jsonl(path: str | Path) -> list[Any]:
-    """Every line of a JSONL file; a cut-short *last* line (a crash) is skipped with a warning.
-
-    A bad line anywhere else means the file was damaged some other way, and
-    silently dropping it would hide lost data, so that raises ``ValueError``.
-    """
+    """Every line of a JSONL file; a cut-short *last* line (a crash) is skipped with a
+    warning, a bad line elsewhere raises ``ValueError`` (lost data must not hide)."""
     return list(iter_jsonl(path))
 
 
-def iter_jsonl(path: str | Path) -> Iterator[Any]:
-    """``read_jsonl`` one line at a time: the same objects, the same rules, without the
-    file or the list in memory (a whole run's records for its digest)."""
+def iter_jsonl(path: str | Path, *, sizes: bool = False) -> Iterator[Any]:
+    """``read_jsonl`` one line at a time, without the file or the list in memory;
+    ``sizes``: each object with its line's length in bytes."""
     path = Path(path)
     if not path.exists():
         return
@@ -297,7 +265,7 @@ def iter_jsonl(path: str | Path) -> Iterator[Any]:
                     log.warning("%s: skipping truncated last line %d (%s)", path, i + 1, exc)
                     return
                 raise ValueError(f"{path}:{i + 1}: invalid JSON line ({exc})") from None
-            yield obj
+            yield (obj, len(line)) if sizes else obj
 
 
 def _trim_partial_tail(path: Path) -> None:
@@ -346,21 +314,15 @@ def _sync_rows(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def write_manifest(run_dir: str | Path, manifest: RunManifest | dict[str, Any]) -> Path:
-    """``run_dir/manifest.json``, the one writer of a run's manifest after its claim
-    (``claim_run_dir`` creates it): atomically replaced, redacted (``write_json``). A
-    dict is a ``RunManifest.to_dict`` with keys added after it (``write_run``'s) and is
-    written as it is."""
+    """``run_dir/manifest.json`` replaced atomically, redacted; a dict is written as it is
+    (``write_run``'s: ``RunManifest.to_dict`` plus keys)."""
     doc = manifest.to_dict() if isinstance(manifest, RunManifest) else manifest
     return write_json(Path(run_dir) / MANIFEST, doc)
 
 
 def read_manifest(run_dir: str | Path, *, strict: bool = False) -> RunManifest:
-    """``run_dir/manifest.json`` as a ``RunManifest`` (any schema: ``from_dict``), the
-    one place a manifest turns from JSON into the typed form readers get. A directory
-    without one gives an empty manifest with no status; so does one that is damaged (not
-    JSON, not an object, unreadable) unless ``strict``: then that raises ``ValueError``
-    naming the file (what the run's figures are read with: a damaged manifest must not
-    pass for a run without an SLO or a status)."""
+    """``run_dir/manifest.json`` as a ``RunManifest`` (any schema). Missing: an empty one
+    with no status; damaged: the same, or ``ValueError`` naming the file when ``strict``."""
     path = Path(run_dir) / MANIFEST
     try:
         doc = read_json(path)
@@ -379,13 +341,8 @@ def read_manifest(run_dir: str | Path, *, strict: bool = False) -> RunManifest:
 
 def write_run(result: RunResult, directory: str | Path) -> Path:
     """Write every run file but the summary and ``records.parquet`` into ``directory``
-    (created); ``workbench.metrics.files.save`` calls this, then writes those two.
-
-    Safe to call after ``RecordWriter``s streamed records/lifecycle there: lines
-    already on disk are kept and only the missing ones are appended. A run that kept
-    its records on disk only (``RunResult.records_on_disk``) has nothing to sync from
-    memory: its files are copied, never overwritten.
-    """
+    (``metrics.files.save`` writes those). Lines already streamed there are kept, only
+    missing ones appended; a run kept on disk only has its files copied."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     if result.records_on_disk:
@@ -420,22 +377,14 @@ STALE_SCAN_MAX = 10_000  # sibling run directories a new run looks at for stale 
 
 
 class RunDirTaken(ConfigError):
-    """``out_dir/<run_id>`` holds a run (or is being written by one), or is a symlink: the
-    run stops before it sends anything (a configuration error: exit code 2)."""
+    """``out_dir/<run_id>`` holds a run or is a symlink: a configuration error (exit code 2)."""
 
 
 def claim_run_dir(out_dir: str | Path, run_id: str, manifest: Any, *,
                   overwrite: bool = False) -> Path:
-    """Make ``out_dir/<run_id>`` this run's own and write its first ``manifest.json``.
-
-    The claim is atomic: the manifest is created with ``O_CREAT | O_EXCL``, so of two
-    runs with one id started at once exactly one gets it, and the other raises
-    ``RunDirTaken`` before sending anything. An existing run is never replaced unless
-    ``overwrite`` (``--overwrite``), and not even then while its process is alive. A
-    symlink at ``out_dir/<run_id>`` (or a directory resolving outside ``out_dir``) is
-    refused: nothing is written through it. A directory with no run file in it (a
-    report's, say) may take the run.
-    """
+    """Make ``out_dir/<run_id>`` this run's own and write its first ``manifest.json``
+    (``O_CREAT | O_EXCL``): the rules are docs/run-directory.md, "One run, one directory".
+    Raises ``RunDirTaken`` (exit code 2) before anything is sent."""
     root = Path(out_dir)
     d = contained_dir(root, run_id)
     try:
@@ -480,9 +429,8 @@ def _taken(d: Path, present: list[str] | None = None) -> str:
 
 
 def contained_dir(root: str | Path, name: str) -> Path:
-    """``root/name`` for a run, a sweep or a report to write in: ``root`` is created, and
-    ``root/name`` must not be a symlink nor resolve outside ``root`` (``RunDirTaken``,
-    exit code 2), so nothing is written through a symlink out of ``root``."""
+    """``root/name`` for a run, a sweep or a report (``root`` created); a symlink or a path
+    resolving outside ``root`` raises ``RunDirTaken``."""
     root = Path(root)
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -494,8 +442,8 @@ def contained_dir(root: str | Path, name: str) -> Path:
 
 
 def _mkdir_error(d: Path, exc: OSError) -> Exception:
-    """A directory that cannot be made: a full or broken disk is a failed write (exit
-    code 5), anything else (permissions, a file in the way) a configuration error (2)."""
+    """A directory that cannot be made: a failed write (full or broken disk, exit code 5)
+    or a configuration error (2)."""
     if exc.errno in WRITE_ERRNOS:
         return OutputWriteError(d, exc)
     return RunDirTaken(f"{d}: cannot create the directory ({exc.strerror or exc})")
@@ -524,8 +472,7 @@ def _clear_run(d: Path) -> None:
 
 
 def process_identity() -> dict[str, Any]:
-    """This process as a manifest names it: pid, host and the pid's start time (so a pid
-    reused by another process later is not taken for the run's)."""
+    """This process as a manifest names it: pid, host and the pid's start time."""
     return {"pid": os.getpid(), "hostname": socket.gethostname(),
             "pid_start": _pid_start(os.getpid())}
 
@@ -551,9 +498,8 @@ def _alive(pid: int, start: int | None) -> bool:
 
 
 def running_note(manifest: RunManifest) -> str | None:
-    """For a manifest that says ``running``: whether its process is still running, or
-    left it so by dying (SIGKILL, the OOM killer, a power cut). None otherwise, and for
-    a run on another host (its process cannot be looked at from here)."""
+    """For a ``running`` manifest of this host: whether its process still runs or died
+    leaving it so; None otherwise."""
     host = manifest.host
     if manifest.status != "running" or not isinstance(host, dict):
         return None
@@ -585,13 +531,11 @@ def warn_stale_runs(root: str | Path, skip: str | None = None) -> list[str]:
 
 
 class RunDirError(ConfigError, FileNotFoundError):
-    """A run directory is missing, unreadable or not a run (one line, no traceback; a
-    command-line error: exit code 2)."""
+    """A run directory is missing, unreadable or not a run (exit code 2)."""
 
 
 def _is_run_dir(d: Path) -> bool:
-    """``d`` holds records or a manifest; one that is not a regular file is an error
-    (reading a FIFO would hang, a device would not end)."""
+    """``d`` holds records or a manifest; one not a regular file (a FIFO) is an error."""
     found = False
     for name in (RECORDS, MANIFEST):
         try:
@@ -607,11 +551,8 @@ def _is_run_dir(d: Path) -> bool:
 
 
 def resolve_run_dir(directory: str | Path) -> Path:
-    """``directory`` itself, or its only run subdirectory (``out_dir/<run_id>``).
-
-    Anything else (missing, a file, unreadable, no run or several) is one
-    ``RunDirError`` saying which.
-    """
+    """``directory`` itself, or its only run subdirectory (``out_dir/<run_id>``); anything
+    else is one ``RunDirError`` saying which."""
     d = Path(directory)
     try:
         if not d.is_dir():
