@@ -12,6 +12,7 @@ from workbench.calibration.predict import predict
 from workbench.calibration.preset import calibrate_preset
 from workbench.errors import ConfigError
 from workbench.executors.virtual import simulate
+from workbench.safe_write import LinkRefused
 from workbench.sim import presets
 from workbench.sim.config import EngineConfig
 
@@ -85,6 +86,22 @@ def test_bad_calibrated_presets_name_the_file_and_field(tmp_path, deployment):
         calibrate_preset(runs, "nope/h100/tp1")
     with pytest.raises(ConfigError, match=r"\.json"):
         calibrate_preset(runs, BASE).write(tmp_path / "x.yaml")
+
+
+def test_a_calibrated_preset_is_written_whole_and_never_through_a_link(tmp_path, deployment):
+    _, runs, _ = deployment
+    cal = calibrate_preset(runs, BASE)
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text("keep me")
+    link = tmp_path / "link.json"
+    link.symlink_to(elsewhere)
+    with pytest.raises(LinkRefused, match=r"link\.json"):
+        cal.write(link)
+    assert elsewhere.read_text() == "keep me"
+    out = cal.write(tmp_path / "mine.json")  # renamed into place: no temporary left beside it
+    assert json.loads(out.read_text())["preset"] == BASE
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere.json", "link.json",
+                                                          "mine.json"]
 
 
 def test_cli_calibrates_a_preset_that_simulate_sweep_and_plan_take(deployment, tmp_path):

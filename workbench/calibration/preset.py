@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench import safe_write as safe
 from workbench.calibration.fit import MIN_SAMPLES, _decode_gaps
 from workbench.calibration.samples import Sample, overlapped, read_samples
 from workbench.errors import ConfigError
@@ -134,8 +135,7 @@ class PresetCalibration:
         p = Path(path)
         if p.suffix != ".json":
             raise ConfigError(f"{p}: a calibrated preset is written as a .json file")
-        p.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
-        return p
+        return safe.write_file(p, json.dumps(self.to_dict(), indent=2) + "\n")
 
 
 def calibrate_preset(run_dirs: Sequence[str | Path], preset: str, *,
