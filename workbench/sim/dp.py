@@ -101,21 +101,14 @@ class RankRequest(SequenceHandle):
 
     async def batches(self) -> AsyncIterator[list[RequestOutput]]:
         """Every output not yet seen, a list per wakeup (the HTTP server's stream)."""
-        seq, i = self.seq, 0
-        self.worker.ranks[self.rank].watch(seq)
-        while True:
-            n = len(seq.token_ns)
-            if i < n:
-                yield [self._output(k) for k in range(i, n)]
-                i = n
-            elif seq.finished:
-                if seq.finish_reason != "length":
-                    yield [RequestOutput([], seq.finish_ns or 0, True, seq.finish_reason)]
-                return
-            else:
-                fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                self.waiters.append(fut)
-                await fut
+        self.worker.ranks[self.rank].watch(self.seq)
+        async for batch in super().batches():
+            yield batch
+
+    async def _progress(self) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.append(fut)
+        await fut
 
 
 class DPWorker:
