@@ -194,6 +194,10 @@ class DPWorker:
     def caches_block(self, block_hash: int) -> bool:
         return any(s.kv.holds(block_hash) for s in self.ranks)
 
+    def prefix_shard(self) -> None:
+        """No one index: each rank has its own (the router takes the Python rule)."""
+        return None
+
     def abort(self, req: RankRequest) -> None:
         if self.ranks[req.rank].abort(req.seq, self.clock.now_ns()):
             req.notify()

@@ -41,6 +41,10 @@ class Worker(Protocol):
 
     def caches_block(self, block_hash: int) -> bool: ...
 
+    def prefix_shard(self) -> tuple[Any, ...] | None:
+        """The worker's compiled prefix index (``Shards`` holds it), None without one."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class RouteRequest:
@@ -149,7 +153,7 @@ class PrefixAware:
         home = self._home.get(req.session)
         if workers is not self._for:  # the workers' compiled indexes, taken once (None: a
             # worker has none: the dict twin, no prefix caching, attention-DP ranks)
-            views = [getattr(w, "prefix_shard", lambda: None)() for w in workers]
+            views = [w.prefix_shard() for w in workers]
             native = None if None in views else kvindex.native
             self._for, self._shards = workers, native and native.Shards(views)
         if self._shards is not None:  # the rule below in one compiled call (kvcache.c)
