@@ -49,6 +49,11 @@ class VirtualClock:
         if isinstance(loop, VirtualTimeLoop):
             self._loop = loop
 
+    def bind(self, loop: VirtualTimeLoop) -> None:
+        """Read ``loop``'s time from now on (``Engine.start``: a clock made before its loop
+        ran would otherwise look the running loop up at every read)."""
+        self._loop = loop
+
     def _running(self) -> asyncio.AbstractEventLoop:
         return self._loop or asyncio.get_running_loop()
 

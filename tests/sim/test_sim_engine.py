@@ -399,3 +399,23 @@ def test_integral_floats_and_int_coefficients_are_taken():
     cfg = EngineConfig(num_blocks=16384.0, prefill_coeffs=[0, 1, 2], speedup=2)
     assert cfg.num_blocks == 16384 and isinstance(cfg.num_blocks, int)
     assert cfg.prefill_coeffs == (0.0, 1.0, 2.0) and cfg.speedup == 2.0
+
+
+def test_an_engine_binds_a_clock_made_before_its_loop(monkeypatch):
+    """A replay's clock is made before ``run_virtual`` starts its loop: the engine's start
+    binds it, so the steps' and the runner's reads never ask asyncio for the running loop
+    (a system call a read on 3.11; docs/virtual-time.md, "What a virtual replay costs")."""
+    clock = VirtualClock()
+
+    async def body(engine):
+        req = engine.submit("s", list(range(64)), 4)
+        await req.wait()
+        with monkeypatch.context() as m:
+            def no(*a):
+                raise AssertionError("asked asyncio for the loop")
+
+            m.setattr(asyncio, "get_running_loop", no)
+            return clock.now_ns(), engine.clock.now_ns()
+
+    now, same = _run(EngineConfig(), body, clock)
+    assert now == same > 0

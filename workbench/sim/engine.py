@@ -213,6 +213,7 @@ class Engine:
         loop = asyncio.get_running_loop()
         if isinstance(self.clock, VirtualClock) and isinstance(loop, VirtualTimeLoop):
             self._loop = loop
+            self.clock.bind(loop)
             if self._sched.has_work():
                 self._kick_soon()
         else:
