@@ -12,7 +12,9 @@ BF16 otherwise. From public facts alone it derives:
   tokens, plus attention's 4·layers·heads·head_dim FLOPs per (query, key) pair: prefill
   quadratic in the chunk and its prefix, decode by the context) and its memory time
   (the weights / TP once per step — for a MoE only the experts its tokens route to —
-  plus every attended token's KV), plus the tensor-parallel all-reduces costed on the
+  plus every attended token's KV, or, for an engine whose decode attention runs one
+  thread block per head over the whole context, the longer wait that takes:
+  ``Preset.unsplit_attention_s``), plus the tensor-parallel all-reduces costed on the
   GPU's fabric (``Preset.allreduce_s``: NVSwitch, xGMI mesh or a PCIe ring) and a fixed
   time per step and per layer;
 * the time to bring KV back from host memory (``Preset.load_ms``).
