@@ -62,6 +62,27 @@ class Table:
         return value == "unsplit"
 
     @property
+    def collapsed_routing(self) -> bool:
+        """Whether the MoE the table measured routed every token of a step to the same
+        experts: the ``# moe_routing:`` line, ``collapsed`` or ``independent`` (the
+        default); ValueError naming the table otherwise (docs/hardware.md, "MoE
+        routing": random gate weights of a fake-weight benchmark)."""
+        value = self.meta.get("moe_routing", "independent").strip().lower()
+        if value not in ("independent", "collapsed"):
+            raise ValueError(f"{self.name}: '# moe_routing:' must be independent or "
+                             f"collapsed, got {value!r}")
+        return value == "collapsed"
+
+    @property
+    def switches(self) -> dict[str, float]:
+        """The ``presets.Factors`` switches the engine the table ran on sets (1.0 each):
+        ``unsplit_attention`` (``# decode_attention: unsplit``), ``collapsed_routing``
+        (``# moe_routing: collapsed``)."""
+        return {name: 1.0 for name, on in (("unsplit_attention", self.unsplit_attention),
+                                           ("collapsed_routing", self.collapsed_routing))
+                if on}
+
+    @property
     def measured_requests(self) -> int | None:
         """Measured requests per closed-loop row, where the table says (``# requests:``:
         a single client's requests are alike in the simulated engine, so two measure
