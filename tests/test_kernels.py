@@ -4,6 +4,7 @@ the twins."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import workbench.context.hashing as hashing_mod
 import workbench.context.tokens as tokens_mod
 import workbench.segments as segments_mod
 import workbench.sim.cost as cost_mod
@@ -172,6 +174,91 @@ def test_heads_refuse_bad_arguments() -> None:
         native.heads([1], 4, 4, 0, 2**32 + 1, np.empty(4, np.int64))
     with pytest.raises(TypeError):  # read-only memory
         native.heads([1], 4, 4, 0, 100, bytes(16))
+
+
+# -- record hashes (blake2b chains) and stream keys -------------------------------------
+def _blake_chain(prev: int | None, data: bytes, step: int) -> list[int]:
+    """The chain as written with hashlib: the reference of ``chain`` and ``chain_hashes``."""
+    p = b"\x00" * 8 if prev is None else prev.to_bytes(8, "little")
+    out = []
+    for at in range(0, len(data), step):
+        p = hashlib.blake2b(p + data[at : at + step], digest_size=8).digest()
+        out.append(int.from_bytes(p, "little"))
+    return out
+
+
+# every input length around blake2b's 128-byte blocks (prev's 8 bytes come first)
+@pytest.mark.parametrize("n", [*range(0, 270), 1016, 1024, 1032, 2040, 2048, 2056, 4096])
+def test_chain_is_hashlibs_blake2b_at_every_block_edge(n: int) -> None:
+    data = bytes((i * 131 + n) % 256 for i in range(n))
+    for step in (1, 120, 128, 136, 2048):
+        for prev in (None, 0, M64, 0x0123456789ABCDEF):
+            assert native.chain(prev, data, step) == _blake_chain(prev, data, step)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.none(), st.integers(0, M64)), st.lists(st.integers(0, 2**32 - 1),
+       max_size=700), st.integers(1, 80))  # fmt: skip
+def test_chain_hashes_equal_the_python_twin(prev: int | None, ids: list[int], bs: int) -> None:
+    got = hashing_mod.chain_hashes(prev, ids, bs)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(hashing_mod, "_kernels", None)
+        want = hashing_mod.chain_hashes(prev, ids, bs)
+    assert got == want == _blake_chain(prev, np.array(ids, "<u4").tobytes(), 4 * bs)
+
+
+def test_chain_refuses_what_the_twin_refuses() -> None:
+    for prev in (-1, 2**64):  # int.to_bytes(8, "little") overflows in the twin
+        with pytest.raises(OverflowError):
+            native.chain(prev, b"abcd", 4)
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(hashing_mod, "_kernels", None)
+            with pytest.raises(OverflowError):
+                hashing_mod.chain_hashes(prev, [1], 1)
+    with pytest.raises(ValueError, match="step must be > 0"):
+        native.chain(None, b"abcd", 0)
+    with pytest.raises(ValueError, match="n exceeds"):
+        native.chain_heads(None, [1], 4, 5, 0, 100)
+    with pytest.raises(ValueError, match="span <= 2"):
+        native.chain_heads(None, [1], 4, 4, 0, 2**32 + 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.none(), st.integers(0, M64)),
+       st.lists(st.integers(0, M64), min_size=1, max_size=6), st.integers(1, 600), st.data(),
+       st.sampled_from([(0, 32000), (5, 151936), (0, 2**32), (2**31 + 5, 2**32)]))
+def test_chain_heads_equal_the_twin(prev: int | None, packed: list[int], width: int,
+                                    data: st.DataObject, vocab: tuple[int, int]) -> None:
+    n = data.draw(st.integers(0, len(packed) * width))
+    pool = TokenPool(seed=3, vocab_lo=vocab[0], vocab_hi=vocab[1])
+    got = pool.chain_heads(prev, packed, width, n)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(tokens_mod, "_kernels", None)
+        m.setattr(hashing_mod, "_kernels", None)
+        want = pool.chain_heads(prev, packed, width, n)
+    tokens = pool.heads_array(packed, width, n, np.uint32)
+    assert got == want == _blake_chain(prev, tokens.tobytes(), 4 * width)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**40), st.sampled_from(["", "run-7", "é\x1f"]),
+       st.lists(st.integers(-(2**70), 2**70), max_size=40))
+def test_hash_id_keys_equal_the_python_twin(seed: int, salt: str, ids: list[int]) -> None:
+    got = TokenPool(seed=seed, salt=salt)._hash_id_keys(ids)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(tokens_mod, "_kernels", None)
+        want = TokenPool(seed=seed, salt=salt)._hash_id_keys(ids)
+    keys = [tokens_mod._stream_keys_once(seed, salt, "b", str(h)) for h in ids]
+    assert got == want == [key << 32 | fnv for fnv, key in keys]
+
+
+def test_hash_id_keys_over_the_memo_bound_start_it_over(monkeypatch) -> None:
+    pool = TokenPool(seed=1)
+    monkeypatch.setattr(tokens_mod, "_BLOCK_KEYS_MAX", 4)
+    first = pool._hash_id_keys([1, 2, 3])
+    assert pool._hash_id_keys([3, 4, 5, 4]) == [*first[2:], *pool._new_block_keys([4, 5, 4])]
+    assert sorted(pool._block_keys) == [3, 4, 5]  # cleared, then this call's ids
+    assert pool._hash_id_keys([1, 2, 3]) == first
 
 
 def test_compiled_0_runs_the_twins_everywhere() -> None:

@@ -1,9 +1,9 @@
-/* Compiled twins of three hot loops of virtual time: workbench._kernels.
+/* Compiled twins of hot leaf loops of virtual time: workbench._kernels.
  *
  * Each function computes exactly what a Python/numpy function computes, value for value,
  * and that function stays the reference (it runs where this extension is not built, and
  * tests compare the two); workbench/kernels.py says which runs. docs/virtual-time.md,
- * "Compiled kernels", says why these three.
+ * "Compiled kernels", says why these.
  *
  * - block_keys: workbench/segments.py's prefix keys of full blocks (`_mix` / `_mix_one`):
  *   splitmix64 of part_key + end * 2^64/phi, as int64, never -1 (block_keys_bytes: the
@@ -14,11 +14,15 @@
  *   -ffp-contract=off, so no multiply-add is fused).
  * - heads: workbench/context/tokens.py's `heads_array`: the tokens 0 .. width-1 of each
  *   hash-id source, FNV-1a-seeded positions through the keyed splitmix finaliser.
+ * - chain / chain_heads: workbench/context/hashing.py's `chain_hashes` (blake2b chained
+ *   over each block's uint32 tokens), chain_heads over `heads` tokens of each hash-id block.
+ * - stream_keys: workbench/context/tokens.py's `_stream_keys_once` of each hash id's name.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define GOLD 0x9E3779B97F4A7C15ULL
 #define MIX1 0xBF58476D1CE4E5B9ULL
@@ -231,17 +235,353 @@ fail:
     return NULL;
 }
 
+/* BLAKE2b (RFC 7693), unkeyed, digest of 1..64 bytes: the hash of record block hashes and
+ * of stream keys, as hashlib.blake2b(data, digest_size=nn) computes it (tests compare the
+ * two on every length around the 128-byte block edges). */
+static const uint64_t B2_IV[8] = {
+    0x6a09e667f3bcc908ULL, 0xbb67ae8584caa73bULL, 0x3c6ef372fe94f82bULL, 0xa54ff53a5f1d36f1ULL,
+    0x510e527fade682d1ULL, 0x9b05688c2b3e6c1fULL, 0x1f83d9abfb41bd6bULL, 0x5be0cd19137e2179ULL,
+};
+static const uint8_t B2_SIGMA[12][16] = {
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
+    {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
+    {11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4},
+    {7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8},
+    {9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13},
+    {2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9},
+    {12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11},
+    {13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10},
+    {6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5},
+    {10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0},
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
+    {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
+};
+
+typedef struct {
+    uint64_t h[8];
+    uint64_t t;       /* bytes compressed so far (inputs here stay far below 2^64) */
+    uint8_t buf[128]; /* the block not yet compressed: it may be the last */
+    size_t fill;
+} b2_state;
+
+static inline uint64_t rotr64(uint64_t x, int n) { return (x >> n) | (x << (64 - n)); }
+
+static inline uint64_t load64(const uint8_t *p) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+#else
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+#endif
+}
+
+#define B2_G(a, b, c, d, x, y)                                                                 \
+    do {                                                                                       \
+        a = a + b + (x);                                                                       \
+        d = rotr64(d ^ a, 32);                                                                 \
+        c = c + d;                                                                             \
+        b = rotr64(b ^ c, 24);                                                                 \
+        a = a + b + (y);                                                                       \
+        d = rotr64(d ^ a, 16);                                                                 \
+        c = c + d;                                                                             \
+        b = rotr64(b ^ c, 63);                                                                 \
+    } while (0)
+
+static void b2_compress(b2_state *s, const uint8_t *block, int last) {
+    uint64_t m[16], v[16];
+    for (int i = 0; i < 16; i++)
+        m[i] = load64(block + 8 * i);
+    for (int i = 0; i < 8; i++) {
+        v[i] = s->h[i];
+        v[i + 8] = B2_IV[i];
+    }
+    v[12] ^= s->t;
+    if (last)
+        v[14] = ~v[14];
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 12
+#endif
+    for (int r = 0; r < 12; r++) {
+        const uint8_t *z = B2_SIGMA[r];
+        B2_G(v[0], v[4], v[8], v[12], m[z[0]], m[z[1]]);
+        B2_G(v[1], v[5], v[9], v[13], m[z[2]], m[z[3]]);
+        B2_G(v[2], v[6], v[10], v[14], m[z[4]], m[z[5]]);
+        B2_G(v[3], v[7], v[11], v[15], m[z[6]], m[z[7]]);
+        B2_G(v[0], v[5], v[10], v[15], m[z[8]], m[z[9]]);
+        B2_G(v[1], v[6], v[11], v[12], m[z[10]], m[z[11]]);
+        B2_G(v[2], v[7], v[8], v[13], m[z[12]], m[z[13]]);
+        B2_G(v[3], v[4], v[9], v[14], m[z[14]], m[z[15]]);
+    }
+    for (int i = 0; i < 8; i++)
+        s->h[i] ^= v[i] ^ v[i + 8];
+}
+
+static void b2_init(b2_state *s, unsigned nn) {
+    for (int i = 0; i < 8; i++)
+        s->h[i] = B2_IV[i];
+    s->h[0] ^= 0x01010000ULL ^ nn;
+    s->t = 0;
+    s->fill = 0;
+}
+
+static void b2_update(b2_state *s, const uint8_t *p, size_t n) {
+    while (n) {
+        if (s->fill == 128) { /* more input follows: this block is not the last */
+            s->t += 128;
+            b2_compress(s, s->buf, 0);
+            s->fill = 0;
+        }
+        if (s->fill == 0) {
+            while (n > 128) { /* whole blocks straight from the input */
+                s->t += 128;
+                b2_compress(s, p, 0);
+                p += 128;
+                n -= 128;
+            }
+        }
+        size_t take = 128 - s->fill < n ? 128 - s->fill : n;
+        memcpy(s->buf + s->fill, p, take);
+        s->fill += take;
+        p += take;
+        n -= take;
+    }
+}
+
+/* The first 8 digest bytes as a little-endian uint64 (digest_size 8), or the first 4 as
+ * its low 32 bits (digest_size 4): the little-endian int of the digest either way. */
+static uint64_t b2_final(b2_state *s, unsigned nn) {
+    s->t += s->fill;
+    memset(s->buf + s->fill, 0, 128 - s->fill);
+    b2_compress(s, s->buf, 1);
+    return nn >= 8 ? s->h[0] : s->h[0] & ((1ULL << (8 * nn)) - 1);
+}
+
+/* blake2b(prev as 8 little-endian bytes + data[0:n], digest_size=8) */
+static uint64_t b2_chain(uint64_t prev, const uint8_t *data, size_t n) {
+    b2_state s;
+    uint8_t p[8];
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(prev >> (8 * i));
+    b2_init(&s, 8);
+    b2_update(&s, p, 8);
+    b2_update(&s, data, n);
+    return b2_final(&s, 8);
+}
+
+/* prev: None (the first block: 8 zero bytes) or an int in [0, 2**64) (OverflowError
+ * otherwise, as int.to_bytes(8, "little") raises). */
+static int prev_of(PyObject *obj, uint64_t *out) {
+    if (obj == Py_None) {
+        *out = 0;
+        return 0;
+    }
+    PyObject *num = PyNumber_Index(obj);
+    if (!num)
+        return -1;
+    unsigned long long v = PyLong_AsUnsignedLongLong(num);
+    Py_DECREF(num);
+    if (v == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int append_u64(PyObject *list, uint64_t v) {
+    PyObject *o = PyLong_FromUnsignedLongLong(v);
+    if (!o)
+        return -1;
+    int rc = PyList_Append(list, o);
+    Py_DECREF(o);
+    return rc;
+}
+
+PyDoc_STRVAR(chain_doc,
+             "chain(prev, data, step) -> list[int]\n\n"
+             "The chained block hashes of data cut into step-byte slices (the last may be "
+             "short): h = blake2b(h as 8 little-endian bytes + slice, digest_size=8), read "
+             "little-endian; the first h is prev, None for 8 zero bytes "
+             "(context.hashing.chain_hashes).");
+
+static PyObject *chain(PyObject *self, PyObject *args) {
+    PyObject *prev_obj;
+    Py_buffer data;
+    Py_ssize_t step;
+    if (!PyArg_ParseTuple(args, "Oy*n", &prev_obj, &data, &step))
+        return NULL;
+    uint64_t p;
+    PyObject *out = NULL;
+    if (step <= 0) {
+        PyErr_SetString(PyExc_ValueError, "chain: step must be > 0");
+        goto done;
+    }
+    if (prev_of(prev_obj, &p) < 0)
+        goto done;
+    out = PyList_New(0);
+    if (!out)
+        goto done;
+    const uint8_t *buf = data.buf;
+    for (Py_ssize_t at = 0; at < data.len; at += step) {
+        Py_ssize_t n = data.len - at < step ? data.len - at : step;
+        p = b2_chain(p, buf + at, (size_t)n);
+        if (append_u64(out, p) < 0) {
+            Py_CLEAR(out);
+            break;
+        }
+    }
+done:
+    PyBuffer_Release(&data);
+    return out;
+}
+
+static inline uint32_t head_token(uint32_t seed, uint64_t key, uint32_t j, uint64_t lo,
+                                  uint64_t span) {
+    uint32_t x = (seed ^ j) * FNV_PRIME;
+    uint64_t z = finish(key | x) >> 32;
+    return (uint32_t)(((z * span) >> 32) + lo);
+}
+
+PyDoc_STRVAR(chain_heads_doc,
+             "chain_heads(prev, packed, width, n, lo, span) -> list[int]\n\n"
+             "chain(prev, heads(packed, width, n, lo, span) as uint32 bytes, 4 * width): "
+             "the record hashes of hash-id blocks, their tokens never in an array "
+             "(replay.rounds.RoundMaker._segment_hashes).");
+
+static PyObject *chain_heads(PyObject *self, PyObject *args) {
+    PyObject *prev_obj, *packed_obj;
+    Py_ssize_t width, n;
+    unsigned long long lo, span;
+    if (!PyArg_ParseTuple(args, "OOnnKK", &prev_obj, &packed_obj, &width, &n, &lo, &span))
+        return NULL;
+    if (width <= 0 || n < 0 || span > 0x100000000ULL) {
+        PyErr_SetString(PyExc_ValueError,
+                        "chain_heads: width > 0, n >= 0 and span <= 2**32");
+        return NULL;
+    }
+    uint64_t p;
+    if (prev_of(prev_obj, &p) < 0)
+        return NULL;
+    PyObject *packed = PySequence_Fast(packed_obj, "chain_heads: packed must be a sequence");
+    if (!packed)
+        return NULL;
+    PyObject *out = NULL;
+    uint8_t *buf = NULL;
+    Py_ssize_t rows = PySequence_Fast_GET_SIZE(packed);
+    if (n > rows * width) {
+        PyErr_SetString(PyExc_ValueError, "chain_heads: n exceeds len(packed) * width");
+        goto done;
+    }
+    buf = PyMem_Malloc((size_t)width * 4);
+    out = buf ? PyList_New(0) : PyErr_NoMemory();
+    if (!out)
+        goto done;
+    Py_ssize_t left = n;
+    for (Py_ssize_t r = 0; r < rows && left > 0; r++) {
+        uint64_t kf = PyLong_AsUnsignedLongLongMask(PySequence_Fast_GET_ITEM(packed, r));
+        if (kf == (uint64_t)-1 && PyErr_Occurred()) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        uint32_t seed = (uint32_t)(kf & 0xFFFFFFFFULL) * FNV_PRIME;
+        uint64_t key = kf >> 32 << 32;
+        Py_ssize_t m = left < width ? left : width;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            uint32_t t = head_token(seed, key, (uint32_t)j, lo, span);
+            buf[4 * j] = (uint8_t)t;
+            buf[4 * j + 1] = (uint8_t)(t >> 8);
+            buf[4 * j + 2] = (uint8_t)(t >> 16);
+            buf[4 * j + 3] = (uint8_t)(t >> 24);
+        }
+        p = b2_chain(p, buf, (size_t)m * 4);
+        left -= m;
+        if (append_u64(out, p) < 0) {
+            Py_CLEAR(out);
+            goto done;
+        }
+    }
+done:
+    PyMem_Free(buf);
+    Py_DECREF(packed);
+    return out;
+}
+
+PyDoc_STRVAR(stream_keys_doc,
+             "stream_keys(head, state, names) -> list[int]\n\n"
+             "key << 32 | fnv of each stream named str(names[i]) after the stream id's head "
+             "(bytes): key the little-endian blake2b(head + name, digest_size=4), fnv the "
+             "FNV-1a of the name continued from state (context.tokens._stream_keys_once).");
+
+static PyObject *stream_keys(PyObject *self, PyObject *args) {
+    Py_buffer head;
+    unsigned long state;
+    PyObject *names_obj;
+    if (!PyArg_ParseTuple(args, "y*kO", &head, &state, &names_obj))
+        return NULL;
+    PyObject *out = NULL;
+    PyObject *names = PySequence_Fast(names_obj, "stream_keys: names must be a sequence");
+    if (!names)
+        goto done;
+    if (state > 0xFFFFFFFFUL) {
+        PyErr_SetString(PyExc_ValueError, "stream_keys: state must be a 32-bit FNV state");
+        goto done;
+    }
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(names);
+    out = PyList_New(m);
+    if (!out)
+        goto done;
+    b2_state base;
+    b2_init(&base, 4);
+    b2_update(&base, head.buf, (size_t)head.len);
+    for (Py_ssize_t i = 0; i < m; i++) {
+        PyObject *name = PyObject_Str(PySequence_Fast_GET_ITEM(names, i));
+        if (!name) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        Py_ssize_t len;
+        const char *s = PyUnicode_AsUTF8AndSize(name, &len);
+        if (!s) {
+            Py_DECREF(name);
+            Py_CLEAR(out);
+            goto done;
+        }
+        b2_state st = base;
+        b2_update(&st, (const uint8_t *)s, (size_t)len);
+        uint64_t key = b2_final(&st, 4);
+        uint32_t h = (uint32_t)state;
+        for (Py_ssize_t j = 0; j < len; j++)
+            h = (h ^ (uint8_t)s[j]) * FNV_PRIME;
+        Py_DECREF(name);
+        PyObject *v = PyLong_FromUnsignedLongLong(key << 32 | h);
+        if (!v) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, i, v);
+    }
+done:
+    Py_XDECREF(names);
+    PyBuffer_Release(&head);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"block_keys", block_keys, METH_VARARGS, block_keys_doc},
     {"block_keys_bytes", block_keys_bytes, METH_VARARGS, block_keys_bytes_doc},
     {"decode_ends", decode_ends, METH_VARARGS, decode_ends_doc},
     {"heads", heads, METH_VARARGS, heads_doc},
+    {"chain", chain, METH_VARARGS, chain_doc},
+    {"chain_heads", chain_heads, METH_VARARGS, chain_heads_doc},
+    {"stream_keys", stream_keys, METH_VARARGS, stream_keys_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_kernels",
-    "Compiled twins of three hot loops of virtual time (workbench/kernels.py).", -1,
+    "Compiled twins of hot leaf loops of virtual time (workbench/kernels.py).", -1,
     methods, NULL, NULL, NULL, NULL,
 };
 

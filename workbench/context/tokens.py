@@ -13,7 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from workbench.context.hashing import FNV32_PRIME, fnv1a_32
+from workbench.context.hashing import FNV32_PRIME, chain_hashes, fnv1a_32
 from workbench.kernels import native as _kernels
 from workbench.segments import BLOCK, PREFIX, UNIT, Part, Segments
 
@@ -224,18 +224,44 @@ class TokenPool:
 
     def _hash_id_keys(self, hash_ids: Sequence[int]) -> list[int]:
         """The packed stream keys (``key << 32 | fnv``) of hash ids' blocks, memoized in a
-        plain dict (``lru_cache``'s four-argument key cost more than the tokens)."""
+        plain dict (``lru_cache``'s four-argument key cost more than the tokens); the ids
+        not in it computed together (``_new_block_keys``)."""
         memo = self._block_keys
-        out: list[int] = []
+        try:
+            return [memo[h] for h in hash_ids]
+        except KeyError:
+            pass
+        new = [h for h in dict.fromkeys(hash_ids) if h not in memo]
+        if len(memo) + len(new) > _BLOCK_KEYS_MAX:
+            memo.clear()
+            new = list(dict.fromkeys(hash_ids))
+        memo.update(zip(new, self._new_block_keys(new), strict=True))
+        return [memo[h] for h in hash_ids]
+
+    def _new_block_keys(self, hash_ids: Sequence[int]) -> list[int]:
+        """``_packed(_NS_BLOCK, str(h))`` of each hash id: one call of the compiled
+        ``stream_keys`` (workbench/kernels.c), or ``_stream_keys_once`` per id."""
+        if _kernels is not None:
+            head, state = _ident_head(self.seed, self.salt, _NS_BLOCK)
+            keys: list[int] = _kernels.stream_keys(head.encode(), state, hash_ids)
+            return keys
+        out = []
         for h in hash_ids:
-            packed = memo.get(h)
-            if packed is None:
-                if len(memo) > _BLOCK_KEYS_MAX:
-                    memo.clear()
-                fnv, key = _stream_keys_once(self.seed, self.salt, _NS_BLOCK, str(h))
-                packed = memo[h] = key << 32 | fnv
-            out.append(packed)
+            fnv, key = _stream_keys_once(self.seed, self.salt, _NS_BLOCK, str(h))
+            out.append(key << 32 | fnv)
         return out
+
+    def chain_heads(self, prev: int | None, packed: Sequence[int], width: int, n: int
+                    ) -> list[int]:
+        """``chain_hashes(prev, heads_array(packed, width, n, np.uint32), width)``: the
+        record hashes of whole hash-id blocks, in one compiled call that never builds the
+        token array (``_kernels.chain_heads``) where the kernels run."""
+        if _kernels is not None:
+            hashes: list[int] = _kernels.chain_heads(
+                prev, packed, width, n, self.vocab_lo, self.vocab_hi - self.vocab_lo
+            )
+            return hashes
+        return chain_hashes(prev, self.heads_array(packed, width, n, np.uint32), width)
 
     def heads_array(
         self, packed: Sequence[int], width: int, n: int, dtype: type = np.int64
