@@ -248,8 +248,27 @@ def test_hash_id_keys_equal_the_python_twin(seed: int, salt: str, ids: list[int]
     with pytest.MonkeyPatch.context() as m:
         m.setattr(tokens_mod, "_kernels", None)
         want = TokenPool(seed=seed, salt=salt)._hash_id_keys(ids)
-    keys = [tokens_mod._stream_keys_once(seed, salt, "b", str(h)) for h in ids]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(tokens_mod, "_kernels", None)
+        keys = [tokens_mod._stream_keys_once(seed, salt, "b", str(h)) for h in ids]
     assert got == want == [key << 32 | fnv for fnv, key in keys]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**40), st.sampled_from(["", "run-7", "é\x1f"]),
+       st.sampled_from(["u", "p", "b", "t"]), st.text(max_size=40))
+def test_stream_keys_equal_the_python_twin(seed: int, salt: str, ns: str, name: str) -> None:
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(tokens_mod, "_kernels", None)
+        try:
+            want = tokens_mod._stream_keys_once(seed, salt, ns, name)
+        except UnicodeEncodeError:  # a lone surrogate
+            want = None
+    if want is None:  # refused alike
+        with pytest.raises(UnicodeEncodeError):
+            tokens_mod._stream_keys_once(seed, salt, ns, name)
+    else:
+        assert tokens_mod._stream_keys_once(seed, salt, ns, name) == want
 
 
 def test_hash_id_keys_over_the_memo_bound_start_it_over(monkeypatch) -> None:

@@ -32,18 +32,22 @@ _NS_UNIT, _NS_PREFIX, _NS_BLOCK, _NS_TAIL = "u", "p", "b", "t"
 
 
 @lru_cache(maxsize=256)
-def _ident_head(seed: int, salt: str, namespace: str) -> tuple[str, int]:
-    """A stream id's part before its name, and the FNV-1a state after it."""
+def _ident_head(seed: int, salt: str, namespace: str) -> tuple[bytes, int]:
+    """A stream id's part before its name (UTF-8), and the FNV-1a state after it."""
     head = f"{seed}\x1f{salt}\x1f{namespace}\x1f" if salt else f"{seed}\x1f{namespace}\x1f"
-    return head, fnv1a_32(head)
+    return head.encode(), fnv1a_32(head)
 
 
 def _stream_keys_once(seed: int, salt: str, namespace: str, name: str) -> tuple[int, int]:
     """``(fnv_seed, finalizer_key)`` of one stream (no salt: the unsalted key): the FNV-1a
     of the stream id continued over its name from the head's state (a new hash id's
-    keys, per id of a Mooncake row, hash only its digits)."""
+    keys, per id of a Mooncake row, hash only its digits); the compiled ``stream_keys``
+    where the kernels run (a unit's stream, once a round)."""
     head, state = _ident_head(seed, salt, namespace)
-    key = int.from_bytes(hashlib.blake2b((head + name).encode(), digest_size=4).digest(), "little")
+    if _kernels is not None:
+        packed: int = _kernels.stream_keys(head, state, (name,))[0]
+        return packed & _LOW32, packed >> 32
+    key = int.from_bytes(hashlib.blake2b(head + name.encode(), digest_size=4).digest(), "little")
     return fnv1a_32(name, state), key
 
 
@@ -243,7 +247,7 @@ class TokenPool:
         ``stream_keys`` (workbench/kernels.c), or ``_stream_keys_once`` per id."""
         if _kernels is not None:
             head, state = _ident_head(self.seed, self.salt, _NS_BLOCK)
-            keys: list[int] = _kernels.stream_keys(head.encode(), state, hash_ids)
+            keys: list[int] = _kernels.stream_keys(head, state, hash_ids)
             return keys
         out = []
         for h in hash_ids:
