@@ -5,6 +5,7 @@ the twins."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import workbench.context.hashing as hashing_mod
 import workbench.context.tokens as tokens_mod
 import workbench.segments as segments_mod
 import workbench.sim.cost as cost_mod
+import workbench.storage.rundir as rundir_mod
 from workbench.context.tokens import TokenPool
 from workbench.kernels import native
 from workbench.segments import BLOCK, OUTPUT, PREFIX, UNIT, BlockKeyer, Segments, _mix
@@ -287,3 +289,46 @@ def test_compiled_0_runs_the_twins_everywhere() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True, timeout=60).stdout  # fmt: skip
     assert out.split() == ["True", "False"]
+
+
+# -- JSON lines read back: when orjson's result is kept ----------------------------------
+def _typed(x):  # type: ignore[no-untyped-def]
+    """A value with every leaf's type: equal only if the two parses agree in kind too."""
+    if isinstance(x, dict):
+        return {k: _typed(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_typed(v) for v in x]
+    return (type(x).__name__, x)
+
+
+_big = st.one_of(st.integers(-(2**64), 2**64), st.integers(-(2**80), 2**80),
+                 st.sampled_from([2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64 - 1, 2**64]))
+_leaf = st.one_of(_big, st.floats(allow_nan=False, allow_infinity=False), st.booleans(),
+                  st.none(), st.text(alphabet='0123456789"\\-.eE ab\u00e9', max_size=30))
+_doc = st.recursive(_leaf, lambda kids: st.one_of(
+    st.lists(kids, max_size=5), st.dictionaries(st.text(alphabet='0123456789"\\a', max_size=25),
+                                                kids, max_size=5)), max_leaves=25)
+_raw_number = st.builds(lambda m, f, e: f"{m}.{f}e{e}", st.integers(-(10**30), 10**30),
+                        st.integers(0, 10**25), st.integers(-30, 30))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(_doc.map(json.dumps), _raw_number), min_size=1, max_size=6),
+       st.sampled_from([",", ", ", " ,\t"]))
+def test_loads_line_keeps_orjsons_result_exactly_when_its_twin_does(parts, sep) -> None:  # type: ignore[no-untyped-def]
+    line = ("[" + sep.join(parts) + "]").encode()
+    got = rundir_mod.loads_line(line)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(rundir_mod, "_kernels", None)
+        want = rundir_mod.loads_line(line)
+    assert _typed(got) == _typed(want) == _typed(json.loads(line))
+
+
+def test_json_ints_fit_reads_the_edges_of_orjsons_range() -> None:
+    fit = native.json_ints_fit
+    assert fit(b'[18446744073709551615,-9223372036854775808,1234567890123456789]')
+    assert not fit(b'[18446744073709551616]') and not fit(b'{"a":[-9223372036854775809]}')
+    assert not fit(b'99999999999999999999') and not fit(b'-10000000000000000000')
+    assert fit(b'["123456789012345678901234", 1.23456789012345678901234e5, 1e999999]')
+    assert fit(b'{"k\\"18446744073709551616": "\\\\", "x": 0}')  # escapes: still a string
+    assert not fit(b'{"k\\\\": 18446744073709551616}')  # an escaped backslash ends it

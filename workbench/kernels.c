@@ -17,6 +17,8 @@
  * - chain / chain_heads: workbench/context/hashing.py's `chain_hashes` (blake2b chained
  *   over each block's uint32 tokens), chain_heads over `heads` tokens of each hash-id block.
  * - stream_keys: workbench/context/tokens.py's `_stream_keys_once` of each hash id's name.
+ * - json_ints_fit: whether workbench/storage/rundir.py's `loads_line` may keep orjson's
+ *   result (every integer literal in orjson's exact range; its twin writes the value back).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -568,6 +570,58 @@ done:
     return out;
 }
 
+PyDoc_STRVAR(json_ints_fit_doc,
+             "json_ints_fit(data) -> bool\n\n"
+             "False when a JSON text has an integer literal (outside strings: no fraction, "
+             "no exponent) out of [-2**63, 2**64), which orjson reads as a float; True "
+             "otherwise (storage.rundir.loads_line keeps orjson's result then).");
+
+/* digits[0:n] (no sign) compared with the decimal string lim of the same length */
+static int digits_le(const char *digits, const char *lim, Py_ssize_t n) {
+    return memcmp(digits, lim, (size_t)n) <= 0;
+}
+
+static PyObject *json_ints_fit(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "y*", &data))
+        return NULL;
+    const char *p = data.buf, *end = p + data.len;
+    int fit = 1;
+    while (p < end && fit) {
+        char c = *p;
+        if (c == '"') { /* a string: to its closing quote, escapes skipped */
+            p++;
+            while (p < end && *p != '"')
+                p += *p == '\\' ? 2 : 1;
+            p++;
+            continue;
+        }
+        if (c != '-' && (c < '0' || c > '9')) {
+            p++;
+            continue;
+        }
+        int neg = c == '-';
+        const char *d = p + neg, *q = d;
+        while (q < end && *q >= '0' && *q <= '9')
+            q++;
+        Py_ssize_t n = q - d;
+        if (q < end && (*q == '.' || *q == 'e' || *q == 'E')) { /* a float: skip it */
+            q++;
+            while (q < end && ((*q >= '0' && *q <= '9') || *q == '.' || *q == 'e' ||
+                               *q == 'E' || *q == '+' || *q == '-'))
+                q++;
+        } else if (n >= 19) {
+            if (neg)
+                fit = n == 19 && digits_le(d, "9223372036854775808", 19);
+            else
+                fit = n == 19 || (n == 20 && digits_le(d, "18446744073709551615", 20));
+        }
+        p = q > p ? q : p + 1;
+    }
+    PyBuffer_Release(&data);
+    return PyBool_FromLong(fit);
+}
+
 static PyMethodDef methods[] = {
     {"block_keys", block_keys, METH_VARARGS, block_keys_doc},
     {"block_keys_bytes", block_keys_bytes, METH_VARARGS, block_keys_bytes_doc},
@@ -576,6 +630,7 @@ static PyMethodDef methods[] = {
     {"chain", chain, METH_VARARGS, chain_doc},
     {"chain_heads", chain_heads, METH_VARARGS, chain_heads_doc},
     {"stream_keys", stream_keys, METH_VARARGS, stream_keys_doc},
+    {"json_ints_fit", json_ints_fit, METH_VARARGS, json_ints_fit_doc},
     {NULL, NULL, 0, NULL},
 };
 
