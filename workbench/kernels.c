@@ -182,6 +182,15 @@ static PyObject *decode_ends(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* Token j of a hash-id source (seed: its FNV-1a seed times the prime, key: its key << 32):
+ * the position through the keyed splitmix finaliser, reduced into [lo, lo + span). */
+static inline uint64_t head_token(uint32_t seed, uint64_t key, uint32_t j, uint64_t lo,
+                                  uint64_t span) {
+    uint32_t x = (seed ^ j) * FNV_PRIME;
+    uint64_t z = finish(key | x) >> 32;
+    return ((z * span) >> 32) + lo;
+}
+
 PyDoc_STRVAR(heads_doc,
              "heads(packed, width, n, lo, span, out) -> None\n\n"
              "The first n of tokens 0 .. width-1 of each source packed[i] (key << 32 | fnv), "
@@ -219,9 +228,7 @@ static PyObject *heads(PyObject *self, PyObject *args) {
         uint32_t seed = (uint32_t)(kf & 0xFFFFFFFFULL) * FNV_PRIME;
         uint64_t key = kf >> 32 << 32;
         for (Py_ssize_t j = 0; j < width && idx < n; j++, idx++) {
-            uint32_t x = (seed ^ (uint32_t)j) * FNV_PRIME;
-            uint64_t z = finish(key | x) >> 32;
-            z = ((z * span) >> 32) + lo;
+            uint64_t z = head_token(seed, key, (uint32_t)j, lo, span);
             if (out.itemsize == 4)
                 ((uint32_t *)out.buf)[idx] = (uint32_t)z;
             else
@@ -439,13 +446,6 @@ done:
     return out;
 }
 
-static inline uint32_t head_token(uint32_t seed, uint64_t key, uint32_t j, uint64_t lo,
-                                  uint64_t span) {
-    uint32_t x = (seed ^ j) * FNV_PRIME;
-    uint64_t z = finish(key | x) >> 32;
-    return (uint32_t)(((z * span) >> 32) + lo);
-}
-
 PyDoc_STRVAR(chain_heads_doc,
              "chain_heads(prev, packed, width, n, lo, span) -> list[int]\n\n"
              "chain(prev, heads(packed, width, n, lo, span) as uint32 bytes, 4 * width): "
@@ -491,7 +491,7 @@ static PyObject *chain_heads(PyObject *self, PyObject *args) {
         uint64_t key = kf >> 32 << 32;
         Py_ssize_t m = left < width ? left : width;
         for (Py_ssize_t j = 0; j < m; j++) {
-            uint32_t t = head_token(seed, key, (uint32_t)j, lo, span);
+            uint32_t t = (uint32_t)head_token(seed, key, (uint32_t)j, lo, span);
             buf[4 * j] = (uint8_t)t;
             buf[4 * j + 1] = (uint8_t)(t >> 8);
             buf[4 * j + 2] = (uint8_t)(t >> 16);
