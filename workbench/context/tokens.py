@@ -300,7 +300,9 @@ class TokenPool:
         *, fill_stream: str | None = None,
     ) -> Segments:  # fmt: skip
         """``prompt_from_hash_ids`` as ``Segments`` (same tokens once resolved, same errors):
-        one part per hash id, the last one cut, then the unhashed fill if any."""
+        one part per hash id, the last one cut, then the unhashed fill if any. The parts
+        are normal as made (none empty; two blocks never join: each starts at its token
+        0; the fill is another kind), so ``Segments`` takes them as they are."""
         n_blocks, covered, missing = _hash_id_cover(hash_ids, input_len, block_size, fill_stream)
         keys = self._hash_id_keys(hash_ids[:n_blocks])
         parts: list[Part] = [(BLOCK, k, 0, block_size) for k in keys]
@@ -308,7 +310,7 @@ class TokenPool:
             parts[-1] = (BLOCK, parts[-1][1], 0, covered - (n_blocks - 1) * block_size)
         if missing:
             parts.append(self.fresh_part(fill_stream or "", missing))
-        return Segments(parts)
+        return Segments(parts, normal=True)
 
     def resolve(self, kind: int, packed: int, start: int, n: int) -> list[int]:
         """The token ids of a part of this pool's sources (``Segments.tokens``)."""
