@@ -244,141 +244,71 @@ fail:
     return NULL;
 }
 
-/* BLAKE2b (RFC 7693), unkeyed, digest of 1..64 bytes: the hash of record block hashes and
- * of stream keys, as hashlib.blake2b(data, digest_size=nn) computes it (tests compare the
- * two on every length around the 128-byte block edges). */
-static const uint64_t B2_IV[8] = {
-    0x6a09e667f3bcc908ULL, 0xbb67ae8584caa73bULL, 0x3c6ef372fe94f82bULL, 0xa54ff53a5f1d36f1ULL,
-    0x510e527fade682d1ULL, 0x9b05688c2b3e6c1fULL, 0x1f83d9abfb41bd6bULL, 0x5be0cd19137e2179ULL,
-};
-static const uint8_t B2_SIGMA[12][16] = {
-    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
-    {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
-    {11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4},
-    {7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8},
-    {9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13},
-    {2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9},
-    {12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11},
-    {13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10},
-    {6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5},
-    {10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0},
-    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
-    {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
-};
+/* BLAKE2b through the standard library's hashlib.blake2b (not an implementation of our
+ * own): the hash of record block hashes and of stream keys. One call a block: the loop
+ * around it, the tokens and the bytes are what is compiled here. */
+static PyObject *b2_new = NULL;     /* hashlib.blake2b */
+static PyObject *b2_kwnames = NULL; /* ("digest_size",) */
+static PyObject *b2_sizes[9];       /* digest_size values, by size */
+static PyObject *b2_digest_name = NULL;
 
-typedef struct {
-    uint64_t h[8];
-    uint64_t t;       /* bytes compressed so far (inputs here stay far below 2^64) */
-    uint8_t buf[128]; /* the block not yet compressed: it may be the last */
-    size_t fill;
-} b2_state;
+static int b2_ready(void) {
+    if (b2_new)
+        return 0;
+    PyObject *mod = PyImport_ImportModule("hashlib");
+    if (!mod)
+        return -1;
+    PyObject *ctor = PyObject_GetAttrString(mod, "blake2b");
+    Py_DECREF(mod);
+    if (!ctor)
+        return -1;
+    b2_kwnames = Py_BuildValue("(s)", "digest_size");
+    b2_digest_name = PyUnicode_InternFromString("digest");
+    b2_sizes[4] = PyLong_FromLong(4);
+    b2_sizes[8] = PyLong_FromLong(8);
+    if (!b2_kwnames || !b2_digest_name || !b2_sizes[4] || !b2_sizes[8]) {
+        Py_DECREF(ctor);
+        return -1;
+    }
+    b2_new = ctor;
+    return 0;
+}
 
-static inline uint64_t rotr64(uint64_t x, int n) { return (x >> n) | (x << (64 - n)); }
-
-static inline uint64_t load64(const uint8_t *p) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-#else
+/* blake2b(a[0:na] + b[0:nb], digest_size=nn) for nn 4 or 8, its digest read as a
+ * little-endian int into *out; -1 with the exception set. */
+static int b2_digest(const uint8_t *a, size_t na, const uint8_t *b, size_t nb, unsigned nn,
+                     uint64_t *out) {
+    if (b2_ready() < 0)
+        return -1;
+    PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(na + nb));
+    if (!data)
+        return -1;
+    memcpy(PyBytes_AS_STRING(data), a, na);
+    memcpy(PyBytes_AS_STRING(data) + na, b, nb);
+    PyObject *call[2] = {data, b2_sizes[nn]};
+    PyObject *h = PyObject_Vectorcall(b2_new, call, 1, b2_kwnames);
+    Py_DECREF(data);
+    if (!h)
+        return -1;
+    PyObject *d = PyObject_CallMethodNoArgs(h, b2_digest_name);
+    Py_DECREF(h);
+    if (!d)
+        return -1;
+    const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(d);
     uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-#endif
+    for (unsigned i = 0; i < nn; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    Py_DECREF(d);
+    *out = v;
+    return 0;
 }
 
-#define B2_G(a, b, c, d, x, y)                                                                 \
-    do {                                                                                       \
-        a = a + b + (x);                                                                       \
-        d = rotr64(d ^ a, 32);                                                                 \
-        c = c + d;                                                                             \
-        b = rotr64(b ^ c, 24);                                                                 \
-        a = a + b + (y);                                                                       \
-        d = rotr64(d ^ a, 16);                                                                 \
-        c = c + d;                                                                             \
-        b = rotr64(b ^ c, 63);                                                                 \
-    } while (0)
-
-static void b2_compress(b2_state *s, const uint8_t *block, int last) {
-    uint64_t m[16], v[16];
-    for (int i = 0; i < 16; i++)
-        m[i] = load64(block + 8 * i);
-    for (int i = 0; i < 8; i++) {
-        v[i] = s->h[i];
-        v[i + 8] = B2_IV[i];
-    }
-    v[12] ^= s->t;
-    if (last)
-        v[14] = ~v[14];
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC unroll 12
-#endif
-    for (int r = 0; r < 12; r++) {
-        const uint8_t *z = B2_SIGMA[r];
-        B2_G(v[0], v[4], v[8], v[12], m[z[0]], m[z[1]]);
-        B2_G(v[1], v[5], v[9], v[13], m[z[2]], m[z[3]]);
-        B2_G(v[2], v[6], v[10], v[14], m[z[4]], m[z[5]]);
-        B2_G(v[3], v[7], v[11], v[15], m[z[6]], m[z[7]]);
-        B2_G(v[0], v[5], v[10], v[15], m[z[8]], m[z[9]]);
-        B2_G(v[1], v[6], v[11], v[12], m[z[10]], m[z[11]]);
-        B2_G(v[2], v[7], v[8], v[13], m[z[12]], m[z[13]]);
-        B2_G(v[3], v[4], v[9], v[14], m[z[14]], m[z[15]]);
-    }
-    for (int i = 0; i < 8; i++)
-        s->h[i] ^= v[i] ^ v[i + 8];
-}
-
-static void b2_init(b2_state *s, unsigned nn) {
-    for (int i = 0; i < 8; i++)
-        s->h[i] = B2_IV[i];
-    s->h[0] ^= 0x01010000ULL ^ nn;
-    s->t = 0;
-    s->fill = 0;
-}
-
-static void b2_update(b2_state *s, const uint8_t *p, size_t n) {
-    while (n) {
-        if (s->fill == 128) { /* more input follows: this block is not the last */
-            s->t += 128;
-            b2_compress(s, s->buf, 0);
-            s->fill = 0;
-        }
-        if (s->fill == 0) {
-            while (n > 128) { /* whole blocks straight from the input */
-                s->t += 128;
-                b2_compress(s, p, 0);
-                p += 128;
-                n -= 128;
-            }
-        }
-        size_t take = 128 - s->fill < n ? 128 - s->fill : n;
-        memcpy(s->buf + s->fill, p, take);
-        s->fill += take;
-        p += take;
-        n -= take;
-    }
-}
-
-/* The first 8 digest bytes as a little-endian uint64 (digest_size 8), or the first 4 as
- * its low 32 bits (digest_size 4): the little-endian int of the digest either way. */
-static uint64_t b2_final(b2_state *s, unsigned nn) {
-    s->t += s->fill;
-    memset(s->buf + s->fill, 0, 128 - s->fill);
-    b2_compress(s, s->buf, 1);
-    return nn >= 8 ? s->h[0] : s->h[0] & ((1ULL << (8 * nn)) - 1);
-}
-
-/* blake2b(prev as 8 little-endian bytes + data[0:n], digest_size=8) */
-static uint64_t b2_chain(uint64_t prev, const uint8_t *data, size_t n) {
-    b2_state s;
+/* blake2b(prev as 8 little-endian bytes + data[0:n], digest_size=8) into *out */
+static int b2_chain(uint64_t prev, const uint8_t *data, size_t n, uint64_t *out) {
     uint8_t p[8];
     for (int i = 0; i < 8; i++)
         p[i] = (uint8_t)(prev >> (8 * i));
-    b2_init(&s, 8);
-    b2_update(&s, p, 8);
-    b2_update(&s, data, n);
-    return b2_final(&s, 8);
+    return b2_digest(p, 8, data, n, 8, out);
 }
 
 /* prev: None (the first block: 8 zero bytes) or an int in [0, 2**64) (OverflowError
@@ -435,8 +365,7 @@ static PyObject *chain(PyObject *self, PyObject *args) {
     const uint8_t *buf = data.buf;
     for (Py_ssize_t at = 0; at < data.len; at += step) {
         Py_ssize_t n = data.len - at < step ? data.len - at : step;
-        p = b2_chain(p, buf + at, (size_t)n);
-        if (append_u64(out, p) < 0) {
+        if (b2_chain(p, buf + at, (size_t)n, &p) < 0 || append_u64(out, p) < 0) {
             Py_CLEAR(out);
             break;
         }
@@ -497,9 +426,8 @@ static PyObject *chain_heads(PyObject *self, PyObject *args) {
             buf[4 * j + 2] = (uint8_t)(t >> 16);
             buf[4 * j + 3] = (uint8_t)(t >> 24);
         }
-        p = b2_chain(p, buf, (size_t)m * 4);
         left -= m;
-        if (append_u64(out, p) < 0) {
+        if (b2_chain(p, buf, (size_t)m * 4, &p) < 0 || append_u64(out, p) < 0) {
             Py_CLEAR(out);
             goto done;
         }
@@ -534,9 +462,6 @@ static PyObject *stream_keys(PyObject *self, PyObject *args) {
     out = PyList_New(m);
     if (!out)
         goto done;
-    b2_state base;
-    b2_init(&base, 4);
-    b2_update(&base, head.buf, (size_t)head.len);
     for (Py_ssize_t i = 0; i < m; i++) {
         PyObject *name = PyObject_Str(PySequence_Fast_GET_ITEM(names, i));
         if (!name) {
@@ -550,9 +475,12 @@ static PyObject *stream_keys(PyObject *self, PyObject *args) {
             Py_CLEAR(out);
             goto done;
         }
-        b2_state st = base;
-        b2_update(&st, (const uint8_t *)s, (size_t)len);
-        uint64_t key = b2_final(&st, 4);
+        uint64_t key;
+        if (b2_digest(head.buf, (size_t)head.len, (const uint8_t *)s, (size_t)len, 4, &key) < 0) {
+            Py_DECREF(name);
+            Py_CLEAR(out);
+            goto done;
+        }
         uint32_t h = (uint32_t)state;
         for (Py_ssize_t j = 0; j < len; j++)
             h = (h ^ (uint8_t)s[j]) * FNV_PRIME;
