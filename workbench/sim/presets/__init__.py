@@ -17,10 +17,10 @@ BF16 otherwise. From public facts alone it derives:
   thread block per head over the whole context, the longer wait that takes:
   ``Preset.unsplit_attention_s``), plus the tensor-parallel all-reduces costed on the
   GPU's fabric (``Preset.allreduce_s``: NVSwitch, xGMI mesh or a PCIe ring) and a fixed
-  time per step and per layer;
+  time per step (a serving engine's, or a compiled static-batch loop's) and per layer;
 * the time to bring KV back from host memory (``Preset.load_ms``).
 
-Nine efficiency factors and two switches (``FACTORS``, read from
+Ten efficiency factors and three switches (``FACTORS``, read from
 ``sim/presets/fitted_factors.json``) are fitted to cited public measurements by
 ``presets.fit`` (docs/hardware.md, "Fit": how, and every formula, source and the error
 left, in sample and held out).
@@ -67,7 +67,13 @@ class Factors:
     ``collapsed_routing``: a switch too — 1 where a MoE's router sends every token of a
     step to the same ``k`` experts (random gate weights of a fake-weight benchmark: a
     table's ``# moe_routing: collapsed``, docs/hardware.md "MoE routing"), so a step reads
-    ``k`` experts whatever its tokens; 0 (independent routing) otherwise."""
+    ``k`` experts whatever its tokens; 0 (independent routing) otherwise.
+    ``static_loop``: a switch too — 1 where the engine is a compiled static-batch
+    benchmark's loop (TensorRT-LLM's C++ ``gptSessionBenchmark``: no Python scheduler,
+    no sampling in Python, no HTTP), whose fixed time of a step is ``static_step_ms``
+    (fitted, docs/hardware.md "Fixed time by engine") in place of a serving engine's
+    ``step_overhead_ms``: a table's ``# step_loop: static``, a calibrated preset; 0 (a
+    serving engine's step) otherwise."""
 
     mfu: float
     mbu: float
@@ -80,6 +86,8 @@ class Factors:
     attn_block_share: float = 0.0
     unsplit_attention: float = 0.0  # 1: the engine's decode attention is one block per head
     collapsed_routing: float = 0.0  # 1: every token of a step routes to the same k experts
+    static_step_ms: float = 0.0  # the fixed time of a step of a compiled static-batch loop
+    static_loop: float = 0.0  # 1: the engine is a compiled static-batch benchmark's loop
 
 
 FACTORS_FILE = Path(__file__).with_name("fitted_factors.json")
@@ -254,7 +262,10 @@ class Preset:
         if f.unsplit_attention:  # the KV read takes the longer of its bytes and the blocks'
             memory += max(0.0, self.unsplit_attention_s(prefill_tokens, decode_seqs,
                                                         kv_tokens) - kv_bytes / bandwidth)
-        fixed = f.step_overhead_ms + m.layers * f.layer_us * 1e-3
+        # a compiled static loop's fixed step, or a serving engine's (docs/hardware.md,
+        # "Fixed time by engine")
+        per_step = f.static_step_ms if f.static_loop else f.step_overhead_ms
+        fixed = per_step + m.layers * f.layer_us * 1e-3
         return (max(compute, memory) + self.allreduce_s(tokens)) * 1e3 + fixed
 
     def load_ms(self, tokens: int, host_gbps: float) -> float:

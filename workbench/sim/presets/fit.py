@@ -180,6 +180,8 @@ def uses(table: Table) -> frozenset[str]:
         names.discard("allreduce_us")
     if not table.unsplit_attention:
         names.discard("attn_block_share")
+    # a table's steps pay one fixed time: a compiled static loop's or a serving engine's
+    names.discard("step_overhead_ms" if table.static_loop else "static_step_ms")
     names.difference_update(SWITCHES)  # switches the table sets, never searched
     return frozenset(names)
 
@@ -234,9 +236,10 @@ def loss(rows: list[RowError]) -> float:
 FACTOR_BOUNDS = {"mfu": (0.05, 1.0), "mbu": (0.05, 1.0), "step_overhead_ms": (0.0, 50.0),
                  "request_overhead_ms": (0.0, 200.0), "allreduce_us": (0.0, 500.0),
                  "mfu_fp8": (0.05, 1.0), "layer_us": (0.0, 500.0),
-                 "gemm_half_tokens": (0.0, 4096.0), "attn_block_share": (0.001, 1.0)}
+                 "gemm_half_tokens": (0.0, 4096.0), "attn_block_share": (0.001, 1.0),
+                 "static_step_ms": (0.0, 50.0)}
 #: fields of ``presets.Factors`` the search leaves alone: switches, not factors
-SWITCHES = ("unsplit_attention", "collapsed_routing")
+SWITCHES = ("unsplit_attention", "collapsed_routing", "static_loop")
 
 
 def fit(tables: list[Table], start: presets.Factors | None = None,
@@ -376,10 +379,12 @@ def breakdown(rows: list[RowError]) -> dict[str, dict[str, float]]:
 
 
 #: where every fit starts (the fits are local searches): the previous fit's factors
-#: (docs/hardware.md, "Fit") with the new ones at round values no table was searched for
+#: (docs/hardware.md, "Fit") with the new ones at round values no table was searched for;
+#: a compiled static loop's fixed step starts where a serving engine's does (no prior that
+#: it is cheaper: the search moves it, a fold that never saw a static table keeps it)
 START = presets.Factors(mfu=0.70, mbu=0.8, step_overhead_ms=2.4, request_overhead_ms=5.19,
                         allreduce_us=20.0, mfu_fp8=0.467, layer_us=5.0, gemm_half_tokens=32.0,
-                        attn_block_share=0.02)
+                        attn_block_share=0.02, static_step_ms=2.4)
 
 
 def _by(rows: list[RowError], key: Callable[[RowError], str]) -> dict[str, dict[str, float]]:

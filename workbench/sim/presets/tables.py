@@ -73,12 +73,21 @@ class Table:
         return self._either("moe_routing", "independent", "collapsed")
 
     @property
+    def static_loop(self) -> bool:
+        """Whether the engine the table ran on stepped in a compiled static-batch loop
+        (TensorRT-LLM's C++ benchmark) rather than a serving engine's scheduler: the
+        ``# step_loop:`` line, ``static`` or ``serving`` (the default) (docs/hardware.md,
+        "Fixed time by engine")."""
+        return self._either("step_loop", "serving", "static")
+
+    @property
     def switches(self) -> dict[str, float]:
         """The ``presets.Factors`` switches the engine the table ran on sets (1.0 each):
         ``unsplit_attention`` (``# decode_attention: unsplit``), ``collapsed_routing``
-        (``# moe_routing: collapsed``)."""
+        (``# moe_routing: collapsed``), ``static_loop`` (``# step_loop: static``)."""
         return {name: 1.0 for name, on in (("unsplit_attention", self.unsplit_attention),
-                                           ("collapsed_routing", self.collapsed_routing))
+                                           ("collapsed_routing", self.collapsed_routing),
+                                           ("static_loop", self.static_loop))
                 if on}
 
     @property
