@@ -191,3 +191,30 @@ def test_a_table_of_a_collapsed_moe_router_replays_with_it(tmp_path: Path) -> No
     with pytest.raises(ValueError,
                        match=r"t: '# moe_routing:' must be independent or collapsed"):
         fit.table_errors(bad)
+
+
+def test_a_table_of_a_compiled_static_loop_replays_with_its_fixed_step(tmp_path: Path) -> None:
+    """``# step_loop: static`` replays the table with ``static_loop`` on (the shipped
+    factors keep it off): each of a static batch's steps (one whole-batch prefill, then a
+    decode per output token after the first) pays ``static_step_ms`` in place of
+    ``step_overhead_ms``, so the batch's latency moves by exactly steps × their difference;
+    the fit searches the factor the table uses and leaves the other alone; a value the line
+    cannot read is refused naming the table and the line."""
+    rows = "preset\tbatch\tisl\tosl\tlatency_ms\nllama-2-7b/h100/tp1\t4\t128\t5\t100\n"
+    meta = "# kind: burst\n# scheduler: trtllm-static\n"
+    serving = _table(tmp_path, meta, rows)
+    static = dataclasses.replace(serving, meta={**serving.meta, "step_loop": "static"})
+    assert not serving.static_loop and static.static_loop
+    assert static.switches == {"static_loop": 1.0} and serving.switches == {}
+    f = presets.FACTORS
+    assert not f.static_loop and f.static_step_ms != f.step_overhead_ms
+    (a,), (b,) = fit.table_errors(serving), fit.table_errors(static)
+    steps = 5  # the prefill (and first token), then four decodes
+    assert a.simulated - b.simulated == pytest.approx(
+        steps * (f.step_overhead_ms - f.static_step_ms), abs=1e-3)
+    assert "static_loop" in fit.SWITCHES
+    assert {"step_overhead_ms", "static_step_ms"} & fit.uses(serving) == {"step_overhead_ms"}
+    assert {"step_overhead_ms", "static_step_ms"} & fit.uses(static) == {"static_step_ms"}
+    bad = dataclasses.replace(serving, meta={**serving.meta, "step_loop": "compiled"})
+    with pytest.raises(ValueError, match=r"t: '# step_loop:' must be serving or static"):
+        fit.table_errors(bad)

@@ -55,6 +55,34 @@ def test_a_moe_reads_only_the_experts_its_tokens_route_to() -> None:
     assert one < many <= p.weight_bytes and many == pytest.approx(p.weight_bytes, rel=1e-3)
 
 
+def test_a_compiled_static_loop_pays_its_own_fixed_step() -> None:
+    """``Factors.static_loop`` (a compiled static-batch benchmark, docs/hardware.md "Fixed
+    time by engine"): every step pays ``static_step_ms`` where a serving engine's pays
+    ``step_overhead_ms``; the per-layer time, the bytes, the FLOPs and the all-reduce are
+    the same; off in the shipped factors."""
+    for name in ("llama-2-7b/h100/tp1", "mixtral-8x7b/l40s/tp4"):
+        base = resolve(name)
+        f = base.factors
+        assert not f.static_loop  # off unless a table or calibration says
+        on = dataclasses.replace(f, static_loop=1.0, static_step_ms=1.25)
+        p = Preset(base.model, base.gpu, base.tp, base.fp8, on)
+        for step in ((0, 1, 200), (128, 0, 0), (0, 64, 64 * 2000), (2048, 3, 9000)):
+            assert base.step_ms(*step) - p.step_ms(*step) == pytest.approx(
+                f.step_overhead_ms - 1.25)
+        # the switch off, the factor changes nothing
+        idle = dataclasses.replace(f, static_step_ms=0.0)
+        assert Preset(base.model, base.gpu, base.tp, base.fp8, idle).step_ms(0, 1, 200) == (
+            base.step_ms(0, 1, 200))
+    fixed = resolve("llama-2-7b/h100/tp1")
+    zero = dataclasses.replace(fixed.factors, static_loop=1.0, static_step_ms=0.0)
+    m = fixed.model
+    # a decode step of one sequence: its bytes at mbu, then the layers' fixed time alone
+    bytes_ms = (fixed.weight_read_bytes(1) + 200 * fixed.kv_bytes_per_token_gpu) / (
+        fixed.gpu.bandwidth_gbps * 1e9 * zero.mbu) * 1e3
+    assert Preset(m, fixed.gpu, 1, False, zero).step_ms(0, 1, 200) == pytest.approx(
+        bytes_ms + m.layers * zero.layer_us * 1e-3)
+
+
 def test_a_collapsed_router_reads_the_same_k_experts_whatever_the_tokens() -> None:
     """``Factors.collapsed_routing`` (a fake-weight benchmark's random gate, docs/hardware.md
     "MoE routing"): every token of a step goes to the same k of E experts, so a step reads
