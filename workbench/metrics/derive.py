@@ -67,9 +67,13 @@ def _ms(later: Opt, earlier: Opt) -> np.ndarray:
 
 def _flat(lists: Sequence[Sequence[int]], lens: np.ndarray) -> np.ndarray:
     """The first ``lens[i]`` values of each list, concatenated: chained in C, a list cut
-    only when it is longer (no Python step per token)."""
+    only when it is longer (no Python step per token). Lists of ones only (a virtual run's
+    token counts: one token an event) are counted in C, not converted one by one."""
+    total = int(lens.sum())
+    if all(type(v) is list and v.count(1) == len(v) for v in lists):
+        return np.ones(total, dtype=np.int64)  # every value == 1: int64 1 (1, 1.0, True)
     rows = (v if len(v) == k else v[:k] for v, k in zip(lists, lens.tolist(), strict=True))
-    return np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lens.sum()))
+    return np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=total)
 
 
 class TokenRows:

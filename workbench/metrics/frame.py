@@ -91,31 +91,62 @@ def to_frame(data: Data) -> pd.DataFrame:
     return _frame(raw)
 
 
+_TOKENS = ("token_times_ns", "token_counts")
+_KEPT: tuple[str, ...] = tuple(name for name in RAW_COLUMNS if name not in _TOKENS)
+#: ones to extend a token-count buffer with (an array's extend from an array: a copy)
+_ONES = array("q", [1]) * 4096
+
+
 def frame_of_stream(records: Iterable[RequestRecord]) -> pd.DataFrame:
     """``to_frame`` of records read once and let go (``records.jsonl`` line by line): the
     same numbers, no record held. Token times and counts go into one flat int64 buffer
     each (8 B a token); the rows' token lists are empty, their ``itl_ms`` views of one
     gaps array."""
-    raw: dict[str, Any] = {name: [] for name in RAW_COLUMNS if name not in _TOKENS}
-    columns = [(name, raw[name].append) for name in raw]
-    times, counts = array("q"), array("q")
-    n_times: list[int] = []
-    n_counts: list[int] = []
+    stream = FrameStream()
     for r in records:
-        for name, append in columns:
+        stream.add(r)
+    return stream.frame()
+
+
+class FrameStream:
+    """``frame_of_stream`` fed a record at a time: ``add`` a ``RequestRecord``, or
+    ``add_row`` a record's dict with every field of one (``RequestRecord.to_dict``'s keys:
+    a line of ``records.jsonl`` read back), then ``frame``."""
+
+    def __init__(self) -> None:
+        self.raw: dict[str, list[Any]] = {name: [] for name in _KEPT}
+        self._appends = [(name, self.raw[name].append) for name in _KEPT]
+        self._times, self._counts = array("q"), array("q")
+        self._n_times: list[int] = []
+        self._n_counts: list[int] = []
+
+    def add(self, r: RequestRecord) -> None:
+        for name, append in self._appends:
             append(getattr(r, name))
-        times.extend(r.token_times_ns)
-        counts.extend(r.token_counts)
-        n_times.append(len(r.token_times_ns))
-        n_counts.append(len(r.token_counts))
-    tokens = (TokenRows(_int64(times), np.array(n_times, dtype=np.int64)),
-              TokenRows(_int64(counts), np.array(n_counts, dtype=np.int64)))  # fmt: skip
-    raw["token_times_ns"] = [[] for _ in n_times]
-    raw["token_counts"] = [[] for _ in n_times]
-    return _frame(raw, tokens=tokens)
+        self._tokens(r.token_times_ns, r.token_counts)
 
+    def add_row(self, row: Mapping[str, Any]) -> None:
+        for name, append in self._appends:
+            append(row[name])
+        self._tokens(row["token_times_ns"], row["token_counts"])
 
-_TOKENS = ("token_times_ns", "token_counts")
+    def _tokens(self, times: Sequence[int], counts: Sequence[int]) -> None:
+        self._times.extend(times)
+        if type(counts) is list and counts.count(1) == len(counts):  # one token an event
+            self._counts.extend(_ONES[: len(counts)] if len(counts) <= len(_ONES) else counts)
+        else:
+            self._counts.extend(counts)
+        self._n_times.append(len(times))
+        self._n_counts.append(len(counts))
+
+    def frame(self) -> pd.DataFrame:
+        n_times = self._n_times
+        tokens = (TokenRows(_int64(self._times), np.array(n_times, dtype=np.int64)),
+                  TokenRows(_int64(self._counts), np.array(self._n_counts, dtype=np.int64)))
+        raw: dict[str, Any] = dict(self.raw)
+        raw["token_times_ns"] = [[] for _ in n_times]
+        raw["token_counts"] = [[] for _ in n_times]
+        return _frame(raw, tokens=tokens)
 
 
 def _int64(buf: array[int]) -> np.ndarray:

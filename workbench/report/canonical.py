@@ -16,7 +16,7 @@ import orjson
 
 from workbench.metrics import summarize
 from workbench.metrics.agents import has_tasks
-from workbench.metrics.frame import as_records, frame_of_stream
+from workbench.metrics.frame import FrameStream, as_records
 from workbench.records import RequestRecord, RunResult
 from workbench.storage.rundir import LIFECYCLE, RECORDS, iter_jsonl
 
@@ -102,20 +102,31 @@ def report_digest(report: dict[str, Any]) -> str:
 
 def run_digest(result: RunResult, slo: dict[str, float] | None = None) -> str:
     """``report_digest(canonical_report(result, slo))`` streamed: the same bytes in orjson's
-    sorted key order, a row serialized and hashed as it is read."""
-    summary = _summary(result, slo)  # first: the records it reads are let go before the rest
+    sorted key order, a row serialized and hashed as it is read. Records on disk are read
+    once: each line hashed and added to the summary's frame, the summary (the last key)
+    made from it after the records."""
+    lifecycle = _lifecycle(result)
+    streamed = result.records_on_disk and not has_tasks(lifecycle)
+    # records in memory, or a session graph (its tasks need the records): summary first,
+    # the records it reads let go before the rest
+    summary = None if streamed else _summary_bytes(result, slo, lifecycle, None)
     h = hashlib.sha256()
     h.update(b'{"lifecycle":')
-    _list(h, (_section("lifecycle[]", dict(row)) for row in _lifecycle_rows(result)))
+    _list(h, (_section("lifecycle[]", dict(row)) for row in lifecycle))
     h.update(b',"manifest":')
     manifest = _section("manifest", copy.deepcopy(result.manifest.to_dict()))
     h.update(orjson.dumps(manifest, option=_OPTIONS))
     h.update(b',"metrics_timeline":')
     _list(h, (dict(row) for row in result.metrics_timeline))
     h.update(b',"records":')
-    _list(h, (_section("records[]", r.to_dict()) for r in _records(result)))
+    if streamed:
+        frame = FrameStream()
+        _list(h, _record_rows(result, frame))
+        summary = _summary_bytes(result, slo, lifecycle, frame)
+    else:
+        _list(h, (_section("records[]", r.to_dict()) for r in _records(result)))
     h.update(b',"summary":')
-    h.update(summary)
+    h.update(summary or b"")
     h.update(b"}")
     return h.hexdigest()
 
@@ -142,14 +153,27 @@ def _records(result: RunResult) -> Iterator[RequestRecord]:
         yield RequestRecord.from_dict(row)
 
 
-def _summary(result: RunResult, slo: dict[str, float] | None) -> bytes:
+_FIELDS = frozenset(RequestRecord.__dataclass_fields__)
+
+
+def _record_rows(result: RunResult, frame: FrameStream) -> Iterator[dict[str, Any]]:
+    """The canonical rows of the records on disk, each added to ``frame`` on the way: a
+    line with exactly a record's fields is that record's ``to_dict`` (the same values),
+    taken as it is; any other goes through ``RequestRecord`` (defaults, unknown keys out)."""
+    for row in iter_jsonl(Path(result.run_dir or "") / RECORDS):
+        if not (isinstance(row, dict) and row.keys() == _FIELDS):
+            row = RequestRecord.from_dict(row).to_dict()
+        frame.add_row(row)
+        yield _section("records[]", row)
+
+
+def _summary_bytes(result: RunResult, slo: dict[str, float] | None,
+                   lifecycle: list[dict[str, Any]], frame: FrameStream | None) -> bytes:
     """The summary's bytes as ``canonical_report`` makes them (from the records, never
-    ``summarize_stored``: not the same to the last bit); records on disk streamed into the
-    frame unless the run is a session graph (its tasks need the records)."""
-    lifecycle = _lifecycle(result)
-    if result.records_on_disk and not has_tasks(lifecycle):
-        frame = frame_of_stream(_records(result))
-        summary = summarize(_in_memory(result, [], lifecycle), slo, frame=frame)
+    ``summarize_stored``: not the same to the last bit): from ``frame`` (the records on
+    disk streamed into it), else from the records."""
+    if frame is not None:
+        summary = summarize(_in_memory(result, [], lifecycle), slo, frame=frame.frame())
     else:
         summary = summarize(_in_memory(result, as_records(result), lifecycle), slo)
     return orjson.dumps(_section("summary", summary), option=_OPTIONS)

@@ -7,6 +7,7 @@ values coerced, row groups written atomically, staleness. The derived columns co
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -80,10 +81,7 @@ def schema(derived: Mapping[str, str], token_times: bool = False) -> Any:
 def raw_columns(rows: list[Mapping[str, Any]]) -> dict[str, list[Any]]:
     """One list per stored field of the record dicts (defaults for absent fields), the
     worker fields taken from ``extra``, and the token lists (``[]`` when absent)."""
-    cols: dict[str, list[Any]] = {
-        name: [r.get(name, DEFAULTS.get(name)) for r in rows]
-        for name in (*STR_FIELDS, *INT_FIELDS, *BOOL_FIELDS)
-    }
+    cols = _stored_fields(rows)
     extras: list[Mapping[str, Any]] = [
         e if isinstance(e := r.get("extra"), Mapping) else {} for r in rows
     ]
@@ -92,6 +90,22 @@ def raw_columns(rows: list[Mapping[str, Any]]) -> dict[str, list[Any]]:
     for name in TOKEN_LISTS:
         cols[name] = [r.get(name) or [] for r in rows]
     return cols
+
+
+_STORED: tuple[str, ...] = (*STR_FIELDS, *INT_FIELDS, *BOOL_FIELDS)
+_TAKE_STORED = operator.itemgetter(*_STORED)
+
+
+def _stored_fields(rows: list[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """One list per stored field: every row's values taken at once and transposed in C
+    when each row has them all (a record line does), else a default for each absent one."""
+    try:
+        if rows:
+            values = zip(*map(_TAKE_STORED, rows), strict=True)  # a tuple per field
+            return dict(zip(_STORED, map(list, values), strict=True))
+    except KeyError:
+        pass
+    return {name: [r.get(name, DEFAULTS.get(name)) for r in rows] for name in _STORED}
 
 
 INT64_MAX = 2**63 - 1
