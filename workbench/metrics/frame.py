@@ -114,6 +114,9 @@ class FrameStream:
     a line of ``records.jsonl`` read back), then ``frame``."""
 
     def __init__(self) -> None:
+        self._empty()
+
+    def _empty(self) -> None:
         self.raw: dict[str, list[Any]] = {name: [] for name in _KEPT}
         self._appends = [(name, self.raw[name].append) for name in _KEPT]
         self._times, self._counts = array("q"), array("q")
@@ -140,12 +143,15 @@ class FrameStream:
         self._n_counts.append(len(counts))
 
     def frame(self) -> pd.DataFrame:
+        """The frame, once: the buffers are handed over (let go with the derivation's
+        temporaries, not held while the frame is summarized)."""
         n_times = self._n_times
         tokens = (TokenRows(_int64(self._times), np.array(n_times, dtype=np.int64)),
                   TokenRows(_int64(self._counts), np.array(self._n_counts, dtype=np.int64)))
         raw: dict[str, Any] = dict(self.raw)
         raw["token_times_ns"] = [[] for _ in n_times]
         raw["token_counts"] = [[] for _ in n_times]
+        self._empty()  # nothing held twice
         return _frame(raw, tokens=tokens)
 
 
