@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
+
 from workbench.data import path as data_path
 from workbench.executors.virtual import simulate
 from workbench.report.canonical import (
@@ -114,3 +116,28 @@ def test_the_streamed_digest_is_the_report_s_in_memory_and_on_disk(tmp_path: Pat
             assert kept.lifecycle and "agent_tasks" in canonical_report(kept)["summary"]
         slo = {"ttft_ms": 1.0}
         assert run_digest(kept, slo) == report_digest(canonical_report(kept, slo)) != want
+
+
+def test_the_streamed_digest_reads_lines_that_are_not_exactly_a_record(tmp_path: Path) -> None:
+    """A line with exactly a record's fields is hashed as read; one with a field absent (its
+    default) or an unknown one (dropped) goes through ``RequestRecord``, as the report's
+    records do: the digest is still ``report_digest(canonical_report(...))``'s."""
+    from workbench.storage.rundir import RECORDS
+
+    disk = simulate({"trace": str(TRACE), "context": "prefix-preserving",
+                     "out_dir": str(tmp_path), "executor": {"keep_records": False},
+                     "target": {"url": "sim", "engine": {"num_blocks": 512}}})  # fmt: skip
+    path = Path(disk.run_dir or "") / RECORDS
+    lines = path.read_bytes().splitlines()
+    before = run_digest(disk)
+    first, second = orjson.loads(lines[0]), orjson.loads(lines[1])
+    del first["echoed_prompt_tokens"], first["schema"]  # their defaults: 0 and 1
+    second["not_a_record_field"] = [1, 2]
+    lines[0], lines[1] = orjson.dumps(first), orjson.dumps(second)
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    assert run_digest(disk) == report_digest(canonical_report(disk)) == before
+    third = orjson.loads(lines[2])
+    third["cached_tokens"] = (third["cached_tokens"] or 0) + 1
+    lines[2] = orjson.dumps(third)
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    assert run_digest(disk) == report_digest(canonical_report(disk)) != before

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.metrics.derive import FLOAT_COLUMNS, INT_COLUMNS, derive
+from workbench.metrics.derive import FLOAT_COLUMNS, INT_COLUMNS, derive, int_rows
 from workbench.metrics.frame import to_frame
 from workbench.storage import columnar
-from workbench.storage.rundir import RECORDS, resolve_run_dir
+from workbench.storage.rundir import RECORDS, loads_line, resolve_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,27 @@ def _batch_table(rows: list[Mapping[str, Any]], token_times: bool) -> Any:
     return columnar.table(cols, d, columnar.schema(DERIVED_TYPES, token_times), gaps=d["gaps"])
 
 
+def _plain_table(rows: list[Mapping[str, Any]], token_times: bool) -> Any:
+    """``batch_table`` of rows parsed by ``orjson.loads`` alone (``iter_raw_batches``), or
+    None when they hold a value it must read exactly: a float in a stored field or a token
+    list (an integer out of range reads as one), a value that will not convert, a row that
+    is not a record's. Otherwise
+    the rows' values are what ``loads_line`` reads (they differ only where orjson made a
+    float), so the table is ``batch_table``'s; the token lists go in flat (``int_rows``)."""
+    try:
+        cols = columnar.raw_columns(rows)
+        if columnar.has_float(cols):
+            return None
+        times, counts = (int_rows(cols[name]) for name in columnar.TOKEN_LISTS)
+        if times is None or counts is None:
+            return None
+        d = derive(cols, times, counts)
+        sch = columnar.schema(DERIVED_TYPES, token_times)
+        return columnar.table(cols, d, sch, gaps=d["gaps"])
+    except Exception:  # anything odd: the exact reading decides (and raises what it raised)
+        return None
+
+
 def convert(
     run_dir: str | Path,
     *,
@@ -68,11 +89,21 @@ def convert(
     ``batch_rows`` records or ``batch_bytes`` of JSON, whichever is reached first)."""
     d = resolve_run_dir(run_dir)
     target = Path(out) if out is not None else d / columnar.PARQUET
-    batches = columnar.iter_jsonl_batches(d / RECORDS, batch_rows, batch_bytes)
-    tables = (batch_table(rows, token_times=token_times) for rows in batches)
+    batches = columnar.iter_raw_batches(d / RECORDS, batch_rows, batch_bytes)
+    tables = (_table_of(rows, lines, token_times) for rows, lines in batches)
     n = columnar.write_tables(tables, target, columnar.schema(DERIVED_TYPES, token_times))
     log.info("%s: %d records → %s", d, n, target.name)
     return target
+
+
+def _table_of(rows: list[Any], lines: list[bytes], token_times: bool) -> Any:
+    """A batch's table: from its rows as orjson read them, else from its lines read
+    exactly (``loads_line``: the rows dropped first, one batch in memory)."""
+    table = _plain_table(rows, token_times)
+    if table is not None:
+        return table
+    rows.clear()
+    return batch_table([loads_line(line) for line in lines], token_times=token_times)
 
 
 def parquet_path(run_dir: str | Path, *, token_times: bool | None = None) -> Path:

@@ -16,7 +16,14 @@ import pandas as pd
 
 import workbench.catalogs.requests as catalog
 from workbench.errors import ConfigError
-from workbench.metrics.derive import INPUTS, TokenRows, derive, split_gaps
+from workbench.metrics.derive import (
+    INPUTS,
+    TokenRows,
+    append_ints,
+    derive,
+    int64_view,
+    split_gaps,
+)
 from workbench.records import RequestRecord, RunResult
 from workbench.storage.rundir import load_records
 
@@ -93,8 +100,6 @@ def to_frame(data: Data) -> pd.DataFrame:
 
 _TOKENS = ("token_times_ns", "token_counts")
 _KEPT: tuple[str, ...] = tuple(name for name in RAW_COLUMNS if name not in _TOKENS)
-#: ones to extend a token-count buffer with (an array's extend from an array: a copy)
-_ONES = array("q", [1]) * 4096
 
 
 def frame_of_stream(records: Iterable[RequestRecord]) -> pd.DataFrame:
@@ -134,11 +139,8 @@ class FrameStream:
         self._tokens(row["token_times_ns"], row["token_counts"])
 
     def _tokens(self, times: Sequence[int], counts: Sequence[int]) -> None:
-        self._times.extend(times)
-        if type(counts) is list and counts.count(1) == len(counts):  # one token an event
-            self._counts.extend(_ONES[: len(counts)] if len(counts) <= len(_ONES) else counts)
-        else:
-            self._counts.extend(counts)
+        append_ints(self._times, times)
+        append_ints(self._counts, counts)
         self._n_times.append(len(times))
         self._n_counts.append(len(counts))
 
@@ -146,18 +148,13 @@ class FrameStream:
         """The frame, once: the buffers are handed over (let go with the derivation's
         temporaries, not held while the frame is summarized)."""
         n_times = self._n_times
-        tokens = (TokenRows(_int64(self._times), np.array(n_times, dtype=np.int64)),
-                  TokenRows(_int64(self._counts), np.array(self._n_counts, dtype=np.int64)))
+        tokens = (TokenRows(int64_view(self._times), np.array(n_times, dtype=np.int64)),
+                  TokenRows(int64_view(self._counts), np.array(self._n_counts, dtype=np.int64)))
         raw: dict[str, Any] = dict(self.raw)
         raw["token_times_ns"] = [[] for _ in n_times]
         raw["token_counts"] = [[] for _ in n_times]
         self._empty()  # nothing held twice
         return _frame(raw, tokens=tokens)
-
-
-def _int64(buf: array[int]) -> np.ndarray:
-    """An int64 array over ``buf``'s memory (no copy)."""
-    return np.frombuffer(buf, dtype=np.int64) if len(buf) else np.empty(0, dtype=np.int64)
 
 
 def _frame(raw: dict[str, Any], *, tokens: tuple[TokenRows, TokenRows] | None = None,

@@ -7,6 +7,7 @@ at a time, without the report in memory."""
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -57,9 +58,11 @@ def _drop(doc: dict[str, Any], dotted: str) -> None:
     doc.pop(leaf, None)
 
 
-def _excluded(section: str) -> list[str]:
+@functools.cache
+def _excluded(section: str) -> tuple[str, ...]:
+    """The excluded paths in ``section`` (once per name: it is asked for every row)."""
     prefix = section + "."
-    return [k[len(prefix) :] for k in CANONICAL_EXCLUDED if k.startswith(prefix)]
+    return tuple(k[len(prefix) :] for k in CANONICAL_EXCLUDED if k.startswith(prefix))
 
 
 def canonical_report(result: RunResult, slo: dict[str, float] | None = None) -> dict[str, Any]:

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import logging
 import operator
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from workbench import safe_write as safe
 from workbench.errors import ConfigError
-from workbench.storage.rundir import RECORDS, iter_jsonl, resolve_run_dir
+from workbench.storage.rundir import RECORDS, iter_jsonl, loads_line, resolve_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ def _stored_fields(rows: list[Mapping[str, Any]]) -> dict[str, list[Any]]:
         if rows:
             values = zip(*map(_TAKE_STORED, rows), strict=True)  # a tuple per field
             return dict(zip(_STORED, map(list, values), strict=True))
-    except KeyError:
+    except (KeyError, TypeError):  # a field absent (or a row that is not a mapping)
         pass
     return {name: [r.get(name, DEFAULTS.get(name)) for r in rows] for name in _STORED}
 
@@ -173,18 +174,42 @@ def iter_jsonl_batches(
 ) -> Iterator[list[Any]]:
     """Parsed lines of a JSONL file (``rundir.iter_jsonl``'s rules) in lists of
     ``batch_rows`` lines or of about ``batch_bytes`` bytes of JSON, whichever comes first."""
+    for rows, _ in _batches(path, batch_rows, batch_bytes, loads_line):
+        yield rows
+
+
+def iter_raw_batches(
+    path: str | Path, batch_rows: int = BATCH_ROWS, batch_bytes: int = BATCH_BYTES
+) -> Iterator[tuple[list[Any], list[bytes]]]:
+    """``iter_jsonl_batches``' batches, each with its lines, parsed by ``orjson.loads``
+    alone: an integer out of [-2**63, 2**64) is a float there (``loads_line`` reads it
+    exactly), so a caller that finds a float where it reads re-reads the batch's lines."""
+    return _batches(path, batch_rows, batch_bytes, orjson.loads)
+
+
+def _batches(
+    path: str | Path, batch_rows: int, batch_bytes: int, parse: Callable[[bytes], Any]
+) -> Iterator[tuple[list[Any], list[bytes]]]:
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: no such file")
     batch: list[Any] = []
+    lines: list[bytes] = []
     size = 0
-    for obj, n in iter_jsonl(path, sizes=True):
+    for obj, line in iter_jsonl(path, lines=True, parse=parse):
         batch.append(obj)
-        size += n
+        lines.append(line)
+        size += len(line)
         if len(batch) >= batch_rows or size >= batch_bytes:
-            yield batch
-            batch, size = [], 0
+            yield batch, lines
+            batch, lines, size = [], [], 0
     if batch:
-        yield batch
+        yield batch, lines
+
+
+def has_float(cols: Mapping[str, list[Any]]) -> bool:
+    """Whether a stored field of ``raw_columns`` holds a float (from ``iter_raw_batches``:
+    maybe an integer out of range; a real float is read again too, the same either way)."""
+    return any(float in set(map(type, cols[name])) for name in _STORED)
 
 
 def write_tables(tables: Iterable[Any], out: str | Path, sch: Any) -> int:
