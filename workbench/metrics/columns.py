@@ -98,12 +98,14 @@ def convert(
 
 def _table_of(rows: list[Any], lines: list[bytes], token_times: bool) -> Any:
     """A batch's table: from its rows as orjson read them, else from its lines read
-    exactly (``loads_line``: the rows dropped first, one batch in memory)."""
+    exactly (``loads_line``, the rows dropped first). Both lists are emptied: the caller's
+    names for them live on while the next batch is read, one batch in memory, not two."""
     table = _plain_table(rows, token_times)
-    if table is not None:
-        return table
     rows.clear()
-    return batch_table([loads_line(line) for line in lines], token_times=token_times)
+    if table is None:
+        table = batch_table([loads_line(line) for line in lines], token_times=token_times)
+    lines.clear()
+    return table
 
 
 def parquet_path(run_dir: str | Path, *, token_times: bool | None = None) -> Path:
