@@ -143,12 +143,69 @@ def test_absent_fields_take_their_defaults_both_ways(tmp_path: Path) -> None:
 
 
 def test_the_plain_reading_declines_exactly_the_odd_rows() -> None:
-    plain = [orjson.loads(orjson.dumps(_record(i))) for i in range(3)]
-    assert columns._plain_table(plain, False) is not None
+    def rows(lines: list[bytes]) -> list[Any]:
+        return [columnar.cut_times(line) for line in lines]
+
+    plain = [orjson.dumps(_record(i)) for i in range(3)]
+    assert all(t is not None for _, t in rows(plain))
+    assert columns._plain_table(rows(plain), False) is not None
     for change in ({"prompt_tokens": BIG}, {"cached_tokens": LOW},
                    {"token_times_ns": [1, BIG]}, {"error": BIG}):  # fmt: skip
         line = json.dumps(_record(9, **change)).encode()
-        assert columns._plain_table([*plain, orjson.loads(line)], False) is None, change
+        assert columns._plain_table(rows([*plain, line]), False) is None, change
+
+
+#: a record line's token times written otherwise than orjson writes them, or placed where
+#: the cut must not take them: (what is replaced, by what) in the line of ``_record(4)``
+EDITS: list[tuple[bytes, bytes]] = [
+    (b'"token_times_ns":[', b'"token_times_ns": ['),  # not the member's exact text
+    (b'"token_times_ns":[1', b'"token_times_ns":[ 1'),  # a space inside
+    (b'"token_times_ns":[1', b'"token_times_ns":[01'),  # a leading zero: not JSON
+    (b'"token_times_ns":[1', b'"token_times_ns":[-0,1'),
+    (b'"token_times_ns":[1', b'"token_times_ns":[99999999999999999999,1'),  # saturates
+    (b'"token_times_ns":[1', b'"token_times_ns":[1.5,1'),
+    (b'"token_times_ns":[1', b'"token_times_ns":[[7],1'),  # nested: the first "]" is wrong
+    (b'"token_times_ns":[1', b'"token_times_ns":["]",1'),
+    (b'"token_times_ns":', b'"token\\u005ftimes_ns":'),  # the key spelled with an escape
+    (b'"extra":{', b'"extra":{"token_times_ns":[5,6],'),  # the key twice, one nested
+    (b'"request_id":"q4"', b'"request_id":"q4","token_times_ns":[9]'),  # twice: last wins
+    (b'"token_times_ns":', b'"token_times_nz":'),  # absent: the default
+]
+
+
+@pytest.mark.parametrize("token_times", [False, True])
+@pytest.mark.parametrize("edit", range(len(EDITS)))
+def test_token_times_not_as_orjson_writes_them_read_exactly(tmp_path: Path, edit: int,
+                                                            token_times: bool) -> None:  # fmt: skip
+    old, new = EDITS[edit]
+    lines = [orjson.dumps(_record(i)) for i in range(9)]
+    assert old in lines[4]
+    lines[4] = lines[4].replace(old, new, 1)
+    (tmp_path / RECORDS).write_bytes(b"\n".join(lines) + b"\n")
+    try:
+        _reference(tmp_path, tmp_path / "probe.parquet", token_times=token_times, rows=3,
+                   size=8 << 20)  # fmt: skip
+    except ValueError as exc:  # not JSON at all: the conversion refuses it the same way
+        assert "invalid JSON line" in str(exc)
+        with pytest.raises(ValueError) as got:
+            columns.convert(tmp_path, token_times=token_times, batch_rows=3,
+                            out=tmp_path / "got.parquet")  # fmt: skip
+        assert str(got.value) == str(exc)
+        return
+    _same_file(tmp_path, tmp_path, token_times=token_times, rows=3)
+
+
+def test_the_cut_takes_the_one_top_level_member() -> None:
+    line = orjson.dumps(_record(2))
+    obj, text = columnar.cut_times(line)
+    assert obj == {**orjson.loads(line), "token_times_ns": []}
+    assert text == b"1025000000,1027000000,1029000000"
+    flat = columnar.token_times([text, b"", b"7"])
+    assert flat is not None
+    assert flat[0].tolist() == [1025000000, 1027000000, 1029000000, 7]
+    assert flat[1].tolist() == [3, 0, 1]
+    for bad in (b"1,,2", b"1,2,", b"01", b"1 ,2", b"+1", b"-0", b"99999999999999999999"):
+        assert columnar.token_times([bad]) is None, bad
 
 
 def test_token_lists_flat_as_fromiter_makes_them() -> None:

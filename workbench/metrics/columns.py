@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.metrics.derive import FLOAT_COLUMNS, INT_COLUMNS, derive, int_rows
+from workbench.metrics.derive import FLOAT_COLUMNS, INT_COLUMNS, TokenRows, derive, int_rows
 from workbench.metrics.frame import to_frame
 from workbench.storage import columnar
-from workbench.storage.rundir import RECORDS, loads_line, resolve_run_dir
+from workbench.storage.rundir import RECORDS, resolve_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -56,22 +56,32 @@ def _batch_table(rows: list[Mapping[str, Any]], token_times: bool) -> Any:
     return columnar.table(cols, d, columnar.schema(DERIVED_TYPES, token_times), gaps=d["gaps"])
 
 
-def _plain_table(rows: list[Mapping[str, Any]], token_times: bool) -> Any:
-    """``batch_table`` of rows parsed by ``orjson.loads`` alone (``iter_raw_batches``), or
-    None when they hold a value it must read exactly: a float in a stored field or a token
-    list (an integer out of range reads as one), a value that will not convert, a row that
-    is not a record's. Otherwise
-    the rows' values are what ``loads_line`` reads (they differ only where orjson made a
-    float), so the table is ``batch_table``'s; the token lists go in flat (``int_rows``)."""
+def _plain_table(rows: list[tuple[Any, bytes | None]], token_times: bool) -> Any:
+    """``batch_table`` of ``iter_raw_batches``' rows (parsed by orjson alone, their token
+    times apart), or None when they hold a value it must read exactly: token times not
+    cut out or not canonical JSON ints (``columnar.token_times``), a float in a stored
+    field or in the token counts (an integer out of range reads as one), a value that
+    will not convert, a row that is not a record's. Otherwise the values are what
+    ``loads_line`` reads (they differ only where orjson made a float), so the table is
+    ``batch_table``'s; the token lists go in flat (``TokenRows``)."""
     try:
-        cols = columnar.raw_columns(rows)
-        if columnar.has_float(cols):
+        texts = [t for _, t in rows]
+        if None in texts:
             return None
-        times, counts = (int_rows(cols[name]) for name in columnar.TOKEN_LISTS)
-        if times is None or counts is None:
+        flat = columnar.token_times(texts)  # type: ignore[arg-type]  # no None: checked
+        if flat is None:
             return None
+        cols = columnar.raw_columns([obj for obj, _ in rows])
+        counts = int_rows(cols["token_counts"])
+        if counts is None or columnar.has_float(cols):
+            return None
+        times = TokenRows(*flat)
         d = derive(cols, times, counts)
         sch = columnar.schema(DERIVED_TYPES, token_times)
+        if token_times:  # the times' list column over their flat values (the counts'
+            pa = columnar.require()  # lists convert as they did: a bool among them raises)
+            offsets = np.concatenate(([0], np.cumsum(times.lens))).astype(np.int32)
+            cols["token_times_ns"] = pa.ListArray.from_arrays(offsets, pa.array(times.values))
         return columnar.table(cols, d, sch, gaps=d["gaps"])
     except Exception:  # anything odd: the exact reading decides (and raises what it raised)
         return None
@@ -90,21 +100,22 @@ def convert(
     d = resolve_run_dir(run_dir)
     target = Path(out) if out is not None else d / columnar.PARQUET
     batches = columnar.iter_raw_batches(d / RECORDS, batch_rows, batch_bytes)
-    tables = (_table_of(rows, lines, token_times) for rows, lines in batches)
+    tables = (_table_of(rows, lines, token_times, d / RECORDS) for rows, lines in batches)
     n = columnar.write_tables(tables, target, columnar.schema(DERIVED_TYPES, token_times))
     log.info("%s: %d records → %s", d, n, target.name)
     return target
 
 
-def _table_of(rows: list[Any], lines: list[bytes], token_times: bool) -> Any:
+def _table_of(rows: list[Any], lines: columnar.Lines, token_times: bool, path: Path) -> Any:
     """A batch's table: from its rows as orjson read them, else from its lines read
     exactly (``loads_line``, the rows dropped first). Both lists are emptied: the caller's
     names for them live on while the next batch is read, one batch in memory, not two."""
     table = _plain_table(rows, token_times)
     rows.clear()
     if table is None:
-        table = batch_table([loads_line(line) for line in lines], token_times=token_times)
+        table = batch_table(lines.exact(path), token_times=token_times)
     lines.clear()
+    lines.numbers.clear()
     return table
 
 

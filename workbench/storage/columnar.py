@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -163,6 +164,8 @@ def table(
             arrays.append(pa.ListArray.from_arrays(offsets, pa.array(gaps, pa.float64())))
         elif f.name in derived:
             arrays.append(pa.array(derived[f.name], type=f.type, from_pandas=True))
+        elif isinstance(cols[f.name], pa.Array):  # a list column made over flat values
+            arrays.append(cols[f.name])
         else:
             arrays.append(pa.array(cols[f.name], type=f.type))
     return pa.Table.from_arrays(arrays, schema=sch)
@@ -178,30 +181,97 @@ def iter_jsonl_batches(
         yield rows
 
 
+class Lines(list[bytes]):
+    """A batch's lines as read, and the number of its first line's in the file."""
+
+    def __init__(self, lines: Iterable[bytes] = (), numbers: Iterable[int] = ()) -> None:
+        super().__init__(lines)
+        self.numbers: list[int] = list(numbers)
+
+    def exact(self, path: str | Path) -> list[Any]:
+        """The lines read exactly (``loads_line``), a bad one raising as ``iter_jsonl``
+        would (its file and line number)."""
+        out = []
+        for line, n in zip(self, self.numbers, strict=True):
+            try:
+                out.append(loads_line(line))
+            except ValueError as exc:
+                raise ValueError(f"{path}:{n}: invalid JSON line ({exc})") from None
+        return out
+
+
 def iter_raw_batches(
     path: str | Path, batch_rows: int = BATCH_ROWS, batch_bytes: int = BATCH_BYTES
-) -> Iterator[tuple[list[Any], list[bytes]]]:
-    """``iter_jsonl_batches``' batches, each with its lines, parsed by ``orjson.loads``
-    alone: an integer out of [-2**63, 2**64) is a float there (``loads_line`` reads it
-    exactly), so a caller that finds a float where it reads re-reads the batch's lines."""
-    return _batches(path, batch_rows, batch_bytes, orjson.loads)
+) -> Iterator[tuple[list[Any], Lines]]:
+    """``iter_jsonl_batches``' batches, each with its lines, a line parsed by ``orjson``
+    alone and its token times apart (``cut_times``: ``(obj, times)`` rows): an integer
+    out of [-2**63, 2**64) is a float to orjson (``loads_line`` reads it exactly), so a
+    caller that finds a float where it reads re-reads the batch's lines."""
+    return _batches(path, batch_rows, batch_bytes, cut_times)
+
+
+#: a record line's token times member; never inside a JSON string (its quotes would be
+#: escaped there), and a key spelled with escapes has a unicode escape
+_TIMES_KEY = b'"token_times_ns":['
+
+
+def cut_times(line: bytes) -> tuple[Any, bytes | None]:
+    """``(obj, times)``: ``line`` parsed with the text of its one top-level
+    ``token_times_ns`` array cut out (``obj`` holds ``[]`` there; most of a streamed
+    record's bytes, parsed as ints by ``token_times`` instead), or ``(orjson.loads(line),
+    None)`` when the member is not surely that one: absent, twice, in a line with a
+    unicode escape, or the line without it is not JSON. A bad line raises as ``orjson`` does."""
+    at = line.find(_TIMES_KEY)
+    if at < 0 or b"\\u" in line or line.find(_TIMES_KEY, at + 1) >= 0:
+        return orjson.loads(line), None
+    start = at + len(_TIMES_KEY)
+    end = line.find(b"]", start)
+    try:
+        obj = orjson.loads(line[:start] + line[end:]) if end >= 0 else None
+    except orjson.JSONDecodeError:
+        obj = None
+    if type(obj) is not dict or obj.get("token_times_ns") != []:
+        return orjson.loads(line), None
+    return obj, line[start:end]
+
+
+def token_times(texts: list[bytes]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The int64 values and per-row counts of ``cut_times``' array texts, or None unless
+    they are exactly the JSON orjson writes for those values (digits, a minus, commas:
+    no space, no leading zero, nothing out of int64), which ``numpy`` reads in C."""
+    lens = np.fromiter((t.count(b",") + 1 if t else 0 for t in texts), dtype=np.int64,
+                       count=len(texts))  # fmt: skip
+    joined = b",".join(t for t in texts if t)
+    if not joined:
+        return np.empty(0, dtype=np.int64), lens
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a text numpy cannot read to its end
+        try:
+            values = np.fromstring(joined, dtype=np.int64, sep=",")
+        except (ValueError, DeprecationWarning):
+            return None
+    if len(values) != lens.sum() or orjson.dumps(
+            values, option=orjson.OPT_SERIALIZE_NUMPY) != b"[" + joined + b"]":  # fmt: skip
+        return None  # e.g. a saturated 20-digit value, "01", " 1", "-0": read exactly
+    return values, lens
 
 
 def _batches(
     path: str | Path, batch_rows: int, batch_bytes: int, parse: Callable[[bytes], Any]
-) -> Iterator[tuple[list[Any], list[bytes]]]:
+) -> Iterator[tuple[list[Any], Lines]]:
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: no such file")
     batch: list[Any] = []
-    lines: list[bytes] = []
+    lines = Lines()
     size = 0
-    for obj, line in iter_jsonl(path, lines=True, parse=parse):
+    for obj, line, n in iter_jsonl(path, lines=True, parse=parse):
         batch.append(obj)
         lines.append(line)
+        lines.numbers.append(n)
         size += len(line)
         if len(batch) >= batch_rows or size >= batch_bytes:
             yield batch, lines
-            batch, lines, size = [], [], 0
+            batch, lines, size = [], Lines(), 0
     if batch:
         yield batch, lines
 

@@ -251,7 +251,8 @@ def iter_jsonl(
     path: str | Path, *, lines: bool = False, parse: Callable[[bytes], Any] = loads_line
 ) -> Iterator[Any]:
     """``read_jsonl`` one line at a time, without the file or the list in memory;
-    ``lines``: each object with its line, ``(obj, line)``; ``parse``: what reads a line
+    ``lines``: each object with its line and its number, ``(obj, line, n)``; ``parse``:
+    what reads a line
     (``orjson.loads``: out-of-range integers as floats, for a caller that checks)."""
     path = Path(path)
     if not path.exists():
@@ -268,7 +269,7 @@ def iter_jsonl(
                     log.warning("%s: skipping truncated last line %d (%s)", path, i + 1, exc)
                     return
                 raise ValueError(f"{path}:{i + 1}: invalid JSON line ({exc})") from None
-            yield (obj, line) if lines else obj
+            yield (obj, line, i + 1) if lines else obj
 
 
 def _trim_partial_tail(path: Path) -> None:
