@@ -76,7 +76,9 @@ def append_ints(buf: array[int], values: Sequence[int]) -> None:
     ones; a float elsewhere or a value out of range raises (TypeError, OverflowError),
     ``buf`` unchanged."""
     n = len(values)
-    if type(values) is not list:
+    if isinstance(values, np.ndarray) and values.dtype == np.int64:
+        buf.frombytes(values.tobytes())
+    elif type(values) is not list:
         buf.extend(values)
     elif 0 < n <= len(_ONES) and values[0] == 1 and values.count(1) == n:
         buf.extend(_ONES[:n])

@@ -13,13 +13,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from workbench.metrics import summarize
 from workbench.metrics.agents import has_tasks
 from workbench.metrics.frame import FrameStream, as_records
 from workbench.records import RequestRecord, RunResult
-from workbench.storage.rundir import LIFECYCLE, RECORDS, iter_jsonl
+from workbench.storage import columnar
+from workbench.storage.rundir import LIFECYCLE, RECORDS, iter_jsonl, loads_line
 
 # The one closed exclusion list (docs/measurement-rules.md); "records[]." is every record.
 CANONICAL_EXCLUDED: dict[str, str] = {
@@ -124,7 +126,7 @@ def run_digest(result: RunResult, slo: dict[str, float] | None = None) -> str:
     h.update(b',"records":')
     if streamed:
         frame = FrameStream()
-        _list(h, _record_rows(result, frame))
+        _list_bytes(h, _record_rows(result, frame))
         summary = _summary_bytes(result, slo, lifecycle, frame)
     else:
         _list(h, (_section("records[]", r.to_dict()) for r in _records(result)))
@@ -132,6 +134,14 @@ def run_digest(result: RunResult, slo: dict[str, float] | None = None) -> str:
     h.update(summary or b"")
     h.update(b"}")
     return h.hexdigest()
+
+
+def _list_bytes(h: Any, rows: Iterable[bytes]) -> None:
+    h.update(b"[")
+    for i, data in enumerate(rows):
+        h.update(b"," if i else b"")
+        h.update(data)
+    h.update(b"]")
 
 
 def _list(h: Any, rows: Iterable[Any]) -> None:
@@ -159,15 +169,50 @@ def _records(result: RunResult) -> Iterator[RequestRecord]:
 _FIELDS = frozenset(RequestRecord.__dataclass_fields__)
 
 
-def _record_rows(result: RunResult, frame: FrameStream) -> Iterator[dict[str, Any]]:
-    """The canonical rows of the records on disk, each added to ``frame`` on the way: a
+def _record_rows(result: RunResult, frame: FrameStream) -> Iterator[bytes]:
+    """The canonical bytes of the records on disk, each added to ``frame`` on the way: a
     line with exactly a record's fields is that record's ``to_dict`` (the same values),
-    taken as it is; any other goes through ``RequestRecord`` (defaults, unknown keys out)."""
-    for row in iter_jsonl(Path(result.run_dir or "") / RECORDS):
+    taken as it is; any other goes through ``RequestRecord`` (defaults, unknown keys out).
+    A line's token times are read apart (``_cut``) and their text put back into its
+    bytes, where orjson would write the same digits."""
+    for row, times in iter_jsonl(Path(result.run_dir or "") / RECORDS, parse=_cut):
+        if times is not None and row.keys() == _FIELDS:
+            row["token_times_ns"] = times
+            frame.add_row(row)
+            row["token_times_ns"] = []  # a placeholder: the one '"token_times_ns":[]'
+            data = orjson.dumps(_section("records[]", row), option=_OPTIONS)
+            yield data.replace(_NO_TIMES, b"%s%s]" % (_NO_TIMES[:-1], times.text), 1)
+            continue
+        if times is not None:  # the values as the line reads: the times as a list
+            row["token_times_ns"] = times.tolist()
         if not (isinstance(row, dict) and row.keys() == _FIELDS):
             row = RequestRecord.from_dict(row).to_dict()
         frame.add_row(row)
-        yield _section("records[]", row)
+        yield orjson.dumps(_section("records[]", row), option=_OPTIONS)
+
+
+_NO_TIMES = b'"token_times_ns":[]'
+
+
+class _Times(np.ndarray):
+    """A line's token times (int64) with the text they were read from."""
+
+    text: bytes
+
+
+def _cut(line: bytes) -> tuple[Any, _Times | None]:
+    """A record line read exactly (``loads_line``), its token times apart when they are
+    the digits orjson writes (``columnar.cut_times``, ``int_text``): ``(row, times)``, or
+    ``(row, None)`` with the times in ``row``. A bad line raises as ``loads_line`` does."""
+    row, text = columnar.cut_times(line, loads_line)
+    if text is None:
+        return row, None
+    values = columnar.int_text(text)
+    if values is None:
+        return loads_line(line), None
+    times = values.view(_Times)
+    times.text = text
+    return row, times
 
 
 def _summary_bytes(result: RunResult, slo: dict[str, float] | None,

@@ -215,24 +215,38 @@ def iter_raw_batches(
 _TIMES_KEY = b'"token_times_ns":['
 
 
-def cut_times(line: bytes) -> tuple[Any, bytes | None]:
-    """``(obj, times)``: ``line`` parsed with the text of its one top-level
+def cut_times(
+    line: bytes, parse: Callable[[bytes], Any] = orjson.loads
+) -> tuple[Any, bytes | None]:
+    """``(obj, times)``: ``line`` parsed (``parse``) with the text of its one top-level
     ``token_times_ns`` array cut out (``obj`` holds ``[]`` there; most of a streamed
-    record's bytes, parsed as ints by ``token_times`` instead), or ``(orjson.loads(line),
-    None)`` when the member is not surely that one: absent, twice, in a line with a
-    unicode escape, or the line without it is not JSON. A bad line raises as ``orjson`` does."""
+    record's bytes, parsed as ints by ``token_times`` instead), or ``(parse(line), None)``
+    when the member is not surely that one: absent, twice, in a line with a unicode
+    escape, or the line without it is not JSON. A bad line raises as ``parse`` does."""
     at = line.find(_TIMES_KEY)
     if at < 0 or b"\\u" in line or line.find(_TIMES_KEY, at + 1) >= 0:
-        return orjson.loads(line), None
+        return parse(line), None
     start = at + len(_TIMES_KEY)
     end = line.find(b"]", start)
     try:
-        obj = orjson.loads(line[:start] + line[end:]) if end >= 0 else None
-    except orjson.JSONDecodeError:
+        obj = parse(line[:start] + line[end:]) if end >= 0 else None
+    except ValueError:
         obj = None
     if type(obj) is not dict or obj.get("token_times_ns") != []:
-        return orjson.loads(line), None
+        return parse(line), None
     return obj, line[start:end]
+
+
+def int_text(text: bytes) -> np.ndarray | None:
+    """The int64 values of one ``cut_times`` array text, or None unless it is exactly
+    the JSON orjson writes for them (``token_times``' rule, for one row)."""
+    try:
+        values = np.fromstring(text, dtype=np.int64, sep=",")
+    except (ValueError, DeprecationWarning):  # a text numpy cannot read (warnings as errors)
+        return None
+    if orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY) != b"[" + text + b"]":
+        return None  # read partly (numpy warns, then stops), saturated, "01", " 1", "-0"
+    return values
 
 
 def token_times(texts: list[bytes]) -> tuple[np.ndarray, np.ndarray] | None:
