@@ -68,10 +68,13 @@ def _plain_table(rows: list[tuple[Any, bytes | None]], token_times: bool) -> Any
         texts = [t for _, t in rows]
         if None in texts:
             return None
+        objs = [obj for obj, _ in rows]
+        rows.clear()  # the texts are let go as they are joined
         flat = columnar.token_times(texts)  # type: ignore[arg-type]  # no None: checked
         if flat is None:
             return None
-        cols = columnar.raw_columns([obj for obj, _ in rows])
+        cols = columnar.raw_columns(objs)
+        objs.clear()  # their values are in ``cols``
         counts = int_rows(cols["token_counts"])
         if counts is None or columnar.has_float(cols):
             return None

@@ -244,18 +244,20 @@ def int_text(text: bytes) -> np.ndarray | None:
         values = np.fromstring(text, dtype=np.int64, sep=",")
     except (ValueError, DeprecationWarning):  # a text numpy cannot read (warnings as errors)
         return None
-    if orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY) != b"[" + text + b"]":
+    if not _written_as(values, text):
         return None  # read partly (numpy warns, then stops), saturated, "01", " 1", "-0"
     return values
 
 
 def token_times(texts: list[bytes]) -> tuple[np.ndarray, np.ndarray] | None:
-    """The int64 values and per-row counts of ``cut_times``' array texts, or None unless
-    they are exactly the JSON orjson writes for those values (digits, a minus, commas:
-    no space, no leading zero, nothing out of int64), which ``numpy`` reads in C."""
+    """The int64 values and per-row counts of ``cut_times``' array texts (the list is
+    emptied), or None unless they are exactly the JSON orjson writes for those values
+    (digits, a minus, commas: no space, no leading zero, nothing out of int64), which
+    ``numpy`` reads in C."""
     lens = np.fromiter((t.count(b",") + 1 if t else 0 for t in texts), dtype=np.int64,
                        count=len(texts))  # fmt: skip
     joined = b",".join(t for t in texts if t)
+    texts.clear()  # read into ``joined``: not held beside it (the caller's list, emptied)
     if not joined:
         return np.empty(0, dtype=np.int64), lens
     with warnings.catch_warnings():
@@ -264,10 +266,15 @@ def token_times(texts: list[bytes]) -> tuple[np.ndarray, np.ndarray] | None:
             values = np.fromstring(joined, dtype=np.int64, sep=",")
         except (ValueError, DeprecationWarning):
             return None
-    if len(values) != lens.sum() or orjson.dumps(
-            values, option=orjson.OPT_SERIALIZE_NUMPY) != b"[" + joined + b"]":  # fmt: skip
+    if len(values) != lens.sum() or not _written_as(values, joined):
         return None  # e.g. a saturated 20-digit value, "01", " 1", "-0": read exactly
     return values, lens
+
+
+def _written_as(values: np.ndarray, text: bytes) -> bool:
+    """Whether orjson writes ``values`` as ``[`` + ``text`` + ``]`` (compared in place)."""
+    data = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)
+    return len(data) == len(text) + 2 and memoryview(data)[1:-1] == text
 
 
 def _batches(
