@@ -272,9 +272,10 @@ def token_times(texts: list[bytes]) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def _written_as(values: np.ndarray, text: bytes) -> bool:
-    """Whether orjson writes ``values`` as ``[`` + ``text`` + ``]`` (compared in place)."""
+    """Whether orjson writes ``values`` as ``[`` + ``text`` + ``]``."""
     data = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)
-    return len(data) == len(text) + 2 and memoryview(data)[1:-1] == text
+    return len(data) == len(text) + 2 and data[1:-1] == text  # memcmp (a memoryview's == is
+    # per item)
 
 
 def _batches(
