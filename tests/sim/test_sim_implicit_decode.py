@@ -201,3 +201,24 @@ def test_span_step_times_equal_step_ns_for_ranges_and_arrays(knobs: dict[str, An
         want = [cost.step_ns(cfg, 0, n, v) for v in kv]
         assert cost.decode_steps_ns(cfg, n, kv) == want
         assert cost.decode_steps_ns(cfg, n, np.arange(1, k, dtype=np.int64) * n + kv0) == want
+
+
+@pytest.mark.parametrize("knobs", [{}, {"decode_seq_ms": 0.05, "speedup": 3.0},
+                                   {"decode_coeffs": (3.25, -1.1, 0.7), "decode_floor_ms": 2.5,
+                                    "num_blocks": 100},
+                                   {"zero_cost": True},
+                                   {"preset": "llama-3.1-8b/h100/tp1"}])  # fmt: skip
+def test_bound_decode_step_and_span_ends_equal_the_unbound_ones(knobs: dict[str, Any]) -> None:
+    """``cost.decode_step`` / ``cost.span_ends`` (the config's constants bound once, what
+    an engine calls per step) give ``step_ns`` / ``decode_span_ends`` to the ns, with the
+    KV tokens past the capacity too, and no decoder a zero-length step."""
+    from workbench.sim import cost
+
+    cfg = EngineConfig(**knobs)
+    step, ends = cost.decode_step(cfg), cost.span_ends(cfg)
+    rng = random.Random(5)
+    for _ in range(400):
+        n, kv = rng.randint(0, 400), rng.randint(0, 3 * cfg.capacity_tokens)
+        assert step(n, kv) == cost.step_ns(cfg, 0, n, kv)
+        k, end = rng.randint(1, 60), rng.randint(0, 10**12)
+        assert ends(n, kv, k, end) == cost.decode_span_ends(cfg, n, kv, k, end)

@@ -200,6 +200,9 @@ class Engine:
         self._end_step_cb = self._end_step  # one bound method, not one per step
         self._idle = True  # no step planned since the engine last ran out of work
         self._wake_ns = cost.idle_wake_ns(config)
+        # the cost model's decode-only step and span ends, the config's constants bound once
+        self._decode_ns = cost.decode_step(config)
+        self._ends_of = cost.span_ends(config)
         # a span (virtual time, ``_plan_step``): the end of each step in flight, the
         # first of them not yet applied, and the callback ending all but the last
         self._ends: list[int] | None = None
@@ -353,9 +356,11 @@ class Engine:
         while sched_.has_work():
             plan = sched_.schedule()
             if plan.scheduled or plan.implicit:
-                cfg = self.config
-                dur = cost.step_ns(cfg, plan.prefill_tokens, plan.decode_seqs, plan.kv_tokens,
-                                   plan.prefill_attn, plan.host_load_tokens)
+                if plan.prefill_tokens or plan.host_load_tokens:
+                    dur = cost.step_ns(self.config, plan.prefill_tokens, plan.decode_seqs,
+                                       plan.kv_tokens, plan.prefill_attn, plan.host_load_tokens)
+                else:  # decode only: ``step_ns`` with the constants bound
+                    dur = self._decode_ns(plan.decode_seqs, plan.kv_tokens)
                 if self._idle:
                     self._idle = False
                     dur += self._wake_ns
@@ -393,8 +398,7 @@ class Engine:
     def _span_ends(self, end: int, k: int) -> list[int]:
         """The end times of a span's ``k`` steps, the first ending at ``end``."""
         s = self._sched
-        return cost.decode_span_ends(self.config, s.implicit_count, s.implicit_kv_tokens(0),
-                                     k, end)
+        return self._ends_of(s.implicit_count, s.implicit_kv_tokens(0), k, end)
 
     def _span_tail(self) -> bool:
         """At a span's last-but-one step end: apply the steps so far, register the last."""

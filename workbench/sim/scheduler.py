@@ -218,6 +218,11 @@ class Scheduler:
         return bool(self.running or self.waiting)
 
     def schedule(self) -> StepPlan:
+        ns = self._ns
+        if ns and ns == len(self.running) and not self.waiting:
+            implicit = self._implicit_only(ns)
+            if implicit is not None:
+                return implicit
         plan = StepPlan()
         budget = self._schedule_running(plan, self.config.max_num_batched_tokens)
         if not plan.preempted:
@@ -287,6 +292,26 @@ class Scheduler:
 
     # -- implicit decode (docs/virtual-time.md, "Implicit decode"): the first ``_ns``
     # running requests' fields stand at step ``tb``; their events are ``_dec``'s
+
+    def _implicit_only(self, ns: int) -> StepPlan | None:
+        """``schedule`` when every running request is implicit and nothing waits (a steady
+        engine's common step): the same plan as the passes below, without them. None
+        when they do not all fit (they turned explicit: the passes plan the step)."""
+        k = self._dec.grow_due(self._tick)
+        kv = self.kv
+        if ns > self.config.max_num_batched_tokens or k > kv.num_free:
+            self._flush()
+            return None
+        if k:
+            got = kv.take(k)
+            if got is None:  # pragma: no cover - invariant: counted against num_free
+                raise RuntimeError(f"{k} counted blocks no longer free")
+            self._dec.assign(got, 0, k)
+        plan = StepPlan(decode_seqs=ns, kv_tokens=self._kv_off + ns * (self._tick + 1),
+                        implicit=ns)  # fmt: skip
+        self.counters.steps += 1
+        self._inflight = plan
+        return plan
 
     def _implicit_step(self, plan: StepPlan, budget: int,
                        pending: list[tuple[Sequence | None, int]]) -> int:
@@ -559,11 +584,13 @@ class Scheduler:
         about: the finished and the ``watched`` ones. Implicit decoders are visited only
         at an event (a filled block, their last token), first, in running order."""
         self._inflight = None
-        wake: list[Sequence] = []
-        bs, kv = self.bs, self.kv
         tick = self._tick
         self._times.append(t_ns)
         self._tick = tick + 1
+        if plan.implicit and not plan.scheduled:
+            return self._complete_implicit(tick, t_ns)
+        wake: list[Sequence] = []
+        bs, kv = self.bs, self.kv
         emitted = self._ns if plan.implicit else 0
         # the step's filled blocks, committed in one call, in order, before the finished
         # requests are released (the same as committing before each release:
@@ -609,6 +636,21 @@ class Scheduler:
         if self.implicit:
             self._absorb()
         return wake
+
+    def _complete_implicit(self, tick: int, t_ns: int) -> list[Sequence]:
+        """``complete`` of a step only implicit decoders ran (``_implicit_only``): their
+        events, the filled blocks committed as the C fill wrote them (int64 bytes)."""
+        emitted = self._ns
+        fb, fh = bytearray(), bytearray()
+        done: list[Sequence] = self._dec.fill(tick, fb, fh)
+        if fb:
+            self.kv.commit(memoryview(fb).cast("q"), memoryview(fh).cast("q"), 0, len(fb) >> 3)
+        for seq in done:
+            self._finish(seq, "length", t_ns)
+        self.counters.generation_tokens += emitted
+        if self.implicit:
+            self._absorb()
+        return done
 
     def _finish(self, seq: Sequence, reason: str, t_ns: int) -> None:
         if seq.tb >= 0:
