@@ -222,3 +222,90 @@ def test_bound_decode_step_and_span_ends_equal_the_unbound_ones(knobs: dict[str,
         assert step(n, kv) == cost.step_ns(cfg, 0, n, kv)
         k, end = rng.randint(1, 60), rng.randint(0, 10**12)
         assert ends(n, kv, k, end) == cost.decode_span_ends(cfg, n, kv, k, end)
+
+
+def _cluster_run(spans: bool, implicit: bool, knobs: dict[str, Any], seed: int
+                 ) -> tuple[dict[str, Any], int, int]:  # fmt: skip
+    """Requests over virtual time to a 3-worker prefix-aware cluster (shared prefixes, so
+    the router's picks read the workers' hash indexes and loads mid-span); some streamed,
+    some aborted. Returned: each request's worker, times, hit and outcome, the stats, and
+    how many real steps (``Engine._end_step``) ran and how many span steps were applied
+    with a block filled or taken (``Scheduler.advance``)."""
+    import asyncio
+
+    from workbench.clock import VirtualClock, run_virtual
+    from workbench.sim import engine as engine_mod
+    from workbench.sim.cluster import Cluster, ClusterConfig
+
+    rng = random.Random(seed)
+    plan = [(rng.randrange(0, 4_000_000_000), i, rng.randrange(20, 400), rng.choice("wwwwsa"))
+            for i in range(60)]
+    steps = carried = 0
+    real, advance = engine_mod.Engine._end_step, Scheduler.advance
+
+    def counted(self: Any) -> bool:
+        nonlocal steps
+        steps += 1
+        return real(self)
+
+    def advanced(self: Scheduler, ends: list[int]) -> None:
+        nonlocal carried
+        before = (self.kv.num_active, self.kv.cached_blocks())
+        advance(self, ends)
+        carried += (self.kv.num_active, self.kv.cached_blocks()) != before  # took, committed
+
+    async def one(c: Any, at: int, i: int, n: int, how: str, out: dict) -> None:
+        await asyncio.sleep(at / 1e9)
+        shared = rng.randrange(0, 6) * 64  # one of six prefixes, 0-320 tokens
+        prompt = [*range(shared), *range(10**6 * (i + 1), 10**6 * (i + 1) + rng.randrange(1, 200))]
+        placement, req = c.submit(f"r{i}", prompt, n)
+        if how == "s":
+            times = [o.t_ns async for o in req.stream()]
+        elif how == "a":
+            await asyncio.sleep(rng.randrange(1, 600) / 1e3)
+            req.abort()
+            times = req.token_ns
+        else:
+            await req.wait()
+            times = req.token_ns
+        out[i] = (placement.worker, times, req.cached_tokens, req.finish_reason)
+
+    async def main() -> dict[str, Any]:
+        c = Cluster(EngineConfig(**knobs), ClusterConfig(workers=3, router="prefix-aware"),
+                    VirtualClock())  # fmt: skip
+        for w in c.workers:
+            w._sched.implicit = implicit
+        await c.start()
+        out: dict[int, Any] = {}
+        await asyncio.gather(*(one(c, *p, out) for p in plan))
+        stats = c.stats()
+        await c.stop()
+        return {"requests": out, "stats": stats}
+
+    old = engine_mod.SPAN_MAX
+    engine_mod.SPAN_MAX = old if spans else 1
+    engine_mod.Engine._end_step = counted  # type: ignore[method-assign]
+    Scheduler.advance = advanced  # type: ignore[method-assign]
+    try:
+        return run_virtual(main()), steps, carried
+    finally:
+        engine_mod.SPAN_MAX = old
+        engine_mod.Engine._end_step = real  # type: ignore[method-assign]
+        Scheduler.advance = advance  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("knobs", [{"num_blocks": 4000}, {"num_blocks": 160, "max_num_seqs": 6},
+                                   {"num_blocks": 700, "block_size": 4}])  # fmt: skip
+def test_spans_through_fills_and_grows_keep_a_prefix_aware_cluster_run(
+        knobs: dict[str, Any]) -> None:  # fmt: skip
+    """A span runs through its decoders' filled and needed blocks (applied in step order
+    when it is caught up; a router's reads catch it up first) and stops only before a
+    request finishes or where the blocks it may need could run short: the cluster's
+    picks, token times, hits and stats equal the step-by-step cluster's, and spans did
+    apply blocks filled or taken."""
+    base, base_steps, _ = _cluster_run(False, False, knobs, 11)
+    got, got_steps, carried = _cluster_run(True, True, knobs, 11)
+    assert got == base
+    assert _cluster_run(False, True, knobs, 11)[0] == base
+    assert carried and got_steps < base_steps
+    assert any(r[3] == "abort" for r in base["requests"].values())

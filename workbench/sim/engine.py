@@ -180,6 +180,7 @@ class EngineRequest(SequenceHandle):
 
 
 SPAN_MAX = 4096  # steps planned at once at most (a span: ``Engine._plan_step``)
+_NEVER_NS = 1 << 62  # ``Engine._event_ns`` with no event in the span
 
 
 class Engine:
@@ -207,6 +208,7 @@ class Engine:
         # first of them not yet applied, and the callback ending all but the last
         self._ends: list[int] | None = None
         self._done = 0
+        self._event_ns = _NEVER_NS  # the end of its first step not applied with an event
         self._span_cb = self._span_tail
         self._routed: tuple[Sequence[int], list[int]] | None = None  # the last prefix query
 
@@ -231,7 +233,7 @@ class Engine:
                 await task
         self._catch_up()
         self._loop = None
-        self._ends = None
+        self._ends, self._event_ns = None, _NEVER_NS
         if self._step is not None:
             self._step.cancel()
             self._step = self._plan = None
@@ -294,16 +296,25 @@ class Engine:
         """``submit``'s ``ValueError`` without queueing; else the clamped ``max_tokens``."""
         return self._check(len(prompt_ids), int(max_tokens))
 
-    # A router's three reads below do not catch a span up (``_catch_up``): a span's
-    # event-free steps change none of what they read (~7 % of a 64-worker run saved).
+    # A router's reads below catch a span up (``_catch_up``) only when one of its steps
+    # that ended has an event: its event-free steps change none of what they read
+    # (catching 64 spans up a request was ~7 % of a 64-worker run: docs/virtual-time.md).
+    def _events_up(self) -> None:
+        if self._event_ns <= self.clock.now_ns():
+            self._catch_up()
+
     def load(self) -> tuple[int, int, float]:
         """(running requests, waiting requests, KV usage): what a router balances on."""
+        if self._ends is not None:
+            self._events_up()
         s = self._sched
         return len(s.running), len(s.waiting), s.kv.usage
 
     def cached_prefix_blocks(self, hashes: Sequence[int], limit: int | None = None) -> int:
         """How many leading blocks of ``hashes`` (at most ``limit``) the prefix cache holds."""
         n = len(hashes) if limit is None else min(limit, len(hashes))
+        if self._ends is not None:
+            self._events_up()
         hit = self._sched.kv.longest_hit(hashes, n)
         self._routed = (hashes, hit)  # for ``submit_prepared(routed=hashes)``
         return len(hit)
@@ -311,10 +322,13 @@ class Engine:
     def caches_block(self, block_hash: int) -> bool:
         """Whether this engine's prefix cache holds the block of chained hash ``block_hash``
         (a router's bound: a prefix hit longer than ``i`` blocks holds block ``i``)."""
+        if self._ends is not None:
+            self._events_up()
         return self._sched.kv.holds(block_hash)
 
     def prefix_shard(self) -> tuple[Any, ...] | None:
-        """This engine's compiled prefix index for a router (``sim.router._shards``)."""
+        """This engine's compiled prefix index for a router (``sim.router._shards``; it
+        reads ``load()`` of every worker, which brings the index up to date, first)."""
         return self._sched.kv.shard()
 
     def _check(self, n_prompt: int, max_tokens: int) -> int:
@@ -391,6 +405,7 @@ class Engine:
             if k > 1:
                 ends = self._ends = self._span_ends(end, k)
                 self._done = 0
+                self._arm_event()
                 self._step = self._loop.call_step_at(ends[-2], self._span_cb)
                 return
         self._step = self._loop.call_step_at(end, self._end_step_cb)
@@ -400,12 +415,22 @@ class Engine:
         s = self._sched
         return self._ends_of(s.implicit_count, s.implicit_kv_tokens(0), k, end)
 
+    def _arm_event(self) -> None:
+        """``_event_ns``: the end of the span's first step not yet applied whose
+        application has an event (``Scheduler.next_event``); the last step's is
+        ``_end_step``'s."""
+        ends = self._ends
+        assert ends is not None
+        s = self._sched
+        i = self._done + s.next_event() - s.tick
+        self._event_ns = ends[i] if i < len(ends) - 1 else _NEVER_NS
+
     def _span_tail(self) -> bool:
         """At a span's last-but-one step end: apply the steps so far, register the last."""
         ends = self._ends
         assert ends is not None and self._loop is not None
         self._sched.advance(ends[self._done : -1])
-        self._ends = None
+        self._ends, self._event_ns = None, _NEVER_NS
         self._step = self._loop.call_step_at(ends[-1], self._end_step_cb)
         return False
 
@@ -424,6 +449,7 @@ class Engine:
             k = bisect.bisect_left(ends, now, j, last)
             self._sched.advance(ends[j:k])
             self._done = k
+            self._arm_event()
 
     def _cut(self) -> None:
         """End the span after the step in flight (the engine changes now)."""
@@ -433,7 +459,7 @@ class Engine:
         ends, j = self._ends, self._done
         assert self._step is not None and self._loop is not None
         self._step.cancel()
-        self._ends = None
+        self._ends, self._event_ns = None, _NEVER_NS
         self._step = self._loop.call_step_at(ends[j], self._end_step_cb)
 
     def _end_step(self) -> bool:

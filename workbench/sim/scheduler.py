@@ -9,6 +9,7 @@ at their events (``sim.decoders``): docs/virtual-time.md, "Implicit decode".
 from __future__ import annotations
 
 import bisect
+import heapq
 import operator
 from array import array
 from collections import deque
@@ -19,7 +20,7 @@ import numpy as np
 
 from workbench.segments import OUTPUT, BlockKeyer, Segments
 from workbench.sim.config import EngineConfig
-from workbench.sim.decoders import new_decoders
+from workbench.sim.decoders import NEVER, new_decoders
 from workbench.sim.hosttier import host_tier
 from workbench.sim.kvcache import ROOT_HASH, BlockManager, block_hashes
 from workbench.tokenizer import output_tokens, request_base
@@ -65,6 +66,7 @@ class Sequence:
     host_tokens: int = 0  # prompt tokens brought back from the host KV tier (first admission)
     tb: int = -1  # implicit decode: the step its fields stand at (-1: explicit; see Scheduler)
     slot: int = -1  # implicit decode: its slot in ``Scheduler._dec`` (``sim.decoders``)
+    fin: int = -1  # implicit decode: the step of its last token (``Scheduler._fins``)
     rank: int = 0  # admission order: ``running`` is sorted by it
     # an earlier hit admission starts from (hit, epoch, evictions): a router's, or its
     # own committed blocks when it is preempted (an int64 array: ``Scheduler._routed_memo``)
@@ -188,6 +190,9 @@ class Scheduler:
         self._trim_at = _TRIM_AT
         self._kv_off = 0
         self._dec = new_decoders(self.bs)
+        # the implicit decoders' last steps, a heap of (fin, rank, seq): an entry is stale
+        # once its request left (``fin`` -1) or came back with another last step
+        self._fins: list[tuple[int, int, Sequence]] = []
         self._inflight: StepPlan | None = None  # planned, not yet completed
         self._admitted = 0  # admissions so far (each one's ``rank``)
 
@@ -351,7 +356,7 @@ class Scheduler:
         """An implicit request turns explicit: synced to ``tick``, its event fields back
         from ``_dec`` (its events turn stale)."""
         self._sync(seq, tick)
-        seq.tb = -1
+        seq.tb = seq.fin = -1
         seq.next_full, seq.committed, seq.capacity = self._dec.remove(seq.slot)
         seq.slot = -1
 
@@ -367,20 +372,65 @@ class Scheduler:
 
     def span(self, limit: int) -> int:
         """How many steps from the one just planned (implicit-only, nothing waiting) run
-        with no event but the last (up to ``limit``): ``advance`` applies all but the last,
-        ``complete`` the last (docs/virtual-time.md, "Spans")."""
-        tick = self._tick
+        with no request finishing but in the last, every block they need surely free,
+        up to ``limit``: ``advance`` applies all but the last (their fills and grows in
+        step order), ``complete`` the last (docs/virtual-time.md, "Spans")."""
+        tick, fins = self._tick, self._fins
+        while fins and fins[0][2].fin != fins[0][0]:
+            heapq.heappop(fins)  # stale: its request left
+        k = min(limit, (fins[0][0] if fins else NEVER) - tick + 1)
+        grows = self._dec.next_grow() - tick  # the first step planned with a grow
+        if grows < k:
+            # a decoder grows once every ``bs`` steps: in the k − 1 plans after this one
+            # the ns decoders take at most ns·⌈(k − 1)/bs⌉ blocks, none freed meanwhile
+            k = min(k, max(grows, self.kv.num_free // self._ns * self.bs + 1))
+        return max(1, k)
+
+    def next_event(self) -> int:
+        """The first step whose end applies an event of the implicit decoders (a block
+        filled then, or one needed by the next step's plan; maybe stale: none), or
+        ``NEVER``."""
         dec = self._dec
-        return max(1, min(limit, dec.next_grow() - tick, dec.next_fill() - tick + 1))
+        return min(dec.next_fill(), dec.next_grow() - 1)
+
+    @property
+    def tick(self) -> int:
+        """The steps ended so far (the one being planned or in flight is this one)."""
+        return self._tick
 
     def advance(self, ends: list[int]) -> None:
-        """Apply span steps that ended at ``ends`` (no event in them: ``span``)."""
+        """Apply span steps that ended at ``ends`` (``span``): their step times, and in
+        step order the blocks filled at each step's end (committed) and the blocks the
+        next step's plan needs (taken), as ``complete`` and ``schedule`` would."""
         n = len(ends)
-        if n:
-            self._times += ends
-            self._tick += n
-            self.counters.steps += n
-            self.counters.generation_tokens += self._ns * n
+        if not n:
+            return
+        self._times += ends
+        tick = self._tick
+        stop = tick + n  # steps tick .. stop-1 end; the plans of tick+1 .. stop are made
+        dec, kv = self._dec, self.kv
+        while True:
+            f, g = dec.next_fill(), dec.next_grow() - 1
+            e = f if f < g else g
+            if e >= stop:
+                break
+            if f == e:
+                fb, fh = bytearray(), bytearray()
+                if dec.fill(e, fb, fh):  # pragma: no cover - invariant: ``span``
+                    raise RuntimeError(f"a request finished inside a span (step {e})")
+                if fb:
+                    kv.commit(memoryview(fb).cast("q"), memoryview(fh).cast("q"), 0,
+                              len(fb) >> 3)  # fmt: skip
+            if g == e:
+                k = dec.grow_due(e + 1)
+                if k:
+                    got = kv.take(k)
+                    if got is None:  # pragma: no cover - invariant: ``span``'s bound
+                        raise RuntimeError(f"{k} blocks a span counted on are not free")
+                    dec.assign(got, 0, k)
+        self._tick = stop
+        self.counters.steps += n
+        self.counters.generation_tokens += self._ns * n
 
     def _absorb(self) -> None:
         """After a step: running requests right after the implicit ones that now only
@@ -392,10 +442,11 @@ class Scheduler:
                 break
             seq.tb = tick
             self._kv_off += seq.num_computed - tick
+            fin = seq.fin = tick + seq.max_tokens - seq.num_out - 1
+            heapq.heappush(self._fins, (fin, seq.rank, seq))
             # ``_dec`` takes its event fields and files its next fill (or finish) and grow
             seq.slot = self._dec.add(seq, seq.blocks, seq.hashes, seq.rank,
-                                     seq.num_computed - tick,
-                                     tick + seq.max_tokens - seq.num_out - 1, seq.next_full,
+                                     seq.num_computed - tick, fin, seq.next_full,
                                      seq.committed, seq.capacity)  # fmt: skip
             ns += 1
         self._ns = ns
@@ -419,6 +470,7 @@ class Scheduler:
         self._ns -= 1
         if not self._ns:  # every filed event is stale now: drop them
             self._dec.clear()
+            self._fins.clear()
 
     def _flush(self) -> None:
         """Every implicit request turns explicit (a step they do not all fit in, or a
@@ -433,6 +485,7 @@ class Scheduler:
             self._disarm(seq, tick)
         self._ns = self._kv_off = 0
         self._dec.clear()
+        self._fins.clear()
         plan = self._inflight
         if plan is not None and plan.implicit:
             for seq in implicit:
