@@ -139,6 +139,12 @@ class BlockManager:
         return self._nfree + self._nlru
 
     @property
+    def fresh(self) -> int:
+        """Free blocks holding no hash: an allocation of up to this many evicts nothing
+        (it takes none a commit could find, ``Scheduler.advance``)."""
+        return self._nfree
+
+    @property
     def usage(self) -> float:
         """Share of blocks held by requests (cached-but-free blocks do not count)."""
         return self.num_active / self.num_blocks

@@ -409,25 +409,29 @@ class Scheduler:
         tick = self._tick
         stop = tick + n  # steps tick .. stop-1 end; the plans of tick+1 .. stop are made
         dec, kv = self._dec, self.kv
+        # the filled blocks are committed in one call, before any allocation that evicts
+        # (it could take a block holding a hash committed after it); one that evicts
+        # nothing takes no block a commit could find, so it commutes with them
+        fb, fh = bytearray(), bytearray()
         while True:
             f, g = dec.next_fill(), dec.next_grow() - 1
             e = f if f < g else g
             if e >= stop:
                 break
-            if f == e:
-                fb, fh = bytearray(), bytearray()
-                if dec.fill(e, fb, fh):  # pragma: no cover - invariant: ``span``
-                    raise RuntimeError(f"a request finished inside a span (step {e})")
-                if fb:
-                    kv.commit(memoryview(fb).cast("q"), memoryview(fh).cast("q"), 0,
-                              len(fb) >> 3)  # fmt: skip
+            if f == e and dec.fill(e, fb, fh):  # pragma: no cover - invariant: ``span``
+                raise RuntimeError(f"a request finished inside a span (step {e})")
             if g == e:
                 k = dec.grow_due(e + 1)
                 if k:
+                    if k > kv.fresh and fb:
+                        self._commit_bytes(fb, fh)
+                        fb, fh = bytearray(), bytearray()
                     got = kv.take(k)
                     if got is None:  # pragma: no cover - invariant: ``span``'s bound
                         raise RuntimeError(f"{k} blocks a span counted on are not free")
                     dec.assign(got, 0, k)
+        if fb:
+            self._commit_bytes(fb, fh)
         self._tick = stop
         self.counters.steps += n
         self.counters.generation_tokens += self._ns * n
@@ -697,13 +701,18 @@ class Scheduler:
         fb, fh = bytearray(), bytearray()
         done: list[Sequence] = self._dec.fill(tick, fb, fh)
         if fb:
-            self.kv.commit(memoryview(fb).cast("q"), memoryview(fh).cast("q"), 0, len(fb) >> 3)
+            self._commit_bytes(fb, fh)
         for seq in done:
             self._finish(seq, "length", t_ns)
         self.counters.generation_tokens += emitted
         if self.implicit:
             self._absorb()
         return done
+
+    def _commit_bytes(self, blocks: bytearray, hashes: bytearray) -> None:
+        """Commit filled blocks as ``Decoders.fill`` wrote them (int64s, in order)."""
+        self.kv.commit(memoryview(blocks).cast("q"), memoryview(hashes).cast("q"), 0,
+                       len(blocks) >> 3)  # fmt: skip
 
     def _finish(self, seq: Sequence, reason: str, t_ns: int) -> None:
         if seq.tb >= 0:
