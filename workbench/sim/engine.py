@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import math
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -180,7 +181,7 @@ class EngineRequest(SequenceHandle):
 
 
 SPAN_MAX = 4096  # steps planned at once at most (a span: ``Engine._plan_step``)
-_NEVER_NS = 1 << 62  # ``Engine._event_ns`` with no event in the span
+_NEVER = math.inf  # ``Engine._event_s`` with no event in the span
 
 
 class Engine:
@@ -208,7 +209,8 @@ class Engine:
         # first of them not yet applied, and the callback ending all but the last
         self._ends: list[int] | None = None
         self._done = 0
-        self._event_ns = _NEVER_NS  # the end of its first step not applied with an event
+        # the end (s, 1 µs early) of its first step not applied with an event
+        self._event_s = _NEVER
         self._span_cb = self._span_tail
         self._routed: tuple[Sequence[int], list[int]] | None = None  # the last prefix query
 
@@ -233,7 +235,7 @@ class Engine:
                 await task
         self._catch_up()
         self._loop = None
-        self._ends, self._event_ns = None, _NEVER_NS
+        self._ends, self._event_s = None, _NEVER
         if self._step is not None:
             self._step.cancel()
             self._step = self._plan = None
@@ -300,7 +302,10 @@ class Engine:
     # that ended has an event: its event-free steps change none of what they read
     # (catching 64 spans up a request was ~7 % of a 64-worker run: docs/virtual-time.md).
     def _events_up(self) -> None:
-        if self._event_ns <= self.clock.now_ns():
+        """``_catch_up`` if a step with an event may have ended (the loop's time read
+        directly: a superset of what ``_catch_up`` applies, which decides exactly)."""
+        loop = self._loop
+        if loop is not None and self._event_s <= loop.time():
             self._catch_up()
 
     def load(self) -> tuple[int, int, float]:
@@ -416,21 +421,23 @@ class Engine:
         return self._ends_of(s.implicit_count, s.implicit_kv_tokens(0), k, end)
 
     def _arm_event(self) -> None:
-        """``_event_ns``: the end of the span's first step not yet applied whose
+        """``_event_s``: the end of the span's first step not yet applied whose
         application has an event (``Scheduler.next_event``); the last step's is
         ``_end_step``'s."""
         ends = self._ends
         assert ends is not None
         s = self._sched
         i = self._done + s.next_event() - s.tick
-        self._event_ns = ends[i] if i < len(ends) - 1 else _NEVER_NS
+        # in seconds, 1 µs early: ``_events_up`` compares it with the loop's float time
+        # (whose ulp is ~1 ns after 70 days), so it never misses a step ``_catch_up`` applies
+        self._event_s = (ends[i] - 1000) / 1e9 if i < len(ends) - 1 else _NEVER
 
     def _span_tail(self) -> bool:
         """At a span's last-but-one step end: apply the steps so far, register the last."""
         ends = self._ends
         assert ends is not None and self._loop is not None
         self._sched.advance(ends[self._done : -1])
-        self._ends, self._event_ns = None, _NEVER_NS
+        self._ends, self._event_s = None, _NEVER
         self._step = self._loop.call_step_at(ends[-1], self._end_step_cb)
         return False
 
@@ -459,7 +466,7 @@ class Engine:
         ends, j = self._ends, self._done
         assert self._step is not None and self._loop is not None
         self._step.cancel()
-        self._ends, self._event_ns = None, _NEVER_NS
+        self._ends, self._event_s = None, _NEVER
         self._step = self._loop.call_step_at(ends[j], self._end_step_cb)
 
     def _end_step(self) -> bool:
