@@ -413,13 +413,17 @@ class Scheduler:
         # (it could take a block holding a hash committed after it); one that evicts
         # nothing takes no block a commit could find, so it commutes with them
         fb, fh = bytearray(), bytearray()
+        # a fill moves only the fill queue, a grow only the grow queue: each re-read
+        # only after its own kind ran
+        f, g = dec.next_fill(), dec.next_grow() - 1
         while True:
-            f, g = dec.next_fill(), dec.next_grow() - 1
             e = f if f < g else g
             if e >= stop:
                 break
-            if f == e and dec.fill(e, fb, fh):  # pragma: no cover - invariant: ``span``
-                raise RuntimeError(f"a request finished inside a span (step {e})")
+            if f == e:
+                if dec.fill(e, fb, fh):  # pragma: no cover - invariant: ``span``
+                    raise RuntimeError(f"a request finished inside a span (step {e})")
+                f = dec.next_fill()
             if g == e:
                 k = dec.grow_due(e + 1)
                 if k:
@@ -430,6 +434,7 @@ class Scheduler:
                     if got is None:  # pragma: no cover - invariant: ``span``'s bound
                         raise RuntimeError(f"{k} blocks a span counted on are not free")
                     dec.assign(got, 0, k)
+                g = dec.next_grow() - 1
         if fb:
             self._commit_bytes(fb, fh)
         self._tick = stop
