@@ -356,3 +356,66 @@ def test_a_span_commits_its_filled_blocks_before_an_allocation_that_evicts() -> 
         for seed in range(12):
             want = _repeats_run(False, False, num_blocks, seed)
             assert _repeats_run(True, True, num_blocks, seed) == want, (num_blocks, seed)
+
+
+def test_decoders_run_equals_fill_grow_and_assign_step_by_step() -> None:
+    """``Decoders.run`` (compiled, and ``PyDecoders``'s) applies a span's fills and grows
+    as ``fill`` then ``grow_due`` + ``assign`` step by step with blocks from the free
+    stack's top; it stops, the grows taken, where they need more than is free."""
+    from array import array
+
+    import numpy as np
+
+    from workbench.sim.decoders import PyDecoders, new_decoders
+
+    def build(dec: Any, rng: random.Random) -> list[Sequence]:
+        seqs = []
+        for r in range(12):
+            co = rng.randrange(0, 200)
+            cap = (co // 16 + 1 + rng.randrange(0, 2)) * 16
+            nblocks = cap // 16
+            seq = Sequence(f"r{r}", [], 0, 0, 0, 0)
+            seq.blocks = array("q", range(10_000 * r, 10_000 * r + nblocks))
+            seq.hashes = array("q", range(7_000_000 + 10_000 * r, 7_000_000 + 10_000 * r + 400))
+            committed = co // 16
+            dec.add(seq, seq.blocks, seq.hashes, r, co, 1000 + r, (committed + 1) * 16,
+                    committed, cap)  # fmt: skip
+            seqs.append(seq)
+        return seqs
+
+    def stepwise(nfree: int, stop: int) -> Any:
+        rng = random.Random(4)
+        dec = PyDecoders(16)
+        seqs = build(dec, rng)
+        free, ref = list(range(500, 500 + nfree)), {}
+        fb, fh = bytearray(), bytearray()
+        for e in range(stop):
+            assert not dec.fill(e, fb, fh)
+            k = dec.grow_due(e + 1)
+            if k > len(free):
+                return "short", e, k
+            got = free[len(free) - k :]
+            del free[len(free) - k :]
+            for b in got:
+                ref[b] = 1
+            dec.assign(got, 0, k)
+        return fb.hex(), fh.hex(), [s.blocks.tolist() for s in seqs], len(free), ref
+
+    def ran(make: Any, nfree: int, stop: int) -> Any:
+        rng = random.Random(4)
+        dec = make(16)
+        seqs = build(dec, rng)
+        free = np.arange(500, 500 + nfree, dtype=np.int64)
+        ref = np.zeros(500 + nfree, dtype=np.int64)
+        fb, fh = bytearray(), bytearray()
+        at, left, k = dec.run(stop, fb, fh, ref.data, free.data, nfree)
+        if at < stop:
+            return "short", at, k
+        taken = {int(b): 1 for b in np.flatnonzero(ref)}
+        return fb.hex(), fh.hex(), [s.blocks.tolist() for s in seqs], left, taken
+
+    for nfree, stop in ((800, 900), (20, 900), (0, 300), (60, 120)):
+        want = stepwise(nfree, stop)
+        assert ran(new_decoders, nfree, stop) == want, (nfree, stop)
+        assert ran(PyDecoders, nfree, stop) == want, (nfree, stop)
+    assert stepwise(20, 900)[0] == "short" and stepwise(800, 900)[0] != "short"

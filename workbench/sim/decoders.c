@@ -373,14 +373,9 @@ PyDoc_STRVAR(fill_doc, "fill(tick, blocks, hashes) -> finished\nApply step `tick
                        "those that emitted their last token are returned (sequences, in "
                        "order); the others re-file their next fill.");
 
-static PyObject *Decoders_fill(Decoders *self, PyObject *args) {
-    long long tick;
-    PyObject *fb, *fh;
-    if (!PyArg_ParseTuple(args, "LO!O!", &tick, &PyByteArray_Type, &fb, &PyByteArray_Type, &fh))
-        return NULL;
-    PyObject *done = PyList_New(0);
-    if (!done)
-        return NULL;
+/* Step `tick`'s fills (fill's body): the finished sequences go to `done`, or, with `done`
+ * NULL, a finish is an error (a span has none: run). 0, or -1 with an exception set. */
+static int do_fill(Decoders *self, int64_t tick, PyObject *fb, PyObject *fh, PyObject *done) {
     Heap *h = &self->fills;
     int64_t bs = self->bs;
     while (h->n && h->e[0].step <= tick) {
@@ -392,38 +387,144 @@ static PyObject *Decoders_fill(Decoders *self, PyObject *args) {
         if (ev.step < tick) {
             PyErr_Format(PyExc_RuntimeError, "Decoders: a fill of step %lld was not handled "
                          "by step %lld", (long long)ev.step, (long long)tick);
-            goto fail;
+            return -1;
         }
         int64_t computed = s->co + tick + 1;
         if (computed >= s->next_full) {
             int64_t full = computed / bs;
             Py_ssize_t have = buf_items(s->hashes);
             if (have < 0)
-                goto fail;
+                return -1;
             if (have < full) { /* keys from token ids: hashed as the block fills */
                 PyObject *r = PyObject_CallMethod(s->seq, "ensure_hashes", "LL", (long long)bs,
                                                   (long long)(computed + 1));
                 if (!r)
-                    goto fail;
+                    return -1;
                 Py_DECREF(r);
             }
             if (gather(s->blocks, s->committed, full, fb) ||
                 gather(s->hashes, s->committed, full, fh))
-                goto fail;
+                return -1;
             s->committed = full;
             s->next_full = (full + 1) * bs;
         }
         if (tick >= s->fin) {
+            if (!done) {
+                PyErr_Format(PyExc_RuntimeError, "Decoders.run: a request finished inside "
+                             "a span (step %lld)", (long long)tick);
+                return -1;
+            }
             if (PyList_Append(done, s->seq))
-                goto fail;
+                return -1;
         } else if (arm_fill(self, i)) {
-            goto fail;
+            return -1;
         }
     }
+    return 0;
+}
+
+static PyObject *Decoders_fill(Decoders *self, PyObject *args) {
+    long long tick;
+    PyObject *fb, *fh;
+    if (!PyArg_ParseTuple(args, "LO!O!", &tick, &PyByteArray_Type, &fb, &PyByteArray_Type, &fh))
+        return NULL;
+    PyObject *done = PyList_New(0);
+    if (!done)
+        return NULL;
+    if (do_fill(self, tick, fb, fh, done)) {
+        Py_DECREF(done);
+        return NULL;
+    }
     return done;
-fail:
-    Py_DECREF(done);
-    return NULL;
+}
+
+/* Give the pending grows k fresh blocks from the top of the free stack f[:*nfree] (their
+ * reference count r set to 1), as an allocation that evicts nothing does, then assign's
+ * body. */
+static int take_fresh(Decoders *self, int64_t *r, Py_ssize_t nref, const int64_t *f,
+                      Py_ssize_t *nfree) {
+    Py_ssize_t k = self->npending, lo = *nfree - k;
+    for (Py_ssize_t j = 0; j < k; j++) {
+        int64_t b = f[lo + j];
+        if (b < 0 || b >= nref) {
+            PyErr_SetString(PyExc_ValueError, "Decoders.run: a free block out of range");
+            return -1;
+        }
+        r[b] = 1;
+        Slot *s = &self->s[self->pending[j]];
+        PyObject *v = PyLong_FromLongLong(b);
+        PyObject *res = v ? PyObject_CallMethodOneArg(s->blocks, str_append, v) : NULL;
+        Py_XDECREF(v);
+        if (!res)
+            return -1;
+        Py_DECREF(res);
+        s->cap += self->bs;
+        if (arm_grow(self, self->pending[j]))
+            return -1;
+    }
+    *nfree = lo;
+    self->npending = 0;
+    return 0;
+}
+
+static int64_t heap_top(Heap *h);
+
+PyDoc_STRVAR(run_doc,
+             "run(stop, blocks, hashes, ref, free, nfree) -> (at, nfree, k)\n"
+             "Apply the events of a span's steps up to stop-1 in step order, as fill and\n"
+             "grow_due + assign would one step at a time: each step's fills (their blocks and\n"
+             "keys appended to the bytearrays; a finish is an error: a span has none), then\n"
+             "the grows of the next step's plan, given blocks from the top of the free stack\n"
+             "free[:nfree] (their ref set to 1), as an allocation that evicts nothing gives\n"
+             "them. Stops at a step `at` whose next plan's k grows need more than nfree\n"
+             "blocks: they are taken (as grow_due) for the caller to allocate and assign,\n"
+             "then run goes on; else at is stop and k 0. nfree: what is left of it.");
+
+static PyObject *Decoders_run(Decoders *self, PyObject *args) {
+    long long stop;
+    PyObject *fb, *fh;
+    Py_buffer ref, fr;
+    Py_ssize_t nfree;
+    if (!PyArg_ParseTuple(args, "LO!O!w*w*n", &stop, &PyByteArray_Type, &fb,
+                          &PyByteArray_Type, &fh, &ref, &fr, &nfree))
+        return NULL;
+    PyObject *out = NULL;
+    if (ref.itemsize != 8 || fr.itemsize != 8 || nfree < 0 || nfree * 8 > fr.len) {
+        PyErr_SetString(PyExc_ValueError, "Decoders.run: ref and free must be int64 buffers, "
+                                          "0 <= nfree <= len(free)");
+        goto done;
+    }
+    int64_t *r = (int64_t *)ref.buf;
+    const int64_t *f = (const int64_t *)fr.buf;
+    Py_ssize_t nref = ref.len / 8;
+    int64_t at = stop;
+    Py_ssize_t k = 0;
+    for (;;) {
+        int64_t fs = heap_top(&self->fills), gs = heap_top(&self->grows) - 1;
+        int64_t e = fs < gs ? fs : gs;
+        if (e >= stop)
+            break;
+        if (fs == e && do_fill(self, e, fb, fh, NULL))
+            goto done;
+        if (gs == e) {
+            k = take_due(self, &self->grows, e + 1, 1, self->pending);
+            if (k < 0)
+                goto done;
+            self->npending = k;
+            if (k > nfree) {
+                at = e;
+                break;
+            }
+            if (take_fresh(self, r, nref, f, &nfree))
+                goto done;
+            k = 0;
+        }
+    }
+    out = Py_BuildValue("(Lnn)", (long long)at, nfree, at < stop ? k : (Py_ssize_t)0);
+done:
+    PyBuffer_Release(&ref);
+    PyBuffer_Release(&fr);
+    return out;
 }
 
 static int64_t heap_top(Heap *h) { return h->n ? h->e[0].step : ((int64_t)1 << 62); }
@@ -448,6 +549,7 @@ static PyMethodDef Decoders_methods[] = {
     {"grow_due", (PyCFunction)Decoders_grow_due, METH_O, grow_due_doc},
     {"assign", (PyCFunction)Decoders_assign, METH_VARARGS, assign_doc},
     {"fill", (PyCFunction)Decoders_fill, METH_VARARGS, fill_doc},
+    {"run", (PyCFunction)Decoders_run, METH_VARARGS, run_doc},
     {"next_grow", (PyCFunction)Decoders_next_grow, METH_NOARGS, next_grow_doc},
     {"next_fill", (PyCFunction)Decoders_next_fill, METH_NOARGS, next_fill_doc},
     {NULL, NULL, 0, NULL},

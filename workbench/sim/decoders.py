@@ -35,6 +35,8 @@ class Decoders(Protocol):
     def grow_due(self, tick: int) -> int: ...
     def assign(self, got: Any, at: int, k: int) -> None: ...
     def fill(self, tick: int, blocks: bytearray, hashes: bytearray) -> list[Any]: ...
+    def run(self, stop: int, blocks: bytearray, hashes: bytearray, ref: Any, free: Any,
+            nfree: int) -> tuple[int, int, int]: ...  # fmt: skip
     def next_grow(self) -> int: ...
     def next_fill(self) -> int: ...
 
@@ -142,6 +144,26 @@ class PyDecoders:
             self._cap[i] += self.bs
             self._arm_grow(i)
         self._pending = []
+
+    def run(self, stop: int, blocks: bytearray, hashes: bytearray, ref: Any, free: Any,
+            nfree: int) -> tuple[int, int, int]:  # fmt: skip
+        while True:
+            f, g = self.next_fill(), self.next_grow() - 1
+            e = f if f < g else g
+            if e >= stop:
+                return stop, nfree, 0
+            if f == e and self.fill(e, blocks, hashes):
+                raise RuntimeError(f"Decoders.run: a request finished inside a span (step {e})")
+            if g == e:
+                k = self.grow_due(e + 1)
+                if k > nfree:
+                    return e, nfree, k
+                lo = nfree - k
+                got = [int(free[lo + j]) for j in range(k)]
+                for b in got:
+                    ref[b] = 1
+                self.assign(got, 0, k)
+                nfree = lo
 
     def fill(self, tick: int, blocks: bytearray, hashes: bytearray) -> list[Any]:
         bs, done = self.bs, []

@@ -144,6 +144,19 @@ class BlockManager:
         (it takes none a commit could find, ``Scheduler.advance``)."""
         return self._nfree
 
+    def fresh_stack(self) -> tuple[Any, Any]:
+        """The reference counts and the free stack (its first ``fresh`` entries, the next
+        taken from the top), for a caller that takes fresh blocks itself as ``take`` would
+        (``Decoders.run``), then reports it with ``took_fresh``."""
+        if self._c is not None:
+            return self._moves[0], self._moves[2]
+        return self._ref, self._free
+
+    def took_fresh(self, nfree: int) -> None:
+        """The caller of ``fresh_stack`` took the free stack's top down to ``nfree``."""
+        self.num_active += self._nfree - nfree
+        self._nfree = nfree
+
     @property
     def usage(self) -> float:
         """Share of blocks held by requests (cached-but-free blocks do not count)."""

@@ -409,32 +409,25 @@ class Scheduler:
         tick = self._tick
         stop = tick + n  # steps tick .. stop-1 end; the plans of tick+1 .. stop are made
         dec, kv = self._dec, self.kv
-        # the filled blocks are committed in one call, before any allocation that evicts
-        # (it could take a block holding a hash committed after it); one that evicts
-        # nothing takes no block a commit could find, so it commutes with them
+        # in step order: each step's fills, then the next plan's grows, from the free
+        # stack's top while that evicts nothing (``Decoders.run``); the filled blocks are
+        # committed in one call, before any allocation that evicts (it could take a block
+        # holding a hash committed after it); one that evicts nothing takes no block a
+        # commit could find, so it commutes with them
         fb, fh = bytearray(), bytearray()
-        # a fill moves only the fill queue, a grow only the grow queue: each re-read
-        # only after its own kind ran
-        f, g = dec.next_fill(), dec.next_grow() - 1
+        ref, free = kv.fresh_stack()
         while True:
-            e = f if f < g else g
-            if e >= stop:
+            at, nfree, k = dec.run(stop, fb, fh, ref, free, kv.fresh)
+            kv.took_fresh(nfree)
+            if at >= stop:
                 break
-            if f == e:
-                if dec.fill(e, fb, fh):  # pragma: no cover - invariant: ``span``
-                    raise RuntimeError(f"a request finished inside a span (step {e})")
-                f = dec.next_fill()
-            if g == e:
-                k = dec.grow_due(e + 1)
-                if k:
-                    if k > kv.fresh and fb:
-                        self._commit_bytes(fb, fh)
-                        fb, fh = bytearray(), bytearray()
-                    got = kv.take(k)
-                    if got is None:  # pragma: no cover - invariant: ``span``'s bound
-                        raise RuntimeError(f"{k} blocks a span counted on are not free")
-                    dec.assign(got, 0, k)
-                g = dec.next_grow() - 1
+            if fb:  # the grows of step at + 1 evict: the fills so far go first
+                self._commit_bytes(fb, fh)
+                fb, fh = bytearray(), bytearray()
+            got = kv.take(k)
+            if got is None:  # pragma: no cover - invariant: ``span``'s bound
+                raise RuntimeError(f"{k} blocks a span counted on are not free")
+            dec.assign(got, 0, k)
         if fb:
             self._commit_bytes(fb, fh)
         self._tick = stop
