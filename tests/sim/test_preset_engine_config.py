@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import workbench.sim.presets as presets
 from workbench.errors import ConfigError
 from workbench.sim.config import EngineConfig
 from workbench.sim.presets import fit
@@ -136,3 +137,30 @@ def test_a_static_batch_prefills_the_whole_batch_in_one_pass() -> None:
         one.add(seq)
     plan = one.schedule()
     assert all(seq in plan.scheduled and seq.step_tokens == 2048 for seq in seqs)
+
+
+def test_a_table_of_an_engine_with_unsplit_decode_attention_replays_with_it(
+        tmp_path: Path) -> None:
+    """``# decode_attention: unsplit`` replays the table with the switch on (the shipped
+    factors keep it off); ``# requests: N`` measures N requests a row; a value either
+    line cannot read is refused naming the table and the line."""
+    rows = "concurrency\tisl\tosl\titl_ms\n1\t4000\t32\t10\n"
+    meta = "# kind: closed_loop\n# preset: llama-3.1-70b/h100/tp8\n# requests: 2\n"
+    split = _table(tmp_path, meta, rows)
+    unsplit = dataclasses.replace(split, meta={**split.meta, "decode_attention": "unsplit"})
+    assert split.measured_requests == 2 and not split.unsplit_attention
+    assert unsplit.unsplit_attention and not presets.FACTORS.unsplit_attention
+    shared = dataclasses.replace(presets.FACTORS, attn_block_share=0.017)
+    with fit.using(shared):
+        (a,), (b,) = fit.table_errors(split), fit.table_errors(unsplit)
+        p = presets.resolve("llama-3.1-70b/h100/tp8")
+    on = dataclasses.replace(shared, unsplit_attention=1.0)
+    unsplit_step = presets.Preset(p.model, p.gpu, p.tp, p.fp8, on).step_ms(0, 1, 4016)
+    gap = unsplit_step - p.step_ms(0, 1, 4016)  # a decode step mid-way through the output
+    assert b.simulated - a.simulated == pytest.approx(gap, rel=0.02) and gap > 1.0
+    bad = dataclasses.replace(split, meta={**split.meta, "decode_attention": "maybe"})
+    with pytest.raises(ValueError, match=r"t: '# decode_attention:' must be split or unsplit"):
+        fit.table_errors(bad)
+    bad = dataclasses.replace(split, meta={**split.meta, "requests": "two"})
+    with pytest.raises(ValueError, match=r"t: '# requests:' must be a whole number"):
+        fit.table_errors(bad)

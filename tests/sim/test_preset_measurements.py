@@ -42,19 +42,31 @@ BOUNDS: dict[str, dict[str, float]] = {
     "nim-1.8.0_llama-3.3-70b_2xh100-fp8-tp2_500in-2000out":
         {"itl": 0.08, "throughput": 0.08, "ttft": 0.17},
     "nim-dli_llama-3-70b_4xa100-fp16-tp4_2000in-200out":
-        {"itl": 0.11, "throughput": 0.09, "ttft": 0.62},
+        {"itl": 0.07, "throughput": 0.06, "ttft": 0.62},
+    "nim-dli_llama-3-70b_4xa100-fp16-tp4_one-client-sweep":
+        {"itl": 0.03, "throughput": 0.03, "ttft": 0.23},
+    "nim-dli_llama-3-70b_4xh100-fp16-tp4_one-client-sweep":
+        {"itl": 0.08, "throughput": 0.08, "ttft": 0.25},
     "nim-dli_llama-3-70b_4xh100-fp8-tp4_2000in-200out":
-        {"itl": 0.13, "throughput": 0.17, "ttft": 0.7},
+        {"itl": 0.09, "throughput": 0.15, "ttft": 0.70},
+    "nim-dli_llama-3-70b_4xh100-fp8-tp4_one-client-sweep":
+        {"itl": 0.02, "throughput": 0.02, "ttft": 0.36},
+    "nim-dli_llama-3-70b_8xa100-bf16-tp8_one-client-sweep":
+        {"itl": 0.17, "throughput": 0.20, "ttft": 0.30},
     "nim-dli_llama-3-70b_8xh100-fp16-tp8_7000in-1000out":
-        {"itl": 0.23, "throughput": 0.38, "ttft": 0.76},
+        {"itl": 0.08, "throughput": 0.20, "ttft": 0.76},
+    "nim-dli_llama-3-70b_8xh100-fp16-tp8_one-client-sweep":
+        {"itl": 0.03, "throughput": 0.03, "ttft": 0.37},
+    "nim-dli_llama-3-70b_8xh100-fp8-tp8_one-client-sweep":
+        {"itl": 0.13, "throughput": 0.16, "ttft": 0.42},
     "nim-dli_llama-3-8b_1xa100-fp16-tp1_2000in-200out":
-        {"itl": 0.09, "throughput": 0.07, "ttft": 0.52},
+        {"itl": 0.10, "throughput": 0.08, "ttft": 0.52},
     "nim-dli_llama-3-8b_1xh100-fp16-tp1_2000in-200out":
-        {"itl": 0.18, "throughput": 0.16, "ttft": 0.59},
+        {"itl": 0.18, "throughput": 0.17, "ttft": 0.59},
     "nim-dli_llama-3-8b_1xh100-fp16-tp1_200in-1000out":
-        {"itl": 0.24, "throughput": 0.21, "ttft": 0.13},
+        {"itl": 0.24, "throughput": 0.22, "ttft": 0.13},
     "nim-dli_llama-3-8b_1xh100-fp8-tp1_2000in-200out":
-        {"itl": 0.18, "throughput": 0.18, "ttft": 0.5},
+        {"itl": 0.23, "throughput": 0.21, "ttft": 0.50},
     "oracle-oci_llama-3.1-405b_8xmi300x-fp8-tp8_vllm-latency-128in-128out":
         {"latency": 0.32},
     "trtllm-0.9.0-dli_mixtral-8x7b_2xa100-tp2_static-batch":
@@ -69,8 +81,8 @@ BOUNDS: dict[str, dict[str, float]] = {
         {"latency": 0.08},
 }
 
-#: the kept TP8 batch-1 measurements' errors docs/hardware.md states (goal: 15 %, not met)
-TP8_H100_ERROR = 0.28  # 70B BF16, 8 × H100, one client: ITL 19.11 ms published, 13.9 simulated
+#: the kept TP8 batch-1 measurement on MI300X and the error docs/hardware.md states for it
+#: (goal 15 %, not met: no 70B TP8 batch-1 MI300X measurement outside issue 41's own tables)
 TP8_MI300X_ERROR = 0.23  # 405B FP8, 8 × MI300X, batch 1: 3,530 ms published, 2,732 simulated
 
 
@@ -219,27 +231,56 @@ def test_a_trial_replays_only_the_tables_whose_factors_it_moves() -> None:
     assert replays == [2, 3, 4, 5, 5]
 
 
-#: batch-1 decode of Llama 3.1/3.3 70B at TP8, the measurements the project keeps, with
-#: the error docs/hardware.md states for each ("TP8 at batch 1"); the goal is 15 %
-TP8_BATCH1 = {
-    "h100": ("nim-dli_llama-3-70b_8xh100-fp16-tp8_7000in-1000out", "1", "itl_ms"),
-    "mi300x": ("oracle-oci_llama-3.1-405b_8xmi300x-fp8-tp8_vllm-latency-128in-128out",
-               "1x128/128", "latency_ms"),
-}
-TP8_BATCH1_ERROR = {"h100": TP8_H100_ERROR, "mi300x": TP8_MI300X_ERROR}
+#: batch-1 decode of Llama 3.1/3.3 70B at TP8 on H100, the measurements the project keeps
+#: (issue 41's must-show, goal 15 %): every one-client ITL of the DLI data set's 70B on
+#: 8 × H100, BF16 and FP8, at 200 to 7,000 prompt tokens (docs/hardware.md "TP8 at batch 1")
+TP8_H100_BATCH1 = ("nim-dli_llama-3-70b_8xh100-fp16-tp8_7000in-1000out",
+                   "nim-dli_llama-3-70b_8xh100-fp16-tp8_one-client-sweep",
+                   "nim-dli_llama-3-70b_8xh100-fp8-tp8_one-client-sweep")
+#: the largest error docs/hardware.md states for them: with the shipped factors, and
+#: predicted by the fold that never saw the DLI data set (FP8 misses the goal there)
+TP8_H100_ERROR = {"BF16": 0.04, "FP8": 0.15}
+TP8_H100_HELD_OUT_ERROR = {"BF16": 0.12, "FP8": 0.23}
 
 
-@pytest.mark.parametrize("gpu", sorted(TP8_BATCH1))
-def test_tp8_batch1_against_the_kept_measurements(gpu: str) -> None:
-    """The kept TP8 batch-1 measurements: 70B (BF16) on 8 × H100 at one client (ITL) and,
-    the only TP8 MI300X one found, 405B (FP8) on 8 × MI300X at batch 1 (the batch's
-    latency, 127 decode steps after one prefill). The error each leaves is the one
-    docs/hardware.md states; whether it meets the 15 % goal is said there."""
-    name, key, metric = TP8_BATCH1[gpu]
-    (row,) = [r for r in _rows(name) if r.key == key and r.metric == metric]
-    print(f"\n{gpu}: {row.preset} {metric} published {row.published} simulated "
+def _tp8_h100_batch1(rows: list[fit.RowError]) -> dict[str, list[fit.RowError]]:
+    one = [r for r in rows if r.table in TP8_H100_BATCH1 and r.metric == "itl_ms"
+           and r.key.split("x")[0] == "1"]
+    return {"FP8": [r for r in one if r.preset.endswith("/fp8w")],
+            "BF16": [r for r in one if not r.preset.endswith("/fp8w")]}
+
+
+def test_tp8_batch1_itl_on_h100_against_the_kept_measurements() -> None:
+    """Llama 3 70B on 8 × H100 at one client (ITL), the 13 kept rows: within the 15 %
+    goal with the shipped factors (BF16 −2 to −4 %, FP8 −11 to −14 %: the decode
+    attention of that engine, "Decode attention", is what the 7,000-token rows needed);
+    the fold that never saw the data set leaves BF16 within 12 % and FP8 at −21 to −23 %,
+    as docs/hardware.md states."""
+    shipped = _tp8_h100_batch1([r for name in TP8_H100_BATCH1 for r in _rows(name)])
+    assert [len(shipped[k]) for k in ("BF16", "FP8")] == [6, 6]
+    folds = RECORD["leave_one_source_out"]["fold_factors"]
+    source = TABLES[TP8_H100_BATCH1[0]].source_group
+    (fold,) = fit.replay_folds([TABLES[n] for n in TP8_H100_BATCH1], {source: folds[source]})
+    held = _tp8_h100_batch1(fold.rows)
+    for precision in ("BF16", "FP8"):
+        for r in shipped[precision] + held[precision]:
+            print(f"  {r.preset:30} {r.key:>12} published {r.published:6.2f} "
+                  f"simulated {r.simulated:6.2f} ({r.error:+.1%})")
+        assert max(abs(r.error) for r in shipped[precision]) <= TP8_H100_ERROR[precision]
+        assert max(abs(r.error) for r in held[precision]) <= (
+            TP8_H100_HELD_OUT_ERROR[precision])
+    assert max(abs(r.error) for k in ("BF16", "FP8") for r in shipped[k]) <= 0.15
+
+
+def test_tp8_batch1_on_mi300x_against_the_kept_measurement() -> None:
+    """The only TP8 batch-1 MI300X measurement kept, 405B (FP8) on 8 × MI300X at batch 1
+    (the batch's latency, 127 decode steps after one prefill): the error docs/hardware.md
+    states, outside the 15 % goal (no 70B TP8 batch-1 MI300X table outside issue 41's)."""
+    (row,) = [r for r in _rows("oracle-oci_llama-3.1-405b_8xmi300x-fp8-tp8_vllm-latency-"
+                               "128in-128out") if r.key == "1x128/128"]
+    print(f"\nmi300x: {row.preset} published {row.published} simulated "
           f"{row.simulated:.2f} ({row.error:+.1%})")
-    assert abs(row.error) <= TP8_BATCH1_ERROR[gpu] + 0.005
+    assert abs(row.error) <= TP8_MI300X_ERROR + 0.005
 
 
 def test_tp8_batch1_decode_of_70b_fp8_is_the_vendors_order() -> None:

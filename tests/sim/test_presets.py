@@ -139,3 +139,35 @@ def test_fp8_matmuls_reach_their_own_share_of_the_doubled_peak() -> None:
     over = bf16.factors.step_overhead_ms + 32 * bf16.factors.layer_us * 1e-3
     slow, fast = (p.step_ms(8192, 0, 8192, attn) - over for p in (bf16, fp8))
     assert fast / slow == pytest.approx((989.4 * bf16.mfu) / (1978.9 * fp8.mfu), rel=1e-6)
+
+
+def test_unsplit_decode_attention_waits_for_one_blocks_pass_over_the_context() -> None:
+    """An engine whose decode attention runs one thread block per (sequence, head) over the
+    whole context (``Factors.unsplit_attention``): per layer, one block reads its head's K
+    and V of every context token at ``attn_block_share`` of the HBM bandwidth; the step
+    takes that instead of the KV's bytes when it is longer, whatever the TP. Off (the
+    shipped presets: an engine that splits the context), the step is the bytes' alone."""
+    import dataclasses
+
+    from workbench.sim.presets import Preset
+
+    base = resolve("llama-3.1-70b/h100/tp8")
+    assert not base.factors.unsplit_attention  # off unless a table or calibration says
+    assert base.unsplit_attention_s(0, 1, 7000) == 0.0
+    on = dataclasses.replace(base.factors, unsplit_attention=1.0, attn_block_share=0.017)
+    p = Preset(base.model, base.gpu, base.tp, base.fp8, on)
+    per_token = 80 * 2 * 128 * 2 / (3350e9 * 0.017)  # layers × one head's K+V bytes / block
+    assert p.unsplit_attention_s(0, 1, 7000) == pytest.approx(7000 * per_token)
+    kv_bytes_s = 7000 * base.kv_bytes_per_token_gpu / (3350e9 * base.factors.mbu)
+    extra = p.step_ms(0, 1, 7000) - base.step_ms(0, 1, 7000)
+    assert extra == pytest.approx((7000 * per_token - kv_bytes_s) * 1e3)
+    # ~9 ns per context token and layer on H100: 7,000 tokens add ~5 ms to a 70B step
+    assert 4.5 < extra < 5.5
+    # the mean context of the step's sequences, not their sum; TP does not change it
+    assert p.unsplit_attention_s(0, 4, 4 * 7000) == pytest.approx(7000 * per_token)
+    tp4 = Preset(base.model, base.gpu, 4, base.fp8, on)
+    assert tp4.unsplit_attention_s(0, 1, 7000) == pytest.approx(7000 * per_token)
+    # many sequences: the KV's bytes are the longer, the switch changes nothing
+    assert p.step_ms(0, 256, 256 * 7000) == pytest.approx(
+        Preset(base.model, base.gpu, base.tp, base.fp8,
+               dataclasses.replace(on, unsplit_attention=0.0)).step_ms(0, 256, 256 * 7000))

@@ -12,12 +12,14 @@ BF16 otherwise. From public facts alone it derives:
   tokens, plus attention's 4·layers·heads·head_dim FLOPs per (query, key) pair: prefill
   quadratic in the chunk and its prefix, decode by the context) and its memory time
   (the weights / TP once per step — for a MoE only the experts its tokens route to —
-  plus every attended token's KV), plus the tensor-parallel all-reduces costed on the
+  plus every attended token's KV, or, for an engine whose decode attention runs one
+  thread block per head over the whole context, the longer wait that takes:
+  ``Preset.unsplit_attention_s``), plus the tensor-parallel all-reduces costed on the
   GPU's fabric (``Preset.allreduce_s``: NVSwitch, xGMI mesh or a PCIe ring) and a fixed
   time per step and per layer;
 * the time to bring KV back from host memory (``Preset.load_ms``).
 
-Eight efficiency factors (``FACTORS``, read from
+Nine efficiency factors and one switch (``FACTORS``, read from
 ``sim/presets/fitted_factors.json``) are fitted to cited public measurements by
 ``presets.fit`` (docs/hardware.md, "Fit": how, and every formula, source and the error
 left, in sample and held out).
@@ -54,7 +56,13 @@ class Factors:
     of every request (HTTP, tokenising, scheduling: ``EngineConfig.request_overhead_ms``);
     and the latency of one tensor-parallel all-reduce crossing the GPU fabric once
     (``allreduce_us``: one switch crossing or one direct link; a PCIe ring pays it per
-    hop)."""
+    hop). ``attn_block_share``: the share of the GPU's HBM bandwidth one thread block
+    reaches when an engine's decode attention runs one block per (sequence, head) over
+    the whole context (TensorRT-LLM's masked MHA without its multi-block mode); it costs
+    a step only where ``unsplit_attention`` is 1 — a switch, not a fitted factor: the
+    published tables of such an engine say so (``# decode_attention: unsplit``,
+    docs/hardware.md "Decode attention"), a calibrated preset may; 0 (an engine that
+    splits the context over blocks: the KV bytes term alone) otherwise."""
 
     mfu: float
     mbu: float
@@ -64,6 +72,8 @@ class Factors:
     mfu_fp8: float = 0.0  # ``mfu`` of FP8 matmuls (0: the same as ``mfu``)
     layer_us: float = 0.0
     gemm_half_tokens: float = 0.0
+    attn_block_share: float = 0.0
+    unsplit_attention: float = 0.0  # 1: the engine's decode attention is one block per head
 
 
 FACTORS_FILE = Path(__file__).with_name("fitted_factors.json")
@@ -196,11 +206,32 @@ class Preset:
         half = self.factors.gemm_half_tokens
         return self.mfu * (tokens / (tokens + half) if half else 1.0)
 
+    def unsplit_attention_s(self, prefill_tokens: int, decode_seqs: int,
+                            kv_tokens: int) -> float:
+        """The decode attention of an engine that runs one thread block per (sequence,
+        head) over the whole context (``Factors.unsplit_attention``; 0 otherwise): per
+        layer, one block reads its head's K and V of every context token at
+        ``attn_block_share`` of the HBM bandwidth, the heads and sequences in parallel on
+        other blocks, so a step waits for a sequence's context × layers, whatever the TP
+        (docs/hardware.md, "Decode attention"). The context is the step's mean per
+        sequence (``kv_tokens`` over its sequences, a prefilling one counted once): exact
+        for one sequence and for equal ones."""
+        f = self.factors
+        if not (f.unsplit_attention and f.attn_block_share and decode_seqs > 0):
+            return 0.0
+        m = self.model
+        context = kv_tokens / (decode_seqs + (1 if prefill_tokens else 0))
+        head_bytes = 2 * m.head_dim * self.kv_dtype_bytes  # one head's K and V of a token
+        return m.layers * context * head_bytes / (
+            self.gpu.bandwidth_gbps * 1e9 * f.attn_block_share)
+
     def step_ms(self, prefill_tokens: int, decode_seqs: int, kv_tokens: int,
                 prefill_attn: int = 0) -> float:
         """One engine step: ``prefill_tokens`` new prompt tokens, ``decode_seqs`` decoding
         sequences, ``kv_tokens`` attended KV tokens in all, ``prefill_attn`` the prefill
-        chunks' (query, key) pairs (Σ n·(c + (n+1)/2) for a chunk of n after c)."""
+        chunks' (query, key) pairs (Σ n·(c + (n+1)/2) for a chunk of n after c). The KV's
+        read is its bytes at ``mbu`` or, for an engine that does not split decode
+        attention over the context, the longer ``unsplit_attention_s``."""
         tokens = prefill_tokens + decode_seqs
         if tokens <= 0:
             return 0.0
@@ -208,8 +239,12 @@ class Preset:
         flops = 2.0 * m.active_matmul_params * tokens
         flops += 4.0 * m.layers * m.heads * m.head_dim * (prefill_attn + kv_tokens)
         compute = flops / self.tp / (self.peak_flops * self.gemm_efficiency(tokens))
-        traffic = self.weight_read_bytes(tokens) + kv_tokens * self.kv_bytes_per_token_gpu
-        memory = traffic / (self.gpu.bandwidth_gbps * 1e9 * f.mbu)
+        kv_bytes = kv_tokens * self.kv_bytes_per_token_gpu
+        bandwidth = self.gpu.bandwidth_gbps * 1e9 * f.mbu
+        memory = (self.weight_read_bytes(tokens) + kv_bytes) / bandwidth
+        if f.unsplit_attention:  # the KV read takes the longer of its bytes and the blocks'
+            memory += max(0.0, self.unsplit_attention_s(prefill_tokens, decode_seqs,
+                                                        kv_tokens) - kv_bytes / bandwidth)
         fixed = f.step_overhead_ms + m.layers * f.layer_us * 1e-3
         return (max(compute, memory) + self.allreduce_s(tokens)) * 1e3 + fixed
 

@@ -113,6 +113,10 @@ def table_errors(table: Table, quick: bool = False) -> list[RowError]:
     (the fit's trials): a closed loop measures ``max(concurrency, 16)`` requests, not
     ``max(3 × concurrency, 16)``; rows the table's ``# fit_exclude:`` line names (a
     metric, optionally only above a concurrency, with its reason) are left out."""
+    if table.unsplit_attention and not presets.FACTORS.unsplit_attention:
+        # the engine decoded with one block per head: its tables replay with the switch on
+        with using(dataclasses.replace(presets.FACTORS, unsplit_attention=1.0)):
+            return table_errors(table, quick)
     out: list[RowError] = []
     if table.kind == "closed_loop":
         preset = table.meta["preset"]
@@ -121,7 +125,8 @@ def table_errors(table: Table, quick: bool = False) -> list[RowError]:
             c = int(row["concurrency"])
             # lengths per row where the table sweeps them, else the table's
             isl, osl = (int(row.get(k) or table.meta[k]) for k in ("isl", "osl"))
-            got = closed_loop(cfg, c, isl, osl, requests=max(c, 16) if quick else None,
+            requests = table.measured_requests or (max(c, 16) if quick else None)
+            got = closed_loop(cfg, c, isl, osl, requests=requests,
                               together=table.meta.get("clients") == "together")
             sim = {"ttft_ms": got.ttft_ms, "itl_ms": got.itl_ms,
                    "throughput_tok_s": got.throughput}
@@ -171,6 +176,9 @@ def uses(table: Table) -> frozenset[str]:
         names.discard("mfu")
     if all(tp == 1 for _m, _g, tp, _f in parsed):
         names.discard("allreduce_us")
+    if not table.unsplit_attention:
+        names.discard("attn_block_share")
+    names.discard("unsplit_attention")  # a switch the table sets, never searched
     return frozenset(names)
 
 
@@ -224,7 +232,9 @@ def loss(rows: list[RowError]) -> float:
 FACTOR_BOUNDS = {"mfu": (0.05, 1.0), "mbu": (0.05, 1.0), "step_overhead_ms": (0.0, 50.0),
                  "request_overhead_ms": (0.0, 200.0), "allreduce_us": (0.0, 500.0),
                  "mfu_fp8": (0.05, 1.0), "layer_us": (0.0, 500.0),
-                 "gemm_half_tokens": (0.0, 4096.0)}
+                 "gemm_half_tokens": (0.0, 4096.0), "attn_block_share": (0.001, 1.0)}
+#: fields of ``presets.Factors`` the search leaves alone: switches, not factors
+SWITCHES = ("unsplit_attention",)
 
 
 def fit(tables: list[Table], start: presets.Factors | None = None,
@@ -248,7 +258,7 @@ def fit(tables: list[Table], start: presets.Factors | None = None,
     best_loss = evaluate(best)
     if log is not None:
         log(f"start loss {best_loss:.4f} {best}")
-    names = [f.name for f in dataclasses.fields(presets.Factors)]
+    names = [f.name for f in dataclasses.fields(presets.Factors) if f.name not in SWITCHES]
     for step in steps:
         moved = True
         while moved and len(seen) < max_evals:
@@ -366,7 +376,8 @@ def breakdown(rows: list[RowError]) -> dict[str, dict[str, float]]:
 #: where every fit starts (the fits are local searches): the previous fit's factors
 #: (docs/hardware.md, "Fit") with the new ones at round values no table was searched for
 START = presets.Factors(mfu=0.70, mbu=0.8, step_overhead_ms=2.4, request_overhead_ms=5.19,
-                        allreduce_us=20.0, mfu_fp8=0.467, layer_us=5.0, gemm_half_tokens=32.0)
+                        allreduce_us=20.0, mfu_fp8=0.467, layer_us=5.0, gemm_half_tokens=32.0,
+                        attn_block_share=0.02)
 
 
 def _by(rows: list[RowError], key: Callable[[RowError], str]) -> dict[str, dict[str, float]]:

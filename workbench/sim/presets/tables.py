@@ -50,6 +50,31 @@ class Table:
         return out
 
     @property
+    def unsplit_attention(self) -> bool:
+        """Whether the engine the table ran on decoded with one thread block per
+        (sequence, head) over the whole context: the ``# decode_attention:`` line,
+        ``unsplit`` or ``split`` (the default); ValueError naming the table otherwise
+        (docs/hardware.md, "Decode attention")."""
+        value = self.meta.get("decode_attention", "split").strip().lower()
+        if value not in ("split", "unsplit"):
+            raise ValueError(f"{self.name}: '# decode_attention:' must be split or unsplit, "
+                             f"got {value!r}")
+        return value == "unsplit"
+
+    @property
+    def measured_requests(self) -> int | None:
+        """Measured requests per closed-loop row, where the table says (``# requests:``:
+        a single client's requests are alike in the simulated engine, so two measure
+        what sixteen do); None: the replay's default."""
+        text = self.meta.get("requests", "").strip()
+        if not text:
+            return None
+        if not text.isdigit() or int(text) < 1:
+            raise ValueError(f"{self.name}: '# requests:' must be a whole number >= 1, "
+                             f"got {text!r}")
+        return int(text)
+
+    @property
     def source_group(self) -> str:
         """The source a leave-one-source-out check leaves out as a whole: the table's
         ``# source_group:`` line, else its source's repository (``github.com/OWNER/REPO``)
