@@ -366,6 +366,15 @@ class BlockManager:
             return
         self._ncached += self._index.commit(self._own, blocks[lo:hi], hashes[lo:hi])
 
+    def commit_take(self, blocks: bytearray, hashes: bytearray, n: int) -> array[int] | None:
+        """``commit`` of every filled block in ``blocks``/``hashes`` (int64s, in order, as
+        ``Decoders.fill`` writes them), then ``take(n)``: a span's evicting allocation,
+        after the fills before it (``Scheduler.advance``), in one call."""
+        if blocks and self.enable_caching:
+            b, h = memoryview(blocks).cast("q"), memoryview(hashes).cast("q")
+            self._ncached += self._index.commit(self._own, b, h)
+        return self.take(n)
+
     def cached_blocks(self) -> int:
         return self._ncached
 

@@ -421,10 +421,10 @@ class Scheduler:
             kv.took_fresh(nfree)
             if at >= stop:
                 break
-            if fb:  # the grows of step at + 1 evict: the fills so far go first
-                self._commit_bytes(fb, fh)
+            # the grows of step at + 1 evict: the fills so far are committed first
+            got = kv.commit_take(fb, fh, k)
+            if fb:
                 fb, fh = bytearray(), bytearray()
-            got = kv.take(k)
             if got is None:  # pragma: no cover - invariant: ``span``'s bound
                 raise RuntimeError(f"{k} blocks a span counted on are not free")
             dec.assign(got, 0, k)
