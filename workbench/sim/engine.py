@@ -427,7 +427,7 @@ class Engine:
         ends = self._ends
         assert ends is not None
         s = self._sched
-        i = self._done + s.next_event() - s.tick
+        i = self._done + max(0, s.next_event() - s.tick)  # (every earlier one was applied)
         # in seconds, 1 µs early: ``_events_up`` compares it with the loop's float time
         # (whose ulp is ~1 ns after 70 days), so it never misses a step ``_catch_up`` applies
         self._event_s = (ends[i] - 1000) / 1e9 if i < len(ends) - 1 else _NEVER
