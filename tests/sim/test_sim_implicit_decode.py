@@ -94,6 +94,22 @@ def test_a_watched_or_aborted_request_mid_step_keeps_the_schedule() -> None:
         assert _drive(True, cfg, 5, **kw) == _drive(False, cfg, 5, **kw)
 
 
+async def _consume(req: Any, how: str, abort_s: float) -> list[int]:
+    """A request's token times, its client streaming it (``s``: woken every step from its
+    first token on), going away after ``abort_s`` (``a``) or waiting for the end."""
+    import asyncio
+
+    if how == "s":
+        return [o.t_ns async for o in req.stream()]
+    if how == "a":
+        await asyncio.sleep(abort_s)
+        req.abort()
+    else:
+        await req.wait()
+    times: list[int] = req.token_ns
+    return times
+
+
 def _engine_run(spans: bool, implicit: bool, cfg: EngineConfig, seed: int) -> dict[str, Any]:
     """Requests submitted over virtual time to one engine: most awaited to the end, some
     streamed, some aborted part way; the engine's stats read on a grid meanwhile."""
@@ -112,15 +128,7 @@ def _engine_run(spans: bool, implicit: bool, cfg: EngineConfig, seed: int) -> di
         shared = rng.randrange(0, 12) * 16  # token ids (a stream draws output ids)
         prompt = [*range(shared), *range(10**6 * (i + 1), 10**6 * (i + 1) + rng.randrange(1, 300))]
         req = engine.submit(f"r{i}", prompt, n)
-        if how == "s":  # a stream: woken every step from its first token on
-            times = [o.t_ns async for o in req.stream()]
-        elif how == "a":  # the client goes away after a while
-            await asyncio.sleep(rng.randrange(1, 400) / 1e3)
-            req.abort()
-            times = req.token_ns
-        else:
-            await req.wait()
-            times = req.token_ns
+        times = await _consume(req, how, rng.randrange(1, 400) / 1e3)
         out[i] = (times, req.cached_tokens, req.finish_reason, req.completion_tokens)
 
     async def main() -> dict[str, Any]:
@@ -259,15 +267,7 @@ def _cluster_run(spans: bool, implicit: bool, knobs: dict[str, Any], seed: int
         shared = rng.randrange(0, 6) * 64  # one of six prefixes, 0-320 tokens
         prompt = [*range(shared), *range(10**6 * (i + 1), 10**6 * (i + 1) + rng.randrange(1, 200))]
         placement, req = c.submit(f"r{i}", prompt, n)
-        if how == "s":
-            times = [o.t_ns async for o in req.stream()]
-        elif how == "a":
-            await asyncio.sleep(rng.randrange(1, 600) / 1e3)
-            req.abort()
-            times = req.token_ns
-        else:
-            await req.wait()
-            times = req.token_ns
+        times = await _consume(req, how, rng.randrange(1, 600) / 1e3)
         out[i] = (placement.worker, times, req.cached_tokens, req.finish_reason)
 
     async def main() -> dict[str, Any]:

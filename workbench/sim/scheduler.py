@@ -685,11 +685,7 @@ class Scheduler:
                     wake.append(seq)
         if fill_blocks:
             kv.commit(fill_blocks, fill_hashes, 0, len(fill_blocks))
-        for seq in done:
-            self._finish(seq, "length", t_ns)
-        self.counters.generation_tokens += emitted
-        if self.implicit:
-            self._absorb()
+        self._step_done(done, emitted, t_ns)
         return wake
 
     def _complete_implicit(self, tick: int, t_ns: int) -> list[Sequence]:
@@ -700,12 +696,17 @@ class Scheduler:
         done: list[Sequence] = self._dec.fill(tick, fb, fh)
         if fb:
             self._commit_bytes(fb, fh)
+        self._step_done(done, emitted, t_ns)
+        return done
+
+    def _step_done(self, done: list[Sequence], emitted: int, t_ns: int) -> None:
+        """A step's end after its commit: its finished requests released (in order), its
+        tokens counted, the next steady decoders turned implicit."""
         for seq in done:
             self._finish(seq, "length", t_ns)
         self.counters.generation_tokens += emitted
         if self.implicit:
             self._absorb()
-        return done
 
     def _commit_bytes(self, blocks: bytearray, hashes: bytearray) -> None:
         """Commit filled blocks as ``Decoders.fill`` wrote them (int64s, in order)."""
