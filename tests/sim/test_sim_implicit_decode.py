@@ -110,13 +110,26 @@ async def _consume(req: Any, how: str, abort_s: float) -> list[int]:
     return times
 
 
+def _spans_run(spans: bool, coro: Any) -> Any:
+    """``run_virtual(coro)`` with spans, or step by step (``SPAN_MAX`` 1)."""
+    from workbench.clock import run_virtual
+    from workbench.sim import engine as engine_mod
+
+    old = engine_mod.SPAN_MAX
+    engine_mod.SPAN_MAX = old if spans else 1
+    try:
+        return run_virtual(coro)
+    finally:
+        engine_mod.SPAN_MAX = old
+
+
 def _engine_run(spans: bool, implicit: bool, cfg: EngineConfig, seed: int) -> dict[str, Any]:
     """Requests submitted over virtual time to one engine: most awaited to the end, some
     streamed, some aborted part way; the engine's stats read on a grid meanwhile."""
     import asyncio
     import contextlib
 
-    from workbench.clock import VirtualClock, run_virtual
+    from workbench.clock import VirtualClock
     from workbench.sim import engine as engine_mod
 
     rng = random.Random(seed)
@@ -151,12 +164,7 @@ def _engine_run(spans: bool, implicit: bool, cfg: EngineConfig, seed: int) -> di
         await engine.stop()
         return {"requests": out, "samples": samples, "stats": engine.stats()}
 
-    old = engine_mod.SPAN_MAX
-    engine_mod.SPAN_MAX = old if spans else 1
-    try:
-        return run_virtual(main())
-    finally:
-        engine_mod.SPAN_MAX = old
+    return _spans_run(spans, main())
 
 
 @pytest.mark.parametrize("knobs", [{"num_blocks": 3000}, {"num_blocks": 90, "max_num_seqs": 8},
@@ -317,7 +325,7 @@ def _repeats_run(spans: bool, implicit: bool, num_blocks: int, seed: int) -> Any
     inside the same span evicts."""
     import asyncio
 
-    from workbench.clock import VirtualClock, run_virtual
+    from workbench.clock import VirtualClock
     from workbench.sim import engine as engine_mod
 
     rng = random.Random(seed)
@@ -340,12 +348,7 @@ def _repeats_run(spans: bool, implicit: bool, num_blocks: int, seed: int) -> Any
         await e.stop()
         return out, stats
 
-    old = engine_mod.SPAN_MAX
-    engine_mod.SPAN_MAX = old if spans else 1
-    try:
-        return run_virtual(main())
-    finally:
-        engine_mod.SPAN_MAX = old
+    return _spans_run(spans, main())
 
 
 def test_a_span_commits_its_filled_blocks_before_an_allocation_that_evicts() -> None:
