@@ -8,7 +8,7 @@ the install, and the same loops run in Python and numpy (the same answers, slowe
   ``kvindex.py``).
 - ``workbench.sim._decoders``: the implicit decoders' events (their state by slot and
   their queues, ``workbench/sim/decoders.c``; its twin ``workbench/sim/decoders.py``).
-- ``workbench._kernels``: block keys, decode span ends and hash-id tokens
+- ``workbench._kernels``: block keys, decode span ends, hash-id tokens, record hashes
   (``workbench/kernels.c``; ``workbench/kernels.py`` says where their twins are). Built
   with ``-ffp-contract=off``: its step times must round exactly as Python's do.
 """

@@ -4,6 +4,8 @@ the twins."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -14,9 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import workbench.context.hashing as hashing_mod
 import workbench.context.tokens as tokens_mod
 import workbench.segments as segments_mod
 import workbench.sim.cost as cost_mod
+import workbench.storage.rundir as rundir_mod
 from workbench.context.tokens import TokenPool
 from workbench.kernels import native
 from workbench.segments import BLOCK, OUTPUT, PREFIX, UNIT, BlockKeyer, Segments, _mix
@@ -174,6 +178,110 @@ def test_heads_refuse_bad_arguments() -> None:
         native.heads([1], 4, 4, 0, 100, bytes(16))
 
 
+# -- record hashes (blake2b chains) and stream keys -------------------------------------
+def _blake_chain(prev: int | None, data: bytes, step: int) -> list[int]:
+    """The chain as written with hashlib: the reference of ``chain`` and ``chain_hashes``."""
+    p = b"\x00" * 8 if prev is None else prev.to_bytes(8, "little")
+    out = []
+    for at in range(0, len(data), step):
+        p = hashlib.blake2b(p + data[at : at + step], digest_size=8).digest()
+        out.append(int.from_bytes(p, "little"))
+    return out
+
+
+# every input length around blake2b's 128-byte blocks (prev's 8 bytes come first)
+@pytest.mark.parametrize("n", [*range(0, 270), 1016, 1024, 1032, 2040, 2048, 2056, 4096])
+def test_chain_is_hashlibs_blake2b_at_every_block_edge(n: int) -> None:
+    data = bytes((i * 131 + n) % 256 for i in range(n))
+    for step in (1, 120, 128, 136, 2048):
+        for prev in (None, 0, M64, 0x0123456789ABCDEF):
+            assert native.chain(prev, data, step) == _blake_chain(prev, data, step)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.none(), st.integers(0, M64)), st.lists(st.integers(0, 2**32 - 1),
+       max_size=700), st.integers(1, 80))  # fmt: skip
+def test_chain_hashes_equal_the_python_twin(prev: int | None, ids: list[int], bs: int) -> None:
+    got = hashing_mod.chain_hashes(prev, ids, bs)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(hashing_mod, "_kernels", None)
+        want = hashing_mod.chain_hashes(prev, ids, bs)
+    assert got == want == _blake_chain(prev, np.array(ids, "<u4").tobytes(), 4 * bs)
+
+
+def test_chain_refuses_what_the_twin_refuses() -> None:
+    for prev in (-1, 2**64):  # int.to_bytes(8, "little") overflows in the twin
+        with pytest.raises(OverflowError):
+            native.chain(prev, b"abcd", 4)
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(hashing_mod, "_kernels", None)
+            with pytest.raises(OverflowError):
+                hashing_mod.chain_hashes(prev, [1], 1)
+    with pytest.raises(ValueError, match="step must be > 0"):
+        native.chain(None, b"abcd", 0)
+    with pytest.raises(ValueError, match="n exceeds"):
+        native.chain_heads(None, [1], 4, 5, 0, 100)
+    with pytest.raises(ValueError, match="span <= 2"):
+        native.chain_heads(None, [1], 4, 4, 0, 2**32 + 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.none(), st.integers(0, M64)),
+       st.lists(st.integers(0, M64), min_size=1, max_size=6), st.integers(1, 600), st.data(),
+       st.sampled_from([(0, 32000), (5, 151936), (0, 2**32), (2**31 + 5, 2**32)]))
+def test_chain_heads_equal_the_twin(prev: int | None, packed: list[int], width: int,
+                                    data: st.DataObject, vocab: tuple[int, int]) -> None:
+    n = data.draw(st.integers(0, len(packed) * width))
+    pool = TokenPool(seed=3, vocab_lo=vocab[0], vocab_hi=vocab[1])
+    got = pool.chain_heads(prev, packed, width, n)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(tokens_mod, "_kernels", None)
+        m.setattr(hashing_mod, "_kernels", None)
+        want = pool.chain_heads(prev, packed, width, n)
+    tokens = pool.heads_array(packed, width, n, np.uint32)
+    assert got == want == _blake_chain(prev, tokens.tobytes(), 4 * width)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**40), st.sampled_from(["", "run-7", "é\x1f"]),
+       st.lists(st.integers(-(2**70), 2**70), max_size=40))
+def test_hash_id_keys_equal_the_python_twin(seed: int, salt: str, ids: list[int]) -> None:
+    got = TokenPool(seed=seed, salt=salt)._hash_id_keys(ids)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(tokens_mod, "_kernels", None)
+        want = TokenPool(seed=seed, salt=salt)._hash_id_keys(ids)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(tokens_mod, "_kernels", None)
+        keys = [tokens_mod._stream_keys_once(seed, salt, "b", str(h)) for h in ids]
+    assert got == want == [key << 32 | fnv for fnv, key in keys]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**40), st.sampled_from(["", "run-7", "é\x1f"]),
+       st.sampled_from(["u", "p", "b", "t"]), st.text(max_size=40))
+def test_stream_keys_equal_the_python_twin(seed: int, salt: str, ns: str, name: str) -> None:
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(tokens_mod, "_kernels", None)
+        try:
+            want = tokens_mod._stream_keys_once(seed, salt, ns, name)
+        except UnicodeEncodeError:  # a lone surrogate
+            want = None
+    if want is None:  # refused alike
+        with pytest.raises(UnicodeEncodeError):
+            tokens_mod._stream_keys_once(seed, salt, ns, name)
+    else:
+        assert tokens_mod._stream_keys_once(seed, salt, ns, name) == want
+
+
+def test_hash_id_keys_over_the_memo_bound_start_it_over(monkeypatch) -> None:
+    pool = TokenPool(seed=1)
+    monkeypatch.setattr(tokens_mod, "_BLOCK_KEYS_MAX", 4)
+    first = pool._hash_id_keys([1, 2, 3])
+    assert pool._hash_id_keys([3, 4, 5, 4]) == [*first[2:], *pool._new_block_keys([4, 5, 4])]
+    assert sorted(pool._block_keys) == [3, 4, 5]  # cleared, then this call's ids
+    assert pool._hash_id_keys([1, 2, 3]) == first
+
+
 def test_compiled_0_runs_the_twins_everywhere() -> None:
     code = ("from workbench import kernels; from workbench.sim import kvindex; "
             "print(kernels.native is None, kvindex.COMPILED)")  # fmt: skip
@@ -181,3 +289,46 @@ def test_compiled_0_runs_the_twins_everywhere() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True, timeout=60).stdout  # fmt: skip
     assert out.split() == ["True", "False"]
+
+
+# -- JSON lines read back: when orjson's result is kept ----------------------------------
+def _typed(x):  # type: ignore[no-untyped-def]
+    """A value with every leaf's type: equal only if the two parses agree in kind too."""
+    if isinstance(x, dict):
+        return {k: _typed(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_typed(v) for v in x]
+    return (type(x).__name__, x)
+
+
+_big = st.one_of(st.integers(-(2**64), 2**64), st.integers(-(2**80), 2**80),
+                 st.sampled_from([2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64 - 1, 2**64]))
+_leaf = st.one_of(_big, st.floats(allow_nan=False, allow_infinity=False), st.booleans(),
+                  st.none(), st.text(alphabet='0123456789"\\-.eE ab\u00e9', max_size=30))
+_doc = st.recursive(_leaf, lambda kids: st.one_of(
+    st.lists(kids, max_size=5), st.dictionaries(st.text(alphabet='0123456789"\\a', max_size=25),
+                                                kids, max_size=5)), max_leaves=25)
+_raw_number = st.builds(lambda m, f, e: f"{m}.{f}e{e}", st.integers(-(10**30), 10**30),
+                        st.integers(0, 10**25), st.integers(-30, 30))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(_doc.map(json.dumps), _raw_number), min_size=1, max_size=6),
+       st.sampled_from([",", ", ", " ,\t"]))
+def test_loads_line_keeps_orjsons_result_exactly_when_its_twin_does(parts, sep) -> None:  # type: ignore[no-untyped-def]
+    line = ("[" + sep.join(parts) + "]").encode()
+    got = rundir_mod.loads_line(line)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(rundir_mod, "_kernels", None)
+        want = rundir_mod.loads_line(line)
+    assert _typed(got) == _typed(want) == _typed(json.loads(line))
+
+
+def test_json_ints_fit_reads_the_edges_of_orjsons_range() -> None:
+    fit = native.json_ints_fit
+    assert fit(b'[18446744073709551615,-9223372036854775808,1234567890123456789]')
+    assert not fit(b'[18446744073709551616]') and not fit(b'{"a":[-9223372036854775809]}')
+    assert not fit(b'99999999999999999999') and not fit(b'-10000000000000000000')
+    assert fit(b'["123456789012345678901234", 1.23456789012345678901234e5, 1e999999]')
+    assert fit(b'{"k\\"18446744073709551616": "\\\\", "x": 0}')  # escapes: still a string
+    assert not fit(b'{"k\\\\": 18446744073709551616}')  # an escaped backslash ends it

@@ -35,7 +35,10 @@ def interrupt_early() -> None:
             signal.signal(sig, _interrupt)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Every subcommand's parser; with ``command``, only that one's arguments (the others
+    listed by name and help: a command's arguments import what their choices and
+    defaults need, ~50 ms for all of them, bench/README.md "CLI start-up")."""
     import argparse
     import importlib
     import pkgutil
@@ -55,16 +58,24 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         mod = importlib.import_module(f"workbench.commands.{info.name}")
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
-        mod.add_arguments(p)
+        if command is None or command == mod.NAME:
+            mod.add_arguments(p)
         p.set_defaults(_run=mod.run, _parser=p)
     return parser
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names: its first word that is not an option (the top
+    level's options take no value); None when there is none."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     interrupt_early()
     command = ""
     try:
-        parser = build_parser()  # imports every command module
+        argv = sys.argv[1:] if argv is None else argv
+        parser = build_parser(_command_of(argv))  # imports every command module
         args, extra = parser.parse_known_args(argv)
         command = args.command or ""
         if extra:  # said by the subcommand, with its own usage, not the top level's

@@ -1,9 +1,9 @@
-/* Compiled twins of three hot loops of virtual time: workbench._kernels.
+/* Compiled twins of hot leaf loops of virtual time: workbench._kernels.
  *
  * Each function computes exactly what a Python/numpy function computes, value for value,
  * and that function stays the reference (it runs where this extension is not built, and
  * tests compare the two); workbench/kernels.py says which runs. docs/virtual-time.md,
- * "Compiled kernels", says why these three.
+ * "Compiled kernels", says why these.
  *
  * - block_keys: workbench/segments.py's prefix keys of full blocks (`_mix` / `_mix_one`):
  *   splitmix64 of part_key + end * 2^64/phi, as int64, never -1 (block_keys_bytes: the
@@ -14,11 +14,17 @@
  *   -ffp-contract=off, so no multiply-add is fused).
  * - heads: workbench/context/tokens.py's `heads_array`: the tokens 0 .. width-1 of each
  *   hash-id source, FNV-1a-seeded positions through the keyed splitmix finaliser.
+ * - chain / chain_heads: workbench/context/hashing.py's `chain_hashes` (blake2b chained
+ *   over each block's uint32 tokens), chain_heads over `heads` tokens of each hash-id block.
+ * - stream_keys: workbench/context/tokens.py's `_stream_keys_once` of each hash id's name.
+ * - json_ints_fit: whether workbench/storage/rundir.py's `loads_line` may keep orjson's
+ *   result (every integer literal in orjson's exact range; its twin writes the value back).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define GOLD 0x9E3779B97F4A7C15ULL
 #define MIX1 0xBF58476D1CE4E5B9ULL
@@ -176,6 +182,15 @@ static PyObject *decode_ends(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* Token j of a hash-id source (seed: its FNV-1a seed times the prime, key: its key << 32):
+ * the position through the keyed splitmix finaliser, reduced into [lo, lo + span). */
+static inline uint64_t head_token(uint32_t seed, uint64_t key, uint32_t j, uint64_t lo,
+                                  uint64_t span) {
+    uint32_t x = (seed ^ j) * FNV_PRIME;
+    uint64_t z = finish(key | x) >> 32;
+    return ((z * span) >> 32) + lo;
+}
+
 PyDoc_STRVAR(heads_doc,
              "heads(packed, width, n, lo, span, out) -> None\n\n"
              "The first n of tokens 0 .. width-1 of each source packed[i] (key << 32 | fnv), "
@@ -213,9 +228,7 @@ static PyObject *heads(PyObject *self, PyObject *args) {
         uint32_t seed = (uint32_t)(kf & 0xFFFFFFFFULL) * FNV_PRIME;
         uint64_t key = kf >> 32 << 32;
         for (Py_ssize_t j = 0; j < width && idx < n; j++, idx++) {
-            uint32_t x = (seed ^ (uint32_t)j) * FNV_PRIME;
-            uint64_t z = finish(key | x) >> 32;
-            z = ((z * span) >> 32) + lo;
+            uint64_t z = head_token(seed, key, (uint32_t)j, lo, span);
             if (out.itemsize == 4)
                 ((uint32_t *)out.buf)[idx] = (uint32_t)z;
             else
@@ -231,17 +244,327 @@ fail:
     return NULL;
 }
 
+/* BLAKE2b through the standard library's hashlib.blake2b (not an implementation of our
+ * own): the hash of record block hashes and of stream keys. One call a block: the loop
+ * around it, the tokens and the bytes are what is compiled here. */
+static PyObject *b2_new = NULL;     /* hashlib.blake2b */
+static PyObject *b2_kwnames = NULL; /* ("digest_size",) */
+static PyObject *b2_sizes[9];       /* digest_size values, by size */
+static PyObject *b2_digest_name = NULL;
+
+static int b2_ready(void) {
+    if (b2_new)
+        return 0;
+    PyObject *mod = PyImport_ImportModule("hashlib");
+    if (!mod)
+        return -1;
+    PyObject *ctor = PyObject_GetAttrString(mod, "blake2b");
+    Py_DECREF(mod);
+    if (!ctor)
+        return -1;
+    b2_kwnames = Py_BuildValue("(s)", "digest_size");
+    b2_digest_name = PyUnicode_InternFromString("digest");
+    b2_sizes[4] = PyLong_FromLong(4);
+    b2_sizes[8] = PyLong_FromLong(8);
+    if (!b2_kwnames || !b2_digest_name || !b2_sizes[4] || !b2_sizes[8]) {
+        Py_DECREF(ctor);
+        return -1;
+    }
+    b2_new = ctor;
+    return 0;
+}
+
+/* blake2b(a[0:na] + b[0:nb], digest_size=nn) for nn 4 or 8, its digest read as a
+ * little-endian int into *out; -1 with the exception set. */
+static int b2_digest(const uint8_t *a, size_t na, const uint8_t *b, size_t nb, unsigned nn,
+                     uint64_t *out) {
+    if (b2_ready() < 0)
+        return -1;
+    PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(na + nb));
+    if (!data)
+        return -1;
+    memcpy(PyBytes_AS_STRING(data), a, na);
+    memcpy(PyBytes_AS_STRING(data) + na, b, nb);
+    PyObject *call[2] = {data, b2_sizes[nn]};
+    PyObject *h = PyObject_Vectorcall(b2_new, call, 1, b2_kwnames);
+    Py_DECREF(data);
+    if (!h)
+        return -1;
+    PyObject *d = PyObject_CallMethodNoArgs(h, b2_digest_name);
+    Py_DECREF(h);
+    if (!d)
+        return -1;
+    const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(d);
+    uint64_t v = 0;
+    for (unsigned i = 0; i < nn; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    Py_DECREF(d);
+    *out = v;
+    return 0;
+}
+
+/* blake2b(prev as 8 little-endian bytes + data[0:n], digest_size=8) into *out */
+static int b2_chain(uint64_t prev, const uint8_t *data, size_t n, uint64_t *out) {
+    uint8_t p[8];
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(prev >> (8 * i));
+    return b2_digest(p, 8, data, n, 8, out);
+}
+
+/* prev: None (the first block: 8 zero bytes) or an int in [0, 2**64) (OverflowError
+ * otherwise, as int.to_bytes(8, "little") raises). */
+static int prev_of(PyObject *obj, uint64_t *out) {
+    if (obj == Py_None) {
+        *out = 0;
+        return 0;
+    }
+    PyObject *num = PyNumber_Index(obj);
+    if (!num)
+        return -1;
+    unsigned long long v = PyLong_AsUnsignedLongLong(num);
+    Py_DECREF(num);
+    if (v == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int append_u64(PyObject *list, uint64_t v) {
+    PyObject *o = PyLong_FromUnsignedLongLong(v);
+    if (!o)
+        return -1;
+    int rc = PyList_Append(list, o);
+    Py_DECREF(o);
+    return rc;
+}
+
+PyDoc_STRVAR(chain_doc,
+             "chain(prev, data, step) -> list[int]\n\n"
+             "The chained block hashes of data cut into step-byte slices (the last may be "
+             "short): h = blake2b(h as 8 little-endian bytes + slice, digest_size=8), read "
+             "little-endian; the first h is prev, None for 8 zero bytes "
+             "(context.hashing.chain_hashes).");
+
+static PyObject *chain(PyObject *self, PyObject *args) {
+    PyObject *prev_obj;
+    Py_buffer data;
+    Py_ssize_t step;
+    if (!PyArg_ParseTuple(args, "Oy*n", &prev_obj, &data, &step))
+        return NULL;
+    uint64_t p;
+    PyObject *out = NULL;
+    if (step <= 0) {
+        PyErr_SetString(PyExc_ValueError, "chain: step must be > 0");
+        goto done;
+    }
+    if (prev_of(prev_obj, &p) < 0)
+        goto done;
+    out = PyList_New(0);
+    if (!out)
+        goto done;
+    const uint8_t *buf = data.buf;
+    for (Py_ssize_t at = 0; at < data.len; at += step) {
+        Py_ssize_t n = data.len - at < step ? data.len - at : step;
+        if (b2_chain(p, buf + at, (size_t)n, &p) < 0 || append_u64(out, p) < 0) {
+            Py_CLEAR(out);
+            break;
+        }
+    }
+done:
+    PyBuffer_Release(&data);
+    return out;
+}
+
+PyDoc_STRVAR(chain_heads_doc,
+             "chain_heads(prev, packed, width, n, lo, span) -> list[int]\n\n"
+             "chain(prev, heads(packed, width, n, lo, span) as uint32 bytes, 4 * width): "
+             "the record hashes of hash-id blocks, their tokens never in an array "
+             "(replay.rounds.RoundMaker._segment_hashes).");
+
+static PyObject *chain_heads(PyObject *self, PyObject *args) {
+    PyObject *prev_obj, *packed_obj;
+    Py_ssize_t width, n;
+    unsigned long long lo, span;
+    if (!PyArg_ParseTuple(args, "OOnnKK", &prev_obj, &packed_obj, &width, &n, &lo, &span))
+        return NULL;
+    if (width <= 0 || n < 0 || span > 0x100000000ULL) {
+        PyErr_SetString(PyExc_ValueError,
+                        "chain_heads: width > 0, n >= 0 and span <= 2**32");
+        return NULL;
+    }
+    uint64_t p;
+    if (prev_of(prev_obj, &p) < 0)
+        return NULL;
+    PyObject *packed = PySequence_Fast(packed_obj, "chain_heads: packed must be a sequence");
+    if (!packed)
+        return NULL;
+    PyObject *out = NULL;
+    uint8_t *buf = NULL;
+    Py_ssize_t rows = PySequence_Fast_GET_SIZE(packed);
+    if (n > rows * width) {
+        PyErr_SetString(PyExc_ValueError, "chain_heads: n exceeds len(packed) * width");
+        goto done;
+    }
+    buf = PyMem_Malloc((size_t)width * 4);
+    out = buf ? PyList_New(0) : PyErr_NoMemory();
+    if (!out)
+        goto done;
+    Py_ssize_t left = n;
+    for (Py_ssize_t r = 0; r < rows && left > 0; r++) {
+        uint64_t kf = PyLong_AsUnsignedLongLongMask(PySequence_Fast_GET_ITEM(packed, r));
+        if (kf == (uint64_t)-1 && PyErr_Occurred()) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        uint32_t seed = (uint32_t)(kf & 0xFFFFFFFFULL) * FNV_PRIME;
+        uint64_t key = kf >> 32 << 32;
+        Py_ssize_t m = left < width ? left : width;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            uint32_t t = (uint32_t)head_token(seed, key, (uint32_t)j, lo, span);
+            buf[4 * j] = (uint8_t)t;
+            buf[4 * j + 1] = (uint8_t)(t >> 8);
+            buf[4 * j + 2] = (uint8_t)(t >> 16);
+            buf[4 * j + 3] = (uint8_t)(t >> 24);
+        }
+        left -= m;
+        if (b2_chain(p, buf, (size_t)m * 4, &p) < 0 || append_u64(out, p) < 0) {
+            Py_CLEAR(out);
+            goto done;
+        }
+    }
+done:
+    PyMem_Free(buf);
+    Py_DECREF(packed);
+    return out;
+}
+
+PyDoc_STRVAR(stream_keys_doc,
+             "stream_keys(head, state, names) -> list[int]\n\n"
+             "key << 32 | fnv of each stream named str(names[i]) after the stream id's head "
+             "(bytes): key the little-endian blake2b(head + name, digest_size=4), fnv the "
+             "FNV-1a of the name continued from state (context.tokens._stream_keys_once).");
+
+static PyObject *stream_keys(PyObject *self, PyObject *args) {
+    Py_buffer head;
+    unsigned long state;
+    PyObject *names_obj;
+    if (!PyArg_ParseTuple(args, "y*kO", &head, &state, &names_obj))
+        return NULL;
+    PyObject *out = NULL;
+    PyObject *names = PySequence_Fast(names_obj, "stream_keys: names must be a sequence");
+    if (!names)
+        goto done;
+    if (state > 0xFFFFFFFFUL) {
+        PyErr_SetString(PyExc_ValueError, "stream_keys: state must be a 32-bit FNV state");
+        goto done;
+    }
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(names);
+    out = PyList_New(m);
+    if (!out)
+        goto done;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        PyObject *name = PyObject_Str(PySequence_Fast_GET_ITEM(names, i));
+        if (!name) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        Py_ssize_t len;
+        const char *s = PyUnicode_AsUTF8AndSize(name, &len);
+        if (!s) {
+            Py_DECREF(name);
+            Py_CLEAR(out);
+            goto done;
+        }
+        uint64_t key;
+        if (b2_digest(head.buf, (size_t)head.len, (const uint8_t *)s, (size_t)len, 4, &key) < 0) {
+            Py_DECREF(name);
+            Py_CLEAR(out);
+            goto done;
+        }
+        uint32_t h = (uint32_t)state;
+        for (Py_ssize_t j = 0; j < len; j++)
+            h = (h ^ (uint8_t)s[j]) * FNV_PRIME;
+        Py_DECREF(name);
+        PyObject *v = PyLong_FromUnsignedLongLong(key << 32 | h);
+        if (!v) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, i, v);
+    }
+done:
+    Py_XDECREF(names);
+    PyBuffer_Release(&head);
+    return out;
+}
+
+PyDoc_STRVAR(json_ints_fit_doc,
+             "json_ints_fit(data) -> bool\n\n"
+             "False when a JSON text has an integer literal (outside strings: no fraction, "
+             "no exponent) out of [-2**63, 2**64), which orjson reads as a float; True "
+             "otherwise (storage.rundir.loads_line keeps orjson's result then).");
+
+/* digits[0:n] (no sign) compared with the decimal string lim of the same length */
+static int digits_le(const char *digits, const char *lim, Py_ssize_t n) {
+    return memcmp(digits, lim, (size_t)n) <= 0;
+}
+
+static PyObject *json_ints_fit(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "y*", &data))
+        return NULL;
+    const char *p = data.buf, *end = p + data.len;
+    int fit = 1;
+    while (p < end && fit) {
+        char c = *p;
+        if (c == '"') { /* a string: to its closing quote, escapes skipped */
+            p++;
+            while (p < end && *p != '"')
+                p += *p == '\\' ? 2 : 1;
+            p++;
+            continue;
+        }
+        if (c != '-' && (c < '0' || c > '9')) {
+            p++;
+            continue;
+        }
+        int neg = c == '-';
+        const char *d = p + neg, *q = d;
+        while (q < end && *q >= '0' && *q <= '9')
+            q++;
+        Py_ssize_t n = q - d;
+        if (q < end && (*q == '.' || *q == 'e' || *q == 'E')) { /* a float: skip it */
+            q++;
+            while (q < end && ((*q >= '0' && *q <= '9') || *q == '.' || *q == 'e' ||
+                               *q == 'E' || *q == '+' || *q == '-'))
+                q++;
+        } else if (n >= 19) {
+            if (neg)
+                fit = n == 19 && digits_le(d, "9223372036854775808", 19);
+            else
+                fit = n == 19 || (n == 20 && digits_le(d, "18446744073709551615", 20));
+        }
+        p = q > p ? q : p + 1;
+    }
+    PyBuffer_Release(&data);
+    return PyBool_FromLong(fit);
+}
+
 static PyMethodDef methods[] = {
     {"block_keys", block_keys, METH_VARARGS, block_keys_doc},
     {"block_keys_bytes", block_keys_bytes, METH_VARARGS, block_keys_bytes_doc},
     {"decode_ends", decode_ends, METH_VARARGS, decode_ends_doc},
     {"heads", heads, METH_VARARGS, heads_doc},
+    {"chain", chain, METH_VARARGS, chain_doc},
+    {"chain_heads", chain_heads, METH_VARARGS, chain_heads_doc},
+    {"stream_keys", stream_keys, METH_VARARGS, stream_keys_doc},
+    {"json_ints_fit", json_ints_fit, METH_VARARGS, json_ints_fit_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_kernels",
-    "Compiled twins of three hot loops of virtual time (workbench/kernels.py).", -1,
+    "Compiled twins of hot leaf loops of virtual time (workbench/kernels.py).", -1,
     methods, NULL, NULL, NULL, NULL,
 };
 

@@ -116,7 +116,7 @@ _NUMBER_BYTES = b"0123456789,[]"
 def line(data: bytes) -> bytes:
     """``text`` over one serialized JSON line (not copied when clean; value by value when it
     holds a registered secret, so the JSON stays whole)."""
-    registered = any(s in data for s in _secret_bytes)
+    registered = bool(_secret_bytes) and any(s in data for s in _secret_bytes)
     # the triggers looked for without the digits and number punctuation most of a record
     # line is (token times, hashes): deleting them can only join letters into a trigger,
     # never break one, so a line that passes here had none (~4x less time a line)

@@ -84,3 +84,36 @@ def test_the_slo_help_names_every_slo_able_metric(capsys):
         slo = text[text.index("--slo BOUND SLO bound"):]
         for metric in SLO_ABLE:
             assert metric in slo[:600], (command, metric)
+
+
+# -- start-up: only the named command's arguments are built ----------------------------------
+def _help(parser, argv):
+    import contextlib
+    import io
+
+    import pytest
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        parser.parse_args(argv)
+    return out.getvalue()
+
+
+def test_a_commands_parser_alone_is_the_full_parsers_for_it():
+    import importlib
+    import pkgutil
+
+    from workbench import commands
+    from workbench.cli import _command_of, build_parser
+
+    full = build_parser()
+    names = [importlib.import_module(f"workbench.commands.{m.name}").NAME
+             for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_")]
+    assert "simulate" in names and "capture" in names
+    for name in names:
+        one = build_parser(_command_of(["-v", name, "--help"]))
+        assert _help(one, [name, "--help"]) == _help(full, [name, "--help"])
+        assert _help(one, ["--help"]) == _help(full, ["--help"])  # every command listed
+    args = build_parser("simulate").parse_args(["simulate", "--trace", "t.jsonl", "--digest"])
+    assert (args.command, args.trace, args.digest) == ("simulate", "t.jsonl", True)
+    assert _command_of(["--verbose"]) is None

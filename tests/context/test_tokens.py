@@ -6,6 +6,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from workbench.context.tokens import DEFAULT_VOCAB_HI, DEFAULT_VOCAB_LO, TokenPool
 
@@ -228,3 +230,26 @@ def test_token_lists_share_one_int_object_per_id():
     assert a[0] is b[512] and a[600] is b[88]  # the same objects, not just equal values
     assert small.fresh("s", 100) == TokenPool().fresh("s", 100)
     assert all(type(t) is int for t in wide.fresh("s", 100) + a)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 50), max_size=12), st.integers(0, 400), st.integers(1, 40),
+       st.booleans())
+def test_segments_from_hash_ids_are_normal_as_made(ids, input_len, bs, fill):
+    """Its parts are taken as they are (``normal=True``): normalising them again changes
+    nothing (repeated ids, a cut last block, a fill, none at all), and they resolve to
+    ``prompt_from_hash_ids``'s tokens."""
+    from workbench.segments import Segments
+
+    pool = TokenPool(seed=5)
+    stream = "fill" if fill else None
+    try:
+        want = pool.prompt_from_hash_ids(ids, input_len, bs, fill_stream=stream)
+    except ValueError:
+        with pytest.raises(ValueError):
+            pool.segments_from_hash_ids(ids, input_len, bs, fill_stream=stream)
+        return
+    pool.forget("fill")
+    seg = pool.segments_from_hash_ids(ids, input_len, bs, fill_stream=stream)
+    assert seg == Segments(list(seg.parts)) and len(seg) == input_len
+    assert seg.tokens(pool.resolve) == want

@@ -177,15 +177,22 @@ def test_streamed_scale_path_writes_what_a_kept_run_holds(tmp_path) -> None:  # 
     assert sum(r.cached_tokens or 0 for r in on_disk) > 0
 
 
-def test_record_hashes_of_parts_equal_hashes_of_their_tokens(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("compiled", [True, False])
+def test_record_hashes_of_parts_equal_hashes_of_their_tokens(monkeypatch, compiled) -> None:  # type: ignore[no-untyped-def]
     """``RoundMaker.hashes`` of ``Segments`` prompts (the memo of hash-id blocks' chains,
-    new blocks drawn a few at a time as one grid, the general draw for other parts) gives
-    exactly ``block_hashes`` of the resolved tokens: repeated and reordered hash ids
-    (the memo hit, missed on another parent or length, refilled), a cut last block, an
-    unhashed fill, a carried conversation with an engine output, salted or not."""
+    runs of new whole blocks hashed in one call, the general draw a few blocks at a time
+    for other parts) gives exactly ``block_hashes`` of the resolved tokens: repeated and
+    reordered hash ids (the memo hit, missed on another parent or length, refilled), a
+    cut last block, an unhashed fill, a carried conversation with an engine output, whole
+    hash-id blocks after other parts, salted or not; compiled kernels or their twins."""
+    import workbench.context.hashing as hashing
+    import workbench.context.tokens as tokens
     import workbench.replay.rounds as rounds
     from workbench.replay.rounds import UnitRun
 
+    if not compiled:
+        monkeypatch.setattr(tokens, "_kernels", None)
+        monkeypatch.setattr(hashing, "_kernels", None)
     monkeypatch.setattr(rounds, "_DRAW_BLOCKS", 2)
     monkeypatch.setattr(rounds, "_MEMOS", {})  # the misses too: no earlier test's memo
     for salt in ("", "run-3"):
@@ -200,7 +207,13 @@ def test_record_hashes_of_parts_equal_hashes_of_their_tokens(monkeypatch) -> Non
             seg = pool.segments_from_hash_ids(ids, n, 16, fill_stream="f")
             assert maker.hashes(run, seg) == block_hashes(maker.resolve(seg), 16), (ids, n)
         grown = seg + Segments([(OUTPUT, 5, 0, 20)]) + Segments([pool.fresh_part("f", 7)])
+        mixed = (Segments([pool.fresh_part("g", 48)])
+                 + pool.segments_from_hash_ids([11, 12, 13], 48, 16)
+                 + Segments([(OUTPUT, 5, 0, 16)]) + pool.segments_from_hash_ids([14, 15], 30, 16))
         for prompt in (grown, grown.head(170), Segments([pool.fresh_part("h", 50)])):
+            assert maker.hashes(run, prompt) == block_hashes(maker.resolve(prompt), 16)
+        for prompt in (mixed, mixed.head(100), mixed):
+            run.last_hashes = []  # no shared head: each block's own path (the memo's last)
             assert maker.hashes(run, prompt) == block_hashes(maker.resolve(prompt), 16)
 
 
@@ -218,14 +231,14 @@ def test_a_processs_runs_over_the_same_tokens_share_the_record_hash_memo(monkeyp
     cfg = _cfg(MOONCAKE, 60, None)
     first = hashes(virtual.simulate(cfg).records)
     drawn: list[int] = []
-    real = TokenPool.heads_array
+    real = TokenPool.chain_heads
 
     def counted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         drawn.append(1)
         return real(self, *args, **kwargs)
 
     with monkeypatch.context() as m:
-        m.setattr(TokenPool, "heads_array", counted)
+        m.setattr(TokenPool, "chain_heads", counted)
         again = hashes(virtual.simulate({**cfg, "arrival": {"rate": 3.0}}).records)
     assert not drawn and again == first and len(first) == 60
     reseeded = hashes(virtual.simulate({**cfg, "seed": 7}).records)

@@ -13,7 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from workbench.context.hashing import FNV32_PRIME, fnv1a_32
+from workbench.context.hashing import FNV32_PRIME, chain_hashes, fnv1a_32
 from workbench.kernels import native as _kernels
 from workbench.segments import BLOCK, PREFIX, UNIT, Part, Segments
 
@@ -32,18 +32,22 @@ _NS_UNIT, _NS_PREFIX, _NS_BLOCK, _NS_TAIL = "u", "p", "b", "t"
 
 
 @lru_cache(maxsize=256)
-def _ident_head(seed: int, salt: str, namespace: str) -> tuple[str, int]:
-    """A stream id's part before its name, and the FNV-1a state after it."""
+def _ident_head(seed: int, salt: str, namespace: str) -> tuple[bytes, int]:
+    """A stream id's part before its name (UTF-8), and the FNV-1a state after it."""
     head = f"{seed}\x1f{salt}\x1f{namespace}\x1f" if salt else f"{seed}\x1f{namespace}\x1f"
-    return head, fnv1a_32(head)
+    return head.encode(), fnv1a_32(head)
 
 
 def _stream_keys_once(seed: int, salt: str, namespace: str, name: str) -> tuple[int, int]:
     """``(fnv_seed, finalizer_key)`` of one stream (no salt: the unsalted key): the FNV-1a
     of the stream id continued over its name from the head's state (a new hash id's
-    keys, per id of a Mooncake row, hash only its digits)."""
+    keys, per id of a Mooncake row, hash only its digits); the compiled ``stream_keys``
+    where the kernels run (a unit's stream, once a round)."""
     head, state = _ident_head(seed, salt, namespace)
-    key = int.from_bytes(hashlib.blake2b((head + name).encode(), digest_size=4).digest(), "little")
+    if _kernels is not None:
+        packed: int = _kernels.stream_keys(head, state, (name,))[0]
+        return packed & _LOW32, packed >> 32
+    key = int.from_bytes(hashlib.blake2b(head + name.encode(), digest_size=4).digest(), "little")
     return fnv1a_32(name, state), key
 
 
@@ -224,18 +228,44 @@ class TokenPool:
 
     def _hash_id_keys(self, hash_ids: Sequence[int]) -> list[int]:
         """The packed stream keys (``key << 32 | fnv``) of hash ids' blocks, memoized in a
-        plain dict (``lru_cache``'s four-argument key cost more than the tokens)."""
+        plain dict (``lru_cache``'s four-argument key cost more than the tokens); the ids
+        not in it computed together (``_new_block_keys``)."""
         memo = self._block_keys
-        out: list[int] = []
+        try:
+            return [memo[h] for h in hash_ids]
+        except KeyError:
+            pass
+        new = [h for h in dict.fromkeys(hash_ids) if h not in memo]
+        if len(memo) + len(new) > _BLOCK_KEYS_MAX:
+            memo.clear()
+            new = list(dict.fromkeys(hash_ids))
+        memo.update(zip(new, self._new_block_keys(new), strict=True))
+        return [memo[h] for h in hash_ids]
+
+    def _new_block_keys(self, hash_ids: Sequence[int]) -> list[int]:
+        """``_packed(_NS_BLOCK, str(h))`` of each hash id: one call of the compiled
+        ``stream_keys`` (workbench/kernels.c), or ``_stream_keys_once`` per id."""
+        if _kernels is not None:
+            head, state = _ident_head(self.seed, self.salt, _NS_BLOCK)
+            keys: list[int] = _kernels.stream_keys(head, state, hash_ids)
+            return keys
+        out = []
         for h in hash_ids:
-            packed = memo.get(h)
-            if packed is None:
-                if len(memo) > _BLOCK_KEYS_MAX:
-                    memo.clear()
-                fnv, key = _stream_keys_once(self.seed, self.salt, _NS_BLOCK, str(h))
-                packed = memo[h] = key << 32 | fnv
-            out.append(packed)
+            fnv, key = _stream_keys_once(self.seed, self.salt, _NS_BLOCK, str(h))
+            out.append(key << 32 | fnv)
         return out
+
+    def chain_heads(self, prev: int | None, packed: Sequence[int], width: int, n: int
+                    ) -> list[int]:
+        """``chain_hashes(prev, heads_array(packed, width, n, np.uint32), width)``: the
+        record hashes of whole hash-id blocks, in one compiled call that never builds the
+        token array (``_kernels.chain_heads``) where the kernels run."""
+        if _kernels is not None:
+            hashes: list[int] = _kernels.chain_heads(
+                prev, packed, width, n, self.vocab_lo, self.vocab_hi - self.vocab_lo
+            )
+            return hashes
+        return chain_hashes(prev, self.heads_array(packed, width, n, np.uint32), width)
 
     def heads_array(
         self, packed: Sequence[int], width: int, n: int, dtype: type = np.int64
@@ -270,7 +300,9 @@ class TokenPool:
         *, fill_stream: str | None = None,
     ) -> Segments:  # fmt: skip
         """``prompt_from_hash_ids`` as ``Segments`` (same tokens once resolved, same errors):
-        one part per hash id, the last one cut, then the unhashed fill if any."""
+        one part per hash id, the last one cut, then the unhashed fill if any. The parts
+        are normal as made (none empty; two blocks never join: each starts at its token
+        0; the fill is another kind), so ``Segments`` takes them as they are."""
         n_blocks, covered, missing = _hash_id_cover(hash_ids, input_len, block_size, fill_stream)
         keys = self._hash_id_keys(hash_ids[:n_blocks])
         parts: list[Part] = [(BLOCK, k, 0, block_size) for k in keys]
@@ -278,7 +310,7 @@ class TokenPool:
             parts[-1] = (BLOCK, parts[-1][1], 0, covered - (n_blocks - 1) * block_size)
         if missing:
             parts.append(self.fresh_part(fill_stream or "", missing))
-        return Segments(parts)
+        return Segments(parts, normal=True)
 
     def resolve(self, kind: int, packed: int, start: int, n: int) -> list[int]:
         """The token ids of a part of this pool's sources (``Segments.tokens``)."""

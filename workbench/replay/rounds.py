@@ -226,11 +226,11 @@ class RoundMaker:
         for lo in range(j, nb, _DRAW_BLOCKS):  # a chunk's arrays stay in the CPU's cache
             hi = min(lo + _DRAW_BLOCKS, nb)
             keys = [p[1] for i in range(lo, hi) if (p := whole.get(i)) is not None]
+            prev = out[-1] if out else None
             if len(keys) == hi - lo:  # whole hash-id blocks
-                tokens = self.pool.heads_array(keys, bs, min(hi * bs, n) - lo * bs, np.uint32)
+                out += self.pool.chain_heads(prev, keys, bs, min(hi * bs, n) - lo * bs)
             else:
-                tokens = self._draw(prompt, lo * bs, min(hi * bs, n))
-            out += chain_hashes(out[-1] if out else None, tokens, bs)
+                out += chain_hashes(prev, self._draw(prompt, lo * bs, min(hi * bs, n)), bs)
         for i in range(j, nb):
             part = whole.get(i)
             if part is not None:

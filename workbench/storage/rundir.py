@@ -28,6 +28,7 @@ import orjson
 from workbench import redact
 from workbench import safe_write as safe
 from workbench.errors import WRITE_ERRNOS, ConfigError, OutputWriteError
+from workbench.kernels import native as _kernels
 from workbench.records import RequestRecord, RunManifest, RunResult
 
 log = logging.getLogger(__name__)
@@ -99,8 +100,12 @@ def _nan_to_none(obj: Any) -> Any:
 def loads_line(line: bytes) -> Any:
     """Parse one JSON line, keeping integers of any width exact: a line orjson writes back
     byte for byte had no integer out of its range (nearly all); any other with a digit
-    run out of [-2**63, 2**64) is parsed by the stdlib."""
+    run out of [-2**63, 2**64) is parsed by the stdlib. Where the kernels run, one scan of
+    the line's integer literals (``json_ints_fit``, workbench/kernels.c) decides instead
+    of the write-back, which cost as much as the parse (docs/design-notes.md)."""
     obj = orjson.loads(line)
+    if _kernels is not None and isinstance(line, bytes):
+        return obj if _kernels.json_ints_fit(line) else json.loads(line)
     data = orjson.dumps(obj)
     if line.startswith(data) and not line[len(data):].strip():
         return obj
