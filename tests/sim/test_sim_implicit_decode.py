@@ -408,10 +408,16 @@ def test_decoders_run_equals_fill_grow_and_assign_step_by_step() -> None:
         rng = random.Random(4)
         dec = make(16)
         seqs = build(dec, rng)
-        free = np.arange(500, 500 + nfree, dtype=np.int64)
-        ref = np.zeros(500 + nfree, dtype=np.int64)
+        n = 500 + nfree
+        free = np.zeros(n, dtype=np.int64)
+        free[:nfree] = np.arange(500, n)
+        ref, own, pos = (np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64),
+                         np.full(n, -1, dtype=np.int64))  # fmt: skip
+        log = np.zeros(3 * n, dtype=np.int64)
         fb, fh = bytearray(), bytearray()
-        at, left, k = dec.run(stop, fb, fh, ref.data, free.data, nfree)
+        at, left, head, evicted, k = dec.run(stop, fb, fh, ref.data, own.data, free.data,
+                                             log.data, pos.data, nfree, 0, 0, -1, False)
+        assert head == evicted == 0
         if at < stop:
             return "short", at, k
         taken = {int(b): 1 for b in np.flatnonzero(ref)}

@@ -138,24 +138,22 @@ class BlockManager:
         """Blocks an allocation may take: never-used plus evictable cached ones."""
         return self._nfree + self._nlru
 
-    @property
-    def fresh(self) -> int:
-        """Free blocks holding no hash: an allocation of up to this many evicts nothing
-        (it takes none a commit could find, ``Scheduler.advance``)."""
-        return self._nfree
+    def block_state(self) -> tuple[Any, ...]:
+        """What an allocation reads and writes: the reference counts, the hashes held, the
+        free stack, the LRU log and positions (int64 arrays, in ``take``'s order), then
+        the fresh count and the log's head and tail, for a caller that allocates as
+        ``take`` would (``Decoders.run``) and reports it with ``took``."""
+        arrays = self._moves or (self._ref, self._hash, self._free, self._log, self._pos)
+        return (*arrays, self._nfree, self._head, self._tail)
 
-    def fresh_stack(self) -> tuple[Any, Any]:
-        """The reference counts and the free stack (its first ``fresh`` entries, the next
-        taken from the top), for a caller that takes fresh blocks itself as ``take`` would
-        (``Decoders.run``), then reports it with ``took_fresh``."""
-        if self._c is not None:
-            return self._moves[0], self._moves[2]
-        return self._ref, self._free
-
-    def took_fresh(self, nfree: int) -> None:
-        """The caller of ``fresh_stack`` took the free stack's top down to ``nfree``."""
-        self.num_active += self._nfree - nfree
-        self._nfree = nfree
+    def took(self, nfree: int, head: int, evicted: int) -> None:
+        """The caller of ``block_state`` took blocks down to ``nfree`` fresh ones and
+        evicted ``evicted`` from the LRU log, whose head is now ``head`` (no host tier:
+        it offloads no hash)."""
+        self.num_active += self._nfree - nfree + evicted
+        self._nfree, self._head = nfree, head
+        if evicted:
+            self._evicted(evicted, None)
 
     @property
     def usage(self) -> float:

@@ -23,6 +23,7 @@ from workbench.sim.config import EngineConfig
 from workbench.sim.decoders import NEVER, new_decoders
 from workbench.sim.hosttier import host_tier
 from workbench.sim.kvcache import ROOT_HASH, BlockManager, block_hashes
+from workbench.sim.kvindex import NO_HASH
 from workbench.tokenizer import output_tokens, request_base
 
 
@@ -409,19 +410,20 @@ class Scheduler:
         tick = self._tick
         stop = tick + n  # steps tick .. stop-1 end; the plans of tick+1 .. stop are made
         dec, kv = self._dec, self.kv
-        # in step order: each step's fills, then the next plan's grows, from the free
-        # stack's top while that evicts nothing (``Decoders.run``); the filled blocks are
-        # committed in one call, before any allocation that evicts (it could take a block
-        # holding a hash committed after it); one that evicts nothing takes no block a
-        # commit could find, so it commutes with them
+        # in step order: each step's fills, then the next plan's grows, allocated as
+        # ``kv.take`` would (``Decoders.run``); the filled blocks are committed in one
+        # call, except where an allocation evicts a block holding a hash among them: the
+        # commit goes first there (committed first, that hash stays findable), and so
+        # with a host tier (it is handed the evicted hashes) or more grows than run takes
         fb, fh = bytearray(), bytearray()
-        ref, free = kv.fresh_stack()
+        evict = kv.host is None
         while True:
-            at, nfree, k = dec.run(stop, fb, fh, ref, free, kv.fresh)
-            kv.took_fresh(nfree)
+            ref, own, free, log, pos, nfree, head, tail = kv.block_state()
+            at, nfree, head, evicted, k = dec.run(stop, fb, fh, ref, own, free, log, pos,
+                                                  nfree, head, tail, NO_HASH, evict)
+            kv.took(nfree, head, evicted)
             if at >= stop:
                 break
-            # the grows of step at + 1 evict: the fills so far are committed first
             got = kv.commit_take(fb, fh, k)
             if fb:
                 fb, fh = bytearray(), bytearray()
