@@ -164,3 +164,30 @@ def test_a_table_of_an_engine_with_unsplit_decode_attention_replays_with_it(
     bad = dataclasses.replace(split, meta={**split.meta, "requests": "two"})
     with pytest.raises(ValueError, match=r"t: '# requests:' must be a whole number"):
         fit.table_errors(bad)
+
+
+def test_a_table_of_a_collapsed_moe_router_replays_with_it(tmp_path: Path) -> None:
+    """``# moe_routing: collapsed`` replays the table with ``collapsed_routing`` on (the
+    shipped factors keep it off): a static batch of 16 Mixtral decodes reads two experts a
+    step, not nearly all eight, so the batch's latency drops by exactly those steps'
+    expert reads; a value the line cannot read is refused naming the table and the line."""
+    rows = "preset\tbatch\tisl\tosl\tlatency_ms\nmixtral-8x7b/a100/tp2\t16\t128\t4\t100\n"
+    meta = "# kind: burst\n# scheduler: trtllm-static\n"
+    free = _table(tmp_path, meta, rows)
+    collapsed = dataclasses.replace(free, meta={**free.meta, "moe_routing": "collapsed"})
+    assert not free.collapsed_routing and collapsed.collapsed_routing
+    assert collapsed.switches == {"collapsed_routing": 1.0} and free.switches == {}
+    assert not presets.FACTORS.collapsed_routing
+    (a,), (b,) = fit.table_errors(free), fit.table_errors(collapsed)
+    p = presets.resolve("mixtral-8x7b/a100/tp2")
+    on = presets.Preset(p.model, p.gpu, p.tp, p.fp8,
+                        dataclasses.replace(p.factors, collapsed_routing=1.0))
+    # three decode steps after the one-pass prefill (which is compute-bound either way)
+    gap = sum(p.step_ms(0, 16, 16 * (128 + i)) - on.step_ms(0, 16, 16 * (128 + i))
+              for i in range(1, 4))
+    assert a.simulated - b.simulated == pytest.approx(gap, rel=0.02) and gap > 30.0
+    assert "collapsed_routing" in fit.SWITCHES and "collapsed_routing" not in fit.uses(free)
+    bad = dataclasses.replace(free, meta={**free.meta, "moe_routing": "sometimes"})
+    with pytest.raises(ValueError,
+                       match=r"t: '# moe_routing:' must be independent or collapsed"):
+        fit.table_errors(bad)

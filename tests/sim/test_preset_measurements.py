@@ -70,9 +70,9 @@ BOUNDS: dict[str, dict[str, float]] = {
     "oracle-oci_llama-3.1-405b_8xmi300x-fp8-tp8_vllm-latency-128in-128out":
         {"latency": 0.32},
     "trtllm-0.9.0-dli_mixtral-8x7b_2xa100-tp2_static-batch":
-        {"latency": 0.64, "ttft": 0.17},
+        {"latency": 0.22, "ttft": 0.17},
     "trtllm-0.9.0-dli_mixtral-8x7b_4xl40s-tp4_static-batch":
-        {"latency": 1.47, "ttft": 0.37},
+        {"latency": 0.55, "ttft": 0.35},
     "trtllm-perf-overview-v1.0_llama-3.1-8b-3.3-70b_h100-h200-fp8_max-throughput":
         {"throughput": 0.13},
     "tt-inference-server_qwen3-30b-a3b_1xa100_c1-sweep":

@@ -1,9 +1,11 @@
 """Hardware presets: the catalog's arithmetic, the preset grammar and its refusals."""
 
+import dataclasses
+
 import pytest
 
 from workbench.sim.config import EngineConfig
-from workbench.sim.presets import GPU_MEMORY_UTILIZATION, RESERVE_GB, resolve
+from workbench.sim.presets import GPU_MEMORY_UTILIZATION, RESERVE_GB, Preset, resolve
 from workbench.sim.presets.catalog import ACCELERATORS, MODELS
 
 
@@ -51,6 +53,33 @@ def test_a_moe_reads_only_the_experts_its_tokens_route_to() -> None:
     p = resolve("qwen3-30b-a3b/h100/tp1")
     one, many = p.weight_read_bytes(1), p.weight_read_bytes(512)
     assert one < many <= p.weight_bytes and many == pytest.approx(p.weight_bytes, rel=1e-3)
+
+
+def test_a_collapsed_router_reads_the_same_k_experts_whatever_the_tokens() -> None:
+    """``Factors.collapsed_routing`` (a fake-weight benchmark's random gate, docs/hardware.md
+    "MoE routing"): every token of a step goes to the same k of E experts, so a step reads
+    the dense part and k/E of the experts at any batch; off in the shipped factors, where
+    B tokens touch each expert with probability 1 − (1 − k/E)^B."""
+    base = resolve("mixtral-8x7b/a100/tp2")
+    m = base.model
+    assert not base.factors.collapsed_routing  # off unless a table or calibration says
+    experts = m.layers * m.experts * m.expert_params
+    dense = m.params - experts
+    assert base.weight_read_bytes(1) == pytest.approx((dense + experts * 2 / 8) * 2 / 2)
+    assert base.weight_read_bytes(16) == pytest.approx(
+        (dense + experts * (1 - (6 / 8) ** 16)) * 2 / 2)
+    on = dataclasses.replace(base.factors, collapsed_routing=1.0)
+    p = Preset(m, base.gpu, base.tp, base.fp8, on)
+    for tokens in (1, 16, 512):
+        assert p.weight_read_bytes(tokens) == pytest.approx((dense + experts * 2 / 8) * 2 / 2)
+    assert p.weight_read_bytes(1) == base.weight_read_bytes(1)  # one token: k either way
+    # a decode step of 16 sequences: memory-bound, the 16 × 2 expert reads collapse to 2
+    saved = (base.weight_read_bytes(16) - p.weight_read_bytes(16)) / (
+        base.gpu.bandwidth_gbps * 1e9 * on.mbu) * 1e3
+    assert base.step_ms(0, 16, 16 * 200) - p.step_ms(0, 16, 16 * 200) == pytest.approx(saved)
+    dense_model = resolve("llama-3.1-8b/h100/tp1")
+    assert Preset(dense_model.model, dense_model.gpu, 1, False, on).weight_read_bytes(
+        64) == dense_model.weight_bytes  # a dense model has no router to collapse
 
 
 @pytest.mark.parametrize(("text", "match"), [

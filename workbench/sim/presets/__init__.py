@@ -11,7 +11,8 @@ BF16 otherwise. From public facts alone it derives:
   (2 FLOPs per active weight per token at a GEMM efficiency that grows with the step's
   tokens, plus attention's 4·layers·heads·head_dim FLOPs per (query, key) pair: prefill
   quadratic in the chunk and its prefix, decode by the context) and its memory time
-  (the weights / TP once per step — for a MoE only the experts its tokens route to —
+  (the weights / TP once per step — for a MoE only the experts its tokens route to, or
+  the same k for every token where a fake-weight router collapses —
   plus every attended token's KV, or, for an engine whose decode attention runs one
   thread block per head over the whole context, the longer wait that takes:
   ``Preset.unsplit_attention_s``), plus the tensor-parallel all-reduces costed on the
@@ -19,7 +20,7 @@ BF16 otherwise. From public facts alone it derives:
   time per step and per layer;
 * the time to bring KV back from host memory (``Preset.load_ms``).
 
-Nine efficiency factors and one switch (``FACTORS``, read from
+Nine efficiency factors and two switches (``FACTORS``, read from
 ``sim/presets/fitted_factors.json``) are fitted to cited public measurements by
 ``presets.fit`` (docs/hardware.md, "Fit": how, and every formula, source and the error
 left, in sample and held out).
@@ -62,7 +63,11 @@ class Factors:
     a step only where ``unsplit_attention`` is 1 — a switch, not a fitted factor: the
     published tables of such an engine say so (``# decode_attention: unsplit``,
     docs/hardware.md "Decode attention"), a calibrated preset may; 0 (an engine that
-    splits the context over blocks: the KV bytes term alone) otherwise."""
+    splits the context over blocks: the KV bytes term alone) otherwise.
+    ``collapsed_routing``: a switch too — 1 where a MoE's router sends every token of a
+    step to the same ``k`` experts (random gate weights of a fake-weight benchmark: a
+    table's ``# moe_routing: collapsed``, docs/hardware.md "MoE routing"), so a step reads
+    ``k`` experts whatever its tokens; 0 (independent routing) otherwise."""
 
     mfu: float
     mbu: float
@@ -74,6 +79,7 @@ class Factors:
     gemm_half_tokens: float = 0.0
     attn_block_share: float = 0.0
     unsplit_attention: float = 0.0  # 1: the engine's decode attention is one block per head
+    collapsed_routing: float = 0.0  # 1: every token of a step routes to the same k experts
 
 
 FACTORS_FILE = Path(__file__).with_name("fitted_factors.json")
@@ -165,12 +171,15 @@ class Preset:
     def weight_read_bytes(self, tokens: int) -> float:
         """Weight bytes one GPU reads in a step of ``tokens`` tokens: all of its share
         of a dense model; for a MoE the experts some token routed to (each of E experts
-        is missed by one token with probability 1 − k/E)."""
+        is missed by one token with probability 1 − k/E), or, where the router sends every
+        token to the same k (``Factors.collapsed_routing``), k of E whatever the tokens."""
         m = self.model
         if not m.experts:
             return self.weight_bytes / self.tp
         expert_total = m.layers * m.experts * m.expert_params
-        touched = 1.0 - (1.0 - m.active_experts / m.experts) ** max(tokens, 1)
+        share = m.active_experts / m.experts  # one token's experts
+        touched = share if self.factors.collapsed_routing else (
+            1.0 - (1.0 - share) ** max(tokens, 1))
         dense = m.params - expert_total
         return (dense + expert_total * touched) * self.dtype_bytes / self.tp
 

@@ -113,9 +113,11 @@ def table_errors(table: Table, quick: bool = False) -> list[RowError]:
     (the fit's trials): a closed loop measures ``max(concurrency, 16)`` requests, not
     ``max(3 × concurrency, 16)``; rows the table's ``# fit_exclude:`` line names (a
     metric, optionally only above a concurrency, with its reason) are left out."""
-    if table.unsplit_attention and not presets.FACTORS.unsplit_attention:
-        # the engine decoded with one block per head: its tables replay with the switch on
-        with using(dataclasses.replace(presets.FACTORS, unsplit_attention=1.0)):
+    switches = {k: v for k, v in table.switches.items() if getattr(presets.FACTORS, k) != v}
+    if switches:
+        # the engine decoded with one block per head, or its fake-weight router collapsed:
+        # its tables replay with the switches on
+        with using(dataclasses.replace(presets.FACTORS, **switches)):
             return table_errors(table, quick)
     out: list[RowError] = []
     if table.kind == "closed_loop":
@@ -178,7 +180,7 @@ def uses(table: Table) -> frozenset[str]:
         names.discard("allreduce_us")
     if not table.unsplit_attention:
         names.discard("attn_block_share")
-    names.discard("unsplit_attention")  # a switch the table sets, never searched
+    names.difference_update(SWITCHES)  # switches the table sets, never searched
     return frozenset(names)
 
 
@@ -234,7 +236,7 @@ FACTOR_BOUNDS = {"mfu": (0.05, 1.0), "mbu": (0.05, 1.0), "step_overhead_ms": (0.
                  "mfu_fp8": (0.05, 1.0), "layer_us": (0.0, 500.0),
                  "gemm_half_tokens": (0.0, 4096.0), "attn_block_share": (0.001, 1.0)}
 #: fields of ``presets.Factors`` the search leaves alone: switches, not factors
-SWITCHES = ("unsplit_attention",)
+SWITCHES = ("unsplit_attention", "collapsed_routing")
 
 
 def fit(tables: list[Table], start: presets.Factors | None = None,

@@ -49,17 +49,37 @@ class Table:
             out[key] = _value(text)
         return out
 
+    def _either(self, line: str, off: str, on: str) -> bool:
+        """Whether the ``# LINE:`` line says ``on`` rather than ``off`` (the default);
+        ValueError naming the table and the line otherwise."""
+        value = self.meta.get(line, off).strip().lower()
+        if value not in (off, on):
+            raise ValueError(f"{self.name}: '# {line}:' must be {off} or {on}, got {value!r}")
+        return value == on
+
     @property
     def unsplit_attention(self) -> bool:
         """Whether the engine the table ran on decoded with one thread block per
         (sequence, head) over the whole context: the ``# decode_attention:`` line,
-        ``unsplit`` or ``split`` (the default); ValueError naming the table otherwise
-        (docs/hardware.md, "Decode attention")."""
-        value = self.meta.get("decode_attention", "split").strip().lower()
-        if value not in ("split", "unsplit"):
-            raise ValueError(f"{self.name}: '# decode_attention:' must be split or unsplit, "
-                             f"got {value!r}")
-        return value == "unsplit"
+        ``unsplit`` or ``split`` (the default) (docs/hardware.md, "Decode attention")."""
+        return self._either("decode_attention", "split", "unsplit")
+
+    @property
+    def collapsed_routing(self) -> bool:
+        """Whether the MoE the table measured routed every token of a step to the same
+        experts: the ``# moe_routing:`` line, ``collapsed`` or ``independent`` (the
+        default) (docs/hardware.md, "MoE routing": random gate weights of a fake-weight
+        benchmark)."""
+        return self._either("moe_routing", "independent", "collapsed")
+
+    @property
+    def switches(self) -> dict[str, float]:
+        """The ``presets.Factors`` switches the engine the table ran on sets (1.0 each):
+        ``unsplit_attention`` (``# decode_attention: unsplit``), ``collapsed_routing``
+        (``# moe_routing: collapsed``)."""
+        return {name: 1.0 for name, on in (("unsplit_attention", self.unsplit_attention),
+                                           ("collapsed_routing", self.collapsed_routing))
+                if on}
 
     @property
     def measured_requests(self) -> int | None:
