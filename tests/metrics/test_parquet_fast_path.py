@@ -8,6 +8,7 @@ must send its batch through the exact reading."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,24 @@ BIG = 2**64  # orjson reads it as a float; the standard parser as an int
 LOW = -(2**63) - 1  # as a float it is -2**63 exactly: an int64 pyarrow would take
 
 
+def _exact_batches(path: Path, rows: int, size: int) -> Iterator[list[Any]]:
+    """The lines read exactly (``iter_jsonl``, ``loads_line``), cut where the conversion
+    cuts its batches (``rows`` lines or ``size`` bytes of JSON, whichever comes first)."""
+    batch: list[Any] = []
+    got = 0
+    for obj, line, _ in iter_jsonl(path, lines=True):
+        batch.append(obj)
+        got += len(line)
+        if len(batch) >= rows or got >= size:
+            yield batch
+            batch, got = [], 0
+    if batch:
+        yield batch
+
+
 def _reference(run_dir: Path, out: Path, *, token_times: bool, rows: int, size: int) -> None:
     """The conversion as it was: every line read exactly, every batch by ``batch_table``."""
-    batches = columnar.iter_jsonl_batches(run_dir / RECORDS, rows, size)
+    batches = _exact_batches(run_dir / RECORDS, rows, size)
     tables = (columns.batch_table(b, token_times=token_times) for b in batches)
     columnar.write_tables(tables, out, columnar.schema(columns.DERIVED_TYPES, token_times))
 

@@ -172,15 +172,6 @@ def table(
 
 
 # ------------------------------------------------------------------ files
-def iter_jsonl_batches(
-    path: str | Path, batch_rows: int = BATCH_ROWS, batch_bytes: int = BATCH_BYTES
-) -> Iterator[list[Any]]:
-    """Parsed lines of a JSONL file (``rundir.iter_jsonl``'s rules) in lists of
-    ``batch_rows`` lines or of about ``batch_bytes`` bytes of JSON, whichever comes first."""
-    for rows, _ in _batches(path, batch_rows, batch_bytes, loads_line):
-        yield rows
-
-
 class Lines(list[bytes]):
     """A batch's lines as read, and the number of its first line's in the file."""
 
@@ -203,7 +194,9 @@ class Lines(list[bytes]):
 def iter_raw_batches(
     path: str | Path, batch_rows: int = BATCH_ROWS, batch_bytes: int = BATCH_BYTES
 ) -> Iterator[tuple[list[Any], Lines]]:
-    """``iter_jsonl_batches``' batches, each with its lines, a line parsed by ``orjson``
+    """A JSONL file's lines (``rundir.iter_jsonl``'s rules) in batches of ``batch_rows``
+    lines or of about ``batch_bytes`` bytes of JSON, whichever comes first, each with its
+    lines (``Lines``), a line parsed by ``orjson``
     alone and its token times apart (``cut_times``: ``(obj, times)`` rows): an integer
     out of [-2**63, 2**64) is a float to orjson (``loads_line`` reads it exactly), so a
     caller that finds a float where it reads re-reads the batch's lines."""
