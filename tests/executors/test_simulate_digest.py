@@ -14,6 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
+import pytest
+
 from workbench.data import path as data_path
 from workbench.executors.virtual import simulate
 from workbench.report.canonical import (
@@ -114,3 +117,54 @@ def test_the_streamed_digest_is_the_report_s_in_memory_and_on_disk(tmp_path: Pat
             assert kept.lifecycle and "agent_tasks" in canonical_report(kept)["summary"]
         slo = {"ttft_ms": 1.0}
         assert run_digest(kept, slo) == report_digest(canonical_report(kept, slo)) != want
+
+
+def test_the_streamed_digest_reads_lines_that_are_not_exactly_a_record(tmp_path: Path) -> None:
+    """A line with exactly a record's fields is hashed as read; one with a field absent (its
+    default) or an unknown one (dropped) goes through ``RequestRecord``, as the report's
+    records do: the digest is still ``report_digest(canonical_report(...))``'s."""
+    from workbench.storage.rundir import RECORDS
+
+    disk = simulate({"trace": str(TRACE), "context": "prefix-preserving",
+                     "out_dir": str(tmp_path), "executor": {"keep_records": False},
+                     "target": {"url": "sim", "engine": {"num_blocks": 512}}})  # fmt: skip
+    path = Path(disk.run_dir or "") / RECORDS
+    lines = path.read_bytes().splitlines()
+    before = run_digest(disk)
+    first, second = orjson.loads(lines[0]), orjson.loads(lines[1])
+    del first["echoed_prompt_tokens"], first["schema"]  # their defaults: 0 and 1
+    second["not_a_record_field"] = [1, 2]
+    lines[0], lines[1] = orjson.dumps(first), orjson.dumps(second)
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    assert run_digest(disk) == report_digest(canonical_report(disk)) == before
+    third = orjson.loads(lines[2])
+    third["cached_tokens"] = (third["cached_tokens"] or 0) + 1
+    lines[2] = orjson.dumps(third)
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    assert run_digest(disk) == report_digest(canonical_report(disk)) != before
+
+
+def test_the_streamed_digest_reads_token_times_written_otherwise(tmp_path: Path) -> None:
+    """A line's token times are read apart only when they are the digits orjson writes;
+    written otherwise (spaces, a key spelled with an escape, the key nested too, "-0"),
+    the line is read whole: the digest stays the report's either way."""
+    disk = simulate({"trace": str(TRACE), "context": "prefix-preserving",
+                     "out_dir": str(tmp_path), "executor": {"keep_records": False},
+                     "target": {"url": "sim", "engine": {"num_blocks": 512}}})  # fmt: skip
+    path = Path(disk.run_dir or "") / "records.jsonl"
+    lines = path.read_bytes().splitlines()
+    assert len(lines) >= 6 and all(b'"token_times_ns":[' in ln for ln in lines[:6])
+    before = run_digest(disk)
+    key = b'"token_times_ns":['
+    lines[0] = lines[0].replace(key, b'"token_times_ns": [ ')
+    lines[1] = lines[1].replace(key, b'"token\\u005ftimes_ns":[')
+    lines[2] = lines[2].replace(b'"extra":{', b'"extra":{"token_times_ns":[1],')
+    lines[3] = lines[3].replace(key, key + b"-0,")
+    lines[4] = lines[4].replace(key, key + b"7 ,")
+    lines[5] = lines[5].replace(key, key + b"0001,")  # not JSON: refused as before
+    path.write_bytes(b"\n".join(lines[:5] + lines[6:]) + b"\n")
+    got = run_digest(disk)
+    assert got == report_digest(canonical_report(disk)) != before
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(ValueError, match=r"records.jsonl:6: invalid JSON line"):
+        run_digest(disk)

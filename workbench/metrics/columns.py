@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.metrics.derive import FLOAT_COLUMNS, INT_COLUMNS, derive
+from workbench.metrics.derive import FLOAT_COLUMNS, INT_COLUMNS, TokenRows, derive, int_rows
 from workbench.metrics.frame import to_frame
 from workbench.storage import columnar
 from workbench.storage.rundir import RECORDS, resolve_run_dir
@@ -56,6 +56,40 @@ def _batch_table(rows: list[Mapping[str, Any]], token_times: bool) -> Any:
     return columnar.table(cols, d, columnar.schema(DERIVED_TYPES, token_times), gaps=d["gaps"])
 
 
+def _plain_table(rows: list[tuple[Any, bytes | None]], token_times: bool) -> Any:
+    """``batch_table`` of ``iter_raw_batches``' rows (parsed by orjson alone, their token
+    times apart), or None when they hold a value it must read exactly: token times not
+    cut out or not canonical JSON ints (``columnar.token_times``), a float in a stored
+    field or in the token counts (an integer out of range reads as one), a value that
+    will not convert, a row that is not a record's. Otherwise the values are what
+    ``loads_line`` reads (they differ only where orjson made a float), so the table is
+    ``batch_table``'s; the token lists go in flat (``TokenRows``)."""
+    try:
+        texts = [t for _, t in rows]
+        if None in texts:
+            return None
+        objs = [obj for obj, _ in rows]
+        rows.clear()  # the texts are let go as they are joined
+        flat = columnar.token_times(texts)  # type: ignore[arg-type]  # no None: checked
+        if flat is None:
+            return None
+        cols = columnar.raw_columns(objs)
+        objs.clear()  # their values are in ``cols``
+        counts = int_rows(cols["token_counts"])
+        if counts is None or columnar.has_float(cols):
+            return None
+        times = TokenRows(*flat)
+        d = derive(cols, times, counts)
+        sch = columnar.schema(DERIVED_TYPES, token_times)
+        if token_times:  # the times' list column over their flat values (the counts'
+            pa = columnar.require()  # lists convert as they did: a bool among them raises)
+            offsets = np.concatenate(([0], np.cumsum(times.lens))).astype(np.int32)
+            cols["token_times_ns"] = pa.ListArray.from_arrays(offsets, pa.array(times.values))
+        return columnar.table(cols, d, sch, gaps=d["gaps"])
+    except Exception:  # anything odd: the exact reading decides (and raises what it raised)
+        return None
+
+
 def convert(
     run_dir: str | Path,
     *,
@@ -68,11 +102,24 @@ def convert(
     ``batch_rows`` records or ``batch_bytes`` of JSON, whichever is reached first)."""
     d = resolve_run_dir(run_dir)
     target = Path(out) if out is not None else d / columnar.PARQUET
-    batches = columnar.iter_jsonl_batches(d / RECORDS, batch_rows, batch_bytes)
-    tables = (batch_table(rows, token_times=token_times) for rows in batches)
+    batches = columnar.iter_raw_batches(d / RECORDS, batch_rows, batch_bytes)
+    tables = (_table_of(rows, lines, token_times, d / RECORDS) for rows, lines in batches)
     n = columnar.write_tables(tables, target, columnar.schema(DERIVED_TYPES, token_times))
     log.info("%s: %d records → %s", d, n, target.name)
     return target
+
+
+def _table_of(rows: list[Any], lines: columnar.Lines, token_times: bool, path: Path) -> Any:
+    """A batch's table: from its rows as orjson read them, else from its lines read
+    exactly (``loads_line``, the rows dropped first). Both lists are emptied: the caller's
+    names for them live on while the next batch is read, one batch in memory, not two."""
+    table = _plain_table(rows, token_times)
+    rows.clear()
+    if table is None:
+        table = batch_table(lines.exact(path), token_times=token_times)
+    lines.clear()
+    lines.numbers.clear()
+    return table
 
 
 def parquet_path(run_dir: str | Path, *, token_times: bool | None = None) -> Path:

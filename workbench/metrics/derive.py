@@ -10,6 +10,7 @@ repeat their unit's ``admission_lag_ms``.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Mapping, Sequence
 from itertools import chain
 from typing import Any
@@ -65,11 +66,43 @@ def _ms(later: Opt, earlier: Opt) -> np.ndarray:
     return out
 
 
+#: ones to extend an int64 buffer with (a virtual run's token counts: one token an event)
+_ONES = array("q", [1]) * 4096
+
+
+def append_ints(buf: array[int], values: Sequence[int]) -> None:
+    """``values`` onto an int64 ``buf``: a list a list at a time (``fromlist``, 2x
+    ``extend``'s per-value path), a list of ones (each == 1: 1, 1.0, True) from a block of
+    ones; a float elsewhere or a value out of range raises (TypeError, OverflowError),
+    ``buf`` unchanged."""
+    n = len(values)
+    if isinstance(values, np.ndarray) and values.dtype == np.int64:
+        buf.frombytes(values.tobytes())
+    elif type(values) is not list:
+        buf.extend(values)
+    elif 0 < n <= len(_ONES) and values[0] == 1 and values.count(1) == n:
+        buf.extend(_ONES[:n])
+    else:
+        buf.fromlist(values)
+
+
+def int64_view(buf: array[int]) -> np.ndarray:
+    """An int64 array over ``buf``'s memory (no copy)."""
+    return np.frombuffer(buf, dtype=np.int64) if len(buf) else np.empty(0, dtype=np.int64)
+
+
 def _flat(lists: Sequence[Sequence[int]], lens: np.ndarray) -> np.ndarray:
-    """The first ``lens[i]`` values of each list, concatenated: chained in C, a list cut
-    only when it is longer (no Python step per token)."""
-    rows = (v if len(v) == k else v[:k] for v, k in zip(lists, lens.tolist(), strict=True))
-    return np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lens.sum()))
+    """The first ``lens[i]`` values of each list, concatenated: a list at a time
+    (``append_ints``), a list cut only when it is longer; lists with another value (a
+    float: truncated) chained into ``fromiter`` (no Python step per token either way)."""
+    rows = [v if len(v) == k else v[:k] for v, k in zip(lists, lens.tolist(), strict=True)]
+    buf = array("q")
+    try:
+        for v in rows:
+            append_ints(buf, v)
+    except (TypeError, OverflowError):  # fromiter: a float truncated, out of range raises
+        return np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lens.sum()))
+    return int64_view(buf)
 
 
 class TokenRows:
@@ -90,6 +123,22 @@ class TokenRows:
         starts = np.repeat(np.cumsum(self.lens) - self.lens, self.lens)
         at = np.arange(len(self.values)) - starts  # each value's place in its row
         return self.values[at < np.repeat(k, self.lens)]
+
+
+def int_rows(lists: Sequence[Any]) -> TokenRows | None:
+    """Lists of ints held flat (``TokenRows``), or None when a row is not a list or holds
+    a value ``append_ints`` refuses (a float, a value out of int64's range)."""
+    lens = np.fromiter((len(v) if type(v) is list else -1 for v in lists), dtype=np.int64,
+                       count=len(lists))  # fmt: skip
+    if (lens < 0).any():
+        return None
+    buf = array("q")
+    try:
+        for v in lists:
+            append_ints(buf, v)
+    except (TypeError, OverflowError):
+        return None
+    return TokenRows(int64_view(buf), lens)
 
 
 Tokens = Sequence[Sequence[int]] | TokenRows

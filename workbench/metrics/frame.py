@@ -16,7 +16,14 @@ import pandas as pd
 
 import workbench.catalogs.requests as catalog
 from workbench.errors import ConfigError
-from workbench.metrics.derive import INPUTS, TokenRows, derive, split_gaps
+from workbench.metrics.derive import (
+    INPUTS,
+    TokenRows,
+    append_ints,
+    derive,
+    int64_view,
+    split_gaps,
+)
 from workbench.records import RequestRecord, RunResult
 from workbench.storage.rundir import load_records
 
@@ -91,36 +98,63 @@ def to_frame(data: Data) -> pd.DataFrame:
     return _frame(raw)
 
 
+_TOKENS = ("token_times_ns", "token_counts")
+_KEPT: tuple[str, ...] = tuple(name for name in RAW_COLUMNS if name not in _TOKENS)
+
+
 def frame_of_stream(records: Iterable[RequestRecord]) -> pd.DataFrame:
     """``to_frame`` of records read once and let go (``records.jsonl`` line by line): the
     same numbers, no record held. Token times and counts go into one flat int64 buffer
     each (8 B a token); the rows' token lists are empty, their ``itl_ms`` views of one
     gaps array."""
-    raw: dict[str, Any] = {name: [] for name in RAW_COLUMNS if name not in _TOKENS}
-    columns = [(name, raw[name].append) for name in raw]
-    times, counts = array("q"), array("q")
-    n_times: list[int] = []
-    n_counts: list[int] = []
+    stream = FrameStream()
     for r in records:
-        for name, append in columns:
+        stream.add(r)
+    return stream.frame()
+
+
+class FrameStream:
+    """``frame_of_stream`` fed a record at a time: ``add`` a ``RequestRecord``, or
+    ``add_row`` a record's dict with every field of one (``RequestRecord.to_dict``'s keys:
+    a line of ``records.jsonl`` read back), then ``frame``."""
+
+    def __init__(self) -> None:
+        self._empty()
+
+    def _empty(self) -> None:
+        self.raw: dict[str, list[Any]] = {name: [] for name in _KEPT}
+        self._appends = [(name, self.raw[name].append) for name in _KEPT]
+        self._times, self._counts = array("q"), array("q")
+        self._n_times: list[int] = []
+        self._n_counts: list[int] = []
+
+    def add(self, r: RequestRecord) -> None:
+        for name, append in self._appends:
             append(getattr(r, name))
-        times.extend(r.token_times_ns)
-        counts.extend(r.token_counts)
-        n_times.append(len(r.token_times_ns))
-        n_counts.append(len(r.token_counts))
-    tokens = (TokenRows(_int64(times), np.array(n_times, dtype=np.int64)),
-              TokenRows(_int64(counts), np.array(n_counts, dtype=np.int64)))  # fmt: skip
-    raw["token_times_ns"] = [[] for _ in n_times]
-    raw["token_counts"] = [[] for _ in n_times]
-    return _frame(raw, tokens=tokens)
+        self._tokens(r.token_times_ns, r.token_counts)
 
+    def add_row(self, row: Mapping[str, Any]) -> None:
+        for name, append in self._appends:
+            append(row[name])
+        self._tokens(row["token_times_ns"], row["token_counts"])
 
-_TOKENS = ("token_times_ns", "token_counts")
+    def _tokens(self, times: Sequence[int], counts: Sequence[int]) -> None:
+        append_ints(self._times, times)
+        append_ints(self._counts, counts)
+        self._n_times.append(len(times))
+        self._n_counts.append(len(counts))
 
-
-def _int64(buf: array[int]) -> np.ndarray:
-    """An int64 array over ``buf``'s memory (no copy)."""
-    return np.frombuffer(buf, dtype=np.int64) if len(buf) else np.empty(0, dtype=np.int64)
+    def frame(self) -> pd.DataFrame:
+        """The frame, once: the buffers are handed over (let go with the derivation's
+        temporaries, not held while the frame is summarized)."""
+        n_times = self._n_times
+        tokens = (TokenRows(int64_view(self._times), np.array(n_times, dtype=np.int64)),
+                  TokenRows(int64_view(self._counts), np.array(self._n_counts, dtype=np.int64)))
+        raw: dict[str, Any] = dict(self.raw)
+        raw["token_times_ns"] = [[] for _ in n_times]
+        raw["token_counts"] = [[] for _ in n_times]
+        self._empty()  # nothing held twice
+        return _frame(raw, tokens=tokens)
 
 
 def _frame(raw: dict[str, Any], *, tokens: tuple[TokenRows, TokenRows] | None = None,

@@ -7,18 +7,21 @@ at a time, without the report in memory."""
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from workbench.metrics import summarize
 from workbench.metrics.agents import has_tasks
-from workbench.metrics.frame import as_records, frame_of_stream
+from workbench.metrics.frame import FrameStream, as_records
 from workbench.records import RequestRecord, RunResult
-from workbench.storage.rundir import LIFECYCLE, RECORDS, iter_jsonl
+from workbench.storage import columnar
+from workbench.storage.rundir import LIFECYCLE, RECORDS, iter_jsonl, loads_line
 
 # The one closed exclusion list (docs/measurement-rules.md); "records[]." is every record.
 CANONICAL_EXCLUDED: dict[str, str] = {
@@ -57,9 +60,11 @@ def _drop(doc: dict[str, Any], dotted: str) -> None:
     doc.pop(leaf, None)
 
 
-def _excluded(section: str) -> list[str]:
+@functools.cache
+def _excluded(section: str) -> tuple[str, ...]:
+    """The excluded paths in ``section`` (once per name: it is asked for every row)."""
     prefix = section + "."
-    return [k[len(prefix) :] for k in CANONICAL_EXCLUDED if k.startswith(prefix)]
+    return tuple(k[len(prefix) :] for k in CANONICAL_EXCLUDED if k.startswith(prefix))
 
 
 def canonical_report(result: RunResult, slo: dict[str, float] | None = None) -> dict[str, Any]:
@@ -102,22 +107,41 @@ def report_digest(report: dict[str, Any]) -> str:
 
 def run_digest(result: RunResult, slo: dict[str, float] | None = None) -> str:
     """``report_digest(canonical_report(result, slo))`` streamed: the same bytes in orjson's
-    sorted key order, a row serialized and hashed as it is read."""
-    summary = _summary(result, slo)  # first: the records it reads are let go before the rest
+    sorted key order, a row serialized and hashed as it is read. Records on disk are read
+    once: each line hashed and added to the summary's frame, the summary (the last key)
+    made from it after the records."""
+    lifecycle = _lifecycle(result)
+    streamed = result.records_on_disk and not has_tasks(lifecycle)
+    # records in memory, or a session graph (its tasks need the records): summary first,
+    # the records it reads let go before the rest
+    summary = None if streamed else _summary_bytes(result, slo, lifecycle, None)
     h = hashlib.sha256()
     h.update(b'{"lifecycle":')
-    _list(h, (_section("lifecycle[]", dict(row)) for row in _lifecycle_rows(result)))
+    _list(h, (_section("lifecycle[]", dict(row)) for row in lifecycle))
     h.update(b',"manifest":')
     manifest = _section("manifest", copy.deepcopy(result.manifest.to_dict()))
     h.update(orjson.dumps(manifest, option=_OPTIONS))
     h.update(b',"metrics_timeline":')
     _list(h, (dict(row) for row in result.metrics_timeline))
     h.update(b',"records":')
-    _list(h, (_section("records[]", r.to_dict()) for r in _records(result)))
+    if streamed:
+        frame = FrameStream()
+        _list_bytes(h, _record_rows(result, frame))
+        summary = _summary_bytes(result, slo, lifecycle, frame)
+    else:
+        _list(h, (_section("records[]", r.to_dict()) for r in _records(result)))
     h.update(b',"summary":')
-    h.update(summary)
+    h.update(summary or b"")
     h.update(b"}")
     return h.hexdigest()
+
+
+def _list_bytes(h: Any, rows: Iterable[bytes]) -> None:
+    h.update(b"[")
+    for i, data in enumerate(rows):
+        h.update(b"," if i else b"")
+        h.update(data)
+    h.update(b"]")
 
 
 def _list(h: Any, rows: Iterable[Any]) -> None:
@@ -142,14 +166,62 @@ def _records(result: RunResult) -> Iterator[RequestRecord]:
         yield RequestRecord.from_dict(row)
 
 
-def _summary(result: RunResult, slo: dict[str, float] | None) -> bytes:
+_FIELDS = frozenset(RequestRecord.__dataclass_fields__)
+
+
+def _record_rows(result: RunResult, frame: FrameStream) -> Iterator[bytes]:
+    """The canonical bytes of the records on disk, each added to ``frame`` on the way: a
+    line with exactly a record's fields is that record's ``to_dict`` (the same values),
+    taken as it is; any other goes through ``RequestRecord`` (defaults, unknown keys out).
+    A line's token times are read apart (``_cut``) and their text put back into its
+    bytes, where orjson would write the same digits."""
+    for row, times in iter_jsonl(Path(result.run_dir or "") / RECORDS, parse=_cut):
+        if times is not None and row.keys() == _FIELDS:
+            row["token_times_ns"] = times
+            frame.add_row(row)
+            row["token_times_ns"] = []  # a placeholder: the one '"token_times_ns":[]'
+            data = orjson.dumps(_section("records[]", row), option=_OPTIONS)
+            yield data.replace(_NO_TIMES, b"%s%s]" % (_NO_TIMES[:-1], times.text), 1)
+            continue
+        if times is not None:  # the values as the line reads: the times as a list
+            row["token_times_ns"] = times.tolist()
+        if not (isinstance(row, dict) and row.keys() == _FIELDS):
+            row = RequestRecord.from_dict(row).to_dict()
+        frame.add_row(row)
+        yield orjson.dumps(_section("records[]", row), option=_OPTIONS)
+
+
+_NO_TIMES = b'"token_times_ns":[]'
+
+
+class _Times(np.ndarray):
+    """A line's token times (int64) with the text they were read from."""
+
+    text: bytes
+
+
+def _cut(line: bytes) -> tuple[Any, _Times | None]:
+    """A record line read exactly (``loads_line``), its token times apart when they are
+    the digits orjson writes (``columnar.cut_times``, ``int_text``): ``(row, times)``, or
+    ``(row, None)`` with the times in ``row``. A bad line raises as ``loads_line`` does."""
+    row, text = columnar.cut_times(line, loads_line)
+    if text is None:
+        return row, None
+    values = columnar.int_text(text)
+    if values is None:
+        return loads_line(line), None
+    times = values.view(_Times)
+    times.text = text
+    return row, times
+
+
+def _summary_bytes(result: RunResult, slo: dict[str, float] | None,
+                   lifecycle: list[dict[str, Any]], frame: FrameStream | None) -> bytes:
     """The summary's bytes as ``canonical_report`` makes them (from the records, never
-    ``summarize_stored``: not the same to the last bit); records on disk streamed into the
-    frame unless the run is a session graph (its tasks need the records)."""
-    lifecycle = _lifecycle(result)
-    if result.records_on_disk and not has_tasks(lifecycle):
-        frame = frame_of_stream(_records(result))
-        summary = summarize(_in_memory(result, [], lifecycle), slo, frame=frame)
+    ``summarize_stored``: not the same to the last bit): from ``frame`` (the records on
+    disk streamed into it), else from the records."""
+    if frame is not None:
+        summary = summarize(_in_memory(result, [], lifecycle), slo, frame=frame.frame())
     else:
         summary = summarize(_in_memory(result, as_records(result), lifecycle), slo)
     return orjson.dumps(_section("summary", summary), option=_OPTIONS)

@@ -24,6 +24,8 @@ take time to wake, which a request joining a running batch does not pay
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -106,6 +108,44 @@ def decode_span_ends(config: EngineConfig, seqs: int, kv0: int, k: int, end: int
     # the KV tokens of steps 1 .. k-1 after the first (a range: no array for a short span)
     kv = range(kv0 + seqs, kv0 + k * seqs, seqs) if seqs else np.full(k - 1, kv0, dtype=np.int64)
     return list(itertools.accumulate(decode_steps_ns(config, seqs, kv), initial=end))
+
+
+def decode_step(config: EngineConfig) -> Callable[[int, int], int]:
+    """``step_ns(config, 0, seqs, kv_tokens)`` as a function of ``(seqs, kv_tokens)`` with
+    the config's constants bound once (an engine's decode-only steps, ``Engine._next_plan``):
+    the same float operations in the same order, so the same ns."""
+    if config.zero_cost or config.preset:
+        return partial(step_ns, config, 0)
+    a, b, c = config.decode_coeffs
+    cap, floor, sp, per_seq = (config.capacity_tokens, config.decode_floor_ms,
+                               config.speedup, config.decode_seq_ms)  # fmt: skip
+
+    def ns(seqs: int, kv_tokens: int) -> int:
+        if seqs <= 0:
+            return 0
+        u = min(1.0, kv_tokens / cap)
+        return round(max(floor, a * u * u + b * u + c + per_seq * seqs) * 1e6 / sp)
+
+    return ns
+
+
+def span_ends(config: EngineConfig) -> Callable[[int, int, int, int], list[int]]:
+    """``decode_span_ends(config, seqs, kv0, k, end)`` as a function of ``(seqs, kv0, k,
+    end)`` with the config's constants bound once (``Engine._span_ends``)."""
+    if _kernels is None or config.zero_cost or config.preset:
+        return partial(decode_span_ends, config)
+    a, b, c = config.decode_coeffs
+    cap, floor, sp, per_seq = (config.capacity_tokens, config.decode_floor_ms,
+                               config.speedup, config.decode_seq_ms)  # fmt: skip
+    kernel = _kernels.decode_ends
+
+    def ends(seqs: int, kv0: int, k: int, end: int) -> list[int]:
+        if k < 1:
+            return decode_span_ends(config, seqs, kv0, k, end)
+        got: list[int] = kernel(end, k, kv0, seqs, a, b, c, per_seq * seqs, cap, floor, sp)
+        return got
+
+    return ends
 
 
 def _ints(values: np.ndarray | range) -> list[int] | range:

@@ -373,14 +373,9 @@ PyDoc_STRVAR(fill_doc, "fill(tick, blocks, hashes) -> finished\nApply step `tick
                        "those that emitted their last token are returned (sequences, in "
                        "order); the others re-file their next fill.");
 
-static PyObject *Decoders_fill(Decoders *self, PyObject *args) {
-    long long tick;
-    PyObject *fb, *fh;
-    if (!PyArg_ParseTuple(args, "LO!O!", &tick, &PyByteArray_Type, &fb, &PyByteArray_Type, &fh))
-        return NULL;
-    PyObject *done = PyList_New(0);
-    if (!done)
-        return NULL;
+/* Step `tick`'s fills (fill's body): the finished sequences go to `done`, or, with `done`
+ * NULL, a finish is an error (a span has none: run). 0, or -1 with an exception set. */
+static int do_fill(Decoders *self, int64_t tick, PyObject *fb, PyObject *fh, PyObject *done) {
     Heap *h = &self->fills;
     int64_t bs = self->bs;
     while (h->n && h->e[0].step <= tick) {
@@ -392,38 +387,200 @@ static PyObject *Decoders_fill(Decoders *self, PyObject *args) {
         if (ev.step < tick) {
             PyErr_Format(PyExc_RuntimeError, "Decoders: a fill of step %lld was not handled "
                          "by step %lld", (long long)ev.step, (long long)tick);
-            goto fail;
+            return -1;
         }
         int64_t computed = s->co + tick + 1;
         if (computed >= s->next_full) {
             int64_t full = computed / bs;
             Py_ssize_t have = buf_items(s->hashes);
             if (have < 0)
-                goto fail;
+                return -1;
             if (have < full) { /* keys from token ids: hashed as the block fills */
                 PyObject *r = PyObject_CallMethod(s->seq, "ensure_hashes", "LL", (long long)bs,
                                                   (long long)(computed + 1));
                 if (!r)
-                    goto fail;
+                    return -1;
                 Py_DECREF(r);
             }
             if (gather(s->blocks, s->committed, full, fb) ||
                 gather(s->hashes, s->committed, full, fh))
-                goto fail;
+                return -1;
             s->committed = full;
             s->next_full = (full + 1) * bs;
         }
         if (tick >= s->fin) {
+            if (!done) {
+                PyErr_Format(PyExc_RuntimeError, "Decoders.run: a request finished inside "
+                             "a span (step %lld)", (long long)tick);
+                return -1;
+            }
             if (PyList_Append(done, s->seq))
-                goto fail;
+                return -1;
         } else if (arm_fill(self, i)) {
-            goto fail;
+            return -1;
         }
     }
+    return 0;
+}
+
+static PyObject *Decoders_fill(Decoders *self, PyObject *args) {
+    long long tick;
+    PyObject *fb, *fh;
+    if (!PyArg_ParseTuple(args, "LO!O!", &tick, &PyByteArray_Type, &fb, &PyByteArray_Type, &fh))
+        return NULL;
+    PyObject *done = PyList_New(0);
+    if (!done)
+        return NULL;
+    if (do_fill(self, tick, fb, fh, done)) {
+        Py_DECREF(done);
+        return NULL;
+    }
     return done;
-fail:
-    Py_DECREF(done);
-    return NULL;
+}
+
+/* Give the pending grows their blocks b[0 .. npending), one each in order (assign's body). */
+static int give(Decoders *self, const int64_t *b) {
+    for (Py_ssize_t j = 0; j < self->npending; j++) {
+        Slot *s = &self->s[self->pending[j]];
+        PyObject *v = PyLong_FromLongLong(b[j]);
+        PyObject *res = v ? PyObject_CallMethodOneArg(s->blocks, str_append, v) : NULL;
+        Py_XDECREF(v);
+        if (!res)
+            return -1;
+        Py_DECREF(res);
+        s->cap += self->bs;
+        if (arm_grow(self, self->pending[j]))
+            return -1;
+    }
+    self->npending = 0;
+    return 0;
+}
+
+static int64_t heap_top(Heap *h);
+
+PyDoc_STRVAR(run_doc,
+             "run(stop, blocks, hashes, ref, own, free, log, pos, nfree, head, tail, no_hash,\n"
+             "    evict) -> (at, nfree, head, evicted, k)\n"
+             "Apply the events of a span's steps up to stop-1 in step order, as fill and\n"
+             "grow_due + assign would one step at a time: each step's fills (their blocks and\n"
+             "keys appended to the bytearrays; a finish is an error: a span has none), then\n"
+             "the grows of the next step's plan, given blocks as the KV manager's allocation\n"
+             "(kvcache.c) gives them over its arrays: from the top of the free stack\n"
+             "free[:nfree], then, with `evict`, the least recently freed cached blocks of the\n"
+             "LRU log [head, tail) (their hash dropped) unless one holds a hash among the\n"
+             "uncommitted `hashes` (committed first, it would keep that hash findable). Stops\n"
+             "at a step `at` whose next plan's k grows it cannot serve so: they are taken (as\n"
+             "grow_due) for the caller to commit, allocate and assign, then run goes on; else\n"
+             "at is stop and k 0. nfree, head: where they are now; evicted: blocks evicted.");
+
+static PyObject *Decoders_run(Decoders *self, PyObject *args) {
+    long long stop, head, tail, no_hash;
+    PyObject *fb, *fh;
+    Py_buffer ref, own, fr, log, pos;
+    Py_ssize_t nfree;
+    int evict;
+    if (!PyArg_ParseTuple(args, "LO!O!w*w*w*w*w*nLLLp", &stop, &PyByteArray_Type, &fb,
+                          &PyByteArray_Type, &fh, &ref, &own, &fr, &log, &pos, &nfree, &head,
+                          &tail, &no_hash, &evict))
+        return NULL;
+    PyObject *out = NULL;
+    Py_ssize_t nb = ref.len / 8, loglen = log.len / 8, nvict = 0;
+    if (ref.itemsize != 8 || own.len != ref.len || fr.len != ref.len || pos.len != ref.len ||
+        log.itemsize != 8 || nfree < 0 || nfree > nb || head < 0 || head > tail ||
+        tail > loglen) {
+        PyErr_SetString(PyExc_ValueError, "Decoders.run: the block arrays must be int64, "
+                                          "num_blocks long; 0 <= nfree, head <= tail");
+        goto done;
+    }
+    int64_t *r = (int64_t *)ref.buf, *o = (int64_t *)own.buf, *l = (int64_t *)log.buf;
+    int64_t *p = (int64_t *)pos.buf;
+    const int64_t *f = (const int64_t *)fr.buf;
+    int64_t at = stop, q = head;
+    Py_ssize_t k = 0, evicted = 0;
+    int64_t got[64];
+    for (;;) {
+        int64_t fs = heap_top(&self->fills), gs = heap_top(&self->grows) - 1;
+        int64_t e = fs < gs ? fs : gs;
+        if (e >= stop)
+            break;
+        if (fs == e && do_fill(self, e, fb, fh, NULL))
+            goto done;
+        if (gs != e)
+            continue;
+        k = take_due(self, &self->grows, e + 1, 1, self->pending);
+        if (k < 0)
+            goto done;
+        self->npending = k;
+        Py_ssize_t fresh = k < nfree ? k : nfree, need = k - fresh;
+        if (k > 64 || (need && !evict)) { /* the caller allocates */
+            at = e;
+            break;
+        }
+        /* the LRU's victims first (nothing is written before they are all known) */
+        nvict = 0;
+        int64_t qq = q;
+        while (nvict < need) {
+            if (qq >= tail) {
+                PyErr_SetString(PyExc_RuntimeError, "Decoders.run: the LRU log ran out");
+                goto done;
+            }
+            int64_t b = l[qq];
+            if (b < 0 || b >= nb) {
+                PyErr_SetString(PyExc_ValueError, "Decoders.run: a logged block out of range");
+                goto done;
+            }
+            if (p[b] == qq)
+                got[fresh + nvict++] = b;
+            qq++;
+        }
+        int clash = 0; /* a victim's hash among the fills not yet committed */
+        const int64_t *pend = (const int64_t *)PyByteArray_AS_STRING(fh);
+        Py_ssize_t npend = PyByteArray_GET_SIZE(fh) / 8;
+        for (Py_ssize_t j = 0; j < nvict && !clash; j++) {
+            int64_t h = o[got[fresh + j]];
+            for (Py_ssize_t m = 0; m < npend; m++) {
+                if (pend[m] == h) {
+                    clash = 1;
+                    break;
+                }
+            }
+        }
+        if (clash) {
+            at = e;
+            break;
+        }
+        for (Py_ssize_t j = 0; j < fresh; j++) {
+            int64_t b = f[nfree - fresh + j];
+            if (b < 0 || b >= nb) {
+                PyErr_SetString(PyExc_ValueError, "Decoders.run: a free block out of range");
+                goto done;
+            }
+            r[b] = 1;
+            got[j] = b;
+        }
+        for (Py_ssize_t j = 0; j < nvict; j++) {
+            int64_t b = got[fresh + j];
+            p[b] = -1;
+            o[b] = (int64_t)no_hash;
+            r[b] = 1;
+        }
+        nfree -= fresh;
+        if (nvict)
+            q = qq;
+        evicted += nvict;
+        if (give(self, got))
+            goto done;
+        k = 0;
+    }
+    out = Py_BuildValue("(LnLnn)", (long long)at, nfree, (long long)q, evicted,
+                        at < stop ? k : (Py_ssize_t)0);
+done:
+    PyBuffer_Release(&ref);
+    PyBuffer_Release(&own);
+    PyBuffer_Release(&fr);
+    PyBuffer_Release(&log);
+    PyBuffer_Release(&pos);
+    return out;
 }
 
 static int64_t heap_top(Heap *h) { return h->n ? h->e[0].step : ((int64_t)1 << 62); }
@@ -448,6 +605,7 @@ static PyMethodDef Decoders_methods[] = {
     {"grow_due", (PyCFunction)Decoders_grow_due, METH_O, grow_due_doc},
     {"assign", (PyCFunction)Decoders_assign, METH_VARARGS, assign_doc},
     {"fill", (PyCFunction)Decoders_fill, METH_VARARGS, fill_doc},
+    {"run", (PyCFunction)Decoders_run, METH_VARARGS, run_doc},
     {"next_grow", (PyCFunction)Decoders_next_grow, METH_NOARGS, next_grow_doc},
     {"next_fill", (PyCFunction)Decoders_next_fill, METH_NOARGS, next_fill_doc},
     {NULL, NULL, 0, NULL},

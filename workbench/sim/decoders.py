@@ -35,6 +35,9 @@ class Decoders(Protocol):
     def grow_due(self, tick: int) -> int: ...
     def assign(self, got: Any, at: int, k: int) -> None: ...
     def fill(self, tick: int, blocks: bytearray, hashes: bytearray) -> list[Any]: ...
+    def run(self, stop: int, blocks: bytearray, hashes: bytearray, ref: Any, own: Any,
+            free: Any, log: Any, pos: Any, nfree: int, head: int, tail: int, no_hash: int,
+            evict: bool) -> tuple[int, int, int, int, int]: ...  # fmt: skip
     def next_grow(self) -> int: ...
     def next_fill(self) -> int: ...
 
@@ -142,6 +145,48 @@ class PyDecoders:
             self._cap[i] += self.bs
             self._arm_grow(i)
         self._pending = []
+
+    def run(self, stop: int, blocks: bytearray, hashes: bytearray, ref: Any, own: Any,
+            free: Any, log: Any, pos: Any, nfree: int, head: int, tail: int, no_hash: int,
+            evict: bool) -> tuple[int, int, int, int, int]:  # fmt: skip
+        evicted = 0
+        while True:
+            f, g = self.next_fill(), self.next_grow() - 1
+            e = f if f < g else g
+            if e >= stop:
+                return stop, nfree, head, evicted, 0
+            if f == e and self.fill(e, blocks, hashes):
+                raise RuntimeError(f"Decoders.run: a request finished inside a span (step {e})")
+            if g != e:
+                continue
+            k = self.grow_due(e + 1)
+            fresh = min(k, nfree)
+            need = k - fresh
+            if k > 64 or (need and not evict):
+                return e, nfree, head, evicted, k
+            victims: list[int] = []
+            q = head
+            while len(victims) < need:
+                if q >= tail:
+                    raise RuntimeError("Decoders.run: the LRU log ran out")
+                b = int(log[q])
+                if pos[b] == q:
+                    victims.append(b)
+                q += 1
+            pending = set(memoryview(hashes).cast("q").tolist())
+            if any(int(own[b]) in pending for b in victims):
+                return e, nfree, head, evicted, k
+            got = [int(free[nfree - fresh + j]) for j in range(fresh)] + victims
+            for b in victims:
+                pos[b] = -1
+                own[b] = no_hash
+            for b in got:
+                ref[b] = 1
+            nfree -= fresh
+            if victims:
+                head = q
+            evicted += len(victims)
+            self.assign(got, 0, k)
 
     def fill(self, tick: int, blocks: bytearray, hashes: bytearray) -> list[Any]:
         bs, done = self.bs, []

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import math
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -180,6 +181,7 @@ class EngineRequest(SequenceHandle):
 
 
 SPAN_MAX = 4096  # steps planned at once at most (a span: ``Engine._plan_step``)
+_NEVER = math.inf  # ``Engine._event_s`` with no event in the span
 
 
 class Engine:
@@ -200,10 +202,15 @@ class Engine:
         self._end_step_cb = self._end_step  # one bound method, not one per step
         self._idle = True  # no step planned since the engine last ran out of work
         self._wake_ns = cost.idle_wake_ns(config)
+        # the cost model's decode-only step and span ends, the config's constants bound once
+        self._decode_ns = cost.decode_step(config)
+        self._ends_of = cost.span_ends(config)
         # a span (virtual time, ``_plan_step``): the end of each step in flight, the
         # first of them not yet applied, and the callback ending all but the last
         self._ends: list[int] | None = None
         self._done = 0
+        # the end (s, 1 µs early) of its first step not applied with an event
+        self._event_s = _NEVER
         self._span_cb = self._span_tail
         self._routed: tuple[Sequence[int], list[int]] | None = None  # the last prefix query
 
@@ -228,7 +235,7 @@ class Engine:
                 await task
         self._catch_up()
         self._loop = None
-        self._ends = None
+        self._ends, self._event_s = None, _NEVER
         if self._step is not None:
             self._step.cancel()
             self._step = self._plan = None
@@ -291,16 +298,28 @@ class Engine:
         """``submit``'s ``ValueError`` without queueing; else the clamped ``max_tokens``."""
         return self._check(len(prompt_ids), int(max_tokens))
 
-    # A router's three reads below do not catch a span up (``_catch_up``): a span's
-    # event-free steps change none of what they read (~7 % of a 64-worker run saved).
+    # A router's reads below catch a span up (``_catch_up``) only when one of its steps
+    # that ended has an event: its event-free steps change none of what they read
+    # (catching 64 spans up a request was ~7 % of a 64-worker run: docs/virtual-time.md).
+    def _events_up(self) -> None:
+        """``_catch_up`` if a step with an event may have ended (the loop's time read
+        directly: a superset of what ``_catch_up`` applies, which decides exactly)."""
+        loop = self._loop
+        if loop is not None and self._event_s <= loop.time():
+            self._catch_up()
+
     def load(self) -> tuple[int, int, float]:
         """(running requests, waiting requests, KV usage): what a router balances on."""
+        if self._ends is not None:
+            self._events_up()
         s = self._sched
         return len(s.running), len(s.waiting), s.kv.usage
 
     def cached_prefix_blocks(self, hashes: Sequence[int], limit: int | None = None) -> int:
         """How many leading blocks of ``hashes`` (at most ``limit``) the prefix cache holds."""
         n = len(hashes) if limit is None else min(limit, len(hashes))
+        if self._ends is not None:
+            self._events_up()
         hit = self._sched.kv.longest_hit(hashes, n)
         self._routed = (hashes, hit)  # for ``submit_prepared(routed=hashes)``
         return len(hit)
@@ -308,10 +327,13 @@ class Engine:
     def caches_block(self, block_hash: int) -> bool:
         """Whether this engine's prefix cache holds the block of chained hash ``block_hash``
         (a router's bound: a prefix hit longer than ``i`` blocks holds block ``i``)."""
+        if self._ends is not None:
+            self._events_up()
         return self._sched.kv.holds(block_hash)
 
     def prefix_shard(self) -> tuple[Any, ...] | None:
-        """This engine's compiled prefix index for a router (``sim.router._shards``)."""
+        """This engine's compiled prefix index for a router (``sim.router._shards``; it
+        reads ``load()`` of every worker, which brings the index up to date, first)."""
         return self._sched.kv.shard()
 
     def _check(self, n_prompt: int, max_tokens: int) -> int:
@@ -353,9 +375,11 @@ class Engine:
         while sched_.has_work():
             plan = sched_.schedule()
             if plan.scheduled or plan.implicit:
-                cfg = self.config
-                dur = cost.step_ns(cfg, plan.prefill_tokens, plan.decode_seqs, plan.kv_tokens,
-                                   plan.prefill_attn, plan.host_load_tokens)
+                if plan.prefill_tokens or plan.host_load_tokens:
+                    dur = cost.step_ns(self.config, plan.prefill_tokens, plan.decode_seqs,
+                                       plan.kv_tokens, plan.prefill_attn, plan.host_load_tokens)
+                else:  # decode only: ``step_ns`` with the constants bound
+                    dur = self._decode_ns(plan.decode_seqs, plan.kv_tokens)
                 if self._idle:
                     self._idle = False
                     dur += self._wake_ns
@@ -386,6 +410,7 @@ class Engine:
             if k > 1:
                 ends = self._ends = self._span_ends(end, k)
                 self._done = 0
+                self._arm_event()
                 self._step = self._loop.call_step_at(ends[-2], self._span_cb)
                 return
         self._step = self._loop.call_step_at(end, self._end_step_cb)
@@ -393,15 +418,26 @@ class Engine:
     def _span_ends(self, end: int, k: int) -> list[int]:
         """The end times of a span's ``k`` steps, the first ending at ``end``."""
         s = self._sched
-        return cost.decode_span_ends(self.config, s.implicit_count, s.implicit_kv_tokens(0),
-                                     k, end)
+        return self._ends_of(s.implicit_count, s.implicit_kv_tokens(0), k, end)
+
+    def _arm_event(self) -> None:
+        """``_event_s``: the end of the span's first step not yet applied whose
+        application has an event (``Scheduler.next_event``); the last step's is
+        ``_end_step``'s."""
+        ends = self._ends
+        assert ends is not None
+        s = self._sched
+        i = self._done + max(0, s.next_event() - s.tick)  # (every earlier one was applied)
+        # in seconds, 1 µs early: ``_events_up`` compares it with the loop's float time
+        # (whose ulp is ~1 ns after 70 days), so it never misses a step ``_catch_up`` applies
+        self._event_s = (ends[i] - 1000) / 1e9 if i < len(ends) - 1 else _NEVER
 
     def _span_tail(self) -> bool:
         """At a span's last-but-one step end: apply the steps so far, register the last."""
         ends = self._ends
         assert ends is not None and self._loop is not None
         self._sched.advance(ends[self._done : -1])
-        self._ends = None
+        self._ends, self._event_s = None, _NEVER
         self._step = self._loop.call_step_at(ends[-1], self._end_step_cb)
         return False
 
@@ -420,6 +456,7 @@ class Engine:
             k = bisect.bisect_left(ends, now, j, last)
             self._sched.advance(ends[j:k])
             self._done = k
+            self._arm_event()
 
     def _cut(self) -> None:
         """End the span after the step in flight (the engine changes now)."""
@@ -429,7 +466,7 @@ class Engine:
         ends, j = self._ends, self._done
         assert self._step is not None and self._loop is not None
         self._step.cancel()
-        self._ends = None
+        self._ends, self._event_s = None, _NEVER
         self._step = self._loop.call_step_at(ends[j], self._end_step_cb)
 
     def _end_step(self) -> bool:

@@ -138,6 +138,23 @@ class BlockManager:
         """Blocks an allocation may take: never-used plus evictable cached ones."""
         return self._nfree + self._nlru
 
+    def block_state(self) -> tuple[Any, ...]:
+        """What an allocation reads and writes: the reference counts, the hashes held, the
+        free stack, the LRU log and positions (int64 arrays, in ``take``'s order), then
+        the fresh count and the log's head and tail, for a caller that allocates as
+        ``take`` would (``Decoders.run``) and reports it with ``took``."""
+        arrays = self._moves or (self._ref, self._hash, self._free, self._log, self._pos)
+        return (*arrays, self._nfree, self._head, self._tail)
+
+    def took(self, nfree: int, head: int, evicted: int) -> None:
+        """The caller of ``block_state`` took blocks down to ``nfree`` fresh ones and
+        evicted ``evicted`` from the LRU log, whose head is now ``head`` (no host tier:
+        it offloads no hash)."""
+        self.num_active += self._nfree - nfree + evicted
+        self._nfree, self._head = nfree, head
+        if evicted:
+            self._evicted(evicted, None)
+
     @property
     def usage(self) -> float:
         """Share of blocks held by requests (cached-but-free blocks do not count)."""
@@ -346,6 +363,15 @@ class BlockManager:
         if not self.enable_caching or hi <= lo:
             return
         self._ncached += self._index.commit(self._own, blocks[lo:hi], hashes[lo:hi])
+
+    def commit_take(self, blocks: bytearray, hashes: bytearray, n: int) -> array[int] | None:
+        """``commit`` of every filled block in ``blocks``/``hashes`` (int64s, in order, as
+        ``Decoders.fill`` writes them), then ``take(n)``: a span's evicting allocation,
+        after the fills before it (``Scheduler.advance``), in one call."""
+        if blocks and self.enable_caching:
+            b, h = memoryview(blocks).cast("q"), memoryview(hashes).cast("q")
+            self._ncached += self._index.commit(self._own, b, h)
+        return self.take(n)
 
     def cached_blocks(self) -> int:
         return self._ncached

@@ -9,6 +9,7 @@ at their events (``sim.decoders``): docs/virtual-time.md, "Implicit decode".
 from __future__ import annotations
 
 import bisect
+import heapq
 import operator
 from array import array
 from collections import deque
@@ -19,9 +20,10 @@ import numpy as np
 
 from workbench.segments import OUTPUT, BlockKeyer, Segments
 from workbench.sim.config import EngineConfig
-from workbench.sim.decoders import new_decoders
+from workbench.sim.decoders import NEVER, new_decoders
 from workbench.sim.hosttier import host_tier
 from workbench.sim.kvcache import ROOT_HASH, BlockManager, block_hashes
+from workbench.sim.kvindex import NO_HASH
 from workbench.tokenizer import output_tokens, request_base
 
 
@@ -65,6 +67,7 @@ class Sequence:
     host_tokens: int = 0  # prompt tokens brought back from the host KV tier (first admission)
     tb: int = -1  # implicit decode: the step its fields stand at (-1: explicit; see Scheduler)
     slot: int = -1  # implicit decode: its slot in ``Scheduler._dec`` (``sim.decoders``)
+    fin: int = -1  # implicit decode: the step of its last token (``Scheduler._fins``)
     rank: int = 0  # admission order: ``running`` is sorted by it
     # an earlier hit admission starts from (hit, epoch, evictions): a router's, or its
     # own committed blocks when it is preempted (an int64 array: ``Scheduler._routed_memo``)
@@ -188,6 +191,9 @@ class Scheduler:
         self._trim_at = _TRIM_AT
         self._kv_off = 0
         self._dec = new_decoders(self.bs)
+        # the implicit decoders' last steps, a heap of (fin, rank, seq): an entry is stale
+        # once its request left (``fin`` -1) or came back with another last step
+        self._fins: list[tuple[int, int, Sequence]] = []
         self._inflight: StepPlan | None = None  # planned, not yet completed
         self._admitted = 0  # admissions so far (each one's ``rank``)
 
@@ -218,6 +224,11 @@ class Scheduler:
         return bool(self.running or self.waiting)
 
     def schedule(self) -> StepPlan:
+        ns = self._ns
+        if ns and ns == len(self.running) and not self.waiting:
+            implicit = self._implicit_only(ns)
+            if implicit is not None:
+                return implicit
         plan = StepPlan()
         budget = self._schedule_running(plan, self.config.max_num_batched_tokens)
         if not plan.preempted:
@@ -288,6 +299,26 @@ class Scheduler:
     # -- implicit decode (docs/virtual-time.md, "Implicit decode"): the first ``_ns``
     # running requests' fields stand at step ``tb``; their events are ``_dec``'s
 
+    def _implicit_only(self, ns: int) -> StepPlan | None:
+        """``schedule`` when every running request is implicit and nothing waits (a steady
+        engine's common step): the same plan as the passes below, without them. None
+        when they do not all fit (they turned explicit: the passes plan the step)."""
+        k = self._dec.grow_due(self._tick)
+        kv = self.kv
+        if ns > self.config.max_num_batched_tokens or k > kv.num_free:
+            self._flush()
+            return None
+        if k:
+            got = kv.take(k)
+            if got is None:  # pragma: no cover - invariant: counted against num_free
+                raise RuntimeError(f"{k} counted blocks no longer free")
+            self._dec.assign(got, 0, k)
+        plan = StepPlan(decode_seqs=ns, kv_tokens=self._kv_off + ns * (self._tick + 1),
+                        implicit=ns)  # fmt: skip
+        self.counters.steps += 1
+        self._inflight = plan
+        return plan
+
     def _implicit_step(self, plan: StepPlan, budget: int,
                        pending: list[tuple[Sequence | None, int]]) -> int:
         """Account the implicit decoders in the step being planned (their count, returned):
@@ -326,7 +357,7 @@ class Scheduler:
         """An implicit request turns explicit: synced to ``tick``, its event fields back
         from ``_dec`` (its events turn stale)."""
         self._sync(seq, tick)
-        seq.tb = -1
+        seq.tb = seq.fin = -1
         seq.next_full, seq.committed, seq.capacity = self._dec.remove(seq.slot)
         seq.slot = -1
 
@@ -342,20 +373,68 @@ class Scheduler:
 
     def span(self, limit: int) -> int:
         """How many steps from the one just planned (implicit-only, nothing waiting) run
-        with no event but the last (up to ``limit``): ``advance`` applies all but the last,
-        ``complete`` the last (docs/virtual-time.md, "Spans")."""
-        tick = self._tick
+        with no request finishing but in the last, every block they need surely free,
+        up to ``limit``: ``advance`` applies all but the last (their fills and grows in
+        step order), ``complete`` the last (docs/virtual-time.md, "Spans")."""
+        tick, fins = self._tick, self._fins
+        while fins and fins[0][2].fin != fins[0][0]:
+            heapq.heappop(fins)  # stale: its request left
+        k = min(limit, (fins[0][0] if fins else NEVER) - tick + 1)
+        grows = self._dec.next_grow() - tick  # the first step planned with a grow
+        if grows < k:
+            # a decoder grows once every ``bs`` steps: in the k − 1 plans after this one
+            # the ns decoders take at most ns·⌈(k − 1)/bs⌉ blocks, none freed meanwhile
+            k = min(k, max(grows, self.kv.num_free // self._ns * self.bs + 1))
+        return max(1, k)
+
+    def next_event(self) -> int:
+        """The first step whose end applies an event of the implicit decoders (a block
+        filled then, or one needed by the next step's plan; maybe stale: none), or
+        ``NEVER``."""
         dec = self._dec
-        return max(1, min(limit, dec.next_grow() - tick, dec.next_fill() - tick + 1))
+        return min(dec.next_fill(), dec.next_grow() - 1)
+
+    @property
+    def tick(self) -> int:
+        """The steps ended so far (the one being planned or in flight is this one)."""
+        return self._tick
 
     def advance(self, ends: list[int]) -> None:
-        """Apply span steps that ended at ``ends`` (no event in them: ``span``)."""
+        """Apply span steps that ended at ``ends`` (``span``): their step times, and in
+        step order the blocks filled at each step's end (committed) and the blocks the
+        next step's plan needs (taken), as ``complete`` and ``schedule`` would."""
         n = len(ends)
-        if n:
-            self._times += ends
-            self._tick += n
-            self.counters.steps += n
-            self.counters.generation_tokens += self._ns * n
+        if not n:
+            return
+        self._times += ends
+        tick = self._tick
+        stop = tick + n  # steps tick .. stop-1 end; the plans of tick+1 .. stop are made
+        dec, kv = self._dec, self.kv
+        # in step order: each step's fills, then the next plan's grows, allocated as
+        # ``kv.take`` would (``Decoders.run``); the filled blocks are committed in one
+        # call, except where an allocation evicts a block holding a hash among them: the
+        # commit goes first there (committed first, that hash stays findable), and so
+        # with a host tier (it is handed the evicted hashes) or more grows than run takes
+        fb, fh = bytearray(), bytearray()
+        evict = kv.host is None
+        while True:
+            ref, own, free, log, pos, nfree, head, tail = kv.block_state()
+            at, nfree, head, evicted, k = dec.run(stop, fb, fh, ref, own, free, log, pos,
+                                                  nfree, head, tail, NO_HASH, evict)
+            kv.took(nfree, head, evicted)
+            if at >= stop:
+                break
+            got = kv.commit_take(fb, fh, k)
+            if fb:
+                fb, fh = bytearray(), bytearray()
+            if got is None:  # pragma: no cover - invariant: ``span``'s bound
+                raise RuntimeError(f"{k} blocks a span counted on are not free")
+            dec.assign(got, 0, k)
+        if fb:
+            self._commit_bytes(fb, fh)
+        self._tick = stop
+        self.counters.steps += n
+        self.counters.generation_tokens += self._ns * n
 
     def _absorb(self) -> None:
         """After a step: running requests right after the implicit ones that now only
@@ -367,10 +446,11 @@ class Scheduler:
                 break
             seq.tb = tick
             self._kv_off += seq.num_computed - tick
+            fin = seq.fin = tick + seq.max_tokens - seq.num_out - 1
+            heapq.heappush(self._fins, (fin, seq.rank, seq))
             # ``_dec`` takes its event fields and files its next fill (or finish) and grow
             seq.slot = self._dec.add(seq, seq.blocks, seq.hashes, seq.rank,
-                                     seq.num_computed - tick,
-                                     tick + seq.max_tokens - seq.num_out - 1, seq.next_full,
+                                     seq.num_computed - tick, fin, seq.next_full,
                                      seq.committed, seq.capacity)  # fmt: skip
             ns += 1
         self._ns = ns
@@ -394,6 +474,7 @@ class Scheduler:
         self._ns -= 1
         if not self._ns:  # every filed event is stale now: drop them
             self._dec.clear()
+            self._fins.clear()
 
     def _flush(self) -> None:
         """Every implicit request turns explicit (a step they do not all fit in, or a
@@ -408,6 +489,7 @@ class Scheduler:
             self._disarm(seq, tick)
         self._ns = self._kv_off = 0
         self._dec.clear()
+        self._fins.clear()
         plan = self._inflight
         if plan is not None and plan.implicit:
             for seq in implicit:
@@ -559,11 +641,13 @@ class Scheduler:
         about: the finished and the ``watched`` ones. Implicit decoders are visited only
         at an event (a filled block, their last token), first, in running order."""
         self._inflight = None
-        wake: list[Sequence] = []
-        bs, kv = self.bs, self.kv
         tick = self._tick
         self._times.append(t_ns)
         self._tick = tick + 1
+        if plan.implicit and not plan.scheduled:
+            return self._complete_implicit(tick, t_ns)
+        wake: list[Sequence] = []
+        bs, kv = self.bs, self.kv
         emitted = self._ns if plan.implicit else 0
         # the step's filled blocks, committed in one call, in order, before the finished
         # requests are released (the same as committing before each release:
@@ -603,12 +687,33 @@ class Scheduler:
                     wake.append(seq)
         if fill_blocks:
             kv.commit(fill_blocks, fill_hashes, 0, len(fill_blocks))
+        self._step_done(done, emitted, t_ns)
+        return wake
+
+    def _complete_implicit(self, tick: int, t_ns: int) -> list[Sequence]:
+        """``complete`` of a step only implicit decoders ran (``_implicit_only``): their
+        events, the filled blocks committed as the C fill wrote them (int64 bytes)."""
+        emitted = self._ns
+        fb, fh = bytearray(), bytearray()
+        done: list[Sequence] = self._dec.fill(tick, fb, fh)
+        if fb:
+            self._commit_bytes(fb, fh)
+        self._step_done(done, emitted, t_ns)
+        return done
+
+    def _step_done(self, done: list[Sequence], emitted: int, t_ns: int) -> None:
+        """A step's end after its commit: its finished requests released (in order), its
+        tokens counted, the next steady decoders turned implicit."""
         for seq in done:
             self._finish(seq, "length", t_ns)
         self.counters.generation_tokens += emitted
         if self.implicit:
             self._absorb()
-        return wake
+
+    def _commit_bytes(self, blocks: bytearray, hashes: bytearray) -> None:
+        """Commit filled blocks as ``Decoders.fill`` wrote them (int64s, in order)."""
+        self.kv.commit(memoryview(blocks).cast("q"), memoryview(hashes).cast("q"), 0,
+                       len(blocks) >> 3)  # fmt: skip
 
     def _finish(self, seq: Sequence, reason: str, t_ns: int) -> None:
         if seq.tb >= 0:

@@ -7,15 +7,18 @@ values coerced, row groups written atomically, staleness. The derived columns co
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+import operator
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from workbench import safe_write as safe
 from workbench.errors import ConfigError
-from workbench.storage.rundir import RECORDS, iter_jsonl, resolve_run_dir
+from workbench.storage.rundir import RECORDS, iter_jsonl, loads_line, resolve_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +83,7 @@ def schema(derived: Mapping[str, str], token_times: bool = False) -> Any:
 def raw_columns(rows: list[Mapping[str, Any]]) -> dict[str, list[Any]]:
     """One list per stored field of the record dicts (defaults for absent fields), the
     worker fields taken from ``extra``, and the token lists (``[]`` when absent)."""
-    cols: dict[str, list[Any]] = {
-        name: [r.get(name, DEFAULTS.get(name)) for r in rows]
-        for name in (*STR_FIELDS, *INT_FIELDS, *BOOL_FIELDS)
-    }
+    cols = _stored_fields(rows)
     extras: list[Mapping[str, Any]] = [
         e if isinstance(e := r.get("extra"), Mapping) else {} for r in rows
     ]
@@ -92,6 +92,22 @@ def raw_columns(rows: list[Mapping[str, Any]]) -> dict[str, list[Any]]:
     for name in TOKEN_LISTS:
         cols[name] = [r.get(name) or [] for r in rows]
     return cols
+
+
+_STORED: tuple[str, ...] = (*STR_FIELDS, *INT_FIELDS, *BOOL_FIELDS)
+_TAKE_STORED = operator.itemgetter(*_STORED)
+
+
+def _stored_fields(rows: list[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """One list per stored field: every row's values taken at once and transposed in C
+    when each row has them all (a record line does), else a default for each absent one."""
+    try:
+        if rows:
+            values = zip(*map(_TAKE_STORED, rows), strict=True)  # a tuple per field
+            return dict(zip(_STORED, map(list, values), strict=True))
+    except (KeyError, TypeError):  # a field absent (or a row that is not a mapping)
+        pass
+    return {name: [r.get(name, DEFAULTS.get(name)) for r in rows] for name in _STORED}
 
 
 INT64_MAX = 2**63 - 1
@@ -148,29 +164,137 @@ def table(
             arrays.append(pa.ListArray.from_arrays(offsets, pa.array(gaps, pa.float64())))
         elif f.name in derived:
             arrays.append(pa.array(derived[f.name], type=f.type, from_pandas=True))
+        elif isinstance(cols[f.name], pa.Array):  # a list column made over flat values
+            arrays.append(cols[f.name])
         else:
             arrays.append(pa.array(cols[f.name], type=f.type))
     return pa.Table.from_arrays(arrays, schema=sch)
 
 
 # ------------------------------------------------------------------ files
-def iter_jsonl_batches(
+class Lines(list[bytes]):
+    """A batch's lines as read, and the number of its first line's in the file."""
+
+    def __init__(self, lines: Iterable[bytes] = (), numbers: Iterable[int] = ()) -> None:
+        super().__init__(lines)
+        self.numbers: list[int] = list(numbers)
+
+    def exact(self, path: str | Path) -> list[Any]:
+        """The lines read exactly (``loads_line``), a bad one raising as ``iter_jsonl``
+        would (its file and line number)."""
+        out = []
+        for line, n in zip(self, self.numbers, strict=True):
+            try:
+                out.append(loads_line(line))
+            except ValueError as exc:
+                raise ValueError(f"{path}:{n}: invalid JSON line ({exc})") from None
+        return out
+
+
+def iter_raw_batches(
     path: str | Path, batch_rows: int = BATCH_ROWS, batch_bytes: int = BATCH_BYTES
-) -> Iterator[list[Any]]:
-    """Parsed lines of a JSONL file (``rundir.iter_jsonl``'s rules) in lists of
-    ``batch_rows`` lines or of about ``batch_bytes`` bytes of JSON, whichever comes first."""
+) -> Iterator[tuple[list[Any], Lines]]:
+    """A JSONL file's lines (``rundir.iter_jsonl``'s rules) in batches of ``batch_rows``
+    lines or of about ``batch_bytes`` bytes of JSON, whichever comes first, each with its
+    lines (``Lines``), a line parsed by ``orjson``
+    alone and its token times apart (``cut_times``: ``(obj, times)`` rows): an integer
+    out of [-2**63, 2**64) is a float to orjson (``loads_line`` reads it exactly), so a
+    caller that finds a float where it reads re-reads the batch's lines."""
+    return _batches(path, batch_rows, batch_bytes, cut_times)
+
+
+#: a record line's token times member; never inside a JSON string (its quotes would be
+#: escaped there), and a key spelled with escapes has a unicode escape
+_TIMES_KEY = b'"token_times_ns":['
+
+
+def cut_times(
+    line: bytes, parse: Callable[[bytes], Any] = orjson.loads
+) -> tuple[Any, bytes | None]:
+    """``(obj, times)``: ``line`` parsed (``parse``) with the text of its one top-level
+    ``token_times_ns`` array cut out (``obj`` holds ``[]`` there; most of a streamed
+    record's bytes, parsed as ints by ``token_times`` instead), or ``(parse(line), None)``
+    when the member is not surely that one: absent, twice, in a line with a unicode
+    escape, or the line without it is not JSON. A bad line raises as ``parse`` does."""
+    at = line.find(_TIMES_KEY)
+    if at < 0 or b"\\u" in line or line.find(_TIMES_KEY, at + 1) >= 0:
+        return parse(line), None
+    start = at + len(_TIMES_KEY)
+    end = line.find(b"]", start)
+    try:
+        obj = parse(line[:start] + line[end:]) if end >= 0 else None
+    except ValueError:
+        obj = None
+    if type(obj) is not dict or obj.get("token_times_ns") != []:
+        return parse(line), None
+    return obj, line[start:end]
+
+
+def int_text(text: bytes) -> np.ndarray | None:
+    """The int64 values of one ``cut_times`` array text, or None unless it is exactly
+    the JSON orjson writes for them (``token_times``' rule, for one row)."""
+    try:
+        values = np.fromstring(text, dtype=np.int64, sep=",")
+    except (ValueError, DeprecationWarning):  # a text numpy cannot read (warnings as errors)
+        return None
+    if not _written_as(values, text):
+        return None  # read partly (numpy warns, then stops), saturated, "01", " 1", "-0"
+    return values
+
+
+def token_times(texts: list[bytes]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The int64 values and per-row counts of ``cut_times``' array texts (the list is
+    emptied), or None unless they are exactly the JSON orjson writes for those values
+    (digits, a minus, commas: no space, no leading zero, nothing out of int64), which
+    ``numpy`` reads in C."""
+    lens = np.fromiter((t.count(b",") + 1 if t else 0 for t in texts), dtype=np.int64,
+                       count=len(texts))  # fmt: skip
+    joined = b",".join(t for t in texts if t)
+    texts.clear()  # read into ``joined``: not held beside it (the caller's list, emptied)
+    if not joined:
+        return np.empty(0, dtype=np.int64), lens
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a text numpy cannot read to its end
+        try:
+            values = np.fromstring(joined, dtype=np.int64, sep=",")
+        except (ValueError, DeprecationWarning):
+            return None
+    if len(values) != lens.sum() or not _written_as(values, joined):
+        return None  # e.g. a saturated 20-digit value, "01", " 1", "-0": read exactly
+    return values, lens
+
+
+def _written_as(values: np.ndarray, text: bytes) -> bool:
+    """Whether orjson writes ``values`` as ``[`` + ``text`` + ``]``."""
+    data = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)
+    return len(data) == len(text) + 2 and data[1:-1] == text  # memcmp (a memoryview's == is
+    # per item)
+
+
+def _batches(
+    path: str | Path, batch_rows: int, batch_bytes: int, parse: Callable[[bytes], Any]
+) -> Iterator[tuple[list[Any], Lines]]:
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: no such file")
     batch: list[Any] = []
+    lines = Lines()
     size = 0
-    for obj, n in iter_jsonl(path, sizes=True):
+    for obj, line, n in iter_jsonl(path, lines=True, parse=parse):
         batch.append(obj)
-        size += n
+        lines.append(line)
+        lines.numbers.append(n)
+        size += len(line)
         if len(batch) >= batch_rows or size >= batch_bytes:
-            yield batch
-            batch, size = [], 0
+            yield batch, lines
+            batch, lines, size = [], Lines(), 0
     if batch:
-        yield batch
+        yield batch, lines
+
+
+def has_float(cols: Mapping[str, list[Any]]) -> bool:
+    """Whether a stored field of ``raw_columns`` holds a float (from ``iter_raw_batches``:
+    maybe an integer out of range; a real float is read again too, the same either way)."""
+    return any(float in set(map(type, cols[name])) for name in _STORED)
 
 
 def write_tables(tables: Iterable[Any], out: str | Path, sch: Any) -> int:

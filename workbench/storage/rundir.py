@@ -252,9 +252,13 @@ def read_jsonl(path: str | Path) -> list[Any]:
     return list(iter_jsonl(path))
 
 
-def iter_jsonl(path: str | Path, *, sizes: bool = False) -> Iterator[Any]:
+def iter_jsonl(
+    path: str | Path, *, lines: bool = False, parse: Callable[[bytes], Any] = loads_line
+) -> Iterator[Any]:
     """``read_jsonl`` one line at a time, without the file or the list in memory;
-    ``sizes``: each object with its line's length in bytes."""
+    ``lines``: each object with its line and its number, ``(obj, line, n)``; ``parse``:
+    what reads a line
+    (``orjson.loads``: out-of-range integers as floats, for a caller that checks)."""
     path = Path(path)
     if not path.exists():
         return
@@ -263,14 +267,14 @@ def iter_jsonl(path: str | Path, *, sizes: bool = False) -> Iterator[Any]:
             if not line.strip():
                 continue
             try:
-                obj = loads_line(line)
+                obj = parse(line)
             except ValueError as exc:
                 rest = f.read()  # the last non-blank line of a file cut short: skipped
                 if not rest.strip() and not (line + rest).endswith(b"\n"):
                     log.warning("%s: skipping truncated last line %d (%s)", path, i + 1, exc)
                     return
                 raise ValueError(f"{path}:{i + 1}: invalid JSON line ({exc})") from None
-            yield (obj, len(line)) if sizes else obj
+            yield (obj, line, i + 1) if lines else obj
 
 
 def _trim_partial_tail(path: Path) -> None:
