@@ -67,9 +67,18 @@ class Segments:
     def __add__(self, other: Segments) -> Segments:
         if not isinstance(other, Segments):
             return NotImplemented
-        if not self.parts or not other.parts:
+        a, b = self.parts, other.parts
+        if not a or not b:
             return self if other._len == 0 else other
-        return Segments(_normal([*self.parts, *other.parts]), normal=True)
+        k, key, start, n = a[-1]
+        f = b[0]
+        if k == f[0] and key == f[1] and start + n == f[2]:  # only the seam can merge:
+            parts = (*a[:-1], (k, key, start, n + f[3]), *b[1:])  # both sides are normal
+        else:
+            parts = a + b
+        out = Segments.__new__(Segments)
+        out.parts, out._len = parts, self._len + other._len
+        return out
 
     def head(self, n: int) -> Segments:
         """The first ``n`` tokens (all of them if ``n`` is larger)."""

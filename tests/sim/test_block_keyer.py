@@ -38,3 +38,22 @@ def test_resumed_keys_equal_one_pass_and_the_definition() -> None:
             got += keyer.upto(n)
             assert got == whole[: n // bs]
         assert keyer.upto(len(seg)) == []
+
+
+def test_a_sum_of_segments_is_the_normal_form_of_their_parts() -> None:
+    """``a + b`` merges only at the seam (both sides are normal): the same parts and
+    length as normalising the concatenation whole, whatever the parts."""
+    rng = random.Random(11)
+    for _ in range(2000):
+        sides = []
+        for _ in range(2):
+            parts, start = [], rng.randrange(3)
+            for _ in range(rng.randrange(4)):
+                n = rng.randrange(0, 4)
+                parts.append((UNIT, rng.randrange(2), start, n))
+                start = start + n if rng.random() < 0.6 else rng.randrange(6)
+            sides.append(Segments(parts))
+        a, b = sides
+        whole = Segments([*a.parts, *b.parts])
+        got = a + b
+        assert got.parts == whole.parts and len(got) == len(whole) == len(a) + len(b)
