@@ -13,6 +13,7 @@ import workbench.sim.presets as presets
 from workbench.errors import ConfigError
 from workbench.sim.config import EngineConfig
 from workbench.sim.presets import fit
+from workbench.sim.presets.bench import burst
 from workbench.sim.presets.tables import load_tables
 from workbench.sim.scheduler import Scheduler
 
@@ -122,7 +123,6 @@ def test_a_static_batch_prefills_the_whole_batch_in_one_pass() -> None:
     """TensorRT-LLM's static-batch benchmark: every context of the batch in the first
     step, so every request's first token comes together; in-flight batching with an
     8,192-token budget spreads them over several steps."""
-    from workbench.sim.presets.bench import burst
 
     preset = "llama-3.1-8b/h100/tp1"
     static = burst(EngineConfig.from_knobs(preset=preset, scheduler="trtllm-static"),
@@ -193,13 +193,35 @@ def test_a_table_of_a_collapsed_moe_router_replays_with_it(tmp_path: Path) -> No
         fit.table_errors(bad)
 
 
+def test_a_compiled_static_loop_pays_no_request_overhead() -> None:
+    """The rule ``STATIC_LOOP_REQUEST_OVERHEAD_MS`` (docs/hardware.md, "Fixed time by
+    engine"): a preset's engine charges the fitted ``request_overhead_ms`` before a
+    serving engine sees a request, none before a compiled static loop does (its batch is
+    built in memory), so a static batch's first token comes exactly that much sooner;
+    the caller's own knob still wins."""
+    preset = "llama-2-7b/a100/tp1"
+    f = presets.FACTORS
+    assert f.request_overhead_ms > 0 and not f.static_loop
+    serving = EngineConfig.from_knobs(preset=preset, scheduler="trtllm-static")
+    assert serving.request_overhead_ms == f.request_overhead_ms
+    with fit.using(dataclasses.replace(f, static_loop=1.0, static_step_ms=f.step_overhead_ms)):
+        static = EngineConfig.from_knobs(preset=preset, scheduler="trtllm-static")
+        assert static.request_overhead_ms == presets.STATIC_LOOP_REQUEST_OVERHEAD_MS == 0.0
+        assert EngineConfig.from_knobs(preset=preset, scheduler="trtllm-static",
+                                       request_overhead_ms=3.0).request_overhead_ms == 3.0
+        a, b = burst(serving, 2, 128, 4), burst(static, 2, 128, 4)
+    assert a.ttft_ms - b.ttft_ms == pytest.approx(f.request_overhead_ms, abs=1e-6)
+    assert a.latency_ms - b.latency_ms == pytest.approx(f.request_overhead_ms, abs=1e-6)
+
+
 def test_a_table_of_a_compiled_static_loop_replays_with_its_fixed_step(tmp_path: Path) -> None:
     """``# step_loop: static`` replays the table with ``static_loop`` on (the shipped
     factors keep it off): each of a static batch's steps (one whole-batch prefill, then a
     decode per output token after the first) pays ``static_step_ms`` in place of
-    ``step_overhead_ms``, so the batch's latency moves by exactly steps × their difference;
-    the fit searches the factor the table uses and leaves the other alone; a value the line
-    cannot read is refused naming the table and the line."""
+    ``step_overhead_ms``, and its requests pay no ``request_overhead_ms`` (no front end),
+    so the batch's latency moves by exactly steps × their difference plus the request
+    overhead; the fit searches the factors the table uses and leaves the others alone; a
+    value the line cannot read is refused naming the table and the line."""
     rows = "preset\tbatch\tisl\tosl\tlatency_ms\nllama-2-7b/h100/tp1\t4\t128\t5\t100\n"
     meta = "# kind: burst\n# scheduler: trtllm-static\n"
     serving = _table(tmp_path, meta, rows)
@@ -210,11 +232,13 @@ def test_a_table_of_a_compiled_static_loop_replays_with_its_fixed_step(tmp_path:
     assert not f.static_loop and f.static_step_ms != f.step_overhead_ms
     (a,), (b,) = fit.table_errors(serving), fit.table_errors(static)
     steps = 5  # the prefill (and first token), then four decodes
+    assert f.request_overhead_ms > 0
     assert a.simulated - b.simulated == pytest.approx(
-        steps * (f.step_overhead_ms - f.static_step_ms), abs=1e-3)
+        steps * (f.step_overhead_ms - f.static_step_ms) + f.request_overhead_ms, abs=1e-3)
     assert "static_loop" in fit.SWITCHES
-    assert {"step_overhead_ms", "static_step_ms"} & fit.uses(serving) == {"step_overhead_ms"}
-    assert {"step_overhead_ms", "static_step_ms"} & fit.uses(static) == {"static_step_ms"}
+    fixed = {"step_overhead_ms", "static_step_ms", "request_overhead_ms"}
+    assert fixed & fit.uses(serving) == {"step_overhead_ms", "request_overhead_ms"}
+    assert fixed & fit.uses(static) == {"static_step_ms"}
     bad = dataclasses.replace(serving, meta={**serving.meta, "step_loop": "compiled"})
     with pytest.raises(ValueError, match=r"t: '# step_loop:' must be serving or static"):
         fit.table_errors(bad)

@@ -70,9 +70,9 @@ BOUNDS: dict[str, dict[str, float]] = {
     "oracle-oci_llama-3.1-405b_8xmi300x-fp8-tp8_vllm-latency-128in-128out":
         {"latency": 0.28},
     "trtllm-0.9.0-dli_llama-2-7b_h100-a100-tp1_static-batch":
-        {"ttft": 0.11, "latency": 0.03},
+        {"ttft": 0.13, "latency": 0.03},
     "trtllm-0.9.0-dli_mixtral-8x7b_2xa100-tp2_static-batch":
-        {"ttft": 0.17, "latency": 0.21},
+        {"ttft": 0.18, "latency": 0.20},
     "trtllm-0.9.0-dli_mixtral-8x7b_4xl40s-tp4_static-batch":
         {"ttft": 0.36, "latency": 0.68},
     "trtllm-perf-overview-v1.0_llama-3.1-8b-3.3-70b_h100-h200-fp8_max-throughput":

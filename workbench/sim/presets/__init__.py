@@ -277,6 +277,12 @@ class Preset:
 
 PRECISIONS = ("fp8", "fp8w")
 
+#: a compiled static-batch loop's requests wait for nothing before the engine: the C++
+#: benchmark builds its batch in memory (no HTTP, no tokenising, no request queue), so
+#: its first-token latency is the context phase alone (docs/hardware.md, "Fixed time by
+#: engine"); ``request_overhead_ms`` is a serving front end's
+STATIC_LOOP_REQUEST_OVERHEAD_MS = 0.0
+
 
 MAX_CALIBRATED_BYTES = 1_000_000  # a calibrated preset file is a few hundred bytes
 
@@ -392,13 +398,15 @@ def resolve(text: str) -> Preset:
 
 def engine_knobs(text: str, knobs: dict[str, Any]) -> dict[str, Any]:
     """The engine knobs a preset implies, under the caller's own: ``num_blocks`` from
-    the memory left for KV, ``request_overhead_ms`` from the fit."""
+    the memory left for KV, ``request_overhead_ms`` from the fit — none where the engine
+    is a compiled static loop (``Factors.static_loop``: ``STATIC_LOOP_REQUEST_OVERHEAD_MS``)."""
     p = resolve(text)
     block_size = knobs.get("block_size", 16)
     if isinstance(block_size, bool) or not isinstance(block_size, int | float) or block_size < 1:
         raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
     implied: dict[str, object] = {
         "num_blocks": p.num_blocks(int(block_size)),
-        "request_overhead_ms": p.factors.request_overhead_ms,
+        "request_overhead_ms": (STATIC_LOOP_REQUEST_OVERHEAD_MS if p.factors.static_loop
+                                else p.factors.request_overhead_ms),
     }
     return {**implied, **knobs}

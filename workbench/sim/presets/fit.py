@@ -169,7 +169,10 @@ def errors(tables: list[Table] | None = None, quick: bool = False) -> list[RowEr
 def uses(table: Table) -> frozenset[str]:
     """The factors ``table``'s replay depends on: every factor, but ``mfu_fp8`` only with
     an FP8 preset, ``mfu`` only with a 16-bit one (or while ``mfu_fp8`` is 0, "as
-    ``mfu``": ``_quick_key``), and ``allreduce_us`` only above TP 1 (``Preset.step_ms``)."""
+    ``mfu``": ``_quick_key``), ``allreduce_us`` only above TP 1 (``Preset.step_ms``),
+    and a compiled static loop's table (``# step_loop: static``) ``static_step_ms`` in
+    place of ``step_overhead_ms`` and no ``request_overhead_ms``
+    (``presets.STATIC_LOOP_REQUEST_OVERHEAD_MS``)."""
     parsed = [presets.parse(p) for p in table.presets]
     names = {f.name for f in dataclasses.fields(presets.Factors)}
     if not any(fp8 for *_rest, fp8 in parsed):
@@ -182,6 +185,8 @@ def uses(table: Table) -> frozenset[str]:
         names.discard("attn_block_share")
     # a table's steps pay one fixed time: a compiled static loop's or a serving engine's
     names.discard("step_overhead_ms" if table.static_loop else "static_step_ms")
+    if table.static_loop:  # no front end: its requests pay no request overhead
+        names.discard("request_overhead_ms")
     names.difference_update(SWITCHES)  # switches the table sets, never searched
     return frozenset(names)
 
