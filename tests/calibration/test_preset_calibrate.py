@@ -137,3 +137,23 @@ def test_cli_calibrates_a_preset_that_simulate_sweep_and_plan_take(deployment, t
     result = plan(trace, [str(out)], "ttft_ms:p90<=5000", scales=[1.0], max_items=8,
                   max_replicas=2, parallel=1)
     assert "calibrated preset (llama-3.1-8b/h100/tp1)" in json.dumps(result.to_dict())
+
+
+def test_a_static_loops_prefill_is_predicted_without_the_request_overhead():
+    """Calibration predicts a lone prefill as the engine config charges it: a compiled
+    static loop pays no request overhead (``Factors.request_ms``), a serving engine its
+    ``request_overhead_ms`` (the static loop's fixed step set to the serving one here, so
+    the steps cost the same)."""
+    from workbench.calibration.preset import prefill_ms
+
+    serving = presets.resolve("llama-3.1-8b/h100/tp1")
+    static = dataclasses.replace(
+        serving, factors=dataclasses.replace(serving.factors, static_loop=1.0,
+                                             static_step_ms=serving.factors.step_overhead_ms))
+    overhead = serving.factors.request_overhead_ms
+    assert overhead > 0
+    for new, cached in ((128, 0), (3000, 512)):
+        a, b = prefill_ms(serving, 2048, new, cached), prefill_ms(static, 2048, new, cached)
+        assert a - b == pytest.approx(overhead, abs=1e-9)
+    knobs = presets.engine_knobs("llama-3.1-8b/h100/tp1", {})
+    assert knobs["request_overhead_ms"] == overhead

@@ -64,9 +64,9 @@ def observe(samples: Sequence[Sample]) -> Observations:
 
 
 def prefill_ms(p: presets.Preset, budget: int, new: int, cached: int) -> float:
-    """A lone prompt's TTFT on the preset: the request overhead, then its ``new`` tokens
+    """A lone prompt's TTFT on the preset: the request overhead it charges, then its ``new`` tokens
     after ``cached`` ones in chunks of the engine's token ``budget``, one step each."""
-    total, done = p.factors.request_overhead_ms, 0
+    total, done = p.factors.request_ms, 0
     while done < new:
         n = min(budget, new - done)
         c = cached + done

@@ -89,6 +89,12 @@ class Factors:
     static_step_ms: float = 0.0  # the fixed time of a step of a compiled static-batch loop
     static_loop: float = 0.0  # 1: the engine is a compiled static-batch benchmark's loop
 
+    @property
+    def request_ms(self) -> float:
+        """The fixed latency the engine charges a request: ``request_overhead_ms``, none
+        for a compiled static loop (``STATIC_LOOP_REQUEST_OVERHEAD_MS``)."""
+        return STATIC_LOOP_REQUEST_OVERHEAD_MS if self.static_loop else self.request_overhead_ms
+
 
 FACTORS_FILE = Path(__file__).with_name("fitted_factors.json")
 
@@ -406,7 +412,6 @@ def engine_knobs(text: str, knobs: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
     implied: dict[str, object] = {
         "num_blocks": p.num_blocks(int(block_size)),
-        "request_overhead_ms": (STATIC_LOOP_REQUEST_OVERHEAD_MS if p.factors.static_loop
-                                else p.factors.request_overhead_ms),
+        "request_overhead_ms": p.factors.request_ms,
     }
     return {**implied, **knobs}
