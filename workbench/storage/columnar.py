@@ -233,13 +233,8 @@ def cut_times(
 def int_text(text: bytes) -> np.ndarray | None:
     """The int64 values of one ``cut_times`` array text, or None unless it is exactly
     the JSON orjson writes for them (``token_times``' rule, for one row)."""
-    try:
-        values = np.fromstring(text, dtype=np.int64, sep=",")
-    except (ValueError, DeprecationWarning):  # a text numpy cannot read (warnings as errors)
-        return None
-    if not _written_as(values, text):
-        return None  # read partly (numpy warns, then stops), saturated, "01", " 1", "-0"
-    return values
+    flat = token_times([text])
+    return None if flat is None else flat[0]
 
 
 def token_times(texts: list[bytes]) -> tuple[np.ndarray, np.ndarray] | None:
