@@ -49,6 +49,17 @@ def _table(tmp_path: Path, meta: str, body: str) -> fit.Table:
     return table
 
 
+def _with_switch(tmp_path: Path, meta: str, rows: str, line: str, value: str,
+                 switch: str) -> tuple[fit.Table, fit.Table]:
+    """The table of ``meta`` and ``rows``, and the same with ``# line: value``: the
+    switch off in the first, on (and alone) in the second."""
+    off = _table(tmp_path, meta, rows)
+    on = dataclasses.replace(off, meta={**off.meta, line: value})
+    assert not getattr(off, switch) and getattr(on, switch)
+    assert on.switches == {switch: 1.0} and off.switches == {}
+    return off, on
+
+
 def test_a_table_replays_with_its_engine_config_and_per_row_lengths(tmp_path: Path) -> None:
     meta = ("# kind: closed_loop\n# preset: llama-3.1-8b/h100/tp1\n"
             "# engine_config: enable_chunked_prefill=false max_num_batched_tokens=16384\n"
@@ -146,10 +157,9 @@ def test_a_table_of_an_engine_with_unsplit_decode_attention_replays_with_it(
     line cannot read is refused naming the table and the line."""
     rows = "concurrency\tisl\tosl\titl_ms\n1\t4000\t32\t10\n"
     meta = "# kind: closed_loop\n# preset: llama-3.1-70b/h100/tp8\n# requests: 2\n"
-    split = _table(tmp_path, meta, rows)
-    unsplit = dataclasses.replace(split, meta={**split.meta, "decode_attention": "unsplit"})
-    assert split.measured_requests == 2 and not split.unsplit_attention
-    assert unsplit.unsplit_attention and not presets.FACTORS.unsplit_attention
+    split, unsplit = _with_switch(tmp_path, meta, rows, "decode_attention", "unsplit",
+                                  "unsplit_attention")
+    assert split.measured_requests == 2 and not presets.FACTORS.unsplit_attention
     shared = dataclasses.replace(presets.FACTORS, attn_block_share=0.017)
     with fit.using(shared):
         (a,), (b,) = fit.table_errors(split), fit.table_errors(unsplit)
@@ -173,10 +183,8 @@ def test_a_table_of_a_collapsed_moe_router_replays_with_it(tmp_path: Path) -> No
     expert reads; a value the line cannot read is refused naming the table and the line."""
     rows = "preset\tbatch\tisl\tosl\tlatency_ms\nmixtral-8x7b/a100/tp2\t16\t128\t4\t100\n"
     meta = "# kind: burst\n# scheduler: trtllm-static\n"
-    free = _table(tmp_path, meta, rows)
-    collapsed = dataclasses.replace(free, meta={**free.meta, "moe_routing": "collapsed"})
-    assert not free.collapsed_routing and collapsed.collapsed_routing
-    assert collapsed.switches == {"collapsed_routing": 1.0} and free.switches == {}
+    free, collapsed = _with_switch(tmp_path, meta, rows, "moe_routing", "collapsed",
+                                   "collapsed_routing")
     assert not presets.FACTORS.collapsed_routing
     (a,), (b,) = fit.table_errors(free), fit.table_errors(collapsed)
     p = presets.resolve("mixtral-8x7b/a100/tp2")
@@ -224,10 +232,7 @@ def test_a_table_of_a_compiled_static_loop_replays_with_its_fixed_step(tmp_path:
     value the line cannot read is refused naming the table and the line."""
     rows = "preset\tbatch\tisl\tosl\tlatency_ms\nllama-2-7b/h100/tp1\t4\t128\t5\t100\n"
     meta = "# kind: burst\n# scheduler: trtllm-static\n"
-    serving = _table(tmp_path, meta, rows)
-    static = dataclasses.replace(serving, meta={**serving.meta, "step_loop": "static"})
-    assert not serving.static_loop and static.static_loop
-    assert static.switches == {"static_loop": 1.0} and serving.switches == {}
+    serving, static = _with_switch(tmp_path, meta, rows, "step_loop", "static", "static_loop")
     f = presets.FACTORS
     assert not f.static_loop and f.static_step_ms != f.step_overhead_ms
     (a,), (b,) = fit.table_errors(serving), fit.table_errors(static)
