@@ -98,7 +98,8 @@ def test_bounded_lookups_choose_what_whole_lookups_choose(compiled: bool) -> Non
             whole += sum(w.lookups for w in workers)
             for w in workers:
                 w.lookups, w.asked = 0, None
-            got = router.choose(RouteRequest(f"r{case}.{k}", f"s{k % 2}", hashes), workers)
+            req = RouteRequest(f"r{case}.{k}", f"s{k % 2}", hashes)
+            got = router.choose(req, workers, [w.load() for w in workers])
             bounded += sum(w.lookups for w in workers)
             assert got == want, (case, k)
             assert (router._shards is not None) == compiled
@@ -122,7 +123,8 @@ def test_a_cluster_of_engines_routes_through_the_compiled_indexes() -> None:
         cluster = Cluster(cfg, ClusterConfig(workers=3, router="prefix-aware"), VirtualClock())
         router = cluster.router
         assert isinstance(router, PrefixAware)
-        assert router.choose(RouteRequest("r", "s", array("q", [1, 2])), cluster.workers) == 0
+        req = RouteRequest("r", "s", array("q", [1, 2]))
+        assert router.choose(req, cluster.workers, cluster.loads()) == 0
         assert (router._shards is not None) == want
 
 
