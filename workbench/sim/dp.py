@@ -204,6 +204,9 @@ class DPWorker:
     def caches_block(self, block_hash: int) -> bool:
         return any(s.kv.holds(block_hash) for s in self.ranks)
 
+    def found_prefix(self, hashes: Sequence[int], hit: list[int]) -> None:
+        """Never called: no compiled index here (``prefix_shard``)."""
+
     def prefix_shard(self) -> None:
         """No one index: each rank has its own (the router takes the Python rule)."""
         return None

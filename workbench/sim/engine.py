@@ -347,6 +347,11 @@ class Engine:
         self._routed = (hashes, hit)  # for ``submit_prepared(routed=hashes)``
         return len(hit)
 
+    def found_prefix(self, hashes: Sequence[int], hit: list[int]) -> None:
+        """The router found ``hit`` (block ids), this cache's longest prefix of ``hashes``
+        now, in the index ``prefix_shard`` gave it: ``cached_prefix_blocks``'s look-up."""
+        self._routed = (hashes, hit)  # for ``submit_prepared(routed=hashes)``
+
     def caches_block(self, block_hash: int) -> bool:
         """Whether this engine's prefix cache holds the block of chained hash ``block_hash``
         (a router's bound: a prefix hit longer than ``i`` blocks holds block ``i``)."""

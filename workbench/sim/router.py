@@ -41,6 +41,11 @@ class Worker(Protocol):
 
     def caches_block(self, block_hash: int) -> bool: ...
 
+    def found_prefix(self, hashes: Sequence[int], hit: list[int]) -> None:
+        """``hit``, the blocks holding the worker's longest cached prefix of ``hashes``,
+        found by the compiled router (what ``cached_prefix_blocks`` would look up)."""
+        ...
+
     def prefix_shard(self) -> tuple[Any, ...] | None:
         """The worker's compiled prefix index (``Shards`` holds it), None without one."""
         ...
@@ -158,10 +163,10 @@ class PrefixAware:
             native = None if None in views else kvindex.native
             self._for, self._shards = workers, native and native.Shards(views)
         if self._shards is not None:  # the rule below in one compiled call (kvcache.c)
-            best = self._shards.choose(req.hashes, loads, -1 if home is None else home,
-                                       self.overload_threshold, self.max_kv_usage)
+            best, hit = self._shards.choose(req.hashes, loads, -1 if home is None else home,
+                                            self.overload_threshold, self.max_kv_usage)
             if best >= 0 and req.hashes:  # the winner's hit, which admission starts from
-                workers[best].cached_prefix_blocks(req.hashes)
+                workers[best].found_prefix(req.hashes, hit)
         else:
             best = self._best(req.hashes, home, workers, loads)
         if best < 0:  # every worker overloaded
