@@ -257,8 +257,9 @@ class Cluster:
 
     def stats(self) -> dict[str, Any]:
         """Counters and gauges summed over the workers (KV usage: the mean)."""
-        per = [w.stats() for w in self.workers]
-        out = {k: sum(s[k] for s in per) for k in per[0]}
+        per = [w.stats() for w in self.workers]  # the same keys in the same order
+        out = dict(zip(per[0], map(sum, zip(*(s.values() for s in per), strict=True)),
+                       strict=True))  # fmt: skip
         out["kv_usage"] = out["kv_usage"] / len(per)
         return out
 
