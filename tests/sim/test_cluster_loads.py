@@ -32,7 +32,9 @@ CASES: dict[str, dict[str, Any]] = {  # cluster knobs; every engine is tight (pr
     "session-affinity": {"workers": 2, "router": "session-affinity"},
     "disagg": {"router": "prefix-aware", "disagg": DisaggConfig(prefill=2, decode=2)},
     "dp": {"workers": 2, "router": "prefix-aware", "dp": 2},
+    "host-tier": {"workers": 2, "router": "prefix-aware"},
 }
+HOST_TIER = {"host_kv_gb": 0.05, "host_kv_gbps": 20.0}  # the "host-tier" case's engines
 
 
 class CheckedLoop(VirtualTimeLoop):
@@ -72,8 +74,8 @@ def drive(name: str, seed: int) -> dict[str, Any]:
     some are streamed (watched), some aborted midway. Returned: every placement and
     outcome, the engines' counters, and what the checks saw."""
     rng = random.Random(seed)
-    cfg = EngineConfig(block_size=16, num_blocks=72, max_num_seqs=12,
-                       max_num_batched_tokens=256)  # fmt: skip
+    cfg = EngineConfig(block_size=16, num_blocks=72, max_num_seqs=12, max_num_batched_tokens=256,
+                       **(HOST_TIER if name == "host-tier" else {}))  # fmt: skip
     seen = {"checks": 0, "bad": [], "span_events": 0, "reads": 0}
     cluster: Cluster | None = None
 
@@ -155,9 +157,11 @@ def test_the_board_holds_every_load_as_recomputed(name: str) -> None:
     assert stats["preemptions"] > 0 and stats["requests_aborted"] > 0  # every kind of event
     if name != "dp":  # (attention-DP ranks step explicitly: no spans)
         assert seen["span_events"] > 0  # spans with an event ahead, caught up by reads
+    if name == "host-tier":
+        assert stats["host_cache_hits_tokens"] > 0  # admissions brought blocks back
 
 
-@pytest.mark.parametrize("name", ["prefix-aware", "disagg"])
+@pytest.mark.parametrize("name", ["prefix-aware", "disagg", "host-tier"])
 def test_the_board_holds_in_the_python_twin_and_decides_alike(name: str) -> None:
     assert kvindex.COMPILED and decoders.COMPILED  # else both sides run the twins
     here = json.loads(json.dumps(drive(name, 4)))
