@@ -258,8 +258,8 @@ class Cluster:
     def stats(self) -> dict[str, Any]:
         """Counters and gauges summed over the workers (KV usage: the mean)."""
         per = [w.stats() for w in self.workers]  # the same keys in the same order
-        out = dict(zip(per[0], map(sum, zip(*(s.values() for s in per), strict=True)),
-                       strict=True))  # fmt: skip
+        columns = zip(*(s.values() for s in per), strict=True)  # one a stat
+        out: dict[str, Any] = dict(zip(per[0], map(sum, columns), strict=True))
         out["kv_usage"] = out["kv_usage"] / len(per)
         return out
 
