@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
-import subprocess
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from tests.twin import in_child
 from workbench.clock import VirtualClock, VirtualTimeLoop
 from workbench.sim import decoders, kvindex
 from workbench.sim.cluster import Cluster, ClusterConfig, DisaggConfig
@@ -137,17 +135,6 @@ def drive(name: str, seed: int) -> dict[str, Any]:
     return {"requests": sorted(out), "stats": stats, "seen": seen}
 
 
-def _in_child(expr: str, compiled: bool) -> Any:
-    """``expr`` evaluated in a fresh interpreter that imported this file, as JSON."""
-    code = (f"import json, runpy; m = runpy.run_path({__file__!r}); "
-            f"print(json.dumps(eval({expr!r}, m)))")  # fmt: skip
-    env = {**os.environ, "WORKBENCH_COMPILED": "1" if compiled else "0"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=600, check=False)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout)
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_the_board_holds_every_load_as_recomputed(name: str) -> None:
     got = drive(name, 3)
@@ -165,6 +152,6 @@ def test_the_board_holds_every_load_as_recomputed(name: str) -> None:
 def test_the_board_holds_in_the_python_twin_and_decides_alike(name: str) -> None:
     assert kvindex.COMPILED and decoders.COMPILED  # else both sides run the twins
     here = json.loads(json.dumps(drive(name, 4)))
-    there = _in_child(f"drive({name!r}, 4)", compiled=False)
+    there = in_child(__file__, f"drive({name!r}, 4)", compiled=False)
     assert there["seen"]["bad"] == [] and here["seen"]["bad"] == []
     assert here["requests"] == there["requests"] and here["stats"] == there["stats"]
