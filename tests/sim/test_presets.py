@@ -154,8 +154,9 @@ def test_an_all_reduce_is_costed_on_the_gpus_fabric() -> None:
         one_token = 2 * (tp - 1) / tp * 4096 * 2 / 24e9
         assert ring[tp] == pytest.approx(
             2 * 32 * ((f.allreduce_us + 2 * (tp - 1) * 1.0) * 1e-6 + one_token), rel=1e-9)
+    big = 8192
     l40s = resolve("mixtral-8x7b/l40s/tp4")  # 4,096 wide; PCIe Gen4 x16 at 24 GB/s usable
-    assert l40s.allreduce_s(big := 8192) == pytest.approx(
+    assert l40s.allreduce_s(big) == pytest.approx(
         2 * 32 * ((f.allreduce_us + 6.0) * 1e-6 + 2 * 3 / 4 * big * 4096 * 2 / 24e9), rel=1e-9)
     # bandwidth: 8,192 tokens × 8,192 × 2 B, 2·(TP−1)/TP of it moved
     size = big * 8192 * 2
