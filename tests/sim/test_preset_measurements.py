@@ -28,43 +28,43 @@ RECORD = json.loads(presets.FACTORS_FILE.read_text(encoding="utf-8"))
 #: (the fitted factors; "fit" tables set them, "held out" ones did not)
 BOUNDS: dict[str, dict[str, float]] = {
     "azure-ai-benchmarking-guide_llama-3.1-70b-405b_8xmi300x-fp8-tp8_vllm-throughput":
-        {"throughput": 0.57},
+        {"throughput": 0.52},
     "azure-ai-benchmarking-guide_llama-3.1-70b_8xh100-fp8-tp8_trtllm-0.15-throughput":
-        {"throughput": 1.05},
+        {"throughput": 1.04},
     "gpustack_qwen3-32b_1xa100-bf16-tp1_vllm-0.11.0-burst":
-        {"ttft": 0.05, "itl": 0.10, "throughput": 0.06},
+        {"ttft": 0.06, "itl": 0.09, "throughput": 0.07},
     "gpustack_qwen3-32b_1xh100-bf16-tp1_vllm-0.11.0-burst":
-        {"ttft": 0.46, "itl": 0.38, "throughput": 0.80},
+        {"ttft": 0.45, "itl": 0.37, "throughput": 0.79},
     "nemo-framework_llama-2-7b_h100-a100-tp1-8_trtllm-128in-20out":
         {"latency": 0.08},
     "nim-1.8.0_llama-3.3-70b_2xh100-fp8-tp2_5000in-500out":
-        {"ttft": 0.33, "itl": 0.06, "throughput": 0.04},
+        {"ttft": 0.33, "itl": 0.06, "throughput": 0.03},
     "nim-1.8.0_llama-3.3-70b_2xh100-fp8-tp2_500in-2000out":
-        {"ttft": 0.07, "itl": 0.11, "throughput": 0.10},
+        {"ttft": 0.02, "itl": 0.11, "throughput": 0.10},
     "nim-dli_llama-3-70b_4xa100-fp16-tp4_2000in-200out":
         {"ttft": 0.62, "itl": 0.06, "throughput": 0.03},
     "nim-dli_llama-3-70b_4xa100-fp16-tp4_one-client-sweep":
-        {"ttft": 0.21, "itl": 0.01, "throughput": 0.02},
+        {"ttft": 0.09, "itl": 0.01, "throughput": 0.01},
     "nim-dli_llama-3-70b_4xh100-fp16-tp4_one-client-sweep":
-        {"ttft": 0.16, "itl": 0.13, "throughput": 0.11},
+        {"ttft": 0.15, "itl": 0.13, "throughput": 0.11},
     "nim-dli_llama-3-70b_4xh100-fp8-tp4_2000in-200out":
-        {"ttft": 0.70, "itl": 0.07, "throughput": 0.14},
+        {"ttft": 0.70, "itl": 0.08, "throughput": 0.14},
     "nim-dli_llama-3-70b_4xh100-fp8-tp4_one-client-sweep":
-        {"ttft": 0.18, "itl": 0.06, "throughput": 0.05},
+        {"ttft": 0.17, "itl": 0.06, "throughput": 0.05},
     "nim-dli_llama-3-70b_8xa100-bf16-tp8_one-client-sweep":
-        {"ttft": 0.26, "itl": 0.12, "throughput": 0.14},
+        {"ttft": 0.21, "itl": 0.12, "throughput": 0.14},
     "nim-dli_llama-3-70b_8xh100-fp16-tp8_7000in-1000out":
         {"ttft": 0.76, "itl": 0.10, "throughput": 0.18},
     "nim-dli_llama-3-70b_8xh100-fp16-tp8_one-client-sweep":
-        {"ttft": 0.22, "itl": 0.03, "throughput": 0.03},
+        {"ttft": 0.21, "itl": 0.03, "throughput": 0.03},
     "nim-dli_llama-3-70b_8xh100-fp8-tp8_one-client-sweep":
-        {"ttft": 0.30, "itl": 0.07, "throughput": 0.07},
+        {"ttft": 0.29, "itl": 0.07, "throughput": 0.07},
     "nim-dli_llama-3-8b_1xa100-fp16-tp1_2000in-200out":
         {"ttft": 0.52, "itl": 0.07, "throughput": 0.05},
     "nim-dli_llama-3-8b_1xh100-fp16-tp1_2000in-200out":
-        {"ttft": 0.60, "itl": 0.15, "throughput": 0.15},
+        {"ttft": 0.59, "itl": 0.14, "throughput": 0.15},
     "nim-dli_llama-3-8b_1xh100-fp16-tp1_200in-1000out":
-        {"ttft": 0.15, "itl": 0.18, "throughput": 0.16},
+        {"ttft": 0.16, "itl": 0.18, "throughput": 0.16},
     "nim-dli_llama-3-8b_1xh100-fp8-tp1_2000in-200out":
         {"ttft": 0.51, "itl": 0.20, "throughput": 0.28},
     "oracle-oci_llama-3.1-405b_8xmi300x-fp8-tp8_vllm-latency-128in-128out":
@@ -72,11 +72,11 @@ BOUNDS: dict[str, dict[str, float]] = {
     "trtllm-0.9.0-dli_llama-2-7b_h100-a100-tp1_static-batch":
         {"ttft": 0.13, "latency": 0.03},
     "trtllm-0.9.0-dli_mixtral-8x7b_2xa100-tp2_static-batch":
-        {"ttft": 0.18, "latency": 0.20},
+        {"ttft": 0.18, "latency": 0.21},
     "trtllm-0.9.0-dli_mixtral-8x7b_4xl40s-tp4_static-batch":
         {"ttft": 0.28, "latency": 0.24},
     "trtllm-perf-overview-v1.0_llama-3.1-8b-3.3-70b_h100-h200-fp8_max-throughput":
-        {"throughput": 0.15},
+        {"throughput": 0.14},
     "tt-inference-server_qwen3-30b-a3b_1xa100_c1-sweep":
         {"ttft": 0.35, "itl": 0.31},
     "vllm-buildkite-9515_latency_h200_32in-128out-batch8":
@@ -242,7 +242,7 @@ TP8_H100_BATCH1 = ("nim-dli_llama-3-70b_8xh100-fp16-tp8_7000in-1000out",
 #: the largest error docs/hardware.md states for them: with the shipped factors, and
 #: predicted by the fold that never saw the DLI data set (FP8 misses the goal there)
 TP8_H100_ERROR = {"BF16": 0.11, "FP8": 0.08}
-TP8_H100_HELD_OUT_ERROR = {"BF16": 0.12, "FP8": 0.23}
+TP8_H100_HELD_OUT_ERROR = {"BF16": 0.10, "FP8": 0.22}
 
 
 def _tp8_h100_batch1(rows: list[fit.RowError]) -> dict[str, list[fit.RowError]]:
@@ -256,7 +256,7 @@ def test_tp8_batch1_itl_on_h100_against_the_kept_measurements() -> None:
     """Llama 3 70B on 8 × H100 at one client (ITL), the 13 kept rows: within the 15 %
     goal with the shipped factors (BF16 +1 to +10 %, FP8 −7 to +1 %: the decode
     attention of that engine, "Decode attention", is what the 7,000-token rows needed);
-    the fold that never saw the data set leaves BF16 within 12 % and FP8 at −21 to −23 %,
+    the fold that never saw the data set leaves BF16 within 10 % and FP8 at −19 to −22 %,
     as docs/hardware.md states."""
     shipped = _tp8_h100_batch1([r for name in TP8_H100_BATCH1 for r in _rows(name)])
     assert [len(shipped[k]) for k in ("BF16", "FP8")] == [6, 6]
