@@ -272,7 +272,7 @@ class Runner:
         return None
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task = asyncio.ensure_future(coro)
+        task = asyncio.get_running_loop().create_task(coro)  # (ensure_future's checks: none)
         self._tasks.add(task)
         self._idle.clear()
         task.add_done_callback(self._task_done)
