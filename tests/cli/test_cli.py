@@ -2,6 +2,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import workbench
 
 ROOT_DATA = Path(workbench.__file__).parent / "data"
@@ -19,6 +21,42 @@ def test_import_is_lazy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
     assert "load_trace" in dir(workbench)
+
+
+def test_a_simulate_command_imports_no_frame_library_before_its_run_files(tmp_path):
+    """What ``workbench simulate`` imports up to the run (its arguments, the config with an
+    SLO, the virtual executor) and for its summary and headline imports neither pandas nor
+    the sweeps: pandas comes only with a frame (bench/README.md, "CLI start-up")."""
+    code = (
+        "import sys\n"
+        "from workbench import cli\n"
+        "from workbench.commands._axes import config_from_args\n"
+        "argv = ['simulate', '--trace', 'x.jsonl', '--slo', 'ttft_ms<=2000',\n"
+        f"        '-o', {str(tmp_path)!r}]\n"
+        "args = cli.build_parser('simulate').parse_args(argv)\n"
+        "cfg = config_from_args(args)\n"
+        "assert cfg.slo == {'ttft_ms': 2000.0}, cfg.slo\n"
+        "import workbench.executors.virtual, workbench.metrics.summary, workbench.metrics.slo\n"
+        "import workbench.metrics.files, workbench.report.headline, workbench.commands.replay\n"
+        "from workbench.metrics import summarize, summary_of\n"
+        "print(sorted(m for m in ('pandas', 'workbench.sweeps', 'workbench.metrics.breakdown')\n"
+        "             if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_metrics_package_names_import_on_first_use():
+    """``workbench.metrics``' names are its modules' (imported when first asked for)."""
+    import workbench.metrics as metrics
+    from workbench.metrics import breakdown, frame, summary, timeline
+
+    assert metrics.summarize is summary.summarize and metrics.to_frame is frame.to_frame
+    assert metrics.by_round_index is breakdown.by_round_index
+    assert metrics.in_flight_timeline is timeline.in_flight_timeline
+    assert set(metrics.__all__) <= set(dir(metrics))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = metrics.nope  # type: ignore[attr-defined]
 
 
 # -- issue 14 item 8: errors a person can act on --------------------------------------------
