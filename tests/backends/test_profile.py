@@ -8,8 +8,10 @@ import asyncio
 import json
 from pathlib import Path
 
+import aiohttp
 import pytest
 from loopback import serve_raw
+from small_disk import small_disk
 
 import workbench as wb
 from workbench.backends.profile import Profiler
@@ -39,6 +41,40 @@ async def test_profile_window_writes_a_trace_and_records_where(tmp_path, monkeyp
     assert traced == {r.request_id for r in result.records}  # exactly the measured window
     stored = json.loads((Path(result.run_dir) / "manifest.json").read_text())
     assert stored["profile"]["files"] == [path]
+
+
+async def test_a_full_disk_is_a_500_naming_the_file_and_leaves_no_partial_one(
+    tmp_path, monkeypatch
+):
+    """The embedded engine's trace is written by ``safe_write``: on a full disk the stop
+    answers 500 with the path and the errno (no traceback, no partial file, no temporary
+    left); the server goes on, and its next stop writes the trace whole."""
+    with small_disk(tmp_path / "disk", "64k") as disk:
+        filler = disk / "filler"
+        with filler.open("wb", buffering=0) as fh, pytest.raises(OSError, match="No space"):
+            for _ in range(1000):  # bounded: 64 KiB fills in 64 of these
+                fh.write(b"x" * 1024)
+        monkeypatch.setenv(PROFILE_DIR_ENV, str(disk / "traces"))
+        async with asyncio.timeout(60), serve_sim(zero_cost=True) as sim, \
+                aiohttp.ClientSession() as http:
+            async def stop_after_one_request() -> tuple[int, dict]:
+                assert (await http.post(f"{sim.base_url}/start_profile")).status == 200
+                body = {"model": sim.engine.config.model, "prompt": "hello", "max_tokens": 2}
+                async with http.post(f"{sim.base_url}/v1/completions", json=body) as resp:
+                    assert resp.status == 200
+                async with http.post(f"{sim.base_url}/stop_profile") as resp:
+                    return resp.status, await resp.json(content_type=None) or {}
+
+            status, answer = await stop_after_one_request()
+            assert status == 500
+            message = answer["error"]["message"]
+            assert message.startswith(f"cannot write {disk / 'traces'}") and "ENOSPC" in message
+            assert sorted(p.name for p in disk.rglob("*")) == ["filler", "traces"]
+            filler.unlink()  # room again: the next window is written whole
+            assert (await stop_after_one_request())[0] == 200
+        (trace,) = (disk / "traces").iterdir()
+        assert trace.name.startswith("sim-profile-") and trace.suffix == ".json"
+        assert len(json.loads(trace.read_text())["requests"]) == 1
 
 
 async def test_a_server_without_a_profiler_stops_before_any_measured_request(tmp_path,

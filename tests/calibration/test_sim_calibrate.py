@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from workbench.calibration.fit import calibrate
-from workbench.calibration.predict import predict
+from workbench.calibration.predict import predict, predict_repeats
 from workbench.config.engine_file import read_engine_file
 from workbench.errors import ConfigError
 from workbench.executors.virtual import simulate
@@ -58,6 +58,23 @@ def test_the_fitted_engine_predicts_its_own_run(run_dir):
     assert abs(check["ttft_ms"]["error_pct"]) < 0.1
     assert abs(check["tpot_ms"]["error_pct"]) < 0.1
     assert predict(run_dir, cal.engine) == check
+
+
+def test_repeats_are_pooled_over_their_measured_ok_rows(tmp_path):
+    """``predict_repeats``: the p50s are over the runs' ok rows, the warm-up's left out
+    (``metrics.frame.ok_rows``); the truth engine predicts exactly the run it made."""
+    from workbench.metrics import summarize
+
+    cfg = {"trace": _trace(tmp_path / "t.csv"), "out_dir": str(tmp_path / "runs"),
+           "arrival": {"warmup": 3}}
+    dirs = [simulate({**cfg, "run_id": f"seed{s}", "seed": s}, engine=TRUE).run_dir
+            for s in (1, 2)]
+    out = predict_repeats(dirs, TRUE)
+    for metric in ("ttft_ms", "tpot_ms"):
+        per_run = [summarize(simulate({**cfg, "out_dir": None, "seed": s}, engine=TRUE))
+                   [metric]["p50"] for s in (1, 2)]
+        assert out[metric]["measured_p50_per_run"] == pytest.approx(per_run)
+        assert out[metric]["predicted_p50"] == pytest.approx(per_run[0])
 
 
 def test_cli_writes_an_engine_config_simulate_and_serve_take(run_dir, tmp_path):

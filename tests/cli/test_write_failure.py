@@ -6,17 +6,15 @@ manifest ``failed`` with the reason, exit code ``WRITE_FAILED``."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import resource
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from small_disk import small_disk
 
 from workbench.data import path as data_path
 from workbench.errors import ExitCode
@@ -32,22 +30,6 @@ def _fsize_limit(limit: int):
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     return preexec
-
-
-@contextlib.contextmanager
-def _small_disk(where: Path, size: str) -> Iterator[Path]:
-    """A tmpfs of ``size`` at ``where`` (root only; skips when mounting is not allowed)."""
-    where.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def _cli(args: list[str], preexec=None) -> subprocess.CompletedProcess:
@@ -91,7 +73,7 @@ def test_a_file_size_limit_stops_a_replay_at_the_first_failed_write(tmp_path, wo
 
 
 def test_a_full_disk_stops_a_replay(tmp_path):
-    with _small_disk(tmp_path / "disk", "256k") as disk:
+    with small_disk(tmp_path / "disk", "256k") as disk:
         proc = _cli([*REPLAY, "-o", str(disk), "--run-id", "full"])
         records = _check_failed_run(proc, disk / "full", "ENOSPC", manifest_must=False)
         assert len(records) < 1000

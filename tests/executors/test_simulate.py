@@ -1,5 +1,6 @@
 """Virtual-time replay: exact timings, determinism across processes."""
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -47,13 +48,15 @@ def test_same_input_same_digest_in_two_processes():
 
 
 async def test_simulate_works_inside_a_running_loop():
-    """A notebook cell runs inside the kernel's loop; simulate must still work there."""
+    """A notebook cell runs inside the kernel's loop; simulate must still work there, with
+    the run it makes outside one (the same canonical digest)."""
     import workbench as wb
-    import workbench.executors.virtual
 
-    assert callable(wb.simulate)
-    result = wb.simulate({"trace": str(data_path("tracelab/multi_session_example.csv"))})
+    cfg = {"trace": str(data_path("tracelab/multi_session_example.csv"))}
+    result = wb.simulate(cfg)
     assert result.records and all(r.status == "ok" for r in result.records)
+    outside = await asyncio.to_thread(wb.simulate, cfg)  # no loop runs on that thread
+    assert report_digest(canonical_report(result)) == report_digest(canonical_report(outside))
 
 
 def test_simulate_collects_garbage_in_larger_batches_and_restores_the_threshold(
@@ -66,15 +69,16 @@ def test_simulate_collects_garbage_in_larger_batches_and_restores_the_threshold(
     import pytest
 
     from workbench.executors import virtual
+    from workbench.replay import loops
 
     seen: list[tuple[int, int, int]] = []
-    real = virtual.run_virtual
+    real = loops.run_virtual
 
     def spy(coro):
         seen.append(gc.get_threshold())
         return real(coro)
 
-    monkeypatch.setattr(virtual, "run_virtual", spy)
+    monkeypatch.setattr(loops, "run_virtual", spy)
     before = gc.get_threshold()
     trace = tmp_path / "one.csv"
     trace.write_text("id,arrival_time,input_len,output_len\n1,0,40,2\n")
@@ -86,7 +90,7 @@ def test_simulate_collects_garbage_in_larger_batches_and_restores_the_threshold(
         coro.close()
         raise RuntimeError("engine fault")
 
-    monkeypatch.setattr(virtual, "run_virtual", boom)
+    monkeypatch.setattr(loops, "run_virtual", boom)
     with pytest.raises(RuntimeError, match="engine fault"):
         simulate({"trace": str(trace)})
     assert gc.get_threshold() == before

@@ -174,6 +174,24 @@ def test_warmup_excluded_by_default() -> None:
     assert summarize(RunResult("r1", [w, m]), warmup=True)["requests"] == 2
 
 
+def test_ok_rows_are_the_rows_the_latency_summary_is_over() -> None:
+    """One rule (``ok_rows``) for the report's tables and plots, calibration and the CLI's
+    ``--percentiles``: the run's rows (no warm-up) that ended ok, as the summary's."""
+    from workbench.commands.replay import percentile_table
+    from workbench.metrics.frame import ok_rows
+
+    recs = [rec("w", 0, [(1, 1), (2, 1)], 3, warmup=True),  # faster than any measured one
+            rec("bad", 0, [(5, 1), (6, 1)], 7, status="error"),
+            *(rec(f"r{i}", 0, [(10 * (i + 1), 1), (10 * (i + 1) + 4, 1)], 100)
+              for i in range(5))]
+    result = RunResult("r1", recs)
+    assert ok_rows(result)["request_id"].tolist() == [f"r{i}" for i in range(5)]
+    s = summarize(result)
+    table = percentile_table(result, "0,50")
+    assert table["ttft_ms"] == {"p0": s["ttft_ms"]["min"], "p50": s["ttft_ms"]["p50"]} \
+        == {"p0": 10.0, "p50": 30.0}
+
+
 def test_prefix_hit_rates_exact() -> None:
     a = rec("a", 0, [(1, 1)], 2, planned_prefix_tokens=60, planned_input_tokens=40)
     a.prompt_tokens, a.cached_tokens = 100, 50

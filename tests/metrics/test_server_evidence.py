@@ -59,6 +59,47 @@ async def test_live_run_reports_the_engines_own_preemptions_and_peaks(
     assert mode in tables.server_caption(s)
 
 
+# the labels each engine puts on its counter (vLLM: per data-parallel engine; SGLang: per
+# scheduler)
+VLLM_DP = ('vllm:num_preemptions_total{engine="0",model_name="m"}',
+           'vllm:num_preemptions_total{engine="1",model_name="m"}')
+SGLANG_DP = tuple(f'sglang:num_retracted_requests_total{{dp_rank="{r}",engine_type="unified",'
+                  f'model_name="m",moe_ep_rank="0",pp_rank="0",tp_rank="0"}}' for r in (0, 1))
+
+
+@pytest.mark.parametrize(("engine", "rows", "want"), [
+    # vLLM, two data-parallel engines: 2→5 and 1→4, summed over label sets
+    ("vllm", [{"t_ns": 0, VLLM_DP[0]: 2.0, VLLM_DP[1]: 1.0},
+              {"t_ns": 1, VLLM_DP[0]: 5.0, VLLM_DP[1]: 4.0}], 6),
+    # the same under the nested "metrics" key, as the scraper's exact name
+    ("vllm", [{"metrics": {"vllm:num_preemptions_total": 3.0}},
+              {"metrics": {"vllm:num_preemptions_total": 10.0}}], 7),
+    # SGLang, two dp ranks; its per-batch gauge num_retracted_reqs is not the counter
+    ("sglang", [{SGLANG_DP[0]: 0.0, SGLANG_DP[1]: 1.0, "sglang:num_retracted_reqs": 9.0},
+                {SGLANG_DP[0]: 4.0, SGLANG_DP[1]: 3.0, "sglang:num_retracted_reqs": 1.0}], 6),
+    # long rows; a NaN sample left out
+    ("sglang", [{"name": "sglang:num_retracted_requests_total", "value": 2},
+                {"name": "sglang:num_running_reqs", "value": 5},
+                {"name": "sglang:num_retracted_requests_total", "value": float("nan")},
+                {"name": "sglang:num_retracted_requests_total", "value": 7}], 5),
+])
+def test_one_preemption_reader_for_the_summary_and_a_sweep_point(
+    engine: str, rows: list[dict[str, Any]], want: int, tmp_path: Path
+) -> None:
+    """``summary["server"]`` and a sweep point read preemptions with the one rule
+    (``server_side.preemptions``): the counter summed over its label sets, wide, nested
+    or long rows."""
+    from workbench.records import RunResult
+    from workbench.storage.rundir import SUMMARY, write_json
+    from workbench.sweeps.points import point_metrics
+
+    evidence = server_evidence(rows)
+    assert (evidence["engine"], evidence["preemptions"]) == (engine, want)
+    write_json(tmp_path / SUMMARY, {})  # the point's other figures: none
+    point = point_metrics(tmp_path, None, RunResult("r", [], metrics_timeline=rows))
+    assert point["preemptions"] == want
+
+
 def test_no_timeline_says_so() -> None:
     assert server_evidence([])["engine"] is None
     assert server_evidence([{"t_ns": 1, "error": "boom"}])["scrape_errors"] == 1

@@ -55,6 +55,27 @@ async def test_inside_a_running_loop_it_runs_on_a_fresh_loop_twice_in_a_row() ->
     assert asyncio.get_running_loop() is not None  # this loop is untouched and still ours
 
 
+async def test_a_virtual_run_inside_a_running_loop_is_on_a_virtual_loop_on_a_worker() -> None:
+    from workbench.clock import VirtualTimeLoop
+
+    async def virtual_where() -> tuple[str, bool, float]:
+        await asyncio.sleep(3600.0)  # an hour of virtual time, at once
+        loop = asyncio.get_running_loop()
+        return threading.current_thread().name, isinstance(loop, VirtualTimeLoop), loop.time()
+
+    assert run_anywhere(virtual_where(), virtual=True) == ("workbench-run", True, 3600.0)
+    with pytest.raises(Boom, match="from the worker loop"):
+        run_anywhere(fails(), virtual=True)
+
+
+def test_a_virtual_run_without_a_loop_runs_here() -> None:
+    async def virtual_now() -> tuple[str, float]:
+        await asyncio.sleep(5.0)
+        return threading.current_thread().name, asyncio.get_running_loop().time()
+
+    assert run_anywhere(virtual_now(), virtual=True) == (threading.current_thread().name, 5.0)
+
+
 async def test_an_exception_comes_back_with_its_type_and_traceback() -> None:
     with pytest.raises(Boom) as err:
         run_anywhere(fails())
@@ -75,21 +96,27 @@ async def test_a_real_replay_inside_a_running_loop(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_an_interrupt_cancels_the_run_waits_for_it_and_reraises() -> None:
+@pytest.mark.parametrize("virtual", [False, True])
+def test_an_interrupt_cancels_the_run_waits_for_it_and_reraises(virtual: bool) -> None:
     """Jupyter's Interrupt (SIGINT in the waiting thread): the coroutine is cancelled, its
-    clean-up runs to the end before the call returns, and KeyboardInterrupt propagates."""
+    clean-up runs to the end before the call returns, and KeyboardInterrupt propagates;
+    a run in virtual time (``simulate`` from a notebook cell) as a live one."""
     started, cleaned = threading.Event(), threading.Event()
 
     async def long_run() -> None:
         try:
             started.set()
-            await asyncio.Event().wait()  # until cancelled
+            if virtual:  # virtual time has no idle wait: it moves on from timer to timer
+                for _ in range(10**9):  # bounded; cancelled long before
+                    await asyncio.sleep(1.0)
+            else:
+                await asyncio.Event().wait()  # until cancelled
         finally:
             await asyncio.sleep(0)  # clean-up that still needs the loop
             cleaned.set()
 
     async def in_a_loop() -> None:
-        run_anywhere(long_run())
+        run_anywhere(long_run(), virtual=virtual)
 
     def interrupt() -> None:
         if started.wait(30):

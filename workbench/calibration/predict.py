@@ -58,7 +58,7 @@ def predict_repeats(run_dirs: Sequence[str | Path], engine: dict[str, Any]) -> d
     import pandas as pd
 
     from workbench.executors.virtual import simulate
-    from workbench.metrics.frame import to_frame
+    from workbench.metrics.frame import ok_rows
     from workbench.storage.rundir import load
 
     if not run_dirs:
@@ -68,10 +68,8 @@ def predict_repeats(run_dirs: Sequence[str | Path], engine: dict[str, Any]) -> d
                           default=str) for m in measured}  # fmt: skip
     if len(configs) != 1:
         raise ConfigError("predict_repeats: the runs differ in more than their seed")
-    frames = [to_frame(m) for m in measured]
-    frames = [f[(f["status"] == "ok") & ~f["warmup"]] for f in frames]
-    sim = to_frame(simulate(replay_config(measured[0]), engine=dict(engine)))
-    sim = sim[(sim["status"] == "ok") & ~sim["warmup"]]
+    frames = [ok_rows(m) for m in measured]
+    sim = ok_rows(simulate(replay_config(measured[0]), engine=dict(engine)))
     out: dict[str, Any] = {"runs": [str(d) for d in run_dirs]}
     pooled = pd.concat(frames)
     for metric in ("ttft_ms", "tpot_ms"):

@@ -122,12 +122,12 @@ def _brief(summary: dict, result: Any = None, percentiles: str | None = None) ->
 
 
 def percentile_table(result: Any, spec: str) -> dict[str, dict[str, float | None]]:
-    """``--percentiles 50,99.9``: each latency metric's percentiles over ok requests (ms)."""
+    """``--percentiles 50,99.9``: each latency metric's percentiles over ok requests (ms),
+    the warm-up's left out as the summary leaves them out."""
     from workbench.commands._axes import parse_percentiles
-    from workbench.metrics import to_frame
+    from workbench.metrics.frame import ok_rows
     from workbench.metrics.slo import ok_percentile
 
     qs = parse_percentiles(spec)
-    df = to_frame(result)
-    ok = df[df["status"] == "ok"]
+    ok = ok_rows(result)
     return {m: {f"p{q:g}": ok_percentile(ok, m, q) for q in qs} for m in LATENCY}

@@ -7,25 +7,24 @@ the executor (every shard on the one virtual loop) differ from a live replay.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import gc
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-from workbench.clock import run_virtual
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
 from workbench.executors.kinds import EXECUTORS
 from workbench.records import RunResult, Workload
 from workbench.replay.engine_target import EngineTarget
+from workbench.replay.loops import run_anywhere
 from workbench.replay.outcome import play_shard, play_shards
 from workbench.replay.prepare import coerce_config, prepare
 from workbench.replay.runner import build_runner
 from workbench.replay.session import ReplaySession, watch_stop
 from workbench.replay.shards import split_run
 from workbench.replay.target import Target
-from workbench.signals import SignalStop, stop_on_signals, wait_result
+from workbench.signals import SignalStop, stop_on_signals
 from workbench.sim.cluster import split_knobs
 from workbench.sim.config import EngineConfig
 
@@ -53,7 +52,8 @@ def simulate(
         executor.signalled = signalled
         manifest = run.manifest(**executor.target.manifest_facts())
         session = ReplaySession(run.cfg, run.plan, run.run_id, manifest, executor)
-        result = _run_virtual_anywhere(session.run(None))
+        with rare_collections():  # also from a running loop (a notebook cell)
+            result = run_anywhere(session.run(None), virtual=True)
     if signalled.hit:  # saved as cancelled; now stop as replay does
         raise KeyboardInterrupt(f"signal {signalled.name}")
     return result
@@ -139,18 +139,6 @@ class VirtualExecutor:
 
 
 EXECUTORS.add("virtual", virtual_executor)
-
-
-def _run_virtual_anywhere(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
-    """``run_virtual``, also from inside a running loop (a notebook cell): then the
-    virtual loop runs in a worker thread and this call waits for it."""
-    with rare_collections():
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return run_virtual(coro)
-        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="simulate") as pool:
-            return wait_result(pool.submit(run_virtual, coro))
 
 
 @contextlib.contextmanager

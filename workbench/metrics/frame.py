@@ -188,3 +188,9 @@ def run_rows(data: Data, *, warmup: bool = False) -> pd.DataFrame:
     """The frame with warmup records dropped unless ``warmup`` (they are not the run)."""
     df = to_frame(data)
     return df if warmup else df[~df["warmup"]]
+
+
+def ok_rows(data: Data) -> pd.DataFrame:
+    """The rows the latency metrics are over: the run's (no warmup) that ended ``ok``."""
+    df = run_rows(data)
+    return df[df["status"] == "ok"]

@@ -2,8 +2,8 @@
 
 Series names per engine: ``workbench.catalogs.series``. Peaks are over the scraped
 samples, so a peak shorter than one scrape interval can be missed; preemptions are the
-counter's increase over the run with Prometheus' reset rule (``counter_increase``). NaN
-samples are left out.
+counter's increase over the run with Prometheus' reset rule (``counter_increase``), its
+value in a row summed over its label sets (``counter_samples``). NaN samples are left out.
 """
 
 from __future__ import annotations
@@ -29,6 +29,25 @@ def _values(rows: Sequence[Mapping[str, Any]], name: str | None) -> list[float]:
     return [v for v in vals if not math.isnan(v)]
 
 
+def counter_samples(rows: Sequence[Mapping[str, Any]], name: str | None) -> list[float]:
+    """A counter's value in each row that has it, NaN left out: a wide row's (or its nested
+    ``metrics``') keys ``name`` and ``name{labels}`` summed — counters add over label sets
+    (vLLM's data-parallel ``engine``, SGLang's ``dp_rank``; docs/measurement-rules.md) — or
+    a long row's ``{"name": name, "value": v}``."""
+    if name is None:
+        return []
+    labelled, out = name + "{", []
+    for row in rows:
+        if "name" in row and "value" in row:
+            vals = [float(row["value"])] if row["name"] == name else []
+        else:
+            src = row["metrics"] if isinstance(row.get("metrics"), Mapping) else row
+            vals = [float(v) for k, v in src.items() if k == name or k.startswith(labelled)]
+        if vals and not math.isnan(total := sum(vals)):
+            out.append(total)
+    return out
+
+
 def counter_increase(vals: Sequence[float]) -> float | None:
     """A counter's increase over its samples (None with fewer than two): a drop is a
     reset (the server restarted), after which the new value is the increase so far."""
@@ -48,9 +67,11 @@ def _first(rows: Sequence[Mapping[str, Any]], engine: EngineSeries, role: Any) -
 def preemptions(timeline: Sequence[Mapping[str, Any]],
                 engine: EngineSeries | None = None) -> int | None:
     """The preemption counter's increase over the timeline, of ``engine`` or of the first
-    engine whose counter the timeline has (vLLM's preemptions, SGLang's retractions)."""
+    engine whose counter the timeline has (vLLM's ``vllm:num_preemptions_total``, SGLang's
+    ``sglang:num_retracted_requests_total``; ``workbench.catalogs.series``): the one reader,
+    for ``summary["server"]`` and a sweep point alike."""
     for e in (engine,) if engine is not None else ENGINES:
-        inc = counter_increase(_values(timeline, e.name("preemptions")))
+        inc = counter_increase(counter_samples(timeline, e.name("preemptions")))
         if inc is not None or engine is not None:
             return None if inc is None else int(inc)
     return None
@@ -79,7 +100,8 @@ def server_evidence(
     rows = [r for r in timeline if "error" not in r]
     out = {**EMPTY, "scrape_errors": len(timeline) - len(rows), "samples": len(rows)}
     for engine in ENGINES:
-        pre, kvs = _values(rows, engine.name("preemptions")), _first(rows, engine, "kv_usage")
+        pre = counter_samples(rows, engine.name("preemptions"))
+        kvs = _first(rows, engine, "kv_usage")
         run, wait = _first(rows, engine, "running"), _first(rows, engine, "waiting")
         if not (pre or kvs or run or wait):
             continue

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import workbench.catalogs.requests as catalog
-import workbench.catalogs.series as series
 import workbench.metrics.agents as agents
 from workbench.catalogs.series import ENGINES
 from workbench.errors import ConfigError
@@ -143,15 +142,6 @@ def _sample_value(sample: Mapping[str, Any], name: str) -> float | None:
 def _delta(timeline: Sequence[Mapping[str, Any]], name: str) -> float | None:
     vals = [v for s in timeline if (v := _sample_value(s, name)) is not None and not math.isnan(v)]
     return counter_increase(vals)
-
-
-def server_preemptions(timeline: Sequence[Mapping[str, Any]]) -> float | None:
-    """The increase of the first preemption counter the timeline has (vLLM's preemptions,
-    SGLang's retractions; ``workbench.catalogs.series``), summed over label sets."""
-    for name in series.names("preemptions"):
-        if (d := _delta(timeline, name)) is not None:
-            return d
-    return None
 
 
 def server_window_hit_rate(timeline: Sequence[Mapping[str, Any]]) -> float | None:

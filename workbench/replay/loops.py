@@ -2,7 +2,8 @@
 
 Inside a running loop (a notebook), the coroutine runs on a fresh loop on a worker
 thread while the caller waits; an interrupt cancels it, lets it save its run and
-re-raises (docs/notebooks.md). Outside one it is ``run_on_fast_loop``.
+re-raises (docs/notebooks.md). Outside one it is ``run_on_fast_loop``, or ``run_virtual``
+for a run in virtual time (the worker's loop is then a ``VirtualTimeLoop`` too).
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import concurrent.futures
 import contextlib
 import contextvars
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
+from workbench.clock import VirtualTimeLoop, run_virtual
 from workbench.replay.prepare import run_on_fast_loop, uvloop_factory
 from workbench.signals import wait_result
 
@@ -30,11 +32,12 @@ class LoopThread(Generic[T]):
     daemon: an interpreter that exits does not wait for it.
     """
 
-    def __init__(self, coro: Coroutine[Any, Any, T], *, use_uvloop: bool = False,
+    def __init__(self, coro: Coroutine[Any, Any, T], *,
+                 loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
                  name: str = "workbench-loop") -> None:
         self.future: concurrent.futures.Future[T] = concurrent.futures.Future()
         self._coro = coro
-        self._new_loop = uvloop_factory(use_uvloop)
+        self._new_loop = loop_factory  # None: asyncio's
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[T] | None = None
@@ -92,14 +95,17 @@ class LoopThread(Generic[T]):
             self.future.exception(timeout=timeout)
 
 
-def run_anywhere(coro: Coroutine[Any, Any, T], use_uvloop: bool = False) -> T:
+def run_anywhere(coro: Coroutine[Any, Any, T], use_uvloop: bool = False, *,
+                 virtual: bool = False) -> T:
     """``coro``'s result, from sync code: on this thread when no loop runs here, else on a
-    fresh loop on a worker thread; an interrupt meanwhile cancels it, waits, re-raises."""
+    fresh loop on a worker thread; an interrupt meanwhile cancels it, waits, re-raises.
+    ``virtual``: on a ``VirtualTimeLoop`` (``use_uvloop`` is then moot)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return run_on_fast_loop(coro, use_uvloop)
-    thread = LoopThread(coro, use_uvloop=use_uvloop, name="workbench-run").start()
+        return run_virtual(coro) if virtual else run_on_fast_loop(coro, use_uvloop)
+    factory = VirtualTimeLoop if virtual else uvloop_factory(use_uvloop)
+    thread = LoopThread(coro, loop_factory=factory, name="workbench-run").start()
     try:
         return wait_result(thread.future)
     except KeyboardInterrupt:

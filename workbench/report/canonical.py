@@ -176,7 +176,9 @@ def _record_rows(result: RunResult, frame: FrameStream) -> Iterator[bytes]:
     A line's token times are read apart (``_cut``) and their text put back into its
     bytes, where orjson would write the same digits."""
     for row, times in iter_jsonl(Path(result.run_dir or "") / RECORDS, parse=_cut):
-        if times is not None and row.keys() == _FIELDS:
+        # the key set checked once (setting token_times_ns below keeps it: the key is there)
+        exact = isinstance(row, dict) and row.keys() == _FIELDS
+        if times is not None and exact:
             row["token_times_ns"] = times
             frame.add_row(row)
             row["token_times_ns"] = []  # a placeholder: the one '"token_times_ns":[]'
@@ -185,7 +187,7 @@ def _record_rows(result: RunResult, frame: FrameStream) -> Iterator[bytes]:
             continue
         if times is not None:  # the values as the line reads: the times as a list
             row["token_times_ns"] = times.tolist()
-        if not (isinstance(row, dict) and row.keys() == _FIELDS):
+        if not exact:
             row = RequestRecord.from_dict(row).to_dict()
         frame.add_row(row)
         yield orjson.dumps(_section("records[]", row), option=_OPTIONS)

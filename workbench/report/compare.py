@@ -21,6 +21,7 @@ from workbench.errors import ConfigError
 from workbench.executors.virtual import simulate
 from workbench.metrics import run_rows
 from workbench.metrics.distribution import quantiles, sample
+from workbench.metrics.frame import ok_rows
 from workbench.records import RunManifest, RunResult, manifest_of
 from workbench.report import tables
 from workbench.report.headline import METRIC_NAMES, Headline, engine_note, run_headline, sig
@@ -157,9 +158,9 @@ def change_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
     if labels:
         base_label = labels[0]
         for metric in metrics:
-            base = _ok_values(runs[base_label], metric)
+            base = sample(ok_rows(runs[base_label]), metric)
             for label in labels[1:]:
-                vals = _ok_values(runs[label], metric)
+                vals = sample(ok_rows(runs[label]), metric)
                 for q in qs:
                     change, lo, hi = bootstrap_diff(base, vals, q, n_boot=n_boot,
                                                     level=level, seed=seed)
@@ -217,11 +218,6 @@ def compare_headline(runs: Mapping[str, Any], changes: pd.DataFrame | None = Non
     return Headline(lines)
 
 
-def _ok_values(run: Any, metric: str) -> np.ndarray:
-    df = run_rows(run)
-    return sample(df[df["status"] == "ok"], metric)
-
-
 def percentile_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
                      qs: Sequence[float] = QS, *, n_boot: int = 2000, level: float = 0.95,
                      seed: int = 0) -> pd.DataFrame:
@@ -229,7 +225,7 @@ def percentile_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRIC
     rows = []
     for metric in metrics:
         for label, run in runs.items():
-            vals = _ok_values(run, metric)
+            vals = sample(ok_rows(run), metric)
             row: dict[str, Any] = {"metric": metric, "run": label, "n": int(vals.size)}
             for q in qs:
                 lo, hi = bootstrap_ci(vals, q, n_boot=n_boot, level=level, seed=seed)

@@ -32,6 +32,7 @@ from workbench.metrics import (
     throughput_timeline,
 )
 from workbench.metrics.distribution import sample
+from workbench.metrics.frame import ok_rows
 from workbench.metrics.scan import report_source
 from workbench.records import RunResult, manifest_of
 from workbench.report.headline import engine_note
@@ -101,11 +102,6 @@ def as_runs(data: Any) -> dict[str, Any]:
         return {str(k): _load(v) for k, v in data.items()}
     run = _load(data)
     return {_label(run): run}
-
-
-def _ok_frame(run: Any) -> pd.DataFrame:
-    df = run_rows(run)
-    return df[df["status"] == "ok"]
 
 
 def _new(n: int = 1, *, ncols: int | None = None, size: tuple[float, float] = (5.0, 3.6),
@@ -185,7 +181,7 @@ def _cdf(runs: Mapping[str, Any], ax: Axes | None, metrics: Any = None) -> Figur
     for a, metric in zip(axes, metrics, strict=False):
         name = LATENCY_NAMES.get(metric, metric)
         for k, (label, run) in enumerate(runs.items()):
-            vals = np.sort(sample(_ok_frame(run), metric))
+            vals = np.sort(sample(ok_rows(run), metric))
             if vals.size:
                 y = np.arange(1, vals.size + 1) / vals.size
                 a.step(vals, y, where="post", color=_color(k),
@@ -506,7 +502,7 @@ def _ttft_vs_uncached(runs: Mapping[str, Any], ax: Axes | None) -> Figure:
     """TTFT against the uncached prompt tokens (prompt − cached): a hit moves a point left."""
     fig, (a,) = _target(ax, 1, size=(7.0, 4.2))
     for k, (label, run) in enumerate(runs.items()):
-        df = _ok_frame(run)
+        df = ok_rows(run)
         df = df[df["ttft_ms"].notna() & df["prompt_tokens"].notna()]
         cached = df["cached_tokens"].fillna(0)
         x = (df["prompt_tokens"] - cached).clip(lower=0)

@@ -24,7 +24,9 @@ import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from workbench import safe_write as safe
 from workbench.clock import Clock, WallClock
+from workbench.errors import OutputWriteError
 from workbench.placement import placement_extra
 from workbench.sim.cluster import AnyRequest, Cluster, ClusterConfig, split_knobs
 from workbench.sim.config import EngineConfig
@@ -121,16 +123,25 @@ class SimServer:
         return web.Response(status=200)
 
     async def _stop_profile(self, request: web.Request) -> web.Response:
-        """Write the requests answered since the start as one JSON trace in the directory."""
+        """Write the requests answered since the start as one JSON trace in the directory,
+        whole or not at all (``safe_write``: a full disk is a 500 naming the path and the
+        errno, no partial file; a link there is refused)."""
         if self._profile_from is None:
             return _json(WireError(409, "the profiler is not running").body(), 409)
         n = min(self._answered - self._profile_from, len(self.debug_log))
         rows = list(self.debug_log)[len(self.debug_log) - n:]
         self._profile_from = None
-        path = Path(self.profile_dir or ".") / f"sim-profile-{os.getpid()}-{now_s()}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(_dumps({"started_at": self._profile_started, "stopped_at": now_s(),
-                                 "requests": rows}))
+        where = Path(self.profile_dir or ".")
+        doc = {"started_at": self._profile_started, "stopped_at": now_s(), "requests": rows}
+        try:
+            try:
+                safe.make_dir(where, parents=True)
+            except OSError as exc:
+                raise OutputWriteError(where, exc) from None
+            safe.write_atomic(where / f"sim-profile-{os.getpid()}-{now_s()}.json", _dumps(doc))
+        except (OutputWriteError, safe.LinkRefused) as err:
+            log.error("profile not written: %s", err)
+            return _json(WireError(500, str(err), "InternalServerError").body(), 500)
         return web.Response(status=200)
 
     async def _models(self, request: web.Request) -> web.Response:

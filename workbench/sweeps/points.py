@@ -47,7 +47,7 @@ def point_metrics(run_dir: str | Path, slo: SLO | None,
     ``result``: the same run in memory, else its ``records.parquet`` columns are read."""
     from workbench.metrics import to_frame
     from workbench.metrics.columns import available, stored
-    from workbench.metrics.summary import server_preemptions
+    from workbench.metrics.server_side import preemptions
     from workbench.storage.rundir import (
         SUMMARY,
         TIMELINE,
@@ -73,7 +73,7 @@ def point_metrics(run_dir: str | Path, slo: SLO | None,
         manifest = read_manifest(d)
     else:
         timeline, manifest = kept.metrics_timeline, kept.manifest
-    out["preemptions"] = server_preemptions(timeline)
+    out["preemptions"] = preemptions(timeline)
     if manifest.virtual_duration_s is not None:
         out["virtual_duration_s"] = manifest.virtual_duration_s
     if slo is not None:
