@@ -46,6 +46,33 @@ def test_a_simulate_command_imports_no_frame_library_before_its_run_files(tmp_pa
     assert out.stdout.strip() == "[]"
 
 
+def test_the_process_command_line_leaves_its_objects_to_the_exit_a_call_does_not(tmp_path):
+    """``main()`` (the process's own command line) freezes the collector before the exit
+    (docs/virtual-time.md, "The process's exit"); ``main(argv)`` leaves it alone, and the
+    run's files are complete either way."""
+    import gc
+    import json
+
+    from workbench.cli import main
+
+    trace = str(Path(workbench.__file__).parent / "data/tracelab/multi_session_example.csv")
+    argv = ["simulate", "--trace", trace, "--max-items", "3", "-o", str(tmp_path)]
+    before = gc.get_freeze_count()
+    assert main([*argv, "--run-id", "call"]) == 0
+    assert gc.get_freeze_count() == before
+    code = ("import gc, sys\nfrom workbench.cli import main\n"
+            f"sys.argv = ['workbench', *{argv!r}, '--run-id', 'process']\n"
+            "status = main()\nprint(status, gc.get_freeze_count() > 0)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout  # fmt: skip
+    assert out.split()[-2:] == ["0", "True"]
+    for name in ("summary.json", "records.parquet", "manifest.json"):
+        assert (tmp_path / "process" / name).read_bytes() and (tmp_path / "call" / name).exists()
+    summaries = [json.loads((tmp_path / r / "summary.json").read_text()) for r in ("call",
+                                                                                  "process")]
+    assert summaries[0] == summaries[1]
+
+
 def test_the_metrics_package_names_import_on_first_use():
     """``workbench.metrics``' names are its modules' (imported when first asked for)."""
     import workbench.metrics as metrics
