@@ -27,6 +27,7 @@ class _Worker:
         self.kv, self._load, self.compiled = kv, load, compiled
         self.lookups = 0  # blocks looked up for the router
         self.asked: Sequence[int] | None = None  # the hashes of the last whole lookup
+        self.found: tuple[Sequence[int], list[int]] | None = None  # a compiled router's hit
 
     def prefix_shard(self) -> tuple[Any, ...] | None:
         return self.kv.shard() if self.compiled else None
@@ -44,6 +45,9 @@ class _Worker:
     def caches_block(self, block_hash: int) -> bool:
         self.lookups += 1
         return self.kv.holds(block_hash)
+
+    def found_prefix(self, hashes: Sequence[int], hit: list[int]) -> None:
+        self.found = (hashes, hit)
 
 
 def _brute(router: PrefixAware, hashes: list[int], workers: list[_Worker]) -> int:
@@ -97,8 +101,9 @@ def test_bounded_lookups_choose_what_whole_lookups_choose(compiled: bool) -> Non
             want = _brute(router, hashes, workers)
             whole += sum(w.lookups for w in workers)
             for w in workers:
-                w.lookups, w.asked = 0, None
-            got = router.choose(RouteRequest(f"r{case}.{k}", f"s{k % 2}", hashes), workers)
+                w.lookups, w.asked, w.found = 0, None, None
+            req = RouteRequest(f"r{case}.{k}", f"s{k % 2}", hashes)
+            got = router.choose(req, workers, [w.load() for w in workers])
             bounded += sum(w.lookups for w in workers)
             assert got == want, (case, k)
             assert (router._shards is not None) == compiled
@@ -107,10 +112,13 @@ def test_bounded_lookups_choose_what_whole_lookups_choose(compiled: bool) -> Non
             some_open = any(r + q - floor <= router.overload_threshold
                             and u <= router.max_kv_usage for r, q, u in loads)  # fmt: skip
             if compiled and len(hashes) and some_open:
-                # the winner was asked for its whole hit: admission starts from it
-                assert workers[got].asked is hashes
-                assert workers[got].lookups == len(workers[got].kv.longest_hit(
-                    hashes, len(hashes))) + 1
+                # the winner is handed its whole hit (its blocks): admission starts from it
+                found = workers[got].found
+                assert found is not None and found[0] is hashes
+                assert found[1] == workers[got].kv.longest_hit(hashes, len(hashes))
+                assert all(w.found is None for w in workers if w is not workers[got])
+            else:
+                assert all(w.found is None for w in workers)
     assert bounded < whole  # the bound saved lookups (the point of it)
 
 
@@ -122,7 +130,8 @@ def test_a_cluster_of_engines_routes_through_the_compiled_indexes() -> None:
         cluster = Cluster(cfg, ClusterConfig(workers=3, router="prefix-aware"), VirtualClock())
         router = cluster.router
         assert isinstance(router, PrefixAware)
-        assert router.choose(RouteRequest("r", "s", array("q", [1, 2])), cluster.workers) == 0
+        req = RouteRequest("r", "s", array("q", [1, 2]))
+        assert router.choose(req, cluster.workers, cluster.loads()) == 0
         assert (router._shards is not None) == want
 
 

@@ -7,15 +7,13 @@ it, and both sides print what they saw."""
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 from array import array
 from typing import Any
 
 import pytest
 
+from tests.twin import in_child
 from workbench.kernels import native
 from workbench.segments import BLOCK, OUTPUT, UNIT, BlockKeyer, Segments
 from workbench.sim import decoders, kvindex
@@ -86,13 +84,7 @@ def drive(knobs: dict[str, Any], seed: int, ids: bool = False) -> dict[str, Any]
 
 def _in_child(expr: str, compiled: bool) -> Any:
     """``expr`` evaluated in a fresh interpreter that imported this file, as JSON."""
-    code = (f"import json, runpy; m = runpy.run_path({__file__!r}); "
-            f"print(json.dumps(eval({expr!r}, m)))")  # fmt: skip
-    env = {**os.environ, "WORKBENCH_COMPILED": "1" if compiled else "0"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=600, check=False)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout)
+    return in_child(__file__, expr, compiled)
 
 
 def test_the_compiled_parts_are_built_here() -> None:

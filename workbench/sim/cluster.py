@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +33,7 @@ from workbench.placement import (
 from workbench.segments import Segments
 from workbench.sim.config import EngineConfig
 from workbench.sim.dp import DPWorker, RankRequest, check_dp
-from workbench.sim.engine import Engine, EngineRequest, RequestOutput
+from workbench.sim.engine import Engine, EngineRequest, LoadBoard, RequestOutput
 from workbench.sim.router import Router, RouteRequest, make_router
 
 CLUSTER_KNOBS = ("workers", "router", "router_options", "disagg", "dp", "dp_placement")
@@ -173,10 +174,12 @@ class Cluster:
         self.config = config
         self.cluster = cluster
         self.clock = clock
+        # every worker keeps its load (and its span's next event) in its slot here
+        self._board = board = LoadBoard(cluster.size)
         self.workers: list[Engine | DPWorker] = [
-            Engine(config, clock) if cluster.dp == 1
-            else DPWorker(config, clock, cluster.dp, cluster.dp_placement)
-            for _ in range(cluster.size)]  # fmt: skip
+            Engine(config, clock, board, i) if cluster.dp == 1
+            else DPWorker(config, clock, cluster.dp, cluster.dp_placement, board, i)
+            for i in range(cluster.size)]  # fmt: skip
         self.router: Router = make_router(cluster.router, dict(cluster.router_options))
         d = cluster.disagg
         self._front = self.workers[: d.prefill] if d is not None else self.workers
@@ -218,14 +221,15 @@ class Cluster:
             seq.ensure_hashes(bs)
             hashes = seq.hashes[: (seq.prompt_len - 1) // bs]  # as admission looks up
         req = RouteRequest(request_id, session or request_id, () if hashes is None else hashes)
-        i = self.router.choose(req, self._front)
-        if not 0 <= i < len(self._front):
-            raise RuntimeError(f"router {self.router.name} chose worker {i} of {len(self._front)}")
+        loads, nf = self.loads(), len(self._front)
+        i = self.router.choose(req, self._front, loads[:nf] if split else loads)
+        if not 0 <= i < nf:
+            raise RuntimeError(f"router {self.router.name} chose worker {i} of {nf}")
         dec = None
-        if self._decode:
-            loads = [(r + q, u) for r, q, u in (w.load() for w in self._decode)]
-            dec = len(self._front) + loads.index(min(loads))
-        placement = Placement(i, dec, self.workers[i].load()[1])
+        if split:
+            keys = [(r + q, u) for r, q, u in loads[nf:]]
+            dec = nf + keys.index(min(keys))
+        placement = Placement(i, dec, loads[i][1])
         first = self.workers[i].submit_prepared(seq, routed=hashes)
         if isinstance(first, RankRequest):
             placement = dataclasses.replace(placement, rank=first.rank)
@@ -236,16 +240,32 @@ class Cluster:
         self._pending.add(dreq)
         return placement, dreq
 
+    def loads(self) -> list[tuple[int, int, float]]:
+        """Every worker's ``load()`` now: its board slot, once the workers whose span has
+        an event due by now are caught up (``load()`` does it: a span's event-free steps
+        change no load and no cache). The board itself, read at once (the workers
+        rewrite it as they change)."""
+        board = self._board
+        due = min(board.events)
+        if due < math.inf:  # a span: the workers step on a running virtual-time loop
+            now = asyncio.get_running_loop().time()
+            if due <= now:
+                for w, t in zip(self.workers, board.events, strict=True):
+                    if t <= now:
+                        w.load()
+        return board.loads
+
     def stats(self) -> dict[str, Any]:
         """Counters and gauges summed over the workers (KV usage: the mean)."""
-        per = [w.stats() for w in self.workers]
-        out = {k: sum(s[k] for s in per) for k in per[0]}
+        per = [w.stats() for w in self.workers]  # the same keys in the same order
+        columns = zip(*(s.values() for s in per), strict=True)  # one a stat
+        out: dict[str, Any] = dict(zip(per[0], map(sum, columns), strict=True))
         out["kv_usage"] = out["kv_usage"] / len(per)
         return out
 
     def reset_prefix_cache(self) -> bool:
         """Reset every worker's cache; False if any worker still holds blocks (none reset)."""
-        if any(w.load()[0] or w.load()[1] for w in self.workers):
+        if any(running or waiting for running, waiting, _ in self.loads()):
             return False
         return all([w.reset_prefix_cache() for w in self.workers])
 

@@ -41,7 +41,7 @@ from workbench.segments import Segments
 from workbench.sim import cost
 from workbench.sim import scheduler as sched
 from workbench.sim.config import EngineConfig
-from workbench.sim.engine import Engine, RequestOutput, SequenceHandle
+from workbench.sim.engine import Engine, LoadBoard, RequestOutput, SequenceHandle
 
 DP_MAX = 64  # ranks per worker (a node's GPUs, several times over)
 #: rank placements: (the ranks' schedulers, requests placed so far) -> the rank; adding one
@@ -115,9 +115,11 @@ class DPWorker:
     """``dp`` ranks, one step loop, a barrier per step (module doc)."""
 
     def __init__(self, config: EngineConfig, clock: Clock, dp: int,
-                 placement: str = "least-loaded") -> None:  # fmt: skip
+                 placement: str = "least-loaded", board: LoadBoard | None = None,
+                 slot: int = 0) -> None:  # fmt: skip
         check_dp(dp, placement)
         self.config, self.clock = config, clock
+        self._board, self._slot = board, slot  # a cluster's: this worker's load kept there
         self.dp, self.placement = dp, placement
         self.front = Engine(config, clock)  # checks and prepares requests; never started
         # every rank steps explicitly (each running request visited per step): the
@@ -149,6 +151,7 @@ class DPWorker:
             for seq in [*rank.running, *rank.waiting]:
                 rank.abort(seq, now)
                 _notify(seq)
+        self._post()
 
     def validate(self, prompt_ids: Sequence[int] | Segments, max_tokens: int) -> int:
         return self.front.validate(prompt_ids, max_tokens)
@@ -168,6 +171,7 @@ class DPWorker:
         self.placed[r] += 1
         req = RankRequest(self, r, seq)
         self.ranks[r].add(seq)
+        self._post()
         self._wake.set()
         return req
 
@@ -186,6 +190,12 @@ class DPWorker:
         wait = sum(len(s.waiting) for s in self.ranks)
         return run, wait, sum(s.kv.usage for s in self.ranks) / self.dp
 
+    def _post(self) -> None:
+        """Write this worker's load to its cluster's board (``Engine._post``; no spans
+        here: its event slot stays inf), after every change of it."""
+        if self._board is not None:
+            self._board.loads[self._slot] = self.load()
+
     def cached_prefix_blocks(self, hashes: Sequence[int], limit: int | None = None) -> int:
         """The longest prefix any rank's cache holds (a router asks the worker)."""
         n = len(hashes) if limit is None else min(limit, len(hashes))
@@ -194,12 +204,16 @@ class DPWorker:
     def caches_block(self, block_hash: int) -> bool:
         return any(s.kv.holds(block_hash) for s in self.ranks)
 
+    def found_prefix(self, hashes: Sequence[int], hit: list[int]) -> None:
+        """Never called: no compiled index here (``prefix_shard``)."""
+
     def prefix_shard(self) -> None:
         """No one index: each rank has its own (the router takes the Python rule)."""
         return None
 
     def abort(self, req: RankRequest) -> None:
         if self.ranks[req.rank].abort(req.seq, self.clock.now_ns()):
+            self._post()
             req.notify()
 
     def stats(self) -> dict[str, Any]:
@@ -233,7 +247,9 @@ class DPWorker:
     def reset_prefix_cache(self) -> bool:
         if any(s.has_work() for s in self.ranks):
             return False
-        return all([s.kv.reset() for s in self.ranks])
+        done = all([s.kv.reset() for s in self.ranks])
+        self._post()
+        return done
 
     # -- the step loop --------------------------------------------------------------------
     def plan_step(self) -> list[tuple[int, sched.StepPlan, int]]:
@@ -257,7 +273,8 @@ class DPWorker:
         clock = self.clock
         while True:
             t0 = clock.now_ns()
-            plans = self.plan_step()
+            plans = self.plan_step()  # (after the last step's completions: no await between)
+            self._post()
             if not plans:  # no rank has work that fits: wait for a submit
                 self._idle = True
                 self._wake.clear()

@@ -142,6 +142,7 @@ class EngineRequest(SequenceHandle):
         engine = self._engine
         engine._cut()
         if engine._sched.abort(self.seq, engine.clock.now_ns()):
+            engine._post()
             self._notify()
 
     def _notify(self) -> bool:
@@ -184,13 +185,32 @@ SPAN_MAX = 4096  # steps planned at once at most (a span: ``Engine._plan_step``)
 _NEVER = math.inf  # ``Engine._event_s`` with no event in the span
 
 
+class LoadBoard:
+    """Every worker's load as a router reads it, kept by the workers of a cluster.
+
+    Slot ``i`` is worker ``i``'s: ``loads[i]`` is its ``load()`` as its state is now
+    (running, waiting, KV usage: it changes only when the worker does, and the worker
+    rewrites the slot then: ``Engine._post``, ``DPWorker._post``), and ``events[i]`` the
+    time (s, the loop's) from which a read must first catch its span up (``_event_s``;
+    inf: none). A router's read of every worker is then the list, not a call a worker
+    (docs/virtual-time.md, "Spans")."""
+
+    __slots__ = ("events", "loads")
+
+    def __init__(self, n: int) -> None:
+        self.loads: list[tuple[int, int, float]] = [(0, 0, 0.0)] * n
+        self.events: list[float] = [_NEVER] * n
+
+
 class Engine:
     """Waiting/running scheduler + KV cache + cost model, stepping on ``clock``."""
 
-    def __init__(self, config: EngineConfig, clock: Clock) -> None:
+    def __init__(self, config: EngineConfig, clock: Clock,
+                 board: LoadBoard | None = None, slot: int = 0) -> None:  # fmt: skip
         self.config = config
         self.clock = clock
         self._sched = sched.Scheduler(config)
+        self._board, self._slot = board, slot  # a cluster's: this worker's load kept there
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         # virtual time: the loop that runs the steps, the step in
@@ -243,6 +263,7 @@ class Engine:
         for seq in [*self._sched.running, *self._sched.waiting]:
             self._sched.abort(seq, now)
             _handle(seq)._notify()
+        self._post()
 
     def submit(
         self, request_id: str, prompt_ids: Sequence[int] | Segments, max_tokens: int
@@ -277,6 +298,7 @@ class Engine:
         req = EngineRequest(self, seq)
         self._cut()  # before it joins: the steps ended so far did not see it
         self._sched.add(seq)
+        self._post()
         if self._loop is None:
             self._wake.set()
         elif self._step is None:
@@ -309,7 +331,8 @@ class Engine:
             self._catch_up()
 
     def load(self) -> tuple[int, int, float]:
-        """(running requests, waiting requests, KV usage): what a router balances on."""
+        """(running requests, waiting requests, KV usage): what a router balances on (a
+        cluster's router reads them off its ``LoadBoard``, which ``_post`` keeps equal)."""
         if self._ends is not None:
             self._events_up()
         s = self._sched
@@ -324,6 +347,11 @@ class Engine:
         self._routed = (hashes, hit)  # for ``submit_prepared(routed=hashes)``
         return len(hit)
 
+    def found_prefix(self, hashes: Sequence[int], hit: list[int]) -> None:
+        """The router found ``hit`` (block ids), this cache's longest prefix of ``hashes``
+        now, in the index ``prefix_shard`` gave it: ``cached_prefix_blocks``'s look-up."""
+        self._routed = (hashes, hit)  # for ``submit_prepared(routed=hashes)``
+
     def caches_block(self, block_hash: int) -> bool:
         """Whether this engine's prefix cache holds the block of chained hash ``block_hash``
         (a router's bound: a prefix hit longer than ``i`` blocks holds block ``i``)."""
@@ -332,9 +360,18 @@ class Engine:
         return self._sched.kv.holds(block_hash)
 
     def prefix_shard(self) -> tuple[Any, ...] | None:
-        """This engine's compiled prefix index for a router (``sim.router._shards``; it
-        reads ``load()`` of every worker, which brings the index up to date, first)."""
+        """This engine's compiled prefix index for a router (``sim.router._shards``; the
+        cluster catches every worker with an event due up first, ``Cluster.loads``)."""
         return self._sched.kv.shard()
+
+    def _post(self) -> None:
+        """Write this worker's load and next span event to its cluster's board (after
+        every change of either: a plan, a span caught up or cut, a submit, an abort)."""
+        board = self._board
+        if board is not None:
+            s, i = self._sched, self._slot
+            board.loads[i] = (len(s.running), len(s.waiting), s.kv.usage)
+            board.events[i] = self._event_s
 
     def _check(self, n_prompt: int, max_tokens: int) -> int:
         cfg = self.config
@@ -366,6 +403,7 @@ class Engine:
         self._kicked = False
         if self._loop is not None and self._step is None:
             self._plan_step(self.clock.now_ns())
+            self._post()
 
     def _next_plan(self) -> tuple[sched.StepPlan, int] | None:
         """The next step's plan and its duration in ns; None when there is no work or
@@ -438,6 +476,7 @@ class Engine:
         assert ends is not None and self._loop is not None
         self._sched.advance(ends[self._done : -1])
         self._ends, self._event_s = None, _NEVER
+        self._post()
         self._step = self._loop.call_step_at(ends[-1], self._end_step_cb)
         return False
 
@@ -457,6 +496,7 @@ class Engine:
             self._sched.advance(ends[j:k])
             self._done = k
             self._arm_event()
+            self._post()
 
     def _cut(self) -> None:
         """End the span after the step in flight (the engine changes now)."""
@@ -467,6 +507,7 @@ class Engine:
         assert self._step is not None and self._loop is not None
         self._step.cancel()
         self._ends, self._event_s = None, _NEVER
+        self._post()
         self._step = self._loop.call_step_at(ends[j], self._end_step_cb)
 
     def _end_step(self) -> bool:
@@ -480,12 +521,14 @@ class Engine:
             if _handle(seq)._notify():
                 woke = True
         self._plan_step(t_ns)
+        self._post()
         return woke
 
     async def _run(self) -> None:
         while True:
             t0 = self.clock.now_ns()
-            nxt = self._next_plan()
+            nxt = self._next_plan()  # (after the last step's completions: no await between)
+            self._post()
             if nxt is None:  # no work, or nothing fits yet: wait for a submit
                 self._wake.clear()
                 await self._wake.wait()
@@ -515,7 +558,9 @@ class Engine:
     def reset_prefix_cache(self) -> bool:
         """Forget the prefix cache; False (nothing done) while requests hold blocks."""
         self._catch_up()
-        return self._sched.kv.reset()
+        done = self._sched.kv.reset()
+        self._post()
+        return done
 
 
 def _handle(seq: sched.Sequence) -> EngineRequest:

@@ -699,10 +699,12 @@ static inline int rest_less(long long q, double u, Py_ssize_t i, long long bq, d
 }
 
 PyDoc_STRVAR(choose_doc,
-             "choose(hashes, loads, home, overload_threshold, max_kv_usage) -> worker, or -1\n"
+             "choose(hashes, loads, home, overload_threshold, max_kv_usage) -> (worker, hit)\n"
              "PrefixAware's choice (workbench/sim/router.py): among the workers not overloaded\n"
              "(loads: one (running, waiting, usage) a worker), the home one asked first, the\n"
-             "least (-hit, queued, usage, index); -1 when every worker is overloaded.");
+             "least (-hit, queued, usage, index); -1 when every worker is overloaded. hit: the\n"
+             "blocks holding the chosen worker's longest cached prefix of hashes, a list (what\n"
+             "kvindex.prefix gives; empty for -1).");
 
 static PyObject *Shards_choose(Shards *self, PyObject *args) {
     PyObject *hashes_obj, *loads, *ret = NULL;
@@ -762,7 +764,7 @@ static PyObject *Shards_choose(Shards *self, PyObject *args) {
             order[m++] = i;
     }
     if (!m) {
-        ret = PyLong_FromLong(-1);
+        ret = Py_BuildValue("(nN)", (Py_ssize_t)-1, PyList_New(0));
         goto done;
     }
     /* the loop of PrefixAware._best: a worker is looked up in full only when it can win */
@@ -791,7 +793,20 @@ static PyObject *Shards_choose(Shards *self, PyObject *args) {
             have = 1;
         }
     }
-    ret = PyLong_FromSsize_t(best);
+    /* the winner's hit as its blocks (admission starts from them): every lookup of its
+       first best_hit hashes holds (best_hit is its longest hit, whatever bound found it) */
+    PyObject *hit = PyList_New(best_hit);
+    if (!hit)
+        goto done;
+    for (Py_ssize_t j = 0; j < best_hit; j++) {
+        PyObject *b = PyLong_FromLongLong(lookup(&self->t[best], h[j]));
+        if (!b) {
+            Py_DECREF(hit);
+            goto done;
+        }
+        PyList_SET_ITEM(hit, j, b);
+    }
+    ret = Py_BuildValue("(nN)", best, hit);
 done:
     PyMem_Free(copy);
     PyMem_Free(q);

@@ -1,10 +1,10 @@
 """Routers of the simulated cluster: which worker serves a request (pure policy).
 
 A router sees the request (its id, its session key, its prompt's chained block
-hashes when it asks for them) and every worker's load and cache through public
-``Engine`` methods, ``load()``, ``cached_prefix_blocks(hashes)`` and
-``caches_block(hash)``. It
-returns a worker index. Routers are picked by name from ``ROUTERS`` (a
+hashes when it asks for them), every worker's load (``loads``: what each worker's
+``load()`` returns now, which the cluster reads off its ``LoadBoard``) and every
+worker's cache through public ``Engine`` methods, ``cached_prefix_blocks(hashes)`` and
+``caches_block(hash)``. It returns a worker index. Routers are picked by name from ``ROUTERS`` (a
 ``workbench.registry.Registry``); adding one is a class here with one
 ``@ROUTERS.register(name)`` line (the CLI's ``--router`` help lists the registry):
 
@@ -31,15 +31,20 @@ from workbench.errors import ConfigError
 from workbench.registry import Registry
 from workbench.sim import kvindex
 
+Load = tuple[int, int, float]  # (running, waiting, KV usage): ``Engine.load()``
+
 
 class Worker(Protocol):
-    """What a router reads of a worker (``workbench.sim.engine.Engine`` has both)."""
-
-    def load(self) -> tuple[int, int, float]: ...
+    """What a router reads of a worker's cache (``workbench.sim.engine.Engine`` has it)."""
 
     def cached_prefix_blocks(self, hashes: Sequence[int], limit: int | None = None) -> int: ...
 
     def caches_block(self, block_hash: int) -> bool: ...
+
+    def found_prefix(self, hashes: Sequence[int], hit: list[int]) -> None:
+        """``hit``, the blocks holding the worker's longest cached prefix of ``hashes``,
+        found by the compiled router (what ``cached_prefix_blocks`` would look up)."""
+        ...
 
     def prefix_shard(self) -> tuple[Any, ...] | None:
         """The worker's compiled prefix index (``Shards`` holds it), None without one."""
@@ -60,14 +65,16 @@ class Router(Protocol):
     name: str
     needs_hashes: bool
 
-    def choose(self, req: RouteRequest, workers: Sequence[Worker]) -> int: ...
+    def choose(self, req: RouteRequest, workers: Sequence[Worker], loads: Sequence[Load]) -> int:
+        """The worker of ``req``; ``loads[i]`` is worker ``i``'s load now."""
+        ...
 
 
 ROUTERS: Registry[Callable[..., Router]] = Registry("router")
 
 
-def _least_loaded(workers: Sequence[Worker]) -> int:
-    keys = [(running + waiting, usage) for running, waiting, usage in (w.load() for w in workers)]
+def _least_loaded(loads: Sequence[Load]) -> int:
+    keys = [(running + waiting, usage) for running, waiting, usage in loads]
     return keys.index(min(keys))  # the first of the least
 
 
@@ -79,7 +86,7 @@ class RoundRobin:
     def __init__(self) -> None:
         self._next = 0
 
-    def choose(self, req: RouteRequest, workers: Sequence[Worker]) -> int:
+    def choose(self, req: RouteRequest, workers: Sequence[Worker], loads: Sequence[Load]) -> int:
         i = self._next % len(workers)
         self._next += 1
         return i
@@ -90,8 +97,8 @@ class LeastLoaded:
     name = "least-loaded"
     needs_hashes = False
 
-    def choose(self, req: RouteRequest, workers: Sequence[Worker]) -> int:
-        return _least_loaded(workers)
+    def choose(self, req: RouteRequest, workers: Sequence[Worker], loads: Sequence[Load]) -> int:
+        return _least_loaded(loads)
 
 
 @ROUTERS.register("session-affinity")
@@ -107,12 +114,12 @@ class SessionAffinity:
         self.max_sessions = int(max_sessions)
         self._home: OrderedDict[str, int] = OrderedDict()
 
-    def choose(self, req: RouteRequest, workers: Sequence[Worker]) -> int:
+    def choose(self, req: RouteRequest, workers: Sequence[Worker], loads: Sequence[Load]) -> int:
         home = self._home.get(req.session)
         if home is not None and home < len(workers):
             self._home.move_to_end(req.session)
             return home
-        home = _least_loaded(workers)
+        home = _least_loaded(loads)
         self._home[req.session] = home
         if len(self._home) > self.max_sessions:
             self._home.popitem(last=False)
@@ -148,8 +155,7 @@ class PrefixAware:
         self._for: Sequence[Worker] | None = None  # the workers ``_shards`` holds
         self._shards: Any = None
 
-    def choose(self, req: RouteRequest, workers: Sequence[Worker]) -> int:
-        loads = [w.load() for w in workers]
+    def choose(self, req: RouteRequest, workers: Sequence[Worker], loads: Sequence[Load]) -> int:
         home = self._home.get(req.session)
         if workers is not self._for:  # the workers' compiled indexes, taken once (None: a
             # worker has none: the dict twin, no prefix caching, attention-DP ranks)
@@ -157,21 +163,21 @@ class PrefixAware:
             native = None if None in views else kvindex.native
             self._for, self._shards = workers, native and native.Shards(views)
         if self._shards is not None:  # the rule below in one compiled call (kvcache.c)
-            best = self._shards.choose(req.hashes, loads, -1 if home is None else home,
-                                       self.overload_threshold, self.max_kv_usage)
+            best, hit = self._shards.choose(req.hashes, loads, -1 if home is None else home,
+                                            self.overload_threshold, self.max_kv_usage)
             if best >= 0 and req.hashes:  # the winner's hit, which admission starts from
-                workers[best].cached_prefix_blocks(req.hashes)
+                workers[best].found_prefix(req.hashes, hit)
         else:
             best = self._best(req.hashes, home, workers, loads)
         if best < 0:  # every worker overloaded
-            return _least_loaded(workers)
+            return _least_loaded(loads)
         if len(self._home) >= self._HOMES_MAX:
             self._home.clear()
         self._home[req.session] = best
         return best
 
     def _best(self, hashes: Sequence[int], home: int | None, workers: Sequence[Worker],
-              loads: list[tuple[int, int, float]]) -> int:
+              loads: Sequence[Load]) -> int:
         """The rule in Python (``Shards.choose``'s twin), -1 when every worker is
         overloaded: the open worker of least ``(-hit, queued, usage, index)``, the longest
         hit, ties to lower load then lower index (the same one in any order).
