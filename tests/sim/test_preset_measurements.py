@@ -74,7 +74,7 @@ BOUNDS: dict[str, dict[str, float]] = {
     "trtllm-0.9.0-dli_mixtral-8x7b_2xa100-tp2_static-batch":
         {"ttft": 0.18, "latency": 0.20},
     "trtllm-0.9.0-dli_mixtral-8x7b_4xl40s-tp4_static-batch":
-        {"ttft": 0.36, "latency": 0.68},
+        {"ttft": 0.28, "latency": 0.24},
     "trtllm-perf-overview-v1.0_llama-3.1-8b-3.3-70b_h100-h200-fp8_max-throughput":
         {"throughput": 0.15},
     "tt-inference-server_qwen3-30b-a3b_1xa100_c1-sweep":

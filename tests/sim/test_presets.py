@@ -138,9 +138,10 @@ def test_fp8w_keeps_a_16_bit_kv_cache_under_fp8_weights() -> None:
 
 def test_an_all_reduce_is_costed_on_the_gpus_fabric() -> None:
     """docs/hardware.md, "All-reduce by fabric": through NVSwitch and over an xGMI mesh
-    one all-reduce pays one crossing's latency whatever the TP; a PCIe ring pays it per
-    hop; the bytes go at the link's bandwidth (the mesh's split over its peer links, each
-    at the ~48 of 64 GB/s AMD measured usable on an xGMI link)."""
+    one all-reduce pays one crossing's latency whatever the TP; a PCIe ring pays it once
+    and NCCL's 1 µs per-step PCIe latency for each of its 2·(TP−1) steps; the bytes go at
+    the link's bandwidth (the mesh's split over its peer links, each at the ~48 of 64 GB/s
+    AMD measured usable on an xGMI link; PCIe Gen4 x16 at NCCL's 24 of 32 GB/s)."""
     f = resolve("llama-3.1-70b/h100/tp8").factors
     one = f.allreduce_us * 1e-6 * 2 * 80  # two all-reduces × 80 layers, latency only
     switch = {tp: resolve(f"llama-3.1-70b/h100/tp{tp}").allreduce_s(1) for tp in (2, 4, 8)}
@@ -149,11 +150,15 @@ def test_an_all_reduce_is_costed_on_the_gpus_fabric() -> None:
         assert switch[tp] == pytest.approx(one, rel=1e-2)
         assert mesh[tp] == pytest.approx(one, rel=2e-2)
     ring = {tp: resolve(f"mixtral-8x7b/l40s/tp{tp}").allreduce_s(1) for tp in (2, 4)}
-    hop = f.allreduce_us * 1e-6 * 2 * 32
-    for tp in (2, 4):
-        assert ring[tp] == pytest.approx(2 * (tp - 1) * hop, rel=1e-2)
-    # bandwidth: 8,192 tokens × 8,192 × 2 B, 2·(TP−1)/TP of it moved
+    for tp in (2, 4):  # 32 layers: the crossing once, then 2·(TP−1) steps of 1 µs
+        one_token = 2 * (tp - 1) / tp * 4096 * 2 / 24e9
+        assert ring[tp] == pytest.approx(
+            2 * 32 * ((f.allreduce_us + 2 * (tp - 1) * 1.0) * 1e-6 + one_token), rel=1e-9)
     big = 8192
+    l40s = resolve("mixtral-8x7b/l40s/tp4")  # 4,096 wide; PCIe Gen4 x16 at 24 GB/s usable
+    assert l40s.allreduce_s(big) == pytest.approx(
+        2 * 32 * ((f.allreduce_us + 6.0) * 1e-6 + 2 * 3 / 4 * big * 4096 * 2 / 24e9), rel=1e-9)
+    # bandwidth: 8,192 tokens × 8,192 × 2 B, 2·(TP−1)/TP of it moved
     size = big * 8192 * 2
     h100 = resolve("llama-3.1-70b/h100/tp8")
     assert h100.allreduce_s(big) == pytest.approx(

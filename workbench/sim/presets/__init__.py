@@ -38,7 +38,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.sim.presets.catalog import ACCELERATORS, MODELS, Accelerator, Model
+from workbench.sim.presets.catalog import (
+    ACCELERATORS,
+    MODELS,
+    PCIE_RING_STEP_US,
+    Accelerator,
+    Model,
+)
 
 GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default --gpu-memory-utilization
 RESERVE_GB = 2.0  # per GPU: activations at 8,192 batched tokens, CUDA graphs, NCCL buffers
@@ -56,14 +62,15 @@ class Factors:
     launches, norms, sampling: ``step_overhead_ms``, ``layer_us``); the fixed latency
     of every request (HTTP, tokenising, scheduling: ``EngineConfig.request_overhead_ms``);
     and the latency of one tensor-parallel all-reduce crossing the GPU fabric once
-    (``allreduce_us``: one switch crossing or one direct link; a PCIe ring pays it per
-    hop). ``attn_block_share``: the share of the GPU's HBM bandwidth one thread block
-    reaches when an engine's decode attention runs one block per (sequence, head) over
-    the whole context (TensorRT-LLM's masked MHA without its multi-block mode); it costs
-    a step only where ``unsplit_attention`` is 1 — a switch, not a fitted factor: the
-    published tables of such an engine say so (``# decode_attention: unsplit``,
-    docs/hardware.md "Decode attention"), a calibrated preset may; 0 (an engine that
-    splits the context over blocks: the KV bytes term alone) otherwise.
+    (``allreduce_us``: one switch crossing or one direct link; a PCIe ring pays it once
+    and NCCL's per-step latency for each of its steps). ``attn_block_share``: the share
+    of the GPU's HBM bandwidth one thread block reaches when an engine's decode attention
+    runs one block per (sequence, head) over the whole context (TensorRT-LLM's masked
+    MHA without its multi-block mode); it costs a step only where ``unsplit_attention``
+    is 1 — a switch, not a fitted factor: the published tables of such an engine say so
+    (``# decode_attention: unsplit``, docs/hardware.md "Decode attention"), a calibrated
+    preset may; 0 (an engine that splits the context over blocks: the KV bytes term
+    alone) otherwise.
     ``collapsed_routing``: a switch too — 1 where a MoE's router sends every token of a
     step to the same ``k`` experts (random gate weights of a fake-weight benchmark: a
     table's ``# moe_routing: collapsed``, docs/hardware.md "MoE routing"), so a step reads
@@ -206,8 +213,10 @@ class Preset:
         * ``mesh`` (xGMI): one direct hop of ``allreduce_us``; the bytes go over the TP−1
           peer links in use, each ``link / mesh_peers`` of the bandwidth, at the share of
           it a collective reaches (``Accelerator.link_usable``);
-        * ``pcie`` (a ring): 2·(TP−1) hops of ``allreduce_us`` each and the bytes over
-          the PCIe link."""
+        * ``pcie`` (a ring over PCIe): ``allreduce_us`` once (the collective's launch and
+          synchronisation, as on any fabric) plus, for each of the ring's 2·(TP−1) steps,
+          NCCL's per-step PCIe latency (``catalog.PCIE_RING_STEP_US``), and the bytes
+          over the PCIe link at the share NCCL's topology model gives it."""
         if self.tp == 1 or tokens <= 0:
             return 0.0
         m, g, tp = self.model, self.gpu, self.tp
@@ -220,7 +229,7 @@ class Preset:
             gbps = g.link_gbps
         gbps *= g.link_usable  # the share a collective reaches (catalog; 1.0 unless stated)
         if g.fabric == "pcie":
-            latency *= 2 * (tp - 1)
+            latency += 2 * (tp - 1) * PCIE_RING_STEP_US * 1e-6
         return 2 * m.layers * (latency + moved / (gbps * 1e9))
 
     def gemm_efficiency(self, tokens: int) -> float:

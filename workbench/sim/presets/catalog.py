@@ -15,6 +15,12 @@ from dataclasses import dataclass
 #: the GPU fabrics an all-reduce is costed on (``presets.Preset.allreduce_s``; docs/hardware.md)
 FABRICS = ("switch", "mesh", "pcie")
 
+#: the latency, in µs, of each of a ring all-reduce's 2·(TP−1) steps between GPUs that
+#: reach each other over PCIe: NCCL's own tuning model (``hwLat[PCI][Ring][LL]``, 1.0 µs
+#: a step, the low-latency protocol it picks for small messages; docs/hardware.md
+#: "All-reduce by fabric")
+PCIE_RING_STEP_US = 1.0
+
 
 @dataclass(frozen=True, slots=True)
 class Accelerator:
@@ -37,8 +43,9 @@ class Accelerator:
     fabric: str = "switch"
     mesh_peers: int = 0  # direct links of a "mesh" GPU (MI300X: 7)
     #: the share of ``link_gbps`` a collective's bytes can reach, where a public
-    #: measurement states it (MI300X xGMI: ~48 of 64 GB/s a link after CRC and protocol
-    #: overhead, docs/hardware.md "All-reduce by fabric"); 1.0 where none was found
+    #: measurement or model states it (MI300X xGMI: ~48 of 64 GB/s a link after CRC and
+    #: protocol overhead; a PCIe Gen4 x16 link: NCCL's 24 of 32 GB/s; docs/hardware.md
+    #: "All-reduce by fabric"); 1.0 where none was found
     link_usable: float = 1.0
 
     @property
@@ -138,8 +145,10 @@ ACCELERATORS: dict[str, Accelerator] = {
                     "https://www.mullet.se/product.html?product_id=355414 and "
                     "https://www.itcreations.com/nvidia-gpu/nvidia-l40s-gpu-accelerator "
                     "(48 GB GDDR6, 864 GB/s, BF16 362 / FP8 733 dense, PCIe Gen4 x16 "
-                    "64 GB/s bidirectional, no NVLink)." + SMI, reported_gb=48.30,
-                    fabric="pcie"),
+                    "64 GB/s bidirectional, no NVLink)." + SMI + " Usable PCIe share: NCCL's "
+                    "topology model of a Gen4 x16 link, 16 lanes x 12 Gb/s = 24 of 32 GB/s "
+                    "(https://github.com/NVIDIA/nccl src/graph/topo.cc, kvDictPciGen)",
+                    reported_gb=48.30, fabric="pcie", link_usable=0.75),
         Accelerator("mi300x", 192, 5300, 1307.4, 2614.9, 448, 64,
                     "https://www.jaredwatkins.com/research/ai-accelerators/amd-instinct/"
                     "mi300-series/ (192 GB HBM3, 5.3 TB/s, ~1.3 PFLOPS FP16, ~2.6 PFLOPS FP8) "
