@@ -71,10 +71,22 @@ def _command_of(argv: Sequence[str]) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command ``argv`` (None: the process's own command line, ``sys.argv``) and
+    return its exit status. With None the process exits next, so what it holds is left
+    to the operating system: ``gc.freeze`` keeps the interpreter's final collections off
+    it (docs/virtual-time.md, "The process's exit")."""
+    status = _main(sys.argv[1:] if argv is None else argv)
+    if argv is None:
+        import gc
+
+        gc.freeze()
+    return status
+
+
+def _main(argv: Sequence[str]) -> int:
     interrupt_early()
     command = ""
     try:
-        argv = sys.argv[1:] if argv is None else argv
         parser = build_parser(_command_of(argv))  # imports every command module
         args, extra = parser.parse_known_args(argv)
         command = args.command or ""

@@ -2,6 +2,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import workbench
 
 ROOT_DATA = Path(workbench.__file__).parent / "data"
@@ -19,6 +21,69 @@ def test_import_is_lazy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
     assert "load_trace" in dir(workbench)
+
+
+def test_a_simulate_command_imports_no_frame_library_before_its_run_files(tmp_path):
+    """What ``workbench simulate`` imports up to the run (its arguments, the config with an
+    SLO, the virtual executor) and for its summary and headline imports neither pandas nor
+    the sweeps: pandas comes only with a frame (bench/README.md, "CLI start-up")."""
+    code = (
+        "import sys\n"
+        "from workbench import cli\n"
+        "from workbench.commands._axes import config_from_args\n"
+        "argv = ['simulate', '--trace', 'x.jsonl', '--slo', 'ttft_ms<=2000',\n"
+        f"        '-o', {str(tmp_path)!r}]\n"
+        "args = cli.build_parser('simulate').parse_args(argv)\n"
+        "cfg = config_from_args(args)\n"
+        "assert cfg.slo == {'ttft_ms': 2000.0}, cfg.slo\n"
+        "import workbench.executors.virtual, workbench.metrics.summary, workbench.metrics.slo\n"
+        "import workbench.metrics.files, workbench.report.headline, workbench.commands.replay\n"
+        "from workbench.metrics import summarize, summary_of\n"
+        "print(sorted(m for m in ('pandas', 'workbench.sweeps', 'workbench.metrics.breakdown')\n"
+        "             if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_process_command_line_leaves_its_objects_to_the_exit_a_call_does_not(tmp_path):
+    """``main()`` (the process's own command line) freezes the collector before the exit
+    (docs/virtual-time.md, "The process's exit"); ``main(argv)`` leaves it alone, and the
+    run's files are complete either way."""
+    import gc
+    import json
+
+    from workbench.cli import main
+
+    trace = str(Path(workbench.__file__).parent / "data/tracelab/multi_session_example.csv")
+    argv = ["simulate", "--trace", trace, "--max-items", "3", "-o", str(tmp_path)]
+    before = gc.get_freeze_count()
+    assert main([*argv, "--run-id", "call"]) == 0
+    assert gc.get_freeze_count() == before
+    code = ("import gc, sys\nfrom workbench.cli import main\n"
+            f"sys.argv = ['workbench', *{argv!r}, '--run-id', 'process']\n"
+            "status = main()\nprint(status, gc.get_freeze_count() > 0)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout  # fmt: skip
+    assert out.split()[-2:] == ["0", "True"]
+    for name in ("summary.json", "records.parquet", "manifest.json"):
+        assert (tmp_path / "process" / name).read_bytes() and (tmp_path / "call" / name).exists()
+    summaries = [json.loads((tmp_path / r / "summary.json").read_text()) for r in ("call",
+                                                                                  "process")]
+    assert summaries[0] == summaries[1]
+
+
+def test_the_metrics_package_names_import_on_first_use():
+    """``workbench.metrics``' names are its modules' (imported when first asked for)."""
+    import workbench.metrics as metrics
+    from workbench.metrics import breakdown, frame, summary, timeline
+
+    assert metrics.summarize is summary.summarize and metrics.to_frame is frame.to_frame
+    assert metrics.by_round_index is breakdown.by_round_index
+    assert metrics.in_flight_timeline is timeline.in_flight_timeline
+    assert set(metrics.__all__) <= set(dir(metrics))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = metrics.nope  # type: ignore[attr-defined]
 
 
 # -- issue 14 item 8: errors a person can act on --------------------------------------------

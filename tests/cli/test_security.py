@@ -165,3 +165,22 @@ def test_a_record_line_is_redacted_however_many_numbers_surround_the_secret():
     assert redact.line(joined) == joined
     clean = orjson.dumps({"t": times, "id": "run-1"}) + b"\n"
     assert redact.line(clean) is clean  # a clean line is not copied
+
+
+def test_the_named_trigger_scan_finds_what_the_substring_searches_find():
+    """``redact._named`` (each ``-`` and ``b`` looked at, then the searches past
+    ``_SCAN_MAX``) answers as ``sk-``/``bearer``/``basic`` in the line do, triggers at
+    any place among many dashes and b's, at the line's ends, and none."""
+    import random
+
+    rng = random.Random(44)
+    alphabet = b"-bkseaicr_\"{}:x"
+    for n in range(3000):
+        size = rng.choice((0, 1, 3, 8, 40, 200))
+        low = bytes(rng.choice(alphabet) for _ in range(size))
+        if n % 3 == 0:  # a trigger planted somewhere, after up to 100 dashes and b's
+            cut = rng.randrange(len(low) + 1)
+            pad = b"-b" * rng.randrange(50)
+            low = low[:cut] + pad + rng.choice((b"sk-", b"bearer", b"basic")) + low[cut:]
+        want = b"sk-" in low or b"bearer" in low or b"basic" in low
+        assert redact._named(low) == want, low

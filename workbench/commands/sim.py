@@ -4,7 +4,6 @@ calibrate``: fit its cost model from a real engine's runs."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import dataclasses
 import json
@@ -120,6 +119,8 @@ def cluster_knobs_from_args(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     if args.sim_command == "calibrate":
         return run_calibrate(args)
+    import asyncio
+
     from workbench.config.engine_file import read_engine_file
     from workbench.sim.cluster import split_knobs
     from workbench.sim.config import EngineConfig

@@ -145,7 +145,8 @@ class RunConfig:
         if self.run_id is not None:
             v.check_run_id("run_id", self.run_id)
         if self.slo:
-            # imported here: its module imports pandas (bench/README.md, "CLI start-up")
+            # imported here: reading a config needs no metrics module (bench/README.md,
+            # "CLI start-up")
             from workbench.metrics.slo import run_slo
 
             run_slo(self.slo, "slo")  # the one SLO grammar (docs/sweeps.md "SLO")

@@ -11,15 +11,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from workbench.metrics.derive import FLOAT_COLUMNS, INT_COLUMNS, TokenRows, derive, int_rows
 from workbench.metrics.frame import to_frame
 from workbench.storage import columnar
 from workbench.storage.rundir import RECORDS, resolve_run_dir
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +156,8 @@ class _FrameSource:
         return name in self.df.columns or extra or gaps
 
     def load(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        import pandas as pd
+
         if name in _FROM_GAPS and name not in self.df.columns:
             reduce = _FROM_GAPS[name]
             col = pd.Series([reduce(g) for g in self.df["itl_ms"]], dtype=object)

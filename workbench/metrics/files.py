@@ -6,14 +6,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from workbench.errors import WRITE_ERRNOS, ConfigError, OutputWriteError
 from workbench.metrics.frame import to_frame
 from workbench.metrics.summary import summarize
 from workbench.records import RunResult
 from workbench.storage.rundir import RECORDS, SUMMARY, load, read_json, write_json, write_run
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,8 @@ def write_parquet(run_dir: Path) -> None:
 def load_frames(directory: str | Path) -> dict[str, pd.DataFrame]:
     """Everything of a run as DataFrames: ``records`` (with metrics), ``lifecycle``,
     ``timeline`` and ``summary`` (one row, nested keys joined with dots)."""
+    import pandas as pd
+
     result = load(directory)
     d = Path(result.run_dir or directory)
     summary = read_json(d / SUMMARY) if (d / SUMMARY).exists() else summarize(result)

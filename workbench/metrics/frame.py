@@ -9,10 +9,9 @@ from __future__ import annotations
 import dataclasses
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
-import pandas as pd
 
 import workbench.catalogs.requests as catalog
 from workbench.errors import ConfigError
@@ -27,6 +26,9 @@ from workbench.metrics.derive import (
 from workbench.records import RequestRecord, RunResult
 from workbench.storage.rundir import load_records
 
+if TYPE_CHECKING:  # pandas is imported by what builds a frame, not with the module
+    import pandas as pd
+
 RAW_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RequestRecord))
 NS_COLUMNS: tuple[str, ...] = tuple(
     c for c in RAW_COLUMNS if c.endswith("_ns") and c != "token_times_ns"
@@ -36,7 +38,7 @@ DERIVED_COLUMNS: tuple[str, ...] = catalog.FRAME_COLUMNS
 LIST_COLUMNS: tuple[str, ...] = catalog.names(kind="list")
 COLUMNS: tuple[str, ...] = RAW_COLUMNS + DERIVED_COLUMNS
 
-Data = RunResult | Iterable[RequestRecord | Mapping[str, Any]] | pd.DataFrame
+Data: TypeAlias = "RunResult | Iterable[RequestRecord | Mapping[str, Any]] | pd.DataFrame"
 
 
 def as_records(
@@ -88,6 +90,8 @@ def output_token_counts(recs: Sequence[RequestRecord]) -> list[int]:
 def to_frame(data: Data) -> pd.DataFrame:
     """One row per request: the raw record fields plus the derived metrics; ``*_ns`` columns
     nullable ``Int64`` (exact). A DataFrame is returned unchanged."""
+    import pandas as pd
+
     if isinstance(data, pd.DataFrame):
         return data
     recs = as_records(data)
@@ -161,6 +165,8 @@ def _frame(raw: dict[str, Any], *, tokens: tuple[TokenRows, TokenRows] | None = 
            ) -> pd.DataFrame:  # fmt: skip
     """The frame of ``raw`` (a list per raw field); ``tokens``: ``frame_of_stream``'s flat
     token rows, derived from instead of ``raw``'s lists."""
+    import pandas as pd
+
     times, counts = tokens or (raw["token_times_ns"], raw["token_counts"])
     d = derive(raw, times, counts)
     cols: dict[str, Any] = {name: raw[name] for name in RAW_COLUMNS}

@@ -12,15 +12,17 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 import workbench.catalogs.requests as catalog
 from workbench.errors import ConfigError
 from workbench.metrics.columns import Columns
 from workbench.metrics.distribution import percentile, sample
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _PCT = re.compile(r"^\s*([a-z0-9_]+)\s*:\s*p(\d+(?:\.\d+)?)\s*<=\s*([0-9.eE+-]+)\s*$")
 _REQ = re.compile(r"^\s*([a-z0-9_]+)\s*(?:<=|=)\s*([0-9.eE+-]+)\s*$")

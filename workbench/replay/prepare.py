@@ -106,10 +106,9 @@ def trace_sha256(workload: Workload) -> str | None:
 
 def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -> RunManifest:
     """Everything needed to know what ran: config, trace identity, versions, host."""
-    from importlib.metadata import version  # aiohttp's without importing it (virtual runs)
+    from importlib.metadata import version  # aiohttp's and pandas' without importing them
 
     import numpy
-    import pandas
 
     cfg.register_secrets()  # before anything of the run is written or printed
     config = cfg.to_dict()
@@ -138,7 +137,7 @@ def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -
             "workbench": __version__,
             "python": sys.version.split()[0],
             "aiohttp": version("aiohttp"),
-            "pandas": pandas.__version__,
+            "pandas": version("pandas"),
             "numpy": numpy.__version__,
         },
         # pid and its start time: tells a dead process's "running" manifest (running_note)

@@ -213,28 +213,30 @@ class RoundMaker:
         if len(memo) > _MEMO_MAX:
             memo.clear()
         whole = _whole_block_parts(prompt, bs)
-        j, nb = len(out), -(-n // bs)
+        j, nb = len(out), len(whole)
+        prev = out[-1] if out else None
         while j < nb:
-            part = whole.get(j)
+            part = whole[j]
             if part is None:
                 break
             seen = memo.get(part[1])
-            if seen is None or seen[0] != (out[-1] if out else None) or seen[1] != part[3]:
+            if seen is None or seen[0] != prev or seen[1] != part[3]:
                 break
-            out.append(seen[2])
+            out.append(prev := seen[2])
             j += 1
         for lo in range(j, nb, _DRAW_BLOCKS):  # a chunk's arrays stay in the CPU's cache
             hi = min(lo + _DRAW_BLOCKS, nb)
-            keys = [p[1] for i in range(lo, hi) if (p := whole.get(i)) is not None]
+            keys = [p[1] for p in whole[lo:hi] if p is not None]
             prev = out[-1] if out else None
             if len(keys) == hi - lo:  # whole hash-id blocks
                 out += self.pool.chain_heads(prev, keys, bs, min(hi * bs, n) - lo * bs)
             else:
                 out += chain_hashes(prev, self._draw(prompt, lo * bs, min(hi * bs, n)), bs)
-        for i in range(j, nb):
-            part = whole.get(i)
+        prev = out[j - 1] if j else None
+        for part, h in zip(whole[j:], out[j:], strict=True):
             if part is not None:
-                memo[part[1]] = (out[i - 1] if i else None, part[3], out[i])
+                memo[part[1]] = (prev, part[3], h)
+            prev = h
         run.last_prompt, run.last_hashes = prompt, out
         return out
 
@@ -293,15 +295,18 @@ def drop_hash_memos() -> None:
     _MEMOS.clear()
 
 
-def _whole_block_parts(prompt: Segments, bs: int) -> dict[int, Part]:
-    """Record block index → the hash-id part that is exactly that block."""
-    out: dict[int, Part] = {}
+def _whole_block_parts(prompt: Segments, bs: int) -> list[Part | None]:
+    """Record block index → the hash-id part that is exactly that block (None: none is)."""
+    n = len(prompt)
+    out: list[Part | None] = [None] * -(-n // bs)
     off = 0
     for part in prompt.parts:
-        whole = part[3] == bs or off + part[3] == len(prompt)
-        if part[0] == BLOCK and off % bs == 0 and part[2] == 0 and part[3] <= bs and whole:
+        m = part[3]
+        if part[0] == BLOCK and off % bs == 0 and part[2] == 0 and (
+            m == bs or (0 < m < bs and off + m == n)
+        ):
             out[off // bs] = part
-        off += part[3]
+        off += m
     return out
 
 

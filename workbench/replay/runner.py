@@ -272,7 +272,7 @@ class Runner:
         return None
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task = asyncio.ensure_future(coro)
+        task = asyncio.get_running_loop().create_task(coro)  # (ensure_future's checks: none)
         self._tasks.add(task)
         self._idle.clear()
         task.add_done_callback(self._task_done)
@@ -545,7 +545,11 @@ class Runner:
                 "'trace-reported', or a server/backend that returns token ids "
                 "(vLLM: return_token_ids; vllm-tokens; sglang-tokens)"
             )
-        run.context = make.carry(prompt, out_ids)
+        rounds = run.plan.rounds
+        if k + 1 < len(rounds) and rounds[k + 1].round.hash_ids is None:
+            # only a next session round reads the conversation (a hash-id round's prompt
+            # is its hash ids'): not carried past the last round or into a hash-id one
+            run.context = make.carry(prompt, out_ids)
         self._finish(rec)
         return rec
 

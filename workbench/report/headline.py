@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import workbench.catalogs.requests as catalog
 from workbench.metrics.slo import DEFAULT_MIN_OK
@@ -18,8 +18,11 @@ from workbench.metrics.wording import capacity_phrase, delivery_warning
 from workbench.metrics.wording import sig as sig
 from workbench.records import RunManifest
 from workbench.storage.rundir import read_manifest
-from workbench.sweeps.groups import RATE_AXIS, Capacity, best, capacities, groups, load_axis
-from workbench.sweeps.store import Sweep
+
+if TYPE_CHECKING:  # the sweep sentences import ``workbench.sweeps`` where they use it: a
+    # run's headline, a command's last line, does not (bench/README.md, "CLI start-up")
+    from workbench.sweeps.groups import Capacity
+    from workbench.sweeps.store import Sweep
 
 SEP = " · "
 #: a run "meets" its per-request SLO when this share of its requests attained every
@@ -154,6 +157,8 @@ def capacity_lines(sweep: Sweep, rounds: float | None = None) -> list[str]:
 
 def _capacity_lines(sweep: Sweep, rounds: float | None = None) -> tuple[str, list[str]]:
     """The opening (``"At TTFT p90 ≤ 2 s:"``) and the sentences after it."""
+    from workbench.sweeps.groups import RATE_AXIS, capacities, load_axis
+
     if not any(k.partition(":")[2] for k in (sweep.slo or {})):
         return "No SLO: the sweep has no capacity to state.", []
     if load_axis(sweep) == RATE_AXIS and rounds is None:
@@ -169,6 +174,8 @@ def _capacity_lines(sweep: Sweep, rounds: float | None = None) -> tuple[str, lis
 def group_sentence(cap: Capacity, rounds: float | None = None) -> str:
     """One configuration's capacity: ``"capacity 1.6 req/s sustained, at 2.75 req/s
     offered: the highest load that held (found by search); it broke at 4 req/s."``"""
+    from workbench.sweeps.groups import RATE_AXIS
+
     axis = cap.axis
     if axis is None:
         return "no load axis: no capacity to state."
@@ -203,6 +210,8 @@ def group_sentence(cap: Capacity, rounds: float | None = None) -> str:
 def best_sentence(caps: list[Capacity], rounds: float | None = None) -> str:
     """The best configuration by the highest load that held (ties named as ties; one that
     held over a lower range named as maybe higher)."""
+    from workbench.sweeps.groups import best
+
     b = best(caps)
     if b is None:
         return "No configuration held the SLO at any load tried."
@@ -247,6 +256,8 @@ def _again(cap: Capacity, rounds: float | None) -> str:
 def _load_text(axis: str, value: Any, rounds: float | None, offered: bool = True) -> str:
     """A load in words: ``"2.75 req/s offered"``, ``"2 sessions/s offered (12.4 req/s)"``
     for sessions of several rounds, ``"arrival.max_concurrency = 12"``."""
+    from workbench.sweeps.groups import RATE_AXIS
+
     if axis != RATE_AXIS:
         return f"{axis} = {sig(value)}"
     if rounds and rounds > 1:
@@ -270,6 +281,8 @@ def sweeps_headline(sweeps: Mapping[str, Sweep]) -> Headline:
 
 def sweep_headline_lines(sweep: Sweep, label: str | None = None) -> list[str]:
     """What varied over which values, in which mode, then the capacity (``capacity_lines``)."""
+    from workbench.sweeps.groups import groups, load_axis
+
     axis = load_axis(sweep) or "point"
     gs = groups(sweep)
     values = [p["params"][axis] for g in gs for p in g.points if axis in p["params"]]

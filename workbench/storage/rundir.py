@@ -65,13 +65,14 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
+_LINE = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
+
+
 def dumps_line(obj: Any) -> bytes:
     """One compact JSON line (with trailing newline); NaN becomes null."""
-    if isinstance(obj, RequestRecord):  # orjson serialises the slots dataclass in C
-        try:
-            return orjson.dumps(
-                obj, default=_default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
-            )
+    if type(obj) is dict or isinstance(obj, RequestRecord):  # orjson serialises both in C,
+        try:  # the newline appended there (lifecycle and timeline rows are dicts)
+            return orjson.dumps(obj, default=_default, option=_LINE)
         except TypeError:
             pass
     return _dumps(_plain(obj), indent=False) + b"\n"
@@ -193,11 +194,13 @@ class RecordWriter:
         is cut back to the last whole line, and the error goes to ``on_error``."""
         if self.error is not None:
             return
-        view = memoryview(data)
         try:
-            while view:
-                written = self._fh.write(view)
-                view = view[written or 0 :]
+            written = self._fh.write(data)  # nearly always whole: no view made
+            if written != len(data):
+                view = memoryview(data)[written or 0 :]
+                while view:
+                    written = self._fh.write(view)
+                    view = view[written or 0 :]
             if self._fsync:
                 os.fsync(self._fh.fileno())
         except OSError as exc:
