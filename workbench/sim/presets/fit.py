@@ -16,7 +16,9 @@ source without it and predicts that source's rows. ``python -m
 workbench.sim.presets.fit`` runs the documented procedure (docs/hardware.md, "Fit"):
 the fit on every source, the leave-one-source-out folds, and writes the factors with
 their provenance and the folds' errors (per GPU, TP and metric) to
-``sim/presets/fitted_factors.json``, which the presets load and state; ``--stage replay``
+``sim/presets/fitted_factors.json``, which the presets load and state (``--stage fit``
+and ``--stage folds`` split it in two commands, beside each other or one after the other:
+``search_record`` is the search's part, ``with_folds`` adds the folds'); ``--stage replay``
 rewrites those figures without a search (the stored factors and folds replayed on the
 current formulas and tables, ``replay_folds``).
 """
@@ -40,7 +42,8 @@ from workbench.sim.presets.bench import burst, closed_loop
 from workbench.sim.presets.tables import TABLES_DIR, Table, load_tables
 
 __all__ = ["TABLES_DIR", "RowError", "Table", "errors", "fit", "leave_one_source_out",
-           "load_tables", "loss", "replay_folds", "summary", "table_errors"]
+           "load_tables", "loss", "procedure", "replay_folds", "search_record", "summary",
+           "table_errors", "with_folds"]
 
 #: published column -> the class its goal belongs to (docs/hardware.md: ≤ 15 % for ITL
 #: and throughput, ≤ 25 % for TTFT; a whole request's or batch's latency is held to 15 %)
@@ -399,6 +402,62 @@ def _by(rows: list[RowError], key: Callable[[RowError], str]) -> dict[str, dict[
     return {k: {m: round(v, 4) for m, v in summary(rs).items()} for k, rs in sorted(groups.items())}
 
 
+COMMAND = "python -m workbench.sim.presets.fit"
+#: the keys the folds add to a record (``_loso_record``), none of them the search's
+FOLD_KEYS = ("held_out_error", "leave_one_source_out", "folds_seconds")
+_HOW = "(pattern search on log errors from START; docs/hardware.md 'Fit')"
+
+
+def procedure(max_evals: int, loso_evals: int | None = None, jobs: int = 2,
+              one_command: bool = False) -> str:
+    """The command(s) a record was made with: the search alone (``loso_evals`` None:
+    ``--stage fit``, no folds yet), the search and then its folds as a second command
+    (``--stage folds``, beside it or after it), or both in ``one_command``
+    (``--stage all``)."""
+    if loso_evals is None:
+        return (f"{COMMAND} --stage fit --max-evals {max_evals} --write {_HOW}; no "
+                "leave-one-source-out folds (--stage folds adds them)")
+    if one_command:
+        return (f"{COMMAND} --max-evals {max_evals} --loso-evals {loso_evals} "
+                f"--jobs {jobs} --write {_HOW}")
+    return (f"{COMMAND} --stage fit --max-evals {max_evals} --write, and "
+            f"{COMMAND} --stage folds --loso-evals {loso_evals} --jobs {jobs} --write "
+            f"{_HOW}")
+
+
+def search_record(factors: presets.Factors, got_loss: float, evals: int, max_evals: int,
+                  fitted_on: list[str], never_fitted: list[str],
+                  in_sample: dict[str, float], seconds: float) -> dict[str, Any]:
+    """What the search writes (``--stage fit``): the factors, their provenance and their
+    in-sample errors, with no leave-one-source-out figures (``with_folds`` adds them)."""
+    return {
+        "factors": dataclasses.asdict(factors),
+        "start": dataclasses.asdict(START),
+        "procedure": procedure(max_evals),
+        "fitted_on": fitted_on, "never_fitted": never_fitted,
+        "loss": round(got_loss, 4), "evaluations": evals, "max_evals": max_evals,
+        "in_sample": {k: round(v, 4) for k, v in in_sample.items()},
+        "seconds": round(seconds),
+        "fitted": time.strftime("%Y-%m-%d"),
+    }
+
+
+def with_folds(record: dict[str, Any], loso: dict[str, Any], jobs: int,
+               seconds: float | None) -> dict[str, Any]:
+    """``record`` (a search's) with the folds' figures ``loso`` (``_loso_record``) in
+    place of any it had, and the procedure naming the search's command and the folds'
+    (their own evaluations per fold): a new dict. ``seconds`` is the folds' wall time
+    when they ran as their own command (None: within the search's)."""
+    evals = loso["leave_one_source_out"]["evaluations_per_fold"]
+    out = {k: v for k, v in record.items() if k not in FOLD_KEYS}
+    out["procedure"] = procedure(record.get("max_evals", record["evaluations"]), evals, jobs,
+                                 one_command=seconds is None)
+    out.update(loso)
+    if seconds is not None:
+        out["folds_seconds"] = round(seconds)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - run by hand
     ap = argparse.ArgumentParser(prog="python -m workbench.sim.presets.fit",
                                  description="Fit the preset efficiency factors and check "
@@ -416,6 +475,10 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - run by han
                          "folds alone, added to the record's search (the two can run at once); "
                          "replay: no search, the record's factors and folds replayed on the "
                          "current formulas and tables, its figures rewritten")
+    ap.add_argument("--replace", action="store_true",
+                    help="--stage folds: replace the folds of the record as it stands (its "
+                         "search finished) instead of waiting for a search-stage record "
+                         "without folds")
     args = ap.parse_args(argv)
     if args.stage == "folds":
         return _folds_stage(args)
@@ -439,20 +502,13 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - run by han
     for r in loso:
         print(f"{r.table[:52]:52} {r.key:>14} {r.metric:16} {r.published:11.2f} "
               f"{r.simulated:11.2f} {r.error:+.1%}")
-    record = {
-        "factors": dataclasses.asdict(got),
-        "start": dataclasses.asdict(START),
-        "procedure": f"python -m workbench.sim.presets.fit --max-evals {args.max_evals} "
-                     f"--loso-evals {args.loso_evals} --write (pattern search on log errors "
-                     "from START; docs/hardware.md 'Fit')",
-        "fitted_on": [t.name for t in fittable],
-        "never_fitted": [t.name for t in tables if t not in fittable],
-        "loss": round(got_loss, 4), "evaluations": evals,
-        "in_sample": {k: round(v, 4) for k, v in summary(rows_in).items()},
-        **_loso_record(tables, folds, args.loso_evals),
-        "seconds": round(time.monotonic() - t0),
-        "fitted": time.strftime("%Y-%m-%d"),
-    }
+    record = search_record(got, got_loss, evals, max_evals=args.max_evals,
+                           fitted_on=[t.name for t in fittable],
+                           never_fitted=[t.name for t in tables if t not in fittable],
+                           in_sample=summary(rows_in), seconds=time.monotonic() - t0)
+    if folds:  # --stage all: one command made the search and its folds
+        record = with_folds(record, _loso_record(tables, folds, args.loso_evals),
+                            jobs=args.jobs, seconds=None)
     print(json.dumps(record, indent=1))
     if args.write:
         presets.FACTORS_FILE.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
@@ -477,24 +533,27 @@ def _loso_record(tables: list[Table], folds: list[SourceFit],
 
 def _folds_stage(args: argparse.Namespace) -> int:  # pragma: no cover - run by hand
     """The folds alone (``--stage folds``): printed, and with ``--write`` added to the
-    record the search stage wrote (waiting up to an hour for it)."""
+    record the search stage wrote (``with_folds``): a search's record without folds,
+    waited for up to an hour when the search runs beside them; with ``--replace``, the
+    record as it stands (its search finished, its folds replaced)."""
+    t0 = time.monotonic()
     tables = load_tables()
     folds = leave_one_source_out(tables, START, args.loso_evals, jobs=args.jobs)
     for r in (r for f in folds for r in f.rows):
         print(f"{r.table[:52]:52} {r.key:>14} {r.metric:16} {r.published:11.2f} "
               f"{r.simulated:11.2f} {r.error:+.1%}")
     got = _loso_record(tables, folds, args.loso_evals)
-    print(json.dumps(got, indent=1))
+    print(json.dumps(got, indent=1), flush=True)
     if args.write:
         for _ in range(360):  # the search stage writes the record when it ends
             record = json.loads(presets.FACTORS_FILE.read_text(encoding="utf-8"))
-            done = record.get("leave_one_source_out", {}).get("fold_factors")
+            done = "leave_one_source_out" in record and not args.replace
             if record.get("start") == dataclasses.asdict(START) and not done:
                 break
             time.sleep(10)
         else:
             raise SystemExit("no search-stage record to add the folds to")
-        record.update(got)
+        record = with_folds(record, got, jobs=args.jobs, seconds=time.monotonic() - t0)
         presets.FACTORS_FILE.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     return 0
 
