@@ -183,6 +183,46 @@ def test_the_leave_one_source_out_figures_are_each_folds_own() -> None:
         assert cells[key] == pytest.approx(cell, abs=0.005), key
 
 
+def test_the_record_names_the_commands_its_search_and_folds_ran_with() -> None:
+    """The search's record (``--stage fit``) carries no leave-one-source-out figures and
+    names its command alone; the folds (``--stage folds``) add theirs with their own
+    evaluations per fold, replacing any a record had, and the procedure names both
+    commands; ``--stage all`` names one. The shipped record is the two-command kind."""
+    searched = fit.search_record(presets.FACTORS, 2.30694, 30, max_evals=30,
+                                 fitted_on=["a"], never_fitted=["b"],
+                                 in_sample={"itl": 0.09254}, seconds=699.4)
+    assert not set(fit.FOLD_KEYS) & set(searched)
+    assert searched["procedure"] == (
+        "python -m workbench.sim.presets.fit --stage fit --max-evals 30 --write (pattern "
+        "search on log errors from START; docs/hardware.md 'Fit'); no leave-one-source-out "
+        "folds (--stage folds adds them)")
+    assert (searched["loss"], searched["evaluations"], searched["in_sample"],
+            searched["seconds"]) == (2.3069, 30, {"itl": 0.0925}, 699)
+
+    def folds(evals: int) -> dict[str, object]:
+        return {"held_out_error": {"itl": 0.1 + evals / 1000},
+                "leave_one_source_out": {"evaluations_per_fold": evals, "fold_factors": {}}}
+
+    old = fit.with_folds(searched, folds(15), jobs=2, seconds=700.2)
+    new = fit.with_folds(old, folds(30), jobs=2, seconds=1500)
+    assert new["procedure"] == (
+        "python -m workbench.sim.presets.fit --stage fit --max-evals 30 --write, and "
+        "python -m workbench.sim.presets.fit --stage folds --loso-evals 30 --jobs 2 --write "
+        "(pattern search on log errors from START; docs/hardware.md 'Fit')")
+    assert new["leave_one_source_out"] == {"evaluations_per_fold": 30, "fold_factors": {}}
+    assert (new["held_out_error"], new["folds_seconds"]) == ({"itl": 0.13}, 1500)
+    assert {k: v for k, v in new.items() if k not in fit.FOLD_KEYS and k != "procedure"} == {
+        k: v for k, v in searched.items() if k != "procedure"}
+    assert "leave_one_source_out" not in searched and old["folds_seconds"] == 700
+    together = fit.with_folds(searched, folds(6), jobs=1, seconds=None)
+    assert together["procedure"].startswith(
+        "python -m workbench.sim.presets.fit --max-evals 30 --loso-evals 6 --jobs 1 --write ")
+    assert "folds_seconds" not in together
+    loso = RECORD["leave_one_source_out"]
+    assert RECORD["procedure"] == fit.procedure(RECORD["max_evals"],
+                                                loso["evaluations_per_fold"], jobs=2)
+
+
 def test_a_fold_never_sees_the_source_it_predicts() -> None:
     """``leave_one_source_out`` on two fast sources: each fold's factors are the fit on
     the other source alone, and its rows are its own source's."""
