@@ -86,6 +86,8 @@ BOUNDS: dict[str, dict[str, float]] = {
 #: the kept TP8 batch-1 measurement on MI300X and the error docs/hardware.md states for it
 #: (goal 15 %, not met: no 70B TP8 batch-1 MI300X measurement outside issue 41's own tables)
 TP8_MI300X_ERROR = 0.18  # 405B FP8, 8 × MI300X, batch 1: 3,530 ms published, 2,906 simulated
+#: the same row predicted by the fold that never saw Oracle's source (2,808 ms, −20.5 %)
+TP8_MI300X_HELD_OUT_ERROR = 0.21
 
 
 def _rows(name: str) -> list[fit.RowError]:
@@ -316,13 +318,20 @@ def test_tp8_batch1_itl_on_h100_against_the_kept_measurements() -> None:
 
 def test_tp8_batch1_on_mi300x_against_the_kept_measurement() -> None:
     """The only TP8 batch-1 MI300X measurement kept, 405B (FP8) on 8 × MI300X at batch 1
-    (the batch's latency, 127 decode steps after one prefill): the error docs/hardware.md
-    states, outside the 15 % goal (no 70B TP8 batch-1 MI300X table outside issue 41's)."""
-    (row,) = [r for r in _rows("oracle-oci_llama-3.1-405b_8xmi300x-fp8-tp8_vllm-latency-"
-                               "128in-128out") if r.key == "1x128/128"]
-    print(f"\nmi300x: {row.preset} published {row.published} simulated "
-          f"{row.simulated:.2f} ({row.error:+.1%})")
+    (the batch's latency, 127 decode steps after one prefill): the errors docs/hardware.md
+    states, with the shipped factors and predicted by the fold that never saw the source,
+    both outside the 15 % goal (no 70B TP8 batch-1 MI300X table outside issue 41's)."""
+    name = "oracle-oci_llama-3.1-405b_8xmi300x-fp8-tp8_vllm-latency-128in-128out"
+    (row,) = [r for r in _rows(name) if r.key == "1x128/128"]
+    source = TABLES[name].source_group
+    folds = RECORD["leave_one_source_out"]["fold_factors"]
+    (fold,) = fit.replay_folds([TABLES[name]], {source: folds[source]})
+    (held,) = [r for r in fold.rows if r.key == "1x128/128"]
+    for r in (row, held):
+        print(f"\nmi300x: {r.preset} published {r.published} simulated "
+              f"{r.simulated:.2f} ({r.error:+.1%})")
     assert abs(row.error) <= TP8_MI300X_ERROR + 0.005
+    assert abs(held.error) <= TP8_MI300X_HELD_OUT_ERROR + 0.005
 
 
 def test_tp8_batch1_decode_of_70b_fp8_is_the_vendors_order() -> None:
