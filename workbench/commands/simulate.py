@@ -36,12 +36,11 @@ def run(args: argparse.Namespace) -> int:
     # they are type- and range-checked like --config)
     cfg = cfg.replace(**{"target.engine": knobs})
     result = simulate(cfg)
-    if args.digest:  # no replay follows: the run's hash memo and cycles go before the
-        # digest reads the records back (docs/virtual-time.md, "The digest streamed")
-        import gc
-
+    if args.digest:  # no replay follows: the run's hash memo goes before the digest reads
+        # the records back; its plan's cycles are left to the collector (a full collection
+        # here cost more CPU than its memory was worth: docs/virtual-time.md, "The digest
+        # streamed")
         from workbench.replay.rounds import drop_hash_memos
 
         drop_hash_memos()
-        gc.collect()
     return finish(result, cfg, args, digest=args.digest)
