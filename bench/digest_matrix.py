@@ -5,8 +5,9 @@ reach every path of the engine (prefix hits, chunked prefill, preemption, a clus
 behind each router, disaggregation, attention-DP ranks, the host KV tier, a preset, a
 synthetic agentic workload, the idle wake) and print one line per case: its name, the canonical
 report's sha256 and the CPU seconds it took. Run it in two trees (``PYTHONPATH`` at
-the other one) and diff the outputs: a representation change of the engine must
-leave every digest byte-identical (docs/measurement-rules.md). From the repo root:
+the other one; its first line, on stderr, names the tree imported) and diff the outputs:
+a representation change of the engine must leave every digest byte-identical
+(docs/measurement-rules.md). From the repo root:
 
     .venv/bin/python bench/digest_matrix.py [--only NAME ...]
 """
@@ -15,11 +16,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+import workbench
 from workbench.data import path as data_path
 from workbench.executors.virtual import simulate
 from workbench.report.canonical import run_digest
@@ -90,6 +94,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--only", nargs="*", default=None)
     args = ap.parse_args()
+    # which tree the digests are of: from a worktree without PYTHONPATH the installed
+    # (editable) checkout is imported, not the files beside this script
+    print(f"# workbench from {Path(workbench.__file__).resolve().parent}", file=sys.stderr)
     for name in args.only or [*CASES, "synthetic"]:
         print(run(name), flush=True)
 
