@@ -115,7 +115,7 @@ def test_bounded_lookups_choose_what_whole_lookups_choose(compiled: bool) -> Non
                 # the winner is handed its whole hit (its blocks): admission starts from it
                 found = workers[got].found
                 assert found is not None and found[0] is hashes
-                assert found[1] == workers[got].kv.longest_hit(hashes, len(hashes))
+                assert list(found[1]) == workers[got].kv.longest_hit(hashes, len(hashes))
                 assert all(w.found is None for w in workers if w is not workers[got])
             else:
                 assert all(w.found is None for w in workers)

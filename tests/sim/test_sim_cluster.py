@@ -14,10 +14,17 @@ import workbench as wb
 from workbench.clock import VirtualClock, run_virtual
 from workbench.data import path as data_path
 from workbench.executors.virtual import simulate
+from workbench.placement import placement_extra
 from workbench.report import tables
 from workbench.report.canonical import canonical_report, report_digest
 from workbench.sim import cost
-from workbench.sim.cluster import Cluster, ClusterConfig, DisaggConfig, split_knobs
+from workbench.sim.cluster import (
+    Cluster,
+    ClusterConfig,
+    DisaggConfig,
+    Placement,
+    split_knobs,
+)
 from workbench.sim.config import EngineConfig
 from workbench.sim.router import ROUTERS, make_router
 from workbench.sim.server import serve_sim
@@ -395,3 +402,13 @@ def test_a_rejected_request_is_routed_nowhere_and_the_router_hashes_the_prompt_o
     placed, worker, load, cached = run_virtual(main())
     assert placed == [0, 1, 2]  # the rejected request took no round-robin turn
     assert worker == 0 and load == 1 and cached == 640
+
+
+@pytest.mark.parametrize("decode", [None, 0, 7])
+@pytest.mark.parametrize("rank", [None, 0, 3])
+def test_a_placements_record_fields_are_its_headers_read_back(decode: int | None,
+                                                             rank: int | None) -> None:
+    """The virtual replay records ``Placement.extra()``; a client reads the same fields
+    from the response headers (``placement_extra``): the same keys, order and values."""
+    where = Placement(12, decode, 5, rank)
+    assert list(where.extra().items()) == list(placement_extra(where.headers()).items())

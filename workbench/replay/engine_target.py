@@ -16,7 +16,6 @@ from workbench.backends.flush import FlushOutcome
 from workbench.catalogs.series import VLLM
 from workbench.clock import Clock, VirtualClock
 from workbench.config import RunConfig
-from workbench.placement import placement_extra
 from workbench.records import RequestRecord
 from workbench.segments import Segments
 from workbench.sim.cluster import Cluster, ClusterConfig
@@ -223,7 +222,7 @@ class ClusterSender(EngineSender):
         where, ereq = self.cluster.submit(
             req.request_id, _prompt(req), req.max_tokens, session=req.session_id
         )
-        rec.extra.update(placement_extra(where.headers()))
+        rec.extra.update(where.extra())
         return ereq
 
 

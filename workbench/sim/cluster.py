@@ -158,6 +158,17 @@ class Placement:
     waiting: int
     rank: int | None = None
 
+    def extra(self) -> dict[str, int]:
+        """The record's fields of this placement: ``placement_extra(self.headers())``
+        (the same keys in the same order) without the headers' strings."""
+        out = {"worker": self.worker}
+        if self.decode_worker is not None:
+            out["decode_worker"] = self.decode_worker
+        out["worker_waiting"] = self.waiting
+        if self.rank is not None:
+            out["dp_rank"] = self.rank
+        return out
+
     def headers(self) -> dict[str, str]:
         out = {WORKER_HEADER: str(self.worker), WAITING_HEADER: str(self.waiting)}
         if self.decode_worker is not None:
@@ -246,13 +257,14 @@ class Cluster:
         change no load and no cache). The board itself, read at once (the workers
         rewrite it as they change)."""
         board = self._board
-        due = min(board.events)
+        events = board.events
+        due = min(events)
         if due < math.inf:  # a span: the workers step on a running virtual-time loop
             now = asyncio.get_running_loop().time()
             if due <= now:
-                for w, t in zip(self.workers, board.events, strict=True):
-                    if t <= now:
-                        w.load()
+                workers = self.workers
+                for i in [i for i, t in enumerate(events) if t <= now]:
+                    workers[i].catch_up()  # (only an ``Engine`` posts span events)
         return board.loads
 
     def stats(self) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from array import array
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -190,6 +191,9 @@ class DPWorker:
         wait = sum(len(s.waiting) for s in self.ranks)
         return run, wait, sum(s.kv.usage for s in self.ranks) / self.dp
 
+    def catch_up(self) -> None:
+        """``Engine.catch_up``: nothing to apply (no spans here)."""
+
     def _post(self) -> None:
         """Write this worker's load to its cluster's board (``Engine._post``; no spans
         here: its event slot stays inf), after every change of it."""
@@ -204,7 +208,7 @@ class DPWorker:
     def caches_block(self, block_hash: int) -> bool:
         return any(s.kv.holds(block_hash) for s in self.ranks)
 
-    def found_prefix(self, hashes: Sequence[int], hit: list[int]) -> None:
+    def found_prefix(self, hashes: Sequence[int], hit: list[int] | array[int]) -> None:
         """Never called: no compiled index here (``prefix_shard``)."""
 
     def prefix_shard(self) -> None:

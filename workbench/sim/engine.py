@@ -13,6 +13,7 @@ import asyncio
 import bisect
 import contextlib
 import math
+from array import array
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -232,7 +233,8 @@ class Engine:
         # the end (s, 1 µs early) of its first step not applied with an event
         self._event_s = _NEVER
         self._span_cb = self._span_tail
-        self._routed: tuple[Sequence[int], list[int]] | None = None  # the last prefix query
+        # the last prefix query: its hashes and hit (a list, or int64s from a compiled router)
+        self._routed: tuple[Sequence[int], list[int] | array[int]] | None = None
 
     async def start(self) -> None:
         if self._task is not None or self._loop is not None:
@@ -330,6 +332,11 @@ class Engine:
         if loop is not None and self._event_s <= loop.time():
             self._catch_up()
 
+    def catch_up(self) -> None:
+        """Apply the span's steps that ended before now (``_catch_up``): a cluster's read of
+        its board, for a worker whose slot has an event due (``Cluster.loads``)."""
+        self._catch_up()
+
     def load(self) -> tuple[int, int, float]:
         """(running requests, waiting requests, KV usage): what a router balances on (a
         cluster's router reads them off its ``LoadBoard``, which ``_post`` keeps equal)."""
@@ -347,7 +354,7 @@ class Engine:
         self._routed = (hashes, hit)  # for ``submit_prepared(routed=hashes)``
         return len(hit)
 
-    def found_prefix(self, hashes: Sequence[int], hit: list[int]) -> None:
+    def found_prefix(self, hashes: Sequence[int], hit: list[int] | array[int]) -> None:
         """The router found ``hit`` (block ids), this cache's longest prefix of ``hashes``
         now, in the index ``prefix_shard`` gave it: ``cached_prefix_blocks``'s look-up."""
         self._routed = (hashes, hit)  # for ``submit_prepared(routed=hashes)``

@@ -678,18 +678,57 @@ static int Shards_init(Shards *self, PyObject *args, PyObject *kw) {
     return 0;
 }
 
-/* How many of h[0 .. end) the table holds, leading: its prefix hit (prefetched ahead). */
-static Py_ssize_t hit_len(const Table *t, const int64_t *h, Py_ssize_t end) {
-    for (Py_ssize_t g = 0; g < end; g += GROUP) {
-        Py_ssize_t m = end - g < GROUP ? end - g : GROUP;
-        for (Py_ssize_t j = 0; j < m; j++)
-            __builtin_prefetch(&KEY(t, home(t, h[g + j])));
-        for (Py_ssize_t j = 0; j < m; j++) {
-            if (lookup(t, h[g + j]) < 0)
-                return g + j;
+/* How many of h[0 .. end) the table holds, leading: its prefix hit, the blocks holding it
+ * written to out[0 ..). Pipelined a group at a time: the group's slots were prefetched
+ * (with the group before), the blocks they name are read and their own[] lines
+ * prefetched, the next group's slots are prefetched, then the group is checked in order
+ * (two dependent misses a block, overlapped across two groups). */
+static Py_ssize_t hit_len(const Table *t, const int64_t *h, Py_ssize_t end, int64_t *out) {
+    Py_ssize_t g, j, m;
+    for (j = 0; j < end && j < GROUP; j++)
+        __builtin_prefetch(&KEY(t, home(t, h[j])));
+    for (g = 0; g < end; g += GROUP) {
+        m = end - g < GROUP ? end - g : GROUP;
+        for (j = g; j < g + m; j++) {
+            int64_t b = VAL(t, find(t, h[j]));
+            out[j] = b;
+            if (b >= 0 && b < t->nblocks)
+                __builtin_prefetch(&t->o[b]);
+        }
+        for (j = g + m; j < end && j < g + m + GROUP; j++)
+            __builtin_prefetch(&KEY(t, home(t, h[j])));
+        for (j = g; j < g + m; j++) {
+            int64_t b = out[j];
+            if (b < 0 || b >= t->nblocks || t->o[b] != h[j])
+                return j; /* lookup()'s test */
         }
     }
     return end;
+}
+
+/* Warm the cache for the probes the choice's loop makes next: whether each of the workers
+ * order[from .. m) holds h[at] and, when at > 0, h[at - 1] (its bound and a tie's). The
+ * tables are far larger than the cache, so each probe is two dependent misses (the slot,
+ * then own[block]); loading every worker's slot, then every block's own line, overlaps
+ * them across workers. Only the cache changes: the loop still decides (and looks up) as
+ * before, and a probe whose bound moved meanwhile just misses. */
+static void probe_ahead(const Shards *self, const Py_ssize_t *order, Py_ssize_t from,
+                        Py_ssize_t m, const int64_t *h, Py_ssize_t at) {
+    Py_ssize_t k;
+    int c, two = at > 0;
+    for (k = from; k < m; k++) {
+        const Table *t = &self->t[order[k]];
+        for (c = 0; c <= two; c++)
+            __builtin_prefetch(&KEY(t, home(t, h[at - c])));
+    }
+    for (k = from; k < m; k++) {
+        const Table *t = &self->t[order[k]];
+        for (c = 0; c <= two; c++) {
+            int64_t b = VAL(t, find(t, h[at - c]));
+            if (b >= 0 && b < t->nblocks)
+                __builtin_prefetch(&t->o[b]);
+        }
+    }
 }
 
 /* (q, u, i) < (bq, bu, bi), as Python orders the tuples */
@@ -703,8 +742,8 @@ PyDoc_STRVAR(choose_doc,
              "PrefixAware's choice (workbench/sim/router.py): among the workers not overloaded\n"
              "(loads: one (running, waiting, usage) a worker), the home one asked first, the\n"
              "least (-hit, queued, usage, index); -1 when every worker is overloaded. hit: the\n"
-             "blocks holding the chosen worker's longest cached prefix of hashes, a list (what\n"
-             "kvindex.prefix gives; empty for -1).");
+             "blocks holding the chosen worker's longest cached prefix of hashes (what\n"
+             "kvindex.prefix gives) as int64 bytes, for array('q').frombytes (empty for -1).");
 
 static PyObject *Shards_choose(Shards *self, PyObject *args) {
     PyObject *hashes_obj, *loads, *ret = NULL;
@@ -715,6 +754,7 @@ static PyObject *Shards_choose(Shards *self, PyObject *args) {
     long long *q = NULL;
     double *u = NULL;
     Py_ssize_t *order = NULL;
+    int64_t *found = NULL, *cand; /* the best's blocks (its hit) and a candidate's */
     if (!PyArg_ParseTuple(args, "OO!nnd", &hashes_obj, &PyList_Type, &loads, &home,
                           &threshold, &max_usage))
         return NULL;
@@ -729,6 +769,8 @@ static PyObject *Shards_choose(Shards *self, PyObject *args) {
     q = PyMem_Malloc(n * sizeof(*q));
     u = PyMem_Malloc(n * sizeof(*u));
     order = PyMem_Malloc(n * sizeof(*order));
+    found = PyMem_Malloc((2 * nh + 1) * sizeof(int64_t));
+    cand = found ? found + nh : NULL;
     if (!h && nh) { /* a list: its ints read once */
         copy = PyMem_Malloc(nh * sizeof(int64_t));
         if (copy)
@@ -737,7 +779,7 @@ static PyObject *Shards_choose(Shards *self, PyObject *args) {
                     goto done;
         h = copy;
     }
-    if (!q || !u || !order || (nh && !h)) {
+    if (!q || !u || !order || !found || (nh && !h)) {
         PyErr_NoMemory();
         goto done;
     }
@@ -764,7 +806,7 @@ static PyObject *Shards_choose(Shards *self, PyObject *args) {
             order[m++] = i;
     }
     if (!m) {
-        ret = Py_BuildValue("(nN)", (Py_ssize_t)-1, PyList_New(0));
+        ret = Py_BuildValue("(ny#)", (Py_ssize_t)-1, "", (Py_ssize_t)0);
         goto done;
     }
     /* the loop of PrefixAware._best: a worker is looked up in full only when it can win */
@@ -776,11 +818,11 @@ static PyObject *Shards_choose(Shards *self, PyObject *args) {
         if (!nh) {
             hit = 0;
         } else if (!have || (best_hit < nh && lookup(t, h[best_hit]) >= 0)) {
-            hit = hit_len(t, h, nh);
+            hit = hit_len(t, h, nh, cand);
         } else if (!rest_less(q[i], u[i], i, q[best], u[best], best)) {
             continue; /* at most a tie, and it would lose it */
         } else if (best_hit && lookup(t, h[best_hit - 1]) >= 0) {
-            hit = hit_len(t, h, best_hit);
+            hit = hit_len(t, h, best_hit, cand);
         } else if (best_hit) {
             continue; /* fewer than best_hit blocks */
         } else {
@@ -791,23 +833,23 @@ static PyObject *Shards_choose(Shards *self, PyObject *args) {
             best = i;
             best_hit = hit;
             have = 1;
+            int64_t *swap = found; /* its blocks, when it has any, are cand's */
+            found = cand;
+            cand = swap;
         }
+        if (!k && nh && m > 1 && best_hit < nh) /* the others are probed at this bound */
+            probe_ahead(self, order, 1, m, h, best_hit);
     }
     /* the winner's hit as its blocks (admission starts from them): every lookup of its
-       first best_hit hashes holds (best_hit is its longest hit, whatever bound found it) */
-    PyObject *hit = PyList_New(best_hit);
+       first best_hit hashes holds (best_hit is its longest hit, whatever bound found it);
+       int64 bytes (array('q').frombytes), no Python int a block */
+    PyObject *hit = PyBytes_FromStringAndSize(NULL, best_hit * (Py_ssize_t)sizeof(int64_t));
     if (!hit)
         goto done;
-    for (Py_ssize_t j = 0; j < best_hit; j++) {
-        PyObject *b = PyLong_FromLongLong(lookup(&self->t[best], h[j]));
-        if (!b) {
-            Py_DECREF(hit);
-            goto done;
-        }
-        PyList_SET_ITEM(hit, j, b);
-    }
+    memcpy(PyBytes_AS_STRING(hit), found, best_hit * sizeof(int64_t));
     ret = Py_BuildValue("(nN)", best, hit);
 done:
+    PyMem_Free(found < cand ? found : cand); /* the one allocation, whichever half is which */
     PyMem_Free(copy);
     PyMem_Free(q);
     PyMem_Free(u);

@@ -22,6 +22,7 @@ rules and their defaults are in ``docs/cluster.md``.
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ class Worker(Protocol):
 
     def caches_block(self, block_hash: int) -> bool: ...
 
-    def found_prefix(self, hashes: Sequence[int], hit: list[int]) -> None:
+    def found_prefix(self, hashes: Sequence[int], hit: list[int] | array[int]) -> None:
         """``hit``, the blocks holding the worker's longest cached prefix of ``hashes``,
         found by the compiled router (what ``cached_prefix_blocks`` would look up)."""
         ...
@@ -163,9 +164,11 @@ class PrefixAware:
             native = None if None in views else kvindex.native
             self._for, self._shards = workers, native and native.Shards(views)
         if self._shards is not None:  # the rule below in one compiled call (kvcache.c)
-            best, hit = self._shards.choose(req.hashes, loads, -1 if home is None else home,
+            best, raw = self._shards.choose(req.hashes, loads, -1 if home is None else home,
                                             self.overload_threshold, self.max_kv_usage)
             if best >= 0 and req.hashes:  # the winner's hit, which admission starts from
+                hit = array("q")  # (int64s: admission acquires and copies them as they are)
+                hit.frombytes(raw)
                 workers[best].found_prefix(req.hashes, hit)
         else:
             best = self._best(req.hashes, home, workers, loads)
