@@ -167,3 +167,65 @@ def test_deadlock_is_reported_once_the_steps_run_out():
     with pytest.raises(RuntimeError, match="deadlock"):
         run_virtual(main())
     assert ran == [50]
+
+
+def _spin(n: int):
+    """n loop iterations of virtual work (each a timer a microsecond ahead)."""
+
+    async def go():
+        for _ in range(n):
+            await asyncio.sleep(1e-6)
+
+    return go()
+
+
+def test_a_signal_handler_on_a_virtual_loop_runs_within_the_wakeup_polls_cadence():
+    """Only the loop's wake-up pipe is registered: it is polled every
+    ``WAKEUP_POLL_EVERY`` iterations, so a signal's handler runs within that many."""
+    import os
+    import signal
+
+    from workbench.clock import WAKEUP_POLL_EVERY
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        got = asyncio.Event()
+        loop.add_signal_handler(signal.SIGUSR1, got.set)
+        try:
+            os.kill(os.getpid(), signal.SIGUSR1)
+            for waited in range(4 * WAKEUP_POLL_EVERY):  # bounded: a lost signal fails
+                if got.is_set():
+                    return waited
+                await asyncio.sleep(1e-6)
+            return None
+        finally:
+            loop.remove_signal_handler(signal.SIGUSR1)
+
+    waited = run_virtual(main())
+    assert waited is not None and waited <= 2 * WAKEUP_POLL_EVERY
+
+
+def test_a_registered_file_on_a_virtual_loop_is_polled_every_iteration():
+    """Beside the wake-up pipe, a real file (here a socket with data waiting) is polled
+    at each iteration: its reader runs at the first one, as before."""
+    import socket
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        a, b = socket.socketpair()
+        read = asyncio.Event()
+        try:
+            await _spin(10)  # the wake-up cadence is somewhere in its cycle
+            b.send(b"x")
+            loop.add_reader(a.fileno(), read.set)
+            for waited in range(10):
+                if read.is_set():
+                    return waited
+                await asyncio.sleep(1e-6)
+            return None
+        finally:
+            loop.remove_reader(a.fileno())
+            a.close()
+            b.close()
+
+    assert run_virtual(main()) == 1  # the iteration after the one that registered it
