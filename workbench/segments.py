@@ -136,10 +136,10 @@ class BlockKeyer:
     """``Segments.block_keys`` in order, resumable: ``upto(n)`` returns the keys of the
     full blocks of the first ``n`` tokens not returned yet (a decode costs per block)."""
 
-    __slots__ = ("_bs", "_e", "_i", "_off", "_parts", "_pk", "_run", "_top")
+    __slots__ = ("_bs", "_e", "_i", "_n", "_off", "_parts", "_pk", "_run", "_top")
 
     def __init__(self, seg: Segments, block_size: int) -> None:
-        self._parts, self._bs = seg.parts, block_size
+        self._parts, self._bs, self._n = seg.parts, block_size, len(seg)
         self._i = self._off = 0
         self._run = _ROOT
         self._e = block_size  # the end of the next block to key
@@ -170,7 +170,13 @@ class BlockKeyer:
 
     def _walk(self, stop: int) -> tuple[Sequence[int], Sequence[int], int] | None:
         """Move past the full blocks of the first ``stop`` tokens not keyed yet: their
-        part keys, the count of blocks under each and the first one's end (None: none)."""
+        part keys, the count of blocks under each and the first one's end (None: none).
+
+        A first walk over all of a sequence's parts is remembered (``_WALKED``); a first
+        walk of a sequence whose parts but its last two are such a sequence (a session's
+        next round: the last round's prompt and output, then the new input and this
+        round's output) starts after them, with their part keys and counts, instead of
+        walking them again (docs/virtual-time.md, "Prompts as segments")."""
         bs = self._bs
         last = stop - stop % bs
         e = e0 = self._e
@@ -183,6 +189,14 @@ class BlockKeyer:
         i, off, run = self._i, self._off, self._run
         pkeys: list[int] = []
         counts: list[int] = []
+        first = not i and e == bs
+        if first and len(parts) > 2:  # the walk of parts[:-2], found by its last part
+            n = self._n - parts[-1][3] - parts[-2][3]
+            done = _WALKED.pop((len(parts) - 2, parts[-3], n, bs), None)
+            # (every block it keyed is asked; the whole parts compared: exact)
+            if done is not None and done[4] - bs <= last and done[0] == parts[:-2]:
+                i, off, run, e = done[1:5]
+                pkeys, counts = list(done[5]), list(done[6])
         self._top = 0
         while e <= last:
             k, key, s, m = parts[i]
@@ -200,7 +214,23 @@ class BlockKeyer:
             off = top
             i += 1
         self._i, self._off, self._run, self._e = i, off, run, e
+        if first and stop >= self._n:  # walked whole from the start: a next round's prefix
+            # (its state is at a part boundary: no block ends past ``stop``)
+            if len(_WALKED) >= _WALKED_MAX:
+                _WALKED.clear()
+            _WALKED[len(parts), parts[-1], self._n, bs] = (parts, i, off, run, e,
+                                                           tuple(pkeys), tuple(counts))
         return pkeys, counts, e0
+
+
+#: whole first walks by (part count, last part, token count, block size): the parts, the
+#: state after the last block (part index, offset, running key, next block end) and the
+#: walk's part keys and counts, each taken at most once (``BlockKeyer._walk``, which
+#: compares the whole parts); a session's round is in flight meanwhile, so this holds
+#: about the active sessions, cleared whole past the bound
+_WALKED: dict[tuple[int, Part, int, int], tuple[tuple[Part, ...], int, int, int, int,
+                                                tuple[int, ...], tuple[int, ...]]] = {}
+_WALKED_MAX = 1 << 13
 
 
 def _twin_keys(pkeys: Sequence[int], counts: Sequence[int], e0: int, bs: int) -> list[int]:

@@ -57,3 +57,48 @@ def test_a_sum_of_segments_is_the_normal_form_of_their_parts() -> None:
         whole = Segments([*a.parts, *b.parts])
         got = a + b
         assert got.parts == whole.parts and len(got) == len(whole) == len(a) + len(b)
+
+
+def test_a_next_rounds_walk_resumes_after_the_last_rounds_and_keys_the_same() -> None:
+    """A session's round: the last round's prompt and output, new input, its own output.
+    Its first walk starts after the last round's whole walk (``segments._WALKED``) and
+    gives the keys of a walk from the start and of the definition."""
+    import workbench.segments as segments_mod
+
+    rng = random.Random(3)
+    for trial in range(40):
+        bs = rng.choice((1, 4, 16))
+        segments_mod._WALKED.clear()  # (other tests' walks)
+        prompt = Segments([(UNIT, 1, 0, rng.randrange(1, 300))])
+        start = len(prompt)
+        for r in range(6):
+            out = rng.randrange(1, 100)
+            seg = prompt + Segments([(OUTPUT, 100 * trial + r, 0, out)])
+            before = list(segments_mod._WALKED.values())
+            resumed = any(w[0] == seg.parts[:-2] for w in before)
+            got = BlockKeyer(seg, bs).upto(len(seg))
+            assert resumed == (r > 0)  # the last round's walk, taken once
+            walked = list(segments_mod._WALKED.values())
+            assert [w[0] for w in walked] == [seg.parts]  # for the next round
+            assert got == _reference(seg, bs)
+            segments_mod._WALKED.clear()
+            assert BlockKeyer(seg, bs).upto(len(seg)) == got  # from the start
+            fresh = rng.randrange(1, 200)
+            prompt = seg + Segments([(UNIT, 1, start, fresh)])  # the next round's prompt
+            start += fresh
+
+
+def test_a_partial_first_walk_neither_resumes_past_its_stop_nor_is_remembered() -> None:
+    import workbench.segments as segments_mod
+
+    bs = 4
+    segments_mod._WALKED.clear()
+    prompt = Segments([(UNIT, 1, 0, 37)])
+    last = prompt + Segments([(OUTPUT, 1, 0, 9)])
+    BlockKeyer(last, bs).upto(len(last))  # remembered
+    seg = last + Segments([(UNIT, 1, 37, 20), (OUTPUT, 2, 0, 5)])
+    keyer = BlockKeyer(seg, bs)
+    got = keyer.upto(12)  # a first call short of the last round's blocks
+    assert got == _reference(seg, bs)[:3]
+    assert keyer.upto(len(seg)) == _reference(seg, bs)[3:]
+    assert all(w[0] != seg.parts for w in segments_mod._WALKED.values())  # not whole
