@@ -125,8 +125,10 @@ class CompiledIndex:
     def __init__(self, limit: int, num_blocks: int) -> None:
         self.limit = limit
         bits = max(4, (2 * max(limit, 2 * num_blocks) - 1).bit_length())
-        self._table = np.zeros(2 << bits, dtype=np.int64)  # (key, block) pairs
-        self._table[1::2] = -1  # empty
+        # (key, block) pairs, every block -1: empty (an empty slot's key is never read:
+        # ``find`` stops at its block), filled in one pass, not zeroed then strided over
+        # (64 workers' 4 MB tables: ~1 ms a table against ~5; issue 44)
+        self._table = np.full(2 << bits, -1, dtype=np.int64)
         self._tv = self._table.data  # what the C calls take (BlockManager._moves)
         self._shift = 64 - bits
         self._room = 3 << (bits - 2)  # entries the table may take
