@@ -22,6 +22,8 @@
 
 #define MULT 0x9E3779B97F4A7C15ULL
 #define GROUP 16 /* items whose memory is prefetched together */
+#define AHEAD 16 /* a block loop's prefetch distance (acquire, release): their per-block
+                    arrays of 64 workers are far larger than the cache */
 
 typedef struct {
     Py_buffer table, own;
@@ -382,6 +384,10 @@ static PyObject *kv_acquire(PyObject *self, PyObject *args) {
     }
     for (Py_ssize_t j = 0; j < n; j++) {
         int64_t b = 0;
+        if (seq.buf && j + AHEAD < n) { /* an array: the lines of a block AHEAD on */
+            __builtin_prefetch(&k.r[seq.buf[j + AHEAD]], 1);
+            __builtin_prefetch(&k.p[seq.buf[j + AHEAD]], 1);
+        }
         int64s_get(&seq, j, &b); /* read above: cannot fail */
         if (k.r[b] == 0) {
             k.p[b] = -1;
@@ -444,6 +450,11 @@ static PyObject *kv_release(PyObject *self, PyObject *args) {
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t b = zero[i];
+        if (i + AHEAD < n) { /* the lines of a block AHEAD on (zero[i + AHEAD]: not yet
+                                overwritten, freed <= i) */
+            __builtin_prefetch(&k.r[zero[i + AHEAD]], 1);
+            __builtin_prefetch(&k.o[zero[i + AHEAD]], 0);
+        }
         if (--k.r[b] == 0) {
             zero[freed++] = b; /* freed <= i: only what was read is overwritten */
             cached += k.o[b] != (int64_t)no_hash;
@@ -453,6 +464,8 @@ static PyObject *kv_release(PyObject *self, PyObject *args) {
         compact(&k, &head, &tail);
     for (Py_ssize_t i = 0; i < freed; i++) {
         int64_t b = zero[i];
+        if (i + AHEAD < freed)
+            __builtin_prefetch(&k.p[zero[i + AHEAD]], 1);
         if (k.o[b] == (int64_t)no_hash) {
             k.f[nfree++] = b;
         } else {
