@@ -332,3 +332,24 @@ def test_json_ints_fit_reads_the_edges_of_orjsons_range() -> None:
     assert fit(b'["123456789012345678901234", 1.23456789012345678901234e5, 1e999999]')
     assert fit(b'{"k\\"18446744073709551616": "\\\\", "x": 0}')  # escapes: still a string
     assert not fit(b'{"k\\\\": 18446744073709551616}')  # an escaped backslash ends it
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.floats(allow_nan=False), st.just(float("inf"))), max_size=80),
+       st.floats(allow_nan=False))
+def test_due_equals_the_python_twin(times: list[float], now: float) -> None:
+    """A cluster's board read (``sim.cluster._due``): the workers with an event due."""
+    from workbench.sim.cluster import _twin_due
+
+    if native is None:
+        pytest.skip("the kernels are not built")
+    assert native.due(times, now) == _twin_due(times, now)
+
+
+def test_due_refuses_bad_arguments() -> None:
+    if native is None:
+        pytest.skip("the kernels are not built")
+    with pytest.raises(TypeError):
+        native.due((1.0, 2.0), 1.0)  # a list only
+    with pytest.raises(TypeError):
+        native.due([1.0, "x"], 1.0)

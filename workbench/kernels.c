@@ -19,6 +19,8 @@
  * - stream_keys: workbench/context/tokens.py's `_stream_keys_once` of each hash id's name.
  * - json_ints_fit: whether workbench/storage/rundir.py's `loads_line` may keep orjson's
  *   result (every integer literal in orjson's exact range; its twin writes the value back).
+ * - due: workbench/sim/cluster.py's `_due`, the workers whose span has an event due (a
+ *   cluster's load board, read at every routed request).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -550,6 +552,37 @@ static PyObject *json_ints_fit(PyObject *self, PyObject *args) {
     return PyBool_FromLong(fit);
 }
 
+PyDoc_STRVAR(due_doc, "due(times, now) -> list[int]\n\n"
+                     "[i for i, t in enumerate(times) if t <= now]: times a list of floats.");
+
+static PyObject *due(PyObject *self, PyObject *args) {
+    PyObject *times, *out;
+    double now;
+    if (!PyArg_ParseTuple(args, "O!d", &PyList_Type, &times, &now))
+        return NULL;
+    out = PyList_New(0);
+    if (!out)
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(times); i++) {
+        PyObject *t = PyList_GET_ITEM(times, i);
+        double v = PyFloat_CheckExact(t) ? PyFloat_AS_DOUBLE(t) : PyFloat_AsDouble(t);
+        if (v == -1.0 && PyErr_Occurred()) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        if (v <= now) {
+            PyObject *k = PyLong_FromSsize_t(i);
+            if (!k || PyList_Append(out, k)) {
+                Py_XDECREF(k);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(k);
+        }
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"block_keys", block_keys, METH_VARARGS, block_keys_doc},
     {"block_keys_bytes", block_keys_bytes, METH_VARARGS, block_keys_bytes_doc},
@@ -559,6 +592,7 @@ static PyMethodDef methods[] = {
     {"chain_heads", chain_heads, METH_VARARGS, chain_heads_doc},
     {"stream_keys", stream_keys, METH_VARARGS, stream_keys_doc},
     {"json_ints_fit", json_ints_fit, METH_VARARGS, json_ints_fit_doc},
+    {"due", due, METH_VARARGS, due_doc},
     {NULL, NULL, 0, NULL},
 };
 

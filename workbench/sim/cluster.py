@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.clock import Clock
+from workbench.clock import Clock, VirtualClock, VirtualTimeLoop
+from workbench.kernels import native
 from workbench.placement import (
     DECODE_WORKER_HEADER,
     DP_RANK_HEADER,
@@ -196,8 +196,12 @@ class Cluster:
         self._front = self.workers[: d.prefill] if d is not None else self.workers
         self._decode = self.workers[d.prefill :] if d is not None else []
         self._pending: set[DisaggRequest] = set()  # between prefill and decode admission
+        self._loop: VirtualTimeLoop | None = None  # virtual time, once started
 
     async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        if isinstance(self.clock, VirtualClock) and isinstance(loop, VirtualTimeLoop):
+            self._loop = loop  # the loop the workers' spans run on (``Engine.start``)
         for w in self.workers:
             await w.start()
 
@@ -207,6 +211,7 @@ class Cluster:
             dreq.cancel()
         for w in self.workers:
             await w.stop()
+        self._loop = None
 
     def submit(
         self, request_id: str, prompt_ids: Sequence[int] | Segments, max_tokens: int,
@@ -257,14 +262,11 @@ class Cluster:
         change no load and no cache). The board itself, read at once (the workers
         rewrite it as they change)."""
         board = self._board
-        events = board.events
-        due = min(events)
-        if due < math.inf:  # a span: the workers step on a running virtual-time loop
-            now = asyncio.get_running_loop().time()
-            if due <= now:
-                workers = self.workers
-                for i in [i for i, t in enumerate(events) if t <= now]:
-                    workers[i].catch_up()  # (only an ``Engine`` posts span events)
+        loop = self._loop
+        if loop is not None:  # spans: the workers step on this virtual-time loop
+            workers = self.workers
+            for i in _due(board.events, loop.time()):
+                workers[i].catch_up()  # (only an ``Engine`` posts span events)
         return board.loads
 
     def stats(self) -> dict[str, Any]:
@@ -419,6 +421,13 @@ class DisaggRequest:
         """Stop the phase task (the cluster is stopping)."""
         self._task.cancel()
 
+
+def _twin_due(times: list[float], now: float) -> list[int]:
+    """The workers whose board slot has an event due by ``now`` (``kernels.due``'s twin)."""
+    return [i for i, t in enumerate(times) if t <= now]
+
+
+_due: Callable[[list[float], float], list[int]] = _twin_due if native is None else native.due
 
 Phase = EngineRequest | RankRequest  # one phase on one worker (of one rank, or of dp)
 AnyRequest = EngineRequest | RankRequest | DisaggRequest
