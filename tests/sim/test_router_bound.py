@@ -155,3 +155,33 @@ def test_the_compiled_choice_refuses_bad_arguments(args: tuple[Any, ...]) -> Non
     with pytest.raises(ValueError):
         kvindex.native.Shards([(table, own, shift + 1)])  # the shift does not fit the table
 
+
+
+@pytest.mark.skipif(not kvindex.COMPILED, reason="the C extension is not built")
+def test_a_known_hit_only_speeds_the_home_workers_walk() -> None:
+    """``known`` (the session's last hit on its home worker) is checked against the
+    blocks' hashes before any lookup: right, stale, short, long or garbage, the choice
+    and the winner's blocks are the ones found without it."""
+    rng = random.Random(9)
+    for case in range(300):
+        chains = [[rng.getrandbits(62) for _ in range(rng.randint(1, 60))] for _ in range(3)]
+        kvs = [_cache(rng, chains) for _ in range(rng.randint(1, 6))]
+        shards = kvindex.native.Shards([kv.shard() for kv in kvs])
+        loads = [(rng.randint(0, 6), rng.randint(0, 3), rng.choice([0.1, 0.5, 0.97]))
+                 for _ in kvs]  # fmt: skip
+        chain = chains[rng.randrange(3)]
+        hashes = array("q", chain[: rng.randint(0, len(chain))])
+        home = rng.randrange(-1, len(kvs))
+        plain = shards.choose(hashes, loads, home, 4, 0.95)
+        true = kvs[home].longest_hit(hashes, len(hashes)) if home >= 0 else []
+        for known in (
+            array("q", true),  # what it holds now
+            array("q", true[: rng.randint(0, len(true))]),  # an older, shorter hit
+            array("q", [*true, *rng.sample(range(4096), 5)]),  # longer than it holds
+            array("q", rng.sample(range(4096), rng.randint(0, 40))),  # other blocks
+            array("q", [-1, 4096, 1 << 40]),  # no blocks at all
+        ):
+            assert shards.choose(hashes, loads, home, 4, 0.95, known) == plain, case
+            assert shards.choose(hashes, loads, home, 4, 0.95, known.tobytes()) == plain
+    with pytest.raises(ValueError):
+        shards.choose(hashes, loads, 0, 4, 0.95, b"1234567")  # not int64s

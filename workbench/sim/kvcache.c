@@ -719,6 +719,29 @@ static Py_ssize_t hit_len(const Table *t, const int64_t *h, Py_ssize_t end, int6
     return end;
 }
 
+/* hit_len for a worker whose blocks known[0 .. nk) held h[0 .. nk) when it was last asked
+ * (the session's last hit there): a known block still holding its hash is what the lookup
+ * would find (own[b] == h: the table maps h to b, and to no other block), so those are
+ * checked against own[] alone, every line prefetched at once (one miss each, overlapped,
+ * not two dependent ones), up to the first that lost its hash; the walk goes on from
+ * there by lookups. */
+static Py_ssize_t known_hit_len(const Table *t, const int64_t *h, Py_ssize_t end,
+                                const int64_t *known, Py_ssize_t nk, int64_t *out) {
+    Py_ssize_t j;
+    if (nk > end)
+        nk = end;
+    for (j = 0; j < nk; j++)
+        if (known[j] >= 0 && known[j] < t->nblocks)
+            __builtin_prefetch(&t->o[known[j]]);
+    for (j = 0; j < nk; j++) {
+        int64_t b = known[j];
+        if (b < 0 || b >= t->nblocks || t->o[b] != h[j])
+            break;
+        out[j] = b;
+    }
+    return j + hit_len(t, h + j, end - j, out + j);
+}
+
 /* Warm the cache for the probes the choice's loop makes next: whether each of the workers
  * order[from .. m) holds h[at] and, when at > 0, h[at - 1] (its bound and a tie's). The
  * tables are far larger than the cache, so each probe is two dependent misses (the slot,
@@ -751,12 +774,15 @@ static inline int rest_less(long long q, double u, Py_ssize_t i, long long bq, d
 }
 
 PyDoc_STRVAR(choose_doc,
-             "choose(hashes, loads, home, overload_threshold, max_kv_usage) -> (worker, hit)\n"
+             "choose(hashes, loads, home, overload_threshold, max_kv_usage[, known])\n"
+             "  -> (worker, hit)\n"
              "PrefixAware's choice (workbench/sim/router.py): among the workers not overloaded\n"
              "(loads: one (running, waiting, usage) a worker), the home one asked first, the\n"
              "least (-hit, queued, usage, index); -1 when every worker is overloaded. hit: the\n"
              "blocks holding the chosen worker's longest cached prefix of hashes (what\n"
-             "kvindex.prefix gives) as int64 bytes, for array('q').frombytes (empty for -1).");
+             "kvindex.prefix gives) as int64 bytes, for array('q').frombytes (empty for -1).\n"
+             "known: int64 blocks the home worker held for the leading hashes when last asked\n"
+             "(its last hit for the session): checked against own[] before any lookup.");
 
 static PyObject *Shards_choose(Shards *self, PyObject *args) {
     PyObject *hashes_obj, *loads, *ret = NULL;
@@ -768,15 +794,25 @@ static PyObject *Shards_choose(Shards *self, PyObject *args) {
     double *u = NULL;
     Py_ssize_t *order = NULL;
     int64_t *found = NULL, *cand; /* the best's blocks (its hit) and a candidate's */
-    if (!PyArg_ParseTuple(args, "OO!nnd", &hashes_obj, &PyList_Type, &loads, &home,
-                          &threshold, &max_usage))
+    Py_buffer known = {0};
+    known.len = 0;
+    if (!PyArg_ParseTuple(args, "OO!nnd|y*", &hashes_obj, &PyList_Type, &loads, &home,
+                          &threshold, &max_usage, &known))
         return NULL;
-    if (PyList_GET_SIZE(loads) != n || n < 1) {
-        PyErr_SetString(PyExc_ValueError, "Shards.choose: one load a worker");
+    const int64_t *kb = known.buf;
+    Py_ssize_t nk = known.len / (Py_ssize_t)sizeof(int64_t);
+    if (PyList_GET_SIZE(loads) != n || n < 1 || known.len % 8) {
+        PyErr_SetString(PyExc_ValueError, known.len % 8 ? "Shards.choose: known must be int64s"
+                                                        : "Shards.choose: one load a worker");
+        if (known.buf)
+            PyBuffer_Release(&known);
         return NULL;
     }
-    if (int64s_open(&hs, hashes_obj, "Shards.choose", "hashes"))
+    if (int64s_open(&hs, hashes_obj, "Shards.choose", "hashes")) {
+        if (known.buf)
+            PyBuffer_Release(&known);
         return NULL;
+    }
     const int64_t *h = hs.buf;
     Py_ssize_t nh = hs.n;
     q = PyMem_Malloc(n * sizeof(*q));
@@ -831,7 +867,8 @@ static PyObject *Shards_choose(Shards *self, PyObject *args) {
         if (!nh) {
             hit = 0;
         } else if (!have || (best_hit < nh && lookup(t, h[best_hit]) >= 0)) {
-            hit = hit_len(t, h, nh, cand);
+            hit = i == home && nk ? known_hit_len(t, h, nh, kb, nk, cand)
+                                  : hit_len(t, h, nh, cand);
         } else if (!rest_less(q[i], u[i], i, q[best], u[best], best)) {
             continue; /* at most a tie, and it would lose it */
         } else if (best_hit && lookup(t, h[best_hit - 1]) >= 0) {
@@ -868,6 +905,8 @@ done:
     PyMem_Free(u);
     PyMem_Free(order);
     int64s_close(&hs);
+    if (known.buf)
+        PyBuffer_Release(&known);
     return ret;
 }
 

@@ -145,6 +145,9 @@ class PrefixAware:
 
     def __init__(self, overload_threshold: int = 4, max_kv_usage: float = 0.95) -> None:
         self._home: dict[str, int] = {}  # session -> the worker it went to last
+        # session -> its last hit there (int64 bytes; taken by its next request: the
+        # sessions between two requests, bounded as ``_home``)
+        self._known: dict[str, bytes] = {}
         if int(overload_threshold) < 0:
             raise ValueError(
                 f"router_options.overload_threshold must be >= 0, got {overload_threshold}"
@@ -164,12 +167,19 @@ class PrefixAware:
             native = None if None in views else kvindex.native
             self._for, self._shards = workers, native and native.Shards(views)
         if self._shards is not None:  # the rule below in one compiled call (kvcache.c)
+            # the session's last hit on its home worker: checked there before any lookup
+            known = self._known.pop(req.session, b"")
             best, raw = self._shards.choose(req.hashes, loads, -1 if home is None else home,
-                                            self.overload_threshold, self.max_kv_usage)
+                                            self.overload_threshold, self.max_kv_usage,
+                                            known)  # fmt: skip
             if best >= 0 and req.hashes:  # the winner's hit, which admission starts from
                 hit = array("q")  # (int64s: admission acquires and copies them as they are)
                 hit.frombytes(raw)
                 workers[best].found_prefix(req.hashes, hit)
+                if raw:
+                    if len(self._known) >= self._HOMES_MAX:
+                        self._known.clear()
+                    self._known[req.session] = raw
         else:
             best = self._best(req.hashes, home, workers, loads)
         if best < 0:  # every worker overloaded
