@@ -214,8 +214,10 @@ class BlockKeyer:
             off = top
             i += 1
         self._i, self._off, self._run, self._e = i, off, run, e
-        if first and stop >= self._n:  # walked whole from the start: a next round's prefix
-            # (its state is at a part boundary: no block ends past ``stop``)
+        if first and stop >= self._n and parts[0][0] != BLOCK:
+            # walked whole from the start: a next round's prefix (its state is at a part
+            # boundary: no block ends past ``stop``); not a hash-id row's (its next
+            # prompt is hash-id blocks again, never this one carried)
             if len(_WALKED) >= _WALKED_MAX:
                 _WALKED.clear()
             _WALKED[len(parts), parts[-1], self._n, bs] = (parts, i, off, run, e,
@@ -230,7 +232,7 @@ class BlockKeyer:
 #: about the active sessions, cleared whole past the bound
 _WALKED: dict[tuple[int, Part, int, int], tuple[tuple[Part, ...], int, int, int, int,
                                                 tuple[int, ...], tuple[int, ...]]] = {}
-_WALKED_MAX = 1 << 13
+_WALKED_MAX = 1 << 12
 
 
 def _twin_keys(pkeys: Sequence[int], counts: Sequence[int], e0: int, bs: int) -> list[int]:

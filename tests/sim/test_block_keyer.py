@@ -102,3 +102,13 @@ def test_a_partial_first_walk_neither_resumes_past_its_stop_nor_is_remembered() 
     assert got == _reference(seg, bs)[:3]
     assert keyer.upto(len(seg)) == _reference(seg, bs)[3:]
     assert all(w[0] != seg.parts for w in segments_mod._WALKED.values())  # not whole
+
+
+def test_a_hash_id_rows_walk_is_not_remembered() -> None:
+    """A row of hash-id blocks is never carried into a next prompt: its walk is not kept."""
+    import workbench.segments as segments_mod
+
+    segments_mod._WALKED.clear()
+    seg = Segments([(BLOCK, 7, 0, 512), (BLOCK, 8, 0, 300), (OUTPUT, 1, 0, 20)])
+    assert BlockKeyer(seg, 16).upto(len(seg)) == _reference(seg, 16)
+    assert not segments_mod._WALKED

@@ -185,3 +185,21 @@ def test_a_known_hit_only_speeds_the_home_workers_walk() -> None:
             assert shards.choose(hashes, loads, home, 4, 0.95, known.tobytes()) == plain
     with pytest.raises(ValueError):
         shards.choose(hashes, loads, 0, 4, 0.95, b"1234567")  # not int64s
+
+
+def test_the_router_keeps_a_last_hit_only_for_a_session_with_more_to_come() -> None:
+    if not kvindex.COMPILED:
+        pytest.skip("the C extension is not built")
+    chain = [random.Random(4).getrandbits(62) for _ in range(8)]
+    kv = BlockManager(16, 64)
+    blocks = kv.allocate(8)
+    assert blocks is not None
+    kv.commit(blocks, chain, 0, 8)
+    workers = [_Worker(kv, (0, 0, 0.1), compiled=True)]
+    router = PrefixAware()
+    router.choose(RouteRequest("a", "a", array("q", chain)), workers, [(0, 0, 0.1)])
+    assert not router._known  # a request that is its own session: nothing kept
+    router.choose(RouteRequest("b:0", "b", array("q", chain)), workers, [(0, 0, 0.1)])
+    assert list(router._known) == ["b"]
+    router.choose(RouteRequest("b:1", "b", array("q", chain)), workers, [(0, 0, 0.1)])
+    assert list(router._known) == ["b"]  # taken by the next request, kept again

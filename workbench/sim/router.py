@@ -142,11 +142,12 @@ class PrefixAware:
     needs_hashes = True
 
     _HOMES_MAX = 1 << 16  # sessions whose last worker is remembered (an order hint only)
+    _KNOWN_MAX = 1 << 12  # sessions whose last hit is kept (a few KB each; a speed hint)
 
     def __init__(self, overload_threshold: int = 4, max_kv_usage: float = 0.95) -> None:
         self._home: dict[str, int] = {}  # session -> the worker it went to last
-        # session -> its last hit there (int64 bytes; taken by its next request: the
-        # sessions between two requests, bounded as ``_home``)
+        # session -> its last hit there (int64 bytes; taken by its next request: about
+        # the sessions between two requests; none for a request that is its own session)
         self._known: dict[str, bytes] = {}
         if int(overload_threshold) < 0:
             raise ValueError(
@@ -176,8 +177,8 @@ class PrefixAware:
                 hit = array("q")  # (int64s: admission acquires and copies them as they are)
                 hit.frombytes(raw)
                 workers[best].found_prefix(req.hashes, hit)
-                if raw:
-                    if len(self._known) >= self._HOMES_MAX:
+                if raw and req.session != req.request_id:  # (a session: more may come)
+                    if len(self._known) >= self._KNOWN_MAX:
                         self._known.clear()
                     self._known[req.session] = raw
         else:
