@@ -17,7 +17,7 @@ import numpy as np
 
 from workbench.metrics.derive import FLOAT_COLUMNS, INT_COLUMNS, TokenRows, derive, int_rows
 from workbench.metrics.frame import to_frame
-from workbench.storage import columnar
+from workbench.storage import arrays, columnar
 from workbench.storage.rundir import RECORDS, resolve_run_dir
 
 if TYPE_CHECKING:
@@ -85,8 +85,8 @@ def _plain_table(rows: list[tuple[Any, bytes | None]], token_times: bool) -> Any
         sch = columnar.schema(DERIVED_TYPES, token_times)
         if token_times:  # the times' list column over their flat values (the counts'
             pa = columnar.require()  # lists convert as they did: a bool among them raises)
-            offsets = np.concatenate(([0], np.cumsum(times.lens))).astype(np.int32)
-            cols["token_times_ns"] = pa.ListArray.from_arrays(offsets, pa.array(times.values))
+            flat = arrays.from_numpy(times.values, pa.int64())
+            cols["token_times_ns"] = arrays.list_array(times.lens, flat)
         return columnar.table(cols, d, sch, gaps=d["gaps"])
     except Exception:  # anything odd: the exact reading decides (and raises what it raised)
         return None
@@ -218,37 +218,41 @@ class _ParquetSource:
         return name in self.names
 
     def load(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         if name not in self.names:  # a file from before the column existed: all absent
             return np.zeros(self.n, dtype=np.int64), np.zeros(self.n, dtype=bool)
         arr = self._read(name)
+        if str(arr.type) in arrays.READABLE:  # from its buffers: pandas not imported
+            return arrays.filled(arr)
+        import pyarrow as pa  # another type (a file of another writer): the compute way
+        import pyarrow.compute as pc
+
         valid = arr.is_valid().to_numpy(zero_copy_only=False)
         if pa.types.is_floating(arr.type):
             return arr.to_numpy(zero_copy_only=False), valid
         fill: Any = False if pa.types.is_boolean(arr.type) else 0
-        if pa.types.is_string(arr.type):
-            fill = ""
         return pc.fill_null(arr, fill).to_numpy(zero_copy_only=False), valid
 
     def equals(self, name: str, value: str) -> np.ndarray:
+        arr = self._strings(name)
+        if str(arr.type) == "string":  # compared in its buffers: pandas not imported
+            return arrays.equal_text(arr, value)
         import pyarrow.compute as pc
 
-        return pc.fill_null(pc.equal(self._strings(name), value), False).to_numpy(
-            zero_copy_only=False
-        )
+        return pc.fill_null(pc.equal(arr, value), False).to_numpy(zero_copy_only=False)
 
     def rank(self, name: str) -> np.ndarray:
+        arr = self._strings(name)
+        if str(arr.type) == "string":
+            return arrays.dense_rank(arrays.texts(arr))
         import pyarrow.compute as pc
 
-        ranks = pc.rank(self._strings(name), sort_keys="ascending", tiebreaker="dense")
+        ranks = pc.rank(arr, sort_keys="ascending", tiebreaker="dense")
         return ranks.to_numpy().astype(np.int64)
 
     def gaps(self, rows: np.ndarray | None) -> np.ndarray:
         arr = self._read("itl_ms")  # not kept: only the pooled gaps of ``rows`` are
-        offsets = arr.offsets.to_numpy()
-        values = arr.values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]]
+        offsets = arrays.filled(arr.offsets)[0]
+        values = arrays.filled(arr.values)[0][offsets[0] : offsets[-1]]
         if rows is None:
             return values.copy()  # Arrow's buffer is read-only; the caller may reorder it
         sel = np.zeros(len(offsets) - 1, dtype=bool)

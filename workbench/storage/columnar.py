@@ -17,6 +17,7 @@ import numpy as np
 import orjson
 
 from workbench import safe_write as safe
+from workbench.storage import arrays
 from workbench.errors import ConfigError
 from workbench.storage.rundir import RECORDS, iter_jsonl, loads_line, resolve_run_dir
 
@@ -142,6 +143,15 @@ def sanitized(rows: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return out
 
 
+def _none(values: Any) -> None:
+    return None
+
+
+#: the Arrow arrays of a stored field's plain values without ``pa.array`` (storage.arrays)
+_PLAIN: dict[str, Callable[[list[Any]], Any]] = {
+    "int64": arrays.int64, "string": arrays.strings, "bool": arrays.bools,
+}  # fmt: skip
+
 #: what a batch that holds a value no int64 can take raises while being converted
 BAD_VALUE_ERRORS: tuple[type[Exception], ...] = (OverflowError, TypeError, ValueError)
 
@@ -157,18 +167,21 @@ def table(
     ``gaps`` (every row's inter-token gaps, row after row, ``derived["itl_count"]``
     per row) fill the ``itl_ms`` list column when the schema has one."""
     pa = require()
-    arrays = []
+    out = []  # made from buffers where they can be (storage.arrays: pandas not imported)
     for f in sch:
         if f.name == "itl_ms":  # the gaps are already grouped by row, in order
-            offsets = np.concatenate(([0], np.cumsum(derived["itl_count"]))).astype(np.int32)
-            arrays.append(pa.ListArray.from_arrays(offsets, pa.array(gaps, pa.float64())))
+            flat = arrays.from_numpy(np.asarray(gaps, dtype=np.float64), pa.float64())
+            out.append(arrays.list_array(derived["itl_count"], flat))
         elif f.name in derived:
-            arrays.append(pa.array(derived[f.name], type=f.type, from_pandas=True))
+            arr = arrays.from_numpy(derived[f.name], f.type, nan_is_null=True)
+            out.append(arr if arr is not None
+                       else pa.array(derived[f.name], type=f.type, from_pandas=True))
         elif isinstance(cols[f.name], pa.Array):  # a list column made over flat values
-            arrays.append(cols[f.name])
+            out.append(cols[f.name])
         else:
-            arrays.append(pa.array(cols[f.name], type=f.type))
-    return pa.Table.from_arrays(arrays, schema=sch)
+            arr = _PLAIN.get(str(f.type), _none)(cols[f.name])
+            out.append(arr if arr is not None else pa.array(cols[f.name], type=f.type))
+    return pa.Table.from_arrays(out, schema=sch)
 
 
 # ------------------------------------------------------------------ files
