@@ -19,6 +19,9 @@
  * - stream_keys: workbench/context/tokens.py's `_stream_keys_once` of each hash id's name.
  * - json_ints_fit: whether workbench/storage/rundir.py's `loads_line` may keep orjson's
  *   result (every integer literal in orjson's exact range; its twin writes the value back).
+ * - cut_ints: workbench/storage/columnar.py's `cut_ints_py`: where a record line's one
+ *   token times array is, and its int64 values when its text is exactly what orjson
+ *   writes for them (its twin: `find`s, then numpy's parse and orjson's write-back).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -550,6 +553,93 @@ static PyObject *json_ints_fit(PyObject *self, PyObject *args) {
     return PyBool_FromLong(fit);
 }
 
+PyDoc_STRVAR(cut_ints_doc,
+             "cut_ints(line, key) -> (start, end, values) | None\n\n"
+             "The one array after `key` in `line` (key ends with '['): its text line[start:end] "
+             "(end at its ']') and its values as native int64 bytes, when the text is "
+             "exactly the JSON orjson writes for int64 values (-?(0|[1-9][0-9]*), commas, "
+             "no space, no -0, in range), `key` is not found again and the line has no "
+             "unicode escape; else None.");
+
+/* the first `k` bytes of `needle` in hay[0:n], or NULL */
+static const char *find(const char *hay, Py_ssize_t n, const char *needle, Py_ssize_t k) {
+    if (k <= 0)
+        return hay;
+    const char *p = hay, *end = hay + n;
+    while (end - p >= k) {
+        p = memchr(p, needle[0], (size_t)(end - p - k + 1));
+        if (p == NULL)
+            return NULL;
+        if (memcmp(p, needle, (size_t)k) == 0)
+            return p;
+        p++;
+    }
+    return NULL;
+}
+
+static PyObject *cut_ints(PyObject *self, PyObject *args) {
+    Py_buffer line, key;
+    if (!PyArg_ParseTuple(args, "y*y*", &line, &key))
+        return NULL;
+    const char *b = line.buf, *k = key.buf;
+    Py_ssize_t n = line.len, klen = key.len;
+    PyObject *out = NULL;
+    const char *at = find(b, n, k, klen);
+    if (at == NULL || klen == 0)
+        goto none;
+    Py_ssize_t start = (at - b) + klen, end = start, commas = 0;
+    for (; end < n && b[end] != ']'; end++) { /* only number characters up to the ']' */
+        char c = b[end];
+        if (c == ',')
+            commas++;
+        else if (c != '-' && (c < '0' || c > '9'))
+            goto none;
+    }
+    if (end >= n || find(b, start, "\\u", 2) || find(b + end, n - end, "\\u", 2) ||
+        find(b + end, n - end, k, klen))
+        goto none;
+    Py_ssize_t count = end > start ? commas + 1 : 0;
+    out = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int64_t));
+    if (out == NULL) {
+        PyBuffer_Release(&line);
+        PyBuffer_Release(&key);
+        return NULL;
+    }
+    int64_t *v = (int64_t *)PyBytes_AS_STRING(out);
+    const char *p = b + start, *stop = b + end;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int neg = *p == '-';
+        const char *d = p + neg, *q = d;
+        uint64_t u = 0;
+        while (q < stop && *q >= '0' && *q <= '9' && q - d < 20) {
+            u = u * 10 + (uint64_t)(*q - '0');
+            q++;
+        }
+        Py_ssize_t nd = q - d;
+        if (nd == 0 || nd > 19 || (nd > 1 && *d == '0') || (neg && nd == 1 && *d == '0'))
+            goto bad; /* no digit, a leading zero, -0, or past int64 */
+        if (nd == 19 && u > (neg ? 9223372036854775808ULL : 9223372036854775807ULL))
+            goto bad;
+        v[i] = neg ? (int64_t)(0 - u) : (int64_t)u;
+        if (i + 1 < count) {
+            if (q >= stop || *q != ',')
+                goto bad;
+            p = q + 1;
+        } else if (q != stop) {
+            goto bad;
+        }
+    }
+    PyBuffer_Release(&line);
+    PyBuffer_Release(&key);
+    return Py_BuildValue("(nnN)", start, end, out);
+bad:
+    Py_DECREF(out);
+none:
+    PyBuffer_Release(&line);
+    PyBuffer_Release(&key);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"block_keys", block_keys, METH_VARARGS, block_keys_doc},
     {"block_keys_bytes", block_keys_bytes, METH_VARARGS, block_keys_bytes_doc},
@@ -559,6 +649,7 @@ static PyMethodDef methods[] = {
     {"chain_heads", chain_heads, METH_VARARGS, chain_heads_doc},
     {"stream_keys", stream_keys, METH_VARARGS, stream_keys_doc},
     {"json_ints_fit", json_ints_fit, METH_VARARGS, json_ints_fit_doc},
+    {"cut_ints", cut_ints, METH_VARARGS, cut_ints_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -213,9 +213,11 @@ def test_token_times_not_as_orjson_writes_them_read_exactly(tmp_path: Path, edit
 
 def test_the_cut_takes_the_one_top_level_member() -> None:
     line = orjson.dumps(_record(2))
-    obj, text = columnar.cut_times(line)
+    obj, cut = columnar.cut_times(line)
     assert obj == {**orjson.loads(line), "token_times_ns": []}
-    assert text == b"1025000000,1027000000,1029000000"
+    assert cut is not None and line[cut.start : cut.end] == b"1025000000,1027000000,1029000000"
+    assert cut.values.tolist() == [1025000000, 1027000000, 1029000000]
+    text = line[cut.start : cut.end]
     flat = columnar.token_times([text, b"", b"7"])
     assert flat is not None
     assert flat[0].tolist() == [1025000000, 1027000000, 1029000000, 7]

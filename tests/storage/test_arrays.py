@@ -125,8 +125,9 @@ def test_a_simulate_run_with_its_files_never_imports_pandas(tmp_path):
     cfg = tmp_path / "on-disk.json"
     cfg.write_text('{"executor": {"keep_records": false}}')
     code = ("import sys\nfrom workbench.cli import main\n"
-            f"sys.argv = ['workbench', 'simulate', '--trace', {trace!r}, '--config', {str(cfg)!r},\n"
-            f"            '--slo', 'ttft_ms<=2000', '-o', {str(tmp_path)!r}, '--run-id', 'r']\n"
+            f"sys.argv = ['workbench', 'simulate', '--trace', {trace!r},\n"
+            f"            '--config', {str(cfg)!r}, '--slo', 'ttft_ms<=2000',\n"
+            f"            '-o', {str(tmp_path)!r}, '--run-id', 'r']\n"
             "status = main()\n"
             "print(status, 'pandas' in sys.modules, 'pyarrow.compute' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

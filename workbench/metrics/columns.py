@@ -58,29 +58,31 @@ def _batch_table(rows: list[Mapping[str, Any]], token_times: bool) -> Any:
     return columnar.table(cols, d, columnar.schema(DERIVED_TYPES, token_times), gaps=d["gaps"])
 
 
-def _plain_table(rows: list[tuple[Any, bytes | None]], token_times: bool) -> Any:
+def _plain_table(rows: list[tuple[Any, columnar.Times | None]], token_times: bool) -> Any:
     """``batch_table`` of ``iter_raw_batches``' rows (parsed by orjson alone, their token
     times apart), or None when they hold a value it must read exactly: token times not
-    cut out or not canonical JSON ints (``columnar.token_times``), a float in a stored
-    field or in the token counts (an integer out of range reads as one), a value that
-    will not convert, a row that is not a record's. Otherwise the values are what
+    cut out (absent, or not canonical JSON ints: ``columnar.cut_times``), a float in a
+    stored field or in the token counts (an integer out of range reads as one), a value
+    that will not convert, a row that is not a record's. Otherwise the values are what
     ``loads_line`` reads (they differ only where orjson made a float), so the table is
     ``batch_table``'s; the token lists go in flat (``TokenRows``)."""
     try:
-        texts = [t for _, t in rows]
-        if None in texts:
+        cuts = [t for _, t in rows]
+        if any(t is None for t in cuts):
             return None
         objs = [obj for obj, _ in rows]
-        rows.clear()  # the texts are let go as they are joined
-        flat = columnar.token_times(texts)  # type: ignore[arg-type]  # no None: checked
-        if flat is None:
-            return None
+        rows.clear()
+        vals = [t.values for t in cuts]  # type: ignore[union-attr]  # no None: checked
+        cuts.clear()
+        lens = np.fromiter(map(len, vals), dtype=np.int64, count=len(vals))
+        values = np.concatenate(vals) if vals else np.empty(0, dtype=np.int64)
+        vals.clear()
         cols = columnar.raw_columns(objs)
         objs.clear()  # their values are in ``cols``
         counts = int_rows(cols["token_counts"])
         if counts is None or columnar.has_float(cols):
             return None
-        times = TokenRows(*flat)
+        times = TokenRows(values, lens)
         d = derive(cols, times, counts)
         sch = columnar.schema(DERIVED_TYPES, token_times)
         if token_times:  # the times' list column over their flat values (the counts'

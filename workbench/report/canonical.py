@@ -204,16 +204,13 @@ class _Times(np.ndarray):
 
 def _cut(line: bytes) -> tuple[Any, _Times | None]:
     """A record line read exactly (``loads_line``), its token times apart when they are
-    the digits orjson writes (``columnar.cut_times``, ``int_text``): ``(row, times)``, or
+    the digits orjson writes (``columnar.cut_times``): ``(row, times)``, or
     ``(row, None)`` with the times in ``row``. A bad line raises as ``loads_line`` does."""
-    row, text = columnar.cut_times(line, loads_line)
-    if text is None:
+    row, cut = columnar.cut_times(line, loads_line)
+    if cut is None:
         return row, None
-    values = columnar.int_text(text)
-    if values is None:
-        return loads_line(line), None
-    times = values.view(_Times)
-    times.text = text
+    times = cut.values.view(_Times)
+    times.text = line[cut.start : cut.end]
     return row, times
 
 

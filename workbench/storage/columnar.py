@@ -11,14 +11,15 @@ import operator
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
 
 from workbench import safe_write as safe
-from workbench.storage import arrays
 from workbench.errors import ConfigError
+from workbench.kernels import native as _kernels
+from workbench.storage import arrays
 from workbench.storage.rundir import RECORDS, iter_jsonl, loads_line, resolve_run_dir
 
 log = logging.getLogger(__name__)
@@ -218,36 +219,66 @@ def iter_raw_batches(
 
 #: a record line's token times member; never inside a JSON string (its quotes would be
 #: escaped there), and a key spelled with escapes has a unicode escape
-_TIMES_KEY = b'"token_times_ns":['
+TIMES_KEY = b'"token_times_ns":['
+
+
+class Times(NamedTuple):
+    """A record line's token times as ``cut_times`` found them: the int64 values, and
+    where their text is in the line (``line[start:end]``)."""
+
+    values: np.ndarray
+    start: int
+    end: int
+
+
+def cut_ints_py(line: bytes, key: bytes = TIMES_KEY) -> tuple[int, int, bytes] | None:
+    """``(start, end, values)``: the one array after ``key`` in ``line`` (``key`` ends
+    with ``[``; ``line[start:end]`` its text, ``end`` at its ``]``) and its values as
+    native int64 bytes, when that text is exactly the JSON orjson writes for them
+    (``token_times``' rule), ``key`` is not found again and the line has no unicode
+    escape; else None. The reference of ``kernels.c``'s ``cut_ints``, which runs where
+    built (one pass in C; tests/storage/test_cut_ints.py holds the two equal)."""
+    at = line.find(key)
+    if at < 0:
+        return None
+    start = at + len(key)
+    end = line.find(b"]", start)
+    if end < 0:
+        return None
+    text = line[start:end]  # only number characters: neither key nor escape inside it
+    if text.translate(None, b"0123456789,-") or b"\\u" in line[:start] \
+            or b"\\u" in line[end:] or line.find(key, end) >= 0:
+        return None
+    flat = token_times([text])
+    return None if flat is None else (start, end, flat[0].tobytes())
+
+
+cut_ints: Callable[[bytes, bytes], tuple[int, int, bytes] | None] = (
+    getattr(_kernels, "cut_ints", None) or cut_ints_py
+)
 
 
 def cut_times(
     line: bytes, parse: Callable[[bytes], Any] = orjson.loads
-) -> tuple[Any, bytes | None]:
-    """``(obj, times)``: ``line`` parsed (``parse``) with the text of its one top-level
+) -> tuple[Any, Times | None]:
+    """``(obj, times)``: ``line`` parsed (``parse``) with its one top-level
     ``token_times_ns`` array cut out (``obj`` holds ``[]`` there; most of a streamed
-    record's bytes, parsed as ints by ``token_times`` instead), or ``(parse(line), None)``
-    when the member is not surely that one: absent, twice, in a line with a unicode
-    escape, or the line without it is not JSON. A bad line raises as ``parse`` does."""
-    at = line.find(_TIMES_KEY)
-    if at < 0 or b"\\u" in line or line.find(_TIMES_KEY, at + 1) >= 0:
+    record's bytes) and that array's values read apart (``cut_ints``), or
+    ``(parse(line), None)`` when the member is not surely that one (absent, twice, in a
+    line with a unicode escape), its text is not exactly the JSON orjson writes for its
+    values (a caller reads such a line exactly), or the line without it is not JSON. A
+    bad line raises as ``parse`` does."""
+    cut = cut_ints(line, TIMES_KEY)
+    if cut is None:
         return parse(line), None
-    start = at + len(_TIMES_KEY)
-    end = line.find(b"]", start)
+    start, end, values = cut
     try:
-        obj = parse(line[:start] + line[end:]) if end >= 0 else None
+        obj = parse(line[:start] + line[end:])
     except ValueError:
         obj = None
     if type(obj) is not dict or obj.get("token_times_ns") != []:
         return parse(line), None
-    return obj, line[start:end]
-
-
-def int_text(text: bytes) -> np.ndarray | None:
-    """The int64 values of one ``cut_times`` array text, or None unless it is exactly
-    the JSON orjson writes for them (``token_times``' rule, for one row)."""
-    flat = token_times([text])
-    return None if flat is None else flat[0]
+    return obj, Times(np.frombuffer(values, dtype=np.int64), start, end)
 
 
 def token_times(texts: list[bytes]) -> tuple[np.ndarray, np.ndarray] | None:
