@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from workbench.metrics.derive import FLOAT_COLUMNS, INT_COLUMNS, TokenRows, derive, int_rows
-from workbench.metrics.frame import to_frame
+from workbench.metrics.frame import FLAGS, NS_COLUMNS, FrameStream, frame_of, to_frame
 from workbench.storage import arrays, columnar
 from workbench.storage.rundir import RECORDS, resolve_run_dir
 
@@ -262,7 +262,133 @@ class _ParquetSource:
         return values[np.repeat(sel, np.diff(offsets))]  # one new array, in row order
 
 
-_Source = _FrameSource | _ParquetSource
+_NONE = type(None)
+_INTS = frozenset({int, _NONE})
+_NUMBERS = frozenset({int, float, _NONE})
+_TEXTS = frozenset({str, _NONE})
+
+
+def _in_int64(values: list[Any]) -> bool:
+    """Whether the ints among ``values`` all fit int64 (pandas infers another dtype else)."""
+    try:
+        np.array([v for v in values if type(v) is int], dtype=np.int64)
+    except OverflowError:
+        return False
+    return True
+
+
+def _floats(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """ints, floats and None as float64 (None: NaN), as pandas infers such a column."""
+    out = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+    return out, ~np.isnan(out)
+
+
+def _objects(values: list[Any], kinds: frozenset[type]) -> tuple[np.ndarray, np.ndarray]:
+    """``_FrameSource.load`` of an object column of ints or text (and None): absent as 0,
+    then cast by the kinds present (none: bool; ints: int64; text: left as objects)."""
+    arr = np.empty(len(values), dtype=object)
+    arr[:] = values
+    valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
+    out = np.where(valid, arr, 0)
+    if not kinds - {_NONE}:
+        return out.astype(bool), valid
+    return (out.astype(np.int64) if kinds <= _INTS else out), valid
+
+
+class _StreamSource:
+    """Columns of ``frame_columns`` (a streamed run's: ``Columns.streamed``) as
+    ``_FrameSource`` reads the frame pandas makes of them, without pandas: a column of
+    one plain kind (a derived array; ints, floats, bools or text, with None) is read as
+    pandas infers it (ints with None: float64; text: objects), any other (``extra``'s
+    dicts, a value out of int64, a name the frame reduces from its gaps) from that frame,
+    made the first time one is asked for (docs/virtual-time.md, "The digest streamed")."""
+
+    def __init__(self, cols: dict[str, Any], gaps: np.ndarray):
+        self.cols = cols
+        self._gaps = gaps
+        self.n = len(cols["request_id"])
+        self._df: _FrameSource | None = None
+
+    def _frame(self) -> _FrameSource:
+        if self._df is None:
+            self._df = _FrameSource(frame_of(self.cols))
+        return self._df
+
+    def has(self, name: str) -> bool:
+        return name in self.cols or name in columnar.EXTRA_INT_FIELDS or name in _FROM_GAPS
+
+    def load(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        got = self._plain(name)
+        return got if got is not None else self._frame().load(name)
+
+    def _plain(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+        if name not in self.cols:
+            if name not in columnar.EXTRA_INT_FIELDS:
+                return None  # reduced from the gaps: the frame's way
+            values = [e.get(name) if isinstance(e, dict) else None for e in self.cols["extra"]]
+            kinds = frozenset(map(type, values))
+            return _objects(values, kinds) if kinds <= _INTS and _in_int64(values) else None
+        col = self.cols[name]
+        if isinstance(col, np.ndarray):  # a derived column: its dtype kept
+            if col.dtype.kind not in "ifb":
+                return None
+            return col, ~np.isnan(col) if col.dtype.kind == "f" else np.ones(len(col), bool)
+        kinds = frozenset(map(type, col))
+        if not col or (kinds <= _NUMBERS and not _in_int64(col)):
+            return None
+        if name in NS_COLUMNS:  # nullable Int64 (ints and None through float64 first)
+            if not kinds <= _INTS:
+                return None
+            if _NONE not in kinds:
+                return np.array(col, dtype=np.int64), np.ones(len(col), dtype=bool)
+            exact, valid = _floats(col)
+            return np.where(valid, exact, 0).astype(np.int64), valid
+        if name in FLAGS:
+            return (np.array(col, dtype=bool), np.ones(len(col), bool)) if kinds == {bool} \
+                else None
+        if kinds == {int}:
+            return np.array(col, dtype=np.int64), np.ones(len(col), dtype=bool)
+        if kinds == {bool}:
+            return np.array(col, dtype=bool), np.ones(len(col), dtype=bool)
+        if kinds <= _NUMBERS and kinds - {_NONE}:
+            return _floats(col)
+        if kinds == {_NONE}:
+            return _objects(col, kinds)
+        return None  # text (pandas' own string dtype, by its version), dicts, lists
+
+    def _texts(self, name: str) -> list[Any] | None:
+        col = self.cols.get(name)
+        return col if isinstance(col, list) and frozenset(map(type, col)) <= _TEXTS else None
+
+    def equals(self, name: str, value: str) -> np.ndarray:
+        col = self._texts(name)
+        if col is None:
+            return self._frame().equals(name, value)
+        return np.fromiter((v == value for v in col), dtype=bool, count=len(col))
+
+    def rank(self, name: str) -> np.ndarray:
+        col = self._texts(name)
+        if col is None or None in col:  # None: its string by pandas' version
+            return self._frame().rank(name)
+        arr = np.empty(len(col), dtype=object)
+        arr[:] = col
+        return np.unique(arr, return_inverse=True)[1]
+
+    def gaps(self, rows: np.ndarray | None) -> np.ndarray:
+        lists = self.cols["itl_ms"]
+        lens = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+        if lens.sum() != len(self._gaps) or self._gaps.dtype != np.float64:
+            return self._frame().gaps(rows)
+        if rows is None:
+            return self._gaps.copy()  # the rows' views joined: the one array, copied
+        if len(rows) and not (np.diff(rows) > 0).all():  # not in row order: row by row
+            return self._frame().gaps(rows)
+        sel = np.zeros(len(lens), dtype=bool)
+        sel[rows] = True
+        return self._gaps[np.repeat(sel, lens)]
+
+
+_Source = _FrameSource | _ParquetSource | _StreamSource
 
 
 class Columns:
@@ -282,6 +408,12 @@ class Columns:
         if isinstance(data, Columns):
             return data
         return cls(_FrameSource(to_frame(data)))
+
+    @classmethod
+    def streamed(cls, stream: FrameStream) -> Columns:
+        """The columns of a ``FrameStream``'s records (its buffers handed over), the
+        frame's numbers without the frame (``_StreamSource``)."""
+        return cls(_StreamSource(*stream.columns()))
 
     def __len__(self) -> int:
         return self._src.n if self._rows is None else len(self._rows)

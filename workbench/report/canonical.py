@@ -18,6 +18,7 @@ import orjson
 
 from workbench.metrics import summarize
 from workbench.metrics.agents import has_tasks
+from workbench.metrics.columns import Columns
 from workbench.metrics.frame import FrameStream, as_records
 from workbench.records import RequestRecord, RunResult
 from workbench.storage import columnar
@@ -219,8 +220,9 @@ def _summary_bytes(result: RunResult, slo: dict[str, float] | None,
     """The summary's bytes as ``canonical_report`` makes them (from the records, never
     ``summarize_stored``: not the same to the last bit): from ``frame`` (the records on
     disk streamed into it), else from the records."""
-    if frame is not None:
-        summary = summarize(_in_memory(result, [], lifecycle), slo, frame=frame.frame())
+    if frame is not None:  # the frame's numbers, pandas not imported (Columns.streamed)
+        summary = summarize(_in_memory(result, [], lifecycle), slo,
+                            frame=Columns.streamed(frame))
     else:
         summary = summarize(_in_memory(result, as_records(result), lifecycle), slo)
     return orjson.dumps(_section("summary", summary), option=_OPTIONS)
