@@ -72,26 +72,41 @@ def _plain_table(rows: list[tuple[Any, columnar.Times | None]], token_times: boo
             return None
         objs = [obj for obj, _ in rows]
         rows.clear()
-        vals = [t.values for t in cuts]  # type: ignore[union-attr]  # no None: checked
+        times = _flat([t.values for t in cuts])  # type: ignore[union-attr]  # no None: checked
+        cut_counts = [t.counts for t in cuts]  # type: ignore[union-attr]
         cuts.clear()
-        lens = np.fromiter(map(len, vals), dtype=np.int64, count=len(vals))
-        values = np.concatenate(vals) if vals else np.empty(0, dtype=np.int64)
-        vals.clear()
         cols = columnar.raw_columns(objs)
         objs.clear()  # their values are in ``cols``
-        counts = int_rows(cols["token_counts"])
+        apart = all(c is not None for c in cut_counts)  # every row's counts read apart
+        if apart:
+            counts: TokenRows | None = _flat(cut_counts)  # type: ignore[arg-type]
+        else:  # some as lists: all as lists, as they read
+            for i, c in enumerate(cut_counts):
+                if c is not None:
+                    cols["token_counts"][i] = c.tolist()
+            counts = int_rows(cols["token_counts"])
+        cut_counts.clear()
         if counts is None or columnar.has_float(cols):
             return None
-        times = TokenRows(values, lens)
         d = derive(cols, times, counts)
         sch = columnar.schema(DERIVED_TYPES, token_times)
-        if token_times:  # the times' list column over their flat values (the counts'
-            pa = columnar.require()  # lists convert as they did: a bool among them raises)
-            flat = arrays.from_numpy(times.values, pa.int64())
-            cols["token_times_ns"] = arrays.list_array(times.lens, flat)
+        if token_times:  # the list columns over their flat values (counts left as lists
+            pa = columnar.require()  # convert as they did: a bool among them raises)
+            lists = (("token_times_ns", times), ("token_counts", counts))
+            for name, flat in lists if apart else lists[:1]:
+                column = arrays.from_numpy(flat.values, pa.int64())
+                cols[name] = arrays.list_array(flat.lens, column)
         return columnar.table(cols, d, sch, gaps=d["gaps"])
     except Exception:  # anything odd: the exact reading decides (and raises what it raised)
         return None
+
+
+def _flat(rows: list[np.ndarray]) -> TokenRows:
+    """int64 rows as one flat array and their lengths (the list is emptied)."""
+    lens = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    values = np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)
+    rows.clear()
+    return TokenRows(values, lens)
 
 
 def convert(

@@ -222,13 +222,21 @@ def iter_raw_batches(
 TIMES_KEY = b'"token_times_ns":['
 
 
+#: a record line's token counts member: cut out of what is left the same way
+COUNTS_KEY = b'"token_counts":['
+
+
 class Times(NamedTuple):
     """A record line's token times as ``cut_times`` found them: the int64 values, and
-    where their text is in the line (``line[start:end]``)."""
+    where their text is in the line (``line[start:end]``); its token counts the same
+    way when they were cut too (else None: in the parsed row), ``line[cstart:cend]``."""
 
     values: np.ndarray
     start: int
     end: int
+    counts: np.ndarray | None = None
+    cstart: int = 0
+    cend: int = 0
 
 
 def cut_ints_py(line: bytes, key: bytes = TIMES_KEY) -> tuple[int, int, bytes] | None:
@@ -263,22 +271,34 @@ def cut_times(
 ) -> tuple[Any, Times | None]:
     """``(obj, times)``: ``line`` parsed (``parse``) with its one top-level
     ``token_times_ns`` array cut out (``obj`` holds ``[]`` there; most of a streamed
-    record's bytes) and that array's values read apart (``cut_ints``), or
-    ``(parse(line), None)`` when the member is not surely that one (absent, twice, in a
-    line with a unicode escape), its text is not exactly the JSON orjson writes for its
-    values (a caller reads such a line exactly), or the line without it is not JSON. A
-    bad line raises as ``parse`` does."""
+    record's bytes) and that array's values read apart (``cut_ints``), its
+    ``token_counts`` too where they are cut the same way from the rest, or
+    ``(parse(line), None)`` when the times member is not surely that one (absent, twice,
+    in a line with a unicode escape), its text is not exactly the JSON orjson writes for
+    its values (a caller reads such a line exactly), or the line without it is not JSON.
+    A bad line raises as ``parse`` does."""
     cut = cut_ints(line, TIMES_KEY)
     if cut is None:
         return parse(line), None
     start, end, values = cut
+    rest = line[:start] + line[end:]
+    counts = cut_ints(rest, COUNTS_KEY)  # None: the counts stay in the row, as read
+    if counts is not None:
+        cstart, cend, cvalues = counts
+        rest = rest[:cstart] + rest[cend:]
     try:
-        obj = parse(line[:start] + line[end:])
+        obj = parse(rest)
     except ValueError:
         obj = None
-    if type(obj) is not dict or obj.get("token_times_ns") != []:
+    if type(obj) is not dict or obj.get("token_times_ns") != [] or (
+            counts is not None and obj.get("token_counts") != []):
         return parse(line), None
-    return obj, Times(np.frombuffer(values, dtype=np.int64), start, end)
+    times = np.frombuffer(values, dtype=np.int64)
+    if counts is None:
+        return obj, Times(times, start, end)
+    shift = 0 if cstart < start else end - start  # where the counts' text is in the line
+    return obj, Times(times, start, end, np.frombuffer(cvalues, dtype=np.int64),
+                      cstart + shift, cend + shift)
 
 
 def token_times(texts: list[bytes]) -> tuple[np.ndarray, np.ndarray] | None:
