@@ -196,6 +196,7 @@ class Scheduler:
         self._fins: list[tuple[int, int, Sequence]] = []
         self._inflight: StepPlan | None = None  # planned, not yet completed
         self._admitted = 0  # admissions so far (each one's ``rank``)
+        self._apart = not config.mixed_batches  # SGLang's batches (``_schedule_apart``)
 
     def new_sequence(
         self, request_id: str, prompt: list[int] | Segments, max_tokens: int, now_ns: int
@@ -229,10 +230,53 @@ class Scheduler:
             implicit = self._implicit_only(ns)
             if implicit is not None:
                 return implicit
+        if self._apart:
+            return self._schedule_apart()
         plan = StepPlan()
         budget = self._schedule_running(plan, self.config.max_num_batched_tokens)
         if not plan.preempted:
             self._admit_waiting(plan, budget)
+        self.counters.steps += 1
+        self._inflight = plan
+        return plan
+
+    def _schedule_apart(self) -> StepPlan:
+        """A step with prefill and decode batches kept apart (``mixed_batches`` false:
+        SGLang's default, docs/embedded-engine.md "Scheduling"). A prefill batch runs
+        whenever one forms: the chunked prompt's next chunk first, then waiting prompts
+        in order, under the token budget and ``max_num_seqs``; the running decodes wait
+        for the next step. Only when none forms (nothing waits, or the waiting head
+        finds no room) does a decode batch run: every running request, one token each.
+        At most one running request is mid-prompt, the last admitted: each admission
+        either takes its prompt's rest or ends the batch with the budget spent."""
+        plan = StepPlan()
+        running = self.running
+        if self.waiting or (running and running[-1].prefilling):
+            budget = self.config.max_num_batched_tokens
+            seq = running[-1] if running else None
+            if seq is not None and seq.prefilling:  # the chunked prompt continues
+                n = min(seq.length - seq.num_computed, budget)
+                if self._grow(seq, n):
+                    plan.add(seq, n)
+                    budget -= n
+                else:  # no block for its chunk: back to waiting, as the mixed pass would
+                    running.pop()
+                    self._preempt(seq)
+                    plan.preempted += 1
+            if not plan.preempted and budget > 0:
+                self._admit_waiting(plan, budget)
+            if plan.scheduled:  # a prefill batch: the implicit decoders sit it out
+                self._flush()
+                self.counters.steps += 1
+                self._inflight = plan
+                return plan
+        ns = self._ns
+        if ns and ns == len(running):
+            implicit = self._implicit_only(ns)
+            if implicit is not None:
+                implicit.preempted = plan.preempted
+                return implicit
+        self._schedule_running(plan, self.config.max_num_batched_tokens)
         self.counters.steps += 1
         self._inflight = plan
         return plan

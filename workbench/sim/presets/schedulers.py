@@ -16,13 +16,24 @@ from typing import Any
 WHOLE_BATCH_TOKENS = 1 << 22
 
 
+#: SGLang's default ``--chunked-prefill-size`` by the memory of one GPU (MiB, as
+#: ``nvidia-smi`` reports it): the first bound above it gives the chunk
+#: (docs/hardware.md, "The engine a table ran on")
+SGLANG_CHUNK_BY_MIB = ((35 * 1024, 2048), (60 * 1024, 4096), (160 * 1024, 8192),
+                       (float("inf"), 16384))
+
+
 @dataclass(frozen=True, slots=True)
 class Scheduler:
-    """One engine's scheduling: the engine knobs that express it and why."""
+    """One engine's scheduling: the engine knobs that express it and why.
+    ``budget_by_mib``: the engine sizes its token budget by the GPU's memory, (bound,
+    tokens) pairs; with a preset and no ``max_num_batched_tokens`` of the caller's, the
+    preset's GPU picks it."""
 
     name: str
     knobs: dict[str, Any] = field(default_factory=dict)
     why: str = ""
+    budget_by_mib: tuple[tuple[float, int], ...] = ()
 
 
 SCHEDULERS: dict[str, Scheduler] = {
@@ -39,6 +50,13 @@ SCHEDULERS: dict[str, Scheduler] = {
                                     "max_num_batched_tokens": WHOLE_BATCH_TOKENS},
                   "TensorRT-LLM's static-batch benchmark (and offline latency scripts): "
                   "the whole batch's contexts in one pass, then its generation steps"),
+        Scheduler("sglang", {"mixed_batches": False, "enable_chunked_prefill": True,
+                             "max_num_batched_tokens": 8192},
+                  "SGLang: a prefill batch (the chunked prompt's next chunk, then waiting "
+                  "prompts, FCFS, under --chunked-prefill-size) whenever one forms, else a "
+                  "decode batch of every running request; mixing off by default "
+                  "(--enable-mixed-chunk); the chunk by the GPU's memory",
+                  SGLANG_CHUNK_BY_MIB),
     )
 }
 
@@ -49,4 +67,12 @@ def engine_knobs(name: str, knobs: dict[str, Any]) -> dict[str, Any]:
     key = str(name).strip().lower()
     if key not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {name!r}; known: {sorted(SCHEDULERS)}")
-    return {**SCHEDULERS[key].knobs, **knobs}
+    entry = SCHEDULERS[key]
+    out = {**entry.knobs, **knobs}
+    if entry.budget_by_mib and knobs.get("preset") and "max_num_batched_tokens" not in knobs:
+        from workbench.sim.presets import resolve
+
+        mib = resolve(str(knobs["preset"])).gpu.usable_gb * 1e9 / 2**20
+        out["max_num_batched_tokens"] = next(t for bound, t in entry.budget_by_mib
+                                             if mib < bound)
+    return out
