@@ -108,9 +108,38 @@ def test_no_room_for_the_waiting_head_runs_a_decode_batch() -> None:
     assert s.sched.waiting
 
 
+def test_admission_reserves_the_running_requests_outputs_to_come() -> None:
+    """``admission_reserve`` (SGLang's new_token_ratio): a waiting request is admitted
+    only while its prompt and output fit below the free KV tokens less each running
+    request's output left × the ratio, which falls from its start to 14 % of it over 600
+    decode steps (docs/embedded-engine.md "Scheduling")."""
+    s = Stepper(num_blocks=64, admission_reserve=0.7, **APART)  # 1,024 tokens of KV
+    a = s.add(0, 96, 800)
+    s.step()  # a's prefill: 6 blocks, one token out
+    free = 58 * 16
+    assert s.sched._reserve_room() == pytest.approx(free - 0.7 * 799)
+    s.add(1, 96, 300)  # 96 + 300 = 396 >= 928 - 559.3: it waits
+    assert s.step() == ([], 1)
+    # one decode step later (which took a 7th block) the ratio is 0.7 - 0.602/600 and
+    # a has 798 tokens to go
+    ratio = 0.7 - (0.7 - 0.7 * 0.14) / 600
+    assert s.sched._reserve_room() == pytest.approx(free - 16 - ratio * 798)
+    waited = 1
+    while s.step()[0] == [] and waited < 800:
+        waited += 1
+    assert 1 < waited < 800 and s.times(a)[-1] < 800  # admitted while a still decodes
+    # without the reserve it is admitted at once
+    plain = Stepper(num_blocks=64, **APART)
+    plain.add(0, 96, 800)
+    plain.step()
+    plain.add(1, 96, 300)
+    assert plain.step() == ([("r1", 96)], 0)
+
+
 def test_sglang_is_registered_with_its_chunk_by_gpu_memory() -> None:
     cfg = EngineConfig.from_knobs(scheduler="sglang")
     assert not cfg.mixed_batches and cfg.enable_chunked_prefill
+    assert cfg.admission_reserve == 0.7 and EngineConfig().admission_reserve == 0.0
     assert cfg.max_num_batched_tokens == 8192
     chunk = {gpu: EngineConfig.from_knobs(scheduler="sglang", preset=p).max_num_batched_tokens
              for gpu, p in (("h100", "llama-3.1-8b/h100/tp1"), ("a100", "llama-3.1-8b/a100/tp1"),
@@ -162,7 +191,8 @@ def drive(knobs: dict[str, Any], seed: int, implicit: bool = True) -> dict[str, 
 
 CASES = {"roomy": {"num_blocks": 4000, **APART},
          "preempting": {"num_blocks": 80, "max_num_seqs": 24, "max_num_batched_tokens": 512,
-                        **APART}}  # fmt: skip
+                        **APART},
+         "reserving": {"num_blocks": 300, "admission_reserve": 0.7, **APART}}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -233,4 +263,5 @@ def test_a_manifest_records_the_knob_only_when_it_is_set() -> None:
     for cfg in (EngineConfig(), EngineConfig.from_knobs(scheduler="sglang")):
         d = cfg.to_dict()
         assert ("mixed_batches" in d) == (not cfg.mixed_batches)
+        assert ("admission_reserve" in d) == (cfg.admission_reserve > 0)
         assert EngineConfig(**{**d, "faults": cfg.faults}) == cfg

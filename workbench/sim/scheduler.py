@@ -197,6 +197,11 @@ class Scheduler:
         self._inflight: StepPlan | None = None  # planned, not yet completed
         self._admitted = 0  # admissions so far (each one's ``rank``)
         self._apart = not config.mixed_batches  # SGLang's batches (``_schedule_apart``)
+        # SGLang's admission reserve (``_reserve_room``): the step it last restarted at
+        # and the prefill batches since, whose steps do not lower the ratio
+        self._reserve = config.admission_reserve > 0
+        self._reserve_from = 0
+        self._prefills = 0
 
     def new_sequence(
         self, request_id: str, prompt: list[int] | Segments, max_tokens: int, now_ns: int
@@ -235,7 +240,7 @@ class Scheduler:
         plan = StepPlan()
         budget = self._schedule_running(plan, self.config.max_num_batched_tokens)
         if not plan.preempted:
-            self._admit_waiting(plan, budget)
+            self._admit_waiting(plan, budget, [self._reserve_room()] if self._reserve else None)
         self.counters.steps += 1
         self._inflight = plan
         return plan
@@ -264,9 +269,11 @@ class Scheduler:
                     self._preempt(seq)
                     plan.preempted += 1
             if not plan.preempted and budget > 0:
-                self._admit_waiting(plan, budget)
+                self._admit_waiting(plan, budget,
+                                    [self._reserve_room()] if self._reserve else None)
             if plan.scheduled:  # a prefill batch: the implicit decoders sit it out
                 self._flush()
+                self._prefills += 1
                 self.counters.steps += 1
                 self._inflight = plan
                 return plan
@@ -280,6 +287,25 @@ class Scheduler:
         self.counters.steps += 1
         self._inflight = plan
         return plan
+
+    def _reserve_room(self) -> float:
+        """The KV tokens SGLang's admission sees as free (``admission_reserve`` > 0;
+        docs/embedded-engine.md "Scheduling"): the free and evictable blocks' tokens less,
+        for each running request, ``min(output left, RESERVE_CLIP)`` × the ratio. The
+        ratio starts at ``admission_reserve``, falls linearly over ``RESERVE_DECAY_STEPS``
+        decode steps to ``RESERVE_FLOOR`` of it and starts again once nothing runs."""
+        tick = self._tick
+        if not self.running:
+            self._reserve_from, self._prefills = tick, 0
+        start = self.config.admission_reserve
+        floor = start * RESERVE_FLOOR
+        decodes = tick - self._reserve_from - self._prefills
+        ratio = max(start - (start - floor) * decodes / RESERVE_DECAY_STEPS, floor)
+        held = 0
+        for seq in self.running:
+            out = seq.num_out + (tick - seq.tb if seq.tb >= 0 else 0)
+            held += min(seq.max_tokens - out, RESERVE_CLIP)
+        return self.kv.num_free * self.bs - held * ratio
 
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:
         """Running requests first, in order; a request that needs blocks preempts from
@@ -596,7 +622,10 @@ class Scheduler:
         seq.preemptions += 1
         self.counters.preemptions += 1
 
-    def _admit_waiting(self, plan: StepPlan, budget: int) -> None:
+    def _admit_waiting(self, plan: StepPlan, budget: int, room: list[float] | None = None) -> None:
+        """Waiting requests in order while the budget, ``max_num_seqs`` and the blocks
+        allow. ``room`` (SGLang's reserve, ``_reserve_room``): a request's prompt left
+        plus ``min(its output, RESERVE_CLIP)`` must be below it, and is taken from it."""
         waiting, kv, bs = self.waiting, self.kv, self.bs
         while waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = waiting[0]
@@ -605,6 +634,11 @@ class Scheduler:
                 seq.hashes, len(hit), (seq.length - 1) // bs)
             cached = (len(hit) + on_host) * bs
             start = max(cached, seq.preloaded)  # transferred KV is not computed again
+            if room is not None:
+                need = seq.length - start + min(seq.max_tokens - seq.num_out, RESERVE_CLIP)
+                if need >= room[0]:
+                    break
+                room[0] -= need
             n = min(seq.length - start, budget)
             if not self.config.enable_chunked_prefill and n < seq.length - start:
                 if plan.prefill_tokens:  # whole prompts only: it waits for the next step
@@ -794,4 +828,11 @@ def _retire(seq: Sequence, reason: str, t_ns: int) -> None:
 
 
 _rank = operator.attrgetter("rank")  # running order (a C-level sort key)
+# SGLang's admission reserve (``Scheduler._reserve_room``; docs/embedded-engine.md,
+# "Scheduling"): the output a request is charged at most (SGLANG_CLIP_MAX_NEW_TOKENS_
+# ESTIMATION), the ratio's floor as a share of its start and the decode steps it takes
+# to fall there (default_min_new_token_ratio_factor, default_new_token_ratio_decay_steps)
+RESERVE_CLIP = 4096
+RESERVE_FLOOR = 0.14
+RESERVE_DECAY_STEPS = 600
 _TRIM_AT = 4096  # step times kept before the implicit decoders' unneeded ones are dropped

@@ -51,11 +51,12 @@ SCHEDULERS: dict[str, Scheduler] = {
                   "TensorRT-LLM's static-batch benchmark (and offline latency scripts): "
                   "the whole batch's contexts in one pass, then its generation steps"),
         Scheduler("sglang", {"mixed_batches": False, "enable_chunked_prefill": True,
-                             "max_num_batched_tokens": 8192},
+                             "max_num_batched_tokens": 8192, "admission_reserve": 0.7},
                   "SGLang: a prefill batch (the chunked prompt's next chunk, then waiting "
                   "prompts, FCFS, under --chunked-prefill-size) whenever one forms, else a "
                   "decode batch of every running request; mixing off by default "
-                  "(--enable-mixed-chunk); the chunk by the GPU's memory",
+                  "(--enable-mixed-chunk); the chunk by the GPU's memory; admission "
+                  "reserving the outputs to come (new_token_ratio 0.7)",
                   SGLANG_CHUNK_BY_MIB),
     )
 }
