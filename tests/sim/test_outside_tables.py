@@ -19,10 +19,10 @@ VLLM = "gpustack_qwen3-32b_h100-a100-bf16-tp1_vllm-0.11.0-sharegpt-burst"
 #: per (table, scheduler replayed with): metric class -> the median absolute error
 #: docs/hardware.md states (shipped factors, rounded up to the next percent)
 BOUNDS: dict[tuple[str, str], dict[str, float]] = {
-    (SGLANG, "sglang"): {"ttft": 0.51, "itl": 0.22, "throughput": 1.10},
+    (SGLANG, "sglang"): {"ttft": 0.36, "itl": 0.34, "throughput": 0.65},
     (SGLANG, "vllm"): {"ttft": 0.50, "itl": 0.38, "throughput": 1.09},
     (VLLM, "vllm"): {"ttft": 0.31, "itl": 0.31, "throughput": 0.57},
-    (VLLM, "sglang"): {"ttft": 0.32, "itl": 0.57, "throughput": 0.59},
+    (VLLM, "sglang"): {"ttft": 0.15, "itl": 0.63, "throughput": 0.25},
 }
 _ROWS: dict[tuple[str, str], list[fit.RowError]] = {}
 
@@ -63,19 +63,19 @@ def test_an_outside_table_under_each_scheduler(name: str, scheduler: str) -> Non
         assert medians[metric] <= limit + 0.005, (name, scheduler, metric, medians[metric])
 
 
-def test_sglang_scheduling_gives_the_lower_tpot_the_two_engines_measured() -> None:
-    """The same GPUs, model and load on both engines: SGLang's mean TPOT was 0.66 (H100)
-    and 0.50 (A100) of vLLM's (its decodes never share a step with a prompt's chunk); the
-    embedded engine's ``sglang`` scheduling gives 0.72 and 0.58 of its ``vllm`` one. The
-    throughput ratio it does not give: 0.72 and 0.81 published, 0.97 and 1.06 simulated
+def test_sglang_scheduling_gives_the_two_engines_measured_ratios() -> None:
+    """The same GPUs, model and load on both engines (H100, A100): SGLang's mean TPOT was
+    0.66 and 0.50 of vLLM's, its throughput 0.72 and 0.81, its mean TTFT 1.48 and 1.32
+    times; the embedded engine's ``sglang`` scheduling (its KV pool, batches and
+    admission) against its ``vllm`` one gives 0.65 and 0.46, 0.72 and 0.92, 1.52 and 1.15
     (docs/hardware.md, "Tables outside the fit")."""
-    def by(rows_: list[fit.RowError], metric: str) -> dict[str, float]:
+    def by(rows_: list[fit.RowError], metric: str) -> dict[str, fit.RowError]:
         return {r.preset.split("/")[1]: r for r in rows_ if r.metric == metric}
 
-    for metric, published, simulated in (("tpot_ms", {"h100": 0.66, "a100": 0.50},
-                                          {"h100": 0.72, "a100": 0.58}),
-                                         ("total_tok_s", {"h100": 0.72, "a100": 0.81},
-                                          {"h100": 0.97, "a100": 1.06})):
+    for metric, published, simulated in (
+            ("tpot_ms", {"h100": 0.66, "a100": 0.50}, {"h100": 0.65, "a100": 0.46}),
+            ("total_tok_s", {"h100": 0.72, "a100": 0.81}, {"h100": 0.72, "a100": 0.92}),
+            ("ttft_ms", {"h100": 1.48, "a100": 1.32}, {"h100": 1.52, "a100": 1.15})):
         sg, vl = by(rows(SGLANG, "sglang"), metric), by(rows(VLLM, "vllm"), metric)
         for gpu in ("h100", "a100"):
             assert sg[gpu].published / vl[gpu].published == pytest.approx(

@@ -154,6 +154,31 @@ def test_sglang_is_registered_with_its_chunk_by_gpu_memory() -> None:
     assert EngineConfig().mixed_batches  # the default stays vLLM's mixed steps
 
 
+def test_sglang_sizes_its_kv_pool_by_its_static_memory_fraction() -> None:
+    """SGLang's ``--mem-fraction-static`` default (docs/hardware.md, "The engine a table
+    ran on"): Qwen3-32B on one H100 (81,560 MiB) reserves 512 + 8,192 × 1.5 + 256 × 2 +
+    1/8 × 1,024 = 13,440 MiB, so 0.835 of the GPU holds the weights and the KV pool; the
+    vLLM preset's 0.9 utilization less 2 GB leaves more. A chunk the caller sets sizes the
+    reserve (the 10 GiB floor of a GPU above 60 GiB then), and the caller's own
+    ``num_blocks`` wins."""
+    from workbench.sim.presets import resolve
+
+    p = resolve("qwen3-32b/h100/tp1")
+    mib = p.gpu.usable_gb * 1e9 / 2**20
+    assert round((mib - 13_440) / mib, 3) == 0.835
+    block = p.kv_bytes_per_token_gpu * 16
+    want = int((0.835 * mib * 2**20 - p.weight_bytes) // block)
+    cfg = EngineConfig.from_knobs(scheduler="sglang", preset="qwen3-32b/h100/tp1")
+    assert cfg.num_blocks == want == 1403
+    assert EngineConfig.from_knobs(preset="qwen3-32b/h100/tp1").num_blocks == 2251
+    small = EngineConfig.from_knobs(scheduler="sglang", preset="qwen3-32b/h100/tp1",
+                                    max_num_batched_tokens=2048)
+    frac = round((mib - 10 * 1024) / mib, 3)
+    assert small.num_blocks == int((frac * mib * 2**20 - p.weight_bytes) // block)
+    assert EngineConfig.from_knobs(scheduler="sglang", preset="qwen3-32b/h100/tp1",
+                                   num_blocks=500).num_blocks == 500
+
+
 def drive(knobs: dict[str, Any], seed: int, implicit: bool = True) -> dict[str, Any]:
     """Requests arriving over the first steps, stepped to the end: each step's plan and
     the cache after it, every request's outcome."""

@@ -8,6 +8,7 @@ entry here, with the facts it rests on (docs/hardware.md, "The engine a table ra
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,24 +17,52 @@ from typing import Any
 WHOLE_BATCH_TOKENS = 1 << 22
 
 
-#: SGLang's default ``--chunked-prefill-size`` by the memory of one GPU (MiB, as
-#: ``nvidia-smi`` reports it): the first bound above it gives the chunk
-#: (docs/hardware.md, "The engine a table ran on")
-SGLANG_CHUNK_BY_MIB = ((35 * 1024, 2048), (60 * 1024, 4096), (160 * 1024, 8192),
-                       (float("inf"), 16384))
+#: SGLang's defaults by the memory of one GPU (MiB, as ``nvidia-smi`` reports it): below
+#: each bound, ``--chunked-prefill-size`` and ``--cuda-graph-max-bs`` below TP4 and from
+#: TP4 on (docs/hardware.md, "The engine a table ran on")
+SGLANG_BY_MIB = ((35 * 1024, 2048, 24, 80), (60 * 1024, 4096, 32, 160),
+                 (160 * 1024, 8192, 256, 512), (float("inf"), 16384, 512, 512))
+#: SGLang's memory left out of ``--mem-fraction-static`` (MiB): a constant, the prefill's
+#: activations per chunk token, the CUDA graphs per batch slot, per 8 GPUs of the
+#: tensor-parallel group, and the least on a GPU of more than 60 GiB
+SGLANG_RESERVE_MIB = (512, 1.5, 2, 1024, 10 * 1024)
+
+
+def sglang_preset_knobs(preset: Any, knobs: dict[str, Any]) -> dict[str, Any]:
+    """What SGLang's defaults make of ``preset``'s GPU, unless ``knobs`` give it: the
+    chunk (``max_num_batched_tokens``) and the KV pool (``num_blocks``): the static
+    memory, ``--mem-fraction-static`` of the GPU (``1 − reserve / memory``, rounded to
+    three places), less the weights (ValueError when nothing is left)."""
+    mib = preset.gpu.usable_gb * 1e9 / 2**20
+    _bound, chunk, graphs_small, graphs_tp4 = next(row for row in SGLANG_BY_MIB if mib < row[0])
+    chunk = int(knobs.get("max_num_batched_tokens", chunk))
+    out: dict[str, Any] = {"max_num_batched_tokens": chunk}
+    if "num_blocks" not in knobs:
+        base, per_token, per_graph, per_8_gpus, floor = SGLANG_RESERVE_MIB
+        graphs = graphs_small if preset.tp < 4 else graphs_tp4
+        reserve = base + max(chunk, 2048) * per_token + graphs * per_graph + preset.tp / 8 * per_8_gpus
+        if mib > 60 * 1024:
+            reserve = max(reserve, floor)
+        static = round((mib - reserve) / mib, 3) * mib * 2**20
+        block = preset.kv_bytes_per_token_gpu * int(knobs.get("block_size", 16))
+        blocks = int((static - preset.weight_bytes / preset.tp) // block)
+        if blocks < 1:
+            raise ValueError(f"preset {preset.name}: no KV cache left under SGLang's "
+                             f"--mem-fraction-static ({round((mib - reserve) / mib, 3)})")
+        out["num_blocks"] = blocks
+    return out
 
 
 @dataclass(frozen=True, slots=True)
 class Scheduler:
     """One engine's scheduling: the engine knobs that express it and why.
-    ``budget_by_mib``: the engine sizes its token budget by the GPU's memory, (bound,
-    tokens) pairs; with a preset and no ``max_num_batched_tokens`` of the caller's, the
-    preset's GPU picks it."""
+    ``by_preset``: knobs the engine derives from the GPU (a preset's, given and the
+    caller's knobs; what it returns lies under the caller's own)."""
 
     name: str
     knobs: dict[str, Any] = field(default_factory=dict)
     why: str = ""
-    budget_by_mib: tuple[tuple[float, int], ...] = ()
+    by_preset: Callable[[Any, dict[str, Any]], dict[str, Any]] | None = None
 
 
 SCHEDULERS: dict[str, Scheduler] = {
@@ -55,9 +84,9 @@ SCHEDULERS: dict[str, Scheduler] = {
                   "SGLang: a prefill batch (the chunked prompt's next chunk, then waiting "
                   "prompts, FCFS, under --chunked-prefill-size) whenever one forms, else a "
                   "decode batch of every running request; mixing off by default "
-                  "(--enable-mixed-chunk); the chunk by the GPU's memory; admission "
-                  "reserving the outputs to come (new_token_ratio 0.7)",
-                  SGLANG_CHUNK_BY_MIB),
+                  "(--enable-mixed-chunk); the chunk and the KV pool by the GPU's memory; "
+                  "admission reserving the outputs to come (new_token_ratio 0.7)",
+                  sglang_preset_knobs),
     )
 }
 
@@ -69,11 +98,9 @@ def engine_knobs(name: str, knobs: dict[str, Any]) -> dict[str, Any]:
     if key not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {name!r}; known: {sorted(SCHEDULERS)}")
     entry = SCHEDULERS[key]
-    out = {**entry.knobs, **knobs}
-    if entry.budget_by_mib and knobs.get("preset") and "max_num_batched_tokens" not in knobs:
+    implied = dict(entry.knobs)
+    if entry.by_preset is not None and knobs.get("preset"):
         from workbench.sim.presets import resolve
 
-        mib = resolve(str(knobs["preset"])).gpu.usable_gb * 1e9 / 2**20
-        out["max_num_batched_tokens"] = next(t for bound, t in entry.budget_by_mib
-                                             if mib < bound)
-    return out
+        implied.update(entry.by_preset(resolve(str(knobs["preset"])), knobs))
+    return {**implied, **knobs}
