@@ -40,7 +40,8 @@ def sglang_preset_knobs(preset: Any, knobs: dict[str, Any]) -> dict[str, Any]:
     if "num_blocks" not in knobs:
         base, per_token, per_graph, per_8_gpus, floor = SGLANG_RESERVE_MIB
         graphs = graphs_small if preset.tp < 4 else graphs_tp4
-        reserve = base + max(chunk, 2048) * per_token + graphs * per_graph + preset.tp / 8 * per_8_gpus
+        reserve = (base + max(chunk, 2048) * per_token + graphs * per_graph
+                   + preset.tp / 8 * per_8_gpus)
         if mib > 60 * 1024:
             reserve = max(reserve, floor)
         static = round((mib - reserve) / mib, 3) * mib * 2**20
