@@ -35,9 +35,11 @@ def sglang_preset_knobs(preset: Any, knobs: dict[str, Any]) -> dict[str, Any]:
     three places), less the weights (ValueError when nothing is left)."""
     mib = preset.gpu.usable_gb * 1e9 / 2**20
     _bound, chunk, graphs_small, graphs_tp4 = next(row for row in SGLANG_BY_MIB if mib < row[0])
-    chunk = int(knobs.get("max_num_batched_tokens", chunk))
     out: dict[str, Any] = {"max_num_batched_tokens": chunk}
-    if "num_blocks" not in knobs:
+    chunk = _whole(knobs.get("max_num_batched_tokens", chunk))
+    block_size = _whole(knobs.get("block_size", 16))
+    # a knob that is no whole number is left for EngineConfig to refuse by name
+    if "num_blocks" not in knobs and chunk and block_size:
         base, per_token, per_graph, per_8_gpus, floor = SGLANG_RESERVE_MIB
         graphs = graphs_small if preset.tp < 4 else graphs_tp4
         reserve = (base + max(chunk, 2048) * per_token + graphs * per_graph
@@ -45,13 +47,20 @@ def sglang_preset_knobs(preset: Any, knobs: dict[str, Any]) -> dict[str, Any]:
         if mib > 60 * 1024:
             reserve = max(reserve, floor)
         static = round((mib - reserve) / mib, 3) * mib * 2**20
-        block = preset.kv_bytes_per_token_gpu * int(knobs.get("block_size", 16))
+        block = preset.kv_bytes_per_token_gpu * block_size
         blocks = int((static - preset.weight_bytes / preset.tp) // block)
         if blocks < 1:
             raise ValueError(f"preset {preset.name}: no KV cache left under SGLang's "
                              f"--mem-fraction-static ({round((mib - reserve) / mib, 3)})")
         out["num_blocks"] = blocks
     return out
+
+
+def _whole(value: Any) -> int:
+    """``value`` as a whole number >= 1 (an integral float too), else 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    return int(value) if value >= 1 and float(value).is_integer() else 0
 
 
 @dataclass(frozen=True, slots=True)
