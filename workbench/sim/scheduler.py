@@ -1,4 +1,6 @@
-"""The vLLM-style scheduler of the embedded engine (pure: no clock, no asyncio).
+"""The scheduler of the embedded engine (pure: no clock, no asyncio): vLLM's mixed steps,
+or SGLang's prefill and decode batches apart (``mixed_batches`` false) with its admission
+reserve (``admission_reserve``).
 
 One ``schedule()`` call plans a step, one ``complete()`` call applies it after the step's
 time has passed. The policy and the accounting: docs/embedded-engine.md, "Scheduling";
