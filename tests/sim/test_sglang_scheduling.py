@@ -1,8 +1,10 @@
-"""Prefill and decode batches kept apart (``mixed_batches=False``, SGLang's default;
-docs/embedded-engine.md "Scheduling", docs/hardware.md "The engine a table ran on"): a
-step is a prefill batch whenever one forms, else a decode batch of every running request;
-the implicit decoders sit a prefill batch out and come back, with the compiled parts and
-their Python twins alike."""
+"""SGLang's scheduling (docs/embedded-engine.md "Scheduling", docs/hardware.md "The engine
+a table ran on"): prefill and decode batches kept apart (``mixed_batches=False``: a step
+is a prefill batch whenever one forms, else a decode batch of every running request), the
+admission reserve (``admission_reserve``), and ``scheduler=sglang`` with its chunk and KV
+pool by the GPU's memory. The implicit decoders sit a prefill batch out and come back, with
+the compiled parts and their Python twins alike; a manifest records the knobs only when
+set."""
 
 from __future__ import annotations
 
