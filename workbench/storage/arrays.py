@@ -30,6 +30,13 @@ def _pa() -> Any:
     return pa
 
 
+def _valid(values: Sequence[Any], kinds: set[type]) -> np.ndarray:
+    """Which of ``values`` (of the types ``kinds``) are not None."""
+    if _NONE not in kinds:
+        return np.ones(len(values), dtype=bool)
+    return np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
+
+
 def _bitmap(valid: np.ndarray) -> Any:
     """Arrow's validity buffer of a bool mask (None: all valid, as ``pa.array`` leaves it)."""
     return None if valid.all() else _pa().py_buffer(np.packbits(valid, bitorder="little"))
@@ -59,10 +66,11 @@ def from_numpy(values: np.ndarray, arrow_type: Any, *, nan_is_null: bool = False
 def int64(values: Sequence[Any]) -> Any:
     """``pa.array(values, type=pa.int64())`` for a list of ints (and None) in int64's
     range, else None."""
-    if not set(map(type, values)) <= _INT_KINDS:
+    kinds = set(map(type, values))
+    if not kinds <= _INT_KINDS:
         return None
-    valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
-    plain = values if valid.all() else [0 if v is None else v for v in values]
+    valid = _valid(values, kinds)
+    plain = values if _NONE not in kinds else [0 if v is None else v for v in values]
     try:
         data = np.array(plain, dtype=np.int64)
     except OverflowError:
@@ -73,10 +81,11 @@ def int64(values: Sequence[Any]) -> Any:
 
 def bools(values: Sequence[Any]) -> Any:
     """``pa.array(values, type=pa.bool_())`` for a list of bools (and None), else None."""
-    if not set(map(type, values)) <= _BOOL_KINDS:
+    kinds = set(map(type, values))
+    if not kinds <= _BOOL_KINDS:
         return None
     n = len(values)
-    valid = np.fromiter((v is not None for v in values), dtype=bool, count=n)
+    valid = _valid(values, kinds)
     truth = np.fromiter((v is True for v in values), dtype=bool, count=n)
     pa = _pa()
     bits = pa.py_buffer(np.packbits(truth, bitorder="little"))
@@ -86,7 +95,8 @@ def bools(values: Sequence[Any]) -> Any:
 def strings(values: Sequence[Any]) -> Any:
     """``pa.array(values, type=pa.string())`` for a list of str (and None), else None
     (also for text that is not UTF-8-encodable, or over 2 GiB in all)."""
-    if not set(map(type, values)) <= _STR_KINDS:
+    kinds = set(map(type, values))
+    if not kinds <= _STR_KINDS:
         return None
     try:
         encoded = [b"" if v is None else v.encode() for v in values]
@@ -97,7 +107,7 @@ def strings(values: Sequence[Any]) -> Any:
               out=offsets[1:])  # fmt: skip
     if offsets[-1] > INT32_MAX:
         return None
-    valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
+    valid = _valid(values, kinds)
     pa = _pa()
     return pa.StringArray.from_buffers(
         len(encoded), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded)),
