@@ -577,6 +577,36 @@ static const char *find(const char *hay, Py_ssize_t n, const char *needle, Py_ss
     return NULL;
 }
 
+/* the value of 8 ASCII digits at p: three multiplies over the 8 bytes as one word
+ * (little-endian hosts; a digit at a time elsewhere) */
+static uint64_t eight_digits(const char *p) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t v;
+    memcpy(&v, p, 8);
+    v -= 0x3030303030303030ULL;
+    v = (v * 10) + (v >> 8); /* each even byte: two digits' value */
+    v = (((v & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32))) +
+         (((v >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >> 32;
+    return v;
+#else
+    uint64_t u = 0;
+    for (int i = 0; i < 8; i++)
+        u = u * 10 + (uint64_t)(p[i] - '0');
+    return u;
+#endif
+}
+
+/* the value of the n (1..19) ASCII digits at d: the last 8 at once when there are more */
+static uint64_t digits_value(const char *d, Py_ssize_t n) {
+    uint64_t u = 0;
+    Py_ssize_t head = n > 8 ? n - 8 : n;
+    for (Py_ssize_t i = 0; i < head; i++)
+        u = u * 10 + (uint64_t)(d[i] - '0');
+    return n > 8 ? u * 100000000ULL + eight_digits(d + head) : u;
+}
+
+#define CUT_STACK 512
+
 static PyObject *cut_ints(PyObject *self, PyObject *args) {
     Py_buffer line, key;
     if (!PyArg_ParseTuple(args, "y*y*", &line, &key))
@@ -584,57 +614,59 @@ static PyObject *cut_ints(PyObject *self, PyObject *args) {
     const char *b = line.buf, *k = key.buf;
     Py_ssize_t n = line.len, klen = key.len;
     PyObject *out = NULL;
+    int64_t stack[CUT_STACK], *v = stack;
     const char *at = find(b, n, k, klen);
     if (at == NULL || klen == 0)
         goto none;
-    Py_ssize_t start = (at - b) + klen, end = start, commas = 0;
-    for (; end < n && b[end] != ']'; end++) { /* only number characters up to the ']' */
-        char c = b[end];
-        if (c == ',')
-            commas++;
-        else if (c != '-' && (c < '0' || c > '9'))
-            goto none;
-    }
-    if (end >= n || find(b, start, "\\u", 2) || find(b + end, n - end, "\\u", 2) ||
-        find(b + end, n - end, k, klen))
-        goto none;
-    Py_ssize_t count = end > start ? commas + 1 : 0;
-    out = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int64_t));
-    if (out == NULL) {
+    Py_ssize_t start = (at - b) + klen, end = start, count = 0;
+    Py_ssize_t cap = (n - start) / 2 + 1; /* a value takes a digit and a separator */
+    if (cap > CUT_STACK && (v = PyMem_Malloc((size_t)cap * sizeof(int64_t))) == NULL) {
         PyBuffer_Release(&line);
         PyBuffer_Release(&key);
-        return NULL;
+        return PyErr_NoMemory();
     }
-    int64_t *v = (int64_t *)PyBytes_AS_STRING(out);
-    const char *p = b + start, *stop = b + end;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        int neg = *p == '-';
-        const char *d = p + neg, *q = d;
-        uint64_t u = 0;
-        while (q < stop && *q >= '0' && *q <= '9' && q - d < 20) {
-            u = u * 10 + (uint64_t)(*q - '0');
-            q++;
-        }
-        Py_ssize_t nd = q - d;
-        if (nd == 0 || nd > 19 || (nd > 1 && *d == '0') || (neg && nd == 1 && *d == '0'))
-            goto bad; /* no digit, a leading zero, -0, or past int64 */
-        if (nd == 19 && u > (neg ? 9223372036854775808ULL : 9223372036854775807ULL))
-            goto bad;
-        v[i] = neg ? (int64_t)(0 - u) : (int64_t)u;
-        if (i + 1 < count) {
-            if (q >= stop || *q != ',')
-                goto bad;
-            p = q + 1;
-        } else if (q != stop) {
-            goto bad;
+    /* one pass: each value as orjson writes it, then a ',' or the closing ']' */
+    const char *p = b + start, *e = b + n;
+    if (p < e && *p == ']') {
+        end = start;
+    } else {
+        for (;;) {
+            int neg = p < e && *p == '-';
+            const char *d = p + neg, *q = d;
+            while (q < e && (unsigned char)(*q - '0') < 10u && q - d < 20)
+                q++;
+            Py_ssize_t nd = q - d;
+            if (nd == 0 || nd > 19 || (nd > 1 && *d == '0') || (neg && nd == 1 && *d == '0'))
+                goto none; /* no digit, a leading zero, -0, or past int64 */
+            uint64_t u = digits_value(d, nd);
+            if (nd == 19 && u > (neg ? 9223372036854775808ULL : 9223372036854775807ULL))
+                goto none;
+            v[count++] = neg ? (int64_t)(0 - u) : (int64_t)u;
+            if (q < e && *q == ',') {
+                p = q + 1;
+                continue;
+            }
+            if (q < e && *q == ']') {
+                end = q - b;
+                break;
+            }
+            goto none;
         }
     }
+    if (find(b, start, "\\u", 2) || find(b + end, n - end, "\\u", 2) ||
+        find(b + end, n - end, k, klen))
+        goto none;
+    out = PyBytes_FromStringAndSize((const char *)v, count * (Py_ssize_t)sizeof(int64_t));
+    if (v != stack)
+        PyMem_Free(v);
     PyBuffer_Release(&line);
     PyBuffer_Release(&key);
+    if (out == NULL)
+        return NULL;
     return Py_BuildValue("(nnN)", start, end, out);
-bad:
-    Py_DECREF(out);
 none:
+    if (v != stack)
+        PyMem_Free(v);
     PyBuffer_Release(&line);
     PyBuffer_Release(&key);
     Py_RETURN_NONE;
