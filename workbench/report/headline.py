@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import workbench.catalogs.requests as catalog
+from workbench.metrics.distribution import support
 from workbench.metrics.slo import DEFAULT_MIN_OK
 from workbench.metrics.summary import NON_STREAMING_NOTE, NOT_STREAMED
-from workbench.metrics.wording import capacity_phrase, delivery_warning
+from workbench.metrics.wording import capacity_phrase, delivery_warning, thin_phrase
 from workbench.metrics.wording import sig as sig
 from workbench.records import RunManifest
 from workbench.storage.rundir import read_manifest
@@ -71,8 +72,15 @@ def slo_verdict(slo: Mapping[str, Any] | None) -> str | None:
         return None
     share = slo.get("joint_attainment")
     met = share is not None and share >= SLO_MET_SHARE
-    return (f"SLO {'met' if met else 'missed'}: {slo.get('attained')}/{slo.get('requests')} "
+    text = (f"SLO {'met' if met else 'missed'}: {slo.get('attained')}/{slo.get('requests')} "
             f"within {_bounds_text(slo['bounds'])}")
+    needed = support(100 * SLO_MET_SHARE)
+    n = slo.get("requests")
+    if met and isinstance(n, int) and (needed is None or n < needed):
+        # met on fewer requests than can show a 99 % share (docs/metrics.md, "Evidence")
+        text += (f" (too few requests to show {SLO_MET_SHARE * 100:g} % at 95 % confidence: "
+                 f"needs {needed})")
+    return text
 
 
 def client_verdict(summary: Mapping[str, Any]) -> str | None:
@@ -204,7 +212,17 @@ def group_sentence(cap: Capacity, rounds: float | None = None) -> str:
         if again:
             text += (f" It held again at {again}: the verdict is not monotone in load "
                      "(repeat the points).")
-    return text + delivery_warning(cap.sustained, offered_rps)
+    return text + _thin_note(cap, rounds) + delivery_warning(cap.sustained, offered_rps)
+
+
+def _thin_note(cap: Capacity, rounds: float | None) -> str:
+    """`` The SLO held at 1 req/s on too few requests to show it ...`` when the capacity's
+    point held on fewer requests than its verdict needs (docs/metrics.md, "Evidence")."""
+    thin = thin_phrase((cap.point or {}).get("slo"))
+    if not thin or cap.axis is None:
+        return ""
+    return (f" The verdict at {_load_text(cap.axis, cap.offered, rounds, offered=False)} "
+            f"rests on {thin}.")
 
 
 def best_sentence(caps: list[Capacity], rounds: float | None = None) -> str:
@@ -240,9 +258,10 @@ def capacity_brief(cap: Capacity, rounds: float | None = None) -> str:
     if cap.point is None or cap.axis is None:
         return "–"
     at = _load_text(cap.axis, cap.offered, rounds)
+    few = "; too few requests to show it" if thin_phrase((cap.point or {}).get("slo")) else ""
     if cap.status == "above":
-        return f"≥ {sig(cap.sustained)} req/s sustained ({at}; above the range)"
-    return f"{sig(cap.sustained)} req/s sustained ({at})"
+        return f"≥ {sig(cap.sustained)} req/s sustained ({at}; above the range{few})"
+    return f"{sig(cap.sustained)} req/s sustained ({at}{few})"
 
 
 def _again(cap: Capacity, rounds: float | None) -> str:

@@ -28,6 +28,7 @@ from workbench.config import RunConfig
 from workbench.cores import usable_cores
 from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO
+from workbench.metrics.wording import thin_phrase
 from workbench.signals import die_with_parent
 from workbench.spawning import children_start, spawn_context
 from workbench.storage.rundir import contained_dir
@@ -342,14 +343,22 @@ class SweepRunner:
         e["status"] = "done"
         if self.slo is not None:
             values = {b.key: pooled.get(f"slo:{b.key}") for b in self.slo.bounds}
-            e["slo"] = self.slo.verdict(values, pooled.get("ok_rate"))
-        self._say(f"{e['label']}: " + (("SLO held" if e["slo"]["held"] else "SLO broken")
-                                       if self.slo else "done"))
+            e["slo"] = self.slo.verdict(values, pooled.get("ok_rate"), pooled.get("requests"),
+                                        pooled.get("ok"))
+        self._say(f"{e['label']}: " + (_held_text(e["slo"]) if self.slo else "done"))
 
     def _say(self, text: str, level: int = logging.INFO) -> None:
         log.log(level, "sweep %s: %s", self.dir.name, text)
         if self.progress is not None:
             self.progress(text)
+
+
+def _held_text(verdict: Mapping[str, Any]) -> str:
+    """``SLO held``, ``SLO broken``, or ``SLO held — too few requests to show it ...``."""
+    if not verdict["held"]:
+        return "SLO broken"
+    thin = thin_phrase(verdict)
+    return f"SLO held — {thin}" if thin else "SLO held"
 
 
 def _params_key(params: Mapping[str, Any]) -> str:
