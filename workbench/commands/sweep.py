@@ -183,13 +183,17 @@ def _table(result: Any) -> str:
     if df.empty:
         return "(no point finished)"
     from workbench.report.sweep_plots import in_load_order
-    from workbench.report.sweep_tables import P90
+    from workbench.report.sweep_tables import P90, slo_columns
 
     # configuration by configuration, each in load order, not in the order the points ran
     # in (a search probes 1, 40, 20...)
     df = in_load_order(result)
+    # the SLO's own numbers (a p99 bound: its p99), beside the p90s every sweep shows
+    extra = slo_columns(result)
+    df = df.rename(columns={col: name for col, name, _ in extra if col != name})
 
-    cols = [*result.axes, *P90, "request_throughput_rps", "actual_prefix_hit_rate"]
+    cols = [*result.axes, "requests", *P90, *(name for _, name, _ in extra),
+            "request_throughput_rps", "actual_prefix_hit_rate"]
     if result.slo:
         cols += ["goodput_rps", "slo_held"]
     from workbench.report.headline import sig

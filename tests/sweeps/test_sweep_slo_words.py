@@ -1,0 +1,57 @@
+"""A sweep's verdict and the table under it agree: the table shows the numbers each SLO
+bound was judged on, and every ``--slo`` bound given is judged (docs/sweeps.md, "SLO").
+
+Real sweeps through the CLI in virtual time on the embedded engine, over the first 30
+requests of the bundled Mooncake slice (TTFT p90 4.7 s, every TTFT above 10 ms)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from workbench.cli import main
+from workbench.data import path as data_path
+from workbench.report.sweep_plots import as_sweeps
+from workbench.report.sweep_tables import points_table
+from workbench.sweeps import load_sweep
+
+MOONCAKE = str(data_path("mooncake/conversation_trace_head600.jsonl"))
+
+
+def _sweep(tmp: Path, sweep_id: str, *slo: str) -> list[str]:
+    args = ["sweep", "--trace", MOONCAKE, "--max-items", "30", "--virtual",
+            "--over", "rate=1,2", "-o", str(tmp), "--sweep-id", sweep_id]
+    for bound in slo:
+        args += ["--slo", bound]
+    assert main(args) == 0
+    return []
+
+
+def _table(out: str) -> list[list[str]]:
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.lstrip().startswith("arrival.rate"))
+    return [line.split() for line in lines[start:start + 3]]
+
+
+def test_the_table_shows_the_percentile_each_bound_was_judged_on(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A p99 bound and a p50 bound: the CLI table and the report's points table show the
+    p99 of TTFT and the p50 of TPOT the verdict compared, equal to the stored values."""
+    _sweep(tmp_path, "p99", "ttft_ms:p99<=60000", "tpot_ms:p50<=1000")
+    head, *rows = _table(capsys.readouterr().out)
+    s = load_sweep(tmp_path / "p99")
+    for col in ("ttft_ms_p99", "tpot_ms_p50"):
+        assert col in head
+    for row, p in zip(rows, sorted(s.points, key=lambda p: p["params"]["arrival.rate"]),
+                      strict=True):
+        m = p["metrics"]
+        assert float(row[head.index("ttft_ms_p99")]) == pytest.approx(
+            m["slo:ttft_ms:p99"], rel=5e-3)
+        assert float(row[head.index("tpot_ms_p50")]) == pytest.approx(
+            m["slo:tpot_ms:p50"], rel=5e-3)
+        assert int(row[head.index("requests")]) == 30
+    table = points_table(as_sweeps(s))
+    assert list(table["TTFT p99"]) == pytest.approx(
+        [p["metrics"]["slo:ttft_ms:p99"] for p in s.points])
+    assert "TPOT p50" in table
