@@ -6,6 +6,7 @@ requests of the bundled Mooncake slice (TTFT p90 4.7 s, every TTFT above 10 ms).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,33 @@ def test_the_table_shows_the_percentile_each_bound_was_judged_on(
     assert list(table["TTFT p99"]) == pytest.approx(
         [p["metrics"]["slo:ttft_ms:p99"] for p in s.points])
     assert "TPOT p50" in table
+
+
+def test_a_per_request_bound_is_judged_not_dropped(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--slo ttft_ms<=10`` beside a percentile bound that holds: every request's TTFT
+    is over 10 ms, so every point broke; it was not "held" on the percentile alone."""
+    _sweep(tmp_path, "both", "ttft_ms:p90<=60000", "ttft_ms<=10")
+    out, err = capsys.readouterr()
+    s = load_sweep(tmp_path / "both")
+    assert s.slo == {"ttft_ms:p90": 60000.0, "ttft_ms": 10.0, "ok": 0.99}
+    assert [p["slo"]["held"] for p in s.points] == [False, False]
+    assert "At TTFT p90 ≤ 60 s and TTFT ≤ 10 ms per request: the SLO broke at every " \
+           "point, from 1 req/s offered: the capacity is below the range." in out
+    head, *rows = _table(out)
+    assert "ttft_ms<=10" in head  # the share of requests within it: none
+    assert [row[head.index("ttft_ms<=10")] for row in rows] == ["0", "0"]
+    assert "SLO held" not in err
+
+
+def test_a_per_request_bound_alone_is_an_slo(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Only ``--slo ttft_ms<=60000``: the sweep has an SLO, held at both points, and states
+    a capacity (not "No SLO")."""
+    _sweep(tmp_path, "alone", "ttft_ms<=60000")
+    out = capsys.readouterr().out
+    doc = json.loads((tmp_path / "alone" / "sweep.json").read_text())
+    assert doc["slo"] == {"ttft_ms": 60000.0, "ok": 0.99}
+    assert [p["slo"]["held"] for p in doc["points"]] == [True, True]
+    assert "No SLO" not in out
+    assert "At TTFT ≤ 60 s per request: capacity at least " in out

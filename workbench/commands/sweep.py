@@ -11,7 +11,6 @@ from typing import Any
 from workbench.commands._axes import (
     add_axis_arguments,
     config_from_args,
-    is_sweep_bound,
     json_items,
 )
 from workbench.config.validation import json_or_text, parse_json
@@ -116,7 +115,9 @@ def run(args: argparse.Namespace) -> int:
     common = {"repeats": args.repeats, "virtual": args.virtual, "out_dir": cfg.out_dir or "sweeps",
               "sweep_id": args.sweep_id, "label": args.label,
               "progress": lambda text: print(text, file=sys.stderr, flush=True)}
-    slo = [b for b in args.slo if is_sweep_bound(b)] or None
+    # every bound given is the sweep's verdict, per-request ones too (docs/sweeps.md, "SLO");
+    # the per-request ones are also each run's own slo (config_from_args)
+    slo = ";".join(args.slo) if any(b.strip() for b in args.slo) else None
     serve = _serve(args)
     if args.capacity:
         if args.lo is None or args.hi is None or args.tolerance is None:

@@ -135,6 +135,9 @@ def slo_phrase(slo: Mapping[str, Any] | None) -> str:
         metric, _, pct = key.partition(":")
         if pct:
             parts.append(f"{METRIC_NAMES.get(metric, metric)} {pct} ≤ {_limit(float(limit))}")
+        elif key != "ok":
+            parts.append(f"{METRIC_NAMES.get(metric, metric)} ≤ {_limit(float(limit))} "
+                         "per request")
     return " and ".join(parts)
 
 
@@ -167,7 +170,7 @@ def _capacity_lines(sweep: Sweep, rounds: float | None = None) -> tuple[str, lis
     """The opening (``"At TTFT p90 ≤ 2 s:"``) and the sentences after it."""
     from workbench.sweeps.groups import RATE_AXIS, capacities, load_axis
 
-    if not any(k.partition(":")[2] for k in (sweep.slo or {})):
+    if not any(k != "ok" for k in (sweep.slo or {})):
         return "No SLO: the sweep has no capacity to state.", []
     if load_axis(sweep) == RATE_AXIS and rounds is None:
         rounds = sweep_rounds_per_unit(sweep)
