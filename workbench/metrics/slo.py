@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -178,6 +178,27 @@ class SLO:
             out["requests"] = requests
             out["ok_requests"] = ok_requests
             out["thin"] = self.evidence(requests, ok_requests)
+        return out
+
+    def spread(self, repeats: Sequence[Mapping[str, Any]], pooled: Mapping[str, Any]
+               ) -> dict[str, Any]:
+        """How repeats of one point disagree: ``held``/``of`` (repeats whose own verdict
+        held, of all) when some held and some broke, and ``spans`` ``{key: [lo, hi,
+        limit]}`` for each bound whose pooled 95 % interval (``KEY_lo``/``KEY_hi``) has
+        the limit inside it; ``{}`` when the repeats agree (docs/sweeps.md, "SLO")."""
+        out: dict[str, Any] = {}
+        held = [self.verdict({b.key: r.get(f"slo:{b.key}") for b in self.bounds},
+                             r.get("ok_rate"))["held"] for r in repeats]
+        if 0 < sum(held) < len(held):
+            out.update(held=sum(held), of=len(held))
+        spans = {}
+        for b in self.bounds:
+            lo, hi = pooled.get(f"slo:{b.key}_lo"), pooled.get(f"slo:{b.key}_hi")
+            line = b.limit if b.q is not None else self.min_ok
+            if lo is not None and hi is not None and lo <= line <= hi and lo < hi:
+                spans[b.key] = [lo, hi, line]
+        if spans:
+            out["spans"] = spans
         return out
 
     def evidence(self, requests: float, ok_requests: float | None) -> dict[str, dict[str, Any]]:

@@ -68,3 +68,21 @@ def thin_phrase(verdict: Mapping[str, Any] | None) -> str:
     parts = [_part(k, v.get("n", 0), v.get("needed"), v.get("share", 0.99))
              for k, v in thin.items()]
     return "too few requests to show it at 95 % confidence: " + ", ".join(parts)
+
+
+def spread_phrase(verdict: Mapping[str, Any] | None) -> str:
+    """``"2 of 3 repeats held it; TTFT p90's 95 % interval 79.2–134 ms spans the bound 110
+    ms"`` for a verdict whose repeats disagree (``SLO.spread``), else ``""``."""
+    spread = (verdict or {}).get("spread") or {}
+    parts = []
+    if spread.get("of"):
+        parts.append(f"{spread['held']} of {spread['of']} repeats held it")
+    for key, (lo, hi, line) in (spread.get("spans") or {}).items():
+        metric, _, pct = key.partition(":")
+        if pct:
+            parts.append(f"{catalog.label(metric)} {pct}'s 95 % interval {sig(lo)}–{sig(hi)} "
+                         f"ms spans the bound {sig(line)} ms")
+        else:
+            parts.append(f"the share within {catalog.label(metric)}'s bound has a 95 % "
+                         f"interval {sig(lo)}–{sig(hi)} that spans {sig(line)}")
+    return "; ".join(parts)

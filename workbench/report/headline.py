@@ -15,7 +15,12 @@ import workbench.catalogs.requests as catalog
 from workbench.metrics.distribution import support
 from workbench.metrics.slo import DEFAULT_MIN_OK
 from workbench.metrics.summary import NON_STREAMING_NOTE, NOT_STREAMED
-from workbench.metrics.wording import capacity_phrase, delivery_warning, thin_phrase
+from workbench.metrics.wording import (
+    capacity_phrase,
+    delivery_warning,
+    spread_phrase,
+    thin_phrase,
+)
 from workbench.metrics.wording import sig as sig
 from workbench.records import RunManifest
 from workbench.storage.rundir import read_manifest
@@ -215,17 +220,29 @@ def group_sentence(cap: Capacity, rounds: float | None = None) -> str:
         if again:
             text += (f" It held again at {again}: the verdict is not monotone in load "
                      "(repeat the points).")
-    return text + _thin_note(cap, rounds) + delivery_warning(cap.sustained, offered_rps)
+    return text + _caveats(cap, rounds) + delivery_warning(cap.sustained, offered_rps)
 
 
-def _thin_note(cap: Capacity, rounds: float | None) -> str:
-    """`` The SLO held at 1 req/s on too few requests to show it ...`` when the capacity's
-    point held on fewer requests than its verdict needs (docs/metrics.md, "Evidence")."""
-    thin = thin_phrase((cap.point or {}).get("slo"))
-    if not thin or cap.axis is None:
+def _caveats(cap: Capacity, rounds: float | None) -> str:
+    """What weakens the verdicts a capacity rests on: `` The verdict at 1 req/s rests on too
+    few requests to show it ...`` (the point that held, docs/metrics.md, "Evidence"), ``
+    The verdict at 4 req/s is uncertain: 2 of 3 repeats held it; ...`` (the point that held
+    and the first that broke, when their repeats disagree: docs/sweeps.md, "SLO")."""
+    if cap.axis is None:
         return ""
-    return (f" The verdict at {_load_text(cap.axis, cap.offered, rounds, offered=False)} "
-            f"rests on {thin}.")
+    out = ""
+    for point in (cap.point, cap.broken):
+        verdict = (point or {}).get("slo")
+        if point is None or not verdict:
+            continue
+        at = _load_text(cap.axis, point["params"][cap.axis], rounds, offered=False)
+        thin = thin_phrase(verdict) if point is cap.point else ""
+        if thin:
+            out += f" The verdict at {at} rests on {thin}."
+        spread = spread_phrase(verdict)
+        if spread:
+            out += f" The verdict at {at} is uncertain: {spread}."
+    return out
 
 
 def best_sentence(caps: list[Capacity], rounds: float | None = None) -> str:
@@ -261,7 +278,9 @@ def capacity_brief(cap: Capacity, rounds: float | None = None) -> str:
     if cap.point is None or cap.axis is None:
         return "–"
     at = _load_text(cap.axis, cap.offered, rounds)
-    few = "; too few requests to show it" if thin_phrase((cap.point or {}).get("slo")) else ""
+    verdict = (cap.point or {}).get("slo")
+    few = ("; too few requests to show it" if thin_phrase(verdict) else "") + (
+        "; repeats disagree" if spread_phrase(verdict) else "")
     if cap.status == "above":
         return f"≥ {sig(cap.sustained)} req/s sustained ({at}; above the range{few})"
     return f"{sig(cap.sustained)} req/s sustained ({at}{few})"

@@ -28,7 +28,7 @@ from workbench.config import RunConfig
 from workbench.cores import usable_cores
 from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO
-from workbench.metrics.wording import thin_phrase
+from workbench.metrics.wording import spread_phrase, thin_phrase
 from workbench.signals import die_with_parent
 from workbench.spawning import children_start, spawn_context
 from workbench.storage.rundir import contained_dir
@@ -345,6 +345,9 @@ class SweepRunner:
             values = {b.key: pooled.get(f"slo:{b.key}") for b in self.slo.bounds}
             e["slo"] = self.slo.verdict(values, pooled.get("ok_rate"), pooled.get("requests"),
                                         pooled.get("ok"))
+            spread = self.slo.spread([r["metrics"] for r in e["runs"]], pooled)
+            if spread:
+                e["slo"]["spread"] = spread
         self._say(f"{e['label']}: " + (_held_text(e["slo"]) if self.slo else "done"))
 
     def _say(self, text: str, level: int = logging.INFO) -> None:
@@ -354,11 +357,14 @@ class SweepRunner:
 
 
 def _held_text(verdict: Mapping[str, Any]) -> str:
-    """``SLO held``, ``SLO broken``, or ``SLO held — too few requests to show it ...``."""
-    if not verdict["held"]:
-        return "SLO broken"
-    thin = thin_phrase(verdict)
-    return f"SLO held — {thin}" if thin else "SLO held"
+    """``SLO held``, ``SLO broken``, with what weakens it: ``SLO held — too few requests
+    to show it ...``, ``SLO broken — 1 of 3 repeats held it ...``."""
+    notes = [spread_phrase(verdict)]
+    if verdict["held"]:
+        notes.append(thin_phrase(verdict))
+    text = "SLO held" if verdict["held"] else "SLO broken"
+    notes = [n for n in notes if n]
+    return f"{text} — {'; '.join(notes)}" if notes else text
 
 
 def _params_key(params: Mapping[str, Any]) -> str:
