@@ -1,0 +1,39 @@
+"""A plan whose probes are not monotone in replicas says so (docs/plan.md, "Fewest
+replicas"): the search assumes more replicas never break an SLO that fewer held; when a
+probe shows otherwise, the sentence names the counts instead of stating the fewest as if
+every larger count held.
+
+The real case: the first 40 requests of the bundled Mooncake slice at their own rate on
+llama-3.1-8b/h100/tp1 behind the prefix-aware router, TTFT p90 ≤ 3 s: 4 replicas hold it
+as simulated, 5 break it (the router spreads the shared prefixes over one more replica),
+6 hold it again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from workbench import data
+from workbench.cli import main
+from workbench.plan import load_plan
+
+MOONCAKE = str(data.path("mooncake/conversation_trace_head600.jsonl"))
+
+
+def test_a_count_that_breaks_above_one_that_held_is_named(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--trace", MOONCAKE, "--max-items", "40",
+                 "--preset", "llama-3.1-8b/h100/tp1", "--slo", "ttft_ms:p90<=3000",
+                 "--scale", "1", "--max-replicas", "8", "--parallel", "1",
+                 "-o", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    (plan_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    result = load_plan(plan_dir)
+    sim = {p.replicas: p.held for p in result.probes}
+    assert sim[4] and not sim[5] and sim[6]  # the probes the sentence must not hide
+    answer = result.answer()
+    assert "Not monotone in replicas for llama-3.1-8b/h100/tp1: as simulated 4 held it, " \
+           "yet 5 broke it " \
+           "(ttft_ms:p90 " in answer
+    assert answer in out
