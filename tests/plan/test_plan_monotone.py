@@ -37,3 +37,22 @@ def test_a_count_that_breaks_above_one_that_held_is_named(
            "yet 5 broke it " \
            "(ttft_ms:p90 " in answer
     assert answer in out
+
+
+def test_a_plan_held_on_too_few_requests_says_so(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """20 requests under a p99 bound that one replica holds with room to spare: the answer
+    says one replica holds it, and that a p99 over 20 requests cannot show it."""
+    assert main(["plan", "--trace", MOONCAKE, "--max-items", "20",
+                 "--preset", "llama-3.1-8b/h100/tp1", "--slo", "ttft_ms:p99<=60000",
+                 "--scale", "1", "--max-replicas", "2", "--parallel", "1",
+                 "-o", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    (plan_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    result = load_plan(plan_dir)
+    answer = result.answer()
+    assert answer.startswith("1 replica of llama-3.1-8b/h100/tp1 · prefix-aware")
+    assert ("The verdict rests on too few requests to show it at 95 % confidence: TTFT p99 "
+            "from 20 ok requests (needs 299).") in answer
+    assert answer in out
+    assert result.probes[0].thin == {"ttft_ms:p99": {"n": 20, "needed": 299}}

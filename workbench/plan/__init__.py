@@ -25,6 +25,7 @@ from workbench.config.engine_file import read_engine_file
 from workbench.cores import usable_cores
 from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO, Bound
+from workbench.metrics.wording import thin_phrase
 from workbench.plan.prices import EVERY_GPU, parse_prices, price_of
 from workbench.safe_write import write_file
 from workbench.signals import die_with_parent, wait_result
@@ -104,6 +105,9 @@ class Probe:
     held_high: bool | None = None
     ratio_low: float | None = None
     ratio_high: float | None = None
+    #: the verdict's parts too few requests stand behind (``SLO.evidence``; docs/metrics.md,
+    #: "Evidence"); None: a plan saved before it
+    thin: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for banded, plain in (("held_low", "held"), ("held_high", "held"),
@@ -318,6 +322,17 @@ class PlanResult:
                 "fewest found may not hold at every larger count (a longer trace, or the "
                 "curve, tells).")
 
+    def _thin_note(self, option: Option, scale: float) -> str:
+        """`` The verdict rests on too few requests to show it …`` when a count that held
+        (the band's either end, or as simulated) did so on fewer requests than its bounds
+        need (docs/metrics.md, "Evidence")."""
+        for case in ("high", "sim", "low"):
+            p = self.fewest(option, scale, case)
+            thin = thin_phrase({"thin": p.thin}) if p is not None else ""
+            if thin:
+                return f" The verdict rests on {thin}."
+        return ""
+
     def best(self, scale: float) -> tuple[Option, Probe] | None:
         """The best option at ``scale`` and the probe that decided it (docs/plan.md, "Best")."""
         for case in ("high", "sim", "low"):
@@ -402,8 +417,8 @@ class PlanResult:
                             f"{self._case_words(option, 'low')}")
             else:
                 why = f" as simulated ({self._error_words(option)})"
-            return (head + why + rest + "." + self.not_monotone(option, scale) + " "
-                    + self._error_tail())
+            return (head + why + rest + "." + self.not_monotone(option, scale)
+                    + self._thin_note(option, scale) + " " + self._error_tail())
         if hi is not None:
             count = (f"{_span(lo.replicas, hi.replicas, 'replica')} of {option.label} "
                      f"({_span(lo.gpus, hi.gpus, 'GPU')}{self._cost_words(lo, hi)})")
@@ -421,7 +436,8 @@ class PlanResult:
                      if sim is not None
                      else f"as simulated, {self._why(option, scale, 'sim')}")
         return (f"{count} {what}, a range within {self._error_words(option)}: {ends}; "
-                f"{sim_words}{rest}.{self.not_monotone(option, scale)} " + self._error_tail())
+                f"{sim_words}{rest}.{self.not_monotone(option, scale)}"
+                f"{self._thin_note(option, scale)} " + self._error_tail())
 
     def _error_tail(self) -> str:
         """The stated errors, after the answer: one clause per distinct engine."""
@@ -566,7 +582,7 @@ def _measure(cfg: dict[str, Any], option: Option, scale: float, rate: float, rep
     result = virtual.simulate(run)
     frame = to_frame(result)
     ev = slo.evaluate(frame)
-    verdict = slo.verdict(ev["values"], ev["ok_rate"])
+    verdict = slo.verdict(ev["values"], ev["ok_rate"], ev["requests"], ev["ok_requests"])
     band = {}
     for case in ("low", "high"):
         scaled = band_slo(slo, option, case)
@@ -582,7 +598,7 @@ def _measure(cfg: dict[str, Any], option: Option, scale: float, rate: float, rep
         sum(r.cached_tokens or 0 for r in recs),
         sum(int(r.extra.get("host_cached_tokens", 0)) for r in recs), span,
         band["low"]["held"], band["high"]["held"], band["low"]["worst_ratio"],
-        band["high"]["worst_ratio"])
+        band["high"]["worst_ratio"], verdict["thin"])
 
 
 def _floor(cfg: dict[str, Any], option: Option, slo: SLO) -> Probe:
