@@ -14,6 +14,7 @@ import pytest
 
 from workbench.cli import main
 from workbench.data import path as data_path
+from workbench.errors import ExitCode
 from workbench.metrics.distribution import support
 from workbench.metrics.slo import SLO
 from workbench.report.headline import capacity_brief, capacity_sentence
@@ -95,3 +96,21 @@ def test_a_broken_point_needs_no_note(tmp_path: Path, capsys: pytest.CaptureFixt
     out, err = capsys.readouterr()
     assert "rate=1: SLO broken\n" in out + err
     assert "too few" not in out + err
+
+
+def test_the_prefix_hit_is_compared_with_the_plan_of_the_same_requests(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """40 Mooncake requests on a small KV cache: 2 fail, and the 38 that reported a cached
+    count were planned to hit 0.051 (the whole plan 0.039). The headline compares the
+    0.049 they hit with 0.051, not with 0.039 (which read as "above the plan")."""
+    assert main(["simulate", "--trace", MOONCAKE, "--max-items", "40", "--engine",
+                 "num_blocks=2000", "-o", str(tmp_path), "--run-id", "small"]) == \
+        ExitCode.ERROR_RATE  # 2 of 40 failed: over the default error rate
+    first = capsys.readouterr().out.splitlines()[0]
+    summary = json.loads((tmp_path / "small" / "summary.json").read_text())
+    assert summary["cache_reported_requests"] == 38 and summary["requests"] == 40
+    actual = summary["actual_prefix_hit_rate"]
+    measured = summary["planned_prefix_hit_rate_measured"]
+    assert actual < measured and actual > summary["planned_prefix_hit_rate"]
+    assert (f"· prefix hit {actual:.3f} of {measured:.3f} planned for the 38 requests that "
+            "reported a cached count ·") in first

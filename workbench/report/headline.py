@@ -101,10 +101,19 @@ def client_verdict(summary: Mapping[str, Any]) -> str | None:
 
 
 def _prefix(summary: Mapping[str, Any]) -> str | None:
+    """``prefix hit A of P planned``: the actual rate against the plan of the same requests
+    (``planned_prefix_hit_rate_measured``) when only some requests reported a cached
+    count, so that like is compared with like (docs/metrics.md, "Per run")."""
     actual, planned = summary.get("actual_prefix_hit_rate"), summary.get("planned_prefix_hit_rate")
     if not summary.get("ok") or (actual is None and planned is None):
         return None
     text = "prefix hit " + ("unknown (no cached counts)" if actual is None else f"{actual:.3f}")
+    reported, measured = summary.get("cache_reported_requests"), summary.get(
+        "planned_prefix_hit_rate_measured")
+    if (actual is not None and measured is not None and isinstance(reported, int)
+            and reported < (summary.get("requests") or 0)):
+        return text + (f" of {measured:.3f} planned for the {reported} requests that reported "
+                       "a cached count")
     return text + (f" of {planned:.3f} planned" if planned is not None else "")
 
 
