@@ -114,3 +114,27 @@ def test_the_prefix_hit_is_compared_with_the_plan_of_the_same_requests(
     assert actual < measured and actual > summary["planned_prefix_hit_rate"]
     assert (f"· prefix hit {actual:.3f} of {measured:.3f} planned for the 38 requests that "
             "reported a cached count ·") in first
+
+
+def test_the_pareto_sentence_rounds_as_the_tables_and_names_thin_evidence(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """The point of highest throughput under the SLO held on 3 requests: its sentence
+    gives its numbers to 3 significant figures (the package's rounding, ``sig``) and says
+    the verdict rests on too few requests."""
+    from workbench.report.headline import sig
+    from workbench.report.pareto import PER_INSTANCE, PER_USER, best_row, best_sentence
+
+    assert main(["sweep", "--trace", MOONCAKE, "--max-items", "3", "--virtual",
+                 "--over", "rate=1", "--slo", "ttft_ms:p99<=60000", "-o", str(tmp_path),
+                 "--sweep-id", "one"]) == 0
+    out = capsys.readouterr().out
+    s = load_sweep(tmp_path / "one")
+    row = best_row(s)
+    assert row is not None
+    text = best_sentence(s)
+    assert text == (
+        f"Highest throughput under ttft_ms:p99<=60000 and ok>=0.99: rate=1 — "
+        f"{sig(row[PER_INSTANCE])} output tokens/s per instance at {sig(row[PER_USER])} "
+        f"tokens/s per user. Its verdict rests on {FEW}: TTFT p99 from 3 ok requests "
+        "(needs 299).")
+    assert text in out
