@@ -120,3 +120,24 @@ def test_repeats_that_disagree_leave_the_verdict_uncertain_and_say_so(
     assert sentence in out
     (cap,) = capacities(s)
     assert capacity_brief(cap).endswith("(4 req/s offered; repeats disagree)")
+
+
+def test_an_unmeasured_bound_is_not_called_broken(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One-token outputs have no TPOT: a TPOT p90 bound was not broken, it was not measured,
+    and the sentence says so instead of "the SLO broke at every point"."""
+    trace = "synthetic:random,requests=40,output=fixed:1"
+    assert main(["sweep", "--trace", trace, "--arrival", "poisson", "--virtual",
+                 "--over", "rate=1,2", "--slo", "tpot_ms:p90<=50", "-o", str(tmp_path),
+                 "--sweep-id", "tpot"]) == 0
+    out, err = capsys.readouterr()
+    s = load_sweep(tmp_path / "tpot")
+    assert [p["slo"]["unmeasured"] for p in s.points] == [["tpot_ms:p90"]] * 2
+    assert not any(p["slo"]["held"] for p in s.points)  # no verdict of "held" either
+    assert "rate=1: SLO not judged — TPOT p90 not measured (no ok request had a value)" in err
+    text = capacity_sentence(s)
+    assert text == ("At TPOT p90 ≤ 50 ms: the SLO could not be judged, from 1 req/s offered: "
+                    "TPOT p90 not measured (no ok request had a value); no capacity to state.")
+    assert "broke" not in text and text in out
+    (cap,) = capacities(s)
+    assert capacity_brief(cap) == "not measured"

@@ -174,6 +174,10 @@ class SLO:
             "ratios": ratios,
             "ok_held": ok_held,
         }
+        unmeasured = [b.key for b in self.bounds
+                      if (v := values.get(b.key)) is None or math.isnan(v)]
+        if unmeasured:  # no value to judge: not held, and not broken either
+            out["unmeasured"] = unmeasured
         if requests is not None:
             out["requests"] = requests
             out["ok_requests"] = ok_requests

@@ -86,3 +86,16 @@ def spread_phrase(verdict: Mapping[str, Any] | None) -> str:
             parts.append(f"the share within {catalog.label(metric)}'s bound has a 95 % "
                          f"interval {sig(lo)}–{sig(hi)} that spans {sig(line)}")
     return "; ".join(parts)
+
+
+def unmeasured_phrase(verdict: Mapping[str, Any] | None) -> str:
+    """``"TPOT p90 not measured (no ok request had a value)"`` for a verdict some of whose
+    bounds had no value (``SLO.verdict``'s ``unmeasured``), else ``""``."""
+    keys = (verdict or {}).get("unmeasured") or []
+    if not keys:
+        return ""
+    names = []
+    for key in keys:
+        metric, _, pct = key.partition(":")
+        names.append(f"{catalog.label(metric)} {pct}".strip())
+    return f"{', '.join(names)} not measured (no ok request had a value)"

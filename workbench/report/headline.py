@@ -20,6 +20,7 @@ from workbench.metrics.wording import (
     delivery_warning,
     spread_phrase,
     thin_phrase,
+    unmeasured_phrase,
 )
 from workbench.metrics.wording import sig as sig
 from workbench.records import RunManifest
@@ -210,6 +211,9 @@ def group_sentence(cap: Capacity, rounds: float | None = None) -> str:
     if cap.status == "below":
         assert cap.broken is not None
         low = _load_text(axis, cap.broken["params"][axis], rounds)
+        if unmeasured := unmeasured_phrase(cap.broken.get("slo")):
+            return (f"the SLO could not be judged, from {low}: {unmeasured}; no capacity "
+                    "to state.")
         if again:
             return (f"the SLO broke at the lowest load, {low}, yet held at a higher one "
                     f"({again}): not monotone in load, no capacity to state (repeat the "
@@ -248,6 +252,8 @@ def _caveats(cap: Capacity, rounds: float | None) -> str:
         thin = thin_phrase(verdict) if point is cap.point else ""
         if thin:
             out += f" The verdict at {at} rests on {thin}."
+        if unmeasured := unmeasured_phrase(verdict):
+            out += f" At {at} it was not judged: {unmeasured}."
         spread = spread_phrase(verdict)
         if spread:
             out += f" The verdict at {at} is uncertain: {spread}."
@@ -283,7 +289,8 @@ def capacity_brief(cap: Capacity, rounds: float | None = None) -> str:
     """A table cell: ``"3.07 req/s sustained (3.59 req/s offered)"``, ``"≥ 5.02 req/s
     sustained (6 req/s offered; above the range)"``, ``"below the range"``, ``"–"``."""
     if cap.status == "below":
-        return "below the range"
+        return ("not measured" if unmeasured_phrase((cap.broken or {}).get("slo"))
+                else "below the range")
     if cap.point is None or cap.axis is None:
         return "–"
     at = _load_text(cap.axis, cap.offered, rounds)

@@ -28,7 +28,7 @@ from workbench.config import RunConfig
 from workbench.cores import usable_cores
 from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO
-from workbench.metrics.wording import spread_phrase, thin_phrase
+from workbench.metrics.wording import spread_phrase, thin_phrase, unmeasured_phrase
 from workbench.signals import die_with_parent
 from workbench.spawning import children_start, spawn_context
 from workbench.storage.rundir import contained_dir
@@ -359,10 +359,11 @@ class SweepRunner:
 def _held_text(verdict: Mapping[str, Any]) -> str:
     """``SLO held``, ``SLO broken``, with what weakens it: ``SLO held — too few requests
     to show it ...``, ``SLO broken — 1 of 3 repeats held it ...``."""
-    notes = [spread_phrase(verdict)]
+    notes = [unmeasured_phrase(verdict), spread_phrase(verdict)]
     if verdict["held"]:
         notes.append(thin_phrase(verdict))
-    text = "SLO held" if verdict["held"] else "SLO broken"
+    text = ("SLO held" if verdict["held"] else "SLO not judged" if verdict.get("unmeasured")
+            else "SLO broken")
     notes = [n for n in notes if n]
     return f"{text} — {'; '.join(notes)}" if notes else text
 
