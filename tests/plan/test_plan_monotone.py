@@ -16,20 +16,26 @@ import pytest
 
 from workbench import data
 from workbench.cli import main
-from workbench.plan import load_plan
+from workbench.plan import PlanResult, load_plan
 
 MOONCAKE = str(data.path("mooncake/conversation_trace_head600.jsonl"))
 
 
+def _plan(tmp: Path, capsys: pytest.CaptureFixture[str], items: int, slo: str,
+          max_replicas: int) -> tuple[PlanResult, str]:
+    """``workbench plan`` of the first ``items`` Mooncake requests on one H100 preset; the
+    stored plan and what the command printed."""
+    assert main(["plan", "--trace", MOONCAKE, "--max-items", str(items),
+                 "--preset", "llama-3.1-8b/h100/tp1", "--slo", slo, "--scale", "1",
+                 "--max-replicas", str(max_replicas), "--parallel", "1",
+                 "-o", str(tmp)]) == 0
+    (plan_dir,) = [p for p in tmp.iterdir() if p.is_dir()]
+    return load_plan(plan_dir), capsys.readouterr().out
+
+
 def test_a_count_that_breaks_above_one_that_held_is_named(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", "--trace", MOONCAKE, "--max-items", "40",
-                 "--preset", "llama-3.1-8b/h100/tp1", "--slo", "ttft_ms:p90<=3000",
-                 "--scale", "1", "--max-replicas", "8", "--parallel", "1",
-                 "-o", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    (plan_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    result = load_plan(plan_dir)
+    result, out = _plan(tmp_path, capsys, 40, "ttft_ms:p90<=3000", 8)
     sim = {p.replicas: p.held for p in result.probes}
     assert sim[4] and not sim[5] and sim[6]  # the probes the sentence must not hide
     answer = result.answer()
@@ -43,13 +49,7 @@ def test_a_plan_held_on_too_few_requests_says_so(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """20 requests under a p99 bound that one replica holds with room to spare: the answer
     says one replica holds it, and that a p99 over 20 requests cannot show it."""
-    assert main(["plan", "--trace", MOONCAKE, "--max-items", "20",
-                 "--preset", "llama-3.1-8b/h100/tp1", "--slo", "ttft_ms:p99<=60000",
-                 "--scale", "1", "--max-replicas", "2", "--parallel", "1",
-                 "-o", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    (plan_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    result = load_plan(plan_dir)
+    result, out = _plan(tmp_path, capsys, 20, "ttft_ms:p99<=60000", 2)
     answer = result.answer()
     assert answer.startswith("1 replica of llama-3.1-8b/h100/tp1 · prefix-aware")
     assert ("The verdict rests on too few requests to show it at 95 % confidence: TTFT p99 "
