@@ -138,3 +138,15 @@ def test_the_pareto_sentence_rounds_as_the_tables_and_names_thin_evidence(
         f"tokens/s per user. Its verdict rests on {FEW}: TTFT p99 from 3 ok requests "
         "(needs 299).")
     assert text in out
+
+
+def test_a_run_whose_bound_was_never_measured_is_not_called_missed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """One-token outputs have no TPOT: a TPOT bound was not missed, it was not measured."""
+    trace = "synthetic:random,requests=5,output=fixed:1"
+    assert main(["simulate", "--trace", trace, "--arrival", "poisson", "--rate", "1",
+                 "--slo", "tpot_ms<=50", "-o", str(tmp_path), "--run-id", "one"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert ("· SLO not judged: 0/5 within TPOT ≤ 50 ms, TPOT not measured (no ok request "
+            "had a value) ·") in first
+    assert "missed" not in first

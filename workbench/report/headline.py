@@ -71,15 +71,23 @@ def _bounds_text(bounds: Mapping[str, Any]) -> str:
     return ", ".join(f"{METRIC_NAMES.get(k, k)} ≤ {sig(v)} ms" for k, v in bounds.items())
 
 
-def slo_verdict(slo: Mapping[str, Any] | None) -> str | None:
+def slo_verdict(slo: Mapping[str, Any] | None,
+                summary: Mapping[str, Any] | None = None) -> str | None:
     """``"SLO met: 303/303 within TTFT ≤ 2000 ms"`` (met: at least ``SLO_MET_SHARE``
-    of the requests attained every bound); None when the run had no SLO."""
+    of the requests attained every bound); ``SLO not judged`` when a bound's metric was
+    measured on no ok request of ``summary``; None when the run had no SLO."""
     if not slo or not slo.get("bounds"):
         return None
     share = slo.get("joint_attainment")
     met = share is not None and share >= SLO_MET_SHARE
-    text = (f"SLO {'met' if met else 'missed'}: {slo.get('attained')}/{slo.get('requests')} "
-            f"within {_bounds_text(slo['bounds'])}")
+    text = f"{slo.get('attained')}/{slo.get('requests')} within {_bounds_text(slo['bounds'])}"
+    s = summary or {}
+    unmeasured = [METRIC_NAMES.get(m, m) for m in slo["bounds"]
+                  if s.get("ok") and isinstance(s.get(m), Mapping) and s[m].get("count") == 0]
+    if unmeasured:  # no value to attain or miss (docs/metrics.md, "Headline")
+        return (f"SLO not judged: {text}, {', '.join(unmeasured)} not measured (no ok request "
+                "had a value)")
+    text = f"SLO {'met' if met else 'missed'}: {text}"
     needed = support(100 * SLO_MET_SHARE)
     n = slo.get("requests")
     if met and isinstance(n, int) and (needed is None or n < needed):
@@ -132,7 +140,7 @@ def run_headline(summary: Mapping[str, Any], manifest: RunManifest | None = None
         _prefix(summary),
         f"{sig(summary.get('request_throughput_rps'))} req/s",
         client_verdict(summary),
-        slo_verdict(summary.get("slo")),
+        slo_verdict(summary.get("slo"), summary),
         engine_note(manifest),
     ]
     return SEP.join(p for p in parts if p)
