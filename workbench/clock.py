@@ -73,7 +73,7 @@ def _set_done(fut: asyncio.Future[None]) -> None:
 
 
 #: loop iterations between two polls of the real selector while the loop's wake-up pipe
-#: is all it watches (docs/virtual-time.md, "The loop's wake-up pipe")
+#: is all it watches (docs/virtual-time.md, "What a virtual replay costs": the wake-up pipe)
 WAKEUP_POLL_EVERY = 64
 
 
