@@ -159,6 +159,9 @@ BAD: list[tuple[str, list[Any], int, str]] = [
     ("tools not a list", [_round(), {**_round(idx=1), "tools": {"a": 1}}], 2,
      "tools must be a list of objects"),
     ("no timestamp in first round", [_round(timing_events=[])], 1, "has no timestamp"),
+    ("tool name not a string", [_round(), _round(idx=1, tools=[
+        {**_tool("01.000", "02.000"), "tool_name": ["Task"]}])], 2,
+     "tools[].tool_name must be a string"),
 ]
 
 
