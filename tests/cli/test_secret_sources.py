@@ -148,3 +148,30 @@ def test_registration_rules_and_structure_safe_redaction(monkeypatch):
     out = json.loads(redact.line(line))
     assert out["t_ns"] == 9424242000 and out["n"] == [1424242]
     assert out["k[REDACTED]"] == "v [REDACTED]"
+
+
+async def test_a_verbose_traceback_carries_no_credential(tmp_path):
+    """``workbench -v`` logs the traceback of a failed command: the error line was
+    redacted, the traceback under it (the exception's text once more, here a server's
+    500 echoing the request's headers and URL) was not, and the log handler wrote to the
+    console beneath the redacting stream."""
+    from aiohttp import web
+    from loopback import serve_app
+
+    async def echo_500(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=500, text=f"failed for {dict(request.headers)!r} "
+                                             f"at {request.url}")
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+           "GATEWAY_KEY": HEADER_ENV, "OPENAI_API_KEY": ENV_KEY}
+    async with serve_app([web.post("/{tail:.*}", echo_500)]) as url:
+        code, console = await _cli(
+            "-v", "replay", "--trace", SESSIONS, "--max-items", "1",
+            "--target", f"{url}/?api_key={QUERY_KEY}", "--preflight", "--no-flush-cache",
+            "--header", "api-key=$GATEWAY_KEY", "-o", str(tmp_path / "runs"),
+            "--no-progress", env=env, timeout=120)
+    assert code == 1, console
+    assert "Traceback" in console and "HTTP 500" in console, console  # the path under test
+    for secret in (ENV_KEY, HEADER_ENV, QUERY_KEY):
+        assert secret not in console, (secret, console)
