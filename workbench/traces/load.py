@@ -66,8 +66,16 @@ def _detect_folder(path: Path) -> str:
     files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
     for name in folder_formats:
         own = [p for p in files if p.name.endswith(FORMATS.get(name).folders)]
-        if own and FORMATS.get(name).sniff(head_lines(own[0])):
+        if not own:
+            continue
+        lines = head_lines(own[0])
+        if FORMATS.get(name).sniff(lines):
             return name
+        # the first file decides: an empty or cut one is its own error, named, as a file's
+        if not lines:
+            raise TraceFormatError(own[0], 0, "file is empty (a folder's format is told by "
+                                              "its first file by name)")
+        _refuse_broken_json_head(own[0], lines[0])
     readers = ", ".join(folder_formats)
     raise TraceFormatError(
         path, 0, f"not a regular file: a directory; a folder is read as one trace only by "
