@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from workbench.backends import BACKENDS
-from workbench.backends.base import reconfigure
+from workbench.backends.base import body_paths, owned_body_paths, reconfigure
 from workbench.backends.extras import EXTRA_KEYS
 from workbench.config.validation import check_header
 from workbench.errors import ConfigError
@@ -79,10 +79,27 @@ class BackendSpec:
         check_mapping("backend.options", own, hints_of(type(codec)))
         reconfigure(codec, own)  # unknown names: ConfigError
         check_mapping("backend.options", opts, _EXTRA_TYPES)
+        _check_extra_body(self.name, reconfigure(codec, own), opts.get("extra_body") or {})
         for name, value in (opts.get("headers") or {}).items():
             check_header("backend.options.headers", name, value)
         if opts.get("routing_header") is not None:
             check_header("backend.options.routing_header", opts["routing_header"], "")
+
+
+def _check_extra_body(name: str, codec: Any, extra: dict[str, Any]) -> None:
+    """``extra_body`` adds fields; one that would replace a field the codec sets (or the
+    object holding it) changes the request the records describe: refused."""
+    owned = owned_body_paths(codec)
+    for path in body_paths(extra):
+        for field_path in owned:
+            if field_path[: len(path)] == path or path[: len(field_path)] == field_path:
+                raise ConfigError(
+                    f"backend.options.extra_body (--body-field) would replace "
+                    f"{'.'.join(field_path)}, which the {name} backend sets itself on every "
+                    "request (prompt, pinned output length, stream mode, request id): the "
+                    "request sent would not be the one planned and recorded; use "
+                    "--output-len, backend.options.temperature, --model or --no-stream for "
+                    "those (docs/sweeps.md)")
 
 
 #: the types of the protocol-independent options (``backends.extras``)
