@@ -127,3 +127,14 @@ def test_a_body_field_the_backend_sets_itself_is_refused_before_the_run(
     # beside the fields it sets, a field of its own is the user's (sampling_params.top_k)
     wb.RunConfig.from_dict({**cfg, "backend": {"name": backend, "options": {
         "extra_body": {"sampling_params": {"top_k": 5}, "priority": 3}}}})
+
+
+def test_a_routing_field_the_backend_sets_itself_is_refused(tmp_path) -> None:
+    cfg = {"trace": TRACELAB, "target": "sim", "out_dir": str(tmp_path),
+           "backend": {"name": "sglang-tokens",
+                       "options": {"routing_field": "sampling_params.max_new_tokens"}}}
+    with pytest.raises(ConfigError, match=r"^backend.options.routing_field \(--routing-field\) "
+                                          r"would replace sampling_params.max_new_tokens"):
+        wb.RunConfig.from_dict(cfg)
+    cfg["backend"]["options"]["routing_field"] = "routing.dp_rank"
+    wb.RunConfig.from_dict(cfg)

@@ -79,22 +79,27 @@ class BackendSpec:
         check_mapping("backend.options", own, hints_of(type(codec)))
         reconfigure(codec, own)  # unknown names: ConfigError
         check_mapping("backend.options", opts, _EXTRA_TYPES)
-        _check_extra_body(self.name, reconfigure(codec, own), opts.get("extra_body") or {})
+        owned = owned_body_paths(reconfigure(codec, own))
+        _check_added("backend.options.extra_body (--body-field)", self.name, owned,
+                     body_paths(opts.get("extra_body") or {}))
+        if opts.get("routing_field"):
+            _check_added("backend.options.routing_field (--routing-field)", self.name, owned,
+                         [tuple(str(opts["routing_field"]).split("."))])
         for name, value in (opts.get("headers") or {}).items():
             check_header("backend.options.headers", name, value)
         if opts.get("routing_header") is not None:
             check_header("backend.options.routing_header", opts["routing_header"], "")
 
 
-def _check_extra_body(name: str, codec: Any, extra: dict[str, Any]) -> None:
-    """``extra_body`` adds fields; one that would replace a field the codec sets (or the
-    object holding it) changes the request the records describe: refused."""
-    owned = owned_body_paths(codec)
-    for path in body_paths(extra):
+def _check_added(what: str, name: str, owned: list[tuple[str, ...]],
+                 added: list[tuple[str, ...]]) -> None:
+    """``extra_body`` and the routing field add fields; one that would replace a field the
+    codec sets (or the object holding it) changes the request the records describe."""
+    for path in added:
         for field_path in owned:
             if field_path[: len(path)] == path or path[: len(field_path)] == field_path:
                 raise ConfigError(
-                    f"backend.options.extra_body (--body-field) would replace "
+                    f"{what} would replace "
                     f"{'.'.join(field_path)}, which the {name} backend sets itself on every "
                     "request (prompt, pinned output length, stream mode, request id): the "
                     "request sent would not be the one planned and recorded; use "
