@@ -175,3 +175,24 @@ async def test_a_verbose_traceback_carries_no_credential(tmp_path):
     assert "Traceback" in console and "HTTP 500" in console, console  # the path under test
     for secret in (ENV_KEY, HEADER_ENV, QUERY_KEY):
         assert secret not in console, (secret, console)
+
+
+@pytest.mark.parametrize("value", ["sk-proj-abc123DEF456ghi789", "Bearer abc123def456",
+                                   "key with spaces 12345678", "3abc"])
+def test_a_key_given_where_its_variable_name_goes_is_refused_unshown(tmp_path, value):
+    """``api_key_env`` names the variable holding the key; a user who put the key itself
+    there ran unauthenticated (401s) with the key written in the manifest's config (a
+    key not shaped like ``sk-``/``Bearer`` is not redacted). Refused before anything is
+    created, the value not shown: it may be the key."""
+    from workbench.config import RunConfig
+    from workbench.errors import ConfigError
+
+    cfg = {"trace": SESSIONS, "target": "http://127.0.0.1:9", "out_dir": str(tmp_path),
+           "backend": {"name": "openai", "api_key_env": value}}
+    with pytest.raises(ConfigError) as info:
+        RunConfig.from_dict(cfg)
+    assert str(info.value).startswith("backend.api_key_env: expected the name of an "
+                                      "environment variable")
+    assert value not in str(info.value) and not list(tmp_path.iterdir())
+    for name in ("MY_KEY", "OPENAI_API_KEY", "_k2", None, ""):  # a name, or no key
+        RunConfig.from_dict({**cfg, "backend": {"name": "openai", "api_key_env": name}})

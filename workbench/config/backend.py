@@ -3,6 +3,7 @@ docs/wire-protocols.md)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -46,6 +47,12 @@ class BackendSpec:
     def check(self, request_timeout_s: float | None, executor_kind: str) -> None:
         """This axis's rules, with the two values of other sections they read."""
         BACKENDS.canonical(self.name)
+        if self.api_key_env and not _ENV_NAME.fullmatch(self.api_key_env):
+            raise ConfigError(
+                "backend.api_key_env: expected the name of an environment variable (letters, "
+                "digits and '_', not starting with a digit; e.g. OPENAI_API_KEY), got a value "
+                "that is not one (not shown: it may be the key itself, which belongs in that "
+                "variable, never in a config or on a command line)")
         if "stream" in self.options:
             raise ConfigError("backend.options.stream: set backend.stream (--no-stream) instead")
         if not self.stream and not BACKENDS.get(self.name).whole_answers:
@@ -105,6 +112,10 @@ def _check_added(what: str, name: str, owned: list[tuple[str, ...]],
                     "request sent would not be the one planned and recorded; use "
                     "--output-len, backend.options.temperature, --model or --no-stream for "
                     "those (docs/sweeps.md)")
+
+
+#: an environment variable's name (POSIX: portable characters, no leading digit)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
 
 
 #: the types of the protocol-independent options (``backends.extras``)
