@@ -74,6 +74,7 @@ RANGES: dict[str, Range] = {
     "target.engine.num_blocks": Range(1, 2**26),
     "target.engine.max_num_batched_tokens": Range(1, MAX_TOKENS),
     "target.engine.max_num_seqs": Range(1, MAX_COUNT),
+    "target.engine.admission_reserve": Range(0, 1),  # SGLang's new_token_ratio (0: none)
     "target.engine.max_model_len": Range(1, MAX_TOKENS),
     "target.engine.speedup": Range(0, 1e9, open_lo=True),
     "target.engine.decode_floor_ms": Range(0, 1e6),

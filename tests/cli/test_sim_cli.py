@@ -47,3 +47,20 @@ def test_a_port_out_of_range_is_a_usage_error_not_a_traceback():
         assert proc.returncode == 2, proc.stderr
         assert "Traceback" not in proc.stderr
         assert f"argument --port: expected a port in 0..65535, got {port!r}" in proc.stderr
+
+
+def test_sim_serve_takes_engine_knobs_and_refuses_an_unknown_scheduler(capsys):
+    """``--engine KEY=VALUE`` (as ``simulate`` and ``sweep`` take it), over the flags:
+    ``scheduler=sglang`` is SGLang's scheduling; an unknown scheduler is refused before
+    anything is served, naming the registered ones (exit 2)."""
+    from workbench.commands.sim import run, serve_knobs
+
+    args = build_parser().parse_args(
+        ["sim", "serve", "--max-num-seqs", "8", "--engine", "scheduler=sglang",
+         "--engine", "max_num_seqs=16"])  # fmt: skip
+    cfg = EngineConfig.from_knobs(**serve_knobs(args))
+    assert not cfg.mixed_batches and cfg.admission_reserve == 0.7 and cfg.max_num_seqs == 16
+    bad = build_parser().parse_args(["sim", "serve", "--engine", "scheduler=sgl"])
+    assert run(bad) == 2
+    err = capsys.readouterr().err
+    assert "unknown scheduler 'sgl'" in err and "sglang" in err and "Traceback" not in err

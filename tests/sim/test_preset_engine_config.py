@@ -123,8 +123,8 @@ def test_one_registered_knob_picks_an_engines_scheduling() -> None:
     assert own.max_num_batched_tokens == 2048 and not own.enable_chunked_prefill
     static = EngineConfig.from_knobs(scheduler="trtllm-static")
     assert static.max_num_batched_tokens == WHOLE_BATCH_TOKENS
-    with pytest.raises(ValueError, match=r"unknown scheduler .sglang.*trtllm-static"):
-        EngineConfig.from_knobs(scheduler="sglang")
+    with pytest.raises(ValueError, match=r"unknown scheduler .lmdeploy.*sglang.*trtllm-static"):
+        EngineConfig.from_knobs(scheduler="lmdeploy")
     for table in load_tables():
         name = table.meta.get("scheduler")
         assert name is None or name in SCHEDULERS, table.name

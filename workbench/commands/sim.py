@@ -79,6 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--engine-config", default=None, metavar="FILE",
                        help="engine knobs from a JSON/YAML file (e.g. from `sim calibrate`); "
                             "flags override it")
+    serve.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE",
+                       help="engine knob, e.g. --engine scheduler=sglang or --engine "
+                            "preset=MODEL/GPU/tpN (repeatable; over the file and the flags)")
     cal = sub.add_parser("calibrate", help="fit the cost model from a real engine's runs "
                                            "(docs/calibration.md)")
     cal.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="runs against a real server")
@@ -123,22 +126,30 @@ def cluster_knobs_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return knobs
 
 
+def serve_knobs(args: argparse.Namespace) -> dict[str, Any]:
+    """``sim serve``'s knobs: the ``--engine-config`` file's, the flags' over them, then
+    the ``--engine KEY=VALUE`` pairs' (engine and cluster knobs together)."""
+    from workbench.config.engine_file import read_engine_file
+
+    knobs = read_engine_file(args.engine_config) if args.engine_config else {}
+    knobs.update(knobs_from_args(args))
+    knobs.update(cluster_knobs_from_args(args))
+    knobs.update(json_items(args.engine, "--engine"))
+    return knobs
+
+
 def run(args: argparse.Namespace) -> int:
     if args.sim_command == "calibrate":
         return run_calibrate(args)
     import asyncio
 
-    from workbench.config.engine_file import read_engine_file
     from workbench.sim.cluster import split_knobs
     from workbench.sim.config import EngineConfig
     from workbench.sim.metrics import SIM_GPU_PATH
     from workbench.sim.server import serve_forever
 
     try:
-        knobs = read_engine_file(args.engine_config) if args.engine_config else {}
-        knobs.update(knobs_from_args(args))
-        knobs.update(cluster_knobs_from_args(args))
-        engine_knobs, cluster = split_knobs(knobs)
+        engine_knobs, cluster = split_knobs(serve_knobs(args))
         config = EngineConfig.from_knobs(**engine_knobs)
     except (TypeError, ValueError, ConfigError) as exc:
         print(f"workbench sim serve: error: {exc}", file=sys.stderr)

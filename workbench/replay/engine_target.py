@@ -45,7 +45,7 @@ class EngineTarget:
     def manifest_facts(self) -> dict[str, Any]:
         """What the prologue records of the engine: its config and the cluster's."""
         cluster = None if self.cluster_cfg is None else self.cluster_cfg.to_dict()
-        return {"engine": dataclasses.asdict(self.engine_cfg), "cluster": cluster}
+        return {"engine": self.engine_cfg.to_dict(), "cluster": cluster}
 
     def facts(self) -> None:
         return None  # the manifest's engine (and cluster) say what ran

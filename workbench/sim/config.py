@@ -13,6 +13,11 @@ from workbench.sim.faults import KNOBS, Faults
 
 Mode = Literal["vllm", "sglang"]
 
+#: knobs a run's manifest records only away from their default (``to_dict``): added
+#: after earlier runs' canonical digests were fixed, so a run that leaves them alone
+#: records, and digests, what it did before (docs/measurement-rules.md)
+RECORDED_WHEN_SET: dict[str, Any] = {"mixed_batches": True, "admission_reserve": 0.0}
+
 PREFILL_COEFFS = (4.209989e-7, 1.518344e-2, 16.50142)
 DECODE_COEFFS = (-25.74, 54.01, 5.74)
 
@@ -33,6 +38,8 @@ class EngineConfig:
     num_blocks: int = 65_536
     max_num_batched_tokens: int = 8192
     enable_chunked_prefill: bool = True
+    mixed_batches: bool = True
+    admission_reserve: float = 0.0
     max_num_seqs: int = 256
     max_model_len: int = 131_072
     enable_prefix_caching: bool = True
@@ -107,4 +114,10 @@ class EngineConfig:
         return cls(**knobs)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every knob, less those of ``RECORDED_WHEN_SET`` at their default (what a
+        manifest records; ``EngineConfig(**d)`` gives the same config back)."""
+        d = dataclasses.asdict(self)
+        for knob, default in RECORDED_WHEN_SET.items():
+            if d[knob] == default:
+                del d[knob]
+        return d

@@ -1,4 +1,6 @@
-"""The vLLM-style scheduler of the embedded engine (pure: no clock, no asyncio).
+"""The scheduler of the embedded engine (pure: no clock, no asyncio): vLLM's mixed steps,
+or SGLang's prefill and decode batches apart (``mixed_batches`` false) with its admission
+reserve (``admission_reserve``).
 
 One ``schedule()`` call plans a step, one ``complete()`` call applies it after the step's
 time has passed. The policy and the accounting: docs/embedded-engine.md, "Scheduling";
@@ -196,6 +198,12 @@ class Scheduler:
         self._fins: list[tuple[int, int, Sequence]] = []
         self._inflight: StepPlan | None = None  # planned, not yet completed
         self._admitted = 0  # admissions so far (each one's ``rank``)
+        self._apart = not config.mixed_batches  # SGLang's batches (``_schedule_apart``)
+        # SGLang's admission reserve (``_reserve_room``): the step it last restarted at
+        # and the prefill batches since, whose steps do not lower the ratio
+        self._reserve = config.admission_reserve > 0
+        self._reserve_from = 0
+        self._prefills = 0
 
     def new_sequence(
         self, request_id: str, prompt: list[int] | Segments, max_tokens: int, now_ns: int
@@ -229,13 +237,77 @@ class Scheduler:
             implicit = self._implicit_only(ns)
             if implicit is not None:
                 return implicit
+        if self._apart:
+            return self._schedule_apart()
         plan = StepPlan()
         budget = self._schedule_running(plan, self.config.max_num_batched_tokens)
         if not plan.preempted:
-            self._admit_waiting(plan, budget)
+            self._admit_waiting(plan, budget, [self._reserve_room()] if self._reserve else None)
         self.counters.steps += 1
         self._inflight = plan
         return plan
+
+    def _schedule_apart(self) -> StepPlan:
+        """A step with prefill and decode batches kept apart (``mixed_batches`` false:
+        SGLang's default, docs/embedded-engine.md "Scheduling"). A prefill batch runs
+        whenever one forms: the chunked prompt's next chunk first, then waiting prompts
+        in order, under the token budget and ``max_num_seqs``; the running decodes wait
+        for the next step. Only when none forms (nothing waits, or the waiting head
+        finds no room) does a decode batch run: every running request, one token each.
+        At most one running request is mid-prompt, the last admitted: each admission
+        either takes its prompt's rest or ends the batch with the budget spent."""
+        plan = StepPlan()
+        running = self.running
+        if self.waiting or (running and running[-1].prefilling):
+            budget = self.config.max_num_batched_tokens
+            seq = running[-1] if running else None
+            if seq is not None and seq.prefilling:  # the chunked prompt continues
+                n = min(seq.length - seq.num_computed, budget)
+                if self._grow(seq, n):
+                    plan.add(seq, n)
+                    budget -= n
+                else:  # no block for its chunk: back to waiting, as the mixed pass would
+                    running.pop()
+                    self._preempt(seq)
+                    plan.preempted += 1
+            if not plan.preempted and budget > 0:
+                self._admit_waiting(plan, budget,
+                                    [self._reserve_room()] if self._reserve else None)
+            if plan.scheduled:  # a prefill batch: the implicit decoders sit it out
+                self._flush()
+                self._prefills += 1
+                self.counters.steps += 1
+                self._inflight = plan
+                return plan
+        ns = self._ns
+        if ns and ns == len(running):
+            implicit = self._implicit_only(ns)
+            if implicit is not None:
+                implicit.preempted = plan.preempted
+                return implicit
+        self._schedule_running(plan, self.config.max_num_batched_tokens)
+        self.counters.steps += 1
+        self._inflight = plan
+        return plan
+
+    def _reserve_room(self) -> float:
+        """The KV tokens SGLang's admission sees as free (``admission_reserve`` > 0;
+        docs/embedded-engine.md "Scheduling"): the free and evictable blocks' tokens less,
+        for each running request, ``min(output left, RESERVE_CLIP)`` × the ratio. The
+        ratio starts at ``admission_reserve``, falls linearly over ``RESERVE_DECAY_STEPS``
+        decode steps to ``RESERVE_FLOOR`` of it and starts again once nothing runs."""
+        tick = self._tick
+        if not self.running:
+            self._reserve_from, self._prefills = tick, 0
+        start = self.config.admission_reserve
+        floor = start * RESERVE_FLOOR
+        decodes = tick - self._reserve_from - self._prefills
+        ratio = max(start - (start - floor) * decodes / RESERVE_DECAY_STEPS, floor)
+        held = 0
+        for seq in self.running:
+            out = seq.num_out + (tick - seq.tb if seq.tb >= 0 else 0)
+            held += min(seq.max_tokens - out, RESERVE_CLIP)
+        return self.kv.num_free * self.bs - held * ratio
 
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:
         """Running requests first, in order; a request that needs blocks preempts from
@@ -552,7 +624,10 @@ class Scheduler:
         seq.preemptions += 1
         self.counters.preemptions += 1
 
-    def _admit_waiting(self, plan: StepPlan, budget: int) -> None:
+    def _admit_waiting(self, plan: StepPlan, budget: int, room: list[float] | None = None) -> None:
+        """Waiting requests in order while the budget, ``max_num_seqs`` and the blocks
+        allow. ``room`` (SGLang's reserve, ``_reserve_room``): a request's prompt left
+        plus ``min(its output, RESERVE_CLIP)`` must be below it, and is taken from it."""
         waiting, kv, bs = self.waiting, self.kv, self.bs
         while waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = waiting[0]
@@ -561,6 +636,11 @@ class Scheduler:
                 seq.hashes, len(hit), (seq.length - 1) // bs)
             cached = (len(hit) + on_host) * bs
             start = max(cached, seq.preloaded)  # transferred KV is not computed again
+            if room is not None:
+                need = seq.length - start + min(seq.max_tokens - seq.num_out, RESERVE_CLIP)
+                if need >= room[0]:
+                    break
+                room[0] -= need
             n = min(seq.length - start, budget)
             if not self.config.enable_chunked_prefill and n < seq.length - start:
                 if plan.prefill_tokens:  # whole prompts only: it waits for the next step
@@ -750,4 +830,11 @@ def _retire(seq: Sequence, reason: str, t_ns: int) -> None:
 
 
 _rank = operator.attrgetter("rank")  # running order (a C-level sort key)
+# SGLang's admission reserve (``Scheduler._reserve_room``; docs/embedded-engine.md,
+# "Scheduling"): the output a request is charged at most (SGLANG_CLIP_MAX_NEW_TOKENS_
+# ESTIMATION), the ratio's floor as a share of its start and the decode steps it takes
+# to fall there (default_min_new_token_ratio_factor, default_new_token_ratio_decay_steps)
+RESERVE_CLIP = 4096
+RESERVE_FLOOR = 0.14
+RESERVE_DECAY_STEPS = 600
 _TRIM_AT = 4096  # step times kept before the implicit decoders' unneeded ones are dropped

@@ -14,6 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TABLES_DIR = Path(__file__).resolve().parents[2] / "data" / "measurements"
+#: tables kept outside the fit: never loaded by it, by its record or by the stated
+#: errors (``load_tables()`` reads ``TABLES_DIR`` alone), replayed only by their own
+#: test: issue 41's check on tables outside the project (docs/hardware.md, "Tables
+#: outside the fit")
+OUTSIDE_DIR = TABLES_DIR / "outside"
 KINDS = ("closed_loop", "burst", "batch_latency")
 REQUIRED = {"closed_loop": ("source", "kind", "preset"),
             "batch_latency": ("source", "kind", "isl", "osl", "batch"),
