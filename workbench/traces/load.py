@@ -17,7 +17,7 @@ import orjson
 from workbench.errors import TraceFormatError
 from workbench.records import Workload
 from workbench.traces import _builtin  # noqa: F401  (every built-in reader registers)
-from workbench.traces._io import BOM, check_options, open_trace
+from workbench.traces._io import BOM, check_options, not_text_rule, open_trace
 from workbench.traces.bounds import MAX_HEAD_BYTES, check_workload
 from workbench.traces.formats import FORMATS, Reader, Sniffer, TraceFormat, register_format
 from workbench.traces.graph import check_graph
@@ -54,6 +54,8 @@ def detect_format(path: str | Path) -> str:
     for name in FORMATS.names():
         if FORMATS.get(name).sniff(lines):
             return name
+    if (rule := not_text_rule(open_trace(path, 8))) is not None:
+        raise TraceFormatError(path, 1, rule)  # what to do, not "name the format"
     _refuse_broken_json_head(path, lines[0])
     raise TraceFormatError(
         path, 1, f"cannot tell the trace format; name it (--format on the command line, fmt= in "
