@@ -104,3 +104,33 @@ async def test_a_malformed_event_is_the_requests_error_at_once(
         else:
             assert (rec["status"], rec["error"]) == ("ok", None)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+@pytest.mark.parametrize("backend", ["openai", "openai-chat"])
+async def test_a_whole_answer_of_the_wrong_shape_is_the_requests_error(tmp_path, caplog,
+                                                                        backend):
+    """The same with ``backend.stream: false``: one JSON answer whose choice is null."""
+    async def complete(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"id": "c", "choices": [None], "usage": {
+            "prompt_tokens": 5, "completion_tokens": 2}})
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", complete)
+    app.router.add_post("/v1/chat/completions", complete)
+    trace = tmp_path / "t.csv"
+    trace.write_text(TRACE)
+    async with serve_app(app) as url:
+        cfg = RunConfig.from_dict({
+            "trace": str(trace), "target": url, "out_dir": str(tmp_path), "run_id": "r",
+            "arrival": {"mode": "saturated", "request_timeout_s": 600},
+            "backend": {"name": backend, "preflight": False, "flush_cache": False,
+                        "scrape_interval_s": 0, "stream": False},
+        })
+        async with asyncio.timeout(60):
+            result = await run_async(cfg)
+    assert len(result.records) == 2
+    for rec in result.records:
+        assert rec.status == "error"
+        assert rec.error.startswith("malformed event from the server (AttributeError"), rec.error
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
