@@ -19,6 +19,9 @@
  * - stream_keys: workbench/context/tokens.py's `_stream_keys_once` of each hash id's name.
  * - json_ints_fit: whether workbench/storage/rundir.py's `loads_line` may keep orjson's
  *   result (every integer literal in orjson's exact range; its twin writes the value back).
+ * - cut_ints: workbench/storage/columnar.py's `cut_ints_py`: where a record line's one
+ *   token times array is, and its int64 values when its text is exactly what orjson
+ *   writes for them (its twin: `find`s, then numpy's parse and orjson's write-back).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -550,6 +553,125 @@ static PyObject *json_ints_fit(PyObject *self, PyObject *args) {
     return PyBool_FromLong(fit);
 }
 
+PyDoc_STRVAR(cut_ints_doc,
+             "cut_ints(line, key) -> (start, end, values) | None\n\n"
+             "The one array after `key` in `line` (key ends with '['): its text line[start:end] "
+             "(end at its ']') and its values as native int64 bytes, when the text is "
+             "exactly the JSON orjson writes for int64 values (-?(0|[1-9][0-9]*), commas, "
+             "no space, no -0, in range), `key` is not found again and the line has no "
+             "unicode escape; else None.");
+
+/* the first `k` bytes of `needle` in hay[0:n], or NULL */
+static const char *find(const char *hay, Py_ssize_t n, const char *needle, Py_ssize_t k) {
+    if (k <= 0)
+        return hay;
+    const char *p = hay, *end = hay + n;
+    while (end - p >= k) {
+        p = memchr(p, needle[0], (size_t)(end - p - k + 1));
+        if (p == NULL)
+            return NULL;
+        if (memcmp(p, needle, (size_t)k) == 0)
+            return p;
+        p++;
+    }
+    return NULL;
+}
+
+/* the value of 8 ASCII digits at p: three multiplies over the 8 bytes as one word
+ * (little-endian hosts; a digit at a time elsewhere) */
+static uint64_t eight_digits(const char *p) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t v;
+    memcpy(&v, p, 8);
+    v -= 0x3030303030303030ULL;
+    v = (v * 10) + (v >> 8); /* each even byte: two digits' value */
+    v = (((v & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32))) +
+         (((v >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >> 32;
+    return v;
+#else
+    uint64_t u = 0;
+    for (int i = 0; i < 8; i++)
+        u = u * 10 + (uint64_t)(p[i] - '0');
+    return u;
+#endif
+}
+
+/* the value of the n (1..19) ASCII digits at d: the last 8 at once when there are more */
+static uint64_t digits_value(const char *d, Py_ssize_t n) {
+    uint64_t u = 0;
+    Py_ssize_t head = n > 8 ? n - 8 : n;
+    for (Py_ssize_t i = 0; i < head; i++)
+        u = u * 10 + (uint64_t)(d[i] - '0');
+    return n > 8 ? u * 100000000ULL + eight_digits(d + head) : u;
+}
+
+#define CUT_STACK 512
+
+static PyObject *cut_ints(PyObject *self, PyObject *args) {
+    Py_buffer line, key;
+    if (!PyArg_ParseTuple(args, "y*y*", &line, &key))
+        return NULL;
+    const char *b = line.buf, *k = key.buf;
+    Py_ssize_t n = line.len, klen = key.len;
+    PyObject *out = NULL;
+    int64_t stack[CUT_STACK], *v = stack;
+    const char *at = find(b, n, k, klen);
+    if (at == NULL || klen == 0)
+        goto none;
+    Py_ssize_t start = (at - b) + klen, end = start, count = 0;
+    Py_ssize_t cap = (n - start) / 2 + 1; /* a value takes a digit and a separator */
+    if (cap > CUT_STACK && (v = PyMem_Malloc((size_t)cap * sizeof(int64_t))) == NULL) {
+        PyBuffer_Release(&line);
+        PyBuffer_Release(&key);
+        return PyErr_NoMemory();
+    }
+    /* one pass: each value as orjson writes it, then a ',' or the closing ']' */
+    const char *p = b + start, *e = b + n;
+    if (p < e && *p == ']') {
+        end = start;
+    } else {
+        for (;;) {
+            int neg = p < e && *p == '-';
+            const char *d = p + neg, *q = d;
+            while (q < e && (unsigned char)(*q - '0') < 10u && q - d < 20)
+                q++;
+            Py_ssize_t nd = q - d;
+            if (nd == 0 || nd > 19 || (nd > 1 && *d == '0') || (neg && nd == 1 && *d == '0'))
+                goto none; /* no digit, a leading zero, -0, or past int64 */
+            uint64_t u = digits_value(d, nd);
+            if (nd == 19 && u > (neg ? 9223372036854775808ULL : 9223372036854775807ULL))
+                goto none;
+            v[count++] = neg ? (int64_t)(0 - u) : (int64_t)u;
+            if (q < e && *q == ',') {
+                p = q + 1;
+                continue;
+            }
+            if (q < e && *q == ']') {
+                end = q - b;
+                break;
+            }
+            goto none;
+        }
+    }
+    if (find(b, start, "\\u", 2) || find(b + end, n - end, "\\u", 2) ||
+        find(b + end, n - end, k, klen))
+        goto none;
+    out = PyBytes_FromStringAndSize((const char *)v, count * (Py_ssize_t)sizeof(int64_t));
+    if (v != stack)
+        PyMem_Free(v);
+    PyBuffer_Release(&line);
+    PyBuffer_Release(&key);
+    if (out == NULL)
+        return NULL;
+    return Py_BuildValue("(nnN)", start, end, out);
+none:
+    if (v != stack)
+        PyMem_Free(v);
+    PyBuffer_Release(&line);
+    PyBuffer_Release(&key);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"block_keys", block_keys, METH_VARARGS, block_keys_doc},
     {"block_keys_bytes", block_keys_bytes, METH_VARARGS, block_keys_bytes_doc},
@@ -559,6 +681,7 @@ static PyMethodDef methods[] = {
     {"chain_heads", chain_heads, METH_VARARGS, chain_heads_doc},
     {"stream_keys", stream_keys, METH_VARARGS, stream_keys_doc},
     {"json_ints_fit", json_ints_fit, METH_VARARGS, json_ints_fit_doc},
+    {"cut_ints", cut_ints, METH_VARARGS, cut_ints_doc},
     {NULL, NULL, 0, NULL},
 };
 

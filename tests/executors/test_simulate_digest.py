@@ -168,3 +168,25 @@ def test_the_streamed_digest_reads_token_times_written_otherwise(tmp_path: Path)
     path.write_bytes(b"\n".join(lines) + b"\n")
     with pytest.raises(ValueError, match=r"records.jsonl:6: invalid JSON line"):
         run_digest(disk)
+
+
+def test_the_streamed_digest_reads_token_counts_written_otherwise(tmp_path: Path) -> None:
+    """The token counts are read apart too when they are the digits orjson writes; written
+    otherwise (a space, a float, the key nested too, "-0", a bool), the row keeps them as
+    the line reads: the digest stays the report's either way."""
+    disk = simulate({"trace": str(TRACE), "context": "prefix-preserving",
+                     "out_dir": str(tmp_path), "executor": {"keep_records": False},
+                     "target": {"url": "sim", "engine": {"num_blocks": 512}}})  # fmt: skip
+    path = Path(disk.run_dir or "") / "records.jsonl"
+    lines = path.read_bytes().splitlines()
+    key = b'"token_counts":['
+    assert len(lines) >= 6 and all(key + b"1" in ln for ln in lines[:6])
+    before = run_digest(disk)
+    lines[0] = lines[0].replace(key, b'"token_counts": [ ')
+    lines[1] = lines[1].replace(key + b"1", key + b"1.0")
+    lines[2] = lines[2].replace(b'"extra":{', b'"extra":{"token_counts":[1],')
+    lines[3] = lines[3].replace(key + b"1", key + b"-0,2")
+    lines[4] = lines[4].replace(key + b"1", key + b"true")
+    lines[5] = lines[5].replace(key + b"1", key + b"3")  # as orjson writes: read apart
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    assert run_digest(disk) == report_digest(canonical_report(disk)) != before

@@ -186,6 +186,15 @@ EDITS: list[tuple[bytes, bytes]] = [
     (b'"extra":{', b'"extra":{"token_times_ns":[5,6],'),  # the key twice, one nested
     (b'"request_id":"q4"', b'"request_id":"q4","token_times_ns":[9]'),  # twice: last wins
     (b'"token_times_ns":', b'"token_times_nz":'),  # absent: the default
+    # the counts, cut apart only as orjson writes them: else the row keeps them as read
+    (b'"token_counts":[', b'"token_counts": ['),
+    (b'"token_counts":[1', b'"token_counts":[1.0'),
+    (b'"token_counts":[1', b'"token_counts":[true'),
+    (b'"token_counts":[1', b'"token_counts":[-0,2'),
+    (b'"token_counts":[1', b'"token_counts":[99999999999999999999,2'),
+    (b'"token_counts":[1', b'"token_counts":[3'),  # as orjson writes it
+    (b'"extra":{', b'"extra":{"token_counts":[5],'),  # the key twice, one nested
+    (b'"token_counts":', b'"token_counts_":'),  # absent: the default
 ]
 
 
@@ -213,9 +222,22 @@ def test_token_times_not_as_orjson_writes_them_read_exactly(tmp_path: Path, edit
 
 def test_the_cut_takes_the_one_top_level_member() -> None:
     line = orjson.dumps(_record(2))
-    obj, text = columnar.cut_times(line)
-    assert obj == {**orjson.loads(line), "token_times_ns": []}
-    assert text == b"1025000000,1027000000,1029000000"
+    obj, cut = columnar.cut_times(line)
+    assert obj == {**orjson.loads(line), "token_times_ns": [], "token_counts": []}
+    assert cut is not None and line[cut.start : cut.end] == b"1025000000,1027000000,1029000000"
+    assert cut.values.tolist() == [1025000000, 1027000000, 1029000000]
+    assert cut.counts is not None and cut.counts.tolist() == [1, 1, 1]
+    assert line[cut.cstart : cut.cend] == b"1,1,1"
+    text = line[cut.start : cut.end]
+    # the counts before the times in the line: found where they are
+    flipped = orjson.dumps({"token_counts": [2, 3], **orjson.loads(line)})
+    _, cut = columnar.cut_times(flipped)
+    assert cut is not None and flipped[cut.cstart : cut.cend] == b"1,1,1"
+    swapped = line.replace(b'"token_counts":[1,1,1],', b"").replace(
+        b'"token_times_ns"', b'"token_counts":[4,5],"token_times_ns"')
+    _, cut = columnar.cut_times(swapped)
+    assert cut is not None and swapped[cut.cstart : cut.cend] == b"4,5"
+    assert cut.counts is not None and cut.counts.tolist() == [4, 5]
     flat = columnar.token_times([text, b"", b"7"])
     assert flat is not None
     assert flat[0].tolist() == [1025000000, 1027000000, 1029000000, 7]

@@ -18,7 +18,7 @@ TRACE = str(data_path("tracelab/multi_session_large.csv"))
 
 def _cfg(tmp_path: Path, run_id: str, **engine: float) -> wb.RunConfig:
     return wb.RunConfig.from_dict({
-        "trace": {"path": TRACE, "max_items": 4},
+        "trace": {"path": TRACE, "max_items": 6},  # 37 requests: a p90 needs 29
         "arrival": {"mode": "saturated", "tool_wait_scale": 0.0},
         "target": {"url": "sim", "engine": {"speedup": 50.0, **engine}},
         "out_dir": str(tmp_path), "run_id": run_id,

@@ -176,7 +176,8 @@ def test_simulate_prints_the_headline_and_json_only_on_request(tmp_path, capsys)
     manifest = RunManifest.from_dict(json.loads((tmp_path / "h" / "manifest.json").read_text()))
     assert first == run_headline(summary, manifest)
     assert first.startswith("8/8 ok · TTFT") and first.endswith(
-        "· SLO met: 8/8 within TTFT ≤ 2000 ms · virtual time (simulated engine)")
+        "· SLO met: 8/8 within TTFT ≤ 2000 ms (too few requests to show 99 % at 95 % "
+        "confidence: needs 299) · virtual time (simulated engine)")
     assert main([*args, "--run-id", "j", "--json"]) == 0
     out = capsys.readouterr().out
     assert json.loads(out.split("\n}\n")[0] + "}")["requests"] == 8

@@ -168,7 +168,8 @@ def test_corrupt_middle_line_raises(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("data", [
     b'{"a": 1}\n{"b": 2}\n', b'{"a": 1}\n{"b": ', b'{"a": 1}\n\n{"b": \n  \n ',
-    b'{"a": 1}\n{"b": \n\n', b'\n\n{"a": 1}', b"", b'{"a": [1, 2]}\n{"b": 2}'])
+    b'{"a": 1}\n{"b": \n\n', b'\n\n{"a": 1}', b"", b'{"a": [1, 2]}\n{"b": 2}',
+    b'{"a": 1}\n \t\r\x0b\x0c\n{"b": 2}\n\x0c'])
 def test_streamed_lines_are_read_jsonl_s(tmp_path: Path, data: bytes) -> None:
     """``iter_jsonl`` line by line gives what ``read_jsonl`` gives, or the same error:
     a cut-short last line skipped, a bad line followed by a newline an error."""

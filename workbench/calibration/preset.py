@@ -160,8 +160,49 @@ def calibrate_preset(run_dirs: Sequence[str | Path], preset: str, *,
         names.remove("gemm_half_tokens")  # a zero stays zero under × and ÷
     before = errors(start, obs, budget)
     got = search(start, lambda p: _loss(errors(p, obs, budget)), names)
-    after = errors(got, obs, budget)
+    inside = _report(errors(got, obs, budget))
+    held = _report(held_out(start, obs, budget, names))
     fit = {"runs": [str(d) for d in run_dirs], "base": dict(base or {}),
-           "fitted": names, "budget_tokens": budget,
-           "before": _report(before), "after": _report(after)}
+           "fitted": names, "budget_tokens": budget, "folds": folds(obs),
+           "before": _report(before), "after": _stated(inside, held),
+           "in_sample": inside, "held_out": held}
     return PresetCalibration(start.name, got.factors, fit)
+
+
+#: at most this many folds for the held-out error (each one more search)
+MAX_FOLDS = 5
+
+
+def folds(obs: Observations) -> int:
+    """Folds of the held-out error: as many as the fewer samples of either class, at most
+    ``MAX_FOLDS`` (three samples: leave one out)."""
+    return min(MAX_FOLDS, len(obs.prefills), len(obs.decodes))
+
+
+def held_out(start: presets.Preset, obs: Observations, budget: int,
+             names: Sequence[str]) -> dict[str, list[float]]:
+    """Each sample's log error when the factors are fitted without it: k-fold (sample i in
+    fold i mod k, both classes at once), deterministic."""
+    k = folds(obs)
+    out: dict[str, list[float]] = {"prefill": [], "decode": []}
+    for f in range(k):
+        train = Observations([x for i, x in enumerate(obs.prefills) if i % k != f],
+                             [x for i, x in enumerate(obs.decodes) if i % k != f])
+        test = Observations([x for i, x in enumerate(obs.prefills) if i % k == f],
+                            [x for i, x in enumerate(obs.decodes) if i % k == f])
+        def loss(p: presets.Preset, t: Observations = train) -> float:
+            return _loss(errors(p, t, budget))
+
+        got = search(start, loss, names)
+        for cls, errs in errors(got, test, budget).items():
+            out[cls] += errs
+    return out
+
+
+def _stated(inside: dict[str, Any], held: dict[str, Any]) -> dict[str, Any]:
+    """The error a calibrated preset states per class: the larger of its in-sample and
+    held-out median absolute errors (as a shipped preset's: docs/hardware.md, "Fit")."""
+    return {cls: {"samples": r["samples"],
+                  "median_abs_pct_error": max(r["median_abs_pct_error"],
+                                              held.get(cls, r)["median_abs_pct_error"])}
+            for cls, r in inside.items()}

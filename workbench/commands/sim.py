@@ -188,7 +188,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
         return 2
     if args.preset:
         print(json.dumps({"preset": preset.preset, "fitted": preset.fit["fitted"],
-                          "before": preset.fit["before"], "after": preset.fit["after"]},
+                          "before": preset.fit["before"], "after": preset.fit["after"],
+                          "in_sample": preset.fit["in_sample"],
+                          "held_out": preset.fit["held_out"]},
                          indent=2))
         print(f"calibrated preset: {path} (use --engine preset={path})")
         return 0

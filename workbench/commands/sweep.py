@@ -11,7 +11,6 @@ from typing import Any
 from workbench.commands._axes import (
     add_axis_arguments,
     config_from_args,
-    is_sweep_bound,
     json_items,
 )
 from workbench.config.validation import json_or_text, parse_json
@@ -116,7 +115,9 @@ def run(args: argparse.Namespace) -> int:
     common = {"repeats": args.repeats, "virtual": args.virtual, "out_dir": cfg.out_dir or "sweeps",
               "sweep_id": args.sweep_id, "label": args.label,
               "progress": lambda text: print(text, file=sys.stderr, flush=True)}
-    slo = [b for b in args.slo if is_sweep_bound(b)] or None
+    # every bound given is the sweep's verdict, per-request ones too (docs/sweeps.md, "SLO");
+    # the per-request ones are also each run's own slo (config_from_args)
+    slo = ";".join(args.slo) if any(b.strip() for b in args.slo) else None
     serve = _serve(args)
     if args.capacity:
         if args.lo is None or args.hi is None or args.tolerance is None:
@@ -183,13 +184,17 @@ def _table(result: Any) -> str:
     if df.empty:
         return "(no point finished)"
     from workbench.report.sweep_plots import in_load_order
-    from workbench.report.sweep_tables import P90
+    from workbench.report.sweep_tables import P90, slo_columns
 
     # configuration by configuration, each in load order, not in the order the points ran
     # in (a search probes 1, 40, 20...)
     df = in_load_order(result)
+    # the SLO's own numbers (a p99 bound: its p99), beside the p90s every sweep shows
+    extra = slo_columns(result)
+    df = df.rename(columns={col: name for col, name, _ in extra if col != name})
 
-    cols = [*result.axes, *P90, "request_throughput_rps", "actual_prefix_hit_rate"]
+    cols = [*result.axes, "requests", *P90, *(name for _, name, _ in extra),
+            "request_throughput_rps", "actual_prefix_hit_rate"]
     if result.slo:
         cols += ["goodput_rps", "slo_held"]
     from workbench.report.headline import sig

@@ -42,6 +42,11 @@ def optional_ints(values: Sequence[Any]) -> Opt:
     if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
         return values.astype(np.int64, copy=False), np.ones(len(values), dtype=bool)
     n = len(values)
+    if set(map(type, values)) == {int}:  # no None, no other type: numpy takes them at once
+        try:
+            return np.array(values, dtype=np.int64), np.ones(n, dtype=bool)
+        except OverflowError:
+            pass  # out of int64: as below (which raises too)
     valid = np.fromiter((v is not None for v in values), dtype=bool, count=n)
     arr = np.fromiter((v or 0 for v in values), dtype=np.int64, count=n)
     return arr, valid

@@ -6,6 +6,7 @@ run"); ``itl_ms`` pools every gap of every selected request (``describe_metric``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -15,6 +16,24 @@ from workbench.metrics.columns import Columns
 #: the percentiles ``describe`` gives (``summary.json``'s latency blocks)
 QS: tuple[float, ...] = (50, 90, 99)
 STAT_KEYS: tuple[str, ...] = ("mean", *(f"p{q:g}" for q in QS), "min", "max", "count")
+
+
+#: the confidence a "held" or "met" verdict's evidence is held to (``support``)
+EVIDENCE_LEVEL = 0.95
+
+
+def support(q: float, level: float = EVIDENCE_LEVEL) -> int | None:
+    """The fewest values that can show a ``q``-th percentile below a limit (equally: that a
+    share ``q`` % of requests attained it) at ``level`` confidence: the smallest n with
+    ``(q/100)^n <= 1 − level``. With fewer, even the largest of the n values is no
+    one-sided ``level`` upper confidence bound on the percentile (order statistics,
+    distribution-free): p50 5, p90 29, p99 299. None for q >= 100: no sample size shows a
+    maximum (docs/metrics.md, "Evidence")."""
+    if q >= 100:
+        return None
+    if q <= 0:
+        return 1
+    return max(1, math.ceil(math.log(1 - level) / math.log(q / 100) - 1e-9))
 
 
 def finite(values: Iterable[float | None]) -> np.ndarray:

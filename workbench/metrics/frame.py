@@ -151,6 +151,10 @@ class FrameStream:
     def frame(self) -> pd.DataFrame:
         """The frame, once: the buffers are handed over (let go with the derivation's
         temporaries, not held while the frame is summarized)."""
+        return frame_of(self.columns()[0])
+
+    def columns(self) -> tuple[dict[str, Any], np.ndarray]:
+        """What ``frame`` makes its frame of, once, without pandas: ``frame_columns``."""
         n_times = self._n_times
         tokens = (TokenRows(int64_view(self._times), np.array(n_times, dtype=np.int64)),
                   TokenRows(int64_view(self._counts), np.array(self._n_counts, dtype=np.int64)))
@@ -158,15 +162,15 @@ class FrameStream:
         raw["token_times_ns"] = [[] for _ in n_times]
         raw["token_counts"] = [[] for _ in n_times]
         self._empty()  # nothing held twice
-        return _frame(raw, tokens=tokens)
+        return frame_columns(raw, tokens=tokens)
 
 
-def _frame(raw: dict[str, Any], *, tokens: tuple[TokenRows, TokenRows] | None = None,
-           ) -> pd.DataFrame:  # fmt: skip
-    """The frame of ``raw`` (a list per raw field); ``tokens``: ``frame_of_stream``'s flat
-    token rows, derived from instead of ``raw``'s lists."""
-    import pandas as pd
-
+def frame_columns(raw: dict[str, Any], *, tokens: tuple[TokenRows, TokenRows] | None = None,
+                  ) -> tuple[dict[str, Any], np.ndarray]:  # fmt: skip
+    """The columns of the frame of ``raw`` (a list per raw field; ``tokens``:
+    ``frame_of_stream``'s flat token rows, derived from instead of ``raw``'s lists) before
+    pandas: the raw lists, the derived arrays and ``itl_ms`` (each row's gaps), with every
+    gap in one array (the rows' ``itl_ms`` are its views when ``tokens`` are given)."""
     times, counts = tokens or (raw["token_times_ns"], raw["token_counts"])
     d = derive(raw, times, counts)
     cols: dict[str, Any] = {name: raw[name] for name in RAW_COLUMNS}
@@ -176,12 +180,28 @@ def _frame(raw: dict[str, Any], *, tokens: tuple[TokenRows, TokenRows] | None = 
     else:  # views of the one gaps array, row by row
         cols["itl_ms"] = np.split(d["gaps"], np.cumsum(d["itl_count"])[:-1]) if len(
             d["itl_count"]) else []
+    return cols, d["gaps"]
+
+
+def frame_of(cols: dict[str, Any]) -> pd.DataFrame:
+    """The frame of ``frame_columns``: ``*_ns`` columns nullable ``Int64``, the flags bool."""
+    import pandas as pd
+
     df = pd.DataFrame(cols, columns=list(COLUMNS))
     for col in NS_COLUMNS:
         df[col] = df[col].astype("Int64")
-    for col in ("warmup", "cached_tokens_reported"):
+    for col in FLAGS:
         df[col] = df[col].astype(bool)
     return df
+
+
+#: the raw columns a frame holds as bool
+FLAGS: tuple[str, ...] = ("warmup", "cached_tokens_reported")
+
+
+def _frame(raw: dict[str, Any]) -> pd.DataFrame:
+    """The frame of ``raw`` (a list per raw field)."""
+    return frame_of(frame_columns(raw)[0])
 
 
 def run_rows(data: Data, *, warmup: bool = False) -> pd.DataFrame:

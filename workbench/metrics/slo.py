@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +19,7 @@ import numpy as np
 import workbench.catalogs.requests as catalog
 from workbench.errors import ConfigError
 from workbench.metrics.columns import Columns
-from workbench.metrics.distribution import percentile, sample
+from workbench.metrics.distribution import percentile, sample, support
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -145,6 +145,8 @@ class SLO:
         return {
             "values": values,
             "ok_rate": len(ok) / n if n else None,
+            "requests": n,
+            "ok_requests": len(ok),
             "good_requests": int(attained(cols, per_request)[0].sum()) if n else 0,
         }
 
@@ -157,17 +159,63 @@ class SLO:
             return value / bound.limit
         return self.min_ok / value if value > 0 else math.inf
 
-    def verdict(self, values: Mapping[str, float | None], ok_rate: float | None) -> dict[str, Any]:
-        """Held or not, and the worst ratio (> 1 breaks the bound, ``ratio``)."""
+    def verdict(self, values: Mapping[str, float | None], ok_rate: float | None,
+                requests: float | None = None, ok_requests: float | None = None
+                ) -> dict[str, Any]:
+        """Held or not, and the worst ratio (> 1 breaks the bound, ``ratio``); given the
+        counts it was taken over, ``thin``: the bounds too few requests stand behind
+        (``evidence``)."""
         ratios = {b.key: self.ratio(b, values.get(b.key)) for b in self.bounds}
         ok_held = ok_rate is not None and ok_rate >= self.min_ok
         worst = max(ratios.values()) if ratios else 0.0
-        return {
+        out: dict[str, Any] = {
             "held": bool(ok_held and worst <= 1.0),
             "worst_ratio": worst,
             "ratios": ratios,
             "ok_held": ok_held,
         }
+        unmeasured = [b.key for b in self.bounds
+                      if (v := values.get(b.key)) is None or math.isnan(v)]
+        if unmeasured:  # no value to judge: not held, and not broken either
+            out["unmeasured"] = unmeasured
+        if requests is not None:
+            out["requests"] = requests
+            out["ok_requests"] = ok_requests
+            out["thin"] = self.evidence(requests, ok_requests)
+        return out
+
+    def spread(self, repeats: Sequence[Mapping[str, Any]], pooled: Mapping[str, Any]
+               ) -> dict[str, Any]:
+        """How repeats of one point disagree: ``held``/``of`` (repeats whose own verdict
+        held, of all) when some held and some broke, and ``spans`` ``{key: [lo, hi,
+        limit]}`` for each bound whose pooled 95 % interval (``KEY_lo``/``KEY_hi``) has
+        the limit inside it; ``{}`` when the repeats agree (docs/sweeps.md, "SLO")."""
+        out: dict[str, Any] = {}
+        held = [self.verdict({b.key: r.get(f"slo:{b.key}") for b in self.bounds},
+                             r.get("ok_rate"))["held"] for r in repeats]
+        if 0 < sum(held) < len(held):
+            out.update(held=sum(held), of=len(held))
+        spans = {}
+        for b in self.bounds:
+            lo, hi = pooled.get(f"slo:{b.key}_lo"), pooled.get(f"slo:{b.key}_hi")
+            line = b.limit if b.q is not None else self.min_ok
+            if lo is not None and hi is not None and lo <= line <= hi and lo < hi:
+                spans[b.key] = [lo, hi, line]
+        if spans:
+            out["spans"] = spans
+        return out
+
+    def evidence(self, requests: float, ok_requests: float | None) -> dict[str, dict[str, Any]]:
+        """``{key: {"n": count, "needed": support}}`` for every part of the verdict whose
+        count is too small to show it holds at 95 % confidence (``distribution.support``):
+        a percentile bound over its ok requests, a per-request bound over every request at
+        the share ``min_ok``. ``ok>=F`` itself counts failures, not a percentile: not
+        judged (docs/metrics.md, "Evidence")."""
+        share = support(100 * self.min_ok)
+        parts = [(b.key, ok_requests if b.q is not None else requests,
+                  support(b.q) if b.q is not None else share) for b in self.bounds]
+        return {key: {"n": n, "needed": needed, **({} if ":" in key else {"share": self.min_ok})}
+                for key, n, needed in parts if n is not None and (needed is None or n < needed)}
 
 
 def run_slo(spec: Mapping[str, Any], where: str = "slo") -> dict[str, float]:

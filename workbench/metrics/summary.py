@@ -322,7 +322,7 @@ def summarize(
     *,
     warmup: bool = False,
     ideal: float | None = None,
-    frame: pd.DataFrame | None = None,
+    frame: pd.DataFrame | Columns | None = None,
 ) -> dict[str, Any]:
     """The run's summary as a JSON-ready dict (the content of ``summary.json``).
 

@@ -6,7 +6,10 @@ The capacity's definition: docs/sweeps.md, "Capacity".
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
+
+import workbench.catalogs.requests as catalog
 
 #: below this share of the offered request rate, a capacity's sentence warns
 DELIVERED_WARN_SHARE = 0.8
@@ -43,3 +46,56 @@ def delivery_warning(sustained_rps: Any, offered_rps: float | None) -> str:
     return (f" WARNING: the engine delivered {sig(sustained_rps)} of the {sig(offered_rps)} "
             f"req/s offered ({share * 100:.0f} %): it fell behind, or the run was too short "
             "for its ramp-up and drain to be negligible.")
+
+
+def _part(key: str, n: float, needed: int | None, min_ok: float) -> str:
+    metric, _, pct = key.partition(":")
+    count = f"{math.floor(n)}"
+    if pct:
+        what = f"{catalog.label(metric)} {pct} from {count} ok requests"
+    else:
+        what = f"{catalog.label(metric)} within its bound in {min_ok * 100:g} % of {count} requests"
+    return f"{what} ({'no count shows a maximum' if needed is None else f'needs {needed}'})"
+
+
+def thin_phrase(verdict: Mapping[str, Any] | None) -> str:
+    """``"too few requests to show it at 95 % confidence: TTFT p99 from 3 ok requests
+    (needs 299)"`` for a verdict whose ``thin`` names parts (``SLO.evidence``), else
+    ``""`` (docs/metrics.md, "Evidence")."""
+    thin = (verdict or {}).get("thin") or {}
+    if not thin:
+        return ""
+    parts = [_part(k, v.get("n", 0), v.get("needed"), v.get("share", 0.99))
+             for k, v in thin.items()]
+    return "too few requests to show it at 95 % confidence: " + ", ".join(parts)
+
+
+def spread_phrase(verdict: Mapping[str, Any] | None) -> str:
+    """``"2 of 3 repeats held it; TTFT p90's 95 % interval 79.2–134 ms spans the bound 110
+    ms"`` for a verdict whose repeats disagree (``SLO.spread``), else ``""``."""
+    spread = (verdict or {}).get("spread") or {}
+    parts = []
+    if spread.get("of"):
+        parts.append(f"{spread['held']} of {spread['of']} repeats held it")
+    for key, (lo, hi, line) in (spread.get("spans") or {}).items():
+        metric, _, pct = key.partition(":")
+        if pct:
+            parts.append(f"{catalog.label(metric)} {pct}'s 95 % interval {sig(lo)}–{sig(hi)} "
+                         f"ms spans the bound {sig(line)} ms")
+        else:
+            parts.append(f"the share within {catalog.label(metric)}'s bound has a 95 % "
+                         f"interval {sig(lo)}–{sig(hi)} that spans {sig(line)}")
+    return "; ".join(parts)
+
+
+def unmeasured_phrase(verdict: Mapping[str, Any] | None) -> str:
+    """``"TPOT p90 not measured (no ok request had a value)"`` for a verdict some of whose
+    bounds had no value (``SLO.verdict``'s ``unmeasured``), else ``""``."""
+    keys = (verdict or {}).get("unmeasured") or []
+    if not keys:
+        return ""
+    names = []
+    for key in keys:
+        metric, _, pct = key.partition(":")
+        names.append(f"{catalog.label(metric)} {pct}".strip())
+    return f"{', '.join(names)} not measured (no ok request had a value)"

@@ -25,6 +25,7 @@ from workbench.config.engine_file import read_engine_file
 from workbench.cores import usable_cores
 from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO, Bound
+from workbench.metrics.wording import thin_phrase
 from workbench.plan.prices import EVERY_GPU, parse_prices, price_of
 from workbench.safe_write import write_file
 from workbench.signals import die_with_parent, wait_result
@@ -104,6 +105,9 @@ class Probe:
     held_high: bool | None = None
     ratio_low: float | None = None
     ratio_high: float | None = None
+    #: the verdict's parts too few requests stand behind (``SLO.evidence``; docs/metrics.md,
+    #: "Evidence"); None: a plan saved before it
+    thin: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for banded, plain in (("held_low", "held"), ("held_high", "held"),
@@ -292,6 +296,43 @@ class PlanResult:
                        f"the bound{applied}, so the floor is not a lone request's time and "
                        f"this plan does not show why)")
 
+    def not_monotone(self, option: Option, scale: float) -> str:
+        """``" Not monotone in replicas: as simulated 4 held it, yet 5 broke it (…)."``
+        when, in some case of the band, a count above one that held broke the SLO: the
+        search assumes it never does (docs/plan.md, "Fewest replicas"); else ``""``."""
+        tried = sorted((p for p in self.probes if p.option == option and p.scale == scale),
+                       key=lambda p: p.replicas)
+        words = {"sim": "as simulated", "low": self._case_words(option, "low"),
+                 "high": self._case_words(option, "high")}
+        parts = []
+        for case in ("sim", "high", "low"):
+            held = [p for p in tried if p.held_in(case)]
+            if not held:
+                continue
+            broke = [p for p in tried if not p.held_in(case) and p.replicas > held[0].replicas]
+            if broke:
+                below = max((p for p in held if p.replicas < broke[0].replicas),
+                            key=lambda p: p.replicas)
+                parts.append(f"{words[case]} {below.replicas:,} held it, yet "
+                             f"{broke[0].replicas:,} broke it ({self._binding(broke[0])[0]})")
+        if not parts:
+            return ""
+        return (f" Not monotone in replicas for {option.engine}: " + "; ".join(parts)
+                + ": the search assumes more replicas never break what fewer held, so the "
+                "fewest found may not hold at every larger count (a longer trace, or the "
+                "curve, tells).")
+
+    def _thin_note(self, option: Option, scale: float) -> str:
+        """`` The verdict rests on too few requests to show it …`` when a count that held
+        (the band's either end, or as simulated) did so on fewer requests than its bounds
+        need (docs/metrics.md, "Evidence")."""
+        for case in ("high", "sim", "low"):
+            p = self.fewest(option, scale, case)
+            thin = thin_phrase({"thin": p.thin}) if p is not None else ""
+            if thin:
+                return f" The verdict rests on {thin}."
+        return ""
+
     def best(self, scale: float) -> tuple[Option, Probe] | None:
         """The best option at ``scale`` and the probe that decided it (docs/plan.md, "Best")."""
         for case in ("high", "sim", "low"):
@@ -324,13 +365,16 @@ class PlanResult:
         lo, hi = b["low"], b["high"]
         if lo is None:
             return f"{option.engine} {self._why(option, scale, 'low')}"
-        if hi is not None and hi.replicas == lo.replicas:
+        if hi is not None and hi.replicas == lo.replicas and not self.not_monotone(option,
+                                                                                   scale):
             return (f"{option.engine} needs {_n(hi.replicas, 'replica')} "
                     f"({_n(hi.gpus, 'GPU')})")
         top = (f"{_span(lo.replicas, hi.replicas, 'replica')} "
                f"({_span(lo.gpus, hi.gpus, 'GPU')})" if hi is not None
                else f"{lo.replicas:,} or more replicas")
-        return f"{option.engine} needs {top} within its error"
+        odd = " (not monotone in replicas: the curve shows where)" if self.not_monotone(
+            option, scale) else ""
+        return f"{option.engine} needs {top} within its error{odd}"
 
     def _binding(self, probe: Probe) -> tuple[str, Bound]:
         """The bound nearest to breaking at ``probe`` and its value in words."""
@@ -373,7 +417,8 @@ class PlanResult:
                             f"{self._case_words(option, 'low')}")
             else:
                 why = f" as simulated ({self._error_words(option)})"
-            return head + why + rest + ". " + self._error_tail()
+            return (head + why + rest + "." + self.not_monotone(option, scale)
+                    + self._thin_note(option, scale) + " " + self._error_tail())
         if hi is not None:
             count = (f"{_span(lo.replicas, hi.replicas, 'replica')} of {option.label} "
                      f"({_span(lo.gpus, hi.gpus, 'GPU')}{self._cost_words(lo, hi)})")
@@ -391,7 +436,8 @@ class PlanResult:
                      if sim is not None
                      else f"as simulated, {self._why(option, scale, 'sim')}")
         return (f"{count} {what}, a range within {self._error_words(option)}: {ends}; "
-                f"{sim_words}{rest}. " + self._error_tail())
+                f"{sim_words}{rest}.{self.not_monotone(option, scale)}"
+                f"{self._thin_note(option, scale)} " + self._error_tail())
 
     def _error_tail(self) -> str:
         """The stated errors, after the answer: one clause per distinct engine."""
@@ -536,7 +582,7 @@ def _measure(cfg: dict[str, Any], option: Option, scale: float, rate: float, rep
     result = virtual.simulate(run)
     frame = to_frame(result)
     ev = slo.evaluate(frame)
-    verdict = slo.verdict(ev["values"], ev["ok_rate"])
+    verdict = slo.verdict(ev["values"], ev["ok_rate"], ev["requests"], ev["ok_requests"])
     band = {}
     for case in ("low", "high"):
         scaled = band_slo(slo, option, case)
@@ -552,7 +598,7 @@ def _measure(cfg: dict[str, Any], option: Option, scale: float, rate: float, rep
         sum(r.cached_tokens or 0 for r in recs),
         sum(int(r.extra.get("host_cached_tokens", 0)) for r in recs), span,
         band["low"]["held"], band["high"]["held"], band["low"]["worst_ratio"],
-        band["high"]["worst_ratio"])
+        band["high"]["worst_ratio"], verdict["thin"])
 
 
 def _floor(cfg: dict[str, Any], option: Option, slo: SLO) -> Probe:

@@ -18,6 +18,7 @@ import orjson
 
 from workbench.metrics import summarize
 from workbench.metrics.agents import has_tasks
+from workbench.metrics.columns import Columns
 from workbench.metrics.frame import FrameStream, as_records
 from workbench.records import RequestRecord, RunResult
 from workbench.storage import columnar
@@ -173,20 +174,29 @@ def _record_rows(result: RunResult, frame: FrameStream) -> Iterator[bytes]:
     """The canonical bytes of the records on disk, each added to ``frame`` on the way: a
     line with exactly a record's fields is that record's ``to_dict`` (the same values),
     taken as it is; any other goes through ``RequestRecord`` (defaults, unknown keys out).
-    A line's token times are read apart (``_cut``) and their text put back into its
-    bytes, where orjson would write the same digits."""
-    for row, times in iter_jsonl(Path(result.run_dir or "") / RECORDS, parse=_cut):
-        # the key set checked once (setting token_times_ns below keeps it: the key is there)
+    A line's token times (and counts) are read apart (``_cut``) and their text put back
+    into its bytes, where orjson would write the same digits."""
+    for row, cut in iter_jsonl(Path(result.run_dir or "") / RECORDS, parse=_cut):
+        # the key set checked once (setting the token lists below keeps it: the keys are there)
         exact = isinstance(row, dict) and row.keys() == _FIELDS
-        if times is not None and exact:
+        if cut is not None and exact:
+            times, times_text, counts, counts_text = cut
             row["token_times_ns"] = times
+            if counts is not None:
+                row["token_counts"] = counts
             frame.add_row(row)
-            row["token_times_ns"] = []  # a placeholder: the one '"token_times_ns":[]'
+            row["token_times_ns"] = []  # placeholders: the one '"token_times_ns":[]'
+            if counts is not None:  # (and '"token_counts":[]')
+                row["token_counts"] = []
             data = orjson.dumps(_section("records[]", row), option=_OPTIONS)
-            yield data.replace(_NO_TIMES, b"%s%s]" % (_NO_TIMES[:-1], times.text), 1)
+            if counts is not None:
+                data = data.replace(_NO_COUNTS, b"%s%s]" % (_NO_COUNTS[:-1], counts_text), 1)
+            yield data.replace(_NO_TIMES, b"%s%s]" % (_NO_TIMES[:-1], times_text), 1)
             continue
-        if times is not None:  # the values as the line reads: the times as a list
-            row["token_times_ns"] = times.tolist()
+        if cut is not None:  # the values as the line reads: the lists as lists
+            row["token_times_ns"] = cut[0].tolist()
+            if cut[2] is not None:
+                row["token_counts"] = cut[2].tolist()
         if not exact:
             row = RequestRecord.from_dict(row).to_dict()
         frame.add_row(row)
@@ -194,27 +204,19 @@ def _record_rows(result: RunResult, frame: FrameStream) -> Iterator[bytes]:
 
 
 _NO_TIMES = b'"token_times_ns":[]'
+_NO_COUNTS = b'"token_counts":[]'
+#: a line's token times and their text, its counts and theirs (None: in the row)
+_Cut = tuple[np.ndarray, bytes, np.ndarray | None, bytes]
 
 
-class _Times(np.ndarray):
-    """A line's token times (int64) with the text they were read from."""
-
-    text: bytes
-
-
-def _cut(line: bytes) -> tuple[Any, _Times | None]:
-    """A record line read exactly (``loads_line``), its token times apart when they are
-    the digits orjson writes (``columnar.cut_times``, ``int_text``): ``(row, times)``, or
-    ``(row, None)`` with the times in ``row``. A bad line raises as ``loads_line`` does."""
-    row, text = columnar.cut_times(line, loads_line)
-    if text is None:
+def _cut(line: bytes) -> tuple[Any, _Cut | None]:
+    """A record line read exactly (``loads_line``), its token times (and counts) apart
+    when they are the digits orjson writes (``columnar.cut_times``): ``(row, cut)``, or
+    ``(row, None)`` with them in ``row``. A bad line raises as ``loads_line`` does."""
+    row, cut = columnar.cut_times(line, loads_line)
+    if cut is None:
         return row, None
-    values = columnar.int_text(text)
-    if values is None:
-        return loads_line(line), None
-    times = values.view(_Times)
-    times.text = text
-    return row, times
+    return row, (cut.values, line[cut.start : cut.end], cut.counts, line[cut.cstart : cut.cend])
 
 
 def _summary_bytes(result: RunResult, slo: dict[str, float] | None,
@@ -222,8 +224,9 @@ def _summary_bytes(result: RunResult, slo: dict[str, float] | None,
     """The summary's bytes as ``canonical_report`` makes them (from the records, never
     ``summarize_stored``: not the same to the last bit): from ``frame`` (the records on
     disk streamed into it), else from the records."""
-    if frame is not None:
-        summary = summarize(_in_memory(result, [], lifecycle), slo, frame=frame.frame())
+    if frame is not None:  # the frame's numbers, pandas not imported (Columns.streamed)
+        summary = summarize(_in_memory(result, [], lifecycle), slo,
+                            frame=Columns.streamed(frame))
     else:
         summary = summarize(_in_memory(result, as_records(result), lifecycle), slo)
     return orjson.dumps(_section("summary", summary), option=_OPTIONS)

@@ -20,7 +20,7 @@ from workbench.config import RunConfig
 from workbench.errors import ConfigError
 from workbench.executors.virtual import simulate
 from workbench.metrics import run_rows
-from workbench.metrics.distribution import quantiles, sample
+from workbench.metrics.distribution import quantiles, sample, support
 from workbench.metrics.frame import ok_rows
 from workbench.records import RunManifest, RunResult, manifest_of
 from workbench.report import tables
@@ -165,15 +165,22 @@ def change_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
                     change, lo, hi = bootstrap_diff(base, vals, q, n_boot=n_boot,
                                                     level=level, seed=seed)
                     ref = quantiles(base, (q,))[0] if base.size else math.nan
+                    # undecided (None) on fewer values than the percentile needs in either
+                    # run (docs/metrics.md, "Evidence")
+                    needed = support(q)
+                    enough = needed is not None and min(base.size, vals.size) >= needed
                     rows.append({
                         "metric": metric, "run": label, "stat": f"p{q:g}",
                         "baseline": ref, "value": ref + change, "change": change,
                         "change lo": lo, "change hi": hi,
                         "change (%)": 100 * change / ref if ref else math.nan,
-                        "significant": bool(lo > 0 or hi < 0) if math.isfinite(lo) else None,
+                        "significant": bool(lo > 0 or hi < 0)
+                        if math.isfinite(lo) and enough else None,
+                        "n baseline": int(base.size), "n run": int(vals.size),
                     })  # fmt: skip
     df = pd.DataFrame(rows, columns=["metric", "run", "stat", "baseline", "value", "change",
-                                     "change lo", "change hi", "change (%)", "significant"])
+                                     "change lo", "change hi", "change (%)", "significant",
+                                     "n baseline", "n run"])
     return named(df, "latency_change")
 
 
@@ -191,6 +198,19 @@ def _signed(v: float) -> str:
 HEADLINE_CHANGES = ("ttft_ms", "tpot_ms")
 
 
+def _decided(row: Any) -> str:
+    """``significant``, ``not significant``, or why neither: ``too few requests (2 and 19
+    ok; a p90 needs 29 in each)``."""
+    if row["significant"] is None or (isinstance(row["significant"], float)
+                                      and math.isnan(row["significant"])):
+        if not math.isfinite(row["change lo"]):
+            return "no interval"
+        q = float(str(row["stat"])[1:])
+        return (f"too few requests ({row['n baseline']} and {row['n run']} ok; a "
+                f"{row['stat']} needs {support(q)} in each)")
+    return "significant" if row["significant"] else "not significant"
+
+
 def change_line(label: str, changes: pd.DataFrame) -> str:
     """``"TTFT p50 +12.3 ms [+8.1, +16] significant, p90 ..."`` for one run (TTFT and
     TPOT, as in the headline)."""
@@ -198,9 +218,7 @@ def change_line(label: str, changes: pd.DataFrame) -> str:
     mine = changes[(changes["run"] == label) & changes["metric"].isin(HEADLINE_CHANGES)]
     for metric, part in mine.groupby("metric", sort=False):
         stats = [f"{r['stat']} {_signed(r['change'])} ms [{_signed(r['change lo'])}, "
-                 f"{_signed(r['change hi'])}] "
-                 f"{'significant' if r['significant'] else 'not significant'}"
-                 for _, r in part.iterrows()]
+                 f"{_signed(r['change hi'])}] {_decided(r)}" for _, r in part.iterrows()]
         parts.append(f"{METRIC_NAMES.get(str(metric), metric)} " + ", ".join(stats))
     return "; ".join(parts)
 

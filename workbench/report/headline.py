@@ -12,9 +12,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import workbench.catalogs.requests as catalog
+from workbench.metrics.distribution import support
 from workbench.metrics.slo import DEFAULT_MIN_OK
 from workbench.metrics.summary import NON_STREAMING_NOTE, NOT_STREAMED
-from workbench.metrics.wording import capacity_phrase, delivery_warning
+from workbench.metrics.wording import (
+    capacity_phrase,
+    delivery_warning,
+    spread_phrase,
+    thin_phrase,
+    unmeasured_phrase,
+)
 from workbench.metrics.wording import sig as sig
 from workbench.records import RunManifest
 from workbench.storage.rundir import read_manifest
@@ -64,15 +71,30 @@ def _bounds_text(bounds: Mapping[str, Any]) -> str:
     return ", ".join(f"{METRIC_NAMES.get(k, k)} ≤ {sig(v)} ms" for k, v in bounds.items())
 
 
-def slo_verdict(slo: Mapping[str, Any] | None) -> str | None:
+def slo_verdict(slo: Mapping[str, Any] | None,
+                summary: Mapping[str, Any] | None = None) -> str | None:
     """``"SLO met: 303/303 within TTFT ≤ 2000 ms"`` (met: at least ``SLO_MET_SHARE``
-    of the requests attained every bound); None when the run had no SLO."""
+    of the requests attained every bound); ``SLO not judged`` when a bound's metric was
+    measured on no ok request of ``summary``; None when the run had no SLO."""
     if not slo or not slo.get("bounds"):
         return None
     share = slo.get("joint_attainment")
     met = share is not None and share >= SLO_MET_SHARE
-    return (f"SLO {'met' if met else 'missed'}: {slo.get('attained')}/{slo.get('requests')} "
-            f"within {_bounds_text(slo['bounds'])}")
+    text = f"{slo.get('attained')}/{slo.get('requests')} within {_bounds_text(slo['bounds'])}"
+    s = summary or {}
+    unmeasured = [METRIC_NAMES.get(m, m) for m in slo["bounds"]
+                  if s.get("ok") and isinstance(s.get(m), Mapping) and s[m].get("count") == 0]
+    if unmeasured:  # no value to attain or miss (docs/metrics.md, "Headline")
+        return (f"SLO not judged: {text}, {', '.join(unmeasured)} not measured (no ok request "
+                "had a value)")
+    text = f"SLO {'met' if met else 'missed'}: {text}"
+    needed = support(100 * SLO_MET_SHARE)
+    n = slo.get("requests")
+    if met and isinstance(n, int) and (needed is None or n < needed):
+        # met on fewer requests than can show a 99 % share (docs/metrics.md, "Evidence")
+        text += (f" (too few requests to show {SLO_MET_SHARE * 100:g} % at 95 % confidence: "
+                 f"needs {needed})")
+    return text
 
 
 def client_verdict(summary: Mapping[str, Any]) -> str | None:
@@ -88,10 +110,19 @@ def client_verdict(summary: Mapping[str, Any]) -> str | None:
 
 
 def _prefix(summary: Mapping[str, Any]) -> str | None:
+    """``prefix hit A of P planned``: the actual rate against the plan of the same requests
+    (``planned_prefix_hit_rate_measured``) when only some requests reported a cached
+    count, so that like is compared with like (docs/metrics.md, "Per run")."""
     actual, planned = summary.get("actual_prefix_hit_rate"), summary.get("planned_prefix_hit_rate")
     if not summary.get("ok") or (actual is None and planned is None):
         return None
     text = "prefix hit " + ("unknown (no cached counts)" if actual is None else f"{actual:.3f}")
+    reported, measured = summary.get("cache_reported_requests"), summary.get(
+        "planned_prefix_hit_rate_measured")
+    if (actual is not None and measured is not None and isinstance(reported, int)
+            and reported < (summary.get("requests") or 0)):
+        return text + (f" of {measured:.3f} planned for the {reported} requests that reported "
+                       "a cached count")
     return text + (f" of {planned:.3f} planned" if planned is not None else "")
 
 
@@ -109,7 +140,7 @@ def run_headline(summary: Mapping[str, Any], manifest: RunManifest | None = None
         _prefix(summary),
         f"{sig(summary.get('request_throughput_rps'))} req/s",
         client_verdict(summary),
-        slo_verdict(summary.get("slo")),
+        slo_verdict(summary.get("slo"), summary),
         engine_note(manifest),
     ]
     return SEP.join(p for p in parts if p)
@@ -127,6 +158,9 @@ def slo_phrase(slo: Mapping[str, Any] | None) -> str:
         metric, _, pct = key.partition(":")
         if pct:
             parts.append(f"{METRIC_NAMES.get(metric, metric)} {pct} ≤ {_limit(float(limit))}")
+        elif key != "ok":
+            parts.append(f"{METRIC_NAMES.get(metric, metric)} ≤ {_limit(float(limit))} "
+                         "per request")
     return " and ".join(parts)
 
 
@@ -159,7 +193,7 @@ def _capacity_lines(sweep: Sweep, rounds: float | None = None) -> tuple[str, lis
     """The opening (``"At TTFT p90 ≤ 2 s:"``) and the sentences after it."""
     from workbench.sweeps.groups import RATE_AXIS, capacities, load_axis
 
-    if not any(k.partition(":")[2] for k in (sweep.slo or {})):
+    if not any(k != "ok" for k in (sweep.slo or {})):
         return "No SLO: the sweep has no capacity to state.", []
     if load_axis(sweep) == RATE_AXIS and rounds is None:
         rounds = sweep_rounds_per_unit(sweep)
@@ -185,6 +219,9 @@ def group_sentence(cap: Capacity, rounds: float | None = None) -> str:
     if cap.status == "below":
         assert cap.broken is not None
         low = _load_text(axis, cap.broken["params"][axis], rounds)
+        if unmeasured := unmeasured_phrase(cap.broken.get("slo")):
+            return (f"the SLO could not be judged, from {low}: {unmeasured}; no capacity "
+                    "to state.")
         if again:
             return (f"the SLO broke at the lowest load, {low}, yet held at a higher one "
                     f"({again}): not monotone in load, no capacity to state (repeat the "
@@ -204,7 +241,31 @@ def group_sentence(cap: Capacity, rounds: float | None = None) -> str:
         if again:
             text += (f" It held again at {again}: the verdict is not monotone in load "
                      "(repeat the points).")
-    return text + delivery_warning(cap.sustained, offered_rps)
+    return text + _caveats(cap, rounds) + delivery_warning(cap.sustained, offered_rps)
+
+
+def _caveats(cap: Capacity, rounds: float | None) -> str:
+    """What weakens the verdicts a capacity rests on: `` The verdict at 1 req/s rests on too
+    few requests to show it ...`` (the point that held, docs/metrics.md, "Evidence"), ``
+    The verdict at 4 req/s is uncertain: 2 of 3 repeats held it; ...`` (the point that held
+    and the first that broke, when their repeats disagree: docs/sweeps.md, "SLO")."""
+    if cap.axis is None:
+        return ""
+    out = ""
+    for point in (cap.point, cap.broken):
+        verdict = (point or {}).get("slo")
+        if point is None or not verdict:
+            continue
+        at = _load_text(cap.axis, point["params"][cap.axis], rounds, offered=False)
+        thin = thin_phrase(verdict) if point is cap.point else ""
+        if thin:
+            out += f" The verdict at {at} rests on {thin}."
+        if unmeasured := unmeasured_phrase(verdict):
+            out += f" At {at} it was not judged: {unmeasured}."
+        spread = spread_phrase(verdict)
+        if spread:
+            out += f" The verdict at {at} is uncertain: {spread}."
+    return out
 
 
 def best_sentence(caps: list[Capacity], rounds: float | None = None) -> str:
@@ -236,13 +297,17 @@ def capacity_brief(cap: Capacity, rounds: float | None = None) -> str:
     """A table cell: ``"3.07 req/s sustained (3.59 req/s offered)"``, ``"≥ 5.02 req/s
     sustained (6 req/s offered; above the range)"``, ``"below the range"``, ``"–"``."""
     if cap.status == "below":
-        return "below the range"
+        return ("not measured" if unmeasured_phrase((cap.broken or {}).get("slo"))
+                else "below the range")
     if cap.point is None or cap.axis is None:
         return "–"
     at = _load_text(cap.axis, cap.offered, rounds)
+    verdict = (cap.point or {}).get("slo")
+    few = ("; too few requests to show it" if thin_phrase(verdict) else "") + (
+        "; repeats disagree" if spread_phrase(verdict) else "")
     if cap.status == "above":
-        return f"≥ {sig(cap.sustained)} req/s sustained ({at}; above the range)"
-    return f"{sig(cap.sustained)} req/s sustained ({at})"
+        return f"≥ {sig(cap.sustained)} req/s sustained ({at}; above the range{few})"
+    return f"{sig(cap.sustained)} req/s sustained ({at}{few})"
 
 
 def _again(cap: Capacity, rounds: float | None) -> str:

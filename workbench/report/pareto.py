@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from workbench.metrics.wording import sig, spread_phrase, thin_phrase
 from workbench.report.plots import _new
 from workbench.sweeps.store import Sweep
 
@@ -77,10 +78,17 @@ def best_sentence(sweep: Sweep, gpus: int | None = None) -> str:
         if sweep.slo:
             return f"No point held {slo}."
         return "No point finished."
-    per_gpu = f" ({row[PER_GPU]:.4g} per GPU of {n})" if n else ""
+    per_gpu = f" ({sig(row[PER_GPU])} per GPU of {n})" if n else ""
     under = f"under {slo}" if sweep.slo else "(no SLO given)"
-    return (f"Highest throughput {under}: {row['label']} — {row[PER_INSTANCE]:.4g} output "
-            f"tokens/s per instance{per_gpu} at {row[PER_USER]:.4g} tokens/s per user.")
+    text = (f"Highest throughput {under}: {row['label']} — {sig(row[PER_INSTANCE])} output "
+            f"tokens/s per instance{per_gpu} at {sig(row[PER_USER])} tokens/s per user.")
+    # what weakens the verdict the point was chosen on (docs/metrics.md, "Evidence")
+    verdict = next((p.get("slo") for p in sweep.points if p.get("index") == row["point"]), None)
+    if sweep.slo and (thin := thin_phrase(verdict)):
+        text += f" Its verdict rests on {thin}."
+    if sweep.slo and (spread := spread_phrase(verdict)):
+        text += f" Its verdict is uncertain: {spread}."
+    return text
 
 
 def pareto_plot(sweeps: Mapping[str, Sweep], gpus: int | None = None) -> Figure:

@@ -14,6 +14,7 @@ from workbench.report.headline import capacity_brief, sig, sweep_rounds_per_unit
 from workbench.report.sweep_plots import in_load_order
 from workbench.report.tables import named
 from workbench.sweeps.groups import RATE_AXIS, capacities, load_axis
+from workbench.sweeps.points import STATS
 from workbench.sweeps.store import Sweep
 
 #: the latency columns of a point: p90 of each scalar latency metric of the catalog
@@ -25,6 +26,31 @@ POINT_SHOWN: tuple[tuple[str, str], ...] = (
     ("actual_prefix_hit_rate", "hit"), ("preemptions", "preemptions"), ("ok_rate", "ok"),
     ("repeats", "repeats"), ("slo_held", "SLO held"),
 )  # fmt: skip
+
+
+def slo_columns(sweep: Sweep) -> list[tuple[str, str, str]]:
+    """``(frame column, short name, label)`` of the SLO's bounds whose observed value the
+    points table does not show already: a bound's percentile (``ttft_ms:p99``: column
+    ``slo:ttft_ms:p99``, ``ttft_ms_p99``, ``TTFT p99``) or a per-request bound's attained
+    share (``ttft_ms<=2000``, ``TTFT ≤ 2000 ms share``), so the verdict's numbers stand in
+    the table under it."""
+    shown = {k for k, _ in POINT_SHOWN}
+    out = []
+    for key, limit in (sweep.slo or {}).items():
+        metric, _, pct = key.partition(":")
+        if key == "ok":
+            continue
+        if pct:
+            name, text = f"{metric}_{pct}", f"{catalog.label(metric)} {pct}"
+            if name in shown:
+                continue
+            # the summary's own percentile when it keeps that one: the same number
+            col = name if pct in STATS else f"slo:{key}"
+        else:
+            col, name = f"slo:{key}", f"{metric}<={sig(limit)}"
+            text = f"{catalog.label(metric)} ≤ {sig(limit)} ms share"
+        out.append((col, name, text))
+    return out
 
 
 def _search_cell(cap: Mapping[str, Any]) -> str:
@@ -82,8 +108,10 @@ def points_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
         df = in_load_order(s)
         if df.empty:
             continue
-        cols = [c for c in (*s.axes, *(k for k, _ in POINT_SHOWN)) if c in df]
-        part = df[cols].rename(columns=dict(POINT_SHOWN))
+        extra = slo_columns(s)
+        shown = (*POINT_SHOWN, *((col, text) for col, _, text in extra))
+        cols = [c for c in (*s.axes, *(k for k, _ in shown)) if c in df]
+        part = df[cols].rename(columns=dict(shown))
         if len(sweeps) > 1:
             part.insert(0, "sweep", label)
         frames.append(part)

@@ -11,13 +11,15 @@ import operator
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
 
 from workbench import safe_write as safe
 from workbench.errors import ConfigError
+from workbench.kernels import native as _kernels
+from workbench.storage import arrays
 from workbench.storage.rundir import RECORDS, iter_jsonl, loads_line, resolve_run_dir
 
 log = logging.getLogger(__name__)
@@ -142,6 +144,15 @@ def sanitized(rows: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return out
 
 
+def _none(values: Any) -> None:
+    return None
+
+
+#: the Arrow arrays of a stored field's plain values without ``pa.array`` (storage.arrays)
+_PLAIN: dict[str, Callable[[list[Any]], Any]] = {
+    "int64": arrays.int64, "string": arrays.strings, "bool": arrays.bools,
+}  # fmt: skip
+
 #: what a batch that holds a value no int64 can take raises while being converted
 BAD_VALUE_ERRORS: tuple[type[Exception], ...] = (OverflowError, TypeError, ValueError)
 
@@ -157,18 +168,21 @@ def table(
     ``gaps`` (every row's inter-token gaps, row after row, ``derived["itl_count"]``
     per row) fill the ``itl_ms`` list column when the schema has one."""
     pa = require()
-    arrays = []
+    out = []  # made from buffers where they can be (storage.arrays: pandas not imported)
     for f in sch:
         if f.name == "itl_ms":  # the gaps are already grouped by row, in order
-            offsets = np.concatenate(([0], np.cumsum(derived["itl_count"]))).astype(np.int32)
-            arrays.append(pa.ListArray.from_arrays(offsets, pa.array(gaps, pa.float64())))
+            flat = arrays.from_numpy(np.asarray(gaps, dtype=np.float64), pa.float64())
+            out.append(arrays.list_array(derived["itl_count"], flat))
         elif f.name in derived:
-            arrays.append(pa.array(derived[f.name], type=f.type, from_pandas=True))
+            arr = arrays.from_numpy(derived[f.name], f.type, nan_is_null=True)
+            out.append(arr if arr is not None
+                       else pa.array(derived[f.name], type=f.type, from_pandas=True))
         elif isinstance(cols[f.name], pa.Array):  # a list column made over flat values
-            arrays.append(cols[f.name])
+            out.append(cols[f.name])
         else:
-            arrays.append(pa.array(cols[f.name], type=f.type))
-    return pa.Table.from_arrays(arrays, schema=sch)
+            arr = _PLAIN.get(str(f.type), _none)(cols[f.name])
+            out.append(arr if arr is not None else pa.array(cols[f.name], type=f.type))
+    return pa.Table.from_arrays(out, schema=sch)
 
 
 # ------------------------------------------------------------------ files
@@ -205,36 +219,86 @@ def iter_raw_batches(
 
 #: a record line's token times member; never inside a JSON string (its quotes would be
 #: escaped there), and a key spelled with escapes has a unicode escape
-_TIMES_KEY = b'"token_times_ns":['
+TIMES_KEY = b'"token_times_ns":['
+
+
+#: a record line's token counts member: cut out of what is left the same way
+COUNTS_KEY = b'"token_counts":['
+
+
+class Times(NamedTuple):
+    """A record line's token times as ``cut_times`` found them: the int64 values, and
+    where their text is in the line (``line[start:end]``); its token counts the same
+    way when they were cut too (else None: in the parsed row), ``line[cstart:cend]``."""
+
+    values: np.ndarray
+    start: int
+    end: int
+    counts: np.ndarray | None = None
+    cstart: int = 0
+    cend: int = 0
+
+
+def cut_ints_py(line: bytes, key: bytes = TIMES_KEY) -> tuple[int, int, bytes] | None:
+    """``(start, end, values)``: the one array after ``key`` in ``line`` (``key`` ends
+    with ``[``; ``line[start:end]`` its text, ``end`` at its ``]``) and its values as
+    native int64 bytes, when that text is exactly the JSON orjson writes for them
+    (``token_times``' rule), ``key`` is not found again and the line has no unicode
+    escape; else None. The reference of ``kernels.c``'s ``cut_ints``, which runs where
+    built (one pass in C; tests/storage/test_cut_ints.py holds the two equal)."""
+    at = line.find(key)
+    if at < 0:
+        return None
+    start = at + len(key)
+    end = line.find(b"]", start)
+    if end < 0:
+        return None
+    text = line[start:end]  # only number characters: neither key nor escape inside it
+    if text.translate(None, b"0123456789,-") or b"\\u" in line[:start] \
+            or b"\\u" in line[end:] or line.find(key, end) >= 0:
+        return None
+    flat = token_times([text])
+    return None if flat is None else (start, end, flat[0].tobytes())
+
+
+cut_ints: Callable[[bytes, bytes], tuple[int, int, bytes] | None] = (
+    getattr(_kernels, "cut_ints", None) or cut_ints_py
+)
 
 
 def cut_times(
     line: bytes, parse: Callable[[bytes], Any] = orjson.loads
-) -> tuple[Any, bytes | None]:
-    """``(obj, times)``: ``line`` parsed (``parse``) with the text of its one top-level
+) -> tuple[Any, Times | None]:
+    """``(obj, times)``: ``line`` parsed (``parse``) with its one top-level
     ``token_times_ns`` array cut out (``obj`` holds ``[]`` there; most of a streamed
-    record's bytes, parsed as ints by ``token_times`` instead), or ``(parse(line), None)``
-    when the member is not surely that one: absent, twice, in a line with a unicode
-    escape, or the line without it is not JSON. A bad line raises as ``parse`` does."""
-    at = line.find(_TIMES_KEY)
-    if at < 0 or b"\\u" in line or line.find(_TIMES_KEY, at + 1) >= 0:
+    record's bytes) and that array's values read apart (``cut_ints``), its
+    ``token_counts`` too where they are cut the same way from the rest, or
+    ``(parse(line), None)`` when the times member is not surely that one (absent, twice,
+    in a line with a unicode escape), its text is not exactly the JSON orjson writes for
+    its values (a caller reads such a line exactly), or the line without it is not JSON.
+    A bad line raises as ``parse`` does."""
+    cut = cut_ints(line, TIMES_KEY)
+    if cut is None:
         return parse(line), None
-    start = at + len(_TIMES_KEY)
-    end = line.find(b"]", start)
+    start, end, values = cut
+    rest = line[:start] + line[end:]
+    counts = cut_ints(rest, COUNTS_KEY)  # None: the counts stay in the row, as read
+    if counts is not None:
+        cstart, cend, cvalues = counts
+        rest = rest[:cstart] + rest[cend:]
     try:
-        obj = parse(line[:start] + line[end:]) if end >= 0 else None
+        obj = parse(rest)
     except ValueError:
         obj = None
-    if type(obj) is not dict or obj.get("token_times_ns") != []:
+    if type(obj) is not dict or obj.get("token_times_ns") != [] or (
+            counts is not None and obj.get("token_counts") != []):
         return parse(line), None
-    return obj, line[start:end]
-
-
-def int_text(text: bytes) -> np.ndarray | None:
-    """The int64 values of one ``cut_times`` array text, or None unless it is exactly
-    the JSON orjson writes for them (``token_times``' rule, for one row)."""
-    flat = token_times([text])
-    return None if flat is None else flat[0]
+    times = np.frombuffer(values, dtype=np.int64)
+    if counts is None:
+        return obj, Times(times, start, end)
+    shift = 0 if cstart < start else end - start  # where the counts' text is in the line
+    return obj, Times(times, start, end, np.frombuffer(cvalues, dtype=np.int64),
+                      cstart + shift, cend + shift)
 
 
 def token_times(texts: list[bytes]) -> tuple[np.ndarray, np.ndarray] | None:

@@ -267,8 +267,8 @@ def iter_jsonl(
         return
     with path.open("rb") as f:
         for i, line in enumerate(f):
-            if not line.strip():
-                continue
+            if line.isspace():  # blank (a line read has at least its newline, or is the
+                continue  # last one's text: never empty); no copy of a long line made
             try:
                 obj = parse(line)
             except ValueError as exc:

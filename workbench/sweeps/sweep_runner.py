@@ -28,6 +28,7 @@ from workbench.config import RunConfig
 from workbench.cores import usable_cores
 from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO
+from workbench.metrics.wording import spread_phrase, thin_phrase, unmeasured_phrase
 from workbench.signals import die_with_parent
 from workbench.spawning import children_start, spawn_context
 from workbench.storage.rundir import contained_dir
@@ -342,14 +343,29 @@ class SweepRunner:
         e["status"] = "done"
         if self.slo is not None:
             values = {b.key: pooled.get(f"slo:{b.key}") for b in self.slo.bounds}
-            e["slo"] = self.slo.verdict(values, pooled.get("ok_rate"))
-        self._say(f"{e['label']}: " + (("SLO held" if e["slo"]["held"] else "SLO broken")
-                                       if self.slo else "done"))
+            e["slo"] = self.slo.verdict(values, pooled.get("ok_rate"), pooled.get("requests"),
+                                        pooled.get("ok"))
+            spread = self.slo.spread([r["metrics"] for r in e["runs"]], pooled)
+            if spread:
+                e["slo"]["spread"] = spread
+        self._say(f"{e['label']}: " + (_held_text(e["slo"]) if self.slo else "done"))
 
     def _say(self, text: str, level: int = logging.INFO) -> None:
         log.log(level, "sweep %s: %s", self.dir.name, text)
         if self.progress is not None:
             self.progress(text)
+
+
+def _held_text(verdict: Mapping[str, Any]) -> str:
+    """``SLO held``, ``SLO broken``, with what weakens it: ``SLO held — too few requests
+    to show it ...``, ``SLO broken — 1 of 3 repeats held it ...``."""
+    notes = [unmeasured_phrase(verdict), spread_phrase(verdict)]
+    if verdict["held"]:
+        notes.append(thin_phrase(verdict))
+    text = ("SLO held" if verdict["held"] else "SLO not judged" if verdict.get("unmeasured")
+            else "SLO broken")
+    notes = [n for n in notes if n]
+    return f"{text} — {'; '.join(notes)}" if notes else text
 
 
 def _params_key(params: Mapping[str, Any]) -> str:
