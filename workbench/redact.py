@@ -249,6 +249,8 @@ class RedactingStream:
 
 
 _installed = False
+#: formats a log record's traceback to be redacted (``install_log_redaction``)
+_TRACEBACKS = logging.Formatter()
 
 
 def install_log_redaction() -> None:
@@ -268,6 +270,12 @@ def install_log_redaction() -> None:
         clean = text(message)
         if clean != message:
             record.msg, record.args = clean, None
+        # a traceback repeats the exception's text (a server's body, a URL): formatted
+        # here, redacted, and kept where every Formatter takes it instead of formatting
+        if record.exc_info and record.exc_info[0] is not None and not record.exc_text:
+            record.exc_text = text(_TRACEBACKS.formatException(record.exc_info))
+        if record.stack_info:
+            record.stack_info = text(record.stack_info)
         return record
 
     logging.setLogRecordFactory(factory)

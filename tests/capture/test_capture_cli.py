@@ -68,6 +68,19 @@ def test_cli_refuses_bad_settings(tmp_path: Path) -> None:
                  "-o", str(tmp_path)]) == 2
 
 
+def test_an_output_that_is_a_file_is_a_usage_error(tmp_path: Path, capsys) -> None:
+    """``-o`` naming a file: ``[Errno 17] File exists`` and exit 1, from the proxy's
+    mkdir once it started; now exit 2 naming the flag, before anything listens."""
+    from workbench.cli import main
+
+    taken = tmp_path / "notes.txt"
+    taken.write_text("mine\n")
+    assert main(["capture", "--upstream", "http://127.0.0.1:1", "-o", str(taken)]) == 2
+    err = capsys.readouterr().err
+    assert f"-o {taken}: exists and is not a folder" in err, err
+    assert taken.read_text() == "mine\n"
+
+
 async def test_parent_header_names_the_sub_agent(sim, tmp_path: Path) -> None:
     """An agent that says whose sub-agent it is (``X-Parent-Session-ID``) is placed
     there, even while its parent is not waiting, and nested under a sub-agent too."""

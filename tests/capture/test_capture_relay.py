@@ -206,3 +206,43 @@ async def test_a_compressed_answer_is_relayed_compressed_and_counted(loopback,
     req = read_capture(tmp_path)[0]["requests"][0]
     assert (req["in"], req["out"], req["stop"]) == (321, 17, "tool_use")
     assert req["output_types"] == ["tool_use"] and len(req["hash_ids"]) == 321 // 64
+
+
+async def test_an_answer_of_the_wrong_shape_is_relayed_and_not_recorded(
+        loopback, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An upstream answer that is JSON but not of its API's shape (``choices`` a number,
+    an Anthropic block ``type`` a list) reaches the agent unchanged and is counted as a
+    request that could not be recorded; the next one is recorded. Reading it raised in
+    the proxy's callback: a traceback on the console and the turn left open."""
+    import logging
+
+    from aiohttp import web
+
+    good = {"id": "c1", "object": "chat.completion", "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "ok"}}],
+            "usage": {"prompt_tokens": 130, "completion_tokens": 3, "total_tokens": 133}}
+    answers = [orjson.dumps({**good, "choices": 1}),
+               orjson.dumps({"type": "message", "content": [{"type": ["text"]}],
+                             "usage": {"input_tokens": 130, "output_tokens": 3}}),
+               orjson.dumps(good)]
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=answers.pop(0), content_type="application/json")
+
+    upstream = await loopback([web.post("/v1/chat/completions", answer),
+                               web.post("/v1/messages", answer)])
+    sent = list(answers)
+    anthropic = {"model": "m", "max_tokens": 9,
+                 "messages": [{"role": "user", "content": "list the files please"}]}
+    with caplog.at_level(logging.WARNING):
+        async with CaptureProxy(upstream, tmp_path, tokenizer="word") as proxy, \
+                aiohttp.ClientSession() as http:  # fmt: skip
+            got = [await _post(http, proxy.url, path, body, f"r{i}") for i, (path, body) in
+                   enumerate([("/v1/chat/completions", CHAT), ("/v1/messages", anthropic),
+                              ("/v1/chat/completions", CHAT)])]
+    assert [g[:2] for g in got] == [(200, a) for a in sent]  # relayed as they came
+    assert (proxy.failed, proxy.captured) == (2, 1)
+    assert [r["in"] for r in read_capture(tmp_path)[0]["requests"]] == [130]
+    assert not [r for r in caplog.records if r.name == "asyncio"], caplog.text

@@ -98,3 +98,43 @@ async def test_sglang_cached_token_split_is_recorded_when_asked_for() -> None:
         assert details == {"device": r.cached_tokens, "host": 0}
     assert any(r.cached_tokens for r in asked.records)
     assert all("server_metrics" not in r.extra for r in plain.records)
+
+
+@pytest.mark.parametrize(("backend", "extra", "owned"), [
+    ("openai", {"max_tokens": 5}, "max_tokens"),
+    ("openai", {"prompt": [1, 2]}, "prompt"),
+    ("openai", {"stream": False}, "stream"),
+    ("openai", {"stream_options": {"include_usage": False}}, "stream_options.include_usage"),
+    ("openai-chat", {"messages": []}, "messages"),
+    ("vllm-tokens", {"sampling_params": {"min_tokens": 1}}, "sampling_params.min_tokens"),
+    ("vllm-tokens", {"sampling_params": 3}, "sampling_params.max_tokens"),
+    ("sglang-tokens", {"input_ids": [1]}, "input_ids"),
+    ("sglang-tokens", {"sampling_params": {"ignore_eos": False}}, "sampling_params.ignore_eos"),
+])
+def test_a_body_field_the_backend_sets_itself_is_refused_before_the_run(
+        tmp_path, backend, extra, owned) -> None:
+    """``--body-field max_tokens=5`` replaced the pinned output length (and ``prompt``
+    the prompt, ``stream`` the mode) of every request while the records kept the
+    planned values: what was measured was not what the run says it sent."""
+    cfg = {"trace": TRACELAB, "target": "sim", "out_dir": str(tmp_path),
+           "backend": {"name": backend, "options": {"extra_body": extra}}}
+    with pytest.raises(ConfigError) as info:
+        wb.RunConfig.from_dict(cfg)
+    assert str(info.value).startswith(f"backend.options.extra_body (--body-field) would "
+                                      f"replace {owned}, which the {backend} backend sets"), \
+        str(info.value)
+    assert not list(tmp_path.iterdir())  # nothing created
+    # beside the fields it sets, a field of its own is the user's (sampling_params.top_k)
+    wb.RunConfig.from_dict({**cfg, "backend": {"name": backend, "options": {
+        "extra_body": {"sampling_params": {"top_k": 5}, "priority": 3}}}})
+
+
+def test_a_routing_field_the_backend_sets_itself_is_refused(tmp_path) -> None:
+    cfg = {"trace": TRACELAB, "target": "sim", "out_dir": str(tmp_path),
+           "backend": {"name": "sglang-tokens",
+                       "options": {"routing_field": "sampling_params.max_new_tokens"}}}
+    with pytest.raises(ConfigError, match=r"^backend.options.routing_field \(--routing-field\) "
+                                          r"would replace sampling_params.max_new_tokens"):
+        wb.RunConfig.from_dict(cfg)
+    cfg["backend"]["options"]["routing_field"] = "routing.dp_rank"
+    wb.RunConfig.from_dict(cfg)

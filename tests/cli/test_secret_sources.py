@@ -148,3 +148,51 @@ def test_registration_rules_and_structure_safe_redaction(monkeypatch):
     out = json.loads(redact.line(line))
     assert out["t_ns"] == 9424242000 and out["n"] == [1424242]
     assert out["k[REDACTED]"] == "v [REDACTED]"
+
+
+async def test_a_verbose_traceback_carries_no_credential(tmp_path):
+    """``workbench -v`` logs the traceback of a failed command: the error line was
+    redacted, the traceback under it (the exception's text once more, here a server's
+    500 echoing the request's headers and URL) was not, and the log handler wrote to the
+    console beneath the redacting stream."""
+    from aiohttp import web
+    from loopback import serve_app
+
+    async def echo_500(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=500, text=f"failed for {dict(request.headers)!r} "
+                                             f"at {request.url}")
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+           "GATEWAY_KEY": HEADER_ENV, "OPENAI_API_KEY": ENV_KEY}
+    async with serve_app([web.post("/{tail:.*}", echo_500)]) as url:
+        code, console = await _cli(
+            "-v", "replay", "--trace", SESSIONS, "--max-items", "1",
+            "--target", f"{url}/?api_key={QUERY_KEY}", "--preflight", "--no-flush-cache",
+            "--header", "api-key=$GATEWAY_KEY", "-o", str(tmp_path / "runs"),
+            "--no-progress", env=env, timeout=120)
+    assert code == 1, console
+    assert "Traceback" in console and "HTTP 500" in console, console  # the path under test
+    for secret in (ENV_KEY, HEADER_ENV, QUERY_KEY):
+        assert secret not in console, (secret, console)
+
+
+@pytest.mark.parametrize("value", ["sk-proj-abc123DEF456ghi789", "Bearer abc123def456",
+                                   "key with spaces 12345678", "3abc"])
+def test_a_key_given_where_its_variable_name_goes_is_refused_unshown(tmp_path, value):
+    """``api_key_env`` names the variable holding the key; a user who put the key itself
+    there ran unauthenticated (401s) with the key written in the manifest's config (a
+    key not shaped like ``sk-``/``Bearer`` is not redacted). Refused before anything is
+    created, the value not shown: it may be the key."""
+    from workbench.config import RunConfig
+    from workbench.errors import ConfigError
+
+    cfg = {"trace": SESSIONS, "target": "http://127.0.0.1:9", "out_dir": str(tmp_path),
+           "backend": {"name": "openai", "api_key_env": value}}
+    with pytest.raises(ConfigError) as info:
+        RunConfig.from_dict(cfg)
+    assert str(info.value).startswith("backend.api_key_env: expected the name of an "
+                                      "environment variable")
+    assert value not in str(info.value) and not list(tmp_path.iterdir())
+    for name in ("MY_KEY", "OPENAI_API_KEY", "_k2", None, ""):  # a name, or no key
+        RunConfig.from_dict({**cfg, "backend": {"name": "openai", "api_key_env": name}})

@@ -37,6 +37,18 @@ def test_sim_serve_prints_its_url_and_serves():
         proc.wait(timeout=10)
 
 
+def test_a_port_out_of_range_is_a_usage_error_not_a_traceback():
+    """``sim serve --port 99999`` (or -1) reached the socket's bind: an OverflowError
+    traceback, exit 1."""
+    for port in ("99999", "-1", "65536"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "workbench", "sim", "serve", "--port", port],
+            capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert f"argument --port: expected a port in 0..65535, got {port!r}" in proc.stderr
+
+
 def test_sim_serve_takes_engine_knobs_and_refuses_an_unknown_scheduler(capsys):
     """``--engine KEY=VALUE`` (as ``simulate`` and ``sweep`` take it), over the flags:
     ``scheduler=sglang`` is SGLang's scheduling; an unknown scheduler is refused before

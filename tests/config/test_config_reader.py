@@ -115,3 +115,34 @@ def test_missing_and_directory_are_named_by_kind(tmp_path, caller):
     assert _error(read, tmp_path) == (
         f"{tmp_path}: cannot read {what}: not a regular file: a directory")
 
+
+
+@pytest.mark.parametrize("caller", READERS)
+@pytest.mark.parametrize(("name", "text", "rule"), [
+    ("c.yaml", "seed: 1\narrival:\n  rate: 1\n  mode: trace-timed\n  rate: 4\n",
+     "5: key 'rate' is given twice in one mapping (first on line 3); YAML would keep the "
+     "last silently: say it once"),
+    ("c.json", '{"seed": 1,\n "arrival": {"rate": 1,\n  "rate": 4}}\n',
+     "3: key 'rate' is given twice in one object; JSON would keep the last silently: "
+     "say it once"),
+], ids=["yaml", "json"])
+def test_a_key_given_twice_is_refused_not_the_last_kept(tmp_path, caller, name, text, rule):
+    """PyYAML and json both keep the last of two equal keys without a word: a config that
+    said ``rate`` twice ran the second without the user knowing which was meant."""
+    read, _what = READERS[caller]
+    f = tmp_path / name
+    f.write_text(text)
+    if caller == "engine config" and name.endswith(".json"):  # read as YAML, whatever the name
+        rule = ("3: key 'rate' is given twice in one mapping (first on line 2); YAML would "
+                "keep the last silently: say it once")
+    assert _error(read, f) == f"{f}:{rule}"
+
+
+def test_a_yaml_merge_key_may_still_be_overridden(tmp_path):
+    """``<<: *base`` then a key of the base is YAML's override, not a key given twice."""
+    f = tmp_path / "e.yaml"
+    f.write_text("base: &b {block_size: 16, num_blocks: 64}\n"
+                 "engine:\n  <<: *b\n  num_blocks: 128\n")
+    from workbench.config.validation import load_yaml
+
+    assert load_yaml(str(f), f.read_text())["engine"] == {"block_size": 16, "num_blocks": 128}

@@ -106,7 +106,7 @@ def test_turn_indices_need_only_increase(tmp_path):
         pytest.param(GOOD + GOOD, 2, "duplicate session_id", id="duplicate-session"),
         pytest.param(GOOD + GOOD[:40] + "\n", 2, "invalid JSON", id="truncated-line"),
         pytest.param("", 0, "empty", id="empty-file"),
-        pytest.param(b"PK\x03\x04\x00\x00zip", 1, "binary", id="binary"),
+        pytest.param(b"PK\x03\x04\x00\x00zip", 1, "a zip archive", id="binary"),
     ],
 )
 def test_bad_input_is_one_trace_format_error(tmp_path, text, line, words):

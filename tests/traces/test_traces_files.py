@@ -234,3 +234,26 @@ def test_a_gzip_trace_reads_as_its_content_within_the_bound(tmp_path, monkeypatc
     monkeypatch.setattr(bounds, "MAX_TRACE_BYTES", 50_000)  # the .gz is ~44 KB, its text 148 KB
     with pytest.raises(TraceFormatError, match="decompressed, file is larger than the bound"):
         load_trace(packed, fmt="mooncake")
+
+
+CSV = b"id,arrival_time,input_len,output_len\nr1,0,100,4\nr2,10,120,4\n"
+
+
+@pytest.mark.parametrize(("name", "data", "rule"), [
+    ("t.csv.bz2", b"BZh91AY&SY" + b"\x00" * 20, "compressed with bzip2"),
+    ("t.csv.xz", b"\xfd7zXZ\x00" + b"\x00" * 20, "compressed with xz"),
+    ("t.csv.zst", b"\x28\xb5\x2f\xfd" + b"\x00" * 20, "compressed with zstd"),
+    ("t.zip", b"PK\x03\x04" + b"\x00" * 20, "a zip archive"),
+    ("t.csv", "\ufeff".encode("utf-16-le") + CSV.decode().encode("utf-16-le"), "UTF-16 text"),
+], ids=["bzip2", "xz", "zstd", "zip", "utf16"])
+@pytest.mark.parametrize("fmt", ["auto", "independent"])
+def test_a_compressed_or_utf16_file_says_so(tmp_path, name, data, rule, fmt):
+    """Auto-detection said "cannot tell the trace format; name it (--format ...)" of a
+    bzip2/xz/zstd/zip file or UTF-16 text, and naming it said "binary data (NUL byte)":
+    neither says what to do. Only gzip is read; traces are UTF-8."""
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(TraceFormatError) as info:
+        load_trace(path, fmt=fmt)
+    assert (info.value.path, info.value.line) == (str(path), 1)
+    assert info.value.rule.startswith(rule), info.value.rule

@@ -159,6 +159,9 @@ BAD: list[tuple[str, list[Any], int, str]] = [
     ("tools not a list", [_round(), {**_round(idx=1), "tools": {"a": 1}}], 2,
      "tools must be a list of objects"),
     ("no timestamp in first round", [_round(timing_events=[])], 1, "has no timestamp"),
+    ("tool name not a string", [_round(), _round(idx=1, tools=[
+        {**_tool("01.000", "02.000"), "tool_name": ["Task"]}])], 2,
+     "tools[].tool_name must be a string"),
 ]
 
 
@@ -177,7 +180,7 @@ def test_bad_input_is_one_error_with_path_line_rule(
 @pytest.mark.parametrize(
     ("data", "line", "rule"),
     [(b"", 0, "file is empty"), (b"{\x00\x00\x00", 1, "binary data"),
-     (b"\xff\xfe\xfa" * 10, 1, "not UTF-8")],
+     (b"\xfa\xfb\xfc" * 10, 1, "not UTF-8")],
     ids=["empty", "binary NUL", "binary non-utf8"],
 )
 def test_empty_and_binary_files(tmp_path: Path, data: bytes, line: int, rule: str) -> None:

@@ -352,6 +352,27 @@ def test_empty_folder_and_unknown_options(tmp_path: Path) -> None:
         load_trace(p, warm_prefix_pct=2)
 
 
+@pytest.mark.parametrize(("first", "line", "words"), [
+    (b"", 0, "file is empty"),
+    (b'{"id": "x", "requests": [', 1, "invalid JSON"),
+], ids=["empty", "cut"])
+def test_a_broken_first_file_of_a_folder_is_named(tmp_path: Path, first: bytes, line: int,
+                                                  words: str) -> None:
+    """A folder's format is sniffed on its first file by name: when that one is empty or
+    cut, the error names it and its own rule. It said "none of its 3 files is one" of a
+    folder whose other files were all good, naming no file."""
+    folder = tmp_path / "f"
+    folder.mkdir()
+    (folder / "a.json").write_bytes(first)
+    for name in ("b", "c"):
+        (folder / f"{name}.json").write_text(json.dumps(conv(name, [req(0.0, 64, 1, [1])])))
+    with pytest.raises(TraceFormatError) as e:
+        load_trace(folder)
+    assert (e.value.path, e.value.line) == (str(folder / "a.json"), line)
+    assert words in e.value.rule
+    assert "none of its" not in e.value.rule
+
+
 def test_unknown_fields_are_named_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     c = conv("c", [req(0.0, 64, 1, [1], priority=3)], owner="me")
     with caplog.at_level(logging.WARNING):

@@ -62,3 +62,26 @@ def test_what_tracegen_writes_reads_back_round_for_round(tmp_path, name):
         assert [r.output_len for r in unit.rounds] == [r.output_len for r in orig]
         assert [r.tool_wait_after_ms for r in unit.rounds] == [
             r.tool_wait_after_ms for r in orig]
+
+
+@pytest.mark.parametrize("how", ["same path", "hard link", "symlink", "sidecar"])
+def test_an_output_that_is_the_source_is_refused_and_the_source_kept(tmp_path, how):
+    """``tracegen raw.csv -o raw.csv`` replaced the user's raw trace with its plan (exit
+    0): the source is lost. The output and both sidecars must be other files."""
+    raw = tmp_path / "raw.csv"
+    raw.write_bytes(RAW.read_bytes())
+    out = {"same path": raw, "hard link": tmp_path / "link.csv",
+           "symlink": tmp_path / "sym.csv", "sidecar": tmp_path / "raw.csv"}[how]
+    if how == "hard link":
+        os.link(raw, out)
+    elif how == "symlink":
+        out.symlink_to(raw)
+    src = raw
+    if how == "sidecar":  # a source named like the output's manifest
+        src = tmp_path / "t.manifest.json"
+        src.write_bytes(data_path("batchbench/trajectories_v1.jsonl").read_bytes())
+        out = tmp_path / "t.csv"
+    before = src.read_bytes()
+    with pytest.raises(ConfigError, match="is the source trace"):
+        tracegen(src, out)
+    assert src.read_bytes() == before

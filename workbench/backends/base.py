@@ -198,6 +198,24 @@ def make_codec(name: str, **options: Any) -> Codec:
     return RequestExtras.wrap(reconfigure(BACKENDS.get(name), own), extras)
 
 
+def body_paths(body: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """The dotted paths of a request body's leaves (a list is a leaf: it is replaced whole)."""
+    if not isinstance(body, dict) or not body:
+        return [prefix] if prefix else []
+    return [path for key, value in body.items() for path in body_paths(value, (*prefix, key))]
+
+
+def owned_body_paths(codec: Codec) -> list[tuple[str, ...]]:
+    """The body fields a codec sets itself on every request (the prompt, the pinned output,
+    the stream mode, the request id): those of a probe request's body. ``body`` and
+    ``parser`` come in pairs (a chat codec keeps the messages for the parser): the probe
+    takes both, so the codec keeps nothing of it."""
+    probe = WireRequest("workbench-probe", [0, 1], 1)
+    body = codec.body(probe)
+    codec.parser(probe)
+    return body_paths(body)
+
+
 def reconfigure(codec: Any, options: Mapping[str, Any]) -> Any:
     """A new ``codec`` of the same class with ``options`` (init fields, or ``OPTIONS``) changed."""
     cls = type(codec)

@@ -368,7 +368,11 @@ class _ParseQueue:
                 continue  # given up (timeout, cancel, failure) since the read
             if chunk is not None:
                 state = conn.state
-                state.feed(t, chunk)  # type: ignore[union-attr]
+                try:
+                    state.feed(t, chunk)  # type: ignore[union-attr]
+                except Exception as exc:  # never out of this callback: the request hung
+                    conn._fail(exc)
+                    continue
                 if state.cut:  # type: ignore[union-attr]
                     # overrun (error set), or bytes on and on after [DONE] (no error)
                     conn._fail(state.error or DisconnectedError("cut after [DONE]"))  # type: ignore[union-attr]

@@ -26,6 +26,15 @@ BOM = "\ufeff".encode()
 RAW_MAX = 2000
 #: a read of up to this many events is parsed by ``feed_one``, more by ``feed_all``
 FEED_ONE_MAX = 8
+#: what a parser raises on an event of the wrong shape (a choice that is null, ids that
+#: are a number): the request's error, never the client's (docs/wire-protocols.md)
+MALFORMED = (TypeError, AttributeError, KeyError, IndexError, ValueError)
+
+
+def malformed_event(exc: Exception) -> BackendError:
+    """The request's error for an event a parser could not take (``MALFORMED``)."""
+    return BackendError(f"malformed event from the server ({type(exc).__name__}: {exc})")
+
 
 __all__ = [
     "ClientSettings",
@@ -174,6 +183,9 @@ class StreamState:
             except BackendError as exc:
                 self.error, self.done = exc, True
                 return
+            except MALFORMED as exc:
+                self.error, self.done = malformed_event(exc), True
+                return
             if n:
                 counts = self.counts
                 self.times.append(t)
@@ -214,6 +226,9 @@ class StreamState:
                 counts = self.feed_all(payloads)
         except BackendError as exc:
             self.error, self.done = exc, True
+            return
+        except MALFORMED as exc:
+            self.error, self.done = malformed_event(exc), True
             return
         if counts:
             self.times.extend([t] * len(counts))
@@ -272,6 +287,9 @@ class StreamState:
                 counts = self.feed_all(payloads)
             except BackendError as exc:
                 self.error = exc
+                return
+            except MALFORMED as exc:
+                self.error = malformed_event(exc)
                 return
             self.times.extend([t] * len(counts))
             self.counts.extend(counts)
@@ -332,6 +350,8 @@ class WholeBody:
             self.ids = len(self.parser.feed(body) or ())
         except BackendError as exc:
             self.error = whole_body_error(body) or exc
+        except MALFORMED as exc:
+            self.error = whole_body_error(body) or malformed_event(exc)
 
     def not_a_stream(self) -> BackendError | None:
         """None: a body that is no JSON answer (empty included) fails at ``close``."""

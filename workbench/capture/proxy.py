@@ -248,7 +248,16 @@ class CaptureProxy:
             self.sessions.abandon(xid)
             self.passed += 1
             return
-        got_response = response_facts(facts.api, facts.stream, body)
+        try:
+            got_response = response_facts(facts.api, facts.stream, body)
+        except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
+            # JSON not of its API's shape (``choices`` a number): relayed as it came, not
+            # recorded; raised here, in a loop callback, it left the turn open
+            self.sessions.abandon(xid)
+            self.failed += 1
+            log.error("capture: a request could not be recorded (its answer is not of "
+                      "its API's shape: %s)", type(exc).__name__)
+            return
         finished = self.sessions.finish(xid, ended, got_response.stop)
         if finished is None:
             return

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 
 NAME = "capture"
@@ -49,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
     from workbench.replay.prepare import run_on_fast_loop
 
     try:
+        if os.path.exists(args.output) and not os.path.isdir(args.output):
+            raise ValueError(f"-o {args.output}: exists and is not a folder (the conversation "
+                             "files go in a folder)")
         host, port = _listen(args.listen)
         proxy = CaptureProxy(args.upstream, args.output, host=host, port=port,
                              tokenizer=args.tokenizer, session_header=args.session_header,

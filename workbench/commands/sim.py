@@ -44,11 +44,18 @@ _FLAGS = [
 ]
 
 
+def _port(value: str) -> int:
+    """A TCP port, 0 (any free one) to 65535: past it the socket's bind raised."""
+    if not value.isdigit() or int(value) > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port in 0..65535, got {value!r}")
+    return int(value)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="sim_command", metavar="ACTION", required=True)
     serve = sub.add_parser("serve", help="serve the four wire protocols, /metrics and friends")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=0, help="port (default 0: any free port)")
+    serve.add_argument("--port", type=_port, default=0, help="port (default 0: any free port)")
     for name, kind, text in _KNOBS:
         serve.add_argument(f"--{name}", type=kind, default=None, help=text)
     for name, text in _FLAGS:

@@ -3,11 +3,12 @@ docs/wire-protocols.md)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from workbench.backends import BACKENDS
-from workbench.backends.base import reconfigure
+from workbench.backends.base import body_paths, owned_body_paths, reconfigure
 from workbench.backends.extras import EXTRA_KEYS
 from workbench.config.validation import check_header
 from workbench.errors import ConfigError
@@ -46,6 +47,12 @@ class BackendSpec:
     def check(self, request_timeout_s: float | None, executor_kind: str) -> None:
         """This axis's rules, with the two values of other sections they read."""
         BACKENDS.canonical(self.name)
+        if self.api_key_env and not _ENV_NAME.fullmatch(self.api_key_env):
+            raise ConfigError(
+                "backend.api_key_env: expected the name of an environment variable (letters, "
+                "digits and '_', not starting with a digit; e.g. OPENAI_API_KEY), got a value "
+                "that is not one (not shown: it may be the key itself, which belongs in that "
+                "variable, never in a config or on a command line)")
         if "stream" in self.options:
             raise ConfigError("backend.options.stream: set backend.stream (--no-stream) instead")
         if not self.stream and not BACKENDS.get(self.name).whole_answers:
@@ -79,10 +86,36 @@ class BackendSpec:
         check_mapping("backend.options", own, hints_of(type(codec)))
         reconfigure(codec, own)  # unknown names: ConfigError
         check_mapping("backend.options", opts, _EXTRA_TYPES)
+        owned = owned_body_paths(reconfigure(codec, own))
+        _check_added("backend.options.extra_body (--body-field)", self.name, owned,
+                     body_paths(opts.get("extra_body") or {}))
+        if opts.get("routing_field"):
+            _check_added("backend.options.routing_field (--routing-field)", self.name, owned,
+                         [tuple(str(opts["routing_field"]).split("."))])
         for name, value in (opts.get("headers") or {}).items():
             check_header("backend.options.headers", name, value)
         if opts.get("routing_header") is not None:
             check_header("backend.options.routing_header", opts["routing_header"], "")
+
+
+def _check_added(what: str, name: str, owned: list[tuple[str, ...]],
+                 added: list[tuple[str, ...]]) -> None:
+    """``extra_body`` and the routing field add fields; one that would replace a field the
+    codec sets (or the object holding it) changes the request the records describe."""
+    for path in added:
+        for field_path in owned:
+            if field_path[: len(path)] == path or path[: len(field_path)] == field_path:
+                raise ConfigError(
+                    f"{what} would replace "
+                    f"{'.'.join(field_path)}, which the {name} backend sets itself on every "
+                    "request (prompt, pinned output length, stream mode, request id): the "
+                    "request sent would not be the one planned and recorded; use "
+                    "--output-len, backend.options.temperature, --model or --no-stream for "
+                    "those (docs/sweeps.md)")
+
+
+#: an environment variable's name (POSIX: portable characters, no leading digit)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
 
 
 #: the types of the protocol-independent options (``backends.extras``)

@@ -151,11 +151,31 @@ def check_depth(path: str, value: Any, max_depth: int = MAX_DEPTH) -> None:
 def parse_json(path: str, text: str) -> Any:
     """``json.loads`` bounded like every config value: depth and size (``check_depth``)."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=lambda pairs: _unique_keys(path, text, pairs))
     except RecursionError:
         raise ConfigError(f"{path}: nested deeper than {MAX_DEPTH} levels") from None
     check_depth(path, value)
     return value
+
+
+def _unique_keys(path: str, text: str, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different; ``json`` keeps the last of two equal
+    keys silently (docs/config-bounds.md, "Size and depth")."""
+    value = dict(pairs)
+    if len(value) == len(pairs):
+        return value
+    seen: set[str] = set()
+    key = ""
+    for key, _ in pairs:
+        if key in seen:
+            break
+        seen.add(key)
+    # the decoder does not say where an object is: the line when the key is written twice
+    # in the whole text, as here (a key common to several objects: the file alone)
+    spots = [m.start() for m in re.finditer(re.escape(json.dumps(key)) + r"\s*:", text)]
+    where = f"{path}:{text.count(chr(10), 0, spots[1]) + 1}" if len(spots) == 2 else path
+    raise ConfigError(f"{where}: key {key!r} is given twice in one object; JSON would keep "
+                      "the last silently: say it once")
 
 
 def json_or_text(path: str, text: str) -> Any:
@@ -215,6 +235,10 @@ def load_yaml(path: str, text: str) -> Any:
             finally:
                 self.depth -= 1
 
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            _unique_yaml_keys(path, self, node)
+            return super().construct_mapping(node, deep)
+
     loader = None
     try:
         loader = BoundedLoader(text)  # refuses a NUL or other non-printable character
@@ -230,6 +254,30 @@ def load_yaml(path: str, text: str) -> Any:
     finally:
         if loader is not None:
             loader.dispose()
+
+
+def _unique_yaml_keys(path: str, loader: Any, node: Any) -> None:
+    """A mapping whose keys are all different; PyYAML keeps the last of two equal keys
+    silently. A merge (``<<: *base``) is not a key: what follows it overrides the base."""
+    import yaml
+
+    if not isinstance(node, yaml.MappingNode):
+        return  # PyYAML's own error
+    first: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            line = first.get(key)
+        except TypeError:  # an unhashable key: PyYAML's own error
+            continue
+        if line is not None:
+            raise ConfigError(
+                f"{path}:{key_node.start_mark.line + 1}: key {key!r} is given twice in one "
+                f"mapping (first on line {line}); YAML would keep the last silently: say it once"
+            )
+        first[key] = key_node.start_mark.line + 1
 
 
 def _yaml_error(path: str, text: str, exc: Any) -> str:

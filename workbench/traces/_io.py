@@ -106,6 +106,25 @@ def _inflate(path: Path, raw: bytes, limit: int | None) -> bytes:
     return bytes(out[:want])
 
 
+#: the first bytes of what is not a UTF-8 text trace though it often holds one, and what to
+#: do about it (gzip alone is read: ``open_trace``)
+_NOT_TEXT = (
+    (b"BZh", "compressed with bzip2: only gzip is read (bunzip2 it, or gzip it)"),
+    (b"\xfd7zXZ\x00", "compressed with xz: only gzip is read (unxz it, or gzip it)"),
+    (b"\x28\xb5\x2f\xfd", "compressed with zstd: only gzip is read (unzstd it, or gzip it)"),
+    (b"PK\x03\x04", "a zip archive: only gzip is read (unzip it and name the file inside)"),
+    (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive: only gzip is read (extract the file inside)"),
+    (b"\xff\xfe", "UTF-16 text: traces are UTF-8 (iconv -f UTF-16 -t UTF-8)"),
+    (b"\xfe\xff", "UTF-16 text: traces are UTF-8 (iconv -f UTF-16 -t UTF-8)"),
+)
+
+
+def not_text_rule(head: bytes) -> str | None:
+    """Why a file that starts with ``head`` is no text trace, when its first bytes say
+    (a compressor's or an archive's magic number, a UTF-16 BOM); None otherwise."""
+    return next((rule for magic, rule in _NOT_TEXT if head.startswith(magic)), None)
+
+
 def _too_big(size: int) -> str:
     return (f"file is larger than the bound of {bounds.MAX_TRACE_BYTES:,} bytes "
             f"({size:,} bytes or more; {bounds.DOC})")
@@ -115,6 +134,8 @@ def read_text(path: Path) -> str:
     """The whole file as text: regular, bounded in bytes and lines, no NUL, UTF-8, not
     blank; a BOM dropped."""
     data = open_trace(path)
+    if (rule := not_text_rule(data)) is not None:
+        raise TraceFormatError(path, 1, rule)
     if b"\x00" in data:
         line = data[: data.index(b"\x00")].count(b"\n") + 1
         raise TraceFormatError(path, line, "binary data (NUL byte): not a text trace")

@@ -17,7 +17,7 @@ import orjson
 from workbench.errors import TraceFormatError
 from workbench.records import Workload
 from workbench.traces import _builtin  # noqa: F401  (every built-in reader registers)
-from workbench.traces._io import BOM, check_options, open_trace
+from workbench.traces._io import BOM, check_options, not_text_rule, open_trace
 from workbench.traces.bounds import MAX_HEAD_BYTES, check_workload
 from workbench.traces.formats import FORMATS, Reader, Sniffer, TraceFormat, register_format
 from workbench.traces.graph import check_graph
@@ -54,6 +54,8 @@ def detect_format(path: str | Path) -> str:
     for name in FORMATS.names():
         if FORMATS.get(name).sniff(lines):
             return name
+    if (rule := not_text_rule(open_trace(path, 8))) is not None:
+        raise TraceFormatError(path, 1, rule)  # what to do, not "name the format"
     _refuse_broken_json_head(path, lines[0])
     raise TraceFormatError(
         path, 1, f"cannot tell the trace format; name it (--format on the command line, fmt= in "
@@ -66,8 +68,16 @@ def _detect_folder(path: Path) -> str:
     files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
     for name in folder_formats:
         own = [p for p in files if p.name.endswith(FORMATS.get(name).folders)]
-        if own and FORMATS.get(name).sniff(head_lines(own[0])):
+        if not own:
+            continue
+        lines = head_lines(own[0])
+        if FORMATS.get(name).sniff(lines):
             return name
+        # the first file decides: an empty or cut one is its own error, named, as a file's
+        if not lines:
+            raise TraceFormatError(own[0], 0, "file is empty (a folder's format is told by "
+                                              "its first file by name)")
+        _refuse_broken_json_head(own[0], lines[0])
     readers = ", ".join(folder_formats)
     raise TraceFormatError(
         path, 0, f"not a regular file: a directory; a folder is read as one trace only by "

@@ -195,6 +195,7 @@ def _tools(
     agent: list[Interval] = []
     loose = total = 0.0
     for tool in tools:
+        name = _tool_name(path, line, tool)
         start = _stamp(path, line, "tools[].emitted_at", tool.get("emitted_at"))
         end = _stamp(path, line, "tools[].result_at", tool.get("result_at"))
         wall = tool.get("tool_wall_latency_ms")
@@ -205,7 +206,7 @@ def _tools(
                 raise TraceFormatError(path, line, "a tool's result_at is before its emitted_at")
             latency = end - start if latency is None else latency
             intervals.append((start, end))
-            if tool.get("tool_name") in SUBAGENT_TOOLS:
+            if name in SUBAGENT_TOOLS:
                 agent.append((start, end))
         elif start is not None and latency is not None:
             intervals.append((start, start + latency))
@@ -213,6 +214,14 @@ def _tools(
             loose += latency
         total += latency or 0.0
     return intervals, loose, total, tuple(agent)
+
+
+def _tool_name(path: Path, line: int, tool: dict[str, Any]) -> str | None:
+    """A tool's name, a string or absent: it decides whether the call is a sub-agent's."""
+    name = tool.get("tool_name")
+    if name is not None and not isinstance(name, str):
+        raise TraceFormatError(path, line, f"tools[].tool_name must be a string, got {name!r}")
+    return name
 
 
 def _first(rows: list[_Row]) -> _Row:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -109,6 +110,7 @@ def tracegen(
     ``TracegenSpec`` fields (``policy="monotonic"``, ...)."""
     started = time.perf_counter()
     spec = dataclasses.replace(spec or TracegenSpec(), **overrides).validate()
+    _refuse_writing_the_source(source, Path(out))
     rng = np.random.default_rng(spec.seed)
     src = _load_source(source, spec, rng)
     units = _select(src.workload.units, spec, rng)
@@ -128,6 +130,21 @@ def tracegen(
     log.info("tracegen wrote %d rounds to %s in %.2fs", workload.n_rounds, csv_path,
              time.perf_counter() - started)
     return TracegenResult(csv_path, manifest_path, plan_path, manifest, workload)
+
+
+def _refuse_writing_the_source(source: str | Path, out: Path) -> None:
+    """The output and its sidecars are replaced: none may be the source trace (a path,
+    a link to it or from it), or the plan would overwrite what it was made from."""
+    if str(source).startswith(SYNTHETIC_PREFIX) or not Path(source).exists():
+        return  # no file to lose (a missing one is the reader's error, later)
+    for target in (out, *canonical.sidecar_paths(out)):
+        try:
+            same = target.exists() and os.path.samefile(target, source)
+        except OSError:
+            same = False
+        if same:
+            raise ConfigError(f"tracegen cannot write {target}: it is the source trace "
+                              f"{source}, which the output would replace; write it elsewhere")
 
 
 def _write(
