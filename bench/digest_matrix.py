@@ -2,7 +2,8 @@
 
 Method: run ``workbench.simulate`` on the bundled traces under engine settings that
 reach every path of the engine (prefix hits, chunked prefill, preemption, a cluster
-behind each router, disaggregation, attention-DP ranks, the host KV tier, a preset, a
+behind each router, disaggregation, attention-DP ranks, the host KV tier, a preset, SGLang's
+prefill and decode batches apart with its admission reserve, a
 synthetic agentic workload, the idle wake) and print one line per case: its name, the canonical
 report's sha256 and the CPU seconds it took. Run it in two trees (``PYTHONPATH`` at
 the other one; its first line, on stderr, names the tree imported) and diff the outputs:
@@ -57,6 +58,8 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "moon-burst": ({"trace": {"path": MOON},
                     "arrival": {"mode": "saturated", "max_concurrency": 300}},
                    {"num_blocks": 20000, "max_num_seqs": 128}),
+    "moon-sglang": ({"trace": {"path": MOON, "max_items": 300}},
+                    {"scheduler": "sglang", "num_blocks": 3000, "max_num_batched_tokens": 4096}),
     "tracelab-pp": ({"trace": str(TRACELAB), "context": "prefix-preserving"},
                     {"num_blocks": 512}),
     "tracelab-large": ({"trace": str(LARGE), "context": "prefix-preserving",
