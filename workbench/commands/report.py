@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.commands._axes import json_items
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, ExitCode
 
 NAME = "report"
 HELP = "render stored run directories into an HTML report (papermill + nbconvert)"
@@ -88,7 +88,9 @@ def run(args: argparse.Namespace) -> int:
 
     from workbench.report.render import render_report
 
-    _warn_incomplete([params["run_dir"]] if "run_dir" in params else params.get("run_dirs", []))
+    run_dirs = [params["run_dir"]] if "run_dir" in params else params.get("run_dirs", [])
+    damaged = _damage(run_dirs)  # a damaged manifest or line: exit 2, nothing rendered
+    _warn_incomplete(run_dirs)
     try:
         html = render_report(notebook, params, args.out_dir, show_code=args.show_code)
     except PapermillExecutionError as exc:
@@ -96,7 +98,20 @@ def run(args: argparse.Namespace) -> int:
               f"the partial report (code shown) is under {args.out_dir}", file=sys.stderr)
         return 1
     print_report(html)
-    return 0
+    return ExitCode.FAILED if damaged else ExitCode.COMPLETED
+
+
+def _damage(run_dirs: list[str]) -> bool:
+    """Say on stderr what of each run directory was damaged (the report's first lines say
+    it too) and whether any was (exit code 1: docs/run-directory.md)."""
+    from workbench.storage.rundir import run_damage
+
+    damaged = False
+    for d in run_dirs:
+        for note in run_damage(d):
+            print(f"workbench report: DAMAGED: {Path(d) / note}", file=sys.stderr)
+            damaged = True
+    return damaged
 
 
 def print_report(html: Path) -> None:

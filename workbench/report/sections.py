@@ -15,7 +15,7 @@ from workbench.metrics import run_rows, scan
 from workbench.records import RunManifest
 from workbench.report import plots, tables
 from workbench.report.headline import Headline, engine_note, run_headline
-from workbench.storage.rundir import read_manifest
+from workbench.storage.rundir import read_manifest, run_damage
 
 TABLE_NAMES = (
     "headline", "run", "config", "client", "latency", "prefix", "server", "workers", "by_round",
@@ -70,8 +70,18 @@ class RunReport:
         status = self.summary.get("run_status")
         warm = (self.summary.get("warm_cache") or {}).get("warning")
         return Headline([run_headline(self.summary, self.manifest),
+                         *(f"DAMAGED: {note}" for note in self.damage),
                          (tables.run_status_note(status) or "") if status != "completed" else "",
                          f"WARNING: {warm}" if warm else ""])
+
+    @cached_property
+    def damage(self) -> list[str]:
+        """What of the stored run's files was damaged (``rundir.run_damage``); none for a
+        run that was not read from a directory."""
+        src = self.source
+        run_dir = (src.attrs.get("run_dir") if isinstance(src, pd.DataFrame)
+                   else getattr(src, "run_dir", None))
+        return run_damage(run_dir) if run_dir else []
 
     def table(self, name: str) -> Any:
         """The section ``name`` (one of ``TABLE_NAMES``) as a displayable table (the

@@ -2,7 +2,8 @@
 
 The files and their rules are docs/run-directory.md. JSONL lines are written whole
 (one ``write`` each, or batched with ``max_delay_ms``: docs/design-notes.md), so a
-crash leaves at worst a cut-short last line, which ``read_jsonl`` skips with a warning.
+crash leaves at worst a cut-short last line, which ``read_jsonl`` skips with a warning
+(and ``run_damage`` names for a report: docs/run-directory.md, "A damaged run directory").
 Integers wider than 64 bits fall back to the stdlib ``json`` (orjson would refuse them).
 """
 
@@ -582,6 +583,83 @@ def resolve_run_dir(directory: str | Path) -> Path:
         return subs[0]
     hint = f"; it holds {len(subs)} runs: {', '.join(p.name for p in subs)}" if subs else ""
     raise RunDirError(f"{d} is not a run directory (no {RECORDS} or {MANIFEST}){hint}")
+
+
+def _scan_jsonl(path: Path) -> tuple[int, int, int | None]:
+    """``(objects, warm-up records, cut line)`` of a JSONL file read as ``iter_jsonl``
+    reads it (its cut-short last line's number, else None); a bad line elsewhere raises
+    ``ValueError`` naming the file and line, as ``iter_jsonl`` does."""
+    n = warm = 0
+    cut: int | None = None
+    if not path.exists():
+        return 0, 0, None
+    with path.open("rb") as f:
+        for i, line in enumerate(f):
+            if line.isspace():
+                continue
+            try:
+                obj = orjson.loads(line)  # out-of-range ints as floats: only counted here
+            except ValueError as exc:
+                rest = f.read()
+                if not rest.strip() and not (line + rest).endswith(b"\n"):
+                    cut = i + 1
+                    break
+                raise ValueError(f"{path}:{i + 1}: invalid JSON line ({exc})") from None
+            n += 1
+            warm += bool(isinstance(obj, dict) and obj.get("warmup"))
+    return n, warm, cut
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def run_damage(directory: str | Path) -> list[str]:
+    """What a reader of a run directory must be told was damaged, one line each, naming
+    the file, the line and what the numbers are then based on: a JSONL file whose last
+    line was cut short (a crash: its whole lines are read), ``records.jsonl`` holding
+    fewer records than ``summary.json`` counted (lines missing). A damaged manifest or a
+    bad line elsewhere is no note but a ``RunDirError`` (nothing can be trusted to render
+    from it). docs/run-directory.md, "A damaged run directory"."""
+    d = Path(directory)
+    try:
+        read_manifest(d, strict=True)
+    except ValueError as exc:
+        raise RunDirError(str(exc)) from None
+    notes: list[str] = []
+    scans: dict[str, tuple[int, int, int | None]] = {}
+    for name, what in ((RECORDS, "record"), (LIFECYCLE, "event"), (TIMELINE, "sample")):
+        try:
+            n, warm, cut = _scan_jsonl(d / name)
+        except OSError as exc:
+            raise RunDirError(f"{d / name}: cannot read ({exc.strerror or exc})") from None
+        except ValueError as exc:
+            raise RunDirError(f"{exc}: the run directory is damaged") from None
+        scans[name] = (n, warm, cut)
+        if cut is not None:
+            notes.append(f"{name}: line {cut} cut short (the run was interrupted?): "
+                         f"{_plural(n, what)} read")
+    counted = _summary_requests(d)
+    if counted is not None:
+        n, warm, cut = scans[RECORDS]
+        read = n if counted[1] else n - warm
+        if read + (cut is not None) < counted[0]:  # beyond the cut line, said above
+            notes.append(f"{RECORDS}: {_plural(read, 'record')} read, {SUMMARY} counted "
+                         f"{counted[0]} (lines missing): the report counts the {read}")
+    return notes
+
+
+def _summary_requests(d: Path) -> tuple[int, bool] | None:
+    """``summary.json``'s request count and whether it counted warm-ups (None: no summary
+    or none readable; the report does not read it for a run)."""
+    try:
+        s = read_json(d / SUMMARY)
+    except (OSError, ValueError):
+        return None
+    n = s.get("requests") if isinstance(s, dict) else None
+    if not isinstance(n, int) or isinstance(n, bool):
+        return None
+    return n, bool(s.get("warmup_included"))
 
 
 def load(directory: str | Path) -> RunResult:
