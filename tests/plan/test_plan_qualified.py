@@ -6,6 +6,7 @@ first and the error after (docs/plan.md)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -16,7 +17,12 @@ from workbench.plan import Option, PlanResult, Probe, load_plan, plan
 from workbench.plan.prices import DEFAULT_PRICES, EVERY_GPU, parse_prices
 from workbench.report import plan_report
 from workbench.sim.presets import stated
-from workbench.sim.presets.stated import fit_record, held_out, metric_error
+from workbench.sim.presets.stated import (
+    fit_record,
+    held_out,
+    metric_error,
+    stated_error_brief,
+)
 
 #: the stated errors these sentences were written against (a fit's record: held out /
 #: in sample); the plan's wording is checked with them pinned, whatever today's fit says
@@ -38,7 +44,7 @@ H200_70B = Option("llama-3.3-70b/h200/tp1/fp8")
 H100_70B_TP2 = Option("llama-3.3-70b/h100/tp2/fp8")
 H100_8B = Option("llama-3.1-8b/h100/tp1")
 ERROR_TAIL = ("Simulated; preset error on published tables, median abs held out / fitted: "
-              "ITL 12% / 9%, throughput 8% / 9%, TTFT 37% / 35%.")
+              "ITL 11.9% / 9.4%, throughput 7.9% / 9.4%, TTFT 37.1% / 34.6%.")
 
 
 def probe(option: Option, replicas: int, ttft_p90: float, scale: float = 1.0) -> Probe:
@@ -251,3 +257,20 @@ def test_the_answer_is_the_cheapest_per_hour_when_every_option_has_a_price() -> 
     assert "; llama-3.1-8b/h200/tp1 needs 6 replicas (6 GPUs)." in result.answer()
     result.prices = {EVERY_GPU: 2.5}
     assert result.answer().startswith("6 replicas of llama-3.1-8b/h200/tp1")
+
+
+def test_one_stated_error_is_rounded_one_way_in_the_whole_sentence() -> None:
+    """What the user saw: "±37.1%" in the band and "TTFT 37%" in the closing note, the
+    same error rounded two ways. Every percentage of a stated error is one rule
+    (``stated.error_pct``, one decimal): the band's TTFT error is the note's held-out
+    TTFT error, digit for digit."""
+    result = PlanResult("t.jsonl", SLO, 3.0, [1.0], [H200_70B], {"h200": 3.7},
+                        [probe(H200_70B, 1, 1997.9), probe(H200_70B, 2, 1400.0)])
+    answer = result.answer()
+    band = re.findall(r"TTFT error \(±(\d+\.\d)%\)", answer)
+    tail = re.findall(r"TTFT (\d+(?:\.\d+)?)% / (\d+(?:\.\d+)?)%", answer)
+    assert band == ["37.1"] and len(tail) == 1
+    assert tail[0][0] == band[0]  # the held-out TTFT error, as the band states it
+    assert re.search(r"\d%", stated_error_brief("llama-3.3-70b/h200/tp1/fp8"))
+    for text in (answer, stated_error_brief("llama-3.3-70b/h200/tp1/fp8")):
+        assert not re.search(r"(?<![\d.])\d+%", text), text

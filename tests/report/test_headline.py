@@ -259,7 +259,7 @@ def test_a_preset_runs_headline_says_which_preset_and_its_stated_error() -> None
         held = held_out(preset)  # its GPU and TP's leave-one-source-out cell where measured
         note = engine_note(RunManifest("", mode="virtual", engine={"preset": preset}))
         assert note is not None and note.startswith("virtual time (simulated engine, preset ")
-        assert preset in note and f"ITL {held['itl']:.0%}" in note
-        assert f"TTFT {held['ttft']:.0%}" in note
+        assert preset in note and f"ITL {held['itl']:.1%}" in note
+        assert f"TTFT {held['ttft']:.1%}" in note
         assert ("extrapolated (llama-3.1-8b on b200)" in note) is extrapolated
     assert "preset" not in (engine_note(RunManifest("", mode="virtual", engine={})) or "")

@@ -148,7 +148,7 @@ def test_the_stated_errors_are_the_fits_record() -> None:
     assert fit_record()["held_out_error"] == RECORD["held_out_error"]
     text = stated_error("llama-3.1-8b/h100/tp1")
     held_itl = held_out("llama-3.1-8b/h100/tp1")["itl"]
-    assert f"ITL {held_itl:.0%} / " in text and "held out / fitted" in text
+    assert f"ITL {held_itl:.1%} / " in text and "held out / fitted" in text
     assert "extrapolated" not in text
     assert stated_error("qwen3-30b-a3b/b200/tp1").endswith("on b200: extrapolated")
     # a (GPU, TP) that some source measured states its own cell's error

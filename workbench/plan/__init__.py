@@ -30,7 +30,13 @@ from workbench.plan.prices import EVERY_GPU, parse_prices, price_of
 from workbench.safe_write import write_file
 from workbench.signals import die_with_parent, wait_result
 from workbench.sim.presets import is_calibrated, resolve
-from workbench.sim.presets.stated import CLASS_NAME, METRIC_CLASS, metric_error, stated_error
+from workbench.sim.presets.stated import (
+    CLASS_NAME,
+    METRIC_CLASS,
+    error_pct,
+    metric_error,
+    stated_error,
+)
 from workbench.spawning import children_start, spawn_context
 
 MAX_REPLICAS = 64
@@ -194,14 +200,14 @@ class PlanResult:
             return ("no stated error for this SLO's metrics"
                     + (" (a calibrated engine's is its calibration's)"
                        if not option.is_preset else ""))
-        named = " and ".join(f"{k} error (±{e:.1%})" for k, e in errs.items())
+        named = " and ".join(f"{k} error (±{error_pct(e)})" for k, e in errs.items())
         return f"the preset's {named}"
 
     def _case_words(self, option: Option, case: str) -> str:
         """"at +37 % TTFT": the pessimistic ("high") or optimistic ("low") case."""
         errs = self.errors(option)
         sign = "+" if case == "high" else "−"
-        return "at " + " and ".join(f"{sign}{e:.1%} {k}" for k, e in errs.items())
+        return "at " + " and ".join(f"{sign}{error_pct(e)} {k}" for k, e in errs.items())
 
     def fewest(self, option: Option, scale: float, case: str = "sim") -> Probe | None:
         """The probe with the fewest replicas for ``option`` at ``scale`` that held in

@@ -14,12 +14,22 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from pathlib import Path
 
 from workbench.sim.presets import FACTORS_FILE, calibrated, is_calibrated, parse
 from workbench.sim.presets.tables import load_tables
 
 MIN_ROWS = 3  # numbers of a class a (GPU, TP) cell needs to state its own error
+
+
+def error_pct(e: float | None) -> str:
+    """A stated error as every text prints it (a plan's band and closing note, a report's
+    headline, a table's label): one decimal, ``"37.1%"``; one rule, so one error never
+    reads two ways in one sentence (docs/plan.md, "Error band")."""
+    if e is None or math.isnan(e):  # NaN: a class the record lacks
+        return "not recorded"
+    return f"{e:.1%}"
 
 
 @functools.cache
@@ -75,7 +85,7 @@ def stated_error(engine: str) -> str:
     """What a figure simulated with ``engine`` must say about its error."""
     if is_calibrated(engine):
         errs = calibration_errors(engine)
-        told = ", ".join(f"{k} {v:.0%}" for k, v in errs.items()) or "not recorded"
+        told = ", ".join(f"{k} {error_pct(v)}" for k, v in errs.items()) or "not recorded"
         return (f"calibrated preset ({parse_base(engine)}): its error is its calibration's "
                 f"on the deployment's runs, median abs {told}")
     if engine.endswith(".json"):
@@ -84,7 +94,7 @@ def stated_error(engine: str) -> str:
     held, fitted = held_out(engine), fit_record()["in_sample"]
 
     def both(key: str) -> str:
-        return f"{held.get(key, float('nan')):.0%} / {fitted.get(key, float('nan')):.0%}"
+        return f"{error_pct(held.get(key))} / {error_pct(fitted.get(key))}"
 
     text = (f"preset error on published tables, median abs held out / fitted: ITL "
             f"{both('itl')}, throughput {both('throughput')}, TTFT {both('ttft')}")
@@ -97,7 +107,7 @@ def stated_error_brief(engine: str) -> str:
     """``stated_error`` in a headline's few words: the held-out median errors, and
     "extrapolated" where no published table covers the preset's model on its GPU."""
     held = held_out(engine)
-    parts = [f"{name} {held[key]:.0%}" for key, name in
+    parts = [f"{name} {error_pct(held[key])}" for key, name in
              (("itl", "ITL"), ("throughput", "throughput"), ("ttft", "TTFT")) if key in held]
     text = "held-out median error " + ", ".join(parts)
     try:
