@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno as _errno
+import os
 import signal
 
 #: the errnos of a write that failed for want of room or a working disk (not of a path)
@@ -33,6 +34,23 @@ class TraceFormatError(WorkbenchError):
 
 class ConfigError(WorkbenchError):
     """A run configuration is invalid; the message says which key to change."""
+
+
+class ListenError(ConfigError):
+    """A server (``sim serve``, ``capture``) could not listen on ``host:port``: a name that
+    does not resolve or an address not of this machine (``part`` "host"), a port in use or
+    not allowed (``part`` "port"); a command names its flag (docs/interface.md,
+    "Listening"), exit code 2."""
+
+    def __init__(self, host: str, port: int, exc: OSError) -> None:
+        self.host, self.port = host, port
+        code = exc.errno if isinstance(exc.errno, int) else 0
+        # a resolver's error (socket.gaierror: a negative errno) or an address not here
+        self.part = "host" if code <= 0 or code == _errno.EADDRNOTAVAIL else "port"
+        # asyncio's bind error's strerror is its whole sentence: the errno's own words
+        self.reason = (os.strerror(code) if code > 0 else exc.strerror or str(exc)).lower()
+        shown = f"[{host}]" if ":" in host else host
+        super().__init__(f"cannot listen on {shown}:{port} ({self.reason})")
 
 
 class OutputWriteError(WorkbenchError):

@@ -237,7 +237,7 @@ def test_a_sweep_headline_names_its_points_engine_and_capacity(tmp_path):
     s.manifest.base_config = {"target": {"url": "sim", "engine": {"speedup": 20.0}}}
     s.manifest.mode = "live"
     line = sweep_headline(s, "fast engine")
-    assert line.startswith("fast engine: 2 point(s) of arrival.rate 1–2 · simulated engine, "
+    assert line.startswith("fast engine: 2 points of arrival.rate 1–2 · simulated engine, "
                            "20× real time · At TTFT p90 ≤ 2 s: capacity at least 1.2 req/s "
                            "sustained, at 2 req/s offered: the SLO held at every point")
     head = sweeps_headline({"fast engine": s})

@@ -32,7 +32,7 @@ HOLDS_AND_NOT = {"engine.max_num_seqs": [1, 8], "arrival.rate": [2, 6]}
 EACH_BREAKS = {"engine.max_num_seqs": [1, 2, 4], "arrival.rate": [1, 2, 4, 8]}
 
 HOLDS_AND_NOT_LINES = [
-    "g: 4 point(s) of arrival.rate 2–6, 2 configurations (max_num_seqs) · virtual time "
+    "g: 4 points of arrival.rate 2–6, 2 configurations (max_num_seqs) · virtual time "
     "(simulated engine) · At TTFT p90 ≤ 500 ms, per configuration:",
     "max_num_seqs=1: the SLO broke at every point, from 2 req/s offered: the capacity is "
     "below the range.",
@@ -42,7 +42,7 @@ HOLDS_AND_NOT_LINES = [
     "offered.",
 ]
 EACH_BREAKS_LINES = [
-    "e: 12 point(s) of arrival.rate 1–8, 3 configurations (max_num_seqs) · virtual time "
+    "e: 12 points of arrival.rate 1–8, 3 configurations (max_num_seqs) · virtual time "
     "(simulated engine) · At TTFT p90 ≤ 500 ms, per configuration:",
     "max_num_seqs=1: capacity 0.877 req/s sustained, at 1 req/s offered: the highest load "
     "that held; it broke at 2 req/s.",

@@ -30,6 +30,7 @@ from workbench.capture.protocols import (
 from workbench.capture.sessions import Agent, Conversation, Sessions, Turn
 from workbench.capture.tokens import TOKENIZERS, TokenSource
 from workbench.capture.writer import conversation_id, document, remove_stale, write_atomic
+from workbench.errors import ListenError
 
 if TYPE_CHECKING:
     import aiohttp
@@ -128,8 +129,10 @@ class CaptureProxy:
         try:
             site = web.TCPSite(self._runner, self.host, self.port)
             await site.start()
-        except BaseException:
+        except BaseException as exc:
             await self._close()
+            if isinstance(exc, OSError):  # unresolvable, not this machine's, in use
+                raise ListenError(self.host, self.port, exc) from None
             raise
         port = self._runner.addresses[0][1]
         host = f"[{self.host}]" if ":" in self.host else self.host

@@ -8,6 +8,8 @@ import contextlib
 import os
 import sys
 
+from workbench.errors import ListenError
+
 NAME = "capture"
 HELP = "record your own agents' token shape through a loopback proxy (docs/capture.md)"
 
@@ -68,8 +70,12 @@ def run(args: argparse.Namespace) -> int:
             print("Ctrl-C stops it", flush=True)
             await asyncio.Event().wait()
 
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C or SIGTERM: the normal end
-        run_on_fast_loop(serve())
+    try:
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C or SIGTERM: the normal end
+            run_on_fast_loop(serve())
+    except ListenError as exc:  # the flag to change
+        print(f"workbench capture: error: --listen {args.listen}: {exc}", file=sys.stderr)
+        return 2
     files = len(list(proxy.out_dir.glob(f"{proxy.prefix}*.json")))
     print(f"captured {proxy.captured} requests, relayed {proxy.passed} others; "
           f"{files} conversation files in {proxy.out_dir}", flush=True)

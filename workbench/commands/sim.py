@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from workbench.commands._axes import json_items
-from workbench.errors import ConfigError, WorkbenchError
+from workbench.errors import ConfigError, ListenError, WorkbenchError
 
 NAME = "sim"
 HELP = "run the embedded (simulated) serving engine"
@@ -166,8 +166,13 @@ def run(args: argparse.Namespace) -> int:
         if cluster is not None:
             print(f"cluster: {cluster.to_dict()}", flush=True)
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve_forever(args.host, args.port, config, ready, cluster))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve_forever(args.host, args.port, config, ready, cluster))
+    except ListenError as exc:  # the flag to change: --host or --port
+        value = args.host if exc.part == "host" else args.port
+        print(f"workbench sim serve: error: --{exc.part} {value}: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

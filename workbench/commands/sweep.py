@@ -133,26 +133,38 @@ def run(args: argparse.Namespace) -> int:
         result = wb.sweep(cfg, over, slo=slo, stop_margin=args.stop_margin,
                           stop_after=args.stop_after, parallel=args.parallel,
                           serve=serve, gpus=args.gpus, **common)
-    from workbench.report.headline import sig, sweeps_headline
+    from workbench.report.headline import sweeps_headline
 
     print(sweeps_headline({result.label: result}))  # the capacity sentence, on top
     print(_table(result))
     if result.manifest.stopped_early:
         print(f"stopped early: {result.manifest.stopped_early['reason']}")
     if result.capacity:  # the search's bracket; the capacity itself is in the headline
-        c = result.capacity
-        for one in c.get("configurations") or [c]:
-            bracket = ", ".join(sig(v) if v is not None else "–" for v in one["bracket"])
-            where = f" at {spec_mod.label(one['params'])}" if one.get("params") else ""
-            print(f"search of {c['axis']}{where}: {one['status']}, bracket [{bracket}] "
-                  f"(tolerance {sig(c['tolerance'])}, {len(one.get('probes') or [])} probes "
-                  f"in {one.get('rounds', '?')} rounds)")
+        for line in search_lines(result.capacity):
+            print(line)
     if any(p.get("status") == "done" for p in result.points):
         from workbench.report.pareto import best_sentence
 
         print(best_sentence(result))
     print(f"sweep directory: {result.sweep_dir}")
     return _failures(result)
+
+
+def search_lines(c: dict[str, Any]) -> list[str]:
+    """A capacity search's bracket per configuration, as the command prints it: ``"search
+    of arrival.rate: found, bracket [2, 2.5] (tolerance 0.5, 1 probe in 1 round)"``."""
+    import workbench.sweeps.spec as spec_mod
+    from workbench.metrics.wording import counted, sig
+
+    out = []
+    for one in c.get("configurations") or [c]:
+        bracket = ", ".join(sig(v) if v is not None else "–" for v in one["bracket"])
+        where = f" at {spec_mod.label(one['params'])}" if one.get("params") else ""
+        out.append(f"search of {c['axis']}{where}: {one['status']}, bracket [{bracket}] "
+                   f"(tolerance {sig(c['tolerance'])}, "
+                   f"{counted(len(one.get('probes') or []), 'probe')} "
+                   f"in {counted(one.get('rounds', '?'), 'round')})")
+    return out
 
 
 def _serve(args: argparse.Namespace) -> Any:

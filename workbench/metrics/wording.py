@@ -28,6 +28,14 @@ def sig(v: Any, digits: int = 3) -> str:
     return f"{x:.{digits}g}"
 
 
+def counted(n: Any, noun: str, plural: str | None = None) -> str:
+    """``"1 round"``, ``"3 rounds"``, ``"0 rounds"``: a count with its noun in the number
+    it takes (``plural``: when not ``noun + "s"``); a count that is not a number is
+    printed as it is, with the plural (``"? rounds"``)."""
+    many = plural or f"{noun}s"
+    return f"{n} {noun if n == 1 and not isinstance(n, bool) else many}"
+
+
 def capacity_phrase(sustained_rps: Any, offered: str, *, at_least: bool = False) -> str:
     """``"capacity 1.81 req/s sustained, at 2.63 requests/s offered"`` (``offered``: that
     load in words); ``at_least``: the SLO held at every load tried."""
@@ -50,11 +58,12 @@ def delivery_warning(sustained_rps: Any, offered_rps: float | None) -> str:
 
 def _part(key: str, n: float, needed: int | None, min_ok: float) -> str:
     metric, _, pct = key.partition(":")
-    count = f"{math.floor(n)}"
+    count = math.floor(n)
     if pct:
-        what = f"{catalog.label(metric)} {pct} from {count} ok requests"
+        what = f"{catalog.label(metric)} {pct} from {counted(count, 'ok request')}"
     else:
-        what = f"{catalog.label(metric)} within its bound in {min_ok * 100:g} % of {count} requests"
+        what = (f"{catalog.label(metric)} within its bound in {min_ok * 100:g} % of "
+                f"{counted(count, 'request')}")
     return f"{what} ({'no count shows a maximum' if needed is None else f'needs {needed}'})"
 
 

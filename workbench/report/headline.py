@@ -17,6 +17,7 @@ from workbench.metrics.slo import DEFAULT_MIN_OK
 from workbench.metrics.summary import NON_STREAMING_NOTE, NOT_STREAMED
 from workbench.metrics.wording import (
     capacity_phrase,
+    counted,
     delivery_warning,
     spread_phrase,
     thin_phrase,
@@ -121,8 +122,8 @@ def _prefix(summary: Mapping[str, Any]) -> str | None:
         "planned_prefix_hit_rate_measured")
     if (actual is not None and measured is not None and isinstance(reported, int)
             and reported < (summary.get("requests") or 0)):
-        return text + (f" of {measured:.3f} planned for the {reported} requests that reported "
-                       "a cached count")
+        return text + (f" of {measured:.3f} planned for the {counted(reported, 'request')} that "
+                       f"reported a cached count")
     return text + (f" of {planned:.3f} planned" if planned is not None else "")
 
 
@@ -359,7 +360,8 @@ def sweep_headline_lines(sweep: Sweep, label: str | None = None) -> list[str]:
     m = sweep.manifest
     mode = engine_note(RunManifest("", mode=m.mode, config=m.base_config)) or "live"
     head, rest = _capacity_lines(sweep)
-    first = f"{label or sweep.label}: {done} point(s) of {axis}{span}{configs} · {mode} · {head}"
+    first = (f"{label or sweep.label}: {counted(done, 'point')} of {axis}{span}{configs} · "
+             f"{mode} · {head}")
     if len(gs) < 2:
         return [" ".join([first, *rest])]
     return [first, *rest]

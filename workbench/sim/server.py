@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from workbench import safe_write as safe
 from workbench.clock import Clock, WallClock
-from workbench.errors import OutputWriteError
+from workbench.errors import ListenError, OutputWriteError
 from workbench.placement import placement_extra
 from workbench.sim.cluster import AnyRequest, Cluster, ClusterConfig, split_knobs
 from workbench.sim.config import EngineConfig
@@ -462,7 +462,10 @@ async def serve_sim(
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:  # unresolvable, not this machine's, in use: ListenError
+            raise ListenError(host, port, exc) from None
         bound = runner.addresses[0][1]
         url_host = f"[{host}]" if ":" in host else host
         log.info("embedded engine listening on http://%s:%d", url_host, bound)

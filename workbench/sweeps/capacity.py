@@ -15,6 +15,7 @@ import workbench.sweeps.spec as spec_mod
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO
+from workbench.metrics.wording import counted
 from workbench.replay.prepare import coerce_config
 from workbench.sweeps.grid import SloSpec, run_sync
 from workbench.sweeps.store import Sweep
@@ -130,7 +131,8 @@ async def _search(held: Any, lo: float, hi: float, tol: float, grow: float, max_
     while bad is None:
         if n >= max_probes:  # the SLO still held and no probe is left
             return {"value": good, "status": "above_range", "bracket": [good, None],
-                    "note": f"the SLO still held at {good} after {n} probes", "rounds": rounds}
+                    "note": f"the SLO still held at {good} after {counted(n, 'probe')}",
+                    "rounds": rounds}
         values = [probe]
         while len(values) < min(width, max_probes - n):
             values.append(_grown(values[-1], grow, integer, digits))
