@@ -110,3 +110,55 @@ def test_bad_inputs_name_the_problem(tmp_path, run_dir):
         read_engine_file(tmp_path / "missing.json")
     with pytest.raises(ValueError, match="unknown engine knob"):
         calibrate([run_dir], base={"num_blockz": 3}, self_check=False)
+
+
+def _three_lone(path):
+    """Three requests one at a time then a burst of four: 3 lone prefills (3 samples for
+    a quadratic's 3 parameters) and decodes of 7 requests."""
+    rows = ["id,arrival_time,input_len,output_len"]
+    rows += [f"s{i},{i * 2000.0},{64 + 700 * i},{8 + i}" for i in range(3)]
+    rows += [f"b{i},10000,{200 + 90 * i},{10 + 8 * i}" for i in range(4)]
+    path.write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
+def test_the_stated_error_is_held_out_leave_one_out(run_dir):
+    """12 lone prefills: each predicted by the fit of the other 11 (leave-one-out); the
+    stated error is the larger of that and the in-sample one, never the in-sample alone."""
+    cal = calibrate([run_dir], base=BASE, self_check=False)
+    for part in ("prefill", "decode"):
+        rep = cal.fit[part]
+        held = rep["held_out"]
+        assert held["method"] == "leave-one-out" and held["samples"] == rep["samples"]
+        assert held["median_abs_pct_error"] >= 0
+        assert rep["stated_error"]["median_abs_pct_error"] == max(
+            rep["median_abs_pct_error"], held["median_abs_pct_error"])
+
+
+def test_three_samples_for_three_parameters_state_no_error_not_zero(tmp_path):
+    """What the user saw: a quadratic fitted to 3 lone prefills stated ~0 % error. There is
+    none to state: the file and the console say why, and print no 0 %."""
+    cfg = {"trace": _three_lone(tmp_path / "t.csv"), "out_dir": str(tmp_path / "runs"),
+           "run_id": "three"}
+    run = simulate(cfg, engine=TRUE).run_dir
+    cal = calibrate([run], base=BASE, self_check=False)
+    pre = cal.fit["prefill"]
+    assert pre["samples"] == 3 and pre["form"] == "a*T^2 + b*T + c"
+    assert pre["median_abs_pct_error"] < 1e-3  # the exact fit, in sample
+    note = "no held-out error: 3 samples fit 3 parameters"
+    assert pre["held_out"] == {"method": "leave-one-out", "samples": 3, "note": note}
+    assert pre["stated_error"] == {"median_abs_pct_error": None, "note": note}
+    out = tmp_path / "engine.json"
+    done = subprocess.run([sys.executable, "-m", "workbench", "sim", "calibrate", run, "-o",
+                           str(out), "--engine", "num_blocks=512", "--no-replay"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"prefill: {note}" in done.stdout
+    brief = json.loads(done.stdout[: done.stdout.rindex("}") + 1])
+    assert brief["prefill"]["stated_error"] == note
+    assert "median_abs_pct_error" not in brief["prefill"]  # no bare in-sample 0 %
+    written = json.loads(out.read_text())
+    assert written["fit"]["prefill"]["stated_error"]["note"] == note
+    # a plan applies no band for a calibrated engine: its error is its calibration's
+    from workbench.sim.presets.stated import metric_error
+    assert metric_error(str(out), "ttft_ms") is None

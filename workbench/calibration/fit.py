@@ -69,6 +69,42 @@ def _lstsq(cols: list[np.ndarray], y: np.ndarray) -> np.ndarray:
     return np.asarray(coef / scale, dtype=float)
 
 
+def _held_out(n: int, params: int, predict_without: Any, measured: np.ndarray
+              ) -> dict[str, Any]:
+    """Leave-one-out: each of the ``n`` samples predicted by the fit of the others
+    (``predict_without(i)``); with no more samples than the fit has parameters there is
+    none to hold out (the rest would not determine the fit), and it says so."""
+    out: dict[str, Any] = {"method": "leave-one-out", "samples": n}
+    if n <= params:
+        return {**out, "note": f"no held-out error: {n} samples fit {params} parameters"}
+    pred = np.array([predict_without(i) for i in range(n)])
+    err = _errors(pred, measured)
+    return {**out, "median_abs_pct_error": err["median_abs_pct_error"],
+            "mean_abs_pct_error": err["mean_abs_pct_error"]}
+
+
+def _stated(in_sample: float, held: dict[str, Any]) -> dict[str, Any]:
+    """The error a part states: the larger of its in-sample and held-out medians, or none
+    (with the held-out's note) when nothing could be held out."""
+    if "median_abs_pct_error" not in held:
+        return {"median_abs_pct_error": None, "note": held["note"]}
+    return {"median_abs_pct_error": max(in_sample, held["median_abs_pct_error"])}
+
+
+def _prefill_coeffs(t: np.ndarray, y: np.ndarray) -> tuple[float, float, float, str, int]:
+    """``(a, b, c)``, the form kept and its number of parameters (docs/calibration.md)."""
+    one = np.ones_like(t)
+    a, b, k = _lstsq([t * t, t, one], y)
+    form, params = "a*T^2 + b*T + c", 3
+    if a < 0 or b < 0:  # a concave or decreasing fit extrapolates badly: the linear one
+        a, (b, k) = 0.0, _lstsq([t, one], y)
+        form, params = "b*T + c (the quadratic fit was not convex and increasing)", 2
+    if b < 0:
+        a, b, k = 0.0, 0.0, float(np.median(y))
+        form, params = "c (TTFT did not grow with uncached tokens)", 1
+    return float(a), float(b), float(k), form, params
+
+
 def fit_prefill(samples: list[Sample]) -> tuple[tuple[float, float, float], dict[str, Any]]:
     """``(a, b, c)`` of the prefill polynomial and its error report."""
     alone, late = [], 0
@@ -88,23 +124,26 @@ def fit_prefill(samples: list[Sample]) -> tuple[tuple[float, float, float], dict
     c = np.array([s.cached for s in alone], dtype=float)
     y = np.array([s.ttft_ms for s in alone])
     one = np.ones_like(t)
-    a, b, k = _lstsq([t * t, t, one], y)
-    form = "a*T^2 + b*T + c"
-    if a < 0 or b < 0:  # a concave or decreasing fit extrapolates badly: the linear one
-        a, (b, k) = 0.0, _lstsq([t, one], y)
-        form = "b*T + c (the quadratic fit was not convex and increasing)"
-    if b < 0:
-        a, b, k = 0.0, 0.0, float(np.median(y))
-        form = "c (TTFT did not grow with uncached tokens)"
+    a, b, k, form, params = _prefill_coeffs(t, y)
     pred = a * t * t + b * t + k
+
+    def without(i: int) -> float:
+        keep = np.arange(t.size) != i
+        a_, b_, k_, *_ = _prefill_coeffs(t[keep], y[keep])
+        return a_ * t[i] * t[i] + b_ * t[i] + k_
+
+    held = _held_out(t.size, params, without, y)
     with_cached = _lstsq([t * t, t, c, one], y)
+    errors = _errors(pred, y)
     report = {
         "form": form,
         "coeffs": [float(a), float(b), float(k)],
         "first_token_with_the_rest": late,
         "uncached_tokens_range": [float(t.min()), float(t.max())],
         "cached_tokens_range": [float(c.min()), float(c.max())],
-        **_errors(pred, y),
+        **errors,
+        "held_out": held,
+        "stated_error": _stated(errors["median_abs_pct_error"], held),
         "with_cached_term": {
             "coeffs_T2_T_C_1": [float(x) for x in with_cached],
             **_errors(np.column_stack([t * t, t, c, one]) @ with_cached, y),
@@ -148,6 +187,39 @@ def _decode_gaps(
     return gap, batch, kv, np.concatenate(owner)
 
 
+def _decode_coeffs(gap: np.ndarray, batch: np.ndarray, u: np.ndarray, owner: np.ndarray,
+                   reqs: np.ndarray) -> tuple[float, float, float, float, float, int]:
+    """``(a, b, c, s, floor)`` from the gaps of the requests ``reqs`` (one observation per
+    request: its mean gap) and the number of coefficients fitted (the floor, a percentile
+    of the means, not counted)."""
+    counts = np.bincount(owner)[reqs]
+
+    def per_request(v: np.ndarray) -> np.ndarray:
+        return np.bincount(owner, weights=v)[reqs] / counts
+
+    y, mu, mu2, mb = per_request(gap), per_request(u), per_request(u * u), per_request(batch)
+    one = np.ones_like(y)
+    quadratic = float(u.max() - u.min()) > QUADRATIC_SPAN
+    cols = [mu2, mu] if quadratic else [mu]
+    seq = 0.0
+    varied = float(batch.max() - batch.min()) >= 1
+    if varied:  # the batch varied: its own term
+        *coef, seq, c = _lstsq([*cols, mb, one], y)
+    if seq <= 0 or not varied:
+        seq, (*coef, c) = 0.0, _lstsq([*cols, one], y)
+    a, b = (coef[0], coef[1]) if quadratic else (0.0, coef[0])
+    params = len(cols) + 1 + (seq > 0)
+    if a < 0 or b < 0:  # a step that gets cheaper with more KV: noise, so no KV term
+        a = b = 0.0
+        if seq > 0:
+            seq, c = _lstsq([mb, one], y)
+        if seq <= 0:
+            seq, c = 0.0, float(np.median(y))
+        params = 1 + (seq > 0)
+    floor = float(np.percentile(y, 5))
+    return float(a), float(b), float(c), float(seq), floor, int(params)
+
+
 def fit_decode(
     samples: list[Sample], capacity_tokens: int
 ) -> tuple[tuple[float, float, float], float, dict[str, Any]]:
@@ -164,26 +236,24 @@ def fit_decode(
     def per_request(v: np.ndarray) -> np.ndarray:
         return np.bincount(owner, weights=v)[reqs] / np.bincount(owner)[reqs]
 
-    y, mu, mu2 = per_request(gap), per_request(u), per_request(u * u)
-    mb, mkv = per_request(batch), per_request(kv)
+    y, mkv = per_request(gap), per_request(kv)
+    mb = per_request(batch)
     one = np.ones_like(y)
     quadratic = float(u.max() - u.min()) > QUADRATIC_SPAN
-    cols = [mu2, mu] if quadratic else [mu]
-    seq = 0.0
-    if float(batch.max() - batch.min()) >= 1:  # the batch varied: its own term
-        *coef, seq, c = _lstsq([*cols, mb, one], y)
-    if seq <= 0 or float(batch.max() - batch.min()) < 1:
-        seq, (*coef, c) = 0.0, _lstsq([*cols, one], y)
-    a, b = (coef[0], coef[1]) if quadratic else (0.0, coef[0])
-    if a < 0 or b < 0:  # a step that gets cheaper with more KV: noise, so no KV term
-        a = b = 0.0
-        if seq > 0:
-            seq, c = _lstsq([mb, one], y)
-        if seq <= 0:
-            seq, c = 0.0, float(np.median(y))
-    floor = float(np.percentile(y, 5))
+    a, b, c, seq, floor, params = _decode_coeffs(gap, batch, u, owner, reqs)
     per_gap = np.maximum(floor, a * u * u + b * u + c + seq * batch)
     pred = per_request(per_gap)
+
+    def without(i: int) -> float:
+        keep = owner != reqs[i]
+        a_, b_, c_, s_, f_, _ = _decode_coeffs(gap[keep], batch[keep], u[keep], owner[keep],
+                                              np.delete(reqs, i))
+        mine = ~keep
+        return float(np.maximum(f_, a_ * u[mine] ** 2 + b_ * u[mine] + c_
+                                + s_ * batch[mine]).mean())
+
+    held = _held_out(reqs.size, params, without, y)
+    errors = _errors(pred, y)
     bk = _lstsq([mb, mkv, one], y)
     report = {
         "form": "max(floor, a*u^2 + b*u + c + s*batch), u = KV tokens / capacity"
@@ -195,7 +265,9 @@ def fit_decode(
         "gaps": int(gap.size),
         "batch_range": [float(batch.min()), float(batch.max())],
         "kv_tokens_range": [float(kv.min()), float(kv.max())],
-        **_errors(pred, y),
+        **errors,
+        "held_out": held,
+        "stated_error": _stated(errors["median_abs_pct_error"], held),
         "batch_and_context": {
             "form": "p*batch + q*kv_tokens + r (per request means)",
             "coeffs_batch_kv_1": [float(x) for x in bk],

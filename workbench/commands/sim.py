@@ -202,14 +202,33 @@ def run_calibrate(args: argparse.Namespace) -> int:
     path = cal.write(args.output)
     fit = cal.fit
     brief = {
-        "prefill": {k: fit["prefill"][k] for k in ("form", "coeffs", "samples",
-                                                     "median_abs_pct_error")},
-        "decode": {k: fit["decode"][k] for k in ("coeffs", "floor_ms", "samples",
-                                                   "median_abs_pct_error")},
+        "prefill": {**{k: fit["prefill"][k] for k in ("form", "coeffs", "samples")},
+                    **_stated_brief(fit["prefill"])},
+        "decode": {**{k: fit["decode"][k] for k in ("coeffs", "floor_ms", "samples")},
+                   **_stated_brief(fit["decode"])},
         "lone_constant": {k: fit["lone_constant"][k] for k in ("c_ms", "split",
                           "median_abs_pct_error") if k in fit["lone_constant"]},
         "replay": fit.get("replay"),
     }  # fmt: skip
     print(json.dumps(brief, indent=2))
+    for part in ("prefill", "decode"):
+        note = fit[part]["stated_error"].get("note")
+        if note:  # the in-sample error of an exact fit says nothing of other requests
+            print(f"{part}: {note}; the fit reproduces its own samples, which tells "
+                  "nothing of its error on others")
+    if fit.get("replay"):
+        print("replay: the calibration runs themselves, replayed (in sample, not held out)")
     print(f"engine config: {path}")
     return 0
+
+
+def _stated_brief(part: dict[str, Any]) -> dict[str, Any]:
+    """A fitted part's error as the console states it: held out (leave-one-out) beside in
+    sample, the larger stated; or the note saying there is none to state, never the exact
+    fit's 0 % alone (docs/calibration.md, "The stated error")."""
+    stated = part["stated_error"]
+    if stated["median_abs_pct_error"] is None:
+        return {"stated_error": stated["note"]}
+    return {"stated_error": {"median_abs_pct_error": stated["median_abs_pct_error"],
+                             "in_sample": part["median_abs_pct_error"],
+                             "held_out": part["held_out"]["median_abs_pct_error"]}}
