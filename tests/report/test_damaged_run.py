@@ -116,3 +116,23 @@ def test_report_of_a_cut_run_says_so_on_the_console_and_its_first_screen(run, tm
     assert out[0].startswith("7/7 ok ·") and out[1] == f"DAMAGED: {note}"
     meta = json.loads((tmp_path / "rep" / "run" / "report.json").read_text())
     assert meta["headline"][:2] == out[:2]  # the report's first lines, as printed
+
+
+def test_compare_names_a_damaged_run_under_its_headline(run, tmp_path):
+    from workbench.report.compare import compare_headline, load_runs
+
+    d = copy(run, tmp_path)
+    cut_mid_line(d / "records.jsonl", 8)
+    runs = load_runs([run, d], ["whole", "cut"])
+    lines = compare_headline(runs).lines
+    at = next(i for i, line in enumerate(lines) if line.startswith("cut: "))
+    assert lines[at + 1] == ("  DAMAGED: records.jsonl: line 8 cut short (the run was "
+                             "interrupted?): 7 records read")
+    assert not any("DAMAGED" in line for line in lines[:at])  # the whole run: none
+
+
+def test_a_damage_line_is_red_like_a_warning():
+    from workbench.report.headline import Headline
+
+    html = Headline(["8/8 ok", "DAMAGED: records.jsonl: line 8 cut short"]).html()
+    assert html.count("color:#a61b1b;") == 1 and "DAMAGED" in html

@@ -26,7 +26,7 @@ from workbench.records import RunManifest, RunResult, manifest_of
 from workbench.report import tables
 from workbench.report.headline import METRIC_NAMES, Headline, engine_note, run_headline, sig
 from workbench.report.tables import HIT_RATES, as_float, as_summary, named, text
-from workbench.storage.rundir import load
+from workbench.storage.rundir import load, run_damage
 from workbench.workloads.standard import bundled_or_path
 
 AXES: tuple[str, ...] = ("trace", "context", "arrival", "backend", "target")
@@ -231,6 +231,8 @@ def compare_headline(runs: Mapping[str, Any], changes: pd.DataFrame | None = Non
     for label, run in runs.items():
         lines.append(f"{label}{' (baseline)' if label == base else ''}: "
                      f"{run_headline(as_summary(run), manifest_of(run))}")
+        run_dir = getattr(run, "run_dir", None)  # a stored run's damage, under its line
+        lines += [f"  DAMAGED: {note}" for note in (run_damage(run_dir) if run_dir else [])]
         if changes is not None and label != base and len(changes):
             lines.append(f"  {label} vs {base}: {change_line(label, changes)}")
     return Headline(lines)

@@ -378,8 +378,8 @@ def _short(axis: str) -> str:
 
 # -- display ---------------------------------------------------------------------------------
 class Headline:
-    """Lines in bold at the top of a report (red with ``WARNING`` or ``INCOMPLETE``);
-    ``render_report`` copies them (``HEADLINE_MIME``) into ``report.json``."""
+    """Lines in bold at the top of a report (red with ``WARNING``, ``INCOMPLETE`` or
+    ``DAMAGED``); ``render_report`` copies them (``HEADLINE_MIME``) into ``report.json``."""
 
     def __init__(self, lines: Sequence[str]) -> None:
         self.lines = [line for line in lines if line]
@@ -389,7 +389,7 @@ class Headline:
 
     def html(self) -> str:
         def para(line: str) -> str:  # styled inline: JupyterLab has no report CSS
-            warn = "WARNING" in line or "INCOMPLETE" in line
+            warn = any(w in line for w in ("WARNING", "INCOMPLETE", "DAMAGED"))
             colour = "color:#a61b1b;" if warn else ""
             return f'<p style="margin:0.2em 0;{colour}">{html.escape(line)}</p>'
 
