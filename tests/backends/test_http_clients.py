@@ -712,3 +712,40 @@ async def test_a_101_switching_protocols_answer_is_a_clean_request_error(n: int,
     assert classes == {"error: HTTP 101 HTTP 101"}, [r.error for r in recs]  # as a 404's
     assert "Traceback" not in caplog.text and "Fatal error" not in caplog.text, caplog.text
     assert not [r for r in caplog.records if r.exc_info], caplog.text
+
+
+async def test_a_chunked_stream_held_open_after_done_ends_the_request_at_done():
+    """The server sends ``data: [DONE]`` but holds the chunked body open (no last
+    chunk): the request ends at [DONE], so the next request goes out while the first
+    response is still open, not at the stream idle timeout (30 s here, default 60 s)."""
+    second = asyncio.Event()
+    open_when_second: list[bool] = []
+
+    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await read_request(reader)
+        if n > 1:  # the next request, on a connection of its own: the first is still open
+            second.set()
+            writer.write(SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + chunked(GOOD))
+            await writer.drain()
+            await reader.read()
+            return
+        writer.write(SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n"
+                     + chunked(GOOD)[: -len(b"0\r\n\r\n")])
+        await writer.drain()
+        try:  # bounded: the fault is the hold, not a hang of the test
+            await asyncio.wait_for(second.wait(), 5.0)
+            open_when_second.append(True)
+        except TimeoutError:
+            open_when_second.append(False)
+        writer.write(b"0\r\n\r\n")  # the body's end, late
+        await writer.drain()
+        await answer(SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + chunked(GOOD))(
+            reader, writer, n)
+
+    for http in HTTP_CLIENTS:
+        second.clear()
+        open_when_second.clear()
+        recs = await run(h, http, n=2, stream_idle_timeout_s=30.0, request_timeout_s=None)
+        for rec in recs:
+            ok4(rec)
+        assert open_when_second == [True], http
