@@ -99,6 +99,10 @@ class VirtualExecutor:
         # the plan's or the engine's, both in the manifest already: facts.block_size stays None
         block_size = await s.block_size(engine)
         assert engine.sender is not None  # the target is open
+        engine.sender.bounds = bounds = s.cfg.arrival.virtual_bounds(s.cfg.backend.stream)
+        if bounds != (None, None):  # (absent otherwise: such a run's manifest is unchanged)
+            s.facts.virtual_executor["timeouts_applied"] = {
+                "request_timeout_s": bounds[0], "stream_idle_timeout_s": bounds[1]}
         runners = []
         for part in parts:  # a shard is one worker with its share of the slots
             shard_cfg = s.cfg if ex.workers == 1 else s.cfg.replace(**{
