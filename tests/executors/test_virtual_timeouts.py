@@ -5,12 +5,17 @@ client's timeout does; the defaults are not applied, so a run without bounds is 
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.twin import in_child
+from workbench.data import path as data_path
+from workbench.errors import ExitCode
 from workbench.executors.virtual import simulate
 from workbench.report.canonical import run_digest
 
@@ -108,3 +113,16 @@ def test_compiled_and_python_twins_cut_the_same(tmp_path):
     there = in_child(__file__, f"cut_view({str(tmp_path / 'p')!r})", compiled=False)
     assert here == there
     assert any(status != "ok" for _, status, *_ in here)
+
+
+def test_the_flag_bounds_a_simulate_run():
+    """The case a user hit: ``--request-timeout 0.01`` on five Mooncake requests (TTFT about
+    half a second each) printed "5/5 ok"; each is now a timeout error (exit 4)."""
+    trace = str(data_path("mooncake/conversation_trace_head600.jsonl"))
+    done = subprocess.run(
+        [sys.executable, "-m", "workbench", "simulate", "--trace", trace, "--max-items", "5",
+         "--request-timeout", "0.01", "--json"],
+        capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == ExitCode.ERROR_RATE, done.stderr
+    brief = json.loads(done.stdout)
+    assert (brief["requests"], brief["ok"], brief["errors"]) == (5, 0, 5), brief
