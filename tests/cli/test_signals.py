@@ -102,3 +102,20 @@ def test_sigterm_stops_a_sharded_run_the_same_way(tmp_path):
     statuses = {json.loads(x)["status"] for x in (run / "records.jsonl").read_text().splitlines()}
     assert {"ok", "cancelled"} <= statuses
     assert (run / "summary.json").exists() and (run / "records.parquet").exists()
+
+
+def test_sigint_prints_the_headline_of_what_was_saved(tmp_path):
+    """A stopped replay prints the headline a finished one prints, marked INCOMPLETE
+    (cancelled), its run directory, then the one line and exit 130."""
+    proc = _replay(tmp_path, "head")
+    _wait_for_lines(tmp_path / "head" / "records.jsonl", 3, proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.CANCELLED, err
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == "workbench replay: interrupted", err
+    summary = json.loads((tmp_path / "head" / "summary.json").read_text())
+    lines = out.strip().splitlines()
+    assert lines[0].startswith(
+        f"INCOMPLETE (cancelled) · {summary['ok']}/{summary['requests']} ok · TTFT"), out
+    assert lines[-1] == f"run directory: {tmp_path / 'head'}", out

@@ -35,8 +35,9 @@ def _until(cond, what: str, proc: subprocess.Popen) -> None:
 
 
 def _clean_stop(proc: subprocess.Popen, command: str) -> str:
+    """The stopped command's stdout, once its end was checked clean."""
     try:
-        _, err = proc.communicate(timeout=DEADLINE_S)
+        out, err = proc.communicate(timeout=DEADLINE_S)
     except subprocess.TimeoutExpired:
         proc.kill()  # never left behind
         proc.communicate()
@@ -44,7 +45,7 @@ def _clean_stop(proc: subprocess.Popen, command: str) -> str:
     assert proc.returncode == ExitCode.CANCELLED, err
     assert "Traceback" not in err and "never retrieved" not in err, err
     assert err.strip().splitlines()[-1] == f"workbench {command}: interrupted", err
-    return err
+    return out
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP],
@@ -60,12 +61,15 @@ def test_a_stopped_simulate_saves_what_finished(tmp_path, sig):
     run = tmp_path / "s"
     _until(lambda: (run / "manifest.json").exists(), "the run directory was claimed", proc)
     proc.send_signal(sig)
-    _clean_stop(proc, "simulate")
+    out = _clean_stop(proc, "simulate")
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "cancelled", manifest["status"]
     lines = (run / "records.jsonl").read_text().splitlines()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["requests"] == len(lines)
+    # the headline of what was saved, as a finished run prints it, marked INCOMPLETE
+    assert out.startswith(f"INCOMPLETE (cancelled) · {summary['ok']}/{len(lines)} ok"), out
+    assert out.strip().splitlines()[-1] == f"run directory: {run}", out
     assert pq.read_metadata(run / "records.parquet").num_rows == len(lines)
 
 
@@ -157,7 +161,11 @@ def test_sigterm_stops_a_virtual_sweep_at_once(tmp_path, parallel):
     _until(lambda: runs.is_dir() and len(list(runs.glob("*/manifest.json"))) >= want,
            "the points started", proc)
     proc.send_signal(signal.SIGTERM)
-    _clean_stop(proc, "sweep")
+    out = _clean_stop(proc, "sweep")
     statuses = [json.loads(m.read_text())["status"] for m in runs.glob("*/manifest.json")]
     assert statuses and set(statuses) == {"cancelled"}, statuses
+    # what the sweep saved, as a finished one prints it, marked INCOMPLETE
+    lines = out.strip().splitlines()
+    assert lines[0] == "INCOMPLETE (interrupted): 0 of 2 points done", out
+    assert lines[-1] == f"sweep directory: {tmp_path / 'v'}", out
     assert json.loads((tmp_path / "v" / "sweep.json").read_text())["status"] == "interrupted"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from workbench.catalogs.requests import LATENCY, SCALAR_LATENCY
@@ -33,11 +35,27 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args, extra)
     if args.dry_run:
         cfg = cfg.replace(dry_run=True)
-    result = replay_with_progress(cfg, progress=not (args.no_progress or cfg.dry_run))
+    with headline_if_stopped(cfg, args) as told:
+        result = replay_with_progress(cfg, progress=not (args.no_progress or cfg.dry_run),
+                                      on_cancelled=told)
     if cfg.dry_run:  # the plan, its arrival span included (warned about on stderr past a day)
         print(json.dumps(result.manifest.plan, indent=2))
         return 0
     return finish(result, cfg, args)
+
+
+@contextlib.contextmanager
+def headline_if_stopped(cfg: Any, args: argparse.Namespace) -> Iterator[Callable[[Any], None]]:
+    """Around a run: if a signal stops it, print the headline of what was saved (marked
+    INCOMPLETE (cancelled)) and its run directory, as a finished run prints them, before
+    the interrupt goes on to its one line and exit 130 (README, "Exit codes")."""
+    stopped: list[Any] = []
+    try:
+        yield stopped.append
+    except KeyboardInterrupt:
+        if stopped:
+            finish(stopped[-1], cfg, args)
+        raise
 
 
 def finish(result: Any, cfg: Any, args: argparse.Namespace, digest: bool = False) -> int:
@@ -84,7 +102,8 @@ def print_cache_notes(summary: dict) -> None:
               "unknown (null), not 0", file=sys.stderr)  # fmt: skip
 
 
-def replay_with_progress(cfg: Any, *, progress: bool = True) -> Any:
+def replay_with_progress(cfg: Any, *, progress: bool = True,
+                         on_cancelled: Callable[[Any], None] | None = None) -> Any:
     """Check the output folder and the trace first, then replay with a progress bar."""
     from tqdm import tqdm
 
@@ -102,8 +121,8 @@ def replay_with_progress(cfg: Any, *, progress: bool = True) -> Any:
             bar.refresh()
 
     try:
-        return run_on_fast_loop(run_async(cfg, progress=on_progress, workload=workload),
-                                cfg.executor.uvloop)
+        return run_on_fast_loop(run_async(cfg, progress=on_progress, workload=workload,
+                                          on_cancelled=on_cancelled), cfg.executor.uvloop)
     finally:
         if bar is not None:
             bar.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from workbench.commands._axes import add_axis_arguments, config_from_args, json_items
-from workbench.commands.replay import add_json_flag, finish
+from workbench.commands.replay import add_json_flag, finish, headline_if_stopped
 
 NAME = "simulate"
 HELP = "replay a trace through the embedded engine in virtual time (no sockets, no waiting)"
@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
     # the knobs go into the config, so the manifest's config says which engine ran (and
     # they are type- and range-checked like --config)
     cfg = cfg.replace(**{"target.engine": knobs})
-    result = simulate(cfg)
+    with headline_if_stopped(cfg, args) as told:
+        result = simulate(cfg, on_cancelled=told)
     if args.digest:  # no replay follows: the run's hash memo goes before the digest reads
         # the records back; its plan's cycles are left to the collector (a full collection
         # here cost more CPU than its memory was worth: docs/virtual-time.md, "The digest

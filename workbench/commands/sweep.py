@@ -90,7 +90,6 @@ def parse_over(items: list[str]) -> dict[str, list[Any]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import workbench as wb
     import workbench.sweeps.spec as spec_mod
 
     extra: dict[str, Any] = {"target.url": args.target} if args.target else {}
@@ -119,20 +118,44 @@ def run(args: argparse.Namespace) -> int:
     # the per-request ones are also each run's own slo (config_from_args)
     slo = ";".join(args.slo) if any(b.strip() for b in args.slo) else None
     serve = _serve(args)
+    stopped: list[Any] = []  # the sweep as saved, if a signal stops it
+    common["on_interrupted"] = stopped.append
+    try:
+        result = _run_sweep(args, cfg, over, slo, serve, common)
+    except KeyboardInterrupt:  # what finished, as a finished sweep prints it; then exit 130
+        if stopped:
+            points = stopped[-1].points
+            done = sum(p.get("status") == "done" for p in points)
+            from workbench.metrics.wording import counted
+
+            print(f"INCOMPLETE (interrupted): {done} of {counted(len(points), 'point')} done")
+            _print_sweep(stopped[-1])
+        raise
+    _print_sweep(result)
+    return _failures(result)
+
+
+def _run_sweep(args: argparse.Namespace, cfg: Any, over: Any, slo: str | None, serve: Any,
+               common: dict[str, Any]) -> Any:
+    import workbench as wb
+
     if args.capacity:
         if args.lo is None or args.hi is None or args.tolerance is None:
             raise ConfigError("--capacity needs --lo, --hi and --tolerance")
         if not slo:
             raise ConfigError("--capacity needs at least one --slo bound")
         # floats: an integer axis (max_concurrency) is searched on integers all the same
-        result = wb.capacity_search(cfg, args.capacity, args.lo, args.hi, slo,
-                                    tolerance=args.tolerance,
-                                    grow=args.grow, max_probes=args.max_probes,
-                                    parallel=args.parallel, over=over, **common)
-    else:
-        result = wb.sweep(cfg, over, slo=slo, stop_margin=args.stop_margin,
-                          stop_after=args.stop_after, parallel=args.parallel,
-                          serve=serve, gpus=args.gpus, **common)
+        return wb.capacity_search(cfg, args.capacity, args.lo, args.hi, slo,
+                                  tolerance=args.tolerance,
+                                  grow=args.grow, max_probes=args.max_probes,
+                                  parallel=args.parallel, over=over, **common)
+    return wb.sweep(cfg, over, slo=slo, stop_margin=args.stop_margin,
+                    stop_after=args.stop_after, parallel=args.parallel,
+                    serve=serve, gpus=args.gpus, **common)
+
+
+def _print_sweep(result: Any) -> None:
+    """The sweep's headline, table, search brackets, best point and directory."""
     from workbench.report.headline import sweeps_headline
 
     print(sweeps_headline({result.label: result}))  # the capacity sentence, on top
@@ -147,7 +170,6 @@ def run(args: argparse.Namespace) -> int:
 
         print(best_sentence(result))
     print(f"sweep directory: {result.sweep_dir}")
-    return _failures(result)
 
 
 def search_lines(c: dict[str, Any]) -> list[str]:

@@ -3,7 +3,7 @@ lasts, and how long each answer is (docs/arrival.md)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 from workbench.arrival import MODES, ArrivalMode
@@ -47,6 +47,17 @@ class ArrivalSpec:
     def loops_until_deadline(self) -> bool:
         """A closed-loop mode with ``duration_s``: the request count is not known up front."""
         return self.registered_mode.closed_loop and self.duration_s is not None
+
+    def virtual_bounds(self, stream: bool) -> tuple[float | None, float | None]:
+        """``(request_timeout_s, stream_idle_timeout_s)`` as a run in virtual time applies them:
+        each only where it differs from its default (the defaults guard against a hung
+        server, which the simulated engine cannot be), the idle one only on a ``stream``;
+        None: not applied (docs/arrival.md, "Timeouts in virtual time")."""
+        default = {f.name: f.default for f in fields(ArrivalSpec)}
+        req = self.request_timeout_s
+        idle = self.stream_idle_timeout_s if stream else None
+        return (None if req == default["request_timeout_s"] else req,
+                None if idle == default["stream_idle_timeout_s"] else idle)
 
     def arrival_process(self) -> ArrivalProcess | None:
         """The arrival process of a process mode, else None."""

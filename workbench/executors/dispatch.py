@@ -29,13 +29,17 @@ async def run_async(
     stop: asyncio.Event | None = None,
     workload: Workload | None = None,
     phase: Phase | None = None,
+    on_cancelled: Callable[[RunResult], None] | None = None,
 ) -> RunResult:
-    """Replay ``cfg`` and return its result (saved under ``cfg.out_dir/<run_id>`` if set)."""
+    """Replay ``cfg`` and return its result (saved under ``cfg.out_dir/<run_id>`` if set);
+    ``on_cancelled``: told the saved result of a run stopped from outside, before the
+    interrupt (or cancellation) goes on."""
     run = prepare(cfg, workload)
     if run.cfg.dry_run:
         return dry_run_result(run)
     session = ReplaySession(run.cfg, run.plan, run.run_id, run.manifest(), executor_for(run.cfg),
                             progress=progress, phase=phase)
+    session.on_cancelled = on_cancelled
     return await session.run(stop)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from workbench.config import RunConfig
@@ -38,6 +38,7 @@ def simulate(
     *,
     engine: EngineConfig | dict[str, Any] | None = None,
     workload: Workload | None = None,
+    on_cancelled: Callable[[RunResult], None] | None = None,
 ) -> RunResult:
     """Replay ``cfg`` in virtual time against an ``EngineConfig`` (default: ``cfg.target.engine``):
     the records of a live replay, on virtual nanoseconds, with no socket and no sleep."""
@@ -52,6 +53,7 @@ def simulate(
         executor.signalled = signalled
         manifest = run.manifest(**executor.target.manifest_facts())
         session = ReplaySession(run.cfg, run.plan, run.run_id, manifest, executor)
+        session.on_cancelled = on_cancelled  # (a stopped run: told before the interrupt)
         with rare_collections():  # also from a running loop (a notebook cell)
             result = run_anywhere(session.run(None), virtual=True)
     if signalled.hit:  # saved as cancelled; now stop as replay does
@@ -99,6 +101,10 @@ class VirtualExecutor:
         # the plan's or the engine's, both in the manifest already: facts.block_size stays None
         block_size = await s.block_size(engine)
         assert engine.sender is not None  # the target is open
+        engine.sender.bounds = bounds = s.cfg.arrival.virtual_bounds(s.cfg.backend.stream)
+        if bounds != (None, None):  # (absent otherwise: such a run's manifest is unchanged)
+            s.facts.virtual_executor["timeouts_applied"] = {
+                "request_timeout_s": bounds[0], "stream_idle_timeout_s": bounds[1]}
         runners = []
         for part in parts:  # a shard is one worker with its share of the slots
             shard_cfg = s.cfg if ex.workers == 1 else s.cfg.replace(**{

@@ -118,6 +118,9 @@ class EngineSender:
     #: its block hashes from their parts and no token id is drawn (docs/virtual-time.md)
     takes_segments = True
     paced_turns = 0  # no pacer: nothing waits for a turn in virtual time
+    #: (request, stream idle) timeouts applied in virtual time, s; None: not applied
+    #: (``ArrivalSpec.virtual_bounds``, docs/arrival.md "Timeouts in virtual time")
+    bounds: tuple[float | None, float | None] = (None, None)
 
     def __init__(self, engine: Engine, clock: Clock) -> None:
         self.engine = engine
@@ -176,12 +179,15 @@ class EngineSender:
             rec.status, rec.error = "error", f"HTTP 400: {exc}"
             return None
         try:
-            await ereq.wait()
+            timed_out = await self._wait(ereq, rec.dispatch_ns)
         except asyncio.CancelledError:
             ereq.abort()
             rec.status = "cancelled"
             raise
         times = ereq.token_ns
+        if timed_out is not None:
+            self._timed_out(rec, timed_out, times, stream)
+            return None
         ids = ereq.output_segments() if req.segments is not None else ereq.output_ids
         rec.end_ns = self.clock.now_ns()
         if stream:
@@ -204,6 +210,64 @@ class EngineSender:
             rec.status, rec.error = "error", f"engine finished with {ereq.finish_reason}"
         return ids
 
+
+    async def _wait(self, ereq: Any, dispatch_ns: int) -> str | None:
+        """Wait for the request's end; past a bound (``bounds``), abort it at the engine
+        (its KV freed, as a client that gives up) at that virtual time. The bound that cut
+        it (``request``, ``idle``), or None if it ended on its own."""
+        req_s, idle_s = self.bounds
+        if req_s is None and idle_s is None:
+            await ereq.wait()  # no timer: a run without bounds is as it always was
+            return None
+        loop = asyncio.get_running_loop()
+        t0 = dispatch_ns / 1e9
+        deadline = None if req_s is None else t0 + req_s
+        why: list[str] = []
+        handle: asyncio.TimerHandle | None = None
+
+        def check() -> None:  # at a deadline: the request's, or the idle one's
+            nonlocal handle
+            now = loop.time()
+            if deadline is not None and now >= deadline:
+                why.append("request")
+                ereq.abort()
+                return
+            due = deadline
+            if idle_s is not None:
+                times = ereq.token_ns
+                quiet_until = (times[-1] / 1e9 if times else t0) + idle_s
+                if now >= quiet_until:
+                    why.append("idle")
+                    ereq.abort()
+                    return
+                due = quiet_until if due is None else min(due, quiet_until)
+            handle = loop.call_at(due, check)  # type: ignore[arg-type]  # (never None here)
+
+        first = min(x for x in (deadline, None if idle_s is None else t0 + idle_s)
+                    if x is not None)
+        handle = loop.call_at(first, check)
+        try:
+            await ereq.wait()
+        finally:
+            handle.cancel()  # the current timer (``check`` replaces it)
+        # cut by the bound, not ended on its own at the same instant
+        return why[0] if why and ereq.finish_reason == "abort" else None
+
+    def _timed_out(self, rec: RequestRecord, why: str, times: list[int], stream: bool) -> None:
+        """The record of a request cut by a bound: as a live run's client timeout records it
+        (backends/transport.py: the message, the token events so far, no usage)."""
+        rec.end_ns = self.clock.now_ns()
+        req_s, idle_s = self.bounds
+        if stream:
+            rec.http_status = 200  # the stream's head had come, as a live server sends it
+            rec.token_times_ns = times
+            rec.token_counts = [1] * len(times)
+            rec.first_token_ns = times[0] if times else None
+            rec.last_token_ns = times[-1] if times else None
+        where = f" after {len(times)} token events" if stream else ""
+        rec.status = "error"
+        rec.error = (f"request timed out after {req_s}s{where}" if why == "request"
+                     else f"stream idle for more than {idle_s}s{where}")
 
     def _submit(self, req: WireRequest, rec: RequestRecord) -> Any:
         return self.engine.submit(req.request_id, _prompt(req), req.max_tokens)

@@ -165,6 +165,9 @@ class ReplaySession(RecordSinks):
         self.summary: dict[str, Any] | None = None  # what summary.json says, once written
         self.t0_ns: int | None = None  # a shard's common epoch (workbench.executors.processes)
         self.halt: asyncio.Event | None = None
+        #: told the saved result of a run stopped from outside (a signal, a cancel), before
+        #: the interrupt goes on: the command prints its headline (``commands/replay.py``)
+        self.on_cancelled: Callable[[RunResult], None] | None = None
 
     def claim_dir(self) -> None:
         """``out_dir/<run_id>`` claimed with a ``running`` manifest (``rundir.claim_run_dir``)."""
@@ -206,6 +209,8 @@ class ReplaySession(RecordSinks):
                 relay.cancel()
             self.tell("finalizing")
             self._finalize("failed" if self.write_error else status)
+            if self.on_cancelled is not None and self.manifest.status == "cancelled":
+                self.on_cancelled(self.result)
         if self.write_error is not None:
             raise self.write_error
         return self.result

@@ -56,7 +56,8 @@ class PointRuns(TypedDict, total=False):
     ``repeats``: runs per point (seeds ``seed``, ``seed+1``, …, pooled); ``virtual``: each
     point through ``simulate``, ``parallel`` at once (default: the cores; live points: one
     at a time); ``out_dir``/``sweep_id``: the sweep directory (the same id resumes);
-    ``label``; ``progress``: told each point's line."""
+    ``label``; ``progress``: told each point's line; ``on_interrupted``: told the sweep as
+    saved when a signal (or a cancel) stops it, before the interrupt goes on."""
 
     repeats: int
     virtual: bool
@@ -65,6 +66,7 @@ class PointRuns(TypedDict, total=False):
     sweep_id: str | None
     label: str | None
     progress: Progress | None
+    on_interrupted: Callable[[Sweep], None] | None
 # config keys that name where a run goes, not what it does (free to differ on resume)
 _PLACE_KEYS = ("out_dir", "run_id", "label", "overwrite")
 
@@ -126,6 +128,7 @@ class SweepRunner:
         cfg.register_secrets()  # before sweep.json is written (docs/security.md)
         self.cfg, self.repeats, self.slo = cfg, repeats, slo
         self.virtual, self.parallel, self.progress = virtual, parallel, progress
+        self.on_interrupted = runs.get("on_interrupted")
         self._by_params: dict[str, dict[str, Any]] = {}  # entry(): points by their params
         root = Path(out_dir or cfg.out_dir or "sweeps")
         # never a symlink out of the output folder (workbench.storage.rundir)
@@ -203,7 +206,9 @@ class SweepRunner:
         try:
             yield
         except (asyncio.CancelledError, KeyboardInterrupt):
-            self.finish("interrupted")
+            sweep = self.finish("interrupted")
+            if self.on_interrupted is not None:
+                self.on_interrupted(sweep)
             raise
         except BaseException:
             self.finish("failed")
