@@ -749,39 +749,3 @@ async def test_a_chunked_stream_held_open_after_done_ends_the_request_at_done():
         for rec in recs:
             ok4(rec)
         assert open_when_second == [True], http
-
-
-async def test_a_connection_drained_after_done_goes_back_to_the_pool():
-    """httptools: the body's end read after the request ended at [DONE] returns the
-    connection to the pool (the third request reuses it: two connections for three)."""
-    second, ended = asyncio.Event(), asyncio.Event()
-    full = SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + chunked(GOOD)
-
-    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
-        await read_request(reader)
-        if n == 1:
-            writer.write(full[: -len(b"0\r\n\r\n")])
-            await writer.drain()
-            await asyncio.wait_for(second.wait(), 5.0)
-            writer.write(b"0\r\n\r\n")  # the body's end, after the next request came
-            await writer.drain()
-            ended.set()
-            await answer(full)(reader, writer, n)
-            return
-        second.set()
-        await asyncio.wait_for(ended.wait(), 5.0)  # (the first body has ended by now)
-        writer.write(full.replace(SSE_HEAD, SSE_HEAD + b"Connection: close\r\n"))
-        await writer.drain()
-        writer.close()
-
-    conns = [0]
-
-    async def count(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
-        conns[0] = n
-        await h(reader, writer, n)
-
-    recs = await run(count, HTTP_CLIENTS[0], n=3, stream_idle_timeout_s=30.0,
-                     request_timeout_s=None)
-    for rec in recs:
-        ok4(rec)
-    assert conns[0] == 2
