@@ -13,7 +13,6 @@ from urllib.parse import quote, urlsplit
 import httptools
 
 from workbench.backends.base import BackendError
-from workbench.backends.overrun import AFTER_DONE_MAX_BYTES, DRAIN_S
 from workbench.backends.stream import (
     ERROR_BODY_MAX,
     HEAD_MAX,
@@ -75,10 +74,6 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.served = 0  # responses completed on this connection
         self.timer: asyncio.TimerHandle | None = None
-        #: the request ended at [DONE], the body's last chunk is still to come: read on
-        #: (bounded) so the connection can go back to the pool, nobody waiting on it
-        self.draining = False
-        self.drained = 0  # bytes read while draining
         self._clear()
 
     def _clear(self) -> None:
@@ -135,9 +130,6 @@ class _Connection(asyncio.Protocol):
         self.pool.live.add(self)
 
     def data_received(self, data: bytes) -> None:
-        if self.draining:
-            self._drain(data)
-            return
         t = self.now()
         if self.waiter is None:  # bytes nobody asked for: the connection is unusable
             self.abort()
@@ -209,7 +201,6 @@ class _Connection(asyncio.Protocol):
         self.pool.live.discard(self)
         self.pool.parsing.run()  # what came before the close is parsed first
         if self.waiter is None or self.waiter.done():
-            self._stop_timer()  # (a drain's bound)
             return
         if self.status and not self.delimited and not self.complete:
             self._finish(False)  # a body delimited by the close has ended
@@ -287,41 +278,6 @@ class _Connection(asyncio.Protocol):
             self.abort()
         if waiter is not None and not waiter.done():
             waiter.set_result((status, body))
-
-    def _release(self) -> None:
-        """The stream ended at [DONE] but its body did not: the request ends now (its record,
-        its timing, the session's next round); the connection reads the body's end in the
-        background, back to the pool once whole, dropped past ``AFTER_DONE_MAX_BYTES`` or
-        the drain bound (docs/wire-protocols.md, "HTTP framing")."""
-        waiter = self.waiter
-        self._stop_timer()
-        self.draining, self.drained = True, 0
-        self.pieces.clear()
-        self.timer = self.pool.loop.call_later(self.pool.idle_s or DRAIN_S, self.abort)
-        if waiter is not None and not waiter.done():
-            waiter.set_result((self.status, b""))
-
-    def _drain(self, data: bytes) -> None:
-        """A read after the request ended at [DONE]: parsed only for the body's end."""
-        self.drained += len(data)
-        try:
-            self.parser.feed_data(data)
-        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
-            self.abort()
-            return
-        self.pieces.clear()
-        if self.complete:
-            self._stop_timer()
-            self.draining = False
-            keep = self.keep
-            self._clear()
-            self.served += 1
-            if keep and not self.closed:
-                self.pool.idle.append(self)
-            else:
-                self.abort()
-        elif self.drained > AFTER_DONE_MAX_BYTES:
-            self.abort()
 
     def _fail(self, exc: BaseException) -> None:
         self.pool.parsing.run()  # reads that came before the failure count
@@ -423,9 +379,6 @@ class _ParseQueue:
                 elif state.done and not conn.delimited:  # type: ignore[union-attr]
                     # a body delimited by the close is whole at [DONE]
                     conn._finish(False)
-                elif state.done and not conn.complete:  # type: ignore[union-attr]
-                    # [DONE] before the body's end: the request ends here all the same
-                    conn._release()
             else:
                 conn._finish(conn.keep)
 

@@ -13,7 +13,6 @@ from typing import Any, NoReturn
 
 import aiohttp
 
-from workbench.backends.overrun import AFTER_DONE_MAX_BYTES, DRAIN_S
 from workbench.backends.stream import (
     ERROR_BODY_MAX,
     HEAD_MAX,
@@ -42,8 +41,6 @@ _CONNECT_TIMEOUT = getattr(aiohttp, "ConnectionTimeoutError", None)
 
 class AiohttpClient(ClientSettings):
     _session: aiohttp.ClientSession | None = None
-    #: bodies read on to their end after the request ended at [DONE] (see ``_drain``)
-    _drains: set[asyncio.Task[None]] | None = None
 
     async def open(self) -> None:
         trace = aiohttp.TraceConfig()
@@ -68,10 +65,6 @@ class AiohttpClient(ClientSettings):
         )
 
     async def close(self) -> None:
-        for task in list(self._drains or ()):
-            task.cancel()
-        if self._drains:
-            await asyncio.gather(*self._drains, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -128,8 +121,7 @@ class AiohttpClient(ClientSettings):
                 if not head_due.expired():
                     raise
                 raise IdleTimeoutError(f"no whole response head within {self.idle_s}s") from None
-            drain = False
-            try:
+            async with resp:
                 rec.http_status = resp.status
                 head = sum(len(k) + len(v) + 4 for k, v in resp.raw_headers)
                 if head > HEAD_MAX:  # as http1 refuses it (aiohttp bounds only each line)
@@ -158,31 +150,14 @@ class AiohttpClient(ClientSettings):
                                 # overrun, or the end: drop the connection, read no more
                                 resp.close()
                                 return 200, b""
-                            if state.done and not resp.content.is_eof():
-                                # [DONE] before the body's end: the request ends here, the
-                                # body's end is read on in the background (as in http1)
-                                drain = True
-                                return 200, b""
                 except (aiohttp.ClientError, TimeoutError):
                     if not state.done or state.error is not None:
                         raise
                     return 200, b""  # failed after [DONE]: what was measured stands
                 state.close(now())
                 return 200, b""
-            finally:
-                if drain:
-                    self._drain_later(resp)
-                else:
-                    resp.release()
         except Exception as exc:
             _translate(exc, rec, reused=sent.reused)
-
-    def _drain_later(self, resp: aiohttp.ClientResponse) -> None:
-        if self._drains is None:
-            self._drains = set()
-        task = asyncio.get_running_loop().create_task(_drain(resp, self.idle_s or DRAIN_S))
-        self._drains.add(task)
-        task.add_done_callback(self._drains.discard)
 
     async def get(self, url: str, timeout_s: float) -> tuple[int, bytes]:
         try:
@@ -193,23 +168,6 @@ class AiohttpClient(ClientSettings):
                 return resp.status, (await read_body(resp, ERROR_BODY_MAX, inflater)).data
         except Exception as exc:
             _translate(exc, None, reused=False)
-
-
-async def _drain(resp: aiohttp.ClientResponse, bound_s: float) -> None:
-    """Read a body on to its end after its request ended at [DONE], so its connection goes
-    back to the pool; dropped past ``AFTER_DONE_MAX_BYTES`` or ``bound_s``."""
-    try:
-        read = 0
-        async with asyncio.timeout(bound_s):
-            async for chunk in resp.content.iter_any():
-                read += len(chunk)
-                if read > AFTER_DONE_MAX_BYTES:
-                    resp.close()
-                    return
-    except (aiohttp.ClientError, TimeoutError, OSError):
-        resp.close()
-    finally:
-        resp.release()  # whole: back to the pool; closed: a no-op
 
 
 class _Sent:

@@ -22,9 +22,6 @@ EVENT_BYTES_FLOOR = 1 << 20
 EVENT_BYTES_PER_TOKEN = 32
 #: bytes read on after ``[DONE]`` (so the connection can go back to the pool) at most
 AFTER_DONE_MAX_BYTES = 64 * 1024
-#: how long a connection reads on for its body's end after [DONE] (the request has ended)
-#: when no stream idle timeout is set; past it (or the idle timeout) it is dropped
-DRAIN_S = 60.0
 
 
 def event_bytes_limit(prompt_tokens: int, max_tokens: int) -> int:
