@@ -43,12 +43,14 @@ def _ids(rng: random.Random, i: int) -> list[int]:
     return ids + [1000 + 7 * i + j for j in range(rng.randrange(1, 300))]
 
 
-def drive(knobs: dict[str, Any], seed: int, ids: bool = False) -> dict[str, Any]:
+def drive(knobs: dict[str, Any], seed: int, ids: bool = False,
+          implicit: bool = True) -> dict[str, Any]:
     """Requests arriving over the first steps, stepped to the end as ``Engine`` steps them:
     each step's plan (who, how many tokens, the cost inputs) and the cache after it, every
-    request's outcome and the cache's end state. ``ids``: prompts as token ids."""
+    request's outcome and the cache's end state. ``ids``: prompts as token ids;
+    ``implicit``: the scheduler's implicit decode (``Scheduler(implicit=...)``)."""
     rng = random.Random(seed)
-    sched = Scheduler(EngineConfig(**knobs))
+    sched = Scheduler(EngineConfig(**knobs), implicit=implicit)
     arrivals = sorted((rng.randrange(0, 300), i) for i in range(70))
     seqs = []
     steps: list[list[Any]] = []
