@@ -1,4 +1,5 @@
-"""Child processes that a test interrupts with SIGINT, as Ctrl-C in a terminal would.
+"""Child processes that a test interrupts (with SIGINT, as Ctrl-C in a terminal would, or
+SIGKILL) once their run has written records (``wait_for_lines``).
 
 A background job of a non-interactive shell (``make test &``, ``nohup``, some CI
 runners) starts with SIGINT ignored; every child inherits that, and Python keeps
@@ -12,8 +13,23 @@ ignored, when `.ci/run` ran as a background job).
 from __future__ import annotations
 
 import signal
+import subprocess
+import time
+from pathlib import Path
 
 
 def default_sigint() -> None:
     """``preexec_fn``: SIGINT back to its default in the child, before it execs."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def wait_for_lines(path: Path, n: int, proc: subprocess.Popen, timeout_s: float = 60) -> None:
+    """Until ``path`` has ``n`` complete lines (a run's records appearing; bounded in
+    time, and fails if the process ended first)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if path.exists() and path.read_bytes().count(b"\n") >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never had {n} lines")

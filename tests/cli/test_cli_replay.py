@@ -4,10 +4,9 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from interrupt import default_sigint
+from interrupt import default_sigint, wait_for_lines
 
 from workbench.data import path as data_path
 
@@ -50,11 +49,7 @@ def test_replay_cli_writes_a_run_directory(tmp_path):
 def test_ctrl_c_keeps_finished_records_and_says_cancelled(tmp_path):
     proc = _replay(tmp_path, "--run-id", "r2")
     records = Path(tmp_path, "r2", "records.jsonl")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if records.exists() and records.read_text().count("\n") >= 3:
-            break
-        time.sleep(0.05)
+    wait_for_lines(records, 3, proc)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -83,16 +78,9 @@ def test_a_hard_kill_loses_no_finished_record(tmp_path):
     """A SIGKILL mid-run leaves only complete JSON lines, every one seen before the kill."""
     proc = _replay(tmp_path, "--run-id", "r4")
     records = Path(tmp_path, "r4", "records.jsonl")
-    deadline = time.monotonic() + 60
-    seen = 0
-    while time.monotonic() < deadline:
-        if records.exists():
-            seen = records.read_text().count("\n")
-            if seen >= 3:
-                break
-        time.sleep(0.02)
+    wait_for_lines(records, 3, proc)
     proc.kill()
     proc.communicate(timeout=30)
     lines = records.read_text().splitlines()
-    assert len(lines) >= seen >= 3
+    assert len(lines) >= 3
     assert all(json.loads(line)["status"] == "ok" for line in lines)

@@ -4,10 +4,8 @@ import asyncio
 import base64
 import json
 import logging
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import orjson
@@ -25,7 +23,6 @@ from workbench.report.render import render_report
 from workbench.sim.server import serve_sim
 
 SESSIONS = str(data_path("tracelab/multi_session_example.csv"))
-LARGE = str(data_path("tracelab/multi_session_large.csv"))
 KEY = "sk-test-0123456789abcdefSECRET"
 URL_PASSWORD = "urlpass-S3CRET-987"
 
@@ -114,38 +111,6 @@ def test_table_html_escapes_cells_labels_and_caption():
     html = tables.show(df, caption=f"Run {evil}").html()
     assert evil not in html
     assert html.count("&lt;img src=x onerror=alert(1)&gt;") == 4
-
-
-def test_report_of_a_killed_run_says_incomplete_and_escapes_its_id(tmp_path):
-    """A real replay killed with SIGKILL, then ``workbench report`` on what it left."""
-    run_id = "<img src=x onerror=alert(1)>"
-    out = tmp_path / "runs"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "workbench", "replay", "--trace", LARGE, "--target", "sim",
-         "--no-progress", "-o", str(out), "--run-id", run_id],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    records = out / run_id / "records.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        if records.exists() and records.read_bytes().count(b"\n") >= 3:
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=30)
-    assert json.loads((out / run_id / "manifest.json").read_text())["status"] == "running"
-    rep = subprocess.run(
-        [sys.executable, "-m", "workbench", "report", str(out / run_id), "-o",
-         str(tmp_path / "reports")], capture_output=True, text=True, timeout=600,
-    )
-    assert rep.returncode == 0, rep.stderr
-    assert "INCOMPLETE: the run was killed" in rep.stderr
-    html = (tmp_path / "reports" / run_id / "report.html").read_text()
-    assert "INCOMPLETE: the run was killed" in html
-    assert "<img src=x onerror" not in html
-    assert "&lt;img src=x onerror=alert(1)&gt;" in html
-    index = (tmp_path / "reports" / "index.html").read_text()
-    assert "<img src=x onerror" not in index
 
 
 def test_a_record_line_is_redacted_however_many_numbers_surround_the_secret():

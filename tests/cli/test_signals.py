@@ -10,23 +10,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from interrupt import default_sigint
+from interrupt import default_sigint, wait_for_lines
 
 from workbench.data import path as data_path
 from workbench.errors import ExitCode
 
 LARGE = str(data_path("tracelab/multi_session_large.csv"))
-
-
-def _wait_for_lines(path: Path, n: int, proc: subprocess.Popen, timeout_s: float = 60) -> None:
-    """Until ``path`` has ``n`` complete lines (bounded in time; fails if the run ended)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()
-        if path.exists() and path.read_bytes().count(b"\n") >= n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{path} never had {n} lines")
 
 
 def _replay(out: Path, run_id: str) -> subprocess.Popen:
@@ -46,7 +35,7 @@ def test_sigterm_saves_the_run_as_cancelled(tmp_path, sig):
     killed the process where it stood: manifest ``running``, no summary, no Parquet)."""
     proc = _replay(tmp_path, "term")
     run = tmp_path / "term"
-    _wait_for_lines(run / "records.jsonl", 5, proc)
+    wait_for_lines(run / "records.jsonl", 5, proc)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == ExitCode.CANCELLED, err
@@ -67,7 +56,7 @@ def test_sigint_and_sigterm_end_the_same_way(tmp_path):
     seen = []
     for sig, name in ((signal.SIGINT, "int"), (signal.SIGTERM, "term")):
         proc = _replay(tmp_path, name)
-        _wait_for_lines(tmp_path / name / "records.jsonl", 3, proc)
+        wait_for_lines(tmp_path / name / "records.jsonl", 3, proc)
         proc.send_signal(sig)
         proc.communicate(timeout=60)
         manifest = json.loads((tmp_path / name / "manifest.json").read_text())
@@ -108,7 +97,7 @@ def test_sigint_prints_the_headline_of_what_was_saved(tmp_path):
     """A stopped replay prints the headline a finished one prints, marked INCOMPLETE
     (cancelled), its run directory, then the one line and exit 130."""
     proc = _replay(tmp_path, "head")
-    _wait_for_lines(tmp_path / "head" / "records.jsonl", 3, proc)
+    wait_for_lines(tmp_path / "head" / "records.jsonl", 3, proc)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == ExitCode.CANCELLED, err

@@ -67,20 +67,6 @@ def build_params(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     return notebook, params
 
 
-def _warn_incomplete(run_dirs: list[str]) -> None:
-    """Say on stderr, too, when a run did not complete (the report's status row says so)."""
-    from workbench.report.tables import run_status_note
-    from workbench.storage.rundir import read_manifest, running_note
-
-    for d in run_dirs:
-        manifest = read_manifest(d)  # none, or unreadable: no status, nothing to say
-        status = manifest.status
-        # "running": still running, or left so by a process that died (its pid is gone)
-        note = running_note(manifest) or run_status_note(status)
-        if note and status != "completed":
-            print(f"workbench report: {d}: {note}", file=sys.stderr)
-
-
 def run(args: argparse.Namespace) -> int:
     notebook, params = build_params(args)  # bad run dirs fail before papermill is imported
 
@@ -89,8 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from workbench.report.render import render_report
 
     run_dirs = [params["run_dir"]] if "run_dir" in params else params.get("run_dirs", [])
-    damaged = _damage(run_dirs)  # a damaged manifest or line: exit 2, nothing rendered
-    _warn_incomplete(run_dirs)
+    partial = _not_whole(run_dirs)  # a damaged manifest or line: exit 2, nothing rendered
     try:
         html = render_report(notebook, params, args.out_dir, show_code=args.show_code)
     except PapermillExecutionError as exc:
@@ -98,20 +83,28 @@ def run(args: argparse.Namespace) -> int:
               f"the partial report (code shown) is under {args.out_dir}", file=sys.stderr)
         return 1
     print_report(html)
-    return ExitCode.FAILED if damaged else ExitCode.COMPLETED
+    return ExitCode.FAILED if partial else ExitCode.COMPLETED
 
 
-def _damage(run_dirs: list[str]) -> bool:
-    """Say on stderr what of each run directory was damaged (the report's first lines say
-    it too) and whether any was (exit code 1: docs/run-directory.md)."""
-    from workbench.storage.rundir import run_damage
+def _not_whole(run_dirs: list[str]) -> bool:
+    """Say on stderr what of each run directory was damaged and how a run that did not
+    complete ended (killed, cancelled, failed, partial, still running), as the report's
+    first lines say it, and whether any run was so: the report is then rendered, but not
+    from a whole run (exit code 1: docs/run-directory.md, "Reading a run that is not
+    whole")."""
+    from workbench.report.tables import run_end_note
+    from workbench.storage.rundir import read_manifest, run_damage
 
-    damaged = False
+    partial = False
     for d in run_dirs:
         for note in run_damage(d):
             print(f"workbench report: DAMAGED: {Path(d) / note}", file=sys.stderr)
-            damaged = True
-    return damaged
+            partial = True
+        ended = run_end_note(read_manifest(d))  # read whole by run_damage just now
+        if ended:
+            print(f"workbench report: {d}: {ended}", file=sys.stderr)
+            partial = True
+    return partial
 
 
 def print_report(html: Path) -> None:

@@ -25,7 +25,7 @@ from workbench.metrics.wording import (
 )
 from workbench.metrics.wording import sig as sig
 from workbench.records import RunManifest
-from workbench.storage.rundir import read_manifest
+from workbench.storage.rundir import killed, read_manifest
 
 if TYPE_CHECKING:  # the sweep sentences import ``workbench.sweeps`` where they use it: a
     # run's headline, a command's last line, does not (bench/README.md, "CLI start-up")
@@ -128,8 +128,11 @@ def _prefix(summary: Mapping[str, Any]) -> str | None:
 
 
 def run_headline(summary: Mapping[str, Any], manifest: RunManifest | None = None) -> str:
-    """One line for a run (docs/metrics.md, "Headline")."""
+    """One line for a run (docs/metrics.md, "Headline"); a manifest left ``running`` by a
+    process that is gone says ``INCOMPLETE (killed)``."""
     status = summary.get("run_status")
+    if status == "running" and manifest is not None and killed(manifest):
+        status = "killed"
     whole = summary.get("response_mode") is not None  # non-streaming: TTFT = E2E, no TPOT
     parts: list[str | None] = [
         f"INCOMPLETE ({status})" if status not in (None, "completed") else None,

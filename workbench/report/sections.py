@@ -71,7 +71,7 @@ class RunReport:
         warm = (self.summary.get("warm_cache") or {}).get("warning")
         return Headline([run_headline(self.summary, self.manifest),
                          *(f"DAMAGED: {note}" for note in self.damage),
-                         (tables.run_status_note(status) or "") if status != "completed" else "",
+                         tables.run_end_note(self.manifest, status) or "",
                          f"WARNING: {warm}" if warm else ""])
 
     @cached_property

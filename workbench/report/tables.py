@@ -25,6 +25,7 @@ from workbench.metrics.distribution import QS
 from workbench.metrics.summary import CLIENT_CPU_BOUND, CLIENT_LAG_P99_MS
 from workbench.metrics.wording import sig
 from workbench.records import RunManifest
+from workbench.storage.rundir import running_note
 
 TABLE_MIME = "application/vnd.workbench.table+json"
 LATENCY_METRICS: tuple[str, ...] = catalog.LATENCY
@@ -112,6 +113,16 @@ def run_status_note(status: Any) -> str | None:
     if status is None:
         return None
     return RUN_STATUS_NOTES.get(str(status), f"INCOMPLETE: status {status!r}")
+
+
+def run_end_note(manifest: RunManifest, status: Any = None) -> str | None:
+    """How a run that did not complete ended (``status``: the manifest's unless given),
+    as the report's first screen and ``workbench report``'s stderr say it: a killed run's
+    names its process (``rundir.running_note``); None for a completed run or no status."""
+    status = manifest.status if status is None else status
+    if status in (None, "completed"):
+        return None
+    return running_note(manifest) or run_status_note(status)
 
 
 def run_table(data: Any) -> pd.DataFrame:

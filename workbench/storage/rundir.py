@@ -510,19 +510,37 @@ def _alive(pid: int, start: int | None) -> bool:
     return start is None or _pid_start(pid) in (None, start)
 
 
-def running_note(manifest: RunManifest) -> str | None:
-    """For a ``running`` manifest of this host: whether its process still runs or died
-    leaving it so; None otherwise."""
+def _running_here(manifest: RunManifest) -> tuple[int, bool] | None:
+    """A ``running`` manifest of this host: its process's pid and whether it still runs
+    (a pid reused since is not the run's: ``pid_start``); None otherwise."""
     host = manifest.host
     if manifest.status != "running" or not isinstance(host, dict):
         return None
-    pid, name = host.get("pid"), host.get("hostname")
-    if not isinstance(pid, int) or name != socket.gethostname():
+    pid = host.get("pid")
+    if not isinstance(pid, int) or host.get("hostname") != socket.gethostname():
         return None
-    if _alive(pid, host.get("pid_start")):
+    return pid, _alive(pid, host.get("pid_start"))
+
+
+def killed(manifest: RunManifest) -> bool:
+    """The manifest was left ``running`` by a process of this host that is gone: the run
+    was killed (SIGKILL, the OOM killer, a power cut) before it could say how it ended."""
+    here = _running_here(manifest)
+    return here is not None and not here[1]
+
+
+def running_note(manifest: RunManifest) -> str | None:
+    """For a ``running`` manifest of this host: whether its process still runs or died
+    leaving it so; None otherwise."""
+    here = _running_here(manifest)
+    if here is None:
+        return None
+    pid, alive = here
+    if alive:
         return f"still running (process {pid})"
-    return (f"INCOMPLETE: the run was killed (left 'running' by process {pid} on {name}, "
-            "which is no longer alive); its records up to then are on disk, it has no summary")
+    return (f"INCOMPLETE: the run was killed (left 'running' by process {pid} on "
+            f"{manifest.host['hostname']}, which is no longer alive); its records up to then "
+            "are on disk, it has no summary")
 
 
 def warn_stale_runs(root: str | Path, skip: str | None = None) -> list[str]:
