@@ -6,13 +6,14 @@ event-loop policy, no global RNG.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
+
+from workbench.lazy import LazyNames
 
 __version__ = "0.1.0"
 
 #: each public name and the module it is imported from on first use
-_PUBLIC = {name: module for module, names in (
+_LAZY = LazyNames(__name__, globals(), (
     ("workbench.config", "RunConfig available"),
     ("workbench.traces.load", "load_trace detect_format"),
     ("workbench.workloads.trace_stats", "trace_stats"),
@@ -32,19 +33,14 @@ _PUBLIC = {name: module for module, names in (
     ("workbench.ui.widgets", "panel"),
     ("workbench.report.render", "render_report"),
     ("workbench.errors", "TraceFormatError ConfigError WorkbenchError"),
-) for name in names.split()}
+))
 
-__all__ = [*sorted(_PUBLIC), "__version__"]
+__all__ = [*sorted(_LAZY.modules), "__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'workbench' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return _LAZY.get(name)
 
 
 def __dir__() -> list[str]:
-    return __all__
+    return _LAZY.dir()

@@ -13,8 +13,9 @@ frames need (a virtual run's summary is read from ``records.parquet``; bench/REA
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from workbench.lazy import LazyNames
 
 if TYPE_CHECKING:
     from workbench.metrics.breakdown import (
@@ -43,13 +44,13 @@ if TYPE_CHECKING:
     )
 
 #: each public name and the module it is imported from on first use
-_PUBLIC = {name: module for module, names in (
+_LAZY = LazyNames(__name__, globals(), (
     ("workbench.metrics.breakdown",
      "by_input_band by_round_index per_session percentiles steady_window"),
     ("workbench.metrics.frame", "COLUMNS DERIVED_COLUMNS as_records run_rows to_frame"),
     ("workbench.metrics.summary", "describe server_window_hit_rate summarize summary_of"),
     ("workbench.metrics.timeline", "in_flight_timeline throughput_timeline"),
-) for name in names.split()}
+))
 
 __all__ = [
     "COLUMNS",
@@ -72,13 +73,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'workbench.metrics' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return _LAZY.get(name)
 
 
 def __dir__() -> list[str]:
-    return sorted({*__all__, *globals()})
+    return _LAZY.dir()
