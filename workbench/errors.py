@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno as _errno
 import os
 import signal
+from typing import IO
 
 #: the errnos of a write that failed for want of room or a working disk (not of a path)
 WRITE_ERRNOS = frozenset(
@@ -66,6 +67,23 @@ class OutputWriteError(WorkbenchError):
     def __reduce__(self) -> tuple[type, tuple[str, OSError]]:
         # pickled whole: a sweep's or plan's point process raises it to its parent
         return (type(self), (self.path, OSError(self.errno, self.reason)))
+
+
+#: how much of a child process's stderr an error quotes (its last characters)
+STDERR_TAIL = 2000
+
+
+def stderr_tail(fh: IO[bytes] | None, limit: int = STDERR_TAIL) -> str:
+    """The last ``limit`` characters a child process wrote to ``fh`` (the temporary file
+    its stderr went to), for the error that says why it failed; "" when there is no such
+    file or it cannot be read (closed already)."""
+    if fh is None:
+        return ""
+    try:
+        fh.seek(0)
+        return fh.read().decode("utf-8", "replace")[-limit:].strip()
+    except (OSError, ValueError):  # ValueError: closed
+        return ""
 
 
 #: every signal a user can send whose default would kill the process where it stands: each

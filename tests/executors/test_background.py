@@ -7,6 +7,7 @@ from pathlib import Path
 
 from workbench.config import RunConfig
 from workbench.data import path as data_path
+from workbench.errors import stderr_tail
 from workbench.executors.background import BackgroundRun, Snapshot, SnapshotBox
 
 DEMO = str(data_path("tracelab/multi_session_example.csv"))
@@ -81,7 +82,7 @@ def test_the_process_exits_with_status_0_after_a_run_while_its_stdin_is_still_op
     assert snap.phase == "done"
     assert job.proc is not None and job.proc.wait(timeout=30) == 0
     assert job.returncode == 0
-    assert "Fatal Python error" not in job._stderr_tail()
+    assert "Fatal Python error" not in stderr_tail(job._stderr)
     job.result()
 
 
@@ -96,4 +97,4 @@ def test_the_process_exits_with_status_0_after_a_stop() -> None:
     snap = job.wait(120)
     assert snap.phase == "cancelled"
     assert job.proc is not None and job.proc.wait(timeout=30) == 0 and job.returncode == 0
-    assert "Fatal Python error" not in job._stderr_tail()
+    assert "Fatal Python error" not in stderr_tail(job._stderr)

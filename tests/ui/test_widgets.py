@@ -14,7 +14,7 @@ import pytest
 
 from workbench.config import RunConfig, available
 from workbench.data import path as data_path
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, stderr_tail
 from workbench.ui.controls import OWN_FILE
 from workbench.ui.widgets import POLICY_DEFAULT, panel, what_if
 
@@ -390,7 +390,7 @@ async def test_the_panels_measurement_is_not_disturbed_by_its_redraws(
     except TimeoutError:
         job = p.job
         raise AssertionError(f"no result: {p.status_text!r}, {job and job.snapshot()}, "
-                             f"{redraws}, {job and job._stderr_tail()}") from None
+                             f"{redraws}, {job and stderr_tail(job._stderr)}") from None
     assert result is not None and p.error is None
     assert len([r for r in result.records if r.status == "ok"]) == 303
     # the sections redrew while it ran, more than once (how often depends on the host's

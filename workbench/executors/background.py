@@ -22,14 +22,13 @@ from typing import IO, Any
 
 from workbench import redact
 from workbench.config import RunConfig
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, stderr_tail
 from workbench.records import RequestRecord, RunResult
 from workbench.replay.prepare import new_run_id, run_on_fast_loop
 from workbench.storage.rundir import TIMELINE, load, loads_line, read_jsonl, read_manifest
 
 PROGRESS_EVERY_S = 0.1
 TERMINAL = ("done", "failed", "cancelled")
-STDERR_TAIL = 2000
 
 
 class BackgroundRunError(WorkbenchError):
@@ -162,7 +161,7 @@ class BackgroundRun:
                 self._apply(msg)
         code = self.returncode = self.proc.wait()
         if not self.box.read().finished:
-            tail = self._stderr_tail()
+            tail = stderr_tail(self._stderr)
             self.box.update(phase="failed", error_kind="ProcessExit",
                             error=f"the replay process exited ({code}) without a result"
                                   + (f": {tail}" if tail else ""))
@@ -184,15 +183,6 @@ class BackgroundRun:
             err = msg["error"]
             self.box.update(phase="failed", error=str(err.get("message")),
                             error_kind=str(err.get("kind") or ""))
-
-    def _stderr_tail(self) -> str:
-        if self._stderr is None:
-            return ""
-        try:
-            self._stderr.seek(0)
-            return self._stderr.read().decode("utf-8", "replace")[-STDERR_TAIL:].strip()
-        except (OSError, ValueError):
-            return ""
 
     def records(self) -> RecordTail:
         """A reader of the records this run has written so far (kernel side)."""

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, stderr_tail
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +40,6 @@ class SimProcess:
     base_url: str
     pid: int
     config: dict[str, Any] = field(default_factory=dict)
-
-
-def _stderr_tail(fh: Any, limit: int = 2000) -> str:
-    try:
-        fh.seek(0)
-        return fh.read().decode("utf-8", "replace")[-limit:].strip()
-    except OSError:
-        return ""
 
 
 async def _wait_health(base_url: str, proc: asyncio.subprocess.Process, deadline: float) -> None:
@@ -111,7 +103,7 @@ async def serve_sim_process(
                 line = b""
             if not line:
                 raise SimProcessError("the embedded engine's process did not start: "
-                                      f"{_stderr_tail(err_fh) or 'no output'}")
+                                      f"{stderr_tail(err_fh) or 'no output'}")
             ready = json.loads(line)
             await _wait_health(ready["base_url"], proc, deadline)
             log.info("embedded engine (pid %d) on %s", proc.pid, ready["base_url"])
