@@ -200,7 +200,7 @@ def test_apart_steps_are_the_same_with_and_without_implicit_decode(name: str) ->
     assert prefill and all(s[3] == 0 for s in prefill)  # no decode in a prefill batch
     assert any(s[1] and not s[0] and s[3] > 1 for s in fast["steps"])  # implicit-only decodes
     if name == "preempting":
-        assert "preemptions=0" not in fast["counters"]
+        assert fast["counters"]["preemptions"] > 0
 
 
 def replay(engine: dict[str, Any]) -> list[Any]:

@@ -6,6 +6,7 @@ it, and both sides print what they saw."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from array import array
@@ -29,7 +30,7 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 
-def _prompt(rng: random.Random, i: int) -> Segments:
+def prompt(rng: random.Random, i: int) -> Segments:
     """Leading hash-id blocks shared with other prompts, then the request's own tokens."""
     parts = [(BLOCK, k, 0, 16) for k in range(rng.randrange(0, 12))]
     parts.append((UNIT, i, 0, rng.randrange(1, 300)))
@@ -37,35 +38,45 @@ def _prompt(rng: random.Random, i: int) -> Segments:
 
 
 def _ids(rng: random.Random, i: int) -> list[int]:
-    """``_prompt`` as token ids: its keys hashed from the tokens, output blocks as they fill
+    """``prompt`` as token ids: its keys hashed from the tokens, output blocks as they fill
     (``Sequence.ensure_hashes``), not keyed from parts."""
     ids = [t for k in range(rng.randrange(0, 12)) for t in range(16 * k, 16 * k + 16)]
     return ids + [1000 + 7 * i + j for j in range(rng.randrange(1, 300))]
 
 
-def drive(knobs: dict[str, Any], seed: int, ids: bool = False,
-          implicit: bool = True) -> dict[str, Any]:
+def drive(knobs: dict[str, Any], seed: int, ids: bool = False, implicit: bool = True, *,
+          watch_at: int = -1, abort_at: int = -1) -> dict[str, Any]:
     """Requests arriving over the first steps, stepped to the end as ``Engine`` steps them:
     each step's plan (who, how many tokens, the cost inputs) and the cache after it, every
-    request's outcome and the cache's end state. ``ids``: prompts as token ids;
-    ``implicit``: the scheduler's implicit decode (``Scheduler(implicit=...)``)."""
+    request's outcome, the counters and the cache's end state. ``ids``: prompts as token
+    ids; ``implicit``: the scheduler's implicit decode (``Scheduler(implicit=...)``); at
+    step ``watch_at`` a stream starts on a running request, at ``abort_at`` a client goes
+    away (``events`` says which request, if one was running)."""
     rng = random.Random(seed)
     sched = Scheduler(EngineConfig(**knobs), implicit=implicit)
     arrivals = sorted((rng.randrange(0, 300), i) for i in range(70))
     seqs = []
     steps: list[list[Any]] = []
+    events: list[tuple[int, str, str]] = []
     t = step = 0
-    while (arrivals or sched.has_work()) and step < 50_000:
+    while (arrivals or sched.has_work()) and step < 100_000:
         while arrivals and arrivals[0][0] <= step:
             _, i = arrivals.pop(0)
-            prompt = _ids(rng, i) if ids else _prompt(rng, i)
-            seq = sched.new_sequence(f"r{i}", prompt, rng.randrange(1, 90), t)
+            tokens = _ids(rng, i) if ids else prompt(rng, i)
+            seq = sched.new_sequence(f"r{i}", tokens, rng.randrange(1, 90), t)
             sched.add(seq)
             seqs.append(seq)
         plan = sched.schedule()
         while not (plan.scheduled or plan.implicit) and plan.preempted and sched.has_work():
             plan = sched.schedule()
         if plan.scheduled or plan.implicit:
+            if step == watch_at and sched.running:  # a stream starts mid-step
+                watched = sched.running[len(sched.running) // 2]
+                sched.watch(watched)
+                events.append((step, "watch", watched.request_id))
+            if step == abort_at and sched.running:  # a client goes away mid-step
+                events.append((step, "abort", sched.running[0].request_id))
+                sched.abort(sched.running[0], t)
             t += 1000 + plan.kv_tokens % 97
             steps.append([[(s.request_id, s.step_tokens) for s in plan.scheduled],
                           plan.implicit, plan.prefill_tokens, plan.decode_seqs, plan.kv_tokens,
@@ -79,8 +90,9 @@ def drive(knobs: dict[str, Any], seed: int, ids: bool = False,
         "steps": steps,
         "requests": [(s.request_id, s.token_ns, s.cached_tokens, s.host_tokens, s.preemptions,
                       s.finish_ns, s.finish_reason, s.num_out) for s in seqs],
-        "counters": repr(sched.counters),
+        "counters": dataclasses.asdict(sched.counters),
         "kv": (sorted(sched.kv.index().items()), sched.kv.lru_order()),
+        "events": events,
     }
 
 
@@ -110,7 +122,7 @@ def test_compiled_and_python_engines_alike_on_token_id_prompts(name: str) -> Non
 
 def test_the_cases_reach_preemption_eviction_and_the_host_tier() -> None:
     runs = {name: drive(knobs, 7) for name, knobs in CASES.items()}
-    assert "preemptions=0" not in runs["preempting"]["counters"]
+    assert runs["preempting"]["counters"]["preemptions"] > 0
     assert any(s[10] for s in runs["preempting"]["steps"])  # evictions
     assert any(s[7] for s in runs["host-tier"]["steps"])  # KV brought back from the host
 

@@ -9,89 +9,42 @@ from typing import Any
 
 import pytest
 
-from workbench.segments import BLOCK, UNIT, Segments
+from tests.sim.test_sim_compiled_twin import CASES, drive, prompt
 from workbench.sim.config import EngineConfig
 from workbench.sim.decoders import NEVER
 from workbench.sim.scheduler import Scheduler, Sequence
 
 
-def _prompt(rng: random.Random, i: int) -> Segments:
-    """A prompt sharing a leading run of hash-id blocks with others, then its own tokens."""
-    shared = rng.randrange(0, 12)
-    parts = [(BLOCK, k, 0, 16) for k in range(shared)]
-    parts.append((UNIT, i, 0, rng.randrange(1, 300)))
-    return Segments(parts)
+def assert_same_schedule(implicit: dict[str, Any], explicit: dict[str, Any]) -> None:
+    """Two ``drive`` runs alike in every field but who each step scheduled explicitly and
+    how many decoders it advanced implicitly (what implicit decode changes)."""
+    assert [s[2:] for s in implicit["steps"]] == [s[2:] for s in explicit["steps"]]
+    assert {k: v for k, v in implicit.items() if k != "steps"} == (
+        {k: v for k, v in explicit.items() if k != "steps"})
 
 
-def _drive(implicit: bool, cfg: EngineConfig, seed: int, *, watch_at: int = -1,
-           abort_at: int = -1, seen: list[int] | None = None) -> dict[str, Any]:
-    """Requests arriving over the first steps, driven to the end as ``Engine`` steps them;
-    every step's cost inputs, every request's outcome and the cache's end state."""
-    rng = random.Random(seed)
-    sched = Scheduler(cfg, implicit=implicit)
-    arrivals = sorted((rng.randrange(0, 400), i) for i in range(60))
-    seqs: list[Sequence] = []
-    steps: list[tuple[int, ...]] = []
-    t, step = 0, 0
-    while (arrivals or sched.has_work()) and step < 100_000:
-        while arrivals and arrivals[0][0] <= step:
-            _, i = arrivals.pop(0)
-            seq = sched.new_sequence(f"r{i}", _prompt(rng, i), rng.randrange(1, 90), t)
-            sched.add(seq)
-            seqs.append(seq)
-        plan = sched.schedule()
-        while not (plan.scheduled or plan.implicit) and plan.preempted and sched.has_work():
-            plan = sched.schedule()
-        if plan.scheduled or plan.implicit:
-            if step == watch_at and sched.running:  # a stream starts mid-step
-                sched.watch(sched.running[len(sched.running) // 2])
-            if step == abort_at and sched.running:  # a client goes away mid-step
-                sched.abort(sched.running[0], t)
-            if seen is not None:
-                seen.append(plan.implicit)
-            steps.append((plan.prefill_tokens, plan.decode_seqs, plan.kv_tokens,
-                          plan.preempted, plan.prefill_attn))
-            t += 1000 + plan.kv_tokens % 97
-            sched.complete(plan, t)
-        step += 1
-    assert not sched.has_work()
-    return {
-        "steps": steps,
-        "requests": [(s.request_id, s.token_ns, s.cached_tokens, s.preemptions, s.finish_ns,
-                      s.finish_reason, s.num_out) for s in seqs],
-        "counters": sched.counters,
-        "kv": (sched.kv.num_free, sched.kv.cached_blocks(), sched.kv.evictions,
-               sorted(sched.kv.index()), sched.kv.lru_order()),
-    }
-
-
-@pytest.mark.parametrize(("knobs", "seed"), [
-    ({"num_blocks": 4000}, 1),  # roomy: hits, no preemption
-    ({"num_blocks": 80, "max_num_seqs": 24, "max_num_batched_tokens": 512}, 2),  # preempts
-    ({"num_blocks": 500, "max_num_seqs": 40, "max_num_batched_tokens": 30}, 3),  # budget < seqs
-    ({"num_blocks": 800, "enable_prefix_caching": False}, 4),
-])
-def test_implicit_decode_makes_the_explicit_schedule(knobs: dict[str, Any], seed: int) -> None:
-    cfg = EngineConfig(**knobs)
-    explicit = _drive(False, cfg, seed)
-    assert _drive(True, cfg, seed) == explicit
-    assert explicit["counters"].generation_tokens == sum(r[6] for r in explicit["requests"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_implicit_decode_makes_the_explicit_schedule(name: str) -> None:
+    explicit = drive(CASES[name], 3, implicit=False)
+    assert_same_schedule(drive(CASES[name], 3), explicit)
+    num_out = [r[-1] for r in explicit["requests"]]
+    assert explicit["counters"]["generation_tokens"] == sum(num_out)
 
 
 def test_the_cases_reach_preemption_and_implicit_steps() -> None:
     """The tight case really preempts, and implicit steps really happen (else the
     comparisons above prove little)."""
-    cfg = EngineConfig(num_blocks=80, max_num_seqs=24, max_num_batched_tokens=512)
-    assert _drive(True, cfg, 2)["counters"].preemptions > 0
-    implicit: list[int] = []
-    _drive(True, EngineConfig(num_blocks=4000), 1, seen=implicit)
+    assert drive(CASES["preempting"], 3)["counters"]["preemptions"] > 0
+    implicit = [s[1] for s in drive(CASES["roomy"], 3)["steps"]]  # implicit decoders a step
     assert sum(n > 0 for n in implicit) > len(implicit) // 2
 
 
 def test_a_watched_or_aborted_request_mid_step_keeps_the_schedule() -> None:
-    cfg = EngineConfig(num_blocks=1500)
+    knobs = {"num_blocks": 1500}
     for kw in ({"watch_at": 150}, {"abort_at": 150}, {"watch_at": 90, "abort_at": 200}):
-        assert _drive(True, cfg, 5, **kw) == _drive(False, cfg, 5, **kw)
+        got = drive(knobs, 5, **kw)
+        assert len(got["events"]) == len(kw)  # each found a running request to act on
+        assert_same_schedule(got, drive(knobs, 5, implicit=False, **kw))
 
 
 async def _consume(req: Any, how: str, abort_s: float) -> list[int]:
@@ -187,7 +140,7 @@ def test_no_finished_request_is_held_by_stale_events() -> None:
     rng = random.Random(3)
     sched = Scheduler(cfg)
     for i in range(30):
-        sched.add(sched.new_sequence(f"r{i}", _prompt(rng, i), rng.randrange(20, 60), 0))
+        sched.add(sched.new_sequence(f"r{i}", prompt(rng, i), rng.randrange(20, 60), 0))
     t = 0
     for _ in range(10_000):
         if not sched.has_work():
