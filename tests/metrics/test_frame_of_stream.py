@@ -9,20 +9,14 @@ import dataclasses
 import numpy as np
 import orjson
 
-from workbench.data import path as data_path
-from workbench.executors.virtual import simulate
 from workbench.metrics import summarize
 from workbench.metrics.frame import DERIVED_COLUMNS, LIST_COLUMNS, frame_of_stream, to_frame
 from workbench.records import RequestRecord, RunResult
 
-TRACE = str(data_path("tracelab/multi_session_example.csv"))
 
-
-def _records() -> tuple[RunResult, list[RequestRecord]]:
-    cfg = {"trace": TRACE, "context": "prefix-preserving",
-           "target": {"url": "sim", "engine": {"num_blocks": 512}}}  # fmt: skip
-    result = simulate(cfg)
-    recs = list(result.records)
+def _records(run: RunResult) -> list[RequestRecord]:
+    """A copy of ``run``'s records, edited."""
+    recs = list(run.records)
     assert len(recs) > 4 and any(len(r.token_times_ns) > 2 for r in recs)
     r0, r1, r2, r3 = recs[:4]
     # what a live stream may hold and a virtual run does not: an empty (0-token) event,
@@ -31,7 +25,7 @@ def _records() -> tuple[RunResult, list[RequestRecord]]:
     recs[1] = dataclasses.replace(r1, token_counts=[*r1.token_counts, 3])
     recs[2] = dataclasses.replace(r2, token_times_ns=[], token_counts=[])
     recs[3] = dataclasses.replace(r3, warmup=True)
-    return result, recs
+    return recs
 
 
 def _summary_bytes(result: RunResult, recs: list[RequestRecord], *, stream: bool) -> bytes:
@@ -42,13 +36,13 @@ def _summary_bytes(result: RunResult, recs: list[RequestRecord], *, stream: bool
     return orjson.dumps(summarize(run, frame=frame), option=orjson.OPT_SORT_KEYS)
 
 
-def test_summary_from_the_stream_is_the_in_memory_one() -> None:
-    result, recs = _records()
+def test_summary_from_the_stream_is_the_in_memory_one(tracelab_run: RunResult) -> None:
+    result, recs = tracelab_run, _records(tracelab_run)
     assert _summary_bytes(result, recs, stream=True) == _summary_bytes(result, recs, stream=False)
 
 
-def test_streamed_frame_derives_what_to_frame_derives() -> None:
-    _, recs = _records()
+def test_streamed_frame_derives_what_to_frame_derives(tracelab_run: RunResult) -> None:
+    recs = _records(tracelab_run)
     want, got = to_frame(recs), frame_of_stream(iter(recs))
     assert list(got.columns) == list(want.columns)
     for col in DERIVED_COLUMNS:

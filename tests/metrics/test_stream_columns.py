@@ -14,7 +14,6 @@ import orjson
 import pytest
 
 from workbench.data import path as data_path
-from workbench.executors.virtual import simulate
 from workbench.metrics import summarize
 from workbench.metrics.columns import _FROM_GAPS, Columns
 from workbench.metrics.frame import COLUMNS, FrameStream, frame_of_stream
@@ -24,11 +23,9 @@ from workbench.storage.columnar import EXTRA_INT_FIELDS
 TRACE = str(data_path("tracelab/multi_session_example.csv"))
 
 
-def _records() -> tuple[RunResult, list[RequestRecord]]:
-    cfg = {"trace": TRACE, "context": "prefix-preserving",
-           "target": {"url": "sim", "engine": {"num_blocks": 512}}}  # fmt: skip
-    result = simulate(cfg)
-    recs = list(result.records)
+def _records(run: RunResult) -> list[RequestRecord]:
+    """A copy of ``run``'s records, edited."""
+    recs = list(run.records)
     r = recs
     # what other runs hold: errors (absent times and counts), huge and absent values,
     # warm-up rows, worker fields in extra, a cancelled request, text with no status
@@ -40,7 +37,7 @@ def _records() -> tuple[RunResult, list[RequestRecord]]:
                                   extra={"worker": 1, "dp_rank": 0})  # fmt: skip
     recs[3] = dataclasses.replace(r[3], end_ns=2**60 + 3, server_request_id="s-3",
                                   finish_reason=None, status="cancelled")  # fmt: skip
-    return result, recs
+    return recs
 
 
 def _both(recs: list[RequestRecord]) -> tuple[Columns, Columns]:
@@ -55,8 +52,8 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 @pytest.mark.parametrize("edit", [False, True])
-def test_every_column_reads_as_the_frames(edit: bool) -> None:
-    result, recs = _records()
+def test_every_column_reads_as_the_frames(edit: bool, tracelab_run: RunResult) -> None:
+    result, recs = tracelab_run, _records(tracelab_run)
     if not edit:
         recs = list(result.records)
     got, want = _both(recs)
@@ -81,8 +78,8 @@ def test_every_column_reads_as_the_frames(edit: bool) -> None:
     assert _same(got.where(some).gaps(), want.where(some).gaps())
 
 
-def test_the_summary_over_it_is_the_in_memory_one() -> None:
-    result, recs = _records()
+def test_the_summary_over_it_is_the_in_memory_one(tracelab_run: RunResult) -> None:
+    result, recs = tracelab_run, _records(tracelab_run)
     run = RunResult(result.run_id, [], manifest=result.manifest, lifecycle=[],
                     metrics_timeline=result.metrics_timeline)  # fmt: skip
     stream = FrameStream()
