@@ -32,7 +32,7 @@ BOUNDS: dict[str, dict[str, float]] = {
     "azure-ai-benchmarking-guide_llama-3.1-70b_8xh100-fp8-tp8_trtllm-0.15-throughput":
         {"throughput": 1.04},
     "gpustack_qwen3-32b_1xa100-bf16-tp1_vllm-0.11.0-burst":
-        {"ttft": 0.06, "itl": 0.09, "throughput": 0.07},
+        {"ttft": 0.04, "itl": 0.01, "throughput": 0.06},
     "gpustack_qwen3-32b_1xh100-bf16-tp1_vllm-0.11.0-burst":
         {"ttft": 0.45, "itl": 0.37, "throughput": 0.79},
     "nemo-framework_llama-2-7b_h100-a100-tp1-8_trtllm-128in-20out":
@@ -78,7 +78,7 @@ BOUNDS: dict[str, dict[str, float]] = {
     "trtllm-perf-overview-v1.0_llama-3.1-8b-3.3-70b_h100-h200-fp8_max-throughput":
         {"throughput": 0.14},
     "tt-inference-server_qwen3-30b-a3b_1xa100_c1-sweep":
-        {"ttft": 0.35, "itl": 0.31},
+        {"ttft": 0.29, "itl": 0.31},
     "vllm-buildkite-9515_latency_h200_32in-128out-batch8":
         {"latency": 0.05},
 }
