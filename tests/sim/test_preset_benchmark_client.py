@@ -109,3 +109,42 @@ def test_vllm_serve_sets_its_budget_and_cap_by_gpu(preset: str, tokens: int,
     assert (own.max_num_batched_tokens, own.max_num_seqs) == (4096, 64)
     # without a preset the GPU is unknown: vllm's knobs
     assert EngineConfig.from_knobs(scheduler="vllm-serve") == EngineConfig()
+
+
+def test_perf_analyzer_keeps_the_first_three_windows_in_a_row_that_saw_an_end() -> None:
+    """perf_analyzer's result is the first ``stability_window`` (3) consecutive
+    measurement windows from the load's start in each of which a request ended; within
+    ``max_trials`` (10) windows, else none."""
+    from workbench.sim.presets.bench import stable_windows
+
+    w = 12
+    assert stable_windows([1, 13, 25], w) == (0, 36)
+    assert stable_windows([13, 14, 25, 37], w) == (12, 48)  # nothing ended in the first
+    assert stable_windows([13, 37, 61, 85], w) == (0, 0)  # never three in a row
+    assert stable_windows([13, 37, 61, 85, 97, 109], w) == (84, 120)
+    assert stable_windows([1, 13, 200], w) == (0, 0)  # past max_trials: not yet
+
+
+def test_genai_perf_tables_measure_their_start_up_round(tmp_path: Path) -> None:
+    """``# measurement: perf_analyzer`` replays a row through ``perf_analyzer_windows``:
+    every client sends at once at time 0 and the start-up round is measured, so under a
+    prefill-bound load the mean TTFT is above the steady state's; a value the line cannot
+    read is refused naming the table."""
+    from workbench.sim.presets.bench import perf_analyzer_windows
+
+    cfg = EngineConfig.from_knobs(preset=PRESET, scheduler="trtllm")
+    windows = perf_analyzer_windows(cfg, 32, 2000, 64)
+    steady = closed_loop(cfg, 32, 2000, 64)
+    assert windows.requests >= 32 and windows.ttft_ms > 1.5 * steady.ttft_ms
+    body = "concurrency\tttft_ms\n32\t100\n"
+    meta = "# isl: 2000\n# osl: 64\n# scheduler: trtllm\n"
+    plain = _table(tmp_path, meta, body)
+    measured = dataclasses.replace(plain, meta={**plain.meta, "measurement": "perf_analyzer"})
+    assert not plain.perf_analyzer and measured.perf_analyzer
+    (row,) = fit.table_errors(measured)
+    assert row.simulated == pytest.approx(windows.ttft_ms, rel=1e-9)
+    bad = dataclasses.replace(plain, meta={**plain.meta, "measurement": "windows"})
+    with pytest.raises(ValueError, match=r"t: '# measurement:' must be steady or perf_analyzer"):
+        fit.table_errors(bad)
+    genai_perf = [t for t in load_tables() if t.perf_analyzer]
+    assert len(genai_perf) == 7 and all(t.name.startswith("nim-dli_") for t in genai_perf)

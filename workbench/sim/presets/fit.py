@@ -38,7 +38,7 @@ from typing import Any
 
 import workbench.sim.presets as presets
 from workbench.sim.config import EngineConfig
-from workbench.sim.presets.bench import burst, closed_loop
+from workbench.sim.presets.bench import burst, closed_loop, perf_analyzer_windows
 from workbench.sim.presets.tables import TABLES_DIR, Table, load_tables
 
 __all__ = ["TABLES_DIR", "RowError", "Table", "errors", "fit", "leave_one_source_out",
@@ -132,9 +132,11 @@ def table_errors(table: Table, quick: bool = False) -> list[RowError]:
             # lengths per row where the table sweeps them, else the table's
             isl, osl = (int(row.get(k) or table.meta[k]) for k in ("isl", "osl"))
             requests = table.measured_requests(row) or (max(c, 16) if quick else None)
-            got = closed_loop(cfg, c, isl, osl, requests=requests,
-                              together=table.meta.get("clients") == "together",
-                              test_run=table.test_run)
+            if table.perf_analyzer:
+                got = perf_analyzer_windows(cfg, c, isl, osl)
+            else:
+                got = closed_loop(cfg, c, isl, osl, requests=requests,
+                                  test_run=table.test_run)
             sim = {"ttft_ms": got.ttft_ms, "itl_ms": got.itl_ms,
                    "throughput_tok_s": got.throughput}
             key = str(c) if "isl" not in row else f"{c}x{isl}/{osl}"

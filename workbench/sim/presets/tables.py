@@ -95,6 +95,15 @@ class Table:
         return self._either("test_run", "none", "first_prompt")
 
     @property
+    def perf_analyzer(self) -> bool:
+        """Whether a closed-loop table was measured as GenAI-Perf's perf_analyzer
+        measures: from the load's start, the requests that ended within its first three
+        consecutive windows that each saw one end (``presets.bench.perf_analyzer_windows``):
+        the ``# measurement:`` line, ``perf_analyzer`` or ``steady`` (the default: the
+        replay's steady state) (docs/hardware.md, "What the benchmark client sent")."""
+        return self._either("measurement", "steady", "perf_analyzer")
+
+    @property
     def switches(self) -> dict[str, float]:
         """The ``presets.Factors`` switches the engine the table ran on sets (1.0 each):
         ``unsplit_attention`` (``# decode_attention: unsplit``), ``collapsed_routing``
