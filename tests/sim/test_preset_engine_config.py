@@ -159,7 +159,7 @@ def test_a_table_of_an_engine_with_unsplit_decode_attention_replays_with_it(
     meta = "# kind: closed_loop\n# preset: llama-3.1-70b/h100/tp8\n# requests: 2\n"
     split, unsplit = _with_switch(tmp_path, meta, rows, "decode_attention", "unsplit",
                                   "unsplit_attention")
-    assert split.measured_requests == 2 and not presets.FACTORS.unsplit_attention
+    assert split.measured_requests() == 2 and not presets.FACTORS.unsplit_attention
     shared = dataclasses.replace(presets.FACTORS, attn_block_share=0.017)
     with fit.using(shared):
         (a,), (b,) = fit.table_errors(split), fit.table_errors(unsplit)

@@ -32,7 +32,7 @@ BOUNDS: dict[str, dict[str, float]] = {
     "azure-ai-benchmarking-guide_llama-3.1-70b_8xh100-fp8-tp8_trtllm-0.15-throughput":
         {"throughput": 1.04},
     "gpustack_qwen3-32b_1xa100-bf16-tp1_vllm-0.11.0-burst":
-        {"ttft": 0.06, "itl": 0.09, "throughput": 0.07},
+        {"ttft": 0.04, "itl": 0.01, "throughput": 0.06},
     "gpustack_qwen3-32b_1xh100-bf16-tp1_vllm-0.11.0-burst":
         {"ttft": 0.45, "itl": 0.37, "throughput": 0.79},
     "nemo-framework_llama-2-7b_h100-a100-tp1-8_trtllm-128in-20out":
@@ -42,31 +42,31 @@ BOUNDS: dict[str, dict[str, float]] = {
     "nim-1.8.0_llama-3.3-70b_2xh100-fp8-tp2_500in-2000out":
         {"ttft": 0.02, "itl": 0.11, "throughput": 0.10},
     "nim-dli_llama-3-70b_4xa100-fp16-tp4_2000in-200out":
-        {"ttft": 0.62, "itl": 0.06, "throughput": 0.03},
+        {"ttft": 0.29, "itl": 0.06, "throughput": 0.19},
     "nim-dli_llama-3-70b_4xa100-fp16-tp4_one-client-sweep":
         {"ttft": 0.09, "itl": 0.01, "throughput": 0.01},
     "nim-dli_llama-3-70b_4xh100-fp16-tp4_one-client-sweep":
         {"ttft": 0.15, "itl": 0.13, "throughput": 0.11},
     "nim-dli_llama-3-70b_4xh100-fp8-tp4_2000in-200out":
-        {"ttft": 0.70, "itl": 0.08, "throughput": 0.14},
+        {"ttft": 0.31, "itl": 0.08, "throughput": 0.05},
     "nim-dli_llama-3-70b_4xh100-fp8-tp4_one-client-sweep":
         {"ttft": 0.17, "itl": 0.06, "throughput": 0.05},
     "nim-dli_llama-3-70b_8xa100-bf16-tp8_one-client-sweep":
         {"ttft": 0.21, "itl": 0.12, "throughput": 0.14},
     "nim-dli_llama-3-70b_8xh100-fp16-tp8_7000in-1000out":
-        {"ttft": 0.76, "itl": 0.10, "throughput": 0.18},
+        {"ttft": 0.68, "itl": 0.10, "throughput": 0.14},
     "nim-dli_llama-3-70b_8xh100-fp16-tp8_one-client-sweep":
         {"ttft": 0.21, "itl": 0.03, "throughput": 0.03},
     "nim-dli_llama-3-70b_8xh100-fp8-tp8_one-client-sweep":
         {"ttft": 0.29, "itl": 0.07, "throughput": 0.07},
     "nim-dli_llama-3-8b_1xa100-fp16-tp1_2000in-200out":
-        {"ttft": 0.52, "itl": 0.07, "throughput": 0.05},
+        {"ttft": 0.34, "itl": 0.07, "throughput": 0.10},
     "nim-dli_llama-3-8b_1xh100-fp16-tp1_2000in-200out":
-        {"ttft": 0.59, "itl": 0.14, "throughput": 0.15},
+        {"ttft": 0.33, "itl": 0.14, "throughput": 0.12},
     "nim-dli_llama-3-8b_1xh100-fp16-tp1_200in-1000out":
-        {"ttft": 0.16, "itl": 0.18, "throughput": 0.16},
+        {"ttft": 0.15, "itl": 0.18, "throughput": 0.16},
     "nim-dli_llama-3-8b_1xh100-fp8-tp1_2000in-200out":
-        {"ttft": 0.51, "itl": 0.20, "throughput": 0.28},
+        {"ttft": 0.32, "itl": 0.20, "throughput": 0.30},
     "oracle-oci_llama-3.1-405b_8xmi300x-fp8-tp8_vllm-latency-128in-128out":
         {"latency": 0.28},
     "trtllm-0.9.0-dli_llama-2-7b_h100-a100-tp1_static-batch":
@@ -78,7 +78,7 @@ BOUNDS: dict[str, dict[str, float]] = {
     "trtllm-perf-overview-v1.0_llama-3.1-8b-3.3-70b_h100-h200-fp8_max-throughput":
         {"throughput": 0.14},
     "tt-inference-server_qwen3-30b-a3b_1xa100_c1-sweep":
-        {"ttft": 0.35, "itl": 0.31},
+        {"ttft": 0.29, "itl": 0.31},
     "vllm-buildkite-9515_latency_h200_32in-128out-batch8":
         {"latency": 0.05},
 }

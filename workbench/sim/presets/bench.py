@@ -65,7 +65,7 @@ async def _send(engine: Engine, overhead_s: float, rid: str, isl: int, osl: int,
 
 
 def closed_loop(config: EngineConfig, concurrency: int, isl: int, osl: int,
-                requests: int | None = None, together: bool = False) -> LoadPoint:
+                requests: int | None = None, test_run: bool = False) -> LoadPoint:
     """``requests`` measured requests (default ``max(3 × concurrency, 16)``) through
     ``concurrency`` closed-loop clients.
 
@@ -73,10 +73,12 @@ def closed_loop(config: EngineConfig, concurrency: int, isl: int, osl: int,
     tokens, so the clients' requests end spread out as in a benchmark's steady state
     (a deterministic engine would otherwise keep the first burst in lockstep for the
     whole run), and the clients keep sending past the measured requests, so the
-    throughput window [first measured send, last measured end] is under full load.
-    ``together``: every client's warm-up asks the full ``osl``, so the clients stay in
-    lockstep, each round's prompts arriving at once (what the GenAI-Perf tables show:
-    TTFT growing with the concurrency at a steady ITL).
+    throughput window [first measured send, last measured end] is under full load
+    (GenAI-Perf's tables measure their start too: ``perf_analyzer_windows``).
+    ``test_run``: before any client starts, the first measured request's prompt is sent
+    once, alone, and waited for (``vllm bench serve``'s "initial single prompt test
+    run", docs/hardware.md "What the benchmark client sent"), so that request finds its
+    whole prompt in the prefix cache.
     """
     measured = requests or max(3 * concurrency, 16)
     overhead_s = config.request_overhead_ms / 1e3 / config.speedup
@@ -87,9 +89,11 @@ def closed_loop(config: EngineConfig, concurrency: int, isl: int, osl: int,
         done: list[tuple[int, EngineRequest]] = []
         every: list[EngineRequest] = []
         counter = iter(range(measured))
+        if test_run:
+            await _send(engine, overhead_s, "test", isl, osl, 0)
 
         async def client(k: int) -> None:
-            warm = osl if together else max(1, osl * (k + 1) // concurrency)
+            warm = max(1, osl * (k + 1) // concurrency)
             every.append((await _send(engine, overhead_s, f"w{k}", isl, warm, -1 - k))[1])
             for i in counter:  # shared: each request index is taken once
                 sent, req = await _send(engine, overhead_s, f"r{i}", isl, osl, i)
@@ -119,6 +123,81 @@ def closed_loop(config: EngineConfig, concurrency: int, isl: int, osl: int,
                      tokens / ((t1 - t0) / 1e9))
 
 
+#: perf_analyzer's time windows as GenAI-Perf ran it (docs/hardware.md, "What the
+#: benchmark client sent"): ``--measurement-interval`` 10,000 ms slept 1.2 times a
+#: window, a result once ``stability_window`` 3 consecutive windows each saw a request
+#: end, at most ``max_trials`` 10 windows
+PA_WINDOW_S = 10.0 * 1.2
+PA_STABLE_WINDOWS = 3
+PA_MAX_TRIALS = 10
+
+
+def stable_windows(ends_ns: list[int], window_ns: int) -> tuple[int, int]:
+    """The [start, end) of the first ``PA_STABLE_WINDOWS`` consecutive windows from time
+    0 in each of which some request ended (the last ones within ``PA_MAX_TRIALS`` when
+    none are); (0, 0) while the runs so far cannot tell."""
+    counts = [0] * PA_MAX_TRIALS
+    for end in ends_ns:
+        if end // window_ns < PA_MAX_TRIALS:
+            counts[end // window_ns] += 1
+    for k in range(PA_MAX_TRIALS - PA_STABLE_WINDOWS + 1):
+        if all(counts[k:k + PA_STABLE_WINDOWS]):
+            return k * window_ns, (k + PA_STABLE_WINDOWS) * window_ns
+    return 0, 0
+
+
+def perf_analyzer_windows(config: EngineConfig, concurrency: int, isl: int,
+                          osl: int) -> LoadPoint:
+    """GenAI-Perf's closed loop as perf_analyzer measured it: ``concurrency`` clients
+    sending at once from time 0 (no warm-up), each its next request as the last ends;
+    measured are the requests that **ended** within the first ``PA_STABLE_WINDOWS``
+    consecutive ``PA_WINDOW_S`` windows from the start that each saw one end (the
+    start-up round included); TTFT and ITL are their means, throughput their output
+    tokens over [first send, last end] (GenAI-Perf's output token throughput)."""
+    overhead_s = config.request_overhead_ms / 1e3 / config.speedup
+    window_ns = int(PA_WINDOW_S * 1e9)
+
+    async def main() -> list[tuple[int, EngineRequest]]:
+        engine = Engine(config, VirtualClock())
+        await engine.start()
+        every: list[tuple[int, EngineRequest]] = []
+        ends: list[int] = []
+        horizon = [PA_MAX_TRIALS * window_ns]  # no client sends past it
+        counter = iter(range(1 << 62))
+
+        async def client() -> None:
+            for i in counter:
+                if engine.clock.now_ns() >= horizon[0]:
+                    return
+                sent, req = await _send(engine, overhead_s, f"r{i}", isl, osl, i)
+                every.append((sent, req))
+                ends.append(req.finish_ns or 0)
+                _, stop = stable_windows(ends, window_ns)
+                if stop:
+                    horizon[0] = min(horizon[0], stop)
+
+        try:
+            async with asyncio.timeout(VIRTUAL_TIMEOUT_S):
+                await asyncio.gather(*(client() for _ in range(concurrency)))
+        finally:
+            await engine.stop()
+        return every
+
+    every = run_virtual(main())
+    start, stop = stable_windows([r.finish_ns or 0 for _, r in every], window_ns)
+    if not stop:  # never three in a row: perf_analyzer's last windows
+        start, stop = (PA_MAX_TRIALS - PA_STABLE_WINDOWS) * window_ns, PA_MAX_TRIALS * window_ns
+    done = [(sent, r) for sent, r in every if start <= (r.finish_ns or 0) < stop]
+    if not done:  # none ended in them (a load the engine barely moves): every request
+        done = every
+    ttft = [(r.first_token_ns or 0) - sent for sent, r in done]
+    itl = [((r.finish_ns or 0) - (r.first_token_ns or 0)) / max(1, osl - 1) for _, r in done]
+    t0 = min(sent for sent, _ in done)
+    t1 = max(r.finish_ns or 0 for _, r in done)
+    return LoadPoint(concurrency, len(done), fmean(ttft) / 1e6, fmean(itl) / 1e6,
+                     len(done) * osl / ((t1 - t0) / 1e9))
+
+
 @dataclass(frozen=True, slots=True)
 class BurstPoint:
     """``batch`` requests sent at once (time 0), ``vllm bench serve`` without a request
@@ -133,26 +212,32 @@ class BurstPoint:
     total_tok_s: float
 
 
-def burst(config: EngineConfig, batch: int, isl: int, osl: int) -> BurstPoint:
+def burst(config: EngineConfig, batch: int, isl: int, osl: int,
+          test_run: bool = False) -> BurstPoint:
     """``batch`` requests of ``isl`` fresh prompt tokens and ``osl`` output tokens,
-    submitted at once to an idle engine, timed to the last token."""
+    submitted at once to an idle engine, timed to the last token. ``test_run``: the
+    first request's prompt is sent once, alone, before the batch (``vllm bench
+    serve``'s initial test run: ``closed_loop``); the batch is timed from its own start."""
+    overhead_s = config.request_overhead_ms / 1e3 / config.speedup
 
-    async def main() -> list[tuple[int, EngineRequest]]:
+    async def main() -> tuple[int, list[tuple[int, EngineRequest]]]:
         engine = Engine(config, VirtualClock())
         await engine.start()
         try:
             async with asyncio.timeout(VIRTUAL_TIMEOUT_S):
-                return await asyncio.gather(*(
-                    _send(engine, config.request_overhead_ms / 1e3 / config.speedup,
-                          f"b{i}", isl, osl, i) for i in range(batch)))
+                if test_run:
+                    await _send(engine, overhead_s, "test", isl, osl, 0)
+                start = engine.clock.now_ns()
+                return start, await asyncio.gather(*(
+                    _send(engine, overhead_s, f"b{i}", isl, osl, i) for i in range(batch)))
         finally:
             await engine.stop()
 
-    done = run_virtual(main())
+    start, done = run_virtual(main())
     ttft = [((r.first_token_ns or 0) - sent) / 1e6 for sent, r in done]
     tpot = [((r.finish_ns or 0) - (r.first_token_ns or 0)) / 1e6 / max(1, osl - 1)
             for _, r in done]
-    end_ms = max(r.finish_ns or 0 for _, r in done) / 1e6
+    end_ms = (max(r.finish_ns or 0 for _, r in done) - start) / 1e6
     return BurstPoint(batch, fmean(ttft), fmean(tpot), end_ms,
                       batch * (isl + osl) / (end_ms / 1e3))
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import workbench.sim.presets as presets
 from workbench.sim.config import EngineConfig
-from workbench.sim.presets.bench import burst, closed_loop
+from workbench.sim.presets.bench import burst, closed_loop, perf_analyzer_windows
 from workbench.sim.presets.tables import TABLES_DIR, Table, load_tables
 
 __all__ = ["TABLES_DIR", "RowError", "Table", "errors", "fit", "leave_one_source_out",
@@ -101,7 +101,8 @@ def _burst_rows(table: Table) -> list[RowError]:
     out: list[RowError] = []
     for row in table.rows:
         batch, isl, osl = int(row["batch"]), int(row["isl"]), int(row["osl"])
-        got = burst(_config(row["preset"], table), batch, isl, osl)
+        got = burst(_config(row["preset"], table), batch, isl, osl,
+                    test_run=table.test_run)
         sim = {"ttft_ms": got.ttft_ms, "tpot_ms": got.tpot_ms,
                "latency_ms": got.latency_ms, "total_tok_s": got.total_tok_s,
                "output_tok_s": batch * osl / (got.latency_ms / 1e3)}
@@ -130,9 +131,12 @@ def table_errors(table: Table, quick: bool = False) -> list[RowError]:
             c = int(row["concurrency"])
             # lengths per row where the table sweeps them, else the table's
             isl, osl = (int(row.get(k) or table.meta[k]) for k in ("isl", "osl"))
-            requests = table.measured_requests or (max(c, 16) if quick else None)
-            got = closed_loop(cfg, c, isl, osl, requests=requests,
-                              together=table.meta.get("clients") == "together")
+            requests = table.measured_requests(row) or (max(c, 16) if quick else None)
+            if table.perf_analyzer:
+                got = perf_analyzer_windows(cfg, c, isl, osl)
+            else:
+                got = closed_loop(cfg, c, isl, osl, requests=requests,
+                                  test_run=table.test_run)
             sim = {"ttft_ms": got.ttft_ms, "itl_ms": got.itl_ms,
                    "throughput_tok_s": got.throughput}
             key = str(c) if "isl" not in row else f"{c}x{isl}/{osl}"

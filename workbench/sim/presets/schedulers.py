@@ -56,6 +56,24 @@ def sglang_preset_knobs(preset: Any, knobs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: vLLM V1's ``vllm serve`` defaults by GPU (``EngineArgs`` for the OpenAI API server):
+#: from this much device memory (GiB), an A100 excepted, the larger token budget and
+#: sequence cap; below it (or on an A100) the smaller (docs/hardware.md, "The engine a
+#: table ran on")
+VLLM_SERVE_LARGE_GIB = 70
+VLLM_SERVE_LARGE = {"max_num_batched_tokens": 8192, "max_num_seqs": 1024}
+VLLM_SERVE_SMALL = {"max_num_batched_tokens": 2048, "max_num_seqs": 256}
+
+
+def vllm_serve_preset_knobs(preset: Any, knobs: dict[str, Any]) -> dict[str, Any]:
+    """What ``vllm serve`` (vLLM V1, the OpenAI API server) sets on ``preset``'s GPU
+    unless told: 8,192 batched tokens and 1,024 sequences on a GPU of at least 70 GiB
+    that is not an A100, else 2,048 and 256."""
+    gib = preset.gpu.usable_gb * 1e9 / 2**30
+    large = gib >= VLLM_SERVE_LARGE_GIB and "a100" not in preset.gpu.name.lower()
+    return dict(VLLM_SERVE_LARGE if large else VLLM_SERVE_SMALL)
+
+
 def _whole(value: Any) -> int:
     """``value`` as a whole number >= 1 (an integral float too), else 0."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -81,6 +99,12 @@ SCHEDULERS: dict[str, Scheduler] = {
         Scheduler("vllm", {"enable_chunked_prefill": True, "max_num_batched_tokens": 8192},
                   "vLLM V1: chunked prefill under a token budget, decodes first, prompts "
                   "filling what the budget leaves (the embedded engine's defaults)"),
+        Scheduler("vllm-serve", {"enable_chunked_prefill": True,
+                                 "max_num_batched_tokens": 8192},
+                  "vLLM V1 behind `vllm serve` with its defaults: vllm's scheduling, its "
+                  "token budget and sequence cap by the GPU (2,048 tokens and 256 "
+                  "sequences on an A100 or a GPU under 70 GiB, else 8,192 and 1,024)",
+                  vllm_serve_preset_knobs),
         Scheduler("trtllm", {"enable_chunked_prefill": False, "max_num_batched_tokens": 8192},
                   "TensorRT-LLM in-flight batching: context and generation requests in one "
                   "pass, chunked context off by default (LLM API enable_chunked_prefill="

@@ -86,6 +86,24 @@ class Table:
         return self._either("step_loop", "serving", "static")
 
     @property
+    def test_run(self) -> bool:
+        """Whether the benchmark client sent the first request's prompt once, alone,
+        before the measured run, so that request found its prompt in the engine's prefix
+        cache: the ``# test_run:`` line, ``first_prompt`` (``vllm bench serve`` and
+        vLLM's ``benchmark_serving.py``) or ``none`` (the default) (docs/hardware.md,
+        "What the benchmark client sent")."""
+        return self._either("test_run", "none", "first_prompt")
+
+    @property
+    def perf_analyzer(self) -> bool:
+        """Whether a closed-loop table was measured as GenAI-Perf's perf_analyzer
+        measures: from the load's start, the requests that ended within its first three
+        consecutive windows that each saw one end (``presets.bench.perf_analyzer_windows``):
+        the ``# measurement:`` line, ``perf_analyzer`` or ``steady`` (the default: the
+        replay's steady state) (docs/hardware.md, "What the benchmark client sent")."""
+        return self._either("measurement", "steady", "perf_analyzer")
+
+    @property
     def switches(self) -> dict[str, float]:
         """The ``presets.Factors`` switches the engine the table ran on sets (1.0 each):
         ``unsplit_attention`` (``# decode_attention: unsplit``), ``collapsed_routing``
@@ -95,16 +113,20 @@ class Table:
                                            ("static_loop", self.static_loop))
                 if on}
 
-    @property
-    def measured_requests(self) -> int | None:
-        """Measured requests per closed-loop row, where the table says (``# requests:``:
-        a single client's requests are alike in the simulated engine, so two measure
-        what sixteen do); None: the replay's default."""
-        text = self.meta.get("requests", "").strip()
+    def measured_requests(self, row: dict[str, str] | None = None) -> int | None:
+        """Measured requests per closed-loop row, where the table says: the row's
+        ``requests`` column (the requests the benchmark measured at that row), else the
+        ``# requests:`` line (a single client's requests are alike in the simulated
+        engine, so two measure what sixteen do); None: the replay's default."""
+        text = (row or {}).get("requests") or ""
+        where = "a row's 'requests'"
+        if not text.strip():
+            text, where = self.meta.get("requests", ""), "'# requests:'"
+        text = text.strip()
         if not text:
             return None
         if not text.isdigit() or int(text) < 1:
-            raise ValueError(f"{self.name}: '# requests:' must be a whole number >= 1, "
+            raise ValueError(f"{self.name}: {where} must be a whole number >= 1, "
                              f"got {text!r}")
         return int(text)
 
