@@ -109,6 +109,44 @@ def test_block_keys_refuse_bad_arguments(fn: str) -> None:
         keys([1.5], [1], 0, 16)
 
 
+@settings(max_examples=300, deadline=None)
+@given(parts.filter(lambda ps: Segments(ps).parts), st.integers(1, 64), st.data())
+def test_walk_equals_the_python_twin(ps, bs: int, data: st.DataObject) -> None:  # type: ignore[no-untyped-def]
+    seg = Segments(ps)
+    n = len(seg)
+    # a first walk, then resumed from where each one stopped (as ``BlockKeyer`` does)
+    stops = sorted(data.draw(st.lists(st.integers(bs, max(bs, n)), min_size=1, max_size=5)))
+    state = (0, 0, segments_mod._ROOT, bs)
+    for stop in stops:
+        last = stop - stop % bs
+        outs = []
+        for walk in (native.walk, segments_mod._twin_walk):
+            pkeys: list[int] = []
+            counts: list[int] = []
+            if last > n:
+                with pytest.raises(IndexError):
+                    walk(seg.parts, *state, last, bs, pkeys, counts)
+                outs.append(None)
+                continue
+            outs.append((walk(seg.parts, *state, last, bs, pkeys, counts), pkeys, counts))
+        assert outs[0] == outs[1]
+        if outs[0] is None:
+            return
+        state = outs[0][0][:4]  # stopped inside a part or at its end: resumed there
+
+
+def test_walk_refuses_bad_arguments() -> None:
+    ps = ((UNIT, 7, 0, 40),)
+    with pytest.raises(ValueError, match="block_size > 0"):
+        native.walk(ps, 0, 0, 1, 16, 32, 0, [], [])
+    with pytest.raises(IndexError, match="past the last part"):
+        native.walk(ps, 0, 0, 1, 16, 48, 16, [], [])
+    with pytest.raises(TypeError, match="a part is a tuple"):
+        native.walk(((UNIT, 7, 0),), 0, 0, 1, 16, 32, 16, [], [])
+    with pytest.raises(TypeError):
+        native.walk([(UNIT, 7, 0, 40)], 0, 0, 1, 16, 32, 16, [], [])
+
+
 # -- decode span ends ------------------------------------------------------------------
 CONFIGS = [
     EngineConfig(),

@@ -8,6 +8,9 @@
  * - block_keys: workbench/segments.py's prefix keys of full blocks (`_mix` / `_mix_one`):
  *   splitmix64 of part_key + end * 2^64/phi, as int64, never -1 (block_keys_bytes: the
  *   same keys as native int64 bytes, for the engine's array('q') of block hashes).
+ * - walk: workbench/segments.py's `_twin_walk`, BlockKeyer's walk over the parts to the
+ *   blocks it keys: each part key is Python's own hash of the twin's tuple (PyObject_Hash
+ *   of a tuple built here), so the keys are the twin's in every Python.
  * - decode_ends: workbench/sim/cost.py's `decode_steps_ns` summed into a span's step ends
  *   (workbench/sim/engine.py `_span_ends`): the same double operations in the same order,
  *   rounded half to even (nearbyint under the default rounding mode; built with
@@ -54,6 +57,94 @@ PyDoc_STRVAR(block_keys_bytes_doc,
              "block_keys_bytes(part_keys, counts, first_end, block_size) -> bytes\n\n"
              "block_keys' keys as native int64s, for array('q').frombytes: no Python int "
              "per key (the engine's block hashes, sim.scheduler.Sequence.hashes).");
+
+PyDoc_STRVAR(walk_doc,
+             "walk(parts, i, off, run, end, last, block_size, part_keys, counts)\n"
+             "-> (i, off, run, end, part_key, top)\n\n"
+             "segments._twin_walk: from part i (at token off, running key run) move the next "
+             "block end `end` past every full block ending by `last`, appending each part's "
+             "key hash((run, kind, key, start)) and block count to the lists; part_key and "
+             "top are the key and end of the part the walk stopped inside (top 0: none).");
+
+/* hash((a, b, c, d[, e])) of Python objects, as the twin's tuple hash: -1 with an error */
+static Py_hash_t hash_of(PyObject *items[], Py_ssize_t n) {
+    PyObject *t = PyTuple_New(n);
+    if (!t)
+        return -1;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        Py_INCREF(items[j]);
+        PyTuple_SET_ITEM(t, j, items[j]);
+    }
+    Py_hash_t h = PyObject_Hash(t);
+    Py_DECREF(t);
+    return h;
+}
+
+static int append_ll(PyObject *list, long long v) {
+    PyObject *o = PyLong_FromLongLong(v);
+    if (!o)
+        return -1;
+    int r = PyList_Append(list, o);
+    Py_DECREF(o);
+    return r;
+}
+
+static PyObject *walk(PyObject *self, PyObject *args) {
+    PyObject *parts, *pkeys, *counts;
+    Py_ssize_t i;
+    long long off, run, e, last, bs;
+    if (!PyArg_ParseTuple(args, "O!nLLLLLO!O!", &PyTuple_Type, &parts, &i, &off, &run, &e,
+                          &last, &bs, &PyList_Type, &pkeys, &PyList_Type, &counts))
+        return NULL;
+    if (bs <= 0 || i < 0) {
+        PyErr_SetString(PyExc_ValueError, "walk: block_size > 0 and i >= 0");
+        return NULL;
+    }
+    long long pk = 0, top = 0;
+    while (e <= last) {
+        if (i >= PyTuple_GET_SIZE(parts)) {
+            PyErr_SetString(PyExc_IndexError, "walk: a block ends past the last part");
+            return NULL;
+        }
+        PyObject *part = PyTuple_GET_ITEM(parts, i);
+        if (!PyTuple_Check(part) || PyTuple_GET_SIZE(part) != 4) {
+            PyErr_SetString(PyExc_TypeError, "walk: a part is a tuple (kind, key, start, n)");
+            return NULL;
+        }
+        long long m = PyLong_AsLongLong(PyTuple_GET_ITEM(part, 3));
+        if (m == -1 && PyErr_Occurred())
+            return NULL;
+        PyObject *r = PyLong_FromLongLong(run);
+        if (!r)
+            return NULL;
+        PyObject *items[5] = {r, PyTuple_GET_ITEM(part, 0), PyTuple_GET_ITEM(part, 1),
+                              PyTuple_GET_ITEM(part, 2), PyTuple_GET_ITEM(part, 3)};
+        long long t = off + m;
+        if (e <= t) {
+            long long c = ((t < last ? t : last) - e) / bs + 1;
+            Py_hash_t h = hash_of(items, 4);
+            if (h == -1 || append_ll(pkeys, h) || append_ll(counts, c)) {
+                Py_DECREF(r);
+                return NULL;
+            }
+            e += c * bs;
+            if (e <= t) { /* stopped inside this part */
+                Py_DECREF(r);
+                pk = h;
+                top = t;
+                break;
+            }
+        }
+        Py_hash_t h = hash_of(items, 5);
+        Py_DECREF(r);
+        if (h == -1)
+            return NULL;
+        run = h;
+        off = t;
+        i++;
+    }
+    return Py_BuildValue("(nLLLLL)", i, off, run, e, pk, top);
+}
 
 /* The keys of block_keys into a fresh buffer of *total int64s (PyMem_Malloc'd; the caller
  * frees it); NULL with an error set. */
@@ -708,6 +799,7 @@ none:
 static PyMethodDef methods[] = {
     {"block_keys", block_keys, METH_VARARGS, block_keys_doc},
     {"block_keys_bytes", block_keys_bytes, METH_VARARGS, block_keys_bytes_doc},
+    {"walk", walk, METH_VARARGS, walk_doc},
     {"decode_ends", decode_ends, METH_VARARGS, decode_ends_doc},
     {"heads", heads, METH_VARARGS, heads_doc},
     {"chain", chain, METH_VARARGS, chain_doc},
