@@ -11,6 +11,11 @@
  * - walk: workbench/segments.py's `_twin_walk`, BlockKeyer's walk over the parts to the
  *   blocks it keys: each part key is Python's own hash of the twin's tuple (PyObject_Hash
  *   of a tuple built here), so the keys are the twin's in every Python.
+ * - whole_parts / memo_prefix / memo_store: workbench/replay/rounds.py's record hashes of a
+ *   prompt as parts around chain_heads: which blocks are whole hash-id parts, the leading
+ *   ones the hash-id memo already holds, and the memo's new entries (`_twin_whole_parts`,
+ *   `_twin_memo_prefix`, `_twin_memo_store`); dict and tuple operations of the C API, so
+ *   the same objects and comparisons as the twins'.
  * - decode_ends: workbench/sim/cost.py's `decode_steps_ns` summed into a span's step ends
  *   (workbench/sim/engine.py `_span_ends`): the same double operations in the same order,
  *   rounded half to even (nearbyint under the default rounding mode; built with
@@ -144,6 +149,152 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         i++;
     }
     return Py_BuildValue("(nLLLLL)", i, off, run, e, pk, top);
+}
+
+PyDoc_STRVAR(whole_parts_doc,
+             "whole_parts(parts, n, block_size, kind) -> list\n\n"
+             "replay.rounds._twin_whole_parts: for each block of a prompt of n tokens, the "
+             "part of kind `kind` (hash-id blocks) that is exactly that block, from its "
+             "token 0 (the last block may be short), else None.");
+
+static PyObject *whole_parts(PyObject *self, PyObject *args) {
+    PyObject *parts;
+    long long n, bs, kind;
+    if (!PyArg_ParseTuple(args, "O!LLL", &PyTuple_Type, &parts, &n, &bs, &kind))
+        return NULL;
+    if (bs <= 0 || n < 0) {
+        PyErr_SetString(PyExc_ValueError, "whole_parts: block_size > 0 and n >= 0");
+        return NULL;
+    }
+    PyObject *out = PyList_New((Py_ssize_t)((n + bs - 1) / bs));
+    if (!out)
+        return NULL;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(out); k++) {
+        Py_INCREF(Py_None);
+        PyList_SET_ITEM(out, k, Py_None);
+    }
+    long long off = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(parts); i++) {
+        PyObject *part = PyTuple_GET_ITEM(parts, i);
+        if (!PyTuple_Check(part) || PyTuple_GET_SIZE(part) != 4) {
+            PyErr_SetString(PyExc_TypeError, "whole_parts: a part is a tuple (kind, key, start, n)");
+            goto fail;
+        }
+        long long m = PyLong_AsLongLong(PyTuple_GET_ITEM(part, 3));
+        if (m == -1 && PyErr_Occurred())
+            goto fail;
+        int of = 0;
+        long long k = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(part, 0), &of);
+        if (k == -1 && PyErr_Occurred())
+            goto fail;
+        if (!of && k == kind && off % bs == 0 && (m == bs || (0 < m && m < bs && off + m == n))) {
+            long long start = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(part, 2), &of);
+            if (start == -1 && PyErr_Occurred())
+                goto fail;
+            Py_ssize_t at = (Py_ssize_t)(off / bs);
+            if (!of && start == 0 && at < PyList_GET_SIZE(out)) {
+                Py_INCREF(part);
+                PyList_SetItem(out, at, part); /* drops the None */
+            }
+        }
+        off += m;
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+PyDoc_STRVAR(memo_prefix_doc,
+             "memo_prefix(whole, j, memo, prev, out) -> int\n\n"
+             "replay.rounds._twin_memo_prefix: from block j, while whole[j] is a part whose key "
+             "the memo holds with the previous hash `prev` and the part's length, append its "
+             "hash to out (it becomes prev); the first block it stops at.");
+
+static PyObject *memo_prefix(PyObject *self, PyObject *args) {
+    PyObject *whole, *memo, *prev, *out;
+    Py_ssize_t j;
+    if (!PyArg_ParseTuple(args, "O!nO!OO!", &PyList_Type, &whole, &j, &PyDict_Type, &memo,
+                          &prev, &PyList_Type, &out))
+        return NULL;
+    Py_INCREF(prev);
+    for (; j >= 0 && j < PyList_GET_SIZE(whole); j++) {
+        PyObject *part = PyList_GET_ITEM(whole, j);
+        if (part == Py_None)
+            break;
+        if (!PyTuple_Check(part) || PyTuple_GET_SIZE(part) != 4) {
+            PyErr_SetString(PyExc_TypeError, "memo_prefix: a part is a tuple (kind, key, start, n)");
+            goto fail;
+        }
+        PyObject *seen = PyDict_GetItemWithError(memo, PyTuple_GET_ITEM(part, 1)); /* borrowed */
+        if (!seen) {
+            if (PyErr_Occurred())
+                goto fail;
+            break;
+        }
+        if (!PyTuple_Check(seen) || PyTuple_GET_SIZE(seen) != 3) {
+            PyErr_SetString(PyExc_TypeError, "memo_prefix: a memo entry is (prev, n, hash)");
+            goto fail;
+        }
+        int ne = PyObject_RichCompareBool(PyTuple_GET_ITEM(seen, 0), prev, Py_NE);
+        if (ne < 0)
+            goto fail;
+        if (ne)
+            break;
+        ne = PyObject_RichCompareBool(PyTuple_GET_ITEM(seen, 1), PyTuple_GET_ITEM(part, 3), Py_NE);
+        if (ne < 0)
+            goto fail;
+        if (ne)
+            break;
+        PyObject *h = PyTuple_GET_ITEM(seen, 2);
+        if (PyList_Append(out, h))
+            goto fail;
+        Py_INCREF(h);
+        Py_SETREF(prev, h);
+    }
+    Py_DECREF(prev);
+    return PyLong_FromSsize_t(j);
+fail:
+    Py_DECREF(prev);
+    return NULL;
+}
+
+PyDoc_STRVAR(memo_store_doc,
+             "memo_store(whole, out, j, memo) -> None\n\n"
+             "replay.rounds._twin_memo_store: memo[part key] = (previous hash, part length, "
+             "hash) for each block from j that is a whole part (whole[i] not None), in order.");
+
+static PyObject *memo_store(PyObject *self, PyObject *args) {
+    PyObject *whole, *out, *memo;
+    Py_ssize_t j;
+    if (!PyArg_ParseTuple(args, "O!O!nO!", &PyList_Type, &whole, &PyList_Type, &out, &j,
+                          &PyDict_Type, &memo))
+        return NULL;
+    Py_ssize_t nb = PyList_GET_SIZE(whole);
+    if (j < 0 || PyList_GET_SIZE(out) != nb || j > nb) {
+        PyErr_SetString(PyExc_ValueError, "memo_store: one hash per block, 0 <= j <= blocks");
+        return NULL;
+    }
+    PyObject *prev = j ? PyList_GET_ITEM(out, j - 1) : Py_None;
+    for (Py_ssize_t i = j; i < nb; i++) {
+        PyObject *part = PyList_GET_ITEM(whole, i), *h = PyList_GET_ITEM(out, i);
+        if (part != Py_None) {
+            if (!PyTuple_Check(part) || PyTuple_GET_SIZE(part) != 4) {
+                PyErr_SetString(PyExc_TypeError,
+                                "memo_store: a part is a tuple (kind, key, start, n)");
+                return NULL;
+            }
+            PyObject *entry = PyTuple_Pack(3, prev, PyTuple_GET_ITEM(part, 3), h);
+            if (!entry)
+                return NULL;
+            int r = PyDict_SetItem(memo, PyTuple_GET_ITEM(part, 1), entry);
+            Py_DECREF(entry);
+            if (r)
+                return NULL;
+        }
+        prev = h;
+    }
+    Py_RETURN_NONE;
 }
 
 /* The keys of block_keys into a fresh buffer of *total int64s (PyMem_Malloc'd; the caller
@@ -800,6 +951,9 @@ static PyMethodDef methods[] = {
     {"block_keys", block_keys, METH_VARARGS, block_keys_doc},
     {"block_keys_bytes", block_keys_bytes, METH_VARARGS, block_keys_bytes_doc},
     {"walk", walk, METH_VARARGS, walk_doc},
+    {"whole_parts", whole_parts, METH_VARARGS, whole_parts_doc},
+    {"memo_prefix", memo_prefix, METH_VARARGS, memo_prefix_doc},
+    {"memo_store", memo_store, METH_VARARGS, memo_store_doc},
     {"decode_ends", decode_ends, METH_VARARGS, decode_ends_doc},
     {"heads", heads, METH_VARARGS, heads_doc},
     {"chain", chain, METH_VARARGS, chain_doc},
