@@ -17,7 +17,7 @@ MMAP_THRESHOLD_BYTES = 64 * 1024
 def _libc() -> Any:
     """The C library the interpreter runs on, by the process's own symbols (``dlopen``
     of none): no ``ctypes.util.find_library``, whose import and ``ldconfig -p`` child
-    cost a virtual run ~25 ms of start-up (bench/README.md, "virtual time")."""
+    cost every run ~17 ms of CPU at its start (bench/README.md, "virtual time")."""
     try:
         libc = ctypes.CDLL(None)
         libc.malloc_trim  # noqa: B018 - glibc only: musl and macOS have none
