@@ -71,6 +71,21 @@ PyDoc_STRVAR(walk_doc,
              "key hash((run, kind, key, start)) and block count to the lists; part_key and "
              "top are the key and end of the part the walk stopped inside (top 0: none).");
 
+/* `obj` as a part (kind, key, start, n), with its n in *m where m is not NULL; NULL with
+ * an error set (the twins unpack four items) */
+static PyObject *as_part(PyObject *obj, const char *who, long long *m) {
+    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 4) {
+        PyErr_Format(PyExc_TypeError, "%s: a part is a tuple (kind, key, start, n)", who);
+        return NULL;
+    }
+    if (m) {
+        *m = PyLong_AsLongLong(PyTuple_GET_ITEM(obj, 3));
+        if (*m == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    return obj;
+}
+
 /* hash((a, b, c, d[, e])) of Python objects, as the twin's tuple hash: -1 with an error */
 static Py_hash_t hash_of(PyObject *items[], Py_ssize_t n) {
     PyObject *t = PyTuple_New(n);
@@ -85,8 +100,9 @@ static Py_hash_t hash_of(PyObject *items[], Py_ssize_t n) {
     return h;
 }
 
-static int append_ll(PyObject *list, long long v) {
-    PyObject *o = PyLong_FromLongLong(v);
+/* list.append(o) of a new reference `o` (NULL: its error), the reference dropped: 0, or
+ * -1 with an error set */
+static int append_new(PyObject *list, PyObject *o) {
     if (!o)
         return -1;
     int r = PyList_Append(list, o);
@@ -111,13 +127,9 @@ static PyObject *walk(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_IndexError, "walk: a block ends past the last part");
             return NULL;
         }
-        PyObject *part = PyTuple_GET_ITEM(parts, i);
-        if (!PyTuple_Check(part) || PyTuple_GET_SIZE(part) != 4) {
-            PyErr_SetString(PyExc_TypeError, "walk: a part is a tuple (kind, key, start, n)");
-            return NULL;
-        }
-        long long m = PyLong_AsLongLong(PyTuple_GET_ITEM(part, 3));
-        if (m == -1 && PyErr_Occurred())
+        long long m;
+        PyObject *part = as_part(PyTuple_GET_ITEM(parts, i), "walk", &m);
+        if (!part)
             return NULL;
         PyObject *r = PyLong_FromLongLong(run);
         if (!r)
@@ -128,7 +140,8 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         if (e <= t) {
             long long c = ((t < last ? t : last) - e) / bs + 1;
             Py_hash_t h = hash_of(items, 4);
-            if (h == -1 || append_ll(pkeys, h) || append_ll(counts, c)) {
+            if (h == -1 || append_new(pkeys, PyLong_FromLongLong(h)) ||
+                append_new(counts, PyLong_FromLongLong(c))) {
                 Py_DECREF(r);
                 return NULL;
             }
@@ -175,13 +188,9 @@ static PyObject *whole_parts(PyObject *self, PyObject *args) {
     }
     long long off = 0;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(parts); i++) {
-        PyObject *part = PyTuple_GET_ITEM(parts, i);
-        if (!PyTuple_Check(part) || PyTuple_GET_SIZE(part) != 4) {
-            PyErr_SetString(PyExc_TypeError, "whole_parts: a part is a tuple (kind, key, start, n)");
-            goto fail;
-        }
-        long long m = PyLong_AsLongLong(PyTuple_GET_ITEM(part, 3));
-        if (m == -1 && PyErr_Occurred())
+        long long m;
+        PyObject *part = as_part(PyTuple_GET_ITEM(parts, i), "whole_parts", &m);
+        if (!part)
             goto fail;
         int of = 0;
         long long k = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(part, 0), &of);
@@ -222,10 +231,8 @@ static PyObject *memo_prefix(PyObject *self, PyObject *args) {
         PyObject *part = PyList_GET_ITEM(whole, j);
         if (part == Py_None)
             break;
-        if (!PyTuple_Check(part) || PyTuple_GET_SIZE(part) != 4) {
-            PyErr_SetString(PyExc_TypeError, "memo_prefix: a part is a tuple (kind, key, start, n)");
+        if (!as_part(part, "memo_prefix", NULL))
             goto fail;
-        }
         PyObject *seen = PyDict_GetItemWithError(memo, PyTuple_GET_ITEM(part, 1)); /* borrowed */
         if (!seen) {
             if (PyErr_Occurred())
@@ -279,11 +286,8 @@ static PyObject *memo_store(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = j; i < nb; i++) {
         PyObject *part = PyList_GET_ITEM(whole, i), *h = PyList_GET_ITEM(out, i);
         if (part != Py_None) {
-            if (!PyTuple_Check(part) || PyTuple_GET_SIZE(part) != 4) {
-                PyErr_SetString(PyExc_TypeError,
-                                "memo_store: a part is a tuple (kind, key, start, n)");
+            if (!as_part(part, "memo_store", NULL))
                 return NULL;
-            }
             PyObject *entry = PyTuple_Pack(3, prev, PyTuple_GET_ITEM(part, 3), h);
             if (!entry)
                 return NULL;
@@ -577,12 +581,7 @@ static int prev_of(PyObject *obj, uint64_t *out) {
 }
 
 static int append_u64(PyObject *list, uint64_t v) {
-    PyObject *o = PyLong_FromUnsignedLongLong(v);
-    if (!o)
-        return -1;
-    int rc = PyList_Append(list, o);
-    Py_DECREF(o);
-    return rc;
+    return append_new(list, PyLong_FromUnsignedLongLong(v));
 }
 
 PyDoc_STRVAR(chain_doc,
