@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import workbench.context.hashing as hashing_mod
 import workbench.context.tokens as tokens_mod
+import workbench.replay.rounds as rounds_mod
 import workbench.segments as segments_mod
 import workbench.sim.cost as cost_mod
 import workbench.storage.rundir as rundir_mod
@@ -107,6 +108,103 @@ def test_block_keys_refuse_bad_arguments(fn: str) -> None:
         keys([1], [1], 0, 0)
     with pytest.raises(TypeError):
         keys([1.5], [1], 0, 16)
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts.filter(lambda ps: Segments(ps).parts), st.integers(1, 64), st.data())
+def test_walk_equals_the_python_twin(ps, bs: int, data: st.DataObject) -> None:  # type: ignore[no-untyped-def]
+    seg = Segments(ps)
+    n = len(seg)
+    # a first walk, then resumed from where each one stopped (as ``BlockKeyer`` does)
+    stops = sorted(data.draw(st.lists(st.integers(bs, max(bs, n)), min_size=1, max_size=5)))
+    state = (0, 0, segments_mod._ROOT, bs)
+    for stop in stops:
+        last = stop - stop % bs
+        outs = []
+        for walk in (native.walk, segments_mod._twin_walk):
+            pkeys: list[int] = []
+            counts: list[int] = []
+            if last > n:
+                with pytest.raises(IndexError):
+                    walk(seg.parts, *state, last, bs, pkeys, counts)
+                outs.append(None)
+                continue
+            outs.append((walk(seg.parts, *state, last, bs, pkeys, counts), pkeys, counts))
+        assert outs[0] == outs[1]
+        if outs[0] is None:
+            return
+        state = outs[0][0][:4]  # stopped inside a part or at its end: resumed there
+
+
+def test_walk_refuses_bad_arguments() -> None:
+    ps = ((UNIT, 7, 0, 40),)
+    with pytest.raises(ValueError, match="block_size > 0"):
+        native.walk(ps, 0, 0, 1, 16, 32, 0, [], [])
+    with pytest.raises(IndexError, match="past the last part"):
+        native.walk(ps, 0, 0, 1, 16, 48, 16, [], [])
+    with pytest.raises(TypeError, match="a part is a tuple"):
+        native.walk(((UNIT, 7, 0),), 0, 0, 1, 16, 32, 16, [], [])
+    with pytest.raises(TypeError):
+        native.walk([(UNIT, 7, 0, 40)], 0, 0, 1, 16, 32, 16, [], [])
+
+
+# -- record hashes of a prompt as parts: whole hash-id blocks and the memo around them ---
+_bparts = st.lists(
+    st.tuples(st.sampled_from([UNIT, BLOCK, BLOCK, OUTPUT]), st.integers(0, 6),
+              st.sampled_from([0, 0, 0, 3, 2**64 + 5]), st.sampled_from([16, 16, 16, 5, 21, 40])),
+    max_size=14,
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(_bparts, st.sampled_from([8, 16]), st.integers(-1, 8), st.data())
+def test_whole_parts_and_the_memo_equal_the_python_twins(ps, bs: int, known: int,
+                                                         data: st.DataObject) -> None:  # fmt: skip
+    seg = Segments(ps)
+    n = len(seg)
+    whole = native.whole_parts(seg.parts, n, bs, BLOCK)
+    assert whole == rounds_mod._Twins.whole_parts(seg.parts, n, bs, BLOCK)
+    # a memo of some of the part keys (the hash ids), right or wrong about prev and length
+    entries = data.draw(st.dictionaries(
+        st.integers(0, 6), st.tuples(st.one_of(st.none(), st.integers(0, 9)),
+                                     st.sampled_from([16, 5, 8]), st.integers(0, 9)),
+        max_size=7))  # fmt: skip
+    start = max(0, min(known, len(whole)))
+    prev = data.draw(st.one_of(st.none(), st.integers(0, 9))) if start else None
+    results = []
+    for k in (native, rounds_mod._Twins):
+        memo = dict(entries)
+        out = list(range(100, 100 + start))
+        j = k.memo_prefix(whole, start, memo, prev, out)
+        out += [200 + i for i in range(len(whole) - len(out))]  # the chain's new hashes
+        k.memo_store(whole, out, j, memo)
+        results.append((j, out, memo))
+    assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("k", [native, rounds_mod._Twins], ids=["kernel", "twin"])
+def test_the_memo_gives_the_chain_it_holds_and_takes_the_new_blocks(k) -> None:  # type: ignore[no-untyped-def]
+    whole = [(BLOCK, 1, 0, 16), (BLOCK, 2, 0, 16), (BLOCK, 3, 0, 16), None]
+    memo = {1: (None, 16, 11), 2: (11, 16, 12), 3: (99, 16, 13)}  # 3 chained on another prev
+    out: list[int] = []
+    assert k.memo_prefix(whole, 0, memo, None, out) == 2
+    assert out == [11, 12]
+    out += [23, 24]
+    k.memo_store(whole, out, 2, memo)
+    assert memo == {1: (None, 16, 11), 2: (11, 16, 12), 3: (12, 16, 23)}
+
+
+def test_the_memo_kernels_refuse_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="block_size > 0"):
+        native.whole_parts(((BLOCK, 1, 0, 16),), 16, 0, BLOCK)
+    with pytest.raises(TypeError, match="a part is a tuple"):
+        native.whole_parts(((BLOCK, 1, 0),), 16, 16, BLOCK)
+    with pytest.raises(TypeError, match="a memo entry is"):
+        native.memo_prefix([(BLOCK, 1, 0, 16)], 0, {1: (None, 16)}, None, [])
+    with pytest.raises(ValueError, match="one hash per block"):
+        native.memo_store([(BLOCK, 1, 0, 16)], [], 0, {})
+    with pytest.raises(TypeError):
+        native.memo_store(((BLOCK, 1, 0, 16),), [5], 0, {})
 
 
 # -- decode span ends ------------------------------------------------------------------

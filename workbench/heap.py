@@ -5,7 +5,6 @@ docs/design-notes.md, "Memory of long runs".
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 from typing import Any
 
@@ -16,14 +15,14 @@ MMAP_THRESHOLD_BYTES = 64 * 1024
 
 @functools.cache
 def _libc() -> Any:
-    name = ctypes.util.find_library("c")
-    if not name:
-        return None
+    """The C library the interpreter runs on, by the process's own symbols (``dlopen``
+    of none): no ``ctypes.util.find_library``, whose import and ``ldconfig -p`` child
+    cost every run ~17 ms of CPU at its start (bench/README.md, "virtual time")."""
     try:
-        libc = ctypes.CDLL(name)
+        libc = ctypes.CDLL(None)
         libc.malloc_trim  # noqa: B018 - glibc only: musl and macOS have none
         libc.mallopt  # noqa: B018
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # TypeError: Windows has no CDLL(None)
         return None
     return libc
 

@@ -8,6 +8,14 @@
  * - block_keys: workbench/segments.py's prefix keys of full blocks (`_mix` / `_mix_one`):
  *   splitmix64 of part_key + end * 2^64/phi, as int64, never -1 (block_keys_bytes: the
  *   same keys as native int64 bytes, for the engine's array('q') of block hashes).
+ * - walk: workbench/segments.py's `_twin_walk`, BlockKeyer's walk over the parts to the
+ *   blocks it keys: each part key is Python's own hash of the twin's tuple (PyObject_Hash
+ *   of a tuple built here), so the keys are the twin's in every Python.
+ * - whole_parts / memo_prefix / memo_store: workbench/replay/rounds.py's record hashes of a
+ *   prompt as parts around chain_heads: which blocks are whole hash-id parts, the leading
+ *   ones the hash-id memo already holds, and the memo's new entries (`_twin_whole_parts`,
+ *   `_twin_memo_prefix`, `_twin_memo_store`); dict and tuple operations of the C API, so
+ *   the same objects and comparisons as the twins'.
  * - decode_ends: workbench/sim/cost.py's `decode_steps_ns` summed into a span's step ends
  *   (workbench/sim/engine.py `_span_ends`): the same double operations in the same order,
  *   rounded half to even (nearbyint under the default rounding mode; built with
@@ -54,6 +62,244 @@ PyDoc_STRVAR(block_keys_bytes_doc,
              "block_keys_bytes(part_keys, counts, first_end, block_size) -> bytes\n\n"
              "block_keys' keys as native int64s, for array('q').frombytes: no Python int "
              "per key (the engine's block hashes, sim.scheduler.Sequence.hashes).");
+
+PyDoc_STRVAR(walk_doc,
+             "walk(parts, i, off, run, end, last, block_size, part_keys, counts)\n"
+             "-> (i, off, run, end, part_key, top)\n\n"
+             "segments._twin_walk: from part i (at token off, running key run) move the next "
+             "block end `end` past every full block ending by `last`, appending each part's "
+             "key hash((run, kind, key, start)) and block count to the lists; part_key and "
+             "top are the key and end of the part the walk stopped inside (top 0: none).");
+
+/* `obj` as a part (kind, key, start, n), with its n in *m where m is not NULL; NULL with
+ * an error set (the twins unpack four items) */
+static PyObject *as_part(PyObject *obj, const char *who, long long *m) {
+    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 4) {
+        PyErr_Format(PyExc_TypeError, "%s: a part is a tuple (kind, key, start, n)", who);
+        return NULL;
+    }
+    if (m) {
+        *m = PyLong_AsLongLong(PyTuple_GET_ITEM(obj, 3));
+        if (*m == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    return obj;
+}
+
+/* hash((a, b, c, d[, e])) of Python objects, as the twin's tuple hash: -1 with an error */
+static Py_hash_t hash_of(PyObject *items[], Py_ssize_t n) {
+    PyObject *t = PyTuple_New(n);
+    if (!t)
+        return -1;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        Py_INCREF(items[j]);
+        PyTuple_SET_ITEM(t, j, items[j]);
+    }
+    Py_hash_t h = PyObject_Hash(t);
+    Py_DECREF(t);
+    return h;
+}
+
+/* list.append(o) of a new reference `o` (NULL: its error), the reference dropped: 0, or
+ * -1 with an error set */
+static int append_new(PyObject *list, PyObject *o) {
+    if (!o)
+        return -1;
+    int r = PyList_Append(list, o);
+    Py_DECREF(o);
+    return r;
+}
+
+static PyObject *walk(PyObject *self, PyObject *args) {
+    PyObject *parts, *pkeys, *counts;
+    Py_ssize_t i;
+    long long off, run, e, last, bs;
+    if (!PyArg_ParseTuple(args, "O!nLLLLLO!O!", &PyTuple_Type, &parts, &i, &off, &run, &e,
+                          &last, &bs, &PyList_Type, &pkeys, &PyList_Type, &counts))
+        return NULL;
+    if (bs <= 0 || i < 0) {
+        PyErr_SetString(PyExc_ValueError, "walk: block_size > 0 and i >= 0");
+        return NULL;
+    }
+    long long pk = 0, top = 0;
+    while (e <= last) {
+        if (i >= PyTuple_GET_SIZE(parts)) {
+            PyErr_SetString(PyExc_IndexError, "walk: a block ends past the last part");
+            return NULL;
+        }
+        long long m;
+        PyObject *part = as_part(PyTuple_GET_ITEM(parts, i), "walk", &m);
+        if (!part)
+            return NULL;
+        PyObject *r = PyLong_FromLongLong(run);
+        if (!r)
+            return NULL;
+        PyObject *items[5] = {r, PyTuple_GET_ITEM(part, 0), PyTuple_GET_ITEM(part, 1),
+                              PyTuple_GET_ITEM(part, 2), PyTuple_GET_ITEM(part, 3)};
+        long long t = off + m;
+        if (e <= t) {
+            long long c = ((t < last ? t : last) - e) / bs + 1;
+            Py_hash_t h = hash_of(items, 4);
+            if (h == -1 || append_new(pkeys, PyLong_FromLongLong(h)) ||
+                append_new(counts, PyLong_FromLongLong(c))) {
+                Py_DECREF(r);
+                return NULL;
+            }
+            e += c * bs;
+            if (e <= t) { /* stopped inside this part */
+                Py_DECREF(r);
+                pk = h;
+                top = t;
+                break;
+            }
+        }
+        Py_hash_t h = hash_of(items, 5);
+        Py_DECREF(r);
+        if (h == -1)
+            return NULL;
+        run = h;
+        off = t;
+        i++;
+    }
+    return Py_BuildValue("(nLLLLL)", i, off, run, e, pk, top);
+}
+
+PyDoc_STRVAR(whole_parts_doc,
+             "whole_parts(parts, n, block_size, kind) -> list\n\n"
+             "replay.rounds._twin_whole_parts: for each block of a prompt of n tokens, the "
+             "part of kind `kind` (hash-id blocks) that is exactly that block, from its "
+             "token 0 (the last block may be short), else None.");
+
+static PyObject *whole_parts(PyObject *self, PyObject *args) {
+    PyObject *parts;
+    long long n, bs, kind;
+    if (!PyArg_ParseTuple(args, "O!LLL", &PyTuple_Type, &parts, &n, &bs, &kind))
+        return NULL;
+    if (bs <= 0 || n < 0) {
+        PyErr_SetString(PyExc_ValueError, "whole_parts: block_size > 0 and n >= 0");
+        return NULL;
+    }
+    PyObject *out = PyList_New((Py_ssize_t)((n + bs - 1) / bs));
+    if (!out)
+        return NULL;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(out); k++) {
+        Py_INCREF(Py_None);
+        PyList_SET_ITEM(out, k, Py_None);
+    }
+    long long off = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(parts); i++) {
+        long long m;
+        PyObject *part = as_part(PyTuple_GET_ITEM(parts, i), "whole_parts", &m);
+        if (!part)
+            goto fail;
+        int of = 0;
+        long long k = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(part, 0), &of);
+        if (k == -1 && PyErr_Occurred())
+            goto fail;
+        if (!of && k == kind && off % bs == 0 && (m == bs || (0 < m && m < bs && off + m == n))) {
+            long long start = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(part, 2), &of);
+            if (start == -1 && PyErr_Occurred())
+                goto fail;
+            Py_ssize_t at = (Py_ssize_t)(off / bs);
+            if (!of && start == 0 && at < PyList_GET_SIZE(out)) {
+                Py_INCREF(part);
+                PyList_SetItem(out, at, part); /* drops the None */
+            }
+        }
+        off += m;
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+PyDoc_STRVAR(memo_prefix_doc,
+             "memo_prefix(whole, j, memo, prev, out) -> int\n\n"
+             "replay.rounds._twin_memo_prefix: from block j, while whole[j] is a part whose key "
+             "the memo holds with the previous hash `prev` and the part's length, append its "
+             "hash to out (it becomes prev); the first block it stops at.");
+
+static PyObject *memo_prefix(PyObject *self, PyObject *args) {
+    PyObject *whole, *memo, *prev, *out;
+    Py_ssize_t j;
+    if (!PyArg_ParseTuple(args, "O!nO!OO!", &PyList_Type, &whole, &j, &PyDict_Type, &memo,
+                          &prev, &PyList_Type, &out))
+        return NULL;
+    Py_INCREF(prev);
+    for (; j >= 0 && j < PyList_GET_SIZE(whole); j++) {
+        PyObject *part = PyList_GET_ITEM(whole, j);
+        if (part == Py_None)
+            break;
+        if (!as_part(part, "memo_prefix", NULL))
+            goto fail;
+        PyObject *seen = PyDict_GetItemWithError(memo, PyTuple_GET_ITEM(part, 1)); /* borrowed */
+        if (!seen) {
+            if (PyErr_Occurred())
+                goto fail;
+            break;
+        }
+        if (!PyTuple_Check(seen) || PyTuple_GET_SIZE(seen) != 3) {
+            PyErr_SetString(PyExc_TypeError, "memo_prefix: a memo entry is (prev, n, hash)");
+            goto fail;
+        }
+        int ne = PyObject_RichCompareBool(PyTuple_GET_ITEM(seen, 0), prev, Py_NE);
+        if (ne < 0)
+            goto fail;
+        if (ne)
+            break;
+        ne = PyObject_RichCompareBool(PyTuple_GET_ITEM(seen, 1), PyTuple_GET_ITEM(part, 3), Py_NE);
+        if (ne < 0)
+            goto fail;
+        if (ne)
+            break;
+        PyObject *h = PyTuple_GET_ITEM(seen, 2);
+        if (PyList_Append(out, h))
+            goto fail;
+        Py_INCREF(h);
+        Py_SETREF(prev, h);
+    }
+    Py_DECREF(prev);
+    return PyLong_FromSsize_t(j);
+fail:
+    Py_DECREF(prev);
+    return NULL;
+}
+
+PyDoc_STRVAR(memo_store_doc,
+             "memo_store(whole, out, j, memo) -> None\n\n"
+             "replay.rounds._twin_memo_store: memo[part key] = (previous hash, part length, "
+             "hash) for each block from j that is a whole part (whole[i] not None), in order.");
+
+static PyObject *memo_store(PyObject *self, PyObject *args) {
+    PyObject *whole, *out, *memo;
+    Py_ssize_t j;
+    if (!PyArg_ParseTuple(args, "O!O!nO!", &PyList_Type, &whole, &PyList_Type, &out, &j,
+                          &PyDict_Type, &memo))
+        return NULL;
+    Py_ssize_t nb = PyList_GET_SIZE(whole);
+    if (j < 0 || PyList_GET_SIZE(out) != nb || j > nb) {
+        PyErr_SetString(PyExc_ValueError, "memo_store: one hash per block, 0 <= j <= blocks");
+        return NULL;
+    }
+    PyObject *prev = j ? PyList_GET_ITEM(out, j - 1) : Py_None;
+    for (Py_ssize_t i = j; i < nb; i++) {
+        PyObject *part = PyList_GET_ITEM(whole, i), *h = PyList_GET_ITEM(out, i);
+        if (part != Py_None) {
+            if (!as_part(part, "memo_store", NULL))
+                return NULL;
+            PyObject *entry = PyTuple_Pack(3, prev, PyTuple_GET_ITEM(part, 3), h);
+            if (!entry)
+                return NULL;
+            int r = PyDict_SetItem(memo, PyTuple_GET_ITEM(part, 1), entry);
+            Py_DECREF(entry);
+            if (r)
+                return NULL;
+        }
+        prev = h;
+    }
+    Py_RETURN_NONE;
+}
 
 /* The keys of block_keys into a fresh buffer of *total int64s (PyMem_Malloc'd; the caller
  * frees it); NULL with an error set. */
@@ -335,12 +581,7 @@ static int prev_of(PyObject *obj, uint64_t *out) {
 }
 
 static int append_u64(PyObject *list, uint64_t v) {
-    PyObject *o = PyLong_FromUnsignedLongLong(v);
-    if (!o)
-        return -1;
-    int rc = PyList_Append(list, o);
-    Py_DECREF(o);
-    return rc;
+    return append_new(list, PyLong_FromUnsignedLongLong(v));
 }
 
 PyDoc_STRVAR(chain_doc,
@@ -708,6 +949,10 @@ none:
 static PyMethodDef methods[] = {
     {"block_keys", block_keys, METH_VARARGS, block_keys_doc},
     {"block_keys_bytes", block_keys_bytes, METH_VARARGS, block_keys_bytes_doc},
+    {"walk", walk, METH_VARARGS, walk_doc},
+    {"whole_parts", whole_parts, METH_VARARGS, whole_parts_doc},
+    {"memo_prefix", memo_prefix, METH_VARARGS, memo_prefix_doc},
+    {"memo_store", memo_store, METH_VARARGS, memo_store_doc},
     {"decode_ends", decode_ends, METH_VARARGS, decode_ends_doc},
     {"heads", heads, METH_VARARGS, heads_doc},
     {"chain", chain, METH_VARARGS, chain_doc},

@@ -197,22 +197,9 @@ class BlockKeyer:
             if done is not None and done[4] - bs <= last and done[0] == parts[:-2]:
                 i, off, run, e = done[1:5]
                 pkeys, counts = list(done[5]), list(done[6])
-        self._top = 0
-        while e <= last:
-            k, key, s, m = parts[i]
-            top = off + m
-            if e <= top:
-                c = (min(top, last) - e) // bs + 1
-                pk = hash((run, k, key, s))
-                pkeys.append(pk)
-                counts.append(c)
-                e += c * bs
-                if e <= top:  # stopped inside this part
-                    self._pk, self._top = pk, top
-                    break
-            run = hash((run, k, key, s, m))
-            off = top
-            i += 1
+        walk = _twin_walk if _native is None else _native.walk
+        i, off, run, e, pk, top = walk(parts, i, off, run, e, last, bs, pkeys, counts)
+        self._pk, self._top = pk, top
         self._i, self._off, self._run, self._e = i, off, run, e
         if first and stop >= self._n and parts[0][0] != BLOCK:
             # walked whole from the start: a next round's prefix (its state is at a part
@@ -233,6 +220,30 @@ class BlockKeyer:
 _WALKED: dict[tuple[int, Part, int, int], tuple[tuple[Part, ...], int, int, int, int,
                                                 tuple[int, ...], tuple[int, ...]]] = {}
 _WALKED_MAX = 1 << 12
+
+
+def _twin_walk(parts: tuple[Part, ...], i: int, off: int, run: int, e: int, last: int,
+               bs: int, pkeys: list[int], counts: list[int]
+               ) -> tuple[int, int, int, int, int, int]:  # fmt: skip
+    """The Python twin of ``kernels.walk``: from part ``i`` (at token ``off``, running key
+    ``run``) move the next block end ``e`` past every full block ending by ``last``,
+    appending each part's key and block count; the new ``(i, off, run, e)`` and the key and
+    end of the part it stopped inside (``top`` 0: it stopped at a part boundary)."""
+    while e <= last:
+        k, key, s, m = parts[i]
+        top = off + m
+        if e <= top:
+            c = (min(top, last) - e) // bs + 1
+            pk = hash((run, k, key, s))
+            pkeys.append(pk)
+            counts.append(c)
+            e += c * bs
+            if e <= top:  # stopped inside this part
+                return i, off, run, e, pk, top
+        run = hash((run, k, key, s, m))
+        off = top
+        i += 1
+    return i, off, run, e, 0, 0
 
 
 def _twin_keys(pkeys: Sequence[int], counts: Sequence[int], e0: int, bs: int) -> list[int]:

@@ -8,13 +8,21 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from public_data import needs, public
 
 import workbench
 from workbench import data
 from workbench.context.policy import effective_policy
 from workbench.records import Round, Unit, Workload
-from workbench.workloads.trace_stats import _stack_distances, ideal_prefix_hit_rate, trace_stats
+from workbench.workloads.trace_stats import (
+    _dense,
+    _first_accesses,
+    _stack_distances,
+    ideal_prefix_hit_rate,
+    trace_stats,
+)
 
 MOONCAKE = public("mooncake/conversation_trace.jsonl")  # the full trace: not bundled
 
@@ -312,3 +320,20 @@ def test_a_replay_plan_does_not_import_pandas():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout  # fmt: skip
     assert out.strip() == "False"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.lists(st.integers(0, 300), max_size=200),
+                 st.lists(st.integers(-(2**63), 2**63 - 1), max_size=50),
+                 st.lists(st.integers(0, 10**6), max_size=50)))
+def test_dense_keys_and_first_accesses_are_numpys_unique(values: list[int]) -> None:
+    """``_dense`` ranks hash ids as ``np.unique``'s inverse does (by a table over a small
+    range, else by the sort), and ``_first_accesses`` marks the accesses ``np.unique``'s
+    first indices do (by a table, no sort)."""
+    a = np.asarray(values, np.int64)
+    inverse = np.unique(a, return_inverse=True)[1]
+    keys = _dense(a)
+    assert keys.tolist() == inverse.ravel().tolist()
+    want = np.zeros(len(a), np.int64)
+    want[np.unique(keys, return_index=True)[1]] = len(a)
+    assert _first_accesses(keys).tolist() == want.tolist()

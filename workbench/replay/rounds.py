@@ -12,6 +12,7 @@ import numpy as np
 from workbench.context.hashing import block_hashes, chain_hashes
 from workbench.context.policy import POLICIES
 from workbench.context.tokens import TokenPool
+from workbench.kernels import native as _native
 from workbench.records import RequestRecord
 from workbench.replay.plan import RoundPlan, UnitPlan
 from workbench.segments import BLOCK, OUTPUT, Part, Segments
@@ -212,18 +213,10 @@ class RoundMaker:
         memo = self._memo
         if len(memo) > _MEMO_MAX:
             memo.clear()
-        whole = _whole_block_parts(prompt, bs)
-        j, nb = len(out), len(whole)
-        prev = out[-1] if out else None
-        while j < nb:
-            part = whole[j]
-            if part is None:
-                break
-            seen = memo.get(part[1])
-            if seen is None or seen[0] != prev or seen[1] != part[3]:
-                break
-            out.append(prev := seen[2])
-            j += 1
+        k = _native or _Twins  # the kernels, or their twins (``_Twins``)
+        whole = k.whole_parts(prompt.parts, n, bs, BLOCK)
+        nb = len(whole)
+        j = k.memo_prefix(whole, len(out), memo, out[-1] if out else None, out)
         for lo in range(j, nb, _DRAW_BLOCKS):  # a chunk's arrays stay in the CPU's cache
             hi = min(lo + _DRAW_BLOCKS, nb)
             keys = [p[1] for p in whole[lo:hi] if p is not None]
@@ -232,11 +225,7 @@ class RoundMaker:
                 out += self.pool.chain_heads(prev, keys, bs, min(hi * bs, n) - lo * bs)
             else:
                 out += chain_hashes(prev, self._draw(prompt, lo * bs, min(hi * bs, n)), bs)
-        prev = out[j - 1] if j else None
-        for part, h in zip(whole[j:], out[j:], strict=True):
-            if part is not None:
-                memo[part[1]] = (prev, part[3], h)
-            prev = h
+        k.memo_store(whole, out, j, memo)
         run.last_prompt, run.last_hashes = prompt, out
         return out
 
@@ -295,19 +284,50 @@ def drop_hash_memos() -> None:
     _MEMOS.clear()
 
 
-def _whole_block_parts(prompt: Segments, bs: int) -> list[Part | None]:
-    """Record block index → the hash-id part that is exactly that block (None: none is)."""
-    n = len(prompt)
-    out: list[Part | None] = [None] * -(-n // bs)
-    off = 0
-    for part in prompt.parts:
-        m = part[3]
-        if part[0] == BLOCK and off % bs == 0 and part[2] == 0 and (
-            m == bs or (0 < m < bs and off + m == n)
-        ):
-            out[off // bs] = part
-        off += m
-    return out
+class _Twins:
+    """The Python twins of the kernels ``whole_parts``, ``memo_prefix`` and ``memo_store``
+    (workbench/kernels.c; docs/virtual-time.md, "Compiled kernels"): the record hashes'
+    Python per block around ``TokenPool.chain_heads``."""
+
+    @staticmethod
+    def whole_parts(parts: tuple[Part, ...], n: int, bs: int, kind: int) -> list[Part | None]:
+        """Record block index → the ``kind`` (hash-id) part that is exactly that block, of
+        a prompt of ``n`` tokens (None: none is)."""
+        out: list[Part | None] = [None] * -(-n // bs)
+        off = 0
+        for part in parts:
+            m = part[3]
+            if part[0] == kind and off % bs == 0 and part[2] == 0 and (
+                m == bs or (0 < m < bs and off + m == n)
+            ):
+                out[off // bs] = part
+            off += m
+        return out
+
+    @staticmethod
+    def memo_prefix(whole: list[Part | None], j: int, memo: _Memo, prev: int | None,
+                    out: list[int]) -> int:  # fmt: skip
+        """From block ``j``, the hashes the memo holds of whole parts chained on ``prev``
+        appended to ``out``; the first block it has none for."""
+        while j < len(whole):
+            part = whole[j]
+            if part is None:
+                break
+            seen = memo.get(part[1])
+            if seen is None or seen[0] != prev or seen[1] != part[3]:
+                break
+            out.append(prev := seen[2])
+            j += 1
+        return j
+
+    @staticmethod
+    def memo_store(whole: list[Part | None], out: list[int], j: int, memo: _Memo) -> None:
+        """The memo's entry (previous hash, length, hash) of each whole part from ``j``."""
+        prev = out[j - 1] if j else None
+        for part, h in zip(whole[j:], out[j:], strict=True):
+            if part is not None:
+                memo[part[1]] = (prev, part[3], h)
+            prev = h
 
 
 def _shared_key(run: UnitRun) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from workbench.context.policy import (
     effective_policy,
     plan_rounds,
 )
-from workbench.records import UnitStream, Workload
+from workbench.records import Round, Unit, UnitStream, Workload
 from workbench.traces.graph import graph_summary
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built: a replay's plan needs only
@@ -109,8 +110,7 @@ def ideal_prefix_hit_rate(workload: Workload, policy: ContextPolicy | None) -> f
         return 0.0
     # the summary's figure without its frames or LRU distances: an infinite cache misses
     # only first accesses (``_block_accesses(..., distances=False)``)
-    table, hash_ids = _round_table(workload, _as_counted(workload, policy))
-    cols = {c: np.asarray(table[c], np.int64) for c in _ACCESS_COLUMNS}
+    cols, hash_ids = _access_table(workload, _as_counted(workload, policy))
     acc = _block_accesses(cols, hash_ids, _block_size(workload), distances=False)
     total_prompt = int(cols["prompt_len"].sum())
     return int(acc.weights[acc.eff < acc.never].sum()) / total_prompt if total_prompt else 0.0
@@ -130,31 +130,63 @@ def _as_counted(workload: Workload, policy: ContextPolicy | None) -> ContextPoli
     return None if _planned(workload) else policy
 
 
+def _round_plans(
+    workload: Workload, policy: ContextPolicy | None
+) -> Iterator[tuple[int, Unit, int, Round, PlannedRound | None, float]]:
+    """Each round in release order: its unit's index, the unit, its place in the unit, the
+    round, its plan under ``policy`` (None: the round as it is, nothing folded) and its
+    estimated start (ms)."""
+    for ui, unit in enumerate(workload.units):
+        plans = plan_rounds(unit.rounds, policy) if policy is not None and unit.is_session else None
+        start = unit.arrival_ms
+        for k, r in enumerate(unit.rounds):
+            yield ui, unit, k, r, None if plans is None else plans[k], start
+            start += r.tool_wait_after_ms
+
+
 def _round_table(
     workload: Workload, policy: ContextPolicy | None
 ) -> tuple[dict[str, list[Any]], list[tuple[int, ...] | None]]:
     """Columns of the rounds frame (release order) and each round's hash ids."""
     cols: dict[str, list[Any]] = {c: [] for c in _ROUND_COLUMNS}
     hashes: list[tuple[int, ...] | None] = []
-    for ui, unit in enumerate(workload.units):
-        if policy is not None and unit.is_session:
-            plans = plan_rounds(unit.rounds, policy)
-        else:
-            plans = [PlannedRound(r.prefix_len, r.input_len) for r in unit.rounds]
-        start = unit.arrival_ms
-        for k, (r, pl) in enumerate(zip(unit.rounds, plans, strict=True)):
-            row = (
-                ui, unit.unit_id, unit.kind, r.request_id, r.round_idx, unit.arrival_ms, start,
-                r.prefix_len, r.input_len, pl.prefix_len, pl.input_len,
-                pl.prefix_len + pl.input_len, r.output_len, r.tool_wait_after_ms,
-                k == len(unit.rounds) - 1, pl.folded_prefix_tokens, pl.major_compaction,
-                -1 if r.hash_ids is None else len(r.hash_ids),
-            )  # fmt: skip
-            for name, value in zip(_ROUND_COLUMNS, row, strict=True):
-                cols[name].append(value)
-            hashes.append(r.hash_ids)
-            start += r.tool_wait_after_ms
+    for ui, unit, k, r, plan, start in _round_plans(workload, policy):
+        pl = PlannedRound(r.prefix_len, r.input_len) if plan is None else plan
+        row = (
+            ui, unit.unit_id, unit.kind, r.request_id, r.round_idx, unit.arrival_ms, start,
+            r.prefix_len, r.input_len, pl.prefix_len, pl.input_len,
+            pl.prefix_len + pl.input_len, r.output_len, r.tool_wait_after_ms,
+            k == len(unit.rounds) - 1, pl.folded_prefix_tokens, pl.major_compaction,
+            -1 if r.hash_ids is None else len(r.hash_ids),
+        )  # fmt: skip
+        for name, value in zip(_ROUND_COLUMNS, row, strict=True):
+            cols[name].append(value)
+        hashes.append(r.hash_ids)
     return cols, hashes
+
+
+def _access_table(
+    workload: Workload, policy: ContextPolicy | None
+) -> tuple[dict[str, np.ndarray], list[tuple[int, ...] | None]]:
+    """``_round_table``'s ``_ACCESS_COLUMNS`` alone, as int64 arrays, and each round's hash
+    ids: what ``ideal_prefix_hit_rate`` reads, without the other 13 columns (nor a
+    ``PlannedRound`` per round a policy leaves as it is)."""
+    units: list[int] = []
+    starts: list[float] = []
+    prefixes: list[int] = []
+    prompts: list[int] = []
+    outputs: list[int] = []
+    cols = (units, starts, prefixes, prompts, outputs)
+    hashes: list[tuple[int, ...] | None] = []
+    for ui, _, _, r, plan, start in _round_plans(workload, policy):
+        p, i = (r.prefix_len, r.input_len) if plan is None else (plan.prefix_len, plan.input_len)
+        units.append(ui)
+        starts.append(start)
+        prefixes.append(p)
+        prompts.append(p + i)
+        outputs.append(r.output_len)
+        hashes.append(r.hash_ids)
+    return {c: np.asarray(v, np.int64) for c, v in zip(_ACCESS_COLUMNS, cols, strict=True)}, hashes
 
 
 _ROUND_COLUMNS = (
@@ -226,21 +258,35 @@ def _hash_accesses(
     """Dense keys, token weights and rows of every hash-id block (vectorized)."""
     rows = [i for i, h in enumerate(hashes) if h is not None]
     lens = np.array([len(hashes[i] or ()) for i in rows], np.int64)
-    flat: list[int] = [x for i in rows for x in hashes[i] or ()]
-    if not flat:
+    total = int(lens.sum())
+    if not total:
         empty = np.zeros(0, np.int64)
         return empty, empty, empty
     try:
-        _, keys = np.unique(np.asarray(flat, np.int64), return_inverse=True)
+        keys = _dense(np.fromiter(chain.from_iterable(hashes[i] or () for i in rows),
+                                  np.int64, total))  # fmt: skip
     except OverflowError:  # Dynamo hashes wider than 64 bits
         dense: dict[int, int] = {}
-        keys = np.array([dense.setdefault(x, len(dense)) for x in flat], np.int64)
+        keys = np.array([dense.setdefault(x, len(dense)) for i in rows for x in hashes[i] or ()],
+                        np.int64)  # fmt: skip
     row_of = np.repeat(np.asarray(rows, np.int64), lens)
     starts = np.repeat(np.cumsum(lens) - lens, lens)
-    j = np.arange(len(flat), dtype=np.int64) - starts
+    j = np.arange(total, dtype=np.int64) - starts
     prompt = np.asarray(rounds["prompt_len"], np.int64)[row_of]
     weights = np.clip(prompt - j * bs, 0, bs)
     return keys.astype(np.int64).ravel(), weights, row_of
+
+
+def _dense(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values, return_inverse=True)[1]``: each value's rank among the distinct
+    values. Hash ids numbered from 0 (Mooncake's: 182,790 over 288,500 reads of the
+    whole trace) are ranked by a table over their range, no sort; other ids are sorted."""
+    if values.size and values.min() >= 0 and values.max() < 4 * values.size + 1024:
+        seen = np.zeros(int(values.max()) + 1, np.int64)
+        seen[values] = 1
+        rank: np.ndarray = np.cumsum(seen) - 1
+        return rank[values]
+    return np.unique(values, return_inverse=True)[1]
 
 
 def _session_accesses(
@@ -312,8 +358,10 @@ def _first_accesses(keys: np.ndarray) -> np.ndarray:
     ``never`` where it has it; any other distance is a hit for an infinite cache)."""
     n = len(keys)
     dist = np.zeros(n, np.int64)
-    _, first = np.unique(keys, return_index=True)
-    dist[first] = n
+    if n:  # keys are small ints (``_dense``): each one's first access by a table, no sort
+        first = np.full(int(keys.max()) + 1, n, np.int64)
+        np.minimum.at(first, keys, np.arange(n, dtype=np.int64))
+        dist[first[first < n]] = n
     return dist
 
 
