@@ -712,3 +712,61 @@ async def test_a_101_switching_protocols_answer_is_a_clean_request_error(n: int,
     assert classes == {"error: HTTP 101 HTTP 101"}, [r.error for r in recs]  # as a 404's
     assert "Traceback" not in caplog.text and "Fatal error" not in caplog.text, caplog.text
     assert not [r for r in caplog.records if r.exc_info], caplog.text
+
+
+# -- a stream held open after [DONE] ------------------------------------------------------
+
+HELD = SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + chunked(GOOD)[: -len(b"0\r\n\r\n")]
+
+
+@pytest.mark.parametrize("bound", [0, 1])
+@pytest.mark.parametrize("http", HTTP_CLIENTS)
+async def test_a_chunked_stream_held_open_after_done_ends_the_request_at_done(
+    http: str, bound: int
+):
+    """The server sends ``data: [DONE]`` but never the chunked body's end: each request
+    ends at [DONE] (not at the 30 s stream idle timeout, past the test's bound), and the
+    client closes the held connection instead of keeping it beside the next one (with
+    ``max_connections`` 1 too: the held connection's slot is freed)."""
+    closed_by_client: list[int] = []
+
+    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await read_request(reader)
+        writer.write(HELD)
+        await writer.drain()
+        await reader.read()  # held until the client closes the connection
+        closed_by_client.append(n)
+
+    recs = await run(h, http, n=3, stream_idle_timeout_s=30.0, max_connections=bound)
+    for rec in recs:
+        ok4(rec)
+    # the first two were closed by the client when the next request needed a connection
+    # (the third, at the client's close)
+    assert sorted(closed_by_client)[:2] == [1, 2], closed_by_client
+
+
+@pytest.mark.parametrize("http", HTTP_CLIENTS)
+async def test_a_body_ending_shortly_after_done_keeps_its_connection(http: str):
+    """The chunked body's end comes a moment after ``data: [DONE]`` (another write, as a
+    server writing its last chunk separately does): the request ends at [DONE] and its
+    connection is read to the body's end and reused: one connection for three requests."""
+
+    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        while True:
+            await read_request(reader)
+            writer.write(HELD)
+            await writer.drain()
+            await asyncio.sleep(0.05)  # the fault: the body's end a moment later
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+
+    conns: list[int] = []
+
+    async def count(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        conns.append(n)
+        await h(reader, writer, n)
+
+    recs = await run(count, http, n=3, stream_idle_timeout_s=30.0)
+    for rec in recs:
+        ok4(rec)
+    assert conns == [1], conns
