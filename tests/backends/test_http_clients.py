@@ -770,3 +770,41 @@ async def test_a_body_ending_shortly_after_done_keeps_its_connection(http: str):
     for rec in recs:
         ok4(rec)
     assert conns == [1], conns
+
+
+# -- what a careful user's servers do (s24 probes: each passed as it stands) ---------------
+
+_ERROR_EVENT = sse({"error": {"message": "boom", "type": "server_error", "code": 500}})
+_USAGE_NO_COMPLETION = sse({"id": "c", "choices": [], "usage": {"prompt_tokens": 4}})
+
+
+@pytest.mark.parametrize(("data", "want"), [
+    (cl(BODY + sse(b"[DONE]")), "ok"),  # [DONE] twice
+    (cl(BODY + tok([99])), "ok"),  # an event after [DONE]: not counted
+    (SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + chunked([*GOOD, tok([99])]), "ok"),
+    (cl(BODY.replace(b"\n", b"\r")), "ok"),  # CR-only line ends
+    (cl(b": ping\n\n" + b"".join(g + b": ping\n\n" for g in GOOD)), "ok"),  # keep-alives
+    (cl(tok([11]) + _ERROR_EVENT + sse(b"[DONE]")), "server error in the answer: boom"),
+    (cl(tok([11]) + _ERROR_EVENT), "server error in the answer: boom"),  # and no [DONE]
+    (cl(orjson.dumps({"id": "c", "choices": [{"index": 0, "text": "hi"}]}),
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"),
+     "HTTP 200 with a JSON body instead of an event stream"),  # stream asked, JSON given
+], ids=["done-twice", "event-after-done", "event-after-done-chunked", "cr", "ping",
+        "error-event", "error-event-no-done", "json-200"])
+async def test_careful_user_faults(data: bytes, want: str):
+    for rec in await both(answer(data), n=2):
+        if want == "ok":
+            ok4(rec)
+        else:
+            assert rec.status == "error" and (rec.error or "").startswith(want), rec.error
+
+
+async def test_usage_without_completion_tokens_leaves_the_count_to_the_stream():
+    """``usage`` in a last chunk with ``choices: []`` and no ``completion_tokens``: the
+    record is ok, its token events counted, ``completion_tokens`` unknown (None; the
+    metrics then count the stream's tokens, docs/metrics.md ``output_tokens``)."""
+    data = cl(tok([11]) + tok([12, 13]) + tok([14], "length") + _USAGE_NO_COMPLETION
+              + sse(b"[DONE]"))
+    for rec in await both(answer(data), n=2):
+        assert rec.status == "ok" and rec.token_counts == [1, 2, 1], rec.error
+        assert rec.completion_tokens is None and rec.finish_reason == "length"
