@@ -86,8 +86,11 @@ class RunConfig:
     @classmethod
     def from_file(cls, path: str | Path) -> RunConfig:
         """A YAML (``.yaml``/``.yml``) or JSON run config (``validation.read_config_file``)."""
-        data, _text = v.read_config_file(path, "config")
-        return cls.from_dict(data or {})
+        data, text = v.read_config_file(path, "config")
+        try:
+            return cls.from_dict(data or {})
+        except ConfigError as exc:  # named in the file: its path and the field's line
+            raise ConfigError(v.in_file(path, text, str(exc))) from None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

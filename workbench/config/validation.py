@@ -374,6 +374,45 @@ def _yaml_1_2_readings(path: str, loader: Any, root: Any) -> None:
                               "YAML 1.2 and JSON: quote it")
 
 
+def field_lines(text: str) -> dict[str, int]:
+    """Each field's line (``"arrival.rate": 4``) in a config's text, YAML or JSON (JSON is
+    YAML here, for its marks); empty when the text does not compose so. For naming the
+    line of a field a later check refuses (``in_file``)."""
+    import yaml
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return {}
+    lines: dict[str, int] = {}
+    stack: list[tuple[Any, str]] = [(root, "")]
+    while stack:
+        node, field = stack.pop()
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode):
+                    name = f"{field}.{key.value}" if field else str(key.value)
+                    lines.setdefault(name, key.start_mark.line + 1)
+                    stack.append((value, name))
+    return lines
+
+
+_UNKNOWN = re.compile(r"unknown (?:config )?(?:(\w+) )?(?:keys?|options?) \['([^']+)'")
+
+
+def in_file(path: str | Path, text: str, message: str) -> str:
+    """``message`` of a check of a config file's data, with the file and, when the message
+    starts with a field (``arrival.rate: ...``) or names unknown keys, that field's line."""
+    lines = field_lines(text)
+    field = re.match(r"[\w.-]*", message).group()  # type: ignore[union-attr]
+    unknown = _UNKNOWN.match(message)
+    if unknown:
+        section, key = unknown.groups()
+        field = f"{section}.{key}" if section else key
+    line = lines.get(field) or lines.get(field.split(".", 1)[0])
+    return f"{path}:{line}: {message}" if line else f"{path}: {message}"
+
+
 def _check_expanded(path: str, root: Any) -> None:
     """The node count of a composed YAML graph with every alias expanded, memoized per
     shared node so a bomb is measured without being expanded."""
