@@ -719,12 +719,16 @@ async def test_a_101_switching_protocols_answer_is_a_clean_request_error(n: int,
 HELD = SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + chunked(GOOD)[: -len(b"0\r\n\r\n")]
 
 
+@pytest.mark.parametrize("held", [HELD, cl(BODY)[: -len(BODY)].replace(
+    b"Length: %d" % len(BODY), b"Length: %d" % (len(BODY) + 10)) + BODY],
+    ids=["chunked", "content-length"])
 @pytest.mark.parametrize("bound", [0, 1])
 @pytest.mark.parametrize("http", HTTP_CLIENTS)
-async def test_a_chunked_stream_held_open_after_done_ends_the_request_at_done(
-    http: str, bound: int
+async def test_a_stream_held_open_after_done_ends_the_request_at_done(
+    http: str, bound: int, held: bytes
 ):
-    """The server sends ``data: [DONE]`` but never the chunked body's end: each request
+    """The server sends ``data: [DONE]`` but never the body's end (its last chunk, or
+    the bytes its Content-Length promised): each request
     ends at [DONE] (not at the 30 s stream idle timeout, past the test's bound), and the
     client closes the held connection instead of keeping it beside the next one (with
     ``max_connections`` 1 too: the held connection's slot is freed)."""
@@ -732,7 +736,7 @@ async def test_a_chunked_stream_held_open_after_done_ends_the_request_at_done(
 
     async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         await read_request(reader)
-        writer.write(HELD)
+        writer.write(held)
         await writer.drain()
         await reader.read()  # held until the client closes the connection
         closed_by_client.append(n)
