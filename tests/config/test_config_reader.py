@@ -165,3 +165,15 @@ def test_a_refused_value_of_a_run_config_file_names_the_file_and_its_line(tmp_pa
     f = tmp_path / name
     f.write_text(text)
     assert _error(RunConfig.from_file, f).startswith(f"{f}{said}")
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("num_blocks: 64\nblock_size: 0\n", ":2: target.engine.block_size: expected an integer"),
+    ("engine:\n  num_blocks: 64\n  block_size: 0\n", ":3: target.engine.block_size"),
+    ("num_blocks: 64\nbogus: 3\n", ":2: unknown engine knob ['bogus']"),
+    ("engine:\n  bogus: 3\n  more: 4\n", ":2: unknown engine knobs ['bogus', 'more']"),
+])
+def test_a_refused_knob_of_an_engine_file_names_the_file_and_its_line(tmp_path, text, said):
+    f = tmp_path / "e.yaml"
+    f.write_text(text)
+    assert _error(lambda p: read_engine_file(p, check=True), f).startswith(f"{f}{said}")

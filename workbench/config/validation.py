@@ -397,18 +397,25 @@ def field_lines(text: str) -> dict[str, int]:
     return lines
 
 
-_UNKNOWN = re.compile(r"unknown (?:config )?(?:(\w+) )?(?:keys?|options?) \['([^']+)'")
+_UNKNOWN = re.compile(r"unknown (?:config )?(?:(\w+) )?(?:keys?|options?|knobs?) \['([^']+)'")
 
 
-def in_file(path: str | Path, text: str, message: str) -> str:
+def in_file(path: str | Path, text: str, message: str,
+            rename: Mapping[str, str] | None = None) -> str:
     """``message`` of a check of a config file's data, with the file and, when the message
-    starts with a field (``arrival.rate: ...``) or names unknown keys, that field's line."""
+    starts with a field (``arrival.rate: ...``) or names unknown keys, that field's line;
+    ``rename``: a message's field prefix and where that lives in the file (the first that
+    matches; ``{"target.engine.": ""}`` for an engine file of bare knobs)."""
     lines = field_lines(text)
     field = re.match(r"[\w.-]*", message).group()  # type: ignore[union-attr]
     unknown = _UNKNOWN.match(message)
     if unknown:
         section, key = unknown.groups()
         field = f"{section}.{key}" if section else key
+    for was, now in (rename or {}).items():
+        if field.startswith(was):
+            field = now + field[len(was):]
+            break
     line = lines.get(field) or lines.get(field.split(".", 1)[0])
     return f"{path}:{line}: {message}" if line else f"{path}: {message}"
 
