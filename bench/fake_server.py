@@ -19,6 +19,10 @@ Two modes:
   arrived, token ``k`` at ``first + k·--itl-ms`` (absolute schedule, so late
   wakeups do not accumulate); the last token travels with usage and ``[DONE]``.
 
+``--hold-after-done`` (instant mode): each streamed answer is written without the
+chunked body's last chunk, and the connection is held (never answered again) until the
+client closes it, as some proxies and servers hold a stream open after ``[DONE]``.
+
 Truth (``GET /debug/requests``; ``POST /debug/reset`` clears it): per request
 ``request_id`` (``x-request-id`` header, else ``fake-N``), ``arrival_ns`` (the
 request's bytes were read), ``first_token_ns`` and ``token_ns`` (each token
@@ -98,8 +102,9 @@ def _json_response(obj: Any, status: str = "200 OK") -> bytes:
 
 
 class FakeServer:
-    def __init__(self, mode: str, ttft_ms: float, itl_ms: float) -> None:
+    def __init__(self, mode: str, ttft_ms: float, itl_ms: float, hold: bool = False) -> None:
         self.mode = mode
+        self.hold = hold
         self.ttft_ns = round(ttft_ms * 1e6)
         self.itl_ns = round(itl_ms * 1e6)
         self.truth: deque[dict[str, Any]] = deque(maxlen=TRUTH_MAX)
@@ -163,7 +168,10 @@ class Conn(asyncio.Protocol):
                      "first_token_ns": None, "token_ns": [], "output_tokens": n}  # fmt: skip
             s.truth.append(entry)
             if s.mode == "instant":
-                self.transport.write(_instant(kind, n, n_prompt))
+                data = _instant(kind, n, n_prompt)
+                if s.hold:  # no last chunk, and nothing more on this connection
+                    data, self.busy = data[: -len(LAST_CHUNK)], True
+                self.transport.write(data)
                 now = time.perf_counter_ns()
                 entry["first_token_ns"] = now
                 entry["token_ns"] = [now] * n
@@ -240,9 +248,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--mode", choices=("instant", "timed"), default="instant")
     ap.add_argument("--ttft-ms", type=float, default=50.0)
     ap.add_argument("--itl-ms", type=float, default=10.0)
+    ap.add_argument("--hold-after-done", action="store_true")
     ap.add_argument("--no-uvloop", action="store_true")
     args = ap.parse_args(argv)
-    server = FakeServer(args.mode, args.ttft_ms, args.itl_ms)
+    server = FakeServer(args.mode, args.ttft_ms, args.itl_ms, args.hold_after_done)
     if not args.no_uvloop:
         try:
             import uvloop

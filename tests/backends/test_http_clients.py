@@ -712,3 +712,103 @@ async def test_a_101_switching_protocols_answer_is_a_clean_request_error(n: int,
     assert classes == {"error: HTTP 101 HTTP 101"}, [r.error for r in recs]  # as a 404's
     assert "Traceback" not in caplog.text and "Fatal error" not in caplog.text, caplog.text
     assert not [r for r in caplog.records if r.exc_info], caplog.text
+
+
+# -- a stream held open after [DONE] ------------------------------------------------------
+
+HELD = SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + chunked(GOOD)[: -len(b"0\r\n\r\n")]
+
+
+@pytest.mark.parametrize("held", [HELD, cl(BODY)[: -len(BODY)].replace(
+    b"Length: %d" % len(BODY), b"Length: %d" % (len(BODY) + 10)) + BODY],
+    ids=["chunked", "content-length"])
+@pytest.mark.parametrize("bound", [0, 1])
+@pytest.mark.parametrize("http", HTTP_CLIENTS)
+async def test_a_stream_held_open_after_done_ends_the_request_at_done(
+    http: str, bound: int, held: bytes
+):
+    """The server sends ``data: [DONE]`` but never the body's end (its last chunk, or
+    the bytes its Content-Length promised): each request
+    ends at [DONE] (not at the 30 s stream idle timeout, past the test's bound), and the
+    client closes the held connection instead of keeping it beside the next one (with
+    ``max_connections`` 1 too: the held connection's slot is freed)."""
+    closed_by_client: list[int] = []
+
+    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await read_request(reader)
+        writer.write(held)
+        await writer.drain()
+        await reader.read()  # held until the client closes the connection
+        closed_by_client.append(n)
+
+    recs = await run(h, http, n=3, stream_idle_timeout_s=30.0, max_connections=bound)
+    for rec in recs:
+        ok4(rec)
+    # the first two were closed by the client when the next request needed a connection
+    # (the third, at the client's close)
+    assert sorted(closed_by_client)[:2] == [1, 2], closed_by_client
+
+
+@pytest.mark.parametrize("http", HTTP_CLIENTS)
+async def test_a_body_ending_shortly_after_done_keeps_its_connection(http: str):
+    """The chunked body's end comes a moment after ``data: [DONE]`` (another write, as a
+    server writing its last chunk separately does): the request ends at [DONE] and its
+    connection is read to the body's end and reused: one connection for three requests."""
+
+    async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        while True:
+            await read_request(reader)
+            writer.write(HELD)
+            await writer.drain()
+            await asyncio.sleep(0.05)  # the fault: the body's end a moment later
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+
+    conns: list[int] = []
+
+    async def count(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        conns.append(n)
+        await h(reader, writer, n)
+
+    recs = await run(count, http, n=3, stream_idle_timeout_s=30.0)
+    for rec in recs:
+        ok4(rec)
+    assert conns == [1], conns
+
+
+# -- what a careful user's servers do (s24 probes: each passed as it stands) ---------------
+
+_ERROR_EVENT = sse({"error": {"message": "boom", "type": "server_error", "code": 500}})
+_USAGE_NO_COMPLETION = sse({"id": "c", "choices": [], "usage": {"prompt_tokens": 4}})
+
+
+@pytest.mark.parametrize(("data", "want"), [
+    (cl(BODY + sse(b"[DONE]")), "ok"),  # [DONE] twice
+    (cl(BODY + tok([99])), "ok"),  # an event after [DONE]: not counted
+    (SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + chunked([*GOOD, tok([99])]), "ok"),
+    (cl(BODY.replace(b"\n", b"\r")), "ok"),  # CR-only line ends
+    (cl(b": ping\n\n" + b"".join(g + b": ping\n\n" for g in GOOD)), "ok"),  # keep-alives
+    (cl(tok([11]) + _ERROR_EVENT + sse(b"[DONE]")), "server error in the answer: boom"),
+    (cl(tok([11]) + _ERROR_EVENT), "server error in the answer: boom"),  # and no [DONE]
+    (cl(orjson.dumps({"id": "c", "choices": [{"index": 0, "text": "hi"}]}),
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"),
+     "HTTP 200 with a JSON body instead of an event stream"),  # stream asked, JSON given
+], ids=["done-twice", "event-after-done", "event-after-done-chunked", "cr", "ping",
+        "error-event", "error-event-no-done", "json-200"])
+async def test_careful_user_faults(data: bytes, want: str):
+    for rec in await both(answer(data), n=2):
+        if want == "ok":
+            ok4(rec)
+        else:
+            assert rec.status == "error" and (rec.error or "").startswith(want), rec.error
+
+
+async def test_usage_without_completion_tokens_leaves_the_count_to_the_stream():
+    """``usage`` in a last chunk with ``choices: []`` and no ``completion_tokens``: the
+    record is ok, its token events counted, ``completion_tokens`` unknown (None; the
+    metrics then count the stream's tokens, docs/metrics.md ``output_tokens``)."""
+    data = cl(tok([11]) + tok([12, 13]) + tok([14], "length") + _USAGE_NO_COMPLETION
+              + sse(b"[DONE]"))
+    for rec in await both(answer(data), n=2):
+        assert rec.status == "ok" and rec.token_counts == [1, 2, 1], rec.error
+        assert rec.completion_tokens is None and rec.finish_reason == "length"

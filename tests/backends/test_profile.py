@@ -36,7 +36,7 @@ async def test_profile_window_writes_a_trace_and_records_where(tmp_path, monkeyp
     assert profile["start"]["status"] == 200 and profile["stop"]["status"] == 200
     (path,) = profile["files"]
     assert Path(path).parent == trace_dir
-    assert profile["where"] == f"1 trace file(s) in {trace_dir}"
+    assert profile["where"] == f"1 trace file in {trace_dir}"
     traced = {r["request_id"] for r in json.loads(Path(path).read_text())["requests"]}
     assert traced == {r.request_id for r in result.records}  # exactly the measured window
     stored = json.loads((Path(result.run_dir) / "manifest.json").read_text())

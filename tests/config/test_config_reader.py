@@ -146,3 +146,34 @@ def test_a_yaml_merge_key_may_still_be_overridden(tmp_path):
     from workbench.config.validation import load_yaml
 
     assert load_yaml(str(f), f.read_text())["engine"] == {"block_size": 16, "num_blocks": 128}
+
+
+@pytest.mark.parametrize(("name", "text", "said"), [
+    ("c.yaml", "trace: t.csv\narrival:\n  mode: saturated\n  max_concurrency: 0\n",
+     ":4: arrival.max_concurrency: expected an integer"),
+    ("c.yaml", "trace: t.csv\narrival:\n  mode: nope\n", ":3: arrival.mode 'nope' is unknown"),
+    ("c.yaml", "trace: t.csv\nbackend:\n  name: openai\n  model: m\n",
+     ":4: unknown backend option ['model']"),
+    ("c.yaml", "trace: t.csv\nbogus: 1\n", ":2: unknown config key ['bogus']"),
+    ("c.json", '{"trace": "t.csv",\n "arrival": {"mode": "saturated",\n  "max_concurrency": 0}}',
+     ":3: arrival.max_concurrency: expected an integer"),
+])
+def test_a_refused_value_of_a_run_config_file_names_the_file_and_its_line(tmp_path, name, text,
+                                                                         said):
+    """Found as a careful user: ``unknown backend option(s) ['model']`` named neither the
+    file nor the line (the checks run on the data, after the file was read)."""
+    f = tmp_path / name
+    f.write_text(text)
+    assert _error(RunConfig.from_file, f).startswith(f"{f}{said}")
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("num_blocks: 64\nblock_size: 0\n", ":2: target.engine.block_size: expected an integer"),
+    ("engine:\n  num_blocks: 64\n  block_size: 0\n", ":3: target.engine.block_size"),
+    ("num_blocks: 64\nbogus: 3\n", ":2: unknown engine knob ['bogus']"),
+    ("engine:\n  bogus: 3\n  more: 4\n", ":2: unknown engine knobs ['bogus', 'more']"),
+])
+def test_a_refused_knob_of_an_engine_file_names_the_file_and_its_line(tmp_path, text, said):
+    f = tmp_path / "e.yaml"
+    f.write_text(text)
+    assert _error(lambda p: read_engine_file(p, check=True), f).startswith(f"{f}{said}")

@@ -46,7 +46,7 @@ from workbench.replay.prepare import coerce_config
      "backend.options.temperature"),
     ({"slo": {"ttft_ms": -5}}, "slo: expected a mapping of names to positive"),
     ({"slo": {"ttft_ms": math.nan}}, "slo: expected"),
-    ({"slo": {"ttfb_ms": 100}}, "slo: unknown metric(s) ['ttfb_ms']"),
+    ({"slo": {"ttfb_ms": 100}}, "slo: unknown metric ['ttfb_ms']"),
     ({"executor": {"workers": 0}}, "executor.workers"),
     ({"seed": "0"}, "seed: expected an integer"),
     ({"dry_run": "no"}, "dry_run: expected true or false"),

@@ -126,7 +126,9 @@ async def test_profile_on_vllm(tmp_path: Path) -> None:
     assert profile["start"]["status"] == 200 and profile["stop"]["status"] == 200
     files = [Path(f) for f in profile["files"]]
     assert files and all(f.parent == traces for f in files)
-    assert profile["where"] == f"{len(files)} trace file(s) in {traces}"
+    from workbench.plurals import counted
+
+    assert profile["where"] == f"{counted(len(files), 'trace file')} in {traces}"
     # the worker's torch trace (rank0.*) and the API server's (*.async_llm.*), both gzipped
     # Chrome traces; the worker's summary table counts the model's forward passes
     names = sorted(f.name for f in files)

@@ -94,7 +94,7 @@ def test_defaults_fill_run_id_and_out_dir(tiny: Path, tmp_path: Path) -> None:
 
 
 def test_unknown_parameters_are_rejected_with_the_declared_names(tiny: Path) -> None:
-    with pytest.raises(ConfigError, match=r"no parameter\(s\) \['scael'\].*scale, run_id"):
+    with pytest.raises(ConfigError, match=r"no parameter \['scael'\].*scale, run_id"):
         render.check_parameters(tiny, {"scael": 2}, Path("."))
 
 

@@ -1,5 +1,5 @@
 """Counts printed with their noun in the number it takes: "1 probe in 1 round", never
-"1 probes in 1 rounds" (``metrics.wording.counted``), in a capacity search's lines and
+"1 probes in 1 rounds" (``workbench.plurals.counted``), in a capacity search's lines and
 the sweep headline above them."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from workbench.cli import main
 from workbench.commands.sweep import search_lines
 from workbench.data import path as data_path
-from workbench.metrics.wording import counted
+from workbench.plurals import counted
 
 MOONCAKE = str(data_path("mooncake/conversation_trace_head600.jsonl"))
 

@@ -90,7 +90,7 @@ def test_bad_sidecar_is_a_trace_format_error(tmp_path: Path) -> None:
 
 BAD = [
     ("missing column", H.replace(",tool_wait_after_ms", "") + "\nx,0,0,0.000000,0,1,1\n", 1,
-     "missing column(s): tool_wait_after_ms"),
+     "missing column: tool_wait_after_ms"),
     ("header order", H.replace("prefix_len,input_len", "input_len,prefix_len") + "\n"
      + _row("0", 0, "0.000000"), 1, "header must be exactly"),
     ("extra column", H + ",x\n" + _row("0", 0, "0.000000").rstrip("\n") + ",1\n", 1,

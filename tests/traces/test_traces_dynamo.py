@@ -151,7 +151,7 @@ def test_a_dependency_field_it_does_not_know_is_refused_with_its_line(tmp_path):
     child = _req("c1", recv=T0 + 50, hashes=(1, 5), sid="c")
     child["agent_context"].update(parent_session_id="p", dependency={
         "relation": "subagent", "parent_request_id": "p1", "wait_for": "all"})
-    with pytest.raises(TraceFormatError, match=r":2: agent_context\.dependency has field\(s\) "
+    with pytest.raises(TraceFormatError, match=r":2: agent_context\.dependency has field "
                                                r"wait_for this reader does not know"):
         load_trace(_write(tmp_path, [parent, child]))
 

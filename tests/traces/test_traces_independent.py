@@ -59,13 +59,13 @@ def test_columns_in_any_order(tmp_path):
         pytest.param(
             "id,arrival_time,input_len\na,0,5\n",
             1,
-            "missing column(s): output_len",
+            "missing column: output_len",
             id="missing-column",
         ),
         pytest.param(
             "id,arrival_time,input_len,output_len,round_idx\na,0,5,1,0\n",
             1,
-            "unknown column(s) round_idx",
+            "unknown column round_idx",
             id="session-column",
         ),
         pytest.param(

@@ -68,18 +68,18 @@ def test_zero_growth_is_allowed_and_reset_on_first_request_is_harmless(tmp_path)
         pytest.param(
             GOOD + _line([{"prompt_tokens": 1, "output_tokens": 1}], extra=1),
             2,
-            "unknown field(s) extra",
+            "unknown field extra",
             id="unknown-top-field",
         ),
         pytest.param(
             GOOD
             + _line([{"prompt_tokens": 1, "output_tokens": 1, "blocks": []}], trajectory_id="v"),
             2,
-            "unknown field(s) blocks in requests[0]",
+            "unknown field blocks in requests[0]",
             id="unknown-request-field",
         ),
         pytest.param(
-            _line([{"prompt_tokens": 1}]), 1, "missing field(s) output_tokens", id="missing-field"
+            _line([{"prompt_tokens": 1}]), 1, "missing field output_tokens", id="missing-field"
         ),
         pytest.param(
             '{"schema_version": 1, "requests": []}\n', 1, "trajectory_id", id="missing-top-field"

@@ -14,6 +14,7 @@ import orjson
 
 from workbench.backends.extras import EXTRA_KEYS, RequestExtras
 from workbench.errors import ConfigError, WorkbenchError
+from workbench.plurals import noun
 from workbench.registry import Registry
 from workbench.segments import Segments
 
@@ -226,7 +227,7 @@ def reconfigure(codec: Any, options: Mapping[str, Any]) -> Any:
     unknown = sorted(set(options) - set(valid))
     if unknown:
         raise ConfigError(
-            f"backend {codec.name!r} has no option(s) {', '.join(unknown)}; "
+            f"backend {codec.name!r} has no {noun(len(unknown), 'option')} {', '.join(unknown)}; "
             f"valid: {', '.join(sorted(valid)) or '(none)'}"
         )
     current = {k: getattr(codec, k) for k in valid}

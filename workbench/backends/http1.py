@@ -13,6 +13,7 @@ from urllib.parse import quote, urlsplit
 import httptools
 
 from workbench.backends.base import BackendError
+from workbench.backends.overrun import AFTER_DONE_MAX_BYTES, DRAIN_S, HELD_AFTER_DONE_S
 from workbench.backends.stream import (
     ERROR_BODY_MAX,
     HEAD_MAX,
@@ -74,6 +75,12 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.served = 0  # responses completed on this connection
         self.timer: asyncio.TimerHandle | None = None
+        #: the request ended at [DONE], the body's end is still to come: read on (bounded)
+        #: so the connection goes back to the pool; it counts as busy meanwhile
+        self.draining = False
+        self.drained = 0  # bytes read while draining
+        #: the client's connection bound, held while draining (released at the drain's end)
+        self.slot: asyncio.Semaphore | None = None
         self._clear()
 
     def _clear(self) -> None:
@@ -130,6 +137,9 @@ class _Connection(asyncio.Protocol):
         self.pool.live.add(self)
 
     def data_received(self, data: bytes) -> None:
+        if self.draining:
+            self._drain(data)
+            return
         t = self.now()
         if self.waiter is None:  # bytes nobody asked for: the connection is unusable
             self.abort()
@@ -200,6 +210,9 @@ class _Connection(asyncio.Protocol):
         self.transport = None
         self.pool.live.discard(self)
         self.pool.parsing.run()  # what came before the close is parsed first
+        if self.draining:
+            self._end_drain(False)
+            return
         if self.waiter is None or self.waiter.done():
             return
         if self.status and not self.delimited and not self.complete:
@@ -278,6 +291,50 @@ class _Connection(asyncio.Protocol):
             self.abort()
         if waiter is not None and not waiter.done():
             waiter.set_result((status, body))
+
+    def _release(self) -> None:
+        """The stream ended at [DONE] but its body did not: the request ends now (its record,
+        its timing, the session's next round); the connection reads on for the body's end,
+        busy meanwhile, back to the pool once whole, dropped past ``AFTER_DONE_MAX_BYTES``,
+        the drain bound or when a request needs it (docs/wire-protocols.md, "HTTP framing")."""
+        pool = self.pool
+        if pool.holds:  # this server holds its streams open after [DONE]: no drain
+            self._finish(False)
+            return
+        waiter = self.waiter
+        self._stop_timer()
+        self.draining, self.drained = True, 0
+        self.pieces.clear()
+        pool.draining.append(self)
+        self.timer = pool.loop.call_later(pool.idle_s or DRAIN_S, self.abort)
+        if waiter is not None and not waiter.done():
+            waiter.set_result((self.status, b""))
+
+    def _drain(self, data: bytes) -> None:
+        """A read after the request ended at [DONE]: parsed only for the body's end."""
+        self.drained += len(data)
+        try:
+            self.parser.feed_data(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+            self.abort()
+            return
+        self.pieces.clear()
+        if self.complete:
+            self._end_drain(self.keep)
+        elif self.drained > AFTER_DONE_MAX_BYTES:
+            self.abort()
+
+    def _end_drain(self, keep: bool) -> None:
+        """The drain is over: back to the pool (``keep``) or dropped; its slot is free."""
+        self.draining = False
+        self._stop_timer()
+        self._clear()
+        self.served += 1
+        if keep and not self.closed:
+            self.pool.idle.append(self)
+        elif not self.closed:
+            self.abort()
+        self.pool.drain_ended(self)
 
     def _fail(self, exc: BaseException) -> None:
         self.pool.parsing.run()  # reads that came before the failure count
@@ -379,6 +436,9 @@ class _ParseQueue:
                 elif state.done and not conn.delimited:  # type: ignore[union-attr]
                     # a body delimited by the close is whole at [DONE]
                     conn._finish(False)
+                elif state.done and not conn.complete:  # type: ignore[union-attr]
+                    # [DONE] before the body's end: the request ends here all the same
+                    conn._release()
             else:
                 conn._finish(conn.keep)
 
@@ -400,14 +460,55 @@ class _Pool:
         self.ssl = (ssl_context or ssl.create_default_context()) if ep.ssl else None
         self.idle: list[_Connection] = []
         self.live: set[_Connection] = set()
+        #: connections whose request ended at [DONE], reading on for the body's end
+        self.draining: list[_Connection] = []
+        self.waiting = 0  # requests waiting for a draining connection
+        self.drain_news: asyncio.Future[None] | None = None  # set when a drain ends
+        #: the server held a stream open after [DONE] past ``HELD_AFTER_DONE_S``
+        self.holds = False
 
     async def connection(self) -> _Connection:
         idle = self.idle
-        while idle:
-            conn = idle.pop()
-            if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
-                return conn
-        return await self._connect()
+        while True:
+            while idle:
+                conn = idle.pop()
+                if (not conn.closed and conn.transport is not None
+                        and not conn.transport.is_closing()):  # fmt: skip
+                    return conn
+            if len(self.draining) <= self.waiting:
+                return await self._connect()
+            # a connection still reading its body's end after [DONE]: it comes back (a
+            # moment after, as a server's last chunk does) or it is held and dropped, so
+            # the connections open never outnumber the requests that need them
+            news = self.drain_news
+            if news is None:
+                news = self.drain_news = self.loop.create_future()
+            self.waiting += 1
+            try:
+                done, _ = await asyncio.wait((news,), timeout=HELD_AFTER_DONE_S)
+            finally:
+                self.waiting -= 1
+            if not done:
+                self.drop_held()
+
+    def drain_ended(self, conn: _Connection) -> None:
+        """``conn`` stopped draining (back in ``idle``, or dropped): wake who waits for it."""
+        if conn in self.draining:
+            self.draining.remove(conn)
+        if conn.slot is not None:
+            conn.slot.release()
+            conn.slot = None
+        news, self.drain_news = self.drain_news, None
+        if news is not None and not news.done():
+            news.set_result(None)
+
+    def drop_held(self) -> None:
+        """A drain outlived ``HELD_AFTER_DONE_S``: the server holds its streams open after
+        [DONE]; drop the draining connections, and drain no more."""
+        self.holds = True
+        for conn in list(self.draining):
+            conn.abort()
+            conn._end_drain(False)
 
     async def _connect(self) -> _Connection:
         ep = self.ep
@@ -516,16 +617,32 @@ class HttpToolsClient(ClientSettings):
     ) -> tuple[int, bytes]:
         limit = self._limit
         if limit is not None:
-            await limit.acquire()
+            await self._slot(limit)
         conn: _Connection | None = None
         try:
             async with asyncio.timeout(timeout_s):
                 conn = await pool.connection()
                 return await conn.start(data, state, rec)
         except BaseException:
-            if conn is not None and conn.waiter is not None:
+            if conn is not None and conn.waiter is not None and not conn.draining:
                 conn.abort()  # given up mid-exchange (timeout, cancel): not reusable
             raise
         finally:
             if limit is not None:
-                limit.release()
+                if conn is not None and conn.draining and conn.slot is None:
+                    conn.slot = limit  # still busy: released at the drain's end
+                else:
+                    limit.release()
+
+    async def _slot(self, limit: asyncio.Semaphore) -> None:
+        """One of ``max_connections``; slots held by draining connections come back a
+        moment after (or the drains are dropped, as ``_Pool.connection`` does)."""
+        if limit.locked() and any(pool.draining for pool in self._pools.values()):
+            try:
+                async with asyncio.timeout(HELD_AFTER_DONE_S):
+                    await limit.acquire()
+                return
+            except TimeoutError:
+                for pool in self._pools.values():
+                    pool.drop_held()
+        await limit.acquire()

@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 
 import aiohttp
 
+from workbench.backends.overrun import AFTER_DONE_MAX_BYTES, DRAIN_S, HELD_AFTER_DONE_S
 from workbench.backends.stream import (
     ERROR_BODY_MAX,
     HEAD_MAX,
@@ -42,6 +43,14 @@ _CONNECT_TIMEOUT = getattr(aiohttp, "ConnectionTimeoutError", None)
 class AiohttpClient(ClientSettings):
     _session: aiohttp.ClientSession | None = None
 
+    def __post_init__(self) -> None:
+        #: bodies read on to their end after the request ended at [DONE] (see ``_drain``):
+        #: their connections are busy until then (docs/wire-protocols.md, "HTTP framing")
+        self._drains: set[asyncio.Task[None]] = set()
+        self._waiting = 0  # requests waiting for a drain to end
+        #: the server held a stream open after [DONE] past ``HELD_AFTER_DONE_S``
+        self._holds = False
+
     async def open(self) -> None:
         trace = aiohttp.TraceConfig()
         trace.on_request_chunk_sent.append(self._body_sent)
@@ -65,6 +74,7 @@ class AiohttpClient(ClientSettings):
         )
 
     async def close(self) -> None:
+        await self._drop_drains()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -107,6 +117,8 @@ class AiohttpClient(ClientSettings):
         if extra_headers:
             headers.update(extra_headers)
         now = self.now
+        if len(self._drains) > self._waiting:
+            await self._drain_or_drop()
         rec.dispatch_ns = now()  # replaced when aiohttp reports the body sent
         head_due = asyncio.timeout(self.idle_s)
         sent = _Sent(state)
@@ -121,7 +133,8 @@ class AiohttpClient(ClientSettings):
                 if not head_due.expired():
                     raise
                 raise IdleTimeoutError(f"no whole response head within {self.idle_s}s") from None
-            async with resp:
+            drain = False
+            try:
                 rec.http_status = resp.status
                 head = sum(len(k) + len(v) + 4 for k, v in resp.raw_headers)
                 if head > HEAD_MAX:  # as http1 refuses it (aiohttp bounds only each line)
@@ -150,14 +163,54 @@ class AiohttpClient(ClientSettings):
                                 # overrun, or the end: drop the connection, read no more
                                 resp.close()
                                 return 200, b""
+                            if state.done and not resp.content.is_eof():
+                                # [DONE] before the body's end: the request ends here; the
+                                # body's end is read on in the background (as in http1)
+                                if self._holds:
+                                    resp.close()  # this server holds it open: no drain
+                                else:
+                                    drain = True
+                                return 200, b""
                 except (aiohttp.ClientError, TimeoutError):
                     if not state.done or state.error is not None:
                         raise
                     return 200, b""  # failed after [DONE]: what was measured stands
                 state.close(now())
                 return 200, b""
+            finally:
+                if drain:
+                    task = asyncio.get_running_loop().create_task(
+                        _drain(resp, self.idle_s or DRAIN_S))
+                    self._drains.add(task)
+                    task.add_done_callback(self._drains.discard)
+                else:  # as ``async with resp`` ends
+                    resp.release()
+                    await resp.wait_for_close()
         except Exception as exc:
             _translate(exc, rec, reused=sent.reused)
+
+    async def _drain_or_drop(self) -> None:
+        """A connection is still reading its body's end after [DONE]: wait for it (it comes
+        back a moment after, as a server's last chunk does) or, past
+        ``HELD_AFTER_DONE_S``, take the server to hold its streams open and drop the
+        drains, so the connections open never outnumber the requests that need them."""
+        self._waiting += 1
+        try:
+            done, _ = await asyncio.wait(
+                set(self._drains), timeout=HELD_AFTER_DONE_S,
+                return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        finally:
+            self._waiting -= 1
+        if not done:
+            self._holds = True
+            await self._drop_drains()
+
+    async def _drop_drains(self) -> None:
+        drains = set(self._drains)
+        for task in drains:
+            task.cancel()
+        if drains:
+            await asyncio.gather(*drains, return_exceptions=True)
 
     async def get(self, url: str, timeout_s: float) -> tuple[int, bytes]:
         try:
@@ -168,6 +221,27 @@ class AiohttpClient(ClientSettings):
                 return resp.status, (await read_body(resp, ERROR_BODY_MAX, inflater)).data
         except Exception as exc:
             _translate(exc, None, reused=False)
+
+
+async def _drain(resp: aiohttp.ClientResponse, bound_s: float) -> None:
+    """Read a body on to its end after its request ended at [DONE], so its connection goes
+    back to the pool; dropped past ``AFTER_DONE_MAX_BYTES``, ``bound_s`` or when cancelled."""
+    whole = False
+    try:
+        read = 0
+        async with asyncio.timeout(bound_s):
+            async for chunk in resp.content.iter_any():
+                read += len(chunk)
+                if read > AFTER_DONE_MAX_BYTES:
+                    return
+        whole = True
+    except (aiohttp.ClientError, TimeoutError, OSError):
+        pass
+    finally:
+        if whole:
+            resp.release()  # back to the pool
+        else:
+            resp.close()
 
 
 class _Sent:

@@ -22,6 +22,14 @@ EVENT_BYTES_FLOOR = 1 << 20
 EVENT_BYTES_PER_TOKEN = 32
 #: bytes read on after ``[DONE]`` (so the connection can go back to the pool) at most
 AFTER_DONE_MAX_BYTES = 64 * 1024
+#: how long a connection reads on for its body's end after [DONE] (the request has ended)
+#: when no stream idle timeout is set; past it (or the idle timeout) it is dropped
+DRAIN_S = 60.0
+#: how long a request that needs a connection waits for one still reading its body's end
+#: after [DONE] (a server writes its last chunk a moment after [DONE]); past it the server
+#: is taken to hold its streams open: that connection is dropped, and the client's later
+#: streams ending at [DONE] drop theirs at once (docs/wire-protocols.md, "HTTP framing")
+HELD_AFTER_DONE_S = 1.0
 
 
 def event_bytes_limit(prompt_tokens: int, max_tokens: int) -> int:

@@ -17,6 +17,7 @@ from workbench.backends.transport import normalize_base_url, with_query
 from workbench.bodies import BodyError, read_body
 from workbench.bodies import session as bounded_session
 from workbench.errors import ConfigError
+from workbench.plurals import counted
 
 START, STOP = "/start_profile", "/stop_profile"
 BODY_EXCERPT = 300
@@ -90,7 +91,7 @@ class Profiler:
     def _where(self) -> str:
         files = self.info["files"]
         if files:
-            return f"{len(files)} trace file(s) in {self.dir}"
+            return f"{counted(len(files), 'trace file')} in {self.dir}"
         if self.dir:
             return (f"no new file in {self.dir} (on this host) within {FILES_WAIT_S:g} s of "
                     "the stop: the server may write elsewhere, or later")

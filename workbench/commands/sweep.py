@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         if stopped:
             points = stopped[-1].points
             done = sum(p.get("status") == "done" for p in points)
-            from workbench.metrics.wording import counted
+            from workbench.plurals import counted
 
             print(f"INCOMPLETE (interrupted): {done} of {counted(len(points), 'point')} done")
             _print_sweep(stopped[-1])
@@ -176,7 +176,8 @@ def search_lines(c: dict[str, Any]) -> list[str]:
     """A capacity search's bracket per configuration, as the command prints it: ``"search
     of arrival.rate: found, bracket [2, 2.5] (tolerance 0.5, 1 probe in 1 round)"``."""
     import workbench.sweeps.spec as spec_mod
-    from workbench.metrics.wording import counted, sig
+    from workbench.metrics.wording import sig
+    from workbench.plurals import counted
 
     out = []
     for one in c.get("configurations") or [c]:

@@ -26,6 +26,7 @@ from workbench.config.target import TargetSpec
 from workbench.config.trace import TraceSpec
 from workbench.context import POLICIES
 from workbench.errors import ConfigError
+from workbench.plurals import noun
 from workbench.records import Workload
 
 __all__ = [
@@ -72,7 +73,8 @@ class RunConfig:
         unknown = sorted(set(d) - set(_SECTIONS) - set(_TOP_LEVEL))
         if unknown:
             valid = ", ".join([*_SECTIONS, *_TOP_LEVEL])
-            raise ConfigError(f"unknown config key(s) {unknown}; valid: {valid}")
+            raise ConfigError(f"unknown config {noun(len(unknown), 'key')} {unknown}; "
+                              f"valid: {valid}")
         kwargs: dict[str, Any] = {k: d[k] for k in _TOP_LEVEL if k in d and d[k] is not None}
         for key, (spec_cls, main) in _SECTIONS.items():
             if key in d and d[key] is not None:
@@ -84,8 +86,11 @@ class RunConfig:
     @classmethod
     def from_file(cls, path: str | Path) -> RunConfig:
         """A YAML (``.yaml``/``.yml``) or JSON run config (``validation.read_config_file``)."""
-        data, _text = v.read_config_file(path, "config")
-        return cls.from_dict(data or {})
+        data, text = v.read_config_file(path, "config")
+        try:
+            return cls.from_dict(data or {})
+        except ConfigError as exc:  # named in the file: its path and the field's line
+            raise ConfigError(v.in_file(path, text, str(exc))) from None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -215,7 +220,8 @@ def _section(key: str, spec_cls: type, main: str, value: Any) -> Any:
         f.name for f in dataclasses.fields(spec_cls)}  # fmt: skip
     unknown = sorted(set(value) - names)
     if unknown:
-        raise ConfigError(f"unknown {key} option(s) {unknown}; valid: {', '.join(sorted(names))}")
+        raise ConfigError(f"unknown {key} {noun(len(unknown), 'option')} {unknown}; "
+                          f"valid: {', '.join(sorted(names))}")
     return ContextSpec.from_flat(value) if spec_cls is ContextSpec else spec_cls(**value)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from workbench.context import POLICIES, policy_options
 from workbench.context.policy import planned_file_message
 from workbench.errors import ConfigError
+from workbench.plurals import noun
 from workbench.ranges import check_mapping, hints_of
 from workbench.records import Workload
 
@@ -53,7 +54,7 @@ class ContextSpec:
         opts = self.options
         unknown = sorted(set(opts) - set(policy_options()))
         if unknown:
-            raise ConfigError(f"unknown context option(s) {unknown}; valid: "
+            raise ConfigError(f"unknown context {noun(len(unknown), 'option')} {unknown}; valid: "
                               f"{', '.join(sorted(context_keys()))}")  # fmt: skip
         for name in POLICIES.names():
             policy = POLICIES.get(name)

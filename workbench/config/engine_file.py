@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from workbench.config.validation import read_config_file
+from workbench.config.validation import in_file, read_config_file
 from workbench.errors import ConfigError
 from workbench.ranges import show
 from workbench.sim.config import EngineConfig
@@ -17,8 +17,9 @@ __all__ = ["read_engine_file"]
 
 def read_engine_file(path: str | Path, *, check: bool = False) -> dict[str, Any]:
     """Engine knobs from the file; ``check``: checked as the engine checks them too."""
-    data, _text = read_config_file(path, "engine config", always_yaml=True)
-    if isinstance(data, dict) and "engine" in data:
+    data, text = read_config_file(path, "engine config", always_yaml=True)
+    nested = isinstance(data, dict) and "engine" in data  # knobs under ``engine:``
+    if nested:
         if not isinstance(data["engine"], dict):
             raise ConfigError(f"{path}: engine: expected a mapping of engine knobs, got "
                               f"{show(data['engine'])}")
@@ -33,5 +34,7 @@ def read_engine_file(path: str | Path, *, check: bool = False) -> dict[str, Any]
             engine_knobs, _cluster = split_knobs(dict(data))
             EngineConfig.from_knobs(**engine_knobs)
         except (ValueError, TypeError, ConfigError) as exc:  # a knob's name, type, range
-            raise ConfigError(f"{path}: {exc}") from None
+            at = "engine." if nested else ""  # the line of the knob named, in the file
+            raise ConfigError(in_file(path, text, str(exc), {"target.engine.": at,
+                                                              "engine.": at})) from None
     return data

@@ -246,6 +246,7 @@ def load_yaml(path: str, text: str) -> Any:
         if node is None:
             return None
         _check_expanded(path, node)
+        _yaml_1_2_readings(path, loader, node)
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
         raise ConfigError(_yaml_error(path, text, exc)) from None
@@ -296,6 +297,127 @@ def _yaml_error(path: str, text: str, exc: Any) -> str:
     if mark is None:
         return f"{path}: invalid YAML: {rule}"
     return f"{path}:{mark.line + 1}: invalid YAML: {rule} (column {mark.column + 1})"
+
+
+#: YAML 1.2's core schema for plain scalars (bool, int, float); null is read alike
+_BOOL_1_2 = {"true": True, "True": True, "TRUE": True,
+             "false": False, "False": False, "FALSE": False}
+_INT_1_2 = re.compile(r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+")
+_FLOAT_1_2 = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?"
+                        r"|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)")
+_TAG = "tag:yaml.org,2002:"
+
+
+def _read_1_2(text: str) -> Any:
+    """A plain scalar as YAML 1.2's core schema (and, for numbers, JSON) reads it."""
+    if text in _BOOL_1_2:
+        return _BOOL_1_2[text]
+    if _INT_1_2.fullmatch(text):
+        return int(text, 0) if text[:2] in ("0o", "0x") else int(text)
+    if _FLOAT_1_2.fullmatch(text):  # Python spells .inf and .nan without the dot
+        return float(text.lower().replace(".inf", "inf").replace(".nan", "nan"))
+    return text
+
+
+def _yaml_1_2_readings(path: str, loader: Any, root: Any) -> None:
+    """Plain scalars that YAML 1.1 (PyYAML) and YAML 1.2 (and JSON) read differently:
+    ``yes``/``on`` (true), ``010`` (8), ``1:30`` (90), ``1_000``, ``0b1``, dates are
+    refused naming the file, line and field; numbers PyYAML leaves as text (``1e3``,
+    ``0o17``) are read as YAML 1.2 and JSON read them (docs/config-bounds.md,
+    "YAML 1.1 and 1.2")."""
+    import math
+
+    import yaml
+
+    seen: set[int] = set()
+    stack: list[tuple[Any, str]] = [(root, "")]
+    while stack:
+        node, field = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                name = key.value if isinstance(key, yaml.ScalarNode) else "?"
+                stack.append((value, f"{field}.{name}" if field else str(name)))
+                stack.append((key, f"{field} (a key)" if field else "a key"))
+            continue
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend((item, f"{field}[{i}]") for i, item in enumerate(node.value))
+            continue
+        if node.style is not None or not node.tag.startswith(_TAG):
+            continue  # quoted or block text, or an explicit tag: read as written
+        kind, text = node.tag[len(_TAG):], node.value
+        read = _read_1_2(text)
+        where = f"{path}:{node.start_mark.line + 1}: {field}: "
+        if kind == "str":
+            if isinstance(read, int | float) and not isinstance(read, bool):
+                node.tag, node.value = _TAG + type(read).__name__, repr(read)
+            continue
+        if kind == "bool":
+            if text not in _BOOL_1_2:
+                raise ConfigError(
+                    f"{where}{text} is {str(loader.construct_yaml_bool(node)).lower()} in "
+                    f"YAML 1.1 but the text {text!r} in YAML 1.2 and JSON: write true or "
+                    "false, or quote it for the text")
+        elif kind in ("int", "float"):
+            old = getattr(loader, f"construct_yaml_{kind}")(node)
+            same = type(read) is type(old) and (
+                read == old or (isinstance(old, float) and math.isnan(old) and read != read))
+            if not same:
+                now = f"the text {read!r}" if isinstance(read, str) else repr(read)
+                raise ConfigError(
+                    f"{where}{text} is {old!r} in YAML 1.1 but {now} in YAML 1.2 and JSON: "
+                    "write the number in decimal, or quote it for the text")
+        elif kind == "timestamp":
+            raise ConfigError(f"{where}{text} is a date in YAML 1.1 but the text {text!r} in "
+                              "YAML 1.2 and JSON: quote it")
+
+
+def field_lines(text: str) -> dict[str, int]:
+    """Each field's line (``"arrival.rate": 4``) in a config's text, YAML or JSON (JSON is
+    YAML here, for its marks); empty when the text does not compose so. For naming the
+    line of a field a later check refuses (``in_file``)."""
+    import yaml
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return {}
+    lines: dict[str, int] = {}
+    stack: list[tuple[Any, str]] = [(root, "")]
+    while stack:
+        node, field = stack.pop()
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode):
+                    name = f"{field}.{key.value}" if field else str(key.value)
+                    lines.setdefault(name, key.start_mark.line + 1)
+                    stack.append((value, name))
+    return lines
+
+
+_UNKNOWN = re.compile(r"unknown (?:config )?(?:(\w+) )?(?:keys?|options?|knobs?) \['([^']+)'")
+
+
+def in_file(path: str | Path, text: str, message: str,
+            rename: Mapping[str, str] | None = None) -> str:
+    """``message`` of a check of a config file's data, with the file and, when the message
+    starts with a field (``arrival.rate: ...``) or names unknown keys, that field's line;
+    ``rename``: a message's field prefix and where that lives in the file (the first that
+    matches; ``{"target.engine.": ""}`` for an engine file of bare knobs)."""
+    lines = field_lines(text)
+    field = re.match(r"[\w.-]*", message).group()  # type: ignore[union-attr]
+    unknown = _UNKNOWN.match(message)
+    if unknown:
+        section, key = unknown.groups()
+        field = f"{section}.{key}" if section else key
+    for was, now in (rename or {}).items():
+        if field.startswith(was):
+            field = now + field[len(was):]
+            break
+    line = lines.get(field) or lines.get(field.split(".", 1)[0])
+    return f"{path}:{line}: {message}" if line else f"{path}: {message}"
 
 
 def _check_expanded(path: str, root: Any) -> None:

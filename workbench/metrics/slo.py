@@ -20,6 +20,7 @@ import workbench.catalogs.requests as catalog
 from workbench.errors import ConfigError
 from workbench.metrics.columns import Columns
 from workbench.metrics.distribution import percentile, sample, support
+from workbench.plurals import noun
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -223,7 +224,7 @@ def run_slo(spec: Mapping[str, Any], where: str = "slo") -> dict[str, float]:
     bounds of SLO-able metrics (percentile bounds and ``ok`` are a sweep's verdict)."""
     unknown = sorted(set(spec) - set(catalog.SLO_ABLE))
     if unknown:
-        raise ConfigError(f"{where}: unknown metric(s) {unknown}; valid: "
+        raise ConfigError(f"{where}: unknown {noun(len(unknown), 'metric')} {unknown}; valid: "
                           f"{', '.join(catalog.SLO_ABLE)} (a run bounds each request, "
                           "METRIC<=MS; percentile bounds and ok>=F are a sweep's)")
     parsed = SLO.parse(spec)

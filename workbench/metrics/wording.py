@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import workbench.catalogs.requests as catalog
+from workbench.plurals import counted
 
 #: below this share of the offered request rate, a capacity's sentence warns
 DELIVERED_WARN_SHARE = 0.8
@@ -26,14 +27,6 @@ def sig(v: Any, digits: int = 3) -> str:
     if x == int(x) or abs(x) >= 10 ** (digits - 1):
         return str(round(x))
     return f"{x:.{digits}g}"
-
-
-def counted(n: Any, noun: str, plural: str | None = None) -> str:
-    """``"1 round"``, ``"3 rounds"``, ``"0 rounds"``: a count with its noun in the number
-    it takes (``plural``: when not ``noun + "s"``); a count that is not a number is
-    printed as it is, with the plural (``"? rounds"``)."""
-    many = plural or f"{noun}s"
-    return f"{n} {noun if n == 1 and not isinstance(n, bool) else many}"
 
 
 def capacity_phrase(sustained_rps: Any, offered: str, *, at_least: bool = False) -> str:

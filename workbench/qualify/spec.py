@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import ConfigError
+from workbench.plurals import noun
 from workbench.traces.load import file_sha256
 
 SPEC_VERSION = 1
@@ -138,7 +139,8 @@ class _Check:
             raise self.fail(where, f"expected a mapping, got {type(value).__name__}")
         unknown = sorted(set(value) - set(keys))
         if unknown:
-            raise self.fail(where, f"unknown key(s) {unknown}; valid: {sorted(keys)}")
+            raise self.fail(where, f"unknown {noun(len(unknown), 'key')} {unknown}; "
+                            f"valid: {sorted(keys)}")
         for k in required:
             if k not in value:
                 raise self.fail(f"{where}.{k}", "required (a frozen spec states it)")

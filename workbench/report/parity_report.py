@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from workbench.plurals import counted
 from workbench.report.headline import Headline
 from workbench.report.tables import mapping_table, named
 
@@ -61,7 +62,7 @@ def describe_table(result: dict[str, Any]) -> pd.DataFrame:
 
 
 def _topology(knobs: dict[str, Any]) -> str:
-    parts = [f"{knobs.get('workers', 1)} worker(s)"]
+    parts = [counted(knobs.get('workers', 1), 'worker')]
     if knobs.get("router"):
         parts.append(str(knobs["router"]))
     if knobs.get("disagg"):

@@ -30,6 +30,7 @@ from workbench.placement import (
     WAITING_HEADER,
     WORKER_HEADER,
 )
+from workbench.plurals import noun
 from workbench.segments import Segments
 from workbench.sim.config import EngineConfig
 from workbench.sim.dp import DPWorker, RankRequest, check_dp
@@ -108,7 +109,8 @@ class ClusterConfig:
             unknown = set(disagg) - names
             if unknown:
                 raise ValueError(
-                    f"engine.disagg: unknown key(s) {sorted(unknown)}; valid: {sorted(names)}"
+                    f"engine.disagg: unknown {noun(len(unknown), 'key')} {sorted(unknown)}; "
+                    f"valid: {sorted(names)}"
                 )
             disagg = DisaggConfig(**disagg)
         elif disagg is not None and not isinstance(disagg, DisaggConfig):

@@ -8,6 +8,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from workbench.plurals import noun
 from workbench.ranges import check_dataclass
 from workbench.sim.faults import KNOBS, Faults
 
@@ -102,7 +103,8 @@ class EngineConfig:
         unknown = set(knobs) - own - fault_names
         if unknown:
             valid = ", ".join(sorted((own | fault_names) - {"faults"}))
-            raise ValueError(f"unknown engine knob(s) {sorted(unknown)}; valid: {valid}")
+            raise ValueError(f"unknown engine {noun(len(unknown), 'knob')} {sorted(unknown)}; "
+                             f"valid: {valid}")
         if knobs.get("preset"):  # the preset's KV blocks and request overhead, unless given
             from workbench.sim.presets import engine_knobs
 

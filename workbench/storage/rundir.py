@@ -30,6 +30,7 @@ from workbench import redact
 from workbench import safe_write as safe
 from workbench.errors import WRITE_ERRNOS, ConfigError, OutputWriteError
 from workbench.kernels import native as _kernels
+from workbench.plurals import counted
 from workbench.records import RequestRecord, RunManifest, RunResult
 
 log = logging.getLogger(__name__)
@@ -628,10 +629,6 @@ def _scan_jsonl(path: Path) -> tuple[int, int, int | None]:
     return n, warm, cut
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def run_damage(directory: str | Path) -> list[str]:
     """What a reader of a run directory must be told was damaged, one line each, naming
     the file, the line and what the numbers are then based on: a JSONL file whose last
@@ -656,14 +653,14 @@ def run_damage(directory: str | Path) -> list[str]:
         scans[name] = (n, warm, cut)
         if cut is not None:
             notes.append(f"{name}: line {cut} cut short (the run was interrupted?): "
-                         f"{_plural(n, what)} read")
-    counted = _summary_requests(d)
-    if counted is not None:
+                         f"{counted(n, what)} read")
+    summed = _summary_requests(d)
+    if summed is not None:
         n, warm, cut = scans[RECORDS]
-        read = n if counted[1] else n - warm
-        if read + (cut is not None) < counted[0]:  # beyond the cut line, said above
-            notes.append(f"{RECORDS}: {_plural(read, 'record')} read, {SUMMARY} counted "
-                         f"{counted[0]} (lines missing): the report counts the {read}")
+        read = n if summed[1] else n - warm
+        if read + (cut is not None) < summed[0]:  # beyond the cut line, said above
+            notes.append(f"{RECORDS}: {counted(read, 'record')} read, {SUMMARY} counted "
+                         f"{summed[0]} (lines missing): the report counts the {read}")
     return notes
 
 

@@ -15,7 +15,7 @@ import workbench.sweeps.spec as spec_mod
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO
-from workbench.metrics.wording import counted
+from workbench.plurals import counted
 from workbench.replay.prepare import coerce_config
 from workbench.sweeps.grid import SloSpec, run_sync
 from workbench.sweeps.store import Sweep

@@ -13,6 +13,7 @@ import workbench.sweeps.spec as spec_mod
 from workbench.config import RunConfig
 from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO
+from workbench.plurals import counted
 from workbench.replay.loops import run_anywhere
 from workbench.replay.prepare import coerce_config
 from workbench.sweeps.serve import SERVE_PREFIX, ServeSpec, run_server_points
@@ -96,7 +97,7 @@ async def sweep_async(
                             s["status"] = "skipped"
                     runner.sweep.manifest.stopped_early = {
                         "after_point": e["index"],
-                        "reason": f"{broken} point(s) in a row broke the SLO by more than "
+                        "reason": f"{counted(broken, 'point')} in a row broke the SLO by more than "
                                   f"{stop_margin:.0%}",
                         "skipped": [s["index"] for s in skipped],
                     }

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from workbench.errors import ConfigError, TraceFormatError
+from workbench.plurals import noun
 from workbench.traces import bounds
 
 BOM = "\ufeff"
@@ -170,7 +171,8 @@ def read_csv(
         raise TraceFormatError(path, 1, f"cannot read CSV header ({exc})") from None
     missing = [c for c in required if c not in header]
     if missing:
-        raise TraceFormatError(path, 1, f"missing column(s): {', '.join(missing)}")
+        raise TraceFormatError(
+            path, 1, f"missing {noun(len(missing), 'column')}: {', '.join(missing)}")
     if len(set(header)) != len(header):
         raise TraceFormatError(path, 1, "duplicate column names in header")
     return header, _csv_rows(path, reader, header)
@@ -288,7 +290,8 @@ def check_options(fmt: str, unknown: Mapping[str, Any], valid: tuple[str, ...]) 
     if unknown:
         names = ", ".join(sorted(unknown))
         raise ConfigError(
-            f"{fmt} reader got unknown option(s) {names}; valid: {', '.join(valid) or 'none'}"
+            f"{fmt} reader got unknown {noun(len(unknown), 'option')} {names}; "
+            f"valid: {', '.join(valid) or 'none'}"
         )
 
 

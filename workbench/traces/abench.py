@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import TraceFormatError
+from workbench.plurals import noun
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces.formats import register_format
@@ -31,7 +32,8 @@ def _turn(path: Path, line: int, k: int, turn: Any) -> tuple[int, int, int, int,
         raise TraceFormatError(path, line, f"turns[{k}] must be an object")
     missing = [f for f in _TURN_FIELDS if f not in turn]
     if missing:
-        raise TraceFormatError(path, line, f"missing field(s) {', '.join(missing)} in turns[{k}]")
+        raise TraceFormatError(
+            path, line, f"missing {noun(len(missing), 'field')} {', '.join(missing)} in turns[{k}]")
     name = f"turns[{k}]."
     index = json_int(path, line, name + "index", turn["index"])
     inp = json_tokens(path, line, name + "input_tokens", turn["input_tokens"], minimum=1)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from workbench.errors import TraceFormatError
+from workbench.plurals import counted
 from workbench.records import Round, Unit, UnitKind, Workload
 from workbench.traces import bounds
 from workbench.traces._io import check_block_size
@@ -140,8 +141,9 @@ def read_bailian(path: Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workloa
     meta: dict[str, Any] = {"sessions": sum(u.is_session for u in units),
                             "timestamp_unit": "s", "dangling_parents": dangling}
     if dangling:
-        log.warning("%s: %d row(s) name a parent_chat_id not in the file (first at line %d); "
-                    "each starts its own conversation", path, dangling, first_dangling)
+        log.warning("%s: %s a parent_chat_id not in the file (first at line %d); "
+                    "each starts its own conversation", path,
+                    counted(dangling, "row names", "rows name"), first_dangling)
     warn_unknown(path, extra, meta)
     has_hashes = any(r.hash_ids is not None for r in rows)
     return Workload(tuple(units), FORMAT_NAME, str(path), block_size if has_hashes else None,

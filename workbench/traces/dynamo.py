@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from workbench.errors import TraceFormatError
+from workbench.plurals import noun
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces._io import as_int, epoch_ms, token_count, wait_ms
@@ -175,7 +176,8 @@ def _request(path: Path, line: int, ev: dict[str, Any], raw: str,
                                f"{dep!r:.40}")
     if dep is not None and (odd := sorted(dep.keys() - DEPENDENCY_FIELDS)):
         raise TraceFormatError(
-            path, line, f"agent_context.dependency has field(s) {', '.join(odd)} this reader "
+            path, line, f"agent_context.dependency has {noun(len(odd), 'field')} {', '.join(odd)} "
+            "this reader "
             "does not know; they may change when the sub-agent starts or is joined, so the "
             f"edge is refused (known: {', '.join(sorted(DEPENDENCY_FIELDS))})")
     return _Request(

@@ -8,6 +8,7 @@ import csv
 from pathlib import Path
 
 from workbench.errors import TraceFormatError
+from workbench.plurals import noun
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces._io import offset_ms, read_csv, token_count
@@ -53,7 +54,8 @@ def read_independent(path: Path) -> Workload:
     extra = [c for c in header if c not in COLUMNS]
     if extra:
         raise TraceFormatError(
-            path, 1, f"unknown column(s) {', '.join(extra)}; expected exactly {','.join(COLUMNS)}"
+            path, 1, f"unknown {noun(len(extra), 'column')} {', '.join(extra)}; "
+            f"expected exactly {','.join(COLUMNS)}"
         )
     units: list[Unit] = []
     seen: set[str] = set()

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from workbench.errors import TraceFormatError
+from workbench.plurals import noun
 from workbench.records import Unit, Workload
 from workbench.traces import bounds
 from workbench.traces._io import as_float, as_int, open_trace, read_text
@@ -158,7 +159,7 @@ def warn_unknown(path: Path, seen: dict[str, int], meta: dict[str, Any]) -> None
     kept in ``meta["unknown_fields"]``: never silently ignored."""
     if seen:
         meta["unknown_fields"] = sorted(seen)
-        log.warning("%s: unknown field(s) ignored: %s", path,
+        log.warning("%s: unknown %s ignored: %s", path, noun(len(seen), "field"),
                     ", ".join(f"{k} (line {seen[k]})" for k in sorted(seen)))
 
 

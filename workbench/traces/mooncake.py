@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from workbench.errors import ConfigError, TraceFormatError
+from workbench.plurals import noun
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces._io import check_block_size
@@ -64,8 +65,9 @@ def _ms(path: Path, line: int, name: str, value: Any, bound: float) -> float:
 
 def _parse_row(path: Path, line: int, obj: dict[str, Any], raw: str, block: int, rnd: str) -> _Row:
     if not obj.keys() >= _REQUIRED:
-        missing = ", ".join(sorted(_REQUIRED - obj.keys()))
-        raise TraceFormatError(path, line, f"missing field(s) {missing}")
+        missing = sorted(_REQUIRED - obj.keys())
+        raise TraceFormatError(path, line,
+                               f"missing {noun(len(missing), 'field')} {', '.join(missing)}")
     inp = _count(path, line, "input_length", obj["input_length"])
     out = _count(path, line, "output_length", obj["output_length"])
     bounds.check_round(path, line, inp, out)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from workbench.errors import TraceFormatError
+from workbench.plurals import noun
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces._io import (
@@ -115,13 +116,14 @@ def _strict_units(path: Path) -> tuple[tuple[Unit, ...], str, bool]:
 def _id_column(path: Path, header: list[str]) -> str:
     present = [c for c in ID_COLUMNS if c in header]
     if not present:
-        raise TraceFormatError(path, 1, "missing column(s): session_id (or its alias id)")
+        raise TraceFormatError(path, 1, "missing column: session_id (or its alias id)")
     if len(present) == 2:
         raise TraceFormatError(path, 1, "both session_id and its alias id given; keep one")
     unknown = [c for c in header if c not in KNOWN]
     if unknown:
         raise TraceFormatError(
-            path, 1, f"unknown column(s): {', '.join(unknown)} (known: {', '.join(sorted(KNOWN))})"
+            path, 1, f"unknown {noun(len(unknown), 'column')}: {', '.join(unknown)} "
+            f"(known: {', '.join(sorted(KNOWN))})"
         )
     return present[0]
 

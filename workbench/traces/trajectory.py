@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import TraceFormatError
+from workbench.plurals import noun
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces.formats import register_format
@@ -30,10 +31,12 @@ def _check_fields(
 ) -> None:
     unknown = sorted(set(obj) - allowed)
     if unknown:
-        raise TraceFormatError(path, line, f"unknown field(s) {', '.join(unknown)} {where}")
+        raise TraceFormatError(
+            path, line, f"unknown {noun(len(unknown), 'field')} {', '.join(unknown)} {where}")
     missing = sorted(required - obj.keys())
     if missing:
-        raise TraceFormatError(path, line, f"missing field(s) {', '.join(missing)} {where}")
+        raise TraceFormatError(
+            path, line, f"missing {noun(len(missing), 'field')} {', '.join(missing)} {where}")
 
 
 def _request(path: Path, line: int, k: int, req: Any) -> tuple[int, int, float, bool]:

@@ -20,6 +20,7 @@ import numpy as np
 
 from workbench.arrival.processes import ArrivalProcess
 from workbench.errors import ConfigError
+from workbench.plurals import noun
 from workbench.records import Round, Unit, Workload
 from workbench.registry import Registry
 from workbench.traces.bounds import check_workload
@@ -239,7 +240,8 @@ def _agentic_spec(pairs: dict[str, str]) -> SyntheticSpec:
     names = {f.name for f in dataclasses.fields(SyntheticSpec)}
     unknown = sorted(set(merged) - names)
     if unknown:
-        raise ConfigError(f"synthetic agentic: unknown key(s) {unknown}; valid: "
+        raise ConfigError(f"synthetic agentic: unknown {noun(len(unknown), 'key')} {unknown}; "
+                          "valid: "
                           f"{sorted([*names, 'preset', *_ARRIVAL_KEYS])} ({DOC})")
     return SyntheticSpec(**{k: synthetic_value(k, v) for k, v in merged.items()})
 
