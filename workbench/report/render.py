@@ -24,6 +24,7 @@ import nbformat
 from workbench import safe_write as safe
 from workbench.config.validation import check_run_id
 from workbench.errors import WRITE_ERRNOS, ConfigError, OutputWriteError
+from workbench.metrics.wording import counted
 from workbench.storage.rundir import contained_dir
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,8 @@ def check_parameters(nb: Path, params: Mapping[str, Any] | None, out: Path) -> d
     unknown = sorted(set(given) - set(declared))
     if unknown:
         raise ConfigError(
-            f"{nb.name} has no parameter(s) {unknown}; its parameters: {', '.join(declared)}"
+            f"{nb.name} has no {'parameter' if len(unknown) == 1 else 'parameters'} "
+            f"{', '.join(unknown)}; its parameters: {', '.join(declared)}"
         )
     if given.get("interactive"):
         raise ConfigError("interactive=True needs a live kernel with widgets; papermill has none")
@@ -259,7 +261,7 @@ def write_index(out: Path) -> Path:
         "td,th{padding:.3em .8em;border-bottom:1px solid #ddd;text-align:left;"
         "vertical-align:top}.hl{font-size:.85em;color:#333;max-width:60em}</style>"
         "</head><body><h1>workbench reports</h1>"
-        f"<p>{len(metas)} report(s) in <code>{html.escape(str(out.resolve()))}</code></p>"
+        f"<p>{counted(len(metas), 'report')} in <code>{html.escape(str(out.resolve()))}</code></p>"
         "<table><tr><th>report</th><th>run id</th><th>notebook</th><th>created (UTC)</th>"
         f"<th>status</th></tr>\n{rows}\n</table></body></html>\n"
     )
