@@ -263,3 +263,32 @@ def test_a_preset_runs_headline_says_which_preset_and_its_stated_error() -> None
         assert f"TTFT {held['ttft']:.1%}" in note
         assert ("extrapolated (llama-3.1-8b on b200)" in note) is extrapolated
     assert "preset" not in (engine_note(RunManifest("", mode="virtual", engine={})) or "")
+
+
+def test_a_delivery_gap_from_a_run_shorter_than_its_sessions_says_so(tmp_path):
+    """20 sessions at 4/s arrive within about 4.75 s of a 22.3 s run: the rest is their
+    later rounds draining, so the delivered 5.66 req/s is set by how long the sessions
+    last. The warning said "it fell behind, or the run was too short"; the arrival span
+    against the duration shows which (docs/sweeps.md, "Capacity")."""
+    import json
+
+    pts = [point(0, 4, 5.66, True, 60)]
+    pts[0]["metrics"]["duration_s"] = 22.3
+    pts[0]["runs"] = [{"run_dir": "runs/p000-r0"}]
+    (tmp_path / "runs" / "p000-r0").mkdir(parents=True)
+    (tmp_path / "runs" / "p000-r0" / "manifest.json").write_text(
+        json.dumps({"plan": {"units": 20, "rounds": 126}}))
+    s = Sweep(tmp_path, sweep(pts).manifest)
+    assert capacity_sentence(s) == (
+        "At TTFT p90 ≤ 2 s: capacity at least 5.66 req/s sustained, at 4 sessions/s offered "
+        "(25.2 req/s): the SLO held at every point, so the capacity is above the range. "
+        "WARNING: the engine delivered 5.66 of the 25.2 req/s offered (22 %). The run was "
+        "too short for that rate: its 20 sessions arrive within about 4.75 s of its 22.3 s, "
+        "the rest is their later rounds finishing, so the delivered rate is set by how long "
+        "the sessions last, not by the engine; replay more sessions (--max-items) to "
+        "measure the engine.")
+    # sessions arriving over most of the run: either cause may hold, both are named
+    pts[0]["metrics"]["duration_s"] = 6.0
+    assert capacity_sentence(Sweep(tmp_path, sweep(pts).manifest)).endswith(
+        "(22 %): it fell behind, or the run was too short for its ramp-up and drain to be "
+        "negligible.")

@@ -168,13 +168,19 @@ def slo_phrase(slo: Mapping[str, Any] | None) -> str:
     return " and ".join(parts)
 
 
-def sweep_rounds_per_unit(sweep: Sweep) -> float | None:
-    """Requests per unit of the sweep's plan, from its first run's manifest."""
+def sweep_units(sweep: Sweep) -> tuple[int, int] | None:
+    """(units, requests) of the sweep's plan, from its first run's manifest."""
     for run_dir in sweep.run_dirs:
         plan = read_manifest(Path(run_dir)).plan or {}  # {}: none, or unreadable
         if plan.get("units"):
-            return float(plan["rounds"]) / float(plan["units"])
+            return int(plan["units"]), int(plan["rounds"])
     return None
+
+
+def sweep_rounds_per_unit(sweep: Sweep) -> float | None:
+    """Requests per unit of the sweep's plan, from its first run's manifest."""
+    counts = sweep_units(sweep)
+    return None if counts is None else counts[1] / counts[0]
 
 
 def capacity_sentence(sweep: Sweep, rounds_per_unit: float | None = None) -> str:
@@ -199,19 +205,23 @@ def _capacity_lines(sweep: Sweep, rounds: float | None = None) -> tuple[str, lis
 
     if not any(k != "ok" for k in (sweep.slo or {})):
         return "No SLO: the sweep has no capacity to state.", []
-    if load_axis(sweep) == RATE_AXIS and rounds is None:
-        rounds = sweep_rounds_per_unit(sweep)
+    counts = sweep_units(sweep) if load_axis(sweep) == RATE_AXIS else None
+    if counts and rounds is None:
+        rounds = counts[1] / counts[0]
+    units = counts[0] if counts else None
     caps = capacities(sweep)
     head = f"At {slo_phrase(sweep.slo)}"
     if len(caps) == 1:
-        return f"{head}:", [group_sentence(caps[0], rounds)]
-    lines = [f"{c.label}: {group_sentence(c, rounds)}" for c in caps]
+        return f"{head}:", [group_sentence(caps[0], rounds, units)]
+    lines = [f"{c.label}: {group_sentence(c, rounds, units)}" for c in caps]
     return f"{head}, per configuration:", [*lines, best_sentence(caps, rounds)]
 
 
-def group_sentence(cap: Capacity, rounds: float | None = None) -> str:
+def group_sentence(cap: Capacity, rounds: float | None = None,
+                   units: int | None = None) -> str:
     """One configuration's capacity: ``"capacity 1.6 req/s sustained, at 2.75 req/s
-    offered: the highest load that held (found by search); it broke at 4 req/s."``"""
+    offered: the highest load that held (found by search); it broke at 4 req/s."``;
+    ``units``: the units of each run, which tell a run too short for its rate."""
     from workbench.sweeps.groups import RATE_AXIS
 
     axis = cap.axis
@@ -245,7 +255,11 @@ def group_sentence(cap: Capacity, rounds: float | None = None) -> str:
         if again:
             text += (f" It held again at {again}: the verdict is not monotone in load "
                      "(repeat the points).")
-    return text + _caveats(cap, rounds) + delivery_warning(cap.sustained, offered_rps)
+    sessions = units if offered_rps and rounds and rounds > 1 else None
+    return text + _caveats(cap, rounds) + delivery_warning(
+        cap.sustained, offered_rps, sessions=sessions,
+        arrivals_s=(sessions - 1) / value if sessions else None,
+        duration_s=((cap.point or {}).get("metrics") or {}).get("duration_s"))
 
 
 def _caveats(cap: Capacity, rounds: float | None) -> str:
