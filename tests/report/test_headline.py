@@ -292,3 +292,15 @@ def test_a_delivery_gap_from_a_run_shorter_than_its_sessions_says_so(tmp_path):
     assert capacity_sentence(Sweep(tmp_path, sweep(pts).manifest)).endswith(
         "(22 %): it fell behind, or the run was too short for its ramp-up and drain to be "
         "negligible.")
+
+
+def test_latencies_of_ten_seconds_and_more_print_in_seconds():
+    """A Mooncake slice on one H100 preset printed ``TTFT p50/p90/p99 459453/881685/943300
+    ms``: six-digit milliseconds a reader has to count the digits of. From 10 s at the
+    triple's p99 all three are seconds, with the same three significant figures."""
+    long = summary(ttft_ms={"p50": 459453.2, "p90": 881685.0, "p99": 943300.4, "count": 9})
+    assert run_headline(long, REAL).startswith(
+        "303/303 ok · TTFT p50/p90/p99 459/882/943 s · TPOT p50/p90/p99 6.11/6.28/12.5 ms")
+    mixed = summary(ttft_ms={"p50": 850.0, "p90": 4210.0, "p99": 12030.0, "count": 9})
+    assert "TTFT p50/p90/p99 0.85/4.21/12 s ·" in run_headline(mixed, REAL)
+    assert "TTFT p50/p90/p99 48.2/95/210 ms ·" in run_headline(summary(), REAL)

@@ -42,9 +42,20 @@ HEADLINE_STYLE = ("font-size:1.05em;font-weight:600;border-left:4px solid #1f77b
 METRIC_NAMES = {m.name: m.label for m in catalog.CATALOG}  # the catalog's labels
 
 
+#: from this p99 (ms) on, a headline's latency triple is in seconds (docs/metrics.md)
+SECONDS_FROM_MS = 10_000.0
+
+
 def _triple(stats: Any) -> str:
+    """``"48.2/95/210 ms"``; ``"459/882/943 s"`` when the p99 is ``SECONDS_FROM_MS`` or
+    more, so no reader counts the digits of ``943300``."""
     s = stats if isinstance(stats, Mapping) else {}
-    return "/".join(sig(s.get(k)) for k in ("p50", "p90", "p99"))
+    values = [s.get(k) for k in ("p50", "p90", "p99")]
+    top = values[2]
+    if isinstance(top, int | float) and not isinstance(top, bool) and top >= SECONDS_FROM_MS:
+        return "/".join(sig(v / 1000 if isinstance(v, int | float) else v)
+                        for v in values) + " s"
+    return "/".join(sig(v) for v in values) + " ms"
 
 
 def engine_note(manifest: RunManifest | None) -> str | None:
@@ -137,10 +148,10 @@ def run_headline(summary: Mapping[str, Any], manifest: RunManifest | None = None
     parts: list[str | None] = [
         f"INCOMPLETE ({status})" if status not in (None, "completed") else None,
         f"{summary.get('ok', 0)}/{summary.get('requests', 0)} ok",
-        f"TTFT p50/p90/p99 {_triple(summary.get('ttft_ms'))} ms"
+        f"TTFT p50/p90/p99 {_triple(summary.get('ttft_ms'))}"
         + (f" ({NON_STREAMING_NOTE})" if whole else ""),
         f"TPOT {NOT_STREAMED}" if whole
-        else f"TPOT p50/p90/p99 {_triple(summary.get('tpot_ms'))} ms",
+        else f"TPOT p50/p90/p99 {_triple(summary.get('tpot_ms'))}",
         _prefix(summary),
         f"{sig(summary.get('request_throughput_rps'))} req/s",
         client_verdict(summary),
