@@ -304,3 +304,18 @@ def test_latencies_of_ten_seconds_and_more_print_in_seconds():
     mixed = summary(ttft_ms={"p50": 850.0, "p90": 4210.0, "p99": 12030.0, "count": 9})
     assert "TTFT p50/p90/p99 0.85/4.21/12 s ·" in run_headline(mixed, REAL)
     assert "TTFT p50/p90/p99 48.2/95/210 ms ·" in run_headline(summary(), REAL)
+
+
+def test_the_capacity_cell_of_a_sweep_in_sessions_has_no_parentheses_in_parentheses():
+    """The sweeps table's cell read ``≥ 5.66 req/s sustained (4 sessions/s offered (25.2
+    req/s); above the range)``."""
+    from workbench.report.headline import capacity_brief
+    from workbench.sweeps.groups import capacities
+
+    pts = [point(0, 2, 4.65, True, 60), point(1, 4, 5.66, True, 62)]
+    (cap,) = capacities(sweep(pts))
+    assert capacity_brief(cap, 6.3) == (
+        "≥ 5.66 req/s sustained (4 sessions/s offered, 25.2 req/s; above the range)")
+    (held,) = capacities(sweep([point(0, 2, 4.65, True, 60), point(1, 4, 5.66, False, 2100)]))
+    assert capacity_brief(held, 6.3) == "4.65 req/s sustained (2 sessions/s offered, 12.6 req/s)"
+    assert capacity_brief(held, 1.0) == "4.65 req/s sustained (2 req/s offered)"

@@ -330,7 +330,7 @@ def capacity_brief(cap: Capacity, rounds: float | None = None) -> str:
                 else "below the range")
     if cap.point is None or cap.axis is None:
         return "–"
-    at = _load_text(cap.axis, cap.offered, rounds)
+    at = _load_text(cap.axis, cap.offered, rounds, inner=True)
     verdict = (cap.point or {}).get("slo")
     few = ("; too few requests to show it" if thin_phrase(verdict) else "") + (
         "; repeats disagree" if spread_phrase(verdict) else "")
@@ -347,16 +347,18 @@ def _again(cap: Capacity, rounds: float | None) -> str:
                      for p in cap.again)
 
 
-def _load_text(axis: str, value: Any, rounds: float | None, offered: bool = True) -> str:
+def _load_text(axis: str, value: Any, rounds: float | None, offered: bool = True,
+               inner: bool = False) -> str:
     """A load in words: ``"2.75 req/s offered"``, ``"2 sessions/s offered (12.4 req/s)"``
-    for sessions of several rounds, ``"arrival.max_concurrency = 12"``."""
+    for sessions of several rounds (``inner``, for text already in parentheses: ``"2
+    sessions/s offered, 12.4 req/s"``), ``"arrival.max_concurrency = 12"``."""
     from workbench.sweeps.groups import RATE_AXIS
 
     if axis != RATE_AXIS:
         return f"{axis} = {sig(value)}"
     if rounds and rounds > 1:
         text = f"{sig(value)} sessions/s"
-        per = f" ({sig(value * rounds)} req/s)"
+        per = f", {sig(value * rounds)} req/s" if inner else f" ({sig(value * rounds)} req/s)"
     else:
         text, per = f"{sig(value)} req/s", ""
     return f"{text} offered{per}" if offered else text + per
