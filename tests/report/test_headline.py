@@ -334,3 +334,22 @@ def test_simulate_prints_a_partial_runs_round_counts_under_its_headline(tmp_path
     assert lines[0].startswith("INCOMPLETE (partial) · 23/31 ok · ")
     assert lines[1] == ("INCOMPLETE: partial (of 64 planned rounds, 31 were recorded, 8 of "
                         "them skipped, and 33 never sent)")
+
+
+def test_the_goodput_figure_says_the_swept_rate_is_in_sessions(tmp_path):
+    """Its x axis read ``offered load (arrival.rate)`` beside a y axis in requests/s, so
+    4 on the x axis looked like 4 req/s against the grey offered line at 25.2."""
+    import json
+
+    import workbench as wb
+
+    pts = [point(0, 2, 4.65, True, 60), point(1, 4, 5.66, True, 62)]
+    for p in pts:
+        p["metrics"].update({"goodput_rps": p["metrics"]["request_throughput_rps"],
+                             "actual_prefix_hit_rate": 0.8})
+    pts[0]["runs"] = [{"run_dir": "runs/p000-r0"}]
+    (tmp_path / "runs" / "p000-r0").mkdir(parents=True)
+    (tmp_path / "runs" / "p000-r0" / "manifest.json").write_text(
+        json.dumps({"plan": {"units": 20, "rounds": 126}}))
+    fig = wb.sweep_plot(Sweep(tmp_path, sweep(pts).manifest), "goodput")
+    assert fig.axes[0].get_xlabel() == "offered load (arrival.rate, sessions/s)"

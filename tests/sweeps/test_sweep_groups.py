@@ -104,7 +104,7 @@ def test_plots_draw_a_line_per_configuration_against_offered_load(
     s = grids["e"]
     fig = wb.sweep_plot(s, "goodput")
     ax = fig.axes[0]
-    assert ax.get_xlabel() == "offered load (arrival.rate)"  # not the point index
+    assert ax.get_xlabel() == "offered load (arrival.rate, req/s)"  # not the point index
     delivered = {ln.get_label(): list(ln.get_xdata()) for ln in ax.get_lines()
                  if str(ln.get_label()).endswith(": delivered")}
     assert delivered == {f"max_num_seqs={n}: delivered": [1, 2, 4, 8] for n in (1, 2, 4)}
