@@ -133,7 +133,7 @@ def test_the_pareto_sentence_rounds_as_the_tables_and_names_thin_evidence(
     assert row is not None
     text = best_sentence(s)
     assert text == (
-        f"Highest throughput under ttft_ms:p99<=60000 and ok>=0.99: rate=1 — "
+        f"Highest throughput under TTFT p99 ≤ 60 s: rate=1 — "
         f"{sig(row[PER_INSTANCE])} output tokens/s per instance at {sig(row[PER_USER])} "
         f"tokens/s per user. Its verdict rests on {FEW}: TTFT p99 from 3 ok requests "
         "(needs 299).")

@@ -274,3 +274,17 @@ def test_one_stated_error_is_rounded_one_way_in_the_whole_sentence() -> None:
     assert re.search(r"\d%", stated_error_brief("llama-3.3-70b/h200/tp1/fp8"))
     for text in (answer, stated_error_brief("llama-3.3-70b/h200/tp1/fp8")):
         assert not re.search(r"(?<![\d.])\d+%", text), text
+
+
+def test_an_option_that_never_holds_pessimistically_says_so_beside_its_count() -> None:
+    """The line of an option other than the answer (and of every scaled rate) said only
+    "needs 4 or more replicas within its error", as if some count held it; when none up
+    to the limit does at the error's far end, the line says so and why, like the answer."""
+    tried = [(1, 18000.0), (2, 6000.0), (4, 3000.0), (8, 2100.0), (16, 2050.0), (32, 2050.0),
+             (64, 2050.0)]
+    result = PlanResult("t.jsonl", SLO, 3.0, [1.0], [H100_8B], None,
+                        [probe(H100_8B, n, v) for n, v in tried])
+    assert result.option_words(H100_8B, 1.0) == (
+        "llama-3.1-8b/h100/tp1 needs 4 or more replicas within its error: 4 only at −37.1% "
+        "TTFT; at +37.1% TTFT none up to 64 (at best 1.41× the bound, from 16 replicas on: "
+        "more replicas stopped helping)")

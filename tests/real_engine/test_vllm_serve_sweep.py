@@ -96,7 +96,7 @@ async def test_server_sweep_on_vllm(tmp_path: Path) -> None:
     assert (tmp_path / "pareto.png").stat().st_size > 10_000
     text = best_sentence(s)
     print(text, file=sys.stderr)
-    assert text.startswith("Highest throughput under e2e_ms:p90")
+    assert text.startswith("Highest throughput under E2E p90 ≤ ")
 
 
 @pytest.mark.timeout(600)  # one vLLM start-up (~20-70 s here) and 4 short requests

@@ -91,3 +91,42 @@ def test_example_runs_can_be_made_again_in_the_same_folder(tmp_path):
     assert first == again and len(again) == 2
     runs = compare.load_runs(again)
     assert [r.manifest.status for r in runs.values()] == ["completed", "completed"]
+
+
+def test_an_engine_without_knobs_is_not_a_setting_that_differs(tmp_path):
+    """A run given no engine knob stores ``target.engine`` as ``{}``: the absence of every
+    knob, not a value of its own (the compare report said ``target.engine ({} → –)`` and
+    labelled a run ``engine={}, max_num_batched_tokens=–``)."""
+    from workbench.executors.virtual import simulate
+
+    def cfg(run_id: str, engine: dict) -> wb.RunConfig:
+        return wb.RunConfig.from_dict({
+            "trace": {"path": TRACE, "max_items": 2},
+            "arrival": {"mode": "saturated", "tool_wait_scale": 0.0},
+            "target": {"url": "sim", "engine": engine},
+            "out_dir": str(tmp_path), "run_id": run_id,
+        })
+
+    a = simulate(cfg("plain", {}))
+    b = simulate(cfg("small", {"max_num_batched_tokens": 512}))
+    runs = compare.load_runs([a.run_dir, b.run_dir])
+    assert list(runs) == ["max_num_batched_tokens=–", "max_num_batched_tokens=512"]
+    assert compare.differs_line(runs) == (
+        "What differs: target.engine.max_num_batched_tokens (– → 512)")
+
+
+def test_runs_that_differ_only_in_seed_are_read_as_noise(tmp_path):
+    """Another seed is other random draws of the same settings: whatever the bootstrap
+    calls significant between them is run-to-run noise the interval does not cover."""
+    from workbench.executors.virtual import simulate
+
+    def cfg(run_id: str, seed: int) -> wb.RunConfig:
+        c = _cfg(tmp_path, run_id).to_dict()
+        c["seed"] = seed
+        return wb.RunConfig.from_dict(c)
+
+    runs = compare.load_runs([simulate(cfg("s0", 0)).run_dir, simulate(cfg("s1", 1)).run_dir])
+    assert compare.differs_line(runs) == (
+        "What differs: only seed (0 → 1), other random draws of the same settings: every "
+        "change below is run-to-run noise, and one marked significant shows that noise is "
+        "wider than its interval")

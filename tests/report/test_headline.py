@@ -263,3 +263,93 @@ def test_a_preset_runs_headline_says_which_preset_and_its_stated_error() -> None
         assert f"TTFT {held['ttft']:.1%}" in note
         assert ("extrapolated (llama-3.1-8b on b200)" in note) is extrapolated
     assert "preset" not in (engine_note(RunManifest("", mode="virtual", engine={})) or "")
+
+
+def test_a_delivery_gap_from_a_run_shorter_than_its_sessions_says_so(tmp_path):
+    """20 sessions at 4/s arrive within about 4.75 s of a 22.3 s run: the rest is their
+    later rounds draining, so the delivered 5.66 req/s is set by how long the sessions
+    last. The warning said "it fell behind, or the run was too short"; the arrival span
+    against the duration shows which (docs/sweeps.md, "Capacity")."""
+    import json
+
+    pts = [point(0, 4, 5.66, True, 60)]
+    pts[0]["metrics"]["duration_s"] = 22.3
+    pts[0]["runs"] = [{"run_dir": "runs/p000-r0"}]
+    (tmp_path / "runs" / "p000-r0").mkdir(parents=True)
+    (tmp_path / "runs" / "p000-r0" / "manifest.json").write_text(
+        json.dumps({"plan": {"units": 20, "rounds": 126}}))
+    s = Sweep(tmp_path, sweep(pts).manifest)
+    assert capacity_sentence(s) == (
+        "At TTFT p90 ≤ 2 s: capacity at least 5.66 req/s sustained, at 4 sessions/s offered "
+        "(25.2 req/s): the SLO held at every point, so the capacity is above the range. "
+        "WARNING: the engine delivered 5.66 of the 25.2 req/s offered (22 %). The run was "
+        "too short for that rate: its 20 sessions arrive within about 4.75 s of its 22.3 s, "
+        "the rest is their later rounds finishing, so the delivered rate is set by how long "
+        "the sessions last, not by the engine; replay more sessions (--max-items) to "
+        "measure the engine.")
+    # sessions arriving over most of the run: either cause may hold, both are named
+    pts[0]["metrics"]["duration_s"] = 6.0
+    assert capacity_sentence(Sweep(tmp_path, sweep(pts).manifest)).endswith(
+        "(22 %): it fell behind, or the run was too short for its ramp-up and drain to be "
+        "negligible.")
+
+
+def test_latencies_of_ten_seconds_and_more_print_in_seconds():
+    """A Mooncake slice on one H100 preset printed ``TTFT p50/p90/p99 459453/881685/943300
+    ms``: six-digit milliseconds a reader has to count the digits of. From 10 s at the
+    triple's p99 all three are seconds, with the same three significant figures."""
+    long = summary(ttft_ms={"p50": 459453.2, "p90": 881685.0, "p99": 943300.4, "count": 9})
+    assert run_headline(long, REAL).startswith(
+        "303/303 ok · TTFT p50/p90/p99 459/882/943 s · TPOT p50/p90/p99 6.11/6.28/12.5 ms")
+    mixed = summary(ttft_ms={"p50": 850.0, "p90": 4210.0, "p99": 12030.0, "count": 9})
+    assert "TTFT p50/p90/p99 0.85/4.21/12 s ·" in run_headline(mixed, REAL)
+    assert "TTFT p50/p90/p99 48.2/95/210 ms ·" in run_headline(summary(), REAL)
+
+
+def test_the_capacity_cell_of_a_sweep_in_sessions_has_no_parentheses_in_parentheses():
+    """The sweeps table's cell read ``≥ 5.66 req/s sustained (4 sessions/s offered (25.2
+    req/s); above the range)``."""
+    from workbench.report.headline import capacity_brief
+    from workbench.sweeps.groups import capacities
+
+    pts = [point(0, 2, 4.65, True, 60), point(1, 4, 5.66, True, 62)]
+    (cap,) = capacities(sweep(pts))
+    assert capacity_brief(cap, 6.3) == (
+        "≥ 5.66 req/s sustained (4 sessions/s offered, 25.2 req/s; above the range)")
+    (held,) = capacities(sweep([point(0, 2, 4.65, True, 60), point(1, 4, 5.66, False, 2100)]))
+    assert capacity_brief(held, 6.3) == "4.65 req/s sustained (2 sessions/s offered, 12.6 req/s)"
+    assert capacity_brief(held, 1.0) == "4.65 req/s sustained (2 req/s offered)"
+
+
+def test_simulate_prints_a_partial_runs_round_counts_under_its_headline(tmp_path, capsys):
+    """``INCOMPLETE (partial) · 23/31 ok`` says nothing of the 33 rounds never sent (the
+    console had them only in a log line's dict): the next line gives the counts in words."""
+    from workbench.cli import main
+    from workbench.data import path as data_path
+
+    trace = str(data_path("tracelab/multi_session_large.csv"))
+    assert main(["simulate", "--trace", trace, "--max-items", "10", "--max-model-len", "3000",
+                 "-o", str(tmp_path), "--run-id", "p"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("INCOMPLETE (partial) · 23/31 ok · ")
+    assert lines[1] == ("INCOMPLETE: partial (of 64 planned rounds, 31 were recorded, 8 of "
+                        "them skipped, and 33 never sent)")
+
+
+def test_the_goodput_figure_says_the_swept_rate_is_in_sessions(tmp_path):
+    """Its x axis read ``offered load (arrival.rate)`` beside a y axis in requests/s, so
+    4 on the x axis looked like 4 req/s against the grey offered line at 25.2."""
+    import json
+
+    import workbench as wb
+
+    pts = [point(0, 2, 4.65, True, 60), point(1, 4, 5.66, True, 62)]
+    for p in pts:
+        p["metrics"].update({"goodput_rps": p["metrics"]["request_throughput_rps"],
+                             "actual_prefix_hit_rate": 0.8})
+    pts[0]["runs"] = [{"run_dir": "runs/p000-r0"}]
+    (tmp_path / "runs" / "p000-r0").mkdir(parents=True)
+    (tmp_path / "runs" / "p000-r0" / "manifest.json").write_text(
+        json.dumps({"plan": {"units": 20, "rounds": 126}}))
+    fig = wb.sweep_plot(Sweep(tmp_path, sweep(pts).manifest), "goodput")
+    assert fig.axes[0].get_xlabel() == "offered load (arrival.rate, sessions/s)"

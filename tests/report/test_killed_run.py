@@ -96,3 +96,27 @@ def test_a_comparison_with_a_killed_run_exits_1_and_says_which(killed, tmp_path)
     lines = out.splitlines()
     assert any(line.startswith("run 1 (baseline): 5/5 ok · ") for line in lines), out
     assert any(line.startswith("run 2: INCOMPLETE (killed) · ") for line in lines), out
+
+
+def test_a_partial_run_says_how_many_rounds_were_planned_recorded_skipped_and_never_sent():
+    """A simulate with --max-model-len 3000 skipped 8 rounds and ended their sessions: the
+    report's first screen said only "planned rounds were skipped or never sent; the
+    manifest's completion block counts them", sending the reader to a JSON file for the
+    numbers that say how much of the plan the 23/31 ok stands for."""
+    from workbench.records import RunManifest
+    from workbench.report.tables import run_end_note
+
+    m = RunManifest.from_dict({"status": "partial", "completion": {
+        "status": "partial", "planned_rounds": 64, "recorded_rounds": 31,
+        "skipped_rounds": 8, "not_sent_rounds": 33}})
+    assert run_end_note(m) == (
+        "INCOMPLETE: partial (of 64 planned rounds, 31 were recorded, 8 of them skipped, "
+        "and 33 never sent)")
+    one = RunManifest.from_dict({"status": "partial", "completion": {
+        "planned_rounds": 2, "recorded_rounds": 1, "skipped_rounds": 1, "not_sent_rounds": 1}})
+    assert run_end_note(one) == (
+        "INCOMPLETE: partial (of 2 planned rounds, 1 was recorded, 1 of them skipped, and 1 "
+        "never sent)")
+    # without the counts, the note as before
+    assert run_end_note(RunManifest.from_dict({"status": "partial"})).startswith(
+        "INCOMPLETE: partial (planned rounds were skipped or never sent")

@@ -57,7 +57,7 @@ def test_best_under_the_slo_is_named(sweep: wb.Sweep) -> None:
     held = df[df["slo_held"] == True]  # noqa: E712
     assert row["label"] == held.loc[held[PER_INSTANCE].idxmax(), "label"]
     text = best_sentence(sweep)
-    assert text.startswith("Highest throughput under tpot_ms:p90")
+    assert text.startswith("Highest throughput under TPOT p90 ≤ ")  # the headline's words
     assert row["label"] in text and "per GPU of 2" in text
 
 
@@ -65,7 +65,7 @@ def test_no_configuration_held(tmp_path: Path) -> None:
     s = wb.sweep({"trace": TRACE}, {"arrival.max_concurrency": [2, 8]},
                  slo="ttft_ms:p90<=0.001", virtual=True, out_dir=str(tmp_path))
     assert best_row(s) is None
-    assert best_sentence(s).startswith("No point held ttft_ms:p90")
+    assert best_sentence(s).startswith("No point held TTFT p90 ≤ 0.001 ms.")
 
 
 def test_plot_draws_points_frontier_labels(sweep: wb.Sweep) -> None:

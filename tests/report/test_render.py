@@ -94,7 +94,7 @@ def test_defaults_fill_run_id_and_out_dir(tiny: Path, tmp_path: Path) -> None:
 
 
 def test_unknown_parameters_are_rejected_with_the_declared_names(tiny: Path) -> None:
-    with pytest.raises(ConfigError, match=r"no parameter \['scael'\].*scale, run_id"):
+    with pytest.raises(ConfigError, match=r"no parameter scael; its parameters: scale, run_id"):
         render.check_parameters(tiny, {"scael": 2}, Path("."))
 
 
@@ -191,3 +191,16 @@ def test_two_reports_at_once_from_one_folder_get_their_own_kernel_sockets(
     assert all(ip.is_absolute() and work not in ip.parents for ip in ips)
     assert not any(ip.parent.exists() for ip in ips)  # removed afterwards
     assert list(work.iterdir()) == []
+
+
+def test_the_index_counts_its_reports_in_words(tmp_path: Path) -> None:
+    """``1 report in``, ``2 reports in``: never the ``report(s)`` of a form letter."""
+    def say(n: int) -> str:
+        for i in range(n):
+            d = tmp_path / f"r{i}"
+            d.mkdir(exist_ok=True)
+            (d / "report.json").write_text(json.dumps({"run_id": f"r{i}", "created": str(i)}))
+        return render.write_index(tmp_path).read_text()
+
+    assert "<p>1 report in <code>" in say(1)
+    assert "<p>2 reports in <code>" in say(2)

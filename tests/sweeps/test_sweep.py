@@ -287,7 +287,7 @@ def test_sweep_plots_draw_each_sweep_with_slo_line_and_knee(two_sweeps: list[str
     hlines = [ln for ln in ttft_ax.get_lines() if list(ln.get_ydata()) == [8000, 8000]]
     assert hlines
     goodput = wb.sweep_plot(two_sweeps, "goodput")
-    assert goodput.axes[0].get_xlabel() == "offered load (arrival.rate)"
+    assert goodput.axes[0].get_xlabel() == "offered load (arrival.rate, req/s)"
     cache = wb.sweep_plot(two_sweeps, "cache")
     assert [a.get_title() for a in cache.axes] == ["Prefix-cache hits against load",
                                                    "Preemptions against load"]

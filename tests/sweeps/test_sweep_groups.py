@@ -104,7 +104,7 @@ def test_plots_draw_a_line_per_configuration_against_offered_load(
     s = grids["e"]
     fig = wb.sweep_plot(s, "goodput")
     ax = fig.axes[0]
-    assert ax.get_xlabel() == "offered load (arrival.rate)"  # not the point index
+    assert ax.get_xlabel() == "offered load (arrival.rate, req/s)"  # not the point index
     delivered = {ln.get_label(): list(ln.get_xdata()) for ln in ax.get_lines()
                  if str(ln.get_label()).endswith(": delivered")}
     assert delivered == {f"max_num_seqs={n}: delivered": [1, 2, 4, 8] for n in (1, 2, 4)}
@@ -144,7 +144,7 @@ def test_the_cli_sweeps_the_rate_without_a_base_rate(tmp_path: Path,
     rows = [line.split() for line in out[5:9]]
     assert [(r[0], r[1], r[-1]) for r in rows] == [
         ("1", "2", "False"), ("1", "6", "False"), ("8", "2", "True"), ("8", "6", "True")]
-    assert out[9].startswith("Highest throughput under ttft_ms:p90<=500 and ok>=0.99: "
+    assert out[9].startswith("Highest throughput under TTFT p90 ≤ 500 ms: "
                              "max_num_seqs=8, rate=6 — ")
     # a capacity search of the rate needs no base rate either; its line is the bracket
     assert main(["sweep", "--trace", TRACE, "--arrival", "poisson", "--virtual",

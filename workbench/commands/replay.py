@@ -82,6 +82,10 @@ def print_result(summary: dict, result: Any, args: argparse.Namespace) -> None:
         from workbench.report.headline import run_headline, sig
 
         print(run_headline(summary, result.manifest))
+        if getattr(result.manifest, "status", None) == "partial":  # the counts, in words
+            from workbench.report.tables import run_end_note
+
+            print(run_end_note(result.manifest))
         if args.percentiles:
             for metric, qs in percentile_table(result, args.percentiles).items():
                 print(f"{metric}: " + ", ".join(f"{q} {sig(v)} ms" for q, v in qs.items()))

@@ -36,17 +36,30 @@ def capacity_phrase(sustained_rps: Any, offered: str, *, at_least: bool = False)
             f"at {offered}")
 
 
-def delivery_warning(sustained_rps: Any, offered_rps: float | None) -> str:
+def delivery_warning(sustained_rps: Any, offered_rps: float | None, *,
+                     sessions: int | None = None, arrivals_s: float | None = None,
+                     duration_s: Any = None) -> str:
     """`` WARNING: ...`` when the engine delivered under ``DELIVERED_WARN_SHARE`` of the
-    offered request rate, else ``""``."""
+    offered request rate, else ``""``. With the point's ``sessions`` (units of several
+    rounds), the span over which they arrive and the run's duration: when they all arrived
+    in its first half, the run was too short, and the warning says so instead of naming
+    both causes (docs/sweeps.md, "Capacity")."""
     if not isinstance(sustained_rps, int | float) or not offered_rps:
         return ""
     share = sustained_rps / offered_rps
     if share >= DELIVERED_WARN_SHARE:
         return ""
-    return (f" WARNING: the engine delivered {sig(sustained_rps)} of the {sig(offered_rps)} "
-            f"req/s offered ({share * 100:.0f} %): it fell behind, or the run was too short "
-            "for its ramp-up and drain to be negligible.")
+    head = (f" WARNING: the engine delivered {sig(sustained_rps)} of the {sig(offered_rps)} "
+            f"req/s offered ({share * 100:.0f} %)")
+    if (sessions and arrivals_s is not None and isinstance(duration_s, int | float)
+            and arrivals_s < duration_s / 2):
+        return (f"{head}. The run was too short for that rate: its "
+                f"{counted(sessions, 'session')} arrive within about {sig(arrivals_s)} s of "
+                f"its {sig(duration_s)} s, the rest is their later rounds finishing, so the "
+                "delivered rate is set by how long the sessions last, not by the engine; "
+                "replay more sessions (--max-items) to measure the engine.")
+    return (f"{head}: it fell behind, or the run was too short for its ramp-up and drain to "
+            "be negligible.")
 
 
 def _part(key: str, n: float, needed: int | None, min_ok: float) -> str:

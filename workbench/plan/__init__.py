@@ -375,11 +375,14 @@ class PlanResult:
                                                                                    scale):
             return (f"{option.engine} needs {_n(hi.replicas, 'replica')} "
                     f"({_n(hi.gpus, 'GPU')})")
-        top = (f"{_span(lo.replicas, hi.replicas, 'replica')} "
-               f"({_span(lo.gpus, hi.gpus, 'GPU')})" if hi is not None
-               else f"{lo.replicas:,} or more replicas")
         odd = " (not monotone in replicas: the curve shows where)" if self.not_monotone(
             option, scale) else ""
+        if hi is None:  # "or more" alone would promise that some count holds it
+            return (f"{option.engine} needs {lo.replicas:,} or more replicas within its "
+                    f"error{odd}: {lo.replicas:,} only {self._case_words(option, 'low')}; "
+                    f"{self._case_words(option, 'high')} {self._why(option, scale, 'high')}")
+        top = (f"{_span(lo.replicas, hi.replicas, 'replica')} "
+               f"({_span(lo.gpus, hi.gpus, 'GPU')})")
         return f"{option.engine} needs {top} within its error{odd}"
 
     def _binding(self, probe: Probe) -> tuple[str, Bound]:

@@ -97,6 +97,11 @@ def differs_line(runs: Mapping[str, Any], shown: int = 3) -> str:
     if diff.empty:
         return ("What differs: nothing in the four axes or the target (same settings: the "
                 "differences below are run-to-run noise or the server's state)")
+    if set(diff["key"]) == {"seed"}:  # noise, not an effect: docs/metrics.md, "Compare"
+        seeds = " → ".join(str(v) for v in diff.iloc[0][list(runs)])
+        return (f"What differs: only seed ({seeds}), other random draws of the same "
+                "settings: every change below is run-to-run noise, and one marked "
+                "significant shows that noise is wider than its interval")
     labels = list(runs)
     parts = [f"{row['key']} ({' → '.join(str(row[label]) for label in labels)})"
              for _, row in diff.head(shown).iterrows()]
@@ -272,10 +277,12 @@ def hit_rate_table(runs: Mapping[str, Any], baseline: str | None = None) -> pd.D
 
 
 def _flatten(d: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """Dotted keys of the leaves; an empty section (``target.engine: {}``, no knob given)
+    has none: it is every knob absent, as in a run that sets some, not a value of its own."""
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = f"{prefix}.{k}"
-        if isinstance(v, Mapping) and v:
+        if isinstance(v, Mapping):
             out.update(_flatten(v, key))
         else:
             out[key] = v

@@ -42,9 +42,20 @@ HEADLINE_STYLE = ("font-size:1.05em;font-weight:600;border-left:4px solid #1f77b
 METRIC_NAMES = {m.name: m.label for m in catalog.CATALOG}  # the catalog's labels
 
 
+#: from this p99 (ms) on, a headline's latency triple is in seconds (docs/metrics.md)
+SECONDS_FROM_MS = 10_000.0
+
+
 def _triple(stats: Any) -> str:
+    """``"48.2/95/210 ms"``; ``"459/882/943 s"`` when the p99 is ``SECONDS_FROM_MS`` or
+    more, so no reader counts the digits of ``943300``."""
     s = stats if isinstance(stats, Mapping) else {}
-    return "/".join(sig(s.get(k)) for k in ("p50", "p90", "p99"))
+    values = [s.get(k) for k in ("p50", "p90", "p99")]
+    top = values[2]
+    if isinstance(top, int | float) and not isinstance(top, bool) and top >= SECONDS_FROM_MS:
+        return "/".join(sig(v / 1000 if isinstance(v, int | float) else v)
+                        for v in values) + " s"
+    return "/".join(sig(v) for v in values) + " ms"
 
 
 def engine_note(manifest: RunManifest | None) -> str | None:
@@ -137,10 +148,10 @@ def run_headline(summary: Mapping[str, Any], manifest: RunManifest | None = None
     parts: list[str | None] = [
         f"INCOMPLETE ({status})" if status not in (None, "completed") else None,
         f"{summary.get('ok', 0)}/{summary.get('requests', 0)} ok",
-        f"TTFT p50/p90/p99 {_triple(summary.get('ttft_ms'))} ms"
+        f"TTFT p50/p90/p99 {_triple(summary.get('ttft_ms'))}"
         + (f" ({NON_STREAMING_NOTE})" if whole else ""),
         f"TPOT {NOT_STREAMED}" if whole
-        else f"TPOT p50/p90/p99 {_triple(summary.get('tpot_ms'))} ms",
+        else f"TPOT p50/p90/p99 {_triple(summary.get('tpot_ms'))}",
         _prefix(summary),
         f"{sig(summary.get('request_throughput_rps'))} req/s",
         client_verdict(summary),
@@ -168,13 +179,19 @@ def slo_phrase(slo: Mapping[str, Any] | None) -> str:
     return " and ".join(parts)
 
 
-def sweep_rounds_per_unit(sweep: Sweep) -> float | None:
-    """Requests per unit of the sweep's plan, from its first run's manifest."""
+def sweep_units(sweep: Sweep) -> tuple[int, int] | None:
+    """(units, requests) of the sweep's plan, from its first run's manifest."""
     for run_dir in sweep.run_dirs:
         plan = read_manifest(Path(run_dir)).plan or {}  # {}: none, or unreadable
         if plan.get("units"):
-            return float(plan["rounds"]) / float(plan["units"])
+            return int(plan["units"]), int(plan["rounds"])
     return None
+
+
+def sweep_rounds_per_unit(sweep: Sweep) -> float | None:
+    """Requests per unit of the sweep's plan, from its first run's manifest."""
+    counts = sweep_units(sweep)
+    return None if counts is None else counts[1] / counts[0]
 
 
 def capacity_sentence(sweep: Sweep, rounds_per_unit: float | None = None) -> str:
@@ -199,19 +216,23 @@ def _capacity_lines(sweep: Sweep, rounds: float | None = None) -> tuple[str, lis
 
     if not any(k != "ok" for k in (sweep.slo or {})):
         return "No SLO: the sweep has no capacity to state.", []
-    if load_axis(sweep) == RATE_AXIS and rounds is None:
-        rounds = sweep_rounds_per_unit(sweep)
+    counts = sweep_units(sweep) if load_axis(sweep) == RATE_AXIS else None
+    if counts and rounds is None:
+        rounds = counts[1] / counts[0]
+    units = counts[0] if counts else None
     caps = capacities(sweep)
     head = f"At {slo_phrase(sweep.slo)}"
     if len(caps) == 1:
-        return f"{head}:", [group_sentence(caps[0], rounds)]
-    lines = [f"{c.label}: {group_sentence(c, rounds)}" for c in caps]
+        return f"{head}:", [group_sentence(caps[0], rounds, units)]
+    lines = [f"{c.label}: {group_sentence(c, rounds, units)}" for c in caps]
     return f"{head}, per configuration:", [*lines, best_sentence(caps, rounds)]
 
 
-def group_sentence(cap: Capacity, rounds: float | None = None) -> str:
+def group_sentence(cap: Capacity, rounds: float | None = None,
+                   units: int | None = None) -> str:
     """One configuration's capacity: ``"capacity 1.6 req/s sustained, at 2.75 req/s
-    offered: the highest load that held (found by search); it broke at 4 req/s."``"""
+    offered: the highest load that held (found by search); it broke at 4 req/s."``;
+    ``units``: the units of each run, which tell a run too short for its rate."""
     from workbench.sweeps.groups import RATE_AXIS
 
     axis = cap.axis
@@ -245,7 +266,11 @@ def group_sentence(cap: Capacity, rounds: float | None = None) -> str:
         if again:
             text += (f" It held again at {again}: the verdict is not monotone in load "
                      "(repeat the points).")
-    return text + _caveats(cap, rounds) + delivery_warning(cap.sustained, offered_rps)
+    sessions = units if offered_rps and rounds and rounds > 1 else None
+    return text + _caveats(cap, rounds) + delivery_warning(
+        cap.sustained, offered_rps, sessions=sessions,
+        arrivals_s=(sessions - 1) / value if sessions else None,
+        duration_s=((cap.point or {}).get("metrics") or {}).get("duration_s"))
 
 
 def _caveats(cap: Capacity, rounds: float | None) -> str:
@@ -305,7 +330,7 @@ def capacity_brief(cap: Capacity, rounds: float | None = None) -> str:
                 else "below the range")
     if cap.point is None or cap.axis is None:
         return "–"
-    at = _load_text(cap.axis, cap.offered, rounds)
+    at = _load_text(cap.axis, cap.offered, rounds, inner=True)
     verdict = (cap.point or {}).get("slo")
     few = ("; too few requests to show it" if thin_phrase(verdict) else "") + (
         "; repeats disagree" if spread_phrase(verdict) else "")
@@ -322,16 +347,18 @@ def _again(cap: Capacity, rounds: float | None) -> str:
                      for p in cap.again)
 
 
-def _load_text(axis: str, value: Any, rounds: float | None, offered: bool = True) -> str:
+def _load_text(axis: str, value: Any, rounds: float | None, offered: bool = True,
+               inner: bool = False) -> str:
     """A load in words: ``"2.75 req/s offered"``, ``"2 sessions/s offered (12.4 req/s)"``
-    for sessions of several rounds, ``"arrival.max_concurrency = 12"``."""
+    for sessions of several rounds (``inner``, for text already in parentheses: ``"2
+    sessions/s offered, 12.4 req/s"``), ``"arrival.max_concurrency = 12"``."""
     from workbench.sweeps.groups import RATE_AXIS
 
     if axis != RATE_AXIS:
         return f"{axis} = {sig(value)}"
     if rounds and rounds > 1:
         text = f"{sig(value)} sessions/s"
-        per = f" ({sig(value * rounds)} req/s)"
+        per = f", {sig(value * rounds)} req/s" if inner else f" ({sig(value * rounds)} req/s)"
     else:
         text, per = f"{sig(value)} req/s", ""
     return f"{text} offered{per}" if offered else text + per

@@ -10,6 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from workbench.metrics.wording import sig, spread_phrase, thin_phrase
+from workbench.report.headline import slo_phrase
 from workbench.report.plots import _new
 from workbench.sweeps.store import Sweep
 
@@ -73,7 +74,7 @@ def best_sentence(sweep: Sweep, gpus: int | None = None) -> str:
     (a point, not the best configuration: docs/sweeps.md, "Pareto")."""
     n = gpus_of(sweep, gpus)
     row = best_row(sweep, gpus)
-    slo = sweep.manifest.slo_text or "the SLO"
+    slo = slo_phrase(sweep.slo) or "the SLO"  # in the headline's words, not the flag's
     if row is None:
         if sweep.slo:
             return f"No point held {slo}."

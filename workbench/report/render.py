@@ -90,8 +90,8 @@ def check_parameters(nb: Path, params: Mapping[str, Any] | None, out: Path) -> d
     unknown = sorted(set(given) - set(declared))
     if unknown:
         raise ConfigError(
-            f"{nb.name} has no {noun(len(unknown), 'parameter')} {unknown}; "
-            f"its parameters: {', '.join(declared)}"
+            f"{nb.name} has no {noun(len(unknown), 'parameter')} "
+            f"{', '.join(unknown)}; its parameters: {', '.join(declared)}"
         )
     if given.get("interactive"):
         raise ConfigError("interactive=True needs a live kernel with widgets; papermill has none")

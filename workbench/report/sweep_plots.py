@@ -196,9 +196,18 @@ def _latency(sweeps: dict[str, Sweep], stat: str | None = None,
     return fig
 
 
+def _rate_unit(axis: str, rounds: float | None) -> str:
+    """``", sessions/s"`` for a rate of units of several rounds, ``", req/s"`` for one
+    request each: the swept rate's unit, beside the requests/s of the y axis."""
+    if axis != RATE_AXIS or not rounds:
+        return ""
+    return ", sessions/s" if rounds > 1 else ", req/s"
+
+
 def _goodput(sweeps: dict[str, Sweep], **_ignored: Any) -> Figure:
     fig, (ax,) = _new(1, size=(7.0, 4.2))
     xlabel = "point"
+    rounds: float | None = None
     notes: list[str] = []
     for label, sweep, colored in _colored(sweeps):
         xlabel = load_axis(sweep)
@@ -231,7 +240,7 @@ def _goodput(sweeps: dict[str, Sweep], **_ignored: Any) -> Figure:
             lines = capacity_lines(sweep, rounds)
             lines[0] = (f"{label}: " if len(sweeps) > 1 else "") + lines[0]
             notes += lines
-    ax.set(xlabel=f"offered load ({xlabel})", ylabel="requests/s",
+    ax.set(xlabel=f"offered load ({xlabel}{_rate_unit(xlabel, rounds)})", ylabel="requests/s",
            title="Delivered throughput and goodput against offered load")
     ax.xaxis.set_major_locator(MaxNLocator(nbins=6))
     ax.set_ylim(bottom=0)

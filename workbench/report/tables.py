@@ -122,7 +122,20 @@ def run_end_note(manifest: RunManifest, status: Any = None) -> str | None:
     status = manifest.status if status is None else status
     if status in (None, "completed"):
         return None
-    return running_note(manifest) or run_status_note(status)
+    return running_note(manifest) or _partial_note(manifest, status) or run_status_note(status)
+
+
+def _partial_note(manifest: RunManifest, status: Any) -> str | None:
+    """``INCOMPLETE: partial (of 64 planned rounds, 31 were recorded, 8 of them skipped, and
+    33 never sent)`` from the manifest's completion counts; None without them."""
+    c = manifest.completion or {}
+    keys = ("planned_rounds", "recorded_rounds", "skipped_rounds", "not_sent_rounds")
+    if status != "partial" or not all(isinstance(c.get(k), int) for k in keys):
+        return None
+    planned, recorded, skipped, unsent = (c[k] for k in keys)
+    return (f"INCOMPLETE: partial (of {planned} planned rounds, {recorded} "
+            f"{'was' if recorded == 1 else 'were'} recorded, {skipped} of them skipped, and "
+            f"{unsent} never sent)")
 
 
 def run_table(data: Any) -> pd.DataFrame:
