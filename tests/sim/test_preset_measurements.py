@@ -157,6 +157,10 @@ def test_the_stated_errors_are_the_fits_record() -> None:
         assert held_out("llama-3.1-70b/h100/tp8")["itl"] == cell["itl"]
 
 
+# every kept table replayed under each fold's factors, the GenAI-Perf tables from their
+# start-up round (perf_analyzer's windows): 150-300 s on this project's 2-core machine,
+# more when both cores are busy, past the suite's 300 s default
+@pytest.mark.timeout(1200)
 def test_the_leave_one_source_out_figures_are_each_folds_own() -> None:
     """Every source's rows replayed with the factors of the fold that left that source
     out give the per-table, per-source and overall figures docs/hardware.md states."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,6 +28,7 @@ from workbench.replay.target import Target
 from workbench.signals import SignalStop, stop_on_signals
 from workbench.sim.cluster import split_knobs
 from workbench.sim.config import EngineConfig
+from workbench.sim.faults import Faults
 
 GC_GEN0_THRESHOLD = 100_000  # allocations between young-generation collections
 # Executor options that act on sockets or the loop, which virtual time has none of
@@ -72,7 +74,22 @@ def virtual_executor(cfg: RunConfig, engine: EngineConfig | None = None) -> Virt
             engine = EngineConfig.from_knobs(**knobs)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"target.engine: {exc}") from None
+    _refuse_faults(engine)
     return VirtualExecutor(EngineTarget(engine, cluster, release=bool(cfg.out_dir)))
+
+
+def _refuse_faults(engine: EngineConfig) -> None:
+    """A fault switch acts at the embedded engine's HTTP server (docs/embedded-engine.md,
+    "Fault switches"), which a virtual-time run does not have: refused by name, not ignored."""
+    faults = engine.faults
+    if faults.active:
+        default = Faults()
+        names = [f.name for f in dataclasses.fields(faults)
+                 if getattr(faults, f.name) != getattr(default, f.name)]
+        raise ConfigError(
+            f"target.engine.{', '.join(names)}: a fault switch acts at the embedded engine's "
+            "HTTP server, and a virtual-time run (simulate, sweep, plan) has none: replay "
+            "against `workbench sim serve` to test faults")
 
 
 class VirtualExecutor:
