@@ -60,6 +60,8 @@ def test_sim_serve_takes_engine_knobs_and_refuses_an_unknown_scheduler(capsys):
          "--engine", "max_num_seqs=16"])  # fmt: skip
     cfg = EngineConfig.from_knobs(**serve_knobs(args))
     assert not cfg.mixed_batches and cfg.admission_reserve == 0.7 and cfg.max_num_seqs == 16
+    trt = build_parser().parse_args(["sim", "serve", "--engine", "scheduler=trtllm"])
+    assert EngineConfig.from_knobs(**serve_knobs(trt)).guaranteed_no_evict
     bad = build_parser().parse_args(["sim", "serve", "--engine", "scheduler=sgl"])
     assert run(bad) == 2
     err = capsys.readouterr().err

@@ -54,19 +54,19 @@ BOUNDS: dict[str, dict[str, float]] = {
     "nim-dli_llama-3-70b_8xa100-bf16-tp8_one-client-sweep":
         {"ttft": 0.21, "itl": 0.12, "throughput": 0.14},
     "nim-dli_llama-3-70b_8xh100-fp16-tp8_7000in-1000out":
-        {"ttft": 0.68, "itl": 0.10, "throughput": 0.14},
+        {"ttft": 0.64, "itl": 0.14, "throughput": 0.14},
     "nim-dli_llama-3-70b_8xh100-fp16-tp8_one-client-sweep":
         {"ttft": 0.21, "itl": 0.03, "throughput": 0.03},
     "nim-dli_llama-3-70b_8xh100-fp8-tp8_one-client-sweep":
         {"ttft": 0.29, "itl": 0.07, "throughput": 0.07},
     "nim-dli_llama-3-8b_1xa100-fp16-tp1_2000in-200out":
-        {"ttft": 0.34, "itl": 0.07, "throughput": 0.10},
+        {"ttft": 0.34, "itl": 0.09, "throughput": 0.10},
     "nim-dli_llama-3-8b_1xh100-fp16-tp1_2000in-200out":
-        {"ttft": 0.33, "itl": 0.14, "throughput": 0.12},
+        {"ttft": 0.32, "itl": 0.14, "throughput": 0.14},
     "nim-dli_llama-3-8b_1xh100-fp16-tp1_200in-1000out":
         {"ttft": 0.15, "itl": 0.18, "throughput": 0.16},
     "nim-dli_llama-3-8b_1xh100-fp8-tp1_2000in-200out":
-        {"ttft": 0.32, "itl": 0.20, "throughput": 0.30},
+        {"ttft": 0.34, "itl": 0.20, "throughput": 0.30},
     "oracle-oci_llama-3.1-405b_8xmi300x-fp8-tp8_vllm-latency-128in-128out":
         {"latency": 0.28},
     "trtllm-0.9.0-dli_llama-2-7b_h100-a100-tp1_static-batch":
@@ -76,7 +76,7 @@ BOUNDS: dict[str, dict[str, float]] = {
     "trtllm-0.9.0-dli_mixtral-8x7b_4xl40s-tp4_static-batch":
         {"ttft": 0.28, "latency": 0.24},
     "trtllm-perf-overview-v1.0_llama-3.1-8b-3.3-70b_h100-h200-fp8_max-throughput":
-        {"throughput": 0.14},
+        {"throughput": 0.16},
     "tt-inference-server_qwen3-30b-a3b_1xa100_c1-sweep":
         {"ttft": 0.29, "itl": 0.31},
     "vllm-buildkite-9515_latency_h200_32in-128out-batch8":

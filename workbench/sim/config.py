@@ -17,7 +17,8 @@ Mode = Literal["vllm", "sglang"]
 #: knobs a run's manifest records only away from their default (``to_dict``): added
 #: after earlier runs' canonical digests were fixed, so a run that leaves them alone
 #: records, and digests, what it did before (docs/measurement-rules.md)
-RECORDED_WHEN_SET: dict[str, Any] = {"mixed_batches": True, "admission_reserve": 0.0}
+RECORDED_WHEN_SET: dict[str, Any] = {"mixed_batches": True, "admission_reserve": 0.0,
+                                      "guaranteed_no_evict": False}
 
 PREFILL_COEFFS = (4.209989e-7, 1.518344e-2, 16.50142)
 DECODE_COEFFS = (-25.74, 54.01, 5.74)
@@ -41,6 +42,7 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     mixed_batches: bool = True
     admission_reserve: float = 0.0
+    guaranteed_no_evict: bool = False
     max_num_seqs: int = 256
     max_model_len: int = 131_072
     enable_prefix_caching: bool = True

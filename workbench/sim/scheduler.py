@@ -1,6 +1,7 @@
 """The scheduler of the embedded engine (pure: no clock, no asyncio): vLLM's mixed steps,
 or SGLang's prefill and decode batches apart (``mixed_batches`` false) with its admission
-reserve (``admission_reserve``).
+reserve (``admission_reserve``); TensorRT-LLM's admission of what can finish
+(``guaranteed_no_evict``).
 
 One ``schedule()`` call plans a step, one ``complete()`` call applies it after the step's
 time has passed. The policy and the accounting: docs/embedded-engine.md, "Scheduling";
@@ -204,6 +205,7 @@ class Scheduler:
         self._reserve = config.admission_reserve > 0
         self._reserve_from = 0
         self._prefills = 0
+        self._no_evict = config.guaranteed_no_evict  # TensorRT-LLM's (``_no_evict_room``)
 
     def new_sequence(
         self, request_id: str, prompt: list[int] | Segments, max_tokens: int, now_ns: int
@@ -242,7 +244,7 @@ class Scheduler:
         plan = StepPlan()
         budget = self._schedule_running(plan, self.config.max_num_batched_tokens)
         if not plan.preempted:
-            self._admit_waiting(plan, budget, [self._reserve_room()] if self._reserve else None)
+            self._admit_waiting(plan, budget, self._room())
         self.counters.steps += 1
         self._inflight = plan
         return plan
@@ -271,8 +273,7 @@ class Scheduler:
                     self._preempt(seq)
                     plan.preempted += 1
             if not plan.preempted and budget > 0:
-                self._admit_waiting(plan, budget,
-                                    [self._reserve_room()] if self._reserve else None)
+                self._admit_waiting(plan, budget, self._room())
             if plan.scheduled:  # a prefill batch: the implicit decoders sit it out
                 self._flush()
                 self._prefills += 1
@@ -289,6 +290,25 @@ class Scheduler:
         self.counters.steps += 1
         self._inflight = plan
         return plan
+
+    def _room(self) -> list[float] | None:
+        """What admission may take this step (``_admit_waiting``'s ``room``): SGLang's
+        reserve in tokens, or TensorRT-LLM's blocks to completion; None for neither."""
+        if self._no_evict:
+            return [float(self._no_evict_room())]
+        return [self._reserve_room()] if self._reserve else None
+
+    def _no_evict_room(self) -> int:
+        """The KV blocks TensorRT-LLM's GUARANTEED_NO_EVICT capacity scheduler sees as
+        free (``guaranteed_no_evict``; docs/embedded-engine.md "Scheduling"): the free
+        and evictable blocks less, for each running request, the blocks its prompt and
+        whole output (``max_tokens``) still need beyond those its computed tokens hold."""
+        bs, tick = self.bs, self._tick
+        held = 0
+        for seq in self.running:
+            computed = seq.num_computed + (tick - seq.tb if seq.tb >= 0 else 0)
+            held += -(-(seq.prompt_len + seq.max_tokens) // bs) - -(-computed // bs)
+        return self.kv.num_free - held
 
     def _reserve_room(self) -> float:
         """The KV tokens SGLang's admission sees as free (``admission_reserve`` > 0;
@@ -627,7 +647,9 @@ class Scheduler:
     def _admit_waiting(self, plan: StepPlan, budget: int, room: list[float] | None = None) -> None:
         """Waiting requests in order while the budget, ``max_num_seqs`` and the blocks
         allow. ``room`` (SGLang's reserve, ``_reserve_room``): a request's prompt left
-        plus ``min(its output, RESERVE_CLIP)`` must be below it, and is taken from it."""
+        plus ``min(its output, RESERVE_CLIP)`` must be below it, and is taken from it;
+        with ``guaranteed_no_evict`` (``_no_evict_room``) its blocks to completion must
+        fit in it."""
         waiting, kv, bs = self.waiting, self.kv, self.bs
         while waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = waiting[0]
@@ -636,7 +658,12 @@ class Scheduler:
                 seq.hashes, len(hit), (seq.length - 1) // bs)
             cached = (len(hit) + on_host) * bs
             start = max(cached, seq.preloaded)  # transferred KV is not computed again
-            if room is not None:
+            if self._no_evict:  # its every block to completion, its hit's too
+                need = -(-(seq.prompt_len + seq.max_tokens) // bs)
+                if room is None or need > room[0]:
+                    break
+                room[0] -= need
+            elif room is not None:
                 need = seq.length - start + min(seq.max_tokens - seq.num_out, RESERVE_CLIP)
                 if need >= room[0]:
                     break

@@ -105,10 +105,13 @@ SCHEDULERS: dict[str, Scheduler] = {
                   "token budget and sequence cap by the GPU (2,048 tokens and 256 "
                   "sequences on an A100 or a GPU under 70 GiB, else 8,192 and 1,024)",
                   vllm_serve_preset_knobs),
-        Scheduler("trtllm", {"enable_chunked_prefill": False, "max_num_batched_tokens": 8192},
+        Scheduler("trtllm", {"enable_chunked_prefill": False, "max_num_batched_tokens": 8192,
+                             "guaranteed_no_evict": True},
                   "TensorRT-LLM in-flight batching: context and generation requests in one "
                   "pass, chunked context off by default (LLM API enable_chunked_prefill="
-                  "False), max_num_tokens 8,192"),
+                  "False), max_num_tokens 8,192, the GUARANTEED_NO_EVICT capacity "
+                  "scheduler (a request starts only when KV for its prompt and whole "
+                  "output is left beyond what the started ones need to finish)"),
         Scheduler("trtllm-static", {"enable_chunked_prefill": False,
                                     "max_num_batched_tokens": WHOLE_BATCH_TOKENS},
                   "TensorRT-LLM's static-batch benchmark (and offline latency scripts): "
