@@ -84,6 +84,8 @@ CASES = [
     ([*PLAN, *P90, "--router", "nope"], "--router nope", "unknown router"),
     ([*PLAN, *P90, "--max-replicas", "0"], "--max-replicas 0", "[1, 1024]"),
     ([*PLAN, *P90, "--parallel", "0"], "--parallel 0", ">= 1"),
+    (["plan", "--trace", LARGE, "--max-items", "0", "--preset", "llama-3.1-8b/h100/tp1", *P90],
+     "--max-items 0", "expected an integer"),  # was taken as no bound: the whole trace
     (["plan", "--trace", LARGE, "--max-items", "5", "--preset", "nope/x/tp1", *P90],
      "--preset nope/x/tp1", "unknown model"),
 ]
