@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from workbench.errors import (
     STOP_SIGNALS,
     WRITE_ERRNOS,
+    ConfigError,
     ExitCode,
     OutputWriteError,
     WorkbenchError,
@@ -108,7 +109,7 @@ def _main(argv: Sequence[str]) -> int:
         sys.stdout = redact.RedactingStream(sys.stdout)
         sys.stderr = redact.RedactingStream(sys.stderr)
         try:
-            return _run(args)
+            return _run(args, argv)
         finally:
             sys.stdout, sys.stderr = streams
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (workbench.signals): the run is saved
@@ -116,8 +117,9 @@ def _main(argv: Sequence[str]) -> int:
         return ExitCode.CANCELLED
 
 
-def _run(args: argparse.Namespace) -> int:
-    """The subcommand; an error is one line a person can act on, no traceback."""
+def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """The subcommand; an error is one line a person can act on, no traceback (a refused
+    value names its flag as written: ``commands._flag_errors``)."""
     from workbench import redact
 
     try:
@@ -131,5 +133,10 @@ def _run(args: argparse.Namespace) -> int:
             exc = OutputWriteError(exc.filename or "an output file", exc)
         if args.verbose:
             logging.getLogger("workbench").exception("%s failed", args.command)
-        print(f"workbench {args.command}: error: {redact.text(str(exc))}", file=sys.stderr)
+        text = str(exc)
+        if isinstance(exc, ConfigError):
+            from workbench.commands._flag_errors import name_the_flag
+
+            text = name_the_flag(text, argv)
+        print(f"workbench {args.command}: error: {redact.text(text)}", file=sys.stderr)
         return ExitCode.of_error(exc)

@@ -26,6 +26,7 @@ from loopback import read_request, serve_raw
 from test_transport import LIMIT, REQ, record, sse, tok, usage
 
 from workbench.backends import BACKENDS, WireRequest
+from workbench.backends.overrun import HELD_WAIT_MS
 from workbench.backends.transport import HTTP_CLIENTS, Transport, TransportOptions
 from workbench.records import RequestRecord
 from workbench.sse import SSEDecoder
@@ -747,6 +748,10 @@ async def test_a_stream_held_open_after_done_ends_the_request_at_done(
     # the first two were closed by the client when the next request needed a connection
     # (the third, at the client's close)
     assert sorted(closed_by_client)[:2] == [1, 2], closed_by_client
+    # the second waited for the first's held connection (the server's doing, not the
+    # client's lag: docs/metrics.md, "Client"); the third found the server known to hold
+    waits = [rec.extra.get(HELD_WAIT_MS) for rec in recs]
+    assert waits[0] is None and waits[1] > 0 and waits[2] is None, waits
 
 
 @pytest.mark.parametrize("http", HTTP_CLIENTS)

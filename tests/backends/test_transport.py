@@ -260,11 +260,33 @@ async def test_disconnect_mid_stream_keeps_partial_tokens():
     assert rec.first_token_ns == rec.token_times_ns[0]
 
 
+ERROR = sse({"error": {"message": "engine died", "type": "InternalError"}})
+
+
+@pytest.mark.parametrize("events", [1, 2, 12], ids=["own-read", "same-read", "feed-all"])
+async def test_an_error_object_mid_stream_keeps_the_tokens_before_it(events: int):
+    """Tokens, then ``{"error": ...}``: the record is an error and keeps every token
+    event that came before the error object, whether the error shares their read (``2``
+    events: ``feed_one`` each; ``12``: the parser's ``feed_all``) or comes on its own."""
+    rec = record()
+    toks = [tok([100 + i]) for i in range(events)]
+    steps: list[Any] = (
+        [*toks, read_events(rec, events), ERROR] if events == 1 else [b"".join([*toks, ERROR])]
+    )
+    rec, ids = await send(Script(steps), rec=rec)
+    assert ids is None and rec.status == "error"
+    assert rec.error is not None and "engine died" in rec.error
+    assert rec.token_counts == [1] * events
+    assert rec.first_token_ns == rec.token_times_ns[0] is not None
+    assert rec.last_token_ns == rec.token_times_ns[-1]
+
+
 async def test_stall_hits_the_idle_timeout():
     rec, _ = await send(Script([tok([11]), 30.0, tok([12])]), stream_idle_timeout_s=0.3)
     assert rec.status == "error"
     assert rec.error is not None and "idle" in rec.error and "0.3" in rec.error
     assert rec.token_counts == [1]
+    assert rec.first_token_ns == rec.last_token_ns == rec.token_times_ns[0]
 
 
 async def test_request_timeout():

@@ -364,6 +364,25 @@ def test_steady_release_lag_leaves_out_the_ramp_up() -> None:
     assert stats["release_lag_ms"]["max"] == pytest.approx(9e-6)
 
 
+def test_a_wait_for_a_connection_the_server_held_is_not_client_lag() -> None:
+    """A request that waited for a connection the server held open after [DONE]: the wait
+    is taken out of its release lag and counted apart (docs/metrics.md, "Client")."""
+    m = SelfMeasure()
+    m.dispatched(0)
+    m.lag(1_000_000_005, 0, held_ns=1_000_000_000)  # 1 s of it waiting on the server
+    m.dispatched(10)
+    m.lag(12, 10)
+    m.dispatched(20)
+    m.lag(300_000_021, 20, held_ns=300_000_000)
+    raw = m.raw()
+    assert list(raw["release_lag_ns"]) == [5, 2, 1]
+    assert list(raw["held_wait_ns"]) == [1_000_000_000, 300_000_000]
+    stats = client_stats([raw, raw], requested_concurrency=None)
+    assert stats["held_after_done"] == {"requests": 4, "max_ms": pytest.approx(1000.0)}
+    assert stats["client_bottleneck"] is False
+    assert "held_after_done" not in client_stats([SelfMeasure().raw()], None)
+
+
 def test_bottleneck_flag_reads_the_steady_lag_when_there_is_one() -> None:
     ramp_only = {"cpu_util": 0.5, "release_lag_ms": {"p99": 80.0},
                  "steady_release_lag_ms": {"p99": 2.0, "count": 500}}  # fmt: skip

@@ -82,6 +82,21 @@ def test_failures_an_incomplete_run_a_busy_client_and_no_cache_counts():
     )
 
 
+def test_a_server_holding_streams_open_is_named_not_blamed_on_the_client():
+    held = {"requests": 2, "max_ms": 1007.4}
+    ok = summary(client={"client_bottleneck": False, "client_bottleneck_reasons": [],
+                         "held_after_done": held})
+    assert run_headline(ok, REAL).endswith(
+        " · 7.3 req/s · client OK (server held streams open after [DONE]:"
+        " 2 requests waited up to 1007 ms for a connection)")
+    busy = summary(client={"client_bottleneck": True, "held_after_done": {**held, "requests": 1},
+                           "client_bottleneck_reasons": ["client CPU 95% of a core (>= 90%)"]})
+    assert run_headline(busy, REAL).endswith(
+        " · client LIMITED: client CPU 95% of a core >= 90%"
+        " (server held streams open after [DONE]: 1 request waited up to 1007 ms for a"
+        " connection)")
+
+
 def test_a_virtual_time_run_says_so_instead_of_a_client_verdict():
     virtual = {"mode": "virtual", "engine": {"speedup": 1.0}, "config": {"target": {"url": "sim"}}}
     line = run_headline(summary(client=None), RunManifest.from_dict(virtual))

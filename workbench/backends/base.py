@@ -66,8 +66,11 @@ class StreamParser(Protocol):
         """One SSE ``data:`` payload → its output token ids; ``BackendError`` on a violation."""
         ...
 
-    def feed_all(self, payloads: list[bytes]) -> list[int]:
-        """Every payload of one read → the id count of each token event, in order."""
+    def feed_all(self, payloads: list[bytes], counts: list[int] | None = None) -> list[int]:
+        """Every payload of one read → the id count of each token event, in order, appended
+        to ``counts`` (a new list if None) and returned; on a violation the counts of the
+        events before it are in ``counts`` when it raises (a failed request keeps what it
+        received, docs/metrics.md)."""
         ...
 
     def feed_one(self, payload: bytes) -> int:
@@ -87,8 +90,9 @@ class EventParser:
     def feed(self, payload: bytes) -> list[int] | None:
         raise NotImplementedError
 
-    def feed_all(self, payloads: list[bytes]) -> list[int]:
-        counts = []
+    def feed_all(self, payloads: list[bytes], counts: list[int] | None = None) -> list[int]:
+        if counts is None:
+            counts = []
         for data in payloads:
             ids = self.feed(data)
             if ids:

@@ -13,7 +13,12 @@ from urllib.parse import quote, urlsplit
 import httptools
 
 from workbench.backends.base import BackendError
-from workbench.backends.overrun import AFTER_DONE_MAX_BYTES, DRAIN_S, HELD_AFTER_DONE_S
+from workbench.backends.overrun import (
+    AFTER_DONE_MAX_BYTES,
+    DRAIN_S,
+    HELD_AFTER_DONE_S,
+    note_held_wait,
+)
 from workbench.backends.stream import (
     ERROR_BODY_MAX,
     HEAD_MAX,
@@ -467,7 +472,9 @@ class _Pool:
         #: the server held a stream open after [DONE] past ``HELD_AFTER_DONE_S``
         self.holds = False
 
-    async def connection(self) -> _Connection:
+    async def connection(self, rec: RequestRecord | None = None) -> _Connection:
+        """An idle connection, else a new one once none draining can come back; a wait for
+        a draining one goes into ``rec`` (``note_held_wait``: the server's, not the client's)."""
         idle = self.idle
         while True:
             while idle:
@@ -484,10 +491,12 @@ class _Pool:
             if news is None:
                 news = self.drain_news = self.loop.create_future()
             self.waiting += 1
+            t0 = self.now()
             try:
                 done, _ = await asyncio.wait((news,), timeout=HELD_AFTER_DONE_S)
             finally:
                 self.waiting -= 1
+                note_held_wait(rec, self.now() - t0)
             if not done:
                 self.drop_held()
 
@@ -617,11 +626,11 @@ class HttpToolsClient(ClientSettings):
     ) -> tuple[int, bytes]:
         limit = self._limit
         if limit is not None:
-            await self._slot(limit)
+            await self._slot(limit, rec)
         conn: _Connection | None = None
         try:
             async with asyncio.timeout(timeout_s):
-                conn = await pool.connection()
+                conn = await pool.connection(rec)
                 return await conn.start(data, state, rec)
         except BaseException:
             if conn is not None and conn.waiter is not None and not conn.draining:
@@ -634,10 +643,12 @@ class HttpToolsClient(ClientSettings):
                 else:
                     limit.release()
 
-    async def _slot(self, limit: asyncio.Semaphore) -> None:
+    async def _slot(self, limit: asyncio.Semaphore, rec: RequestRecord | None) -> None:
         """One of ``max_connections``; slots held by draining connections come back a
-        moment after (or the drains are dropped, as ``_Pool.connection`` does)."""
+        moment after (or the drains are dropped, as ``_Pool.connection`` does, the wait
+        noted in ``rec``: a slot that came back may have been a request's, not a drain's)."""
         if limit.locked() and any(pool.draining for pool in self._pools.values()):
+            t0 = self.now()
             try:
                 async with asyncio.timeout(HELD_AFTER_DONE_S):
                     await limit.acquire()
@@ -645,4 +656,5 @@ class HttpToolsClient(ClientSettings):
             except TimeoutError:
                 for pool in self._pools.values():
                     pool.drop_held()
+                note_held_wait(rec, self.now() - t0)
         await limit.acquire()

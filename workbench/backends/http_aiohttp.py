@@ -13,7 +13,12 @@ from typing import Any, NoReturn
 
 import aiohttp
 
-from workbench.backends.overrun import AFTER_DONE_MAX_BYTES, DRAIN_S, HELD_AFTER_DONE_S
+from workbench.backends.overrun import (
+    AFTER_DONE_MAX_BYTES,
+    DRAIN_S,
+    HELD_AFTER_DONE_S,
+    note_held_wait,
+)
 from workbench.backends.stream import (
     ERROR_BODY_MAX,
     HEAD_MAX,
@@ -118,7 +123,11 @@ class AiohttpClient(ClientSettings):
             headers.update(extra_headers)
         now = self.now
         if len(self._drains) > self._waiting:
-            await self._drain_or_drop()
+            t0 = now()
+            try:
+                await self._drain_or_drop()
+            finally:
+                note_held_wait(rec, now() - t0)
         rec.dispatch_ns = now()  # replaced when aiohttp reports the body sent
         head_due = asyncio.timeout(self.idle_s)
         sent = _Sent(state)

@@ -60,24 +60,27 @@ class ChoicesParser(OpenAIChunks):
         self._missing = True
         return [UNKNOWN_TOKEN] if choice["text"] else None
 
-    def feed_all(self, payloads: list[bytes]) -> list[int]:
+    def feed_all(self, payloads: list[bytes], counts: list[int] | None = None) -> list[int]:
         """``feed`` on each payload, with one ``orjson.loads`` per read."""
+        if counts is None:
+            counts = []
         if len(payloads) == 1:
-            n = self.feed_one(payloads[0])
-            return [n] if n else []
+            if n := self.feed_one(payloads[0]):
+                counts.append(n)
+            return counts
         joined = b"[" + b",".join(payloads) + b"]"
         try:
             objs = orjson.loads(joined)
         except orjson.JSONDecodeError:
             objs = None
         if objs is None or len(objs) != len(payloads) or b'"error"' in joined:
-            return EventParser.feed_all(self, payloads)  # feed raises the precise error
+            return EventParser.feed_all(self, payloads, counts)  # feed raises the precise error
         out, start = self._ids, len(self._ids)
         lo, hi = 0, len(objs)
         head: list[int] = []
         if self._rid is None:  # the stream's first chunk: the careful path
             if type(objs[0]) is not dict:
-                return EventParser.feed_all(self, payloads)  # feed raises the precise error
+                return EventParser.feed_all(self, payloads, counts)  # feed raises the precise error
             ids = self._take(objs[0])
             head, lo = ([len(ids)] if ids else []), 1
         while hi > lo and type(objs[hi - 1]) is dict and "usage" in objs[hi - 1]:
@@ -87,8 +90,9 @@ class ChoicesParser(OpenAIChunks):
             out.extend(itertools.chain.from_iterable(idss))
         except (KeyError, IndexError, TypeError):  # unusual chunks, text-only streams
             del out[start:]  # (the head's ids too: feed takes every payload again)
-            return EventParser.feed_all(self, payloads)
-        counts = head + [len(ids) for ids in idss if ids]
+            return EventParser.feed_all(self, payloads, counts)
+        counts += head
+        counts += [len(ids) for ids in idss if ids]
         for obj in reversed(objs[lo:hi]):  # the last finish_reason of the read wins
             reason = obj["choices"][0].get("finish_reason")
             if reason is not None:

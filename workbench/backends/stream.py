@@ -219,16 +219,19 @@ class StreamState:
             self.rec.end_ns = t
             if not payloads:
                 return
+        counts = []  # the events before a violation stay (docs/metrics.md)
         try:
             if len(payloads) <= FEED_ONE_MAX:
-                counts = [n for p in payloads if (n := feed_one(p))]  # feed_all's counts
+                for p in payloads:  # feed_all's counts
+                    if n := feed_one(p):
+                        counts.append(n)
             else:
-                counts = self.feed_all(payloads)
-        except BackendError as exc:
-            self.error, self.done = exc, True
-            return
-        except MALFORMED as exc:
-            self.error, self.done = malformed_event(exc), True
+                self.feed_all(payloads, counts)
+        except (BackendError, *MALFORMED) as exc:
+            self.error = exc if isinstance(exc, BackendError) else malformed_event(exc)
+            self.done = True
+            self.times.extend([t] * len(counts))
+            self.counts.extend(counts)
             return
         if counts:
             self.times.extend([t] * len(counts))
@@ -283,14 +286,13 @@ class StreamState:
         self.done = True
         self.rec.end_ns = t
         if payloads:
+            counts: list[int] = []
             try:
-                counts = self.feed_all(payloads)
+                self.feed_all(payloads, counts)
             except BackendError as exc:
                 self.error = exc
-                return
             except MALFORMED as exc:
                 self.error = malformed_event(exc)
-                return
             self.times.extend([t] * len(counts))
             self.counts.extend(counts)
 

@@ -143,7 +143,7 @@ def exit_status(summary: dict[str, Any], cancelled: bool, max_error_rate: float)
 
 
 #: every flag whose value goes into the config as given: ``dest`` or ``dest=key`` per section
-_AXIS_FLAGS: dict[str, tuple[str, ...]] = {
+AXIS_FLAGS: dict[str, tuple[str, ...]] = {
     "trace": ("trace=path", "format", "max_items", "offset"),
     "context": ("policy", "shared_prefix", "max_model_len"),
     "arrival": (
@@ -169,7 +169,7 @@ def config_from_args(args: argparse.Namespace, extra: dict[str, Any] | None = No
     if getattr(args, "percentiles", None):
         parse_percentiles(args.percentiles)
     base = RunConfig.from_file(args.config).to_dict() if args.config else {}
-    for section, flags in _AXIS_FLAGS.items():
+    for section, flags in AXIS_FLAGS.items():
         for item in flags:
             flag, _, key = item.partition("=")
             value = getattr(args, flag, None)

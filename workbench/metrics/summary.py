@@ -217,6 +217,9 @@ def client_stats(
         "cpu_util": max(utils) if utils else None,
         "paced_turns": int(sum(r.get("paced_turns", 0) for r in raws)),
     }
+    held = _pooled(raws, "held_wait_ns") / 1e6
+    if held.size:  # the server held streams open after [DONE] (not the client's lag)
+        out["held_after_done"] = {"requests": int(held.size), "max_ms": float(held.max())}
     out.update(client_bottleneck(out))
     return out
 

@@ -699,7 +699,7 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
                           f"{len(options) * len(scales):,} searches; at most "
                           f"{MAX_SEARCHES:,} (docs/config-bounds.md, 'Plans')")
     cfg: dict[str, Any] = {"trace": {"path": trace, **({"max_items": max_items}
-                                                       if max_items else {})}}
+                                                       if max_items is not None else {})}}
     base = trace_rate(cfg)
     result = PlanResult(Path(trace).name, str(parsed), base, [float(s) for s in scales],
                         options, table,

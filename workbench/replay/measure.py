@@ -12,7 +12,8 @@ class SelfMeasure:
     """Requests in flight (integrated over time), release lag (on the wire − due) and CPU."""
 
     __slots__ = ("_area", "_cpu0", "_last", "_t0", "at_dispatch", "cap", "cpu_s", "full_ns",
-                 "inflight", "lags_ns", "peak", "series", "steady_lags_ns", "wall_s")  # fmt: skip
+                 "held_ns", "inflight", "lags_ns", "peak", "series", "steady_lags_ns",
+                 "wall_s")  # fmt: skip
 
     def __init__(self) -> None:
         self.inflight = 0
@@ -28,6 +29,9 @@ class SelfMeasure:
         self.cap: int | None = None  # requested concurrency (None: uncapped)
         self.full_ns: int | None = None  # when in-flight first reached ``cap``
         self.steady_lags_ns = array("q")
+        # waits for a connection the server held open after [DONE], one per request that
+        # waited (docs/metrics.md, "Client"): the server's, taken out of the lags
+        self.held_ns = array("q")
         # the per-request series (lags, in flight at dispatch); False keeps only the
         # counts: a virtual run has no wall clock to measure the client by
         # (executors.virtual), and they would grow with its requests
@@ -57,12 +61,16 @@ class SelfMeasure:
             self.at_dispatch.append(self.inflight)
         self._move(now, 1)
 
-    def lag(self, sent_ns: int, ready_ns: int) -> None:
-        """One request's release lag: on the wire at ``sent_ns``, due at ``ready_ns``; also
-        *steady* when due after the run first held its full concurrency (or uncapped)."""
+    def lag(self, sent_ns: int, ready_ns: int, held_ns: int = 0) -> None:
+        """One request's release lag: on the wire at ``sent_ns``, due at ``ready_ns``, less
+        ``held_ns`` spent waiting for a connection the server held open after [DONE]
+        (counted apart); also *steady* when due after the run first held its full
+        concurrency (or uncapped)."""
         if not self.series:
             return
-        lag = max(0, sent_ns - ready_ns)
+        if held_ns > 0:
+            self.held_ns.append(held_ns)
+        lag = max(0, sent_ns - held_ns - ready_ns)
         self.lags_ns.append(lag)
         if self.cap is None or (self.full_ns is not None and ready_ns >= self.full_ns):
             self.steady_lags_ns.append(lag)
@@ -76,6 +84,7 @@ class SelfMeasure:
             "requests": len(self.lags_ns),
             "release_lag_ns": self.lags_ns,
             "steady_release_lag_ns": self.steady_lags_ns,
+            "held_wait_ns": self.held_ns,
             "in_flight_at_dispatch": self.at_dispatch,
             "in_flight_mean": (
                 None if self._t0 is None or self._last <= self._t0

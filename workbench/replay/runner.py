@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from workbench import redact
 from workbench.backends.base import Codec, WireRequest, make_codec
+from workbench.backends.overrun import HELD_WAIT_MS
 from workbench.clock import Clock
 from workbench.config import RunConfig
 from workbench.context.tokens import TokenPool, run_pool
@@ -533,7 +534,8 @@ class Runner:
         finally:
             self.streams.release()
             if measure is not None:
-                measure.lag(rec.dispatch_ns or now, ready)
+                held = rec.extra.get(HELD_WAIT_MS)  # the server's wait, not the client's
+                measure.lag(rec.dispatch_ns or now, ready, round(held * 1e6) if held else 0)
                 measure.ended(self.clock.now_ns())
         if out_ids is None and rec.status == "ok" and make.needs_output_ids(rp):
             # docs/context-policy.md: a round whose output ids cannot be trusted fails; it never

@@ -114,11 +114,15 @@ def client_verdict(summary: Mapping[str, Any]) -> str | None:
     client = summary.get("client")
     if not client:
         return None
+    held = client.get("held_after_done")  # the server's hold, named apart from the client
+    note = "" if not held else (
+        f" (server held streams open after [DONE]: {counted(held['requests'], 'request')}"
+        f" waited up to {sig(held['max_ms'])} ms for a connection)")
     if client.get("client_bottleneck"):
         reasons = [r.replace("(", "").replace(")", "")  # "p99 15.2 ms > 10 ms", flat
                    for r in client.get("client_bottleneck_reasons") or []]
-        return f"client LIMITED: {'; '.join(reasons)}" if reasons else "client LIMITED"
-    return "client OK"
+        return (f"client LIMITED: {'; '.join(reasons)}" if reasons else "client LIMITED") + note
+    return "client OK" + note
 
 
 def _prefix(summary: Mapping[str, Any]) -> str | None:

@@ -58,9 +58,13 @@ async def capacity_search_async(
         isinstance(x, int) and not isinstance(x, bool) for x in (lo, hi, tolerance))
     if not 0 < lo < hi:
         raise ConfigError(f"capacity search needs 0 < lo < hi, got lo={lo}, hi={hi}")
-    if tolerance <= 0 or grow <= 1 or not 2 <= max_probes <= MAX_PROBES:
-        raise ConfigError("capacity search needs tolerance > 0, grow > 1, max_probes in "
-                          f"[2, {MAX_PROBES}]")
+    for name, value, ok, rule in (
+        ("tolerance", tolerance, tolerance > 0, "> 0"),
+        ("grow", grow, grow > 1, "> 1"),
+        ("max_probes", max_probes, 2 <= max_probes <= MAX_PROBES, f"in [2, {MAX_PROBES}]"),
+    ):
+        if not ok:  # one name per message: the CLI names its flag (commands._flag_errors)
+            raise ConfigError(f"capacity search needs {name} {rule}, got {value}")
     if integer:
         lo, hi, tolerance = int(lo), int(hi), max(1, int(tolerance))
     configs = spec_mod.expand(over) if over else [{}]

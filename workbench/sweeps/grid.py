@@ -51,6 +51,8 @@ async def sweep_async(
         raise ConfigError("stop_margin needs an slo and must be >= 0")
     if stop_after < 1:
         raise ConfigError(f"stop_after must be >= 1, got {stop_after}")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
+        raise ConfigError(f"gpus must be an integer >= 1, got {gpus!r}")  # before the directory
     extra: dict[str, Any] = {}
     if serve is not None:
         points = _serve_points(base, serve, points, stop_margin, runs.get("virtual", False))
@@ -62,8 +64,6 @@ async def sweep_async(
         axes=list(points[0]), slo=slo_obj, **runs,
     )
     if gpus is not None:
-        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-            raise ConfigError(f"gpus must be an integer >= 1, got {gpus!r}")
         runner.sweep.manifest.gpus = gpus
     entries = [runner.entry(p) for p in points]
     with runner.ends_on_error():  # a stop while thousands of points are checked
