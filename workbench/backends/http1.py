@@ -287,6 +287,12 @@ class _Connection(asyncio.Protocol):
         body = b"".join(self.body) if self.body else b""
         if self.streaming and self.state is not None:
             self.state.close(self.last_ns)  # no-op after [DONE]
+        self._settle(keep)
+        if waiter is not None and not waiter.done():
+            waiter.set_result((status, body))
+
+    def _settle(self, keep: bool) -> None:
+        """A response read to its end: back to the pool (``keep``, still open) or dropped."""
         self._stop_timer()
         self._clear()
         self.served += 1
@@ -294,8 +300,6 @@ class _Connection(asyncio.Protocol):
             self.pool.idle.append(self)
         elif not self.closed:
             self.abort()
-        if waiter is not None and not waiter.done():
-            waiter.set_result((status, body))
 
     def _release(self) -> None:
         """The stream ended at [DONE] but its body did not: the request ends now (its record,
@@ -332,13 +336,7 @@ class _Connection(asyncio.Protocol):
     def _end_drain(self, keep: bool) -> None:
         """The drain is over: back to the pool (``keep``) or dropped; its slot is free."""
         self.draining = False
-        self._stop_timer()
-        self._clear()
-        self.served += 1
-        if keep and not self.closed:
-            self.pool.idle.append(self)
-        elif not self.closed:
-            self.abort()
+        self._settle(keep)
         self.pool.drain_ended(self)
 
     def _fail(self, exc: BaseException) -> None:
