@@ -21,7 +21,11 @@ Two modes:
 
 ``--hold-after-done`` (instant mode): each streamed answer is written without the
 chunked body's last chunk, and the connection is held (never answered again) until the
-client closes it, as some proxies and servers hold a stream open after ``[DONE]``.
+client closes it, as some proxies and servers hold a stream open after ``[DONE]``;
+``--hold-first N`` holds only the first N answers (a server that stalled once).
+``--last-chunk-ms MS`` (instant mode): an answer not held writes its body's last chunk
+MS after the rest, in a write of its own (as servers that end the body separately do).
+Each truth entry names its connection (``conn``, numbered from 1 as they are accepted).
 
 Truth (``GET /debug/requests``; ``POST /debug/reset`` clears it): per request
 ``request_id`` (``x-request-id`` header, else ``fake-N``), ``arrival_ns`` (the
@@ -102,9 +106,13 @@ def _json_response(obj: Any, status: str = "200 OK") -> bytes:
 
 
 class FakeServer:
-    def __init__(self, mode: str, ttft_ms: float, itl_ms: float, hold: bool = False) -> None:
+    def __init__(self, mode: str, ttft_ms: float, itl_ms: float, hold: bool = False,
+                 hold_first: int = 0, last_chunk_ms: float = 0.0) -> None:  # fmt: skip
         self.mode = mode
         self.hold = hold
+        self.hold_first = hold_first  # answers still to hold (--hold-first)
+        self.last_chunk_s = last_chunk_ms / 1e3
+        self.conns = itertools.count(1)
         self.ttft_ns = round(ttft_ms * 1e6)
         self.itl_ns = round(itl_ms * 1e6)
         self.truth: deque[dict[str, Any]] = deque(maxlen=TRUTH_MAX)
@@ -123,6 +131,7 @@ class Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.busy = False
         self.loop = asyncio.get_running_loop()
+        self.n = next(server.conns)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
@@ -165,12 +174,18 @@ class Conn(asyncio.Protocol):
                 n = int(req.get("max_completion_tokens") or req.get("max_tokens") or 16)
             rid = headers.get("x-request-id") or f"fake-{next(s.ids)}"
             entry = {"request_id": rid, "kind": kind, "arrival_ns": arrival,
-                     "first_token_ns": None, "token_ns": [], "output_tokens": n}  # fmt: skip
+                     "first_token_ns": None, "token_ns": [], "output_tokens": n,
+                     "conn": self.n}  # fmt: skip
             s.truth.append(entry)
             if s.mode == "instant":
                 data = _instant(kind, n, n_prompt)
-                if s.hold:  # no last chunk, and nothing more on this connection
+                hold = s.hold or s.hold_first > 0
+                if hold:  # no last chunk, and nothing more on this connection
+                    s.hold_first -= 1
                     data, self.busy = data[: -len(LAST_CHUNK)], True
+                elif s.last_chunk_s > 0:  # the last chunk later, on its own
+                    data, self.busy = data[: -len(LAST_CHUNK)], True
+                    self.loop.call_later(s.last_chunk_s, self._last_chunk)
                 self.transport.write(data)
                 now = time.perf_counter_ns()
                 entry["first_token_ns"] = now
@@ -192,6 +207,11 @@ class Conn(asyncio.Protocol):
             self.transport.write(_json_response({}))
         else:
             self.transport.write(_json_response({"error": "not found"}, "404 Not Found"))
+
+    def _last_chunk(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(LAST_CHUNK)
+        self.stream_done()
 
     def stream_done(self) -> None:
         self.busy = False
@@ -249,9 +269,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ttft-ms", type=float, default=50.0)
     ap.add_argument("--itl-ms", type=float, default=10.0)
     ap.add_argument("--hold-after-done", action="store_true")
+    ap.add_argument("--hold-first", type=int, default=0, metavar="N")
+    ap.add_argument("--last-chunk-ms", type=float, default=0.0, metavar="MS")
     ap.add_argument("--no-uvloop", action="store_true")
     args = ap.parse_args(argv)
-    server = FakeServer(args.mode, args.ttft_ms, args.itl_ms, args.hold_after_done)
+    server = FakeServer(args.mode, args.ttft_ms, args.itl_ms, args.hold_after_done,
+                        args.hold_first, args.last_chunk_ms)
     if not args.no_uvloop:
         try:
             import uvloop

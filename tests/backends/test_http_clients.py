@@ -12,6 +12,7 @@ the test.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import socket
 import struct
@@ -731,23 +732,27 @@ async def test_a_stream_held_open_after_done_ends_the_request_at_done(
     """The server sends ``data: [DONE]`` but never the body's end (its last chunk, or
     the bytes its Content-Length promised): each request
     ends at [DONE] (not at the 30 s stream idle timeout, past the test's bound), and the
-    client closes the held connection instead of keeping it beside the next one (with
-    ``max_connections`` 1 too: the held connection's slot is freed)."""
+    client closes the held connection when the next request has waited 1 s for it (with
+    ``max_connections`` 1 too: the held connection's slot is freed). After that one
+    connection reads on as evidence (at most 1 s, or until a request needs its slot), the
+    others are dropped at [DONE] (``test_held_streams.py``)."""
     closed_by_client: list[int] = []
 
     async def h(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         await read_request(reader)
         writer.write(held)
         await writer.drain()
-        await reader.read()  # held until the client closes the connection
+        with contextlib.suppress(ConnectionError):  # an abort may come as a reset
+            await reader.read()  # held until the client closes the connection
         closed_by_client.append(n)
 
     recs = await run(h, http, n=3, stream_idle_timeout_s=30.0, max_connections=bound)
     for rec in recs:
         ok4(rec)
-    # the first two were closed by the client when the next request needed a connection
-    # (the third, at the client's close)
-    assert sorted(closed_by_client)[:2] == [1, 2], closed_by_client
+    # the first, by the client, a second before any other; with one slot, the second (the
+    # probe) gives its slot up to the third request (the last closes come as the client
+    # closes: Python 3.11's server does not wait for them)
+    assert closed_by_client[: bound + 1] == [1, 2][: bound + 1], closed_by_client
     # the second waited for the first's held connection (the server's doing, not the
     # client's lag: docs/metrics.md, "Client"); the third found the server known to hold
     waits = [rec.extra.get(HELD_WAIT_MS) for rec in recs]

@@ -383,6 +383,18 @@ def test_a_wait_for_a_connection_the_server_held_is_not_client_lag() -> None:
     assert "held_after_done" not in client_stats([SelfMeasure().raw()], None)
 
 
+def test_what_the_clients_did_about_held_bodies_is_summed_over_processes() -> None:
+    """``after_done`` (docs/metrics.md, "Client"): each process's counts summed; absent
+    when no process saw a body held after [DONE]."""
+    a, b = SelfMeasure().raw(), SelfMeasure().raw()
+    a["after_done"] = {"held": 1, "dropped_at_done": 5, "resumed": 1}
+    b["after_done"] = {"held": 0, "dropped_at_done": 2, "resumed": 0}
+    stats = client_stats([a, b], requested_concurrency=None)
+    assert stats["after_done"] == {"held": 1, "dropped_at_done": 7, "resumed": 1}
+    b["after_done"] = {"held": 0, "dropped_at_done": 0, "resumed": 0}
+    assert "after_done" not in client_stats([b, SelfMeasure().raw()], None)
+
+
 def test_bottleneck_flag_reads_the_steady_lag_when_there_is_one() -> None:
     ramp_only = {"cpu_util": 0.5, "release_lag_ms": {"p99": 80.0},
                  "steady_release_lag_ms": {"p99": 2.0, "count": 500}}  # fmt: skip

@@ -73,6 +73,10 @@ class TaskSpy:
     takes_segments = False
     paced_turns = 0
 
+    @property
+    def after_done(self):
+        return self.inner.after_done
+
     def __init__(self, inner):
         self.inner = inner
         self.task_of = {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -17,6 +18,7 @@ from workbench.backends.overrun import (
     AFTER_DONE_MAX_BYTES,
     DRAIN_S,
     HELD_AFTER_DONE_S,
+    AfterDone,
     note_held_wait,
 )
 from workbench.backends.stream import (
@@ -84,8 +86,9 @@ class _Connection(asyncio.Protocol):
         #: so the connection goes back to the pool; it counts as busy meanwhile
         self.draining = False
         self.drained = 0  # bytes read while draining
+        self.drain_ns = 0  # when the drain began (the request's [DONE])
         #: the client's connection bound, held while draining (released at the drain's end)
-        self.slot: asyncio.Semaphore | None = None
+        self.slot: _Slots | None = None
         self._clear()
 
     def _clear(self) -> None:
@@ -307,15 +310,22 @@ class _Connection(asyncio.Protocol):
         busy meanwhile, back to the pool once whole, dropped past ``AFTER_DONE_MAX_BYTES``,
         the drain bound or when a request needs it (docs/wire-protocols.md, "HTTP framing")."""
         pool = self.pool
-        if pool.holds:  # this server holds its streams open after [DONE]: no drain
+        probe = pool.holds  # the server was taken to hold its streams open after [DONE]
+        if probe and pool.probe is not None:  # one reads on as evidence: the rest, no drain
+            pool.after_done.dropped_at_done += 1
             self._finish(False)
             return
         waiter = self.waiter
         self._stop_timer()
-        self.draining, self.drained = True, 0
+        self.draining, self.drained, self.drain_ns = True, 0, self.now()
         self.pieces.clear()
-        pool.draining.append(self)
-        self.timer = pool.loop.call_later(pool.idle_s or DRAIN_S, self.abort)
+        if probe:  # nobody waits for it; past HELD_AFTER_DONE_S it is dropped
+            pool.probe = self
+            bound = HELD_AFTER_DONE_S
+        else:
+            pool.draining.append(self)
+            bound = pool.idle_s or DRAIN_S
+        self.timer = pool.loop.call_later(bound, self.abort)
         if waiter is not None and not waiter.done():
             waiter.set_result((self.status, b""))
 
@@ -329,15 +339,16 @@ class _Connection(asyncio.Protocol):
             return
         self.pieces.clear()
         if self.complete:
-            self._end_drain(self.keep)
+            self._end_drain(self.keep, whole=True)
         elif self.drained > AFTER_DONE_MAX_BYTES:
             self.abort()
 
-    def _end_drain(self, keep: bool) -> None:
-        """The drain is over: back to the pool (``keep``) or dropped; its slot is free."""
+    def _end_drain(self, keep: bool, *, whole: bool = False) -> None:
+        """The drain is over (``whole``: the body ended): back to the pool (``keep``) or
+        dropped; its slot is free."""
         self.draining = False
         self._settle(keep)
-        self.pool.drain_ended(self)
+        self.pool.drain_ended(self, whole)
 
     def _fail(self, exc: BaseException) -> None:
         self.pool.parsing.run()  # reads that came before the failure count
@@ -443,7 +454,54 @@ class _ParseQueue:
                     # [DONE] before the body's end: the request ends here all the same
                     conn._release()
             else:
+                if conn.pool.holds:  # the body ended with the stream's end
+                    conn.pool.ended_promptly()
                 conn._finish(conn.keep)
+
+
+class _Slots:
+    """``max_connections``: an exchange holds a slot, and a drain after it keeps that slot
+    to its end; a freed slot goes to the longest waiter with when the drain that kept it
+    began (``None``: a request's), so a wait is the server's only from then
+    (docs/metrics.md, "Client")."""
+
+    __slots__ = ("free", "loop", "waiters")
+
+    def __init__(self, n: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.free, self.loop = n, loop
+        self.waiters: deque[asyncio.Future[int | None]] = deque()
+
+    def take(self) -> bool:
+        """A slot now, if one is free and nobody waits before."""
+        if self.free > 0 and not self.waiters:
+            self.free -= 1
+            return True
+        return False
+
+    def claim(self) -> asyncio.Future[int | None]:
+        """A place in line: done with a slot (when a drain kept it, when that drain began)."""
+        fut = self.loop.create_future()
+        if self.free > 0 and not self.waiters:
+            self.free -= 1
+            fut.set_result(None)
+        else:
+            self.waiters.append(fut)
+        return fut
+
+    def give_up(self, fut: asyncio.Future[int | None]) -> None:
+        """A claim whose wait was given up (cancelled): its slot, if it came, passes on."""
+        if fut.done() and not fut.cancelled():
+            self.release(fut.result())
+        elif fut in self.waiters:
+            self.waiters.remove(fut)
+
+    def release(self, since: int | None = None) -> None:
+        while self.waiters:
+            fut = self.waiters.popleft()
+            if not fut.done():
+                fut.set_result(since)
+                return
+        self.free += 1
 
 
 class _Pool:
@@ -457,8 +515,10 @@ class _Pool:
         idle_s: float | None,
         ssl_context: ssl.SSLContext | None,
         parsing: _ParseQueue,
+        after_done: AfterDone,
     ) -> None:
         self.ep, self.loop, self.now, self.idle_s = ep, loop, now, idle_s
+        self.after_done = after_done
         self.parsing = parsing
         self.ssl = (ssl_context or ssl.create_default_context()) if ep.ssl else None
         self.idle: list[_Connection] = []
@@ -467,8 +527,12 @@ class _Pool:
         self.draining: list[_Connection] = []
         self.waiting = 0  # requests waiting for a draining connection
         self.drain_news: asyncio.Future[None] | None = None  # set when a drain ends
-        #: the server held a stream open after [DONE] past ``HELD_AFTER_DONE_S``
+        #: the server held a stream open after [DONE] past ``HELD_AFTER_DONE_S``, and no
+        #: body since ended promptly (docs/wire-protocols.md, "HTTP framing")
         self.holds = False
+        #: while ``holds``: the one connection reading on after [DONE] as evidence (bounded
+        #: by ``HELD_AFTER_DONE_S``; no request waits for it)
+        self.probe: _Connection | None = None
 
     async def connection(self, rec: RequestRecord | None = None) -> _Connection:
         """An idle connection, else a new one once none draining can come back; a wait for
@@ -498,22 +562,45 @@ class _Pool:
             if not done:
                 self.drop_held()
 
-    def drain_ended(self, conn: _Connection) -> None:
-        """``conn`` stopped draining (back in ``idle``, or dropped): wake who waits for it."""
-        if conn in self.draining:
+    def drain_ended(self, conn: _Connection, whole: bool) -> None:
+        """``conn`` stopped draining (back in ``idle``, or dropped; ``whole``: its body
+        ended): wake who waits for it."""
+        if conn is self.probe:
+            self.probe = None
+            if whole:  # the body ended within HELD_AFTER_DONE_S: the server ends them again
+                self.ended_promptly()
+        elif conn in self.draining:
             self.draining.remove(conn)
         if conn.slot is not None:
-            conn.slot.release()
+            conn.slot.release(conn.drain_ns)
             conn.slot = None
         news, self.drain_news = self.drain_news, None
         if news is not None and not news.done():
             news.set_result(None)
 
-    def drop_held(self) -> None:
+    def ended_promptly(self) -> None:
+        """A streamed body ended with its [DONE] or within ``HELD_AFTER_DONE_S`` of it: a
+        judgement that the server holds streams open is cleared (reuse resumes)."""
+        if self.holds:
+            self.holds = False
+            self.after_done.resumed += 1
+
+    def drop_held(self, began_by: int | None = None) -> None:
         """A drain outlived ``HELD_AFTER_DONE_S``: the server holds its streams open after
-        [DONE]; drop the draining connections, and drain no more."""
-        self.holds = True
-        for conn in list(self.draining):
+        [DONE]; drop the draining connections (those that began by ``began_by``, if
+        given), and drain no more but one (``probe``)."""
+        held = [c for c in self.draining if began_by is None or c.drain_ns <= began_by]
+        if held and not self.holds:
+            self.holds = True
+            self.after_done.held += 1
+        for conn in held:
+            conn.abort()
+            conn._end_drain(False)
+
+    def drop_probe(self) -> None:
+        """A request needs the probe's ``max_connections`` slot: the evidence gives way."""
+        conn = self.probe
+        if conn is not None:
             conn.abort()
             conn._end_drain(False)
 
@@ -545,13 +632,15 @@ class HttpToolsClient(ClientSettings):
         self._extra = b"".join(_header_line(k, v) for k, v in self.headers.items())
         self._pools: dict[tuple[str, str, int], _Pool] = {}
         self._heads: dict[str, tuple[_Pool, bytes]] = {}
-        limit = self.max_connections
-        self._limit = asyncio.Semaphore(limit) if limit > 0 else None
+        self._limit: _Slots | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.after_done = AfterDone()
 
     async def open(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._parsing = _ParseQueue(self._loop)
+        if self.max_connections > 0:
+            self._limit = _Slots(self.max_connections, self._loop)
 
     async def close(self) -> None:
         for pool in self._pools.values():
@@ -572,7 +661,8 @@ class HttpToolsClient(ClientSettings):
         pool = self._pools.get(ep.key)
         if pool is None:
             pool = self._pools[ep.key] = _Pool(ep, self._loop, self.now, self.idle_s,
-                                               self.ssl_context, self._parsing)  # fmt: skip
+                                               self.ssl_context, self._parsing,
+                                               self.after_done)  # fmt: skip
         head = b"%b %b HTTP/1.1\r\nHost: %b\r\nUser-Agent: %b\r\nAccept: */*\r\n%b" % (
             method,
             ep.target,
@@ -641,18 +731,37 @@ class HttpToolsClient(ClientSettings):
                 else:
                     limit.release()
 
-    async def _slot(self, limit: asyncio.Semaphore, rec: RequestRecord | None) -> None:
-        """One of ``max_connections``; slots held by draining connections come back a
-        moment after (or the drains are dropped, as ``_Pool.connection`` does, the wait
-        noted in ``rec``: a slot that came back may have been a request's, not a drain's)."""
-        if limit.locked() and any(pool.draining for pool in self._pools.values()):
-            t0 = self.now()
-            try:
-                async with asyncio.timeout(HELD_AFTER_DONE_S):
-                    await limit.acquire()
-                return
-            except TimeoutError:
-                for pool in self._pools.values():
-                    pool.drop_held()
-                note_held_wait(rec, self.now() - t0)
-        await limit.acquire()
+    async def _slot(self, limit: _Slots, rec: RequestRecord | None) -> None:
+        """One of ``max_connections``, in the order asked. A slot a drain keeps comes back
+        a moment after, or the drain is dropped once it has gone on ``HELD_AFTER_DONE_S``
+        (as ``_Pool.connection`` does); the wait from that drain's start is the server's,
+        noted in ``rec``; a wait for a slot a request held is the client's own limit
+        (docs/metrics.md, "Client")."""
+        if limit.take():
+            return
+        pools = self._pools.values()
+        t0 = self.now()
+        if limit.free == 0:
+            for pool in pools:
+                pool.drop_probe()  # evidence gives way to a request
+        claim = limit.claim()
+        held_ns = int(HELD_AFTER_DONE_S * 1e9)
+        try:
+            wait = HELD_AFTER_DONE_S
+            while not claim.done():
+                await asyncio.wait((claim,), timeout=wait)
+                if claim.done():
+                    break
+                now = self.now()
+                for pool in pools:  # drains gone on HELD_AFTER_DONE_S are held: their
+                    pool.drop_held(now - held_ns)  # slots go to the first in line
+                # the next look: when the oldest drain left reaches the bound (a drain that
+                # began during the wait is seen at the next look: held 2 s at most)
+                began = min((c.drain_ns for p in pools for c in p.draining), default=None)
+                wait = HELD_AFTER_DONE_S if began is None else (began + held_ns - now) / 1e9
+        except BaseException:
+            limit.give_up(claim)
+            raise
+        since = claim.result()
+        if since is not None:
+            note_held_wait(rec, self.now() - max(t0, since))

@@ -17,6 +17,7 @@ from workbench.backends.overrun import (
     AFTER_DONE_MAX_BYTES,
     DRAIN_S,
     HELD_AFTER_DONE_S,
+    AfterDone,
     note_held_wait,
 )
 from workbench.backends.stream import (
@@ -51,10 +52,20 @@ class AiohttpClient(ClientSettings):
     def __post_init__(self) -> None:
         #: bodies read on to their end after the request ended at [DONE] (see ``_drain``):
         #: their connections are busy until then (docs/wire-protocols.md, "HTTP framing")
-        self._drains: set[asyncio.Task[None]] = set()
+        self._drains: set[asyncio.Task[bool]] = set()
         self._waiting = 0  # requests waiting for a drain to end
-        #: the server held a stream open after [DONE] past ``HELD_AFTER_DONE_S``
+        #: the server held a stream open after [DONE] past ``HELD_AFTER_DONE_S``, and no
+        #: body since ended promptly (docs/wire-protocols.md, "HTTP framing")
         self._holds = False
+        #: while ``_holds``: the one body read on after [DONE] as evidence (bounded by
+        #: ``HELD_AFTER_DONE_S``; no request waits for it)
+        self._probe: asyncio.Task[bool] | None = None
+        #: connections back in aiohttp's pool, as far as its public API shows: bodies read
+        #: whole on a kept-alive answer, less the reuses aiohttp traced (an estimate: one
+        #: aiohttp closed idle is still counted; then a request opens a new connection)
+        self._idle = 0
+        self._active = 0  # requests between their send and their answer's end
+        self.after_done = AfterDone()
 
     async def open(self) -> None:
         trace = aiohttp.TraceConfig()
@@ -79,7 +90,7 @@ class AiohttpClient(ClientSettings):
         )
 
     async def close(self) -> None:
-        await self._drop_drains()
+        await self._drop_drains(probe=True)
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -93,6 +104,7 @@ class AiohttpClient(ClientSettings):
     async def _reused(
         self, session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any
     ) -> None:
+        self._idle = max(0, self._idle - 1)
         req = ctx.trace_request_ctx  # a kept-alive connection carries this request
         if isinstance(req, _Sent):
             req.reused = True
@@ -122,15 +134,21 @@ class AiohttpClient(ClientSettings):
         if extra_headers:
             headers.update(extra_headers)
         now = self.now
-        if len(self._drains) > self._waiting:
+        # a connection reading its body's end is waited for only when none is idle
+        if self._idle <= 0 and len(self._drains) > self._waiting:
             t0 = now()
             try:
                 await self._drain_or_drop()
             finally:
                 note_held_wait(rec, now() - t0)
+        probe = self._probe
+        if (probe is not None and 0 < self.max_connections
+                <= self._active + len(self._drains) + 1):  # fmt: skip
+            probe.cancel()  # a request needs the probe's slot: the evidence gives way
         rec.dispatch_ns = now()  # replaced when aiohttp reports the body sent
         head_due = asyncio.timeout(self.idle_s)
         sent = _Sent(state)
+        self._active += 1
         try:
             try:
                 # the head is due within the idle timeout of sending (as in http1)
@@ -142,7 +160,7 @@ class AiohttpClient(ClientSettings):
                 if not head_due.expired():
                     raise
                 raise IdleTimeoutError(f"no whole response head within {self.idle_s}s") from None
-            drain = False
+            drain = kept = False
             try:
                 rec.http_status = resp.status
                 head = sum(len(k) + len(v) + 4 for k, v in resp.raw_headers)
@@ -154,11 +172,15 @@ class AiohttpClient(ClientSettings):
                 )
                 inflater = inflater_for(resp.headers.get("Content-Encoding", ""))
                 if resp.status != 200:
-                    return resp.status, ((await read_body(resp, ERROR_BODY_MAX, inflater)).data)
+                    body = await read_body(resp, ERROR_BODY_MAX, inflater)
+                    kept = not body.cut
+                    return resp.status, body.data
                 if resp.content_type == "application/json" and not state.takes_json:
                     # not a stream: an error body (a whole answer is read as such below)
                     state.json_body = True
-                    return 200, ((await read_body(resp, ERROR_BODY_MAX, inflater)).data)
+                    body = await read_body(resp, ERROR_BODY_MAX, inflater)
+                    kept = not body.cut
+                    return 200, body.data
                 # a body delimited by the close is whole at [DONE] (see http1)
                 by_close = "Content-Length" not in resp.headers and not resp.headers.get(
                     "Transfer-Encoding"
@@ -175,8 +197,9 @@ class AiohttpClient(ClientSettings):
                             if state.done and not resp.content.is_eof():
                                 # [DONE] before the body's end: the request ends here; the
                                 # body's end is read on in the background (as in http1)
-                                if self._holds:
+                                if self._holds and self._probe is not None:
                                     resp.close()  # this server holds it open: no drain
+                                    self.after_done.dropped_at_done += 1
                                 else:
                                     drain = True
                                 return 200, b""
@@ -185,18 +208,57 @@ class AiohttpClient(ClientSettings):
                         raise
                     return 200, b""  # failed after [DONE]: what was measured stands
                 state.close(now())
+                kept = True  # the body ended with the stream's end
+                self._ended_promptly()
                 return 200, b""
             finally:
                 if drain:
-                    task = asyncio.get_running_loop().create_task(
-                        _drain(resp, self.idle_s or DRAIN_S))
-                    self._drains.add(task)
-                    task.add_done_callback(self._drains.discard)
+                    self._start_drain(resp)
                 else:  # as ``async with resp`` ends
                     resp.release()
                     await resp.wait_for_close()
+                    if kept and _keeps_alive(resp):
+                        self._idle += 1
         except Exception as exc:
             _translate(exc, rec, reused=sent.reused)
+        finally:
+            self._active -= 1
+
+    def _start_drain(self, resp: aiohttp.ClientResponse) -> None:
+        """Read ``resp``'s body on to its end in the background; while the server is taken
+        to hold its streams, as the one probe, bounded by ``HELD_AFTER_DONE_S``, and so
+        under ``max_connections`` (a request may wait in aiohttp's connector for its slot,
+        unseen: docs/metrics.md, "Client")."""
+        probe = self._holds
+        short = probe or self.max_connections > 0
+        task = asyncio.get_running_loop().create_task(
+            _drain(resp, HELD_AFTER_DONE_S if short else self.idle_s or DRAIN_S))
+        if probe:
+            self._probe = task
+        else:
+            self._drains.add(task)
+        task.add_done_callback(lambda t: self._drain_ended(t, resp))
+
+    def _drain_ended(self, task: asyncio.Task[bool], resp: aiohttp.ClientResponse) -> None:
+        self._drains.discard(task)
+        if task.cancelled():  # maybe before it ran at all (the client closing): no leak
+            resp.close()
+        whole = not task.cancelled() and task.result()
+        if whole and _keeps_alive(resp):
+            self._idle += 1  # back in aiohttp's pool
+        if task is self._probe:
+            self._probe = None
+            if whole:  # the body ended within HELD_AFTER_DONE_S: the server ends them again
+                self._ended_promptly()
+        elif not whole and not task.cancelled() and self.max_connections > 0:
+            self._judge_held()  # its HELD_AFTER_DONE_S bound, under max_connections
+
+    def _ended_promptly(self) -> None:
+        """A streamed body ended with its [DONE] or within ``HELD_AFTER_DONE_S`` of it: a
+        judgement that the server holds streams open is cleared (reuse resumes)."""
+        if self._holds:
+            self._holds = False
+            self.after_done.resumed += 1
 
     async def _drain_or_drop(self) -> None:
         """A connection is still reading its body's end after [DONE]: wait for it (it comes
@@ -211,11 +273,19 @@ class AiohttpClient(ClientSettings):
         finally:
             self._waiting -= 1
         if not done:
-            self._holds = True
+            self._judge_held()
             await self._drop_drains()
 
-    async def _drop_drains(self) -> None:
+    def _judge_held(self) -> None:
+        """A drain outlived ``HELD_AFTER_DONE_S``: the server holds its streams open."""
+        if not self._holds:
+            self._holds = True
+            self.after_done.held += 1
+
+    async def _drop_drains(self, probe: bool = False) -> None:
         drains = set(self._drains)
+        if probe and self._probe is not None:
+            drains.add(self._probe)
         for task in drains:
             task.cancel()
         if drains:
@@ -227,14 +297,24 @@ class AiohttpClient(ClientSettings):
                 url, timeout=aiohttp.ClientTimeout(total=timeout_s)
             ) as resp:
                 inflater = inflater_for(resp.headers.get("Content-Encoding", ""))
-                return resp.status, (await read_body(resp, ERROR_BODY_MAX, inflater)).data
+                body = await read_body(resp, ERROR_BODY_MAX, inflater)
+            if not body.cut and _keeps_alive(resp):
+                self._idle += 1  # back in aiohttp's pool (as ``async with`` ended)
+            return resp.status, body.data
         except Exception as exc:
             _translate(exc, None, reused=False)
 
 
-async def _drain(resp: aiohttp.ClientResponse, bound_s: float) -> None:
+def _keeps_alive(resp: aiohttp.ClientResponse) -> bool:
+    """The answer leaves its connection open for the next request (HTTP/1.1, no close)."""
+    return resp.version is not None and tuple(resp.version) >= (1, 1) and (
+        resp.headers.get("Connection", "").lower() != "close")
+
+
+async def _drain(resp: aiohttp.ClientResponse, bound_s: float) -> bool:
     """Read a body on to its end after its request ended at [DONE], so its connection goes
-    back to the pool; dropped past ``AFTER_DONE_MAX_BYTES``, ``bound_s`` or when cancelled."""
+    back to the pool; dropped past ``AFTER_DONE_MAX_BYTES``, ``bound_s`` or when cancelled.
+    Whether the body ended."""
     whole = False
     try:
         read = 0
@@ -242,7 +322,7 @@ async def _drain(resp: aiohttp.ClientResponse, bound_s: float) -> None:
             async for chunk in resp.content.iter_any():
                 read += len(chunk)
                 if read > AFTER_DONE_MAX_BYTES:
-                    return
+                    return False
         whole = True
     except (aiohttp.ClientError, TimeoutError, OSError):
         pass
@@ -251,6 +331,7 @@ async def _drain(resp: aiohttp.ClientResponse, bound_s: float) -> None:
             resp.release()  # back to the pool
         else:
             resp.close()
+    return whole
 
 
 class _Sent:

@@ -28,12 +28,33 @@ DRAIN_S = 60.0
 #: how long a request that needs a connection waits for one still reading its body's end
 #: after [DONE] (a server writes its last chunk a moment after [DONE]); past it the server
 #: is taken to hold its streams open: that connection is dropped, and the client's later
-#: streams ending at [DONE] drop theirs at once (docs/wire-protocols.md, "HTTP framing")
+#: streams ending at [DONE] drop theirs at once but one, which reads on this long as
+#: evidence: a body that ends within it clears the judgement (docs/wire-protocols.md,
+#: "HTTP framing")
 HELD_AFTER_DONE_S = 1.0
 #: ``rec.extra`` key: ms the request waited for a connection whose stream had ended at
 #: [DONE] but whose body the server had not ended (held open, or ending a moment later):
 #: the server's doing, kept out of the client's release lag (docs/metrics.md, "Client")
 HELD_WAIT_MS = "held_connection_wait_ms"
+
+
+class AfterDone:
+    """What an HTTP client did about streams whose body did not end with ``[DONE]``
+    (docs/wire-protocols.md, "HTTP framing"; ``summary.json["client"]["after_done"]``)."""
+
+    __slots__ = ("dropped_at_done", "held", "resumed")
+
+    def __init__(self) -> None:
+        #: times a drain outlived ``HELD_AFTER_DONE_S``: the server was taken to hold streams
+        self.held = 0
+        #: connections closed at [DONE] (not reused) while the server was taken to hold them
+        self.dropped_at_done = 0
+        #: times a later body ended promptly and connection reuse resumed
+        self.resumed = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"held": self.held, "dropped_at_done": self.dropped_at_done,
+                "resumed": self.resumed}  # fmt: skip
 
 
 def note_held_wait(rec: RequestRecord | None, waited_ns: int) -> None:

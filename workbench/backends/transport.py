@@ -19,7 +19,7 @@ from urllib.parse import quote
 import orjson
 
 from workbench.backends.base import BackendError, Codec, WireRequest, json_body_error
-from workbench.backends.overrun import OverrunGuard
+from workbench.backends.overrun import AfterDone, OverrunGuard
 from workbench.backends.pace import DEFAULT_BUDGET_MS, Pacer
 from workbench.backends.stream import (
     RAW_MAX,
@@ -170,6 +170,7 @@ class Transport:
         # a wall clock is time.perf_counter_ns itself: one C call per read
         self._now = time.perf_counter_ns if type(self.clock) is WallClock else self.clock.now_ns
         self._client: HTTPClient | None = None
+        self._after_done: AfterDone | None = None  # the client's, kept after it closes
         # executor.pace_ms: sends, and what follows a closed record, wait their turn (pace.py)
         pace = options.pace_ms
         self._pacer: Pacer | None = (
@@ -182,6 +183,12 @@ class Transport:
     def paced_turns(self) -> int:
         """Stream ends and sends that waited for their turn (``executor.pace_ms``)."""
         return self._pacer.deferred if self._pacer is not None else 0
+
+    @property
+    def after_done(self) -> dict[str, int]:
+        """What the client did about streams whose body did not end with ``[DONE]``
+        (``overrun.AfterDone``; zeros before the client opens)."""
+        return (self._after_done or AfterDone()).as_dict()
 
     def auth_headers(self) -> dict[str, str]:
         """The target URL's own credentials, else the bearer key of ``api_key_env``, else none."""
@@ -198,6 +205,7 @@ class Transport:
         client = _client(self.options, self._now, self.auth_headers())
         await client.open()
         self._client = client
+        self._after_done = client.after_done
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -217,6 +217,12 @@ def client_stats(
         "cpu_util": max(utils) if utils else None,
         "paced_turns": int(sum(r.get("paced_turns", 0) for r in raws)),
     }
+    after_done: dict[str, int] = {}
+    for r in raws:  # the HTTP clients' handling of bodies held after [DONE], summed
+        for k, v in (r.get("after_done") or {}).items():
+            after_done[k] = after_done.get(k, 0) + int(v)
+    if any(after_done.values()):
+        out["after_done"] = after_done
     held = _pooled(raws, "held_wait_ns") / 1e6
     if held.size:  # the server held streams open after [DONE] (not the client's lag)
         out["held_after_done"] = {"requests": int(held.size), "max_ms": float(held.max())}

@@ -122,6 +122,10 @@ class EngineSender:
     #: (``ArrivalSpec.virtual_bounds``, docs/arrival.md "Timeouts in virtual time")
     bounds: tuple[float | None, float | None] = (None, None)
 
+    @property
+    def after_done(self) -> dict[str, int]:
+        return {}  # no HTTP: no body held after [DONE]
+
     def __init__(self, engine: Engine, clock: Clock) -> None:
         self.engine = engine
         self.admission = Admission(engine.config, clock)

@@ -45,6 +45,12 @@ class Sender(Protocol):
         """Sends and stream ends that waited their turn (``executor.pace_ms``)."""
         ...
 
+    @property
+    def after_done(self) -> dict[str, int]:
+        """What the HTTP client did about bodies that did not end with ``[DONE]``
+        (``backends/overrun.AfterDone``; empty: not an HTTP client)."""
+        ...
+
     async def send(
         self, codec: Codec, req: WireRequest, rec: RequestRecord
     ) -> list[int] | Segments | None: ...
@@ -134,9 +140,11 @@ class Runner:
 
     def client_raw(self) -> dict[str, Any]:
         """The self-measurement's plain data, with the sends and stream ends that had to
-        wait their turn (``backends/pace.py``; 0 for a sender without a pacer)."""
+        wait their turn (``backends/pace.py``; 0 for a sender without a pacer) and what
+        the HTTP client did about bodies held after ``[DONE]``."""
         raw = self.measure.raw()
         raw["paced_turns"] = self.sender.paced_turns
+        raw["after_done"] = self.sender.after_done
         return raw
 
     async def execute(self, t0_ns: int | None = None) -> None:
