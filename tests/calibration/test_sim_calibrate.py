@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from workbench.calibration.fit import calibrate
@@ -162,3 +163,43 @@ def test_three_samples_for_three_parameters_state_no_error_not_zero(tmp_path):
     # a plan applies no band for a calibrated engine: its error is its calibration's
     from workbench.sim.presets.stated import metric_error
     assert metric_error(str(out), "ttft_ms") is None
+
+
+def _sample(rid, dispatch, times):
+    from workbench.calibration.samples import Sample
+
+    t = np.asarray(times, dtype=np.int64)
+    return Sample(dispatch, int(t[0]), int(t[-1]), t, np.ones_like(t), 100, 0, rid)
+
+
+def test_a_request_joined_when_another_was_decoding_at_its_dispatch():
+    from workbench.calibration.samples import joined
+
+    ss = [
+        _sample("a", 0, [10, 20, 30]),  # first wave: nothing decoded yet
+        _sample("b", 0, [25, 35]),  # queued with a: still first wave
+        _sample("c", 15, [20, 38]),  # a was decoding (10 <= 15 < 30)
+        _sample("d", 30, [45, 50]),  # a had just ended, b was decoding (25 <= 30 < 35)
+        _sample("e", 60, [70, 80]),  # all had ended: alone
+    ]
+    assert joined(ss) == [False, False, True, True, False]
+
+
+def test_repeats_split_ttft_by_admission_and_the_truth_predicts_both(tmp_path):
+    """``by_admission``: with four requests at a time the first wave is the first four of
+    each run and every later one joins a running batch; the engine that made the runs
+    predicts both classes' p50 exactly."""
+    rows = ["id,arrival_time,input_len,output_len"]
+    rows += [f"r{i},0,{100 + 40 * i},{12 + i % 5}" for i in range(14)]
+    (tmp_path / "c4.csv").write_text("\n".join(rows) + "\n")
+    cfg = {"trace": str(tmp_path / "c4.csv"), "out_dir": str(tmp_path / "runs"),
+           "arrival": {"mode": "saturated", "max_concurrency": 4}}  # fmt: skip
+    dirs = [simulate({**cfg, "run_id": f"seed{s}", "seed": s}, engine=TRUE).run_dir
+            for s in (1, 2)]
+    got = predict_repeats(dirs, TRUE)["ttft_ms"]["by_admission"]
+    assert got["first_wave"]["measured_requests"] == 2 * 4
+    assert got["joined"]["measured_requests"] == 2 * 10
+    assert (got["first_wave"]["predicted_requests"], got["joined"]["predicted_requests"]) == (4, 10)
+    for part in got.values():
+        assert part["predicted_p50"] == pytest.approx(part["measured_p50"])
+        assert part["error_pct"] == pytest.approx(0.0, abs=1e-9)

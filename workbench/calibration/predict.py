@@ -54,7 +54,10 @@ def predict(run_dir: str | Path, engine: dict[str, Any]) -> dict[str, Any]:
 def predict_repeats(run_dirs: Sequence[str | Path], engine: dict[str, Any]) -> dict[str, Any]:
     """``predict`` for repeated runs of one config: the measured p50s are over all
     their ok records together (each run's own p50 beside them, and their spread as
-    a share of the pooled p50); the prediction is one virtual replay."""
+    a share of the pooled p50); the prediction is one virtual replay. TTFT is also
+    split by admission (``by_admission``, ``ttft_by_admission``): the model prices a
+    request that joins a running batch and one of the first wave differently, and the
+    held-out and calibration traces mix them differently (docs/calibration.md)."""
     import pandas as pd
 
     from workbench.executors.virtual import simulate
@@ -69,7 +72,8 @@ def predict_repeats(run_dirs: Sequence[str | Path], engine: dict[str, Any]) -> d
     if len(configs) != 1:
         raise ConfigError("predict_repeats: the runs differ in more than their seed")
     frames = [ok_rows(m) for m in measured]
-    sim = ok_rows(simulate(replay_config(measured[0]), engine=dict(engine)))
+    simulated = simulate(replay_config(measured[0]), engine=dict(engine))
+    sim = ok_rows(simulated)
     out: dict[str, Any] = {"runs": [str(d) for d in run_dirs]}
     pooled = pd.concat(frames)
     for metric in ("ttft_ms", "tpot_ms"):
@@ -82,4 +86,33 @@ def predict_repeats(run_dirs: Sequence[str | Path], engine: dict[str, Any]) -> d
             "predicted_p50": p,
             "error_pct": (p - m) / m * 100 if m else None,
         }
+    out["ttft_ms"]["by_admission"] = ttft_by_admission(measured, simulated)
     return out
+
+
+def ttft_by_admission(measured: Sequence[RunResult], simulated: RunResult) -> dict[str, Any]:
+    """p50 TTFT of the requests that joined a running batch (``joined``) and of the
+    others (``first_wave``), measured over all ``measured`` runs and in the replay."""
+    import numpy as np
+
+    from workbench.calibration.samples import joined, read_samples
+
+    def split(runs: Sequence[RunResult]) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {"first_wave": [], "joined": []}
+        for run in runs:
+            ss = read_samples(run.records)  # warm-up requests count as running, not as rows
+            warm = {r.request_id for r in run.records if r.warmup}
+            for s, j in zip(ss, joined(ss), strict=True):
+                if s.request_id not in warm:
+                    out["joined" if j else "first_wave"].append(s.ttft_ms)
+        return out
+
+    real, sim = split(measured), split([simulated])
+    res: dict[str, Any] = {}
+    for k in real:
+        m = float(np.median(real[k])) if real[k] else None
+        p = float(np.median(sim[k])) if sim[k] else None
+        res[k] = {"measured_p50": m, "measured_requests": len(real[k]), "predicted_p50": p,
+                  "predicted_requests": len(sim[k]),
+                  "error_pct": (p - m) / m * 100 if m and p is not None else None}  # fmt: skip
+    return res

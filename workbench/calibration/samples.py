@@ -68,6 +68,14 @@ def overlapped(ss: Sequence[Sample]) -> list[bool]:
     ]
 
 
+def joined(ss: Sequence[Sample]) -> list[bool]:
+    """For each request: did it join a running batch, i.e. was another request of its run
+    decoding (between its first and last token) when it was dispatched? The others came
+    while nothing decoded: alone, or queued with the first wave (docs/calibration.md)."""
+    return [any(j != i and y.first <= x.dispatch < y.times[-1] for j, y in enumerate(ss))
+            for i, x in enumerate(ss)]  # fmt: skip
+
+
 def overlapped_ttft_ms(ss: Sequence[Sample]) -> dict[str, float]:
     """TTFT (ms) of each request that ``overlapped`` another (not ``first_delivered_late``)."""
     return {x.request_id: x.ttft_ms for x, busy in zip(ss, overlapped(ss), strict=True)

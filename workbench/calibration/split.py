@@ -33,6 +33,14 @@ def search(error: Callable[[tuple[int, ...]], float]) -> list[tuple[float, int, 
     return sorted((error(p), sum(x > 0 for x in p), p) for p in splits())
 
 
+def knobs_of_split(a: float, b: float, c: float, parts: Sequence[int]) -> dict[str, Any]:
+    """The engine knobs of a split of ``c`` (``parts``: overhead, wake, intake in tenths):
+    its parts of ``c``, the rest left in the prefill step's constant."""
+    rest = 1 - sum(parts) / SPLIT_STEPS
+    return {"prefill_coeffs": [a, b, c * rest],
+            **{k: c * p / SPLIT_STEPS for k, p in zip(PARTS, parts, strict=True)}}  # fmt: skip
+
+
 def fit_split(results: Sequence[RunResult], knobs: dict[str, Any]) -> dict[str, Any]:
     """Set ``knobs`` to the chosen split; the report has every split tried and its error."""
     from workbench.executors.virtual import simulate
@@ -50,14 +58,8 @@ def fit_split(results: Sequence[RunResult], knobs: dict[str, Any]) -> dict[str, 
         note = "no run with overlapping requests (or no constant) to split c by"
         return {"c_ms": c, "split": dict.fromkeys(PARTS, 0.0), "note": note}
 
-    def split_knobs(parts: tuple[int, ...]) -> dict[str, Any]:
-        """The engine knobs of a split: its parts of ``c``, the rest left in the step."""
-        rest = 1 - sum(parts) / SPLIT_STEPS
-        return {"prefill_coeffs": [a, b, c * rest],
-                **{k: c * p / SPLIT_STEPS for k, p in zip(PARTS, parts, strict=True)}}  # fmt: skip
-
     def error(parts: tuple[int, ...]) -> float:
-        engine = {**knobs, **split_knobs(parts)}
+        engine = {**knobs, **knobs_of_split(a, b, c, parts)}
         pct = []
         for cfg, workload, measured in overlapping:
             sim = simulate(cfg, engine=dict(engine), workload=workload).records
@@ -67,7 +69,7 @@ def fit_split(results: Sequence[RunResult], knobs: dict[str, Any]) -> dict[str, 
 
     tried = search(error)
     err, _, best = tried[0]
-    chosen = split_knobs(best)
+    chosen = knobs_of_split(a, b, c, best)
     knobs.update(chosen)
     return {
         "c_ms": c,
