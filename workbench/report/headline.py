@@ -19,6 +19,7 @@ from workbench.metrics.wording import (
     capacity_phrase,
     counted,
     delivery_warning,
+    slo_phrase,
     spread_phrase,
     thin_phrase,
     unmeasured_phrase,
@@ -181,23 +182,6 @@ def run_headline(summary: Mapping[str, Any], manifest: RunManifest | None = None
 
 
 # -- sweeps ---------------------------------------------------------------------------------
-def _limit(ms: float) -> str:
-    return f"{sig(ms / 1000)} s" if ms >= 1000 else f"{sig(ms)} ms"
-
-
-def slo_phrase(slo: Mapping[str, Any] | None) -> str:
-    """``"TTFT p90 ≤ 2 s and TPOT p90 ≤ 50 ms"`` from a sweep's SLO mapping."""
-    parts = []
-    for key, limit in (slo or {}).items():
-        metric, _, pct = key.partition(":")
-        if pct:
-            parts.append(f"{METRIC_NAMES.get(metric, metric)} {pct} ≤ {_limit(float(limit))}")
-        elif key != "ok":
-            parts.append(f"{METRIC_NAMES.get(metric, metric)} ≤ {_limit(float(limit))} "
-                         "per request")
-    return " and ".join(parts)
-
-
 def sweep_units(sweep: Sweep) -> tuple[int, int] | None:
     """(units, requests) of the sweep's plan, from its first run's manifest."""
     for run_dir in sweep.run_dirs:
