@@ -71,3 +71,22 @@ def test_sessions_are_read_from_the_frame_and_named() -> None:
     with pytest.raises(ValueError, match="3 cluster labels for 200 values"):
         compare.bootstrap_ci(vals, 50, clusters=[0, 1, 2])
     assert all(math.isfinite(x) for x in (lo, hi))
+
+
+def test_a_resample_of_sessions_is_the_percentile_of_their_values_repeated() -> None:
+    """``_weighted_percentile`` reads the percentile off ranks, without building the
+    repeats: the same numbers as numpy's over the repeated values, any sizes."""
+    rng = np.random.default_rng(5)
+    for _ in range(100):
+        n = int(rng.integers(2, 60))
+        arr = rng.gamma(2.0, 100.0, n)
+        _, owner = np.unique(rng.integers(0, int(rng.integers(1, n + 1)), n),
+                             return_inverse=True)
+        groups = int(owner.max()) + 1
+        picks = rng.integers(0, groups, size=(5, groups))
+        order = np.argsort(arr, kind="stable")
+        for q in (0.5, 50, 90, 99):
+            got = compare._weighted_percentile(arr[order], owner[order], picks, q)
+            want = [np.percentile(np.repeat(arr, np.bincount(p, minlength=groups)[owner]), q)
+                    for p in picks]
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)

@@ -134,6 +134,10 @@ def resampled_unit(clusters: np.ndarray | None) -> str:
     return counted(int(clusters.max()) + 1, "session")
 
 
+#: values × resamples one step of a cluster bootstrap holds at once (~32 MB an array)
+CLUSTER_CELLS = 1 << 22
+
+
 def _draws(arr: np.ndarray, clusters: np.ndarray | None, q: float, k: int,
            rng: np.random.Generator) -> np.ndarray:
     """``k`` bootstrap values of the ``q``-th percentile of ``arr``: each a resample of
@@ -144,11 +148,29 @@ def _draws(arr: np.ndarray, clusters: np.ndarray | None, q: float, k: int,
         return np.asarray(np.percentile(arr[rng.integers(0, arr.size, size=(k, arr.size))],
                                         q, axis=1))
     groups = int(clusters.max()) + 1
-    out = np.empty(k)
-    for i in range(k):
-        times = np.bincount(rng.integers(0, groups, size=groups), minlength=groups)
-        out[i] = np.percentile(np.repeat(arr, times[clusters]), q)
-    return out
+    picks = rng.integers(0, groups, size=(k, groups))
+    order = np.argsort(arr, kind="stable")
+    values, owner = arr[order], clusters[order]
+    step = max(1, CLUSTER_CELLS // arr.size)
+    return np.concatenate([_weighted_percentile(values, owner, picks[i:i + step], q)
+                           for i in range(0, k, step)])
+
+
+def _weighted_percentile(values: np.ndarray, owner: np.ndarray, picks: np.ndarray,
+                         q: float) -> np.ndarray:
+    """Per row of ``picks`` (the sessions one resample drew), the linear ``q``-th
+    percentile of the sorted ``values`` each repeated as often as its session was drawn:
+    ``np.percentile(np.repeat(values, times[owner]), q)`` without building the repeats."""
+    rows, groups = picks.shape
+    times = np.zeros((rows, groups), dtype=np.int64)
+    np.add.at(times, (np.arange(rows)[:, None], picks), 1)
+    ends = np.cumsum(times[:, owner], axis=1)  # the rank just past each value's copies
+    total = ends[:, -1]
+    h = q / 100 * (total - 1)
+    below = np.floor(h).astype(np.int64)
+    first = (ends <= below[:, None]).sum(axis=1)  # the value at rank ``below``
+    second = (ends <= np.minimum(below + 1, total - 1)[:, None]).sum(axis=1)
+    return np.asarray(values[first] + (h - below) * (values[second] - values[first]))
 
 
 def _finite(values: Sequence[float] | np.ndarray, clusters: Sequence[int] | np.ndarray | None
