@@ -9,6 +9,7 @@ from pathlib import Path
 from interrupt import default_sigint, wait_for_lines
 
 from workbench.data import path as data_path
+from workbench.report.headline import percentiles_part
 
 LARGE = str(data_path("tracelab/multi_session_large.csv"))
 
@@ -42,7 +43,8 @@ def test_replay_cli_writes_a_run_directory(tmp_path):
     assert summary["requests"] == len(records) > 0
     assert json.loads((run / "manifest.json").read_text())["status"] == "completed"
     # the headline, not JSON (docs/metrics.md, "Headline")
-    assert out.startswith(f"{summary['ok']}/{summary['requests']} ok · TTFT p50/p90/p99 "), out
+    ttft = percentiles_part("TTFT", summary["ttft_ms"])  # "p50/p90/max … of 19 requests"
+    assert out.startswith(f"{summary['ok']}/{summary['requests']} ok · {ttft} · "), out
     assert "· client OK" in out or "· client LIMITED" in out
 
 

@@ -62,7 +62,7 @@ def test_the_plan_answers_in_one_sentence_and_round_trips(mooncake_plan) -> None
     # the answer first (a count of replicas of an option), the stated error after it
     assert re.match(r"\d+(–\d+)? replicas? of llama-3\.1-8b/h[12]00/tp1 · prefix-aware "
                     r"\(\d+(–\d+)? GPUs?, USD ", sentence), sentence
-    assert "conversation_trace_head600.jsonl" in sentence and "ttft_ms:p90<=2000" in sentence
+    assert "conversation_trace_head600.jsonl" in sentence and "TTFT p90 ≤ 2 s" in sentence
     assert "per million tokens" in sentence
     # each preset states its own GPU and TP's error, so two presets may state two
     assert sentence.index("Simulated; ") > sentence.index("per million tokens")

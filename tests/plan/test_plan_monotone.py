@@ -41,7 +41,7 @@ def test_a_count_that_breaks_above_one_that_held_is_named(
     answer = result.answer()
     assert "Not monotone in replicas for llama-3.1-8b/h100/tp1: as simulated 4 held it, " \
            "yet 5 broke it " \
-           "(ttft_ms:p90 " in answer
+           "(TTFT p90 " in answer
     assert answer in out
 
 

@@ -80,12 +80,13 @@ def test_a_margin_inside_the_error_band_gives_the_range_never_holds() -> None:
     with a 37 % TTFT error. Now the answer is the range over the band: 1 replica only if
     the TTFT is 37 % lower, 2 even if it is 37 % higher."""
     result = PlanResult("t.jsonl", SLO, 3.0, [1.0], [H200_70B], {"h200": 3.7},
-                        [probe(H200_70B, 1, 1997.9), probe(H200_70B, 2, 1400.0)])
+                        [probe(H200_70B, 1, 1997.9), probe(H200_70B, 2, 1400.0)],
+                        rounds_per_unit=1.0)  # a trace of single requests
     assert result.answer() == (
         "1–2 replicas of llama-3.3-70b/h200/tp1/fp8 · prefix-aware (1–2 GPUs, "
-        "USD 3.364–6.727 per million tokens) for ttft_ms:p90<=2000 on t.jsonl at 3.00 "
-        "units/s, a range within the preset's TTFT error (±37.1%): 2 hold it even at +37.1% "
-        "TTFT, 1 only at −37.1% TTFT; as simulated, 1 replica gives ttft_ms:p90 1,997.9 ms "
+        "USD 3.364–6.727 per million tokens) for TTFT p90 ≤ 2 s on t.jsonl at 3.00 "
+        "req/s, a range within the preset's TTFT error (±37.1%): 2 hold it even at +37.1% "
+        "TTFT, 1 only at −37.1% TTFT; as simulated, 1 replica gives TTFT p90 1,997.9 ms "
         "(the bound 0.1% above it). " + ERROR_TAIL)
     assert " holds " not in result.answer()
     assert "$" not in result.answer()  # JupyterLab typesets the text between two "$" as math
@@ -98,10 +99,12 @@ def test_a_margin_outside_the_error_band_holds() -> None:
     """1,400 ms against 2,000: the bound is 42.9 % above the simulated value, more than
     the 37 % error, and one replica fewer breaks it even at −37 %: the count is firm."""
     result = PlanResult("t.jsonl", SLO, 3.0, [1.0], [H200_70B], {"h200": 3.7},
-                        [probe(H200_70B, 1, 3500.0), probe(H200_70B, 2, 1400.0)])
+                        [probe(H200_70B, 1, 3500.0), probe(H200_70B, 2, 1400.0)],
+                        rounds_per_unit=4.5)  # agent sessions of 4.5 requests on average
     assert result.answer() == (
         "2 replicas of llama-3.3-70b/h200/tp1/fp8 · prefix-aware (2 GPUs, USD 6.727 per "
-        "million tokens) hold ttft_ms:p90<=2000 for t.jsonl at 3.00 units/s: the bound "
+        "million tokens) hold TTFT p90 ≤ 2 s for t.jsonl at 3.00 sessions/s (13.50 req/s): "
+        "the bound "
         "is 42.9% above the simulated value, more than the preset's TTFT error (±37.1%), and "
         "1 replica would break it even at −37.1% TTFT. " + ERROR_TAIL)
     assert result.verdict(H200_70B, 1.0) == "holds"
@@ -116,7 +119,7 @@ def test_gpus_are_replicas_times_tp_and_each_gpu_has_its_own_price() -> None:
                          probe(H200_70B, 2, 1200.0)])
     assert result.answer() == (
         "1 replica of llama-3.3-70b/h100/tp2/fp8 · prefix-aware (2 GPUs, USD 4.545 per "
-        "million tokens) holds ttft_ms:p90<=2000 for t.jsonl at 3.00 units/s: the bound is "
+        "million tokens) holds TTFT p90 ≤ 2 s for t.jsonl at 3.00 units/s: the bound is "
         "100.0% above the simulated value, more than the preset's TTFT error (±37.1%); "
         "llama-3.3-70b/h200/tp1/fp8 needs 1–2 replicas (1–2 GPUs) within its error. "
         + ERROR_TAIL)
@@ -146,19 +149,19 @@ def test_when_more_replicas_stop_helping_the_plan_says_why() -> None:
     result.floors[H100_8B.label] = probe(H100_8B, 1, 2040.0, 0.0)
     assert result.answer() == (
         "4 or more replicas of llama-3.1-8b/h100/tp1 · prefix-aware (4 or more GPUs; no "
-        "price for h100: give --price h100=USD) for ttft_ms:p90<=2000 on t.jsonl at 3.00 "
+        "price for h100: give --price h100=USD) for TTFT p90 ≤ 2 s on t.jsonl at 3.00 "
         "units/s, a range within the preset's TTFT error (±37.1%): 4 only at −37.1% TTFT; at "
         "+37.1% TTFT none up to 64 (at best 1.41× the bound, from 16 replicas on: more "
         "replicas stopped helping; the trace's units one at a time on one idle replica "
-        "already give ttft_ms:p90 2,040.0 ms, over the bound at +37.1% TTFT: a lone "
+        "already give TTFT p90 2,040.0 ms, over the bound at +37.1% TTFT: a lone "
         "request's own time, which more replicas cannot shorten); as simulated, none up to "
         "64 (at best 1.02× the bound, from 16 replicas on: more replicas stopped helping; "
-        "the trace's units one at a time on one idle replica already give ttft_ms:p90 "
+        "the trace's units one at a time on one idle replica already give TTFT p90 "
         "2,040.0 ms, over the bound: a lone request's own time, which more replicas cannot "
         "shorten). " + ERROR_TAIL)
     # a floor within the bound explains nothing, and the plan says it does not know why
     result.floors[H100_8B.label] = probe(H100_8B, 1, 900.0, 0.0)
-    assert ("yet one at a time on one idle replica they give ttft_ms:p90 900.0 ms, within "
+    assert ("yet one at a time on one idle replica they give TTFT p90 900.0 ms, within "
             "the bound, so the floor is not a lone request's time and this plan does not "
             "show why") in result.answer()
     # a curve still falling at the limit says so instead
@@ -215,9 +218,12 @@ def test_a_real_plan_under_its_floor_says_why_from_a_replay_of_the_floor(tmp_pat
     floor = result.floors[option.label]
     assert floor.replicas == 1 and not floor.held and floor.values["ttft_ms:p90"] > 150
     sentence = result.answer()
-    assert sentence.startswith("No option holds ttft_ms:p90<=150 and ok>=0.99 for "
-                               "conversation_trace_head600.jsonl"), sentence
-    assert "the trace's units one at a time on one idle replica already give ttft_ms:p90 " \
+    # the objective and the rate in a reader's words: Mooncake's units are single requests
+    assert sentence.startswith("No option holds TTFT p90 ≤ 150 ms for "
+                               "conversation_trace_head600.jsonl at "), sentence
+    assert sentence.split(", even at")[0].endswith(" req/s"), sentence
+    assert result.rounds_per_unit == 1.0 and load_plan(result.save(tmp_path)).rounds_per_unit == 1
+    assert "the trace's units one at a time on one idle replica already give TTFT p90 " \
            f"{floor.values['ttft_ms:p90']:,.1f} ms, over the bound even at −37.1% TTFT" in sentence
     e = metric_error(option.engine, "ttft_ms")
     assert e is not None
@@ -253,7 +259,7 @@ def test_the_answer_is_the_cheapest_per_hour_when_every_option_has_a_price() -> 
                         {"h100": 2.5, "h200": 3.7}, probes)
     assert result.answer().startswith(
         "7 replicas of llama-3.1-8b/h100/tp1 · prefix-aware (7 GPUs, USD 15.909 per million "
-        "tokens) hold ttft_ms:p90<=2000")
+        "tokens) hold TTFT p90 ≤ 2 s")
     assert "; llama-3.1-8b/h200/tp1 needs 6 replicas (6 GPUs)." in result.answer()
     result.prices = {EVERY_GPU: 2.5}
     assert result.answer().startswith("6 replicas of llama-3.1-8b/h200/tp1")
@@ -288,3 +294,22 @@ def test_an_option_that_never_holds_pessimistically_says_so_beside_its_count() -
         "llama-3.1-8b/h100/tp1 needs 4 or more replicas within its error: 4 only at −37.1% "
         "TTFT; at +37.1% TTFT none up to 64 (at best 1.41× the bound, from 16 replicas on: "
         "more replicas stopped helping)")
+
+
+def test_the_objective_and_the_rate_are_in_a_readers_words() -> None:
+    """``ttft_ms:p90<=2000`` is the flag's grammar, ``units/s`` no unit a reader knows:
+    the answer says ``TTFT p90 ≤ 2 s`` and requests or sessions per second."""
+    slo = "ttft_ms:p90<=2000 and tpot_ms<=50 and ok>=0.95"
+    result = PlanResult("t.jsonl", slo, 3.0, [1.0, 2.0], [H200_70B], None,
+                        rounds_per_unit=1.0)
+    assert result.objective() == (
+        "TTFT p90 ≤ 2 s and TPOT ≤ 50 ms per request with at least 95 % of requests ok")
+    assert result.rate_words(2.0) == "6.00 req/s"
+    assert PlanResult("t.jsonl", SLO, 3.0, [1.0], [H200_70B], None).objective() == (
+        "TTFT p90 ≤ 2 s")  # the default 99 % ok goes unsaid, as in a sweep's headline
+    sessions = PlanResult.from_dict({**result.to_dict(), "rounds_per_unit": 6.25})
+    assert sessions.rate_words(1.0) == "3.00 sessions/s (18.75 req/s)"
+    # a plan saved before the rounds per unit were kept: its unit is all it knows
+    old = {k: v for k, v in result.to_dict().items() if k != "rounds_per_unit"}
+    assert PlanResult.from_dict(old).rate_words(1.0) == "3.00 units/s"
+    assert plan_report.describe(sessions)["trace rate"] == "3.00 sessions/s (18.75 req/s)"

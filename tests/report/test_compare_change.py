@@ -49,7 +49,10 @@ async def test_a_real_slowdown_is_significant_and_a_run_against_itself_is_not(tm
     # the first line names the knob: the engine's fixed overhead per request
     assert lines[0] == "What differs: target.engine.request_overhead_ms (– → 2500.0 → –)"
     assert lines[1].startswith("base (baseline): ")
-    assert lines[3].startswith("  slow vs base: TTFT p50 +") and " significant" in lines[3]
+    # 6 sessions of several rounds: the intervals resample sessions, and say so
+    assert lines[3].startswith("  slow vs base (intervals by session): TTFT p50 +")
+    assert " significant" in lines[3]
+    assert set(changes["resampled"]) == {"sessions (6 and 6)"}
     assert "not significant" in lines[5]  # same vs base
     assert compare.runs_table(runs)["timing"].tolist() == [
         "wall clock, simulated engine, 50× real time"] * 3

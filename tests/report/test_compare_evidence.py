@@ -47,3 +47,5 @@ def test_enough_requests_decide_as_before(tmp_path: Path) -> None:
                                    n_boot=500)
     ttft = changes[changes["metric"] == "ttft_ms"]
     assert list(ttft["significant"]) == [True, True]
+    # Mooncake's sessions are single requests: the plain per-request bootstrap
+    assert set(changes["resampled"]) == {"requests"}

@@ -113,6 +113,49 @@ def test_no_ok_request_gives_dashes_not_zeros():
         "0/5 ok · TTFT p50/p90/p99 –/–/– ms · TPOT p50/p90/p99 –/–/– ms · 0 req/s")
 
 
+def _few(n: int, **stats: float) -> dict[str, Any]:
+    return {"mean": 60.0, "p50": 48.21, "p90": 95.04, "p99": 210.4, "max": 212.0,
+            "count": n, **stats}
+
+
+@pytest.mark.parametrize(("n", "ttft"), [
+    (303, "TTFT p50/p90/p99 48.2/95/210 ms"),
+    (100, "TTFT p50/p90/p99 48.2/95/210 ms"),  # a p99 needs 100 to be other than the max
+    (99, "TTFT p50/p90/max 48.2/95/212 ms of 99 requests"),
+    (10, "TTFT p50/p90/max 48.2/95/212 ms of 10 requests"),  # a p90 needs 10
+    (9, "TTFT p50/max 48.2/212 ms of 9 requests"),
+    (3, "TTFT p50/max 48.2/212 ms of 3 requests"),
+    (2, "TTFT p50/max 48.2/212 ms of 2 requests"),
+    (1, "TTFT 212 ms of 1 request"),
+])  # fmt: skip
+def test_a_tail_percentile_the_count_cannot_resolve_is_the_max_with_the_count(n, ttft):
+    s = summary(requests=n, ok=n, ttft_ms=_few(n), tpot_ms=_few(n, p50=6.113, max=12.9))
+    line = run_headline(s, REAL)
+    assert line.startswith(f"{n}/{n} ok · {ttft} · TPOT "), line
+
+
+def test_three_requests_headline_no_p99_and_the_table_under_it_agrees():
+    from workbench.report import tables
+
+    s = summary(requests=3, ok=3, ttft_ms=_few(3), tpot_ms=_few(3, p50=6.113, max=12.94))
+    assert run_headline(s, REAL) == (
+        "3/3 ok · TTFT p50/max 48.2/212 ms of 3 requests · TPOT p50/max 6.11/12.9 ms of 3"
+        " requests · prefix hit 0.815 of 0.817 planned · 7.3 req/s · client OK")
+    table = tables.summary_table(s)  # the max the headline gives is the table's
+    assert table.loc["ttft_ms", "max"] == 212.0 and table.loc["ttft_ms", "count"] == 3
+    assert tables.latency_caption(s) == (
+        "Latency of ok requests (ms). TTFT over 3, TPOT over 3: a p99 over fewer than 100"
+        " values (a p90 over fewer than 10) is read off the largest ones; the headline"
+        " gives the max")
+    assert tables.latency_caption(summary(ttft_ms=_few(303), tpot_ms=_few(303))) == (
+        "Latency of ok requests (ms)")
+
+
+def test_the_seconds_rule_reads_the_max_when_it_stands_for_the_p99():
+    s = summary(requests=5, ok=5, ttft_ms=_few(5, p50=8500.0, max=12_000.0))
+    assert "TTFT p50/max 8.5/12 s of 5 requests ·" in run_headline(s, REAL)
+
+
 # -- sweeps --------------------------------------------------------------------------------
 def point(index: int, rate: float, rps: float, held: bool, p90: float) -> dict[str, Any]:
     return {"index": index, "status": "done", "params": {"arrival.rate": rate},

@@ -67,7 +67,7 @@ def test_the_report_of_a_killed_run_is_written_and_exits_1(killed, report):
     n = len((run / "records.jsonl").read_text().splitlines())
     lines = out.splitlines()
     # the first screen: the headline says killed (not "running"), then how it ended
-    assert lines[0].startswith(f"INCOMPLETE (killed) · {n}/{n} ok · TTFT p50/p90/p99 "), out
+    assert lines[0].startswith(f"INCOMPLETE (killed) · {n}/{n} ok · TTFT "), out
     assert lines[1] == killed_note(pid), out
     assert lines[-2] == f"report: {reports / RUN_ID / 'report.html'}", out
     meta = json.loads((reports / RUN_ID / "report.json").read_text())

@@ -75,8 +75,9 @@ def test_each_kinds_headline_says_what_it_should(reports: Path) -> None:
     assert base.startswith("KV cache 8192 blocks (baseline): ")
     assert "virtual time (simulated engine)" in base
     assert other.startswith("KV cache 65536 blocks: ")
-    assert heads["compare"][3].startswith("  KV cache 65536 blocks vs KV cache 8192 blocks: "
-                                          "TTFT p50 ")
+    # the example's 48 sessions of several rounds: resampled by session, said so
+    assert heads["compare"][3].startswith("  KV cache 65536 blocks vs KV cache 8192 blocks "
+                                          "(intervals by session): TTFT p50 ")
     assert "significant" in heads["compare"][3]
     sweep = heads["sweep"][0]
     assert sweep.startswith("cap: ") and "At TTFT p90 ≤ 5 s: " in sweep

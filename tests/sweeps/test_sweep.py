@@ -7,6 +7,7 @@ flush test runs live against the embedded engine behind HTTP on a port.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -529,16 +530,26 @@ def test_a_points_numbers_from_its_columns_equal_those_from_its_records(
         assert fallback[k] == pytest.approx(records[k], rel=1e-12), k
 
 
-def test_a_sweep_says_how_long_its_first_point_takes_before_it_runs(tmp_path: Path) -> None:
+def test_a_sweep_says_how_long_its_first_point_takes_before_it_runs(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """docs/arrival.md, "How long a run takes": the first said line of a sweep whose point
-    waits 11 minutes on tools and sub-agents (the weka sample's first conversation)."""
+    waits 11 minutes on tools and sub-agents (the weka sample's first conversation), said
+    once: not again by each point's run, nor to the log beside the progress callback."""
     seen: list[str] = []
     base = {"trace": {"path": "workbench/data/weka/cc_traces_sample.jsonl", "max_items": 1}}
-    wb.sweep(base, {"arrival.tool_wait_scale": [1, 0.5]}, virtual=True, out_dir=tmp_path,
-             sweep_id="w", progress=seen.append)
+    over = {"arrival.tool_wait_scale": [1, 0.9, 0.5]}
+    with caplog.at_level(logging.WARNING, "workbench"):
+        wb.sweep(base, over, virtual=True, out_dir=tmp_path, sweep_id="w",
+                 progress=seen.append)
     assert seen[0] == (
-        "the first point: this run takes at least 11 min 3 s of simulated time before any "
-        "server time: its longest agent task (trace_0277) waits 11 min 3 s on tools and "
-        "sub-agents; to shorten it: --tool-wait-scale, --max-items, or a cap on waits where "
-        "the reader has one (weka: --trace-option max_delay_s=S)")
+        "WARNING: the first point: this run takes at least 11 min 3 s of simulated time "
+        "before any server time: its longest agent task (trace_0277) waits 11 min 3 s on "
+        "tools and sub-agents; to shorten it: --tool-wait-scale, --max-items, or a cap on "
+        "waits where the reader has one (weka: --trace-option max_delay_s=S)")
     assert not any("this run takes" in t for t in seen[1:])
+    assert "this run takes" not in caplog.text  # every point's run > 3 min: none says so
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "workbench"):  # no callback: the log, once
+        wb.sweep(base, over, virtual=True, out_dir=tmp_path, sweep_id="w2")
+    assert caplog.text.count("this run takes at least") == 1
+    assert "sweep w2: the first point: this run takes at least 11 min 3 s" in caplog.text

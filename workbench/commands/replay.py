@@ -79,7 +79,7 @@ def print_result(summary: dict, result: Any, args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps(_brief(summary, result, args.percentiles), indent=2))
     else:
-        from workbench.report.headline import run_headline, sig
+        from workbench.report.headline import run_headline
 
         print(run_headline(summary, result.manifest))
         if getattr(result.manifest, "status", None) == "partial":  # the counts, in words
@@ -87,8 +87,8 @@ def print_result(summary: dict, result: Any, args: argparse.Namespace) -> None:
 
             print(run_end_note(result.manifest))
         if args.percentiles:
-            for metric, qs in percentile_table(result, args.percentiles).items():
-                print(f"{metric}: " + ", ".join(f"{q} {sig(v)} ms" for q, v in qs.items()))
+            for line in percentile_lines(result, args.percentiles):
+                print(line)
     print_cache_notes(summary)
 
 
@@ -142,6 +142,30 @@ def _brief(summary: dict, result: Any = None, percentiles: str | None = None) ->
     if summary.get("slo"):
         out["slo"] = summary["slo"]
     return out
+
+
+def percentile_lines(result: Any, spec: str) -> list[str]:
+    """``--percentiles``' lines under the headline: ``ttft_ms: p50 30 ms, p99 50 ms``, and
+    the count beside the percentiles it cannot resolve (``metrics.distribution.
+    resolution``): `` (of 5 values; p90 needs 10, p99 100 to be other than the largest)``."""
+    from workbench.metrics.distribution import resolution, sample
+    from workbench.metrics.frame import ok_rows
+    from workbench.plurals import counted
+    from workbench.report.headline import sig
+
+    ok = ok_rows(result)
+    lines = []
+    for metric, qs in percentile_table(result, spec).items():
+        n = sample(ok, metric).size
+        needs = [(q, need) for q in qs
+                 if (need := resolution(float(q[1:]))) is not None and 0 < n < need]
+        thin = ", ".join(f"{q} {'needs ' if i == 0 else ''}{need}"
+                         for i, (q, need) in enumerate(needs))
+        note = (f" (of {counted(n, 'value')}; {thin} to be other than the largest)"
+                if thin else "")
+        lines.append(f"{metric}: " + ", ".join(f"{q} {sig(v)} ms" for q, v in qs.items())
+                     + note)
+    return lines
 
 
 def percentile_table(result: Any, spec: str) -> dict[str, dict[str, float | None]]:

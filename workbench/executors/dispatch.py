@@ -30,11 +30,13 @@ async def run_async(
     workload: Workload | None = None,
     phase: Phase | None = None,
     on_cancelled: Callable[[RunResult], None] | None = None,
+    announced: bool = False,
 ) -> RunResult:
     """Replay ``cfg`` and return its result (saved under ``cfg.out_dir/<run_id>`` if set);
     ``on_cancelled``: told the saved result of a run stopped from outside, before the
-    interrupt (or cancellation) goes on."""
-    run = prepare(cfg, workload)
+    interrupt (or cancellation) goes on; ``announced``: the caller has said how long the
+    run takes (``prepare``)."""
+    run = prepare(cfg, workload, announced=announced)
     if run.cfg.dry_run:
         return dry_run_result(run)
     session = ReplaySession(run.cfg, run.plan, run.run_id, run.manifest(), executor_for(run.cfg),

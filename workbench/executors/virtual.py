@@ -41,14 +41,16 @@ def simulate(
     engine: EngineConfig | dict[str, Any] | None = None,
     workload: Workload | None = None,
     on_cancelled: Callable[[RunResult], None] | None = None,
+    announced: bool = False,
 ) -> RunResult:
     """Replay ``cfg`` in virtual time against an ``EngineConfig`` (default: ``cfg.target.engine``):
-    the records of a live replay, on virtual nanoseconds, with no socket and no sleep."""
+    the records of a live replay, on virtual nanoseconds, with no socket and no sleep.
+    ``announced``: the caller has said how long the run takes (``prepare``)."""
     if isinstance(engine, dict):  # the config says which engine ran (and so the digest)
         cfg = coerce_config(cfg)
         cfg = cfg.replace(**{"target.engine": {**cfg.target.engine, **engine}})
         engine = None
-    run = prepare(cfg, workload, virtual=True)
+    run = prepare(cfg, workload, virtual=True, announced=announced)
     executor = virtual_executor(run.cfg, engine)
     # SIGINT/SIGTERM stop the run as a live one: saved as cancelled, then KeyboardInterrupt
     with stop_on_signals() as signalled:

@@ -36,6 +36,17 @@ def support(q: float, level: float = EVIDENCE_LEVEL) -> int | None:
     return max(1, math.ceil(math.log(1 - level) / math.log(q / 100) - 1e-9))
 
 
+def resolution(q: float) -> int | None:
+    """The fewest values of which at least one lies above the ``q``-th percentile's rank:
+    ``ceil(100 / (100 − q))``, p50 2, p90 10, p99 100. Over fewer, the percentile is read
+    off the largest values (linear at ``q·(n−1)``: between the two largest), so a
+    headline gives the maximum in its place (docs/metrics.md, "Headline"). None for
+    q >= 100 (a maximum is always resolved)."""
+    if q >= 100:
+        return None
+    return max(1, math.ceil(100 / (100 - q) - 1e-9))
+
+
 def finite(values: Iterable[float | None]) -> np.ndarray:
     """The finite values as a float array (None, NaN and ±inf dropped)."""
     if isinstance(values, np.ndarray):

@@ -29,6 +29,24 @@ def sig(v: Any, digits: int = 3) -> str:
     return f"{x:.{digits}g}"
 
 
+def _limit(ms: float) -> str:
+    return f"{sig(ms / 1000)} s" if ms >= 1000 else f"{sig(ms)} ms"
+
+
+def slo_phrase(slo: Mapping[str, Any] | None) -> str:
+    """``"TTFT p90 ≤ 2 s and TPOT p90 ≤ 50 ms"`` from an SLO mapping (``SLO.to_dict``: a
+    sweep's, a plan's); its ``ok`` share is no one metric's bound, left out."""
+    parts = []
+    for key, limit in (slo or {}).items():
+        metric, _, pct = key.partition(":")
+        if pct:
+            parts.append(f"{catalog.label(metric)} {pct} ≤ {_limit(float(limit))}")
+        elif key != "ok":
+            parts.append(f"{catalog.label(metric)} ≤ {_limit(float(limit))} "
+                         "per request")
+    return " and ".join(parts)
+
+
 def capacity_phrase(sustained_rps: Any, offered: str, *, at_least: bool = False) -> str:
     """``"capacity 1.81 req/s sustained, at 2.63 requests/s offered"`` (``offered``: that
     load in words); ``at_least``: the SLO held at every load tried."""

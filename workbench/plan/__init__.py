@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import workbench.catalogs.requests as catalog
 from workbench.config.engine_file import read_engine_file
 from workbench.cores import usable_cores
 from workbench.errors import ConfigError
-from workbench.metrics.slo import SLO, Bound
-from workbench.metrics.wording import thin_phrase
+from workbench.metrics.slo import DEFAULT_MIN_OK, SLO, Bound
+from workbench.metrics.wording import slo_phrase, thin_phrase
 from workbench.plan.prices import EVERY_GPU, parse_prices, price_of
 from workbench.safe_write import write_file
 from workbench.signals import die_with_parent, wait_result
@@ -170,6 +171,9 @@ class PlanResult:
     #: floor more replicas cannot go under), for options whose pessimistic case never held
     floors: dict[str, Probe] = field(default_factory=dict)
     max_replicas: int = MAX_REPLICAS
+    #: the trace's requests per unit (1: every unit one request; more: agent sessions);
+    #: None: a plan saved before it, whose rates stay in units/s
+    rounds_per_unit: float | None = None
 
     def __post_init__(self) -> None:
         if self.prices is None:
@@ -180,6 +184,27 @@ class PlanResult:
         parsed = SLO.parse(self.slo.replace(" and ", ","))
         assert parsed is not None
         return parsed
+
+    def objective(self) -> str:
+        """The SLO as a reader says it: ``"TTFT p90 ≤ 2 s"`` (``slo_phrase``), its ``ok``
+        share named only when it is not the default 99 %."""
+        parsed = self.parsed_slo()
+        words = slo_phrase(parsed.to_dict())
+        if parsed.min_ok != DEFAULT_MIN_OK:
+            words += f" with at least {parsed.min_ok * 100:g} % of requests ok"
+        return words
+
+    def rate_words(self, scale: float) -> str:
+        """The rate at ``scale`` in its real unit: ``"3.00 req/s"`` for a trace of single
+        requests, ``"3.00 sessions/s (12.40 req/s)"`` for agent sessions, ``"3.00
+        units/s"`` for a plan saved before the trace's rounds per unit were kept."""
+        rate = self.base_rate * scale
+        per = self.rounds_per_unit
+        if per is None:
+            return f"{rate:.2f} units/s"
+        if per <= 1:
+            return f"{rate:.2f} req/s"
+        return f"{rate:.2f} sessions/s ({rate * per:.2f} req/s)"
 
     def bounds(self) -> list[Bound]:
         return list(self.parsed_slo().bounds)
@@ -390,20 +415,22 @@ class PlanResult:
         parsed = self.parsed_slo()
         worst = max(parsed.bounds, key=lambda b: parsed.ratio(b, probe.values.get(b.key)))
         value = probe.values.get(worst.key)
-        shown = (f"{worst.key} {value:,.1f} ms" if worst.q is not None and value is not None
-                 else f"{worst.key} attained by {value or 0:.0%}")
+        name = catalog.label(worst.metric)
+        shown = (f"{name} p{worst.q:g} {value:,.1f} ms" if worst.q is not None
+                 and value is not None else f"{name} within its bound for {value or 0:.0%}")
         return shown, worst
 
     def answer(self, scale: float | None = None) -> str:
         """The plan in one sentence, the answer first and the error after (the trace's
         own rate unless ``scale``; the other rates in the table)."""
         scale = self.scales[0] if scale is None else scale
-        rate = f"{self.base_rate * scale:.2f} units/s"
+        rate = self.rate_words(scale)
+        objective = self.objective()
         where = f"for {self.trace} at {rate}"
-        what = f"for {self.slo} on {self.trace} at {rate}"
+        what = f"for {objective} on {self.trace} at {rate}"
         got = self.best(scale)
         if got is None:
-            return (f"No option holds {self.slo} {where}, even at its error's best: "
+            return (f"No option holds {objective} {where}, even at its error's best: "
                     + "; ".join(f"{o.engine} {self._why(o, scale, 'low')}"
                                 for o in self.options)
                     + ". " + self._error_tail())
@@ -417,7 +444,7 @@ class PlanResult:
         if hi is not None and hi.replicas == lo.replicas:
             head = (f"{_n(hi.replicas, 'replica')} of {option.label} "
                     f"({_n(hi.gpus, 'GPU')}{self._cost_words(hi, None)}) "
-                    f"{'holds' if hi.replicas == 1 else 'hold'} {self.slo} {where}")
+                    f"{'holds' if hi.replicas == 1 else 'hold'} {objective} {where}")
             if errs:
                 why = (f": the bound is {_headroom(hi)} above the simulated value, more than "
                        f"{self._error_words(option)}")
@@ -475,7 +502,7 @@ class PlanResult:
         return {
             "trace": self.trace, "slo": self.slo, "base_rate": self.base_rate,
             "scales": self.scales, "prices": self.prices, "created": self.created,
-            "max_replicas": self.max_replicas,
+            "max_replicas": self.max_replicas, "rounds_per_unit": self.rounds_per_unit,
             "options": [dataclasses.asdict(o) for o in self.options],
             "probes": [probe(p) for p in self.probes],
             "floors": {k: probe(p) for k, p in self.floors.items()},
@@ -496,7 +523,7 @@ class PlanResult:
         return cls(d["trace"], d["slo"], d["base_rate"], list(d["scales"]), options,
                    prices, [probe(p) for p in d["probes"]], d.get("created", ""),
                    {k: probe(p) for k, p in (d.get("floors") or {}).items()},
-                   d.get("max_replicas", MAX_REPLICAS))
+                   d.get("max_replicas", MAX_REPLICAS), d.get("rounds_per_unit"))
 
     def save(self, out_dir: str | Path, plan_id: str | None = None, *,
              claimed: Path | None = None) -> Path:
@@ -661,8 +688,9 @@ def _search(cfg: dict[str, Any], option: Option, scale: float, rate: float,
     return probes
 
 
-def trace_rate(cfg: dict[str, Any]) -> float:
-    """The trace's own arrival rate, units per second (docs/arrival.md's measured rate)."""
+def trace_rate(cfg: dict[str, Any]) -> tuple[float, float]:
+    """The trace's own arrival rate, units per second (docs/arrival.md's measured rate),
+    and its requests per unit (what a unit is: 1, a request; more, an agent session)."""
     from workbench.replay.prepare import coerce_config, load_workload
 
     wl = load_workload(coerce_config(cfg))
@@ -670,7 +698,7 @@ def trace_rate(cfg: dict[str, Any]) -> float:
     if len(starts) < 2 or starts[-1] <= starts[0]:
         raise ConfigError("plan: the trace's units all arrive at once; it has no rate to "
                           "scale (give --rate to a timed trace)")
-    return (len(starts) - 1) / ((starts[-1] - starts[0]) / 1000)
+    return (len(starts) - 1) / ((starts[-1] - starts[0]) / 1000), wl.n_rounds / len(starts)
 
 
 def plan(trace: str, engines: Sequence[str], slo: Any, *,
@@ -700,11 +728,11 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
                           f"{MAX_SEARCHES:,} (docs/config-bounds.md, 'Plans')")
     cfg: dict[str, Any] = {"trace": {"path": trace, **({"max_items": max_items}
                                                        if max_items is not None else {})}}
-    base = trace_rate(cfg)
+    base, rounds = trace_rate(cfg)
     result = PlanResult(Path(trace).name, str(parsed), base, [float(s) for s in scales],
                         options, table,
                         created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                        max_replicas=max_replicas)
+                        max_replicas=max_replicas, rounds_per_unit=rounds)
     searches = [(option, scale) for scale in result.scales for option in options]
     workers = min(usable_cores() if parallel is None else parallel, len(searches))
     if workers < 1:

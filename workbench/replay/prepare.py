@@ -53,9 +53,11 @@ class Prepared:
 
 
 def prepare(cfg: RunConfig | dict[str, Any], workload: Workload | None = None, *,
-            virtual: bool = False) -> Prepared:
+            virtual: bool = False, announced: bool = False) -> Prepared:
     """The one prologue of every run: config and workload checked, plan, run id; warns of
-    a release span past a day or waits past ``LONG_RUN_MS``. Every error surfaces here."""
+    a release span past a day or waits past ``LONG_RUN_MS`` (unless ``announced``: the
+    caller said how long its runs take, as a sweep does once for all its points). Every
+    error surfaces here."""
     cfg = coerce_config(cfg)
     if workload is None:
         workload = load_workload(cfg)  # checked against the config as it is loaded
@@ -65,7 +67,7 @@ def prepare(cfg: RunConfig | dict[str, Any], workload: Workload | None = None, *
     if warning := plan.arrival()["arrival_span_warning"]:
         log.warning("%s", warning)
     floor = run_floor(plan, cfg.arrival)
-    if floor is not None and floor.floor_ms > LONG_RUN_MS:
+    if floor is not None and floor.floor_ms > LONG_RUN_MS and not announced:
         log.warning("%s", floor.sentence(virtual))
     return Prepared(cfg, workload, plan, cfg.run_id or new_run_id(cfg), floor)
 

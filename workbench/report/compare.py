@@ -1,7 +1,8 @@
 """Side-by-side comparison of stored runs: percentiles with bootstrap CIs, hit rates, config diff.
 
-Reads stored runs only. Percentile intervals are the plain percentile bootstrap of a
-run's ok requests (seeded); a change against the baseline (the first run) is
+Reads stored runs only. Percentile intervals are the percentile bootstrap of a run's ok
+requests (seeded), resampling whole sessions where a session has several requests (a
+cluster bootstrap); a change against the baseline (the first run) is
 bootstrapped as a difference, significant when its interval leaves out 0
 (docs/metrics.md, "Compare")."""
 
@@ -22,6 +23,7 @@ from workbench.executors.virtual import simulate
 from workbench.metrics import run_rows
 from workbench.metrics.distribution import quantiles, sample, support
 from workbench.metrics.frame import ok_rows
+from workbench.plurals import counted
 from workbench.records import RunManifest, RunResult, manifest_of
 from workbench.report import tables
 from workbench.report.headline import METRIC_NAMES, Headline, engine_note, run_headline, sig
@@ -110,32 +112,107 @@ def differs_line(runs: Mapping[str, Any], shown: int = 3) -> str:
     return "What differs: " + "; ".join(parts) + more
 
 
-def bootstrap_ci(values: Sequence[float] | np.ndarray, q: float, *, n_boot: int = 2000,
-                 level: float = 0.95, seed: int = 0) -> tuple[float, float]:
-    """Percentile-bootstrap interval of the ``q``-th percentile (linear interpolation)."""
+def clusters_of(frame: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """The finite values of ``metric`` over ``frame``'s rows and, aligned with them, the
+    session each came from: None when no session had more than one value (each request
+    its own cluster: the plain bootstrap), or for ``itl_ms`` (gaps pooled across
+    requests) and a frame without session ids (docs/metrics.md, "Compare")."""
+    if metric == "itl_ms" or metric not in frame or "session_id" not in frame:
+        return sample(frame, metric), None
+    vals = frame[metric].to_numpy(dtype=float, na_value=np.nan)
+    keep = np.isfinite(vals)
+    sessions = frame["session_id"].to_numpy()[keep]
+    _, codes = np.unique(sessions.astype(str), return_inverse=True)
+    grouped = codes.size > 0 and np.bincount(codes).max() > 1
+    return vals[keep], codes if grouped else None
+
+
+def resampled_unit(clusters: np.ndarray | None) -> str:
+    """What a bootstrap over ``clusters`` draws: ``"12 sessions"`` or ``"requests"``."""
+    if clusters is None:
+        return "requests"
+    return counted(int(clusters.max()) + 1, "session")
+
+
+#: values × resamples one step of a cluster bootstrap holds at once (~32 MB an array)
+CLUSTER_CELLS = 1 << 22
+
+
+def _draws(arr: np.ndarray, clusters: np.ndarray | None, q: float, k: int,
+           rng: np.random.Generator) -> np.ndarray:
+    """``k`` bootstrap values of the ``q``-th percentile of ``arr``: each a resample of
+    its requests with replacement, or, with ``clusters`` (a session code per value), of
+    its sessions, each drawn session bringing all of its values (a cluster bootstrap:
+    the rounds of one session are correlated, docs/metrics.md, "Compare")."""
+    if clusters is None:
+        return np.asarray(np.percentile(arr[rng.integers(0, arr.size, size=(k, arr.size))],
+                                        q, axis=1))
+    groups = int(clusters.max()) + 1
+    picks = rng.integers(0, groups, size=(k, groups))
+    order = np.argsort(arr, kind="stable")
+    values, owner = arr[order], clusters[order]
+    step = max(1, CLUSTER_CELLS // arr.size)
+    return np.concatenate([_weighted_percentile(values, owner, picks[i:i + step], q)
+                           for i in range(0, k, step)])
+
+
+def _weighted_percentile(values: np.ndarray, owner: np.ndarray, picks: np.ndarray,
+                         q: float) -> np.ndarray:
+    """Per row of ``picks`` (the sessions one resample drew), the linear ``q``-th
+    percentile of the sorted ``values`` each repeated as often as its session was drawn:
+    ``np.percentile(np.repeat(values, times[owner]), q)`` without building the repeats."""
+    rows, groups = picks.shape
+    times = np.zeros((rows, groups), dtype=np.int64)
+    np.add.at(times, (np.arange(rows)[:, None], picks), 1)
+    ends = np.cumsum(times[:, owner], axis=1)  # the rank just past each value's copies
+    total = ends[:, -1]
+    h = q / 100 * (total - 1)
+    below = np.floor(h).astype(np.int64)
+    first = (ends <= below[:, None]).sum(axis=1)  # the value at rank ``below``
+    second = (ends <= np.minimum(below + 1, total - 1)[:, None]).sum(axis=1)
+    return np.asarray(values[first] + (h - below) * (values[second] - values[first]))
+
+
+def _finite(values: Sequence[float] | np.ndarray, clusters: Sequence[int] | np.ndarray | None
+            ) -> tuple[np.ndarray, np.ndarray | None]:
     arr = np.asarray(values, dtype=float)
-    arr = arr[np.isfinite(arr)]
+    keep = np.isfinite(arr)
+    if clusters is None:
+        return arr[keep], None
+    codes = np.asarray(clusters)
+    if codes.shape != arr.shape:
+        raise ValueError(f"{codes.size} cluster labels for {arr.size} values")
+    _, dense = np.unique(codes[keep], return_inverse=True)
+    return arr[keep], dense.reshape(-1)
+
+
+def bootstrap_ci(values: Sequence[float] | np.ndarray, q: float, *, n_boot: int = 2000,
+                 level: float = 0.95, seed: int = 0,
+                 clusters: Sequence[int] | np.ndarray | None = None) -> tuple[float, float]:
+    """Percentile-bootstrap interval of the ``q``-th percentile (linear interpolation);
+    ``clusters`` (a session per value): resample sessions, not values (``_draws``)."""
+    arr, codes = _finite(values, clusters)
     if arr.size == 0:
         return math.nan, math.nan
     if arr.size == 1:
         return float(arr[0]), float(arr[0])
     rng = np.random.default_rng(seed)
-    stats = []
-    for start in range(0, n_boot, BATCH):
-        idx = rng.integers(0, arr.size, size=(min(BATCH, n_boot - start), arr.size))
-        stats.append(np.percentile(arr[idx], q, axis=1))
+    stats = [_draws(arr, codes, q, min(BATCH, n_boot - start), rng)
+             for start in range(0, n_boot, BATCH)]
     lo, hi = np.quantile(np.concatenate(stats), [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)
 
 
 def bootstrap_diff(base: Sequence[float] | np.ndarray, other: Sequence[float] | np.ndarray,
-                   q: float, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0
+                   q: float, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0,
+                   base_clusters: Sequence[int] | np.ndarray | None = None,
+                   other_clusters: Sequence[int] | np.ndarray | None = None
                    ) -> tuple[float, float, float]:
     """(change, lo, hi): ``other``'s ``q``-th percentile minus ``base``'s, and the
-    percentile-bootstrap interval of that difference (both resampled each time)."""
-    a = np.asarray(base, dtype=float)
-    b = np.asarray(other, dtype=float)
-    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    percentile-bootstrap interval of that difference (both resampled each time, by
+    session where a run's ``*_clusters`` give one per value: ``_draws``)."""
+    a, ca = _finite(base, base_clusters)
+    b, cb = _finite(other, other_clusters)
     if a.size == 0 or b.size == 0:
         return math.nan, math.nan, math.nan
     change = float(np.percentile(b, q) - np.percentile(a, q))
@@ -143,8 +220,8 @@ def bootstrap_diff(base: Sequence[float] | np.ndarray, other: Sequence[float] | 
     diffs = []
     for start in range(0, n_boot, BATCH):
         k = min(BATCH, n_boot - start)
-        pa = np.percentile(a[rng.integers(0, a.size, size=(k, a.size))], q, axis=1)
-        pb = np.percentile(b[rng.integers(0, b.size, size=(k, b.size))], q, axis=1)
+        pa = _draws(a, ca, q, k, rng)
+        pb = _draws(b, cb, q, k, rng)
         diffs.append(pb - pa)
     lo, hi = np.quantile(np.concatenate(diffs), [(1 - level) / 2, (1 + level) / 2])
     return change, float(lo), float(hi)
@@ -162,13 +239,16 @@ def change_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
     rows = []
     if labels:
         base_label = labels[0]
+        frames = {label: ok_rows(run) for label, run in runs.items()}
         for metric in metrics:
-            base = sample(ok_rows(runs[base_label]), metric)
+            base, base_sessions = clusters_of(frames[base_label], metric)
             for label in labels[1:]:
-                vals = sample(ok_rows(runs[label]), metric)
+                vals, sessions = clusters_of(frames[label], metric)
                 for q in qs:
                     change, lo, hi = bootstrap_diff(base, vals, q, n_boot=n_boot,
-                                                    level=level, seed=seed)
+                                                    level=level, seed=seed,
+                                                    base_clusters=base_sessions,
+                                                    other_clusters=sessions)
                     ref = quantiles(base, (q,))[0] if base.size else math.nan
                     # undecided (None) on fewer values than the percentile needs in either
                     # run (docs/metrics.md, "Evidence")
@@ -182,18 +262,34 @@ def change_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
                         "significant": bool(lo > 0 or hi < 0)
                         if math.isfinite(lo) and enough else None,
                         "n baseline": int(base.size), "n run": int(vals.size),
+                        "resampled": _resampled(base_sessions, sessions),
                     })  # fmt: skip
     df = pd.DataFrame(rows, columns=["metric", "run", "stat", "baseline", "value", "change",
                                      "change lo", "change hi", "change (%)", "significant",
-                                     "n baseline", "n run"])
+                                     "n baseline", "n run", "resampled"])
     return named(df, "latency_change")
+
+
+def _resampled(base: np.ndarray | None, other: np.ndarray | None) -> str:
+    """The ``resampled`` cell: ``"sessions (48 and 48)"``, ``"requests"``, or both kinds
+    (``"sessions (48) and requests"``: baseline first) when the runs differ."""
+    if base is None and other is None:
+        return "requests"
+    if base is not None and other is not None:
+        return f"sessions ({int(base.max()) + 1} and {int(other.max()) + 1})"
+    return f"{resampled_unit(base)} and {resampled_unit(other)}"
+
+
+CLUSTER_NOTE = ("a run whose sessions have several requests is resampled by session (its "
+                "rounds are correlated), one of single requests by request")
 
 
 def change_caption(runs: Mapping[str, Any], level: float = 0.95, n_boot: int = 2000) -> str:
     base = next(iter(runs), "?")
     return (f"Latency change against the baseline {base} (ms; run − baseline) with its "
             f"{level * 100:.0f} % bootstrap interval ({n_boot} resamples of both runs, "
-            "seeded); significant: the interval leaves out 0")
+            f"seeded; {CLUSTER_NOTE}: column 'resampled'); significant: the interval "
+            "leaves out 0")
 
 
 def _signed(v: float) -> str:
@@ -228,6 +324,17 @@ def change_line(label: str, changes: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
+def _by(label: str, changes: pd.DataFrame) -> str:
+    """`` (by session)`` when the run's intervals resampled sessions (``_resampled``)."""
+    cells = set(changes.loc[changes["run"] == label, "resampled"]) if (
+        "resampled" in changes) else set()
+    if cells and all(str(c).startswith("sessions") for c in cells):
+        return " (intervals by session)"
+    if any("session" in str(c) for c in cells):
+        return " (intervals by session where a run has them, else by request)"
+    return ""
+
+
 def compare_headline(runs: Mapping[str, Any], changes: pd.DataFrame | None = None) -> Any:
     """A ``Headline`` for a comparison: each run's headline, and under every run after
     the first its latency change against the baseline (``change_table``)."""
@@ -239,7 +346,8 @@ def compare_headline(runs: Mapping[str, Any], changes: pd.DataFrame | None = Non
         run_dir = getattr(run, "run_dir", None)  # a stored run's damage, under its line
         lines += [f"  DAMAGED: {note}" for note in (run_damage(run_dir) if run_dir else [])]
         if changes is not None and label != base and len(changes):
-            lines.append(f"  {label} vs {base}: {change_line(label, changes)}")
+            lines.append(f"  {label} vs {base}{_by(label, changes)}: "
+                         f"{change_line(label, changes)}")
     return Headline(lines)
 
 
@@ -250,10 +358,12 @@ def percentile_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRIC
     rows = []
     for metric in metrics:
         for label, run in runs.items():
-            vals = sample(ok_rows(run), metric)
-            row: dict[str, Any] = {"metric": metric, "run": label, "n": int(vals.size)}
+            vals, sessions = clusters_of(ok_rows(run), metric)
+            row: dict[str, Any] = {"metric": metric, "run": label, "n": int(vals.size),
+                                   "resampled": resampled_unit(sessions)}
             for q in qs:
-                lo, hi = bootstrap_ci(vals, q, n_boot=n_boot, level=level, seed=seed)
+                lo, hi = bootstrap_ci(vals, q, n_boot=n_boot, level=level, seed=seed,
+                                      clusters=sessions)
                 row[f"p{q:g}"] = quantiles(vals, (q,))[0] if vals.size else math.nan
                 row[f"p{q:g} lo"], row[f"p{q:g} hi"] = lo, hi
             rows.append(row)
@@ -362,7 +472,7 @@ def latency_caption(runs: Mapping[str, Any], level: float = 0.95) -> str:
              if len(virtual) == len(runs) else
              f" In virtual time (simulated ms): {', '.join(virtual)}; the rest wall clock.")
     return (f"Latency percentiles of ok requests (ms) with {level * 100:.0f} % bootstrap "
-            f"intervals.{which}")
+            f"intervals ({CLUSTER_NOTE}: column 'resampled').{which}")
 
 
 def error_table(runs: Mapping[str, Any]) -> pd.DataFrame:

@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import workbench.catalogs.requests as catalog
-from workbench.metrics.distribution import support
+from workbench.metrics.distribution import QS, resolution, support
 from workbench.metrics.slo import DEFAULT_MIN_OK
 from workbench.metrics.summary import NON_STREAMING_NOTE, NOT_STREAMED
 from workbench.metrics.wording import (
     capacity_phrase,
     counted,
     delivery_warning,
+    slo_phrase,
     spread_phrase,
     thin_phrase,
     unmeasured_phrase,
@@ -42,20 +43,36 @@ HEADLINE_STYLE = ("font-size:1.05em;font-weight:600;border-left:4px solid #1f77b
 METRIC_NAMES = {m.name: m.label for m in catalog.CATALOG}  # the catalog's labels
 
 
-#: from this p99 (ms) on, a headline's latency triple is in seconds (docs/metrics.md)
+#: from this p99 (or max) in ms on, a headline's latency triple is in seconds (docs/metrics.md)
 SECONDS_FROM_MS = 10_000.0
 
 
-def _triple(stats: Any) -> str:
-    """``"48.2/95/210 ms"``; ``"459/882/943 s"`` when the p99 is ``SECONDS_FROM_MS`` or
-    more, so no reader counts the digits of ``943300``."""
-    s = stats if isinstance(stats, Mapping) else {}
-    values = [s.get(k) for k in ("p50", "p90", "p99")]
-    top = values[2]
+def _scaled(values: Sequence[Any]) -> str:
+    """``"48.2/95/210 ms"``; ``"459/882/943 s"`` when the last (largest) is
+    ``SECONDS_FROM_MS`` or more, so no reader counts the digits of ``943300``."""
+    top = values[-1]
     if isinstance(top, int | float) and not isinstance(top, bool) and top >= SECONDS_FROM_MS:
         return "/".join(sig(v / 1000 if isinstance(v, int | float) else v)
                         for v in values) + " s"
     return "/".join(sig(v) for v in values) + " ms"
+
+
+def percentiles_part(name: str, stats: Any) -> str:
+    """``"TTFT p50/p90/p99 48.2/95/210 ms"``; over fewer values than a tail percentile
+    needs to be other than the largest ones (``resolution``: a p99 100, a p90 10) the
+    maximum in its place and the count: ``"TTFT p50/max 48.2/210 ms of 3 requests"``,
+    ``"TTFT 48.2 ms of 1 request"`` (docs/metrics.md, "Headline")."""
+    s = stats if isinstance(stats, Mapping) else {}
+    n = s.get("count")
+    top = resolution(QS[-1])
+    if (not isinstance(n, int) or isinstance(n, bool) or n <= 0 or top is None
+            or n >= top or s.get("max") is None):
+        return f"{name} p50/p90/p99 {_scaled([s.get(f'p{q:g}') for q in QS])}"
+    if n == 1:
+        return f"{name} {_scaled([s.get('max')])} of 1 request"
+    keys = [f"p{q:g}" for q in QS[:-1] if n >= (resolution(q) or 0)] + ["max"]
+    return (f"{name} {'/'.join(keys)} {_scaled([s.get(k) for k in keys])} of "
+            f"{counted(n, 'request')}")
 
 
 def engine_note(manifest: RunManifest | None) -> str | None:
@@ -152,10 +169,9 @@ def run_headline(summary: Mapping[str, Any], manifest: RunManifest | None = None
     parts: list[str | None] = [
         f"INCOMPLETE ({status})" if status not in (None, "completed") else None,
         f"{summary.get('ok', 0)}/{summary.get('requests', 0)} ok",
-        f"TTFT p50/p90/p99 {_triple(summary.get('ttft_ms'))}"
+        percentiles_part("TTFT", summary.get("ttft_ms"))
         + (f" ({NON_STREAMING_NOTE})" if whole else ""),
-        f"TPOT {NOT_STREAMED}" if whole
-        else f"TPOT p50/p90/p99 {_triple(summary.get('tpot_ms'))}",
+        f"TPOT {NOT_STREAMED}" if whole else percentiles_part("TPOT", summary.get("tpot_ms")),
         _prefix(summary),
         f"{sig(summary.get('request_throughput_rps'))} req/s",
         client_verdict(summary),
@@ -166,23 +182,6 @@ def run_headline(summary: Mapping[str, Any], manifest: RunManifest | None = None
 
 
 # -- sweeps ---------------------------------------------------------------------------------
-def _limit(ms: float) -> str:
-    return f"{sig(ms / 1000)} s" if ms >= 1000 else f"{sig(ms)} ms"
-
-
-def slo_phrase(slo: Mapping[str, Any] | None) -> str:
-    """``"TTFT p90 ≤ 2 s and TPOT p90 ≤ 50 ms"`` from a sweep's SLO mapping."""
-    parts = []
-    for key, limit in (slo or {}).items():
-        metric, _, pct = key.partition(":")
-        if pct:
-            parts.append(f"{METRIC_NAMES.get(metric, metric)} {pct} ≤ {_limit(float(limit))}")
-        elif key != "ok":
-            parts.append(f"{METRIC_NAMES.get(metric, metric)} ≤ {_limit(float(limit))} "
-                         "per request")
-    return " and ".join(parts)
-
-
 def sweep_units(sweep: Sweep) -> tuple[int, int] | None:
     """(units, requests) of the sweep's plan, from its first run's manifest."""
     for run_dir in sweep.run_dirs:

@@ -9,8 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from workbench.metrics.wording import sig, spread_phrase, thin_phrase
-from workbench.report.headline import slo_phrase
+from workbench.metrics.wording import sig, slo_phrase, spread_phrase, thin_phrase
 from workbench.report.plots import _new
 from workbench.sweeps.store import Sweep
 

@@ -21,8 +21,7 @@ def plan_headline(result: PlanResult) -> Headline:
     replicas (a range within its error where the band's ends differ) and GPUs."""
     lines = [result.answer()]
     for scale in result.scales[1:]:
-        rate = result.base_rate * scale
-        lines.append(f"At {scale:g}× ({rate:.2f} units/s): "
+        lines.append(f"At {scale:g}× ({result.rate_words(scale)}): "
                      + "; ".join(result.option_words(o, scale) for o in result.options))
     return Headline(lines)
 
@@ -81,7 +80,7 @@ def plan_curve(result: PlanResult) -> Figure:
                     color=line.get_color())
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
     ax.set_yscale("log")
-    ax.set(xlabel="replicas", ylabel=f"worst SLO ratio ({result.slo}); > 1 breaks it")
+    ax.set(xlabel="replicas", ylabel=f"worst SLO ratio ({result.objective()}); > 1 breaks it")
     engines = sorted({o.engine for o in result.options})
     ax.set_title("Simulated: " + "; ".join(f"{e} ({stated_error(e)})" for e in engines),
                  fontsize=7, wrap=True)
@@ -91,8 +90,8 @@ def plan_curve(result: PlanResult) -> Figure:
 
 def describe(result: PlanResult) -> dict[str, Any]:
     """What was planned, as a mapping (the report's first table)."""
-    return {"trace": result.trace, "slo": result.slo,
-            "trace rate (units/s)": round(result.base_rate, 4),
+    return {"trace": result.trace, "objective": result.objective(), "slo (as given)": result.slo,
+            "trace rate": result.rate_words(1.0),
             "rate scales": ", ".join(f"{s:g}" for s in result.scales),
             "options": "; ".join(o.label for o in result.options),
             "price per GPU-hour (USD)": ", ".join(

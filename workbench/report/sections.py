@@ -97,8 +97,9 @@ class RunReport:
                 tables.client_table(self.summary),
                 caption=tables.client_caption(self.summary, self.manifest)),
             "latency": lambda: tables.show(tables.summary_table(self.summary),
-                                           caption=f"Latency of ok requests (ms{self._times})"
-                                           + self._mode),
+                                           caption=tables.latency_caption(
+                                               self.summary, "Latency of ok requests "
+                                               f"(ms{self._times}){self._mode}")),
             "prefix": lambda: tables.show(tables.prefix_table(self.summary),
                                           caption=tables.prefix_caption(self.summary)),
             "server": lambda: tables.show(tables.server_table(self.summary),

@@ -21,7 +21,7 @@ import workbench.catalogs.requests as catalog
 import workbench.catalogs.runs as runs
 import workbench.catalogs.series as series
 from workbench.metrics import by_round_index, summarize
-from workbench.metrics.distribution import QS
+from workbench.metrics.distribution import QS, resolution
 from workbench.metrics.summary import CLIENT_CPU_BOUND, CLIENT_LAG_P99_MS
 from workbench.metrics.wording import sig
 from workbench.records import RunManifest
@@ -29,7 +29,8 @@ from workbench.storage.rundir import running_note
 
 TABLE_MIME = "application/vnd.workbench.table+json"
 LATENCY_METRICS: tuple[str, ...] = catalog.LATENCY
-LATENCY_STATS: tuple[str, ...] = ("mean", *(f"p{q:g}" for q in QS), "count")
+#: the max beside the percentiles: a headline over few values gives it (docs/metrics.md)
+LATENCY_STATS: tuple[str, ...] = ("mean", *(f"p{q:g}" for q in QS), "max", "count")
 HIT_RATES: tuple[tuple[str, str], ...] = runs.fields("hit")
 COUNT_KEYS = frozenset(("requests", "ok", "errors", "skipped"))
 RUN_FIELDS: tuple[tuple[str, str], ...] = runs.fields("run")
@@ -56,6 +57,24 @@ def summary_table(data: Any) -> pd.DataFrame:
     df["count"] = df["count"].fillna(0).astype(int)
     df.index.name = "metric (ms)"
     return named(df, "latency")
+
+
+def latency_caption(data: Any, head: str = "Latency of ok requests (ms)") -> str:
+    """``head``, and when a headlined metric (TTFT, TPOT) has fewer values than a p99
+    needs to be other than the largest ones (``resolution``), a sentence saying so: the
+    table keeps the percentile, the headline gives the max (docs/metrics.md, "Headline")."""
+    s = as_summary(data)
+    need = resolution(QS[-1])
+    few = []
+    for metric in ("ttft_ms", "tpot_ms"):
+        n = (s.get(metric) or {}).get("count")
+        if isinstance(n, int) and 0 < n < (need or 0):
+            few.append(f"{catalog.label(metric)} over {n}")
+    if not few:
+        return head
+    return (f"{head}. {', '.join(few)}: a p99 over fewer than {need} values (a p90 over "
+            f"fewer than {resolution(90)}) is read off the largest ones; the headline gives "
+            "the max")
 
 
 def prefix_table(data: Any) -> pd.DataFrame:

@@ -296,7 +296,7 @@ class SweepRunner:
         from workbench.executors.dispatch import run_async
 
         self._say(f"{e['label']} #{rep}: running")
-        result = await run_async(cfg)
+        result = await run_async(cfg, announced=True)  # once, by ``check``
         flushed = result.manifest.cache_flush or {}  # the run's own reset
         if not flushed.get("ok"):
             log.warning("sweep: prefix cache not reset before %s: %s", cfg.run_id,
@@ -356,9 +356,14 @@ class SweepRunner:
         self._say(f"{e['label']}: " + (_held_text(e["slo"]) if self.slo else "done"))
 
     def _say(self, text: str, level: int = logging.INFO) -> None:
-        log.log(level, "sweep %s: %s", self.dir.name, text)
-        if self.progress is not None:
-            self.progress(text)
+        """``text`` to the progress callback, else the log at ``level``: once, not both
+        (the CLI prints the one and shows the other's warnings); a warning told the
+        callback starts ``WARNING:``."""
+        if self.progress is None:
+            log.log(level, "sweep %s: %s", self.dir.name, text)
+            return
+        log.debug("sweep %s: %s", self.dir.name, text)
+        self.progress(f"WARNING: {text}" if level >= logging.WARNING else text)
 
 
 def _held_text(verdict: Mapping[str, Any]) -> str:

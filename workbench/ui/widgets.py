@@ -318,7 +318,7 @@ class Panel(LiveSource):
         summary = summarize(result)
         entries = [
             RunReport(result).headline(),  # the same line as the reports and the CLI
-            tables.show(tables.summary_table(summary), caption="Latency of ok requests (ms)"),
+            tables.show(tables.summary_table(summary), caption=tables.latency_caption(summary)),
             tables.show(tables.prefix_table(summary), caption="Prefix-cache hit rates (0–1)"),
         ]
         state = "cancelled" if result.cancelled else "done"
@@ -400,7 +400,8 @@ class WhatIf:
         nb, bs = self.num_blocks.value, self.block_size.value
         caption = f"KV cache {capacity:,} tokens ({nb} blocks × {bs} tokens)"
         entries = [tables.show(tables.prefix_table(summary), caption=caption),
-                   tables.show(tables.summary_table(summary), caption="Latency (virtual ms)")]
+                   tables.show(tables.summary_table(summary),
+                               caption=tables.latency_caption(summary, "Latency (virtual ms)"))]
         self.output.outputs = tuple(_output_entry(e) for e in entries)
         self.status.value = f"done: {summary['requests']} requests in virtual time"
         return self.result
