@@ -50,6 +50,13 @@ def id_rule(name: str, value: str, limit: int = MAX_ID_CHARS) -> str | None:
     return None
 
 
+def duplicate(path: Path, line: int, name: str, value: str, first: int | str) -> TraceFormatError:
+    """The one error for an id a trace uses twice (docs/trace-bounds.md, "Unique ids"):
+    ``first`` is the line it was first on, or ``file:line`` in another file of a folder."""
+    where = f"line {first}" if isinstance(first, int) else first
+    return TraceFormatError(path, line, f"duplicate {name} {value!r} (also at {where})")
+
+
 def check_id(path: Path, line: int, name: str, value: str) -> str:
     """``value`` if it can be sent as an id; else a ``TraceFormatError`` at ``line``."""
     rule = id_rule(name, value)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from workbench.errors import ConfigError, TraceFormatError
+from workbench.plurals import counted
 from workbench.records import Spawn, Unit, Workload
 from workbench.traces._io import as_int, wait_ms
 
@@ -76,12 +77,13 @@ def check_graph(path: str | Path, workload: Workload) -> None:
         n = len(parent.rounds)
         if not 0 <= sp.round_idx < n:
             raise TraceFormatError(path, sp.line, f"unit {u.unit_id!r} spawns at round "
-                                   f"{sp.round_idx} of {sp.parent_id!r}, which has {n} rounds")
+                                   f"{sp.round_idx} of {sp.parent_id!r}, which has "
+                                   f"{counted(n, 'round')}")
         if sp.join_round is not None and not sp.round_idx < sp.join_round < n:
             raise TraceFormatError(
                 path, sp.line, f"unit {u.unit_id!r}: join before round {sp.join_round} of "
                 f"{sp.parent_id!r} must come after the spawn round {sp.round_idx} and "
-                f"within its {n} rounds")
+                f"within its {counted(n, 'round')}")
         if sp.delay_ms < 0:
             raise TraceFormatError(path, sp.line, f"unit {u.unit_id!r}: spawn delay must be "
                                    f">= 0, got {sp.delay_ms:g}")

@@ -70,7 +70,7 @@ def read_tracelab(path: Path, *, tool_wait: str = "union") -> Workload:
     path = Path(path)
     sessions: dict[tuple[str, str | None, str], list[_Row]] = {}
     unknown: dict[str, int] = {}
-    for line, obj, _raw in json_lines(path):
+    for line, obj, _raw in json_lines(path, FORMAT_NAME):
         note_unknown(path, line, obj, KNOWN_FIELDS, unknown)
         row = _parse_row(path, line, obj, tool_wait)
         sessions.setdefault(row.identity, []).append(row)

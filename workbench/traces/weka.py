@@ -151,7 +151,8 @@ def _sources(path: Path) -> Iterator[tuple[_Source, dict[str, Any]]]:
                                        f"[{i}]: each conversation must be a JSON object")
             yield src, obj
     else:
-        for lineno, obj, _ in text_json_lines(path, text, "a conversation (a JSON object)"):
+        what = "a conversation (a JSON object)"
+        for lineno, obj, _ in text_json_lines(path, text, what, fmt=FORMAT):
             yield _Source(path, lineno), obj
 
 
@@ -552,8 +553,9 @@ def read_weka(path: Path, *, timing: str = "think-only", api_time_scale: float =
             root, block, ids = _conversation(src, obj, seen, counts)
             if root.unit_id in where_id:
                 first = where_id[root.unit_id]
-                raise TraceFormatError(src.path, src.line, f"conversation id {root.unit_id!r} "
-                                       f"appears twice (first: {first.path}:{first.line})")
+                raise bounds.duplicate(src.path, src.line, "conversation id", root.unit_id,
+                                       first.line if first.path == src.path
+                                       else f"{first.path}:{first.line}")
             where_id[root.unit_id] = src
             _own_namespace(root, ids, spaces, counts)
             convs.append((src, root, block, ids))
