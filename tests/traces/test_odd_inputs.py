@@ -257,3 +257,74 @@ def test_a_spawn_past_a_one_round_parent_counts_its_round_in_the_singular(tmp_pa
         load_trace(path)
     assert (exc.value.line, exc.value.rule) == (
         3, "unit 'b' spawns at round 7 of 'a', which has 1 round")
+
+
+def _weka(**request: object) -> str:
+    req = {"t": 0, "type": "s", "in": 100, "out": 5, "hash_ids": [1, 2], **request}
+    return json.dumps({"id": "c1", "block_size": 64, "hash_id_scope": "local",
+                       "tool_tokens": 0, "system_tokens": 0, "requests": [req]})
+
+
+@pytest.mark.parametrize(("text", "rule"), [
+    (_weka(t=1.7e12), "conversation 'c1': requests[0].t 1700000000000.0 exceeds the bound of "
+     "31,622,400 s (docs/trace-bounds.md)"),
+])
+def test_weka_seconds_are_bounded_in_seconds(tmp_path, text, rule):
+    path = tmp_path / "w.jsonl"
+    path.write_text(text + "\n")
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(path)
+    assert (exc.value.line, exc.value.rule) == (1, rule)
+
+
+def test_a_weka_subagent_duration_is_milliseconds_bounded_as_an_arrival(tmp_path):
+    """``duration_ms`` was checked against the seconds bound (31,622,400 ms: 8.8 h)."""
+    conv = json.loads(_weka())
+    marker = {"t": 1, "type": "subagent", "duration_ms": 10 * 3600 * 1000.0,
+              "requests": [{"t": 1, "type": "s", "in": 64, "out": 5, "hash_ids": [9]}]}
+    conv["requests"].append(marker)
+    path = tmp_path / "w.jsonl"
+    path.write_text(json.dumps(conv) + "\n")
+    assert len(load_trace(path).units) == 2
+    marker["duration_ms"] = 4e10
+    path.write_text(json.dumps(conv) + "\n")
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(path)
+    assert (exc.value.line, exc.value.rule) == (1, (
+        "conversation 'c1': requests[1].duration_ms 40000000000.0 exceeds the bound of "
+        "31,622,400,000 ms (docs/trace-bounds.md)"))
+
+
+def _dynamo(rid: str, at: float, sid: str, parent: str | None = None) -> dict[str, object]:
+    ctx = {"session_id": sid, **({"parent_session_id": parent} if parent else {})}
+    return {"schema": "dynamo.request.trace.v1", "event_type": "request_end",
+            "agent_context": ctx, "request": {
+                "request_id": rid, "input_tokens": 8, "output_tokens": 4,
+                "request_received_ms": at, "replay": {
+                    "trace_block_size": 4, "input_length": 8, "input_sequence_hashes": [1, 2]}}}
+
+
+#: a parent that is not there: one wording (``graph.dangling``), each reader's field
+@pytest.mark.parametrize(("name", "text", "line", "rule"), [
+    ("g.csv", "session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms,"
+     "parent_session_id,spawn_round\na,0,0,10,5,0,,\nb,0,0,10,5,0,zz,0\n", 3,
+     "unit 'b': parent 'zz' is not in the trace (dangling parent)"),
+    ("d.jsonl", "".join(json.dumps(o) + "\n" for o in (
+        _dynamo("a", 1000, "s"), _dynamo("b", 1100, "c", parent="zz"))), 2,
+     "unit 'c': parent_session_id 'zz' is not in the trace (dangling parent)"),
+])
+def test_a_dangling_parent_is_one_rule(tmp_path, name, text, line, rule):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(path)
+    assert (exc.value.line, exc.value.rule) == (line, rule)
+
+
+def test_a_file_gzipped_twice_says_so(tmp_path):
+    import gzip
+
+    path = tmp_path / "t.jsonl.gz"
+    path.write_bytes(gzip.compress(gzip.compress(("\n".join(JSONL["mooncake"]) + "\n").encode())))
+    rule = "compressed with gzip twice: one layer is read (gunzip it once)"
+    assert _both(path, "mooncake") == ((1, rule), (1, rule))

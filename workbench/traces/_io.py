@@ -108,8 +108,9 @@ def _inflate(path: Path, raw: bytes, limit: int | None) -> bytes:
 
 
 #: the first bytes of what is not a UTF-8 text trace though it often holds one, and what to
-#: do about it (gzip alone is read: ``open_trace``)
+#: do about it (gzip alone is read: ``open_trace``, one layer of it)
 _NOT_TEXT = (
+    (GZIP_MAGIC, "compressed with gzip twice: one layer is read (gunzip it once)"),
     (b"BZh", "compressed with bzip2: only gzip is read (bunzip2 it, or gzip it)"),
     (b"\xfd7zXZ\x00", "compressed with xz: only gzip is read (unxz it, or gzip it)"),
     (b"\x28\xb5\x2f\xfd", "compressed with zstd: only gzip is read (unzstd it, or gzip it)"),

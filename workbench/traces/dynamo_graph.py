@@ -13,7 +13,7 @@ from typing import Any
 from workbench.errors import TraceFormatError
 from workbench.records import Spawn, SpawnTrigger, Unit
 from workbench.traces._io import wait_ms
-from workbench.traces.graph import subtree_ends
+from workbench.traces.graph import dangling, subtree_ends
 
 RELATION = "subagent"
 TRIGGERS: dict[str, SpawnTrigger] = {"request_start": "round_start", "request_end": "round_end"}
@@ -33,8 +33,7 @@ def attach(path: Path, units: list[Unit], sessions: dict[str, list[Any]]) -> lis
             continue
         first = reqs[0]
         if parent not in sessions:
-            raise TraceFormatError(path, first.line, f"session {u.unit_id!r}: parent_session_id "
-                                   f"{parent!r} names no session of the trace (dangling parent)")
+            raise dangling(path, first.line, u.unit_id, parent, "parent_session_id")
         dep = next(((r.line, r.dependency) for r in reqs if r.dependency), None)
         spawn = (_explicit(path, dep[0], dep[1], parent, sessions[parent]) if dep
                  else _timed(first.line, reqs, sessions[parent], done[u.unit_id]))

@@ -53,6 +53,14 @@ def graph_summary(units: Sequence[Unit]) -> dict[str, int]:
     }
 
 
+def dangling(path: Path, line: int, unit_id: str, parent_id: str, field: str = "parent",
+             among: str = "the trace") -> TraceFormatError:
+    """The one error for a child naming a parent that is not there (every reader's, and
+    ``check_graph``'s): ``field`` is what named it, ``among`` where the parent was looked for."""
+    return TraceFormatError(path, line, f"unit {unit_id!r}: {field} {parent_id!r} is not in "
+                                        f"{among} (dangling parent)")
+
+
 def check_graph(path: str | Path, workload: Workload) -> None:
     """Every child's parent exists, once, with the rounds its spawn names; no cycle
     (``TraceFormatError`` at the child's ``Spawn.line``)."""
@@ -72,8 +80,7 @@ def check_graph(path: str | Path, workload: Workload) -> None:
             continue
         parent = by_id.get(sp.parent_id)
         if parent is None:
-            raise TraceFormatError(path, sp.line, f"unit {u.unit_id!r}: parent "
-                                   f"{sp.parent_id!r} is not in the trace (dangling parent)")
+            raise dangling(path, sp.line, u.unit_id, sp.parent_id)
         n = len(parent.rounds)
         if not 0 <= sp.round_idx < n:
             raise TraceFormatError(path, sp.line, f"unit {u.unit_id!r} spawns at round "

@@ -176,7 +176,7 @@ def _int_field(src: _Source, obj: dict[str, Any], where: str, key: str, default:
 
 def _seconds(src: _Source, where: str, key: str, value: Any) -> float:
     return json_number(src.path, src.line, f"{where}{key}", value,
-                       maximum=bounds.MAX_ARRIVAL_MS / 1000)
+                       maximum=bounds.MAX_ARRIVAL_MS / 1000, unit="s")
 
 
 def _str_list(src: _Source, where: str, value: Any) -> None:
@@ -260,7 +260,9 @@ def _agent(src: _Source, reqs: Any, where: str, agent: _Agent, block: int, ids: 
                            _int_field(src, r, at, "tool_tokens", 0),
                            _int_field(src, r, at, "system_tokens", 0))
             if r.get("duration_ms") is not None:
-                child.duration_s = _seconds(src, at, "duration_ms", r["duration_ms"]) / 1000.0
+                child.duration_s = json_number(src.path, src.line, f"{at}duration_ms",
+                                               r["duration_ms"],
+                                               maximum=bounds.MAX_ARRIVAL_MS) / 1000.0
             _agent(src, r.get("requests", []), at, child, block, ids, depth + 1, seen, counts)
             if not _has_requests(child):
                 counts["empty_subagents"] += 1  # kv-cache-tester skips them too
