@@ -328,3 +328,16 @@ def test_a_file_gzipped_twice_says_so(tmp_path):
     path.write_bytes(gzip.compress(gzip.compress(("\n".join(JSONL["mooncake"]) + "\n").encode())))
     rule = "compressed with gzip twice: one layer is read (gunzip it once)"
     assert _both(path, "mooncake") == ((1, rule), (1, rule))
+
+
+def test_a_file_past_the_size_bound_is_the_same_error_detected_or_named(tmp_path, monkeypatch):
+    """Detection read the head of a 2 GB file of zeros and said 'binary data (NUL byte)';
+    named, the reader said the size (what stops it whatever its bytes)."""
+    from workbench.traces import bounds
+
+    monkeypatch.setattr(bounds, "MAX_TRACE_BYTES", 1000)
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(b"\x00" * 2000)
+    rule = ("file is larger than the bound of 1,000 bytes (2,000 bytes or more; "
+            "docs/trace-bounds.md)")
+    assert _both(path, "weka") == ((0, rule), (0, rule))

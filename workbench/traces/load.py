@@ -16,7 +16,10 @@ import orjson
 
 from workbench.errors import TraceFormatError
 from workbench.records import Workload
-from workbench.traces import _builtin  # noqa: F401  (every built-in reader registers)
+from workbench.traces import (
+    _builtin,  # noqa: F401  (every built-in reader registers)
+    bounds,
+)
 from workbench.traces._io import BOM, bytes_rule, check_options, open_trace
 from workbench.traces.bounds import MAX_HEAD_BYTES, check_workload
 from workbench.traces.formats import FORMATS, Reader, Sniffer, TraceFormat, register_format
@@ -55,6 +58,8 @@ def detect_format(path: str | Path) -> str:
     for name in FORMATS.names():
         if FORMATS.get(name).sniff(lines):
             return name
+    if path.stat().st_size > bounds.MAX_TRACE_BYTES:
+        open_trace(path)  # the readers' refusal of a file past the size bound, before its bytes
     head = open_trace(path, MAX_HEAD_BYTES)
     if (found := bytes_rule(head)) is not None:  # what to do, not "name the format"
         raise TraceFormatError(path, *found)
