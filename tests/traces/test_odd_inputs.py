@@ -341,3 +341,29 @@ def test_a_file_past_the_size_bound_is_the_same_error_detected_or_named(tmp_path
     rule = ("file is larger than the bound of 1,000 bytes (2,000 bytes or more; "
             "docs/trace-bounds.md)")
     assert _both(path, "weka") == ((0, rule), (0, rule))
+
+
+def _cut(text: str) -> str:
+    """How ``bounds.shown`` quotes a long string: 60 characters of its repr and its length."""
+    return f"{repr(text)[:60]}... ({len(repr(text)):,} characters)"
+
+
+@pytest.mark.parametrize(("name", "text", "rule"), [
+    ("m.jsonl", json.dumps({"timestamp": 0, "input_length": "1" + "2" * 300_000,
+                            "output_length": 5, "hash_ids": [1]}) + "\n",
+     "input_length must be an integer, got " + _cut("1" + "2" * 300_000)),
+    ("i.csv", "id,arrival_time,input_len,output_len\na,0," + "9" * 100_000 + ",5\n",
+     "input_len must be an integer, got " + _cut("9" * 100_000)),
+    ("t.jsonl", json.dumps({"schema_version": 1, "trajectory_id": "a",
+                            "requests": [{"prompt_tokens": 5, "output_tokens": 1,
+                                          "reset_before": "x" * 5000}]}) + "\n",
+     "requests[0].reset_before must be true or false, got " + _cut("x" * 5000)),
+])
+def test_a_huge_value_is_quoted_cut_with_its_length(tmp_path, name, text, rule):
+    """A 300 KB field was printed whole in the error: one line of stderr 300 KB long."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(path)
+    assert (exc.value.line, exc.value.rule) == (1 + name.endswith(".csv"), rule)
+    assert len(rule) < 160

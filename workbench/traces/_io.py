@@ -221,7 +221,7 @@ def _number_text(path: Path, line: int, name: str, value: Any, kind: str) -> Any
     if isinstance(value, str):
         pattern = _INT_TEXT if kind == "an integer" else _FLOAT_TEXT
         if not pattern.fullmatch(value):
-            raise TraceFormatError(path, line, f"{name} must be {kind}, got {value!r}")
+            raise TraceFormatError(path, line, f"{name} must be {kind}, got {bounds.shown(value)}")
     return value
 
 
@@ -232,7 +232,7 @@ def as_int(
     """An integer field (``12`` or ``12.0``, text in ASCII); rejects NaN, fractions,
     bools and values out of range."""
     if isinstance(value, bool):
-        raise TraceFormatError(path, line, f"{name} must be an integer, got {value!r}")
+        raise TraceFormatError(path, line, f"{name} must be an integer, got {bounds.shown(value)}")
     if isinstance(value, int):
         i = value  # exact, however large
     else:
@@ -241,13 +241,15 @@ def as_int(
             f = float(value)
         except (TypeError, ValueError):
             raise TraceFormatError(
-                path, line, f"{name} must be an integer, got {value!r}"
+                path, line, f"{name} must be an integer, got {bounds.shown(value)}"
             ) from None
         if not math.isfinite(f) or f != int(f) or not _integral_text(value):
-            raise TraceFormatError(path, line, f"{name} must be an integer, got {value!r}")
+            raise TraceFormatError(path, line, f"{name} must be an integer, "
+                                               f"got {bounds.shown(value)}")
         i = int(f)
     if minimum is not None and i < minimum:
-        raise TraceFormatError(path, line, f"{name} must be >= {minimum}, got {value!r}")
+        raise TraceFormatError(path, line, f"{name} must be >= {minimum}, "
+                                           f"got {bounds.shown(value)}")
     if maximum is not None and i > maximum:
         raise TraceFormatError(path, line, bounds.over(name, value, maximum, "tokens"))
     return i
@@ -269,16 +271,18 @@ def as_float(
     """A finite number field (text in ASCII); rejects NaN/inf, bools and values out of
     range (``unit``: what ``maximum`` is counted in, named in the error)."""
     if isinstance(value, bool):
-        raise TraceFormatError(path, line, f"{name} must be a number, got {value!r}")
+        raise TraceFormatError(path, line, f"{name} must be a number, got {bounds.shown(value)}")
     value = _number_text(path, line, name, value, "a number")
     try:
         f = float(value)
     except (TypeError, ValueError, OverflowError):
-        raise TraceFormatError(path, line, f"{name} must be a number, got {value!r}") from None
+        raise TraceFormatError(path, line, f"{name} must be a number, "
+                                           f"got {bounds.shown(value)}") from None
     if not math.isfinite(f):
-        raise TraceFormatError(path, line, f"{name} must be finite, got {value!r}")
+        raise TraceFormatError(path, line, f"{name} must be finite, got {bounds.shown(value)}")
     if minimum is not None and f < minimum:
-        raise TraceFormatError(path, line, f"{name} must be >= {minimum}, got {value!r}")
+        raise TraceFormatError(path, line, f"{name} must be >= {minimum}, "
+                                           f"got {bounds.shown(value)}")
     if maximum is not None and f > maximum:
         raise TraceFormatError(path, line, bounds.over(name, value, maximum, unit))
     return f

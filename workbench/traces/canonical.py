@@ -138,7 +138,8 @@ def _ms(path: Path, line: int, name: str, text: str) -> float:
     value = read(path, line, name, text)
     if not _MS_RE.fullmatch(text):
         raise TraceFormatError(
-            path, line, f"{name} must be written with exactly {MS_DECIMALS} decimals, got {text!r}"
+            path, line, f"{name} must be written with exactly {MS_DECIMALS} decimals, "
+                        f"got {bounds.shown(text)}"
         )
     return value
 
@@ -158,7 +159,7 @@ def _take_row(path: Path, line: int, row: dict[str, str], state: _State) -> None
     rid = row["request_id"]
     if rid != request_id(sid, idx):
         raise TraceFormatError(
-            path, line, f"request_id must be {request_id(sid, idx)!r}, got {rid!r}"
+            path, line, f"request_id must be {request_id(sid, idx)!r}, got {bounds.shown(rid)}"
         )
     if rid in state.request_ids:
         raise bounds.duplicate(path, line, "request_id", rid, state.request_ids[rid])

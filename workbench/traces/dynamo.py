@@ -115,7 +115,8 @@ def _hashes(path: Path, line: int, value: Any, raw: str) -> tuple[int, ...]:
         elif isinstance(h, str) and _INT_TEXT.fullmatch(h.strip()):
             out.append(int(h.strip()))
         else:
-            raise TraceFormatError(path, line, f"sequence hash must be an integer, got {h!r}")
+            raise TraceFormatError(path, line, f"sequence hash must be an integer, "
+                                               f"got {bounds.shown(h)}")
     return tuple(out)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from workbench.errors import TraceFormatError
 from workbench.records import Spawn, SpawnTrigger, Unit
+from workbench.traces import bounds
 from workbench.traces._io import wait_ms
 from workbench.traces.graph import dangling, subtree_ends
 
@@ -60,7 +61,7 @@ def _explicit(path: Path, line: int, dep: dict[str, Any], parent: str, reqs: lis
     wire = dep.get("trigger", "request_end")
     if wire not in TRIGGERS:
         raise TraceFormatError(path, line, f"dependency.trigger must be one of "
-                               f"{', '.join(TRIGGERS)}, got {wire!r}")
+                               f"{', '.join(TRIGGERS)}, got {bounds.shown(wire)}")
     delay = dep.get("delay_ms")
     delay_ms = 0.0 if delay is None else wait_ms(path, line, "dependency.delay_ms", delay)
     join = dep.get("join_request_id")

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.plurals import counted
 from workbench.records import Spawn, Unit, Workload
+from workbench.traces import bounds
 from workbench.traces._io import as_int, wait_ms
 
 #: the raw session CSV's optional graph columns (docs/session-graphs.md)
@@ -177,7 +178,7 @@ def csv_spawn(path: Path, line: int, row: dict[str, str]) -> tuple[Any, ...] | N
     trigger = row.get("spawn_trigger", "").strip() or "round_end"
     if trigger not in TRIGGERS:
         raise TraceFormatError(path, line, f"spawn_trigger must be one of "
-                               f"{', '.join(TRIGGERS)}, got {trigger!r}")
+                               f"{', '.join(TRIGGERS)}, got {bounds.shown(trigger)}")
     delay_text = row.get("spawn_delay_ms", "").strip()
     delay = wait_ms(path, line, "spawn_delay_ms", delay_text) if delay_text else 0.0
     join_text = row.get("join_round", "").strip()
@@ -242,7 +243,7 @@ def attach_sidecar(path: Path, units: tuple[Unit, ...], rows: Any) -> tuple[Unit
                                    f"({type(exc).__name__}: {exc})") from None
         if trigger not in TRIGGERS:
             raise TraceFormatError(path, n, f"spawn_trigger must be one of "
-                                   f"{', '.join(TRIGGERS)}, got {trigger!r}")
+                                   f"{', '.join(TRIGGERS)}, got {bounds.shown(trigger)}")
         if sid not in by_id:
             raise TraceFormatError(path, n, f"graph sidecar names session {sid!r}, which the "
                                    "canonical file does not have")

@@ -97,7 +97,7 @@ def first_json_object(lines: list[str]) -> dict[str, Any] | None:
 def _json_typed(path: Path, line: int, name: str, value: Any, kind: str) -> Any:
     """``value``, a JSON number: a string or a null is a wrong type here."""
     if isinstance(value, str) or value is None:
-        raise TraceFormatError(path, line, f"{name} must be {kind}, got {value!r}")
+        raise TraceFormatError(path, line, f"{name} must be {kind}, got {bounds.shown(value)}")
     return value
 
 
@@ -124,7 +124,8 @@ def json_tokens(path: Path, line: int, name: str, value: Any, *, minimum: int = 
 def json_id(path: Path, line: int, name: str, value: Any) -> str:
     """An identifier: a non-empty string or an integer, returned as a string."""
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise TraceFormatError(path, line, f"{name} must be a string or integer, got {value!r}")
+        raise TraceFormatError(path, line, f"{name} must be a string or integer, "
+                                           f"got {bounds.shown(value)}")
     text = str(value)
     if not text.strip():
         raise TraceFormatError(path, line, f"{name} must not be empty")

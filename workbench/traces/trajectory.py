@@ -62,7 +62,8 @@ def _request(path: Path, line: int, k: int, req: Any) -> tuple[int, int, float, 
     reset = req.get("reset_before", False)
     if not isinstance(reset, bool):
         raise TraceFormatError(
-            path, line, f"requests[{k}].reset_before must be true or false, got {reset!r}"
+            path, line, f"requests[{k}].reset_before must be true or false, "
+                        f"got {bounds.shown(reset)}"
         )
     return prompt, output, delay_ms, reset
 
@@ -76,11 +77,13 @@ def _trajectory(path: Path, line: int, obj: dict[str, Any]) -> Unit:
         number = None
     if number != 1:
         raise TraceFormatError(
-            path, line, f"schema_version must be 1 (only v1 is supported), got {version!r}"
+            path, line, f"schema_version must be 1 (only v1 is supported), "
+                        f"got {bounds.shown(version)}"
         )
     tid = obj["trajectory_id"]
     if not isinstance(tid, str) or not tid.strip():
-        raise TraceFormatError(path, line, f"trajectory_id must be a non-empty string, got {tid!r}")
+        raise TraceFormatError(path, line, f"trajectory_id must be a non-empty string, "
+                                           f"got {bounds.shown(tid)}")
     bounds.check_id(path, line, "trajectory_id", tid)
     requests = obj["requests"]
     if not isinstance(requests, list) or not requests:
