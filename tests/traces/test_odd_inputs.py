@@ -367,3 +367,17 @@ def test_a_huge_value_is_quoted_cut_with_its_length(tmp_path, name, text, rule):
         load_trace(path)
     assert (exc.value.line, exc.value.rule) == (1 + name.endswith(".csv"), rule)
     assert len(rule) < 160
+
+
+@pytest.mark.parametrize("fmt", sorted(CSV))
+@pytest.mark.parametrize(("sep", "name", "shown"), [
+    (";", "semicolons", ";"), ("\t", "tabs", "\\t"), ("|", "vertical bars", "|")])
+def test_a_csv_with_another_separator_says_so_detected_or_named(tmp_path, fmt, sep, name,
+                                                                 shown):
+    """A spreadsheet's semicolon export: detected it was 'cannot tell the trace format',
+    named 'missing columns: ...' (all of them, the header being one name)."""
+    path = tmp_path / "export.csv"
+    path.write_text("\n".join(line.replace(",", sep) for line in CSV[fmt]) + "\n")
+    rule = (f"the header is separated by {name}, not commas: {fmt} is comma-separated CSV "
+            f"(export it as CSV, or tr '{shown}' ',' < FILE when no field holds a comma)")
+    assert _both(path, fmt) == ((1, rule), (1, rule))

@@ -170,13 +170,32 @@ def read_text(path: Path) -> str:
     return text
 
 
+#: the separators spreadsheet exports use instead of commas, by name
+OTHER_SEPARATORS = {";": "semicolons", "\t": "tabs", "|": "vertical bars"}
+
+
+def separator_rule(header: str, fmt: str) -> str | None:
+    """Why a CSV header line without a comma is another separator's export (None: it is
+    not): one rule for detection and every CSV reader."""
+    if "," in header:
+        return None
+    sep = next((c for c in OTHER_SEPARATORS if c in header), None)
+    if sep is None:
+        return None
+    shown = "\\t" if sep == "\t" else sep
+    return (f"the header is separated by {OTHER_SEPARATORS[sep]}, not commas: {fmt} is "
+            f"comma-separated CSV (export it as CSV, or tr '{shown}' ',' < FILE when no "
+            "field holds a comma)")
+
+
 def read_csv(
-    path: Path, required: tuple[str, ...]
+    path: Path, required: tuple[str, ...], fmt: str
 ) -> tuple[list[str], int, Iterator[tuple[int, dict[str, str]]]]:
-    """Header (its columns checked now), its line (blank lines before it are skipped, as
-    blank rows are everywhere) and an iterator of ``(line_number, row)`` that checks each
-    row's width as it comes, then that there was a row at all. Rows are made one at a
-    time (docs/design-notes.md, "Trace loading": peak memory per row)."""
+    """Header (its columns checked now; ``fmt`` names the format in errors), its line (blank
+    lines before it are skipped, as blank rows are everywhere) and an iterator of
+    ``(line_number, row)`` that checks each row's width as it comes, then that there was a
+    row at all. Rows are made one at a time (docs/design-notes.md, "Trace loading": peak
+    memory per row)."""
     text = read_text(path)
     reader = csv.reader(io.StringIO(text))
     del text  # the StringIO holds its own copy
@@ -188,6 +207,8 @@ def read_csv(
         raise TraceFormatError(path, reader.line_num or 1,
                                f"cannot read CSV header ({exc})") from None
     header, line = [h.strip() for h in fields], reader.line_num
+    if len(fields) == 1 and (rule := separator_rule(fields[0], fmt)) is not None:
+        raise TraceFormatError(path, line, rule)
     missing = [c for c in required if c not in header]
     if missing:
         raise TraceFormatError(

@@ -122,7 +122,7 @@ def read_session_execution_v2(path: Path, *, sidecars: bool = True) -> Workload:
 
 def _strict_units(path: Path) -> tuple[Unit, ...]:
     """Row by row, every rule in file order; the first broken one raises."""
-    header, header_line, rows = read_csv(path, HEADER)
+    header, header_line, rows = read_csv(path, HEADER, FORMAT_NAME)
     if tuple(header) != HEADER:
         raise TraceFormatError(path, header_line, f"header must be exactly {HEADER_LINE!r}")
     state = _State()

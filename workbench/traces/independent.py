@@ -50,7 +50,7 @@ def _sniff(lines: list[str]) -> bool:
 def read_independent(path: Path) -> Workload:
     """Load an independent-request CSV: one unit per row, in file order."""
     path = Path(path)
-    header, header_line, rows = read_csv(path, COLUMNS)
+    header, header_line, rows = read_csv(path, COLUMNS, "independent")
     extra = [c for c in header if c not in COLUMNS]
     if extra:
         raise TraceFormatError(

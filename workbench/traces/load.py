@@ -20,7 +20,14 @@ from workbench.traces import (
     _builtin,  # noqa: F401  (every built-in reader registers)
     bounds,
 )
-from workbench.traces._io import BOM, bytes_rule, check_options, open_trace
+from workbench.traces._io import (
+    BOM,
+    OTHER_SEPARATORS,
+    bytes_rule,
+    check_options,
+    open_trace,
+    separator_rule,
+)
 from workbench.traces.bounds import MAX_HEAD_BYTES, check_workload
 from workbench.traces.formats import FORMATS, Reader, Sniffer, TraceFormat, register_format
 from workbench.traces.graph import check_graph
@@ -64,6 +71,7 @@ def detect_format(path: str | Path) -> str:
     if (found := bytes_rule(head)) is not None:  # what to do, not "name the format"
         raise TraceFormatError(path, *found)
     _refuse_json_document(path, head)
+    _refuse_other_separator(path, lines[0])
     _refuse_broken_json_head(path, lines[0])
     raise TraceFormatError(
         path, 1, f"cannot tell the trace format; name it (--format on the command line, fmt= in "
@@ -90,6 +98,18 @@ def _detect_folder(path: Path) -> str:
     raise TraceFormatError(
         path, 0, f"not a regular file: a directory; a folder is read as one trace only by "
         f"{readers}, and none of its {len(files)} files is one (name a file, or the format)")
+
+
+def _refuse_other_separator(path: Path, first: str) -> None:
+    """A CSV header a format would take were its separators commas: the CSV readers' rule
+    (``_io.separator_rule``), naming that format."""
+    sep = next((c for c in OTHER_SEPARATORS if c in first), None)
+    if sep is None or "," in first:
+        return
+    as_csv = [first.replace(sep, ",")]
+    name = next((n for n in FORMATS.names() if FORMATS.get(n).sniff(as_csv)), None)
+    if name is not None and (rule := separator_rule(first, name)) is not None:
+        raise TraceFormatError(path, 1, rule)
 
 
 def _refuse_json_document(path: Path, head: bytes) -> None:

@@ -76,7 +76,7 @@ def read_session_csv(path: Path) -> Workload:
 
 def _strict_units(path: Path) -> tuple[tuple[Unit, ...], str, bool]:
     """Row by row, in file order; the first broken rule raises."""
-    header, header_line, rows = read_csv(path, REQUIRED)
+    header, header_line, rows = read_csv(path, REQUIRED, FORMAT_NAME)
     id_col = _id_column(path, header, header_line)
     has_arrival = "arrival_time" in header
     sessions: dict[str, _Session] = {}
