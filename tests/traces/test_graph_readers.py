@@ -78,7 +78,8 @@ def test_tracelab_parent_field_wins_and_dangling_is_an_error(tmp_path):
     assert (spawn["kid"].parent_id, spawn["kid"].round_idx, spawn["kid"].join_round) == \
         ("main", 1, None)
     rows[2]["parent_session_id"] = "nobody"
-    with pytest.raises(TraceFormatError, match=r":3: parent_session_id 'nobody'.*dangling"):
+    with pytest.raises(TraceFormatError,
+                       match=r":3: unit '.*': parent_session_id 'nobody'.*dangling"):
         load_trace(_write(tmp_path, rows, "bad.jsonl"))
 
 

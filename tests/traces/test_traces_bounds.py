@@ -308,7 +308,7 @@ def test_mooncake_generated_ids_step_aside_for_ids_the_file_uses(tmp_path):
 
 def test_mooncake_given_ids_must_be_unique_and_not_a_session_id(tmp_path):
     dup = _jsonl(MOON % (0, 5, 1, ',"request_id":"r"'), MOON % (0, 5, 1, ',"request_id":"r"'))
-    with pytest.raises(TraceFormatError, match=r"duplicate request id 'r' .also at line 1") as exc:
+    with pytest.raises(TraceFormatError, match=r"duplicate request_id 'r' .also at line 1") as exc:
         _load(tmp_path, "m.jsonl", dup)
     assert exc.value.line == 2
     clash = _jsonl(MOON % (0, 5, 1, ',"session_id":"x"'), MOON % (0, 5, 1, ',"request_id":"x"'))

@@ -144,7 +144,7 @@ def test_hash_ids_wider_than_64_bits_stay_exact(tmp_path):
         pytest.param(
             _row(extra=', "request_id": "x"') + _row(extra=', "request_id": "x"'),
             2,
-            "duplicate request id",
+            "duplicate request_id 'x' (also at line 1)",
             id="duplicate-request-id",
         ),
         pytest.param(

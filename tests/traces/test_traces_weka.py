@@ -328,7 +328,8 @@ def test_duplicate_ids_and_block_sizes_across_files_are_refused(tmp_path: Path) 
     folder.mkdir()
     (folder / "a.json").write_text(json.dumps(conv("x", [req(0.0, 64, 1, [1])])))
     (folder / "b.json").write_text(json.dumps(conv("x", [req(0.0, 64, 1, [1])])))
-    with pytest.raises(TraceFormatError, match=r"'x' appears twice \(first: .*a.json:1\)") as e:
+    with pytest.raises(TraceFormatError,
+                       match=r"duplicate conversation id 'x' \(also at .*a.json:1\)") as e:
         load_trace(folder)
     assert e.value.path == str(folder / "b.json")
     (folder / "b.json").write_text(json.dumps(conv("y", [req(0.0, 64, 1, [1])], block_size=32)))

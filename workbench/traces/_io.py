@@ -108,8 +108,9 @@ def _inflate(path: Path, raw: bytes, limit: int | None) -> bytes:
 
 
 #: the first bytes of what is not a UTF-8 text trace though it often holds one, and what to
-#: do about it (gzip alone is read: ``open_trace``)
+#: do about it (gzip alone is read: ``open_trace``, one layer of it)
 _NOT_TEXT = (
+    (GZIP_MAGIC, "compressed with gzip twice: one layer is read (gunzip it once)"),
     (b"BZh", "compressed with bzip2: only gzip is read (bunzip2 it, or gzip it)"),
     (b"\xfd7zXZ\x00", "compressed with xz: only gzip is read (unxz it, or gzip it)"),
     (b"\x28\xb5\x2f\xfd", "compressed with zstd: only gzip is read (unzstd it, or gzip it)"),
@@ -131,15 +132,28 @@ def _too_big(size: int) -> str:
             f"({size:,} bytes or more; {bounds.DOC})")
 
 
-def read_text(path: Path) -> str:
-    """The whole file as text: regular, bounded in bytes and lines, no NUL, UTF-8, not
-    blank; a BOM dropped."""
-    data = open_trace(path)
+def bytes_rule(data: bytes) -> tuple[int, str] | None:
+    """``(line, rule)`` when ``data`` (a whole file, or the head detection reads) is no text
+    trace a reader could take line by line; None otherwise. One rule for detection and
+    every reader: a compressor's or UTF-16's first bytes, a NUL byte, lines ended by a
+    bare CR (docs/trace-bounds.md, "Files")."""
     if (rule := not_text_rule(data)) is not None:
-        raise TraceFormatError(path, 1, rule)
+        return 1, rule
     if b"\x00" in data:
         line = data[: data.index(b"\x00")].count(b"\n") + 1
-        raise TraceFormatError(path, line, "binary data (NUL byte): not a text trace")
+        return line, "binary data (NUL byte): not a text trace"
+    if b"\n" not in data and b"\r" in data.strip():
+        return 1, ("lines end in a bare CR (classic Mac OS line endings): traces take LF or "
+                   "CRLF (convert: tr '\\r' '\\n' < FILE)")
+    return None
+
+
+def read_text(path: Path) -> str:
+    """The whole file as text: regular, bounded in bytes and lines, no NUL, UTF-8, not
+    blank, lines ended by LF or CRLF; a BOM dropped."""
+    data = open_trace(path)
+    if (found := bytes_rule(data)) is not None:
+        raise TraceFormatError(path, *found)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -156,29 +170,56 @@ def read_text(path: Path) -> str:
     return text
 
 
+#: the separators spreadsheet exports use instead of commas, by name
+OTHER_SEPARATORS = {";": "semicolons", "\t": "tabs", "|": "vertical bars"}
+
+
+def separator_rule(header: str, fmt: str) -> str | None:
+    """Why a CSV header line without a comma is another separator's export (None: it is
+    not): one rule for detection and every CSV reader."""
+    if "," in header:
+        return None
+    sep = next((c for c in OTHER_SEPARATORS if c in header), None)
+    if sep is None:
+        return None
+    shown = "\\t" if sep == "\t" else sep
+    return (f"the header is separated by {OTHER_SEPARATORS[sep]}, not commas: {fmt} is "
+            f"comma-separated CSV (export it as CSV, or tr '{shown}' ',' < FILE when no "
+            "field holds a comma)")
+
+
 def read_csv(
-    path: Path, required: tuple[str, ...]
-) -> tuple[list[str], Iterator[tuple[int, dict[str, str]]]]:
-    """Header (its columns checked now) and an iterator of ``(line_number, row)`` that
-    checks each row's width as it comes, then that there was a row at all. Rows are
-    made one at a time (docs/design-notes.md, "Trace loading": peak memory per row)."""
+    path: Path, required: tuple[str, ...], fmt: str
+) -> tuple[list[str], int, Iterator[tuple[int, dict[str, str]]]]:
+    """Header (its columns checked now; ``fmt`` names the format in errors), its line (blank
+    lines before it are skipped, as blank rows are everywhere) and an iterator of
+    ``(line_number, row)`` that checks each row's width as it comes, then that there was a
+    row at all. Rows are made one at a time (docs/design-notes.md, "Trace loading": peak
+    memory per row)."""
     text = read_text(path)
     reader = csv.reader(io.StringIO(text))
     del text  # the StringIO holds its own copy
     try:
-        header = [h.strip() for h in next(reader)]
+        fields = next(reader)
+        while not any(f.strip() for f in fields):  # read_text refused an all-blank file
+            fields = next(reader)
     except (StopIteration, csv.Error) as exc:
-        raise TraceFormatError(path, 1, f"cannot read CSV header ({exc})") from None
+        raise TraceFormatError(path, reader.line_num or 1,
+                               f"cannot read CSV header ({exc})") from None
+    header, line = [h.strip() for h in fields], reader.line_num
+    if len(fields) == 1 and (rule := separator_rule(fields[0], fmt)) is not None:
+        raise TraceFormatError(path, line, rule)
     missing = [c for c in required if c not in header]
     if missing:
         raise TraceFormatError(
-            path, 1, f"missing {noun(len(missing), 'column')}: {', '.join(missing)}")
+            path, line, f"missing {noun(len(missing), 'column')}: {', '.join(missing)}")
     if len(set(header)) != len(header):
-        raise TraceFormatError(path, 1, "duplicate column names in header")
-    return header, _csv_rows(path, reader, header)
+        raise TraceFormatError(path, line, "duplicate column names in header")
+    return header, line, _csv_rows(path, reader, header, line)
 
 
-def _csv_rows(path: Path, reader: Any, header: list[str]) -> Iterator[tuple[int, dict[str, str]]]:
+def _csv_rows(path: Path, reader: Any, header: list[str],
+              header_line: int) -> Iterator[tuple[int, dict[str, str]]]:
     width, any_row = len(header), False
     try:
         for fields in reader:
@@ -193,7 +234,7 @@ def _csv_rows(path: Path, reader: Any, header: list[str]) -> Iterator[tuple[int,
     except csv.Error as exc:
         raise TraceFormatError(path, reader.line_num, f"malformed CSV ({exc})") from None
     if not any_row:
-        raise TraceFormatError(path, 2, "no data rows")
+        raise TraceFormatError(path, header_line + 1, "no data rows")
 
 
 def _number_text(path: Path, line: int, name: str, value: Any, kind: str) -> Any:
@@ -201,7 +242,7 @@ def _number_text(path: Path, line: int, name: str, value: Any, kind: str) -> Any
     if isinstance(value, str):
         pattern = _INT_TEXT if kind == "an integer" else _FLOAT_TEXT
         if not pattern.fullmatch(value):
-            raise TraceFormatError(path, line, f"{name} must be {kind}, got {value!r}")
+            raise TraceFormatError(path, line, f"{name} must be {kind}, got {bounds.shown(value)}")
     return value
 
 
@@ -212,7 +253,7 @@ def as_int(
     """An integer field (``12`` or ``12.0``, text in ASCII); rejects NaN, fractions,
     bools and values out of range."""
     if isinstance(value, bool):
-        raise TraceFormatError(path, line, f"{name} must be an integer, got {value!r}")
+        raise TraceFormatError(path, line, f"{name} must be an integer, got {bounds.shown(value)}")
     if isinstance(value, int):
         i = value  # exact, however large
     else:
@@ -221,13 +262,15 @@ def as_int(
             f = float(value)
         except (TypeError, ValueError):
             raise TraceFormatError(
-                path, line, f"{name} must be an integer, got {value!r}"
+                path, line, f"{name} must be an integer, got {bounds.shown(value)}"
             ) from None
         if not math.isfinite(f) or f != int(f) or not _integral_text(value):
-            raise TraceFormatError(path, line, f"{name} must be an integer, got {value!r}")
+            raise TraceFormatError(path, line, f"{name} must be an integer, "
+                                               f"got {bounds.shown(value)}")
         i = int(f)
     if minimum is not None and i < minimum:
-        raise TraceFormatError(path, line, f"{name} must be >= {minimum}, got {value!r}")
+        raise TraceFormatError(path, line, f"{name} must be >= {minimum}, "
+                                           f"got {bounds.shown(value)}")
     if maximum is not None and i > maximum:
         raise TraceFormatError(path, line, bounds.over(name, value, maximum, "tokens"))
     return i
@@ -244,23 +287,25 @@ def _integral_text(value: Any) -> bool:
 
 def as_float(
     path: Path, line: int, name: str, value: Any, *, minimum: float | None = 0.0,
-    maximum: float | None = None,
+    maximum: float | None = None, unit: str = "ms",
 ) -> float:
     """A finite number field (text in ASCII); rejects NaN/inf, bools and values out of
-    range."""
+    range (``unit``: what ``maximum`` is counted in, named in the error)."""
     if isinstance(value, bool):
-        raise TraceFormatError(path, line, f"{name} must be a number, got {value!r}")
+        raise TraceFormatError(path, line, f"{name} must be a number, got {bounds.shown(value)}")
     value = _number_text(path, line, name, value, "a number")
     try:
         f = float(value)
     except (TypeError, ValueError, OverflowError):
-        raise TraceFormatError(path, line, f"{name} must be a number, got {value!r}") from None
+        raise TraceFormatError(path, line, f"{name} must be a number, "
+                                           f"got {bounds.shown(value)}") from None
     if not math.isfinite(f):
-        raise TraceFormatError(path, line, f"{name} must be finite, got {value!r}")
+        raise TraceFormatError(path, line, f"{name} must be finite, got {bounds.shown(value)}")
     if minimum is not None and f < minimum:
-        raise TraceFormatError(path, line, f"{name} must be >= {minimum}, got {value!r}")
+        raise TraceFormatError(path, line, f"{name} must be >= {minimum}, "
+                                           f"got {bounds.shown(value)}")
     if maximum is not None and f > maximum:
-        raise TraceFormatError(path, line, bounds.over(name, value, maximum, "ms"))
+        raise TraceFormatError(path, line, bounds.over(name, value, maximum, unit))
     return f
 
 

@@ -6,6 +6,8 @@ Fields and mapping (``prefix_len = cached_tokens``, the wait after round i the
 
 from __future__ import annotations
 
+import dataclasses
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +22,23 @@ from workbench.traces.json_io import (
     json_int,
     json_number,
     json_tokens,
+    note_unknown,
     unit_per_line,
+    warn_unknown,
 )
 
 _TURN_FIELDS = ("index", "input_tokens", "output_tokens", "cached_tokens", "pre_gap_ms")
+#: every field agentic-bench writes: the others are named in one warning (json_io.note_unknown)
+KNOWN_FIELDS = frozenset(("session_id", "source", "system_prompt", "turns"))
+KNOWN_TURN_FIELDS = frozenset((*_TURN_FIELDS, "input_delta", "assistant_text", "tool_calls"))
 
 
-def _turn(path: Path, line: int, k: int, turn: Any) -> tuple[int, int, int, int, float]:
+def _turn(path: Path, line: int, k: int, turn: Any,
+          extra: dict[str, int]) -> tuple[int, int, int, int, float]:  # fmt: skip
     """``(index, input_tokens, output_tokens, cached_tokens, pre_gap_ms)`` of ``turns[k]``."""
     if not isinstance(turn, dict):
         raise TraceFormatError(path, line, f"turns[{k}] must be an object")
+    note_unknown(path, line, turn, KNOWN_TURN_FIELDS, extra, where="turns[].")
     missing = [f for f in _TURN_FIELDS if f not in turn]
     if missing:
         raise TraceFormatError(
@@ -47,7 +56,8 @@ def _turn(path: Path, line: int, k: int, turn: Any) -> tuple[int, int, int, int,
     return index, inp, out, cached, gap
 
 
-def _session(path: Path, line: int, obj: dict[str, Any]) -> Unit:
+def _session(path: Path, line: int, obj: dict[str, Any], extra: dict[str, int]) -> Unit:
+    note_unknown(path, line, obj, KNOWN_FIELDS, extra)
     for key in ("session_id", "turns"):
         if key not in obj:
             raise TraceFormatError(path, line, f"missing field {key!r}")
@@ -58,7 +68,7 @@ def _session(path: Path, line: int, obj: dict[str, Any]) -> Unit:
     turns = obj["turns"]
     if not isinstance(turns, list) or not turns:
         raise TraceFormatError(path, line, "turns must be a non-empty list")
-    parsed = [_turn(path, line, k, t) for k, t in enumerate(turns)]
+    parsed = [_turn(path, line, k, t, extra) for k, t in enumerate(turns)]
     for k in range(1, len(parsed)):
         if parsed[k][0] <= parsed[k - 1][0]:
             raise TraceFormatError(path, line, f"turns[{k}].index {parsed[k][0]} does not increase")
@@ -81,5 +91,10 @@ def _sniff(lines: list[str]) -> bool:
     description="agentic-bench session JSONL: one session with recorded turns a line",
 )
 def read_abench(path: Path) -> Workload:
-    """Load an abench session file: each line one session, all arriving at 0."""
-    return unit_per_line(Path(path), "abench", _session, "session_id")
+    """Load an abench session file: each line one session, all arriving at 0; fields it
+    does not know named in one warning."""
+    path, extra = Path(path), dict[str, int]()
+    workload = unit_per_line(path, "abench", partial(_session, extra=extra), "session_id")
+    meta: dict[str, Any] = {}
+    warn_unknown(path, extra, meta)
+    return dataclasses.replace(workload, meta=meta) if meta else workload

@@ -75,7 +75,7 @@ def _parse(path: Path, line: int, obj: dict[str, Any], raw: str, block: int) -> 
     if parent == ROOT:
         parent = None
     seconds = json_number(path, line, "timestamp", obj["timestamp"],
-                          maximum=bounds.MAX_ARRIVAL_MS / _MS_PER_S)
+                          maximum=bounds.MAX_ARRIVAL_MS / _MS_PER_S, unit="s")
     inp = json_tokens(path, line, "input_length", obj["input_length"], minimum=1)
     out = json_tokens(path, line, "output_length", obj["output_length"], minimum=1)
     bounds.check_round(path, line, inp, out)
@@ -91,9 +91,7 @@ def _roots(path: Path, rows: list[_Row]) -> tuple[dict[str, str], int, int]:
     by_id: dict[str, _Row] = {}
     for r in rows:
         if r.chat_id in by_id:
-            raise TraceFormatError(
-                path, r.line, f"duplicate chat_id {r.chat_id!r} (also at line "
-                f"{by_id[r.chat_id].line})")
+            raise bounds.duplicate(path, r.line, "chat_id", r.chat_id, by_id[r.chat_id].line)
         by_id[r.chat_id] = r
     root: dict[str, str] = {}
     dangling, first = 0, 0
@@ -131,7 +129,7 @@ def read_bailian(path: Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workloa
     path = Path(path)
     rows: list[_Row] = []
     extra: dict[str, int] = {}
-    for line, obj, raw in json_lines(path):
+    for line, obj, raw in json_lines(path, FORMAT_NAME):
         note_unknown(path, line, obj, KNOWN_FIELDS, extra)
         rows.append(_parse(path, line, obj, raw, block_size))
     if not rows:

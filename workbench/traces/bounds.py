@@ -31,10 +31,25 @@ _UNSENDABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 DOC = "docs/trace-bounds.md"
 
 
+SHOWN_CHARS = 80  # a value quoted in an error: at most this much of its repr
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for an error message, cut to ``SHOWN_CHARS`` with its length said (a
+    300 KB field was printed whole, on one line of stderr)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's digit limit for str()
+        return "an integer of more than 4,300 digits"
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return f"{text[:SHOWN_CHARS - 20]}... ({len(text):,} characters)"
+
+
 def over(name: str, value: object, bound: float, unit: str) -> str:
     """The rule text of a value past its bound."""
-    shown = f"{bound:,.0f}" if float(bound).is_integer() else f"{bound:,}"
-    return f"{name} {value!r} exceeds the bound of {shown} {unit} ({DOC})"
+    limit = f"{bound:,.0f}" if float(bound).is_integer() else f"{bound:,}"
+    return f"{name} {shown(value)} exceeds the bound of {limit} {unit} ({DOC})"
 
 
 def id_rule(name: str, value: str, limit: int = MAX_ID_CHARS) -> str | None:
@@ -48,6 +63,13 @@ def id_rule(name: str, value: str, limit: int = MAX_ID_CHARS) -> str | None:
         return (f"{name} {value[:60]!r} holds {bad.group()!r}, {what}, which an HTTP header "
                 f"cannot carry ({DOC})")
     return None
+
+
+def duplicate(path: Path, line: int, name: str, value: str, first: int | str) -> TraceFormatError:
+    """The one error for an id a trace uses twice (docs/trace-bounds.md, "Unique ids"):
+    ``first`` is the line it was first on, or ``file:line`` in another file of a folder."""
+    where = f"line {first}" if isinstance(first, int) else first
+    return TraceFormatError(path, line, f"duplicate {name} {shown(value)} (also at {where})")
 
 
 def check_id(path: Path, line: int, name: str, value: str) -> str:

@@ -88,7 +88,7 @@ def sniff(lines: list[str]) -> bool:
 class _State:
     """What the row checks need to remember while walking the file."""
 
-    request_ids: set[str] = field(default_factory=set)
+    request_ids: dict[str, int] = field(default_factory=dict)  # each id's line
     session_lines: dict[str, int] = field(default_factory=dict)
     session: str | None = None
     next_idx: int = 0
@@ -122,9 +122,9 @@ def read_session_execution_v2(path: Path, *, sidecars: bool = True) -> Workload:
 
 def _strict_units(path: Path) -> tuple[Unit, ...]:
     """Row by row, every rule in file order; the first broken one raises."""
-    header, rows = read_csv(path, HEADER)
+    header, header_line, rows = read_csv(path, HEADER, FORMAT_NAME)
     if tuple(header) != HEADER:
-        raise TraceFormatError(path, 1, f"header must be exactly {HEADER_LINE!r}")
+        raise TraceFormatError(path, header_line, f"header must be exactly {HEADER_LINE!r}")
     state = _State()
     for line, row in rows:
         _take_row(path, line, row, state)
@@ -138,7 +138,8 @@ def _ms(path: Path, line: int, name: str, text: str) -> float:
     value = read(path, line, name, text)
     if not _MS_RE.fullmatch(text):
         raise TraceFormatError(
-            path, line, f"{name} must be written with exactly {MS_DECIMALS} decimals, got {text!r}"
+            path, line, f"{name} must be written with exactly {MS_DECIMALS} decimals, "
+                        f"got {bounds.shown(text)}"
         )
     return value
 
@@ -158,11 +159,11 @@ def _take_row(path: Path, line: int, row: dict[str, str], state: _State) -> None
     rid = row["request_id"]
     if rid != request_id(sid, idx):
         raise TraceFormatError(
-            path, line, f"request_id must be {request_id(sid, idx)!r}, got {rid!r}"
+            path, line, f"request_id must be {request_id(sid, idx)!r}, got {bounds.shown(rid)}"
         )
     if rid in state.request_ids:
-        raise TraceFormatError(path, line, f"duplicate request_id {rid!r}")
-    state.request_ids.add(rid)
+        raise bounds.duplicate(path, line, "request_id", rid, state.request_ids[rid])
+    state.request_ids[rid] = line
     _check_order(path, line, sid, idx, arrival, state)
     if idx == 0 and prefix != 0:
         raise TraceFormatError(path, line, f"prefix_len must be 0 on round 0, got {prefix}")

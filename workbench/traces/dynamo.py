@@ -115,7 +115,8 @@ def _hashes(path: Path, line: int, value: Any, raw: str) -> tuple[int, ...]:
         elif isinstance(h, str) and _INT_TEXT.fullmatch(h.strip()):
             out.append(int(h.strip()))
         else:
-            raise TraceFormatError(path, line, f"sequence hash must be an integer, got {h!r}")
+            raise TraceFormatError(path, line, f"sequence hash must be an integer, "
+                                               f"got {bounds.shown(h)}")
     return tuple(out)
 
 
@@ -223,7 +224,7 @@ def _read_events(
     requests: list[_Request] = []
     tools: list[_Tool] = []
     skipped: Counter[str] = Counter()
-    for line, obj, raw in json_lines(path):
+    for line, obj, raw in json_lines(path, "dynamo"):
         ev = _unwrap(obj)
         if ev.get("schema") != SCHEMA:
             got = ev.get("schema")
@@ -247,7 +248,7 @@ def _read_events(
 def _check(path: Path, requests: list[_Request]) -> None:
     """One block size, unique request ids, sessions on all requests or none."""
     first = requests[0]
-    ids: set[str] = set()
+    ids: dict[str, int] = {}  # each request id's line
     for r in requests:
         if r.block_size != first.block_size:
             raise TraceFormatError(
@@ -263,8 +264,8 @@ def _check(path: Path, requests: list[_Request]) -> None:
                 "mixed trace: some request_end rows have agent_context.session_id and some do not",
             )
         if r.request_id in ids:
-            raise TraceFormatError(path, r.line, f"duplicate request_id {r.request_id!r}")
-        ids.add(r.request_id)
+            raise bounds.duplicate(path, r.line, "request_id", r.request_id, ids[r.request_id])
+        ids[r.request_id] = r.line
 
 
 def _tool_wait(a: _Request, b: _Request, tools: list[_Tool], sources: Counter[str]) -> float:

@@ -12,8 +12,9 @@ from typing import Any
 
 from workbench.errors import TraceFormatError
 from workbench.records import Spawn, SpawnTrigger, Unit
+from workbench.traces import bounds
 from workbench.traces._io import wait_ms
-from workbench.traces.graph import subtree_ends
+from workbench.traces.graph import dangling, subtree_ends
 
 RELATION = "subagent"
 TRIGGERS: dict[str, SpawnTrigger] = {"request_start": "round_start", "request_end": "round_end"}
@@ -33,8 +34,7 @@ def attach(path: Path, units: list[Unit], sessions: dict[str, list[Any]]) -> lis
             continue
         first = reqs[0]
         if parent not in sessions:
-            raise TraceFormatError(path, first.line, f"session {u.unit_id!r}: parent_session_id "
-                                   f"{parent!r} names no session of the trace (dangling parent)")
+            raise dangling(path, first.line, u.unit_id, parent, "parent_session_id")
         dep = next(((r.line, r.dependency) for r in reqs if r.dependency), None)
         spawn = (_explicit(path, dep[0], dep[1], parent, sessions[parent]) if dep
                  else _timed(first.line, reqs, sessions[parent], done[u.unit_id]))
@@ -61,7 +61,7 @@ def _explicit(path: Path, line: int, dep: dict[str, Any], parent: str, reqs: lis
     wire = dep.get("trigger", "request_end")
     if wire not in TRIGGERS:
         raise TraceFormatError(path, line, f"dependency.trigger must be one of "
-                               f"{', '.join(TRIGGERS)}, got {wire!r}")
+                               f"{', '.join(TRIGGERS)}, got {bounds.shown(wire)}")
     delay = dep.get("delay_ms")
     delay_ms = 0.0 if delay is None else wait_ms(path, line, "dependency.delay_ms", delay)
     join = dep.get("join_request_id")

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from workbench.errors import ConfigError, TraceFormatError
+from workbench.plurals import counted
 from workbench.records import Spawn, Unit, Workload
+from workbench.traces import bounds
 from workbench.traces._io import as_int, wait_ms
 
 #: the raw session CSV's optional graph columns (docs/session-graphs.md)
@@ -52,6 +54,14 @@ def graph_summary(units: Sequence[Unit]) -> dict[str, int]:
     }
 
 
+def dangling(path: Path, line: int, unit_id: str, parent_id: str, field: str = "parent",
+             among: str = "the trace") -> TraceFormatError:
+    """The one error for a child naming a parent that is not there (every reader's, and
+    ``check_graph``'s): ``field`` is what named it, ``among`` where the parent was looked for."""
+    return TraceFormatError(path, line, f"unit {unit_id!r}: {field} {parent_id!r} is not in "
+                                        f"{among} (dangling parent)")
+
+
 def check_graph(path: str | Path, workload: Workload) -> None:
     """Every child's parent exists, once, with the rounds its spawn names; no cycle
     (``TraceFormatError`` at the child's ``Spawn.line``)."""
@@ -71,17 +81,17 @@ def check_graph(path: str | Path, workload: Workload) -> None:
             continue
         parent = by_id.get(sp.parent_id)
         if parent is None:
-            raise TraceFormatError(path, sp.line, f"unit {u.unit_id!r}: parent "
-                                   f"{sp.parent_id!r} is not in the trace (dangling parent)")
+            raise dangling(path, sp.line, u.unit_id, sp.parent_id)
         n = len(parent.rounds)
         if not 0 <= sp.round_idx < n:
             raise TraceFormatError(path, sp.line, f"unit {u.unit_id!r} spawns at round "
-                                   f"{sp.round_idx} of {sp.parent_id!r}, which has {n} rounds")
+                                   f"{sp.round_idx} of {sp.parent_id!r}, which has "
+                                   f"{counted(n, 'round')}")
         if sp.join_round is not None and not sp.round_idx < sp.join_round < n:
             raise TraceFormatError(
                 path, sp.line, f"unit {u.unit_id!r}: join before round {sp.join_round} of "
                 f"{sp.parent_id!r} must come after the spawn round {sp.round_idx} and "
-                f"within its {n} rounds")
+                f"within its {counted(n, 'round')}")
         if sp.delay_ms < 0:
             raise TraceFormatError(path, sp.line, f"unit {u.unit_id!r}: spawn delay must be "
                                    f">= 0, got {sp.delay_ms:g}")
@@ -168,7 +178,7 @@ def csv_spawn(path: Path, line: int, row: dict[str, str]) -> tuple[Any, ...] | N
     trigger = row.get("spawn_trigger", "").strip() or "round_end"
     if trigger not in TRIGGERS:
         raise TraceFormatError(path, line, f"spawn_trigger must be one of "
-                               f"{', '.join(TRIGGERS)}, got {trigger!r}")
+                               f"{', '.join(TRIGGERS)}, got {bounds.shown(trigger)}")
     delay_text = row.get("spawn_delay_ms", "").strip()
     delay = wait_ms(path, line, "spawn_delay_ms", delay_text) if delay_text else 0.0
     join_text = row.get("join_round", "").strip()
@@ -233,7 +243,7 @@ def attach_sidecar(path: Path, units: tuple[Unit, ...], rows: Any) -> tuple[Unit
                                    f"({type(exc).__name__}: {exc})") from None
         if trigger not in TRIGGERS:
             raise TraceFormatError(path, n, f"spawn_trigger must be one of "
-                                   f"{', '.join(TRIGGERS)}, got {trigger!r}")
+                                   f"{', '.join(TRIGGERS)}, got {bounds.shown(trigger)}")
         if sid not in by_id:
             raise TraceFormatError(path, n, f"graph sidecar names session {sid!r}, which the "
                                    "canonical file does not have")

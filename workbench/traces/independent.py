@@ -50,19 +50,19 @@ def _sniff(lines: list[str]) -> bool:
 def read_independent(path: Path) -> Workload:
     """Load an independent-request CSV: one unit per row, in file order."""
     path = Path(path)
-    header, rows = read_csv(path, COLUMNS)
+    header, header_line, rows = read_csv(path, COLUMNS, "independent")
     extra = [c for c in header if c not in COLUMNS]
     if extra:
         raise TraceFormatError(
-            path, 1, f"unknown {noun(len(extra), 'column')} {', '.join(extra)}; "
+            path, header_line, f"unknown {noun(len(extra), 'column')} {', '.join(extra)}; "
             f"expected exactly {','.join(COLUMNS)}"
         )
     units: list[Unit] = []
-    seen: set[str] = set()
+    seen: dict[str, int] = {}  # each unit id's line
     for line, row in rows:
         unit = _unit(path, line, row)
         if unit.unit_id in seen:
-            raise TraceFormatError(path, line, f"duplicate id {row['id'].strip()!r}")
-        seen.add(unit.unit_id)
+            raise bounds.duplicate(path, line, "id", row["id"].strip(), seen[unit.unit_id])
+        seen[unit.unit_id] = line
         units.append(unit)
     return Workload(tuple(units), "independent", str(path))

@@ -37,27 +37,47 @@ def loads_exact(path: Path, lineno: int, raw: str) -> Any:
         raise TraceFormatError(path, lineno, f"invalid JSON ({exc})") from None
 
 
-def json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any], str]]:
+def json_lines(path: Path, fmt: str) -> Iterator[tuple[int, dict[str, Any], str]]:
     """``(line_number, object, raw_line)`` for every non-blank line (each a JSON object),
     split on ``\n`` only (``splitlines`` also splits on U+2028, U+0085 ..., which JSON
     strings may hold raw)."""
-    return text_json_lines(path, read_text(path))
+    return text_json_lines(path, read_text(path), fmt=fmt)
 
 
-def text_json_lines(path: Path, text: str, what: str = "a JSON object"
+def text_json_lines(path: Path, text: str, what: str = "a JSON object", *, fmt: str
                     ) -> Iterator[tuple[int, dict[str, Any], str]]:  # fmt: skip
     """``json_lines`` over ``text`` already read from ``path`` (``what``: each line's
-    name in the error when it is not an object)."""
+    name in the error when it is not an object; ``fmt``: the format, named when the file
+    is one JSON document, ``document_rule``)."""
+    first = True
     for lineno, raw in enumerate(text.split("\n"), start=1):
         if not raw.strip():
             continue
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            raise TraceFormatError(path, lineno, f"invalid JSON ({exc})") from None
+            rule = document_rule(text, fmt) if first else None
+            raise TraceFormatError(path, lineno, rule or f"invalid JSON ({exc})") from None
         if not isinstance(obj, dict):
-            raise TraceFormatError(path, lineno, f"each line must be {what}")
+            rule = document_rule(text, fmt) if first else None
+            raise TraceFormatError(path, lineno, rule or f"each line must be {what}")
+        first = False
         yield lineno, obj, raw
+
+
+def document_rule(text: str, reader: str) -> str | None:
+    """Why ``text`` (a file, or its head) is one JSON document and not JSON lines: an array
+    (on one line or several) or an object written over several lines; None when it starts
+    as neither. ``reader`` names who takes JSON lines (docs/trace-formats.md)."""
+    head = text.lstrip()
+    if head.startswith("["):
+        what, jq = "one JSON array", "'.[]'"
+    elif head.startswith("{") and head.split("\n", 1)[0].strip() == "{":
+        what, jq = "one JSON object written over several lines", "."
+    else:
+        return None
+    return (f"the file is {what}, not JSON lines: {reader} takes one JSON object a line "
+            f"(convert: jq -c {jq} FILE)")
 
 
 def json_object(text: str) -> dict[str, Any] | None:
@@ -77,7 +97,7 @@ def first_json_object(lines: list[str]) -> dict[str, Any] | None:
 def _json_typed(path: Path, line: int, name: str, value: Any, kind: str) -> Any:
     """``value``, a JSON number: a string or a null is a wrong type here."""
     if isinstance(value, str) or value is None:
-        raise TraceFormatError(path, line, f"{name} must be {kind}, got {value!r}")
+        raise TraceFormatError(path, line, f"{name} must be {kind}, got {bounds.shown(value)}")
     return value
 
 
@@ -89,10 +109,11 @@ def json_int(path: Path, line: int, name: str, value: Any, *, minimum: int | Non
 
 
 def json_number(path: Path, line: int, name: str, value: Any, *,
-                minimum: float | None = 0.0, maximum: float | None = None) -> float:
+                minimum: float | None = 0.0, maximum: float | None = None,
+                unit: str = "ms") -> float:
     """A finite number written as a JSON number (``as_float`` of what is not a string)."""
     value = _json_typed(path, line, name, value, "a number")
-    return as_float(path, line, name, value, minimum=minimum, maximum=maximum)
+    return as_float(path, line, name, value, minimum=minimum, maximum=maximum, unit=unit)
 
 
 def json_tokens(path: Path, line: int, name: str, value: Any, *, minimum: int = 0) -> int:
@@ -103,7 +124,8 @@ def json_tokens(path: Path, line: int, name: str, value: Any, *, minimum: int = 
 def json_id(path: Path, line: int, name: str, value: Any) -> str:
     """An identifier: a non-empty string or an integer, returned as a string."""
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise TraceFormatError(path, line, f"{name} must be a string or integer, got {value!r}")
+        raise TraceFormatError(path, line, f"{name} must be a string or integer, "
+                                           f"got {bounds.shown(value)}")
     text = str(value)
     if not text.strip():
         raise TraceFormatError(path, line, f"{name} must not be empty")
@@ -168,11 +190,11 @@ def unit_per_line(path: Path, fmt: str, unit_of: Callable[[Path, int, dict[str, 
     """A JSONL file of one unit a line (``unit_of(path, line, obj)``), every unit arriving
     at 0; a unit id seen twice names its line and ``id_name`` (abench, trajectory)."""
     units: list[Unit] = []
-    seen: set[str] = set()
-    for line, obj, _raw in json_lines(path):
+    seen: dict[str, int] = {}  # each unit id's line
+    for line, obj, _raw in json_lines(path, fmt):
         unit = unit_of(path, line, obj)
         if unit.unit_id in seen:
-            raise TraceFormatError(path, line, f"duplicate {id_name} {unit.unit_id!r}")
-        seen.add(unit.unit_id)
+            raise bounds.duplicate(path, line, id_name, unit.unit_id, seen[unit.unit_id])
+        seen[unit.unit_id] = line
         units.append(unit)
     return Workload(tuple(units), fmt, str(path))

@@ -16,11 +16,22 @@ import orjson
 
 from workbench.errors import TraceFormatError
 from workbench.records import Workload
-from workbench.traces import _builtin  # noqa: F401  (every built-in reader registers)
-from workbench.traces._io import BOM, check_options, not_text_rule, open_trace
+from workbench.traces import (
+    _builtin,  # noqa: F401  (every built-in reader registers)
+    bounds,
+)
+from workbench.traces._io import (
+    BOM,
+    OTHER_SEPARATORS,
+    bytes_rule,
+    check_options,
+    open_trace,
+    separator_rule,
+)
 from workbench.traces.bounds import MAX_HEAD_BYTES, check_workload
 from workbench.traces.formats import FORMATS, Reader, Sniffer, TraceFormat, register_format
 from workbench.traces.graph import check_graph
+from workbench.traces.json_io import document_rule
 
 __all__ = ["FORMATS", "Reader", "Sniffer", "TraceFormat", "register_format"]
 
@@ -54,8 +65,13 @@ def detect_format(path: str | Path) -> str:
     for name in FORMATS.names():
         if FORMATS.get(name).sniff(lines):
             return name
-    if (rule := not_text_rule(open_trace(path, 8))) is not None:
-        raise TraceFormatError(path, 1, rule)  # what to do, not "name the format"
+    if path.stat().st_size > bounds.MAX_TRACE_BYTES:
+        open_trace(path)  # the readers' refusal of a file past the size bound, before its bytes
+    head = open_trace(path, MAX_HEAD_BYTES)
+    if (found := bytes_rule(head)) is not None:  # what to do, not "name the format"
+        raise TraceFormatError(path, *found)
+    _refuse_json_document(path, head)
+    _refuse_other_separator(path, lines[0])
     _refuse_broken_json_head(path, lines[0])
     raise TraceFormatError(
         path, 1, f"cannot tell the trace format; name it (--format on the command line, fmt= in "
@@ -84,6 +100,39 @@ def _detect_folder(path: Path) -> str:
         f"{readers}, and none of its {len(files)} files is one (name a file, or the format)")
 
 
+def _refuse_other_separator(path: Path, first: str) -> None:
+    """A CSV header a format would take were its separators commas: the CSV readers' rule
+    (``_io.separator_rule``), naming that format."""
+    sep = next((c for c in OTHER_SEPARATORS if c in first), None)
+    if sep is None or "," in first:
+        return
+    as_csv = [first.replace(sep, ",")]
+    name = next((n for n in FORMATS.names() if FORMATS.get(n).sniff(as_csv)), None)
+    if name is not None and (rule := separator_rule(first, name)) is not None:
+        raise TraceFormatError(path, 1, rule)
+
+
+def _refuse_json_document(path: Path, head: bytes) -> None:
+    """A file that is one JSON document (an array, a pretty-printed object), which no sniffer
+    took: the readers' rule (JSON lines, one object a line), naming the format of the
+    array's first record when the head holds it whole."""
+    text = head.decode("utf-8", errors="replace").removeprefix(BOM)
+    if not text.lstrip().startswith(("[", "{")):
+        return
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        doc = None
+    first = doc[0] if isinstance(doc, list) and doc else doc
+    record = [orjson.dumps(first).decode()] if isinstance(first, dict) else []
+    names = [n for n in FORMATS.names() if record and FORMATS.get(n).sniff(record)]
+    whole = " and ".join(n for n in FORMATS.names() if FORMATS.get(n).folders)
+    reader = names[0] if names else f"each JSON format but {whole}"
+    if (rule := document_rule(text, reader)) is not None:
+        lineno = text[: len(text) - len(text.lstrip())].count("\n") + 1
+        raise TraceFormatError(path, lineno, rule)
+
+
 def _refuse_broken_json_head(path: Path, first: str) -> None:
     """A head that opens like JSON but does not parse is that line's JSON error, not an
     unknown format: the readers say ``line N: invalid JSON`` for the same damage later on."""
@@ -92,8 +141,11 @@ def _refuse_broken_json_head(path: Path, first: str) -> None:
     head = open_trace(path, MAX_HEAD_BYTES + 1)
     lines = head.removeprefix(BOM.encode()).split(b"\n")
     lineno = next((n for n, raw in enumerate(lines, start=1) if raw.strip()), 1)
-    if len(head) > MAX_HEAD_BYTES and lineno == len(lines):
-        return  # a first line longer than the sniffed head: it was cut, not broken
+    if len(head) > MAX_HEAD_BYTES and lineno == len(lines):  # cut, not broken
+        raise TraceFormatError(
+            path, lineno, f"cannot tell the trace format: line {lineno} is longer than the "
+            f"{MAX_HEAD_BYTES:,} bytes format detection reads; name the format (--format on "
+            f"the command line, fmt= in Python, trace.format in a config)")
     try:
         orjson.loads(first)
     except orjson.JSONDecodeError as exc:

@@ -107,8 +107,7 @@ def _request_ids(path: Path, rows: list[_Row]) -> list[str]:
         if rid is None:
             continue
         if rid in given:
-            rule = f"duplicate request id {rid!r} (also at line {given[rid]})"
-            raise TraceFormatError(path, row.line, rule)
+            raise bounds.duplicate(path, row.line, "request_id", rid, given[rid])
         if row.session_id is None and rid in sessions:
             rule = f"request_id {rid!r} of a row without session_id is also a session_id"
             raise TraceFormatError(path, row.line, rule)
@@ -179,7 +178,7 @@ def read_mooncake(path: Path, *, block_size: int = 512, hash_rounding: str = "ce
     path = Path(path)
     seen: dict[str, int] = {}
     rows = []
-    for line, obj, raw in json_lines(path):
+    for line, obj, raw in json_lines(path, "mooncake"):
         if not obj.keys() <= KNOWN_FIELDS:
             note_unknown(path, line, obj, KNOWN_FIELDS, seen, refused=_FOREIGN)
         rows.append(_parse_row(path, line, obj, raw, block_size, hash_rounding))

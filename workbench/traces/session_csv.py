@@ -76,8 +76,8 @@ def read_session_csv(path: Path) -> Workload:
 
 def _strict_units(path: Path) -> tuple[tuple[Unit, ...], str, bool]:
     """Row by row, in file order; the first broken rule raises."""
-    header, rows = read_csv(path, REQUIRED)
-    id_col = _id_column(path, header)
+    header, header_line, rows = read_csv(path, REQUIRED, FORMAT_NAME)
+    id_col = _id_column(path, header, header_line)
     has_arrival = "arrival_time" in header
     sessions: dict[str, _Session] = {}
     spawns: dict[str, tuple[int, tuple[Any, ...]]] = {}
@@ -113,16 +113,16 @@ def _strict_units(path: Path) -> tuple[tuple[Unit, ...], str, bool]:
     return tuple(attach_spawns(units, spawns)), id_col, has_arrival
 
 
-def _id_column(path: Path, header: list[str]) -> str:
+def _id_column(path: Path, header: list[str], line: int) -> str:
     present = [c for c in ID_COLUMNS if c in header]
     if not present:
-        raise TraceFormatError(path, 1, "missing column: session_id (or its alias id)")
+        raise TraceFormatError(path, line, "missing column: session_id (or its alias id)")
     if len(present) == 2:
-        raise TraceFormatError(path, 1, "both session_id and its alias id given; keep one")
+        raise TraceFormatError(path, line, "both session_id and its alias id given; keep one")
     unknown = [c for c in header if c not in KNOWN]
     if unknown:
         raise TraceFormatError(
-            path, 1, f"unknown {noun(len(unknown), 'column')}: {', '.join(unknown)} "
+            path, line, f"unknown {noun(len(unknown), 'column')}: {', '.join(unknown)} "
             f"(known: {', '.join(sorted(KNOWN))})"
         )
     return present[0]

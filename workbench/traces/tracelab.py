@@ -70,7 +70,7 @@ def read_tracelab(path: Path, *, tool_wait: str = "union") -> Workload:
     path = Path(path)
     sessions: dict[tuple[str, str | None, str], list[_Row]] = {}
     unknown: dict[str, int] = {}
-    for line, obj, _raw in json_lines(path):
+    for line, obj, _raw in json_lines(path, FORMAT_NAME):
         note_unknown(path, line, obj, KNOWN_FIELDS, unknown)
         row = _parse_row(path, line, obj, tool_wait)
         sessions.setdefault(row.identity, []).append(row)
@@ -104,7 +104,8 @@ def _str(path: Path, line: int, obj: dict[str, Any], key: str, *, optional: bool
     if value is None and optional:
         return None
     if not isinstance(value, str) or not value:
-        raise TraceFormatError(path, line, f"{key} must be a non-empty string, got {value!r}")
+        raise TraceFormatError(path, line, f"{key} must be a non-empty string, "
+                                           f"got {bounds.shown(value)}")
     return value
 
 
@@ -117,7 +118,8 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any], mode: str) -> _Row:
     model = _str(path, line, obj, "model", optional=True)
     lengths = {k: _int(path, line, obj, k) for k in _INT_FIELDS}
     if lengths["round_index"] < 0:
-        raise TraceFormatError(path, line, f"round_index must be >= 0, got {obj['round_index']!r}")
+        raise TraceFormatError(path, line, f"round_index must be >= 0, "
+                                           f"got {bounds.shown(obj['round_index'])}")
     total = obj.get("input_tokens_total")
     expected = lengths["prefix_tokens"] + lengths["newly_append_tokens"]
     if total is not None and _int(path, line, obj, "input_tokens_total") != expected:
@@ -182,7 +184,7 @@ def _stamp(path: Path, line: int, name: str, value: Any) -> float | None:
             moment = moment.replace(tzinfo=UTC)
         return moment.timestamp() * 1000.0
     except (TypeError, ValueError, OverflowError):
-        rule = f"{name} must be an ISO-8601 time, got {value!r}"
+        rule = f"{name} must be an ISO-8601 time, got {bounds.shown(value)}"
         raise TraceFormatError(path, line, rule) from None
 
 
@@ -220,7 +222,8 @@ def _tool_name(path: Path, line: int, tool: dict[str, Any]) -> str | None:
     """A tool's name, a string or absent: it decides whether the call is a sub-agent's."""
     name = tool.get("tool_name")
     if name is not None and not isinstance(name, str):
-        raise TraceFormatError(path, line, f"tools[].tool_name must be a string, got {name!r}")
+        raise TraceFormatError(path, line, f"tools[].tool_name must be a string, "
+                                           f"got {bounds.shown(name)}")
     return name
 
 

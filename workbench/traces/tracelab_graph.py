@@ -11,7 +11,7 @@ from typing import Any
 
 from workbench.errors import TraceFormatError
 from workbench.records import Spawn, Unit
-from workbench.traces.graph import subtree_ends
+from workbench.traces.graph import dangling, subtree_ends
 
 SUBAGENT_TOOLS = frozenset(("Task", "Agent"))
 Interval = tuple[float, float]
@@ -70,9 +70,8 @@ def _by_field(path: Path, key: Key, sessions: dict[Key, list[Any]],
                                    f"{parent_sid!r} (line {line}) in the same session")
     pkey = (key[0], key[1], parent_sid)
     if pkey not in sessions or pkey == key:
-        raise TraceFormatError(path, line, f"parent_session_id {parent_sid!r} names no other "
-                               f"session of provider {key[0]!r}, project {key[1]!r} "
-                               "(dangling parent)")
+        raise dangling(path, line, names[key], parent_sid, "parent_session_id",
+                       f"the other sessions of provider {key[0]!r}, project {key[1]!r}")
     start = rows[0].start_ms or 0.0
     prow = _ordered(sessions[pkey])
     k = max((i for i, r in enumerate(prow) if (r.start_ms or 0.0) <= start), default=0)

@@ -14,7 +14,13 @@ from workbench.plurals import noun
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces.formats import register_format
-from workbench.traces.json_io import first_json_object, json_number, json_tokens, unit_per_line
+from workbench.traces.json_io import (
+    first_json_object,
+    json_int,
+    json_number,
+    json_tokens,
+    unit_per_line,
+)
 
 _TOP_FIELDS = frozenset(("schema_version", "trajectory_id", "requests"))
 _REQUEST_FIELDS = frozenset(("prompt_tokens", "output_tokens", "delay_after_ms", "reset_before"))
@@ -56,7 +62,8 @@ def _request(path: Path, line: int, k: int, req: Any) -> tuple[int, int, float, 
     reset = req.get("reset_before", False)
     if not isinstance(reset, bool):
         raise TraceFormatError(
-            path, line, f"requests[{k}].reset_before must be true or false, got {reset!r}"
+            path, line, f"requests[{k}].reset_before must be true or false, "
+                        f"got {bounds.shown(reset)}"
         )
     return prompt, output, delay_ms, reset
 
@@ -64,13 +71,19 @@ def _request(path: Path, line: int, k: int, req: Any) -> tuple[int, int, float, 
 def _trajectory(path: Path, line: int, obj: dict[str, Any]) -> Unit:
     _check_fields(path, line, obj, _TOP_FIELDS, _TOP_FIELDS, "in trajectory")
     version = obj["schema_version"]
-    if type(version) is not int or version != 1:
+    try:  # an integer as every reader reads one (1.0 too)
+        number: int | None = json_int(path, line, "schema_version", version, minimum=None)
+    except TraceFormatError:
+        number = None
+    if number != 1:
         raise TraceFormatError(
-            path, line, f"schema_version must be 1 (only v1 is supported), got {version!r}"
+            path, line, f"schema_version must be 1 (only v1 is supported), "
+                        f"got {bounds.shown(version)}"
         )
     tid = obj["trajectory_id"]
     if not isinstance(tid, str) or not tid.strip():
-        raise TraceFormatError(path, line, f"trajectory_id must be a non-empty string, got {tid!r}")
+        raise TraceFormatError(path, line, f"trajectory_id must be a non-empty string, "
+                                           f"got {bounds.shown(tid)}")
     bounds.check_id(path, line, "trajectory_id", tid)
     requests = obj["requests"]
     if not isinstance(requests, list) or not requests:

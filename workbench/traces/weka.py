@@ -151,7 +151,8 @@ def _sources(path: Path) -> Iterator[tuple[_Source, dict[str, Any]]]:
                                        f"[{i}]: each conversation must be a JSON object")
             yield src, obj
     else:
-        for lineno, obj, _ in text_json_lines(path, text, "a conversation (a JSON object)"):
+        what = "a conversation (a JSON object)"
+        for lineno, obj, _ in text_json_lines(path, text, what, fmt=FORMAT):
             yield _Source(path, lineno), obj
 
 
@@ -175,7 +176,7 @@ def _int_field(src: _Source, obj: dict[str, Any], where: str, key: str, default:
 
 def _seconds(src: _Source, where: str, key: str, value: Any) -> float:
     return json_number(src.path, src.line, f"{where}{key}", value,
-                       maximum=bounds.MAX_ARRIVAL_MS / 1000)
+                       maximum=bounds.MAX_ARRIVAL_MS / 1000, unit="s")
 
 
 def _str_list(src: _Source, where: str, value: Any) -> None:
@@ -259,7 +260,9 @@ def _agent(src: _Source, reqs: Any, where: str, agent: _Agent, block: int, ids: 
                            _int_field(src, r, at, "tool_tokens", 0),
                            _int_field(src, r, at, "system_tokens", 0))
             if r.get("duration_ms") is not None:
-                child.duration_s = _seconds(src, at, "duration_ms", r["duration_ms"]) / 1000.0
+                child.duration_s = json_number(src.path, src.line, f"{at}duration_ms",
+                                               r["duration_ms"],
+                                               maximum=bounds.MAX_ARRIVAL_MS) / 1000.0
             _agent(src, r.get("requests", []), at, child, block, ids, depth + 1, seen, counts)
             if not _has_requests(child):
                 counts["empty_subagents"] += 1  # kv-cache-tester skips them too
@@ -552,8 +555,9 @@ def read_weka(path: Path, *, timing: str = "think-only", api_time_scale: float =
             root, block, ids = _conversation(src, obj, seen, counts)
             if root.unit_id in where_id:
                 first = where_id[root.unit_id]
-                raise TraceFormatError(src.path, src.line, f"conversation id {root.unit_id!r} "
-                                       f"appears twice (first: {first.path}:{first.line})")
+                raise bounds.duplicate(src.path, src.line, "conversation id", root.unit_id,
+                                       first.line if first.path == src.path
+                                       else f"{first.path}:{first.line}")
             where_id[root.unit_id] = src
             _own_namespace(root, ids, spaces, counts)
             convs.append((src, root, block, ids))

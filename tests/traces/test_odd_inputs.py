@@ -1,0 +1,383 @@
+"""Files real users have and tests rarely do, through every registered reader: one rule,
+one message, whether the format is detected or named (docs/trace-formats.md, "Rules that
+hold for every format"; docs/trace-bounds.md, "Files" and "Unique ids")."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workbench.errors import TraceFormatError
+from workbench.traces.bounds import MAX_HEAD_BYTES
+from workbench.traces.load import load_trace
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "workbench/data"
+FIX = ROOT / "tests/fixtures"
+
+
+def _lines(path: Path, n: int) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()[:n]
+
+
+#: a few records of every JSON-lines format (weka reads whole documents too: not here)
+JSONL = {
+    "mooncake": _lines(FIX / "mooncake_sessions.jsonl", 3),
+    "bailian": _lines(FIX / "bailian_chains.jsonl", 3),
+    "tracelab": _lines(DATA / "tracelab/round_trace.sanitized.jsonl", 2),
+    "trajectory": _lines(DATA / "batchbench/trajectories_v1.jsonl", 2),
+    "abench": _lines(FIX / "abench_sessions.jsonl", 2),
+    "dynamo": _lines(FIX / "dynamo_trace.jsonl", 8),
+}
+CSV = {
+    "session": _lines(DATA / "tracelab/session_workload_example.csv", 4),
+    "independent": _lines(FIX / "independent_requests.csv", 3),
+    "session-execution-v2": [
+        "request_id,session_id,round_idx,arrival_time_ms,prefix_len,input_len,output_len,"
+        "tool_wait_after_ms",
+        "session_a_round_000000,a,0,0.000000,0,10,5,0.000000",
+        "session_a_round_000001,a,1,0.000000,15,4,5,0.000000",
+    ],
+}
+WEKA = _lines(DATA / "weka/cc_traces_sample.jsonl", 2)
+EVERY = {**JSONL, **CSV, "weka": WEKA}
+
+
+def _both(path: Path, fmt: str) -> tuple[tuple[int, str], tuple[int, str]]:
+    """The error of the detected and of the named read: (line, rule) each."""
+    out = []
+    for name in ("auto", fmt):
+        with pytest.raises(TraceFormatError) as exc:
+            load_trace(path, name, **({"sidecars": False} if name.startswith("session-") else {}))
+        assert exc.value.path == str(path)
+        out.append((exc.value.line, exc.value.rule))
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("fmt", sorted(EVERY))
+def test_bare_cr_line_endings_are_one_rule_in_every_format(tmp_path, fmt):
+    path = tmp_path / "mac.txt"
+    path.write_bytes("\r".join(EVERY[fmt]).encode() + b"\r")
+    rule = ("lines end in a bare CR (classic Mac OS line endings): traces take LF or CRLF "
+            "(convert: tr '\\r' '\\n' < FILE)")
+    assert _both(path, fmt) == ((1, rule), (1, rule))
+
+
+@pytest.mark.parametrize("fmt", sorted(JSONL))
+@pytest.mark.parametrize(("shape", "indent", "what", "jq"), [
+    ("array", None, "one JSON array", "'.[]'"),
+    ("array", 2, "one JSON array", "'.[]'"),
+    ("object", 2, "one JSON object written over several lines", "."),
+])
+def test_a_json_document_is_not_json_lines_detected_or_named(tmp_path, fmt, shape, indent,
+                                                             what, jq):
+    objs = [json.loads(line) for line in JSONL[fmt]]
+    doc = objs if shape == "array" else objs[0]
+    path = tmp_path / "doc.json"
+    path.write_text("\n" + json.dumps(doc, indent=indent) + "\n")
+    rule = (f"the file is {what}, not JSON lines: {fmt} takes one JSON object a line "
+            f"(convert: jq -c {jq} FILE)")
+    assert _both(path, fmt) == ((2, rule), (2, rule))
+
+
+def test_an_array_of_records_no_format_knows_names_the_json_lines_rule(tmp_path):
+    path = tmp_path / "odd.json"
+    path.write_text('[{"a": 1}, {"b": 2}]\n')
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(path)
+    assert (exc.value.line, exc.value.rule) == (1, (
+        "the file is one JSON array, not JSON lines: each JSON format but weka takes one JSON "
+        "object a line (convert: jq -c '.[]' FILE)"))
+
+
+def test_weka_still_reads_a_json_array_of_conversations(tmp_path):
+    path = tmp_path / "convs.json"
+    path.write_text(json.dumps([json.loads(WEKA[0])], indent=1))
+    assert load_trace(path).fmt == "weka"
+
+
+@pytest.mark.parametrize("fmt", sorted(EVERY))
+@pytest.mark.parametrize(("cut", "line"), [(20, 1), (-1, None)])
+def test_a_nul_byte_is_the_same_error_detected_or_named(tmp_path, fmt, cut, line):
+    body = ("\n".join(EVERY[fmt]) + "\n").encode()
+    at = cut if cut >= 0 else len(body) - 2
+    path = tmp_path / "nul.txt"
+    path.write_bytes(body[:at] + b"\x00" + body[at:])
+    want = line or len(EVERY[fmt])
+    rule = "binary data (NUL byte): not a text trace"
+    assert _both(path, fmt) == ((want, rule), (want, rule))
+
+
+@pytest.mark.parametrize("fmt", sorted(CSV))
+def test_blank_lines_before_a_csv_header_are_skipped_as_blank_rows_are(tmp_path, fmt):
+    path = tmp_path / "lead.csv"
+    path.write_text("\n \n" + "\n".join(CSV[fmt]) + "\n")
+    plain = tmp_path / "plain.csv"
+    plain.write_text("\n".join(CSV[fmt]) + "\n")
+    opts = {"sidecars": False} if fmt == "session-execution-v2" else {}
+    assert load_trace(path, **opts).units == load_trace(plain, **opts).units
+
+
+@pytest.mark.parametrize(("fmt", "header", "rule"), [
+    ("independent", "id,arrival_time,input_len,output_len,extra",
+     "unknown column extra; expected exactly id,arrival_time,input_len,output_len"),
+    ("session", "session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms,zz",
+     "unknown column: zz (known: arrival_time, id, input_len, join_round, output_len, "
+     "parent_session_id, prefix_len, round_idx, session_id, spawn_delay_ms, spawn_round, "
+     "spawn_trigger, tool_wait_after_ms)"),
+    ("session-execution-v2",
+     "session_id,request_id,round_idx,arrival_time_ms,prefix_len,input_len,output_len,"
+     "tool_wait_after_ms",
+     "header must be exactly 'request_id,session_id,round_idx,arrival_time_ms,prefix_len,"
+     "input_len,output_len,tool_wait_after_ms'"),
+    ("independent", "id,id,arrival_time,input_len,output_len", "duplicate column names in header"),
+])
+def test_a_header_error_names_the_header_line(tmp_path, fmt, header, rule):
+    path = tmp_path / "h.csv"
+    path.write_text("\n\n" + header + "\n")
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(path, fmt, **({"sidecars": False} if fmt.startswith("session-") else {}))
+    assert (exc.value.line, exc.value.rule) == (3, rule)
+
+
+def test_a_header_without_rows_names_the_line_after_it(tmp_path):
+    path = tmp_path / "h.csv"
+    path.write_text("\n\nid,arrival_time,input_len,output_len\n\n")
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(path, "independent")
+    assert (exc.value.line, exc.value.rule) == (4, "no data rows")
+
+
+def test_a_first_line_longer_than_the_sniffed_head_says_name_the_format(tmp_path):
+    row = json.loads(JSONL["mooncake"][0])
+    row["pad"] = "x" * (MAX_HEAD_BYTES + 10)
+    path = tmp_path / "long.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(path)
+    assert (exc.value.line, exc.value.rule) == (1, (
+        f"cannot tell the trace format: line 1 is longer than the {MAX_HEAD_BYTES:,} bytes "
+        "format detection reads; name the format (--format on the command line, fmt= in "
+        "Python, trace.format in a config)"))
+    assert len(load_trace(path, "mooncake").units) == 1  # named, it reads
+
+
+def _twice(fmt: str) -> str:
+    lines = EVERY[fmt]
+    if fmt in CSV:
+        return "\n".join([*lines, lines[1]]) + "\n"
+    return "\n".join([*lines, lines[0]]) + "\n"
+
+
+#: the one wording of an id used twice: ``bounds.duplicate``
+@pytest.mark.parametrize(("fmt", "line", "rule"), [
+    ("independent", 4, "duplicate id 'req-b' (also at line 2)"),
+    ("session-execution-v2", 4, "duplicate request_id 'session_a_round_000000' (also at line 2)"),
+    ("bailian", 4, "duplicate chat_id '159' (also at line 1)"),
+    ("trajectory", 3, "duplicate trajectory_id 'fixer-a' (also at line 1)"),
+    ("abench", 3, "duplicate session_id 'swe-001' (also at line 1)"),
+    ("dynamo", 9, "duplicate request_id 'a1' (also at line 1)"),
+    ("weka", 3, "duplicate conversation id 'trace_0277' (also at line 1)"),
+])
+def test_an_id_used_twice_is_one_rule_in_every_format(tmp_path, fmt, line, rule):
+    path = tmp_path / "twice.txt"
+    path.write_text(_twice(fmt))
+    assert _both(path, fmt) == ((line, rule), (line, rule))
+
+
+def test_mooncake_duplicate_request_id_has_the_same_wording(tmp_path):
+    path = tmp_path / "m.jsonl"
+    row = '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1], '
+    path.write_text(row + '"request_id": "r"}\n' + row + '"request_id": "r"}\n')
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(path)
+    assert (exc.value.line, exc.value.rule) == (2, "duplicate request_id 'r' (also at line 1)")
+
+
+def test_bailian_timestamp_bound_is_in_seconds_as_its_timestamps(tmp_path):
+    path = tmp_path / "b.jsonl"
+    path.write_text(json.dumps({"chat_id": 1, "parent_chat_id": -1, "timestamp": 1.7e12,
+                                "input_length": 20, "output_length": 4}) + "\n")
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(path)
+    assert (exc.value.line, exc.value.rule) == (1, (
+        "timestamp 1700000000000.0 exceeds the bound of 31,622,400 s (docs/trace-bounds.md)"))
+
+
+def test_abench_names_unknown_fields_as_the_other_json_readers(tmp_path, caplog):
+    obj = json.loads(JSONL["abench"][0])
+    obj["priority"] = 3
+    obj["turns"][1]["latency_ms"] = 5
+    path = tmp_path / "a.jsonl"
+    path.write_text(json.dumps(obj) + "\n")
+    with caplog.at_level(logging.WARNING, logger="workbench.traces.json_io"):
+        w = load_trace(path)
+    assert w.meta["unknown_fields"] == ["priority", "turns[].latency_ms"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: unknown fields ignored: priority (line 1), turns[].latency_ms (line 1)"]
+    caplog.clear()
+    fixture = load_trace(FIX / "abench_sessions.jsonl")  # every field it writes is known
+    assert "unknown_fields" not in fixture.meta and not caplog.records
+
+
+def test_trajectory_schema_version_written_as_1_0_is_1(tmp_path):
+    obj = json.loads(JSONL["trajectory"][0])
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({**obj, "schema_version": 1.0}) + "\n")
+    plain = tmp_path / "p.jsonl"
+    plain.write_text(json.dumps(obj) + "\n")
+    assert load_trace(path).units == load_trace(plain).units
+
+
+@pytest.mark.parametrize("command", [("stats",), ("simulate", "--trace"),
+                                     ("replay", "--dry-run", "--trace")])
+def test_the_cli_prints_the_json_document_rule_as_one_line(tmp_path, command):
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps([json.loads(line) for line in JSONL["mooncake"]], indent=2))
+    proc = subprocess.run([sys.executable, "-m", "workbench", *command, str(path)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 3
+    assert proc.stderr.strip().endswith(
+        f"error: {path}:1: the file is one JSON array, not JSON lines: mooncake takes one JSON "
+        "object a line (convert: jq -c '.[]' FILE)")
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_spawn_past_a_one_round_parent_counts_its_round_in_the_singular(tmp_path):
+    path = tmp_path / "g.csv"
+    path.write_text("session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms,"
+                    "parent_session_id,spawn_round\na,0,0,10,5,0,,\nb,0,0,10,5,0,a,7\n")
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(path)
+    assert (exc.value.line, exc.value.rule) == (
+        3, "unit 'b' spawns at round 7 of 'a', which has 1 round")
+
+
+def _weka(**request: object) -> str:
+    req = {"t": 0, "type": "s", "in": 100, "out": 5, "hash_ids": [1, 2], **request}
+    return json.dumps({"id": "c1", "block_size": 64, "hash_id_scope": "local",
+                       "tool_tokens": 0, "system_tokens": 0, "requests": [req]})
+
+
+@pytest.mark.parametrize(("text", "rule"), [
+    (_weka(t=1.7e12), "conversation 'c1': requests[0].t 1700000000000.0 exceeds the bound of "
+     "31,622,400 s (docs/trace-bounds.md)"),
+])
+def test_weka_seconds_are_bounded_in_seconds(tmp_path, text, rule):
+    path = tmp_path / "w.jsonl"
+    path.write_text(text + "\n")
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(path)
+    assert (exc.value.line, exc.value.rule) == (1, rule)
+
+
+def test_a_weka_subagent_duration_is_milliseconds_bounded_as_an_arrival(tmp_path):
+    """``duration_ms`` was checked against the seconds bound (31,622,400 ms: 8.8 h)."""
+    conv = json.loads(_weka())
+    marker = {"t": 1, "type": "subagent", "duration_ms": 10 * 3600 * 1000.0,
+              "requests": [{"t": 1, "type": "s", "in": 64, "out": 5, "hash_ids": [9]}]}
+    conv["requests"].append(marker)
+    path = tmp_path / "w.jsonl"
+    path.write_text(json.dumps(conv) + "\n")
+    assert len(load_trace(path).units) == 2
+    marker["duration_ms"] = 4e10
+    path.write_text(json.dumps(conv) + "\n")
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(path)
+    assert (exc.value.line, exc.value.rule) == (1, (
+        "conversation 'c1': requests[1].duration_ms 40000000000.0 exceeds the bound of "
+        "31,622,400,000 ms (docs/trace-bounds.md)"))
+
+
+def _dynamo(rid: str, at: float, sid: str, parent: str | None = None) -> dict[str, object]:
+    ctx = {"session_id": sid, **({"parent_session_id": parent} if parent else {})}
+    return {"schema": "dynamo.request.trace.v1", "event_type": "request_end",
+            "agent_context": ctx, "request": {
+                "request_id": rid, "input_tokens": 8, "output_tokens": 4,
+                "request_received_ms": at, "replay": {
+                    "trace_block_size": 4, "input_length": 8, "input_sequence_hashes": [1, 2]}}}
+
+
+#: a parent that is not there: one wording (``graph.dangling``), each reader's field
+@pytest.mark.parametrize(("name", "text", "line", "rule"), [
+    ("g.csv", "session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms,"
+     "parent_session_id,spawn_round\na,0,0,10,5,0,,\nb,0,0,10,5,0,zz,0\n", 3,
+     "unit 'b': parent 'zz' is not in the trace (dangling parent)"),
+    ("d.jsonl", "".join(json.dumps(o) + "\n" for o in (
+        _dynamo("a", 1000, "s"), _dynamo("b", 1100, "c", parent="zz"))), 2,
+     "unit 'c': parent_session_id 'zz' is not in the trace (dangling parent)"),
+])
+def test_a_dangling_parent_is_one_rule(tmp_path, name, text, line, rule):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(path)
+    assert (exc.value.line, exc.value.rule) == (line, rule)
+
+
+def test_a_file_gzipped_twice_says_so(tmp_path):
+    import gzip
+
+    path = tmp_path / "t.jsonl.gz"
+    path.write_bytes(gzip.compress(gzip.compress(("\n".join(JSONL["mooncake"]) + "\n").encode())))
+    rule = "compressed with gzip twice: one layer is read (gunzip it once)"
+    assert _both(path, "mooncake") == ((1, rule), (1, rule))
+
+
+def test_a_file_past_the_size_bound_is_the_same_error_detected_or_named(tmp_path, monkeypatch):
+    """Detection read the head of a 2 GB file of zeros and said 'binary data (NUL byte)';
+    named, the reader said the size (what stops it whatever its bytes)."""
+    from workbench.traces import bounds
+
+    monkeypatch.setattr(bounds, "MAX_TRACE_BYTES", 1000)
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(b"\x00" * 2000)
+    rule = ("file is larger than the bound of 1,000 bytes (2,000 bytes or more; "
+            "docs/trace-bounds.md)")
+    assert _both(path, "weka") == ((0, rule), (0, rule))
+
+
+def _cut(text: str) -> str:
+    """How ``bounds.shown`` quotes a long string: 60 characters of its repr and its length."""
+    return f"{repr(text)[:60]}... ({len(repr(text)):,} characters)"
+
+
+@pytest.mark.parametrize(("name", "text", "rule"), [
+    ("m.jsonl", json.dumps({"timestamp": 0, "input_length": "1" + "2" * 300_000,
+                            "output_length": 5, "hash_ids": [1]}) + "\n",
+     "input_length must be an integer, got " + _cut("1" + "2" * 300_000)),
+    ("i.csv", "id,arrival_time,input_len,output_len\na,0," + "9" * 100_000 + ",5\n",
+     "input_len must be an integer, got " + _cut("9" * 100_000)),
+    ("t.jsonl", json.dumps({"schema_version": 1, "trajectory_id": "a",
+                            "requests": [{"prompt_tokens": 5, "output_tokens": 1,
+                                          "reset_before": "x" * 5000}]}) + "\n",
+     "requests[0].reset_before must be true or false, got " + _cut("x" * 5000)),
+])
+def test_a_huge_value_is_quoted_cut_with_its_length(tmp_path, name, text, rule):
+    """A 300 KB field was printed whole in the error: one line of stderr 300 KB long."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(path)
+    assert (exc.value.line, exc.value.rule) == (1 + name.endswith(".csv"), rule)
+    assert len(rule) < 160
+
+
+@pytest.mark.parametrize("fmt", sorted(CSV))
+@pytest.mark.parametrize(("sep", "name", "shown"), [
+    (";", "semicolons", ";"), ("\t", "tabs", "\\t"), ("|", "vertical bars", "|")])
+def test_a_csv_with_another_separator_says_so_detected_or_named(tmp_path, fmt, sep, name,
+                                                                 shown):
+    """A spreadsheet's semicolon export: detected it was 'cannot tell the trace format',
+    named 'missing columns: ...' (all of them, the header being one name)."""
+    path = tmp_path / "export.csv"
+    path.write_text("\n".join(line.replace(",", sep) for line in CSV[fmt]) + "\n")
+    rule = (f"the header is separated by {name}, not commas: {fmt} is comma-separated CSV "
+            f"(export it as CSV, or tr '{shown}' ',' < FILE when no field holds a comma)")
+    assert _both(path, fmt) == ((1, rule), (1, rule))
