@@ -11,7 +11,7 @@ from workbench.catalogs.requests import SLO_ABLE
 from workbench.config import EXECUTOR_KINDS, RunConfig
 from workbench.config.validation import json_or_text
 from workbench.context import POLICIES
-from workbench.errors import ConfigError, ExitCode
+from workbench.errors import ConfigError
 from workbench.ranges import MAX_DEPTH
 
 
@@ -129,17 +129,6 @@ def parse_percentiles(spec: str) -> list[float]:
     if not qs or len(qs) > 100 or not all(0 <= q <= 100 for q in qs):
         raise ConfigError(f"--percentiles {spec!r}: 1 to 100 numbers, each in [0, 100]")
     return qs
-
-
-def exit_status(summary: dict[str, Any], cancelled: bool, max_error_rate: float) -> int:
-    """The command's exit status for a finished run (``ExitCode``); the error rate is
-    failed / (ok + failed) requests (skipped and cancelled ones are neither)."""
-    if cancelled:
-        return ExitCode.CANCELLED
-    errors, ok = int(summary.get("errors") or 0), int(summary.get("ok") or 0)
-    if errors and errors / (errors + ok) > max_error_rate:
-        return ExitCode.ERROR_RATE
-    return ExitCode.COMPLETED
 
 
 #: every flag whose value goes into the config as given: ``dest`` or ``dest=key`` per section
