@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import math
 import sys
 from typing import Any
 
@@ -192,11 +193,11 @@ def run_calibrate(args: argparse.Namespace) -> int:
         print(f"workbench sim calibrate: error: {exc}", file=sys.stderr)
         return 2
     if args.preset:
-        print(json.dumps({"preset": preset.preset, "fitted": preset.fit["fitted"],
-                          "before": preset.fit["before"], "after": preset.fit["after"],
-                          "in_sample": preset.fit["in_sample"],
-                          "held_out": preset.fit["held_out"]},
-                         indent=2))
+        print(json.dumps(console_figures(
+            {"preset": preset.preset, "fitted": preset.fit["fitted"],
+             "before": preset.fit["before"], "after": preset.fit["after"],
+             "in_sample": preset.fit["in_sample"], "held_out": preset.fit["held_out"]}),
+            indent=2))
         print(f"calibrated preset: {path} (use --engine preset={path})")
         return 0
     path = cal.write(args.output)
@@ -210,7 +211,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
                           "median_abs_pct_error") if k in fit["lone_constant"]},
         "replay": fit.get("replay"),
     }  # fmt: skip
-    print(json.dumps(brief, indent=2))
+    print(json.dumps(console_figures(brief), indent=2))
     for part in ("prefill", "decode"):
         note = fit[part]["stated_error"].get("note")
         if note:  # the in-sample error of an exact fit says nothing of other requests
@@ -220,6 +221,30 @@ def run_calibrate(args: argparse.Namespace) -> int:
         print("replay: the calibration runs themselves, replayed (in sample, not held out)")
     print(f"engine config: {path}")
     return 0
+
+
+#: significant figures of a fitted coefficient or a time the console prints; decimals of
+#: a percentage (as the preset fit's report rounds its own): docs/calibration.md, "Console"
+FIGURES, PCT_DECIMALS = 4, 3
+#: keys whose numbers are percentages (an error in %)
+_PCT_KEYS = ("pct_error", "error_pct", "in_sample", "held_out")
+
+
+def console_figures(value: Any, key: str = "") -> Any:
+    """``value`` (a fit's brief) with every float at the precision the console states it:
+    percentages (under a key of ``_PCT_KEYS``, at any depth) to ``PCT_DECIMALS`` decimals,
+    other figures to ``FIGURES`` significant figures; the written file keeps them whole
+    (``3.000000203846893`` → ``3.0``, ``1.178e-07`` % → ``0.0``)."""
+    if isinstance(value, dict):
+        return {k: console_figures(v, k if isinstance(k, str) else key)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [console_figures(v, key) for v in value]
+    if isinstance(value, float) and math.isfinite(value):
+        if key.endswith(_PCT_KEYS):
+            return round(value, PCT_DECIMALS) + 0.0  # + 0.0: no -0.0
+        return float(f"{value:.{FIGURES}g}") + 0.0
+    return value
 
 
 def _stated_brief(part: dict[str, Any]) -> dict[str, Any]:
