@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from workbench.commands._axes import json_items
+from workbench.commands._flags import value_flag
 from workbench.errors import ConfigError, ListenError, WorkbenchError
 
 NAME = "sim"
@@ -58,23 +59,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=_port, default=0, help="port (default 0: any free port)")
     for name, kind, text in _KNOBS:
-        serve.add_argument(f"--{name}", type=kind, default=None, help=text)
+        value_flag(serve, f"--{name}", type=kind, default=None, help=text)
     for name, text in _FLAGS:
         serve.add_argument(f"--{name}", action="store_true", default=None, help=text)
     cluster = serve.add_argument_group("simulated cluster (docs/cluster.md)")
-    cluster.add_argument("--workers", type=int, default=None,
-                         help="serve N engine workers behind one endpoint (default: one engine)")
+    value_flag(cluster, "--workers", type=int, default=None,
+               help="serve N engine workers behind one endpoint (default: one engine)")
     from workbench.sim.router import ROUTERS  # stdlib only: --help stays fast
 
     cluster.add_argument("--router", default=None, help=" | ".join(ROUTERS.names()))
-    cluster.add_argument("--overload-threshold", type=int, default=None,
-                         help="prefix-aware: requests above the least-loaded worker (default 4)")
+    value_flag(cluster, "--overload-threshold", type=int, default=None,
+               help="prefix-aware: requests above the least-loaded worker (default 4)")
     cluster.add_argument("--disagg", default=None, metavar="P:D",
                          help="prefill/decode disaggregation: P prefill and D decode workers")
-    cluster.add_argument("--bandwidth-gbps", type=float, default=None,
-                         help="disaggregation: KV transfer bandwidth in GB/s (default 50)")
-    cluster.add_argument("--dp", type=int, default=None, metavar="R",
-                         help="attention-DP: R ranks per worker, stepping together (default 1)")
+    value_flag(cluster, "--bandwidth-gbps", type=float, default=None,
+               help="disaggregation: KV transfer bandwidth in GB/s (default 50)")
+    value_flag(cluster, "--dp", type=int, default=None, metavar="R",
+               help="attention-DP: R ranks per worker, stepping together (default 1)")
     cluster.add_argument("--dp-placement", default=None,
                          help="attention-DP rank placement: least-loaded | round-robin")
     serve.add_argument("--engine-config", default=None, metavar="FILE",
