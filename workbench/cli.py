@@ -40,13 +40,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """Every subcommand's parser; with ``command``, only that one's arguments (the others
     listed by name and help: a command's arguments import what their choices and
     defaults need, ~50 ms for all of them, bench/README.md "CLI start-up")."""
-    import argparse
     import importlib
     import pkgutil
 
     from workbench import __version__, commands
+    from workbench.commands._flags import Parser
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="workbench",
         description="Replay agentic LLM workloads against serving engines and measure "
         "TTFT, TPOT and prefix-cache hits.",
@@ -109,7 +109,7 @@ def _main(argv: Sequence[str]) -> int:
         sys.stdout = redact.RedactingStream(sys.stdout)
         sys.stderr = redact.RedactingStream(sys.stderr)
         try:
-            return _run(args, argv)
+            return _run(args)
         finally:
             sys.stdout, sys.stderr = streams
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (workbench.signals): the run is saved
@@ -117,9 +117,9 @@ def _main(argv: Sequence[str]) -> int:
         return ExitCode.CANCELLED
 
 
-def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def _run(args: argparse.Namespace) -> int:
     """The subcommand; an error is one line a person can act on, no traceback (a refused
-    value names its flag as written: ``commands._flag_errors``)."""
+    value's field names the flag that gave it, as typed: ``commands._flags``)."""
     from workbench import redact
 
     try:
@@ -134,9 +134,11 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if args.verbose:
             logging.getLogger("workbench").exception("%s failed", args.command)
         text = str(exc)
-        if isinstance(exc, ConfigError):
-            from workbench.commands._flag_errors import name_the_flag
+        if isinstance(exc, ConfigError) and exc.field:
+            from workbench.commands._flags import flag_sources
 
-            text = name_the_flag(text, argv)
+            written = flag_sources(args).get(exc.field)
+            if written and not text.startswith(written):
+                text = f"{written}: {text}"
         print(f"workbench {args.command}: error: {redact.text(text)}", file=sys.stderr)
         return ExitCode.of_error(exc)

@@ -34,7 +34,15 @@ class TraceFormatError(WorkbenchError):
 
 
 class ConfigError(WorkbenchError):
-    """A run configuration is invalid; the message says which key to change."""
+    """A run configuration is invalid; the message says which key to change. ``field``:
+    the config field whose value was refused (``arrival.rate``, ``target.engine.num_blocks``,
+    ``sweep.repeats``), by which the command line names the flag that gave it
+    (docs/interface.md, "Flag errors"); None: no one field's."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field  # pickled with it (``Exception`` keeps ``__dict__``): a sweep's
+        # or plan's point process raises it to its parent
 
 
 class ListenError(ConfigError):

@@ -199,7 +199,8 @@ def check_value(path: str, value: Any, tp: Any, rng: Range | None = None) -> Non
     if any(_matches(value, alt, rng) for alt in alts):
         return
     expected = " or ".join(_describe(alt, rng) for alt in alts)
-    raise ConfigError(f"{path}: expected {expected}, got {show(value)} ({type(value).__name__})")
+    raise ConfigError(f"{path}: expected {expected}, got {show(value)} ({type(value).__name__})",
+                      field=path)
 
 
 _HINTS: dict[type, dict[str, Any]] = {}

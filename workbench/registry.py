@@ -51,17 +51,18 @@ class Registry(Generic[T]):
         finally:
             self.remove(name)
 
-    def canonical(self, name: str) -> str:
-        """The registered name for ``name`` or one of its aliases."""
+    def canonical(self, name: str, field: str | None = None) -> str:
+        """The registered name for ``name`` or one of its aliases; ``field``: the config
+        field that gave ``name``, for the error (``ConfigError.field``)."""
         if name in self._items:
             return name
         if name in self._aliases:
             return self._aliases[name]
         valid = ", ".join(self.names())
-        raise ConfigError(f"unknown {self.kind} {name!r}; valid: {valid}")
+        raise ConfigError(f"unknown {self.kind} {name!r}; valid: {valid}", field=field)
 
-    def get(self, name: str) -> T:
-        return self._items[self.canonical(name)]
+    def get(self, name: str, field: str | None = None) -> T:
+        return self._items[self.canonical(name, field)]
 
     def names(self) -> list[str]:
         return list(self._items)

@@ -90,6 +90,11 @@ def test_cli_writes_an_engine_config_simulate_and_serve_take(run_dir, tmp_path):
     assert set(written["fit"]) >= {"prefill", "decode", "requests", "lone_constant"}
     assert set(written["engine"]) >= {"idle_wake_ms", "intake_ms", "request_overhead_ms"}
     assert "\"lone_constant\"" in done.stdout  # the chosen split is printed
+    printed, _ = json.JSONDecoder().raw_decode(done.stdout)
+    # figures at the precision they carry (they were 16 digits: 3.000000203846893)
+    assert printed["decode"]["coeffs"] == [3.0, 20.0, 4.0]
+    assert printed["prefill"]["stated_error"]["in_sample"] == 0.0  # was 6.48e-15 %
+    assert written["fit"]["decode"]["coeffs"] != [3.0, 20.0, 4.0]  # the file keeps them whole
     knobs = read_engine_file(out)
     assert knobs["prefill_coeffs"] == pytest.approx(TRUE["prefill_coeffs"], rel=1e-3)
     trace = str(tmp_path / "t.csv")
@@ -203,3 +208,19 @@ def test_repeats_split_ttft_by_admission_and_the_truth_predicts_both(tmp_path):
     for part in got.values():
         assert part["predicted_p50"] == pytest.approx(part["measured_p50"])
         assert part["error_pct"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_console_states_figures_at_their_precision():
+    from workbench.commands.sim import console_figures
+
+    brief = {"coeffs": [2.0000000000000067e-06, 19.99999974170156], "floor_ms": 4.810727572619048,
+             "samples": 22, "form": "a*T^2 + b*T + c",
+             "stated_error": {"median_abs_pct_error": 1.1781044512635079e-07,
+                              "in_sample": 12.34567, "held_out": -1e-9},
+             "replay": [{"ttft_ms": {"measured_p50": 10.911010045833333,
+                                     "error_pct": -2.8640794747535775e-07}}]}
+    assert console_figures(brief) == {
+        "coeffs": [2e-06, 20.0], "floor_ms": 4.811, "samples": 22, "form": "a*T^2 + b*T + c",
+        "stated_error": {"median_abs_pct_error": 0.0, "in_sample": 12.346, "held_out": 0.0},
+        "replay": [{"ttft_ms": {"measured_p50": 10.91, "error_pct": 0.0}}]}
+    assert str(console_figures({"error_pct": -1e-9})["error_pct"]) == "0.0"  # no -0.0

@@ -106,11 +106,13 @@ def test_report_on_a_folder_that_is_not_a_run_says_so(tmp_path):
                                    "directory (no records.jsonl or manifest.json)")
 
 
-def test_an_unknown_replay_flag_prints_the_replay_usage(tmp_path):
+def test_an_unknown_replay_flag_is_one_line_pointing_at_replays_help(tmp_path):
+    """The replay command's own words (not the top level's), one line: the usage, 60
+    lines of it, is ``--help``'s (tests/cli/test_flag_errors.py)."""
     proc = cli("replay", "--no-such-flag")
     assert proc.returncode == 2
-    assert proc.stderr.startswith("usage: workbench replay ")
-    assert "unrecognized arguments: --no-such-flag" in proc.stderr
+    assert proc.stderr == ("workbench replay: error: unrecognized arguments: --no-such-flag "
+                           "(see workbench replay --help)\n")
 
 
 def test_an_undetectable_format_names_the_command_line_flag(tmp_path):

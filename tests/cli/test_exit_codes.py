@@ -27,16 +27,45 @@ def _failing_config(tmp_path: Path, error_rate: float) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize(("extra", "code"), [
-    ((), ExitCode.ERROR_RATE),                           # default --max-error-rate 0
-    (("--max-error-rate", "0.5"), ExitCode.ERROR_RATE),  # 100 % > 50 %
-    (("--max-error-rate", "1"), ExitCode.COMPLETED),
+@pytest.mark.parametrize(("extra", "code", "ok"), [
+    ((), ExitCode.ERROR_RATE, "0/3"),                           # default --max-error-rate 0
+    (("--max-error-rate", "0.5"), ExitCode.ERROR_RATE, "0/3"),  # 100 % > 50 %
+    # errors allowed, but each session stopped at its first failure: 5 of 8 rounds never
+    # sent, a partial run (it exited 0, while `report` of it exits 1)
+    (("--max-error-rate", "1"), ExitCode.FAILED, "0/3"),
+    (("--max-error-rate", "1", "--continue-on-error"), ExitCode.COMPLETED, "0/8"),
 ])
-def test_a_run_whose_requests_all_failed_does_not_exit_0(tmp_path, extra, code):
+def test_a_run_whose_requests_all_failed_does_not_exit_0(tmp_path, extra, code, ok):
     proc = _cli("replay", "--config", _failing_config(tmp_path, 1.0), "--no-progress",
                 "-o", str(tmp_path), *extra)
     assert proc.returncode == code, proc.stderr
-    assert " 0/3 ok · " in proc.stdout, proc.stdout  # the headline
+    assert f"{ok} ok · " in proc.stdout, proc.stdout  # the headline
+
+
+def test_a_partial_run_exits_1_from_the_command_that_ran_it_and_from_report(tmp_path):
+    """One rule (``commands._run_end``): the run that did not finish whole exits 1 from
+    ``replay`` and from ``report`` of it, each saying how it ended in the same words."""
+    proc = _cli("replay", "--config", _failing_config(tmp_path, 1.0), "--no-progress",
+                "-o", str(tmp_path), "--run-id", "p", "--max-error-rate", "1")
+    assert proc.returncode == ExitCode.FAILED, proc.stderr
+    note = ("INCOMPLETE: partial (of 8 planned rounds, 3 were recorded, 0 of them skipped, "
+            "and 5 never sent)")
+    assert note in proc.stdout.splitlines(), proc.stdout
+    from workbench.commands.report import _read_status
+
+    assert _read_status([str(tmp_path / "p")]) == ExitCode.FAILED  # report's status
+
+
+def test_the_exit_rule_in_one_place():
+    from workbench.commands._run_end import run_exit_status as rule
+
+    assert rule("completed") == ExitCode.COMPLETED
+    for status in ("partial", "failed", "cancelled", "running", "killed"):
+        assert rule(status) == ExitCode.FAILED, status  # read by report, or ended so
+    assert rule("cancelled", cancelled=True) == ExitCode.CANCELLED  # stopped by a signal
+    assert rule("partial", errors=3, ok=0, max_error_rate=0.5) == ExitCode.ERROR_RATE
+    assert rule("completed", errors=1, ok=3, max_error_rate=0.25) == ExitCode.COMPLETED
+    assert rule("completed", errors=1, ok=3) == ExitCode.COMPLETED  # report: no threshold
 
 
 def test_a_clean_run_exits_0(tmp_path):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from workbench.cli import main
-from workbench.commands._flag_errors import name_the_flag
 from workbench.data import path as data_path
 from workbench.errors import ExitCode
 
@@ -103,14 +102,88 @@ def test_a_bad_flag_value_names_the_flag_as_written(argv, flag, rule, capsys, tm
     assert not list(tmp_path.iterdir()), "a refused command wrote a run"
 
 
-def test_only_the_flag_the_message_is_about_is_named():
-    argv = ["--trace", "t.csv", "--workers", "0", "--warmup", "0", "--format", "csv"]
-    msg = "executor.workers: expected an integer in [1, 1024], got 0 (int)"
-    assert name_the_flag(msg, argv) == f"--workers 0: {msg}"
-    # a value word (trace-timed) is no field name; a message naming its flag is kept
-    msg = "arrival.mode 'x' is unknown; valid: trace-timed, saturated"
-    assert name_the_flag(msg, ["--trace", "t.csv", "--arrival", "x"]) == f"--arrival x: {msg}"
-    assert name_the_flag("--slo 'a': bad", ["--slo", "a"]) == "--slo 'a': bad"
-    # from a config file, not a flag: nothing to name
-    assert name_the_flag("arrival.rate: expected", ["--config", "c.yaml"]) == (
-        "arrival.rate: expected")
+TYPE_CASES = [
+    # (command line, the one line after "error: ") — argparse's own refusals, no usage
+    ([*SIM, "--rate", "abc"], "--rate abc: expected a number"),
+    ([*RUN, "--max-items=1.5"], "--max-items 1.5: expected an integer"),
+    ([*SWEEP, "--lo", "x"], "--lo x: expected a number"),
+    ([*PLAN, *P90, "--max-replicas", "many"], "--max-replicas many: expected an integer"),
+    (["tracegen", "--rate", "fast"], "--rate fast: expected a number"),
+    (["sim", "serve", "--workers", "two"], "--workers two: expected an integer"),
+    ([*SIM, "--drain", "nope"], "argument --drain: invalid choice: 'nope' (choose from "
+                                "'finish', 'truncate')"),
+    (["replay", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+]
+
+
+@pytest.mark.parametrize(("argv", "said"), TYPE_CASES, ids=[c[1][:30] for c in TYPE_CASES])
+def test_argparse_refusals_are_one_line_with_the_help_hint(argv, said, capsys):
+    """``--rate abc`` printed the whole usage, then ``argument --rate: invalid float value:
+    'abc'``: now one line naming flag, value and rule, as a config-level refusal."""
+    prog = "workbench " + " ".join(argv[:2] if argv[0] == "sim" else argv[:1])
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == ExitCode.CONFIG_ERROR == 2
+    assert capsys.readouterr().err == f"{prog}: error: {said} (see {prog} --help)\n"
+
+
+def test_the_item_of_a_repeated_flag_is_the_one_named(capsys, tmp_path):
+    """Of several ``--preset``/``--slo``/``--engine`` items, the refused one, by its place
+    or key (``plan.preset[1]``, ``slo[1]``, ``target.engine.num_blocks``)."""
+    plan = ["plan", "--trace", LARGE, "--max-items", "5", "-o", str(tmp_path)]
+    for argv, flag in (
+        ([*plan, "--preset", "llama-3.1-8b/h100/tp1", "--preset", "nope/x/tp1", *P90],
+         "--preset nope/x/tp1"),
+        ([*plan, "--preset", "llama-3.1-8b/h100/tp1", *P90, "--slo", "ttft_ms:p99<=x"],
+         "--slo ttft_ms:p99<=x"),
+        ([*SIM, "--engine", "num_blocks=0", "--engine", "block_size=16"],
+         "--engine num_blocks=0"),
+    ):
+        assert main(argv) == ExitCode.CONFIG_ERROR
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert line.startswith(f"workbench {argv[0]}: error: {flag}: "), line
+
+
+def test_a_value_from_a_config_file_names_its_file_and_line_not_a_flag(capsys, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"trace:\n  path: {SMALL}\narrival:\n  mode: poisson\n  rate: -1\n")
+    assert main(["simulate", "--config", str(cfg), "--warmup", "0"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line == (f"workbench simulate: error: {cfg}:5: arrival.rate: expected a finite "
+                    "number in [1e-06, 1000000] or null, got -1 (int)")
+    # a flag over a file (read whole and checked first): the flag's value is refused, named
+    cfg.write_text(f"trace:\n  path: {SMALL}\narrival:\n  mode: poisson\n  rate: 1\n")
+    assert main(["simulate", "--config", str(cfg), "--rate", "-2"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
+        "workbench simulate: error: --rate -2: arrival.rate: expected")
+
+
+def test_a_rule_of_two_fields_names_no_flag(capsys):
+    """A cross-section rule (no one field's value) is said as it is: no flag is guessed."""
+    assert main([*SIM, "--workers", "2", "--max-concurrency", "1"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("workbench simulate: error: executor.workers 2 > "
+                           "arrival.max_concurrency 1"), line
+
+
+def test_the_flags_remember_what_was_typed_under_their_fields():
+    import pickle
+
+    from workbench.cli import build_parser
+    from workbench.commands._flags import flag_sources
+    from workbench.errors import ConfigError
+
+    args = build_parser("sweep").parse_args(
+        ["sweep", "--trace", "t.csv", "--request-timeout=-1", "--over", "rate=1,2",
+         "--engine", "num_blocks=8", "--metrics-url", "a", "--metrics-url", "b",
+         "--repeats", "3"])
+    assert args.request_timeout == -1.0 and args.repeats == 3  # converted, stored
+    assert args.over == ["rate=1,2"] and args.engine == ["num_blocks=8"]
+    assert flag_sources(args) == {
+        "trace.path": "--trace t.csv", "arrival.request_timeout_s": "--request-timeout -1",
+        "arrival.rate": "--over rate=1,2", "target.engine.num_blocks": "--engine num_blocks=8",
+        "backend.metrics_urls[0]": "--metrics-url a", "backend.metrics_urls[1]": "--metrics-url b",
+        "sweep.repeats": "--repeats 3"}
+    # a point process's refusal keeps its field across the pipe
+    err = pickle.loads(pickle.dumps(ConfigError("arrival.rate: bad", field="arrival.rate")))
+    assert err.field == "arrival.rate"

@@ -97,9 +97,9 @@ def test_sigkill_of_a_sharded_replay_leaves_no_process_and_is_reported(
     assert manifest["status"] == "running" and manifest["host"]["pid"] == proc.pid
 
     # workbench report says so ...
-    from workbench.commands.report import _not_whole
+    from workbench.commands.report import _read_status
 
-    assert _not_whole([str(run)])  # report exits 1
+    assert _read_status([str(run)]) == 1  # report exits 1 (ExitCode.FAILED)
     err = capsys.readouterr().err
     assert f"left 'running' by process {proc.pid}" in err and "no longer alive" in err, err
     # ... and so does the next run in that folder, in one warning line

@@ -3,121 +3,140 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from workbench.arrival import MODES
 from workbench.backends import BACKENDS
 from workbench.catalogs.requests import SLO_ABLE
+from workbench.commands._flags import GivenItems, value_flag
 from workbench.config import EXECUTOR_KINDS, RunConfig
 from workbench.config.validation import json_or_text
 from workbench.context import POLICIES
-from workbench.errors import ConfigError, ExitCode
+from workbench.errors import ConfigError
 from workbench.ranges import MAX_DEPTH
 
 
 def add_axis_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--trace", help="trace file (any supported format)")
-    p.add_argument("--format", default=None, help="trace format (default: detect)")
-    p.add_argument("--max-items", type=int, help="replay only the first N units (file order)")
-    p.add_argument("--offset", type=int,
+    add = _adder(p)
+    add("--trace", help="trace file (any supported format)")
+    add("--format", default=None, help="trace format (default: detect)")
+    add("--max-items", type=int, help="replay only the first N units (file order)")
+    add("--offset", type=int,
                    help="start the window at unit K (file order; with --max-items: units "
                         "K..K+N-1)")
-    p.add_argument("--trace-option", action="append", default=[], metavar="KEY=VALUE",
+    add("--trace-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a reader option (JSON or text), e.g. timing=original, "
                         "max_delay_s=60 (weka: docs/weka-traces.md)")
-    p.add_argument("--policy", help=f"context policy: {' | '.join(POLICIES.names())}")
-    p.add_argument("--shared-prefix", action="store_true", default=None,
+    add("--policy", help=f"context policy: {' | '.join(POLICIES.names())}")
+    add("--shared-prefix", action="store_true", default=None,
                    help="first rounds reuse a shared prefix pool keyed by provider/model/project")
-    p.add_argument("--max-model-len", type=int, help="context guard: skip rounds that overflow")
-    p.add_argument("--arrival", help=" | ".join(MODES.names()))
-    p.add_argument("--rate", type=float, help="rescale trace arrivals to R units/s (modes "
+    add("--max-model-len", type=int, help="context guard: skip rounds that overflow")
+    add("--arrival", help=" | ".join(MODES.names()))
+    add("--rate", type=float, help="rescale trace arrivals to R units/s (modes "
                    "poisson, gamma, constant: draw arrivals at R units/s)")
-    p.add_argument("--burstiness", type=float,
+    add("--burstiness", type=float,
                    help="--arrival gamma: shape of the gaps (1: poisson; < 1 burstier)")
-    p.add_argument("--ramp-up-strategy", choices=["linear", "exponential"],
+    add("--ramp-up-strategy", choices=["linear", "exponential"],
                    help="arrival processes: ramp the rate over the units, or over "
                         "--ramp-up-duration (no --rate)")
-    p.add_argument("--ramp-up-start-rps", type=float,
+    add("--ramp-up-start-rps", type=float,
                    help="ramp-up: rate of the first unit (at time 0)")
-    p.add_argument("--ramp-up-end-rps", type=float,
+    add("--ramp-up-end-rps", type=float,
                    help="ramp-up: rate of the last unit (from --ramp-up-duration on)")
-    p.add_argument("--ramp-up-duration", type=float, dest="ramp_up_duration_s", metavar="S",
+    add("--ramp-up-duration", type=float, dest="ramp_up_duration_s", metavar="S",
                    help="ramp-up: the rate moves from start to end over S seconds, then "
                         "stays at the end rate (a ramp in time, not over the units)")
-    p.add_argument("--max-concurrency", type=int,
+    add("--max-concurrency", type=int,
                    help="agent tasks active at once (a unit and its sub-agents: one)")
-    p.add_argument("--max-streams", type=int, help="requests in flight at once (streams)")
-    p.add_argument("--session-budget", type=float, dest="session_budget_s",
+    add("--max-streams", type=int, help="requests in flight at once (streams)")
+    add("--session-budget", type=float, dest="session_budget_s",
                    help="per-session time budget (s): no round starts past it (truncated)")
-    p.add_argument("--duration", type=float, dest="duration_s", help="closed-loop duration (s)")
-    p.add_argument("--warmup", type=int, help="warm-up sessions (≤3 rounds each, excluded)")
-    p.add_argument("--tool-wait-scale", type=float, help="multiply every tool wait")
-    p.add_argument("--output-len", help="trace | fixed:K | budget:T")
-    p.add_argument("--continue-on-error", action="store_true", default=None,
+    add("--duration", type=float, dest="duration_s", help="closed-loop duration (s)")
+    add("--warmup", type=int, help="warm-up sessions (≤3 rounds each, excluded)")
+    add("--tool-wait-scale", type=float, help="multiply every tool wait")
+    add("--output-len", help="trace | fixed:K | budget:T")
+    add("--continue-on-error", action="store_true", default=None,
                    help="keep a session going after a failed round")
-    p.add_argument("--request-timeout", type=float, help="per-request timeout (s)")
-    p.add_argument("--stream-idle-timeout", type=float, help="stream idle timeout (s)")
-    p.add_argument("--backend", help=" | ".join(BACKENDS.names()))
-    p.add_argument("--stream", action=argparse.BooleanOptionalAction, default=None,
+    add("--request-timeout", type=float, help="per-request timeout (s)")
+    add("--stream-idle-timeout", type=float, help="stream idle timeout (s)")
+    add("--backend", help=" | ".join(BACKENDS.names()))
+    add("--stream", action=argparse.BooleanOptionalAction, default=None,
                    help="--no-stream: non-streaming requests (\"stream\": false), the answer "
                         "read whole: TTFT = end-to-end latency, no TPOT/ITL (openai, "
                         "openai-chat; the request timeout applies, not the idle one)")
-    p.add_argument("--seed", type=int, help="seed of the synthetic token pool")
-    p.add_argument("--flush-cache", action=argparse.BooleanOptionalAction, default=None,
+    add("--seed", type=int, help="seed of the synthetic token pool")
+    add("--flush-cache", action=argparse.BooleanOptionalAction, default=None,
                    help="reset the server's prefix cache before the run (default: try, "
                         "record what happened; --flush-cache fails if it cannot)")
-    p.add_argument("--token-salt", help="salt every synthetic token ('run': the run id) so "
+    add("--token-salt", help="salt every synthetic token ('run': the run id) so "
                                         "runs share no cached prefix on a server that "
                                         "cannot flush")
-    p.add_argument("--profile", action="store_true", default=None,
+    add("--profile", action="store_true", default=None,
                    help="start the engine's profiler before the measured requests and stop "
                         "it after (vLLM started with --profiler-config, SGLang)")
-    p.add_argument("--profile-dir", help="--profile: the server's trace directory (vLLM: its "
+    add("--profile-dir", help="--profile: the server's trace directory (vLLM: its "
                                         "torch_profiler_dir; SGLang: sent as output_dir)")
-    p.add_argument("--config", help="YAML/JSON RunConfig file; flags override it")
-    p.add_argument("-o", "--out", dest="out_dir", help="parent folder of the run directory")
-    p.add_argument("--run-id", help="name of the run directory (default: timestamped)")
-    p.add_argument("--overwrite", action="store_true", default=None,
+    add("--config", help="YAML/JSON RunConfig file; flags override it")
+    add("-o", "--out", dest="out_dir", help="parent folder of the run directory")
+    add("--run-id", help="name of the run directory (default: timestamped)")
+    add("--overwrite", action="store_true", default=None,
                    help="replace an existing finished run of this --run-id (default: refuse)")
-    p.add_argument("--max-error-rate", type=float, default=0.0, metavar="FRACTION",
+    add("--max-error-rate", type=float, default=0.0, metavar="FRACTION",
                    help="exit with status 4 when more than this fraction of the requests "
                    "failed (default 0: any failed request; 1: never)")
     # the per-run knobs of the config file, as flags (docs/sweeps.md, "command line")
     g = p.add_argument_group("run knobs (config-file fields as flags)")
-    g.add_argument("--slo", action="append", default=[], metavar="BOUND",
+    gadd = _adder(g)
+    gadd("--slo", action="append", default=[], metavar="BOUND",
                    help="SLO bound (repeatable). METRIC<=MS (METRIC: "
                         + ", ".join(SLO_ABLE) + "): "
                         "per request, the summary's attainment and goodput; workbench sweep "
                         "also takes percentile bounds METRIC:pQ<=MS (ttft_ms:p90<=2000) and "
                         "ok>=F (share of requests that must finish ok)")
-    g.add_argument("--workers", type=int, help="executor processes (units are sharded)")
-    g.add_argument("--executor", choices=EXECUTOR_KINDS, help="executor kind")
-    g.add_argument("--ray-address", help="Ray cluster to join (executor ray)")
-    g.add_argument("--fuse", type=float, dest="fuse_s", help="hard cap on the run's wall time (s)")
-    g.add_argument("--drain", choices=["finish", "truncate"],
+    gadd("--workers", type=int, help="executor processes (units are sharded)")
+    gadd("--executor", choices=EXECUTOR_KINDS, help="executor kind")
+    gadd("--ray-address", help="Ray cluster to join (executor ray)")
+    gadd("--fuse", type=float, dest="fuse_s", help="hard cap on the run's wall time (s)")
+    gadd("--drain", choices=["finish", "truncate"],
                    help="closed-loop at the deadline: finish or truncate sessions")
-    g.add_argument("--model", help="model name sent in every request")
-    g.add_argument("--preflight", action=argparse.BooleanOptionalAction, default=None,
+    gadd("--model", help="model name sent in every request")
+    gadd("--preflight", action=argparse.BooleanOptionalAction, default=None,
                    help="probe the server before the run (default: on for URLs)")
-    g.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
+    gadd("--header", action="append", default=[], metavar="NAME=VALUE",
                    help="extra request header (repeatable); VALUE $ENV reads ENV at start")
-    g.add_argument("--body-field", action="append", default=[], metavar="KEY=JSON",
+    gadd("--body-field", action="append", default=[], metavar="KEY=JSON",
                    help="extra request body field (repeatable; dotted KEY nests)")
-    g.add_argument("--routing-header", metavar="NAME",
+    gadd("--routing-header", metavar="NAME",
                    help="send the unit's routing slot as this header")
-    g.add_argument("--routing-field", metavar="KEY",
+    gadd("--routing-field", metavar="KEY",
                    help="send the unit's routing slot as this body field (dotted KEY nests)")
-    g.add_argument("--cached-tokens-details", action="store_true", default=None,
+    gadd("--cached-tokens-details", action="store_true", default=None,
                    help="sglang-tokens: ask for and record the device/host split of cached "
                         "tokens (return_cached_tokens_details)")
-    g.add_argument("--metrics-url", action="append", default=None, metavar="URL",
+    gadd("--metrics-url", action=GivenItems, field="backend.metrics_urls", default=None,
+         metavar="URL",
                    help="a further Prometheus page to scrape beside the engine's /metrics "
                         "(repeatable; e.g. a GPU exporter http://HOST:9400/metrics)")
-    g.add_argument("--metrics-series", action="append", default=None, metavar="GLOB",
+    gadd("--metrics-series", action=GivenItems, field="backend.metrics_series", default=None,
+         metavar="GLOB",
                    help="keep the series matching this glob from every scraped page "
                         "(repeatable; e.g. 'DCGM_FI_DEV_*')")
-    g.add_argument("--percentiles", metavar="Q,Q,...",
+    gadd("--percentiles", metavar="Q,Q,...",
                    help="latency percentiles to print, e.g. 50,90,99,99.9")
+
+
+def _adder(p: Any) -> Callable[..., argparse.Action]:
+    """``p.add_argument``, but a flag that takes one value is a ``value_flag``: stored by
+    ``_flags.Given`` and remembered under its config field (``AXIS_FLAGS``), so a check
+    that refuses the value names the flag as typed."""
+    def add(*names: str, **kwargs: Any) -> argparse.Action:
+        if "action" in kwargs:
+            action: argparse.Action = p.add_argument(*names, **kwargs)
+            return action
+        dest = kwargs.get("dest") or names[-1].lstrip("-").replace("-", "_")
+        return value_flag(p, *names, field=FIELD_OF_DEST.get(dest), **kwargs)
+    return add
 
 
 def parse_percentiles(spec: str) -> list[float]:
@@ -129,17 +148,6 @@ def parse_percentiles(spec: str) -> list[float]:
     if not qs or len(qs) > 100 or not all(0 <= q <= 100 for q in qs):
         raise ConfigError(f"--percentiles {spec!r}: 1 to 100 numbers, each in [0, 100]")
     return qs
-
-
-def exit_status(summary: dict[str, Any], cancelled: bool, max_error_rate: float) -> int:
-    """The command's exit status for a finished run (``ExitCode``); the error rate is
-    failed / (ok + failed) requests (skipped and cancelled ones are neither)."""
-    if cancelled:
-        return ExitCode.CANCELLED
-    errors, ok = int(summary.get("errors") or 0), int(summary.get("ok") or 0)
-    if errors and errors / (errors + ok) > max_error_rate:
-        return ExitCode.ERROR_RATE
-    return ExitCode.COMPLETED
 
 
 #: every flag whose value goes into the config as given: ``dest`` or ``dest=key`` per section
@@ -156,6 +164,15 @@ AXIS_FLAGS: dict[str, tuple[str, ...]] = {
     "backend": ("backend=name", "flush_cache", "token_salt", "profile", "profile_dir",
                 "stream", "metrics_url=metrics_urls", "metrics_series", "preflight"),
     "executor": ("workers", "executor=kind", "ray_address=address"),
+}
+
+
+#: the config field of each flag's value (``dest`` → ``section.key``; top-level: ``key``;
+#: not ``-o``: an ``out_dir`` refusal quotes its whole path already)
+FIELD_OF_DEST: dict[str, str] = {
+    **{item.partition("=")[0]: f"{section}.{item.partition('=')[2] or item}"
+       for section, items in AXIS_FLAGS.items() for item in items},
+    **{key: key for key in ("seed", "run_id")},
 }
 
 

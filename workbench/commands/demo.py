@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from workbench.commands._axes import json_items
+from workbench.commands._flags import value_flag
 from workbench.commands.replay import replay_with_progress
 from workbench.commands.report import print_report
 from workbench.config import RunConfig
@@ -28,16 +29,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--out", default="reports", help="reports folder (default: reports)")
     p.add_argument("--trace", default=DEMO_TRACE, help=f"bundled trace name or a path "
                    f"(default {DEMO_TRACE})")
-    p.add_argument("--max-items", type=int, help="replay only the first N units")
-    p.add_argument("--rate", type=float, help="rescale arrivals to R units/s")
-    p.add_argument("--tool-wait-scale", type=float, default=1.0,
-                   help="multiply every tool wait (think time)")
+    value_flag(p, "--max-items", type=int, help="replay only the first N units")
+    value_flag(p, "--rate", type=float, help="rescale arrivals to R units/s")
+    value_flag(p, "--tool-wait-scale", type=float, default=1.0,
+               help="multiply every tool wait (think time)")
     p.add_argument("--trace-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a reader option, e.g. max_delay_s=1 for the weka sample "
                         "(docs/weka-traces.md)")
-    p.add_argument("--speedup", type=float,
-                   help="run the embedded engine N times faster than its cost model (the "
-                        "report says so); default 1")
+    value_flag(p, "--speedup", type=float,
+               help="run the embedded engine N times faster than its cost model (the "
+               "report says so); default 1")
     p.add_argument("--run-id", default="demo", help="report folder name (default demo)")
     p.add_argument("--show-code", action="store_true", help="show code cells in the HTML")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 
+from workbench.commands._flags import GivenItems, value_flag
 from workbench.errors import ConfigError
 
 NAME = "plan"
@@ -22,26 +23,29 @@ def _floats(text: str, what: str) -> list[float]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help="trace file (or a bundled name, e.g. "
                    "mooncake/conversation_trace_head600.jsonl)")
-    p.add_argument("--preset", action="append", default=[], metavar="MODEL/GPU/tpN[/fp8|/fp8w]",
+    p.add_argument("--preset", action=GivenItems, field="plan.preset", default=[],
+                   metavar="MODEL/GPU/tpN[/fp8|/fp8w]",
                    help="an option to compare (repeatable); an engine .json from "
                         "`sim calibrate` stands in for a preset")
-    p.add_argument("--slo", action="append", default=[], required=True,
+    p.add_argument("--slo", action=GivenItems, field="slo", default=[], required=True,
                    help="SLO bound, e.g. 'ttft_ms:p90<=2000' (repeatable)")
-    p.add_argument("--scale", default="1,2", help="rate multiples of the trace's own rate "
-                   "(default 1,2)")
-    p.add_argument("--router", default="prefix-aware",
-                   help="routers to try, comma-separated (default prefix-aware)")
-    p.add_argument("--host-kv-gb", default="0", help="host KV tier sizes per replica to try, "
-                   "GB, comma-separated (default 0: none)")
+    value_flag(p, "--scale", default="1,2", field="plan.scales",
+               help="rate multiples of the trace's own rate (default 1,2)")
+    value_flag(p, "--router", default="prefix-aware", field="plan.router",
+               help="routers to try, comma-separated (default prefix-aware)")
+    value_flag(p, "--host-kv-gb", default="0", field="target.engine.host_kv_gb",
+               help="host KV tier sizes per replica to try, GB, comma-separated (default 0: "
+               "none)")
     p.add_argument("--price", default=None, metavar="GPU=USD,...",
                    help="USD per GPU-hour per GPU, e.g. h100=2.5,h200=3.7, over the default "
                         "table of published on-demand prices (docs/plan.md, \"Prices\"); "
                         "a bare number, e.g. 2.5, is every GPU's price")
-    p.add_argument("--max-items", type=int, default=None, help="first N units of the trace")
-    p.add_argument("--max-replicas", type=int, default=64)
-    p.add_argument("--parallel", type=int, default=None, metavar="N",
-                   help="searches (option × scale) run at once, each in a process of its "
-                        "own (default: the cores this process may use; 1: one at a time)")
+    value_flag(p, "--max-items", type=int, default=None, field="trace.max_items",
+               help="first N units of the trace")
+    value_flag(p, "--max-replicas", type=int, default=64, field="plan.max_replicas")
+    value_flag(p, "--parallel", type=int, default=None, metavar="N", field="plan.parallel",
+               help="searches (option × scale) run at once, each in a process of its "
+               "own (default: the cores this process may use; 1: one at a time)")
     p.add_argument("-o", "--out", dest="out_dir", default="plans",
                    help="parent folder of the plan directory (default: plans)")
 

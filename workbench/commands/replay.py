@@ -10,7 +10,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from workbench.catalogs.requests import LATENCY, SCALAR_LATENCY
-from workbench.commands._axes import add_axis_arguments, config_from_args, exit_status
+from workbench.commands._axes import add_axis_arguments, config_from_args
+from workbench.commands._run_end import run_exit_status
 
 NAME = "replay"
 HELP = "replay a trace against a serving endpoint (--target URL) or the embedded engine"
@@ -59,7 +60,8 @@ def headline_if_stopped(cfg: Any, args: argparse.Namespace) -> Iterator[Callable
 
 
 def finish(result: Any, cfg: Any, args: argparse.Namespace, digest: bool = False) -> int:
-    """Print a finished run and its digest; the command's exit status."""
+    """Print a finished run and its digest; the command's exit status (one rule for every
+    command that makes or reads a run: ``_run_end.run_exit_status``)."""
     from workbench.metrics import summary_of  # pandas: not held through the run
 
     summary = summary_of(result, cfg.slo)
@@ -70,7 +72,9 @@ def finish(result: Any, cfg: Any, args: argparse.Namespace, digest: bool = False
         print("digest:", run_digest(result, cfg.slo))
     if result.run_dir:
         print(f"run directory: {result.run_dir}")
-    return exit_status(summary, result.cancelled, args.max_error_rate)
+    return run_exit_status(getattr(result.manifest, "status", None), cancelled=result.cancelled,
+                           errors=int(summary.get("errors") or 0), ok=int(summary.get("ok") or 0),
+                           max_error_rate=args.max_error_rate)
 
 
 def print_result(summary: dict, result: Any, args: argparse.Namespace) -> None:

@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from workbench.report.render import render_report
 
     run_dirs = [params["run_dir"]] if "run_dir" in params else params.get("run_dirs", [])
-    partial = _not_whole(run_dirs)  # a damaged manifest or line: exit 2, nothing rendered
+    status = _read_status(run_dirs)  # a damaged manifest or line: exit 2, nothing rendered
     try:
         html = render_report(notebook, params, args.out_dir, show_code=args.show_code)
     except PapermillExecutionError as exc:
@@ -83,28 +83,31 @@ def run(args: argparse.Namespace) -> int:
               f"the partial report (code shown) is under {args.out_dir}", file=sys.stderr)
         return 1
     print_report(html)
-    return ExitCode.FAILED if partial else ExitCode.COMPLETED
+    return status
 
 
-def _not_whole(run_dirs: list[str]) -> bool:
+def _read_status(run_dirs: list[str]) -> int:
     """Say on stderr what of each run directory was damaged and how a run that did not
     complete ended (killed, cancelled, failed, partial, still running), as the report's
-    first lines say it, and whether any run was so: the report is then rendered, but not
-    from a whole run (exit code 1: docs/run-directory.md, "Reading a run that is not
+    first lines say it; the exit status: the worst of the runs' by the rule every command
+    that makes or reads a run follows (``_run_end.run_exit_status``; a damaged run: 1). The
+    report is rendered all the same (docs/run-directory.md, "Reading a run that is not
     whole")."""
+    from workbench.commands._run_end import run_exit_status
     from workbench.report.tables import run_end_note
     from workbench.storage.rundir import read_manifest, run_damage
 
-    partial = False
+    worst = ExitCode.COMPLETED
     for d in run_dirs:
         for note in run_damage(d):
             print(f"workbench report: DAMAGED: {Path(d) / note}", file=sys.stderr)
-            partial = True
-        ended = run_end_note(read_manifest(d))  # read whole by run_damage just now
+            worst = max(worst, ExitCode.FAILED)
+        manifest = read_manifest(d)  # read whole by run_damage just now
+        ended = run_end_note(manifest)
         if ended:
             print(f"workbench report: {d}: {ended}", file=sys.stderr)
-            partial = True
-    return partial
+        worst = max(worst, run_exit_status(manifest.status))
+    return worst
 
 
 def print_report(html: Path) -> None:

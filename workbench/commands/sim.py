@@ -7,10 +7,12 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import math
 import sys
 from typing import Any
 
 from workbench.commands._axes import json_items
+from workbench.commands._flags import value_flag
 from workbench.errors import ConfigError, ListenError, WorkbenchError
 
 NAME = "sim"
@@ -57,23 +59,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=_port, default=0, help="port (default 0: any free port)")
     for name, kind, text in _KNOBS:
-        serve.add_argument(f"--{name}", type=kind, default=None, help=text)
+        value_flag(serve, f"--{name}", type=kind, default=None, help=text)
     for name, text in _FLAGS:
         serve.add_argument(f"--{name}", action="store_true", default=None, help=text)
     cluster = serve.add_argument_group("simulated cluster (docs/cluster.md)")
-    cluster.add_argument("--workers", type=int, default=None,
-                         help="serve N engine workers behind one endpoint (default: one engine)")
+    value_flag(cluster, "--workers", type=int, default=None,
+               help="serve N engine workers behind one endpoint (default: one engine)")
     from workbench.sim.router import ROUTERS  # stdlib only: --help stays fast
 
     cluster.add_argument("--router", default=None, help=" | ".join(ROUTERS.names()))
-    cluster.add_argument("--overload-threshold", type=int, default=None,
-                         help="prefix-aware: requests above the least-loaded worker (default 4)")
+    value_flag(cluster, "--overload-threshold", type=int, default=None,
+               help="prefix-aware: requests above the least-loaded worker (default 4)")
     cluster.add_argument("--disagg", default=None, metavar="P:D",
                          help="prefill/decode disaggregation: P prefill and D decode workers")
-    cluster.add_argument("--bandwidth-gbps", type=float, default=None,
-                         help="disaggregation: KV transfer bandwidth in GB/s (default 50)")
-    cluster.add_argument("--dp", type=int, default=None, metavar="R",
-                         help="attention-DP: R ranks per worker, stepping together (default 1)")
+    value_flag(cluster, "--bandwidth-gbps", type=float, default=None,
+               help="disaggregation: KV transfer bandwidth in GB/s (default 50)")
+    value_flag(cluster, "--dp", type=int, default=None, metavar="R",
+               help="attention-DP: R ranks per worker, stepping together (default 1)")
     cluster.add_argument("--dp-placement", default=None,
                          help="attention-DP rank placement: least-loaded | round-robin")
     serve.add_argument("--engine-config", default=None, metavar="FILE",
@@ -192,11 +194,11 @@ def run_calibrate(args: argparse.Namespace) -> int:
         print(f"workbench sim calibrate: error: {exc}", file=sys.stderr)
         return 2
     if args.preset:
-        print(json.dumps({"preset": preset.preset, "fitted": preset.fit["fitted"],
-                          "before": preset.fit["before"], "after": preset.fit["after"],
-                          "in_sample": preset.fit["in_sample"],
-                          "held_out": preset.fit["held_out"]},
-                         indent=2))
+        print(json.dumps(console_figures(
+            {"preset": preset.preset, "fitted": preset.fit["fitted"],
+             "before": preset.fit["before"], "after": preset.fit["after"],
+             "in_sample": preset.fit["in_sample"], "held_out": preset.fit["held_out"]}),
+            indent=2))
         print(f"calibrated preset: {path} (use --engine preset={path})")
         return 0
     path = cal.write(args.output)
@@ -210,7 +212,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
                           "median_abs_pct_error") if k in fit["lone_constant"]},
         "replay": fit.get("replay"),
     }  # fmt: skip
-    print(json.dumps(brief, indent=2))
+    print(json.dumps(console_figures(brief), indent=2))
     for part in ("prefill", "decode"):
         note = fit[part]["stated_error"].get("note")
         if note:  # the in-sample error of an exact fit says nothing of other requests
@@ -220,6 +222,30 @@ def run_calibrate(args: argparse.Namespace) -> int:
         print("replay: the calibration runs themselves, replayed (in sample, not held out)")
     print(f"engine config: {path}")
     return 0
+
+
+#: significant figures of a fitted coefficient or a time the console prints; decimals of
+#: a percentage (as the preset fit's report rounds its own): docs/calibration.md, "Console"
+FIGURES, PCT_DECIMALS = 4, 3
+#: keys whose numbers are percentages (an error in %)
+_PCT_KEYS = ("pct_error", "error_pct", "in_sample", "held_out")
+
+
+def console_figures(value: Any, key: str = "") -> Any:
+    """``value`` (a fit's brief) with every float at the precision the console states it:
+    percentages (under a key of ``_PCT_KEYS``, at any depth) to ``PCT_DECIMALS`` decimals,
+    other figures to ``FIGURES`` significant figures; the written file keeps them whole
+    (``3.000000203846893`` → ``3.0``, ``1.178e-07`` % → ``0.0``)."""
+    if isinstance(value, dict):
+        return {k: console_figures(v, k if isinstance(k, str) else key)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [console_figures(v, key) for v in value]
+    if isinstance(value, float) and math.isfinite(value):
+        if key.endswith(_PCT_KEYS):
+            return round(value, PCT_DECIMALS) + 0.0  # + 0.0: no -0.0
+        return float(f"{value:.{FIGURES}g}") + 0.0
+    return value
 
 
 def _stated_brief(part: dict[str, Any]) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from workbench.commands._axes import add_axis_arguments, config_from_args, json_items
+from workbench.commands._flags import GivenItems
 from workbench.commands.replay import add_json_flag, finish, headline_if_stopped
 
 NAME = "simulate"
@@ -13,7 +14,8 @@ HELP = "replay a trace through the embedded engine in virtual time (no sockets, 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_axis_arguments(p)
-    p.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--engine", action=GivenItems, field="target.engine", keyed=True, default=[],
+                   metavar="KEY=VALUE",
                    help="engine knob, e.g. --engine num_blocks=4096 (repeatable)")
     p.add_argument("--engine-config", default=None, metavar="FILE",
                    help="engine knobs from a JSON/YAML file (e.g. from `sim calibrate`); "

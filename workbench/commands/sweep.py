@@ -13,6 +13,7 @@ from workbench.commands._axes import (
     config_from_args,
     json_items,
 )
+from workbench.commands._flags import GivenItems, flag_sources, note, value_flag
 from workbench.config.validation import json_or_text, parse_json
 from workbench.errors import ConfigError, ExitCode
 
@@ -34,10 +35,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_axis_arguments(p)
     p.set_defaults(sweep_bounds_ok=True)
     p.add_argument("--target", help="server root URL, or 'sim' for the embedded engine")
-    p.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--engine", action=GivenItems, field="target.engine", keyed=True, default=[],
+                   metavar="KEY=VALUE",
                    help="embedded-engine knob for every point (repeatable)")
     g = p.add_argument_group("what varies")
-    g.add_argument("--over", action="append", default=[], metavar="PATH=V1,V2,...",
+    g.add_argument("--over", action=GivenItems, field="", keyed=True, resolve=_axis_field,
+                   default=[], metavar="PATH=V1,V2,...",
                    help="an axis and its values (repeatable: the grid of every combination); "
                         "PATH is a RunConfig field: arrival.rate, max_concurrency, "
                         "tool_wait_scale, engine.num_blocks, ...")
@@ -45,37 +48,55 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help='an explicit list of points, e.g. \'[{"rate": 1}, {"rate": 2}]\'')
     g.add_argument("--capacity", metavar="PATH",
                    help="search PATH for the highest value at which the SLO holds")
-    g.add_argument("--lo", type=float, help="capacity search: lower end of the range")
-    g.add_argument("--hi", type=float, help="capacity search: upper end of the range")
-    g.add_argument("--tolerance", type=float, help="capacity search: bracket width to stop at")
-    g.add_argument("--grow", type=float, default=2.0, help="capacity search: bracket growth")
-    g.add_argument("--max-probes", type=int, default=24, help="capacity search: probe budget")
+    value_flag(g, "--lo", type=float, field="capacity.lo",
+               help="capacity search: lower end of the range")
+    value_flag(g, "--hi", type=float, field="capacity.hi",
+               help="capacity search: upper end of the range")
+    value_flag(g, "--tolerance", type=float, field="capacity.tolerance",
+               help="capacity search: bracket width to stop at")
+    value_flag(g, "--grow", type=float, default=2.0, field="capacity.grow",
+               help="capacity search: bracket growth")
+    value_flag(g, "--max-probes", type=int, default=24, field="capacity.max_probes",
+               help="capacity search: probe budget")
     v = p.add_argument_group("server configurations (docs/sweeps.md, 'Server sweeps')")
     v.add_argument("--serve", metavar="'CMD ... {param} ...'",
                    help="start this server per server point (in its own process group, "
                         "stopped after its client points); it must serve --target")
     v.add_argument("--serve-over", action="append", default=[], metavar="PARAM=V1,V2,...",
                    help="a server parameter and its values (repeatable: every combination)")
-    v.add_argument("--serve-ready-timeout", type=float, default=600.0, metavar="S",
-                   help="seconds a server may take to answer /health or /v1/models (600)")
-    v.add_argument("--serve-grace", type=float, default=20.0, metavar="S",
-                   help="seconds between SIGTERM and SIGKILL of a server's group (20)")
+    value_flag(v, "--serve-ready-timeout", type=float, default=600.0, metavar="S",
+               help="seconds a server may take to answer /health or /v1/models (600)")
+    value_flag(v, "--serve-grace", type=float, default=20.0, metavar="S",
+               help="seconds between SIGTERM and SIGKILL of a server's group (20)")
     s = p.add_argument_group("how")
-    s.add_argument("--repeats", type=int, default=1, help="runs per point (default 1)")
-    s.add_argument("--stop-margin", type=float,
-                   help="stop once points break the SLO by more than this fraction (0.5: 50 %%)")
-    s.add_argument("--stop-after", type=int, default=1,
-                   help="... this many points in a row (default 1)")
+    value_flag(s, "--repeats", type=int, default=1, field="sweep.repeats",
+               help="runs per point (default 1)")
+    value_flag(s, "--stop-margin", type=float, field="sweep.stop_margin",
+               help="stop once points break the SLO by more than this fraction (0.5: 50 %%)")
+    value_flag(s, "--stop-after", type=int, default=1, field="sweep.stop_after",
+               help="... this many points in a row (default 1)")
     s.add_argument("--virtual", action="store_true",
                    help="run every point through the embedded engine in virtual time")
-    s.add_argument("--parallel", type=int, default=None, metavar="N",
-                   help="virtual time: points (a capacity search: probes a round) run in this "
-                        "many processes at once (default: the cores this process may use; 1: "
-                        "one at a time, on this process)")
+    value_flag(s, "--parallel", type=int, default=None, metavar="N", field="sweep.parallel",
+               help="virtual time: points (a capacity search: probes a round) run in this "
+               "many processes at once (default: the cores this process may use; 1: "
+               "one at a time, on this process)")
     s.add_argument("--sweep-id", help="sweep directory name (same name again: resume)")
     s.add_argument("--label", help="label of the sweep in plots and reports")
-    s.add_argument("--gpus", type=int, help="GPUs per server instance: the Pareto plot shows "
-                                            "output tokens/s per GPU")
+    value_flag(s, "--gpus", type=int, field="sweep.gpus",
+               help="GPUs per server instance: the Pareto plot shows output tokens/s per GPU")
+
+
+def _axis_field(path: str) -> str:
+    """The config field an ``--over`` path names (``rate``: ``arrival.rate``), by which a
+    refused point value names its ``--over`` item; the path as written if it names none
+    (the sweep says so when it reads it)."""
+    import workbench.sweeps.spec as spec_mod
+
+    try:
+        return str(spec_mod.resolve_path(path))
+    except ConfigError:
+        return path
 
 
 def parse_over(items: list[str]) -> dict[str, list[Any]]:
@@ -98,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
     over: Any = None
     if args.capacity:
         rate = args.lo if spec_mod.resolve_path(args.capacity) == spec_mod.RATE else None
+        if rate is not None:  # the base config's rate is --lo's
+            note(args, spec_mod.RATE, flag_sources(args).get("capacity.lo"))
         if args.points:
             raise ConfigError("--capacity searches its axis: other axes by --over, not --points")
         over = parse_over(args.over) if args.over else None  # a search per configuration

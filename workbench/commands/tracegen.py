@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from workbench.commands._flags import value_flag
 from workbench.context.policy import (
     DEFAULT_POLICY,
     MAJOR_COMPACTION_MIN_DROP_RATIO,
@@ -39,15 +40,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         + ", ".join(f"{alias} = {name}" for alias, name in POLICIES.aliases().items()) + ")",
     )
     parser.add_argument("--session-order", default="source", choices=["source", "shuffle"])
-    parser.add_argument("--max-sessions", type=int, metavar="N", help="keep the first N sessions")
+    value_flag(parser, "--max-sessions", type=int, metavar="N", help="keep the first N sessions")
     parser.add_argument(
         "--arrival",
         choices=["poisson", "constant"],
         help="draw session arrivals at --rate (default: keep the source arrivals; "
         "synthetic inputs default to poisson)",
     )
-    parser.add_argument("--rate", type=float, default=1.0, help="sessions per second (default 1)")
-    parser.add_argument("--seed", type=int, default=0, help="numpy default_rng seed (default 0)")
+    value_flag(parser, "--rate", type=float, default=1.0, help="sessions per second (default 1)")
+    value_flag(parser, "--seed", type=int, default=0, help="numpy default_rng seed (default 0)")
     parser.add_argument("--format", default="auto", metavar="FMT", help="input format (auto)")
     parser.add_argument(
         "--tool-wait",
@@ -55,14 +56,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["union", "sum"],
         help="TraceLab input: union of parallel tool intervals (default) or their sum",
     )
-    parser.add_argument(
+    value_flag(
+        parser,
         "--major-compaction-min-drop-tokens",
         type=int,
         default=MAJOR_COMPACTION_MIN_DROP_TOKENS,
         metavar="TOKENS",
         help="prefix-preserving: a context drop this large ... (default %(default)s)",
     )
-    parser.add_argument(
+    value_flag(
+        parser,
         "--major-compaction-min-drop-ratio",
         type=float,
         default=MAJOR_COMPACTION_MIN_DROP_RATIO,

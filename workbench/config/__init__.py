@@ -74,7 +74,7 @@ class RunConfig:
         if unknown:
             valid = ", ".join([*_SECTIONS, *_TOP_LEVEL])
             raise ConfigError(f"unknown config {noun(len(unknown), 'key')} {unknown}; "
-                              f"valid: {valid}")
+                              f"valid: {valid}", field=unknown[0])
         kwargs: dict[str, Any] = {k: d[k] for k in _TOP_LEVEL if k in d and d[k] is not None}
         for key, (spec_cls, main) in _SECTIONS.items():
             if key in d and d[key] is not None:
@@ -90,7 +90,7 @@ class RunConfig:
         try:
             return cls.from_dict(data or {})
         except ConfigError as exc:  # named in the file: its path and the field's line
-            raise ConfigError(v.in_file(path, text, str(exc))) from None
+            raise ConfigError(v.in_file(path, text, str(exc), field=exc.field)) from None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -116,7 +116,7 @@ class RunConfig:
         b, e = self.backend, self.executor
         b.check(self.arrival.request_timeout_s, e.kind)
         if self.context.policy is not None:
-            policy = POLICIES.get(self.context.policy)
+            policy = POLICIES.get(self.context.policy, "context.policy")
             if policy.needs_output_ids and not b.returns_ids:
                 others = [n for n in POLICIES.names() if not POLICIES.get(n).needs_output_ids]
                 raise ConfigError(
@@ -221,7 +221,7 @@ def _section(key: str, spec_cls: type, main: str, value: Any) -> Any:
     unknown = sorted(set(value) - names)
     if unknown:
         raise ConfigError(f"unknown {key} {noun(len(unknown), 'option')} {unknown}; "
-                          f"valid: {', '.join(sorted(names))}")
+                          f"valid: {', '.join(sorted(names))}", field=f"{key}.{unknown[0]}")
     return ContextSpec.from_flat(value) if spec_cls is ContextSpec else spec_cls(**value)
 
 

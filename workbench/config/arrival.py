@@ -70,8 +70,8 @@ class ArrivalSpec:
         """The mode exists, and the fields given are ones it takes."""
         if self.mode not in MODES:
             raise ConfigError(
-                f"arrival.mode {self.mode!r} is unknown; valid: {', '.join(MODES.names())}"
-            )
+                f"arrival.mode {self.mode!r} is unknown; valid: {', '.join(MODES.names())}",
+                field="arrival.mode")
         mode = self.registered_mode
         if self.rate is not None and not mode.takes_rate:
             raise ConfigError(
@@ -109,5 +109,4 @@ def parse_output_policy(spec: str) -> tuple[str, int]:
         return kind, int(num)
     raise ConfigError(
         f"arrival.output_len {spec!r} is invalid; use 'trace', 'fixed:K' or 'budget:T' "
-        f"(K, T integers in [1, {MAX_OUTPUT_TOKENS:,}] tokens)"
-    )
+        f"(K, T integers in [1, {MAX_OUTPUT_TOKENS:,}] tokens)", field="arrival.output_len")

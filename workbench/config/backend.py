@@ -46,7 +46,7 @@ class BackendSpec:
 
     def check(self, request_timeout_s: float | None, executor_kind: str) -> None:
         """This axis's rules, with the two values of other sections they read."""
-        BACKENDS.canonical(self.name)
+        BACKENDS.canonical(self.name, "backend.name")
         if self.api_key_env and not _ENV_NAME.fullmatch(self.api_key_env):
             raise ConfigError(
                 "backend.api_key_env: expected the name of an environment variable (letters, "

@@ -47,7 +47,7 @@ class ContextSpec:
     @property
     def policy_name(self) -> str | None:
         """The configured policy's registered name (an alias resolved), or None."""
-        return None if self.policy is None else POLICIES.canonical(self.policy)
+        return None if self.policy is None else POLICIES.canonical(self.policy, "context.policy")
 
     def check_options(self) -> None:
         """``context.<option>``: names a registered policy declares, each of its type."""

@@ -35,6 +35,7 @@ def read_engine_file(path: str | Path, *, check: bool = False) -> dict[str, Any]
             EngineConfig.from_knobs(**engine_knobs)
         except (ValueError, TypeError, ConfigError) as exc:  # a knob's name, type, range
             at = "engine." if nested else ""  # the line of the knob named, in the file
+            field = exc.field if isinstance(exc, ConfigError) else None
             raise ConfigError(in_file(path, text, str(exc), {"target.engine.": at,
-                                                              "engine.": at})) from None
+                                                              "engine.": at}, field)) from None
     return data

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,11 +27,16 @@ class TargetSpec:
         if not self.engine:
             return
         # imported here, not at every CLI start (bench/README.md, "CLI start-up")
-        from workbench.sim.cluster import split_knobs
-        from workbench.sim.config import EngineConfig
+        from workbench.sim.cluster import CLUSTER_KNOBS, split_knobs
+        from workbench.sim.config import EngineConfig, Faults
 
         try:  # a simulated cluster's knobs (workers, router, ...) are checked by the cluster
             engine_knobs, _cluster = split_knobs(self.engine)
             EngineConfig.from_knobs(**engine_knobs)
         except (ValueError, TypeError) as exc:  # an unknown knob name, a cluster knob
-            raise ConfigError(f"target.engine: {exc}") from None
+            # the field: an unknown knob's own (its flag names it), else the section's
+            known = {f.name for cls in (EngineConfig, Faults) for f in dataclasses.fields(cls)}
+            unknown = [k for k in self.engine
+                       if k not in known and k not in CLUSTER_KNOBS and k != "scheduler"]
+            raise ConfigError(f"target.engine: {exc}", field="target.engine" + "".join(
+                f".{k}" for k in unknown[:1])) from None

@@ -45,16 +45,18 @@ def check_url(path: str, url: str, hint: str | None = None) -> None:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise ConfigError(f"{path}: {shown!r} is not a valid URL ({exc}); {hint}") from None
+        raise ConfigError(f"{path}: {shown!r} is not a valid URL ({exc}); {hint}",
+                          field=path) from None
     if parts.scheme not in ("http", "https"):
         scheme = parts.scheme or "(none)"
-        raise ConfigError(f"{path}: scheme {scheme!r} of {shown!r} is not http or https; {hint}")
+        raise ConfigError(f"{path}: scheme {scheme!r} of {shown!r} is not http or https; {hint}",
+                          field=path)
     if not parts.hostname:
-        raise ConfigError(f"{path}: {shown!r} has no host; {hint}")
+        raise ConfigError(f"{path}: {shown!r} has no host; {hint}", field=path)
     if parts.netloc.endswith(":") or port == 0:
-        raise ConfigError(f"{path}: {shown!r} has an empty or zero port; {hint}")
+        raise ConfigError(f"{path}: {shown!r} has an empty or zero port; {hint}", field=path)
     if parts.fragment:
-        raise ConfigError(f"{path}: {shown!r} has a #fragment; {hint}")
+        raise ConfigError(f"{path}: {shown!r} has a #fragment; {hint}", field=path)
 
 
 METRICS_ENDPOINTS_MAX = 16  # further ``/metrics`` pages, each one a request per tick
@@ -66,20 +68,21 @@ def check_metrics_scrape(path: str, urls: Sequence[str], patterns: Sequence[str]
     """``metrics_urls`` (http(s) pages) and ``metrics_series`` (Prometheus name globs)."""
     if len(urls) > METRICS_ENDPOINTS_MAX:
         raise ConfigError(f"{path}.metrics_urls: {len(urls)} endpoints, at most "
-                          f"{METRICS_ENDPOINTS_MAX} are scraped at each tick")
+                          f"{METRICS_ENDPOINTS_MAX} are scraped at each tick",
+                          field=f"{path}.metrics_urls")
     for i, url in enumerate(urls):
         where = f"{path}.metrics_urls[{i}]"
         hint = "give a Prometheus page's URL, e.g. http://127.0.0.1:9400/metrics"
         if url.strip() == "sim":
-            raise ConfigError(f"{where}: 'sim' is a target, not a metrics page; {hint}")
+            raise ConfigError(f"{where}: 'sim' is a target, not a metrics page; {hint}",
+                              field=where)
         check_url(where, url, hint)
     for i, pattern in enumerate(patterns):
         if not SERIES_PATTERN.fullmatch(pattern):
             raise ConfigError(
                 f"{path}.metrics_series[{i}]: {show(pattern)} is not a series glob: 1-200 "
                 "characters of a Prometheus name (letters, digits, '_', ':') and '*', '?', "
-                "'[...]', e.g. 'DCGM_FI_DEV_*'"
-            )
+                "'[...]', e.g. 'DCGM_FI_DEV_*'", field=f"{path}.metrics_series[{i}]")
 
 
 def check_run_id(path: str, run_id: str) -> None:
@@ -92,25 +95,25 @@ def check_run_id(path: str, run_id: str) -> None:
     if bad:
         raise ConfigError(
             f"{path}: {show(run_id)} cannot name a run directory: a run id is 1-200 characters "
-            "without '/', '\\', '..' or control characters"
-        )
+            "without '/', '\\', '..' or control characters", field=path)
 
 
 def check_out_dir(path: str, out_dir: str) -> None:
     """``out_dir`` is (or can become) a writable directory."""
     p = Path(out_dir)
     if p.exists() and not p.is_dir():
-        raise ConfigError(f"{path}: {out_dir!r} exists and is not a directory")
+        raise ConfigError(f"{path}: {out_dir!r} exists and is not a directory", field=path)
     probe = p
     while not probe.exists() and probe.parent != probe:
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
-        raise ConfigError(f"{path}: {out_dir!r} cannot be created: {str(probe)!r} is a file")
+        raise ConfigError(f"{path}: {out_dir!r} cannot be created: {str(probe)!r} is a file",
+                          field=path)
     if probe.exists():
         why = _not_writable(probe)
         if why:
             raise ConfigError(f"{path}: {str(probe)!r} is not writable ({why}), so "
-                              f"{out_dir!r} cannot be used")
+                              f"{out_dir!r} cannot be used", field=path)
 
 
 def _not_writable(directory: Path) -> str | None:
@@ -401,17 +404,20 @@ _UNKNOWN = re.compile(r"unknown (?:config )?(?:(\w+) )?(?:keys?|options?|knobs?)
 
 
 def in_file(path: str | Path, text: str, message: str,
-            rename: Mapping[str, str] | None = None) -> str:
-    """``message`` of a check of a config file's data, with the file and, when the message
-    starts with a field (``arrival.rate: ...``) or names unknown keys, that field's line;
-    ``rename``: a message's field prefix and where that lives in the file (the first that
-    matches; ``{"target.engine.": ""}`` for an engine file of bare knobs)."""
+            rename: Mapping[str, str] | None = None, field: str | None = None) -> str:
+    """``message`` of a check of a config file's data, with the file and that field's line:
+    ``field``, the refused value's (``ConfigError.field``), or else the field the message
+    starts with (``arrival.rate: ...``) or the unknown key it names (an engine's own
+    ``ValueError``, which carries no field); ``rename``: a field's prefix and where that
+    lives in the file (the first that matches; ``{"target.engine.": ""}`` for an engine
+    file of bare knobs)."""
     lines = field_lines(text)
-    field = re.match(r"[\w.-]*", message).group()  # type: ignore[union-attr]
-    unknown = _UNKNOWN.match(message)
-    if unknown:
-        section, key = unknown.groups()
-        field = f"{section}.{key}" if section else key
+    if field is None:
+        field = re.match(r"[\w.-]*", message).group()  # type: ignore[union-attr]
+        unknown = _UNKNOWN.match(message)
+        if unknown:
+            section, key = unknown.groups()
+            field = f"{section}.{key}" if section else key
     for was, now in (rename or {}).items():
         if field.startswith(was):
             field = now + field[len(was):]

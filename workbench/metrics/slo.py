@@ -50,13 +50,15 @@ class Bound:
 
 
 def _items(spec: Mapping[str, Any] | Iterable[str] | str) -> list[tuple[str, Any]]:
-    """(key, value) pairs of any form; a text item that fits no rule raises, naming it."""
+    """(key, value) pairs of any form; a text item that fits no rule raises, naming it (and,
+    of a list of items, its place: ``ConfigError.field`` ``slo[i]``)."""
     if isinstance(spec, Mapping):
         return [(str(k), v) for k, v in spec.items()]
+    listed = not isinstance(spec, str)
     if isinstance(spec, str):
         spec = [s for s in re.split(r"[,;]", spec) if s.strip()]
     items: list[tuple[str, Any]] = []
-    for text in spec:
+    for i, text in enumerate(spec):
         if m := _OK.match(text):
             items.append(("ok", m.group(1)))
         elif m := _PCT.match(text):
@@ -64,7 +66,8 @@ def _items(spec: Mapping[str, Any] | Iterable[str] | str) -> list[tuple[str, Any
         elif m := _REQ.match(text):
             items.append((m.group(1), m.group(2)))
         else:
-            raise ConfigError(f"SLO {text!r} is invalid; write {GRAMMAR}")
+            raise ConfigError(f"SLO {text!r} is invalid; write {GRAMMAR}",
+                              field=f"slo[{i}]" if listed else None)
     return items
 
 

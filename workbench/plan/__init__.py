@@ -38,6 +38,7 @@ from workbench.sim.presets.stated import (
     metric_error,
     stated_error,
 )
+from workbench.sim.router import ROUTERS
 from workbench.spawning import children_start, spawn_context
 
 MAX_REPLICAS = 64
@@ -582,8 +583,10 @@ def _options(engines: Sequence[str], routers: Sequence[str],
     if not engines:
         raise ConfigError("plan: give at least one preset (MODEL/GPU/tpN[/fp8|/fp8w]) or "
                           "engine.json")
+    for r in routers:  # named before any search, by the field that gave it
+        ROUTERS.canonical(r, "plan.router")
     out = []
-    for e in engines:
+    for i, e in enumerate(engines):
         if e.endswith(".json") and not is_calibrated(e):
             if not Path(e).exists():  # a FIFO or a device: refused by kind as it is read
                 raise ConfigError(f"plan: engine file {e!r} does not exist")
@@ -592,7 +595,7 @@ def _options(engines: Sequence[str], routers: Sequence[str],
             try:
                 resolve(e)
             except ValueError as exc:
-                raise ConfigError(f"plan: {exc}") from None
+                raise ConfigError(f"plan: {exc}", field=f"plan.preset[{i}]") from None
         out += [Option(e, r, float(h)) for r in routers for h in host_kv_gb]
     return out
 
@@ -717,9 +720,11 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
     if parsed is None:
         raise ConfigError("plan: an SLO is required, e.g. 'ttft_ms:p90<=2000'")
     if not scales or any(not (s > 0 and math.isfinite(s)) for s in scales):
-        raise ConfigError(f"plan: scales must be positive numbers, got {list(scales)}")
+        raise ConfigError(f"plan: scales must be positive numbers, got {list(scales)}",
+                          field="plan.scales")
     if not 1 <= max_replicas <= 1024:
-        raise ConfigError(f"plan: max_replicas must be in [1, 1024], got {max_replicas}")
+        raise ConfigError(f"plan: max_replicas must be in [1, 1024], got {max_replicas}",
+                          field="plan.max_replicas")
     table = parse_prices(prices)
     options = _options(engines, routers, host_kv_gb)
     if len(options) * len(scales) > MAX_SEARCHES:
@@ -736,7 +741,7 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
     searches = [(option, scale) for scale in result.scales for option in options]
     workers = min(usable_cores() if parallel is None else parallel, len(searches))
     if workers < 1:
-        raise ConfigError(f"plan: parallel must be >= 1, got {parallel}")
+        raise ConfigError(f"plan: parallel must be >= 1, got {parallel}", field="plan.parallel")
     args = [(cfg, option, scale, base * scale, max_replicas, parsed)
             for option, scale in searches]
 

@@ -63,8 +63,9 @@ async def capacity_search_async(
         ("grow", grow, grow > 1, "> 1"),
         ("max_probes", max_probes, 2 <= max_probes <= MAX_PROBES, f"in [2, {MAX_PROBES}]"),
     ):
-        if not ok:  # one name per message: the CLI names its flag (commands._flag_errors)
-            raise ConfigError(f"capacity search needs {name} {rule}, got {value}")
+        if not ok:  # its field: the CLI names the flag that gave it (commands._flags)
+            raise ConfigError(f"capacity search needs {name} {rule}, got {value}",
+                              field=f"capacity.{name}")
     if integer:
         lo, hi, tolerance = int(lo), int(hi), max(1, int(tolerance))
     configs = spec_mod.expand(over) if over else [{}]

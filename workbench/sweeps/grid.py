@@ -48,11 +48,12 @@ async def sweep_async(
     base = coerce_config(spec_mod.with_rate(cfg, spec_mod.swept_rate(points)))
     slo_obj = SLO.parse(slo)
     if stop_margin is not None and (slo_obj is None or stop_margin < 0):
-        raise ConfigError("stop_margin needs an slo and must be >= 0")
+        raise ConfigError("stop_margin needs an slo and must be >= 0", field="sweep.stop_margin")
     if stop_after < 1:
-        raise ConfigError(f"stop_after must be >= 1, got {stop_after}")
+        raise ConfigError(f"stop_after must be >= 1, got {stop_after}", field="sweep.stop_after")
     if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
-        raise ConfigError(f"gpus must be an integer >= 1, got {gpus!r}")  # before the directory
+        raise ConfigError(f"gpus must be an integer >= 1, got {gpus!r}",  # before the directory
+                          field="sweep.gpus")
     extra: dict[str, Any] = {}
     if serve is not None:
         points = _serve_points(base, serve, points, stop_margin, runs.get("virtual", False))

@@ -117,11 +117,12 @@ class SweepRunner:
         if isinstance(repeats, bool) or not isinstance(repeats, int) or \
                 not 1 <= repeats <= MAX_REPEATS:
             raise ConfigError(f"sweep repeats: expected an integer in [1, {MAX_REPEATS}], "
-                              f"got {repeats!r}")
+                              f"got {repeats!r}", field="sweep.repeats")
         if parallel is None:  # virtual points: one process per core; live: one at a time
             parallel = usable_cores() if virtual else 1
         if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
-            raise ConfigError(f"sweep parallel must be an integer >= 1, got {parallel!r}")
+            raise ConfigError(f"sweep parallel must be an integer >= 1, got {parallel!r}",
+                              field="sweep.parallel")
         if parallel > 1 and not virtual:
             raise ConfigError("parallel > 1 runs virtual-time points only: live points share "
                               "one server and run one at a time (drop parallel or use virtual)")

@@ -159,7 +159,7 @@ def load_trace(path: str | Path, fmt: str = "auto", **options: Any) -> Workload:
     (``meta["detected_format"]``); ``options`` go to the reader (``block_size`` ...)."""
     path = Path(path)
     detected = fmt == "auto"
-    name = detect_format(path) if detected else FORMATS.canonical(fmt)
+    name = detect_format(path) if detected else FORMATS.canonical(fmt, "trace.format")
     if path.is_dir() and not FORMATS.get(name).folders:
         open_trace(path)  # the reader's own refusal: "not a regular file: a directory"
     reader = FORMATS.get(name)
