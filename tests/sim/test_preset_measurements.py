@@ -86,8 +86,8 @@ BOUNDS: dict[str, dict[str, float]] = {
 #: the kept TP8 batch-1 measurement on MI300X and the error docs/hardware.md states for it
 #: (goal 15 %, not met: no 70B TP8 batch-1 MI300X measurement outside issue 41's own tables)
 TP8_MI300X_ERROR = 0.22  # 405B FP8, 8 × MI300X, batch 1: 3,530 ms published, 2,785 simulated
-#: the same row predicted by the fold that never saw Oracle's source (2,810 ms, −20.4 %)
-TP8_MI300X_HELD_OUT_ERROR = 0.21
+#: the same row predicted by the fold that never saw Oracle's source (2,785 ms, −21.1 %)
+TP8_MI300X_HELD_OUT_ERROR = 0.22
 
 
 def _rows(name: str) -> list[fit.RowError]:
@@ -288,7 +288,7 @@ TP8_H100_BATCH1 = ("nim-dli_llama-3-70b_8xh100-fp16-tp8_7000in-1000out",
 #: the largest error docs/hardware.md states for them: with the shipped factors, and
 #: predicted by the fold that never saw the DLI data set (FP8 misses the goal there)
 TP8_H100_ERROR = {"BF16": 0.06, "FP8": 0.15}
-TP8_H100_HELD_OUT_ERROR = {"BF16": 0.10, "FP8": 0.22}
+TP8_H100_HELD_OUT_ERROR = {"BF16": 0.11, "FP8": 0.18}
 
 
 def _tp8_h100_batch1(rows: list[fit.RowError]) -> dict[str, list[fit.RowError]]:
@@ -302,7 +302,7 @@ def test_tp8_batch1_itl_on_h100_against_the_kept_measurements() -> None:
     """Llama 3 70B on 8 × H100 at one client (ITL), the 13 kept rows: within the 15 %
     goal with the shipped factors (BF16 −5 to +6 %, FP8 −15 to −4 %: the decode
     attention of that engine, "Decode attention", is what the 7,000-token rows needed);
-    the fold that never saw the data set leaves BF16 within 10 % and FP8 at −19 to −22 %,
+    the fold that never saw the data set leaves BF16 at −9 to −11 % and FP8 at −14 to −18 %,
     as docs/hardware.md states."""
     shipped = _tp8_h100_batch1([r for name in TP8_H100_BATCH1 for r in _rows(name)])
     assert [len(shipped[k]) for k in ("BF16", "FP8")] == [6, 6]
