@@ -233,16 +233,20 @@ def test_a_table_of_a_compiled_static_loop_replays_with_its_fixed_step(tmp_path:
     rows = "preset\tbatch\tisl\tosl\tlatency_ms\nllama-2-7b/h100/tp1\t4\t128\t5\t100\n"
     meta = "# kind: burst\n# scheduler: trtllm-static\n"
     serving, static = _with_switch(tmp_path, meta, rows, "step_loop", "static", "static_loop")
-    f = presets.FACTORS
-    assert not f.static_loop and f.static_step_ms != f.step_overhead_ms
-    (a,), (b,) = fit.table_errors(serving), fit.table_errors(static)
+    # the shipped factors with the two fixed steps apart (the 2026-12-07 fit made them equal)
+    f = dataclasses.replace(presets.FACTORS, static_step_ms=1.25)
+    assert not f.static_loop and f.static_step_ms != f.step_overhead_ms and f.seq_us > 0
+    with fit.using(f):
+        (a,), (b,) = fit.table_errors(serving), fit.table_errors(static)
     steps = 5  # the prefill (and first token), then four decodes
+    host = 4 * 4 * f.seq_us * 1e-3  # the serving engine's four decodes of four sequences
     assert f.request_overhead_ms > 0
     assert a.simulated - b.simulated == pytest.approx(
-        steps * (f.step_overhead_ms - f.static_step_ms) + f.request_overhead_ms, abs=1e-3)
+        steps * (f.step_overhead_ms - f.static_step_ms) + f.request_overhead_ms + host,
+        abs=1e-3)
     assert "static_loop" in fit.SWITCHES
-    fixed = {"step_overhead_ms", "static_step_ms", "request_overhead_ms"}
-    assert fixed & fit.uses(serving) == {"step_overhead_ms", "request_overhead_ms"}
+    fixed = {"step_overhead_ms", "static_step_ms", "request_overhead_ms", "seq_us"}
+    assert fixed & fit.uses(serving) == {"step_overhead_ms", "request_overhead_ms", "seq_us"}
     assert fixed & fit.uses(static) == {"static_step_ms"}
     bad = dataclasses.replace(serving, meta={**serving.meta, "step_loop": "compiled"})
     with pytest.raises(ValueError, match=r"t: '# step_loop:' must be serving or static"):

@@ -40,13 +40,35 @@ def test_step_time_is_compute_or_memory_bound_and_attention_grows_with_context()
     alone = p.step_ms(0, 1, 1000)
     # one decode is memory-bound: the weights once, plus its KV
     bytes_read = p.weight_bytes + 1000 * p.kv_bytes_per_token_gpu
-    fixed = p.factors.step_overhead_ms + 32 * p.factors.layer_us * 1e-3  # per step, per layer
+    fixed = (p.factors.step_overhead_ms + 32 * p.factors.layer_us * 1e-3  # per step, per layer
+             + p.factors.seq_us * 1e-3)  # and per decoding sequence (one here)
     assert alone == pytest.approx(bytes_read / (3350e9 * p.factors.mbu) * 1e3 + fixed)
     fresh = p.step_ms(4096, 0, 4096, 4096 * 4097 // 2)
     late = p.step_ms(4096, 0, 20000 + 4096, 4096 * 20000 + 4096 * 4097 // 2)
     assert late > fresh > alone  # the same chunk after 20,000 cached tokens costs more
     tp2 = resolve("llama-3.1-8b/h100/tp2")
     assert tp2.allreduce_s(1) > 0 == p.allreduce_s(1)
+
+
+def test_a_serving_engine_pays_host_time_per_decoding_sequence() -> None:
+    """``Factors.seq_us`` (docs/hardware.md, "Host time per sequence"): a serving
+    engine's step pays ``seq_us`` for each decoding sequence beside its bytes and FLOPs
+    (nothing for a prefill-only step); a compiled static loop pays none; 0 (a calibrated
+    file written before it) charges nothing. The shipped factors charge it."""
+    base = resolve("llama-3.1-8b/h100/tp1")
+    f = base.factors
+    assert f.seq_us > 0
+    none = Preset(base.model, base.gpu, base.tp, base.fp8, dataclasses.replace(f, seq_us=0.0))
+    for seqs in (1, 64, 250):
+        kv = seqs * 700
+        assert base.step_ms(0, seqs, kv) - none.step_ms(0, seqs, kv) == pytest.approx(
+            seqs * f.seq_us * 1e-3)
+    assert base.step_ms(2048, 0, 2048, 2048 * 2049 // 2) == none.step_ms(
+        2048, 0, 2048, 2048 * 2049 // 2)
+    static = dataclasses.replace(f, static_loop=1.0, static_step_ms=1.0)
+    off = dataclasses.replace(static, seq_us=0.0)
+    assert Preset(base.model, base.gpu, 1, False, static).step_ms(0, 250, 250 * 700) == (
+        Preset(base.model, base.gpu, 1, False, off).step_ms(0, 250, 250 * 700))
 
 
 def test_a_moe_reads_only_the_experts_its_tokens_route_to() -> None:
@@ -68,7 +90,7 @@ def test_a_compiled_static_loop_pays_its_own_fixed_step() -> None:
         p = Preset(base.model, base.gpu, base.tp, base.fp8, on)
         for step in ((0, 1, 200), (128, 0, 0), (0, 64, 64 * 2000), (2048, 3, 9000)):
             assert base.step_ms(*step) - p.step_ms(*step) == pytest.approx(
-                f.step_overhead_ms - 1.25)
+                f.step_overhead_ms - 1.25 + step[1] * f.seq_us * 1e-3)  # no host time
         # the switch off, the factor changes nothing
         idle = dataclasses.replace(f, static_step_ms=0.0)
         assert Preset(base.model, base.gpu, base.tp, base.fp8, idle).step_ms(0, 1, 200) == (

@@ -17,10 +17,11 @@ BF16 otherwise. From public facts alone it derives:
   thread block per head over the whole context, the longer wait that takes:
   ``Preset.unsplit_attention_s``), plus the tensor-parallel all-reduces costed on the
   GPU's fabric (``Preset.allreduce_s``: NVSwitch, xGMI mesh or a PCIe ring) and a fixed
-  time per step (a serving engine's, or a compiled static-batch loop's) and per layer;
+  time per step (a serving engine's, or a compiled static-batch loop's), per layer and,
+  in a serving engine, per decoding sequence (its host work on every new token);
 * the time to bring KV back from host memory (``Preset.load_ms``).
 
-Ten efficiency factors and three switches (``FACTORS``, read from
+Eleven efficiency factors and three switches (``FACTORS``, read from
 ``sim/presets/fitted_factors.json``) are fitted to cited public measurements by
 ``presets.fit`` (docs/hardware.md, "Fit": how, and every formula, source and the error
 left, in sample and held out).
@@ -80,7 +81,11 @@ class Factors:
     no sampling in Python, no HTTP), whose fixed time of a step is ``static_step_ms``
     (fitted, docs/hardware.md "Fixed time by engine") in place of a serving engine's
     ``step_overhead_ms``: a table's ``# step_loop: static``, a calibrated preset; 0 (a
-    serving engine's step) otherwise."""
+    serving engine's step) otherwise.
+    ``seq_us``: a serving engine's host time per decoding sequence of a step (output
+    processing, detokenising and streaming each new token: docs/hardware.md "Host time
+    per sequence"); none in a compiled static loop. 0 (a file written before it) charges
+    nothing."""
 
     mfu: float
     mbu: float
@@ -95,6 +100,7 @@ class Factors:
     collapsed_routing: float = 0.0  # 1: every token of a step routes to the same k experts
     static_step_ms: float = 0.0  # the fixed time of a step of a compiled static-batch loop
     static_loop: float = 0.0  # 1: the engine is a compiled static-batch benchmark's loop
+    seq_us: float = 0.0  # a serving engine's host time per decoding sequence of a step
 
     @property
     def request_ms(self) -> float:
@@ -277,10 +283,13 @@ class Preset:
         if f.unsplit_attention:  # the KV read takes the longer of its bytes and the blocks'
             memory += max(0.0, self.unsplit_attention_s(prefill_tokens, decode_seqs,
                                                         kv_tokens) - kv_bytes / bandwidth)
-        # a compiled static loop's fixed step, or a serving engine's (docs/hardware.md,
-        # "Fixed time by engine")
+        # a compiled static loop's fixed step, or a serving engine's with its host time
+        # per decoding sequence (docs/hardware.md, "Fixed time by engine", "Host time per
+        # sequence")
         per_step = f.static_step_ms if f.static_loop else f.step_overhead_ms
         fixed = per_step + m.layers * f.layer_us * 1e-3
+        if not f.static_loop:
+            fixed += decode_seqs * f.seq_us * 1e-3
         return (max(compute, memory) + self.allreduce_s(tokens)) * 1e3 + fixed
 
     def load_ms(self, tokens: int, host_gbps: float) -> float:

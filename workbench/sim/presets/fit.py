@@ -178,8 +178,8 @@ def uses(table: Table) -> frozenset[str]:
     an FP8 preset, ``mfu`` only with a 16-bit one (or while ``mfu_fp8`` is 0, "as
     ``mfu``": ``_quick_key``), ``allreduce_us`` only above TP 1 (``Preset.step_ms``),
     and a compiled static loop's table (``# step_loop: static``) ``static_step_ms`` in
-    place of ``step_overhead_ms`` and no ``request_overhead_ms``
-    (``presets.STATIC_LOOP_REQUEST_OVERHEAD_MS``)."""
+    place of ``step_overhead_ms``, no ``request_overhead_ms``
+    (``presets.STATIC_LOOP_REQUEST_OVERHEAD_MS``) and no ``seq_us``."""
     parsed = [presets.parse(p) for p in table.presets]
     names = {f.name for f in dataclasses.fields(presets.Factors)}
     if not any(fp8 for *_rest, fp8 in parsed):
@@ -192,8 +192,8 @@ def uses(table: Table) -> frozenset[str]:
         names.discard("attn_block_share")
     # a table's steps pay one fixed time: a compiled static loop's or a serving engine's
     names.discard("step_overhead_ms" if table.static_loop else "static_step_ms")
-    if table.static_loop:  # no front end: its requests pay no request overhead
-        names.discard("request_overhead_ms")
+    if table.static_loop:  # no front end: its requests pay no request overhead, and no
+        names.difference_update(("request_overhead_ms", "seq_us"))  # host time per sequence
     names.difference_update(SWITCHES)  # switches the table sets, never searched
     return frozenset(names)
 
@@ -249,7 +249,7 @@ FACTOR_BOUNDS = {"mfu": (0.05, 1.0), "mbu": (0.05, 1.0), "step_overhead_ms": (0.
                  "request_overhead_ms": (0.0, 200.0), "allreduce_us": (0.0, 500.0),
                  "mfu_fp8": (0.05, 1.0), "layer_us": (0.0, 500.0),
                  "gemm_half_tokens": (0.0, 4096.0), "attn_block_share": (0.001, 1.0),
-                 "static_step_ms": (0.0, 50.0)}
+                 "static_step_ms": (0.0, 50.0), "seq_us": (0.0, 1000.0)}
 #: fields of ``presets.Factors`` the search leaves alone: switches, not factors
 SWITCHES = ("unsplit_attention", "collapsed_routing", "static_loop")
 
@@ -396,7 +396,7 @@ def breakdown(rows: list[RowError]) -> dict[str, dict[str, float]]:
 #: it is cheaper: the search moves it, a fold that never saw a static table keeps it)
 START = presets.Factors(mfu=0.70, mbu=0.8, step_overhead_ms=2.4, request_overhead_ms=5.19,
                         allreduce_us=20.0, mfu_fp8=0.467, layer_us=5.0, gemm_half_tokens=32.0,
-                        attn_block_share=0.02, static_step_ms=2.4)
+                        attn_block_share=0.02, static_step_ms=2.4, seq_us=20.0)
 
 
 def _by(rows: list[RowError], key: Callable[[RowError], str]) -> dict[str, dict[str, float]]:
