@@ -59,6 +59,17 @@ def test_the_plan_finds_the_fewest_replicas_that_hold_and_the_one_fewer_that_doe
             at = [p for p in result.probes if p.option == option and p.scale == 1.0
                   and p.replicas == two.replicas]
             assert at and not at[0].held and one.replicas - two.replicas == 1
+            # and the plan says so, rather than let the two rows read as more load needing
+            # less hardware
+            assert (f"Not monotone in load for {option.engine}: as simulated, at "
+                    f"{result.rate_words(2.0)} {two.replicas} replicas held it, fewer than "
+                    f"the {one.replicas} needed here") in result.not_monotone(option, 1.0)
+            best = result.best(1.0)
+            assert (result.not_monotone(option, 1.0) in result.answer(1.0) if best and
+                    best[0] == option else f"{option.engine} needs" in result.answer(1.0)
+                    and "(not monotone: the curve shows where)" in result.answer(1.0))
+        else:
+            assert "Not monotone in load" not in result.not_monotone(option, 1.0)
     # every answer row says it is simulated, from which preset, with its stated error
     for row in result.answers():
         assert row["label"].startswith("simulated · llama-3.1-8b/") and "error" in row["label"]

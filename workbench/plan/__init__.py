@@ -347,12 +347,34 @@ class PlanResult:
                             key=lambda p: p.replicas)
                 parts.append(f"{words[case]} {below.replicas:,} held it, yet "
                              f"{broke[0].replicas:,} broke it ({self._binding(broke[0])[0]})")
+        text = "" if not parts else (
+            f" Not monotone in replicas for {option.engine}: " + "; ".join(parts)
+            + ": the search assumes more replicas never break what fewer held, so the "
+            "fewest found may not hold at every larger count (a longer trace, or the "
+            "curve, tells).")
+        return text + self._not_monotone_in_load(option, scale)
+
+    def _not_monotone_in_load(self, option: Option, scale: float) -> str:
+        """``" Not monotone in load for …: as simulated, at 6.00 req/s 5 replicas held it,
+        fewer than the 6 needed here …"`` when a higher rate of the plan held with fewer
+        replicas than this one needs (as simulated): the two rows of the table would
+        otherwise read as if more load needed less hardware (docs/plan.md, "Fewest
+        replicas"); else ``""``."""
+        here = self.fewest(option, scale)
+        parts = []
+        for other in sorted(s for s in self.scales if s > scale):
+            there = self.fewest(option, other)
+            if there is not None and (here is None or there.replicas < here.replicas):
+                parts.append(f"at {self.rate_words(other)} {_n(there.replicas, 'replica')} "
+                             f"held it")
         if not parts:
             return ""
-        return (f" Not monotone in replicas for {option.engine}: " + "; ".join(parts)
-                + ": the search assumes more replicas never break what fewer held, so the "
-                "fewest found may not hold at every larger count (a longer trace, or the "
-                "curve, tells).")
+        need = (f"fewer than the {here.replicas:,} needed here" if here is not None
+                else "where no count tried here held it")
+        return (f" Not monotone in load for {option.engine}: as simulated, "
+                + "; ".join(parts) + f", {need}: on this trace sample the count is set by "
+                "how the requests fall on the replicas as much as by the rate, so neither "
+                "count is sharp (a longer trace tells).")
 
     def _thin_note(self, option: Option, scale: float) -> str:
         """`` The verdict rests on too few requests to show it …`` when a count that held
@@ -401,7 +423,7 @@ class PlanResult:
                                                                                    scale):
             return (f"{option.engine} needs {_n(hi.replicas, 'replica')} "
                     f"({_n(hi.gpus, 'GPU')})")
-        odd = " (not monotone in replicas: the curve shows where)" if self.not_monotone(
+        odd = " (not monotone: the curve shows where)" if self.not_monotone(
             option, scale) else ""
         if hi is None:  # "or more" alone would promise that some count holds it
             return (f"{option.engine} needs {lo.replicas:,} or more replicas within its "
