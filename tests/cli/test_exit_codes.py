@@ -98,3 +98,61 @@ def test_every_exit_code_is_documented():
     for name in ("COMPLETED", "FAILED", "CONFIG_ERROR", "TRACE_ERROR", "ERROR_RATE", "WRITE_FAILED",
                  "CANCELLED"):
         assert f"| {getattr(ExitCode, name)} |" in readme, name
+
+
+def _partial_trace(tmp_path: Path) -> str:
+    """Two sessions; the first's second request is past the embedded engine's context
+    (131,072 tokens), so it fails and its third is never sent: every run of it is partial."""
+    trace = tmp_path / "one_too_long.csv"
+    trace.write_text("session_id,arrival_time,round_idx,prefix_len,input_len,output_len,"
+                     "tool_wait_after_ms\n"
+                     "0,0,0,0,512,16,10\n0,0,1,528,140000,16,10\n0,0,2,140544,64,16,0\n"
+                     "1,500,0,0,400,16,10\n1,500,1,416,64,16,0\n")
+    return str(trace)
+
+
+def test_a_sweep_whose_point_ran_partial_exits_1_naming_the_run(tmp_path):
+    """The one rule (``_run_end``) per point's run: every point done, yet a run of each
+    is partial, so the sweep does not exit 0, and stderr names the point and run."""
+    proc = _cli("sweep", "--trace", _partial_trace(tmp_path), "--virtual",
+                "--over", "arrival.tool_wait_scale=0,1", "--parallel", "1",
+                "-o", str(tmp_path), "--sweep-id", "s")
+    assert proc.returncode == ExitCode.FAILED, proc.stderr
+    ended = ("INCOMPLETE: partial (of 5 planned rounds, 4 were recorded, 0 of them skipped, "
+             "and 1 never sent)")
+    for line in (f"point 0 (tool_wait_scale=0) run p000-r0: {ended}",
+                 f"point 1 (tool_wait_scale=1) run p001-r0: {ended}"):
+        assert line in proc.stderr.splitlines(), proc.stderr
+
+
+def test_a_sweep_of_whole_runs_exits_0(tmp_path):
+    proc = _cli("sweep", "--trace", SESSIONS, "--max-items", "2", "--virtual",
+                "--over", "arrival.tool_wait_scale=0,1", "--parallel", "1",
+                "-o", str(tmp_path), "--sweep-id", "s")
+    assert proc.returncode == ExitCode.COMPLETED, proc.stderr
+    assert "INCOMPLETE" not in proc.stderr + proc.stdout
+
+
+def test_a_demo_whose_run_is_partial_exits_1(tmp_path):
+    """``demo`` follows the rule too: its report is rendered, its headline says the run is
+    partial, and it exits 1 (``make demo``'s bundled run is whole: next test)."""
+    proc = _cli("demo", "--trace", _partial_trace(tmp_path), "--no-progress",
+                "-o", str(tmp_path))
+    assert proc.returncode == ExitCode.FAILED, proc.stderr
+    assert proc.stdout.startswith("INCOMPLETE (partial) · 3/4 ok"), proc.stdout
+    assert (tmp_path / "demo" / "report.html").exists()
+
+
+def test_make_demos_bundled_run_is_whole(tmp_path):
+    """``make demo`` (``workbench demo``: the bundled trace at its defaults) exits 0 by
+    the rule only when its run is whole: the same trace, config and engine, in virtual
+    time, completes with every request ok."""
+    import workbench as wb
+    from workbench.commands.demo import DEMO_TRACE
+
+    result = wb.simulate({"trace": {"path": str(data_path(DEMO_TRACE))},
+                          "arrival": {"mode": "trace-timed"},
+                          "backend": "openai", "target": {"url": "sim"},
+                          "out_dir": str(tmp_path), "run_id": "demo"})
+    assert result.manifest.status == "completed"
+    assert [r.status for r in result.records] == ["ok"] * 303

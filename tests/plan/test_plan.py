@@ -149,7 +149,7 @@ def test_searches_in_processes_of_their_own_give_the_same_plan(mooncake_plan) ->
     seen: list[int] = []
     again = plan(MOONCAKE, PRESETS, SLO, scales=[1.0, 2.0], max_items=40,
                  prices=PRICES, max_replicas=16, parallel=2,
-                 progress=lambda p: seen.append(p.replicas))
+                 progress=lambda p, _: seen.append(p.replicas))
     fields = [(p.option, p.scale, p.replicas, p.held, p.held_low, p.held_high, p.worst_ratio,
                p.cached_tokens) for p in result.probes]
     assert [(p.option, p.scale, p.replicas, p.held, p.held_low, p.held_high, p.worst_ratio,
@@ -157,3 +157,37 @@ def test_searches_in_processes_of_their_own_give_the_same_plan(mooncake_plan) ->
     assert seen == [p.replicas for p in result.probes] and again.answer() == result.answer()
     with pytest.raises(ConfigError, match="parallel must be >= 1"):
         plan(MOONCAKE, PRESETS, SLO, max_items=40, parallel=0)
+
+
+def _long_sessions(tmp_path) -> str:
+    """Two agent sessions 1 s apart, each of 2 requests with 200 s of tool wait between:
+    every probe takes at least 3 min 21 s of simulated time (past ``LONG_RUN_MS``)."""
+    trace = tmp_path / "long_sessions.csv"
+    trace.write_text("session_id,arrival_time,round_idx,prefix_len,input_len,output_len,"
+                     "tool_wait_after_ms\n"
+                     "0,0,0,0,512,16,200000\n0,0,1,528,64,16,0\n"
+                     "1,1000,0,0,400,16,200000\n1,1000,1,416,64,16,0\n")
+    return str(trace)
+
+
+def test_plan_progress_says_the_rate_in_its_unit_and_the_long_run_once(
+        tmp_path, capsys, caplog) -> None:
+    """Each probe's line says the rate as the answer does (sessions/s, then req/s: the
+    trace's rounds per unit are known before the first probe), and a plan whose probes
+    each take minutes of simulated time says so once, not once per probe
+    (docs/arrival.md, "How long a run takes")."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, "workbench"):
+        assert main(["plan", "--trace", _long_sessions(tmp_path), "--preset", PRESETS[0],
+                     "--slo", "ttft_ms:p90<=1", "--scale", "1,2", "--max-replicas", "2",
+                     "--parallel", "1", "-o", str(tmp_path / "plans")]) == 0
+    out = capsys.readouterr().out
+    lines = [line.strip() for line in out.splitlines() if " × " in line and ": " in line]
+    assert len(lines) >= 4, out  # 1 and 2 replicas at each scale: none held
+    assert lines[0].startswith(f"{PRESETS[0]} · prefix-aware × 1 at 1.00 sessions/s "
+                               "(2.00 req/s): broken (worst ratio "), lines[0]
+    assert any(" at 2.00 sessions/s (4.00 req/s): " in line for line in lines), out
+    assert caplog.text.count("this run takes at least") == 1, caplog.text
+    assert ("plan: each probe at 1.00 sessions/s (2.00 req/s): this run takes at least "
+            "3 min 2") in caplog.text

@@ -9,6 +9,7 @@ import sys
 
 from workbench.commands._axes import json_items
 from workbench.commands._flags import value_flag
+from workbench.commands._run_end import run_exit_status
 from workbench.commands.replay import replay_with_progress
 from workbench.commands.report import print_report
 from workbench.config import RunConfig
@@ -66,5 +67,6 @@ def run(args: argparse.Namespace) -> int:
     params = {"run_dir": str(result.run_dir), "run_id": args.run_id, "out_dir": args.out}
     html = render_report("replay", params, args.out, show_code=args.show_code,
                          progress=not args.no_progress)
-    print_report(html)
-    return 1 if result.cancelled else 0
+    print_report(html)  # its headline says how a run that is not whole ended
+    # the rule of every command that makes a run; the demo has no --max-error-rate
+    return run_exit_status(result.manifest.status, cancelled=result.cancelled)

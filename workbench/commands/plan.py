@@ -64,10 +64,7 @@ def run(args: argparse.Namespace) -> int:
             routers=[r.strip() for r in args.router.split(",") if r.strip()],
             host_kv_gb=host_kv_gb, prices=args.price, max_items=args.max_items,
             max_replicas=args.max_replicas, parallel=args.parallel,
-            progress=lambda p: print(f"  {p.option.label} × {p.replicas} at {p.rate:.2f}/s: "
-                                     f"{'held' if p.held else 'broken'} "
-                                     f"(worst ratio {p.worst_ratio:.2f}; with the error "
-                                     f"{p.ratio_low:.2f}–{p.ratio_high:.2f})", flush=True),
+            progress=lambda _, line: print(f"  {line}", flush=True),
         )
     except BaseException:
         with contextlib.suppress(OSError):

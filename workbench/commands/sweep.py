@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
             _print_sweep(stopped[-1])
         raise
     _print_sweep(result)
-    return _failures(result)
+    return _exit_status(result)
 
 
 def _run_sweep(args: argparse.Namespace, cfg: Any, over: Any, slo: str | None, serve: Any,
@@ -226,15 +226,31 @@ def _serve(args: argparse.Namespace) -> Any:
     return ServeSpec(args.serve, over, args.serve_ready_timeout, args.serve_grace).check()
 
 
-def _failures(result: Any) -> int:
-    """Exit 1 (``ExitCode.FAILED``) when a point failed (its server did not serve it)."""
-    failed = [p for p in result.points if p.get("status") == "failed"]
-    for p in failed:
-        f = p.get("failure") or {}
-        print(f"point {p['index']} ({p['label']}) failed: {f.get('reason')}", file=sys.stderr)
-        if f.get("log_tail"):
-            print("  " + f["log_tail"][-1500:].replace("\n", "\n  "), file=sys.stderr)
-    return ExitCode.FAILED if failed else ExitCode.COMPLETED
+def _exit_status(result: Any) -> int:
+    """Exit 1 (``ExitCode.FAILED``) when a point failed (its server did not serve it) or a
+    point's run did not finish whole (the rule of every command that makes a run,
+    ``_run_end.run_exit_status``), each named on stderr; else 0."""
+    from workbench.commands._run_end import run_exit_status
+    from workbench.report.tables import run_end_note
+    from workbench.storage.rundir import read_manifest
+
+    worst = ExitCode.COMPLETED
+    for p in result.points:
+        if p.get("status") == "failed":
+            f = p.get("failure") or {}
+            print(f"point {p['index']} ({p['label']}) failed: {f.get('reason')}",
+                  file=sys.stderr)
+            if f.get("log_tail"):
+                print("  " + f["log_tail"][-1500:].replace("\n", "\n  "), file=sys.stderr)
+            worst = max(worst, ExitCode.FAILED)
+        for run in p.get("runs") or []:
+            manifest = read_manifest(result.sweep_dir / run["run_dir"])
+            status = run_exit_status(manifest.status)
+            if status != ExitCode.COMPLETED:
+                print(f"point {p['index']} ({p['label']}) run {run['run_id']}: "
+                      f"{run_end_note(manifest)}", file=sys.stderr)
+                worst = max(worst, status)
+    return worst
 
 
 def _table(result: Any) -> str:

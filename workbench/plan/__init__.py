@@ -12,6 +12,7 @@ import concurrent.futures
 import dataclasses
 import datetime as dt
 import json
+import logging
 import math
 import multiprocessing
 import os
@@ -19,7 +20,7 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import workbench.catalogs.requests as catalog
 from workbench.config.engine_file import read_engine_file
@@ -40,6 +41,11 @@ from workbench.sim.presets.stated import (
 )
 from workbench.sim.router import ROUTERS
 from workbench.spawning import children_start, spawn_context
+
+if TYPE_CHECKING:
+    from workbench.records import Workload
+
+log = logging.getLogger(__name__)
 
 MAX_REPLICAS = 64
 #: options (presets × routers × host KV sizes) × rate scales one plan searches, at most
@@ -206,6 +212,14 @@ class PlanResult:
         if per <= 1:
             return f"{rate:.2f} req/s"
         return f"{rate:.2f} sessions/s ({rate * per:.2f} req/s)"
+
+    def probe_line(self, p: Probe) -> str:
+        """A probe as ``workbench plan`` prints it when it ends, its rate in the answer's
+        unit: ``"llama-3.1-8b/h100/tp1 × 2 at 3.00 sessions/s (12.40 req/s): held (worst
+        ratio 0.41; with the error 0.30–0.55)"``."""
+        return (f"{p.option.label} × {p.replicas} at {self.rate_words(p.scale)}: "
+                f"{'held' if p.held else 'broken'} (worst ratio {p.worst_ratio:.2f}; with "
+                f"the error {p.ratio_in('low'):.2f}–{p.ratio_in('high'):.2f})")
 
     def bounds(self) -> list[Bound]:
         return list(self.parsed_slo().bounds)
@@ -640,7 +654,7 @@ def _measure(cfg: dict[str, Any], option: Option, scale: float, rate: float, rep
 
     run = {**cfg, "arrival": arrival or {**cfg.get("arrival", {}), "rate": rate},
            "target": {"url": "sim", "engine": option.knobs(replicas)}}
-    result = virtual.simulate(run)
+    result = virtual.simulate(run, announced=True)  # said once per plan (``_announce``)
     frame = to_frame(result)
     ev = slo.evaluate(frame)
     verdict = slo.verdict(ev["values"], ev["ok_rate"], ev["requests"], ev["ok_requests"])
@@ -713,12 +727,9 @@ def _search(cfg: dict[str, Any], option: Option, scale: float, rate: float,
     return probes
 
 
-def trace_rate(cfg: dict[str, Any]) -> tuple[float, float]:
+def trace_rate(wl: Workload) -> tuple[float, float]:
     """The trace's own arrival rate, units per second (docs/arrival.md's measured rate),
     and its requests per unit (what a unit is: 1, a request; more, an agent session)."""
-    from workbench.replay.prepare import coerce_config, load_workload
-
-    wl = load_workload(coerce_config(cfg))
     starts = sorted(u.arrival_ms for u in wl.units)
     if len(starts) < 2 or starts[-1] <= starts[0]:
         raise ConfigError("plan: the trace's units all arrive at once; it has no rate to "
@@ -731,13 +742,14 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
          host_kv_gb: Sequence[float] = (0.0,),
          prices: str | float | Mapping[str, float] | None = None,
          max_items: int | None = None, max_replicas: int = MAX_REPLICAS,
-         progress: Callable[[Probe], None] | None = None,
+         progress: Callable[[Probe, str], None] | None = None,
          parallel: int | None = None) -> PlanResult:
     """Fewest replicas per option and rate scale (docs/plan.md).
 
     ``prices``: USD per GPU-hour (``plan.prices``: ``{"h100": 2.5}``, ``"h100=2.5"`` over
     the default table, or a number for every GPU). ``parallel``: processes running the
-    (option, scale) searches at once; None: the cores this process may use."""
+    (option, scale) searches at once; None: the cores this process may use.
+    ``progress``: told each probe as it ends and its line (``PlanResult.probe_line``)."""
     parsed = SLO.parse(slo)
     if parsed is None:
         raise ConfigError("plan: an SLO is required, e.g. 'ttft_ms:p90<=2000'")
@@ -755,11 +767,15 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
                           f"{MAX_SEARCHES:,} (docs/config-bounds.md, 'Plans')")
     cfg: dict[str, Any] = {"trace": {"path": trace, **({"max_items": max_items}
                                                        if max_items is not None else {})}}
-    base, rounds = trace_rate(cfg)
+    from workbench.replay.prepare import coerce_config, load_workload
+
+    workload = load_workload(coerce_config(cfg))
+    base, rounds = trace_rate(workload)
     result = PlanResult(Path(trace).name, str(parsed), base, [float(s) for s in scales],
                         options, table,
                         created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                         max_replicas=max_replicas, rounds_per_unit=rounds)
+    _announce(result, cfg, workload)
     searches = [(option, scale) for scale in result.scales for option in options]
     workers = min(usable_cores() if parallel is None else parallel, len(searches))
     if workers < 1:
@@ -770,7 +786,7 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
     def add(p: Probe) -> None:
         result.probes.append(p)
         if progress is not None:
-            progress(p)
+            progress(p, result.probe_line(p))
 
     if workers == 1:  # one at a time, in this process: each probe reported as it ends
         for a in args:
@@ -798,6 +814,21 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
         raise
     pool.shutdown(wait=True)
     return _with_floors(result, cfg, parsed)
+
+
+def _announce(result: PlanResult, cfg: dict[str, Any], workload: Workload) -> None:
+    """Warn once, before the first probe, when the probes at the plan's lowest rate (its
+    longest) take more than ``LONG_RUN_MS`` of simulated time: every probe's ``simulate``
+    is told it was said (docs/arrival.md, "How long a run takes")."""
+    from workbench.replay.plan import LONG_RUN_MS, build_plan, run_floor
+    from workbench.replay.prepare import coerce_config
+
+    scale = min(result.scales)
+    run = coerce_config({**cfg, "arrival": {"rate": result.base_rate * scale}})
+    floor = run_floor(build_plan(run, workload), run.arrival)
+    if floor is not None and floor.floor_ms > LONG_RUN_MS:
+        log.warning("plan: each probe at %s: %s", result.rate_words(scale),
+                    floor.sentence(virtual=True))
 
 
 def _with_floors(result: PlanResult, cfg: dict[str, Any], slo: SLO) -> PlanResult:
