@@ -31,10 +31,10 @@ def test_plan_notebook_runs_all_and_shows_its_answer(page: Any, lab: Any,
     # the answer first (replicas of an option, their GPUs), the stated error after it
     assert re.match(r"\d+(–\d+)? replicas? of llama-3\.1-8b/h[12]00/tp1 · prefix-aware "
                     r"\(\d+(–\d+)? GPUs?", answer), answer
-    assert "ttft_ms:p90<=2000" in answer, answer
+    assert "TTFT p90 ≤ 2 s" in answer, answer
     assert "llama-3.1-8b/h100/tp1" in answer and "llama-3.1-8b/h200/tp1" in answer
     # each preset states its own GPU and TP's error (two presets may state two)
-    assert answer.index("Simulated; ") > answer.index("ttft_ms:p90<=2000"), answer
+    assert answer.index("Simulated; ") > answer.index("TTFT p90 ≤ 2 s"), answer
     assert "preset error on published tables, median abs held out / fitted: ITL " in answer
     # the first screen: the title, then the answer, before the explanation below it
     page_text = page.locator("body").inner_text()
