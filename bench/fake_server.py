@@ -117,9 +117,18 @@ class FakeServer:
         self.itl_ns = round(itl_ms * 1e6)
         self.truth: deque[dict[str, Any]] = deque(maxlen=TRUTH_MAX)
         self.ids = itertools.count()
+        self.open: set[Conn] = set()  # connections not yet closed
 
     def protocol(self) -> Conn:
         return Conn(self)
+
+    def close_idle(self) -> int:
+        """Close every connection not answering a request, as a server's keep-alive timeout
+        does (uvicorn's ``--timeout-keep-alive``); how many it closed."""
+        idle = [c for c in self.open if not c.busy and c.transport is not None]
+        for c in idle:
+            c.transport.close()  # type: ignore[union-attr]
+        return len(idle)
 
 
 class Conn(asyncio.Protocol):
@@ -135,9 +144,11 @@ class Conn(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+        self.s.open.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        self.s.open.discard(self)
 
     def data_received(self, data: bytes) -> None:
         self.buf += data

@@ -81,9 +81,28 @@ async def test_reuse_resumes_once_a_server_that_held_one_stream_ends_its_bodies(
     on = conns(server)
     # reused: the probe's connection, and the one opened while it read on (back in the
     # pool too once its own body ended, the judgement cleared by then)
-    assert len({on[r.request_id] for r in after}) <= 2, on
+    assert len({on[r.request_id] for r in after}) <= 2, (on, stats)
     assert recs[1].extra.get(HELD_WAIT_MS), recs[1].extra
     assert stats["held"] == 1 and stats["resumed"] == 1, stats
+
+
+@pytest.mark.parametrize("http", HTTP_CLIENTS)
+async def test_connections_the_server_closed_idle_are_not_counted_as_idle(http: str):
+    """Two warm connections, then closed by the server as idle (its keep-alive timeout);
+    each body ends 300 ms after [DONE]. The first request opens a connection; each later one
+    waits for that one's body to end and reuses it, rather than taking the closed ones for
+    idle and opening a connection per request (before: aiohttp's count kept them)."""
+    async with (
+        serve(last_chunk_ms=300.0) as (url, server),
+        asyncio.timeout(LIMIT),
+        Transport(TransportOptions(url, http=http, stream_idle_timeout_s=30.0)) as t,
+    ):
+        assert await t.warm(2) == 2
+        assert server.close_idle() == 2
+        recs = [await send(t, i) for i in range(5)]
+    on = conns(server)
+    assert len({on[r.request_id] for r in recs}) == 1, on
+    assert all(r.extra.get(HELD_WAIT_MS) for r in recs[1:]), [r.extra for r in recs]
 
 
 @pytest.mark.parametrize("http", HTTP_CLIENTS)

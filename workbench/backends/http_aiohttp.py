@@ -61,8 +61,10 @@ class AiohttpClient(ClientSettings):
         #: ``HELD_AFTER_DONE_S``; no request waits for it)
         self._probe: asyncio.Task[bool] | None = None
         #: connections back in aiohttp's pool, as far as its public API shows: bodies read
-        #: whole on a kept-alive answer, less the reuses aiohttp traced (an estimate: one
-        #: aiohttp closed idle is still counted; then a request opens a new connection)
+        #: to their end on a kept-alive answer, less the reuses aiohttp traced. aiohttp pools
+        #: a connection at its body's end, before the reader counts it, so a reuse may come
+        #: first (the count dips below 0 until then); a connection aiohttp opened shows the
+        #: pool was empty, so the count falls to 0 (one the server closed idle is gone)
         self._idle = 0
         self._active = 0  # requests between their send and their answer's end
         self.after_done = AfterDone()
@@ -71,6 +73,7 @@ class AiohttpClient(ClientSettings):
         trace = aiohttp.TraceConfig()
         trace.on_request_chunk_sent.append(self._body_sent)
         trace.on_connection_reuseconn.append(self._reused)
+        trace.on_connection_create_end.append(self._opened)
         connector = aiohttp.TCPConnector(
             limit=max(0, self.max_connections),
             # an explicit context: aiohttp 3.9.0 did not verify with ``ssl=True``
@@ -104,10 +107,15 @@ class AiohttpClient(ClientSettings):
     async def _reused(
         self, session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any
     ) -> None:
-        self._idle = max(0, self._idle - 1)
+        self._idle -= 1
         req = ctx.trace_request_ctx  # a kept-alive connection carries this request
         if isinstance(req, _Sent):
             req.reused = True
+
+    async def _opened(
+        self, session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any
+    ) -> None:
+        self._idle = min(self._idle, 0)  # aiohttp found none alive in its pool
 
     async def _body_sent(
         self, session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any
@@ -160,7 +168,7 @@ class AiohttpClient(ClientSettings):
                 if not head_due.expired():
                     raise
                 raise IdleTimeoutError(f"no whole response head within {self.idle_s}s") from None
-            drain = kept = False
+            drain = False
             try:
                 rec.http_status = resp.status
                 head = sum(len(k) + len(v) + 4 for k, v in resp.raw_headers)
@@ -173,13 +181,11 @@ class AiohttpClient(ClientSettings):
                 inflater = inflater_for(resp.headers.get("Content-Encoding", ""))
                 if resp.status != 200:
                     body = await read_body(resp, ERROR_BODY_MAX, inflater)
-                    kept = not body.cut
                     return resp.status, body.data
                 if resp.content_type == "application/json" and not state.takes_json:
                     # not a stream: an error body (a whole answer is read as such below)
                     state.json_body = True
                     body = await read_body(resp, ERROR_BODY_MAX, inflater)
-                    kept = not body.cut
                     return 200, body.data
                 # a body delimited by the close is whole at [DONE] (see http1)
                 by_close = "Content-Length" not in resp.headers and not resp.headers.get(
@@ -208,16 +214,16 @@ class AiohttpClient(ClientSettings):
                         raise
                     return 200, b""  # failed after [DONE]: what was measured stands
                 state.close(now())
-                kept = True  # the body ended with the stream's end
                 self._ended_promptly()
                 return 200, b""
             finally:
                 if drain:
                     self._start_drain(resp)
                 else:  # as ``async with resp`` ends
+                    pooled = _pooled(resp)  # before a close is seen (it ends the body too)
                     resp.release()
                     await resp.wait_for_close()
-                    if kept and _keeps_alive(resp):
+                    if pooled:
                         self._idle += 1
         except Exception as exc:
             _translate(exc, rec, reused=sent.reused)
@@ -244,7 +250,7 @@ class AiohttpClient(ClientSettings):
         if task.cancelled():  # maybe before it ran at all (the client closing): no leak
             resp.close()
         whole = not task.cancelled() and task.result()
-        if whole and _keeps_alive(resp):
+        if whole and _pooled(resp):
             self._idle += 1  # back in aiohttp's pool
         if task is self._probe:
             self._probe = None
@@ -298,17 +304,18 @@ class AiohttpClient(ClientSettings):
             ) as resp:
                 inflater = inflater_for(resp.headers.get("Content-Encoding", ""))
                 body = await read_body(resp, ERROR_BODY_MAX, inflater)
-            if not body.cut and _keeps_alive(resp):
-                self._idle += 1  # back in aiohttp's pool (as ``async with`` ended)
+            if _pooled(resp):
+                self._idle += 1  # back in aiohttp's pool (at its body's end)
             return resp.status, body.data
         except Exception as exc:
             _translate(exc, None, reused=False)
 
 
-def _keeps_alive(resp: aiohttp.ClientResponse) -> bool:
-    """The answer leaves its connection open for the next request (HTTP/1.1, no close)."""
-    return resp.version is not None and tuple(resp.version) >= (1, 1) and (
-        resp.headers.get("Connection", "").lower() != "close")
+def _pooled(resp: aiohttp.ClientResponse) -> bool:
+    """aiohttp put the answer's connection back in its pool: the body was read to its end
+    (whatever the reader made of it) and the answer leaves it open (HTTP/1.1, no close)."""
+    return resp.content.is_eof() and resp.version is not None and (
+        tuple(resp.version) >= (1, 1) and resp.headers.get("Connection", "").lower() != "close")
 
 
 async def _drain(resp: aiohttp.ClientResponse, bound_s: float) -> bool:
