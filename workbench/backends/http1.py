@@ -19,6 +19,7 @@ from workbench.backends.overrun import (
     DRAIN_S,
     HELD_AFTER_DONE_S,
     AfterDone,
+    HeldJudgement,
     note_held_wait,
 )
 from workbench.backends.stream import (
@@ -310,7 +311,7 @@ class _Connection(asyncio.Protocol):
         busy meanwhile, back to the pool once whole, dropped past ``AFTER_DONE_MAX_BYTES``,
         the drain bound or when a request needs it (docs/wire-protocols.md, "HTTP framing")."""
         pool = self.pool
-        probe = pool.holds  # the server was taken to hold its streams open after [DONE]
+        probe = pool.judgement.holds  # the server was taken to hold its streams open after [DONE]
         if probe and pool.probe is not None:  # one reads on as evidence: the rest, no drain
             pool.after_done.dropped_at_done += 1
             self._finish(False)
@@ -454,8 +455,7 @@ class _ParseQueue:
                     # [DONE] before the body's end: the request ends here all the same
                     conn._release()
             else:
-                if conn.pool.holds:  # the body ended with the stream's end
-                    conn.pool.ended_promptly()
+                conn.pool.judgement.ended_promptly()  # the body ended with the stream's end
                 conn._finish(conn.keep)
 
 
@@ -527,10 +527,9 @@ class _Pool:
         self.draining: list[_Connection] = []
         self.waiting = 0  # requests waiting for a draining connection
         self.drain_news: asyncio.Future[None] | None = None  # set when a drain ends
-        #: the server held a stream open after [DONE] past ``HELD_AFTER_DONE_S``, and no
-        #: body since ended promptly (docs/wire-protocols.md, "HTTP framing")
-        self.holds = False
-        #: while ``holds``: the one connection reading on after [DONE] as evidence (bounded
+        #: whether the server is taken to hold its streams open after [DONE]
+        self.judgement = HeldJudgement(after_done)
+        #: while it is: the one connection reading on after [DONE] as evidence (bounded
         #: by ``HELD_AFTER_DONE_S``; no request waits for it)
         self.probe: _Connection | None = None
 
@@ -568,7 +567,7 @@ class _Pool:
         if conn is self.probe:
             self.probe = None
             if whole:  # the body ended within HELD_AFTER_DONE_S: the server ends them again
-                self.ended_promptly()
+                self.judgement.ended_promptly()
         elif conn in self.draining:
             self.draining.remove(conn)
         if conn.slot is not None:
@@ -578,21 +577,13 @@ class _Pool:
         if news is not None and not news.done():
             news.set_result(None)
 
-    def ended_promptly(self) -> None:
-        """A streamed body ended with its [DONE] or within ``HELD_AFTER_DONE_S`` of it: a
-        judgement that the server holds streams open is cleared (reuse resumes)."""
-        if self.holds:
-            self.holds = False
-            self.after_done.resumed += 1
-
     def drop_held(self, began_by: int | None = None) -> None:
         """A drain outlived ``HELD_AFTER_DONE_S``: the server holds its streams open after
         [DONE]; drop the draining connections (those that began by ``began_by``, if
         given), and drain no more but one (``probe``)."""
         held = [c for c in self.draining if began_by is None or c.drain_ns <= began_by]
-        if held and not self.holds:
-            self.holds = True
-            self.after_done.held += 1
+        if held:
+            self.judgement.held()
         for conn in held:
             conn.abort()
             conn._end_drain(False)

@@ -18,6 +18,7 @@ from workbench.backends.overrun import (
     DRAIN_S,
     HELD_AFTER_DONE_S,
     AfterDone,
+    HeldJudgement,
     note_held_wait,
 )
 from workbench.backends.stream import (
@@ -54,10 +55,10 @@ class AiohttpClient(ClientSettings):
         #: their connections are busy until then (docs/wire-protocols.md, "HTTP framing")
         self._drains: set[asyncio.Task[bool]] = set()
         self._waiting = 0  # requests waiting for a drain to end
-        #: the server held a stream open after [DONE] past ``HELD_AFTER_DONE_S``, and no
-        #: body since ended promptly (docs/wire-protocols.md, "HTTP framing")
-        self._holds = False
-        #: while ``_holds``: the one body read on after [DONE] as evidence (bounded by
+        self.after_done = AfterDone()
+        #: whether the server is taken to hold its streams open after [DONE]
+        self._judgement = HeldJudgement(self.after_done)
+        #: while it is: the one body read on after [DONE] as evidence (bounded by
         #: ``HELD_AFTER_DONE_S``; no request waits for it)
         self._probe: asyncio.Task[bool] | None = None
         #: connections back in aiohttp's pool, as far as its public API shows: bodies read
@@ -67,7 +68,6 @@ class AiohttpClient(ClientSettings):
         #: pool was empty, so the count falls to 0 (one the server closed idle is gone)
         self._idle = 0
         self._active = 0  # requests between their send and their answer's end
-        self.after_done = AfterDone()
 
     async def open(self) -> None:
         trace = aiohttp.TraceConfig()
@@ -203,7 +203,7 @@ class AiohttpClient(ClientSettings):
                             if state.done and not resp.content.is_eof():
                                 # [DONE] before the body's end: the request ends here; the
                                 # body's end is read on in the background (as in http1)
-                                if self._holds and self._probe is not None:
+                                if self._judgement.holds and self._probe is not None:
                                     resp.close()  # this server holds it open: no drain
                                     self.after_done.dropped_at_done += 1
                                 else:
@@ -214,7 +214,7 @@ class AiohttpClient(ClientSettings):
                         raise
                     return 200, b""  # failed after [DONE]: what was measured stands
                 state.close(now())
-                self._ended_promptly()
+                self._judgement.ended_promptly()
                 return 200, b""
             finally:
                 if drain:
@@ -235,7 +235,7 @@ class AiohttpClient(ClientSettings):
         to hold its streams, as the one probe, bounded by ``HELD_AFTER_DONE_S``, and so
         under ``max_connections`` (a request may wait in aiohttp's connector for its slot,
         unseen: docs/metrics.md, "Client")."""
-        probe = self._holds
+        probe = self._judgement.holds
         short = probe or self.max_connections > 0
         task = asyncio.get_running_loop().create_task(
             _drain(resp, HELD_AFTER_DONE_S if short else self.idle_s or DRAIN_S))
@@ -255,16 +255,9 @@ class AiohttpClient(ClientSettings):
         if task is self._probe:
             self._probe = None
             if whole:  # the body ended within HELD_AFTER_DONE_S: the server ends them again
-                self._ended_promptly()
+                self._judgement.ended_promptly()
         elif not whole and not task.cancelled() and self.max_connections > 0:
-            self._judge_held()  # its HELD_AFTER_DONE_S bound, under max_connections
-
-    def _ended_promptly(self) -> None:
-        """A streamed body ended with its [DONE] or within ``HELD_AFTER_DONE_S`` of it: a
-        judgement that the server holds streams open is cleared (reuse resumes)."""
-        if self._holds:
-            self._holds = False
-            self.after_done.resumed += 1
+            self._judgement.held()  # its HELD_AFTER_DONE_S bound, under max_connections
 
     async def _drain_or_drop(self) -> None:
         """A connection is still reading its body's end after [DONE]: wait for it (it comes
@@ -279,14 +272,8 @@ class AiohttpClient(ClientSettings):
         finally:
             self._waiting -= 1
         if not done:
-            self._judge_held()
+            self._judgement.held()
             await self._drop_drains()
-
-    def _judge_held(self) -> None:
-        """A drain outlived ``HELD_AFTER_DONE_S``: the server holds its streams open."""
-        if not self._holds:
-            self._holds = True
-            self.after_done.held += 1
 
     async def _drop_drains(self, probe: bool = False) -> None:
         drains = set(self._drains)

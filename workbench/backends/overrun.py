@@ -57,6 +57,32 @@ class AfterDone:
                 "resumed": self.resumed}  # fmt: skip
 
 
+class HeldJudgement:
+    """Whether a server is taken to hold its streams open after ``[DONE]`` (one per pool of
+    connections to it): judged when a drain outlives ``HELD_AFTER_DONE_S``, cleared when a
+    body ends promptly again; each change counted in the client's ``AfterDone``
+    (docs/wire-protocols.md, "HTTP framing")."""
+
+    __slots__ = ("after_done", "holds")
+
+    def __init__(self, after_done: AfterDone) -> None:
+        self.after_done = after_done
+        self.holds = False
+
+    def held(self) -> None:
+        """A drain outlived ``HELD_AFTER_DONE_S``: the server holds its streams open."""
+        if not self.holds:
+            self.holds = True
+            self.after_done.held += 1
+
+    def ended_promptly(self) -> None:
+        """A streamed body ended with its [DONE] or within ``HELD_AFTER_DONE_S`` of it: the
+        judgement is cleared (reuse resumes)."""
+        if self.holds:
+            self.holds = False
+            self.after_done.resumed += 1
+
+
 def note_held_wait(rec: RequestRecord | None, waited_ns: int) -> None:
     """Add ``waited_ns`` to ``rec``'s wait for a connection the server held (``HELD_WAIT_MS``)."""
     if rec is not None and waited_ns > 0:
