@@ -18,7 +18,7 @@ TRACE = str(data_path("tracelab/multi_session_large.csv"))
 
 def _cfg(tmp_path: Path, run_id: str, **engine: float) -> wb.RunConfig:
     return wb.RunConfig.from_dict({
-        "trace": {"path": TRACE, "max_items": 6},  # 37 requests: a p90 needs 29
+        "trace": {"path": TRACE, "max_items": 6},  # 6 sessions, 37 requests
         "arrival": {"mode": "saturated", "tool_wait_scale": 0.0},
         "target": {"url": "sim", "engine": {"speedup": 50.0, **engine}},
         "out_dir": str(tmp_path), "run_id": run_id,
@@ -34,14 +34,21 @@ async def test_a_real_slowdown_is_significant_and_a_run_against_itself_is_not(tm
     assert set(changes["run"]) == {"slow", "same"} and set(changes["stat"]) == {"p50", "p90"}
     ttft = changes[(changes["metric"] == "ttft_ms") & (changes["run"] == "slow")]
     for _, row in ttft.iterrows():
-        assert row["significant"] and 0 < row["change lo"] <= row["change"] <= row["change hi"]
+        assert 0 < row["change lo"] <= row["change"] <= row["change hi"]
+    # the same 6 sessions in both runs: paired; a p50 needs 5 of them, a p90 29
+    assert list(ttft["design"]) == ["paired", "paired"]
+    assert list(ttft["significant"]) == [True, None]
+    assert list(ttft["verdict"]) == ["significant",
+                                     "too few sessions (6 and 6; a p90 needs 29 in each)"]
+    for _, row in ttft.iterrows():
         # the one percentile (linear method) may differ from numpy's in the last bit
         assert row["value"] == pytest.approx(np.percentile(
             wb.to_frame(slow).query("status == 'ok'")["ttft_ms"], int(row["stat"][1:])),
             rel=1e-12)
     same = changes[changes["run"] == "same"]
     assert (same["change"] == 0).all() and not same["significant"].any()
-    assert ((same["change lo"] <= 0) & (same["change hi"] >= 0)).all()
+    # a run against itself, paired: every resample's difference is 0
+    assert ((same["change lo"] == 0) & (same["change hi"] == 0)).all()
     # seeded: the same interval twice
     again = compare.change_table(runs, n_boot=500, seed=1)
     assert again[["change lo", "change hi"]].equals(changes[["change lo", "change hi"]])
@@ -49,9 +56,9 @@ async def test_a_real_slowdown_is_significant_and_a_run_against_itself_is_not(tm
     # the first line names the knob: the engine's fixed overhead per request
     assert lines[0] == "What differs: target.engine.request_overhead_ms (– → 2500.0 → –)"
     assert lines[1].startswith("base (baseline): ")
-    # 6 sessions of several rounds: the intervals resample sessions, and say so
-    assert lines[3].startswith("  slow vs base (intervals by session): TTFT p50 +")
-    assert " significant" in lines[3]
+    # 6 sessions of several rounds: the intervals resample sessions, paired, and say so
+    assert lines[3].startswith("  slow vs base (intervals by session, paired): TTFT p50 +")
+    assert "] significant, p90 " in lines[3] and "too few sessions (6 and 6" in lines[3]
     assert set(changes["resampled"]) == {"sessions (6 and 6)"}
     assert "not significant" in lines[5]  # same vs base
     assert compare.runs_table(runs)["timing"].tolist() == [

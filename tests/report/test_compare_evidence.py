@@ -30,6 +30,8 @@ def test_two_requests_cannot_make_a_change_significant(tmp_path: Path,
     for _, row in changes.iterrows():
         assert row["significant"] is None, row.to_dict()  # undecided, neither way
         assert row["n baseline"] == 2 and row["n run"] == 19
+        # one trace, but other requests (sessions of one each): nothing to pair
+        assert row["design"] == "independent: other sessions (2 and 19, 2 shared)"
     line = compare.change_line("many", changes)
     assert line.startswith("TTFT p50 ")
     assert "too few requests (2 and 19 ok; a p50 needs 5 in each)" in line
@@ -47,5 +49,9 @@ def test_enough_requests_decide_as_before(tmp_path: Path) -> None:
                                    n_boot=500)
     ttft = changes[changes["metric"] == "ttft_ms"]
     assert list(ttft["significant"]) == [True, True]
-    # Mooncake's sessions are single requests: the plain per-request bootstrap
-    assert set(changes["resampled"]) == {"requests"}
+    # Mooncake's sessions are single requests: resampled by request, and paired (the
+    # same 40 requests in both runs)
+    assert set(changes["resampled"]) == {"requests"} and set(changes["design"]) == {"paired"}
+    assert compare.compare_headline(compare.load_runs([base, slow], ["base", "slow"]),
+                                    changes).lines[-1].startswith(
+        "  slow vs base (intervals by request, paired): TTFT p50 +")

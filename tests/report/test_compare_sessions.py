@@ -53,18 +53,21 @@ def test_sessions_of_one_request_are_the_plain_bootstrap() -> None:
     values = np.linspace(100.0, 900.0, 40)
     plain = compare.bootstrap_ci(values, 90, n_boot=500, seed=3)
     frame = pd.DataFrame({"ttft_ms": values, "session_id": [f"s{i}" for i in range(40)]})
-    vals, sessions = compare.clusters_of(frame, "ttft_ms")
-    assert sessions is None and compare.resampled_unit(sessions) == "requests"
-    assert compare.bootstrap_ci(vals, 90, n_boot=500, seed=3, clusters=sessions) == plain
+    sessions = compare.clusters_of(frame, "ttft_ms")
+    assert not sessions.grouped and compare.resampled_unit(sessions) == "requests"
+    assert sessions.clusters is None and sessions.units == 40
+    assert compare.bootstrap_ci(values, 90, n_boot=500, seed=3,
+                                clusters=frame["session_id"]) == plain
 
 
 def test_sessions_are_read_from_the_frame_and_named() -> None:
     values, sessions = _run(0.0)
     frame = pd.DataFrame({"ttft_ms": np.append(values, np.nan),
                           "session_id": [f"s{s}" for s in sessions] + ["s0"]})
-    vals, codes = compare.clusters_of(frame, "ttft_ms")
+    found = compare.clusters_of(frame, "ttft_ms")
+    vals, codes = found.values, found.clusters
     assert vals.size == SESSIONS * ROUNDS and codes is not None  # the NaN left out
-    assert compare.resampled_unit(codes) == "8 sessions"
+    assert compare.resampled_unit(found) == "8 sessions" and found.units == SESSIONS
     lo, hi = compare.bootstrap_ci(vals, 50, seed=0, clusters=codes)
     plo, phi = compare.bootstrap_ci(vals, 50, seed=0)
     assert lo < plo and hi > phi  # wider: 8 sessions are less evidence than 200 requests

@@ -75,9 +75,10 @@ def test_each_kinds_headline_says_what_it_should(reports: Path) -> None:
     assert base.startswith("KV cache 8192 blocks (baseline): ")
     assert "virtual time (simulated engine)" in base
     assert other.startswith("KV cache 65536 blocks: ")
-    # the example's 48 sessions of several rounds: resampled by session, said so
+    # the example's 48 sessions of several rounds, replayed by both runs: resampled by
+    # session, paired, said so
     assert heads["compare"][3].startswith("  KV cache 65536 blocks vs KV cache 8192 blocks "
-                                          "(intervals by session): TTFT p50 ")
+                                          "(intervals by session, paired): TTFT p50 ")
     assert "significant" in heads["compare"][3]
     sweep = heads["sweep"][0]
     assert sweep.startswith("cap: ") and "At TTFT p90 ≤ 5 s: " in sweep

@@ -2,14 +2,16 @@
 
 Reads stored runs only. Percentile intervals are the percentile bootstrap of a run's ok
 requests (seeded), resampling whole sessions where a session has several requests (a
-cluster bootstrap); a change against the baseline (the first run) is
-bootstrapped as a difference, significant when its interval leaves out 0
-(docs/metrics.md, "Compare")."""
+cluster bootstrap); a change against the baseline (the first run) is bootstrapped as a
+difference, paired (the same sessions drawn for both) when both runs replayed the same
+sessions, significant when its interval leaves out 0 over enough sessions (or requests)
+in each run (docs/metrics.md, "Compare")."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -112,48 +114,95 @@ def differs_line(runs: Mapping[str, Any], shown: int = 3) -> str:
     return "What differs: " + "; ".join(parts) + more
 
 
-def clusters_of(frame: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray | None]:
+@dataclass(frozen=True)
+class Sessions:
+    """The finite values of one metric over a run's ok rows and the session each came
+    from: ``codes`` (an index into ``ids``, the sorted distinct session ids), both None
+    when the values carry no session (``itl_ms``, gaps pooled across requests, or a frame
+    without session ids)."""
+
+    values: np.ndarray
+    codes: np.ndarray | None = None
+    ids: np.ndarray | None = None
+
+    @property
+    def grouped(self) -> bool:
+        """Some session has several values: a bootstrap resamples sessions (its rounds
+        are correlated), else requests (docs/metrics.md, "Compare")."""
+        return self.ids is not None and self.values.size > self.ids.size
+
+    @property
+    def units(self) -> int:
+        """What a bootstrap resamples and the evidence rule counts: the sessions when
+        ``grouped``, else the values."""
+        return int(self.ids.size) if self.grouped and self.ids is not None else int(
+            self.values.size)
+
+    @property
+    def clusters(self) -> np.ndarray | None:
+        """The session code per value when ``grouped`` (a cluster bootstrap), else None."""
+        return self.codes if self.grouped else None
+
+
+def sessions_of(values: Sequence[float] | np.ndarray,
+                labels: Sequence[Any] | np.ndarray | None = None) -> Sessions:
+    """``values`` without the non-finite ones, and their ``labels`` (a session per value)
+    as codes: the one ``np.unique`` a comparison makes of a run's sessions."""
+    arr = np.asarray(values, dtype=float)
+    keep = np.isfinite(arr)
+    if labels is None:
+        return Sessions(arr[keep])
+    raw = np.asarray(labels)
+    if raw.shape != arr.shape:
+        raise ValueError(f"{raw.size} cluster labels for {arr.size} values")
+    ids, codes = np.unique(raw[keep], return_inverse=True)
+    return Sessions(arr[keep], codes.reshape(-1), ids)
+
+
+def clusters_of(frame: pd.DataFrame, metric: str) -> Sessions:
     """The finite values of ``metric`` over ``frame``'s rows and, aligned with them, the
-    session each came from: None when no session had more than one value (each request
-    its own cluster: the plain bootstrap), or for ``itl_ms`` (gaps pooled across
-    requests) and a frame without session ids (docs/metrics.md, "Compare")."""
+    session each came from (by the records' ``session_id``); none for ``itl_ms`` (gaps
+    pooled across requests) or a frame without session ids (docs/metrics.md, "Compare")."""
     if metric == "itl_ms" or metric not in frame or "session_id" not in frame:
-        return sample(frame, metric), None
-    vals = frame[metric].to_numpy(dtype=float, na_value=np.nan)
-    keep = np.isfinite(vals)
-    sessions = frame["session_id"].to_numpy()[keep]
-    _, codes = np.unique(sessions.astype(str), return_inverse=True)
-    grouped = codes.size > 0 and np.bincount(codes).max() > 1
-    return vals[keep], codes if grouped else None
+        return Sessions(sample(frame, metric))
+    return sessions_of(frame[metric].to_numpy(dtype=float, na_value=np.nan),
+                       frame["session_id"].to_numpy().astype(str))
 
 
-def resampled_unit(clusters: np.ndarray | None) -> str:
-    """What a bootstrap over ``clusters`` draws: ``"12 sessions"`` or ``"requests"``."""
-    if clusters is None:
-        return "requests"
-    return counted(int(clusters.max()) + 1, "session")
+def resampled_unit(sessions: Sessions) -> str:
+    """What a bootstrap over ``sessions`` draws: ``"12 sessions"`` or ``"requests"``."""
+    return counted(sessions.units, "session") if sessions.grouped else "requests"
 
 
 #: values × resamples one step of a cluster bootstrap holds at once (~32 MB an array)
 CLUSTER_CELLS = 1 << 22
 
 
-def _draws(arr: np.ndarray, clusters: np.ndarray | None, q: float, k: int,
-           rng: np.random.Generator) -> np.ndarray:
-    """``k`` bootstrap values of the ``q``-th percentile of ``arr``: each a resample of
-    its requests with replacement, or, with ``clusters`` (a session code per value), of
-    its sessions, each drawn session bringing all of its values (a cluster bootstrap:
-    the rounds of one session are correlated, docs/metrics.md, "Compare")."""
-    if clusters is None:
-        return np.asarray(np.percentile(arr[rng.integers(0, arr.size, size=(k, arr.size))],
-                                        q, axis=1))
-    groups = int(clusters.max()) + 1
-    picks = rng.integers(0, groups, size=(k, groups))
-    order = np.argsort(arr, kind="stable")
-    values, owner = arr[order], clusters[order]
-    step = max(1, CLUSTER_CELLS // arr.size)
+def _resampler(s: Sessions, by_session: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """What ``_percentiles`` reads for ``s``: its values sorted with the session of each
+    (a cluster bootstrap), or the values a pick indexes: in session order when the draw is
+    of sessions of one value each (``by_session``, a paired design), else as they are."""
+    if s.grouped and s.codes is not None:
+        order = np.argsort(s.values, kind="stable")
+        return s.values[order], s.codes[order]
+    if by_session and s.codes is not None:
+        ordered = np.empty_like(s.values)
+        ordered[s.codes] = s.values
+        return ordered, None
+    return s.values, None
+
+
+def _percentiles(values: np.ndarray, owner: np.ndarray | None, picks: np.ndarray,
+                 q: float) -> np.ndarray:
+    """Per row of ``picks`` (one resample), the ``q``-th percentile: of the picked values,
+    or, with ``owner`` (the session of each sorted value), of the values of the picked
+    sessions, each drawn session bringing all of its values (a cluster bootstrap: the
+    rounds of one session are correlated, docs/metrics.md, "Compare")."""
+    if owner is None:
+        return np.asarray(np.percentile(values[picks], q, axis=1))
+    step = max(1, CLUSTER_CELLS // values.size)
     return np.concatenate([_weighted_percentile(values, owner, picks[i:i + step], q)
-                           for i in range(0, k, step)])
+                           for i in range(0, len(picks), step)])
 
 
 def _weighted_percentile(values: np.ndarray, owner: np.ndarray, picks: np.ndarray,
@@ -173,58 +222,71 @@ def _weighted_percentile(values: np.ndarray, owner: np.ndarray, picks: np.ndarra
     return np.asarray(values[first] + (h - below) * (values[second] - values[first]))
 
 
-def _finite(values: Sequence[float] | np.ndarray, clusters: Sequence[int] | np.ndarray | None
-            ) -> tuple[np.ndarray, np.ndarray | None]:
-    arr = np.asarray(values, dtype=float)
-    keep = np.isfinite(arr)
-    if clusters is None:
-        return arr[keep], None
-    codes = np.asarray(clusters)
-    if codes.shape != arr.shape:
-        raise ValueError(f"{codes.size} cluster labels for {arr.size} values")
-    _, dense = np.unique(codes[keep], return_inverse=True)
-    return arr[keep], dense.reshape(-1)
-
-
 def bootstrap_ci(values: Sequence[float] | np.ndarray, q: float, *, n_boot: int = 2000,
                  level: float = 0.95, seed: int = 0,
-                 clusters: Sequence[int] | np.ndarray | None = None) -> tuple[float, float]:
+                 clusters: Sequence[Any] | np.ndarray | None = None) -> tuple[float, float]:
     """Percentile-bootstrap interval of the ``q``-th percentile (linear interpolation);
-    ``clusters`` (a session per value): resample sessions, not values (``_draws``)."""
-    arr, codes = _finite(values, clusters)
-    if arr.size == 0:
+    ``clusters`` (a session per value): resample sessions, not values (``_percentiles``)."""
+    return _interval(sessions_of(values, clusters), q, n_boot=n_boot, level=level, seed=seed)
+
+
+def _interval(s: Sessions, q: float, *, n_boot: int, level: float, seed: int
+              ) -> tuple[float, float]:
+    if s.values.size == 0:
         return math.nan, math.nan
-    if arr.size == 1:
-        return float(arr[0]), float(arr[0])
+    if s.values.size == 1:
+        return float(s.values[0]), float(s.values[0])
     rng = np.random.default_rng(seed)
-    stats = [_draws(arr, codes, q, min(BATCH, n_boot - start), rng)
-             for start in range(0, n_boot, BATCH)]
+    values, owner = _resampler(s, by_session=False)
+    stats = [_percentiles(values, owner, rng.integers(0, s.units, size=(k, s.units)), q)
+             for k in _batches(n_boot)]
     lo, hi = np.quantile(np.concatenate(stats), [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)
 
 
+def _batches(n_boot: int) -> list[int]:
+    """The resamples drawn at once, ``BATCH`` at a time."""
+    return [min(BATCH, n_boot - start) for start in range(0, n_boot, BATCH)]
+
+
 def bootstrap_diff(base: Sequence[float] | np.ndarray, other: Sequence[float] | np.ndarray,
                    q: float, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0,
-                   base_clusters: Sequence[int] | np.ndarray | None = None,
-                   other_clusters: Sequence[int] | np.ndarray | None = None
-                   ) -> tuple[float, float, float]:
+                   base_clusters: Sequence[Any] | np.ndarray | None = None,
+                   other_clusters: Sequence[Any] | np.ndarray | None = None,
+                   paired: bool = False) -> tuple[float, float, float]:
     """(change, lo, hi): ``other``'s ``q``-th percentile minus ``base``'s, and the
     percentile-bootstrap interval of that difference (both resampled each time, by
-    session where a run's ``*_clusters`` give one per value: ``_draws``)."""
-    a, ca = _finite(base, base_clusters)
-    b, cb = _finite(other, other_clusters)
-    if a.size == 0 or b.size == 0:
+    session where a run's ``*_clusters`` give one per value; ``paired``: both runs carry
+    the same session ids, and each resample draws them once for both: ``_diff``)."""
+    return _diff(sessions_of(base, base_clusters), sessions_of(other, other_clusters), q,
+                 n_boot=n_boot, level=level, seed=seed, paired=paired)
+
+
+def _diff(a: Sessions, b: Sessions, q: float, *, n_boot: int, level: float, seed: int,
+          paired: bool) -> tuple[float, float, float]:
+    if paired and not _same_sessions(a, b):
+        raise ValueError("paired: the runs' session ids differ (a paired bootstrap draws "
+                         "the same sessions for both runs; give both runs' ids, equal as sets)")
+    if a.values.size == 0 or b.values.size == 0:
         return math.nan, math.nan, math.nan
-    change = float(np.percentile(b, q) - np.percentile(a, q))
+    change = float(np.percentile(b.values, q) - np.percentile(a.values, q))
     rng = np.random.default_rng(seed)
+    ra, rb = _resampler(a, paired), _resampler(b, paired)
     diffs = []
-    for start in range(0, n_boot, BATCH):
-        k = min(BATCH, n_boot - start)
-        pa = _draws(a, ca, q, k, rng)
-        pb = _draws(b, cb, q, k, rng)
-        diffs.append(pb - pa)
+    for k in _batches(n_boot):
+        if paired:  # the same sessions for both runs (docs/metrics.md, "Compare")
+            units = a.ids.size if a.ids is not None else 0
+            pa = pb = rng.integers(0, units, size=(k, units))
+        else:
+            pa = rng.integers(0, a.units, size=(k, a.units))
+            pb = rng.integers(0, b.units, size=(k, b.units))
+        diffs.append(_percentiles(*rb, pb, q) - _percentiles(*ra, pa, q))
     lo, hi = np.quantile(np.concatenate(diffs), [(1 - level) / 2, (1 + level) / 2])
     return change, float(lo), float(hi)
+
+
+def _same_sessions(a: Sessions, b: Sessions) -> bool:
+    return a.ids is not None and b.ids is not None and np.array_equal(a.ids, b.ids)
 
 
 CHANGE_QS: tuple[float, ...] = (50, 90)
@@ -234,62 +296,121 @@ def change_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
                  qs: Sequence[float] = CHANGE_QS, *, n_boot: int = 2000, level: float = 0.95,
                  seed: int = 0) -> pd.DataFrame:
     """Per run after the baseline, metric and percentile: both values (ms), the change with
-    its bootstrap interval and in %, and whether it is significant."""
+    its bootstrap interval and in %, whether it is significant and the verdict in words,
+    what was resampled and in which design (paired when both runs replay the same
+    sessions: ``design``)."""
     labels = list(runs)
     rows = []
     if labels:
         base_label = labels[0]
         frames = {label: ok_rows(run) for label, run in runs.items()}
+        traces = {label: manifest_of(run).trace.get("sha256") for label, run in runs.items()}
         for metric in metrics:
-            base, base_sessions = clusters_of(frames[base_label], metric)
+            base = clusters_of(frames[base_label], metric)
             for label in labels[1:]:
-                vals, sessions = clusters_of(frames[label], metric)
+                other = clusters_of(frames[label], metric)
+                design = _design(base, other, traces[base_label], traces[label])
+                paired = design == "paired"
+                units = _units(base, other, paired)
                 for q in qs:
-                    change, lo, hi = bootstrap_diff(base, vals, q, n_boot=n_boot,
-                                                    level=level, seed=seed,
-                                                    base_clusters=base_sessions,
-                                                    other_clusters=sessions)
-                    ref = quantiles(base, (q,))[0] if base.size else math.nan
-                    # undecided (None) on fewer values than the percentile needs in either
-                    # run (docs/metrics.md, "Evidence")
-                    needed = support(q)
-                    enough = needed is not None and min(base.size, vals.size) >= needed
+                    change, lo, hi = _diff(base, other, q, n_boot=n_boot, level=level,
+                                           seed=seed, paired=paired)
+                    ref = quantiles(base.values, (q,))[0] if base.values.size else math.nan
+                    significant, verdict = _verdict(lo, hi, q, units)
                     rows.append({
                         "metric": metric, "run": label, "stat": f"p{q:g}",
                         "baseline": ref, "value": ref + change, "change": change,
                         "change lo": lo, "change hi": hi,
                         "change (%)": 100 * change / ref if ref else math.nan,
-                        "significant": bool(lo > 0 or hi < 0)
-                        if math.isfinite(lo) and enough else None,
-                        "n baseline": int(base.size), "n run": int(vals.size),
-                        "resampled": _resampled(base_sessions, sessions),
+                        "significant": significant, "verdict": verdict,
+                        "n baseline": int(base.values.size), "n run": int(other.values.size),
+                        "resampled": _resampled(units), "design": design,
                     })  # fmt: skip
     df = pd.DataFrame(rows, columns=["metric", "run", "stat", "baseline", "value", "change",
                                      "change lo", "change hi", "change (%)", "significant",
-                                     "n baseline", "n run", "resampled"])
+                                     "verdict", "n baseline", "n run", "resampled", "design"])
     return named(df, "latency_change")
 
 
-def _resampled(base: np.ndarray | None, other: np.ndarray | None) -> str:
+def _design(base: Sessions, other: Sessions, base_trace: Any, other_trace: Any) -> str:
+    """``paired`` when both runs replay one trace (the same sha256) and carry the same
+    set of session ids; else ``independent`` and why (docs/metrics.md, "Compare")."""
+    if base.ids is None or other.ids is None:
+        return "independent: no session ids"
+    if not base_trace or base_trace != other_trace:
+        return "independent: other traces" if base_trace and other_trace else (
+            "independent: a trace unknown")
+    if not _same_sessions(base, other):
+        return (f"independent: other sessions ({base.ids.size} and {other.ids.size}, "
+                f"{np.intersect1d(base.ids, other.ids, assume_unique=True).size} shared)")
+    return "paired"
+
+
+Units = tuple[tuple[str, int], tuple[str, int]]
+
+
+def _units(base: Sessions, other: Sessions, paired: bool) -> Units:
+    """Per run, what its resamples draw and how many, which the evidence rule counts:
+    ``("sessions", 48)`` or ``("requests", 40)``; a paired design draws sessions for both
+    runs when either has several values in a session."""
+    both = paired and (base.grouped or other.grouped)
+    return (_unit(base, both), _unit(other, both))
+
+
+def _unit(s: Sessions, by_session: bool) -> tuple[str, int]:
+    if (by_session or s.grouped) and s.ids is not None:
+        return "sessions", int(s.ids.size)
+    return "requests", int(s.values.size)
+
+
+def _resampled(units: Units) -> str:
     """The ``resampled`` cell: ``"sessions (48 and 48)"``, ``"requests"``, or both kinds
-    (``"sessions (48) and requests"``: baseline first) when the runs differ."""
-    if base is None and other is None:
+    (``"48 sessions and requests"``: baseline first) when the runs differ."""
+    (kind, n), (other_kind, other_n) = units
+    if kind == other_kind == "requests":
         return "requests"
-    if base is not None and other is not None:
-        return f"sessions ({int(base.max()) + 1} and {int(other.max()) + 1})"
-    return f"{resampled_unit(base)} and {resampled_unit(other)}"
+    if kind == other_kind:
+        return f"sessions ({n} and {other_n})"
+    return " and ".join(counted(c, "session") if k == "sessions" else "requests"
+                        for k, c in units)
+
+
+def _verdict(lo: float, hi: float, q: float, units: Units) -> tuple[bool | None, str]:
+    """(significant, the words): the interval leaves out 0, or not; neither on fewer
+    resampled units in either run than the percentile's ``support`` (sessions when the
+    bootstrap drew sessions: 2 sessions of 200 rounds are 2 draws of evidence, not 400),
+    said ``too few sessions (2 and 3; a p90 needs 29 in each)`` (docs/metrics.md,
+    "Evidence"; "Compare")."""
+    if not math.isfinite(lo):
+        return None, "no interval"
+    needed = support(q)
+    (kind, n), (other_kind, other_n) = units
+    if needed is None:
+        return None, f"undecided (no count shows a p{q:g}, a maximum)"
+    if min(n, other_n) < needed:
+        counts = (f"{n} and {other_n} ok" if kind == other_kind == "requests" else
+                  f"{n} and {other_n}" if kind == other_kind else
+                  f"{counted(n, kind[:-1])} and {counted(other_n, other_kind[:-1])}")
+        what = kind if kind == other_kind else "sessions and requests"
+        return None, f"too few {what} ({counts}; a p{q:g} needs {needed} in each)"
+    significant = bool(lo > 0 or hi < 0)
+    return significant, "significant" if significant else "not significant"
 
 
 CLUSTER_NOTE = ("a run whose sessions have several requests is resampled by session (its "
                 "rounds are correlated), one of single requests by request")
+PAIRED_NOTE = ("two runs of one trace with the same sessions are resampled paired, the "
+               "same sessions drawn for both (column 'design')")
 
 
 def change_caption(runs: Mapping[str, Any], level: float = 0.95, n_boot: int = 2000) -> str:
     base = next(iter(runs), "?")
     return (f"Latency change against the baseline {base} (ms; run − baseline) with its "
             f"{level * 100:.0f} % bootstrap interval ({n_boot} resamples of both runs, "
-            f"seeded; {CLUSTER_NOTE}: column 'resampled'); significant: the interval "
-            "leaves out 0")
+            f"seeded; {CLUSTER_NOTE}: column 'resampled'; {PAIRED_NOTE}); significant: the "
+            "interval leaves out 0, judged only over as many sessions (or requests, when "
+            "resampled by request) in each run as the percentile needs: a p50 5, a p90 29 "
+            "(column 'verdict')")
 
 
 def _signed(v: float) -> str:
@@ -299,40 +420,32 @@ def _signed(v: float) -> str:
 HEADLINE_CHANGES = ("ttft_ms", "tpot_ms")
 
 
-def _decided(row: Any) -> str:
-    """``significant``, ``not significant``, or why neither: ``too few requests (2 and 19
-    ok; a p90 needs 29 in each)``."""
-    if row["significant"] is None or (isinstance(row["significant"], float)
-                                      and math.isnan(row["significant"])):
-        if not math.isfinite(row["change lo"]):
-            return "no interval"
-        q = float(str(row["stat"])[1:])
-        return (f"too few requests ({row['n baseline']} and {row['n run']} ok; a "
-                f"{row['stat']} needs {support(q)} in each)")
-    return "significant" if row["significant"] else "not significant"
-
-
 def change_line(label: str, changes: pd.DataFrame) -> str:
     """``"TTFT p50 +12.3 ms [+8.1, +16] significant, p90 ..."`` for one run (TTFT and
-    TPOT, as in the headline)."""
+    TPOT, as in the headline), each change's verdict as the table's ``verdict``."""
     parts = []
     mine = changes[(changes["run"] == label) & changes["metric"].isin(HEADLINE_CHANGES)]
     for metric, part in mine.groupby("metric", sort=False):
         stats = [f"{r['stat']} {_signed(r['change'])} ms [{_signed(r['change lo'])}, "
-                 f"{_signed(r['change hi'])}] {_decided(r)}" for _, r in part.iterrows()]
+                 f"{_signed(r['change hi'])}] {r['verdict']}" for _, r in part.iterrows()]
         parts.append(f"{METRIC_NAMES.get(str(metric), metric)} " + ", ".join(stats))
     return "; ".join(parts)
 
 
 def _by(label: str, changes: pd.DataFrame) -> str:
-    """`` (by session)`` when the run's intervals resampled sessions (``_resampled``)."""
-    cells = set(changes.loc[changes["run"] == label, "resampled"]) if (
-        "resampled" in changes) else set()
-    if cells and all(str(c).startswith("sessions") for c in cells):
-        return " (intervals by session)"
-    if any("session" in str(c) for c in cells):
-        return " (intervals by session where a run has them, else by request)"
-    return ""
+    """How the run's intervals were drawn, as its rows of the table say: `` (intervals by
+    session, paired)``, `` (intervals by session)``, `` (intervals by request, paired)``."""
+    mine = changes[changes["run"] == label]
+    cells = {str(c) for c in mine.get("resampled", ())}
+    designs = {str(d) for d in mine.get("design", ())}
+    unit = ("by session" if cells and all(c.startswith("sessions") for c in cells) else
+            "by session where a run has them, else by request"
+            if any("session" in c for c in cells) else "by request")
+    pair = (", paired" if designs == {"paired"} else
+            ", paired where the runs share their sessions" if "paired" in designs else "")
+    if not cells or (unit == "by request" and not pair):
+        return ""
+    return f" (intervals {unit}{pair})"
 
 
 def compare_headline(runs: Mapping[str, Any], changes: pd.DataFrame | None = None) -> Any:
@@ -358,12 +471,12 @@ def percentile_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRIC
     rows = []
     for metric in metrics:
         for label, run in runs.items():
-            vals, sessions = clusters_of(ok_rows(run), metric)
+            sessions = clusters_of(ok_rows(run), metric)
+            vals = sessions.values
             row: dict[str, Any] = {"metric": metric, "run": label, "n": int(vals.size),
                                    "resampled": resampled_unit(sessions)}
             for q in qs:
-                lo, hi = bootstrap_ci(vals, q, n_boot=n_boot, level=level, seed=seed,
-                                      clusters=sessions)
+                lo, hi = _interval(sessions, q, n_boot=n_boot, level=level, seed=seed)
                 row[f"p{q:g}"] = quantiles(vals, (q,))[0] if vals.size else math.nan
                 row[f"p{q:g} lo"], row[f"p{q:g} hi"] = lo, hi
             rows.append(row)
