@@ -162,8 +162,12 @@ def test_a_sweep_whose_point_ran_partial_exits_1_naming_the_run(tmp_path):
 def test_a_sweep_applies_max_error_rate_to_each_points_run(tmp_path, extra, code):
     """``sweep --max-error-rate`` judges each point's run as ``replay`` judges its own
     (``_run_end.run_exit_status``): every point still runs; a point over the rate exits 4,
-    is named in one line on stderr and marked in the table. Point 1's engine is too short
-    for the trace's long requests (2 of 5 fail); point 0's holds them."""
+    is named in one line on stderr and marked in the table; each run's manifest records
+    the rate, so ``report`` of the run judges it alike. Point 1's engine is too short for
+    the trace's long requests (2 of 5 fail); point 0's holds them."""
+    from workbench.commands.report import _read_status
+    from workbench.storage.rundir import read_manifest
+
     proc = _cli("sweep", "--trace", _partial_trace(tmp_path), "--virtual",
                 "--continue-on-error", "--parallel", "1", *extra,
                 "--over", "engine.max_model_len=262144,131072",
@@ -171,11 +175,15 @@ def test_a_sweep_applies_max_error_rate_to_each_points_run(tmp_path, extra, code
     assert proc.returncode == code, proc.stderr
     sweep = json.loads((tmp_path / "s" / "sweep.json").read_text())
     assert [p["status"] for p in sweep["points"]] == ["done", "done"]  # both ran
+    rate = extra[1] if extra else "0"
+    runs = tmp_path / "s" / "runs"
+    assert [read_manifest(runs / r).max_error_rate for r in ("p000-r0", "p001-r0")] == \
+        [float(rate)] * 2
+    assert _read_status([str(runs / "p001-r0")]) == code
     over = [line for line in proc.stderr.splitlines() if "max-error-rate" in line]
     if code == ExitCode.COMPLETED:
         assert over == [] and "over_max_error_rate" not in proc.stdout, proc.stdout
         return
-    rate = extra[1] if extra else "0"
     assert over == [f"over --max-error-rate {rate}: point 1 (max_model_len=131072) run "
                     "p001-r0 2 of 5 requests failed"], proc.stderr
     table = [line.split() for line in proc.stdout.splitlines()]
@@ -183,6 +191,10 @@ def test_a_sweep_applies_max_error_rate_to_each_points_run(tmp_path, extra, code
     assert table[head][-1] == "over_max_error_rate", proc.stdout
     rows = {row[0]: row[-1] for row in table[head + 1:head + 3]}  # in load order
     assert rows["131072"] == "yes" and rows["262144"] != "yes", proc.stdout
+    # its failed requests ended early: the highest throughput, said with its mark
+    best = next(line for line in proc.stdout.splitlines() if line.startswith("Highest"))
+    assert "max_model_len=131072" in best, best
+    assert best.endswith(" It is over --max-error-rate (over_max_error_rate in the table)."), best
 
 
 def test_a_sweep_of_whole_runs_exits_0(tmp_path):

@@ -136,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args, extra, {"arrival.rate": rate} if rate is not None else None)
     common = {"repeats": args.repeats, "virtual": args.virtual, "out_dir": cfg.out_dir or "sweeps",
               "sweep_id": args.sweep_id, "label": args.label,
+              "max_error_rate": args.max_error_rate,
               "progress": lambda text: print(text, file=sys.stderr, flush=True)}
     # every bound given is the sweep's verdict, per-request ones too (docs/sweeps.md, "SLO");
     # the per-request ones are also each run's own slo (config_from_args)
@@ -191,9 +192,12 @@ def _print_sweep(result: Any, over: dict[int, str] | None = None) -> None:
         for line in search_lines(result.capacity):
             print(line)
     if any(p.get("status") == "done" for p in result.points):
-        from workbench.report.pareto import best_sentence
+        from workbench.report.pareto import best_row, best_sentence
 
-        print(best_sentence(result))
+        best, row = best_sentence(result), best_row(result)
+        if row is not None and int(row["point"]) in (over or {}):  # marked, not silently used
+            best += f" It is over --max-error-rate ({OVER_COLUMN} in the table)."
+        print(best)
     print(f"sweep directory: {result.sweep_dir}")
 
 
