@@ -282,6 +282,9 @@ class RunManifest:
     host: dict[str, Any] = field(default_factory=dict)
     started_at: str | None = None
     status: str | None = "running"  # None: a manifest read without one (a bare RunResult's)
+    # the command's --max-error-rate, by which ``report`` judges the run as the command did
+    # (README, "Exit codes"); None: none given (an API run, a manifest older than it)
+    max_error_rate: float | None = None
     # -- set as the run goes -------------------------------------------------------------
     mode: str | None = None  # "virtual" for simulate
     engine: dict[str, Any] | None = None  # simulate: the engine's config

@@ -56,6 +56,34 @@ def test_a_partial_run_exits_1_from_the_command_that_ran_it_and_from_report(tmp_
     assert _read_status([str(tmp_path / "p")]) == ExitCode.FAILED  # report's status
 
 
+@pytest.mark.parametrize(("command", "failed"), [("replay", "8 of 8"), ("simulate", "2 of 5")])
+def test_report_judges_a_run_by_the_max_error_rate_its_manifest_records(tmp_path, capsys,
+                                                                         command, failed):
+    """The run's ``--max-error-rate`` is in its manifest, so ``report`` of it exits 4 as the
+    command did; a manifest without it (older, or an API run's) still reads, unjudged.
+    (``simulate``: the embedded engine's context is too short for 2 of the 5 requests.)"""
+    from workbench.commands.report import _read_status
+    from workbench.storage.rundir import read_manifest
+
+    given = (["--config", _failing_config(tmp_path, 1.0), "--no-progress"]
+             if command == "replay" else ["--trace", _partial_trace(tmp_path)])
+    proc = _cli(command, *given, "--continue-on-error", "-o", str(tmp_path), "--run-id", "e",
+                "--max-error-rate", "0.25")
+    assert proc.returncode == ExitCode.ERROR_RATE, proc.stderr
+    run = tmp_path / "e"
+    assert read_manifest(run).max_error_rate == 0.25
+    capsys.readouterr()
+    assert _read_status([str(run)]) == ExitCode.ERROR_RATE
+    assert capsys.readouterr().err.splitlines() == [
+        f"workbench report: {run}: {failed} requests failed, more than the run's "
+        "--max-error-rate 0.25"]
+    manifest = json.loads((run / "manifest.json").read_text())
+    del manifest["max_error_rate"]  # as written before the field was
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    assert read_manifest(run).max_error_rate is None
+    assert _read_status([str(run)]) == ExitCode.COMPLETED
+
+
 def test_the_exit_rule_in_one_place():
     from workbench.commands._run_end import run_exit_status as rule
 
@@ -116,6 +144,7 @@ def test_a_sweep_whose_point_ran_partial_exits_1_naming_the_run(tmp_path):
     is partial, so the sweep does not exit 0, and stderr names the point and run."""
     proc = _cli("sweep", "--trace", _partial_trace(tmp_path), "--virtual",
                 "--over", "arrival.tool_wait_scale=0,1", "--parallel", "1",
+                "--max-error-rate", "1",  # its failed request allowed: partial is the rule
                 "-o", str(tmp_path), "--sweep-id", "s")
     assert proc.returncode == ExitCode.FAILED, proc.stderr
     ended = ("INCOMPLETE: partial (of 5 planned rounds, 4 were recorded, 0 of them skipped, "
@@ -123,6 +152,49 @@ def test_a_sweep_whose_point_ran_partial_exits_1_naming_the_run(tmp_path):
     for line in (f"point 0 (tool_wait_scale=0) run p000-r0: {ended}",
                  f"point 1 (tool_wait_scale=1) run p001-r0: {ended}"):
         assert line in proc.stderr.splitlines(), proc.stderr
+
+
+@pytest.mark.parametrize(("extra", "code"), [
+    ((), ExitCode.ERROR_RATE),                                  # default 0: any failure
+    (("--max-error-rate", "0.25"), ExitCode.ERROR_RATE),        # 2 of 5 > 25 %
+    (("--max-error-rate", "0.5"), ExitCode.COMPLETED),
+])
+def test_a_sweep_applies_max_error_rate_to_each_points_run(tmp_path, extra, code):
+    """``sweep --max-error-rate`` judges each point's run as ``replay`` judges its own
+    (``_run_end.run_exit_status``): every point still runs; a point over the rate exits 4,
+    is named in one line on stderr and marked in the table; each run's manifest records
+    the rate, so ``report`` of the run judges it alike. Point 1's engine is too short for
+    the trace's long requests (2 of 5 fail); point 0's holds them."""
+    from workbench.commands.report import _read_status
+    from workbench.storage.rundir import read_manifest
+
+    proc = _cli("sweep", "--trace", _partial_trace(tmp_path), "--virtual",
+                "--continue-on-error", "--parallel", "1", *extra,
+                "--over", "engine.max_model_len=262144,131072",
+                "-o", str(tmp_path), "--sweep-id", "s")
+    assert proc.returncode == code, proc.stderr
+    sweep = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert [p["status"] for p in sweep["points"]] == ["done", "done"]  # both ran
+    rate = extra[1] if extra else "0"
+    runs = tmp_path / "s" / "runs"
+    assert [read_manifest(runs / r).max_error_rate for r in ("p000-r0", "p001-r0")] == \
+        [float(rate)] * 2
+    assert _read_status([str(runs / "p001-r0")]) == code
+    over = [line for line in proc.stderr.splitlines() if "max-error-rate" in line]
+    if code == ExitCode.COMPLETED:
+        assert over == [] and "over_max_error_rate" not in proc.stdout, proc.stdout
+        return
+    assert over == [f"over --max-error-rate {rate}: point 1 (max_model_len=131072) run "
+                    "p001-r0 2 of 5 requests failed"], proc.stderr
+    table = [line.split() for line in proc.stdout.splitlines()]
+    head = next(i for i, row in enumerate(table) if "over_max_error_rate" in row)
+    assert table[head][-1] == "over_max_error_rate", proc.stdout
+    rows = {row[0]: row[-1] for row in table[head + 1:head + 3]}  # in load order
+    assert rows["131072"] == "yes" and rows["262144"] != "yes", proc.stdout
+    # its failed requests ended early: the highest throughput, said with its mark
+    best = next(line for line in proc.stdout.splitlines() if line.startswith("Highest"))
+    assert "max_model_len=131072" in best, best
+    assert best.endswith(" It is over --max-error-rate (over_max_error_rate in the table)."), best
 
 
 def test_a_sweep_of_whole_runs_exits_0(tmp_path):

@@ -151,11 +151,43 @@ def test_a_value_from_a_config_file_names_its_file_and_line_not_a_flag(capsys, t
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line == (f"workbench simulate: error: {cfg}:5: arrival.rate: expected a finite "
                     "number in [1e-06, 1000000] or null, got -1 (int)")
-    # a flag over a file (read whole and checked first): the flag's value is refused, named
+    # a flag over a file (laid over its raw values, then checked): the flag's value, named
     cfg.write_text(f"trace:\n  path: {SMALL}\narrival:\n  mode: poisson\n  rate: 1\n")
     assert main(["simulate", "--config", str(cfg), "--rate", "-2"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
         "workbench simulate: error: --rate -2: arrival.rate: expected")
+
+
+def test_a_flag_lays_over_a_bad_value_in_the_config_file_before_the_one_check(
+        capsys, tmp_path):
+    """The flags go over the file's raw values, then the whole is checked once: a flag
+    replaces a value the file got wrong; what is still wrong is named where it came from
+    (the file and its line, or the flag as typed)."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"trace:\n  path: {SMALL}\n  max_items: 1\narrival:\n  mode: poisson\n"
+                   "  rate: -1\n  warmup: 0\n")
+    assert main(["simulate", "--config", str(cfg), "--rate", "2", "--json"]) == 0
+    assert '"requests"' in capsys.readouterr().out
+    # the file's other bad value, no flag over it: the file and its line
+    cfg.write_text(f"trace:\n  path: {SMALL}\narrival:\n  mode: poisson\n  rate: -1\n"
+                   "  request_timeout_s: -5\n")
+    assert main(["simulate", "--config", str(cfg), "--rate", "2"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"workbench simulate: error: {cfg}:6: arrival.request_timeout_s: "
+                           "expected"), line
+    # a section written as its main value (arrival: poisson) takes a flag's other field
+    from workbench.cli import build_parser
+    from workbench.commands._axes import config_from_args
+
+    cfg.write_text(f"trace: {SMALL}\narrival: poisson\n")
+    got = config_from_args(build_parser("replay").parse_args(
+        ["replay", "--config", str(cfg), "--rate", "3"]))
+    assert (got.trace.path, got.arrival.mode, got.arrival.rate) == (SMALL, "poisson", 3.0)
+    # a section neither a mapping nor a string: the file and its line, before any flag
+    cfg.write_text(f"trace: {SMALL}\narrival: [1, 2]\n")
+    assert main(["simulate", "--config", str(cfg), "--rate", "2"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"workbench simulate: error: {cfg}:2: arrival must be a mapping or a string, got list")
 
 
 def test_a_rule_of_two_fields_names_no_flag(capsys):

@@ -191,3 +191,51 @@ def test_plan_progress_says_the_rate_in_its_unit_and_the_long_run_once(
     assert caplog.text.count("this run takes at least") == 1, caplog.text
     assert ("plan: each probe at 1.00 sessions/s (2.00 req/s): this run takes at least "
             "3 min 2") in caplog.text
+
+
+def _days_apart(tmp_path) -> str:
+    """Three one-request units 0.58 days apart: at the trace's own rate (scale 1) every
+    probe's releases span 1.2 days, past ``ARRIVAL_SPAN_WARN_MS``."""
+    trace = tmp_path / "days_apart.csv"
+    trace.write_text("session_id,arrival_time,round_idx,prefix_len,input_len,output_len,"
+                     "tool_wait_after_ms\n"
+                     "0,0,0,0,512,16,0\n1,50000000,0,0,400,16,0\n2,100000000,0,0,300,16,0\n")
+    return str(trace)
+
+
+def test_a_plan_says_its_probes_arrival_span_once_in_its_own_flags(tmp_path, caplog) -> None:
+    """Releases spread over more than a day are warned about once per plan, before the
+    first probe, suggesting what ``plan`` takes (not ``replay``'s ``--rate``), and not
+    again by any probe's ``simulate`` (``span_announced``)."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, "workbench"):
+        assert main(["plan", "--trace", _days_apart(tmp_path), "--preset", PRESETS[0],
+                     "--slo", "ttft_ms:p90<=1", "--scale", "1,2", "--max-replicas", "2",
+                     "--parallel", "1", "-o", str(tmp_path / "plans")]) == 0
+    assert caplog.text.count("arrivals span") == 1, caplog.text
+    said = next(r.getMessage() for r in caplog.records if "arrivals span" in r.getMessage())
+    assert said.startswith("plan: each probe at 0.00 req/s: arrivals span 1.2 days "), said
+    assert said.endswith("to shorten it: a larger --scale, or --max-items"), said
+    assert "--rate" not in caplog.text and "--trace-option" not in caplog.text
+
+
+def test_plan_tool_wait_scale_scales_every_probes_waits(tmp_path, caplog) -> None:
+    """``plan --tool-wait-scale`` is ``arrival.tool_wait_scale`` of every probe, as in
+    replay, simulate and sweep: at 0 the sessions' 200 s waits are gone, so is the
+    long-run warning (the scale is in its floor too), and plan.json records it."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, "workbench"):
+        assert main(["plan", "--trace", _long_sessions(tmp_path), "--preset", PRESETS[0],
+                     "--slo", "ttft_ms:p90<=1", "--scale", "1", "--max-replicas", "2",
+                     "--tool-wait-scale", "0", "--parallel", "1",
+                     "-o", str(tmp_path / "plans")]) == 0
+    assert "this run takes at least" not in caplog.text, caplog.text
+    (saved,) = (tmp_path / "plans").iterdir()
+    result = load_plan(saved)
+    assert result.tool_wait_scale == 0.0
+    assert result.probes and max(p.span_s for p in result.probes) < 100  # no 200 s wait
+    assert result.floors and all(p.span_s < 100 for p in result.floors.values())
+    assert main(["plan", "--trace", _long_sessions(tmp_path), "--preset", PRESETS[0],
+                 "--slo", "ttft_ms:p90<=1", "--tool-wait-scale", "-1"]) == 2

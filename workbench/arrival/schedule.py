@@ -65,12 +65,18 @@ def arrival_span(arrivals_ms: Sequence[float]) -> dict[str, Any]:
     return {"arrival_span_ms": span, "arrival_span_warning": span_warning(span)}
 
 
-def span_warning(span_ms: float) -> str | None:
-    """What to do about arrivals spread over more than a day (docs/arrival.md)."""
+#: what to do about a long span, in the flags of the commands that replay (replay,
+#: simulate, sweep)
+SPAN_REMEDY = ("rescale the arrivals with --rate R (arrival.rate, units/s) or replay "
+               "--arrival saturated")
+
+
+def span_warning(span_ms: float, remedy: str = SPAN_REMEDY) -> str | None:
+    """What to do about arrivals spread over more than a day (docs/arrival.md); ``remedy``:
+    in the flags of the command that says it (``plan``'s are not ``replay``'s)."""
     if span_ms <= ARRIVAL_SPAN_WARN_MS:
         return None
     return (
         f"arrivals span {span_ms / ARRIVAL_SPAN_WARN_MS:,.1f} days ({span_ms:,.0f} ms): "
-        "trace-timed, the last unit starts that long after the first; rescale the "
-        "arrivals with --rate R (arrival.rate, units/s) or replay --arrival saturated"
+        f"trace-timed, the last unit starts that long after the first; {remedy}"
     )

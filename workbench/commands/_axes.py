@@ -9,7 +9,7 @@ from typing import Any
 from workbench.arrival import MODES
 from workbench.backends import BACKENDS
 from workbench.catalogs.requests import SLO_ABLE
-from workbench.commands._flags import GivenItems, value_flag
+from workbench.commands._flags import GivenItems, flag_sources, value_flag
 from workbench.config import EXECUTOR_KINDS, RunConfig
 from workbench.config.validation import json_or_text
 from workbench.context import POLICIES
@@ -185,7 +185,17 @@ def config_from_args(args: argparse.Namespace, extra: dict[str, Any] | None = No
         raise ConfigError(f"--max-error-rate: expected a fraction in [0, 1], got {rate}")
     if getattr(args, "percentiles", None):
         parse_percentiles(args.percentiles)
-    base = RunConfig.from_file(args.config).to_dict() if args.config else {}
+    if args.config:  # the flags over the file's raw values, then one check
+        return RunConfig.from_file(args.config, lambda data: _lay_over(args, data, extra,
+                                                                       defaults),
+                                   given={*flag_sources(args), *(extra or {})})
+    return RunConfig.from_dict(_lay_over(args, {}, extra, defaults))
+
+
+def _lay_over(args: argparse.Namespace, base: dict[str, Any], extra: dict[str, Any] | None,
+              defaults: dict[str, Any] | None) -> dict[str, Any]:
+    """``base`` (a config file's raw values, sections as mappings) with every given flag
+    and ``extra`` on top, ``defaults`` under what neither set; not checked yet."""
     for section, flags in AXIS_FLAGS.items():
         for item in flags:
             flag, _, key = item.partition("=")
@@ -203,9 +213,9 @@ def config_from_args(args: argparse.Namespace, extra: dict[str, Any] | None = No
         base.setdefault(section, {})[name] = value
     for key, value in (defaults or {}).items():
         section, _, name = key.partition(".")
-        if isinstance(base.setdefault(section, {}), dict):
-            base[section].setdefault(name, value)
-    return RunConfig.from_dict(base)
+        if isinstance(base.setdefault(section, {}), dict) and base[section].get(name) is None:
+            base[section][name] = value
+    return base
 
 
 def _kv(item: str, flag: str) -> tuple[str, str]:

@@ -19,7 +19,8 @@ def run_exit_status(status: str | None, *, cancelled: bool = False, errors: int 
                     ok: int = 0, max_error_rate: float | None = None) -> int:
     """The exit status for a run of manifest ``status``: 130 when a signal stopped the
     command that ran it (``cancelled``); 4 when more than ``max_error_rate`` of its requests
-    failed (failed / (ok + failed); None: not judged, as ``report`` has no threshold);
+    failed (failed / (ok + failed); None: not judged: a run made without one, whose
+    manifest records none, as ``report`` reads it);
     1 when it did not finish whole (its status is not ``completed``); else 0."""
     if cancelled:
         return ExitCode.CANCELLED

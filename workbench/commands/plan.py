@@ -43,6 +43,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     value_flag(p, "--max-items", type=int, default=None, field="trace.max_items",
                help="first N units of the trace")
     value_flag(p, "--max-replicas", type=int, default=64, field="plan.max_replicas")
+    value_flag(p, "--tool-wait-scale", type=float, default=1.0,
+               field="arrival.tool_wait_scale",
+               help="multiply every tool wait in every probe, as replay, simulate and sweep "
+                    "do (default 1: the trace's waits)")
     value_flag(p, "--parallel", type=int, default=None, metavar="N", field="plan.parallel",
                help="searches (option × scale) run at once, each in a process of its "
                "own (default: the cores this process may use; 1: one at a time)")
@@ -64,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
             routers=[r.strip() for r in args.router.split(",") if r.strip()],
             host_kv_gb=host_kv_gb, prices=args.price, max_items=args.max_items,
             max_replicas=args.max_replicas, parallel=args.parallel,
+            tool_wait_scale=args.tool_wait_scale,
             progress=lambda _, line: print(f"  {line}", flush=True),
         )
     except BaseException:

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = cfg.replace(dry_run=True)
     with headline_if_stopped(cfg, args) as told:
         result = replay_with_progress(cfg, progress=not (args.no_progress or cfg.dry_run),
-                                      on_cancelled=told)
+                                      on_cancelled=told, max_error_rate=args.max_error_rate)
     if cfg.dry_run:  # the plan, its arrival span included (warned about on stderr past a day)
         print(json.dumps(result.manifest.plan, indent=2))
         return 0
@@ -111,8 +111,10 @@ def print_cache_notes(summary: dict) -> None:
 
 
 def replay_with_progress(cfg: Any, *, progress: bool = True,
-                         on_cancelled: Callable[[Any], None] | None = None) -> Any:
-    """Check the output folder and the trace first, then replay with a progress bar."""
+                         on_cancelled: Callable[[Any], None] | None = None,
+                         max_error_rate: float | None = None) -> Any:
+    """Check the output folder and the trace first, then replay with a progress bar
+    (``max_error_rate``: recorded in the manifest, ``run_async``)."""
     from tqdm import tqdm
 
     from workbench.executors.dispatch import run_async
@@ -130,7 +132,8 @@ def replay_with_progress(cfg: Any, *, progress: bool = True,
 
     try:
         return run_on_fast_loop(run_async(cfg, progress=on_progress, workload=workload,
-                                          on_cancelled=on_cancelled), cfg.executor.uvloop)
+                                          on_cancelled=on_cancelled,
+                                          max_error_rate=max_error_rate), cfg.executor.uvloop)
     finally:
         if bar is not None:
             bar.close()

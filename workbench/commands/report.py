@@ -90,12 +90,14 @@ def _read_status(run_dirs: list[str]) -> int:
     """Say on stderr what of each run directory was damaged and how a run that did not
     complete ended (killed, cancelled, failed, partial, still running), as the report's
     first lines say it; the exit status: the worst of the runs' by the rule every command
-    that makes or reads a run follows (``_run_end.run_exit_status``; a damaged run: 1). The
+    that makes or reads a run follows (``_run_end.run_exit_status``, by the
+    ``--max-error-rate`` its manifest records, if any; a damaged run: 1). The
     report is rendered all the same (docs/run-directory.md, "Reading a run that is not
     whole")."""
     from workbench.commands._run_end import run_exit_status
+    from workbench.plurals import counted
     from workbench.report.tables import run_end_note
-    from workbench.storage.rundir import read_manifest, run_damage
+    from workbench.storage.rundir import SUMMARY, read_json, read_manifest, run_damage
 
     worst = ExitCode.COMPLETED
     for d in run_dirs:
@@ -106,7 +108,15 @@ def _read_status(run_dirs: list[str]) -> int:
         ended = run_end_note(manifest)
         if ended:
             print(f"workbench report: {d}: {ended}", file=sys.stderr)
-        worst = max(worst, run_exit_status(manifest.status))
+        summary = read_json(Path(d) / SUMMARY) if (Path(d) / SUMMARY).is_file() else {}
+        errors, ok = int(summary.get("errors") or 0), int(summary.get("ok") or 0)
+        status = run_exit_status(manifest.status, errors=errors, ok=ok,
+                                 max_error_rate=manifest.max_error_rate)
+        if status == ExitCode.ERROR_RATE:
+            print(f"workbench report: {d}: {errors} of {counted(errors + ok, 'request')} "
+                  f"failed, more than the run's --max-error-rate {manifest.max_error_rate:g}",
+                  file=sys.stderr)
+        worst = max(worst, status)
     return worst
 
 

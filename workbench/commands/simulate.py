@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     # they are type- and range-checked like --config)
     cfg = cfg.replace(**{"target.engine": knobs})
     with headline_if_stopped(cfg, args) as told:
-        result = simulate(cfg, on_cancelled=told)
+        result = simulate(cfg, on_cancelled=told, max_error_rate=args.max_error_rate)
     if args.digest:  # no replay follows: the run's hash memo goes before the digest reads
         # the records back; its plan's cycles are left to the collector (a full collection
         # here cost more CPU than its memory was worth: docs/virtual-time.md, "The digest

@@ -136,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args, extra, {"arrival.rate": rate} if rate is not None else None)
     common = {"repeats": args.repeats, "virtual": args.virtual, "out_dir": cfg.out_dir or "sweeps",
               "sweep_id": args.sweep_id, "label": args.label,
+              "max_error_rate": args.max_error_rate,
               "progress": lambda text: print(text, file=sys.stderr, flush=True)}
     # every bound given is the sweep's verdict, per-request ones too (docs/sweeps.md, "SLO");
     # the per-request ones are also each run's own slo (config_from_args)
@@ -154,8 +155,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"INCOMPLETE (interrupted): {done} of {counted(len(points), 'point')} done")
             _print_sweep(stopped[-1])
         raise
-    _print_sweep(result)
-    return _exit_status(result)
+    over = over_error_rate(result, args.max_error_rate)
+    _print_sweep(result, over)
+    return _exit_status(result, args.max_error_rate, over)
 
 
 def _run_sweep(args: argparse.Namespace, cfg: Any, over: Any, slo: str | None, serve: Any,
@@ -177,21 +179,25 @@ def _run_sweep(args: argparse.Namespace, cfg: Any, over: Any, slo: str | None, s
                     serve=serve, gpus=args.gpus, **common)
 
 
-def _print_sweep(result: Any) -> None:
-    """The sweep's headline, table, search brackets, best point and directory."""
+def _print_sweep(result: Any, over: dict[int, str] | None = None) -> None:
+    """The sweep's headline, table (``over``: the points over ``--max-error-rate``,
+    marked), search brackets, best point and directory."""
     from workbench.report.headline import sweeps_headline
 
     print(sweeps_headline({result.label: result}))  # the capacity sentence, on top
-    print(_table(result))
+    print(_table(result, over or {}))
     if result.manifest.stopped_early:
         print(f"stopped early: {result.manifest.stopped_early['reason']}")
     if result.capacity:  # the search's bracket; the capacity itself is in the headline
         for line in search_lines(result.capacity):
             print(line)
     if any(p.get("status") == "done" for p in result.points):
-        from workbench.report.pareto import best_sentence
+        from workbench.report.pareto import best_row, best_sentence
 
-        print(best_sentence(result))
+        best, row = best_sentence(result), best_row(result)
+        if row is not None and int(row["point"]) in (over or {}):  # marked, not silently used
+            best += f" It is over --max-error-rate ({OVER_COLUMN} in the table)."
+        print(best)
     print(f"sweep directory: {result.sweep_dir}")
 
 
@@ -226,10 +232,39 @@ def _serve(args: argparse.Namespace) -> Any:
     return ServeSpec(args.serve, over, args.serve_ready_timeout, args.serve_grace).check()
 
 
-def _exit_status(result: Any) -> int:
-    """Exit 1 (``ExitCode.FAILED``) when a point failed (its server did not serve it) or a
-    point's run did not finish whole (the rule of every command that makes a run,
-    ``_run_end.run_exit_status``), each named on stderr; else 0."""
+#: the table's column that marks a point whose run failed more than ``--max-error-rate``
+OVER_COLUMN = "over_max_error_rate"
+
+
+def over_error_rate(result: Any, max_error_rate: float | None) -> dict[int, str]:
+    """``{point index: what failed}`` of the points with a run in which more than
+    ``max_error_rate`` of the requests failed (``_run_end.run_exit_status``'s rule, as
+    ``replay --max-error-rate`` judges its run): ``"run p001-r0 3 of 8 requests failed"``."""
+    from workbench.commands._run_end import run_exit_status
+    from workbench.plurals import counted
+
+    over: dict[int, str] = {}
+    for p in result.points:
+        said = []
+        for run in p.get("runs") or []:
+            m = run.get("metrics") or {}
+            errors, ok = int(m.get("errors") or 0), int(m.get("ok") or 0)
+            if run_exit_status(None, errors=errors, ok=ok,
+                               max_error_rate=max_error_rate) == ExitCode.ERROR_RATE:
+                said.append(f"run {run['run_id']} {errors} of "
+                            f"{counted(errors + ok, 'request')} failed")
+        if said:
+            over[p["index"]] = f"point {p['index']} ({p['label']}) " + ", ".join(said)
+    return over
+
+
+def _exit_status(result: Any, max_error_rate: float, over: dict[int, str]) -> int:
+    """The sweep's exit status, each point's runs judged by the rule of every command that
+    makes a run (``_run_end.run_exit_status``): 4 (``ExitCode.ERROR_RATE``) when a point's
+    run failed more than ``max_error_rate`` of its requests (``over``: those points, named
+    in one line on stderr); else 1 (``ExitCode.FAILED``) when a point failed (its server
+    did not serve it) or a point's run did not finish whole, each named on stderr; else 0
+    (docs/sweeps.md, "A sweep directory")."""
     from workbench.commands._run_end import run_exit_status
     from workbench.report.tables import run_end_note
     from workbench.storage.rundir import read_manifest
@@ -250,10 +285,14 @@ def _exit_status(result: Any) -> int:
                 print(f"point {p['index']} ({p['label']}) run {run['run_id']}: "
                       f"{run_end_note(manifest)}", file=sys.stderr)
                 worst = max(worst, status)
+    if over:
+        print(f"over --max-error-rate {max_error_rate:g}: " + "; ".join(over.values()),
+              file=sys.stderr)
+        worst = max(worst, ExitCode.ERROR_RATE)
     return worst
 
 
-def _table(result: Any) -> str:
+def _table(result: Any, over: dict[int, str] | None = None) -> str:
     df = result.frame
     if df.empty:
         return "(no point finished)"
@@ -271,6 +310,9 @@ def _table(result: Any) -> str:
             "request_throughput_rps", "actual_prefix_hit_rate"]
     if result.slo:
         cols += ["goodput_rps", "slo_held"]
+    if over:  # marked, not silently used (docs/sweeps.md, "A sweep directory")
+        df[OVER_COLUMN] = ["yes" if int(i) in over else "" for i in df["point"]]
+        cols.append(OVER_COLUMN)
     from workbench.report.headline import sig
 
     return str(df[[c for c in cols if c in df]].to_string(index=False, float_format=sig))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,12 +85,27 @@ class RunConfig:
         return cfg
 
     @classmethod
-    def from_file(cls, path: str | Path) -> RunConfig:
-        """A YAML (``.yaml``/``.yml``) or JSON run config (``validation.read_config_file``)."""
+    def from_file(cls, path: str | Path,
+                  lay_over: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                  given: Container[str] = ()) -> RunConfig:
+        """A YAML (``.yaml``/``.yml``) or JSON run config (``validation.read_config_file``).
+        ``lay_over``: what goes over the file's raw values (the command line's flags) before
+        the one check, so a flag can replace a value the file got wrong; told the file's data
+        with each section a mapping (``sections_of``). A refused field's error names the
+        file and the field's line, unless the value came from over it (a field in ``given``:
+        the flags name it, ``commands._flags``)."""
         data, text = v.read_config_file(path, "config")
         try:
-            return cls.from_dict(data or {})
+            data = sections_of(data or {})
+        except ConfigError as exc:
+            raise ConfigError(v.in_file(path, text, str(exc), field=exc.field)) from None
+        if lay_over is not None:  # its own refusals name the flags
+            data = lay_over(data)
+        try:
+            return cls.from_dict(data)
         except ConfigError as exc:  # named in the file: its path and the field's line
+            if (exc.field or v.message_field(str(exc))) in given:
+                raise  # the flag's value: the command line names it
             raise ConfigError(v.in_file(path, text, str(exc), field=exc.field)) from None
 
     def to_dict(self) -> dict[str, Any]:
@@ -211,8 +227,35 @@ class RunConfig:
         return self.arrival.loops_until_deadline
 
 
+def sections_of(data: Any) -> dict[str, Any]:
+    """A run config's raw data with each section a mapping (a bare string is its main
+    field: ``arrival: poisson`` is ``{"mode": "poisson"}``; a null one: ``{}``), for
+    values to be laid over it before it is checked; not a mapping: refused as ``from_dict``
+    refuses it."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"a run config is a mapping, got {type(data).__name__}")
+    out = dict(data)
+    for key, (_, main) in _SECTIONS.items():
+        value = out.get(key)
+        if value is None:
+            out[key] = {}
+        elif _is_main(value):
+            out[key] = {main: value}
+        elif isinstance(value, dict):
+            out[key] = dict(value)
+        else:
+            raise ConfigError(f"{key} must be a mapping or a string, got {type(value).__name__}",
+                              field=key)
+    return out
+
+
+def _is_main(value: Any) -> bool:
+    """A section written as its main field's value (``backend: openai``)."""
+    return isinstance(value, str | int | float) and not isinstance(value, bool)
+
+
 def _section(key: str, spec_cls: type, main: str, value: Any) -> Any:
-    if isinstance(value, str | int | float) and not isinstance(value, bool):
+    if _is_main(value):
         return spec_cls(**{main: value})
     if not isinstance(value, dict):
         raise ConfigError(f"{key} must be a mapping or a string, got {type(value).__name__}")

@@ -403,6 +403,16 @@ def field_lines(text: str) -> dict[str, int]:
 _UNKNOWN = re.compile(r"unknown (?:config )?(?:(\w+) )?(?:keys?|options?|knobs?) \['([^']+)'")
 
 
+def message_field(message: str) -> str:
+    """The field a check's message names when its error carries none: the field it starts
+    with (``arrival.rate: ...``) or the unknown key it names."""
+    unknown = _UNKNOWN.match(message)
+    if unknown:
+        section, key = unknown.groups()
+        return f"{section}.{key}" if section else key
+    return re.match(r"[\w.-]*", message).group()  # type: ignore[union-attr]
+
+
 def in_file(path: str | Path, text: str, message: str,
             rename: Mapping[str, str] | None = None, field: str | None = None) -> str:
     """``message`` of a check of a config file's data, with the file and that field's line:
@@ -413,11 +423,7 @@ def in_file(path: str | Path, text: str, message: str,
     file of bare knobs)."""
     lines = field_lines(text)
     if field is None:
-        field = re.match(r"[\w.-]*", message).group()  # type: ignore[union-attr]
-        unknown = _UNKNOWN.match(message)
-        if unknown:
-            section, key = unknown.groups()
-            field = f"{section}.{key}" if section else key
+        field = message_field(message)
     for was, now in (rename or {}).items():
         if field.startswith(was):
             field = now + field[len(was):]

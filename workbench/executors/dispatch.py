@@ -31,15 +31,19 @@ async def run_async(
     phase: Phase | None = None,
     on_cancelled: Callable[[RunResult], None] | None = None,
     announced: bool = False,
+    max_error_rate: float | None = None,
 ) -> RunResult:
     """Replay ``cfg`` and return its result (saved under ``cfg.out_dir/<run_id>`` if set);
     ``on_cancelled``: told the saved result of a run stopped from outside, before the
     interrupt (or cancellation) goes on; ``announced``: the caller has said how long the
-    run takes (``prepare``)."""
+    run takes (``prepare``); ``max_error_rate``: the threshold the run is judged by,
+    recorded in its manifest (``RunManifest.max_error_rate``)."""
     run = prepare(cfg, workload, announced=announced)
     if run.cfg.dry_run:
         return dry_run_result(run)
-    session = ReplaySession(run.cfg, run.plan, run.run_id, run.manifest(), executor_for(run.cfg),
+    manifest = run.manifest()
+    manifest.max_error_rate = max_error_rate
+    session = ReplaySession(run.cfg, run.plan, run.run_id, manifest, executor_for(run.cfg),
                             progress=progress, phase=phase)
     session.on_cancelled = on_cancelled
     return await session.run(stop)

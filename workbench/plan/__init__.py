@@ -181,6 +181,9 @@ class PlanResult:
     #: the trace's requests per unit (1: every unit one request; more: agent sessions);
     #: None: a plan saved before it, whose rates stay in units/s
     rounds_per_unit: float | None = None
+    #: every probe's arrival.tool_wait_scale (``--tool-wait-scale``; a plan saved before
+    #: it: 1, the trace's waits as they are)
+    tool_wait_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if self.prices is None:
@@ -540,6 +543,7 @@ class PlanResult:
             "trace": self.trace, "slo": self.slo, "base_rate": self.base_rate,
             "scales": self.scales, "prices": self.prices, "created": self.created,
             "max_replicas": self.max_replicas, "rounds_per_unit": self.rounds_per_unit,
+            **({"tool_wait_scale": self.tool_wait_scale} if self.tool_wait_scale != 1 else {}),
             "options": [dataclasses.asdict(o) for o in self.options],
             "probes": [probe(p) for p in self.probes],
             "floors": {k: probe(p) for k, p in self.floors.items()},
@@ -560,7 +564,8 @@ class PlanResult:
         return cls(d["trace"], d["slo"], d["base_rate"], list(d["scales"]), options,
                    prices, [probe(p) for p in d["probes"]], d.get("created", ""),
                    {k: probe(p) for k, p in (d.get("floors") or {}).items()},
-                   d.get("max_replicas", MAX_REPLICAS), d.get("rounds_per_unit"))
+                   d.get("max_replicas", MAX_REPLICAS), d.get("rounds_per_unit"),
+                   d.get("tool_wait_scale", 1.0))
 
     def save(self, out_dir: str | Path, plan_id: str | None = None, *,
              claimed: Path | None = None) -> Path:
@@ -654,7 +659,8 @@ def _measure(cfg: dict[str, Any], option: Option, scale: float, rate: float, rep
 
     run = {**cfg, "arrival": arrival or {**cfg.get("arrival", {}), "rate": rate},
            "target": {"url": "sim", "engine": option.knobs(replicas)}}
-    result = virtual.simulate(run, announced=True)  # said once per plan (``_announce``)
+    # how long each probe takes and spans: said once per plan (``_announce``)
+    result = virtual.simulate(run, announced=True, span_announced=True)
     frame = to_frame(result)
     ev = slo.evaluate(frame)
     verdict = slo.verdict(ev["values"], ev["ok_rate"], ev["requests"], ev["ok_requests"])
@@ -680,7 +686,8 @@ def _floor(cfg: dict[str, Any], option: Option, slo: SLO) -> Probe:
     """The trace's units one at a time on one idle replica: what no replica count goes
     under (docs/plan.md, "When more replicas stop helping")."""
     return _measure(cfg, option, 0.0, 0.0, 1, slo,
-                    arrival={"mode": "saturated", "max_concurrency": 1})
+                    arrival={**cfg.get("arrival", {}), "mode": "saturated",
+                             "max_concurrency": 1})
 
 
 def _fewest(probe: Callable[[int], Probe], max_replicas: int) -> None:
@@ -733,7 +740,7 @@ def trace_rate(wl: Workload) -> tuple[float, float]:
     starts = sorted(u.arrival_ms for u in wl.units)
     if len(starts) < 2 or starts[-1] <= starts[0]:
         raise ConfigError("plan: the trace's units all arrive at once; it has no rate to "
-                          "scale (give --rate to a timed trace)")
+                          "scale (plan a trace whose units arrive over time)")
     return (len(starts) - 1) / ((starts[-1] - starts[0]) / 1000), wl.n_rounds / len(starts)
 
 
@@ -743,13 +750,14 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
          prices: str | float | Mapping[str, float] | None = None,
          max_items: int | None = None, max_replicas: int = MAX_REPLICAS,
          progress: Callable[[Probe, str], None] | None = None,
-         parallel: int | None = None) -> PlanResult:
+         parallel: int | None = None, tool_wait_scale: float = 1.0) -> PlanResult:
     """Fewest replicas per option and rate scale (docs/plan.md).
 
     ``prices``: USD per GPU-hour (``plan.prices``: ``{"h100": 2.5}``, ``"h100=2.5"`` over
     the default table, or a number for every GPU). ``parallel``: processes running the
     (option, scale) searches at once; None: the cores this process may use.
-    ``progress``: told each probe as it ends and its line (``PlanResult.probe_line``)."""
+    ``progress``: told each probe as it ends and its line (``PlanResult.probe_line``).
+    ``tool_wait_scale``: every probe's ``arrival.tool_wait_scale`` (as ``replay``'s)."""
     parsed = SLO.parse(slo)
     if parsed is None:
         raise ConfigError("plan: an SLO is required, e.g. 'ttft_ms:p90<=2000'")
@@ -766,7 +774,8 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
                           f"{len(options) * len(scales):,} searches; at most "
                           f"{MAX_SEARCHES:,} (docs/config-bounds.md, 'Plans')")
     cfg: dict[str, Any] = {"trace": {"path": trace, **({"max_items": max_items}
-                                                       if max_items is not None else {})}}
+                                                       if max_items is not None else {})},
+                           "arrival": {"tool_wait_scale": tool_wait_scale}}
     from workbench.replay.prepare import coerce_config, load_workload
 
     workload = load_workload(coerce_config(cfg))
@@ -774,7 +783,8 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
     result = PlanResult(Path(trace).name, str(parsed), base, [float(s) for s in scales],
                         options, table,
                         created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                        max_replicas=max_replicas, rounds_per_unit=rounds)
+                        max_replicas=max_replicas, rounds_per_unit=rounds,
+                        tool_wait_scale=tool_wait_scale)
     _announce(result, cfg, workload)
     searches = [(option, scale) for scale in result.scales for option in options]
     workers = min(usable_cores() if parallel is None else parallel, len(searches))
@@ -816,19 +826,32 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
     return _with_floors(result, cfg, parsed)
 
 
+#: what shortens a plan's probes, in ``workbench plan``'s flags (its warnings say it)
+SHORTEN = "--tool-wait-scale or --max-items"
+#: what narrows a plan's probes' span of releases (the trace's rate × --scale)
+SPAN_REMEDY = "to shorten it: a larger --scale, or --max-items"
+
+
 def _announce(result: PlanResult, cfg: dict[str, Any], workload: Workload) -> None:
     """Warn once, before the first probe, when the probes at the plan's lowest rate (its
-    longest) take more than ``LONG_RUN_MS`` of simulated time: every probe's ``simulate``
-    is told it was said (docs/arrival.md, "How long a run takes")."""
+    longest) take more than ``LONG_RUN_MS`` of simulated time, or their releases span
+    more than a day: every probe's ``simulate`` is told both were said (docs/arrival.md,
+    "How long a run takes"; docs/plan.md)."""
+    from workbench.arrival.schedule import span_warning
     from workbench.replay.plan import LONG_RUN_MS, build_plan, run_floor
     from workbench.replay.prepare import coerce_config
 
     scale = min(result.scales)
-    run = coerce_config({**cfg, "arrival": {"rate": result.base_rate * scale}})
-    floor = run_floor(build_plan(run, workload), run.arrival)
+    run = coerce_config({**cfg, "arrival": {**cfg.get("arrival", {}),
+                                            "rate": result.base_rate * scale}})
+    planned = build_plan(run, workload)
+    said = result.rate_words(scale)
+    if warning := span_warning(planned.arrival()["arrival_span_ms"], SPAN_REMEDY):
+        log.warning("plan: each probe at %s: %s", said, warning)
+    floor = run_floor(planned, run.arrival)
     if floor is not None and floor.floor_ms > LONG_RUN_MS:
-        log.warning("plan: each probe at %s: %s", result.rate_words(scale),
-                    floor.sentence(virtual=True))
+        log.warning("plan: each probe at %s: %s", said,
+                    floor.sentence(virtual=True, shorten=SHORTEN))
 
 
 def _with_floors(result: PlanResult, cfg: dict[str, Any], slo: SLO) -> PlanResult:

@@ -246,6 +246,10 @@ def _output_lengths(rounds: tuple[Round, ...], kind: str, amount: int) -> list[i
 # -- how long a run takes at the least (docs/arrival.md, "How long a run takes") ------------
 LONG_RUN_MS = 180_000.0
 """A plan whose waits alone take longer than this is announced before it starts."""
+SHORTEN = ("--tool-wait-scale, --max-items, or a cap on waits where the reader has one "
+           "(weka: --trace-option max_delay_s=S)")
+"""What shortens a run, in the flags of the commands that replay (replay, simulate,
+sweep); ``workbench plan`` says its own (``workbench.plan.SHORTEN``)."""
 
 
 @dataclass(frozen=True)
@@ -259,13 +263,12 @@ class RunFloor:
     longest_unit: str
     why: str
 
-    def sentence(self, virtual: bool = False) -> str:
-        """``this run takes at least 51 min: ...``, for runs past ``LONG_RUN_MS``."""
+    def sentence(self, virtual: bool = False, shorten: str = SHORTEN) -> str:
+        """``this run takes at least 51 min: ...``, for runs past ``LONG_RUN_MS``;
+        ``shorten``: in the flags of the command that says it."""
         what = "of simulated time" if virtual else ""
         return (f"this run takes at least {duration_text(self.floor_ms)} {what}".rstrip()
-                + f" before any server time: {self.why}; to shorten it: --tool-wait-scale, "
-                "--max-items, or a cap on waits where the reader has one (weka: "
-                "--trace-option max_delay_s=S)")
+                + f" before any server time: {self.why}; to shorten it: {shorten}")
 
 
 def duration_text(ms: float) -> str:

@@ -41,6 +41,7 @@ CANONICAL_EXCLUDED: dict[str, str] = {
     "manifest.config.trace.path": "path: where the trace is (its content is in: trace.sha256)",
     "manifest.trace.path": "path: where the trace is",
     "manifest.run_dir": "path: the run directory",
+    "manifest.max_error_rate": "how the command judges the run (its exit status), not what ran",
     "manifest.records_kept": "storage: whether records are held in memory (out_dir decides)",
     "manifest.records_kept_reason": "storage: why (names the out_dir case)",
     "manifest.client": "wall clock: a live client's CPU per wall second and release lags",

@@ -93,6 +93,8 @@ def describe(result: PlanResult) -> dict[str, Any]:
     return {"trace": result.trace, "objective": result.objective(), "slo (as given)": result.slo,
             "trace rate": result.rate_words(1.0),
             "rate scales": ", ".join(f"{s:g}" for s in result.scales),
+            **({"tool waits scaled by": f"{result.tool_wait_scale:g}"}
+               if result.tool_wait_scale != 1 else {}),
             "options": "; ".join(o.label for o in result.options),
             "price per GPU-hour (USD)": ", ".join(
                 f"{'every GPU' if g == EVERY_GPU else g} {p:g}"

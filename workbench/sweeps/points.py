@@ -111,16 +111,18 @@ def pool(repeats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def simulate_and_measure(cfg_dict: dict[str, Any],
-                         slo: dict[str, float] | None) -> tuple[str, dict[str, Any]]:
+def simulate_and_measure(cfg_dict: dict[str, Any], slo: dict[str, float] | None,
+                         max_error_rate: float | None = None) -> tuple[str, dict[str, Any]]:
     """``simulate`` one repeat, then its ``point_metrics``, from plain data (a worker's);
-    the sweep announced how long its points take, once (``SweepRunner.check``)."""
+    the sweep announced how long its points take, once (``SweepRunner.check``);
+    ``max_error_rate``: recorded in the run's manifest."""
     import time
 
     from workbench.executors.virtual import simulate
 
     wall, cpu = time.perf_counter(), time.process_time()
-    result = simulate(RunConfig.from_dict(cfg_dict), announced=True)
+    result = simulate(RunConfig.from_dict(cfg_dict), announced=True,
+                      max_error_rate=max_error_rate)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     run_dir = str(result.run_dir)
     metrics = point_metrics(run_dir, SLO.parse(slo), result)

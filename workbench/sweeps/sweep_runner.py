@@ -57,7 +57,9 @@ class PointRuns(TypedDict, total=False):
     point through ``simulate``, ``parallel`` at once (default: the cores; live points: one
     at a time); ``out_dir``/``sweep_id``: the sweep directory (the same id resumes);
     ``label``; ``progress``: told each point's line; ``on_interrupted``: told the sweep as
-    saved when a signal (or a cancel) stops it, before the interrupt goes on."""
+    saved when a signal (or a cancel) stops it, before the interrupt goes on;
+    ``max_error_rate``: the threshold each run is judged by (``sweep --max-error-rate``),
+    recorded in its manifest (``RunManifest.max_error_rate``)."""
 
     repeats: int
     virtual: bool
@@ -67,6 +69,7 @@ class PointRuns(TypedDict, total=False):
     label: str | None
     progress: Progress | None
     on_interrupted: Callable[[Sweep], None] | None
+    max_error_rate: float | None
 # config keys that name where a run goes, not what it does (free to differ on resume)
 _PLACE_KEYS = ("out_dir", "run_id", "label", "overwrite")
 
@@ -130,6 +133,7 @@ class SweepRunner:
         self.cfg, self.repeats, self.slo = cfg, repeats, slo
         self.virtual, self.parallel, self.progress = virtual, parallel, progress
         self.on_interrupted = runs.get("on_interrupted")
+        self.max_error_rate = runs.get("max_error_rate")
         self._by_params: dict[str, dict[str, Any]] = {}  # entry(): points by their params
         root = Path(out_dir or cfg.out_dir or "sweeps")
         # never a symlink out of the output folder (workbench.storage.rundir)
@@ -297,7 +301,8 @@ class SweepRunner:
         from workbench.executors.dispatch import run_async
 
         self._say(f"{e['label']} #{rep}: running")
-        result = await run_async(cfg, announced=True)  # once, by ``check``
+        result = await run_async(cfg, announced=True,  # once, by ``check``
+                                 max_error_rate=self.max_error_rate)
         flushed = result.manifest.cache_flush or {}  # the run's own reset
         if not flushed.get("ok"):
             log.warning("sweep: prefix cache not reset before %s: %s", cfg.run_id,
@@ -320,7 +325,7 @@ class SweepRunner:
         if executor is None:  # one at a time, on this thread: simulate's SIGINT/SIGTERM
             for e, rep, cfg in jobs:  # handlers save the point's run, then stop the sweep
                 self._say(f"{e['label']} #{rep}: simulating")
-                _, metrics = simulate_and_measure(cfg.to_dict(), slo)
+                _, metrics = simulate_and_measure(cfg.to_dict(), slo, self.max_error_rate)
                 self._record(e, rep, cfg, flushed, metrics)
                 self.save()
             return
@@ -328,7 +333,8 @@ class SweepRunner:
         for e, rep, cfg in jobs:
             self._say(f"{e['label']} #{rep}: simulating")
             with children_start():  # a submit may start a process
-                fut = loop.run_in_executor(executor, simulate_and_measure, cfg.to_dict(), slo)
+                fut = loop.run_in_executor(executor, simulate_and_measure, cfg.to_dict(), slo,
+                                           self.max_error_rate)
             # a point stopped after the sweep was (its KeyboardInterrupt) is nobody's news
             fut.add_done_callback(_retrieved)
             futures.append(fut)
