@@ -239,3 +239,27 @@ def test_plan_tool_wait_scale_scales_every_probes_waits(tmp_path, caplog) -> Non
     assert result.floors and all(p.span_s < 100 for p in result.floors.values())
     assert main(["plan", "--trace", _long_sessions(tmp_path), "--preset", PRESETS[0],
                  "--slo", "ttft_ms:p90<=1", "--tool-wait-scale", "-1"]) == 2
+
+
+def test_a_trace_too_slow_for_arrival_rate_is_refused_in_plans_own_terms(capsys) -> None:
+    """The bundled TraceLab rounds arrive over months (~1.6e-07 sessions/s): scale 1 and 2
+    would put a probe's rate below ``arrival.rate``'s floor, a field the plan's user never
+    set. The error names the scales and the ones in range, before any probe runs."""
+    trace = str(data.path("tracelab/round_trace.sanitized.jsonl"))
+    with pytest.raises(ConfigError) as err:
+        plan(trace, PRESETS[:1], SLO, scales=[1.0, 2.0, 10.0], parallel=1)
+    assert err.value.field == "plan.scales"
+    msg = str(err.value)
+    assert "--scale 1, 2 " in msg and "1.61e-07" in msg and "between 6.2 and" in msg, msg
+    assert main(["plan", "--trace", trace, "--slo", SLO, "--preset", PRESETS[0]]) == 2
+    assert "--scale 1, 2 " in capsys.readouterr().err
+
+
+def test_a_slow_rate_is_said_in_significant_digits_not_as_zero() -> None:
+    from workbench.plan import PlanResult
+
+    result = PlanResult("t.jsonl", SLO, 0.004, [1.0, 2.0], [], None, rounds_per_unit=1.0)
+    assert result.rate_words(1.0) == "0.004 req/s"
+    assert result.rate_words(2.0) == "0.008 req/s"
+    assert PlanResult("t.jsonl", SLO, 3.0, [1.0], [], None,
+                      rounds_per_unit=4.0).rate_words(1.0) == "3.00 sessions/s (12.00 req/s)"

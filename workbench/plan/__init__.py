@@ -29,6 +29,7 @@ from workbench.errors import ConfigError
 from workbench.metrics.slo import DEFAULT_MIN_OK, SLO, Bound
 from workbench.metrics.wording import slo_phrase, thin_phrase
 from workbench.plan.prices import EVERY_GPU, parse_prices, price_of
+from workbench.ranges import RANGES
 from workbench.safe_write import write_file
 from workbench.signals import die_with_parent, wait_result
 from workbench.sim.presets import is_calibrated, resolve
@@ -211,10 +212,10 @@ class PlanResult:
         rate = self.base_rate * scale
         per = self.rounds_per_unit
         if per is None:
-            return f"{rate:.2f} units/s"
+            return f"{_per_s(rate)} units/s"
         if per <= 1:
-            return f"{rate:.2f} req/s"
-        return f"{rate:.2f} sessions/s ({rate * per:.2f} req/s)"
+            return f"{_per_s(rate)} req/s"
+        return f"{_per_s(rate)} sessions/s ({_per_s(rate * per)} req/s)"
 
     def probe_line(self, p: Probe) -> str:
         """A probe as ``workbench plan`` prints it when it ends, its rate in the answer's
@@ -734,6 +735,30 @@ def _search(cfg: dict[str, Any], option: Option, scale: float, rate: float,
     return probes
 
 
+def _per_s(rate: float) -> str:
+    """A rate as a plan says it: two decimals, or two significant digits below 0.01 (never
+    ``0.00``)."""
+    return f"{rate:.2f}" if rate >= 0.01 or rate == 0 else f"{rate:.2g}"
+
+
+def _scales_in_range(base: float, scales: Sequence[float]) -> None:
+    """Every probe's rate (the trace's own ``base`` × a scale) within ``arrival.rate``'s
+    range (docs/config-bounds.md), else one error in ``plan``'s own terms: which scales,
+    and the scales that would be in range."""
+    rng = RANGES["arrival.rate"]
+    out = [s for s in scales if not rng.holds(base * s)]
+    if not out:
+        return
+    lo, hi = (rng.lo or 0.0) / base, (rng.hi or math.inf) / base
+    raise ConfigError(
+        f"plan: the trace's own rate is {base:.3g} units/s, so at --scale "
+        f"{', '.join(f'{s:g}' for s in out)} a probe's rate would be "
+        f"{', '.join(f'{base * s:.3g}' for s in out)} units/s, outside arrival.rate's "
+        f"range [{rng.lo:g}, {rng.hi:g}] (docs/config-bounds.md); scales between "
+        f"{lo:.3g} and {hi:.3g} are in range",
+        field="plan.scales")
+
+
 def trace_rate(wl: Workload) -> tuple[float, float]:
     """The trace's own arrival rate, units per second (docs/arrival.md's measured rate),
     and its requests per unit (what a unit is: 1, a request; more, an agent session)."""
@@ -780,6 +805,7 @@ def plan(trace: str, engines: Sequence[str], slo: Any, *,
 
     workload = load_workload(coerce_config(cfg))
     base, rounds = trace_rate(workload)
+    _scales_in_range(base, scales)
     result = PlanResult(Path(trace).name, str(parsed), base, [float(s) for s in scales],
                         options, table,
                         created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
