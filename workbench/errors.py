@@ -7,6 +7,8 @@ import os
 import signal
 from typing import IO
 
+from workbench import redact
+
 #: the errnos of a write that failed for want of room or a working disk (not of a path)
 WRITE_ERRNOS = frozenset(
     getattr(_errno, name) for name in ("ENOSPC", "EFBIG", "EIO", "EDQUOT", "EROFS")
@@ -15,7 +17,13 @@ WRITE_ERRNOS = frozenset(
 
 
 class WorkbenchError(Exception):
-    """Base class of every error workbench raises on purpose."""
+    """Base class of every error workbench raises on purpose. Its text is redacted as it is
+    made, by the redaction the CLI prints through (``redact.text``): a notebook that prints
+    it never shows a secret the command line would have hidden (docs/security.md,
+    "Errors")."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact.text(a) if isinstance(a, str) else a for a in args))
 
 
 class TraceFormatError(WorkbenchError):
@@ -25,8 +33,8 @@ class TraceFormatError(WorkbenchError):
     def __init__(self, path: object, line: int, rule: str) -> None:
         self.path = str(path)
         self.line = int(line)
-        self.rule = rule
-        super().__init__(f"{self.path}:{self.line}: {rule}")
+        self.rule = redact.text(rule)
+        super().__init__(f"{self.path}:{self.line}: {self.rule}")
 
     def __reduce__(self) -> tuple[type, tuple[str, int, str]]:
         # pickled whole: a sweep's or plan's point process raises it to its parent

@@ -179,6 +179,7 @@ def _twice(fmt: str) -> str:
     ("independent", 4, "duplicate id 'req-b' (also at line 2)"),
     ("session-execution-v2", 4, "duplicate request_id 'session_a_round_000000' (also at line 2)"),
     ("bailian", 4, "duplicate chat_id '159' (also at line 1)"),
+    ("tracelab", 3, "duplicate round_id 'msg_3e0cf83dc2523801f59077fd' (also at line 1)"),
     ("trajectory", 3, "duplicate trajectory_id 'fixer-a' (also at line 1)"),
     ("abench", 3, "duplicate session_id 'swe-001' (also at line 1)"),
     ("dynamo", 9, "duplicate request_id 'a1' (also at line 1)"),
@@ -381,3 +382,182 @@ def test_a_csv_with_another_separator_says_so_detected_or_named(tmp_path, fmt, s
     rule = (f"the header is separated by {name}, not commas: {fmt} is comma-separated CSV "
             f"(export it as CSV, or tr '{shown}' ',' < FILE when no field holds a comma)")
     assert _both(path, fmt) == ((1, rule), (1, rule))
+
+
+#: a file joined to itself (``cat t.jsonl t.jsonl``): each round was loaded twice
+def test_a_tracelab_file_duplicated_wholesale_is_refused_at_its_first_repeat(tmp_path):
+    text = (DATA / "tracelab/round_trace.sanitized.jsonl").read_text()
+    path = tmp_path / "twice.jsonl"
+    path.write_text(text + text)
+    n = len(text.splitlines())
+    rule = "duplicate round_id 'msg_3e0cf83dc2523801f59077fd' (also at line 1)"
+    assert _both(path, "tracelab") == ((n + 1, rule), (n + 1, rule))
+
+
+def test_a_repeated_tracelab_line_without_round_id_is_refused(tmp_path):
+    row = {k: v for k, v in json.loads(JSONL["tracelab"][0]).items()
+           if k not in ("round_id", "trace_key")}
+    other = {**row, "round_index": 1}
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in (row, other, row)) + "\n")
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(path)
+    assert (exc.value.line, exc.value.rule) == (3, (
+        "duplicate round: line 3 repeats line 1 byte for byte (session_id "
+        "'claude:92ee5b8a-429c-e80b-5db6-5381512f4697', round_index 0)"))
+
+
+def _bailian(*rows: tuple[int, int, float]) -> str:
+    return "".join(json.dumps({"chat_id": c, "parent_chat_id": p, "timestamp": t,
+                               "input_length": 32, "output_length": 4, "hash_ids": [1, c]})
+                   + "\n" for c, p, t in rows)
+
+
+def test_a_bailian_turn_earlier_than_its_parent_is_refused_naming_both_lines(tmp_path):
+    path = tmp_path / "b.jsonl"
+    path.write_text(_bailian((1, -1, 10.0), (2, 1, 12.0), (3, 2, 11.5)))
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(path)
+    assert (exc.value.line, exc.value.rule) == (3, (
+        "chat_id '3' arrives at 11.5 s, before its parent_chat_id '2' (line 2, 12.0 s): a "
+        "turn's prompt holds its parent's answer, so it cannot come first (docs/trace-formats.md,"
+        " \"bailian\")"))
+
+
+def test_a_bailian_turn_at_its_parents_instant_runs_after_it_whatever_the_file_order(tmp_path):
+    path = tmp_path / "b.jsonl"
+    path.write_text(_bailian((2, 1, 10.0), (1, -1, 10.0)))
+    unit, = load_trace(path).units
+    assert [r.request_id for r in unit.rounds] == ["1", "2"]
+
+
+def _mooncake(*stamps: float | None, **extra: object) -> str:
+    rows = []
+    for n, ts in enumerate(stamps):
+        row: dict[str, object] = {"input_length": 600, "output_length": 2, "hash_ids": [n, 90 + n]}
+        if ts is not None:
+            row["timestamp"] = ts
+        rows.append(json.dumps({**row, **extra}))
+    return "\n".join(rows) + "\n"
+
+
+def test_mooncake_unix_ms_timestamps_are_rebased_to_the_first_request(tmp_path, caplog):
+    t0 = 1_765_000_000_000
+    path = tmp_path / "m.jsonl"
+    path.write_text(_mooncake(t0 + 100, t0, t0 + 250.5))
+    with caplog.at_level(logging.WARNING, logger="workbench.traces.mooncake"):
+        w = load_trace(path)
+    assert [u.arrival_ms for u in w.units] == [100.0, 0.0, 250.5]
+    assert w.meta["arrival_origin_ms"] == t0
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: timestamps are Unix time in ms (the first 2025-12-06T05:46:40+00:00), not "
+        f"ms from the trace's start: rebased to the first request (arrival_origin_ms {t0})"]
+    plain = tmp_path / "p.jsonl"
+    plain.write_text(_mooncake(100, 0, 250.5))
+    assert load_trace(plain).units == w.units and "arrival_origin_ms" not in load_trace(
+        plain).meta
+
+
+def test_mooncake_unix_ms_session_rows_are_rebased_too(tmp_path):
+    t0 = 1_765_000_000_000
+    path = tmp_path / "m.jsonl"
+    path.write_text(_mooncake(t0 + 50, t0 + 60, session_id="s", delay=5) + _mooncake(t0))
+    w = load_trace(path)
+    assert [(u.unit_id, u.arrival_ms) for u in w.units] == [("s", 55.0), ("mooncake_2", 0.0)]
+
+
+@pytest.mark.parametrize(("stamps", "line", "rule"), [
+    # Unix ms beside ms from the start: no origin makes both true
+    ((0, 1_765_000_000_000), 2,
+     "timestamp 1765000000000 exceeds the bound of 31,622,400,000 ms (docs/trace-bounds.md)"),
+    # between the offset bound (366 days) and Unix ms from 2001: neither
+    ((5e10, 5e10), 1,
+     "timestamp 50000000000.0 exceeds the bound of 31,622,400,000 ms (docs/trace-bounds.md)"),
+    ((1_765_000_000_000, -1), 2, "timestamp must be >= 0.0, got -1"),
+])
+def test_mooncake_timestamps_that_no_origin_explains_are_still_refused(tmp_path, stamps, line,
+                                                                         rule):
+    path = tmp_path / "m.jsonl"
+    path.write_text(_mooncake(*stamps))
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(path)
+    assert (exc.value.line, exc.value.rule) == (line, rule)
+
+
+def test_dynamo_request_received_in_unix_seconds_is_read_as_seconds(tmp_path, caplog):
+    t0 = 1_765_000_000.25
+    path = tmp_path / "d.jsonl"
+    rows = [_dynamo("a", t0, "s"), _dynamo("b", t0 + 1.5, "s"), _dynamo("c", t0 + 0.5, "t")]
+    path.write_text("".join(json.dumps(o) + "\n" for o in rows))
+    with caplog.at_level(logging.WARNING, logger="workbench.traces.dynamo"):
+        w = load_trace(path)
+    assert [(u.unit_id, u.arrival_ms) for u in w.units] == [("s", 0.0), ("t", 500.0)]
+    assert w.meta["request_received_unit"] == "s"
+    assert w.meta["time_origin_unix_ms"] == t0 * 1000
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: request_received_ms is in Unix seconds (the first {t0}: "
+        "2025-12-06T05:46:40.250000+00:00), not ms: read as seconds"]
+
+
+@pytest.mark.parametrize(("stamps", "line", "rule"), [
+    ((5e10, 5e10 + 10), 1,
+     "request_received_ms 50000000000 is neither Unix ms (from 1e12: 2001) nor Unix seconds "
+     "(1e9 to 1e10: 2001 to 2286) nor ms from the trace's start (below 1e9): its unit cannot be "
+     "told from its scale (docs/trace-formats.md, \"dynamo\")"),
+    ((1_765_000_000, 1_765_000_000_000), 2,
+     "request_received_ms 1765000000000 is not in Unix seconds as line 1's 1765000000 is "
+     "(1e9 to 1e10): one unit for the whole file (docs/trace-formats.md, \"dynamo\")"),
+])
+def test_dynamo_request_received_of_no_one_unit_is_refused(tmp_path, stamps, line, rule):
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(_dynamo(f"r{n}", at, "s")) + "\n"
+                            for n, at in enumerate(stamps)))
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(path)
+    assert (exc.value.line, exc.value.rule) == (line, rule)
+
+
+BOM_RULE = ("a byte order mark (U+FEFF) inside the file, not only as its first character: "
+            "files joined with cat keep each one's (remove them: sed 's/\\xef\\xbb\\xbf//g' FILE)")
+
+
+@pytest.mark.parametrize("fmt", sorted(EVERY))
+@pytest.mark.parametrize("where", ["start", "middle"])
+def test_a_second_byte_order_mark_names_its_line_detected_or_named(tmp_path, fmt, where):
+    lines = [line.encode() for line in EVERY[fmt]]
+    bom = "\ufeff".encode()
+    if where == "start":
+        lines[0] = bom + bom + lines[0]
+    else:
+        lines[1] = bom + lines[1]
+    path = tmp_path / "bom.txt"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    want = 1 if where == "start" else 2
+    assert _both(path, fmt) == ((want, BOM_RULE), (want, BOM_RULE))
+
+
+def test_one_byte_order_mark_at_the_start_is_still_dropped(tmp_path):
+    text = "\n".join(JSONL["mooncake"]) + "\n"
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes("\ufeff".encode() + text.encode())
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(text)
+    assert load_trace(path).units == load_trace(plain).units
+
+
+def test_dynamo_tool_times_in_unix_seconds_are_read_as_seconds(tmp_path):
+    """A tool span in seconds beside requests in seconds lands in its gap, as in ms."""
+    t0 = 1_765_000_000.0
+    tool = {"schema": "dynamo.request.trace.v1", "event_type": "tool_end",
+            "agent_context": {"session_id": "s"},
+            "tool": {"tool_call_id": "c", "started_at_unix_ms": t0 + 0.5,
+                     "ended_at_unix_ms": t0 + 1.25}}
+    by_duration = {**tool, "tool": {"tool_call_id": "d", "duration_ms": 250,
+                                    "ended_at_unix_ms": t0 + 3.0}}
+    rows = [_dynamo("a", t0, "s"), tool, _dynamo("b", t0 + 2, "s"), by_duration,
+            _dynamo("c", t0 + 4, "s")]
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(o) + "\n" for o in rows))
+    w = load_trace(path)
+    assert [r.tool_wait_after_ms for r in w.units[0].rounds] == [750.0, 250.0, 0.0]
+    assert (w.meta["request_received_unit"], w.meta["tool_time_unit"]) == ("s", "s")

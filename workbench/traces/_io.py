@@ -136,7 +136,7 @@ def bytes_rule(data: bytes) -> tuple[int, str] | None:
     """``(line, rule)`` when ``data`` (a whole file, or the head detection reads) is no text
     trace a reader could take line by line; None otherwise. One rule for detection and
     every reader: a compressor's or UTF-16's first bytes, a NUL byte, lines ended by a
-    bare CR (docs/trace-bounds.md, "Files")."""
+    bare CR, a second BOM (docs/trace-bounds.md, "Files")."""
     if (rule := not_text_rule(data)) is not None:
         return 1, rule
     if b"\x00" in data:
@@ -145,7 +145,26 @@ def bytes_rule(data: bytes) -> tuple[int, str] | None:
     if b"\n" not in data and b"\r" in data.strip():
         return 1, ("lines end in a bare CR (classic Mac OS line endings): traces take LF or "
                    "CRLF (convert: tr '\\r' '\\n' < FILE)")
+    if (at := _inner_bom_line(data)) is not None:
+        return at, BOM_RULE
     return None
+
+
+#: the one rule of a byte order mark that is not the file's first character
+#: (docs/trace-bounds.md, "Files"): ``cat a.csv b.csv`` keeps b's at the start of a line,
+#: a file exported twice starts with two
+BOM_RULE = ("a byte order mark (U+FEFF) inside the file, not only as its first character: "
+            "files joined with cat keep each one's (remove them: sed 's/\\xef\\xbb\\xbf//g' FILE)")
+_BOM_BYTES = BOM.encode()
+
+
+def _inner_bom_line(data: bytes) -> int | None:
+    """The line of the first BOM past the one a file may start with, at the start of the
+    file or of a line (where joined files put theirs); None when there is none."""
+    if data.startswith(_BOM_BYTES * 2):
+        return 1
+    at = data.find(b"\n" + _BOM_BYTES)
+    return None if at < 0 else data[: at + 1].count(b"\n") + 1
 
 
 def read_text(path: Path) -> str:
@@ -345,7 +364,8 @@ def check_block_size(block_size: Any) -> None:
     if (isinstance(block_size, bool) or not isinstance(block_size, int)
             or not 1 <= block_size <= bounds.MAX_ROUND_TOKENS):
         raise ConfigError(
-            f"block_size must be an integer in 1..{bounds.MAX_ROUND_TOKENS}, got {block_size!r}")
+            f"block_size must be an integer in 1..{bounds.MAX_ROUND_TOKENS}, "
+            f"got {bounds.shown(block_size)}")
 
 
 # -- the column-wise fast path of the CSV readers (canonical, session) ------------------

@@ -135,7 +135,7 @@ def read_bailian(path: Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workloa
     if not rows:
         raise TraceFormatError(path, 0, "no rows")
     root, dangling, first_dangling = _roots(path, rows)
-    units = _units(path, rows, root, block_size)
+    units = _units(path, rows, root, _depths(path, rows), block_size)
     meta: dict[str, Any] = {"sessions": sum(u.is_session for u in units),
                             "timestamp_unit": "s", "dangling_parents": dangling}
     if dangling:
@@ -148,7 +148,35 @@ def read_bailian(path: Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workloa
                     meta)
 
 
-def _units(path: Path, rows: list[_Row], root: dict[str, str], block: int) -> list[Unit]:
+def _depths(path: Path, rows: list[_Row]) -> dict[str, int]:
+    """Each chat's turns from its conversation's root, a turn no earlier than its parent's
+    (docs/trace-formats.md, "bailian"): a child before its parent would be sent before the
+    answer its prompt holds, and claim a prefix not yet cached. Chains are acyclic here
+    (``_roots``)."""
+    by_id = {r.chat_id: r for r in rows}
+    depth: dict[str, int] = {}
+    for r in rows:
+        parent = by_id.get(r.parent) if r.parent is not None else None
+        if parent is not None and r.arrival_ms < parent.arrival_ms:
+            at, then = (round(x.arrival_ms / _MS_PER_S, 6) for x in (r, parent))
+            raise TraceFormatError(path, r.line, (
+                f"chat_id {bounds.shown(r.chat_id)} arrives at {at} s, before its parent_chat_id "
+                f"{bounds.shown(parent.chat_id)} (line {parent.line}, {then} s): a turn's prompt "
+                "holds its parent's answer, so it cannot come first (docs/trace-formats.md, "
+                "\"bailian\")"))
+        chain: list[str] = []
+        cur: _Row | None = r
+        while cur is not None and cur.chat_id not in depth:
+            chain.append(cur.chat_id)
+            cur = by_id.get(cur.parent) if cur.parent is not None else None
+        base = -1 if cur is None else depth[cur.chat_id]
+        for k, chat in enumerate(reversed(chain), start=1):
+            depth[chat] = base + k
+    return depth
+
+
+def _units(path: Path, rows: list[_Row], root: dict[str, str], depth: dict[str, int],
+           block: int) -> list[Unit]:
     prefixes = ideal_prefixes((r.hash_ids for r in rows), (r.input_length for r in rows), block)
     prefix = {r.line: p for r, p in zip(rows, prefixes, strict=True)}  # file order
     sessions: dict[str, list[_Row]] = {}
@@ -156,7 +184,7 @@ def _units(path: Path, rows: list[_Row], root: dict[str, str], block: int) -> li
         sessions.setdefault(root[r.chat_id], []).append(r)
     units = []
     for sid, turns in sessions.items():
-        turns.sort(key=lambda r: (r.arrival_ms, r.line))
+        turns.sort(key=lambda r: (r.arrival_ms, depth[r.chat_id], r.line))  # parents first
         arrival = turns[0].arrival_ms
         rounds = []
         for k, r in enumerate(turns):

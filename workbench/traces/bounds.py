@@ -20,6 +20,10 @@ MAX_ROUND_TOKENS = 10_000_000  # prompt + output of one round (and so each lengt
 MAX_WAIT_MS = 7 * 24 * 3600 * 1000.0  # any wait between two rounds: 7 days
 MAX_ARRIVAL_MS = 366 * 24 * 3600 * 1000.0  # a unit's arrival offset: 366 days
 MAX_EPOCH_MS = float(2**53)  # absolute Unix ms (Dynamo, TraceLab): exact in a float
+#: Unix time told from its scale (docs/trace-bounds.md, "Unix time"): ms from 1e12 (2001-09-09),
+#: seconds from 1e9 to 1e10 (2001-09-09 to 2286-11-20)
+UNIX_MS_FROM = 1e12
+UNIX_S_FROM, UNIX_S_TO = 1e9, 1e10
 MAX_TRACE_BYTES = 1 << 30  # a trace file is read whole: 1 GiB
 MAX_TRACE_LINES = 10_000_001  # a header and 10M rows (tracegen writes at most 10M rounds)
 MAX_HEAD_BYTES = 16 << 20  # what format detection reads of a file's head

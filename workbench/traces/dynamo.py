@@ -8,8 +8,10 @@ docs/session-graphs.md, "dynamo".
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -60,6 +62,8 @@ _REQUIRED = {  # the fields a request_end row must have, per object
     "request.replay.": ("trace_block_size", "input_length", "input_sequence_hashes"),
 }
 
+log = logging.getLogger(__name__)
+
 
 class _Request(NamedTuple):
     line: int
@@ -82,6 +86,7 @@ class _Tool(NamedTuple):
     tool_call_id: str | None
     start_ms: float
     end_ms: float
+    duration_ms: float | None = None  # when the start is end - duration_ms
 
 
 def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
@@ -206,14 +211,68 @@ def _tool(path: Path, line: int, ev: dict[str, Any], seen: dict[str, int]) -> _T
     if tool.get("started_at_unix_ms") is not None:
         start = epoch_ms(path, line, "started_at_unix_ms", tool["started_at_unix_ms"])
     elif tool.get("duration_ms") is not None:
-        start = end - wait_ms(path, line, "duration_ms", tool["duration_ms"])
+        duration = wait_ms(path, line, "duration_ms", tool["duration_ms"])
+        return _Tool(line, _session(path, line, ev, seen)[0], _call(tool), end - duration, end,
+                     duration)
     else:
         raise TraceFormatError(path, line, "tool needs started_at_unix_ms or duration_ms")
     if start > end:
         raise TraceFormatError(path, line, "tool started_at_unix_ms is after ended_at_unix_ms")
-    call = tool.get("tool_call_id")
     session, _ = _session(path, line, ev, seen)
-    return _Tool(line, session, None if call is None else str(call), start, end)
+    return _Tool(line, session, _call(tool), start, end)
+
+
+def _call(tool: dict[str, Any]) -> str | None:
+    call = tool.get("tool_call_id")
+    return None if call is None else str(call)
+
+
+def _shown(value: float) -> int | float:
+    return int(value) if value.is_integer() else value
+
+
+def _unix_scale(path: Path, name: str, stamps: list[tuple[int, float]]) -> float:
+    """What turns ``name``'s values into ms, told from their scale where it is unambiguous
+    (docs/trace-formats.md, "dynamo"): 1 for Unix ms (from ``bounds.UNIX_MS_FROM``) and for
+    ms from the trace's start (below ``bounds.UNIX_S_FROM``), 1000 for Unix seconds (every
+    value in ``[UNIX_S_FROM, UNIX_S_TO)``); anything else is refused."""
+    if not stamps:
+        return 1.0
+    line, lo = min(stamps, key=lambda s: (s[1], s[0]))
+    if lo < bounds.UNIX_S_FROM or lo >= bounds.UNIX_MS_FROM:
+        return 1.0
+    doc = '(docs/trace-formats.md, "dynamo")'
+    if lo >= bounds.UNIX_S_TO:
+        raise TraceFormatError(path, line, (
+            f"{name} {_shown(lo)} is neither Unix ms (from 1e12: 2001) nor Unix seconds (1e9 "
+            "to 1e10: 2001 to 2286) nor ms from the trace's start (below 1e9): its unit cannot "
+            f"be told from its scale {doc}"))
+    odd = next(((n, v) for n, v in stamps if v >= bounds.UNIX_S_TO), None)
+    if odd is not None:
+        raise TraceFormatError(path, odd[0], (
+            f"{name} {_shown(odd[1])} is not in Unix seconds as line {line}'s {_shown(lo)} is "
+            f"(1e9 to 1e10): one unit for the whole file {doc}"))
+    first = datetime.fromtimestamp(lo, UTC).isoformat()
+    log.warning("%s: %s is in Unix seconds (the first %s: %s), not ms: read as seconds", path,
+                name, _shown(lo), first)
+    return 1000.0
+
+
+def _in_ms(path: Path, requests: list[_Request], tools: list[_Tool]
+           ) -> tuple[list[_Request], list[_Tool], dict[str, str]]:  # fmt: skip
+    """Requests and tools with every Unix time in ms (``_unix_scale`` of each field), and
+    the unit of each field that was not."""
+    units: dict[str, str] = {}
+    if _unix_scale(path, "request_received_ms",
+                   [(r.line, r.received_ms) for r in requests]) != 1.0:
+        requests = [r._replace(received_ms=r.received_ms * 1000.0) for r in requests]
+        units["request_received_ms"] = "s"
+    if _unix_scale(path, "ended_at_unix_ms", [(t.line, t.end_ms) for t in tools]) != 1.0:
+        tools = [t._replace(end_ms=t.end_ms * 1000.0,
+                            start_ms=t.start_ms * 1000.0 if t.duration_ms is None
+                            else t.end_ms * 1000.0 - t.duration_ms) for t in tools]
+        units["tool.ended_at_unix_ms"] = "s"
+    return requests, tools, units
 
 
 def _read_events(
@@ -368,6 +427,7 @@ def read_dynamo(path: Path) -> Workload:
     unknown_fields: dict[str, int] = {}
     requests, tools, skipped = _read_events(path, unknown_fields)
     _check(path, requests)
+    requests, tools, units_given = _in_ms(path, requests, tools)
     ordered = sorted(requests, key=lambda r: (r.received_ms, r.line))
     prefixes = ideal_prefixes((r.hashes for r in ordered), (r.input_length for r in ordered),
                               ordered[0].block_size)  # in received order
@@ -390,5 +450,9 @@ def read_dynamo(path: Path) -> Workload:
         "tool_wait_sources": dict(sources),
         "clamped_output_tokens": sum(r.output_tokens < 1 for r in requests),
     }
+    if "request_received_ms" in units_given:
+        meta["request_received_unit"] = "s"
+    if "tool.ended_at_unix_ms" in units_given:
+        meta["tool_time_unit"] = "s"
     warn_unknown(path, unknown_fields, meta)
     return Workload(tuple(units), "dynamo", str(path), ordered[0].block_size, meta)

@@ -7,6 +7,8 @@ docs/trace-formats.md, "mooncake"; the bounds in docs/trace-bounds.md.
 
 from __future__ import annotations
 
+import logging
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -27,6 +29,8 @@ from workbench.traces.json_io import (
     warn_unknown,
 )
 from workbench.traces.shared import ideal_prefixes, step_aside
+
+log = logging.getLogger(__name__)
 
 
 class _Row(NamedTuple):
@@ -56,11 +60,45 @@ def _count(path: Path, line: int, name: str, value: Any) -> int:
     return json_tokens(path, line, name, value, minimum=1)
 
 
-def _ms(path: Path, line: int, name: str, value: Any, bound: float) -> float:
-    """A time in ms in [0, bound]; a plain in-range int skips the helper (speed)."""
+def _ms(path: Path, line: int, name: str, value: Any, bound: float, *,
+        unix: bool = False) -> float:
+    """A time in ms in [0, bound], or with ``unix`` Unix ms too (``_rebase`` decides); a
+    plain in-range int skips the helper (speed)."""
     if type(value) is int and 0 <= value <= bound:
         return float(value)
-    return json_number(path, line, name, value, maximum=bound)
+    ms = json_number(path, line, name, value, maximum=None if unix else bound)
+    if ms > bound and not (unix and bounds.UNIX_MS_FROM <= ms <= bounds.MAX_EPOCH_MS):
+        raise TraceFormatError(path, line, bounds.over(name, value, bound, "ms"))
+    return ms
+
+
+def _rebase(path: Path, rows: list[_Row]) -> tuple[list[_Row], float]:
+    """Rows whose timestamps are all Unix ms (``bounds.UNIX_MS_FROM`` on) rebased to the first
+    request, and the origin subtracted (0: none); every arrival then within its bound
+    (docs/trace-formats.md, "mooncake"). Rows below Unix ms were bounded as they were read."""
+    stamps = [r.timestamp or 0.0 for r in rows]
+    if max(stamps) < bounds.UNIX_MS_FROM:
+        return rows, 0.0
+    origin = min(stamps)
+    if origin < bounds.UNIX_MS_FROM:
+        origin = 0.0
+    for row in rows:
+        at = (row.timestamp or 0.0) - origin
+        if at > bounds.MAX_ARRIVAL_MS:  # Unix ms beside ms from the start: no origin fits
+            shown = int(at) if at.is_integer() else at
+            raise TraceFormatError(path, row.line, bounds.over(
+                "timestamp", shown, bounds.MAX_ARRIVAL_MS, "ms"))
+        if at + row.delay > bounds.MAX_ARRIVAL_MS:
+            raise TraceFormatError(path, row.line, bounds.over(
+                "timestamp + delay", at + row.delay, bounds.MAX_ARRIVAL_MS, "ms"))
+    # origin is not 0 here: a Unix-ms row beside ms from the start raised above
+    moved = [r if r.timestamp is None else r._replace(timestamp=r.timestamp - origin)
+             for r in rows]
+    first = datetime.fromtimestamp(origin / 1000, UTC).isoformat()
+    log.warning("%s: timestamps are Unix time in ms (the first %s), not ms from the trace's "
+                "start: rebased to the first request (arrival_origin_ms %s)", path, first,
+                int(origin) if origin.is_integer() else origin)
+    return moved, origin
 
 
 def _parse_row(path: Path, line: int, obj: dict[str, Any], raw: str, block: int, rnd: str) -> _Row:
@@ -86,12 +124,12 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any], raw: str, block: int,
         if session is None:
             raise TraceFormatError(path, line, "missing field 'timestamp' (row has no session_id)")
     else:
-        ts = _ms(path, line, "timestamp", ts, bounds.MAX_ARRIVAL_MS)
+        ts = _ms(path, line, "timestamp", ts, bounds.MAX_ARRIVAL_MS, unix=True)
     delay = obj.get("delay")
     delay = 0.0 if delay is None else _ms(path, line, "delay", delay, bounds.MAX_WAIT_MS)
-    if (ts or 0.0) + delay > bounds.MAX_ARRIVAL_MS:
+    if (ts or 0.0) < bounds.UNIX_MS_FROM and (ts or 0.0) + delay > bounds.MAX_ARRIVAL_MS:
         rule = bounds.over("timestamp + delay", (ts or 0.0) + delay, bounds.MAX_ARRIVAL_MS, "ms")
-        raise TraceFormatError(path, line, rule)
+        raise TraceFormatError(path, line, rule)  # Unix ms: once rebased (``_rebase``)
     rid = obj.get("request_id")
     request_id = None if rid is None else json_id(path, line, "request_id", rid)
     return _Row(line, ts, inp, out, ids, session, delay, request_id)
@@ -174,7 +212,8 @@ def read_mooncake(path: Path, *, block_size: int = 512, hash_rounding: str = "ce
     """Load a Mooncake trace; ``block_size`` is the tokens per hash id (512 in the public files)."""
     check_block_size(block_size)
     if hash_rounding not in ("ceil", "floor"):
-        raise ConfigError(f"hash_rounding must be 'ceil' or 'floor', got {hash_rounding!r}")
+        raise ConfigError(f"hash_rounding must be 'ceil' or 'floor', "
+                          f"got {bounds.shown(hash_rounding)}")
     path = Path(path)
     seen: dict[str, int] = {}
     rows = []
@@ -182,8 +221,11 @@ def read_mooncake(path: Path, *, block_size: int = 512, hash_rounding: str = "ce
         if not obj.keys() <= KNOWN_FIELDS:
             note_unknown(path, line, obj, KNOWN_FIELDS, seen, refused=_FOREIGN)
         rows.append(_parse_row(path, line, obj, raw, block_size, hash_rounding))
+    rows, origin = _rebase(path, rows)
     units = _units(path, rows, block_size)
     meta: dict[str, Any] = {"hash_rounding": hash_rounding,
                             "sessions": sum(u.is_session for u in units)}
+    if origin:
+        meta["arrival_origin_ms"] = origin
     warn_unknown(path, seen, meta)
     return Workload(tuple(units), "mooncake", str(path), block_size, meta)

@@ -8,6 +8,7 @@ docs/session-graphs.md, "tracelab". Fields not in ``KNOWN_FIELDS`` are named in 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,13 +67,16 @@ class _Row:
 def read_tracelab(path: Path, *, tool_wait: str = "union") -> Workload:
     """Read TraceLab rounds into sessions; ``tool_wait`` is ``"union"`` or ``"sum"``."""
     if tool_wait not in TOOL_WAIT_MODES:
-        raise ConfigError(f"tool_wait must be one of {TOOL_WAIT_MODES}, got {tool_wait!r}")
+        raise ConfigError(f"tool_wait must be one of {TOOL_WAIT_MODES}, "
+                          f"got {bounds.shown(tool_wait)}")
     path = Path(path)
     sessions: dict[tuple[str, str | None, str], list[_Row]] = {}
     unknown: dict[str, int] = {}
-    for line, obj, _raw in json_lines(path, FORMAT_NAME):
+    seen: dict[object, int] = {}  # each round's key (``_round_key``) → its line
+    for line, obj, raw in json_lines(path, FORMAT_NAME):
         note_unknown(path, line, obj, KNOWN_FIELDS, unknown)
         row = _parse_row(path, line, obj, tool_wait)
+        _refuse_repeat(path, row, obj.get("round_id"), raw, seen)
         sessions.setdefault(row.identity, []).append(row)
     starts = [_session_start(path, rows) for rows in sessions.values()]
     origin = min(starts)
@@ -156,6 +160,26 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any], mode: str) -> _Row:
         agent_tools=agent,
         parent_session_id=parent and bounds.check_id(path, line, "parent_session_id", parent),
     )
+
+
+def _refuse_repeat(path: Path, row: _Row, round_id: Any, raw: str,
+                   seen: dict[object, int]) -> None:
+    """A round recorded twice (a file joined to itself) is refused at its second line: the
+    same ``round_id`` in one session, or without one, the same line byte for byte
+    (docs/trace-formats.md, "tracelab")."""
+    if round_id is not None:
+        key: object = (row.identity, "round_id", str(round_id))
+        if key in seen:
+            raise bounds.duplicate(path, row.line, "round_id", str(round_id), seen[key])
+    else:
+        # the line's digest, not the line: a round's line can be kilobytes of tool records
+        digest = hashlib.blake2b(raw.strip().encode(), digest_size=16).digest()
+        key = (row.identity, "line", digest)
+        if key in seen:
+            raise TraceFormatError(path, row.line, (
+                f"duplicate round: line {row.line} repeats line {seen[key]} byte for byte "
+                f"(session_id {bounds.shown(row.identity[2])}, round_index {row.round_index})"))
+    seen[key] = row.line
 
 
 def _int(path: Path, line: int, obj: dict[str, Any], key: str) -> int:

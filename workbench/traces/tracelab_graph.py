@@ -37,11 +37,12 @@ def attach_subagents(
     spawns: dict[Key, Spawn] = {}
     named: set[Key] = set()  # children by rule 1: their join is inferred from timing
     by_name = {names[k]: k for k in keys}
+    calls = _agent_calls(sessions)
     for key in keys:
         got = _by_field(path, key, sessions, names)
         if got is not None:
             named.add(key)
-        got = got or _by_containment(key, sessions, names)
+        got = got or _by_containment(key, sessions, names, calls.get(key[:2], []))
         if got is not None:
             spawns[key] = got
     ends = subtree_ends({k: span[1] for k in keys if (span := _span(sessions[k])) is not None},
@@ -90,19 +91,36 @@ def _timed_join(parent_rows: list[Any], k: int, done: float | None) -> int | Non
                  if prow[i].start_ms is not None and prow[i].start_ms >= done), None)
 
 
-def _by_containment(key: Key, sessions: dict[Key, list[Any]],
-                    names: dict[Key, str]) -> Spawn | None:
+#: a sub-agent tool call: its interval, its session and the round that made it
+_Call = tuple[float, float, Key, int]
+
+
+def _agent_calls(sessions: dict[Key, list[Any]]) -> dict[tuple[str, str | None], list[_Call]]:
+    """Every ``Task``/``Agent`` call by ``(provider, project)``, in session order, then
+    round order, then the round's order: each session looks through its own group's calls
+    once, not through every session's rounds (that was quadratic in sessions: 3,000
+    sessions of one project took minutes)."""
+    out: dict[tuple[str, str | None], list[_Call]] = {}
+    for pkey, prows in sessions.items():
+        for k, row in enumerate(_ordered(prows)):
+            for a, b in row.agent_tools:
+                out.setdefault(pkey[:2], []).append((a, b, pkey, k))
+    return out
+
+
+def _by_containment(key: Key, sessions: dict[Key, list[Any]], names: dict[Key, str],
+                    calls: list[_Call]) -> Spawn | None:
+    """The narrowest call of another session of the group whose interval holds this
+    session's span (the first such call on a tie)."""
+    if not calls:
+        return None
     span = _span(sessions[key])
     if span is None:
         return None
     best: tuple[float, Key, int, float] | None = None
-    for pkey, prows in sessions.items():
-        if pkey == key or pkey[:2] != key[:2]:
-            continue
-        for k, row in enumerate(_ordered(prows)):
-            for a, b in row.agent_tools:
-                if a <= span[0] and span[1] <= b and (best is None or b - a < best[0]):
-                    best = (b - a, pkey, k, a)
+    for a, b, pkey, k in calls:
+        if pkey != key and a <= span[0] and span[1] <= b and (best is None or b - a < best[0]):
+            best = (b - a, pkey, k, a)
     if best is None:
         return None
     _, pkey, k, emitted = best
