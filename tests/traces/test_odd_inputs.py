@@ -458,6 +458,28 @@ def test_mooncake_unix_ms_timestamps_are_rebased_to_the_first_request(tmp_path, 
         plain).meta
 
 
+def test_mooncake_unix_seconds_are_read_as_seconds_and_rebased(tmp_path, caplog):
+    """Every timestamp in Unix seconds (``time.time()``; as ms from the start, a trace whose
+    first request came 11.6 days in): read as seconds, rebased, said once; a row's
+    ``delay`` stays ms."""
+    t0 = 1_765_000_000
+    path = tmp_path / "m.jsonl"
+    path.write_text(_mooncake(t0 + 1, t0, t0 + 2.5)
+                    + _mooncake(t0 + 3, t0 + 9, session_id="s", delay=5))
+    with caplog.at_level(logging.WARNING, logger="workbench.traces.mooncake"):
+        w = load_trace(path)
+    assert [u.arrival_ms for u in w.units] == [1000.0, 0.0, 2500.0, 3005.0]
+    assert w.meta["arrival_origin_ms"] == t0 * 1000 and w.meta["timestamp_unit"] == "s"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: timestamps are Unix time in seconds (the first 2025-12-06T05:46:40+00:00), "
+        f"not ms from the trace's start: rebased to the first request (arrival_origin_ms "
+        f"{t0 * 1000})"]
+    # ms from the start beside them: read as ms, as before (no unit explains both)
+    mixed = tmp_path / "x.jsonl"
+    mixed.write_text(_mooncake(0, t0))
+    assert [u.arrival_ms for u in load_trace(mixed).units] == [0.0, float(t0)]
+
+
 def test_mooncake_unix_ms_session_rows_are_rebased_too(tmp_path):
     t0 = 1_765_000_000_000
     path = tmp_path / "m.jsonl"

@@ -72,13 +72,22 @@ def _ms(path: Path, line: int, name: str, value: Any, bound: float, *,
     return ms
 
 
-def _rebase(path: Path, rows: list[_Row]) -> tuple[list[_Row], float]:
-    """Rows whose timestamps are all Unix ms (``bounds.UNIX_MS_FROM`` on) rebased to the first
-    request, and the origin subtracted (0: none); every arrival then within its bound
-    (docs/trace-formats.md, "mooncake"). Rows below Unix ms were bounded as they were read."""
+def _rebase(path: Path, rows: list[_Row]) -> tuple[list[_Row], float, str]:
+    """Rows whose timestamps are all Unix ms (``bounds.UNIX_MS_FROM`` on), or all Unix
+    seconds (``UNIX_S_FROM`` to ``UNIX_S_TO``: as ms from the start, a trace whose first
+    request came 11.6 days in), rebased to the first request; the origin subtracted, in
+    ms (0: none), and the unit the file's timestamps were read in ("ms", "s") (docs/
+    trace-formats.md, "mooncake"). Rows below Unix time were bounded as they were read."""
+    given = [r.timestamp for r in rows if r.timestamp is not None]
+    unit = "ms"
+    if (given and min(given) >= bounds.UNIX_S_FROM
+            and max(given) < bounds.UNIX_S_TO):  # fmt: skip
+        unit = "s"
+        rows = [r if r.timestamp is None else r._replace(timestamp=r.timestamp * 1000)
+                for r in rows]
     stamps = [r.timestamp or 0.0 for r in rows]
     if max(stamps) < bounds.UNIX_MS_FROM:
-        return rows, 0.0
+        return rows, 0.0, unit
     origin = min(stamps)
     if origin < bounds.UNIX_MS_FROM:
         origin = 0.0
@@ -95,10 +104,11 @@ def _rebase(path: Path, rows: list[_Row]) -> tuple[list[_Row], float]:
     moved = [r if r.timestamp is None else r._replace(timestamp=r.timestamp - origin)
              for r in rows]
     first = datetime.fromtimestamp(origin / 1000, UTC).isoformat()
-    log.warning("%s: timestamps are Unix time in ms (the first %s), not ms from the trace's "
-                "start: rebased to the first request (arrival_origin_ms %s)", path, first,
+    log.warning("%s: timestamps are Unix time in %s (the first %s), not ms from the trace's "
+                "start: rebased to the first request (arrival_origin_ms %s)", path,
+                "seconds" if unit == "s" else "ms", first,
                 int(origin) if origin.is_integer() else origin)
-    return moved, origin
+    return moved, origin, unit
 
 
 def _parse_row(path: Path, line: int, obj: dict[str, Any], raw: str, block: int, rnd: str) -> _Row:
@@ -221,11 +231,13 @@ def read_mooncake(path: Path, *, block_size: int = 512, hash_rounding: str = "ce
         if not obj.keys() <= KNOWN_FIELDS:
             note_unknown(path, line, obj, KNOWN_FIELDS, seen, refused=_FOREIGN)
         rows.append(_parse_row(path, line, obj, raw, block_size, hash_rounding))
-    rows, origin = _rebase(path, rows)
+    rows, origin, unit = _rebase(path, rows)
     units = _units(path, rows, block_size)
     meta: dict[str, Any] = {"hash_rounding": hash_rounding,
                             "sessions": sum(u.is_session for u in units)}
     if origin:
         meta["arrival_origin_ms"] = origin
+    if unit == "s":
+        meta["timestamp_unit"] = "s"
     warn_unknown(path, seen, meta)
     return Workload(tuple(units), "mooncake", str(path), block_size, meta)
