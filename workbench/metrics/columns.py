@@ -8,15 +8,20 @@ a time), so both paths give the same numbers (docs/metrics.md). ``convert`` /
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import operator
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from workbench import safe_write as safe
 from workbench.metrics.derive import FLOAT_COLUMNS, INT_COLUMNS, TokenRows, derive, int_rows
 from workbench.metrics.frame import FLAGS, NS_COLUMNS, FrameStream, frame_of, to_frame
+from workbench.records import RequestRecord
 from workbench.storage import arrays, columnar
 from workbench.storage.rundir import RECORDS, resolve_run_dir
 
@@ -88,17 +93,162 @@ def _plain_table(rows: list[tuple[Any, columnar.Times | None]], token_times: boo
         cut_counts.clear()
         if counts is None or columnar.has_float(cols):
             return None
-        d = derive(cols, times, counts)
-        sch = columnar.schema(DERIVED_TYPES, token_times)
-        if token_times:  # the list columns over their flat values (counts left as lists
-            pa = columnar.require()  # convert as they did: a bool among them raises)
-            lists = (("token_times_ns", times), ("token_counts", counts))
-            for name, flat in lists if apart else lists[:1]:
-                column = arrays.from_numpy(flat.values, pa.int64())
-                cols[name] = arrays.list_array(flat.lens, column)
-        return columnar.table(cols, d, sch, gaps=d["gaps"])
+        return _flat_table(cols, times, counts, token_times, apart)
     except Exception:  # anything odd: the exact reading decides (and raises what it raised)
         return None
+
+
+def _flat_table(cols: dict[str, Any], times: TokenRows, counts: TokenRows, token_times: bool,
+                counts_flat: bool = True) -> Any:
+    """``batch_table`` of rows whose token times (and counts, ``counts_flat``; else as
+    lists in ``cols``) are flat ``TokenRows``, the other values as a line's parse gives them."""
+    d = derive(cols, times, counts)
+    sch = columnar.schema(DERIVED_TYPES, token_times)
+    if token_times:  # the list columns over their flat values (counts left as lists
+        pa = columnar.require()  # convert as they did: a bool among them raises)
+        lists = (("token_times_ns", times), ("token_counts", counts))
+        for name, flat in lists if counts_flat else lists[:1]:
+            column = arrays.from_numpy(flat.values, pa.int64())
+            cols[name] = arrays.list_array(flat.lens, column)
+    return columnar.table(cols, d, sch, gaps=d["gaps"])
+
+
+#: the Python types a stored field may hold for ``RecordTables`` to take its value as a
+#: line's parse gives it (anything else: the file is read)
+_PLAIN_TYPES: dict[str, frozenset[type]] = {
+    **dict.fromkeys(columnar.INT_FIELDS, frozenset((int, type(None)))),
+    **dict.fromkeys(columnar.STR_FIELDS, frozenset((str, type(None)))),
+    **dict.fromkeys(columnar.BOOL_FIELDS, frozenset((bool, type(None)))),
+}
+#: values of ``extra``'s worker fields whose JSON reads back as the same int, or as a value
+#: ``raw_columns`` nulls the same way (a numpy or other int-like would read as an int)
+_EXTRA_TYPES = frozenset((int, type(None), bool, float, str, list, dict, tuple))
+_TAKE_RECORD = operator.attrgetter(*columnar.STORED)
+_W0, _W1, _W2 = columnar.EXTRA_INT_FIELDS
+
+
+class RecordTables:
+    """``records.parquet`` (``out``) written while the run writes ``records.jsonl`` (``add``:
+    each record with the line written for it), so ``convert`` need not read the file back
+    (docs/virtual-time.md, "The run's own records are not read back"). The values are the
+    record's own, which a line that is orjson's serialisation of it
+    (``RecordWriter.write_line``) reads back as, checked a batch at a time (plain ints,
+    strings, flags); its token times and counts are cut from the line as
+    ``columnar.cut_times`` cuts them; batches end where ``convert``'s reading ends them
+    (``batch_rows`` lines or ``batch_bytes`` of JSON) and each is written as a row group
+    when cut, into ``out``'s temporary, so the file is ``convert``'s and memory holds one
+    batch. Whatever it cannot mirror so (another line, another type, a failed conversion
+    or write) turns it off, the temporary removed: ``finish`` says so (False) and
+    ``convert`` reads the file."""
+
+    def __init__(self, out: Path, *, batch_rows: int = columnar.BATCH_ROWS,
+                 batch_bytes: int = columnar.BATCH_BYTES) -> None:
+        self.out, self.batch_rows, self.batch_bytes = Path(out), batch_rows, batch_bytes
+        self.on = True
+        self.written = 0  # rows in the row groups written
+        self._writer: tuple[Any, Any] | None = None  # (file, ParquetWriter) once opened
+        self._rows: list[tuple[Any, ...]] = []
+        self._workers: list[tuple[Any, ...]] = []
+        self._times: list[bytes] = []
+        self._counts: list[bytes] = []
+        self._size = 0
+
+    def add(self, rec: RequestRecord, line: bytes | None) -> None:
+        if not self.on:
+            return
+        if line is None or type(rec) is not RequestRecord or type(rec.extra) is not dict:
+            self.off()
+            return
+        get = rec.extra.get
+        times = columnar.cut_ints(line, columnar.TIMES_KEY)
+        counts = columnar.cut_ints(line, columnar.COUNTS_KEY)
+        workers = (get(_W0), get(_W1), get(_W2))  # (columnar.EXTRA_INT_FIELDS)
+        if times is None or counts is None or not _EXTRA_TYPES.issuperset(map(type, workers)):
+            self.off()
+            return
+        self._rows.append(_TAKE_RECORD(rec))
+        self._workers.append(workers)
+        self._times.append(times[2])
+        self._counts.append(counts[2])
+        self._size += len(line)
+        if len(self._rows) >= self.batch_rows or self._size >= self.batch_bytes:
+            self._cut()
+
+    def off(self) -> None:
+        """Stop: nothing more is taken, the temporary is removed."""
+        self.on = False
+        self._rows, self._workers, self._times, self._counts = [], [], [], []
+        if self._writer is not None:
+            fh, writer = self._writer
+            self._writer = None
+            with contextlib.suppress(Exception):
+                writer.close()
+            with contextlib.suppress(OSError):
+                fh.close()
+            with contextlib.suppress(OSError):
+                os.unlink(safe.temp_of(self.out))
+
+    def _cut(self) -> None:
+        """The batch so far as one row group (``_flat_table``), or off."""
+        rows, workers = self._rows, self._workers
+        self._rows, self._workers, self._size = [], [], 0
+        times, counts = _flat_bytes(self._times), _flat_bytes(self._counts)
+        self._times, self._counts = [], []
+        try:
+            cols = dict(zip(columnar.STORED, map(list, zip(*rows, strict=True)), strict=True))
+            rows.clear()
+            if any(not _PLAIN_TYPES[k].issuperset(map(type, v)) for k, v in cols.items()):
+                raise TypeError("a stored value that is not a plain int, string or flag")
+            for name, values in zip(columnar.EXTRA_INT_FIELDS, zip(*workers, strict=True),
+                                    strict=True):
+                cols[name] = [v if columnar.sound_int(v) else None for v in values]
+            table = _flat_table(cols, times, counts, token_times=False)
+            self._open()[1].write_table(table)
+        except Exception:  # anything odd (or a failed write): the file is read (and decides)
+            self.off()
+            return
+        self.written += table.num_rows
+
+    def _open(self) -> tuple[Any, Any]:
+        """The temporary and its Parquet writer, as ``columnar.write_tables`` opens them."""
+        if self._writer is None:
+            columnar.require()
+            import pyarrow.parquet as pq
+
+            # NAME.tmp created exclusively, never through a link (safe_write.py)
+            fh = os.fdopen(safe.open_fd(safe.temp_of(self.out)), "wb")
+            try:
+                writer = pq.ParquetWriter(fh, columnar.schema(DERIVED_TYPES), compression="zstd")
+            except BaseException:
+                fh.close()
+                raise
+            self._writer = (fh, writer)
+        return self._writer
+
+    def finish(self) -> bool:
+        """The last batch written and the file renamed into place: True, or False when
+        off (nothing in place: ``convert`` reads the JSONL)."""
+        if self.on and self._rows:
+            self._cut()
+        if not self.on:
+            return False
+        try:
+            fh, writer = self._open()  # (no record: the schema alone, as convert writes it)
+            writer.close()
+            fh.close()
+            safe.commit(safe.temp_of(self.out), self.out)
+        except Exception:
+            self.off()
+            return False
+        self._writer = None
+        self.on = False
+        log.info("%s: %d records → %s", self.out.parent, self.written, self.out.name)
+        return True
+
+
+def _flat_bytes(rows: list[bytes]) -> TokenRows:
+    """``TokenRows`` of rows of native int64 bytes (``cut_ints``' values)."""
+    return _flat([np.frombuffer(b, dtype=np.int64) for b in rows])
 
 
 def _flat(rows: list[np.ndarray]) -> TokenRows:

@@ -28,10 +28,13 @@ def save(result: RunResult, directory: str | Path) -> Path:
     return d
 
 
-def finish(result: RunResult, run_dir: Path, slo: Mapping[str, float] | None = None) -> None:
+def finish(result: RunResult, run_dir: Path, slo: Mapping[str, float] | None = None,
+           *, parquet_written: bool = False) -> None:
     """After a run's records and manifest are on disk: ``records.parquet`` (a summary of
-    records on disk only scans it), then ``summary.json`` (saying why, if it failed)."""
-    write_parquet(run_dir)
+    records on disk only scans it; ``parquet_written``: already written as the records
+    were, ``columns.RecordTables``), then ``summary.json`` (saying why, if it failed)."""
+    if not parquet_written:
+        write_parquet(run_dir)
     try:
         summary = summarize(result, slo)
     except Exception as exc:

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from workbench import heap, redact
 from workbench.backends.extras import resolve_headers
@@ -31,6 +31,9 @@ from workbench.replay.plan import Plan
 from workbench.replay.runner import Runner
 from workbench.replay.target import HttpTarget, Sampler, Target
 from workbench.storage.rundir import RecordWriter, claim_run_dir, write_manifest
+
+if TYPE_CHECKING:
+    from workbench.metrics.columns import RecordTables
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +84,9 @@ class RecordSinks:
         self.records: list[RequestRecord] = []
         self.lifecycle: list[dict[str, Any]] = []
         self._writers: dict[str, Any] = {}
+        #: ``records.parquet`` written as ``records.jsonl`` is (``open_writers``), not read
+        #: back from it after the run (None: read back)
+        self.tables: RecordTables | None = None
         self._total = n_requests
         self.done = 0  # measured requests ended (warm-up excluded)
         self.skipped = 0
@@ -96,6 +102,10 @@ class RecordSinks:
         """``records.jsonl`` and ``lifecycle.jsonl`` written as the run goes (in-process)."""
         if self.run_dir is None:
             return
+        from workbench.metrics.columns import RecordTables, available
+        from workbench.storage.columnar import PARQUET
+
+        self.tables = RecordTables(self.run_dir / PARQUET) if available() else None
         flush_ms = self.cfg.executor.record_flush_ms
         for name in ("records", "lifecycle"):
             self._writers[name] = RecordWriter(
@@ -117,7 +127,9 @@ class RecordSinks:
         if self.keep:
             self.records.append(rec)
         if "records" in self._writers:
-            self._writers["records"].write(rec)
+            line = self._writers["records"].write_line(rec)
+            if self.tables is not None:
+                self.tables.add(rec, line)
         if not rec.warmup:
             self.done += 1
             self.skipped += rec.status == "skipped"
@@ -332,6 +344,9 @@ class ReplaySession(RecordSinks):
             self._write_outputs()
         except OutputWriteError as exc:
             self.on_write_error(exc)
+        finally:
+            if self.tables is not None:  # not finished (a failed write): its temporary goes
+                self.tables.off()
         if self.write_error is not None:  # say so in the manifest, if it can be written
             self.manifest.status = "failed"
             self.manifest.failure = str(self.write_error)
@@ -353,7 +368,8 @@ class ReplaySession(RecordSinks):
         # records not kept: the summary reads them from disk (the columns of records.parquet);
         # the result carries the summary written (its SLO: the manifest's, the config's)
         result = self.result
-        finish(result, self.run_dir)
+        written = self.tables is not None and self.tables.finish()
+        finish(result, self.run_dir, parquet_written=written)
         self.summary = result.summary
 
 

@@ -90,14 +90,15 @@ def raw_columns(rows: list[Mapping[str, Any]]) -> dict[str, list[Any]]:
         e if isinstance(e := r.get("extra"), Mapping) else {} for r in rows
     ]
     for name in EXTRA_INT_FIELDS:
-        cols[name] = [e.get(name) if _sound_int(e.get(name)) else None for e in extras]
+        cols[name] = [e.get(name) if sound_int(e.get(name)) else None for e in extras]
     for name in TOKEN_LISTS:
         cols[name] = [r.get(name) or [] for r in rows]
     return cols
 
 
-_STORED: tuple[str, ...] = (*STR_FIELDS, *INT_FIELDS, *BOOL_FIELDS)
-_TAKE_STORED = operator.itemgetter(*_STORED)
+#: the record fields stored as they are, in ``raw_columns``' order
+STORED: tuple[str, ...] = (*STR_FIELDS, *INT_FIELDS, *BOOL_FIELDS)
+_TAKE_STORED = operator.itemgetter(*STORED)
 
 
 def _stored_fields(rows: list[Mapping[str, Any]]) -> dict[str, list[Any]]:
@@ -106,16 +107,16 @@ def _stored_fields(rows: list[Mapping[str, Any]]) -> dict[str, list[Any]]:
     try:
         if rows:
             values = zip(*map(_TAKE_STORED, rows), strict=True)  # a tuple per field
-            return dict(zip(_STORED, map(list, values), strict=True))
+            return dict(zip(STORED, map(list, values), strict=True))
     except (KeyError, TypeError):  # a field absent (or a row that is not a mapping)
         pass
-    return {name: [r.get(name, DEFAULTS.get(name)) for r in rows] for name in _STORED}
+    return {name: [r.get(name, DEFAULTS.get(name)) for r in rows] for name in STORED}
 
 
 INT64_MAX = 2**63 - 1
 
 
-def _sound_int(v: Any) -> bool:
+def sound_int(v: Any) -> bool:
     return v is None or (type(v) is int and -INT64_MAX <= v <= INT64_MAX)
 
 
@@ -124,9 +125,9 @@ def sanitized(rows: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     (a file of an older version or another tool: this one fails such a request)."""
     out: list[Mapping[str, Any]] = []
     for i, r in enumerate(rows):
-        bad = [k for k in INT_FIELDS if not _sound_int(r.get(k))]
+        bad = [k for k in INT_FIELDS if not sound_int(r.get(k))]
         bad += [k for k in ("token_times_ns", "token_counts")
-                if not all(_sound_int(x) and x is not None for x in r.get(k) or ())]
+                if not all(sound_int(x) and x is not None for x in r.get(k) or ())]
         texts = [k for k in STR_FIELDS if not isinstance(r.get(k), str | None)]
         flags = [k for k in BOOL_FIELDS if not isinstance(r.get(k), bool | None)]
         if not (bad or texts or flags):
@@ -353,7 +354,7 @@ def _batches(
 def has_float(cols: Mapping[str, list[Any]]) -> bool:
     """Whether a stored field of ``raw_columns`` holds a float (from ``iter_raw_batches``:
     maybe an integer out of range; a real float is read again too, the same either way)."""
-    return any(float in set(map(type, cols[name])) for name in _STORED)
+    return any(float in set(map(type, cols[name])) for name in STORED)
 
 
 def write_tables(tables: Iterable[Any], out: str | Path, sch: Any) -> int:

@@ -72,12 +72,18 @@ _LINE = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
 
 def dumps_line(obj: Any) -> bytes:
     """One compact JSON line (with trailing newline); NaN becomes null."""
+    return _line(obj)[0]
+
+
+def _line(obj: Any) -> tuple[bytes, bool]:
+    """``dumps_line``, and whether orjson serialised ``obj`` itself (a record or a dict
+    as it is, in C; not converted first, not by the stdlib)."""
     if type(obj) is dict or isinstance(obj, RequestRecord):  # orjson serialises both in C,
         try:  # the newline appended there (lifecycle and timeline rows are dicts)
-            return orjson.dumps(obj, default=_default, option=_LINE)
+            return orjson.dumps(obj, default=_default, option=_LINE), True
         except TypeError:
             pass
-    return _dumps(_plain(obj), indent=False) + b"\n"
+    return _dumps(_plain(obj), indent=False) + b"\n", False
 
 
 def _dumps(obj: Any, *, indent: bool) -> bytes:
@@ -153,11 +159,19 @@ class RecordWriter:
         self.count = 0
 
     def write(self, obj: Any) -> None:
-        line = redact.line(dumps_line(obj))  # no secret reaches a file (workbench.redact)
+        self.write_line(obj)
+
+    def write_line(self, obj: Any) -> bytes | None:
+        """``write``, returning the line when it is orjson's serialisation of ``obj`` as it
+        is (no conversion, nothing redacted), else None: a caller that mirrors the file
+        from the objects (``metrics.columns.RecordTables``) knows the line holds their values."""
+        raw, own = _line(obj)
+        line = redact.line(raw)  # no secret reaches a file (workbench.redact)
         self.count += 1
+        mirrored = line if own and line is raw else None
         if self._max_delay_s is None:
             self._write_out(line)
-            return
+            return mirrored
         pending = self._pending
         pending.append(line)
         if len(pending) == 1:
@@ -167,6 +181,7 @@ class RecordWriter:
             time.monotonic() - self._first_pending >= self._max_delay_s
         ):
             self.flush()
+        return mirrored
 
     def _arm_timer(self) -> None:
         try:
