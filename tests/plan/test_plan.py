@@ -215,7 +215,7 @@ def test_a_plan_says_its_probes_arrival_span_once_in_its_own_flags(tmp_path, cap
                      "--parallel", "1", "-o", str(tmp_path / "plans")]) == 0
     assert caplog.text.count("arrivals span") == 1, caplog.text
     said = next(r.getMessage() for r in caplog.records if "arrivals span" in r.getMessage())
-    assert said.startswith("plan: each probe at 0.00 req/s: arrivals span 1.2 days "), said
+    assert said.startswith("plan: each probe at 2e-05 req/s: arrivals span 1.2 days "), said
     assert said.endswith("to shorten it: a larger --scale, or --max-items"), said
     assert "--rate" not in caplog.text and "--trace-option" not in caplog.text
 

@@ -146,7 +146,7 @@ class RecordTables:
         self.out, self.batch_rows, self.batch_bytes = Path(out), batch_rows, batch_bytes
         self.on = True
         self.written = 0  # rows in the row groups written
-        self._writer: tuple[Any, Any] | None = None  # (file, ParquetWriter) once opened
+        self._parquet: tuple[Any, Any] | None = None  # (file, ParquetWriter) once opened
         self._rows: list[tuple[Any, ...]] = []
         self._workers: list[tuple[Any, ...]] = []
         self._times: list[bytes] = []
@@ -178,9 +178,9 @@ class RecordTables:
         """Stop: nothing more is taken, the temporary is removed."""
         self.on = False
         self._rows, self._workers, self._times, self._counts = [], [], [], []
-        if self._writer is not None:
-            fh, writer = self._writer
-            self._writer = None
+        if self._parquet is not None:
+            fh, writer = self._parquet
+            self._parquet = None
             with contextlib.suppress(Exception):
                 writer.close()
             with contextlib.suppress(OSError):
@@ -211,7 +211,7 @@ class RecordTables:
 
     def _open(self) -> tuple[Any, Any]:
         """The temporary and its Parquet writer, as ``columnar.write_tables`` opens them."""
-        if self._writer is None:
+        if self._parquet is None:
             columnar.require()
             import pyarrow.parquet as pq
 
@@ -222,8 +222,8 @@ class RecordTables:
             except BaseException:
                 fh.close()
                 raise
-            self._writer = (fh, writer)
-        return self._writer
+            self._parquet = (fh, writer)
+        return self._parquet
 
     def finish(self) -> bool:
         """The last batch written and the file renamed into place: True, or False when
@@ -240,7 +240,7 @@ class RecordTables:
         except Exception:
             self.off()
             return False
-        self._writer = None
+        self._parquet = None
         self.on = False
         log.info("%s: %d records → %s", self.out.parent, self.written, self.out.name)
         return True
