@@ -12,6 +12,7 @@ ignored, when `.ci/run` ran as a background job).
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import time
@@ -33,3 +34,16 @@ def wait_for_lines(path: Path, n: int, proc: subprocess.Popen, timeout_s: float 
             return
         time.sleep(0.05)
     raise AssertionError(f"{path} never had {n} lines")
+
+
+def wait_for_text(path: Path, text: str, proc: subprocess.Popen, timeout_s: float = 60) -> None:
+    """Until ``path`` holds ``text`` (a run's manifest saying it is being saved ``cancelled``;
+    polled often: what follows it in the run takes a fraction of a second)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        with contextlib.suppress(FileNotFoundError):
+            if text in path.read_text():
+                return
+        time.sleep(0.005)
+    raise AssertionError(f"{path} never held {text!r}")

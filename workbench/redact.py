@@ -5,11 +5,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
-from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 import orjson
 
@@ -38,11 +39,26 @@ _secret_bytes: list[bytes] = []
 
 
 def register(*secrets: str | None) -> None:
-    """Add secrets to redact from now on in this process (they are never removed)."""
+    """Add secrets to redact from now on in this process (they are never removed), each
+    also as a server's echo may spell it (``echoed_forms``)."""
     for s in secrets:
         if s and len(s) >= _MIN_SECRET and s not in _secrets:
-            _secrets.add(s)
-            _secret_bytes.append(s.encode("utf-8", "surrogateescape"))
+            for form in echoed_forms(s):
+                if form not in _secrets:
+                    _secrets.add(form)
+                    _secret_bytes.append(form.encode("utf-8", "surrogateescape"))
+
+
+def echoed_forms(secret: str) -> list[str]:
+    """``secret`` and how an echo of it may be encoded: inside a JSON string (``"`` and
+    ``\\`` escaped, non-ASCII as ``\\uXXXX`` or not, ``/`` as ``\\/`` or not) and
+    percent-encoded in a URL (docs/security.md: a key with such characters, echoed in a
+    JSON error body, kept its tail past the first backslash)."""
+    forms = [secret]
+    for escaped in (json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]):
+        forms += [escaped, escaped.replace("/", "\\/")]
+    forms.append(quote(secret, safe=""))
+    return list(dict.fromkeys(f for f in forms if len(f) >= _MIN_SECRET))
 
 
 def register_sent(name: str, value: Any, *, named_only: bool = False) -> None:

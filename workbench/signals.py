@@ -88,6 +88,31 @@ def stop_on_signals() -> Iterator[SignalStop]:
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """While inside (a stopped or finished run saving its summary and Parquet:
+    ``ReplaySession.run``), SIGINT and the stop signals wait: the first one that came is
+    raised again on the way out, and its own handler takes its course then. A second
+    Ctrl-C used to raise ``KeyboardInterrupt`` inside the save and leave a ``cancelled``
+    manifest without summary or Parquet (docs/run-directory.md, "Stopping"). Main thread
+    only (elsewhere Python runs no handler); an ignored signal stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, *STOP_SIGNALS)}
+    for sig, handler in previous.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(sig, lambda signum, frame: came.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        if came:
+            signal.raise_signal(came[0])
+
+
 PR_SET_PDEATHSIG = 1  # prctl(2)
 
 

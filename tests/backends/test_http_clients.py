@@ -477,6 +477,22 @@ async def test_a_body_cut_short_by_the_close(cut: str):
     assert rec.token_counts == [1, 2]
 
 
+@pytest.mark.parametrize("framing", ["chunked", "close"])
+async def test_a_stream_ended_cleanly_before_done_and_usage_says_so(framing: str):
+    """The body ends whole (its last chunk, or the close of a close-delimited one) after
+    two token events, with neither usage nor ``[DONE]``: a proxy's time limit, a server
+    that gave up. Before, the record blamed the server for ignoring
+    ``stream_options.include_usage``, which a server that sends ``[DONE]`` does."""
+    part = GOOD[:2]
+    data = (SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + chunked(part)
+            if framing == "chunked" else SSE_HEAD + b"Connection: close\r\n\r\n" + b"".join(part))
+    (rec,) = await both(answer(data, keep=framing == "chunked"))
+    assert rec.status == "error" and rec.error is not None
+    assert rec.error.startswith("stream ended before [DONE] and without a usage block"), rec.error
+    assert "include_usage" not in rec.error and "after 2 token events" in rec.error, rec.error
+    assert rec.token_counts == [1, 2]
+
+
 async def test_a_close_delimited_body_without_done_and_without_final_newline():
     body = b"".join(GOOD[:-1]).rstrip(b"\n")
     (rec,) = await both(answer(SSE_HEAD + b"Connection: close\r\n\r\n" + body, keep=False))

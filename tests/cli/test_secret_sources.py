@@ -12,6 +12,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -196,3 +197,56 @@ def test_a_key_given_where_its_variable_name_goes_is_refused_unshown(tmp_path, v
     assert value not in str(info.value) and not list(tmp_path.iterdir())
     for name in ("MY_KEY", "OPENAI_API_KEY", "_k2", None, ""):  # a name, or no key
         RunConfig.from_dict({**cfg, "backend": {"name": "openai", "api_key_env": name}})
+
+
+#: a key with characters a JSON encoder escapes (``"``, ``\``; ``/`` by some) and a header
+#: value with characters a URL or JSON encoder changes: their echo is not the bytes sent
+ODD_KEY = 'oddkey-Zq8Quot"Zq9Bksl\\Zr1Slsh/Zr2Plus+end'
+ODD_HEADER = "hdr/Zs4Slsh\"Zs5Quot+Zs6Plus"
+
+
+async def test_a_secret_echoed_json_escaped_is_redacted_whole(tmp_path):
+    """A server (a gateway, a debugging proxy) answering 500 with a JSON body that echoes
+    the request's headers: a key holding ``"`` or ``\\`` arrives there escaped
+    (``\\"``, ``\\\\``), not as the bytes registered. Before, only what the ``Bearer``
+    pattern took of it was redacted, up to the first backslash: records, summary error
+    samples and the report kept the key's tail (``"Zq9Bksl\\\\Zr1Slsh/...``), and the
+    header read from ``$ENV`` whole but for the pattern."""
+    from aiohttp import web
+    from loopback import serve_app
+
+    async def echo_json_500(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response(
+            {"error": {"message": "upstream failed", "headers": dict(request.headers),
+                       "url": str(request.url)}}, status=500,
+            dumps=lambda o: json.dumps(o).replace("/", "\\/"))  # as PHP's json_encode does
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+           "GATEWAY_KEY": ODD_HEADER, "OPENAI_API_KEY": ODD_KEY}
+    async with serve_app([web.post("/{tail:.*}", echo_json_500),
+                          web.get("/{tail:.*}", echo_json_500)]) as url:
+        code, console = await _cli(
+            "replay", "--trace", SESSIONS, "--max-items", "2", "--target", url,
+            "--arrival", "saturated", "--tool-wait-scale", "0", "--continue-on-error",
+            "--no-preflight", "--no-flush-cache", "--max-error-rate", "1",
+            "--header", "x-gateway=$GATEWAY_KEY", "-o", str(tmp_path / "runs"),
+            "--run-id", "odd", "--no-progress", env=env, timeout=120)
+        assert code == 0, console
+    run_dir = tmp_path / "runs" / "odd"
+    records = [json.loads(x) for x in (run_dir / "records.jsonl").read_text().splitlines()]
+    assert records and all(r["status"] == "error" for r in records), records
+    assert all("Bearer [REDACTED]" in r["error"] for r in records), records[0]["error"]
+    rcode, rconsole = await _cli("report", str(run_dir), "-o", str(tmp_path / "reports"),
+                                 env=env, timeout=600)
+    assert rcode == 0, rconsole
+    outputs = {**{f"run/{k}": v for k, v in _texts(run_dir).items()},
+               **{f"report/{k}": v for k, v in _texts(tmp_path / "reports").items()},
+               "replay console": console, "report console": rconsole}
+    # no part of either secret, in any form: each run of 5+ letters and digits of it
+    parts = {p for s in (ODD_KEY, ODD_HEADER) for p in re.split(r"[^A-Za-z0-9]+", s)
+             if len(p) >= 5 and p.startswith("Z")}
+    assert len(parts) == 7, parts
+    for name, text in outputs.items():
+        for part in parts:
+            assert part not in text, (name, part)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from interrupt import default_sigint, wait_for_lines
+from interrupt import default_sigint, wait_for_lines, wait_for_text
 
 from workbench.data import path as data_path
 from workbench.errors import ExitCode
@@ -108,3 +108,40 @@ def test_sigint_prints_the_headline_of_what_was_saved(tmp_path):
     assert lines[0].startswith(
         f"INCOMPLETE (cancelled) · {summary['ok']}/{summary['requests']} ok · TTFT"), out
     assert lines[-1] == f"run directory: {tmp_path / 'head'}", out
+
+
+SAVING = '"status": "cancelled"'  # the manifest as the stopped run starts saving
+
+
+@pytest.mark.parametrize("command", ["replay", "simulate"])
+@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_a_second_signal_while_the_run_saves_waits_for_the_save(tmp_path, command, second):
+    """Ctrl-C pressed twice: the second press lands while the stopped run writes its
+    summary and Parquet (the manifest already says ``cancelled``). The save finishes, the
+    headline is printed, exit 130 (docs/run-directory.md, "Stopping"). Before, a second
+    SIGINT raised inside the save: manifest ``cancelled`` but no summary.json, no
+    records.parquet and no headline, for replay and simulate alike."""
+    if command == "replay":
+        proc = _replay(tmp_path, "twice")
+    else:  # a long virtual span: stopped long before it ends
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "workbench", "simulate", "--trace", LARGE, "--arrival",
+             "closed-loop", "--max-concurrency", "4", "--duration", "86400",
+             "-o", str(tmp_path), "--run-id", "twice"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=default_sigint)
+    run = tmp_path / "twice"
+    wait_for_lines(run / "records.jsonl", 3, proc)
+    proc.send_signal(signal.SIGINT)
+    wait_for_text(run / "manifest.json", SAVING, proc)
+    proc.send_signal(second)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.CANCELLED, err
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == f"workbench {command}: interrupted", err
+    records = (run / "records.jsonl").read_text().splitlines()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["run_cancelled"] is True and summary["requests"] == len(records)
+    assert pq.read_metadata(run / "records.parquet").num_rows == len(records)
+    assert out.startswith(f"INCOMPLETE (cancelled) · {summary['ok']}/{len(records)} ok"), out
+    assert out.strip().splitlines()[-1] == f"run directory: {run}", out

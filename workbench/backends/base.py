@@ -23,6 +23,11 @@ class BackendError(WorkbenchError):
     """The server broke its wire protocol, or a guard found a server misconfiguration."""
 
 
+class MissingUsage(BackendError):
+    """A stream ended without the usage block it was asked for (``transport`` says whether
+    it ended at ``[DONE]``: a server ignoring ``include_usage``, or cut short before)."""
+
+
 @dataclass(frozen=True, slots=True)
 class WireRequest:
     """One request as the wire sees it: the whole prompt as token ids plus pinned output."""
@@ -383,7 +388,7 @@ class OpenAIChunks(EventParser):
     def _usage_counts(self) -> tuple[int | None, int | None, int, bool]:
         """``parse_openai_usage`` of the stream's usage block (an error when none came)."""
         if self._usage is None:
-            raise BackendError(
+            raise MissingUsage(
                 "stream ended without a usage block (the server ignored "
                 "stream_options.include_usage)"
             )

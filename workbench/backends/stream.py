@@ -131,7 +131,7 @@ class StreamState:
     __slots__ = (
         "after_done", "counts", "cut", "decode", "decoder", "done", "error", "feed_all",
         "feed_one", "guard", "headers", "idle_ns", "json_body", "on_sent", "one", "raw",
-        "reads", "rec", "times",
+        "reads", "rec", "saw_done", "times",
     )  # fmt: skip
 
     def __init__(
@@ -150,6 +150,7 @@ class StreamState:
         self.on_sent: Callable[[int], None] | None = None  # WireRequest.on_sent (sent_at)
         self.times, self.counts = rec.token_times_ns, rec.token_counts
         self.done = False  # [DONE] seen: later bytes are not parsed
+        self.saw_done = False  # the stream ended at its [DONE] (not at the body's end)
         self.error: BackendError | IdleTimeoutError | None = None
         self.reads = 0  # network reads of the body (pacing tells streamed from whole answers)
         self.guard = guard
@@ -215,7 +216,7 @@ class StreamState:
         self.raw = None
         if DONE in payloads:
             payloads = payloads[: payloads.index(DONE)]
-            self.done = True
+            self.done = self.saw_done = True
             self.rec.end_ns = t
             if not payloads:
                 return
@@ -283,6 +284,7 @@ class StreamState:
             self.raw = None
         if DONE in payloads:
             payloads = payloads[: payloads.index(DONE)]
+            self.saw_done = True
         self.done = True
         self.rec.end_ns = t
         if payloads:

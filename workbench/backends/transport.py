@@ -18,7 +18,13 @@ from urllib.parse import quote
 
 import orjson
 
-from workbench.backends.base import BackendError, Codec, WireRequest, json_body_error
+from workbench.backends.base import (
+    BackendError,
+    Codec,
+    MissingUsage,
+    WireRequest,
+    json_body_error,
+)
 from workbench.backends.overrun import AfterDone, OverrunGuard
 from workbench.backends.pace import DEFAULT_BUDGET_MS, Pacer
 from workbench.backends.stream import (
@@ -314,7 +320,14 @@ class Transport:
             raise not_a_stream
         if self._pacer is not None:
             self._pacer.observe(state.reads)
-        out = parser.finish()
+        try:
+            out = parser.finish()
+        except MissingUsage:
+            if not isinstance(state, StreamState) or state.saw_done:
+                raise
+            # no [DONE] either: the stream was cut short, whatever the server does with usage
+            raise BackendError("stream ended before [DONE] and without a usage block (cut "
+                               "short by the server or a proxy)") from None
         rec.prompt_tokens = out.prompt_tokens
         rec.completion_tokens = out.completion_tokens
         rec.cached_tokens = out.cached_tokens

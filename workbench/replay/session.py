@@ -30,6 +30,7 @@ from workbench.replay.outcome import RunOutcome, ShardOutcome
 from workbench.replay.plan import Plan
 from workbench.replay.runner import Runner
 from workbench.replay.target import HttpTarget, Sampler, Target
+from workbench.signals import held
 from workbench.storage.rundir import RecordWriter, claim_run_dir, write_manifest
 
 if TYPE_CHECKING:
@@ -220,9 +221,10 @@ class ReplaySession(RecordSinks):
             if relay is not None:
                 relay.cancel()
             self.tell("finalizing")
-            self._finalize("failed" if self.write_error else status)
-            if self.on_cancelled is not None and self.manifest.status == "cancelled":
-                self.on_cancelled(self.result)
+            with held():  # a second Ctrl-C waits for the save (docs/run-directory.md)
+                self._finalize("failed" if self.write_error else status)
+                if self.on_cancelled is not None and self.manifest.status == "cancelled":
+                    self.on_cancelled(self.result)
         if self.write_error is not None:
             raise self.write_error
         return self.result
