@@ -70,13 +70,16 @@ def test_report_judges_a_run_by_the_max_error_rate_its_manifest_records(tmp_path
     proc = _cli(command, *given, "--continue-on-error", "-o", str(tmp_path), "--run-id", "e",
                 "--max-error-rate", "0.25")
     assert proc.returncode == ExitCode.ERROR_RATE, proc.stderr
+    # the command says why it exits 4, in the words report uses
+    assert (f"workbench {command}: {failed} requests failed, more than --max-error-rate 0.25"
+            in proc.stderr.splitlines()), proc.stderr
     run = tmp_path / "e"
     assert read_manifest(run).max_error_rate == 0.25
     capsys.readouterr()
     assert _read_status([str(run)]) == ExitCode.ERROR_RATE
     assert capsys.readouterr().err.splitlines() == [
-        f"workbench report: {run}: {failed} requests failed, more than the run's "
-        "--max-error-rate 0.25"]
+        f"workbench report: {run}: {failed} requests failed, more than --max-error-rate 0.25 "
+        "(the run's)"]
     manifest = json.loads((run / "manifest.json").read_text())
     del manifest["max_error_rate"]  # as written before the field was
     (run / "manifest.json").write_text(json.dumps(manifest))

@@ -9,6 +9,7 @@ the same words in both.
 from __future__ import annotations
 
 from workbench.errors import ExitCode
+from workbench.plurals import counted
 
 #: the manifest status of a run that finished whole (anything else: partial, failed,
 #: cancelled, killed, still running)
@@ -29,3 +30,10 @@ def run_exit_status(status: str | None, *, cancelled: bool = False, errors: int 
     if status is not None and status != WHOLE:
         return ExitCode.FAILED
     return ExitCode.COMPLETED
+
+
+def over_error_rate(errors: int, ok: int, max_error_rate: float) -> str:
+    """Why a run exits 4, in one line: ``"2 of 5 requests failed, more than
+    --max-error-rate 0"``."""
+    return (f"{errors} of {counted(errors + ok, 'request')} failed, more than "
+            f"--max-error-rate {max_error_rate:g}")

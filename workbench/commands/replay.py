@@ -11,7 +11,8 @@ from typing import Any
 
 from workbench.catalogs.requests import LATENCY, SCALAR_LATENCY
 from workbench.commands._axes import add_axis_arguments, config_from_args
-from workbench.commands._run_end import run_exit_status
+from workbench.commands._run_end import over_error_rate, run_exit_status
+from workbench.errors import ExitCode
 
 NAME = "replay"
 HELP = "replay a trace against a serving endpoint (--target URL) or the embedded engine"
@@ -72,9 +73,14 @@ def finish(result: Any, cfg: Any, args: argparse.Namespace, digest: bool = False
         print("digest:", run_digest(result, cfg.slo))
     if result.run_dir:
         print(f"run directory: {result.run_dir}")
-    return run_exit_status(getattr(result.manifest, "status", None), cancelled=result.cancelled,
-                           errors=int(summary.get("errors") or 0), ok=int(summary.get("ok") or 0),
-                           max_error_rate=args.max_error_rate)
+    errors, ok = int(summary.get("errors") or 0), int(summary.get("ok") or 0)
+    status = run_exit_status(getattr(result.manifest, "status", None),
+                             cancelled=result.cancelled, errors=errors, ok=ok,
+                             max_error_rate=args.max_error_rate)
+    if status == ExitCode.ERROR_RATE:
+        print(f"workbench {args.command}: {over_error_rate(errors, ok, args.max_error_rate)}",
+              file=sys.stderr)
+    return status
 
 
 def print_result(summary: dict, result: Any, args: argparse.Namespace) -> None:

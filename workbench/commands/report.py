@@ -94,8 +94,7 @@ def _read_status(run_dirs: list[str]) -> int:
     ``--max-error-rate`` its manifest records, if any; a damaged run: 1). The
     report is rendered all the same (docs/run-directory.md, "Reading a run that is not
     whole")."""
-    from workbench.commands._run_end import run_exit_status
-    from workbench.plurals import counted
+    from workbench.commands._run_end import over_error_rate, run_exit_status
     from workbench.report.tables import run_end_note
     from workbench.storage.rundir import SUMMARY, read_json, read_manifest, run_damage
 
@@ -113,8 +112,8 @@ def _read_status(run_dirs: list[str]) -> int:
         status = run_exit_status(manifest.status, errors=errors, ok=ok,
                                  max_error_rate=manifest.max_error_rate)
         if status == ExitCode.ERROR_RATE:
-            print(f"workbench report: {d}: {errors} of {counted(errors + ok, 'request')} "
-                  f"failed, more than the run's --max-error-rate {manifest.max_error_rate:g}",
+            print(f"workbench report: {d}: "
+                  f"{over_error_rate(errors, ok, manifest.max_error_rate or 0.0)} (the run's)",
                   file=sys.stderr)
         worst = max(worst, status)
     return worst
