@@ -71,6 +71,25 @@ def test_a_serving_engine_pays_host_time_per_decoding_sequence() -> None:
         Preset(base.model, base.gpu, 1, False, off).step_ms(0, 250, 250 * 700))
 
 
+def test_a_moe_layer_pays_its_routing_kernels_on_every_engine() -> None:
+    """``Factors.moe_layer_us`` (docs/hardware.md, "MoE layer time"): every step of a MoE
+    pays ``layers × moe_layer_us`` beside its experts' bytes and FLOPs, whatever its
+    tokens and whether a serving engine or a compiled static loop runs it; a dense
+    model pays nothing; 0 (a file written before it) charges nothing."""
+    for name in ("qwen3-30b-a3b/a100/tp1", "mixtral-8x7b/l40s/tp4", "llama-3.1-8b/h100/tp1"):
+        base = resolve(name)
+        f = dataclasses.replace(base.factors, moe_layer_us=25.0)
+        for loop in (0.0, 1.0):
+            on = Preset(base.model, base.gpu, base.tp, base.fp8,
+                        dataclasses.replace(f, static_loop=loop, static_step_ms=1.0))
+            off = Preset(base.model, base.gpu, base.tp, base.fp8,
+                         dataclasses.replace(f, static_loop=loop, static_step_ms=1.0,
+                                             moe_layer_us=0.0))
+            want = base.model.layers * 25.0 * 1e-3 if base.model.experts else 0.0
+            for step in ((0, 1, 200), (128, 0, 0), (0, 64, 64 * 2000), (2048, 3, 9000)):
+                assert on.step_ms(*step) - off.step_ms(*step) == pytest.approx(want)
+
+
 def test_a_moe_reads_only_the_experts_its_tokens_route_to() -> None:
     p = resolve("qwen3-30b-a3b/h100/tp1")
     one, many = p.weight_read_bytes(1), p.weight_read_bytes(512)

@@ -85,7 +85,12 @@ class Factors:
     ``seq_us``: a serving engine's host time per decoding sequence of a step (output
     processing, detokenising and streaming each new token: docs/hardware.md "Host time
     per sequence"); none in a compiled static loop. 0 (a file written before it) charges
-    nothing."""
+    nothing.
+    ``moe_layer_us``: the fixed time of every MoE layer of a step beside its experts'
+    bytes and FLOPs (the router's softmax and top-k, the tokens' sort to their experts,
+    the weighted sum after them: small launch-bound kernels; docs/hardware.md "MoE
+    layer time"), on any engine; nothing for a dense model, and 0 (a file written before
+    it) charges nothing."""
 
     mfu: float
     mbu: float
@@ -101,6 +106,7 @@ class Factors:
     static_step_ms: float = 0.0  # the fixed time of a step of a compiled static-batch loop
     static_loop: float = 0.0  # 1: the engine is a compiled static-batch benchmark's loop
     seq_us: float = 0.0  # a serving engine's host time per decoding sequence of a step
+    moe_layer_us: float = 0.0  # fixed time of each MoE layer of a step (routing kernels)
 
     @property
     def request_ms(self) -> float:
@@ -288,6 +294,8 @@ class Preset:
         # sequence")
         per_step = f.static_step_ms if f.static_loop else f.step_overhead_ms
         fixed = per_step + m.layers * f.layer_us * 1e-3
+        if m.experts:  # a MoE layer's routing kernels (docs/hardware.md, "MoE layer time")
+            fixed += m.layers * f.moe_layer_us * 1e-3
         if not f.static_loop:
             fixed += decode_seqs * f.seq_us * 1e-3
         return (max(compute, memory) + self.allreduce_s(tokens)) * 1e3 + fixed

@@ -190,6 +190,8 @@ def uses(table: Table) -> frozenset[str]:
         names.discard("allreduce_us")
     if not table.unsplit_attention:
         names.discard("attn_block_share")
+    if not any(presets.resolve(p).model.experts for p in table.presets):
+        names.discard("moe_layer_us")  # a dense model's table: no MoE layer
     # a table's steps pay one fixed time: a compiled static loop's or a serving engine's
     names.discard("step_overhead_ms" if table.static_loop else "static_step_ms")
     if table.static_loop:  # no front end: its requests pay no request overhead, and no
@@ -245,11 +247,15 @@ def loss(rows: list[RowError]) -> float:
     return sum(median(v) / GOALS[k] for k, v in by.items())
 
 
-FACTOR_BOUNDS = {"mfu": (0.05, 1.0), "mbu": (0.05, 1.0), "step_overhead_ms": (0.0, 50.0),
+#: each factor's search range; ``mbu`` at most ``MBU_MAX`` (docs/hardware.md, "Fit": a
+#: step reads its bytes no faster than a stream copy of the GPU's memory does)
+MBU_MAX = 0.89
+FACTOR_BOUNDS = {"mfu": (0.05, 1.0), "mbu": (0.05, MBU_MAX), "step_overhead_ms": (0.0, 50.0),
                  "request_overhead_ms": (0.0, 200.0), "allreduce_us": (0.0, 500.0),
                  "mfu_fp8": (0.05, 1.0), "layer_us": (0.0, 500.0),
                  "gemm_half_tokens": (0.0, 4096.0), "attn_block_share": (0.001, 1.0),
-                 "static_step_ms": (0.0, 50.0), "seq_us": (0.0, 1000.0)}
+                 "static_step_ms": (0.0, 50.0), "seq_us": (0.0, 1000.0),
+                 "moe_layer_us": (0.0, 500.0)}
 #: fields of ``presets.Factors`` the search leaves alone: switches, not factors
 SWITCHES = ("unsplit_attention", "collapsed_routing", "static_loop")
 
@@ -396,7 +402,8 @@ def breakdown(rows: list[RowError]) -> dict[str, dict[str, float]]:
 #: it is cheaper: the search moves it, a fold that never saw a static table keeps it)
 START = presets.Factors(mfu=0.70, mbu=0.8, step_overhead_ms=2.4, request_overhead_ms=5.19,
                         allreduce_us=20.0, mfu_fp8=0.467, layer_us=5.0, gemm_half_tokens=32.0,
-                        attn_block_share=0.02, static_step_ms=2.4, seq_us=20.0)
+                        attn_block_share=0.02, static_step_ms=2.4, seq_us=20.0,
+                        moe_layer_us=20.0)
 
 
 def _by(rows: list[RowError], key: Callable[[RowError], str]) -> dict[str, dict[str, float]]:
