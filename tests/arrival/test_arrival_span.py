@@ -31,6 +31,8 @@ def test_stats_states_the_span_and_warns(capsys):
     assert cli_main(["stats", TRACELAB]) == 0
     out = capsys.readouterr().out
     assert "6,204,860,823" in out and "warning: arrivals span 71.8 days" in out
+    # stats replays nothing: its advice names the command whose flags it gives
+    assert "when replaying it, rescale the arrivals with replay --rate R" in out, out
     assert cli_main(["stats", TRACELAB, "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["arrival_span_ms"] == SPAN_MS and "71.8 days" in summary[

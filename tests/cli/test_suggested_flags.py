@@ -16,6 +16,7 @@ import pytest
 import workbench
 from workbench.arrival.schedule import SPAN_REMEDY
 from workbench.cli import build_parser
+from workbench.commands.stats import SPAN_REMEDY as STATS_SPAN_REMEDY
 from workbench.plan import SHORTEN as PLAN_SHORTEN
 from workbench.plan import SPAN_REMEDY as PLAN_SPAN_REMEDY
 from workbench.replay.plan import SHORTEN
@@ -29,6 +30,8 @@ SAYS: dict[str, tuple[list[str], list[str]]] = {
                "commands/sweep.py", "commands/_axes.py"], [SHORTEN, SPAN_REMEDY]),
     "replay": (["commands/replay.py", "commands/_axes.py"], [SHORTEN, SPAN_REMEDY]),
     "simulate": (["commands/simulate.py", "commands/_axes.py"], [SHORTEN, SPAN_REMEDY]),
+    # stats replays nothing: its advice names the command that does
+    "stats": (["commands/stats.py"], [STATS_SPAN_REMEDY]),
 }
 #: flags of other programs the help names (a server's, not a workbench command's)
 FOREIGN = {"--profiler-config": "vLLM's, in --profile's help: 'vLLM started with ...'"}

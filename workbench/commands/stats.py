@@ -27,6 +27,11 @@ _SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
                       "working_set_blocks", "working_set_tokens")),
 )  # fmt: skip
 
+#: what to do about a long arrival span, in the flags of the command that replays (``stats``
+#: takes neither; docs/arrival.md)
+SPAN_REMEDY = ("when replaying it, rescale the arrivals with replay --rate R (arrival.rate, "
+               "units/s) or replay --arrival saturated")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from workbench.context import POLICIES
@@ -63,6 +68,7 @@ def _block_size(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from workbench.arrival.schedule import span_warning
     from workbench.config.context import check_not_planned
     from workbench.context import DEFAULT_POLICY
     from workbench.traces.load import FORMATS, available_formats, detect_format
@@ -92,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"policy  {stats.policy or 'none (prefixes as the trace gives them)'}")
     for line in _table(stats.summary):
         print(line)
-    if warning := stats.summary.get("arrival_span_warning"):
+    if warning := span_warning(stats.summary.get("arrival_span_ms") or 0.0, SPAN_REMEDY):
         print(f"\nwarning: {warning}")
     print("\nLRU prefix cache: capacity → hit rate (token-weighted)")
     for line in _curve(stats.hit_vs_capacity):
