@@ -75,3 +75,20 @@ def test_dangling_parent_starts_its_own_conversation(tmp_path, caplog):
         w = load_trace(p)
     assert w.meta["dangling_parents"] == 1 and w.units[0].unit_id == "5"
     assert "line 1" in caplog.text
+
+
+def test_prefixes_follow_run_order_not_file_order(tmp_path):
+    # the child (line 1) shares its parent's timestamp but comes first in the file; and an
+    # unrelated chat at 1 s (line 3) sends block 7 before the parent's chat at 2 s does.
+    # Run order (time, parents first): 3, 1, 2 — so the parent's prompt finds block 7
+    # cached, and the child finds both of its parent's blocks (file order gave it 0).
+    row = ('{{"chat_id": {}, "parent_chat_id": {}, "timestamp": {}, "input_length": {}, '
+           '"output_length": 2, "hash_ids": {}}}\n')
+    p = tmp_path / "order.jsonl"
+    p.write_text(row.format(2, 1, 2, 48, [7, 8, 9]) + row.format(1, -1, 2, 32, [7, 8])
+                 + row.format(3, -1, 1, 16, [7]))
+    w = load_trace(p)
+    rounds = {r.request_id: r for u in w.units for r in u.rounds}
+    assert rounds["3"].prefix_len == 0
+    assert rounds["1"].prefix_len == 16
+    assert rounds["2"].prefix_len == 32

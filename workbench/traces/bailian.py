@@ -177,14 +177,20 @@ def _depths(path: Path, rows: list[_Row]) -> dict[str, int]:
 
 def _units(path: Path, rows: list[_Row], root: dict[str, str], depth: dict[str, int],
            block: int) -> list[Unit]:
-    prefixes = ideal_prefixes((r.hash_ids for r in rows), (r.input_length for r in rows), block)
-    prefix = {r.line: p for r, p in zip(rows, prefixes, strict=True)}  # file order
+    def run_order(r: _Row) -> tuple[float, int, int]:  # by time, parents first, then file
+        return r.arrival_ms, depth[r.chat_id], r.line
+
+    ordered = sorted(rows, key=run_order)  # a prompt finds cached what was sent before it
+    prefixes = ideal_prefixes((r.hash_ids for r in ordered),
+                              (r.input_length for r in ordered), block)
+    prefix = {r.line: p for r, p in zip(ordered, prefixes, strict=True)}
     sessions: dict[str, list[_Row]] = {}
-    for r in rows:
-        sessions.setdefault(root[r.chat_id], []).append(r)
+    for r in rows:  # conversations in the order of their first row in the file
+        sessions.setdefault(root[r.chat_id], [])
+    for r in ordered:
+        sessions[root[r.chat_id]].append(r)
     units = []
     for sid, turns in sessions.items():
-        turns.sort(key=lambda r: (r.arrival_ms, depth[r.chat_id], r.line))  # parents first
         arrival = turns[0].arrival_ms
         rounds = []
         for k, r in enumerate(turns):
@@ -198,4 +204,4 @@ def _units(path: Path, rows: list[_Row], root: dict[str, str], depth: dict[str, 
         kind: UnitKind = "session" if len(turns) > 1 else "independent"
         meta = {"type": turns[0].kind} if turns[0].kind else {}
         units.append(Unit(sid, kind, arrival, tuple(rounds), meta))
-    return units  # in the order of each conversation's first row (file order)
+    return units
