@@ -168,3 +168,18 @@ def test_bad_input_is_one_trace_format_error(tmp_path, text, line, words):
     assert exc.value.line == line
     assert words in exc.value.rule
     assert exc.value.path == str(p)
+
+
+def test_prefix_follows_arrival_order_in_an_unsorted_file(tmp_path):
+    # the second row arrives first: it is the one that finds nothing cached; a session's
+    # later turn (its delays after the session's arrival: 10 + 500 ms) comes after the row
+    # at 200 ms, so it finds block 7 that row sent
+    p = _write(tmp_path, _row(ts=100, inp=1024, ids="[1, 2]") + _row(ts=0, inp=1024, ids="[1, 2]")
+               + '{"session_id": "s", "timestamp": 0, "delay": 10, "input_length": 512, '
+                 '"output_length": 2, "hash_ids": [5]}\n'
+               + '{"session_id": "s", "delay": 500, "input_length": 1024, '
+                 '"output_length": 2, "hash_ids": [7, 8]}\n'
+               + _row(ts=200, inp=512, ids="[7]"))
+    prefix = {r.request_id: r.prefix_len for r in load_trace(p).rounds()}
+    assert prefix == {"mooncake_0": 1024, "mooncake_1": 0, "mooncake_2": 0, "mooncake_3": 512,
+                      "mooncake_4": 0}

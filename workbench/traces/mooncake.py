@@ -164,10 +164,31 @@ def _request_ids(path: Path, rows: list[_Row]) -> list[str]:
     return [row.request_id or step_aside(f"mooncake_{n}", taken) for n, row in enumerate(rows)]
 
 
+def _arrival_order(rows: list[_Row]) -> list[int]:
+    """Row indices by the time each is sent at the earliest, ties in file order: an
+    independent row at its ``timestamp``; a session's turn at the session's arrival
+    (its first row's ``timestamp`` + ``delay``) plus the delays of the turns after it
+    up to this one (closed loop: the responses' time comes on top, unknown here)."""
+    at: list[float] = []
+    clock: dict[str, float] = {}
+    for r in rows:
+        if r.session_id is None:
+            at.append(r.timestamp or 0.0)
+        else:
+            sid = r.session_id
+            clock[sid] = clock.get(sid, r.timestamp or 0.0) + r.delay
+            at.append(clock[sid])
+    return sorted(range(len(rows)), key=at.__getitem__)  # stable: ties in file order
+
+
 def _units(path: Path, rows: list[_Row], block: int) -> list[Unit]:
     """Independent rows become one-round units, session rows are grouped closed-loop; each
-    round's prefix is the ideal cached one of its block ids (file order)."""
-    prefixes = ideal_prefixes((r.hash_ids for r in rows), (r.input_length for r in rows), block)
+    round's prefix is the ideal cached one of its block ids, rows taken in arrival order
+    (``_arrival_order``)."""
+    ordered = _arrival_order(rows)
+    prefixes = dict(zip(ordered, ideal_prefixes((rows[i].hash_ids for i in ordered),
+                                                (rows[i].input_length for i in ordered), block),
+                        strict=True))
     rids = _request_ids(path, rows)
 
     def round_of(i: int, unit_id: str, k: int, arrival: float, wait: float) -> Round:
