@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from workbench.backends.scrape import parse_metrics
 from workbench.errors import ConfigError
 from workbench.metrics import (
     by_input_band,
@@ -325,3 +326,25 @@ def test_throughput_and_in_flight_timelines() -> None:
     fl = in_flight_timeline([a, b])
     assert list(fl["in_flight"]) == [1, 2, 1, 0]
     assert list(fl["t_s"]) == [0.0, 0.2, 1.6, 2.5]
+
+
+#: two scrapes of a vLLM 0.8/0.9 V1 server: its prefix-cache counters before they were
+#: renamed (vllm-project/vllm#18354, May 2025); vLLM 0.10/0.11 export both names
+OLD_VLLM_PAGES = [
+    "# TYPE vllm:gpu_prefix_cache_queries counter\n"
+    f'vllm:gpu_prefix_cache_queries_total{{engine="0",model_name="m"}} {q}\n'
+    "# TYPE vllm:gpu_prefix_cache_hits counter\n"
+    f'vllm:gpu_prefix_cache_hits_total{{engine="0",model_name="m"}} {h}\n'
+    for q, h in (("100.0", "10.0"), ("300.0", "110.0"))
+]
+
+
+def test_server_window_hit_rate_of_vllm_before_the_rename() -> None:
+    timeline = [{"t_ns": i, **parse_metrics(page)[0]} for i, page in enumerate(OLD_VLLM_PAGES)]
+    assert server_window_hit_rate(timeline) == 0.5
+    # both names on one page (0.10, 0.11: the old ones deprecated): the new ones are read,
+    # not both added; here they disagree, so the one read is known
+    both = [{**old, "vllm:prefix_cache_hits_total": float(h),
+             "vllm:prefix_cache_queries_total": 100.0 * (1 + i)}
+            for i, (old, h) in enumerate(zip(timeline, (0, 25), strict=True))]
+    assert server_window_hit_rate(both) == 0.25

@@ -48,6 +48,11 @@ class EngineSeries:
         """The series of ``role``, preferred first (a renamed one after its new name)."""
         return tuple(s.name for s in self.series if s.role == role)
 
+    def pairs(self, a: Role, b: Role) -> tuple[tuple[str, str], ...]:
+        """``names(a)`` and ``names(b)`` side by side: one generation's names together
+        (a renamed pair after its new names), as a ratio of two counters is read."""
+        return tuple(zip(self.names(a), self.names(b), strict=True))
+
     def name(self, role: Role) -> str | None:
         names = self.names(role)
         return names[0] if names else None
@@ -67,6 +72,9 @@ VLLM = EngineSeries("vllm", "vLLM 0.32", (
            doc="Prefix cache queries, in tokens."),
     Series("vllm:prefix_cache_hits_total", "hits", stat="prefix_cache_hits_tokens",
            doc="Prefix cache hits, in tokens."),
+    # their names before 0.10 (vllm-project/vllm#18354; both exported in 0.10 and 0.11)
+    Series("vllm:gpu_prefix_cache_queries_total", "queries"),
+    Series("vllm:gpu_prefix_cache_hits_total", "hits"),
     Series("vllm:num_preemptions_total", "preemptions", stat="preemptions",
            doc="Cumulative number of preemptions."),
     Series("vllm:prompt_tokens_total", "prompt_tokens", stat="prompt_tokens",

@@ -147,13 +147,11 @@ def _delta(timeline: Sequence[Mapping[str, Any]], name: str) -> float | None:
 def server_window_hit_rate(timeline: Sequence[Mapping[str, Any]]) -> float | None:
     """Δhits/Δqueries between the first and last scrape (vLLM; SGLang Δcached/Δprompt):
     whole cached blocks only, and other clients' traffic too."""
-    for engine in ENGINES:  # (hits, queries) per engine, both in tokens
-        hits, queries = engine.name("hits"), engine.name("queries")
-        if hits is None or queries is None:
-            continue
-        d_hits, d_queries = _delta(timeline, hits), _delta(timeline, queries)
-        if d_hits is not None and d_queries is not None:
-            return _ratio(d_hits, d_queries)
+    for engine in ENGINES:  # (hits, queries) per engine, both in tokens, new names first
+        for hits, queries in engine.pairs("hits", "queries"):
+            d_hits, d_queries = _delta(timeline, hits), _delta(timeline, queries)
+            if d_hits is not None and d_queries is not None:
+                return _ratio(d_hits, d_queries)
     return None
 
 
