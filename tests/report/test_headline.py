@@ -307,18 +307,19 @@ def test_a_sweep_headline_names_its_points_engine_and_capacity(tmp_path):
 
 def test_a_preset_runs_headline_says_which_preset_and_its_stated_error() -> None:
     """A figure simulated from a preset says so and what error the preset states
-    (the fit's leave-one-source-out medians, docs/hardware.md); a GPU no table covers:
+    (per class the larger of the fit's leave-one-source-out and in-sample medians, the
+    figure a plan's band applies: docs/hardware.md "Fit"); a GPU no table covers:
     extrapolated."""
     from workbench.report.headline import engine_note
-    from workbench.sim.presets.stated import held_out
+    from workbench.sim.presets.stated import stated
 
     for preset, extrapolated in (("llama-3.1-8b/h100/tp1", False),
                                  ("llama-3.1-8b/b200/tp1", True)):
-        held = held_out(preset)  # its GPU and TP's leave-one-source-out cell where measured
+        errs = stated(preset)  # its GPU and TP's cell where measured, or in sample
         note = engine_note(RunManifest("", mode="virtual", engine={"preset": preset}))
         assert note is not None and note.startswith("virtual time (simulated engine, preset ")
-        assert preset in note and f"ITL {held['itl']:.1%}" in note
-        assert f"TTFT {held['ttft']:.1%}" in note
+        assert preset in note and f"ITL {errs['itl']:.1%}" in note
+        assert f"TTFT {errs['ttft']:.1%}" in note
         assert ("extrapolated (llama-3.1-8b on b200)" in note) is extrapolated
     assert "preset" not in (engine_note(RunManifest("", mode="virtual", engine={})) or "")
 

@@ -60,7 +60,9 @@ def test_an_outside_table_under_each_scheduler(name: str, scheduler: str) -> Non
     bound = BOUNDS[name, scheduler]
     assert set(medians) == set(bound), (medians, bound)
     for metric, limit in bound.items():
-        assert medians[metric] <= limit + 0.005, (name, scheduler, metric, medians[metric])
+        # the median rounded up to the next percent, no looser (as the kept tables')
+        assert limit - 0.015 < medians[metric] <= limit + 0.005, (
+            name, scheduler, metric, medians[metric])
 
 
 def test_sglang_scheduling_gives_the_two_engines_measured_ratios() -> None:

@@ -134,7 +134,10 @@ def test_preset_against_published_table(name: str) -> None:
     bound = BOUNDS[name]
     assert set(got) == set(bound), (got, bound)
     for metric, limit in bound.items():
-        assert got[metric] <= limit + 0.005, (name, metric, got[metric], limit)
+        # the median rounded up to the next percent: within it, and no looser (a bound
+        # left behind by a refit that made the table better would state more error than
+        # the shipped factors leave, and hide the next one that makes it worse)
+        assert limit - 0.015 < got[metric] <= limit + 0.005, (name, metric, got[metric], limit)
 
 
 def test_the_stated_errors_are_the_fits_record() -> None:

@@ -3,11 +3,12 @@
 The numbers are the fit's own record (``sim/presets/fitted_factors.json``, written
 by ``python -m workbench.sim.presets.fit --write``): the median absolute error per
 metric class **leave-one-source-out** (each source's rows predicted by a fit that never
-saw that source), for the preset's own GPU and TP where some source measured them
-(``MIN_ROWS`` numbers of the class at least), else over every source; and in sample
-(docs/hardware.md, "Fit"); a test re-derives them from the tables. A (model, GPU) pair
-no table covers says it is extrapolated. A calibrated preset file states its own
-calibration's errors.
+saw that source), for the preset's own GPU and TP where some source measured
+``MIN_ROWS`` numbers of the class, else the larger of every source's and the worst its
+own GPU and TP's cell shows; and in sample (docs/hardware.md, "Fit"); a test re-derives
+them from the tables. ``stated``, the larger of the two per class, is the one figure a
+plan's band and a run's headline give. A (model, GPU) pair no table covers says it is
+extrapolated. A calibrated preset file states its own calibration's errors.
 """
 
 from __future__ import annotations
@@ -51,17 +52,34 @@ def _cells() -> dict[str, dict[str, float]]:
 def held_out(engine: str) -> dict[str, float]:
     """The leave-one-source-out median absolute error per metric class that ``engine``
     (a catalog preset) states: its (GPU, TP) cell's where that cell has ``MIN_ROWS``
-    numbers of the class, else every source's."""
+    numbers of the class; else the larger of every source's and the worst figure the
+    cell shows, of any class and however few numbers — never less than the table's row
+    for its GPU and TP shows (8 × MI300X measured no ITL, but its batch latencies, 128
+    decode steps each, miss by 29.8 %: docs/hardware.md, "Fit")."""
     out = dict(fit_record()["held_out_error"])
     try:
         _model, gpu, tp, _fp8 = parse(engine)
     except ValueError:
         return out
     cell = _cells().get(f"{gpu} tp{tp}", {})
-    for key, value in cell.items():
-        if not key.endswith("_n") and cell.get(f"{key}_n", 0) >= MIN_ROWS:
-            out[key] = value
+    worst = max((v for k, v in cell.items() if not k.endswith("_n")), default=0.0)
+    for key in out:
+        if key == "all":  # every row, no class: not a figure any text states
+            continue
+        if cell.get(f"{key}_n", 0) >= MIN_ROWS:
+            out[key] = cell[key]
+        else:
+            out[key] = max(out[key], worst)
     return out
+
+
+def stated(engine: str) -> dict[str, float]:
+    """The error ``engine`` (a catalog preset) states per metric class: the larger of
+    its leave-one-source-out figure (``held_out``) and the fit's in-sample one, so that
+    no text states less than either (a plan's band, a run's headline: docs/plan.md,
+    "Error band")."""
+    held, fitted = held_out(engine), fit_record()["in_sample"]
+    return {k: max(v, fitted.get(k, v)) for k, v in held.items() if k != "all"}
 
 
 @functools.cache
@@ -104,12 +122,18 @@ def stated_error(engine: str) -> str:
 
 
 def stated_error_brief(engine: str) -> str:
-    """``stated_error`` in a headline's few words: the held-out median errors, and
-    "extrapolated" where no published table covers the preset's model on its GPU."""
-    held = held_out(engine)
-    parts = [f"{name} {error_pct(held[key])}" for key, name in
-             (("itl", "ITL"), ("throughput", "throughput"), ("ttft", "TTFT")) if key in held]
-    text = "held-out median error " + ", ".join(parts)
+    """``stated_error`` in a headline's few words: the stated median errors (``stated``:
+    the figures a plan's band applies), and "extrapolated" where no published table
+    covers the preset's model on its GPU; a calibrated preset file, its calibration's."""
+    if is_calibrated(engine):
+        errs = calibration_errors(engine)
+        told = ", ".join(f"{k} {error_pct(v)}" for k, v in errs.items()) or "not recorded"
+        return (f"calibrated preset ({parse_base(engine)}): its calibration's median error "
+                f"{told}")
+    errs = stated(engine)
+    parts = [f"{name} {error_pct(errs[key])}" for key, name in
+             (("itl", "ITL"), ("throughput", "throughput"), ("ttft", "TTFT")) if key in errs]
+    text = "stated median error " + ", ".join(parts)
     try:
         pair = unmeasured(engine)
     except ValueError:  # not a preset name: the errors alone
@@ -151,6 +175,4 @@ def metric_error(engine: str, metric: str) -> float | None:
         return max(found_cal) if found_cal else None
     if engine.endswith(".json") or metric not in METRIC_CLASS:
         return None
-    key = METRIC_CLASS[metric]
-    found = [part[key] for part in (held_out(engine), fit_record()["in_sample"]) if key in part]
-    return max(found) if found else None
+    return stated(engine).get(METRIC_CLASS[metric])
