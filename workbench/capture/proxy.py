@@ -123,8 +123,10 @@ class CaptureProxy:
         self._tokens = TokenSource(self.tokenizer, self.upstream, self._client)
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_route("*", "/{tail:.*}", self._handle)
+        # auto_decompress off: a compressed request body goes upstream as the agent sent
+        # it, with its Content-Encoding (inflated only to be read, in ``_arrive``)
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                                     shutdown_timeout=STOP_TIMEOUT_S)
+                                     shutdown_timeout=STOP_TIMEOUT_S, auto_decompress=False)
         await self._runner.setup()
         try:
             site = web.TCPSite(self._runner, self.host, self.port)
@@ -216,7 +218,14 @@ class CaptureProxy:
             return resp
         except (aiohttp.ClientError, TimeoutError) as exc:
             if resp is not None:  # the head went out: the agent sees the stream cut
-                raise
+                # its connection closed after the bytes relayed so far (returned, not
+                # raised: aiohttp logs a raised error with a traceback)
+                log.warning("capture: the upstream cut an answer (%s); the agent's "
+                            "connection was closed, the request not recorded",
+                            type(exc).__name__)
+                if request.transport is not None:
+                    request.transport.close()
+                return resp
             # a 502 naming the error's class only (its text may carry the upstream's URL)
             return web.json_response(
                 {"error": {"message": f"workbench capture: upstream request failed "
@@ -232,8 +241,9 @@ class CaptureProxy:
 
     def _arrive(self, xid: int, sent: float, path: str, raw: bytes,
                 headers: Mapping[str, str]) -> None:
-        facts = request_facts(path, raw)
-        if facts is None:
+        body = _decoded(raw, headers.get("Content-Encoding", "").strip().lower())
+        facts = request_facts(path, body) if body is not None else None
+        if facts is None:  # not that API's JSON, or compressed other than gzip/deflate
             return
         turn = self.sessions.arrive(
             xid, sent, facts, headers.get(self.session_header), headers.get(self.parent_header)
@@ -326,7 +336,8 @@ class CaptureProxy:
 
 
 def _decoded(body: bytes, encoding: str) -> bytes | None:
-    """The bytes to read counts from, inflated; None for an encoding it cannot read."""
+    """A captured request's or answer's bytes inflated to be read (at most
+    ``MAX_KEPT_BYTES``); None for an encoding it cannot read."""
     if encoding in ("", "identity"):
         return body
     if encoding not in ("gzip", "x-gzip", "deflate"):

@@ -1,0 +1,104 @@
+"""The capture proxy under faults of its agents and upstreams: compressed request
+bodies, upstreams that cut their streams (docs/capture.md, "The relay", "What is
+captured")."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+
+from workbench.capture import CaptureProxy, read_capture
+
+CHAT = {"model": "m", "max_tokens": 9,
+        "messages": [{"role": "system", "content": "be brief " * 40},
+                     {"role": "user", "content": "list the files please"}]}
+ANSWER = {"id": "c1", "object": "chat.completion", "model": "m",
+          "choices": [{"index": 0, "finish_reason": "stop",
+                       "message": {"role": "assistant", "content": "ok"}}],
+          "usage": {"prompt_tokens": 321, "completion_tokens": 17, "total_tokens": 338}}
+
+
+@pytest.mark.parametrize("encoding,pack", [("gzip", gzip.compress), ("deflate", zlib.compress)])
+async def test_a_compressed_request_body_reaches_the_upstream_as_sent(
+        loopback, tmp_path: Path, encoding: str, pack) -> None:
+    """An agent that compresses its request body (``Content-Encoding: gzip``, as some SDKs
+    do for large prompts): the upstream gets the bytes the agent sent, with their
+    ``Content-Encoding``, and the request is recorded from the body inflated. The proxy
+    inflated the body and relayed it still labelled gzip: the upstream could not read
+    it (a 500 here, a 400 from vLLM) and the agent's request failed."""
+    got: list[tuple[str, bytes]] = []
+
+    async def chat(request: web.Request) -> web.Response:
+        got.append((request.headers.get("Content-Encoding", ""), await request.read()))
+        return web.json_response(ANSWER)
+
+    upstream = await loopback([web.post("/v1/chat/completions", chat)])
+    body = orjson.dumps(CHAT)
+    headers = {"Content-Encoding": encoding, "Content-Type": "application/json"}
+    async with CaptureProxy(upstream, tmp_path, tokenizer="word") as proxy, \
+            aiohttp.ClientSession() as http, \
+            http.post(proxy.url + "/v1/chat/completions", data=pack(body),
+                      headers=headers) as resp:  # fmt: skip
+        assert resp.status == 200, await resp.text()
+        assert orjson.loads(await resp.read()) == ANSWER
+    assert got == [(encoding, body)]  # inflated by the upstream's own server, as sent
+    req = read_capture(tmp_path)[0]["requests"][0]
+    assert (req["in"], req["out"]) == (321, 17) and len(req["hash_ids"]) == 321 // 64
+
+
+def _chunk(event: dict) -> bytes:
+    return b"data: " + orjson.dumps(event) + b"\n\n"
+
+
+DELTA = {"id": "x", "object": "chat.completion.chunk",
+         "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}]}
+LAST = {"id": "x", "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 130, "completion_tokens": 2}}
+
+
+async def test_an_upstream_that_cuts_its_stream_is_a_cut_for_the_agent_and_one_line(
+        loopback, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The upstream resets its connection mid-stream: the agent gets the pieces sent so
+    far and then a cut stream (never a clean end it could take for a whole answer), the
+    request is not recorded, the next one is, and the console gets one line naming the
+    error's class. It got aiohttp's "Error handling request" and a traceback per cut."""
+    import logging
+
+    cuts = [True, False]
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(_chunk(DELTA))
+        if cuts.pop(0):
+            assert request.transport is not None
+            request.transport.abort()  # a reset, mid-stream
+            return resp
+        await resp.write(_chunk(LAST) + b"data: [DONE]\n\n")
+        return resp
+
+    upstream = await loopback([web.post("/v1/chat/completions", chat)])
+    body = {**CHAT, "stream": True}
+    with caplog.at_level(logging.INFO):
+        async with CaptureProxy(upstream, tmp_path, tokenizer="word") as proxy, \
+                aiohttp.ClientSession() as http:  # fmt: skip
+            async with http.post(proxy.url + "/v1/chat/completions", json=body) as resp:
+                assert resp.status == 200
+                assert await resp.content.readany() == _chunk(DELTA)
+                with pytest.raises(aiohttp.ClientPayloadError):
+                    await resp.read()
+            async with http.post(proxy.url + "/v1/chat/completions", json=body) as resp:
+                assert (await resp.read()).endswith(b"data: [DONE]\n\n")
+    assert (proxy.captured, proxy.passed, proxy.failed) == (1, 1, 0)
+    assert [r["in"] for r in read_capture(tmp_path)[0]["requests"]] == [130]
+    noisy = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [(r.name, r.exc_info) for r in noisy] == [("workbench.capture.proxy", None)]
+    assert "ClientPayloadError" in noisy[0].getMessage()
