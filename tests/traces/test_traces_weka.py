@@ -485,3 +485,34 @@ def test_untyped_entries_and_requests_without_hash_ids(tmp_path: Path) -> None:
     res = simulate({"trace": str(tmp_path / "t.jsonl"), "arrival": {"mode": "saturated"}})
     assert [r.prompt_tokens for r in sorted(res.records, key=lambda r: r.request_id)] == [
         256, 320, 64]
+
+
+def _cut(text: str, at: str) -> str:
+    """``text`` up to (not including) the last occurrence of ``at``."""
+    return text[: text.rindex(at)]
+
+
+@pytest.mark.parametrize("shape", ["pretty", "array", "pretty-array"])
+def test_a_cut_document_names_where_it_breaks_and_why(tmp_path: Path, shape: str) -> None:
+    """A whole-file document cut short (a copy interrupted, a download that stopped): the
+    error names the file, the line and column where the JSON stops parsing, and says the
+    document does not parse there. It said the file was "one JSON object written over
+    several lines, not JSON lines: weka takes one JSON object a line" — a rule weka does
+    not have (it reads pretty-printed files and arrays) — and named line 1."""
+    c = [conv(n, [req(0.0, 128, 1, [1, 2]), req(1.0, 192, 1, [1, 2, 3])]) for n in "ab"]
+    text = {"pretty": json.dumps(c[0], indent=2), "array": json.dumps(c),
+            "pretty-array": json.dumps(c, indent=2)}[shape]
+    cut = _cut(text, '"hash_ids"')
+    folder = tmp_path / "f"
+    folder.mkdir()
+    (folder / "a.json").write_text(json.dumps(conv("first", [req(0.0, 64, 1, [1])])))
+    (folder / "b.json").write_text(cut)
+    for path in (folder, folder / "b.json"):
+        with pytest.raises(TraceFormatError) as e:
+            load_trace(path, fmt="weka")
+        assert e.value.path == str(folder / "b.json")
+        assert e.value.line == cut.count("\n") + 1, e.value
+        assert "takes one JSON object a line" not in e.value.rule
+        col = len(cut) - cut.rfind("\n")
+        assert f"line {e.value.line} column {col}" in e.value.rule, e.value.rule
+        assert "invalid JSON" in e.value.rule and "cut short" in e.value.rule

@@ -24,6 +24,7 @@ from workbench.traces import bounds
 from workbench.traces._io import read_text
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import (
+    document_rule,
     json_id,
     json_int,
     json_number,
@@ -137,8 +138,13 @@ def _sources(path: Path) -> Iterator[tuple[_Source, dict[str, Any]]]:
     text = read_text(path)  # regular, bounded, UTF-8, not blank, its BOM dropped
     try:
         whole = orjson.loads(text)
-    except orjson.JSONDecodeError:
+    except orjson.JSONDecodeError as exc:
         whole = None  # JSONL, or broken: the lines say which
+        if document_rule(text, FORMAT) is not None:  # an array, or an object over lines
+            raise TraceFormatError(path, exc.lineno, f"invalid JSON at line {exc.lineno} "
+                                   f"column {exc.colno} (char {exc.pos}): {exc.msg}; the "
+                                   "file is one JSON document and does not parse from "
+                                   "there (cut short?)") from None
     if isinstance(whole, dict):
         yield _Source(path, _first_line(text)), whole
     elif isinstance(whole, list):
