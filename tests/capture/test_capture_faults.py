@@ -102,3 +102,50 @@ async def test_an_upstream_that_cuts_its_stream_is_a_cut_for_the_agent_and_one_l
     noisy = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert [(r.name, r.exc_info) for r in noisy] == [("workbench.capture.proxy", None)]
     assert "ClientPayloadError" in noisy[0].getMessage()
+
+
+async def test_a_root_whose_request_failed_after_its_sub_agent_ran_still_replays(
+        loopback, tmp_path: Path) -> None:
+    """The root agent's first request is in flight when its sub-agent (named by the
+    parent header) runs and finishes; then the root's request fails. The file holds the
+    sub-agent's marker and no request of the root's own: the folder still loads, the
+    sub-agent a session of its own. The reader refused the whole folder ("has no
+    request of its own"), so a capture did not replay for one failed request."""
+    import asyncio
+
+    from workbench.traces.load import load_trace
+
+    root_in = asyncio.Event()
+    sub_done = asyncio.Event()
+
+    async def chat(request: web.Request) -> web.Response:
+        await request.read()
+        if request.headers.get("X-Session-ID") == "root":
+            root_in.set()
+            await sub_done.wait()
+            return web.json_response({"error": {"message": "overloaded"}}, status=529)
+        return web.json_response(ANSWER)
+
+    upstream = await loopback([web.post("/v1/chat/completions", chat)])
+    async with CaptureProxy(upstream, tmp_path, tokenizer="word") as proxy, \
+            aiohttp.ClientSession() as http:  # fmt: skip
+
+        async def ask(headers: dict[str, str], task: str) -> int:
+            body = {**CHAT, "messages": [{"role": "user", "content": task}]}
+            async with http.post(proxy.url + "/v1/chat/completions", json=body,
+                                 headers=headers) as resp:
+                await resp.read()
+                return resp.status
+
+        root = asyncio.create_task(ask({"X-Session-ID": "root"}, "the main task"))
+        await root_in.wait()
+        assert await ask({"X-Session-ID": "sub", "X-Parent-Session-ID": "root"},
+                         "search the tree") == 200
+        sub_done.set()
+        assert await root == 529
+    (doc,) = read_capture(tmp_path)
+    assert [r["type"] for r in doc["requests"]] == ["subagent"]
+    w = load_trace(tmp_path)
+    assert [(u.unit_id, len(u.rounds), u.spawn) for u in w.units] == [
+        ("conv_0001::sa:agent_001", 1, None)]
+    assert w.units[0].rounds[0].prompt_len == 321

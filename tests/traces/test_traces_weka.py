@@ -134,10 +134,26 @@ def test_markers_side_by_side_before_first_after_last_and_nested(tmp_path: Path)
     assert w.meta["empty_subagents"] == 1 and w.meta["subagents_before_first_request"] == 1
 
 
-def test_a_conversation_of_markers_only_is_refused(tmp_path: Path) -> None:
-    p = write(tmp_path, conv("c", [marker(0.0, "a", [req(0.0, 64, 1, [1])])]))
-    with pytest.raises(TraceFormatError, match="has no request of its own") as e:
-        load_trace(p)
+def test_a_conversation_of_markers_only_replays_its_sub_agents(tmp_path: Path) -> None:
+    """A conversation whose root has no request of its own, only sub-agents (what a
+    capture writes when the root's only request failed after its sub-agent ran): each
+    sub-agent is a session of its own from the conversation's start, its own markers
+    nested under it. One with no request anywhere is refused, naming its line."""
+    c = conv("c", [marker(0.0, "a", [req(0.0, 64, 1, [1]),
+                                     marker(1.0, "g", [req(0.0, 64, 1, [1])]),
+                                     req(2.0, 128, 1, [1, 2])]),
+                   marker(5.0, "b", [req(0.0, 64, 1, [3])])])
+    w = load_trace(write(tmp_path, c))
+    units = {u.unit_id: u for u in w.units}
+    assert list(units) == ["c::sa:a", "c::sa:a::sa:g", "c::sa:b"]
+    assert units["c::sa:a"].spawn is None and units["c::sa:b"].spawn is None
+    g = units["c::sa:a::sa:g"].spawn
+    assert g is not None and (g.parent_id, g.round_idx, g.join_round) == ("c::sa:a", 0, 1)
+    assert w.meta["conversations_of_subagents_only"] == 1
+    assert [len(u.rounds) for u in w.units] == [2, 1, 1]
+    empty = write(tmp_path, conv("e", [marker(0.0, "a", [])]), conv("z", []), name="e.jsonl")
+    with pytest.raises(TraceFormatError, match="has no request") as e:
+        load_trace(empty)
     assert e.value.line == 1
 
 

@@ -302,9 +302,12 @@ def _conversation(src: _Source, obj: dict[str, Any], seen: dict[str, int],
         raise TraceFormatError(src.path, src.line, f"{where}missing field 'requests'")
     ids = _Ids(src, scope, namespace(cid))
     _agent(src, obj["requests"], where, root, block, ids, 0, seen, counts)
+    if not _has_requests(root):
+        raise TraceFormatError(src.path, src.line, f"{where}has no request (type 's' or "
+                               "'n'), of its own or of a sub-agent; nothing to replay it by")
     if not any(isinstance(it, _Request) for it in root.items):
-        raise TraceFormatError(src.path, src.line, f"{where}has no request of its own "
-                               "(type 's' or 'n'); nothing to replay it by")
+        # its sub-agents replay as sessions of their own (docs/weka-traces.md)
+        counts["conversations_of_subagents_only"] += 1
     return root, block, ids
 
 
@@ -499,9 +502,9 @@ def _units(src: _Source, agent: _Agent, warm: dict[int, int], warm_blocks: int,
     if rounds:
         built.units.append(Unit(agent.unit_id, "session", 0.0, tuple(rounds), meta, spawn))
     for child, sp in children:
-        if not rounds:  # an agent with markers only: its children hang off its parent
-            sp = spawn or sp
-        _units(src, child, warm, warm_blocks, opts, built, sp)
+        # an agent with markers only: its children hang off its parent (a root's start
+        # with the conversation, nobody waiting)
+        _units(src, child, warm, warm_blocks, opts, built, sp if rounds else spawn)
 
 
 def _recorded_spawn(agent: _Agent, reqs: list[_Request], k: int, t: float, child: _Agent,
