@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from workbench.traces.json_io import (
     json_id,
     json_int,
     json_number,
+    json_object,
     json_tokens,
     note_unknown,
     text_json_lines,
@@ -136,19 +138,29 @@ def _sources(path: Path) -> Iterator[tuple[_Source, dict[str, Any]]]:
     """Every conversation object of one file, with its line (a whole-file JSON's first
     non-blank one; its own in a JSONL)."""
     text = read_text(path)  # regular, bounded, UTF-8, not blank, its BOM dropped
-    try:
-        whole = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        whole = None  # JSONL, or broken: the lines say which
-        if document_rule(text, FORMAT) is not None:  # an array, or an object over lines
-            raise TraceFormatError(path, exc.lineno, f"invalid JSON at line {exc.lineno} "
-                                   f"column {exc.colno} (char {exc.pos}): {exc.msg}; the "
-                                   "file is one JSON document and does not parse from "
-                                   "there (cut short?)") from None
+    start, end = _content_span(text)  # no copy of a text that can be 1 GiB
+    cut = text.find("\n", start)
+    first = text[start: cut if cut >= 0 else len(text)]
+    whole: Any = None
+    if (one := json_object(first)) is not None and start + len(first.rstrip()) < end:
+        pass  # JSONL: never parsed whole (orjson sets aside memory for the whole text)
+    elif one is not None:
+        whole = one  # one conversation on one line
+    else:
+        try:
+            whole = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:  # JSONL, or broken: the lines say which
+            if document_rule(text, FORMAT) is not None:  # an array, an object over lines
+                raise TraceFormatError(path, exc.lineno, f"invalid JSON at line "
+                                       f"{exc.lineno} column {exc.colno} (char {exc.pos}): "
+                                       f"{exc.msg}; the file is one JSON document and does "
+                                       "not parse from there (cut short?)") from None
+    if isinstance(whole, dict | list):
+        src = _Source(path, text.count("\n", 0, start) + 1)
+        del text  # the document is read: its text is let go
     if isinstance(whole, dict):
-        yield _Source(path, _first_line(text)), whole
+        yield src, whole
     elif isinstance(whole, list):
-        src = _Source(path, _first_line(text))
         if not whole:
             raise TraceFormatError(path, src.line, "the list holds no conversation")
         for i, obj in enumerate(whole):
@@ -162,9 +174,16 @@ def _sources(path: Path) -> Iterator[tuple[_Source, dict[str, Any]]]:
             yield _Source(path, lineno), obj
 
 
-def _first_line(text: str) -> int:
-    """The line a whole-file document starts on (blank lines before it skipped)."""
-    return text[: len(text) - len(text.lstrip())].count("\n") + 1
+def _content_span(text: str) -> tuple[int, int]:
+    """Where ``text`` stripped of its leading and trailing white space starts and ends."""
+    start = next((m.start() for m in _NOT_SPACE.finditer(text)), len(text))
+    end = len(text)
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+_NOT_SPACE = re.compile(r"\S")
 
 
 # -- conversations -------------------------------------------------------------------------
@@ -241,6 +260,7 @@ def _agent(src: _Source, reqs: Any, where: str, agent: _Agent, block: int, ids: 
                                f"{MAX_DEPTH} levels")
     names: Counter[str] = Counter()
     for i, r in enumerate(reqs):
+        reqs[i] = None  # its JSON let go once read (a conversation can be GBs of ids)
         at = f"{where}requests[{i}]."
         if not isinstance(r, dict):
             raise TraceFormatError(src.path, src.line, f"{at[:-1]} must be an object")
@@ -579,13 +599,16 @@ def read_weka(path: Path, *, timing: str = "think-only", api_time_scale: float =
     warm_tokens = int(opts["warm_prefix_pct"] * shared)
     warm_blocks = warm_tokens // block
     built = _Built([], counts, Counter(), block)
-    for src, root, _, _ in convs:
+    n_convs = len(convs)
+    convs.reverse()
+    while convs:  # each conversation's requests let go once its rounds hold their ids
+        src, root, _, _ = convs.pop()
         warm = _warm_map(root, warm_blocks, block, {}) if warm_blocks else {}
         _units(src, root, warm, warm_blocks, opts, built, None)
     units = built.units
     meta: dict[str, Any] = {
         "reader": {**opts, "warm_prefix_tokens": warm_tokens, "files": len(files)},
-        "conversations": len(convs),
+        "conversations": n_convs,
         "subagents": sum(u.spawn is not None for u in units),
         "timing_sources": dict(built.timing),
         **{k: v for k, v in counts.items() if v},
