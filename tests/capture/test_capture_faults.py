@@ -149,3 +149,29 @@ async def test_a_root_whose_request_failed_after_its_sub_agent_ran_still_replays
     assert [(u.unit_id, len(u.rounds), u.spawn) for u in w.units] == [
         ("conv_0001::sa:agent_001", 1, None)]
     assert w.units[0].rounds[0].prompt_len == 321
+
+
+async def test_a_killed_captures_temporary_files_are_removed_by_the_next(
+        loopback, tmp_path: Path) -> None:
+    """A capture killed mid-write leaves ``conv_NNNN.json.tmp`` (the writer's temporary,
+    ``workbench.safe_write.temp_of``) beside the files; the next capture into that
+    folder removes it and leaves everything else alone. It looked for ``.conv_*.tmp``, a
+    name nothing writes, so the temporaries stayed for good."""
+
+    async def chat(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response(ANSWER)
+
+    upstream = await loopback([web.post("/v1/chat/completions", chat)])
+    (tmp_path / "conv_0001.json").write_bytes(b"{}")
+    (tmp_path / "conv_0002.json.tmp").write_bytes(b'{"id": "conv_00')
+    (tmp_path / "mine_0001.json.tmp").write_bytes(b"another prefix's")
+    (tmp_path / "notes.tmp").write_bytes(b"the user's")
+    async with CaptureProxy(upstream, tmp_path, tokenizer="word") as proxy, \
+            aiohttp.ClientSession() as http:  # fmt: skip
+        assert sorted(p.name for p in tmp_path.iterdir()) == [
+            "conv_0001.json", "mine_0001.json.tmp", "notes.tmp"]
+        async with http.post(proxy.url + "/v1/chat/completions", json=CHAT) as resp:
+            assert resp.status == 200
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "conv_0001.json", "conv_0002.json", "mine_0001.json.tmp", "notes.tmp"]

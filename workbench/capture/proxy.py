@@ -109,7 +109,7 @@ class CaptureProxy:
         from aiohttp import web
 
         self.out_dir.mkdir(parents=True, exist_ok=True)  # the user's folder (a link is theirs)
-        remove_stale(self.out_dir)
+        remove_stale(self.out_dir, self.prefix)
         self.sessions.number_after(_highest_number(self.out_dir, self.prefix))
         if self.salt_file is not None:
             self.salt.write(self.salt_file)
