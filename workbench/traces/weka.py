@@ -29,7 +29,6 @@ from workbench.traces.json_io import (
     json_id,
     json_int,
     json_number,
-    json_object,
     json_tokens,
     note_unknown,
     text_json_lines,
@@ -139,13 +138,11 @@ def _sources(path: Path) -> Iterator[tuple[_Source, dict[str, Any]]]:
     non-blank one; its own in a JSONL)."""
     text = read_text(path)  # regular, bounded, UTF-8, not blank, its BOM dropped
     start, end = _content_span(text)  # no copy of a text that can be 1 GiB
-    cut = text.find("\n", start)
-    first = text[start: cut if cut >= 0 else len(text)]
+    line_end = text.find("\n", start)
+    line_end = end if line_end < 0 else _content_span(text, start, line_end)[1]
     whole: Any = None
-    if (one := json_object(first)) is not None and start + len(first.rstrip()) < end:
+    if line_end < end and text[start] == "{" and text[line_end - 1] == "}":
         pass  # JSONL: never parsed whole (orjson sets aside memory for the whole text)
-    elif one is not None:
-        whole = one  # one conversation on one line
     else:
         try:
             whole = orjson.loads(text)
@@ -174,10 +171,11 @@ def _sources(path: Path) -> Iterator[tuple[_Source, dict[str, Any]]]:
             yield _Source(path, lineno), obj
 
 
-def _content_span(text: str) -> tuple[int, int]:
-    """Where ``text`` stripped of its leading and trailing white space starts and ends."""
-    start = next((m.start() for m in _NOT_SPACE.finditer(text)), len(text))
-    end = len(text)
+def _content_span(text: str, lo: int = 0, hi: int | None = None) -> tuple[int, int]:
+    """Where ``text[lo:hi]`` stripped of its leading and trailing white space starts and
+    ends (indices into ``text``; no copy of it)."""
+    end = len(text) if hi is None else hi
+    start = next((m.start() for m in _NOT_SPACE.finditer(text, lo, end)), end)
     while end > start and text[end - 1].isspace():
         end -= 1
     return start, end
