@@ -175,3 +175,28 @@ async def test_a_killed_captures_temporary_files_are_removed_by_the_next(
             assert resp.status == 200
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "conv_0001.json", "conv_0002.json", "mine_0001.json.tmp", "notes.tmp"]
+
+
+async def test_a_usage_of_zero_prompt_tokens_is_counted_by_the_tokenizer(
+        loopback, tmp_path: Path) -> None:
+    """An upstream whose usage says ``prompt_tokens: 0`` (servers that fill usage with
+    zeros when they do not count): no prompt is empty, so the tokenizer counts it, and
+    the capture replays. ``"in": 0`` was written, which the ``weka`` reader refuses
+    (``in`` must be at least 1): the whole capture folder did not load."""
+    from workbench.traces.load import load_trace
+
+    async def chat(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({**ANSWER, "usage": {"prompt_tokens": 0,
+                                                      "completion_tokens": 17}})
+
+    upstream = await loopback([web.post("/v1/chat/completions", chat)])
+    async with CaptureProxy(upstream, tmp_path, tokenizer="word") as proxy, \
+            aiohttp.ClientSession() as http, \
+            http.post(proxy.url + "/v1/chat/completions", json=CHAT) as resp:  # fmt: skip
+        assert resp.status == 200
+        await resp.read()
+    req = read_capture(tmp_path)[0]["requests"][0]
+    assert req["in"] > 64 and req["out"] == 17 and len(req["hash_ids"]) == req["in"] // 64
+    (unit,) = load_trace(tmp_path).units
+    assert unit.rounds[0].prompt_len == req["in"]

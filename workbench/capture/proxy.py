@@ -292,7 +292,9 @@ class CaptureProxy:
         """Counts from the response, ids from the tokenizer, hashes: the turn is done."""
         assert self._tokens is not None
         ids = await self._tokens.ids(facts, headers)
-        turn.prompt_tokens = got.prompt_tokens if got.prompt_tokens is not None else len(ids)
+        # usage absent, or 0: a server that did not count (no prompt is empty; the format
+        # and its readers take `in` >= 1): the tokenizer counts it
+        turn.prompt_tokens = got.prompt_tokens or len(ids)
         turn.output_tokens = (got.output_tokens if got.output_tokens is not None
                               else got.output_events)
         turn.output_types = got.output_types or ["text"]
