@@ -200,3 +200,39 @@ async def test_a_usage_of_zero_prompt_tokens_is_counted_by_the_tokenizer(
     assert req["in"] > 64 and req["out"] == 17 and len(req["hash_ids"]) == req["in"] // 64
     (unit,) = load_trace(tmp_path).units
     assert unit.rounds[0].prompt_len == req["in"]
+
+
+async def test_a_usage_past_the_bound_of_a_round_is_not_recorded(
+        loopback, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An upstream whose usage claims more tokens than any trace reader takes for one
+    request (10M, docs/trace-bounds.md): relayed, not recorded, one log line, and the
+    capture replays. It was recorded — and its prompt hashed block by block first: a
+    claim of 10^12 tokens had the proxy make 1.6e10 digests — so the file was one the
+    reader refuses, and the whole folder did not load."""
+    import logging
+
+    from workbench.capture import proxy as proxy_module
+    from workbench.traces import bounds
+    from workbench.traces.load import load_trace
+
+    assert proxy_module.MAX_REQUEST_TOKENS == bounds.MAX_ROUND_TOKENS
+    usages = [{"prompt_tokens": 20_000_000, "completion_tokens": 17}, ANSWER["usage"]]
+
+    async def chat(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({**ANSWER, "usage": usages.pop(0)})
+
+    upstream = await loopback([web.post("/v1/chat/completions", chat)])
+    with caplog.at_level(logging.WARNING):
+        async with CaptureProxy(upstream, tmp_path, tokenizer="word") as proxy, \
+                aiohttp.ClientSession() as http:  # fmt: skip
+            for text in ("first", "second"):
+                body = {**CHAT, "messages": [{"role": "user", "content": text}]}
+                async with http.post(proxy.url + "/v1/chat/completions", json=body) as resp:
+                    assert resp.status == 200
+                    await resp.read()
+    assert (proxy.captured, proxy.failed) == (1, 1)
+    assert [r["in"] for d in read_capture(tmp_path) for r in d["requests"]] == [321]
+    assert [u.rounds[0].prompt_len for u in load_trace(tmp_path).units] == [321]
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "20,000,017" in line and "10,000,000" in line

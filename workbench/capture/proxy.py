@@ -54,6 +54,9 @@ MAX_KEPT_BYTES = 64 * 2**20
 STOP_TIMEOUT_S = 10.0
 #: prompt blocks hashed between two yields to the event loop
 HASH_SLICE = 512
+#: the most tokens (prompt + output) a recorded request may have: what every trace
+#: reader takes for one round (docs/trace-bounds.md; capture does not import traces)
+MAX_REQUEST_TOKENS = 10_000_000
 
 
 class CaptureProxy:
@@ -294,9 +297,17 @@ class CaptureProxy:
         ids = await self._tokens.ids(facts, headers)
         # usage absent, or 0: a server that did not count (no prompt is empty; the format
         # and its readers take `in` >= 1): the tokenizer counts it
-        turn.prompt_tokens = got.prompt_tokens or len(ids)
-        turn.output_tokens = (got.output_tokens if got.output_tokens is not None
-                              else got.output_events)
+        prompt = got.prompt_tokens or len(ids)
+        output = got.output_tokens if got.output_tokens is not None else got.output_events
+        if prompt + max(output, 1) > MAX_REQUEST_TOKENS:
+            # no reader takes it (and its blocks would be hashed one by one): not recorded
+            self.failed += 1
+            log.error("capture: a request could not be recorded (its answer counts %s "
+                      "tokens, past the %s per request a trace may hold: "
+                      "docs/trace-bounds.md)", f"{prompt + output:,}",
+                      f"{MAX_REQUEST_TOKENS:,}")
+            return
+        turn.prompt_tokens, turn.output_tokens = prompt, output
         turn.output_types = got.output_types or ["text"]
         turn.stop = got.stop
         digests: list[bytes] = []
