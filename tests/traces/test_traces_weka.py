@@ -150,6 +150,7 @@ def test_a_conversation_of_markers_only_replays_its_sub_agents(tmp_path: Path) -
     g = units["c::sa:a::sa:g"].spawn
     assert g is not None and (g.parent_id, g.round_idx, g.join_round) == ("c::sa:a", 0, 1)
     assert w.meta["conversations_of_subagents_only"] == 1
+    assert "subagents_before_first_request" not in w.meta  # there is no first request
     assert [len(u.rounds) for u in w.units] == [2, 1, 1]
     empty = write(tmp_path, conv("e", [marker(0.0, "a", [])]), conv("z", []), name="e.jsonl")
     with pytest.raises(TraceFormatError, match="has no request") as e:

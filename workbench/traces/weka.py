@@ -489,7 +489,7 @@ def _units(src: _Source, agent: _Agent, warm: dict[int, int], warm_blocks: int,
         t, child = it
         k = len(waits) + (prev is not None)  # the requests before the marker
         if k == 0:
-            built.counts["subagents_before_first_request"] += 1
+            built.counts["subagents_before_first_request"] += bool(reqs)  # (one to come)
             sp = Spawn(agent.unit_id, 0, "round_start", 0.0, None, agent.line)
         elif opts["subagents"] == "recorded":
             sp = _recorded_spawn(agent, reqs, k, t, child, built.counts)
