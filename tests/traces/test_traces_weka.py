@@ -134,10 +134,27 @@ def test_markers_side_by_side_before_first_after_last_and_nested(tmp_path: Path)
     assert w.meta["empty_subagents"] == 1 and w.meta["subagents_before_first_request"] == 1
 
 
-def test_a_conversation_of_markers_only_is_refused(tmp_path: Path) -> None:
-    p = write(tmp_path, conv("c", [marker(0.0, "a", [req(0.0, 64, 1, [1])])]))
-    with pytest.raises(TraceFormatError, match="has no request of its own") as e:
-        load_trace(p)
+def test_a_conversation_of_markers_only_replays_its_sub_agents(tmp_path: Path) -> None:
+    """A conversation whose root has no request of its own, only sub-agents (what a
+    capture writes when the root's only request failed after its sub-agent ran): each
+    sub-agent is a session of its own from the conversation's start, its own markers
+    nested under it. One with no request anywhere is refused, naming its line."""
+    c = conv("c", [marker(0.0, "a", [req(0.0, 64, 1, [1]),
+                                     marker(1.0, "g", [req(0.0, 64, 1, [1])]),
+                                     req(2.0, 128, 1, [1, 2])]),
+                   marker(5.0, "b", [req(0.0, 64, 1, [3])])])
+    w = load_trace(write(tmp_path, c))
+    units = {u.unit_id: u for u in w.units}
+    assert list(units) == ["c::sa:a", "c::sa:a::sa:g", "c::sa:b"]
+    assert units["c::sa:a"].spawn is None and units["c::sa:b"].spawn is None
+    g = units["c::sa:a::sa:g"].spawn
+    assert g is not None and (g.parent_id, g.round_idx, g.join_round) == ("c::sa:a", 0, 1)
+    assert w.meta["conversations_of_subagents_only"] == 1
+    assert "subagents_before_first_request" not in w.meta  # there is no first request
+    assert [len(u.rounds) for u in w.units] == [2, 1, 1]
+    empty = write(tmp_path, conv("e", [marker(0.0, "a", [])]), conv("z", []), name="e.jsonl")
+    with pytest.raises(TraceFormatError, match="has no request") as e:
+        load_trace(empty)
     assert e.value.line == 1
 
 
@@ -485,3 +502,34 @@ def test_untyped_entries_and_requests_without_hash_ids(tmp_path: Path) -> None:
     res = simulate({"trace": str(tmp_path / "t.jsonl"), "arrival": {"mode": "saturated"}})
     assert [r.prompt_tokens for r in sorted(res.records, key=lambda r: r.request_id)] == [
         256, 320, 64]
+
+
+def _cut(text: str, at: str) -> str:
+    """``text`` up to (not including) the last occurrence of ``at``."""
+    return text[: text.rindex(at)]
+
+
+@pytest.mark.parametrize("shape", ["pretty", "array", "pretty-array"])
+def test_a_cut_document_names_where_it_breaks_and_why(tmp_path: Path, shape: str) -> None:
+    """A whole-file document cut short (a copy interrupted, a download that stopped): the
+    error names the file, the line and column where the JSON stops parsing, and says the
+    document does not parse there. It said the file was "one JSON object written over
+    several lines, not JSON lines: weka takes one JSON object a line" — a rule weka does
+    not have (it reads pretty-printed files and arrays) — and named line 1."""
+    c = [conv(n, [req(0.0, 128, 1, [1, 2]), req(1.0, 192, 1, [1, 2, 3])]) for n in "ab"]
+    text = {"pretty": json.dumps(c[0], indent=2), "array": json.dumps(c),
+            "pretty-array": json.dumps(c, indent=2)}[shape]
+    cut = _cut(text, '"hash_ids"')
+    folder = tmp_path / "f"
+    folder.mkdir()
+    (folder / "a.json").write_text(json.dumps(conv("first", [req(0.0, 64, 1, [1])])))
+    (folder / "b.json").write_text(cut)
+    for path in (folder, folder / "b.json"):
+        with pytest.raises(TraceFormatError) as e:
+            load_trace(path, fmt="weka")
+        assert e.value.path == str(folder / "b.json")
+        assert e.value.line == cut.count("\n") + 1, e.value
+        assert "takes one JSON object a line" not in e.value.rule
+        col = len(cut) - cut.rfind("\n")
+        assert f"line {e.value.line} column {col}" in e.value.rule, e.value.rule
+        assert "invalid JSON" in e.value.rule and "cut short" in e.value.rule

@@ -54,6 +54,9 @@ MAX_KEPT_BYTES = 64 * 2**20
 STOP_TIMEOUT_S = 10.0
 #: prompt blocks hashed between two yields to the event loop
 HASH_SLICE = 512
+#: the most tokens (prompt + output) a recorded request may have: what every trace
+#: reader takes for one round (docs/trace-bounds.md; capture does not import traces)
+MAX_REQUEST_TOKENS = 10_000_000
 
 
 class CaptureProxy:
@@ -109,7 +112,7 @@ class CaptureProxy:
         from aiohttp import web
 
         self.out_dir.mkdir(parents=True, exist_ok=True)  # the user's folder (a link is theirs)
-        remove_stale(self.out_dir)
+        remove_stale(self.out_dir, self.prefix)
         self.sessions.number_after(_highest_number(self.out_dir, self.prefix))
         if self.salt_file is not None:
             self.salt.write(self.salt_file)
@@ -123,8 +126,10 @@ class CaptureProxy:
         self._tokens = TokenSource(self.tokenizer, self.upstream, self._client)
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_route("*", "/{tail:.*}", self._handle)
+        # auto_decompress off: a compressed request body goes upstream as the agent sent
+        # it, with its Content-Encoding (inflated only to be read, in ``_arrive``)
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                                     shutdown_timeout=STOP_TIMEOUT_S)
+                                     shutdown_timeout=STOP_TIMEOUT_S, auto_decompress=False)
         await self._runner.setup()
         try:
             site = web.TCPSite(self._runner, self.host, self.port)
@@ -216,7 +221,14 @@ class CaptureProxy:
             return resp
         except (aiohttp.ClientError, TimeoutError) as exc:
             if resp is not None:  # the head went out: the agent sees the stream cut
-                raise
+                # its connection closed after the bytes relayed so far (returned, not
+                # raised: aiohttp logs a raised error with a traceback)
+                log.warning("capture: the upstream cut an answer (%s); the agent's "
+                            "connection was closed, the request not recorded",
+                            type(exc).__name__)
+                if request.transport is not None:
+                    request.transport.close()
+                return resp
             # a 502 naming the error's class only (its text may carry the upstream's URL)
             return web.json_response(
                 {"error": {"message": f"workbench capture: upstream request failed "
@@ -232,8 +244,9 @@ class CaptureProxy:
 
     def _arrive(self, xid: int, sent: float, path: str, raw: bytes,
                 headers: Mapping[str, str]) -> None:
-        facts = request_facts(path, raw)
-        if facts is None:
+        body = _decoded(raw, headers.get("Content-Encoding", "").strip().lower())
+        facts = request_facts(path, body) if body is not None else None
+        if facts is None:  # not that API's JSON, or compressed other than gzip/deflate
             return
         turn = self.sessions.arrive(
             xid, sent, facts, headers.get(self.session_header), headers.get(self.parent_header)
@@ -282,9 +295,19 @@ class CaptureProxy:
         """Counts from the response, ids from the tokenizer, hashes: the turn is done."""
         assert self._tokens is not None
         ids = await self._tokens.ids(facts, headers)
-        turn.prompt_tokens = got.prompt_tokens if got.prompt_tokens is not None else len(ids)
-        turn.output_tokens = (got.output_tokens if got.output_tokens is not None
-                              else got.output_events)
+        # usage absent, or 0: a server that did not count (no prompt is empty; the format
+        # and its readers take `in` >= 1): the tokenizer counts it
+        prompt = got.prompt_tokens or len(ids)
+        output = got.output_tokens if got.output_tokens is not None else got.output_events
+        if prompt + max(output, 1) > MAX_REQUEST_TOKENS:
+            # no reader takes it (and its blocks would be hashed one by one): not recorded
+            self.failed += 1
+            log.error("capture: a request could not be recorded (its answer counts %s "
+                      "tokens, past the %s per request a trace may hold: "
+                      "docs/trace-bounds.md)", f"{prompt + output:,}",
+                      f"{MAX_REQUEST_TOKENS:,}")
+            return
+        turn.prompt_tokens, turn.output_tokens = prompt, output
         turn.output_types = got.output_types or ["text"]
         turn.stop = got.stop
         digests: list[bytes] = []
@@ -326,7 +349,8 @@ class CaptureProxy:
 
 
 def _decoded(body: bytes, encoding: str) -> bytes | None:
-    """The bytes to read counts from, inflated; None for an encoding it cannot read."""
+    """A captured request's or answer's bytes inflated to be read (at most
+    ``MAX_KEPT_BYTES``); None for an encoding it cannot read."""
     if encoding in ("", "identity"):
         return body
     if encoding not in ("gzip", "x-gzip", "deflate"):

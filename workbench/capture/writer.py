@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 from pathlib import Path
 from typing import Any
 
@@ -107,8 +108,8 @@ def write_atomic(path: Path, doc: dict[str, Any]) -> None:
     safe.write_file(path, orjson.dumps(doc))  # NAME.tmp, never through a link
 
 
-def remove_stale(directory: Path) -> None:
+def remove_stale(directory: Path, prefix: str = "conv_") -> None:
     """Temporary files a killed capture left behind (``write_atomic``'s, never renamed)."""
-    for tmp in directory.glob(".conv_*.tmp"):
+    for tmp in directory.glob(safe.temp_of(f"{glob.escape(prefix)}*.json").name):
         with contextlib.suppress(OSError):
             tmp.unlink()

@@ -17,7 +17,7 @@ import re
 import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -64,7 +64,7 @@ def open_trace(path: Path, limit: int | None = None, *, inflate: bool = True) ->
             raise TraceFormatError(path, 0, _too_big(st.st_size))
         want = cap + 1 if limit is None else limit
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(want)
+            data = _read_up_to(fh, want, st.st_size)
     except OSError as exc:
         raise TraceFormatError(path, 0, f"cannot read file: {exc.strerror or exc}") from None
     finally:
@@ -74,6 +74,20 @@ def open_trace(path: Path, limit: int | None = None, *, inflate: bool = True) ->
     if inflate and data[:2] == GZIP_MAGIC:
         return _inflate(path, data, limit)
     return data
+
+
+def _read_up_to(fh: BinaryIO, want: int, size: int) -> bytes:
+    """At most ``want`` bytes of ``fh``. One ``read(n)`` allocates all ``n`` before it
+    reads, so the first asks for the size ``fstat`` gave and a byte more; a file that
+    grew since (or a size-0 special file) is read on in 16 MiB pieces, up to ``want``."""
+    first = min(want, size + 1)
+    data = fh.read(first)
+    if len(data) < first or len(data) >= want:
+        return data
+    grown = bytearray(data)
+    while len(grown) < want and (piece := fh.read(min(16 << 20, want - len(grown)))):
+        grown += piece
+    return bytes(grown)
 
 
 GZIP_MAGIC = b"\x1f\x8b"

@@ -50,7 +50,7 @@ def text_json_lines(path: Path, text: str, what: str = "a JSON object", *, fmt: 
     name in the error when it is not an object; ``fmt``: the format, named when the file
     is one JSON document, ``document_rule``)."""
     first = True
-    for lineno, raw in enumerate(text.split("\n"), start=1):
+    for lineno, raw in enumerate(_lines(text), start=1):
         if not raw.strip():
             continue
         try:
@@ -63,6 +63,15 @@ def text_json_lines(path: Path, text: str, what: str = "a JSON object", *, fmt: 
             raise TraceFormatError(path, lineno, rule or f"each line must be {what}")
         first = False
         yield lineno, obj, raw
+
+
+def _lines(text: str) -> Iterator[str]:
+    """``text.split("\\n")`` one line at a time (a list of them all doubles a file's memory)."""
+    start = 0
+    while (end := text.find("\n", start)) >= 0:
+        yield text[start:end]
+        start = end + 1
+    yield text[start:]
 
 
 def document_rule(text: str, reader: str) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from workbench.traces import bounds
 from workbench.traces._io import read_text
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import (
+    document_rule,
     json_id,
     json_int,
     json_number,
@@ -135,14 +137,27 @@ def _sources(path: Path) -> Iterator[tuple[_Source, dict[str, Any]]]:
     """Every conversation object of one file, with its line (a whole-file JSON's first
     non-blank one; its own in a JSONL)."""
     text = read_text(path)  # regular, bounded, UTF-8, not blank, its BOM dropped
-    try:
-        whole = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        whole = None  # JSONL, or broken: the lines say which
+    start, end = _content_span(text)  # no copy of a text that can be 1 GiB
+    line_end = text.find("\n", start)
+    line_end = end if line_end < 0 else _content_span(text, start, line_end)[1]
+    whole: Any = None
+    if line_end < end and text[start] == "{" and text[line_end - 1] == "}":
+        pass  # JSONL: never parsed whole (orjson sets aside memory for the whole text)
+    else:
+        try:
+            whole = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:  # JSONL, or broken: the lines say which
+            if document_rule(text, FORMAT) is not None:  # an array, an object over lines
+                raise TraceFormatError(path, exc.lineno, f"invalid JSON at line "
+                                       f"{exc.lineno} column {exc.colno} (char {exc.pos}): "
+                                       f"{exc.msg}; the file is one JSON document and does "
+                                       "not parse from there (cut short?)") from None
+    if isinstance(whole, dict | list):
+        src = _Source(path, text.count("\n", 0, start) + 1)
+        del text  # the document is read: its text is let go
     if isinstance(whole, dict):
-        yield _Source(path, _first_line(text)), whole
+        yield src, whole
     elif isinstance(whole, list):
-        src = _Source(path, _first_line(text))
         if not whole:
             raise TraceFormatError(path, src.line, "the list holds no conversation")
         for i, obj in enumerate(whole):
@@ -156,9 +171,17 @@ def _sources(path: Path) -> Iterator[tuple[_Source, dict[str, Any]]]:
             yield _Source(path, lineno), obj
 
 
-def _first_line(text: str) -> int:
-    """The line a whole-file document starts on (blank lines before it skipped)."""
-    return text[: len(text) - len(text.lstrip())].count("\n") + 1
+def _content_span(text: str, lo: int = 0, hi: int | None = None) -> tuple[int, int]:
+    """Where ``text[lo:hi]`` stripped of its leading and trailing white space starts and
+    ends (indices into ``text``; no copy of it)."""
+    end = len(text) if hi is None else hi
+    start = next((m.start() for m in _NOT_SPACE.finditer(text, lo, end)), end)
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+_NOT_SPACE = re.compile(r"\S")
 
 
 # -- conversations -------------------------------------------------------------------------
@@ -235,6 +258,7 @@ def _agent(src: _Source, reqs: Any, where: str, agent: _Agent, block: int, ids: 
                                f"{MAX_DEPTH} levels")
     names: Counter[str] = Counter()
     for i, r in enumerate(reqs):
+        reqs[i] = None  # its JSON let go once read (a conversation can be GBs of ids)
         at = f"{where}requests[{i}]."
         if not isinstance(r, dict):
             raise TraceFormatError(src.path, src.line, f"{at[:-1]} must be an object")
@@ -296,9 +320,12 @@ def _conversation(src: _Source, obj: dict[str, Any], seen: dict[str, int],
         raise TraceFormatError(src.path, src.line, f"{where}missing field 'requests'")
     ids = _Ids(src, scope, namespace(cid))
     _agent(src, obj["requests"], where, root, block, ids, 0, seen, counts)
+    if not _has_requests(root):
+        raise TraceFormatError(src.path, src.line, f"{where}has no request (type 's' or "
+                               "'n'), of its own or of a sub-agent; nothing to replay it by")
     if not any(isinstance(it, _Request) for it in root.items):
-        raise TraceFormatError(src.path, src.line, f"{where}has no request of its own "
-                               "(type 's' or 'n'); nothing to replay it by")
+        # its sub-agents replay as sessions of their own (docs/weka-traces.md)
+        counts["conversations_of_subagents_only"] += 1
     return root, block, ids
 
 
@@ -462,7 +489,7 @@ def _units(src: _Source, agent: _Agent, warm: dict[int, int], warm_blocks: int,
         t, child = it
         k = len(waits) + (prev is not None)  # the requests before the marker
         if k == 0:
-            built.counts["subagents_before_first_request"] += 1
+            built.counts["subagents_before_first_request"] += bool(reqs)  # (one to come)
             sp = Spawn(agent.unit_id, 0, "round_start", 0.0, None, agent.line)
         elif opts["subagents"] == "recorded":
             sp = _recorded_spawn(agent, reqs, k, t, child, built.counts)
@@ -493,9 +520,9 @@ def _units(src: _Source, agent: _Agent, warm: dict[int, int], warm_blocks: int,
     if rounds:
         built.units.append(Unit(agent.unit_id, "session", 0.0, tuple(rounds), meta, spawn))
     for child, sp in children:
-        if not rounds:  # an agent with markers only: its children hang off its parent
-            sp = spawn or sp
-        _units(src, child, warm, warm_blocks, opts, built, sp)
+        # an agent with markers only: its children hang off its parent (a root's start
+        # with the conversation, nobody waiting)
+        _units(src, child, warm, warm_blocks, opts, built, sp if rounds else spawn)
 
 
 def _recorded_spawn(agent: _Agent, reqs: list[_Request], k: int, t: float, child: _Agent,
@@ -570,13 +597,16 @@ def read_weka(path: Path, *, timing: str = "think-only", api_time_scale: float =
     warm_tokens = int(opts["warm_prefix_pct"] * shared)
     warm_blocks = warm_tokens // block
     built = _Built([], counts, Counter(), block)
-    for src, root, _, _ in convs:
+    n_convs = len(convs)
+    convs.reverse()
+    while convs:  # each conversation's requests let go once its rounds hold their ids
+        src, root, _, _ = convs.pop()
         warm = _warm_map(root, warm_blocks, block, {}) if warm_blocks else {}
         _units(src, root, warm, warm_blocks, opts, built, None)
     units = built.units
     meta: dict[str, Any] = {
         "reader": {**opts, "warm_prefix_tokens": warm_tokens, "files": len(files)},
-        "conversations": len(convs),
+        "conversations": n_convs,
         "subagents": sum(u.spawn is not None for u in units),
         "timing_sources": dict(built.timing),
         **{k: v for k, v in counts.items() if v},
