@@ -54,7 +54,8 @@ def _write(run_dir: Path, recs: list[RequestRecord], **batches: int) -> bool:
     tables = columns.RecordTables(run_dir / columnar.PARQUET, **batches)
     with RecordWriter(run_dir / RECORDS) as w:
         for rec in recs:
-            tables.add(rec, w.write_line(rec))
+            line = w.write_line(rec)
+            tables.add(rec, line, columnar.cut_tokens(line))
     return tables.finish()
 
 
