@@ -54,8 +54,7 @@ def _write(run_dir: Path, recs: list[RequestRecord], **batches: int) -> bool:
     tables = columns.RecordTables(run_dir / columnar.PARQUET, **batches)
     with RecordWriter(run_dir / RECORDS) as w:
         for rec in recs:
-            line = w.write_line(rec)
-            tables.add(rec, line, columnar.cut_tokens(line))
+            tables.add(rec, w.write_line(rec))
     return tables.finish()
 
 

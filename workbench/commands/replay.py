@@ -60,10 +60,8 @@ def headline_if_stopped(cfg: Any, args: argparse.Namespace) -> Iterator[Callable
         raise
 
 
-def finish(result: Any, cfg: Any, args: argparse.Namespace, digest: bool = False,
-           written: Any = None) -> int:
-    """Print a finished run and its digest (``written``: its records as the run wrote them,
-    ``report.canonical.WrittenRecords``); the command's exit status (one rule for every
+def finish(result: Any, cfg: Any, args: argparse.Namespace, digest: bool = False) -> int:
+    """Print a finished run and its digest; the command's exit status (one rule for every
     command that makes or reads a run: ``_run_end.run_exit_status``)."""
     from workbench.metrics import summary_of  # pandas: not held through the run
 
@@ -72,7 +70,7 @@ def finish(result: Any, cfg: Any, args: argparse.Namespace, digest: bool = False
     if digest:
         from workbench.report.canonical import run_digest
 
-        print("digest:", run_digest(result, cfg.slo, written))
+        print("digest:", run_digest(result, cfg.slo))
     if result.run_dir:
         print(f"run directory: {result.run_dir}")
     errors, ok = int(summary.get("errors") or 0), int(summary.get("ok") or 0)

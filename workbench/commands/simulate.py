@@ -37,19 +37,13 @@ def run(args: argparse.Namespace) -> int:
     # the knobs go into the config, so the manifest's config says which engine ran (and
     # they are type- and range-checked like --config)
     cfg = cfg.replace(**{"target.engine": knobs})
-    written = None
-    if args.digest:  # the records' canonical bytes made as they are written, not read back
-        from workbench.report.canonical import WrittenRecords
-
-        written = WrittenRecords()
     with headline_if_stopped(cfg, args) as told:
-        result = simulate(cfg, on_cancelled=told, max_error_rate=args.max_error_rate,
-                          mirror=written)
-    if args.digest:  # no replay follows: the run's hash memo goes before the digest makes
-        # the summary; its plan's cycles are left to the collector (a full collection
+        result = simulate(cfg, on_cancelled=told, max_error_rate=args.max_error_rate)
+    if args.digest:  # no replay follows: the run's hash memo goes before the digest reads
+        # the records back; its plan's cycles are left to the collector (a full collection
         # here cost more CPU than its memory was worth: docs/virtual-time.md, "The digest
         # streamed")
         from workbench.replay.rounds import drop_hash_memos
 
         drop_hash_memos()
-    return finish(result, cfg, args, digest=args.digest, written=written)
+    return finish(result, cfg, args, digest=args.digest)

@@ -22,7 +22,7 @@ from workbench.replay.loops import run_anywhere
 from workbench.replay.outcome import play_shard, play_shards
 from workbench.replay.prepare import coerce_config, prepare
 from workbench.replay.runner import build_runner
-from workbench.replay.session import RecordMirror, ReplaySession, watch_stop
+from workbench.replay.session import ReplaySession, watch_stop
 from workbench.replay.shards import split_run
 from workbench.replay.target import Target
 from workbench.signals import SignalStop, stop_on_signals
@@ -44,15 +44,13 @@ def simulate(
     announced: bool = False,
     span_announced: bool = False,
     max_error_rate: float | None = None,
-    mirror: RecordMirror | None = None,
 ) -> RunResult:
     """Replay ``cfg`` in virtual time against an ``EngineConfig`` (default: ``cfg.target.engine``):
     the records of a live replay, on virtual nanoseconds, with no socket and no sleep.
     ``announced``, ``span_announced``: the caller has said how long the run takes, how
     long its releases span (``prepare``);
     ``max_error_rate``: the threshold the run is judged by, recorded in its manifest
-    (``RunManifest.max_error_rate``); ``mirror``: told every record as ``records.jsonl``
-    is written (``RecordSinks.mirror``: ``simulate --digest``'s records)."""
+    (``RunManifest.max_error_rate``)."""
     if isinstance(engine, dict):  # the config says which engine ran (and so the digest)
         cfg = coerce_config(cfg)
         cfg = cfg.replace(**{"target.engine": {**cfg.target.engine, **engine}})
@@ -67,7 +65,6 @@ def simulate(
         manifest.max_error_rate = max_error_rate
         session = ReplaySession(run.cfg, run.plan, run.run_id, manifest, executor)
         session.on_cancelled = on_cancelled  # (a stopped run: told before the interrupt)
-        session.mirror = mirror
         with rare_collections():  # also from a running loop (a notebook cell)
             result = run_anywhere(session.run(None), virtual=True)
     if signalled.hit:  # saved as cancelled; now stop as replay does

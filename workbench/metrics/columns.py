@@ -134,9 +134,8 @@ class RecordTables:
     record's own, which a line that is orjson's serialisation of it
     (``RecordWriter.write_line``) reads back as, checked a batch at a time (plain ints,
     strings, flags); its token times and counts are cut from the line as
-    ``columnar.cut_times`` cuts them (``columnar.cut_tokens``, given with the line);
-    batches end where ``convert``'s reading ends them (``batch_rows`` lines or
-    ``batch_bytes`` of JSON) and each is written as a row group
+    ``columnar.cut_times`` cuts them; batches end where ``convert``'s reading ends them
+    (``batch_rows`` lines or ``batch_bytes`` of JSON) and each is written as a row group
     when cut, into ``out``'s temporary, so the file is ``convert``'s and memory holds one
     batch. Whatever it cannot mirror so (another line, another type, a failed conversion
     or write) turns it off, the temporary removed: ``finish`` says so (False) and
@@ -154,19 +153,17 @@ class RecordTables:
         self._counts: list[bytes] = []
         self._size = 0
 
-    def add(self, rec: RequestRecord, line: bytes | None, cut: columnar.TokenCut | None
-            ) -> None:  # fmt: skip
-        """``rec`` with the line written for it and that line's ``columnar.cut_tokens``."""
+    def add(self, rec: RequestRecord, line: bytes | None) -> None:
         if not self.on:
             return
-        if line is None or cut is None or type(rec) is not RequestRecord \
-                or type(rec.extra) is not dict:
+        if line is None or type(rec) is not RequestRecord or type(rec.extra) is not dict:
             self.off()
             return
         get = rec.extra.get
-        times, counts = cut
+        times = columnar.cut_ints(line, columnar.TIMES_KEY)
+        counts = columnar.cut_ints(line, columnar.COUNTS_KEY)
         workers = (get(_W0), get(_W1), get(_W2))  # (columnar.EXTRA_INT_FIELDS)
-        if not _EXTRA_TYPES.issuperset(map(type, workers)):
+        if times is None or counts is None or not _EXTRA_TYPES.issuperset(map(type, workers)):
             self.off()
             return
         self._rows.append(_TAKE_RECORD(rec))

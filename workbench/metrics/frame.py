@@ -7,7 +7,6 @@ Records keep raw integer-ns timestamps; the derived columns come from
 from __future__ import annotations
 
 import dataclasses
-import operator
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -104,12 +103,7 @@ def to_frame(data: Data) -> pd.DataFrame:
 
 
 _TOKENS = ("token_times_ns", "token_counts")
-#: the fields a ``FrameStream`` row holds as they are (all but the token lists, which go
-#: flat), in the order of ``add_values``' values: ``extra`` (a dict) last
-ROW_FIELDS: tuple[str, ...] = (
-    *(name for name in RAW_COLUMNS if name not in (*_TOKENS, "extra")), "extra")
-_TAKE_ROW = operator.attrgetter(*ROW_FIELDS)
-_ROW_ITEMS = operator.itemgetter(*ROW_FIELDS)
+_KEPT: tuple[str, ...] = tuple(name for name in RAW_COLUMNS if name not in _TOKENS)
 
 
 def frame_of_stream(records: Iterable[RequestRecord]) -> pd.DataFrame:
@@ -124,38 +118,29 @@ def frame_of_stream(records: Iterable[RequestRecord]) -> pd.DataFrame:
 
 
 class FrameStream:
-    """``frame_of_stream`` fed a record at a time: ``add`` a ``RequestRecord``, ``add_row``
-    a record's dict with every field of one (``RequestRecord.to_dict``'s keys: a line of
-    ``records.jsonl`` read back), or ``add_values`` a record's ``ROW_FIELDS`` with its token
-    lists as int64 bytes; then ``frame``. A row is held as one tuple of its values (the
-    columns made of them at the end)."""
+    """``frame_of_stream`` fed a record at a time: ``add`` a ``RequestRecord``, or
+    ``add_row`` a record's dict with every field of one (``RequestRecord.to_dict``'s keys:
+    a line of ``records.jsonl`` read back), then ``frame``."""
 
     def __init__(self) -> None:
         self._empty()
 
     def _empty(self) -> None:
-        self._rows: list[tuple[Any, ...]] = []
+        self.raw: dict[str, list[Any]] = {name: [] for name in _KEPT}
+        self._appends = [(name, self.raw[name].append) for name in _KEPT]
         self._times, self._counts = array("q"), array("q")
         self._n_times: list[int] = []
         self._n_counts: list[int] = []
 
     def add(self, r: RequestRecord) -> None:
-        self._rows.append(_TAKE_ROW(r))
+        for name, append in self._appends:
+            append(getattr(r, name))
         self._tokens(r.token_times_ns, r.token_counts)
 
     def add_row(self, row: Mapping[str, Any]) -> None:
-        self._rows.append(_ROW_ITEMS(row))
+        for name, append in self._appends:
+            append(row[name])
         self._tokens(row["token_times_ns"], row["token_counts"])
-
-    def add_values(self, values: tuple[Any, ...], times: bytes, counts: bytes) -> None:
-        """``add`` of a record given as its values of ``ROW_FIELDS`` (``attrgetter``) and
-        its token times and counts as native int64 bytes (``columnar.cut_ints`` of the
-        line written for it)."""
-        self._rows.append(values)
-        self._times.frombytes(times)
-        self._counts.frombytes(counts)
-        self._n_times.append(len(times) >> 3)
-        self._n_counts.append(len(counts) >> 3)
 
     def _tokens(self, times: Sequence[int], counts: Sequence[int]) -> None:
         append_ints(self._times, times)
@@ -173,11 +158,7 @@ class FrameStream:
         n_times = self._n_times
         tokens = (TokenRows(int64_view(self._times), np.array(n_times, dtype=np.int64)),
                   TokenRows(int64_view(self._counts), np.array(self._n_counts, dtype=np.int64)))
-        rows = self._rows
-        raw: dict[str, Any] = {name: list(col) for name, col in zip(
-            ROW_FIELDS, zip(*rows, strict=True) if rows else [()] * len(ROW_FIELDS),
-            strict=True)}
-        rows.clear()
+        raw: dict[str, Any] = dict(self.raw)
         raw["token_times_ns"] = [[] for _ in n_times]
         raw["token_counts"] = [[] for _ in n_times]
         self._empty()  # nothing held twice

@@ -31,7 +31,6 @@ from workbench.replay.plan import Plan
 from workbench.replay.runner import Runner
 from workbench.replay.target import HttpTarget, Sampler, Target
 from workbench.signals import held
-from workbench.storage.columnar import TokenCut, cut_tokens
 from workbench.storage.rundir import RecordWriter, claim_run_dir, write_manifest
 
 if TYPE_CHECKING:
@@ -71,19 +70,6 @@ class Executor(Protocol):
         ``session.facts``."""
 
 
-class RecordMirror(Protocol):
-    """What follows ``records.jsonl`` as it is written, besides ``records.parquet``
-    (``RecordSinks.mirror``; ``report.canonical.WrittenRecords``): each record with the line
-    written for it (None: not orjson's serialisation of it as it is) and that line's token
-    lists cut (``columnar.cut_tokens``)."""
-
-    def add(self, rec: RequestRecord, line: bytes | None, cut: TokenCut | None) -> None:
-        """One record as written."""
-
-    def off(self) -> None:
-        """Nothing more is taken (the run keeps its records in memory)."""
-
-
 class RecordSinks:
     """Where a run's records and lifecycle rows go: memory unless ``executor.keep_records``
     keeps them on disk only, and ``run_dir``'s JSONL files once ``open_writers`` ran.
@@ -102,9 +88,6 @@ class RecordSinks:
         #: ``records.parquet`` written as ``records.jsonl`` is (``open_writers``), not read
         #: back from it after the run (None: read back)
         self.tables: RecordTables | None = None
-        #: told every record as written too (set before the run; not told when the
-        #: records are kept in memory)
-        self.mirror: RecordMirror | None = None
         self._total = n_requests
         self.done = 0  # measured requests ended (warm-up excluded)
         self.skipped = 0
@@ -124,9 +107,6 @@ class RecordSinks:
         from workbench.storage.columnar import PARQUET
 
         self.tables = RecordTables(self.run_dir / PARQUET) if available() else None
-        if self.keep and self.mirror is not None:
-            self.mirror.off()
-            self.mirror = None
         flush_ms = self.cfg.executor.record_flush_ms
         for name in ("records", "lifecycle"):
             self._writers[name] = RecordWriter(
@@ -149,13 +129,8 @@ class RecordSinks:
             self.records.append(rec)
         if "records" in self._writers:
             line = self._writers["records"].write_line(rec)
-            tables, mirror = self.tables, self.mirror
-            if tables is not None or mirror is not None:
-                cut = cut_tokens(line)  # once for both
-                if tables is not None:
-                    tables.add(rec, line, cut)
-                if mirror is not None:
-                    mirror.add(rec, line, cut)
+            if self.tables is not None:
+                self.tables.add(rec, line)
         if not rec.warmup:
             self.done += 1
             self.skipped += rec.status == "skipped"

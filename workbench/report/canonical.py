@@ -6,12 +6,9 @@ at a time, without the report in memory."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import hashlib
-import operator
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,10 +19,9 @@ import orjson
 from workbench.metrics import summarize
 from workbench.metrics.agents import has_tasks
 from workbench.metrics.columns import Columns
-from workbench.metrics.frame import ROW_FIELDS, FrameStream, as_records
+from workbench.metrics.frame import FrameStream, as_records
 from workbench.records import RequestRecord, RunResult
 from workbench.storage import columnar
-from workbench.storage.columnar import EXTRA_INT_FIELDS
 from workbench.storage.rundir import LIFECYCLE, RECORDS, iter_jsonl, loads_line
 
 # The one closed exclusion list (docs/measurement-rules.md); "records[]." is every record.
@@ -111,21 +107,13 @@ def report_digest(report: dict[str, Any]) -> str:
     return hashlib.sha256(orjson.dumps(report, option=_OPTIONS)).hexdigest()
 
 
-def run_digest(result: RunResult, slo: dict[str, float] | None = None,
-               written: WrittenRecords | None = None) -> str:
+def run_digest(result: RunResult, slo: dict[str, float] | None = None) -> str:
     """``report_digest(canonical_report(result, slo))`` streamed: the same bytes in orjson's
     sorted key order, a row serialized and hashed as it is read. Records on disk are read
     once: each line hashed and added to the summary's frame, the summary (the last key)
-    made from it after the records; or not read at all when ``written`` (told them as the
-    run wrote them) holds exactly the file's (``WrittenRecords.usable``). ``written`` is
-    used up either way."""
+    made from it after the records."""
     lifecycle = _lifecycle(result)
     streamed = result.records_on_disk and not has_tasks(lifecycle)
-    if written is not None and not (written.usable(result) and streamed):
-        # not exactly the file's, or a session graph (the summary's tasks need the
-        # records read back): the file is read, as if not told
-        written.off()
-        written = None
     # records in memory, or a session graph (its tasks need the records): summary first,
     # the records it reads let go before the rest
     summary = None if streamed else _summary_bytes(result, slo, lifecycle, None)
@@ -138,10 +126,7 @@ def run_digest(result: RunResult, slo: dict[str, float] | None = None,
     h.update(b',"metrics_timeline":')
     _list(h, (dict(row) for row in result.metrics_timeline))
     h.update(b',"records":')
-    if written is not None:
-        written.hash_into(h)
-        summary = _summary_bytes(result, slo, lifecycle, written.take_frame())
-    elif streamed:
+    if streamed:
         frame = FrameStream()
         _list_bytes(h, _record_rows(result, frame))
         summary = _summary_bytes(result, slo, lifecycle, frame)
@@ -151,132 +136,6 @@ def run_digest(result: RunResult, slo: dict[str, float] | None = None,
     h.update(summary or b"")
     h.update(b"}")
     return h.hexdigest()
-
-
-#: the types a stored field (and an ``extra`` worker field) may hold for ``WrittenRecords``
-#: to take the record's value as its line reads back (a float could be NaN: null, None)
-_PLAIN = frozenset((int, str, bool, type(None)))
-_TAKE_ROW = operator.attrgetter(*ROW_FIELDS)  # extra last
-#: ``_excluded("records[]")``: fields of a record, every one (a nested path would need
-#: ``_section``: a test holds it so)
-_RECORD_EXCLUDED = _excluded("records[]")
-_SPILL_BUFFER = 1 << 20
-
-
-class WrittenRecords:
-    """The records of a run's canonical report made as ``records.jsonl`` is written
-    (``add``: each record with its line; ``simulate(mirror=...)``), so ``run_digest`` need
-    not read the file back (docs/virtual-time.md, "The digest streamed"). A record's
-    canonical bytes are its fields but the token lists serialized by orjson (sorted keys,
-    the exclusions out) with the token lists' text put back from the line where
-    ``columnar.cut_tokens`` found it: the bytes ``_record_rows`` makes of the line read
-    back, since the line is orjson's serialisation of the record as it is
-    (``RecordWriter.write_line``) and orjson writes a value it reads back as it first wrote
-    it. They go to an anonymous temporary file (~82 MB over the whole Mooncake trace: not
-    held in memory), joined as the report's list joins them; the summary's frame is fed
-    the record's own values (``FrameStream.add_values``; of ``extra`` its worker fields
-    alone, all the summary reads of it), which are the line's when each stored field and
-    worker field is a plain int, string, flag or None (``_PLAIN``: a float could be NaN,
-    read back None).
-    Anything else (no line, no cut, another record type, another value) turns it off,
-    and ``run_digest`` reads the file as before."""
-
-    def __init__(self) -> None:
-        self.on = True
-        self.count = 0  # records taken
-        self.size = 0  # bytes of their lines: the file's size when it holds exactly them
-        self._frame: FrameStream | None = FrameStream()
-        self._spill: Any = None
-        try:  # closed by off (or once hashed); gone with the process either way
-            self._spill = tempfile.TemporaryFile(buffering=_SPILL_BUFFER)  # noqa: SIM115
-        except OSError:  # nowhere to spill: the file is read back
-            self.off()
-
-    def add(self, rec: RequestRecord, line: bytes | None, cut: columnar.TokenCut | None
-            ) -> None:  # fmt: skip
-        if not self.on:
-            return
-        if line is None or cut is None or type(rec) is not RequestRecord \
-                or type(rec.extra) is not dict:
-            self.off()
-            return
-        values = _TAKE_ROW(rec)
-        extra = rec.extra
-        if not _PLAIN.issuperset(map(type, values[:-1])) or not _PLAIN.issuperset(
-                type(extra.get(k)) for k in EXTRA_INT_FIELDS):
-            self.off()  # a value the summary would read otherwise from the line
-            return
-        (ts, te, times), (cs, ce, counts) = cut
-        row = dict(zip(ROW_FIELDS, values, strict=False))  # (as many: attrgetter's)
-        row["token_times_ns"] = row["token_counts"] = []  # placeholders, as _record_rows'
-        for key in _RECORD_EXCLUDED:  # _section's, for a top-level key
-            del row[key]
-        try:
-            data = orjson.dumps(row, option=_OPTIONS)
-        except TypeError:  # (orjson's error is one): a value the line had by its default
-            self.off()
-            return
-        ti = data.find(_NO_TIMES) + len(_NO_TIMES) - 1  # each at its placeholder's "]"
-        ci = data.find(_NO_COUNTS) + len(_NO_COUNTS) - 1
-        text = memoryview(line)
-        (a, ta), (b, tb) = sorted(((ti, text[ts:te]), (ci, text[cs:ce])))
-        write = self._spill.write
-        try:
-            if self.count:
-                write(b",")
-            write(data[:a])
-            write(ta)
-            write(data[a:b])
-            write(tb)
-            write(data[b:])
-        except OSError:  # the temporary's disk full: the run goes on, the file is read back
-            self.off()
-            return
-        assert self._frame is not None  # (on)
-        # the frame's extra: its worker fields alone (all the summary reads of it), a dict
-        # of ints the collector does not track, the record's own let go with it
-        workers = {k: extra[k] for k in EXTRA_INT_FIELDS if k in extra}
-        self._frame.add_values((*values[:-1], workers), times, counts)
-        self.count += 1
-        self.size += len(line)
-
-    def off(self) -> None:
-        """Stop: nothing more is taken, the bytes and the frame let go."""
-        self.on = False
-        self._frame = None
-        if self._spill is not None:
-            with contextlib.suppress(OSError):  # (a buffered write's error, again)
-                self._spill.close()
-
-    def usable(self, result: RunResult) -> bool:
-        """Whether the records taken are exactly ``result``'s on disk: its
-        ``records.jsonl`` as long as their lines (a failed write, or lines written
-        otherwise, leave it shorter or longer), and their bytes all in the temporary."""
-        if not self.on or self._frame is None or not result.records_on_disk:
-            return False
-        try:
-            size = (Path(result.run_dir or "") / RECORDS).stat().st_size
-            self._spill.flush()  # (a full disk says so here)
-        except OSError:
-            return False
-        return size == self.size
-
-    def hash_into(self, h: Any) -> None:
-        """The records' list, ``[...]``, into ``h`` (the bytes then let go)."""
-        spill = self._spill
-        spill.seek(0)  # (flushed by ``usable``)
-        h.update(b"[")
-        while chunk := spill.read(_SPILL_BUFFER):
-            h.update(chunk)
-        h.update(b"]")
-        spill.close()
-
-    def take_frame(self) -> FrameStream:
-        """The summary's frame of the records, handed over (``off`` after)."""
-        frame = self._frame
-        assert frame is not None
-        self.off()
-        return frame
 
 
 def _list_bytes(h: Any, rows: Iterable[bytes]) -> None:

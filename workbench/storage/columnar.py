@@ -266,22 +266,6 @@ cut_ints: Callable[[bytes, bytes], tuple[int, int, bytes] | None] = (
     getattr(_kernels, "cut_ints", None) or cut_ints_py
 )
 
-#: a record line's token times and its token counts as ``cut_ints`` cuts them
-TokenCut = tuple[tuple[int, int, bytes], tuple[int, int, bytes]]
-
-
-def cut_tokens(line: bytes | None) -> TokenCut | None:
-    """``(times, counts)``: ``cut_ints`` of a record line just written, for its token times
-    and its token counts, once for every reader that mirrors the file as it is written
-    (``RecordSinks.on_record``); None when either is not cut so (or no line)."""
-    if line is None:
-        return None
-    times = cut_ints(line, TIMES_KEY)
-    if times is None:
-        return None
-    counts = cut_ints(line, COUNTS_KEY)
-    return None if counts is None else (times, counts)
-
 
 def cut_times(
     line: bytes, parse: Callable[[bytes], Any] = orjson.loads
