@@ -171,3 +171,11 @@ def test_a_multimodal_header_is_detected_and_refused_with_why(tmp_path):
                header="TIMESTAMP,NumImages,ContextTokens,GeneratedTokens\n")
     assert detect_format(p) == "azure"
     assert _error(p)[1].endswith("workbench replays text prompts only")
+
+
+def test_a_spreadsheet_export_with_quoted_names_is_detected(tmp_path):
+    p = _write(tmp_path, '"2023-11-16 18:15:46.6805900","374","44"\n',
+               header='"TIMESTAMP","ContextTokens","GeneratedTokens"\n')
+    assert detect_format(p) == "azure"
+    (r,) = load_trace(p).units[0].rounds
+    assert (r.input_len, r.output_len) == (374, 44)

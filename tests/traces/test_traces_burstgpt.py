@@ -153,3 +153,17 @@ def test_header_errors_name_line_1(tmp_path, header, rule):
     with pytest.raises(TraceFormatError) as exc:
         load_trace(p, "burstgpt")
     assert (exc.value.line, exc.value.rule) == (1, rule)
+
+
+def test_rows_of_one_model_and_log_type_share_one_metadata_mapping():
+    """Millions of rows need not hold a dict each: equal metadata is one read-only dict."""
+    w = load_trace(FIXTURE)
+    assert w.units[0].meta is w.units[1].meta
+    assert w.units[0].meta is not w.units[2].meta
+
+
+def test_the_values_a_filter_error_names_are_bounded(tmp_path):
+    rows = "".join(f"{i},m{i},10,2,12,API log\n" for i in range(12))
+    line, rule = _error(_write(tmp_path, rows), model="GPT-4")
+    assert (line, rule) == (0, "no row has Model 'GPT-4' (the model option); the file has "
+                               + ", ".join(f"'m{i}'" for i in range(10)) + " and 2 more")

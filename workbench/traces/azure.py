@@ -15,7 +15,7 @@ from workbench.errors import TraceFormatError
 from workbench.plurals import noun
 from workbench.records import Workload
 from workbench.traces import bounds
-from workbench.traces._io import read_csv, token_count
+from workbench.traces._io import header_names, read_csv, token_count
 from workbench.traces.formats import register_format
 from workbench.traces.shared import Request, note_rows, request_workload
 
@@ -62,10 +62,7 @@ def _stamp_ns(path: Path, line: int, text: str) -> tuple[int, bool]:
 
 
 def _sniff(lines: list[str]) -> bool:
-    if not lines:
-        return False
-    names = {h.strip() for h in lines[0].split(",")}
-    return names >= set(COLUMNS)
+    return bool(lines) and header_names(lines[0]) >= set(COLUMNS)
 
 
 def _check_header(path: Path, header: list[str], line: int) -> None:

@@ -13,7 +13,7 @@ from workbench.errors import ConfigError, TraceFormatError
 from workbench.plurals import noun
 from workbench.records import Workload
 from workbench.traces import bounds
-from workbench.traces._io import as_float, read_csv, token_count
+from workbench.traces._io import as_float, header_names, read_csv, token_count
 from workbench.traces.formats import register_format
 from workbench.traces.shared import Request, note_rows, request_workload
 
@@ -22,13 +22,11 @@ COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Total tok
 OPTIONAL = ("Session ID", "Elapsed time")  # BurstGPT_3's
 FAILED = ("skip", "keep")
 _MAX_S = bounds.MAX_ARRIVAL_MS / 1000
+_SHOWN_VALUES = 10  # a column's values named in an error, at most
 
 
 def _sniff(lines: list[str]) -> bool:
-    if not lines:
-        return False
-    names = {h.strip() for h in lines[0].split(",")}
-    return names >= set(COLUMNS)
+    return bool(lines) and header_names(lines[0]) >= set(COLUMNS)
 
 
 def _filter(name: str, value: Any) -> str | None:
@@ -48,11 +46,18 @@ def _text(path: Path, line: int, name: str, value: str) -> str:
     return text
 
 
-def _unit_meta(path: Path, line: int, row: dict[str, str], model: str, kind: str) -> dict:
+def _unit_meta(path: Path, line: int, row: dict[str, str], model: str, kind: str,
+               shared: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    """A unit's ``meta``; one dict for every row of a model and log type without BurstGPT_3's
+    columns (``shared``: read only, and millions of rows need not hold a dict each)."""
+    sid = row.get("Session ID", "").strip()
+    elapsed = row.get("Elapsed time", "").strip()
+    if not sid and not elapsed:
+        return shared.setdefault((model, kind), {"model": model, "log_type": kind})
     meta: dict[str, Any] = {"model": model, "log_type": kind}
-    if (sid := row.get("Session ID", "").strip()):
+    if sid:
         meta["session_id"] = sid
-    if (elapsed := row.get("Elapsed time", "").strip()):
+    if elapsed:
         meta["elapsed_s"] = as_float(path, line, "Elapsed time", elapsed,
                                      maximum=bounds.MAX_WAIT_MS / 1000, unit="s")
     return meta
@@ -87,6 +92,7 @@ def read_burstgpt(path: Path, *, model: str | None = None, log_type: str | None 
     failures: list[int] = []
     empty: list[int] = []
     filtered = 0
+    shared: dict[tuple[str, str], dict[str, Any]] = {}
     for n, (line, row) in enumerate(rows):
         at = as_float(path, line, "Timestamp", row["Timestamp"], maximum=_MAX_S, unit="s")
         prompt = token_count(path, line, "Request tokens", row["Request tokens"])
@@ -95,7 +101,7 @@ def read_burstgpt(path: Path, *, model: str | None = None, log_type: str | None 
         bounds.check_round(path, line, prompt, out)
         name = _text(path, line, "Model", row["Model"])
         kind = _text(path, line, "Log Type", row["Log Type"])
-        meta = _unit_meta(path, line, row, name, kind)
+        meta = _unit_meta(path, line, row, name, kind, shared)
         seen_models[name] = seen_kinds[kind] = None
         if want_model not in (None, name) or want_kind not in (None, kind):
             filtered += 1
@@ -140,7 +146,10 @@ def _check_filters(path: Path, model: str | None, kind: str | None,
     for option, column, want, values in (("model", "Model", model, models),
                                          ("log_type", "Log Type", kind, kinds)):
         if want is not None and want not in values:
+            shown = [repr(v) for v in list(values)[:_SHOWN_VALUES]]
+            rest = len(values) - len(shown)
+            more = f" and {rest:,} more" if rest else ""
             raise TraceFormatError(path, 0, (
                 f"no row has {column} {want!r} (the {option} option); the file has "
-                f"{', '.join(repr(v) for v in values)}"))
+                f"{', '.join(shown)}{more}"))
 
