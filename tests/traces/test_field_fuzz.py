@@ -28,6 +28,8 @@ SAMPLES = {
     "session": R / "workbench/data/tracelab/multi_session_example.csv",
     "session-rounds": R / "workbench/data/request-factory/session_rounds_v2_example.csv",
     "independent": R / "tests/fixtures/independent_requests.csv",
+    "azure": R / "tests/fixtures/serving-traces/azure_2024_notebook.csv",
+    "burstgpt": R / "tests/fixtures/serving-traces/burstgpt_constructed.csv",
     "mooncake": R / "tests/fixtures/mooncake_sessions.jsonl",
     "tracelab": R / "workbench/data/tracelab/round_trace.sanitized.jsonl",
     "trajectory": R / "workbench/data/batchbench/trajectories_v1.jsonl",

@@ -37,6 +37,8 @@ JSONL = {
 CSV = {
     "session": _lines(DATA / "tracelab/session_workload_example.csv", 4),
     "independent": _lines(FIX / "independent_requests.csv", 3),
+    "azure": _lines(FIX / "serving-traces/azure_conv_2023_head150.csv", 3),
+    "burstgpt": _lines(FIX / "serving-traces/burstgpt_constructed.csv", 3),
     "session-execution-v2": [
         "request_id,session_id,round_idx,arrival_time_ms,prefix_len,input_len,output_len,"
         "tool_wait_after_ms",

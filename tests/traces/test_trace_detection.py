@@ -29,6 +29,10 @@ PUBLIC = {
 }
 FIXTURE_FORMATS = {
     "abench_sessions.jsonl": "abench",
+    "serving-traces/azure_2024_notebook.csv": "azure",
+    "serving-traces/azure_code_2023_head150.csv": "azure",
+    "serving-traces/azure_conv_2023_head150.csv": "azure",
+    "serving-traces/burstgpt_constructed.csv": "burstgpt",
     "bailian_chains.jsonl": "bailian",
     "dynamo_trace.jsonl": "dynamo",
     "independent_requests.csv": "independent",
@@ -117,8 +121,10 @@ def test_sniffers_refuse_nothing_like_them():
 
 # ---------------------------------------------------------------- corruption property
 
-MY_FORMATS = ["independent", "mooncake", "trajectory", "abench", "dynamo"]
+MY_FORMATS = ["independent", "mooncake", "trajectory", "abench", "dynamo", "azure", "burstgpt"]
 _VALID = {
+    "azure": (FIXTURES / "serving-traces/azure_2024_notebook.csv").read_bytes(),
+    "burstgpt": (FIXTURES / "serving-traces/burstgpt_constructed.csv").read_bytes(),
     "independent": (FIXTURES / "independent_requests.csv").read_bytes(),
     "mooncake": (FIXTURES / "mooncake_sessions.jsonl").read_bytes(),
     "abench": (FIXTURES / "abench_sessions.jsonl").read_bytes(),

@@ -39,6 +39,8 @@ VALID: dict[str, tuple[str, bytes]] = {
         "session_0_round_000001,0,1,0.000000,576,32,16,0.000000\n"
         "session_1_round_000000,1,0,250.500000,0,128,8,0.000000\n").encode()),
     "independent": (".csv", (FIXTURES / "independent_requests.csv").read_bytes()),
+    "azure": (".csv", (FIXTURES / "serving-traces/azure_2024_notebook.csv").read_bytes()),
+    "burstgpt": (".csv", (FIXTURES / "serving-traces/burstgpt_constructed.csv").read_bytes()),
     "mooncake": (".jsonl", (FIXTURES / "mooncake_sessions.jsonl").read_bytes()),
     "tracelab": (".jsonl", b"\n".join(
         (BUNDLED / "tracelab" / "round_trace.sanitized.jsonl").read_bytes().splitlines()[:6])),

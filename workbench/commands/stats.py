@@ -49,6 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "per hash id for readers that take it (Mooncake)",
     )
     parser.add_argument(
+        "--trace-option", action="append", default=[], metavar="KEY=VALUE",
+        help="a reader option (JSON or text), as replay takes it, e.g. model=GPT-4 "
+        "(burstgpt), timing=original (weka)",
+    )
+    parser.add_argument(
         "--policy",
         default=None,
         choices=[*POLICIES.names(), *POLICIES.aliases()],
@@ -69,6 +74,7 @@ def _block_size(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from workbench.arrival.schedule import span_warning
+    from workbench.commands._axes import json_items
     from workbench.config.context import check_not_planned
     from workbench.context import DEFAULT_POLICY
     from workbench.traces.load import FORMATS, available_formats, detect_format
@@ -76,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     from workbench.workloads.trace_stats import trace_stats
 
     available_formats()  # registers the built-in readers before names are resolved
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = json_items(args.trace_option, "--trace-option")
     if args.trace.startswith("synthetic:"):  # a standard workload, drawn (no format)
         fmt = "synthetic"
     else:

@@ -12,5 +12,7 @@ from workbench.traces import weka  # noqa: F401
 from workbench.traces import tracelab  # noqa: F401
 from workbench.traces import bailian  # noqa: F401
 from workbench.traces import mooncake  # noqa: F401
+from workbench.traces import azure  # noqa: F401
+from workbench.traces import burstgpt  # noqa: F401
 from workbench.traces import independent  # noqa: F401
 from workbench.traces import session_csv  # noqa: F401

@@ -221,6 +221,12 @@ def separator_rule(header: str, fmt: str) -> str | None:
             "field holds a comma)")
 
 
+def header_names(line: str) -> set[str]:
+    """The column names of a CSV header line as the sniffers see them: split at commas,
+    spaces, a BOM and double quotes around a name dropped."""
+    return {c.strip().strip('"') for c in line.lstrip(BOM).split(",")}
+
+
 def read_csv(
     path: Path, required: tuple[str, ...], fmt: str
 ) -> tuple[list[str], int, Iterator[tuple[int, dict[str, str]]]]:

@@ -28,6 +28,7 @@ from workbench.traces._io import (
     fast_ms,
     fast_rounds_fine,
     fast_strings,
+    header_names,
     offset_ms,
     read_csv,
     read_text,
@@ -50,7 +51,7 @@ def sniff(lines: list[str]) -> bool:
     """A header naming the round columns and one session id column, nothing canonical."""
     if not lines:
         return False
-    cols = {c.strip().strip('"') for c in lines[0].lstrip("\ufeff").split(",")}
+    cols = header_names(lines[0])
     return set(REQUIRED) <= cols and bool(cols & set(ID_COLUMNS)) and "request_id" not in cols
 
 

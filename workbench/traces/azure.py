@@ -1,0 +1,132 @@
+"""Azure LLM inference traces (Azure/AzurePublicDataset, 2023 and 2024): CSV
+``TIMESTAMP,ContextTokens,GeneratedTokens``, one independent request a row, arrivals read
+from wall-clock timestamps to the nanosecond and rebased to the first request
+(docs/trace-formats.md, "azure").
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import TraceFormatError
+from workbench.plurals import noun
+from workbench.records import Workload
+from workbench.traces import bounds
+from workbench.traces._io import header_names, read_csv, token_count
+from workbench.traces.formats import register_format
+from workbench.traces.shared import Request, note_rows, request_workload
+
+COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+#: a column of another Azure trace that changes what a row is: refused, with why
+_FOREIGN = {"NumImages": "the 2025 multimodal trace's images are not text tokens: "
+                         "workbench replays text prompts only"}
+#: ``2023-11-16 18:15:46.6805900`` (2023) or ``2024-05-12 00:00:00.001163+00:00`` (2024);
+#: up to 9 fractional digits, read exactly (``datetime`` keeps 6)
+_STAMP = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
+    r"(Z|[+-]\d{2}:?\d{2})?")
+_EPOCH_DAY = date(1970, 1, 1).toordinal()
+_NS = 1_000_000_000
+SHAPE = "a date and time like 2023-11-16 18:15:46.6805900 (optionally +00:00)"
+
+
+def _stamp_ns(path: Path, line: int, text: str) -> tuple[int, bool]:
+    """``TIMESTAMP`` as integer ns since 1970-01-01 (UTC when the value has an offset, the
+    clock as written when not) and whether it had an offset."""
+    m = _STAMP.fullmatch(text.strip())
+    if m is None:
+        raise TraceFormatError(path, line, f"TIMESTAMP must be {SHAPE}, got {bounds.shown(text)}")
+    y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
+    try:
+        day = date(y, mo, d).toordinal() - _EPOCH_DAY
+    except ValueError as exc:
+        raise TraceFormatError(path, line, f"TIMESTAMP {bounds.shown(text)} is not a date "
+                                           f"({exc})") from None
+    if h > 23 or mi > 59 or s > 59:
+        raise TraceFormatError(path, line, f"TIMESTAMP {bounds.shown(text)} is not a time "
+                                           "of day (00:00:00 to 23:59:59)")
+    frac = (m.group(7) or "").ljust(9, "0")
+    ns = ((day * 86400 + h * 3600 + mi * 60 + s) * _NS) + int(frac or 0)
+    zone = m.group(8)
+    if zone and zone != "Z":
+        sign = -1 if zone[0] == "-" else 1
+        hours, minutes = int(zone[1:3]), int(zone[-2:])
+        if hours > 23 or minutes > 59:
+            raise TraceFormatError(path, line, f"TIMESTAMP {bounds.shown(text)} has no valid "
+                                               "UTC offset")
+        ns -= sign * (hours * 3600 + minutes * 60) * _NS
+    return ns, zone is not None
+
+
+def _sniff(lines: list[str]) -> bool:
+    return bool(lines) and header_names(lines[0]) >= set(COLUMNS)
+
+
+def _check_header(path: Path, header: list[str], line: int) -> None:
+    extra = [c for c in header if c not in COLUMNS]
+    if not extra:
+        return
+    why = next((f": {_FOREIGN[c]}" for c in extra if c in _FOREIGN), "")
+    raise TraceFormatError(path, line, f"unknown {noun(len(extra), 'column')} "
+                                       f"{', '.join(extra)}; expected exactly "
+                                       f"{','.join(COLUMNS)}{why}")
+
+
+@register_format(
+    "azure",
+    sniff=_sniff,
+    description="Azure LLM inference trace CSV (2023, 2024): TIMESTAMP,ContextTokens,"
+    "GeneratedTokens",
+)
+def read_azure(path: Path) -> Workload:
+    """Load an Azure LLM inference trace: one independent request a row, in file order,
+    arriving at its TIMESTAMP less the earliest one."""
+    path = Path(path)
+    header, header_line, rows = read_csv(path, COLUMNS, "azure")
+    _check_header(path, header, header_line)
+    stamps: list[int] = []
+    texts: list[str] = []
+    kept: list[tuple[int, int, int, int]] = []  # line, row, prompt, output
+    zoned: tuple[bool, int] | None = None  # the first row's: with an offset or not, its line
+    empty: list[int] = []
+    clamped: list[int] = []
+    for n, (line, row) in enumerate(rows):
+        ns, has_zone = _stamp_ns(path, line, row["TIMESTAMP"])
+        if zoned is None:
+            zoned = (has_zone, line)
+        elif has_zone != zoned[0]:
+            rule = (f"TIMESTAMP {bounds.shown(row['TIMESTAMP'].strip())} "
+                    f"{'has a' if has_zone else 'has no'} UTC offset, but line {zoned[1]}'s "
+                    f"{'has none' if has_zone else 'has one'}: a file mixes clocks")
+            raise TraceFormatError(path, line, rule)
+        prompt = token_count(path, line, "ContextTokens", row["ContextTokens"])
+        out = token_count(path, line, "GeneratedTokens", row["GeneratedTokens"])
+        bounds.check_round(path, line, prompt, out)
+        if prompt == 0:
+            empty.append(line)
+            continue
+        if out == 0:
+            clamped.append(line)
+            out = 1
+        stamps.append(ns)
+        texts.append(row["TIMESTAMP"].strip())
+        kept.append((line, n, prompt, out))
+    if not kept:
+        raise TraceFormatError(path, header_line + 1, "no row to replay: every row has "
+                                                      "ContextTokens 0 (an empty prompt)")
+    origin = min(stamps)
+    requests = [Request(line, n, (ns - origin) / 1e6, prompt, out, {})
+                for (line, n, prompt, out), ns in zip(kept, stamps, strict=True)]
+    meta: dict[str, Any] = {
+        "arrival_origin_ms": origin / 1e6,
+        "arrival_origin": texts[stamps.index(origin)],
+        "timestamp_offset": bool(zoned and zoned[0]),
+    }
+    note_rows(path, meta, "clamped_output_tokens", clamped, "GeneratedTokens 0",
+              "each replayed as 1 output token (an output of 0 cannot be replayed)")
+    return request_workload(path, "azure", requests, meta, time_column="TIMESTAMP",
+                            prompt_column="ContextTokens", empty=empty)
+
