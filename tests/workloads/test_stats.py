@@ -337,3 +337,22 @@ def test_dense_keys_and_first_accesses_are_numpys_unique(values: list[int]) -> N
     want = np.zeros(len(a), np.int64)
     want[np.unique(keys, return_index=True)[1]] = len(a)
     assert _first_accesses(keys).tolist() == want.tolist()
+
+
+def test_cli_says_when_the_trace_records_no_prefix_sharing(tmp_path, capsys):
+    # no block ids, no prefix lengths: every hit rate is 0 by construction of the replay,
+    # not a property measured of the traffic; the table says so, the JSON carries it
+    from workbench.cli import main
+
+    p = tmp_path / "reqs.csv"
+    p.write_text("id,arrival_time,input_len,output_len\na,0,100,5\nb,1,100,5\n")
+    assert main(["stats", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "records no prefix sharing" in out
+    assert main(["stats", str(p), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["prefix_sharing_recorded"] is False and doc["ideal_prefix_hit_rate"] == 0.0
+    assert main(["stats", str(data.path("mooncake/conversation_trace_head600.jsonl")),
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["prefix_sharing_recorded"] is True and doc["block_size"] == 512

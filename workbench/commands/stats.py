@@ -104,6 +104,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"policy  {stats.policy or 'none (prefixes as the trace gives them)'}")
     for line in _table(stats.summary):
         print(line)
+    if not stats.summary["prefix_sharing_recorded"]:
+        print(f"\nnote: the trace records no prefix sharing ({fmt}: no block ids, no cached "
+              "prefix lengths): replayed, its prompts share none, so the hit rates above are "
+              "0 by construction, not a property of the traffic it was recorded from")
     if warning := span_warning(stats.summary.get("arrival_span_ms") or 0.0, SPAN_REMEDY):
         print(f"\nwarning: {warning}")
     print("\nLRU prefix cache: capacity → hit rate (token-weighted)")

@@ -446,6 +446,9 @@ def _summary(workload: Workload, rounds: pd.DataFrame, acc: _Accesses, bs: int) 
         "ideal_prefix_hit_rate": (
             int(rounds["ideal_hit_tokens"].sum()) / total_prompt if total_prompt else 0.0
         ),
+        # no block ids and no prefix lengths: the replay's prompts share nothing by
+        # construction, so the hit rates are 0 whatever the traffic shared
+        "prefix_sharing_recorded": workload.block_size is not None or total_prefix > 0,
         "block_size": bs,
         "working_set_blocks": acc.working_set,
         "working_set_tokens": acc.working_set * bs,
