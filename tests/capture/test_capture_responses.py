@@ -195,7 +195,7 @@ def _no_secrets(directory: Path) -> None:
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
 async def test_responses_rounds_with_and_without_previous_response_id(
-        loopback, tmp_path: Path, stream: bool) -> None:
+        loopback, tmp_path: Path, stream: bool, capsys: pytest.CaptureFixture[str]) -> None:
     fake = Upstream()
     upstream = await loopback([web.post("/v1/responses", fake.handle)])
     dirs = {"whole history": tmp_path / "whole", "previous_response_id": tmp_path / "prev"}
@@ -243,8 +243,20 @@ async def test_responses_rounds_with_and_without_previous_response_id(
     assert detect_format(str(dirs["previous_response_id"])) == "weka"
     (unit,) = load_trace(str(dirs["previous_response_id"])).units
     assert len(unit.rounds) == 3
-    assert main(["simulate", "--trace", str(dirs["previous_response_id"]),
+    assert main(["simulate", "--trace", str(dirs["previous_response_id"]), "--json",
                  "-o", str(tmp_path / "runs"), "--run-id", "responses"]) == 0
+    out = capsys.readouterr().out
+    summary = orjson.loads(out[:out.rindex("}") + 1])
+    assert (summary["requests"], summary["ok"]) == (3, 3)
+    # the replay plans the shared blocks the file says: each round's prefix of the last's
+    def common(a: list[int], b: list[int]) -> int:
+        return next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                    min(len(a), len(b)))
+    shared = BLOCK_SIZE * sum(common(a["hash_ids"], b["hash_ids"])
+                              for a, b in itertools.pairwise(reqs))
+    assert shared >= 3 * BLOCK_SIZE
+    assert summary["planned_prefix_hit_rate"] == pytest.approx(
+        shared / sum(r["in"] for r in reqs))
 
 
 async def test_previous_response_the_capture_never_saw(
