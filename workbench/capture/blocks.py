@@ -36,21 +36,36 @@ class Salt:
         return hashlib.blake2b(previous + data, digest_size=DIGEST_BYTES, key=self.key).digest()
 
 
-def block_digests(salt: Salt, ids: Sequence[int], prompt_tokens: int) -> Iterator[bytes]:
-    """One digest per full block of a ``prompt_tokens``-token prompt (docs/capture.md)."""
+def block_digests(salt: Salt, ids: Sequence[int], prompt_tokens: int,
+                  after: Sequence[bytes] = ()) -> Iterator[bytes]:
+    """One digest per full block of a ``prompt_tokens``-token prompt (docs/capture.md);
+    ``after``: the digests of the prompt's first blocks, known already (``ids`` are the
+    ids that follow them)."""
     want = prompt_tokens // BLOCK_SIZE
+    known = after[:want]
+    yield from known
+    want -= len(known)
     have = min(want, len(ids) // BLOCK_SIZE)
+    got = 0
+    for digest in chained_blocks(salt, ids[: have * BLOCK_SIZE], known[-1] if known else b""):
+        got += 1
+        yield digest
+    for _ in range(want - got):
+        yield secrets.token_bytes(DIGEST_BYTES)
+
+
+def chained_blocks(salt: Salt, ids: Sequence[int], previous: bytes = b"") -> Iterator[bytes]:
+    """The digests of the full blocks of ``ids``, chained after ``previous``; none when
+    ``ids`` are not token ids (no block is claimed shared)."""
+    have = len(ids) // BLOCK_SIZE
     try:
         packed = array("q", ids[: have * BLOCK_SIZE]).tobytes()
-    except (TypeError, OverflowError):  # not token ids: no block is claimed shared
-        packed, have = b"", 0
+    except (TypeError, OverflowError):
+        return
     step = BLOCK_SIZE * 8
-    previous = b""
     for i in range(have):
         previous = salt.digest(packed[i * step:(i + 1) * step], previous)
         yield previous
-    for _ in range(want - have):
-        yield secrets.token_bytes(DIGEST_BYTES)
 
 
 class LocalIds:

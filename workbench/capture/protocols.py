@@ -15,8 +15,10 @@ from workbench.sse import DONE, SSEDecoder
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 MESSAGES = "/v1/messages"
+#: the OpenAI Responses API (Codex CLI, the newer OpenAI SDK agents)
+RESPONSES = "/v1/responses"
 #: the paths whose exchanges are captured (every other path is only passed through)
-CAPTURED_PATHS = (CHAT, COMPLETIONS, MESSAGES)
+CAPTURED_PATHS = (CHAT, COMPLETIONS, MESSAGES, RESPONSES)
 
 #: finish/stop reasons → the captured format's ``stop``
 _STOP = {
@@ -41,13 +43,21 @@ def stop_reason(reason: Any) -> str:
 class RequestFacts:
     """One request body, read: ``messages`` as canonical JSON bytes, ``preamble`` before them."""
 
-    api: str  # CHAT | COMPLETIONS | MESSAGES
+    api: str  # CHAT | COMPLETIONS | MESSAGES | RESPONSES
     model: str
     stream: bool
     messages: list[bytes]
     preamble: bytes
     tool_result: list[bool]  # per message: it carries a tool result
     body: dict[str, Any] = field(repr=False)
+    #: Responses API: the earlier answer whose items precede ``messages`` on the server
+    previous_response_id: str = ""
+    #: Responses API: items the server holds come first (``previous_response_id``, a
+    #: ``conversation``); their prompt's prefix is known only when rebuilt
+    server_items: bool = False
+    #: the message chain digests of what precedes ``messages`` (an earlier answer's
+    #: request and output, rebuilt: docs/capture.md, "The Responses API"), else None
+    prior_chain: list[bytes] | None = None
 
 
 def _strip_cache_control(value: Any) -> Any:
@@ -84,6 +94,8 @@ def request_facts(path: str, raw: bytes) -> RequestFacts | None:
     model = body.get("model")
     model = model if isinstance(model, str) else ""
     stream = body.get("stream") is True
+    if path.endswith(RESPONSES):
+        return _responses_request(model, stream, body)
     if path == COMPLETIONS:
         prompt = body.get("prompt")
         items = [prompt] if prompt is not None else []
@@ -97,6 +109,54 @@ def request_facts(path: str, raw: bytes) -> RequestFacts | None:
         CHAT if path == CHAT else MESSAGES, model, stream, [_canonical(m) for m in messages],
         preamble, [_is_tool_result(m) for m in messages], body,
     )  # fmt: skip
+
+
+def responses_items(value: Any) -> list[dict[str, Any]] | None:
+    """A Responses API ``input`` (or an answer's ``output``) as a list of items in one
+    form: a string is one user message, a message item has its ``type`` and a content
+    list, an output item's ``status`` is dropped (an agent echoing an answer's items
+    sends it, one writing its own does not); None when it is not an ``input``."""
+    if isinstance(value, str):
+        value = [{"role": "user", "content": value}]
+    if not isinstance(value, list):
+        return None
+    items = []
+    for item in value:
+        if not isinstance(item, dict):
+            return None
+        item = {k: v for k, v in item.items() if k != "status"}
+        if item.get("type", "message") == "message" and "role" in item:
+            item["type"] = "message"
+            if isinstance(item.get("content"), str):
+                part = "output_text" if item["role"] == "assistant" else "input_text"
+                item["content"] = [{"type": part, "text": item["content"]}]
+        items.append(item)
+    return items
+
+
+def _responses_preamble(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: body[k] for k in ("instructions", "tools") if body.get(k) is not None}
+
+
+def _responses_request(model: str, stream: bool, body: dict[str, Any]) -> RequestFacts | None:
+    items = responses_items(body.get("input", []))
+    if items is None:
+        return None
+    preamble = _responses_preamble(body)
+    previous = body.get("previous_response_id")
+    return RequestFacts(
+        RESPONSES, model, stream, [_canonical(i) for i in items],
+        _canonical(preamble) if preamble else b"",
+        [str(i.get("type", "")).endswith("_call_output") for i in items], body,
+        previous if isinstance(previous, str) else "",
+        server_items=(body.get("conversation") is not None or bool(previous)
+                      or any(i.get("type") == "item_reference" for i in items)),
+    )  # fmt: skip
+
+
+def responses_item_bytes(item: dict[str, Any]) -> bytes:
+    """One normalized Responses item as the session chain compares it."""
+    return _canonical(item)
 
 
 def _text_of(content: Any) -> str:
@@ -113,6 +173,8 @@ def _text_of(content: Any) -> str:
             return str(content.get("text", ""))
         if kind in ("thinking",):
             return str(content.get("thinking", ""))
+        if kind in ("summary_text", "reasoning_text"):
+            return str(content.get("text", ""))
         if kind == "tool_result":
             return _text_of(content.get("content"))
         if kind == "tool_use":
@@ -121,9 +183,44 @@ def _text_of(content: Any) -> str:
     return str(content)
 
 
+def responses_segments(items: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """``(role, text)`` per Responses item, for a local tokenizer: a message its text, a
+    function call its name and arguments, a tool's output its text, a reasoning item its
+    summary and text (never its encrypted content), anything else its JSON."""
+    parts: list[tuple[str, str]] = []
+    for item in items:
+        kind = item.get("type")
+        if kind == "message":
+            parts.append((str(item.get("role", "user")), _text_of(item.get("content"))))
+        elif kind == "function_call":
+            parts.append(("assistant", f"{item.get('name', '')} {item.get('arguments', '')}"))
+        elif isinstance(kind, str) and kind.endswith("_call_output"):
+            parts.append(("tool", _text_of(item.get("output"))))
+        elif kind == "reasoning":
+            text = [_text_of(item.get("summary")), _text_of(item.get("content"))]
+            parts.append(("assistant", " ".join(t for t in text if t)))
+        else:
+            parts.append(("assistant", orjson.dumps(item, option=orjson.OPT_SORT_KEYS).decode()))
+    return parts
+
+
+def preamble_segments(facts: RequestFacts) -> list[tuple[str, str]]:
+    """The Responses API's ``instructions`` and ``tools`` as a local tokenizer sees them."""
+    body, parts = facts.body, []
+    if body.get("instructions") is not None:
+        parts.append(("system", _text_of(body["instructions"])))
+    if body.get("tools"):
+        parts.append(("system", orjson.dumps(body["tools"], option=orjson.OPT_SORT_KEYS).decode()))
+    return parts
+
+
 def prompt_segments(facts: RequestFacts) -> list[tuple[str, str]]:
-    """``(role, text)`` per part of the prompt, for a local tokenizer."""
+    """``(role, text)`` per part of the prompt, for a local tokenizer (a Responses
+    request: its preamble and the items it sends, not the earlier answer it names)."""
     body = facts.body
+    if facts.api == RESPONSES:
+        return preamble_segments(facts) + responses_segments(
+            responses_items(body.get("input", [])) or [])
     if facts.api == COMPLETIONS:
         prompt = body.get("prompt")
         return [("user", prompt if isinstance(prompt, str) else " ".join(map(str, prompt or [])))]
@@ -150,6 +247,11 @@ class ResponseFacts:
     stop: str = ""
     output_types: list[str] = field(default_factory=list)
     output_events: int = 0
+    #: Responses API: the answer's id and output items (its next request may name it)
+    response_id: str = ""
+    output_items: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    #: the answer says it failed (a Responses stream's ``response.failed``): not recorded
+    failed: bool = False
 
 
 def _count(value: Any) -> int | None:
@@ -228,6 +330,9 @@ def response_facts(api: str, stream: bool, raw: bytes) -> ResponseFacts:
         if api == MESSAGES:
             _anthropic_doc(facts, doc, kinds, stream)
             continue
+        if api == RESPONSES:
+            _responses_doc(facts, doc, kinds, stream)
+            continue
         if (usage := doc.get("usage")) and isinstance(usage, dict):
             facts.prompt_tokens = _count(usage.get("prompt_tokens"))
             facts.output_tokens = _count(usage.get("completion_tokens"))
@@ -269,3 +374,74 @@ def _anthropic_doc(facts: ResponseFacts, doc: dict[str, Any], kinds: set[str],
                 _anthropic_usage(facts, usage)
             elif _count(usage.get("output_tokens")) is not None:
                 facts.output_tokens = _count(usage.get("output_tokens"))
+
+
+#: Responses output item types → the captured format's output kinds (a ``*_call`` is a
+#: tool call: function, custom, shell, web search …)
+_ITEM_KIND = {"message": "text", "reasoning": "thinking"}
+#: the calls the agent runs (its next request carries their output): ``stop: tool_use``;
+#: a server's own (``web_search_call``, ``file_search_call`` …) end no turn
+_CLIENT_CALLS = frozenset(("function_call", "custom_tool_call", "local_shell_call",
+                           "computer_call", "shell_call", "apply_patch_call"))
+#: stream events that carry output (the fallback count when there is no usage)
+_RESPONSES_DELTAS = frozenset((
+    "response.output_text.delta", "response.refusal.delta",
+    "response.function_call_arguments.delta", "response.custom_tool_call_input.delta",
+    "response.reasoning_text.delta", "response.reasoning_summary_text.delta",
+))  # fmt: skip
+
+
+def _item_kind(item: Any) -> str:
+    kind = item.get("type") if isinstance(item, dict) else None
+    if not isinstance(kind, str):
+        return ""
+    return _ITEM_KIND.get(kind) or ("tool_use" if kind.endswith("_call") else "")
+
+
+def _responses_doc(facts: ResponseFacts, doc: dict[str, Any], kinds: set[str],
+                   stream: bool) -> None:
+    """One Responses API document: a whole response object, or one stream event."""
+    kind = doc.get("type")
+    if not stream:
+        _responses_object(facts, doc, kinds)
+    elif kind in ("response.created", "response.in_progress", "response.completed",
+                  "response.incomplete", "response.failed"):
+        if isinstance(doc.get("response"), dict):
+            _responses_object(facts, doc["response"], kinds)
+    elif kind in ("response.output_item.added", "response.output_item.done"):
+        item = doc.get("item")
+        if (k := _item_kind(item)):
+            kinds.add(k)
+        if kind == "response.output_item.done" and isinstance(item, dict):
+            # the answer's items as they end (a final object without ``output`` keeps them)
+            facts.output_items.extend(responses_items([item]) or [])
+    elif kind in _RESPONSES_DELTAS:
+        facts.output_events += 1
+    elif kind == "error":
+        facts.failed = True
+
+
+def _responses_object(facts: ResponseFacts, obj: dict[str, Any], kinds: set[str]) -> None:
+    """A response object: its id, usage, output items and status (docs/capture.md)."""
+    if isinstance(obj.get("id"), str):
+        facts.response_id = obj["id"]
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        facts.prompt_tokens = _count(usage.get("input_tokens"))
+        facts.output_tokens = _count(usage.get("output_tokens"))
+    output = obj.get("output")
+    if isinstance(output, list) and output:
+        facts.output_items = responses_items(output) or []
+        for item in output:
+            if (k := _item_kind(item)):
+                kinds.add(k)
+    status = obj.get("status")
+    if status in ("failed", "cancelled"):
+        facts.failed = True
+    elif status == "completed":
+        called = any(i.get("type") in _CLIENT_CALLS for i in facts.output_items)
+        facts.stop = "tool_use" if called else "end_turn"
+    elif status == "incomplete":
+        details = obj.get("incomplete_details")
+        reason = details.get("reason") if isinstance(details, dict) else None
+        facts.stop = "max_tokens" if reason == "max_output_tokens" else ""

@@ -11,7 +11,8 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -19,16 +20,21 @@ from urllib.parse import urlsplit
 import orjson
 
 from workbench import redact
-from workbench.capture.blocks import Salt, block_digests
+from workbench.capture.blocks import BLOCK_SIZE, Salt, block_digests, chained_blocks
+from workbench.capture.previous import Answers, Blocks, Earlier
 from workbench.capture.protocols import (
     CAPTURED_PATHS,
+    RESPONSES,
     RequestFacts,
     ResponseFacts,
+    preamble_segments,
     request_facts,
     response_facts,
+    responses_item_bytes,
+    responses_segments,
 )
 from workbench.capture.sessions import Agent, Conversation, Sessions, Turn
-from workbench.capture.tokens import TOKENIZERS, TokenSource
+from workbench.capture.tokens import TOKENIZERS, TokenSource, generation_id, segment_ids
 from workbench.capture.writer import conversation_id, document, remove_stale, write_atomic
 from workbench.errors import ListenError
 
@@ -94,6 +100,8 @@ class CaptureProxy:
         self.captured = 0  # requests recorded in a file
         self.passed = 0  # requests relayed and not recorded (other paths, errors, cut)
         self.failed = 0  # captured requests whose recording failed (logged)
+        # Responses requests naming an answer this capture did not see (the first warned)
+        self.prefix_unknown = 0
         self._ids = itertools.count()
         self._dirty: set[int] = set()
         self._conversations: dict[int, Conversation] = {}
@@ -105,7 +113,8 @@ class CaptureProxy:
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
         self._tokens: TokenSource | None = None
-        self._facts: dict[int, tuple[RequestFacts, Turn]] = {}
+        self._facts: dict[int, _Exchange] = {}
+        self._answers = Answers()
 
     async def __aenter__(self) -> CaptureProxy:
         import aiohttp
@@ -248,10 +257,17 @@ class CaptureProxy:
         facts = request_facts(path, body) if body is not None else None
         if facts is None:  # not that API's JSON, or compressed other than gzip/deflate
             return
+        earlier = self._answers.get(facts.previous_response_id)
+        if earlier is not None and earlier.preamble == self.salt.digest(facts.preamble):
+            facts.prior_chain = earlier.chain  # the items the server holds come first
+        else:  # unknown, or other instructions/tools: no prefix is claimed (_complete)
+            earlier = None
+        chain = self.sessions.chain(facts) if facts.api == RESPONSES else None
         turn = self.sessions.arrive(
-            xid, sent, facts, headers.get(self.session_header), headers.get(self.parent_header)
-        )
-        self._facts[xid] = (facts, turn)
+            xid, sent, facts, headers.get(self.session_header), headers.get(self.parent_header),
+            chain,
+        )  # fmt: skip
+        self._facts[xid] = _Exchange(facts, turn, chain, earlier)
 
     def _finish(self, xid: int, ended: float, body: bytes | None,
                 headers: Mapping[str, str]) -> None:
@@ -259,7 +275,7 @@ class CaptureProxy:
         if got is None:  # not a request of a captured API
             self.passed += 1
             return
-        facts, turn = got
+        facts, turn = got.facts, got.turn
         if body is None:  # an error status, a cut stream, a response too long to keep
             self.sessions.abandon(xid)
             self.passed += 1
@@ -274,11 +290,23 @@ class CaptureProxy:
             log.error("capture: a request could not be recorded (its answer is not of "
                       "its API's shape: %s)", type(exc).__name__)
             return
+        if got_response.failed:  # a Responses stream that ended in response.failed
+            self.sessions.abandon(xid)
+            self.passed += 1
+            return
         finished = self.sessions.finish(xid, ended, got_response.stop)
         if finished is None:
             return
         agent, _ = finished
-        task = asyncio.create_task(self._complete(agent, turn, facts, got_response, headers))
+        blocks: asyncio.Future[Blocks] | None = None
+        if got.chain is not None and got_response.response_id:
+            blocks = asyncio.get_running_loop().create_future()
+            outputs = [responses_item_bytes(i) for i in got_response.output_items]
+            self._answers.put(got_response.response_id, Earlier(
+                self.salt.digest(facts.preamble), self.sessions.extend(got.chain, outputs),
+                blocks))  # fmt: skip
+        task = asyncio.create_task(self._complete(agent, turn, got, got_response, headers,
+                                                  blocks))
         self._pending.add(task)
         task.add_done_callback(self._completed)
 
@@ -290,14 +318,31 @@ class CaptureProxy:
             log.error("capture: a request could not be recorded (%s)",
                       type(task.exception()).__name__)
 
-    async def _complete(self, agent: Agent, turn: Turn, facts: RequestFacts,
-                        got: ResponseFacts, headers: Mapping[str, str]) -> None:
-        """Counts from the response, ids from the tokenizer, hashes: the turn is done."""
+    async def _complete(self, agent: Agent, turn: Turn, exchange: _Exchange,
+                        got: ResponseFacts, headers: Mapping[str, str],
+                        blocks: asyncio.Future[Blocks] | None) -> None:
+        """Counts from the response, ids from the tokenizer, hashes: the turn is done
+        (``blocks``: this answer's, for a later request naming it; set on every path)."""
+        try:
+            await self._record(agent, turn, exchange, got, headers, blocks)
+        finally:
+            if blocks is not None and not blocks.done():
+                blocks.set_result(None)
+
+    async def _record(self, agent: Agent, turn: Turn, exchange: _Exchange,
+                      got: ResponseFacts, headers: Mapping[str, str],
+                      blocks: asyncio.Future[Blocks] | None) -> None:
         assert self._tokens is not None
-        ids = await self._tokens.ids(facts, headers)
+        facts = exchange.facts
+        after: list[bytes] = []
+        head: list[int] = []  # a Responses prompt's ids past ``after``, before its end
+        if facts.api == RESPONSES:
+            ids, after, head = await self._responses_ids(turn, exchange)
+        else:
+            ids = await self._tokens.ids(facts, headers)
         # usage absent, or 0: a server that did not count (no prompt is empty; the format
         # and its readers take `in` >= 1): the tokenizer counts it
-        prompt = got.prompt_tokens or len(ids)
+        prompt = got.prompt_tokens or len(after) * BLOCK_SIZE + len(ids)
         output = got.output_tokens if got.output_tokens is not None else got.output_events
         if prompt + max(output, 1) > MAX_REQUEST_TOKENS:
             # no reader takes it (and its blocks would be hashed one by one): not recorded
@@ -310,17 +355,49 @@ class CaptureProxy:
         turn.prompt_tokens, turn.output_tokens = prompt, output
         turn.output_types = got.output_types or ["text"]
         turn.stop = got.stop
-        digests: list[bytes] = []
-        for digest in block_digests(self.salt, ids, turn.prompt_tokens):
-            digests.append(digest)
-            if len(digests) % HASH_SLICE == 0:
-                await asyncio.sleep(0)  # a long prompt does not hold the relays up
+        digests = await _sliced(block_digests(self.salt, ids, turn.prompt_tokens, after))
+        if blocks is not None and not turn.prefix_unknown:
+            # the prompt and the answer's items as the next request's prefix
+            stream = head + segment_ids(responses_segments(got.output_items))
+            full = len(stream) // BLOCK_SIZE * BLOCK_SIZE
+            chained = chained_blocks(self.salt, stream[:full], after[-1] if after else b"")
+            blocks.set_result(([*after, *await _sliced(chained)], stream[full:]))
         turn.hash_ids = agent.conversation.ids.number(digests)
         self.captured += 1
         conv = agent.conversation
         self._conversations[conv.number] = conv
         self._dirty.add(conv.number)
         self._flush_wake.set()
+
+    async def _responses_ids(self, turn: Turn, exchange: _Exchange
+                             ) -> tuple[list[int], list[bytes], list[int]]:
+        """A Responses prompt's token ids as ``(ids, after, head)``: ``after`` the digests
+        of the blocks an earlier answer's request and output fill, ``ids`` what follows
+        them (generation mark included), ``head`` the same without the mark. A request
+        naming an answer the capture did not see: only its preamble is known (one
+        warning; the file counts it)."""
+        facts = exchange.facts
+        items = responses_segments([orjson.loads(m) for m in facts.messages])
+        earlier = await exchange.earlier.blocks if exchange.earlier is not None else None
+        if earlier is not None:
+            after, tail = earlier
+            head = tail + segment_ids(items)
+        elif facts.server_items:
+            turn.prefix_unknown = True
+            self.prefix_unknown += 1
+            if self.prefix_unknown == 1:
+                log.warning("capture: a /v1/responses request continues items held by the "
+                            "server that this capture did not see (a previous_response_id "
+                            "of an answer it did not record, or with other instructions or "
+                            "tools; a conversation); its prompt is recorded with the "
+                            "usage's token count and no shared blocks past its instructions "
+                            "and tools, and its file's requests_prefix_unknown counts it "
+                            "(docs/capture.md)")
+            preamble = segment_ids(preamble_segments(facts))
+            return preamble, [], preamble  # what follows the preamble is not known
+        else:
+            after, head = [], segment_ids(preamble_segments(facts) + items)
+        return [*head, generation_id()], after, head
 
     async def _flush_loop(self) -> None:
         """Rewrite changed conversations as requests finish (files written by a thread)."""
@@ -346,6 +423,28 @@ class CaptureProxy:
     def _flush(self) -> None:
         """Rewrite every conversation that changed since its last write (on stopping)."""
         self._write(self._documents())
+
+
+async def _sliced(digests: Iterable[bytes]) -> list[bytes]:
+    """``digests`` hashed into a list, yielding to the event loop every ``HASH_SLICE``
+    blocks (a long prompt does not hold the relays up)."""
+    out: list[bytes] = []
+    for digest in digests:
+        out.append(digest)
+        if len(out) % HASH_SLICE == 0:
+            await asyncio.sleep(0)
+    return out
+
+
+@dataclass(slots=True, eq=False)
+class _Exchange:
+    """A captured request between its arrival and its recording: its facts and turn; a
+    Responses request's session chain and the earlier answer it continues."""
+
+    facts: RequestFacts
+    turn: Turn
+    chain: list[bytes] | None = None
+    earlier: Earlier | None = None
 
 
 def _decoded(body: bytes, encoding: str) -> bytes | None:

@@ -25,6 +25,9 @@ class Turn:
     output_tokens: int = 0
     output_types: list[str] = field(default_factory=list)
     stop: str = ""
+    #: a Responses request naming an answer the capture did not see: its prompt's prefix
+    #: is unknown (docs/capture.md, "The Responses API")
+    prefix_unknown: bool = False
     hash_ids: list[int] | None = None  # the file's block ids; set last: the turn is done
 
     @property
@@ -95,22 +98,37 @@ class Sessions:
             return self._alias.setdefault(session, session), True
         return "", False
 
+    def chain(self, facts: RequestFacts) -> list[bytes]:
+        """The salted chain digests of a request's preamble and messages: entry *k* stands
+        for everything up to message *k* (a Responses request naming an earlier answer:
+        that answer's chain, then its own items)."""
+        if facts.prior_chain:
+            return self.extend(facts.prior_chain, facts.messages)
+        return self.extend([self._digest(facts.preamble)], facts.messages)
+
+    def extend(self, chain: list[bytes], messages: list[bytes]) -> list[bytes]:
+        """``chain`` followed by ``messages``' digests (a new list)."""
+        out = list(chain)
+        for m in messages:
+            out.append(self._digest(m, out[-1]))
+        return out
+
     def arrive(self, xid: int, sent: float, facts: RequestFacts, session: str | None = None,
-               parent: str | None = None) -> Turn:
-        """Assign a request that arrived at ``sent``; returns its (not yet done) turn."""
+               parent: str | None = None, chain: list[bytes] | None = None) -> Turn:
+        """Assign a request that arrived at ``sent``; returns its (not yet done) turn.
+        ``chain``: ``self.chain(facts)`` when the caller computed it already."""
         group, by_header = self._group(session, parent)
         if facts.api == COMPLETIONS:
             agent, new_from = self._continue_prompt(group, facts)
             chain_key = None
         else:
-            chain = [self._digest(facts.preamble)]
-            for m in facts.messages:
-                chain.append(self._digest(m, chain[-1]))
+            chain = chain if chain is not None else self.chain(facts)
+            prior = len(chain) - 1 - len(facts.messages)  # rebuilt items before them
             agent, new_from = None, 0
-            for k in range(len(facts.messages), 0, -1):
+            for k in range(len(chain) - 1, 0, -1):
                 agent = self._index.get((group, chain[k]))
                 if agent is not None:
-                    new_from = k
+                    new_from = max(0, k - prior)
                     break
             chain_key = (group, chain[-1])
         if agent is None:

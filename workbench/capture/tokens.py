@@ -4,7 +4,7 @@ back to ``word``; docs/capture.md, "Token ids and hash ids")."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -40,12 +40,23 @@ def word_ids(facts: RequestFacts) -> list[int]:
         if isinstance(prompt, list) and all(type(t) is int for t in prompt):
             return list(prompt)
         return tok.encode(prompt if isinstance(prompt, str) else "")
+    return [*segment_ids(prompt_segments(facts)), generation_id()]
+
+
+def segment_ids(segments: Iterable[tuple[str, str]]) -> list[int]:
+    """``<|role|> text <|end|>`` per ``(role, text)``: the embedded engine's chat template
+    without its closing ``<|assistant|>`` (``generation_id``)."""
+    tok = get_tokenizer()
     end = tok.token_id("<|end|>")
     ids: list[int] = []
-    for role, text in prompt_segments(facts):
+    for role, text in segments:
         ids += [tok.token_id(_ROLES.get(role, "<|user|>")), *tok.encode(text), end]
-    ids.append(tok.token_id("<|assistant|>"))
     return ids
+
+
+def generation_id() -> int:
+    """The id that ends a prompt: the assistant's turn begins."""
+    return get_tokenizer().token_id("<|assistant|>")
 
 
 class TokenSource:

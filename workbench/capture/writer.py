@@ -49,6 +49,9 @@ def document(conv: Conversation, prefix: str = "conv_") -> dict[str, Any] | None
         "system_tokens": 0,
         "requests": _requests(root, origin, numbers),
     }
+    unknown = sum(t.prefix_unknown for t in ordered)
+    if unknown:  # Responses requests whose earlier items the capture never saw
+        doc["requests_prefix_unknown"] = unknown
     return doc
 
 
