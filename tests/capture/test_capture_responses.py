@@ -29,6 +29,9 @@ from aiohttp import web
 from workbench.capture import CaptureProxy, read_capture
 from workbench.capture.blocks import BLOCK_SIZE
 from workbench.capture.protocols import (
+    CHAT,
+    COMPLETIONS,
+    MESSAGES,
     RESPONSES,
     preamble_segments,
     request_facts,
@@ -353,3 +356,16 @@ def test_responses_request_facts() -> None:
     referenced = request_facts(RESPONSES, orjson.dumps(
         {"input": [{"type": "item_reference", "id": "msg_1"}]}))
     assert referenced is not None and referenced.server_items
+
+
+def test_an_api_under_a_path_prefix_is_read_as_that_api() -> None:
+    # a proxy mounted under a prefix (/proxy/v1/...) is captured (the relay matches the
+    # path's end); its body is read as the API the path ends with, not as Anthropic's
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    for prefix in ("", "/proxy", "/a/b"):
+        facts = request_facts(prefix + CHAT, orjson.dumps(chat))
+        assert facts is not None and facts.api == CHAT and facts.preamble == b""
+        done = request_facts(prefix + COMPLETIONS, orjson.dumps({"model": "m", "prompt": "x"}))
+        assert done is not None and done.api == COMPLETIONS
+        msgs = request_facts(prefix + MESSAGES, orjson.dumps({**chat, "system": "s"}))
+        assert msgs is not None and msgs.api == MESSAGES and msgs.preamble

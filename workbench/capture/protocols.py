@@ -94,9 +94,12 @@ def request_facts(path: str, raw: bytes) -> RequestFacts | None:
     model = body.get("model")
     model = model if isinstance(model, str) else ""
     stream = body.get("stream") is True
-    if path.endswith(RESPONSES):
+    # the API the path ends with (the relay captures by the path's end: a proxy may be
+    # mounted under a prefix); none of them: read as chat
+    api = next((p for p in CAPTURED_PATHS if path.endswith(p)), CHAT)
+    if api == RESPONSES:
         return _responses_request(model, stream, body)
-    if path == COMPLETIONS:
+    if api == COMPLETIONS:
         prompt = body.get("prompt")
         items = [prompt] if prompt is not None else []
         return RequestFacts(COMPLETIONS, model, stream, [_canonical(p) for p in items], b"",
@@ -104,9 +107,9 @@ def request_facts(path: str, raw: bytes) -> RequestFacts | None:
     messages = body.get("messages")
     if not isinstance(messages, list):
         return None
-    preamble = _canonical(body.get("system")) if path == MESSAGES and "system" in body else b""
+    preamble = _canonical(body.get("system")) if api == MESSAGES and "system" in body else b""
     return RequestFacts(
-        CHAT if path == CHAT else MESSAGES, model, stream, [_canonical(m) for m in messages],
+        api, model, stream, [_canonical(m) for m in messages],
         preamble, [_is_tool_result(m) for m in messages], body,
     )  # fmt: skip
 
