@@ -154,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
             from workbench.plurals import counted
 
             print(f"INCOMPLETE (interrupted): {done} of {counted(len(points), 'point')} done")
-            _print_sweep(stopped[-1])
+            # the points done, marked as a finished sweep marks them (exit 130 all the same)
+            _print_sweep(stopped[-1], judge_error_rate(stopped[-1], args.max_error_rate))
         raise
     over = judge_error_rate(result, args.max_error_rate)
     _print_sweep(result, over)
