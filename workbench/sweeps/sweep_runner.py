@@ -249,14 +249,13 @@ class SweepRunner:
         workloads: dict[str, Any] = {}  # by the trace and context a point reads
         # a resumed sweep's points done before run no more: nothing to say of them
         entries = [e for e in entries if not _done(e, self.repeats)]
-        spans: dict[str, float] = {}  # by what sets a point's releases
+        spans: dict[str, float] = {}  # by what sets a point's release offsets
         long: list[tuple[str, float]] = []  # (point, span) past a day
         for i, e in enumerate(entries):
             cfg = self._repeat_cfg(e, 0)
-            d = cfg.to_dict()
-            read = _params_key({k: d.get(k) for k in ("trace", "context")})
-            released = _params_key({k: d.get(k) for k in ("trace", "context", "arrival",
-                                                          "seed")})
+            read = repr((cfg.trace, cfg.context))  # (dataclasses: their fields)
+            a = cfg.arrival  # what release_offsets_ms reads, and the units
+            released = repr((read, a.mode, a.rate, a.arrival_process(), cfg.seed))
             if released not in spans:
                 if read not in workloads:
                     workloads[read] = load_workload(cfg)
