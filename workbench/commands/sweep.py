@@ -234,6 +234,9 @@ def _serve(args: argparse.Namespace) -> Any:
     return ServeSpec(args.serve, over, args.serve_ready_timeout, args.serve_grace).check()
 
 
+#: runs named in the note on runs made under another ``--max-error-rate``, at most
+NOTE_RUNS = 10
+MANIFEST_S, MANIFESTS = "its manifest's", "their manifests'"  # (the rate in it)
 #: the table's column that marks a point whose run failed more than ``--max-error-rate``
 OVER_COLUMN = "over_max_error_rate"
 
@@ -304,12 +307,14 @@ def _exit_status(result: Any, max_error_rate: float, over: dict[int, list[str]])
         print(line, file=sys.stderr)
         worst = max(worst, ExitCode.ERROR_RATE)
     for rate, ids in made_with.items():
-        print(f"note: {noun(len(ids), 'run')} {', '.join(ids)} "
-              f"{noun(len(ids), 'was', 'were')} made with --max-error-rate {rate:g} "
-              f"({noun(len(ids), 'its manifest', 'their manifests')}', by which workbench "
-              f"report judges {noun(len(ids), 'it', 'them')}); this sweep judged "
-              f"{noun(len(ids), 'it', 'them')} by --max-error-rate {max_error_rate:g}",
-              file=sys.stderr)
+        n, named = len(ids), ", ".join(ids[:NOTE_RUNS])
+        if n > NOTE_RUNS:
+            named += f" and {n - NOTE_RUNS} more"
+        print(f"note: {noun(n, 'run')} {named} {noun(n, 'was', 'were')} made with "
+              f"--max-error-rate {rate:g} ({noun(n, MANIFEST_S, MANIFESTS)}, by which "
+              f"workbench report judges "
+              f"{noun(n, 'it', 'them')}); this sweep judged {noun(n, 'it', 'them')} by "
+              f"--max-error-rate {max_error_rate:g}", file=sys.stderr)
     return worst
 
 
