@@ -36,6 +36,19 @@ def wait_for_lines(path: Path, n: int, proc: subprocess.Popen, timeout_s: float 
     raise AssertionError(f"{path} never had {n} lines")
 
 
+def wait_for_file(path: Path, proc: subprocess.Popen, timeout_s: float = 60) -> None:
+    """Until ``path`` exists (a file a run creates as it goes: ``records.parquet.tmp``
+    once its first row group is written; bounded in time, and fails if the process
+    ended first)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if path.exists():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{path} never appeared")
+
+
 def wait_for_text(path: Path, text: str, proc: subprocess.Popen, timeout_s: float = 60) -> None:
     """Until ``path`` holds ``text`` (a run's manifest saying it is being saved ``cancelled``;
     polled often: what follows it in the run takes a fraction of a second)."""

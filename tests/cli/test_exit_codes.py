@@ -187,8 +187,11 @@ def test_a_sweep_applies_max_error_rate_to_each_points_run(tmp_path, extra, code
     if code == ExitCode.COMPLETED:
         assert over == [] and "over_max_error_rate" not in proc.stdout, proc.stdout
         return
-    assert over == [f"over --max-error-rate {rate}: point 1 (max_model_len=131072) run "
-                    "p001-r0 2 of 5 requests failed"], proc.stderr
+    # replay's words for its run (``_run_end.over_error_rate``), after the point and run
+    assert over == [f"point 1 (max_model_len=131072) run p001-r0: 2 of 5 requests failed, "
+                    f"more than --max-error-rate {rate}"], proc.stderr
+    assert [p.get("over_max_error_rate") for p in sweep["points"]] == [False, True]
+    assert sweep["max_error_rate"] == float(rate)  # the rate the table was judged by
     table = [line.split() for line in proc.stdout.splitlines()]
     head = next(i for i, row in enumerate(table) if "over_max_error_rate" in row)
     assert table[head][-1] == "over_max_error_rate", proc.stdout
@@ -198,6 +201,42 @@ def test_a_sweep_applies_max_error_rate_to_each_points_run(tmp_path, extra, code
     best = next(line for line in proc.stdout.splitlines() if line.startswith("Highest"))
     assert "max_model_len=131072" in best, best
     assert best.endswith(" It is over --max-error-rate (over_max_error_rate in the table)."), best
+
+
+@pytest.mark.parametrize(("before", "now", "code"), [
+    ("0.5", "0", ExitCode.ERROR_RATE),  # stricter now: point 1 is over, judged by 0
+    ("0", "0.5", ExitCode.COMPLETED),   # looser now: the old verdict (over 0) is not carried
+])
+def test_a_resumed_sweep_judges_its_reused_runs_by_the_rate_given_now(tmp_path, before, now,
+                                                                      code):
+    """A resumed sweep reuses its finished runs and judges them by the ``--max-error-rate``
+    given now (docs/sweeps.md, "A sweep directory"): its exit status, stderr, table and
+    ``sweep.json`` say that rate; a run made under another says so on stderr, since its
+    own manifest (by which ``workbench report`` judges it) keeps the rate it was made with."""
+    from workbench.storage.rundir import read_manifest
+
+    args = ("sweep", "--trace", _partial_trace(tmp_path), "--virtual", "--continue-on-error",
+            "--parallel", "1", "--over", "engine.max_model_len=262144,131072",
+            "-o", str(tmp_path), "--sweep-id", "s")
+    first = _cli(*args, "--max-error-rate", before)
+    assert first.returncode != code, first.stderr
+    proc = _cli(*args, "--max-error-rate", now)
+    assert proc.returncode == code, proc.stderr
+    assert "simulating" not in proc.stderr, proc.stderr  # both runs reused, none run again
+    sweep = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert sweep["max_error_rate"] == float(now)
+    over = code == ExitCode.ERROR_RATE
+    assert [p["over_max_error_rate"] for p in sweep["points"]] == [False, over]
+    lines = proc.stderr.splitlines()
+    assert [line for line in lines if "requests failed, more than" in line] == (
+        [f"point 1 (max_model_len=131072) run p001-r0: 2 of 5 requests failed, more than "
+         f"--max-error-rate {now}"] if over else []), proc.stderr
+    assert (f"note: runs p000-r0, p001-r0 were made with --max-error-rate {before} (their "
+            f"manifests', by which workbench report judges them); this sweep judged them "
+            f"by --max-error-rate {now}") in lines, proc.stderr
+    assert ("over_max_error_rate" in proc.stdout) == over, proc.stdout
+    runs = tmp_path / "s" / "runs"
+    assert read_manifest(runs / "p001-r0").max_error_rate == float(before)  # kept as made
 
 
 def test_a_sweep_of_whole_runs_exits_0(tmp_path):

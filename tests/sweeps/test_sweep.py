@@ -145,8 +145,15 @@ def test_interrupted_sweep_resumes_from_the_points_on_disk(tmp_path: Path) -> No
     partial.mkdir()
     (partial / "records.jsonl").write_text('{"request_id": "x"')
 
-    resumed = wb.sweep(BASE, over, virtual=True, out_dir=tmp_path, sweep_id="r")
+    seen.clear()
+    resumed = wb.sweep(BASE, over, virtual=True, out_dir=tmp_path, sweep_id="r",
+                       parallel=1, progress=seen.append)
     assert resumed.manifest.status == "completed" and len(resumed.manifest.resumed) == 1
+    # what was kept and what runs again, each said once, in the sweep's progress lines
+    assert seen == ["rate=1 #0: finished before, kept", "rate=1: done",
+                    "rate=2 #0: finished before, kept", "rate=2: done",
+                    "WARNING: runs/p002-r0 was incomplete: kept as runs/p002-r0.interrupted-0, "
+                    "and run again", "rate=4 #0: simulating", "rate=4: done"], seen
     assert [p["status"] for p in resumed.points] == ["done", "done", "done"]
     for d, t in started.items():  # the finished points were not run again
         assert read_json(Path(d) / "manifest.json")["started_at"] == t
@@ -553,3 +560,58 @@ def test_a_sweep_says_how_long_its_first_point_takes_before_it_runs(
         wb.sweep(base, over, virtual=True, out_dir=tmp_path, sweep_id="w2")
     assert caplog.text.count("this run takes at least") == 1
     assert "sweep w2: the first point: this run takes at least 11 min 3 s" in caplog.text
+    seen.clear()  # resumed with every point done: none runs, so none is announced
+    wb.sweep(base, over, virtual=True, out_dir=tmp_path, sweep_id="w", progress=seen.append)
+    assert not any("this run takes" in t for t in seen), seen
+    assert seen[0] == "tool_wait_scale=1 #0: finished before, kept", seen
+
+
+def _days_apart(tmp_path: Path) -> str:
+    """Three one-request sessions 50,000 s apart: their releases span 1.2 days."""
+    trace = tmp_path / "days_apart.csv"
+    trace.write_text("session_id,arrival_time,round_idx,prefix_len,input_len,output_len,"
+                     "tool_wait_after_ms\n"
+                     "0,0,0,0,512,16,0\n1,50000000,0,0,400,16,0\n2,100000000,0,0,300,16,0\n")
+    return str(trace)
+
+
+def test_a_sweep_says_its_points_arrival_span_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """docs/arrival.md, "Arrival span": releases spread over more than a day are said once
+    per sweep, before the first point, naming the points (and each one's span when they
+    differ), not again as each point's run starts; a swept rate's advice is a higher rate,
+    not ``--rate`` (which the points replace)."""
+    seen: list[str] = []
+    base = {"trace": {"path": _days_apart(tmp_path)}}
+    with caplog.at_level(logging.WARNING, "workbench"):
+        wb.sweep(base, {"engine.max_num_seqs": [1, 2]}, virtual=True, parallel=1,
+                 out_dir=tmp_path, sweep_id="same", progress=seen.append)
+    span = [t for t in seen if "arrivals span" in t]
+    assert span == [
+        "WARNING: arrivals span 1.2 days (100,000,000 ms) at max_num_seqs=1 and "
+        "max_num_seqs=2: trace-timed, the last unit starts that long after the first; "
+        "rescale the arrivals with --rate R (arrival.rate, units/s) or replay --arrival "
+        "saturated"], seen
+    assert seen.index(span[0]) < seen.index("max_num_seqs=1 #0: simulating")
+    assert "arrivals span" not in caplog.text  # no point's run said it again
+    seen.clear()
+    with caplog.at_level(logging.WARNING, "workbench"):
+        wb.sweep(base, {"arrival.rate": [1e-05, 2e-05, 1]}, virtual=True, parallel=1,
+                 out_dir=tmp_path, sweep_id="rates", progress=seen.append)
+    assert [t for t in seen if "arrivals span" in t] == [
+        "WARNING: arrivals span 2.3 days (200,000,000 ms) at rate=1e-05, 1.2 days "
+        "(100,000,000 ms) at rate=2e-05: trace-timed, the last unit starts that long after "
+        "the first; sweep higher arrival.rate values (units/s)"], seen
+    assert "arrivals span" not in caplog.text
+
+
+def test_the_span_warning_names_a_few_points_and_counts_the_rest() -> None:
+    from workbench.sweeps.sweep_runner import SPAN_NAMED, _span_sentence
+
+    day = 86_400_000.0
+    long = [(f"rate={i}", day * (2 + i // 4)) for i in range(SPAN_NAMED + 4)]
+    said = _span_sentence(long, "R")
+    assert said.startswith("arrivals span 2.0 days (172,800,000 ms) at rate=0, rate=1, "
+                           "rate=2, rate=3, 3.0 days (259,200,000 ms) at rate=4 and rate=5, "
+                           "and 4 more points: trace-timed,"), said
+    assert said.endswith("; R")

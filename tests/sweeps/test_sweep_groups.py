@@ -229,6 +229,14 @@ def test_no_verdict_stronger_than_its_evidence() -> None:
     none = _sweep([k, rate], [({k: 1, rate: 2}, 1.0, False), ({k: 2, rate: 2}, 1.0, False)])
     assert capacity_sentence(none, 1.0).endswith(
         "No configuration held the SLO at any load tried.")
+    # interrupted before any point finished: no load was tried, so none is said to be
+    pending = _sweep([k, rate], [({k: 1, rate: 2}, 1.0, False), ({k: 2, rate: 2}, 1.0, False)])
+    for p in pending.manifest.points:
+        p["status"] = "pending"
+    assert capacity_sentence(pending, 1.0) == (
+        "At TTFT p90 ≤ 500 ms, per configuration: max_num_seqs=1: no point finished: no "
+        "capacity to state. max_num_seqs=2: no point finished: no capacity to state. No "
+        "point finished: no best configuration to name.")
     behind = _sweep([rate], [({rate: 2.6296296296296293}, 1.81, True), ({rate: 4}, 2, False)])
     text = capacity_sentence(behind, 1.0)
     assert text == (

@@ -76,7 +76,13 @@ def span_warning(span_ms: float, remedy: str = SPAN_REMEDY) -> str | None:
     in the flags of the command that says it (``plan``'s are not ``replay``'s)."""
     if span_ms <= ARRIVAL_SPAN_WARN_MS:
         return None
-    return (
-        f"arrivals span {span_ms / ARRIVAL_SPAN_WARN_MS:,.1f} days ({span_ms:,.0f} ms): "
-        f"trace-timed, the last unit starts that long after the first; {remedy}"
-    )
+    return f"arrivals span {span_words(span_ms)}: {SPAN_MEANS}; {remedy}"
+
+
+#: what a span past a day means, in every command's warning of it
+SPAN_MEANS = "trace-timed, the last unit starts that long after the first"
+
+
+def span_words(span_ms: float) -> str:
+    """A span in days and ms: ``1.2 days (100,000,000 ms)``."""
+    return f"{span_ms / ARRIVAL_SPAN_WARN_MS:,.1f} days ({span_ms:,.0f} ms)"

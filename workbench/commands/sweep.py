@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from workbench.commands._axes import (
@@ -153,9 +154,10 @@ def run(args: argparse.Namespace) -> int:
             from workbench.plurals import counted
 
             print(f"INCOMPLETE (interrupted): {done} of {counted(len(points), 'point')} done")
-            _print_sweep(stopped[-1])
+            # the points done, marked as a finished sweep marks them (exit 130 all the same)
+            _print_sweep(stopped[-1], judge_error_rate(stopped[-1], args.max_error_rate))
         raise
-    over = over_error_rate(result, args.max_error_rate)
+    over = judge_error_rate(result, args.max_error_rate)
     _print_sweep(result, over)
     return _exit_status(result, args.max_error_rate, over)
 
@@ -179,7 +181,7 @@ def _run_sweep(args: argparse.Namespace, cfg: Any, over: Any, slo: str | None, s
                     serve=serve, gpus=args.gpus, **common)
 
 
-def _print_sweep(result: Any, over: dict[int, str] | None = None) -> None:
+def _print_sweep(result: Any, over: Mapping[int, Any] | None = None) -> None:
     """The sweep's headline, table (``over``: the points over ``--max-error-rate``,
     marked), search brackets, best point and directory."""
     from workbench.report.headline import sweeps_headline
@@ -232,44 +234,58 @@ def _serve(args: argparse.Namespace) -> Any:
     return ServeSpec(args.serve, over, args.serve_ready_timeout, args.serve_grace).check()
 
 
+#: runs named in the note on runs made under another ``--max-error-rate``, at most
+NOTE_RUNS = 10
+MANIFEST_S, MANIFESTS = "its manifest's", "their manifests'"  # (the rate in it)
 #: the table's column that marks a point whose run failed more than ``--max-error-rate``
 OVER_COLUMN = "over_max_error_rate"
 
 
-def over_error_rate(result: Any, max_error_rate: float | None) -> dict[int, str]:
-    """``{point index: what failed}`` of the points with a run in which more than
-    ``max_error_rate`` of the requests failed (``_run_end.run_exit_status``'s rule, as
-    ``replay --max-error-rate`` judges its run): ``"run p001-r0 3 of 8 requests failed"``."""
-    from workbench.commands._run_end import run_exit_status
-    from workbench.plurals import counted
+def judge_error_rate(result: Any, max_error_rate: float) -> dict[int, list[str]]:
+    """``{point index: a line per run}`` of the points with a run in which more than
+    ``max_error_rate`` of the requests failed, judged as ``replay --max-error-rate`` judges
+    its run and said in its words (``_run_end``): ``"point 1 (rate=4) run p001-r0: 3 of 8
+    requests failed, more than --max-error-rate 0"``. The verdict is kept in the sweep's
+    manifest, by the rate given now (a resumed sweep's reused runs too): its
+    ``max_error_rate`` and each point's ``over_max_error_rate`` (docs/sweeps.md, "A sweep
+    directory")."""
+    from workbench.commands._run_end import over_error_rate, run_exit_status
+    from workbench.sweeps.store import write_sweep
 
-    over: dict[int, str] = {}
-    for p in result.points:
+    over: dict[int, list[str]] = {}
+    for p in result.manifest.points:
         said = []
         for run in p.get("runs") or []:
             m = run.get("metrics") or {}
             errors, ok = int(m.get("errors") or 0), int(m.get("ok") or 0)
             if run_exit_status(None, errors=errors, ok=ok,
                                max_error_rate=max_error_rate) == ExitCode.ERROR_RATE:
-                said.append(f"run {run['run_id']} {errors} of "
-                            f"{counted(errors + ok, 'request')} failed")
+                said.append(f"point {p['index']} ({p['label']}) run {run['run_id']}: "
+                            f"{over_error_rate(errors, ok, max_error_rate)}")
+        if p.get("status") == "done":
+            p[OVER_COLUMN] = bool(said)
         if said:
-            over[p["index"]] = f"point {p['index']} ({p['label']}) " + ", ".join(said)
+            over[p["index"]] = said
+    result.manifest.max_error_rate = max_error_rate
+    write_sweep(result)
     return over
 
 
-def _exit_status(result: Any, max_error_rate: float, over: dict[int, str]) -> int:
+def _exit_status(result: Any, max_error_rate: float, over: dict[int, list[str]]) -> int:
     """The sweep's exit status, each point's runs judged by the rule of every command that
     makes a run (``_run_end.run_exit_status``): 4 (``ExitCode.ERROR_RATE``) when a point's
-    run failed more than ``max_error_rate`` of its requests (``over``: those points, named
-    in one line on stderr); else 1 (``ExitCode.FAILED``) when a point failed (its server
-    did not serve it) or a point's run did not finish whole, each named on stderr; else 0
-    (docs/sweeps.md, "A sweep directory")."""
+    run failed more than ``max_error_rate`` of its requests (``over``: a line per such run,
+    on stderr); else 1 (``ExitCode.FAILED``) when a point failed (its server did not serve
+    it) or a point's run did not finish whole, each named on stderr; else 0
+    (docs/sweeps.md, "A sweep directory"). A run made under another ``--max-error-rate``
+    (a resumed sweep's) is named in a note: its manifest keeps the rate it was made with."""
     from workbench.commands._run_end import run_exit_status
+    from workbench.plurals import noun
     from workbench.report.tables import run_end_note
     from workbench.storage.rundir import read_manifest
 
     worst = ExitCode.COMPLETED
+    made_with: dict[float, list[str]] = {}  # runs made under another rate, by that rate
     for p in result.points:
         if p.get("status") == "failed":
             f = p.get("failure") or {}
@@ -280,19 +296,29 @@ def _exit_status(result: Any, max_error_rate: float, over: dict[int, str]) -> in
             worst = max(worst, ExitCode.FAILED)
         for run in p.get("runs") or []:
             manifest = read_manifest(result.sweep_dir / run["run_dir"])
+            if manifest.max_error_rate not in (None, max_error_rate):
+                made_with.setdefault(manifest.max_error_rate, []).append(run["run_id"])
             status = run_exit_status(manifest.status)
             if status != ExitCode.COMPLETED:
                 print(f"point {p['index']} ({p['label']}) run {run['run_id']}: "
                       f"{run_end_note(manifest)}", file=sys.stderr)
                 worst = max(worst, status)
-    if over:
-        print(f"over --max-error-rate {max_error_rate:g}: " + "; ".join(over.values()),
-              file=sys.stderr)
+    for line in (line for lines in over.values() for line in lines):
+        print(line, file=sys.stderr)
         worst = max(worst, ExitCode.ERROR_RATE)
+    for rate, ids in made_with.items():
+        n, named = len(ids), ", ".join(ids[:NOTE_RUNS])
+        if n > NOTE_RUNS:
+            named += f" and {n - NOTE_RUNS} more"
+        print(f"note: {noun(n, 'run')} {named} {noun(n, 'was', 'were')} made with "
+              f"--max-error-rate {rate:g} ({noun(n, MANIFEST_S, MANIFESTS)}, by which "
+              f"workbench report judges "
+              f"{noun(n, 'it', 'them')}); this sweep judged {noun(n, 'it', 'them')} by "
+              f"--max-error-rate {max_error_rate:g}", file=sys.stderr)
     return worst
 
 
-def _table(result: Any, over: dict[int, str] | None = None) -> str:
+def _table(result: Any, over: Mapping[int, Any] | None = None) -> str:
     df = result.frame
     if df.empty:
         return "(no point finished)"

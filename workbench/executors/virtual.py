@@ -42,21 +42,19 @@ def simulate(
     workload: Workload | None = None,
     on_cancelled: Callable[[RunResult], None] | None = None,
     announced: bool = False,
-    span_announced: bool = False,
     max_error_rate: float | None = None,
 ) -> RunResult:
     """Replay ``cfg`` in virtual time against an ``EngineConfig`` (default: ``cfg.target.engine``):
     the records of a live replay, on virtual nanoseconds, with no socket and no sleep.
-    ``announced``, ``span_announced``: the caller has said how long the run takes, how
-    long its releases span (``prepare``);
+    ``announced``: the caller has said how long the run takes and how long its releases
+    span (``prepare``);
     ``max_error_rate``: the threshold the run is judged by, recorded in its manifest
     (``RunManifest.max_error_rate``)."""
     if isinstance(engine, dict):  # the config says which engine ran (and so the digest)
         cfg = coerce_config(cfg)
         cfg = cfg.replace(**{"target.engine": {**cfg.target.engine, **engine}})
         engine = None
-    run = prepare(cfg, workload, virtual=True, announced=announced,
-                  span_announced=span_announced)
+    run = prepare(cfg, workload, virtual=True, announced=announced)
     executor = virtual_executor(run.cfg, engine)
     # SIGINT/SIGTERM stop the run as a live one: saved as cancelled, then KeyboardInterrupt
     with stop_on_signals() as signalled:

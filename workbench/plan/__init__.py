@@ -661,7 +661,7 @@ def _measure(cfg: dict[str, Any], option: Option, scale: float, rate: float, rep
     run = {**cfg, "arrival": arrival or {**cfg.get("arrival", {}), "rate": rate},
            "target": {"url": "sim", "engine": option.knobs(replicas)}}
     # how long each probe takes and spans: said once per plan (``_announce``)
-    result = virtual.simulate(run, announced=True, span_announced=True)
+    result = virtual.simulate(run, announced=True)
     frame = to_frame(result)
     ev = slo.evaluate(frame)
     verdict = slo.verdict(ev["values"], ev["ok_rate"], ev["requests"], ev["ok_requests"])

@@ -193,15 +193,12 @@ def build_plan(cfg: RunConfig, workload: Workload) -> Plan:
     """Every unit's rounds as planned and its release offset; a session graph's roots are
     released, carrying their descendants."""
     a, c = cfg.arrival, cfg.context
-    output, process = parse_output_policy(a.output_len), a.arrival_process()
+    output = parse_output_policy(a.output_len)
     # the configured policy (checked to apply: ContextSpec.check_applies), else the default
     policy = effective_policy(workload, make_policy(c.policy_name or DEFAULT_POLICY, c.options))
     round_plans = RoundPlanner(policy, *output)
     units = workload.units
-    # a session graph (sub-agents): the roots are released, each carrying its descendants
-    graph = not isinstance(units, UnitStream) and any(u.spawn is not None for u in units)
-    released = tuple(u for u in units if u.spawn is None) if graph else units
-    offsets = release_offsets_ms(released, a.mode, a.rate, process, cfg.seed)
+    graph, released, offsets = _released(cfg, workload)
     planned: PlanStream | tuple[UnitPlan, ...]
     if isinstance(units, UnitStream):  # built unit by unit as the run asks
         planned = PlanStream(units, offsets, round_plans)
@@ -213,6 +210,22 @@ def build_plan(cfg: RunConfig, workload: Workload) -> Plan:
                                                                      strict=True)))
     ideal = ideal_prefix_hit_rate(workload, policy)
     return Plan(planned, None if policy is None else policy.name, workload.block_size, ideal)
+
+
+def _released(cfg: RunConfig, workload: Workload) -> tuple[bool, Sequence[Unit], list[float]]:
+    """(whether the units are a session graph, the units released, their release offsets
+    after mode and rate): a graph's roots are released, each carrying its descendants."""
+    a, units = cfg.arrival, workload.units
+    graph = not isinstance(units, UnitStream) and any(u.spawn is not None for u in units)
+    released = tuple(u for u in units if u.spawn is None) if graph else units
+    return graph, released, release_offsets_ms(released, a.mode, a.rate,
+                                               a.arrival_process(), cfg.seed)
+
+
+def release_span_ms(cfg: RunConfig, workload: Workload) -> float:
+    """The span of ``cfg``'s release offsets (``Plan.arrival``'s), without planning a
+    round: what a sweep checks of each point before the first runs."""
+    return float(arrival_span(_released(cfg, workload)[2])["arrival_span_ms"])
 
 
 def _graph_units(workload: Workload, round_plans: RoundPlanner, roots: Sequence[Unit],

@@ -53,19 +53,18 @@ class Prepared:
 
 
 def prepare(cfg: RunConfig | dict[str, Any], workload: Workload | None = None, *,
-            virtual: bool = False, announced: bool = False,
-            span_announced: bool = False) -> Prepared:
+            virtual: bool = False, announced: bool = False) -> Prepared:
     """The one prologue of every run: config and workload checked, plan, run id; warns of
-    a release span past a day (unless ``span_announced``) or waits past ``LONG_RUN_MS``
-    (unless ``announced``: the caller said how long its runs take, as a sweep does once
-    for all its points, a plan both once for all its probes). Every error surfaces here."""
+    a release span past a day or waits past ``LONG_RUN_MS`` (unless ``announced``: the
+    caller said both, as a sweep does once for all its points and a plan once for all
+    its probes). Every error surfaces here."""
     cfg = coerce_config(cfg)
     if workload is None:
         workload = load_workload(cfg)  # checked against the config as it is loaded
     else:
         cfg.check_workload(workload)
     plan = build_plan(cfg, workload)
-    if (warning := plan.arrival()["arrival_span_warning"]) and not span_announced:
+    if (warning := plan.arrival()["arrival_span_warning"]) and not announced:
         log.warning("%s", warning)
     floor = run_floor(plan, cfg.arrival)
     if floor is not None and floor.floor_ms > LONG_RUN_MS and not announced:

@@ -306,6 +306,8 @@ def best_sentence(caps: list[Capacity], rounds: float | None = None) -> str:
     from workbench.sweeps.groups import best
 
     b = best(caps)
+    if b is None and not any(c.group.points for c in caps):  # interrupted before one ended
+        return "No point finished: no best configuration to name."
     if b is None:
         return "No configuration held the SLO at any load tried."
     top = b.leaders[0]

@@ -44,6 +44,9 @@ class SweepManifest:
     gpus: int | None = None  # a serve sweep's GPUs per server (for per-GPU figures)
     servers: dict[str, Any] | None = None  # a serve sweep's servers, by name
     failed_points: list[int] | None = None
+    #: the ``--max-error-rate`` that judged the points (each one's ``over_max_error_rate``)
+    #: when ``workbench sweep`` last ran it, a resume included
+    max_error_rate: float | None = None
     capacity: dict[str, Any] | None = None  # a capacity search's evidence
     finished_at: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)

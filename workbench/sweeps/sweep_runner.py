@@ -24,11 +24,13 @@ from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
 import workbench.sweeps.spec as spec_mod
+from workbench.arrival.schedule import ARRIVAL_SPAN_WARN_MS, SPAN_MEANS, SPAN_REMEDY, span_words
 from workbench.config import RunConfig
 from workbench.cores import usable_cores
 from workbench.errors import ConfigError
 from workbench.metrics.slo import SLO
 from workbench.metrics.wording import spread_phrase, thin_phrase, unmeasured_phrase
+from workbench.plurals import counted
 from workbench.signals import die_with_parent
 from workbench.spawning import children_start, spawn_context
 from workbench.storage.rundir import contained_dir
@@ -237,26 +239,52 @@ class SweepRunner:
                            seed=self.cfg.seed + rep, label=f"{entry['label']} #{rep}")
 
     async def check(self, entries: Sequence[Mapping[str, Any]]) -> None:
-        """Every point's config is valid, before the first request; a long first point is
-        announced (docs/arrival.md, "How long a run takes"). Ctrl-C stops a long check."""
-        for i, e in enumerate(entries):
-            self._repeat_cfg(e, 0)
-            if i % CHECK_YIELD_EVERY == CHECK_YIELD_EVERY - 1:
-                await asyncio.sleep(0)  # the loop's signal handlers may cancel us here
-        if entries:
-            self._announce_floor(self._repeat_cfg(entries[0], 0), len(entries) * self.repeats)
-
-    def _announce_floor(self, cfg: RunConfig, runs: int) -> None:
-        from workbench.replay.plan import LONG_RUN_MS, build_plan, duration_text, run_floor
+        """Every point's config is valid, before the first request; a long first point and
+        the points whose releases span more than a day are announced, once for the sweep
+        (docs/arrival.md, "How long a run takes", "Arrival span"). Ctrl-C stops a long
+        check."""
+        from workbench.replay.plan import release_span_ms
         from workbench.replay.prepare import load_workload
 
-        floor = run_floor(build_plan(cfg, load_workload(cfg)), cfg.arrival)
+        workloads: dict[str, Any] = {}  # by the trace and context a point reads
+        # a resumed sweep's points done before run no more: nothing to say of them
+        entries = [e for e in entries if not _done(e, self.repeats)]
+        spans: dict[str, float] = {}  # by what sets a point's release offsets
+        long: list[tuple[str, float]] = []  # (point, span) past a day
+        for i, e in enumerate(entries):
+            cfg = self._repeat_cfg(e, 0)
+            read = repr((cfg.trace, cfg.context))  # (dataclasses: their fields)
+            a = cfg.arrival  # what release_offsets_ms reads, and the units
+            released = repr((read, a.mode, a.rate, a.arrival_process(), cfg.seed))
+            if released not in spans:
+                if read not in workloads:
+                    workloads[read] = load_workload(cfg)
+                spans[released] = release_span_ms(cfg, workloads[read])
+                if i == 0:  # how long the first point to run takes
+                    first = (e, cfg, workloads[read])
+            if spans[released] > ARRIVAL_SPAN_WARN_MS:
+                long.append((e["label"], spans[released]))
+            if i % CHECK_YIELD_EVERY == CHECK_YIELD_EVERY - 1:
+                await asyncio.sleep(0)  # the loop's signal handlers may cancel us here
+        if long:
+            swept = all(spec_mod.RATE in e["params"] for e in entries)
+            self._say(_span_sentence(long, SWEPT_SPAN_REMEDY if swept else SPAN_REMEDY),
+                      logging.WARNING)
+        if entries:
+            self._announce_floor(*first, len(entries) * self.repeats)
+
+    def _announce_floor(self, e: Mapping[str, Any], cfg: RunConfig, workload: Any,
+                        runs: int) -> None:
+        from workbench.replay.plan import LONG_RUN_MS, build_plan, duration_text, run_floor
+
+        floor = run_floor(build_plan(cfg, workload), cfg.arrival)
         if floor is None or floor.floor_ms <= LONG_RUN_MS:
             return
         total = ("" if self.virtual or runs < 2 else
                  f"; its {runs} runs one after another: at least "
                  f"{duration_text(runs * floor.floor_ms)} in all")
-        self._say(f"the first point: {floor.sentence(self.virtual)}{total}", logging.WARNING)
+        who = "the first point" if e["index"] == 0 else f"the first point to run ({e['label']})"
+        self._say(f"{who}: {floor.sentence(self.virtual)}{total}", logging.WARNING)
 
     def _reuse(self, run_dir: Path) -> bool:
         """True when the repeat is complete on disk; an incomplete one is set aside."""
@@ -267,7 +295,8 @@ class SweepRunner:
             while (aside := run_dir.with_name(f"{run_dir.name}.interrupted-{n}")).exists():
                 n += 1
             shutil.move(str(run_dir), aside)
-            log.warning("sweep: %s was incomplete; kept as %s and run again", run_dir, aside)
+            self._say(f"{run_dir.relative_to(self.dir)} was incomplete: kept as "
+                      f"{aside.relative_to(self.dir)}, and run again", logging.WARNING)
         return False
 
     async def measure_many(self, entries: Sequence[dict[str, Any]]) -> None:
@@ -280,12 +309,14 @@ class SweepRunner:
                 cfg = self._repeat_cfg(e, rep)
                 run_dir = self.dir / RUNS / str(cfg.run_id)
                 if rep in have and run_complete(run_dir):
+                    self._say(f"{e['label']} #{rep}: finished before, kept")
                     continue
                 e["runs"] = [r for r in e["runs"] if r["repeat"] != rep]
                 if self._reuse(run_dir):
                     self._record(e, rep, cfg, {"action": "none", "ok": True,
                                                "reason": "resumed: the run was already on disk"},
                                  point_metrics(run_dir, self.slo))
+                    self._say(f"{e['label']} #{rep}: finished before, kept")
                     continue
                 jobs.append((e, rep, cfg))
         if self.virtual:
@@ -383,6 +414,35 @@ def _held_text(verdict: Mapping[str, Any]) -> str:
             else "SLO broken")
     notes = [n for n in notes if n]
     return f"{text} — {'; '.join(notes)}" if notes else text
+
+
+#: what to do about a long span when the points set the rate (``--rate`` is theirs)
+SWEPT_SPAN_REMEDY = "sweep higher arrival.rate values (units/s)"
+#: points named in the span warning, at most (then "and N more")
+SPAN_NAMED = 6
+
+
+def _span_sentence(long: Sequence[tuple[str, float]], remedy: str) -> str:
+    """The one warning of the points whose releases span more than a day: ``arrivals span
+    1.2 days (100,000,000 ms) at rate=1 and rate=2: trace-timed, ...``, each span once
+    with the points that have it (``span_warning``'s words), ``SPAN_NAMED`` points at
+    most, then ``, and N more points``."""
+    by_span: dict[str, list[str]] = {}
+    for label, span in long:
+        by_span.setdefault(span_words(span), []).append(label)
+    parts, named = [], 0
+    for words, labels in by_span.items():
+        if not (take := labels[:SPAN_NAMED - named]):
+            break
+        named += len(take)
+        parts.append(f"{words} at {' and '.join(take) if len(take) < 3 else ', '.join(take)}")
+    more = f", and {counted(len(long) - named, 'more point')}" if len(long) > named else ""
+    return f"arrivals span {', '.join(parts)}{more}: {SPAN_MEANS}; {remedy}"
+
+
+def _done(entry: Mapping[str, Any], repeats: int) -> bool:
+    """A point done, with every repeat recorded (a resumed sweep keeps it)."""
+    return entry.get("status") == "done" and len(entry.get("runs") or ()) >= repeats
 
 
 def _params_key(params: Mapping[str, Any]) -> str:
