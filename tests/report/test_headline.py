@@ -208,6 +208,28 @@ def test_capacity_when_every_point_held_or_none_did():
         "No SLO: the sweep has no capacity to state.")
 
 
+def test_capacity_of_an_interrupted_sweep_is_not_above_a_range_it_did_not_finish():
+    # points at 4 and 8 req/s never finished: "above the range" would claim a load
+    # nobody tried; the sentence and the cell say only what finished
+    pending = [{"index": 2, "status": "pending", "params": {"arrival.rate": 4}, "runs": []},
+               {"index": 3, "status": "pending", "params": {"arrival.rate": 8}, "runs": []}]
+    held = [point(0, 1, 1.0, True, 100), point(1, 2, 2.0, True, 200)]
+    sw = sweep(held + pending)
+    assert capacity_sentence(sw, rounds_per_unit=1.0) == (
+        "At TTFT p90 ≤ 2 s: capacity at least 2 req/s sustained, at 2 req/s offered: the "
+        "SLO held at every point that finished; 2 higher loads (4 to 8 req/s) did not "
+        "finish, so the capacity is not known beyond 2 req/s.")
+    from workbench.report.headline import capacity_brief
+    from workbench.sweeps.groups import capacities
+
+    [cap] = capacities(sw)
+    assert capacity_brief(cap) == ("≥ 2 req/s sustained (2 req/s offered; higher loads "
+                                   "unfinished)")
+    # a pending point below the highest that held changes nothing
+    low = [{"index": 2, "status": "pending", "params": {"arrival.rate": 0.5}, "runs": []}]
+    assert "above the range" in capacity_sentence(sweep(held + low), rounds_per_unit=1.0)
+
+
 def test_capacity_on_a_concurrency_axis_has_no_offered_rate():
     pts = [{**point(0, 1, 0.8, True, 500), "params": {"arrival.max_concurrency": 4}},
            {**point(1, 1, 1.6, True, 1900), "params": {"arrival.max_concurrency": 12}},

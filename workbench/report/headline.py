@@ -259,7 +259,17 @@ def group_sentence(cap: Capacity, rounds: float | None = None,
     offered_rps = value * rounds if axis == RATE_AXIS and rounds else None
     phrase = capacity_phrase(cap.sustained, _load_text(axis, value, rounds),
                              at_least=cap.status == "above")
-    if cap.status == "above":
+    if cap.status == "above" and (rest := cap.unfinished_above):
+        loads = [rest[0]["params"][axis], rest[-1]["params"][axis]]
+        span = _load_text(axis, loads[-1], rounds, offered=False)
+        if len(rest) > 1:  # "4 to 8 req/s", "arrival.max_concurrency = 16 to 32"
+            low = sig(loads[0]) if axis == RATE_AXIS else loads[0]
+            span = (f"{low} to {span}" if axis == RATE_AXIS
+                    else f"{axis} = {loads[0]} to {loads[-1]}")
+        text = (f"{phrase}: the SLO held at every point that finished; "
+                f"{counted(len(rest), 'higher load')} ({span}) did not finish, so the "
+                f"capacity is not known beyond {_load_text(axis, value, rounds, offered=False)}.")
+    elif cap.status == "above":
         text = f"{phrase}: the SLO held at every point, so the capacity is above the range."
     else:
         assert cap.broken is not None
@@ -340,7 +350,8 @@ def capacity_brief(cap: Capacity, rounds: float | None = None) -> str:
     few = ("; too few requests to show it" if thin_phrase(verdict) else "") + (
         "; repeats disagree" if spread_phrase(verdict) else "")
     if cap.status == "above":
-        return f"≥ {sig(cap.sustained)} req/s sustained ({at}; above the range{few})"
+        beyond = "higher loads unfinished" if cap.unfinished_above else "above the range"
+        return f"≥ {sig(cap.sustained)} req/s sustained ({at}; {beyond}{few})"
     return f"{sig(cap.sustained)} req/s sustained ({at}{few})"
 
 

@@ -42,6 +42,8 @@ class Group:
 
     params: dict[str, Any]
     points: list[dict[str, Any]] = field(default_factory=list)
+    #: its points with a numeric load that did not finish (an interrupted sweep), load order
+    unfinished: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -64,9 +66,12 @@ def groups(sweep: Sweep) -> list[Group]:
         group = out.setdefault(repr(sorted(key.items(), key=lambda kv: kv[0])), Group(key))
         if p.get("status") == "done" and (axis is None or _numeric(params.get(axis))):
             group.points.append(p)
+        elif axis is not None and _numeric(params.get(axis)):
+            group.unfinished.append(p)
     for g in out.values():
         if axis is not None:
             g.points.sort(key=lambda p: (p["params"][axis], p["index"]))
+            g.unfinished.sort(key=lambda p: (p["params"][axis], p["index"]))
     return list(out.values())
 
 
@@ -100,6 +105,15 @@ class Capacity:
     def offered(self) -> Any:
         """The load value the capacity was sustained at (the swept axis)."""
         return None if self.point is None or self.axis is None else self.point["params"][self.axis]
+
+    @property
+    def unfinished_above(self) -> list[dict[str, Any]]:
+        """Of an ``above`` capacity, the points at a higher load that did not finish (an
+        interrupted sweep): the range it held over was not all tried."""
+        if self.status != "above" or self.axis is None:
+            return []
+        axis, top = self.axis, float(self.offered)
+        return [p for p in self.group.unfinished if float(p["params"][axis]) > top]
 
 
 def _held(p: Mapping[str, Any]) -> bool:
