@@ -395,9 +395,9 @@ async def test_the_panels_measurement_is_not_disturbed_by_its_redraws(
                              f"{redraws}, {job and stderr_tail(job._stderr)}") from None
     assert result is not None and p.error is None
     assert len([r for r in result.records if r.status == "ok"]) == 303
-    # the sections redrew while it ran, more than once (how often depends on the host's
-    # load: the render process runs at a lower priority; 3-8 times on a quiet host)
-    assert len(redraws) >= 2 and redraws[0] < 303
+    # the sections redrew while it ran (how often depends on the host's load: the render
+    # process runs at a lower priority; 3-8 times on a quiet host, once at load 8)
+    assert redraws and redraws[0] < 303
     # each redraw kept with its start, wall and CPU time (the last one shown may have been
     # cut by the run's end before it was kept; a short run may end before any)
     assert len(p.redraws) >= len(redraws) - 1
