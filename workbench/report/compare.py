@@ -312,11 +312,13 @@ def change_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
                 design = _design(base, other, traces[base_label], traces[label])
                 paired = design == "paired"
                 units = _units(base, other, paired)
+                same = _identical(base, other)
                 for q in qs:
-                    change, lo, hi = _diff(base, other, q, n_boot=n_boot, level=level,
-                                           seed=seed, paired=paired)
+                    change, lo, hi = (0.0, 0.0, 0.0) if same else _diff(
+                        base, other, q, n_boot=n_boot, level=level, seed=seed, paired=paired)
                     ref = quantiles(base.values, (q,))[0] if base.values.size else math.nan
-                    significant, verdict = _verdict(lo, hi, q, units)
+                    significant, verdict = (None, IDENTICAL) if same else _verdict(
+                        lo, hi, q, units)
                     rows.append({
                         "metric": metric, "run": label, "stat": f"p{q:g}",
                         "baseline": ref, "value": ref + change, "change": change,
@@ -330,6 +332,22 @@ def change_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
                                      "change lo", "change hi", "change (%)", "significant",
                                      "verdict", "n baseline", "n run", "resampled", "design"])
     return named(df, "latency_change")
+
+
+#: the verdict of a change between runs whose values are the same, session by session: every
+#: resample draws a difference of 0, an interval [0, 0] that is no evidence of "no change"
+#: but of one measurement shown twice (docs/metrics.md, "Compare")
+IDENTICAL = "identical: every value equal in both runs"
+
+
+def _identical(base: Sessions, other: Sessions) -> bool:
+    """Both runs have the same values of a metric in the same order, from the same
+    sessions: the same run given twice, or a deterministic replay repeated."""
+    if base.values.size == 0 or not np.array_equal(base.values, other.values):
+        return False
+    if base.codes is None or other.codes is None or base.ids is None or other.ids is None:
+        return base.codes is None and other.codes is None
+    return np.array_equal(base.codes, other.codes) and np.array_equal(base.ids, other.ids)
 
 
 def _design(base: Sessions, other: Sessions, base_trace: Any, other_trace: Any) -> str:
@@ -425,7 +443,15 @@ def change_line(label: str, changes: pd.DataFrame) -> str:
     TPOT, as in the headline), each change's verdict as the table's ``verdict``."""
     parts = []
     mine = changes[(changes["run"] == label) & changes["metric"].isin(HEADLINE_CHANGES)]
+    if len(mine) and (mine["verdict"] == IDENTICAL).all():
+        names = " and ".join(METRIC_NAMES.get(str(m), str(m)) for m in mine["metric"].unique())
+        return (f"identical runs: every {names} value is equal in both (the same run given "
+                "twice, or a deterministic replay repeated), no change to judge")
     for metric, part in mine.groupby("metric", sort=False):
+        if (part["verdict"] == IDENTICAL).all():
+            parts.append(f"{METRIC_NAMES.get(str(metric), metric)} identical in both runs "
+                         "(every value equal), no change to judge")
+            continue
         stats = [f"{r['stat']} {_signed(r['change'])} ms [{_signed(r['change lo'])}, "
                  f"{_signed(r['change hi'])}] {r['verdict']}" for _, r in part.iterrows()]
         parts.append(f"{METRIC_NAMES.get(str(metric), metric)} " + ", ".join(stats))
@@ -459,8 +485,9 @@ def compare_headline(runs: Mapping[str, Any], changes: pd.DataFrame | None = Non
         run_dir = getattr(run, "run_dir", None)  # a stored run's damage, under its line
         lines += [f"  DAMAGED: {note}" for note in (run_damage(run_dir) if run_dir else [])]
         if changes is not None and label != base and len(changes):
-            lines.append(f"  {label} vs {base}{_by(label, changes)}: "
-                         f"{change_line(label, changes)}")
+            line = change_line(label, changes)
+            by = "" if line.startswith("identical runs") else _by(label, changes)
+            lines.append(f"  {label} vs {base}{by}: {line}")
     return Headline(lines)
 
 
