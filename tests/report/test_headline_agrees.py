@@ -356,3 +356,24 @@ def test_slo_met_with_misses_needs_the_requests_that_show_it(attained: int, n: i
     slo = {"bounds": {"ttft_ms": 2000.0}, "requests": n, "attained": attained,
            "joint_attainment": attained / n}
     assert slo_verdict(slo) == (f"SLO met: {attained}/{n} within TTFT ≤ 2000 ms" + (note or ""))
+
+
+def test_a_constant_metric_equal_in_both_runs_and_a_run_with_no_value_read_as_such() -> None:
+    """Every TPOT exactly 5 ms in both runs, their sessions disjoint: each resample's
+    difference is 0, an interval [0, 0] that "not significant" would present as noise
+    measured; a run with no ok request has no change to sign ("±– ms" read as a number)."""
+    base = _sessions_run("a", 40, 3)
+    other = _sessions_run("b", 40, 3, shift_ms=3.0)
+    for r in other.records:
+        r.session_id = "x" + r.session_id
+    runs_ = {"base": base, "other": other}
+    changes = compare.change_table(runs_, n_boot=200)
+    tpot = changes[changes["metric"] == "tpot_ms"]
+    assert set(tpot["verdict"]) == {compare.IDENTICAL}
+    line = compare.compare_headline(runs_, changes).lines[-1]
+    assert line.endswith("; TPOT identical in both runs (every value equal), no change to judge")
+    _change_line_agrees(line, "other", changes)
+    empty = RunResult("e", [], manifest=RunManifest.from_dict({"run_id": "e"}))
+    runs_ = {"base": base, "none": empty}
+    line = compare.compare_headline(runs_, compare.change_table(runs_, n_boot=200)).lines[-1]
+    assert "TTFT p50 – ms [–, –] no interval, p90 – ms [–, –] no interval;" in line

@@ -342,8 +342,13 @@ IDENTICAL = "identical: every value equal in both runs"
 
 def _identical(base: Sessions, other: Sessions) -> bool:
     """Both runs have the same values of a metric in the same order, from the same
-    sessions: the same run given twice, or a deterministic replay repeated."""
-    if base.values.size == 0 or not np.array_equal(base.values, other.values):
+    sessions (the same run given twice, or a deterministic replay repeated), or one
+    value alone, the same in both (a constant TPOT): every resample's difference is 0."""
+    if base.values.size == 0 or other.values.size == 0:
+        return False
+    if base.values.min() == base.values.max() == other.values.min() == other.values.max():
+        return True
+    if not np.array_equal(base.values, other.values):
         return False
     if base.codes is None or other.codes is None or base.ids is None or other.ids is None:
         return base.codes is None and other.codes is None
@@ -432,6 +437,9 @@ def change_caption(runs: Mapping[str, Any], level: float = 0.95, n_boot: int = 2
 
 
 def _signed(v: float) -> str:
+    """``+12.3``, ``−4``, ``±0``; a dash for no value (no ok request in a run)."""
+    if not math.isfinite(v):
+        return "–"
     return ("+" if v > 0 else "−" if v < 0 else "±") + sig(abs(v))
 
 
@@ -445,8 +453,9 @@ def change_line(label: str, changes: pd.DataFrame) -> str:
     mine = changes[(changes["run"] == label) & changes["metric"].isin(HEADLINE_CHANGES)]
     if len(mine) and (mine["verdict"] == IDENTICAL).all():
         names = " and ".join(METRIC_NAMES.get(str(m), str(m)) for m in mine["metric"].unique())
-        return (f"identical runs: every {names} value is equal in both (the same run given "
-                "twice, or a deterministic replay repeated), no change to judge")
+        why = (" (the same run given twice, or a deterministic replay repeated)"
+               if (mine["design"] == "paired").all() else "")
+        return f"identical runs: every {names} value is equal in both{why}, no change to judge"
     for metric, part in mine.groupby("metric", sort=False):
         if (part["verdict"] == IDENTICAL).all():
             parts.append(f"{METRIC_NAMES.get(str(metric), metric)} identical in both runs "
