@@ -191,22 +191,23 @@ def _change_line_agrees(line: str, label: str, changes: Any) -> None:
             rows = mine.loc[metric]
             assert (rows["verdict"] == compare.IDENTICAL).all(), (body, rows)
             assert (rows[["change", "change lo", "change hi"]] == 0).all().all()
-    found = list(re.finditer(r"(?:(TTFT|TPOT) )?(p[0-9]+) ([^ ]+) ms \[([^,]+), ([^\]]+)\] ",
+    found = list(re.finditer(r"(?:(TTFT|TPOT) )?(p[0-9]+) ([^ ]+) (m?s) \[([^,]+), ([^\]]+)\] ",
                              body))
     assert found or "identical runs" in body, line
     metric = ""
     for k, m in enumerate(found):
         end = found[k + 1].start() if k + 1 < len(found) else len(body)
         verdict = re.split(r"; (?=TTFT |TPOT )", body[m.end():end])[0].rstrip(",; ")
-        name, stat, change, lo, hi = m.groups()
+        name, stat, change, unit, lo, hi = m.groups()
+        factor = 1000.0 if unit == "s" else 1.0
         metric = {"TTFT": "ttft_ms", "TPOT": "tpot_ms"}.get(name or "", metric)
         row = mine.loc[(metric, stat)]
         for said, value in ((change, row["change"]), (lo, row["change lo"]),
                             (hi, row["change hi"])):
             number = said.lstrip("+−±")
             sign = -1 if said.startswith("−") else 1
-            assert agrees(number, f"{abs(value):.6g}" if math.isfinite(value) else "–"), (
-                said, value)
+            assert agrees(number, f"{abs(value):.6g}" if math.isfinite(value) else "–",
+                          factor), (said, value)
             assert said.startswith("±") == (value == 0) or number == "–", (said, value)
             assert sign * float(number) * value >= 0 if number != "–" else True
         assert verdict == row["verdict"], (verdict, row["verdict"])
@@ -377,3 +378,17 @@ def test_a_constant_metric_equal_in_both_runs_and_a_run_with_no_value_read_as_su
     runs_ = {"base": base, "none": empty}
     line = compare.compare_headline(runs_, compare.change_table(runs_, n_boot=200)).lines[-1]
     assert "TTFT p50 – ms [–, –] no interval, p90 – ms [–, –] no interval;" in line
+
+
+def test_a_change_of_seconds_is_said_in_seconds_as_the_headlines_above_it() -> None:
+    """The runs' headlines read ``TTFT p50/p90/p99 178/287/297 s`` and the change under
+    them ``+177950 ms``: one rule for both (``SECONDS_FROM_MS``)."""
+    base = _sessions_run("a", 40, 3)
+    slow = _sessions_run("b", 40, 3, shift_ms=150_000.0)
+    runs_ = {"base": base, "slow": slow}
+    changes = compare.change_table(runs_, n_boot=200)
+    head = compare.compare_headline(runs_, changes)
+    assert "TTFT p50/p90/p99 150/150/150 s" in head.lines[2]
+    line = head.lines[-1]
+    assert "TTFT p50 +150 s [+150, +150] significant, p90 +150 s [+150, +150] significant" in line
+    _change_line_agrees(line, "slow", changes)

@@ -28,7 +28,14 @@ from workbench.metrics.frame import ok_rows
 from workbench.plurals import counted
 from workbench.records import RunManifest, RunResult, manifest_of
 from workbench.report import tables
-from workbench.report.headline import METRIC_NAMES, Headline, engine_note, run_headline, sig
+from workbench.report.headline import (
+    METRIC_NAMES,
+    SECONDS_FROM_MS,
+    Headline,
+    engine_note,
+    run_headline,
+    sig,
+)
 from workbench.report.tables import HIT_RATES, as_float, as_summary, named, text
 from workbench.storage.rundir import load, run_damage
 from workbench.workloads.standard import bundled_or_path
@@ -443,6 +450,15 @@ def _signed(v: float) -> str:
     return ("+" if v > 0 else "−" if v < 0 else "±") + sig(abs(v))
 
 
+def _change_text(change: float, lo: float, hi: float) -> str:
+    """``+12.3 ms [+8.1, +16]``; in seconds, as the runs' headlines above it, when the
+    largest is ``SECONDS_FROM_MS`` or more: ``+178 s [+171, +185]``, not ``+177950 ms``."""
+    finite = [abs(v) for v in (change, lo, hi) if math.isfinite(v)]
+    unit, scale = ("s", 1000.0) if finite and max(finite) >= SECONDS_FROM_MS else ("ms", 1.0)
+    return (f"{_signed(change / scale)} {unit} [{_signed(lo / scale)}, "
+            f"{_signed(hi / scale)}]")
+
+
 HEADLINE_CHANGES = ("ttft_ms", "tpot_ms")
 
 
@@ -461,8 +477,8 @@ def change_line(label: str, changes: pd.DataFrame) -> str:
             parts.append(f"{METRIC_NAMES.get(str(metric), metric)} identical in both runs "
                          "(every value equal), no change to judge")
             continue
-        stats = [f"{r['stat']} {_signed(r['change'])} ms [{_signed(r['change lo'])}, "
-                 f"{_signed(r['change hi'])}] {r['verdict']}" for _, r in part.iterrows()]
+        stats = [f"{r['stat']} {_change_text(r['change'], r['change lo'], r['change hi'])} "
+                 f"{r['verdict']}" for _, r in part.iterrows()]
         parts.append(f"{METRIC_NAMES.get(str(metric), metric)} " + ", ".join(stats))
     return "; ".join(parts)
 
