@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from workbench.metrics.distribution import support
 from workbench.records import RequestRecord, RunManifest, RunResult
-from workbench.report import compare
+from workbench.report import compare, tables
 from workbench.report.headline import SEP, SLO_MET_SHARE, capacity_brief, capacity_sentence
 from workbench.report.sections import RunReport
 from workbench.sweeps.groups import capacities
@@ -237,6 +237,27 @@ def test_a_compare_headline_agrees_with_its_change_table(a: RunResult, b: RunRes
     head = compare.compare_headline(runs_, changes)
     (line,) = [ln for ln in head.lines if ln.startswith("  other vs base")]
     _change_line_agrees(line, "other", changes)
+    hits = compare.hit_rate_table(runs_)
+    for label in runs_:  # each run's prefix hit, as its line states it, is the hit table's
+        (mine,) = [ln for ln in head.lines if ln.startswith(f"{label}")]
+        part = next((p for p in mine.split(": ", 1)[1].split(SEP)
+                     if p.startswith("prefix hit")), None)
+        if part is None:
+            continue
+        m = re.fullmatch(r"prefix hit (unknown \(no cached counts\)|[0-9.]+)(?: of ([0-9.]+) "
+                         r"planned(?: for the ([0-9]+) requests?)?.*)?", part)
+        assert m, part
+        actual, planned, reported = m.groups()
+        row = {k: tables.Table(hits, "hits").cell(v) for k, v in hits.loc[label].items()}
+        if not actual.startswith("unknown"):
+            assert agrees(actual, row["actual (client)"]), (part, row)
+        if planned is not None:
+            column = compare.PLANNED_OF_REPORTED if reported else "planned"
+            assert agrees(planned, row[column]), (part, row)
+            if actual[0].isdigit():  # actual − planned: against the plan the line states
+                delta = float(hits.loc[label, "actual − planned"])
+                assert agrees(f"{float(actual) - float(planned):.3f}", f"{delta:.3f}"), (
+                    part, delta)
 
 
 # -- sweeps ------------------------------------------------------------------------------------

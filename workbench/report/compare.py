@@ -25,6 +25,7 @@ from workbench.executors.virtual import simulate
 from workbench.metrics import run_rows
 from workbench.metrics.distribution import quantiles, sample, support
 from workbench.metrics.frame import ok_rows
+from workbench.metrics.summary import measured_plan
 from workbench.plurals import counted
 from workbench.records import RunManifest, RunResult, manifest_of
 from workbench.report import tables
@@ -36,7 +37,14 @@ from workbench.report.headline import (
     run_headline,
     sig,
 )
-from workbench.report.tables import HIT_RATES, as_float, as_summary, named, text
+from workbench.report.tables import (
+    HIT_RATES,
+    PLANNED_OF_REPORTED,
+    as_float,
+    as_summary,
+    named,
+    text,
+)
 from workbench.storage.rundir import load, run_damage
 from workbench.workloads.standard import bundled_or_path
 
@@ -536,13 +544,24 @@ def percentile_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRIC
 
 
 def hit_rate_table(runs: Mapping[str, Any], baseline: str | None = None) -> pd.DataFrame:
-    """Per run: planned/actual/server/ideal hit rates, actual − planned, Δ actual vs baseline."""
+    """Per run: planned/actual/server/ideal hit rates, actual − planned, Δ actual vs
+    baseline; when only some of a run's requests reported a cached count, the plan of those
+    requests (``PLANNED_OF_REPORTED``), which its headline and ``actual − planned`` set the
+    actual rate against (docs/metrics.md, "Headline")."""
     rows: dict[str, dict[str, float]] = {}
+    partial = False
     for label, run in runs.items():
         s = as_summary(run)
         rows[label] = {name: as_float(s.get(key)) for name, key in HIT_RATES}
-        rows[label]["actual − planned"] = rows[label]["actual (client)"] - rows[label]["planned"]
-    df = pd.DataFrame.from_dict(rows, orient="index")
+        plan = rows[label]["planned"]
+        if measured_plan(s):
+            partial = True
+            plan = rows[label][PLANNED_OF_REPORTED] = as_float(
+                s.get("planned_prefix_hit_rate_measured"))
+        rows[label]["actual − planned"] = rows[label]["actual (client)"] - plan
+    columns = [name for name, _ in HIT_RATES] + (
+        [PLANNED_OF_REPORTED] if partial else []) + ["actual − planned"]
+    df = pd.DataFrame.from_dict(rows, orient="index", columns=columns)
     base = baseline or next(iter(runs), None)
     if base is not None and base in df.index:
         base_actual = rows[base]["actual (client)"]
