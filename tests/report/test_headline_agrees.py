@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from workbench.metrics.distribution import support
 from workbench.records import RequestRecord, RunManifest, RunResult
-from workbench.report import compare, tables
+from workbench.report import compare, sweep_plots, sweep_tables, tables
 from workbench.report.headline import SEP, SLO_MET_SHARE, capacity_brief, capacity_sentence
 from workbench.report.sections import RunReport
 from workbench.sweeps.groups import capacities
@@ -309,11 +309,18 @@ def test_a_capacity_sentence_and_cell_agree_with_the_points_held(verdicts: list[
     again = first_break is not None and any(h > first_break for h in held)
     assert ("not monotone" in sentence) == again, sentence
     assert ("not monotone" in cell) == again, cell
+    table = sweep_tables.points_table(sweep_plots.as_sweeps(s))
+    shown = tables.show(table).formatted()
+    rows = {float(r): i for i, r in enumerate(table["arrival.rate"])}
+    for verb, said in re.findall(r"(broke|held again) at ([0-9.]+) req/s", sentence):
+        assert shown["SLO held"].iloc[rows[float(said)]] == str(verb != "broke"), (verb, said)
     m = re.search(r"capacity (?:at least )?([0-9.]+) req/s sustained, at ([0-9.]+)", sentence)
     if m:
         load = float(m.group(2))
         assert load in held and (first_break is None or load < first_break), sentence
-        assert agrees(m.group(1), f"{load * 0.9:.6g}"), sentence
+        row = rows[load]  # the point the capacity rests on, as the points table shows it
+        assert shown["SLO held"].iloc[row] == "True", (sentence, shown)
+        assert agrees(m.group(1), shown["throughput (req/s)"].iloc[row]), (sentence, shown)
         assert cell.lstrip("≥ ").startswith(m.group(1)), (cell, sentence)
     else:
         assert "sustained" not in cell, cell
