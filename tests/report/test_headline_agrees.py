@@ -432,3 +432,44 @@ def test_a_change_of_seconds_is_said_in_seconds_as_the_headlines_above_it() -> N
     line = head.lines[-1]
     assert "TTFT p50 +150 s [+150, +150] significant, p90 +150 s [+150, +150] significant" in line
     _change_line_agrees(line, "slow", changes)
+
+
+def _configs_sweep(verdicts: list[list[bool]]) -> Sweep:
+    k, rate = "engine.max_num_seqs", "arrival.rate"
+    pts = []
+    for c, row in enumerate(verdicts):
+        for i, held in enumerate(row):
+            p = _point(len(pts), float(i + 1), held)
+            p["params"] = {k: 4 * (c + 1), rate: float(i + 1)}
+            pts.append(p)
+    return Sweep(Path("/nonexistent"), SweepManifest.from_dict({
+        "sweep_id": "s", "axes": [k, rate], "slo": {"ttft_ms:p90": 2000.0},
+        "slo_text": "ttft_ms:p90<=2000", "points": pts, "mode": "virtual"}))
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.lists(st.booleans(), min_size=1, max_size=4), min_size=2, max_size=3))
+def test_the_best_configuration_sentence_agrees_with_the_points_held(
+        verdicts: list[list[bool]]) -> None:
+    """"No configuration held the SLO at any load tried" only when no point held; a best
+    configuration whose capacity is uncertain (not monotone) is said to be."""
+    sentence = capacity_sentence(_configs_sweep(verdicts), rounds_per_unit=1.0)
+    last = sentence.rsplit(". ", 1)[-1] if "Best" not in sentence else sentence[
+        sentence.index("Best"):]
+    if "No configuration held the SLO at any load tried" in sentence:
+        assert not any(any(row) for row in verdicts), sentence
+    again = {f"max_num_seqs={4 * (c + 1)}" for c, row in enumerate(verdicts)
+             if False in row and any(row[row.index(False):])}
+    for label in again:
+        if label in last:
+            assert "not monotone" in last, (label, last)
+
+
+def test_a_sweep_whose_only_hold_is_above_a_break_names_it_not_none() -> None:
+    """max_num_seqs=4 broke at 1 req/s and held at 2; max_num_seqs=8 broke at both. The
+    sentence ended "No configuration held the SLO at any load tried." over a table with a
+    point that held."""
+    sentence = capacity_sentence(_configs_sweep([[False, True], [False, False]]), 1.0)
+    assert sentence.endswith(
+        "No configuration has a capacity to state: none held the SLO from its lowest load "
+        "on; max_num_seqs=4 held only above a load that broke it (not monotone in load).")

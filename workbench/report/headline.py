@@ -311,6 +311,11 @@ def best_sentence(caps: list[Capacity], rounds: float | None = None) -> str:
 
     b = best(caps)
     if b is None:
+        odd = [c.label for c in caps if c.again]  # held, but only above a break
+        if odd:
+            return ("No configuration has a capacity to state: none held the SLO from its "
+                    f"lowest load on; {', '.join(odd)} held only above a load that broke it "
+                    f"({NOT_MONOTONE}).")
         return "No configuration held the SLO at any load tried."
     top = b.leaders[0]
     axis = top.axis or ""
@@ -320,7 +325,8 @@ def best_sentence(caps: list[Capacity], rounds: float | None = None) -> str:
         uncertain = f" ({NOT_MONOTONE}: uncertain)" if top.again else ""
         text = f"Best configuration: {top.label}, {phrase}{uncertain}."
     else:
-        each = ", ".join(f"{c.label} ({sig(c.sustained)} req/s sustained)" for c in b.leaders)
+        each = ", ".join(f"{c.label} ({sig(c.sustained)} req/s sustained"
+                         f"{'; ' + NOT_MONOTONE if c.again else ''})" for c in b.leaders)
         text = (f"Best configurations, tied (each held up to "
                 f"{_load_text(axis, top.offered, rounds)}): {each}.")
     if b.unsure:
