@@ -25,7 +25,7 @@ def _cfg(tmp_path: Path, run_id: str, **engine: float) -> wb.RunConfig:
     })
 
 
-async def test_a_real_slowdown_is_significant_and_a_run_against_itself_is_not(tmp_path):
+async def test_a_real_slowdown_is_significant_and_a_run_against_itself_is_identical(tmp_path):
     base = await wb.run_async(_cfg(tmp_path, "base"))
     # 2.5 s of fixed overhead per request at 50x: every TTFT 50 ms later
     slow = await wb.run_async(_cfg(tmp_path, "slow", request_overhead_ms=2500.0))
@@ -47,8 +47,10 @@ async def test_a_real_slowdown_is_significant_and_a_run_against_itself_is_not(tm
             rel=1e-12)
     same = changes[changes["run"] == "same"]
     assert (same["change"] == 0).all() and not same["significant"].any()
-    # a run against itself, paired: every resample's difference is 0
+    # a run against itself: every value equal, said so, not "not significant" over a
+    # [0, 0] interval (docs/metrics.md, "Compare", "Identical runs")
     assert ((same["change lo"] == 0) & (same["change hi"] == 0)).all()
+    assert set(same["verdict"]) == {compare.IDENTICAL}
     # seeded: the same interval twice
     again = compare.change_table(runs, n_boot=500, seed=1)
     assert again[["change lo", "change hi"]].equals(changes[["change lo", "change hi"]])
@@ -60,7 +62,7 @@ async def test_a_real_slowdown_is_significant_and_a_run_against_itself_is_not(tm
     assert lines[3].startswith("  slow vs base (intervals by session, paired): TTFT p50 +")
     assert "] significant, p90 " in lines[3] and "too few sessions (6 and 6" in lines[3]
     assert set(changes["resampled"]) == {"sessions (6 and 6)"}
-    assert "not significant" in lines[5]  # same vs base
+    assert lines[5].startswith("  same vs base: identical runs: every TTFT and TPOT value")
     assert compare.runs_table(runs)["timing"].tolist() == [
         "wall clock, simulated engine, 50× real time"] * 3
 

@@ -210,8 +210,8 @@ def test_no_verdict_stronger_than_its_evidence() -> None:
                              ({rate: 4}, 3.9, True)])
     assert capacity_sentence(zigzag, rounds_per_unit=1.0) == (
         "At TTFT p90 ≤ 500 ms: capacity 1 req/s sustained, at 1 req/s offered: the highest "
-        "load that held; it broke at 2 req/s. It held again at 4 req/s: the verdict is not "
-        "monotone in load (repeat the points).")
+        "load below the first break; it broke at 2 req/s, yet held again at 4 req/s: the "
+        "verdict is not monotone in load, so this capacity is uncertain (repeat the points).")
     low_broke = _sweep([rate], [({rate: 1}, 1.0, False), ({rate: 2}, 1.9, True)])
     assert "not monotone in load, no capacity to state" in capacity_sentence(low_broke, 1.0)
     k = "engine.max_num_seqs"

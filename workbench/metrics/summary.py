@@ -129,6 +129,18 @@ def prefix_hit_rates(data: Data | Columns) -> dict[str, float | int | None]:
     }
 
 
+def measured_plan(summary: Mapping[str, Any]) -> bool:
+    """Only some requests reported a cached count, so their actual hit rate is set against
+    the plan of those same requests (``planned_prefix_hit_rate_measured``): the headline's
+    ``prefix hit A of P planned for the N requests …`` and the prefix table's row of it
+    (docs/metrics.md, "Headline")."""
+    reported = summary.get("cache_reported_requests")
+    return (summary.get("actual_prefix_hit_rate") is not None
+            and summary.get("planned_prefix_hit_rate_measured") is not None
+            and isinstance(reported, int) and not isinstance(reported, bool)
+            and reported < (summary.get("requests") or 0))
+
+
 def _sample_value(sample: Mapping[str, Any], name: str) -> float | None:
     """A counter's value in one timeline sample (wide ``{"vllm:x_total{a="b"}": v}``,
     nested ``{"metrics": {...}}`` or long ``{"name", "value"}``), summed over label sets."""

@@ -25,11 +25,26 @@ from workbench.executors.virtual import simulate
 from workbench.metrics import run_rows
 from workbench.metrics.distribution import quantiles, sample, support
 from workbench.metrics.frame import ok_rows
+from workbench.metrics.summary import measured_plan
 from workbench.plurals import counted
 from workbench.records import RunManifest, RunResult, manifest_of
 from workbench.report import tables
-from workbench.report.headline import METRIC_NAMES, Headline, engine_note, run_headline, sig
-from workbench.report.tables import HIT_RATES, as_float, as_summary, named, text
+from workbench.report.headline import (
+    METRIC_NAMES,
+    SECONDS_FROM_MS,
+    Headline,
+    engine_note,
+    run_headline,
+    sig,
+)
+from workbench.report.tables import (
+    HIT_RATES,
+    PLANNED_OF_REPORTED,
+    as_float,
+    as_summary,
+    named,
+    text,
+)
 from workbench.storage.rundir import load, run_damage
 from workbench.workloads.standard import bundled_or_path
 
@@ -312,11 +327,13 @@ def change_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
                 design = _design(base, other, traces[base_label], traces[label])
                 paired = design == "paired"
                 units = _units(base, other, paired)
+                same = _identical(base, other)
                 for q in qs:
-                    change, lo, hi = _diff(base, other, q, n_boot=n_boot, level=level,
-                                           seed=seed, paired=paired)
+                    change, lo, hi = (0.0, 0.0, 0.0) if same else _diff(
+                        base, other, q, n_boot=n_boot, level=level, seed=seed, paired=paired)
                     ref = quantiles(base.values, (q,))[0] if base.values.size else math.nan
-                    significant, verdict = _verdict(lo, hi, q, units)
+                    significant, verdict = (None, IDENTICAL) if same else _verdict(
+                        lo, hi, q, units)
                     rows.append({
                         "metric": metric, "run": label, "stat": f"p{q:g}",
                         "baseline": ref, "value": ref + change, "change": change,
@@ -330,6 +347,27 @@ def change_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
                                      "change lo", "change hi", "change (%)", "significant",
                                      "verdict", "n baseline", "n run", "resampled", "design"])
     return named(df, "latency_change")
+
+
+#: the verdict of a change between runs whose values are the same, session by session: every
+#: resample draws a difference of 0, an interval [0, 0] that is no evidence of "no change"
+#: but of one measurement shown twice (docs/metrics.md, "Compare")
+IDENTICAL = "identical: every value equal in both runs"
+
+
+def _identical(base: Sessions, other: Sessions) -> bool:
+    """Both runs have the same values of a metric in the same order, from the same
+    sessions (the same run given twice, or a deterministic replay repeated), or one
+    value alone, the same in both (a constant TPOT): every resample's difference is 0."""
+    if base.values.size == 0 or other.values.size == 0:
+        return False
+    if base.values.min() == base.values.max() == other.values.min() == other.values.max():
+        return True
+    if not np.array_equal(base.values, other.values):
+        return False
+    if base.codes is None or other.codes is None or base.ids is None or other.ids is None:
+        return base.codes is None and other.codes is None
+    return np.array_equal(base.codes, other.codes) and np.array_equal(base.ids, other.ids)
 
 
 def _design(base: Sessions, other: Sessions, base_trace: Any, other_trace: Any) -> str:
@@ -414,7 +452,19 @@ def change_caption(runs: Mapping[str, Any], level: float = 0.95, n_boot: int = 2
 
 
 def _signed(v: float) -> str:
+    """``+12.3``, ``−4``, ``±0``; a dash for no value (no ok request in a run)."""
+    if not math.isfinite(v):
+        return "–"
     return ("+" if v > 0 else "−" if v < 0 else "±") + sig(abs(v))
+
+
+def _change_text(change: float, lo: float, hi: float) -> str:
+    """``+12.3 ms [+8.1, +16]``; in seconds, as the runs' headlines above it, when the
+    largest is ``SECONDS_FROM_MS`` or more: ``+178 s [+171, +185]``, not ``+177950 ms``."""
+    finite = [abs(v) for v in (change, lo, hi) if math.isfinite(v)]
+    unit, scale = ("s", 1000.0) if finite and max(finite) >= SECONDS_FROM_MS else ("ms", 1.0)
+    return (f"{_signed(change / scale)} {unit} [{_signed(lo / scale)}, "
+            f"{_signed(hi / scale)}]")
 
 
 HEADLINE_CHANGES = ("ttft_ms", "tpot_ms")
@@ -425,9 +475,18 @@ def change_line(label: str, changes: pd.DataFrame) -> str:
     TPOT, as in the headline), each change's verdict as the table's ``verdict``."""
     parts = []
     mine = changes[(changes["run"] == label) & changes["metric"].isin(HEADLINE_CHANGES)]
+    if len(mine) and (mine["verdict"] == IDENTICAL).all():
+        names = " and ".join(METRIC_NAMES.get(str(m), str(m)) for m in mine["metric"].unique())
+        why = (" (the same run given twice, or a deterministic replay repeated)"
+               if (mine["design"] == "paired").all() else "")
+        return f"identical runs: every {names} value is equal in both{why}, no change to judge"
     for metric, part in mine.groupby("metric", sort=False):
-        stats = [f"{r['stat']} {_signed(r['change'])} ms [{_signed(r['change lo'])}, "
-                 f"{_signed(r['change hi'])}] {r['verdict']}" for _, r in part.iterrows()]
+        if (part["verdict"] == IDENTICAL).all():
+            parts.append(f"{METRIC_NAMES.get(str(metric), metric)} identical in both runs "
+                         "(every value equal), no change to judge")
+            continue
+        stats = [f"{r['stat']} {_change_text(r['change'], r['change lo'], r['change hi'])} "
+                 f"{r['verdict']}" for _, r in part.iterrows()]
         parts.append(f"{METRIC_NAMES.get(str(metric), metric)} " + ", ".join(stats))
     return "; ".join(parts)
 
@@ -459,15 +518,17 @@ def compare_headline(runs: Mapping[str, Any], changes: pd.DataFrame | None = Non
         run_dir = getattr(run, "run_dir", None)  # a stored run's damage, under its line
         lines += [f"  DAMAGED: {note}" for note in (run_damage(run_dir) if run_dir else [])]
         if changes is not None and label != base and len(changes):
-            lines.append(f"  {label} vs {base}{_by(label, changes)}: "
-                         f"{change_line(label, changes)}")
+            line = change_line(label, changes)
+            by = "" if line.startswith("identical runs") else _by(label, changes)
+            lines.append(f"  {label} vs {base}{by}: {line}")
     return Headline(lines)
 
 
 def percentile_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
                      qs: Sequence[float] = QS, *, n_boot: int = 2000, level: float = 0.95,
                      seed: int = 0) -> pd.DataFrame:
-    """One row per (metric, run): n, and each percentile with its bootstrap CI (ms)."""
+    """One row per (metric, run): n, each percentile with its bootstrap CI, and the max
+    (ms)."""
     rows = []
     for metric in metrics:
         for label, run in runs.items():
@@ -479,18 +540,32 @@ def percentile_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRIC
                 lo, hi = _interval(sessions, q, n_boot=n_boot, level=level, seed=seed)
                 row[f"p{q:g}"] = quantiles(vals, (q,))[0] if vals.size else math.nan
                 row[f"p{q:g} lo"], row[f"p{q:g} hi"] = lo, hi
+            # the max: a run headline over fewer values than a p99 resolves gives it in
+            # the p99's place (docs/metrics.md, "Headline"), so it is a cell here too
+            row["max"] = float(vals.max()) if vals.size else math.nan
             rows.append(row)
     return named(pd.DataFrame(rows), "percentiles_ci")
 
 
 def hit_rate_table(runs: Mapping[str, Any], baseline: str | None = None) -> pd.DataFrame:
-    """Per run: planned/actual/server/ideal hit rates, actual − planned, Δ actual vs baseline."""
+    """Per run: planned/actual/server/ideal hit rates, actual − planned, Δ actual vs
+    baseline; when only some of a run's requests reported a cached count, the plan of those
+    requests (``PLANNED_OF_REPORTED``), which its headline and ``actual − planned`` set the
+    actual rate against (docs/metrics.md, "Headline")."""
     rows: dict[str, dict[str, float]] = {}
+    partial = False
     for label, run in runs.items():
         s = as_summary(run)
         rows[label] = {name: as_float(s.get(key)) for name, key in HIT_RATES}
-        rows[label]["actual − planned"] = rows[label]["actual (client)"] - rows[label]["planned"]
-    df = pd.DataFrame.from_dict(rows, orient="index")
+        plan = rows[label]["planned"]
+        if measured_plan(s):
+            partial = True
+            plan = rows[label][PLANNED_OF_REPORTED] = as_float(
+                s.get("planned_prefix_hit_rate_measured"))
+        rows[label]["actual − planned"] = rows[label]["actual (client)"] - plan
+    columns = [name for name, _ in HIT_RATES] + (
+        [PLANNED_OF_REPORTED] if partial else []) + ["actual − planned"]
+    df = pd.DataFrame.from_dict(rows, orient="index", columns=columns)
     base = baseline or next(iter(runs), None)
     if base is not None and base in df.index:
         base_actual = rows[base]["actual (client)"]

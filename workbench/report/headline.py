@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import workbench.catalogs.requests as catalog
 from workbench.metrics.distribution import QS, resolution, support
 from workbench.metrics.slo import DEFAULT_MIN_OK
-from workbench.metrics.summary import NON_STREAMING_NOTE, NOT_STREAMED
+from workbench.metrics.summary import NON_STREAMING_NOTE, NOT_STREAMED, measured_plan
 from workbench.metrics.wording import (
     capacity_phrase,
     counted,
@@ -117,12 +117,15 @@ def slo_verdict(slo: Mapping[str, Any] | None,
         return (f"SLO not judged: {text}, {', '.join(unmeasured)} not measured (no ok request "
                 "had a value)")
     text = f"SLO {'met' if met else 'missed'}: {text}"
-    needed = support(100 * SLO_MET_SHARE)
-    n = slo.get("requests")
+    n, attained = slo.get("requests"), slo.get("attained")
+    misses = n - attained if isinstance(n, int) and isinstance(attained, int) else 0
+    needed = support(100 * SLO_MET_SHARE, misses=misses)
     if met and isinstance(n, int) and (needed is None or n < needed):
-        # met on fewer requests than can show a 99 % share (docs/metrics.md, "Evidence")
-        text += (f" (too few requests to show {SLO_MET_SHARE * 100:g} % at 95 % confidence: "
-                 f"needs {needed})")
+        # met on fewer requests than can show a 99 % share with that many missing it
+        # (docs/metrics.md, "Evidence")
+        with_misses = f" with {misses} missing it" if misses else ""
+        text += (f" (too few requests to show {SLO_MET_SHARE * 100:g} % at 95 % confidence"
+                 f"{with_misses}: needs {needed})")
     return text
 
 
@@ -150,10 +153,9 @@ def _prefix(summary: Mapping[str, Any]) -> str | None:
     if not summary.get("ok") or (actual is None and planned is None):
         return None
     text = "prefix hit " + ("unknown (no cached counts)" if actual is None else f"{actual:.3f}")
-    reported, measured = summary.get("cache_reported_requests"), summary.get(
-        "planned_prefix_hit_rate_measured")
-    if (actual is not None and measured is not None and isinstance(reported, int)
-            and reported < (summary.get("requests") or 0)):
+    if measured_plan(summary):
+        reported, measured = (summary["cache_reported_requests"],
+                              summary["planned_prefix_hit_rate_measured"])
         return text + (f" of {measured:.3f} planned for the {counted(reported, 'request')} that "
                        f"reported a cached count")
     return text + (f" of {planned:.3f} planned" if planned is not None else "")
@@ -274,11 +276,13 @@ def group_sentence(cap: Capacity, rounds: float | None = None,
     else:
         assert cap.broken is not None
         how = " (found by search)" if cap.found_by_search else ""
-        text = (f"{phrase}: the highest load that held{how}; it broke at "
-                f"{_load_text(axis, cap.broken['params'][axis], rounds, offered=False)}.")
-        if again:
-            text += (f" It held again at {again}: the verdict is not monotone in load "
-                     "(repeat the points).")
+        broke = _load_text(axis, cap.broken["params"][axis], rounds, offered=False)
+        if again:  # a higher load held: not "the highest load that held" (docs/sweeps.md)
+            text = (f"{phrase}: the highest load below the first break{how}; it broke at "
+                    f"{broke}, yet held again at {again}: the verdict is not monotone in "
+                    "load, so this capacity is uncertain (repeat the points).")
+        else:
+            text = f"{phrase}: the highest load that held{how}; it broke at {broke}."
     sessions = units if offered_rps and rounds and rounds > 1 else None
     return text + _caveats(cap, rounds) + delivery_warning(
         cap.sustained, offered_rps, sessions=sessions,
@@ -319,15 +323,22 @@ def best_sentence(caps: list[Capacity], rounds: float | None = None) -> str:
     if b is None and not any(c.group.points for c in caps):  # interrupted before one ended
         return "No point finished: no best configuration to name."
     if b is None:
+        odd = [c.label for c in caps if c.again]  # held, but only above a break
+        if odd:
+            return ("No configuration has a capacity to state: none held the SLO from its "
+                    f"lowest load on; {', '.join(odd)} held only above a load that broke it "
+                    f"({NOT_MONOTONE}).")
         return "No configuration held the SLO at any load tried."
     top = b.leaders[0]
     axis = top.axis or ""
     if len(b.leaders) == 1:
         phrase = capacity_phrase(top.sustained, _load_text(axis, top.offered, rounds),
                                  at_least=top.status == "above")
-        text = f"Best configuration: {top.label}, {phrase}."
+        uncertain = f" ({NOT_MONOTONE}: uncertain)" if top.again else ""
+        text = f"Best configuration: {top.label}, {phrase}{uncertain}."
     else:
-        each = ", ".join(f"{c.label} ({sig(c.sustained)} req/s sustained)" for c in b.leaders)
+        each = ", ".join(f"{c.label} ({sig(c.sustained)} req/s sustained"
+                         f"{'; ' + NOT_MONOTONE if c.again else ''})" for c in b.leaders)
         text = (f"Best configurations, tied (each held up to "
                 f"{_load_text(axis, top.offered, rounds)}): {each}.")
     if b.unsure:
@@ -337,18 +348,25 @@ def best_sentence(caps: list[Capacity], rounds: float | None = None) -> str:
     return text
 
 
+#: a capacity cell's word for a configuration that held again above its first break
+NOT_MONOTONE = "not monotone in load"
+
+
 def capacity_brief(cap: Capacity, rounds: float | None = None) -> str:
     """A table cell: ``"3.07 req/s sustained (3.59 req/s offered)"``, ``"≥ 5.02 req/s
-    sustained (6 req/s offered; above the range)"``, ``"below the range"``, ``"–"``."""
+    sustained (6 req/s offered; above the range)"``, ``"below the range"``, ``"–"``; ``"…;
+    not monotone in load)"`` when a load above the first break held again, ``"not
+    monotone in load: no capacity"`` when the lowest load broke and a higher one held."""
     if cap.status == "below":
         return ("not measured" if unmeasured_phrase((cap.broken or {}).get("slo"))
-                else "below the range")
+                else NOT_MONOTONE + ": no capacity" if cap.again else "below the range")
     if cap.point is None or cap.axis is None:
         return "–"
     at = _load_text(cap.axis, cap.offered, rounds, inner=True)
     verdict = (cap.point or {}).get("slo")
     few = ("; too few requests to show it" if thin_phrase(verdict) else "") + (
-        "; repeats disagree" if spread_phrase(verdict) else "")
+        "; repeats disagree" if spread_phrase(verdict) else "") + (
+        f"; {NOT_MONOTONE}" if cap.again else "")
     if cap.status == "above":
         beyond = "higher loads unfinished" if cap.unfinished_above else "above the range"
         return f"≥ {sig(cap.sustained)} req/s sustained ({at}; {beyond}{few})"

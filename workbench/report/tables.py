@@ -22,7 +22,7 @@ import workbench.catalogs.runs as runs
 import workbench.catalogs.series as series
 from workbench.metrics import by_round_index, summarize
 from workbench.metrics.distribution import QS, resolution
-from workbench.metrics.summary import CLIENT_CPU_BOUND, CLIENT_LAG_P99_MS
+from workbench.metrics.summary import CLIENT_CPU_BOUND, CLIENT_LAG_P99_MS, measured_plan
 from workbench.metrics.wording import sig
 from workbench.records import RunManifest
 from workbench.storage.rundir import running_note
@@ -83,10 +83,19 @@ def prefix_table(data: Any) -> pd.DataFrame:
     s = as_summary(data)
     rows = {label: {"key": key, "hit rate": as_float(s.get(key)), "over requests": math.nan}
             for label, key in HIT_RATES}  # fmt: skip
-    rows["actual (client)"]["over requests"] = as_float(s.get("cache_reported_requests"))
+    reported = s.get("cache_reported_requests")
+    rows["actual (client)"]["over requests"] = as_float(reported)
+    if measured_plan(s):  # the plan the headline sets the actual rate against
+        key = "planned_prefix_hit_rate_measured"
+        rows[PLANNED_OF_REPORTED] = {"key": key, "hit rate": as_float(s.get(key)),
+                                     "over requests": as_float(reported)}
     df = pd.DataFrame.from_dict(rows, orient="index", columns=["key", "hit rate", "over requests"])
     df.index.name = "prefix hit rate"
     return named(df, "prefix_hits")
+
+
+#: the prefix table's row of the plan of the requests that reported a cached count
+PLANNED_OF_REPORTED = "planned (of those requests)"
 
 
 def prefix_caption(data: Any) -> str:
@@ -166,6 +175,10 @@ def run_table(data: Any) -> pd.DataFrame:
     note = run_status_note(s.get("run_status"))
     if note is not None:
         values, labels = [note, *values], ["status", *labels]
+    slo = s.get("slo")
+    if isinstance(slo, Mapping) and slo.get("bounds"):  # the count the headline's verdict
+        # states ("SLO met: 303/303 within …"), under it (docs/metrics.md, "Headline")
+        values, labels = [*values, _count(slo.get("attained"))], [*labels, "SLO attained"]
     return value_table(labels, values, "run")
 
 
