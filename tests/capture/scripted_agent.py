@@ -7,6 +7,9 @@ spawns a sub-agent after its second round and waits for it (the sub-agent's two 
 run inside alpha's tool wait). Every prompt carries distinctive marker words (``MARKERS``)
 and every request the API key ``API_KEY``, so a test can grep the capture for both.
 What the agent saw (usage, times) is returned as ``Sent`` rows.
+
+The proxy's times are compared with the script's own stamps of the same events, never
+with a fixed tolerance (``arrival_gap_bounds``, ``think_bounds``).
 """
 
 from __future__ import annotations
@@ -34,10 +37,9 @@ class Sent:
     round: int
     stream: bool
     sent: float  # monotonic s, just before the request
-    ended: float  # after the last byte was read
+    ended: float  # monotonic s, after the last byte was read
     prompt_tokens: int
     completion_tokens: int
-    wait_before_ms: float  # the tool wait the script made before this request (0 first)
     cached_tokens: int = 0  # the engine's prefix-cache hit
 
 
@@ -63,8 +65,7 @@ class Script:
         return self.sent
 
     async def _post(self, http: aiohttp.ClientSession, url: str, session: str, agent: str,
-                    rnd: int, messages: list[dict[str, Any]], stream: bool,
-                    wait_ms: float) -> str:
+                    rnd: int, messages: list[dict[str, Any]], stream: bool) -> str:
         body: dict[str, Any] = {"model": "capture-test-model", "messages": messages,
                                 "max_tokens": self.max_tokens, "stream": stream}
         if stream:
@@ -80,7 +81,7 @@ class Script:
         text, usage = _read(raw, stream)
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
         self.sent.append(Sent(session, agent, rnd, stream, t0, t1, usage["prompt_tokens"],
-                              usage["completion_tokens"], wait_ms, cached))
+                              usage["completion_tokens"], cached))
         return text
 
     async def _session(self, http: aiohttp.ClientSession, url: str, session: str,
@@ -90,9 +91,8 @@ class Script:
             {"role": "system", "content": self.system(session, "main")},
             {"role": "user", "content": f"Fix the {MARKERS[1]} bug in {session}'s code"},
         ]
-        wait_ms = 0.0
         for rnd in range(self.rounds):
-            reply = await self._post(http, url, session, "main", rnd, messages, stream, wait_ms)
+            reply = await self._post(http, url, session, "main", rnd, messages, stream)
             messages.append({"role": "assistant", "content": reply})
             messages.append({"role": "tool", "tool_call_id": f"call_{rnd}",
                              "content": f"{MARKERS[2]} output of tool run {rnd} for {session}"})
@@ -103,22 +103,46 @@ class Script:
             rest = wait_ms / 1000 - (time.monotonic() - t)
             if rest > 0:
                 await asyncio.sleep(rest)
-            wait_ms = (time.monotonic() - t) * 1000
 
     async def _sub_agent(self, http: aiohttp.ClientSession, url: str, session: str) -> None:
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": self.system(session, "sub")},
             {"role": "user", "content": f"Explore the {MARKERS[3]} module"},
         ]
-        wait_ms = 0.0
         for rnd in range(self.sub_rounds):
-            reply = await self._post(http, url, session, "sub", rnd, messages, True, wait_ms)
+            reply = await self._post(http, url, session, "sub", rnd, messages, True)
             messages.append({"role": "assistant", "content": reply})
             messages.append({"role": "tool", "tool_call_id": f"sub_{rnd}",
                              "content": f"{MARKERS[3]} listing {rnd}"})
             if rnd + 1 < self.sub_rounds:
-                wait_ms = 25.0
-                await asyncio.sleep(wait_ms / 1000)
+                await asyncio.sleep(0.025)
+
+
+#: a capture file's times have six decimals: each a rounding of up to 0.5 µs
+ROUNDING_S = 1e-6
+#: up to four rounded times in one comparison (``t(k) = t(k−1) + api_time + think_time``)
+SLACK_S = 4 * ROUNDING_S / 2
+
+
+def arrival_gap_bounds(a: Sent, b: Sent) -> tuple[float, float]:
+    """Where ``t(b) − t(a)`` of the proxy's capture must lie, by causality alone.
+
+    The proxy stamps a request's arrival (``t``, its ``sent``) after the script started
+    sending it and before the script read its last byte: inside ``[row.sent, row.ended]``.
+    Both are ``time.monotonic()``, one clock for every process of the host (Linux's
+    ``CLOCK_MONOTONIC``), so the difference of two arrivals lies between the script's
+    own stamps whatever the machine's load; no tolerance but the file's rounding."""
+    return b.sent - a.ended - SLACK_S, b.ended - a.sent + SLACK_S
+
+
+def think_bounds(a: Sent, b: Sent, api_time_a: float) -> tuple[float, float]:
+    """Where the proxy's ``think_time`` of ``b`` (the request after ``a`` of one agent)
+    must lie: ``t(b) = t(a) + api_time(a) + think_time(b)`` (the file's own chain), so
+    the arrival gap's bounds less ``a``'s api time: from the script's own wait
+    (``b.sent − a.ended``) less that api time, over a width of the two requests' round
+    trips as the script measured them (a loaded machine widens both alike)."""
+    lo, hi = arrival_gap_bounds(a, b)
+    return lo - api_time_a, hi - api_time_a
 
 
 def _read(raw: bytes, stream: bool) -> tuple[str, dict[str, Any]]:

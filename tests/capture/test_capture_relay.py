@@ -11,6 +11,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 import pytest
+from waiting import BOUND_S, POLL_S
 
 from workbench.capture import CaptureProxy, read_capture
 from workbench.sim.server import serve_sim
@@ -112,12 +113,12 @@ async def test_files_are_on_disk_as_requests_finish(sim, tmp_path: Path) -> None
             assert status == 200
             messages += [{"role": "assistant", "content": orjson.loads(raw)["choices"][0]
                           ["message"]["content"]}, {"role": "user", "content": "go on"}]
-            for _ in range(200):  # bounded: the write follows within a few loop turns
-                docs = read_capture(tmp_path)
-                if docs and len(docs[0]["requests"]) == k + 1:
-                    break
-                await asyncio.sleep(0.005)
-            assert len(docs) == 1 and len(docs[0]["requests"]) == k + 1
+            # the write (a thread's) follows the response: polled, with the loop free
+            async with asyncio.timeout(BOUND_S):
+                while not ((docs := read_capture(tmp_path))
+                           and len(docs[0]["requests"]) == k + 1):
+                    await asyncio.sleep(POLL_S)
+            assert len(docs) == 1
             assert sorted(p.name for p in tmp_path.iterdir()) == ["conv_0001.json"]
     # a second capture into the same directory numbers its files after the first's
     async with CaptureProxy(sim.base_url, tmp_path) as proxy, aiohttp.ClientSession() as http:

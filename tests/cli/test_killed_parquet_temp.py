@@ -45,7 +45,7 @@ def _stopped(tmp_path: Path, sig: signal.Signals) -> tuple[Path, subprocess.Pope
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     run = out / "r"
     try:
-        wait_for_file(run / TMP, proc, timeout_s=600)
+        wait_for_file(run / TMP, proc, bound_s=600)
     except BaseException:
         proc.kill()
         proc.communicate()

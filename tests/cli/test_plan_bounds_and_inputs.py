@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import until
 
 import workbench as wb
 import workbench.plan as plan_mod
@@ -140,10 +141,37 @@ def test_two_plans_saved_in_the_same_second_both_land(tmp_path, monkeypatch):
     assert second.name == "20260102T030405Z-plan-2"
 
 
-#: a stop is honoured within a second (the issue); the bound leaves room for a loaded
-#: machine, the measured figure is printed (before: ~15 s of listing, then ~25 s of
-#: checking 10,000 points with the loop never turning: SIGINT and SIGTERM waited)
-STOP_BOUND_S = 5.0
+def test_a_sweeps_check_of_its_points_yields_to_its_loop(tmp_path) -> None:
+    """What lets a stop land at once while a sweep is prepared: the check of its points
+    (10,000 in the command below) yields to the loop every ``CHECK_YIELD_EVERY``, where the signal
+    handlers cancel it (before: ~25 s of checking with the loop never turning, SIGINT
+    and SIGTERM waited). Structural: one turn of the loop leaves the check under way,
+    and a cancel there ends it."""
+    import asyncio
+
+    from workbench.config import RunConfig
+    from workbench.sweeps.sweep_runner import CHECK_YIELD_EVERY, SweepRunner
+
+    async def body() -> None:
+        cfg = RunConfig.from_dict({"trace": {"path": SMALL}, "target": {"url": "sim"}})
+        points = [{"arrival.max_concurrency": i + 1, "arrival.warmup": j + 1}
+                  for i in range(3) for j in range(CHECK_YIELD_EVERY)]
+        runner = SweepRunner(cfg, kind="grid", spec={"points": points}, axes=list(points[0]),
+                             virtual=True, parallel=1, out_dir=str(tmp_path), sweep_id="g")
+        checking = asyncio.create_task(runner.check([runner.entry(p) for p in points]))
+        await asyncio.sleep(0)  # one turn: the check runs to its first yield
+        assert not checking.done()
+        checking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await checking
+
+    asyncio.run(body())
+
+
+#: a stop is honoured within a second (the issue); what makes it so is tested above
+#: (``test_a_sweeps_check_of_its_points_yields_to_its_loop``) and in
+#: tests/plan/test_plan.py (the searches killed); the commands' time after the signal
+#: is printed, not asserted (a loaded machine stretches it)
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
@@ -161,10 +189,7 @@ def test_the_largest_sweep_stops_at_once_while_it_is_prepared(tmp_path, sig):
         env={**os.environ, "PYTHONPATH": str(REPO)}, preexec_fn=default_sigint)
     manifest = tmp_path / "g" / "sweep.json"
     try:
-        deadline = time.monotonic() + QUICK_S
-        while not manifest.exists():  # bounded: the deadline (the sweep's first write)
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
-            time.sleep(0.02)
+        until(manifest.exists, "the sweep's first write", proc=proc)
         proc.send_signal(getattr(signal, sig))
         sent = time.monotonic()
         proc.wait(QUICK_S)
@@ -175,7 +200,6 @@ def test_the_largest_sweep_stops_at_once_while_it_is_prepared(tmp_path, sig):
             proc.wait()
     print(f"{sig}: exited {took:.2f} s after the signal")
     assert proc.returncode == ExitCode.CANCELLED, proc.stderr.read()
-    assert took < STOP_BOUND_S
     doc = json.loads(manifest.read_text())
     assert doc["status"] == "interrupted"
 
@@ -210,5 +234,4 @@ def test_a_plan_stops_at_once_mid_search(tmp_path, parallel):
             proc.wait()
     print(f"plan --parallel {parallel}: exited {took:.2f} s after SIGINT")
     assert proc.returncode == ExitCode.CANCELLED
-    assert took < STOP_BOUND_S
     assert not list((tmp_path / "plans").iterdir())  # the claimed directory, still empty, gone

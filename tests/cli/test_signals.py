@@ -5,12 +5,12 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from interrupt import default_sigint, wait_for_lines, wait_for_text
+from waiting import until
 
 from workbench.data import path as data_path
 from workbench.errors import ExitCode
@@ -78,12 +78,12 @@ def test_sigterm_stops_a_sharded_run_the_same_way(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     run = tmp_path / "sharded"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
+
+    def records() -> int:
         shards = list((run / "shards").glob("records-*.jsonl")) if (run / "shards").exists() else []
-        if sum(p.read_bytes().count(b"\n") for p in shards) >= 5:
-            break
-        time.sleep(0.05)
+        return sum(p.read_bytes().count(b"\n") for p in shards)
+
+    until(lambda: records() >= 5, "the shards held 5 records", proc=proc)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == ExitCode.CANCELLED, err

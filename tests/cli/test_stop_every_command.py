@@ -9,12 +9,12 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from interrupt import default_sigint
+from waiting import until
 
 from workbench.data import path as data_path
 from workbench.errors import ExitCode
@@ -22,16 +22,6 @@ from workbench.errors import ExitCode
 SMALL = str(data_path("tracelab/multi_session_example.csv"))
 LARGE = str(data_path("tracelab/multi_session_large.csv"))
 DEADLINE_S = 120.0
-
-
-def _until(cond, what: str, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        assert proc.poll() is None, (f"ended before {what}", proc.communicate())
-        time.sleep(0.02)  # a poll interval, bounded by the deadline
-    raise AssertionError(f"not within {DEADLINE_S} s: {what}")
 
 
 def _clean_stop(proc: subprocess.Popen, command: str) -> str:
@@ -59,7 +49,7 @@ def test_a_stopped_simulate_saves_what_finished(tmp_path, sig):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint,
     )
     run = tmp_path / "s"
-    _until(lambda: (run / "manifest.json").exists(), "the run directory was claimed", proc)
+    until(lambda: (run / "manifest.json").exists(), "the run directory was claimed", proc=proc)
     proc.send_signal(sig)
     out = _clean_stop(proc, "simulate")
     manifest = json.loads((run / "manifest.json").read_text())
@@ -158,8 +148,8 @@ def test_sigterm_stops_a_virtual_sweep_at_once(tmp_path, parallel):
     )
     runs = tmp_path / "v" / "runs"
     want = int(parallel)
-    _until(lambda: runs.is_dir() and len(list(runs.glob("*/manifest.json"))) >= want,
-           "the points started", proc)
+    until(lambda: runs.is_dir() and len(list(runs.glob("*/manifest.json"))) >= want,
+          "the points started", proc=proc)
     proc.send_signal(signal.SIGTERM)
     out = _clean_stop(proc, "sweep")
     statuses = [json.loads(m.read_text())["status"] for m in runs.glob("*/manifest.json")]

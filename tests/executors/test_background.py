@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
+
+from waiting import until
 
 from workbench.config import RunConfig
 from workbench.data import path as data_path
@@ -89,10 +90,7 @@ def test_the_process_exits_with_status_0_after_a_run_while_its_stdin_is_still_op
 def test_the_process_exits_with_status_0_after_a_stop() -> None:
     job = BackgroundRun(cfg(trace={"path": DEMO},
                             target={"url": "sim", "engine": {"speedup": 0.2}})).start()
-    deadline = time.monotonic() + 120
-    while job.snapshot().done < 1:  # a poll of the snapshot, bounded
-        assert time.monotonic() < deadline, job.snapshot()
-        time.sleep(0.05)
+    until(lambda: job.snapshot().done >= 1, "the job's first request ended")
     job.stop()
     snap = job.wait(120)
     assert snap.phase == "cancelled"

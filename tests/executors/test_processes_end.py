@@ -10,11 +10,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from proctree import descendants, kill_left, living
+from waiting import until
 
 from workbench.data import path as data_path
 
@@ -23,17 +23,6 @@ SMALL = str(data_path("tracelab/multi_session_example.csv"))
 DEADLINE_S = 60.0
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-
-
-def _until(cond, what: str, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the run ended before {what}: {proc.communicate()}")
-        time.sleep(0.05)  # a poll interval, bounded by the deadline
-    raise AssertionError(f"not within {DEADLINE_S} s: {what}")
 
 
 def _shard_lines(run: Path) -> int:
@@ -80,15 +69,15 @@ def test_sigkill_of_a_sharded_replay_leaves_no_process_and_is_reported(
         return _shard_lines(run) >= 5
 
     try:
-        _until(sending, "the workers sent requests", proc)
+        until(sending, "the workers sent requests", proc=proc)
         kids.update(descendants(proc.pid))
         # two workers (and the embedded engine for ``sim``; multiprocessing's resource
         # tracker may be there too)
         assert len(kids) >= (3 if target == "sim" else 2), kids
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=DEADLINE_S)
-        _until(lambda: not living(kids),
-               f"every child of {proc.pid} ended ({kids})")
+        until(lambda: not living(kids),
+              f"every child of {proc.pid} ended ({kids})")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -142,13 +131,13 @@ def test_sigkill_of_a_parallel_virtual_sweep_leaves_no_process(tmp_path):
         return runs.is_dir() and len(list(runs.glob("*/manifest.json"))) >= 2
 
     try:
-        _until(started, "both points started", proc)
+        until(started, "both points started", proc=proc)
         kids.update(descendants(proc.pid))
         assert len(kids) >= 2, kids
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=DEADLINE_S)
-        _until(lambda: not living(kids),
-               f"every child of {proc.pid} ended ({kids})")
+        until(lambda: not living(kids),
+              f"every child of {proc.pid} ended ({kids})")
     finally:
         if proc.poll() is None:
             proc.kill()

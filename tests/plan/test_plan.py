@@ -159,6 +159,30 @@ def test_searches_in_processes_of_their_own_give_the_same_plan(mooncake_plan) ->
         plan(MOONCAKE, PRESETS, SLO, max_items=40, parallel=0)
 
 
+def test_an_interrupted_plan_kills_its_searches_rather_than_waiting_for_them() -> None:
+    """Ctrl-C (here: a KeyboardInterrupt from the first probe's report) kills the searches
+    still in their processes, idle or mid-search: a pool's shutdown would let each run to
+    its end (tens of seconds) and its workers then exit 0. Structural: how each worker
+    ended, not how long the plan took (``test_a_plan_stops_at_once_mid_search`` runs the
+    command)."""
+    import multiprocessing
+    import signal
+
+    workers: list[multiprocessing.Process] = []
+
+    def interrupt(_p: object, _line: str) -> None:
+        workers.extend(multiprocessing.active_children())
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        plan(MOONCAKE, PRESETS, SLO, scales=[1.0, 2.0], max_items=40, prices=PRICES,
+             max_replicas=16, parallel=2, progress=interrupt)
+    assert len(workers) == 2
+    for proc in workers:
+        proc.join(60)  # a failure bound: ended already, by the plan's kill
+        assert proc.exitcode == -signal.SIGKILL, proc
+
+
 def _long_sessions(tmp_path) -> str:
     """Two agent sessions 1 s apart, each of 2 requests with 200 s of tool wait between:
     every probe takes at least 3 min 21 s of simulated time (past ``LONG_RUN_MS``)."""

@@ -8,10 +8,10 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from proctree import descendants, kill_left, living
+from waiting import until
 
 from workbench.data import path as data_path
 
@@ -31,17 +31,11 @@ def test_sigkill_of_report_ends_its_kernel(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     kernels: dict[int, int] = {}
     try:
-        deadline = time.monotonic() + DEADLINE_S
-        while not kernels and time.monotonic() < deadline and proc.poll() is None:
-            kernels = descendants(proc.pid, cmd_contains=b"ipykernel")
-            time.sleep(0.05)  # a poll interval, bounded by the deadline
-        assert kernels, "no kernel started"
+        kernels = until(lambda: descendants(proc.pid, cmd_contains=b"ipykernel"),
+                        "the report started its kernel", proc=proc)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=DEADLINE_S)
-        deadline = time.monotonic() + DEADLINE_S
-        while living(kernels) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not living(kernels), kernels
+        until(lambda: not living(kernels), f"the report's kernels ended ({kernels})")
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -11,13 +11,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 import workbench as wb
 from tests.proctree import descendants, kill_left, living
+from tests.waiting import until
 from workbench.cli import main
 from workbench.errors import ConfigError
 from workbench.sweeps.serve import ServeSpec
@@ -222,10 +222,8 @@ def test_stop_waits_for_the_whole_group_not_only_its_leader(tmp_path: Path) -> N
     assert server.pid is not None
     members: dict[int, int] = {}
     try:
-        for _ in range(600):  # bounded: 30 s for the child to say it ignores SIGTERM
-            if "child ready" in server.stdout_path.read_text():
-                break
-            time.sleep(0.05)
+        until(lambda: "child ready" in server.stdout_path.read_text(),
+              "the child said it ignores SIGTERM")
         members = {p: s for p, s in descendants(os.getpid()).items()
                    if p in group_members(server.pid)}
         assert len(members) == 2  # the leader and its child
@@ -251,10 +249,7 @@ def test_stopping_a_server_leaves_the_event_loop_free(tmp_path: Path) -> None:
                            ready_timeout_s=5, grace_s=2)
     server.start()
     try:
-        for _ in range(600):  # bounded: 30 s for it to say it ignores SIGTERM
-            if "ready" in server.stdout_path.read_text():
-                break
-            time.sleep(0.05)
+        until(lambda: "ready" in server.stdout_path.read_text(), "it said it ignores SIGTERM")
 
         async def main() -> tuple[bool, dict]:
             stop = asyncio.ensure_future(server.stop_async())
