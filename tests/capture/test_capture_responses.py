@@ -298,10 +298,11 @@ async def test_previous_response_the_capture_never_saw(
     assert first["hash_ids"][:known] == second["hash_ids"][:known]
     assert not set(first["hash_ids"][known:]) & set(second["hash_ids"][known:])
     _no_secrets(tmp_path)
-    # the reader takes the file and names the field it does not replay
+    # the reader takes the file and carries the count (not an unknown field)
     workload = load_trace(str(tmp_path))
     assert len(workload.units) == 2
-    assert "requests_prefix_unknown" in workload.meta.get("unknown_fields", [])
+    assert "requests_prefix_unknown" not in workload.meta.get("unknown_fields", [])
+    assert workload.meta["requests_prefix_unknown"] == 3
 
 
 def test_responses_answer_facts() -> None:

@@ -46,7 +46,8 @@ SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
 MAX_DEPTH = 16  # sub-agents inside sub-agents: deeper than this is a broken file
 #: the format's own fields (those replay does not need included); others are warned about
 KNOWN_CONVERSATION = frozenset(("id", "models", "block_size", "hash_id_scope", "tool_tokens",
-                                "system_tokens", "requests", "totals"))
+                                "system_tokens", "requests", "totals",
+                                "requests_prefix_unknown"))  # workbench capture's count
 KNOWN_REQUEST = frozenset(("t", "type", "model", "in", "out", "hash_ids", "input_types",
                            "output_types", "stop", "api_time", "think_time", "ttft"))
 KNOWN_MARKER = frozenset(("t", "type", "agent_id", "subagent_type", "duration_ms",
@@ -314,6 +315,9 @@ def _conversation(src: _Source, obj: dict[str, Any], seen: dict[str, int],
         raise TraceFormatError(src.path, src.line, f"{where}hash_id_scope must be one of "
                                f"{', '.join(SCOPES)}, got {scope!r:.40}")
     _str_list(src, f"{where}models", obj.get("models"))
+    # requests `workbench capture` recorded without their prefix (docs/capture.md): summed
+    # into the workload's meta, so a replay's plan says how many it could not know
+    counts["requests_prefix_unknown"] += _int_field(src, obj, where, "requests_prefix_unknown", 0)
     root = _Agent(cid, src.line, cid, "root", _int_field(src, obj, where, "tool_tokens", 0),
                   _int_field(src, obj, where, "system_tokens", 0))
     if "requests" not in obj:
