@@ -589,7 +589,7 @@ def test_a_sweep_says_its_points_arrival_span_once(
     span = [t for t in seen if "arrivals span" in t]
     assert span == [
         "WARNING: arrivals span 1.2 days (100,000,000 ms) at max_num_seqs=1 and "
-        "max_num_seqs=2: trace-timed, the last unit starts that long after the first; "
+        "max_num_seqs=2: the last unit is released that long after the first; "
         "rescale the arrivals with --rate R (arrival.rate, units/s) or replay --arrival "
         "saturated"], seen
     assert seen.index(span[0]) < seen.index("max_num_seqs=1 #0: simulating")
@@ -600,7 +600,7 @@ def test_a_sweep_says_its_points_arrival_span_once(
                  out_dir=tmp_path, sweep_id="rates", progress=seen.append)
     assert [t for t in seen if "arrivals span" in t] == [
         "WARNING: arrivals span 2.3 days (200,000,000 ms) at rate=1e-05, 1.2 days "
-        "(100,000,000 ms) at rate=2e-05: trace-timed, the last unit starts that long after "
+        "(100,000,000 ms) at rate=2e-05: the last unit is released that long after "
         "the first; sweep higher arrival.rate values (units/s)"], seen
     assert "arrivals span" not in caplog.text
 
@@ -613,5 +613,5 @@ def test_the_span_warning_names_a_few_points_and_counts_the_rest() -> None:
     said = _span_sentence(long, "R")
     assert said.startswith("arrivals span 2.0 days (172,800,000 ms) at rate=0, rate=1, "
                            "rate=2, rate=3, 3.0 days (259,200,000 ms) at rate=4 and rate=5, "
-                           "and 4 more points: trace-timed,"), said
+                           "and 4 more points: the last unit"), said
     assert said.endswith("; R")

@@ -80,7 +80,7 @@ def span_warning(span_ms: float, remedy: str = SPAN_REMEDY) -> str | None:
 
 
 #: what a span past a day means, in every command's warning of it
-SPAN_MEANS = "trace-timed, the last unit starts that long after the first"
+SPAN_MEANS = "the last unit is released that long after the first"
 
 
 def span_words(span_ms: float) -> str:
