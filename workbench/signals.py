@@ -130,22 +130,22 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
 
 
 @contextlib.contextmanager
-def _cancel_task_on_sigterm(loop: asyncio.AbstractEventLoop, cancel: Callable[[], Any],
-                            flag: SignalStop) -> Iterator[None]:
+def calling_on_signals(loop: asyncio.AbstractEventLoop, callback: Callable[[], Any],
+                       sigs: tuple[int, ...] = (signal.SIGINT, *STOP_SIGNALS)
+                       ) -> Iterator[None]:  # fmt: skip
+    """While inside, each of ``sigs`` calls ``callback`` on ``loop`` instead of its
+    handler (main thread only; an ignored signal stays ignored); the handlers are put back
+    on the way out."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
-
-    def on_term() -> None:
-        flag.hit = True
-        cancel()
-
+    previous = {sig: signal.getsignal(sig) for sig in sigs}
     added = []
     try:
-        for sig in STOP_SIGNALS:
-            loop.add_signal_handler(sig, on_term)
-            added.append(sig)
+        for sig in sigs:
+            if previous[sig] is not signal.SIG_IGN:
+                loop.add_signal_handler(sig, callback)
+                added.append(sig)
     except (NotImplementedError, RuntimeError, ValueError):  # no signals on this loop
         pass
     try:
@@ -155,6 +155,15 @@ def _cancel_task_on_sigterm(loop: asyncio.AbstractEventLoop, cancel: Callable[[]
             loop.remove_signal_handler(sig)
             handler = previous[sig]
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def _cancel_task_on_sigterm(loop: asyncio.AbstractEventLoop, cancel: Callable[[], Any],
+                            flag: SignalStop) -> contextlib.AbstractContextManager[None]:
+    def on_term() -> None:
+        flag.hit = True
+        cancel()
+
+    return calling_on_signals(loop, on_term, STOP_SIGNALS)
 
 
 def run_with_sigterm(runner: asyncio.Runner, coro: Coroutine[Any, Any, T]) -> T:

@@ -110,3 +110,70 @@ async def test_parent_header_names_the_sub_agent(sim, tmp_path: Path) -> None:
     assert marker["type"] == "subagent" and marker["agent_id"] == "agent_001"
     assert [r["type"] for r in marker["requests"]] == ["n", "subagent"]
     assert marker["requests"][1]["agent_id"] == "agent_002"
+
+
+async def test_a_second_ctrl_c_cuts_the_requests_in_flight_cleanly(loopback, tmp_path: Path
+                                                                   ) -> None:  # fmt: skip
+    """Ctrl-C waits for requests in flight (docs/capture.md, "Stopping"); a second one
+    cuts them at once: one line, no traceback (aiohttp's handlers used to get the
+    KeyboardInterrupt: "Task exception was never retrieved ... InvalidStateError"), and
+    the finished conversation still written."""
+    from aiohttp import web
+
+    never = asyncio.Event()  # the second answer never ends
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        piece = {"choices": [{"index": 0, "delta": {"content": "hi"}}]}
+        await resp.write(b"data: " + orjson.dumps(piece) + b"\n\n")
+        if body["max_tokens"] > 1:
+            await never.wait()
+        usage = {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 1}}
+        await resp.write(b"data: " + orjson.dumps(usage) + b"\n\ndata: [DONE]\n\n")
+        return resp
+
+    upstream = await loopback([web.post("/v1/chat/completions", chat)])
+    out = tmp_path / "cap"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "workbench", "capture", "--upstream", upstream, "-o", str(out),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        preexec_fn=default_sigint,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        url = (await asyncio.wait_for(proc.stdout.readline(), LINE_TIMEOUT_S)).decode().split()[3]
+        port = int(url.rsplit(":", 1)[1])
+
+        def ask(tokens: int) -> dict:
+            return {"model": "m", "max_tokens": tokens, "stream": True,
+                    "messages": [{"role": "user", "content": "hello " * 20}]}
+
+        async with aiohttp.ClientSession() as http:
+            async with http.post(url + "/v1/chat/completions", data=orjson.dumps(ask(1))) as r:
+                await r.read()  # a finished conversation
+            async with http.post(url + "/v1/chat/completions", data=orjson.dumps(ask(9))) as r:
+                await r.content.readany()  # in flight: its first piece came
+                proc.send_signal(signal.SIGINT)
+                async with asyncio.timeout(LINE_TIMEOUT_S):  # a failure bound only
+                    while True:  # the first Ctrl-C is taken: the proxy stopped listening
+                        try:
+                            _, w = await asyncio.open_connection("127.0.0.1", port)
+                        except OSError:
+                            break
+                        w.close()
+                        await asyncio.sleep(0.01)
+                proc.send_signal(signal.SIGINT)
+                _, err = await asyncio.wait_for(proc.communicate(), LINE_TIMEOUT_S)
+    finally:
+        never.set()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    text = err.decode()
+    assert proc.returncode == 0, text
+    assert "Traceback" not in text and "InvalidStateError" not in text, text
+    assert "capture: stopping now: 1 request in flight cut, not recorded" in text, text
+    (doc,) = read_capture(out)
+    assert [r["out"] for r in doc["requests"]] == [1]

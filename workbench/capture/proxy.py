@@ -37,6 +37,8 @@ from workbench.capture.sessions import Agent, Conversation, Sessions, Turn
 from workbench.capture.tokens import TOKENIZERS, TokenSource, generation_id, segment_ids
 from workbench.capture.writer import conversation_id, document, remove_stale, write_atomic
 from workbench.errors import ListenError
+from workbench.plurals import counted
+from workbench.signals import calling_on_signals
 
 if TYPE_CHECKING:
     import aiohttp
@@ -106,6 +108,8 @@ class CaptureProxy:
         self._dirty: set[int] = set()
         self._conversations: dict[int, Conversation] = {}
         self._pending: set[asyncio.Task[None]] = set()
+        self._handlers: set[asyncio.Task[Any]] = set()  # requests being relayed
+        self._hurried = False
         self._flush_wake = asyncio.Event()
         self._stopping = False
         self._flusher: asyncio.Task[None] | None = None
@@ -158,7 +162,23 @@ class CaptureProxy:
         await self._close()
 
     async def _close(self) -> None:
-        """Stop listening, let requests in flight finish, write every file one last time."""
+        """Stop listening, let requests in flight finish, write every file one last time;
+        a stop signal meanwhile (a second Ctrl-C) cuts the requests in flight at once
+        (``_hurry``)."""
+        with calling_on_signals(asyncio.get_running_loop(), self._hurry):
+            await self._close_now()
+
+    def _hurry(self) -> None:
+        """Cut the requests in flight, as aiohttp does at its shutdown timeout: their
+        answers are not recorded; every finished one is still written."""
+        if not self._hurried:
+            self._hurried = True
+            log.warning("capture: stopping now: %s cut, not recorded",
+                        counted(len(self._handlers), "request in flight"))
+        for task in (*self._handlers, *self._pending):
+            task.cancel()
+
+    async def _close_now(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -184,6 +204,15 @@ class CaptureProxy:
                       if (self.out_dir / f"{conversation_id(c, self.prefix)}.json").exists())
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            return await self._relay(request)
+        finally:
+            self._handlers.discard(task)
+
+    async def _relay(self, request: web.Request) -> web.StreamResponse:
         import aiohttp
         from aiohttp import web
 
