@@ -436,3 +436,17 @@ def test_the_goodput_figure_says_the_swept_rate_is_in_sessions(tmp_path):
         json.dumps({"plan": {"units": 20, "rounds": 126}}))
     fig = wb.sweep_plot(Sweep(tmp_path, sweep(pts).manifest), "goodput")
     assert fig.axes[0].get_xlabel() == "offered load (arrival.rate, sessions/s)"
+
+
+def test_the_points_table_marks_a_point_over_the_error_rate():
+    # sweep --max-error-rate judged the point (its manifest: over_max_error_rate); the
+    # report's table says so beside the SLO verdict, as the sweep's own table did
+    from workbench.report import sweep_plots, sweep_tables
+
+    pts = [point(0, 1, 1.0, True, 100), point(1, 2, 2.0, True, 200)]
+    pts[1]["over_max_error_rate"] = True
+    pts[0]["over_max_error_rate"] = False
+    table = sweep_tables.points_table(sweep_plots.as_sweeps(sweep(pts)))
+    assert list(table["over --max-error-rate"]) == [False, True]
+    plain = sweep_tables.points_table(sweep_plots.as_sweeps(sweep(pts[:1])))
+    assert "over --max-error-rate" not in plain  # no point over: no column

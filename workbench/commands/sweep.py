@@ -185,6 +185,7 @@ def _print_sweep(result: Any, over: Mapping[int, Any] | None = None) -> None:
     """The sweep's headline, table (``over``: the points over ``--max-error-rate``,
     marked), search brackets, best point and directory."""
     from workbench.report.headline import sweeps_headline
+    from workbench.sweeps.store import OVER_RATE
 
     print(sweeps_headline({result.label: result}))  # the capacity sentence, on top
     print(_table(result, over or {}))
@@ -198,7 +199,7 @@ def _print_sweep(result: Any, over: Mapping[int, Any] | None = None) -> None:
 
         best, row = best_sentence(result), best_row(result)
         if row is not None and int(row["point"]) in (over or {}):  # marked, not silently used
-            best += f" It is over --max-error-rate ({OVER_COLUMN} in the table)."
+            best += f" It is over --max-error-rate ({OVER_RATE} in the table)."
         print(best)
     print(f"sweep directory: {result.sweep_dir}")
 
@@ -237,8 +238,6 @@ def _serve(args: argparse.Namespace) -> Any:
 #: runs named in the note on runs made under another ``--max-error-rate``, at most
 NOTE_RUNS = 10
 MANIFEST_S, MANIFESTS = "its manifest's", "their manifests'"  # (the rate in it)
-#: the table's column that marks a point whose run failed more than ``--max-error-rate``
-OVER_COLUMN = "over_max_error_rate"
 
 
 def judge_error_rate(result: Any, max_error_rate: float) -> dict[int, list[str]]:
@@ -250,7 +249,7 @@ def judge_error_rate(result: Any, max_error_rate: float) -> dict[int, list[str]]
     ``max_error_rate`` and each point's ``over_max_error_rate`` (docs/sweeps.md, "A sweep
     directory")."""
     from workbench.commands._run_end import over_error_rate, run_exit_status
-    from workbench.sweeps.store import write_sweep
+    from workbench.sweeps.store import OVER_RATE, write_sweep
 
     over: dict[int, list[str]] = {}
     for p in result.manifest.points:
@@ -263,7 +262,7 @@ def judge_error_rate(result: Any, max_error_rate: float) -> dict[int, list[str]]
                 said.append(f"point {p['index']} ({p['label']}) run {run['run_id']}: "
                             f"{over_error_rate(errors, ok, max_error_rate)}")
         if p.get("status") == "done":
-            p[OVER_COLUMN] = bool(said)
+            p[OVER_RATE] = bool(said)
         if said:
             over[p["index"]] = said
     result.manifest.max_error_rate = max_error_rate
@@ -324,6 +323,7 @@ def _table(result: Any, over: Mapping[int, Any] | None = None) -> str:
         return "(no point finished)"
     from workbench.report.sweep_plots import in_load_order
     from workbench.report.sweep_tables import P90, slo_columns
+    from workbench.sweeps.store import OVER_RATE
 
     # configuration by configuration, each in load order, not in the order the points ran
     # in (a search probes 1, 40, 20...)
@@ -337,8 +337,8 @@ def _table(result: Any, over: Mapping[int, Any] | None = None) -> str:
     if result.slo:
         cols += ["goodput_rps", "slo_held"]
     if over:  # marked, not silently used (docs/sweeps.md, "A sweep directory")
-        df[OVER_COLUMN] = ["yes" if int(i) in over else "" for i in df["point"]]
-        cols.append(OVER_COLUMN)
+        df[OVER_RATE] = ["yes" if int(i) in over else "" for i in df["point"]]
+        cols.append(OVER_RATE)
     from workbench.report.headline import sig
 
     return str(df[[c for c in cols if c in df]].to_string(index=False, float_format=sig))

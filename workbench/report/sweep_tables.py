@@ -15,7 +15,7 @@ from workbench.report.sweep_plots import in_load_order
 from workbench.report.tables import named
 from workbench.sweeps.groups import RATE_AXIS, capacities, load_axis
 from workbench.sweeps.points import STATS
-from workbench.sweeps.store import Sweep
+from workbench.sweeps.store import OVER_RATE, Sweep
 
 #: the latency columns of a point: p90 of each scalar latency metric of the catalog
 P90 = tuple(f"{m}_p90" for m in SCALAR_LATENCY)
@@ -110,6 +110,8 @@ def points_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
             continue
         extra = slo_columns(s)
         shown = (*POINT_SHOWN, *((col, text) for col, _, text in extra))
+        if OVER_RATE in df and df[OVER_RATE].fillna(False).astype(bool).any():
+            shown = (*shown, (OVER_RATE, "over --max-error-rate"))
         cols = [c for c in (*s.axes, *(k for k, _ in shown)) if c in df]
         part = df[cols].rename(columns=dict(shown))
         if len(sweeps) > 1:

@@ -76,6 +76,10 @@ _SWEEP_FIELDS: tuple[str, ...] = tuple(
 )
 
 
+#: a point's mark: a run of it failed more than ``sweep --max-error-rate`` of its requests
+OVER_RATE = "over_max_error_rate"
+
+
 @dataclass
 class Sweep:
     """A sweep's manifest and directory; ``frame`` has one row per point."""
@@ -126,6 +130,8 @@ class Sweep:
             verdict = p.get("slo") or {}
             row["slo_held"] = verdict.get("held")
             row["slo_worst_ratio"] = verdict.get("worst_ratio")
+            if OVER_RATE in p:  # judged by sweep --max-error-rate
+                row[OVER_RATE] = bool(p[OVER_RATE])
             rows.append(row)
         df = pd.DataFrame(rows)
         df.attrs["name"] = f"sweep {self.sweep_id}"
