@@ -138,4 +138,9 @@ def test_a_non_integer_in_sessions_at_once_is_refused_in_the_browser(
     sessions.fill("2")
     sessions.press("Enter")
     page.wait_for_function("() => document.querySelector('.wb-check').innerText.trim() === ''")
+    # the button's state is a message of its own after the check's: waited for (CI read
+    # it still disabled right after the check cleared)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('button.jupyter-button')]"
+        ".some(b => b.innerText.trim() === 'Run' && !b.disabled)", timeout=30_000)
     assert not page.locator("button.jupyter-button", has_text="Run").is_disabled()
