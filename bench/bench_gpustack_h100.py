@@ -21,7 +21,7 @@ on the machine's load. Run from the repo root:
 from __future__ import annotations
 
 from workbench.sim.config import EngineConfig
-from workbench.sim.presets import catalog
+from workbench.sim.presets import catalog, resolve
 from workbench.sim.presets.bench import burst, closed_loop
 from workbench.sim.presets.schedulers import engine_knobs
 
@@ -69,6 +69,16 @@ def main() -> None:
         print(f"{model:10} {engine:10} {n:8d} {isl:>5}/{osl:<4}   {ratio['h100']:.2f}   "
               f"{ratio['a100']:.2f}   {published['a100'] / published['h100']:19.2f}   "
               f"{sim['a100'] / sim['h100']:19.2f}")
+    print("\nqwen3-32b, a decode step over a full vLLM pool (sequences at mid-output): "
+          "simulated against the published median ITL")
+    for isl, osl, itl in ((4000, 200, {"h100": 43.38, "a100": 51.55}),
+                          (2000, 100, {"h100": 44.80, "a100": 51.49})):
+        for gpu in ("h100", "a100"):
+            cap, context = config("qwen3-32b", gpu, "vllm-serve").capacity_tokens, isl + osl // 2
+            seqs = cap // context
+            ms = resolve(f"qwen3-32b/{gpu}/tp1").step_ms(0, seqs, seqs * context)
+            print(f"  {gpu} {isl}/{osl}: {seqs} sequences, {ms:.2f} ms simulated, "
+                  f"{itl[gpu]:.2f} ms published")
     pool = config("qwen3-32b", "h100", "vllm-serve")
     print(f"\nqwen3-32b/h100 under vllm-serve: a pool of {pool.capacity_tokens:,} tokens; "
           f"vLLM started without --max-model-len, so its pool held >= {MAX_MODEL_LEN:,}")
