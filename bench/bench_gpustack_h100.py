@@ -87,6 +87,9 @@ def main() -> None:
                   1000, 217, 201, test_run=True)
         print(f"  ShareGPT burst with {blocks * pool.block_size:,} tokens of KV: "
               f"{b.latency_ms / 1e3:.1f} s (published 178.01 s)")
+    templated = burst(config("qwen3-32b", "h100", "vllm-serve"), 1000, 225, 201, test_run=True)
+    print(f"  ShareGPT burst with Qwen3's chat template (~8 tokens) on each prompt (225 in): "
+          f"{templated.latency_ms / 1e3:.1f} s")
     small = closed_loop(config("qwen3-8b", "h100", "vllm-serve"), 4, 233, 221,
                         requests=100, test_run=True)
     print(f"\nqwen3-8b/h100, vLLM, 4 clients, ShareGPT means (233 in, 221 out; "
