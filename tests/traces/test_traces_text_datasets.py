@@ -308,3 +308,13 @@ def test_stats_and_simulate_end_to_end(tmp_path, path, fmt, requests):
     assert (summary["requests"], summary["ok"], summary["errors"]) == (requests, requests, 0)
     manifest = json.loads(next((tmp_path / "runs").glob("*/manifest.json")).read_text())
     assert manifest["trace"]["reader"]["token_count"] == WORDS  # in the run's meta too
+
+
+def test_bad_input_stops_the_command_before_any_request(tmp_path):
+    bad = _write(tmp_path, [_conv(("human", "hi"), ("gpt", "yo"), ("gpt", "again"))])
+    sim = _cli("simulate", "--trace", str(bad), "-o", str(tmp_path / "runs"), cwd=tmp_path)
+    assert sim.returncode == 3, sim.stderr
+    assert sim.stderr.strip().splitlines()[-1].endswith(
+        f"{bad}:0: conversation 0 (id 'c0'), turn 2: two gpt turns in a row (turns 1 and 2); "
+        "human and gpt turns alternate")
+    assert not list(tmp_path.glob("runs/*/records.jsonl"))  # no run, nothing sent

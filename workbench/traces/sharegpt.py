@@ -188,8 +188,8 @@ def read_sharegpt(path: Path, *, tokenizer: str | None = None, turns: str = "all
     meta: dict[str, Any] = {"reader": {**counter.describe(), "turns": turns,
                                        "lengths": lengths}}
     warn_unknown(path, extra, meta)
-    units = (_sessions if turns == "all" else _first_turns)(path, convs, counts, meta,
-                                                            lengths == "vllm")
+    units = (_sessions(path, convs, counts, meta) if turns == "all"
+             else _first_turns(path, convs, counts, meta, lengths == "vllm"))
     if not units:
         raise TraceFormatError(path, 0, "no conversation to replay: each has no human turn "
                                         "answered by a gpt turn (or was filtered out)")
@@ -197,7 +197,7 @@ def read_sharegpt(path: Path, *, tokenizer: str | None = None, turns: str = "all
 
 
 def _sessions(path: Path, convs: list[_Conversation], counts: list[int],
-              meta: dict[str, Any], _vllm: bool) -> list[Unit]:  # fmt: skip
+              meta: dict[str, Any]) -> list[Unit]:  # fmt: skip
     """Round k: prefix = round k−1's prompt and reply, input = human turn k (with the system
     turns on round 0), output = gpt turn k's count."""
     units: list[Unit] = []
