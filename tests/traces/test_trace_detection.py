@@ -33,6 +33,9 @@ FIXTURE_FORMATS = {
     "serving-traces/azure_code_2023_head150.csv": "azure",
     "serving-traces/azure_conv_2023_head150.csv": "azure",
     "serving-traces/burstgpt_constructed.csv": "burstgpt",
+    "text-datasets/sharegpt_constructed.json": "sharegpt",
+    "text-datasets/aiperf_single_turn_constructed.jsonl": "aiperf-single-turn",
+    "text-datasets/aiperf_multi_turn_constructed.jsonl": "aiperf-multi-turn",
     "bailian_chains.jsonl": "bailian",
     "dynamo_trace.jsonl": "dynamo",
     "independent_requests.csv": "independent",
@@ -121,8 +124,14 @@ def test_sniffers_refuse_nothing_like_them():
 
 # ---------------------------------------------------------------- corruption property
 
-MY_FORMATS = ["independent", "mooncake", "trajectory", "abench", "dynamo", "azure", "burstgpt"]
+MY_FORMATS = ["independent", "mooncake", "trajectory", "abench", "dynamo", "azure", "burstgpt",
+              "sharegpt", "aiperf-single-turn", "aiperf-multi-turn"]
 _VALID = {
+    "sharegpt": (FIXTURES / "text-datasets/sharegpt_constructed.json").read_bytes(),
+    "aiperf-single-turn": (FIXTURES / "text-datasets/aiperf_single_turn_constructed.jsonl"
+                           ).read_bytes(),
+    "aiperf-multi-turn": (FIXTURES / "text-datasets/aiperf_multi_turn_constructed.jsonl"
+                          ).read_bytes(),
     "azure": (FIXTURES / "serving-traces/azure_2024_notebook.csv").read_bytes(),
     "burstgpt": (FIXTURES / "serving-traces/burstgpt_constructed.csv").read_bytes(),
     "independent": (FIXTURES / "independent_requests.csv").read_bytes(),

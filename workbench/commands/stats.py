@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--trace-option", action="append", default=[], metavar="KEY=VALUE",
         help="a reader option (JSON or text), as replay takes it, e.g. model=GPT-4 "
-        "(burstgpt), timing=original (weka)",
+        "(burstgpt), timing=original (weka), tokenizer=PATH/tokenizer.json (sharegpt, "
+        "aiperf-*: token counts; words without it)",
     )
     parser.add_argument(
         "--policy",
@@ -95,13 +96,19 @@ def run(args: argparse.Namespace) -> int:
 
     policy = args.policy or DEFAULT_POLICY
     stats = trace_stats(workload, block_size=args.block_size, policy=policy)
+    # a text dataset's token counts: by which tokenizer, or approximated (never silently)
+    counted_by = (workload.meta.get("reader") or {}).get("token_count")
     if args.json:
-        print(json.dumps({"format": fmt, "policy": stats.policy, **stats.summary}, indent=2))
+        said = {"token_count": counted_by} if counted_by else {}
+        print(json.dumps({"format": fmt, "policy": stats.policy, **said, **stats.summary},
+                         indent=2))
         return 0
     how = "detected" if args.format == "auto" else "given"
     print(f"trace   {args.trace}")
     print(f"format  {fmt} ({how})")
     print(f"policy  {stats.policy or 'none (prefixes as the trace gives them)'}")
+    if counted_by:
+        print(f"tokens  counted as {counted_by}")
     for line in _table(stats.summary):
         print(line)
     if not stats.summary["prefix_sharing_recorded"]:

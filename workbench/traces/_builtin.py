@@ -6,8 +6,10 @@ specific first (bailian before mooncake: it has chat_id; session_csv, the looses
 # reader imports (one line each, keep the order above):
 from workbench.traces import canonical  # noqa: F401
 from workbench.traces import dynamo  # noqa: F401
+from workbench.traces import aiperf_custom  # noqa: F401
 from workbench.traces import abench  # noqa: F401
 from workbench.traces import trajectory  # noqa: F401
+from workbench.traces import sharegpt  # noqa: F401
 from workbench.traces import weka  # noqa: F401
 from workbench.traces import tracelab  # noqa: F401
 from workbench.traces import bailian  # noqa: F401

@@ -82,7 +82,10 @@ def _session(path: Path, line: int, obj: dict[str, Any], extra: dict[str, int]) 
 
 def _sniff(lines: list[str]) -> bool:
     obj = first_json_object(lines)
-    return obj is not None and "session_id" in obj and isinstance(obj.get("turns"), list)
+    if obj is None or "session_id" not in obj or not isinstance(obj.get("turns"), list):
+        return False
+    first = obj["turns"][0] if obj["turns"] else None  # AIPerf's multi_turn turns hold text
+    return not (isinstance(first, dict) and ("text" in first or "texts" in first))
 
 
 @register_format(

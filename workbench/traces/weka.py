@@ -552,7 +552,7 @@ def _recorded_spawn(agent: _Agent, reqs: list[_Request], k: int, t: float, child
 def _sniff(lines: list[str]) -> bool:
     """A conversation's keys in the head; a pretty-printed one shows only its first keys."""
     head = "\n".join(lines)
-    if not head.lstrip().startswith(("{", "[")):
+    if not head.lstrip().startswith(("{", "[")) or '"conversations"' in head:  # ShareGPT's
         return False
     if '"requests"' in head and '"block_size"' in head and (
             '"hash_ids"' in head or '"hash_id_scope"' in head or '"tool_tokens"' in head):
