@@ -8,7 +8,9 @@ uniformly from ``--gap-lo``..``--gap-hi`` × the keep-alive, so a reuse lands ju
 at and just after the server closes the connection. Replayed through each of the project's
 HTTP clients (``Transport``), and through the capture proxy (``--capture``). Prints, per
 path: requests, failed, resent (``stale_connection_retry``), and how many requests the
-server's handler saw.
+server's handler saw (``--url``: a server of yours, e.g. vLLM started with
+``VLLM_HTTP_TIMEOUT_KEEP_ALIVE``; ``--keepalive`` then only scales the gaps, and what the
+server saw is not counted).
 
     python bench/keepalive_race.py --keepalive 0.05 --sessions 8 --rounds 40
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -27,6 +30,9 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+
+EXTERNAL: list[str] = []  # --url: a server of the user's (no /seen count)
+MODEL = ["m"]  # what a request names (--model)
 
 #: the server: an OpenAI completions stream of 4 tokens, each request counted
 SERVER = r'''
@@ -136,6 +142,8 @@ async def _ready(url: str) -> None:
 async def seen(url: str) -> int:
     import aiohttp
 
+    if EXTERNAL:
+        return 0
     async with aiohttp.ClientSession() as s, s.get(url + "/seen") as r:
         return int((await r.json())["seen"])
 
@@ -151,7 +159,7 @@ async def replay(url: str, http: str, args: argparse.Namespace) -> dict[str, int
     from workbench.backends.transport import Transport, TransportOptions
     from workbench.records import RequestRecord
 
-    codec = BACKENDS.get("openai")
+    codec = dataclasses.replace(BACKENDS.get("openai"), model=MODEL[0])
     before = await seen(url)
     recs: list[RequestRecord] = []
     opts = TransportOptions(url, http=http, **({"connection_idle_s": args.idle}
@@ -164,7 +172,8 @@ async def replay(url: str, http: str, args: argparse.Namespace) -> dict[str, int
                                 round_idx=r, backend="openai", policy=None,
                                 planned_prefix_tokens=0, planned_input_tokens=4,
                                 planned_output_tokens=4)  # fmt: skip
-            await t.send(codec, WireRequest(rid, [1, 2, 3, 4], 4), rec)
+            prompt = [1 + (s * 7919 + r * 104729 + i) % 30000 for i in range(args.prompt_tokens)]
+            await t.send(codec, WireRequest(rid, prompt, 4), rec)
             recs.append(rec)
             await asyncio.sleep(gap)
 
@@ -191,7 +200,8 @@ async def capture(url: str, args: argparse.Namespace) -> dict[str, int]:
 
     before = await seen(url)
     statuses: dict[int, int] = {}
-    body = json.dumps({"model": "m", "prompt": "hi", "max_tokens": 4, "stream": True})
+    body = json.dumps({"model": MODEL[0], "prompt": [1, 2, 3, 4], "max_tokens": 4,
+                       "stream": True})
     with tempfile.TemporaryDirectory() as out:
         async with CaptureProxy(url, out) as proxy, aiohttp.ClientSession() as agent:
 
@@ -221,10 +231,18 @@ async def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--idle", type=float, default=None,
                     help="the clients' connection_idle_s (default: theirs)")
     ap.add_argument("--paths", default="httptools,aiohttp,capture")
+    ap.add_argument("--url", help="a running server's root (not started here)")
+    ap.add_argument("--prompt-tokens", type=int, default=4)
+    ap.add_argument("--model", default="m", help="the model a request names (--url)")
     args = ap.parse_args(argv)
     out: dict[str, object] = {"server": args.server, "keepalive_s": args.keepalive,
                               "load": os.getloadavg()[0]}
-    async with server(args.server, args.keepalive, args.python) as url:
+    MODEL[0] = args.model
+    if args.url:
+        EXTERNAL.append(args.url)
+    serving = (contextlib.nullcontext(args.url) if args.url
+               else server(args.server, args.keepalive, args.python))
+    async with serving as url:
         for path in args.paths.split(","):
             t0 = time.monotonic()
             res = await (capture(url, args) if path == "capture" else replay(url, path, args))
