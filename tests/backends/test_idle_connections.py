@@ -18,8 +18,10 @@ import asyncio
 import dataclasses
 import random
 import time
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from aiohttp import web
 from loopback import read_request, serve_app, serve_raw, stream_body
@@ -216,3 +218,41 @@ def test_the_bound_is_a_validated_executor_field(http: str):
     for bad in (0, -1, 3601, "4s"):
         with pytest.raises(ConfigError, match=r"executor\.connection_idle_s"):
             RunConfig.from_dict({"trace": "x", "executor": {"connection_idle_s": bad}})
+
+
+async def test_a_run_counts_its_resends_in_the_summary(http: str, tmp_path: Path):
+    """A whole run against a server that answers one request a connection and closes it
+    when the next one comes (as llama-server does after a stream): every request is ok,
+    each resend is flagged in its record and counted in ``summary.client.resent_stale``."""
+    from workbench.data import path as data_path
+    from workbench.executors.dispatch import run_async
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await read_request(reader)
+        if head.startswith(b"GET"):
+            body = b'{"object": "list", "data": [{"id": "m", "object": "model"}]}'
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%b" % (len(body), body))
+        elif head.startswith(b"POST /v1/completions"):
+            writer.write(cl(BODY))
+        else:
+            writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        await reader.read(1)  # the next request on this connection: closed, unread
+
+    cfg = RunConfig.from_dict({
+        "trace": {"path": str(data_path("tracelab/multi_session_example.csv")),
+                  "max_items": 3},
+        "target": {"url": "http://127.0.0.1:1"}, "out_dir": str(tmp_path / "run"),
+        "arrival": {"mode": "saturated", "tool_wait_scale": 0.0, "max_concurrency": 2,
+                    "output_len": "fixed:4"},
+        "backend": {"preflight": False, "flush_cache": False},  # only the run's requests
+        "executor": {"http": http},
+    })  # fmt: skip
+    async with serve_raw(handle) as url, asyncio.timeout(LIMIT * 3):
+        result = await run_async(cfg.replace(**{"target.url": url}))
+    assert [r.error for r in result.records if r.status != "ok"] == []
+    flagged = sum(bool(r.extra.get("stale_connection_retry")) for r in result.records)
+    assert flagged > 0
+    summary = orjson.loads((Path(result.run_dir) / "summary.json").read_bytes())
+    assert summary["client"]["resent_stale"] == flagged
