@@ -27,6 +27,16 @@ from aiohttp import web
 App = web.Application | Iterable[web.AbstractRouteDef]
 
 
+async def stream_body(request: web.Request, body: bytes) -> web.StreamResponse:
+    """Answer ``request`` (read whole) with ``body`` as an event stream (chunked)."""
+    await request.read()
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    await resp.write(body)
+    await resp.write_eof()
+    return resp
+
+
 def as_app(app: App) -> web.Application:
     """``app`` itself, or a new application with the given routes."""
     if isinstance(app, web.Application):
@@ -37,9 +47,13 @@ def as_app(app: App) -> web.Application:
 
 
 @contextlib.asynccontextmanager
-async def serve_app(app: App, *, ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[str]:
-    """Serve ``app`` on 127.0.0.1 at an ephemeral port; yield its base URL."""
-    runner = web.AppRunner(as_app(app), access_log=None, shutdown_timeout=0.1)
+async def serve_app(app: App, *, ssl_context: ssl.SSLContext | None = None,
+                    keepalive_timeout: float | None = None) -> AsyncIterator[str]:
+    """Serve ``app`` on 127.0.0.1 at an ephemeral port; yield its base URL.
+    ``keepalive_timeout``: the server closes a connection idle that long (s; aiohttp's
+    default otherwise)."""
+    kw = {} if keepalive_timeout is None else {"keepalive_timeout": keepalive_timeout}
+    runner = web.AppRunner(as_app(app), access_log=None, shutdown_timeout=0.1, **kw)
     await runner.setup()
     try:
         await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context).start()

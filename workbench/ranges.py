@@ -67,6 +67,7 @@ RANGES: dict[str, Range] = {
     "executor.workers": Range(1, 1024),
     "executor.record_flush_ms": Range(0, 60_000.0),
     "executor.pace_ms": Range(0, 1000.0),
+    "executor.connection_idle_s": Range(0, 3600.0, open_lo=True),
     "seed": Range(0, 2**32 - 1),
     "slo": Range(0, None, open_lo=True),  # every bound, in ms
     # the embedded engine (target.engine knobs: EngineConfig and Faults fields)

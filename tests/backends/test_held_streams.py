@@ -101,8 +101,12 @@ async def test_connections_the_server_closed_idle_are_not_counted_as_idle(http: 
         assert server.close_idle() == 2
         recs = [await send(t, i) for i in range(5)]
     on = conns(server)
-    assert len({on[r.request_id] for r in recs}) == 1, on
-    assert all(r.extra.get(HELD_WAIT_MS) for r in recs[1:]), [r.extra for r in recs]
+    # a request lost on a closed warm connection (its close not yet read) goes once more
+    # on a new connection, one of its own with aiohttp (docs/wire-protocols.md, "Idle
+    # connections"); the others share one
+    kept = [r for r in recs if not r.extra.get("stale_connection_retry")]
+    assert len(kept) >= 4 and len({on[r.request_id] for r in kept}) == 1, on
+    assert all(r.extra.get(HELD_WAIT_MS) for r in kept[1:]), [r.extra for r in recs]
 
 
 @pytest.mark.parametrize("http", HTTP_CLIENTS)

@@ -417,7 +417,12 @@ async def test_a_request_lost_on_a_stale_pooled_connection_is_sent_once_more():
             recs.append(rec)
     assert len(answered) == 3
     assert "stale_connection_retry" not in recs[0].extra
-    assert all(r.extra.get("stale_connection_retry") for r in recs[1:])
+    assert recs[1].extra.get("stale_connection_retry")
+    # httptools pools the resend's new connection, so the next request meets it closed
+    # too; aiohttp's resends go on connections it never pools (docs/wire-protocols.md,
+    # "Idle connections"), so the next one opens its own
+    resent = bool(recs[2].extra.get("stale_connection_retry"))
+    assert resent is (CLIENT["http"] == "httptools")
 
 
 

@@ -515,3 +515,13 @@ async def test_keep_records_off_leaves_records_on_disk_only(tmp_path: Path) -> N
     assert len(on_disk) == n_rounds and all(d["status"] == "ok" for d in on_disk)
     summary = orjson.loads((run_dir / "summary.json").read_bytes())
     assert summary["ok"] == n_rounds and summary["client"]["release_lag_ms"]["count"] == n_rounds
+
+
+def test_resends_on_stale_connections_are_summed_over_processes() -> None:
+    """``resent_stale`` (docs/metrics.md, "Client"): requests sent once more after a reused
+    connection died before any byte of their answer, summed; absent when none was."""
+    a, b = SelfMeasure().raw(), SelfMeasure().raw()
+    a["resent_stale"], b["resent_stale"] = 2, 1
+    assert client_stats([a, b], None)["resent_stale"] == 3
+    b["resent_stale"] = a["resent_stale"] = 0
+    assert "resent_stale" not in client_stats([a, b], None)

@@ -72,6 +72,7 @@ class TaskSpy:
 
     takes_segments = False
     paced_turns = 0
+    resent_stale = 0
 
     @property
     def after_done(self):

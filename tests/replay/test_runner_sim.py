@@ -56,6 +56,7 @@ class Recording:
 
     takes_segments = False
     paced_turns = 0
+    resent_stale = 0
 
     @property
     def after_done(self):

@@ -82,6 +82,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.served = 0  # responses completed on this connection
+        self.idle_since = 0.0  # the loop's time when it last went back to the pool
         self.timer: asyncio.TimerHandle | None = None
         #: the request ended at [DONE], the body's end is still to come: read on (bounded)
         #: so the connection goes back to the pool; it counts as busy meanwhile
@@ -301,6 +302,7 @@ class _Connection(asyncio.Protocol):
         self._clear()
         self.served += 1
         if keep and not self.closed:
+            self.idle_since = self.pool.loop.time()
             self.pool.idle.append(self)
         elif not self.closed:
             self.abort()
@@ -516,11 +518,16 @@ class _Pool:
         ssl_context: ssl.SSLContext | None,
         parsing: _ParseQueue,
         after_done: AfterDone,
+        connection_idle_s: float | None,
     ) -> None:
         self.ep, self.loop, self.now, self.idle_s = ep, loop, now, idle_s
+        #: a connection idle longer is closed, not reused (docs/wire-protocols.md, "Idle
+        #: connections"): the server may be closing it as the request goes out
+        self.connection_idle_s = connection_idle_s
         self.after_done = after_done
         self.parsing = parsing
         self.ssl = (ssl_context or ssl.create_default_context()) if ep.ssl else None
+        #: connections back from their answers, the longest idle first
         self.idle: list[_Connection] = []
         self.live: set[_Connection] = set()
         #: connections whose request ended at [DONE], reading on for the body's end
@@ -533,11 +540,17 @@ class _Pool:
         #: by ``HELD_AFTER_DONE_S``; no request waits for it)
         self.probe: _Connection | None = None
 
-    async def connection(self, rec: RequestRecord | None = None) -> _Connection:
+    async def connection(
+        self, rec: RequestRecord | None = None, fresh: bool = False
+    ) -> _Connection:
         """An idle connection, else a new one once none draining can come back; a wait for
-        a draining one goes into ``rec`` (``note_held_wait``: the server's, not the client's)."""
+        a draining one goes into ``rec`` (``note_held_wait``: the server's, not the client's).
+        ``fresh``: a new connection, whatever is idle (a request sent once more)."""
+        if fresh:
+            return await self._connect()
         idle = self.idle
         while True:
+            self._close_overdue()
             while idle:
                 conn = idle.pop()
                 if (not conn.closed and conn.transport is not None
@@ -560,6 +573,19 @@ class _Pool:
                 note_held_wait(rec, self.now() - t0)
             if not done:
                 self.drop_held()
+
+    def _close_overdue(self) -> None:
+        """Close the idle connections idle longer than ``connection_idle_s`` (the oldest
+        are first in ``idle``)."""
+        bound = self.connection_idle_s
+        idle = self.idle
+        if bound is None or not idle or self.loop.time() - idle[0].idle_since <= bound:
+            return
+        since = self.loop.time() - bound
+        n = next((i for i, c in enumerate(idle) if c.idle_since >= since), len(idle))
+        for conn in idle[:n]:
+            conn.abort()
+        del idle[:n]
 
     def drain_ended(self, conn: _Connection, whole: bool) -> None:
         """``conn`` stopped draining (back in ``idle``, or dropped; ``whole``: its body
@@ -653,7 +679,8 @@ class HttpToolsClient(ClientSettings):
         if pool is None:
             pool = self._pools[ep.key] = _Pool(ep, self._loop, self.now, self.idle_s,
                                                self.ssl_context, self._parsing,
-                                               self.after_done)  # fmt: skip
+                                               self.after_done,
+                                               self.connection_idle_s)  # fmt: skip
         head = b"%b %b HTTP/1.1\r\nHost: %b\r\nUser-Agent: %b\r\nAccept: */*\r\n%b" % (
             method,
             ep.target,
@@ -674,8 +701,10 @@ class HttpToolsClient(ClientSettings):
         rec: RequestRecord,
         state: ResponseBody,
         headers: dict[str, str] | None = None,
+        fresh: bool = False,
     ) -> tuple[int, bytes]:
-        """POST ``payload``, the body streamed into ``state``; ``(status, non-200 body)``."""
+        """POST ``payload``, the body streamed into ``state``; ``(status, non-200 body)``;
+        ``fresh``: on a new connection (a request sent once more)."""
         pool, head = self._pool(url, b"POST", True)
         rid = request_id.encode()
         if b"\r" in rid or b"\n" in rid:
@@ -688,7 +717,7 @@ class HttpToolsClient(ClientSettings):
             len(payload),
             payload,
         )
-        return await self._exchange(pool, data, state, rec, self.request_timeout_s)
+        return await self._exchange(pool, data, state, rec, self.request_timeout_s, fresh)
 
     async def get(self, url: str, timeout_s: float) -> tuple[int, bytes]:
         """GET ``url`` (reachability, warming connections): ``(status, body)``."""
@@ -702,6 +731,7 @@ class HttpToolsClient(ClientSettings):
         state: ResponseBody | None,
         rec: RequestRecord | None,
         timeout_s: float | None,
+        fresh: bool = False,
     ) -> tuple[int, bytes]:
         limit = self._limit
         if limit is not None:
@@ -709,7 +739,7 @@ class HttpToolsClient(ClientSettings):
         conn: _Connection | None = None
         try:
             async with asyncio.timeout(timeout_s):
-                conn = await pool.connection(rec)
+                conn = await pool.connection(rec, fresh)
                 return await conn.start(data, state, rec)
         except BaseException:
             if conn is not None and conn.waiter is not None and not conn.draining:

@@ -49,6 +49,9 @@ _CONNECT_TIMEOUT = getattr(aiohttp, "ConnectionTimeoutError", None)
 
 class AiohttpClient(ClientSettings):
     _session: aiohttp.ClientSession | None = None
+    #: a request sent once more goes on a new connection: a session that never reuses one
+    #: (made at the first resend; docs/wire-protocols.md, "Idle connections")
+    _fresh: aiohttp.ClientSession | None = None
 
     def __post_init__(self) -> None:
         #: bodies read on to their end after the request ended at [DONE] (see ``_drain``):
@@ -70,16 +73,25 @@ class AiohttpClient(ClientSettings):
         self._active = 0  # requests between their send and their answer's end
 
     async def open(self) -> None:
+        self._session = self._new_session(fresh=False)
+
+    def _new_session(self, *, fresh: bool) -> aiohttp.ClientSession:
+        """The client's session; ``fresh``: one whose every request has a new connection."""
         trace = aiohttp.TraceConfig()
         trace.on_request_chunk_sent.append(self._body_sent)
         trace.on_connection_reuseconn.append(self._reused)
         trace.on_connection_create_end.append(self._opened)
+        # an idle connection past connection_idle_s is closed, not reused (aiohttp's own
+        # default keeps one 15 s, longer than the engines' servers do)
+        reuse: dict[str, Any] = (
+            {"force_close": True} if fresh else {"keepalive_timeout": self.connection_idle_s})
         connector = aiohttp.TCPConnector(
             limit=max(0, self.max_connections),
             # an explicit context: aiohttp 3.9.0 did not verify with ``ssl=True``
             ssl=self.ssl_context if self.ssl_context is not None else ssl.create_default_context(),
+            **reuse,
         )
-        self._session = aiohttp.ClientSession(
+        return aiohttp.ClientSession(
             # no cookies: one shared jar would pin every unit to one backend of a balancer
             cookie_jar=aiohttp.DummyCookieJar(),
             connector=connector,
@@ -94,9 +106,10 @@ class AiohttpClient(ClientSettings):
 
     async def close(self) -> None:
         await self._drop_drains(probe=True)
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (self._session, self._fresh):
+            if session is not None:
+                await session.close()
+        self._session = self._fresh = None
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -133,6 +146,7 @@ class AiohttpClient(ClientSettings):
         rec: RequestRecord,
         state: ResponseBody,
         extra_headers: dict[str, str] | None = None,
+        fresh: bool = False,
     ) -> tuple[int, bytes]:
         # identity: a compressed stream would reach us in compressor-sized bursts
         headers = {
@@ -156,12 +170,15 @@ class AiohttpClient(ClientSettings):
         rec.dispatch_ns = now()  # replaced when aiohttp reports the body sent
         head_due = asyncio.timeout(self.idle_s)
         sent = _Sent(state)
+        session = self.session
+        if fresh:  # sent once more: on a new connection
+            session = self._fresh = self._fresh or self._new_session(fresh=True)
         self._active += 1
         try:
             try:
                 # the head is due within the idle timeout of sending (as in http1)
                 async with head_due:
-                    resp = await self.session.post(
+                    resp = await session.post(
                         url, data=payload, headers=headers, trace_request_ctx=sent
                     )
             except TimeoutError:
@@ -203,7 +220,9 @@ class AiohttpClient(ClientSettings):
                             if state.done and not resp.content.is_eof():
                                 # [DONE] before the body's end: the request ends here; the
                                 # body's end is read on in the background (as in http1)
-                                if self._judgement.holds and self._probe is not None:
+                                if fresh:  # a resend's connection is never reused
+                                    resp.close()
+                                elif self._judgement.holds and self._probe is not None:
                                     resp.close()  # this server holds it open: no drain
                                     self.after_done.dropped_at_done += 1
                                 else:
@@ -220,7 +239,8 @@ class AiohttpClient(ClientSettings):
                 if drain:
                     self._start_drain(resp)
                 else:  # as ``async with resp`` ends
-                    pooled = _pooled(resp)  # before a close is seen (it ends the body too)
+                    # before a close is seen (it ends the body too); a fresh session pools none
+                    pooled = not fresh and _pooled(resp)
                     resp.release()
                     await resp.wait_for_close()
                     if pooled:

@@ -18,6 +18,7 @@ from workbench.backends.overrun import (
     OutputOverrun,
     OverrunGuard,
 )
+from workbench.keepalive import CONNECTION_IDLE_S
 from workbench.records import RequestRecord
 from workbench.sse import DONE, SSEDecoder
 
@@ -105,7 +106,9 @@ def inflater_for(encoding: str) -> Inflater | None:
 
 @dataclass(eq=False)
 class ClientSettings:
-    """What both clients are built with (``idle_s``: the stream idle timeout)."""
+    """What both clients are built with (``idle_s``: the stream idle timeout;
+    ``connection_idle_s``: how long a pooled connection may sit idle and still be reused,
+    None: no bound)."""
 
     now: Callable[[], int]
     headers: dict[str, str]
@@ -113,6 +116,7 @@ class ClientSettings:
     idle_s: float | None
     max_connections: int = 0
     ssl_context: ssl.SSLContext | None = None
+    connection_idle_s: float | None = CONNECTION_IDLE_S
 
     def __post_init__(self) -> None:  # a client's own set-up
         pass

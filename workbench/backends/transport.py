@@ -39,6 +39,7 @@ from workbench.backends.stream import (
     WholeBody,
 )
 from workbench.clock import Clock, WallClock
+from workbench.keepalive import CONNECTION_IDLE_S
 from workbench.placement import placement_extra
 from workbench.records import RequestRecord, Status
 from workbench.redact import basic_authorization, register_url
@@ -85,6 +86,8 @@ class TransportOptions:
     ssl_context: ssl.SSLContext | None = None
     pace_ms: float | Literal["auto"] = 0.0
     authorization: str | None = None  # from the target URL's user:password (redact.py)
+    #: a pooled connection idle longer is not reused (docs/wire-protocols.md, "Idle connections")
+    connection_idle_s: float | None = CONNECTION_IDLE_S
 
     @classmethod
     def of_run(cls, cfg: RunConfig, base_url: str) -> TransportOptions:
@@ -102,6 +105,7 @@ class TransportOptions:
             http=cfg.executor.http,
             pace_ms=cfg.executor.pace_ms,
             authorization=basic_authorization(cfg.target.url),
+            connection_idle_s=cfg.executor.connection_idle_s,
         )
 
 
@@ -122,6 +126,7 @@ def _client(
         idle_s=options.stream_idle_timeout_s,
         max_connections=options.max_connections,
         ssl_context=options.ssl_context,
+        connection_idle_s=options.connection_idle_s,
     )
 
 
@@ -176,6 +181,8 @@ class Transport:
         # a wall clock is time.perf_counter_ns itself: one C call per read
         self._now = time.perf_counter_ns if type(self.clock) is WallClock else self.clock.now_ns
         self._client: HTTPClient | None = None
+        #: requests sent once more after a reused connection died before any byte came
+        self.resent_stale = 0
         self._after_done: AfterDone | None = None  # the client's, kept after it closes
         # executor.pace_ms: sends, and what follows a closed record, wait their turn (pace.py)
         pace = options.pace_ms
@@ -282,15 +289,20 @@ class Transport:
     async def _exchange_once_more_if_stale(
         self, client: HTTPClient, codec: Codec, req: WireRequest, rec: RequestRecord
     ) -> list[int] | None:
-        """``_exchange``, once more (flagged) when a pooled connection died before any byte."""
+        """``_exchange``, once more on a new connection (flagged, counted) when a reused one
+        died before any byte of the answer."""
         try:
             return await self._exchange(client, codec, req, rec)
         except StaleConnectionError:
+            # the server closed the connection idle: it never answered, nor read, the
+            # request (docs/wire-protocols.md, "Idle connections"); timed from the resend
             rec.extra["stale_connection_retry"] = True
-            return await self._exchange(client, codec, req, rec)
+            self.resent_stale += 1
+            return await self._exchange(client, codec, req, rec, fresh=True)
 
     async def _exchange(
-        self, client: HTTPClient, codec: Codec, req: WireRequest, rec: RequestRecord
+        self, client: HTTPClient, codec: Codec, req: WireRequest, rec: RequestRecord,
+        fresh: bool = False,
     ) -> list[int] | None:
         payload = orjson.dumps(codec.body(req))
         parser = codec.parser(req)
@@ -306,7 +318,7 @@ class Transport:
         if req.session_id:  # routers key session affinity on it (docs/cluster.md)
             headers.setdefault("x-session-id", quote(req.session_id, safe=SESSION_SAFE))
         status, body = await client.post(
-            self._url(codec), payload, req.request_id, rec, state, headers or None
+            self._url(codec), payload, req.request_id, rec, state, headers or None, fresh
         )
         if state.headers:  # a simulated cluster's worker (docs/cluster.md)
             rec.extra.update(placement_extra(state.headers))

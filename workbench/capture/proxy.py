@@ -102,6 +102,9 @@ class CaptureProxy:
         self.captured = 0  # requests recorded in a file
         self.passed = 0  # requests relayed and not recorded (other paths, errors, cut)
         self.failed = 0  # captured requests whose recording failed (logged)
+        #: requests sent upstream once more: a reused connection died before any byte
+        #: of the answer (docs/capture.md, "Idle upstream connections")
+        self.resent = 0
         # Responses requests naming an answer this capture did not see (the first warned)
         self.prefix_unknown = 0
         self._ids = itertools.count()
@@ -116,12 +119,12 @@ class CaptureProxy:
         self._write_pool = concurrent.futures.ThreadPoolExecutor(1, "workbench-capture-writer")
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
+        self._fresh: aiohttp.ClientSession | None = None  # resends: a new connection each
         self._tokens: TokenSource | None = None
         self._facts: dict[int, _Exchange] = {}
         self._answers = Answers()
 
     async def __aenter__(self) -> CaptureProxy:
-        import aiohttp
         from aiohttp import web
 
         self.out_dir.mkdir(parents=True, exist_ok=True)  # the user's folder (a link is theirs)
@@ -129,13 +132,7 @@ class CaptureProxy:
         self.sessions.number_after(_highest_number(self.out_dir, self.prefix))
         if self.salt_file is not None:
             self.salt.write(self.salt_file)
-        self._client = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0),
-            auto_decompress=False,  # the agent gets the bytes the upstream sent
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
-            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
-            cookie_jar=aiohttp.DummyCookieJar(),
-        )
+        self._client = _upstream_session(fresh=False)
         self._tokens = TokenSource(self.tokenizer, self.upstream, self._client)
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_route("*", "/{tail:.*}", self._handle)
@@ -193,9 +190,10 @@ class CaptureProxy:
             self._flusher = None
         self._write_pool.shutdown(wait=True)  # a write under way ends before the last pass
         self._flush()
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        for client in (self._client, self._fresh):
+            if client is not None:
+                await client.close()
+        self._client = self._fresh = None
 
     def files(self) -> list[Path]:
         """The capture's conversation files written so far."""
@@ -234,10 +232,8 @@ class CaptureProxy:
         resp: web.StreamResponse | None = None
         encoding = ""
         try:
-            async with self._client.request(
-                request.method, self.upstream + request.path_qs, headers=headers,
-                data=raw if raw else None, allow_redirects=False,
-            ) as up:  # fmt: skip
+            async with await self._upstream_request(request.method, request.path_qs,
+                                                    headers, raw) as up:  # fmt: skip
                 resp = web.StreamResponse(status=up.status, reason=up.reason)
                 for k, v in up.headers.items():
                     if k.lower() not in HOP_BY_HOP:
@@ -279,6 +275,29 @@ class CaptureProxy:
                 loop.call_soon(self._finish, xid, ended, body, headers)
             else:
                 self.passed += 1
+
+    async def _upstream_request(self, method: str, path_qs: str, headers: Mapping[str, str],
+                                raw: bytes) -> aiohttp.ClientResponse:
+        """The upstream's answer (its head) to the agent's request; sent once more, on a new
+        connection, when a reused one died before any byte of the answer: the upstream
+        closed it idle and never read the request (docs/capture.md, "Idle upstream
+        connections")."""
+        import aiohttp
+
+        assert self._client is not None
+        url = self.upstream + path_qs
+        conn = _Reuse()
+        try:
+            return await self._client.request(method, url, headers=headers, data=raw or None,
+                                              allow_redirects=False, trace_request_ctx=conn)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            if not conn.reused:  # a new connection refused or reset: the upstream's answer
+                raise
+        self.resent += 1
+        if self._fresh is None:
+            self._fresh = _upstream_session(fresh=True)
+        return await self._fresh.request(method, url, headers=headers, data=raw or None,
+                                         allow_redirects=False)
 
     def _arrive(self, xid: int, sent: float, path: str, raw: bytes,
                 headers: Mapping[str, str]) -> None:
@@ -506,3 +525,38 @@ def _highest_number(directory: Path, prefix: str) -> int:
 def read_capture(directory: str | Path) -> list[dict[str, Any]]:
     """The capture's files as documents (tests, notebooks)."""
     return [orjson.loads(p.read_bytes()) for p in sorted(Path(directory).glob("*.json"))]
+
+
+class _Reuse:
+    """One upstream request's trace context: whether it went on a pooled connection."""
+
+    __slots__ = ("reused",)
+
+    def __init__(self) -> None:
+        self.reused = False
+
+
+async def _on_reuse(session: Any, ctx: Any, params: Any) -> None:
+    if isinstance(ctx.trace_request_ctx, _Reuse):
+        ctx.trace_request_ctx.reused = True
+
+
+def _upstream_session(*, fresh: bool) -> aiohttp.ClientSession:
+    """The client to the upstream: idle connections kept at most ``CONNECTION_IDLE_S``
+    (below the engines' 5 s; aiohttp's own default is 15 s), or (``fresh``) none reused."""
+    import aiohttp
+
+    from workbench.keepalive import CONNECTION_IDLE_S
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_reuseconn.append(_on_reuse)
+    reuse: dict[str, Any] = (
+        {"force_close": True} if fresh else {"keepalive_timeout": CONNECTION_IDLE_S})
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, **reuse),
+        auto_decompress=False,  # the agent gets the bytes the upstream sent
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+        skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
+        cookie_jar=aiohttp.DummyCookieJar(),
+        trace_configs=[trace],
+    )

@@ -77,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"workbench capture: error: --listen {args.listen}: {exc}", file=sys.stderr)
         return 2
     files = len(list(proxy.out_dir.glob(f"{proxy.prefix}*.json")))
-    print(f"captured {proxy.captured} requests, relayed {proxy.passed} others; "
+    resent = (f" ({proxy.resent} sent upstream once more: a reused connection the upstream "
+              "had closed)") if proxy.resent else ""
+    print(f"captured {proxy.captured} requests, relayed {proxy.passed} others{resent}; "
           f"{files} conversation files in {proxy.out_dir}", flush=True)
     return 0

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from workbench.errors import ConfigError
+from workbench.keepalive import CONNECTION_IDLE_S
 
 ExecutorKind = Literal["local", "processes", "ray"]
 
@@ -28,6 +29,9 @@ class ExecutorSpec:
     warm_connections: bool = True
     http: str = "httptools"
     pace_ms: float | Literal["auto"] = "auto"
+    #: a pooled connection idle longer is closed, not reused; null: no bound
+    #: (workbench/keepalive.py; docs/wire-protocols.md, "Idle connections")
+    connection_idle_s: float | None = CONNECTION_IDLE_S
 
     def check(self) -> None:
         """The rules of this section alone, on values already of their type and range."""

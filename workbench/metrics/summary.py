@@ -233,6 +233,9 @@ def client_stats(
             after_done[k] = after_done.get(k, 0) + int(v)
     if any(after_done.values()):
         out["after_done"] = after_done
+    resent = int(sum(r.get("resent_stale", 0) for r in raws))
+    if resent:  # requests sent once more: a reused connection died before any byte
+        out["resent_stale"] = resent
     held = _pooled(raws, "held_wait_ns") / 1e6
     if held.size:  # the server held streams open after [DONE] (not the client's lag)
         out["held_after_done"] = {"requests": int(held.size), "max_ms": float(held.max())}

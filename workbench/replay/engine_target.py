@@ -118,6 +118,7 @@ class EngineSender:
     #: its block hashes from their parts and no token id is drawn (docs/virtual-time.md)
     takes_segments = True
     paced_turns = 0  # no pacer: nothing waits for a turn in virtual time
+    resent_stale = 0  # no connection to go stale
     #: (request, stream idle) timeouts applied in virtual time, s; None: not applied
     #: (``ArrivalSpec.virtual_bounds``, docs/arrival.md "Timeouts in virtual time")
     bounds: tuple[float | None, float | None] = (None, None)

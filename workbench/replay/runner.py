@@ -46,6 +46,12 @@ class Sender(Protocol):
         ...
 
     @property
+    def resent_stale(self) -> int:
+        """Requests sent once more after a reused connection died before any byte of the
+        answer (docs/wire-protocols.md, "Idle connections"; 0: not an HTTP client)."""
+        ...
+
+    @property
     def after_done(self) -> dict[str, int]:
         """What the HTTP client did about bodies that did not end with ``[DONE]``
         (``backends/overrun.AfterDone``; empty: not an HTTP client)."""
@@ -145,6 +151,7 @@ class Runner:
         raw = self.measure.raw()
         raw["paced_turns"] = self.sender.paced_turns
         raw["after_done"] = self.sender.after_done
+        raw["resent_stale"] = self.sender.resent_stale
         return raw
 
     async def execute(self, t0_ns: int | None = None) -> None:

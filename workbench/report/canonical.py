@@ -44,6 +44,9 @@ CANONICAL_EXCLUDED: dict[str, str] = {
     "manifest.max_error_rate": "how the command judges the run (its exit status), not what ran",
     "manifest.records_kept": "storage: whether records are held in memory (out_dir decides)",
     "manifest.records_kept_reason": "storage: why (names the out_dir case)",
+    "manifest.config.executor.connection_idle_s": (
+        "the live client's sockets: how long an idle connection is reused (no virtual run "
+        "has one; a live run's resends are in summary.client)"),
     "manifest.client": "wall clock: a live client's CPU per wall second and release lags",
     "summary.client": "wall clock: a live client's CPU per wall second and release lags",
     "summary.client_bottleneck": "wall clock: derived from summary.client",
