@@ -60,7 +60,9 @@ def generation_id() -> int:
 
 
 class TokenSource:
-    """``await ids(facts, headers)``: a prompt's token ids, by ``kind`` (``TOKENIZERS``)."""
+    """``await upstream_ids(facts, headers)``: a prompt's token ids from the upstream's
+    ``/tokenize``, or None: the ``word`` tokenizer counts it (``kind`` in ``TOKENIZERS``;
+    run off the event loop, ``workbench.capture.prompt_blocks``)."""
 
     def __init__(self, kind: str, upstream: str, session: aiohttp.ClientSession | None) -> None:
         if kind not in TOKENIZERS:
@@ -70,13 +72,14 @@ class TokenSource:
         self.session = session
         self.upstream_ok = kind == "upstream" and session is not None
 
-    async def ids(self, facts: RequestFacts, headers: Mapping[str, str]) -> list[int]:
+    async def upstream_ids(self, facts: RequestFacts,
+                           headers: Mapping[str, str]) -> list[int] | None:
         if self.upstream_ok and facts.api in (CHAT, COMPLETIONS):
             got = await self._upstream(facts, headers)
             if not isinstance(got, str):
                 return got  # non-integers fail in block_digests (the turn keeps no hash ids)
             self._refused(got)
-        return word_ids(facts)
+        return None
 
     async def _upstream(self, facts: RequestFacts, headers: Mapping[str, str]) -> list[int] | str:
         """The upstream's token ids for the prompt, or why it gave none."""
