@@ -83,11 +83,36 @@ def _is_tool_result(message: Any) -> bool:
     )
 
 
+def loads(raw: bytes | str) -> Any:
+    """JSON as orjson reads it; a document orjson refuses for a lone surrogate (an
+    escaped ``\\ud83d`` without its other half: JSON allows it, UTF-8 cannot carry it)
+    is read by the standard library, each lone surrogate as U+FFFD (docs/capture.md,
+    "What is captured"). Raises ``ValueError`` on what is not JSON."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        if b"\\u" not in (raw if isinstance(raw, bytes) else raw.encode("utf-8", "replace")):
+            raise
+    import json
+
+    return _without_surrogates(json.loads(raw))
+
+
+def _without_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, list):
+        return [_without_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
+    return value
+
+
 def request_facts(path: str, raw: bytes) -> RequestFacts | None:
     """The facts of a captured request, or ``None`` when the body is not that API's."""
     try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        body = loads(raw)
+    except ValueError:
         return None
     if not isinstance(body, dict):
         return None
@@ -311,8 +336,8 @@ def sse_data(raw: bytes) -> Iterable[Any]:
         if not data.strip() or data.strip() == DONE:
             continue
         try:
-            yield orjson.loads(data)
-        except orjson.JSONDecodeError:
+            yield loads(data)
+        except ValueError:
             continue
 
 
@@ -322,8 +347,8 @@ def response_facts(api: str, stream: bool, raw: bytes) -> ResponseFacts:
     kinds: set[str] = set()
     if not stream:
         try:
-            docs: Iterable[Any] = [orjson.loads(raw)]
-        except orjson.JSONDecodeError:
+            docs: Iterable[Any] = [loads(raw)]
+        except ValueError:
             return facts
     else:
         docs = sse_data(raw)

@@ -12,6 +12,7 @@ import dataclasses
 import itertools
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,6 +103,8 @@ class CaptureProxy:
         self.failed = 0  # captured requests whose recording failed (logged)
         # Responses requests naming an answer this capture did not see (the first warned)
         self.prefix_unknown = 0
+        #: captured-API requests relayed and not recorded, by reason (docs/capture.md)
+        self.not_recorded: Counter[str] = Counter()
         self._ids = itertools.count()
         self._dirty: set[int] = set()
         self._conversations: dict[int, Conversation] = {}
@@ -240,6 +243,7 @@ class CaptureProxy:
             loop.call_soon(self._arrive, xid, sent, path, raw, request.headers)
         assert self._client is not None
         done = False
+        why = "a cut answer"  # what keeps it from being recorded, until it is whole
         pieces: list[bytes] = []
         kept = 0
         resp: web.StreamResponse | None = None
@@ -266,6 +270,7 @@ class CaptureProxy:
                             pieces.append(piece)
                 await resp.write_eof()
                 done = keep and kept <= MAX_KEPT_BYTES
+                why = "an error status" if not keep else "an answer over 64 MiB"
                 encoding = up.headers.get("Content-Encoding", "").strip().lower()
             return resp
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -287,7 +292,9 @@ class CaptureProxy:
             ended = time.monotonic()
             if captured:
                 body = _decoded(b"".join(pieces), encoding) if done else None
-                loop.call_soon(self._finish, xid, ended, body, headers)
+                if done and body is None:
+                    why = "an answer compressed unreadably"
+                loop.call_soon(self._finish, xid, ended, body, why, headers)
             else:
                 self.passed += 1
 
@@ -296,6 +303,8 @@ class CaptureProxy:
         body = _decoded(raw, headers.get("Content-Encoding", "").strip().lower())
         facts = request_facts(path, body) if body is not None else None
         if facts is None:  # not that API's JSON, or compressed other than gzip/deflate
+            self._skip("a body not of its API's JSON" if body is not None
+                       else "a body compressed unreadably")
             return
         earlier = self._answers.get(facts.previous_response_id)
         if earlier is not None and earlier.preamble == self.salt.digest(facts.preamble):
@@ -309,7 +318,20 @@ class CaptureProxy:
         )  # fmt: skip
         self._facts[xid] = _Exchange(facts, turn, chain, earlier)
 
-    def _finish(self, xid: int, ended: float, body: bytes | None,
+    def _skip(self, why: str, conv: Conversation | None = None) -> None:
+        """A captured-API request relayed and not recorded: counted by reason, and in its
+        conversation's file when it has one (docs/capture.md, "What is captured")."""
+        if not self.not_recorded:
+            log.info("capture: a request was relayed and not recorded (%s); the capture "
+                     "counts them by reason", why)
+        self.not_recorded[why] += 1
+        if conv is not None:
+            conv.not_recorded += 1
+            self._conversations[conv.number] = conv
+            self._dirty.add(conv.number)
+            self._flush_wake.set()
+
+    def _finish(self, xid: int, ended: float, body: bytes | None, why: str,
                 headers: Mapping[str, str]) -> None:
         got = self._facts.pop(xid, None)
         if got is None:  # not a request of a captured API
@@ -317,7 +339,7 @@ class CaptureProxy:
             return
         facts, turn = got.facts, got.turn
         if body is None:  # an error status, a cut stream, a response too long to keep
-            self.sessions.abandon(xid)
+            self._skip(why, self.sessions.abandon(xid))
             self.passed += 1
             return
         try:
@@ -325,13 +347,13 @@ class CaptureProxy:
         except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
             # JSON not of its API's shape (``choices`` a number): relayed as it came, not
             # recorded; raised here, in a loop callback, it left the turn open
-            self.sessions.abandon(xid)
+            self._skip("an answer not of its API's shape", self.sessions.abandon(xid))
             self.failed += 1
             log.error("capture: a request could not be recorded (its answer is not of "
                       "its API's shape: %s)", type(exc).__name__)
             return
         if got_response.failed:  # a Responses stream that ended in response.failed
-            self.sessions.abandon(xid)
+            self._skip("a failed answer", self.sessions.abandon(xid))
             self.passed += 1
             return
         finished = self.sessions.finish(xid, ended, got_response.stop)
@@ -469,12 +491,16 @@ def _decoded(body: bytes, encoding: str) -> bytes | None:
         return None
     import zlib
 
-    try:
-        inflater = zlib.decompressobj(47)  # 32 + 15: a gzip or zlib header, found
-        out = inflater.decompress(body, MAX_KEPT_BYTES)
-    except zlib.error:
-        return None
-    return None if inflater.unconsumed_tail else out
+    # 32 + 15: a gzip or zlib header, found; ``deflate`` without zlib's header too (raw
+    # deflate: what some servers and clients send, and browsers take)
+    for wbits in (47, -15) if encoding == "deflate" else (47,):
+        try:
+            inflater = zlib.decompressobj(wbits)
+            out = inflater.decompress(body, MAX_KEPT_BYTES)
+        except zlib.error:
+            continue
+        return None if inflater.unconsumed_tail else out
+    return None
 
 
 def _highest_number(directory: Path, prefix: str) -> int:
