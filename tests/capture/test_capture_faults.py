@@ -330,3 +330,29 @@ async def test_what_is_not_recorded_is_counted(loopback, tmp_path: Path) -> None
     (doc,) = read_capture(tmp_path)
     assert len(doc["requests"]) == 2 and doc["requests_not_recorded"] == 1
     assert proxy.not_recorded == {"an error status": 1, "a body not of its API's JSON": 1}
+
+
+async def test_several_choices_are_not_recorded_and_counted(loopback, tmp_path: Path) -> None:
+    """``n: 2`` (two choices of one prompt): the usage counts both choices' tokens as one
+    output, and the format has one output a request, which a replay decodes as one
+    sequence: relayed, not recorded, counted (docs/capture.md). It was recorded with
+    the total as one output: a replay decoded twice the tokens in one sequence."""
+    two = {**ANSWER, "choices": [ANSWER["choices"][0], {**ANSWER["choices"][0], "index": 1}],
+           "usage": {"prompt_tokens": 321, "completion_tokens": 34}}
+
+    async def chat(request: web.Request) -> web.Response:
+        body = await request.json()
+        return web.json_response(two if body.get("n", 1) > 1 else ANSWER)
+
+    upstream = await loopback([web.post("/v1/chat/completions", chat)])
+    later = [*CHAT["messages"], {"role": "assistant", "content": "ok"},
+             {"role": "user", "content": "go"}]
+    async with CaptureProxy(upstream, tmp_path, tokenizer="word") as proxy, \
+            aiohttp.ClientSession() as http:  # fmt: skip
+        for body in (CHAT, {**CHAT, "messages": later, "n": 2}):
+            async with http.post(proxy.url + "/v1/chat/completions", json=body) as resp:
+                assert resp.status == 200
+                await resp.read()
+    (doc,) = read_capture(tmp_path)
+    assert [r["out"] for r in doc["requests"]] == [17] and doc["requests_not_recorded"] == 1
+    assert proxy.not_recorded == {"n > 1 (several choices)": 1}

@@ -58,6 +58,8 @@ class RequestFacts:
     #: the message chain digests of what precedes ``messages`` (an earlier answer's
     #: request and output, rebuilt: docs/capture.md, "The Responses API"), else None
     prior_chain: list[bytes] | None = None
+    #: chat and completions: ``n``, the choices asked for (more than one: not recorded)
+    choices: int = 1
 
 
 def _strip_cache_control(value: Any) -> Any:
@@ -124,11 +126,13 @@ def request_facts(path: str, raw: bytes) -> RequestFacts | None:
     api = next((p for p in CAPTURED_PATHS if path.endswith(p)), CHAT)
     if api == RESPONSES:
         return _responses_request(model, stream, body)
+    n = body.get("n")
+    choices = n if type(n) is int and n > 1 else 1
     if api == COMPLETIONS:
         prompt = body.get("prompt")
         items = [prompt] if prompt is not None else []
         return RequestFacts(COMPLETIONS, model, stream, [_canonical(p) for p in items], b"",
-                            [False] * len(items), body)
+                            [False] * len(items), body, choices=choices)
     messages = body.get("messages")
     if not isinstance(messages, list):
         return None
@@ -136,6 +140,7 @@ def request_facts(path: str, raw: bytes) -> RequestFacts | None:
     return RequestFacts(
         api, model, stream, [_canonical(m) for m in messages],
         preamble, [_is_tool_result(m) for m in messages], body,
+        choices=choices if api == CHAT else 1,
     )  # fmt: skip
 
 
