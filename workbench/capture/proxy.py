@@ -120,6 +120,10 @@ class CaptureProxy:
         self._tokens: TokenSource | None = None
         self._facts: dict[int, _Exchange] = {}
         self._answers = Answers()
+        # Responses requests being relayed: done once each one's end was taken in
+        self._responses: dict[int, asyncio.Future[None]] = {}
+        # Responses requests whose assignment waits for those (``_arrive``)
+        self._deferred: dict[int, asyncio.Future[Any]] = {}
         # where the token work runs (``prompt_blocks``); default: a worker process
         self._pool = token_executor
         self._own_pool = token_executor is None
@@ -306,6 +310,27 @@ class CaptureProxy:
             self._skip("a body not of its API's JSON" if body is not None
                        else "a body compressed unreadably")
             return
+        if facts.api != RESPONSES:
+            self._assign(xid, sent, facts, headers)
+            return
+        # a Responses request naming an answer not seen yet, while Responses answers are
+        # still being relayed: the agent may have that answer's last event already and
+        # the relay not have ended. Its assignment waits for those relays' ends (each
+        # registers its answer), then looks again; its own end waits for it.
+        earlier = list(self._responses.values())
+        self._responses[xid] = asyncio.get_running_loop().create_future()
+        if facts.previous_response_id and earlier and \
+                self._answers.get(facts.previous_response_id) is None:
+            gate = asyncio.gather(*earlier)
+            self._deferred[xid] = gate
+            gate.add_done_callback(lambda _: self._assign(xid, sent, facts, headers))
+            return
+        self._assign(xid, sent, facts, headers)
+
+    def _assign(self, xid: int, sent: float, facts: RequestFacts,
+                headers: Mapping[str, str]) -> None:
+        """A readable captured request's session assignment (``Sessions.arrive``)."""
+        self._deferred.pop(xid, None)
         earlier = self._answers.get(facts.previous_response_id)
         if earlier is not None and earlier.preamble == self.salt.digest(facts.preamble):
             facts.prior_chain = earlier.chain  # the items the server holds come first
@@ -333,6 +358,19 @@ class CaptureProxy:
 
     def _finish(self, xid: int, ended: float, body: bytes | None, why: str,
                 headers: Mapping[str, str]) -> None:
+        gate = self._deferred.get(xid)
+        if gate is not None:  # its assignment waits for earlier relays: so does its end
+            gate.add_done_callback(lambda _: self._finish(xid, ended, body, why, headers))
+            return
+        try:
+            self._finish_now(xid, ended, body, why, headers)
+        finally:  # a request whose assignment waited for this relay goes on
+            done = self._responses.pop(xid, None)
+            if done is not None and not done.done():
+                done.set_result(None)
+
+    def _finish_now(self, xid: int, ended: float, body: bytes | None, why: str,
+                    headers: Mapping[str, str]) -> None:
         got = self._facts.pop(xid, None)
         if got is None:  # not a request of a captured API
             self.passed += 1
