@@ -411,3 +411,27 @@ async def test_a_request_sent_before_the_previous_relay_ended(loopback, tmp_path
     assert [(r["in"], r["out"]) for r in (one, two)] == fake.usage
     assert two["hash_ids"][:len(one["hash_ids"])] == one["hash_ids"]
     assert len(two["hash_ids"]) == two["in"] // BLOCK_SIZE and two["input_types"] == ["tool_result"]
+
+
+async def test_responses_prompts_take_word_with_tokenizer_upstream(
+        loopback, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``--tokenizer upstream`` (the default): the Responses prompts are tokenized by the
+    word tokenizer, no ``/tokenize`` call goes out, and one warning line says so (it was
+    said in the docs only)."""
+    fake = Upstream()
+    tokenize_calls: list[bytes] = []
+
+    async def tokenize(request: web.Request) -> web.Response:
+        tokenize_calls.append(await request.read())
+        return web.json_response({"tokens": [1, 2, 3]})
+
+    upstream = await loopback([web.post("/v1/responses", fake.handle),
+                               web.post("/tokenize", tokenize)])
+    caplog.set_level(logging.WARNING, logger="workbench.capture")
+    async with aiohttp.ClientSession() as http, CaptureProxy(upstream, tmp_path) as proxy:
+        await run_agent(http, [proxy.url], stream=False, previous=False)
+    assert proxy.captured == 3 and tokenize_calls == []
+    lines = [r.getMessage() for r in caplog.records if "word tokenizer" in r.getMessage()]
+    assert len(lines) == 1 and "/v1/responses" in lines[0]
+    (doc,) = read_capture(tmp_path)
+    assert [(r["in"], r["out"]) for r in doc["requests"]] == fake.usage

@@ -441,6 +441,7 @@ class CaptureProxy:
         output = got.output_tokens if got.output_tokens is not None else got.output_events
         job = PromptJob(self.salt.key, facts, got.prompt_tokens, output, MAX_REQUEST_TOKENS)
         if facts.api == RESPONSES:
+            self._tokens.responses_prompt()  # word, whatever --tokenizer says
             job.earlier = await exchange.earlier.blocks if exchange.earlier is not None else None
             job.prefix_unknown = job.earlier is None and facts.server_items
             if blocks is not None:
