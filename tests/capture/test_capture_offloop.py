@@ -13,6 +13,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import pytest
 from aiohttp import web
 from waiting import BOUND_S, POLL_S
 
@@ -143,3 +144,30 @@ def _untimed(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "requests": [{k: v for k, v in r.items()
                                  if k not in ("t", "api_time", "think_time")}
                                 for r in doc["requests"]]}
+
+
+async def test_a_worker_that_died_is_replaced(loopback, tmp_path: Path,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    """The worker process killed (out of memory, say): the request whose token work it
+    would have done is not recorded (one line naming the error's class), the next ones
+    are, by a new worker. Every later request failed the same way."""
+    import logging
+    import multiprocessing
+    import os
+    import signal
+
+    upstream = await _upstream(loopback)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hello " * 100}]}
+    async with CaptureProxy(upstream, tmp_path, tokenizer="word") as proxy, \
+            aiohttp.ClientSession() as http:  # fmt: skip
+        (worker,) = multiprocessing.active_children()
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.join()
+        for k in range(3):
+            async with http.post(proxy.url + "/v1/chat/completions",
+                                 json={**body, "user": str(k)}) as resp:
+                await resp.read()
+            await _until(lambda k=k: proxy.captured + proxy.failed == k + 1)
+    assert (proxy.failed, proxy.captured) == (1, 2)
+    assert any("BrokenProcessPool" in r.getMessage() for r in caplog.records
+               if r.levelno >= logging.ERROR)

@@ -453,7 +453,16 @@ class CaptureProxy:
             self._prefix_unknown(turn)
         # the tokenizing and hashing: off the loop, which stamps and relays the others
         assert self._pool is not None
-        done = await asyncio.get_running_loop().run_in_executor(self._pool, prompt_blocks, job)
+        pool = self._pool
+        try:
+            done = await asyncio.get_running_loop().run_in_executor(pool, prompt_blocks, job)
+        except concurrent.futures.BrokenExecutor:
+            # the worker died (killed, out of memory): this request is not recorded, the
+            # next ones go to a new worker (one line says so: _completed)
+            if self._own_pool and self._pool is pool and not self._stopping:
+                pool.shutdown(wait=False)
+                self._pool = worker_pool()
+            raise
         if done.digests is None:
             # no reader takes it (and its blocks would be hashed one by one): not recorded
             self.failed += 1
