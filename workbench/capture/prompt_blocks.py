@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import multiprocessing
+import os
 import signal
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,7 @@ from workbench.capture.protocols import (
     responses_segments,
 )
 from workbench.capture.tokens import generation_id, segment_ids, word_ids
+from workbench.signals import die_with_parent
 from workbench.tokenizer import get_tokenizer
 
 
@@ -100,8 +102,10 @@ def _responses_ids(job: PromptJob) -> tuple[list[int], list[bytes], list[int]]:
     return [*head, generation_id()], after, head
 
 
-def _ignore_interrupts() -> None:
-    """A worker leaves Ctrl-C to the proxy (which lets the requests in flight finish)."""
+def _worker_start(parent: int) -> None:
+    """A worker ends with the proxy's process however it ends (SIGKILL included), and
+    leaves Ctrl-C to the proxy (which lets the requests in flight finish)."""
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
@@ -109,7 +113,8 @@ def worker_pool() -> concurrent.futures.ProcessPoolExecutor:
     """One worker process (``spawn``: the proxy has threads, which ``fork`` would copy
     mid-state); started by its first job (``worker_ready``)."""
     return concurrent.futures.ProcessPoolExecutor(
-        1, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_interrupts)
+        1, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_start,
+        initargs=(os.getpid(),))
 
 
 def worker_ready() -> None:
