@@ -177,3 +177,39 @@ async def test_a_second_ctrl_c_cuts_the_requests_in_flight_cleanly(loopback, tmp
     assert "capture: stopping now: 1 request in flight cut, not recorded" in text, text
     (doc,) = read_capture(out)
     assert [r["out"] for r in doc["requests"]] == [1]
+
+
+def _alive(pid: int) -> bool:
+    """``pid`` runs (a zombie, or gone, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl: Linux")
+def test_the_token_worker_ends_with_a_killed_capture(tmp_path: Path) -> None:
+    """``workbench capture`` killed outright (SIGKILL: no stopping path runs): its token
+    worker process ends too. It stayed, waiting for work, for good."""
+    import subprocess
+
+    from waiting import until
+
+    proc = subprocess.Popen([sys.executable, "-m", "workbench", "capture", "--upstream",
+                             "http://127.0.0.1:9", "-o", str(tmp_path / "cap")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith(b"capture proxy on")  # the worker is ready
+        kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        workers = [int(k) for k in kids
+                   if b"spawn_main" in Path(f"/proc/{k}/cmdline").read_bytes()]
+        assert len(workers) == 1, kids
+        proc.kill()
+        proc.wait()
+        until(lambda: not _alive(workers[0]), "the worker ended")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -236,3 +236,123 @@ async def test_a_usage_past_the_bound_of_a_round_is_not_recorded(
     assert [u.rounds[0].prompt_len for u in load_trace(tmp_path).units] == [321]
     (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert "20,000,017" in line and "10,000,000" in line
+
+
+def _raw_deflate(data: bytes) -> bytes:
+    """``Content-Encoding: deflate`` as some servers and clients send it: the deflate
+    stream without zlib's header (RFC 9110 says zlib's; browsers take both)."""
+    packer = zlib.compressobj(wbits=-15)
+    return packer.compress(data) + packer.flush()
+
+
+async def test_a_raw_deflate_body_and_answer_are_recorded(loopback, tmp_path: Path) -> None:
+    """A request body and an answer each ``deflate`` without zlib's header: relayed as
+    sent, and recorded (read inflated). Both were relayed and not recorded, silently."""
+    got: list[bytes] = []
+
+    async def chat(request: web.Request) -> web.Response:
+        got.append(await request.read())
+        return web.Response(body=_raw_deflate(orjson.dumps(ANSWER)),
+                            headers={"Content-Type": "application/json",
+                                     "Content-Encoding": "deflate"})
+
+    upstream = await loopback([web.post("/v1/chat/completions", chat)])
+    body = _raw_deflate(orjson.dumps(CHAT))
+    headers = {"Content-Encoding": "deflate", "Content-Type": "application/json"}
+    async with CaptureProxy(upstream, tmp_path, tokenizer="word") as proxy, \
+            aiohttp.ClientSession(auto_decompress=False) as http, \
+            http.post(proxy.url + "/v1/chat/completions", data=body,
+                      headers=headers) as resp:  # fmt: skip
+        assert resp.status == 200
+        assert await resp.read() == _raw_deflate(orjson.dumps(ANSWER))
+    assert got == [orjson.dumps(CHAT)]  # inflated by the upstream's own server, as sent
+    req = read_capture(tmp_path)[0]["requests"][0]
+    assert (req["in"], req["out"]) == (321, 17) and len(req["hash_ids"]) == 321 // 64
+    assert proxy.not_recorded == {}
+
+
+#: a lone surrogate, escaped (JSON allows it; UTF-8 cannot carry it): what a client
+#: that cuts a string between the two halves of an emoji sends
+LONE = b'{"model": "m", "messages": [{"role": "user", "content": "cut \\ud83d here ' + \
+    b"word " * 80 + b'"}]}'
+
+
+async def test_a_lone_surrogate_is_recorded(loopback, tmp_path: Path) -> None:
+    """A request body and an answer holding a lone surrogate (``\\ud83d``): recorded, the
+    surrogate read as U+FFFD; the word tokenizer counts the prompt as it counts the same
+    text with U+FFFD. Both were relayed and not recorded (orjson refuses them)."""
+    from workbench.capture.protocols import request_facts
+    from workbench.capture.tokens import word_ids
+
+    answer = (b'{"id": "c1", "object": "chat.completion", "model": "m", "choices": '
+              b'[{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", '
+              b'"content": "half \\udc00"}}]}')  # no usage: the tokenizer counts
+
+    async def chat(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=answer, headers={"Content-Type": "application/json"})
+
+    upstream = await loopback([web.post("/v1/chat/completions", chat)])
+    async with CaptureProxy(upstream, tmp_path, tokenizer="word") as proxy, \
+            aiohttp.ClientSession() as http, \
+            http.post(proxy.url + "/v1/chat/completions", data=LONE,
+                      headers={"Content-Type": "application/json"}) as resp:  # fmt: skip
+        assert resp.status == 200 and await resp.read() == answer
+    req = read_capture(tmp_path)[0]["requests"][0]
+    same = request_facts("/v1/chat/completions", LONE.replace(b"\\ud83d", "\ufffd".encode()))
+    assert same is not None
+    assert req["in"] == len(word_ids(same)) and req["output_types"] == ["text"]
+    assert req["stop"] == "end_turn" and proxy.not_recorded == {}
+
+
+async def test_what_is_not_recorded_is_counted(loopback, tmp_path: Path) -> None:
+    """Requests relayed and not recorded are counted by reason (the CLI prints them when
+    it stops), and in their conversation's file when it has one: an error answer in the
+    middle of a conversation, a body that is not JSON."""
+    statuses = [200, 500, 200]
+
+    async def chat(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response(ANSWER, status=statuses.pop(0))
+
+    upstream = await loopback([web.post("/v1/chat/completions", chat)])
+    first = CHAT["messages"]
+    later = [*first, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "go"}]
+    async with CaptureProxy(upstream, tmp_path, tokenizer="word") as proxy, \
+            aiohttp.ClientSession() as http:  # fmt: skip
+        for messages in (first, later, later):
+            async with http.post(proxy.url + "/v1/chat/completions",
+                                 json={**CHAT, "messages": messages}) as resp:
+                await resp.read()
+        async with http.post(proxy.url + "/v1/chat/completions", data=b"{not json",
+                             headers={"Content-Type": "application/json"}) as resp:
+            await resp.read()
+    (doc,) = read_capture(tmp_path)
+    assert len(doc["requests"]) == 2 and doc["requests_not_recorded"] == 1
+    assert proxy.not_recorded == {"an error status": 1, "a body not of its API's JSON": 1}
+
+
+async def test_several_choices_are_not_recorded_and_counted(loopback, tmp_path: Path) -> None:
+    """``n: 2`` (two choices of one prompt): the usage counts both choices' tokens as one
+    output, and the format has one output a request, which a replay decodes as one
+    sequence: relayed, not recorded, counted (docs/capture.md). It was recorded with
+    the total as one output: a replay decoded twice the tokens in one sequence."""
+    two = {**ANSWER, "choices": [ANSWER["choices"][0], {**ANSWER["choices"][0], "index": 1}],
+           "usage": {"prompt_tokens": 321, "completion_tokens": 34}}
+
+    async def chat(request: web.Request) -> web.Response:
+        body = await request.json()
+        return web.json_response(two if body.get("n", 1) > 1 else ANSWER)
+
+    upstream = await loopback([web.post("/v1/chat/completions", chat)])
+    later = [*CHAT["messages"], {"role": "assistant", "content": "ok"},
+             {"role": "user", "content": "go"}]
+    async with CaptureProxy(upstream, tmp_path, tokenizer="word") as proxy, \
+            aiohttp.ClientSession() as http:  # fmt: skip
+        for body in (CHAT, {**CHAT, "messages": later, "n": 2}):
+            async with http.post(proxy.url + "/v1/chat/completions", json=body) as resp:
+                assert resp.status == 200
+                await resp.read()
+    (doc,) = read_capture(tmp_path)
+    assert [r["out"] for r in doc["requests"]] == [17] and doc["requests_not_recorded"] == 1
+    assert proxy.not_recorded == {"n > 1 (several choices)": 1}

@@ -16,6 +16,7 @@ captures must be the same file.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 from pathlib import Path
@@ -102,6 +103,8 @@ class Upstream:
         self.kept: dict[str, list[dict[str, Any]]] = {}
         self.numbers = itertools.count(1)
         self.usage: list[tuple[int, int]] = []
+        #: set: the first answer's stream ends only once a second request came in
+        self.hold: asyncio.Event | None = None
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -114,6 +117,8 @@ class Upstream:
             return web.json_response({"error": {"message": "no such response"}}, status=400)
         history = [*self.kept.get(previous, []), *items] if previous else items
         n = next(self.numbers)
+        if self.hold is not None and n > 1:
+            self.hold.set()
         output = _output(n, sum(i.get("type") == "function_call_output" for i in history))
         whole = {k: v for k, v in body.items() if k != "previous_response_id"}
         prompt = len(word_ids(request_facts(RESPONSES, orjson.dumps({**whole,
@@ -136,6 +141,8 @@ class Upstream:
         await resp.prepare(request)
         for event in stream_events(response):
             await resp.write(event)
+        if self.hold is not None and n == 1:
+            await self.hold.wait()
         await resp.write_eof()
         return resp
 
@@ -370,3 +377,61 @@ def test_an_api_under_a_path_prefix_is_read_as_that_api() -> None:
         assert done is not None and done.api == COMPLETIONS
         msgs = request_facts(prefix + MESSAGES, orjson.dumps({**chat, "system": "s"}))
         assert msgs is not None and msgs.api == MESSAGES and msgs.preamble
+
+
+async def test_a_request_sent_before_the_previous_relay_ended(loopback, tmp_path: Path) -> None:
+    """The agent has the answer's ``response.completed`` and sends its next request, naming
+    it, while the answer's stream is still open (the upstream ends it only once that
+    request came in): the request is recorded continuing the answer, as when it comes
+    after. It was recorded prefix-unknown: the answer was registered when its relay
+    ended, after the request that names it had arrived."""
+    fake = Upstream()
+    fake.hold = asyncio.Event()
+    upstream = await loopback([web.post("/v1/responses", fake.handle)])
+    headers = {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"}
+    first = {"model": "gpt-test", "instructions": INSTRUCTIONS, "tools": TOOLS,
+             "stream": True, "input": f"Fix the {MARKERS[2]} bug"}
+    async with aiohttp.ClientSession() as http, CaptureProxy(upstream, tmp_path) as proxy, \
+            http.post(proxy.url + "/v1/responses", data=orjson.dumps(first),
+                      headers=headers) as held:  # fmt: skip
+        raw = b""
+        while b'"response.completed"' not in raw or not raw.endswith(b"\n\n"):
+            raw += await held.content.readany()
+        answer = _completed(raw, True)
+        second = {**first, "input": tool_outputs(answer), "previous_response_id": answer["id"]}
+        async with http.post(proxy.url + "/v1/responses", data=orjson.dumps(second),
+                             headers=headers) as resp:
+            assert resp.status == 200
+            await resp.read()
+        await held.read()
+    assert proxy.captured == 2 and proxy.prefix_unknown == 0
+    (doc,) = read_capture(tmp_path)
+    assert "requests_prefix_unknown" not in doc
+    one, two = doc["requests"]
+    assert [(r["in"], r["out"]) for r in (one, two)] == fake.usage
+    assert two["hash_ids"][:len(one["hash_ids"])] == one["hash_ids"]
+    assert len(two["hash_ids"]) == two["in"] // BLOCK_SIZE and two["input_types"] == ["tool_result"]
+
+
+async def test_responses_prompts_take_word_with_tokenizer_upstream(
+        loopback, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``--tokenizer upstream`` (the default): the Responses prompts are tokenized by the
+    word tokenizer, no ``/tokenize`` call goes out, and one warning line says so (it was
+    said in the docs only)."""
+    fake = Upstream()
+    tokenize_calls: list[bytes] = []
+
+    async def tokenize(request: web.Request) -> web.Response:
+        tokenize_calls.append(await request.read())
+        return web.json_response({"tokens": [1, 2, 3]})
+
+    upstream = await loopback([web.post("/v1/responses", fake.handle),
+                               web.post("/tokenize", tokenize)])
+    caplog.set_level(logging.WARNING, logger="workbench.capture")
+    async with aiohttp.ClientSession() as http, CaptureProxy(upstream, tmp_path) as proxy:
+        await run_agent(http, [proxy.url], stream=False, previous=False)
+    assert proxy.captured == 3 and tokenize_calls == []
+    lines = [r.getMessage() for r in caplog.records if "word tokenizer" in r.getMessage()]
+    assert len(lines) == 1 and "/v1/responses" in lines[0]
+    (doc,) = read_capture(tmp_path)
+    assert [(r["in"], r["out"]) for r in doc["requests"]] == fake.usage

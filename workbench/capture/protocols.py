@@ -58,6 +58,8 @@ class RequestFacts:
     #: the message chain digests of what precedes ``messages`` (an earlier answer's
     #: request and output, rebuilt: docs/capture.md, "The Responses API"), else None
     prior_chain: list[bytes] | None = None
+    #: chat and completions: ``n``, the choices asked for (more than one: not recorded)
+    choices: int = 1
 
 
 def _strip_cache_control(value: Any) -> Any:
@@ -83,11 +85,36 @@ def _is_tool_result(message: Any) -> bool:
     )
 
 
+def loads(raw: bytes | str) -> Any:
+    """JSON as orjson reads it; a document orjson refuses for a lone surrogate (an
+    escaped ``\\ud83d`` without its other half: JSON allows it, UTF-8 cannot carry it)
+    is read by the standard library, each lone surrogate as U+FFFD (docs/capture.md,
+    "What is captured"). Raises ``ValueError`` on what is not JSON."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        if b"\\u" not in (raw if isinstance(raw, bytes) else raw.encode("utf-8", "replace")):
+            raise
+    import json
+
+    return _without_surrogates(json.loads(raw))
+
+
+def _without_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, list):
+        return [_without_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
+    return value
+
+
 def request_facts(path: str, raw: bytes) -> RequestFacts | None:
     """The facts of a captured request, or ``None`` when the body is not that API's."""
     try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        body = loads(raw)
+    except ValueError:
         return None
     if not isinstance(body, dict):
         return None
@@ -99,11 +126,13 @@ def request_facts(path: str, raw: bytes) -> RequestFacts | None:
     api = next((p for p in CAPTURED_PATHS if path.endswith(p)), CHAT)
     if api == RESPONSES:
         return _responses_request(model, stream, body)
+    n = body.get("n")
+    choices = n if type(n) is int and n > 1 else 1
     if api == COMPLETIONS:
         prompt = body.get("prompt")
         items = [prompt] if prompt is not None else []
         return RequestFacts(COMPLETIONS, model, stream, [_canonical(p) for p in items], b"",
-                            [False] * len(items), body)
+                            [False] * len(items), body, choices=choices)
     messages = body.get("messages")
     if not isinstance(messages, list):
         return None
@@ -111,6 +140,7 @@ def request_facts(path: str, raw: bytes) -> RequestFacts | None:
     return RequestFacts(
         api, model, stream, [_canonical(m) for m in messages],
         preamble, [_is_tool_result(m) for m in messages], body,
+        choices=choices if api == CHAT else 1,
     )  # fmt: skip
 
 
@@ -311,8 +341,8 @@ def sse_data(raw: bytes) -> Iterable[Any]:
         if not data.strip() or data.strip() == DONE:
             continue
         try:
-            yield orjson.loads(data)
-        except orjson.JSONDecodeError:
+            yield loads(data)
+        except ValueError:
             continue
 
 
@@ -322,8 +352,8 @@ def response_facts(api: str, stream: bool, raw: bytes) -> ResponseFacts:
     kinds: set[str] = set()
     if not stream:
         try:
-            docs: Iterable[Any] = [orjson.loads(raw)]
-        except orjson.JSONDecodeError:
+            docs: Iterable[Any] = [loads(raw)]
+        except ValueError:
             return facts
     else:
         docs = sse_data(raw)

@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import itertools
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,21 +22,20 @@ from urllib.parse import urlsplit
 import orjson
 
 from workbench import redact
-from workbench.capture.blocks import BLOCK_SIZE, Salt, block_digests, chained_blocks
+from workbench.capture.blocks import Salt
 from workbench.capture.previous import Answers, Blocks, Earlier
+from workbench.capture.prompt_blocks import PromptJob, prompt_blocks, worker_pool, worker_ready
 from workbench.capture.protocols import (
     CAPTURED_PATHS,
     RESPONSES,
     RequestFacts,
     ResponseFacts,
-    preamble_segments,
     request_facts,
     response_facts,
     responses_item_bytes,
-    responses_segments,
 )
 from workbench.capture.sessions import Agent, Conversation, Sessions, Turn
-from workbench.capture.tokens import TOKENIZERS, TokenSource, generation_id, segment_ids
+from workbench.capture.tokens import TOKENIZERS, TokenSource
 from workbench.capture.writer import conversation_id, document, remove_stale, write_atomic
 from workbench.errors import ListenError
 from workbench.plurals import counted
@@ -60,8 +61,6 @@ MAX_BODY_BYTES = 64 * 2**20
 MAX_KEPT_BYTES = 64 * 2**20
 #: how long leaving the context waits for requests in flight and files to be written (s)
 STOP_TIMEOUT_S = 10.0
-#: prompt blocks hashed between two yields to the event loop
-HASH_SLICE = 512
 #: the most tokens (prompt + output) a recorded request may have: what every trace
 #: reader takes for one round (docs/trace-bounds.md; capture does not import traces)
 MAX_REQUEST_TOKENS = 10_000_000
@@ -74,7 +73,7 @@ class CaptureProxy:
         self, upstream: str, out_dir: str | Path, *, host: str = "127.0.0.1", port: int = 0,
         tokenizer: str = "upstream", session_header: str = DEFAULT_SESSION_HEADER,
         parent_header: str = DEFAULT_PARENT_HEADER, salt_file: str | Path | None = None,
-        prefix: str = "conv_",
+        prefix: str = "conv_", token_executor: concurrent.futures.Executor | None = None,
     ) -> None:  # fmt: skip
         if tokenizer not in TOKENIZERS:
             raise ValueError(f"tokenizer must be one of {', '.join(TOKENIZERS)}, "
@@ -107,6 +106,8 @@ class CaptureProxy:
         self.resent = 0
         # Responses requests naming an answer this capture did not see (the first warned)
         self.prefix_unknown = 0
+        #: captured-API requests relayed and not recorded, by reason (docs/capture.md)
+        self.not_recorded: Counter[str] = Counter()
         self._ids = itertools.count()
         self._dirty: set[int] = set()
         self._conversations: dict[int, Conversation] = {}
@@ -123,6 +124,13 @@ class CaptureProxy:
         self._tokens: TokenSource | None = None
         self._facts: dict[int, _Exchange] = {}
         self._answers = Answers()
+        # Responses requests being relayed: done once each one's end was taken in
+        self._responses: dict[int, asyncio.Future[None]] = {}
+        # Responses requests whose assignment waits for those (``_arrive``)
+        self._deferred: dict[int, asyncio.Future[Any]] = {}
+        # where the token work runs (``prompt_blocks``); default: a worker process
+        self._pool = token_executor
+        self._own_pool = token_executor is None
 
     async def __aenter__(self) -> CaptureProxy:
         from aiohttp import web
@@ -132,6 +140,9 @@ class CaptureProxy:
         self.sessions.number_after(_highest_number(self.out_dir, self.prefix))
         if self.salt_file is not None:
             self.salt.write(self.salt_file)
+        if self._pool is None:  # the worker process started and ready: no request waits
+            self._pool = worker_pool()
+            await asyncio.get_running_loop().run_in_executor(self._pool, worker_ready)
         self._client = _upstream_session(fresh=False)
         self._tokens = TokenSource(self.tokenizer, self.upstream, self._client)
         app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -162,6 +173,10 @@ class CaptureProxy:
         """Stop listening, let requests in flight finish, write every file one last time;
         a stop signal meanwhile (a second Ctrl-C) cuts the requests in flight at once
         (``_hurry``)."""
+        # the stop signal that got here may still have its wake-up byte unread by the
+        # loop (its handler ran as soon as Python code ran): one pass of the loop reads
+        # it, or the handler installed here would take it for a second signal
+        await asyncio.sleep(0)
         with calling_on_signals(asyncio.get_running_loop(), self._hurry):
             await self._close_now()
 
@@ -189,6 +204,9 @@ class CaptureProxy:
                 await asyncio.wait_for(asyncio.shield(self._flusher), STOP_TIMEOUT_S)
             self._flusher = None
         self._write_pool.shutdown(wait=True)  # a write under way ends before the last pass
+        if self._own_pool and self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
         self._flush()
         for client in (self._client, self._fresh):
             if client is not None:
@@ -227,6 +245,7 @@ class CaptureProxy:
             loop.call_soon(self._arrive, xid, sent, path, raw, request.headers)
         assert self._client is not None
         done = False
+        why = "a cut answer"  # what keeps it from being recorded, until it is whole
         pieces: list[bytes] = []
         kept = 0
         resp: web.StreamResponse | None = None
@@ -251,6 +270,7 @@ class CaptureProxy:
                             pieces.append(piece)
                 await resp.write_eof()
                 done = keep and kept <= MAX_KEPT_BYTES
+                why = "an error status" if not keep else "an answer over 64 MiB"
                 encoding = up.headers.get("Content-Encoding", "").strip().lower()
             return resp
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -272,7 +292,9 @@ class CaptureProxy:
             ended = time.monotonic()
             if captured:
                 body = _decoded(b"".join(pieces), encoding) if done else None
-                loop.call_soon(self._finish, xid, ended, body, headers)
+                if done and body is None:
+                    why = "an answer compressed unreadably"
+                loop.call_soon(self._finish, xid, ended, body, why, headers)
             else:
                 self.passed += 1
 
@@ -304,7 +326,30 @@ class CaptureProxy:
         body = _decoded(raw, headers.get("Content-Encoding", "").strip().lower())
         facts = request_facts(path, body) if body is not None else None
         if facts is None:  # not that API's JSON, or compressed other than gzip/deflate
+            self._skip("a body not of its API's JSON" if body is not None
+                       else "a body compressed unreadably")
             return
+        if facts.api != RESPONSES:
+            self._assign(xid, sent, facts, headers)
+            return
+        # a Responses request naming an answer not seen yet, while Responses answers are
+        # still being relayed: the agent may have that answer's last event already and
+        # the relay not have ended. Its assignment waits for those relays' ends (each
+        # registers its answer), then looks again; its own end waits for it.
+        earlier = list(self._responses.values())
+        self._responses[xid] = asyncio.get_running_loop().create_future()
+        if facts.previous_response_id and earlier and \
+                self._answers.get(facts.previous_response_id) is None:
+            gate = asyncio.gather(*earlier)
+            self._deferred[xid] = gate
+            gate.add_done_callback(lambda _: self._assign(xid, sent, facts, headers))
+            return
+        self._assign(xid, sent, facts, headers)
+
+    def _assign(self, xid: int, sent: float, facts: RequestFacts,
+                headers: Mapping[str, str]) -> None:
+        """A readable captured request's session assignment (``Sessions.arrive``)."""
+        self._deferred.pop(xid, None)
         earlier = self._answers.get(facts.previous_response_id)
         if earlier is not None and earlier.preamble == self.salt.digest(facts.preamble):
             facts.prior_chain = earlier.chain  # the items the server holds come first
@@ -317,15 +362,45 @@ class CaptureProxy:
         )  # fmt: skip
         self._facts[xid] = _Exchange(facts, turn, chain, earlier)
 
-    def _finish(self, xid: int, ended: float, body: bytes | None,
+    def _skip(self, why: str, conv: Conversation | None = None) -> None:
+        """A captured-API request relayed and not recorded: counted by reason, and in its
+        conversation's file when it has one (docs/capture.md, "What is captured")."""
+        if not self.not_recorded:
+            log.info("capture: a request was relayed and not recorded (%s); the capture "
+                     "counts them by reason", why)
+        self.not_recorded[why] += 1
+        if conv is not None:
+            conv.not_recorded += 1
+            self._conversations[conv.number] = conv
+            self._dirty.add(conv.number)
+            self._flush_wake.set()
+
+    def _finish(self, xid: int, ended: float, body: bytes | None, why: str,
                 headers: Mapping[str, str]) -> None:
+        gate = self._deferred.get(xid)
+        if gate is not None:  # its assignment waits for earlier relays: so does its end
+            gate.add_done_callback(lambda _: self._finish(xid, ended, body, why, headers))
+            return
+        try:
+            self._finish_now(xid, ended, body, why, headers)
+        finally:  # a request whose assignment waited for this relay goes on
+            done = self._responses.pop(xid, None)
+            if done is not None and not done.done():
+                done.set_result(None)
+
+    def _finish_now(self, xid: int, ended: float, body: bytes | None, why: str,
+                    headers: Mapping[str, str]) -> None:
         got = self._facts.pop(xid, None)
         if got is None:  # not a request of a captured API
             self.passed += 1
             return
         facts, turn = got.facts, got.turn
         if body is None:  # an error status, a cut stream, a response too long to keep
-            self.sessions.abandon(xid)
+            self._skip(why, self.sessions.abandon(xid))
+            self.passed += 1
+            return
+        if facts.choices > 1:  # one output a request in the format (docs/capture.md)
+            self._skip("n > 1 (several choices)", self.sessions.abandon(xid))
             self.passed += 1
             return
         try:
@@ -333,13 +408,13 @@ class CaptureProxy:
         except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
             # JSON not of its API's shape (``choices`` a number): relayed as it came, not
             # recorded; raised here, in a loop callback, it left the turn open
-            self.sessions.abandon(xid)
+            self._skip("an answer not of its API's shape", self.sessions.abandon(xid))
             self.failed += 1
             log.error("capture: a request could not be recorded (its answer is not of "
                       "its API's shape: %s)", type(exc).__name__)
             return
         if got_response.failed:  # a Responses stream that ended in response.failed
-            self.sessions.abandon(xid)
+            self._skip("a failed answer", self.sessions.abandon(xid))
             self.passed += 1
             return
         finished = self.sessions.finish(xid, ended, got_response.stop)
@@ -382,70 +457,64 @@ class CaptureProxy:
                       blocks: asyncio.Future[Blocks] | None) -> None:
         assert self._tokens is not None
         facts = exchange.facts
-        after: list[bytes] = []
-        head: list[int] = []  # a Responses prompt's ids past ``after``, before its end
-        if facts.api == RESPONSES:
-            ids, after, head = await self._responses_ids(turn, exchange)
-        else:
-            ids = await self._tokens.ids(facts, headers)
-        # usage absent, or 0: a server that did not count (no prompt is empty; the format
-        # and its readers take `in` >= 1): the tokenizer counts it
-        prompt = got.prompt_tokens or len(after) * BLOCK_SIZE + len(ids)
         output = got.output_tokens if got.output_tokens is not None else got.output_events
-        if prompt + max(output, 1) > MAX_REQUEST_TOKENS:
+        job = PromptJob(self.salt.key, facts, got.prompt_tokens, output, MAX_REQUEST_TOKENS)
+        if facts.api == RESPONSES:
+            self._tokens.responses_prompt()  # word, whatever --tokenizer says
+            job.earlier = await exchange.earlier.blocks if exchange.earlier is not None else None
+            job.prefix_unknown = job.earlier is None and facts.server_items
+            if blocks is not None:
+                job.output_items = got.output_items
+        else:  # the body says it all: the digests of its messages need not travel
+            job.facts = dataclasses.replace(facts, messages=[], tool_result=[])
+            job.ids = await self._tokens.upstream_ids(facts, headers)
+        if job.prefix_unknown:
+            self._prefix_unknown(turn)
+        # the tokenizing and hashing: off the loop, which stamps and relays the others
+        assert self._pool is not None
+        pool = self._pool
+        try:
+            done = await asyncio.get_running_loop().run_in_executor(pool, prompt_blocks, job)
+        except concurrent.futures.BrokenExecutor:
+            # the worker died (killed, out of memory): this request is not recorded, the
+            # next ones go to a new worker (one line says so: _completed)
+            if self._own_pool and self._pool is pool and not self._stopping:
+                pool.shutdown(wait=False)
+                self._pool = worker_pool()
+            raise
+        if done.digests is None:
             # no reader takes it (and its blocks would be hashed one by one): not recorded
             self.failed += 1
             log.error("capture: a request could not be recorded (its answer counts %s "
                       "tokens, past the %s per request a trace may hold: "
-                      "docs/trace-bounds.md)", f"{prompt + output:,}",
+                      "docs/trace-bounds.md)", f"{done.prompt_tokens + output:,}",
                       f"{MAX_REQUEST_TOKENS:,}")
             return
-        turn.prompt_tokens, turn.output_tokens = prompt, output
+        turn.prompt_tokens, turn.output_tokens = done.prompt_tokens, output
         turn.output_types = got.output_types or ["text"]
         turn.stop = got.stop
-        digests = await _sliced(block_digests(self.salt, ids, turn.prompt_tokens, after))
-        if blocks is not None and not turn.prefix_unknown:
-            # the prompt and the answer's items as the next request's prefix
-            stream = head + segment_ids(responses_segments(got.output_items))
-            full = len(stream) // BLOCK_SIZE * BLOCK_SIZE
-            chained = chained_blocks(self.salt, stream[:full], after[-1] if after else b"")
-            blocks.set_result(([*after, *await _sliced(chained)], stream[full:]))
-        turn.hash_ids = agent.conversation.ids.number(digests)
+        if blocks is not None and done.answer is not None:
+            blocks.set_result(done.answer)  # the prompt and the answer: a later prefix
+        turn.hash_ids = agent.conversation.ids.number(done.digests)
         self.captured += 1
         conv = agent.conversation
         self._conversations[conv.number] = conv
         self._dirty.add(conv.number)
         self._flush_wake.set()
 
-    async def _responses_ids(self, turn: Turn, exchange: _Exchange
-                             ) -> tuple[list[int], list[bytes], list[int]]:
-        """A Responses prompt's token ids as ``(ids, after, head)``: ``after`` the digests
-        of the blocks an earlier answer's request and output fill, ``ids`` what follows
-        them (generation mark included), ``head`` the same without the mark. A request
-        naming an answer the capture did not see: only its preamble is known (one
-        warning; the file counts it)."""
-        facts = exchange.facts
-        items = responses_segments([orjson.loads(m) for m in facts.messages])
-        earlier = await exchange.earlier.blocks if exchange.earlier is not None else None
-        if earlier is not None:
-            after, tail = earlier
-            head = tail + segment_ids(items)
-        elif facts.server_items:
-            turn.prefix_unknown = True
-            self.prefix_unknown += 1
-            if self.prefix_unknown == 1:
-                log.warning("capture: a /v1/responses request continues items held by the "
-                            "server that this capture did not see (a previous_response_id "
-                            "of an answer it did not record, or with other instructions or "
-                            "tools; a conversation); its prompt is recorded with the "
-                            "usage's token count and no shared blocks past its instructions "
-                            "and tools, and its file's requests_prefix_unknown counts it "
-                            "(docs/capture.md)")
-            preamble = segment_ids(preamble_segments(facts))
-            return preamble, [], preamble  # what follows the preamble is not known
-        else:
-            after, head = [], segment_ids(preamble_segments(facts) + items)
-        return [*head, generation_id()], after, head
+    def _prefix_unknown(self, turn: Turn) -> None:
+        """A Responses request naming an answer the capture did not see: only its
+        preamble is known (one warning; the file counts it)."""
+        turn.prefix_unknown = True
+        self.prefix_unknown += 1
+        if self.prefix_unknown == 1:
+            log.warning("capture: a /v1/responses request continues items held by the "
+                        "server that this capture did not see (a previous_response_id "
+                        "of an answer it did not record, or with other instructions or "
+                        "tools; a conversation); its prompt is recorded with the "
+                        "usage's token count and no shared blocks past its instructions "
+                        "and tools, and its file's requests_prefix_unknown counts it "
+                        "(docs/capture.md)")
 
     async def _flush_loop(self) -> None:
         """Rewrite changed conversations as requests finish (files written by a thread)."""
@@ -473,17 +542,6 @@ class CaptureProxy:
         self._write(self._documents())
 
 
-async def _sliced(digests: Iterable[bytes]) -> list[bytes]:
-    """``digests`` hashed into a list, yielding to the event loop every ``HASH_SLICE``
-    blocks (a long prompt does not hold the relays up)."""
-    out: list[bytes] = []
-    for digest in digests:
-        out.append(digest)
-        if len(out) % HASH_SLICE == 0:
-            await asyncio.sleep(0)
-    return out
-
-
 @dataclass(slots=True, eq=False)
 class _Exchange:
     """A captured request between its arrival and its recording: its facts and turn; a
@@ -504,12 +562,16 @@ def _decoded(body: bytes, encoding: str) -> bytes | None:
         return None
     import zlib
 
-    try:
-        inflater = zlib.decompressobj(47)  # 32 + 15: a gzip or zlib header, found
-        out = inflater.decompress(body, MAX_KEPT_BYTES)
-    except zlib.error:
-        return None
-    return None if inflater.unconsumed_tail else out
+    # 32 + 15: a gzip or zlib header, found; ``deflate`` without zlib's header too (raw
+    # deflate: what some servers and clients send, and browsers take)
+    for wbits in (47, -15) if encoding == "deflate" else (47,):
+        try:
+            inflater = zlib.decompressobj(wbits)
+            out = inflater.decompress(body, MAX_KEPT_BYTES)
+        except zlib.error:
+            continue
+        return None if inflater.unconsumed_tail else out
+    return None
 
 
 def _highest_number(directory: Path, prefix: str) -> int:

@@ -63,6 +63,8 @@ class Conversation:
     root: Agent = field(init=False)
     agents: list[Agent] = field(default_factory=list)
     ids: LocalIds = field(default_factory=LocalIds)
+    #: its requests relayed and not recorded (docs/capture.md, "What is captured")
+    not_recorded: int = 0
 
 
 class Sessions:
@@ -218,17 +220,18 @@ class Sessions:
             agent.last_stop = stop
         return agent, turn
 
-    def abandon(self, xid: int) -> None:
-        """The request failed: it is not recorded; an agent it would have started is forgotten."""
+    def abandon(self, xid: int) -> Conversation | None:
+        """The request failed: it is not recorded; an agent it would have started is
+        forgotten. Returns its conversation (None: it was the conversation's first)."""
         got = self._turns.pop(xid, None)
         if got is None:
-            return
+            return None
         agent, turn = got
         agent.inflight -= 1
         agent.turns.remove(turn)
-        if agent.turns or agent.inflight:
-            return
         conv = agent.conversation
+        if agent.turns or agent.inflight:
+            return conv
         if agent in conv.agents:
             conv.agents.remove(agent)
         if agent.parent is not None and agent in agent.parent.children:
@@ -244,6 +247,7 @@ class Sessions:
                     del table[digest]
         if agent.parent is None and not conv.agents and conv in self.conversations:
             self.conversations.remove(conv)
+        return conv if conv in self.conversations else None
 
 
 def _parent_rank(agent: Agent) -> tuple[int, float]:

@@ -60,7 +60,9 @@ def generation_id() -> int:
 
 
 class TokenSource:
-    """``await ids(facts, headers)``: a prompt's token ids, by ``kind`` (``TOKENIZERS``)."""
+    """``await upstream_ids(facts, headers)``: a prompt's token ids from the upstream's
+    ``/tokenize``, or None: the ``word`` tokenizer counts it (``kind`` in ``TOKENIZERS``;
+    run off the event loop, ``workbench.capture.prompt_blocks``)."""
 
     def __init__(self, kind: str, upstream: str, session: aiohttp.ClientSession | None) -> None:
         if kind not in TOKENIZERS:
@@ -69,14 +71,16 @@ class TokenSource:
         self.url = upstream.rstrip("/") + "/tokenize"
         self.session = session
         self.upstream_ok = kind == "upstream" and session is not None
+        self._responses_said = False
 
-    async def ids(self, facts: RequestFacts, headers: Mapping[str, str]) -> list[int]:
+    async def upstream_ids(self, facts: RequestFacts,
+                           headers: Mapping[str, str]) -> list[int] | None:
         if self.upstream_ok and facts.api in (CHAT, COMPLETIONS):
             got = await self._upstream(facts, headers)
             if not isinstance(got, str):
                 return got  # non-integers fail in block_digests (the turn keeps no hash ids)
             self._refused(got)
-        return word_ids(facts)
+        return None
 
     async def _upstream(self, facts: RequestFacts, headers: Mapping[str, str]) -> list[int] | str:
         """The upstream's token ids for the prompt, or why it gave none."""
@@ -111,6 +115,20 @@ class TokenSource:
         except (orjson.JSONDecodeError, AttributeError):
             tokens = None
         return tokens if isinstance(tokens, list) else "an answer without a token list"
+
+    def responses_prompt(self) -> None:
+        """A Responses API prompt is tokenized by ``word`` whatever ``kind`` says (one
+        line the first time ``upstream`` was asked for). Why: vLLM's and SGLang's
+        ``/tokenize`` take chat messages or a prompt, no Responses items; and a request
+        naming an earlier answer (``previous_response_id``) continues that answer's
+        blocks, whose text the capture never keeps, so its ids past them can only come
+        from a tokenizer the capture runs itself, the same for every round of the agent
+        (docs/capture.md, "Token ids and hash ids")."""
+        if self.kind == "upstream" and not self._responses_said:
+            self._responses_said = True
+            log.warning("capture: /v1/responses prompts are tokenized by the built-in word "
+                        "tokenizer, not the upstream's /tokenize (it takes no Responses "
+                        "items; docs/capture.md)")
 
     def _refused(self, why: str) -> None:
         # one line, the URL only (no header, no body: docs/security.md)

@@ -52,6 +52,8 @@ def document(conv: Conversation, prefix: str = "conv_") -> dict[str, Any] | None
     unknown = sum(t.prefix_unknown for t in ordered)
     if unknown:  # Responses requests whose earlier items the capture never saw
         doc["requests_prefix_unknown"] = unknown
+    if conv.not_recorded:  # relayed and not recorded (an error answer, a cut stream …)
+        doc["requests_not_recorded"] = conv.not_recorded
     return doc
 
 

@@ -81,4 +81,7 @@ def run(args: argparse.Namespace) -> int:
               "had closed)") if proxy.resent else ""
     print(f"captured {proxy.captured} requests, relayed {proxy.passed} others{resent}; "
           f"{files} conversation files in {proxy.out_dir}", flush=True)
+    if proxy.not_recorded:  # requests of the captured APIs among the others
+        reasons = ", ".join(f"{why}: {n}" for why, n in proxy.not_recorded.most_common())
+        print(f"not recorded ({reasons}): docs/capture.md, \"What is captured\"", flush=True)
     return 0

@@ -47,7 +47,8 @@ MAX_DEPTH = 16  # sub-agents inside sub-agents: deeper than this is a broken fil
 #: the format's own fields (those replay does not need included); others are warned about
 KNOWN_CONVERSATION = frozenset(("id", "models", "block_size", "hash_id_scope", "tool_tokens",
                                 "system_tokens", "requests", "totals",
-                                "requests_prefix_unknown"))  # workbench capture's count
+                                # workbench capture's counts (docs/capture.md)
+                                "requests_prefix_unknown", "requests_not_recorded"))
 KNOWN_REQUEST = frozenset(("t", "type", "model", "in", "out", "hash_ids", "input_types",
                            "output_types", "stop", "api_time", "think_time", "ttft"))
 KNOWN_MARKER = frozenset(("t", "type", "agent_id", "subagent_type", "duration_ms",
