@@ -129,9 +129,9 @@ def test_blank_lines_before_a_csv_header_are_skipped_as_blank_rows_are(tmp_path,
     ("independent", "id,arrival_time,input_len,output_len,extra",
      "unknown column extra; expected exactly id,arrival_time,input_len,output_len"),
     ("session", "session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms,zz",
-     "unknown column: zz (known: arrival_time, id, input_len, join_round, output_len, "
+     "unknown column zz; expected only arrival_time, id, input_len, join_round, output_len, "
      "parent_session_id, prefix_len, round_idx, session_id, spawn_delay_ms, spawn_round, "
-     "spawn_trigger, tool_wait_after_ms)"),
+     "spawn_trigger, tool_wait_after_ms"),
     ("session-execution-v2",
      "session_id,request_id,round_idx,arrival_time_ms,prefix_len,input_len,output_len,"
      "tool_wait_after_ms",
