@@ -201,6 +201,19 @@ def test_a_sweep_applies_max_error_rate_to_each_points_run(tmp_path, extra, code
     best = next(line for line in proc.stdout.splitlines() if line.startswith("Highest"))
     assert "max_model_len=131072" in best, best
     assert best.endswith(" It is over --max-error-rate (over_max_error_rate in the table)."), best
+    # judging by another rate writes nothing; keeping its verdict is the one write
+    from workbench.commands.sweep import judge_error_rate
+    from workbench.sweeps.store import load_sweep, write_error_rate
+
+    stored = (tmp_path / "s" / "sweep.json").read_bytes()
+    loaded = load_sweep(tmp_path / "s")
+    assert list(judge_error_rate(loaded, 1.0)) == []
+    assert (tmp_path / "s" / "sweep.json").read_bytes() == stored
+    assert loaded.manifest.max_error_rate == float(rate)
+    write_error_rate(loaded, 1.0, [])
+    sweep = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert sweep["max_error_rate"] == 1.0
+    assert [p["over_max_error_rate"] for p in sweep["points"]] == [False, False]
 
 
 @pytest.mark.parametrize(("before", "now", "code"), [

@@ -39,6 +39,15 @@ REPO = Path(__file__).resolve().parents[2]
 QUICK_S = 60.0
 
 
+def _signal_and_wait(proc: subprocess.Popen, sig: int) -> float:
+    """Send ``sig`` and wait for ``proc`` to end (fails past ``QUICK_S``): the seconds it
+    took, printed by the test (no assertion on them)."""
+    proc.send_signal(sig)
+    sent = time.monotonic()
+    proc.wait(QUICK_S)
+    return time.monotonic() - sent
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True,
                           text=True, timeout=QUICK_S,
@@ -190,10 +199,7 @@ def test_the_largest_sweep_stops_at_once_while_it_is_prepared(tmp_path, sig):
     manifest = tmp_path / "g" / "sweep.json"
     try:
         until(manifest.exists, "the sweep's first write", proc=proc)
-        proc.send_signal(getattr(signal, sig))
-        sent = time.monotonic()
-        proc.wait(QUICK_S)
-        took = time.monotonic() - sent
+        took = _signal_and_wait(proc, getattr(signal, sig))
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -224,10 +230,7 @@ def test_a_plan_stops_at_once_mid_search(tmp_path, parallel):
         for line in proc.stderr:  # bounded: the plan prints a warning per probe it starts
             if "simulated time" in line:
                 break
-        proc.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        proc.wait(QUICK_S)
-        took = time.monotonic() - sent
+        took = _signal_and_wait(proc, signal.SIGINT)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -25,6 +25,13 @@ DEADLINE_S = 60.0
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 
+def _kill_and_see_children_end(proc: subprocess.Popen, kids: set[int]) -> None:
+    """SIGKILL ``proc`` (no handler runs), then wait until every child of it ended too."""
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=DEADLINE_S)
+    until(lambda: not living(kids), f"every child of {proc.pid} ended ({kids})")
+
+
 def _shard_lines(run: Path) -> int:
     shards = run / "shards"
     if not shards.is_dir():
@@ -74,10 +81,7 @@ def test_sigkill_of_a_sharded_replay_leaves_no_process_and_is_reported(
         # two workers (and the embedded engine for ``sim``; multiprocessing's resource
         # tracker may be there too)
         assert len(kids) >= (3 if target == "sim" else 2), kids
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=DEADLINE_S)
-        until(lambda: not living(kids),
-              f"every child of {proc.pid} ended ({kids})")
+        _kill_and_see_children_end(proc, kids)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -134,10 +138,7 @@ def test_sigkill_of_a_parallel_virtual_sweep_leaves_no_process(tmp_path):
         until(started, "both points started", proc=proc)
         kids.update(descendants(proc.pid))
         assert len(kids) >= 2, kids
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=DEADLINE_S)
-        until(lambda: not living(kids),
-              f"every child of {proc.pid} ended ({kids})")
+        _kill_and_see_children_end(proc, kids)
     finally:
         if proc.poll() is None:
             proc.kill()

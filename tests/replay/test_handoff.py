@@ -4,6 +4,7 @@ import asyncio
 import itertools
 
 import pytest
+from transport_wrap import Wrapped
 
 from workbench.backends import BACKENDS
 from workbench.backends.transport import Transport, TransportOptions
@@ -67,19 +68,11 @@ async def test_gate_try_acquire_and_full():
     assert not AdmissionGate(None).full
 
 
-class TaskSpy:
+class TaskSpy(Wrapped):
     """The real transport, noting which asyncio task sent each request."""
 
-    takes_segments = False
-    paced_turns = 0
-    resent_stale = 0
-
-    @property
-    def after_done(self):
-        return self.inner.after_done
-
     def __init__(self, inner):
-        self.inner = inner
+        super().__init__(inner)
         self.task_of = {}
 
     async def send(self, codec, req, rec):

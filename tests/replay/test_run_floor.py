@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from workbench.config import RunConfig
-from workbench.replay.plan import build_plan, duration_text, run_floor
+from workbench.durations import duration_text
+from workbench.replay.plan import build_plan, run_floor
 from workbench.replay.prepare import load_workload, prepare
 
 HEADER = ("session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms,"
@@ -69,7 +70,7 @@ def test_a_release_span_longer_than_any_task_is_the_reason(trace: Path) -> None:
 
 @pytest.mark.parametrize(("ms", "text"), [(42_400, "42 s"), (3_063_000, "51 min 3 s"),
                                           (7_500_000, "2 h 5 min"), (7_500, "7.5 s"),
-                                          (7_000, "7 s")])
+                                          (7_000, "7 s"), (100_000_000, "1.2 days")])
 def test_duration_text(ms: float, text: str) -> None:
     assert duration_text(ms) == text
 

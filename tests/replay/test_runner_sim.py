@@ -6,6 +6,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from transport_wrap import Wrapped
 
 from workbench.backends.transport import Transport, TransportOptions
 from workbench.config import RunConfig
@@ -51,19 +52,11 @@ async def test_every_backend_sends_the_planned_lengths(sim, backend):
         assert r.first_token_ns >= r.dispatch_ns and r.end_ns >= r.last_token_ns
 
 
-class Recording:
+class Recording(Wrapped):
     """Wraps the real transport to keep what was sent and what came back."""
 
-    takes_segments = False
-    paced_turns = 0
-    resent_stale = 0
-
-    @property
-    def after_done(self):
-        return self.inner.after_done
-
     def __init__(self, inner):
-        self.inner = inner
+        super().__init__(inner)
         self.sent = {}
 
     async def send(self, codec, req, rec):

@@ -1,6 +1,7 @@
 """The embedded engine over loopback: wire shapes (docs/wire-protocols.md), cache, metrics."""
 
 import asyncio
+import contextlib
 import logging
 
 import aiohttp
@@ -34,6 +35,18 @@ async def sse(session, url, body, headers=None):
     return chunks, done
 
 
+@contextlib.asynccontextmanager
+async def engine(**knobs):
+    """``(sim, session)``: the embedded engine on loopback (``zero_cost`` unless the knobs
+    say otherwise) and a client session, the whole test within ``TIMEOUT``."""
+    async with (
+        asyncio.timeout(TIMEOUT),
+        serve_sim(**{"zero_cost": True, **knobs}) as sim,
+        aiohttp.ClientSession() as session,
+    ):
+        yield sim, session
+
+
 async def post_json(session, url, body, headers=None):
     async with session.post(url, json=body, headers=headers or {}) as resp:
         return resp.status, await resp.json()
@@ -46,11 +59,7 @@ def completions_body(prompt, n, **extra):
 
 
 async def test_completions_stream_shape():
-    async with (
-        asyncio.timeout(TIMEOUT),
-        serve_sim(zero_cost=True) as sim,
-        aiohttp.ClientSession() as s,
-    ):
+    async with engine() as (sim, s):
         prompt = list(range(100, 140))
         chunks, done = await sse(
             s, sim.base_url + "/v1/completions", completions_body(prompt, 3),
@@ -74,11 +83,7 @@ async def test_completions_stream_shape():
 
 
 async def test_completions_unary_text_prompt_and_body_request_id():
-    async with (
-        asyncio.timeout(TIMEOUT),
-        serve_sim(zero_cost=True) as sim,
-        aiohttp.ClientSession() as s,
-    ):
+    async with engine() as (sim, s):
         body = {"prompt": "ba be bi bo", "max_tokens": 2, "request_id": "body-7"}
         status, out = await post_json(s, sim.base_url + "/v1/completions", body)
         status2, out2 = await post_json(
@@ -96,11 +101,7 @@ async def test_completions_unary_text_prompt_and_body_request_id():
 
 async def test_chat_stream_and_unary_shapes():
     msgs = [{"role": "system", "content": "ba be"}, {"role": "user", "content": "bi bo bu"}]
-    async with (
-        asyncio.timeout(TIMEOUT),
-        serve_sim(zero_cost=True) as sim,
-        aiohttp.ClientSession() as s,
-    ):
+    async with engine() as (sim, s):
         url = sim.base_url + "/v1/chat/completions"
         body = {"messages": msgs, "max_tokens": 2, "stream": True,
                 "stream_options": {"include_usage": True}}  # fmt: skip
@@ -121,11 +122,7 @@ async def test_chat_stream_and_unary_shapes():
 
 async def test_vllm_generate_stream_and_unary_shapes():
     ids = list(range(1, 51))
-    async with (
-        asyncio.timeout(TIMEOUT),
-        serve_sim(zero_cost=True) as sim,
-        aiohttp.ClientSession() as s,
-    ):
+    async with engine() as (sim, s):
         url = sim.base_url + "/inference/v1/generate"
         body = {"token_ids": ids, "stream": True, "request_id": "g1",
                 "sampling_params": {"max_tokens": 2, "temperature": 0, "ignore_eos": True},
@@ -152,11 +149,7 @@ async def test_vllm_generate_stream_and_unary_shapes():
 
 async def test_sglang_generate_stream_and_unary_shapes():
     ids = list(range(7, 47))
-    async with (
-        asyncio.timeout(TIMEOUT),
-        serve_sim(zero_cost=True, mode="sglang") as sim,
-        aiohttp.ClientSession() as s,
-    ):
+    async with engine(mode="sglang") as (sim, s):
         body = {"rid": "s1", "input_ids": ids, "stream": True,
                 "sampling_params": {"max_new_tokens": 3, "ignore_eos": True}}  # fmt: skip
         chunks, done = await sse(s, sim.base_url + "/generate", body)
@@ -179,11 +172,7 @@ async def test_sglang_generate_stream_and_unary_shapes():
 
 
 async def test_models_health_reset_and_bad_requests():
-    async with (
-        asyncio.timeout(TIMEOUT),
-        serve_sim(zero_cost=True, model="m1") as sim,
-        aiohttp.ClientSession() as s,
-    ):
+    async with engine(model="m1") as (sim, s):
         async with s.get(sim.base_url + "/v1/models") as r:
             models = await r.json()
         async with s.get(sim.base_url + "/health") as r:
@@ -200,11 +189,7 @@ async def test_models_health_reset_and_bad_requests():
 
 
 async def test_second_request_reports_shared_full_blocks_cached():
-    async with (
-        asyncio.timeout(TIMEOUT),
-        serve_sim(zero_cost=True, block_size=16) as sim,
-        aiohttp.ClientSession() as s,
-    ):
+    async with engine(block_size=16) as (sim, s):
         url = sim.base_url + "/v1/completions"
         base = list(range(1000, 1100))
         _, a = await post_json(s, url, {"prompt": base, "max_tokens": 1})
@@ -218,11 +203,7 @@ async def test_second_request_reports_shared_full_blocks_cached():
 
 async def test_lru_eviction_order_then_a_later_miss():
     # 8 blocks of 16: A and B (3 blocks each) fill 6; C needs 4 and evicts A's tail first.
-    async with (
-        asyncio.timeout(TIMEOUT),
-        serve_sim(zero_cost=True, num_blocks=8) as sim,
-        aiohttp.ClientSession() as s,
-    ):
+    async with engine(num_blocks=8) as (sim, s):
         url = sim.base_url + "/inference/v1/generate"
 
         async def run(ids):
@@ -240,11 +221,7 @@ async def test_lru_eviction_order_then_a_later_miss():
 
 
 async def test_preemption_under_small_capacity_still_completes_every_request():
-    async with (
-        asyncio.timeout(TIMEOUT),
-        serve_sim(zero_cost=True, num_blocks=24) as sim,
-        aiohttp.ClientSession() as s,
-    ):
+    async with engine(num_blocks=24) as (sim, s):
         url = sim.base_url + "/v1/completions"
         bodies = [completions_body([i + 1] * 40, 60) for i in range(6)]
         results = await asyncio.gather(*(sse(s, url, b) for b in bodies))
@@ -266,11 +243,7 @@ def _metrics(text):
 
 
 async def test_metrics_counters_equal_the_sum_of_usage():
-    async with (
-        asyncio.timeout(TIMEOUT),
-        serve_sim(zero_cost=True, num_blocks=40) as sim,
-        aiohttp.ClientSession() as s,
-    ):
+    async with engine(num_blocks=40) as (sim, s):
         url = sim.base_url + "/v1/completions"
         shared = list(range(300, 364))
         bodies = [completions_body([*shared, *range(900 + 50 * i, 930 + 50 * i)], 5 + i)
@@ -292,11 +265,7 @@ async def test_metrics_counters_equal_the_sum_of_usage():
 
 
 async def test_sglang_mode_metric_names():
-    async with (
-        asyncio.timeout(TIMEOUT),
-        serve_sim(zero_cost=True, mode="sglang") as sim,
-        aiohttp.ClientSession() as s,
-    ):
+    async with engine(mode="sglang") as (sim, s):
         body = {"input_ids": list(range(40)), "sampling_params": {"max_new_tokens": 2}}
         for _ in range(2):
             await post_json(s, sim.base_url + "/generate", body)
@@ -309,11 +278,7 @@ async def test_sglang_mode_metric_names():
 
 
 async def test_debug_requests_hold_the_servers_truth():
-    async with (
-        asyncio.timeout(TIMEOUT),
-        serve_sim(speedup=50.0) as sim,
-        aiohttp.ClientSession() as s,
-    ):
+    async with engine(zero_cost=False, speedup=50.0) as (sim, s):
         await sse(s, sim.base_url + "/v1/completions", completions_body(list(range(64)), 4),
                   headers={"x-request-id": "truth"})  # fmt: skip
         async with s.get(sim.base_url + "/debug/requests?request_id=truth") as r:
@@ -325,11 +290,7 @@ async def test_debug_requests_hold_the_servers_truth():
 
 
 async def test_client_disconnect_aborts_the_engine_request():
-    async with (
-        asyncio.timeout(TIMEOUT),
-        serve_sim(speedup=20.0) as sim,
-        aiohttp.ClientSession() as s,
-    ):
+    async with engine(zero_cost=False, speedup=20.0) as (sim, s):
         body = completions_body(list(range(64)), 100_000)
         async with s.post(sim.base_url + "/v1/completions", json=body) as resp:
             await resp.content.readline()  # first event arrived: request is running
@@ -405,11 +366,7 @@ async def test_bad_knobs_raise(knobs, error, message):
 async def test_options_the_engine_cannot_honour_are_refused_not_ignored(path, body, named):
     """n > 1, best_of, echo, token probabilities, a batch of prompts: a 400 naming the
     option, never an answer that quietly leaves it out; their default values pass."""
-    async with (
-        asyncio.timeout(TIMEOUT),
-        serve_sim(zero_cost=True) as sim,
-        aiohttp.ClientSession() as s,
-    ):
+    async with engine() as (sim, s):
         status, out = await post_json(s, sim.base_url + path, body)
         fine = {k: v for k, v in body.items() if k in ("prompt", "messages", "token_ids",
                                                       "input_ids")}

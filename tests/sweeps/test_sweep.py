@@ -593,6 +593,9 @@ def test_a_sweep_says_its_points_arrival_span_once(
         "rescale the arrivals with --rate R (arrival.rate, units/s) or replay --arrival "
         "saturated"], seen
     assert seen.index(span[0]) < seen.index("max_num_seqs=1 #0: simulating")
+    # the first point's floor states the same span in the same unit (durations.duration_text)
+    assert ("WARNING: the first point: this run takes at least 1.2 days of simulated time "
+            "before any server time: the units' releases span 1.2 days;") in "\n".join(seen)
     assert "arrivals span" not in caplog.text  # no point's run said it again
     seen.clear()
     with caplog.at_level(logging.WARNING, "workbench"):

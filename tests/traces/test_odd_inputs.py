@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from trace_files import trace_error, write_trace
 
 from workbench.errors import TraceFormatError
 from workbench.traces.bounds import MAX_HEAD_BYTES
@@ -126,12 +127,24 @@ def test_blank_lines_before_a_csv_header_are_skipped_as_blank_rows_are(tmp_path,
 
 
 @pytest.mark.parametrize(("fmt", "header", "rule"), [
+    ("azure", "TIMESTAMP,ContextTokens", "missing column: GeneratedTokens"),
+    ("azure", "TIMESTAMP,ContextTokens,GeneratedTokens,Region",
+     "unknown column Region; expected exactly TIMESTAMP,ContextTokens,GeneratedTokens"),
+    ("azure", "TIMESTAMP,NumImages,ContextTokens,GeneratedTokens",
+     "unknown column NumImages; expected exactly TIMESTAMP,ContextTokens,GeneratedTokens: "
+     "the 2025 multimodal trace's images are not text tokens: workbench replays text "
+     "prompts only"),
+    ("burstgpt", "Timestamp,Model,Request tokens,Response tokens,Log Type",
+     "missing column: Total tokens"),
+    ("burstgpt", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type,User",
+     "unknown column User; expected Timestamp,Model,Request tokens,Response tokens,"
+     "Total tokens,Log Type (and BurstGPT_3's Session ID, Elapsed time)"),
     ("independent", "id,arrival_time,input_len,output_len,extra",
      "unknown column extra; expected exactly id,arrival_time,input_len,output_len"),
     ("session", "session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms,zz",
-     "unknown column: zz (known: arrival_time, id, input_len, join_round, output_len, "
+     "unknown column zz; expected only arrival_time, id, input_len, join_round, output_len, "
      "parent_session_id, prefix_len, round_idx, session_id, spawn_delay_ms, spawn_round, "
-     "spawn_trigger, tool_wait_after_ms)"),
+     "spawn_trigger, tool_wait_after_ms"),
     ("session-execution-v2",
      "session_id,request_id,round_idx,arrival_time_ms,prefix_len,input_len,output_len,"
      "tool_wait_after_ms",
@@ -140,11 +153,9 @@ def test_blank_lines_before_a_csv_header_are_skipped_as_blank_rows_are(tmp_path,
     ("independent", "id,id,arrival_time,input_len,output_len", "duplicate column names in header"),
 ])
 def test_a_header_error_names_the_header_line(tmp_path, fmt, header, rule):
-    path = tmp_path / "h.csv"
-    path.write_text("\n\n" + header + "\n")
-    with pytest.raises(TraceFormatError) as exc:
-        load_trace(path, fmt, **({"sidecars": False} if fmt.startswith("session-") else {}))
-    assert (exc.value.line, exc.value.rule) == (3, rule)
+    path = write_trace(tmp_path, "\n\n" + header + "\n", "h.csv")
+    err = trace_error(path, fmt, **({"sidecars": False} if fmt.startswith("session-") else {}))
+    assert (err.line, err.rule) == (3, rule)
 
 
 def test_a_header_without_rows_names_the_line_after_it(tmp_path):

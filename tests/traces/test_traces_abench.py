@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from public_data import FIXTURES
+from trace_files import trace_error, write_trace
 
 from workbench.errors import TraceFormatError
 from workbench.traces.load import load_trace
@@ -34,12 +35,7 @@ GOOD = _line([_turn()], sid="good")
 
 
 def _write(tmp_path: Path, text: str | bytes) -> Path:
-    p = tmp_path / "sessions.jsonl"
-    if isinstance(text, bytes):
-        p.write_bytes(text)
-    else:
-        p.write_text(text)
-    return p
+    return write_trace(tmp_path, text, "sessions.jsonl")
 
 
 def test_fixture_maps_cached_tokens_and_gaps():
@@ -110,11 +106,8 @@ def test_turn_indices_need_only_increase(tmp_path):
     ],
 )
 def test_bad_input_is_one_trace_format_error(tmp_path, text, line, words):
-    p = _write(tmp_path, text)
-    with pytest.raises(TraceFormatError) as exc:
-        load_trace(p, fmt="abench")
-    assert exc.value.line == line
-    assert words in exc.value.rule
+    err = trace_error(_write(tmp_path, text), "abench")
+    assert err.line == line and words in err.rule
 
 
 def test_raw_line_separators_inside_strings_do_not_split_lines(tmp_path):

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from public_data import FIXTURES
+from trace_files import trace_error, write_trace
 
-from workbench.errors import TraceFormatError
 from workbench.traces.load import detect_format, load_trace
 
 CODE = FIXTURES / "serving-traces/azure_code_2023_head150.csv"
@@ -20,16 +20,7 @@ HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 
 
 def _write(tmp_path: Path, rows: str, header: str = HEADER) -> Path:
-    p = tmp_path / "azure.csv"
-    p.write_text(header + rows)
-    return p
-
-
-def _error(path: Path) -> tuple[int, str]:
-    with pytest.raises(TraceFormatError) as exc:
-        load_trace(path)
-    assert str(exc.value) == f"{path}:{exc.value.line}: {exc.value.rule}"
-    return exc.value.line, exc.value.rule
+    return write_trace(tmp_path, header + rows, "azure.csv")
 
 
 @pytest.mark.parametrize("path", [CODE, CONV, WEEK], ids=lambda p: p.name)
@@ -142,35 +133,22 @@ def test_unsorted_rows_keep_file_order_and_their_own_times(tmp_path, caplog):
      "(docs/trace-bounds.md)"),
 ])
 def test_bad_rows_name_file_line_and_rule(tmp_path, rows, line, rule):
-    assert _error(_write(tmp_path, rows)) == (line, rule)
-
-
-@pytest.mark.parametrize(("header", "rule"), [
-    ("TIMESTAMP,ContextTokens\n", "missing column: GeneratedTokens"),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens,Region\n",
-     "unknown column Region; expected exactly TIMESTAMP,ContextTokens,GeneratedTokens"),
-    ("TIMESTAMP,NumImages,ContextTokens,GeneratedTokens\n",
-     "unknown column NumImages; expected exactly TIMESTAMP,ContextTokens,GeneratedTokens: "
-     "the 2025 multimodal trace's images are not text tokens: workbench replays text "
-     "prompts only"),
-])
-def test_header_errors_name_line_1(tmp_path, header, rule):
-    p = _write(tmp_path, "2023-11-16 18:15:46.68,5,4\n", header=header)
-    with pytest.raises(TraceFormatError) as exc:
-        load_trace(p, "azure")
-    assert (exc.value.line, exc.value.rule) == (1, rule)
+    err = trace_error(_write(tmp_path, rows))
+    assert (err.line, err.rule) == (line, rule)
 
 
 def test_every_row_with_an_empty_prompt_is_an_error(tmp_path):
     p = _write(tmp_path, "2023-11-16 18:15:46.68,0,4\n")
-    assert _error(p) == (2, "no row to replay: every row has ContextTokens 0 (an empty prompt)")
+    err = trace_error(p)
+    assert (err.line, err.rule) == (
+        2, "no row to replay: every row has ContextTokens 0 (an empty prompt)")
 
 
 def test_a_multimodal_header_is_detected_and_refused_with_why(tmp_path):
     p = _write(tmp_path, "2025-01-01 00:00:00,1,5,4\n",
                header="TIMESTAMP,NumImages,ContextTokens,GeneratedTokens\n")
     assert detect_format(p) == "azure"
-    assert _error(p)[1].endswith("workbench replays text prompts only")
+    assert trace_error(p).rule.endswith("workbench replays text prompts only")
 
 
 def test_a_spreadsheet_export_with_quoted_names_is_detected(tmp_path):

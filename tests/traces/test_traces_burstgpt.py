@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from public_data import FIXTURES
-from trace_errors import trace_error
+from trace_files import trace_error, write_trace
 
-from workbench.errors import ConfigError, TraceFormatError
+from workbench.errors import ConfigError
 from workbench.traces.load import detect_format, load_trace
 
 FIXTURE = FIXTURES / "serving-traces/burstgpt_constructed.csv"
@@ -21,9 +21,7 @@ HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n
 
 
 def _write(tmp_path: Path, rows: str, header: str = HEADER) -> Path:
-    p = tmp_path / "burst.csv"
-    p.write_text(header + rows)
-    return p
+    return write_trace(tmp_path, header + rows, "burst.csv")
 
 
 def test_fixture_detected_rebased_failed_rows_skipped_and_warned(caplog):
@@ -71,7 +69,8 @@ def test_vllm_benchmark_selection_gpt4_with_a_response():
 
 
 def test_a_filter_no_row_matches_names_the_values_the_file_has():
-    assert trace_error(FIXTURE, model="GPT-5") == (
+    err = trace_error(FIXTURE, model="GPT-5")
+    assert (err.line, err.rule) == (
         0, "no row has Model 'GPT-5' (the model option); the file has 'ChatGPT', 'GPT-4'")
 
 
@@ -132,21 +131,8 @@ def test_an_empty_prompt_is_skipped_and_counted(tmp_path):
      "0), 0 with an empty prompt (Request tokens 0)"),
 ])
 def test_bad_rows_name_file_line_and_rule(tmp_path, rows, line, rule):
-    assert trace_error(_write(tmp_path, rows)) == (line, rule)
-
-
-@pytest.mark.parametrize(("header", "rule"), [
-    ("Timestamp,Model,Request tokens,Response tokens,Log Type\n",
-     "missing column: Total tokens"),
-    ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type,User\n",
-     "unknown column User; expected Timestamp,Model,Request tokens,Response tokens,"
-     "Total tokens,Log Type (and BurstGPT_3's Session ID, Elapsed time)"),
-])
-def test_header_errors_name_line_1(tmp_path, header, rule):
-    p = _write(tmp_path, "1,ChatGPT,10,2,12,API log\n", header=header)
-    with pytest.raises(TraceFormatError) as exc:
-        load_trace(p, "burstgpt")
-    assert (exc.value.line, exc.value.rule) == (1, rule)
+    err = trace_error(_write(tmp_path, rows))
+    assert (err.line, err.rule) == (line, rule)
 
 
 def test_rows_of_one_model_and_log_type_share_one_metadata_mapping():
@@ -158,6 +144,7 @@ def test_rows_of_one_model_and_log_type_share_one_metadata_mapping():
 
 def test_the_values_a_filter_error_names_are_bounded(tmp_path):
     rows = "".join(f"{i},m{i},10,2,12,API log\n" for i in range(12))
-    line, rule = trace_error(_write(tmp_path, rows), model="GPT-4")
+    err = trace_error(_write(tmp_path, rows), model="GPT-4")
+    line, rule = err.line, err.rule
     assert (line, rule) == (0, "no row has Model 'GPT-4' (the model option); the file has "
                                + ", ".join(f"'m{i}'" for i in range(10)) + " and 2 more")

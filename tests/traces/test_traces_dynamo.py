@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from public_data import FIXTURES
+from trace_files import trace_error, write_trace
 
 from workbench.errors import TraceFormatError
 from workbench.traces.load import load_trace
@@ -48,14 +49,9 @@ def _tool(start, end, sid="s", call="c1", kind="tool_end"):
 
 
 def _write(tmp_path: Path, rows) -> Path:
-    p = tmp_path / "trace.jsonl"
-    if isinstance(rows, bytes):
-        p.write_bytes(rows)
-    elif isinstance(rows, str):
-        p.write_text(rows)
-    else:
-        p.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return p
+    """``rows``: the file's text or bytes, or records written one JSON object a line."""
+    text = rows if isinstance(rows, str | bytes) else "".join(json.dumps(r) + "\n" for r in rows)
+    return write_trace(tmp_path, text, "trace.jsonl")
 
 
 def test_fixture_sessions_prefixes_and_tool_waits():
@@ -258,8 +254,5 @@ def _with(row, path, value):
     ],
 )
 def test_bad_input_is_one_trace_format_error(tmp_path, rows, line, words):
-    p = _write(tmp_path, rows)
-    with pytest.raises(TraceFormatError) as exc:
-        load_trace(p, fmt="dynamo")
-    assert exc.value.line == line
-    assert words in exc.value.rule
+    err = trace_error(_write(tmp_path, rows), "dynamo")
+    assert err.line == line and words in err.rule

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from public_data import FIXTURES
+from trace_files import trace_error, write_trace
 
-from workbench.errors import TraceFormatError
 from workbench.traces.load import load_trace
 
 FIXTURE = FIXTURES / "independent_requests.csv"
@@ -16,12 +16,7 @@ HEADER = "id,arrival_time,input_len,output_len\n"
 
 
 def _write(tmp_path: Path, text: str | bytes) -> Path:
-    p = tmp_path / "requests.csv"
-    if isinstance(text, bytes):
-        p.write_bytes(text)
-    else:
-        p.write_text(text)
-    return p
+    return write_trace(tmp_path, text, "requests.csv")
 
 
 def test_fixture_keeps_file_order_and_ids():
@@ -87,8 +82,5 @@ def test_columns_in_any_order(tmp_path):
     ],
 )
 def test_bad_input_is_one_trace_format_error(tmp_path, text, line, words):
-    p = _write(tmp_path, text)
-    with pytest.raises(TraceFormatError) as exc:
-        load_trace(p, fmt="independent")
-    assert exc.value.line == line
-    assert words in exc.value.rule
+    err = trace_error(_write(tmp_path, text), "independent")
+    assert err.line == line and words in err.rule

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from public_data import FIXTURES, REPO
-from trace_errors import trace_error
+from trace_files import trace_error
 
 from workbench.errors import ConfigError
 from workbench.traces import bounds
@@ -24,6 +24,12 @@ from workbench.traces.text_tokens import WORDS
 SHAREGPT = FIXTURES / "text-datasets/sharegpt_constructed.json"
 SINGLE = FIXTURES / "text-datasets/aiperf_single_turn_constructed.jsonl"
 MULTI = FIXTURES / "text-datasets/aiperf_multi_turn_constructed.jsonl"
+
+
+def _line_rule(path, **options):
+    """``(line, rule)`` of the one error reading ``path`` (``trace_files.trace_error``)."""
+    err = trace_error(path, **options)
+    return err.line, err.rule
 
 
 def _shape(w) -> dict[str, list[tuple[int, int, int, float]]]:
@@ -119,7 +125,7 @@ def test_sharegpt_one_conversation_a_line_is_read_and_detected(tmp_path):
 def test_sharegpt_bad_input_names_the_conversation_turn_and_rule(tmp_path, doc, line, rule):
     p = tmp_path / "share.json"
     p.write_text(json.dumps(doc, indent=None if isinstance(doc, list) else 2))
-    got_line, got_rule = trace_error(p, fmt="sharegpt")
+    got_line, got_rule = _line_rule(p, fmt="sharegpt")
     assert got_line == line and rule in got_rule, got_rule
 
 
@@ -128,18 +134,18 @@ def test_sharegpt_json_lines_errors_name_the_line(tmp_path):
     good = json.dumps(_conv(("human", "hi"), ("gpt", "yo"), cid="a"))
     bad = json.dumps(_conv(("human", "hi"), ("gpt", "yo"), ("gpt", "no"), cid="b"))
     p.write_text(f"{good}\n\n{bad}\n")
-    assert trace_error(p)[0] == 3
+    assert _line_rule(p)[0] == 3
 
 
 def test_sharegpt_past_the_bounds_is_refused_before_anything_runs(tmp_path):
     huge = tmp_path / "huge.json"
     with open(huge, "wb") as fh:  # sparse: no disk used
         fh.truncate(bounds.MAX_TRACE_BYTES + 1)
-    assert "larger than the bound of 1,073,741,824 bytes" in trace_error(huge, fmt="sharegpt")[1]
+    assert "larger than the bound of 1,073,741,824 bytes" in _line_rule(huge, fmt="sharegpt")[1]
     # a round past the 10M-token bound: the question reuses a 6M-word reply
     p = _write(tmp_path, [_conv(("human", "q"), ("gpt", "a " * 6_000_000),
                                 ("human", "b " * 4_000_000), ("gpt", "done"), cid="long")])
-    line, rule = trace_error(p)
+    line, rule = _line_rule(p)
     assert line == 0 and rule.startswith("conversation 0 (id 'long'), round 1: prompt "
                                           "10,000,001 + output 1 =")
 
@@ -242,7 +248,7 @@ def test_aiperf_single_turn_delays_add_up_and_unix_ms_are_rebased(tmp_path):
 def test_aiperf_single_turn_bad_input(tmp_path, line, rule):
     p = tmp_path / "single.jsonl"
     p.write_text('{"text": "fine"}\n' + line + "\n")
-    got_line, got_rule = trace_error(p, fmt="aiperf-single-turn")
+    got_line, got_rule = _line_rule(p, fmt="aiperf-single-turn")
     assert got_line == 2 and rule in got_rule, got_rule
 
 
@@ -269,12 +275,12 @@ def test_aiperf_multi_turn_names_and_bad_input(tmp_path):
                  '{"session_id": "aiperf_0", "turns": [{"text": "b"}]}\n')
     assert [u.unit_id for u in load_trace(p).units] == ["aiperf_0~2", "aiperf_0"]
     p.write_text('{"session_id": "s", "turns": []}\n')
-    assert trace_error(p, fmt="aiperf-multi-turn") == (1, "turns must be a non-empty list "
+    assert _line_rule(p, fmt="aiperf-multi-turn") == (1, "turns must be a non-empty list "
                                                       "(AIPerf's rule)")
     p.write_text('{"session_id": "s", "turns": [{"text": "a"}, {"texts": ["b"], "text": "c"}]}\n')
-    assert trace_error(p)[1].startswith("turns[1].text and texts cannot be set together")
+    assert _line_rule(p)[1].startswith("turns[1].text and texts cannot be set together")
     p.write_text('{"session_id": "s", "turns": [{"text": "a"}, {"text": "b", "images": ["x"]}]}\n')
-    assert "field turns[].'images': images and audio are not text tokens" in trace_error(p)[1]
+    assert "field turns[].'images': images and audio are not text tokens" in _line_rule(p)[1]
     with pytest.raises(ConfigError, match="option output_len must be an integer from 1"):
         load_trace(MULTI, output_len=0)
     with pytest.raises(ConfigError, match="option history must be one of none, full"):

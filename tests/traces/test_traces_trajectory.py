@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from public_data import needs, public
+from trace_files import trace_error, write_trace
 
-from workbench.errors import TraceFormatError
 from workbench.traces.load import load_trace
 
 PUBLIC = public("batchbench/trajectories_v1.jsonl")
@@ -25,12 +25,7 @@ GOOD = _line([{"prompt_tokens": 100, "output_tokens": 10}])
 
 
 def _write(tmp_path: Path, text: str | bytes) -> Path:
-    p = tmp_path / "plans.jsonl"
-    if isinstance(text, bytes):
-        p.write_bytes(text)
-    else:
-        p.write_text(text)
-    return p
+    return write_trace(tmp_path, text, "plans.jsonl")
 
 
 @needs(PUBLIC)
@@ -154,8 +149,5 @@ def test_zero_growth_is_allowed_and_reset_on_first_request_is_harmless(tmp_path)
     ],
 )
 def test_bad_input_is_one_trace_format_error(tmp_path, text, line, words):
-    p = _write(tmp_path, text)
-    with pytest.raises(TraceFormatError) as exc:
-        load_trace(p, fmt="trajectory")
-    assert exc.value.line == line
-    assert words in exc.value.rule
+    err = trace_error(_write(tmp_path, text), "trajectory")
+    assert err.line == line and words in err.rule

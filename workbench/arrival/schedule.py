@@ -8,10 +8,11 @@ from typing import Any
 from workbench.arrival.modes import MODES, register_mode
 from workbench.arrival.processes import GAP_LAWS, PROCESSES, ArrivalProcess
 from workbench.arrival.rate import rescale_to_rate
+from workbench.durations import DAY_MS, duration_text
 from workbench.records import Unit
 
 #: an arrival span past this (one day) is warned about: a trace-timed replay would wait it out
-ARRIVAL_SPAN_WARN_MS = 86_400_000.0
+ARRIVAL_SPAN_WARN_MS = DAY_MS
 
 
 def release_offsets_ms(units: Sequence[Unit], mode: str, rate: float | None,
@@ -76,13 +77,16 @@ def span_warning(span_ms: float, remedy: str = SPAN_REMEDY) -> str | None:
     in the flags of the command that says it (``plan``'s are not ``replay``'s)."""
     if span_ms <= ARRIVAL_SPAN_WARN_MS:
         return None
-    return f"arrivals span {span_words(span_ms)}: {SPAN_MEANS}; {remedy}"
+    return span_sentence(span_words(span_ms), remedy)
 
 
-#: what a span past a day means, in every command's warning of it
-SPAN_MEANS = "the last unit is released that long after the first"
+def span_sentence(spans: str, remedy: str) -> str:
+    """Every command's warning of a span past a day: ``arrivals span SPANS: what that
+    means; REMEDY`` (``spans``: ``span_words``, or a sweep's spans with their points)."""
+    return f"arrivals span {spans}: the last unit is released that long after the first; {remedy}"
 
 
 def span_words(span_ms: float) -> str:
-    """A span in days and ms: ``1.2 days (100,000,000 ms)``."""
-    return f"{span_ms / ARRIVAL_SPAN_WARN_MS:,.1f} days ({span_ms:,.0f} ms)"
+    """A span in words and ms: ``1.2 days (100,000,000 ms)`` (``durations``' units, as
+    the run's floor states it)."""
+    return f"{duration_text(span_ms)} ({span_ms:,.0f} ms)"

@@ -155,9 +155,9 @@ def run(args: argparse.Namespace) -> int:
 
             print(f"INCOMPLETE (interrupted): {done} of {counted(len(points), 'point')} done")
             # the points done, marked as a finished sweep marks them (exit 130 all the same)
-            _print_sweep(stopped[-1], judge_error_rate(stopped[-1], args.max_error_rate))
+            _print_sweep(stopped[-1], _judged(stopped[-1], args.max_error_rate))
         raise
-    over = judge_error_rate(result, args.max_error_rate)
+    over = _judged(result, args.max_error_rate)
     _print_sweep(result, over)
     return _exit_status(result, args.max_error_rate, over)
 
@@ -240,16 +240,22 @@ NOTE_RUNS = 10
 MANIFEST_S, MANIFESTS = "its manifest's", "their manifests'"  # (the rate in it)
 
 
+def _judged(result: Any, max_error_rate: float) -> dict[int, list[str]]:
+    """``judge_error_rate``'s verdict, kept in the sweep's manifest (the one write of it)."""
+    from workbench.sweeps.store import write_error_rate
+
+    over = judge_error_rate(result, max_error_rate)
+    write_error_rate(result, max_error_rate, over)
+    return over
+
+
 def judge_error_rate(result: Any, max_error_rate: float) -> dict[int, list[str]]:
     """``{point index: a line per run}`` of the points with a run in which more than
     ``max_error_rate`` of the requests failed, judged as ``replay --max-error-rate`` judges
     its run and said in its words (``_run_end``): ``"point 1 (rate=4) run p001-r0: 3 of 8
-    requests failed, more than --max-error-rate 0"``. The verdict is kept in the sweep's
-    manifest, by the rate given now (a resumed sweep's reused runs too): its
-    ``max_error_rate`` and each point's ``over_max_error_rate`` (docs/sweeps.md, "A sweep
-    directory")."""
+    requests failed, more than --max-error-rate 0"``; by the rate given now (a resumed
+    sweep's reused runs too). Judges only: ``store.write_error_rate`` keeps the verdict."""
     from workbench.commands._run_end import over_error_rate, run_exit_status
-    from workbench.sweeps.store import OVER_RATE, write_sweep
 
     over: dict[int, list[str]] = {}
     for p in result.manifest.points:
@@ -261,12 +267,8 @@ def judge_error_rate(result: Any, max_error_rate: float) -> dict[int, list[str]]
                                max_error_rate=max_error_rate) == ExitCode.ERROR_RATE:
                 said.append(f"point {p['index']} ({p['label']}) run {run['run_id']}: "
                             f"{over_error_rate(errors, ok, max_error_rate)}")
-        if p.get("status") == "done":
-            p[OVER_RATE] = bool(said)
         if said:
             over[p["index"]] = said
-    result.manifest.max_error_rate = max_error_rate
-    write_sweep(result)
     return over
 
 

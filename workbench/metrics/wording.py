@@ -47,6 +47,12 @@ def slo_phrase(slo: Mapping[str, Any] | None) -> str:
     return " and ".join(parts)
 
 
+def bounds_phrase(bounds: Mapping[str, Any]) -> str:
+    """``"TTFT ≤ 2000 ms, TPOT ≤ 50 ms"``: a run's per-request bounds (``summary["slo"]
+    ["bounds"]``), as its headline's verdict and its table's attained row state them."""
+    return ", ".join(f"{catalog.label(k)} ≤ {sig(v)} ms" for k, v in bounds.items())
+
+
 def capacity_phrase(sustained_rps: Any, offered: str, *, at_least: bool = False) -> str:
     """``"capacity 1.81 req/s sustained, at 2.63 requests/s offered"`` (``offered``: that
     load in words); ``at_least``: the SLO held at every load tried."""

@@ -21,6 +21,7 @@ from workbench.context.policy import (
     make_policy,
     plan_rounds,
 )
+from workbench.durations import duration_text
 from workbench.records import Prompted, Round, Spawn, Unit, UnitStream, Workload
 from workbench.workloads.trace_stats import ideal_prefix_hit_rate
 
@@ -282,18 +283,6 @@ class RunFloor:
         what = "of simulated time" if virtual else ""
         return (f"this run takes at least {duration_text(self.floor_ms)} {what}".rstrip()
                 + f" before any server time: {self.why}; to shorten it: {shorten}")
-
-
-def duration_text(ms: float) -> str:
-    """``2 h 5 min``, ``51 min 3 s``, ``42 s``, ``7.5 s`` (tenths under 10 s)."""
-    if ms < 9_950:
-        return f"{ms / 1000:.1f}".removesuffix(".0") + " s"
-    s = round(ms / 1000)
-    h, rest = divmod(s, 3600)
-    m, sec = divmod(rest, 60)
-    if h:
-        return f"{h} h {m} min"
-    return f"{m} min {sec} s" if m else f"{sec} s"
 
 
 def run_floor(plan: Plan, arrival: ArrivalSpec) -> RunFloor | None:

@@ -16,6 +16,7 @@ from workbench.metrics.distribution import QS, resolution, support
 from workbench.metrics.slo import DEFAULT_MIN_OK
 from workbench.metrics.summary import NON_STREAMING_NOTE, NOT_STREAMED, measured_plan
 from workbench.metrics.wording import (
+    bounds_phrase,
     capacity_phrase,
     counted,
     delivery_warning,
@@ -96,10 +97,6 @@ def engine_note(manifest: RunManifest | None) -> str | None:
     return None
 
 
-def _bounds_text(bounds: Mapping[str, Any]) -> str:
-    return ", ".join(f"{METRIC_NAMES.get(k, k)} ≤ {sig(v)} ms" for k, v in bounds.items())
-
-
 def slo_verdict(slo: Mapping[str, Any] | None,
                 summary: Mapping[str, Any] | None = None) -> str | None:
     """``"SLO met: 303/303 within TTFT ≤ 2000 ms"`` (met: at least ``SLO_MET_SHARE``
@@ -109,7 +106,7 @@ def slo_verdict(slo: Mapping[str, Any] | None,
         return None
     share = slo.get("joint_attainment")
     met = share is not None and share >= SLO_MET_SHARE
-    text = f"{slo.get('attained')}/{slo.get('requests')} within {_bounds_text(slo['bounds'])}"
+    text = f"{slo.get('attained')}/{slo.get('requests')} within {bounds_phrase(slo['bounds'])}"
     s = summary or {}
     unmeasured = [METRIC_NAMES.get(m, m) for m in slo["bounds"]
                   if s.get("ok") and isinstance(s.get(m), Mapping) and s[m].get("count") == 0]

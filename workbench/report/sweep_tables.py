@@ -10,6 +10,7 @@ import pandas as pd
 import workbench.catalogs.requests as catalog
 import workbench.sweeps.spec as spec_mod
 from workbench.catalogs.requests import SCALAR_LATENCY
+from workbench.metrics.wording import slo_phrase
 from workbench.report.headline import capacity_brief, sig, sweep_rounds_per_unit
 from workbench.report.sweep_plots import in_load_order
 from workbench.report.tables import named
@@ -101,15 +102,27 @@ def _capacity_cell(sweep: Sweep) -> str | None:
     return "; ".join(f"{c.label}: {capacity_brief(c, rounds)}" for c in caps)
 
 
+def held_label(sweeps: Mapping[str, Sweep]) -> str:
+    """The points table's verdict column, naming the SLO in the headline's words when the
+    sweeps share one (``SLO held at TTFT p90 ≤ 500 ms``); ``SLO held`` when they differ
+    (the sweeps table names each one's)."""
+    phrases = {slo_phrase(s.slo) for s in sweeps.values() if s.slo}
+    if len(phrases) == 1 and (phrase := next(iter(phrases))):
+        return f"SLO held at {phrase}"
+    return "SLO held"
+
+
 def points_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
     """A row per finished point in load order: the axes and ``POINT_SHOWN`` (ms, 0-1)."""
     frames = []
+    held = held_label(sweeps)
     for label, s in sweeps.items():
         df = in_load_order(s)
         if df.empty:
             continue
         extra = slo_columns(s)
-        shown = (*POINT_SHOWN, *((col, text) for col, _, text in extra))
+        shown = (*((k, held if k == "slo_held" else text) for k, text in POINT_SHOWN),
+                 *((col, text) for col, _, text in extra))
         if OVER_RATE in df and df[OVER_RATE].fillna(False).astype(bool).any():
             shown = (*shown, (OVER_RATE, "over --max-error-rate"))
         cols = [c for c in (*s.axes, *(k for k, _ in shown)) if c in df]

@@ -7,7 +7,7 @@ sweep directory"); ``load_sweep`` reads a directory back as a ``Sweep``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -168,3 +168,13 @@ def write_sweep(sweep: Sweep) -> None:
     from workbench.storage.rundir import write_json
 
     write_json(sweep.sweep_dir / SWEEP_MANIFEST, sweep.manifest.to_dict())
+
+
+def write_error_rate(sweep: Sweep, max_error_rate: float, over: Collection[int]) -> None:
+    """Keep a ``--max-error-rate`` verdict in ``sweep.json``: the rate and each done point's
+    ``OVER_RATE`` (true for the indices in ``over``; docs/sweeps.md, "A sweep directory")."""
+    for p in sweep.manifest.points:
+        if p.get("status") == "done":
+            p[OVER_RATE] = p["index"] in over
+    sweep.manifest.max_error_rate = max_error_rate
+    write_sweep(sweep)

@@ -24,7 +24,12 @@ from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
 import workbench.sweeps.spec as spec_mod
-from workbench.arrival.schedule import ARRIVAL_SPAN_WARN_MS, SPAN_MEANS, SPAN_REMEDY, span_words
+from workbench.arrival.schedule import (
+    ARRIVAL_SPAN_WARN_MS,
+    SPAN_REMEDY,
+    span_sentence,
+    span_words,
+)
 from workbench.config import RunConfig
 from workbench.cores import usable_cores
 from workbench.errors import ConfigError
@@ -275,7 +280,8 @@ class SweepRunner:
 
     def _announce_floor(self, e: Mapping[str, Any], cfg: RunConfig, workload: Any,
                         runs: int) -> None:
-        from workbench.replay.plan import LONG_RUN_MS, build_plan, duration_text, run_floor
+        from workbench.durations import duration_text
+        from workbench.replay.plan import LONG_RUN_MS, build_plan, run_floor
 
         floor = run_floor(build_plan(cfg, workload), cfg.arrival)
         if floor is None or floor.floor_ms <= LONG_RUN_MS:
@@ -424,7 +430,7 @@ SPAN_NAMED = 6
 
 def _span_sentence(long: Sequence[tuple[str, float]], remedy: str) -> str:
     """The one warning of the points whose releases span more than a day: ``arrivals span
-    1.2 days (100,000,000 ms) at rate=1 and rate=2: trace-timed, ...``, each span once
+    1.2 days (100,000,000 ms) at rate=1 and rate=2: the last unit ...``, each span once
     with the points that have it (``span_warning``'s words), ``SPAN_NAMED`` points at
     most, then ``, and N more points``."""
     by_span: dict[str, list[str]] = {}
@@ -437,7 +443,7 @@ def _span_sentence(long: Sequence[tuple[str, float]], remedy: str) -> str:
         named += len(take)
         parts.append(f"{words} at {' and '.join(take) if len(take) < 3 else ', '.join(take)}")
     more = f", and {counted(len(long) - named, 'more point')}" if len(long) > named else ""
-    return f"arrivals span {', '.join(parts)}{more}: {SPAN_MEANS}; {remedy}"
+    return span_sentence(f"{', '.join(parts)}{more}", remedy)
 
 
 def _done(entry: Mapping[str, Any], repeats: int) -> bool:

@@ -15,7 +15,7 @@ import math
 import os
 import re
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -225,6 +225,30 @@ def header_names(line: str) -> set[str]:
     """The column names of a CSV header line as the sniffers see them: split at commas,
     spaces, a BOM and double quotes around a name dropped."""
     return {c.strip().strip('"') for c in line.lstrip(BOM).split(",")}
+
+
+def header_sniffer(columns: tuple[str, ...]) -> Callable[[list[str]], bool]:
+    """A format's sniffer: the first line is a CSV header naming every one of ``columns``
+    (others may follow; the reader's ``check_columns`` says which it takes)."""
+    wanted = set(columns)
+
+    def sniff(lines: list[str]) -> bool:
+        return bool(lines) and header_names(lines[0]) >= wanted
+
+    return sniff
+
+
+def check_columns(path: Path, line: int, header: list[str], known: Collection[str],
+                  expected: str, why: Mapping[str, str] | None = None) -> None:
+    """One ``TraceFormatError`` at the header ``line`` naming the columns of ``header`` not
+    in ``known``: ``unknown column Region; expected exactly A,B,C`` (``expected``: what
+    follows ``expected``; ``why``: a column's reason, added to the rule when it is there)."""
+    extra = [c for c in header if c not in known]
+    if not extra:
+        return
+    reason = next((f": {why[c]}" for c in extra if why and c in why), "")
+    raise TraceFormatError(path, line, f"unknown {noun(len(extra), 'column')} "
+                                       f"{', '.join(extra)}; expected {expected}{reason}")
 
 
 def read_csv(

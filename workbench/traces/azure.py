@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import TraceFormatError
-from workbench.plurals import noun
 from workbench.records import Workload
 from workbench.traces import bounds
-from workbench.traces._io import header_names, read_csv, token_count
+from workbench.traces._io import check_columns, header_sniffer, read_csv, token_count
 from workbench.traces.formats import register_format
 from workbench.traces.shared import Request, note_rows, request_workload
 
@@ -61,23 +60,9 @@ def _stamp_ns(path: Path, line: int, text: str) -> tuple[int, bool]:
     return ns, zone is not None
 
 
-def _sniff(lines: list[str]) -> bool:
-    return bool(lines) and header_names(lines[0]) >= set(COLUMNS)
-
-
-def _check_header(path: Path, header: list[str], line: int) -> None:
-    extra = [c for c in header if c not in COLUMNS]
-    if not extra:
-        return
-    why = next((f": {_FOREIGN[c]}" for c in extra if c in _FOREIGN), "")
-    raise TraceFormatError(path, line, f"unknown {noun(len(extra), 'column')} "
-                                       f"{', '.join(extra)}; expected exactly "
-                                       f"{','.join(COLUMNS)}{why}")
-
-
 @register_format(
     "azure",
-    sniff=_sniff,
+    sniff=header_sniffer(COLUMNS),
     description="Azure LLM inference trace CSV (2023, 2024): TIMESTAMP,ContextTokens,"
     "GeneratedTokens",
 )
@@ -86,7 +71,7 @@ def read_azure(path: Path) -> Workload:
     arriving at its TIMESTAMP less the earliest one."""
     path = Path(path)
     header, header_line, rows = read_csv(path, COLUMNS, "azure")
-    _check_header(path, header, header_line)
+    check_columns(path, header_line, header, COLUMNS, f"exactly {','.join(COLUMNS)}", _FOREIGN)
     stamps: list[int] = []
     texts: list[str] = []
     kept: list[tuple[int, int, int, int]] = []  # line, row, prompt, output

@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import ConfigError, TraceFormatError
-from workbench.plurals import noun
 from workbench.records import Workload
 from workbench.traces import bounds
-from workbench.traces._io import as_float, header_names, read_csv, token_count
+from workbench.traces._io import as_float, check_columns, header_sniffer, read_csv, token_count
 from workbench.traces.formats import register_format
 from workbench.traces.shared import Request, note_rows, request_workload
 
@@ -23,10 +22,6 @@ OPTIONAL = ("Session ID", "Elapsed time")  # BurstGPT_3's
 FAILED = ("skip", "keep")
 _MAX_S = bounds.MAX_ARRIVAL_MS / 1000
 _SHOWN_VALUES = 10  # a column's values named in an error, at most
-
-
-def _sniff(lines: list[str]) -> bool:
-    return bool(lines) and header_names(lines[0]) >= set(COLUMNS)
 
 
 def _filter(name: str, value: Any) -> str | None:
@@ -65,7 +60,7 @@ def _unit_meta(path: Path, line: int, row: dict[str, str], model: str, kind: str
 
 @register_format(
     "burstgpt",
-    sniff=_sniff,
+    sniff=header_sniffer(COLUMNS),
     description="BurstGPT CSV: Timestamp (s),Model,Request tokens,Response tokens,"
     "Total tokens,Log Type (options model, log_type, failed)",
 )
@@ -81,11 +76,8 @@ def read_burstgpt(path: Path, *, model: str | None = None, log_type: str | None 
                           f"got {bounds.shown(failed)}")
     path = Path(path)
     header, header_line, rows = read_csv(path, COLUMNS, "burstgpt")
-    extra = [c for c in header if c not in COLUMNS + OPTIONAL]
-    if extra:
-        raise TraceFormatError(path, header_line, (
-            f"unknown {noun(len(extra), 'column')} {', '.join(extra)}; expected "
-            f"{','.join(COLUMNS)} (and BurstGPT_3's {', '.join(OPTIONAL)})"))
+    check_columns(path, header_line, header, COLUMNS + OPTIONAL,
+                  f"{','.join(COLUMNS)} (and BurstGPT_3's {', '.join(OPTIONAL)})")
     seen_models: dict[str, None] = {}
     seen_kinds: dict[str, None] = {}
     kept: list[tuple[int, int, float, int, int, dict]] = []

@@ -8,10 +8,9 @@ import csv
 from pathlib import Path
 
 from workbench.errors import TraceFormatError
-from workbench.plurals import noun
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
-from workbench.traces._io import offset_ms, read_csv, token_count
+from workbench.traces._io import check_columns, offset_ms, read_csv, token_count
 from workbench.traces.formats import register_format
 
 COLUMNS = ("id", "arrival_time", "input_len", "output_len")
@@ -51,12 +50,7 @@ def read_independent(path: Path) -> Workload:
     """Load an independent-request CSV: one unit per row, in file order."""
     path = Path(path)
     header, header_line, rows = read_csv(path, COLUMNS, "independent")
-    extra = [c for c in header if c not in COLUMNS]
-    if extra:
-        raise TraceFormatError(
-            path, header_line, f"unknown {noun(len(extra), 'column')} {', '.join(extra)}; "
-            f"expected exactly {','.join(COLUMNS)}"
-        )
+    check_columns(path, header_line, header, COLUMNS, f"exactly {','.join(COLUMNS)}")
     units: list[Unit] = []
     seen: dict[str, int] = {}  # each unit id's line
     for line, row in rows:

@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 
 from workbench.errors import TraceFormatError
-from workbench.plurals import noun
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces._io import (
     FAST_PATH_MIN_ROWS,
     as_int,
+    check_columns,
     fast_frame,
     fast_ms,
     fast_rounds_fine,
@@ -120,12 +120,7 @@ def _id_column(path: Path, header: list[str], line: int) -> str:
         raise TraceFormatError(path, line, "missing column: session_id (or its alias id)")
     if len(present) == 2:
         raise TraceFormatError(path, line, "both session_id and its alias id given; keep one")
-    unknown = [c for c in header if c not in KNOWN]
-    if unknown:
-        raise TraceFormatError(
-            path, line, f"unknown {noun(len(unknown), 'column')}: {', '.join(unknown)} "
-            f"(known: {', '.join(sorted(KNOWN))})"
-        )
+    check_columns(path, line, header, KNOWN, f"only {', '.join(sorted(KNOWN))}")
     return present[0]
 
 
