@@ -11,9 +11,8 @@ import workbench.catalogs.requests as catalog
 import workbench.sweeps.spec as spec_mod
 from workbench.catalogs.requests import SCALAR_LATENCY
 from workbench.report.headline import capacity_brief, sig, sweep_rounds_per_unit
-from workbench.report.sweep_plots import in_load_order
 from workbench.report.tables import named
-from workbench.sweeps.groups import RATE_AXIS, capacities, load_axis
+from workbench.sweeps.groups import RATE_AXIS, capacities, in_load_order, load_axis
 from workbench.sweeps.points import STATS
 from workbench.sweeps.store import OVER_RATE, Sweep
 
