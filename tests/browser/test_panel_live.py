@@ -1,18 +1,25 @@
 """The replay panel stays live on a busy machine (issue 40), in JupyterLab and headless
-Chromium: the bundled TraceLab session trace (303 requests, 48 sessions) run whole from the
-panel while another process keeps a core busy (a bounded CPU hog, killed at the end). The
-status line's text is recorded in the browser with a timestamp at every change (a
-MutationObserver: no polling); while the run goes it changes at least once a second, and
-"finalizing…" shows when the traffic ends. The live figures' images are recorded the same
-way: they are redrawn every few seconds while the run goes (from the first image on, at
-least every 6 s until the traffic ends), not only at its end. Also: "2.5" typed in
-"sessions at once" stays "2.5" and is refused with a message (never read as 25).
+Chromium, judged by the order of what the page shows, never by the clock: the bundled
+TraceLab session trace (303 requests, 48 sessions) run from the panel while another
+process keeps a core busy (a bounded CPU hog, killed at the end). Every text the status
+line shows and every new image of the live figures is recorded in the browser, in one
+sequence, as it is shown (MutationObservers: no polling). While the run goes, the status
+line goes through its states in order ("starting engine…", then "running n/303 · t s",
+n never going back and t always forward, many of them), each of the three live figures
+shows new images (redrawn while the run goes, not only at its end), and Stop, pressed
+mid-run, is answered before the run's end: "stopping…", "finalizing…", then the
+cancelled result, of fewer than 303 requests. A kernel whose loop the run or a redraw held
+would show no intermediate state, or answer Stop only once the run had ended ("done: 303
+ok"). How far apart the status line's changes are, in ms (issue 40's bound: 1 s), is
+measured by ``bench/bench_panel_live.py`` (bench/README.md), not asserted here. Also:
+"2.5" typed in "sessions at once" stays "2.5" and is refused with a message (never read
+as 25).
 """
 
 from __future__ import annotations
 
-import itertools
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,40 +28,54 @@ from typing import Any
 
 import pytest
 
-from tests.browser.test_lab import RUN_ALL_S, errors, field, open_notebook, run_all, shot
+from tests.browser.test_lab import (
+    RUN_ALL_S,
+    errors,
+    field,
+    open_notebook,
+    run_all,
+    shot,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 HOG_S = 600  # the hog's own bound, should the test be stopped before it kills it
-MAX_GAP_MS = 1000  # the issue's bound: the status line changes at least once a second
-FIGURE_GAP_MS = 6000  # "live figures refresh every few seconds": at least every 6 s
-# every text the status line shows and every image the live figures show, with the time
-# (performance.now(), ms) the browser showed it
+TRACE = "tracelab/multi_session_large.csv"
+REDRAWS = 2  # new images of each live figure while the run goes, before Stop
+MIN_RUNNING = 10  # distinct "running …" states before Stop (a poll every 0.1 s shows ~10/s)
+# every text the status line shows ({s}) and every image a live figure shows that it did not
+# show before ({f: its index}), in the order the page showed them, with the time
+# (performance.now(), ms: read by bench/bench_panel_live.py only)
 WATCH = """() => {
-  window.wbStatuses = [];
-  window.wbFigures = [];
+  window.wbEvents = [];
+  const push = (e) => { e.t = performance.now(); window.wbEvents.push(e); };
   const el = document.querySelector('.wb-status');
+  let shown;
   const note = () => {
     const s = el.innerText.trim();
-    const last = window.wbStatuses[window.wbStatuses.length - 1];
-    if (last === undefined || last.s !== s) window.wbStatuses.push({t: performance.now(), s});
+    if (s !== shown) { shown = s; push({s}); }
   };
   note();
   new MutationObserver(note).observe(el, {subtree: true, childList: true,
                                           characterData: true});
   const live = document.querySelector('.wb-live');
-  // any change under the live figures: which figure shows an image it did not show before
   const last = ['', '', ''];
   new MutationObserver(() => {
     [...live.querySelectorAll(':scope > .widget-output')].forEach((out, i) => {
       const img = out.querySelector('img');
       const src = img ? img.src : '';
-      if (src && src !== last[i]) window.wbFigures.push({t: performance.now(), i});
+      if (src && src !== last[i]) push({f: i});
       last[i] = src;
     });
   }).observe(live, {subtree: true, childList: true, attributes: true,
                     characterData: true});
 }"""
+# each live figure has shown ``n`` new images
+REDRAWN = """(n) => [0, 1, 2].every(
+  i => window.wbEvents.filter(e => e.f === i).length >= n)"""
+# a state of a run going: "starting engine…" (first without the clock), "running… · 0.4 s",
+# "running 12/303 · 3.1 s"
+STATE = re.compile(r"^(?:starting engine…|running(?: (\d+)/(\d+)|…))(?: · ([\d.]+) s)?$")
 
 
 @pytest.fixture
@@ -70,50 +91,70 @@ def cpu_hog() -> Iterator[subprocess.Popen[bytes]]:
         proc.wait(timeout=30)
 
 
-def test_the_status_line_advances_every_second_under_a_cpu_hog_until_finalizing(
+def whole_trace(page: Any, speedup: str | None = None) -> None:
+    """The panel set to run the whole TraceLab session trace (at ``speedup``, if given),
+    its check cleared, the Run button in view."""
+    field(page, "dropdown", "trace").evaluate("e => e.scrollIntoView({block: 'center'})")
+    field(page, "dropdown", "trace").select_option(TRACE)
+    fields = [("units (0 = all)", "0"), *([("sim speed-up ×", speedup)] if speedup else [])]
+    for label, value in fields:
+        box = field(page, "text", label)
+        box.fill(value)
+        box.press("Enter")
+    page.wait_for_function("() => document.querySelector('.wb-check').innerText.trim() === ''")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('button.jupyter-button')]"
+        ".some(b => b.innerText.trim() === 'Run' && !b.disabled)", timeout=30_000)
+    page.locator("button.jupyter-button", has_text="Run").scroll_into_view_if_needed()
+
+
+def test_the_status_line_goes_through_the_run_and_stop_is_answered_under_a_cpu_hog(
     page: Any, lab: Any, tmp_path: Path, cpu_hog: subprocess.Popen[bytes]
 ) -> None:
     open_notebook(page, lab, "replay.ipynb")
     run_all(page)
-    field(page, "dropdown", "trace").evaluate("e => e.scrollIntoView({block: 'center'})")
-    field(page, "dropdown", "trace").select_option("tracelab/multi_session_large.csv")
-    units = field(page, "text", "units (0 = all)")
-    units.fill("0")
-    units.press("Enter")
-    page.wait_for_function("() => document.querySelector('.wb-check').innerText.trim() === ''")
-    run = page.locator("button.jupyter-button", has_text="Run")
-    run.scroll_into_view_if_needed()
+    whole_trace(page, speedup="1")  # real time (~5 min): Stop comes long before the end
     page.evaluate(WATCH)
     assert cpu_hog.poll() is None  # the hog is busy while the run goes
-    run.click()
-    done = page.locator(".wb-status", has_text="done:")
-    done.wait_for(timeout=RUN_ALL_S)
+    page.locator("button.jupyter-button", has_text="Run").click()
+    # each live figure redrawn while the run goes (waited for; a failure bound only)
+    page.wait_for_function(REDRAWN, arg=REDRAWS, timeout=RUN_ALL_S)
+    page.evaluate("() => window.wbEvents.push({stop: true})")  # where Stop was pressed
+    page.locator("button.jupyter-button", has_text="Stop").click()
+    page.locator(".wb-status", has_text="cancelled:").wait_for(timeout=RUN_ALL_S)
     assert cpu_hog.poll() is None
     page.locator(".wb-live").scroll_into_view_if_needed()
-    shot(page, tmp_path, "replay-panel-under-load")
-    seen = page.evaluate("() => window.wbStatuses")
-    figures = page.evaluate("() => window.wbFigures")
-    (tmp_path / "status.json").write_text(json.dumps({"statuses": seen, "figures": figures}))
-    texts = [s["s"] for s in seen]
-    assert "finalizing…" in texts, texts
-    first = next(i for i, s in enumerate(texts) if s.startswith("running"))
-    end = texts.index("finalizing…")
-    assert first < end and texts[end + 1:] and texts[-1].startswith("done: 303 ok"), texts
-    times = [s["t"] for s in seen[first:end + 1]]
-    gaps = [round(b - a) for a, b in itertools.pairwise(times)]
-    running_s = (times[-1] - times[0]) / 1000
-    live = [f for f in figures if times[0] <= f["t"] <= times[-1]]
-    shown = [f["t"] for f in live] + [times[-1]]  # a figure redrawn, ..., the traffic's end
-    figure_gaps = [round(b - a) for a, b in itertools.pairwise(shown)]
-    summary = (f"running {running_s:.1f} s, {len(gaps)} status changes, largest gap "
-               f"{max(gaps)} ms; live figure images while running: {len(live)} at "
-               f"{[round((f['t'] - times[0]) / 1000, 1) for f in live]} s, largest gap "
-               f"{max(figure_gaps)} ms")
-    print(summary)
-    assert max(gaps) <= MAX_GAP_MS, (summary, gaps)
-    # the live figures were redrawn while the run went, every few seconds, all three
-    assert {f["i"] for f in live} == {0, 1, 2}, summary
-    assert max(figure_gaps) <= FIGURE_GAP_MS, summary
+    shot(page, tmp_path, "replay-panel-under-load-stopped")
+    events = page.evaluate("() => window.wbEvents")
+    (tmp_path / "events.json").write_text(json.dumps(events))
+    stop = next(k for k, e in enumerate(events) if e.get("stop"))
+    before = [e["s"] for e in events[:stop] if "s" in e][1:]  # after the text before Run
+    after = [e["s"] for e in events[stop:] if "s" in e]
+
+    # before Stop: "starting engine…", then "running …", in order, the clock always forward
+    states = [STATE.match(s) for s in before]
+    assert before and all(states), before
+    clocks = [float(m.group(3)) for m in states if m and m.group(3)]
+    assert clocks == sorted(clocks), before
+    assert before[0].startswith("starting engine"), before
+    running = [m for m in states if m and m.group(0).startswith("running") and m.group(3)]
+    counts = [int(m.group(1)) for m in running if m.group(1)]
+    assert counts == sorted(counts), before
+    assert len(running) >= MIN_RUNNING and len(set(counts)) >= 2, before
+    assert before[-1].startswith("running") and counts[-1] < 303, before  # mid-run
+    # the live figures were redrawn while the run went (not at its end), all three
+    first_running = next(k for k, e in enumerate(events) if e.get("s", "").startswith("running"))
+    for i in range(3):
+        drawn = [k for k, e in enumerate(events[:stop]) if e.get("f") == i]
+        assert len(drawn) >= REDRAWS and drawn[0] > first_running, (i, events[:stop])
+
+    # Stop answered before the run's end: stopping…, finalizing…, the cancelled result
+    assert "stopping…" in after and "finalizing…" in after, after
+    assert after.index("stopping…") < after.index("finalizing…") < len(after) - 1, after
+    assert all(STATE.match(s) for s in after[:after.index("stopping…")]), after
+    end = re.match(r"cancelled: (\d+) ok, \d+ errors, \d+ cancelled of (\d+) requests "
+                   r"\(303 planned\)", after[-1])
+    assert end is not None and int(end.group(2)) < 303, after
     assert errors(page) == []
 
 

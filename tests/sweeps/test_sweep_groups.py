@@ -19,9 +19,15 @@ import pytest
 import workbench as wb
 from workbench.cli import main
 from workbench.report.headline import capacity_sentence, sweeps_headline
-from workbench.report.sweep_plots import curves, in_load_order
 from workbench.sweeps import Sweep, SweepManifest
-from workbench.sweeps.groups import best, capacities, groups, load_axis_of
+from workbench.sweeps.groups import (
+    best,
+    capacities,
+    curves,
+    groups,
+    in_load_order,
+    load_axis_of,
+)
 
 TRACE = "synthetic:random,requests=40,input=fixed:2000,output=fixed:64"
 SLO_TEXT = "ttft_ms:p90<=500"

@@ -323,8 +323,8 @@ def _table(result: Any, over: Mapping[int, Any] | None = None) -> str:
     df = result.frame
     if df.empty:
         return "(no point finished)"
-    from workbench.report.sweep_plots import in_load_order
     from workbench.report.sweep_tables import P90, slo_columns
+    from workbench.sweeps.groups import in_load_order
     from workbench.sweeps.store import OVER_RATE
 
     # configuration by configuration, each in load order, not in the order the points ran

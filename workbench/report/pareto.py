@@ -4,14 +4,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from workbench.metrics.wording import sig, slo_phrase, spread_phrase, thin_phrase
-from workbench.report.plots import _new
 from workbench.sweeps.store import Sweep
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 PER_USER = "output_tps_per_user"
 PER_INSTANCE = "output_tps_per_instance"
@@ -93,6 +95,10 @@ def best_sentence(sweep: Sweep, gpus: int | None = None) -> str:
 
 def pareto_plot(sweeps: Mapping[str, Sweep], gpus: int | None = None) -> Figure:
     """Per-user against per-instance (per-GPU) output tokens/s, labelled, frontier drawn."""
+    # matplotlib imported here: the sweep command prints the best point's sentence
+    # (best_sentence) after a stop, and a sentence needs no plotting library
+    from workbench.report.plots import _new
+
     fig, (ax,) = _new(1, size=(7.5, 4.8))
     notes = []
     xlabel = "output tokens/s per instance"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from os import PathLike
 from typing import Any
 
@@ -23,6 +22,7 @@ from workbench.metrics.wording import sig
 from workbench.report.headline import capacity_lines, sweep_rounds_per_unit
 from workbench.report.pareto import pareto_plot
 from workbench.report.plots import LATENCY_NAMES, _new
+from workbench.sweeps.groups import Curve, curves
 from workbench.sweeps.store import Sweep, load_sweep
 
 SWEEP_KINDS = ("latency", "goodput", "cache", "pareto")
@@ -66,40 +66,6 @@ def knee(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> in
 def load_axis(sweep: Sweep) -> str:
     """The offered-load axis (``groups.load_axis``); ``point`` when no load varies."""
     return groups_mod.load_axis(sweep) or "point"
-
-
-@dataclass
-class Curve:
-    """One configuration: label ("" when alone), rows in load order, capacity (or None)."""
-
-    label: str
-    frame: pd.DataFrame
-    capacity: groups_mod.Capacity | None
-
-
-def curves(sweep: Sweep) -> list[Curve]:
-    """A curve per configuration, in the sweep's order, each in load order."""
-    df = sweep.frame
-    gs = groups_mod.groups(sweep)
-    caps = groups_mod.capacities(sweep) if sweep.slo else [None] * len(gs)
-    out = []
-    for g, cap in zip(gs, caps, strict=True):
-        order = [p["index"] for p in g.points]
-        rows = (df.set_index("point", drop=False).loc[order].reset_index(drop=True)
-                if order and not df.empty else df.iloc[0:0])
-        out.append(Curve(g.label if len(gs) > 1 else "", rows, cap))
-    return out
-
-
-def in_load_order(sweep: Sweep) -> pd.DataFrame:
-    """``sweep.frame`` per configuration, each in load order; points without a load last."""
-    df = sweep.frame
-    if df.empty:
-        return df
-    parts = [c.frame for c in curves(sweep)]
-    seen = {int(i) for part in parts for i in part["point"]}
-    parts.append(df[~df["point"].isin(seen)])
-    return pd.concat([p for p in parts if not p.empty], ignore_index=True)
 
 
 def _names(sweeps: dict[str, Sweep], label: str, curve: Curve) -> str:

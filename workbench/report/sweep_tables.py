@@ -12,9 +12,8 @@ import workbench.sweeps.spec as spec_mod
 from workbench.catalogs.requests import SCALAR_LATENCY
 from workbench.metrics.wording import slo_phrase
 from workbench.report.headline import capacity_brief, sig, sweep_rounds_per_unit
-from workbench.report.sweep_plots import in_load_order
 from workbench.report.tables import named
-from workbench.sweeps.groups import RATE_AXIS, capacities, load_axis
+from workbench.sweeps.groups import RATE_AXIS, capacities, in_load_order, load_axis
 from workbench.sweeps.points import STATS
 from workbench.sweeps.store import OVER_RATE, Sweep
 

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pandas as pd
+
 import workbench.sweeps.spec as spec_mod
 from workbench.sweeps.serve import SERVE_PREFIX
 from workbench.sweeps.store import Sweep
@@ -181,3 +183,39 @@ def best(caps: Sequence[Capacity]) -> Best | None:
     leaders = [c for c in held if float(c.offered) == top]
     unsure = [c for c in held if c.status == "above" and float(c.offered) < top]
     return Best(leaders, unsure)
+
+
+@dataclass
+class Curve:
+    """One configuration: label ("" when alone), rows in load order, capacity (or None)."""
+
+    label: str
+    frame: pd.DataFrame
+    capacity: Capacity | None
+
+
+def curves(sweep: Sweep) -> list[Curve]:
+    """A curve per configuration, in the sweep's order, each in load order."""
+    df = sweep.frame
+    gs = groups(sweep)
+    caps = capacities(sweep) if sweep.slo else [None] * len(gs)
+    out = []
+    for g, cap in zip(gs, caps, strict=True):
+        order = [p["index"] for p in g.points]
+        rows = (df.set_index("point", drop=False).loc[order].reset_index(drop=True)
+                if order and not df.empty else df.iloc[0:0])
+        out.append(Curve(g.label if len(gs) > 1 else "", rows, cap))
+    return out
+
+
+def in_load_order(sweep: Sweep) -> pd.DataFrame:
+    """``sweep.frame`` per configuration, each in load order; points without a load last.
+    Here, not beside the figures: the sweep command prints its table with it after a
+    stop, and no plotting library is imported for a table (docs/sweeps.md, "Stopped")."""
+    df = sweep.frame
+    if df.empty:
+        return df
+    parts = [c.frame for c in curves(sweep)]
+    seen = {int(i) for part in parts for i in part["point"]}
+    parts.append(df[~df["point"].isin(seen)])
+    return pd.concat([p for p in parts if not p.empty], ignore_index=True)
