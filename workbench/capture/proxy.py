@@ -186,7 +186,7 @@ class CaptureProxy:
         if not self._hurried:
             self._hurried = True
             log.warning("capture: stopping now: %s cut, not recorded",
-                        counted(len(self._handlers), "request in flight"))
+                        counted(len(self._handlers), "request in flight", "requests in flight"))
         for task in (*self._handlers, *self._pending):
             task.cancel()
 
