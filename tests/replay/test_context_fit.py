@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from workbench.backends.served import served_context
+from workbench.backends.served import listed_models, served_context
 from workbench.errors import ConfigError
 from workbench.executors.dispatch import run_async
 from workbench.sim.server import serve_sim
@@ -83,3 +83,23 @@ async def test_rounds_over_the_context_are_refused_before_any_request(tmp_path: 
                           "units_over": 2, "longest": LIMIT + 108}
         by_status = sorted(r.status for r in result.records)
         assert by_status == ["ok", "ok", "ok", "skipped", "skipped"]
+
+
+def test_listed_models() -> None:
+    assert listed_models(LLAMA_CPP_MODELS) == ["tiny-llama"]
+    assert listed_models(b'{"data":[{"id":"a","aliases":["b"]},{"id":"c"}]}') == ["a", "b", "c"]
+    assert listed_models(b"nope") == []
+
+
+async def test_a_model_the_server_does_not_list_is_warned_of(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """llama.cpp answers under any model name; the run says the name is not the server's."""
+    async with serve_sim(zero_cost=True, max_model_len=LIMIT * 4) as sim:
+        result = await _replay(sim.base_url, tmp_path,
+                               backend={"name": "openai", "options": {"model": "tiny-lama"}})
+    assert [r.status for r in result.records].count("ok") == 5
+    said = [r.getMessage() for r in caplog.records if "is not among" in r.getMessage()]
+    assert said == ["--model 'tiny-lama' is not among the models the server lists "
+                    "(workbench-sim): a server that serves one model may answer under any "
+                    "name (llama.cpp), another refuses it (vLLM: HTTP 404)"], said

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ServedContext", "served_context"]
+__all__ = ["ServedContext", "listed_models", "served_context"]
 
 #: where each engine puts a model's context length in its ``/v1/models`` entry:
 #: vLLM and SGLang ``max_model_len``; llama.cpp ``meta.n_ctx`` (a slot's context)
@@ -40,15 +40,27 @@ def _names(entry: Mapping[str, Any]) -> set[str]:
     return {str(entry.get("id")), *more}
 
 
-def served_context(body: bytes, model: str | None) -> ServedContext | None:
-    """The context length of ``model`` (or of the one model served, when ``model`` is
-    None or not listed) from a ``/v1/models`` answer; None when the answer does not say."""
+def _entries(body: bytes) -> list[Mapping[str, Any]]:
     try:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError):
-        return None
+        return []
     data = doc.get("data") if isinstance(doc, Mapping) else None
-    entries = [e for e in data if isinstance(e, Mapping)] if isinstance(data, list) else []
+    return [e for e in data if isinstance(e, Mapping)] if isinstance(data, list) else []
+
+
+def listed_models(body: bytes) -> list[str]:
+    """The model ids (and aliases) a ``/v1/models`` answer lists; empty when none."""
+    names: list[str] = []
+    for entry in _entries(body):
+        names += sorted(_names(entry) - set(names))
+    return names
+
+
+def served_context(body: bytes, model: str | None) -> ServedContext | None:
+    """The context length of ``model`` (or of the one model served, when ``model`` is
+    None or not listed) from a ``/v1/models`` answer; None when the answer does not say."""
+    entries = _entries(body)
     named = [e for e in entries if model is not None and model in _names(e)]
     pick = named[0] if named else entries[0] if len(entries) == 1 else None
     if pick is None:

@@ -20,7 +20,7 @@ from workbench import heap, redact
 from workbench.backends.extras import resolve_headers
 from workbench.backends.flush import NOT_ASKED, FlushOutcome
 from workbench.backends.preflight import preflight_prefix_cache
-from workbench.backends.served import ServedContext, served_context
+from workbench.backends.served import ServedContext, listed_models, served_context
 from workbench.backends.transport import Transport
 from workbench.clock import Clock
 from workbench.config import RunConfig
@@ -258,9 +258,15 @@ class ReplaySession(RecordSinks):
                            target: Target) -> None:
         """Before the plan is sent (live): reachable, preflight, cache flush, profiler."""
         status, models = await transport.check_reachable()
-        if self.preflight_on(target):
+        if self.preflight_on(target) and status == 200:
             model = self.cfg.backend.options.get("model")
-            self.check_context(served_context(models, model) if status == 200 else None)
+            listed = listed_models(models)
+            if model and listed and model not in listed:  # llama.cpp serves it anyway
+                log.warning("--model %r is not among the models the server lists (%s): a "
+                            "server that serves one model may answer under any name "
+                            "(llama.cpp), another refuses it (vLLM: HTTP 404)", model,
+                            ", ".join(listed))
+            self.check_context(served_context(models, model))
         await self.preflight(transport, codec, pool, target)
         # the user's --header values (a gateway's routing or auth header) and the run's own
         # credentials (URL or key): the reset reaches the server the requests reach
