@@ -16,6 +16,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 import workbench.catalogs.series as series
+from workbench import redact
 from workbench.backends.transport import normalize_base_url, with_query
 from workbench.bodies import ANSWER_MAX, PAGE_MAX, BodyError, read_body
 from workbench.bodies import session as bounded_session
@@ -119,7 +120,9 @@ async def _fetch(
     get = session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers)
     async with get as resp:
         if resp.status != 200:
-            body = (await read_body(resp, ANSWER_MAX)).text().strip()[:200]
+            # redacted whole, then cut: the page was asked with the run's credentials, and
+            # a server may echo them (a secret cut in two would not be recognised)
+            body = redact.text((await read_body(resp, ANSWER_MAX)).text()).strip()[:200]
             raise RuntimeError(f"HTTP {resp.status} from {shown}: {body}")
         page = await read_body(resp, PAGE_MAX)
     if not page.cut:
