@@ -33,6 +33,7 @@ turn every problem into a failure. Each test module run starts its own server (~
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -54,8 +55,11 @@ from workbench.backends.scrape import (
     LLAMACPP_WITH_CACHED,
     parse_metrics,
 )
+from workbench.errors import ConfigError
 from workbench.executors.dispatch import run_async
+from workbench.metrics import summarize
 from workbench.records import RequestRecord, RunResult
+from workbench.report.headline import run_headline
 from workbench.traces.load import load_trace
 
 REPO = Path(__file__).resolve().parents[2]
@@ -384,3 +388,105 @@ async def test_prefix_preserving_fails_the_round_without_output_ids(
     for r in recs:
         assert r.status == "error" and "no output token ids" in (r.error or ""), r.error
         assert r.prompt_tokens == r.planned_prefix_tokens + r.planned_input_tokens
+
+
+async def test_prompts_longer_than_the_context(llama_server: LlamaServer, tmp_path: Any) -> None:
+    """A round longer than the slot's context (``/v1/models``' ``meta.n_ctx``) is found before
+    any request is sent, counted and named with what to do; sent anyway (no preflight),
+    llama.cpp refuses it with HTTP 400, the record keeps its reason and the headline says
+    how many failed and why beside the survivors' latency."""
+    csv = tmp_path / "too_long.csv"
+    csv.write_text(
+        "session_id,arrival_time,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms\n"
+        "0,0,0,0,256,8,0\n"
+        f"1,0,0,0,{llama_server.ctx + 100},8,0\n"
+    )
+    cfg = {"trace": {"path": str(csv)}, "arrival": SESSION_ARRIVAL}
+    before = get_metrics(llama_server.url)
+    with pytest.raises(ConfigError) as refused:
+        await replay(llama_server, tmp_path, **cfg)
+    assert get_metrics(llama_server.url)[LLAMACPP_PROMPT] == before[LLAMACPP_PROMPT]  # none sent
+    said = str(refused.value)
+    assert f"the server's context is {llama_server.ctx} tokens" in said and "meta.n_ctx" in said
+    assert "1 of 2 planned requests (in 1 of 2 units)" in said, said
+    assert f"the longest {llama_server.ctx + 108}" in said, said
+
+    result, _ = await replay(
+        llama_server, tmp_path, **cfg,
+        backend={"name": "openai", "options": {"model": llama_server.model}, "preflight": False},
+    )
+    recs = measured(result)
+    if any(r.status == "error" and stale(r.error) for r in recs):
+        raise KeepAliveRace("a request raced the server's close")
+    long = max(recs, key=lambda r: r.planned_input_tokens)
+    assert (long.status, long.http_status) == ("error", 400)
+    assert "exceeds the available context size" in (long.error or ""), long.error
+    line = run_headline(summarize(result), result.manifest)
+    assert "1/2 ok · 1 failed: HTTP 400 ×1 (request (" in line, line
+    assert "exceeds the available context size (8192 tokens)" in line, line
+
+
+def test_api_key_reaches_metrics_and_stays_out_of_the_run(tmp_path: Any) -> None:
+    """``llama-server --api-key`` guards ``/metrics`` as well as the completions: with the
+    key in the environment (``backend.api_key_env``) the scrape and the counters work, and
+    the key is in no file of the run; without it the preflight stops the run on the 401."""
+    key = f"sk-wb-{random.SystemRandom().randrange(1 << 60):x}"
+    env = {**os.environ, "LLAMA_CPP_NAME": INSTANCE + "-key", "LLAMA_CPP_CTX": str(CTX),
+           "LLAMA_CPP_PARALLEL": "1", "LLAMA_CPP_CACHE_RAM": "0"}
+    _ensure_set_up(env)
+    started = _script("start", "--", "--api-key", key, timeout=START_TIMEOUT_S, env=env)
+    if started.returncode != 0:
+        pytest.fail(f"scripts/llama_cpp.sh start failed:\n{started.stderr[-3000:]}")
+    url = started.stdout.strip().splitlines()[-1]
+    cfg = {"target": url, "trace": {"path": str(data.path(SESSION_TRACE))},
+           "context": {"max_model_len": CTX}, "arrival": SESSION_ARRIVAL,
+           "out_dir": str(tmp_path), "backend": {"name": "openai", "options": {
+               "model": "tiny-llama"}, "api_key_env": "WB_TEST_LLAMA_KEY"}}
+    try:
+        os.environ.pop("WB_TEST_LLAMA_KEY", None)
+        with pytest.raises(BackendError, match=r"HTTP 401.*no key was sent: \$WB_TEST_LLAMA_KEY"):
+            asyncio.run(run_async({**cfg, "seed": next(_seeds)}))
+        os.environ["WB_TEST_LLAMA_KEY"] = key
+        result = asyncio.run(run_async({**cfg, "seed": next(_seeds)}))
+    finally:
+        os.environ.pop("WB_TEST_LLAMA_KEY", None)
+        _script("stop", timeout=60, env=env)
+    assert result.metrics_timeline, "no /metrics row"
+    assert not [row["error"] for row in result.metrics_timeline if "error" in row]
+    assert any(LLAMACPP_CACHED in row for row in result.metrics_timeline)
+    assert all(r.status == "ok" or stale(r.error) for r in measured(result))
+    for f in Path(result.run_dir or "").rglob("*"):
+        if f.is_file():
+            assert key.encode() not in f.read_bytes(), f
+
+
+async def test_chat_prompts_are_counted_by_the_servers_tokenizer(
+    llama_server: LlamaServer, tmp_path: Any
+) -> None:
+    """``openai-chat`` sends text made from the planned ids; llama.cpp's tokenizer (the tiny
+    model's made-up vocabulary) reads it as many more tokens than sent. The records keep the
+    server's count, and the headline says it beside the latency of those longer prompts."""
+    csv = tmp_path / "chat.csv"
+    csv.write_text(
+        "session_id,arrival_time,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms\n"
+        "0,0,0,0,64,4,0\n0,0,1,68,32,4,0\n"
+    )
+    result, _ = await replay(
+        llama_server, tmp_path, trace={"path": str(csv)}, arrival=SESSION_ARRIVAL,
+        context={"max_model_len": llama_server.ctx},
+        backend={"name": "openai-chat", "options": {"model": llama_server.model},
+                 "preflight": False},
+    )
+    recs = [r for r in measured(result) if r.status == "ok"]
+    if len(recs) < 2 and any(stale(r.error) for r in measured(result)):
+        raise KeepAliveRace("a request raced the server's close")
+    assert len(recs) == 2
+    for r in recs:
+        assert (r.prompt_tokens or 0) > 2 * (r.sent_prompt_tokens or 0), r
+    s = summarize(result)
+    sent, counted = sum(r.sent_prompt_tokens or 0 for r in recs), sum(
+        r.prompt_tokens or 0 for r in recs)
+    assert (s["prompt_counted"]["sent_tokens"], s["prompt_counted"]["server_tokens"]) == (
+        sent, counted)
+    line = run_headline(s, result.manifest)
+    assert f"2/2 ok · the server counted {counted} prompt tokens for the {sent} sent" in line

@@ -24,9 +24,11 @@ import pytest
 
 from workbench import data
 from workbench.backends.scrape import detect_block_size
+from workbench.errors import ConfigError
 from workbench.executors.dispatch import run_async
 from workbench.metrics import summarize
 from workbench.records import RequestRecord, RunResult
+from workbench.report.headline import run_headline
 from workbench.traces.load import load_trace
 
 from .conftest import VLLMServer, get_metrics
@@ -53,12 +55,12 @@ def floor_to(n: int, block: int) -> int:
 
 
 async def replay(server: VLLMServer, tmp_path: Any, stream: bool = True,
-                 **cfg: Any) -> tuple[RunResult, dict]:
+                 preflight: bool | None = None, **cfg: Any) -> tuple[RunResult, dict]:
     """One replay through ``run_async``; returns the result and the /metrics deltas."""
     config = {
         "target": server.url,
         "backend": {"name": cfg.pop("backend"), "options": {"model": server.model},
-                    "stream": stream},
+                    "stream": stream, "preflight": preflight},
         "seed": next(_seeds),
         "out_dir": str(tmp_path),
         **cfg,
@@ -266,7 +268,18 @@ async def test_context_guard_catches_silent_clamp(
     assert g1.status == "skipped" and "context guard" in (g1.error or ""), g1.error
     assert g1.http_status is None  # never sent
 
-    unguarded, _ = await replay(vllm_server, tmp_path, **dict(common))
+    # without the guard the preflight finds the round that cannot fit, before any request
+    before = get_metrics(vllm_server.url)
+    with pytest.raises(ConfigError) as refused:
+        await replay(vllm_server, tmp_path, **dict(common))
+    assert get_metrics(vllm_server.url)[QUERIES] == before[QUERIES]  # nothing was sent
+    said = str(refused.value)
+    assert f"the server's context is {limit} tokens" in said and "max_model_len" in said
+    assert "1 of 2 planned requests (in 1 of 1 units)" in said, said
+    assert f"the longest {limit - 8 + out}" in said and f"--max-model-len {limit}" in said
+
+    # sent anyway (no preflight): what vLLM does with it
+    unguarded, _ = await replay(vllm_server, tmp_path, preflight=False, **dict(common))
     u0, u1 = sorted(measured(unguarded), key=lambda r: r.round_idx)
     assert u0.status == "ok"
     assert u1.sent_prompt_tokens == limit - 8
@@ -274,6 +287,12 @@ async def test_context_guard_catches_silent_clamp(
         assert (u1.status, u1.http_status, u1.finish_reason) == ("ok", 200, "length")
         assert u1.completion_tokens == limit - u1.sent_prompt_tokens == 8
         assert u1.extra["output_clamped"] == {"planned": out, "generated": 8}
+        line = run_headline(summarize(unguarded), unguarded.manifest)
+        assert ("2/2 ok · 1 of 2 ok ended short of max_tokens: 8 of 32 tokens (finish "
+                "length)") in line, line
     else:  # clamped to 8, then our min_tokens=32 is rejected; the error says why
         assert (u1.status, u1.http_status) == ("error", 400)
         assert "min_tokens" in (u1.error or "") and "context.max_model_len" in (u1.error or "")
+        # the headline says how many failed and why, not only the survivors' latency
+        line = run_headline(summarize(unguarded), unguarded.manifest)
+        assert "1/2 ok · 1 failed: HTTP 400 ×1 (min_tokens must be less than" in line, line

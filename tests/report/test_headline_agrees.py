@@ -79,19 +79,26 @@ def request(draw: Any, i: int, sessions: list[str], clean: int | None) -> Reques
     prompt = draw(st.integers(1, 40_000))
     planned = draw(st.sampled_from([0, prompt // 2, prompt - 1]))
     cached = draw(st.sampled_from([None, 0, planned, prompt // 3]))
+    short = draw(st.sampled_from([0, 0, 0, 3]))  # the server stopped before max_tokens
+    error = draw(st.sampled_from(["boom", "stream idle for more than 60.0s after 2 token "
+                                  "events", 'HTTP 400: {"error":{"message":"prompt 9000 > '
+                                  '8192"}}']))
     return RequestRecord(
         run_id="r", request_id=f"q{i}", unit_ordinal=i, session_id=draw(st.sampled_from(sessions)),
         round_idx=i, backend="openai", policy=None, planned_prefix_tokens=planned,
-        planned_input_tokens=prompt - planned, planned_output_tokens=toks,
+        planned_input_tokens=prompt - planned, planned_output_tokens=toks + short,
         sent_prompt_tokens=prompt, scheduled_ns=start, released_ns=start, admitted_ns=start,
         dispatch_ns=start if status != "skipped" else None,
         first_token_ns=times[0] if times else None, last_token_ns=times[-1] if times else None,
         end_ns=(times[-1] if times else first) + MS, token_times_ns=times,
-        token_counts=[1] * len(times), http_status=200 if ok else 500,
-        prompt_tokens=prompt if usage else None, completion_tokens=toks if usage else None,
+        token_counts=[1] * len(times),
+        http_status=200 if ok or error.startswith("stream") else 400 if "HTTP" in error else 500,
+        prompt_tokens=(prompt * draw(st.sampled_from([1, 1, 9])) if usage else None),
+        completion_tokens=toks if usage else None,
         cached_tokens=cached if ok and usage else None,
         cached_tokens_reported=ok and usage and cached is not None, status=status,
-        error=None if ok else "boom")
+        finish_reason=("stop" if short else "length") if ok else None,
+        error=None if ok else error)
 
 
 @st.composite
@@ -144,9 +151,34 @@ def check_run_headline(run: RunResult) -> str:
             _prefix_part(part, prefix)
         elif part.startswith("SLO"):
             _slo_part(part, table, report.summary)
+        elif re.match(r"[0-9]+ failed: ", part):
+            _failed_part(part, table, _cells(report, "errors"), report.summary)
+        elif m := re.fullmatch(r"([0-9]+) of ([0-9]+) ok ended short of max_tokens: ([0-9]+) "
+                               r"of ([0-9]+) tokens \(finish [^0-9]*\)", part):
+            rows = ("ended short of max_tokens", "ok", "their output tokens", "their max_tokens")
+            assert m.groups() == tuple(table.loc[r, "value"] for r in rows), part
+        elif m := re.fullmatch(r"the server counted ([0-9]+) prompt tokens for the ([0-9]+) "
+                               r"sent \(([0-9.e+-]+)×\)", part):
+            rows = ("prompt tokens the server counted", "prompt tokens sent")
+            assert m.groups()[:2] == tuple(table.loc[r, "value"] for r in rows), part
+            assert agrees(m.group(3), table.loc["counted / sent", "value"]), part
         else:
             assert not NUMBER.search(part) or part.startswith("client"), part
     return line
+
+
+def _failed_part(part: str, table: Any, errors: Any, summary: Any) -> None:
+    """``4 failed: HTTP 400 ×3 (reason); stream idle ×1 (reason); 2 other``: the count is
+    the run table's errors, each class a row of the error table with its sample."""
+    n, rest = part.split(" failed: ", 1)
+    assert n == table.loc["errors", "value"], part
+    shown = 0
+    for c in summary["failures"]["classes"][:2]:
+        row = errors.loc[f"error: {c['class']}"]
+        assert f"{c['class']} ×{row['requests']} ({row['sample message']})" in rest, part
+        shown += int(row["requests"])
+    other = int(n) - shown
+    assert rest.endswith(f"; {other} other") if other else not rest.endswith(" other"), part
 
 
 def _prefix_part(part: str, prefix: Any) -> None:

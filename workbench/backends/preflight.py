@@ -27,6 +27,18 @@ def _too_long(rec: RequestRecord) -> bool:
     return rec.status == "error" and bool(_TOO_LONG.search(rec.error or ""))
 
 
+def _credentials_hint(transport: Transport, rec: RequestRecord) -> str:
+    """What to do about a 401/403: the key goes in the environment (docs/security.md)."""
+    if rec.http_status not in (401, 403):
+        return ""
+    if transport.auth_headers():
+        return " (the credentials sent were refused: is it this server's key?)"
+    env = transport.options.api_key_env
+    named = f"${env}" if env else "the variable backend.api_key_env names"
+    return (f" (no key was sent: {named} is not set; put the server's key there, never in "
+            "a file or on the command line)")
+
+
 @dataclass(frozen=True)
 class PreflightResult:
     """What the probes showed (``first``/``second``: the probe records as dicts)."""
@@ -81,7 +93,8 @@ async def preflight_prefix_cache(
             continue
         break
     if first.status != "ok":
-        raise BackendError(f"prefix-cache preflight: the probe failed: {first.error}")
+        raise BackendError(f"prefix-cache preflight: the probe failed: {first.error}"
+                           f"{_credentials_hint(transport, first)}")
     second = await _probe(transport, codec, ids, f"{request_id}-{len(ids)}-b")
     if second.status != "ok":
         raise BackendError(f"prefix-cache preflight: the repeated probe failed: {second.error}")

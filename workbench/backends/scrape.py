@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import fnmatch
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -16,6 +16,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 import workbench.catalogs.series as series
+from workbench import redact
 from workbench.backends.transport import normalize_base_url, with_query
 from workbench.bodies import ANSWER_MAX, PAGE_MAX, BodyError, read_body
 from workbench.bodies import session as bounded_session
@@ -119,7 +120,9 @@ async def _fetch(
     get = session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers)
     async with get as resp:
         if resp.status != 200:
-            body = (await read_body(resp, ANSWER_MAX)).text().strip()[:200]
+            # redacted whole, then cut: the page was asked with the run's credentials, and
+            # a server may echo them (a secret cut in two would not be recognised)
+            body = redact.text((await read_body(resp, ANSWER_MAX)).text()).strip()[:200]
             raise RuntimeError(f"HTTP {resp.status} from {shown}: {body}")
         page = await read_body(resp, PAGE_MAX)
     if not page.cut:
@@ -144,16 +147,19 @@ class _Endpoint:
 
 
 async def detect_block_size(
-    base_url: str, *, session: aiohttp.ClientSession | None = None, timeout_s: float = 5.0
+    base_url: str, *, session: aiohttp.ClientSession | None = None, timeout_s: float = 5.0,
+    headers: Mapping[str, str] | None = None,
 ) -> int | None:
-    """The server's KV block size from ``vllm:cache_config_info``; None if unknown."""
+    """The server's KV block size from ``vllm:cache_config_info``; None if unknown.
+    ``headers``: the run's credentials (llama.cpp's ``--api-key`` guards ``/metrics``)."""
     url = with_query(f"{normalize_base_url(base_url)}/metrics", base_url)
+    sent = dict(headers) if headers else None
     try:
         if session is None:
             async with bounded_session() as own:
-                text, _ = await _fetch(own, url, timeout_s)
+                text, _ = await _fetch(own, url, timeout_s, sent)
         else:
-            text, _ = await _fetch(session, url, timeout_s)
+            text, _ = await _fetch(session, url, timeout_s, sent)
         _, config = parse_metrics(text)
         if config is None or "block_size" not in config:
             return None
@@ -176,8 +182,11 @@ class MetricsScraper:
         timeout_s: float = 5.0,
         extra_urls: Sequence[str] = (),
         patterns: Sequence[str] = (),
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.url = with_query(f"{normalize_base_url(base_url)}/metrics", base_url)
+        #: sent with the server's own page: the run's credentials (``detect_block_size``)
+        self.headers = dict(headers) if headers else None
         self.endpoints = [_Endpoint(u) for u in extra_urls]
         self.patterns = tuple(patterns)
         #: series kept beyond the engine's own list: name → label, unit, endpoints, simulated
@@ -201,7 +210,7 @@ class MetricsScraper:
             self._session = bounded_session()
         session = self._session
         (own, own_error), *pages = await asyncio.gather(
-            self._page(session, self.url),
+            self._page(session, self.url, self.headers),
             *(self._page(session, e.url, e.headers) for e in self.endpoints),
         )
         page = _Page()

@@ -131,9 +131,9 @@ def _client(
 
 
 _CLAMP_HINT = (
-    "vLLM clamps max_tokens to max_model_len − prompt when prompt + max_tokens exceeds "
-    "the context; set context.max_model_len to the server's so the context guard skips "
-    "such rounds before they are sent"
+    "when prompt + max_tokens exceeds the context, vLLM clamps max_tokens to max_model_len "
+    "− prompt and llama.cpp stops at the full context; set context.max_model_len to the "
+    "server's so the context guard skips such rounds before they are sent"
 )
 
 
@@ -238,11 +238,12 @@ class Transport:
             url = self._urls[codec.name] = with_query(codec.url(self.root), self.options.base_url)
         return url
 
-    async def check_reachable(self, timeout_s: float = 10.0) -> None:
-        """``BackendError`` when nothing answers at the target (any HTTP status will do)."""
+    async def check_reachable(self, timeout_s: float = 10.0) -> tuple[int, bytes]:
+        """``GET /v1/models``'s ``(status, body)``; ``BackendError`` when nothing answers
+        at the target (any HTTP status will do)."""
         try:
-            await self.client.get(with_query(f"{self.root}/v1/models", self.options.base_url),
-                                  timeout_s)  # fmt: skip
+            return await self.client.get(
+                with_query(f"{self.root}/v1/models", self.options.base_url), timeout_s)
         except (TimeoutError, OSError, BackendError) as exc:
             raise BackendError(
                 f"cannot reach the target {self.root} ({type(exc).__name__}: {exc}); "

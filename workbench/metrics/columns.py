@@ -351,6 +351,11 @@ class _FrameSource:
     def equals(self, name: str, value: str) -> np.ndarray:
         return (self.df[name] == value).to_numpy(dtype=bool)
 
+    def texts(self, name: str) -> list[Any]:
+        if name not in self.df.columns:
+            return [None] * self.n
+        return [None if v is None or v != v else v for v in self.df[name].tolist()]
+
     def rank(self, name: str) -> np.ndarray:
         return np.unique(self.df[name].astype(str).to_numpy(), return_inverse=True)[1]
 
@@ -398,6 +403,9 @@ class _ParquetSource:
             return arr.to_numpy(zero_copy_only=False), valid
         fill: Any = False if pa.types.is_boolean(arr.type) else 0
         return pc.fill_null(arr, fill).to_numpy(zero_copy_only=False), valid
+
+    def texts(self, name: str) -> list[Any]:
+        return self._strings(name).to_pylist() if name in self.names else [None] * self.n
 
     def equals(self, name: str, value: str) -> np.ndarray:
         arr = self._strings(name)
@@ -525,6 +533,10 @@ class _StreamSource:
         col = self.cols.get(name)
         return col if isinstance(col, list) and frozenset(map(type, col)) <= _TEXTS else None
 
+    def texts(self, name: str) -> list[Any]:
+        col = self._texts(name)
+        return col if col is not None else self._frame().texts(name)
+
     def equals(self, name: str, value: str) -> np.ndarray:
         col = self._texts(name)
         if col is None:
@@ -615,6 +627,11 @@ class Columns:
 
     def rank(self, name: str) -> np.ndarray:
         return self._pick(self._get(("rank", name), lambda: self._src.rank(name)))
+
+    def texts(self, name: str) -> list[Any]:
+        """A text column's values (None where absent) of the selected rows."""
+        values = self._get(("texts", name), lambda: self._src.texts(name))
+        return values if self._rows is None else [values[i] for i in self._rows]
 
     def where(self, mask: np.ndarray) -> Columns:
         if mask.all():  # e.g. no warm-up rows: the same rows, nothing to pick

@@ -20,6 +20,7 @@ import workbench.metrics.agents as agents
 from workbench.catalogs.series import ENGINES
 from workbench.errors import ConfigError
 from workbench.metrics.columns import Columns, available, stored
+from workbench.metrics.deviations import failures, output_short, prompt_counted
 from workbench.metrics.distribution import STAT_KEYS, describe, describe_metric
 from workbench.metrics.frame import Data, as_records
 from workbench.metrics.isolation import reported, warm_cache
@@ -286,6 +287,15 @@ def run_summary(
     df = full if warmup else full.where(~full.bools("warmup"))
     ok = df.where(df.equals("status", "ok"))
     out: dict[str, Any] = {"warmup_included": warmup, **counts(df)}
+    failed = failures(df)
+    if failed is not None:  # no key when none failed (an error-free summary is unchanged)
+        out["failures"] = failed
+    short = output_short(df)
+    if short is not None:  # likewise: no key when every ok output had its pinned length
+        out["output_short"] = short
+    counted_prompts = prompt_counted(df)
+    if counted_prompts is not None:  # and none when the server counted what was sent
+        out["prompt_counted"] = counted_prompts
     mode = response_mode(manifest)
     if mode is not None:  # said beside the numbers it changes (TTFT = E2E, no TPOT/ITL)
         out["response_mode"] = mode

@@ -73,10 +73,11 @@ class EngineTarget:
         ok = self.engine.reset_prefix_cache()
         return FlushOutcome(True, ok, "engine.reset_prefix_cache()", None, None if ok else "busy")
 
-    async def block_size(self) -> int | None:
+    async def block_size(self, headers: Mapping[str, str] | None = None) -> int | None:
         return self.engine_cfg.block_size
 
-    def sampler(self, cfg: RunConfig, clock: Clock) -> EngineSampler:
+    def sampler(self, cfg: RunConfig, clock: Clock,
+                headers: Mapping[str, str] | None = None) -> EngineSampler:
         assert self.engine is not None and self.sender is not None
         return EngineSampler(self.engine, self.clock, cfg.backend.scrape_interval_s,
                              self.sender)

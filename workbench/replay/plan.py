@@ -152,6 +152,24 @@ class Plan:
             **self.arrival(),
         }
 
+    def over_context(self, limit: int) -> dict[str, int]:
+        """The planned rounds the context guard's rule would stop at ``limit`` (prompt +
+        output ≥ ``limit``, docs/real-engines.md): how many, in how many units, and the
+        longest prompt + output of the plan."""
+        rounds = units = over = planned = longest = 0
+        for u in self.all_units():
+            units += 1
+            hit = False
+            for r in u.rounds:
+                rounds += 1
+                need = r.prompt_len + r.output_len
+                longest = max(longest, need)
+                if need >= limit:
+                    over, hit = over + 1, True
+            planned += hit
+        return {"rounds": rounds, "units": units, "rounds_over": over, "units_over": planned,
+                "longest": longest}
+
     @property
     def is_graph(self) -> bool:
         if isinstance(self.units, PlanStream):  # streamed workloads have no sub-agents

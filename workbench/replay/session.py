@@ -20,6 +20,7 @@ from workbench import heap, redact
 from workbench.backends.extras import resolve_headers
 from workbench.backends.flush import NOT_ASKED, FlushOutcome
 from workbench.backends.preflight import preflight_prefix_cache
+from workbench.backends.served import ServedContext, listed_models, served_context
 from workbench.backends.transport import Transport
 from workbench.clock import Clock
 from workbench.config import RunConfig
@@ -175,6 +176,11 @@ class ReplaySession(RecordSinks):
         super().__init__(cfg, Path(cfg.out_dir) / run_id if cfg.out_dir else None, plan.n_rounds,
                          manifest, progress=progress)
         self.cancelled = False
+        #: the server's context and the plan's rounds over it (``check_context``)
+        self.server_context: dict[str, Any] | None = None
+        #: what the server is sent besides requests (reset, /metrics): the user's headers
+        #: and the run's credentials (``check_target``)
+        self.server_headers: dict[str, str] = {}
         self.summary: dict[str, Any] | None = None  # what summary.json says, once written
         self.t0_ns: int | None = None  # a shard's common epoch (workbench.executors.processes)
         self.halt: asyncio.Event | None = None
@@ -251,22 +257,65 @@ class ReplaySession(RecordSinks):
     async def check_target(self, transport: Transport, codec: Any, pool: TokenPool,
                            target: Target) -> None:
         """Before the plan is sent (live): reachable, preflight, cache flush, profiler."""
-        await transport.check_reachable()
+        status, models = await transport.check_reachable()
+        if self.preflight_on(target) and status == 200:
+            model = self.cfg.backend.options.get("model")
+            listed = listed_models(models)
+            if model and listed and model not in listed:  # llama.cpp serves it anyway
+                log.warning("--model %r is not among the models the server lists (%s): a "
+                            "server that serves one model may answer under any name "
+                            "(llama.cpp), another refuses it (vLLM: HTTP 404)", model,
+                            ", ".join(listed))
+            self.check_context(served_context(models, model))
         await self.preflight(transport, codec, pool, target)
         # the user's --header values (a gateway's routing or auth header) and the run's own
         # credentials (URL or key): the reset reaches the server the requests reach
         user = resolve_headers(self.cfg.backend.options.get("headers") or {})
-        headers = {**user, **transport.auth_headers()}
+        self.server_headers = headers = {**user, **transport.auth_headers()}
         await self.flush_cache(target, headers)
         await self.start_profile(target, headers)
 
+    def preflight_on(self, target: Target) -> bool:
+        """``backend.preflight``, by default on against a real server."""
+        enabled = self.cfg.backend.preflight
+        return bool(target.preflight if enabled is None else enabled)
+
+    def check_context(self, served: ServedContext | None) -> None:
+        """The plan against the server's context (``GET /v1/models``), before any request:
+        a ``ConfigError`` naming the rounds that cannot fit, unless ``context.max_model_len``
+        (at most the server's) skips them (docs/real-engines.md, "Prompts longer than the
+        server's context")."""
+        if served is None:
+            return
+        limit, guard = served.tokens, self.cfg.context.max_model_len
+        fit = self.plan.over_context(limit)
+        self.server_context = {**served.to_dict(), **fit}
+        if not fit["rounds_over"] or (guard is not None and guard <= limit):
+            return
+        over, units = fit["rounds_over"], fit["units_over"]
+        where = f"GET /v1/models: {served.field} of {served.model!r}"
+        guard_text = "" if guard is None else (
+            f"; context.max_model_len {guard} is above it, so the context guard lets them "
+            "through")
+        raise ConfigError(
+            f"the server's context is {limit} tokens ({where}), and {over} of "
+            f"{fit['rounds']} planned requests (in {units} of {fit['units']} units) need "
+            f"more: prompt + max tokens ≥ {limit}, the longest {fit['longest']}{guard_text}. "
+            "The server would refuse them (HTTP 400) or cut their output. Replay what fits "
+            f"with --max-model-len {limit} (context.max_model_len: each such round is skipped "
+            "and ends its session), fewer or other units (--max-items, --offset), shorter "
+            "outputs (--output-len), or serve a model with a longer context"
+        )
+
     async def preflight(self, transport: Any, codec: Any, pool: TokenPool, target: Target
                         ) -> None:
-        enabled = self.cfg.backend.preflight
-        if not (target.preflight if enabled is None else enabled):
+        if not self.preflight_on(target):
             return
         result = await preflight_prefix_cache(transport, codec, pool.tail(8192))
-        self.manifest.preflight = redact.obj(getattr(result, "__dict__", str(result)))
+        found = redact.obj(getattr(result, "__dict__", str(result)))
+        if self.server_context is not None and isinstance(found, dict):
+            found["server_context"] = self.server_context
+        self.manifest.preflight = found
 
     async def flush_cache(self, target: Target, headers: Mapping[str, str]) -> None:
         """``backend.flush_cache`` after the preflight, before any request of the plan;
@@ -312,11 +361,11 @@ class ReplaySession(RecordSinks):
 
     async def block_size(self, target: Target) -> int | None:
         """The plan's block size, else the target's."""
-        return self.plan.block_size or await target.block_size()
+        return self.plan.block_size or await target.block_size(self.server_headers)
 
     def sampler(self, target: Target, clock: Clock) -> Sampler | None:
         """The target's server sampling (``backend.scrape_interval_s``), not yet started."""
-        return target.sampler(self.cfg, clock)
+        return target.sampler(self.cfg, clock, self.server_headers)
 
     def keep_scrape(self, sampler: Sampler) -> None:
         """A stopped sampler's rows as the timeline, its description as ``metrics_scrape``."""

@@ -48,10 +48,12 @@ class Target(Protocol):
                     ) -> FlushOutcome:
         """Reset the prefix cache (``backend.flush_cache``; ``mode`` is never False here)."""
 
-    async def block_size(self) -> int | None:
-        """The server's KV block size, when it can be known."""
+    async def block_size(self, headers: Mapping[str, str] | None = None) -> int | None:
+        """The server's KV block size, when it can be known (``headers``: the run's
+        credentials, for a server that guards ``/metrics``)."""
 
-    def sampler(self, cfg: RunConfig, clock: Clock) -> Sampler | None:
+    def sampler(self, cfg: RunConfig, clock: Clock,
+                headers: Mapping[str, str] | None = None) -> Sampler | None:
         """The server sampling of ``backend.scrape_interval_s`` (None: off)."""
 
     def open(self) -> contextlib.AbstractAsyncContextManager[Any]:
@@ -103,26 +105,28 @@ class HttpTarget:
                     ) -> FlushOutcome:
         return await flush_prefix_cache(self.base_url, backend=backend, headers=headers)
 
-    async def block_size(self) -> int | None:
+    async def block_size(self, headers: Mapping[str, str] | None = None) -> int | None:
         if (self.engine or {}).get("block_size"):
             return int((self.engine or {})["block_size"])
         # imported here: it loads the HTTP client, which a virtual run never does
         from workbench.backends.scrape import detect_block_size
 
         try:
-            return await detect_block_size(self.base_url)
+            return await detect_block_size(self.base_url, headers=headers)
         except (TimeoutError, WorkbenchError, OSError) as exc:
             log.info("block size not detected: %s", exc)
             return None
 
-    def sampler(self, cfg: RunConfig, clock: Clock) -> Sampler | None:
+    def sampler(self, cfg: RunConfig, clock: Clock,
+                headers: Mapping[str, str] | None = None) -> Sampler | None:
         b = cfg.backend
         if not b.scrape_interval_s:
             return None
         from workbench.backends.scrape import MetricsScraper
 
         return MetricsScraper(self.base_url, b.scrape_interval_s, clock,
-                              extra_urls=b.metrics_urls, patterns=b.metrics_series)
+                              extra_urls=b.metrics_urls, patterns=b.metrics_series,
+                              headers=headers)
 
 
 def _engine_info(handle: Any) -> dict[str, Any]:

@@ -50,6 +50,11 @@ CANONICAL_EXCLUDED: dict[str, str] = {
     "manifest.client": "wall clock: a live client's CPU per wall second and release lags",
     "summary.client": "wall clock: a live client's CPU per wall second and release lags",
     "summary.client_bottleneck": "wall clock: derived from summary.client",
+    "summary.failures": "derived: the failed records' classes and reasons (records[] are in)",
+    "summary.output_short": "derived: the ok records' output tokens against the plan "
+                            "(records[] are in)",
+    "summary.prompt_counted": "derived: the ok records' prompt tokens against those sent "
+                              "(records[] are in)",
     "records[].run_id": "the same as manifest.run_id",
     "lifecycle[].run_id": "the same as manifest.run_id",
 }

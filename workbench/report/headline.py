@@ -12,6 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import workbench.catalogs.requests as catalog
+from workbench.metrics.deviations import (
+    failures_part,
+    output_short_part,
+    prompt_counted_part,
+)
 from workbench.metrics.distribution import QS, resolution, support
 from workbench.metrics.slo import DEFAULT_MIN_OK
 from workbench.metrics.summary import NON_STREAMING_NOTE, NOT_STREAMED, measured_plan
@@ -168,6 +173,9 @@ def run_headline(summary: Mapping[str, Any], manifest: RunManifest | None = None
     parts: list[str | None] = [
         f"INCOMPLETE ({status})" if status not in (None, "completed") else None,
         f"{summary.get('ok', 0)}/{summary.get('requests', 0)} ok",
+        failures_part(summary),
+        output_short_part(summary),
+        prompt_counted_part(summary),
         percentiles_part("TTFT", summary.get("ttft_ms"))
         + (f" ({NON_STREAMING_NOTE})" if whole else ""),
         f"TPOT {NOT_STREAMED}" if whole else percentiles_part("TPOT", summary.get("tpot_ms")),

@@ -21,6 +21,7 @@ import workbench.catalogs.requests as catalog
 import workbench.catalogs.runs as runs
 import workbench.catalogs.series as series
 from workbench.metrics import by_round_index, summarize
+from workbench.metrics.deviations import failure_class, reason
 from workbench.metrics.distribution import QS, resolution
 from workbench.metrics.summary import CLIENT_CPU_BOUND, CLIENT_LAG_P99_MS, measured_plan
 from workbench.metrics.wording import bounds_phrase, sig
@@ -187,7 +188,21 @@ def run_table(data: Any) -> pd.DataFrame:
         # and the bounds it was judged against, in the headline's words
         values = [*values, _count(slo.get("attained"))]
         labels = [*labels, attained_label(slo["bounds"])]
+    short = s.get("output_short")
+    if isinstance(short, Mapping) and short.get("requests"):  # the headline's "… ended short"
+        values += [_count(short[k]) for k in ("requests", "generated_tokens", "planned_tokens")]
+        labels += [SHORT_OUTPUTS, "their output tokens", "their max_tokens"]
+    counted = s.get("prompt_counted")
+    if isinstance(counted, Mapping) and counted.get("sent_tokens"):  # "… counted … sent"
+        values += [_count(counted["server_tokens"]), _count(counted["sent_tokens"]),
+                   as_float(counted["ratio"])]
+        labels += ["prompt tokens the server counted", "prompt tokens sent",
+                   "counted / sent"]
     return value_table(labels, values, "run")
+
+
+#: the run table's row of ok requests with fewer output tokens than pinned
+SHORT_OUTPUTS = "ended short of max_tokens"
 
 
 def round_table(data: Any) -> pd.DataFrame:
@@ -645,18 +660,13 @@ def _knob(v: Any) -> Any:
     return v
 
 
-SAMPLE_CHARS = 160
-
-
 def error_class(status: str, error: Any, http_status: Any) -> str:
-    """A record's error class: the exception name or rule before the first colon."""
-    text = str(error or "").strip()
-    head = text.split(":", 1)[0].strip() if text else ""
-    if not head or len(head) > 60:
-        head = " ".join(text.split()[:4]) or "(no message)"
-    code = f"HTTP {int(http_status)} " if isinstance(http_status, int | float) and not (
-        isinstance(http_status, float) and math.isnan(http_status)) and http_status != 200 else ""
-    return f"{status}: {code}{head}"
+    """A record's error class: its status, then ``HTTP <status>`` for an answer the server
+    refused, else the exception name or rule (``metrics.deviations.failure_class``: the
+    headline's classes)."""
+    code = int(http_status) if isinstance(http_status, int | float) and not (
+        isinstance(http_status, float) and math.isnan(http_status)) else None
+    return f"{status}: {failure_class(error, code)}"
 
 
 def error_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -667,18 +677,13 @@ def error_table(frame: pd.DataFrame) -> pd.DataFrame:
     for status, error, code in zip(bad["status"], bad["error"],
                                    bad.get("http_status", [None] * len(bad)), strict=False):
         key = error_class(str(status), error, code)
-        row = rows.setdefault(key, {"requests": 0, "sample message": _sample(error)})
+        row = rows.setdefault(key, {"requests": 0, "sample message": reason(error)})
         row["requests"] += 1
     df = pd.DataFrame.from_dict(rows, orient="index", columns=cols)
     df = df.sort_values("requests", ascending=False) if len(df) else df
     df["requests"] = df["requests"].astype(int)
     df.index.name = "error class"
     return named(df, "errors")
-
-
-def _sample(error: Any) -> str:
-    text = " ".join(str(error or "(no message)").split())
-    return text if len(text) <= SAMPLE_CHARS else text[: SAMPLE_CHARS - 1] + "…"
 
 
 def error_caption(table: pd.DataFrame, requests: int) -> str:
