@@ -12,6 +12,7 @@ from typing import Any, Protocol, Self
 
 import orjson
 
+from workbench import redact
 from workbench.backends.extras import EXTRA_KEYS, RequestExtras
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.plurals import noun
@@ -251,14 +252,21 @@ def _server_error(obj: Any) -> Any:
     return err.get("message", err) if isinstance(err, dict) else err
 
 
+def _shown(payload: bytes) -> str:
+    """A payload's first 200 bytes as ``repr`` shows them, redacted whole before the cut
+    (``redact.excerpt``)."""
+    return repr(redact.excerpt(payload.decode("utf-8", "surrogateescape"), 200)
+                .encode("utf-8", "surrogateescape"))
+
+
 def loads(payload: bytes) -> dict[str, Any]:
     """Decode one JSON payload; a bad payload or a server error object is a BackendError."""
     try:
         obj = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
-        raise BackendError(f"bad JSON in the answer ({exc}): {payload[:200]!r}") from None
+        raise BackendError(f"bad JSON in the answer ({exc}): {_shown(payload)}") from None
     if not isinstance(obj, dict):
-        raise BackendError(f"answer payload is not a JSON object: {payload[:200]!r}")
+        raise BackendError(f"answer payload is not a JSON object: {_shown(payload)}")
     if (msg := _server_error(obj)) is not None:
         raise BackendError(f"server error in the answer: {msg}")
     return obj
@@ -300,7 +308,7 @@ def json_body_error(body: bytes) -> BackendError:
         obj = None
     if (msg := _server_error(obj)) is not None:
         return BackendError(f"server error (HTTP 200, JSON body): {msg}")
-    text = body[:200].decode("utf-8", "replace")
+    text = redact.excerpt(body.decode("utf-8", "replace"), 200)
     return BackendError(f"HTTP 200 with a JSON body instead of an event stream: {text}")
 
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from workbench import redact
 from workbench.backends.base import BACKENDS
 from workbench.backends.transport import normalize_base_url, with_query
 
@@ -98,10 +99,10 @@ async def flush_prefix_cache(
                 except (aiohttp.ClientError, TimeoutError, OSError, BodyError) as exc:
                     out.detail = f"POST {route} failed: {type(exc).__name__}: {exc}"
                     out.tries.append({"endpoint": f"POST {route}", "status": None,
-                                      "body": str(exc)[:BODY_EXCERPT]})  # fmt: skip
+                                      "body": redact.excerpt(str(exc), BODY_EXCERPT)})  # fmt: skip
                     return out
                 out.endpoint, out.status = f"POST {route}", status
-                excerpt = body.strip()[:BODY_EXCERPT]
+                excerpt = redact.excerpt(body.strip(), BODY_EXCERPT)
                 out.tries.append({"endpoint": out.endpoint, "status": status, "body": excerpt})
                 verdict = _confirmed(status, body)
                 if verdict == "absent":

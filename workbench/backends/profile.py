@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 
+from workbench import redact
 from workbench.backends.base import BACKENDS
 from workbench.backends.transport import normalize_base_url, with_query
 from workbench.bodies import BodyError, read_body
@@ -37,10 +38,10 @@ async def _post(base_url: str, route: str, headers: Mapping[str, str],
                                  timeout=timeout) as resp:
                 text = (await read_body(resp)).text()  # bounded (bodies.py)
                 return {"endpoint": f"POST {route}", "status": resp.status,
-                        "body": text.strip()[:BODY_EXCERPT]}
+                        "body": redact.excerpt(text.strip(), BODY_EXCERPT)}
         except (aiohttp.ClientError, TimeoutError, OSError, BodyError) as exc:
             return {"endpoint": f"POST {route}", "status": None,
-                    "body": f"{type(exc).__name__}: {exc}"[:BODY_EXCERPT]}
+                    "body": redact.excerpt(f"{type(exc).__name__}: {exc}", BODY_EXCERPT)}
 
 
 class Profiler:

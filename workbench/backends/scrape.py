@@ -122,7 +122,7 @@ async def _fetch(
         if resp.status != 200:
             # redacted whole, then cut: the page was asked with the run's credentials, and
             # a server may echo them (a secret cut in two would not be recognised)
-            body = redact.text((await read_body(resp, ANSWER_MAX)).text()).strip()[:200]
+            body = redact.excerpt((await read_body(resp, ANSWER_MAX)).text().strip(), 200)
             raise RuntimeError(f"HTTP {resp.status} from {shown}: {body}")
         page = await read_body(resp, PAGE_MAX)
     if not page.cut:

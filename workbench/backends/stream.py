@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from workbench import bodies
+from workbench import bodies, redact
 from workbench.backends.base import BackendError, StreamParser
 from workbench.backends.overrun import (
     AFTER_DONE_MAX_BYTES,
@@ -373,7 +373,7 @@ def whole_body_error(body: bytes) -> BackendError | None:
         return BackendError("HTTP 200 with an empty body (no JSON answer)")
     if text.startswith(("data:", "event:", ":")):
         return BackendError("the server streamed server-sent events although the request "
-                            f"said \"stream\": false: {text[:200]}")
+                            f"said \"stream\": false: {redact.excerpt(text, 200)}")
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
