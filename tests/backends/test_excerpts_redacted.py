@@ -9,7 +9,8 @@ from aiohttp import web
 from workbench import redact
 from workbench.backends.base import BackendError, json_body_error, loads
 from workbench.backends.flush import flush_prefix_cache
-from workbench.backends.stream import whole_body_error
+from workbench.backends.stream import RAW_MAX, whole_body_error
+from workbench.backends.transport import HTTPStatusError
 
 SECRET = "opaque-token-7c1e55a0d9b24f3e8a61"  # registered: no key-shaped pattern in it
 HEAD = SECRET[:6]  # of the 10 characters a cut at 200 would leave
@@ -20,10 +21,10 @@ def _registered():
     redact.register(SECRET)
 
 
-def _across_200(prefix: str = "", secret: str = SECRET) -> str:
-    """A body whose echoed secret starts 190 characters in: cut at 200, then redacted,
-    its first 10 characters would stay."""
-    return f"{prefix}{'x' * (190 - len(prefix))}{secret}"
+def _across_200(prefix: str = "", secret: str = SECRET, cut: int = 200) -> str:
+    """A body whose echoed secret starts 10 characters before ``cut``: cut there, then
+    redacted, its first 10 characters would stay."""
+    return f"{prefix}{'x' * (cut - 10 - len(prefix))}{secret}"
 
 
 @pytest.mark.parametrize("make", [
@@ -39,6 +40,9 @@ def test_an_answer_error_keeps_no_part_of_an_echoed_secret(make):
 @pytest.mark.parametrize("make", [
     lambda: json_body_error(_across_200().encode()),
     lambda: whole_body_error(_across_200("data: ").encode()),
+    lambda: whole_body_error(_across_200("{", cut=RAW_MAX).encode()),  # malformed JSON
+    lambda: whole_body_error(f'["{_across_200(cut=RAW_MAX)}"]'.encode()),  # not an object
+    lambda: HTTPStatusError(500, _across_200(cut=RAW_MAX)),  # an error status's body
 ])
 def test_a_body_error_keeps_no_part_of_an_echoed_secret(make):
     err = make()

@@ -309,7 +309,8 @@ class StreamState:
         text = self.raw.decode("utf-8", errors="replace").strip()
         if not text:
             return BackendError("HTTP 200 with an empty body (no event stream)")
-        return BackendError(f"HTTP 200 but the body is no event stream: {text[:RAW_MAX]}")
+        return BackendError("HTTP 200 but the body is no event stream: "
+                            f"{redact.excerpt(text, RAW_MAX)}")
 
 
 class WholeBody:
@@ -368,19 +369,26 @@ class WholeBody:
 
 def whole_body_error(body: bytes) -> BackendError | None:
     """Why a non-streaming body is no JSON object (None when it is one)."""
-    text = body[:RAW_MAX].decode("utf-8", errors="replace").strip()
-    if not text:
+    head = body[:RAW_MAX].decode("utf-8", errors="replace").strip()
+    if not head:
         return BackendError("HTTP 200 with an empty body (no JSON answer)")
-    if text.startswith(("data:", "event:", ":")):
+    if head.startswith(("data:", "event:", ":")):
         return BackendError("the server streamed server-sent events although the request "
-                            f"said \"stream\": false: {redact.excerpt(text, 200)}")
+                            f"said \"stream\": false: {_shown(body, 200)}")
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        return BackendError(f"malformed JSON body (non-streaming answer): {exc}: {text}")
+        return BackendError(f"malformed JSON body (non-streaming answer): {exc}: "
+                            f"{_shown(body, RAW_MAX)}")
     if not isinstance(obj, dict):
-        return BackendError(f"the non-streaming answer is not a JSON object: {text}")
+        return BackendError("the non-streaming answer is not a JSON object: "
+                            f"{_shown(body, RAW_MAX)}")
     return None
+
+
+def _shown(body: bytes, limit: int) -> str:
+    """A body's text in an error: redacted whole, then cut (``redact.excerpt``)."""
+    return redact.excerpt(body.decode("utf-8", errors="replace").strip(), limit)
 
 
 #: what a client feeds a response's body to: a stream, or a whole answer

@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 import orjson
 
+from workbench import redact
 from workbench.backends.base import (
     BackendError,
     Codec,
@@ -143,7 +144,7 @@ class HTTPStatusError(BackendError):
     def __init__(self, status: int, body: str) -> None:
         self.status = status
         self.body = body
-        text = body.strip()[:RAW_MAX] or "(empty body)"
+        text = redact.excerpt(body.strip(), RAW_MAX) or "(empty body)"
         # vLLM's /v1/completions clamps max_tokens, then rejects our min_tokens: say why
         hint = f" ({_CLAMP_HINT})" if status == 400 and "min_tokens must be" in text else ""
         super().__init__(f"HTTP {status}: {text}{hint}")
