@@ -356,3 +356,45 @@ async def test_several_choices_are_not_recorded_and_counted(loopback, tmp_path: 
     (doc,) = read_capture(tmp_path)
     assert [r["out"] for r in doc["requests"]] == [17] and doc["requests_not_recorded"] == 1
     assert proxy.not_recorded == {"n > 1 (several choices)": 1}
+
+
+_NO_USAGE = [  # (path, request, whole answer without usage, its output in words)
+    ("/v1/chat/completions", CHAT,
+     {"id": "c2", "object": "chat.completion", "model": "m",
+      "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+          "role": "assistant", "content": "three words here",
+          "tool_calls": [{"id": "t", "type": "function", "function": {
+              "name": "ls", "arguments": '{"path": "src tests"}'}}]}}]}, 3 + 1 + 3),
+    ("/v1/completions", {"model": "m", "max_tokens": 9, "prompt": "say a few words"},
+     {"id": "c3", "object": "text_completion", "model": "m",
+      "choices": [{"index": 0, "finish_reason": "stop", "text": " a few more words"}]}, 4),
+    ("/v1/messages", {"model": "m", "max_tokens": 9,
+                      "messages": [{"role": "user", "content": "list the files please"}]},
+     {"id": "m1", "type": "message", "role": "assistant", "model": "m",
+      "stop_reason": "end_turn",
+      "content": [{"type": "thinking", "thinking": "two words"},
+                  {"type": "text", "text": "one two three four five"}]}, 2 + 5),
+]
+
+
+@pytest.mark.parametrize(("path", "request_body", "answer", "words"), _NO_USAGE,
+                         ids=["chat", "completions", "messages"])
+async def test_a_whole_answer_without_usage_is_counted_in_words(
+        loopback, tmp_path: Path, path: str, request_body: dict, answer: dict,
+        words: int) -> None:
+    """A non-streamed answer without a usage (a server or gateway that does not count):
+    its output is counted by the word tokenizer over its text, tool calls and reasoning,
+    as a stream without usage is counted by its events (docs/capture.md, "Token
+    counts"). It was recorded as ``out: 0``, which a replay sends as one token."""
+    async def answer_it(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response(answer)
+
+    upstream = await loopback([web.post(path, answer_it)])
+    async with CaptureProxy(upstream, tmp_path, tokenizer="word") as proxy, \
+            aiohttp.ClientSession() as http, \
+            http.post(proxy.url + path, json=request_body) as resp:  # fmt: skip
+        assert resp.status == 200
+        assert orjson.loads(await resp.read()) == answer
+    req = read_capture(tmp_path)[0]["requests"][0]
+    assert req["out"] == words and req["in"] > 0

@@ -334,6 +334,41 @@ def _openai_choice(facts: ResponseFacts, choice: Any, kinds: set[str], delta_key
     facts.output_events += carried
 
 
+def _answer_words(api: str, doc: dict[str, Any]) -> int:
+    """A whole (non-streamed) answer's output in words: its text, tool calls and reasoning,
+    as the word tokenizer counts them (N words, N tokens) — the count taken when the answer
+    has no usage, as a stream's output events are (docs/capture.md, "Token counts")."""
+    texts: list[Any] = []
+    if api == MESSAGES:
+        for block in doc.get("content") or []:
+            if isinstance(block, dict):
+                texts += [block.get("text"), block.get("thinking")]
+                if block.get("type") == "tool_use":
+                    texts += [block.get("name"), orjson.dumps(block.get("input")).decode()]
+    elif api == RESPONSES:
+        items = [i for i in doc.get("output") or [] if isinstance(i, dict)]
+        texts += [text for _, text in responses_segments(items)]
+    else:
+        for choice in doc.get("choices") or []:
+            if not isinstance(choice, dict):
+                continue
+            msg = choice.get("message") if api == CHAT else None
+            if not isinstance(msg, dict):
+                texts.append(choice.get("text"))
+                continue
+            content = msg.get("content")
+            parts = content if isinstance(content, list) else [content]
+            texts += [p.get("text") if isinstance(p, dict) else p for p in parts]
+            texts += [msg.get("reasoning_content"), msg.get("reasoning")]
+            calls = msg.get("tool_calls") or []
+            calls = [*calls, msg["function_call"]] if msg.get("function_call") else calls
+            for call in calls:
+                fn = call.get("function", call) if isinstance(call, dict) else None
+                if isinstance(fn, dict):
+                    texts += [fn.get("name"), fn.get("arguments")]
+    return sum(len(t.split()) for t in texts if isinstance(t, str))
+
+
 def sse_data(raw: bytes) -> Iterable[Any]:
     """The JSON documents of a whole SSE stream, as the replay client frames them."""
     decoder = SSEDecoder()
@@ -350,11 +385,13 @@ def response_facts(api: str, stream: bool, raw: bytes) -> ResponseFacts:
     """Read what the upstream answered a captured request (the bytes the agent got)."""
     facts = ResponseFacts()
     kinds: set[str] = set()
+    whole: Any = None
     if not stream:
         try:
-            docs: Iterable[Any] = [loads(raw)]
+            whole = loads(raw)
         except ValueError:
             return facts
+        docs: Iterable[Any] = [whole]
     else:
         docs = sse_data(raw)
     for doc in docs:
@@ -372,8 +409,8 @@ def response_facts(api: str, stream: bool, raw: bytes) -> ResponseFacts:
         key = "text" if api == COMPLETIONS else ("delta" if stream else "message")
         for choice in doc.get("choices") or []:
             _openai_choice(facts, choice, kinds, key)
-    if not stream:
-        facts.output_events = 0
+    if not stream:  # no events: a whole answer without usage is counted in words
+        facts.output_events = _answer_words(api, whole) if isinstance(whole, dict) else 0
     facts.output_types = [k for k in _KIND_ORDER if k in kinds]
     return facts
 
