@@ -473,3 +473,12 @@ def fast_rounds_fine(
         and (wait <= bounds.MAX_WAIT_MS).all()
         and (arrival <= bounds.MAX_ARRIVAL_MS).all()
     )
+
+
+def choice_option(fmt: str, name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    """A reader option that takes one of ``allowed`` words (``--trace-option NAME=...``);
+    anything else a ``ConfigError`` naming the format, the option and the choices."""
+    if value not in allowed:
+        raise ConfigError(f"{fmt} option {name} must be one of {', '.join(allowed)}, got "
+                          f"{bounds.shown(value)}")
+    return str(value)

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
+from workbench.traces._io import choice_option
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import (
     first_json_object,
@@ -162,9 +163,7 @@ def read_aiperf_multi_turn(path: Path, *, tokenizer: str | None = None,
     file order), closed-loop, the wait before turn k+1 its ``delay``; ``history=none``
     sends each turn alone as AIPerf does, ``full`` the session so far before it."""
     out_len = _output_len(output_len)
-    if history not in HISTORY:
-        raise ConfigError(f"{MULTI} option history must be one of {', '.join(HISTORY)}, got "
-                          f"{bounds.shown(history)}")
+    choice_option(MULTI, "history", history, HISTORY)
     counter = text_counter(tokenizer)
     path = Path(path)
     extra: dict[str, int] = {}

@@ -12,7 +12,14 @@ from typing import Any
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Workload
 from workbench.traces import bounds
-from workbench.traces._io import as_float, check_columns, header_sniffer, read_csv, token_count
+from workbench.traces._io import (
+    as_float,
+    check_columns,
+    choice_option,
+    header_sniffer,
+    read_csv,
+    token_count,
+)
 from workbench.traces.formats import register_format
 from workbench.traces.shared import Request, note_rows, request_workload
 
@@ -71,9 +78,7 @@ def read_burstgpt(path: Path, *, model: str | None = None, log_type: str | None 
     becomes of a failed request (``Response tokens`` 0): ``skip`` it, or ``keep`` its
     prompt with 1 output token."""
     want_model, want_kind = _filter("model", model), _filter("log_type", log_type)
-    if failed not in FAILED:
-        raise ConfigError(f"burstgpt option failed must be one of {', '.join(FAILED)}, "
-                          f"got {bounds.shown(failed)}")
+    choice_option("burstgpt", "failed", failed, FAILED)
     path = Path(path)
     header, header_line, rows = read_csv(path, COLUMNS, "burstgpt")
     check_columns(path, header_line, header, COLUMNS + OPTIONAL,

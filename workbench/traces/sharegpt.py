@@ -19,7 +19,7 @@ from workbench.errors import ConfigError, TraceFormatError
 from workbench.plurals import counted
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
-from workbench.traces._io import read_text
+from workbench.traces._io import choice_option, read_text
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import (
     json_id,
@@ -144,13 +144,6 @@ def _check_order(path: Path, line: int, where: str, turns: list[_Turn]) -> None:
         previous = turn.role
 
 
-def _option(name: str, value: Any, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise ConfigError(f"{FORMAT} option {name} must be one of {', '.join(allowed)}, got "
-                          f"{bounds.shown(value)}")
-    return str(value)
-
-
 def _sniff(lines: list[str]) -> bool:
     """An array (or a line) whose first record has ``conversations``; a pretty-printed
     array shows its first keys on lines of their own."""
@@ -168,8 +161,8 @@ def read_sharegpt(path: Path, *, tokenizer: str | None = None, turns: str = "all
     or vLLM's single-turn sampling, each conversation's first two turns one independent
     request (``turns=first``; ``lengths=vllm`` adds vLLM's length filters). Token counts
     by ``tokenizer`` (a tokenizer.json), else words (said in ``meta["reader"]``)."""
-    turns = _option("turns", turns, TURNS)
-    lengths = _option("lengths", lengths, LENGTHS)
+    turns = choice_option(FORMAT, "turns", turns, TURNS)
+    lengths = choice_option(FORMAT, "lengths", lengths, LENGTHS)
     if lengths == "vllm" and turns != "first":
         raise ConfigError(f"{FORMAT} option lengths=vllm is vLLM's single-turn filter: "
                           "it needs turns=first")
