@@ -335,33 +335,25 @@ def _openai_choice(facts: ResponseFacts, choice: Any, kinds: set[str], delta_key
 
 
 def _answer_words(api: str, doc: dict[str, Any]) -> int:
-    """A whole (non-streamed) answer's output in words: its text, tool calls and reasoning,
-    as the word tokenizer counts them (N words, N tokens) — the count taken when the answer
-    has no usage, as a stream's output events are (docs/capture.md, "Token counts")."""
+    """A whole (non-streamed) answer's output in words: its text, tool calls and reasoning
+    as the prompt's are read for a local tokenizer (``_text_of``, ``responses_segments``;
+    N words, N tokens) — the count taken when the answer has no usage, as a stream's
+    output events are (docs/capture.md, "Token counts")."""
     texts: list[Any] = []
     if api == MESSAGES:
-        for block in doc.get("content") or []:
-            if isinstance(block, dict):
-                texts += [block.get("text"), block.get("thinking")]
-                if block.get("type") == "tool_use":
-                    texts += [block.get("name"), orjson.dumps(block.get("input")).decode()]
+        texts.append(_text_of(doc.get("content")))
     elif api == RESPONSES:
         items = [i for i in doc.get("output") or [] if isinstance(i, dict)]
         texts += [text for _, text in responses_segments(items)]
     else:
         for choice in doc.get("choices") or []:
-            if not isinstance(choice, dict):
-                continue
-            msg = choice.get("message") if api == CHAT else None
+            msg = choice.get("message") if isinstance(choice, dict) and api == CHAT else None
             if not isinstance(msg, dict):
-                texts.append(choice.get("text"))
+                texts.append(choice.get("text") if isinstance(choice, dict) else None)
                 continue
-            content = msg.get("content")
-            parts = content if isinstance(content, list) else [content]
-            texts += [p.get("text") if isinstance(p, dict) else p for p in parts]
-            texts += [msg.get("reasoning_content"), msg.get("reasoning")]
-            calls = msg.get("tool_calls") or []
-            calls = [*calls, msg["function_call"]] if msg.get("function_call") else calls
+            texts += [_text_of(msg.get("content")), msg.get("reasoning_content"),
+                      msg.get("reasoning")]
+            calls = [*(msg.get("tool_calls") or []), msg.get("function_call")]
             for call in calls:
                 fn = call.get("function", call) if isinstance(call, dict) else None
                 if isinstance(fn, dict):
