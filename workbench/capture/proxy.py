@@ -182,12 +182,15 @@ class CaptureProxy:
 
     def _hurry(self) -> None:
         """Cut the requests in flight, as aiohttp does at its shutdown timeout: their
-        answers are not recorded; every finished one is still written."""
+        answers are not recorded; every finished one is still written. The recordings
+        under way of finished requests go on (``_close_now`` waits for them, bounded):
+        cancelling them lost a request the agent had whole (docs/capture.md, "The
+        files")."""
         if not self._hurried:
             self._hurried = True
             log.warning("capture: stopping now: %s cut, not recorded",
                         counted(len(self._handlers), "request in flight", "requests in flight"))
-        for task in (*self._handlers, *self._pending):
+        for task in self._handlers:
             task.cancel()
 
     async def _close_now(self) -> None:
