@@ -4,7 +4,6 @@ Nothing here keeps text beyond the call (docs/capture.md, "What is captured").
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -361,48 +360,87 @@ def _answer_words(api: str, doc: dict[str, Any]) -> int:
     return sum(len(t.split()) for t in texts if isinstance(t, str))
 
 
-def sse_data(raw: bytes) -> Iterable[Any]:
-    """The JSON documents of a whole SSE stream, as the replay client frames them."""
-    decoder = SSEDecoder()
-    for data in [*decoder.feed(raw), *decoder.close()]:
-        if not data.strip() or data.strip() == DONE:
-            continue
+#: what reading an answer of JSON not of its API's shape raises (``choices`` a number):
+#: the exchange is relayed and not recorded (docs/capture.md, "What is captured")
+SHAPE_ERRORS = (TypeError, AttributeError, KeyError, IndexError, ValueError)
+
+
+def _read_doc(api: str, facts: ResponseFacts, doc: Any, kinds: set[str], stream: bool) -> None:
+    """One document of an answer: a whole answer's, or one stream event's."""
+    if not isinstance(doc, dict):
+        return
+    if api == MESSAGES:
+        _anthropic_doc(facts, doc, kinds, stream)
+        return
+    if api == RESPONSES:
+        _responses_doc(facts, doc, kinds, stream)
+        return
+    if (usage := doc.get("usage")) and isinstance(usage, dict):
+        facts.prompt_tokens = _count(usage.get("prompt_tokens"))
+        facts.output_tokens = _count(usage.get("completion_tokens"))
+    key = "text" if api == COMPLETIONS else ("delta" if stream else "message")
+    for choice in doc.get("choices") or []:
+        _openai_choice(facts, choice, kinds, key)
+
+
+class AnswerReader:
+    """A streamed answer read as its pieces are relayed (``feed`` each, after the agent
+    got it; ``close`` at its end): the proxy's loop then pays each event as it passes,
+    and only the last one at the end, where a whole 8,000-event answer read at its end
+    held the loop ~10 ms (docs/capture.md, "The relay"). The facts are
+    ``response_facts``' of the whole bytes, however the stream was cut; an answer not
+    of its API's shape raises at ``close``, never into the relay."""
+
+    __slots__ = ("_api", "_error", "_facts", "_kinds", "_sse")
+
+    def __init__(self, api: str) -> None:
+        self._api = api
+        self._facts = ResponseFacts()
+        self._kinds: set[str] = set()
+        self._sse = SSEDecoder()
+        self._error: Exception | None = None
+
+    def feed(self, piece: bytes) -> None:
+        if self._error is None:
+            self._read(self._sse.feed(piece))
+
+    def close(self) -> ResponseFacts:
+        if self._error is None:
+            self._read(self._sse.close())
+        if self._error is not None:
+            raise self._error
+        self._facts.output_types = [k for k in _KIND_ORDER if k in self._kinds]
+        return self._facts
+
+    def _read(self, events: list[bytes]) -> None:
         try:
-            yield loads(data)
-        except ValueError:
-            continue
+            for data in events:
+                if not data.strip() or data.strip() == DONE:
+                    continue
+                try:
+                    doc = loads(data)
+                except ValueError:
+                    continue
+                _read_doc(self._api, self._facts, doc, self._kinds, True)
+        except SHAPE_ERRORS as exc:
+            self._error = exc
 
 
 def response_facts(api: str, stream: bool, raw: bytes) -> ResponseFacts:
     """Read what the upstream answered a captured request (the bytes the agent got)."""
+    if stream:
+        reader = AnswerReader(api)
+        reader.feed(raw)
+        return reader.close()
     facts = ResponseFacts()
     kinds: set[str] = set()
-    whole: Any = None
-    if not stream:
-        try:
-            whole = loads(raw)
-        except ValueError:
-            return facts
-        docs: Iterable[Any] = [whole]
-    else:
-        docs = sse_data(raw)
-    for doc in docs:
-        if not isinstance(doc, dict):
-            continue
-        if api == MESSAGES:
-            _anthropic_doc(facts, doc, kinds, stream)
-            continue
-        if api == RESPONSES:
-            _responses_doc(facts, doc, kinds, stream)
-            continue
-        if (usage := doc.get("usage")) and isinstance(usage, dict):
-            facts.prompt_tokens = _count(usage.get("prompt_tokens"))
-            facts.output_tokens = _count(usage.get("completion_tokens"))
-        key = "text" if api == COMPLETIONS else ("delta" if stream else "message")
-        for choice in doc.get("choices") or []:
-            _openai_choice(facts, choice, kinds, key)
-    if not stream:  # no events: a whole answer without usage is counted in words
-        facts.output_events = _answer_words(api, whole) if isinstance(whole, dict) else 0
+    try:
+        whole = loads(raw)
+    except ValueError:
+        return facts
+    _read_doc(api, facts, whole, kinds, False)
+    # no events: a whole answer without usage is counted in words
+    facts.output_events = _answer_words(api, whole) if isinstance(whole, dict) else 0
     facts.output_types = [k for k in _KIND_ORDER if k in kinds]
     return facts
 

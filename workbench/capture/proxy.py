@@ -28,6 +28,8 @@ from workbench.capture.prompt_blocks import PromptJob, prompt_blocks, worker_poo
 from workbench.capture.protocols import (
     CAPTURED_PATHS,
     RESPONSES,
+    SHAPE_ERRORS,
+    AnswerReader,
     RequestFacts,
     ResponseFacts,
     request_facts,
@@ -123,6 +125,8 @@ class CaptureProxy:
         self._fresh: aiohttp.ClientSession | None = None  # resends: a new connection each
         self._tokens: TokenSource | None = None
         self._facts: dict[int, _Exchange] = {}
+        # captured streamed requests: their answers are read as relayed (``_relay``)
+        self._readers: dict[int, AnswerReader] = {}
         self._answers = Answers()
         # Responses requests being relayed: done once each one's end was taken in
         self._responses: dict[int, asyncio.Future[None]] = {}
@@ -253,6 +257,7 @@ class CaptureProxy:
         kept = 0
         resp: web.StreamResponse | None = None
         encoding = ""
+        reader: AnswerReader | None = None
         try:
             async with await self._upstream_request(request.method, request.path_qs,
                                                     headers, raw) as up:  # fmt: skip
@@ -265,16 +270,25 @@ class CaptureProxy:
                     resp.content_length = up.content_length
                 await resp.prepare(request)
                 keep = captured and up.status == 200
+                encoding = up.headers.get("Content-Encoding", "").strip().lower()
+                # a stream (as the request asked, read by ``_arrive`` while this one went
+                # upstream) is read as it is relayed; a compressed one, at its end
+                reader = self._readers.pop(xid, None) if keep else None
+                if encoding not in ("", "identity"):
+                    reader = None
                 async for piece in up.content.iter_any():
                     await resp.write(piece)
                     if keep:
                         kept += len(piece)
-                        if kept <= MAX_KEPT_BYTES:
+                        if kept > MAX_KEPT_BYTES:
+                            continue
+                        if reader is not None:
+                            reader.feed(piece)  # after the agent got it
+                        else:
                             pieces.append(piece)
                 await resp.write_eof()
                 done = keep and kept <= MAX_KEPT_BYTES
                 why = "an error status" if not keep else "an answer over 64 MiB"
-                encoding = up.headers.get("Content-Encoding", "").strip().lower()
             return resp
         except (aiohttp.ClientError, TimeoutError) as exc:
             if resp is not None:  # the head went out: the agent sees the stream cut
@@ -294,9 +308,12 @@ class CaptureProxy:
         finally:
             ended = time.monotonic()
             if captured:
-                body = _decoded(b"".join(pieces), encoding) if done else None
-                if done and body is None:
-                    why = "an answer compressed unreadably"
+                self._readers.pop(xid, None)
+                body: bytes | AnswerReader | None = None
+                if done:
+                    body = reader or _decoded(b"".join(pieces), encoding)
+                    if body is None:
+                        why = "an answer compressed unreadably"
                 loop.call_soon(self._finish, xid, ended, body, why, headers)
             else:
                 self.passed += 1
@@ -332,6 +349,8 @@ class CaptureProxy:
             self._skip("a body not of its API's JSON" if body is not None
                        else "a body compressed unreadably")
             return
+        if facts.stream and facts.choices == 1:
+            self._readers[xid] = AnswerReader(facts.api)
         if facts.api != RESPONSES:
             self._assign(xid, sent, facts, headers)
             return
@@ -378,8 +397,9 @@ class CaptureProxy:
             self._dirty.add(conv.number)
             self._flush_wake.set()
 
-    def _finish(self, xid: int, ended: float, body: bytes | None, why: str,
+    def _finish(self, xid: int, ended: float, body: bytes | AnswerReader | None, why: str,
                 headers: Mapping[str, str]) -> None:
+        self._readers.pop(xid, None)  # a relay that ended before its arrival was read
         gate = self._deferred.get(xid)
         if gate is not None:  # its assignment waits for earlier relays: so does its end
             gate.add_done_callback(lambda _: self._finish(xid, ended, body, why, headers))
@@ -391,7 +411,7 @@ class CaptureProxy:
             if done is not None and not done.done():
                 done.set_result(None)
 
-    def _finish_now(self, xid: int, ended: float, body: bytes | None, why: str,
+    def _finish_now(self, xid: int, ended: float, body: bytes | AnswerReader | None, why: str,
                     headers: Mapping[str, str]) -> None:
         got = self._facts.pop(xid, None)
         if got is None:  # not a request of a captured API
@@ -407,8 +427,11 @@ class CaptureProxy:
             self.passed += 1
             return
         try:
-            got_response = response_facts(facts.api, facts.stream, body)
-        except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
+            if isinstance(body, AnswerReader):  # read as it was relayed: its last event
+                got_response = body.close()
+            else:
+                got_response = response_facts(facts.api, facts.stream, body)
+        except SHAPE_ERRORS as exc:
             # JSON not of its API's shape (``choices`` a number): relayed as it came, not
             # recorded; raised here, in a loop callback, it left the turn open
             self._skip("an answer not of its API's shape", self.sessions.abandon(xid))
