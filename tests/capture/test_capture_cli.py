@@ -284,7 +284,7 @@ def test_the_token_worker_ends_with_a_killed_capture(tmp_path: Path) -> None:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stdout is not None
-        assert proc.stdout.readline().startswith(b"capture proxy on")  # the worker is ready
+        assert proc.stdout.readline().startswith(b"capture proxy on")  # the worker started
         kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
         workers = [int(k) for k in kids
                    if b"spawn_main" in Path(f"/proc/{k}/cmdline").read_bytes()]

@@ -42,8 +42,8 @@ class HeldFirst(concurrent.futures.ThreadPoolExecutor):
     """Two threads; the first job submitted waits for ``release`` (``started`` says it
     is running): the token work of the huge prompt, held as long as the test likes."""
 
-    def __init__(self) -> None:
-        super().__init__(2)
+    def __init__(self, threads: int = 2) -> None:
+        super().__init__(threads)
         self.started, self.release = threading.Event(), threading.Event()
         self._first = True
 
@@ -171,3 +171,54 @@ async def test_a_worker_that_died_is_replaced(loopback, tmp_path: Path,
     assert (proxy.failed, proxy.captured) == (1, 2)
     assert any("BrokenProcessPool" in r.getMessage() for r in caplog.records
                if r.levelno >= logging.ERROR)
+
+
+async def test_a_capture_of_one_request_records_it_with_its_token_work_queued(
+        loopback, tmp_path: Path) -> None:  # fmt: skip
+    """The token worker not ready yet (its first job held here: one thread): the request
+    is relayed at once, its token work queued; the capture stopped then still records it
+    once the work is done (the worker starts while the proxy binds, no longer before)."""
+    pool = HeldFirst(threads=1)
+    upstream = await _upstream(loopback)
+    proxy = CaptureProxy(upstream, tmp_path, tokenizer="word", token_executor=pool)
+    await proxy.__aenter__()
+    try:
+        async with aiohttp.ClientSession() as http, \
+                http.post(proxy.url + "/v1/chat/completions", json=SMALL) as resp:
+            raw = await resp.read()  # whole, while its token work is held
+        assert raw.count(b"data: ") == len(PIECES) + 2
+        assert await asyncio.to_thread(pool.started.wait, BOUND_S)
+        assert proxy.captured == 0
+        stopping = asyncio.create_task(proxy.__aexit__(None, None, None))
+        port = int(proxy.url.rsplit(":", 1)[1])
+        async with asyncio.timeout(BOUND_S):  # stopped listening: it waits for the work
+            while True:
+                try:
+                    _, w = await asyncio.open_connection("127.0.0.1", port)
+                except OSError:
+                    break
+                w.close()
+                await asyncio.sleep(POLL_S)
+        pool.release.set()
+        await stopping
+    finally:
+        pool.release.set()
+        pool.shutdown()
+    assert proxy.captured == 1
+    ((request,),) = [d["requests"] for d in read_capture(tmp_path)]
+    assert (request["in"], request["out"]) == (212, 5)
+
+
+async def test_a_capture_stopped_right_after_its_first_request_records_it(
+        loopback, tmp_path: Path) -> None:  # fmt: skip
+    """The worker process as the proxy starts it (``spawn``, 0.3-1 s to be ready): one
+    request sent as soon as the proxy listens, the proxy stopped as soon as it was
+    answered: recorded."""
+    upstream = await _upstream(loopback)
+    async with CaptureProxy(upstream, tmp_path, tokenizer="word") as proxy, \
+            aiohttp.ClientSession() as http, \
+            http.post(proxy.url + "/v1/chat/completions", json=SMALL) as resp:  # fmt: skip
+        await resp.read()
+    assert proxy.captured == 1
+    ((request,),) = [d["requests"] for d in read_capture(tmp_path)]
+    assert (request["in"], request["out"]) == (212, 5)

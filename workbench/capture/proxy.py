@@ -144,9 +144,12 @@ class CaptureProxy:
         self.sessions.number_after(_highest_number(self.out_dir, self.prefix))
         if self.salt_file is not None:
             self.salt.write(self.salt_file)
-        if self._pool is None:  # the worker process started and ready: no request waits
+        if self._pool is None:
+            # the worker process starts (its imports, the word tokenizer: 0.3-1 s) while
+            # the proxy binds, not before: a request that comes first is relayed at once,
+            # its token work queued behind this (docs/capture.md, "The relay")
             self._pool = worker_pool()
-            await asyncio.get_running_loop().run_in_executor(self._pool, worker_ready)
+            self._pool.submit(worker_ready)
         self._client = _upstream_session(fresh=False)
         self._tokens = TokenSource(self.tokenizer, self.upstream, self._client)
         app = web.Application(client_max_size=MAX_BODY_BYTES)
