@@ -26,6 +26,27 @@ class Capture:
     url: str = ""
     console: str = ""  # everything it printed, once stopped
     returncode: int | None = None
+    pid: int = 0
+    stopped: bool = False  # a stop signal was sent (``signal``): leaving sends none
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` now (leaving the block then only waits for the end)."""
+        import os
+
+        self.stopped = True
+        os.kill(self.pid, sig)
+
+    async def stopped_listening(self) -> None:
+        """Until the proxy refuses connections (it took a stop signal)."""
+        port = int(self.url.rsplit(":", 1)[1])
+        async with asyncio.timeout(LINE_TIMEOUT_S):  # a failure bound only
+            while True:  # polled: the refusal is the only sign from outside
+                try:
+                    _, w = await asyncio.open_connection("127.0.0.1", port)
+                except OSError:
+                    return
+                w.close()
+                await asyncio.sleep(0.01)
 
 
 @contextlib.asynccontextmanager
@@ -35,7 +56,7 @@ async def capture_process(upstream: str, out: Path, *args: str) -> AsyncIterator
         *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         preexec_fn=default_sigint,
     )  # fmt: skip
-    cap = Capture()
+    cap = Capture(pid=proc.pid)
     try:
         assert proc.stdout is not None
         first = (await asyncio.wait_for(proc.stdout.readline(), LINE_TIMEOUT_S)).decode()
@@ -44,7 +65,8 @@ async def capture_process(upstream: str, out: Path, *args: str) -> AsyncIterator
         cap.url = first.split()[3]
         cap.console = first
         yield cap
-        proc.send_signal(signal.SIGTERM)
+        if not cap.stopped:
+            proc.send_signal(signal.SIGTERM)
         rest, err = await asyncio.wait_for(proc.communicate(), LINE_TIMEOUT_S)
         cap.console += rest.decode() + err.decode()
         cap.returncode = proc.returncode
