@@ -38,15 +38,21 @@ class Capture:
 
     async def stopped_listening(self) -> None:
         """Until the proxy refuses connections (it took a stop signal)."""
-        port = int(self.url.rsplit(":", 1)[1])
-        async with asyncio.timeout(LINE_TIMEOUT_S):  # a failure bound only
-            while True:  # polled: the refusal is the only sign from outside
-                try:
-                    _, w = await asyncio.open_connection("127.0.0.1", port)
-                except OSError:
-                    return
-                w.close()
-                await asyncio.sleep(0.01)
+        await stopped_listening(self.url)
+
+
+async def stopped_listening(url: str) -> None:
+    """Until the proxy at ``url`` (on 127.0.0.1) refuses connections: it took a stop
+    signal, or its context is being left."""
+    port = int(url.rsplit(":", 1)[1])
+    async with asyncio.timeout(LINE_TIMEOUT_S):  # a failure bound only
+        while True:  # polled: the refusal is the only sign from outside
+            try:
+                _, w = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                return
+            w.close()
+            await asyncio.sleep(0.01)
 
 
 @contextlib.asynccontextmanager

@@ -12,6 +12,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 import pytest
+from capture_process import stopped_listening
 from interrupt import default_sigint
 
 from workbench.capture import CaptureProxy, read_capture
@@ -155,7 +156,7 @@ async def test_a_second_ctrl_c_cuts_the_requests_in_flight_cleanly(loopback, tmp
             async with http.post(url + "/v1/chat/completions", data=orjson.dumps(ask(9))) as r:
                 await r.content.readany()  # in flight: its first piece came
                 proc.send_signal(signal.SIGINT)
-                await _stopped_listening(url)  # the first Ctrl-C is taken
+                await stopped_listening(url)  # the first Ctrl-C is taken
                 proc.send_signal(signal.SIGINT)
                 _, err = await asyncio.wait_for(proc.communicate(), LINE_TIMEOUT_S)
     finally:
@@ -224,7 +225,7 @@ async def test_a_second_ctrl_c_keeps_a_finished_request_being_recorded(loopback,
             async with http.post(url + "/v1/chat/completions", data=orjson.dumps(ask(9))) as r:
                 await r.content.readany()  # in flight: its first piece came
                 proc.send_signal(signal.SIGINT)
-                await _stopped_listening(url)  # the first Ctrl-C is taken
+                await stopped_listening(url)  # the first Ctrl-C is taken
                 proc.send_signal(signal.SIGINT)
                 async with asyncio.timeout(LINE_TIMEOUT_S):
                     while not any("stopping now" in line for line in lines):
@@ -247,19 +248,6 @@ async def test_a_second_ctrl_c_keeps_a_finished_request_being_recorded(loopback,
     (doc,) = read_capture(out)
     assert [(r["in"], r["out"]) for r in doc["requests"]] == [(70, 1)]
     assert len(doc["requests"][0]["hash_ids"]) == 1  # from the ids /tokenize gave
-
-
-async def _stopped_listening(url: str) -> None:
-    """Until the proxy at ``url`` refuses connections (it took a first stop signal)."""
-    port = int(url.rsplit(":", 1)[1])
-    async with asyncio.timeout(LINE_TIMEOUT_S):  # a failure bound only
-        while True:  # polled: the refusal is the only sign from outside
-            try:
-                _, w = await asyncio.open_connection("127.0.0.1", port)
-            except OSError:
-                return
-            w.close()
-            await asyncio.sleep(0.01)
 
 
 def _alive(pid: int) -> bool:

@@ -15,6 +15,7 @@ import aiohttp
 import orjson
 import pytest
 from aiohttp import web
+from capture_process import stopped_listening
 from waiting import BOUND_S, POLL_S
 
 from workbench.capture import CaptureProxy, read_capture
@@ -190,15 +191,7 @@ async def test_a_capture_of_one_request_records_it_with_its_token_work_queued(
         assert await asyncio.to_thread(pool.started.wait, BOUND_S)
         assert proxy.captured == 0
         stopping = asyncio.create_task(proxy.__aexit__(None, None, None))
-        port = int(proxy.url.rsplit(":", 1)[1])
-        async with asyncio.timeout(BOUND_S):  # stopped listening: it waits for the work
-            while True:
-                try:
-                    _, w = await asyncio.open_connection("127.0.0.1", port)
-                except OSError:
-                    break
-                w.close()
-                await asyncio.sleep(POLL_S)
+        await stopped_listening(proxy.url)  # stopping: it waits for the work
         pool.release.set()
         await stopping
     finally:
