@@ -311,6 +311,48 @@ def test_aiperf_multi_turn_names_and_bad_input(tmp_path):
         load_trace(MULTI, history="some")
 
 
+def test_aiperf_random_pool_each_entry_once_or_drawn_as_aiperf_draws(tmp_path, caplog):
+    """AIPerf's random_pool (aiperf/dataset/loader/random_pool.py, db4f639): a pool of texts,
+    no timing; AIPerf draws --conversation-num of them with replacement. workbench reads each
+    entry once, in file order (``samples=N``: N draws, seeded)."""
+    p = tmp_path / "pool.jsonl"
+    p.write_text('{"type": "random_pool", "text": "Who are you?"}\n'
+                 '{"texts": [{"name": "query", "contents": ["What is", "life?"]}]}\n'
+                 '{"text": "one two three four five", "note": "x"}\n')
+    with caplog.at_level(logging.WARNING):
+        w = load_trace(p)
+    assert w.fmt == "aiperf-random-pool" and not w.has_sessions
+    assert [(u.unit_id, u.arrival_ms, u.rounds[0].input_len, u.rounds[0].output_len)
+            for u in w.units] == [("aiperf-random-pool_0", 0.0, 3, 256),
+                                  ("aiperf-random-pool_1", 0.0, 3, 256),
+                                  ("aiperf-random-pool_2", 0.0, 5, 256)]
+    assert w.meta["unknown_fields"] == ["note"]
+    drawn = load_trace(p, samples=50, seed=3, output_len=9)
+    assert len(drawn.units) == 50 and {u.rounds[0].output_len for u in drawn.units} == {9}
+    assert {u.rounds[0].input_len for u in drawn.units} == {3, 5}
+    assert [u.meta["pool_entry"] for u in drawn.units] == [
+        u.meta["pool_entry"] for u in load_trace(p, samples=50, seed=3).units]
+    assert drawn.meta["reader"]["samples"] == 50 and drawn.meta["reader"]["seed"] == 3
+    assert [u.meta["pool_entry"] for u in drawn.units] != [
+        u.meta["pool_entry"] for u in load_trace(p, samples=50, seed=4).units]
+    with pytest.raises(ConfigError, match="samples must be an integer from 1"):
+        load_trace(p, samples=0)
+
+
+@pytest.mark.parametrize(("line", "rule"), [
+    ('{"type": "random_pool", "text": "a", "image": "x.png"}',
+     "field 'image': images and audio are not text tokens"),
+    ('{"type": "random_pool", "text": "a", "texts": ["b"]}', "text and texts cannot be set"),
+    ('{"type": "random_pool"}', "missing field 'text' (or 'texts')"),
+    ('{"type": "single_turn", "text": "a"}', "type must be 'random_pool'"),
+])
+def test_aiperf_random_pool_bad_input(tmp_path, line, rule):
+    p = tmp_path / "pool.jsonl"
+    p.write_text('{"type": "random_pool", "text": "fine"}\n' + line + "\n")
+    got_line, got_rule = _line_rule(p, fmt="aiperf-random-pool")
+    assert got_line == 2 and rule in got_rule, got_rule
+
+
 # ------------------------------------------------------------------ command line
 
 
