@@ -552,3 +552,18 @@ def test_an_array_names_the_line_its_conversation_starts_on(tmp_path: Path) -> N
         load_trace(p, fmt="weka")
     assert e.value.line == starts[3], e.value
     assert e.value.rule.endswith(f"(also at line {starts[1]})"), e.value
+
+
+def test_a_folders_hidden_files_are_not_read(tmp_path: Path) -> None:
+    """A hidden file (``.x.json``: an editor's or a sync tool's) is left out of a folder,
+    as detection and the folder's sha256 leave it out: it was read, so the workload could
+    change while the trace's recorded identity did not."""
+    from workbench.traces.load import source_sha256
+
+    folder = tmp_path / "f"
+    folder.mkdir()
+    (folder / "a.json").write_text(json.dumps(conv("a", [req(0.0, 64, 1, [1])])))
+    sha = source_sha256(folder)
+    (folder / ".b.json").write_text(json.dumps(conv("b", [req(0.0, 64, 1, [1])])))
+    assert [u.unit_id for u in load_trace(folder).units] == ["a"]
+    assert source_sha256(folder) == sha

@@ -127,10 +127,12 @@ def _options(out: dict[str, Any]) -> dict[str, Any]:
 
 
 def trace_files(path: Path) -> list[Path]:
-    """The files a path stands for: itself, or a folder's ``*.json``/``*.jsonl`` by name."""
+    """The files a path stands for: itself, or a folder's ``*.json``/``*.jsonl`` by name,
+    hidden ones left out (as detection and ``load.source_sha256`` leave them out)."""
     if not path.is_dir():
         return [path]
-    files = sorted(p for p in path.iterdir() if p.name.endswith(SUFFIXES) and p.is_file())
+    files = sorted(p for p in path.iterdir() if p.name.endswith(SUFFIXES) and p.is_file()
+                   and not p.name.startswith("."))
     if not files:
         raise TraceFormatError(path, 0, f"folder has no {', '.join(SUFFIXES)} files")
     return files
