@@ -4,6 +4,7 @@ independent one-round units in file order (docs/trace-formats.md, "azure")."""
 
 from __future__ import annotations
 
+import gzip
 import logging
 from pathlib import Path
 
@@ -212,3 +213,32 @@ def test_a_file_past_the_line_bound_says_how_to_replay_a_window(tmp_path, monkey
         "azure_25", "azure_26", "azure_27"]
     err = trace_error(p, window=(0, None))
     assert "a window of more than 20 units" in err.rule
+
+
+@pytest.mark.parametrize(("name", "change", "line", "rule"), [
+    ("crlf", lambda b: b.replace(b"\n", b"\r\n"), None, None),
+    ("bom", lambda b: b"\xef\xbb\xbf" + b, None, None),
+    ("gzip", gzip.compress, None, None),
+    ("utf16", lambda b: b.decode().encode("utf-16"), 1, "UTF-16 text: traces are UTF-8"),
+    ("zstd", lambda b: b"\x28\xb5\x2f\xfd" + b, 1, "compressed with zstd"),
+    ("gzip-cut", lambda b: gzip.compress(b)[:60], None, "gzip data is broken or cut short"),
+    ("latin1", lambda b: b.replace(b",105,", b",10\xe9,", 1), 7, "not UTF-8 text"),
+    ("nul", lambda b: b.replace(b",105,", b",10\x005,", 1), 7, "binary data (NUL byte)"),
+    ("inner-bom", lambda b: b.replace(b"\n2024", b"\n\xef\xbb\xbf2024", 1), 2, "byte order mark"),
+    ("empty", lambda b: b"", 0, "file is empty"),
+    ("header-only", lambda b: b.split(b"\n")[0] + b"\n", 2, "no data rows"),
+])
+def test_a_window_read_as_a_stream_takes_and_refuses_what_a_whole_read_does(
+        tmp_path, name, change, line, rule):
+    """The stream a window is read from keeps the whole read's file rules: CRLF, a BOM
+    and gzip are read the same; UTF-16, other compressors, bytes that are not UTF-8, a
+    NUL, an inner BOM, a cut gzip stream are refused at their line (a decoder error, a
+    buffer ahead, named line 1; a cut gzip stream was an EOFError traceback)."""
+    seed = _week(12).encode()
+    p = write_trace(tmp_path, change(seed), f"{name}.csv")
+    if rule is None:
+        assert load_trace(p, window=(2, 8)).units == load_trace(
+            write_trace(tmp_path, seed, "seed.csv"), window=(2, 8)).units
+        return
+    err = trace_error(p, "azure", window=(2, 8))
+    assert rule in err.rule and (line is None or err.line == line), err

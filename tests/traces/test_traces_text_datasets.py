@@ -259,20 +259,31 @@ def test_aiperf_single_turn_delays_add_up_and_unix_ms_are_rebased(tmp_path):
     assert w.meta["arrival_origin_ms"] == 1765000000000
 
 
-@pytest.mark.parametrize(("line", "rule"), [
-    ('{"text": "a", "texts": ["b"]}', "text and texts cannot be set together"),
-    ('{"text": "a", "timestamp": 1, "delay": 2}', "timestamp and delay cannot be set together"),
-    ('{"text": "   "}', "empty text"),
-    ('{"texts": [{"name": "x", "contents": [1]}]}', "texts[0] must be a string or an object"),
-    ('{"text": "a", "image": "cat.png"}', "field 'image': images and audio are not text tokens"),
-    ('{"text": "a", "type": "random_pool"}', "type must be 'single_turn'"),
-    ('{"text": "a", "delay": -1}', "delay must be >= 0"),
-    ('{"role": "user", "text": 5}', "text must be a string, got 5"),
+@pytest.mark.parametrize(("fmt", "line", "rule"), [
+    *(("aiperf-single-turn", line, rule) for line, rule in (
+        ('{"text": "a", "texts": ["b"]}', "text and texts cannot be set together"),
+        ('{"text": "a", "timestamp": 1, "delay": 2}',
+         "timestamp and delay cannot be set together"),
+        ('{"text": "   "}', "empty text"),
+        ('{"texts": [{"name": "x", "contents": [1]}]}', "texts[0] must be a string or an object"),
+        ('{"text": "a", "image": "cat.png"}',
+         "field 'image': images and audio are not text tokens"),
+        ('{"text": "a", "type": "random_pool"}', "type must be 'single_turn'"),
+        ('{"text": "a", "delay": -1}', "delay must be >= 0"),
+        ('{"role": "user", "text": 5}', "text must be a string, got 5"))),
+    *(("aiperf-random-pool", line, rule) for line, rule in (
+        ('{"type": "random_pool", "text": "a", "image": "x.png"}',
+         "field 'image': images and audio are not text tokens"),
+        ('{"type": "random_pool", "text": "a", "texts": ["b"]}', "text and texts cannot be set"),
+        ('{"type": "random_pool"}', "missing field 'text' (or 'texts')"),
+        ('{"type": "single_turn", "text": "a"}', "type must be 'random_pool'"))),
 ])
-def test_aiperf_single_turn_bad_input(tmp_path, line, rule):
+def test_aiperf_single_turn_and_random_pool_bad_input(tmp_path, fmt, line, rule):
     p = tmp_path / "single.jsonl"
-    p.write_text('{"text": "fine"}\n' + line + "\n")
-    got_line, got_rule = _line_rule(p, fmt="aiperf-single-turn")
+    p.write_text('{"type": "random_pool", "text": "fine"}\n' if fmt == "aiperf-random-pool"
+                 else '{"text": "fine"}\n')
+    p.write_text(p.read_text() + line + "\n")
+    got_line, got_rule = _line_rule(p, fmt=fmt)
     assert got_line == 2 and rule in got_rule, got_rule
 
 
@@ -337,20 +348,6 @@ def test_aiperf_random_pool_each_entry_once_or_drawn_as_aiperf_draws(tmp_path, c
         u.meta["pool_entry"] for u in load_trace(p, samples=50, seed=4).units]
     with pytest.raises(ConfigError, match="samples must be an integer from 1"):
         load_trace(p, samples=0)
-
-
-@pytest.mark.parametrize(("line", "rule"), [
-    ('{"type": "random_pool", "text": "a", "image": "x.png"}',
-     "field 'image': images and audio are not text tokens"),
-    ('{"type": "random_pool", "text": "a", "texts": ["b"]}', "text and texts cannot be set"),
-    ('{"type": "random_pool"}', "missing field 'text' (or 'texts')"),
-    ('{"type": "single_turn", "text": "a"}', "type must be 'random_pool'"),
-])
-def test_aiperf_random_pool_bad_input(tmp_path, line, rule):
-    p = tmp_path / "pool.jsonl"
-    p.write_text('{"type": "random_pool", "text": "fine"}\n' + line + "\n")
-    got_line, got_rule = _line_rule(p, fmt="aiperf-random-pool")
-    assert got_line == 2 and rule in got_rule, got_rule
 
 
 # ------------------------------------------------------------------ command line

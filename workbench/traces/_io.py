@@ -7,6 +7,7 @@ numbers written as text must be plain ASCII (docs/trace-bounds.md, "Files" and
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import decimal
 import errno
@@ -44,11 +45,10 @@ def _os_rule(exc: OSError) -> str:
     return f"cannot open file: {exc.strerror or exc}"
 
 
-def open_trace(path: Path, limit: int | None = None, *, inflate: bool = True) -> bytes:
-    """The first ``limit`` bytes of a regular file (all of it when None, refused past
-    ``bounds.MAX_TRACE_BYTES``); a gzip file's content when ``inflate`` (a trace; a
-    config is read as it is). Opened non-blocking (a FIFO would block the open) and
-    checked with ``fstat`` on the open descriptor: what is read is what was checked."""
+def _open_regular(path: Path) -> tuple[int, os.stat_result]:
+    """A descriptor of ``path`` and its ``fstat``, opened non-blocking (a FIFO would block
+    the open) and checked on the descriptor to be a regular file: what is read is what was
+    checked."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
@@ -56,9 +56,23 @@ def open_trace(path: Path, limit: int | None = None, *, inflate: bool = True) ->
         raise TraceFormatError(path, 0, _os_rule(exc)) from None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
-            raise TraceFormatError(path, 0, f"not a regular file: {kind}")
+    except OSError as exc:
+        os.close(fd)
+        raise TraceFormatError(path, 0, f"cannot read file: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+        raise TraceFormatError(path, 0, f"not a regular file: {kind}")
+    return fd, st
+
+
+def open_trace(path: Path, limit: int | None = None, *, inflate: bool = True) -> bytes:
+    """The first ``limit`` bytes of a regular file (all of it when None, refused past
+    ``bounds.MAX_TRACE_BYTES``); a gzip file's content when ``inflate`` (a trace; a
+    config is read as it is). Opened non-blocking (a FIFO would block the open) and
+    checked with ``fstat`` on the open descriptor: what is read is what was checked."""
+    fd, st = _open_regular(path)
+    try:
         cap = bounds.MAX_TRACE_BYTES
         if limit is None and st.st_size > cap:
             raise TraceFormatError(path, 0, _too_big(st.st_size))
@@ -281,32 +295,29 @@ def stream_csv(
     are ``(line, fields)`` in the header's order (no dict: a window may sit past millions
     of rows). The file is opened as ``open_trace`` opens it (a regular file; gzip
     inflated as read)."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    raw = os.fdopen(_open_regular(path)[0], "rb")
     try:
-        fd = os.open(path, flags)
+        head = raw.peek(8)[:8]
     except OSError as exc:
-        raise TraceFormatError(path, 0, _os_rule(exc)) from None
-    raw = os.fdopen(fd, "rb")
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
-            raise TraceFormatError(path, 0, f"not a regular file: {kind}")
-        head = raw.peek(8)[:8] if hasattr(raw, "peek") else b""
-        if (rule := not_text_rule(head)) is not None and not head.startswith(GZIP_MAGIC):
-            raise TraceFormatError(path, 1, rule)
-    except BaseException:
         raw.close()
-        raise
+        raise TraceFormatError(path, 0, f"cannot read file: {exc.strerror or exc}") from None
+    if (rule := not_text_rule(head)) is not None and not head.startswith(GZIP_MAGIC):
+        raw.close()
+        raise TraceFormatError(path, 1, rule)
     binary: BinaryIO = raw
     if head.startswith(GZIP_MAGIC):
         import gzip
 
         binary = gzip.GzipFile(fileobj=raw)  # type: ignore[assignment]
-    text = io.TextIOWrapper(binary, encoding="utf-8-sig", newline="")
+    # bytes that are no UTF-8 kept as surrogates, refused at their row's line (a decoder
+    # error comes a buffer ahead, at no line)
+    text = io.TextIOWrapper(binary, encoding="utf-8-sig", errors="surrogateescape",
+                            newline="")
     reader = csv.reader(text)
     try:
-        header, line = _csv_header(path, reader, required, fmt)
+        with _read_errors(path, reader):
+            header, line = _csv_header(path, reader, required, fmt)
+            _check_text(path, line, header)
     except BaseException:
         text.close()
         raise
@@ -315,23 +326,45 @@ def stream_csv(
 
 def _streamed_rows(path: Path, text: io.TextIOWrapper, reader: Any, header: list[str],
                    header_line: int) -> Iterator[tuple[int, list[str]]]:
-    """``_csv_rows`` over a file read as it goes, as lists: what cannot be decoded is
-    refused at its line, and the file is closed when the rows end or are no longer asked
-    for."""
+    """``_csv_fields`` over a file read as it goes, each row's text checked
+    (``_check_text``), the file closed when the rows end or are no longer asked for."""
+    try:
+        with _read_errors(path, reader):
+            for line, fields in _csv_fields(path, reader, header, header_line):
+                _check_text(path, line, fields)
+                yield line, fields
+    finally:
+        text.close()
+
+
+def _check_text(path: Path, line: int, fields: list[str]) -> None:
+    """A streamed row's text as ``bytes_rule`` and ``read_text`` check a whole file's: UTF-8
+    (no byte kept as a surrogate), no NUL, no byte order mark at the start of the line."""
+    joined = "".join(fields)
+    if "\x00" in joined:
+        raise TraceFormatError(path, line, "binary data (NUL byte): not a text trace")
+    if fields and fields[0].startswith(BOM):
+        raise TraceFormatError(path, line, BOM_RULE)
+    try:
+        joined.encode("utf-8")
+    except UnicodeEncodeError:
+        raise TraceFormatError(path, line, "not UTF-8 text") from None
+
+
+@contextlib.contextmanager
+def _read_errors(path: Path, reader: Any) -> Iterator[None]:
+    """What reading a streamed file can raise, as one ``TraceFormatError`` at the line
+    being read: a broken or cut gzip stream, an I/O error."""
     import gzip
     import zlib
 
     try:
-        yield from _csv_fields(path, reader, header, header_line)
-    except UnicodeDecodeError:
-        raise TraceFormatError(path, reader.line_num + 1, "not UTF-8 text") from None
+        yield
     except (OSError, EOFError, zlib.error) as exc:
         why = ("gzip data is broken or cut short" if isinstance(exc, gzip.BadGzipFile | EOFError
                                                                   | zlib.error)
                else f"cannot read file: {getattr(exc, 'strerror', None) or exc}")
         raise TraceFormatError(path, reader.line_num + 1, why) from None
-    finally:
-        text.close()
 
 
 def _csv_header(path: Path, reader: Any, required: tuple[str, ...],
